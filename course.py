@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Set up and run the course with nothing but Python 3.10+.
+
+    python3 course.py lab     # open the course in JupyterLab
+    python3 course.py test    # run every test and every notebook
+
+The first run creates a virtual environment in .venv and installs the pinned
+packages (constraints.txt); later runs skip the install unless those files changed.
+Extra arguments after `test` go to pytest, e.g.
+    python3 course.py test notebooks/02_single_head_attention.ipynb
+Set COURSE_TORCH_INDEX_URL to an extra package index (for example PyTorch's CPU-only
+wheel index) to avoid a large CUDA build of torch on Linux.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("COURSE_VENV", ROOT / ".venv"))
+STAMP = VENV / ".course-install-stamp"
+INPUTS = ("pyproject.toml", "constraints.txt")
+
+
+def _bin(name: str) -> Path:
+    folder = "Scripts" if os.name == "nt" else "bin"
+    suffix = ".exe" if os.name == "nt" else ""
+    return VENV / folder / f"{name}{suffix}"
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256(sys.version.encode())
+    for name in INPUTS:
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()
+
+
+def ensure_environment() -> None:
+    """Create .venv and install the course into it, once per change of the pins."""
+    if not _bin("python").exists():
+        print(f"Creating a virtual environment in {VENV.name}/ ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+        return
+    print("Installing the course's packages (first run only) ...", flush=True)
+    cmd = [str(_bin("python")), "-m", "pip", "install", "--disable-pip-version-check",
+           "-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[dev,lab]"]
+    if os.environ.get("COURSE_TORCH_INDEX_URL"):
+        cmd += ["--extra-index-url", os.environ["COURSE_TORCH_INDEX_URL"]]
+    subprocess.run(cmd, check=True)
+    STAMP.write_text(_fingerprint())
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"lab", "test", "setup"}:
+        print(__doc__)
+        return 2
+    ensure_environment()
+    command, rest = argv[0], argv[1:]
+    env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg")
+    if command == "setup":
+        return 0
+    if command == "lab":
+        env.pop("MPLBACKEND")
+        target = rest or [str(ROOT / "notebooks" / "00_start_here.ipynb")]
+        return subprocess.call([str(_bin("jupyter")), "lab", *target], cwd=ROOT, env=env)
+    return subprocess.call([str(_bin("python")), "-m", "pytest", *rest], cwd=ROOT, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,96 @@
+"""Attention masks, with one convention everywhere in this course.
+
+**Convention: ``True`` means "this query may attend to this key".**
+
+That is the convention of ``torch.nn.functional.scaled_dot_product_attention``.
+It is the *opposite* of ``torch.nn.MultiheadAttention``, whose ``attn_mask`` and
+``key_padding_mask`` use ``True`` for "blocked / ignore". Wherever the two meet,
+convert explicitly with :func:`to_torch_attn_mask` and
+:func:`to_torch_key_padding_mask`; never pass a course mask to
+``nn.MultiheadAttention`` directly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "causal_mask",
+    "padding_mask",
+    "to_torch_attn_mask",
+    "to_torch_key_padding_mask",
+    "check_bool_mask",
+]
+
+
+def causal_mask(
+    num_queries: int,
+    num_keys: int | None = None,
+    *,
+    query_offset: int = 0,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Boolean causal mask of shape ``(num_queries, num_keys)``; ``True`` = may attend.
+
+    Query ``i`` sits at absolute position ``i + query_offset`` and may attend to key
+    ``j`` when ``j <= i + query_offset``. With ``query_offset=0`` this is the
+    top-left-aligned mask that ``F.scaled_dot_product_attention(is_causal=True)``
+    uses. When decoding with a KV cache of ``past`` tokens, pass ``query_offset=past``.
+    """
+    if num_keys is None:
+        num_keys = num_queries
+    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    query_pos = torch.arange(num_queries, device=device).unsqueeze(1) + query_offset  # (Tq, 1)
+    key_pos = torch.arange(num_keys, device=device).unsqueeze(0)  # (1, Tk)
+    return key_pos <= query_pos  # (Tq, Tk)
+
+
+def padding_mask(
+    lengths: Tensor | list[int], max_len: int | None = None, *, device=None
+) -> Tensor:
+    """Boolean key-padding mask ``(B, max_len)`` from true lengths; ``True`` = real token.
+
+    ``padding_mask([3, 1], 4)`` gives ``[[T, T, T, F], [T, F, F, F]]``.
+    """
+    lengths = torch.as_tensor(lengths, device=device)
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
+    if (lengths < 0).any():
+        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_len is None:
+        max_len = longest
+    if max_len < longest:
+        raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
+    return torch.arange(max_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def to_torch_attn_mask(mask: Tensor) -> Tensor:
+    """Course mask (``True`` = may attend) -> ``nn.MultiheadAttention`` ``attn_mask``
+    (``True`` = blocked)."""
+    check_bool_mask(mask, "mask")
+    return ~mask
+
+
+def to_torch_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
+    """Course padding mask ``(B, Tk)`` (``True`` = real token) -> ``nn.MultiheadAttention``
+    ``key_padding_mask`` (``True`` = ignore this key)."""
+    check_bool_mask(key_padding_mask, "key_padding_mask")
+    return ~key_padding_mask
+
+
+def check_bool_mask(mask: object, name: str) -> None:
+    """Raise a clear error unless ``mask`` is a boolean tensor."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask)}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}. "
+            "This course does not accept float (additive) masks: build a bool mask, "
+            "e.g. `float_mask == 0` if your float mask uses 0 for allowed and -inf for blocked."
+        )

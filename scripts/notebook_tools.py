@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Authoring tools for the course notebooks (not needed by learners).
+
+    python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
+        Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
+        whose lines start with ``# ``) into a notebook.
+    python scripts/notebook_tools.py execute notebooks/NN_topic.ipynb [...]
+        Restart-and-run-all in place, then clean the stored state: no timings, no
+        widget state, no machine-specific metadata. Prints each notebook's runtime.
+    python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
+        Write student versions: every ``### BEGIN SOLUTION`` ... ``### END SOLUTION``
+        block becomes ``raise NotImplementedError`` and outputs are cleared.
+
+Outputs policy: notebooks are committed *executed* (so a reader on GitHub sees every
+table and figure); CI re-runs them under nbval and compares the cells marked
+``# NBVAL_CHECK_OUTPUT``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+SOLUTION = re.compile(
+    r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[^\n]*\n.*?^[ \t]*### END SOLUTION[^\n]*(\n|$)",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def build(draft: Path, out: Path) -> None:
+    cells, kind, lines = [], None, []
+
+    def flush():
+        if kind is None:
+            return
+        text = "\n".join(lines).strip("\n")
+        if kind == "markdown":
+            text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
+                             for line in text.splitlines())
+            cells.append(nbformat.v4.new_markdown_cell(text))
+        else:
+            cells.append(nbformat.v4.new_code_cell(text))
+
+    for line in draft.read_text().splitlines():
+        if line.startswith("# %%"):
+            flush()
+            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+        else:
+            lines.append(line)
+    flush()
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    nbformat.write(nb, out)
+
+
+def clean(nb: nbformat.NotebookNode) -> None:
+    nb.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("collapsed", None)
+        cell.metadata.pop("scrolled", None)
+        cell.pop("id", None)
+    nb.nbformat_minor = 4
+
+
+def execute(path: Path) -> float:
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+                            store_widget_state=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - start
+    clean(nb)
+    nbformat.write(nb, path)
+    return elapsed
+
+
+def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.source = SOLUTION.sub(
+            lambda m: f'{m["indent"]}raise NotImplementedError("your code here")\n', cell.source
+        )
+        cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    command, args = argv[0], argv[1:]
+    if command == "build":
+        build(Path(args[0]), Path(args[1]))
+    elif command == "execute":
+        for name in args:
+            print(f"{name}: {execute(Path(name)):.1f} s", flush=True)
+    elif command == "student":
+        out_dir = Path(args[0])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in args[1:]:
+            nb = student_version(nbformat.read(name, as_version=4))
+            nbformat.write(nb, out_dir / Path(name).name)
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,36 @@
+"""Every exercise: the reference passes, each known mistake gets its own diagnosis,
+and an unattempted stub is reported as not attempted."""
+
+import pytest
+
+from course_utils.exercises import all_exercises
+
+EXERCISES = all_exercises()
+MISTAKES = [(name, m) for name, ex in EXERCISES.items() for m in ex.mistakes]
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_reference_passes(name):
+    ex = EXERCISES[name]
+    fb = ex.check(ex.reference)
+    assert fb.passed, fb
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_stub_is_not_attempted(name):
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    assert EXERCISES[name].check(stub).status == "not attempted"
+
+
+@pytest.mark.parametrize("name,mistake", MISTAKES, ids=[f"{n}:{m.key}" for n, m in MISTAKES])
+def test_each_mistake_is_named(name, mistake):
+    fb = EXERCISES[name].check(mistake.implementation)
+    assert not fb.passed
+    assert fb.mistake == mistake.key, f"expected diagnosis {mistake.key!r}, got {fb}"
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_every_exercise_knows_at_least_two_mistakes(name):
+    assert len(EXERCISES[name].mistakes) >= 2

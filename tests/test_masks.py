@@ -1,0 +1,49 @@
+import pytest
+import torch
+
+from course_utils import causal_mask, padding_mask, to_torch_attn_mask, to_torch_key_padding_mask
+
+
+def test_causal_mask_square_and_offset():
+    assert torch.equal(causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]]).bool())
+    # two new queries after 3 cached keys: both see the past, the second also sees the first
+    m = causal_mask(2, 5, query_offset=3)
+    assert torch.equal(m, torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]).bool())
+
+
+def test_causal_mask_matches_torch_is_causal_convention():
+    q = torch.randn(1, 3, 4, 8)
+    k = torch.randn(1, 3, 6, 8)
+    a = torch.nn.functional.scaled_dot_product_attention(q, k, k, is_causal=True)
+    b = torch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=causal_mask(4, 6))
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_padding_mask():
+    m = padding_mask([3, 1], 4)
+    assert torch.equal(m, torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]]).bool())
+    assert padding_mask(torch.tensor([2, 2])).shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "lengths,max_len,exc,word",
+    [([3, 5], 4, ValueError, "shorter"), ([[1, 2]], None, ValueError, "1-D"),
+     ([1.5, 2.0], 3, TypeError, "integers"), ([-1, 2], 3, ValueError, ">= 0")],
+)
+def test_padding_mask_errors(lengths, max_len, exc, word):
+    with pytest.raises(exc, match=word):
+        padding_mask(lengths, max_len)
+
+
+def test_conversions_flip_the_convention():
+    m = causal_mask(3)
+    assert torch.equal(to_torch_attn_mask(m), ~m)
+    kpm = padding_mask([2, 3], 3)
+    assert torch.equal(to_torch_key_padding_mask(kpm), ~kpm)
+    with pytest.raises(TypeError, match="torch.bool"):
+        to_torch_attn_mask(m.float())
+
+
+def test_causal_mask_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="num_queries"):
+        causal_mask(0)

@@ -1,0 +1,139 @@
+"""The set-up files agree with each other, and every notebook is run by the suite."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def _name(requirement: str) -> str:
+    return re.match(r"\s*([A-Za-z0-9_.-]+)", requirement).group(1).lower().replace("_", "-")
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _pyproject_names() -> set[str]:
+    project = _pyproject()["project"]
+    reqs = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        reqs += extra
+    return {_name(r) for r in reqs}
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;]+)\s*(;.*)?$", line.strip())
+        if m and (m.group(3) is None or ">=" in m.group(3)):
+            pins[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return pins
+
+
+def test_torch_pinned_to_the_cpu_wheel_on_disk():
+    assert _pins()["torch"] == "2.13.0"
+
+
+def test_every_pyproject_dependency_is_pinned():
+    pins = _pins()
+    missing = sorted(n for n in _pyproject_names() if n not in pins)
+    assert not missing, f"add exact pins to constraints.txt for {missing}"
+
+
+def test_pyproject_uses_ranges_not_pins():
+    project = _pyproject()["project"]
+    for req in project["dependencies"]:
+        assert "==" not in req, f"pyproject.toml should use a range for {req!r}"
+
+
+def test_environment_yml_lists_the_same_packages():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    names = set()
+    for dep in env["dependencies"]:
+        if isinstance(dep, str) and _name(dep) not in {"python", "pip"}:
+            names.add(_name(dep))
+    expected = {CONDA_NAMES.get(n, n) for n in _pyproject_names()}
+    assert names == expected
+    pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
+    assert "-e ." in pip_section
+
+
+def test_binder_lists_the_same_packages_with_the_same_pins():
+    lines = [line.strip() for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines()]
+    reqs = [line for line in lines if line and not line.startswith(("#", "-"))]
+    assert {_name(r) for r in reqs} == _pyproject_names()
+    pins = _pins()
+    for req in reqs:
+        name, version = req.split("==")
+        assert pins[_name(name)] == version, f"binder pins {req}, constraints.txt {pins[_name(name)]}"
+    assert any("whl/cpu" in line for line in lines), "Binder must use CPU-only torch"
+    assert "pip install --no-deps -e ." in (ROOT / "binder" / "postBuild").read_text()
+
+
+def _readme_code_lines() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```(?:bash)?\n(.*?)```", readme, re.DOTALL)
+    return [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "python3 course.py test" in _readme_code_lines()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^python3 course.py test$", ci, re.MULTILINE)
+
+
+def _notebooks() -> list[Path]:
+    found = []
+    for path in ROOT.rglob("*.ipynb"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in {".venv", "student", "build"} or ".ipynb_checkpoints" in rel.parts:
+            continue
+        found.append(rel)
+    return sorted(found)
+
+
+def test_pytest_collects_every_notebook():
+    config = _pyproject()["tool"]["pytest"]["ini_options"]
+    assert "notebooks" in config["testpaths"]
+    assert "--nbval-lax" in config["addopts"]
+    for rel in _notebooks():
+        assert rel.parent == Path("notebooks"), f"{rel} is outside notebooks/: nbval won't run it"
+        assert NOTEBOOK_NAME.match(rel.name), f"{rel.name} is not named NN_topic.ipynb"
+
+
+def test_readme_lists_every_notebook():
+    readme = (ROOT / "README.md").read_text()
+    for rel in _notebooks():
+        assert rel.name in readme, f"README's lesson table does not list {rel.name}"
+
+
+@pytest.mark.parametrize("rel", _notebooks(), ids=str)
+def test_notebook_is_clean(rel):
+    text = (ROOT / rel).read_text()
+    nb = json.loads(text)
+    assert not re.search(r"/(root|work|tmp|home|Users)/[\w.-]+", text), "machine path stored"
+    assert not re.search(r"\b0x[0-9a-f]{8,}\b", text), "memory address stored"
+    assert "widgets" not in nb.get("metadata", {}), "widget state stored"
+    code = "\n".join(c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+                     for c in nb["cells"] if c["cell_type"] == "code")
+    assert "seed_everything(" in code, "every notebook seeds its randomness"
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error", "a stored error output"
+    assert "NBVAL_CHECK_OUTPUT" in code, "at least one cell's output is checked by CI"
