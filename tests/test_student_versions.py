@@ -1,0 +1,90 @@
+"""Student versions: solutions are blanked cleanly, and no later cell leans on them.
+
+The lessons' rule is that an unfinished exercise must not break the lesson: after an
+exercise cell, only the check may call the learner's function; everything else uses
+course_utils' reference code. This is checked statically on every notebook.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from notebook_tools import student_version  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _code_cells(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def test_student_version_blanks_solutions_and_keeps_indentation():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "def f(x):\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION\n\ncheck(f)"
+    )])
+    out = student_version(nb).cells[0].source
+    assert "y = x + 1" not in out
+    assert '    raise NotImplementedError("your code here")\n' in out
+    assert out.endswith("check(f)")
+    compile(out, "cell", "exec")
+
+
+def _solution_functions(source: str) -> set[str]:
+    """Names of functions whose body holds a solution block."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):
+            body = ast.get_source_segment(source, node) or ""
+            if "### BEGIN SOLUTION" in body:
+                names.add(node.name)
+    return names
+
+
+def _uses_outside_checks(source: str, names: set[str]) -> list[str]:
+    """Loads of ``names`` that are not an argument of a check call."""
+    tree = ast.parse(source)
+    allowed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            func_name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if func_name.startswith("check"):
+                allowed.update(id(arg) for arg in node.args)
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
+            if id(node) not in allowed:
+                bad.append(node.id)
+    return bad
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_later_cells_never_use_a_learners_solution(path):
+    nb = nbformat.read(path, as_version=4)
+    learner_functions: set[str] = set()
+    for source in _code_cells(nb):
+        try:
+            new = _solution_functions(source)
+        except SyntaxError:  # IPython magics: not an exercise cell
+            continue
+        # within the exercise cell itself, only the check may call the function
+        bad = _uses_outside_checks(source, learner_functions | new)
+        assert not bad, f"{path.name}: a cell uses the learner's {bad} outside a check"
+        learner_functions |= new
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_student_version_compiles(path):
+    nb = student_version(nbformat.read(path, as_version=4))
+    for source in _code_cells(nb):
+        if source.lstrip().startswith(("%", "!")):
+            continue
+        compile(source, path.name, "exec")
+        assert "### BEGIN SOLUTION" not in source
