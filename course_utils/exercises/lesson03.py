@@ -1,0 +1,287 @@
+"""Checks for lesson 03 (the dimension walkthrough).
+
+* 3.1 ``split_heads(x, num_heads)``: ``(B, T, d)`` -> ``(B, h, T, dk)``
+* 3.2 ``merge_heads(heads)``: ``(B, h, T, dk)`` -> ``(B, T, d)``
+* 3.3 ``parameter_count(d_model, num_heads, bias)``: parameters of multi-head attention
+* 3.4 ``score_macs(seq_len, d_model, num_heads)``: multiply-adds of Q K^T, all heads
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .core import Case, Exercise, Mistake
+
+__all__ = [
+    "SPLIT_HEADS",
+    "MERGE_HEADS",
+    "PARAMETER_COUNT",
+    "SCORE_MACS",
+    "check_split_heads",
+    "check_merge_heads",
+    "check_parameter_count",
+    "check_score_macs",
+]
+
+
+def _numbered(*shape: int) -> Tensor:
+    """0, 1, 2, ... laid out in ``shape``: every entry says where it came from."""
+    n = 1
+    for s in shape:
+        n *= s
+    return torch.arange(n, dtype=torch.float32).reshape(shape)
+
+
+# --- 3.1 split heads ---------------------------------------------------------------
+def _split_reference(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape
+    return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)  # (B, h, T, dk)
+
+
+def _split_view_only(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape
+    return x.view(B, num_heads, T, d // num_heads)  # right shape, features scrambled
+
+
+def _split_no_transpose(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape
+    return x.view(B, T, num_heads, d // num_heads)  # (B, T, h, dk)
+
+
+def _split_wrong_dims(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape
+    return x.view(B, T, num_heads, d // num_heads).transpose(2, 3)  # (B, T, dk, h)
+
+
+def _split_transpose_first(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape
+    return x.transpose(1, 2).reshape(B, num_heads, T, d // num_heads)  # right shape, wrong values
+
+
+def _split_cases() -> list[Case]:
+    return [
+        Case((_numbered(2, 5, 12), 3), label="x of shape (2, 5, 12), h = 3"),
+        Case((_numbered(1, 3, 8), 2), label="x of shape (1, 3, 8), h = 2"),
+        Case((torch.randn(3, 4, 30, generator=torch.Generator().manual_seed(3)), 5),
+             label="random x of shape (3, 4, 30), h = 5"),
+    ]
+
+
+SPLIT_HEADS = Exercise(
+    title="Exercise 3.1: split into heads",
+    reference=_split_reference,
+    make_cases=_split_cases,
+    mistakes=[
+        Mistake("view_without_transpose",
+                "the shape (B, h, T, dk) is right but the numbers are not: x.view(B, h, T, dk) "
+                "cuts each sequence's memory into h blocks of T*dk numbers, so one 'head' "
+                "mixes features of different tokens.",
+                "view as (B, T, h, dk) first (this splits each token's d features), then "
+                "swap the T and h axes with .transpose(1, 2).",
+                _split_view_only),
+        Mistake("missing_transpose",
+                "you returned (B, T, h, dk): the features are split correctly, but the head "
+                "axis is still behind the token axis.",
+                "add .transpose(1, 2) so that the result is (B, h, T, dk).",
+                _split_no_transpose),
+        Mistake("transposed_wrong_dims",
+                "you transposed the last two axes and got (B, T, dk, h): the axes to swap are "
+                "the token axis (1) and the head axis (2).",
+                "use .transpose(1, 2), not .transpose(2, 3) or .transpose(-2, -1).",
+                _split_wrong_dims),
+        Mistake("transpose_before_split",
+                "the shape is right but the values are not: you transposed (B, T, d) to (B, d, T) "
+                "before reshaping, which interleaves tokens and features.",
+                "split the feature axis first with .view(B, T, h, dk), then transpose(1, 2).",
+                _split_transpose_first),
+    ],
+    hint="first cut each token's d features into h pieces of width d // h (a view with shape "
+         "(B, T, h, dk)), then put the head axis in front of the token axis.",
+)
+check_split_heads = SPLIT_HEADS.check
+
+
+# --- 3.2 merge heads ---------------------------------------------------------------
+def _merge_reference(heads: Tensor) -> Tensor:
+    B, h, T, dk = heads.shape
+    return heads.transpose(1, 2).contiguous().view(B, T, h * dk)  # (B, T, d)
+
+
+def _merge_view_only(heads: Tensor) -> Tensor:
+    B, h, T, dk = heads.shape
+    return heads.reshape(B, T, h * dk)  # no transpose back: heads and tokens mixed
+
+
+def _merge_interleaved(heads: Tensor) -> Tensor:
+    B, h, T, dk = heads.shape
+    return heads.permute(0, 2, 3, 1).reshape(B, T, h * dk)  # features interleaved across heads
+
+
+def _merge_summed(heads: Tensor) -> Tensor:
+    return heads.sum(dim=1)  # (B, T, dk): heads added, not concatenated
+
+
+def _merge_cases() -> list[Case]:
+    return [
+        Case((_numbered(2, 3, 5, 4),), label="heads of shape (2, 3, 5, 4)"),
+        Case((_numbered(1, 2, 3, 4),), label="heads of shape (1, 2, 3, 4)"),
+        Case((torch.randn(2, 4, 6, 3, generator=torch.Generator().manual_seed(4)),),
+             label="random heads of shape (2, 4, 6, 3)"),
+    ]
+
+
+MERGE_HEADS = Exercise(
+    title="Exercise 3.2: merge the heads",
+    reference=_merge_reference,
+    make_cases=_merge_cases,
+    mistakes=[
+        Mistake("view_without_transpose_back",
+                "the shape (B, T, d) is right but the values are not: reshaping (B, h, T, dk) "
+                "directly puts head 0's tokens side by side, so a 'token' row holds pieces of "
+                "several tokens from the same head.",
+                "move the head axis back next to dk first: heads.transpose(1, 2), then "
+                ".contiguous().view(B, T, h * dk).",
+                _merge_view_only),
+        Mistake("heads_interleaved",
+                "the shape is right but the heads are interleaved: feature j of every head sits "
+                "together instead of head 0's dk features, then head 1's, and so on.",
+                "concatenation means the head axis is *outside* dk: permute to (B, T, h, dk), "
+                "not (B, T, dk, h).",
+                _merge_interleaved),
+        Mistake("summed_heads",
+                "you added the heads together and got (B, T, dk): multi-head attention "
+                "concatenates them, giving (B, T, h * dk) = (B, T, d).",
+                "keep every head's dk features, side by side: transpose(1, 2), then view.",
+                _merge_summed),
+    ],
+    hint="undo split_heads in reverse: bring the token axis back in front of the head axis, "
+         "then flatten (h, dk) into one axis of h * dk. If .view complains about the tensor's "
+         "size and stride, call .contiguous() first.",
+)
+check_merge_heads = MERGE_HEADS.check
+
+
+# --- 3.3 parameter count -----------------------------------------------------------
+def _params_reference(d_model: int, num_heads: int, bias: bool = True) -> int:
+    d_k = d_model // num_heads
+    weights = 3 * num_heads * d_model * d_k + d_model * d_model  # W_Q, W_K, W_V in h slices; W_O
+    return weights + (4 * d_model if bias else 0)
+
+
+def _params_no_bias(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model
+
+
+def _params_three_matrices(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 3 * d_model * d_model + (3 * d_model if bias else 0)
+
+
+def _params_w_o_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return (3 + num_heads) * d_model * d_model + ((3 + num_heads) * d_model if bias else 0)
+
+
+def _params_full_width_heads(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return (3 * num_heads + 1) * d_model * d_model + ((3 * num_heads + 1) * d_model if bias else 0)
+
+
+def _params_cases() -> list[Case]:
+    return [
+        Case((512, 8), {"bias": True}, label="d_model = 512, h = 8, bias = True"),
+        Case((64, 8), {"bias": False}, label="d_model = 64, h = 8, bias = False"),
+        Case((64, 8), {"bias": True}, label="d_model = 64, h = 8, bias = True"),
+        Case((12, 3), {"bias": True}, label="d_model = 12, h = 3, bias = True"),
+        Case((32, 1), {"bias": False}, label="d_model = 32, h = 1, bias = False"),
+    ]
+
+
+PARAMETER_COUNT = Exercise(
+    title="Exercise 3.3: count the parameters",
+    reference=_params_reference,
+    make_cases=_params_cases,
+    mistakes=[
+        Mistake("forgot_biases",
+                "right without biases, but with bias=True each of the four projections also "
+                "has a bias vector of d_model numbers.",
+                "add 4 * d_model when bias is True.",
+                _params_no_bias),
+        Mistake("only_three_matrices",
+                "you counted W_Q, W_K and W_V but not the output projection W_O.",
+                "W_O is one more (d_model, d_model) matrix (plus a bias of d_model).",
+                _params_three_matrices),
+        Mistake("w_o_per_head",
+                "you counted W_O once per head: there is one W_O for the whole layer, "
+                "applied to the concatenation of all heads.",
+                "W_Q, W_K, W_V are split into h slices; W_O is a single (d_model, d_model) matrix.",
+                _params_w_o_per_head),
+        Mistake("full_width_heads",
+                "you gave every head full (d_model, d_model) projections: each head's W_Q^i "
+                "is only (d_model, d_k) with d_k = d_model / h.",
+                "h slices of (d_model, d_k) make h * d_model * d_k = d_model^2 per matrix.",
+                _params_full_width_heads),
+    ],
+    hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "
+         "with bias, one bias vector of d_model per projection.",
+)
+check_parameter_count = PARAMETER_COUNT.check
+
+
+# --- 3.4 multiply-adds of the scores ------------------------------------------------
+def _score_reference(seq_len: int, d_model: int, num_heads: int) -> int:
+    d_k = d_model // num_heads
+    return num_heads * seq_len * seq_len * d_k  # h heads, each (T, dk) @ (dk, T)
+
+
+def _score_h_twice(seq_len: int, d_model: int, num_heads: int) -> int:
+    return num_heads * seq_len * seq_len * d_model
+
+
+def _score_one_head(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * (d_model // num_heads)
+
+
+def _score_flops(seq_len: int, d_model: int, num_heads: int) -> int:
+    return 2 * seq_len * seq_len * d_model
+
+
+def _score_linear_in_t(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * d_model
+
+
+def _score_cases() -> list[Case]:
+    return [
+        Case((3, 512, 8), label="T = 3, d_model = 512, h = 8"),
+        Case((10, 64, 8), label="T = 10, d_model = 64, h = 8"),
+        Case((7, 12, 3), label="T = 7, d_model = 12, h = 3"),
+        Case((5, 16, 1), label="T = 5, d_model = 16, h = 1"),
+    ]
+
+
+SCORE_MACS = Exercise(
+    title="Exercise 3.4: multiply-adds of the scores",
+    reference=_score_reference,
+    make_cases=_score_cases,
+    mistakes=[
+        Mistake("heads_counted_twice",
+                "you multiplied by h and also used the full d_model: each head's dot products "
+                "are only d_k long, so the h heads together cost T^2 * d_model, not h times that.",
+                "per head: T * T * d_k; all heads: h * T * T * d_k.",
+                _score_h_twice),
+        Mistake("one_head_only",
+                "you counted one head (T^2 * d_k): all h heads compute their own scores.",
+                "multiply the per-head cost by h.",
+                _score_one_head),
+        Mistake("counted_flops",
+                "you counted floating-point operations (2 per multiply-add); the exercise asks "
+                "for multiply-adds.",
+                "one multiply-add = one multiplication plus one addition; drop the factor 2.",
+                _score_flops),
+        Mistake("linear_in_length",
+                "the score matrix has T * T entries per head (every query meets every key): "
+                "the cost grows with T^2, not T.",
+                "each of the T^2 entries of a head's scores is a dot product of length d_k.",
+                _score_linear_in_t),
+    ],
+    hint="a head's scores are (T, d_k) @ (d_k, T): T * T * d_k multiply-adds; there are h heads.",
+)
+check_score_macs = SCORE_MACS.check

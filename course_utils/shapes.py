@@ -1,0 +1,432 @@
+"""Shapes, parameters and multiply-adds of multi-head attention, measured on real tensors.
+
+:func:`trace_shapes` runs a :class:`~course_utils.attention.MultiHeadAttention` layer
+step by step with its own weights (project, ``view``, ``transpose``, scores, softmax,
+attend, transpose back, merge, W_O), records each step's real shape, layout and
+multiply-adds (counted by ``torch.utils.flop_counter``), and checks that the result
+equals the module's own forward pass.
+
+Symbols: B batch, T sequence length (Tq, Tk for cross-attention), d = d_model,
+h heads, dk = d_model // h. Weights are written as in the formulas (``x @ W``), so
+W_Q is ``(d, d)``; ``nn.Linear`` stores the transpose, ``(out, in)``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from .attention import MultiHeadAttention
+
+__all__ = [
+    "TraceStep",
+    "ShapeTrace",
+    "trace_shapes",
+    "validate_dims",
+    "count_parameters",
+    "mha_parameter_count",
+    "parameter_table",
+    "AttentionMacs",
+    "mha_macs",
+    "measured_macs",
+    "cost_table",
+    "dimension_report",
+    "frame_to_text",
+]
+
+# A live trace allocates B*T*d floats several times and B*h*T*T for the scores.
+MAX_REPORT_ELEMENTS = 20_000_000
+
+
+# ---------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------
+def _check_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def validate_dims(
+    d_model: int, num_heads: int, *, batch: int = 1, seq_len: int = 1, kv_len: int | None = None
+) -> int:
+    """Check the sizes of a multi-head attention layer and its input; return ``dk``.
+
+    Raises ``TypeError`` for a non-int and ``ValueError`` for a size < 1 or a
+    ``d_model`` that ``num_heads`` does not divide.
+    """
+    for name, value in (("batch", batch), ("seq_len", seq_len), ("d_model", d_model),
+                        ("num_heads", num_heads)):
+        _check_int(name, value)
+    if kv_len is not None:
+        _check_int("kv_len", kv_len)
+    if d_model % num_heads:
+        divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
+        raise ValueError(
+            f"d_model = {d_model} is not divisible by h = {num_heads}: every head needs the "
+            f"same whole width d_k = d_model / h, and {d_model} / {num_heads} = "
+            f"{d_model / num_heads:.4g}. Heads that divide {d_model}: {divisors}"
+        )
+    return d_model // num_heads
+
+
+# ---------------------------------------------------------------------------------
+# the shape trace
+# ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceStep:
+    """One recorded step. ``macs``: multiply-adds of matrix products in this step."""
+
+    name: str
+    code: str
+    symbolic: tuple[str, ...]
+    shape: tuple[int, ...]
+    macs: int
+    contiguous: bool
+    is_parameter: bool = False
+
+    @property
+    def symbolic_text(self) -> str:
+        return "(" + ", ".join(self.symbolic) + ")"
+
+
+@dataclass
+class ShapeTrace:
+    """The steps of one multi-head attention forward pass, in order.
+
+    ``tensors`` holds every recorded tensor by step name (detached). ``max_abs_diff``
+    compares the traced output and weights with the module's own forward pass.
+    """
+
+    sizes: dict[str, int]
+    steps: list[TraceStep] = field(default_factory=list)
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    max_abs_diff: float = float("nan")
+
+    def __getitem__(self, name: str) -> TraceStep:
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(f"no step named {name!r}; steps: {self.names}")
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.steps]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self[name].shape
+
+    @property
+    def total_macs(self) -> int:
+        return sum(s.macs for s in self.steps)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "step": [s.name for s in self.steps],
+                "code": [s.code for s in self.steps],
+                "symbolic": [s.symbolic_text for s in self.steps],
+                "shape": [str(list(s.shape)) for s in self.steps],
+                "matmul MACs": [s.macs for s in self.steps],
+                "contiguous": [_layout(s) for s in self.steps],
+            }
+        )
+
+    def format(self, *, code: bool = True) -> str:
+        """The trace as an aligned text table (the ``code`` column is optional)."""
+        header = ["step", "code", "symbolic", "shape", "matmul MACs", "contiguous"]
+        rows = [[s.name, s.code, s.symbolic_text, str(list(s.shape)), f"{s.macs:,}", _layout(s)]
+                for s in self.steps]
+        if not code:
+            header.pop(1)
+            rows = [r[:1] + r[2:] for r in rows]
+        return _format_rows(header, rows, right_align={header.index("matmul MACs")})
+
+
+def _layout(step: TraceStep) -> str:
+    if step.is_parameter:
+        return "(weight)"
+    return "yes" if step.contiguous else "no"
+
+
+def _format_rows(header: list[str], rows: list[list[str]], right_align: set[int] = frozenset()) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        parts = [str(c).rjust(w) if i in right_align else str(c).ljust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+class _Recorder:
+    def __init__(self, trace: ShapeTrace, keep: bool) -> None:
+        self.trace, self.keep = trace, keep
+
+    def __call__(self, name: str, code: str, symbolic: tuple[str, ...], run: Callable[[], Tensor],
+                 *, is_parameter: bool = False) -> Tensor:
+        with FlopCounterMode(display=False) as counter:
+            t = run()
+        expected = tuple(self.trace.sizes[s] for s in symbolic)
+        if tuple(t.shape) != expected:  # the explanation and the tensor disagree: a bug
+            raise RuntimeError(f"step {name}: expected {symbolic} = {expected}, got {tuple(t.shape)}")
+        self.trace.steps.append(TraceStep(name, code, symbolic, tuple(t.shape),
+                                          counter.get_total_flops() // 2, t.is_contiguous(),
+                                          is_parameter))
+        if self.keep:
+            self.trace.tensors[name] = t.detach()
+        return t
+
+
+def trace_shapes(
+    module: MultiHeadAttention,
+    query: Tensor,
+    key_value: Tensor | None = None,
+    *,
+    head: int = 0,
+    keep_tensors: bool = True,
+) -> ShapeTrace:
+    """Run ``module`` step by step on ``query`` ``(B, Tq, d)`` and record every shape.
+
+    ``key_value`` ``(B, Tk, d)`` makes it cross-attention (default: self-attention, and
+    the symbol ``T`` stands for both lengths). ``head`` picks the head whose slice
+    ``W_Q_i`` of the stacked W_Q is shown. Dropout is not applied. The traced output
+    and weights are compared with ``module(..., need_weights=True)`` (in eval mode):
+    the largest difference is ``max_abs_diff``.
+    """
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"module must be a course_utils MultiHeadAttention, got {type(module).__name__}")
+    d, h, dk = module.d_model, module.num_heads, module.d_k
+    cross = key_value is not None
+    kv = key_value if cross else query
+    for name, t in (("query", query), ("key_value", kv)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.ndim != 3 or t.shape[-1] != d:
+            raise ValueError(f"{name} must have shape (B, T, d_model={d}), got {tuple(t.shape)}")
+    if kv.shape[0] != query.shape[0]:
+        raise ValueError(f"query and key_value must share the batch size, got {tuple(query.shape)} "
+                         f"and {tuple(kv.shape)}")
+    _check_int("head", head, minimum=0)
+    if head >= h:
+        raise ValueError(f"head must be in 0..{h - 1}, got {head}")
+    B, Tq, _ = query.shape
+    Tk = kv.shape[1]
+    T, S = ("Tq", "Tk") if cross else ("T", "T")
+    sizes = {"B": B, "T": Tq, "Tq": Tq, "Tk": Tk, "d": d, "h": h, "dk": dk}
+    trace = ShapeTrace(sizes)
+    rec = _Recorder(trace, keep_tensors)
+    src = "c" if cross else "x"
+
+    w_q, w_k, w_v = module.in_proj.weight.split(d, dim=0)  # (d, d) each, stored (out, in)
+    b = module.in_proj.bias
+    b_q, b_k, b_v = b.split(d) if b is not None else (None, None, None)
+    with torch.no_grad():
+        rec("input", "x" if not cross else "x (queries); c (keys/values)", ("B", T, "d"), lambda: query)
+        W_Q = rec("W_Q", "in_proj.weight[:d].T", ("d", "d"), lambda: w_q.T, is_parameter=True)
+        rec(f"W_Q_{head}", f"W_Q[:, {head}*dk:{head + 1}*dk]", ("d", "dk"),
+            lambda: W_Q[:, head * dk:(head + 1) * dk], is_parameter=True)
+        q = rec("Q", "x @ W_Q + b_Q", ("B", T, "d"), lambda: F.linear(query, w_q, b_q))
+        k = rec("K", f"{src} @ W_K + b_K", ("B", S, "d"), lambda: F.linear(kv, w_k, b_k))
+        v = rec("V", f"{src} @ W_V + b_V", ("B", S, "d"), lambda: F.linear(kv, w_v, b_v))
+        q_view = rec("Q_view", f"Q.view(B, {T}, h, dk)", ("B", T, "h", "dk"), lambda: q.view(B, Tq, h, dk))
+        q_h = rec("Q_heads", "Q_view.transpose(1, 2)", ("B", "h", T, "dk"), lambda: q_view.transpose(1, 2))
+        k_h = rec("K_heads", f"K.view(B, {S}, h, dk).transpose(1, 2)", ("B", "h", S, "dk"),
+                  lambda: k.view(B, Tk, h, dk).transpose(1, 2))
+        v_h = rec("V_heads", f"V.view(B, {S}, h, dk).transpose(1, 2)", ("B", "h", S, "dk"),
+                  lambda: v.view(B, Tk, h, dk).transpose(1, 2))
+        scores = rec("scores", "Q_heads @ K_heads.transpose(-2, -1) / sqrt(dk)", ("B", "h", T, S),
+                     lambda: q_h @ k_h.transpose(-2, -1) / math.sqrt(dk))
+        weights = rec("weights", "softmax(scores, dim=-1)", ("B", "h", T, S),
+                      lambda: torch.softmax(scores, dim=-1))
+        attend = rec("attend", "weights @ V_heads", ("B", "h", T, "dk"), lambda: weights @ v_h)
+        back = rec("transpose_back", "attend.transpose(1, 2)", ("B", T, "h", "dk"),
+                   lambda: attend.transpose(1, 2))
+        merged = rec("merge", f"transpose_back.contiguous().view(B, {T}, d)", ("B", T, "d"),
+                     lambda: back.contiguous().view(B, Tq, d))
+        rec("W_O", "out_proj.weight.T", ("d", "d"), lambda: module.out_proj.weight.T, is_parameter=True)
+        out = rec("output", "merge @ W_O + b_O", ("B", T, "d"), lambda: module.out_proj(merged))
+
+        was_training = module.training
+        module.eval()
+        try:
+            ref_out, ref_w = module(query, kv, kv, need_weights=True)
+        finally:
+            module.train(was_training)
+    trace.max_abs_diff = max((out - ref_out).abs().max().item(), (weights - ref_w).abs().max().item())
+    return trace
+
+
+# ---------------------------------------------------------------------------------
+# parameters
+# ---------------------------------------------------------------------------------
+def count_parameters(module: nn.Module) -> int:
+    """Number of scalars in ``module``'s parameters (what an optimiser updates)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+    return sum(p.numel() for p in module.parameters())
+
+
+def mha_parameter_count(d_model: int, num_heads: int, *, bias: bool = True) -> int:
+    """Parameters of multi-head attention with dk = d_model / h: ``4 d^2`` (+ ``4 d``).
+
+    W_Q, W_K, W_V are h slices of ``(d, dk)`` each, i.e. ``h * d * dk = d^2`` per
+    matrix; W_O is ``(d, d)``. ``num_heads`` only has to divide ``d_model``.
+    """
+    validate_dims(d_model, num_heads)
+    if not isinstance(bias, bool):
+        raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+    dk = d_model // num_heads
+    per_matrix = num_heads * d_model * dk  # h slices of (d, dk)
+    weights = 3 * per_matrix + d_model * d_model  # W_Q, W_K, W_V, W_O
+    return weights + (4 * d_model if bias else 0)
+
+
+def parameter_table(d_model: int, head_counts: Iterable[int], *, bias: bool = True) -> pd.DataFrame:
+    """Per h: one head's W_Q^i, h of them, the formula and the real module's count."""
+    rows = []
+    for h in head_counts:
+        dk = validate_dims(d_model, h)
+        with torch.random.fork_rng(devices=[]):  # leave the caller's random stream alone
+            module = MultiHeadAttention(d_model, h, bias=bias)
+        head_slice = module.in_proj.weight[:d_model].T[:, :dk]  # W_Q^0 as (d, dk)
+        real = count_parameters(module)
+        formula = mha_parameter_count(d_model, h, bias=bias)
+        rows.append({"h": h, "d_k": dk, "W_Q^i shape": str(tuple(head_slice.shape)),
+                     "W_Q^i params": head_slice.numel(), "h x W_Q^i": h * head_slice.numel(),
+                     "formula": formula, "module": real, "equal": formula == real})
+    return pd.DataFrame(rows).set_index("h")
+
+
+# ---------------------------------------------------------------------------------
+# multiply-adds
+# ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionMacs:
+    """Multiply-adds of one multi-head attention forward pass, by part.
+
+    Softmax, scaling and bias additions are element-wise (O(B h T^2) and O(B T d)) and
+    not counted. One multiply-add is two floating-point operations.
+    """
+
+    qkv_projections: int
+    scores: int
+    attend: int
+    output_projection: int
+
+    @property
+    def total(self) -> int:
+        return self.qkv_projections + self.scores + self.attend + self.output_projection
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.total
+
+
+def mha_macs(
+    batch: int, seq_len: int, d_model: int, num_heads: int, *, kv_len: int | None = None
+) -> AttentionMacs:
+    """Multiply-adds for ``(B, T, d)`` queries attending over ``kv_len`` keys (default T).
+
+    Each of the h heads spends ``Tq * Tk * dk`` on Q K^T and the same on weights @ V
+    per sequence, so the h heads together spend ``Tq * Tk * d``: h cancels.
+    """
+    dk = validate_dims(d_model, num_heads, batch=batch, seq_len=seq_len, kv_len=kv_len)
+    tk = seq_len if kv_len is None else kv_len
+    per_head = batch * seq_len * tk * dk
+    return AttentionMacs(
+        qkv_projections=batch * (seq_len + 2 * tk) * d_model * d_model,
+        scores=num_heads * per_head,
+        attend=num_heads * per_head,
+        output_projection=batch * seq_len * d_model * d_model,
+    )
+
+
+def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
+    """Multiply-adds PyTorch actually performs in ``module(x, need_weights=True)``,
+    counted by ``torch.utils.flop_counter.FlopCounterMode`` (matrix products only)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(x, need_weights=True)
+    return counter.get_total_flops() // 2
+
+
+def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int]) -> pd.DataFrame:
+    """Per h: Q K^T multiply-adds per head and for all heads, the other parts, the
+    formula total, and the total counted on a real module's forward pass."""
+    rows = []
+    x = torch.zeros(batch, seq_len, d_model)
+    for h in head_counts:
+        macs = mha_macs(batch, seq_len, d_model, h)
+        with torch.random.fork_rng(devices=[]):
+            module = MultiHeadAttention(d_model, h)
+        measured = measured_macs(module, x)
+        rows.append({"h": h, "d_k": d_model // h, "QK^T per head": macs.scores // h,
+                     "QK^T all heads": macs.scores, "AV all heads": macs.attend,
+                     "Q,K,V proj": macs.qkv_projections, "W_O": macs.output_projection,
+                     "total": macs.total, "measured": measured, "equal": measured == macs.total})
+    return pd.DataFrame(rows).set_index("h")
+
+
+def frame_to_text(frame: pd.DataFrame) -> str:
+    """A table as text, integers with thousands separators (for printed, checked output)."""
+    def fmt(value: object) -> str:
+        if isinstance(value, (bool, np.bool_)):
+            return str(bool(value))
+        if isinstance(value, numbers.Integral):
+            return f"{int(value):,}"
+        return str(value)
+
+    return frame.map(fmt).to_string()
+
+
+# ---------------------------------------------------------------------------------
+# a report for given sizes (used by the widget and its static fallback)
+# ---------------------------------------------------------------------------------
+def dimension_report(batch: int, seq_len: int, d_model: int, num_heads: int) -> str:
+    """Shape table, parameter count and multiply-adds for these sizes, as text.
+
+    Never raises: an invalid combination returns a message that says what is wrong.
+    The shapes come from a real forward pass (the global random state is untouched).
+    """
+    try:
+        dk = validate_dims(d_model, num_heads, batch=batch, seq_len=seq_len)
+    except (TypeError, ValueError) as err:
+        return f"Invalid combination: {err}"
+    elements = batch * seq_len * d_model * 8 + batch * num_heads * seq_len * seq_len * 2
+    if elements > MAX_REPORT_ELEMENTS:
+        return (f"Too large for a live trace: about {elements:,} numbers would be allocated "
+                f"(limit {MAX_REPORT_ELEMENTS:,}). Use smaller batch, seq_len or d_model.")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = MultiHeadAttention(d_model, num_heads)
+        x = torch.randn(batch, seq_len, d_model)
+    trace = trace_shapes(module, x, keep_tensors=False)
+    macs = mha_macs(batch, seq_len, d_model, num_heads)
+    params = count_parameters(module)
+    lines = [
+        f"B = {batch}, T = {seq_len}, d_model = {d_model}, h = {num_heads}  ->  d_k = d_v = {dk}",
+        "",
+        trace.format(code=False),
+        "",
+        f"parameters: 4*d^2 + 4*d = {mha_parameter_count(d_model, num_heads):,} "
+        f"(real module: {params:,}; without biases {4 * d_model * d_model:,})",
+        f"multiply-adds: Q,K,V projections {macs.qkv_projections:,} + QK^T {macs.scores:,} "
+        f"+ AV {macs.attend:,} + W_O {macs.output_projection:,}",
+        f"             = {macs.total:,} (traced: {trace.total_macs:,}), i.e. {macs.flops:,} FLOPs",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""Interactive explorers built on ipywidgets, with a static fallback.
+
+A notebook run without a widget front end (nbval, nbclient, a page on GitHub) cannot
+show sliders. The pattern used throughout the course:
+
+* a *render function* turns plain values into something to show (text, a figure) and
+  never raises for bad values: it returns a message instead;
+* :class:`Explorer` wires controls to that function and shows its result live;
+* :func:`show` prints a static fallback (the render function at the default values),
+  then displays the widget when running inside a Jupyter kernel.
+
+The kernel cannot know whether a front end will draw the widget, so the static
+fallback is always printed. No widget state is saved in the notebooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ipywidgets as widgets
+from IPython.display import display
+
+from .shapes import dimension_report
+
+__all__ = ["in_jupyter_kernel", "Explorer", "show", "dimension_explorer", "show_dimension_explorer"]
+
+NO_FRONT_END_NOTE = (
+    "[interactive explorer: it needs Jupyter with ipywidgets; the static output above "
+    "shows the default values]"
+)
+
+
+def in_jupyter_kernel() -> bool:
+    """True inside a Jupyter (IPython) kernel, where widgets can be displayed."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython ships with ipywidgets
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class Explorer:
+    """Controls wired to a render function; the result updates whenever a value changes.
+
+    Args:
+        render: called as ``render(**values)`` with each control's value by name. A
+            ``str`` result is shown as text; any other result (e.g. a matplotlib
+            figure) is displayed. An exception becomes a one-line message.
+        controls: name -> ipywidgets value widget (slider, dropdown, ...).
+        title: optional heading shown above the controls.
+    """
+
+    def __init__(self, render: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget],
+                 *, title: str = "") -> None:
+        if not callable(render):
+            raise TypeError(f"render must be callable, got {type(render).__name__}")
+        if not controls:
+            raise ValueError("an explorer needs at least one control")
+        for name, control in controls.items():
+            if not isinstance(control, widgets.ValueWidget):
+                raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
+                                f"got {type(control).__name__}")
+        self.render = render
+        self.controls = dict(controls)
+        self.output = widgets.Output()
+        self.last_result: Any = None
+        self.last_text = ""
+        parts = [widgets.HTML(f"<b>{title}</b>")] if title else []
+        parts += [widgets.HBox(list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap")),
+                  self.output]
+        self.widget = widgets.VBox(parts)
+        for control in self.controls.values():
+            control.observe(self.refresh, names="value")
+        self.refresh()
+
+    def values(self) -> dict[str, Any]:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def refresh(self, change: object = None) -> None:
+        """Re-render with the current values (called on every change)."""
+        try:
+            result = self.render(**self.values())
+        except Exception as err:  # shown as a message, never as a traceback
+            result = f"Could not render these values: {type(err).__name__}: {err}"
+        self.last_result = result
+        self.last_text = result if isinstance(result, str) else ""
+        if isinstance(result, str):
+            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": result + "\n"},)
+            return
+        self.output.outputs = ()
+        if result is not None and in_jupyter_kernel():
+            with self.output:
+                display(result)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = NO_FRONT_END_NOTE
+        return bundle
+
+
+def show(explorer: Explorer, fallback: str | None = None) -> None:
+    """Print ``fallback`` (default: the explorer's current text), then display the
+    widget if a Jupyter kernel is running. Works the same under nbval and in scripts."""
+    if not isinstance(explorer, Explorer):
+        raise TypeError(f"expected an Explorer, got {type(explorer).__name__}")
+    text = explorer.last_text if fallback is None else fallback
+    if text:
+        print(text)
+    if in_jupyter_kernel():
+        display(explorer)
+
+
+def _slider(description: str, value: int, low: int, high: int, step: int = 1) -> widgets.IntSlider:
+    return widgets.IntSlider(value=value, min=low, max=high, step=step, description=description,
+                             continuous_update=False, style={"description_width": "initial"},
+                             layout=widgets.Layout(width="260px"))
+
+
+def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, num_heads: int = 8) -> Explorer:
+    """Sliders for B, T, d_model and h; shows :func:`course_utils.shapes.dimension_report`.
+
+    ``d_model`` moves in steps of 8 and h from 1 to 16, so some combinations do not
+    divide: the explorer then says so instead of drawing a table.
+    """
+    controls = {
+        "batch": _slider("batch B", batch, 1, 8),
+        "seq_len": _slider("sequence T", seq_len, 1, 64),
+        "d_model": _slider("d_model", d_model, 8, 1024, step=8),
+        "num_heads": _slider("heads h", num_heads, 1, 16),
+    }
+    return Explorer(dimension_report, controls,
+                    title="Multi-head attention: shapes, parameters and multiply-adds")
+
+
+def show_dimension_explorer(**defaults: int) -> Explorer:
+    """Print the report for the defaults, then display the live explorer (in Jupyter)."""
+    explorer = dimension_explorer(**defaults)
+    show(explorer)
+    return explorer
