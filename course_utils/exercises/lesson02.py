@@ -1,0 +1,300 @@
+"""Exercise checks for lesson 02, single-head attention.
+
+* :data:`SOFTMAX_ROWS` (numpy): a numerically stable softmax over the last axis.
+* :data:`ATTENTION_WEIGHTS`: ``softmax(q k^T / sqrt(d_k))``.
+* :data:`CAUSAL_ATTENTION_WEIGHTS`: the same with a causal mask.
+* :data:`SINGLE_HEAD_ATTENTION`: from ``x`` and three weight matrices to the output.
+
+Each check recognises the usual mistakes by their output and names them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..worked_example import load_worked_example
+from .core import Case, Exercise, Mistake
+
+__all__ = [
+    "SOFTMAX_ROWS",
+    "ATTENTION_WEIGHTS",
+    "CAUSAL_ATTENTION_WEIGHTS",
+    "SINGLE_HEAD_ATTENTION",
+    "check_softmax_rows",
+    "check_attention_weights",
+    "check_causal_attention_weights",
+    "check_single_head_attention",
+]
+
+
+def _worked_example_head(index: int) -> tuple[Tensor, ...]:
+    """``x (3, 6)`` and head ``index``'s ``w_q, w_k, w_v`` from the seed-004 example, float64."""
+    example = load_worked_example()
+    head = example.heads[index]
+    return tuple(torch.tensor(t.values) for t in (example.x, head.w_q, head.w_k, head.w_v))
+
+
+# -- 2.1 softmax over the last axis (numpy) ---------------------------------------------
+def _softmax_rows(scores: np.ndarray) -> np.ndarray:
+    shifted = scores - scores.max(axis=-1, keepdims=True)  # the largest entry becomes 0
+    e = np.exp(shifted)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax_columns(scores: np.ndarray) -> np.ndarray:
+    e = np.exp(scores - scores.max(axis=0, keepdims=True))
+    return e / e.sum(axis=0, keepdims=True)
+
+
+def _softmax_unshifted(scores: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax_whole_matrix(scores: np.ndarray) -> np.ndarray:
+    e = np.exp(scores - scores.max())
+    return e / e.sum()
+
+
+def _softmax_without_exp(scores: np.ndarray) -> np.ndarray:
+    return scores / scores.sum(axis=-1, keepdims=True)
+
+
+def _softmax_cases() -> list[Case]:
+    rng = np.random.default_rng(2)
+    example = load_worked_example()
+    return [
+        Case((example.article["S2"].values.copy(),), label="the article's scores S^2 (3, 3)"),
+        Case((rng.normal(size=(2, 4)),), label="a (2, 4) array"),
+        Case((np.array([[1000.0, 1001.0, 998.0], [-3.0, 0.5, 2.0]]),),
+             label="large scores [[1000, 1001, 998], [-3, 0.5, 2]]"),
+    ]
+
+
+SOFTMAX_ROWS = Exercise(
+    title="Exercise 2.1: softmax over each row",
+    reference=_softmax_rows,
+    make_cases=_softmax_cases,
+    mistakes=[
+        Mistake("wrong_axis", "your columns sum to 1, not your rows: the softmax ran over axis 0.",
+                "each query's row must sum to 1: use axis=-1 (with keepdims=True).", _softmax_columns),
+        Mistake("no_max_shift",
+                "you get NaN on large scores: exp(1000) overflows to inf, and inf / inf is NaN.",
+                "subtract each row's maximum before exp; softmax does not change when you "
+                "shift a row by a constant.", _softmax_unshifted),
+        Mistake("whole_matrix", "the whole array sums to 1, not each row: you divided by the "
+                "sum of every entry.", "sum along the last axis only: e.sum(axis=-1, keepdims=True).",
+                _softmax_whole_matrix),
+        Mistake("no_exp", "you divided the scores by their row sum without exponentiating.",
+                "softmax is exp(s) / sum(exp(s)); the exp makes every weight positive.",
+                _softmax_without_exp),
+    ],
+    hint="subtract each row's maximum (keepdims=True) before np.exp, then divide by the row sums.",
+)
+check_softmax_rows = SOFTMAX_ROWS.check
+
+
+# -- 2.2 attention weights from q and k -------------------------------------------------
+def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
+    return q @ k.transpose(-2, -1) / scale  # (..., Tq, Tk)
+
+
+def _attention_weights(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-1)
+
+
+def _weights_wrong_axis(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-2)
+
+
+def _weights_no_scale(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, 1.0), dim=-1)
+
+
+def _weights_divided_by_dk(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, q.shape[-1]), dim=-1)
+
+
+def _weights_scaled_by_num_keys(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(k.shape[-2])), dim=-1)
+
+
+def _qk_cases() -> list[Case]:
+    x, w_q, w_k, _ = _worked_example_head(1)
+    g = torch.Generator().manual_seed(2)
+    return [
+        Case((x @ w_q, x @ w_k), label="the worked example's head 2: Q^2, K^2 (3, 2)"),
+        Case((torch.randn(3, 4, generator=g), torch.randn(5, 4, generator=g)),
+             label="q (3, 4), k (5, 4)"),
+        Case((torch.randn(2, 4, 8, generator=g), torch.randn(2, 6, 8, generator=g)),
+             label="batched q (2, 4, 8), k (2, 6, 8)"),
+    ]
+
+
+ATTENTION_WEIGHTS = Exercise(
+    title="Exercise 2.2: attention weights",
+    reference=_attention_weights,
+    make_cases=_qk_cases,
+    mistakes=[
+        Mistake("wrong_axis", "each column of your weights sums to 1: the softmax ran over the "
+                "queries (dim=-2) instead of the keys.",
+                "every query distributes its attention over the keys: torch.softmax(scores, dim=-1).",
+                _weights_wrong_axis),
+        Mistake("missing_scale", "your weights are too peaked: the scores were not divided by sqrt(d_k).",
+                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]).", _weights_no_scale),
+        Mistake("divided_by_dk", "your weights are too flat: you divided the scores by d_k "
+                "instead of sqrt(d_k).", "use math.sqrt(d_k), the standard deviation of a dot "
+                "product of d_k random unit-variance entries.", _weights_divided_by_dk),
+        Mistake("scaled_by_num_keys", "you scaled by sqrt of the number of keys (k.shape[-2]) "
+                "instead of sqrt(d_k) (the last dim).",
+                "d_k is the width of each query and key vector: q.shape[-1].", _weights_scaled_by_num_keys),
+    ],
+    hint="multiply q by k with its last two dims swapped (k.transpose(-2, -1), so batches work), "
+    "divide by sqrt(d_k) = sqrt(q.shape[-1]), then softmax over the keys (the last dim).",
+)
+check_attention_weights = ATTENTION_WEIGHTS.check
+
+
+# -- 2.3 causal attention weights -------------------------------------------------------
+def _lower_triangle(T: int) -> Tensor:
+    return torch.ones(T, T, dtype=torch.bool).tril()  # True = may attend (key j <= query i)
+
+
+def _causal_weights(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    scores = scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def _causal_mask_after_softmax(q: Tensor, k: Tensor) -> Tensor:
+    weights = _attention_weights(q, k)
+    return weights.masked_fill(~_lower_triangle(q.shape[-2]), 0.0)
+
+
+def _causal_future_visible(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    upper = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).triu()
+    return torch.softmax(scores.masked_fill(~upper, float("-inf")), dim=-1)
+
+
+def _causal_masked_with_zero(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), 0.0), dim=-1)
+
+
+def _causal_diagonal_blocked(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    strict = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril(-1)
+    return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
+
+
+def _causal_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(3)
+    return [
+        Case((torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g)), label="q, k (4, 3)"),
+        Case((torch.randn(2, 5, 4, generator=g), torch.randn(2, 5, 4, generator=g)),
+             label="batched q, k (2, 5, 4)"),
+    ]
+
+
+CAUSAL_ATTENTION_WEIGHTS = Exercise(
+    title="Exercise 2.3: causal attention weights",
+    reference=_causal_weights,
+    make_cases=_causal_cases,
+    mistakes=[
+        Mistake("mask_after_softmax", "your rows do not sum to 1: you zeroed the future after the "
+                "softmax, so the weights it gave to the future are simply lost.",
+                "mask the scores (set blocked ones to -inf) before the softmax.",
+                _causal_mask_after_softmax),
+        Mistake("future_visible", "each query sees the future and not the past: the mask is the "
+                "upper triangle instead of the lower one.",
+                "query i may attend to key j when j <= i: torch.ones(T, T, dtype=torch.bool).tril().",
+                _causal_future_visible),
+        Mistake("masked_with_zero", "the future still gets weight: you set blocked scores to 0, "
+                "and exp(0) = 1 is not 0.", "fill blocked scores with float('-inf'); exp(-inf) = 0.",
+                _causal_masked_with_zero),
+        Mistake("diagonal_blocked", "the first row is NaN: your mask also blocks each token from "
+                "itself, so token 0 has nothing to attend to.",
+                "keep the diagonal: tril() (not tril(-1)).", _causal_diagonal_blocked),
+    ],
+    hint="build a lower-triangular boolean (T, T) mask (True = may attend), fill the blocked "
+    "scores with float('-inf'), and only then take the softmax over the last dim.",
+)
+check_causal_attention_weights = CAUSAL_ATTENTION_WEIGHTS.check
+
+
+# -- 2.4 single-head attention, end to end ----------------------------------------------
+def _project(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return x @ w_q, x @ w_k, x @ w_v  # (..., T, d_k), (..., T, d_k), (..., T, d_v)
+
+
+def _single_head(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return _attention_weights(q, k) @ v  # (..., T, d_v)
+
+
+def _single_head_keys_as_values(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, _ = _project(x, w_q, w_k, w_v)
+    return _attention_weights(q, k) @ k
+
+
+def _single_head_unprojected(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, _ = _project(x, w_q, w_k, w_v)
+    return _attention_weights(q, k) @ x
+
+
+def _single_head_transposed_weights(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return _attention_weights(q, k).transpose(-2, -1) @ v
+
+
+def _single_head_values_first(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return v @ _attention_weights(q, k)
+
+
+def _single_head_no_scale(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return _weights_no_scale(q, k) @ v
+
+
+def _single_head_cases() -> list[Case]:
+    # In every case d_v == T, so that `v @ weights` runs and the check can name it.
+    x, w_q, w_k, w_v = _worked_example_head(0)
+    g = torch.Generator().manual_seed(4)
+    weights = [torch.randn(6, d, generator=g) / math.sqrt(6) for d in (2, 2, 4)]
+    return [
+        Case((x, w_q, w_k, w_v), label="the worked example's head 1 (x (3, 6), d_k = 2, d_v = 3)"),
+        Case((torch.randn(2, 4, 6, generator=g), *weights), label="batched x (2, 4, 6), d_k = 2, d_v = 4"),
+    ]
+
+
+SINGLE_HEAD_ATTENTION = Exercise(
+    title="Exercise 2.4: single-head attention",
+    reference=_single_head,
+    make_cases=_single_head_cases,
+    mistakes=[
+        Mistake("keys_as_values", "you averaged the keys (weights @ K), not the values.",
+                "keys decide *where* to look; the output mixes the values: weights @ (x @ w_v).",
+                _single_head_keys_as_values),
+        Mistake("unprojected_values", "you averaged the raw inputs x instead of the values x @ w_v.",
+                "project the values first: v = x @ w_v.", _single_head_unprojected),
+        Mistake("transposed_weights", "you used the transposed weights (weights^T @ V): each output "
+                "row then mixes by a column of the weights, which need not sum to 1.",
+                "row i of the output is sum_j weights[i, j] * V[j]: weights @ V.",
+                _single_head_transposed_weights),
+        Mistake("values_first", "you multiplied in the wrong order (V @ weights); it only ran because "
+                "d_v happens to equal T here.", "the weights come first: weights @ V, (T, T) @ (T, d_v).",
+                _single_head_values_first),
+        Mistake("missing_scale", "your output matches attention without the 1/sqrt(d_k) scaling.",
+                "divide the scores by math.sqrt(d_k) before the softmax.", _single_head_no_scale),
+    ],
+    hint="project x three times (queries, keys, values), compute the weights as in Exercise 2.2, "
+    "then average the values with them.",
+)
+check_single_head_attention = SINGLE_HEAD_ATTENTION.check

@@ -1,0 +1,436 @@
+"""The two-head worked example of seed 004 (Alex, Emma, Daniel): load, validate, recompute.
+
+The article prints its inputs (``X`` 3x6, two heads' ``W_Q``, ``W_K``, ``W_V``, and ``W_O``
+5x6) and its results rounded to 3 decimals. This module
+
+* loads ``data/worked_example_004.json`` and checks every shape and label, raising
+  :class:`WorkedExampleError` (a ``ValueError``) that names what was expected and what
+  arrived;
+* recomputes every step with the course's own :func:`scaled_dot_product_attention`, in
+  float64 (:func:`compute_steps`);
+* recomputes each printed step a second way, from the article's *own printed* (rounded)
+  inputs to that step (:func:`recompute_from_article`), to tell rounding from slips;
+* compares entry by entry (:func:`compare_with_article`).
+
+The two heads have different value widths (d_v = 3 and 2), so the concatenation is 5 wide
+and ``W_O`` is 5x6. Standard multi-head attention (``MultiHeadAttention``) uses equal
+widths d_k = d_v = d_model / h; that is why this example is computed head by head.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .attention import scaled_dot_product_attention
+from .paths import DATA_DIR
+
+__all__ = [
+    "WORKED_EXAMPLE_PATH",
+    "PRINTED_STEPS",
+    "ROUNDING",
+    "INHERITED_TOL",
+    "SLIP",
+    "STEP_INPUTS",
+    "DOCUMENTED_SLIPS",
+    "WorkedExampleError",
+    "Table",
+    "Head",
+    "CheapExpansion",
+    "WorkedExample",
+    "load_worked_example",
+    "parse_worked_example",
+    "compute_steps",
+    "round_half_up",
+    "article_matmul",
+    "recompute_from_article",
+    "compare_with_article",
+    "side_by_side",
+]
+
+WORKED_EXAMPLE_PATH = DATA_DIR / "worked_example_004.json"
+
+#: The article's printed tables, in the order the article computes them.
+PRINTED_STEPS = ("Q2", "K2", "V2", "S2", "A1", "A2", "Output1", "Output2", "Concat", "Final")
+
+#: A value printed with 3 decimals is within half a unit of the last digit of the truth.
+ROUNDING = 0.0005
+#: Recomputed from the article's own rounded inputs, a printed value should land within
+#: 1.5 units of its last digit (rounding inside the step, e.g. sqrt(2) taken as 1.414).
+INHERITED_TOL = 0.0015
+#: Differences from the exact value at least this large are real slips, not rounding.
+SLIP = 0.005
+
+#: Which printed tables each printed table is computed from (in this article).
+STEP_INPUTS: dict[str, tuple[str, ...]] = {
+    "Q2": (), "K2": (), "V2": (), "S2": ("Q2", "K2"), "A1": (), "A2": ("S2",),
+    "Output1": ("A1",), "Output2": ("A2", "V2"), "Concat": ("Output1", "Output2"), "Final": ("Concat",),
+}
+
+#: (step, row, column) -> explanation, for every entry whose verdict is "slip".
+#: ``tests/test_worked_example.py`` checks that this list and the computed verdicts agree.
+DOCUMENTED_SLIPS: dict[tuple[str, str, str], str] = {
+    ("Output1", "Emma", "info-upscale"): (
+        "the clearest slip: printed 1.068, exact 1.180; the printed A^1 row with V^1 gives 1.181, and "
+        "the gap (0.113) is about 40 times what rounding 3-decimal inputs could cause"
+    ),
+    ("Output1", "Alex", "info-sichuan"): "printed 1.909, exact 1.918; not reproduced from A^1 and V^1",
+    ("Output1", "Alex", "info-budget"): "printed 1.270, exact 1.299; not reproduced from A^1 and V^1",
+    ("Output1", "Alex", "info-upscale"): "printed 0.533, exact 0.547; not reproduced from A^1 and V^1",
+    ("Output1", "Daniel", "info-sichuan"): "printed 0.697, exact 0.686; not reproduced from A^1 and V^1",
+    ("Output1", "Daniel", "info-budget"): "printed 1.310, exact 1.304; not reproduced from A^1 and V^1",
+    ("Output2", "Alex", "price_info"): (
+        "printed 2.614, exact 2.635; the article's own A^2 and V^2 give 2.636"
+    ),
+    ("Output2", "Alex", "experience_info"): (
+        "printed 0.734, exact 0.718; the article's own A^2 and V^2 give 0.718"
+    ),
+    ("Output2", "Daniel", "experience_info"): (
+        "printed 2.572, exact 2.580; the article's own A^2 and V^2 give 2.581"
+    ),
+}
+
+
+class WorkedExampleError(ValueError):
+    """The worked-example file is missing a part, or a part has the wrong shape or labels."""
+
+
+# -- data containers ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Table:
+    """A labelled matrix: ``values`` is ``(len(rows), len(cols))`` float64."""
+
+    name: str
+    values: np.ndarray
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.values.shape  # type: ignore[return-value]
+
+    def frame(self, decimals: int | None = 3) -> pd.DataFrame:
+        """A pandas DataFrame with the labels, rounded to ``decimals`` (None: unrounded)."""
+        df = pd.DataFrame(self.values, index=list(self.rows), columns=list(self.cols))
+        return df if decimals is None else df.round(decimals)
+
+
+@dataclass(frozen=True)
+class Head:
+    """One head's projections: ``w_q``, ``w_k`` ``(d_model, d_k)``, ``w_v`` ``(d_model, d_v)``."""
+
+    name: str
+    w_q: Table
+    w_k: Table
+    w_v: Table
+
+    @property
+    def d_k(self) -> int:
+        return self.w_q.shape[1]
+
+    @property
+    def d_v(self) -> int:
+        return self.w_v.shape[1]
+
+
+@dataclass(frozen=True)
+class CheapExpansion:
+    """The article's written-out sum for Alex's ``cheap`` entry of the final output."""
+
+    head_outputs: np.ndarray  # (5,) Alex's row of the concatenation, as printed
+    weights: np.ndarray  # (5,) the cheap column of W_O
+    total: float  # printed result (4.001)
+    positions: tuple[int, int]  # the two terms it singles out
+    products: np.ndarray  # (2,) their printed products (1.194, 2.509)
+    sum: float  # their printed sum (3.703)
+
+
+@dataclass(frozen=True)
+class WorkedExample:
+    """Inputs, weights and the article's printed results."""
+
+    people: tuple[str, ...]
+    features: tuple[str, ...]
+    x: Table  # (T, d_model) = (3, 6)
+    heads: tuple[Head, ...]
+    w_o: Table  # (sum of d_v, d_model) = (5, 6)
+    article: dict[str, Table]  # printed results, keyed by PRINTED_STEPS
+    cheap: CheapExpansion
+
+
+# -- validation helpers ---------------------------------------------------------------
+def _require(obj: Any, key: str, where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise WorkedExampleError(f"{where} must be a JSON object, got {type(obj).__name__}")
+    if key not in obj:
+        raise WorkedExampleError(f"{where} is missing the key {key!r} (has {sorted(obj)})")
+    return obj[key]
+
+
+def _labels(obj: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(obj, list) or not obj or not all(isinstance(s, str) and s for s in obj):
+        raise WorkedExampleError(f"{where} must be a non-empty list of non-empty strings, got {obj!r}")
+    if len(set(obj)) != len(obj):
+        raise WorkedExampleError(f"{where} has duplicate labels: {obj!r}")
+    return tuple(obj)
+
+
+def _number(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise WorkedExampleError(f"{where} must be a number, got {type(v).__name__} {v!r}")
+    if not math.isfinite(v):
+        raise WorkedExampleError(f"{where} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _vector(obj: Any, length: int, where: str) -> np.ndarray:
+    if not isinstance(obj, list) or len(obj) != length:
+        raise WorkedExampleError(f"{where} must be a list of {length} numbers, got {obj!r}")
+    return np.array([_number(v, f"{where}[{i}]") for i, v in enumerate(obj)])
+
+
+def _table(
+    obj: Any,
+    name: str,
+    *,
+    rows: tuple[str, ...] | None = None,
+    cols: tuple[str, ...] | None = None,
+    shape: tuple[int | None, int | None] = (None, None),
+) -> Table:
+    """Parse ``{"rows", "cols", "values"}``; check labels against ``rows``/``cols`` and the
+    shape against ``shape`` (None = any)."""
+    row_labels = _labels(_require(obj, "rows", name), f"{name}.rows")
+    col_labels = _labels(_require(obj, "cols", name), f"{name}.cols")
+    values = _require(obj, "values", name)
+    if not isinstance(values, list) or not all(isinstance(r, list) for r in values):
+        raise WorkedExampleError(f"{name}.values must be a list of rows (lists of numbers)")
+    labelled = (len(row_labels), len(col_labels))
+    got = (len(values), sorted({len(r) for r in values}))
+    if len(values) != labelled[0] or got[1] != [labelled[1]]:
+        widths = ", ".join(str(w) for w in got[1]) or "none"
+        raise WorkedExampleError(
+            f"{name}.values has {got[0]} rows of length {widths}, but its labels say "
+            f"{labelled[0]} x {labelled[1]} ({len(row_labels)} rows, {len(col_labels)} cols)"
+        )
+    want = tuple(w if w is not None else g for w, g in zip(shape, labelled, strict=True))
+    if labelled != want:
+        raise WorkedExampleError(f"{name} must have shape {want}, got {labelled}")
+    if rows is not None and row_labels != rows:
+        raise WorkedExampleError(f"{name} rows must be {list(rows)}, got {list(row_labels)}")
+    if cols is not None and col_labels != cols:
+        raise WorkedExampleError(f"{name} columns must be {list(cols)}, got {list(col_labels)}")
+    array = np.array(
+        [[_number(v, f"{name}.values[{i}][{j}]") for j, v in enumerate(r)] for i, r in enumerate(values)]
+    )
+    return Table(name, array, row_labels, col_labels)
+
+
+# -- loading --------------------------------------------------------------------------
+def parse_worked_example(data: Any) -> WorkedExample:
+    """Validate the decoded JSON ``data`` and build a :class:`WorkedExample`."""
+    people = _labels(_require(data, "people", "the file"), "people")
+    features = _labels(_require(data, "features", "the file"), "features")
+    T, d_model = len(people), len(features)
+    x = _table(_require(data, "X", "the file"), "X", rows=people, cols=features)
+
+    raw_heads = _require(data, "heads", "the file")
+    if not isinstance(raw_heads, list) or not raw_heads:
+        raise WorkedExampleError(f"heads must be a non-empty list of heads, got {raw_heads!r}")
+    heads = []
+    for i, raw in enumerate(raw_heads, start=1):
+        name = _require(raw, "name", f"heads[{i - 1}]")
+        if not isinstance(name, str):
+            raise WorkedExampleError(f"heads[{i - 1}].name must be a string, got {name!r}")
+        w_q = _table(_require(raw, "W_Q", f"head {i}"), f"W_Q^{i}", rows=features)
+        w_k = _table(_require(raw, "W_K", f"head {i}"), f"W_K^{i}", rows=features,
+                     shape=(d_model, w_q.shape[1]))
+        w_v = _table(_require(raw, "W_V", f"head {i}"), f"W_V^{i}", rows=features)
+        heads.append(Head(name, w_q, w_k, w_v))
+    d_concat = sum(h.d_v for h in heads)
+    w_o = _table(_require(data, "W_O", "the file"), "W_O", cols=features, shape=(d_concat, d_model))
+
+    printed = _require(data, "article_printed", "the file")
+    if len(heads) < 2:
+        raise WorkedExampleError(f"the article's tables need at least 2 heads, got {len(heads)}")
+    h2 = heads[1]
+    # (shape, column labels) each printed table must have; None = any labels
+    expected: dict[str, tuple[tuple[int, int], tuple[str, ...] | None]] = {
+        "Q2": ((T, h2.d_k), None),  # the article shortens these column names
+        "K2": ((T, h2.d_k), h2.w_k.cols),
+        "V2": ((T, h2.d_v), h2.w_v.cols),
+        "S2": ((T, T), people),
+        "Concat": ((T, d_concat), w_o.rows),
+        "Final": ((T, d_model), features),
+    }
+    for i, head in enumerate(heads[:2], start=1):
+        expected[f"A{i}"] = ((T, T), people)
+        expected[f"Output{i}"] = ((T, head.d_v), head.w_v.cols)
+    article = {
+        step: _table(_require(printed, step, "article_printed"), f"article {step}", rows=people,
+                     cols=expected[step][1], shape=expected[step][0])
+        for step in PRINTED_STEPS
+    }
+    raw_cheap = _require(printed, "cheap_expansion", "article_printed")
+    n = d_concat
+    terms = _require(raw_cheap, "two_largest_terms", "cheap_expansion")
+    positions = _require(terms, "positions", "cheap_expansion.two_largest_terms")
+    if (not isinstance(positions, list) or len(positions) != 2
+            or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < n for p in positions)):
+        raise WorkedExampleError(
+            f"cheap_expansion positions must be 2 indices in [0, {n}), got {positions!r}"
+        )
+    cheap = CheapExpansion(
+        head_outputs=_vector(_require(raw_cheap, "head_outputs", "cheap_expansion"), n,
+                             "cheap_expansion.head_outputs"),
+        weights=_vector(_require(raw_cheap, "weights", "cheap_expansion"), n, "cheap_expansion.weights"),
+        total=_number(_require(raw_cheap, "total", "cheap_expansion"), "cheap_expansion.total"),
+        positions=(positions[0], positions[1]),
+        products=_vector(_require(terms, "products", "two_largest_terms"), 2, "two_largest_terms.products"),
+        sum=_number(_require(terms, "sum", "two_largest_terms"), "two_largest_terms.sum"),
+    )
+    return WorkedExample(people, features, x, tuple(heads), w_o, article, cheap)
+
+
+def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample:
+    """Read and validate the worked example (default: ``data/worked_example_004.json``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"worked-example file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise WorkedExampleError(f"{path.name} is not valid JSON: {exc}") from exc
+    try:
+        return parse_worked_example(data)
+    except WorkedExampleError as exc:
+        raise WorkedExampleError(f"{path.name}: {exc}") from None
+
+
+# -- computing ------------------------------------------------------------------------
+def compute_steps(example: WorkedExample) -> dict[str, Table]:
+    """Every step, exactly (float64), with the course's ``scaled_dot_product_attention``.
+
+    Keys: ``Q1 K1 V1 S1 A1 Output1``, the same for head 2 (and further heads),
+    ``Concat`` and ``Final``. ``S`` are the scaled scores ``Q K^T / sqrt(d_k)``.
+    """
+    people = example.people
+    x = torch.tensor(example.x.values, dtype=torch.float64)  # (T, d_model)
+    steps: dict[str, Table] = {}
+    outputs = []
+    for i, head in enumerate(example.heads, start=1):
+        q = x @ torch.tensor(head.w_q.values)  # (T, d_k)
+        k = x @ torch.tensor(head.w_k.values)  # (T, d_k)
+        v = x @ torch.tensor(head.w_v.values)  # (T, d_v)
+        out, weights = scaled_dot_product_attention(q, k, v)  # (T, d_v), (T, T)
+        scores = q @ k.T / math.sqrt(head.d_k)  # (T, T), shown for teaching
+        if not torch.allclose(torch.softmax(scores, dim=-1), weights, rtol=0, atol=1e-12):
+            raise AssertionError("scores and weights disagree")  # pragma: no cover
+        for key, value, cols in (
+            ("Q", q, head.w_q.cols), ("K", k, head.w_k.cols), ("V", v, head.w_v.cols),
+            ("S", scores, people), ("A", weights, people), ("Output", out, head.w_v.cols),
+        ):
+            steps[f"{key}{i}"] = Table(f"{key}{i}", value.numpy(), people, tuple(cols))
+        outputs.append(out)
+    concat = torch.cat(outputs, dim=-1)  # (T, sum of d_v)
+    final = concat @ torch.tensor(example.w_o.values)  # (T, d_model)
+    steps["Concat"] = Table("Concat", concat.numpy(), people, example.w_o.rows)
+    steps["Final"] = Table("Final", final.numpy(), people, example.features)
+    return steps
+
+
+def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
+    """Round as people do on paper (0.0105 -> 0.011), not to the nearest even digit."""
+    scale = 10.0**decimals
+    x = np.asarray(x, dtype=np.float64)
+    return np.sign(x) * np.floor(np.abs(x) * scale + 0.5 + 1e-9) / scale
+
+
+def article_matmul(a: np.ndarray, b: np.ndarray, decimals: int = 3) -> np.ndarray:
+    """``a @ b`` the way the article does it by hand: every product ``a[i, j] * b[j, k]``
+    rounded to ``decimals`` before the sum. ``(n, m) @ (m, p) -> (n, p)``."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"article_matmul needs (n, m) @ (m, p), got {a.shape} @ {b.shape}")
+    return round_half_up(a[:, :, None] * b[None, :, :], decimals).sum(axis=1)
+
+
+def _softmax_rows(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def recompute_from_article(example: WorkedExample) -> dict[str, Table]:
+    """Each printed step recomputed from the article's *own printed* inputs to that step,
+    with the article's habit of rounding every product to 3 decimals (:func:`article_matmul`).
+
+    ``Q2, K2, V2`` start from the exact ``X`` and weights. ``A1`` has no inputs printed in
+    this article, so it is the exact value. ``Output1`` uses the printed ``A1`` and ``V1``
+    computed the article's way (this article does not print ``V1``).
+    """
+    a = {k: t.values for k, t in example.article.items()}
+    x, (h1, h2) = example.x.values, example.heads[:2]
+    values = {
+        "Q2": article_matmul(x, h2.w_q.values),
+        "K2": article_matmul(x, h2.w_k.values),
+        "V2": article_matmul(x, h2.w_v.values),
+        "S2": article_matmul(a["Q2"], a["K2"].T) / math.sqrt(h2.d_k),
+        "A1": compute_steps(example)["A1"].values,
+        "A2": _softmax_rows(a["S2"]),
+        "Output1": article_matmul(a["A1"], article_matmul(x, h1.w_v.values)),
+        "Output2": article_matmul(a["A2"], a["V2"]),
+        "Concat": np.hstack([a["Output1"], a["Output2"]]),
+        "Final": article_matmul(a["Concat"], example.w_o.values),
+    }
+    return {k: Table(k, v, example.article[k].rows, example.article[k].cols) for k, v in values.items()}
+
+
+def compare_with_article(example: WorkedExample) -> pd.DataFrame:
+    """One row per printed entry: ``step, row, col, article, exact, from_own_inputs``
+    (:func:`recompute_from_article`), ``diff`` (article - exact) and ``verdict``:
+
+    * ``exact``: the exact value, correctly rounded (``|diff| <= ROUNDING``);
+    * ``rounding``: reproduced (within ``INHERITED_TOL``) from the article's own rounded
+      inputs, which carry no slip;
+    * ``inherited``: reproduced from the article's own inputs, but those carry a slip;
+    * ``small slip`` / ``slip``: not reproduced; ``|diff|`` below / at least ``SLIP``.
+    """
+    exact = compute_steps(example)
+    own = recompute_from_article(example)
+    records, has_slip = [], {}
+    for step in PRINTED_STEPS:
+        printed = example.article[step]
+        upstream_slip = any(has_slip[s] for s in STEP_INPUTS[step])
+        for i, row in enumerate(printed.rows):
+            for j, col in enumerate(printed.cols):
+                value, truth, chain = printed.values[i, j], exact[step].values[i, j], own[step].values[i, j]
+                if abs(value - truth) <= ROUNDING + 1e-9:
+                    verdict = "exact"
+                elif abs(value - chain) <= INHERITED_TOL:
+                    verdict = "inherited" if upstream_slip else "rounding"
+                else:
+                    verdict = "small slip" if abs(value - truth) < SLIP else "slip"
+                records.append({
+                    "step": step, "row": row, "col": col, "article": value, "exact": truth,
+                    "from_own_inputs": chain, "diff": value - truth, "verdict": verdict,
+                })
+        has_slip[step] = upstream_slip or any(r["verdict"].endswith("slip") for r in records
+                                              if r["step"] == step)
+    return pd.DataFrame.from_records(records)
+
+
+def side_by_side(example: WorkedExample, step: str, decimals: int = 3) -> pd.DataFrame:
+    """The article's table, the exact one and their difference, next to each other."""
+    if step not in example.article:
+        raise KeyError(f"the article prints no table {step!r}; choose from {list(PRINTED_STEPS)}")
+    printed = example.article[step]
+    exact = compute_steps(example)[step]
+    exact_frame = pd.DataFrame(exact.values, index=list(printed.rows), columns=list(printed.cols))
+    article_frame = printed.frame(None)
+    parts = {"article": article_frame, "exact": exact_frame, "article - exact": article_frame - exact_frame}
+    return pd.concat(parts, axis=1).round(decimals)
