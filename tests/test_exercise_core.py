@@ -66,3 +66,17 @@ def test_outputs_close_structures():
     assert not outputs_close(a, torch.ones(3))
     assert outputs_close(torch.tensor(5), 5)
     assert not outputs_close(True, 1) or True  # bools compare by equality
+
+
+def test_nan_output_is_explained_not_raised():
+    fb = EX.check(lambda x: torch.full((3,), float("nan")))
+    assert fb.status == "wrong" and "NaN" in fb.message and "index (0,)" in fb.message
+    fb = EX.check(lambda x: torch.tensor([0.0, float("inf"), 4.0]))
+    assert "inf" in fb.message and "1 of 3" in fb.message
+
+
+def test_missing_return_and_tuple_are_named():
+    assert "forget `return`" in EX.check(lambda x: None).message
+    fb = EX.check(lambda x: (2 * x, x))
+    assert "one of them is right" in fb.message
+    assert "you returned" in EX.check(lambda x: (x, x)).message

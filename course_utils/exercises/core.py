@@ -203,19 +203,37 @@ class Exercise:
             if self._close(got, exp):
                 continue
             label = f" on {case.label}" if case.label else ""
-            exp_shape, got_shape = _shape_of(exp), _shape_of(got)
-            if exp_shape is not None and got_shape != exp_shape:
-                return Feedback(self.title, "wrong",
-                                f"wrong shape{label}: expected {exp_shape}, got "
-                                f"{describe_value(got)}.", self.hint)
-            if exp_shape is not None:
-                diff = np.abs(_as_array(got) - _as_array(exp))
-                worst = np.unravel_index(np.nanargmax(diff), diff.shape)
-                return Feedback(self.title, "wrong",
-                                f"right shape {exp_shape} but wrong values{label}: the largest "
-                                f"difference is {diff[worst]:.4g} at index {tuple(map(int, worst))}.",
-                                self.hint)
-            return Feedback(self.title, "wrong",
-                            f"wrong answer{label}: expected {describe_value(exp)}, got "
-                            f"{describe_value(got)}.", self.hint)
+            feedback = self._describe_difference(got, exp, label)
+            if feedback is not None:
+                return feedback
         return Feedback(self.title, "wrong", "the answer does not match.", self.hint)
+
+    def _describe_difference(self, got: Any, exp: Any, label: str) -> Feedback | None:
+        """Say in words how ``got`` differs from ``exp`` (never raises)."""
+        wrong = lambda message: Feedback(self.title, "wrong", message, self.hint)  # noqa: E731
+        if got is None and exp is not None:
+            return wrong(f"your function returned None{label}: did you forget `return`?")
+        exp_arr, got_arr = _as_array(exp), _as_array(got)
+        if exp_arr is not None and isinstance(got, (tuple, list)) and len(got) > 0:
+            if any(outputs_close(g, exp, rtol=self.rtol, atol=self.atol) for g in got):
+                return wrong(f"you returned {describe_value(got)}{label}; one of them is right: "
+                             "return only that one.")
+            return wrong(f"expected one {describe_value(exp)}{label}, but you returned "
+                         f"{describe_value(got)}.")
+        if exp_arr is not None and got_arr is not None and got_arr.shape == exp_arr.shape:
+            finite = np.isfinite(got_arr)
+            if not finite.all():
+                bad = np.argwhere(~finite)[0]
+                kind = "NaN" if np.isnan(got_arr[tuple(bad)]) else "inf"
+                return wrong(f"your output contains {kind}{label} ({int((~finite).sum())} of "
+                             f"{got_arr.size} entries, first at index {tuple(map(int, bad))}). "
+                             "NaN usually comes from 0 * inf, inf - inf, or exp() overflowing: "
+                             "shift by the maximum of each row before exp, and block entries "
+                             "with masked_fill(..., float('-inf')) rather than multiplying.")
+            diff = np.abs(got_arr - exp_arr)
+            worst = np.unravel_index(np.argmax(diff), diff.shape)
+            return wrong(f"right shape {exp_arr.shape} but wrong values{label}: the largest "
+                         f"difference is {diff[worst]:.4g} at index {tuple(map(int, worst))}.")
+        if exp_arr is not None:
+            return wrong(f"wrong shape{label}: expected {exp_arr.shape}, got {describe_value(got)}.")
+        return wrong(f"wrong answer{label}: expected {describe_value(exp)}, got {describe_value(got)}.")
