@@ -3,23 +3,50 @@
 Run ``python -m course_utils.bench mha`` (or ``train``; see ``--help``). Every ratio
 is measured in one run, with the implementations interleaved repeat by repeat, so a
 machine that speeds up or slows down affects all of them alike.
+
+Lesson 4 uses the helpers below: :func:`bench_mha` (one table), :func:`sweep_mha`
+(timings across sequence lengths or head counts, for a plot), :func:`count_dispatched_ops`
+(how many tensor operations one forward pass runs) and, on a CUDA GPU,
+:func:`compare_on_device` (including the ``F.scaled_dot_product_attention`` backends).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from .attention import LoopMultiHeadAttention, MultiHeadAttention
+from .naive_mha import naive_from_batched
 
-__all__ = ["Timing", "time_interleaved", "format_table", "mha_implementations", "bench_mha"]
+__all__ = [
+    "Timing",
+    "time_interleaved",
+    "format_table",
+    "torch_threads",
+    "mha_implementations",
+    "LESSON_IMPLEMENTATIONS",
+    "lesson_implementations",
+    "bench_mha",
+    "sweep_mha",
+    "plot_sweep",
+    "count_dispatched_ops",
+    "SDPA_BACKENDS",
+    "sdpa_backend_callables",
+    "cuda_unavailable_reason",
+    "DeviceComparison",
+    "compare_on_device",
+]
 
 
 @dataclass
@@ -27,6 +54,7 @@ class Timing:
     name: str
     median_s: float
     ratio: float  # median / baseline median
+    samples_s: list[float] = field(default_factory=list, repr=False)  # every repeat, in order
 
 
 def time_interleaved(
@@ -59,7 +87,7 @@ def time_interleaved(
             sync()
             samples[name].append((time.perf_counter() - start) / inner)
     base = statistics.median(samples[baseline])
-    return [Timing(n, statistics.median(s), statistics.median(s) / base) for n, s in samples.items()]
+    return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
 
 def format_table(title: str, timings: list[Timing], baseline: str) -> str:
@@ -68,6 +96,25 @@ def format_table(title: str, timings: list[Timing], baseline: str) -> str:
     for t in timings:
         lines.append(f"{t.name:<{width}}  {t.median_s * 1e3:>10.3f}  {t.ratio:>8.2f}x")
     return "\n".join(lines)
+
+
+@contextmanager
+def torch_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(num_threads)``; ``None`` leaves it alone.
+
+    One thread makes CPU timings far steadier on a machine that is busy with other
+    work (a thread that is waiting for a core stalls every parallel matmul)."""
+    if num_threads is None:
+        yield
+        return
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 class _SDPAInsideCourse(MultiHeadAttention):
@@ -86,10 +133,21 @@ class _ExplicitSoftmaxCourse(MultiHeadAttention):
         return super().forward(query, key, value, need_weights=True, **kwargs)
 
 
+class _NaiveAsTuple(nn.Module):
+    """The naive ``nn.ModuleList`` version, returning ``(output, None)`` like the others."""
+
+    def __init__(self, batched: MultiHeadAttention) -> None:
+        super().__init__()
+        self.naive = naive_from_batched(batched)
+
+    def forward(self, query, key=None, value=None, **_):
+        return self.naive(query), None
+
+
 def mha_implementations(
     d_model: int, num_heads: int, *, device="cpu", dtype=torch.float32, seed: int = 0
 ) -> dict[str, nn.Module]:
-    """The same weights in five modules, all in eval mode."""
+    """The same weights in six modules, all in eval mode."""
     torch.manual_seed(seed)
     theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(device, dtype)
     ours = MultiHeadAttention.from_torch(theirs)
@@ -103,37 +161,327 @@ def mha_implementations(
         "course MHA, explicit softmax": explicit,
         "course MHA, F.sdpa only": sdpa,
         "course MHA, loop over heads": LoopMultiHeadAttention.from_batched(ours),
+        "naive ModuleList of heads": _NaiveAsTuple(ours),
     }
     return {name: m.eval() for name, m in modules.items()}
+
+
+#: The four versions lesson 4 compares: short name -> name in :func:`mha_implementations`.
+LESSON_IMPLEMENTATIONS: dict[str, str] = {
+    "loop over heads": "naive ModuleList of heads",
+    "batched": "course MHA, explicit softmax",
+    "batched + F.sdpa": "course MHA (batched)",
+    "nn.MultiheadAttention": "nn.MultiheadAttention",
+}
+
+
+def lesson_implementations(
+    d_model: int, num_heads: int, *, device="cpu", dtype=torch.float32, seed: int = 0
+) -> dict[str, nn.Module]:
+    """Lesson 4's four versions (:data:`LESSON_IMPLEMENTATIONS`), sharing one set of weights."""
+    every = mha_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
+    return {short: every[full] for short, full in LESSON_IMPLEMENTATIONS.items()}
+
+
+def _forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Callable[[], Tensor]]:
+    """Zero-argument self-attention forward passes ``x (B, T, d) -> (B, T, d)``."""
+
+    def call(m: nn.Module) -> Callable[[], Tensor]:
+        if isinstance(m, nn.MultiheadAttention):
+            return lambda: m(x, x, x, need_weights=False)[0]
+        return lambda: m(x)[0]
+
+    return {name: call(m) for name, m in modules.items()}
+
+
+def _sync_for(device: torch.device | str) -> Callable[[], None] | None:
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else None
+
+
+def _inner_for(fns: dict[str, Callable[[], object]], sync, target_s: float) -> int:
+    """Calls per sample so that the slowest function's sample lasts about ``target_s``
+    (short samples are dominated by timer and scheduler noise)."""
+    sync = sync or (lambda: None)
+    slowest = 0.0
+    for fn in fns.values():
+        fn()  # warm up (allocations, kernel selection)
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        slowest = max(slowest, time.perf_counter() - start)
+    return max(1, min(100, math.ceil(target_s / max(slowest, 1e-9))))
 
 
 def bench_mha(
     batch: int, seq_len: int, d_model: int, num_heads: int, *, repeats: int = 15,
     device="cpu", include: list[str] | None = None, seed: int = 0,
+    lesson: bool = False, baseline: str | None = None, dtype: torch.dtype = torch.float32,
+    num_threads: int | None = None, target_sample_s: float = 0.0,
 ) -> list[Timing]:
-    """Time self-attention forward passes (inference: eval + no_grad) of each module."""
-    modules = mha_implementations(d_model, num_heads, device=device, seed=seed)
+    """Time self-attention forward passes (inference: eval + no_grad) of each module.
+
+    ``lesson=True`` times lesson 4's four versions under their short names
+    (:data:`LESSON_IMPLEMENTATIONS`) instead of every module of :func:`mha_implementations`.
+    ``baseline`` defaults to ``"nn.MultiheadAttention"``. ``num_threads``: see
+    :func:`torch_threads`. ``target_sample_s > 0`` repeats short calls inside each sample.
+    """
+    if lesson:
+        modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
+    else:
+        modules = mha_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
     if include is not None:
         modules = {k: v for k, v in modules.items() if k in include or k.startswith("nn.")}
-    x = torch.randn(batch, seq_len, d_model, device=device)
+    baseline = baseline or "nn.MultiheadAttention"
+    if baseline not in modules:
+        raise ValueError(f"baseline {baseline!r} is not one of {list(modules)}")
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, seq_len, d_model, generator=gen).to(device, dtype)
+    sync = _sync_for(device)
+    with torch_threads(num_threads), torch.inference_mode():
+        fns = _forward_callables(modules, x)
+        inner = _inner_for(fns, sync, target_sample_s) if target_sample_s > 0 else 1
+        return time_interleaved(fns, baseline=baseline, repeats=repeats, sync=sync, inner=inner,
+                                warmup=1 if target_sample_s > 0 else 3)
 
-    def call(m: nn.Module) -> Callable[[], object]:
-        if isinstance(m, nn.MultiheadAttention):
-            return lambda: m(x, x, x, need_weights=False)
-        return lambda: m(x)
 
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else None
+_SWEEPABLE = ("batch", "seq_len", "d_model", "num_heads")
+
+
+def sweep_mha(
+    vary: str, values: Sequence[int], *, batch: int = 2, seq_len: int = 64, d_model: int = 128,
+    num_heads: int = 8, repeats: int = 5, num_threads: int | None = 1,
+    target_sample_s: float = 2e-3, baseline: str = "batched", seed: int = 0,
+    statistic: str = "min",
+):
+    """Lesson 4's four versions timed at each value of one size parameter.
+
+    ``vary`` is one of ``batch``, ``seq_len``, ``d_model``, ``num_heads``; the others stay
+    fixed. Returns a ``pandas.DataFrame``: one row per value, one column per
+    implementation, milliseconds per forward pass (``statistic`` ``"min"``, the best of
+    the interleaved repeats, or ``"median"``); each row is measured in one run.
+    """
+    import pandas as pd
+
+    if vary not in _SWEEPABLE:
+        raise ValueError(f"vary must be one of {_SWEEPABLE}, got {vary!r}")
+    if not values:
+        raise ValueError("values must list at least one size to time")
+    if statistic not in ("min", "median"):
+        raise ValueError(f"statistic must be 'min' or 'median', got {statistic!r}")
+    pick = min if statistic == "min" else statistics.median
+    fixed = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
+    rows = {}
+    for value in values:
+        sizes = {**fixed, vary: value}
+        timings = bench_mha(sizes["batch"], sizes["seq_len"], sizes["d_model"], sizes["num_heads"],
+                            repeats=repeats, lesson=True, baseline=baseline, seed=seed,
+                            num_threads=num_threads, target_sample_s=target_sample_s)
+        rows[value] = {t.name: pick(t.samples_s) * 1e3 for t in timings}
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = vary
+    return table
+
+
+def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (ms)", logy: bool = True):
+    """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis."""
+    for name in table.columns:
+        ax.plot(table.index, table[name], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xticks(list(table.index), [str(v) for v in table.index])
+    ax.minorticks_off()
+    ax.set_xlabel(table.index.name)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def count_dispatched_ops(fn: Callable[[], object]) -> Counter:
+    """How many times each ATen operator runs during ``fn()`` (one call, run here).
+
+    Every operator call pays a fixed cost (Python, argument checks, dispatch, and on a GPU
+    a kernel launch) whatever the size of its tensors. Uses PyTorch's dispatch-mode hook
+    (``torch.utils._python_dispatch``; long-standing, though not a documented API).
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Counting(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counts: Counter = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.counts[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    mode = _Counting()
+    with mode:
+        fn()
+    return mode.counts
+
+
+# -- the GPU comparison (optional cells of lesson 4) ------------------------------------
+
+#: Backends of ``F.scaled_dot_product_attention``: label -> ``torch.nn.attention.SDPBackend`` member.
+SDPA_BACKENDS: dict[str, str] = {
+    "flash": "FLASH_ATTENTION",
+    "memory-efficient": "EFFICIENT_ATTENTION",
+    "cuDNN": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
+
+#: (rtol, atol) for comparing a device's output with the CPU float32 run.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-5, 1e-5),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+
+
+def cuda_unavailable_reason() -> str | None:
+    """``None`` when a CUDA GPU is usable, else one sentence saying why not."""
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return "this PyTorch is a CPU-only build (torch.version.cuda is None)"
+    return "this PyTorch has CUDA support but sees no GPU (torch.cuda.is_available() is False)"
+
+
+def _first_reason(caught: list[warnings.WarningMessage]) -> str | None:
+    """The first specific line of the warnings PyTorch emits when it rejects a backend
+    (on CUDA: "Flash attention kernel not used because:" followed by the reasons)."""
+    for w in caught:
+        for line in str(w.message).split("(Triggered internally")[0].splitlines():
+            line = line.strip()
+            if line and not line.endswith("because:"):
+                return line
+    return None
+
+
+def sdpa_backend_callables(
+    module: MultiHeadAttention, x: Tensor, backends: dict[str, str] | None = None
+) -> tuple[dict[str, Callable[[], Tensor]], dict[str, str]]:
+    """One callable per ``F.scaled_dot_product_attention`` backend that can run here.
+
+    Each callable runs ``module(x)`` (the course module, whose forward calls
+    ``F.scaled_dot_product_attention``) with only that backend allowed, via
+    ``torch.nn.attention.sdpa_kernel``. Returns ``(callables keyed "F.sdpa [label]",
+    {label: why it cannot run})``: a backend is skipped when this PyTorch lacks it or
+    rejects these inputs (the device, dtype or head width).
+    """
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError as exc:  # torch < 2.3
+        raise RuntimeError(f"choosing SDPA backends needs torch >= 2.3, found {torch.__version__}") from exc
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"expected a course MultiHeadAttention, got {type(module).__name__}")
+    backends = SDPA_BACKENDS if backends is None else backends
+    fns: dict[str, Callable[[], Tensor]] = {}
+    skipped: dict[str, str] = {}
+    for label, member in backends.items():
+        backend = getattr(SDPBackend, member, None)
+        if backend is None:
+            skipped[label] = f"this PyTorch has no SDPBackend.{member}"
+            continue
+
+        def run(backend=backend) -> Tensor:
+            with sdpa_kernel(backend):
+                return module(x)[0]
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with torch.inference_mode():
+                    run()
+            except Exception as exc:  # any refusal means "cannot run here"
+                detail = _first_reason(caught) or str(exc).splitlines()[0]
+                if "No viable backend" in detail:  # the generic message adds nothing
+                    detail = ""
+                dtype_name = str(x.dtype).replace("torch.", "")
+                skipped[label] = (f"not available for {x.device.type} {dtype_name} inputs with head "
+                                  f"width {module.d_k}" + (f" ({detail[:160]})" if detail else ""))
+                continue
+        fns[f"F.sdpa [{label}]"] = run
+    return fns, skipped
+
+
+@dataclass
+class DeviceComparison:
+    """Timings on one device and how far each output is from the CPU float32 run."""
+
+    title: str
+    timings: list[Timing]
+    max_abs_diff: dict[str, float]
+    rtol: float
+    atol: float
+    agree: dict[str, bool]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def report(self) -> str:
+        lines = [format_table(self.title, self.timings, "nn.MHA"), "",
+                 f"agreement with the CPU float32 run (allclose, rtol={self.rtol:g}, atol={self.atol:g}):"]
+        width = max(len(n) for n in self.max_abs_diff)
+        for name, diff in self.max_abs_diff.items():
+            lines.append(f"  {name:<{width}}  max |diff| = {diff:.2e}  "
+                         f"{'agrees' if self.agree[name] else 'DIFFERS'}")
+        for label, why in self.skipped.items():
+            lines.append(f"  F.sdpa [{label}] skipped: {why}")
+        return "\n".join(lines)
+
+
+def compare_on_device(
+    device: str | torch.device = "cuda", *, batch: int = 8, seq_len: int = 1024, d_model: int = 512,
+    num_heads: int = 8, dtype: torch.dtype = torch.float16, repeats: int = 20, seed: int = 0,
+) -> DeviceComparison:
+    """Lesson 4's versions plus each SDPA backend, timed on ``device`` in ``dtype``, and
+    each output compared with nn.MultiheadAttention run on the CPU in float32.
+
+    Raises ``RuntimeError`` for a CUDA device when no CUDA GPU is usable (see
+    :func:`cuda_unavailable_reason`). Works on the CPU too (fewer backends run there).
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and (why := cuda_unavailable_reason()) is not None:
+        raise RuntimeError(f"compare_on_device('cuda') needs a CUDA GPU, but {why}. "
+                           "Run it on a machine with an NVIDIA GPU, or pass device='cpu'.")
+    if dtype not in TOLERANCES:
+        raise ValueError(f"dtype must be one of {list(TOLERANCES)}, got {dtype}")
+    gen = torch.Generator().manual_seed(seed)
+    x_cpu = torch.randn(batch, seq_len, d_model, generator=gen)  # (B, T, d) float32
+    x = x_cpu.to(device, dtype)
+    cpu_module = lesson_implementations(d_model, num_heads, seed=seed)["nn.MultiheadAttention"]
+    modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
     with torch.inference_mode():
-        fns = {name: call(m) for name, m in modules.items()}
-        return time_interleaved(fns, baseline="nn.MultiheadAttention", repeats=repeats, sync=sync)
+        reference = cpu_module(x_cpu, x_cpu, x_cpu, need_weights=False)[0]  # (B, T, d)
+        fns = _forward_callables(modules, x)
+        backend_fns, skipped = sdpa_backend_callables(modules["batched + F.sdpa"], x)
+        fns.update(backend_fns)
+        sync = _sync_for(device)
+        timings = time_interleaved(fns, baseline="nn.MultiheadAttention", repeats=repeats, sync=sync)
+        rtol, atol = TOLERANCES[dtype]
+        diffs, agree = {}, {}
+        for name, fn in fns.items():
+            out = fn().float().cpu()
+            diffs[name] = float((out - reference).abs().max())
+            agree[name] = bool(torch.allclose(out, reference, rtol=rtol, atol=atol))
+    title = (f"{device.type}, {str(dtype).replace('torch.', '')}: B={batch}, T={seq_len}, "
+             f"d_model={d_model}, h={num_heads}")
+    return DeviceComparison(title, timings, diffs, rtol, atol, agree, skipped)
 
+
+# -- command line ----------------------------------------------------------------------
 
 def _main_mha(args: argparse.Namespace) -> None:
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}")
+    threads = args.threads or torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} CPU threads, device {args.device}")
     print("forward pass, eval mode, torch.inference_mode(); ratio < 1 means faster than nn.MHA\n")
     for batch, seq_len, d_model, heads in [(8, 256, 512, 8), (2, 32, 64, 4)]:
         timings = bench_mha(batch, seq_len, d_model, heads, repeats=args.repeats,
-                            device=args.device)
+                            device=args.device, num_threads=args.threads)
         title = f"B={batch}, T={seq_len}, d_model={d_model}, h={heads}"
         print(format_table(title, timings, "nn.MHA"), end="\n\n")
 
@@ -144,6 +492,8 @@ def main(argv: list[str] | None = None) -> None:
     p_mha = sub.add_parser("mha", help="course MHA vs loop vs nn.MultiheadAttention vs SDPA")
     p_mha.add_argument("--repeats", type=int, default=15)
     p_mha.add_argument("--device", default="cpu")
+    p_mha.add_argument("--threads", type=int, default=None,
+                       help="CPU threads for torch (default: torch's choice); 1 is steadiest when busy")
     p_mha.set_defaults(run=_main_mha)
     try:
         from .train import add_bench_parser  # lesson 5 onwards

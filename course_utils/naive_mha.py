@@ -1,0 +1,126 @@
+"""Multi-head attention exactly as the formula reads: a list of independent heads.
+
+``head_i = Attention(X W_Q^i, X W_K^i, X W_V^i)`` and
+``MultiHead(X) = Concat(head_1, ..., head_h) W_O``. Each head owns three
+``nn.Linear(d_model, d_k)`` layers. ``nn.Linear`` stores the *transpose* of the
+formula's matrix: ``W_Q^i`` is ``(d_model, d_k)``, the layer's ``weight`` is
+``(d_k, d_model)`` and it computes ``x @ weight.T``.
+
+This module exists to be read and compared, not to be fast: lesson 4 shows that it
+computes the same function as the batched :class:`~course_utils.attention.MultiHeadAttention`
+once the per-head weights are stacked (:func:`stack_head_weights`), and measures what
+the loop over heads costs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+
+__all__ = ["AttentionHead", "NaiveMultiHeadAttention", "stack_head_weights", "naive_from_batched"]
+
+
+class AttentionHead(nn.Module):
+    """One head with its own ``W_Q^i``, ``W_K^i``, ``W_V^i``: ``(B, T, d) -> (B, T, dk)``."""
+
+    def __init__(self, d_model: int, d_k: int, *, bias: bool = True) -> None:
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_Q^i)^T
+        self.w_k = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_K^i)^T
+        self.w_v = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_V^i)^T
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, T, dk) each
+        out, _ = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, T, dk)
+        return out
+
+
+class NaiveMultiHeadAttention(nn.Module):
+    """Self-attention with ``num_heads`` independent :class:`AttentionHead` s in an
+    ``nn.ModuleList``, concatenated in order 0..h-1, then ``out_proj`` (W_O)."""
+
+    def __init__(self, d_model: int, num_heads: int, *, bias: bool = True) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value}")
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}: every head needs "
+                f"the same width d_k = d_model / num_heads"
+            )
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.heads = nn.ModuleList(AttentionHead(d_model, self.d_k, bias=bias) for _ in range(num_heads))
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x`` ``(B, T, d_model)`` -> ``(B, T, d_model)``. ``mask``: bool ``(T, T)`` or
+        ``(B, T, T)``, ``True`` = may attend, shared by every head."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
+            )
+        head_outputs = [head(x, mask) for head in self.heads]  # h x (B, T, dk)
+        concat = torch.cat(head_outputs, dim=-1)  # (B, T, d): head 0 in columns 0..dk-1
+        return self.out_proj(concat)  # (B, T, d)
+
+    def to_batched(self) -> MultiHeadAttention:
+        """A :class:`MultiHeadAttention` holding a *copy* of these weights, stacked."""
+        bias = self.out_proj.bias is not None
+        batched = MultiHeadAttention(self.d_model, self.num_heads, bias=bias)
+        batched = batched.to(device=self.out_proj.weight.device, dtype=self.out_proj.weight.dtype)
+        with torch.no_grad():
+            batched.in_proj.weight.copy_(stack_head_weights(
+                [h.w_q.weight for h in self.heads], [h.w_k.weight for h in self.heads],
+                [h.w_v.weight for h in self.heads]))
+            batched.out_proj.weight.copy_(self.out_proj.weight)
+            if bias:
+                batched.in_proj.bias.copy_(stack_head_weights(
+                    [h.w_q.bias for h in self.heads], [h.w_k.bias for h in self.heads],
+                    [h.w_v.bias for h in self.heads]))
+                batched.out_proj.bias.copy_(self.out_proj.bias)
+        return batched
+
+
+def stack_head_weights(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: list[Tensor]) -> Tensor:
+    """Stack per-head ``nn.Linear`` weights ``(dk, d)`` (or biases ``(dk,)``) into one
+    ``in_proj`` of shape ``(3*h*dk, d)`` (or ``(3*h*dk,)``): all query heads in order,
+    then all key heads, then all value heads. Head ``i`` of Q lands in rows
+    ``i*dk:(i+1)*dk``, which is where :class:`MultiHeadAttention`'s ``view`` looks for it.
+    """
+    parts = [*q_parts, *k_parts, *v_parts]
+    if not (len(q_parts) == len(k_parts) == len(v_parts)) or not q_parts:
+        raise ValueError(
+            f"need the same non-zero number of Q, K and V heads, got {len(q_parts)}, "
+            f"{len(k_parts)}, {len(v_parts)}"
+        )
+    shapes = {tuple(p.shape) for p in parts}
+    if len(shapes) != 1:
+        raise ValueError(f"every per-head part must have the same shape, got {sorted(shapes)}")
+    return torch.cat(parts, dim=0)  # (3*h*dk, d) or (3*h*dk,)
+
+
+def naive_from_batched(module: MultiHeadAttention) -> NaiveMultiHeadAttention:
+    """The inverse of :meth:`NaiveMultiHeadAttention.to_batched`: cut ``module``'s stacked
+    ``in_proj`` into per-head layers (copies), so both compute the same function."""
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"expected a course MultiHeadAttention, got {type(module).__name__}")
+    bias = module.in_proj.bias is not None
+    w = module.in_proj.weight
+    naive = NaiveMultiHeadAttention(module.d_model, module.num_heads, bias=bias).to(w.device, w.dtype)
+    dk, d = module.d_k, module.d_model
+    with torch.no_grad():
+        for i, head in enumerate(naive.heads):
+            for which, layer in enumerate((head.w_q, head.w_k, head.w_v)):
+                rows = slice(which * d + i * dk, which * d + (i + 1) * dk)
+                layer.weight.copy_(w[rows])
+                if bias:
+                    layer.bias.copy_(module.in_proj.bias[rows])
+        naive.out_proj.load_state_dict(module.out_proj.state_dict())
+    return naive
