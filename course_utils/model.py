@@ -1,0 +1,320 @@
+"""A tiny decoder-only transformer built on the course's :class:`MultiHeadAttention`.
+
+Pre-LayerNorm blocks, learned positional embeddings, causal self-attention, an optional
+MLP (``mlp=False`` gives an attention-only model, the kind in which induction heads are
+easiest to read). Two extras serve the later lessons:
+
+* ``head_mask`` ``(num_layers, num_heads)``: a float gate on each head's output, applied
+  before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it);
+* :meth:`TinyTransformer.forward_with_cache`: incremental decoding with a key/value cache
+  (lesson 7), equal to recomputing the whole prefix.
+
+Shapes: B batch, T sequence length, d = d_model, h heads, dk = d // h, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .masks import causal_mask
+
+__all__ = ["ModelConfig", "KVCache", "TinyTransformer", "count_parameters"]
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters of :class:`TinyTransformer` (JSON-serialisable via :meth:`to_dict`)."""
+
+    vocab_size: int
+    max_len: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    mlp: bool = False  # False = attention-only
+    d_mlp: int | None = None  # hidden width of the MLP; None = 4 * d_model
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"ModelConfig.{name} must be an int, got {type(value).__name__}")
+            if value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {value}")
+        if not isinstance(self.mlp, bool):
+            raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__}")
+        if self.d_mlp is not None and (
+            isinstance(self.d_mlp, bool) or not isinstance(self.d_mlp, int) or self.d_mlp <= 0
+        ):
+            raise ValueError(f"ModelConfig.d_mlp must be a positive int or None, got {self.d_mlp!r}")
+        if self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def mlp_width(self) -> int:
+        return 4 * self.d_model if self.d_mlp is None else self.d_mlp
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        """Build a config from a dict, refusing unknown or missing keys by name."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a model config must be a dict, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig keys {unknown}; expected keys from {sorted(known)}")
+        missing = sorted(k for k in ("vocab_size", "max_len") if k not in data)
+        if missing:
+            raise ValueError(f"ModelConfig is missing required keys {missing}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """Keys and values of the tokens seen so far, one ``(k, v)`` pair per layer.
+
+    Each ``k`` and ``v`` is ``(B, h, length, dk)``. A cache is never modified in place:
+    :meth:`TinyTransformer.forward_with_cache` returns a new, longer one.
+    """
+
+    layers: tuple[tuple[Tensor, Tensor], ...]
+
+    @property
+    def length(self) -> int:
+        """Number of tokens already processed (the next token's position)."""
+        return self.layers[0][0].shape[2]
+
+    @property
+    def batch_size(self) -> int:
+        return self.layers[0][0].shape[0]
+
+    def num_bytes(self) -> int:
+        """Memory held by all cached keys and values."""
+        return sum(t.numel() * t.element_size() for pair in self.layers for t in pair)
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward layer: d -> d_mlp -> d with a GELU."""
+
+    def __init__(self, d_model: int, d_mlp: int) -> None:
+        super().__init__()
+        self.fc_in = nn.Linear(d_model, d_mlp)
+        self.fc_out = nn.Linear(d_mlp, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc_out(F.gelu(self.fc_in(x)))
+
+
+class Block(nn.Module):
+    """One pre-LayerNorm block: ``x + attn(ln(x))`` then (optionally) ``x + mlp(ln(x))``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(config.d_model)
+        self.attn = MultiHeadAttention(config.d_model, config.num_heads)
+        self.ln_mlp = nn.LayerNorm(config.d_model) if config.mlp else None
+        self.mlp = MLP(config.d_model, config.mlp_width) if config.mlp else None
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        gate: Tensor | None = None,
+        need_weights: bool = False,
+        past: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``.
+
+        ``gate`` ``(h,)`` scales each head's output; ``past`` holds cached keys/values
+        ``(B, h, T_past, dk)`` of earlier positions.
+        """
+        h = self.ln_attn(x)
+        q, k, v = self.attn.project_qkv(h, h, h)  # (B, h, T, dk) each
+        T_past = 0
+        if past is not None:
+            T_past = past[0].shape[2]
+            k = torch.cat([past[0], k], dim=2)  # (B, h, T_past + T, dk)
+            v = torch.cat([past[1], v], dim=2)
+        T, T_total = q.shape[2], k.shape[2]
+        if need_weights:
+            allowed = causal_mask(T, T_total, query_offset=T_past, device=x.device)  # (T, T_total)
+            heads, weights = scaled_dot_product_attention(q, k, v, mask=allowed)  # (B, h, T, dk)
+        else:  # the fused kernel: same maths, no weights kept
+            weights = None
+            if T_past == 0:
+                heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                allowed = causal_mask(T, T_total, query_offset=T_past, device=x.device)
+                heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        if gate is not None:
+            heads = heads * gate.view(1, -1, 1, 1)  # (B, h, T, dk): 0 silences a head
+        x = x + self.attn.out_proj(self.attn.merge_heads(heads))  # (B, T, d)
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln_mlp(x))
+        return x, weights, (k, v)
+
+
+def _shape(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+class TinyTransformer(nn.Module):
+    """Decoder-only transformer: token + position embeddings, blocks, LayerNorm, unembedding.
+
+    ``forward(tokens (B, T))`` returns ``(logits (B, T, V), attention)`` where
+    ``attention`` is a list of ``(B, h, T, T)`` tensors, one per layer, when
+    ``return_attention=True`` (else ``None``). Logits at position ``t`` predict token
+    ``t + 1``.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.position_embedding = nn.Embedding(config.max_len, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.ln_final = nn.LayerNorm(config.d_model)
+        self.unembed = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # Embeddings keep PyTorch's N(0, 1) init: at this scale (rather than GPT-2's 0.02)
+        # Adam's early steps cannot swamp them, and induction heads form several times
+        # sooner. The unembedding starts small so the first predictions are near uniform.
+        nn.init.normal_(self.unembed.weight, std=0.02)
+
+    # -- input checks -------------------------------------------------------------
+    def _check_tokens(self, tokens: object, past_len: int = 0) -> None:
+        cfg = self.config
+        if not isinstance(tokens, Tensor):
+            raise TypeError(f"tokens must be a torch.Tensor of dtype torch.long, got {type(tokens).__name__}")
+        if tokens.dtype != torch.long:
+            raise TypeError(f"tokens must have dtype torch.long (token ids), got {tokens.dtype}")
+        if tokens.ndim != 2:
+            hint = " (add a batch dim with tokens.unsqueeze(0))" if tokens.ndim == 1 else ""
+            raise ValueError(f"tokens must be 2-D (B, T), got shape {_shape(tokens)}{hint}")
+        if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+            raise ValueError(f"tokens must hold at least one token, got shape {_shape(tokens)}")
+        if past_len + tokens.shape[1] > cfg.max_len:
+            where = f" after {past_len} cached tokens" if past_len else ""
+            raise ValueError(
+                f"sequence too long: {tokens.shape[1]} tokens{where} exceed max_len={cfg.max_len}"
+            )
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= cfg.vocab_size:
+            raise ValueError(
+                f"token ids must lie in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
+            )
+
+    def _check_head_mask(self, head_mask: object) -> Tensor | None:
+        if head_mask is None:
+            return None
+        cfg = self.config
+        expected = (cfg.num_layers, cfg.num_heads)
+        if not isinstance(head_mask, Tensor):
+            raise TypeError(
+                f"head_mask must be a float torch.Tensor {expected}, got {type(head_mask).__name__}"
+            )
+        if not head_mask.dtype.is_floating_point:
+            raise TypeError(
+                f"head_mask must be a float tensor of gates (1 = keep, 0 = ablate), got {head_mask.dtype}"
+            )
+        if tuple(head_mask.shape) != expected:
+            raise ValueError(
+                f"head_mask must have shape (num_layers, num_heads) = {expected}, got {_shape(head_mask)}"
+            )
+        return head_mask.to(self.token_embedding.weight.device)
+
+    # -- forward passes -----------------------------------------------------------
+    def _embed(self, tokens: Tensor, start: int) -> Tensor:
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
+        return self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, d)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        return_attention: bool = False,
+        head_mask: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor] | None]:
+        """``tokens`` ``(B, T)`` long -> ``(logits (B, T, V), [weights (B, h, T, T)] * L | None)``."""
+        self._check_tokens(tokens)
+        gates = self._check_head_mask(head_mask)
+        x = self._embed(tokens, 0)  # (B, T, d)
+        attention = [] if return_attention else None
+        for i, block in enumerate(self.blocks):
+            gate = None if gates is None else gates[i]
+            x, weights, _ = block(x, gate=gate, need_weights=return_attention)
+            if attention is not None:
+                attention.append(weights)
+        return self.unembed(self.ln_final(x)), attention  # (B, T, V)
+
+    def forward_with_cache(
+        self, tokens: Tensor, cache: KVCache | None = None, *, head_mask: Tensor | None = None
+    ) -> tuple[Tensor, KVCache]:
+        """Process ``tokens`` ``(B, T_new)`` after the ``cache.length`` tokens in ``cache``.
+
+        Returns ``(logits (B, T_new, V), new_cache)``; feeding a sequence in pieces gives
+        the same logits as one :meth:`forward` over the whole sequence.
+        """
+        past_len = 0
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+            if len(cache.layers) != self.config.num_layers:
+                raise ValueError(
+                    f"cache has {len(cache.layers)} layers, the model has {self.config.num_layers}"
+                )
+            past_len = cache.length
+        self._check_tokens(tokens, past_len)
+        if cache is not None and cache.batch_size != tokens.shape[0]:
+            raise ValueError(
+                f"cache holds batch size {cache.batch_size}, tokens have batch size {tokens.shape[0]}"
+            )
+        gates = self._check_head_mask(head_mask)
+        x = self._embed(tokens, past_len)  # (B, T_new, d)
+        new_layers = []
+        for i, block in enumerate(self.blocks):
+            gate = None if gates is None else gates[i]
+            past = None if cache is None else cache.layers[i]
+            x, _, kv = block(x, gate=gate, past=past)
+            new_layers.append(kv)
+        return self.unembed(self.ln_final(x)), KVCache(tuple(new_layers))
+
+    @torch.no_grad()
+    def generate(self, tokens: Tensor, num_new: int, *, use_cache: bool = True) -> Tensor:
+        """Greedy decoding: append ``num_new`` argmax tokens to ``tokens`` ``(B, T)``."""
+        if num_new < 0:
+            raise ValueError(f"num_new must be >= 0, got {num_new}")
+        self._check_tokens(tokens)
+        if tokens.shape[1] + num_new > self.config.max_len:
+            raise ValueError(
+                f"{tokens.shape[1]} prompt tokens + {num_new} new ones exceed max_len={self.config.max_len}"
+            )
+        out, cache = tokens, None
+        step_input = tokens
+        for _ in range(num_new):
+            if use_cache:
+                logits, cache = self.forward_with_cache(step_input, cache)
+            else:
+                logits, _ = self(out)
+            step_input = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            out = torch.cat([out, step_input], dim=1)
+        return out
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,469 @@
+"""Synthetic tasks for the tiny transformer: induction (copying) and subject-verb agreement.
+
+Every sampler is deterministic given a ``torch.Generator``: the same seed gives the same
+batch on every machine.
+
+*Induction.* A sequence is ``BOS`` followed by a random prefix of ``p`` distinct tokens,
+repeated until the sequence is full. The period ``p`` is drawn per sequence, and the
+evaluation uses periods that training never shows, so a model that merely learned "look
+back a fixed distance" cannot pass: it has to find the previous occurrence of the current
+token and copy what came after it.
+
+*Agreement.* Word-level sentences from a toy English grammar, ending with the verb whose
+number must agree with the subject, across prepositional phrases and relative clauses that
+may contain an *attractor* noun of the opposite number ("the keys near the door are").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "BOS",
+    "InductionTask",
+    "InductionBatch",
+    "induction_accuracy",
+    "AgreementBatch",
+    "AgreementTask",
+    "AGREEMENT_VOCAB",
+    "AGREEMENT_PAD",
+    "AGREEMENT_BOS",
+    "TEMPLATES",
+    "tokenize",
+    "detokenize",
+    "subject_position",
+    "agreement_accuracy",
+    "next_token_targets",
+]
+
+IGNORE_INDEX = -100  # targets with this value are left out of the loss (F.cross_entropy's default)
+
+
+# =====================================================================================
+# Induction
+# =====================================================================================
+BOS = 0  # induction task: token 0 starts every sequence; ordinary tokens are 1 .. vocab_size-1
+
+
+@dataclass
+class InductionBatch:
+    """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)``; ``scored`` ``(B, T)`` bool marks the
+    positions whose *next* token is fixed by an earlier occurrence (the logits at position
+    ``t`` predict ``tokens[:, t + 1]``; the last column is never scored)."""
+
+    tokens: Tensor
+    periods: Tensor
+    scored: Tensor
+
+    @property
+    def targets(self) -> Tensor:
+        """Next-token targets ``(B, T)`` for the language-model loss (last column ignored)."""
+        return next_token_targets(self.tokens)
+
+
+def _check_generator(generator: object) -> None:
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), "
+            f"got {type(generator).__name__}"
+        )
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+@dataclass(frozen=True)
+class InductionTask:
+    """Repeated random sequences with a random period per sequence.
+
+    ``vocab_size`` counts ``BOS``; ``seq_len`` counts ``BOS`` too. Training periods and
+    held-out periods are disjoint, no training period is a multiple of a held-out one
+    (looking back 10 positions would solve period 5), and every period fits at least
+    twice (plus one token) in ``seq_len`` so each sequence has scored positions.
+    """
+
+    vocab_size: int = 64
+    seq_len: int = 32
+    train_periods: tuple[int, ...] = (2, 3, 4, 6, 7, 8, 9, 11, 12, 14, 16)
+    # no training period is a multiple of a held-out one: "look back d" for a trained d
+    # never solves a held-out sequence (looking back 10 would solve period 5)
+    heldout_periods: tuple[int, ...] = (5, 10, 13)
+
+    def __post_init__(self) -> None:
+        _check_count("vocab_size", self.vocab_size)
+        _check_count("seq_len", self.seq_len)
+        if not self.train_periods or not self.heldout_periods:
+            raise ValueError("train_periods and heldout_periods must both be non-empty")
+        overlap = sorted(set(self.train_periods) & set(self.heldout_periods))
+        if overlap:
+            raise ValueError(f"train_periods and heldout_periods must be disjoint, both have {overlap}")
+        for p in (*self.train_periods, *self.heldout_periods):
+            _check_count("every period", p)
+            if p > self.vocab_size - 1:
+                raise ValueError(
+                    f"period {p} needs {p} distinct tokens but vocab_size={self.vocab_size} has only "
+                    f"{self.vocab_size - 1} besides BOS"
+                )
+            if 1 + p + 2 > self.seq_len:
+                raise ValueError(f"period {p} is too long for seq_len={self.seq_len}: nothing to score")
+        multiples = sorted((t, h) for t in self.train_periods for h in self.heldout_periods if t % h == 0)
+        if multiples:
+            raise ValueError(
+                f"training period {multiples[0][0]} is a multiple of held-out period {multiples[0][1]}: "
+                "a model that looks back a fixed trained distance would pass the held-out test"
+            )
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator, *, periods: tuple[int, ...] | None = None
+    ) -> InductionBatch:
+        """A batch whose periods are drawn uniformly from ``periods`` (default: training)."""
+        _check_generator(generator)
+        _check_count("batch_size", batch_size)
+        periods = self.train_periods if periods is None else tuple(periods)
+        if not periods:
+            raise ValueError("periods must not be empty")
+        for p in periods:
+            _check_count("every period", p)
+            if p > self.vocab_size - 1 or p + 3 > self.seq_len:
+                raise ValueError(
+                    f"period {p} does not fit vocab_size={self.vocab_size}, seq_len={self.seq_len}"
+                )
+        B, T = batch_size, self.seq_len
+        choice = torch.randint(len(periods), (B,), generator=generator)
+        period = torch.tensor(periods)[choice]  # (B,)
+        # p distinct tokens per sequence: a random permutation of 1..V-1, cut to max period
+        perm = torch.rand(B, self.vocab_size - 1, generator=generator).argsort(dim=-1) + 1
+        offset = torch.arange(T - 1).unsqueeze(0) % period.unsqueeze(1)  # (B, T-1): j mod p
+        body = perm.gather(1, offset)  # (B, T-1): the prefix repeated
+        tokens = torch.cat([torch.full((B, 1), BOS), body], dim=1)  # (B, T)
+        # position t (t >= p + 1) holds a token first seen at t - p, whose successor is the answer
+        position = torch.arange(T).unsqueeze(0)  # (1, T)
+        scored = (position >= period.unsqueeze(1) + 1) & (position <= T - 2)
+        return InductionBatch(tokens=tokens, periods=period, scored=scored)
+
+    def eval_batch(self, batch_size: int = 512, seed: int = 1234, *, heldout: bool = True) -> InductionBatch:
+        """A fixed evaluation batch (same every call): held-out periods by default."""
+        periods = self.heldout_periods if heldout else self.train_periods
+        return self.sample(batch_size, torch.Generator().manual_seed(seed), periods=periods)
+
+
+def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
+    """``targets[:, t] = tokens[:, t + 1]``; the last column (and padding) is ``-100``."""
+    targets = torch.full_like(tokens, IGNORE_INDEX)
+    targets[:, :-1] = tokens[:, 1:]
+    if pad_id is not None:
+        targets[targets == pad_id] = IGNORE_INDEX
+    return targets
+
+
+def _check_logits(logits: object, tokens: Tensor) -> None:
+    if not isinstance(logits, Tensor):
+        raise TypeError(f"logits must be a torch.Tensor (B, T, V), got {type(logits).__name__}")
+    if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(tokens.shape):
+        raise ValueError(
+            f"logits must be (B, T, V) with (B, T) = {tuple(tokens.shape)}, got {tuple(logits.shape)}"
+        )
+
+
+def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
+    """Fraction of scored positions where the argmax prediction is the true next token."""
+    _check_logits(logits, batch.tokens)
+    prediction = logits[:, :-1].argmax(-1)  # (B, T-1): predicts tokens[:, 1:]
+    correct = prediction == batch.tokens[:, 1:].to(prediction.device)
+    scored = batch.scored[:, :-1].to(prediction.device)
+    return float(correct[scored].float().mean())
+
+
+# =====================================================================================
+# Agreement
+# =====================================================================================
+AGREEMENT_PAD, AGREEMENT_BOS = "<pad>", "<bos>"
+
+# (singular, plural) pairs
+NOUNS: tuple[tuple[str, str], ...] = (
+    ("cat", "cats"), ("dog", "dogs"), ("key", "keys"), ("table", "tables"),
+    ("boy", "boys"), ("girl", "girls"), ("teacher", "teachers"), ("book", "books"),
+    ("door", "doors"), ("car", "cars"), ("bird", "birds"), ("house", "houses"),
+    ("man", "men"), ("child", "children"), ("box", "boxes"), ("lamp", "lamps"),
+)
+TRANSITIVE_VERBS: tuple[tuple[str, str], ...] = (
+    ("sees", "see"), ("likes", "like"), ("chases", "chase"), ("knows", "know"), ("helps", "help"),
+)
+TARGET_VERBS: tuple[tuple[str, str], ...] = (("is", "are"), ("was", "were"), ("has", "have"))
+ADJECTIVES: tuple[str, ...] = ("old", "small", "red", "big", "new")
+PREPOSITIONS: tuple[str, ...] = ("on", "near", "behind", "under", "beside")
+# optional words before the subject, so that it does not always sit at the same position;
+# "they say" / "she says" put a verb of either number before the subject, a distractor
+OPENERS: tuple[tuple[str, ...], ...] = (
+    ("perhaps",), ("today",), ("i", "think"), ("she", "says"), ("they", "say"),
+)
+
+AGREEMENT_VOCAB: tuple[str, ...] = (
+    AGREEMENT_PAD, AGREEMENT_BOS, "the", "that",
+    *ADJECTIVES, *PREPOSITIONS, *dict.fromkeys(w for opener in OPENERS for w in opener),
+    *(w for pair in NOUNS for w in pair),
+    *(w for pair in TRANSITIVE_VERBS for w in pair),
+    *(w for pair in TARGET_VERBS for w in pair),
+)
+WORD_TO_ID: dict[str, int] = {w: i for i, w in enumerate(AGREEMENT_VOCAB)}
+PAD_ID, BOS_ID = WORD_TO_ID[AGREEMENT_PAD], WORD_TO_ID[AGREEMENT_BOS]
+_NOUN_IDS = {WORD_TO_ID[w] for pair in NOUNS for w in pair}
+_SINGULAR_VERB_IDS = torch.tensor([WORD_TO_ID[s] for s, _ in TARGET_VERBS])
+_PLURAL_VERB_IDS = torch.tensor([WORD_TO_ID[p] for _, p in TARGET_VERBS])
+
+# name -> shape; every sentence may start with an opener ("i think", ...); S = subject
+# noun, A = an intervening noun (an attractor when its number differs from S's), V = verb
+TEMPLATES: dict[str, str] = {
+    "simple": "the [adj] S V",
+    "prepositional": "the [adj] S prep the [adj] A V",
+    "object_relative": "the [adj] S that the [adj] A verbs(A) V",
+    "subject_relative": "the [adj] S that verbs(S) the [adj] A V",
+    "two_prepositions": "the [adj] S prep the [adj] A prep the [adj] A V",
+}
+_TEMPLATE_NAMES = tuple(TEMPLATES)
+
+
+@dataclass
+class AgreementBatch:
+    """Padded sentences and the facts needed to score them.
+
+    ``tokens`` ``(B, T)`` long, right-padded with ``<pad>``, each row
+    ``<bos> ... verb``; ``lengths`` ``(B,)``; ``subject_pos`` ``(B,)`` index of the subject
+    noun; ``verb_pos`` ``(B,)`` index of the final verb token; the logits at
+    ``predict_pos = verb_pos - 1`` are the ones that predict it. ``plural`` ``(B,)`` bool:
+    the subject's number; ``attractor`` ``(B,)`` bool: an intervening noun of the
+    opposite number; ``correct_id``/``wrong_id`` ``(B,)``: the verb that agrees and the
+    same verb in the other number; ``template`` names the sentence shape.
+    """
+
+    tokens: Tensor
+    lengths: Tensor
+    subject_pos: Tensor
+    verb_pos: Tensor
+    plural: Tensor
+    attractor: Tensor
+    correct_id: Tensor
+    wrong_id: Tensor
+    template: list[str] = field(default_factory=list)
+
+    @property
+    def predict_pos(self) -> Tensor:
+        """``(B,)`` the position whose logits predict the verb (``verb_pos - 1``)."""
+        return self.verb_pos - 1
+
+    @property
+    def targets(self) -> Tensor:
+        """Next-token targets ``(B, T)`` (padding and the last column ignored)."""
+        return next_token_targets(self.tokens, pad_id=PAD_ID)
+
+    @property
+    def sentences(self) -> list[str]:
+        rows = zip(self.tokens, self.lengths.tolist(), strict=True)
+        return [" ".join(detokenize(row[1:n])) for row, n in rows]
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+class _Draws:
+    """Pulls uniform random numbers from a pre-drawn row, one call to the Generator per batch."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values, self.i = values, 0
+
+    def index(self, n: int) -> int:
+        value = self.values[self.i]
+        self.i += 1
+        return min(int(value * n), n - 1)
+
+    def coin(self, p: float = 0.5) -> bool:
+        value = self.values[self.i]
+        self.i += 1
+        return value < p
+
+
+_DRAWS_PER_SENTENCE = 24
+
+
+def _noun_phrase(draws: _Draws, plural: bool, adjective_p: float) -> tuple[list[str], int]:
+    """``the [adj] noun``; returns the words and the index of the noun within them."""
+    words = ["the"]
+    if draws.coin(adjective_p):
+        words.append(ADJECTIVES[draws.index(len(ADJECTIVES))])
+    words.append(NOUNS[draws.index(len(NOUNS))][int(plural)])
+    return words, len(words) - 1
+
+
+def _sentence(draws: _Draws, template: str, attractor_p: float, adjective_p: float, opener_p: float) -> dict:
+    plural = draws.coin()
+    attractor_plural = (not plural) if draws.coin(attractor_p) else plural
+    words = list(OPENERS[draws.index(len(OPENERS))]) if draws.coin(opener_p) else []
+    subject_words, subject = _noun_phrase(draws, plural, adjective_p)
+    subject += len(words)
+    words.extend(subject_words)
+    intervening: list[bool] = []  # number of each noun between subject and verb
+
+    def add_phrase(number: bool) -> None:
+        phrase, _ = _noun_phrase(draws, number, adjective_p)
+        words.extend(phrase)
+        intervening.append(number)
+
+    if template in ("prepositional", "two_prepositions"):
+        words.append(PREPOSITIONS[draws.index(len(PREPOSITIONS))])
+        add_phrase(attractor_plural)
+        if template == "two_prepositions":
+            words.append(PREPOSITIONS[draws.index(len(PREPOSITIONS))])
+            add_phrase(attractor_plural if draws.coin() else not attractor_plural)
+    elif template == "object_relative":  # the cat that the dogs chase ...
+        words.append("that")
+        add_phrase(attractor_plural)
+        words.append(TRANSITIVE_VERBS[draws.index(len(TRANSITIVE_VERBS))][int(attractor_plural)])
+    elif template == "subject_relative":  # the cat that chases the dogs ...
+        words.append("that")
+        words.append(TRANSITIVE_VERBS[draws.index(len(TRANSITIVE_VERBS))][int(plural)])
+        add_phrase(attractor_plural)
+    lemma = draws.index(len(TARGET_VERBS))
+    words.append(TARGET_VERBS[lemma][int(plural)])
+    return {
+        "words": words, "subject": subject + 1, "plural": plural, "lemma": lemma,
+        "attractor": any(n != plural for n in intervening), "template": template,
+    }
+
+
+@dataclass(frozen=True)
+class AgreementTask:
+    """Sentences from :data:`TEMPLATES`; ``attractor_p`` is the chance that the
+    intervening noun has the opposite number to the subject."""
+
+    templates: tuple[str, ...] = _TEMPLATE_NAMES
+    attractor_p: float = 0.5
+    adjective_p: float = 0.3
+    opener_p: float = 0.3
+    max_len: int = 16  # longest: <bos> she says the old S prep the old A prep the old A V = 15
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.templates if t not in TEMPLATES]
+        if unknown or not self.templates:
+            raise ValueError(
+                f"templates must be a non-empty subset of {list(TEMPLATES)}, got {list(self.templates)}"
+            )
+        for name in ("attractor_p", "adjective_p", "opener_p"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {value}")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(AGREEMENT_VOCAB)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> AgreementBatch:
+        """``batch_size`` random sentences, padded to the longest one."""
+        _check_generator(generator)
+        _check_count("batch_size", batch_size)
+        uniforms = torch.rand(batch_size, _DRAWS_PER_SENTENCE + 1, generator=generator).tolist()
+        sentences = []
+        for row in uniforms:
+            draws = _Draws(row)
+            template = self.templates[draws.index(len(self.templates))]
+            sentences.append(_sentence(draws, template, self.attractor_p, self.adjective_p, self.opener_p))
+        return _collate(sentences, self.max_len)
+
+    def eval_batch(self, batch_size: int = 2000, seed: int = 4321) -> AgreementBatch:
+        """A fixed evaluation set (the same on every call and machine)."""
+        return self.sample(batch_size, torch.Generator().manual_seed(seed))
+
+
+def _collate(sentences: list[dict], max_len: int) -> AgreementBatch:
+    lengths = [len(s["words"]) + 1 for s in sentences]  # + BOS
+    if max(lengths) > max_len:
+        raise ValueError(f"a sentence has {max(lengths)} tokens, more than max_len={max_len}")
+    T = max(lengths)
+    tokens = torch.full((len(sentences), T), PAD_ID, dtype=torch.long)
+    for i, s in enumerate(sentences):
+        tokens[i, : lengths[i]] = torch.tensor([BOS_ID] + [WORD_TO_ID[w] for w in s["words"]])
+    plural = torch.tensor([s["plural"] for s in sentences])
+    lemma = torch.tensor([s["lemma"] for s in sentences])
+    singular_ids, plural_ids = _SINGULAR_VERB_IDS[lemma], _PLURAL_VERB_IDS[lemma]
+    return AgreementBatch(
+        tokens=tokens,
+        lengths=torch.tensor(lengths),
+        subject_pos=torch.tensor([s["subject"] for s in sentences]),
+        verb_pos=torch.tensor(lengths) - 1,
+        plural=plural,
+        attractor=torch.tensor([s["attractor"] for s in sentences]),
+        correct_id=torch.where(plural, plural_ids, singular_ids),
+        wrong_id=torch.where(plural, singular_ids, plural_ids),
+        template=[s["template"] for s in sentences],
+    )
+
+
+def tokenize(sentence: str, *, add_bos: bool = True) -> Tensor:
+    """Words -> token ids ``(T,)`` long (with ``<bos>`` first by default).
+
+    Lower-cases and ignores ``.,!?``; raises ``ValueError`` naming every unknown word.
+    """
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
+    words = re.sub(r"[.,!?]", " ", sentence.lower()).split()
+    if not words:
+        raise ValueError("sentence is empty: write a few words, e.g. 'the keys on the table are'")
+    unknown = [w for w in words if w not in WORD_TO_ID or w in (AGREEMENT_PAD, AGREEMENT_BOS)]
+    if unknown:
+        known = ", ".join(w for w in AGREEMENT_VOCAB[2:])
+        raise ValueError(
+            f"unknown word(s) {sorted(set(unknown), key=unknown.index)} in {sentence!r}; "
+            f"the grammar knows only: {known}"
+        )
+    ids = [WORD_TO_ID[w] for w in words]
+    return torch.tensor(([BOS_ID] if add_bos else []) + ids, dtype=torch.long)
+
+
+def detokenize(tokens: Tensor | list[int]) -> list[str]:
+    """Token ids ``(T,)`` -> words (``<bos>``/``<pad>`` kept, so positions line up)."""
+    ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
+    bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < len(AGREEMENT_VOCAB)]
+    if bad:
+        raise ValueError(f"token ids must lie in [0, {len(AGREEMENT_VOCAB)}), got {bad}")
+    return [AGREEMENT_VOCAB[i] for i in ids]
+
+
+def subject_position(tokens: Tensor) -> int:
+    """Index of the subject noun in one sentence ``(T,)``: the first noun (in this grammar
+    the subject is always the first noun)."""
+    if not isinstance(tokens, Tensor) or tokens.ndim != 1:
+        raise ValueError("subject_position expects one sentence as a 1-D tensor (T,), e.g. tokenize(...)")
+    for i, t in enumerate(tokens.tolist()):
+        if t in _NOUN_IDS:
+            return i
+    raise ValueError(f"no noun in {' '.join(detokenize(tokens))!r}")
+
+
+def agreement_margins(logits: Tensor, batch: AgreementBatch) -> Tensor:
+    """``(B,)`` logit of the agreeing verb minus the logit of the same verb in the other
+    number, read at ``predict_pos``. Positive = the model agrees with the subject."""
+    _check_logits(logits, batch.tokens)
+    rows = torch.arange(len(batch), device=logits.device)
+    at_verb = logits[rows, batch.predict_pos.to(logits.device)]  # (B, V)
+    correct = at_verb.gather(1, batch.correct_id.to(logits.device).unsqueeze(1)).squeeze(1)
+    wrong = at_verb.gather(1, batch.wrong_id.to(logits.device).unsqueeze(1)).squeeze(1)
+    return correct - wrong
+
+
+def agreement_accuracy(logits: Tensor, batch: AgreementBatch) -> dict[str, float]:
+    """Share of sentences where the agreeing verb outscores its other-number form:
+    ``{"all", "attractor", "no_attractor"}`` plus one entry per template present."""
+    right = (agreement_margins(logits, batch) > 0).cpu()
+    result = {"all": float(right.float().mean())}
+    for name, keep in (("attractor", batch.attractor), ("no_attractor", ~batch.attractor)):
+        result[name] = float(right[keep].float().mean()) if keep.any() else float("nan")
+    for name in TEMPLATES:
+        keep = torch.tensor([t == name for t in batch.template])
+        if keep.any():
+            result[name] = float(right[keep].float().mean())
+    return result

@@ -1,0 +1,521 @@
+"""Train the tiny transformer on the course's tasks, on CPU in seconds.
+
+From a notebook::
+
+    model, history = train_induction(steps=400, seed=0)
+    plt.plot(history.steps, history.loss)
+
+From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.checkpoint`)::
+
+    python -m course_utils.train induction --seed 0 --steps 600 --out data/checkpoints/induction
+    python -m course_utils.train agreement --seed 0 --steps 500 --out data/checkpoints/agreement
+
+``python -m course_utils.bench train`` times both (median of three seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
+
+from .env import pick_device
+from .model import ModelConfig, TinyTransformer
+from .tasks import (
+    AgreementBatch,
+    AgreementTask,
+    InductionBatch,
+    InductionTask,
+    agreement_accuracy,
+    induction_accuracy,
+)
+
+__all__ = [
+    "TrainConfig",
+    "History",
+    "train_model",
+    "induction_model_config",
+    "agreement_model_config",
+    "train_induction",
+    "train_agreement",
+    "evaluate_induction",
+    "evaluate_agreement",
+    "add_bench_parser",
+    "bench_training",
+    "format_training_table",
+    "main",
+]
+
+
+@dataclass
+class TrainConfig:
+    """Optimiser settings: AdamW, linear warm-up, then constant or cosine decay to 10 %."""
+
+    steps: int = 600
+    lr: float = 1e-2
+    weight_decay: float = 0.01
+    warmup_steps: int = 20
+    decay: bool = True  # cosine decay after the warm-up
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps <= 0:
+            raise ValueError(f"steps must be a positive int, got {self.steps!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for optimiser step ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if not self.decay:
+            return self.lr
+        progress = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(progress * math.pi)))
+
+
+@dataclass
+class History:
+    """What happened during training, ready for a loss curve (all plain Python, JSON-able).
+
+    ``loss[i]`` is the training loss at step ``steps[i]`` (1-based). ``eval_steps`` and
+    ``eval_metrics`` hold the held-out metrics measured every ``eval_every`` steps.
+    ``train_seconds`` counts making batches and optimiser steps (not evaluations);
+    ``steps_to_target``/``seconds_to_target`` are the first evaluation at which
+    ``target_metric`` reached ``target`` (``None`` if never).
+    """
+
+    task: str
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
+    eval_metrics: list[dict[str, float]] = field(default_factory=list)
+    train_seconds: float = 0.0
+    target_metric: str | None = None
+    target: float | None = None
+    steps_to_target: int | None = None
+    seconds_to_target: float | None = None
+    device: str = "cpu"
+
+    @property
+    def final_metrics(self) -> dict[str, float]:
+        return self.eval_metrics[-1] if self.eval_metrics else {}
+
+    def metric(self, name: str) -> list[float]:
+        """One evaluation metric over time (aligned with ``eval_steps``)."""
+        return [m[name] for m in self.eval_metrics]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _build_model(config: ModelConfig, seed: int, device: torch.device) -> TinyTransformer:
+    """Initialise from ``seed`` without touching the global random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = TinyTransformer(config)
+    return model.to(device)
+
+
+def train_model(
+    model: TinyTransformer,
+    sample_batch: Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]],
+    train_config: TrainConfig,
+    *,
+    seed: int = 0,
+    evaluate: Callable[[TinyTransformer], dict[str, float]] | None = None,
+    eval_every: int = 25,
+    target_metric: str | None = None,
+    target: float | None = None,
+    stop_at_target: bool = False,
+    progress: bool = True,
+    task: str = "custom",
+    num_threads: int | None = 1,
+) -> History:
+    """Next-token training with AdamW.
+
+    ``sample_batch(generator) -> (tokens (B, T), targets (B, T))`` with ``-100`` for
+    targets to ignore; batches come from a CPU generator seeded with ``seed``, so a run
+    is reproducible. ``evaluate(model) -> metrics`` runs every ``eval_every`` steps and
+    at the end (in eval mode, without gradients). ``num_threads``: CPU threads torch may
+    use meanwhile (restored afterwards); one is fastest for a model this small and stays
+    fast on a busy machine, where several threads can be many times slower. ``None``
+    keeps torch's setting.
+    """
+    if num_threads is None:
+        return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
+                            target_metric, target, stop_at_target, progress, task)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
+                            target_metric, target, stop_at_target, progress, task)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, target_metric, target,
+                 stop_at_target, progress, task) -> History:
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every <= 0:
+        raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
+    device = next(model.parameters()).device
+    history = History(task=task, target_metric=target_metric, target=target, device=str(device))
+    generator = torch.Generator().manual_seed(seed)
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():  # no weight decay on biases, norms, embeddings
+        (decay if p.ndim == 2 and "embedding" not in name else no_decay).append(p)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train_config.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=train_config.lr, betas=(0.9, 0.98),
+    )
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def run_eval(step: int) -> None:
+        if evaluate is None:
+            return
+        model.eval()
+        with torch.no_grad():
+            metrics = evaluate(model)
+        model.train()
+        history.eval_steps.append(step)
+        history.eval_metrics.append(metrics)
+        reached = target_metric is not None and target is not None and metrics[target_metric] >= target
+        if reached and history.steps_to_target is None:
+            history.steps_to_target, history.seconds_to_target = step, history.train_seconds
+
+    model.train()
+    bar = tqdm(range(1, train_config.steps + 1), desc=task, disable=not progress, leave=False)
+    for step in bar:
+        sync()
+        start = time.perf_counter()  # the clock covers making the batch and the update
+        tokens, targets = sample_batch(generator)
+        for group in optimizer.param_groups:
+            group["lr"] = train_config.lr_at(step - 1)
+        logits, _ = model(tokens.to(device))
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if train_config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
+        optimizer.step()
+        loss_value = loss.item()  # also waits for the device
+        history.train_seconds += time.perf_counter() - start
+        history.steps.append(step)
+        history.loss.append(loss_value)
+        if step % eval_every == 0 or step == train_config.steps:
+            run_eval(step)
+            if history.eval_metrics and target_metric:
+                bar.set_postfix(loss=f"{loss_value:.3f}",
+                                **{target_metric: f"{history.eval_metrics[-1][target_metric]:.3f}"})
+            if stop_at_target and history.steps_to_target is not None:
+                break
+    bar.close()
+    model.eval()
+    return history
+
+
+# -- induction ------------------------------------------------------------------------
+INDUCTION_TASK = InductionTask()
+AGREEMENT_TASK = AgreementTask()
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_induction_eval(task: InductionTask, batch_size: int, seed: int, heldout: bool) -> InductionBatch:
+    return task.eval_batch(batch_size, seed, heldout=heldout)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_agreement_eval(task: AgreementTask, batch_size: int, seed: int) -> AgreementBatch:
+    return task.eval_batch(batch_size, seed)
+
+
+def induction_model_config(**overrides) -> ModelConfig:
+    """The course's induction model: 2 layers, attention only, d=64, 4 heads."""
+    base = dict(vocab_size=INDUCTION_TASK.vocab_size, max_len=INDUCTION_TASK.seq_len,
+                d_model=64, num_heads=4, num_layers=2, mlp=False)
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+def agreement_model_config(**overrides) -> ModelConfig:
+    """The course's agreement model: 2 layers with an MLP, d=64, 4 heads."""
+    base = dict(vocab_size=AGREEMENT_TASK.vocab_size, max_len=AGREEMENT_TASK.max_len,
+                d_model=64, num_heads=4, num_layers=2, mlp=True)
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+@torch.no_grad()
+def evaluate_induction(
+    model: TinyTransformer, task: InductionTask = INDUCTION_TASK, *, batch_size: int = 512, seed: int = 1234
+) -> dict[str, float]:
+    """Induction accuracy on a fixed batch of held-out periods (``heldout``) and of
+    training periods (``train_periods``), plus one entry per held-out period."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    result = {}
+    for name, heldout in (("heldout", True), ("train_periods", False)):
+        batch = _cached_induction_eval(task, batch_size, seed, heldout)
+        logits, _ = model(batch.tokens.to(device))
+        result[name] = induction_accuracy(logits, batch)
+        if heldout:
+            for p in task.heldout_periods:
+                keep = batch.periods == p
+                sub = InductionBatch(batch.tokens[keep], batch.periods[keep], batch.scored[keep])
+                result[f"period_{p}"] = induction_accuracy(logits[keep.to(device)], sub)
+    model.train(was_training)
+    return result
+
+
+def train_induction(
+    config: ModelConfig | None = None,
+    steps: int = 600,
+    seed: int = 0,
+    *,
+    task: InductionTask = INDUCTION_TASK,
+    lr: float = 1e-2,
+    batch_size: int = 64,
+    eval_every: int = 25,
+    stop_at_target: bool = False,
+    target: float = 0.9,
+    progress: bool = True,
+    device: str | torch.device | None = None,
+    num_threads: int | None = 1,
+) -> tuple[TinyTransformer, History]:
+    """Train an attention-only model to copy repeated sequences (induction heads).
+
+    Returns ``(model in eval mode, history)``; ``history.eval_metrics`` holds the
+    held-out-period accuracy every ``eval_every`` steps.
+    """
+    config = config or induction_model_config()
+    if config.vocab_size != task.vocab_size or config.max_len < task.seq_len:
+        raise ValueError(
+            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the task "
+            f"(vocab_size={task.vocab_size}, seq_len={task.seq_len})"
+        )
+    device = pick_device(None if device is None else str(device))
+    model = _build_model(config, seed, device)
+    train_config = TrainConfig(steps=steps, lr=lr)
+
+    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = task.sample(batch_size, generator)
+        return batch.tokens, batch.targets
+
+    history = train_model(
+        model, sample, train_config, seed=seed, evaluate=lambda m: evaluate_induction(m, task),
+        eval_every=eval_every, target_metric="heldout", target=target,
+        stop_at_target=stop_at_target, progress=progress, task="induction", num_threads=num_threads,
+    )
+    return model, history
+
+
+# -- agreement ------------------------------------------------------------------------
+@torch.no_grad()
+def evaluate_agreement(
+    model: TinyTransformer, task: AgreementTask = AGREEMENT_TASK, *, batch_size: int = 2000, seed: int = 4321
+) -> dict[str, float]:
+    """Agreement accuracy on a fixed evaluation set: overall, with/without attractors,
+    per template."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    batch = _cached_agreement_eval(task, batch_size, seed)
+    logits, _ = model(batch.tokens.to(device))
+    model.train(was_training)
+    return agreement_accuracy(logits, batch)
+
+
+def train_agreement(
+    config: ModelConfig | None = None,
+    steps: int = 500,
+    seed: int = 0,
+    *,
+    task: AgreementTask = AGREEMENT_TASK,
+    lr: float = 1e-2,
+    batch_size: int = 64,
+    eval_every: int = 50,
+    stop_at_target: bool = False,
+    target: float = 0.99,
+    progress: bool = True,
+    device: str | torch.device | None = None,
+    num_threads: int | None = 1,
+) -> tuple[TinyTransformer, History]:
+    """Train a model with MLPs on the agreement grammar (language-model loss on every word).
+
+    ``history.eval_metrics`` holds agreement accuracy (``all``, ``attractor``,
+    ``no_attractor``, per template) every ``eval_every`` steps.
+    """
+    config = config or agreement_model_config()
+    if config.vocab_size != task.vocab_size or config.max_len < task.max_len:
+        raise ValueError(
+            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the task "
+            f"(vocab_size={task.vocab_size}, max_len={task.max_len})"
+        )
+    device = pick_device(None if device is None else str(device))
+    model = _build_model(config, seed, device)
+    train_config = TrainConfig(steps=steps, lr=lr)
+
+    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = task.sample(batch_size, generator)
+        return batch.tokens, batch.targets
+
+    history = train_model(
+        model, sample, train_config, seed=seed, evaluate=lambda m: evaluate_agreement(m, task),
+        eval_every=eval_every, target_metric="all", target=target,
+        stop_at_target=stop_at_target, progress=progress, task="agreement", num_threads=num_threads,
+    )
+    return model, history
+
+
+TRAINERS = {"induction": train_induction, "agreement": train_agreement}
+DEFAULT_STEPS = {"induction": 600, "agreement": 500}
+
+
+def _headline(task: str, metrics: dict[str, float]) -> str:
+    if task == "induction":
+        return (f"held-out-period accuracy {metrics['heldout']:.4f}, "
+                f"training periods {metrics['train_periods']:.4f}")
+    return (f"agreement accuracy {metrics['all']:.4f} (with attractors {metrics['attractor']:.4f}, "
+            f"without {metrics['no_attractor']:.4f})")
+
+
+def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
+    from .checkpoint import save_checkpoint
+
+    trainer = TRAINERS[args.task]
+    steps = args.steps or DEFAULT_STEPS[args.task]
+    model, history = trainer(steps=steps, seed=args.seed, lr=args.lr, batch_size=args.batch_size,
+                             progress=not args.no_progress, device=args.device)
+    metrics = history.final_metrics
+    reached = (f"{history.target_metric} >= {history.target} at step {history.steps_to_target} "
+               f"({history.seconds_to_target:.2f} s)" if history.steps_to_target else
+               f"{history.target_metric} never reached {history.target}")
+    print(f"{args.task}: {steps} steps in {history.train_seconds:.2f} s on {history.device}; {reached}")
+    print(_headline(args.task, metrics))
+    if args.out:
+        command = shlex.join(["python", "-m", "course_utils.train", *argv])
+        training = {"seed": args.seed, "steps": steps, "lr": args.lr, "batch_size": args.batch_size,
+                    "steps_to_target": history.steps_to_target, "target_metric": history.target_metric,
+                    "target": history.target, "train_seconds": round(history.train_seconds, 2),
+                    "device": history.device}
+        path = save_checkpoint(model, args.out, task=args.task, metrics=metrics, command=command,
+                               training=training)
+        print(f"wrote {path.with_suffix('.safetensors').name} and {path.name} to {path.parent}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m course_utils.train induction|agreement [--seed S] [--steps N] [--out PATH]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m course_utils.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("task", choices=sorted(TRAINERS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None, help="default: induction 600, agreement 500")
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    parser.add_argument("--out", default=None, help="checkpoint path stem, e.g. data/checkpoints/induction")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    args = parser.parse_args(argv)
+    _main_train(args, argv)
+
+
+# -- benchmark: python -m course_utils.bench train ------------------------------------------
+def bench_training(
+    seeds: tuple[int, ...] = (0, 1, 2),
+    *,
+    induction_max_steps: int = 400,
+    agreement_steps: int = 500,
+    device: str = "cpu",
+    progress: bool = False,
+) -> list[dict[str, float | int | None]]:
+    """One row per seed: seconds and steps until held-out induction accuracy >= 0.9
+    (evaluated every 10 steps, training stops there, ``induction_heldout_acc`` is the
+    accuracy at that point), and for agreement the steps and seconds to 0.99 (evaluated
+    every 50 steps) and the accuracy after ``agreement_steps`` steps. Seconds count
+    making batches and optimiser steps, not evaluations."""
+    rows = []
+    for seed in seeds:
+        _, ind = train_induction(steps=induction_max_steps, seed=seed, eval_every=10, stop_at_target=True,
+                                 progress=progress, device=device)
+        _, agr = train_agreement(steps=agreement_steps, seed=seed, eval_every=50, progress=progress,
+                                 device=device)
+        rows.append({
+            "seed": seed,
+            "induction_steps_to_0.9": ind.steps_to_target,
+            "induction_seconds_to_0.9": ind.seconds_to_target,
+            "induction_heldout_acc": ind.final_metrics["heldout"],
+            "agreement_steps_to_0.99": agr.steps_to_target,
+            "agreement_seconds_to_0.99": agr.seconds_to_target,
+            "agreement_seconds": agr.train_seconds,
+            "agreement_acc": agr.final_metrics["all"],
+            "agreement_acc_attractor": agr.final_metrics["attractor"],
+        })
+    return rows
+
+
+def format_training_table(rows: list[dict]) -> str:
+    """Rows of :func:`bench_training` plus their median, as an aligned text table.
+
+    Columns whose name contains ``acc`` get 4 decimals, other floats 2; ``None`` (target
+    never reached) prints as ``never``, and so does a median over it."""
+    columns = list(rows[0])
+
+    def cell(column: str, value) -> str:
+        if value is None:
+            return "never"
+        if isinstance(value, float):
+            return f"{value:.4f}" if "acc" in column else f"{value:.2f}"
+        return str(value)
+
+    table = [[cell(c, r[c]) for c in columns] for r in rows]
+    medians = []
+    for c in columns[1:]:
+        values = [r[c] for r in rows]
+        medians.append("never" if any(v is None for v in values) else cell(c, statistics.median(values)))
+    table.append(["median", *medians])
+    widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in table]
+    return "\n".join(lines)
+
+
+def _main_bench(args: argparse.Namespace) -> None:
+    print(f"torch {torch.__version__}, training on {args.device} with 1 CPU thread; "
+          f"seconds exclude evaluation")
+    print("induction: 2-layer attention-only, d=64, 4 heads, batch 64, lr 1e-2; accuracy on periods "
+          f"{INDUCTION_TASK.heldout_periods} (never trained on), evaluated every 10 steps")
+    print(f"agreement: 2-layer with MLP, d=64, 4 heads, batch 64, lr 1e-2, {args.agreement_steps} steps\n")
+    rows = bench_training(tuple(args.seeds), induction_max_steps=args.induction_max_steps,
+                          agreement_steps=args.agreement_steps, device=args.device)
+    print(format_training_table(rows))
+
+
+def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``train`` with ``python -m course_utils.bench``."""
+    p = subparsers.add_parser("train", help="seconds and steps to train induction heads; agreement accuracy")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--induction-max-steps", type=int, default=400)
+    p.add_argument("--agreement-steps", type=int, default=500)
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(run=_main_bench)
+
+
+if __name__ == "__main__":
+    main()

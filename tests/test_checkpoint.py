@@ -1,0 +1,179 @@
+"""Checkpoints: a round trip is exact; damaged or mismatched files are refused by name;
+the shipped checkpoints still score what their sidecars record."""
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import course_utils
+from course_utils.checkpoint import (
+    CHECKPOINT_DIR,
+    CheckpointError,
+    available_checkpoints,
+    checkpoint_paths,
+    load_checkpoint,
+    save_checkpoint,
+    sha256_of,
+)
+from course_utils.model import ModelConfig, TinyTransformer
+from course_utils.train import evaluate_agreement, evaluate_induction
+
+SHIPPED = {"induction": (evaluate_induction, False), "agreement": (evaluate_agreement, True)}
+
+
+@pytest.fixture
+def saved(tmp_path):
+    torch.manual_seed(0)
+    model = TinyTransformer(ModelConfig(vocab_size=12, max_len=8, d_model=16, num_heads=2, mlp=True)).eval()
+    meta_path = save_checkpoint(model, tmp_path / "toy", task="toy", metrics={"acc": 0.5},
+                                command="python make_toy.py")
+    return model, tmp_path / "toy", meta_path
+
+
+def test_round_trip_gives_the_same_model(saved):
+    model, stem, meta_path = saved
+    loaded, meta = load_checkpoint(stem)
+    tokens = torch.randint(0, 12, (2, 8))
+    torch.testing.assert_close(loaded(tokens)[0], model(tokens)[0], rtol=0, atol=0)
+    assert meta["config"] == model.config.to_dict() and meta["metrics"] == {"acc": 0.5}
+    assert meta["command"] == "python make_toy.py"
+    assert meta["sha256"] == sha256_of(stem.with_suffix(".safetensors"))
+    assert not loaded.training
+    # the same checkpoint by either file name
+    for path in (meta_path, stem.with_suffix(".safetensors")):
+        assert load_checkpoint(path)[1] == meta
+
+
+def test_a_corrupted_byte_is_caught_by_the_checksum(saved):
+    _, stem, _ = saved
+    weights = stem.with_suffix(".safetensors")
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0xFF  # flip one byte inside the tensor data
+    weights.write_bytes(bytes(data))
+    expected = json.loads(stem.with_suffix(".json").read_text())["sha256"]
+    with pytest.raises(CheckpointError, match=f"corrupted: expected sha256 {expected}, found [0-9a-f]{{64}}"):
+        load_checkpoint(stem)
+
+
+def test_a_truncated_file_is_refused_with_both_sizes(saved):
+    _, stem, _ = saved
+    weights = stem.with_suffix(".safetensors")
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[: size // 2])
+    with pytest.raises(CheckpointError, match=f"truncated: expected {size} bytes, found {size // 2}"):
+        load_checkpoint(stem)
+
+
+def test_a_sidecar_whose_config_disagrees_with_the_weights_is_refused(saved):
+    _, stem, meta_path = saved
+    meta = json.loads(meta_path.read_text())
+    meta["config"]["d_model"] = 32
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="disagree on the config: d_model: expected 16, found 32"):
+        load_checkpoint(stem)
+
+
+def test_an_unexpected_config_is_refused(saved):
+    _, stem, _ = saved
+    wanted = ModelConfig(vocab_size=12, max_len=8, d_model=16, num_heads=4, mlp=True)
+    with pytest.raises(CheckpointError, match="num_heads: expected 4, found 2"):
+        load_checkpoint(stem, expected_config=wanted)
+
+
+def test_weights_that_do_not_fit_their_config_are_refused(tmp_path):
+    """Consistent sidecar and header, but tensors of another shape (a hand-made file)."""
+    from safetensors.torch import save_file
+
+    config = ModelConfig(vocab_size=12, max_len=8, d_model=16, num_heads=2)
+    model = TinyTransformer(config)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+    tensors["unembed.weight"] = torch.zeros(13, 16)
+    weights = tmp_path / "odd.safetensors"
+    save_file(tensors, str(weights), metadata={"format": "course_utils.checkpoint/1",
+                                                "config": json.dumps(config.to_dict(), sort_keys=True)})
+    meta = {"format": "course_utils.checkpoint/1", "task": "toy", "config": config.to_dict(), "metrics": {},
+            "command": "", "size_bytes": weights.stat().st_size, "sha256": sha256_of(weights)}
+    (tmp_path / "odd.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"unembed.weight: expected shape \(12, 16\), found \(13, 16\)"):
+        load_checkpoint(tmp_path / "odd")
+
+
+def test_missing_files_are_named(saved, tmp_path):
+    _, stem, _ = saved
+    message = r"no checkpoint sidecar nothing.json .*available there: \['toy'\]"
+    with pytest.raises(FileNotFoundError, match=message):
+        load_checkpoint(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="available there"):
+        load_checkpoint("no_such_checkpoint")
+    stem.with_suffix(".safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="weights .*toy.safetensors are missing"):
+        load_checkpoint(stem)
+
+
+def test_broken_sidecars_are_refused(saved):
+    _, stem, meta_path = saved
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_checkpoint(stem)
+    meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "sha256"}))
+    with pytest.raises(CheckpointError, match=r"lacks the keys \['sha256'\]"):
+        load_checkpoint(stem)
+    meta_path.write_text(json.dumps({**meta, "format": "pickle"}))
+    with pytest.raises(CheckpointError, match="expected format"):
+        load_checkpoint(stem)
+
+
+def test_names_resolve_to_the_checkpoint_folder():
+    weights, sidecar = checkpoint_paths("induction")
+    assert weights == CHECKPOINT_DIR / "induction.safetensors"
+    assert sidecar == CHECKPOINT_DIR / "induction.json"
+    with pytest.raises(TypeError, match="str or Path"):
+        checkpoint_paths(3)
+
+
+def test_nothing_in_the_package_unpickles():
+    package = Path(course_utils.__file__).parent
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            is_torch = isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "torch"
+            if is_torch and node.attr == "load":
+                pytest.fail(f"{path.name} calls torch.load")
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                assert "pickle" not in names, f"{path.name} imports pickle"
+
+
+# -- the shipped checkpoints ----------------------------------------------------------
+def test_both_checkpoints_are_shipped_small():
+    assert {"induction", "agreement"} <= set(available_checkpoints())
+    for name in SHIPPED:
+        weights, _ = checkpoint_paths(name)
+        assert weights.stat().st_size < 1_000_000
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_shipped_checkpoint_scores_its_recorded_metrics(name):
+    evaluate, has_mlp = SHIPPED[name]
+    model, meta = load_checkpoint(name)
+    assert meta["task"] == name and model.config.mlp is has_mlp
+    assert meta["command"].startswith(f"python -m course_utils.train {name} --seed ")
+    assert f"--out data/checkpoints/{name}" in meta["command"]
+    metrics = evaluate(model)  # fixed evaluation set from a fixed seed
+    assert set(metrics) == set(meta["metrics"])
+    for key, recorded in meta["metrics"].items():
+        assert metrics[key] == pytest.approx(recorded, abs=1e-3), key
+    headline = "heldout" if name == "induction" else "attractor"
+    assert metrics[headline] >= 0.99
+
+
+def test_a_copied_checkpoint_loads_from_any_folder(tmp_path):
+    for suffix in (".safetensors", ".json"):
+        shutil.copy(CHECKPOINT_DIR / f"induction{suffix}", tmp_path / f"copy{suffix}")
+    model, _ = load_checkpoint(tmp_path / "copy")
+    assert model.config.num_layers == 2

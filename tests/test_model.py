@@ -1,0 +1,234 @@
+"""The tiny transformer: shapes, causality, head gates, the KV cache, and input checks."""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from course_utils import MultiHeadAttention
+from course_utils.model import KVCache, ModelConfig, TinyTransformer, count_parameters
+
+
+def make_model(mlp: bool = False, seed: int = 0, **overrides) -> TinyTransformer:
+    torch.manual_seed(seed)
+    config = ModelConfig(**{"vocab_size": 20, "max_len": 16, "d_model": 32, "num_heads": 4, "mlp": mlp,
+                            **overrides})
+    return TinyTransformer(config).eval()
+
+
+def random_tokens(B=3, T=12, V=20, seed=1):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("mlp", [False, True])
+def test_forward_shapes_and_attention_rows(mlp):
+    model = make_model(mlp)
+    tokens = random_tokens()
+    logits, attention = model(tokens, return_attention=True)
+    assert logits.shape == (3, 12, 20)
+    assert len(attention) == 2
+    for weights in attention:
+        assert weights.shape == (3, 4, 12, 12)  # (B, h, T, T)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 12))
+        assert (weights.triu(diagonal=1) == 0).all(), "a query attended to a later key"
+    _, none = model(tokens)
+    assert none is None
+
+
+def test_fused_and_explicit_paths_agree():
+    model = make_model(mlp=True)
+    tokens = random_tokens()
+    fused, _ = model(tokens)
+    explicit, _ = model(tokens, return_attention=True)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+
+
+def test_logits_do_not_depend_on_later_tokens():
+    model = make_model()
+    tokens = random_tokens(B=1)
+    changed = tokens.clone()
+    changed[0, 8:] = (changed[0, 8:] + 1) % 20
+    a, _ = model(tokens)
+    b, _ = model(changed)
+    torch.testing.assert_close(a[:, :8], b[:, :8])
+    assert not torch.allclose(a[:, 8:], b[:, 8:])
+
+
+def test_blocks_use_the_course_attention_module_and_its_weights():
+    model = make_model()
+    tokens = random_tokens()
+    _, attention = model(tokens, return_attention=True)
+    block = model.blocks[0]
+    assert isinstance(block.attn, MultiHeadAttention)
+    x = model.token_embedding(tokens) + model.position_embedding(torch.arange(12))
+    _, expected = block.attn(block.ln_attn(x), is_causal=True, need_weights=True)
+    torch.testing.assert_close(attention[0], expected)
+
+
+def test_all_ones_head_mask_changes_nothing():
+    model = make_model(mlp=True)
+    tokens = random_tokens()
+    torch.testing.assert_close(model(tokens, head_mask=torch.ones(2, 4))[0], model(tokens)[0])
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_gating_every_head_of_a_layer_equals_removing_its_output(layer):
+    model = make_model()
+    tokens = random_tokens()
+    gates = torch.ones(2, 4)
+    gates[layer] = 0.0
+    gated, _ = model(tokens, head_mask=gates)
+    silenced = copy.deepcopy(model)
+    with torch.no_grad():
+        silenced.blocks[layer].attn.out_proj.weight.zero_()  # only the bias of W_O remains
+    torch.testing.assert_close(gated, silenced(tokens)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_gating_one_head_equals_zeroing_its_slice_of_w_o():
+    model = make_model()
+    tokens = random_tokens()
+    gates = torch.ones(2, 4)
+    gates[1, 2] = 0.0
+    gated, _ = model(tokens, head_mask=gates)
+    edited = copy.deepcopy(model)
+    dk = 32 // 4
+    with torch.no_grad():
+        edited.blocks[1].attn.out_proj.weight[:, 2 * dk:3 * dk] = 0  # head 2's columns of W_O
+    torch.testing.assert_close(gated, edited(tokens)[0], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(gated, model(tokens)[0])
+
+
+@pytest.mark.parametrize("mlp", [False, True])
+def test_kv_cache_one_token_at_a_time_equals_full_forward(mlp):
+    model = make_model(mlp)
+    tokens = random_tokens(T=16)
+    full, _ = model(tokens)
+    cache, pieces = None, []
+    for t in range(16):
+        logits, cache = model.forward_with_cache(tokens[:, t:t + 1], cache)
+        pieces.append(logits)
+    assert isinstance(cache, KVCache) and cache.length == 16 and cache.batch_size == 3
+    assert cache.num_bytes() == 2 * 2 * 3 * 16 * 32 * 4  # layers * (k, v) * B * T * d * fp32
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_kv_cache_prompt_then_steps_with_head_mask():
+    model = make_model(mlp=True)
+    tokens = random_tokens(T=10)
+    gates = torch.tensor([[1.0, 0.0, 1.0, 0.5], [0.0, 1.0, 1.0, 1.0]])
+    full, _ = model(tokens, head_mask=gates)
+    logits, cache = model.forward_with_cache(tokens[:, :6], head_mask=gates)
+    rest = [logits]
+    for t in range(6, 10):
+        step, cache = model.forward_with_cache(tokens[:, t:t + 1], cache, head_mask=gates)
+        rest.append(step)
+    torch.testing.assert_close(torch.cat(rest, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_the_cache_is_not_modified_in_place():
+    model = make_model()
+    tokens = random_tokens(T=4)
+    _, cache = model.forward_with_cache(tokens[:, :3])
+    a, _ = model.forward_with_cache(tokens[:, 3:4], cache)
+    b, _ = model.forward_with_cache(tokens[:, 3:4], cache)
+    assert cache.length == 3
+    torch.testing.assert_close(a, b)
+
+
+def test_generate_with_and_without_cache_agree():
+    model = make_model(mlp=True)
+    prompt = random_tokens(B=2, T=5)
+    with_cache = model.generate(prompt, 8)
+    without = model.generate(prompt, 8, use_cache=False)
+    assert with_cache.shape == (2, 13)
+    assert torch.equal(with_cache, without)
+    assert torch.equal(with_cache[:, :5], prompt)
+
+
+def test_cache_errors():
+    model = make_model()
+    tokens = random_tokens(T=10)
+    _, cache = model.forward_with_cache(tokens)
+    with pytest.raises(ValueError, match="exceed max_len=16"):
+        model.forward_with_cache(random_tokens(T=7), cache)
+    with pytest.raises(ValueError, match="batch size 3"):
+        model.forward_with_cache(random_tokens(B=2, T=1), cache)
+    with pytest.raises(TypeError, match="KVCache"):
+        model.forward_with_cache(random_tokens(T=1), cache={"k": 1})
+    with pytest.raises(ValueError, match="exceed max_len"):
+        model.generate(tokens, 7)
+
+
+@pytest.mark.parametrize(
+    "tokens, error, message",
+    [
+        (torch.zeros(2, 5), TypeError, "dtype torch.long"),
+        ([[1, 2, 3]], TypeError, "torch.Tensor"),
+        (torch.zeros(5, dtype=torch.long), ValueError, r"2-D \(B, T\).*unsqueeze"),
+        (torch.zeros(2, 3, 4, dtype=torch.long), ValueError, "2-D"),
+        (torch.full((2, 5), 20), ValueError, r"\[0, vocab_size=20\).*max 20"),
+        (torch.full((2, 5), -1), ValueError, "min -1"),
+        (torch.zeros(2, 17, dtype=torch.long), ValueError, "17 tokens exceed max_len=16"),
+        (torch.zeros(2, 0, dtype=torch.long), ValueError, "at least one token"),
+    ],
+)
+def test_bad_tokens_are_refused(tokens, error, message):
+    with pytest.raises(error, match=message):
+        make_model()(tokens)
+
+
+@pytest.mark.parametrize(
+    "head_mask, error, message",
+    [
+        (torch.ones(4, 2), ValueError, r"\(num_layers, num_heads\) = \(2, 4\), got \(4, 2\)"),
+        (torch.ones(4), ValueError, r"\(2, 4\), got \(4\)"),
+        (torch.ones(1, 2, 4), ValueError, r"got \(1, 2, 4\)"),
+        (torch.ones(2, 4, dtype=torch.long), TypeError, "float tensor of gates"),
+        (torch.ones(2, 4, dtype=torch.bool), TypeError, "float tensor of gates"),
+        ([[1, 1, 1, 1]] * 2, TypeError, "torch.Tensor"),
+    ],
+)
+def test_bad_head_masks_are_refused(head_mask, error, message):
+    with pytest.raises(error, match=message):
+        make_model()(random_tokens(), head_mask=head_mask)
+
+
+def test_config_round_trips_through_json():
+    config = ModelConfig(vocab_size=10, max_len=8, mlp=True, d_mlp=48)
+    again = ModelConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config
+    assert config.mlp_width == 48 and ModelConfig(vocab_size=10, max_len=8).mlp_width == 256
+    with pytest.raises(ValueError, match="unknown ModelConfig keys"):
+        ModelConfig.from_dict({**config.to_dict(), "dropout": 0.1})
+    with pytest.raises(ValueError, match="missing required keys"):
+        ModelConfig.from_dict({"d_model": 64})
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"d_model": 30, "num_heads": 4}, ValueError, "not divisible"),
+        ({"vocab_size": 0}, ValueError, "vocab_size must be positive"),
+        ({"max_len": 8.0}, TypeError, "max_len must be an int"),
+        ({"num_layers": True}, TypeError, "num_layers must be an int"),
+        ({"mlp": 1}, TypeError, "mlp must be a bool"),
+        ({"d_mlp": 0}, ValueError, "d_mlp"),
+    ],
+)
+def test_bad_configs_are_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        ModelConfig(**{"vocab_size": 10, "max_len": 8, **kwargs})
+    with pytest.raises(TypeError, match="ModelConfig"):
+        TinyTransformer({"vocab_size": 10, "max_len": 8})
+
+
+def test_parameter_count_matches_the_formula():
+    d, V, T, L = 32, 20, 16, 2
+    attention_only = make_model()
+    per_block = 2 * d + (3 * d * d + 3 * d) + (d * d + d)  # LayerNorm, W_QKV, W_O (with biases)
+    expected = V * d + T * d + L * per_block + 2 * d + d * V
+    assert count_parameters(attention_only) == expected
+    with_mlp = make_model(mlp=True)
+    mlp = 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    assert count_parameters(with_mlp) == expected + L * mlp
