@@ -4,6 +4,7 @@ Masks everywhere use ``True`` = may attend (see :mod:`course_utils.masks`).
 """
 
 from .attention import LoopMultiHeadAttention, MultiHeadAttention, scaled_dot_product_attention
+from .checkpoint import load_checkpoint
 from .env import pick_device, seed_everything
 from .masks import (
     causal_mask,
@@ -11,6 +12,8 @@ from .masks import (
     to_torch_attn_mask,
     to_torch_key_padding_mask,
 )
+from .model import ModelConfig, TinyTransformer
+from .train import train_agreement, train_induction
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -22,6 +25,11 @@ __all__ = [
     "to_torch_key_padding_mask",
     "seed_everything",
     "pick_device",
+    "ModelConfig",
+    "TinyTransformer",
+    "load_checkpoint",
+    "train_induction",
+    "train_agreement",
 ]
 
 __version__ = "0.1.0"
