@@ -382,13 +382,20 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
     return pd.DataFrame(rows).set_index("h")
 
 
-def frame_to_text(frame: pd.DataFrame) -> str:
-    """A table as text, integers with thousands separators (for printed, checked output)."""
+def frame_to_text(frame: pd.DataFrame, decimals: int = 3) -> str:
+    """A table as text for printed, checked output: integers with thousands separators,
+    floats with ``decimals`` decimals (never ``-0.000``), booleans and strings as they are."""
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
+        raise ValueError(f"decimals must be an int >= 0, got {decimals!r}")
+
     def fmt(value: object) -> str:
         if isinstance(value, (bool, np.bool_)):
             return str(bool(value))
         if isinstance(value, numbers.Integral):
             return f"{int(value):,}"
+        if isinstance(value, numbers.Real):
+            rounded = round(float(value), decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
+            return f"{rounded:.{decimals}f}"
         return str(value)
 
     return frame.map(fmt).to_string()

@@ -424,8 +424,9 @@ def compare_with_article(example: WorkedExample) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def side_by_side(example: WorkedExample, step: str, decimals: int = 3) -> pd.DataFrame:
-    """The article's table, the exact one and their difference, next to each other."""
+def side_by_side(example: WorkedExample, step: str, decimals: int | None = 3) -> pd.DataFrame:
+    """The article's table, the exact one and their difference, next to each other,
+    rounded to ``decimals`` (None: unrounded, e.g. to format with ``shapes.frame_to_text``)."""
     if step not in example.article:
         raise KeyError(f"the article prints no table {step!r}; choose from {list(PRINTED_STEPS)}")
     printed = example.article[step]
@@ -433,4 +434,5 @@ def side_by_side(example: WorkedExample, step: str, decimals: int = 3) -> pd.Dat
     exact_frame = pd.DataFrame(exact.values, index=list(printed.rows), columns=list(printed.cols))
     article_frame = printed.frame(None)
     parts = {"article": article_frame, "exact": exact_frame, "article - exact": article_frame - exact_frame}
-    return pd.concat(parts, axis=1).round(decimals)
+    frame = pd.concat(parts, axis=1)
+    return frame if decimals is None else frame.round(decimals) + 0.0  # + 0.0 turns -0.0 into 0.0

@@ -3,6 +3,7 @@ multiply-add counts agree with real modules; bad sizes get clear errors."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -182,6 +183,17 @@ def test_cost_table_formula_equals_measured():
     assert (table["QK^T all heads"] == 2 * 10 * 10 * 64).all()
     assert list(table["QK^T per head"]) == [12800, 6400, 1600, 200]
     assert "12,800" in frame_to_text(table)
+
+
+def test_frame_to_text_formats_floats_without_negative_zero():
+    frame = pd.DataFrame({"x": [1.23456, -0.0001, -0.0, 2.5], "n": [1000, 2, 3, 4],
+                          "ok": [True, False, True, True]})
+    text = frame_to_text(frame)
+    assert "1.235" in text and "1,000" in text and "False" in text
+    assert "-0.000" not in text and text.count("0.000") == 2
+    assert "1.2346" in frame_to_text(frame, decimals=4)
+    with pytest.raises(ValueError, match="decimals must be an int >= 0"):
+        frame_to_text(frame, decimals=-1)
 
 
 @pytest.mark.parametrize(

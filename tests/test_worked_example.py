@@ -212,5 +212,8 @@ def test_cheap_expansion(example, steps):
 def test_side_by_side(example):
     frame = side_by_side(example, "A2")
     assert list(frame.columns.get_level_values(0).unique()) == ["article", "exact", "article - exact"]
+    assert not np.signbit(frame.to_numpy()[frame.to_numpy() == 0]).any()  # no -0.0 on display
+    raw = side_by_side(example, "A2", decimals=None)
+    assert raw.shape == frame.shape and (raw.round(3) + 0.0).equals(frame)
     with pytest.raises(KeyError, match="prints no table"):
         side_by_side(example, "S1")

@@ -56,23 +56,42 @@ def _softmax_unshifted(scores: np.ndarray) -> np.ndarray:
         return e / e.sum(axis=-1, keepdims=True)
 
 
+def _softmax_axis_1(scores: np.ndarray) -> np.ndarray:
+    e = np.exp(scores - scores.max(axis=1, keepdims=True))  # right for 2-D input only
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _softmax_min_shift(scores: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores - scores.min(axis=-1, keepdims=True))  # the largest entry can overflow
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax_global_max_shift(scores: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        e = np.exp(scores - scores.max())  # a row far below the global maximum underflows to 0
+        return e / e.sum(axis=-1, keepdims=True)
+
+
 def _softmax_whole_matrix(scores: np.ndarray) -> np.ndarray:
     e = np.exp(scores - scores.max())
     return e / e.sum()
 
 
 def _softmax_without_exp(scores: np.ndarray) -> np.ndarray:
-    return scores / scores.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return scores / scores.sum(axis=-1, keepdims=True)
 
 
 def _softmax_cases() -> list[Case]:
     rng = np.random.default_rng(2)
     example = load_worked_example()
     return [
-        Case((example.article["S2"].values.copy(),), label="the article's scores S^2 (3, 3)"),
+        Case((example.article["S2"].values.copy(),), label="a (3, 3) score matrix"),  # the article's S^2
         Case((rng.normal(size=(2, 4)),), label="a (2, 4) array"),
-        Case((np.array([[1000.0, 1001.0, 998.0], [-3.0, 0.5, 2.0]]),),
-             label="large scores [[1000, 1001, 998], [-3, 0.5, 2]]"),
+        Case((rng.normal(size=(2, 3, 4)),), label="a 3-D (2, 3, 4) array"),
+        Case((np.array([[1000.0, 1001.0, 998.0], [-3.0, 0.5, 2.0], [-1000.0, 0.0, 1000.0]]),),
+             label="large scores [[1000, 1001, 998], [-3, 0.5, 2], [-1000, 0, 1000]]"),
     ]
 
 
@@ -87,6 +106,18 @@ SOFTMAX_ROWS = Exercise(
                 "you get NaN on large scores: exp(1000) overflows to inf, and inf / inf is NaN.",
                 "subtract each row's maximum before exp; softmax does not change when you "
                 "shift a row by a constant.", _softmax_unshifted),
+        Mistake("axis_1", "right on 2-D arrays, wrong on the 3-D one: you used axis=1, which is "
+                "the last axis only when the array has two dims.",
+                "use axis=-1 (the last axis, whatever the number of dims).", _softmax_axis_1),
+        Mistake("min_shift", "you get NaN on the row [-1000, 0, 1000]: you shifted by the row "
+                "minimum, so the largest entry becomes exp(2000), which overflows.",
+                "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow.",
+                _softmax_min_shift),
+        Mistake("global_max_shift", "you get NaN on the row [-3, 0.5, 2]: you shifted by the maximum of "
+                "the whole array (1001), not of each row, so that row's exp() underflows to 0 and "
+                "you divide 0 by 0.",
+                "take the maximum per row: scores.max(axis=-1, keepdims=True).",
+                _softmax_global_max_shift),
         Mistake("whole_matrix", "the whole array sums to 1, not each row: you divided by the "
                 "sum of every entry.", "sum along the last axis only: e.sum(axis=-1, keepdims=True).",
                 _softmax_whole_matrix),
@@ -128,7 +159,7 @@ def _qk_cases() -> list[Case]:
     x, w_q, w_k, _ = _worked_example_head(1)
     g = torch.Generator().manual_seed(2)
     return [
-        Case((x @ w_q, x @ w_k), label="the worked example's head 2: Q^2, K^2 (3, 2)"),
+        Case((x @ w_q, x @ w_k), label="q, k (3, 2)"),  # head 2 of the worked example
         Case((torch.randn(3, 4, generator=g), torch.randn(5, 4, generator=g)),
              label="q (3, 4), k (5, 4)"),
         Case((torch.randn(2, 4, 8, generator=g), torch.randn(2, 6, 8, generator=g)),
@@ -187,6 +218,17 @@ def _causal_masked_with_zero(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), 0.0), dim=-1)
 
 
+def _causal_inverted_mask(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    allowed = _lower_triangle(q.shape[-2])
+    return torch.softmax(scores.masked_fill(allowed, float("-inf")), dim=-1)  # blocks what is allowed
+
+
+def _causal_no_scale(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, 1.0)
+    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf")), dim=-1)
+
+
 def _causal_diagonal_blocked(q: Tensor, k: Tensor) -> Tensor:
     scores = _scores(q, k, math.sqrt(q.shape[-1]))
     strict = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril(-1)
@@ -221,6 +263,16 @@ CAUSAL_ATTENTION_WEIGHTS = Exercise(
         Mistake("diagonal_blocked", "the first row is NaN: your mask also blocks each token from "
                 "itself, so token 0 has nothing to attend to.",
                 "keep the diagonal: tril() (not tril(-1)).", _causal_diagonal_blocked),
+        Mistake("inverted_mask", "you blocked the allowed keys and kept the blocked ones (the last row "
+                "is NaN): masked_fill(mask, ...) fills where the mask is True, and in this course True "
+                "means 'may attend'. (nn.MultiheadAttention uses the opposite convention, "
+                "True = blocked.)",
+                "fill where the mask is False: scores.masked_fill(~allowed, float('-inf')).",
+                _causal_inverted_mask),
+        Mistake("missing_scale", "the mask is right, but your weights are too peaked: the scores were "
+                "not divided by sqrt(d_k).",
+                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax.",
+                _causal_no_scale),
     ],
     hint="build a lower-triangular boolean (T, T) mask (True = may attend), fill the blocked "
     "scores with float('-inf'), and only then take the softmax over the last dim.",
@@ -263,13 +315,28 @@ def _single_head_no_scale(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> T
     return _weights_no_scale(q, k) @ v
 
 
+def _single_head_softmax_dim0(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=0) @ v
+
+
+def _single_head_scaled_by_d_model(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return torch.softmax(_scores(q, k, math.sqrt(x.shape[-1])), dim=-1) @ v
+
+
+def _single_head_causal(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return _causal_weights(q, k) @ v
+
+
 def _single_head_cases() -> list[Case]:
     # In every case d_v == T, so that `v @ weights` runs and the check can name it.
     x, w_q, w_k, w_v = _worked_example_head(0)
     g = torch.Generator().manual_seed(4)
     weights = [torch.randn(6, d, generator=g) / math.sqrt(6) for d in (2, 2, 4)]
     return [
-        Case((x, w_q, w_k, w_v), label="the worked example's head 1 (x (3, 6), d_k = 2, d_v = 3)"),
+        Case((x, w_q, w_k, w_v), label="x (3, 6), d_k = 2, d_v = 3"),  # head 1 of the worked example
         Case((torch.randn(2, 4, 6, generator=g), *weights), label="batched x (2, 4, 6), d_k = 2, d_v = 4"),
     ]
 
@@ -293,6 +360,17 @@ SINGLE_HEAD_ATTENTION = Exercise(
                 _single_head_values_first),
         Mistake("missing_scale", "your output matches attention without the 1/sqrt(d_k) scaling.",
                 "divide the scores by math.sqrt(d_k) before the softmax.", _single_head_no_scale),
+        Mistake("scaled_by_d_model", "you divided the scores by sqrt(d_model) (the width of x) instead of "
+                "sqrt(d_k) (the width of each query and key).",
+                "d_k = w_q.shape[-1] (or q.shape[-1] after the projection), not x.shape[-1].",
+                _single_head_scaled_by_d_model),
+        Mistake("softmax_dim0", "your softmax ran over dim=0 (the queries for one sentence, the batch for "
+                "a batch), not over the keys.",
+                "each query's weights must sum to 1 over the keys: torch.softmax(scores, dim=-1).",
+                _single_head_softmax_dim0),
+        Mistake("causal_mask_applied", "your output matches *causal* attention: this exercise asks for no "
+                "mask, so every query may attend to every key.",
+                "drop the mask: softmax(q k^T / sqrt(d_k)) over all keys.", _single_head_causal),
     ],
     hint="project x three times (queries, keys, values), compute the weights as in Exercise 2.2, "
     "then average the values with them.",

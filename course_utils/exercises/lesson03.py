@@ -241,7 +241,7 @@ def _score_one_head(seq_len: int, d_model: int, num_heads: int) -> int:
 
 
 def _score_flops(seq_len: int, d_model: int, num_heads: int) -> int:
-    return 2 * seq_len * seq_len * d_model
+    return 2 * seq_len * seq_len * d_model  # FLOPs of Q K^T, or MACs of Q K^T plus weights @ V
 
 
 def _score_linear_in_t(seq_len: int, d_model: int, num_heads: int) -> int:
@@ -271,10 +271,11 @@ SCORE_MACS = Exercise(
                 "you counted one head (T^2 * d_k): all h heads compute their own scores.",
                 "multiply the per-head cost by h.",
                 _score_one_head),
-        Mistake("counted_flops",
-                "you counted floating-point operations (2 per multiply-add); the exercise asks "
-                "for multiply-adds.",
-                "one multiply-add = one multiplication plus one addition; drop the factor 2.",
+        Mistake("twice_the_scores",
+                "you got 2 * T^2 * d_model, twice the answer. Either you counted FLOPs (2 per "
+                "multiply-add) or you added weights @ V (another T^2 * d_model) to the scores; "
+                "the exercise asks only for the multiply-adds of Q K^T.",
+                "count multiply-adds, not FLOPs, and count only the scores Q K^T, not weights @ V.",
                 _score_flops),
         Mistake("linear_in_length",
                 "the score matrix has T * T entries per head (every query meets every key): "
