@@ -1,0 +1,232 @@
+"""Checks for lesson 01 (why multiple heads).
+
+* 1.1 ``attend(scores, values)``: one softmax per query row, then the weighted average of
+  the values, ``(Tq, Tk), (Tk, dv) -> (Tq, dv)``
+* 1.2 ``head_scores(x, w_q, w_k, num_heads)``: one scaled score matrix per head from the
+  stacked projection weights, ``(T, d) -> (h, T, T)``
+* 1.3 ``relation_accuracy(logits, target, num_symbols)``: accuracy of each half of a
+  two-key lookup answer, ``(n, V*V), (n,) -> (2,)``
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .core import Case, Exercise, Mistake
+
+__all__ = [
+    "ATTEND",
+    "HEAD_SCORES",
+    "RELATION_ACCURACY",
+    "check_attend",
+    "check_head_scores",
+    "check_relation_accuracy",
+]
+
+
+# --- 1.1 one softmax, one blend -------------------------------------------------------
+def _attend(scores: Tensor, values: Tensor) -> Tensor:
+    return torch.softmax(scores, dim=-1) @ values  # (Tq, dv)
+
+
+def _attend_wrong_axis(scores: Tensor, values: Tensor) -> Tensor:
+    return torch.softmax(scores, dim=0) @ values
+
+
+def _attend_no_softmax(scores: Tensor, values: Tensor) -> Tensor:
+    return scores @ values
+
+
+def _attend_no_exp(scores: Tensor, values: Tensor) -> Tensor:
+    return (scores / scores.sum(dim=-1, keepdim=True)) @ values
+
+
+def _attend_ignores_scores(scores: Tensor, values: Tensor) -> Tensor:
+    return values.mean(dim=0, keepdim=True).expand(scores.shape[0], -1)
+
+
+def _attend_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(11)
+    return [
+        Case((torch.tensor([[2.0, 2.0, 0.0], [4.0, 0.0, 1.0]]),
+              torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])),
+             label="2 queries, 3 keys (query 0 scores keys 0 and 1 equally)"),
+        Case((torch.rand(3, 3, generator=g) * 3 + 0.1, torch.randn(3, 4, generator=g)),
+             label="random positive scores, 3 queries x 3 keys"),
+        Case((torch.rand(4, 5, generator=g) * 3 + 0.1, torch.randn(5, 2, generator=g)),
+             label="random positive scores, 4 queries x 5 keys"),
+    ]
+
+
+ATTEND = Exercise(
+    title="Exercise 1.1: one softmax, one blend",
+    reference=_attend,
+    make_cases=_attend_cases,
+    mistakes=[
+        Mistake("wrong_axis",
+                "your weights sum to 1 down each column (over the queries), not along each row: "
+                "the softmax ran over dim 0.",
+                "each query chooses among the keys: torch.softmax(scores, dim=-1).",
+                _attend_wrong_axis),
+        Mistake("no_softmax",
+                "you multiplied the raw scores by the values: without a softmax the weights are "
+                "not positive numbers that sum to 1, so the output is not an average.",
+                "turn each row of scores into weights first: torch.softmax(scores, dim=-1).",
+                _attend_no_softmax),
+        Mistake("no_exp",
+                "you divided each row of scores by its sum, without exponentiating first.",
+                "softmax is exp(s) / sum(exp(s)); torch.softmax does it (and is stable).",
+                _attend_no_exp),
+        Mistake("ignores_scores",
+                "every query got the plain mean of the values: the scores were not used.",
+                "the scores decide how much of each value a query takes: softmax(scores) @ values.",
+                _attend_ignores_scores),
+    ],
+    hint="turn each row of scores (one query) into weights that are positive and sum to 1, then "
+         "take the weighted average of the value rows: a (Tq, Tk) by (Tk, dv) product.",
+)
+check_attend = ATTEND.check
+
+
+# --- 1.2 one score matrix per head ------------------------------------------------------
+def _head_scores(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    T, d = x.shape
+    dk = d // num_heads
+    q = (x @ w_q.T).view(T, num_heads, dk).transpose(0, 1)  # (h, T, dk)
+    k = (x @ w_k.T).view(T, num_heads, dk).transpose(0, 1)  # (h, T, dk)
+    return q @ k.transpose(-2, -1) / math.sqrt(dk)  # (h, T, T)
+
+
+def _head_scores_columns(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    d = x.shape[1]
+    dk = d // num_heads
+    out = []
+    for i in range(num_heads):
+        cols = slice(i * dk, (i + 1) * dk)
+        out.append((x @ w_q[:, cols]) @ (x @ w_k[:, cols]).T / math.sqrt(dk))
+    return torch.stack(out)
+
+
+def _head_scores_one_big_head(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    d = x.shape[1]
+    full = (x @ w_q.T) @ (x @ w_k.T).T / math.sqrt(d)  # (T, T): one score matrix
+    return full.expand(num_heads, -1, -1)
+
+
+def _head_scores_sqrt_d_model(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    dk = x.shape[1] // num_heads
+    return _head_scores(x, w_q, w_k, num_heads) * math.sqrt(dk) / math.sqrt(x.shape[1])
+
+
+def _head_scores_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(12)
+    cases = []
+    for T, d, h in ((4, 6, 2), (5, 8, 4), (3, 6, 3)):
+        x, w_q, w_k = (torch.randn(T, d, generator=g), torch.randn(d, d, generator=g),
+                       torch.randn(d, d, generator=g))
+        cases.append(Case((x, w_q, w_k, h), label=f"x of shape ({T}, {d}), num_heads = {h}"))
+    return cases
+
+
+HEAD_SCORES = Exercise(
+    title="Exercise 1.2: one score matrix per head",
+    reference=_head_scores,
+    make_cases=_head_scores_cases,
+    mistakes=[
+        Mistake("column_slices",
+                "you sliced the columns of w_q and w_k and used them as (d_in, d_out) matrices; "
+                "in nn.Linear's layout a weight is (d_out, d_in), so head i owns ROWS "
+                "i*dk:(i+1)*dk, and q = x @ w_q.T.",
+                "compute q = x @ w_q.T (shape (T, d)), then split its last dim into heads.",
+                _head_scores_columns),
+        Mistake("one_big_head",
+                "all your heads hold the same matrix, the full-width score x W_Q^T (x W_K^T)^T / "
+                "sqrt(d): that is one huge head copied h times, not h heads.",
+                "split q and k into h slices of width dk = d // h and compare slice i with "
+                "slice i only.",
+                _head_scores_one_big_head),
+        Mistake("sqrt_d_model",
+                "the pattern is right but the scores are too small: you divided by sqrt(d_model) "
+                "instead of sqrt(dk), the width of one head.",
+                "each head compares vectors of length dk = d // num_heads: divide by sqrt(dk).",
+                _head_scores_sqrt_d_model),
+    ],
+    hint="project with the full weights, split the last dim into (h, dk), bring h to the front, "
+         "then compare each head's queries with its own keys and divide by sqrt(dk).",
+)
+check_head_scores = HEAD_SCORES.check
+
+
+# --- 1.3 accuracy of each relation ------------------------------------------------------
+def _relation_accuracy(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    predicted = logits.argmax(dim=-1)  # (n,)
+    right_a = predicted // num_symbols == target // num_symbols
+    right_b = predicted % num_symbols == target % num_symbols
+    return torch.stack([right_a.double().mean(), right_b.double().mean()])  # (2,)
+
+
+def _relation_accuracy_swapped(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    return _relation_accuracy(logits, target, num_symbols).flip(0)
+
+
+def _relation_accuracy_whole_answer(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    whole = (logits.argmax(dim=-1) == target).double().mean()
+    return torch.stack([whole, whole])
+
+
+def _relation_accuracy_mixed_decoding(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    predicted = logits.argmax(dim=-1)
+    right_a = predicted % num_symbols == target // num_symbols
+    right_b = predicted // num_symbols == target % num_symbols
+    return torch.stack([right_a.double().mean(), right_b.double().mean()])
+
+
+def _relation_case(pred_pairs: list[tuple[int, int]], true_pairs: list[tuple[int, int]], V: int,
+                   seed: int, label: str) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    n = len(pred_pairs)
+    logits = torch.randn(n, V * V, generator=g)  # (n, V*V)
+    predicted = torch.tensor([a * V + b for a, b in pred_pairs])
+    logits[torch.arange(n), predicted] += 10.0  # argmax = the intended prediction
+    target = torch.tensor([a * V + b for a, b in true_pairs])
+    return Case((logits, target, V), label=label)
+
+
+def _relation_cases() -> list[Case]:
+    return [
+        _relation_case([(0, 1), (2, 2), (1, 0), (2, 1)], [(0, 1), (2, 0), (1, 2), (0, 1)], 3, 21,
+                       "4 answers, V = 3"),
+        _relation_case([(3, 1), (0, 2), (1, 1), (2, 3), (0, 0)],
+                       [(3, 1), (0, 1), (1, 0), (2, 2), (3, 0)], 4, 22, "5 answers, V = 4"),
+    ]
+
+
+RELATION_ACCURACY = Exercise(
+    title="Exercise 1.3: accuracy of each relation",
+    reference=_relation_accuracy,
+    make_cases=_relation_cases,
+    mistakes=[
+        Mistake("swapped",
+                "your two numbers are in the wrong order: class = a * V + b, so a = class // V "
+                "and b = class % V.",
+                "return [accuracy of a, accuracy of b], with a = class // V.",
+                _relation_accuracy_swapped),
+        Mistake("whole_answer",
+                "both numbers are the accuracy of the whole answer (a and b both right); each "
+                "relation should be scored on its own.",
+                "decode a = class // V and b = class % V for predictions and targets, then "
+                "compare a with a and b with b.",
+                _relation_accuracy_whole_answer),
+        Mistake("mixed_decoding",
+                "you decoded predictions and targets in opposite ways (// for one, % for the "
+                "other), so you compared a's symbol with b's.",
+                "use the same rule for both: a = class // V, b = class % V.",
+                _relation_accuracy_mixed_decoding),
+    ],
+    hint="class c stands for the pair (c // V, c % V): decode the predicted class (argmax) and "
+         "the target the same way, then score each half on its own.",
+)
+check_relation_accuracy = RELATION_ACCURACY.check

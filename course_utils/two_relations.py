@@ -1,0 +1,436 @@
+"""A task that needs two relations at once, and a tiny model to compare 1 head with h heads.
+
+The **two-key lookup**: each example is a short list of items, each item a *key* (an id
+from ``num_keys``) holding a *symbol* (from ``num_symbols``). A question names two
+different keys, ``a`` and ``b``; the answer is the ordered pair (symbol under ``a``,
+symbol under ``b``), one of ``num_symbols ** 2`` classes. Each asked-for key may appear
+on several items (1 to ``max_repeats`` copies, all holding the same symbol), like a fact
+stated twice; the other items are distractors with other keys and random symbols.
+
+The model (:class:`LookupModel`) embeds the question as one query vector, attends from
+it to the items with :class:`course_utils.MultiHeadAttention` (keys from the item keys,
+values from the item symbols only), and reads the answer out with a small MLP. A model
+with 1 head and one with h heads have exactly the same parameters in number and shape.
+
+Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+from .env import seed_everything
+
+__all__ = [
+    "EVAL_SEED",
+    "TwoKeyTask",
+    "LookupBatch",
+    "pair_class",
+    "split_pair_class",
+    "LookupModel",
+    "TrainConfig",
+    "RunResult",
+    "single_thread",
+    "evaluate",
+    "train_lookup",
+    "compare_heads",
+    "accuracy_table",
+    "plot_learning_curves",
+    "count_parameters",
+    "example_table",
+    "attention_by_copies",
+    "plot_item_attention",
+]
+
+EVAL_SEED = 10_000  # every run is scored on the same held-out examples
+_CHUNK_STEPS = 50  # training batches drawn per call to TwoKeyTask.sample
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def pair_class(symbol_a: Tensor, symbol_b: Tensor, num_symbols: int) -> Tensor:
+    """The class of the ordered answer (a's symbol, b's symbol): ``a * V + b``, shape kept."""
+    return symbol_a * num_symbols + symbol_b
+
+
+def split_pair_class(classes: Tensor, num_symbols: int) -> tuple[Tensor, Tensor]:
+    """Inverse of :func:`pair_class`: ``(symbol_a, symbol_b)``, each shaped like ``classes``."""
+    return classes // num_symbols, classes % num_symbols
+
+
+class LookupBatch(NamedTuple):
+    """``n`` examples of the two-key lookup (all int64)."""
+
+    item_keys: Tensor  # (n, T) key id of each item
+    item_symbols: Tensor  # (n, T) symbol held by each item
+    query_keys: Tensor  # (n, 2) the two keys asked for, (a, b), a != b
+    answer_symbols: Tensor  # (n, 2) symbol under a, symbol under b
+    relation: Tensor  # (n, T) 0 = an item with key a, 1 = key b, -1 = distractor
+    target: Tensor  # (n,) pair_class(answer a, answer b)
+
+    @property
+    def num_examples(self) -> int:
+        return self.target.shape[0]
+
+    def take(self, index: slice | Tensor) -> LookupBatch:
+        """The examples at ``index`` (a slice or an index tensor)."""
+        return LookupBatch(*(t[index] for t in self))
+
+
+@dataclass(frozen=True)
+class TwoKeyTask:
+    """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item."""
+
+    num_items: int = 8
+    num_keys: int = 16
+    num_symbols: int = 8
+    max_repeats: int = 3
+
+    def __post_init__(self) -> None:
+        _check_int("num_items", self.num_items, 2)
+        _check_int("num_keys", self.num_keys, 3)  # a, b and at least one distractor key
+        _check_int("num_symbols", self.num_symbols, 2)
+        _check_int("max_repeats", self.max_repeats, 1)
+        if 2 * self.max_repeats > self.num_items:
+            raise ValueError(
+                f"num_items={self.num_items} cannot hold max_repeats={self.max_repeats} copies of "
+                f"each of the two asked-for keys: need num_items >= 2 * max_repeats"
+            )
+
+    @property
+    def num_classes(self) -> int:
+        """Number of possible answers: ordered pairs of symbols, V ** 2."""
+        return self.num_symbols**2
+
+    def sample(self, n: int, *, seed: int | None = None,
+               generator: torch.Generator | None = None) -> LookupBatch:
+        """``n`` examples, a deterministic function of ``seed`` (or of ``generator``'s state)."""
+        _check_int("n", n, 1)
+        if (seed is None) == (generator is None):
+            raise ValueError("pass exactly one of seed=... or generator=...")
+        if generator is None:
+            generator = torch.Generator().manual_seed(_check_int("seed", seed, 0))
+        g, T, K, V = generator, self.num_items, self.num_keys, self.num_symbols
+        asked = torch.rand(n, K, generator=g).argsort(dim=1)[:, :2]  # (n, 2) distinct keys a, b
+        copies = torch.randint(1, self.max_repeats + 1, (n, 2), generator=g)  # (n, 2)
+        # distractor keys: uniform over the K - 2 keys that were not asked for
+        other = torch.randint(0, K - 2, (n, T), generator=g)
+        low, high = asked.min(dim=1, keepdim=True).values, asked.max(dim=1, keepdim=True).values
+        other = other + (other >= low).long()
+        other = other + (other >= high).long()
+        # a random order of the T slots; the first copies[a] slots hold key a, the next hold b
+        rank = torch.rand(n, T, generator=g).argsort(dim=1).argsort(dim=1)  # (n, T)
+        is_a = rank < copies[:, :1]
+        is_b = (rank >= copies[:, :1]) & (rank < copies.sum(dim=1, keepdim=True))
+        answer = torch.randint(0, V, (n, 2), generator=g)  # (n, 2)
+        noise = torch.randint(0, V, (n, T), generator=g)
+        item_keys = torch.where(is_a, asked[:, :1], torch.where(is_b, asked[:, 1:], other))
+        item_symbols = torch.where(is_a, answer[:, :1], torch.where(is_b, answer[:, 1:], noise))
+        relation = torch.where(is_a, 0, torch.where(is_b, 1, -1))
+        target = pair_class(answer[:, 0], answer[:, 1], V)
+        return LookupBatch(item_keys, item_symbols, asked, answer, relation, target)
+
+
+class LookupModel(nn.Module):
+    """Question -> one query vector; attend to the items; MLP -> V**2 logits.
+
+    Keys come from the item keys, values from the item symbols only (``values="content"``),
+    so a value says *what* an item holds, not *where* or *under which key*. With
+    ``values="tagged"`` the values are symbol + key embeddings instead.
+    """
+
+    def __init__(self, task: TwoKeyTask, d_model: int, num_heads: int, *, hidden: int = 64,
+                 values: str = "content") -> None:
+        super().__init__()
+        if not isinstance(task, TwoKeyTask):
+            raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__}")
+        _check_int("hidden", hidden, 1)
+        if values not in ("content", "tagged"):
+            raise ValueError(f"values must be 'content' or 'tagged', got {values!r}")
+        self.task, self.values = task, values
+        self.key_embedding = nn.Embedding(task.num_keys, d_model)
+        self.symbol_embedding = nn.Embedding(task.num_symbols, d_model)
+        self.ask_first = nn.Embedding(task.num_keys, d_model)  # "what is under key a?"
+        self.ask_second = nn.Embedding(task.num_keys, d_model)  # "what is under key b?"
+        self.attention = MultiHeadAttention(d_model, num_heads)  # checks d_model % num_heads
+        self.readout = nn.Sequential(nn.Linear(d_model, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, task.num_classes))
+
+    def forward(self, batch: LookupBatch, *, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        """Returns ``(logits (n, V**2), weights (n, h, 1, T) or None)``."""
+        if not isinstance(batch, LookupBatch):
+            raise TypeError(f"expected a LookupBatch, got {type(batch).__name__}")
+        T = batch.item_keys.shape[1]
+        if T != self.task.num_items:
+            raise ValueError(f"batch has {T} items per example, the model's task has "
+                             f"{self.task.num_items}")
+        a, b = batch.query_keys.unbind(dim=1)  # (n,), (n,)
+        query = (self.ask_first(a) + self.ask_second(b)).unsqueeze(1)  # (n, 1, d)
+        keys = self.key_embedding(batch.item_keys)  # (n, T, d)
+        values = self.symbol_embedding(batch.item_symbols)  # (n, T, d)
+        if self.values == "tagged":
+            values = values + keys
+        out, weights = self.attention(query, keys, values, need_weights=need_weights)  # (n, 1, d)
+        return self.readout(out.squeeze(1)), weights  # (n, V**2)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of trainable numbers in ``module``."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one CPU thread inside the block, then restore the previous setting.
+
+    Tiny models train faster on one thread (no synchronisation between threads), and the
+    result no longer depends on how many cores the machine has.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings shared by every run of a comparison."""
+
+    d_model: int = 16
+    hidden: int = 64
+    steps: int = 400
+    batch_size: int = 256
+    lr: float = 3e-3
+    eval_every: int = 25
+    eval_size: int = 2048
+    values: str = "content"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
+            _check_int(name, getattr(self, name), 1)
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class RunResult:
+    """One training run: its learning curve and final held-out accuracies."""
+
+    num_heads: int
+    seed: int
+    steps: list[int]
+    accuracy: list[float]  # held-out accuracy of the whole answer, at each step in `steps`
+    relation_accuracy: tuple[float, float]  # final accuracy of symbol a alone, of symbol b alone
+    model: LookupModel = field(repr=False)
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.accuracy[-1]
+
+
+@torch.no_grad()
+def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, float]:
+    """Accuracy of the whole answer, of symbol a alone and of symbol b alone."""
+    was_training = model.training
+    model.eval()
+    predicted = model(batch)[0].argmax(dim=-1)  # (n,)
+    model.train(was_training)
+    pred_a, pred_b = split_pair_class(predicted, model.task.num_symbols)
+    return (
+        (predicted == batch.target).double().mean().item(),
+        (pred_a == batch.answer_symbols[:, 0]).double().mean().item(),
+        (pred_b == batch.answer_symbols[:, 1]).double().mean().item(),
+    )
+
+
+def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
+                 config: TrainConfig = TrainConfig()) -> RunResult:
+    """Train one :class:`LookupModel` with Adam on fresh examples (deterministic in ``seed``).
+
+    The model's initial weights and the training examples depend only on ``seed``, not on
+    ``num_heads``: 1 head and h heads start from the very same numbers and see the same data.
+    A longer run sees the same first batches as a shorter one, then more.
+    """
+    _check_int("num_heads", num_heads, 1)
+    _check_int("seed", seed, 0)
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    with single_thread():
+        seed_everything(seed)
+        model = LookupModel(task, config.d_model, num_heads, hidden=config.hidden,
+                            values=config.values)
+        data = torch.Generator().manual_seed(seed)
+        held_out = task.sample(config.eval_size, seed=EVAL_SEED)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        steps, accuracy = [0], [evaluate(model, held_out)[0]]
+        for step in range(1, config.steps + 1):
+            # examples come in chunks of _CHUNK_STEPS batches from one generator, so batch k is
+            # the same whatever `steps` is (and sampling costs one call per chunk, not per step)
+            if (step - 1) % _CHUNK_STEPS == 0:
+                chunk = task.sample(_CHUNK_STEPS * config.batch_size, generator=data)
+            first = ((step - 1) % _CHUNK_STEPS) * config.batch_size
+            batch = chunk.take(slice(first, first + config.batch_size))
+            loss = F.cross_entropy(model(batch)[0], batch.target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step % config.eval_every == 0 or step == config.steps:
+                steps.append(step)
+                accuracy.append(evaluate(model, held_out)[0])
+        final = evaluate(model, held_out)
+    return RunResult(num_heads, seed, steps, accuracy, (final[1], final[2]), model)
+
+
+def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequence[int] = range(5),
+                  config: TrainConfig = TrainConfig()) -> list[RunResult]:
+    """Train every (number of heads, seed) pair with the same config; results in that order."""
+    if not heads or not seeds:
+        raise ValueError("heads and seeds must both be non-empty")
+    return [train_lookup(task, h, s, config) for h in heads for s in seeds]
+
+
+def _head_label(num_heads: int, d_model: int) -> str:
+    word = "head" if num_heads == 1 else "heads"
+    return f"{num_heads} {word} (dk={d_model // num_heads})"
+
+
+def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits: int = 3):
+    """A pandas table: one row per seed plus ``mean``, one column per number of heads.
+
+    ``which``: ``"final"`` (whole answer), ``"a"`` or ``"b"`` (one symbol alone).
+    """
+    import pandas as pd
+
+    if which not in ("final", "a", "b"):
+        raise ValueError(f"which must be 'final', 'a' or 'b', got {which!r}")
+    if not results:
+        raise ValueError("no results to tabulate")
+    pick = {"final": lambda r: r.final_accuracy, "a": lambda r: r.relation_accuracy[0],
+            "b": lambda r: r.relation_accuracy[1]}[which]
+    d_model = results[0].model.attention.d_model
+    rows: dict[str, dict[str, float]] = {}
+    for r in results:
+        rows.setdefault(f"seed {r.seed}", {})[_head_label(r.num_heads, d_model)] = pick(r)
+    table = pd.DataFrame(rows).T
+    table.loc["mean"] = table.mean()
+    return table.round(digits)
+
+
+def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = ""):
+    """Held-out accuracy against training step: thin lines per seed, thick line per mean."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3))
+    d_model = results[0].model.attention.d_model
+    for i, h in enumerate(sorted({r.num_heads for r in results})):
+        runs = [r for r in results if r.num_heads == h]
+        color = f"C{i}"
+        for r in runs:
+            ax.plot(r.steps, r.accuracy, color=color, alpha=0.3, linewidth=1)
+        mean = torch.tensor([r.accuracy for r in runs]).mean(dim=0)
+        ax.plot(runs[0].steps, mean, color=color, linewidth=2.5,
+                label=f"{_head_label(h, d_model)}, mean of {len(runs)}")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title or "Two-key lookup: learning curves")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+RELATION_NAMES = {0: "a", 1: "b", -1: "-"}
+
+
+def example_table(batch: LookupBatch, index: int = 0):
+    """One example as a pandas table: one row per item (key, symbol, which key it answers)."""
+    import pandas as pd
+
+    if not 0 <= index < batch.num_examples:
+        raise IndexError(f"index {index} is out of range for a batch of {batch.num_examples} "
+                         "examples")
+    return pd.DataFrame({
+        "key": batch.item_keys[index].tolist(),
+        "symbol": batch.item_symbols[index].tolist(),
+        "answers key": [RELATION_NAMES[r] for r in batch.relation[index].tolist()],
+    }).rename_axis("item")
+
+
+@torch.no_grad()
+def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int = 2):
+    """Mean attention each head puts on key a's items and on key b's items, and the accuracy,
+    for every (copies of a, copies of b). Rows: (copies a, copies b); the weights of one head
+    on all items sum to 1, the rest goes to distractors."""
+    import pandas as pd
+
+    was_training = model.training
+    model.eval()
+    logits, weights = model(batch, need_weights=True)  # (n, V*V), (n, h, 1, T)
+    model.train(was_training)
+    weights = weights[:, :, 0, :]  # (n, h, T)
+    right = logits.argmax(dim=-1) == batch.target  # (n,)
+    on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1)  # (n, h)
+    on_b = (weights * (batch.relation == 1)[:, None, :]).sum(-1)  # (n, h)
+    copies_a, copies_b = (batch.relation == 0).sum(1), (batch.relation == 1).sum(1)  # (n,), (n,)
+    rows = {}
+    for m_a in sorted(set(copies_a.tolist())):
+        for m_b in sorted(set(copies_b.tolist())):
+            sel = (copies_a == m_a) & (copies_b == m_b)
+            if not sel.any():
+                continue
+            row = {}
+            for i in range(weights.shape[1]):
+                row[f"head {i} on a"] = on_a[sel, i].mean().item()
+                row[f"head {i} on b"] = on_b[sel, i].mean().item()
+            row["accuracy"] = right[sel].double().mean().item()
+            rows[(m_a, m_b)] = row
+    table = pd.DataFrame(rows).T
+    table.index = table.index.set_names(["copies of a", "copies of b"])
+    return table.round(digits)
+
+
+@torch.no_grad()
+def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, ax=None, *,
+                        title: str = ""):
+    """Bar chart of each head's attention from the question to the items of one example."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3))
+    was_training = model.training
+    model.eval()
+    one = batch.take(slice(index, index + 1))
+    weights = model(one, need_weights=True)[1][0, :, 0, :]  # (h, T)
+    model.train(was_training)
+    h, T = weights.shape
+    width = 0.8 / h
+    for i in range(h):
+        ax.bar(torch.arange(T) + (i - (h - 1) / 2) * width, weights[i], width=width,
+               color="C0" if h == 1 else f"C{i + 2}", label=f"head {i}")
+    names = [RELATION_NAMES[r] for r in one.relation[0].tolist()]
+    ax.set_xticks(range(T), [f"{k}\n({n})" for k, n in zip(one.item_keys[0].tolist(), names,
+                                                              strict=True)])
+    ax.set_xlabel("item: key (which key it answers)")
+    ax.set_ylabel("attention weight")
+    ax.set_ylim(0, 1)
+    ax.set_title(title or f"{h} head(s): attention of the question")
+    ax.legend(fontsize=8)
+    return ax

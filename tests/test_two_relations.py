@@ -1,0 +1,223 @@
+"""The two-key lookup task and the 1-head vs h-head comparison of lesson 01."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.exercises.lesson01 import RELATION_ACCURACY
+from course_utils.two_relations import (
+    LookupBatch,
+    LookupModel,
+    TrainConfig,
+    TwoKeyTask,
+    accuracy_table,
+    attention_by_copies,
+    compare_heads,
+    count_parameters,
+    evaluate,
+    example_table,
+    pair_class,
+    single_thread,
+    split_pair_class,
+    train_lookup,
+)
+
+TASK = TwoKeyTask()
+
+
+def test_sample_is_deterministic_in_the_seed():
+    one, two = TASK.sample(500, seed=3), TASK.sample(500, seed=3)
+    for a, b in zip(one, two, strict=True):
+        assert torch.equal(a, b)
+    other = TASK.sample(500, seed=4)
+    assert not torch.equal(one.item_keys, other.item_keys)
+    from_generator = TASK.sample(500, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(from_generator.target, one.target)
+
+
+def test_sample_shapes_and_types():
+    batch = TASK.sample(64, seed=0)
+    n, T = 64, TASK.num_items
+    assert batch.item_keys.shape == batch.item_symbols.shape == batch.relation.shape == (n, T)
+    assert batch.query_keys.shape == batch.answer_symbols.shape == (n, 2)
+    assert batch.target.shape == (n,)
+    assert all(t.dtype == torch.int64 for t in batch)
+    assert batch.num_examples == n and batch.take(slice(0, 10)).num_examples == 10
+
+
+@pytest.mark.parametrize("task", [TwoKeyTask(), TwoKeyTask(max_repeats=1),
+                                  TwoKeyTask(num_items=5, num_keys=3, num_symbols=2, max_repeats=2)])
+def test_sample_holds_what_it_claims(task):
+    b = task.sample(2000, seed=1)
+    a_key, b_key = b.query_keys[:, :1], b.query_keys[:, 1:]
+    assert (a_key != b_key).all()
+    # an item is relation 0 exactly when it carries key a, relation 1 exactly when key b
+    assert torch.equal(b.relation == 0, b.item_keys == a_key)
+    assert torch.equal(b.relation == 1, b.item_keys == b_key)
+    copies = torch.stack([(b.relation == 0).sum(1), (b.relation == 1).sum(1)], dim=1)
+    assert copies.min() == 1 and copies.max() == task.max_repeats
+    if task.max_repeats > 1:  # every number of copies occurs
+        assert set(copies.flatten().tolist()) == set(range(1, task.max_repeats + 1))
+    # every copy of key a holds a's answer; same for b
+    holds_a = torch.where(b.relation == 0, b.item_symbols, b.answer_symbols[:, :1])
+    holds_b = torch.where(b.relation == 1, b.item_symbols, b.answer_symbols[:, 1:])
+    assert torch.equal(holds_a, b.answer_symbols[:, :1].expand_as(holds_a))
+    assert torch.equal(holds_b, b.answer_symbols[:, 1:].expand_as(holds_b))
+    assert torch.equal(b.target, pair_class(b.answer_symbols[:, 0], b.answer_symbols[:, 1],
+                                            task.num_symbols))
+    assert b.item_keys.max() < task.num_keys and b.item_symbols.max() < task.num_symbols
+
+
+def test_target_needs_both_relations():
+    """Knowing one of the two symbols leaves the answer at chance among V classes."""
+    V = TASK.num_symbols
+    b = TASK.sample(40_000, seed=2)
+    for half in (0, 1):
+        best_guess_right = 0
+        for s in range(V):
+            rows = b.answer_symbols[:, half] == s
+            counts = torch.bincount(b.target[rows], minlength=TASK.num_classes)
+            assert (counts > 0).sum() == V  # V different answers remain possible
+            best_guess_right += counts.max().item()
+        assert best_guess_right / b.num_examples < 1.5 / V  # about 1/V, far from 1
+    # changing the symbol under a (or under b) changes the answer
+    sa, sb = b.answer_symbols.unbind(1)
+    assert (pair_class((sa + 1) % V, sb, V) != b.target).all()
+    assert (pair_class(sa, (sb + 1) % V, V) != b.target).all()
+
+
+def test_example_table_and_attention_by_copies():
+    batch = TASK.sample(300, seed=6)
+    assert isinstance(batch, LookupBatch)
+    table = example_table(batch, 2)
+    assert list(table["key"]) == batch.item_keys[2].tolist()
+    assert (table["answers key"] == "a").sum() == (batch.relation[2] == 0).sum().item()
+    with pytest.raises(IndexError, match="out of range"):
+        example_table(batch, 300)
+    torch.manual_seed(0)
+    by_copies = attention_by_copies(LookupModel(TASK, 16, 2), batch, digits=6)
+    assert len(by_copies) == TASK.max_repeats**2
+    assert list(by_copies.columns) == ["head 0 on a", "head 0 on b", "head 1 on a", "head 1 on b",
+                                       "accuracy"]
+    on_keys = by_copies[["head 0 on a", "head 0 on b"]].sum(axis=1)
+    assert ((on_keys > 0) & (on_keys <= 1)).all()  # a share of one softmax
+
+
+def test_pair_class_round_trip():
+    a, b = torch.arange(8).repeat_interleave(8), torch.arange(8).repeat(8)
+    classes = pair_class(a, b, 8)
+    assert torch.equal(classes, torch.arange(64))
+    back_a, back_b = split_pair_class(classes, 8)
+    assert torch.equal(back_a, a) and torch.equal(back_b, b)
+
+
+@pytest.mark.parametrize("kwargs,error,words", [
+    ({"num_items": 4, "max_repeats": 3}, ValueError, r"2 \* max_repeats"),
+    ({"num_keys": 2}, ValueError, "num_keys must be >= 3"),
+    ({"num_symbols": 1}, ValueError, "num_symbols must be >= 2"),
+    ({"num_items": 8.0}, TypeError, "num_items must be an int"),
+    ({"max_repeats": True}, TypeError, "max_repeats must be an int"),
+])
+def test_bad_task_settings_raise(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        TwoKeyTask(**kwargs)
+
+
+def test_bad_sample_arguments_raise():
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        TASK.sample(0, seed=0)
+    with pytest.raises(ValueError, match="exactly one of"):
+        TASK.sample(5)
+    with pytest.raises(ValueError, match="exactly one of"):
+        TASK.sample(5, seed=0, generator=torch.Generator())
+    with pytest.raises(TypeError, match="seed must be an int"):
+        TASK.sample(5, seed=1.5)
+
+
+def test_model_rejects_bad_input():
+    with pytest.raises(ValueError, match="not divisible"):
+        LookupModel(TASK, d_model=16, num_heads=3)
+    with pytest.raises(ValueError, match="values must be"):
+        LookupModel(TASK, 16, 2, values="positions")
+    with pytest.raises(TypeError, match="TwoKeyTask"):
+        LookupModel("task", 16, 2)
+    model = LookupModel(TASK, 16, 2)
+    with pytest.raises(TypeError, match="LookupBatch"):
+        model(TASK.sample(4, seed=0).item_keys)
+    other = TwoKeyTask(num_items=10).sample(4, seed=0)
+    with pytest.raises(ValueError, match="10 items per example"):
+        model(other)
+
+
+def test_bad_training_arguments_raise():
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        TrainConfig(lr=0.0)
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="num_heads must be >= 1"):
+        train_lookup(TASK, 0, seed=0)
+    with pytest.raises(TypeError, match="TrainConfig"):
+        train_lookup(TASK, 2, seed=0, config={"steps": 5})
+    with pytest.raises(ValueError, match="non-empty"):
+        compare_heads(TASK, heads=(), seeds=(0,))
+    with pytest.raises(ValueError, match="which must be"):
+        accuracy_table([], which="c")
+
+
+def test_one_head_and_two_heads_have_the_same_parameters_and_start():
+    torch.manual_seed(0)
+    one = LookupModel(TASK, 16, 1)
+    torch.manual_seed(0)
+    two = LookupModel(TASK, 16, 2)
+    assert count_parameters(one) == count_parameters(two)
+    for (name_1, p_1), (name_2, p_2) in zip(one.named_parameters(), two.named_parameters(),
+                                            strict=True):
+        assert name_1 == name_2 and torch.equal(p_1, p_2)
+    batch = TASK.sample(3, seed=0)
+    _, w1 = one(batch, need_weights=True)
+    _, w2 = two(batch, need_weights=True)
+    assert w1.shape == (3, 1, 1, TASK.num_items) and w2.shape == (3, 2, 1, TASK.num_items)
+
+
+def test_single_thread_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with single_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+SHORT = TrainConfig(steps=150, eval_every=50, eval_size=1024)
+
+
+def test_short_training_beats_chance_and_is_deterministic():
+    first = train_lookup(TASK, 2, seed=0, config=SHORT)
+    again = train_lookup(TASK, 2, seed=0, config=SHORT)
+    assert first.accuracy == again.accuracy
+    assert first.steps == [0, 50, 100, 150]
+    chance = 1 / TASK.num_classes
+    assert first.accuracy[0] < 3 * chance  # untrained: near chance
+    assert first.final_accuracy > 0.5  # trained: far above chance (1/64)
+    whole, acc_a, acc_b = evaluate(first.model, TASK.sample(1024, seed=10_000))
+    assert whole == first.final_accuracy
+    assert whole <= min(acc_a, acc_b)
+
+
+def test_evaluate_agrees_with_the_exercise_reference():
+    run = train_lookup(TASK, 1, seed=1, config=TrainConfig(steps=20, eval_every=20, eval_size=256))
+    batch = TASK.sample(256, seed=5)
+    with torch.no_grad():
+        logits = run.model(batch)[0]
+    expected = RELATION_ACCURACY.reference(logits, batch.target, TASK.num_symbols)
+    assert torch.allclose(torch.tensor(evaluate(run.model, batch)[1:], dtype=torch.float64), expected)
+
+
+def test_two_heads_beat_one_head_on_the_repeated_key_task():
+    """The lesson's claim at a short budget, on one seed (the lesson shows five)."""
+    config = TrainConfig(steps=300)
+    one = train_lookup(TASK, 1, seed=0, config=config)
+    two = train_lookup(TASK, 2, seed=0, config=config)
+    assert two.final_accuracy > one.final_accuracy + 0.03
+    table = accuracy_table([one, two])
+    assert list(table.columns) == ["1 head (dk=16)", "2 heads (dk=8)"]
+    assert list(table.index) == ["seed 0", "mean"]
