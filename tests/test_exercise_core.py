@@ -80,3 +80,14 @@ def test_missing_return_and_tuple_are_named():
     fb = EX.check(lambda x: (2 * x, x))
     assert "one of them is right" in fb.message
     assert "you returned" in EX.check(lambda x: (x, x)).message
+
+
+def test_tuple_answers_say_which_element_differs():
+    pair = Exercise(
+        title="pair",
+        reference=lambda x: (x, 2 * x),
+        make_cases=lambda: [Case((torch.arange(3.0),))],
+    )
+    fb = pair.check(lambda x: (x, 3 * x))
+    assert "element 1" in fb.message and "wrong values" in fb.message
+    assert "element 0" in pair.check(lambda x: (x[:2], 2 * x)).message

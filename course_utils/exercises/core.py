@@ -213,6 +213,14 @@ class Exercise:
         wrong = lambda message: Feedback(self.title, "wrong", message, self.hint)  # noqa: E731
         if got is None and exp is not None:
             return wrong(f"your function returned None{label}: did you forget `return`?")
+        if (isinstance(exp, (tuple, list)) and isinstance(got, (tuple, list))
+                and len(got) == len(exp)):
+            for i, (g, e) in enumerate(zip(got, exp, strict=True)):
+                if not outputs_close(g, e, rtol=self.rtol, atol=self.atol):
+                    inner = self._describe_difference(g, e, f"{label}, in element {i} of the "
+                                                      f"{type(got).__name__} you returned")
+                    if inner is not None:
+                        return inner
         exp_arr, got_arr = _as_array(exp), _as_array(got)
         if exp_arr is not None and isinstance(got, (tuple, list)) and len(got) > 0:
             if any(outputs_close(g, exp, rtol=self.rtol, atol=self.atol) for g in got):
