@@ -1,0 +1,240 @@
+"""Exercise checks for lesson 05: reading attention heatmaps with head scores.
+
+The cases are hand-built attention patterns (causal, rows summing to 1) mixed with random
+ones, so every known mistake gives a different answer from the reference and from the
+other mistakes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..scores import (
+    best_head,
+    first_token_score,
+    ideal_pattern,
+    induction_positions,
+    induction_score,
+    previous_token_score,
+)
+from .core import Case, Exercise, Mistake
+
+__all__ = [
+    "PREVIOUS_TOKEN_SCORE",
+    "INDUCTION_SCORE",
+    "FIND_INDUCTION_HEAD",
+    "check_previous_token_score",
+    "check_induction_score",
+    "check_find_induction_head",
+]
+
+
+def _random_causal(num_heads: int, seq_len: int, seed: int, *, causal: bool = True,
+                   sharpness: float = 2.0) -> torch.Tensor:
+    """Random attention weights ``(h, T, T)``: softmax of random scores, causal by default."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = sharpness * torch.randn(num_heads, seq_len, seq_len, generator=gen, dtype=torch.float64)
+    if causal:
+        blocked = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), 1)
+        scores = scores.masked_fill(blocked, float("-inf"))
+    return scores.softmax(-1)
+
+
+def _duplicate_token_pattern(seq_len: int, period: int, start: int) -> torch.Tensor:
+    """``(T, T)``: a repeated token attends to its own earlier occurrence (q - period); others to 0."""
+    pattern = torch.zeros(seq_len, seq_len, dtype=torch.float64)
+    pattern[:, 0] = 1.0
+    queries, keys = induction_positions(seq_len, period, start)
+    pattern[queries, 0] = 0.0
+    pattern[queries, keys - 1] = 1.0
+    return pattern
+
+
+# ---------------------------------------------------------------- previous-token score
+
+def _previous_token_reference(pattern: torch.Tensor) -> torch.Tensor:
+    return previous_token_score(pattern, check_rows=False)
+
+
+def _prev_diagonal(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(offset=0, dim1=-2, dim2=-1)[:, 1:].mean(-1)
+
+
+def _prev_super_diagonal(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1)
+
+
+def _prev_includes_position_zero(pattern: torch.Tensor) -> torch.Tensor:
+    seq_len = pattern.shape[-1]
+    rows = torch.arange(seq_len)
+    return pattern[:, rows, rows - 1].mean(-1)  # row 0 wraps round to the last key
+
+
+def _prev_mean_over_heads(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(0)  # (T-1,): one value per position
+
+
+def _previous_token_cases() -> list[Case]:
+    ideal = torch.stack([ideal_pattern(r, 8, period=3, start=1)
+                         for r in ("previous token", "first token", "induction", "uniform")])
+    return [
+        Case((_random_causal(3, 6, seed=50),), label="3 random causal heads, T = 6"),
+        Case((ideal,), label="4 textbook heads (previous, first, induction, uniform), T = 8"),
+        Case((_random_causal(2, 5, seed=51, causal=False),), label="2 bidirectional heads, T = 5"),
+    ]
+
+
+PREVIOUS_TOKEN_SCORE = Exercise(
+    title="Exercise 5.1: previous-token score",
+    reference=_previous_token_reference,
+    make_cases=_previous_token_cases,
+    mistakes=[
+        Mistake("diagonal", "you read the main diagonal A[i, i]: that measures attention to the token "
+                "itself, not to the one before it.",
+                "the previous token of query i is key i - 1: pattern.diagonal(offset=-1, dim1=-2, dim2=-1).",
+                _prev_diagonal),
+        Mistake("super_diagonal", "you read the diagonal above the main one, A[i, i+1]: the NEXT token, "
+                "which a causal head can never see (it is all zeros).",
+                "use offset=-1 (below the diagonal), not offset=+1.", _prev_super_diagonal),
+        Mistake("includes_position_zero", "you averaged over all T queries, including query 0, which has no "
+                "previous token (its 'previous' wrapped round to the last key).",
+                "score only queries 1 .. T-1: the sub-diagonal has T - 1 entries.",
+                _prev_includes_position_zero),
+        Mistake("mean_over_heads", "you averaged over the heads instead of over the positions: you "
+                "returned one number per position, but we want one number per head.",
+                "average over the last axis of the sub-diagonal (positions), keep the head axis.",
+                _prev_mean_over_heads),
+    ],
+    hint="take pattern[h, i, i-1] for i = 1 .. T-1 and average over i, one score per head: shape (h,).",
+)
+check_previous_token_score = PREVIOUS_TOKEN_SCORE.check
+
+
+# ---------------------------------------------------------------- induction score
+
+def _induction_reference(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return induction_score(pattern, period, start=1, check_rows=False)
+
+
+def _stripe(pattern: torch.Tensor, period: int, start: int, shift: int) -> torch.Tensor:
+    queries, keys = induction_positions(pattern.shape[-1], period, start)
+    return pattern[:, queries, keys + shift].mean(-1)
+
+
+def _induction_duplicate(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _stripe(pattern, period, 1, shift=-1)  # key q - period: the earlier occurrence itself
+
+
+def _induction_previous(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    queries, _ = induction_positions(pattern.shape[-1], period, 1)
+    return pattern[:, queries, queries - 1].mean(-1)
+
+
+def _induction_forgot_bos(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _stripe(pattern, period, 0, shift=0)  # also scores the last query of the first copy
+
+
+def _induction_cases() -> list[Case]:
+    seq_len, period = 12, 4  # BOS + 4 tokens + 4 + 3
+    ideal = torch.stack([ideal_pattern("induction", seq_len, period=period, start=1),
+                         _duplicate_token_pattern(seq_len, period, 1),
+                         ideal_pattern("previous token", seq_len),
+                         ideal_pattern("uniform", seq_len)])
+    return [
+        Case((ideal, period), label="textbook heads (induction, duplicate, previous, uniform), period 4"),
+        Case((_random_causal(3, 11, seed=52), 3), label="3 random causal heads, T = 11, period 3"),
+        Case((_random_causal(2, 13, seed=53, sharpness=1.0), 6),
+             label="2 random causal heads, T = 13, period 6"),
+    ]
+
+
+INDUCTION_SCORE = Exercise(
+    title="Exercise 5.2: induction score",
+    reference=_induction_reference,
+    make_cases=_induction_cases,
+    mistakes=[
+        Mistake("earlier_occurrence", "you scored attention to the earlier occurrence of the same token "
+                "(key q - period). That is a duplicate-token head; an induction head looks one step further, "
+                "at the token that came AFTER it.",
+                "the key is q - period + 1.", _induction_duplicate),
+        Mistake("previous_token", "you scored attention to the previous position (key q - 1): that is the "
+                "previous-token score restricted to the second copy.",
+                "the key is one period back, plus one: q - period + 1.", _induction_previous),
+        Mistake("forgot_bos", "you started the second copy at position `period`, forgetting the BOS token at "
+                "position 0: your first query is still in the first copy.",
+                "with BOS at 0 the first copy is 1 .. period, so queries run from period + 1 to T - 1.",
+                _induction_forgot_bos),
+    ],
+    hint="for q in period+1 .. T-1 read pattern[:, q, q - period + 1] and average over q: shape (h,).",
+)
+check_induction_score = INDUCTION_SCORE.check
+
+
+# ---------------------------------------------------------------- find the induction head
+
+ROLE_MAKERS = {
+    "induction": lambda T, p: ideal_pattern("induction", T, period=p, start=1),
+    "previous": lambda T, p: ideal_pattern("previous token", T),
+    "sink": lambda T, p: ideal_pattern("first token", T),
+    "duplicate": lambda T, p: _duplicate_token_pattern(T, p, 1),
+}
+
+
+def _planted(layout: dict[str, tuple[int, int]], num_layers: int, num_heads: int, seq_len: int,
+             period: int, seed: int) -> list[torch.Tensor]:
+    """Per-layer ``(h, T, T)`` patterns: random heads, with a textbook role planted at each spot."""
+    layers = [_random_causal(num_heads, seq_len, seed=seed + layer, sharpness=1.0)
+              for layer in range(num_layers)]
+    for role, (layer, head) in layout.items():
+        layers[layer][head] = 0.85 * ROLE_MAKERS[role](seq_len, period) + 0.15 * layers[layer][head]
+    return layers
+
+
+def _find_reference(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    return best_head(induction_score(attention, period, start=1, check_rows=False))
+
+
+def _find_previous(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    return best_head(previous_token_score(attention, check_rows=False))
+
+
+def _find_sink(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    return best_head(first_token_score(attention, check_rows=False))
+
+
+def _find_duplicate(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    stack = torch.stack(attention)  # (L, h, T, T)
+    queries, keys = induction_positions(stack.shape[-1], period, 1)
+    return best_head(stack[..., queries, keys - 1].mean(-1))
+
+
+def _find_cases() -> list[Case]:
+    layouts = [
+        ({"previous": (0, 1), "sink": (0, 3), "duplicate": (0, 0), "induction": (1, 2)}, 2, 4, 13, 5, 60),
+        ({"induction": (2, 0), "previous": (1, 3), "sink": (2, 2), "duplicate": (1, 1)}, 3, 4, 15, 6, 70),
+        ({"sink": (0, 0), "induction": (1, 1), "previous": (0, 2), "duplicate": (1, 0)}, 2, 3, 11, 4, 80),
+    ]
+    return [Case((_planted(layout, L, h, T, p, seed), p), label=f"{L} layers x {h} heads, period {p}")
+            for layout, L, h, T, p, seed in layouts]
+
+
+FIND_INDUCTION_HEAD = Exercise(
+    title="Exercise 5.3: find the induction head",
+    reference=_find_reference,
+    make_cases=_find_cases,
+    mistakes=[
+        Mistake("previous_token_head", "you picked the previous-token head (the strongest sub-diagonal). "
+                "It is the induction head's partner in the earlier layer, not the induction head.",
+                "rank heads by the induction stripe: key q - period + 1 for queries in the second copy.",
+                _find_previous),
+        Mistake("sink_head", "you picked the head with the most attention on position 0 (an attention sink). "
+                "A sink head parks its weight on BOS whatever the input.",
+                "the induction head's weight sits on the stripe one period back, plus one.", _find_sink),
+        Mistake("duplicate_token_head", "you picked the head that attends to the earlier occurrence of the "
+                "same token (key q - period): a duplicate-token head. The induction head attends to the "
+                "token right after that occurrence.",
+                "use key q - period + 1, not q - period.", _find_duplicate),
+    ],
+    hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
+)
+check_find_induction_head = FIND_INDUCTION_HEAD.check

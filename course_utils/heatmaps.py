@@ -1,0 +1,264 @@
+"""Attention heatmaps: one head, every head in a layers x heads grid, and an interactive explorer.
+
+Rows of a heatmap are queries (the token doing the looking), columns are keys (the token
+looked at); each row sums to 1. Under a causal mask the upper triangle is impossible, so it
+is drawn blank rather than as zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+__all__ = ["plot_head", "plot_all_heads", "AttentionExplorer", "model_attention", "sentence_attention_fn"]
+
+AttentionFn = Callable[[str], tuple[list[str], list[torch.Tensor]]]
+
+
+def _as_matrix(weights: object) -> np.ndarray:
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().to("cpu", torch.float64).numpy()
+    if not isinstance(weights, np.ndarray):
+        raise TypeError(f"weights must be a torch.Tensor or numpy array, got {type(weights).__name__}")
+    if weights.ndim != 2:
+        raise ValueError(f"one head's weights must be 2-D (T_query, T_key), got shape {weights.shape}")
+    return weights
+
+
+def _check_tokens(tokens: Sequence[str], n: int, axis: str) -> list[str]:
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+        raise TypeError(f"tokens must be a list of strings, one per position, got {type(tokens).__name__}")
+    if len(tokens) != n:
+        raise ValueError(f"got {len(tokens)} token labels for {n} {axis} positions")
+    return [str(t) for t in tokens]
+
+
+def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
+              key_tokens: Sequence[str] | None = None, ax: Axes | None = None, title: str | None = None,
+              colorbar: bool = True, label_axes: tuple[bool, bool] = (True, True),
+              fontsize: float = 8) -> Axes:
+    """Heatmap of one head's weights ``(T_query, T_key)`` with token labels on both axes.
+
+    ``tokens`` label the queries (rows); ``key_tokens`` the keys (columns), by default the
+    same. ``label_axes=(x, y)`` turns the tick labels of each axis on or off (for grids).
+    """
+    matrix = _as_matrix(weights)
+    rows = _check_tokens(tokens, matrix.shape[0], "query")
+    cols = _check_tokens(rows if key_tokens is None else key_tokens, matrix.shape[1], "key")
+    if ax is None:
+        size = min(6.0, 1.5 + 0.3 * matrix.shape[1])
+        _, ax = plt.subplots(figsize=(size + 1, size))
+    blank = None
+    if matrix.shape[0] == matrix.shape[1] and np.all(np.triu(matrix, 1) == 0):
+        blank = np.triu(np.ones_like(matrix, dtype=bool), 1)  # causal: nothing to draw up there
+    sns.heatmap(matrix, mask=blank, vmin=0.0, vmax=1.0, cmap="viridis", square=True, ax=ax,
+                cbar=colorbar, cbar_kws={"label": "attention weight", "shrink": 0.7} if colorbar else None,
+                xticklabels=cols if label_axes[0] else False,
+                yticklabels=rows if label_axes[1] else False)
+    ax.set_facecolor("#eeeeee")
+    ax.tick_params(labelsize=fontsize, length=0)
+    if label_axes[0]:
+        ax.set_xlabel("key (attended to)", fontsize=fontsize + 1)
+        ax.set_xticklabels(ax.get_xticklabels(), rotation=90)
+    if label_axes[1]:
+        ax.set_ylabel("query (attending)", fontsize=fontsize + 1)
+        ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
+    if title:
+        ax.set_title(title, fontsize=fontsize + 2)
+    return ax
+
+
+def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
+    """Per-layer weights (list of (B, h, T, T) or (h, T, T)) -> (L, h, T, T) for one sequence."""
+    if isinstance(attention, torch.Tensor) and attention.ndim in (3, 4):
+        attention = [attention]
+    if not isinstance(attention, (list, tuple)) or not attention:
+        raise TypeError("attention must be a non-empty list of per-layer weights (B, h, T, T) or "
+                        f"(h, T, T), got {type(attention).__name__}")
+    layers = []
+    for i, layer in enumerate(attention):
+        if not isinstance(layer, torch.Tensor):
+            raise TypeError(f"layer {i}'s weights must be a torch.Tensor, got {type(layer).__name__}")
+        if layer.ndim == 4:
+            if not 0 <= batch_index < layer.shape[0]:
+                raise ValueError(f"batch_index {batch_index} is out of range for a batch of {layer.shape[0]}")
+            layer = layer[batch_index]
+        if layer.ndim != 3:
+            raise ValueError(f"layer {i}'s weights must be (B, h, T, T) or (h, T, T), "
+                             f"got {tuple(layer.shape)}")
+        layers.append(layer.detach().to("cpu", torch.float64))
+    shapes = {tuple(w.shape) for w in layers}
+    if len(shapes) != 1:
+        raise ValueError(f"every layer must have the same shape, got {sorted(shapes)}")
+    return torch.stack(layers).numpy()
+
+
+def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Sequence[str], *,
+                   batch_index: int = 0, title: str | None = None,
+                   head_titles: Callable[[int, int], str] | None = None,
+                   panel_size: float = 2.3, fontsize: float = 6) -> Figure:
+    """Every head in a layers x heads grid of heatmaps, with token labels and one colour bar.
+
+    ``attention`` is the model's list of per-layer weights ``(B, h, T, T)`` (sequence
+    ``batch_index`` is drawn) or ``(h, T, T)``. ``head_titles(layer, head)`` may add text (a
+    score, say) to each panel's title.
+    """
+    grid = _layer_head_grid(attention, batch_index)  # (L, h, T, T)
+    num_layers, num_heads, seq_len, _ = grid.shape
+    labels = _check_tokens(tokens, seq_len, "query")
+    fig, axes = plt.subplots(num_layers, num_heads, squeeze=False,
+                             figsize=(panel_size * num_heads + 1.2, panel_size * num_layers + 0.6),
+                             constrained_layout=True)
+    for layer in range(num_layers):
+        for head in range(num_heads):
+            name = f"layer {layer}, head {head}"
+            if head_titles is not None:
+                name += head_titles(layer, head)
+            plot_head(grid[layer, head], labels, ax=axes[layer, head], title=name, colorbar=False,
+                      label_axes=(layer == num_layers - 1, head == 0), fontsize=fontsize)
+    mappable = axes[0, 0].collections[0]
+    fig.colorbar(mappable, ax=axes, shrink=0.6, aspect=25, label="attention weight")
+    if title:
+        fig.suptitle(title, fontsize=fontsize + 4)
+    return fig
+
+
+class AttentionExplorer:
+    """Pick a sentence (or type one), a layer and a head; see that head's heatmap.
+
+    ``attention_for(text)`` returns ``(token labels, per-layer weights)`` for one text, and
+    raises ``ValueError`` with a readable message for text it cannot encode (unknown words).
+    :meth:`render` never raises at the learner: bad input becomes a message.
+    """
+
+    def __init__(self, attention_for: AttentionFn, sentences: Sequence[str], num_layers: int,
+                 num_heads: int) -> None:
+        if not callable(attention_for):
+            raise TypeError("attention_for must be a function text -> (tokens, per-layer weights)")
+        if isinstance(sentences, str) or not sentences:
+            raise ValueError("sentences must be a non-empty list of example texts")
+        for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.attention_for = attention_for
+        self.sentences = list(sentences)
+        self.num_layers, self.num_heads = num_layers, num_heads
+        self.last: Figure | str | None = None  # what the widget drew last (for tests)
+
+    def render(self, text: str, layer: int, head: int) -> Figure | str:
+        """The heatmap of ``head`` in ``layer`` on ``text``, or a message saying what is wrong."""
+        if not 0 <= layer < self.num_layers or not 0 <= head < self.num_heads:
+            return (f"Choose a layer in 0..{self.num_layers - 1} and a head in 0..{self.num_heads - 1} "
+                    f"(got layer {layer}, head {head}).")
+        text = (text or "").strip()
+        if not text:
+            return "Type a sentence first."
+        try:
+            tokens, attention = self.attention_for(text)
+        except (ValueError, KeyError, TypeError) as err:
+            return f"Cannot draw this sentence: {err}"
+        weights = _layer_head_grid(attention, 0)[layer, head]  # (T, T)
+        fig, ax = plt.subplots(figsize=(4.6, 3.8), constrained_layout=True)
+        plot_head(weights, tokens, ax=ax, title=f"layer {layer}, head {head}")
+        return fig
+
+    def static(self, text: str | None = None, layer: int = 0, head: int = 0) -> Figure | str:
+        """Draw one choice as a plain figure (what a page without widgets shows)."""
+        result = self.render(self.sentences[0] if text is None else text, layer, head)
+        if isinstance(result, str):
+            print(result)
+        return result
+
+    def widget(self, text: str | None = None, layer: int = 0, head: int = 0) -> Any:
+        """The ipywidgets explorer: a sentence box (pick or type), layer and head pickers, a plot."""
+        import ipywidgets as widgets
+        from IPython.display import display
+
+        sentence = widgets.Combobox(options=self.sentences, value=text or self.sentences[0],
+                                    placeholder="pick or type a sentence, then Enter",
+                                    description="sentence", ensure_option=False,
+                                    continuous_update=False, layout=widgets.Layout(width="95%"))
+        layer_pick = widgets.Dropdown(options=list(range(self.num_layers)), value=layer, description="layer")
+        head_pick = widgets.Dropdown(options=list(range(self.num_heads)), value=head, description="head")
+        out = widgets.Output()
+
+        def redraw(_change=None) -> None:
+            result = self.render(sentence.value, layer_pick.value, head_pick.value)
+            self.last = result
+            with out:
+                out.clear_output(wait=True)
+                if isinstance(result, str):
+                    print(result)
+                else:
+                    display(result)
+                    plt.close(result)
+
+        for control in (sentence, layer_pick, head_pick):
+            control.observe(redraw, names="value")
+        self.controls = {"sentence": sentence, "layer": layer_pick, "head": head_pick, "output": out}
+        note = widgets.HTML("<i>Change a control to draw its heatmap here.</i>")
+        return widgets.VBox([sentence, widgets.HBox([layer_pick, head_pick]), note, out])
+
+    def show(self, text: str | None = None, layer: int = 0, head: int = 0) -> None:
+        """Display the static figure of this choice, then the interactive explorer below it.
+
+        Where widgets do not render (a page on GitHub, a plain console) the figure still shows.
+        """
+        from IPython.display import display
+
+        result = self.static(text, layer, head)
+        if not isinstance(result, str):
+            display(result)
+            plt.close(result)
+        try:
+            display(self.widget(text, layer, head))
+        except ImportError:
+            print("ipywidgets is not installed: only the static figure is shown.")
+
+
+# ----------------------------------------------------------------------------- model adapters
+
+@torch.no_grad()
+def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """Run ``model`` on ``tokens`` ``(B, T)`` (or ``(T,)``) and return its per-layer weights.
+
+    Works with any model whose ``forward(tokens, return_attention=True)`` returns
+    ``(logits, [weights (B, h, T, T)] * L)``, such as :class:`course_utils.model.TinyTransformer`.
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.ndim == 1:
+        tokens = tokens.unsqueeze(0)  # (1, T)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    _, attention = model(tokens.to(device), return_attention=True)
+    model.train(was_training)
+    return [w.detach().cpu() for w in attention]
+
+
+def sentence_attention_fn(model: torch.nn.Module) -> AttentionFn:
+    """``text -> (word labels, per-layer weights (1, h, T, T))`` for the agreement grammar.
+
+    Unknown words raise ``ValueError`` naming them (from :func:`course_utils.tasks.tokenize`),
+    which :class:`AttentionExplorer` shows as a message.
+    """
+    from .tasks import detokenize, tokenize
+
+    max_len = getattr(getattr(model, "config", None), "max_len", None)
+
+    def attention_for(text: str) -> tuple[list[str], list[torch.Tensor]]:
+        ids = tokenize(text)  # (T,) with <bos> first
+        if max_len is not None and ids.numel() > max_len:
+            raise ValueError(f"the sentence has {ids.numel()} tokens with <bos>; this model reads at most "
+                             f"{max_len}")
+        return detokenize(ids), model_attention(model, ids)
+
+    return attention_for

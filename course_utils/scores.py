@@ -1,0 +1,329 @@
+"""Head scores: one number per attention head saying how much it behaves like a known role.
+
+Every score reads attention weights, shaped like those the course's models return:
+
+* ``(B, h, T, T)``: one layer, a batch of sequences;
+* ``(h, T, T)``: one layer, one sequence;
+* a list (or tuple) over layers of either, all the same shape.
+
+and returns a tensor of scores, ``(h,)`` for one layer or ``(L, h)`` for a list of layers,
+each a mean of attention weights, so between 0 and 1:
+
+* :func:`previous_token_score`: mean weight from position i to position i-1;
+* :func:`first_token_score`: mean weight to position 0 (an *attention sink*);
+* :func:`induction_score`: on a sequence of random tokens repeated with period ``n``, mean
+  weight from each token of a later copy to the token that came right *after* the same
+  token one period earlier (the prefix-matching score of Olsson et al., 2022);
+* :func:`agreement_score`: mean weight from a verb's position to its subject's position.
+
+Query position 0 is left out of the first two: under a causal mask it has no previous
+token and can only attend to itself, so it says nothing about the head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+__all__ = [
+    "as_layer_stack",
+    "previous_token_score",
+    "first_token_score",
+    "induction_score",
+    "agreement_score",
+    "attention_mass",
+    "head_score_table",
+    "best_head",
+    "role_verdicts",
+    "induction_positions",
+    "ideal_pattern",
+    "IDEAL_ROLES",
+]
+
+AttentionInput = torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndarray]
+
+
+def _to_tensor(x: object, what: str) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{what} must hold floating-point attention weights, got dtype {x.dtype}")
+    return x.detach().to("cpu", torch.float64)
+
+
+def as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
+                   atol: float = 1e-3) -> tuple[torch.Tensor, bool]:
+    """Bring attention weights to one shape ``(L, B, h, T, T)`` (float64, CPU).
+
+    Returns the stack and whether the input was a list over layers (so the caller knows
+    whether to return ``(L, h)`` or ``(h,)``). With ``check_rows`` each row must be
+    non-negative and sum to 1 within ``atol``.
+    """
+    is_list = isinstance(weights, (list, tuple))
+    if is_list:
+        if len(weights) == 0:
+            raise ValueError("got an empty list of layers; expected one attention tensor per layer")
+        layers = [_to_tensor(w, f"layer {i}'s attention weights") for i, w in enumerate(weights)]
+        shapes = {tuple(w.shape) for w in layers}
+        if len(shapes) != 1:
+            raise ValueError(f"every layer must have the same shape, got shapes {sorted(shapes)}")
+    else:
+        layers = [_to_tensor(weights, "attention weights")]
+    first = layers[0]
+    if first.ndim not in (3, 4):
+        raise ValueError("expected attention weights shaped (B, h, T, T) or (h, T, T) "
+                         f"(or a list of those over layers), got shape {tuple(first.shape)}")
+    if first.shape[-1] != first.shape[-2]:
+        raise ValueError("head scores need self-attention weights, square in the last two "
+                         f"dimensions (T, T); got {tuple(first.shape[-2:])}")
+    if first.shape[-1] < 2:
+        raise ValueError(f"need at least 2 positions to score a head, got T = {first.shape[-1]}")
+    stack = torch.stack([w if w.ndim == 4 else w.unsqueeze(0) for w in layers])  # (L, B, h, T, T)
+    if check_rows:
+        if not torch.isfinite(stack).all():
+            raise ValueError("attention weights contain NaN or infinity")
+        if (stack < -atol).any():
+            raise ValueError(f"attention weights must be non-negative; the smallest is {stack.min():.4g}")
+        sums = stack.sum(-1)
+        worst = (sums - 1).abs().max().item()
+        if worst > atol:
+            raise ValueError("each row of attention weights (one query, all keys) must sum to 1; "
+                             f"a row sums to {1 + worst:.4g} or {1 - worst:.4g}. Did you pass scores "
+                             "before the softmax, or the transpose? (check_rows=False skips this test)")
+    return stack, is_list
+
+
+def _finish(per_head: torch.Tensor, is_list: bool) -> torch.Tensor:
+    """``(L, h)`` scores -> ``(L, h)`` for a list input, ``(h,)`` for a single layer."""
+    return per_head if is_list else per_head[0]
+
+
+def previous_token_score(weights: AttentionInput, *, check_rows: bool = True) -> torch.Tensor:
+    """Mean attention from each position i >= 1 to position i-1 (the sub-diagonal).
+
+    Returns ``(h,)`` for one layer, ``(L, h)`` for a list over layers. A head that always
+    looks one token back scores 1.
+    """
+    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    sub_diagonal = stack.diagonal(offset=-1, dim1=-2, dim2=-1)  # (L, B, h, T-1): A[i, i-1]
+    return _finish(sub_diagonal.mean(dim=(1, 3)), is_list)
+
+
+def first_token_score(weights: AttentionInput, *, check_rows: bool = True) -> torch.Tensor:
+    """Mean attention from each position i >= 1 to position 0 (the first token, e.g. BOS).
+
+    High values mark an *attention sink*: a head parking its weight on the first token.
+    Returns ``(h,)`` or ``(L, h)``.
+    """
+    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    to_first = stack[..., 1:, 0]  # (L, B, h, T-1)
+    return _finish(to_first.mean(dim=(1, 3)), is_list)
+
+
+def induction_positions(seq_len: int, period: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query and key positions of the induction stripe: ``(queries, keys)``, each ``(n_q,)``.
+
+    The tokens at ``start .. start+period-1`` repeat from ``start+period`` on. For each query
+    q in a later copy, the key is ``q - period + 1``: the token that followed the same token
+    one period earlier.
+    """
+    for name, value in (("seq_len", seq_len), ("period", period), ("start", start)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if period < 2:
+        raise ValueError(f"period must be at least 2 (with period 1 the 'next' token is the query "
+                         f"itself), got {period}")
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if start + period >= seq_len:
+        raise ValueError(f"no repeated copy to score: the first copy spans positions {start}.."
+                         f"{start + period - 1} but the sequence has only {seq_len} positions "
+                         f"(need T > start + period)")
+    queries = torch.arange(start + period, seq_len)
+    return queries, queries - period + 1
+
+
+def induction_score(weights: AttentionInput, period: int, *, start: int = 0,
+                    check_rows: bool = True) -> torch.Tensor:
+    """Mean attention from each token of a repeated copy to the token after its earlier occurrence.
+
+    Use it on random tokens repeated: positions ``start .. start+period-1`` hold the first
+    copy (``start`` skips a BOS token, say), the rest repeats them. An induction head at
+    query q attends to key ``q - period + 1``. Returns ``(h,)`` or ``(L, h)``.
+    """
+    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    queries, keys = induction_positions(stack.shape[-1], period, start)
+    stripe = stack[..., queries, keys]  # (L, B, h, n_q)
+    return _finish(stripe.mean(dim=(1, 3)), is_list)
+
+
+def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_len: int,
+               name: str) -> torch.Tensor:
+    if isinstance(positions, bool):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got bool")
+    if isinstance(positions, int):
+        positions = [positions] * batch
+    tensor = torch.as_tensor(positions)
+    if tensor.is_floating_point() or tensor.dtype == torch.bool:
+        raise TypeError(f"{name} must be integers, got dtype {tensor.dtype}")
+    if tensor.ndim != 1 or tensor.numel() != batch:
+        raise ValueError(f"{name} must hold one position per sequence: expected {batch}, "
+                         f"got shape {tuple(tensor.shape)}")
+    if (tensor < 0).any() or (tensor >= seq_len).any():
+        raise ValueError(f"{name} must lie in 0..{seq_len - 1} (T = {seq_len}), got {tensor.tolist()}")
+    return tensor.long()
+
+
+def agreement_score(weights: AttentionInput, verb_positions: int | Sequence[int] | torch.Tensor,
+                    subject_positions: int | Sequence[int] | torch.Tensor, *,
+                    check_rows: bool = True) -> torch.Tensor:
+    """Mean attention from the verb's position to its subject's position, one pair per sequence.
+
+    Positions are ints (the same for every sequence) or one per sequence, ``(B,)``.
+    Returns ``(h,)`` or ``(L, h)``. A causal language model chooses the verb at the
+    position *before* it (whose logits predict it): pass ``verb_pos - 1`` to read the
+    attention that informs that choice.
+    """
+    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    batch, seq_len = stack.shape[1], stack.shape[-1]
+    verbs = _positions(verb_positions, batch, seq_len, "verb_positions")
+    subjects = _positions(subject_positions, batch, seq_len, "subject_positions")
+    rows = torch.arange(batch)
+    by_sequence = stack.permute(1, 3, 4, 0, 2)  # (B, T, T, L, h)
+    picked = by_sequence[rows, verbs, subjects]  # (B, L, h): A[b, :, :, verb_b, subject_b]
+    return _finish(picked.mean(dim=0), is_list)
+
+
+def attention_mass(weights: AttentionInput, query_positions: int | Sequence[int] | torch.Tensor,
+                   key_mask: torch.Tensor, *, check_rows: bool = True) -> torch.Tensor:
+    """Mean total weight that one query per sequence puts on a set of keys.
+
+    ``key_mask`` is ``(B, T)`` (or ``(T,)``, the same for every sequence) bool: the keys to
+    count. With a single key per sequence this is :func:`agreement_score`. Returns ``(h,)``
+    or ``(L, h)``.
+    """
+    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    batch, seq_len = stack.shape[1], stack.shape[-1]
+    queries = _positions(query_positions, batch, seq_len, "query_positions")
+    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+        raise TypeError(f"key_mask must be a bool tensor (B, T), got {type(key_mask).__name__}"
+                        + (f" of dtype {key_mask.dtype}" if isinstance(key_mask, torch.Tensor) else ""))
+    if key_mask.ndim == 1:
+        key_mask = key_mask.unsqueeze(0).expand(batch, -1)
+    if tuple(key_mask.shape) != (batch, seq_len):
+        raise ValueError(f"key_mask must have shape (B, T) = {(batch, seq_len)}, got {tuple(key_mask.shape)}")
+    rows = stack.permute(1, 3, 0, 2, 4)[torch.arange(batch), queries]  # (B, L, h, T): each query's row
+    mass = (rows * key_mask[:, None, None, :].to(rows.dtype)).sum(-1)  # (B, L, h)
+    return _finish(mass.mean(dim=0), is_list)
+
+
+def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> pd.DataFrame:
+    """One row per head: its scores, the role with the highest score, and that score.
+
+    ``scores`` maps a role name to an ``(L, h)`` tensor (or ``(h,)`` for one layer). The table
+    is sorted by that top score, highest first, and rounded to ``decimals``.
+    """
+    if not isinstance(scores, dict) or not scores:
+        raise ValueError("scores must be a non-empty dict {role name: (L, h) tensor}")
+    grids = {}
+    for role, value in scores.items():
+        grid = torch.as_tensor(value, dtype=torch.float64)
+        if grid.ndim == 1:
+            grid = grid.unsqueeze(0)
+        if grid.ndim != 2:
+            raise ValueError(f"scores[{role!r}] must be shaped (L, h) or (h,), got {tuple(grid.shape)}")
+        grids[role] = grid
+    shapes = {tuple(g.shape) for g in grids.values()}
+    if len(shapes) != 1:
+        raise ValueError(f"every role's scores must have the same (L, h) shape, got {sorted(shapes)}")
+    num_layers, num_heads = next(iter(shapes))
+    rows = []
+    for layer in range(num_layers):
+        for head in range(num_heads):
+            row = {"head": f"L{layer}H{head}", "layer": layer, "index": head}
+            row.update({role: float(grid[layer, head]) for role, grid in grids.items()})
+            rows.append(row)
+    table = pd.DataFrame(rows).set_index("head")
+    roles = list(grids)
+    table["top role"] = table[roles].idxmax(axis=1)
+    table["top score"] = table[roles].max(axis=1)
+    table = table.sort_values(["top score", "layer", "index"], ascending=[False, True, True])
+    return table.round(decimals)
+
+
+def best_head(scores: torch.Tensor) -> tuple[int, int]:
+    """``(layer, head)`` of the highest score in an ``(L, h)`` grid (first one on ties)."""
+    grid = torch.as_tensor(scores)
+    if grid.ndim == 1:
+        grid = grid.unsqueeze(0)
+    if grid.ndim != 2 or grid.numel() == 0:
+        raise ValueError(f"expected an (L, h) grid of scores, got shape {tuple(grid.shape)}")
+    flat = int(torch.argmax(grid))
+    return divmod(flat, grid.shape[1])
+
+
+IDEAL_ROLES = ("previous token", "first token", "induction", "uniform", "self")
+
+
+def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: int = 0) -> torch.Tensor:
+    """A hand-built causal attention pattern ``(T, T)`` of a head that plays ``role`` perfectly.
+
+    Roles: ``"previous token"`` (i -> i-1), ``"first token"`` (i -> 0), ``"induction"``
+    (a query in a repeated copy -> ``q - period + 1``; other queries -> 0), ``"uniform"``
+    (1/(i+1) on every allowed key) and ``"self"`` (i -> i). Row 0 always attends to itself.
+    """
+    if role not in IDEAL_ROLES:
+        raise ValueError(f"role must be one of {IDEAL_ROLES}, got {role!r}")
+    if not isinstance(seq_len, int) or seq_len < 2:
+        raise ValueError(f"seq_len must be an int >= 2, got {seq_len!r}")
+    pattern = torch.zeros(seq_len, seq_len, dtype=torch.float64)
+    rows = torch.arange(seq_len)
+    if role == "previous token":
+        pattern[rows, (rows - 1).clamp(min=0)] = 1.0
+    elif role == "first token":
+        pattern[:, 0] = 1.0
+    elif role == "self":
+        pattern[rows, rows] = 1.0
+    elif role == "uniform":
+        allowed = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.float64))
+        pattern = allowed / allowed.sum(-1, keepdim=True)
+    else:
+        if period is None:
+            raise ValueError("the induction pattern needs period= (the length of one copy)")
+        queries, keys = induction_positions(seq_len, period, start)
+        pattern[:, 0] = 1.0
+        pattern[queries, 0] = 0.0
+        pattern[queries, keys] = 1.0
+    return pattern
+
+
+def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5,
+                  decimals: int = 3) -> list[str]:
+    """One sentence per role naming its top head, from the measured ``(L, h)`` scores.
+
+    A role counts as *present* when its top head scores at least ``threshold``; the
+    runner-up is quoted too, so you can see whether one head stands out or several share it.
+    """
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    table = head_score_table(scores, decimals=12)
+    sentences = []
+    for role in scores:
+        ranked = table[role].sort_values(ascending=False, kind="stable")
+        top, top_score = ranked.index[0], round(float(ranked.iloc[0]), decimals)
+        runner = (f"; next best {ranked.index[1]} at {float(ranked.iloc[1]):.{decimals}f}"
+                  if len(ranked) > 1 else "")
+        if top_score >= threshold:
+            article = "an" if role[:1].lower() in "aeiou" else "a"
+            verdict = (f"{role}: {top} scores {top_score:.{decimals}f}{runner} "
+                       f"-> {article} {role} head is present.")
+        else:
+            verdict = (f"{role}: the best head, {top}, scores only {top_score:.{decimals}f}{runner} "
+                       f"-> no {role} head (threshold {threshold}).")
+        sentences.append(verdict)
+    return sentences
