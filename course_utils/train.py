@@ -283,6 +283,29 @@ def evaluate_induction(
     return result
 
 
+def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_size, evaluate,
+                   eval_every, target_metric, target, stop_at_target, progress, name, num_threads):
+    """Shared body of the task trainers: check the config fits the task, build, train."""
+    if config.vocab_size != task.vocab_size or config.max_len < needed_len:
+        raise ValueError(
+            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the "
+            f"task ({name}: vocab_size={task.vocab_size}, sequence length {needed_len})"
+        )
+    device = pick_device(None if device is None else str(device))
+    model = _build_model(config, seed, device)
+
+    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = task.sample(batch_size, generator)
+        return batch.tokens, batch.targets
+
+    history = train_model(
+        model, sample, TrainConfig(steps=steps, lr=lr), seed=seed, evaluate=evaluate,
+        eval_every=eval_every, target_metric=target_metric, target=target,
+        stop_at_target=stop_at_target, progress=progress, task=name, num_threads=num_threads,
+    )
+    return model, history
+
+
 def train_induction(
     config: ModelConfig | None = None,
     steps: int = 600,
@@ -304,23 +327,11 @@ def train_induction(
     held-out-period accuracy every ``eval_every`` steps.
     """
     config = config or induction_model_config()
-    if config.vocab_size != task.vocab_size or config.max_len < task.seq_len:
-        raise ValueError(
-            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the task "
-            f"(vocab_size={task.vocab_size}, seq_len={task.seq_len})"
-        )
-    device = pick_device(None if device is None else str(device))
-    model = _build_model(config, seed, device)
-    train_config = TrainConfig(steps=steps, lr=lr)
-
-    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = task.sample(batch_size, generator)
-        return batch.tokens, batch.targets
-
-    history = train_model(
-        model, sample, train_config, seed=seed, evaluate=lambda m: evaluate_induction(m, task),
-        eval_every=eval_every, target_metric="heldout", target=target,
-        stop_at_target=stop_at_target, progress=progress, task="induction", num_threads=num_threads,
+    model, history = _train_on_task(
+        config, task, task.seq_len, seed=seed, device=device, steps=steps, lr=lr,
+        batch_size=batch_size, evaluate=lambda m: evaluate_induction(m, task), eval_every=eval_every,
+        target_metric="heldout", target=target, stop_at_target=stop_at_target, progress=progress,
+        name="induction", num_threads=num_threads,
     )
     return model, history
 
@@ -362,23 +373,11 @@ def train_agreement(
     ``no_attractor``, per template) every ``eval_every`` steps.
     """
     config = config or agreement_model_config()
-    if config.vocab_size != task.vocab_size or config.max_len < task.max_len:
-        raise ValueError(
-            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the task "
-            f"(vocab_size={task.vocab_size}, max_len={task.max_len})"
-        )
-    device = pick_device(None if device is None else str(device))
-    model = _build_model(config, seed, device)
-    train_config = TrainConfig(steps=steps, lr=lr)
-
-    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = task.sample(batch_size, generator)
-        return batch.tokens, batch.targets
-
-    history = train_model(
-        model, sample, train_config, seed=seed, evaluate=lambda m: evaluate_agreement(m, task),
-        eval_every=eval_every, target_metric="all", target=target,
-        stop_at_target=stop_at_target, progress=progress, task="agreement", num_threads=num_threads,
+    model, history = _train_on_task(
+        config, task, task.max_len, seed=seed, device=device, steps=steps, lr=lr,
+        batch_size=batch_size, evaluate=lambda m: evaluate_agreement(m, task), eval_every=eval_every,
+        target_metric="all", target=target, stop_at_target=stop_at_target, progress=progress,
+        name="agreement", num_threads=num_threads,
     )
     return model, history
 
