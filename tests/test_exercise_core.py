@@ -91,3 +91,13 @@ def test_tuple_answers_say_which_element_differs():
     fb = pair.check(lambda x: (x, 3 * x))
     assert "element 1" in fb.message and "wrong values" in fb.message
     assert "element 0" in pair.check(lambda x: (x[:2], 2 * x)).message
+
+
+def test_right_values_in_a_list_are_named():
+    fb = EX.check(lambda x: [0.0, 2.0, 4.0])
+    assert "values are right" in fb.message and "list" in fb.message
+
+
+def test_an_uncomparable_answer_is_reported_not_raised():
+    fb = EX.check(lambda x: (2 * x).to_sparse())
+    assert not fb.passed

@@ -186,14 +186,22 @@ class Exercise:
                                 f"your function raised {type(exc).__name__}{where}: {exc}",
                                 self.hint)
         expected = [_call(self.reference, c) for c in cases]
-        if all(self._close(g, e) for g, e in zip(outputs, expected, strict=False)):
+        try:
+            return self._grade(cases, outputs, expected)
+        except Exception as exc:  # an answer too odd to compare (sparse tensor, ...)
+            return Feedback(self.title, "wrong",
+                            f"could not compare your answer with the expected one: you returned "
+                            f"{describe_value(outputs[0])} ({type(exc).__name__}: {exc}).", self.hint)
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        if all(self._close(g, e) for g, e in zip(outputs, expected, strict=True)):
             return Feedback(self.title, "correct", f"correct on all {len(cases)} test cases.")
         for mistake in self.mistakes:
             try:
                 wrong = [_call(mistake.implementation, c) for c in cases]
             except Exception:  # a mistake that cannot run on these inputs cannot match
                 continue
-            if all(self._close(g, w) for g, w in zip(outputs, wrong, strict=False)):
+            if all(self._close(g, w) for g, w in zip(outputs, wrong, strict=True)):
                 return Feedback(self.title, "mistake", mistake.message, mistake.hint,
                                 mistake=mistake.key)
         return self._generic_feedback(cases, outputs, expected)
@@ -223,6 +231,13 @@ class Exercise:
                         return inner
         exp_arr, got_arr = _as_array(exp), _as_array(got)
         if exp_arr is not None and isinstance(got, (tuple, list)) and len(got) > 0:
+            try:
+                as_tensor = torch.as_tensor(got, dtype=torch.float64)
+            except (TypeError, ValueError, RuntimeError):
+                as_tensor = None
+            if as_tensor is not None and outputs_close(as_tensor, exp, rtol=self.rtol, atol=self.atol):
+                return wrong(f"the values are right{label}, but you returned a {type(got).__name__}: "
+                             f"return a tensor, e.g. torch.tensor(...).")
             if any(outputs_close(g, exp, rtol=self.rtol, atol=self.atol) for g in got):
                 return wrong(f"you returned {describe_value(got)}{label}; one of them is right: "
                              "return only that one.")
