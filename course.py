@@ -67,8 +67,12 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "lab":
         env.pop("MPLBACKEND")
-        target = rest or [str(ROOT / "notebooks" / "00_start_here.ipynb")]
-        return subprocess.call([str(_bin("jupyter")), "lab", *target], cwd=ROOT, env=env)
+        args = list(rest)
+        if not any(not a.startswith("-") for a in args):  # only options: open the first lesson
+            args.append(str(ROOT / "notebooks" / "00_start_here.ipynb"))
+        if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
+            args.append("--allow-root")
+        return subprocess.call([str(_bin("jupyter")), "lab", *args], cwd=ROOT, env=env)
     return subprocess.call([str(_bin("python")), "-m", "pytest", *rest], cwd=ROOT, env=env)
 
 
