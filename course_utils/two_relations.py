@@ -47,6 +47,9 @@ __all__ = [
     "count_parameters",
     "example_table",
     "attention_by_copies",
+    "share_on_a",
+    "accuracy_by_share",
+    "swap_fraction",
     "plot_item_attention",
 ]
 
@@ -375,18 +378,24 @@ def example_table(batch: LookupBatch, index: int = 0):
 
 
 @torch.no_grad()
+def _predict_with_weights(model: LookupModel, batch: LookupBatch) -> tuple[Tensor, Tensor]:
+    """``(predicted class (n,), attention weights (n, h, T))`` in eval mode."""
+    was_training = model.training
+    model.eval()
+    logits, weights = model(batch, need_weights=True)  # (n, V*V), (n, h, 1, T)
+    model.train(was_training)
+    return logits.argmax(dim=-1), weights[:, :, 0, :]
+
+
+@torch.no_grad()
 def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int = 2):
     """Mean attention each head puts on key a's items and on key b's items, and the accuracy,
     for every (copies of a, copies of b). Rows: (copies a, copies b); the weights of one head
     on all items sum to 1, the rest goes to distractors."""
     import pandas as pd
 
-    was_training = model.training
-    model.eval()
-    logits, weights = model(batch, need_weights=True)  # (n, V*V), (n, h, 1, T)
-    model.train(was_training)
-    weights = weights[:, :, 0, :]  # (n, h, T)
-    right = logits.argmax(dim=-1) == batch.target  # (n,)
+    predicted, weights = _predict_with_weights(model, batch)  # (n,), (n, h, T)
+    right = predicted == batch.target  # (n,)
     on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1)  # (n, h)
     on_b = (weights * (batch.relation == 1)[:, None, :]).sum(-1)  # (n, h)
     copies_a, copies_b = (batch.relation == 0).sum(1), (batch.relation == 1).sum(1)  # (n,), (n,)
@@ -407,23 +416,74 @@ def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int =
     return table.round(digits)
 
 
+def share_on_a(model: LookupModel, batch: LookupBatch, head: int = 0) -> Tensor:
+    """Of the weight one head puts on the asked-for items, the share on key a's items:
+    ``w_a / (w_a + w_b)``, shape (n,). 1 = only a, 0 = only b."""
+    _check_int("head", head, 0)
+    if head >= model.attention.num_heads:
+        raise ValueError(f"head must be < {model.attention.num_heads} (the model's heads), got {head}")
+    weights = _predict_with_weights(model, batch)[1][:, head]  # (n, T)
+    on_a = (weights * (batch.relation == 0)).sum(-1)  # (n,)
+    on_b = (weights * (batch.relation == 1)).sum(-1)  # (n,)
+    return on_a / (on_a + on_b)
+
+
+def accuracy_by_share(model: LookupModel, batch: LookupBatch, *, head: int = 0,
+                      edges: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0), digits: int = 3):
+    """A pandas table: the questions grouped by :func:`share_on_a` into bands
+    ``[edges[i], edges[i+1])`` (the last band includes 1), with their number and accuracy."""
+    import pandas as pd
+
+    edges = [float(e) for e in edges]
+    if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or edges != sorted(set(edges)):
+        raise ValueError(f"edges must rise strictly from 0 to 1, got {edges}")
+    share = share_on_a(model, batch, head)  # (n,)
+    right = _predict_with_weights(model, batch)[0] == batch.target  # (n,)
+    rows = {}
+    for i, (low, high) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        last = i == len(edges) - 2
+        inside = (share >= low) & ((share <= high) if last else (share < high))
+        label = f"[{low:.1f}, {high:.1f}{']' if last else ')'}"
+        rows[label] = {"questions": int(inside.sum()),
+                       "accuracy": right[inside].double().mean().item() if inside.any() else float("nan")}
+    table = pd.DataFrame(rows).T.rename_axis("share on a")
+    table["questions"] = table["questions"].astype(int)
+    return table.round(digits)
+
+
+def swap_fraction(model: LookupModel, batch: LookupBatch) -> float:
+    """Of the wrongly answered questions, the fraction answered with the two symbols swapped:
+    (b's symbol, a's symbol) instead of (a's symbol, b's symbol). NaN if nothing is wrong."""
+    predicted = _predict_with_weights(model, batch)[0]  # (n,)
+    V = model.task.num_symbols
+    swapped = pair_class(batch.answer_symbols[:, 1], batch.answer_symbols[:, 0], V)  # (n,)
+    wrong = predicted != batch.target
+    if not wrong.any():
+        return float("nan")
+    return (predicted[wrong] == swapped[wrong]).double().mean().item()
+
+
 @torch.no_grad()
 def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, ax=None, *,
                         title: str = ""):
-    """Bar chart of each head's attention from the question to the items of one example."""
+    """Bar chart of each head's attention from the question to the items of one example.
+
+    The title names the two keys asked for, the true answer and the model's answer.
+    """
     import matplotlib.pyplot as plt
 
+    if not 0 <= index < batch.num_examples:
+        raise IndexError(f"index {index} is out of range for a batch of {batch.num_examples} "
+                         "examples")
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3))
-    was_training = model.training
-    model.eval()
     one = batch.take(slice(index, index + 1))
-    weights = model(one, need_weights=True)[1][0, :, 0, :]  # (h, T)
-    model.train(was_training)
+    predicted, weights = _predict_with_weights(model, one)
+    weights = weights[0]  # (h, T)
     h, T = weights.shape
     width = 0.8 / h
     for i in range(h):
-        ax.bar(torch.arange(T) + (i - (h - 1) / 2) * width, weights[i], width=width,
+        ax.bar((torch.arange(T) + (i - (h - 1) / 2) * width).tolist(), weights[i].tolist(), width=width,
                color="C0" if h == 1 else f"C{i + 2}", label=f"head {i}")
     names = [RELATION_NAMES[r] for r in one.relation[0].tolist()]
     ax.set_xticks(range(T), [f"{k}\n({n})" for k, n in zip(one.item_keys[0].tolist(), names,
@@ -431,6 +491,13 @@ def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, 
     ax.set_xlabel("item: key (which key it answers)")
     ax.set_ylabel("attention weight")
     ax.set_ylim(0, 1)
-    ax.set_title(title or f"{h} head(s): attention of the question")
+    V = model.task.num_symbols
+    a, b = one.query_keys[0].tolist()
+    truth = tuple(one.answer_symbols[0].tolist())
+    guess = tuple(t.item() for t in split_pair_class(predicted[0], V))
+    verdict = "right" if guess == truth else "WRONG"
+    header = title or f"{h} head{'s' * (h > 1)}"
+    ax.set_title(f"{header}: asked a = {a}, b = {b}\nanswer {truth}, model says {guess} ({verdict})",
+                 fontsize=9)
     ax.legend(fontsize=8)
     return ax

@@ -58,9 +58,23 @@ def build(draft: Path, out: Path) -> None:
     nbformat.write(nb, out)
 
 
+def _merge_streams(outputs: list) -> list:
+    """Join consecutive stream outputs of the same name (the kernel may split one print)."""
+    merged: list = []
+    for out in outputs:
+        if (merged and out.get("output_type") == "stream" and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            merged[-1]["text"] = merged[-1]["text"] + out["text"]
+        else:
+            merged.append(out)
+    return [o for o in merged if not (o.get("output_type") == "stream" and not o["text"].strip())]
+
+
 def clean(nb: nbformat.NotebookNode) -> None:
     nb.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
     for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = _merge_streams(cell.outputs)
         cell.metadata.pop("execution", None)
         cell.metadata.pop("collapsed", None)
         cell.metadata.pop("scrolled", None)

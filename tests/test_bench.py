@@ -33,6 +33,8 @@ def test_bench_table_has_every_row():
 
 # -- lesson 4 additions ------------------------------------------------------------------
 
+import statistics  # noqa: E402
+
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -41,12 +43,22 @@ import pytest  # noqa: E402
 
 from course_utils.bench import (  # noqa: E402
     LESSON_IMPLEMENTATIONS,
+    SDPA_BACKENDS,
+    TOLERANCES,
+    Timing,
+    backend_rejection_reason,
     compare_on_device,
     count_dispatched_ops,
     cuda_unavailable_reason,
+    format_spread_table,
     lesson_implementations,
+    paired_ratios,
     plot_sweep,
+    precision_notes,
+    ratio_spread,
+    reason_from_warnings,
     sdpa_backend_callables,
+    skip_detail,
     sweep_mha,
     torch_threads,
 )
@@ -141,8 +153,22 @@ def test_sdpa_backends_on_cpu_run_or_say_why_not():
 def test_gpu_comparison_without_cuda_says_why():
     why = cuda_unavailable_reason()
     assert why and ("CPU-only" in why or "sees no GPU" in why)
-    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+    with pytest.raises(RuntimeError, match="cannot run: this PyTorch"):
         compare_on_device("cuda", batch=1, seq_len=4, d_model=8, num_heads=2)
+
+
+def test_old_torch_without_sdpa_kernel_is_a_reason_not_a_crash(monkeypatch):
+    import course_utils.bench as bench
+
+    monkeypatch.setattr(bench, "_sdpa_kernel_api", lambda: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "older than 2.3" in cuda_unavailable_reason()
+    with pytest.raises(RuntimeError, match="older than 2.3"):
+        compare_on_device("cuda", batch=1, seq_len=4, d_model=8, num_heads=2)
+    mha = lesson_implementations(16, 4)["batched + F.sdpa"]
+    fns, skipped = sdpa_backend_callables(mha, torch.randn(1, 3, 16))
+    assert fns == {} and set(skipped) == set(SDPA_BACKENDS)
+    assert all("torch >= 2.3" in why for why in skipped.values())
 
 
 def test_device_comparison_runs_on_cpu_and_agrees():
@@ -152,8 +178,127 @@ def test_device_comparison_runs_on_cpu_and_agrees():
     assert "F.sdpa [math]" in result.max_abs_diff
     report = result.report()
     assert "cpu, float32" in report and "agrees" in report and "DIFFERS" not in report
+    assert result.atol == pytest.approx(TOLERANCES[torch.float32] * result.reference_std)
+    assert 0.01 < result.reference_std < 10
+    assert "No viable backend" not in report  # the generic CPU error adds nothing
     with pytest.raises(ValueError, match="dtype"):
         compare_on_device("cpu", dtype=torch.int64)
+
+
+def test_float16_tolerance_is_on_the_outputs_scale():
+    """fp16 is compared at 1e-2 of the output's std, i.e. about 1e-3 here, not at 1e-2."""
+    result = compare_on_device("cpu", batch=1, seq_len=8, d_model=16, num_heads=2,
+                               dtype=torch.float32, repeats=1)
+    assert TOLERANCES[torch.float16] * result.reference_std < 5e-3
+    result.max_abs_diff = {"made up": 2 * result.atol}
+    result.agree = {"made up": False}
+    assert "DIFFERS" in result.report()
+
+
+# What PyTorch warns on CUDA when the only allowed backend rejects the inputs: one header
+# per backend, memory-efficient first (the disabled ones say so).
+_CUDA_WARNINGS = [
+    "Memory efficient kernel not used because: (Triggered internally at sdp_utils.cpp:1.)",
+    "Memory efficient attention has been runtime disabled. (Triggered internally at sdp_utils.cpp:2.)",
+    "Flash attention kernel not used because: (Triggered internally at sdp_utils.cpp:3.)",
+    "Expected query, key and value to all be of dtype: {Half, BFloat16}. Got Query dtype: float, "
+    "Key dtype: float, and Value dtype: float instead. (Triggered internally at sdp_utils.cpp:4.)",
+    "cuDNN attention kernel not used because: (Triggered internally at sdp_utils.cpp:5.)",
+    "cuDNN attention has been runtime disabled. (Triggered internally at sdp_utils.cpp:6.)",
+]
+
+
+def test_reason_is_read_under_the_backends_own_header():
+    assert reason_from_warnings("flash", _CUDA_WARNINGS).startswith("Expected query, key and value")
+    assert reason_from_warnings("memory-efficient", _CUDA_WARNINGS) == (
+        "Memory efficient attention has been runtime disabled.")
+    assert reason_from_warnings("cuDNN", _CUDA_WARNINGS) == "cuDNN attention has been runtime disabled."
+    assert reason_from_warnings("math", _CUDA_WARNINGS) is None  # headers, none of them its own
+    assert reason_from_warnings("flash", ["Some other warning (Triggered internally at x)"]) == (
+        "Some other warning")
+    assert reason_from_warnings("flash", []) is None
+    two = _CUDA_WARNINGS[:3] + ["first reason", "second reason"] + _CUDA_WARNINGS[4:]
+    assert reason_from_warnings("flash", two) == "first reason; second reason"
+
+
+@pytest.mark.parametrize("error", [
+    "No available kernel. Aborting execution.",  # CUDA
+    "No viable backend for scaled_dot_product_attention was found. This is likely due to ...",  # CPU
+])
+def test_generic_no_backend_errors_are_dropped_but_reasons_kept(error):
+    assert skip_detail("cuDNN", error, []) == ""
+    assert skip_detail("flash", error, _CUDA_WARNINGS).startswith("Expected query")
+    assert skip_detail("flash", error, _CUDA_WARNINGS, direct="asked directly") == "asked directly"
+    assert skip_detail("flash", "head dim 300 too large\nmore", []) == "head dim 300 too large"
+
+
+def test_backend_rejection_reason_asks_pytorch_per_backend(monkeypatch):
+    import warnings
+
+    q = torch.randn(1, 2, 4, 8)
+    # A CPU-only build answers "no" without a reason: fall back to the warnings.
+    assert backend_rejection_reason("flash", q, q, q) is None
+    assert backend_rejection_reason("math", q, q, q) is None
+
+    def fake_can_use(params, debug):
+        assert isinstance(params, torch.backends.cuda.SDPAParams) and debug is True
+        warnings.warn("Flash attention requires q,k,v to have the same last dimension "
+                      "(Triggered internally at sdp_utils.cpp:9.)", stacklevel=2)
+        return False
+
+    monkeypatch.setattr(torch.backends.cuda, "can_use_flash_attention", fake_can_use)
+    assert backend_rejection_reason("flash", q, q, q) == (
+        "Flash attention requires q,k,v to have the same last dimension")
+    monkeypatch.setattr(torch.backends.cuda, "can_use_flash_attention", lambda params, debug: True)
+    assert backend_rejection_reason("flash", q, q, q) is None
+    monkeypatch.delattr(torch.backends.cuda, "can_use_cudnn_attention")  # as in torch < 2.4
+    assert backend_rejection_reason("cuDNN", q, q, q) is None
+
+
+def test_tf32_note_only_for_float32_on_cuda(monkeypatch):
+    assert precision_notes("cpu", torch.float32) == []
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert "TF32" in precision_notes("cuda", torch.float32)[0]
+    assert precision_notes("cuda", torch.float16) == []
+    assert precision_notes("cpu", torch.float32) == []
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    assert precision_notes("cuda", torch.float32) == []
+
+
+def _timings(samples: dict[str, list[float]]) -> list[Timing]:
+    return [Timing(n, statistics.median(s), 1.0, s) for n, s in samples.items()]
+
+
+def test_paired_ratios_and_their_spread():
+    timings = _timings({"loop": [2.0, 3.0, 2.2, 2.4, 2.6], "batched": [1.0, 2.0, 1.0, 1.0, 1.0]})
+    assert paired_ratios(timings, "loop", "batched") == pytest.approx([2.0, 1.5, 2.2, 2.4, 2.6])
+    spread = ratio_spread(timings, "loop", "batched")
+    assert (spread.low, spread.median, spread.high, spread.repeats) == pytest.approx((1.5, 2.2, 2.6, 5))
+    assert spread.q1 == pytest.approx(2.0) and spread.q3 == pytest.approx(2.4)
+    assert spread.verdict().startswith("loop: slower than batched")
+    assert timings[0].best_s == 2.0
+    with pytest.raises(ValueError, match="nope"):
+        paired_ratios(timings, "nope", "batched")
+    with pytest.raises(ValueError, match="same non-zero number"):
+        paired_ratios(_timings({"a": [1.0], "b": [1.0, 2.0]}), "a", "b")
+
+
+@pytest.mark.parametrize("loop,word", [
+    ([0.5, 0.6, 0.7, 0.6], "faster than"),
+    ([0.8, 1.3, 0.9, 1.2], "no clear difference from"),
+    ([1.5], "slower than"),
+])
+def test_verdict_follows_the_middle_half(loop, word):
+    timings = _timings({"loop": loop, "batched": [1.0] * len(loop)})
+    assert f"loop: {word} batched" in ratio_spread(timings, "loop", "batched").verdict()
+
+
+def test_spread_table_lists_best_median_and_ratio():
+    timings = _timings({"loop": [0.002, 0.004, 0.003], "batched": [0.001, 0.002, 0.001]})
+    table = format_spread_table("t", timings, "batched", "B")
+    assert "ratio to B" in table and "best ms" in table and "median ms" in table
+    loop_row = next(line for line in table.splitlines() if line.startswith("loop"))
+    assert "2.000" in loop_row and "3.000" in loop_row and "2.00x" in loop_row
 
 
 def test_cli_mha_runs(capsys, monkeypatch):
@@ -163,3 +308,20 @@ def test_cli_mha_runs(capsys, monkeypatch):
     bench_main(["mha", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "naive ModuleList of heads" in out and "ratio to nn.MHA" in out
+    assert "naive ModuleList of heads: " in out and "in this run" in out  # the printed verdict
+
+
+def test_backend_rejection_reason_also_reads_warnings_printed_by_cpp(monkeypatch):
+    """Without Python's warning bridge, c10 prints TORCH_WARN lines to stderr (fd 2)."""
+    import os
+
+    q = torch.randn(1, 2, 4, 8)
+
+    def printing_can_use(params, debug):
+        os.write(2, b"[W1122 10:00:00.000000001 sdp_utils.cpp:612] Warning: Expected query, key and "
+                    b"value to all be of dtype: {Half, BFloat16}. (function operator())\n")
+        return False
+
+    monkeypatch.setattr(torch.backends.cuda, "can_use_cudnn_attention", printing_can_use)
+    assert backend_rejection_reason("cuDNN", q, q, q) == (
+        "Expected query, key and value to all be of dtype: {Half, BFloat16}.")

@@ -3,6 +3,8 @@ checks behave as the lesson says."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -107,3 +109,90 @@ def test_forward_check_accepts_the_course_module():
 
 def test_stack_check_accepts_the_course_helper():
     assert lesson04.check_stack_head_weights(stack_head_weights).passed
+
+
+# -- the checks recognise the slips the lesson names, written as a learner would ----------
+
+def _attend(q, k, v, dk):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1) @ v
+
+
+def _learner_view_straight_to_heads(x, w_in, b_in, w_out, b_out, num_heads):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = (x @ w_in.T + b_in).split(d, dim=-1)
+    q, k, v = q.view(B, num_heads, T, dk), k.view(B, num_heads, T, dk), v.view(B, num_heads, T, dk)
+    return _attend(q, k, v, dk).transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+
+def _learner_merge_with_view(x, w_in, b_in, w_out, b_out, num_heads):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (x @ w_in.T + b_in).split(d, -1))
+    merged = _attend(q, k, v, dk).transpose(1, 2).view(B, T, d)
+    return merged @ w_out.T + b_out
+
+
+def _learner_w_in_as_is(x, w_in, b_in, w_out, b_out, num_heads):
+    return torch.matmul(x, w_in) + b_in
+
+
+@pytest.mark.parametrize("fn,key", [
+    (_learner_view_straight_to_heads, "split_view_as_b_h_t_raises"),
+    (_learner_merge_with_view, "merge_view_without_contiguous"),
+    (_learner_w_in_as_is, "w_in_not_transposed"),
+])
+def test_forward_check_explains_errors_instead_of_showing_them(fn, key):
+    feedback = lesson04.check_mha_forward(fn)
+    assert feedback.mistake == key, feedback
+    assert "RuntimeError" not in feedback.message
+
+
+def test_forward_check_still_reports_other_errors():
+    def broken(*args):
+        raise KeyError("oops")
+
+    feedback = lesson04.check_mha_forward(broken)
+    assert feedback.status == "error" and "KeyError" in feedback.message
+
+
+def test_stack_check_names_the_natural_side_by_side_slip():
+    feedback = lesson04.check_stack_head_weights(lambda q, k, v: torch.cat([*q, *k, *v], dim=1))
+    assert feedback.mistake == "stacked_columns" and "side by side" in feedback.message
+    feedback = lesson04.check_stack_head_weights(lambda q, k, v: torch.cat([*q, *v, *k]))
+    assert feedback.mistake == "qvk_order"
+
+
+def _additive(mask):
+    return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+
+
+def test_mask_check_handles_additive_numpy_and_transposed_answers():
+    check = lesson04.check_masks_for_torch
+    both = check(lambda a, k: (_additive(a), _additive(k)))
+    assert both.mistake == "additive_masks" and "works in PyTorch" in both.message
+    one = check(lambda a, k: (_additive(a), ~k))
+    assert one.mistake == "additive_masks" and one.message.startswith("your attn_mask")
+    assert check(lambda a, k: ((~a).numpy(), (~k).numpy())).mistake == "numpy_masks"
+    assert check(lambda a, k: (~a, (~k).numpy())).mistake == "numpy_masks"
+    assert check(lambda a, k: (~a.T, ~k)).mistake == "transposed_attn_mask"
+    padding_t = check(lambda a, k: (~a, (~k).T))
+    assert not padding_t.passed and "transpose of the expected" in padding_t.message
+    assert "(B, Tk)" in padding_t.message
+
+
+def test_masks_the_check_accepts_work_in_torch_and_the_rejected_forms_behave_as_it_says():
+    """Ground truth for the messages: bool masks are right, additive float masks give the
+    same result, 1/0 float masks do not block, NumPy arrays raise."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(2, 4, 8)
+    allowed, real = causal_mask(4), torch.tensor([[True] * 4, [True, True, False, False]])
+    with torch.no_grad():
+        ref = mha(x, x, x, attn_mask=~allowed, key_padding_mask=~real)[0]
+        additive = mha(x, x, x, attn_mask=_additive(allowed), key_padding_mask=_additive(real))[0]
+        ones = mha(x, x, x, attn_mask=(~allowed).float(), key_padding_mask=(~real).float())[0]
+        assert torch.allclose(additive, ref, atol=1e-6)
+        assert not torch.allclose(ones, ref, atol=1e-3)
+        with pytest.raises(TypeError):
+            mha(x, x, x, attn_mask=(~allowed).numpy(), key_padding_mask=(~real).numpy())

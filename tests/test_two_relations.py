@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from course_utils.two_relations import (
     LookupModel,
     TrainConfig,
     TwoKeyTask,
+    accuracy_by_share,
     accuracy_table,
     attention_by_copies,
     compare_heads,
@@ -18,8 +21,11 @@ from course_utils.two_relations import (
     evaluate,
     example_table,
     pair_class,
+    plot_item_attention,
+    share_on_a,
     single_thread,
     split_pair_class,
+    swap_fraction,
     train_lookup,
 )
 
@@ -221,3 +227,93 @@ def test_two_heads_beat_one_head_on_the_repeated_key_task():
     table = accuracy_table([one, two])
     assert list(table.columns) == ["1 head (dk=16)", "2 heads (dk=8)"]
     assert list(table.index) == ["seed 0", "mean"]
+
+
+class _FixedAnswers(LookupModel):
+    """A stand-in model: uniform attention, and the answer ``rule(batch)`` with full confidence."""
+
+    def __init__(self, task, rule):
+        super().__init__(task, 16, 2)
+        self.rule = rule
+
+    def forward(self, batch, *, need_weights=False):
+        n, T = batch.item_keys.shape
+        logits = torch.full((n, self.task.num_classes), -10.0)
+        logits[torch.arange(n), self.rule(batch)] = 10.0
+        weights = torch.full((n, 2, 1, T), 1.0 / T) if need_weights else None
+        return logits, weights
+
+
+def test_swap_fraction_counts_only_swapped_errors():
+    batch = TASK.sample(500, seed=8)
+    V = TASK.num_symbols
+    sa, sb = batch.answer_symbols.unbind(1)
+    assert swap_fraction(_FixedAnswers(TASK, lambda b: pair_class(sb, sa, V)), batch) == 1.0
+    assert swap_fraction(_FixedAnswers(TASK, lambda b: pair_class(sa, (sa + 1) % V, V)), batch) < 0.05
+    assert math.isnan(swap_fraction(_FixedAnswers(TASK, lambda b: b.target), batch))
+
+
+def test_share_on_a_and_accuracy_by_share():
+    batch = TASK.sample(400, seed=9)
+    torch.manual_seed(1)
+    model = LookupModel(TASK, 16, 2)
+    share = share_on_a(model, batch, head=1)
+    assert share.shape == (400,) and ((share >= 0) & (share <= 1)).all()
+    with torch.no_grad():
+        weights = model(batch, need_weights=True)[1][:, 1, 0]  # (n, T)
+    on_a = (weights * (batch.relation == 0)).sum(-1)
+    assert torch.allclose(share, on_a / (on_a + (weights * (batch.relation == 1)).sum(-1)))
+    # uniform attention: the share on a is copies of a / (copies of a + copies of b)
+    copies_a, copies_b = (batch.relation == 0).sum(1), (batch.relation == 1).sum(1)
+    uniform = share_on_a(_FixedAnswers(TASK, lambda b: b.target), batch)
+    assert torch.allclose(uniform, copies_a / (copies_a + copies_b))
+    table = accuracy_by_share(model, batch, edges=(0.0, 0.5, 1.0), digits=6)
+    assert list(table.index) == ["[0.0, 0.5)", "[0.5, 1.0]"]
+    assert table["questions"].sum() == 400
+    overall = evaluate(model, batch)[0]
+    assert abs((table["questions"] * table["accuracy"]).sum() / 400 - overall) < 1e-4
+
+
+@pytest.mark.parametrize("edges", [(0.1, 1.0), (0.0, 0.5), (0.0, 0.6, 0.4, 1.0), (0.0,)])
+def test_accuracy_by_share_rejects_bad_edges(edges):
+    with pytest.raises(ValueError, match="edges must rise"):
+        accuracy_by_share(LookupModel(TASK, 16, 1), TASK.sample(8, seed=0), edges=edges)
+
+
+def test_share_on_a_rejects_a_missing_head():
+    model, batch = LookupModel(TASK, 16, 2), TASK.sample(8, seed=0)
+    with pytest.raises(ValueError, match="head must be < 2"):
+        share_on_a(model, batch, head=2)
+    with pytest.raises(ValueError, match="head must be >= 0"):
+        share_on_a(model, batch, head=-1)
+
+
+def test_plot_item_attention_names_the_question_and_the_verdict():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batch = TASK.sample(4, seed=2)
+    a, b = batch.query_keys[1].tolist()
+    ax = plot_item_attention(_FixedAnswers(TASK, lambda bt: bt.target), batch, index=1)
+    assert f"asked a = {a}, b = {b}" in ax.get_title() and "(right)" in ax.get_title()
+    V = TASK.num_symbols
+    wrong = _FixedAnswers(TASK, lambda bt: (bt.target + 1) % (V * V))
+    assert "(WRONG)" in plot_item_attention(wrong, batch, index=1).get_title()
+    with pytest.raises(IndexError, match="out of range"):
+        plot_item_attention(wrong, batch, index=4)
+    plt.close("all")
+
+
+def test_lesson01_checks_catch_the_usual_slips():
+    """Slips the cases were designed to expose: they must not pass."""
+    from course_utils.exercises import lesson01
+
+    assert not lesson01.check_attend(lambda s, v: torch.softmax(torch.relu(s), -1) @ v)
+    assert not lesson01.check_attend(lambda s, v: torch.softmax(s.abs(), -1) @ v)
+    transposed = lesson01.check_attend(lambda s, v: v.T @ torch.softmax(s, -1).T)
+    assert "wrong shape" in transposed.message
+    bool_mean = lesson01.check_relation_accuracy(
+        lambda lg, t, V: torch.stack([(lg.argmax(-1) // V == t // V).mean()] * 2))
+    assert not bool_mean and ".float()" in bool_mean.hint

@@ -5,7 +5,7 @@
 * 1.2 ``head_scores(x, w_q, w_k, num_heads)``: one scaled score matrix per head from the
   stacked projection weights, ``(T, d) -> (h, T, T)``
 * 1.3 ``relation_accuracy(logits, target, num_symbols)``: accuracy of each half of a
-  two-key lookup answer, ``(n, V*V), (n,) -> (2,)``
+  two-key lookup answer (prediction = argmax), ``(n, V*V), (n,) -> (2,)``
 """
 
 from __future__ import annotations
@@ -52,11 +52,12 @@ def _attend_cases() -> list[Case]:
     g = torch.Generator().manual_seed(11)
     return [
         Case((torch.tensor([[2.0, 2.0, 0.0], [4.0, 0.0, 1.0]]),
-              torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])),
-             label="2 queries, 3 keys (query 0 scores keys 0 and 1 equally)"),
-        Case((torch.rand(3, 3, generator=g) * 3 + 0.1, torch.randn(3, 4, generator=g)),
-             label="random positive scores, 3 queries x 3 keys"),
-        Case((torch.rand(4, 5, generator=g) * 3 + 0.1, torch.randn(5, 2, generator=g)),
+              torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])),
+             label="2 queries, 3 keys, values of width 4 (query 0 scores keys 0 and 1 equally)"),
+        Case((torch.tensor([[-3.0, 0.5, -1.0, 2.0], [1.0, -2.0, -0.5, -4.0], [-1.0, -1.0, 3.0, 0.0]]),
+              torch.randn(4, 2, generator=g)),
+             label="scores with negative entries, 3 queries x 4 keys"),
+        Case((torch.rand(4, 5, generator=g) * 3 + 0.1, torch.randn(5, 3, generator=g)),
              label="random positive scores, 4 queries x 5 keys"),
     ]
 
@@ -121,6 +122,26 @@ def _head_scores_sqrt_d_model(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: in
     return _head_scores(x, w_q, w_k, num_heads) * math.sqrt(dk) / math.sqrt(x.shape[1])
 
 
+def _head_scores_no_scale(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    return _head_scores(x, w_q, w_k, num_heads) * math.sqrt(x.shape[1] // num_heads)
+
+
+def _head_scores_reshape_no_transpose(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    T, d = x.shape
+    dk = d // num_heads
+    q = (x @ w_q.T).reshape(num_heads, T, dk)  # the same numbers, cut in the wrong places
+    k = (x @ w_k.T).reshape(num_heads, T, dk)
+    return q @ k.transpose(-2, -1) / math.sqrt(dk)
+
+
+def _head_scores_softmax(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    return torch.softmax(_head_scores(x, w_q, w_k, num_heads), dim=-1)
+
+
+def _head_scores_keys_first(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    return _head_scores(x, w_q, w_k, num_heads).transpose(-2, -1)  # k @ q^T
+
+
 def _head_scores_cases() -> list[Case]:
     g = torch.Generator().manual_seed(12)
     cases = []
@@ -153,6 +174,28 @@ HEAD_SCORES = Exercise(
                 "instead of sqrt(dk), the width of one head.",
                 "each head compares vectors of length dk = d // num_heads: divide by sqrt(dk).",
                 _head_scores_sqrt_d_model),
+        Mistake("no_scale",
+                "the pattern is right but the scores are too large: you did not divide by "
+                "sqrt(dk).",
+                "divide each head's q @ k^T by sqrt(dk), with dk = d // num_heads, so that the "
+                "scores do not grow with the width of a head.",
+                _head_scores_no_scale),
+        Mistake("reshape_no_transpose",
+                "you reshaped the (T, d) projection straight to (h, T, dk): that cuts the numbers "
+                "in the wrong places, so a 'head' holds pieces of several tokens.",
+                "first view it as (T, h, dk) (each token's d features split into h groups), then "
+                "swap the first two dims: .view(T, h, dk).transpose(0, 1).",
+                _head_scores_reshape_no_transpose),
+        Mistake("softmax",
+                "you returned attention weights: each row went through a softmax. This function "
+                "should return the scaled scores, before any softmax.",
+                "stop after dividing by sqrt(dk); the softmax comes later.",
+                _head_scores_softmax),
+        Mistake("keys_first",
+                "each of your matrices is transposed: you computed k @ q^T, so row i holds the "
+                "scores of key i, not of query i.",
+                "row i must be query i: q @ k.transpose(-2, -1).",
+                _head_scores_keys_first),
     ],
     hint="project with the full weights, split the last dim into (h, dk), bring h to the front, "
          "then compare each head's queries with its own keys and divide by sqrt(dk).",
@@ -184,13 +227,21 @@ def _relation_accuracy_mixed_decoding(logits: Tensor, target: Tensor, num_symbol
     return torch.stack([right_a.double().mean(), right_b.double().mean()])
 
 
+def _relation_accuracy_probabilities(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    n, V = logits.shape[0], num_symbols
+    probs = torch.softmax(logits, dim=-1).view(n, V, V)  # (n, symbol a, symbol b)
+    prob_a = probs.sum(dim=2).gather(1, (target // V)[:, None])  # (n, 1)
+    prob_b = probs.sum(dim=1).gather(1, (target % V)[:, None])  # (n, 1)
+    return torch.stack([prob_a.double().mean(), prob_b.double().mean()])
+
+
 def _relation_case(pred_pairs: list[tuple[int, int]], true_pairs: list[tuple[int, int]], V: int,
-                   seed: int, label: str) -> Case:
+                   seed: int, label: str, *, spread: float = 1.0, lead: float = 10.0) -> Case:
     g = torch.Generator().manual_seed(seed)
     n = len(pred_pairs)
-    logits = torch.randn(n, V * V, generator=g)  # (n, V*V)
+    logits = spread * torch.randn(n, V * V, generator=g)  # (n, V*V)
     predicted = torch.tensor([a * V + b for a, b in pred_pairs])
-    logits[torch.arange(n), predicted] += 10.0  # argmax = the intended prediction
+    logits[torch.arange(n), predicted] += lead  # argmax = the intended prediction
     target = torch.tensor([a * V + b for a, b in true_pairs])
     return Case((logits, target, V), label=label)
 
@@ -201,6 +252,10 @@ def _relation_cases() -> list[Case]:
                        "4 answers, V = 3"),
         _relation_case([(3, 1), (0, 2), (1, 1), (2, 3), (0, 0)],
                        [(3, 1), (0, 1), (1, 0), (2, 2), (3, 0)], 4, 22, "5 answers, V = 4"),
+        _relation_case([(1, 2), (0, 0), (2, 1), (1, 1), (0, 2), (2, 0)],
+                       [(1, 2), (0, 1), (2, 1), (0, 0), (0, 2), (1, 0)], 3, 23,
+                       "6 answers, V = 3, flat logits (the model is barely sure of its argmax)",
+                       spread=0.05, lead=0.2),
     ]
 
 
@@ -225,8 +280,14 @@ RELATION_ACCURACY = Exercise(
                 "other), so you compared a's symbol with b's.",
                 "use the same rule for both: a = class // V, b = class % V.",
                 _relation_accuracy_mixed_decoding),
+        Mistake("probabilities",
+                "you averaged the probability the model gives to the right symbol. Accuracy "
+                "counts each prediction (the argmax) as right or wrong, however sure the model is.",
+                "predicted = logits.argmax(dim=-1); then compare decoded classes.",
+                _relation_accuracy_probabilities),
     ],
-    hint="class c stands for the pair (c // V, c % V): decode the predicted class (argmax) and "
-         "the target the same way, then score each half on its own.",
+    hint="the prediction is the argmax class; class c stands for the pair (c // V, c % V): decode "
+         "the prediction and the target the same way, then score each half on its own. A "
+         "comparison gives a bool tensor: call .float() on it before .mean().",
 )
 check_relation_accuracy = RELATION_ACCURACY.check

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from ..masks import causal_mask, padding_mask
 from .core import Case, Exercise, Feedback, Mistake
@@ -93,7 +95,11 @@ def _stack(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: list[Tensor]) 
 
 
 def _stack_columns(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.cat([torch.cat(q_parts, dim=1), torch.cat(k_parts, dim=1), torch.cat(v_parts, dim=1)])
+    return torch.cat([*q_parts, *k_parts, *v_parts], dim=1)  # (dk, 3*h*d): side by side
+
+
+def _stack_qvk_order(q_parts, k_parts, v_parts) -> Tensor:
+    return torch.cat([*q_parts, *v_parts, *k_parts], dim=0)  # values before keys
 
 
 def _stack_reversed_heads(q_parts, k_parts, v_parts) -> Tensor:
@@ -123,10 +129,10 @@ STACK_HEAD_WEIGHTS = Exercise(
     make_cases=_stack_cases,
     mistakes=[
         Mistake("stacked_columns",
-                "you concatenated the heads side by side (dim=1). That is right for the formula's "
-                "W_Q^i (d x dk), but nn.Linear stores the transpose, (dk x d): its heads go one "
-                "under the other.",
-                "torch.cat(list_of_dk_by_d_weights, dim=0) stacks rows.",
+                "you concatenated the weights side by side (dim=1), giving (d_k, 3*h*d_model). Side "
+                "by side is right for the formula's W_Q^i (d_model x d_k), but nn.Linear stores the "
+                "transpose, (d_k x d_model): its heads go one under the other.",
+                "torch.cat([...], dim=0) stacks rows: the result should be (3*d_model, d_model).",
                 _stack_columns),
         Mistake("formula_layout",
                 "you built the formula's (d x 3d) matrix [W_Q | W_K | W_V]; in_proj.weight is its "
@@ -144,6 +150,11 @@ STACK_HEAD_WEIGHTS = Exercise(
                 "all of W_V.",
                 "put all query heads first (in order), then all key heads, then all value heads.",
                 _stack_per_head_qkv),
+        Mistake("qvk_order",
+                "you stacked the query heads, then the VALUE heads, then the key heads: in_proj "
+                "splits its output into Q, K, V in that order, so keys and values would swap roles.",
+                "the order is all of W_Q, then all of W_K, then all of W_V.",
+                _stack_qvk_order),
     ],
     hint="nn.Linear weights are (d_k, d): they stack along dim 0, all query heads first, then the key "
          "heads, then the value heads, giving (3d, d).",
@@ -153,16 +164,19 @@ check_stack_head_weights = STACK_HEAD_WEIGHTS.check
 
 # -- 4.3 the whole batched forward pass -------------------------------------------------
 
-def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok",
-                 scale="ok", softmax_dim=-1, project=True) -> Tensor:
+def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok", scale="ok",
+                 softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True)) -> Tensor:
     """Reference (all options at their defaults) and every mistake, one switch each."""
     B, T, d = x.shape
     dk = d // num_heads
-    q, k, v = (x @ w_in.T + b_in).split(d, dim=-1)  # 3 x (B, T, d)
+    qkv = x @ (w_in.T if w_in_t else w_in)  # (B, T, 3d); without .T this raises (d vs 3d)
+    q, k, v = (qkv + b_in if biases[0] else qkv).split(d, dim=-1)  # 3 x (B, T, d)
 
     def heads(t: Tensor) -> Tensor:
         if split == "as_b_h_t":
             return t.reshape(B, num_heads, T, dk)  # (view would refuse: t is a column slice)
+        if split == "view_as_b_h_t":
+            return t.view(B, num_heads, T, dk)  # raises: t is a column slice of qkv
         if split == "no_transpose":
             return t.view(B, T, num_heads, dk)  # (B, T, h, dk): attention across heads
         return t.view(B, T, num_heads, dk).transpose(1, 2)  # (B, h, T, dk)
@@ -173,9 +187,14 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
     out = weights @ v  # (B, h, T, dk)
     if split == "no_transpose" or merge == "no_transpose":
         concat = out.reshape(B, T, d)
+    elif merge == "view_without_contiguous":
+        concat = out.transpose(1, 2).view(B, T, d)  # raises: the transpose is not contiguous
     else:
         concat = out.transpose(1, 2).reshape(B, T, d)  # (B, T, d): head 0 first
-    return concat @ w_out.T + b_out if project else concat
+    if not project:
+        return concat
+    y = concat @ (w_out.T if w_out_t else w_out)
+    return y + b_out if biases[1] else y
 
 
 def _reference_forward(x, w_in, b_in, w_out, b_out, num_heads):
@@ -198,7 +217,71 @@ def _forward_cases() -> list[Case]:
     return cases
 
 
-MHA_FORWARD = Exercise(
+class _RecordFailure(TorchFunctionMode):
+    """Remembers the first tensor operation that raised, with its arguments' shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: tuple[str, list] | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            if self.failed is None:
+                name = getattr(func, "__name__", str(func)).strip("_")
+                self.failed = (name, [tuple(a.shape) if isinstance(a, Tensor) else a for a in args])
+            raise
+
+
+def _requested_shape(args: list) -> tuple:
+    """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple."""
+    rest = args[1:]
+    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
+        return tuple(rest[0])
+    return tuple(rest)
+
+
+class _ForwardExercise(Exercise):
+    """Exercise 4.3: an answer that *raises* is diagnosed too, when the error is one of the
+    classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``)."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "error":
+            return feedback
+        args, kwargs = self.make_cases()[0].fresh()
+        recorder = _RecordFailure()
+        try:
+            with recorder:
+                fn(*args, **kwargs)
+        except Exception:  # the same error again: now we know which operation raised
+            pass
+        key = self._key_for(recorder.failed)
+        if key is None:
+            return feedback
+        m = next(m for m in self.mistakes if m.key == key)
+        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+
+    @staticmethod
+    def _key_for(failed: tuple[str, list] | None) -> str | None:
+        if failed is None:
+            return None
+        name, args = failed
+        if name == "view" and args and isinstance(args[0], tuple):
+            target = _requested_shape(args)
+            if len(args[0]) == 3 and len(target) == 4:
+                return "split_view_as_b_h_t_raises"
+            if len(args[0]) == 4 and len(target) == 3:
+                return "merge_view_without_contiguous"
+        if name in ("matmul", "matmul_", "mm", "linear") and len(args) >= 2 and isinstance(args[1], tuple):
+            w = args[1]
+            if len(w) == 2 and w[0] == 3 * w[1]:  # a (3d, d) weight multiplied as it is
+                return "w_in_not_transposed"
+        return None
+
+
+MHA_FORWARD = _ForwardExercise(
     title="Exercise 4.3: batched multi-head attention, forward pass",
     reference=_reference_forward,
     make_cases=_forward_cases,
@@ -209,10 +292,21 @@ MHA_FORWARD = Exercise(
                 "after .view(B, T, h, dk) call .transpose(1, 2) to get (B, h, T, dk).",
                 _variant(split="no_transpose")),
         Mistake("split_as_b_h_t",
-                "you viewed the projections as (B, h, T, dk) directly: the shapes work, but each "
+                "you reshaped the projections to (B, h, T, dk) directly: the shapes work, but each "
                 "'head' mixes pieces of different tokens.",
-                "view as (B, T, h, dk), then transpose(1, 2).",
+                "split the last axis instead, view(B, T, h, dk), then transpose(1, 2).",
                 _variant(split="as_b_h_t")),
+        Mistake("split_view_as_b_h_t_raises",
+                "your .view(B, h, T, dk) raised an error. Viewing straight to (B, h, T, dk) would mix "
+                "tokens and heads anyway; PyTorch refuses here because q is a column slice of the "
+                "projection, and only a view that splits the LAST axis fits a slice's strides.",
+                "split the last axis, .view(B, T, h, dk), then .transpose(1, 2).",
+                _variant(split="view_as_b_h_t")),
+        Mistake("merge_view_without_contiguous",
+                "your merge raised an error: after .transpose(1, 2) the tensor is not contiguous in "
+                "memory, and .view cannot copy. The order of your steps is right.",
+                "use .transpose(1, 2).contiguous().view(B, T, d), or .transpose(1, 2).reshape(B, T, d).",
+                _variant(merge="view_without_contiguous")),
         Mistake("merge_no_transpose",
                 "the heads were split correctly but merged in the wrong order: reshaping (B, h, T, dk) "
                 "straight to (B, T, d) scrambles tokens and heads.",
@@ -236,6 +330,28 @@ MHA_FORWARD = Exercise(
                 "you returned the concatenated heads without the output projection W_O.",
                 "finish with concat @ w_out.T + b_out.",
                 _variant(project=False)),
+        Mistake("w_in_not_transposed",
+                "x @ w_in raised an error: w_in is (3d, d), stored like nn.Linear.weight as "
+                "(out_features, in_features), so it has to be transposed.",
+                "project with x @ w_in.T + b_in (that is what nn.Linear computes).",
+                _variant(w_in_t=False)),
+        Mistake("w_out_not_transposed",
+                "you multiplied by w_out without transposing it: w_out is stored like nn.Linear.weight, "
+                "(out_features, in_features), so the layer computes concat @ w_out.T.",
+                "finish with concat @ w_out.T + b_out.",
+                _variant(w_out_t=False)),
+        Mistake("no_biases",
+                "you left out both biases, b_in and b_out.",
+                "add b_in right after x @ w_in.T, and b_out after the output projection.",
+                _variant(biases=(False, False))),
+        Mistake("no_in_bias",
+                "you left out b_in, the bias of the stacked Q, K, V projection.",
+                "qkv = x @ w_in.T + b_in, then split.",
+                _variant(biases=(False, True))),
+        Mistake("no_out_bias",
+                "you left out b_out, the bias of the output projection.",
+                "finish with concat @ w_out.T + b_out.",
+                _variant(biases=(True, False))),
     ],
     hint="project with w_in (x @ w_in.T + b_in), split q, k, v into heads, attend, merge the heads, "
          "project with w_out.",
@@ -261,8 +377,24 @@ def _only_attn_inverted(attn_mask, key_padding_mask):
     return ~attn_mask, key_padding_mask
 
 
+def _transposed_attn_mask(attn_mask, key_padding_mask):
+    return (~attn_mask).T, ~key_padding_mask
+
+
 def _float_masks(attn_mask, key_padding_mask):
     return (~attn_mask).float(), (~key_padding_mask).float()
+
+
+def _additive(allowed: Tensor) -> Tensor:
+    return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))  # 0 = keep, -inf = block
+
+
+def _additive_masks(attn_mask, key_padding_mask):
+    return _additive(attn_mask), _additive(key_padding_mask)
+
+
+def _numpy_masks(attn_mask, key_padding_mask):
+    return (~attn_mask).numpy(), (~key_padding_mask).numpy()
 
 
 def _mask_cases() -> list[Case]:
@@ -273,31 +405,61 @@ def _mask_cases() -> list[Case]:
     ]
 
 
-class _BoolMaskExercise(Exercise):
-    """An exercise whose answer must also be *boolean*: nn.MultiheadAttention adds a float
-    mask to the scores instead of reading it as allowed/blocked."""
+_MASK_NAMES = ("attn_mask", "key_padding_mask")
 
-    float_mistake: Mistake | None = None
+
+class _BoolMaskExercise(Exercise):
+    """Exercise 4.4: the answer must also be a pair of *boolean torch tensors*. A float mask
+    means something else to nn.MultiheadAttention (it is added to the scores), and a NumPy
+    array is rejected by it; a transposed padding mask gets its own message."""
+
+    def _named(self, key: str) -> Feedback:
+        m = next(m for m in self.mistakes if m.key == key)
+        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
-        if not feedback.passed:
+        if feedback.status in ("not attempted", "error"):
             return feedback
-        args, kwargs = self.make_cases()[0].fresh()
-        outputs = fn(*args, **kwargs)
-        if any(isinstance(t, Tensor) and t.dtype != torch.bool for t in outputs):
-            m = self.float_mistake
-            return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+        cases = list(self.make_cases())
+        try:
+            outputs = [fn(*c.fresh()[0], **c.fresh()[1]) for c in cases]
+        except Exception:  # already ran once in super().check; be safe anyway
+            return feedback
+        if not all(isinstance(o, (tuple, list)) and len(o) == 2 for o in outputs):
+            return feedback
+        if any(isinstance(t, np.ndarray) for o in outputs for t in o):
+            return self._named("numpy_masks")
+        expected = [self.reference(*c.fresh()[0], **c.fresh()[1]) for c in cases]
+        for i, name in enumerate(_MASK_NAMES):
+            got_i, exp_i = [o[i] for o in outputs], [e[i] for e in expected]
+            if all(isinstance(g, Tensor) and g.shape == e.shape[::-1] and g.shape != e.shape
+                   for g, e in zip(got_i, exp_i, strict=True)):
+                return Feedback(self.title, "wrong",
+                                f"your {name} has shape {tuple(got_i[0].shape)}, the transpose of the "
+                                f"expected {tuple(exp_i[0].shape)}: nn.MultiheadAttention wants "
+                                + ("(Tq, Tk), one row per query." if i == 0 else
+                                   "(B, Tk), one row per sequence."),
+                                "keep the shape of the mask you were given; only flip True and False.")
+        if feedback.passed and any(isinstance(t, Tensor) and t.dtype != torch.bool
+                                   for o in outputs for t in o):
+            return self._named("float_masks")
+        if not feedback.passed and feedback.mistake is None:
+            # one mask additive, the other boolean: say so instead of "inf in your output"
+            for i, name in enumerate(_MASK_NAMES):
+                if all(self._is_additive_form(o[i], e[i]) for o, e in zip(outputs, expected, strict=True)):
+                    m = next(m for m in self.mistakes if m.key == "additive_masks")
+                    return Feedback(self.title, "mistake", f"your {name}: " + m.message, m.hint,
+                                    mistake=m.key)
         return feedback
 
+    @staticmethod
+    def _is_additive_form(got, blocked: Tensor) -> bool:
+        """``got`` is the float mask that adds -inf exactly where ``blocked`` is True."""
+        if not (isinstance(got, Tensor) and got.is_floating_point() and got.shape == blocked.shape):
+            return False
+        return bool(torch.equal(torch.isneginf(got), blocked) and (got[~blocked] == 0).all())
 
-_FLOAT_MASKS = Mistake(
-    "float_masks",
-    "your masks have the right pattern but are not boolean (float or int): nn.MultiheadAttention "
-    "ADDS a float mask to the scores (1.0 would nudge a score, not block it).",
-    "keep them boolean: ~mask flips True and False without changing the dtype.",
-    _float_masks,
-)
 
 MASKS_FOR_TORCH = _BoolMaskExercise(
     title="Exercise 4.4: course masks -> nn.MultiheadAttention masks",
@@ -319,9 +481,29 @@ MASKS_FOR_TORCH = _BoolMaskExercise(
                 "key_padding_mask also uses True = ignore this key.",
                 "return ~key_padding_mask as well.",
                 _only_attn_inverted),
-        _FLOAT_MASKS,
+        Mistake("transposed_attn_mask",
+                "your attn_mask is inverted but transposed: rows must stay queries and columns keys, "
+                "(Tq, Tk), in nn.MultiheadAttention as in the course.",
+                "drop the .T (or .transpose): ~attn_mask already has the right layout.",
+                _transposed_attn_mask),
+        Mistake("additive_masks",
+                "you built additive float masks (0 = keep, -inf = block). That works in PyTorch: "
+                "nn.MultiheadAttention adds a float mask to the scores. But this exercise asks for "
+                "the boolean form, the one the rest of the lesson passes around.",
+                "return boolean tensors: ~attn_mask and ~key_padding_mask.",
+                _additive_masks),
+        Mistake("float_masks",
+                "your masks have the right pattern but are not boolean (float or int): nn.MultiheadAttention "
+                "ADDS a float mask to the scores (1.0 would nudge a score, not block it).",
+                "keep them boolean: ~mask flips True and False without changing the dtype.",
+                _float_masks),
+        Mistake("numpy_masks",
+                "you returned NumPy arrays: nn.MultiheadAttention accepts only torch tensors (it raises "
+                "a TypeError for an array).",
+                "stay in torch: ~attn_mask works on a bool tensor and returns a bool tensor.",
+                _numpy_masks),
     ],
-    hint="both of nn.MultiheadAttention's masks use True = blocked; the course uses True = may attend.",
+    hint="both of nn.MultiheadAttention's masks use True = blocked; the course uses True = may attend. "
+         "Return two boolean torch tensors of the same shapes as the inputs.",
 )
-MASKS_FOR_TORCH.float_mistake = _FLOAT_MASKS
 check_masks_for_torch = MASKS_FOR_TORCH.check
