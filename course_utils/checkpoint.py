@@ -1,4 +1,4 @@
-"""Save and load trained models as safetensors plus a JSON sidecar; nothing is pickled.
+"""Save and load trained models as safetensors plus a JSON metadata file; nothing is pickled.
 
 A checkpoint called ``induction`` is two files in ``data/checkpoints/``:
 
@@ -6,6 +6,11 @@ A checkpoint called ``induction`` is two files in ``data/checkpoints/``:
   model config copied into the file's header;
 * ``induction.json``: the config, the task, the metrics it scored on a fixed evaluation
   set, the sha256 and size of the safetensors file, and the exact command that made it.
+
+Names and paths mean the same to :func:`save_checkpoint` and :func:`load_checkpoint`
+(both go through :func:`checkpoint_paths`): a bare name given as a ``str`` (``"toy"``)
+lives in ``data/checkpoints/``; anything with a folder in it (``"./toy"``,
+``"runs/toy"``) or given as a ``Path`` is a path, relative to the working directory.
 
 :func:`load_checkpoint` refuses a missing, truncated, corrupted or mismatched file with
 an error that says what it expected and what it found.
@@ -58,8 +63,9 @@ def available_checkpoints(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
 
 
 def checkpoint_paths(name_or_path: str | Path) -> tuple[Path, Path]:
-    """``(weights .safetensors, sidecar .json)`` for a bare name (``"induction"``, looked
-    up in ``data/checkpoints/``), a path stem, or a path to either file."""
+    """``(weights .safetensors, metadata .json)`` for a bare ``str`` name (``"induction"``,
+    in ``data/checkpoints/``), a path stem, or a path to either file. A ``Path`` is always
+    taken as a path (``Path("toy")`` is ``./toy``)."""
     if not isinstance(name_or_path, str | Path):
         raise TypeError(f"name_or_path must be a str or Path, got {type(name_or_path).__name__}")
     path = Path(name_or_path)
@@ -81,13 +87,15 @@ def save_checkpoint(
 ) -> Path:
     """Write ``path.safetensors`` and ``path.json``; return the JSON path.
 
-    ``metrics`` are the scores the checkpoint must reproduce when evaluated again;
+    ``path`` is resolved like :func:`load_checkpoint`'s argument: a bare ``str`` name goes
+    to ``data/checkpoints/``, so ``load_checkpoint(name)`` finds what ``save_checkpoint(model,
+    name)`` wrote. ``metrics`` are the scores the checkpoint must reproduce when evaluated again;
     ``command`` is the shell command that re-creates it; ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
-    weights_path, meta_path = checkpoint_paths(Path(path))
+    weights_path, meta_path = checkpoint_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
@@ -185,11 +193,22 @@ def load_checkpoint(
         tensors = load_file(str(weights_path))
     except SafetensorError as err:
         raise CheckpointError(f"{weights_path.name} is not a readable safetensors file: {err}") from err
-    header_config = json.loads(header.get("config", "null"))
+    if "config" not in header:
+        raise CheckpointError(f"{weights_path.name} has no model config in its header "
+                              f"(expected one written by save_checkpoint)")
+    try:
+        header_config = json.loads(header["config"])
+    except json.JSONDecodeError as err:
+        raise CheckpointError(
+            f"{weights_path.name}: the config in its header is not valid JSON: {err}"
+        ) from err
+    if not isinstance(header_config, dict):
+        raise CheckpointError(f"{weights_path.name}: expected a JSON object as the config in its header, "
+                              f"found {type(header_config).__name__}")
     if header_config != config.to_dict():
         raise CheckpointError(
             f"{meta_path.name} and {weights_path.name} disagree on the config: "
-            f"{_config_diff(header_config or {}, config.to_dict())} "
+            f"{_config_diff(header_config, config.to_dict())} "
             f"(expected = the weights' header, found = the sidecar)"
         )
     model = TinyTransformer(config)

@@ -7,6 +7,7 @@ is drawn blank rather than as zeros.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,7 +104,7 @@ def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
 def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Sequence[str], *,
                    batch_index: int = 0, title: str | None = None,
                    head_titles: Callable[[int, int], str] | None = None,
-                   panel_size: float = 2.3, fontsize: float = 6) -> Figure:
+                   panel_size: float = 2.3, fontsize: float = 7) -> Figure:
     """Every head in a layers x heads grid of heatmaps, with token labels and one colour bar.
 
     ``attention`` is the model's list of per-layer weights ``(B, h, T, T)`` (sequence
@@ -135,7 +136,9 @@ class AttentionExplorer:
 
     ``attention_for(text)`` returns ``(token labels, per-layer weights)`` for one text, and
     raises ``ValueError`` with a readable message for text it cannot encode (unknown words).
-    :meth:`render` never raises at the learner: bad input becomes a message.
+    Nothing here raises at the learner: a bad sentence, layer or head becomes a message
+    (:meth:`render`, :meth:`static`), or a message and the nearest valid starting choice
+    (:meth:`widget`, :meth:`show`).
     """
 
     def __init__(self, attention_for: AttentionFn, sentences: Sequence[str], num_layers: int,
@@ -150,13 +153,48 @@ class AttentionExplorer:
         self.attention_for = attention_for
         self.sentences = list(sentences)
         self.num_layers, self.num_heads = num_layers, num_heads
-        self.last: Figure | str | None = None  # what the widget drew last (for tests)
+        self.last: Figure | str | None = None  # what the explorer drew last (for tests)
+        self.controls: dict[str, Any] = {}
 
-    def render(self, text: str, layer: int, head: int) -> Figure | str:
-        """The heatmap of ``head`` in ``layer`` on ``text``, or a message saying what is wrong."""
-        if not 0 <= layer < self.num_layers or not 0 <= head < self.num_heads:
+    # -- checking a choice ------------------------------------------------------------
+    def choice_problem(self, layer: object, head: object) -> str | None:
+        """A message if ``layer``/``head`` is not a valid choice (wrong type or range), else None."""
+        for name, value, count in (("layer", layer, self.num_layers), ("head", head, self.num_heads)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                return (f"The {name} must be a whole number from 0 to {count - 1}, such as 1; "
+                        f"got {value!r} (a {type(value).__name__}).")
+        if not 0 <= int(layer) < self.num_layers or not 0 <= int(head) < self.num_heads:
             return (f"Choose a layer in 0..{self.num_layers - 1} and a head in 0..{self.num_heads - 1} "
                     f"(got layer {layer}, head {head}).")
+        return None
+
+    def _valid_start(self, text: object, layer: object, head: object) -> tuple[str, int, int]:
+        """The starting choice for the controls: bad values are reported, then replaced."""
+        problem = self.choice_problem(layer, head)
+        if problem is not None:
+            def nearest(value: object, count: int) -> int:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    return 0
+                return min(max(int(value), 0), count - 1)
+
+            layer, head = nearest(layer, self.num_layers), nearest(head, self.num_heads)
+            print(f"{problem} Starting from layer {layer}, head {head} instead.")
+        if text is None:
+            text = self.sentences[0]
+        elif not isinstance(text, str):
+            print(f"The sentence must be a str, got a {type(text).__name__}; starting from "
+                  f"{self.sentences[0]!r} instead.")
+            text = self.sentences[0]
+        return text, int(layer), int(head)
+
+    # -- drawing ----------------------------------------------------------------------
+    def render(self, text: object, layer: object, head: object) -> Figure | str:
+        """The heatmap of ``head`` in ``layer`` on ``text``, or a message saying what is wrong."""
+        problem = self.choice_problem(layer, head)
+        if problem is not None:
+            return problem
+        if text is not None and not isinstance(text, str):
+            return f"The sentence must be a str, got a {type(text).__name__}."
         text = (text or "").strip()
         if not text:
             return "Type a sentence first."
@@ -164,34 +202,49 @@ class AttentionExplorer:
             tokens, attention = self.attention_for(text)
         except (ValueError, KeyError, TypeError) as err:
             return f"Cannot draw this sentence: {err}"
-        weights = _layer_head_grid(attention, 0)[layer, head]  # (T, T)
+        weights = _layer_head_grid(attention, 0)[int(layer), int(head)]  # (T, T)
         fig, ax = plt.subplots(figsize=(4.6, 3.8), constrained_layout=True)
         plot_head(weights, tokens, ax=ax, title=f"layer {layer}, head {head}")
         return fig
 
     def static(self, text: str | None = None, layer: int = 0, head: int = 0) -> Figure | str:
-        """Draw one choice as a plain figure (what a page without widgets shows)."""
+        """Draw one choice as a plain figure (what a page without widgets shows); a problem
+        is printed and returned as a message."""
         result = self.render(self.sentences[0] if text is None else text, layer, head)
         if isinstance(result, str):
             print(result)
         return result
 
-    def widget(self, text: str | None = None, layer: int = 0, head: int = 0) -> Any:
-        """The ipywidgets explorer: a sentence box (pick or type), layer and head pickers, a plot."""
+    def _controls(self, text: str, layer: int, head: int, draw: Callable[[Figure | str], None]) -> Any:
+        """Sentence box, layer and head pickers; every change calls ``draw(render(...))``."""
         import ipywidgets as widgets
-        from IPython.display import display
 
-        sentence = widgets.Combobox(options=self.sentences, value=text or self.sentences[0],
+        sentence = widgets.Combobox(options=self.sentences, value=text,
                                     placeholder="pick or type a sentence, then Enter",
                                     description="sentence", ensure_option=False,
                                     continuous_update=False, layout=widgets.Layout(width="95%"))
         layer_pick = widgets.Dropdown(options=list(range(self.num_layers)), value=layer, description="layer")
         head_pick = widgets.Dropdown(options=list(range(self.num_heads)), value=head, description="head")
+
+        def redraw(_change: object = None) -> None:
+            self.last = self.render(sentence.value, layer_pick.value, head_pick.value)
+            draw(self.last)
+
+        for control in (sentence, layer_pick, head_pick):
+            control.observe(redraw, names="value")
+        self.controls = {"sentence": sentence, "layer": layer_pick, "head": head_pick}
+        return widgets.VBox([sentence, widgets.HBox([layer_pick, head_pick])])
+
+    def widget(self, text: str | None = None, layer: int = 0, head: int = 0) -> Any:
+        """A self-contained ipywidgets explorer: the controls above an output area that
+        shows the starting choice at once and is redrawn on every change."""
+        import ipywidgets as widgets
+        from IPython.display import display
+
+        text, layer, head = self._valid_start(text, layer, head)
         out = widgets.Output()
 
-        def redraw(_change=None) -> None:
-            result = self.render(sentence.value, layer_pick.value, head_pick.value)
-            self.last = result
+        def draw(result: Figure | str) -> None:
             with out:
                 out.clear_output(wait=True)
                 if isinstance(result, str):
@@ -200,25 +253,39 @@ class AttentionExplorer:
                     display(result)
                     plt.close(result)
 
-        for control in (sentence, layer_pick, head_pick):
-            control.observe(redraw, names="value")
-        self.controls = {"sentence": sentence, "layer": layer_pick, "head": head_pick, "output": out}
-        note = widgets.HTML("<i>Change a control to draw its heatmap here.</i>")
-        return widgets.VBox([sentence, widgets.HBox([layer_pick, head_pick]), note, out])
+        controls = self._controls(text, layer, head, draw)
+        self.controls["output"] = out
+        self.last = self.render(text, layer, head)
+        draw(self.last)
+        return widgets.VBox([controls, out])
 
     def show(self, text: str | None = None, layer: int = 0, head: int = 0) -> None:
-        """Display the static figure of this choice, then the interactive explorer below it.
+        """Display the heatmap of this choice, then the controls that redraw it in place.
 
-        Where widgets do not render (a page on GitHub, a plain console) the figure still shows.
+        The figure is an ordinary output (so a page without widgets, on GitHub say, still
+        shows it); in Jupyter the controls replace that same output on every change, so
+        there is only ever one heatmap.
         """
-        from IPython.display import display
+        from IPython.display import Pretty, display
 
-        result = self.static(text, layer, head)
-        if not isinstance(result, str):
-            display(result)
-            plt.close(result)
+        text, layer, head = self._valid_start(text, layer, head)
+        self.last = self.render(text, layer, head)
+
+        def as_output(result: Figure | str) -> object:
+            return Pretty(result) if isinstance(result, str) else result
+
+        handle = display(as_output(self.last), display_id=True)
+        if isinstance(self.last, Figure):
+            plt.close(self.last)
+
+        def draw(result: Figure | str) -> None:
+            if handle is not None:
+                handle.update(as_output(result))
+            if isinstance(result, Figure):
+                plt.close(result)
+
         try:
-            display(self.widget(text, layer, head))
+            display(self._controls(text, layer, head, draw))
         except ImportError:
             print("ipywidgets is not installed: only the static figure is shown.")
 

@@ -235,6 +235,12 @@ class TinyTransformer(nn.Module):
             raise ValueError(
                 f"head_mask must have shape (num_layers, num_heads) = {expected}, got {_shape(head_mask)}"
             )
+        if not torch.isfinite(head_mask).all():
+            bad = [tuple(i) for i in (~torch.isfinite(head_mask)).nonzero().tolist()]
+            raise ValueError(
+                f"head_mask must hold finite gates (1 = keep, 0 = ablate), got NaN or infinity at "
+                f"(layer, head) {bad}"
+            )
         return head_mask.to(self.token_embedding.weight.device)
 
     # -- forward passes -----------------------------------------------------------
@@ -296,6 +302,9 @@ class TinyTransformer(nn.Module):
     @torch.no_grad()
     def generate(self, tokens: Tensor, num_new: int, *, use_cache: bool = True) -> Tensor:
         """Greedy decoding: append ``num_new`` argmax tokens to ``tokens`` ``(B, T)``."""
+        if isinstance(num_new, bool) or not isinstance(num_new, int):
+            raise TypeError(f"num_new must be an int (how many tokens to add), got {num_new!r} "
+                            f"({type(num_new).__name__})")
         if num_new < 0:
             raise ValueError(f"num_new must be >= 0, got {num_new}")
         self._check_tokens(tokens)

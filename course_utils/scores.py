@@ -11,10 +11,16 @@ each a mean of attention weights, so between 0 and 1:
 
 * :func:`previous_token_score`: mean weight from position i to position i-1;
 * :func:`first_token_score`: mean weight to position 0 (an *attention sink*);
-* :func:`induction_score`: on a sequence of random tokens repeated with period ``n``, mean
-  weight from each token of a later copy to the token that came right *after* the same
-  token one period earlier (the prefix-matching score of Olsson et al., 2022);
-* :func:`agreement_score`: mean weight from a verb's position to its subject's position.
+* :func:`induction_score`: on a sequence of random tokens repeated with period ``n``, the
+  weight each token of a later copy puts on the tokens that came right *after* its earlier
+  occurrences (every earlier copy, not only the last one), averaged over those queries:
+  the prefix-matching score of Olsson et al., 2022;
+* :func:`agreement_score`: mean weight from one query position per sequence (for the
+  agreement task: the position that *predicts* the verb) to one key (the subject).
+
+:func:`chance_level` gives what a head that spreads its weight evenly would score, and
+:func:`role_verdicts` words a verdict with its margin to the threshold and its multiple of
+chance, so that a score just under a threshold is not read as "absent".
 
 Query position 0 is left out of the first two: under a causal mask it has no previous
 token and can only attend to itself, so it says nothing about the head.
@@ -35,10 +41,14 @@ __all__ = [
     "induction_score",
     "agreement_score",
     "attention_mass",
+    "mean_by_group",
     "head_score_table",
     "best_head",
+    "chance_level",
+    "verdict",
     "role_verdicts",
     "induction_positions",
+    "induction_key_mask",
     "ideal_pattern",
     "IDEAL_ROLES",
 ]
@@ -125,13 +135,7 @@ def first_token_score(weights: AttentionInput, *, check_rows: bool = True) -> to
     return _finish(to_first.mean(dim=(1, 3)), is_list)
 
 
-def induction_positions(seq_len: int, period: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Query and key positions of the induction stripe: ``(queries, keys)``, each ``(n_q,)``.
-
-    The tokens at ``start .. start+period-1`` repeat from ``start+period`` on. For each query
-    q in a later copy, the key is ``q - period + 1``: the token that followed the same token
-    one period earlier.
-    """
+def _check_induction_layout(seq_len: int, period: int, start: int) -> None:
     for name, value in (("seq_len", seq_len), ("period", period), ("start", start)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -144,22 +148,50 @@ def induction_positions(seq_len: int, period: int, start: int = 0) -> tuple[torc
         raise ValueError(f"no repeated copy to score: the first copy spans positions {start}.."
                          f"{start + period - 1} but the sequence has only {seq_len} positions "
                          f"(need T > start + period)")
+
+
+def induction_positions(seq_len: int, period: int, *, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries of the repeated part and, for each, the key after its *nearest* earlier occurrence.
+
+    Returns ``(queries, keys)``, each ``(n_q,)``: the tokens at ``start .. start+period-1``
+    repeat from ``start+period`` on; for a query q the key is ``q - period + 1``, the token
+    that followed the same token one period earlier. (From the third copy on there are
+    more such keys, one per earlier copy: :func:`induction_key_mask` marks them all.)
+    """
+    _check_induction_layout(seq_len, period, start)
     queries = torch.arange(start + period, seq_len)
     return queries, queries - period + 1
 
 
-def induction_score(weights: AttentionInput, period: int, *, start: int = 0,
+def induction_key_mask(seq_len: int, period: int, *, start: int) -> torch.Tensor:
+    """``(T, T)`` bool: ``mask[q, k]`` is True when key k follows an earlier occurrence of
+    query q's token, i.e. ``k = q - j * period + 1`` for some ``j >= 1`` with
+    ``k - 1 >= start`` (the occurrence lies in the data, not before ``start``).
+
+    Rows of the first copy (``q < start + period``) are all False: nothing to copy yet.
+    """
+    _check_induction_layout(seq_len, period, start)
+    q = torch.arange(seq_len).unsqueeze(1)  # (T, 1)
+    k = torch.arange(seq_len).unsqueeze(0)  # (1, T)
+    distance = q - (k - 1)  # how far back the occurrence k - 1 lies
+    return (distance >= period) & (distance % period == 0) & (k - 1 >= start)
+
+
+def induction_score(weights: AttentionInput, period: int, *, start: int,
                     check_rows: bool = True) -> torch.Tensor:
-    """Mean attention from each token of a repeated copy to the token after its earlier occurrence.
+    """Weight from each token of a repeated copy to the tokens after its earlier occurrences.
 
     Use it on random tokens repeated: positions ``start .. start+period-1`` hold the first
-    copy (``start`` skips a BOS token, say), the rest repeats them. An induction head at
-    query q attends to key ``q - period + 1``. Returns ``(h,)`` or ``(L, h)``.
+    copy (``start=1`` skips a BOS token at position 0), the rest repeats them. For each query
+    q of a later copy, the weights on keys ``q - j*period + 1`` (``j = 1, 2, ...``, one per
+    earlier copy) are summed, then averaged over queries and sequences. A perfect induction
+    head scores 1 however many copies the sequence holds. Returns ``(h,)`` or ``(L, h)``.
     """
     stack, is_list = as_layer_stack(weights, check_rows=check_rows)
-    queries, keys = induction_positions(stack.shape[-1], period, start)
-    stripe = stack[..., queries, keys]  # (L, B, h, n_q)
-    return _finish(stripe.mean(dim=(1, 3)), is_list)
+    queries, _ = induction_positions(stack.shape[-1], period, start=start)
+    stripes = induction_key_mask(stack.shape[-1], period, start=start).to(stack.dtype)  # (T, T)
+    per_query = (stack * stripes).sum(-1)[..., queries]  # (L, B, h, n_q)
+    return _finish(per_query.mean(dim=(1, 3)), is_list)
 
 
 def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_len: int,
@@ -179,33 +211,34 @@ def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_le
     return tensor.long()
 
 
-def agreement_score(weights: AttentionInput, verb_positions: int | Sequence[int] | torch.Tensor,
+def agreement_score(weights: AttentionInput, query_positions: int | Sequence[int] | torch.Tensor,
                     subject_positions: int | Sequence[int] | torch.Tensor, *,
                     check_rows: bool = True) -> torch.Tensor:
-    """Mean attention from the verb's position to its subject's position, one pair per sequence.
+    """Mean attention from one query position to one key (the subject), one pair per sequence.
 
-    Positions are ints (the same for every sequence) or one per sequence, ``(B,)``.
-    Returns ``(h,)`` or ``(L, h)``. A causal language model chooses the verb at the
-    position *before* it (whose logits predict it): pass ``verb_pos - 1`` to read the
-    attention that informs that choice.
+    A causal language model chooses the verb at the position *before* it, the one whose
+    logits predict it: pass that position (``AgreementBatch.predict_pos``) as
+    ``query_positions`` to read the attention that informs the choice. Positions are ints
+    (the same for every sequence) or one per sequence, ``(B,)``. Returns ``(h,)`` or ``(L, h)``.
     """
     stack, is_list = as_layer_stack(weights, check_rows=check_rows)
     batch, seq_len = stack.shape[1], stack.shape[-1]
-    verbs = _positions(verb_positions, batch, seq_len, "verb_positions")
+    queries = _positions(query_positions, batch, seq_len, "query_positions")
     subjects = _positions(subject_positions, batch, seq_len, "subject_positions")
     rows = torch.arange(batch)
     by_sequence = stack.permute(1, 3, 4, 0, 2)  # (B, T, T, L, h)
-    picked = by_sequence[rows, verbs, subjects]  # (B, L, h): A[b, :, :, verb_b, subject_b]
+    picked = by_sequence[rows, queries, subjects]  # (B, L, h): A[b, :, :, query_b, subject_b]
     return _finish(picked.mean(dim=0), is_list)
 
 
 def attention_mass(weights: AttentionInput, query_positions: int | Sequence[int] | torch.Tensor,
-                   key_mask: torch.Tensor, *, check_rows: bool = True) -> torch.Tensor:
-    """Mean total weight that one query per sequence puts on a set of keys.
+                   key_mask: torch.Tensor, *, per_sequence: bool = False,
+                   check_rows: bool = True) -> torch.Tensor:
+    """Total weight that one query per sequence puts on a set of keys, averaged over sequences.
 
     ``key_mask`` is ``(B, T)`` (or ``(T,)``, the same for every sequence) bool: the keys to
     count. With a single key per sequence this is :func:`agreement_score`. Returns ``(h,)``
-    or ``(L, h)``.
+    or ``(L, h)``; with ``per_sequence=True`` no average is taken: ``(B, h)`` or ``(B, L, h)``.
     """
     stack, is_list = as_layer_stack(weights, check_rows=check_rows)
     batch, seq_len = stack.shape[1], stack.shape[-1]
@@ -219,7 +252,35 @@ def attention_mass(weights: AttentionInput, query_positions: int | Sequence[int]
         raise ValueError(f"key_mask must have shape (B, T) = {(batch, seq_len)}, got {tuple(key_mask.shape)}")
     rows = stack.permute(1, 3, 0, 2, 4)[torch.arange(batch), queries]  # (B, L, h, T): each query's row
     mass = (rows * key_mask[:, None, None, :].to(rows.dtype)).sum(-1)  # (B, L, h)
+    if per_sequence:
+        return mass if is_list else mass[:, 0]
     return _finish(mass.mean(dim=0), is_list)
+
+
+def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dict[str, Sequence], *,
+                  decimals: int = 3) -> pd.DataFrame:
+    """Average each per-sequence value within groups of sequences, with a count column.
+
+    ``values`` maps a column name to ``(N,)`` numbers (one per sequence); ``groups`` maps a
+    grouping name (``"template"``, ``"subject"``) to ``N`` labels. Returns one row per
+    group (sorted by label), a ``"sentences"`` count first, then the mean of each value.
+    """
+    if not values or not groups:
+        raise ValueError("mean_by_group needs at least one value column and one grouping")
+    columns = {name: np.asarray(torch.as_tensor(v, dtype=torch.float64)) for name, v in values.items()}
+    labels = {name: list(g) for name, g in groups.items()}
+    lengths = {len(v) for v in columns.values()} | {len(g) for g in labels.values()}
+    if len(lengths) != 1:
+        raise ValueError("every value and every grouping needs one entry per sequence; got lengths "
+                         + ", ".join(f"{k}={len(v)}" for k, v in (columns | labels).items()))
+    for name, v in columns.items():
+        if v.ndim != 1:
+            raise ValueError(f"values[{name!r}] must be 1-D (one number per sequence), got shape {v.shape}")
+    frame = pd.DataFrame({**labels, **columns})
+    grouped = frame.groupby(list(labels), sort=True)
+    table = grouped[list(columns)].mean()
+    table.insert(0, "sentences", grouped.size())
+    return table.round(decimals)
 
 
 def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> pd.DataFrame:
@@ -274,7 +335,8 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     """A hand-built causal attention pattern ``(T, T)`` of a head that plays ``role`` perfectly.
 
     Roles: ``"previous token"`` (i -> i-1), ``"first token"`` (i -> 0), ``"induction"``
-    (a query in a repeated copy -> ``q - period + 1``; other queries -> 0), ``"uniform"``
+    (a query in a repeated copy -> ``q - period + 1``, the token after its nearest earlier
+    occurrence; queries of the first copy -> 0), ``"uniform"``
     (1/(i+1) on every allowed key) and ``"self"`` (i -> i). Row 0 always attends to itself.
     """
     if role not in IDEAL_ROLES:
@@ -295,35 +357,73 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     else:
         if period is None:
             raise ValueError("the induction pattern needs period= (the length of one copy)")
-        queries, keys = induction_positions(seq_len, period, start)
+        queries, keys = induction_positions(seq_len, period, start=start)
         pattern[:, 0] = 1.0
         pattern[queries, 0] = 0.0
         pattern[queries, keys] = 1.0
     return pattern
 
 
-def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5,
-                  decimals: int = 3) -> list[str]:
-    """One sentence per role naming its top head, from the measured ``(L, h)`` scores.
+SCORED_ROLES = {"previous token": previous_token_score, "first token": first_token_score,
+                "induction": induction_score}
 
-    A role counts as *present* when its top head scores at least ``threshold``; the
-    runner-up is quoted too, so you can see whether one head stands out or several share it.
+
+def chance_level(role: str, seq_len: int, *, period: int | None = None, start: int = 1) -> float:
+    """What a *uniform* causal head (query i spreads 1/(i+1) over keys 0..i) scores on ``role``.
+
+    ``role`` is ``"previous token"``, ``"first token"`` or ``"induction"`` (which needs
+    ``period`` and uses ``start``). Compare a trained head's score with this baseline:
+    0.3 means little when chance is 0.25, and a lot when chance is 0.05.
+    """
+    if role not in SCORED_ROLES:
+        raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {role!r}")
+    uniform = ideal_pattern("uniform", seq_len)[None]  # (1, T, T): one head
+    if role == "induction":
+        if period is None:
+            raise ValueError("the induction chance level needs period= (the length of one copy)")
+        return float(induction_score(uniform, period, start=start))
+    return float(SCORED_ROLES[role](uniform))
+
+
+def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> str:
+    """``"present"`` (score >= threshold + margin), ``"absent"`` (< threshold - margin), else
+    ``"borderline"``: a score within ``margin`` of the line is too close to call."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    if not 0.0 <= margin < threshold:
+        raise ValueError(f"margin must lie in [0, threshold), got {margin}")
+    if score >= threshold + margin:
+        return "present"
+    if score < threshold - margin:
+        return "absent"
+    return "borderline"
+
+
+def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, margin: float = 0.05,
+                  chance: dict[str, float] | None = None, decimals: int = 3) -> list[str]:
+    """One sentence per role: its top head, the runner-up, and a worded verdict with margins.
+
+    A role is *present* when its top head scores at least ``threshold + margin``, *absent*
+    below ``threshold - margin`` and *borderline* in between. The distance to the threshold
+    is printed, and with ``chance`` (role -> score of a uniform head) the multiple of chance.
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
     table = head_score_table(scores, decimals=12)
+    chance = chance or {}
     sentences = []
     for role in scores:
         ranked = table[role].sort_values(ascending=False, kind="stable")
         top, top_score = ranked.index[0], round(float(ranked.iloc[0]), decimals)
+        times = (f" = {top_score / chance[role]:.1f}x chance ({chance[role]:.{decimals}f})"
+                 if chance.get(role) else "")
         runner = (f"; next best {ranked.index[1]} at {float(ranked.iloc[1]):.{decimals}f}"
                   if len(ranked) > 1 else "")
-        if top_score >= threshold:
-            article = "an" if role[:1].lower() in "aeiou" else "a"
-            verdict = (f"{role}: {top} scores {top_score:.{decimals}f}{runner} "
-                       f"-> {article} {role} head is present.")
-        else:
-            verdict = (f"{role}: the best head, {top}, scores only {top_score:.{decimals}f}{runner} "
-                       f"-> no {role} head (threshold {threshold}).")
-        sentences.append(verdict)
+        gap = top_score - threshold
+        side = "above" if gap >= 0 else "below"
+        word = verdict(top_score, threshold=threshold, margin=margin)
+        outcome = {"present": "present", "absent": "absent",
+                   "borderline": f"borderline (within {margin} of the line: too close to call)"}[word]
+        sentences.append(f"{role}: best {top} scores {top_score:.{decimals}f}{times}, "
+                         f"{abs(gap):.{decimals}f} {side} the {threshold} line{runner} -> {outcome}.")
     return sentences

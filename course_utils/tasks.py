@@ -16,6 +16,7 @@ may contain an *attractor* noun of the opposite number ("the keys near the door 
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ __all__ = [
     "tokenize",
     "detokenize",
     "subject_position",
+    "agreement_margins",
     "agreement_accuracy",
     "next_token_targets",
 ]
@@ -83,9 +85,11 @@ class InductionTask:
     """Repeated random sequences with a random period per sequence.
 
     ``vocab_size`` counts ``BOS``; ``seq_len`` counts ``BOS`` too. Training periods and
-    held-out periods are disjoint, no training period is a multiple of a held-out one
-    (looking back 10 positions would solve period 5), and every period fits at least
-    twice (plus one token) in ``seq_len`` so each sequence has scored positions.
+    held-out periods are disjoint, and no training period is a multiple of a held-out one
+    (looking back 10 positions would solve period 5). Every period must leave at least one
+    scored position: ``BOS`` + one copy + 2 more tokens fit in ``seq_len``. A long period
+    may therefore repeat only partly (period 16 in 32 tokens: one copy and 15 tokens of the
+    second), while a short one repeats many times (period 2: 15 copies and a half).
     """
 
     vocab_size: int = 64
@@ -406,19 +410,26 @@ def _collate(sentences: list[dict], max_len: int) -> AgreementBatch:
 def tokenize(sentence: str, *, add_bos: bool = True) -> Tensor:
     """Words -> token ids ``(T,)`` long (with ``<bos>`` first by default).
 
-    Lower-cases and ignores ``.,!?``; raises ``ValueError`` naming every unknown word.
+    Lower-cases and ignores the punctuation ``.,!?:;"()``; raises ``ValueError`` naming
+    every unknown word, with a close known word where there is one ("did you mean 'table'?").
     """
     if not isinstance(sentence, str):
         raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
-    words = re.sub(r"[.,!?]", " ", sentence.lower()).split()
+    words = re.sub(r'[.,!?:;"()]', " ", sentence.lower()).split()
     if not words:
         raise ValueError("sentence is empty: write a few words, e.g. 'the keys on the table are'")
     unknown = [w for w in words if w not in WORD_TO_ID or w in (AGREEMENT_PAD, AGREEMENT_BOS)]
     if unknown:
-        known = ", ".join(w for w in AGREEMENT_VOCAB[2:])
+        unknown = sorted(set(unknown), key=unknown.index)
+        known = AGREEMENT_VOCAB[2:]
+        close = {w: difflib.get_close_matches(w, known, n=1, cutoff=0.75) for w in unknown}
+        guesses = [f"{match[0]!r}" + (f" for {w!r}" if len(unknown) > 1 else "")
+                   for w, match in close.items() if match]
+        suggestion = f" Did you mean {', '.join(guesses)}?" if guesses else ""
         raise ValueError(
-            f"unknown word(s) {sorted(set(unknown), key=unknown.index)} in {sentence!r}; "
-            f"the grammar knows only: {known}"
+            f"unknown word(s) {unknown} in {sentence!r}.{suggestion} The grammar knows {len(known)} "
+            f"words (see course_utils.tasks.AGREEMENT_VOCAB), e.g. nouns such as "
+            f"{', '.join(pair[0] for pair in NOUNS[:4])}."
         )
     ids = [WORD_TO_ID[w] for w in words]
     return torch.tensor(([BOS_ID] if add_bos else []) + ids, dtype=torch.long)

@@ -128,6 +128,38 @@ def test_broken_sidecars_are_refused(saved):
         load_checkpoint(stem)
 
 
+def test_a_malformed_config_in_the_weights_header_is_refused(tmp_path):
+    """Sidecar and checksum fine, but the header's config is not JSON (or not an object)."""
+    from safetensors.torch import save_file
+
+    config = ModelConfig(vocab_size=12, max_len=8, d_model=16, num_heads=2)
+    tensors = {k: v.contiguous() for k, v in TinyTransformer(config).state_dict().items()}
+    fmt = {"format": "course_utils.checkpoint/1"}
+    for header, message in (({**fmt, "config": "{not json"}, "not valid JSON"),
+                            ({**fmt, "config": "[1, 2]"}, "JSON object"),
+                            (fmt, "no model config")):
+        weights = tmp_path / "odd.safetensors"
+        save_file(tensors, str(weights), metadata=header)
+        meta = {**fmt, "task": "toy", "config": config.to_dict(), "metrics": {}, "command": "",
+                "size_bytes": weights.stat().st_size, "sha256": sha256_of(weights)}
+        (tmp_path / "odd.json").write_text(json.dumps(meta))
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(tmp_path / "odd")
+
+
+def test_a_bare_name_means_the_same_folder_to_save_and_load(tmp_path, monkeypatch):
+    import course_utils.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.chdir(tmp_path.parent)
+    model = TinyTransformer(ModelConfig(vocab_size=12, max_len=8, d_model=16, num_heads=2)).eval()
+    meta_path = save_checkpoint(model, "bare", task="toy", metrics={}, command="")
+    assert meta_path == tmp_path / "bare.json" and not (tmp_path.parent / "bare.json").exists()
+    loaded, _ = load_checkpoint("bare")
+    tokens = torch.randint(0, 12, (1, 8))
+    torch.testing.assert_close(loaded(tokens)[0], model(tokens)[0], rtol=0, atol=0)
+
+
 def test_names_resolve_to_the_checkpoint_folder():
     weights, sidecar = checkpoint_paths("induction")
     assert weights == CHECKPOINT_DIR / "induction.safetensors"

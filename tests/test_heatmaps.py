@@ -123,6 +123,46 @@ def test_explorer_bad_choices_become_messages(text, layer, head, words):
     assert isinstance(result, str) and words in result
 
 
+@pytest.mark.parametrize("layer,head", [("1", 0), (1.0, 0), (True, 0), (0, "1"), (None, 0), (0, [1])])
+def test_explorer_odd_layer_and_head_types_become_messages(layer, head):
+    result = make_explorer().render("the cat sat", layer, head)
+    assert isinstance(result, str) and "must be a whole number from 0 to 1" in result
+
+
+def test_explorer_accepts_numpy_ints():
+    fig = make_explorer().render("the cat sat", np.int64(1), np.int32(0))
+    assert fig.axes[0].get_title() == "layer 1, head 0"
+
+
+def test_explorer_odd_sentence_becomes_a_message():
+    assert "must be a str" in make_explorer().render(42, 0, 0)
+
+
+@pytest.mark.parametrize("method", ["widget", "show"])
+@pytest.mark.parametrize("layer,head,start",
+                         [(5, 0, (1, 0)), (-1, 3, (0, 1)), ("1", 1, (0, 1)), (True, 1.0, (0, 0))])
+def test_explorer_controls_start_from_a_valid_choice(method, layer, head, start, capsys):
+    pytest.importorskip("ipywidgets")
+    explorer = make_explorer()
+    getattr(explorer, method)("the cat sat", layer=layer, head=head)  # must not raise
+    printed = capsys.readouterr().out
+    assert f"Starting from layer {start[0]}, head {start[1]} instead." in printed
+    assert (explorer.controls["layer"].value, explorer.controls["head"].value) == start
+    assert explorer.last.axes[0].get_title() == f"layer {start[0]}, head {start[1]}"  # drawn at once
+
+
+@pytest.mark.parametrize("method", ["widget", "show"])
+def test_explorer_draws_the_starting_choice_then_redraws(method):
+    pytest.importorskip("ipywidgets")
+    explorer = make_explorer()
+    getattr(explorer, method)("the cats are", layer=1, head=1)
+    assert explorer.last.axes[0].get_title() == "layer 1, head 1"  # the output shows the start at once
+    explorer.controls["layer"].value = 0
+    assert explorer.last.axes[0].get_title() == "layer 0, head 1"
+    explorer.controls["sentence"].value = "the dog"
+    assert isinstance(explorer.last, str) and "dog" in explorer.last
+
+
 def test_explorer_widget_redraws_on_change():
     pytest.importorskip("ipywidgets")
     explorer = make_explorer()
@@ -166,6 +206,8 @@ def test_model_adapters_on_a_tiny_untrained_model():
     assert weights[2].shape == (1, 2, 7, 7)
     explorer = AttentionExplorer(sentence_attention_fn(model), ["the keys are"], 3, 2)
     assert "unknown word" in explorer.render("the cat sat on the mat", 0, 0)
+    typo = explorer.render("the keys on the tabel are", 0, 0)
+    assert "Did you mean 'table'?" in typo and "the grammar knows only" not in typo
     assert "at most 8" in explorer.render("the old keys on the old table near the door are", 0, 0)
     with pytest.raises(TypeError, match="token ids"):
         model_attention(model, [1, 2, 3])

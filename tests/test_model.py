@@ -160,6 +160,12 @@ def test_cache_errors():
         model.generate(tokens, 7)
 
 
+@pytest.mark.parametrize("num_new", [2.0, "2", True, None])
+def test_generate_wants_an_int_count(num_new):
+    with pytest.raises(TypeError, match="num_new must be an int"):
+        make_model().generate(random_tokens(T=3), num_new)
+
+
 @pytest.mark.parametrize(
     "tokens, error, message",
     [
@@ -187,6 +193,8 @@ def test_bad_tokens_are_refused(tokens, error, message):
         (torch.ones(2, 4, dtype=torch.long), TypeError, "float tensor of gates"),
         (torch.ones(2, 4, dtype=torch.bool), TypeError, "float tensor of gates"),
         ([[1, 1, 1, 1]] * 2, TypeError, "torch.Tensor"),
+        (torch.tensor([[1.0, float("nan"), 1, 1], [1.0] * 4]), ValueError, r"NaN or infinity at .*\(0, 1\)"),
+        (torch.tensor([[1.0, 1, 1, 1], [1, 1, 1, float("inf")]]), ValueError, r"finite gates.*\(1, 3\)"),
     ],
 )
 def test_bad_head_masks_are_refused(head_mask, error, message):

@@ -10,13 +10,17 @@ from course_utils.scores import (
     agreement_score,
     attention_mass,
     best_head,
+    chance_level,
     first_token_score,
     head_score_table,
     ideal_pattern,
+    induction_key_mask,
     induction_positions,
     induction_score,
+    mean_by_group,
     previous_token_score,
     role_verdicts,
+    verdict,
 )
 
 T, PERIOD = 9, 4  # positions 0..3, then a copy 4..7, then position 8 repeats position 4
@@ -43,13 +47,13 @@ def test_ideal_patterns_are_causal_and_normalised():
 def test_perfect_previous_token_head():
     w = heads("previous token")
     assert previous_token_score(w).tolist() == [1.0]
-    assert induction_score(w, PERIOD).tolist() == [0.0]
+    assert induction_score(w, PERIOD, start=0).tolist() == [0.0]
     assert first_token_score(w).item() == pytest.approx(1 / (T - 1))  # only query 1 -> key 0
 
 
 def test_perfect_induction_head():
     w = heads("induction")
-    assert induction_score(w, PERIOD).tolist() == [1.0]
+    assert induction_score(w, PERIOD, start=0).tolist() == [1.0]
     assert previous_token_score(w).item() == pytest.approx(1 / (T - 1))  # query 1 -> key 0 only
     # the first copy (queries 1..3) parks on position 0: 3 of 8 scored queries
     assert first_token_score(w).item() == pytest.approx(3 / (T - 1))
@@ -60,7 +64,7 @@ def test_perfect_sink_and_self_heads():
     assert first_token_score(w).tolist() == [1.0, 0.0]
     # query 1's previous token is position 0, so the sink head gets 1 of 8 positions
     assert previous_token_score(w).tolist() == [pytest.approx(1 / (T - 1)), 0.0]
-    assert induction_score(w, PERIOD).tolist() == [0.0, 0.0]
+    assert induction_score(w, PERIOD, start=0).tolist() == [0.0, 0.0]
 
 
 def test_uniform_heads_known_values():
@@ -68,12 +72,16 @@ def test_uniform_heads_known_values():
     expected = uniform_prev_value(T)
     assert previous_token_score(w).item() == pytest.approx(expected)
     assert first_token_score(w).item() == pytest.approx(expected)  # 1/(i+1) to key 0 as well
+    # queries 4..7 have one earlier copy (1 key each), query 8 has two (keys 5 and 1)
     q = torch.arange(PERIOD, T)
-    assert induction_score(w, PERIOD).item() == pytest.approx(float((1 / (q + 1.0)).mean()))
+    keys_per_query = torch.tensor([1, 1, 1, 1, 2])
+    expected = float((keys_per_query / (q + 1.0)).mean())
+    assert induction_score(w, PERIOD, start=0).item() == pytest.approx(expected)
     # a non-causal uniform head: every weight is 1/T
     flat = torch.full((2, T, T), 1 / T)
     assert torch.allclose(previous_token_score(flat), torch.full((2,), 1 / T, dtype=torch.float64))
-    assert torch.allclose(induction_score(flat, PERIOD), torch.full((2,), 1 / T, dtype=torch.float64))
+    assert torch.allclose(induction_score(flat, PERIOD, start=0),
+                          torch.full((2,), 6 / 5 / T, dtype=torch.float64))  # 6 keys over 5 queries
 
 
 def test_shapes_batch_and_layers():
@@ -82,7 +90,7 @@ def test_shapes_batch_and_layers():
     assert previous_token_score(batch).shape == (3,)
     assert torch.allclose(previous_token_score(batch), previous_token_score(one))
     layers = [batch, batch.flip(1)]
-    grid = induction_score(layers, PERIOD)
+    grid = induction_score(layers, PERIOD, start=0)
     assert grid.shape == (2, 3)
     assert grid.tolist() == [[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
     assert best_head(grid) == (0, 1)
@@ -104,6 +112,8 @@ def test_start_skips_a_bos_token():
     # BOS at 0, then a copy of length 3 at 1..3, repeated at 4..6
     queries, keys = induction_positions(7, 3, start=1)
     assert queries.tolist() == [4, 5, 6] and keys.tolist() == [2, 3, 4]
+    with pytest.raises(TypeError):
+        induction_score(torch.eye(7)[None], 3)  # start is required: BOS or not must be said
     w = torch.zeros(1, 7, 7, dtype=torch.float64)
     w[0, :, 0] = 1.0
     w[0, queries, 0] = 0.0
@@ -112,6 +122,41 @@ def test_start_skips_a_bos_token():
     # start=0 also scores query 3, which is still in the first copy and looks at BOS
     assert induction_score(w, 3, start=0).item() == pytest.approx(3 / 4)
     assert induction_score(w, 2, start=1).item() == 0.0  # the wrong period scores nothing
+
+
+def test_induction_key_mask_marks_every_earlier_copy():
+    # BOS, then a block of 3 at 1..3, repeated at 4..6 and 7..9, and one more token at 10
+    mask = induction_key_mask(11, 3, start=1)
+    assert mask[:4].sum() == 0  # BOS and the first copy: nothing to copy yet
+    assert {q: torch.nonzero(mask[q]).flatten().tolist() for q in (4, 6, 7, 10)} == {
+        4: [2], 6: [4], 7: [2, 5], 10: [2, 5, 8]}  # q - p + 1, q - 2p + 1, ... but never BOS's successor
+    assert mask.triu(1).sum() == 0  # always a key the causal query may see
+    with pytest.raises(TypeError, match="start must be an int"):
+        induction_key_mask(11, 3, start=None)
+
+
+def test_induction_score_counts_every_earlier_copy():
+    """On three copies a head that reads the OLDEST copy is as much an induction head as one
+    reading the newest: the score is 1 for both, whereas one period back would give 3/7."""
+    seq_len, period = 11, 3
+    mask = induction_key_mask(seq_len, period, start=1)
+    queries, _ = induction_positions(seq_len, period, start=1)
+    oldest = torch.zeros(seq_len, seq_len, dtype=torch.float64)
+    oldest[:, 0] = 1.0
+    for q in queries.tolist():
+        oldest[q] = 0.0
+        oldest[q, int(torch.nonzero(mask[q]).min())] = 1.0  # the key after the first occurrence
+    newest = ideal_pattern("induction", seq_len, period=period, start=1)
+    w = torch.stack([oldest, newest])  # (2, T, T)
+    assert induction_score(w, period, start=1).tolist() == [1.0, 1.0]
+    one_back = w[:, queries, queries - period + 1].mean(-1)
+    assert one_back.tolist() == [pytest.approx(3 / 7), 1.0]  # queries 4..6 only, of 4..10
+    # a head that splits its weight between two copies still scores 1
+    split = newest.clone()
+    split[7:, :] = 0.0
+    for q in range(7, seq_len):
+        split[q, q - 2] = split[q, q - 5] = 0.5
+    assert induction_score(split[None], period, start=1).item() == pytest.approx(1.0)
 
 
 def test_agreement_score_reads_verb_to_subject():
@@ -125,12 +170,13 @@ def test_agreement_score_reads_verb_to_subject():
     assert agreement_score(w, torch.tensor([4, 5]), 0).tolist() == [0.0, 1.0]
     assert agreement_score([w, w], [4, 5], [1, 2]).shape == (2, 2)
     assert agreement_score(w[0], 4, 1).tolist() == [1.0, 0.0]  # (h, T, T) with ints
+    assert agreement_score(w, query_positions=[4, 5], subject_positions=[1, 2]).tolist() == [1.0, 0.0]
 
 
 def test_head_score_table_ranks_and_rounds():
     layers = [heads("previous token", "uniform"), heads("induction", "first token")]
     table = head_score_table({"previous token": previous_token_score(layers),
-                              "induction": induction_score(layers, PERIOD),
+                              "induction": induction_score(layers, PERIOD, start=0),
                               "first token": first_token_score(layers)})
     assert list(table.index[:3]) == ["L0H0", "L1H0", "L1H1"]
     assert table.loc["L0H0", "top role"] == "previous token"
@@ -179,7 +225,7 @@ def test_bad_induction_arguments(period, start, error, words):
 
 
 @pytest.mark.parametrize("verbs,subjects,error,words", [
-    ([4], [1, 2], ValueError, "one position per sequence"),
+    ([4], [1, 2], ValueError, "query_positions must hold one position per sequence"),
     ([4, 6], [1, 2], ValueError, "0..5"),
     ([4, 5], [-1, 2], ValueError, "0..5"),
     ([4.0, 5.0], [1, 2], TypeError, "integers"),
@@ -209,13 +255,58 @@ def test_role_verdicts_follow_the_numbers():
     scores = {"previous token": torch.tensor([[0.9, 0.2], [0.1, 0.0]]),
               "induction": torch.tensor([[0.0, 0.1], [0.3, 0.05]])}
     prev, ind = role_verdicts(scores, threshold=0.5)
-    assert prev == ("previous token: L0H0 scores 0.900; next best L0H1 at 0.200 "
-                    "-> a previous token head is present.")
-    assert ind.startswith("induction: the best head, L1H0, scores only 0.300")
-    assert ind.endswith("-> no induction head (threshold 0.5).")
-    assert role_verdicts({"induction": torch.tensor([0.9])})[0].endswith("-> an induction head is present.")
+    assert prev == ("previous token: best L0H0 scores 0.900, 0.400 above the 0.5 line; "
+                    "next best L0H1 at 0.200 -> present.")
+    assert ind.startswith("induction: best L1H0 scores 0.300, 0.200 below the 0.5 line")
+    assert ind.endswith("-> absent.")
     with pytest.raises(ValueError, match="threshold"):
         role_verdicts(scores, threshold=0)
+
+
+def test_role_verdicts_near_the_line_are_borderline_and_quote_chance():
+    near = {"previous token": torch.tensor([[0.492, 0.3]]), "first token": torch.tensor([[0.504, 0.1]])}
+    prev, first = role_verdicts(near, chance={"previous token": 0.246, "first token": 0.2})
+    assert prev.startswith("previous token: best L0H0 scores 0.492 = 2.0x chance (0.246), "
+                           "0.008 below the 0.5 line")
+    assert prev.endswith("-> borderline (within 0.05 of the line: too close to call).")
+    assert "= 2.5x chance (0.200), 0.004 above" in first and "borderline" in first
+    assert role_verdicts(near, margin=0.0)[0].endswith("-> absent.")
+
+
+def test_verdict_words_and_margins():
+    assert [verdict(x) for x in (0.56, 0.55, 0.5, 0.451, 0.45, 0.449)] == [
+        "present", "present", "borderline", "borderline", "borderline", "absent"]
+    assert verdict(0.5, margin=0.0) == "present" and verdict(0.499, margin=0.0) == "absent"
+    with pytest.raises(ValueError, match="margin"):
+        verdict(0.5, margin=0.6)
+    with pytest.raises(ValueError, match="threshold"):
+        verdict(0.5, threshold=1.5)
+
+
+def test_chance_level_is_the_uniform_head_score():
+    assert chance_level("previous token", T) == pytest.approx(uniform_prev_value(T))
+    assert chance_level("first token", T) == pytest.approx(uniform_prev_value(T))
+    uniform = heads("uniform")
+    assert chance_level("induction", T, period=PERIOD, start=0) == pytest.approx(
+        induction_score(uniform, PERIOD, start=0).item())
+    with pytest.raises(ValueError, match="period="):
+        chance_level("induction", T)
+    with pytest.raises(ValueError, match="role must be one of"):
+        chance_level("subject", T)
+
+
+def test_mean_by_group_counts_and_averages():
+    table = mean_by_group({"a": torch.tensor([1.0, 0.0, 1.0, 1.0]), "b": [0.5, 0.5, 0.0, 1.0]},
+                          {"template": ["x", "x", "y", "y"], "number": ["s", "p", "s", "s"]})
+    assert list(table.columns) == ["sentences", "a", "b"]
+    assert table.loc[("x", "p")].tolist() == [1, 0.0, 0.5]
+    assert table.loc[("y", "s")].tolist() == [2, 1.0, 0.5]
+    with pytest.raises(ValueError, match="one entry per sequence"):
+        mean_by_group({"a": torch.ones(3)}, {"template": ["x", "y"]})
+    with pytest.raises(ValueError, match="at least one"):
+        mean_by_group({}, {"template": []})
+    with pytest.raises(ValueError, match="1-D"):
+        mean_by_group({"a": torch.ones(2, 2)}, {"template": ["x", "y"]})
 
 
 def test_attention_mass_sums_regions():
@@ -231,6 +322,9 @@ def test_attention_mass_sums_regions():
     one_key[0, 4], one_key[1, 7] = True, True
     assert torch.allclose(attention_mass(w, [5, 8], one_key), agreement_score(w, [5, 8], [4, 7]))
     assert attention_mass([w, w], 3, first_two).shape == (2, 2)
+    each = attention_mass(w, [5, 8], first_two, per_sequence=True)  # (B, h): no average
+    assert each.shape == (2, 2) and torch.allclose(each.mean(0), expected)
+    assert attention_mass([w, w, w], 3, first_two, per_sequence=True).shape == (2, 3, 2)  # (B, L, h)
     with pytest.raises(TypeError, match="bool tensor"):
         attention_mass(w, 3, first_two.int())
     with pytest.raises(ValueError, match=r"\(B, T\)"):

@@ -191,6 +191,30 @@ def test_tokenize_round_trips_and_finds_the_subject():
     assert detokenize(tokenize("the cat is", add_bos=False)) == ["the", "cat", "is"]
 
 
+def test_tokenize_ignores_punctuation():
+    expected = tokenize("the keys on the table are")
+    assert torch.equal(tokenize('"The keys; on: the table (are)!"'), expected)
+
+
+def test_tokenize_suggests_close_words_without_dumping_the_vocabulary():
+    with pytest.raises(ValueError, match=r"unknown word\(s\) \['tabel'\] .*Did you mean 'table'\?") as info:
+        tokenize("the keys on the tabel are")
+    assert "AGREEMENT_VOCAB" in str(info.value) and "chases" not in str(info.value)
+    with pytest.raises(ValueError, match="Did you mean 'table' for 'tabel'?") as info:
+        tokenize("the kitten on the tabel is")
+    assert "kitten'?" not in str(info.value)  # nothing close to 'kitten': no guess for it
+    with pytest.raises(ValueError) as info:
+        tokenize("the zzz is")
+    assert "Did you mean" not in str(info.value)
+
+
+def test_public_names_are_exported():
+    import course_utils.tasks as tasks
+
+    assert "agreement_margins" in tasks.__all__
+    assert all(hasattr(tasks, name) for name in tasks.__all__)
+
+
 def test_tokenize_names_unknown_words():
     with pytest.raises(ValueError, match=r"unknown word\(s\) \['kitten', 'tabel'\]"):
         tokenize("the kitten on the tabel is")

@@ -13,6 +13,7 @@ from ..scores import (
     best_head,
     first_token_score,
     ideal_pattern,
+    induction_key_mask,
     induction_positions,
     induction_score,
     previous_token_score,
@@ -44,7 +45,7 @@ def _duplicate_token_pattern(seq_len: int, period: int, start: int) -> torch.Ten
     """``(T, T)``: a repeated token attends to its own earlier occurrence (q - period); others to 0."""
     pattern = torch.zeros(seq_len, seq_len, dtype=torch.float64)
     pattern[:, 0] = 1.0
-    queries, keys = induction_positions(seq_len, period, start)
+    queries, keys = induction_positions(seq_len, period, start=start)
     pattern[queries, 0] = 0.0
     pattern[queries, keys - 1] = 1.0
     return pattern
@@ -70,6 +71,15 @@ def _prev_includes_position_zero(pattern: torch.Tensor) -> torch.Tensor:
     return pattern[:, rows, rows - 1].mean(-1)  # row 0 wraps round to the last key
 
 
+def _prev_diagonal_all_queries(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(dim1=-2, dim2=-1).mean(-1)  # A[i, i] for every i, query 0 included
+
+
+def _prev_clamped_position_zero(pattern: torch.Tensor) -> torch.Tensor:
+    rows = torch.arange(pattern.shape[-1])
+    return pattern[:, rows, (rows - 1).clamp(min=0)].mean(-1)  # query 0 reads key 0: A[0, 0]
+
+
 def _prev_mean_over_heads(pattern: torch.Tensor) -> torch.Tensor:
     return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(0)  # (T-1,): one value per position
 
@@ -93,6 +103,10 @@ PREVIOUS_TOKEN_SCORE = Exercise(
                 "itself, not to the one before it.",
                 "the previous token of query i is key i - 1: pattern.diagonal(offset=-1, dim1=-2, dim2=-1).",
                 _prev_diagonal),
+        Mistake("diagonal_all_queries", "you read the main diagonal A[i, i] over all T queries: that is "
+                "attention to the token itself (and query 0, which can only look at itself, adds a free 1).",
+                "the previous token of query i is key i - 1, and only queries 1 .. T-1 have one: "
+                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1).", _prev_diagonal_all_queries),
         Mistake("super_diagonal", "you read the diagonal above the main one, A[i, i+1]: the NEXT token, "
                 "which a causal head can never see (it is all zeros).",
                 "use offset=-1 (below the diagonal), not offset=+1.", _prev_super_diagonal),
@@ -100,6 +114,10 @@ PREVIOUS_TOKEN_SCORE = Exercise(
                 "previous token (its 'previous' wrapped round to the last key).",
                 "score only queries 1 .. T-1: the sub-diagonal has T - 1 entries.",
                 _prev_includes_position_zero),
+        Mistake("clamped_position_zero", "you counted query 0 by clamping its 'previous' key to 0, so it "
+                "reads A[0, 0]: under a causal mask that is always 1, a free point for every head.",
+                "query 0 has no previous token: leave it out and average over queries 1 .. T-1 only.",
+                _prev_clamped_position_zero),
         Mistake("mean_over_heads", "you averaged over the heads instead of over the positions: you "
                 "returned one number per position, but we want one number per head.",
                 "average over the last axis of the sub-diagonal (positions), keep the head axis.",
@@ -117,16 +135,19 @@ def _induction_reference(pattern: torch.Tensor, period: int) -> torch.Tensor:
 
 
 def _stripe(pattern: torch.Tensor, period: int, start: int, shift: int) -> torch.Tensor:
-    queries, keys = induction_positions(pattern.shape[-1], period, start)
-    return pattern[:, queries, keys + shift].mean(-1)
+    """Like the reference, with every key moved by ``shift`` (0 = the reference's keys)."""
+    seq_len = pattern.shape[-1]
+    queries, _ = induction_positions(seq_len, period, start=start)
+    keys = induction_key_mask(seq_len, period, start=start).roll(shift, dims=-1)  # (T, T)
+    return (pattern * keys.to(pattern.dtype)).sum(-1)[:, queries].mean(-1)
 
 
 def _induction_duplicate(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return _stripe(pattern, period, 1, shift=-1)  # key q - period: the earlier occurrence itself
+    return _stripe(pattern, period, 1, shift=-1)  # keys q - j*period: the earlier occurrences themselves
 
 
 def _induction_previous(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    queries, _ = induction_positions(pattern.shape[-1], period, 1)
+    queries, _ = induction_positions(pattern.shape[-1], period, start=1)
     return pattern[:, queries, queries - 1].mean(-1)
 
 
@@ -134,15 +155,20 @@ def _induction_forgot_bos(pattern: torch.Tensor, period: int) -> torch.Tensor:
     return _stripe(pattern, period, 0, shift=0)  # also scores the last query of the first copy
 
 
+def _induction_only_second_copy(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    queries, keys = induction_positions(pattern.shape[-1], period, start=1)
+    return pattern[:, queries, keys].mean(-1)  # only one period back: misses the earlier copies
+
+
 def _induction_cases() -> list[Case]:
-    seq_len, period = 12, 4  # BOS + 4 tokens + 4 + 3
+    seq_len, period = 12, 4  # BOS + 4 tokens + 4 + 3: queries 9..11 have two earlier copies
     ideal = torch.stack([ideal_pattern("induction", seq_len, period=period, start=1),
                          _duplicate_token_pattern(seq_len, period, 1),
                          ideal_pattern("previous token", seq_len),
                          ideal_pattern("uniform", seq_len)])
     return [
         Case((ideal, period), label="textbook heads (induction, duplicate, previous, uniform), period 4"),
-        Case((_random_causal(3, 11, seed=52), 3), label="3 random causal heads, T = 11, period 3"),
+        Case((_random_causal(3, 11, seed=52), 3), label="3 random causal heads, T = 11, period 3 (3 copies)"),
         Case((_random_causal(2, 13, seed=53, sharpness=1.0), 6),
              label="2 random causal heads, T = 13, period 6"),
     ]
@@ -153,10 +179,10 @@ INDUCTION_SCORE = Exercise(
     reference=_induction_reference,
     make_cases=_induction_cases,
     mistakes=[
-        Mistake("earlier_occurrence", "you scored attention to the earlier occurrence of the same token "
-                "(key q - period). That is a duplicate-token head; an induction head looks one step further, "
-                "at the token that came AFTER it.",
-                "the key is q - period + 1.", _induction_duplicate),
+        Mistake("earlier_occurrence", "you scored attention to the earlier occurrences of the same "
+                "token (keys q - period, q - 2*period, ...). That is a duplicate-token head; an induction "
+                "head looks one step further, at the token that came AFTER each occurrence.",
+                "the keys are q - period + 1, q - 2*period + 1, ...", _induction_duplicate),
         Mistake("previous_token", "you scored attention to the previous position (key q - 1): that is the "
                 "previous-token score restricted to the second copy.",
                 "the key is one period back, plus one: q - period + 1.", _induction_previous),
@@ -164,8 +190,15 @@ INDUCTION_SCORE = Exercise(
                 "position 0: your first query is still in the first copy.",
                 "with BOS at 0 the first copy is 1 .. period, so queries run from period + 1 to T - 1.",
                 _induction_forgot_bos),
+        Mistake("only_second_copy", "you read only one period back (key q - period + 1). From the third copy "
+                "on, a token has several earlier occurrences, and an induction head may attend to the token "
+                "after any of them: your score misses the weight on the older copies.",
+                "for each query, sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... while "
+                "k >= 2 (the occurrence k - 1 must be a token, not BOS), then average over queries.",
+                _induction_only_second_copy),
     ],
-    hint="for q in period+1 .. T-1 read pattern[:, q, q - period + 1] and average over q: shape (h,).",
+    hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
+         "(k >= 2), then average over q: shape (h,).",
 )
 check_induction_score = INDUCTION_SCORE.check
 
@@ -204,15 +237,26 @@ def _find_sink(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
 
 def _find_duplicate(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
     stack = torch.stack(attention)  # (L, h, T, T)
-    queries, keys = induction_positions(stack.shape[-1], period, 1)
+    queries, keys = induction_positions(stack.shape[-1], period, start=1)
     return best_head(stack[..., queries, keys - 1].mean(-1))
+
+
+def _find_swapped(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    layer, head = _find_reference(attention, period)
+    return head, layer
+
+
+def _find_last_layer_only(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    scores = induction_score(attention[-1], period, start=1, check_rows=False)  # (h,): last layer only
+    return len(attention) - 1, int(scores.argmax())
 
 
 def _find_cases() -> list[Case]:
     layouts = [
         ({"previous": (0, 1), "sink": (0, 3), "duplicate": (0, 0), "induction": (1, 2)}, 2, 4, 13, 5, 60),
-        ({"induction": (2, 0), "previous": (1, 3), "sink": (2, 2), "duplicate": (1, 1)}, 3, 4, 15, 6, 70),
-        ({"sink": (0, 0), "induction": (1, 1), "previous": (0, 2), "duplicate": (1, 0)}, 2, 3, 11, 4, 80),
+        # the induction head need not sit in the last layer (here: the middle one of three)
+        ({"induction": (1, 3), "previous": (0, 3), "sink": (2, 2), "duplicate": (2, 1)}, 3, 4, 15, 6, 70),
+        ({"sink": (0, 0), "induction": (0, 2), "previous": (1, 1), "duplicate": (1, 0)}, 2, 3, 11, 4, 80),
     ]
     return [Case((_planted(layout, L, h, T, p, seed), p), label=f"{L} layers x {h} heads, period {p}")
             for layout, L, h, T, p, seed in layouts]
@@ -234,6 +278,12 @@ FIND_INDUCTION_HEAD = Exercise(
                 "same token (key q - period): a duplicate-token head. The induction head attends to the "
                 "token right after that occurrence.",
                 "use key q - period + 1, not q - period.", _find_duplicate),
+        Mistake("swapped_layer_head", "you returned (head, layer): the right head, but the pair is the "
+                "wrong way round.", "return (layer, head), as best_head does: the layer index first.",
+                _find_swapped),
+        Mistake("last_layer_only", "you searched only the last layer. Induction heads often sit there, but "
+                "not always: in some of the tests the best induction head is in an earlier layer.",
+                "score every head of every layer and take the best of them all.", _find_last_layer_only),
     ],
     hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
 )
