@@ -40,13 +40,31 @@ def _fingerprint() -> str:
     return digest.hexdigest()
 
 
+def _venv_is_usable() -> bool:
+    """True when .venv exists, runs this Python's version, and has pip."""
+    if not _bin("python").exists():
+        return False
+    probe = subprocess.run(
+        [str(_bin("python")), "-c", "import sys, pip; print(tuple(sys.version_info[:2]))"],
+        capture_output=True, text=True,
+    )
+    return probe.returncode == 0 and probe.stdout.strip() == str(tuple(sys.version_info[:2]))
+
+
 def ensure_environment() -> None:
     """Create .venv and install the course into it, once per change of the pins."""
-    if not _bin("python").exists():
-        print(f"Creating a virtual environment in {VENV.name}/ ...", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+    if sys.version_info < (3, 10):  # noqa: UP036 - this check is for people running older Pythons
+        sys.exit(f"The course needs Python 3.10 or newer; this is {sys.version.split()[0]}. "
+                 "Run this script with a newer python, e.g. python3.11 course.py ...")
+    if STAMP.exists() and STAMP.read_text() == _fingerprint() and _bin("python").exists():
         return
+    if not _venv_is_usable():  # missing, half-made, or made by another Python version
+        print(f"Creating a virtual environment in {VENV.name}/ ...", flush=True)
+        try:
+            venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+        except Exception as exc:  # e.g. Debian/Ubuntu without python3-venv
+            sys.exit(f"Could not create {VENV.name}/ ({exc}). On Debian or Ubuntu, install the "
+                     "venv module first: sudo apt install python3-venv")
     print("Installing the course's packages (first run only) ...", flush=True)
     cmd = [str(_bin("python")), "-m", "pip", "install", "--disable-pip-version-check",
            "-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[dev,lab]"]

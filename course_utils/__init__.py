@@ -13,7 +13,6 @@ from .masks import (
     to_torch_key_padding_mask,
 )
 from .model import ModelConfig, TinyTransformer
-from .train import train_agreement, train_induction
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -33,3 +32,12 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """Import the trainers lazily, so ``python -m course_utils.train`` runs cleanly."""
+    if name in ("train_induction", "train_agreement"):
+        from . import train
+
+        return getattr(train, name)
+    raise AttributeError(f"module 'course_utils' has no attribute {name!r}")

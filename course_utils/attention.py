@@ -62,12 +62,13 @@ def scaled_dot_product_attention(
     Args:
         q: ``(..., Tq, dk)``; k: ``(..., Tk, dk)``; v: ``(..., Tk, dv)``. Leading dims
             must be equal (no silent broadcasting).
-        mask: bool, ``True`` = may attend; last two dims ``(Tq, Tk)``, leading dims equal
-            to q's or 1.
+        mask: bool, ``True`` = may attend; last two dims ``(Tq, Tk)``; it may have fewer
+            leading dims than q (a ``(Tq, Tk)`` mask serves a 4-D q), each equal to q's or 1.
         is_causal: also block keys after each query (top-left aligned, as in
             ``F.scaled_dot_product_attention``).
-        dropout_p: dropout on the attention weights (applied only to the output; the
-            returned weights are the pre-dropout probabilities).
+        dropout_p: dropout on the attention weights, applied whenever ``dropout_p > 0``
+            (this function knows no train/eval mode); it affects only the output, and the
+            returned weights are the pre-dropout probabilities.
 
     Returns:
         ``(output (..., Tq, dv), weights (..., Tq, Tk))``. A query row whose keys are all
@@ -120,9 +121,16 @@ class MultiHeadAttention(nn.Module):
     splits d_model into ``h`` heads of width ``dk``, a ``transpose`` that moves heads
     next to the batch, attention, then the reverse and the output projection W_O.
 
-    Parameters mirror ``nn.MultiheadAttention``: ``in_proj_weight`` ``(3d, d)`` stacks
-    W_Q, W_K, W_V (each ``(d, d)``, rows ``i*dk:(i+1)*dk`` belong to head ``i``), and
-    ``out_proj`` is W_O.
+    Args:
+        d_model: width of every token vector; must be divisible by ``num_heads``.
+        num_heads: number of heads h; each head has width ``d_k = d_model // num_heads``.
+        bias: give the Q/K/V and output projections a bias (as ``nn.MultiheadAttention``).
+        dropout: dropout on the attention weights, applied in training mode only.
+
+    Parameters mirror ``nn.MultiheadAttention``: ``in_proj`` is one ``nn.Linear(d, 3d)``
+    whose ``weight`` ``(3d, d)`` stacks W_Q, W_K, W_V in ``nn.Linear``'s layout (each block
+    ``(d, d)`` is the transpose of the W in ``x @ W``; rows ``i*dk:(i+1)*dk`` of each block
+    belong to head ``i``), and ``out_proj`` is W_O.
     """
 
     def __init__(
@@ -250,10 +258,17 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` ``(B, Tq, d)`` to ``key``/``value`` ``(B, Tk, d)``.
 
-        ``key`` and ``value`` default to ``query`` (self-attention). ``mask`` is bool,
-        ``True`` = may attend, shaped ``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1, Tq,
-        Tk)``. ``key_padding_mask`` is bool ``(B, Tk)`` with ``True`` = real token (the
-        opposite of ``nn.MultiheadAttention``'s argument of the same name).
+        ``key`` defaults to ``query`` (self-attention) and ``value`` to ``key``. ``mask``
+        is bool, ``True`` = may attend, shaped ``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1,
+        Tq, Tk)``. ``key_padding_mask`` is bool ``(B, Tk)`` with ``True`` = real token (the
+        opposite of ``nn.MultiheadAttention``'s argument of the same name). ``is_causal``
+        also blocks every key after its query (top-left aligned, as in PyTorch).
+
+        ``need_weights=False`` (the default) runs the fused
+        ``F.scaled_dot_product_attention`` and returns ``None`` for the weights;
+        ``need_weights=True`` runs the step-by-step softmax and returns every head's weights
+        (not averaged over heads). The two agree up to floating-point rounding. A query whose
+        keys are all masked gets a zero output (PyTorch's modules give NaN there).
 
         Returns ``(output (B, Tq, d), weights (B, h, Tq, Tk) or None)``.
         """

@@ -99,7 +99,9 @@ def save_checkpoint(
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    header = {"format": FORMAT, "config": json.dumps(config, sort_keys=True)}
+    # One header key only: safetensors writes several keys in no fixed order, which would
+    # make the file's bytes (and so its sha256) differ between identical runs.
+    header = {"config": json.dumps(config, sort_keys=True)}
     save_file(tensors, str(weights_path), metadata=header)
     weights_path.chmod(0o644)  # safetensors creates it owner-only; checkpoints are shared files
     meta = {

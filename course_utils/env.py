@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import platform
 import random
 
@@ -34,7 +33,6 @@ def seed_everything(seed: int) -> torch.Generator:
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-    os.environ["PYTHONHASHSEED"] = str(seed)
     return torch.Generator().manual_seed(seed)
 
 

@@ -120,10 +120,17 @@ def main(argv: list[str]) -> int:
             print(f"{name}: {execute(Path(name)):.1f} s", flush=True)
     elif command == "student":
         out_dir = Path(args[0])
+        sources = [Path(name) for name in args[1:]]
+        if any(src.resolve().parent == out_dir.resolve() for src in sources):
+            print(f"refusing to write student versions into {out_dir}/: it holds the instructor "
+                  "notebooks, which would be overwritten. Choose another folder, e.g. student/.")
+            return 2
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name in args[1:]:
-            nb = student_version(nbformat.read(name, as_version=4))
-            nbformat.write(nb, out_dir / Path(name).name)
+        for src in sources:
+            original = nbformat.read(src, as_version=4)
+            blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
+            nbformat.write(student_version(original), out_dir / src.name)
+            print(f"{out_dir / src.name}: {blanks} solution(s) blanked")
     else:
         print(__doc__)
         return 2

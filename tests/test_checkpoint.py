@@ -2,6 +2,7 @@
 the shipped checkpoints still score what their sidecars record."""
 
 import ast
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -209,3 +210,16 @@ def test_a_copied_checkpoint_loads_from_any_folder(tmp_path):
         shutil.copy(CHECKPOINT_DIR / f"induction{suffix}", tmp_path / f"copy{suffix}")
     model, _ = load_checkpoint(tmp_path / "copy")
     assert model.config.num_layers == 2
+
+
+def test_saving_the_same_model_gives_the_same_bytes(tmp_path):
+    from course_utils.checkpoint import save_checkpoint
+    from course_utils.model import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    model = TinyTransformer(ModelConfig(vocab_size=11, max_len=8, d_model=16, num_heads=2, num_layers=1))
+    digests = set()
+    for i in range(4):
+        save_checkpoint(model, tmp_path / f"m{i}", task="toy", metrics={}, command="test")
+        digests.add(hashlib.sha256((tmp_path / f"m{i}.safetensors").read_bytes()).hexdigest())
+    assert len(digests) == 1

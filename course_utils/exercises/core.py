@@ -195,7 +195,9 @@ class Exercise:
 
     def _grade(self, cases, outputs, expected) -> Feedback:
         if all(self._close(g, e) for g, e in zip(outputs, expected, strict=True)):
-            return Feedback(self.title, "correct", f"correct on all {len(cases)} test cases.")
+            n = len(cases)
+            return Feedback(self.title, "correct",
+                            "correct on the test case." if n == 1 else f"correct on all {n} test cases.")
         for mistake in self.mistakes:
             try:
                 wrong = [_call(mistake.implementation, c) for c in cases]
