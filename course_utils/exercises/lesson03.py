@@ -59,6 +59,11 @@ def _split_transpose_first(x: Tensor, num_heads: int) -> Tensor:
     return x.transpose(1, 2).reshape(B, num_heads, T, d // num_heads)  # right shape, wrong values
 
 
+def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape
+    return x.view(B, T, d // num_heads, num_heads).permute(0, 3, 1, 2)  # head i = columns i, i+h, ...
+
+
 def _split_cases() -> list[Case]:
     return [
         Case((_numbered(2, 5, 12), 3), label="x of shape (2, 5, 12), h = 3"),
@@ -95,6 +100,12 @@ SPLIT_HEADS = Exercise(
                 "before reshaping, which interleaves tokens and features.",
                 "split the feature axis first with .view(B, T, h, dk), then transpose(1, 2).",
                 _split_transpose_first),
+        Mistake("interleaved",
+                "your head i takes columns i, i+h, i+2h, ...: the heads are interleaved instead of "
+                "being consecutive blocks of d_k columns.",
+                "view(B, T, h, dk) puts head i in columns i*dk to (i+1)*dk - 1, which is where the "
+                "stacked W_Q puts head i's rows.",
+                _split_interleaved),
     ],
     hint="first cut each token's d features into h pieces of width d // h (a view with shape "
          "(B, T, h, dk)), then put the head axis in front of the token axis.",

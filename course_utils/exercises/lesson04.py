@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -16,6 +17,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ..masks import causal_mask, padding_mask
+from . import lesson03
 from .core import Case, Exercise, Feedback, Mistake
 
 __all__ = [
@@ -31,60 +33,9 @@ def _randn(*shape: int, seed: int) -> Tensor:
 
 
 # -- 4.1 split heads ---------------------------------------------------------------------
-
-def _split_heads(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)  # (B, h, T, dk)
-
-
-def _split_view_as_b_h_t(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, num_heads, T, d // num_heads)  # right shape, wrong numbers
-
-
-def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, d // num_heads, num_heads).permute(0, 3, 1, 2)  # head i = columns i, i+h, ...
-
-
-def _split_no_transpose(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads)  # (B, T, h, dk)
-
-
-def _split_cases() -> list[Case]:
-    return [
-        Case((_randn(2, 3, 8, seed=40), 2), label="x of shape (2, 3, 8), 2 heads"),
-        Case((_randn(1, 5, 12, seed=41), 3), label="x of shape (1, 5, 12), 3 heads"),
-    ]
-
-
-SPLIT_HEADS = Exercise(
-    title="Exercise 4.1: split into heads",
-    reference=_split_heads,
-    make_cases=_split_cases,
-    mistakes=[
-        Mistake("view_as_b_h_t",
-                "you viewed x directly as (B, h, T, dk): the shape is right, but each 'head' now "
-                "holds slices of several tokens' vectors, not one slice of every token.",
-                "view as (B, T, h, dk) first (that cuts each token's d numbers into h pieces), then "
-                "transpose(1, 2).",
-                _split_view_as_b_h_t),
-        Mistake("interleaved",
-                "your head i takes columns i, i+h, i+2h, ...: the heads are interleaved instead of "
-                "being consecutive blocks of d_k columns.",
-                "view(B, T, h, dk) puts head i in columns i*dk to (i+1)*dk - 1, which is where the "
-                "stacked W_Q puts head i's rows.",
-                _split_interleaved),
-        Mistake("no_transpose",
-                "you returned (B, T, h, dk): the heads are split but not moved next to the batch, so "
-                "attention would compare heads with each other instead of tokens.",
-                "add .transpose(1, 2) to get (B, h, T, dk).",
-                _split_no_transpose),
-    ],
-    hint="unpack B, T, d = x.shape; a view can cut the last axis into (h, d_k); then move the head "
-         "axis next to the batch axis.",
-)
+# The same task as lesson 03's Exercise 3.1 (a warm-up before the full forward pass), so
+# the same check: one definition of the reference and its known mistakes.
+SPLIT_HEADS = dataclasses.replace(lesson03.SPLIT_HEADS, title="Exercise 4.1: split into heads")
 check_split_heads = SPLIT_HEADS.check
 
 
