@@ -17,6 +17,7 @@ from .masks import causal_mask, check_bool_mask
 
 __all__ = [
     "scaled_dot_product_attention",
+    "check_head_dims",
     "MultiHeadAttention",
     "LoopMultiHeadAttention",
 ]
@@ -45,6 +46,21 @@ def _check_mask_fits(
             f"{tuple(target)} {target_names}: its last two dims must be exactly "
             f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
             "dim or be 1"
+        )
+
+
+def check_head_dims(d_model: int, num_heads: int) -> None:
+    """Raise a clear error unless both are positive ints and ``num_heads`` divides ``d_model``."""
+    for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value}")
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}: each head "
+            f"needs an equal slice d_k = d_model / num_heads (= {d_model / num_heads:g}). "
+            f"Try num_heads in {[h for h in range(1, d_model + 1) if d_model % h == 0][:8]}"
         )
 
 
@@ -137,19 +153,7 @@ class MultiHeadAttention(nn.Module):
         self, d_model: int, num_heads: int, *, bias: bool = True, dropout: float = 0.0
     ) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if num_heads <= 0:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads}")
-        if d_model <= 0:
-            raise ValueError(f"d_model must be a positive int, got {d_model}")
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}: each head "
-                f"needs an equal slice d_k = d_model / num_heads (= {d_model / num_heads:g}). "
-                f"Try num_heads in {[h for h in range(1, d_model + 1) if d_model % h == 0][:8]}"
-            )
+        check_head_dims(d_model, num_heads)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model = d_model

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import LoopMultiHeadAttention, MultiHeadAttention
+from .env import torch_threads
 from .naive_mha import naive_from_batched
 
 __all__ = [
@@ -180,25 +181,6 @@ def format_spread_table(title: str, timings: list[Timing], baseline: str, label:
         lines.append(f"{t.name:<{width}}  {t.best_s * 1e3:>8.3f}  {t.median_s * 1e3:>9.3f}  "
                      f"{spread.median:>5.2f}x [{spread.q1:.2f}-{spread.q3:.2f}]")
     return "\n".join(lines)
-
-
-@contextmanager
-def torch_threads(num_threads: int | None) -> Iterator[None]:
-    """Run the block with ``torch.set_num_threads(num_threads)``; ``None`` leaves it alone.
-
-    One thread makes CPU timings far steadier on a machine that is busy with other
-    work (a thread that is waiting for a core stalls every parallel matmul)."""
-    if num_threads is None:
-        yield
-        return
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
-    previous = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 class _SDPAInsideCourse(MultiHeadAttention):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .attention import MultiHeadAttention, check_head_dims, scaled_dot_product_attention
 
 __all__ = ["AttentionHead", "NaiveMultiHeadAttention", "stack_head_weights", "naive_from_batched"]
 
@@ -43,16 +43,7 @@ class NaiveMultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, *, bias: bool = True) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value}")
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}: every head needs "
-                f"the same width d_k = d_model / num_heads"
-            )
+        check_head_dims(d_model, num_heads)
         self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
         self.heads = nn.ModuleList(AttentionHead(d_model, self.d_k, bias=bias) for _ in range(num_heads))
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from .env import pick_device
+from .env import pick_device, torch_threads
 from .model import ModelConfig, TinyTransformer
 from .tasks import (
     AgreementBatch,
@@ -154,16 +154,9 @@ def train_model(
     fast on a busy machine, where several threads can be many times slower. ``None``
     keeps torch's setting.
     """
-    if num_threads is None:
+    with torch_threads(num_threads):
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
                             target_metric, target, stop_at_target, progress, task)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
-                            target_metric, target, stop_at_target, progress, task)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, target_metric, target,

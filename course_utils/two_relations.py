@@ -17,8 +17,7 @@ Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -27,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .env import seed_everything
+from .env import seed_everything, torch_threads
+from .shapes import count_parameters
 
 __all__ = [
     "EVAL_SEED",
@@ -38,7 +38,6 @@ __all__ = [
     "LookupModel",
     "TrainConfig",
     "RunResult",
-    "single_thread",
     "evaluate",
     "train_lookup",
     "compare_heads",
@@ -192,26 +191,6 @@ class LookupModel(nn.Module):
         return self.readout(out.squeeze(1)), weights  # (n, V**2)
 
 
-def count_parameters(module: nn.Module) -> int:
-    """Number of trainable numbers in ``module``."""
-    return sum(p.numel() for p in module.parameters() if p.requires_grad)
-
-
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one CPU thread inside the block, then restore the previous setting.
-
-    Tiny models train faster on one thread (no synchronisation between threads), and the
-    result no longer depends on how many cores the machine has.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """Training settings shared by every run of a comparison."""
@@ -275,7 +254,7 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     _check_int("seed", seed, 0)
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-    with single_thread():
+    with torch_threads(1):
         seed_everything(seed)
         model = LookupModel(task, config.d_model, num_heads, hidden=config.hidden,
                             values=config.values)

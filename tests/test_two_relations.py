@@ -23,7 +23,6 @@ from course_utils.two_relations import (
     pair_class,
     plot_item_attention,
     share_on_a,
-    single_thread,
     split_pair_class,
     swap_fraction,
     train_lookup,
@@ -184,13 +183,6 @@ def test_one_head_and_two_heads_have_the_same_parameters_and_start():
     _, w1 = one(batch, need_weights=True)
     _, w2 = two(batch, need_weights=True)
     assert w1.shape == (3, 1, 1, TASK.num_items) and w2.shape == (3, 2, 1, TASK.num_items)
-
-
-def test_single_thread_restores_the_thread_count():
-    before = torch.get_num_threads()
-    with single_thread():
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
 
 
 SHORT = TrainConfig(steps=150, eval_every=50, eval_size=1024)
