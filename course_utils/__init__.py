@@ -3,7 +3,7 @@
 Masks everywhere use ``True`` = may attend (see :mod:`course_utils.masks`).
 """
 
-from .attention import LoopMultiHeadAttention, MultiHeadAttention, scaled_dot_product_attention
+from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .checkpoint import load_checkpoint
 from .env import pick_device, seed_everything
 from .masks import (
@@ -17,7 +17,6 @@ from .model import ModelConfig, TinyTransformer
 __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
-    "LoopMultiHeadAttention",
     "causal_mask",
     "padding_mask",
     "to_torch_attn_mask",

@@ -5,35 +5,32 @@ is measured in one run, with the implementations interleaved repeat by repeat, s
 machine that speeds up or slows down affects all of them alike; :func:`ratio_spread`
 says how much the ratio varied from repeat to repeat.
 
-Lesson 4 uses the helpers below: :func:`bench_mha` (one table), :func:`sweep_mha`
-(timings across sequence lengths or head counts, for a plot), :func:`count_dispatched_ops`
-(how many tensor operations one forward pass runs) and, on a CUDA GPU,
-:func:`compare_on_device` (including the ``F.scaled_dot_product_attention`` backends).
+The timing core is :func:`time_interleaved`, :func:`ratio_spread` and the two table
+formatters. Lesson 4 adds its four versions of multi-head attention
+(:func:`lesson_implementations`), :func:`bench_mha` (one table), :func:`sweep_mha`
+(timings across sizes, for a plot), :func:`count_dispatched_ops` (how many tensor
+operations one forward pass runs) and, on a CUDA GPU, :func:`compare_on_device`, whose
+backend diagnostics live in :mod:`course_utils.sdpa_backends`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
-import os
-import re
 import statistics
-import sys
-import tempfile
 import time
-import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import LoopMultiHeadAttention, MultiHeadAttention
+from .attention import MultiHeadAttention
 from .env import torch_threads
 from .naive_mha import naive_from_batched
+from .sdpa_backends import cuda_unavailable_reason, precision_notes, sdpa_backend_callables
 
 __all__ = [
     "Timing",
@@ -43,26 +40,17 @@ __all__ = [
     "RatioSpread",
     "ratio_spread",
     "format_spread_table",
-    "torch_threads",
-    "mha_implementations",
-    "LESSON_IMPLEMENTATIONS",
+    "IMPLEMENTATIONS",
     "lesson_implementations",
     "forward_callables",
     "bench_mha",
     "sweep_mha",
     "plot_sweep",
     "count_dispatched_ops",
-    "SDPA_BACKENDS",
-    "SDPA_WARNING_HEADERS",
     "TOLERANCES",
-    "reason_from_warnings",
-    "skip_detail",
-    "precision_notes",
-    "backend_rejection_reason",
-    "sdpa_backend_callables",
-    "cuda_unavailable_reason",
     "DeviceComparison",
     "compare_on_device",
+    "main",
 ]
 
 
@@ -183,15 +171,6 @@ def format_spread_table(title: str, timings: list[Timing], baseline: str, label:
     return "\n".join(lines)
 
 
-class _SDPAInsideCourse(MultiHeadAttention):
-    """The course module, but always on ``F.scaled_dot_product_attention``."""
-
-    def forward(self, query, key=None, value=None, **_):  # noqa: D401 - benchmark helper
-        q, k, v = self.project_qkv(query, query if key is None else key,
-                                   query if value is None else value)
-        return self.out_proj(self.merge_heads(F.scaled_dot_product_attention(q, k, v))), None
-
-
 class _ExplicitSoftmaxCourse(MultiHeadAttention):
     """The course module, always on the step-by-step softmax path (weights kept)."""
 
@@ -210,43 +189,25 @@ class _NaiveAsTuple(nn.Module):
         return self.naive(query), None
 
 
-def mha_implementations(
-    d_model: int, num_heads: int, *, device="cpu", dtype=torch.float32, seed: int = 0
-) -> dict[str, nn.Module]:
-    """The same weights in six modules, all in eval mode."""
-    torch.manual_seed(seed)
-    theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(device, dtype)
-    ours = MultiHeadAttention.from_torch(theirs)
-    explicit = _ExplicitSoftmaxCourse(d_model, num_heads).to(device, dtype)
-    explicit.load_state_dict(ours.state_dict())
-    sdpa = _SDPAInsideCourse(d_model, num_heads).to(device, dtype)
-    sdpa.load_state_dict(ours.state_dict())
-    modules = {
-        "nn.MultiheadAttention": theirs,
-        "course MHA (batched)": ours,
-        "course MHA, explicit softmax": explicit,
-        "course MHA, F.sdpa only": sdpa,
-        "course MHA, loop over heads": LoopMultiHeadAttention.from_batched(ours),
-        "naive ModuleList of heads": _NaiveAsTuple(ours),
-    }
-    return {name: m.eval() for name, m in modules.items()}
-
-
-#: The four versions lesson 4 compares: short name -> name in :func:`mha_implementations`.
-LESSON_IMPLEMENTATIONS: dict[str, str] = {
-    "loop over heads": "naive ModuleList of heads",
-    "batched": "course MHA, explicit softmax",
-    "batched + F.sdpa": "course MHA (batched)",
-    "nn.MultiheadAttention": "nn.MultiheadAttention",
-}
+#: The row labels of every multi-head attention benchmark, one per version of lesson 4.
+IMPLEMENTATIONS: tuple[str, ...] = ("loop over heads", "batched", "batched + F.sdpa",
+                                    "nn.MultiheadAttention")
 
 
 def lesson_implementations(
     d_model: int, num_heads: int, *, device="cpu", dtype=torch.float32, seed: int = 0
 ) -> dict[str, nn.Module]:
-    """Lesson 4's four versions (:data:`LESSON_IMPLEMENTATIONS`), sharing one set of weights."""
-    every = mha_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
-    return {short: every[full] for short, full in LESSON_IMPLEMENTATIONS.items()}
+    """Lesson 4's four versions, sharing one set of weights, in eval mode, keyed by
+    :data:`IMPLEMENTATIONS`: the loop over heads (:class:`~course_utils.naive_mha.
+    NaiveMultiHeadAttention`), the batched course module on its step-by-step softmax path
+    and on its default ``F.scaled_dot_product_attention`` path, and ``nn.MultiheadAttention``."""
+    torch.manual_seed(seed)
+    theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(device, dtype)
+    ours = MultiHeadAttention.from_torch(theirs)
+    explicit = _ExplicitSoftmaxCourse(d_model, num_heads).to(device, dtype)
+    explicit.load_state_dict(ours.state_dict())
+    modules = dict(zip(IMPLEMENTATIONS, (_NaiveAsTuple(ours), explicit, ours, theirs), strict=True))
+    return {name: m.eval() for name, m in modules.items()}
 
 
 def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Callable[[], Tensor]]:
@@ -285,24 +246,18 @@ def _inner_for(fns: dict[str, Callable[[], object]], sync, target_s: float) -> i
 
 def bench_mha(
     batch: int, seq_len: int, d_model: int, num_heads: int, *, repeats: int = 15,
-    device="cpu", include: list[str] | None = None, seed: int = 0,
-    lesson: bool = False, baseline: str | None = None, dtype: torch.dtype = torch.float32,
-    num_threads: int | None = None, target_sample_s: float = 0.0,
+    device="cpu", seed: int = 0, baseline: str = "nn.MultiheadAttention",
+    dtype: torch.dtype = torch.float32, num_threads: int | None = None,
+    target_sample_s: float = 0.0, lesson: bool = True,
 ) -> list[Timing]:
-    """Time self-attention forward passes (inference: eval + no_grad) of each module.
+    """Time self-attention forward passes (inference: eval + no_grad) of lesson 4's four
+    versions (:func:`lesson_implementations`), one row per label of :data:`IMPLEMENTATIONS`.
 
-    ``lesson=True`` times lesson 4's four versions under their short names
-    (:data:`LESSON_IMPLEMENTATIONS`) instead of every module of :func:`mha_implementations`.
-    ``baseline`` defaults to ``"nn.MultiheadAttention"``. ``num_threads``: see
-    :func:`torch_threads`. ``target_sample_s > 0`` repeats short calls inside each sample.
+    ``num_threads``: see :func:`torch_threads`. ``target_sample_s > 0`` repeats short calls
+    inside each sample. ``lesson`` is ignored (every benchmark times the lesson's versions);
+    it is accepted so that lesson 4's ``lesson=True`` keeps working.
     """
-    if lesson:
-        modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
-    else:
-        modules = mha_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
-    if include is not None:
-        modules = {k: v for k, v in modules.items() if k in include or k.startswith("nn.")}
-    baseline = baseline or "nn.MultiheadAttention"
+    modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
     if baseline not in modules:
         raise ValueError(f"baseline {baseline!r} is not one of {list(modules)}")
     gen = torch.Generator().manual_seed(seed)
@@ -345,7 +300,7 @@ def sweep_mha(
     for value in values:
         sizes = {**fixed, vary: value}
         timings = bench_mha(sizes["batch"], sizes["seq_len"], sizes["d_model"], sizes["num_heads"],
-                            repeats=repeats, lesson=True, baseline=baseline, seed=seed,
+                            repeats=repeats, baseline=baseline, seed=seed,
                             num_threads=num_threads, target_sample_s=target_sample_s)
         rows[value] = {t.name: pick(t.samples_s) * 1e3 for t in timings}
     table = pd.DataFrame.from_dict(rows, orient="index")
@@ -396,33 +351,6 @@ def count_dispatched_ops(fn: Callable[[], object]) -> Counter:
 
 # -- the GPU comparison (optional cells of lesson 4) ------------------------------------
 
-#: Backends of ``F.scaled_dot_product_attention``: label -> ``torch.nn.attention.SDPBackend`` member.
-SDPA_BACKENDS: dict[str, str] = {
-    "flash": "FLASH_ATTENTION",
-    "memory-efficient": "EFFICIENT_ATTENTION",
-    "cuDNN": "CUDNN_ATTENTION",
-    "math": "MATH",
-}
-
-#: The warning line with which PyTorch (on CUDA) introduces the reasons a backend was rejected.
-#: When no allowed backend fits, it warns for every backend in turn, memory-efficient first.
-SDPA_WARNING_HEADERS: dict[str, str] = {
-    "flash": "Flash attention kernel not used because:",
-    "memory-efficient": "Memory efficient kernel not used because:",
-    "cuDNN": "cuDNN attention kernel not used because:",
-}
-
-#: ``torch.backends.cuda`` functions that say whether (and, with ``debug=True``, why not) a
-#: backend accepts given inputs.
-_CAN_USE: dict[str, str] = {
-    "flash": "can_use_flash_attention",
-    "memory-efficient": "can_use_efficient_attention",
-    "cuDNN": "can_use_cudnn_attention",
-}
-
-#: Errors that only say "no backend was allowed" (CPU, CUDA): the warnings say why.
-_GENERIC_SDPA_ERRORS = ("No viable backend", "No available kernel")
-
 #: Largest accepted ``max |device output - CPU float32 output|``, as a fraction of the CPU
 #: output's standard deviation (so the tolerance follows the size of the numbers compared).
 #: float16 keeps about 3 significant digits, bfloat16 about 2.
@@ -432,195 +360,6 @@ TOLERANCES: dict[torch.dtype, float] = {
     torch.float16: 1e-2,
     torch.bfloat16: 5e-2,
 }
-
-
-def _sdpa_kernel_api():
-    """``(SDPBackend, sdpa_kernel)`` from ``torch.nn.attention`` (torch >= 2.3), else ``None``."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        return None
-    return SDPBackend, sdpa_kernel
-
-
-def cuda_unavailable_reason() -> str | None:
-    """``None`` when the GPU comparison can run, else one sentence saying why not: no CUDA
-    GPU, or a PyTorch too old to choose the attention backend (``sdpa_kernel``, torch 2.3)."""
-    if not torch.cuda.is_available():
-        if torch.version.cuda is None:
-            return "this PyTorch is a CPU-only build (torch.version.cuda is None)"
-        return "this PyTorch has CUDA support but sees no GPU (torch.cuda.is_available() is False)"
-    if _sdpa_kernel_api() is None:
-        return (f"this PyTorch ({torch.__version__}) is older than 2.3, and the comparison needs "
-                "torch.nn.attention.sdpa_kernel to choose each attention backend")
-    return None
-
-
-def _warning_lines(messages: Sequence[str]) -> list[str]:
-    """Non-empty lines of PyTorch warnings, without the "(Triggered internally at ...)" tail."""
-    lines = []
-    for message in messages:
-        for line in str(message).split("(Triggered internally")[0].splitlines():
-            if line.strip():
-                lines.append(line.strip())
-    return lines
-
-
-def reason_from_warnings(label: str, messages: Sequence[str]) -> str | None:
-    """Why backend ``label`` was rejected, read from the warnings PyTorch emitted.
-
-    On CUDA, a call that no allowed backend accepts warns a header per backend (see
-    :data:`SDPA_WARNING_HEADERS`; memory-efficient comes first) followed by that backend's
-    reasons. This returns the reasons under ``label``'s own header, joined by "; ". Without
-    any header it returns the first line; with headers but none for ``label``, ``None``.
-    """
-    lines = _warning_lines(messages)
-    headers = set(SDPA_WARNING_HEADERS.values())
-    header = SDPA_WARNING_HEADERS.get(label)
-    if header in lines:
-        reasons = []
-        for line in lines[lines.index(header) + 1:]:
-            if line in headers or line.endswith("because:"):
-                break
-            reasons.append(line)
-        return "; ".join(reasons) or None
-    if any(line in headers for line in lines):
-        return None
-    return lines[0] if lines else None
-
-
-def _sdpa_params(q: Tensor, k: Tensor, v: Tensor):
-    """``torch.backends.cuda.SDPAParams`` for unmasked, causal-free attention without dropout
-    (torch >= 2.5 takes an extra ``enable_gqa`` flag); ``None`` if this PyTorch has none."""
-    params_cls = getattr(torch.backends.cuda, "SDPAParams", None)
-    if params_cls is None:
-        return None
-    for extra in ((False,), ()):
-        try:
-            return params_cls(q, k, v, None, 0.0, False, *extra)
-        except TypeError:
-            continue
-    return None
-
-
-def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str | None:
-    """Ask PyTorch directly why CUDA backend ``label`` rejects ``q, k, v`` ``(B, h, T, dk)``.
-
-    Uses ``torch.backends.cuda.can_use_<backend>(SDPAParams(...), debug=True)``, which
-    warns only about that backend (as Python warnings or printed to stderr: both are
-    read). ``None`` when the backend accepts the inputs, when this PyTorch lacks the
-    function (e.g. ``can_use_cudnn_attention`` before 2.4), or when it gives no reason (as
-    on a CPU-only build).
-    """
-    checker = getattr(torch.backends.cuda, _CAN_USE.get(label, ""), None)
-    params = _sdpa_params(q, k, v) if checker is not None else None
-    if params is None:
-        return None
-    printed: list[str] = []
-    with warnings.catch_warnings(record=True) as caught, _capture_stderr(printed):
-        warnings.simplefilter("always")
-        try:
-            usable = checker(params, True)
-        except Exception:  # a check that cannot run tells us nothing
-            usable = None
-    if usable is None or usable:
-        return None
-    lines = _warning_lines([w.message for w in caught]) + _c10_warning_lines("".join(printed))
-    return "; ".join(lines) or None
-
-
-@contextmanager
-def _capture_stderr(into: list[str]) -> Iterator[None]:
-    """Collect what C++ code writes to file descriptor 2 during the block.
-
-    The ``can_use_*`` checks are plain bindings: depending on the build, their debug
-    warnings arrive as Python warnings or are printed by C++ straight to stderr.
-    """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            into.append(tmp.read().decode(errors="replace"))
-
-
-def _c10_warning_lines(text: str) -> list[str]:
-    """The messages of C++ warnings as printed to stderr, e.g.
-    ``[W1122 10:00:00.1 sdp_utils.cpp:612] Warning: <message> (function operator())``."""
-    lines = []
-    for line in text.splitlines():
-        if "Warning: " in line:
-            message = line.split("Warning: ", 1)[1]
-            lines.append(re.sub(r"\s*\(function .*\)\s*$", "", message).strip())
-    return [line for line in lines if line]
-
-
-def skip_detail(label: str, error: str, warning_messages: Sequence[str], direct: str | None = None) -> str:
-    """The reason to show for a skipped backend: ``direct`` (from
-    :func:`backend_rejection_reason`) if given, else the reasons under ``label``'s header in
-    the warnings, else the error's first line, unless that line is only PyTorch's generic
-    "no backend" message (CPU: "No viable backend ...", CUDA: "No available kernel. Aborting
-    execution."), which says nothing about this backend: then ``""``."""
-    detail = direct or reason_from_warnings(label, warning_messages)
-    if detail:
-        return detail
-    first = (error.splitlines() or [""])[0]
-    return "" if any(g in first for g in _GENERIC_SDPA_ERRORS) else first
-
-
-def sdpa_backend_callables(
-    module: MultiHeadAttention, x: Tensor, backends: dict[str, str] | None = None
-) -> tuple[dict[str, Callable[[], Tensor]], dict[str, str]]:
-    """One callable per ``F.scaled_dot_product_attention`` backend that can run here.
-
-    Each callable runs ``module(x)`` (the course module, whose forward calls
-    ``F.scaled_dot_product_attention``) with only that backend allowed, via
-    ``torch.nn.attention.sdpa_kernel``. Returns ``(callables keyed "F.sdpa [label]",
-    {label: why it cannot run})``: a backend is skipped when this PyTorch lacks it or
-    rejects these inputs (the device, dtype or head width). On CUDA the reason comes from
-    :func:`backend_rejection_reason`, else from :func:`reason_from_warnings`.
-    """
-    if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"expected a course MultiHeadAttention, got {type(module).__name__}")
-    backends = SDPA_BACKENDS if backends is None else backends
-    api = _sdpa_kernel_api()
-    if api is None:
-        why = f"choosing a backend needs torch >= 2.3 (torch.nn.attention), found {torch.__version__}"
-        return {}, {label: why for label in backends}
-    SDPBackend, sdpa_kernel = api
-    with torch.inference_mode():
-        q, k, v = module.project_qkv(x, x, x)  # (B, h, T, dk): what the module passes to SDPA
-    dtype_name = str(x.dtype).replace("torch.", "")
-    fns: dict[str, Callable[[], Tensor]] = {}
-    skipped: dict[str, str] = {}
-    for label, member in backends.items():
-        backend = getattr(SDPBackend, member, None)
-        if backend is None:
-            skipped[label] = f"this PyTorch has no SDPBackend.{member}"
-            continue
-
-        def run(backend=backend) -> Tensor:
-            with sdpa_kernel(backend):
-                return module(x)[0]
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                with torch.inference_mode():
-                    run()
-            except Exception as exc:  # any refusal means "cannot run here"
-                direct = backend_rejection_reason(label, q, k, v) if x.device.type == "cuda" else None
-                detail = skip_detail(label, str(exc), [w.message for w in caught], direct)
-                skipped[label] = (f"not available for {x.device.type} {dtype_name} inputs with head "
-                                  f"width {module.d_k}" + (f" ({detail[:200]})" if detail else ""))
-                continue
-        fns[f"F.sdpa [{label}]"] = run
-    return fns, skipped
 
 
 @dataclass
@@ -653,16 +392,6 @@ class DeviceComparison:
             lines.append(f"  F.sdpa [{label}] skipped: {why}")
         lines.extend(self.notes)
         return "\n".join(lines)
-
-
-def precision_notes(device: str | torch.device, dtype: torch.dtype) -> list[str]:
-    """A warning line when float32 matmuls on a CUDA device may run in TF32."""
-    precision = torch.get_float32_matmul_precision()
-    if torch.device(device).type != "cuda" or dtype != torch.float32 or precision == "highest":
-        return []
-    return [f"note: torch.get_float32_matmul_precision() is {precision!r}, so float32 matmuls may use "
-            "TF32 (about 3 significant digits) and differ from the CPU by more than the tolerance; "
-            "torch.set_float32_matmul_precision('highest') restores full float32."]
 
 
 def compare_on_device(
@@ -719,26 +448,33 @@ def _main_mha(args: argparse.Namespace) -> None:
                             device=args.device, num_threads=args.threads)
         title = f"B={batch}, T={seq_len}, d_model={d_model}, h={heads}"
         print(format_spread_table(title, timings, "nn.MultiheadAttention", "nn.MHA"))
-        for loop in ("naive ModuleList of heads", "course MHA, loop over heads"):
-            print(ratio_spread(timings, loop, "course MHA, explicit softmax").verdict())
+        print(ratio_spread(timings, "loop over heads", "batched").verdict())
         print()
 
 
+def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``mha``: lesson 4's four versions timed side by side."""
+    p = subparsers.add_parser("mha", help="loop over heads vs batched vs F.sdpa vs nn.MultiheadAttention")
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's choice); 1 is steadiest when busy")
+    p.set_defaults(run=_main_mha)
+
+
+#: Modules that each add one subcommand with ``add_bench_parser(subparsers)`` (besides this
+#: module's ``mha``); imported when the command line runs, so they may import this module.
+SUBCOMMANDS: tuple[str, ...] = ("course_utils.train",)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__)
-    sub = parser.add_subparsers(dest="which", required=True)
-    p_mha = sub.add_parser("mha", help="course MHA vs loop vs nn.MultiheadAttention vs SDPA")
-    p_mha.add_argument("--repeats", type=int, default=15)
-    p_mha.add_argument("--device", default="cpu")
-    p_mha.add_argument("--threads", type=int, default=None,
-                       help="CPU threads for torch (default: torch's choice); 1 is steadiest when busy")
-    p_mha.set_defaults(run=_main_mha)
-    try:
-        from .train import add_bench_parser  # lesson 5 onwards
-    except ImportError:
-        pass
-    else:
-        add_bench_parser(sub)
+    """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
+    parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest="which", required=True)
+    add_bench_parser(subparsers)
+    for module in SUBCOMMANDS:
+        importlib.import_module(module).add_bench_parser(subparsers)
     args = parser.parse_args(argv)
     args.run(args)
 

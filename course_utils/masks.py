@@ -41,8 +41,10 @@ def causal_mask(
     if num_keys is None:
         num_keys = num_queries
     for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
-        if not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if isinstance(query_offset, bool) or not isinstance(query_offset, int):
+        raise TypeError(f"query_offset must be an int, got {type(query_offset).__name__}")
     query_pos = torch.arange(num_queries, device=device).unsqueeze(1) + query_offset  # (Tq, 1)
     key_pos = torch.arange(num_keys, device=device).unsqueeze(0)  # (1, Tk)
     return key_pos <= query_pos  # (Tq, Tk)

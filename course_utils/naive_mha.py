@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, check_head_dims, scaled_dot_product_attention
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .validation import check_head_dims, check_matches_module, check_tensor
 
 __all__ = ["AttentionHead", "NaiveMultiHeadAttention", "stack_head_weights", "naive_from_batched"]
 
@@ -32,6 +33,9 @@ class AttentionHead(nn.Module):
         self.w_v = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_V^i)^T
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x`` ``(..., T, d_model)`` -> ``(..., T, dk)``; ``mask`` bool, ``True`` = may attend."""
+        check_tensor(x, "x", min_ndim=2, layout="(B, T, d_model)")
+        check_matches_module(x, "x", self.w_q.weight)
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, T, dk) each
         out, _ = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, T, dk)
         return out
@@ -51,12 +55,10 @@ class NaiveMultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """``x`` ``(B, T, d_model)`` -> ``(B, T, d_model)``. ``mask``: bool ``(T, T)`` or
         ``(B, T, T)``, ``True`` = may attend, shared by every head."""
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if x.ndim != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
-            )
+        check_tensor(x, "x", ndim=3, layout=f"(B, T, d_model={self.d_model})")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        check_matches_module(x, "x", self.out_proj.weight)
         head_outputs = [head(x, mask) for head in self.heads]  # h x (B, T, dk)
         concat = torch.cat(head_outputs, dim=-1)  # (B, T, d): head 0 in columns 0..dk-1
         return self.out_proj(concat)  # (B, T, d)

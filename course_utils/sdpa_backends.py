@@ -1,0 +1,172 @@
+"""Which backends of ``F.scaled_dot_product_attention`` can run here, and why not.
+
+On a CUDA GPU, PyTorch chooses between FlashAttention, a memory-efficient kernel, cuDNN's
+kernel and the plain ``math`` fallback. This module asks PyTorch's own APIs:
+``torch.nn.attention.sdpa_kernel`` (allow one backend, torch >= 2.3) to run each backend,
+and ``torch.backends.cuda.can_use_<backend>(SDPAParams(...), debug=True)`` to learn why a
+CUDA backend refuses given inputs. Lesson 4's optional GPU cells use it through
+:func:`course_utils.bench.compare_on_device`. On a CPU most backends cannot run; the
+functions say so rather than fail.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from .attention import MultiHeadAttention
+
+__all__ = [
+    "SDPA_BACKENDS",
+    "cuda_unavailable_reason",
+    "backend_rejection_reason",
+    "sdpa_backend_callables",
+    "precision_notes",
+]
+
+#: Backends of ``F.scaled_dot_product_attention``: label -> ``torch.nn.attention.SDPBackend`` member.
+SDPA_BACKENDS: dict[str, str] = {
+    "flash": "FLASH_ATTENTION",
+    "memory-efficient": "EFFICIENT_ATTENTION",
+    "cuDNN": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
+
+#: ``torch.backends.cuda`` functions that say whether (and, with ``debug=True``, why not) a
+#: backend accepts given inputs.
+_CAN_USE: dict[str, str] = {
+    "flash": "can_use_flash_attention",
+    "memory-efficient": "can_use_efficient_attention",
+    "cuDNN": "can_use_cudnn_attention",
+}
+
+#: Errors that only say "no backend was allowed" (CPU, CUDA): they add nothing to a reason.
+_GENERIC_SDPA_ERRORS = ("No viable backend", "No available kernel")
+
+
+def _sdpa_kernel_api():
+    """``(SDPBackend, sdpa_kernel)`` from ``torch.nn.attention`` (torch >= 2.3), else ``None``."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return None
+    return SDPBackend, sdpa_kernel
+
+
+def cuda_unavailable_reason() -> str | None:
+    """``None`` when the GPU comparison can run, else one sentence saying why not: no CUDA
+    GPU, or a PyTorch too old to choose the attention backend (``sdpa_kernel``, torch 2.3)."""
+    if not torch.cuda.is_available():
+        if torch.version.cuda is None:
+            return "this PyTorch is a CPU-only build (torch.version.cuda is None)"
+        return "this PyTorch has CUDA support but sees no GPU (torch.cuda.is_available() is False)"
+    if _sdpa_kernel_api() is None:
+        return (f"this PyTorch ({torch.__version__}) is older than 2.3, and the comparison needs "
+                "torch.nn.attention.sdpa_kernel to choose each attention backend")
+    return None
+
+
+def _sdpa_params(q: Tensor, k: Tensor, v: Tensor):
+    """``torch.backends.cuda.SDPAParams`` for unmasked, causal-free attention without dropout
+    (torch >= 2.5 takes an extra ``enable_gqa`` flag); ``None`` if this PyTorch has none."""
+    params_cls = getattr(torch.backends.cuda, "SDPAParams", None)
+    if params_cls is None:
+        return None
+    for extra in ((False,), ()):
+        try:
+            return params_cls(q, k, v, None, 0.0, False, *extra)
+        except TypeError:
+            continue
+    return None
+
+
+def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str | None:
+    """Ask PyTorch why CUDA backend ``label`` rejects ``q, k, v`` ``(B, h, T, dk)``.
+
+    Calls ``torch.backends.cuda.can_use_<backend>(SDPAParams(...), debug=True)``. ``None``
+    when the backend accepts the inputs, when this PyTorch lacks the function (e.g.
+    ``can_use_cudnn_attention`` before 2.4) or its check cannot run. When it refuses, the
+    reason is the debug warnings it raised (without PyTorch's "Triggered internally" tail),
+    or, if a build prints them elsewhere, a sentence naming the check that said no.
+    """
+    name = _CAN_USE.get(label, "")
+    checker = getattr(torch.backends.cuda, name, None)
+    params = _sdpa_params(q, k, v) if checker is not None else None
+    if params is None:
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            usable = checker(params, True)
+        except Exception:  # a check that cannot run tells us nothing
+            return None
+    if usable:
+        return None
+    reasons = [str(w.message).split("(Triggered internally")[0].strip() for w in caught]
+    return "; ".join(r for r in reasons if r) or f"torch.backends.cuda.{name} returned False"
+
+
+def sdpa_backend_callables(
+    module: MultiHeadAttention, x: Tensor, backends: dict[str, str] | None = None
+) -> tuple[dict[str, Callable[[], Tensor]], dict[str, str]]:
+    """One callable per ``F.scaled_dot_product_attention`` backend that can run here.
+
+    Each callable runs ``module(x)`` (the course module, whose forward calls
+    ``F.scaled_dot_product_attention``) with only that backend allowed, via
+    ``torch.nn.attention.sdpa_kernel``. Returns ``(callables keyed "F.sdpa [label]",
+    {label: why it cannot run})``: a backend is skipped when this PyTorch lacks it or
+    rejects these inputs (the device, dtype or head width); on CUDA the reason comes from
+    :func:`backend_rejection_reason`.
+    """
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"module must be a course MultiHeadAttention, got {type(module).__name__}")
+    backends = SDPA_BACKENDS if backends is None else backends
+    api = _sdpa_kernel_api()
+    if api is None:
+        why = f"choosing a backend needs torch >= 2.3 (torch.nn.attention), found {torch.__version__}"
+        return {}, {label: why for label in backends}
+    SDPBackend, sdpa_kernel = api
+    dtype_name = str(x.dtype).replace("torch.", "")
+    fns: dict[str, Callable[[], Tensor]] = {}
+    skipped: dict[str, str] = {}
+    for label, member in backends.items():
+        backend = getattr(SDPBackend, member, None)
+        if backend is None:
+            skipped[label] = f"this PyTorch has no SDPBackend.{member}"
+            continue
+
+        def run(backend=backend) -> Tensor:
+            with sdpa_kernel(backend):
+                return module(x)[0]
+
+        try:
+            with warnings.catch_warnings(), torch.inference_mode():
+                warnings.simplefilter("ignore")  # the refusal itself is the answer
+                run()
+        except Exception as exc:  # any refusal means "cannot run here"
+            detail = None
+            if x.device.type == "cuda":
+                with torch.inference_mode():
+                    q, k, v = module.project_qkv(x, x, x)  # (B, h, T, dk): what reaches SDPA
+                detail = backend_rejection_reason(label, q, k, v)
+            if detail is None:
+                first = (str(exc).splitlines() or [""])[0]
+                detail = "" if any(g in first for g in _GENERIC_SDPA_ERRORS) else first
+            skipped[label] = (f"not available for {x.device.type} {dtype_name} inputs with head "
+                              f"width {module.d_k}" + (f" ({detail[:200]})" if detail else ""))
+            continue
+        fns[f"F.sdpa [{label}]"] = run
+    return fns, skipped
+
+
+def precision_notes(device: str | torch.device, dtype: torch.dtype) -> list[str]:
+    """A warning line when float32 matmuls on a CUDA device may run in TF32."""
+    precision = torch.get_float32_matmul_precision()
+    if torch.device(device).type != "cuda" or dtype != torch.float32 or precision == "highest":
+        return []
+    return [f"note: torch.get_float32_matmul_precision() is {precision!r}, so float32 matmuls may use "
+            "TF32 (about 3 significant digits) and differ from the CPU by more than the tolerance; "
+            "torch.set_float32_matmul_precision('highest') restores full float32."]

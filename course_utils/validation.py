@@ -1,0 +1,221 @@
+"""Input checks for the attention modules, kept apart so the maths in
+:mod:`course_utils.attention` and :mod:`course_utils.naive_mha` reads at a glance.
+
+Every check raises ``TypeError`` (wrong kind of thing) or ``ValueError`` (right kind,
+wrong value) naming the argument, what was expected and what arrived. None of them runs
+a tensor operation: they read shapes, dtypes and devices only, so they cost no kernel
+launches and never wait for a GPU. For that reason NaN and infinity are *not* refused:
+they propagate (a NaN in one key reaches every query allowed to see it).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import Tensor
+
+from .masks import check_bool_mask
+
+__all__ = [
+    "describe_shape",
+    "check_head_dims",
+    "check_dropout",
+    "check_flag",
+    "check_tensor",
+    "check_same_dtype_and_device",
+    "check_matches_module",
+    "check_keys_not_empty",
+    "check_sdpa_inputs",
+    "check_mha_inputs",
+    "check_mask_fits",
+    "combine_masks",
+]
+
+
+def describe_shape(x: Tensor) -> str:
+    """``(2, 5, 16)``: a shape as text for error messages."""
+    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+
+
+def check_head_dims(d_model: int, num_heads: int) -> None:
+    """Raise a clear error unless both are positive ints and ``num_heads`` divides ``d_model``."""
+    for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value}")
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}: each head "
+            f"needs an equal slice d_k = d_model / num_heads (= {d_model / num_heads:g}). "
+            f"Try num_heads in {[h for h in range(1, d_model + 1) if d_model % h == 0][:8]}"
+        )
+
+
+def check_dropout(value: object, name: str = "dropout_p") -> float:
+    """A real number in [0, 1) (NaN is refused); returned as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {value!r}")
+    if math.isnan(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_flag(value: object, name: str) -> bool:
+    """A real ``bool`` (``"no"`` or ``1`` would be silently truthy or falsy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,
+                 layout: str = "") -> None:
+    """``x`` is a floating-point tensor with ``ndim`` dims (or at least ``min_ndim``).
+    ``layout`` (e.g. ``"(B, T, d_model=16)"``) is shown in the shape error."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if ndim is not None and x.ndim != ndim:
+        hint = " (add a batch dim with x.unsqueeze(0))" if x.ndim == ndim - 1 else ""
+        raise ValueError(f"{name} must be {ndim}-D {layout}, got {x.ndim}-D shape "
+                         f"{describe_shape(x)}{hint}")
+    if x.ndim < min_ndim:
+        raise ValueError(f"{name} must be at least {min_ndim}-D {layout}, got shape {describe_shape(x)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must hold floating-point numbers (e.g. torch.float32), got dtype "
+                        f"{x.dtype}; convert with {name}.float()")
+
+
+def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
+    """Every tensor has the same dtype and sits on the same device."""
+    for what in ("dtype", "device"):
+        found = {name: getattr(t, what) for name, t in tensors.items()}
+        if len(set(found.values())) > 1:
+            listed = ", ".join(f"{name} {value}" for name, value in found.items())
+            raise (TypeError if what == "dtype" else ValueError)(
+                f"{', '.join(tensors)} must share one {what}, got {listed}"
+            )
+
+
+def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
+    """``x`` has the dtype and device of the module whose parameter is ``weight``."""
+    if x.dtype != weight.dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the module's parameters are {weight.dtype} "
+            f"(a numpy array becomes float64): convert with {name}.to({weight.dtype}) or the "
+            f"module with .to({x.dtype})"
+        )
+    if x.device != weight.device:
+        raise ValueError(
+            f"{name} is on device {x.device} but the module's parameters are on {weight.device}: "
+            f"move one of them with .to(device)"
+        )
+
+
+def check_keys_not_empty(num_queries: int, num_keys: int, name: str = "k") -> None:
+    """Queries with no key at all have nothing to average: refuse ``Tk = 0`` when ``Tq > 0``."""
+    if num_keys == 0 and num_queries > 0:
+        raise ValueError(
+            f"{name} has no positions (Tk = 0) for {num_queries} queries: each query needs at "
+            "least one key to attend to (an empty sequence, Tq = Tk = 0, is fine)"
+        )
+
+
+def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: object,
+                      dropout_p: object) -> None:
+    """Everything :func:`course_utils.attention.scaled_dot_product_attention` needs."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(t, name, min_ndim=2, layout="(..., T, d)")
+    check_same_dtype_and_device({"q": q, "k": k, "v": v})
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same last dim dk to be compared: q {describe_shape(q)}, "
+                         f"k {describe_shape(k)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length Tk (one value per key): k "
+                         f"{describe_shape(k)}, v {describe_shape(v)}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError("q, k and v must have identical leading (batch/head) dims, got "
+                         f"q {describe_shape(q)}, k {describe_shape(k)}, v {describe_shape(v)}")
+    check_keys_not_empty(q.shape[-2], k.shape[-2], "k")
+    check_flag(is_causal, "is_causal")
+    check_dropout(dropout_p, "dropout_p")
+    if mask is not None:
+        target = (*q.shape[:-1], k.shape[-2])  # the scores' shape (..., Tq, Tk)
+        check_mask_fits(mask, target, "(..., Tq, Tk)", device=q.device)
+
+
+def check_mha_inputs(query: object, key: object, value: object, *, d_model: int, weight: Tensor,
+                     is_causal: object, need_weights: object) -> None:
+    """Everything :meth:`course_utils.attention.MultiHeadAttention.forward` needs;
+    ``weight`` is one of the module's parameters (its dtype and device must match)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={d_model})")
+        if t.shape[-1] != d_model:
+            raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(t)}")
+        check_matches_module(t, name, weight)
+    if not (query.shape[0] == key.shape[0] == value.shape[0]):
+        raise ValueError(f"query, key and value must share the batch size B, got "
+                         f"{describe_shape(query)}, {describe_shape(key)}, {describe_shape(value)}")
+    if key.shape[1] != value.shape[1]:
+        raise ValueError(f"key and value must have the same length Tk, got key {describe_shape(key)} "
+                         f"and value {describe_shape(value)}")
+    check_keys_not_empty(query.shape[1], key.shape[1], "key")
+    check_flag(is_causal, "is_causal")
+    check_flag(need_weights, "need_weights")
+
+
+def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
+                    device: torch.device | None = None, shown: Tensor | None = None) -> None:
+    """``mask`` is a bool tensor whose last two dims are exactly (Tq, Tk) of ``target``; it
+    may have fewer leading dims, each equal to the target's or 1. Nothing else broadcasts.
+    ``shown`` is the mask as the caller passed it (for the error message)."""
+    check_bool_mask(mask, "mask")
+    shown = mask if shown is None else shown
+    ok = 2 <= mask.ndim <= len(target) and tuple(mask.shape[-2:]) == tuple(target[-2:])
+    if ok:
+        lead_mask = mask.shape[:-2]
+        lead_target = target[len(target) - mask.ndim : -2]
+        ok = all(m in (1, t) for m, t in zip(lead_mask, lead_target, strict=True))
+    if not ok:
+        raise ValueError(
+            f"mask of shape {describe_shape(shown)} does not fit attention scores of shape "
+            f"{tuple(target)} {target_names}: its last two dims must be exactly "
+            f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
+            "dim or be 1"
+        )
+    if device is not None and mask.device != device:
+        raise ValueError(f"mask is on device {mask.device} but the attention inputs are on {device}")
+
+
+def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_heads: int,
+                  num_queries: int, num_keys: int, device: torch.device) -> Tensor | None:
+    """Check ``mask`` (``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1, Tq, Tk)``) and
+    ``key_padding_mask`` (``(B, Tk)``, ``True`` = real token), and merge them into one bool
+    view ``(B|1, h|1, Tq, Tk)``, ``True`` = may attend; ``None`` if neither is given."""
+    target = (batch, num_heads, num_queries, num_keys)
+    combined = None
+    if mask is not None:
+        check_bool_mask(mask, "mask")
+        lifted = mask
+        if mask.ndim == 2:  # (Tq, Tk) -> (1, 1, Tq, Tk)
+            lifted = mask[None, None]
+        elif mask.ndim == 3:  # (B, Tq, Tk) -> (B, 1, Tq, Tk): never matched against h
+            lifted = mask.unsqueeze(1)
+        check_mask_fits(lifted, target, "(B, h, Tq, Tk)", device=device, shown=mask)
+        combined = lifted
+    if key_padding_mask is not None:
+        check_bool_mask(key_padding_mask, "key_padding_mask")
+        if tuple(key_padding_mask.shape) != (batch, num_keys):
+            raise ValueError(
+                f"key_padding_mask must have shape (B, Tk) = {(batch, num_keys)} with True = real "
+                f"token, got {describe_shape(key_padding_mask)}"
+            )
+        if key_padding_mask.device != device:
+            raise ValueError(f"key_padding_mask is on device {key_padding_mask.device} but the "
+                             f"inputs are on {device}")
+        padding = key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
+        combined = padding if combined is None else combined & padding
+    if combined is None:
+        return None
+    return combined.expand(combined.shape[0], combined.shape[1], num_queries, num_keys)  # a view
