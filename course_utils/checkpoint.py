@@ -26,6 +26,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from .env import pick_device
 from .model import ModelConfig, TinyTransformer
 from .paths import DATA_DIR
 
@@ -42,6 +43,13 @@ __all__ = [
 CHECKPOINT_DIR = DATA_DIR / "checkpoints"
 FORMAT = "course_utils.checkpoint/1"
 _REQUIRED_KEYS = ("format", "config", "sha256", "size_bytes", "metrics", "command", "task")
+#: The JSON type of each sidecar field (``training`` and ``weights_file`` are optional).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "format": (str,), "task": (str,), "config": (dict,), "metrics": (dict,), "command": (str,),
+    "training": (dict,), "weights_file": (str,), "size_bytes": (int,), "sha256": (str,),
+    "torch_version": (str,),
+}
+_JSON_NAMES = {str: "a string", dict: "an object", int: "an integer"}
 
 
 class CheckpointError(ValueError):
@@ -68,6 +76,9 @@ def checkpoint_paths(name_or_path: str | Path) -> tuple[Path, Path]:
     taken as a path (``Path("toy")`` is ``./toy``)."""
     if not isinstance(name_or_path, str | Path):
         raise TypeError(f"name_or_path must be a str or Path, got {type(name_or_path).__name__}")
+    if not str(name_or_path).strip() or Path(name_or_path).name in ("", ".", ".."):
+        raise ValueError(f"name_or_path must name a checkpoint, such as 'induction', got "
+                         f"{str(name_or_path)!r}")
     path = Path(name_or_path)
     if path.suffix in (".json", ".safetensors"):
         path = path.with_suffix("")
@@ -95,6 +106,10 @@ def save_checkpoint(
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    for name, value, kind in (("task", task, str), ("metrics", metrics, dict), ("command", command, str),
+                              ("training", training or {}, dict)):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     weights_path, meta_path = checkpoint_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()
@@ -136,6 +151,18 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
     missing = [k for k in _REQUIRED_KEYS if k not in meta]
     if missing:
         raise CheckpointError(f"{meta_path.name} lacks the keys {missing}")
+    for key, types in _FIELD_TYPES.items():
+        value = meta.get(key)
+        if key in meta and (isinstance(value, bool) or not isinstance(value, types)):
+            raise CheckpointError(f"{meta_path.name}: {key!r} must be {_JSON_NAMES[types[0]]}, found "
+                                  f"{type(value).__name__} {value!r:.60}")
+    if meta["size_bytes"] < 0 or len(meta["sha256"]) != 64:
+        raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0 and a 64-character sha256, "
+                              f"found {meta['size_bytes']} and {meta['sha256']!r:.80}")
+    bad_metrics = {k: v for k, v in meta["metrics"].items()
+                   if isinstance(v, bool) or not isinstance(v, int | float)}
+    if bad_metrics:
+        raise CheckpointError(f"{meta_path.name}: every metric must be a number, found {bad_metrics}")
     if meta["format"] != FORMAT:
         raise CheckpointError(f"{meta_path.name}: expected format {FORMAT!r}, found {meta['format']!r}")
     if not weights_path.is_file():
@@ -177,6 +204,10 @@ def load_checkpoint(
     ``expected_config`` when given); every tensor has the name and shape the config
     implies. Any failure raises with what was expected and what was found.
     """
+    if expected_config is not None and not isinstance(expected_config, ModelConfig):
+        raise TypeError(f"expected_config must be a ModelConfig or None (a dict converts with "
+                        f"ModelConfig.from_dict(d)), got {type(expected_config).__name__}")
+    device = pick_device(device)
     weights_path, meta_path = checkpoint_paths(name_or_path)
     meta = _read_meta(meta_path, weights_path)
     _verify_bytes(weights_path, meta)

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-__all__ = ["seed_everything", "pick_device", "torch_threads", "environment_report", "REQUIRED_PACKAGES"]
+__all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
+           "REQUIRED_PACKAGES"]
 
 # import name -> minimum version the course is tested against (see pyproject.toml)
 REQUIRED_PACKAGES: dict[str, str] = {
@@ -26,10 +27,18 @@ REQUIRED_PACKAGES: dict[str, str] = {
 }
 
 
+def check_seed(seed: object, name: str = "seed") -> int:
+    """``seed`` must be a non-negative int (not a bool, str or float); returned unchanged."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{name} must be an int such as 0, got {type(seed).__name__} {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{name} must be >= 0, got {seed}")
+    return seed
+
+
 def seed_everything(seed: int) -> torch.Generator:
     """Seed Python, NumPy and PyTorch (CPU and CUDA); return a seeded torch Generator."""
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    check_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -38,11 +47,36 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def pick_device(prefer: str | None = None) -> torch.device:
-    """CUDA when present, else CPU. ``prefer="cpu"`` forces the CPU."""
-    if prefer is not None:
-        return torch.device(prefer)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def pick_device(prefer: str | torch.device | None = None) -> torch.device:
+    """CUDA when present, else CPU. ``prefer`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``
+    or a ``torch.device``) asks for one device, and is refused with a clear ``ValueError``
+    when this machine does not have it (rather than failing later, inside a tensor op)."""
+    if prefer is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not isinstance(prefer, str | torch.device):
+        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', a torch.device or None, "
+                        f"got {type(prefer).__name__}")
+    try:
+        device = torch.device(prefer)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in _DEVICE_TYPES:
+        raise ValueError(f"device must be one of {list(_DEVICE_TYPES)} (optionally with an index, "
+                         f"'cuda:0'), or None for the best available; got {prefer!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {prefer!r} asked for, but this machine has no usable CUDA GPU "
+                             "(torch.cuda.is_available() is False); use 'cpu' or None")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {prefer!r} asked for, but only {torch.cuda.device_count()} "
+                             "CUDA GPU(s) are visible")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {prefer!r} asked for, but Apple's MPS backend is not available "
+                         "here; use 'cpu' or None")
+    return device
 
 
 @contextlib.contextmanager

@@ -155,6 +155,16 @@ class AttentionExplorer:
         self.num_layers, self.num_heads = num_layers, num_heads
         self.last: Figure | str | None = None  # what the explorer drew last (for tests)
         self.controls: dict[str, Any] = {}
+        try:  # the attention of the first example must have the promised (L, h)
+            _, attention = attention_for(self.sentences[0])
+            grid_shape = _layer_head_grid(attention, 0).shape  # (L, h, T, T)
+        except Exception as err:
+            raise ValueError(f"attention_for cannot draw the first example {self.sentences[0]!r}: "
+                             f"{type(err).__name__}: {err}") from err
+        if tuple(grid_shape[:2]) != (num_layers, num_heads):
+            raise ValueError(f"num_layers={num_layers}, num_heads={num_heads} do not match the "
+                             f"attention, which has {grid_shape[0]} layer(s) of {grid_shape[1]} "
+                             "head(s)")
 
     # -- checking a choice ------------------------------------------------------------
     def choice_problem(self, layer: object, head: object) -> str | None:
@@ -200,11 +210,18 @@ class AttentionExplorer:
             return "Type a sentence first."
         try:
             tokens, attention = self.attention_for(text)
-        except (ValueError, KeyError, TypeError) as err:
+            grid = _layer_head_grid(attention, 0)  # (L, h, T, T)
+        except Exception as err:  # unknown words, too long, a broken attention function
             return f"Cannot draw this sentence: {err}"
-        weights = _layer_head_grid(attention, 0)[int(layer), int(head)]  # (T, T)
+        if int(layer) >= grid.shape[0] or int(head) >= grid.shape[1]:
+            return (f"This sentence's attention has {grid.shape[0]} layer(s) of {grid.shape[1]} "
+                    f"head(s); layer {layer}, head {head} is not among them.")
         fig, ax = plt.subplots(figsize=(4.6, 3.8), constrained_layout=True)
-        plot_head(weights, tokens, ax=ax, title=f"layer {layer}, head {head}")
+        try:
+            plot_head(grid[int(layer), int(head)], tokens, ax=ax, title=f"layer {layer}, head {head}")
+        except Exception as err:  # e.g. token labels that do not fit: no half-drawn figure
+            plt.close(fig)
+            return f"Cannot draw this sentence: {type(err).__name__}: {err}"
         return fig
 
     def static(self, text: str | None = None, layer: int = 0, head: int = 0) -> Figure | str:

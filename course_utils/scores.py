@@ -99,12 +99,12 @@ def as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
             raise ValueError("attention weights contain NaN or infinity")
         if (stack < -atol).any():
             raise ValueError(f"attention weights must be non-negative; the smallest is {stack.min():.4g}")
-        sums = stack.sum(-1)
-        worst = (sums - 1).abs().max().item()
-        if worst > atol:
+        sums = stack.sum(-1)  # (L, B, h, T)
+        worst = sums.flatten()[(sums - 1).abs().argmax()].item()  # the row sum farthest from 1
+        if abs(worst - 1) > atol:
             raise ValueError("each row of attention weights (one query, all keys) must sum to 1; "
-                             f"a row sums to {1 + worst:.4g} or {1 - worst:.4g}. Did you pass scores "
-                             "before the softmax, or the transpose? (check_rows=False skips this test)")
+                             f"one row sums to {worst:.4g}. Did you pass scores before the softmax, "
+                             "or the transpose? (check_rows=False skips this test)")
     return stack, is_list
 
 
@@ -318,12 +318,14 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
 
 
 def best_head(scores: torch.Tensor) -> tuple[int, int]:
-    """``(layer, head)`` of the highest score in an ``(L, h)`` grid (first one on ties)."""
+    """``(layer, head)`` of the highest score in an ``(L, h)`` grid (first one on ties); a
+    single layer's ``(h,)`` scores count as layer 0."""
     grid = torch.as_tensor(scores)
-    if grid.ndim == 1:
+    given = tuple(grid.shape)
+    if grid.ndim == 1:  # one layer's (h,) scores
         grid = grid.unsqueeze(0)
     if grid.ndim != 2 or grid.numel() == 0:
-        raise ValueError(f"expected an (L, h) grid of scores, got shape {tuple(grid.shape)}")
+        raise ValueError(f"expected an (L, h) grid (or (h,) row) of scores, got shape {given}")
     flat = int(torch.argmax(grid))
     return divmod(flat, grid.shape[1])
 

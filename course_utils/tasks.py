@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .env import check_seed
+
 __all__ = [
     "BOS",
     "InductionTask",
@@ -154,7 +156,7 @@ class InductionTask:
     def eval_batch(self, batch_size: int = 512, seed: int = 1234, *, heldout: bool = True) -> InductionBatch:
         """A fixed evaluation batch (same every call): held-out periods by default."""
         periods = self.heldout_periods if heldout else self.train_periods
-        return self.sample(batch_size, torch.Generator().manual_seed(seed), periods=periods)
+        return self.sample(batch_size, torch.Generator().manual_seed(check_seed(seed)), periods=periods)
 
 
 def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
@@ -380,7 +382,7 @@ class AgreementTask:
 
     def eval_batch(self, batch_size: int = 2000, seed: int = 4321) -> AgreementBatch:
         """A fixed evaluation set (the same on every call and machine)."""
-        return self.sample(batch_size, torch.Generator().manual_seed(seed))
+        return self.sample(batch_size, torch.Generator().manual_seed(check_seed(seed)))
 
 
 def _collate(sentences: list[dict], max_len: int) -> AgreementBatch:

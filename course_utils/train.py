@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from .env import pick_device, torch_threads
+from .env import check_seed, pick_device, torch_threads
 from .model import ModelConfig, TinyTransformer
 from .tasks import (
     AgreementBatch,
@@ -71,10 +71,16 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps <= 0:
             raise ValueError(f"steps must be a positive int, got {self.steps!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if (isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int)
+                or self.warmup_steps < 0):
+            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
+        for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number such as 0.01, got {type(value).__name__} "
+                                f"{value!r}")
+            if not math.isfinite(value) or value < 0 or (low == "> 0" and value == 0):
+                raise ValueError(f"{name} must be a finite number {low}, got {value!r}")
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimiser step ``step`` (0-based)."""
@@ -159,10 +165,27 @@ def train_model(
                             target_metric, target, stop_at_target, progress, task)
 
 
+def _check_batch(batch: object, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_batch``'s result must be a pair of tensors ``(tokens, targets)``."""
+    if not (isinstance(batch, tuple | list) and len(batch) == 2
+            and all(isinstance(t, torch.Tensor) for t in batch)):
+        found = (f"a Tensor of shape {tuple(batch.shape)}" if isinstance(batch, torch.Tensor)
+                 else f"a {type(batch).__name__}")
+        raise TypeError(f"sample_batch(generator) must return a pair (tokens (B, T), targets (B, T)); "
+                        f"at step {step} it returned {found}")
+    return batch[0], batch[1]
+
+
 def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, target_metric, target,
                  stop_at_target, progress, task) -> History:
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if not callable(sample_batch):
+        raise TypeError(f"sample_batch must be a function generator -> (tokens, targets), got "
+                        f"{type(sample_batch).__name__}")
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    check_seed(seed)
     if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every <= 0:
         raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
     device = next(model.parameters()).device
@@ -196,17 +219,24 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     for step in bar:
         sync()
         start = time.perf_counter()  # the clock covers making the batch and the update
-        tokens, targets = sample_batch(generator)
+        tokens, targets = _check_batch(sample_batch(generator), step)
         for group in optimizer.param_groups:
             group["lr"] = train_config.lr_at(step - 1)
         logits, _ = model(tokens.to(device))
         loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())
+        loss_value = loss.item()  # also waits for the device
+        if not math.isfinite(loss_value):
+            bar.close()
+            last = (f"the last finite loss was {history.loss[-1]:.4g} at step {history.steps[-1]}"
+                    if history.loss else "no step had a finite loss")
+            raise FloatingPointError(
+                f"training diverged: the loss is {loss_value} at step {step} ({last}); try a "
+                f"smaller lr (now {train_config.lr:g}) or check the data")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if train_config.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
         optimizer.step()
-        loss_value = loss.item()  # also waits for the device
         history.train_seconds += time.perf_counter() - start
         history.steps.append(step)
         history.loss.append(loss_value)
@@ -284,7 +314,8 @@ def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_s
             f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the "
             f"task ({name}: vocab_size={task.vocab_size}, sequence length {needed_len})"
         )
-    device = pick_device(None if device is None else str(device))
+    check_seed(seed)
+    device = pick_device(device)
     model = _build_model(config, seed, device)
 
     def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

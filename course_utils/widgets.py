@@ -118,18 +118,29 @@ def _slider(description: str, value: int, low: int, high: int, step: int = 1) ->
                              layout=widgets.Layout(width="260px"))
 
 
+_DIMENSION_DEFAULTS = {"batch": 2, "seq_len": 10, "d_model": 512, "num_heads": 8}
+
+
 def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, num_heads: int = 8) -> Explorer:
     """Sliders for B, T, d_model and h; shows :func:`course_utils.shapes.dimension_report`.
 
     ``d_model`` moves in steps of 8 and h from 1 to 16, so some combinations do not
-    divide: the explorer then says so instead of drawing a table.
+    divide: the explorer then says so instead of drawing a table. A starting value that
+    is not on its slider is reported in a printed line and replaced by the default.
     """
-    controls = {
-        "batch": _slider("batch B", batch, 1, 8),
-        "seq_len": _slider("sequence T", seq_len, 1, 64),
-        "d_model": _slider("d_model", d_model, 8, 1024, step=8),
-        "num_heads": _slider("heads h", num_heads, 1, 16),
-    }
+    requested = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
+    ranges = {"batch": ("batch B", 1, 8, 1), "seq_len": ("sequence T", 1, 64, 1),
+              "d_model": ("d_model", 8, 1024, 8), "num_heads": ("heads h", 1, 16, 1)}
+    controls = {}
+    for name, (label, low, high, step) in ranges.items():
+        value = requested[name]
+        usable = (not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+                  and (value - low) % step == 0)
+        start = value if usable else _DIMENSION_DEFAULTS[name]
+        if not usable:  # a message, not an error: the explorer starts from the default
+            print(f"{name}={value!r} is not on the slider (whole numbers {low}..{high}"
+                  f"{f' in steps of {step}' if step > 1 else ''}); starting from {start}.")
+        controls[name] = _slider(label, start, low, high, step=step)
     return Explorer(dimension_report, controls,
                     title="Multi-head attention: shapes, parameters and multiply-adds")
 
