@@ -1,0 +1,281 @@
+"""One table of bad inputs to the public API, as an adversarial learner would try them.
+
+Each row is a call and what must come of it: an exception of the given type whose message
+contains every listed word (the argument, what was expected, what arrived), or, for the
+explorers, a returned or printed message containing them (``MESSAGE``: no exception). To
+cover a new case, add a row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+from course_utils import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from course_utils.checkpoint import CHECKPOINT_DIR, CheckpointError, load_checkpoint, save_checkpoint
+from course_utils.env import pick_device, seed_everything
+from course_utils.heatmaps import AttentionExplorer
+from course_utils.model import ModelConfig, TinyTransformer
+from course_utils.naive_mha import AttentionHead, NaiveMultiHeadAttention
+from course_utils.scores import best_head, previous_token_score
+from course_utils.tasks import AgreementTask, InductionTask
+from course_utils.train import TrainConfig, train_induction, train_model
+from course_utils.widgets import dimension_explorer
+
+matplotlib.use("Agg")
+
+MESSAGE = "message"  # the call must not raise, and must answer with a message
+
+
+@dataclass
+class Case:
+    name: str
+    call: Callable[[], object]
+    expect: type[BaseException] | str
+    words: list[str] = field(default_factory=list)
+
+
+# -- inputs ------------------------------------------------------------------------------
+x = torch.randn(2, 3, 8)  # (B, T, d)
+q = torch.randn(2, 4, 3, 4)  # (B, h, T, dk)
+mha = MultiHeadAttention(8, 2).eval()
+naive = NaiveMultiHeadAttention(8, 2).eval()
+head = AttentionHead(8, 4)
+no_keys = torch.randn(2, 0, 8)
+
+
+def sdpa(**kwargs) -> Callable[[], object]:
+    """A call of the course's SDPA on ``q`` with some arguments replaced."""
+    t = {name: kwargs.pop(name, q) for name in ("q", "k", "v")}
+    return lambda: scaled_dot_product_attention(t["q"], t["k"], t["v"], **kwargs)
+
+
+def printed(call: Callable[[], object]) -> Callable[[], str]:
+    """Run ``call`` and return what it printed (for explorers that answer by printing)."""
+    def run() -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            call()
+        return out.getvalue()
+    return run
+
+
+# -- training ----------------------------------------------------------------------------
+TASK = InductionTask()
+TINY = ModelConfig(vocab_size=TASK.vocab_size, max_len=TASK.seq_len, d_model=16, num_heads=2,
+                   num_layers=1, mlp=False)
+
+
+def tiny_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    batch = TASK.sample(4, generator)
+    return batch.tokens, batch.targets
+
+
+def train_tiny(sample=tiny_batch, **config) -> Callable[[], object]:
+    settings = {"steps": 3, **config}
+    return lambda: train_model(TinyTransformer(TINY), sample, TrainConfig(**settings), progress=False)
+
+
+# -- checkpoints -------------------------------------------------------------------------
+def load_with_sidecar(field_name: str, value: object) -> Callable[[], object]:
+    """Load a copy of the shipped induction checkpoint whose sidecar has ``field_name = value``."""
+    def run() -> object:
+        with tempfile.TemporaryDirectory() as folder:
+            for suffix in (".safetensors", ".json"):
+                shutil.copy(CHECKPOINT_DIR / f"induction{suffix}", Path(folder) / f"induction{suffix}")
+            sidecar = Path(folder) / "induction.json"
+            meta = json.loads(sidecar.read_text())
+            meta[field_name] = value
+            sidecar.write_text(json.dumps(meta))
+            return load_checkpoint(Path(folder) / "induction")
+    return run
+
+
+# -- explorers ---------------------------------------------------------------------------
+def fake_attention(num_layers: int = 2, num_heads: int = 2, labels: int = 0):
+    """``text -> (labels, per-layer weights (1, h, T, T))``; ``labels`` adds wrong labels."""
+    def attention_for(text: str) -> tuple[list[str], list[torch.Tensor]]:
+        tokens = ["<bos>", *text.split()]
+        T = len(tokens)
+        weights = torch.tril(torch.ones(T, T))
+        weights = weights / weights.sum(-1, keepdim=True)  # (T, T), causal, rows sum to 1
+        layer = weights.expand(1, num_heads, T, T)
+        return tokens + ["extra"] * labels, [layer] * num_layers
+    return attention_for
+
+
+def explorer_render(attention_for, text: str = "the cat sat", layer: int = 1, head_index: int = 1):
+    def run() -> object:
+        explorer = AttentionExplorer(fake_attention(), ["the cat"], num_layers=2, num_heads=2)
+        explorer.attention_for = attention_for  # the attention changes after construction
+        return explorer.render(text, layer, head_index)
+    return run
+
+
+def broken_attention(text: str):
+    raise RuntimeError("the model crashed")
+
+
+def sidecar_cases() -> list[Case]:
+    bad = [("size_bytes", "12345", ["size_bytes", "an integer", "str"]),
+           ("sha256", 7, ["sha256", "a string", "int"]),
+           ("metrics", [0.9], ["metrics", "an object", "list"]),
+           ("metrics", {"heldout": "high"}, ["metric", "number", "high"]),
+           ("config", "d_model=64", ["config", "an object", "str"]),
+           ("command", None, ["command", "a string", "NoneType"]),
+           ("task", 3, ["task", "a string", "int"]),
+           ("training", [], ["training", "an object", "list"]),
+           ("size_bytes", True, ["size_bytes", "an integer", "bool"])]
+    return [Case(f"sidecar {name}={value!r}", load_with_sidecar(name, value), CheckpointError, words)
+            for name, value, words in bad]
+
+
+CASES: list[Case] = [
+    # 1. dtype and device in attention
+    Case("sdpa int q", sdpa(q=q.long()), TypeError, ["q", "floating-point", "torch.int64"]),
+    Case("sdpa float64 k among float32", sdpa(k=q.double()), TypeError,
+         ["q, k, v", "one dtype", "k torch.float64"]),
+    Case("sdpa k, v on another device", sdpa(k=q.to("meta"), v=q.to("meta")), ValueError,
+         ["q, k, v", "one device", "k meta"]),
+    Case("sdpa mask on another device", sdpa(mask=causal_mask(3).to("meta")), ValueError,
+         ["mask", "device meta", "cpu"]),
+    Case("mha float64 input, float32 module", lambda: mha(x.double()), TypeError,
+         ["query", "torch.float64", "torch.float32", "numpy"]),
+    Case("mha int input", lambda: mha(x.long()), TypeError, ["query", "floating-point", "int64"]),
+    Case("mha input on another device", lambda: mha(x.to("meta")), ValueError,
+         ["query", "device meta", "cpu"]),
+    Case("mha key on another device", lambda: mha(x, x.to("meta")), ValueError, ["key", "meta"]),
+    Case("mha float64 value only", lambda: mha(x, x, x.double()), TypeError, ["value", "float64"]),
+    Case("mha key_padding_mask on another device",
+         lambda: mha(x, key_padding_mask=torch.ones(2, 3, dtype=torch.bool, device="meta")),
+         ValueError, ["key_padding_mask", "meta"]),
+    Case("naive float64 input", lambda: naive(x.double()), TypeError, ["x", "float64", "float32"]),
+    Case("naive int input", lambda: naive(x.long()), TypeError, ["x", "floating-point", "int64"]),
+    Case("naive input on another device", lambda: naive(x.to("meta")), ValueError, ["x", "meta"]),
+    Case("one head, float64 input", lambda: head(x.double()), TypeError, ["x", "float64"]),
+    Case("one head, not a tensor", lambda: head([[1.0] * 8]), TypeError, ["x", "torch.Tensor", "list"]),
+    # 2. empty keys
+    Case("sdpa Tk = 0", sdpa(k=q[:, :, :0], v=q[:, :, :0]), ValueError, ["k", "Tk = 0", "3 queries"]),
+    Case("mha cross-attention to no keys", lambda: mha(x, no_keys), ValueError, ["key", "Tk = 0"]),
+    # 3. dropout_p and is_causal
+    Case("sdpa dropout_p negative", sdpa(dropout_p=-0.1), ValueError, ["dropout_p", "[0, 1)", "-0.1"]),
+    Case("sdpa dropout_p NaN", sdpa(dropout_p=math.nan), ValueError, ["dropout_p", "[0, 1)", "nan"]),
+    Case("sdpa dropout_p 1", sdpa(dropout_p=1.0), ValueError, ["dropout_p", "1.0"]),
+    Case("sdpa dropout_p str", sdpa(dropout_p="0.1"), TypeError, ["dropout_p", "float", "str"]),
+    Case("sdpa dropout_p bool", sdpa(dropout_p=True), TypeError, ["dropout_p", "bool"]),
+    Case("sdpa is_causal str", sdpa(is_causal="no"), TypeError, ["is_causal", "True or False", "'no'"]),
+    Case("sdpa is_causal int", sdpa(is_causal=1), TypeError, ["is_causal", "int"]),
+    Case("mha is_causal str", lambda: mha(x, is_causal="no"), TypeError, ["is_causal", "'no'"]),
+    Case("mha need_weights str", lambda: mha(x, need_weights="yes"), TypeError, ["need_weights"]),
+    Case("mha dropout str", lambda: MultiHeadAttention(8, 2, dropout="0.1"), TypeError,
+         ["dropout", "float", "str"]),
+    Case("mha dropout NaN", lambda: MultiHeadAttention(8, 2, dropout=math.nan), ValueError,
+         ["dropout", "nan"]),
+    # masks
+    Case("causal_mask(True)", lambda: causal_mask(True), ValueError, ["num_queries", "True"]),
+    Case("causal_mask float offset", lambda: causal_mask(3, query_offset=1.5), TypeError,
+         ["query_offset", "float"]),
+    # 5. training
+    Case("lr inf", lambda: TrainConfig(lr=math.inf), ValueError, ["lr", "finite", "inf"]),
+    Case("lr NaN", lambda: TrainConfig(lr=math.nan), ValueError, ["lr", "finite", "nan"]),
+    Case("lr str", lambda: TrainConfig(lr="0.01"), TypeError, ["lr", "number", "str"]),
+    Case("lr zero", lambda: TrainConfig(lr=0), ValueError, ["lr", "> 0", "0"]),
+    Case("weight_decay negative", lambda: TrainConfig(weight_decay=-1.0), ValueError,
+         ["weight_decay", ">= 0"]),
+    Case("grad_clip str", lambda: TrainConfig(grad_clip="1"), TypeError, ["grad_clip", "str"]),
+    Case("train_induction lr inf", lambda: train_induction(steps=2, lr=math.inf, progress=False),
+         ValueError, ["lr", "inf"]),
+    Case("sample_batch returns a tensor", train_tiny(sample=lambda g: tiny_batch(g)[0]), TypeError,
+         ["sample_batch", "(tokens (B, T), targets (B, T))", "Tensor of shape (4, "]),
+    Case("sample_batch returns a triple", train_tiny(sample=lambda g: (*tiny_batch(g), None)), TypeError,
+         ["sample_batch", "pair", "tuple"]),
+    Case("loss becomes NaN", train_tiny(steps=6, lr=1e9, warmup_steps=0, grad_clip=0.0),
+         FloatingPointError, ["diverged", "at step", "last finite loss", "lr"]),
+    # 6. devices and seeds
+    Case("pick_device tpu", lambda: pick_device("tpu"), ValueError, ["device", "'cpu'", "'tpu'"]),
+    Case("pick_device int", lambda: pick_device(0), TypeError, ["device", "int"]),
+    Case("train_induction device tpu", lambda: train_induction(steps=1, device="tpu", progress=False),
+         ValueError, ["device", "'tpu'"]),
+    Case("load_checkpoint device tpu", lambda: load_checkpoint("induction", device="tpu"), ValueError,
+         ["device", "'tpu'"]),
+    Case("seed_everything str", lambda: seed_everything("0"), TypeError, ["seed", "int", "str"]),
+    Case("seed_everything negative", lambda: seed_everything(-1), ValueError, ["seed", ">= 0", "-1"]),
+    Case("train_induction seed str", lambda: train_induction(steps=1, seed="0", progress=False),
+         TypeError, ["seed", "int", "str"]),
+    Case("train_induction seed float", lambda: train_induction(steps=1, seed=1.5, progress=False),
+         TypeError, ["seed", "float"]),
+    Case("train_model seed str", lambda: train_model(TinyTransformer(TINY), tiny_batch, TrainConfig(steps=1),
+                                                     seed="1", progress=False), TypeError, ["seed", "str"]),
+    Case("induction eval_batch seed str", lambda: TASK.eval_batch(8, "1"), TypeError, ["seed", "str"]),
+    Case("agreement eval_batch seed float", lambda: AgreementTask().eval_batch(8, 2.0), TypeError,
+         ["seed", "float"]),
+    # 7. checkpoints
+    *sidecar_cases(),
+    Case("checkpoint empty name", lambda: load_checkpoint(""), ValueError, ["name_or_path", "''"]),
+    Case("checkpoint expected_config as dict",
+         lambda: load_checkpoint("induction", expected_config=TINY.to_dict()), TypeError,
+         ["expected_config", "ModelConfig", "dict"]),
+    Case("save_checkpoint metrics as list",
+         lambda: save_checkpoint(TinyTransformer(TINY), "./never", task="t", metrics=[1.0], command="c"),
+         TypeError, ["metrics", "dict", "list"]),
+    # 4. explorers answer with a message
+    Case("explorer built with too many layers",
+         lambda: AttentionExplorer(fake_attention(), ["the cat"], num_layers=3, num_heads=2), ValueError,
+         ["num_layers=3", "2 layer(s) of 2 head(s)"]),
+    Case("explorer built with too few heads",
+         lambda: AttentionExplorer(fake_attention(), ["the cat"], num_layers=2, num_heads=1), ValueError,
+         ["num_heads=1", "2 head(s)"]),
+    Case("explorer: labels do not fit the attention", explorer_render(fake_attention(labels=1)), MESSAGE,
+         ["Cannot draw", "token labels"]),
+    Case("explorer: this text has fewer layers", explorer_render(fake_attention(num_layers=1)), MESSAGE,
+         ["1 layer(s)", "layer 1, head 1 is not among them"]),
+    Case("explorer: attention function crashes", explorer_render(broken_attention), MESSAGE,
+         ["Cannot draw", "the model crashed"]),
+    Case("dimension explorer: d_model off the slider", printed(lambda: dimension_explorer(d_model=7)),
+         MESSAGE, ["d_model=7", "steps of 8", "starting from 512"]),
+    Case("dimension explorer: heads as str", printed(lambda: dimension_explorer(num_heads="8")),
+         MESSAGE, ["num_heads='8'", "starting from 8"]),
+    # 9. messages that tell the truth
+    Case("best_head of nothing", lambda: best_head(torch.zeros(0)), ValueError, ["(0,)"]),
+    Case("rows that do not sum to 1", lambda: previous_token_score(torch.full((1, 2, 3, 3), 0.5)),
+         ValueError, ["one row sums to 1.5"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_gets_a_clear_answer(case: Case) -> None:
+    if case.expect == MESSAGE:
+        result = case.call()
+        assert isinstance(result, str), f"expected a message, got {type(result).__name__}"
+        text = result
+    else:
+        with pytest.raises(case.expect) as info:
+            case.call()
+        text = str(info.value)
+    missing = [word for word in case.words if word not in text]
+    assert not missing, f"{missing} not in: {text}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the answer on a machine without CUDA")
+def test_cuda_asked_for_without_a_gpu():
+    with pytest.raises(ValueError, match="no usable CUDA GPU"):
+        pick_device("cuda")
+
+
+def test_the_good_inputs_next_to_the_bad_still_work():
+    """The edge cases the table leaves alone: an empty sequence, int 0 as dropout_p."""
+    assert mha(torch.randn(2, 0, 8))[0].shape == (2, 0, 8)
+    out, weights = scaled_dot_product_attention(q, q, q, dropout_p=0, is_causal=True)
+    assert out.shape == q.shape and torch.allclose(weights.sum(-1), torch.ones(2, 4, 3))
+    assert pick_device("cpu") == torch.device("cpu")
