@@ -6,8 +6,10 @@ dk = d_model // h (per-head width). Masks are boolean with ``True`` = may attend
 :mod:`course_utils.validation`, the conversions to and from ``nn.MultiheadAttention``
 at the end of the class.
 
-NaN or infinity in an input is not refused (checking would cost a pass over the data):
-it spreads, since every query that may attend to a NaN key or value gets a NaN output.
+NaN or infinity in an input is not refused (checking would cost a pass over the data),
+and it spreads: a NaN in a key makes the output NaN for every query that may attend to
+that key; a NaN in a value reaches every query of the sequence, masked or not (a blocked
+key gets weight 0, and 0 x NaN is NaN).
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def scaled_dot_product_attention(
 
     Returns:
         ``(output (..., Tq, dv), weights (..., Tq, Tk))``. A query row whose keys are all
-        masked gets zero weights and a zero output. NaN/inf in q, k or v spread to every
-        query that may attend to them (see the module docstring).
+        masked gets zero weights and a zero output. NaN/inf in q, k or v spread along the
+        sequence (see the module docstring).
     """
     check_sdpa_inputs(q, k, v, mask, is_causal, dropout_p)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)

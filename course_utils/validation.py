@@ -5,7 +5,7 @@ Every check raises ``TypeError`` (wrong kind of thing) or ``ValueError`` (right 
 wrong value) naming the argument, what was expected and what arrived. None of them runs
 a tensor operation: they read shapes, dtypes and devices only, so they cost no kernel
 launches and never wait for a GPU. For that reason NaN and infinity are *not* refused:
-they propagate (a NaN in one key reaches every query allowed to see it).
+they propagate (see :mod:`course_utils.attention`).
 """
 
 from __future__ import annotations

@@ -173,12 +173,15 @@ def test_empty_sequence_gives_an_empty_output():
         assert out.shape == (2, 0, 8)
 
 
-def test_nan_in_one_key_reaches_every_query_that_sees_it():
+def test_nan_spreads_as_the_docstring_says():
+    """A NaN key reaches the queries that may see it; a NaN value reaches every query."""
     q = torch.randn(1, 4, 8)
-    k = q.clone()
-    k[0, 2, 0] = float("nan")
+    k, v = q.clone(), q.clone()
+    k[0, 2, 0] = v[0, 2, 0] = float("nan")
     out, _ = scaled_dot_product_attention(q, k, q, is_causal=True)
     assert torch.isfinite(out[0, :2]).all() and torch.isnan(out[0, 2:]).all()
+    out, _ = scaled_dot_product_attention(q, q, v, is_causal=True)
+    assert torch.isnan(out).any(-1).all()
 
 
 def test_dropout_only_in_training_mode():
