@@ -101,6 +101,8 @@ def time_interleaved(
 
 
 def format_table(title: str, timings: list[Timing], baseline: str) -> str:
+    """A text table: each function's median time and its ratio to the baseline's median
+    (``baseline`` is only the label shown in the header)."""
     width = max(len(t.name) for t in timings)
     lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + baseline:>s}"]
     for t in timings:
