@@ -196,6 +196,19 @@ def _params_full_width_heads(d_model: int, num_heads: int, bias: bool = True) ->
     return (3 * num_heads + 1) * d_model * d_model + ((3 * num_heads + 1) * d_model if bias else 0)
 
 
+def _params_bias_always(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model + 4 * d_model  # the bias argument ignored
+
+
+def _params_no_out_bias(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model + (3 * d_model if bias else 0)  # b_Q, b_K, b_V but no b_O
+
+
+def _params_bias_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
+    per_head = 3 * num_heads * d_model + d_model  # a full-width bias for every head's Q, K, V
+    return 4 * d_model * d_model + (per_head if bias else 0)
+
+
 def _params_cases() -> list[Case]:
     return [
         Case((512, 8), {"bias": True}, label="d_model = 512, h = 8, bias = True"),
@@ -230,6 +243,22 @@ PARAMETER_COUNT = Exercise(
                 "is only (d_model, d_k) with d_k = d_model / h.",
                 "h slices of (d_model, d_k) make h * d_model * d_k = d_model^2 per matrix.",
                 _params_full_width_heads),
+        Mistake("bias_always_added",
+                "right with bias=True, but with bias=False you still added 4 * d_model biases: the "
+                "bias argument says whether the layer has bias vectors at all.",
+                "add the 4 * d_model biases only when bias is True.",
+                _params_bias_always),
+        Mistake("forgot_output_bias",
+                "you counted the biases of W_Q, W_K and W_V (3 * d_model) but not the bias b_O of "
+                "the output projection.",
+                "with bias=True there are four bias vectors of d_model: b_Q, b_K, b_V and b_O.",
+                _params_no_out_bias),
+        Mistake("bias_per_head",
+                "you gave every head a full bias of d_model numbers for each of Q, K and V. A head's "
+                "bias is a slice of d_k numbers of b_Q (likewise b_K, b_V), so the h heads together "
+                "hold one bias vector of d_model per projection.",
+                "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is.",
+                _params_bias_per_head),
     ],
     hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "
          "with bias, one bias vector of d_model per projection.",
@@ -257,6 +286,26 @@ def _score_flops(seq_len: int, d_model: int, num_heads: int) -> int:
 
 def _score_linear_in_t(seq_len: int, d_model: int, num_heads: int) -> int:
     return seq_len * d_model
+
+
+def _score_causal_half(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * d_model // 2  # only "half" of the score matrix
+
+
+def _score_causal_triangle(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * (seq_len + 1) // 2 * d_model  # only the entries a causal mask keeps
+
+
+def _score_with_qk_projections(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * d_model + 2 * seq_len * d_model * d_model  # + computing Q and K
+
+
+def _score_with_qkv_projections(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * d_model + 3 * seq_len * d_model * d_model  # + Q, K and V
+
+
+def _score_one_mac_per_score(seq_len: int, d_model: int, num_heads: int) -> int:
+    return num_heads * seq_len * seq_len  # the number of scores, not the work per score
 
 
 def _score_cases() -> list[Case]:
@@ -293,6 +342,34 @@ SCORE_MACS = Exercise(
                 "the cost grows with T^2, not T.",
                 "each of the T^2 entries of a head's scores is a dot product of length d_k.",
                 _score_linear_in_t),
+        Mistake("causal_half",
+                "you counted half of the T * T scores, as if a causal mask saved the other half. "
+                "Q K^T computes every entry (the mask is applied afterwards), and the exercise has "
+                "no mask.",
+                "count all T * T entries per head: h * T * T * d_k.",
+                _score_causal_half),
+        Mistake("causal_triangle",
+                "you counted only the T * (T + 1) / 2 entries a causal mask keeps. The matrix "
+                "product computes all T * T of them; the mask only overwrites some afterwards (and "
+                "there is no mask here).",
+                "count all T * T entries per head: h * T * T * d_k.",
+                _score_causal_triangle),
+        Mistake("projections_added_qk",
+                "you added the cost of computing Q and K (2 * T * d_model^2) to the scores. The "
+                "exercise counts only the product Q K^T; the projections are separate rows of the "
+                "cost table.",
+                "leave out x @ W_Q and x @ W_K: only the T * T dot products of length d_k per head.",
+                _score_with_qk_projections),
+        Mistake("projections_added_qkv",
+                "you added the cost of the Q, K and V projections (3 * T * d_model^2) to the "
+                "scores. The exercise counts only the product Q K^T.",
+                "leave out the projections: only the T * T dot products of length d_k per head.",
+                _score_with_qkv_projections),
+        Mistake("one_mac_per_score",
+                "you returned h * T^2, the number of scores. Each score is a dot product of two "
+                "d_k-long vectors, which takes d_k multiply-adds.",
+                "multiply the number of scores by d_k: h * T * T * d_k.",
+                _score_one_mac_per_score),
     ],
     hint="a head's scores are (T, d_k) @ (d_k, T): T * T * d_k multiply-adds; there are h heads.",
 )

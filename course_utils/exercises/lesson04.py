@@ -1,6 +1,6 @@
 """Checks for lesson 4, "Multi-head attention in PyTorch".
 
-* :data:`SPLIT_HEADS`: ``(B, T, d) -> (B, h, T, dk)`` with ``view`` and ``transpose``.
+* :data:`HEAD_WEIGHTS`: head i's ``(dk, d)`` slices of W_Q, W_K, W_V inside ``in_proj.weight``.
 * :data:`STACK_HEAD_WEIGHTS`: per-head ``nn.Linear`` weights -> one stacked ``in_proj``.
 * :data:`MHA_FORWARD`: a whole batched multi-head self-attention forward pass.
 * :data:`MASKS_FOR_TORCH`: course masks -> ``nn.MultiheadAttention``'s convention.
@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -17,11 +16,10 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ..masks import causal_mask, padding_mask
-from . import lesson03
 from .core import Case, Exercise, Feedback, Mistake
 
 __all__ = [
-    "SPLIT_HEADS", "check_split_heads",
+    "HEAD_WEIGHTS", "check_head_weights",
     "STACK_HEAD_WEIGHTS", "check_stack_head_weights",
     "MHA_FORWARD", "check_mha_forward",
     "MASKS_FOR_TORCH", "check_masks_for_torch",
@@ -32,11 +30,102 @@ def _randn(*shape: int, seed: int) -> Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-# -- 4.1 split heads ---------------------------------------------------------------------
-# The same task as lesson 03's Exercise 3.1 (a warm-up before the full forward pass), so
-# the same check: one definition of the reference and its known mistakes.
-SPLIT_HEADS = dataclasses.replace(lesson03.SPLIT_HEADS, title="Exercise 4.1: split into heads")
-check_split_heads = SPLIT_HEADS.check
+# -- 4.1 one head's weights inside the stacked in_proj ----------------------------------
+
+def _head_weights(w_in: Tensor, num_heads: int, head: int) -> tuple[Tensor, Tensor, Tensor]:
+    d = w_in.shape[1]
+    dk = d // num_heads
+    rows = slice(head * dk, (head + 1) * dk)  # head i's rows inside one (d, d) block
+    w_q, w_k, w_v = w_in.split(d, dim=0)  # 3 x (d, d): the W_Q, W_K, W_V blocks, in that order
+    return w_q[rows], w_k[rows], w_v[rows]  # 3 x (dk, d)
+
+
+def _head_columns(w_in, num_heads, head):
+    d = w_in.shape[1]
+    cols = slice(head * (d // num_heads), (head + 1) * (d // num_heads))
+    return tuple(block[:, cols] for block in w_in.split(d, dim=0))  # 3 x (d, dk): columns
+
+
+def _head_rows_transposed(w_in, num_heads, head):
+    return tuple(w.T for w in _head_weights(w_in, num_heads, head))  # 3 x (d, dk)
+
+
+def _head_query_block_only(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    rows = slice(head * dk, (head + 1) * dk)  # no offset of d for the key and value blocks
+    return w_in[rows], w_in[rows], w_in[rows]
+
+
+def _head_interleaved_rows(w_in, num_heads, head):
+    return tuple(block[head::num_heads] for block in w_in.split(w_in.shape[1], dim=0))
+
+
+def _head_per_head_layout(w_in, num_heads, head):
+    dk = w_in.shape[1] // num_heads
+    start = 3 * head * dk  # reads in_proj as q_0, k_0, v_0, q_1, k_1, v_1, ...
+    return w_in[start:start + dk], w_in[start + dk:start + 2 * dk], w_in[start + 2 * dk:start + 3 * dk]
+
+
+def _head_whole_blocks(w_in, num_heads, head):
+    return tuple(w_in.split(w_in.shape[1], dim=0))  # 3 x (d, d): every head at once
+
+
+def _head_cases() -> list[Case]:
+    def numbered(d: int) -> Tensor:  # entry (r, c) = r * d + c: each number says where it sits
+        return torch.arange(3 * d * d, dtype=torch.float64).view(3 * d, d)
+
+    return [
+        Case((numbered(8), 2, 1), label="d_model=8, 2 heads, head 1"),
+        Case((numbered(12), 3, 2), label="d_model=12, 3 heads, head 2"),
+        Case((numbered(12), 4, 0), label="d_model=12, 4 heads, head 0"),
+    ]
+
+
+HEAD_WEIGHTS = Exercise(
+    title="Exercise 4.1: one head's weights inside in_proj",
+    reference=_head_weights,
+    make_cases=_head_cases,
+    mistakes=[
+        Mistake("columns_not_rows",
+                "you took head i's COLUMNS of each block. Columns are right for the formula's "
+                "W_Q (d_model x d_model, head i in columns i*d_k ...), but in_proj.weight is stored "
+                "like nn.Linear.weight, (out_features, in_features): a head's outputs are ROWS.",
+                "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns.",
+                _head_columns),
+        Mistake("transposed",
+                "your slices hold the right numbers, transposed: you returned the formula's "
+                "W_Q^i (d_model x d_k); the exercise asks for nn.Linear's layout (d_k x d_model), "
+                "the rows as they sit in in_proj.weight.",
+                "return the row slices as they are, without .T.",
+                _head_rows_transposed),
+        Mistake("query_block_only",
+                "all three of your slices come from the first block, W_Q: the keys start d_model "
+                "rows further down and the values 2 * d_model rows down.",
+                "split w_in into its three (d_model, d_model) blocks first (w_in.split(d, dim=0)), "
+                "then take the same rows of each.",
+                _head_query_block_only),
+        Mistake("interleaved_rows",
+                "you took rows i, i+h, i+2h, ... of each block: head i owns a consecutive run of "
+                "d_k rows, which is what view(B, T, h, d_k) reads as head i.",
+                "rows i*d_k to (i+1)*d_k - 1 of each block.",
+                _head_interleaved_rows),
+        Mistake("per_head_qkv_layout",
+                "you read in_proj as q_0, k_0, v_0, q_1, k_1, v_1, ...: some libraries store it that "
+                "way, but this course and nn.MultiheadAttention store all of W_Q, then all of W_K, "
+                "then all of W_V.",
+                "split w_in into its three (d_model, d_model) blocks, then take head i's rows in each.",
+                _head_per_head_layout),
+        Mistake("whole_blocks",
+                "you returned the whole W_Q, W_K and W_V blocks, (d_model, d_model) each: that is "
+                "every head at once.",
+                "keep only head i's d_k rows of each block.",
+                _head_whole_blocks),
+    ],
+    hint="in_proj.weight is (3 d_model, d_model): the blocks W_Q, W_K, W_V one under the other, "
+         "and in each block head i owns rows i*d_k to (i+1)*d_k - 1.",
+)
+check_head_weights = HEAD_WEIGHTS.check
 
 
 # -- 4.2 stack per-head weights into one in_proj ----------------------------------------
@@ -116,12 +205,17 @@ check_stack_head_weights = STACK_HEAD_WEIGHTS.check
 # -- 4.3 the whole batched forward pass -------------------------------------------------
 
 def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok", scale="ok",
-                 softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True)) -> Tensor:
+                 softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True),
+                 causal=False, qkv_layout="blocks") -> Tensor:
     """Reference (all options at their defaults) and every mistake, one switch each."""
     B, T, d = x.shape
     dk = d // num_heads
     qkv = x @ (w_in.T if w_in_t else w_in)  # (B, T, 3d); without .T this raises (d vs 3d)
-    q, k, v = (qkv + b_in if biases[0] else qkv).split(d, dim=-1)  # 3 x (B, T, d)
+    qkv = qkv + b_in if biases[0] else qkv
+    if qkv_layout == "per_head":  # read as q_0, k_0, v_0, q_1, ...: not how in_proj is stored
+        q, k, v = (t.reshape(B, T, d) for t in qkv.view(B, T, num_heads, 3 * dk).split(dk, dim=-1))
+    else:
+        q, k, v = qkv.split(d, dim=-1)  # 3 x (B, T, d)
 
     def heads(t: Tensor) -> Tensor:
         if split == "as_b_h_t":
@@ -134,7 +228,10 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
 
     q, k, v = heads(q), heads(k), heads(v)
     divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d)}[scale]
-    weights = torch.softmax(q @ k.transpose(-2, -1) / divisor, dim=softmax_dim)
+    scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
+    if causal:  # a mask the exercise never asked for
+        scores = scores.masked_fill(~causal_mask(T), float("-inf"))
+    weights = torch.softmax(scores, dim=softmax_dim)
     out = weights @ v  # (B, h, T, dk)
     if split == "no_transpose" or merge == "no_transpose":
         concat = out.reshape(B, T, d)
@@ -303,6 +400,19 @@ MHA_FORWARD = _ForwardExercise(
                 "you left out b_out, the bias of the output projection.",
                 "finish with concat @ w_out.T + b_out.",
                 _variant(biases=(True, False))),
+        Mistake("causal_mask_added",
+                "you applied a causal mask: each token attended only to itself and earlier tokens. "
+                "This exercise is plain self-attention with no mask, where every token sees every "
+                "token (a causal mask belongs to decoders, and is passed in, not built in).",
+                "drop the mask: softmax over all T keys.",
+                _variant(causal=True)),
+        Mistake("qkv_interleaved_per_head",
+                "you split the projection as if in_proj stored q_0, k_0, v_0, q_1, k_1, v_1, ... "
+                "(view(B, T, h, 3 * d_k) then split): some libraries use that layout, but w_in "
+                "here stacks all of W_Q, then all of W_K, then all of W_V.",
+                "split the (B, T, 3d) projection into three (B, T, d) blocks first "
+                "(.split(d, dim=-1)), then cut each into heads.",
+                _variant(qkv_layout="per_head")),
     ],
     hint="project with w_in (x @ w_in.T + b_in), split q, k, v into heads, attend, merge the heads, "
          "project with w_out.",
