@@ -135,6 +135,7 @@ class ShapeTrace:
         return sum(s.macs for s in self.steps)
 
     def to_frame(self) -> pd.DataFrame:
+        """The trace as a table, one row per step (``display`` it for an HTML table)."""
         return pd.DataFrame(
             {
                 "step": [s.name for s in self.steps],
