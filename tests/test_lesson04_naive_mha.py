@@ -310,4 +310,4 @@ def test_sdpa_on_cpu_picks_flash_attention_and_never_holds_the_score_table():
     assert peak["batched + F.sdpa"] < score_mb / 10
     assert peak["batched"] >= 2 * score_mb
     assert peak["loop over heads"] < score_mb / 2
-    assert peak["nn.MultiheadAttention"] >= score_mb  # its fused operator is not a flash kernel
+    assert score_mb <= peak["nn.MultiheadAttention"] < 2 * score_mb  # one table: not a flash kernel

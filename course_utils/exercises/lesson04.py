@@ -718,8 +718,9 @@ MASKS_FOR_TORCH = _BoolMaskExercise(
                 "return ~attn_mask, ~key_padding_mask, in that order.",
                 _swapped_pair),
         Mistake("python_not",
-                "Python's `not` raised an error: it asks a whole tensor for ONE True/False, which a "
-                "mask with many entries cannot give. Element-wise negation is a tensor operation.",
+                "Python's `not` (like `if mask:`, `and`, `or`) raised an error: it asks a whole tensor "
+                "for ONE True/False, which a mask with many entries cannot give. Element-wise "
+                "negation is a tensor operation.",
                 "use ~attn_mask (or attn_mask.logical_not()), likewise for key_padding_mask.",
                 _python_not),
     ],
