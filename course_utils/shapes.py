@@ -13,9 +13,11 @@ W_Q is ``(d, d)``; ``nn.Linear`` stores the transpose, ``(out, in)``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +40,7 @@ __all__ = [
     "AttentionMacs",
     "mha_macs",
     "measured_macs",
+    "peak_allocated_bytes",
     "cost_table",
     "dimension_report",
     "frame_to_text",
@@ -132,6 +135,7 @@ class ShapeTrace:
         return sum(s.macs for s in self.steps)
 
     def to_frame(self) -> pd.DataFrame:
+        """The trace as a table, one row per step (``display`` it for an HTML table)."""
         return pd.DataFrame(
             {
                 "step": [s.name for s in self.steps],
@@ -363,6 +367,52 @@ def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         module(x, need_weights=True)
     return counter.get_total_flops() // 2
+
+
+@contextlib.contextmanager
+def _c_stderr_silenced() -> Iterator[None]:
+    """Send what C++ code writes to file descriptor 2 to /dev/null for the ``with`` block
+    (Python's own ``sys.stderr`` is untouched). Does nothing where fd 2 cannot be copied."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_allocated_bytes(fn: Callable[[], object]) -> int:
+    """Peak of the CPU memory that ``fn()`` allocates beyond what exists before it runs.
+
+    Replays every allocation and free that ``torch.profiler`` records during the call
+    (inside kernels too) and returns the highest running total, in bytes. Tensors that
+    ``fn`` returns count, as they are allocated inside it. The buffers of some kernels
+    scale with the number of threads: fix it (``torch_threads(1)``) to compare runs.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _c_stderr_silenced():  # the profiler's C++ side prints a line with a timestamp
+        prof.start()
+    try:
+        fn()
+    finally:
+        with _c_stderr_silenced():
+            prof.stop()
+    records = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    running = peak = 0
+    for record in sorted(records, key=lambda e: e.start_ns()):  # in the order they happened
+        running += record.nbytes()
+        peak = max(peak, running)
+    return peak
 
 
 def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int]) -> pd.DataFrame:

@@ -4,13 +4,17 @@ checks behave as the lesson says."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
 from course_utils import MultiHeadAttention, causal_mask
 from course_utils.exercises import lesson04
 from course_utils.naive_mha import NaiveMultiHeadAttention, naive_from_batched, stack_head_weights
+
+LESSON04 = Path(__file__).resolve().parents[1] / "notebooks" / "04_pytorch_implementation.ipynb"
 
 
 @pytest.mark.parametrize("d_model,num_heads,bias",
@@ -196,3 +200,114 @@ def test_masks_the_check_accepts_work_in_torch_and_the_rejected_forms_behave_as_
         assert not torch.allclose(ones, ref, atol=1e-3)
         with pytest.raises(TypeError):
             mha(x, x, x, attn_mask=(~allowed).numpy(), key_padding_mask=(~real).numpy())
+
+
+# -- Exercise 4.1 (one head's rows of in_proj) and the new 4.3 slips, written as a learner would --
+
+def test_head_weights_check_accepts_the_package_split():
+    """The reference agrees with naive_from_batched, the package's own cutting of in_proj."""
+    def via_package(w_in, num_heads, head):
+        d = w_in.shape[1]
+        module = MultiHeadAttention(d, num_heads).double()
+        with torch.no_grad():
+            module.in_proj.weight.copy_(w_in)
+        h_i = naive_from_batched(module).heads[head]
+        return h_i.w_q.weight.detach(), h_i.w_k.weight.detach(), h_i.w_v.weight.detach()
+
+    assert lesson04.check_head_weights(via_package).passed
+
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda w, h, i: tuple(block[:, i * (w.shape[1] // h):(i + 1) * (w.shape[1] // h)]
+                           for block in w.split(w.shape[1])), "columns_not_rows"),
+    (lambda w, h, i: (w[i * (w.shape[1] // h):(i + 1) * (w.shape[1] // h)],) * 3, "query_block_only"),
+    (lambda w, h, i: tuple(w.view(3, w.shape[1], w.shape[1])[:, i::h].unbind(0)), "interleaved_rows"),
+    (lambda w, h, i: tuple(w.view(h, 3, w.shape[1] // h, w.shape[1])[i].unbind(0)), "per_head_qkv_layout"),
+])
+def test_head_weights_check_names_natural_slips(fn, key):
+    assert lesson04.check_head_weights(fn).mistake == key
+
+
+def test_head_weights_check_accepts_a_view_based_answer():
+    def by_view(w_in, num_heads, head):
+        d = w_in.shape[1]
+        return tuple(w_in.view(3, num_heads, d // num_heads, d)[:, head].unbind(0))
+
+    assert lesson04.check_head_weights(by_view).passed
+
+
+def _learner_causal_by_habit(x, w_in, b_in, w_out, b_out, num_heads):
+    B, T, d = x.shape
+    q, k, v = (t.view(B, T, num_heads, -1).transpose(1, 2) for t in (x @ w_in.T + b_in).split(d, -1))
+    heads = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return heads.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+
+def _learner_per_head_qkv(x, w_in, b_in, w_out, b_out, num_heads):
+    B, T, d = x.shape
+    dk = d // num_heads
+    qkv = (x @ w_in.T + b_in).view(B, T, num_heads, 3, dk).permute(3, 0, 2, 1, 4)  # (3, B, h, T, dk)
+    q, k, v = qkv.unbind(0)
+    return _attend(q, k, v, dk).transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+
+@pytest.mark.parametrize("fn,key", [
+    (_learner_causal_by_habit, "causal_mask_added"),
+    (_learner_per_head_qkv, "qkv_interleaved_per_head"),
+])
+def test_forward_check_names_the_new_slips(fn, key):
+    assert lesson04.check_mha_forward(fn).mistake == key
+
+
+# -- claims of lesson 04's new cells --------------------------------------------------------
+
+def _lesson04_class(name: str) -> type:
+    """Run the lesson's own cell that defines ``name`` (one implementation, tested where it lives)."""
+    nb = nbformat.read(LESSON04, as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and f"class {name}(" in c.source)
+    namespace = {"math": math, "torch": torch, "nn": torch.nn}
+    exec(compile(source, str(LESSON04), "exec"), namespace)
+    return namespace[name]
+
+
+def test_four_linear_module_equals_the_stacked_module_with_copied_weights():
+    FourLinearMHA = _lesson04_class("FourLinearMHA")
+    torch.manual_seed(3)
+    four = FourLinearMHA(512, 8).double().eval()
+    stacked = MultiHeadAttention(512, 8).double().eval()
+    with torch.no_grad():
+        stacked.in_proj.weight.copy_(torch.cat([four.w_q.weight, four.w_k.weight, four.w_v.weight]))
+        stacked.in_proj.bias.copy_(torch.cat([four.w_q.bias, four.w_k.bias, four.w_v.bias]))
+        stacked.out_proj.load_state_dict(four.w_o.state_dict())
+        x = torch.randn(2, 10, 512, dtype=torch.float64)
+        assert (four(x) - stacked(x)[0]).abs().max() < 1e-12
+        mask = causal_mask(10)  # the seed's mask == 0 convention is the course's "True = may attend"
+        assert (four(x, mask) - stacked(x, mask=mask)[0]).abs().max() < 1e-12
+        assert (four(x, ~mask) - stacked(x, mask=mask)[0]).abs().max() > 1e-3
+    assert sum(p.numel() for p in four.parameters()) == 4 * 512**2 + 4 * 512
+
+
+def test_minus_1e9_on_every_key_gives_uniform_weights_not_nan():
+    scores = torch.randn(2, 2, 5, 5).masked_fill(torch.zeros(5, 5, dtype=torch.bool) == 0, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    assert not weights.isnan().any() and torch.allclose(weights, torch.full_like(weights, 0.2))
+
+
+def test_sdpa_on_cpu_picks_flash_attention_and_never_holds_the_score_table():
+    """Lesson 04's claims at B=1, T=1024, d_model=128, h=8, one thread."""
+    from torch.nn.attention import SDPBackend
+
+    from course_utils.bench import forward_callables, lesson_implementations
+    from course_utils.env import torch_threads
+    from course_utils.shapes import peak_allocated_bytes
+
+    q = torch.randn(1, 8, 1024, 16)
+    assert SDPBackend(torch._fused_sdp_choice(q, q, q)).name == "FLASH_ATTENTION"
+    score_mb = 1 * 8 * 1024 * 1024 * 4 / 2**20  # 32 MB
+    with torch_threads(1), torch.inference_mode():
+        fns = forward_callables(lesson_implementations(128, 8), torch.randn(1, 1024, 128))
+        peak = {name: peak_allocated_bytes(fn) / 2**20 for name, fn in fns.items()}
+    assert peak["batched + F.sdpa"] < score_mb / 10
+    assert peak["batched"] >= 2 * score_mb
+    assert peak["loop over heads"] < score_mb / 2
+    assert score_mb <= peak["nn.MultiheadAttention"] < 2 * score_mb  # one table: not a flash kernel

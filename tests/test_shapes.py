@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from course_utils import MultiHeadAttention
+from course_utils.exercises import lesson03
 from course_utils.shapes import (
     cost_table,
     count_parameters,
@@ -18,6 +19,7 @@ from course_utils.shapes import (
     mha_macs,
     mha_parameter_count,
     parameter_table,
+    peak_allocated_bytes,
     trace_shapes,
     validate_dims,
 )
@@ -254,3 +256,77 @@ def test_dimension_report_leaves_the_random_stream_alone():
     torch.manual_seed(7)
     dimension_report(1, 4, 16, 2)
     assert torch.equal(torch.rand(3), expected)
+
+
+# -- lesson 03's GPT-3 line and its common-confusions cell -------------------------------------
+
+def test_gpt3_attention_layer_on_the_meta_device():
+    """d_model 12288, 96 heads of 128 (seed 004 names the 96 heads)."""
+    with torch.device("meta"):
+        layer = MultiHeadAttention(12_288, 96)
+    assert layer.d_k == 128
+    assert tuple(layer.in_proj.weight.shape) == (36_864, 12_288)
+    assert tuple(layer.out_proj.weight.shape) == (12_288, 12_288)
+    assert count_parameters(layer) == mha_parameter_count(12_288, 96) == 604_028_928
+    assert mha_parameter_count(12_288, 1) == mha_parameter_count(12_288, 12) == 604_028_928
+
+
+def test_confusions_every_head_reads_the_whole_input_and_w_o_mixes_them():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(512, 8)
+    x = torch.randn(1, 3, 512)
+    changed = x.clone()
+    changed[..., :64] += 1.0  # "head 0's slice" of the input
+    with torch.no_grad():
+        before = trace_shapes(mha, x)
+        after = trace_shapes(mha, changed).tensors["Q_heads"][0]  # (h, T, dk)
+    moved = (after - before.tensors["Q_heads"][0]).abs().amax(dim=(1, 2))
+    assert (moved > 1e-3).all()  # every head's queries move, not only head 0's
+    merge, output = before.tensors["merge"], before.tensors["output"]
+    assert merge.shape == output.shape == x.shape  # T tokens in, T token vectors out
+    assert not torch.allclose(merge, output)  # the output is not the concatenation
+    assert len({mha_parameter_count(512, n) for n in (1, 8, 64)}) == 1
+    assert len({mha_macs(1, 10, 512, n).total for n in (1, 8, 64)}) == 1
+    assert mha_macs(1, 10, 512, 8).total == 10_588_160
+
+
+# -- peak_allocated_bytes -------------------------------------------------------------------
+
+def test_peak_allocated_bytes_counts_what_a_call_allocates():
+    assert peak_allocated_bytes(lambda: torch.empty(1000, dtype=torch.float32)) == 4000
+    assert peak_allocated_bytes(lambda: None) == 0
+
+    def two_then_one():
+        a = torch.empty(2_000)  # 8 kB
+        b = torch.empty(2_000)  # 8 kB: peak 16 kB while both exist
+        del a, b
+        return torch.empty(1_000)
+
+    assert peak_allocated_bytes(two_then_one) == 16_000
+
+
+def test_peak_allocated_bytes_rejects_non_callables():
+    with pytest.raises(TypeError, match="callable"):
+        peak_allocated_bytes(torch.empty(3))
+
+
+# -- Exercises 3.3 and 3.4: slips written as a learner would -----------------------------------
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda d, h, bias=True: 4 * d * d + 4 * d, "bias_always_added"),
+    (lambda d, h, bias=True: 4 * d * d + (3 * d if bias else 0), "forgot_output_bias"),
+    (lambda d, h, bias=True: 4 * d * d + ((3 * h + 1) * d if bias else 0), "bias_per_head"),
+])
+def test_parameter_count_check_names_bias_slips(fn, key):
+    assert lesson03.check_parameter_count(fn).mistake == key
+
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda T, d, h: T * T * d / 2, "causal_half"),
+    (lambda T, d, h: h * sum(range(1, T + 1)) * (d // h), "causal_triangle"),
+    (lambda T, d, h: 2 * T * d * d + h * T * T * (d // h), "projections_added_qk"),
+    (lambda T, d, h: 3 * T * d * d + T * T * d, "projections_added_qkv"),
+    (lambda T, d, h: h * T**2, "one_mac_per_score"),
+])
+def test_score_macs_check_names_counting_slips(fn, key):
+    assert lesson03.check_score_macs(fn).mistake == key

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .core import Case, Exercise, Mistake
+from .core import Case, Exercise, Feedback, Mistake
+from .lesson04 import _RecordFailure, _requested_shape  # records which operation raised
 
 __all__ = [
     "SPLIT_HEADS",
@@ -64,6 +65,11 @@ def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
     return x.view(B, T, d // num_heads, num_heads).permute(0, 3, 1, 2)  # head i = columns i, i+h, ...
 
 
+def _split_dk_h_swapped(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape
+    return x.view(B, T, d // num_heads, num_heads).transpose(1, 2)  # (B, dk, T, h): h and dk swapped
+
+
 def _split_cases() -> list[Case]:
     return [
         Case((_numbered(2, 5, 12), 3), label="x of shape (2, 5, 12), h = 3"),
@@ -106,6 +112,12 @@ SPLIT_HEADS = Exercise(
                 "view(B, T, h, dk) puts head i in columns i*dk to (i+1)*dk - 1, which is where the "
                 "stacked W_Q puts head i's rows.",
                 _split_interleaved),
+        Mistake("heads_and_width_swapped",
+                "you viewed as (B, T, dk, h) instead of (B, T, h, dk), so after the transpose you "
+                "have (B, dk, T, h): dk 'heads' of width h. The head count comes first, the width "
+                "of each head last.",
+                "x.view(B, T, num_heads, d // num_heads), then .transpose(1, 2).",
+                _split_dk_h_swapped),
     ],
     hint="first cut each token's d features into h pieces of width d // h (a view with shape "
          "(B, T, h, dk)), then put the head axis in front of the token axis.",
@@ -133,6 +145,23 @@ def _merge_summed(heads: Tensor) -> Tensor:
     return heads.sum(dim=1)  # (B, T, dk): heads added, not concatenated
 
 
+def _merge_averaged(heads: Tensor) -> Tensor:
+    return heads.mean(dim=1)  # (B, T, dk): heads averaged, not concatenated
+
+
+def _merge_not_flattened(heads: Tensor) -> Tensor:
+    return heads.transpose(1, 2)  # (B, T, h, dk): the right order, but h and dk not joined
+
+
+def _merge_along_tokens(heads: Tensor) -> Tensor:
+    return torch.cat(heads.unbind(1), dim=1)  # (B, h*T, dk): heads one after another as tokens
+
+
+def _merge_view_no_contiguous(heads: Tensor) -> Tensor:
+    B, h, T, dk = heads.shape
+    return heads.transpose(1, 2).view(B, T, h * dk)  # raises: the transpose is not contiguous
+
+
 def _merge_cases() -> list[Case]:
     return [
         Case((_numbered(2, 3, 5, 4),), label="heads of shape (2, 3, 5, 4)"),
@@ -142,7 +171,30 @@ def _merge_cases() -> list[Case]:
     ]
 
 
-MERGE_HEADS = Exercise(
+class _MergeExercise(Exercise):
+    """Exercise 3.2: a ``.view`` that PyTorch refuses after the transpose gets its own message."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "error":
+            return feedback
+        args, kwargs = self.make_cases()[0].fresh()
+        recorder = _RecordFailure()
+        try:
+            with recorder:
+                fn(*args, **kwargs)
+        except Exception:  # the same error again, now recorded
+            pass
+        failed = recorder.failed
+        if (failed is not None and failed[0] == "view" and failed[1]
+                and isinstance(failed[1][0], tuple) and len(failed[1][0]) == 4
+                and len(_requested_shape(failed[1])) == 3):
+            m = next(m for m in self.mistakes if m.key == "view_without_contiguous")
+            return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+        return feedback
+
+
+MERGE_HEADS = _MergeExercise(
     title="Exercise 3.2: merge the heads",
     reference=_merge_reference,
     make_cases=_merge_cases,
@@ -165,6 +217,29 @@ MERGE_HEADS = Exercise(
                 "concatenates them, giving (B, T, h * dk) = (B, T, d).",
                 "keep every head's dk features, side by side: transpose(1, 2), then view.",
                 _merge_summed),
+        Mistake("averaged_heads",
+                "you averaged the heads and got (B, T, dk): multi-head attention keeps every head's "
+                "features, side by side, giving (B, T, h * dk) = (B, T, d). Averaging would throw "
+                "away what makes the heads different before W_O can combine them.",
+                "keep every head's dk features, side by side: transpose(1, 2), then view.",
+                _merge_averaged),
+        Mistake("not_flattened",
+                "you returned (B, T, h, dk): the order is right, but the head axis and the dk axis "
+                "still have to be joined into one axis of h * dk features per token.",
+                "finish with .contiguous().view(B, T, h * dk) (or .reshape).",
+                _merge_not_flattened),
+        Mistake("concatenated_along_tokens",
+                "you concatenated the heads along the token axis and got (B, h * T, dk): h * T "
+                "'tokens' of width dk. Concat joins each token's head outputs along the FEATURE "
+                "axis, so the result keeps T tokens of width h * dk.",
+                "torch.cat(..., dim=-1) on the (B, T, dk) pieces, or transpose(1, 2) then view.",
+                _merge_along_tokens),
+        Mistake("view_without_contiguous",
+                "your .view raised an error: after .transpose(1, 2) the tensor is not contiguous "
+                "in memory, and .view cannot copy. The order of your steps is right.",
+                "call .contiguous() before .view(B, T, h * dk), or use .reshape, which copies when "
+                "it has to.",
+                _merge_view_no_contiguous),
     ],
     hint="undo split_heads in reverse: bring the token axis back in front of the head axis, "
          "then flatten (h, dk) into one axis of h * dk. If .view complains about the tensor's "
@@ -194,6 +269,24 @@ def _params_w_o_per_head(d_model: int, num_heads: int, bias: bool = True) -> int
 
 def _params_full_width_heads(d_model: int, num_heads: int, bias: bool = True) -> int:
     return (3 * num_heads + 1) * d_model * d_model + ((3 * num_heads + 1) * d_model if bias else 0)
+
+
+def _params_bias_always(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model + 4 * d_model  # the bias argument ignored
+
+
+def _params_no_out_bias(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model + (3 * d_model if bias else 0)  # b_Q, b_K, b_V but no b_O
+
+
+def _params_bias_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
+    per_head = 3 * num_heads * d_model + d_model  # a full-width bias for every head's Q, K, V
+    return 4 * d_model * d_model + (per_head if bias else 0)
+
+
+def _params_one_head(d_model: int, num_heads: int, bias: bool = True) -> int:
+    d_k = d_model // num_heads  # one head's W_Q^i, W_K^i, W_V^i and their biases, then W_O
+    return 3 * d_model * d_k + d_model * d_model + ((3 * d_k + d_model) if bias else 0)
 
 
 def _params_cases() -> list[Case]:
@@ -230,6 +323,27 @@ PARAMETER_COUNT = Exercise(
                 "is only (d_model, d_k) with d_k = d_model / h.",
                 "h slices of (d_model, d_k) make h * d_model * d_k = d_model^2 per matrix.",
                 _params_full_width_heads),
+        Mistake("bias_always_added",
+                "right with bias=True, but with bias=False you still added 4 * d_model biases: the "
+                "bias argument says whether the layer has bias vectors at all.",
+                "add the 4 * d_model biases only when bias is True.",
+                _params_bias_always),
+        Mistake("forgot_output_bias",
+                "you counted the biases of W_Q, W_K and W_V (3 * d_model) but not the bias b_O of "
+                "the output projection.",
+                "with bias=True there are four bias vectors of d_model: b_Q, b_K, b_V and b_O.",
+                _params_no_out_bias),
+        Mistake("bias_per_head",
+                "you gave every head a full bias of d_model numbers for each of Q, K and V. A head's "
+                "bias is a slice of d_k numbers of b_Q (likewise b_K, b_V), so the h heads together "
+                "hold one bias vector of d_model per projection.",
+                "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is.",
+                _params_bias_per_head),
+        Mistake("one_head_projections",
+                "you counted the Q, K, V projections of ONE head (3 * d_model * d_k, and 3 * d_k "
+                "biases) plus W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
+                "multiply one head's projections by h: h * d_model * d_k = d_model^2 per matrix.",
+                _params_one_head),
     ],
     hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "
          "with bias, one bias vector of d_model per projection.",
@@ -257,6 +371,35 @@ def _score_flops(seq_len: int, d_model: int, num_heads: int) -> int:
 
 def _score_linear_in_t(seq_len: int, d_model: int, num_heads: int) -> int:
     return seq_len * d_model
+
+
+def _score_causal_half(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * d_model // 2  # only "half" of the score matrix
+
+
+def _score_causal_triangle(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * (seq_len + 1) // 2 * d_model  # only the entries a causal mask keeps
+
+
+def _score_with_qk_projections(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * d_model + 2 * seq_len * d_model * d_model  # + computing Q and K
+
+
+def _score_with_qkv_projections(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * d_model + 3 * seq_len * d_model * d_model  # + Q, K and V
+
+
+def _score_one_mac_per_score(seq_len: int, d_model: int, num_heads: int) -> int:
+    return num_heads * seq_len * seq_len  # the number of scores, not the work per score
+
+
+def _score_exact_flops(seq_len: int, d_model: int, num_heads: int) -> int:
+    d_k = d_model // num_heads  # d_k multiplications and d_k - 1 additions per score
+    return num_heads * seq_len * seq_len * (2 * d_k - 1)
+
+
+def _score_with_scaling(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * seq_len * d_model + num_heads * seq_len * seq_len  # + one division per score
 
 
 def _score_cases() -> list[Case]:
@@ -293,6 +436,46 @@ SCORE_MACS = Exercise(
                 "the cost grows with T^2, not T.",
                 "each of the T^2 entries of a head's scores is a dot product of length d_k.",
                 _score_linear_in_t),
+        Mistake("causal_half",
+                "you counted half of the T * T scores, as if a causal mask saved the other half. "
+                "Q K^T computes every entry (the mask is applied afterwards), and the exercise has "
+                "no mask.",
+                "count all T * T entries per head: h * T * T * d_k.",
+                _score_causal_half),
+        Mistake("causal_triangle",
+                "you counted only the T * (T + 1) / 2 entries a causal mask keeps. The matrix "
+                "product computes all T * T of them; the mask only overwrites some afterwards (and "
+                "there is no mask here).",
+                "count all T * T entries per head: h * T * T * d_k.",
+                _score_causal_triangle),
+        Mistake("projections_added_qk",
+                "you added the cost of computing Q and K (2 * T * d_model^2) to the scores. The "
+                "exercise counts only the product Q K^T; the projections are separate rows of the "
+                "cost table.",
+                "leave out x @ W_Q and x @ W_K: only the T * T dot products of length d_k per head.",
+                _score_with_qk_projections),
+        Mistake("projections_added_qkv",
+                "you added the cost of the Q, K and V projections (3 * T * d_model^2) to the "
+                "scores. The exercise counts only the product Q K^T.",
+                "leave out the projections: only the T * T dot products of length d_k per head.",
+                _score_with_qkv_projections),
+        Mistake("one_mac_per_score",
+                "you returned h * T^2, the number of scores. Each score is a dot product of two "
+                "d_k-long vectors, which takes d_k multiply-adds.",
+                "multiply the number of scores by d_k: h * T * T * d_k.",
+                _score_one_mac_per_score),
+        Mistake("exact_flops",
+                "you counted floating-point operations exactly, d_k multiplications and d_k - 1 "
+                "additions per score. The exercise counts multiply-adds: one per pair of numbers "
+                "multiplied, so d_k per score.",
+                "one multiply-add per term of each dot product: h * T * T * d_k.",
+                _score_exact_flops),
+        Mistake("scaling_counted",
+                "you added one operation per score for the 1/sqrt(d_k) scaling (h * T^2). The "
+                "exercise leaves the scaling out, as it leaves out softmax and masks: it is "
+                "element-wise and small next to the dot products.",
+                "count only the dot products: h * T * T * d_k.",
+                _score_with_scaling),
     ],
     hint="a head's scores are (T, d_k) @ (d_k, T): T * T * d_k multiply-adds; there are h heads.",
 )

@@ -1,6 +1,6 @@
 """Checks for lesson 4, "Multi-head attention in PyTorch".
 
-* :data:`SPLIT_HEADS`: ``(B, T, d) -> (B, h, T, dk)`` with ``view`` and ``transpose``.
+* :data:`HEAD_WEIGHTS`: head i's ``(dk, d)`` slices of W_Q, W_K, W_V inside ``in_proj.weight``.
 * :data:`STACK_HEAD_WEIGHTS`: per-head ``nn.Linear`` weights -> one stacked ``in_proj``.
 * :data:`MHA_FORWARD`: a whole batched multi-head self-attention forward pass.
 * :data:`MASKS_FOR_TORCH`: course masks -> ``nn.MultiheadAttention``'s convention.
@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -17,11 +16,10 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ..masks import causal_mask, padding_mask
-from . import lesson03
 from .core import Case, Exercise, Feedback, Mistake
 
 __all__ = [
-    "SPLIT_HEADS", "check_split_heads",
+    "HEAD_WEIGHTS", "check_head_weights",
     "STACK_HEAD_WEIGHTS", "check_stack_head_weights",
     "MHA_FORWARD", "check_mha_forward",
     "MASKS_FOR_TORCH", "check_masks_for_torch",
@@ -32,11 +30,126 @@ def _randn(*shape: int, seed: int) -> Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-# -- 4.1 split heads ---------------------------------------------------------------------
-# The same task as lesson 03's Exercise 3.1 (a warm-up before the full forward pass), so
-# the same check: one definition of the reference and its known mistakes.
-SPLIT_HEADS = dataclasses.replace(lesson03.SPLIT_HEADS, title="Exercise 4.1: split into heads")
-check_split_heads = SPLIT_HEADS.check
+# -- 4.1 one head's weights inside the stacked in_proj ----------------------------------
+
+def _head_weights(w_in: Tensor, num_heads: int, head: int) -> tuple[Tensor, Tensor, Tensor]:
+    d = w_in.shape[1]
+    dk = d // num_heads
+    rows = slice(head * dk, (head + 1) * dk)  # head i's rows inside one (d, d) block
+    w_q, w_k, w_v = w_in.split(d, dim=0)  # 3 x (d, d): the W_Q, W_K, W_V blocks, in that order
+    return w_q[rows], w_k[rows], w_v[rows]  # 3 x (dk, d)
+
+
+def _head_columns(w_in, num_heads, head):
+    d = w_in.shape[1]
+    cols = slice(head * (d // num_heads), (head + 1) * (d // num_heads))
+    return tuple(block[:, cols] for block in w_in.split(d, dim=0))  # 3 x (d, dk): columns
+
+
+def _head_rows_transposed(w_in, num_heads, head):
+    return tuple(w.T for w in _head_weights(w_in, num_heads, head))  # 3 x (d, dk)
+
+
+def _head_query_block_only(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    rows = slice(head * dk, (head + 1) * dk)  # no offset of d for the key and value blocks
+    return w_in[rows], w_in[rows], w_in[rows]
+
+
+def _head_interleaved_rows(w_in, num_heads, head):
+    return tuple(block[head::num_heads] for block in w_in.split(w_in.shape[1], dim=0))
+
+
+def _head_per_head_layout(w_in, num_heads, head):
+    dk = w_in.shape[1] // num_heads
+    start = 3 * head * dk  # reads in_proj as q_0, k_0, v_0, q_1, k_1, v_1, ...
+    return w_in[start:start + dk], w_in[start + dk:start + 2 * dk], w_in[start + 2 * dk:start + 3 * dk]
+
+
+def _head_whole_blocks(w_in, num_heads, head):
+    return tuple(w_in.split(w_in.shape[1], dim=0))  # 3 x (d, d): every head at once
+
+
+def _head_inclusive_end(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    rows = slice(head * dk, (head + 1) * dk - 1)  # "to (i+1)*d_k - 1" read as a slice's end
+    return tuple(block[rows] for block in w_in.split(d, dim=0))  # 3 x (dk - 1, d)
+
+
+def _head_counted_from_one(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    rows = slice((head - 1) * dk, head * dk)  # heads numbered 1..h as in the formula
+    return tuple(block[rows] for block in w_in.split(d, dim=0))
+
+
+def _head_cases() -> list[Case]:
+    def numbered(d: int) -> Tensor:  # entry (r, c) = r * d + c: each number says where it sits
+        return torch.arange(3 * d * d, dtype=torch.float64).view(3 * d, d)
+
+    return [
+        Case((numbered(8), 2, 1), label="d_model=8, 2 heads, head 1"),
+        Case((numbered(12), 3, 2), label="d_model=12, 3 heads, head 2"),
+        Case((numbered(12), 4, 0), label="d_model=12, 4 heads, head 0"),
+    ]
+
+
+HEAD_WEIGHTS = Exercise(
+    title="Exercise 4.1: one head's weights inside in_proj",
+    reference=_head_weights,
+    make_cases=_head_cases,
+    mistakes=[
+        Mistake("columns_not_rows",
+                "you took head i's COLUMNS of each block. Columns are right for the formula's "
+                "W_Q (d_model x d_model, head i in columns i*d_k ...), but in_proj.weight is stored "
+                "like nn.Linear.weight, (out_features, in_features): a head's outputs are ROWS.",
+                "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns.",
+                _head_columns),
+        Mistake("transposed",
+                "your slices hold the right numbers, transposed: you returned the formula's "
+                "W_Q^i (d_model x d_k); the exercise asks for nn.Linear's layout (d_k x d_model), "
+                "the rows as they sit in in_proj.weight.",
+                "return the row slices as they are, without .T.",
+                _head_rows_transposed),
+        Mistake("query_block_only",
+                "all three of your slices come from the first block, W_Q: the keys start d_model "
+                "rows further down and the values 2 * d_model rows down.",
+                "split w_in into its three (d_model, d_model) blocks first (w_in.split(d, dim=0)), "
+                "then take the same rows of each.",
+                _head_query_block_only),
+        Mistake("interleaved_rows",
+                "you took rows i, i+h, i+2h, ... of each block: head i owns a consecutive run of "
+                "d_k rows, which is what view(B, T, h, d_k) reads as head i.",
+                "rows i*d_k to (i+1)*d_k - 1 of each block.",
+                _head_interleaved_rows),
+        Mistake("per_head_qkv_layout",
+                "you read in_proj as q_0, k_0, v_0, q_1, k_1, v_1, ...: some libraries store it that "
+                "way, but this course and nn.MultiheadAttention store all of W_Q, then all of W_K, "
+                "then all of W_V.",
+                "split w_in into its three (d_model, d_model) blocks, then take head i's rows in each.",
+                _head_per_head_layout),
+        Mistake("whole_blocks",
+                "you returned the whole W_Q, W_K and W_V blocks, (d_model, d_model) each: that is "
+                "every head at once.",
+                "keep only head i's d_k rows of each block.",
+                _head_whole_blocks),
+        Mistake("inclusive_end",
+                "each of your slices has d_k - 1 rows: 'rows i*d_k to (i+1)*d_k - 1' includes the "
+                "last row, but a Python slice stops BEFORE its end.",
+                "w[i * dk:(i + 1) * dk] gives the d_k rows i*d_k ... (i+1)*d_k - 1.",
+                _head_inclusive_end),
+        Mistake("heads_counted_from_one",
+                "you took the rows of the head before (head - 1): the formula numbers heads 1 ... h, "
+                "but the code, and this exercise, count from 0, so head 0 owns the first d_k rows.",
+                "rows head * d_k to (head + 1) * d_k, without subtracting 1 from head.",
+                _head_counted_from_one),
+    ],
+    hint="in_proj.weight is (3 d_model, d_model): the blocks W_Q, W_K, W_V one under the other, "
+         "and in each block head i owns rows i*d_k to (i+1)*d_k - 1.",
+)
+check_head_weights = HEAD_WEIGHTS.check
 
 
 # -- 4.2 stack per-head weights into one in_proj ----------------------------------------
@@ -65,6 +178,14 @@ def _stack_formula_layout(q_parts, k_parts, v_parts) -> Tensor:
     return torch.cat([w.T for w in (*q_parts, *k_parts, *v_parts)], dim=1)  # (d, 3d)
 
 
+def _stack_new_axis(q_parts, k_parts, v_parts) -> Tensor:
+    return torch.stack([*q_parts, *k_parts, *v_parts])  # (3h, dk, d): a new axis, not rows
+
+
+def _stack_lists_not_unpacked(q_parts, k_parts, v_parts) -> Tensor:
+    return torch.cat([q_parts, k_parts, v_parts], dim=0)  # raises: cat needs tensors, not lists
+
+
 def _stack_cases() -> list[Case]:
     cases = []
     for seed, (d, h) in enumerate([(6, 3), (8, 2)]):
@@ -74,7 +195,25 @@ def _stack_cases() -> list[Case]:
     return cases
 
 
-STACK_HEAD_WEIGHTS = Exercise(
+class _StackExercise(Exercise):
+    """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "error":
+            return feedback
+        args, kwargs = self.make_cases()[0].fresh()
+        try:
+            fn(*args, **kwargs)
+        except TypeError as exc:  # torch.cat rejects a list of lists while reading its arguments
+            if "but got list" in str(exc):
+                return _named(self, "lists_not_unpacked")
+        except Exception:  # any other error keeps the plain report
+            pass
+        return feedback
+
+
+STACK_HEAD_WEIGHTS = _StackExercise(
     title="Exercise 4.2: stack per-head weights into one in_proj",
     reference=_stack,
     make_cases=_stack_cases,
@@ -106,6 +245,17 @@ STACK_HEAD_WEIGHTS = Exercise(
                 "splits its output into Q, K, V in that order, so keys and values would swap roles.",
                 "the order is all of W_Q, then all of W_K, then all of W_V.",
                 _stack_qvk_order),
+        Mistake("stack_not_cat",
+                "torch.stack put the 3*h weights on a NEW axis and gave (3*h, d_k, d_model); "
+                "in_proj.weight is one matrix, with the heads' rows one under the other.",
+                "torch.cat([...], dim=0) joins along the existing row axis: (3*d_model, d_model).",
+                _stack_new_axis),
+        Mistake("lists_not_unpacked",
+                "torch.cat raised an error because you gave it a list of three LISTS: it needs one "
+                "flat sequence of tensors.",
+                "unpack the lists: torch.cat([*q_parts, *k_parts, *v_parts], dim=0) (or "
+                "q_parts + k_parts + v_parts).",
+                _stack_lists_not_unpacked),
     ],
     hint="nn.Linear weights are (d_k, d): they stack along dim 0, all query heads first, then the key "
          "heads, then the value heads, giving (3d, d).",
@@ -116,12 +266,17 @@ check_stack_head_weights = STACK_HEAD_WEIGHTS.check
 # -- 4.3 the whole batched forward pass -------------------------------------------------
 
 def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok", scale="ok",
-                 softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True)) -> Tensor:
+                 softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True),
+                 causal=False, qkv_layout="blocks") -> Tensor:
     """Reference (all options at their defaults) and every mistake, one switch each."""
     B, T, d = x.shape
     dk = d // num_heads
     qkv = x @ (w_in.T if w_in_t else w_in)  # (B, T, 3d); without .T this raises (d vs 3d)
-    q, k, v = (qkv + b_in if biases[0] else qkv).split(d, dim=-1)  # 3 x (B, T, d)
+    qkv = qkv + b_in if biases[0] else qkv
+    if qkv_layout == "per_head":  # read as q_0, k_0, v_0, q_1, ...: not how in_proj is stored
+        q, k, v = (t.reshape(B, T, d) for t in qkv.view(B, T, num_heads, 3 * dk).split(dk, dim=-1))
+    else:
+        q, k, v = qkv.split(d, dim=-1)  # 3 x (B, T, d)
 
     def heads(t: Tensor) -> Tensor:
         if split == "as_b_h_t":
@@ -133,8 +288,11 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
         return t.view(B, T, num_heads, dk).transpose(1, 2)  # (B, h, T, dk)
 
     q, k, v = heads(q), heads(k), heads(v)
-    divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d)}[scale]
-    weights = torch.softmax(q @ k.transpose(-2, -1) / divisor, dim=softmax_dim)
+    divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d), "d_k": dk}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
+    if causal:  # a mask the exercise never asked for
+        scores = scores.masked_fill(~causal_mask(T), float("-inf"))
+    weights = torch.softmax(scores, dim=softmax_dim)
     out = weights @ v  # (B, h, T, dk)
     if split == "no_transpose" or merge == "no_transpose":
         concat = out.reshape(B, T, d)
@@ -155,6 +313,32 @@ def _reference_forward(x, w_in, b_in, w_out, b_out, num_heads):
 def _variant(**switch):
     return lambda x, w_in, b_in, w_out, b_out, num_heads: _mha_forward(
         x, w_in, b_in, w_out, b_out, num_heads, **switch)
+
+
+def _forward_k_dot_t(x, w_in, b_in, w_out, b_out, num_heads):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
+    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dk)
+    scores = q @ k.permute(3, 2, 1, 0) / math.sqrt(dk)  # what k.T does: every axis reversed
+    return scores
+
+
+def _forward_k_swap_1_2(x, w_in, b_in, w_out, b_out, num_heads):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
+    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dk)
+    return q @ k.transpose(1, 2) / math.sqrt(dk)  # (B, T, h, dk): raises
+
+
+def _forward_not_merged(x, w_in, b_in, w_out, b_out, num_heads):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
+    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dk)
+    heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1) @ v  # (B, h, T, dk)
+    return heads @ w_out.T + b_out  # raises: (B, h, T, dk) @ (d, d)
 
 
 def _forward_cases() -> list[Case]:
@@ -193,6 +377,23 @@ def _requested_shape(args: list) -> tuple:
     return tuple(rest)
 
 
+def _failed_operation(fn, case: Case) -> tuple[str, list] | None:
+    """Run ``fn`` on ``case`` again and return the tensor operation that raised, if any."""
+    args, kwargs = case.fresh()
+    recorder = _RecordFailure()
+    try:
+        with recorder:
+            fn(*args, **kwargs)
+    except Exception:  # the learner's error again, now recorded
+        pass
+    return recorder.failed
+
+
+def _named(exercise: Exercise, key: str) -> Feedback:
+    m = next(m for m in exercise.mistakes if m.key == key)
+    return Feedback(exercise.title, "mistake", m.message, m.hint, mistake=m.key)
+
+
 class _ForwardExercise(Exercise):
     """Exercise 4.3: an answer that *raises* is diagnosed too, when the error is one of the
     classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``)."""
@@ -226,9 +427,16 @@ class _ForwardExercise(Exercise):
             if len(args[0]) == 4 and len(target) == 3:
                 return "merge_view_without_contiguous"
         if name in ("matmul", "matmul_", "mm", "linear") and len(args) >= 2 and isinstance(args[1], tuple):
-            w = args[1]
+            a, w = args[0], args[1]
             if len(w) == 2 and w[0] == 3 * w[1]:  # a (3d, d) weight multiplied as it is
                 return "w_in_not_transposed"
+            if isinstance(a, tuple) and len(a) == 4:
+                if w == a[::-1]:  # k.T on (B, h, T, dk) reverses every axis
+                    return "k_T_reverses_all_axes"
+                if w == (a[0], a[2], a[1], a[3]):  # k.transpose(1, 2): (B, T, h, dk)
+                    return "k_transposed_wrong_axes"
+                if len(w) == 2 and w[0] == a[1] * a[3]:  # (B, h, T, dk) @ (d, d): never merged
+                    return "heads_not_merged"
         return None
 
 
@@ -272,6 +480,16 @@ MHA_FORWARD = _ForwardExercise(
                 "the scale is 1/sqrt(d_k) with d_k = d_model / h.",
                 "dk = d // num_heads; divide by math.sqrt(dk).",
                 _variant(scale="d_model")),
+        Mistake("scaled_by_d_k",
+                "you divided the scores by d_k; the scale is 1/sqrt(d_k), which keeps the scores' "
+                "spread about the same whatever the width of a head.",
+                "divide by math.sqrt(dk), not dk.",
+                _variant(scale="d_k")),
+        Mistake("softmax_over_heads",
+                "your softmax normalised over dim=1, which is the HEAD axis of (B, h, T, T): each "
+                "query's weights must sum to 1 over the keys, the last axis.",
+                "torch.softmax(scores, dim=-1)",
+                _variant(softmax_dim=1)),
         Mistake("softmax_wrong_axis",
                 "your softmax normalised over the queries (dim=-2): each query's weights over the keys "
                 "must sum to 1.",
@@ -303,6 +521,34 @@ MHA_FORWARD = _ForwardExercise(
                 "you left out b_out, the bias of the output projection.",
                 "finish with concat @ w_out.T + b_out.",
                 _variant(biases=(True, False))),
+        Mistake("causal_mask_added",
+                "you applied a causal mask: each token attended only to itself and earlier tokens. "
+                "This exercise is plain self-attention with no mask, where every token sees every "
+                "token (a causal mask belongs to decoders, and is passed in, not built in).",
+                "drop the mask: softmax over all T keys.",
+                _variant(causal=True)),
+        Mistake("qkv_interleaved_per_head",
+                "you split the projection as if in_proj stored q_0, k_0, v_0, q_1, k_1, v_1, ... "
+                "(view(B, T, h, 3 * d_k) then split): some libraries use that layout, but w_in "
+                "here stacks all of W_Q, then all of W_K, then all of W_V.",
+                "split the (B, T, 3d) projection into three (B, T, d) blocks first "
+                "(.split(d, dim=-1)), then cut each into heads.",
+                _variant(qkv_layout="per_head")),
+        Mistake("k_T_reverses_all_axes",
+                "q @ k.T raised an error: on a 4-D tensor .T reverses ALL the axes, turning "
+                "(B, h, T, dk) into (dk, T, h, B). .T only means 'transpose' for a 2-D matrix.",
+                "swap only the last two axes: k.transpose(-2, -1) (or k.mT).",
+                _forward_k_dot_t),
+        Mistake("k_transposed_wrong_axes",
+                "q @ k.transpose(1, 2) raised an error: after the split, axes 1 and 2 are the head "
+                "and token axes, so this gives (B, T, h, dk). The scores need keys as (B, h, dk, T).",
+                "swap the last two axes: k.transpose(-2, -1).",
+                _forward_k_swap_1_2),
+        Mistake("heads_not_merged",
+                "the output projection raised an error: you multiplied the heads, still (B, h, T, dk), "
+                "by w_out, which expects each token's d_model features in one row.",
+                "merge first: .transpose(1, 2).reshape(B, T, d), then @ w_out.T + b_out.",
+                _forward_not_merged),
     ],
     hint="project with w_in (x @ w_in.T + b_in), split q, k, v into heads, attend, merge the heads, "
          "project with w_out.",
@@ -348,6 +594,14 @@ def _numpy_masks(attn_mask, key_padding_mask):
     return (~attn_mask).numpy(), (~key_padding_mask).numpy()
 
 
+def _swapped_pair(attn_mask, key_padding_mask):
+    return ~key_padding_mask, ~attn_mask  # right masks, wrong order
+
+
+def _python_not(attn_mask, key_padding_mask):
+    return not attn_mask, not key_padding_mask  # raises: Python's `not` wants one True/False
+
+
 def _mask_cases() -> list[Case]:
     window = causal_mask(5) & ~causal_mask(5, query_offset=-3)  # the last 3 tokens only
     return [
@@ -370,6 +624,10 @@ class _BoolMaskExercise(Exercise):
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
+        if feedback.status == "error":
+            failed = _failed_operation(fn, self.make_cases()[0])
+            if failed is not None and failed[0] == "bool":  # `not mask`, `if mask`, `and`, ...
+                return self._named("python_not")
         if feedback.status in ("not attempted", "error"):
             return feedback
         cases = list(self.make_cases())
@@ -406,10 +664,11 @@ class _BoolMaskExercise(Exercise):
 
     @staticmethod
     def _is_additive_form(got, blocked: Tensor) -> bool:
-        """``got`` is the float mask that adds -inf exactly where ``blocked`` is True."""
+        """``got`` is a float mask that adds -inf (or a large negative number such as the
+        tutorials' -1e9) exactly where ``blocked`` is True, and 0 elsewhere."""
         if not (isinstance(got, Tensor) and got.is_floating_point() and got.shape == blocked.shape):
             return False
-        return bool(torch.equal(torch.isneginf(got), blocked) and (got[~blocked] == 0).all())
+        return bool(torch.equal(got <= -1e4, blocked) and (got[~blocked] == 0).all())
 
 
 MASKS_FOR_TORCH = _BoolMaskExercise(
@@ -453,6 +712,17 @@ MASKS_FOR_TORCH = _BoolMaskExercise(
                 "a TypeError for an array).",
                 "stay in torch: ~attn_mask works on a bool tensor and returns a bool tensor.",
                 _numpy_masks),
+        Mistake("swapped_pair",
+                "your two masks are right but in the wrong order: return (attn_mask, "
+                "key_padding_mask), as nn.MultiheadAttention's keyword names them.",
+                "return ~attn_mask, ~key_padding_mask, in that order.",
+                _swapped_pair),
+        Mistake("python_not",
+                "Python's `not` (like `if mask:`, `and`, `or`) raised an error: it asks a whole tensor "
+                "for ONE True/False, which a mask with many entries cannot give. Element-wise "
+                "negation is a tensor operation.",
+                "use ~attn_mask (or attn_mask.logical_not()), likewise for key_padding_mask.",
+                _python_not),
     ],
     hint="both of nn.MultiheadAttention's masks use True = blocked; the course uses True = may attend. "
          "Return two boolean torch tensors of the same shapes as the inputs.",

@@ -1,0 +1,193 @@
+"""Lessons 03 and 04: slips written as a learner would write them, each named by its check.
+
+The generic test in test_exercises.py feeds every registered Mistake's own implementation;
+these are independent, natural ways of making the same slips (several of them raise, and the
+check has to recognise the error), plus correct variants the checks must accept.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_utils.exercises import lesson03, lesson04
+
+# -- 3.1 split_heads ---------------------------------------------------------------------------
+
+
+def _split_width_first(x, num_heads):
+    B, T, d = x.shape
+    return x.reshape(B, T, -1, num_heads).permute(0, 2, 1, 3)  # (B, dk, T, h)
+
+
+def test_split_check_names_heads_and_width_swapped():
+    assert lesson03.check_split_heads(_split_width_first).mistake == "heads_and_width_swapped"
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1),
+    lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3),
+])
+def test_split_check_accepts_other_correct_forms(fn):
+    assert lesson03.check_split_heads(fn).passed
+
+
+# -- 3.2 merge_heads ---------------------------------------------------------------------------
+
+
+def _merge_view_after_transpose(heads):
+    B, h, T, dk = heads.shape
+    return heads.transpose(1, 2).view(B, T, -1)
+
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda heads: heads.mean(1), "averaged_heads"),
+    (lambda heads: heads.permute(0, 2, 1, 3), "not_flattened"),
+    (lambda heads: torch.cat(list(heads.unbind(dim=1)), dim=1), "concatenated_along_tokens"),
+    (_merge_view_after_transpose, "view_without_contiguous"),
+])
+def test_merge_check_names_natural_slips(fn, key):
+    feedback = lesson03.check_merge_heads(fn)
+    assert feedback.mistake == key, feedback
+    assert "RuntimeError" not in feedback.message
+
+
+def test_merge_check_still_reports_other_errors():
+    def broken(heads):
+        raise KeyError("oops")
+
+    feedback = lesson03.check_merge_heads(broken)
+    assert feedback.status == "error" and "KeyError" in feedback.message
+
+
+def test_merge_check_accepts_cat_of_heads():
+    assert lesson03.check_merge_heads(lambda heads: torch.cat(heads.unbind(1), dim=-1)).passed
+
+
+# -- 3.3 and 3.4: counts -----------------------------------------------------------------------
+
+
+def _params_for_one_head(d_model, num_heads, bias=True):
+    d_k = d_model // num_heads
+    total = 3 * d_model * d_k + d_model**2
+    if bias:
+        total += 3 * d_k + d_model
+    return total
+
+
+def test_parameter_count_check_names_one_head_only():
+    assert lesson03.check_parameter_count(_params_for_one_head).mistake == "one_head_projections"
+
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda T, d, h: h * T * T * (d // h) + h * T * T * (d // h - 1), "exact_flops"),
+    (lambda T, d, h: h * T * T * (d // h) + h * T * T, "scaling_counted"),
+])
+def test_score_macs_check_names_flop_and_scaling_slips(fn, key):
+    assert lesson03.check_score_macs(fn).mistake == key
+
+
+# -- 4.1 head_weights --------------------------------------------------------------------------
+
+
+def _rows_inclusive(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    q, k, v = w_in[:d], w_in[d:2 * d], w_in[2 * d:]
+    rows = slice(head * dk, (head + 1) * dk - 1)  # "rows i*dk to (i+1)*dk - 1", typed as a slice
+    return q[rows], k[rows], v[rows]
+
+
+def _rows_from_one(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    return tuple(block[(head - 1) * dk:head * dk] for block in w_in.chunk(3))
+
+
+@pytest.mark.parametrize("fn,key", [(_rows_inclusive, "inclusive_end"),
+                                    (_rows_from_one, "heads_counted_from_one")])
+def test_head_weights_check_names_indexing_slips(fn, key):
+    assert lesson04.check_head_weights(fn).mistake == key
+
+
+# -- 4.2 stack_weights -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda q, k, v: torch.stack(q + k + v), "stack_not_cat"),
+    (lambda q, k, v: torch.cat([q, k, v]), "lists_not_unpacked"),
+])
+def test_stack_check_names_stack_and_nested_lists(fn, key):
+    feedback = lesson04.check_stack_head_weights(fn)
+    assert feedback.mistake == key, feedback
+    assert "TypeError" not in feedback.message
+
+
+# -- 4.3 mha_forward ---------------------------------------------------------------------------
+
+
+def _forward(x, w_in, b_in, w_out, b_out, num_heads, *, transpose_k, divisor=None, softmax_dim=-1,
+             merge=True):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = (x @ w_in.T + b_in).chunk(3, dim=-1)
+    q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))
+    scores = q @ transpose_k(k) / (math.sqrt(dk) if divisor is None else divisor(dk))
+    heads = torch.softmax(scores, dim=softmax_dim) @ v  # (B, h, T, dk)
+    if merge:
+        heads = heads.transpose(1, 2).reshape(B, T, d)
+    return heads @ w_out.T + b_out
+
+
+def _learner(**options):
+    return lambda *args: _forward(*args, **options)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # .T on a 4-D tensor is deprecated
+@pytest.mark.parametrize("fn,key", [
+    (_learner(transpose_k=lambda k: k.T), "k_T_reverses_all_axes"),
+    (_learner(transpose_k=lambda k: k.transpose(1, 2)), "k_transposed_wrong_axes"),
+    (_learner(transpose_k=lambda k: k.transpose(-2, -1), merge=False), "heads_not_merged"),
+    (_learner(transpose_k=lambda k: k.transpose(-2, -1), divisor=lambda dk: dk), "scaled_by_d_k"),
+    (_learner(transpose_k=lambda k: k.transpose(-2, -1), softmax_dim=1), "softmax_over_heads"),
+])
+def test_forward_check_names_axis_and_scale_slips(fn, key):
+    feedback = lesson04.check_mha_forward(fn)
+    assert feedback.mistake == key, feedback
+    assert "RuntimeError" not in feedback.message
+
+
+def test_forward_check_accepts_mT_and_the_qkv_view_of_nanogpt():
+    assert lesson04.check_mha_forward(_learner(transpose_k=lambda k: k.mT)).passed
+
+    def nanogpt_style(x, w_in, b_in, w_out, b_out, num_heads):
+        B, T, d = x.shape
+        q, k, v = (x @ w_in.T + b_in).view(B, T, 3, num_heads, d // num_heads).permute(2, 0, 3, 1, 4)
+        heads = torch.softmax(q @ k.mT / math.sqrt(d // num_heads), dim=-1) @ v
+        return heads.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+    assert lesson04.check_mha_forward(nanogpt_style).passed
+
+
+# -- 4.4 masks_for_torch -----------------------------------------------------------------------
+
+
+def _additive_minus_1e9(attn_mask, key_padding_mask):
+    return tuple(torch.zeros(m.shape).masked_fill(m == 0, -1e9) for m in (attn_mask, key_padding_mask))
+
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda a, k: (k.logical_not(), a.logical_not()), "swapped_pair"),
+    (lambda a, k: (not a, not k), "python_not"),
+    (_additive_minus_1e9, "additive_masks"),
+])
+def test_mask_check_names_order_not_and_minus_1e9(fn, key):
+    feedback = lesson04.check_masks_for_torch(fn)
+    assert feedback.mistake == key, feedback
+    assert "RuntimeError" not in feedback.message
+
+
+def test_mask_check_accepts_equals_zero():
+    assert lesson04.check_masks_for_torch(lambda a, k: (a == 0, k == 0)).passed
