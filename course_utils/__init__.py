@@ -6,6 +6,7 @@ Masks everywhere use ``True`` = may attend (see :mod:`course_utils.masks`).
 from .attention import LoopMultiHeadAttention, MultiHeadAttention, scaled_dot_product_attention
 from .checkpoint import load_checkpoint
 from .env import pick_device, seed_everything
+from .gqa import GroupedQueryAttention, grouped_query_attention
 from .masks import (
     causal_mask,
     padding_mask,
@@ -18,6 +19,8 @@ __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
     "LoopMultiHeadAttention",
+    "grouped_query_attention",
+    "GroupedQueryAttention",
     "causal_mask",
     "padding_mask",
     "to_torch_attn_mask",

@@ -739,6 +739,9 @@ def main(argv: list[str] | None = None) -> None:
         pass
     else:
         add_bench_parser(sub)
+    from .bench_gqa import add_bench_parser as add_gqa_parser  # lesson 7
+
+    add_gqa_parser(sub)
     args = parser.parse_args(argv)
     args.run(args)
 
