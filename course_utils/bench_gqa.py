@@ -194,7 +194,7 @@ def bench_decode(
     repeats: int = 15,
     warmup: int = 2,
     methods: Sequence[str] = tuple(SHARING_METHODS),
-    copy_mib: int = 128,
+    copy_mib: int = 64,
     num_threads: int | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
