@@ -249,12 +249,17 @@ def bench_decode(
 
 def stage_times(
     groups: Sequence[int] = (16, 4), *, num_heads: int = 16, d_head: int = 64, context: int = 4096,
-    num_layers: int = 8, repeats: int = 11, num_threads: int | None = None,
+    num_layers: int = 8, repeats: int = 11, flush_mib: int = 64,
 ) -> dict[str, dict[int, float]]:
-    """Best time (s) of each stage of the course's grouped decode step, summed over layers:
+    """Best CPU time (s) of each stage of the course's grouped decode step, summed over layers:
     ``scores`` (q rows @ K^T), ``softmax``, ``weights @ V``; interleaved over ``groups``.
-    Shows which stage keeps the small-``g`` step from shrinking as fast as its cache."""
+
+    One thread, timed with ``time.thread_time`` (CPU time of this thread), so other programs
+    on a busy machine barely change the figures; a ``flush_mib`` buffer is read before every
+    timed call so that no stage finds its data in the last-level cache. Shows which stage
+    keeps the small-``g`` step from shrinking as fast as its cache."""
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
+    flush = torch.ones(flush_mib * MiB // 4)
     prepared = {}
     for g in groups:
         per_layer = []
@@ -270,13 +275,14 @@ def stage_times(
         "weights @ V": lambda layers: [torch.bmm(w, v) for _, _, v, _, w in layers],
     }
     best = {name: {g: float("inf") for g in groups} for name in stages}
-    with torch_threads(num_threads), torch.inference_mode():
+    with torch_threads(1), torch.inference_mode():
         for _ in range(repeats):
             for name, stage in stages.items():
                 for g in groups:
-                    start = time.perf_counter()
+                    flush.sum()
+                    start = time.thread_time()
                     stage(prepared[g])
-                    best[name][g] = min(best[name][g], time.perf_counter() - start)
+                    best[name][g] = min(best[name][g], time.thread_time() - start)
     return best
 
 
