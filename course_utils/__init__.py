@@ -6,6 +6,7 @@ Masks everywhere use ``True`` = may attend (see :mod:`course_utils.masks`).
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .checkpoint import load_checkpoint
 from .env import pick_device, seed_everything
+from .gqa import GroupedQueryAttention, grouped_query_attention
 from .masks import (
     causal_mask,
     padding_mask,
@@ -17,6 +18,8 @@ from .model import ModelConfig, TinyTransformer
 __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
+    "grouped_query_attention",
+    "GroupedQueryAttention",
     "causal_mask",
     "padding_mask",
     "to_torch_attn_mask",

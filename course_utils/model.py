@@ -7,7 +7,8 @@ easiest to read). Two extras serve the later lessons:
 * ``head_mask`` ``(num_layers, num_heads)``: a float gate on each head's output, applied
   before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it);
 * :meth:`TinyTransformer.forward_with_cache`: incremental decoding with a key/value cache
-  (lesson 7), equal to recomputing the whole prefix.
+  (lesson 7), equal to recomputing the whole prefix. With ``num_kv_heads = g < num_heads``
+  the blocks use grouped-query attention and the cache holds only ``g`` K/V heads.
 
 Shapes: B batch, T sequence length, d = d_model, h heads, dk = d // h, V vocabulary.
 """
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .gqa import GroupedQueryAttention, grouped_query_attention
 from .masks import causal_mask
 from .shapes import count_parameters  # re-exported: one parameter counter for the course
 
@@ -38,6 +40,7 @@ class ModelConfig:
     num_layers: int = 2
     mlp: bool = False  # False = attention-only
     d_mlp: int | None = None  # hidden width of the MLP; None = 4 * d_model
+    num_kv_heads: int | None = None  # key/value heads g (GQA); None = num_heads (plain MHA)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
@@ -56,6 +59,15 @@ class ModelConfig:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
             )
+        if self.num_kv_heads is None:
+            self.num_kv_heads = self.num_heads
+        g = self.num_kv_heads
+        if isinstance(g, bool) or not isinstance(g, int) or g <= 0 or self.num_heads % g != 0:
+            raise ValueError(
+                f"ModelConfig.num_kv_heads must be a positive int dividing num_heads={self.num_heads} "
+                f"(one of {[d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]}), "
+                f"got {g!r}"
+            )
 
     @property
     def d_head(self) -> int:
@@ -66,7 +78,12 @@ class ModelConfig:
         return 4 * self.d_model if self.d_mlp is None else self.d_mlp
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; ``num_kv_heads`` only when it differs from ``num_heads``,
+        so a plain MHA config (and so every checkpoint saved before GQA) keeps its bytes."""
+        data = asdict(self)
+        if data["num_kv_heads"] == self.num_heads:
+            del data["num_kv_heads"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
@@ -87,7 +104,8 @@ class ModelConfig:
 class KVCache:
     """Keys and values of the tokens seen so far, one ``(k, v)`` pair per layer.
 
-    Each ``k`` and ``v`` is ``(B, h, length, dk)``. A cache is never modified in place:
+    Each ``k`` and ``v`` is ``(B, g, length, dk)``, ``g = num_kv_heads`` (``= h`` for plain
+    multi-head attention). A cache is never modified in place:
     :meth:`TinyTransformer.forward_with_cache` returns a new, longer one.
     """
 
@@ -125,7 +143,11 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.ln_attn = nn.LayerNorm(config.d_model)
-        self.attn = MultiHeadAttention(config.d_model, config.num_heads)
+        self.grouped = config.num_kv_heads != config.num_heads
+        if self.grouped:
+            self.attn = GroupedQueryAttention(config.d_model, config.num_heads, config.num_kv_heads)
+        else:
+            self.attn = MultiHeadAttention(config.d_model, config.num_heads)
         self.ln_mlp = nn.LayerNorm(config.d_model) if config.mlp else None
         self.mlp = MLP(config.d_model, config.mlp_width) if config.mlp else None
 
@@ -140,17 +162,22 @@ class Block(nn.Module):
         """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``.
 
         ``gate`` ``(h,)`` scales each head's output; ``past`` holds cached keys/values
-        ``(B, h, T_past, dk)`` of earlier positions.
+        ``(B, g, T_past, dk)`` of earlier positions (``g = h`` without GQA).
         """
         h = self.ln_attn(x)
-        q, k, v = self.attn.project_qkv(h, h, h)  # (B, h, T, dk) each
+        q, k, v = self.attn.project_qkv(h, h, h)  # q (B, h, T, dk); k, v (B, g, T, dk)
         T_past = 0
         if past is not None:
             T_past = past[0].shape[2]
-            k = torch.cat([past[0], k], dim=2)  # (B, h, T_past + T, dk)
+            k = torch.cat([past[0], k], dim=2)  # (B, g, T_past + T, dk)
             v = torch.cat([past[1], v], dim=2)
         T, T_total = q.shape[2], k.shape[2]
-        if need_weights:
+        if self.grouped:  # h query heads over g shared K/V heads, K/V never copied
+            allowed = causal_mask(T, T_total, query_offset=T_past, device=x.device)  # (T, T_total)
+            heads, weights = grouped_query_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                     mask=allowed)  # (B, h, T, dk)
+            weights = weights if need_weights else None
+        elif need_weights:
             allowed = causal_mask(T, T_total, query_offset=T_past, device=x.device)  # (T, T_total)
             heads, weights = scaled_dot_product_attention(q, k, v, mask=allowed)  # (B, h, T, dk)
         else:  # the fused kernel: same maths, no weights kept

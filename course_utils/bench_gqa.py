@@ -1,0 +1,308 @@
+"""One decode step through a stack of KV caches: MHA vs GQA vs MQA, measured side by side.
+
+Run ``python -m course_utils.bench gqa``. A decode step of a model with ``h`` query heads
+attends from one new token to ``T`` cached keys and values in every layer. Its arithmetic
+is tiny (about 4 flops per cached number), so its time is the time to *read* the cache:
+with ``g`` K/V heads the cache, and so the ideal step time, shrinks by ``h / g``.
+
+Every call of a timed function runs all layers (as a real model does), and every repeat
+runs every method at every ``g`` back to back (interleaved), so a busy moment slows them
+alike; ratios are taken repeat by repeat. Before each timed call a buffer larger than the
+last-level cache is read, so no method finds its cache already sitting in L3 (in a real
+model the weights stream through between layers and evict it just the same).
+
+Copy bandwidth: a large tensor copied into a buffer allocated beforehand (``dst.copy_(src)``,
+what ``clone()`` does minus the allocation: a fresh 128 MiB ``clone()`` would spend most
+of its time having the operating system map new pages), timed in the same run and counted
+as bytes read plus bytes written. A memory-bound step cannot beat it by much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .env import torch_threads
+from .gqa import grouped_query_attention
+
+__all__ = [
+    "SHARING_METHODS",
+    "DecodeRow",
+    "DecodeBench",
+    "make_kv_caches",
+    "bench_decode",
+    "stage_times",
+    "add_bench_parser",
+]
+
+MiB = 2**20
+
+SHARING_METHODS: dict[str, str] = {
+    "course": "course_utils.grouped_query_attention: group's query rows in one matmul, no copy",
+    "enable_gqa": "F.scaled_dot_product_attention(..., enable_gqa=True)",
+    "repeat": "k, v .repeat_interleave(h // g, dim=1), then F.scaled_dot_product_attention",
+}
+
+
+def _repeat_then_sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    copies = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(copies, dim=1), v.repeat_interleave(copies, dim=1)  # (B, h, T, dk)
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+_ATTEND: dict[str, Callable[[Tensor, Tensor, Tensor], object]] = {
+    "course": grouped_query_attention,
+    "enable_gqa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+    "repeat": _repeat_then_sdpa,
+}
+
+
+@dataclass
+class DecodeRow:
+    """One ``g``: cache size and, per method, every repeat's time of one whole decode step."""
+
+    num_kv_heads: int
+    cache_bytes: int
+    samples_s: dict[str, list[float]] = field(default_factory=dict)
+
+    def best_s(self, method: str) -> float:
+        return min(self.samples_s[method])
+
+    def median_s(self, method: str) -> float:
+        return statistics.median(self.samples_s[method])
+
+    def gb_per_s(self, method: str = "course") -> float:
+        """Cache bytes read per second in the fastest repeat (10^9 bytes per GB)."""
+        return self.cache_bytes / self.best_s(method) / 1e9
+
+
+@dataclass
+class DecodeBench:
+    """Result of :func:`bench_decode`."""
+
+    num_heads: int
+    d_head: int
+    context: int
+    num_layers: int
+    batch: int
+    threads: int
+    rows: list[DecodeRow]
+    sdpa_mha_s: list[float]  # plain F.scaled_dot_product_attention at g = h, every repeat
+    copy_s: list[float]  # copy of the copy buffer into a ready buffer, every repeat
+    copy_bytes: int  # bytes read + written by one copy
+
+    def row(self, num_kv_heads: int) -> DecodeRow:
+        for r in self.rows:
+            if r.num_kv_heads == num_kv_heads:
+                return r
+        raise ValueError(f"no row for g={num_kv_heads}; measured g: {[r.num_kv_heads for r in self.rows]}")
+
+    @property
+    def mha(self) -> DecodeRow:
+        return self.row(self.num_heads)
+
+    def speedup(self, num_kv_heads: int, method: str = "course") -> float:
+        """Median over repeats of ``time(g = h) / time(g)``, both with ``method``."""
+        mha, row = self.mha.samples_s[method], self.row(num_kv_heads).samples_s[method]
+        return statistics.median(a / b for a, b in zip(mha, row, strict=True))
+
+    def ratio_to_sdpa(self, method: str = "course") -> float:
+        """Median over repeats of ``time(method, g = h) / time(plain F.sdpa, g = h)``."""
+        mine = self.mha.samples_s[method]
+        return statistics.median(a / b for a, b in zip(mine, self.sdpa_mha_s, strict=True))
+
+    @property
+    def copy_gb_per_s(self) -> float:
+        return self.copy_bytes / min(self.copy_s) / 1e9
+
+    def format(self) -> str:
+        """The decode table as text (lines under 100 characters)."""
+        head = (f"{'g':>3} {'cache MiB':>9} | {'course ms':>15} | {'enable_gqa ms':>15} | "
+                f"{'repeat ms':>15} | {'speed-up':>8} | {'GB/s':>5}")
+        lines = [
+            f"one decode step, B={self.batch}, h={self.num_heads} x {self.d_head}, context "
+            f"{self.context}, {self.num_layers} layers, {self.threads} threads; ms = best / median",
+            head, "-" * len(head),
+        ]
+        for r in self.rows:
+            cells = [f"{r.best_s(m) * 1e3:6.2f} / {r.median_s(m) * 1e3:6.2f}" for m in SHARING_METHODS]
+            lines.append(f"{r.num_kv_heads:>3} {r.cache_bytes / MiB:>9.0f} | " + " | ".join(cells)
+                         + f" | {self.speedup(r.num_kv_heads):>7.2f}x | {r.gb_per_s():>5.1f}")
+        sdpa = self.sdpa_mha_s
+        lines += [
+            f"plain F.sdpa at g={self.num_heads}: {min(sdpa) * 1e3:.2f} / "
+            f"{statistics.median(sdpa) * 1e3:.2f} ms; course / F.sdpa (median of paired ratios) "
+            f"{self.ratio_to_sdpa():.2f}",
+            f"copy bandwidth ({self.copy_bytes // 2 // MiB} MiB, read + write): "
+            f"{self.copy_gb_per_s:.1f} GB/s; MHA step reads its cache at "
+            f"{self.mha.gb_per_s():.1f} GB/s ({self.mha.gb_per_s() / self.copy_gb_per_s:.0%} of it)",
+            "speed-up = time at g=h / time at g, course method, median of paired ratios "
+            "(ideal: h/g)",
+        ]
+        return "\n".join(lines)
+
+
+def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, batch: int,
+                  groups: Sequence[int]) -> None:
+    for name, value in (("num_heads", num_heads), ("d_head", d_head), ("context", context),
+                        ("num_layers", num_layers), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    bad = [g for g in groups if isinstance(g, bool) or not isinstance(g, int) or g <= 0
+           or num_heads % g != 0]
+    if not groups or bad or num_heads not in groups:
+        raise ValueError(f"groups must be divisors of num_heads={num_heads} including "
+                         f"{num_heads} itself (the MHA baseline), got {list(groups)}")
+
+
+def make_kv_caches(
+    num_heads: int, d_head: int, context: int, num_layers: int, groups: Sequence[int], *,
+    batch: int = 1, seed: int = 0, device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> tuple[list[Tensor], dict[int, list[tuple[Tensor, Tensor]]]]:
+    """Queries ``(B, h, 1, dk)`` per layer and, for each ``g``, per-layer ``(k, v)``
+    ``(B, g, T, dk)``. With ``B = 1`` every ``g``'s cache is a contiguous view of the first
+    ``g`` heads of the MHA cache, so the caches of all ``g`` together take the MHA's memory."""
+    _check_config(num_heads, d_head, context, num_layers, batch, groups)
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+    queries = [randn(batch, num_heads, 1, d_head) for _ in range(num_layers)]
+    full = [(randn(batch, num_heads, context, d_head), randn(batch, num_heads, context, d_head))
+            for _ in range(num_layers)]
+    caches = {g: [(k[:, :g].contiguous(), v[:, :g].contiguous()) for k, v in full] for g in groups}
+    return queries, caches
+
+
+def bench_decode(
+    num_heads: int = 16,
+    d_head: int = 64,
+    context: int = 4096,
+    num_layers: int = 8,
+    groups: Sequence[int] = (16, 8, 4, 2, 1),
+    *,
+    batch: int = 1,
+    repeats: int = 15,
+    warmup: int = 2,
+    methods: Sequence[str] = tuple(SHARING_METHODS),
+    copy_mib: int = 64,
+    num_threads: int | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> DecodeBench:
+    """Time one decode step (all layers) for every ``g`` in ``groups`` and every method, plus
+    plain ``F.scaled_dot_product_attention`` at ``g = h`` and a copy of ``copy_mib`` MiB,
+    all interleaved in one run."""
+    unknown = [m for m in methods if m not in SHARING_METHODS]
+    if unknown or "course" not in methods:
+        raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
+                         f"got {list(methods)}")
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups, batch=batch,
+                                     device=device, dtype=dtype)
+    copy_buffer = torch.ones(copy_mib * MiB // 4, device=device)  # float32: copy_mib MiB
+    copy_target = torch.zeros_like(copy_buffer)  # pages touched now, not inside the timing
+
+    def step(attend: Callable, g: int) -> Callable[[], None]:
+        def run() -> None:
+            for q, (k, v) in zip(queries, caches[g], strict=True):  # layer after layer
+                attend(q, k, v)
+        return run
+
+    fns: dict[tuple[str, int], Callable[[], object]] = {}
+    for g in groups:
+        for m in methods:
+            fns[(m, g)] = step(_ATTEND[m], g)
+    fns[("sdpa", num_heads)] = step(F.scaled_dot_product_attention, num_heads)
+    fns[("copy", 0)] = lambda: copy_target.copy_(copy_buffer)
+    samples: dict[tuple[str, int], list[float]] = {key: [] for key in fns}
+    with torch_threads(num_threads), torch.inference_mode():
+        threads = torch.get_num_threads()
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn()
+        for _ in range(repeats):
+            for key, fn in fns.items():
+                copy_buffer.sum()  # evict the last-level cache: every call starts cold
+                sync()
+                start = time.perf_counter()
+                fn()
+                sync()
+                samples[key].append(time.perf_counter() - start)
+    element = torch.tensor([], dtype=dtype).element_size()
+    rows = [DecodeRow(g, 2 * num_layers * batch * g * context * d_head * element,
+                      {m: samples[(m, g)] for m in methods}) for g in groups]
+    return DecodeBench(num_heads, d_head, context, num_layers, batch, threads, rows,
+                       samples[("sdpa", num_heads)], samples[("copy", 0)],
+                       2 * copy_buffer.numel() * copy_buffer.element_size())
+
+
+def stage_times(
+    groups: Sequence[int] = (16, 4), *, num_heads: int = 16, d_head: int = 64, context: int = 4096,
+    num_layers: int = 8, repeats: int = 11, flush_mib: int = 64,
+) -> dict[str, dict[int, float]]:
+    """Best CPU time (s) of each stage of the course's grouped decode step, summed over layers:
+    ``scores`` (q rows @ K^T), ``softmax``, ``weights @ V``; interleaved over ``groups``.
+
+    One thread, timed with ``time.thread_time`` (CPU time of this thread), so other programs
+    on a busy machine barely change the figures; a ``flush_mib`` buffer is read before every
+    timed call so that no stage finds its data in the last-level cache. Shows which stage
+    keeps the small-``g`` step from shrinking as fast as its cache."""
+    queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
+    flush = torch.ones(flush_mib * MiB // 4)
+    prepared = {}
+    for g in groups:
+        per_layer = []
+        for q, (k, v) in zip(queries, caches[g], strict=True):
+            q_rows = q.reshape(g, num_heads // g, d_head)  # (g, h/g, dk)
+            keys, values = k.reshape(g, context, d_head), v.reshape(g, context, d_head)
+            scores = torch.bmm(q_rows, keys.transpose(1, 2))  # (g, h/g, T)
+            per_layer.append((q_rows, keys, values, scores, torch.softmax(scores, -1)))
+        prepared[g] = per_layer
+    stages = {
+        "scores": lambda layers: [torch.bmm(q, k.transpose(1, 2)) for q, k, _, _, _ in layers],
+        "softmax": lambda layers: [torch.softmax(s, -1) for _, _, _, s, _ in layers],
+        "weights @ V": lambda layers: [torch.bmm(w, v) for _, _, v, _, w in layers],
+    }
+    best = {name: {g: float("inf") for g in groups} for name in stages}
+    with torch_threads(1), torch.inference_mode():
+        for _ in range(repeats):
+            for name, stage in stages.items():
+                for g in groups:
+                    flush.sum()
+                    start = time.thread_time()
+                    stage(prepared[g])
+                    best[name][g] = min(best[name][g], time.thread_time() - start)
+    return best
+
+
+def _main_gqa(args: argparse.Namespace) -> None:
+    print(f"torch {torch.__version__}; every method at every g interleaved repeat by repeat; "
+          f"{args.repeats} repeats\n")
+    result = bench_decode(context=args.context, num_layers=args.layers, repeats=args.repeats,
+                          num_threads=args.threads)
+    print(result.format())
+    print()
+    for method, text in SHARING_METHODS.items():
+        print(f"{method:>10}: {text}")
+
+
+def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``python -m course_utils.bench gqa``."""
+    p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's choice)")
+    p.set_defaults(run=_main_gqa)

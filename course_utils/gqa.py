@@ -1,0 +1,389 @@
+"""Grouped-query attention (GQA) and multi-query attention (MQA), without copying K/V.
+
+``h`` query heads share ``g`` key/value heads: query head ``i`` reads key/value head
+``i // (h // g)`` (PyTorch's ``enable_gqa`` convention, "blocked" grouping: heads
+0..h/g-1 form group 0). ``g == h`` is ordinary multi-head attention, ``g == 1`` is MQA.
+
+The no-copy trick: the ``h/g`` query heads of one group all meet the *same* keys, so
+their query rows can be stacked into one taller matrix and multiplied by that group's
+keys in a single matmul. With ``q`` ``(B, h, Tq, dk)`` viewed as ``(B, g, h/g * Tq, dk)``
+the scores are ``q @ k^T`` with ``k`` ``(B, g, Tk, dk)``: each K/V head is read once,
+never repeated ``h/g`` times.
+
+Shapes: B batch, h query heads, g key/value heads, Tq/Tk query/key lengths, dk head width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+
+__all__ = [
+    "grouped_query_attention",
+    "GroupedQueryAttention",
+    "convert_model",
+    "CONVERSION_METHODS",
+    "kv_cache_bytes",
+    "PublishedConfig",
+    "PUBLISHED_CONFIGS",
+]
+
+CONVERSION_METHODS = ("mean", "first", "random")
+
+
+def kv_cache_bytes(num_layers: int, batch: int, num_kv_heads: int, d_head: int, seq_len: int,
+                   bytes_per_element: int = 2) -> int:
+    """Bytes a KV cache holds: ``2 (K and V) * layers * batch * g * dk * T * bytes``."""
+    for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+                        ("d_head", d_head), ("seq_len", seq_len),
+                        ("bytes_per_element", bytes_per_element)):
+        _check_positive_int(name, value)
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bytes_per_element
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedConfig:
+    """The attention shape of a released model, with where it was read."""
+
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    d_head: int
+    source: str
+
+
+# Read from each model's config.json (num_hidden_layers, num_attention_heads,
+# num_key_value_heads, hidden_size / num_attention_heads); checked against copies of the
+# same files, which carry "_name_or_path": "meta-llama/...".
+PUBLISHED_CONFIGS = (
+    PublishedConfig("Llama-2-7B (MHA)", 32, 32, 32, 128,
+                    "huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json"),
+    PublishedConfig("Llama-3-8B (GQA)", 32, 32, 8, 128,
+                    "huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json"),
+    PublishedConfig("Llama-3-70B (GQA)", 80, 64, 8, 128,
+                    "huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json"),
+)
+
+
+def _shape(x: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+
+
+def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.ndim != 4:
+            raise ValueError(f"{name} must be 4-D (B, heads, T, dk), got shape {_shape(t)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape (B, g, Tk, dk), got k {_shape(k)}, "
+                         f"v {_shape(v)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q and k must share the batch size B, got q {_shape(q)}, k {_shape(k)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same head width dk, got q {_shape(q)}, k {_shape(k)}")
+    h, g = q.shape[1], k.shape[1]
+    if g == 0 or h % g != 0:
+        raise ValueError(f"the {g} key/value heads of k must divide the {h} query heads of q "
+                         f"(expected g in {[d for d in range(1, h + 1) if h % d == 0]}), "
+                         f"got q {_shape(q)}, k {_shape(k)}")
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+        Tq, Tk = q.shape[2], k.shape[2]
+        ok = 2 <= mask.ndim <= 4 and tuple(mask.shape[-2:]) == (Tq, Tk)
+        if ok and mask.ndim >= 3:
+            ok = mask.shape[-3] in (1, h) and (mask.ndim == 3 or mask.shape[0] in (1, q.shape[0]))
+        if not ok:
+            raise ValueError(f"mask must be (Tq, Tk) = {(Tq, Tk)}, (h|1, Tq, Tk) or "
+                             f"(B|1, h|1, Tq, Tk) with B={q.shape[0]}, h={h}; got {_shape(mask)}")
+
+
+def grouped_query_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Attention of ``h`` query heads over ``g`` shared key/value heads, no K/V copies.
+
+    Args:
+        q: ``(B, h, Tq, dk)``; k, v: ``(B, g, Tk, dk)`` with ``h % g == 0``. Query head
+            ``i`` uses key/value head ``i // (h // g)``.
+        mask: bool, ``True`` = may attend: ``(Tq, Tk)``, ``(h|1, Tq, Tk)`` or
+            ``(B|1, h|1, Tq, Tk)``.
+        is_causal: also block keys after each query (top-left aligned, as in PyTorch).
+
+    Returns:
+        ``(output (B, h, Tq, dk), weights (B, h, Tq, Tk))``, equal to
+        ``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` up to rounding. A query
+        whose keys are all blocked gets zero weights and a zero output.
+    """
+    _check_gqa_inputs(q, k, v, mask)
+    B, h, Tq, dk = q.shape
+    g, Tk = k.shape[1], k.shape[2]
+    per_group = h // g
+    # Heads of one group are adjacent (blocked grouping), so this is a view when q is
+    # contiguous: the group's h/g query heads become h/g * Tq rows of one matrix.
+    # Heads of one group are adjacent (blocked grouping), so each group's h/g query heads
+    # become h/g * Tq rows of one matrix; (B, g) fold into one batch dim. All views when
+    # q, k and v are contiguous (a KV cache is): K and V are read in place, once.
+    q_rows = q.reshape(B * g, per_group * Tq, dk) * (1.0 / math.sqrt(dk))  # (B*g, h/g*Tq, dk)
+    keys = k.reshape(B * g, Tk, dk)  # (B*g, Tk, dk)
+    values = v.reshape(B * g, Tk, dk)  # (B*g, Tk, dk)
+    scores = torch.bmm(q_rows, keys.transpose(1, 2))  # (B*g, h/g*Tq, Tk): one matmul per group
+    allowed = None
+    if mask is not None:
+        allowed = mask
+    if is_causal:
+        causal = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()  # (Tq, Tk)
+        allowed = causal if allowed is None else allowed & causal
+    if allowed is not None:
+        while allowed.ndim < 4:
+            allowed = allowed.unsqueeze(0)
+        allowed = allowed.expand(B, h, Tq, Tk).reshape(B * g, per_group * Tq, Tk)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (B*g, h/g*Tq, Tk)
+    if allowed is not None:  # a fully blocked row is NaN after softmax: make it zeros
+        weights = weights.masked_fill(~allowed, 0.0)
+    out = torch.bmm(weights, values)  # (B*g, h/g*Tq, dk): each V head read once per group
+    return out.view(B, h, Tq, dk), weights.view(B, h, Tq, Tk)
+
+
+class GroupedQueryAttention(nn.Module):
+    """Multi-head attention whose ``num_heads`` query heads share ``num_kv_heads`` K/V heads.
+
+    Batch-first, with the forward arguments of :class:`~course_utils.MultiHeadAttention`.
+    ``num_kv_heads == num_heads`` is MHA, ``num_kv_heads == 1`` is MQA. Parameters:
+    ``q_proj`` ``d -> d``, ``k_proj`` and ``v_proj`` ``d -> num_kv_heads * dk``,
+    ``out_proj`` ``d -> d`` (rows ``j*dk:(j+1)*dk`` of ``k_proj.weight`` belong to K/V head j).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_kv_heads: int,
+        *,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads),
+                            ("num_kv_heads", num_kv_heads)):
+            _check_positive_int(name, value)
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads must divide num_heads={num_heads} (expected one of "
+                f"{[d for d in range(1, num_heads + 1) if num_heads % d == 0]}), got {num_kv_heads}"
+            )
+        if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.d_k = d_model // num_heads
+        self.dropout = float(dropout)
+        kv_width = num_kv_heads * self.d_k
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_width, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    # -- input checks (kept here, apart from the maths) ------------------------------
+    def _check_inputs(self, query: object, key: object, value: object) -> None:
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.ndim != 3 or t.shape[-1] != self.d_model:
+                raise ValueError(f"{name} must be 3-D (B, T, d_model={self.d_model}), got shape "
+                                 f"{_shape(t)}")
+        if not (query.shape[0] == key.shape[0] == value.shape[0]):
+            raise ValueError(f"query, key and value must share the batch size B, got "
+                             f"{_shape(query)}, {_shape(key)}, {_shape(value)}")
+        if key.shape[1] != value.shape[1]:
+            raise ValueError(f"key and value must have the same length Tk, got key {_shape(key)} "
+                             f"and value {_shape(value)}")
+
+    def _combined_mask(self, mask: object, key_padding_mask: object, B: int, Tq: int,
+                       Tk: int) -> Tensor | None:
+        """One bool mask ``(B|1, h|1, Tq, Tk)`` (``True`` = may attend) or ``None``."""
+        combined = None
+        for name, m in (("mask", mask), ("key_padding_mask", key_padding_mask)):
+            if m is not None and (not isinstance(m, Tensor) or m.dtype != torch.bool):
+                got = m.dtype if isinstance(m, Tensor) else type(m).__name__
+                raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
+        if mask is not None:
+            lifted = {2: lambda m: m[None, None], 3: lambda m: m[:, None]}.get(mask.ndim, lambda m: m)(mask)
+            ok = (lifted.ndim == 4 and tuple(lifted.shape[-2:]) == (Tq, Tk)
+                  and lifted.shape[0] in (1, B) and lifted.shape[1] in (1, self.num_heads))
+            if not ok:
+                raise ValueError(f"mask must be (Tq, Tk), (B, Tq, Tk) or (B|1, h|1, Tq, Tk) with "
+                                 f"B={B}, h={self.num_heads}, Tq={Tq}, Tk={Tk}; got {_shape(mask)}")
+            combined = lifted
+        if key_padding_mask is not None:
+            if tuple(key_padding_mask.shape) != (B, Tk):
+                raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)} with "
+                                 f"True = real token, got {_shape(key_padding_mask)}")
+            padding = key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
+            combined = padding if combined is None else combined & padding
+        if combined is None:
+            return None
+        return combined.expand(combined.shape[0], combined.shape[1], Tq, Tk)  # a view
+
+    # -- the computation ----------------------------------------------------------
+    def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``q`` ``(B, h, Tq, dk)``, ``k`` and ``v`` ``(B, g, Tk, dk)``."""
+        B, Tq, _ = query.shape
+        Tk = key.shape[1]
+        q = self.q_proj(query).view(B, Tq, self.num_heads, self.d_k).transpose(1, 2)
+        k = self.k_proj(key).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
+        v = self.v_proj(value).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
+        return q, k, v
+
+    def merge_heads(self, heads: Tensor) -> Tensor:
+        """``(B, h, T, dk)`` -> ``(B, T, d_model)``."""
+        B, _, T, _ = heads.shape
+        return heads.transpose(1, 2).contiguous().view(B, T, self.d_model)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``query`` ``(B, Tq, d)`` to ``key``/``value`` ``(B, Tk, d)``.
+
+        Masks as in :class:`~course_utils.MultiHeadAttention` (``True`` = may attend;
+        ``key_padding_mask`` ``(B, Tk)`` with ``True`` = real token). Returns
+        ``(output (B, Tq, d), weights (B, h, Tq, Tk) if need_weights else None)``.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        self._check_inputs(query, key, value)
+        B, Tq, _ = query.shape
+        Tk = key.shape[1]
+        allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)
+        q, k, v = self.project_qkv(query, key, value)  # (B, h, Tq, dk), (B, g, Tk, dk) x 2
+        heads, weights = grouped_query_attention(q.contiguous(), k, v, mask=allowed,
+                                                 is_causal=is_causal)
+        if self.training and self.dropout > 0:  # dropout on the weights: recompute the output
+            dropped = nn.functional.dropout(weights, p=self.dropout)  # (B, h, Tq, Tk)
+            h, g = self.num_heads, self.num_kv_heads
+            heads = (dropped.reshape(B, g, h // g * Tq, Tk) @ v).view(B, h, Tq, self.d_k)
+        return self.out_proj(self.merge_heads(heads)), (weights if need_weights else None)
+
+    @classmethod
+    def from_multi_head(
+        cls,
+        mha: MultiHeadAttention,
+        num_kv_heads: int,
+        method: str = "mean",
+        *,
+        generator: torch.Generator | None = None,
+    ) -> GroupedQueryAttention:
+        """Convert a trained :class:`~course_utils.MultiHeadAttention` (Ainslie et al., 2023).
+
+        Q and output projections are copied. The K (and V) projection of group ``j``,
+        which serves query heads ``j*h/g .. (j+1)*h/g - 1``, is built by ``method``:
+        ``"mean"`` averages those heads' K (V) projection rows and biases, ``"first"``
+        keeps the group's first head, ``"random"`` draws a fresh init (from ``generator``).
+        With ``num_kv_heads == num_heads`` every method but ``"random"`` reproduces ``mha``.
+        """
+        if not isinstance(mha, MultiHeadAttention):
+            raise TypeError(f"mha must be a course_utils MultiHeadAttention, got {type(mha).__name__}")
+        if not isinstance(method, str) or method not in CONVERSION_METHODS:
+            raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
+        _check_positive_int("num_kv_heads", num_kv_heads)
+        bias = mha.in_proj.bias is not None
+        gqa = cls(mha.d_model, mha.num_heads, num_kv_heads, bias=bias, dropout=mha.dropout)
+        w = mha.in_proj.weight
+        gqa = gqa.to(device=w.device, dtype=w.dtype)
+        d, h, g, dk = mha.d_model, mha.num_heads, num_kv_heads, mha.d_k
+        w_q, w_k, w_v = w.detach().split(d, dim=0)  # (d, d) each; rows i*dk:(i+1)*dk = head i
+        b_q = b_k = b_v = None
+        if bias:
+            b_q, b_k, b_v = mha.in_proj.bias.detach().split(d)
+
+        def group(weight: Tensor) -> Tensor:
+            per_head = weight.reshape(g, h // g, dk, *weight.shape[1:])  # (g, h/g, dk[, d])
+            return per_head.mean(1) if method == "mean" else per_head[:, 0]
+
+        with torch.no_grad():
+            gqa.q_proj.weight.copy_(w_q)
+            gqa.out_proj.weight.copy_(mha.out_proj.weight)
+            if bias:
+                gqa.q_proj.bias.copy_(b_q)
+                gqa.out_proj.bias.copy_(mha.out_proj.bias)
+            for proj, weight, b in ((gqa.k_proj, w_k, b_k), (gqa.v_proj, w_v, b_v)):
+                if method == "random":
+                    bound = 1.0 / math.sqrt(d)  # nn.Linear's default init range
+                    new_w = torch.rand(proj.weight.shape, generator=generator) * 2 - 1
+                    proj.weight.copy_(new_w * bound)
+                    if bias:
+                        proj.bias.zero_()
+                else:
+                    proj.weight.copy_(group(weight).reshape(g * dk, d))
+                    if bias:
+                        proj.bias.copy_(group(b).reshape(g * dk))
+        return gqa
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
+                f"num_kv_heads={self.num_kv_heads}, d_k={self.d_k}")
+
+
+def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int = 0):
+    """A copy of a trained MHA :class:`~course_utils.TinyTransformer` whose blocks share
+    ``num_kv_heads`` K/V heads, each built by :meth:`GroupedQueryAttention.from_multi_head`.
+
+    Embeddings, LayerNorms, MLPs, Q and output projections are copied unchanged; ``seed``
+    drives ``method="random"``. The original model is not modified.
+    """
+    from .model import TinyTransformer  # model.py imports this module: import on use
+
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if model.config.num_kv_heads != model.config.num_heads:
+        raise ValueError(f"model must use plain multi-head attention (num_kv_heads == num_heads = "
+                         f"{model.config.num_heads}), got num_kv_heads={model.config.num_kv_heads}")
+    if not isinstance(method, str) or method not in CONVERSION_METHODS:
+        raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
+    _check_positive_int("num_kv_heads", num_kv_heads)
+    if model.config.num_heads % num_kv_heads != 0:
+        raise ValueError(f"num_kv_heads must divide num_heads={model.config.num_heads}, "
+                         f"got {num_kv_heads}")
+    config = dataclasses.replace(model.config, num_kv_heads=num_kv_heads)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        converted = TinyTransformer(config)
+    generator = torch.Generator().manual_seed(seed)
+    state = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
+    missing = converted.load_state_dict(state, strict=False).missing_keys
+    assert all(".attn." in k for k in missing), missing  # only the attention is rebuilt
+    for old, new in zip(model.blocks, converted.blocks, strict=True):
+        new.attn = GroupedQueryAttention.from_multi_head(old.attn, num_kv_heads, method,
+                                                         generator=generator)
+    device = next(model.parameters()).device
+    return converted.to(device).train(model.training)

@@ -1,0 +1,287 @@
+"""Grouped-query attention: equal to PyTorch's enable_gqa, no K/V copies, conversion from
+MHA, the GQA tiny model and its KV cache, the decode benchmark's bookkeeping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+import course_utils
+from course_utils import GroupedQueryAttention, MultiHeadAttention, grouped_query_attention
+from course_utils.bench import main as bench_main
+from course_utils.bench_gqa import bench_decode, make_kv_caches, stage_times
+from course_utils.checkpoint import load_checkpoint, save_checkpoint
+from course_utils.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
+from course_utils.model import KVCache, ModelConfig, TinyTransformer
+
+
+def _randn(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+SHAPES = [(2, 8, 2, 5, 7, 4), (1, 16, 4, 1, 33, 8), (2, 4, 4, 3, 3, 4), (1, 6, 1, 6, 6, 8),
+          (3, 6, 3, 4, 9, 2)]
+
+
+@pytest.mark.parametrize("B,h,g,Tq,Tk,dk", SHAPES)
+def test_matches_torch_enable_gqa(B, h, g, Tq, Tk, dk):
+    q, k, v = _randn(B, h, Tq, dk, seed=1), _randn(B, g, Tk, dk, seed=2), _randn(B, g, Tk, dk, seed=3)
+    out, weights = grouped_query_attention(q, k, v)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    assert weights.shape == (B, h, Tq, Tk)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, h, Tq, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("B,h,g,Tq,Tk,dk", [s for s in SHAPES if s[3] <= s[4]])
+def test_masks_follow_the_course_convention(B, h, g, Tq, Tk, dk):
+    q, k, v = _randn(B, h, Tq, dk, seed=4), _randn(B, g, Tk, dk, seed=5), _randn(B, g, Tk, dk, seed=6)
+    allowed = torch.rand(B, h, Tq, Tk, generator=torch.Generator().manual_seed(7)) > 0.3
+    allowed[..., 0] = True  # every query keeps a key
+    out, weights = grouped_query_attention(q, k, v, mask=allowed)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    assert (weights[~allowed] == 0).all()
+    causal_out, _ = grouped_query_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(
+        causal_out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+
+
+def test_a_fully_blocked_query_gets_zeros():
+    q, k, v = _randn(1, 4, 2, 3, seed=8), _randn(1, 2, 3, 3, seed=9), _randn(1, 2, 3, 3, seed=10)
+    allowed = torch.ones(2, 3, dtype=torch.bool)
+    allowed[1] = False
+    out, weights = grouped_query_attention(q, k, v, mask=allowed)
+    assert torch.isfinite(out).all() and (out[:, :, 1] == 0).all() and (weights[:, :, 1] == 0).all()
+
+
+def test_query_head_i_reads_kv_head_i_over_group_size():
+    h, g = 6, 2
+    q, k, v = _randn(1, h, 2, 4, seed=11), _randn(1, g, 5, 4, seed=12), _randn(1, g, 5, 4, seed=13)
+    out, _ = grouped_query_attention(q, k, v)
+    for i in range(h):
+        j = i // (h // g)
+        alone = F.scaled_dot_product_attention(q[:, i:i + 1], k[:, j:j + 1], v[:, j:j + 1])
+        torch.testing.assert_close(out[:, i:i + 1], alone)
+
+
+class _OpRecorder(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def test_kv_is_never_copied_in_the_decode_path():
+    q, k, v = torch.randn(1, 16, 1, 8), torch.randn(1, 4, 64, 8), torch.randn(1, 4, 64, 8)
+    with _OpRecorder() as rec:
+        grouped_query_attention(q, k, v)
+    banned = {"repeat_interleave", "repeat", "expand", "contiguous", "clone", "cat"}
+    assert not banned & set(rec.names), rec.names
+    # the matmuls read the cache itself: K^T and V are views of the caller's storage
+    keys = k.reshape(4, 64, 8)
+    assert keys.data_ptr() == k.data_ptr() and keys._base is k
+
+
+@pytest.mark.parametrize(
+    "args,error,words",
+    [
+        ((torch.randn(1, 6, 2, 4), torch.randn(1, 4, 3, 4), torch.randn(1, 4, 3, 4)), ValueError,
+         ["4 key/value heads", "6 query heads", "[1, 2, 3, 6]"]),
+        ((torch.randn(1, 4, 2, 4), torch.randn(1, 0, 3, 4), torch.randn(1, 0, 3, 4)), ValueError,
+         ["0 key/value heads"]),
+        ((torch.randn(1, 4, 2, 4), torch.randn(1, 2, 3, 5), torch.randn(1, 2, 3, 5)), ValueError,
+         ["same head width dk", "(1, 4, 2, 4)", "(1, 2, 3, 5)"]),
+        ((torch.randn(1, 4, 2, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 4, 4)), ValueError,
+         ["same shape"]),
+        ((torch.randn(4, 2, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)), ValueError,
+         ["4-D", "(4, 2, 4)"]),
+        (("q", torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)), TypeError, ["q must be a torch.Tensor"]),
+    ],
+)
+def test_bad_inputs_name_what_was_expected_and_what_came(args, error, words):
+    with pytest.raises(error) as info:
+        grouped_query_attention(*args)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_bad_masks_are_refused():
+    q, k = torch.randn(1, 4, 2, 4), torch.randn(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="bool"):
+        grouped_query_attention(q, k, k, mask=torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"\(Tq, Tk\) = \(2, 3\)"):
+        grouped_query_attention(q, k, k, mask=torch.ones(3, 2, dtype=torch.bool))
+
+
+# -- the module ----------------------------------------------------------------------------
+@pytest.mark.parametrize("g", [4, 2, 1])
+def test_module_shapes_and_parameters(g):
+    gqa = GroupedQueryAttention(32, 4, g)
+    assert gqa.k_proj.weight.shape == (g * 8, 32) and gqa.v_proj.weight.shape == (g * 8, 32)
+    x = torch.randn(2, 5, 32)
+    out, weights = gqa(x, is_causal=True, need_weights=True)
+    assert out.shape == (2, 5, 32) and weights.shape == (2, 4, 5, 5)
+    assert gqa(x)[1] is None
+
+
+@pytest.mark.parametrize("method", ["mean", "first"])
+def test_from_multi_head_with_all_heads_reproduces_mha(method):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).double().eval()
+    x = _randn(2, 6, 16, seed=14)
+    gqa = GroupedQueryAttention.from_multi_head(mha, 4, method)
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    for kwargs in ({}, {"is_causal": True}, {"key_padding_mask": padding}):
+        torch.testing.assert_close(gqa(x, **kwargs)[0], mha(x, **kwargs)[0], rtol=1e-12, atol=1e-12)
+
+
+def test_conversion_methods_build_the_group_projection_as_described():
+    torch.manual_seed(1)
+    mha = MultiHeadAttention(16, 4)
+    d, dk = 16, 4
+    w_k = mha.in_proj.weight[d:2 * d].detach()  # rows i*dk:(i+1)*dk = head i
+    mean = GroupedQueryAttention.from_multi_head(mha, 2, "mean")
+    first = GroupedQueryAttention.from_multi_head(mha, 2, "first")
+    torch.testing.assert_close(mean.k_proj.weight[:dk], (w_k[:dk] + w_k[dk:2 * dk]) / 2)
+    torch.testing.assert_close(mean.k_proj.weight[dk:], (w_k[2 * dk:3 * dk] + w_k[3 * dk:]) / 2)
+    torch.testing.assert_close(first.k_proj.weight, torch.cat([w_k[:dk], w_k[2 * dk:3 * dk]]))
+    gen = torch.Generator().manual_seed(0)
+    random = GroupedQueryAttention.from_multi_head(mha, 2, "random", generator=gen)
+    assert not torch.allclose(random.k_proj.weight, mean.k_proj.weight)
+    torch.testing.assert_close(random.q_proj.weight, mha.in_proj.weight[:d])
+    torch.testing.assert_close(random.out_proj.weight, mha.out_proj.weight)
+
+
+@pytest.mark.parametrize(
+    "call,error,words",
+    [
+        (lambda: GroupedQueryAttention(16, 4, 3), ValueError, ["num_kv_heads", "[1, 2, 4]", "3"]),
+        (lambda: GroupedQueryAttention(16, 4, 0), ValueError, ["num_kv_heads", "positive", "0"]),
+        (lambda: GroupedQueryAttention(16, 4, 2.0), TypeError, ["num_kv_heads", "int", "float"]),
+        (lambda: GroupedQueryAttention(15, 4, 2), ValueError, ["d_model=15", "num_heads=4"]),
+        (lambda: GroupedQueryAttention.from_multi_head(MultiHeadAttention(16, 4), 2, "average"),
+         ValueError, ["method", "('mean', 'first', 'random')", "'average'"]),
+        (lambda: GroupedQueryAttention.from_multi_head(torch.nn.Linear(2, 2), 2), TypeError,
+         ["MultiHeadAttention", "Linear"]),
+        (lambda: GroupedQueryAttention(16, 4, 2)(torch.randn(5, 16)), ValueError, ["3-D", "(5, 16)"]),
+    ],
+)
+def test_module_bad_inputs(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_exported_from_the_package():
+    assert course_utils.grouped_query_attention is grouped_query_attention
+    assert course_utils.GroupedQueryAttention is GroupedQueryAttention
+    assert {"grouped_query_attention", "GroupedQueryAttention"} <= set(course_utils.__all__)
+
+
+# -- the tiny model with g K/V heads ------------------------------------------------------
+def test_config_keeps_old_dicts_and_refuses_bad_kv_heads():
+    old = {"vocab_size": 10, "max_len": 8, "d_model": 16, "num_heads": 4}
+    config = ModelConfig.from_dict(old)
+    assert config.num_kv_heads == 4 and "num_kv_heads" not in config.to_dict()
+    grouped = ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4, num_kv_heads=2)
+    assert grouped.to_dict()["num_kv_heads"] == 2
+    assert ModelConfig.from_dict(json.loads(json.dumps(grouped.to_dict()))) == grouped
+    with pytest.raises(ValueError, match=r"num_kv_heads .* dividing num_heads=4 .* got 3"):
+        ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4, num_kv_heads=3)
+
+
+@pytest.mark.parametrize("name", ["induction", "agreement"])
+def test_shipped_checkpoints_load_and_save_byte_for_byte(name, tmp_path):
+    from course_utils.checkpoint import checkpoint_paths
+
+    model, meta = load_checkpoint(name)
+    assert model.config.num_kv_heads == model.config.num_heads
+    save_checkpoint(model, tmp_path / name, task=meta["task"], metrics=meta["metrics"],
+                    command=meta["command"], training=meta["training"])
+    assert (tmp_path / f"{name}.safetensors").read_bytes() == checkpoint_paths(name)[0].read_bytes()
+
+
+@pytest.mark.parametrize("g", [1, 2])
+def test_gqa_model_cache_holds_g_heads_and_matches_full_forward(g, tmp_path):
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=12, max_len=16, d_model=32, num_heads=4, num_kv_heads=g,
+                         num_layers=2, mlp=True)
+    model = TinyTransformer(config).eval()
+    tokens = torch.randint(0, 12, (3, 10))
+    full, _ = model(tokens)
+    logits, cache = model.forward_with_cache(tokens[:, :4])
+    steps = [logits]
+    for t in range(4, 10):
+        logits, cache = model.forward_with_cache(tokens[:, t:t + 1], cache)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    assert isinstance(cache, KVCache) and cache.layers[0][0].shape == (3, g, 10, 8)
+    assert cache.num_bytes() == kv_cache_bytes(2, 3, g, 8, 10, 4)
+    save_checkpoint(model, tmp_path / "gqa", task="toy", metrics={}, command="test")
+    loaded, _ = load_checkpoint(tmp_path / "gqa")
+    torch.testing.assert_close(loaded(tokens)[0], full, rtol=0, atol=0)
+
+
+def test_convert_model_keeps_everything_but_the_kv_projections():
+    model, _ = load_checkpoint("induction")
+    same = convert_model(model, 4, "mean")
+    tokens = torch.randint(1, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(same(tokens)[0], model(tokens)[0], rtol=1e-5, atol=1e-5)
+    mqa = convert_model(model, 1, "first")
+    assert mqa.config.num_kv_heads == 1 and mqa.blocks[0].attn.k_proj.weight.shape == (16, 64)
+    torch.testing.assert_close(mqa.token_embedding.weight, model.token_embedding.weight)
+    assert model.config.num_kv_heads == 4  # the original is untouched
+    with pytest.raises(ValueError, match="method"):
+        convert_model(model, 2, "median")
+
+
+# -- memory formula and the benchmark -----------------------------------------------------
+def test_kv_cache_formula_and_published_configs():
+    assert kv_cache_bytes(32, 1, 32, 128, 4096, 2) == 2 * 2**30  # Llama-2-7B: 2 GiB at 4k
+    assert kv_cache_bytes(32, 1, 8, 128, 4096, 2) == 2**29  # Llama-3-8B: a quarter
+    names = {c.name.split(" ")[0]: c for c in PUBLISHED_CONFIGS}
+    assert (names["Llama-3-70B"].num_layers, names["Llama-3-70B"].num_kv_heads) == (80, 8)
+    assert all(c.source.startswith("huggingface.co/meta-llama/") for c in PUBLISHED_CONFIGS)
+    with pytest.raises(ValueError, match="seq_len"):
+        kv_cache_bytes(1, 1, 1, 1, 0)
+
+
+def test_bench_decode_bookkeeping_on_a_small_case():
+    result = bench_decode(8, 16, 64, 2, groups=(8, 2, 1), repeats=2, warmup=1, copy_mib=1)
+    assert [r.num_kv_heads for r in result.rows] == [8, 2, 1]
+    assert result.row(2).cache_bytes == 2 * 2 * 1 * 2 * 64 * 16 * 4
+    assert all(len(s) == 2 for r in result.rows for s in r.samples_s.values())
+    assert result.speedup(8) == pytest.approx(1.0)
+    text = result.format()
+    assert "speed-up" in text and "copy bandwidth" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    with pytest.raises(ValueError, match="groups"):
+        bench_decode(8, 16, 64, 2, groups=(2, 1))
+
+
+def test_grouped_caches_are_views_of_one_mha_cache():
+    queries, caches = make_kv_caches(4, 8, 16, 2, (4, 2, 1))
+    assert caches[2][1][0].data_ptr() == caches[4][1][0].data_ptr()
+    torch.testing.assert_close(caches[1][0][1], caches[4][0][1][:, :1])
+    assert queries[0].shape == (1, 4, 1, 8)
+
+
+def test_stage_times_reports_each_stage():
+    best = stage_times((4, 1), num_heads=4, d_head=8, context=32, num_layers=2, repeats=2, flush_mib=1)
+    assert set(best) == {"scores", "softmax", "weights @ V"}
+    assert all(t > 0 for stage in best.values() for t in stage.values())
+
+
+def test_cli_runs_gqa(capsys):
+    bench_main(["gqa", "--repeats", "1", "--context", "64", "--layers", "1"])
+    out = capsys.readouterr().out
+    assert "one decode step" in out and "enable_gqa" in out

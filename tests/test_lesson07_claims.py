@@ -1,0 +1,123 @@
+"""The facts that notebooks/07_grouped_query_attention.ipynb states in words.
+
+The notebook prints the numbers it discusses; these tests re-measure them with the same
+public functions on the same inputs, so a change to the checkpoints, the training code
+or the GQA code that would make a sentence of the lesson false fails here. Timings are
+not tested (they belong to the benchmark, ``python -m course_utils.bench gqa``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.checkpoint import load_checkpoint
+from course_utils.env import torch_threads
+from course_utils.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
+from course_utils.train import (
+    AGREEMENT_TASK,
+    INDUCTION_TASK,
+    TrainConfig,
+    evaluate_agreement,
+    evaluate_induction,
+    train_model,
+)
+
+TASKS = {
+    "induction": (evaluate_induction, "heldout", INDUCTION_TASK, 600),
+    "agreement": (evaluate_agreement, "all", AGREEMENT_TASK, 500),
+}
+
+
+def _uptrain(model, task, steps):
+    def sample(generator):
+        batch = task.sample(64, generator)
+        return batch.tokens, batch.targets
+
+    train_model(model, sample, TrainConfig(steps=steps, lr=3e-3, warmup_steps=3), seed=1, progress=False)
+
+
+@pytest.fixture(scope="module")
+def conversion() -> dict[tuple[str, int, str], tuple[float, float]]:
+    """(model, g, method) -> (accuracy after conversion, after 5% uptraining), as in section 5."""
+    table = {}
+    with torch_threads(1):
+        for name, (evaluate, metric, task, steps) in TASKS.items():
+            mha, _ = load_checkpoint(name)
+            table[(name, 4, "MHA")] = (evaluate(mha)[metric], float("nan"))
+            for g in (2, 1):
+                for method in ("mean", "first", "random"):
+                    model = convert_model(mha, g, method)
+                    before = evaluate(model)[metric]
+                    _uptrain(model, task, round(0.05 * steps))
+                    table[(name, g, method)] = (before, evaluate(model)[metric])
+    return table
+
+
+def test_cached_decoding_equals_full_recomputation():
+    model, _ = load_checkpoint("induction")
+    tokens = torch.randint(1, 64, (8, 32), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        full, _ = model(tokens)
+        steps, cache = [], None
+        for t in range(tokens.shape[1]):
+            logits, cache = model.forward_with_cache(tokens[:, t:t + 1], cache)
+            steps.append(logits)
+    diff = (torch.cat(steps, 1) - full).abs().max().item()
+    assert diff < 1e-4
+    assert 10 <= full.abs().max().item() <= 50  # "logits of size ~10-50"
+
+
+def test_gqa_recovers_with_mean_or_first(conversion):
+    """'After 5% uptraining, mean and first are back within 0.03 of the original on both tasks.'"""
+    for name in TASKS:
+        original = conversion[(name, 4, "MHA")][0]
+        for method in ("mean", "first"):
+            assert conversion[(name, 2, method)][1] >= original - 0.03, (name, method)
+
+
+def test_mqa_on_induction_stays_near_half(conversion):
+    """'With one shared key/value head per layer it stays near 0.5 after 30 steps, whatever the method.'"""
+    for method in ("mean", "first", "random"):
+        assert conversion[("induction", 1, method)][1] <= 0.6, method
+    assert all(0.4 <= conversion[("induction", 1, m)][1] for m in ("mean", "first"))
+
+
+def test_mqa_on_agreement_recovers_with_mean_and_beats_first(conversion):
+    """'The agreement model's MQA recovers with mean'; 'mean beats first clearly for MQA on agreement'."""
+    mean_after = conversion[("agreement", 1, "mean")][1]
+    assert mean_after >= 0.99
+    assert mean_after - conversion[("agreement", 1, "first")][1] >= 0.1
+
+
+def test_first_starts_higher_than_mean_for_gqa_on_induction(conversion):
+    """'For g = 2 on induction first starts higher and ends as high.'"""
+    mean, first = conversion[("induction", 2, "mean")], conversion[("induction", 2, "first")]
+    assert first[0] > mean[0] + 0.1
+    assert first[1] >= mean[1] - 0.005
+
+
+def test_random_is_worst_for_induction_and_does_not_recover(conversion):
+    """'Random is the worst starting point for induction and does not recover in 30 steps.'"""
+    for g in (2, 1):
+        random = conversion[("induction", g, "random")]
+        assert random[0] < min(conversion[("induction", g, m)][0] for m in ("mean", "first"))
+        assert random[1] < 0.1
+
+
+def test_real_scale_sentences():
+    """Section 4 and the summary: per-token sizes, the 80 GB figures, 70B's weights."""
+    by_name = {c.name: c for c in PUBLISHED_CONFIGS}
+    llama2, llama3 = by_name["Llama-2-7B (MHA)"], by_name["Llama-3-8B (GQA)"]
+    per_token = {c.name: kv_cache_bytes(c.num_layers, 1, c.num_kv_heads, c.d_head, 1, 2)
+                 for c in PUBLISHED_CONFIGS}
+    assert per_token[llama2.name] == 2**19  # 0.5 MiB per token
+    assert per_token[llama3.name] * 4 == per_token[llama2.name]  # "a quarter of that"
+    # "At 32 sequences of 32k tokens, Llama-2-7B's cache alone would need 512 GiB"
+    assert kv_cache_bytes(32, 32, 32, 128, 32768, 2) == 512 * 2**30
+    tokens_2 = (80e9 - 2 * 7e9) // per_token[llama2.name]
+    tokens_3 = (80e9 - 2 * 8e9) // per_token[llama3.name]
+    assert 125_000 <= tokens_2 <= 127_000 and int(tokens_2 // 4096) == 30  # "about 126k: 30 of 4k"
+    assert tokens_2 < 128 * 1024  # "not quite one of 128k"
+    assert 3.8 <= tokens_3 / tokens_2 <= 4.0  # "about 4 times as many"
+    assert 2 * 70e9 > 80e9  # 70B's 16-bit weights alone exceed one 80 GB GPU
