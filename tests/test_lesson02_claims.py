@@ -93,7 +93,8 @@ def test_no_reference_printed_and_no_complete_answer_to_2_3():
     sources = "\n".join(c.source for c in _cells() if c.cell_type == "code")
     assert "getsource" not in sources and "zero_then_renormalise" not in sources
     assert ".reference" not in sources
-    checks_2_3 = [c for c in _cells() if c.cell_type == "code" and "check_causal_attention_weights" in c.source]
+    checks_2_3 = [c for c in _cells()
+                  if c.cell_type == "code" and "check_causal_attention_weights" in c.source]
     assert len(checks_2_3) == 1  # only the learner's own function is checked
 
 
@@ -113,7 +114,8 @@ def _named(feedback) -> str | None:
 
 
 def test_2_1_tensor_and_keepdims_variants():
-    assert _named(lesson02.check_softmax_rows(lambda s: torch.softmax(torch.as_tensor(s), -1))) == "returned_tensor"
+    in_torch = lesson02.check_softmax_rows(lambda s: torch.softmax(torch.as_tensor(s), -1))
+    assert _named(in_torch) == "returned_tensor"
     assert not lesson02.check_softmax_rows(lambda s: lesson02.SOFTMAX_ROWS.reference(s).tolist()).passed
 
     def keepdims_on_max_only(s):
@@ -130,8 +132,9 @@ def test_2_2_k_dot_T_and_dims():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns about x.T on 3-D tensors
         assert _named(lesson02.check_attention_weights(k_dot_t)) == "k_dot_T"
-        assert _named(lesson02.check_attention_weights(
-            lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=1))) == "softmax_dim1"
+        dim_1 = lesson02.check_attention_weights(
+            lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=1))
+        assert _named(dim_1) == "softmax_dim1"
 
 
 def test_2_3_batch_dim_as_T_written_with_where():

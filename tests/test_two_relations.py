@@ -340,7 +340,8 @@ def test_on_eval_sees_every_evaluation_and_weight_on_keys():
     assert on_keys.shape == (2, 2) and ((on_keys >= 0) & (on_keys <= 1)).all()
     table = attention_by_copies(result.model, batch, digits=12)
     # the per-cell table weights cells by their size; recompute the plain mean from it
-    sizes = pd.Series({(int(a), int(b)): int(((batch.relation == 0).sum(1).eq(a) & (batch.relation == 1).sum(1).eq(b)).sum())
+    copies_a, copies_b = (batch.relation == 0).sum(1), (batch.relation == 1).sum(1)
+    sizes = pd.Series({(int(a), int(b)): int((copies_a.eq(a) & copies_b.eq(b)).sum())
                        for a, b in table.index})
     mean_a0 = (table["head 0 on a"] * sizes.values).sum() / sizes.sum()
     assert mean_a0 == pytest.approx(on_keys[0, 0].item(), abs=1e-6)

@@ -362,7 +362,8 @@ RELATION_ACCURACY = Exercise(
                 _relation_accuracy_probabilities),
         Mistake("per_symbol_argmax",
                 "you decoded each symbol on its own (the most likely a after summing probabilities "
-                "or logits over b, and the reverse). The model answers with one class, the argmax over all V*V pairs; "
+                "or logits over b, and the reverse). The model answers with one class, the argmax "
+                "over all V*V pairs; "
                 "the best symbol taken alone can differ from the symbol in the best pair.",
                 "predicted = logits.argmax(dim=-1) over all V*V classes, then a = predicted // V "
                 "and b = predicted % V.",
