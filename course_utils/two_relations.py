@@ -17,7 +17,7 @@ Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -47,8 +47,10 @@ __all__ = [
     "example_table",
     "attention_by_copies",
     "share_on_a",
+    "weight_on_keys",
     "accuracy_by_share",
     "swap_fraction",
+    "swap_chance",
     "plot_item_attention",
 ]
 
@@ -243,12 +245,15 @@ def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, floa
 
 
 def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
-                 config: TrainConfig = TrainConfig()) -> RunResult:
+                 config: TrainConfig = TrainConfig(), *,
+                 on_eval: Callable[[int, int, int, LookupModel], None] | None = None) -> RunResult:
     """Train one :class:`LookupModel` with Adam on fresh examples (deterministic in ``seed``).
 
     The model's initial weights and the training examples depend only on ``seed``, not on
     ``num_heads``: 1 head and h heads start from the very same numbers and see the same data.
     A longer run sees the same first batches as a shorter one, then more.
+    ``on_eval(num_heads, seed, step, model)``, if given, is called at every evaluation
+    (step 0 included), e.g. to record what the heads attend to during training.
     """
     _check_int("num_heads", num_heads, 1)
     _check_int("seed", seed, 0)
@@ -261,7 +266,11 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
         data = torch.Generator().manual_seed(seed)
         held_out = task.sample(config.eval_size, seed=EVAL_SEED)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        if on_eval is not None and not callable(on_eval):
+            raise TypeError(f"on_eval must be callable or None, got {type(on_eval).__name__}")
         steps, accuracy = [0], [evaluate(model, held_out)[0]]
+        if on_eval is not None:
+            on_eval(num_heads, seed, 0, model)
         for step in range(1, config.steps + 1):
             # examples come in chunks of _CHUNK_STEPS batches from one generator, so batch k is
             # the same whatever `steps` is (and sampling costs one call per chunk, not per step)
@@ -276,16 +285,20 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
             if step % config.eval_every == 0 or step == config.steps:
                 steps.append(step)
                 accuracy.append(evaluate(model, held_out)[0])
+                if on_eval is not None:
+                    on_eval(num_heads, seed, step, model)
         final = evaluate(model, held_out)
     return RunResult(num_heads, seed, steps, accuracy, (final[1], final[2]), model)
 
 
 def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequence[int] = range(5),
-                  config: TrainConfig = TrainConfig()) -> list[RunResult]:
-    """Train every (number of heads, seed) pair with the same config; results in that order."""
+                  config: TrainConfig = TrainConfig(), *,
+                  on_eval: Callable[[int, int, int, LookupModel], None] | None = None) -> list[RunResult]:
+    """Train every (number of heads, seed) pair with the same config; results in that order.
+    ``on_eval`` is passed to :func:`train_lookup`."""
     if not heads or not seeds:
         raise ValueError("heads and seeds must both be non-empty")
-    return [train_lookup(task, h, s, config) for h in heads for s in seeds]
+    return [train_lookup(task, h, s, config, on_eval=on_eval) for h in heads for s in seeds]
 
 
 def _head_label(num_heads: int, d_model: int) -> str:
@@ -407,39 +420,72 @@ def share_on_a(model: LookupModel, batch: LookupBatch, head: int = 0) -> Tensor:
     return on_a / (on_a + on_b)
 
 
+@torch.no_grad()
+def weight_on_keys(model: LookupModel, batch: LookupBatch) -> Tensor:
+    """Mean weight each head puts on key a's items and on key b's items, shape (h, 2)."""
+    weights = _predict_with_weights(model, batch)[1]  # (n, h, T)
+    on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1).mean(0)  # (h,)
+    on_b = (weights * (batch.relation == 1)[:, None, :]).sum(-1).mean(0)  # (h,)
+    return torch.stack([on_a, on_b], dim=1)
+
+
 def accuracy_by_share(model: LookupModel, batch: LookupBatch, *, head: int = 0,
                       edges: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0), digits: int = 3):
     """A pandas table: the questions grouped by :func:`share_on_a` into bands
-    ``[edges[i], edges[i+1])`` (the last band includes 1), with their number and accuracy."""
+    ``[edges[i], edges[i+1])`` (the last band includes 1): their number, the accuracy, the
+    number of wrong answers and how many of those are the two symbols swapped
+    (see :func:`swap_fraction`)."""
     import pandas as pd
 
     edges = [float(e) for e in edges]
     if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or edges != sorted(set(edges)):
         raise ValueError(f"edges must rise strictly from 0 to 1, got {edges}")
     share = share_on_a(model, batch, head)  # (n,)
-    right = _predict_with_weights(model, batch)[0] == batch.target  # (n,)
+    predicted = _predict_with_weights(model, batch)[0]  # (n,)
+    right = predicted == batch.target  # (n,)
+    swapped = (predicted == _swapped_class(batch, model.task.num_symbols)) & ~right  # (n,)
     rows = {}
     for i, (low, high) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
         last = i == len(edges) - 2
         inside = (share >= low) & ((share <= high) if last else (share < high))
         label = f"[{low:.1f}, {high:.1f}{']' if last else ')'}"
         rows[label] = {"questions": int(inside.sum()),
-                       "accuracy": right[inside].double().mean().item() if inside.any() else float("nan")}
+                       "accuracy": right[inside].double().mean().item() if inside.any() else float("nan"),
+                       "wrong": int((inside & ~right).sum()), "swapped": int((inside & swapped).sum())}
     table = pd.DataFrame(rows).T.rename_axis("share on a")
-    table["questions"] = table["questions"].astype(int)
+    for column in ("questions", "wrong", "swapped"):
+        table[column] = table[column].astype(int)
     return table.round(digits)
+
+
+def _swapped_class(batch: LookupBatch, num_symbols: int) -> Tensor:
+    """The class of the answer with the two symbols swapped, (b's symbol, a's symbol), (n,)."""
+    return pair_class(batch.answer_symbols[:, 1], batch.answer_symbols[:, 0], num_symbols)
 
 
 def swap_fraction(model: LookupModel, batch: LookupBatch) -> float:
     """Of the wrongly answered questions, the fraction answered with the two symbols swapped:
     (b's symbol, a's symbol) instead of (a's symbol, b's symbol). NaN if nothing is wrong."""
     predicted = _predict_with_weights(model, batch)[0]  # (n,)
-    V = model.task.num_symbols
-    swapped = pair_class(batch.answer_symbols[:, 1], batch.answer_symbols[:, 0], V)  # (n,)
+    swapped = _swapped_class(batch, model.task.num_symbols)  # (n,)
     wrong = predicted != batch.target
     if not wrong.any():
         return float("nan")
     return (predicted[wrong] == swapped[wrong]).double().mean().item()
+
+
+def swap_chance(model: LookupModel, batch: LookupBatch) -> float:
+    """What :func:`swap_fraction` would be by chance: if each wrong answer were any of the
+    other ``V**2 - 1`` classes with equal probability, it would be the swapped one with
+    probability ``1 / (V**2 - 1)`` when the two symbols differ, and never when they are equal
+    (then the swap is the right answer). The mean over the wrongly answered questions; NaN if
+    nothing is wrong."""
+    predicted = _predict_with_weights(model, batch)[0]  # (n,)
+    wrong = predicted != batch.target
+    if not wrong.any():
+        return float("nan")
+    differ = batch.answer_symbols[wrong, 0] != batch.answer_symbols[wrong, 1]
+    return differ.double().mean().item() / (model.task.num_classes - 1)
 
 
 @torch.no_grad()

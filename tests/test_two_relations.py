@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -24,8 +25,10 @@ from course_utils.two_relations import (
     plot_item_attention,
     share_on_a,
     split_pair_class,
+    swap_chance,
     swap_fraction,
     train_lookup,
+    weight_on_keys,
 )
 
 TASK = TwoKeyTask()
@@ -245,6 +248,16 @@ def test_swap_fraction_counts_only_swapped_errors():
     assert math.isnan(swap_fraction(_FixedAnswers(TASK, lambda b: b.target), batch))
 
 
+def test_swap_chance_is_one_over_the_other_classes():
+    batch = TASK.sample(500, seed=8)
+    V = TASK.num_symbols
+    sa, sb = batch.answer_symbols.unbind(1)
+    differ = (sa != sb).double().mean().item()  # every answer is wrong below
+    chance = swap_chance(_FixedAnswers(TASK, lambda b: pair_class(sa, (sb + 1) % V, V)), batch)
+    assert chance == pytest.approx(differ / (V * V - 1))
+    assert math.isnan(swap_chance(_FixedAnswers(TASK, lambda b: b.target), batch))
+
+
 def test_share_on_a_and_accuracy_by_share():
     batch = TASK.sample(400, seed=9)
     torch.manual_seed(1)
@@ -264,6 +277,11 @@ def test_share_on_a_and_accuracy_by_share():
     assert table["questions"].sum() == 400
     overall = evaluate(model, batch)[0]
     assert abs((table["questions"] * table["accuracy"]).sum() / 400 - overall) < 1e-4
+    assert table["wrong"].sum() == round(400 * (1 - overall))
+    swapped_model = _FixedAnswers(TASK, lambda b: pair_class(b.answer_symbols[:, 1], b.answer_symbols[:, 0],
+                                                            TASK.num_symbols))
+    swaps = accuracy_by_share(swapped_model, batch, edges=(0.0, 0.5, 1.0))
+    assert (swaps["swapped"] == swaps["wrong"]).all() and swaps["wrong"].sum() > 0
 
 
 @pytest.mark.parametrize("edges", [(0.1, 1.0), (0.0, 0.5), (0.0, 0.6, 0.4, 1.0), (0.0,)])
@@ -309,3 +327,23 @@ def test_lesson01_checks_catch_the_usual_slips():
     bool_mean = lesson01.check_relation_accuracy(
         lambda lg, t, V: torch.stack([(lg.argmax(-1) // V == t // V).mean()] * 2))
     assert not bool_mean and ".float()" in bool_mean.hint
+
+
+def test_on_eval_sees_every_evaluation_and_weight_on_keys():
+    seen = []
+    config = TrainConfig(steps=6, eval_every=3, batch_size=8, eval_size=16)
+    result = compare_heads(TASK, heads=(2,), seeds=(0,), config=config,
+                           on_eval=lambda h, s, step, model: seen.append((h, s, step)))[0]
+    assert seen == [(2, 0, 0), (2, 0, 3), (2, 0, 6)] and result.steps == [0, 3, 6]
+    batch = TASK.sample(64, seed=4)
+    on_keys = weight_on_keys(result.model, batch)
+    assert on_keys.shape == (2, 2) and ((on_keys >= 0) & (on_keys <= 1)).all()
+    table = attention_by_copies(result.model, batch, digits=12)
+    # the per-cell table weights cells by their size; recompute the plain mean from it
+    copies_a, copies_b = (batch.relation == 0).sum(1), (batch.relation == 1).sum(1)
+    sizes = pd.Series({(int(a), int(b)): int((copies_a.eq(a) & copies_b.eq(b)).sum())
+                       for a, b in table.index})
+    mean_a0 = (table["head 0 on a"] * sizes.values).sum() / sizes.sum()
+    assert mean_a0 == pytest.approx(on_keys[0, 0].item(), abs=1e-6)
+    with pytest.raises(TypeError, match="on_eval must be callable"):
+        train_lookup(TASK, 1, 0, config, on_eval=3)

@@ -44,6 +44,15 @@ def _attend_no_exp(scores: Tensor, values: Tensor) -> Tensor:
     return (scores / scores.sum(dim=-1, keepdim=True)) @ values
 
 
+def _attend_scaled_by_num_keys(scores: Tensor, values: Tensor) -> Tensor:
+    return torch.softmax(scores / math.sqrt(scores.shape[-1]), dim=-1) @ values  # 1/sqrt(Tk)
+
+
+def _attend_whole_matrix(scores: Tensor, values: Tensor) -> Tensor:
+    weights = torch.softmax(scores.flatten(), dim=0).view_as(scores)  # the whole matrix sums to 1
+    return weights @ values
+
+
 def _attend_ignores_scores(scores: Tensor, values: Tensor) -> Tensor:
     return values.mean(dim=0, keepdim=True).expand(scores.shape[0], -1)
 
@@ -85,6 +94,18 @@ ATTEND = Exercise(
                 "every query got the plain mean of the values: the scores were not used.",
                 "the scores decide how much of each value a query takes: softmax(scores) @ values.",
                 _attend_ignores_scores),
+        Mistake("scaled_by_num_keys",
+                "you divided the scores by sqrt(Tk), the square root of the number of keys. This "
+                "exercise gets scores that are already scaled: use them as they are.",
+                "weights = torch.softmax(scores, dim=-1), with no extra scaling. (When attention "
+                "does scale, it divides by sqrt(dk), the width of a query, never by the length.)",
+                _attend_scaled_by_num_keys),
+        Mistake("whole_matrix",
+                "your weights sum to 1 over the whole score matrix, not along each row: one "
+                "softmax over every entry leaves each query with only a slice of the weight.",
+                "one softmax per query row: torch.softmax(scores, dim=-1), not over the flattened "
+                "matrix.",
+                _attend_whole_matrix),
     ],
     hint="turn each row of scores (one query) into weights that are positive and sum to 1, then "
          "take the weighted average of the value rows: a (Tq, Tk) by (Tk, dv) product.",
@@ -101,14 +122,25 @@ def _head_scores(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(dk)  # (h, T, T)
 
 
-def _head_scores_columns(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    d = x.shape[1]
+def _head_scores_in_out_layout(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    T, d = x.shape
     dk = d // num_heads
-    out = []
-    for i in range(num_heads):
-        cols = slice(i * dk, (i + 1) * dk)
-        out.append((x @ w_q[:, cols]) @ (x @ w_k[:, cols]).T / math.sqrt(dk))
-    return torch.stack(out)
+    q = (x @ w_q).view(T, num_heads, dk).transpose(0, 1)  # lesson 02's x @ W: reads w_q as (in, out)
+    k = (x @ w_k).view(T, num_heads, dk).transpose(0, 1)
+    return q @ k.transpose(-2, -1) / math.sqrt(dk)
+
+
+def _head_scores_interleaved(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    T, d = x.shape
+    dk = d // num_heads
+    q = (x @ w_q.T).view(T, dk, num_heads).permute(2, 0, 1)  # head i gets features i, i+h, ...
+    k = (x @ w_k.T).view(T, dk, num_heads).permute(2, 0, 1)
+    return q @ k.transpose(-2, -1) / math.sqrt(dk)
+
+
+def _head_scores_divided_by_dk(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    dk = x.shape[1] // num_heads
+    return _head_scores(x, w_q, w_k, num_heads) / math.sqrt(dk)  # / dk in all
 
 
 def _head_scores_one_big_head(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
@@ -157,12 +189,26 @@ HEAD_SCORES = Exercise(
     reference=_head_scores,
     make_cases=_head_scores_cases,
     mistakes=[
-        Mistake("column_slices",
-                "you sliced the columns of w_q and w_k and used them as (d_in, d_out) matrices; "
-                "in nn.Linear's layout a weight is (d_out, d_in), so head i owns ROWS "
-                "i*dk:(i+1)*dk, and q = x @ w_q.T.",
-                "compute q = x @ w_q.T (shape (T, d)), then split its last dim into heads.",
-                _head_scores_columns),
+        Mistake("in_out_layout",
+                "your projections read w_q and w_k as (d_in, d_out) matrices (x @ w_q, as lesson "
+                "02 writes it, or the columns of w_q). These weights are in nn.Linear's layout, "
+                "(d_out, d_in): row j of w_q makes output feature j, so q = x @ w_q.T and head i "
+                "owns rows i*dk:(i+1)*dk.",
+                "compute q = x @ w_q.T and k = x @ w_k.T (each (T, d)), then split the last dim "
+                "into heads.",
+                _head_scores_in_out_layout),
+        Mistake("interleaved_heads",
+                "your heads are interleaved: view(T, dk, h) gives head i the features i, i+h, "
+                "i+2h, ... of each token. In nn.Linear's stacked layout head i owns the block of "
+                "features i*dk:(i+1)*dk.",
+                "split the last dim as (h, dk), heads first: .view(T, h, dk).transpose(0, 1).",
+                _head_scores_interleaved),
+        Mistake("divided_by_dk",
+                "the pattern is right but the scores are too small: you divided by dk instead of "
+                "sqrt(dk).",
+                "divide by math.sqrt(dk): the standard deviation of a dot product of dk "
+                "unit-variance entries is sqrt(dk).",
+                _head_scores_divided_by_dk),
         Mistake("one_big_head",
                 "all your heads hold the same matrix, the full-width score x W_Q^T (x W_K^T)^T / "
                 "sqrt(d): that is one huge head copied h times, not h heads.",
@@ -235,6 +281,34 @@ def _relation_accuracy_probabilities(logits: Tensor, target: Tensor, num_symbols
     return torch.stack([prob_a.double().mean(), prob_b.double().mean()])
 
 
+def _relation_accuracy_per_symbol(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    n, V = logits.shape[0], num_symbols
+    probs = torch.softmax(logits, dim=-1).view(n, V, V)  # (n, symbol a, symbol b)
+    pred_a, pred_b = probs.sum(dim=2).argmax(dim=1), probs.sum(dim=1).argmax(dim=1)  # each symbol alone
+    right_a, right_b = pred_a == target // V, pred_b == target % V
+    return torch.stack([right_a.double().mean(), right_b.double().mean()])
+
+
+def _relation_accuracy_per_symbol_logits(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    n, V = logits.shape[0], num_symbols
+    grid = logits.view(n, V, V)  # (n, symbol a, symbol b)
+    pred_a, pred_b = grid.sum(dim=2).argmax(dim=1), grid.sum(dim=1).argmax(dim=1)
+    right_a, right_b = pred_a == target // V, pred_b == target % V
+    return torch.stack([right_a.double().mean(), right_b.double().mean()])
+
+
+def _split_vote_case() -> Case:
+    """Answers whose best single class and best symbol-by-symbol guess disagree."""
+    V = 3
+    logits = torch.zeros(4, V * V)
+    logits[:, 0] = 3.0  # the argmax class is (0, 0) in every row ...
+    logits[:2, 3:6] = 2.8  # ... but rows 0-1 spread a lot of weight over a = 1, b = anything
+    logits[2:, [1, 4, 7]] = 2.8  # ... and rows 2-3 over b = 1, a = anything
+    target = torch.tensor([0, 0, 0, 4])  # (0, 0) three times, then (1, 1)
+    return Case((logits, target, V), label="4 answers, V = 3, where the best pair (0, 0) is not "
+                                           "the best symbol taken one at a time")
+
+
 def _relation_case(pred_pairs: list[tuple[int, int]], true_pairs: list[tuple[int, int]], V: int,
                    seed: int, label: str, *, spread: float = 1.0, lead: float = 10.0) -> Case:
     g = torch.Generator().manual_seed(seed)
@@ -256,6 +330,7 @@ def _relation_cases() -> list[Case]:
                        [(1, 2), (0, 1), (2, 1), (0, 0), (0, 2), (1, 0)], 3, 23,
                        "6 answers, V = 3, flat logits (the model is barely sure of its argmax)",
                        spread=0.05, lead=0.2),
+        _split_vote_case(),
     ]
 
 
@@ -285,6 +360,14 @@ RELATION_ACCURACY = Exercise(
                 "counts each prediction (the argmax) as right or wrong, however sure the model is.",
                 "predicted = logits.argmax(dim=-1); then compare decoded classes.",
                 _relation_accuracy_probabilities),
+        Mistake("per_symbol_argmax",
+                "you decoded each symbol on its own (the most likely a after summing probabilities "
+                "or logits over b, and the reverse). The model answers with one class, the argmax "
+                "over all V*V pairs; "
+                "the best symbol taken alone can differ from the symbol in the best pair.",
+                "predicted = logits.argmax(dim=-1) over all V*V classes, then a = predicted // V "
+                "and b = predicted % V.",
+                _relation_accuracy_per_symbol),
     ],
     hint="the prediction is the argmax class; class c stands for the pair (c // V, c % V): decode "
          "the prediction and the target the same way, then score each half on its own. A "

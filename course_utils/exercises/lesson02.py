@@ -11,13 +11,17 @@ Each check recognises the usual mistakes by their output and names them.
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..worked_example import load_worked_example
-from .core import Case, Exercise, Mistake
+from .core import Case, Exercise, Feedback, Mistake
 
 __all__ = [
     "SOFTMAX_ROWS",
@@ -29,6 +33,74 @@ __all__ = [
     "check_causal_attention_weights",
     "check_single_head_attention",
 ]
+
+
+@dataclass
+class RaisingMistake(Mistake):
+    """A slip that makes the function raise instead of returning a wrong value. It is named
+    when the learner's function raises the same exception (type and message) on the first
+    test case it fails on; with ``loose=True`` the same exception type is enough."""
+
+    loose: bool = False
+
+
+def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
+    args, kwargs = case.fresh()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. torch's warning about x.T on 3-D tensors
+            fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any error is information here
+        return exc
+    return None
+
+
+@dataclass
+class _DiagnosingExercise(Exercise):
+    """An :class:`Exercise` that also names slips that raise (:class:`RaisingMistake`) and,
+    with ``numpy_output=True``, an answer that returns a torch tensor instead of an array."""
+
+    numpy_output: bool = False
+
+    def check(self, fn: Callable[..., Any]) -> Feedback:
+        """Grade ``fn``; never raises."""
+        feedback = super().check(fn)
+        named = None  # (a Feedback is falsy unless it passed, so compare with None)
+        try:
+            if feedback.status == "error":
+                named = self._name_raising_slip(fn)
+            elif feedback.passed and self.numpy_output:
+                named = self._name_tensor_output(fn)
+        except Exception:  # noqa: BLE001 - the plain feedback is still right
+            named = None
+        return feedback if named is None else named
+
+    def _name_raising_slip(self, fn: Callable[..., Any]) -> Feedback | None:
+        for case in self.make_cases():
+            exc = _raised(fn, case)
+            if exc is None:
+                continue
+            for loose in (False, True):
+                for mistake in self.mistakes:
+                    if not isinstance(mistake, RaisingMistake) or mistake.loose != loose:
+                        continue
+                    theirs = _raised(mistake.implementation, case)
+                    same = theirs is not None and type(theirs) is type(exc)
+                    if same and (loose or str(theirs) == str(exc)):
+                        where = f" on {case.label}" if case.label else ""
+                        return Feedback(self.title, "mistake",
+                                        f"{mistake.message} (Your function raised "
+                                        f"{type(exc).__name__}{where}.)",
+                                        mistake.hint, mistake=mistake.key)
+            return None
+        return None
+
+    def _name_tensor_output(self, fn: Callable[..., Any]) -> Feedback | None:
+        args, kwargs = self.make_cases()[0].fresh()
+        if isinstance(fn(*args, **kwargs), torch.Tensor):
+            mistake = next(m for m in self.mistakes if m.key == "returned_tensor")
+            return Feedback(self.title, "mistake", mistake.message, mistake.hint, mistake=mistake.key)
+        return None
 
 
 def _worked_example_head(index: int) -> tuple[Tensor, ...]:
@@ -83,6 +155,15 @@ def _softmax_without_exp(scores: np.ndarray) -> np.ndarray:
         return scores / scores.sum(axis=-1, keepdims=True)
 
 
+def _softmax_no_keepdims(scores: np.ndarray) -> np.ndarray:
+    e = np.exp(scores - scores.max(axis=-1))  # (..., n) - (...,): lines up with the wrong axis
+    return e / e.sum(axis=-1)
+
+
+def _softmax_in_torch(scores: np.ndarray) -> torch.Tensor:
+    return torch.softmax(torch.from_numpy(scores), dim=-1)  # the right numbers, but a tensor
+
+
 def _softmax_cases() -> list[Case]:
     rng = np.random.default_rng(2)
     example = load_worked_example()
@@ -95,7 +176,7 @@ def _softmax_cases() -> list[Case]:
     ]
 
 
-SOFTMAX_ROWS = Exercise(
+SOFTMAX_ROWS = _DiagnosingExercise(
     title="Exercise 2.1: softmax over each row",
     reference=_softmax_rows,
     make_cases=_softmax_cases,
@@ -124,8 +205,21 @@ SOFTMAX_ROWS = Exercise(
         Mistake("no_exp", "you divided the scores by their row sum without exponentiating.",
                 "softmax is exp(s) / sum(exp(s)); the exp makes every weight positive.",
                 _softmax_without_exp),
+        RaisingMistake("no_keepdims",
+                       "scores.max(axis=-1) (or e.sum(axis=-1)) without keepdims=True drops the "
+                       "last axis, so the subtraction or division lines up with the wrong axis: "
+                       "wrong numbers on a square array, a broadcasting error otherwise.",
+                       "keep the reduced axis: scores.max(axis=-1, keepdims=True) and "
+                       "e.sum(axis=-1, keepdims=True), shape (..., 1).",
+                       _softmax_no_keepdims),
+        Mistake("returned_tensor",
+                "the numbers are right, but you returned a torch tensor: this exercise is in "
+                "numpy and must return a numpy array (the lesson's numpy code uses it).",
+                "use np.exp, .max(axis=-1, keepdims=True) and .sum(...) on the array; no torch.",
+                _softmax_in_torch),
     ],
     hint="subtract each row's maximum (keepdims=True) before np.exp, then divide by the row sums.",
+    numpy_output=True,
 )
 check_softmax_rows = SOFTMAX_ROWS.check
 
@@ -155,6 +249,27 @@ def _weights_scaled_by_num_keys(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(_scores(q, k, math.sqrt(k.shape[-2])), dim=-1)
 
 
+def _weights_dim0(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=0)
+
+
+def _weights_dim1(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=1)
+
+
+def _weights_no_softmax(q: Tensor, k: Tensor) -> Tensor:
+    return _scores(q, k, math.sqrt(q.shape[-1]))
+
+
+def _weights_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1)  # k.T reverses every dim
+
+
+_K_DOT_T = ("k.T reverses ALL the dims of k, so on a batch (B, Tk, d_k) becomes (d_k, Tk, B) and "
+            "the product fails (on one sequence it works, which hides the bug).")
+_K_DOT_T_HINT = "swap only the last two dims: k.transpose(-2, -1) (or k.mT)."
+
+
 def _qk_cases() -> list[Case]:
     x, w_q, w_k, _ = _worked_example_head(1)
     g = torch.Generator().manual_seed(2)
@@ -167,7 +282,7 @@ def _qk_cases() -> list[Case]:
     ]
 
 
-ATTENTION_WEIGHTS = Exercise(
+ATTENTION_WEIGHTS = _DiagnosingExercise(
     title="Exercise 2.2: attention weights",
     reference=_attention_weights,
     make_cases=_qk_cases,
@@ -184,6 +299,17 @@ ATTENTION_WEIGHTS = Exercise(
         Mistake("scaled_by_num_keys", "you scaled by sqrt of the number of keys (k.shape[-2]) "
                 "instead of sqrt(d_k) (the last dim).",
                 "d_k is the width of each query and key vector: q.shape[-1].", _weights_scaled_by_num_keys),
+        Mistake("softmax_dim0", "right where the input is one sequence, wrong on the batch: your "
+                "softmax ran over dim=0, which is the batch for batched input.",
+                "count from the end: torch.softmax(scores, dim=-1) is over the keys for any "
+                "number of leading dims.", _weights_dim0),
+        Mistake("softmax_dim1", "right for one sequence, wrong on the batch: dim=1 is the last dim "
+                "only for 2-D scores; for (B, Tq, Tk) it is the queries.",
+                "count from the end: torch.softmax(scores, dim=-1).", _weights_dim1),
+        Mistake("no_softmax", "you returned the scaled scores: without a softmax they are not "
+                "weights (some are negative, and rows do not sum to 1).",
+                "finish with torch.softmax(scores, dim=-1).", _weights_no_softmax),
+        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _weights_k_dot_t),
     ],
     hint="multiply q by k with its last two dims swapped (k.transpose(-2, -1), so batches work), "
     "divide by sqrt(d_k) = sqrt(q.shape[-1]), then softmax over the keys (the last dim).",
@@ -235,6 +361,19 @@ def _causal_diagonal_blocked(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
 
 
+def _causal_batch_dim_as_T(q: Tensor, k: Tensor) -> Tensor:
+    T = q.shape[0]  # the batch size on batched input, not the sequence length
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    allowed = torch.ones(T, T, dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+def _causal_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
+    scores = q @ k.T / math.sqrt(q.shape[-1])
+    allowed = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
 def _causal_cases() -> list[Case]:
     g = torch.Generator().manual_seed(3)
     return [
@@ -244,7 +383,7 @@ def _causal_cases() -> list[Case]:
     ]
 
 
-CAUSAL_ATTENTION_WEIGHTS = Exercise(
+CAUSAL_ATTENTION_WEIGHTS = _DiagnosingExercise(
     title="Exercise 2.3: causal attention weights",
     reference=_causal_weights,
     make_cases=_causal_cases,
@@ -273,6 +412,13 @@ CAUSAL_ATTENTION_WEIGHTS = Exercise(
                 "not divided by sqrt(d_k).",
                 "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax.",
                 _causal_no_scale),
+        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _causal_k_dot_t),
+        RaisingMistake("batch_dim_as_T",
+                       "on the batch (2, 5, 4) your mask does not fit the scores: T = q.shape[0] is "
+                       "the batch size there, not the number of tokens.",
+                       "count from the end: T = q.shape[-2], so the mask is (T, T) for any number "
+                       "of leading dims.",
+                       _causal_batch_dim_as_T, loose=True),
     ],
     hint="build a lower-triangular boolean (T, T) mask (True = may attend), fill the blocked "
     "scores with float('-inf'), and only then take the softmax over the last dim.",
@@ -330,6 +476,21 @@ def _single_head_causal(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Ten
     return _causal_weights(q, k) @ v
 
 
+def _single_head_softmax_dim1(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=1) @ v
+
+
+def _single_head_scaled_by_d_v(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return torch.softmax(_scores(q, k, math.sqrt(v.shape[-1])), dim=-1) @ v
+
+
+def _single_head_linear_layout(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T  # lesson 01's nn.Linear habit: (out, in) weights
+    return _attention_weights(q, k) @ v
+
+
 def _single_head_cases() -> list[Case]:
     # In every case d_v == T, so that `v @ weights` runs and the check can name it.
     x, w_q, w_k, w_v = _worked_example_head(0)
@@ -341,7 +502,7 @@ def _single_head_cases() -> list[Case]:
     ]
 
 
-SINGLE_HEAD_ATTENTION = Exercise(
+SINGLE_HEAD_ATTENTION = _DiagnosingExercise(
     title="Exercise 2.4: single-head attention",
     reference=_single_head,
     make_cases=_single_head_cases,
@@ -371,6 +532,19 @@ SINGLE_HEAD_ATTENTION = Exercise(
         Mistake("causal_mask_applied", "your output matches *causal* attention: this exercise asks for no "
                 "mask, so every query may attend to every key.",
                 "drop the mask: softmax(q k^T / sqrt(d_k)) over all keys.", _single_head_causal),
+        Mistake("softmax_dim1", "right for one sequence, wrong on the batch: dim=1 is the keys only "
+                "for 2-D scores; for (B, T, T) it is the queries.",
+                "count from the end: torch.softmax(scores, dim=-1).", _single_head_softmax_dim1),
+        Mistake("scaled_by_d_v", "you divided the scores by sqrt(d_v), the width of the values, "
+                "instead of sqrt(d_k), the width of the queries and keys that were multiplied.",
+                "d_k = w_q.shape[-1]; d_v only sets the width of the output.",
+                _single_head_scaled_by_d_v),
+        RaisingMistake("linear_layout",
+                       "you wrote x @ w.T, lesson 01's habit: there the weights were in "
+                       "nn.Linear's (d_out, d_in) layout. Here w_q is (d_model, d_k), rows = "
+                       "input features, so the projection is x @ w_q with no transpose.",
+                       "q, k, v = x @ w_q, x @ w_k, x @ w_v.",
+                       _single_head_linear_layout),
     ],
     hint="project x three times (queries, keys, values), compute the weights as in Exercise 2.2, "
     "then average the values with them.",

@@ -1,0 +1,176 @@
+"""The facts that the text of notebooks/01_why_multiple_heads.ipynb states in words, the
+slips its exercise checks promise to name, and the exercise format of lessons 01 and 02.
+
+The lesson trains its models in the notebook; these tests train the same runs (same task,
+config and seeds, with the same public functions) and check the sentences that read the
+printed numbers: the exact averaging argument, the swaps against chance and by share band,
+and the heads' division of labour during training.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from course_utils import MultiHeadAttention, seed_everything
+from course_utils.exercises import lesson01
+from course_utils.two_relations import (
+    EVAL_SEED,
+    TrainConfig,
+    TwoKeyTask,
+    accuracy_by_share,
+    compare_heads,
+    swap_chance,
+    swap_fraction,
+    weight_on_keys,
+)
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+TASK = TwoKeyTask(num_items=8, num_keys=16, num_symbols=8, max_repeats=3)
+CONFIG = TrainConfig(d_model=16, hidden=64, steps=400, batch_size=256, lr=3e-3)
+RECORDED_STEPS = (0, 50, 100, 400)
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return TASK.sample(CONFIG.eval_size, seed=EVAL_SEED)
+
+
+@pytest.fixture(scope="module")
+def runs(held_out):
+    """The lesson's 10 runs (1 and 2 heads, seeds 0-4) and the 2-head weights at a few steps."""
+    recorded = {}
+
+    def record(num_heads, seed, step, model):
+        if num_heads == 2 and step in RECORDED_STEPS:
+            recorded[seed, step] = weight_on_keys(model, held_out)
+
+    results = compare_heads(TASK, heads=(1, 2), seeds=range(5), config=CONFIG, on_eval=record)
+    return results, recorded
+
+
+# -- section 2: the exact argument ----------------------------------------------------
+FEATURES = ["place", "person", "asking", "filler"]
+LEXICON = {"table": "place", "Sara": "person", "keys": "asking"}
+
+
+def _keys_layer() -> MultiHeadAttention:
+    layer = MultiHeadAttention(4, 1, bias=False)
+    w = torch.zeros(3, 4, 4)  # W_Q, W_K, W_V
+    w[0, 0, 2] = w[0, 2, 2] = 20.0  # the asking word asks for features 0 and 2
+    w[1, 0, 0] = w[2, 0, 0] = 1.0  # a place answers on feature 0
+    w[1, 2, 1] = w[2, 2, 1] = 1.0  # a person on feature 2
+    with torch.no_grad():
+        layer.in_proj.weight.copy_(w.reshape(12, 4))
+        layer.out_proj.weight.copy_(torch.eye(4))
+    return layer
+
+
+def _output_of_keys(layer, sentence: str) -> torch.Tensor:
+    words = sentence.split()
+    x = torch.zeros(1, len(words), 4)
+    for i, word in enumerate(words):
+        x[0, i, FEATURES.index(LEXICON.get(word, "filler"))] = 1.0
+    with torch.no_grad():
+        return layer(x)[0][0, words.index("keys")]
+
+
+def test_one_head_output_is_the_average_of_the_single_cases():
+    layer = _keys_layer()
+    both = _output_of_keys(layer, "The keys on the table belong to Sara")
+    table_only = _output_of_keys(layer, "The keys are on the table")
+    sara_only = _output_of_keys(layer, "The keys belong to Sara")
+    gap = (both - (table_only + sara_only) / 2).abs().max().item()
+    assert gap < 1e-4  # "to within the tiny leak" (the lesson prints 4.5e-05)
+    # so a W_O that gets the single cases right maps "table, Sara" to (0.5, 0.5)
+    singles, targets = torch.stack([table_only, sara_only]), torch.tensor([[1.0, 0, 0, 0], [0, 0, 1.0, 0]])
+    w_o = torch.linalg.pinv(singles) @ targets  # W_O^T that gets both single sentences right
+    assert torch.allclose(both @ w_o, torch.tensor([0.5, 0, 0.5, 0]), atol=1e-3)
+
+
+def test_heads_are_lower_dimensional_projections():
+    seed_everything(0)
+    layer = MultiHeadAttention(512, 8)
+    tokens = torch.randn(1, 3, 512)
+    q_heads = (tokens @ layer.in_proj.weight[:512].T).view(1, 3, 8, 64).transpose(1, 2)
+    assert tuple(q_heads.shape) == (1, 8, 3, 64) and layer.d_k == 64
+
+
+# -- section 5: swaps and the division of labour --------------------------------------
+def test_swaps_far_above_chance_and_in_the_high_share_bands(runs, held_out):
+    results, _ = runs
+    single = next(r.model for r in results if r.num_heads == 1 and r.seed == 0)
+    fraction, chance = swap_fraction(single, held_out), swap_chance(single, held_out)
+    assert 0.35 < fraction < 0.45 and 0.012 < chance < 0.015  # printed: 0.396 and 0.013
+    assert 25 < fraction / chance < 35  # "about 30 times"
+    bands = accuracy_by_share(single, held_out)
+    high = bands.index.isin(["[0.4, 0.5)", "[0.5, 1.0]"])
+    assert bands.loc[~high, "swapped"].sum() == 0  # no swaps while a has a clear minority
+    assert bands.loc["[0.0, 0.1)", "wrong"] > 0  # errors at the low end, none of them swaps
+    assert bands.loc["[0.4, 0.5)", "swapped"] / bands.loc["[0.4, 0.5)", "wrong"] > 0.85  # "nearly every"
+    assert bands.loc["[0.5, 1.0]", "swapped"] == bands.loc["[0.5, 1.0]", "wrong"]  # every error there
+    assert bands.loc[high, "swapped"].sum() / bands["wrong"].sum() == pytest.approx(fraction)
+
+
+def test_heads_start_interchangeable_and_end_divided(runs):
+    _, recorded = runs
+    prefers_a = {key: w[:, 0] - w[:, 1] for key, w in recorded.items()}  # (2,) per (seed, step)
+    for seed in range(5):
+        assert prefers_a[seed, 0].abs().max() < 0.09  # "neither prefers a key by more than 0.08"
+        assert prefers_a[seed, 100].prod() < 0  # "by step 100 ... lean towards different keys"
+        final = prefers_a[seed, 400]
+        assert final.max() > 0.85 and final.min() < -0.85  # "about 0.9 more weight on its own key"
+    assert prefers_a[1, 400][1] > 0.8  # seed 1: head 1 takes a
+    assert all(prefers_a[s, 400][0] > 0.8 for s in (0, 2, 3, 4))
+
+
+# -- slips that the generic test does not cover ----------------------------------------
+def test_1_2_layout_message_does_not_say_columns():
+    def x_at_w(x, w_q, w_k, num_heads):
+        T, d = x.shape
+        dk = d // num_heads
+        q = (x @ w_q).view(T, num_heads, dk).transpose(0, 1)
+        k = (x @ w_k).view(T, num_heads, dk).transpose(0, 1)
+        return q @ k.transpose(-2, -1) / dk**0.5
+
+    fb = lesson01.check_head_scores(x_at_w)
+    assert fb.mistake == "in_out_layout" and "sliced the columns" not in fb.message
+    assert "x @ w_q.T" in fb.message and "lesson 02" in fb.message
+
+
+def test_1_3_per_symbol_decoding_with_summed_logits():
+    def summed_logits(logits, target, num_symbols):
+        grid = logits.view(logits.shape[0], num_symbols, num_symbols)
+        a, b = grid.sum(2).argmax(1), grid.sum(1).argmax(1)
+        return torch.stack([(a == target // num_symbols).double().mean(),
+                            (b == target % num_symbols).double().mean()])
+
+    assert lesson01.check_relation_accuracy(summed_logits).mistake == "per_symbol_argmax"
+
+
+# -- the exercise format (lessons 01 and 02) ---------------------------------------------
+DIFFICULTY = re.compile(r"^> \*\*Difficulty\*\* [★☆]{5} · \*\*Importance\*\* [★☆]{5} · "
+                        r"\*\*Time\*\* ~\d+ min · \*\*Library use\*\* .+$")
+
+
+@pytest.mark.parametrize("name", ["01_why_multiple_heads", "02_single_head_attention"])
+def test_exercise_format(name):
+    cells = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).cells
+    lesson = "lesson" + name[:2]
+    prompts = [i for i, c in enumerate(cells)
+               if c.cell_type == "markdown" and c.source.startswith("### Exercise")]
+    assert len(prompts) == 4 if name.startswith("02") else len(prompts) == 3
+    for i in prompts:
+        lines = cells[i].source.splitlines()
+        assert DIFFICULTY.match(lines[1]), lines[1]
+        assert "<details><summary>Hint: common slips</summary>" in cells[i].source
+        solution, check = cells[i + 1], cells[i + 2]
+        fn = re.match(r"def (\w+)\(", solution.source).group(1)
+        assert "### BEGIN SOLUTION" in solution.source and "NBVAL" not in solution.source
+        assert re.fullmatch(rf"# NBVAL_CHECK_OUTPUT\nprint\({lesson}\.check_\w+\({fn}\)\)", check.source)
+        later = "\n".join(c.source for c in cells[i + 3:] if c.cell_type == "code")
+        assert not re.search(rf"\b{fn}\b", later), f"{fn} is used after its check"
