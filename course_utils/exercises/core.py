@@ -406,7 +406,7 @@ class Exercise:
         found: list[Callable[..., Any]] = [self.reference, *(m.implementation for m in self.mistakes)]
         found += self.forbidden
         module = sys.modules.get(getattr(_unwrap(self.reference), "__module__", None) or "")
-        if module is not None:
+        if module is not None and module.__name__.startswith(f"{__package__}.lesson"):
             found += [v for v in vars(module).values()
                       if isinstance(v, types.FunctionType) and v.__module__ == module.__name__]
             for name, value in vars(module).items():
