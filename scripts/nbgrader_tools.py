@@ -25,6 +25,7 @@ hand-graded answers as markdown cells starting ``**Answer (graded by hand, N poi
 from __future__ import annotations
 
 import copy
+import os
 import re
 import sys
 import tempfile
@@ -50,6 +51,7 @@ DIFFICULTY = re.compile(
 CHECK_CALL = re.compile(
     r"^(?:print\()?(?P<module>lesson\d\d)\.(?P<check>check_\w+)\((?P<arg>\w+)\)(?:\)|\.assert_passed\(\))?\s*$"
 )
+MARKERS = re.compile(r"(BEGIN|END) SOLUTION")  # what nbgrader looks for, anywhere in a line
 ANSWER = re.compile(r"^\*\*Answer \(graded by hand, (?P<points>\d+) points?\):\*\*\s*$")
 SCHEMA = 3
 
@@ -182,14 +184,15 @@ def convert(nb: nbformat.NotebookNode, name: str = "notebook") -> tuple[nbformat
                                                   points=points)
                 rows.append(ExerciseRow(lesson_id[-2:], heading["number"], heading["title"], grade_id, points,
                                         heading["difficulty"], heading["minutes"], "manual", heading["library"]))
-            elif BEGIN in cell.source or END in cell.source:
-                raise FormatError(f"{where}: a markdown cell quotes the solution markers; nbgrader would "
-                                  "take it for a solution region. Write them differently (e.g. 'BEGIN/END "
-                                  "SOLUTION markers').")
+            elif MARKERS.search(cell.source):
+                raise FormatError(f"{where}: a markdown cell quotes a solution marker; nbgrader takes any "
+                                  "line holding 'BEGIN SOLUTION' or 'END SOLUTION' for one. Describe the "
+                                  "markers in other words.")
             continue
         if cell.cell_type != "code" or BEGIN not in cell.source:
-            if cell.cell_type == "code" and END in cell.source:
-                raise FormatError(f"{where}: '{END}' without '{BEGIN}'.")
+            if cell.cell_type == "code" and MARKERS.search(cell.source):
+                raise FormatError(f"{where}: a solution marker outside a solution region ('{BEGIN}' "
+                                  f"... '{END}' inside a function body); nbgrader would refuse the lesson.")
             continue
         if cell.source.count(BEGIN) != cell.source.count(END):
             raise FormatError(f"{where}: unmatched solution markers.")
@@ -236,6 +239,10 @@ def student_notebooks(sources: dict[str, nbformat.NotebookNode]) -> dict[str, nb
     from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config
 
+    # nbgrader runs the `alembic` command for its gradebook: find it beside this Python
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     out: dict[str, nbformat.NotebookNode] = {}
     with tempfile.TemporaryDirectory() as tmp:
         course = Path(tmp)
