@@ -39,6 +39,7 @@ NOTEBOOKS = ROOT / "notebooks"
 STUDENT = ROOT / "student"
 INSTRUCTORS = ROOT / "INSTRUCTORS.md"
 
+KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"
 HEADING = re.compile(r"^#{2,4}\s*Exercise\s+(?P<number>\d+\.\d+)\s*[:.]\s*(?P<title>.+?)\s*$", re.MULTILINE)
@@ -123,7 +124,8 @@ def _split_legacy_cell(cell: nbformat.NotebookNode) -> nbformat.NotebookNode | N
     return check
 
 
-def convert(nb: nbformat.NotebookNode, name: str = "notebook") -> tuple[nbformat.NotebookNode, list[ExerciseRow]]:
+def convert(nb: nbformat.NotebookNode, name: str = "notebook",
+            ) -> tuple[nbformat.NotebookNode, list[ExerciseRow]]:
     """Give every exercise of ``nb`` its nbgrader metadata; return the notebook and its exercises.
 
     * each code cell holding a solution region becomes an autograded-answer cell
@@ -182,8 +184,9 @@ def convert(nb: nbformat.NotebookNode, name: str = "notebook") -> tuple[nbformat
                 points = int(answer["points"])
                 cell.metadata["nbgrader"] = _meta(grade_id, solution=True, grade=True, locked=False,
                                                   points=points)
-                rows.append(ExerciseRow(lesson_id[-2:], heading["number"], heading["title"], grade_id, points,
-                                        heading["difficulty"], heading["minutes"], "manual", heading["library"]))
+                rows.append(ExerciseRow(lesson_id[-2:], heading["number"], heading["title"], grade_id,
+                                        points, heading["difficulty"], heading["minutes"], "manual",
+                                        heading["library"]))
             elif MARKERS.search(cell.source):
                 raise FormatError(f"{where}: a markdown cell quotes a solution marker; nbgrader takes any "
                                   "line holding 'BEGIN SOLUTION' or 'END SOLUTION' for one. Describe the "
@@ -201,7 +204,8 @@ def convert(nb: nbformat.NotebookNode, name: str = "notebook") -> tuple[nbformat
                 raise FormatError(f"{where}: the solution region must sit inside a function body "
                                   "(indented), so the student version still runs this cell.")
         following = nb.cells[index + 1] if index + 1 < len(nb.cells) else None
-        call = _check_line(following.source) if following is not None and following.cell_type == "code" else None
+        is_code = following is not None and following.cell_type == "code"
+        call = _check_line(following.source) if is_code else None
         if call is None:
             raise FormatError(f"{where}: the solution cell must be followed by its check cell, "
                               f"'{CHECK_OUTPUT}' then 'print(lessonNN.check_xxx(fn))'.")
@@ -266,6 +270,14 @@ def student_notebooks(sources: dict[str, nbformat.NotebookNode]) -> dict[str, nb
     return out
 
 
+def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path) -> list[str]:
+    """Student notebooks in ``folder`` that differ from ``students``, are missing, or are extra."""
+    stale = [str(folder / name) for name, nb in students.items()
+             if not (folder / name).exists() or not _same(_read(folder / name), nb)]
+    stale += [str(p) for p in sorted(folder.glob("*.ipynb")) if p.name not in students]
+    return stale
+
+
 def release(*, write: bool = True) -> list[str]:
     """Convert every lesson in place and regenerate student/. Returns the files that changed
     (with ``write=False``, the files that *would* change, writing nothing)."""
@@ -280,19 +292,16 @@ def release(*, write: bool = True) -> list[str]:
             if write:
                 nbformat.write(nb, path)
     students = student_notebooks(converted)
-    expected = {STUDENT / name for name in students}
-    for name, nb in students.items():
-        target = STUDENT / name
-        if not target.exists() or not _same(_read(target), nb):
-            changed.append(str(target.relative_to(ROOT)))
-            if write:
-                STUDENT.mkdir(exist_ok=True)
-                nbformat.write(nb, target)
-    for extra in sorted(STUDENT.glob("*.ipynb")) if STUDENT.exists() else []:
-        if extra not in expected:  # a lesson that was renamed or removed
-            changed.append(str(extra.relative_to(ROOT)))
-            if write:
-                extra.unlink()
+    for stale in stale_students(students, STUDENT):
+        path = Path(stale)
+        changed.append(str(path.relative_to(ROOT)))
+        if not write:
+            continue
+        if path.name in students:
+            STUDENT.mkdir(exist_ok=True)
+            nbformat.write(students[path.name], path)
+        else:  # a lesson that was renamed or removed
+            path.unlink()
     return changed
 
 
