@@ -316,10 +316,12 @@ def table() -> str:
     """INSTRUCTORS.md's exercise table, from the lessons' headings and Difficulty lines."""
     lines = ["| Lesson | Exercise | Goal | grade_id | Points | Difficulty | Minutes | Graded | Library use |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in exercise_rows():
-        lines.append(f"| {r.lesson} | {r.number} | {r.title} | `{r.grade_id}` | {r.points} | "
-                     f"{r.difficulty or '—'} | {r.minutes or '—'} | {r.graded} | {r.library or '—'} |")
-    total = sum(r.points for r in exercise_rows())
+    rows = exercise_rows()
+    for r in rows:
+        title, library = (text.replace("|", "\\|") for text in (r.title, r.library or "—"))
+        lines.append(f"| {r.lesson} | {r.number} | {title} | `{r.grade_id}` | {r.points} | "
+                     f"{r.difficulty or '—'} | {r.minutes or '—'} | {r.graded} | {library} |")
+    total = sum(r.points for r in rows)
     lines.append(f"\n{len(lines) - 2} exercises, {total} points in all.")
     return "\n".join(lines)
 
@@ -327,8 +329,8 @@ def table() -> str:
 def write_table() -> bool:
     """Replace the table between INSTRUCTORS.md's markers; True when the file changed."""
     text = INSTRUCTORS.read_text()
-    new = re.sub(r"(<!-- exercise-table -->\n).*?(\n<!-- /exercise-table -->)",
-                 lambda m: m[1] + table() + m[2], text, flags=re.DOTALL)
+    new = re.sub(r"(<!-- exercise-table -->\n).*?(<!-- /exercise-table -->)",
+                 lambda m: m[1] + table() + "\n" + m[2], text, flags=re.DOTALL)
     if new != text:
         INSTRUCTORS.write_text(new)
     return new != text

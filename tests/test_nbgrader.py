@@ -83,6 +83,11 @@ def test_a_stale_or_missing_student_notebook_is_detected(generated, tmp_path):
         "03_dimension_walkthrough.ipynb", "04_pytorch_implementation.ipynb", "99_renamed.ipynb"]
 
 
+def test_instructors_exercise_table_is_current():
+    text = (ROOT / "INSTRUCTORS.md").read_text()
+    assert tools.table() in text, "run `python scripts/nbgrader_tools.py table --write`"
+
+
 def test_every_lesson_has_a_student_notebook_and_the_readme_links_them():
     assert [p.name for p in STUDENTS] == [p.name for p in LESSONS]
     readme = (ROOT / "README.md").read_text()
