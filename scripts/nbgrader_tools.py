@@ -119,6 +119,9 @@ def _split_legacy_cell(cell: nbformat.NotebookNode) -> nbformat.NotebookNode | N
         keep.pop()
     cell.source = "\n".join(keep)
     check = nbformat.v4.new_code_cell(f"{CHECK_OUTPUT}\n{calls[0].strip()}")
+    check.pop("id", None)
+    if "id" in cell:  # nbformat 4.5: a stable id, derived from the solution cell's
+        check["id"] = f"{cell['id'][:57]}-check"
     check.outputs, cell.outputs = _as_printed(cell.outputs), []
     check.execution_count, cell.execution_count = cell.execution_count, None
     return check
@@ -145,6 +148,8 @@ def convert(nb: nbformat.NotebookNode, name: str = "notebook",
     lesson_id = f"lesson{lesson.group(1)}" if lesson else "lesson"
     for cell in nb.cells:
         cell.metadata.pop("nbgrader", None)
+        if nb.nbformat_minor < 5:  # cell ids exist from nbformat 4.5 on
+            cell.pop("id", None)
     # older lessons keep the check inside the solution cell: split it off first
     cells: list = []
     for cell in nb.cells:
