@@ -38,7 +38,7 @@ __all__ = ["Case", "Mistake", "Exercise", "Feedback", "LIBRARY_TWINS", "outputs_
 
 # Ready-made implementations of what an exercise asks for, by check name. While the
 # learner's function runs, a call to any of these (or to the exercise's reference and
-# the other functions of its lesson module) is recorded, and the check names it instead
+# the private functions of its lesson module) is recorded, and the check names it instead
 # of passing the answer. Dotted names resolve lazily; a test keeps every key current.
 LIBRARY_TWINS: dict[str, tuple[str, ...]] = {
     "lesson01.check_attend": (
@@ -312,7 +312,7 @@ class Exercise:
         hint: a general hint for answers that match no known mistake.
         rtol, atol: tolerances for comparing outputs.
         forbidden: ready-made functions the answer may not call (besides the reference,
-            its lesson module's functions and :data:`LIBRARY_TWINS`).
+            its lesson module's private functions and :data:`LIBRARY_TWINS`).
     """
 
     title: str
@@ -402,13 +402,15 @@ class Exercise:
                         "(see its 'Library use' line).", mistake="called_reference")
 
     def _forbidden(self) -> list[Callable[..., Any]]:
-        """The reference, its lesson module's functions, and the package's twins of it."""
+        """The reference, the mistakes, its lesson module's private functions, and the
+        package's twins of it (:data:`LIBRARY_TWINS`, ``forbidden``)."""
         found: list[Callable[..., Any]] = [self.reference, *(m.implementation for m in self.mistakes)]
         found += self.forbidden
         module = sys.modules.get(getattr(_unwrap(self.reference), "__module__", None) or "")
         if module is not None and module.__name__.startswith(f"{__package__}.lesson"):
-            found += [v for v in vars(module).values()
-                      if isinstance(v, types.FunctionType) and v.__module__ == module.__name__]
+            found += [v for k, v in vars(module).items()  # its private helpers, not public ones
+                      if k.startswith("_") and isinstance(v, types.FunctionType)
+                      and v.__module__ == module.__name__]
             for name, value in vars(module).items():
                 if name.startswith("check_") and getattr(value, "__self__", None) is self:
                     key = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
