@@ -266,10 +266,15 @@ class _CallWatch:
     def __init__(self, functions: Sequence[Any]):
         self._codes: dict[Any, str] = {}
         self._builtins: dict[int, str] = {}
-        for f in functions:
+        for i, f in enumerate(functions):  # the first is the exercise's reference
             f = _unwrap(f)
             name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', repr(f))}".lstrip(".")
-            name = name.replace("course_utils.exercises.", "")
+            name = f"`{name.replace('course_utils.exercises.', '')}`"
+            if "<" in name:  # a lambda or a local function: its name says nothing
+                name = ""
+            if i == 0:
+                name = f"the exercise's reference solution {name}".rstrip()
+            name = name or "a function the check keeps for itself"
             code = getattr(f, "__code__", None)
             if code is not None:
                 self._codes.setdefault(code, name)
@@ -396,7 +401,7 @@ class Exercise:
 
     def _used_reference(self, name: str) -> Feedback:
         return Feedback(self.title, "mistake",
-                        f"you called the reference: your function uses `{name}`, a ready-made "
+                        f"you called the reference: your function uses {name}, a ready-made "
                         "implementation of what this exercise asks you to write.",
                         "write the computation yourself from the operations the exercise allows "
                         "(see its 'Library use' line).", mistake="called_reference")
