@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Set up and run the course with nothing but Python 3.10+.
 
-    python3 course.py lab     # open the course in JupyterLab
-    python3 course.py test    # run every test and every notebook
+    python3 course.py lab      # open the course in JupyterLab
+    python3 course.py test     # run every test and every notebook
+    python3 course.py release  # instructors: nbgrader metadata + student/ notebooks
 
 The first run creates a virtual environment in .venv and installs the pinned
 packages (constraints.txt); later runs skip the install unless those files changed.
@@ -67,7 +68,7 @@ def ensure_environment() -> None:
                      "venv module first: sudo apt install python3-venv")
     print("Installing the course's packages (first run only) ...", flush=True)
     cmd = [str(_bin("python")), "-m", "pip", "install", "--disable-pip-version-check",
-           "-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[dev,lab]"]
+           "-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[dev,lab,instructor]"]
     if os.environ.get("COURSE_TORCH_INDEX_URL"):
         cmd += ["--extra-index-url", os.environ["COURSE_TORCH_INDEX_URL"]]
     subprocess.run(cmd, check=True)
@@ -75,7 +76,7 @@ def ensure_environment() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"lab", "test", "setup"}:
+    if not argv or argv[0] not in {"lab", "test", "setup", "release"}:
         print(__doc__)
         return 2
     ensure_environment()
@@ -83,6 +84,9 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg")
     if command == "setup":
         return 0
+    if command == "release":  # convert the lessons in place, regenerate student/ and the table
+        tools = ROOT / "scripts" / "nbgrader_tools.py"
+        return subprocess.call([str(_bin("python")), str(tools), "release", *rest], cwd=ROOT, env=env)
     if command == "lab":
         env.pop("MPLBACKEND")
         args = list(rest)

@@ -101,3 +101,130 @@ def test_right_values_in_a_list_are_named():
 def test_an_uncomparable_answer_is_reported_not_raised():
     fb = EX.check(lambda x: (2 * x).to_sparse())
     assert not fb.passed
+
+
+# -- issue 11 item 8: only the stub's own bare raise is "not attempted" -------------------
+def test_not_implemented_from_real_code_is_an_error_not_not_attempted():
+    def helper(x):
+        raise NotImplementedError
+
+    def calls_a_helper(x):
+        return helper(x)
+
+    def raises_with_a_message(x):
+        raise NotImplementedError("complex inputs are not supported")
+
+    fb = EX.check(calls_a_helper)
+    assert fb.status == "error" and "NotImplementedError" in fb.message and "helper" in fb.message
+    fb = EX.check(raises_with_a_message)
+    assert fb.status == "error" and "complex inputs" in fb.message
+
+
+def test_the_nbgrader_stub_is_not_attempted():
+    namespace: dict = {}
+    exec("def answer(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n", namespace)
+    assert EX.check(namespace["answer"]).status == "not attempted"
+
+
+def test_exits_from_the_learners_function_do_not_escape():
+    import sys
+
+    def exits(x):
+        sys.exit(3)
+
+    def interrupted(x):
+        raise KeyboardInterrupt
+
+    fb = EX.check(exits)
+    assert fb.status == "error" and "sys.exit()" in fb.message
+    fb = EX.check(interrupted)
+    assert fb.status == "error" and "KeyboardInterrupt" in fb.message
+
+
+def test_wording_of_a_returned_tuple():
+    fb = EX.check(lambda x: (x, x))
+    assert "expected a tensor of shape (3,)" in fb.message and "one a tensor" not in fb.message
+
+
+# -- assert_passed: the autograder's form of a check --------------------------------------
+def test_assert_passed_prints_and_passes_quietly(capsys):
+    EX.check(lambda x: 2 * x).assert_passed()
+    assert capsys.readouterr().out.startswith("✅ double: correct")
+
+
+def test_assert_passed_raises_with_the_named_mistake(capsys):
+    import pytest
+
+    with pytest.raises(AssertionError, match="added 2 instead of doubling"):
+        EX.check(lambda x: x + 2).assert_passed()
+    assert "added 2 instead of doubling" in capsys.readouterr().out
+
+    def stub(x):
+        raise NotImplementedError
+
+    with pytest.raises(AssertionError, match="not attempted yet"):
+        EX.check(stub).assert_passed()
+
+
+# -- integrity: an answer that delegates to the reference is named ------------------------
+def _reference_double(x):
+    return 2 * x
+
+
+GUARDED = Exercise(
+    title="guarded",
+    reference=_reference_double,
+    make_cases=lambda: [Case((torch.arange(3.0),))],
+    forbidden=[torch.softmax, outputs_close],
+)
+
+
+def test_calling_the_reference_under_any_name_is_named():
+    alias = _reference_double
+    for answer in (_reference_double, lambda x: alias(x), lambda x: GUARDED.reference(x)):
+        fb = GUARDED.check(answer)
+        assert fb.mistake == "called_reference" and "_reference_double" in fb.message, fb
+    assert GUARDED.check(lambda x: x + x).passed
+    assert GUARDED.check_trusted(_reference_double).passed
+
+
+def test_calling_a_forbidden_library_function_is_named():
+    fb = GUARDED.check(lambda x: outputs_close(x, x) * 2 * x)
+    assert fb.mistake == "called_reference" and "outputs_close" in fb.message
+    fb = GUARDED.check(lambda x: torch.softmax(x, 0) * 0 + 2 * x)  # a builtin, seen too
+    assert fb.mistake == "called_reference" and "softmax" in fb.message
+
+
+def test_the_guard_restores_the_previous_profiler():
+    import sys
+
+    def profiler(frame, event, arg):
+        return None
+
+    sys.setprofile(profiler)
+    try:
+        GUARDED.check(lambda x: x + x)
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)
+
+
+def test_every_library_twin_names_a_real_check_and_real_functions():
+    import importlib
+
+    from course_utils.exercises.core import LIBRARY_TWINS, _resolve
+
+    for key, names in LIBRARY_TWINS.items():
+        module, check = key.split(".")
+        mod = importlib.import_module(f"course_utils.exercises.{module}")
+        assert callable(getattr(mod, check, None)), f"LIBRARY_TWINS: no check {key}"
+        for name in names:
+            assert _resolve(name) is not None, f"LIBRARY_TWINS[{key!r}]: {name} does not exist"
+
+
+def test_a_wrapper_of_a_library_twin_is_named():
+    from course_utils.exercises import lesson04
+    from course_utils.masks import to_torch_attn_mask, to_torch_key_padding_mask
+
+    fb = lesson04.check_masks_for_torch(lambda a, k: (to_torch_attn_mask(a), to_torch_key_padding_mask(k)))
+    assert fb.mistake == "called_reference" and "to_torch_attn_mask" in fb.message

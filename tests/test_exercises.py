@@ -1,5 +1,6 @@
-"""Every exercise: the reference passes, each known mistake gets its own diagnosis,
-and an unattempted stub is reported as not attempted."""
+"""Every exercise: the reference passes (on the trusted path), each known mistake gets
+its own diagnosis, an unattempted stub is reported as not attempted, and a learner who
+hands in the reference itself, or a wrapper of it, is told so."""
 
 import pytest
 
@@ -12,8 +13,17 @@ MISTAKES = [(name, m) for name, ex in EXERCISES.items() for m in ex.mistakes]
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_reference_passes(name):
     ex = EXERCISES[name]
-    fb = ex.check(ex.reference)
+    fb = ex.check_trusted(ex.reference)
     assert fb.passed, fb
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_handing_in_the_reference_is_named(name):
+    ex = EXERCISES[name]
+    reference = ex.reference
+    for answer in (reference, lambda *args, **kwargs: reference(*args, **kwargs)):
+        fb = ex.check(answer)
+        assert not fb.passed and fb.mistake == "called_reference", fb
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
@@ -26,7 +36,7 @@ def test_stub_is_not_attempted(name):
 
 @pytest.mark.parametrize("name,mistake", MISTAKES, ids=[f"{n}:{m.key}" for n, m in MISTAKES])
 def test_each_mistake_is_named(name, mistake):
-    fb = EXERCISES[name].check(mistake.implementation)
+    fb = EXERCISES[name].check_trusted(mistake.implementation)
     assert not fb.passed
     assert fb.mistake == mistake.key, f"expected diagnosis {mistake.key!r}, got {fb}"
 

@@ -97,8 +97,8 @@ def test_mask_check_accepts_bool_and_names_float_masks():
     assert ints.mistake == "float_masks"
 
 
-def test_forward_check_accepts_the_course_module():
-    """The exercise's reference is the same function as MultiHeadAttention."""
+def test_forward_check_names_a_wrapper_of_the_course_module():
+    """The course module computes the same function, so handing it in is named (issue 12)."""
     def via_module(x, w_in, b_in, w_out, b_out, num_heads):
         mha = MultiHeadAttention(x.shape[-1], num_heads).double()
         with torch.no_grad():
@@ -108,11 +108,13 @@ def test_forward_check_accepts_the_course_module():
             mha.out_proj.bias.copy_(b_out)
             return mha(x)[0]
 
-    assert lesson04.check_mha_forward(via_module).passed
+    assert lesson04.MHA_FORWARD.check_trusted(via_module).passed
+    assert lesson04.check_mha_forward(via_module).mistake == "called_reference"
 
 
-def test_stack_check_accepts_the_course_helper():
-    assert lesson04.check_stack_head_weights(stack_head_weights).passed
+def test_stack_check_names_the_course_helper():
+    assert lesson04.STACK_HEAD_WEIGHTS.check_trusted(stack_head_weights).passed
+    assert lesson04.check_stack_head_weights(stack_head_weights).mistake == "called_reference"
 
 
 # -- the checks recognise the slips the lesson names, written as a learner would ----------

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,11 +32,14 @@ def _pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def _pyproject_names() -> set[str]:
+def _pyproject_names(*, learner_only: bool = False) -> set[str]:
+    """Every dependency; ``learner_only`` leaves out the ``instructor`` extra (nbgrader),
+    which Binder and the conda file do not install."""
     project = _pyproject()["project"]
     reqs = list(project["dependencies"])
-    for extra in project["optional-dependencies"].values():
-        reqs += extra
+    for name, extra in project["optional-dependencies"].items():
+        if not (learner_only and name == "instructor"):
+            reqs += extra
     return {_name(r) for r in reqs}
 
 
@@ -68,7 +74,7 @@ def test_environment_yml_lists_the_same_packages():
     for dep in env["dependencies"]:
         if isinstance(dep, str) and _name(dep) not in {"python", "pip"}:
             names.add(_name(dep))
-    expected = {CONDA_NAMES.get(n, n) for n in _pyproject_names()}
+    expected = {CONDA_NAMES.get(n, n) for n in _pyproject_names(learner_only=True)}
     assert names == expected
     pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
     assert "-e ." in pip_section
@@ -77,7 +83,7 @@ def test_environment_yml_lists_the_same_packages():
 def test_binder_lists_the_same_packages_with_the_same_pins():
     lines = [line.strip() for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines()]
     reqs = [line for line in lines if line and not line.startswith(("#", "-"))]
-    assert {_name(r) for r in reqs} == _pyproject_names()
+    assert {_name(r) for r in reqs} == _pyproject_names(learner_only=True)
     pins = _pins()
     for req in reqs:
         name, version = req.split("==")
@@ -137,3 +143,59 @@ def test_notebook_is_clean(rel):
         for out in cell.get("outputs", []):
             assert out.get("output_type") != "error", "a stored error output"
     assert "NBVAL_CHECK_OUTPUT" in code, "at least one cell's output is checked by CI"
+
+
+# -- a non-editable install carries data/ (checkpoints, worked example) -----------------
+def _source_files() -> list[str]:
+    """What a clone holds: tracked files plus new, not ignored ones."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    return [name for name in listed if (ROOT / name).is_file()]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel pip builds for `pip install .` or `pip install git+...@tag`."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    for name in _source_files():
+        if name.endswith(".ipynb"):  # the lessons are not part of the package
+            continue
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-q", "-w", str(tmp / "dist"), str(src)],
+                   check=True, capture_output=True)
+    (found,) = (tmp / "dist").glob("course_utils-*.whl")
+    return found
+
+
+def test_wheel_ships_every_module_and_every_data_file(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+        assert path.relative_to(ROOT).as_posix() in names, f"the wheel leaves out {path.name}"
+    for path in sorted((ROOT / "data").rglob("*")):
+        if path.is_file():
+            assert f"course_utils/data/{path.relative_to(ROOT / 'data').as_posix()}" in names, \
+                f"the wheel leaves out data/{path.relative_to(ROOT / 'data')}"
+
+
+def test_installed_wheel_loads_a_checkpoint_and_the_worked_example(wheel, tmp_path):
+    site = tmp_path / "site-packages"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = (
+        "import course_utils, course_utils.paths as p\n"
+        "from course_utils import load_checkpoint\n"
+        "from course_utils.worked_example import load_worked_example\n"
+        "assert p.DATA_DIR == p.PACKAGE_DIR / 'data', p.DATA_DIR\n"
+        "model = load_checkpoint('induction')[0]\n"
+        "example = load_worked_example()\n"
+        "print(course_utils.__file__, type(model).__name__, len(example.heads))\n"
+    )
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    location, model, heads = result.stdout.split()
+    assert Path(location).is_relative_to(site), f"imported the checkout, not the wheel: {location}"
+    assert model == "TinyTransformer" and int(heads) >= 1

@@ -6,17 +6,27 @@ list of :class:`Mistake` s: deliberately wrong implementations of the usual erro
 returns :class:`Feedback`:
 
 * correct: matches the reference on every case;
-* not attempted: the function still raises ``NotImplementedError``;
+* not attempted: the function is still the stub, whose own body raises a bare
+  ``NotImplementedError`` (one raised deeper, by real code, is reported as an error);
 * a named mistake: the output matches one of the known-wrong implementations, so we
   can say *what* is wrong (softmax over the wrong axis, missing 1/sqrt(d_k), ...);
-* wrong shape / wrong values / raised an error: a plain description and a hint.
+* wrong shape / wrong values / raised an error: a plain description and a hint;
+* used the reference: the function called the exercise's own reference code, or the
+  package's (or torch's) ready-made implementation of the same thing, which the
+  exercise asks you to write (``Exercise.forbidden`` and :data:`LIBRARY_TWINS`).
 
-A check never raises at the learner: every failure becomes a message.
+A check never raises at the learner: every failure becomes a message, even
+``sys.exit()`` or ``KeyboardInterrupt`` from inside the learner's function. For
+autograding, :meth:`Feedback.assert_passed` prints the same feedback and raises
+``AssertionError`` carrying it when the answer is not correct.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +34,63 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Case", "Mistake", "Exercise", "Feedback", "outputs_close", "describe_value"]
+__all__ = ["Case", "Mistake", "Exercise", "Feedback", "LIBRARY_TWINS", "outputs_close", "describe_value"]
+
+# Ready-made implementations of what an exercise asks for, by check name. While the
+# learner's function runs, a call to any of these (or to the exercise's reference and
+# the private functions of its lesson module) is recorded, and the check names it instead
+# of passing the answer. Dotted names resolve lazily; a test keeps every key current.
+LIBRARY_TWINS: dict[str, tuple[str, ...]] = {
+    "lesson01.check_attend": (
+        "course_utils.attention.scaled_dot_product_attention",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
+    "lesson02.check_attention_weights": (
+        "course_utils.attention.scaled_dot_product_attention",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
+    "lesson02.check_causal_attention_weights": (
+        "course_utils.attention.scaled_dot_product_attention",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
+    "lesson02.check_single_head_attention": (
+        "course_utils.attention.scaled_dot_product_attention",
+        "course_utils.attention.MultiHeadAttention.forward",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
+    "lesson03.check_merge_heads": ("course_utils.attention.MultiHeadAttention.merge_heads",),
+    "lesson03.check_parameter_count": (
+        "course_utils.shapes.mha_parameter_count",
+        "course_utils.shapes.count_parameters",
+        "course_utils.shapes.parameter_table",
+    ),
+    "lesson03.check_score_macs": (
+        "course_utils.shapes.mha_macs",
+        "course_utils.shapes.measured_macs",
+        "course_utils.shapes.cost_table",
+    ),
+    "lesson04.check_stack_head_weights": (
+        "course_utils.naive_mha.stack_head_weights",
+        "course_utils.naive_mha.naive_from_batched",
+    ),
+    "lesson04.check_mha_forward": (
+        "course_utils.attention.scaled_dot_product_attention",
+        "course_utils.attention.MultiHeadAttention.forward",
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "torch.nn.MultiheadAttention.forward",
+    ),
+    "lesson04.check_masks_for_torch": (
+        "course_utils.masks.to_torch_attn_mask",
+        "course_utils.masks.to_torch_key_padding_mask",
+    ),
+    "lesson05.check_previous_token_score": ("course_utils.scores.previous_token_score",),
+    "lesson05.check_induction_score": ("course_utils.scores.induction_score",),
+}
+
+# Exits that are not ``Exception`` s but must still end in feedback, not escape the check.
+_EXITS = (SystemExit, KeyboardInterrupt, GeneratorExit)
+_STUB_MESSAGES = ("", "your code here")
 
 
 @dataclass
@@ -70,6 +136,16 @@ class Feedback:
     @property
     def passed(self) -> bool:
         return self.status == "correct"
+
+    def assert_passed(self) -> None:
+        """Print this feedback, then raise ``AssertionError`` carrying it unless correct.
+
+        The autograder's test cells call this, so a learner sees the same message as in
+        practice, and nbgrader records a failed test with the named mistake.
+        """
+        print(self)
+        if not self.passed:
+            raise AssertionError(str(self))
 
     def __bool__(self) -> bool:
         return self.passed
@@ -136,6 +212,94 @@ def _call(fn: Callable[..., Any], case: Case) -> Any:
     return fn(*args, **kwargs)
 
 
+def _unwrap(fn: Any) -> Any:
+    """The plain function behind a partial, a bound method or a decorated function."""
+    for _ in range(10):
+        inner = getattr(fn, "func", None) or getattr(fn, "__func__", None) or getattr(fn, "__wrapped__", None)
+        if inner is None:
+            return fn
+        fn = inner
+    return fn
+
+
+def _resolve(dotted: str) -> Any:
+    """``"pkg.module.Class.attr"`` -> the object, or None when it does not exist."""
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[split:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def _is_stub(fn: Callable[..., Any], exc: NotImplementedError) -> bool:
+    """True when ``exc`` is the stub's own bare ``raise NotImplementedError``.
+
+    It must come from the learner's function itself (the innermost frame of the
+    traceback runs ``fn``'s code), with no message or the stub's placeholder message.
+    """
+    if len(exc.args) > 1 or (exc.args and str(exc.args[0]).strip() not in _STUB_MESSAGES):
+        return False
+    code = getattr(_unwrap(fn), "__code__", None)
+    tb = exc.__traceback__
+    if tb is None or code is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code is code
+
+
+class _CallWatch:
+    """Records, while active, the first call to any of ``functions`` (Python or builtin).
+
+    Uses ``sys.setprofile``, so a forbidden function is recognised under any alias or
+    import path; the previous profiler is restored on exit.
+    """
+
+    def __init__(self, functions: Sequence[Any]):
+        self._codes: dict[Any, str] = {}
+        self._builtins: dict[int, str] = {}
+        for i, f in enumerate(functions):  # the first is the exercise's reference
+            f = _unwrap(f)
+            name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', repr(f))}".lstrip(".")
+            name = f"`{name.replace('course_utils.exercises.', '')}`"
+            if "<" in name:  # a lambda or a local function: its name says nothing
+                name = ""
+            if i == 0:
+                name = f"the exercise's reference solution {name}".rstrip()
+            name = name or "a function the check keeps for itself"
+            code = getattr(f, "__code__", None)
+            if code is not None:
+                self._codes.setdefault(code, name)
+            elif callable(f):
+                self._builtins.setdefault(id(f), name)
+        self.used: str | None = None
+        self._previous: Any = None
+
+    def _profile(self, frame: Any, event: str, arg: Any) -> None:
+        if self.used is not None:
+            return
+        if event == "call":
+            self.used = self._codes.get(frame.f_code)
+        elif event == "c_call":
+            self.used = self._builtins.get(id(arg))
+
+    def __enter__(self) -> _CallWatch:
+        self._previous = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        sys.setprofile(self._previous)
+
+
 def _shape_of(x: Any) -> tuple | None:
     arr = _as_array(x)
     return None if arr is None else arr.shape
@@ -152,6 +316,8 @@ class Exercise:
         mistakes: known-wrong implementations, tried in order.
         hint: a general hint for answers that match no known mistake.
         rtol, atol: tolerances for comparing outputs.
+        forbidden: ready-made functions the answer may not call (besides the reference,
+            its lesson module's private functions and :data:`LIBRARY_TWINS`).
     """
 
     title: str
@@ -161,30 +327,54 @@ class Exercise:
     hint: str = ""
     rtol: float = 1e-5
     atol: float = 1e-6
+    forbidden: list[Callable[..., Any]] = field(default_factory=list)
+    _guarded: bool = field(default=True, init=False, repr=False, compare=False)
 
     def _close(self, got: Any, expected: Any) -> bool:
         return outputs_close(got, expected, rtol=self.rtol, atol=self.atol)
 
     def check(self, fn: Callable[..., Any]) -> Feedback:
-        """Grade ``fn``; never raises."""
+        """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named."""
+        return self._check(fn, self._forbidden() if self._guarded else [])
+
+    def check_trusted(self, fn: Callable[..., Any]) -> Feedback:
+        """Grade ``fn`` without the reference guard: for the course's own tests, which feed
+        the reference and the known mistakes themselves."""
+        self._guarded = False
+        try:
+            return self.check(fn)  # a subclass's check() still adds its own diagnoses
+        finally:
+            self._guarded = True
+
+    def _check(self, fn: Callable[..., Any], forbidden: list[Callable[..., Any]]) -> Feedback:
         if not callable(fn):
             return Feedback(self.title, "error", f"expected a function, got {describe_value(fn)}",
                             "pass the function itself, without calling it: check(my_fn)")
         cases = list(self.make_cases())
         outputs = []
+        watch = _CallWatch(forbidden)
         for case in cases:
             args, kwargs = case.fresh()
             try:
-                outputs.append(fn(*args, **kwargs))
-            except NotImplementedError:
-                return Feedback(self.title, "not attempted",
-                                "not attempted yet: replace `raise NotImplementedError` with "
-                                "your code, then run this cell again.", self.hint)
+                with watch:
+                    outputs.append(fn(*args, **kwargs))
+            except NotImplementedError as exc:
+                if watch.used is None and _is_stub(fn, exc):
+                    return Feedback(self.title, "not attempted",
+                                    "not attempted yet: replace `raise NotImplementedError` with "
+                                    "your code, then run this cell again.", self.hint)
+                feedback = self._raised(exc, case)
+            except _EXITS as exc:  # sys.exit(), an interrupt: reported, never let out
+                feedback = self._raised(exc, case)
             except Exception as exc:  # the learner's bug, reported without a traceback
-                where = f" on {case.label}" if case.label else ""
-                return Feedback(self.title, "error",
-                                f"your function raised {type(exc).__name__}{where}: {exc}",
-                                self.hint)
+                feedback = self._raised(exc, case)
+            else:
+                if watch.used is None:
+                    continue
+                feedback = None
+            if watch.used is not None:  # the call explains the error, or the right answer
+                return self._used_reference(watch.used)
+            return feedback
         expected = [_call(self.reference, c) for c in cases]
         try:
             return self._grade(cases, outputs, expected)
@@ -192,6 +382,45 @@ class Exercise:
             return Feedback(self.title, "wrong",
                             f"could not compare your answer with the expected one: you returned "
                             f"{describe_value(outputs[0])} ({type(exc).__name__}: {exc}).", self.hint)
+
+    def _raised(self, exc: BaseException, case: Case) -> Feedback:
+        where = f" on {case.label}" if case.label else ""
+        detail = f": {exc}" if str(exc) else ""
+        if isinstance(exc, SystemExit):
+            what = f"your function called sys.exit() / exit(){where}; return a value instead"
+            return Feedback(self.title, "error", what + ".", self.hint)
+        origin = ""
+        if isinstance(exc, NotImplementedError):  # not the stub's own raise: say where it came from
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            if tb is not None:
+                origin = f" (raised inside `{tb.tb_frame.f_code.co_name}`, not by your function's stub)"
+        return Feedback(self.title, "error",
+                        f"your function raised {type(exc).__name__}{where}{detail}{origin}", self.hint)
+
+    def _used_reference(self, name: str) -> Feedback:
+        return Feedback(self.title, "mistake",
+                        f"you called the reference: your function uses {name}, a ready-made "
+                        "implementation of what this exercise asks you to write.",
+                        "write the computation yourself from the operations the exercise allows "
+                        "(see its 'Library use' line).", mistake="called_reference")
+
+    def _forbidden(self) -> list[Callable[..., Any]]:
+        """The reference, the mistakes, its lesson module's private functions, and the
+        package's twins of it (:data:`LIBRARY_TWINS`, ``forbidden``)."""
+        found: list[Callable[..., Any]] = [self.reference, *(m.implementation for m in self.mistakes)]
+        found += self.forbidden
+        module = sys.modules.get(getattr(_unwrap(self.reference), "__module__", None) or "")
+        if module is not None and module.__name__.startswith(f"{__package__}.lesson"):
+            found += [v for k, v in vars(module).items()  # its private helpers, not public ones
+                      if k.startswith("_") and isinstance(v, types.FunctionType)
+                      and v.__module__ == module.__name__]
+            for name, value in vars(module).items():
+                if name.startswith("check_") and getattr(value, "__self__", None) is self:
+                    key = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
+                    found += [f for f in map(_resolve, LIBRARY_TWINS.get(key, ())) if f is not None]
+        return found
 
     def _grade(self, cases, outputs, expected) -> Feedback:
         if all(self._close(g, e) for g, e in zip(outputs, expected, strict=True)):
@@ -243,7 +472,7 @@ class Exercise:
             if any(outputs_close(g, exp, rtol=self.rtol, atol=self.atol) for g in got):
                 return wrong(f"you returned {describe_value(got)}{label}; one of them is right: "
                              "return only that one.")
-            return wrong(f"expected one {describe_value(exp)}{label}, but you returned "
+            return wrong(f"expected {describe_value(exp)}{label}, but you returned "
                          f"{describe_value(got)}.")
         if exp_arr is not None and got_arr is not None and got_arr.shape == exp_arr.shape:
             finite = np.isfinite(got_arr)

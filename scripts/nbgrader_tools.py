@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""nbgrader tooling: solution notebooks -> nbgrader-native lessons and student notebooks.
+
+    python scripts/nbgrader_tools.py convert notebooks/*.ipynb
+        Add nbgrader metadata to each lesson, in place (idempotent: a second run
+        changes nothing). See :func:`convert` for what the exercise format must be.
+    python scripts/nbgrader_tools.py release
+        ``convert`` every lesson in notebooks/, then write student/NN_topic.ipynb for
+        each with ``nbgrader generate_assignment`` (one assignment per lesson, in a
+        throw-away course directory). ``python3 course.py release`` runs this.
+    python scripts/nbgrader_tools.py check
+        Exit 1 (and say which) when a lesson is not converted or a student notebook is
+        stale, i.e. when ``release`` would change a file.
+    python scripts/nbgrader_tools.py table
+        Print the exercise table (Markdown) that INSTRUCTORS.md holds; ``table --write``
+        replaces it between INSTRUCTORS.md's ``<!-- exercise-table -->`` markers.
+
+The exercise format (the course's developers' guide) is what makes this mechanical:
+a heading ``### Exercise N.K: title`` with a ``> **Difficulty** ★★☆☆☆ · ...`` line;
+one code cell whose function body holds ``### BEGIN SOLUTION`` ... ``### END SOLUTION``;
+the next code cell ``# NBVAL_CHECK_OUTPUT`` + ``print(lessonNN.check_xxx(fn))``; and
+hand-graded answers as markdown cells starting ``**Answer (graded by hand, N points):**``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+STUDENT = ROOT / "student"
+INSTRUCTORS = ROOT / "INSTRUCTORS.md"
+
+KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"
+HEADING = re.compile(r"^#{2,4}\s*Exercise\s+(?P<number>\d+\.\d+)\s*[:.]\s*(?P<title>.+?)\s*$", re.MULTILINE)
+DIFFICULTY = re.compile(
+    r"^>\s*\*\*Difficulty\*\*\s*(?P<difficulty>[★☆]+)\s*·\s*\*\*Importance\*\*\s*(?P<importance>[★☆]+)"
+    r"\s*·\s*\*\*Time\*\*\s*~?\s*(?P<minutes>\d+)\s*min\s*·\s*\*\*Library use\*\*\s*(?P<library>.+?)\s*$",
+    re.MULTILINE,
+)
+# the check, in any of the forms a lesson may hold: print(...), bare, or already converted
+CHECK_CALL = re.compile(
+    r"^(?:print\()?(?P<module>lesson\d\d)\.(?P<check>check_\w+)\((?P<arg>\w+)\)(?:\)|\.assert_passed\(\))?\s*$"
+)
+MARKERS = re.compile(r"(BEGIN|END) SOLUTION")  # what nbgrader looks for, anywhere in a line
+ANSWER = re.compile(r"^\*\*Answer \(graded by hand, (?P<points>\d+) points?\):\*\*\s*$")
+SCHEMA = 3
+
+
+class FormatError(ValueError):
+    """A notebook does not follow the exercise format; the message says where and how."""
+
+
+@dataclass
+class ExerciseRow:
+    """One exercise, for INSTRUCTORS.md's table."""
+
+    lesson: str
+    number: str
+    title: str
+    grade_id: str
+    points: int
+    difficulty: str
+    minutes: str
+    graded: str  # "auto" | "manual"
+    library: str
+
+
+def _meta(grade_id: str, *, solution: bool, grade: bool, locked: bool, points: int | None = None) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": SCHEMA,
+            "solution": solution, "task": False}
+    if points is not None:
+        meta["points"] = points
+    return meta
+
+
+def _check_line(source: str) -> re.Match | None:
+    """The check call of a check cell: only the marker, the call and blank lines allowed."""
+    lines = [line for line in source.strip().splitlines() if line.strip() and line.strip() != CHECK_OUTPUT]
+    return CHECK_CALL.match(lines[0].strip()) if len(lines) == 1 else None
+
+
+def _as_printed(outputs: list) -> list:
+    """A displayed Feedback (``execute_result``) becomes the text its ``print`` gives."""
+    fixed = []
+    for out in outputs:
+        if out.get("output_type") == "execute_result" and "text/plain" in out.get("data", {}):
+            text = out["data"]["text/plain"]
+            fixed.append(nbformat.v4.new_output("stream", name="stdout", text=text.rstrip("\n") + "\n"))
+        else:
+            fixed.append(out)
+    return fixed
+
+
+def _split_legacy_cell(cell: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
+    """An older lesson's solution cell that ends with its own check: split the check off.
+
+    Returns the new check cell (with the solution cell's outputs), or None when the
+    solution cell holds no check.
+    """
+    lines = cell.source.rstrip().splitlines()
+    end = max(i for i, line in enumerate(lines) if line.strip().startswith(END))
+    tail = [line for line in lines[end + 1:] if line.strip() and not line.startswith((" ", "\t"))]
+    calls = [line for line in tail if CHECK_CALL.match(line.strip())]
+    if not calls:
+        return None
+    keep = [line for line in lines if line not in calls and line.strip() != CHECK_OUTPUT]
+    while keep and not keep[-1].strip():
+        keep.pop()
+    cell.source = "\n".join(keep)
+    check = nbformat.v4.new_code_cell(f"{CHECK_OUTPUT}\n{calls[0].strip()}")
+    check.pop("id", None)
+    if "id" in cell:  # nbformat 4.5: a stable id, derived from the solution cell's
+        check["id"] = f"{cell['id'][:57]}-check"
+    check.outputs, cell.outputs = _as_printed(cell.outputs), []
+    check.execution_count, cell.execution_count = cell.execution_count, None
+    return check
+
+
+def convert(nb: nbformat.NotebookNode, name: str = "notebook",
+            ) -> tuple[nbformat.NotebookNode, list[ExerciseRow]]:
+    """Give every exercise of ``nb`` its nbgrader metadata; return the notebook and its exercises.
+
+    * each code cell holding a solution region becomes an autograded-answer cell
+      (``grade_id`` ``lessonNN_xxx`` from the check ``lessonNN.check_xxx`` after it);
+    * the check cell after it becomes a locked test cell ``lessonNN_xxx_test`` whose
+      source is ``lessonNN.check_xxx(fn).assert_passed()`` (it prints the same feedback
+      and raises ``AssertionError`` with the named mistake), worth the exercise's
+      Difficulty stars in points (1 when the exercise has no Difficulty line);
+    * each ``**Answer (graded by hand, N points):**`` markdown cell becomes a manually
+      graded answer cell worth N points, ``grade_id`` ``lessonNN_exN_K_answer``.
+
+    Every other cell loses any nbgrader metadata, so the result depends only on the
+    cells' text: converting twice gives the same notebook. Raises :class:`FormatError`.
+    """
+    nb = copy.deepcopy(nb)
+    lesson = re.match(r"(\d\d)", name)
+    lesson_id = f"lesson{lesson.group(1)}" if lesson else "lesson"
+    for cell in nb.cells:
+        cell.metadata.pop("nbgrader", None)
+        if nb.nbformat_minor < 5:  # cell ids exist from nbformat 4.5 on
+            cell.pop("id", None)
+    # older lessons keep the check inside the solution cell: split it off first
+    cells: list = []
+    for cell in nb.cells:
+        cells.append(cell)
+        if cell.cell_type == "code" and BEGIN in cell.source:
+            check = _split_legacy_cell(cell)
+            if check is not None:
+                cells.append(check)
+    nb.cells = cells
+
+    rows: list[ExerciseRow] = []
+    used: set[str] = set()
+    heading = {"number": "?", "title": "?", "difficulty": "", "minutes": "", "library": ""}
+
+    def unique(grade_id: str) -> str:
+        candidate, n = grade_id, 2
+        while candidate in used:
+            candidate, n = f"{grade_id}_{n}", n + 1
+        used.add(candidate)
+        return candidate
+
+    for index, cell in enumerate(nb.cells):
+        where = f"{name}, cell {index}"
+        if cell.cell_type == "markdown":
+            found = HEADING.search(cell.source)
+            if found:
+                heading = {"number": found["number"], "title": found["title"].strip(),
+                           "difficulty": "", "minutes": "", "library": ""}
+                stars = DIFFICULTY.search(cell.source)
+                if stars:
+                    heading.update(difficulty=stars["difficulty"], minutes=stars["minutes"],
+                                   library=stars["library"].strip())
+            first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+            answer = ANSWER.match(first.strip())
+            if answer:
+                grade_id = unique(f"{lesson_id}_ex{heading['number'].replace('.', '_')}_answer")
+                points = int(answer["points"])
+                cell.metadata["nbgrader"] = _meta(grade_id, solution=True, grade=True, locked=False,
+                                                  points=points)
+                rows.append(ExerciseRow(lesson_id[-2:], heading["number"], heading["title"], grade_id,
+                                        points, heading["difficulty"], heading["minutes"], "manual",
+                                        heading["library"]))
+            elif MARKERS.search(cell.source):
+                raise FormatError(f"{where}: a markdown cell quotes a solution marker; nbgrader takes any "
+                                  "line holding 'BEGIN SOLUTION' or 'END SOLUTION' for one. Describe the "
+                                  "markers in other words.")
+            continue
+        if cell.cell_type != "code" or BEGIN not in cell.source:
+            if cell.cell_type == "code" and MARKERS.search(cell.source):
+                raise FormatError(f"{where}: a solution marker outside a solution region ('{BEGIN}' "
+                                  f"... '{END}' inside a function body); nbgrader would refuse the lesson.")
+            continue
+        if cell.source.count(BEGIN) != cell.source.count(END):
+            raise FormatError(f"{where}: unmatched solution markers.")
+        for line in cell.source.splitlines():
+            if line.strip().startswith(BEGIN) and not line.startswith((" ", "\t")):
+                raise FormatError(f"{where}: the solution region must sit inside a function body "
+                                  "(indented), so the student version still runs this cell.")
+        following = nb.cells[index + 1] if index + 1 < len(nb.cells) else None
+        is_code = following is not None and following.cell_type == "code"
+        call = _check_line(following.source) if is_code else None
+        if call is None:
+            raise FormatError(f"{where}: the solution cell must be followed by its check cell, "
+                              f"'{CHECK_OUTPUT}' then 'print(lessonNN.check_xxx(fn))'.")
+        base = f"{call['module']}_{call['check'].removeprefix('check_')}"
+        grade_id = unique(base)
+        points = heading["difficulty"].count("★") or 1
+        cell.metadata["nbgrader"] = _meta(grade_id, solution=True, grade=False, locked=False)
+        following.source = f"{CHECK_OUTPUT}\n{call['module']}.{call['check']}({call['arg']}).assert_passed()"
+        following.outputs = _as_printed(following.get("outputs", []))
+        following.metadata["nbgrader"] = _meta(unique(f"{grade_id}_test"), solution=False, grade=True,
+                                               locked=True, points=points)
+        rows.append(ExerciseRow(lesson_id[-2:], heading["number"], heading["title"], grade_id, points,
+                                heading["difficulty"], heading["minutes"], "auto", heading["library"]))
+    return nb, rows
+
+
+def _lessons() -> list[Path]:
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def _read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def _same(a: nbformat.NotebookNode, b: nbformat.NotebookNode) -> bool:
+    return nbformat.writes(a) == nbformat.writes(b)
+
+
+def student_notebooks(sources: dict[str, nbformat.NotebookNode]) -> dict[str, nbformat.NotebookNode]:
+    """``nbgrader generate_assignment`` on converted lessons (name -> notebook), in a temp course.
+
+    Each lesson is its own assignment (named after the notebook); returns the student
+    versions by the same names. Raises RuntimeError with nbgrader's log when it refuses.
+    """
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config import Config
+
+    # nbgrader runs the `alembic` command for its gradebook: find it beside this Python
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    out: dict[str, nbformat.NotebookNode] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        course = Path(tmp)
+        config = Config()
+        config.CourseDirectory.root = str(course)
+        config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+        config.GenerateAssignment.force = True
+        api = NbGraderAPI(config=config)
+        for name, nb in sources.items():
+            stem = Path(name).stem
+            folder = course / "source" / stem
+            folder.mkdir(parents=True)
+            nbformat.write(nb, folder / name)
+            result = api.generate_assignment(stem, force=True, create=True)
+            if not result.get("success"):
+                raise RuntimeError(f"nbgrader generate_assignment refused {name}:\n{result.get('error')}\n"
+                                   f"{result.get('log')}")
+            student = _read(course / "release" / stem / name)
+            student.metadata = copy.deepcopy(nb.metadata)  # the lesson's kernelspec, nothing else
+            out[name] = student
+    return out
+
+
+def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path) -> list[str]:
+    """Student notebooks in ``folder`` that differ from ``students``, are missing, or are extra."""
+    stale = [str(folder / name) for name, nb in students.items()
+             if not (folder / name).exists() or not _same(_read(folder / name), nb)]
+    stale += [str(p) for p in sorted(folder.glob("*.ipynb")) if p.name not in students]
+    return stale
+
+
+def release(*, write: bool = True) -> list[str]:
+    """Convert every lesson in place and regenerate student/. Returns the files that changed
+    (with ``write=False``, the files that *would* change, writing nothing)."""
+    changed: list[str] = []
+    converted: dict[str, nbformat.NotebookNode] = {}
+    for path in _lessons():
+        original = _read(path)
+        nb, _ = convert(original, path.name)
+        converted[path.name] = nb
+        if not _same(nb, original):
+            changed.append(str(path.relative_to(ROOT)))
+            if write:
+                nbformat.write(nb, path)
+    students = student_notebooks(converted)
+    for stale in stale_students(students, STUDENT):
+        path = Path(stale)
+        changed.append(str(path.relative_to(ROOT)))
+        if not write:
+            continue
+        if path.name in students:
+            STUDENT.mkdir(exist_ok=True)
+            nbformat.write(students[path.name], path)
+        else:  # a lesson that was renamed or removed
+            path.unlink()
+    return changed
+
+
+def exercise_rows() -> list[ExerciseRow]:
+    rows: list[ExerciseRow] = []
+    for path in _lessons():
+        rows += convert(_read(path), path.name)[1]
+    return rows
+
+
+def table() -> str:
+    """INSTRUCTORS.md's exercise table, from the lessons' headings and Difficulty lines."""
+    lines = ["| Lesson | Exercise | Goal | grade_id | Points | Difficulty | Minutes | Graded | Library use |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    rows = exercise_rows()
+    for r in rows:
+        title, library = (text.replace("|", "\\|") for text in (r.title, r.library or "—"))
+        lines.append(f"| {r.lesson} | {r.number} | {title} | `{r.grade_id}` | {r.points} | "
+                     f"{r.difficulty or '—'} | {r.minutes or '—'} | {r.graded} | {library} |")
+    total = sum(r.points for r in rows)
+    lines.append(f"\n{len(lines) - 2} exercises, {total} points in all.")
+    return "\n".join(lines)
+
+
+def write_table() -> bool:
+    """Replace the table between INSTRUCTORS.md's markers; True when the file changed."""
+    text = INSTRUCTORS.read_text()
+    new = re.sub(r"(<!-- exercise-table -->\n).*?(<!-- /exercise-table -->)",
+                 lambda m: m[1] + table() + "\n" + m[2], text, flags=re.DOTALL)
+    if new != text:
+        INSTRUCTORS.write_text(new)
+    return new != text
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    command, args = argv[0], argv[1:]
+    try:
+        if command == "convert":
+            for name in args:
+                path = Path(name)
+                nb, rows = convert(_read(path), path.name)
+                nbformat.write(nb, path)
+                print(f"{name}: {len(rows)} graded exercise(s)")
+        elif command == "release":
+            changed = release()
+            if INSTRUCTORS.exists() and write_table():
+                changed.append("INSTRUCTORS.md")
+            print("\n".join(f"wrote {c}" for c in changed) or "everything was current")
+        elif command == "check":
+            stale = release(write=False)
+            if INSTRUCTORS.exists() and INSTRUCTORS.read_text().count(table()) == 0:
+                stale.append("INSTRUCTORS.md (exercise table)")
+            if stale:
+                print("stale (run `python3 course.py release`):\n  " + "\n  ".join(stale))
+                return 1
+            print("lessons converted, student notebooks and INSTRUCTORS.md current")
+        elif command == "table":
+            if args == ["--write"]:
+                print("INSTRUCTORS.md updated" if write_table() else "INSTRUCTORS.md was current")
+            else:
+                print(table())
+        else:
+            print(__doc__)
+            return 2
+    except FormatError as exc:
+        print(f"exercise format: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

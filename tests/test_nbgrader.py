@@ -1,0 +1,304 @@
+"""nbgrader: the lessons are nbgrader-native, student/ is current and leak-free, and the
+release -> validate -> autograde -> export cycle works (issue 12).
+
+* every lesson in notebooks/ is converted (a second conversion changes nothing), and
+  student/ is exactly what ``python3 course.py release`` would write (stale -> fail);
+* no solution text, no printed reference in any student notebook;
+* every student notebook runs end to end, failing only in its locked test cells;
+* a small course directory in a temp folder (one lesson-format notebook using real
+  checks): ``validate`` passes the solution and fails the release, ``autograde`` gives
+  full marks to the solution, 0 to the blank release and partial marks to a partly
+  right answer, and ``export`` writes a CSV.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytest.importorskip("nbgrader", reason="the instructor extra (nbgrader) is not installed")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import nbgrader_tools as tools  # noqa: E402
+
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+STUDENTS = sorted((ROOT / "student").glob("*.ipynb"))
+# Known leaks in lessons being rewritten on other branches: strict, so the marker must go
+# as soon as the lesson is fixed (issue 12: lesson 02 prints a reference with getsource).
+KNOWN_LEAKS = {"02_single_head_attention.ipynb"}
+# printing source code, or a lesson exercise's reference (lesson 00's own warm-up is no leak)
+READS_A_REFERENCE = re.compile(r"getsource|lesson\d\d\.\w+\.reference|\b_\w*reference\w*\(")
+
+
+def _grader(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def _is_test_cell(cell) -> bool:
+    meta = _grader(cell)
+    return meta.get("grade", False) and not meta.get("solution", False) and meta.get("locked", False)
+
+
+# -- the committed files are current ------------------------------------------------------
+@pytest.fixture(scope="module")
+def generated() -> dict[str, nbformat.NotebookNode]:
+    converted = {p.name: tools.convert(tools._read(p), p.name)[0] for p in LESSONS}
+    return tools.student_notebooks(converted)
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_lesson_is_converted_and_conversion_is_idempotent(path):
+    nb = tools._read(path)
+    converted, rows = tools.convert(nb, path.name)
+    assert tools._same(converted, nb), f"run `python3 course.py release`: {path.name} is not converted"
+    ids = [_grader(c)["grade_id"] for c in nb.cells if _grader(c)]
+    assert len(ids) == len(set(ids)), f"duplicate grade_id in {path.name}"
+    for i, cell in enumerate(nb.cells):
+        if _grader(cell).get("solution") and cell.cell_type == "code":
+            test = nb.cells[i + 1]
+            assert _is_test_cell(test) and test.metadata["nbgrader"]["points"] >= 1
+            assert test.source.rstrip().endswith(".assert_passed()")
+
+
+def test_student_notebooks_are_current(generated):
+    stale = tools.stale_students(generated, tools.STUDENT)
+    assert not stale, f"stale student notebooks (run `python3 course.py release`): {stale}"
+
+
+def test_a_stale_or_missing_student_notebook_is_detected(generated, tmp_path):
+    for path in STUDENTS:
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    edited = tmp_path / "03_dimension_walkthrough.ipynb"
+    nb = tools._read(edited)
+    nb.cells[0].source += "\nan edit made after the release"
+    nbformat.write(nb, edited)
+    (tmp_path / "04_pytorch_implementation.ipynb").unlink()
+    (tmp_path / "99_renamed.ipynb").write_bytes(STUDENTS[0].read_bytes())
+    assert sorted(Path(p).name for p in tools.stale_students(generated, tmp_path)) == [
+        "03_dimension_walkthrough.ipynb", "04_pytorch_implementation.ipynb", "99_renamed.ipynb"]
+
+
+def test_instructors_exercise_table_is_current():
+    text = (ROOT / "INSTRUCTORS.md").read_text()
+    assert tools.table() in text, "run `python scripts/nbgrader_tools.py table --write`"
+
+
+def test_every_lesson_has_a_student_notebook_and_the_readme_links_them():
+    assert [p.name for p in STUDENTS] == [p.name for p in LESSONS]
+    readme = (ROOT / "README.md").read_text()
+    assert "student/" in readme and "INSTRUCTORS.md" in readme
+
+
+# -- integrity: nothing of a solution reaches a student ------------------------------------
+def _solution_regions(source: str) -> list[list[str]]:
+    regions, current = [], None
+    for line in source.splitlines():
+        if tools.BEGIN in line:
+            current = []
+        elif tools.END in line and current is not None:
+            regions.append(current)
+            current = None
+        elif current is not None and line.strip() and not line.strip().startswith("#"):
+            current.append(line.strip())
+    return regions
+
+
+def _leaks(solution: nbformat.NotebookNode, student: nbformat.NotebookNode) -> list[str]:
+    found = []
+    student_code = [c.source for c in student.cells if c.cell_type == "code"]
+    for cell in student.cells:
+        if tools.MARKERS.search(cell.source):
+            found.append("a solution marker survived")
+        if cell.get("outputs"):
+            found.append("a stored output (it could print a reference)")
+        if READS_A_REFERENCE.search(cell.source):
+            found.append(f"a cell reads a reference: {cell.source.splitlines()[0][:60]!r}")
+    for cell in solution.cells:
+        for region in _solution_regions(cell.source):
+            body = "\n".join(region)
+            for code in student_code:
+                lines = "\n".join(line.strip() for line in code.splitlines() if line.strip())
+                if body and body in lines:
+                    found.append(f"a whole solution body appears in a student cell: {region[0]!r}")
+    return found
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_no_solution_text_in_the_student_notebook(path, request):
+    if path.name in KNOWN_LEAKS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="prints a reference; fixed on its "
+                                              "lesson's branch (issue 12): drop it from KNOWN_LEAKS"))
+    leaks = _leaks(tools._read(path), tools._read(ROOT / "student" / path.name))
+    assert not leaks, leaks
+
+
+def test_the_leak_finder_finds_leaks():
+    solution = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "def f(x):\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION")])
+    for bad in ("def g(x):\n    y = x + 1\n    return y", "print(inspect.getsource(lesson02.f))",
+                "lesson02.SOFTMAX.reference"):
+        student = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(bad)])
+        assert _leaks(solution, student), bad
+    blank = nbformat.v4.new_code_cell("def f(x):\n    raise NotImplementedError()")
+    clean = nbformat.v4.new_notebook(cells=[blank])
+    assert not _leaks(solution, clean)
+
+
+# -- the student notebooks run, failing only in their test cells ---------------------------
+def _execute(nb: nbformat.NotebookNode, folder: Path) -> nbformat.NotebookNode:
+    from nbclient import NotebookClient
+
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env_path) if p)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(folder)}})
+    try:
+        client.execute()
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+    return nb
+
+
+def _errors_outside_test_cells(nb: nbformat.NotebookNode) -> tuple[list[str], list[str]]:
+    """(errors in ordinary cells, test cells that did not fail with a 'not attempted' assertion)."""
+    stray, quiet = [], []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if _is_test_cell(cell):
+            first = errors[0] if errors else None
+            if not (first and first.ename == "AssertionError" and "not attempted yet" in first.evalue):
+                quiet.append(f"cell {i}: {cell.source.splitlines()[-1]}")
+        elif errors:
+            stray.append(f"cell {i}: {errors[0].ename}: {errors[0].evalue[:200]}")
+    return stray, quiet
+
+
+@pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.name)
+def test_student_notebook_runs_with_errors_only_in_its_test_cells(path):
+    nb = _execute(tools._read(path), ROOT / "notebooks")
+    stray, quiet = _errors_outside_test_cells(nb)
+    assert not stray, f"cells other than test cells failed (a cascading error?): {stray}"
+    assert not quiet, f"test cells that did not report 'not attempted': {quiet}"
+
+
+# -- a scripted nbgrader course directory ---------------------------------------------------
+TINY = [
+    ("markdown", "# A tiny lesson\n\nTwo checked exercises and one answer graded by hand."),
+    ("code", "import torch\n\nfrom course_utils.exercises import lesson03"),
+    ("markdown", "### Exercise 3.3: count the parameters\n"
+                 "> **Difficulty** ★★☆☆☆ · **Importance** ★★★☆☆ · **Time** ~5 min · "
+                 "**Library use** plain Python; `course_utils.shapes` no"),
+    ("code", "def parameter_count(d_model: int, num_heads: int, bias: bool = True) -> int:\n"
+             "    ### BEGIN SOLUTION\n"
+             "    d_k = d_model // num_heads\n"
+             "    weights = 3 * num_heads * d_model * d_k + d_model * d_model\n"
+             "    return weights + (4 * d_model if bias else 0)\n"
+             "    ### END SOLUTION"),
+    ("code", "# NBVAL_CHECK_OUTPUT\nprint(lesson03.check_parameter_count(parameter_count))"),
+    ("markdown", "### Exercise 3.2: merge the heads\n"
+                 "> **Difficulty** ★☆☆☆☆ · **Importance** ★★★★☆ · **Time** ~5 min · "
+                 "**Library use** torch ops yes; `course_utils` no"),
+    ("code", "def merge_heads(heads: torch.Tensor) -> torch.Tensor:\n"
+             "    ### BEGIN SOLUTION\n"
+             "    B, h, T, dk = heads.shape\n"
+             "    return heads.transpose(1, 2).reshape(B, T, h * dk)\n"
+             "    ### END SOLUTION"),
+    ("code", "# NBVAL_CHECK_OUTPUT\nprint(lesson03.check_merge_heads(merge_heads))"),
+    ("markdown", "### Exercise 3.5: why split the width\n"
+                 "> **Difficulty** ★★☆☆☆ · **Importance** ★★★☆☆ · **Time** ~5 min · **Library use** none"),
+    ("markdown", "**Answer (graded by hand, 3 points):**\n\nSo that h heads cost what one wide head costs."),
+    ("code", "print('the lesson goes on without the learners functions')"),
+]
+
+
+def _tiny_notebook() -> nbformat.NotebookNode:
+    make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell}
+    nb = nbformat.v4.new_notebook(cells=[make[kind](source) for kind, source in TINY])
+    nb.metadata = {"kernelspec": tools.KERNEL, "language_info": {"name": "python"}}
+    return nb
+
+
+def _api(course: Path):
+    """nbgrader's Python API on ``course`` (in-process: one import, no CLI start-ups)."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config import Config
+
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    config.Execute.timeout = 120
+    return NbGraderAPI(config=config), config
+
+
+def _ok(result: dict) -> None:
+    assert result.get("success"), f"{result.get('error')}\n{result.get('log')}"
+
+
+def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkeypatch):
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+    from nbgrader.validator import Validator
+
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    course = tmp_path / "course"
+    (course / "source" / "tiny").mkdir(parents=True)
+    solution, rows = tools.convert(_tiny_notebook(), "03_tiny.ipynb")
+    assert [(r.grade_id, r.points, r.graded) for r in rows] == [
+        ("lesson03_parameter_count", 2, "auto"), ("lesson03_merge_heads", 1, "auto"),
+        ("lesson03_ex3_5_answer", 3, "manual")]
+    source = course / "source" / "tiny" / "tiny.ipynb"
+    nbformat.write(solution, source)
+    api, config = _api(course)
+
+    _ok(api.generate_assignment("tiny", force=True, create=True))
+    released = course / "release" / "tiny" / "tiny.ipynb"
+    student = tools._read(released)
+    assert not _leaks(solution, student)
+    validator = Validator(config=config)
+    assert not validator.validate(str(source)), "nbgrader validate fails the solution"
+    failed = validator.validate(str(released)).get("failed", [])
+    errors = sorted(f.get("raw_error", f["error"]) for f in failed)
+    assert len(errors) == 3, failed  # two checks, and the answer graded by hand left blank
+    assert "did not provide a response" in errors[-1]
+    assert all("AssertionError" in e and "not attempted yet" in e for e in errors[:2]), errors
+
+    # alice hands in the solution, bob the blank release, carol one right answer of two
+    partly = tools._read(released)
+    code = next(c for c in partly.cells if _grader(c).get("grade_id") == "lesson03_parameter_count")
+    code.source = next(c.source for c in solution.cells
+                       if _grader(c).get("grade_id") == "lesson03_parameter_count").replace(
+        "    ### BEGIN SOLUTION\n", "").replace("\n    ### END SOLUTION", "")
+    ast.parse(code.source)
+    for name, nb in (("alice", solution), ("bob", student), ("carol", partly)):
+        folder = course / "submitted" / name / "tiny"
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / "tiny.ipynb")
+        _ok(api.autograde("tiny", name, force=True, create=True))
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        scores = {name: gradebook.find_submission("tiny", name) for name in ("alice", "bob", "carol")}
+        assert scores["alice"].max_code_score == 3
+        assert {n: s.code_score for n, s in scores.items()} == {"alice": 3, "bob": 0, "carol": 2}
+        assert scores["alice"].max_score == 6  # 3 autograded + 3 graded by hand
+        graded = tools._read(course / "autograded" / "carol" / "tiny" / "tiny.ipynb")
+        failure = [o for c in graded.cells if _grader(c).get("grade_id") == "lesson03_merge_heads_test"
+                   for o in c.outputs if o.output_type == "error"]
+        assert failure and failure[0].ename == "AssertionError" and "not attempted yet" in failure[0].evalue
+
+        exporter = CsvExportPlugin(config=config)
+        exporter.to = str(tmp_path / "grades.csv")
+        exporter.export(gradebook)
+    with open(tmp_path / "grades.csv") as f:
+        grades = {row["student_id"]: row for row in csv.DictReader(f)}
+    assert float(grades["alice"]["raw_score"]) == 3 and float(grades["bob"]["raw_score"]) == 0
