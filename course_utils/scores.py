@@ -517,8 +517,8 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     With no options the logits equal ``model(tokens)[0]``. ``keep_attention=False`` uses the
     fused attention kernel and leaves ``attention`` empty (faster, less memory).
     """
-    from .masks import causal_mask  # local: scores stays importable without the model code
     from .attention import scaled_dot_product_attention
+    from .masks import causal_mask  # local: scores stays importable without the model code
 
     config = model.config
     L, h, d = config.num_layers, config.num_heads, config.d_model

@@ -20,23 +20,29 @@ from course_utils.heatmaps import model_attention, sentence_attention_fn
 from course_utils.model import TinyTransformer
 from course_utils.scores import (
     agreement_score,
+    attention_mass,
+    chance_level,
     direct_logit_attribution,
+    first_token_score,
     head_output_norms,
     in_context_mass,
     induction_key_mask,
+    induction_positions,
+    induction_score,
     next_token_loss,
     ov_copying_score,
     previous_token_by_position,
-    trace_heads,
-    attention_mass,
-    chance_level,
-    first_token_score,
-    induction_positions,
-    induction_score,
     previous_token_score,
+    trace_heads,
     verdict,
 )
-from course_utils.tasks import PREPOSITIONS, WORD_TO_ID, agreement_accuracy, agreement_margins, induction_accuracy
+from course_utils.tasks import (
+    PREPOSITIONS,
+    WORD_TO_ID,
+    agreement_accuracy,
+    agreement_margins,
+    induction_accuracy,
+)
 from course_utils.train import (
     AGREEMENT_TASK,
     INDUCTION_TASK,
@@ -330,7 +336,8 @@ def test_previous_token_heads_work_only_early(induction, heldout_batch):
     longest = max(INDUCTION_TASK.train_periods)
     assert longest == 16
     positions = torch.arange(heldout_batch.tokens.shape[1])
-    stripes = torch.stack([induction_key_mask(len(positions), int(p), start=1) for p in heldout_batch.periods])
+    stripes = torch.stack([induction_key_mask(len(positions), int(p), start=1)
+                           for p in heldout_batch.periods])
     late_q = positions > longest
     on_stripes = (attention[1] * stripes[:, None]).sum(-1)[..., late_q]
     on_first = (attention[1] * (stripes & (positions <= longest + 1))[:, None]).sum(-1)[..., late_q]
@@ -373,7 +380,8 @@ def test_parked_heads_write_large_vectors_the_model_uses(induction, probe, induc
     parked_first = layer1[..., first, :2].sum(-1).mean(dim=(0, 2))
     parked_second = layer1[..., second, :2].sum(-1).mean(dim=(0, 2))
     uniform = torch.tril(torch.ones(PROBE_LEN, PROBE_LEN)) / torch.arange(1, PROBE_LEN + 1)[:, None]
-    chance_first, chance_second = float(uniform[first, :2].sum(-1).mean()), float(uniform[second, :2].sum(-1).mean())
+    chance_first = float(uniform[first, :2].sum(-1).mean())
+    chance_second = float(uniform[second, :2].sum(-1).mean())
     assert abs(chance_first - 0.404) < 0.001 and abs(chance_second - 0.125) < 0.001
     assert float(parked_first.min()) > 2 * chance_first and float(parked_second.max()) < chance_second / 2
     norms = head_output_norms(trace)[1]  # (64, h, 21)
@@ -395,7 +403,8 @@ def test_parked_heads_write_large_vectors_the_model_uses(induction, probe, induc
     rows = torch.zeros_like(probe, dtype=torch.bool)
     rows[:, 1:PERIOD] = True
     even = sum(math.log(63 - seen) for seen in range(1, PERIOD)) / (PERIOD - 1)
-    with_parked, without = next_token_loss(trace.logits, probe, rows), next_token_loss(removed.logits, probe, rows)
+    with_parked = next_token_loss(trace.logits, probe, rows)
+    without = next_token_loss(removed.logits, probe, rows)
     assert without - with_parked > 1.5, "about 2 nats worse without the parked writes"
     assert 0 < with_parked - even < 0.3, "otherwise close to the even guess"
 
@@ -474,8 +483,9 @@ def test_ablation_losses_and_mean_ablation(induction, agreement, sentences, held
 
     def split(off, how):
         right = agreement_margins(logits("agreement", off, how), batch) > 0
-        return (float(right[attractor].float().mean()), float(right[attractor & ~batch.plural].float().mean()),
-                float(right[attractor & batch.plural].float().mean()), int((~right[attractor & batch.plural]).sum()))
+        singular, plural = right[attractor & ~batch.plural], right[attractor & batch.plural]
+        return (float(right[attractor].float().mean()), float(singular.float().mean()),
+                float(plural.float().mean()), int((~plural).sum()))
 
     layer1 = [(1, h) for h in range(4)]
     zero_l1h2, zero_layer, mean_l1h2, mean_layer = (split([(1, 2)], "zero"), split(layer1, "zero"),
