@@ -131,6 +131,10 @@ def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Seq
     return fig
 
 
+CONTROLS_NOTE = ("[interactive controls (sentence, layer, head): they need Jupyter with ipywidgets; "
+                 "the figure above is the starting choice]")
+
+
 class AttentionExplorer:
     """Pick a sentence (or type one), a layer and a head; see that head's heatmap.
 
@@ -302,7 +306,10 @@ class AttentionExplorer:
                 plt.close(result)
 
         try:
-            display(self._controls(text, layer, head, draw))
+            controls = self._controls(text, layer, head, draw)
+            bundle = dict(controls._repr_mimebundle_() or {})
+            bundle["text/plain"] = CONTROLS_NOTE  # a saved page shows this, not the widget's repr
+            display(bundle, raw=True)
         except ImportError:
             print("ipywidgets is not installed: only the static figure is shown.")
 

@@ -7,6 +7,9 @@ other mistakes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from ..scores import (
@@ -18,7 +21,7 @@ from ..scores import (
     induction_score,
     previous_token_score,
 )
-from .core import Case, Exercise, Mistake
+from .core import Case, Exercise, Feedback, Mistake
 
 __all__ = [
     "PREVIOUS_TOKEN_SCORE",
@@ -80,6 +83,10 @@ def _prev_clamped_position_zero(pattern: torch.Tensor) -> torch.Tensor:
     return pattern[:, rows, (rows - 1).clamp(min=0)].mean(-1)  # query 0 reads key 0: A[0, 0]
 
 
+def _prev_diagonal_default_dims(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(-1).mean(-1)  # default dim1=0, dim2=1: runs over heads and queries
+
+
 def _prev_mean_over_heads(pattern: torch.Tensor) -> torch.Tensor:
     return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(0)  # (T-1,): one value per position
 
@@ -118,6 +125,11 @@ PREVIOUS_TOKEN_SCORE = Exercise(
                 "reads A[0, 0]: under a causal mask that is always 1, a free point for every head.",
                 "query 0 has no previous token: leave it out and average over queries 1 .. T-1 only.",
                 _prev_clamped_position_zero),
+        Mistake("diagonal_default_dims", "you called pattern.diagonal(-1) with its default dimensions "
+                "(dim1=0, dim2=1): on an (h, T, T) pattern that diagonal runs across the head axis and the "
+                "query axis, pairing head i+1 with query i, so you got one number per key, not per head.",
+                "name the two axes of the T x T matrix: pattern.diagonal(offset=-1, dim1=-2, dim2=-1).",
+                _prev_diagonal_default_dims),
         Mistake("mean_over_heads", "you averaged over the heads instead of over the positions: you "
                 "returned one number per position, but we want one number per head.",
                 "average over the last axis of the sub-diagonal (positions), keep the head axis.",
@@ -160,6 +172,18 @@ def _induction_only_second_copy(pattern: torch.Tensor, period: int) -> torch.Ten
     return pattern[:, queries, keys].mean(-1)  # only one period back: misses the earlier copies
 
 
+def _induction_all_rows(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return induction_score(pattern, period, start=1, average_over="all rows", check_rows=False)
+
+
+def _induction_mean_over_copies(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    seq_len = pattern.shape[-1]
+    queries, _ = induction_positions(seq_len, period, start=1)
+    keys = induction_key_mask(seq_len, period, start=1).to(pattern.dtype)  # (T, T)
+    per_query = (pattern * keys).sum(-1) / keys.sum(-1).clamp(min=1)  # mean over earlier copies
+    return per_query[:, queries].mean(-1)
+
+
 def _induction_cases() -> list[Case]:
     seq_len, period = 12, 4  # BOS + 4 tokens + 4 + 3: queries 9..11 have two earlier copies
     ideal = torch.stack([ideal_pattern("induction", seq_len, period=period, start=1),
@@ -196,6 +220,16 @@ INDUCTION_SCORE = Exercise(
                 "for each query, sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... while "
                 "k >= 2 (the occurrence k - 1 must be a token, not BOS), then average over queries.",
                 _induction_only_second_copy),
+        Mistake("all_rows", "you divided by all T rows (as TransformerLens's detect_head does), so the "
+                "first copy and BOS, which have nothing to copy, count as zeros: a perfect head scores "
+                "only (T - 1 - period) / T, and a 0.5 line no longer means what it means here.",
+                "average only over the queries of the repeated part, q = period + 1 .. T - 1.",
+                _induction_all_rows),
+        Mistake("mean_over_copies", "you averaged over the earlier copies instead of adding them up: a "
+                "head that splits its weight between two earlier copies is doing induction with all of it, "
+                "but your score halves it.",
+                "sum the weights on k = q - period + 1, q - 2*period + 1, ... for each query, then average "
+                "over the queries.", _induction_mean_over_copies),
     ],
     hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
          "(k >= 2), then average over q: shape (h,).",
@@ -211,6 +245,19 @@ ROLE_MAKERS = {
     "sink": lambda T, p: ideal_pattern("first token", T),
     "duplicate": lambda T, p: _duplicate_token_pattern(T, p, 1),
 }
+
+
+def _key_one_decoy(seq_len: int, period: int) -> torch.Tensor:
+    """``(T, T)``: an induction head, except that from each query q = period, 2*period, ... it looks
+    at key 1 (the token after BOS). Forgetting BOS (start=0) counts those rows as induction."""
+    pattern = ideal_pattern("induction", seq_len, period=period, start=1)
+    rows = torch.arange(period, seq_len, period)
+    pattern[rows] = 0.0
+    pattern[rows, 1] = 1.0
+    return pattern
+
+
+ROLE_MAKERS["key one"] = _key_one_decoy
 
 
 def _planted(layout: dict[str, tuple[int, int]], num_layers: int, num_heads: int, seq_len: int,
@@ -246,6 +293,10 @@ def _find_swapped(attention: list[torch.Tensor], period: int) -> tuple[int, int]
     return head, layer
 
 
+def _find_forgot_bos(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    return best_head(induction_score(attention, period, start=0, check_rows=False))
+
+
 def _find_last_layer_only(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
     scores = induction_score(attention[-1], period, start=1, check_rows=False)  # (h,): last layer only
     return len(attention) - 1, int(scores.argmax())
@@ -257,6 +308,8 @@ def _find_cases() -> list[Case]:
         # the induction head need not sit in the last layer (here: the middle one of three)
         ({"induction": (1, 3), "previous": (0, 3), "sink": (2, 2), "duplicate": (2, 1)}, 3, 4, 15, 6, 70),
         ({"sink": (0, 0), "induction": (0, 2), "previous": (1, 1), "duplicate": (1, 0)}, 2, 3, 11, 4, 80),
+        # a decoy that wins only if the first copy's last token (position `period`) is scored
+        ({"key one": (0, 1), "induction": (1, 2), "previous": (0, 0)}, 2, 3, 13, 4, 90),
     ]
     return [Case((_planted(layout, L, h, T, p, seed), p), label=f"{L} layers x {h} heads, period {p}")
             for layout, L, h, T, p, seed in layouts]
@@ -284,7 +337,42 @@ FIND_INDUCTION_HEAD = Exercise(
         Mistake("last_layer_only", "you searched only the last layer. Induction heads often sit there, but "
                 "not always: in some of the tests the best induction head is in an earlier layer.",
                 "score every head of every layer and take the best of them all.", _find_last_layer_only),
+        Mistake("forgot_bos", "your score forgot that BOS sits at position 0 (start=0): it counts the last "
+                "token of the first copy as a repeat, and the token right after BOS as something to copy, so "
+                "a head that looks at position 1 from there wins.",
+                "the first copy is positions 1 .. period; score queries period + 1 .. T - 1 and keys k >= 2.",
+                _find_forgot_bos),
     ],
     hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
 )
-check_find_induction_head = FIND_INDUCTION_HEAD.check
+LIBRARY_SCORES = ("induction_score",)  # exercise 5.3 asks for the learner's own score
+
+
+def _names_used(fn: object) -> set[str]:
+    """Every global or attribute name the code of ``fn`` refers to, nested functions included."""
+    names: set[str] = set()
+    stack = [getattr(fn, "__code__", None)]
+    while stack:
+        code = stack.pop()
+        if code is None:
+            continue
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return names
+
+
+def check_find_induction_head(fn: Callable[..., Any]) -> Feedback:
+    """Grade exercise 5.3; an answer that calls ``course_utils.scores.induction_score`` is turned
+    back (the exercise asks for the learner's own score), whatever it returns. Never raises."""
+    try:
+        used = sorted(_names_used(fn) & set(LIBRARY_SCORES))
+    except Exception:  # an odd callable: let the ordinary check speak
+        used = []
+    if used:
+        return Feedback(FIND_INDUCTION_HEAD.title, "mistake",
+                        f"your function calls {used[0]} from course_utils.scores: this exercise asks you to "
+                        "rank the heads with your own score, so that a slip in it shows here.",
+                        "reuse the loop of exercise 5.2 (or write the stripes again) and return the "
+                        "(layer, head) of the largest score; best_head may pick the maximum.",
+                        mistake="library_score")
+    return FIND_INDUCTION_HEAD.check(fn)

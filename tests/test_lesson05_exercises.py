@@ -1,0 +1,68 @@
+"""Lesson 05's exercise slips that are not plain ``Mistake`` objects, and the slips added for
+issue 10, fed as a learner would write them (loops, not the reference's vector code)."""
+
+from __future__ import annotations
+
+import torch
+
+from course_utils.exercises import lesson05
+from course_utils.scores import best_head, induction_score
+
+
+def test_find_head_with_the_library_score_is_turned_back():
+    def uses_library(attention, period):
+        return best_head(induction_score(attention, period, start=1))
+
+    feedback = lesson05.check_find_induction_head(uses_library)
+    assert not feedback.passed and feedback.mistake == "library_score"
+    assert "your own score" in feedback.message
+
+
+def test_find_head_with_a_nested_library_call_is_turned_back():
+    def nested(attention, period):
+        def score(layers):
+            return induction_score(layers, period, start=1)
+        return best_head(score(attention))
+
+    assert lesson05.check_find_induction_head(nested).mistake == "library_score"
+
+
+def _own_score(pattern, period, first_query, first_key):
+    T = pattern.shape[-1]
+    per_query = [pattern[:, q, torch.arange(q - period + 1, first_key - 1, -period)].sum(dim=-1)
+                 for q in range(first_query, T)]
+    return torch.stack(per_query, dim=-1).mean(dim=-1)
+
+
+def test_find_head_with_own_score_passes_and_forgetting_bos_fails():
+    def own(attention, period):
+        return best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in attention]))
+
+    def forgot_bos(attention, period):  # queries from `period`, keys from 1: BOS not skipped
+        return best_head(torch.stack([_own_score(p, period, period, 1) for p in attention]))
+
+    assert lesson05.check_find_induction_head(own).passed
+    feedback = lesson05.check_find_induction_head(forgot_bos)
+    assert not feedback.passed and feedback.mistake == "forgot_bos"
+
+
+def test_learner_style_slips_in_the_scores_are_named():
+    def default_dims(pattern):
+        return pattern.diagonal(-1).mean(-1)
+
+    assert lesson05.check_previous_token_score(default_dims).mistake == "diagonal_default_dims"
+
+    def all_rows(pattern, period):  # TransformerLens-style: sum over the repeated part / all T rows
+        T = pattern.shape[-1]
+        total = sum(pattern[:, q, torch.arange(q - period + 1, 1, -period)].sum(dim=-1)
+                    for q in range(period + 1, T))
+        return total / T
+
+    def mean_over_copies(pattern, period):
+        T = pattern.shape[-1]
+        per_query = [pattern[:, q, torch.arange(q - period + 1, 1, -period)].mean(dim=-1)
+                     for q in range(period + 1, T)]
+        return torch.stack(per_query, dim=-1).mean(dim=-1)
+
+    assert lesson05.check_induction_score(all_rows).mistake == "all_rows"
+    assert lesson05.check_induction_score(mean_over_copies).mistake == "mean_over_copies"
