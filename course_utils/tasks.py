@@ -12,13 +12,17 @@ token and copy what came after it.
 *Agreement.* Word-level sentences from a toy English grammar, ending with the verb whose
 number must agree with the subject, across prepositional phrases and relative clauses that
 may contain an *attractor* noun of the opposite number ("the keys near the door are").
+
+*Mixture.* Both tasks in one vocabulary (lesson 6): induction tokens keep their ids,
+agreement words come after them; each batch holds induction sequences and sentences
+(right-padded), so one model must learn both and its heads may split the work.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -40,6 +44,8 @@ __all__ = [
     "agreement_margins",
     "agreement_accuracy",
     "next_token_targets",
+    "MixtureBatch",
+    "MixtureTask",
 ]
 
 IGNORE_INDEX = -100  # targets with this value are left out of the loss (F.cross_entropy's default)
@@ -478,3 +484,85 @@ def agreement_accuracy(logits: Tensor, batch: AgreementBatch) -> dict[str, float
         if keep.any():
             result[name] = float(right[keep].float().mean())
     return result
+
+
+# =====================================================================================
+# Mixture: induction and agreement in one model (lesson 6)
+# =====================================================================================
+@dataclass
+class MixtureBatch:
+    """``tokens`` ``(B, T)`` long: the first ``num_induction`` rows are induction sequences,
+    the rest agreement sentences (shifted ids, right-padded); ``targets`` ``(B, T)`` with
+    ``-100`` where nothing is predicted (padding, the last column)."""
+
+    tokens: Tensor
+    targets: Tensor
+    num_induction: int
+
+
+@dataclass(frozen=True)
+class MixtureTask:
+    """Induction and agreement in one vocabulary of ``induction.vocab_size +
+    agreement.vocab_size`` ids: agreement word ``i`` becomes ``offset + i``.
+
+    :meth:`sample` gives mixed training batches; :meth:`induction_eval` and
+    :meth:`agreement_eval` give each task's fixed evaluation batch in the shared ids, ready
+    for :func:`induction_accuracy` and :func:`agreement_accuracy`.
+    """
+
+    induction: InductionTask = InductionTask()
+    agreement: AgreementTask = AgreementTask()
+    induction_share: float = 0.5  # fraction of each batch that is induction sequences
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.induction, InductionTask) or not isinstance(self.agreement, AgreementTask):
+            raise TypeError("induction and agreement must be an InductionTask and an AgreementTask")
+        if not 0.0 < self.induction_share < 1.0:
+            raise ValueError(f"induction_share must lie strictly between 0 and 1, got {self.induction_share}")
+
+    @property
+    def offset(self) -> int:
+        """Id of the first agreement word (``<pad>``)."""
+        return self.induction.vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.induction.vocab_size + self.agreement.vocab_size
+
+    @property
+    def seq_len(self) -> int:
+        return max(self.induction.seq_len, self.agreement.max_len)
+
+    @property
+    def pad_id(self) -> int:
+        return self.offset + PAD_ID
+
+    def shift(self, batch: AgreementBatch) -> AgreementBatch:
+        """An agreement batch in the shared ids, padded to :attr:`seq_len`."""
+        if not isinstance(batch, AgreementBatch):
+            raise TypeError(f"batch must be an AgreementBatch, got {type(batch).__name__}")
+        tokens = torch.full((len(batch), self.seq_len), self.pad_id, dtype=torch.long)
+        tokens[:, : batch.tokens.shape[1]] = batch.tokens + self.offset
+        return replace(batch, tokens=tokens, correct_id=batch.correct_id + self.offset,
+                       wrong_id=batch.wrong_id + self.offset)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> MixtureBatch:
+        """``round(batch_size * induction_share)`` induction sequences (training periods),
+        then sentences."""
+        _check_generator(generator)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2:
+            raise ValueError(f"batch_size must be an int >= 2 (some of each task), got {batch_size!r}")
+        num_induction = min(max(round(batch_size * self.induction_share), 1), batch_size - 1)
+        induction = self.induction.sample(num_induction, generator)
+        sentences = self.shift(self.agreement.sample(batch_size - num_induction, generator))
+        tokens = torch.cat([induction.tokens, sentences.tokens])  # (B, T)
+        targets = torch.cat([induction.targets, next_token_targets(sentences.tokens, pad_id=self.pad_id)])
+        return MixtureBatch(tokens=tokens, targets=targets, num_induction=num_induction)
+
+    def induction_eval(self, batch_size: int = 512, seed: int = 1234) -> InductionBatch:
+        """The fixed held-out-period induction batch (ids are shared, nothing to shift)."""
+        return self.induction.eval_batch(batch_size, seed)
+
+    def agreement_eval(self, batch_size: int = 2000, seed: int = 4321) -> AgreementBatch:
+        """The fixed agreement evaluation sentences, in the shared ids."""
+        return self.shift(self.agreement.eval_batch(batch_size, seed))
