@@ -309,7 +309,7 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
             chunk, chunk_targets = tokens[start:start + chunk_size], targets[start:start + chunk_size]
             xi = torch.ones(chunk.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True)  # (B, L, h)
 
-            def gate(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
+            def gate(layer: int, heads: Tensor, xi: Tensor = xi) -> Tensor:  # heads: (B, h, T, dk)
                 return heads * xi[:, layer, :, None, None]
 
             with torch.enable_grad():

@@ -9,7 +9,7 @@ From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.checkpoint`)
 
     python -m course_utils.train induction --seed 0 --steps 600 --out data/checkpoints/induction
     python -m course_utils.train agreement --seed 0 --steps 500 --out data/checkpoints/agreement
-    python -m course_utils.train mixture --seed 0 --steps 1000 --out data/checkpoints/mixture
+    python -m course_utils.train mixture --seed 0 --steps 800 --out data/checkpoints/mixture
 
 ``python -m course_utils.bench train`` times both (median of three seeds).
 """
@@ -418,7 +418,7 @@ def evaluate_mixture(model: TinyTransformer, task: MixtureTask = MIXTURE_TASK) -
 
 def train_mixture(
     config: ModelConfig | None = None,
-    steps: int = 1000,
+    steps: int = 800,
     seed: int = 0,
     *,
     task: MixtureTask = MIXTURE_TASK,
@@ -458,7 +458,7 @@ def train_mixture(
 
 
 TRAINERS = {"induction": train_induction, "agreement": train_agreement, "mixture": train_mixture}
-DEFAULT_STEPS = {"induction": 600, "agreement": 500, "mixture": 1000}
+DEFAULT_STEPS = {"induction": 600, "agreement": 500, "mixture": 800}
 
 
 def _headline(task: str, metrics: dict[str, float]) -> str:
@@ -503,7 +503,8 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TRAINERS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None, help="default: induction 600, agreement 500, mixture 1000")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="default: induction 600, agreement 500, mixture 800")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")

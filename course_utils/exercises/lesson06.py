@@ -89,7 +89,8 @@ def _mean_cases() -> list[Case]:
         with torch.no_grad():
             out_proj.weight.copy_(torch.randn(h * dk, h * dk, generator=gen, dtype=torch.float64))
             out_proj.bias.copy_(torch.randn(h * dk, generator=gen, dtype=torch.float64))
-        cases.append(Case((heads, reference, head, out_proj), label=f"B={B}, reference of {B_ref}, head {head}"))
+        label = f"B={B}, reference of {B_ref}, head {head}"
+        cases.append(Case((heads, reference, head, out_proj), label=label))
     return cases
 
 
@@ -266,6 +267,6 @@ NARROW_HEAD = Exercise(
         Mistake("row_number_not_name", "you returned the row's position, not the head's name.",
                 "return the index label, e.g. with idxmin(), such as 'L1H2'.", _narrow_position),
     ],
-    hint="table['task accuracy after'].idxmin() gives the name of the head whose removal hurts the task most.",
+    hint="table['task accuracy after'].idxmin() names the head whose removal hurts the task most.",
 )
 check_narrow_head = NARROW_HEAD.check
