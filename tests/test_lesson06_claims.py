@@ -27,12 +27,19 @@ from course_utils.ablation import (
     random_orders,
 )
 from course_utils.checkpoint import load_checkpoint
+from course_utils.env import torch_threads
 from course_utils.tasks import PAD_ID, agreement_margins, induction_accuracy
 from course_utils.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
 
 PREVIOUS = [(0, 1), (0, 2), (0, 0)]
 LAYER_1 = [(1, h) for h in range(4)]
 ALL_BUT_L1H2 = [(1, 0), (1, 1), (1, 3)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    with torch_threads(1):  # as in the notebook: these small models run fastest on one thread
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +235,7 @@ def test_importance_and_pruning(mixture, mixture_setup):
     train, evaluations, table = mixture_setup
     importance = head_importance(mixture, train.tokens, train.targets)
     loss_change = (table.drop("none")["loss"] - table.loc["none", "loss"]).to_numpy()
-    ranks = torch.tensor(importance.flatten().argsort().argsort(), dtype=torch.float64)
+    ranks = importance.flatten().argsort().argsort().to(torch.float64)
     loss_ranks = torch.tensor(loss_change.argsort().argsort(), dtype=torch.float64)
     assert float(torch.corrcoef(torch.stack([ranks, loss_ranks]))[0, 1]) > 0.5, "Spearman"
     greedy = importance_order(importance)
