@@ -2,10 +2,13 @@
 
 Pre-LayerNorm blocks, learned positional embeddings, causal self-attention, an optional
 MLP (``mlp=False`` gives an attention-only model, the kind in which induction heads are
-easiest to read). Two extras serve the later lessons:
+easiest to read). Three extras serve the later lessons:
 
 * ``head_mask`` ``(num_layers, num_heads)``: a float gate on each head's output, applied
   before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it);
+* ``edit_heads(layer, heads) -> heads``: an optional function that sees (and may replace)
+  each layer's head outputs ``(B, h, T, dk)`` after the gates, before the heads are merged
+  (lesson 6 records them and mean-ablates with it, see :mod:`course_utils.ablation`);
 * :meth:`TinyTransformer.forward_with_cache`: incremental decoding with a key/value cache
   (lesson 7), equal to recomputing the whole prefix. With ``num_kv_heads = g < num_heads``
   the blocks use grouped-query attention and the cache holds only ``g`` K/V heads.
@@ -15,6 +18,8 @@ Shapes: B batch, T sequence length, d = d_model, h heads, dk = d // h, V vocabul
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -158,11 +163,13 @@ class Block(nn.Module):
         gate: Tensor | None = None,
         need_weights: bool = False,
         past: tuple[Tensor, Tensor] | None = None,
+        edit_heads: Callable[[Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
         """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``.
 
         ``gate`` ``(h,)`` scales each head's output; ``past`` holds cached keys/values
-        ``(B, g, T_past, dk)`` of earlier positions (``g = h`` without GQA).
+        ``(B, g, T_past, dk)`` of earlier positions (``g = h`` without GQA); ``edit_heads``
+        maps the gated head outputs ``(B, h, T, dk)`` to the ones that are merged.
         """
         h = self.ln_attn(x)
         q, k, v = self.attn.project_qkv(h, h, h)  # q (B, h, T, dk); k, v (B, g, T, dk)
@@ -189,6 +196,8 @@ class Block(nn.Module):
                 heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         if gate is not None:
             heads = heads * gate.view(1, -1, 1, 1)  # (B, h, T, dk): 0 silences a head
+        if edit_heads is not None:
+            heads = edit_heads(heads)  # (B, h, T, dk): e.g. a head's mean output (lesson 6)
         x = x + self.attn.out_proj(self.attn.merge_heads(heads))  # (B, T, d)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
@@ -282,15 +291,24 @@ class TinyTransformer(nn.Module):
         *,
         return_attention: bool = False,
         head_mask: Tensor | None = None,
+        edit_heads: Callable[[int, Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor] | None]:
-        """``tokens`` ``(B, T)`` long -> ``(logits (B, T, V), [weights (B, h, T, T)] * L | None)``."""
+        """``tokens`` ``(B, T)`` long -> ``(logits (B, T, V), [weights (B, h, T, T)] * L | None)``.
+
+        ``edit_heads(layer, heads (B, h, T, dk)) -> (B, h, T, dk)``, when given, is called in
+        every layer on the gated head outputs just before they are merged.
+        """
         self._check_tokens(tokens)
         gates = self._check_head_mask(head_mask)
+        if edit_heads is not None and not callable(edit_heads):
+            raise TypeError(f"edit_heads must be a function (layer, heads) -> heads or None, "
+                            f"got {type(edit_heads).__name__}")
         x = self._embed(tokens, 0)  # (B, T, d)
         attention = [] if return_attention else None
         for i, block in enumerate(self.blocks):
             gate = None if gates is None else gates[i]
-            x, weights, _ = block(x, gate=gate, need_weights=return_attention)
+            edit = None if edit_heads is None else functools.partial(edit_heads, i)
+            x, weights, _ = block(x, gate=gate, need_weights=return_attention, edit_heads=edit)
             if attention is not None:
                 attention.append(weights)
         return self.unembed(self.ln_final(x)), attention  # (B, T, V)

@@ -9,6 +9,7 @@ From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.checkpoint`)
 
     python -m course_utils.train induction --seed 0 --steps 600 --out data/checkpoints/induction
     python -m course_utils.train agreement --seed 0 --steps 500 --out data/checkpoints/agreement
+    python -m course_utils.train mixture --seed 0 --steps 800 --out data/checkpoints/mixture
 
 ``python -m course_utils.bench train`` times both (median of three seeds).
 """
@@ -36,6 +37,7 @@ from .tasks import (
     AgreementTask,
     InductionBatch,
     InductionTask,
+    MixtureTask,
     agreement_accuracy,
     induction_accuracy,
 )
@@ -48,6 +50,9 @@ __all__ = [
     "agreement_model_config",
     "train_induction",
     "train_agreement",
+    "mixture_model_config",
+    "train_mixture",
+    "evaluate_mixture",
     "evaluate_induction",
     "evaluate_agreement",
     "add_bench_parser",
@@ -406,14 +411,94 @@ def train_agreement(
     return model, history
 
 
-TRAINERS = {"induction": train_induction, "agreement": train_agreement}
-DEFAULT_STEPS = {"induction": 600, "agreement": 500}
+# -- mixture (lesson 6) ------------------------------------------------------------------
+MIXTURE_TASK = MixtureTask()
+
+
+def mixture_model_config(**overrides) -> ModelConfig:
+    """Lesson 6's model: 3 layers x 8 heads (24 heads), MLPs, d=64 (dk=8), both tasks."""
+    base = dict(vocab_size=MIXTURE_TASK.vocab_size, max_len=MIXTURE_TASK.seq_len,
+                d_model=64, num_heads=8, num_layers=3, mlp=True)
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_mixture_eval(task: MixtureTask) -> tuple[InductionBatch, AgreementBatch]:
+    return task.induction_eval(), task.agreement_eval()
+
+
+@torch.no_grad()
+def evaluate_mixture(model: TinyTransformer, task: MixtureTask = MIXTURE_TASK) -> dict[str, float]:
+    """Both tasks on their fixed evaluation batches: ``induction`` (held-out periods),
+    ``agreement`` (all sentences), ``attractor`` (sentences with an attractor) and
+    ``both`` (the lower of ``induction`` and ``attractor``)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    induction, sentences = _cached_mixture_eval(task)
+    induction_logits, _ = model(induction.tokens.to(device))
+    sentence_logits, _ = model(sentences.tokens.to(device))
+    model.train(was_training)
+    agreement = agreement_accuracy(sentence_logits, sentences)
+    result = {"induction": induction_accuracy(induction_logits, induction), "agreement": agreement["all"],
+              "attractor": agreement["attractor"]}
+    result["both"] = min(result["induction"], result["attractor"])
+    return result
+
+
+def train_mixture(
+    config: ModelConfig | None = None,
+    steps: int = 800,
+    seed: int = 0,
+    *,
+    task: MixtureTask = MIXTURE_TASK,
+    lr: float = 1e-2,
+    batch_size: int = 64,
+    eval_every: int = 50,
+    stop_at_target: bool = False,
+    target: float = 0.95,
+    progress: bool = True,
+    device: str | torch.device | None = None,
+    num_threads: int | None = 1,
+) -> tuple[TinyTransformer, History]:
+    """Train one model on both tasks: each batch is half induction, half agreement.
+
+    ``history.eval_metrics`` holds :func:`evaluate_mixture` every ``eval_every`` steps.
+    """
+    config = config or mixture_model_config()
+    if config.vocab_size != task.vocab_size or config.max_len < task.seq_len:
+        raise ValueError(
+            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the "
+            f"mixture task (vocab_size={task.vocab_size}, sequence length {task.seq_len})"
+        )
+    device = pick_device(None if device is None else str(device))
+    model = _build_model(config, seed, device)
+
+    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = task.sample(batch_size, generator)
+        return batch.tokens, batch.targets
+
+    history = train_model(
+        model, sample, TrainConfig(steps=steps, lr=lr), seed=seed,
+        evaluate=lambda m: evaluate_mixture(m, task), eval_every=eval_every, target_metric="both",
+        target=target, stop_at_target=stop_at_target, progress=progress, task="mixture",
+        num_threads=num_threads,
+    )
+    return model, history
+
+
+TRAINERS = {"induction": train_induction, "agreement": train_agreement, "mixture": train_mixture}
+DEFAULT_STEPS = {"induction": 600, "agreement": 500, "mixture": 800}
 
 
 def _headline(task: str, metrics: dict[str, float]) -> str:
     if task == "induction":
         return (f"held-out-period accuracy {metrics['heldout']:.4f}, "
                 f"training periods {metrics['train_periods']:.4f}")
+    if task == "mixture":
+        return (f"induction accuracy {metrics['induction']:.4f} (held-out periods), agreement "
+                f"{metrics['agreement']:.4f} (with attractors {metrics['attractor']:.4f})")
     return (f"agreement accuracy {metrics['all']:.4f} (with attractors {metrics['attractor']:.4f}, "
             f"without {metrics['no_attractor']:.4f})")
 
@@ -443,13 +528,14 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m course_utils.train induction|agreement [--seed S] [--steps N] [--out PATH]``."""
+    """``python -m course_utils.train induction|agreement|mixture [--seed S] [--steps N] [--out PATH]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m course_utils.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TRAINERS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None, help="default: induction 600, agreement 500")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="default: induction 600, agreement 500, mixture 800")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")

@@ -1,0 +1,362 @@
+"""Switching attention heads off: zero and mean ablation, head importance, pruning curves.
+
+* **Zero ablation** multiplies a head's output by 0 through the model's ``head_mask`` gates.
+* **Mean ablation** replaces a head's output by its mean over a *reference* batch
+  (:func:`mean_head_outputs`), so the layers above still receive a typical value.
+* **Importance** (Michel et al., 2019): with a gate ``xi_h`` on every head,
+  ``I_h = E_x |dL(x)/dxi_h|`` at ``xi = 1``, one gradient per example ``x``
+  (:func:`head_importance`).
+* **Pruning curves**: switch heads off one after another in a given order and measure
+  after each (:func:`pruning_curve`).
+
+What is measured is up to the caller: an :class:`Evaluation` is a batch of tokens and a
+function that turns the model's logits into named numbers (a loss, an accuracy).
+
+Shapes: L layers, h heads per layer, B batch, T positions, dk = d_model // h, V vocabulary.
+Heads are ``(layer, head)`` pairs, named ``L{layer}H{head}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .model import TinyTransformer
+
+__all__ = [
+    "Evaluation",
+    "head_name",
+    "all_heads",
+    "gates_without",
+    "head_outputs",
+    "mean_head_outputs",
+    "ablated_logits",
+    "average_loss",
+    "sequence_losses",
+    "loss_evaluation",
+    "measure",
+    "ablation_table",
+    "head_importance",
+    "importance_order",
+    "random_orders",
+    "pruning_curve",
+]
+
+Head = tuple[int, int]
+METHODS = ("zero", "mean")
+
+
+@dataclass
+class Evaluation:
+    """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``."""
+
+    tokens: Tensor
+    score: Callable[[Tensor], dict[str, float]]
+
+
+# -- validation --------------------------------------------------------------------------
+def _check_model(model: object) -> TinyTransformer:
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    return model
+
+
+def _check_heads(heads: object, model: TinyTransformer) -> list[Head]:
+    """A list of ``(layer, head)`` pairs inside the model, or a clear error."""
+    cfg = model.config
+    if isinstance(heads, (str, Tensor)) or not isinstance(heads, Sequence):
+        raise TypeError(f"heads must be a list of (layer, head) pairs such as [(1, 2)], "
+                        f"got {type(heads).__name__}")
+    checked = []
+    for pair in heads:
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in pair)
+        if not ok:
+            raise TypeError(f"each head must be a (layer, head) pair of ints such as (1, 2), got {pair!r}")
+        layer, head = pair
+        if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
+            raise ValueError(f"head {tuple(pair)} is out of range: expected layer in 0..{cfg.num_layers - 1} "
+                             f"and head in 0..{cfg.num_heads - 1}")
+        checked.append((layer, head))
+    return checked
+
+
+def _check_tokens(tokens: object, name: str) -> Tensor:
+    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
+        raise TypeError(f"{name} must be a torch.long tensor (B, T) of token ids, got "
+                        f"{type(tokens).__name__}" + (f" of dtype {tokens.dtype}"
+                                                       if isinstance(tokens, Tensor) else ""))
+    if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"{name} must be a non-empty (B, T) batch, got shape {tuple(tokens.shape)}")
+    return tokens
+
+
+def _check_method(method: object) -> str:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return method
+
+
+# -- naming ------------------------------------------------------------------------------
+def head_name(layer: int, head: int) -> str:
+    """``(1, 2) -> "L1H2"``."""
+    return f"L{layer}H{head}"
+
+
+def all_heads(model: TinyTransformer) -> list[Head]:
+    """Every ``(layer, head)`` of ``model``, layer by layer."""
+    cfg = _check_model(model).config
+    return [(layer, head) for layer in range(cfg.num_layers) for head in range(cfg.num_heads)]
+
+
+# -- ablation ----------------------------------------------------------------------------
+def gates_without(model: TinyTransformer, heads: Sequence[Head]) -> Tensor:
+    """``head_mask`` ``(L, h)``: 1 everywhere, 0 on ``heads`` (zero ablation)."""
+    cfg = _check_model(model).config
+    gates = torch.ones(cfg.num_layers, cfg.num_heads)
+    for layer, head in _check_heads(heads, model):
+        gates[layer, head] = 0.0
+    return gates
+
+
+@torch.no_grad()
+def head_outputs(model: TinyTransformer, tokens: Tensor) -> Tensor:
+    """Every head's output before the heads are merged: ``(L, B, h, T, dk)``."""
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    recorded: list[Tensor] = []
+
+    def record(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
+        recorded.append(heads.detach())
+        return heads
+
+    model(tokens, edit_heads=record)
+    return torch.stack(recorded)  # (L, B, h, T, dk)
+
+
+def mean_head_outputs(model: TinyTransformer, reference_tokens: Tensor, *, keep: Tensor | None = None,
+                      per_position: bool = False) -> Tensor:
+    """Each head's mean output over a reference batch.
+
+    ``per_position=False``: the mean over every kept token of every sequence, ``(L, h, dk)``
+    (``keep`` ``(B, T)`` bool, e.g. "not padding"; default every token). ``per_position=True``:
+    one mean per position over the sequences, ``(L, h, T, dk)`` (for batches whose positions
+    line up, such as the induction task's; ``keep`` is then not allowed).
+    """
+    _check_tokens(reference_tokens, "reference_tokens")
+    if keep is not None:
+        if per_position:
+            raise ValueError("keep= is for per_position=False (one mean over the kept tokens)")
+        if not isinstance(keep, Tensor) or keep.dtype != torch.bool or keep.shape != reference_tokens.shape:
+            raise TypeError(f"keep must be a bool tensor shaped like reference_tokens "
+                            f"{tuple(reference_tokens.shape)}, got {type(keep).__name__}"
+                            + (f" {keep.dtype} {tuple(keep.shape)}" if isinstance(keep, Tensor) else ""))
+        if not keep.any():
+            raise ValueError("keep marks no token: the reference batch is empty")
+    outputs = head_outputs(model, reference_tokens)  # (L, B, h, T, dk)
+    if per_position:
+        return outputs.mean(dim=1)  # (L, h, T, dk)
+    if keep is None:
+        return outputs.mean(dim=(1, 3))  # (L, h, dk)
+    weights = keep.to(outputs.dtype)[None, :, None, :, None]  # (1, B, 1, T, 1)
+    return (outputs * weights).sum(dim=(1, 3)) / weights.sum(dim=(1, 3))  # (L, h, dk)
+
+
+def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
+    cfg = model.config
+    if not isinstance(means, Tensor) or not means.is_floating_point():
+        raise TypeError("method='mean' needs means=mean_head_outputs(model, reference_tokens), got "
+                        f"{type(means).__name__}")
+    dk = cfg.d_model // cfg.num_heads
+    per_token = (cfg.num_layers, cfg.num_heads, dk)
+    if tuple(means.shape) != per_token and not (
+            means.ndim == 4 and tuple(means.shape[:2]) == per_token[:2] and means.shape[3] == dk
+            and means.shape[2] >= seq_len):
+        raise ValueError(f"means must be (L, h, dk) = {per_token} or (L, h, T, dk) with T >= {seq_len}, "
+                         f"got {tuple(means.shape)}")
+    if not torch.isfinite(means).all():
+        raise ValueError("means hold NaN or infinity")
+    return means
+
+
+def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head], *,
+                   method: str = "zero", means: Tensor | None = None) -> Tensor:
+    """Logits ``(B, T, V)`` with ``heads`` switched off.
+
+    ``method="zero"`` gates them to 0 (``head_mask``); ``method="mean"`` replaces each one's
+    output by ``means`` (from :func:`mean_head_outputs`) before the heads are merged.
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    heads = _check_heads(heads, model)
+    if _check_method(method) == "zero":
+        with torch.no_grad():
+            logits, _ = model(tokens, head_mask=gates_without(model, heads))
+        return logits
+    means = _check_means(means, model, tokens.shape[1])
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+
+    def replace(layer: int, outputs: Tensor) -> Tensor:  # outputs: (B, h, T, dk)
+        if layer not in by_layer:
+            return outputs
+        outputs = outputs.clone()
+        for head in by_layer[layer]:
+            fill = means[layer, head]  # (dk,) or (T_ref, dk)
+            outputs[:, head] = fill if fill.ndim == 1 else fill[: outputs.shape[2]]
+        return outputs
+
+    with torch.no_grad():
+        logits, _ = model(tokens, edit_heads=replace)
+    return logits
+
+
+# -- what to measure ---------------------------------------------------------------------
+def sequence_losses(logits: Tensor, targets: Tensor) -> Tensor:
+    """``(B,)`` mean next-token cross-entropy of each sequence over its counted targets
+    (``targets`` ``(B, T)``, ``-100`` = not counted)."""
+    if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[:2] != targets.shape:
+        raise ValueError(f"logits must be (B, T, V) with (B, T) = {tuple(targets.shape)}, got "
+                         f"{tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__}")
+    counted = targets != -100  # (B, T)
+    if not counted.any(dim=1).all():
+        raise ValueError("every sequence needs at least one counted target (targets != -100)")
+    per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (B*T,)
+    per_token = per_token.view(targets.shape) * counted
+    return per_token.sum(1) / counted.sum(1)
+
+
+def average_loss(logits: Tensor, targets: Tensor) -> float:
+    """Mean next-token cross-entropy over every counted target of the batch."""
+    counted = targets != -100
+    if not counted.any():
+        raise ValueError("targets count nothing (all -100)")
+    return float(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+
+
+def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:
+    """An :class:`Evaluation` that reports the average next-token loss as ``name``."""
+    _check_tokens(tokens, "tokens")
+    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
+        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+    return Evaluation(tokens, lambda logits: {name: average_loss(logits, targets)})
+
+
+def _check_evaluations(evaluations: object) -> list[Evaluation]:
+    if isinstance(evaluations, Evaluation):
+        return [evaluations]
+    if not isinstance(evaluations, Sequence) or not evaluations or not all(
+            isinstance(e, Evaluation) for e in evaluations):
+        raise TypeError("evaluations must be an Evaluation or a non-empty list of them")
+    return list(evaluations)
+
+
+def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
+            heads: Sequence[Head] = (), *, method: str = "zero",
+            means: dict[int, Tensor] | Tensor | None = None) -> dict[str, float]:
+    """Every evaluation's numbers with ``heads`` switched off, merged into one dict.
+
+    ``means`` is one tensor for every evaluation, or ``{index: tensor}`` per evaluation
+    (batches whose means differ, e.g. per-position means of different lengths).
+    """
+    result: dict[str, float] = {}
+    for i, evaluation in enumerate(_check_evaluations(evaluations)):
+        fill = means.get(i) if isinstance(means, dict) else means
+        logits = ablated_logits(model, evaluation.tokens, heads, method=method, means=fill)
+        result.update(evaluation.score(logits))
+    return result
+
+
+def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
+                   cases: dict[str, Sequence[Head]], *, method: str = "zero",
+                   means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
+    """One row per case (name -> heads to switch off), one column per measured number."""
+    if not isinstance(cases, dict) or not cases:
+        raise TypeError("cases must be a non-empty dict {name: [(layer, head), ...]}")
+    rows = {name: measure(model, evaluations, heads, method=method, means=means)
+            for name, heads in cases.items()}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# -- importance and pruning --------------------------------------------------------------
+def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
+                    chunk_size: int = 256) -> Tensor:
+    """Michel et al.'s ``I_h = E_x |dL(x)/dxi_h|`` at ``xi = 1``: ``(L, h)``.
+
+    ``L(x)`` is sequence ``x``'s mean next-token loss (:func:`sequence_losses`). Each
+    sequence gets its own gates ``xi`` ``(B, L, h)``, so one backward pass of the summed
+    losses gives every per-sequence gradient at once; their absolute values are averaged
+    over the sequences. The model's weights are left untouched (no gradient kept on them).
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
+        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
+                         f"{tuple(targets.shape) if isinstance(targets, Tensor) else type(targets).__name__}")
+    cfg = model.config
+    total = torch.zeros(cfg.num_layers, cfg.num_heads)
+    weights = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        for start in range(0, tokens.shape[0], chunk_size):
+            chunk, chunk_targets = tokens[start:start + chunk_size], targets[start:start + chunk_size]
+            xi = torch.ones(chunk.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True)  # (B, L, h)
+
+            def gate(layer: int, heads: Tensor, xi: Tensor = xi) -> Tensor:  # heads: (B, h, T, dk)
+                return heads * xi[:, layer, :, None, None]
+
+            with torch.enable_grad():
+                logits, _ = model(chunk, edit_heads=gate)
+                sequence_losses(logits, chunk_targets).sum().backward()
+            total += xi.grad.abs().sum(0)  # (L, h): sum over sequences of |dL(x)/dxi|
+    finally:
+        for p, flag in zip(model.parameters(), weights, strict=True):
+            p.requires_grad_(flag)
+    return total / tokens.shape[0]
+
+
+def importance_order(importance: Tensor) -> list[Head]:
+    """Heads from least to most important (ties: lower layer, then lower head first)."""
+    if not isinstance(importance, Tensor) or importance.ndim != 2:
+        raise ValueError("importance must be an (L, h) tensor")
+    if not torch.isfinite(importance).all():
+        raise ValueError("importance holds NaN or infinity")
+    flat = importance.flatten().tolist()
+    order = sorted(range(len(flat)), key=lambda i: (flat[i], i))
+    return [divmod(i, importance.shape[1]) for i in order]
+
+
+def random_orders(model: TinyTransformer, seeds: Sequence[int]) -> list[list[Head]]:
+    """One random pruning order of all heads per seed (``torch.randperm``, seeded)."""
+    heads = all_heads(model)
+    if isinstance(seeds, (str, int)) or not all(isinstance(s, int) for s in seeds):
+        raise TypeError(f"seeds must be a list of ints, got {seeds!r}")
+    return [[heads[i] for i in torch.randperm(len(heads), generator=torch.Generator().manual_seed(s))]
+            for s in seeds]
+
+
+def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
+                  order: Sequence[Head], *, counts: Sequence[int] | None = None, method: str = "zero",
+                  means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
+    """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
+    0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns."""
+    order = _check_heads(order, model)
+    if len(set(order)) != len(order):
+        raise ValueError("order lists a head twice")
+    counts = range(len(order) + 1) if counts is None else list(counts)
+    if any(not isinstance(k, int) or not 0 <= k <= len(order) for k in counts):
+        raise ValueError(f"counts must be ints in 0..{len(order)}, got {list(counts)}")
+    total = len(all_heads(model))
+    rows = []
+    for k in counts:
+        row = {"pruned": k, "fraction": k / total}
+        row.update(measure(model, evaluations, order[:k], method=method, means=means))
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,272 @@
+"""Exercise checks for lesson 06: head ablation, importance scores, reading an ablation table.
+
+6.1 builds an attention layer's output with one head mean-ablated, 6.2 computes Michel et
+al.'s importance from per-example gate gradients on a tiny real model, 6.3 picks the head
+whose removal breaks a narrow task from a table. Every case is built so each known mistake
+gives a different answer from the reference and from the other mistakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+from torch import nn
+
+from ..ablation import sequence_losses
+from ..model import ModelConfig, TinyTransformer
+from .core import Case, Exercise, Mistake
+
+__all__ = [
+    "MEAN_ABLATION",
+    "GATE_IMPORTANCE",
+    "NARROW_HEAD",
+    "check_mean_ablation",
+    "check_gate_importance",
+    "check_narrow_head",
+]
+
+
+# ---------------------------------------------------------------- 6.1 mean ablation of one head
+def _merge(heads: torch.Tensor) -> torch.Tensor:
+    B, h, T, dk = heads.shape
+    return heads.transpose(1, 2).reshape(B, T, h * dk)  # (B, T, d)
+
+
+def _mean_reference(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))  # (dk,): every reference token
+    return out_proj(_merge(edited))
+
+
+def _mean_per_position(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=0)  # (T, dk): positions kept apart
+    return out_proj(_merge(edited))
+
+
+def _mean_over_heads_axis(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads.mean(dim=(0, 1))  # dim 1 is the head axis, not positions
+    return out_proj(_merge(edited))
+
+
+def _mean_after_projection(heads, reference_heads, head, out_proj):
+    dk = heads.shape[-1]
+    out = out_proj(_merge(heads)).clone()  # (B, T, d)
+    reference_out = out_proj(_merge(reference_heads))
+    columns = slice(head * dk, (head + 1) * dk)
+    out[..., columns] = reference_out[..., columns].mean(dim=(0, 1))
+    return out
+
+
+def _mean_own_batch(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = heads[:, head].mean(dim=(0, 1))  # the evaluation batch as its own reference
+    return out_proj(_merge(edited))
+
+
+def _zero_instead(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = 0.0
+    return out_proj(_merge(edited))
+
+
+def _mean_no_projection(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))
+    return _merge(edited)
+
+
+def _mean_cases() -> list[Case]:
+    cases = []
+    for seed, (B, B_ref, h, T, dk, head) in enumerate([(3, 5, 4, 6, 3, 2), (2, 7, 3, 5, 4, 0)]):
+        gen = torch.Generator().manual_seed(600 + seed)
+        heads = torch.randn(B, h, T, dk, generator=gen, dtype=torch.float64)
+        reference = torch.randn(B_ref, h, T, dk, generator=gen, dtype=torch.float64) + 1.5
+        out_proj = nn.Linear(h * dk, h * dk).double()
+        with torch.no_grad():
+            out_proj.weight.copy_(torch.randn(h * dk, h * dk, generator=gen, dtype=torch.float64))
+            out_proj.bias.copy_(torch.randn(h * dk, generator=gen, dtype=torch.float64))
+        label = f"B={B}, reference of {B_ref}, head {head}"
+        cases.append(Case((heads, reference, head, out_proj), label=label))
+    return cases
+
+
+MEAN_ABLATION = Exercise(
+    title="Exercise 6.1: mean-ablate one head",
+    reference=_mean_reference,
+    make_cases=_mean_cases,
+    mistakes=[
+        Mistake("per_position_mean", "you averaged over the reference sequences only, keeping one mean per "
+                "position. That is a valid variant (per_position=True in course_utils.ablation), but this "
+                "exercise asks for one vector: the mean over every token of every reference sequence.",
+                "average reference_heads[:, head] over dims 0 and 1 of that (B_ref, T, dk) slice.",
+                _mean_per_position),
+        Mistake("mean_over_head_axis", "you averaged over the head axis: in (B, h, T, dk) dim 1 is the "
+                "head, so every head's output was mixed into the mean.",
+                "select the head first, reference_heads[:, head] (B_ref, T, dk), then average.",
+                _mean_over_heads_axis),
+        Mistake("after_output_projection", "you replaced columns of the layer's output, after W_O. W_O "
+                "mixes every head into every column, so those columns are not the head's output: replace "
+                "the head's slice of the (B, h, T, dk) tensor before the heads are merged.",
+                "edit heads[:, head], then merge and apply out_proj.", _mean_after_projection),
+        Mistake("evaluation_batch_as_reference", "you took the mean over the evaluation batch itself "
+                "(heads), not over the reference batch. The ablated output then depends on the very "
+                "sequences being scored.", "average reference_heads, not heads.", _mean_own_batch),
+        Mistake("zero_instead_of_mean", "you set the head's output to zero: that is zero ablation.",
+                "fill the head's slice with the reference mean instead of 0.", _zero_instead),
+        Mistake("forgot_output_projection", "the head is replaced correctly, but you returned the merged "
+                "heads without the output projection W_O.", "finish with out_proj(merged).",
+                _mean_no_projection),
+    ],
+    hint="copy heads, set edited[:, head] to the mean of reference_heads[:, head] over its first two dims, "
+         "merge (B, h, T, dk) -> (B, T, h*dk) with transpose(1, 2).reshape, then apply out_proj.",
+)
+check_mean_ablation = MEAN_ABLATION.check
+
+
+# ---------------------------------------------------------------- 6.2 importance from gate gradients
+def _tiny_loss_fn(seed: int) -> tuple[Callable[[torch.Tensor], torch.Tensor], int, int, int]:
+    """A per-sequence loss ``(B, L, h) gates -> (B,)`` on a tiny random model and random tokens."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = TinyTransformer(ModelConfig(vocab_size=11, max_len=8, d_model=12, num_heads=3,
+                                            num_layers=2, mlp=True)).double().eval()
+        with torch.no_grad():
+            model.unembed.weight.mul_(50.0)  # sharper predictions: gradients of both signs
+    gen = torch.Generator().manual_seed(seed + 1)
+    tokens = torch.randint(0, 11, (6, 8), generator=gen)
+    targets = torch.roll(tokens, -1, dims=1)
+    targets[:, -1] = -100
+
+    def per_sequence_loss(gates: torch.Tensor) -> torch.Tensor:
+        def gate(layer: int, heads: torch.Tensor) -> torch.Tensor:  # heads: (B, h, T, dk)
+            return heads * gates[:, layer, :, None, None].to(heads.dtype)
+
+        logits, _ = model(tokens, edit_heads=gate)
+        return sequence_losses(logits, targets)  # (B,)
+
+    return per_sequence_loss, 6, 2, 3
+
+
+def _gate_grads(loss_fn, num_sequences, num_layers, num_heads) -> torch.Tensor:
+    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates).sum().backward()
+    return gates.grad  # (B, L, h): dL(x)/dxi for each sequence x
+
+
+def _importance_reference(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().mean(0)
+
+
+def _importance_signed(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0)
+
+
+def _importance_abs_of_mean(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0).abs()
+
+
+def _importance_shared_gate(loss_fn, num_sequences, num_layers, num_heads):
+    gates = torch.ones(num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates.expand(num_sequences, -1, -1)).mean().backward()
+    return gates.grad.abs()  # one gate for the whole batch: |E dL/dxi|, not E |dL/dxi|
+
+
+def _importance_summed(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().sum(0)
+
+
+def _importance_squared(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).pow(2).mean(0)
+
+
+def _importance_cases() -> list[Case]:
+    cases = []
+    for seed in (61, 62):
+        loss_fn, B, L, h = _tiny_loss_fn(seed)
+        cases.append(Case((loss_fn, B, L, h), label=f"a tiny model, seed {seed}"))
+    return cases
+
+
+GATE_IMPORTANCE = Exercise(
+    title="Exercise 6.2: head importance from gate gradients",
+    reference=_importance_reference,
+    make_cases=_importance_cases,
+    mistakes=[
+        Mistake("forgot_absolute_value", "you averaged the signed gradients. A head whose gate helps some "
+                "sequences and hurts others then looks unimportant, and the scores can be negative.",
+                "take .abs() of each sequence's gradient before averaging over sequences.",
+                _importance_signed),
+        Mistake("absolute_of_average", "you computed |E dL/dxi| instead of E |dL/dxi|: either the "
+                "absolute value came after averaging over sequences, or one gate per head served the whole "
+                "batch (then backward gives the batch's average gradient). Gradients of opposite signs "
+                "cancel before the absolute value sees them.",
+                "give every sequence its own gates, shaped (num_sequences, L, h), sum the losses, then "
+                "take abs before mean(0).", _importance_abs_of_mean),
+        Mistake("summed_not_averaged", "you summed |dL/dxi| over sequences instead of averaging: the "
+                "ranking is right but the values grow with the batch size.", "use mean(0), not sum(0).",
+                _importance_summed),
+        Mistake("squared_gradient", "you averaged squared gradients (a Fisher-style score). Michel et al.'s "
+                "importance averages absolute values.", "use .abs(), not .pow(2).", _importance_squared),
+    ],
+    hint="gates = torch.ones(B, L, h, dtype=torch.float64, requires_grad=True); loss_fn(gates).sum()"
+         ".backward(); return gates.grad.abs().mean(0)",
+)
+check_gate_importance = GATE_IMPORTANCE.check
+
+
+# ---------------------------------------------------------------- 6.3 which head breaks the task?
+def _narrow_reference(table: pd.DataFrame) -> str:
+    return str(table["task accuracy after"].idxmin())
+
+
+def _narrow_biggest_loss(table: pd.DataFrame) -> str:
+    return str(table["loss change"].idxmax())
+
+
+def _narrow_smallest_loss(table: pd.DataFrame) -> str:
+    return str(table["loss change"].abs().idxmin())
+
+
+def _narrow_highest_accuracy(table: pd.DataFrame) -> str:
+    return str(table["task accuracy after"].idxmax())
+
+
+def _narrow_position(table: pd.DataFrame) -> int:
+    return int(table["task accuracy after"].to_numpy().argmin())
+
+
+def _narrow_cases() -> list[Case]:
+    tables = [
+        {"L0H0": (0.210, 0.96), "L0H1": (0.004, 0.97), "L1H0": (0.012, 0.55), "L1H1": (0.031, 0.995)},
+        {"L0H0": (0.001, 1.00), "L0H1": (0.480, 0.90), "L0H2": (0.020, 0.94), "L1H0": (0.009, 0.31),
+         "L1H1": (0.090, 0.96), "L1H2": (0.150, 0.99)},
+    ]
+    return [Case((pd.DataFrame.from_dict(t, orient="index", columns=["loss change", "task accuracy after"]),),
+                 label=f"table {i + 1}") for i, t in enumerate(tables)]
+
+
+NARROW_HEAD = Exercise(
+    title="Exercise 6.3: which head does the task need?",
+    reference=_narrow_reference,
+    make_cases=_narrow_cases,
+    mistakes=[
+        Mistake("biggest_average_loss_change", "you picked the head whose removal changes the average loss "
+                "most. That head matters to many predictions a little; the task can still survive without "
+                "it. The question is about the task's accuracy.",
+                "look at the task column: which removal leaves the lowest accuracy?", _narrow_biggest_loss),
+        Mistake("smallest_loss_change", "you picked the head that moves the average loss least. A narrow "
+                "head often does barely move it, but so do heads that do nothing: the loss alone cannot "
+                "tell them apart.", "decide by the task accuracy after removal.", _narrow_smallest_loss),
+        Mistake("least_harmful_head", "you picked the head whose removal leaves the highest task accuracy: "
+                "the one the task needs least.", "take the minimum, not the maximum.",
+                _narrow_highest_accuracy),
+        Mistake("row_number_not_name", "you returned the row's position, not the head's name.",
+                "return the index label, e.g. with idxmin(), such as 'L1H2'.", _narrow_position),
+    ],
+    hint="table['task accuracy after'].idxmin() names the head whose removal hurts the task most.",
+)
+check_narrow_head = NARROW_HEAD.check
