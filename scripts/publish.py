@@ -40,6 +40,7 @@ COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
 README_BEGIN, README_END = "<!-- launch:begin -->", "<!-- launch:end -->"
 PLACEHOLDERS = re.compile(r"OWNER/(?:REPO|NAME)|USERNAME/|your-(?:user|org)|\{(?:repo|tag)\}")
+RELATIVE_NOTEBOOK_LINK = re.compile(r"\]\((?P<path>(?:notebooks|student)/[^)\s]+\.ipynb)\)")
 # Every launch link the course writes, with the repository, the git ref and the path in it.
 LINK_PATTERNS = (
     re.compile(r"https://colab\.research\.google\.com/github/(?P<repo>[^/\s]+/[^/\s]+)/blob/"
@@ -192,7 +193,8 @@ def stamp_notebook_file(path: Path, root: Path = ROOT, published: Published | No
     before = path.read_text()
     nb = nbformat.read(path, as_version=4)
     stamp_notebook(nb, path.relative_to(root).as_posix(), published)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if str(Path(__file__).resolve().parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
     from notebook_tools import ensure_cell_ids  # ids for any cell that lacks one
 
     ensure_cell_ids(nb)
@@ -286,6 +288,9 @@ def check(root: Path = ROOT) -> list[str]:
     except ValueError as exc:
         problems.append(f"README.md: {exc}")
     for rel, text in texts.items():
+        for m in RELATIVE_NOTEBOOK_LINK.finditer(text):
+            if not (root / m.group("path")).is_file():
+                problems.append(f"{rel}: link to {m.group('path')}, which does not exist")
         for m in PLACEHOLDERS.finditer(text):
             problems.append(f"{rel}: placeholder {m.group(0)!r}")
         for m in _launch_links(text):
@@ -300,6 +305,20 @@ def check(root: Path = ROOT) -> list[str]:
             if path is not None and not (root / path).is_file():
                 problems.append(f"{rel}: {m.group(0)} points at {path}, which does not exist")
     return problems
+
+
+def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str]:
+    """Stamp every notebook and README.md under ``root``; the files that changed."""
+    published = published or load_config(root)
+    changed = [p.relative_to(root).as_posix() for p in notebook_paths(root)
+               if stamp_notebook_file(p, root, published)]
+    readme = root / "README.md"
+    before = readme.read_text()
+    after = stamp_readme(before, published)
+    if after != before:
+        readme.write_text(after)
+        changed.append("README.md")
+    return changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,14 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         published = set_config(args.repo, args.tag) if args.repo else load_config()
     except ValueError as exc:
         parser.error(str(exc))
-    changed = [p.relative_to(ROOT).as_posix() for p in notebook_paths()
-               if stamp_notebook_file(p, ROOT, published)]
-    readme = ROOT / "README.md"
-    before = readme.read_text()
-    after = stamp_readme(before, published)
-    if after != before:
-        readme.write_text(after)
-        changed.append("README.md")
+    changed = stamp_all(ROOT, published)
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
     problems = check()
