@@ -14,9 +14,10 @@
         One-shot: rewrite notebooks as nbformat 4.5 with stable cell ids (kept when
         present, derived from the cell's content when missing), without executing them.
 
-Notebooks are stored as nbformat 4.5 with a stable ``id`` on every cell: JupyterLab
-gives a 4.4 notebook fresh ids when it opens it, which marks it modified (the "unsaved"
-dot) before the reader has touched anything.
+Notebooks are stored as nbformat 4.5 with a stable ``id`` on every cell, and with the
+``language_info`` the kernel reports: JupyterLab gives a 4.4 notebook fresh ids when it
+opens it, and writes the kernel's language_info when the kernel starts; either marks
+the lesson modified (the "unsaved" dot) before the reader has touched anything.
 
 Outputs policy: notebooks are committed *executed* (so a reader on GitHub sees every
 table and figure); CI re-runs them under nbval and compares the cells marked
@@ -26,6 +27,7 @@ table and figure); CI re-runs them under nbval and compares the cells marked
 from __future__ import annotations
 
 import hashlib
+import platform
 import re
 import sys
 import time
@@ -109,9 +111,22 @@ def ensure_cell_ids(nb: nbformat.NotebookNode) -> None:
         seen.add(candidate)
 
 
+def language_info() -> dict:
+    """The ``language_info`` an ipykernel on this Python reports.
+
+    JupyterLab writes the kernel's language_info into the notebook when the kernel starts;
+    a stored value that differs marks the notebook modified at once. Storing what the
+    kernel will report keeps a freshly opened lesson unmodified (on the same Python version).
+    """
+    return {"codemirror_mode": {"name": "ipython", "version": sys.version_info[0]},
+            "file_extension": ".py", "mimetype": "text/x-python", "name": "python",
+            "nbconvert_exporter": "python", "pygments_lexer": f"ipython{sys.version_info[0]}",
+            "version": platform.python_version()}
+
+
 def clean(nb: nbformat.NotebookNode) -> None:
     """Strip machine-specific state; store as nbformat 4.5 with stable cell ids."""
-    nb.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    nb.metadata = {"kernelspec": KERNEL, "language_info": language_info()}
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = _merge_streams(cell.outputs)
