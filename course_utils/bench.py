@@ -739,6 +739,8 @@ def main(argv: list[str] | None = None) -> None:
         pass
     else:
         add_bench_parser(sub)
+    from .bench_memory import add_memory_parser  # peak memory of every notebook
+    add_memory_parser(sub)
     args = parser.parse_args(argv)
     args.run(args)
 
