@@ -56,8 +56,8 @@ LINK_PATTERNS = (
 # when it runs. A non-editable install lands in site-packages, which is already on
 # sys.path, so `import course_utils` works at once; an editable install (the old recipe)
 # only adds a .pth file, and .pth files are read at interpreter start-up, hence the
-# restart it needed. Colab's torch is held by a constraint, so pip cannot replace a
-# module that is already imported (which would also need a restart).
+# restart it needed. Colab's torch and numpy are held at their installed versions, so pip
+# cannot replace a module that is already imported (which would also need a restart).
 SETUP_CELL = '''\
 # Set-up for Google Colab: installs the course at its release, keeping Colab's torch.
 # Anywhere else this cell does nothing.
@@ -71,10 +71,12 @@ def colab_setup(source="course-utils @ git+https://github.com/{repo}@{tag}"):
     except ImportError:
         return  # not on Colab
     if importlib.util.find_spec("course_utils") is None:
+        import numpy
         import torch
 
-        keep_torch = f"torch=={{torch.__version__}}"  # pip must not replace Colab's torch
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", source, keep_torch], check=True)
+        # Already imported, so pip must keep them: replacing them would need a restart.
+        keep = [f"torch=={{torch.__version__}}", f"numpy=={{numpy.__version__}}"]
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", source, *keep], check=True)
         importlib.invalidate_caches()  # so this runtime imports it at once, no restart
     output.enable_custom_widget_manager()  # for the ipywidgets explorers
 

@@ -70,13 +70,14 @@ def _cell(local_source: Path | None = None) -> str:
 
 DRIVER = """
 import importlib.util, json, sys
-import torch
-torch_before = (torch.__version__, torch.__file__)
+import numpy, torch
+torch_before = (torch.__version__, torch.__file__, numpy.__version__, numpy.__file__)
 assert importlib.util.find_spec("course_utils") is None, "course_utils importable before the cell ran"
 exec(compile(open(sys.argv[1]).read(), "colab-setup-cell", "exec"), {"__name__": "__main__"})
 import course_utils
 from course_utils import paths
-report = {"torch_before": torch_before, "torch_after": (torch.__version__, torch.__file__),
+report = {"torch_before": torch_before,
+          "torch_after": (torch.__version__, torch.__file__, numpy.__version__, numpy.__file__),
           "course_utils": course_utils.__file__, "data_dir": str(paths.DATA_DIR),
           "checkpoints": sorted(p.name for p in paths.DATA_DIR.rglob("*.safetensors"))}
 try:
@@ -113,9 +114,9 @@ def test_on_colab_the_cell_installs_the_course_for_this_runtime(colab_like):
     assert Path(report["course_utils"]).is_relative_to(colab_like["site"]), report["course_utils"]
     assert ".pth" not in report["course_utils"] and "checkout" not in report["course_utils"]
     assert not any(colab_like["site"].glob("__editable__*")), "an editable install needs a restart"
-    # Colab's torch kept: same version, same files, nothing of torch's installed into the venv
+    # Colab's torch and numpy kept: same versions, same files, nothing of theirs installed anew
     assert report["torch_after"] == report["torch_before"]
-    assert not (colab_like["site"] / "torch").exists()
+    assert not (colab_like["site"] / "torch").exists() and not (colab_like["site"] / "numpy").exists()
     assert report["colab_calls"] == ["enable_custom_widget_manager"]
     pyproject = (ROOT / "pyproject.toml").read_text()
     if "package-data" not in pyproject and "data-files" not in pyproject:
