@@ -31,7 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
 LESSON = os.environ.get("COURSE_BINDER_LESSON", "notebooks/00_start_here.ipynb")
-COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__",
                                      ".ipynb_checkpoints", "artifacts", "student")
 EXECUTE = """
 import sys, nbformat

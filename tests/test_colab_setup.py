@@ -35,7 +35,7 @@ FAKE_COLAB = {
             calls.append("enable_custom_widget_manager")
         """),
 }
-COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "notebooks", "student", "tests", "build", "dist",
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv*", "notebooks", "student", "tests", "build", "dist",
                                      "*.egg-info", "__pycache__", ".ipynb_checkpoints", "artifacts")
 
 
