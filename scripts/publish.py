@@ -65,17 +65,15 @@ def colab_setup(source="course-utils @ git+https://github.com/{repo}@{tag}"):
     import importlib.util
     import subprocess
     import sys
+    from importlib.metadata import version
 
     try:
         from google.colab import output
     except ImportError:
         return  # not on Colab
     if importlib.util.find_spec("course_utils") is None:
-        import numpy
-        import torch
-
-        # Already imported, so pip must keep them: replacing them would need a restart.
-        keep = [f"torch=={{torch.__version__}}", f"numpy=={{numpy.__version__}}"]
+        # Keep Colab's torch and numpy: replacing an imported module would need a restart.
+        keep = [f"{{name}}=={{version(name)}}" for name in ("torch", "numpy")]
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", source, *keep], check=True)
         importlib.invalidate_caches()  # so this runtime imports it at once, no restart
     output.enable_custom_widget_manager()  # for the ipywidgets explorers
