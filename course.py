@@ -4,6 +4,7 @@
     python3 course.py lab      # open the course in JupyterLab
     python3 course.py test     # run every test and every notebook
     python3 course.py release  # instructors: nbgrader metadata + student/ notebooks
+    python3 course.py publish [--repo OWNER/NAME --tag vX.Y.Z]  # stamp badges and links
 
 The first run creates a virtual environment in .venv and installs the pinned
 packages (constraints.txt); later runs skip the install unless those files changed.
@@ -75,12 +76,19 @@ def ensure_environment() -> None:
     STAMP.write_text(_fingerprint())
 
 
+def publish(args: list[str]) -> int:
+    """Stamp every Colab/Binder badge and link from [tool.course] (see scripts/publish.py)."""
+    return subprocess.call([str(_bin("python")), str(ROOT / "scripts" / "publish.py"), *args], cwd=ROOT)
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"lab", "test", "setup", "release"}:
+    if not argv or argv[0] not in {"lab", "test", "setup", "release", "publish"}:
         print(__doc__)
         return 2
     ensure_environment()
     command, rest = argv[0], argv[1:]
+    if command == "publish":
+        return publish(rest)
     env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg")
     if command == "setup":
         return 0

@@ -466,7 +466,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
 
 #: Modules that each add one subcommand with ``add_bench_parser(subparsers)`` (besides this
 #: module's ``mha``); imported when the command line runs, so they may import this module.
-SUBCOMMANDS: tuple[str, ...] = ("course_utils.train", "course_utils.bench_gqa")
+SUBCOMMANDS: tuple[str, ...] = ("course_utils.train", "course_utils.bench_gqa", "course_utils.bench_memory")
 
 
 def main(argv: list[str] | None = None) -> None:

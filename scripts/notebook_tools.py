@@ -10,6 +10,14 @@
     python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
         Write student versions: every ``### BEGIN SOLUTION`` ... ``### END SOLUTION``
         block becomes ``raise NotImplementedError`` and outputs are cleared.
+    python scripts/notebook_tools.py upgrade notebooks/*.ipynb student/*.ipynb
+        One-shot: rewrite notebooks as nbformat 4.5 with stable cell ids (kept when
+        present, derived from the cell's content when missing), without executing them.
+
+Notebooks are stored as nbformat 4.5 with a stable ``id`` on every cell, and with the
+``language_info`` the kernel reports: JupyterLab gives a 4.4 notebook fresh ids when it
+opens it, and writes the kernel's language_info when the kernel starts; either marks
+the lesson modified (the "unsaved" dot) before the reader has touched anything.
 
 Outputs policy: notebooks are committed *executed* (so a reader on GitHub sees every
 table and figure); CI re-runs them under nbval and compares the cells marked
@@ -18,6 +26,8 @@ table and figure); CI re-runs them under nbval and compares the cells marked
 
 from __future__ import annotations
 
+import hashlib
+import platform
 import re
 import sys
 import time
@@ -53,8 +63,10 @@ def build(draft: Path, out: Path) -> None:
         else:
             lines.append(line)
     flush()
+    for cell in cells:
+        cell.pop("id", None)  # random ids from nbformat; ensure_cell_ids derives stable ones
     nb = nbformat.v4.new_notebook(cells=cells)
-    nb.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    clean(nb)
     nbformat.write(nb, out)
 
 
@@ -70,16 +82,68 @@ def _merge_streams(outputs: list) -> list:
     return [o for o in merged if not (o.get("output_type") == "stream" and not o["text"].strip())]
 
 
+CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def ensure_cell_ids(nb: nbformat.NotebookNode) -> None:
+    """Give every cell a valid, unique id; keep ids that are already valid and unique.
+
+    A missing id is derived from the cell's type and source (sha1, 8 hex digits, with a
+    ``-2``, ``-3``... suffix for repeated contents), so upgrading the same notebook twice,
+    or on two machines, gives the same ids.
+    """
+    seen: set[str] = set()
+    for cell in nb.cells:
+        cell_id = cell.get("id")
+        if isinstance(cell_id, str) and CELL_ID.match(cell_id) and cell_id not in seen:
+            seen.add(cell_id)
+        else:
+            cell.pop("id", None)
+    for cell in nb.cells:
+        if "id" in cell:
+            continue
+        base = hashlib.sha1(f"{cell.cell_type}\n{cell.source}".encode()).hexdigest()[:8]
+        candidate, n = base, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{base}-{n}"
+        cell["id"] = candidate
+        seen.add(candidate)
+
+
+def language_info() -> dict:
+    """The ``language_info`` an ipykernel on this Python reports.
+
+    JupyterLab writes the kernel's language_info into the notebook when the kernel starts;
+    a stored value that differs marks the notebook modified at once. Storing what the
+    kernel will report keeps a freshly opened lesson unmodified (on the same Python version).
+    """
+    return {"codemirror_mode": {"name": "ipython", "version": sys.version_info[0]},
+            "file_extension": ".py", "mimetype": "text/x-python", "name": "python",
+            "nbconvert_exporter": "python", "pygments_lexer": f"ipython{sys.version_info[0]}",
+            "version": platform.python_version()}
+
+
 def clean(nb: nbformat.NotebookNode) -> None:
-    nb.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    """Strip machine-specific state; store as nbformat 4.5 with stable cell ids."""
+    nb.metadata = {"kernelspec": KERNEL, "language_info": language_info()}
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = _merge_streams(cell.outputs)
         cell.metadata.pop("execution", None)
         cell.metadata.pop("collapsed", None)
         cell.metadata.pop("scrolled", None)
-        cell.pop("id", None)
-    nb.nbformat_minor = 4
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    ensure_cell_ids(nb)
+
+
+def upgrade(path: Path) -> bool:
+    """Rewrite one notebook as nbformat 4.5 with stable ids; True when the file changed."""
+    before = path.read_text()
+    nb = nbformat.read(path, as_version=4)
+    clean(nb)
+    nbformat.write(nb, path)
+    return path.read_text() != before
 
 
 def execute(path: Path) -> float:
@@ -118,6 +182,9 @@ def main(argv: list[str]) -> int:
     elif command == "execute":
         for name in args:
             print(f"{name}: {execute(Path(name)):.1f} s", flush=True)
+    elif command == "upgrade":
+        for name in args:
+            print(f"{name}: {'upgraded' if upgrade(Path(name)) else 'already nbformat 4.5'}")
     elif command == "student":
         out_dir = Path(args[0])
         sources = [Path(name) for name in args[1:]]

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Stamp every Colab/Binder badge and link from the one published location.
+
+The repository (``owner/name``) and the release tag live in ``[tool.course]`` of
+pyproject.toml, nowhere else. This module writes, from them:
+
+* in every notebook (``notebooks/`` and ``student/``): a first markdown cell with the
+  Colab and Binder badges of that very notebook, and a first code cell that installs the
+  course on Colab (and does nothing, printing nothing, anywhere else);
+* in README.md: the lesson table's launch column and the generated "Colab and Binder"
+  block between ``<!-- launch:begin -->`` and ``<!-- launch:end -->``.
+
+    python3 course.py publish                                # re-stamp from the config
+    python3 course.py publish --repo OWNER/NAME --tag vX.Y.Z # change the config, then stamp
+    python scripts/publish.py --check                        # list disagreements; exit 1 if any
+
+Stamping is idempotent: a second run changes nothing. ``stamp_notebook`` is the hook
+for other tools (the student-notebook release step calls it on each notebook it writes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIRS = ("notebooks", "student")
+REPO_FORMAT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+TAG_FORMAT = re.compile(r"^v\d+\.\d+(?:\.\d+)?$")
+BADGES_TAG, SETUP_TAG = "launch-badges", "colab-setup"
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
+README_BEGIN, README_END = "<!-- launch:begin -->", "<!-- launch:end -->"
+PLACEHOLDERS = re.compile(r"OWNER/(?:REPO|NAME)|USERNAME/|your-(?:user|org)|\{(?:repo|tag)\}")
+RELATIVE_NOTEBOOK_LINK = re.compile(r"\]\((?P<path>(?:notebooks|student)/[^)\s]+\.ipynb)\)")
+# Every launch link the course writes, with the repository, the git ref and the path in it.
+LINK_PATTERNS = (
+    re.compile(r"https://colab\.research\.google\.com/github/(?P<repo>[^/\s]+/[^/\s]+)/blob/"
+               r"(?P<ref>[^/\s]+)/(?P<path>[^\s)\"'?#]+)"),
+    re.compile(r"https://mybinder\.org/v2/gh/(?P<repo>[^/\s]+/[^/\s?]+)/(?P<ref>[^/\s?)]+)"
+               r"(?:\?urlpath=lab/tree/(?P<path>[^\s)\"'&#]+))?"),
+    re.compile(r"git\+https://github\.com/(?P<repo>[^/\s@]+/[^/\s@]+?)(?:\.git)?@(?P<ref>[^\s\"'#]+)"),
+    re.compile(r"https://github\.com/(?P<repo>[^/\s)\"'@]+/[^/\s)\"'.@]+)(?:/(?:blob|tree)/"
+               r"(?P<ref>[^/\s)]+)/(?P<path>[^\s)\"'?#]+))?"),
+)
+
+# The Colab set-up cell. The logic is carried inline: course_utils is not installed yet
+# when it runs. A non-editable install lands in site-packages, which is already on
+# sys.path, so `import course_utils` works at once; an editable install (the old recipe)
+# only adds a .pth file, and .pth files are read at interpreter start-up, hence the
+# restart it needed. Colab's torch and numpy are held at their installed versions, so pip
+# cannot replace a module that is already imported (which would also need a restart).
+SETUP_CELL = '''\
+# Set-up for Google Colab: installs the course at its release, keeping Colab's torch.
+# Anywhere else this cell does nothing.
+def colab_setup(source="course-utils @ git+https://github.com/{repo}@{tag}"):
+    import importlib.util
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    try:
+        from google.colab import output
+    except ImportError:
+        return  # not on Colab
+    if importlib.util.find_spec("course_utils") is None:
+        # Keep Colab's torch and numpy: replacing an imported module would need a restart.
+        keep = [f"{{name}}=={{version(name)}}" for name in ("torch", "numpy")]
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", source, *keep], check=True)
+        importlib.invalidate_caches()  # so this runtime imports it at once, no restart
+    output.enable_custom_widget_manager()  # for the ipywidgets explorers
+
+
+colab_setup()'''
+
+
+@dataclass(frozen=True)
+class Published:
+    repo: str  # "owner/name" on GitHub
+    tag: str  # release tag, e.g. "v0.2.0"
+
+    def colab_url(self, path: str) -> str:
+        return f"https://colab.research.google.com/github/{self.repo}/blob/{self.tag}/{path}"
+
+    def binder_url(self, path: str) -> str:
+        return f"https://mybinder.org/v2/gh/{self.repo}/{self.tag}?urlpath=lab/tree/{path}"
+
+    def colab_badge(self, path: str) -> str:
+        return f"[![Open in Colab]({COLAB_BADGE})]({self.colab_url(path)})"
+
+    def binder_badge(self, path: str) -> str:
+        return f"[![Launch Binder]({BINDER_BADGE})]({self.binder_url(path)})"
+
+    def badges_cell(self, path: str) -> str:
+        return f"{self.colab_badge(path)} {self.binder_badge(path)}"
+
+    def setup_cell(self) -> str:
+        return SETUP_CELL.format(repo=self.repo, tag=self.tag)
+
+
+def validate(repo: str, tag: str) -> None:
+    if not isinstance(repo, str) or not REPO_FORMAT.match(repo):
+        raise ValueError(f"repo must be a GitHub 'owner/name', got {repo!r}")
+    if not isinstance(tag, str) or not TAG_FORMAT.match(tag):
+        raise ValueError(f"tag must be a release tag such as 'v0.2.0' (never a branch), got {tag!r}")
+    if PLACEHOLDERS.search(repo):
+        raise ValueError(f"repo {repo!r} is a placeholder, not a published repository")
+
+
+def load_config(root: Path = ROOT) -> Published:
+    """The published location from ``[tool.course]`` in pyproject.toml."""
+    course = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("course", {})
+    repo, tag = course.get("repository"), course.get("tag")
+    validate(repo, tag)
+    return Published(repo, tag)
+
+
+def set_config(repo: str, tag: str, root: Path = ROOT) -> Published:
+    """Write the published location into ``[tool.course]`` of pyproject.toml."""
+    validate(repo, tag)
+    path = root / "pyproject.toml"
+    text = path.read_text()
+    section = re.search(r"^\[tool\.course\]\n(?:(?!\[).*\n?)*", text, re.MULTILINE)
+    if section is None:
+        raise ValueError("pyproject.toml has no [tool.course] section to hold the published location")
+    body = section.group(0)
+    for key, value in (("repository", repo), ("tag", tag)):
+        body, n = re.subn(rf'^{key}\s*=\s*"[^"]*"', f'{key} = "{value}"', body, flags=re.MULTILINE)
+        if n != 1:
+            raise ValueError(f"[tool.course] in pyproject.toml needs exactly one {key} = \"...\" line")
+    path.write_text(text[:section.start()] + body + text[section.end():])
+    return load_config(root)
+
+
+# -- notebooks -----------------------------------------------------------------------
+
+def _tagged(cell, tag: str) -> bool:
+    return tag in cell.get("metadata", {}).get("tags", [])
+
+
+def stamp_notebook(nb, repo_relative_path: str, published: Published | None = None):
+    """Give ``nb`` (an nbformat v4 notebook) its badge cell and Colab set-up cell, in place.
+
+    ``repo_relative_path`` is where the notebook is committed, e.g.
+    ``"student/03_dimension_walkthrough.ipynb"``: the badges open that very file at the
+    release tag. Existing stamped cells (found by their tags) are rewritten, so calling
+    this twice changes nothing. Returns ``nb``.
+    """
+    import nbformat
+
+    if not isinstance(repo_relative_path, str) or not repo_relative_path.endswith(".ipynb") \
+            or repo_relative_path.startswith("/"):
+        raise ValueError("repo_relative_path must be the notebook's path inside the repository, "
+                         f"e.g. 'notebooks/00_start_here.ipynb'; got {repo_relative_path!r}")
+    published = published or load_config()
+    cells = [c for c in nb.cells if not (_tagged(c, BADGES_TAG) or _tagged(c, SETUP_TAG))]
+    old = {tag: next((c for c in nb.cells if _tagged(c, tag)), None) for tag in (BADGES_TAG, SETUP_TAG)}
+
+    badges = old[BADGES_TAG] or nbformat.v4.new_markdown_cell()
+    badges.source = published.badges_cell(repo_relative_path)
+    badges.metadata = {"tags": [BADGES_TAG]}
+    badges["id"] = BADGES_TAG
+    setup = old[SETUP_TAG] or nbformat.v4.new_code_cell()
+    setup.source = published.setup_cell()
+    setup.metadata = {"tags": [SETUP_TAG]}
+    setup.outputs, setup.execution_count = [], None
+    setup["id"] = SETUP_TAG
+
+    first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells))
+    cells.insert(first_code, setup)  # the first code cell, after the title and introduction
+    cells.insert(0, badges)
+    nb.cells = cells
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    return nb
+
+
+def notebook_paths(root: Path = ROOT) -> list[Path]:
+    return sorted(p for d in NOTEBOOK_DIRS for p in (root / d).glob("*.ipynb"))
+
+
+def stamp_notebook_file(path: Path, root: Path = ROOT, published: Published | None = None) -> bool:
+    """Stamp one notebook file; True when its contents changed."""
+    import nbformat
+
+    before = path.read_text()
+    nb = nbformat.read(path, as_version=4)
+    stamp_notebook(nb, path.relative_to(root).as_posix(), published)
+    if str(Path(__file__).resolve().parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from notebook_tools import ensure_cell_ids  # ids for any cell that lacks one
+
+    ensure_cell_ids(nb)
+    nbformat.write(nb, path)
+    return path.read_text() != before
+
+
+# -- README --------------------------------------------------------------------------
+
+def _readme_block(published: Published) -> str:
+    start = "notebooks/00_start_here.ipynb"
+    return f"""{README_BEGIN}
+- **Colab:** click a lesson's *Open in Colab* badge \
+(in the lesson table below, or at the top of each notebook). Its first code cell installs the course \
+from `{published.repo}` at release `{published.tag}` (Colab's own torch is kept) and \
+turns on Colab's widget manager; run it, then carry on, no restart needed. A GPU runtime \
+(Runtime → Change runtime type) runs the optional CUDA cells.
+- **Binder:** {published.binder_badge(start)} opens JupyterLab on lesson 00 at release \
+`{published.tag}`, built from `binder/` (CPU-only torch; Binder gives 2 GB of memory, and \
+`python -m course_utils.bench memory` shows every lesson's peak).
+{README_END}"""
+
+
+def _split_row(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+
+
+def stamp_readme(text: str, published: Published) -> str:
+    """README with the launch block and the lesson table's launch column stamped."""
+    block = _readme_block(published)
+    if README_BEGIN in text and README_END in text:
+        text = re.sub(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), lambda _: block,
+                      text, flags=re.DOTALL)
+    else:
+        raise ValueError(f"README.md needs the markers {README_BEGIN} and {README_END}")
+    lines, out, in_table = text.split("\n"), [], False
+    for line in lines:
+        if line.startswith("| # | Notebook |"):
+            in_table = True
+            cells = _split_row(line)[:3] + ["Launch"]
+        elif in_table and re.match(r"^\|\s*-", line):
+            cells = ["---"] * 4
+        elif in_table and line.startswith("|"):
+            cells = _split_row(line)[:3]
+            link = re.search(r"\]\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\)", cells[1])
+            cells.append(published.colab_badge(link.group(1)) if link else "")
+        else:
+            in_table = False
+            out.append(line)
+            continue
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+# -- the check -----------------------------------------------------------------------
+
+def _launch_links(text: str):
+    for pattern in LINK_PATTERNS:
+        yield from pattern.finditer(text)
+
+
+def check(root: Path = ROOT) -> list[str]:
+    """Every disagreement between the badges/links and the config, as readable lines."""
+    import nbformat
+
+    try:
+        published = load_config(root)
+    except (ValueError, KeyError) as exc:
+        return [f"pyproject.toml [tool.course]: {exc}"]
+    problems: list[str] = []
+    texts: dict[str, str] = {"README.md": (root / "README.md").read_text()}
+    for path in notebook_paths(root):
+        rel = path.relative_to(root).as_posix()
+        nb = nbformat.read(path, as_version=4)
+        texts[rel] = "\n".join(c.source for c in nb.cells)
+        if nb.nbformat_minor < 5:
+            problems.append(f"{rel}: nbformat 4.{nb.nbformat_minor}, expected 4.5 with cell ids")
+        if not nb.cells or nb.cells[0].source != published.badges_cell(rel):
+            problems.append(f"{rel}: first cell is not its badge cell (run python3 course.py publish)")
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        if not code or code[0].source != published.setup_cell():
+            problems.append(f"{rel}: first code cell is not the current Colab set-up cell")
+        if sum(_tagged(c, SETUP_TAG) for c in nb.cells) != 1 or sum(_tagged(c, BADGES_TAG)
+                                                                    for c in nb.cells) != 1:
+            problems.append(f"{rel}: expected exactly one badge cell and one set-up cell")
+    readme = texts["README.md"]
+    try:
+        if stamp_readme(readme, published) != readme:
+            problems.append("README.md: launch block or lesson table is stale "
+                            "(run python3 course.py publish)")
+    except ValueError as exc:
+        problems.append(f"README.md: {exc}")
+    for rel, text in texts.items():
+        for m in RELATIVE_NOTEBOOK_LINK.finditer(text):
+            if not (root / m.group("path")).is_file():
+                problems.append(f"{rel}: link to {m.group('path')}, which does not exist")
+        for m in PLACEHOLDERS.finditer(text):
+            problems.append(f"{rel}: placeholder {m.group(0)!r}")
+        for m in _launch_links(text):
+            repo, ref, path = m.group("repo"), m.groupdict().get("ref"), m.groupdict().get("path")
+            other_project = repo.split("/")[-1].lower() != published.repo.split("/")[-1].lower()
+            if m.re is LINK_PATTERNS[3] and other_project:
+                continue  # a link to another project's repository, not a launch link
+            if repo.lower() != published.repo.lower():
+                problems.append(f"{rel}: {m.group(0)} names {repo}, config says {published.repo}")
+            if ref is not None and ref != published.tag:
+                problems.append(f"{rel}: {m.group(0)} is pinned to {ref}, config says {published.tag}")
+            if path is not None and not (root / path).is_file():
+                problems.append(f"{rel}: {m.group(0)} points at {path}, which does not exist")
+    return problems
+
+
+def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str]:
+    """Stamp every notebook and README.md under ``root``; the files that changed."""
+    published = published or load_config(root)
+    changed = [p.relative_to(root).as_posix() for p in notebook_paths(root)
+               if stamp_notebook_file(p, root, published)]
+    readme = root / "README.md"
+    before = readme.read_text()
+    after = stamp_readme(before, published)
+    if after != before:
+        readme.write_text(after)
+        changed.append("README.md")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 course.py publish", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repo", help="GitHub owner/name the course is published under")
+    parser.add_argument("--tag", help="release tag the badges pin to, e.g. v0.2.0")
+    parser.add_argument("--check", action="store_true", help="only report disagreements")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = check()
+        print("\n".join(problems) or "every badge and link agrees with [tool.course]")
+        return 1 if problems else 0
+    if (args.repo is None) != (args.tag is None):
+        parser.error("give both --repo and --tag, or neither (then the config is used as it is)")
+    try:
+        published = set_config(args.repo, args.tag) if args.repo else load_config()
+    except ValueError as exc:
+        parser.error(str(exc))
+    changed = stamp_all(ROOT, published)
+    print(f"published location: {published.repo} at {published.tag}")
+    print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
+    problems = check()
+    print("\n".join(problems))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

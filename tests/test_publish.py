@@ -1,0 +1,133 @@
+"""Every Colab/Binder badge and link agrees with [tool.course] in pyproject.toml."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import publish  # noqa: E402
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """A copy of the files that publish stamps: README, pyproject and the notebooks."""
+    for name in ("README.md", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for folder in publish.NOTEBOOK_DIRS:
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, tmp_path / folder)
+    return tmp_path
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path.name}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_every_badge_and_link_agrees_with_the_config():
+    problems = publish.check(ROOT)
+    assert not problems, "run python3 course.py publish:\n" + "\n".join(problems)
+
+
+def test_config_is_a_repository_and_a_release_tag():
+    published = publish.load_config(ROOT)
+    assert published.repo.count("/") == 1 and published.tag.startswith("v")
+
+
+def test_every_notebook_opens_with_its_badges_then_the_setup_cell():
+    published = publish.load_config(ROOT)
+    for path in publish.notebook_paths(ROOT):
+        nb = nbformat.read(path, as_version=4)
+        rel = path.relative_to(ROOT).as_posix()
+        assert nb.cells[0].source == published.badges_cell(rel), rel
+        assert f"/blob/{published.tag}/{rel})" in nb.cells[0].source
+        first_code = next(c for c in nb.cells if c.cell_type == "code")
+        assert first_code.source == published.setup_cell(), rel
+        assert f"git+https://github.com/{published.repo}@{published.tag}" in first_code.source
+
+
+def test_readme_has_a_colab_badge_per_lesson_and_a_binder_badge_on_lesson_00():
+    published = publish.load_config(ROOT)
+    readme = (ROOT / "README.md").read_text()
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        rel = path.relative_to(ROOT).as_posix()
+        assert published.colab_badge(rel) in readme, rel
+    assert published.binder_badge("notebooks/00_start_here.ipynb") in readme
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("/blob/v0.2.0/notebooks/03_", "/blob/main/notebooks/03_", "pinned to main"),
+    ("/blob/v0.2.0/notebooks/03_", "/blob/v0.1.0/notebooks/03_", "pinned to v0.1.0"),
+    ("github/mha-course/multi-head-attention/blob/v0.2.0/notebooks/04",
+     "github/someone/multi-head-attention/blob/v0.2.0/notebooks/04", "names someone/multi-head-attention"),
+    ("notebooks/05_attention_heatmaps.ipynb)", "notebooks/05_heatmaps.ipynb)", "does not exist"),
+    ("conda activate mha-course", "see https://github.com/OWNER/REPO", "placeholder"),
+])
+def test_check_names_each_disagreement_in_readme(copy, old, new, expected):
+    assert publish.check(copy) == []
+    _edit(copy / "README.md", old, new)
+    problems = publish.check(copy)
+    assert any(expected in p for p in problems), problems
+
+
+def test_check_names_a_stale_or_missing_notebook_cell(copy):
+    nb_path = copy / "notebooks" / "02_single_head_attention.ipynb"
+    _edit(nb_path, "@v0.2.0", "@v0.1.0")
+    problems = publish.check(copy)
+    assert any("02_single" in p and "set-up cell" in p for p in problems), problems
+    assert any("pinned to v0.1.0" in p for p in problems), problems
+    nb = nbformat.read(nb_path, as_version=4)
+    nb.cells = nb.cells[1:]  # drop the badge cell
+    nbformat.write(nb, nb_path)
+    assert any("02_single" in p and "badge cell" in p for p in publish.check(copy))
+
+
+def test_publish_moves_every_link_and_is_idempotent(copy):
+    new = publish.set_config("course-org/mha", "v1.0.0", root=copy)
+    changed = publish.stamp_all(copy, new)
+    assert "README.md" in changed and any(c.startswith("notebooks/") for c in changed)
+    assert publish.check(copy) == []
+    assert publish.stamp_all(copy, new) == []  # a second run changes nothing
+    for path in [copy / "README.md", *publish.notebook_paths(copy)]:
+        text = path.read_text()
+        assert "mha-course/multi-head-attention" not in text, path.name
+        assert "v0.2.0" not in text, path.name
+
+
+def test_stamp_notebook_for_a_student_version_points_at_itself():
+    published = publish.Published("course-org/mha", "v1.0.0")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 03"),
+                                         nbformat.v4.new_code_cell("x = 1")])
+    publish.stamp_notebook(nb, "student/03_dimension_walkthrough.ipynb", published)
+    once = nbformat.writes(nb)
+    publish.stamp_notebook(nb, "student/03_dimension_walkthrough.ipynb", published)
+    assert nbformat.writes(nb) == once
+    assert [c.cell_type for c in nb.cells] == ["markdown", "markdown", "code", "code"]
+    assert "blob/v1.0.0/student/03_dimension_walkthrough.ipynb" in nb.cells[0].source
+    assert "lab/tree/student/03_dimension_walkthrough.ipynb" in nb.cells[0].source
+    assert nb.cells[2].source == published.setup_cell() and nb.cells[3].source == "x = 1"
+
+
+@pytest.mark.parametrize("repo, tag, word", [
+    ("mha-course", "v0.2.0", "repo"),
+    ("OWNER/REPO", "v0.2.0", "placeholder"),
+    ("mha-course/multi-head-attention", "main", "tag"),
+    ("mha-course/multi-head-attention", "HEAD", "tag"),
+])
+def test_set_config_refuses_what_is_not_a_published_release(copy, repo, tag, word):
+    with pytest.raises(ValueError, match=word):
+        publish.set_config(repo, tag, root=copy)
+
+
+def test_stamp_notebook_refuses_an_absolute_path():
+    nb = nbformat.v4.new_notebook()
+    with pytest.raises(ValueError, match="repo_relative_path"):
+        publish.stamp_notebook(nb, "/tmp/x.ipynb", publish.Published("a/b", "v1.0"))
