@@ -271,8 +271,21 @@ def student_notebooks(sources: dict[str, nbformat.NotebookNode]) -> dict[str, nb
                                    f"{result.get('log')}")
             student = _read(course / "release" / stem / name)
             student.metadata = copy.deepcopy(nb.metadata)  # the lesson's kernelspec, nothing else
-            out[name] = student
+            out[name] = _stamped(student, f"student/{name}")
     return out
+
+
+def _stamped(nb: nbformat.NotebookNode, repo_path: str) -> nbformat.NotebookNode:
+    """The student notebook with its own Colab/Binder badges and set-up cell (scripts/publish.py)."""
+    scripts = str(Path(__file__).resolve().parent)
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    from notebook_tools import ensure_cell_ids
+    from publish import stamp_notebook
+
+    stamp_notebook(nb, repo_path)
+    ensure_cell_ids(nb)
+    return nb
 
 
 def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path) -> list[str]:

@@ -76,6 +76,8 @@ assert importlib.util.find_spec("course_utils") is None, "course_utils importabl
 exec(compile(open(sys.argv[1]).read(), "colab-setup-cell", "exec"), {"__name__": "__main__"})
 import course_utils
 from course_utils import paths
+
+pytestmark = pytest.mark.slow  # minutes: run by .ci/run and `course.py test --all`
 report = {"torch_before": torch_before,
           "torch_after": (torch.__version__, torch.__file__, numpy.__version__, numpy.__file__),
           "course_utils": course_utils.__file__, "data_dir": str(paths.DATA_DIR),

@@ -5,6 +5,10 @@ The lesson trains its models in the notebook; these tests train the same runs (s
 config and seeds, with the same public functions) and check the sentences that read the
 printed numbers: the exact averaging argument, the swaps against chance and by share band,
 and the heads' division of labour during training.
+
+The cells that print training-derived figures carry no ``# NBVAL_CHECK_OUTPUT`` (their last
+digit depends on how the CPU rounds float sums), so the figures and the prose that reads
+them are held here, against a fresh run, with tolerances a few times wider than that noise.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from course_utils.two_relations import (
     TrainConfig,
     TwoKeyTask,
     accuracy_by_share,
+    accuracy_table,
+    attention_by_copies,
     compare_heads,
     swap_chance,
     swap_fraction,
+    train_lookup,
     weight_on_keys,
 )
 
@@ -105,7 +112,7 @@ def test_swaps_far_above_chance_and_in_the_high_share_bands(runs, held_out):
     results, _ = runs
     single = next(r.model for r in results if r.num_heads == 1 and r.seed == 0)
     fraction, chance = swap_fraction(single, held_out), swap_chance(single, held_out)
-    assert 0.35 < fraction < 0.45 and 0.012 < chance < 0.015  # printed: 0.396 and 0.013
+    assert 0.35 < fraction < 0.45 and 0.012 < chance < 0.015  # "about 0.4", "roughly 0.013"
     assert 25 < fraction / chance < 35  # "about 30 times"
     bands = accuracy_by_share(single, held_out)
     high = bands.index.isin(["[0.4, 0.5)", "[0.5, 1.0]"])
@@ -120,12 +127,91 @@ def test_heads_start_interchangeable_and_end_divided(runs):
     _, recorded = runs
     prefers_a = {key: w[:, 0] - w[:, 1] for key, w in recorded.items()}  # (2,) per (seed, step)
     for seed in range(5):
-        assert prefers_a[seed, 0].abs().max() < 0.09  # "neither prefers a key by more than 0.08"
+        assert prefers_a[seed, 0].abs().max() < 0.1  # "by more than about 0.1" (printed max 0.08)
         assert prefers_a[seed, 100].prod() < 0  # "by step 100 ... lean towards different keys"
         final = prefers_a[seed, 400]
         assert final.max() > 0.85 and final.min() < -0.85  # "about 0.9 more weight on its own key"
     assert prefers_a[1, 400][1] > 0.8  # seed 1: head 1 takes a
     assert all(prefers_a[s, 400][0] > 0.8 for s in (0, 2, 3, 4))
+
+
+# -- sections 4 and 6: the accuracy figures (printed without an exact-text check) -------------
+def test_two_heads_beat_one_head_on_every_seed(runs):
+    results, _ = runs
+    table = accuracy_table(results)
+    one, two = table.iloc[:, 0], table.iloc[:, 1]
+    for seed in (f"seed {s}" for s in range(5)):
+        assert 0.87 < one[seed] < 0.94 and two[seed] >= 0.99  # printed 0.892-0.917 and >= 0.999
+        assert two[seed] - one[seed] > 0.05  # the verdict cell's margin
+    assert one["mean"] == pytest.approx(0.906, abs=0.015)
+    halves = {s: accuracy_table(results, which=s).loc["mean"] for s in "ab"}
+    for half in halves.values():  # "misses on both halves of the answer, not on one"
+        assert 0.9 < half.iloc[0] < 0.97 and half.iloc[1] >= 0.99
+    for h, reach in ((1, None), (2, (75, 175))):
+        runs_h = [r for r in results if r.num_heads == h]
+        curve = torch.tensor([r.accuracy for r in runs_h]).mean(dim=0)
+        reached = [st for st, acc in zip(runs_h[0].steps, curve.tolist(), strict=True) if acc >= 0.95]
+        if reach is None:
+            assert not reached and curve[-1] > curve[-5]  # still climbing at 400 steps
+        else:
+            assert reach[0] <= reached[0] <= reach[1]  # printed: 125
+
+
+def test_single_head_split_depends_on_copies(runs, held_out):
+    results, _ = runs
+    single = next(r.model for r in results if r.num_heads == 1 and r.seed == 0)
+    table = attention_by_copies(single, held_out, digits=6)
+    share = table["head 0 on a"] / (table["head 0 on a"] + table["head 0 on b"])
+    assert share.idxmin() == (1, 3) and share.idxmax() == (3, 1)  # most lopsided, nearly even
+    assert set(table["accuracy"].nsmallest(2).index) == {(1, 3), (3, 1)}  # the two corners
+    for r in results:
+        if r.num_heads == 2:
+            two = attention_by_copies(r.model, held_out)
+            own = [two[cols].min().min() for cols in (["head 0 on a", "head 1 on b"],
+                                                      ["head 1 on a", "head 0 on b"])]
+            assert max(own) > 0.8  # each head keeps most of its weight on its own key in every cell
+
+
+@pytest.fixture(scope="module")
+def section_6(runs):
+    no_repeats = TwoKeyTask(num_items=8, num_keys=16, num_symbols=8, max_repeats=1)
+    results_no_repeats = compare_heads(no_repeats, heads=(1, 2), seeds=range(3), config=CONFIG)
+    longer = TrainConfig(d_model=16, hidden=64, steps=1200, batch_size=256, lr=3e-3, eval_every=100)
+    long_run = train_lookup(TASK, num_heads=1, seed=0, config=longer)
+    narrow = compare_heads(TASK, heads=(4, 8, 16), seeds=(0,), config=CONFIG)
+    return results_no_repeats, long_run, narrow
+
+
+def test_gap_shrinks_without_repeats_and_with_training(runs, section_6):
+    results, _ = runs
+    results_no_repeats, long_run, _ = section_6
+    table = accuracy_table(results_no_repeats)
+    assert (table.iloc[:, 1] > table.iloc[:, 0]).all()  # "it still trails on every seed"
+    gaps = [t.loc["mean"].iloc[1] - t.loc["mean"].iloc[0] for t in (accuracy_table(results), table)]
+    assert gaps[0] == pytest.approx(0.094, abs=0.015) and gaps[1] == pytest.approx(0.009, abs=0.006)
+    assert gaps[1] < gaps[0] / 3  # "several times smaller"
+    assert long_run.steps[::4] == [0, 400, 800, 1200]
+    acc = long_run.accuracy[::4]
+    assert acc[1] < acc[2] < acc[3] < 0.99  # "keeps climbing, but stays below" two heads' 1.000
+    assert acc[3] == pytest.approx(0.971, abs=0.015)
+
+
+def test_heads_too_narrow_lose(runs, section_6):
+    results, _ = runs
+    by_heads = {r.num_heads: r.final_accuracy for r in results if r.seed == 0}
+    by_heads |= {r.num_heads: r.final_accuracy for r in section_6[2]}
+    assert by_heads[2] >= 0.99 and abs(by_heads[4] - by_heads[2]) < 0.01  # 2 and 4 heads best
+    assert by_heads[2] - 0.1 < by_heads[8] < by_heads[2] - 0.02  # "fall behind a little"
+    assert by_heads[16] < by_heads[1] - 0.1  # printed 0.661 against 0.911
+
+
+def test_no_training_figure_is_checked_as_exact_text():
+    cells = nbformat.read(NOTEBOOKS / "01_why_multiple_heads.ipynb", as_version=4).cells
+    for cell in cells:
+        if cell.cell_type == "code" and cell.source.startswith("# NBVAL_CHECK_OUTPUT"):
+            printed = "".join(o.get("text", "") for o in cell.get("outputs", []))
+            for figure in ("0.911", "0.906", "0.396", "0.094", "0.971", "0.661"):
+                assert figure not in printed, (figure, cell.source[:80])
 
 
 # -- slips that the generic test does not cover ----------------------------------------
@@ -176,3 +262,4 @@ def test_exercise_format(name):
                             rf"|{lesson}\.check_\w+\({fn}\)\.assert_passed\(\))", check.source)
         later = "\n".join(c.source for c in cells[i + 3:] if c.cell_type == "code")
         assert not re.search(rf"\b{fn}\b", later), f"{fn} is used after its check"
+

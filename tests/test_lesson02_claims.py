@@ -154,3 +154,12 @@ def test_2_4_linear_layout_written_with_f_linear():
 
     fb = lesson02.check_single_head_attention(with_f_linear)
     assert _named(fb) == "linear_layout" and "lesson 01" in fb.message
+
+
+def test_2_4_sqrt_tokens_is_named_honestly():
+    def by_tokens(x, w_q, w_k, w_v):
+        q, k, v = x @ w_q, x @ w_k, x @ w_v
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(x.shape[-2]), dim=-1) @ v
+
+    fb = lesson02.check_single_head_attention(by_tokens)
+    assert fb.mistake == "scaled_by_d_v" and "sqrt(T)" in fb.message

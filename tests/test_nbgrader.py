@@ -183,6 +183,7 @@ def _errors_outside_test_cells(nb: nbformat.NotebookNode) -> tuple[list[str], li
     return stray, quiet
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.name)
 def test_student_notebook_runs_with_errors_only_in_its_test_cells(path):
     nb = _execute(tools._read(path), ROOT / "notebooks")
@@ -244,6 +245,7 @@ def _ok(result: dict) -> None:
     assert result.get("success"), f"{result.get('error')}\n{result.get('log')}"
 
 
+@pytest.mark.slow
 def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkeypatch):
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .core import Case, Exercise, Mistake
+from .lesson02 import RaisingMistake, _DiagnosingExercise
 
 __all__ = [
     "ATTEND",
@@ -174,6 +175,18 @@ def _head_scores_keys_first(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int)
     return _head_scores(x, w_q, w_k, num_heads).transpose(-2, -1)  # k @ q^T
 
 
+def _head_scores_float_dk(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    T, d = x.shape
+    dk = d / num_heads  # a float: view() refuses it
+    q = (x @ w_q.T).view(T, num_heads, dk).transpose(0, 1)
+    k = (x @ w_k.T).view(T, num_heads, dk).transpose(0, 1)
+    return q @ k.transpose(-2, -1) / math.sqrt(dk)
+
+
+def _head_scores_keys_from_w_q(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
+    return _head_scores(x, w_q, w_q, num_heads)  # w_q where w_k belongs
+
+
 def _head_scores_cases() -> list[Case]:
     g = torch.Generator().manual_seed(12)
     cases = []
@@ -184,7 +197,7 @@ def _head_scores_cases() -> list[Case]:
     return cases
 
 
-HEAD_SCORES = Exercise(
+HEAD_SCORES = _DiagnosingExercise(
     title="Exercise 1.2: one score matrix per head",
     reference=_head_scores,
     make_cases=_head_scores_cases,
@@ -242,6 +255,15 @@ HEAD_SCORES = Exercise(
                 "scores of key i, not of query i.",
                 "row i must be query i: q @ k.transpose(-2, -1).",
                 _head_scores_keys_first),
+        Mistake("keys_from_w_q",
+                "your keys were made with w_q: every score compares a query with another query.",
+                "k = x @ w_k.T; only the queries use w_q.",
+                _head_scores_keys_from_w_q),
+        RaisingMistake("float_dk",
+                       "view() refused your head width: d / num_heads is a float (3.0, not 3) even "
+                       "when it divides exactly.",
+                       "use integer division, dk = d // num_heads.",
+                       _head_scores_float_dk),
     ],
     hint="project with the full weights, split the last dim into (h, dk), bring h to the front, "
          "then compare each head's queries with its own keys and divide by sqrt(dk).",
@@ -297,6 +319,16 @@ def _relation_accuracy_per_symbol_logits(logits: Tensor, target: Tensor, num_sym
     return torch.stack([right_a.double().mean(), right_b.double().mean()])
 
 
+def _relation_accuracy_counts(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    predicted, V = logits.argmax(dim=-1), num_symbols
+    return torch.stack([(predicted // V == target // V).sum(), (predicted % V == target % V).sum()]).double()
+
+
+def _relation_accuracy_bool_mean(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    predicted, V = logits.argmax(dim=-1), num_symbols
+    return torch.stack([(predicted // V == target // V).mean(), (predicted % V == target % V).mean()])
+
+
 def _split_vote_case() -> Case:
     """Answers whose best single class and best symbol-by-symbol guess disagree."""
     V = 3
@@ -334,7 +366,7 @@ def _relation_cases() -> list[Case]:
     ]
 
 
-RELATION_ACCURACY = Exercise(
+RELATION_ACCURACY = _DiagnosingExercise(
     title="Exercise 1.3: accuracy of each relation",
     reference=_relation_accuracy,
     make_cases=_relation_cases,
@@ -368,6 +400,15 @@ RELATION_ACCURACY = Exercise(
                 "predicted = logits.argmax(dim=-1) over all V*V classes, then a = predicted // V "
                 "and b = predicted % V.",
                 _relation_accuracy_per_symbol),
+        Mistake("counts",
+                "you returned how many answers got each symbol right, not the fraction.",
+                "divide by the number of examples: .float().mean() instead of .sum().",
+                _relation_accuracy_counts),
+        RaisingMistake("bool_mean",
+                       "torch cannot average a bool tensor: the comparison gives True/False, and "
+                       ".mean() needs numbers.",
+                       "call .float() on the comparison before .mean().",
+                       _relation_accuracy_bool_mean),
     ],
     hint="the prediction is the argmax class; class c stands for the pair (c // V, c % V): decode "
          "the prediction and the target the same way, then score each half on its own. A "

@@ -164,6 +164,10 @@ def _softmax_in_torch(scores: np.ndarray) -> torch.Tensor:
     return torch.softmax(torch.from_numpy(scores), dim=-1)  # the right numbers, but a tensor
 
 
+def _softmax_as_list(scores: np.ndarray) -> list:
+    return _softmax_rows(scores).tolist()  # the right numbers, but a list
+
+
 def _softmax_cases() -> list[Case]:
     rng = np.random.default_rng(2)
     example = load_worked_example()
@@ -217,6 +221,11 @@ SOFTMAX_ROWS = _DiagnosingExercise(
                 "numpy and must return a numpy array (the lesson's numpy code uses it).",
                 "use np.exp, .max(axis=-1, keepdims=True) and .sum(...) on the array; no torch.",
                 _softmax_in_torch),
+        Mistake("returned_list",
+                "the numbers are right, but you returned a Python list: return the numpy array "
+                "itself (the lesson's numpy code uses it as an array).",
+                "drop the .tolist(): exps / exps.sum(axis=-1, keepdims=True) is already an array.",
+                _softmax_as_list),
     ],
     hint="subtract each row's maximum (keepdims=True) before np.exp, then divide by the row sums.",
     numpy_output=True,
@@ -259,6 +268,14 @@ def _weights_dim1(q: Tensor, k: Tensor) -> Tensor:
 
 def _weights_no_softmax(q: Tensor, k: Tensor) -> Tensor:
     return _scores(q, k, math.sqrt(q.shape[-1]))
+
+
+def _weights_d_k_from_dim_1(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[1])), dim=-1)  # the tokens, on a batch
+
+
+def _weights_keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)  # (..., Tk, Tq)
 
 
 def _weights_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
@@ -309,6 +326,12 @@ ATTENTION_WEIGHTS = _DiagnosingExercise(
         Mistake("no_softmax", "you returned the scaled scores: without a softmax they are not "
                 "weights (some are negative, and rows do not sum to 1).",
                 "finish with torch.softmax(scores, dim=-1).", _weights_no_softmax),
+        Mistake("d_k_from_dim_1", "right for one sequence, wrong on the batch: you took d_k from "
+                "q.shape[1], which is the number of queries when q is (B, T, d_k).",
+                "count from the end: d_k = q.shape[-1].", _weights_d_k_from_dim_1),
+        Mistake("keys_times_queries", "your matrix is k @ q^T: row i holds key i's scores against "
+                "every query, not query i's scores against every key.",
+                "row i must be query i: q @ k.transpose(-2, -1).", _weights_keys_times_queries),
         RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _weights_k_dot_t),
     ],
     hint="multiply q by k with its last two dims swapped (k.transpose(-2, -1), so batches work), "
@@ -368,6 +391,22 @@ def _causal_batch_dim_as_T(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
 
 
+def _causal_mask_not_applied(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))  # result thrown away
+    return torch.softmax(scores, dim=-1)
+
+
+def _causal_softmax_over_queries(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf")), dim=-2)
+
+
+def _causal_keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
+    scores = k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf")), dim=-1)
+
+
 def _causal_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
     scores = q @ k.T / math.sqrt(q.shape[-1])
     allowed = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()
@@ -412,6 +451,16 @@ CAUSAL_ATTENTION_WEIGHTS = _DiagnosingExercise(
                 "not divided by sqrt(d_k).",
                 "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax.",
                 _causal_no_scale),
+        Mistake("mask_not_applied", "your weights are those of attention without any mask: every "
+                "query sees the future. masked_fill returns a new tensor; it does not change "
+                "scores unless you assign the result.",
+                "scores = scores.masked_fill(~allowed, float('-inf')).", _causal_mask_not_applied),
+        Mistake("softmax_over_queries", "each column of your weights sums to 1: the softmax ran over "
+                "the queries (dim=-2) instead of the keys.",
+                "torch.softmax(scores, dim=-1), after the mask.", _causal_softmax_over_queries),
+        Mistake("keys_times_queries", "your scores are k @ q^T (row i is key i, not query i), so the "
+                "mask blocks the wrong pairs.",
+                "scores = q @ k.transpose(-2, -1) / sqrt(d_k), then mask.", _causal_keys_times_queries),
         RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _causal_k_dot_t),
         RaisingMistake("batch_dim_as_T",
                        "on the batch (2, 5, 4) your mask does not fit the scores: T = q.shape[0] is "
@@ -491,6 +540,20 @@ def _single_head_linear_layout(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor)
     return _attention_weights(q, k) @ v
 
 
+def _single_head_weights_only(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, _ = _project(x, w_q, w_k, w_v)
+    return _attention_weights(q, k)  # (..., T, T): the weights, not the output
+
+
+def _single_head_no_softmax(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return _scores(q, k, math.sqrt(q.shape[-1])) @ v
+
+
+def _single_head_keys_from_w_q(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    return _single_head(x, w_q, w_q, w_v)  # w_q where w_k belongs
+
+
 def _single_head_cases() -> list[Case]:
     # In every case d_v == T, so that `v @ weights` runs and the check can name it.
     x, w_q, w_k, w_v = _worked_example_head(0)
@@ -510,6 +573,15 @@ SINGLE_HEAD_ATTENTION = _DiagnosingExercise(
         Mistake("keys_as_values", "you averaged the keys (weights @ K), not the values.",
                 "keys decide *where* to look; the output mixes the values: weights @ (x @ w_v).",
                 _single_head_keys_as_values),
+        Mistake("returned_weights", "you returned the attention weights (T x T), not the output: "
+                "the weights still have to average the values.",
+                "finish with weights @ v, where v = x @ w_v.", _single_head_weights_only),
+        Mistake("no_softmax", "you multiplied the values by the scaled scores: without a softmax "
+                "they are not weights, and the output is not an average of the values.",
+                "weights = torch.softmax(scores, dim=-1), then weights @ v.", _single_head_no_softmax),
+        Mistake("keys_from_w_q", "your keys were made with w_q: every score compares a query with "
+                "another query.",
+                "k = x @ w_k; only the queries use w_q.", _single_head_keys_from_w_q),
         Mistake("unprojected_values", "you averaged the raw inputs x instead of the values x @ w_v.",
                 "project the values first: v = x @ w_v.", _single_head_unprojected),
         Mistake("transposed_weights", "you used the transposed weights (weights^T @ V): each output "
@@ -535,8 +607,9 @@ SINGLE_HEAD_ATTENTION = _DiagnosingExercise(
         Mistake("softmax_dim1", "right for one sequence, wrong on the batch: dim=1 is the keys only "
                 "for 2-D scores; for (B, T, T) it is the queries.",
                 "count from the end: torch.softmax(scores, dim=-1).", _single_head_softmax_dim1),
-        Mistake("scaled_by_d_v", "you divided the scores by sqrt(d_v), the width of the values, "
-                "instead of sqrt(d_k), the width of the queries and keys that were multiplied.",
+        Mistake("scaled_by_d_v", "you divided the scores by sqrt(d_v), the width of the values, or "
+                "by sqrt(T), the number of tokens (the two are equal in these test cases), instead "
+                "of sqrt(d_k), the width of the queries and keys that were multiplied.",
                 "d_k = w_q.shape[-1]; d_v only sets the width of the output.",
                 _single_head_scaled_by_d_v),
         RaisingMistake("linear_layout",
