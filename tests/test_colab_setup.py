@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import publish  # noqa: E402
 
+pytestmark = pytest.mark.slow  # minutes: run by .ci/run and `course.py test --all`
+
 FAKE_COLAB = {
     "google/__init__.py": "",
     "google/colab/__init__.py": "from . import output\n",
@@ -77,7 +79,6 @@ exec(compile(open(sys.argv[1]).read(), "colab-setup-cell", "exec"), {"__name__":
 import course_utils
 from course_utils import paths
 
-pytestmark = pytest.mark.slow  # minutes: run by .ci/run and `course.py test --all`
 report = {"torch_before": torch_before,
           "torch_after": (torch.__version__, torch.__file__, numpy.__version__, numpy.__file__),
           "course_utils": course_utils.__file__, "data_dir": str(paths.DATA_DIR),
