@@ -75,3 +75,11 @@ def test_decode_step_without_enable_gqa_hints_at_it():
         return F.scaled_dot_product_attention(q, k, v), k, v
     feedback = lesson07.check_decode_step(no_enable_gqa)
     assert not feedback.passed and "enable_gqa=True" in repr(feedback)
+
+
+def test_decode_step_appended_on_the_head_axis_hints_at_the_time_axis():
+    def head_axis(q, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat([k_cache, k_new], dim=1), torch.cat([v_cache, v_new], dim=1)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v
+    feedback = lesson07.check_decode_step(head_axis)
+    assert not feedback.passed and "dim 2" in repr(feedback)

@@ -249,8 +249,9 @@ DECODE_STEP = Exercise(
                 "Normalise each query's scores over the keys: softmax(dim=-1).",
                 _decode_softmax_over_queries),
     ],
-    hint="Return (output (B, h, 1, dk), k (B, g, T+1, dk), v (B, g, T+1, dk)); with "
-         "F.scaled_dot_product_attention and g < h, pass enable_gqa=True.",
+    hint="Return (output (B, h, 1, dk), k (B, g, T+1, dk), v (B, g, T+1, dk)); append along "
+         "the time axis (dim 2); with F.scaled_dot_product_attention and g < h, pass "
+         "enable_gqa=True.",
 )
 check_decode_step = DECODE_STEP.check
 
