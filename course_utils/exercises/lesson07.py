@@ -43,6 +43,14 @@ def _repeat_kv_by_g(kv: Tensor, num_heads: int) -> Tensor:
     return kv.repeat_interleave(kv.shape[1], dim=1)  # g copies instead of h/g
 
 
+def _repeat_kv_h_times(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads, dim=1)  # g * h heads
+
+
+def _repeat_kv_flattened(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads // kv.shape[1])  # no dim: a flat 1-D tensor
+
+
 def _repeat_cases() -> list[Case]:
     return [
         Case((_randn(2, 2, 3, 4, seed=71), 6), label="B=2, g=2 K/V heads, h=6 query heads"),
@@ -68,6 +76,13 @@ REPEAT_KV = Exercise(
         Mistake("repeated_g_times",
                 "you made g copies of each K/V head; each must serve h/g query heads.",
                 "The repeat count is num_heads // g.", _repeat_kv_by_g),
+        Mistake("repeated_h_times",
+                "you made h copies of each K/V head, so there are g * h heads; together the g "
+                "K/V heads must make exactly h.",
+                "The repeat count is num_heads // g, not num_heads.", _repeat_kv_h_times),
+        Mistake("flattened_no_dim",
+                "your answer is a flat 1-D tensor: repeat_interleave without dim= flattens its "
+                "input first.", "Pass dim=1 (the head axis).", _repeat_kv_flattened),
     ],
     hint="Output (B, h, T, dk); query head i reads K/V head i // (h // g).",
 )
@@ -97,6 +112,10 @@ def _cache_one_layer(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len
     return 2 * batch * num_kv_heads * d_head * seq_len * bits // 8
 
 
+def _cache_no_batch(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * num_kv_heads * d_head * seq_len * bits // 8
+
+
 def _cache_cases() -> list[Case]:
     return [
         Case((32, 1, 32, 8, 128, 8192, 16), label="Llama-3-8B shape, batch 1, 8k tokens, 16-bit"),
@@ -119,6 +138,8 @@ CACHE_BYTES = Exercise(
                 "Divide by 8 to get bytes.", _cache_bits),
         Mistake("one_layer", "that is one layer's cache: every layer keeps its own.",
                 "Multiply by num_layers.", _cache_one_layer),
+        Mistake("forgot_batch", "that is the cache of one sequence: every sequence in the batch "
+                "keeps its own keys and values.", "Multiply by batch.", _cache_no_batch),
     ],
     hint="2 (K and V) x layers x batch x g x d_head x tokens x bytes per element.",
 )
@@ -163,6 +184,26 @@ def _decode_unscaled(q_new, k_new, v_new, k_cache, v_cache):
     return out, k, v
 
 
+def _decode_returned_old_cache(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k_cache, v_cache
+
+
+def _decode_returned_repeated_cache(q_new, k_new, v_new, k_cache, v_cache):
+    copies = q_new.shape[1] // k_cache.shape[1]
+    k = torch.cat([k_cache, k_new], dim=2).repeat_interleave(copies, dim=1)  # (B, h, T+1, dk)
+    v = torch.cat([v_cache, v_new], dim=2).repeat_interleave(copies, dim=1)
+    return F.scaled_dot_product_attention(q_new, k, v), k, v
+
+
+def _decode_softmax_over_queries(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    copies = q_new.shape[1] // k.shape[1]
+    scores = q_new @ k.repeat_interleave(copies, dim=1).transpose(-2, -1) / q_new.shape[-1] ** 0.5
+    weights = scores.softmax(dim=-2)  # over the single query: every weight becomes 1
+    return weights @ v.repeat_interleave(copies, dim=1), k, v
+
+
 def _decode_cases() -> list[Case]:
     cases = []
     for i, (B, h, g, T, dk) in enumerate([(2, 4, 2, 5, 8), (1, 6, 3, 3, 4), (1, 2, 1, 4, 16)]):
@@ -194,8 +235,23 @@ DECODE_STEP = Exercise(
         Mistake("unscaled", "the scores were not divided by sqrt(dk).",
                 "F.scaled_dot_product_attention scales by default; keep scale=None.",
                 _decode_unscaled),
+        Mistake("returned_old_cache", "the output is right but you returned the caches you were "
+                "given: the next step would never see this token.",
+                "Return the caches with the new key/value appended (T+1 positions).",
+                _decode_returned_old_cache),
+        Mistake("returned_repeated_cache", "the output is right but your returned caches have h "
+                "heads: you stored the repeated copy, so the cache is h/g times larger, which is "
+                "the memory GQA exists to save.",
+                "Repeat (or use enable_gqa) only for the attention call; return the g-head caches.",
+                _decode_returned_repeated_cache),
+        Mistake("softmax_over_queries", "your softmax ran over the query axis (dim=-2): with one "
+                "query every weight is 1, so the output is the sum of all values.",
+                "Normalise each query's scores over the keys: softmax(dim=-1).",
+                _decode_softmax_over_queries),
     ],
-    hint="Return (output (B, h, 1, dk), k (B, g, T+1, dk), v (B, g, T+1, dk)).",
+    hint="Return (output (B, h, 1, dk), k (B, g, T+1, dk), v (B, g, T+1, dk)); append along "
+         "the time axis (dim 2); with F.scaled_dot_product_attention and g < h, pass "
+         "enable_gqa=True.",
 )
 check_decode_step = DECODE_STEP.check
 
