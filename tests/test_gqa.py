@@ -70,24 +70,34 @@ def test_query_head_i_reads_kv_head_i_over_group_size():
 
 
 class _OpRecorder(TorchFunctionMode):
-    def __init__(self):
+    """Records every torch call, and the calls that received a tensor on a watched storage."""
+
+    def __init__(self, *watched):
         super().__init__()
-        self.names = []
+        self.names, self.on_watched = [], []
+        self.watched = {t.untyped_storage().data_ptr() for t in watched}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.names.append(getattr(func, "__name__", str(func)))
+        name = getattr(func, "__name__", str(func))
+        self.names.append(name)
+        tensors = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+        if any(t.untyped_storage().data_ptr() in self.watched for t in tensors):
+            self.on_watched.append(name)
         return func(*args, **(kwargs or {}))
 
 
 def test_kv_is_never_copied_in_the_decode_path():
     q, k, v = torch.randn(1, 16, 1, 8), torch.randn(1, 4, 64, 8), torch.randn(1, 4, 64, 8)
-    with _OpRecorder() as rec:
-        grouped_query_attention(q, k, v)
-    banned = {"repeat_interleave", "repeat", "expand", "contiguous", "clone", "cat"}
-    assert not banned & set(rec.names), rec.names
+    with _OpRecorder(k, v) as rec:
+        out, _ = grouped_query_attention(q, k, v)
+    banned = {"repeat_interleave", "repeat", "expand", "contiguous", "clone", "cat", "copy_", "to"}
+    assert not banned & set(rec.on_watched), rec.on_watched  # K and V: only views and matmuls
+    assert not {"repeat_interleave", "repeat", "expand", "cat"} & set(rec.names), rec.names
+    assert "bmm" in rec.on_watched  # the matmuls read the cache's own storage
     # the matmuls read the cache itself: K^T and V are views of the caller's storage
     keys = k.reshape(4, 64, 8)
     assert keys.data_ptr() == k.data_ptr() and keys._base is k
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
 
 
 @pytest.mark.parametrize(
