@@ -39,6 +39,8 @@ __all__ = [
     "make_kv_caches",
     "bench_decode",
     "stage_times",
+    "StageRow",
+    "stage_bandwidth",
     "add_bench_parser",
 ]
 
@@ -247,6 +249,12 @@ def bench_decode(
                        2 * copy_buffer.numel() * copy_buffer.element_size())
 
 
+def _scores(q_rows: Tensor, keys: Tensor) -> Tensor:
+    """The scores stage as :func:`grouped_query_attention` computes it: ``K @ q_rows^T``,
+    transposed back and made contiguous. ``(g, r, dk), (g, T, dk) -> (g, r, T)``."""
+    return torch.bmm(keys, q_rows.transpose(1, 2)).transpose(1, 2).contiguous()
+
+
 def stage_times(
     groups: Sequence[int] = (16, 4), *, num_heads: int = 16, d_head: int = 64, context: int = 4096,
     num_layers: int = 8, repeats: int = 11, flush_mib: int = 64,
@@ -266,11 +274,11 @@ def stage_times(
         for q, (k, v) in zip(queries, caches[g], strict=True):
             q_rows = q.reshape(g, num_heads // g, d_head)  # (g, h/g, dk)
             keys, values = k.reshape(g, context, d_head), v.reshape(g, context, d_head)
-            scores = torch.bmm(q_rows, keys.transpose(1, 2))  # (g, h/g, T)
+            scores = _scores(q_rows, keys)  # (g, h/g, T)
             per_layer.append((q_rows, keys, values, scores, torch.softmax(scores, -1)))
         prepared[g] = per_layer
     stages = {
-        "scores": lambda layers: [torch.bmm(q, k.transpose(1, 2)) for q, k, _, _, _ in layers],
+        "scores": lambda layers: [_scores(q, k) for q, k, _, _, _ in layers],
         "softmax": lambda layers: [torch.softmax(s, -1) for _, _, _, s, _ in layers],
         "weights @ V": lambda layers: [torch.bmm(w, v) for _, _, v, _, w in layers],
     }
@@ -286,6 +294,67 @@ def stage_times(
     return best
 
 
+@dataclass
+class StageRow:
+    """One stage of the decode step at one ``g``: best one-thread CPU time and bytes moved."""
+
+    stage: str
+    num_kv_heads: int
+    seconds: float
+    bytes_moved: int  # bytes read + written by the stage, summed over layers
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bytes_moved / self.seconds / 1e9
+
+
+def stage_bandwidth(
+    groups: Sequence[int] = (16, 4), *, num_heads: int = 16, d_head: int = 64, context: int = 4096,
+    num_layers: int = 8, repeats: int = 11, flush_mib: int = 64,
+) -> tuple[list[StageRow], float]:
+    """Where the decode step's time goes: :func:`stage_times` plus two yardsticks, as
+    ``(rows, copy GB/s)``. Each row has the stage's bytes (float32, read + written, summed
+    over layers) and the GB/s it reached. ``read K and V`` is a bare ``sum`` of the cache,
+    the fastest one thread streams it; the copy figure is one thread's ``dst.copy_(src)``
+    of ``flush_mib`` MiB. A stage well below the ``read`` row is limited by its kernel,
+    not by memory."""
+    best = stage_times(groups, num_heads=num_heads, d_head=d_head, context=context,
+                       num_layers=num_layers, repeats=repeats, flush_mib=flush_mib)
+    _, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
+    flush, target = torch.ones(flush_mib * MiB // 4), torch.zeros(flush_mib * MiB // 4)
+    read_s = {g: float("inf") for g in groups}
+    copy_s = float("inf")
+    with torch_threads(1), torch.inference_mode():
+        for _ in range(repeats):
+            for g in groups:
+                flush.sum()
+                start = time.thread_time()
+                for k, v in caches[g]:
+                    k.sum(), v.sum()
+                read_s[g] = min(read_s[g], time.thread_time() - start)
+            start = time.thread_time()
+            target.copy_(flush)
+            copy_s = min(copy_s, time.thread_time() - start)
+    rows = []
+    for g in groups:
+        cache = num_layers * g * context * d_head * 4  # bytes of K (or of V), all layers
+        weights = num_layers * num_heads * context * 4  # bytes of the scores (or weights)
+        moved = {"scores": cache + weights, "softmax": 2 * weights, "weights @ V": cache + weights}
+        rows += [StageRow(name, g, best[name][g], moved[name]) for name in best]
+        rows.append(StageRow("read K and V", g, read_s[g], 2 * cache))
+    return rows, 2 * flush.numel() * 4 / copy_s / 1e9
+
+
+def _print_stages(groups: Sequence[int], context: int, num_layers: int, repeats: int) -> None:
+    rows, copy_gb_per_s = stage_bandwidth(groups, context=context, num_layers=num_layers,
+                                          repeats=repeats)
+    print(f"stages, one thread, CPU time, best of {repeats}; copy: {copy_gb_per_s:.1f} GB/s")
+    print(f"{'stage':>13} {'g':>3} {'ms':>7} {'MiB':>6} {'GB/s':>5}")
+    for r in rows:
+        print(f"{r.stage:>13} {r.num_kv_heads:>3} {r.seconds * 1e3:7.2f} "
+              f"{r.bytes_moved / MiB:6.1f} {r.gb_per_s:5.1f}")
+
+
 def _main_gqa(args: argparse.Namespace) -> None:
     print(f"torch {torch.__version__}; every method at every g interleaved repeat by repeat; "
           f"{args.repeats} repeats\n")
@@ -295,6 +364,9 @@ def _main_gqa(args: argparse.Namespace) -> None:
     print()
     for method, text in SHARING_METHODS.items():
         print(f"{method:>10}: {text}")
+    if args.stages:
+        print()
+        _print_stages((16, 4), args.context, args.layers, args.repeats)
 
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -305,4 +377,6 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--stages", action="store_true",
+                   help="also time each stage (one thread, CPU time) with its bytes and GB/s")
     p.set_defaults(run=_main_gqa)

@@ -13,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 import course_utils
 from course_utils import GroupedQueryAttention, MultiHeadAttention, grouped_query_attention
 from course_utils.bench import main as bench_main
-from course_utils.bench_gqa import bench_decode, make_kv_caches, stage_times
+from course_utils.bench_gqa import bench_decode, make_kv_caches, stage_bandwidth, stage_times
 from course_utils.checkpoint import load_checkpoint, save_checkpoint
 from course_utils.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
 from course_utils.model import KVCache, ModelConfig, TinyTransformer
@@ -70,24 +70,34 @@ def test_query_head_i_reads_kv_head_i_over_group_size():
 
 
 class _OpRecorder(TorchFunctionMode):
-    def __init__(self):
+    """Records every torch call, and the calls that received a tensor on a watched storage."""
+
+    def __init__(self, *watched):
         super().__init__()
-        self.names = []
+        self.names, self.on_watched = [], []
+        self.watched = {t.untyped_storage().data_ptr() for t in watched}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.names.append(getattr(func, "__name__", str(func)))
+        name = getattr(func, "__name__", str(func))
+        self.names.append(name)
+        tensors = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+        if any(t.untyped_storage().data_ptr() in self.watched for t in tensors):
+            self.on_watched.append(name)
         return func(*args, **(kwargs or {}))
 
 
 def test_kv_is_never_copied_in_the_decode_path():
     q, k, v = torch.randn(1, 16, 1, 8), torch.randn(1, 4, 64, 8), torch.randn(1, 4, 64, 8)
-    with _OpRecorder() as rec:
-        grouped_query_attention(q, k, v)
-    banned = {"repeat_interleave", "repeat", "expand", "contiguous", "clone", "cat"}
-    assert not banned & set(rec.names), rec.names
+    with _OpRecorder(k, v) as rec:
+        out, _ = grouped_query_attention(q, k, v)
+    banned = {"repeat_interleave", "repeat", "expand", "contiguous", "clone", "cat", "copy_", "to"}
+    assert not banned & set(rec.on_watched), rec.on_watched  # K and V: only views and matmuls
+    assert not {"repeat_interleave", "repeat", "expand", "cat"} & set(rec.names), rec.names
+    assert "bmm" in rec.on_watched  # the matmuls read the cache's own storage
     # the matmuls read the cache itself: K^T and V are views of the caller's storage
     keys = k.reshape(4, 64, 8)
     assert keys.data_ptr() == k.data_ptr() and keys._base is k
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
 
 
 @pytest.mark.parametrize(
@@ -279,6 +289,26 @@ def test_stage_times_reports_each_stage():
     best = stage_times((4, 1), num_heads=4, d_head=8, context=32, num_layers=2, repeats=2, flush_mib=1)
     assert set(best) == {"scores", "softmax", "weights @ V"}
     assert all(t > 0 for stage in best.values() for t in stage.values())
+
+
+def test_stage_bandwidth_counts_the_bytes_each_stage_moves():
+    rows, copy_gb_per_s = stage_bandwidth((4, 1), num_heads=4, d_head=8, context=32, num_layers=2,
+                                          repeats=2, flush_mib=1)
+    by = {(r.stage, r.num_kv_heads): r for r in rows}
+    assert set(by) == {(s, g) for s in ("scores", "softmax", "weights @ V", "read K and V")
+                       for g in (4, 1)}
+    k_bytes, weight_bytes = 2 * 1 * 32 * 8 * 4, 2 * 4 * 32 * 4  # g = 1: K of 2 layers; h x T scores
+    assert by[("scores", 1)].bytes_moved == k_bytes + weight_bytes
+    assert by[("read K and V", 4)].bytes_moved == 2 * 4 * k_bytes
+    assert by[("softmax", 4)].bytes_moved == 2 * weight_bytes
+    assert all(r.seconds > 0 and r.gb_per_s > 0 for r in rows) and copy_gb_per_s > 0
+
+
+def test_cli_gqa_stages(capsys):
+    bench_main(["gqa", "--repeats", "1", "--context", "64", "--layers", "1", "--stages"])
+    out = capsys.readouterr().out
+    assert "read K and V" in out and "GB/s" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_cli_runs_gqa(capsys):
