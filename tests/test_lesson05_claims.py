@@ -156,7 +156,7 @@ def test_training_runs_plateau_in_accuracy_not_in_loss(training_runs):
         assert history.eval_steps[3] == 40 and history.steps[39] == 40
         assert history.loss[39] < history.loss[9] - 0.3, f"seed {seed}: the loss falls during the plateau"
         assert acc[3] < 0.3 and ind[3] < 0.3, f"seed {seed}: accuracy and score are still low at step 40"
-        assert 2.4 * uniform < ctx[3] < 0.45, f"seed {seed}: a bag of tokens by step 40, ~3x uniform"
+        assert 2.55 * uniform < ctx[3] < 2.95 * uniform, f"seed {seed}: a bag of tokens, 2.6-2.9x uniform"
         assert acc[-1] > 0.9 and ind[-1] > 0.8, f"seed {seed}: both have jumped by step 150"
         assert prev[-1] > prev[3] + 0.2, f"seed {seed}: the previous-token score rises too"
         (a10, a90), (i10, i90) = _rise(history, "acc"), _rise(history, "ind")
@@ -327,7 +327,7 @@ def test_previous_token_heads_work_only_early(induction, heldout_batch):
     attention = model_attention(induction, heldout_batch.tokens)
     by_position = previous_token_by_position(attention)[0]  # (h, 31)
     early, late = by_position[:, :15].mean(-1), by_position[:, 15:30].mean(-1)
-    assert all(float(early[h]) > 0.7 for h in range(3)), "L0H0-2 near-perfect on queries 1-15"
+    assert all(0.71 < float(early[h]) < 0.96 for h in range(3)), "L0H0-2: 0.72 to 0.95 on queries 1-15"
     assert float(late.max()) < 0.05, "almost nothing after 16"
     whole = previous_token_score(attention)[0]
     assert float(whole.max()) < 0.5, "over 32 tokens no head reaches the line"
@@ -412,7 +412,7 @@ def test_parked_heads_write_large_vectors_the_model_uses(induction, probe, induc
 def test_induction_score_normalisation(induction_grids):
     attention, grids = induction_grids
     all_rows = induction_score(attention, PERIOD, start=1, average_over="all rows")[1]
-    assert float(all_rows.max()) < 0.5 and float(all_rows.min()) > 0.44, "the same heads score ~0.46"
+    assert float(all_rows.max()) < 0.48 and float(all_rows.min()) > 0.44, "the same heads score 0.45-0.47"
     assert float((grids["induction"][1] / all_rows).min()) > 2.0, "less than half as much"
 
 
@@ -427,6 +427,7 @@ def test_parked_l1h2_still_writes(agreement, sentences):
     plural = batch.plural[prep]
     singular_norm, plural_norm = float(written[~plural].mean()), float(written[plural].mean())
     assert 0.5 * singular_norm < plural_norm < singular_norm, "more than half as long: not silence"
+    assert 42 < singular_norm < 44 and 23.5 < plural_norm < 25, "24 against 43 (the printed norms)"
     assert float(stream[plural].mean()) < 2 * plural_norm, "in a stream not much longer than that"
 
 
@@ -474,8 +475,8 @@ def test_ablation_losses_and_mean_ablation(induction, agreement, sentences, held
     one_left = [(1, 0), (1, 1), (1, 3)]
     assert ind_loss([]) < 0.005
     assert induction_accuracy(logits("induction", one_left, "zero"), heldout_batch) > 0.94
-    assert ind_loss(one_left) > 100 * ind_loss([]), "the loss multiplies by about two hundred"
-    assert ind_loss(one_left, "mean") > 2 * ind_loss(one_left), "far higher under mean ablation"
+    assert 0.27 < ind_loss(one_left) < 0.28, "one head left: the loss rises from 0.001 to 0.275"
+    assert 0.72 < ind_loss(one_left, "mean") < 0.74, "and to 0.730 under mean ablation"
     assert induction_accuracy(logits("induction", one_left, "mean"), heldout_batch) > 0.9
     base = agr_loss([])
     assert max(agr_loss([(lay, h)]) - base for lay in range(2) for h in range(4)) < 0.2

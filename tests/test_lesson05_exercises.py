@@ -66,3 +66,49 @@ def test_learner_style_slips_in_the_scores_are_named():
 
     assert lesson05.check_induction_score(all_rows).mistake == "all_rows"
     assert lesson05.check_induction_score(mean_over_copies).mistake == "mean_over_copies"
+
+
+def test_learner_style_slips_added_by_review_are_named():
+    """Wrong answers a reviewer fed as a learner: each one used to get a generic 'wrong values'."""
+    def divided_by_T(pattern):
+        T = pattern.shape[-1]
+        return sum(pattern[:, i, i - 1] for i in range(1, T)) / T
+
+    def summed(pattern):
+        return sum(pattern[:, i, i - 1] for i in range(1, pattern.shape[-1]))
+
+    assert lesson05.check_previous_token_score(divided_by_T).mistake == "divided_by_T"
+    assert lesson05.check_previous_token_score(summed).mistake == "sum_not_mean"
+
+    def keys_down_to(lowest_key, combine=torch.sum):
+        def score(pattern, period):
+            per_query = [combine(pattern[:, q, torch.arange(q - period + 1, lowest_key - 1, -period)], -1)
+                         for q in range(period + 1, pattern.shape[-1])]
+            return torch.stack(per_query, dim=-1).mean(dim=-1)
+        return score
+
+    def amax(x, dim):
+        return x.max(dim=dim).values
+
+    def summed_over_queries(pattern, period):
+        return sum(pattern[:, q, torch.arange(q - period + 1, 1, -period)].sum(dim=-1)
+                   for q in range(period + 1, pattern.shape[-1]))
+
+    assert lesson05.check_induction_score(keys_down_to(1)).mistake == "bos_as_occurrence"
+    assert lesson05.check_induction_score(keys_down_to(3)).mistake == "missed_key_two"
+    assert lesson05.check_induction_score(keys_down_to(2, amax)).mistake == "max_over_copies"
+    assert lesson05.check_induction_score(summed_over_queries).mistake == "sum_over_queries"
+    assert lesson05.check_induction_score(keys_down_to(2)).passed
+
+    def scores(attention, period):
+        return torch.stack([_own_score(p, period, period + 1, 2) for p in attention])  # (L, h)
+
+    def flat(attention, period):
+        return int(scores(attention, period).argmax())
+
+    def one_based(attention, period):
+        layer, head = best_head(scores(attention, period))
+        return layer + 1, head + 1
+
+    assert lesson05.check_find_induction_head(flat).mistake == "flat_index"
+    assert lesson05.check_find_induction_head(one_based).mistake == "one_based"

@@ -91,6 +91,14 @@ def _prev_mean_over_heads(pattern: torch.Tensor) -> torch.Tensor:
     return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(0)  # (T-1,): one value per position
 
 
+def _prev_divided_by_T(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / pattern.shape[-1]  # T - 1 entries / T
+
+
+def _prev_sum_not_mean(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)  # a total, not an average
+
+
 def _previous_token_cases() -> list[Case]:
     ideal = torch.stack([ideal_pattern(r, 8, period=3, start=1)
                          for r in ("previous token", "first token", "induction", "uniform")])
@@ -134,6 +142,14 @@ PREVIOUS_TOKEN_SCORE = Exercise(
                 "returned one number per position, but we want one number per head.",
                 "average over the last axis of the sub-diagonal (positions), keep the head axis.",
                 _prev_mean_over_heads),
+        Mistake("divided_by_T", "you added up the T - 1 sub-diagonal weights but divided by T: query 0 "
+                "has no previous token, so it must not count in the denominator either (a perfect "
+                "previous-token head would score (T - 1) / T, not 1).",
+                "divide by the number of queries that have a previous token, T - 1: or just .mean(-1) "
+                "of the sub-diagonal.", _prev_divided_by_T),
+        Mistake("sum_not_mean", "you returned the sum of the sub-diagonal weights, not their mean: the "
+                "score then grows with the length T and is no longer between 0 and 1.",
+                "average over the T - 1 queries: .mean(-1) instead of .sum(-1).", _prev_sum_not_mean),
     ],
     hint="take pattern[h, i, i-1] for i = 1 .. T-1 and average over i, one score per head: shape (h,).",
 )
@@ -184,6 +200,32 @@ def _induction_mean_over_copies(pattern: torch.Tensor, period: int) -> torch.Ten
     return per_query[:, queries].mean(-1)
 
 
+def _induction_keys_from(pattern: torch.Tensor, period: int, lowest_key: int,
+                         combine: str = "sum") -> torch.Tensor:
+    """A learner's loop with keys q - period + 1, q - 2*period + 1, ... down to ``lowest_key``."""
+    per_query = []
+    for q in range(period + 1, pattern.shape[-1]):
+        on_keys = pattern[:, q, torch.arange(q - period + 1, lowest_key - 1, -period)]  # (h, copies)
+        per_query.append(on_keys.sum(-1) if combine == "sum" else on_keys.amax(-1))
+    return torch.stack(per_query, dim=-1).mean(-1)
+
+
+def _induction_bos_as_occurrence(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _induction_keys_from(pattern, period, lowest_key=1)  # key 1: the 'token after BOS'
+
+
+def _induction_missed_key_two(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _induction_keys_from(pattern, period, lowest_key=3)  # range(..., 2, -period) stops too early
+
+
+def _induction_max_over_copies(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _induction_keys_from(pattern, period, lowest_key=2, combine="max")
+
+
+def _induction_sum_over_queries(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _induction_keys_from(pattern, period, lowest_key=2) * (pattern.shape[-1] - period - 1)
+
+
 def _induction_cases() -> list[Case]:
     seq_len, period = 12, 4  # BOS + 4 tokens + 4 + 3: queries 9..11 have two earlier copies
     ideal = torch.stack([ideal_pattern("induction", seq_len, period=period, start=1),
@@ -230,6 +272,26 @@ INDUCTION_SCORE = Exercise(
                 "but your score halves it.",
                 "sum the weights on k = q - period + 1, q - 2*period + 1, ... for each query, then average "
                 "over the queries.", _induction_mean_over_copies),
+        Mistake("bos_as_occurrence", "you also counted key 1, the token right after BOS, as if BOS were "
+                "an earlier occurrence of the query's token: BOS is a marker, not a token of the block, so "
+                "what follows it is not a copy of anything.",
+                "stop at k >= 2 (the occurrence k - 1 must be a token of the block): "
+                "torch.arange(q - period + 1, 1, -period).", _induction_bos_as_occurrence),
+        Mistake("missed_key_two", "your keys stop one step too early and skip k = 2 (the token after the "
+                "first token of the block). A range's stop is exclusive: range(q - period + 1, 2, -period) "
+                "never reaches 2, so the first query of the second copy loses its only key, and the first "
+                "query of each later copy its oldest one.",
+                "keep every k >= 2: the stop of a downward range must be 1, as in "
+                "torch.arange(q - period + 1, 1, -period).", _induction_missed_key_two),
+        Mistake("max_over_copies", "you took the largest weight over the earlier copies instead of adding "
+                "them up: a head that splits its weight between two earlier copies is doing induction with "
+                "all of it, but your score keeps only the larger part.",
+                "sum over k = q - period + 1, q - 2*period + 1, ... for each query, then average over "
+                "the queries.", _induction_max_over_copies),
+        Mistake("sum_over_queries", "you added up the per-query sums instead of averaging them over the "
+                "queries: the score then grows with the length of the repeated part and leaves [0, 1].",
+                "average over the queries q = period + 1 .. T - 1 (there are T - 1 - period of them).",
+                _induction_sum_over_queries),
     ],
     hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
          "(k >= 2), then average over q: shape (h,).",
@@ -302,6 +364,16 @@ def _find_last_layer_only(attention: list[torch.Tensor], period: int) -> tuple[i
     return len(attention) - 1, int(scores.argmax())
 
 
+def _find_flat_index(attention: list[torch.Tensor], period: int) -> int:
+    scores = induction_score(attention, period, start=1, check_rows=False)  # (L, h)
+    return int(scores.argmax())  # an index into the flattened (L * h) scores
+
+
+def _find_one_based(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    layer, head = _find_reference(attention, period)
+    return layer + 1, head + 1  # counted from 1, as in 'layer 1, head 1'
+
+
 def _find_cases() -> list[Case]:
     layouts = [
         ({"previous": (0, 1), "sink": (0, 3), "duplicate": (0, 0), "induction": (1, 2)}, 2, 4, 13, 5, 60),
@@ -342,6 +414,13 @@ FIND_INDUCTION_HEAD = Exercise(
                 "a head that looks at position 1 from there wins.",
                 "the first copy is positions 1 .. period; score queries period + 1 .. T - 1 and keys k >= 2.",
                 _find_forgot_bos),
+        Mistake("flat_index", "you returned one number, scores.argmax() over all the heads at once: an "
+                "index into the flattened (layers x heads) scores, not a (layer, head) pair.",
+                "turn the flat index back into a pair, divmod(index, num_heads), or let best_head do it.",
+                _find_flat_index),
+        Mistake("one_based", "you counted layers and heads from 1: the right head, but the course (and "
+                "Python) count both from 0, so L1H2 is (1, 2).",
+                "return the indices as they come out of argmax, without adding 1.", _find_one_based),
     ],
     hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
 )
