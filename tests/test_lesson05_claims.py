@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 
+from course_utils.ablation import ablated_logits, mean_head_outputs
 from course_utils.checkpoint import load_checkpoint
 from course_utils.env import seed_everything
 from course_utils.heatmaps import model_attention, sentence_attention_fn
@@ -37,6 +38,7 @@ from course_utils.scores import (
     verdict,
 )
 from course_utils.tasks import (
+    PAD_ID,
     PREPOSITIONS,
     WORD_TO_ID,
     agreement_accuracy,
@@ -452,8 +454,8 @@ def test_l0h3_is_a_previous_token_head_for_that(sentences):
 def test_ablation_losses_and_mean_ablation(induction, agreement, sentences, heldout_batch):
     batch, _ = sentences
     models = {"induction": (induction, heldout_batch.tokens), "agreement": (agreement, batch.tokens)}
-    means = {name: [o.mean(0) for o in trace_heads(m, t, keep_attention=False).head_outputs]
-             for name, (m, t) in models.items()}
+    means = {"induction": mean_head_outputs(induction, heldout_batch.tokens, per_position=True),
+             "agreement": mean_head_outputs(agreement, batch.tokens, keep=batch.tokens != PAD_ID)}
 
     @torch.no_grad()
     def logits(name, off, how):
@@ -463,8 +465,7 @@ def test_ablation_losses_and_mean_ablation(induction, agreement, sentences, held
             for layer, head in off:
                 gates[layer, head] = 0.0
             return model(tokens, head_mask=gates)[0]
-        return trace_heads(model, tokens, replace={k: means[name][k[0]][k[1]] for k in off},
-                           keep_attention=False).logits
+        return ablated_logits(model, tokens, off, method="mean", means=means[name])
 
     def ind_loss(off, how="zero"):
         return next_token_loss(logits("induction", off, how), heldout_batch.tokens, heldout_batch.scored)
@@ -495,5 +496,19 @@ def test_ablation_losses_and_mean_ablation(induction, agreement, sentences, held
     assert zero_layer[3] > 100, "all of layer 1 also breaks many plural subjects"
     assert abs(zero_l1h2[0] - zero_layer[0]) < 0.03, "similar averages"
     assert abs(mean_l1h2[0] - zero_l1h2[0]) < 0.02, "L1H2 needed whichever way it is switched off"
-    assert mean_l1h2[2] < 0.5 and mean_layer[2] < 0.5, "mean ablation breaks plural subjects too"
+    assert mean_l1h2[1] < 0.1 and mean_l1h2[3] <= 2, "mean: the same failure as zero ablation"
+    assert 30 < mean_layer[3] < zero_layer[3], "layer 1 mean-ablated: fewer plural errors than zeroed"
+    assert abs(mean_l1h2[0] - mean_layer[0]) < 0.02, "the totals differ by about a point"
     assert agreement_accuracy(logits("agreement", [(1, 2)], "mean"), batch)["attractor"] < 0.6
+
+
+def test_mean_ablation_is_the_same_through_trace_heads_and_lesson_06s_module(induction, heldout_batch):
+    """Lesson 05 patches with trace_heads and mean-ablates with course_utils.ablation: one quantity."""
+    tokens = heldout_batch.tokens
+    per_position = mean_head_outputs(induction, tokens, per_position=True)  # (L, h, T, dk)
+    written = [o.mean(0) for o in trace_heads(induction, tokens, keep_attention=False).head_outputs]
+    for off in ([(1, 0)], [(0, 1), (1, 2)]):
+        through_model = ablated_logits(induction, tokens, off, method="mean", means=per_position)
+        through_trace = trace_heads(induction, tokens, keep_attention=False,
+                                    replace={k: written[k[0]][k[1]] for k in off}).logits
+        assert torch.allclose(through_model, through_trace, atol=1e-4)
