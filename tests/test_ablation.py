@@ -225,5 +225,5 @@ def test_bad_inputs_are_named():
 
 # -- exercise slips that are not registered Mistake objects --------------------------------
 def test_one_gate_for_the_whole_batch_is_named_as_the_absolute_of_the_average():
-    feedback = lesson06.check_gate_importance(lesson06._importance_shared_gate)
+    feedback = lesson06.GATE_IMPORTANCE.check_trusted(lesson06._importance_shared_gate)
     assert feedback.mistake == "absolute_of_average"
