@@ -107,9 +107,10 @@ def main(argv: list[str]) -> int:
         rest = [a for a in rest if a != "--all"]
     elif "-m" not in rest:  # the quick suite: every unit test and every lesson under nbval
         rest = ["-m", "not slow", *rest]
-    if not any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in rest) and (os.cpu_count() or 1) > 1:
+    cores = os.cpu_count() or 1
+    if cores > 1 and not any(a.startswith(("-n", "--numprocesses")) for a in rest):
         # one worker per core (at most 4, to keep memory modest); loadfile keeps a notebook on one worker
-        rest = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", *rest]
+        rest = ["-n", str(min(cores, 4)), "--dist", "loadfile", *rest]
     return subprocess.call([str(_bin("python")), "-m", "pytest", *rest], cwd=ROOT, env=env)
 
 
