@@ -176,7 +176,9 @@ class MultiHeadAttention(nn.Module):
         self._check_inputs(query, key, value, is_causal=is_causal, need_weights=need_weights)
         B, Tq, _ = query.shape
         Tk = key.shape[1]
-        allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)  # (B|1, h|1, Tq, Tk)
+        allowed = None  # (B|1, h|1, Tq, Tk) when a mask is given
+        if mask is not None or key_padding_mask is not None:
+            allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)
         q, k, v = self.project_qkv(query, key, value)  # (B, h, T, dk) each
         p = self.dropout if self.training else 0.0
 

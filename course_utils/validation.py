@@ -150,6 +150,8 @@ def check_mha_inputs(query: object, key: object, value: object, *, d_model: int,
     """Everything :meth:`course_utils.attention.MultiHeadAttention.forward` needs;
     ``weight`` is one of the module's parameters (its dtype and device must match)."""
     for name, t in (("query", query), ("key", key), ("value", value)):
+        if (name == "key" and key is query) or (name == "value" and value is key):
+            continue  # self-attention passes one tensor three times: check it once
         check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={d_model})")
         if t.shape[-1] != d_model:
             raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(t)}")
