@@ -259,10 +259,7 @@ class GroupedQueryAttention(nn.Module):
         v = self.v_proj(value).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
         return q, k, v
 
-    def merge_heads(self, heads: Tensor) -> Tensor:
-        """``(B, h, T, dk)`` -> ``(B, T, d_model)``."""
-        B, _, T, _ = heads.shape
-        return heads.transpose(1, 2).contiguous().view(B, T, self.d_model)
+    merge_heads = MultiHeadAttention.merge_heads  # (B, h, T, dk) -> (B, T, d_model), as in MHA
 
     def forward(
         self,

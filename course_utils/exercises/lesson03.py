@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .core import Case, Exercise, Feedback, Mistake
-from .lesson04 import _RecordFailure, _requested_shape  # records which operation raised
+from .core import Case, Exercise, Mistake
+from .lesson04 import _DiagnosesRaisingAnswers, _requested_shape  # names answers that raise
 
 __all__ = [
     "SPLIT_HEADS",
@@ -171,27 +171,16 @@ def _merge_cases() -> list[Case]:
     ]
 
 
-class _MergeExercise(Exercise):
+class _MergeExercise(_DiagnosesRaisingAnswers):
     """Exercise 3.2: a ``.view`` that PyTorch refuses after the transpose gets its own message."""
 
-    def check(self, fn) -> Feedback:
-        feedback = super().check(fn)
-        if feedback.status != "error":
-            return feedback
-        args, kwargs = self.make_cases()[0].fresh()
-        recorder = _RecordFailure()
-        try:
-            with recorder:
-                fn(*args, **kwargs)
-        except Exception:  # the same error again, now recorded
-            pass
-        failed = recorder.failed
+    @staticmethod
+    def _key_for(failed: tuple[str, list] | None) -> str | None:
         if (failed is not None and failed[0] == "view" and failed[1]
                 and isinstance(failed[1][0], tuple) and len(failed[1][0]) == 4
                 and len(_requested_shape(failed[1])) == 3):
-            m = next(m for m in self.mistakes if m.key == "view_without_contiguous")
-            return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
-        return feedback
+            return "view_without_contiguous"
+        return None
 
 
 MERGE_HEADS = _MergeExercise(

@@ -394,9 +394,9 @@ def _named(exercise: Exercise, key: str) -> Feedback:
     return Feedback(exercise.title, "mistake", m.message, m.hint, mistake=m.key)
 
 
-class _ForwardExercise(Exercise):
-    """Exercise 4.3: an answer that *raises* is diagnosed too, when the error is one of the
-    classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``)."""
+class _DiagnosesRaisingAnswers(Exercise):
+    """An exercise whose check also names an answer that *raises*: it runs the first case
+    again under :class:`_RecordFailure` and asks :meth:`_key_for` which slip that failure is."""
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
@@ -414,6 +414,16 @@ class _ForwardExercise(Exercise):
             return feedback
         m = next(m for m in self.mistakes if m.key == key)
         return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+
+    @staticmethod
+    def _key_for(failed: tuple[str, list] | None) -> str | None:
+        """The key of the Mistake that ``failed`` (operation name, its args) shows, or None."""
+        return None
+
+
+class _ForwardExercise(_DiagnosesRaisingAnswers):
+    """Exercise 4.3: an answer that *raises* is diagnosed too, when the error is one of the
+    classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``)."""
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
