@@ -63,11 +63,11 @@ class PublishedConfig:
 # same files, which carry "_name_or_path": "meta-llama/...".
 PUBLISHED_CONFIGS = (
     PublishedConfig("Llama-2-7B (MHA)", 32, 32, 32, 128,
-                    "huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json"),
+                    "huggingface.co/meta-llama/Llama-2-7b-hf, file config.json"),
     PublishedConfig("Llama-3-8B (GQA)", 32, 32, 8, 128,
-                    "huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json"),
+                    "huggingface.co/meta-llama/Meta-Llama-3-8B, file config.json"),
     PublishedConfig("Llama-3-70B (GQA)", 80, 64, 8, 128,
-                    "huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json"),
+                    "huggingface.co/meta-llama/Meta-Llama-3-70B, file config.json"),
 )
 
 
