@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
+from .validation import combine_masks
 
 __all__ = [
     "grouped_query_attention",
@@ -225,29 +226,10 @@ class GroupedQueryAttention(nn.Module):
 
     def _combined_mask(self, mask: object, key_padding_mask: object, B: int, Tq: int,
                        Tk: int) -> Tensor | None:
-        """One bool mask ``(B|1, h|1, Tq, Tk)`` (``True`` = may attend) or ``None``."""
-        combined = None
-        for name, m in (("mask", mask), ("key_padding_mask", key_padding_mask)):
-            if m is not None and (not isinstance(m, Tensor) or m.dtype != torch.bool):
-                got = m.dtype if isinstance(m, Tensor) else type(m).__name__
-                raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
-        if mask is not None:
-            lifted = {2: lambda m: m[None, None], 3: lambda m: m[:, None]}.get(mask.ndim, lambda m: m)(mask)
-            ok = (lifted.ndim == 4 and tuple(lifted.shape[-2:]) == (Tq, Tk)
-                  and lifted.shape[0] in (1, B) and lifted.shape[1] in (1, self.num_heads))
-            if not ok:
-                raise ValueError(f"mask must be (Tq, Tk), (B, Tq, Tk) or (B|1, h|1, Tq, Tk) with "
-                                 f"B={B}, h={self.num_heads}, Tq={Tq}, Tk={Tk}; got {_shape(mask)}")
-            combined = lifted
-        if key_padding_mask is not None:
-            if tuple(key_padding_mask.shape) != (B, Tk):
-                raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)} with "
-                                 f"True = real token, got {_shape(key_padding_mask)}")
-            padding = key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
-            combined = padding if combined is None else combined & padding
-        if combined is None:
-            return None
-        return combined.expand(combined.shape[0], combined.shape[1], Tq, Tk)  # a view
+        """One bool mask ``(B|1, h|1, Tq, Tk)`` (``True`` = may attend) or ``None``: the same
+        rules and messages as :class:`~course_utils.MultiHeadAttention`."""
+        return combine_masks(mask, key_padding_mask, batch=B, num_heads=self.num_heads,
+                             num_queries=Tq, num_keys=Tk, device=self.q_proj.weight.device)
 
     # -- the computation ----------------------------------------------------------
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
