@@ -416,9 +416,9 @@ MIXTURE_TASK = MixtureTask()
 
 
 def mixture_model_config(**overrides) -> ModelConfig:
-    """Lesson 6's model: 3 layers x 8 heads (24 heads), MLPs, d=64 (dk=8), both tasks."""
+    """Lesson 6's model: 3 layers x 8 heads (24 heads), MLPs of width 128, d=64 (dk=8), both tasks."""
     base = dict(vocab_size=MIXTURE_TASK.vocab_size, max_len=MIXTURE_TASK.seq_len,
-                d_model=64, num_heads=8, num_layers=3, mlp=True)
+                d_model=64, num_heads=8, num_layers=3, mlp=True, d_mlp=128)
     base.update(overrides)
     return ModelConfig(**base)
 
@@ -455,7 +455,7 @@ def train_mixture(
     task: MixtureTask = MIXTURE_TASK,
     lr: float = 1e-2,
     batch_size: int = 64,
-    eval_every: int = 50,
+    eval_every: int = 400,
     stop_at_target: bool = False,
     target: float = 0.95,
     progress: bool = True,
