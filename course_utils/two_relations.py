@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
 from .env import seed_everything, torch_threads
+from .parallel import parallel_map
 from .shapes import count_parameters
 
 __all__ = [
@@ -223,6 +224,7 @@ class RunResult:
     accuracy: list[float]  # held-out accuracy of the whole answer, at each step in `steps`
     relation_accuracy: tuple[float, float]  # final accuracy of symbol a alone, of symbol b alone
     model: LookupModel = field(repr=False)
+    recorded: dict[int, Any] = field(default_factory=dict, repr=False)  # step -> on_eval's result
 
     @property
     def final_accuracy(self) -> float:
@@ -246,14 +248,15 @@ def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, floa
 
 def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
                  config: TrainConfig = TrainConfig(), *,
-                 on_eval: Callable[[int, int, int, LookupModel], None] | None = None) -> RunResult:
+                 on_eval: Callable[[int, int, int, LookupModel], Any] | None = None) -> RunResult:
     """Train one :class:`LookupModel` with Adam on fresh examples (deterministic in ``seed``).
 
     The model's initial weights and the training examples depend only on ``seed``, not on
     ``num_heads``: 1 head and h heads start from the very same numbers and see the same data.
     A longer run sees the same first batches as a shorter one, then more.
     ``on_eval(num_heads, seed, step, model)``, if given, is called at every evaluation
-    (step 0 included), e.g. to record what the heads attend to during training.
+    (step 0 included), e.g. to record what the heads attend to during training; what it
+    returns, unless ``None``, is kept in ``RunResult.recorded[step]``.
     """
     _check_int("num_heads", num_heads, 1)
     _check_int("seed", seed, 0)
@@ -269,8 +272,13 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
         if on_eval is not None and not callable(on_eval):
             raise TypeError(f"on_eval must be callable or None, got {type(on_eval).__name__}")
         steps, accuracy = [0], [evaluate(model, held_out)[0]]
-        if on_eval is not None:
-            on_eval(num_heads, seed, 0, model)
+        recorded: dict[int, Any] = {}
+
+        def record(step: int) -> None:
+            if on_eval is not None and (value := on_eval(num_heads, seed, step, model)) is not None:
+                recorded[step] = value
+
+        record(0)
         for step in range(1, config.steps + 1):
             # examples come in chunks of _CHUNK_STEPS batches from one generator, so batch k is
             # the same whatever `steps` is (and sampling costs one call per chunk, not per step)
@@ -285,20 +293,25 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
             if step % config.eval_every == 0 or step == config.steps:
                 steps.append(step)
                 accuracy.append(evaluate(model, held_out)[0])
-                if on_eval is not None:
-                    on_eval(num_heads, seed, step, model)
+                record(step)
         final = evaluate(model, held_out)
-    return RunResult(num_heads, seed, steps, accuracy, (final[1], final[2]), model)
+    return RunResult(num_heads, seed, steps, accuracy, (final[1], final[2]), model, recorded)
 
 
 def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequence[int] = range(5),
                   config: TrainConfig = TrainConfig(), *,
-                  on_eval: Callable[[int, int, int, LookupModel], None] | None = None) -> list[RunResult]:
+                  on_eval: Callable[[int, int, int, LookupModel], Any] | None = None,
+                  workers: int | None = None) -> list[RunResult]:
     """Train every (number of heads, seed) pair with the same config; results in that order.
-    ``on_eval`` is passed to :func:`train_lookup`."""
+
+    The runs are independent, so they go ``workers`` at a time on separate CPU cores
+    (:func:`~course_utils.parallel.parallel_map`; default: one per core), with the same results
+    as one after another. ``on_eval`` is passed to :func:`train_lookup`; with several workers it
+    runs in a worker process, so keep what it returns (``RunResult.recorded``), not its side effects."""
     if not heads or not seeds:
         raise ValueError("heads and seeds must both be non-empty")
-    return [train_lookup(task, h, s, config, on_eval=on_eval) for h in heads for s in seeds]
+    jobs = [(h, s) for h in heads for s in seeds]
+    return parallel_map(lambda job: train_lookup(task, *job, config, on_eval=on_eval), jobs, workers=workers)
 
 
 def _head_label(num_heads: int, d_model: int) -> str:

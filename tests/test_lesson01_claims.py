@@ -50,13 +50,14 @@ def held_out():
 @pytest.fixture(scope="module")
 def runs(held_out):
     """The lesson's 10 runs (1 and 2 heads, seeds 0-4) and the 2-head weights at a few steps."""
-    recorded = {}
-
     def record(num_heads, seed, step, model):
         if num_heads == 2 and step in RECORDED_STEPS:
-            recorded[seed, step] = weight_on_keys(model, held_out)
+            return weight_on_keys(model, held_out)
+        return None
 
     results = compare_heads(TASK, heads=(1, 2), seeds=range(5), config=CONFIG, on_eval=record)
+    recorded = {(r.seed, step): w for r in results for step, w in r.recorded.items()}
+    assert {seed for seed, _ in recorded} == set(range(5)) and len(recorded) == 5 * len(RECORDED_STEPS)
     return results, recorded
 
 
