@@ -8,6 +8,9 @@ The first group holds lesson 06 to lesson 05: where the two lessons measure the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,6 +28,7 @@ from course_utils.ablation import (
     measure,
     pruning_curve,
     random_orders,
+    sequence_losses,
 )
 from course_utils.checkpoint import load_checkpoint
 from course_utils.env import torch_threads
@@ -194,6 +198,7 @@ def test_previous_token_heads_matter_early_and_late(induction, heldout):
 # ------------------------------------------------------------------ sections 5-6: the mixture model
 @pytest.fixture(scope="module")
 def mixture_setup(mixture):
+    """The notebook's batches for section 5, and its one-head-off tables, zero and mean."""
     train = MIXTURE_TASK.sample(128, torch.Generator().manual_seed(11))
     heldout = MIXTURE_TASK.induction_eval(128)
     sentences = AGREEMENT_TASK.eval_batch(400)
@@ -207,47 +212,134 @@ def mixture_setup(mixture):
 
     evaluations = [loss_evaluation(train.tokens, train.targets), Evaluation(heldout.tokens, induction_acc),
                    Evaluation(sentences.tokens, attractor)]
+    reference = MIXTURE_TASK.sample(128, torch.Generator().manual_seed(12))
+    means = mean_head_outputs(mixture, reference.tokens, keep=reference.real)
     cases = {"none": []} | {head_name(*h): [h] for h in all_heads(mixture)}
-    return train, evaluations, ablation_table(mixture, evaluations, cases)
+    tables = {"zero": ablation_table(mixture, evaluations, cases),
+              "mean": ablation_table(mixture, evaluations, cases, method="mean", means=means)}
+    return train, evaluations, tables
+
+
+def drops(table, column):
+    return table.loc["none", column] - table.drop("none")[column]
 
 
 def test_the_mixture_checkpoint_is_the_documented_one(mixture):
     _, meta = load_checkpoint("mixture")
-    assert mixture.config.num_layers * mixture.config.num_heads == 24 and mixture.config.mlp
+    config = mixture.config
+    shape = (config.num_layers, config.num_heads, config.d_model, config.mlp, config.d_mlp)
+    assert shape == (3, 8, 64, True, 128), "3 layers x 8 heads, MLPs of width 128"
+    assert meta["sha256"].startswith("9dcf064f")
     assert meta["command"].startswith("python -m course_utils.train mixture --seed 0 --steps 800 "
                                       "--out data/checkpoints/mixture")
-    assert meta["metrics"]["induction"] > 0.99 and meta["metrics"]["attractor"] > 0.99
+    assert meta["training"]["steps"] == 800 and round(meta["training"]["train_seconds"], 1) == 47.6
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "MLPs of width 128" in readme and "take 47.6 s of training" in readme, "README, training"
+    assert round(meta["metrics"]["induction"], 3) == 0.999 and round(meta["metrics"]["attractor"], 3) == 0.999
 
 
-def test_induction_rests_on_one_head_and_agreement_on_several(mixture_setup):
-    _, _, table = mixture_setup
-    intact, rows = table.loc["none"], table.drop("none")
-    induction_drop = intact["induction acc"] - rows["induction acc"]
-    attractor_drop = intact["attractor acc"] - rows["attractor acc"]
-    assert induction_drop.max() > 0.7 and induction_drop.idxmax().startswith("L0")
-    assert (induction_drop > 0.02).sum() == 1
-    assert (attractor_drop > 0.02).sum() >= 4 and attractor_drop.max() < 0.3
-    loss_change = rows["loss"] - intact["loss"]
-    assert loss_change.idxmax() != attractor_drop.idxmax(), "agreement's worst head is not the loss's"
+def test_induction_leans_on_one_head_that_leaves_most_of_the_skill(mixture_setup, induction, heldout):
+    _, _, tables = mixture_setup
+    zero, mean = tables["zero"], tables["mean"]
+    intact = zero.loc["none"]
+    assert [round(intact[c], 3) for c in ("loss", "induction acc", "attractor acc")] == [1.304, 0.999, 1.0]
+    for table, expected in ((zero, 0.275), (mean, 0.276)):
+        drop = drops(table, "induction acc")
+        assert drop.idxmax() == "L0H4" and round(drop.max(), 3) == expected
+        assert (drop > 0.02).sum() == 1, "no other head costs induction more than 0.02"
+    assert round(zero.loc["L0H4", "induction acc"], 2) == 0.72, "about 0.72 survives without L0H4"
+    worst_in_induction_model = max(
+        1 - induction_accuracy(ablated_logits(induction, heldout.tokens, [h]), heldout)
+        for h in all_heads(induction))
+    assert round(worst_in_induction_model, 3) == 0.076, "section 4: at most 0.076"
+    assert drops(zero, "induction acc").max() > worst_in_induction_model, "more than any induction-model head"
 
 
-def test_importance_and_pruning(mixture, mixture_setup):
-    train, evaluations, table = mixture_setup
+def test_agreement_is_spread_and_its_worst_head_barely_moves_the_loss(mixture_setup):
+    _, _, tables = mixture_setup
+    zero, mean = tables["zero"], tables["mean"]
+    for table, count, worst in ((zero, 5, 0.061), (mean, 4, 0.068)):
+        drop = drops(table, "attractor acc")
+        assert (drop > 0.02).sum() == count and drop.idxmax() == "L1H7" and round(drop.max(), 3) == worst
+    assert drops(zero, "attractor acc").max() < drops(zero, "induction acc").max() / 4
+    loss_change = zero.drop("none")["loss"] - zero.loc["none", "loss"]
+    rank = loss_change.rank(ascending=False).astype(int)
+    assert loss_change.idxmax() == "L0H4" and round(loss_change["L0H4"], 3) == 0.569
+    assert round(loss_change["L1H7"], 3) == 0.002 and rank["L1H7"] == 17
+    assert round(drops(zero, "attractor acc")["L1H7"], 2) == 0.06, "six points of attractor accuracy"
+
+
+def test_the_work_is_only_partly_divided(mixture_setup):
+    _, _, tables = mixture_setup
+    zero = tables["zero"]
+    induction_top = set(drops(zero, "induction acc").nlargest(3).index)
+    attractor_top = set(drops(zero, "attractor acc").nlargest(3).index)
+    assert induction_top == {"L0H4", "L0H3", "L0H1"} and attractor_top == {"L1H7", "L0H1", "L0H3"}
+    assert "L0H4" not in attractor_top and "L1H7" not in induction_top
+    assert induction_top & attractor_top == {"L0H1", "L0H3"}
+
+
+def test_importance_matches_a_finite_difference_and_ranks_like_ablation(mixture, mixture_setup):
+    train, _, tables = mixture_setup
     importance = head_importance(mixture, train.tokens, train.targets)
-    loss_change = (table.drop("none")["loss"] - table.loc["none", "loss"]).to_numpy()
-    ranks = importance.flatten().argsort().argsort().to(torch.float64)
-    loss_ranks = torch.tensor(loss_change.argsort().argsort(), dtype=torch.float64)
-    assert float(torch.corrcoef(torch.stack([ranks, loss_ranks]))[0, 1]) > 0.5, "Spearman"
-    greedy = importance_order(importance)
+    top = importance_order(importance)[-1]
+    assert head_name(*top) == "L2H3" and round(float(importance[top]), 4) == 0.0475
+    losses = []
+    for sign in (1, -1):
+        gates = torch.ones(3, 8)
+        gates[top] = 1 + sign * 1e-3
+        with torch.no_grad():
+            logits, _ = mixture(train.tokens, head_mask=gates)
+        losses.append(sequence_losses(logits, train.targets))
+    assert round(float(((losses[0] - losses[1]) / 2e-3).abs().mean()), 4) == 0.0475
+    zero = tables["zero"]
+    loss_change = (zero.drop("none")["loss"] - zero.loc["none", "loss"]).to_numpy()
+    ranks = pd.DataFrame({"importance": importance.flatten().numpy(), "loss": loss_change})
+    assert round(ranks.corr(method="spearman").iloc[0, 1], 2) == 0.79
+    assert loss_change.argmax() != importance.flatten().argmax(), "the score's top head is not the loss's"
+
+
+@pytest.fixture(scope="module")
+def pruning(mixture, mixture_setup):
+    train, evaluations, _ = mixture_setup
+    greedy = importance_order(head_importance(mixture, train.tokens, train.targets))
+    orders = {"greedy": greedy, "reverse": greedy[::-1]} | {
+        f"random {seed}": order for seed, order in enumerate(random_orders(mixture, range(5)))}
     counts = list(range(0, 25, 3))
+    return {name: pruning_curve(mixture, evaluations, order, counts=counts) for name, order in orders.items()}
 
-    def prunable(order):
-        curve = pruning_curve(mixture, evaluations, order, counts=counts)
-        start = curve.iloc[0]
-        ok = ((curve["induction acc"] >= start["induction acc"] - 0.05)
-              & (curve["attractor acc"] >= start["attractor acc"] - 0.05))
-        return float(curve["fraction"].iloc[(ok.idxmin() if not ok.all() else len(curve)) - 1])
 
-    random = sorted(prunable(order) for order in random_orders(mixture, range(5)))
-    assert prunable(greedy) == 0.25 and prunable(greedy[::-1]) == 0.0 and random[2] < prunable(greedy)
-    assert random[-1] > prunable(greedy), "one random order goes further than greedy"
+def prunable(curve, tolerance=0.05):
+    start = curve.iloc[0]
+    ok = ((curve["induction acc"] >= start["induction acc"] - tolerance)
+          & (curve["attractor acc"] >= start["attractor acc"] - tolerance))
+    return float(curve["fraction"].iloc[(ok.idxmin() if not ok.all() else len(curve)) - 1])
+
+
+def test_greedy_pruning_beats_the_typical_random_order_not_every_one(pruning):
+    greedy = prunable(pruning["greedy"])
+    random = sorted(prunable(curve) for name, curve in pruning.items() if name.startswith("random"))
+    assert greedy == 0.25 and prunable(pruning["reverse"]) == 0.0
+    assert round(random[2], 2) == 0.12 and (round(random[0], 2), round(random[-1], 2)) == (0.0, 0.25)
+    assert random[2] < greedy and random[-1] == greedy, "the best random order matches greedy, none beats it"
+
+
+def test_agreement_gives_way_first_along_the_greedy_order(pruning):
+    curve = pruning["greedy"].set_index("pruned")
+    start = curve.loc[0]
+    assert curve.loc[9, "induction acc"] > 0.99, "induction near 1 with 9 heads off"
+    assert curve.loc[9, "attractor acc"] < start["attractor acc"] - 0.05, "agreement below the tolerance"
+    half = curve.loc[12]
+    assert [round(half[c], 3) for c in ("loss", "induction acc", "attractor acc")] == [1.607, 0.907, 0.791]
+
+
+def test_the_loss_is_lowest_along_greedy_and_the_random_orders_catch_up_with_reverse(pruning):
+    random = pd.concat([curve.set_index("pruned")["loss"] for name, curve in pruning.items()
+                        if name.startswith("random")], axis=1)
+    greedy = pruning["greedy"].set_index("pruned")["loss"]
+    reverse = pruning["reverse"].set_index("pruned")["loss"]
+    inner = list(range(3, 24, 3))
+    assert (greedy[inner] < random.loc[inner].min(axis=1)).all(), "greedy lowest at every step"
+    assert (greedy[inner] < reverse[inner]).all()
+    assert reverse[3] > random.loc[3].max(), "reverse rises fastest at first"
+    assert (random.loc[range(12, 24, 3)].max(axis=1) >= reverse[range(12, 24, 3)]).all(), "random catches up"
