@@ -34,12 +34,14 @@ def _fork_available() -> bool:
 
 
 def default_workers(num_jobs: int) -> int:
-    """Worker processes :func:`parallel_map` uses by default: one per usable core, at most
-    ``MAX_WORKERS`` and at most ``num_jobs``; 1 (a plain loop) where fork is unavailable."""
-    if not _fork_available():
-        return 1
+    """Worker processes :func:`parallel_map` uses by default; 1 (a plain loop) where fork is
+    unavailable or there is one core. Up to twice as many jobs as cores all start at once
+    (3 equal jobs on 2 cores then take 1.5 job-times, not 2); more go one per core. At most
+    ``MAX_WORKERS``."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, MAX_WORKERS, num_jobs))
+    if not _fork_available() or cores == 1:
+        return 1
+    return max(1, min(MAX_WORKERS, num_jobs if num_jobs <= 2 * cores else cores))
 
 
 def _run_in_child(fn: Callable[[T], R], item: T, conn: Connection) -> None:
@@ -71,6 +73,10 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
     if workers == 1 or len(items) <= 1 or not _fork_available():
         return [fn(item) for item in items]
+
+    # The first torch optimizer a process builds imports torch's compiler stack (torch._dynamo,
+    # 1.5-2 s). Imported here, once, every worker inherits it instead of importing it again.
+    import torch._dynamo  # noqa: F401
 
     context = multiprocessing.get_context("fork")
     results: list = [None] * len(items)
