@@ -320,7 +320,8 @@ def pruning_orders(mixture, mixture_setup):
     orders = {"greedy": greedy, "reverse": greedy[::-1]} | {
         f"random {seed}": order for seed, order in enumerate(random_orders(mixture, range(5)))}
     counts = list(range(0, 25, 3))
-    curves = {name: pruning_curve(mixture, evaluations, order, counts=counts) for name, order in orders.items()}
+    curves = {name: pruning_curve(mixture, evaluations, order, counts=counts)
+              for name, order in orders.items()}
     return curves, greedy
 
 
