@@ -217,7 +217,7 @@ def mixture_setup(mixture):
     cases = {"none": []} | {head_name(*h): [h] for h in all_heads(mixture)}
     tables = {"zero": ablation_table(mixture, evaluations, cases),
               "mean": ablation_table(mixture, evaluations, cases, method="mean", means=means)}
-    return train, evaluations, tables
+    return train, evaluations, tables, sentences
 
 
 def drops(table, column):
@@ -239,7 +239,7 @@ def test_the_mixture_checkpoint_is_the_documented_one(mixture):
 
 
 def test_induction_leans_on_one_head_that_leaves_most_of_the_skill(mixture_setup, induction, heldout):
-    _, _, tables = mixture_setup
+    _, _, tables, _ = mixture_setup
     zero, mean = tables["zero"], tables["mean"]
     intact = zero.loc["none"]
     assert [round(intact[c], 3) for c in ("loss", "induction acc", "attractor acc")] == [1.304, 0.999, 1.0]
@@ -256,7 +256,7 @@ def test_induction_leans_on_one_head_that_leaves_most_of_the_skill(mixture_setup
 
 
 def test_agreement_is_spread_and_its_worst_head_barely_moves_the_loss(mixture_setup):
-    _, _, tables = mixture_setup
+    _, _, tables, sentences = mixture_setup
     zero, mean = tables["zero"], tables["mean"]
     for table, count, worst in ((zero, 5, 0.061), (mean, 4, 0.068)):
         drop = drops(table, "attractor acc")
@@ -267,20 +267,34 @@ def test_agreement_is_spread_and_its_worst_head_barely_moves_the_loss(mixture_se
     assert loss_change.idxmax() == "L0H4" and round(loss_change["L0H4"], 3) == 0.569
     assert round(loss_change["L1H7"], 3) == 0.002 and rank["L1H7"] == 17
     assert round(drops(zero, "attractor acc")["L1H7"], 2) == 0.06, "six points of attractor accuracy"
+    assert (rank["L0H1"], rank["L0H3"]) == (4, 3)
+
+
+def test_l1h7_leads_agreement_by_one_sentence_only(mixture_setup):
+    _, _, tables, sentences = mixture_setup
+    attractor_count = int(sentences.attractor.sum())
+    assert (len(sentences), attractor_count) == (400, 148)
+    assert round(1 / attractor_count, 3) == 0.007, "one sentence is 0.007 of attractor accuracy"
+    lost = (drops(tables["zero"], "attractor acc") * attractor_count).round().astype(int)
+    assert (lost["L1H7"], lost["L0H1"], lost["L0H3"]) == (9, 8, 8), "within a sentence of L0H1 and L0H3"
+    assert [round(drops(tables["zero"], "attractor acc")[h], 3) for h in ("L0H1", "L0H3")] == [0.054, 0.054]
 
 
 def test_the_work_is_only_partly_divided(mixture_setup):
-    _, _, tables = mixture_setup
+    _, _, tables, _ = mixture_setup
     zero = tables["zero"]
     induction_top = set(drops(zero, "induction acc").nlargest(3).index)
     attractor_top = set(drops(zero, "attractor acc").nlargest(3).index)
     assert induction_top == {"L0H4", "L0H3", "L0H1"} and attractor_top == {"L1H7", "L0H1", "L0H3"}
     assert "L0H4" not in attractor_top and "L1H7" not in induction_top
     assert induction_top & attractor_top == {"L0H1", "L0H3"}
+    induction_drop, attractor_drop = drops(zero, "induction acc"), drops(zero, "attractor acc")
+    assert [round(induction_drop[h], 3) for h in ("L0H1", "L0H3")] == [0.011, 0.018], "a little to induction"
+    assert max(induction_drop[["L0H1", "L0H3"]]) < 0.02 < min(attractor_drop[["L0H1", "L0H3"]])
 
 
 def test_importance_matches_a_finite_difference_and_ranks_like_ablation(mixture, mixture_setup):
-    train, _, tables = mixture_setup
+    train, _, tables, _ = mixture_setup
     importance = head_importance(mixture, train.tokens, train.targets)
     top = importance_order(importance)[-1]
     assert head_name(*top) == "L2H3" and round(float(importance[top]), 4) == 0.0475
@@ -300,13 +314,20 @@ def test_importance_matches_a_finite_difference_and_ranks_like_ablation(mixture,
 
 
 @pytest.fixture(scope="module")
-def pruning(mixture, mixture_setup):
-    train, evaluations, _ = mixture_setup
+def pruning_orders(mixture, mixture_setup):
+    train, evaluations, _, _ = mixture_setup
     greedy = importance_order(head_importance(mixture, train.tokens, train.targets))
     orders = {"greedy": greedy, "reverse": greedy[::-1]} | {
         f"random {seed}": order for seed, order in enumerate(random_orders(mixture, range(5)))}
     counts = list(range(0, 25, 3))
-    return {name: pruning_curve(mixture, evaluations, order, counts=counts) for name, order in orders.items()}
+    curves = {name: pruning_curve(mixture, evaluations, order, counts=counts)
+              for name, order in orders.items()}
+    return curves, greedy
+
+
+@pytest.fixture(scope="module")
+def pruning(pruning_orders):
+    return pruning_orders[0]
 
 
 def prunable(curve, tolerance=0.05):
@@ -331,6 +352,15 @@ def test_agreement_gives_way_first_along_the_greedy_order(pruning):
     assert curve.loc[9, "attractor acc"] < start["attractor acc"] - 0.05, "agreement below the tolerance"
     half = curve.loc[12]
     assert [round(half[c], 3) for c in ("loss", "induction acc", "attractor acc")] == [1.607, 0.907, 0.791]
+
+
+def test_l1h7_is_not_among_the_first_nine_heads_pruned(pruning_orders, mixture_setup):
+    _, greedy = pruning_orders
+    names = [head_name(*head) for head in greedy]
+    assert names[:9] == ["L2H7", "L0H5", "L1H2", "L2H5", "L0H6", "L2H2", "L0H0", "L1H4", "L2H4"]
+    assert names.index("L1H7") == 9, "pruned 10th of 24"
+    agreement_heads = drops(mixture_setup[2]["zero"], "attractor acc") > 0.02
+    assert [h for h in names[:9] if agreement_heads[h]] == ["L0H0"]
 
 
 def test_the_loss_is_lowest_along_greedy_and_the_random_orders_catch_up_with_reverse(pruning):
