@@ -109,8 +109,10 @@ def main(argv: list[str]) -> int:
         rest = ["-m", "not slow", *rest]
     cores = os.cpu_count() or 1
     if cores > 1 and not any(a.startswith(("-n", "--numprocesses")) for a in rest):
-        # one worker per core (at most 4, to keep memory modest); loadfile keeps a notebook on one worker
-        rest = ["-n", str(min(cores, 4)), "--dist", "loadfile", *rest]
+        # one worker per core (at most 4, to keep memory modest); loadfile keeps a notebook on
+        # one worker, unless the caller picks another --dist (.ci/run's slow checks do)
+        dist = [] if any(a.startswith("--dist") for a in rest) else ["--dist", "loadfile"]
+        rest = ["-n", str(min(cores, 4)), *dist, *rest]
     return subprocess.call([str(_bin("python")), "-m", "pytest", *rest], cwd=ROOT, env=env)
 
 

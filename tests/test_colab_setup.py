@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import publish  # noqa: E402
 
-pytestmark = pytest.mark.slow  # minutes: run by .ci/run and `course.py test --all`
+# minutes: run by .ci/run and `course.py test --all`; one xdist group, because each test
+# builds on the install the one before made (.ci/run spreads the other slow tests freely)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("colab")]
 
 FAKE_COLAB = {
     "google/__init__.py": "",
