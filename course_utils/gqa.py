@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .validation import combine_masks
+from .validation import check_mha_inputs, combine_masks, describe_shape
 
 __all__ = [
     "grouped_query_attention",
@@ -72,10 +72,6 @@ PUBLISHED_CONFIGS = (
 )
 
 
-def _shape(x: Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in x.shape) + ")"
-
-
 def _check_positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -88,19 +84,21 @@ def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (B, heads, T, dk), got shape {_shape(t)}")
+            raise ValueError(f"{name} must be 4-D (B, heads, T, dk), got shape {describe_shape(t)}")
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape (B, g, Tk, dk), got k {_shape(k)}, "
-                         f"v {_shape(v)}")
+        raise ValueError(f"k and v must have the same shape (B, g, Tk, dk), got k {describe_shape(k)}, "
+                         f"v {describe_shape(v)}")
     if q.shape[0] != k.shape[0]:
-        raise ValueError(f"q and k must share the batch size B, got q {_shape(q)}, k {_shape(k)}")
+        raise ValueError(f"q and k must share the batch size B, got q {describe_shape(q)}, "
+                         f"k {describe_shape(k)}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k need the same head width dk, got q {_shape(q)}, k {_shape(k)}")
+        raise ValueError(f"q and k need the same head width dk, got q {describe_shape(q)}, "
+                         f"k {describe_shape(k)}")
     h, g = q.shape[1], k.shape[1]
     if g == 0 or h % g != 0:
         raise ValueError(f"the {g} key/value heads of k must divide the {h} query heads of q "
                          f"(expected g in {[d for d in range(1, h + 1) if h % d == 0]}), "
-                         f"got q {_shape(q)}, k {_shape(k)}")
+                         f"got q {describe_shape(q)}, k {describe_shape(k)}")
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
@@ -111,7 +109,7 @@ def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
             ok = mask.shape[-3] in (1, h) and (mask.ndim == 3 or mask.shape[0] in (1, q.shape[0]))
         if not ok:
             raise ValueError(f"mask must be (Tq, Tk) = {(Tq, Tk)}, (h|1, Tq, Tk) or "
-                             f"(B|1, h|1, Tq, Tk) with B={q.shape[0]}, h={h}; got {_shape(mask)}")
+                             f"(B|1, h|1, Tq, Tk) with B={q.shape[0]}, h={h}; got {describe_shape(mask)}")
 
 
 def grouped_query_attention(
@@ -209,21 +207,7 @@ class GroupedQueryAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    # -- input checks (kept here, apart from the maths) ------------------------------
-    def _check_inputs(self, query: object, key: object, value: object) -> None:
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if t.ndim != 3 or t.shape[-1] != self.d_model:
-                raise ValueError(f"{name} must be 3-D (B, T, d_model={self.d_model}), got shape "
-                                 f"{_shape(t)}")
-        if not (query.shape[0] == key.shape[0] == value.shape[0]):
-            raise ValueError(f"query, key and value must share the batch size B, got "
-                             f"{_shape(query)}, {_shape(key)}, {_shape(value)}")
-        if key.shape[1] != value.shape[1]:
-            raise ValueError(f"key and value must have the same length Tk, got key {_shape(key)} "
-                             f"and value {_shape(value)}")
-
+    # -- input checks (kept apart from the maths) --------------------------------------
     def _combined_mask(self, mask: object, key_padding_mask: object, B: int, Tq: int,
                        Tk: int) -> Tensor | None:
         """One bool mask ``(B|1, h|1, Tq, Tk)`` (``True`` = may attend) or ``None``: the same
@@ -262,7 +246,8 @@ class GroupedQueryAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        self._check_inputs(query, key, value)
+        check_mha_inputs(query, key, value, d_model=self.d_model, weight=self.q_proj.weight,
+                         is_causal=is_causal, need_weights=need_weights)  # MHA's rules and messages
         B, Tq, _ = query.shape
         Tk = key.shape[1]
         allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)

@@ -182,6 +182,12 @@ def test_conversion_methods_build_the_group_projection_as_described():
         (lambda: GroupedQueryAttention.from_multi_head(torch.nn.Linear(2, 2), 2), TypeError,
          ["MultiHeadAttention", "Linear"]),
         (lambda: GroupedQueryAttention(16, 4, 2)(torch.randn(5, 16)), ValueError, ["3-D", "(5, 16)"]),
+        (lambda: GroupedQueryAttention(16, 4, 2)(torch.randn(2, 5, 16, dtype=torch.float64)), TypeError,
+         ["query", "float64", "float32"]),
+        (lambda: GroupedQueryAttention(16, 4, 2)(torch.randn(2, 5, 16), torch.randn(3, 5, 16)), ValueError,
+         ["batch size", "(2, 5, 16)", "(3, 5, 16)"]),
+        (lambda: GroupedQueryAttention(16, 4, 2)(torch.randn(2, 5, 16), is_causal="yes"), TypeError,
+         ["is_causal", "str"]),
     ],
 )
 def test_module_bad_inputs(call, error, words):
