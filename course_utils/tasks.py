@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from torch import Tensor
@@ -262,6 +262,11 @@ class AgreementBatch:
     correct_id: Tensor
     wrong_id: Tensor
     template: list[str] = field(default_factory=list)
+
+    def take(self, rows: Tensor) -> AgreementBatch:
+        """The sentences at ``rows`` (an index tensor ``(n,)``), as a batch of their own."""
+        tensors = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "template"}
+        return AgreementBatch(**tensors, template=[self.template[i] for i in rows.tolist()])
 
     @property
     def predict_pos(self) -> Tensor:

@@ -32,7 +32,7 @@ from course_utils.ablation import (
 )
 from course_utils.checkpoint import load_checkpoint
 from course_utils.env import torch_threads
-from course_utils.tasks import PAD_ID, AgreementBatch, agreement_margins, induction_accuracy
+from course_utils.tasks import PAD_ID, agreement_margins, induction_accuracy
 from course_utils.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
 
 PREVIOUS = [(0, 1), (0, 2), (0, 0)]
@@ -197,15 +197,11 @@ def test_previous_token_heads_matter_early_and_late(induction, heldout):
 
 # ------------------------------------------------------------------ sections 5-6: the mixture model
 ATTRACTOR_COUNT = 400  # the notebook's subset: the first 400 of the 879 attractor sentences
-BATCH_FIELDS = ("tokens", "lengths", "subject_pos", "verb_pos", "plural", "attractor", "correct_id",
-                "wrong_id")
 
 
 def attractor_sentences(batch, count):
     """As in the notebook: the first `count` sentences of `batch` with an attractor."""
-    rows = batch.attractor.nonzero().squeeze(1)[:count]
-    return AgreementBatch(**{name: getattr(batch, name)[rows] for name in BATCH_FIELDS},
-                          template=[batch.template[i] for i in rows.tolist()])
+    return batch.take(batch.attractor.nonzero().squeeze(1)[:count])
 
 
 def mixture_means(mixture):

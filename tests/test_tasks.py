@@ -1,5 +1,7 @@
 """The induction and agreement tasks: determinism, structure, scoring, tokenizer errors."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -240,3 +242,17 @@ def test_bad_agreement_settings_are_refused():
     with pytest.raises(ValueError, match=r"\(B, T, V\)"):
         batch = AgreementTask().sample(4, gen())
         agreement_accuracy(torch.zeros(4, 3, len(AGREEMENT_VOCAB)), batch)
+
+
+def test_agreement_batch_take_keeps_every_field_row_for_row():
+    batch = AgreementTask().eval_batch(50)
+    rows = batch.attractor.nonzero().squeeze(1)[:7]
+    part = batch.take(rows)
+    assert len(part.template) == part.tokens.shape[0] == 7 and bool(part.attractor.all())
+    for f in dataclasses.fields(batch):
+        whole, taken = getattr(batch, f.name), getattr(part, f.name)
+        if f.name == "template":
+            assert taken == [whole[i] for i in rows.tolist()]
+        else:
+            assert torch.equal(taken, whole[rows]), f.name
+    assert torch.equal(part.predict_pos, batch.predict_pos[rows])
