@@ -32,6 +32,7 @@ from course_utils.ablation import (
 )
 from course_utils.checkpoint import load_checkpoint
 from course_utils.env import torch_threads
+from course_utils.parallel import parallel_map
 from course_utils.tasks import PAD_ID, agreement_margins, induction_accuracy
 from course_utils.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
 
@@ -226,8 +227,10 @@ def mixture_setup(mixture):
                    Evaluation(sentences.tokens, attractor)]
     means = mixture_means(mixture)
     cases = {"none": []} | {head_name(*h): [h] for h in all_heads(mixture)}
-    tables = {"zero": ablation_table(mixture, evaluations, cases),
-              "mean": ablation_table(mixture, evaluations, cases, method="mean", means=means)}
+    methods = ["zero", "mean"]  # side by side on one core each, as in the notebook
+    tables = dict(zip(methods, parallel_map(
+        lambda method: ablation_table(mixture, evaluations, cases, method=method,
+                                      means=means if method == "mean" else None), methods), strict=True))
     return train, evaluations, tables, sentences
 
 
@@ -368,8 +371,10 @@ def pruning_orders(mixture, mixture_setup):
     orders = {"greedy": greedy, "reverse": greedy[::-1]} | {
         f"random {seed}": order for seed, order in enumerate(random_orders(mixture, range(5)))}
     counts = list(range(0, 25, 3))
-    curves = {name: pruning_curve(mixture, evaluations, order, counts=counts)
-              for name, order in orders.items()}
+    def curve(order):
+        return pruning_curve(mixture, evaluations, order, counts=counts)
+
+    curves = dict(zip(orders, parallel_map(curve, orders.values()), strict=True))  # one core per order
     return curves, greedy
 
 
