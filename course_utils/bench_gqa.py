@@ -15,11 +15,23 @@ Copy bandwidth: a large tensor copied into a buffer allocated beforehand (``dst.
 what ``clone()`` does minus the allocation: a fresh 128 MiB ``clone()`` would spend most
 of its time having the operating system map new pages), timed in the same run and counted
 as bytes read plus bytes written. A memory-bound step cannot beat it by much.
+
+The memory allocator: on Linux, glibc's malloc moves its thresholds as a program runs. After
+the ``repeat`` method frees its large copies, the memory often stays in the heap and is
+handed back to the operating system only at a later ``free``: inside the *next* method's
+timed call, which then pays milliseconds for another method's memory (measured: the first
+layer of the course method at g = 4, right after ``repeat``, took up to 5 ms instead of
+about 1 ms). :func:`steady_allocator` fixes the thresholds for the benchmark's process, so
+that every method pays for its own memory: blocks of 1 MiB and more are mapped and unmapped
+by the call that uses them, smaller ones are reused and never given back.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +50,7 @@ __all__ = [
     "DecodeBench",
     "make_kv_caches",
     "bench_decode",
+    "steady_allocator",
     "stage_times",
     "StageRow",
     "stage_bandwidth",
@@ -51,6 +64,22 @@ SHARING_METHODS: dict[str, str] = {
     "enable_gqa": "F.scaled_dot_product_attention(..., enable_gqa=True)",
     "repeat": "k, v .repeat_interleave(h // g, dim=1), then F.scaled_dot_product_attention",
 }
+
+
+@functools.cache
+def steady_allocator() -> str:
+    """Fix glibc malloc's thresholds for this process (see the module docstring); one line
+    saying what was done. Elsewhere (macOS, Windows, musl) nothing changes and it says so."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return "allocator: left as it is (no glibc mallopt here)"
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+    if not (mallopt(M_MMAP_THRESHOLD, MiB) and mallopt(M_TRIM_THRESHOLD, 256 * MiB)):
+        return "allocator: left as it is (mallopt refused)"
+    return "allocator: glibc malloc thresholds fixed, so each method pays for its own memory"
 
 
 def _repeat_then_sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -99,6 +128,7 @@ class DecodeBench:
     sdpa_mha_s: list[float]  # plain F.scaled_dot_product_attention at g = h, every repeat
     copy_s: list[float]  # copy of the copy buffer into a ready buffer, every repeat
     copy_bytes: int  # bytes read + written by one copy
+    allocator: str = ""  # what steady_allocator did
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
@@ -148,6 +178,8 @@ class DecodeBench:
             "speed-up = time at g=h / time at g, course method, median of paired ratios "
             "(ideal: h/g)",
         ]
+        if self.allocator:
+            lines.append(self.allocator)
         return "\n".join(lines)
 
 
@@ -210,6 +242,7 @@ def bench_decode(
                          f"got {list(methods)}")
     device = torch.device(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    allocator = steady_allocator() if device.type == "cpu" else ""
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups, batch=batch,
                                      device=device, dtype=dtype)
     copy_buffer = torch.ones(copy_mib * MiB // 4, device=device)  # float32: copy_mib MiB
@@ -246,7 +279,7 @@ def bench_decode(
                       {m: samples[(m, g)] for m in methods}) for g in groups]
     return DecodeBench(num_heads, d_head, context, num_layers, batch, threads, rows,
                        samples[("sdpa", num_heads)], samples[("copy", 0)],
-                       2 * copy_buffer.numel() * copy_buffer.element_size())
+                       2 * copy_buffer.numel() * copy_buffer.element_size(), allocator)
 
 
 def _scores(q_rows: Tensor, keys: Tensor) -> Tensor:

@@ -4,6 +4,10 @@ MHA, the GQA tiny model and its KV cache, the decode benchmark's bookkeeping."""
 from __future__ import annotations
 
 import json
+import platform
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -280,8 +284,41 @@ def test_bench_decode_bookkeeping_on_a_small_case():
     text = result.format()
     assert "speed-up" in text and "copy bandwidth" in text
     assert max(len(line) for line in text.splitlines()) <= 100
+    assert result.allocator.startswith("allocator: ") and result.allocator in text
     with pytest.raises(ValueError, match="groups"):
         bench_decode(8, 16, 64, 2, groups=(2, 1))
+
+
+_FREED_MEMORY_SCRIPT = textwrap.dedent("""
+    import os, sys, torch
+    from course_utils.bench_gqa import steady_allocator
+    if sys.argv[1] == "steady":
+        print(steady_allocator())
+    page = os.sysconf("SC_PAGE_SIZE")
+    def resident_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page / 2**20
+    big = torch.ones(2**22); del big  # 16 MiB freed: glibc raises its mmap threshold to 16 MiB
+    before = resident_mib()
+    mid = torch.ones(2**20); del mid  # 4 MiB, written, then freed
+    print(resident_mib() - before)
+""")
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                    reason="steady_allocator tunes glibc's malloc (Linux)")
+@pytest.mark.parametrize("mode", ["default", "steady"])
+def test_steady_allocator_makes_a_freed_block_leave_at_once(mode):
+    """By default a 4 MiB block freed after a 16 MiB one stays in the heap (its release
+    would land in some later call); with steady_allocator it is unmapped by its own free."""
+    done = subprocess.run([sys.executable, "-c", _FREED_MEMORY_SCRIPT, mode], capture_output=True,
+                          text=True, timeout=120, check=True)
+    *said, kept_mib = done.stdout.split("\n")[:-1]
+    if mode == "steady":
+        assert said == ["allocator: glibc malloc thresholds fixed, so each method pays for its own memory"]
+        assert float(kept_mib) < 0.5
+    else:
+        assert float(kept_mib) > 3.5
 
 
 def test_grouped_caches_are_views_of_one_mha_cache():
