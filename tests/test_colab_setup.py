@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import publish  # noqa: E402
 
-# minutes: run by .ci/run and `course.py test --all`, which spreads slow tests over the pytest
-# workers one by one; so no test here relies on another having run first on the same worker
+# minutes: run by .ci/run (which spreads the slow tests over the pytest workers one by one,
+# --dist load) and by `course.py test --all`; no test here relies on another having run first
 pytestmark = pytest.mark.slow
 
 FAKE_COLAB = {
