@@ -289,6 +289,14 @@ def test_bench_decode_bookkeeping_on_a_small_case():
         bench_decode(8, 16, 64, 2, groups=(2, 1))
 
 
+def test_bench_decode_table_shows_only_the_methods_measured():
+    result = bench_decode(8, 16, 64, 2, groups=(8, 2), repeats=1, warmup=0, copy_mib=1,
+                          methods=("course", "enable_gqa"))
+    header = result.format().splitlines()[1]
+    assert "course ms" in header and "enable_gqa ms" in header and "repeat" not in header
+    assert result.format().splitlines()[3].count("/") == 2  # g = 8: best / median, twice
+
+
 _FREED_MEMORY_SCRIPT = textwrap.dedent("""
     import os, sys, torch
     from course_utils.bench_gqa import steady_allocator
@@ -300,7 +308,7 @@ _FREED_MEMORY_SCRIPT = textwrap.dedent("""
             return int(f.read().split()[1]) * page / 2**20
     big = torch.ones(2**22); del big  # 16 MiB freed: glibc raises its mmap threshold to 16 MiB
     before = resident_mib()
-    mid = torch.ones(2**20); del mid  # 4 MiB, written, then freed
+    mid = torch.ones(2**21); del mid  # 8 MiB, written, then freed
     print(resident_mib() - before)
 """)
 
@@ -309,8 +317,10 @@ _FREED_MEMORY_SCRIPT = textwrap.dedent("""
                     reason="steady_allocator tunes glibc's malloc (Linux)")
 @pytest.mark.parametrize("mode", ["default", "steady"])
 def test_steady_allocator_makes_a_freed_block_leave_at_once(mode):
-    """By default a 4 MiB block freed after a 16 MiB one stays in the heap (its release
-    would land in some later call); with steady_allocator it is unmapped by its own free."""
+    """By default an 8 MiB block freed after a 16 MiB one stays in the heap (its release
+    would land in some later call); with steady_allocator it is unmapped by its own free.
+    (By default a little of the block may reuse heap pages that were resident already, so
+    the default asks for most of it, not all: 3.4-3.8 MiB of a 4 MiB block were seen.)"""
     done = subprocess.run([sys.executable, "-c", _FREED_MEMORY_SCRIPT, mode], capture_output=True,
                           text=True, timeout=120, check=True)
     *said, kept_mib = done.stdout.split("\n")[:-1]
@@ -318,7 +328,7 @@ def test_steady_allocator_makes_a_freed_block_leave_at_once(mode):
         assert said == ["allocator: glibc malloc thresholds fixed, so each method pays for its own memory"]
         assert float(kept_mib) < 0.5
     else:
-        assert float(kept_mib) > 3.5
+        assert float(kept_mib) > 6.0
 
 
 def test_grouped_caches_are_views_of_one_mha_cache():
