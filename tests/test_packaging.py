@@ -199,3 +199,59 @@ def test_installed_wheel_loads_a_checkpoint_and_the_worked_example(wheel, tmp_pa
     location, model, heads = result.stdout.split()
     assert Path(location).is_relative_to(site), f"imported the checkout, not the wheel: {location}"
     assert model == "TinyTransformer" and int(heads) >= 1
+
+
+# -- course.py installs with uv from the sources pip is configured with ------------------
+def _course_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_script", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_uv_installs_from_where_pip_would():
+    listing = "\n".join([
+        ":env:.cert='/etc/ssl/certs/ca.crt'",
+        ":env:.find-links='/opt/wheels'",
+        "global.find-links='/elsewhere'",  # the environment wins, as in pip
+        "global.extra-index-url='file:///opt/pypi/simple https://mirror.example/simple'",
+        "global.index-url='https://index.example/simple'",
+        "install.no-index='false'",
+        "global.timeout='60'",  # not a package source: left out
+    ])
+    args, env = _course_script().pip_sources_for_uv(listing)
+    assert args == ["--index-url", "https://index.example/simple",
+                    "--extra-index-url", "file:///opt/pypi/simple",
+                    "--extra-index-url", "https://mirror.example/simple",
+                    "--find-links", "/opt/wheels"]
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt"}
+    assert _course_script().pip_sources_for_uv("install.no-index='true'\n") == (["--no-index"], {})
+    assert _course_script().pip_sources_for_uv("") == ([], {})
+
+
+def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp_path):
+    assert re.search(r"^uv==[\d.]+ ", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
+    course = _course_script()
+    monkeypatch.setattr(course, "VENV", tmp_path)
+    monkeypatch.setattr(course, "STAMP", tmp_path / "stamp")
+    monkeypatch.setattr(course, "_venv_is_usable", lambda: True)
+    ran = []
+
+    class Done:
+        def __init__(self, code):
+            self.returncode = code
+
+    def fake_run(cmd, **kwargs):
+        ran.append(cmd)
+        if cmd[:4] == [str(course._bin("python")), "-m", "pip", "config"]:
+            return type("Out", (), {"returncode": 0, "stdout": ""})()
+        return Done(1 if "uv" in Path(cmd[0]).name else 0)  # uv itself fails
+
+    monkeypatch.setattr(course.subprocess, "run", fake_run)
+    course.ensure_environment()
+    uv_install, pip_install = ran[-2], ran[-1]
+    assert uv_install[1:3] == ["pip", "install"] and "unsafe-best-match" in uv_install
+    assert pip_install[1:4] == ["-m", "pip", "install"] and "uv" not in pip_install
+    assert (tmp_path / "stamp").read_text() == course._fingerprint()
