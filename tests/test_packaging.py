@@ -251,7 +251,9 @@ def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp
 
     monkeypatch.setattr(course.subprocess, "run", fake_run)
     course.ensure_environment()
-    uv_install, pip_install = ran[-2], ran[-1]
+    get_uv, uv_install, pip_install = ran[-3:]
+    assert get_uv[-1] == "uv" and "--only-binary" in get_uv  # a wheel or nothing: never a Rust build
     assert uv_install[1:3] == ["pip", "install"] and "unsafe-best-match" in uv_install
+    assert "--compile-bytecode" in uv_install  # pip compiles .pyc files at install; uv only if asked
     assert pip_install[1:4] == ["-m", "pip", "install"] and "uv" not in pip_install
     assert (tmp_path / "stamp").read_text() == course._fingerprint()
