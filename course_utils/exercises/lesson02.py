@@ -279,7 +279,9 @@ def _weights_keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
 
 
 def _weights_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1)  # k.T reverses every dim
+    with warnings.catch_warnings():  # torch warns that k.T on a batch is deprecated: the very slip
+        warnings.simplefilter("ignore", UserWarning)  # this model imitates, so no need to print it
+        return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1)  # k.T reverses every dim
 
 
 _K_DOT_T = ("k.T reverses ALL the dims of k, so on a batch (B, Tk, d_k) becomes (d_k, Tk, B) and "
