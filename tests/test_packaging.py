@@ -257,3 +257,9 @@ def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp
     assert "--compile-bytecode" in uv_install  # pip compiles .pyc files at install; uv only if asked
     assert pip_install[1:4] == ["-m", "pip", "install"] and "uv" not in pip_install
     assert (tmp_path / "stamp").read_text() == course._fingerprint()
+
+    (tmp_path / "stamp").unlink()  # COURSE_INSTALLER=pip: pip alone, uv never fetched
+    monkeypatch.setenv("COURSE_INSTALLER", "pip")
+    ran.clear()
+    course.ensure_environment()
+    assert len(ran) == 1 and ran[0][1:4] == ["-m", "pip", "install"] and "uv" not in ran[0]
