@@ -307,6 +307,7 @@ _FREED_MEMORY_SCRIPT = textwrap.dedent("""
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * page / 2**20
     big = torch.ones(2**22); del big  # 16 MiB freed: glibc raises its mmap threshold to 16 MiB
+    # (not 32 MiB: glibc stops moving the threshold for blocks of 32 MiB and more)
     before = resident_mib()
     mid = torch.ones(2**21); del mid  # 8 MiB, written, then freed
     print(resident_mib() - before)

@@ -221,14 +221,15 @@ def test_uv_installs_from_where_pip_would():
         "install.no-index='false'",
         "global.timeout='60'",  # not a package source: left out
     ])
-    args, env = _course_script().pip_sources_for_uv(listing)
+    course = _course_script()
+    args, env = course.pip_sources_for_uv(listing)
     assert args == ["--index-url", "https://index.example/simple",
                     "--extra-index-url", "file:///opt/pypi/simple",
                     "--extra-index-url", "https://mirror.example/simple",
                     "--find-links", "/opt/wheels"]
     assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt"}
-    assert _course_script().pip_sources_for_uv("install.no-index='true'\n") == (["--no-index"], {})
-    assert _course_script().pip_sources_for_uv("") == ([], {})
+    assert course.pip_sources_for_uv("install.no-index='true'\n") == (["--no-index"], {})
+    assert course.pip_sources_for_uv("") == ([], {})
 
 
 def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp_path):
