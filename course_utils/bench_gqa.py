@@ -25,9 +25,9 @@ some other ``free``, which may fall inside the *next* method's timed call (measu
 first layer of the course method at g = 4, right after ``repeat``, took up to 5 ms instead
 of about 1 ms). :func:`steady_allocator` fixes the thresholds for the benchmark's process
 the way a caching allocator (PyTorch's on a GPU, or an inference server's) behaves: blocks
-under 32 MiB come from the heap and, once freed, stay there to be reused; the heap is never
-trimmed. No call pays for another's memory, and ``repeat`` pays for what copying costs, not
-for the operating system's page mapping.
+under 32 MiB come from the heap and, once freed, stay there to be reused; the heap is not
+trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
+``repeat`` pays for what copying costs, not for the operating system's page mapping.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def steady_allocator() -> str:
     except (OSError, AttributeError, TypeError):
         return "allocator: left as it is (no glibc mallopt here)"
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
-    # 32 MiB is the largest mmap threshold glibc accepts on 64-bit; 1 GiB: never trim the heap
+    # 32 MiB is the largest mmap threshold glibc accepts on 64-bit; trim only past 1 GiB free
     if not (mallopt(M_MMAP_THRESHOLD, 32 * MiB) and mallopt(M_TRIM_THRESHOLD, 1024 * MiB)):
         return "allocator: left as it is (mallopt refused)"
     return "allocator: glibc malloc keeps freed memory for reuse, as a caching allocator does"
