@@ -264,3 +264,29 @@ def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp
     ran.clear()
     course.ensure_environment()
     assert len(ran) == 1 and ran[0][1:4] == ["-m", "pip", "install"] and "uv" not in ran[0]
+
+
+# -- course.py test: one worker per core, torch threads shared out, nothing oversubscribed --
+def test_workers_get_their_share_of_the_cores_as_torch_threads():
+    spread = _course_script().spread_over_cores
+    quick = ["-m", "not slow"]
+    assert spread(quick, 2, {}) == (["-n", "2", "--dist", "loadfile", *quick], {"OMP_NUM_THREADS": "1"})
+    assert spread(quick, 16, {"X": "y"}) == (["-n", "4", "--dist", "loadfile", *quick],
+                                             {"OMP_NUM_THREADS": "4", "X": "y"})
+    assert spread(quick, 6, {})[1] == {"OMP_NUM_THREADS": "1"}  # 4 workers: 6 // 4 threads each
+    slow = ["-m", "slow", "--dist", "load"]  # .ci/run's second command keeps its --dist
+    assert spread(slow, 2, {}) == (["-n", "2", *slow], {"OMP_NUM_THREADS": "1"})
+    # the caller's choices win: their threads, their workers, or one core and no workers
+    assert spread(quick, 2, {"OMP_NUM_THREADS": "2"})[1] == {"OMP_NUM_THREADS": "2"}
+    assert spread(["-n", "1", *quick], 2, {}) == (["-n", "1", *quick], {})
+    assert spread(["--numprocesses=3"], 8, {}) == (["--numprocesses=3"], {})
+    assert spread(quick, 1, {}) == (quick, {})
+
+
+def test_nbformat_imports_without_compiling_a_uri_grammar():
+    """Every pytest worker, nbval and nbgrader process imports nbformat, and so jsonschema;
+    jsonschema 4.25+ then imports rfc3987-syntax, which compiles a grammar with lark (2.3 s
+    a process here). constraints.txt pins jsonschema below that."""
+    code = "import sys, nbformat; print(sorted({'lark', 'rfc3987_syntax'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", f"importing nbformat also imported {done.stdout.strip()}"
