@@ -5,6 +5,7 @@ recognised as (expand instead of repeat_interleave, a hand-written softmax, ...)
 show that the check names the slip rather than matching one exact piece of code.
 """
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -38,7 +39,7 @@ def test_repeat_kv_accepts_expand_in_the_blocked_order():
 
 def test_cache_bytes_names_a_forgotten_batch():
     def no_batch(layers, batch, h, g, d_head, seq_len, bits):
-        return layers * 2 * g * d_head * seq_len * (bits // 8)
+        return layers * 2 * g * d_head * seq_len * bits // 8
     assert lesson07.check_cache_bytes(no_batch).mistake == "forgot_batch"
 
 
@@ -69,17 +70,131 @@ def test_decode_step_names_a_softmax_over_the_query_axis():
     assert lesson07.check_decode_step(manual).mistake == "softmax_over_queries"
 
 
-def test_decode_step_without_enable_gqa_hints_at_it():
+def test_decode_step_names_the_two_ways_it_raises():
     def no_enable_gqa(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
         return F.scaled_dot_product_attention(q, k, v), k, v
     feedback = lesson07.check_decode_step(no_enable_gqa)
-    assert not feedback.passed and "enable_gqa=True" in repr(feedback)
+    assert feedback.mistake == "forgot_enable_gqa" and "enable_gqa=True" in feedback.hint
 
-
-def test_decode_step_appended_on_the_head_axis_hints_at_the_time_axis():
-    def head_axis(q, k_new, v_new, k_cache, v_cache):
-        k, v = torch.cat([k_cache, k_new], dim=1), torch.cat([v_cache, v_new], dim=1)
+    def appended_on_features(q, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat((k_cache, k_new), -1), torch.cat((v_cache, v_new), -1)
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v
-    feedback = lesson07.check_decode_step(head_axis)
-    assert not feedback.passed and "dim 2" in repr(feedback)
+    feedback = lesson07.check_decode_step(appended_on_features)
+    assert feedback.mistake == "appended_on_wrong_axis" and "dim=2" in feedback.hint
+
+
+def test_decode_step_names_a_hand_written_product_with_unmatched_heads():
+    def manual(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        weights = torch.softmax(torch.matmul(q, k.mT) * q.shape[-1] ** -0.5, dim=-1)
+        return weights @ v, k, v
+    assert lesson07.check_decode_step(manual).mistake == "heads_not_matched"
+
+
+def test_decode_step_names_scale_new_token_only_and_swapped_caches():
+    def by_dk(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        copies = q.shape[1] // k.shape[1]
+        scores = q @ k.repeat_interleave(copies, 1).transpose(2, 3) / q.shape[-1]
+        return scores.softmax(-1) @ v.repeat_interleave(copies, 1), k, v
+    assert lesson07.check_decode_step(by_dk).mistake == "scaled_by_dk"
+
+    def itself_only(q, k_new, v_new, k_cache, v_cache):
+        copies = q.shape[1] // k_new.shape[1]
+        return v_new.repeat_interleave(copies, 1), _cat(k_cache, k_new), _cat(v_cache, v_new)
+    assert lesson07.check_decode_step(itself_only).mistake == "attended_new_token_only"
+
+    def swapped(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return [out, v, k]
+    assert lesson07.check_decode_step(swapped).mistake == "returned_caches_swapped"
+
+
+def test_decode_step_names_the_course_function():
+    from course_utils import grouped_query_attention
+
+    def course(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return grouped_query_attention(q, k, v)[0], k, v
+    assert lesson07.check_decode_step(course).mistake == "called_reference"
+
+
+def test_repeat_kv_names_the_feature_axis_a_missing_reshape_and_a_float_count():
+    feedback = lesson07.check_repeat_kv(lambda kv, h: kv.repeat_interleave(h // kv.shape[1], dim=3))
+    assert feedback.mistake == "repeated_feature_axis"
+    feedback = lesson07.check_repeat_kv(lambda kv, h: kv.unsqueeze(2).expand(-1, -1, h // kv.size(1), -1, -1))
+    assert feedback.mistake == "expanded_not_reshaped"
+    for float_count in (lambda kv, h: torch.repeat_interleave(kv, h / kv.size(1), dim=1),
+                        lambda kv, h: kv.repeat_interleave(repeats=h / kv.size(1), dim=1),
+                        lambda kv, h: kv[:, :, None].expand(-1, -1, h / kv.size(1), -1, -1).flatten(1, 2)):
+        assert lesson07.check_repeat_kv(float_count).mistake == "float_repeat_count"
+
+
+def test_repeat_kv_reports_other_errors_unnamed():
+    def typo(kv, h):
+        return kv.repeat_interleave(h // kv.shape[1], dim=1) + undefined_name  # noqa: F821
+    feedback = lesson07.check_repeat_kv(typo)
+    assert feedback.status == "error" and feedback.mistake is None and "NameError" in feedback.message
+
+
+def _right(layers, batch, h, g, d_head, seq_len, bits):
+    return 2 * layers * batch * g * d_head * seq_len * bits // 8
+
+
+def test_cache_bytes_passes_only_the_exact_count():
+    assert lesson07.check_cache_bytes(_right).passed
+    assert lesson07.check_cache_bytes(lambda *a: np.int64(_right(*a))).passed
+    assert lesson07.check_cache_bytes(lambda *a: torch.tensor(_right(*a))).passed
+    feedback = lesson07.check_cache_bytes(lambda *a: _right(*a) + 1)  # within 1e-5 of the right count
+    assert not feedback.passed and "off by +1)" in feedback.message
+    feedback = lesson07.check_cache_bytes(lambda *a: round(_right(*a), -3))  # rounded to 1000 bytes
+    assert not feedback.passed and "expected 1,073,741,824 bytes, got 1,073,742,000" in feedback.message
+    feedback = lesson07.check_cache_bytes(lambda *a: _right(*a) // 100 * 100)  # rounded down
+    assert not feedback.passed and "got 1,073,741,800 (off by -24)" in feedback.message
+
+
+def test_cache_bytes_names_bytes_per_element_floored_for_4_bit():
+    def floored(layers, batch, h, g, d_head, seq_len, bits):
+        bytes_per_number = bits // 8
+        return 2 * layers * batch * g * d_head * seq_len * bytes_per_number
+    feedback = lesson07.check_cache_bytes(floored)
+    assert feedback.mistake == "floored_bytes_per_element" and "4-bit" in feedback.message
+
+
+def test_cache_bytes_names_a_right_float():
+    def true_division(layers, batch, h, g, d_head, seq_len, bits):
+        return 2 * layers * batch * g * d_head * seq_len * (bits / 8)
+    assert lesson07.check_cache_bytes(true_division).mistake == "returned_float"
+    assert lesson07.check_cache_bytes(lambda *a: torch.tensor(float(_right(*a)))).mistake == "returned_float"
+
+
+def test_cache_bytes_names_group_size_fixed_widths_d_head_and_gib():
+    def group_size(layers, batch, h, g, d_head, seq_len, bits):
+        return layers * 2 * batch * d_head * seq_len * (h // g) * bits // 8
+    assert lesson07.check_cache_bytes(group_size).mistake == "used_group_size"
+
+    def float32(layers, batch, h, g, d_head, seq_len, bits):
+        return layers * batch * g * d_head * seq_len * 2 * 32 // 8
+    assert lesson07.check_cache_bytes(float32).mistake == "assumed_float32"
+
+    def half(layers, batch, h, g, d_head, seq_len, bits):
+        return layers * batch * g * d_head * seq_len * 2 * 16 // 8
+    assert lesson07.check_cache_bytes(half).mistake == "assumed_16_bit"
+
+    def no_width(layers, batch, h, g, d_head, seq_len, bits):
+        return 2 * layers * batch * g * seq_len * bits // 8
+    assert lesson07.check_cache_bytes(no_width).mistake == "forgot_d_head"
+
+    def gib(layers, batch, h, g, d_head, seq_len, bits):
+        return bits * 2 * layers * batch * g * d_head * seq_len / 8 / 1024**3
+    assert lesson07.check_cache_bytes(gib).mistake == "returned_gib"
+
+
+def test_cache_bytes_names_the_course_function():
+    from course_utils.gqa import kv_cache_bytes
+
+    def course(layers, batch, h, g, d_head, seq_len, bits):
+        return kv_cache_bytes(layers, batch, g, d_head, seq_len, bits // 8)
+    assert lesson07.check_cache_bytes(course).mistake == "called_reference"

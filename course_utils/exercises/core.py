@@ -86,6 +86,8 @@ LIBRARY_TWINS: dict[str, tuple[str, ...]] = {
     ),
     "lesson05.check_previous_token_score": ("course_utils.scores.previous_token_score",),
     "lesson05.check_induction_score": ("course_utils.scores.induction_score",),
+    "lesson07.check_cache_bytes": ("course_utils.gqa.kv_cache_bytes",),
+    "lesson07.check_decode_step": ("course_utils.gqa.grouped_query_attention",),
 }
 
 # Exits that are not ``Exception`` s but must still end in feedback, not escape the check.

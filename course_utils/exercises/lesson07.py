@@ -8,11 +8,15 @@
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import Case, Exercise, Mistake
+from .core import Case, Exercise, Feedback, Mistake
+from .lesson04 import _DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
     "REPEAT_KV", "check_repeat_kv",
@@ -51,6 +55,39 @@ def _repeat_kv_flattened(kv: Tensor, num_heads: int) -> Tensor:
     return kv.repeat_interleave(num_heads // kv.shape[1])  # no dim: a flat 1-D tensor
 
 
+def _repeat_kv_feature_axis(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads // kv.shape[1], dim=-1)  # (B, g, T, dk*h/g)
+
+
+def _repeat_kv_expanded_only(kv: Tensor, num_heads: int) -> Tensor:
+    b, g, t, dk = kv.shape
+    return kv[:, :, None].expand(b, g, num_heads // g, t, dk)  # 5-D: never reshaped
+
+
+def _repeat_kv_float_count(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads / kv.shape[1], dim=1)  # raises: a float count
+
+
+class _RepeatExercise(Exercise):
+    """Exercise 7.1: a repeat count written as ``h / g`` (a float) raises a TypeError inside
+    torch's argument parsing, before any tensor operation runs; name it from that error."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "error" or not callable(fn):
+            return feedback
+        args, kwargs = self.make_cases()[0].fresh()
+        try:
+            fn(*args, **kwargs)
+        except TypeError as exc:
+            if re.match(r"(repeat_interleave|repeat|expand)\(\).*float", str(exc)):
+                m = next(m for m in self.mistakes if m.key == "float_repeat_count")
+                return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+        except BaseException:  # any other failure: the error feedback above stands
+            pass
+        return feedback
+
+
 def _repeat_cases() -> list[Case]:
     return [
         Case((_randn(2, 2, 3, 4, seed=71), 6), label="B=2, g=2 K/V heads, h=6 query heads"),
@@ -59,7 +96,7 @@ def _repeat_cases() -> list[Case]:
     ]
 
 
-REPEAT_KV = Exercise(
+REPEAT_KV = _RepeatExercise(
     title="Exercise 7.1: repeat K/V heads for their query heads",
     reference=_repeat_kv,
     make_cases=_repeat_cases,
@@ -83,6 +120,19 @@ REPEAT_KV = Exercise(
         Mistake("flattened_no_dim",
                 "your answer is a flat 1-D tensor: repeat_interleave without dim= flattens its "
                 "input first.", "Pass dim=1 (the head axis).", _repeat_kv_flattened),
+        Mistake("repeated_feature_axis",
+                "you repeated along the last axis (dk), so each vector grew h/g times longer and "
+                "the head count stayed g.",
+                "Heads are dim 1 of (B, g, T, dk), not dim -1.", _repeat_kv_feature_axis),
+        Mistake("expanded_not_reshaped",
+                "your answer is 5-D, (B, g, h/g, T, dk): expand made the copies as a new axis, "
+                "but they were never merged into the head axis.",
+                "Finish with .reshape(B, h, T, dk): group-major order keeps the grouping blocked.",
+                _repeat_kv_expanded_only),
+        Mistake("float_repeat_count",
+                "your repeat count is a float: h / g is true division in Python (6 / 2 == 3.0), "
+                "and a repeat count must be an int.",
+                "Use integer division, num_heads // g.", _repeat_kv_float_count),
     ],
     hint="Output (B, h, T, dk); query head i reads K/V head i // (h // g).",
 )
@@ -116,15 +166,75 @@ def _cache_no_batch(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len,
     return 2 * num_layers * num_kv_heads * d_head * seq_len * bits // 8
 
 
+def _cache_group_size(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * (num_heads // num_kv_heads) * d_head * seq_len * bits // 8
+
+
+def _cache_four_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * 4  # float32 always
+
+
+def _cache_two_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * 2  # 16-bit always
+
+
+def _cache_no_d_head(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * seq_len * bits // 8
+
+
+def _cache_floored_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * (bits // 8)  # 0 for 4-bit
+
+
+def _cache_gib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits / 8 / 2**30
+
+
+def _number(x: object) -> object:
+    """A one-element tensor or array, or a numpy scalar, as a Python number."""
+    if isinstance(x, Tensor) and x.numel() == 1:
+        return x.item()
+    if isinstance(x, (np.ndarray, np.generic)) and x.size == 1:
+        return x.item()
+    return x
+
+
+class _CacheBytesExercise(Exercise):
+    """Exercise 7.2: a byte count is exact. Known slips are matched with the usual
+    tolerance (a learner's float arithmetic may round differently), but only the exact
+    count passes, a wrong count is told by how much, and a right float is named."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        numbers = [_number(g) for g in outputs]
+        if all(type(n) in (int, float) and n == e for n, e in zip(numbers, expected, strict=True)):
+            if any(isinstance(n, float) for n in numbers):
+                return Feedback(self.title, "mistake",
+                                "the value is right but it is a float: a number of bytes is a whole "
+                                "number, and a float stops being exact beyond 2**53.",
+                                "Divide with // (bits // 8, or the whole product // 8), not /.",
+                                mistake="returned_float")
+            return super()._grade(cases, outputs, expected)
+        feedback = super()._grade(cases, outputs, expected)
+        if feedback.status == "mistake":
+            return feedback
+        for case, n, e in zip(cases, numbers, expected, strict=True):
+            if type(n) in (int, float) and n != e:  # a number, but not the count: say by how much
+                return Feedback(self.title, "wrong",
+                                f"wrong count on {case.label}: expected {e:,} bytes, got {n:,} "
+                                f"(off by {n - e:+,}). A byte count is exact: no rounding.", self.hint)
+        return feedback
+
+
 def _cache_cases() -> list[Case]:
     return [
         Case((32, 1, 32, 8, 128, 8192, 16), label="Llama-3-8B shape, batch 1, 8k tokens, 16-bit"),
         Case((80, 4, 64, 8, 128, 4096, 8), label="Llama-3-70B shape, batch 4, 4k tokens, 8-bit"),
         Case((2, 3, 4, 2, 16, 32, 32), label="a tiny model in float32"),
+        Case((3, 1, 4, 2, 5, 7, 4), label="an odd-sized toy with 4-bit numbers (a quantized cache)"),
     ]
 
 
-CACHE_BYTES = Exercise(
+CACHE_BYTES = _CacheBytesExercise(
     title="Exercise 7.2: KV cache size in bytes",
     reference=_cache_bytes,
     make_cases=_cache_cases,
@@ -140,8 +250,25 @@ CACHE_BYTES = Exercise(
                 "Multiply by num_layers.", _cache_one_layer),
         Mistake("forgot_batch", "that is the cache of one sequence: every sequence in the batch "
                 "keeps its own keys and values.", "Multiply by batch.", _cache_no_batch),
+        Mistake("used_group_size", "you used h // g, the number of query heads in a group, where "
+                "the number of key/value heads g belongs.", "Use num_kv_heads itself.",
+                _cache_group_size),
+        Mistake("assumed_float32", "you used 4 bytes per number whatever bits_per_element says.",
+                "Multiply by bits_per_element; divide the whole product by 8.", _cache_four_bytes),
+        Mistake("assumed_16_bit", "you used 2 bytes per number whatever bits_per_element says.",
+                "Multiply by bits_per_element; divide the whole product by 8.", _cache_two_bytes),
+        Mistake("floored_bytes_per_element", "right for 8, 16 and 32 bits, but bits_per_element // 8 "
+                "is 0 for 4-bit numbers, so a 4-bit cache came out empty.",
+                "Multiply by bits_per_element first and divide by 8 last: 4-bit numbers take half a "
+                "byte each.", _cache_floored_bytes),
+        Mistake("forgot_d_head", "you counted one number per key/value head and token: each head's "
+                "key (and value) is a vector of d_head numbers.", "Multiply by d_head.",
+                _cache_no_d_head),
+        Mistake("returned_gib", "your answer is in GiB (divided by 2**30); the exercise asks for bytes.",
+                "Return the byte count itself; convert only to print.", _cache_gib),
     ],
-    hint="2 (K and V) x layers x batch x g x d_head x tokens x bytes per element.",
+    hint="2 (K and V) x layers x batch x g x d_head x tokens x bits per element, divided by 8 "
+         "at the end.",
 )
 check_cache_bytes = CACHE_BYTES.check
 
@@ -204,6 +331,57 @@ def _decode_softmax_over_queries(q_new, k_new, v_new, k_cache, v_cache):
     return weights @ v.repeat_interleave(copies, dim=1), k, v
 
 
+def _decode_scaled_by_dk(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1 / q_new.shape[-1])
+    return out, k, v
+
+
+def _decode_new_token_only(q_new, k_new, v_new, k_cache, v_cache):
+    out = F.scaled_dot_product_attention(q_new, k_new, v_new, enable_gqa=True)  # ignores the cache
+    return out, torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+
+
+def _decode_swapped_caches(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), v, k
+
+
+def _decode_cat_on_heads(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=1), torch.cat([v_cache, v_new], dim=1)  # raises
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
+def _decode_without_enable_gqa(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v), k, v  # raises when g < h
+
+
+def _decode_manual_unmatched_heads(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    scores = q_new @ k.transpose(-2, -1) / q_new.shape[-1] ** 0.5  # raises: h vs g heads
+    return scores.softmax(dim=-1) @ v, k, v
+
+
+class _DecodeExercise(_DiagnosesRaisingAnswers):
+    """Exercise 7.3: the two classic ways a decode step raises are named too."""
+
+    @staticmethod
+    def _key_for(failed: tuple[str, list] | None) -> str | None:
+        if failed is None:
+            return None
+        name, args = failed
+        if name == "cat":  # the cache and the new token only fit together along time
+            return "appended_on_wrong_axis"
+        shapes = [a for a in args if isinstance(a, tuple)]
+        if len(shapes) >= 2 and len(shapes[0]) == len(shapes[1]) == 4 and shapes[0][1] != shapes[1][1]:
+            if name == "scaled_dot_product_attention":
+                return "forgot_enable_gqa"
+            if name in ("matmul", "matmul_", "bmm"):
+                return "heads_not_matched"
+        return None
+
+
 def _decode_cases() -> list[Case]:
     cases = []
     for i, (B, h, g, T, dk) in enumerate([(2, 4, 2, 5, 8), (1, 6, 3, 3, 4), (1, 2, 1, 4, 16)]):
@@ -215,7 +393,7 @@ def _decode_cases() -> list[Case]:
     return cases
 
 
-DECODE_STEP = Exercise(
+DECODE_STEP = _DecodeExercise(
     title="Exercise 7.3: one decoding step with a grouped KV cache",
     reference=_decode_step,
     make_cases=_decode_cases,
@@ -248,6 +426,25 @@ DECODE_STEP = Exercise(
                 "query every weight is 1, so the output is the sum of all values.",
                 "Normalise each query's scores over the keys: softmax(dim=-1).",
                 _decode_softmax_over_queries),
+        Mistake("scaled_by_dk", "you divided the scores by dk; the scale is 1 / sqrt(dk).",
+                "Leave scale=None (the default), or divide by dk ** 0.5.", _decode_scaled_by_dk),
+        Mistake("attended_new_token_only", "the new token attended only to itself: the cached "
+                "keys and values were never used.", "Attend over the appended caches (T+1 keys).",
+                _decode_new_token_only),
+        Mistake("returned_caches_swapped", "the output is right but you returned (out, v, k): the "
+                "key cache came back as the value cache and the other way round.",
+                "Return (output, k, v) in that order.", _decode_swapped_caches),
+        Mistake("appended_on_wrong_axis", "torch.cat raised: the cache (B, g, T, dk) and the new "
+                "token (B, g, 1, dk) only fit together along the time axis.",
+                "Concatenate along dim=2 (or dim=-2), the time axis.", _decode_cat_on_heads),
+        Mistake("forgot_enable_gqa", "F.scaled_dot_product_attention raised: the query has h heads "
+                "and the caches only g, and it pairs them only when told to.",
+                "Pass enable_gqa=True (query head i then reads K/V head i // (h // g)).",
+                _decode_without_enable_gqa),
+        Mistake("heads_not_matched", "q @ k.transpose(-2, -1) raised: the query has h heads and the "
+                "key cache only g, so the head axes do not broadcast.",
+                "Repeat each K/V head h // g times (repeat_interleave, dim=1) for the product only; "
+                "keep the g-head caches.", _decode_manual_unmatched_heads),
     ],
     hint="Return (output (B, h, 1, dk), k (B, g, T+1, dk), v (B, g, T+1, dk)); append along "
          "the time axis (dim 2); with F.scaled_dot_product_attention and g < h, pass "
