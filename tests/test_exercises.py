@@ -44,3 +44,16 @@ def test_each_mistake_is_named(name, mistake):
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_every_exercise_knows_at_least_two_mistakes(name):
     assert len(EXERCISES[name].mistakes) >= 2
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+@pytest.mark.parametrize("exit_with", [SystemExit(0), KeyboardInterrupt(), GeneratorExit()],
+                         ids=["sys.exit", "KeyboardInterrupt", "GeneratorExit"])
+def test_an_answer_that_exits_gets_feedback_not_an_exit(name, exit_with):
+    """Checks never raise: not even when the learner's function calls sys.exit(), and not
+    when a check runs the function a second time to find which operation failed."""
+    def exits(*args, **kwargs):
+        raise exit_with
+
+    fb = EXERCISES[name].check(exits)
+    assert fb.status == "error" and not fb.passed, fb

@@ -153,6 +153,8 @@ def test_cache_bytes_passes_only_the_exact_count():
     assert not feedback.passed and "expected 1,073,741,824 bytes, got 1,073,742,000" in feedback.message
     feedback = lesson07.check_cache_bytes(lambda *a: _right(*a) // 100 * 100)  # rounded down
     assert not feedback.passed and "got 1,073,741,800 (off by -24)" in feedback.message
+    feedback = lesson07.check_cache_bytes(lambda *a: _right(*a) // 1024 * 1024)  # whole KiB only
+    assert feedback.mistake is None and "expected 2,310 bytes, got 2,048 (off by -262)" in feedback.message
 
 
 def test_cache_bytes_names_bytes_per_element_floored_for_4_bit():

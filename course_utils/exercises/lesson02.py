@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ..worked_example import load_worked_example
-from .core import Case, Exercise, Feedback, Mistake
+from .core import _EXITS, Case, Exercise, Feedback, Mistake
 
 __all__ = [
     "SOFTMAX_ROWS",
@@ -50,7 +50,7 @@ def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. torch's warning about x.T on 3-D tensors
             fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - any error is information here
+    except (Exception, *_EXITS) as exc:  # noqa: BLE001 - any error is information here, sys.exit() too
         return exc
     return None
 
@@ -71,7 +71,7 @@ class _DiagnosingExercise(Exercise):
                 named = self._name_raising_slip(fn)
             elif feedback.passed and self.numpy_output:
                 named = self._name_tensor_output(fn)
-        except Exception:  # noqa: BLE001 - the plain feedback is still right
+        except (Exception, *_EXITS):  # noqa: BLE001 - the plain feedback is still right
             named = None
         return feedback if named is None else named
 

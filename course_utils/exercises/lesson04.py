@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ..masks import causal_mask, padding_mask
-from .core import Case, Exercise, Feedback, Mistake
+from .core import _EXITS, Case, Exercise, Feedback, Mistake
 
 __all__ = [
     "HEAD_WEIGHTS", "check_head_weights",
@@ -208,7 +208,7 @@ class _StackExercise(Exercise):
         except TypeError as exc:  # torch.cat rejects a list of lists while reading its arguments
             if "but got list" in str(exc):
                 return _named(self, "lists_not_unpacked")
-        except Exception:  # any other error keeps the plain report
+        except (Exception, *_EXITS):  # any other error (or exit) keeps the plain report
             pass
         return feedback
 
@@ -384,7 +384,7 @@ def _failed_operation(fn, case: Case) -> tuple[str, list] | None:
     try:
         with recorder:
             fn(*args, **kwargs)
-    except Exception:  # the learner's error again, now recorded
+    except (Exception, *_EXITS):  # the learner's error again, now recorded
         pass
     return recorder.failed
 
@@ -407,7 +407,7 @@ class _DiagnosesRaisingAnswers(Exercise):
         try:
             with recorder:
                 fn(*args, **kwargs)
-        except Exception:  # the same error again: now we know which operation raised
+        except (Exception, *_EXITS):  # the same error again: now we know which operation raised
             pass
         key = self._key_for(recorder.failed)
         if key is None:
@@ -643,7 +643,7 @@ class _BoolMaskExercise(Exercise):
         cases = list(self.make_cases())
         try:
             outputs = [fn(*c.fresh()[0], **c.fresh()[1]) for c in cases]
-        except Exception:  # already ran once in super().check; be safe anyway
+        except (Exception, *_EXITS):  # already ran once in super().check; be safe anyway
             return feedback
         if not all(isinstance(o, (tuple, list)) and len(o) == 2 for o in outputs):
             return feedback

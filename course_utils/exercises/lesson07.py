@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import Case, Exercise, Feedback, Mistake
+from .core import _EXITS, Case, Exercise, Feedback, Mistake
 from .lesson04 import _DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
@@ -83,7 +83,7 @@ class _RepeatExercise(Exercise):
             if re.match(r"(repeat_interleave|repeat|expand)\(\).*float", str(exc)):
                 m = next(m for m in self.mistakes if m.key == "float_repeat_count")
                 return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
-        except BaseException:  # any other failure: the error feedback above stands
+        except (Exception, *_EXITS):  # any other failure: the error feedback above stands
             pass
         return feedback
 
@@ -230,7 +230,7 @@ def _cache_cases() -> list[Case]:
         Case((32, 1, 32, 8, 128, 8192, 16), label="Llama-3-8B shape, batch 1, 8k tokens, 16-bit"),
         Case((80, 4, 64, 8, 128, 4096, 8), label="Llama-3-70B shape, batch 4, 4k tokens, 8-bit"),
         Case((2, 3, 4, 2, 16, 32, 32), label="a tiny model in float32"),
-        Case((3, 1, 4, 2, 5, 7, 4), label="an odd-sized toy with 4-bit numbers (a quantized cache)"),
+        Case((3, 1, 4, 2, 5, 77, 4), label="an odd-sized toy with 4-bit numbers (a quantized cache)"),
     ]
 
 
