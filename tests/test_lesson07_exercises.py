@@ -200,3 +200,32 @@ def test_cache_bytes_names_the_course_function():
     def course(layers, batch, h, g, d_head, seq_len, bits):
         return kv_cache_bytes(layers, batch, g, d_head, seq_len, bits // 8)
     assert lesson07.check_cache_bytes(course).mistake == "called_reference"
+
+
+def test_decode_step_raising_for_other_reasons_is_not_misnamed():
+    """A cat along time of mismatched heads, or k.T reversing all axes, are not the slips
+    'appended on the wrong axis' or 'heads not matched': the plain error report stands."""
+    def new_token_repeated(q, k_new, v_new, k_cache, v_cache):
+        copies = q.shape[1] // k_cache.shape[1]
+        k = torch.cat([k_cache, k_new.repeat_interleave(copies, 1)], 2)  # g vs h heads: raises
+        v = torch.cat([v_cache, v_new.repeat_interleave(copies, 1)], 2)
+        return F.scaled_dot_product_attention(q, k, v), k, v
+    feedback = lesson07.check_decode_step(new_token_repeated)
+    assert feedback.status == "error" and feedback.mistake is None
+
+    def k_dot_T(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        copies = q.shape[1] // k.shape[1]
+        scores = q @ k.repeat_interleave(copies, 1).T / q.shape[-1] ** 0.5  # .T reverses 4 axes
+        return scores.softmax(-1) @ v.repeat_interleave(copies, 1), k, v
+    feedback = lesson07.check_decode_step(k_dot_T)
+    assert feedback.status == "error" and feedback.mistake is None
+
+
+def test_decode_step_names_a_hand_written_causal_mask():
+    def tril_mask(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        mask = torch.ones(1, k.shape[2], dtype=torch.bool).tril()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), k, v
+    feedback = lesson07.check_decode_step(tril_mask)
+    assert feedback.mistake == "is_causal_in_decode" and "tril" in feedback.message

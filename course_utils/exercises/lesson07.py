@@ -371,13 +371,18 @@ class _DecodeExercise(_DiagnosesRaisingAnswers):
         if failed is None:
             return None
         name, args = failed
-        if name == "cat":  # the cache and the new token only fit together along time
-            return "appended_on_wrong_axis"
+        if name == "cat" and args and isinstance(args[0], (list, tuple)):
+            parts = [tuple(t.shape) for t in args[0] if isinstance(t, Tensor)]
+            if (len(parts) == 2 and len(parts[0]) == len(parts[1]) == 4
+                    and all(a == b for i, (a, b) in enumerate(zip(*parts, strict=True)) if i != 2)):
+                return "appended_on_wrong_axis"  # they fit along time (dim 2) only
+            return None
         shapes = [a for a in args if isinstance(a, tuple)]
         if len(shapes) >= 2 and len(shapes[0]) == len(shapes[1]) == 4 and shapes[0][1] != shapes[1][1]:
+            q, k = shapes[0], shapes[1]
             if name == "scaled_dot_product_attention":
                 return "forgot_enable_gqa"
-            if name in ("matmul", "matmul_", "bmm"):
+            if name in ("matmul", "matmul_", "bmm") and k[0] == q[0] and k[2] == q[3]:  # (B, g, dk, T)
                 return "heads_not_matched"
         return None
 
@@ -403,8 +408,9 @@ DECODE_STEP = _DecodeExercise(
                 "Concatenate [cache, new] along the time axis (dim 2).", _decode_prepended),
         Mistake("skipped_new_token", "the new token did not attend to itself: you attended over "
                 "the old cache only.", "Append first, then attend.", _decode_without_new_token),
-        Mistake("is_causal_in_decode", "is_causal=True with one query and T+1 keys is aligned "
-                "top-left: the new token saw only the first key.",
+        Mistake("is_causal_in_decode", "you applied a causal mask (is_causal=True, or a tril/triu "
+                "mask) to one query and T+1 keys: it is aligned top-left, so the new token saw only "
+                "the first key.",
                 "A single newest query may see every cached key: no mask is needed.",
                 _decode_is_causal),
         Mistake("interleaved_groups", "query head i used K/V head i % g (interleaved); the "
