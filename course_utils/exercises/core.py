@@ -182,6 +182,15 @@ def _as_array(x: Any) -> np.ndarray | None:
     return None
 
 
+def as_scalar(x: Any) -> Any:
+    """A one-element tensor or array, or a numpy scalar, as a Python number; else ``x``."""
+    if isinstance(x, torch.Tensor) and x.numel() == 1:
+        return x.item()
+    if isinstance(x, (np.ndarray, np.generic)) and x.size == 1:
+        return x.item()
+    return x
+
+
 def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     """True when ``got`` matches ``expected``: same structure, same shapes, close values."""
     if isinstance(expected, (tuple, list)):
@@ -199,10 +208,7 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
     if isinstance(expected, (bool, str)) or expected is None:
         return got == expected
     if isinstance(expected, (int, float)):
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, np.ndarray) and got.size == 1:
-            got = got.item()
+        got = as_scalar(got)
         if not isinstance(got, (int, float, np.integer, np.floating)) or isinstance(got, bool):
             return False
         return math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)

@@ -195,22 +195,91 @@ def _stack_cases() -> list[Case]:
     return cases
 
 
-class _StackExercise(Exercise):
-    """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why."""
+class _RecordFailure(TorchFunctionMode):
+    """Remembers the first tensor operation that raised, with its arguments' shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: tuple[str, list] | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            if self.failed is None:
+                name = getattr(func, "__name__", str(func)).strip("_")
+                self.failed = (name, [tuple(a.shape) if isinstance(a, Tensor) else a for a in args])
+            raise
+
+
+def _requested_shape(args: list) -> tuple:
+    """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple."""
+    rest = args[1:]
+    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
+        return tuple(rest[0])
+    return tuple(rest)
+
+
+def _failed_operation(fn, case: Case) -> tuple[str, list] | None:
+    """Run ``fn`` on ``case`` again and return the tensor operation that raised, if any."""
+    args, kwargs = case.fresh()
+    recorder = _RecordFailure()
+    try:
+        with recorder:
+            fn(*args, **kwargs)
+    except (Exception, *_EXITS):  # the learner's error again, now recorded
+        pass
+    return recorder.failed
+
+
+def _named(exercise: Exercise, key: str) -> Feedback:
+    m = next(m for m in exercise.mistakes if m.key == key)
+    return Feedback(exercise.title, "mistake", m.message, m.hint, mistake=m.key)
+
+
+class _DiagnosesRaisingAnswers(Exercise):
+    """An exercise whose check also names an answer that *raises*: it runs the first case
+    again under :class:`_RecordFailure` and asks :meth:`_key_for` which slip that failure is."""
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
         if feedback.status != "error":
             return feedback
         args, kwargs = self.make_cases()[0].fresh()
+        recorder, error = _RecordFailure(), None
         try:
-            fn(*args, **kwargs)
-        except TypeError as exc:  # torch.cat rejects a list of lists while reading its arguments
-            if "but got list" in str(exc):
-                return _named(self, "lists_not_unpacked")
-        except (Exception, *_EXITS):  # any other error (or exit) keeps the plain report
-            pass
-        return feedback
+            with recorder:
+                fn(*args, **kwargs)
+        except (Exception, *_EXITS) as exc:  # the same error again: now we know which operation raised
+            error = exc
+        key = self._key_for(recorder.failed)
+        if key is None and error is not None:
+            key = self._key_for_error(error)  # e.g. raised while torch parsed the arguments
+        if key is None:
+            return feedback
+        m = next(m for m in self.mistakes if m.key == key)
+        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+
+    @staticmethod
+    def _key_for(failed: tuple[str, list] | None) -> str | None:
+        """The key of the Mistake that ``failed`` (operation name, its args) shows, or None."""
+        return None
+
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        """The key of the Mistake that ``error`` itself shows, when :meth:`_key_for` names none:
+        torch rejects some arguments (a list of lists, a float count) while parsing them."""
+        return None
+
+
+class _StackExercise(_DiagnosesRaisingAnswers):
+    """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why."""
+
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        if isinstance(error, TypeError) and "but got list" in str(error):
+            return "lists_not_unpacked"  # torch.cat rejects a list of lists while reading its arguments
+        return None
 
 
 STACK_HEAD_WEIGHTS = _StackExercise(
@@ -350,75 +419,6 @@ def _forward_cases() -> list[Case]:
                 _randn(d, seed=s + 4), h)
         cases.append(Case(args, label=f"B={B}, T={T}, d_model={d}, {h} heads"))
     return cases
-
-
-class _RecordFailure(TorchFunctionMode):
-    """Remembers the first tensor operation that raised, with its arguments' shapes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failed: tuple[str, list] | None = None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        try:
-            return func(*args, **(kwargs or {}))
-        except Exception:
-            if self.failed is None:
-                name = getattr(func, "__name__", str(func)).strip("_")
-                self.failed = (name, [tuple(a.shape) if isinstance(a, Tensor) else a for a in args])
-            raise
-
-
-def _requested_shape(args: list) -> tuple:
-    """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple."""
-    rest = args[1:]
-    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
-        return tuple(rest[0])
-    return tuple(rest)
-
-
-def _failed_operation(fn, case: Case) -> tuple[str, list] | None:
-    """Run ``fn`` on ``case`` again and return the tensor operation that raised, if any."""
-    args, kwargs = case.fresh()
-    recorder = _RecordFailure()
-    try:
-        with recorder:
-            fn(*args, **kwargs)
-    except (Exception, *_EXITS):  # the learner's error again, now recorded
-        pass
-    return recorder.failed
-
-
-def _named(exercise: Exercise, key: str) -> Feedback:
-    m = next(m for m in exercise.mistakes if m.key == key)
-    return Feedback(exercise.title, "mistake", m.message, m.hint, mistake=m.key)
-
-
-class _DiagnosesRaisingAnswers(Exercise):
-    """An exercise whose check also names an answer that *raises*: it runs the first case
-    again under :class:`_RecordFailure` and asks :meth:`_key_for` which slip that failure is."""
-
-    def check(self, fn) -> Feedback:
-        feedback = super().check(fn)
-        if feedback.status != "error":
-            return feedback
-        args, kwargs = self.make_cases()[0].fresh()
-        recorder = _RecordFailure()
-        try:
-            with recorder:
-                fn(*args, **kwargs)
-        except (Exception, *_EXITS):  # the same error again: now we know which operation raised
-            pass
-        key = self._key_for(recorder.failed)
-        if key is None:
-            return feedback
-        m = next(m for m in self.mistakes if m.key == key)
-        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
-
-    @staticmethod
-    def _key_for(failed: tuple[str, list] | None) -> str | None:
-        """The key of the Mistake that ``failed`` (operation name, its args) shows, or None."""
-        return None
 
 
 class _ForwardExercise(_DiagnosesRaisingAnswers):

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import _EXITS, Case, Exercise, Feedback, Mistake
+from .core import Case, Exercise, Feedback, Mistake, as_scalar
 from .lesson04 import _DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
@@ -68,24 +67,14 @@ def _repeat_kv_float_count(kv: Tensor, num_heads: int) -> Tensor:
     return kv.repeat_interleave(num_heads / kv.shape[1], dim=1)  # raises: a float count
 
 
-class _RepeatExercise(Exercise):
+class _RepeatExercise(_DiagnosesRaisingAnswers):
     """Exercise 7.1: a repeat count written as ``h / g`` (a float) raises a TypeError inside
     torch's argument parsing, before any tensor operation runs; name it from that error."""
 
-    def check(self, fn) -> Feedback:
-        feedback = super().check(fn)
-        if feedback.status != "error" or not callable(fn):
-            return feedback
-        args, kwargs = self.make_cases()[0].fresh()
-        try:
-            fn(*args, **kwargs)
-        except TypeError as exc:
-            if re.match(r"(repeat_interleave|repeat|expand)\(\).*float", str(exc)):
-                m = next(m for m in self.mistakes if m.key == "float_repeat_count")
-                return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
-        except (Exception, *_EXITS):  # any other failure: the error feedback above stands
-            pass
-        return feedback
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        parsing = re.match(r"(repeat_interleave|repeat|expand)\(\).*float", str(error))
+        return "float_repeat_count" if isinstance(error, TypeError) and parsing else None
 
 
 def _repeat_cases() -> list[Case]:
@@ -190,22 +179,13 @@ def _cache_gib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits
     return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits / 8 / 2**30
 
 
-def _number(x: object) -> object:
-    """A one-element tensor or array, or a numpy scalar, as a Python number."""
-    if isinstance(x, Tensor) and x.numel() == 1:
-        return x.item()
-    if isinstance(x, (np.ndarray, np.generic)) and x.size == 1:
-        return x.item()
-    return x
-
-
 class _CacheBytesExercise(Exercise):
     """Exercise 7.2: a byte count is exact. Known slips are matched with the usual
     tolerance (a learner's float arithmetic may round differently), but only the exact
     count passes, a wrong count is told by how much, and a right float is named."""
 
     def _grade(self, cases, outputs, expected) -> Feedback:
-        numbers = [_number(g) for g in outputs]
+        numbers = [as_scalar(g) for g in outputs]
         if all(type(n) in (int, float) and n == e for n, e in zip(numbers, expected, strict=True)):
             if any(isinstance(n, float) for n in numbers):
                 return Feedback(self.title, "mistake",
