@@ -395,8 +395,9 @@ def _print_stages(groups: Sequence[int], context: int, num_layers: int, repeats:
 
 
 def _main_gqa(args: argparse.Namespace) -> None:
-    print(f"torch {torch.__version__}; every method at every g interleaved repeat by repeat; "
-          f"{args.repeats} repeats\n")
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
+    print(f"torch {torch.__version__}, CPU kernels: {capability}\n"
+          f"every method at every g interleaved repeat by repeat; {args.repeats} repeats\n")
     result = bench_decode(context=args.context, num_layers=args.layers, repeats=args.repeats,
                           num_threads=args.threads)
     print(result.format())

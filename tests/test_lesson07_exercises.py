@@ -112,6 +112,48 @@ def test_decode_step_names_scale_new_token_only_and_swapped_caches():
     assert lesson07.check_decode_step(swapped).mistake == "returned_caches_swapped"
 
 
+def test_decode_step_names_a_cache_left_without_the_new_token():
+    # torch's CPU attention accepts T+1 keys with T values, so no output comparison can
+    # name this: the check reads the returned caches instead
+    def value_forgotten(q, k_new, v_new, k_cache, v_cache):
+        k = _cat(k_cache, k_new)
+        copies = q.shape[1] // k.shape[1]
+        out = F.scaled_dot_product_attention(q, k.repeat_interleave(copies, 1),
+                                             v_cache.repeat_interleave(copies, 1))
+        return out, k, v_cache
+    feedback = lesson07.check_decode_step(value_forgotten)
+    assert feedback.mistake == "value_not_appended" and "v_new" in feedback.message
+
+    def key_forgotten(q, k_new, v_new, k_cache, v_cache):
+        v = _cat(v_cache, v_new)
+        return F.scaled_dot_product_attention(q, k_cache, v, enable_gqa=True), k_cache, v
+    assert lesson07.check_decode_step(key_forgotten).mistake == "key_not_appended"
+
+    def both_kept_old(q, k_new, v_new, k_cache, v_cache):  # neither appended: its own name
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k_cache, v_cache
+    assert lesson07.check_decode_step(both_kept_old).mistake == "returned_old_cache"
+
+
+def test_decode_step_names_caches_returned_as_none():
+    def no_caches(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), None, None
+    assert lesson07.check_decode_step(no_caches).mistake == "caches_not_returned"
+
+    def returned_nothing(q, k_new, v_new, k_cache, v_cache):
+        F.scaled_dot_product_attention(q, _cat(k_cache, k_new), _cat(v_cache, v_new), enable_gqa=True)
+    feedback = lesson07.check_decode_step(returned_nothing)  # no return at all: its own message
+    assert feedback.mistake is None and "forget `return`" in feedback.message
+
+
+def test_cache_bytes_with_swapped_head_parameters_is_told_to_check_their_order():
+    def swapped(layers, batch, num_kv_heads, num_heads, d_head, seq_len, bits):
+        return 2 * layers * batch * num_kv_heads * d_head * seq_len * bits // 8
+    feedback = lesson07.check_cache_bytes(swapped)
+    assert feedback.mistake == "used_query_heads" and "order" in feedback.hint
+
+
 def test_decode_step_names_the_course_function():
     from course_utils import grouped_query_attention
 

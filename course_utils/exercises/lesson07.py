@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .core import Case, Exercise, Feedback, Mistake, as_scalar
+from .core import Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
 from .lesson04 import _DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
@@ -222,7 +222,9 @@ CACHE_BYTES = _CacheBytesExercise(
         Mistake("forgot_k_and_v", "your size is half the right one: the cache holds keys *and* "
                 "values.", "Count two tensors per layer.", _cache_no_factor_two),
         Mistake("used_query_heads", "you counted the h query heads; only the g key/value heads "
-                "are cached (that is the whole saving of GQA).", "Use num_kv_heads.",
+                "are cached (that is the whole saving of GQA).",
+                "Use num_kv_heads (if you did, check your parameters' order: num_heads comes "
+                "before num_kv_heads).",
                 _cache_query_heads),
         Mistake("bits_not_bytes", "your answer is 8 times too large: it is in bits.",
                 "Divide by 8 to get bytes.", _cache_bits),
@@ -344,7 +346,41 @@ def _decode_manual_unmatched_heads(q_new, k_new, v_new, k_cache, v_cache):
 
 
 class _DecodeExercise(_DiagnosesRaisingAnswers):
-    """Exercise 7.3: the two classic ways a decode step raises are named too."""
+    """Exercise 7.3: the two classic ways a decode step raises are named too, and so are
+    returned caches that a comparison of outputs cannot name: one cache left without the
+    new token (torch's CPU attention does not check that keys and values have the same
+    length, so the output is then undefined, not a fixed wrong value) or caches of None."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if feedback.status in ("correct", "mistake"):
+            return feedback
+        for case, got, exp in zip(cases, outputs, expected, strict=True):
+            key = self._cache_slip(case, got, exp)
+            if key is not None:
+                return self._named(key)
+        return feedback
+
+    @staticmethod
+    def _cache_slip(case: Case, got: object, expected: tuple) -> str | None:
+        """Name caches of None next to the right output, or one cache appended, not the other."""
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            return None
+        out, k, v = got
+        if (k is None or v is None) and outputs_close(out, expected[0]):
+            return "caches_not_returned"
+        _, k_new, v_new, k_cache, v_cache = case.args
+        k_ok, v_ok = (outputs_close(k, torch.cat([k_cache, k_new], dim=2)),
+                      outputs_close(v, torch.cat([v_cache, v_new], dim=2)))
+        if k_ok and outputs_close(v, v_cache):
+            return "value_not_appended"
+        if v_ok and outputs_close(k, k_cache):
+            return "key_not_appended"
+        return None
+
+    def _named(self, key: str) -> Feedback:
+        message, hint = _CACHE_SLIPS[key]
+        return Feedback(self.title, "mistake", message, hint, mistake=key)
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
@@ -365,6 +401,22 @@ class _DecodeExercise(_DiagnosesRaisingAnswers):
             if name in ("matmul", "matmul_", "bmm") and k[0] == q[0] and k[2] == q[3]:  # (B, g, dk, T)
                 return "heads_not_matched"
         return None
+
+
+_CACHE_SLIPS = {
+    "value_not_appended": (
+        "your key cache has the new token but your value cache does not: k_new was appended "
+        "and v_new was not, so the new token attended over T+1 keys with only T values "
+        "(torch's CPU attention does not stop you, but the result is not defined).",
+        "Append v_new to v_cache along the time axis too, before attending."),
+    "key_not_appended": (
+        "your value cache has the new token but your key cache does not: v_new was appended "
+        "and k_new was not, so the new token attended over T keys with T+1 values.",
+        "Append k_new to k_cache along the time axis too, before attending."),
+    "caches_not_returned": (
+        "you returned None for a cache: the next step needs both caches with this token "
+        "appended.", "Return (output, k, v) with k and v of shape (B, g, T+1, dk)."),
+}
 
 
 def _decode_cases() -> list[Case]:
