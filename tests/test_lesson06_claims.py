@@ -128,7 +128,7 @@ def test_single_head_accuracies_match_lesson05s_table(induction, heldout):
 
 # ------------------------------------------------------------------ section 2: zero vs mean
 def agreement_setup(agreement, sentences):
-    train = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(11))
+    train = AGREEMENT_TASK.sample(500, torch.Generator().manual_seed(11))  # the notebook's loss batch
     reference = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(12)).tokens
     means = mean_head_outputs(agreement, reference, keep=reference != PAD_ID)
 
@@ -187,13 +187,39 @@ def test_heads_back_each_other_up(induction, heldout):
     assert min(accuracy([(1, h)]) for h in range(4)) >= 0.99 and accuracy(LAYER_1) < 0.05
 
 
-def test_previous_token_heads_matter_early_and_late(induction, heldout):
-    logits = ablated_logits(induction, heldout.tokens, PREVIOUS)
-    correct = logits[:, :-1].argmax(-1) == heldout.tokens[:, 1:]
+def test_previous_token_heads_matter_at_late_keys_too(induction, heldout):
+    """Split by the key an induction head must find (t - period + 1), both ablations."""
+    reference = INDUCTION_TASK.sample(256, torch.Generator().manual_seed(12)).tokens
+    means = mean_head_outputs(induction, reference, per_position=True)
     scored = heldout.scored[:, :-1]
-    position = torch.arange(scored.shape[1]).expand_as(scored)
-    early, late = scored & (position <= 15), scored & (position >= 16)
-    assert float(correct[early].float().mean()) < 0.2 and float(correct[late].float().mean()) < 0.2
+    query = torch.arange(scored.shape[1]).expand_as(scored)
+    key = query - heldout.periods[:, None] + 1
+    early, late = scored & (key <= 15), scored & (key >= 16)
+    assert (int(early.sum()), int(late.sum())) == (3584, 1864)
+    with torch.no_grad():
+        intact = induction_accuracy(induction(heldout.tokens)[0], heldout)
+    assert intact > 0.999
+    expected = {"zero": (0.102, 0.168), "mean": (0.087, 0.226)}
+    for method, (at_early, at_late) in expected.items():
+        logits = ablated_logits(induction, heldout.tokens, PREVIOUS, method=method, means=means)
+        correct = logits[:, :-1].argmax(-1) == heldout.tokens[:, 1:]
+        assert round(float(correct[early].float().mean()), 3) == at_early
+        assert round(float(correct[late].float().mean()), 3) == at_late
+        assert at_late < 0.25, "late keys break too, far below the intact model"
+
+
+def test_l1h2_breaks_singular_agreement_with_or_without_an_attractor(agreement, sentences):
+    right = agreement_margins(ablated_logits(agreement, sentences.tokens, [(1, 2)]), sentences) > 0
+    counts = {}
+    for has_attractor in (True, False):
+        for plural in (False, True):
+            rows = (sentences.attractor == has_attractor) & (sentences.plural == plural)
+            counts[has_attractor, plural] = (int(right[rows].sum()), int(rows.sum()))
+    assert counts == {(True, False): (27, 427), (True, True): (451, 452),
+                      (False, False): (227, 557), (False, True): (564, 564)}
+    assert round(27 / 427, 2) == 0.06 and round(227 / 557, 2) == 0.41, "6% right instead of 41%"
+    share_plural = 452 / 879
+    assert abs((27 + 451) / 879 - share_plural) < 0.035, "0.544 is close to the plural share"
 
 
 # ------------------------------------------------------------------ sections 5-6: the mixture model
@@ -267,6 +293,23 @@ def test_induction_leans_on_one_head_that_leaves_most_of_the_skill(mixture_setup
         for h in all_heads(induction))
     assert round(worst_in_induction_model, 3) == 0.076, "section 4: at most 0.076"
     assert drops(zero, "induction acc").max() > worst_in_induction_model, "more than any induction-model head"
+
+
+def test_l0h4_is_a_previous_token_head_and_layer_1_does_the_copying(mixture):
+    from course_utils.heatmaps import model_attention
+    from course_utils.scores import induction_score, previous_token_by_position
+
+    heldout = MIXTURE_TASK.induction_eval(128)
+    attention = model_attention(mixture, heldout.tokens)
+    by_position = previous_token_by_position(attention)[0]  # layer 0: (h, T-1)
+    early, late = by_position[:, :15].mean(-1), by_position[:, 15:].mean(-1)
+    assert [round(float(early[h]), 2) for h in (4, 1, 3)] == [0.97, 0.82, 0.89]
+    assert round(float(late[4]), 2) == 0.04 and float(late.max()) < 0.05
+    periods = heldout.periods
+    induction = sum(induction_score([a[periods == p] for a in attention], p, start=1)
+                    * float((periods == p).float().mean()) for p in periods.unique().tolist())
+    assert round(float(induction[1].min()), 2) == 0.75 and round(float(induction[1].max()), 2) == 0.95
+    assert float(induction[0].max()) < 0.15 and float(induction[2].max()) < 0.15, "only layer 1 copies"
 
 
 def test_the_subset_is_400_attractor_sentences():

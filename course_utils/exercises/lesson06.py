@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
 from ..ablation import sequence_losses
 from ..model import ModelConfig, TinyTransformer
-from .core import Case, Exercise, Mistake
+from .core import Case, Exercise, Feedback, Mistake, describe_value
 
 __all__ = [
     "MEAN_ABLATION",
@@ -79,6 +80,19 @@ def _mean_no_projection(heads, reference_heads, head, out_proj):
     return _merge(edited)
 
 
+def _mean_merged_without_transpose(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))
+    B, h, T, dk = edited.shape
+    return out_proj(edited.reshape(B, T, h * dk))  # no transpose(1, 2): heads and positions mixed
+
+
+def _mean_indexed_batch_axis(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[head] = reference_heads[:, head].mean(dim=(0, 1))  # dim 0 is the batch: one sequence, all heads
+    return out_proj(_merge(edited))
+
+
 def _mean_cases() -> list[Case]:
     cases = []
     for seed, (B, B_ref, h, T, dk, head) in enumerate([(3, 5, 4, 6, 3, 2), (2, 7, 3, 5, 4, 0)]):
@@ -117,6 +131,15 @@ MEAN_ABLATION = Exercise(
                 "sequences being scored.", "average reference_heads, not heads.", _mean_own_batch),
         Mistake("zero_instead_of_mean", "you set the head's output to zero: that is zero ablation.",
                 "fill the head's slice with the reference mean instead of 0.", _zero_instead),
+        Mistake("merged_without_transpose", "the head is replaced correctly, but you merged the heads "
+                "with reshape(B, T, h*dk) straight from (B, h, T, dk): without transpose(1, 2) the reshape "
+                "runs through each head's positions first, so every row mixes positions and heads.",
+                "merge with edited.transpose(1, 2).reshape(B, T, h * dk), as the model does.",
+                _mean_merged_without_transpose),
+        Mistake("indexed_batch_axis", "you wrote edited[head] = ...: the first index of (B, h, T, dk) is "
+                "the batch, so you replaced every head of sequence number `head` instead of head `head` "
+                "in every sequence.", "index the head axis: edited[:, head] = ...",
+                _mean_indexed_batch_axis),
         Mistake("forgot_output_projection", "the head is replaced correctly, but you returned the merged "
                 "heads without the output projection W_O.", "finish with out_proj(merged).",
                 _mean_no_projection),
@@ -175,6 +198,18 @@ def _importance_shared_gate(loss_fn, num_sequences, num_layers, num_heads):
     return gates.grad.abs()  # one gate for the whole batch: |E dL/dxi|, not E |dL/dxi|
 
 
+def _importance_mean_before_backward(loss_fn, num_sequences, num_layers, num_heads):
+    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates).mean().backward()  # each sequence's gradient divided by the batch size
+    return gates.grad.abs().mean(0)
+
+
+def _importance_shared_gate_summed(loss_fn, num_sequences, num_layers, num_heads):
+    gates = torch.ones(num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates.expand(num_sequences, -1, -1)).sum().backward()
+    return gates.grad.abs()  # |sum of dL(x)/dxi| over the batch
+
+
 def _importance_summed(loss_fn, num_sequences, num_layers, num_heads):
     return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().sum(0)
 
@@ -206,6 +241,16 @@ GATE_IMPORTANCE = Exercise(
                 "cancel before the absolute value sees them.",
                 "give every sequence its own gates, shaped (num_sequences, L, h), sum the losses, then "
                 "take abs before mean(0).", _importance_abs_of_mean),
+        Mistake("mean_before_backward", "you called backward() on the *mean* of the sequences' losses "
+                "and then averaged the gradients again: each sequence's gradient came out divided by the "
+                "number of sequences, so your scores are that many times too small.",
+                "backward() on the sum of the losses (sequence x's loss depends on its own gates only), "
+                "then abs and mean(0).", _importance_mean_before_backward),
+        Mistake("shared_gate_summed", "one gate per head served the whole batch and you summed the losses: "
+                "backward then gives the sum of the sequences' gradients, and gradients of opposite signs "
+                "cancel before the absolute value sees them (|sum| instead of the mean of |.|).",
+                "give every sequence its own gates, shaped (num_sequences, L, h), then abs before mean(0).",
+                _importance_shared_gate_summed),
         Mistake("summed_not_averaged", "you summed |dL/dxi| over sequences instead of averaging: the "
                 "ranking is right but the values grow with the batch size.", "use mean(0), not sum(0).",
                 _importance_summed),
@@ -235,6 +280,10 @@ def _narrow_highest_accuracy(table: pd.DataFrame) -> str:
     return str(table["task accuracy after"].idxmax())
 
 
+def _narrow_loss_times_damage(table: pd.DataFrame) -> str:
+    return str((table["loss change"] * (1 - table["task accuracy after"])).idxmax())
+
+
 def _narrow_position(table: pd.DataFrame) -> int:
     return int(table["task accuracy after"].to_numpy().argmin())
 
@@ -244,12 +293,33 @@ def _narrow_cases() -> list[Case]:
         {"L0H0": (0.210, 0.96), "L0H1": (0.004, 0.97), "L1H0": (0.012, 0.55), "L1H1": (0.031, 0.995)},
         {"L0H0": (0.001, 1.00), "L0H1": (0.480, 0.90), "L0H2": (0.020, 0.94), "L1H0": (0.009, 0.31),
          "L1H1": (0.090, 0.96), "L1H2": (0.150, 0.99)},
+        # the loss and the accuracy combined (e.g. loss change x accuracy lost) picks L0H2 here,
+        # neither the largest loss change (L0H0) nor the lowest accuracy (L1H1)
+        {"L0H0": (0.500, 0.97), "L0H1": (0.002, 0.99), "L0H2": (0.300, 0.60), "L1H1": (0.050, 0.40)},
     ]
     return [Case((pd.DataFrame.from_dict(t, orient="index", columns=["loss change", "task accuracy after"]),),
                  label=f"table {i + 1}") for i, t in enumerate(tables)]
 
 
-NARROW_HEAD = Exercise(
+class _HeadNameExercise(Exercise):
+    """6.3: a pandas row, Index or other container is named before the values are compared
+    (a one-element Index compares equal to the right name, and a Series cannot be compared)."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        for got in outputs:
+            if isinstance(got, (pd.Series, pd.DataFrame, pd.Index, np.ndarray, list, tuple)):
+                what = (f"a pandas {type(got).__name__} of {len(got)} item(s)" if hasattr(got, "__len__")
+                        else describe_value(got))
+                return Feedback(self.title, "mistake",
+                                f"you returned {what}, not the head's name. A selection "
+                                "such as table.loc[...], nsmallest(1) or table[...].index gives a pandas "
+                                "object; the check wants the label itself, a str such as 'L1H2'.",
+                                "idxmin() on the task column returns the label; or take [0] of a "
+                                "one-element Index.", mistake="not_a_name")
+        return super()._grade(cases, outputs, expected)
+
+
+NARROW_HEAD = _HeadNameExercise(
     title="Exercise 6.3: which head does the task need?",
     reference=_narrow_reference,
     make_cases=_narrow_cases,
@@ -264,6 +334,10 @@ NARROW_HEAD = Exercise(
         Mistake("least_harmful_head", "you picked the head whose removal leaves the highest task accuracy: "
                 "the one the task needs least.", "take the minimum, not the maximum.",
                 _narrow_highest_accuracy),
+        Mistake("combined_loss_and_task", "you combined the loss change with the task accuracy (for "
+                "example their product). The question is only which removal breaks the task: a "
+                "head can barely move the loss and still be the one the task needs.",
+                "decide by the task accuracy after removal alone.", _narrow_loss_times_damage),
         Mistake("row_number_not_name", "you returned the row's position, not the head's name.",
                 "return the index label, e.g. with idxmin(), such as 'L1H2'.", _narrow_position),
     ],
