@@ -112,3 +112,36 @@ def test_learner_style_slips_added_by_review_are_named():
 
     assert lesson05.check_find_induction_head(flat).mistake == "flat_index"
     assert lesson05.check_find_induction_head(one_based).mistake == "one_based"
+
+
+def test_find_head_names_the_library_call_not_the_name():
+    """The check watches calls: a helper outside the answer that calls the library score is turned
+    back, and a learner's own function that happens to be called induction_score is not."""
+    def library_helper(attention, period):
+        return induction_score(attention, period, start=1)
+
+    def via_helper(attention, period):
+        return best_head(library_helper(attention, period))
+    assert lesson05.check_find_induction_head(via_helper).mistake == "library_score"
+
+    namespace = {"torch": torch, "best_head": best_head, "_own_score": _own_score}
+    exec("def induction_score(attention, period):\n"  # the learner's own, same name as the library's
+         "    return torch.stack([_own_score(p, period, period + 1, 2) for p in attention])\n"
+         "def answer(attention, period):\n"
+         "    return best_head(induction_score(attention, period))\n", namespace)
+    assert lesson05.check_find_induction_head(namespace["answer"]).passed
+
+
+def test_find_head_returning_the_right_pair_as_a_tensor_is_told_to_return_a_tuple():
+    def as_tensor(attention, period):
+        scores = torch.stack([_own_score(p, period, period + 1, 2) for p in attention])  # (L, h)
+        return (scores == scores.max()).nonzero()[0]  # tensor([layer, head])
+    feedback = lesson05.check_find_induction_head(as_tensor)
+    assert feedback.mistake is None and "values are right" in feedback.message and "tuple" in feedback.message
+
+
+def test_previous_token_score_with_swapped_dims_is_told_rows_and_columns():
+    def swapped(pattern):
+        return pattern.diagonal(offset=-1, dim1=-1, dim2=-2).mean(dim=-1)
+    feedback = lesson05.check_previous_token_score(swapped)
+    assert feedback.mistake == "super_diagonal" and "swapped" in feedback.message

@@ -460,6 +460,12 @@ class Exercise:
         wrong = lambda message: Feedback(self.title, "wrong", message, self.hint)  # noqa: E731
         if got is None and exp is not None:
             return wrong(f"your function returned None{label}: did you forget `return`?")
+        if isinstance(exp, tuple) and isinstance(got, (torch.Tensor, np.ndarray)):
+            size = got.numel() if isinstance(got, torch.Tensor) else got.size
+            if size == len(exp) and outputs_close(tuple(got.reshape(-1).tolist()), exp,
+                                                  rtol=self.rtol, atol=self.atol):
+                return wrong(f"the values are right{label}, but you returned a {type(got).__name__}: "
+                             f"return a tuple, e.g. tuple(x.tolist()), which gives {exp!r}.")
         if (isinstance(exp, (tuple, list)) and isinstance(got, (tuple, list))
                 and len(got) == len(exp)):
             for i, (g, e) in enumerate(zip(got, exp, strict=True)):

@@ -123,8 +123,10 @@ PREVIOUS_TOKEN_SCORE = Exercise(
                 "the previous token of query i is key i - 1, and only queries 1 .. T-1 have one: "
                 "pattern.diagonal(offset=-1, dim1=-2, dim2=-1).", _prev_diagonal_all_queries),
         Mistake("super_diagonal", "you read the diagonal above the main one, A[i, i+1]: the NEXT token, "
-                "which a causal head can never see (it is all zeros).",
-                "use offset=-1 (below the diagonal), not offset=+1.", _prev_super_diagonal),
+                "which a causal head can never see (it is all zeros). offset=+1 does that, and so do "
+                "offset=-1 with dim1 and dim2 swapped, or A[i-1, i] (row and column swapped).",
+                "query i is the row, key i - 1 the column: pattern[..., i, i - 1], or "
+                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1).", _prev_super_diagonal),
         Mistake("includes_position_zero", "you averaged over all T queries, including query 0, which has no "
                 "previous token (its 'previous' wrapped round to the last key).",
                 "score only queries 1 .. T-1: the sub-diagonal has T - 1 entries.",
@@ -423,35 +425,22 @@ FIND_INDUCTION_HEAD = Exercise(
                 "return the indices as they come out of argmax, without adding 1.", _find_one_based),
     ],
     hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
+    forbidden=[induction_score],  # the library's score: the exercise asks for the learner's own
 )
-LIBRARY_SCORES = ("induction_score",)  # exercise 5.3 asks for the learner's own score
-
-
-def _names_used(fn: object) -> set[str]:
-    """Every global or attribute name the code of ``fn`` refers to, nested functions included."""
-    names: set[str] = set()
-    stack = [getattr(fn, "__code__", None)]
-    while stack:
-        code = stack.pop()
-        if code is None:
-            continue
-        names.update(code.co_names)
-        stack.extend(c for c in code.co_consts if hasattr(c, "co_names"))
-    return names
+_LIBRARY_SCORE = f"`{induction_score.__module__}.{induction_score.__qualname__}`"  # as the watch names it
 
 
 def check_find_induction_head(fn: Callable[..., Any]) -> Feedback:
-    """Grade exercise 5.3; an answer that calls ``course_utils.scores.induction_score`` is turned
-    back (the exercise asks for the learner's own score), whatever it returns. Never raises."""
-    try:
-        used = sorted(_names_used(fn) & set(LIBRARY_SCORES))
-    except Exception:  # an odd callable: let the ordinary check speak
-        used = []
-    if used:
+    """Grade exercise 5.3; an answer that calls ``course_utils.scores.induction_score`` (under any
+    name, from any helper: the check watches the calls, not the names) is turned back, since the
+    exercise asks for the learner's own score. A function of the learner's that happens to be
+    called ``induction_score`` is not. Never raises."""
+    feedback = FIND_INDUCTION_HEAD.check(fn)
+    if feedback.mistake == "called_reference" and _LIBRARY_SCORE in feedback.message:
         return Feedback(FIND_INDUCTION_HEAD.title, "mistake",
-                        f"your function calls {used[0]} from course_utils.scores: this exercise asks you to "
-                        "rank the heads with your own score, so that a slip in it shows here.",
+                        "your function calls induction_score from course_utils.scores: this exercise asks "
+                        "you to rank the heads with your own score, so that a slip in it shows here.",
                         "reuse the loop of exercise 5.2 (or write the stripes again) and return the "
                         "(layer, head) of the largest score; best_head may pick the maximum.",
                         mistake="library_score")
-    return FIND_INDUCTION_HEAD.check(fn)
+    return feedback
