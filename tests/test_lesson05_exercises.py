@@ -145,3 +145,14 @@ def test_previous_token_score_with_swapped_dims_is_told_rows_and_columns():
         return pattern.diagonal(offset=-1, dim1=-1, dim2=-2).mean(dim=-1)
     feedback = lesson05.check_previous_token_score(swapped)
     assert feedback.mistake == "super_diagonal" and "swapped" in feedback.message
+
+
+def test_find_head_names_a_duplicate_score_summed_over_copies():
+    """Written like exercise 5.2's loop but one position too far back (keys q - j*period)."""
+    def duplicate_loop(attention, period):
+        stack = torch.stack(attention)  # (L, h, T, T)
+        T = stack.shape[-1]
+        per_query = [stack[..., q, torch.arange(q - period, 0, -period)].sum(-1)
+                     for q in range(period + 1, T)]
+        return best_head(torch.stack(per_query, dim=-1).mean(dim=-1))
+    assert lesson05.check_find_induction_head(duplicate_loop).mistake == "duplicate_token_head"

@@ -383,7 +383,8 @@ def _find_cases() -> list[Case]:
         ({"induction": (1, 3), "previous": (0, 3), "sink": (2, 2), "duplicate": (2, 1)}, 3, 4, 15, 6, 70),
         ({"sink": (0, 0), "induction": (0, 2), "previous": (1, 1), "duplicate": (1, 0)}, 2, 3, 11, 4, 80),
         # a decoy that wins only if the first copy's last token (position `period`) is scored
-        ({"key one": (0, 1), "induction": (1, 2), "previous": (0, 0)}, 2, 3, 13, 4, 90),
+        # (with a duplicate-token head too, so that a duplicate score picks it in every case)
+        ({"key one": (0, 1), "induction": (1, 2), "previous": (0, 0), "duplicate": (1, 1)}, 2, 3, 13, 4, 90),
     ]
     return [Case((_planted(layout, L, h, T, p, seed), p), label=f"{L} layers x {h} heads, period {p}")
             for layout, L, h, T, p, seed in layouts]
