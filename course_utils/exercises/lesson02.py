@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..worked_example import load_worked_example
@@ -175,17 +176,49 @@ def _softmax_cases() -> list[Case]:
         Case((example.article["S2"].values.copy(),), label="a (3, 3) score matrix"),  # the article's S^2
         Case((rng.normal(size=(2, 4)),), label="a (2, 4) array"),
         Case((rng.normal(size=(2, 3, 4)),), label="a 3-D (2, 3, 4) array"),
-        Case((np.array([[1000.0, 1001.0, 998.0], [-3.0, 0.5, 2.0], [-1000.0, 0.0, 1000.0]]),),
-             label="large scores [[1000, 1001, 998], [-3, 0.5, 2], [-1000, 0, 1000]]"),
+        Case((np.array([[1000.0, 1001.0, 998.0], [-3.0, 0.5, 2.0], [0.0, -1000.0, 1000.0]]),),
+             label="large scores [[1000, 1001, 998], [-3, 0.5, 2], [0, -1000, 1000]]"),
     ]
 
 
-SOFTMAX_ROWS = _DiagnosingExercise(
+@dataclass
+class _SoftmaxExercise(_DiagnosingExercise):
+    """2.1: an answer normalised along the wrong axis, or over the whole array, is named by what
+    its output sums to, however it was shifted (a row-max shift with a column sum matches no
+    single Mistake's numbers)."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if feedback.status in ("correct", "mistake"):
+            return feedback
+        key = self._normalised_wrongly(outputs, expected)
+        if key is None:
+            return feedback
+        mistake = next(m for m in self.mistakes if m.key == key)
+        return Feedback(self.title, "mistake", mistake.message, mistake.hint, mistake=key)
+
+    @staticmethod
+    def _normalised_wrongly(outputs, expected) -> str | None:
+        arrays = [np.asarray(got, dtype=float) if isinstance(got, np.ndarray) else None for got in outputs]
+        if any(a is None or a.shape != np.shape(e) for a, e in zip(arrays, expected, strict=True)):
+            return None
+        with np.errstate(invalid="ignore"):
+            if all(np.isclose(a.sum(), 1.0) for a in arrays):
+                return "whole_matrix"
+            rows_fine = all(np.allclose(a.sum(axis=-1), 1.0) for a in arrays)
+            if not rows_fine and all(any(np.allclose(a.sum(axis=axis), 1.0) for axis in range(a.ndim - 1))
+                                     for a in arrays):
+                return "wrong_axis"  # every array sums to 1 along some axis, not the last
+        return None
+
+
+SOFTMAX_ROWS = _SoftmaxExercise(
     title="Exercise 2.1: softmax over each row",
     reference=_softmax_rows,
     make_cases=_softmax_cases,
     mistakes=[
-        Mistake("wrong_axis", "your columns sum to 1, not your rows: the softmax ran over axis 0.",
+        Mistake("wrong_axis", "your entries sum to 1 along another axis (the columns, axis 0), not along "
+                "each row: the softmax ran over the wrong axis.",
                 "each query's row must sum to 1: use axis=-1 (with keepdims=True).", _softmax_columns),
         Mistake("no_max_shift",
                 "you get NaN on large scores: exp(1000) overflows to inf, and inf / inf is NaN.",
@@ -194,7 +227,7 @@ SOFTMAX_ROWS = _DiagnosingExercise(
         Mistake("axis_1", "right on 2-D arrays, wrong on the 3-D one: you used axis=1, which is "
                 "the last axis only when the array has two dims.",
                 "use axis=-1 (the last axis, whatever the number of dims).", _softmax_axis_1),
-        Mistake("min_shift", "you get NaN on the row [-1000, 0, 1000]: you shifted by the row "
+        Mistake("min_shift", "you get NaN on the row [0, -1000, 1000]: you shifted by the row "
                 "minimum, so the largest entry becomes exp(2000), which overflows.",
                 "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow.",
                 _softmax_min_shift),
@@ -318,8 +351,8 @@ ATTENTION_WEIGHTS = _DiagnosingExercise(
         Mistake("scaled_by_num_keys", "you scaled by sqrt of the number of keys (k.shape[-2]) "
                 "instead of sqrt(d_k) (the last dim).",
                 "d_k is the width of each query and key vector: q.shape[-1].", _weights_scaled_by_num_keys),
-        Mistake("softmax_dim0", "right where the input is one sequence, wrong on the batch: your "
-                "softmax ran over dim=0, which is the batch for batched input.",
+        Mistake("softmax_dim0", "your softmax ran over dim=0: for one sequence (Tq, Tk) that is the "
+                "queries (each column sums to 1), and for a batch it is the batch; never the keys.",
                 "count from the end: torch.softmax(scores, dim=-1) is over the keys for any "
                 "number of leading dims.", _weights_dim0),
         Mistake("softmax_dim1", "right for one sequence, wrong on the batch: dim=1 is the last dim "
@@ -415,6 +448,18 @@ def _causal_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
 
 
+def _causal_inf_after_softmax(q: Tensor, k: Tensor) -> Tensor:
+    return _attention_weights(q, k).masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
+
+
+def _causal_implicit_softmax_dim(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    scores = scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
+    with warnings.catch_warnings():  # the very warning the learner saw
+        warnings.simplefilter("ignore", UserWarning)
+        return F.softmax(scores)  # no dim: PyTorch picks dim=1 for 2-D input, dim=0 for 3-D
+
+
 def _causal_cases() -> list[Case]:
     g = torch.Generator().manual_seed(3)
     return [
@@ -463,6 +508,13 @@ CAUSAL_ATTENTION_WEIGHTS = _DiagnosingExercise(
         Mistake("keys_times_queries", "your scores are k @ q^T (row i is key i, not query i), so the "
                 "mask blocks the wrong pairs.",
                 "scores = q @ k.transpose(-2, -1) / sqrt(d_k), then mask.", _causal_keys_times_queries),
+        Mistake("inf_after_softmax", "you filled the future with -inf *after* the softmax: those "
+                "weights are -inf and the rows do not sum to 1.",
+                "fill the scores with -inf before the softmax: exp(-inf) = 0 turns them into 0 weights.",
+                _causal_inf_after_softmax),
+        Mistake("implicit_softmax_dim", "you called the softmax without dim=: PyTorch then picks an axis "
+                "for you (dim=1 on 2-D input, dim=0, the batch, on 3-D) and warns that this is deprecated.",
+                "always name the axis: torch.softmax(scores, dim=-1).", _causal_implicit_softmax_dim),
         RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _causal_k_dot_t),
         RaisingMistake("batch_dim_as_T",
                        "on the batch (2, 5, 4) your mask does not fit the scores: T = q.shape[0] is "
@@ -556,14 +608,29 @@ def _single_head_keys_from_w_q(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor)
     return _single_head(x, w_q, w_q, w_v)  # w_q where w_k belongs
 
 
+def _single_head_scale_of_2(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return torch.softmax(_scores(q, k, math.sqrt(2)), dim=-1) @ v  # the worked example's d_k, typed in
+
+
+def _single_head_divided_by_dk(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return _weights_divided_by_dk(q, k) @ v
+
+
+def _single_head_k_dot_t(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
+    q, k, v = _project(x, w_q, w_k, w_v)
+    return _weights_k_dot_t(q, k) @ v
+
+
 def _single_head_cases() -> list[Case]:
     # In every case d_v == T, so that `v @ weights` runs and the check can name it.
     x, w_q, w_k, w_v = _worked_example_head(0)
     g = torch.Generator().manual_seed(4)
-    weights = [torch.randn(6, d, generator=g) / math.sqrt(6) for d in (2, 2, 4)]
+    weights = [torch.randn(6, d, generator=g) / math.sqrt(6) for d in (3, 3, 4)]
     return [
         Case((x, w_q, w_k, w_v), label="x (3, 6), d_k = 2, d_v = 3"),  # head 1 of the worked example
-        Case((torch.randn(2, 4, 6, generator=g), *weights), label="batched x (2, 4, 6), d_k = 2, d_v = 4"),
+        Case((torch.randn(2, 4, 6, generator=g), *weights), label="batched x (2, 4, 6), d_k = 3, d_v = 4"),
     ]
 
 
@@ -614,6 +681,12 @@ SINGLE_HEAD_ATTENTION = _DiagnosingExercise(
                 "of sqrt(d_k), the width of the queries and keys that were multiplied.",
                 "d_k = w_q.shape[-1]; d_v only sets the width of the output.",
                 _single_head_scaled_by_d_v),
+        Mistake("typed_in_scale", "you divided by sqrt(2), the worked example's d_k, typed in: on the "
+                "batched case d_k is 3.", "take d_k from the data: q.shape[-1] (or w_q.shape[-1]).",
+                _single_head_scale_of_2),
+        Mistake("divided_by_dk", "your weights are too flat: you divided the scores by d_k instead of "
+                "sqrt(d_k).", "divide by math.sqrt(q.shape[-1]).", _single_head_divided_by_dk),
+        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _single_head_k_dot_t),
         RaisingMistake("linear_layout",
                        "you wrote x @ w.T, lesson 01's habit: there the weights were in "
                        "nn.Linear's (d_out, d_in) layout. Here w_q is (d_model, d_k), rows = "
