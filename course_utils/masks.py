@@ -91,8 +91,10 @@ def check_bool_mask(mask: object, name: str) -> None:
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask)}")
     if mask.dtype != torch.bool:
+        meaning = "True = real token" if "padding" in name else "True = may attend"
         raise TypeError(
-            f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}. "
-            "This course does not accept float (additive) masks: build a bool mask, "
-            "e.g. `float_mask == 0` if your float mask uses 0 for allowed and -inf for blocked."
+            f"{name} must have dtype torch.bool ({meaning}), got {mask.dtype}. This course does not "
+            "accept numeric masks; convert yours by what its numbers mean: a 0/1 mask with 1 for "
+            "kept keys (e.g. a tokenizer's attention_mask) -> `mask != 0` (or `mask.bool()`); "
+            "an additive mask with 0 for kept and -inf for blocked keys -> `mask == 0`."
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -171,6 +172,33 @@ def test_forward_check_accepts_mT_and_the_qkv_view_of_nanogpt():
     assert lesson04.check_mha_forward(nanogpt_style).passed
 
 
+def _forward_with_views(x, w_in, b_in, w_out, b_out, num_heads, *, width, merge_view, contiguous=True):
+    B, T, d = x.shape
+    dk = width(d, num_heads)
+    q, k, v = (x @ w_in.T + b_in).split(d, dim=-1)
+    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))
+    heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1) @ v  # (B, h, T, dk)
+    back = heads.transpose(1, 2)
+    return (back.contiguous() if contiguous else back).view(*merge_view(B, T, d, dk)) @ w_out.T + b_out
+
+
+def test_forward_check_does_not_blame_memory_layout_for_a_size_slip():
+    """A view that fails because its sizes are wrong is not the classic contiguity slip."""
+    float_width = lambda *a: _forward_with_views(*a, width=lambda d, h: d / h,  # noqa: E731
+                                                 merge_view=lambda B, T, d, dk: (B, T, d))
+    feedback = lesson04.check_mha_forward(float_width)
+    assert feedback.mistake == "float_head_width" and "//" in feedback.hint
+
+    wrong_merge = lambda *a: _forward_with_views(*a, width=lambda d, h: d // h,  # noqa: E731
+                                                 merge_view=lambda B, T, d, dk: (B, T, dk))
+    feedback = lesson04.check_mha_forward(wrong_merge)  # contiguous() was called: not that slip
+    assert feedback.mistake != "merge_view_without_contiguous" and "contiguous" not in feedback.message
+
+    no_contiguous = lambda *a: _forward_with_views(*a, width=lambda d, h: d // h,  # noqa: E731
+                                                   merge_view=lambda B, T, d, dk: (B, T, d), contiguous=False)
+    assert lesson04.check_mha_forward(no_contiguous).mistake == "merge_view_without_contiguous"
+
+
 # -- 4.4 masks_for_torch -----------------------------------------------------------------------
 
 
@@ -191,3 +219,15 @@ def test_mask_check_names_order_not_and_minus_1e9(fn, key):
 
 def test_mask_check_accepts_equals_zero():
     assert lesson04.check_masks_for_torch(lambda a, k: (a == 0, k == 0)).passed
+
+
+def test_head_weights_and_stack_checks_name_numpy_answers():
+    def numpy_rows(w_in, num_heads, head):
+        d = w_in.shape[1]
+        dk = d // num_heads
+        return tuple(block[head * dk:(head + 1) * dk].numpy() for block in w_in.split(d))
+    assert lesson04.check_head_weights(numpy_rows).mistake == "returned_numpy"
+
+    def numpy_stack(q_weights, k_weights, v_weights):
+        return np.concatenate([w.numpy() for w in (*q_weights, *k_weights, *v_weights)])
+    assert lesson04.check_stack_head_weights(numpy_stack).mistake == "returned_numpy"

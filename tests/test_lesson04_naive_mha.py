@@ -315,3 +315,20 @@ def test_sdpa_on_cpu_picks_flash_attention_and_never_holds_the_score_table():
     assert peak["batched"] >= 2 * score_mb
     assert peak["loop over heads"] < score_mb / 2
     assert score_mb <= peak["nn.MultiheadAttention"] < 2 * score_mb  # one table: not a flash kernel
+
+
+def test_lesson04_prints_the_current_source_of_the_naive_module():
+    """Cell 'here is its code' prints naive_mha.py's classes; its stored output must be today's code."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    from course_utils.naive_mha import AttentionHead, NaiveMultiHeadAttention
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "04_pytorch_implementation.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    cell = next(c for c in cells if "print(inspect.getsource(AttentionHead))" in "".join(c["source"]))
+    printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+    expected = "".join(inspect.getsource(obj) + "\n" for obj in (
+        AttentionHead, NaiveMultiHeadAttention.__init__, NaiveMultiHeadAttention.forward))
+    assert printed == expected, "re-run lesson 04: its printed copy of naive_mha.py is out of date"

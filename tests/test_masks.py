@@ -47,3 +47,15 @@ def test_conversions_flip_the_convention():
 def test_causal_mask_rejects_bad_sizes():
     with pytest.raises(ValueError, match="num_queries"):
         causal_mask(0)
+
+
+def test_a_numeric_mask_error_names_each_argument_s_convention_and_both_conversions():
+    from course_utils.masks import check_bool_mask
+
+    with pytest.raises(TypeError) as padding:
+        check_bool_mask(torch.tensor([[1, 1, 0]]), "key_padding_mask")
+    assert "True = real token" in str(padding.value) and "torch.int64" in str(padding.value)
+    with pytest.raises(TypeError) as attention:
+        check_bool_mask(torch.zeros(3, 3), "mask")
+    message = str(attention.value)
+    assert "True = may attend" in message and "mask != 0" in message and "mask == 0" in message

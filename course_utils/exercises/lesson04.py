@@ -96,7 +96,22 @@ def _head_cases() -> list[Case]:
     ]
 
 
-HEAD_WEIGHTS = Exercise(
+class _TensorAnswers(Exercise):
+    """4.1 and 4.2: the answer goes into a torch module, so numpy arrays holding the right numbers
+    are named instead of passing (the values compare equal)."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        parts = [t for o in outputs for t in (o if isinstance(o, (tuple, list)) else (o,))]
+        if any(isinstance(t, np.ndarray) for t in parts):
+            return Feedback(self.title, "mistake",
+                            "you returned numpy arrays: the weights go into a torch module "
+                            "(in_proj.weight), so return torch tensors.",
+                            "keep the torch operations (slicing, torch.cat) and skip .numpy().",
+                            mistake="returned_numpy")
+        return super()._grade(cases, outputs, expected)
+
+
+HEAD_WEIGHTS = _TensorAnswers(
     title="Exercise 4.1: one head's weights inside in_proj",
     reference=_head_weights,
     make_cases=_head_cases,
@@ -272,7 +287,7 @@ class _DiagnosesRaisingAnswers(Exercise):
         return None
 
 
-class _StackExercise(_DiagnosesRaisingAnswers):
+class _StackExercise(_DiagnosesRaisingAnswers, _TensorAnswers):
     """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why."""
 
     @staticmethod
@@ -421,6 +436,12 @@ def _forward_cases() -> list[Case]:
     return cases
 
 
+def _forward_float_head_width(x, w_in, b_in, w_out, b_out, num_heads) -> Tensor:
+    B, T, d = x.shape
+    q = (x @ w_in.T + b_in).split(d, dim=-1)[0]  # (B, T, d)
+    return q.view(B, T, num_heads, d / num_heads)  # d / h is a float: view refuses it
+
+
 class _ForwardExercise(_DiagnosesRaisingAnswers):
     """Exercise 4.3: an answer that *raises* is diagnosed too, when the error is one of the
     classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``)."""
@@ -431,11 +452,25 @@ class _ForwardExercise(_DiagnosesRaisingAnswers):
             return None
         name, args = failed
         if name == "view" and args and isinstance(args[0], tuple):
-            target = _requested_shape(args)
-            if len(args[0]) == 3 and len(target) == 4:
+            source, target = args[0], _requested_shape(args)
+            if -1 not in target and math.prod(target) != math.prod(source):
+                return None  # a size slip (d / h as a float, a wrong dim): not about memory layout
+            if (len(source) == 3 and len(target) == 4 and target[0] == source[0]
+                    and target[2] == source[1]):  # (B, T, d) -> (B, h, T, dk)
                 return "split_view_as_b_h_t_raises"
-            if len(args[0]) == 4 and len(target) == 3:
+            if (len(source) == 4 and len(target) == 3 and target[:2] == source[:2]
+                    and target[2] in (source[2] * source[3], -1)):  # (B, T, h, dk) -> (B, T, d)
                 return "merge_view_without_contiguous"
+        return _ForwardExercise._key_for_matmul(name, args)
+
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        if isinstance(error, TypeError) and "got float" in str(error):
+            return "float_head_width"  # torch rejects a float size while reading view's arguments
+        return None
+
+    @staticmethod
+    def _key_for_matmul(name: str, args: list) -> str | None:
         if name in ("matmul", "matmul_", "mm", "linear") and len(args) >= 2 and isinstance(args[1], tuple):
             a, w = args[0], args[1]
             if len(w) == 2 and w[0] == 3 * w[1]:  # a (3d, d) weight multiplied as it is
@@ -471,6 +506,10 @@ MHA_FORWARD = _ForwardExercise(
                 "projection, and only a view that splits the LAST axis fits a slice's strides.",
                 "split the last axis, .view(B, T, h, dk), then .transpose(1, 2).",
                 _variant(split="view_as_b_h_t")),
+        Mistake("float_head_width",
+                "view raised a TypeError: you computed the head width as d_model / num_heads, which "
+                "is a float (64.0), and a shape must be made of ints.",
+                "use integer division: dk = d_model // num_heads.", _forward_float_head_width),
         Mistake("merge_view_without_contiguous",
                 "your merge raised an error: after .transpose(1, 2) the tensor is not contiguous in "
                 "memory, and .view cannot copy. The order of your steps is right.",
