@@ -45,6 +45,16 @@ LIBRARY_TWINS: dict[str, tuple[str, ...]] = {
         "course_utils.attention.scaled_dot_product_attention",
         "torch.nn.functional.scaled_dot_product_attention",
     ),
+    "lesson01.check_head_scores": (
+        "course_utils.attention.MultiHeadAttention.project_qkv",
+        "course_utils.attention.MultiHeadAttention.forward",
+        "course_utils.attention.scaled_dot_product_attention",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
+    "lesson01.check_relation_accuracy": (
+        "course_utils.two_relations.split_pair_class",
+        "course_utils.two_relations.evaluate",
+    ),
     "lesson02.check_attention_weights": (
         "course_utils.attention.scaled_dot_product_attention",
         "torch.nn.functional.scaled_dot_product_attention",

@@ -260,10 +260,10 @@ HEAD_SCORES = _DiagnosingExercise(
                 "k = x @ w_k.T; only the queries use w_q.",
                 _head_scores_keys_from_w_q),
         RaisingMistake("float_dk",
-                       "view() refused your head width: d / num_heads is a float (3.0, not 3) even "
-                       "when it divides exactly.",
+                       "torch refused your head width: d / num_heads is a float (3.0, not 3) even "
+                       "when it divides exactly, and view, reshape or split need ints.",
                        "use integer division, dk = d // num_heads.",
-                       _head_scores_float_dk),
+                       _head_scores_float_dk, pattern="got float"),
     ],
     hint="project with the full weights, split the last dim into (h, dk), bring h to the front, "
          "then compare each head's queries with its own keys and divide by sqrt(dk).",

@@ -40,9 +40,11 @@ __all__ = [
 class RaisingMistake(Mistake):
     """A slip that makes the function raise instead of returning a wrong value. It is named
     when the learner's function raises the same exception (type and message) on the first
-    test case it fails on; with ``loose=True`` the same exception type is enough."""
+    test case it fails on; with ``loose=True`` the same exception type is enough, and with a
+    ``pattern`` the same type with that text in its message (another function, same slip)."""
 
     loose: bool = False
+    pattern: str = ""  # also named when the error has the same type and contains this text
 
 
 def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
@@ -87,7 +89,8 @@ class _DiagnosingExercise(Exercise):
                         continue
                     theirs = _raised(mistake.implementation, case)
                     same = theirs is not None and type(theirs) is type(exc)
-                    if same and (loose or str(theirs) == str(exc)):
+                    if same and (loose or str(theirs) == str(exc)
+                                 or (mistake.pattern and mistake.pattern in str(exc))):
                         where = f" on {case.label}" if case.label else ""
                         return Feedback(self.title, "mistake",
                                         f"{mistake.message} (Your function raised "

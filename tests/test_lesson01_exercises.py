@@ -1,0 +1,43 @@
+"""Lesson 01 checks turn back the library calls the exercises rule out (their 'Library use' lines)."""
+
+import math
+
+import torch
+
+from course_utils import MultiHeadAttention
+from course_utils.exercises import lesson01
+from course_utils.two_relations import split_pair_class
+
+
+def test_relation_accuracy_with_the_library_split_is_turned_back():
+    def with_library(logits, target, num_symbols):
+        pa, pb = split_pair_class(logits.argmax(-1), num_symbols)
+        ta, tb = split_pair_class(target, num_symbols)
+        return torch.stack([(pa == ta).double().mean(), (pb == tb).double().mean()])
+    feedback = lesson01.check_relation_accuracy(with_library)
+    assert not feedback.passed and feedback.mistake == "called_reference"
+    assert "split_pair_class" in feedback.message
+
+
+def test_head_scores_through_the_course_module_is_turned_back():
+    def with_module(x, w_q, w_k, num_heads):
+        T, d = x.shape
+        m = MultiHeadAttention(d, num_heads, bias=False)
+        with torch.no_grad():
+            m.in_proj.weight[:d] = w_q
+            m.in_proj.weight[d:2 * d] = w_k
+            q, k, _ = m.project_qkv(x[None], x[None], x[None])  # (1, h, T, dk)
+        return (q @ k.transpose(-2, -1))[0] / math.sqrt(d // num_heads)
+    feedback = lesson01.check_head_scores(with_module)
+    assert not feedback.passed and feedback.mistake == "called_reference"
+
+
+def test_head_scores_names_a_float_head_width_with_reshape_too():
+    def with_reshape(x, w_q, w_k, num_heads):
+        T, d = x.shape
+        dk = d / num_heads
+        q = (x @ w_q.T).reshape(T, num_heads, dk).transpose(0, 1)
+        k = (x @ w_k.T).reshape(T, num_heads, dk).transpose(0, 1)
+        return q @ k.transpose(-2, -1) / math.sqrt(dk)
+    feedback = lesson01.check_head_scores(with_reshape)
+    assert feedback.mistake == "float_dk" and "//" in feedback.hint
