@@ -36,6 +36,9 @@ class AttentionHead(nn.Module):
         """``x`` ``(..., T, d_model)`` -> ``(..., T, dk)``; ``mask`` bool, ``True`` = may attend."""
         check_tensor(x, "x", min_ndim=2, layout="(B, T, d_model)")
         check_matches_module(x, "x", self.w_q.weight)
+        if x.shape[-1] != self.w_q.in_features:
+            raise ValueError(f"x must end in d_model={self.w_q.in_features} features, "
+                             f"got shape {tuple(x.shape)}")
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, T, dk) each
         out, _ = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, T, dk)
         return out

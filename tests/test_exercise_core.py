@@ -228,3 +228,20 @@ def test_a_wrapper_of_a_library_twin_is_named():
 
     fb = lesson04.check_masks_for_torch(lambda a, k: (to_torch_attn_mask(a), to_torch_key_padding_mask(k)))
     assert fb.mistake == "called_reference" and "to_torch_attn_mask" in fb.message
+
+
+def test_a_call_to_F_sdpa_is_named_by_its_public_name():
+    import math
+
+    import torch.nn.functional as F
+
+    from course_utils.exercises import lesson04
+
+    def with_sdpa(x, w_in, b_in, w_out, b_out, h):
+        B, T, d = x.shape
+        q, k, v = (t.view(B, T, h, d // h).transpose(1, 2) for t in (x @ w_in.T + b_in).split(d, -1))
+        out = F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(d // h))
+        return out.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+    feedback = lesson04.check_mha_forward(with_sdpa)
+    assert "torch.nn.functional.scaled_dot_product_attention" in feedback.message
+    assert "torch._C" not in feedback.message

@@ -332,3 +332,13 @@ def test_lesson04_prints_the_current_source_of_the_naive_module():
     expected = "".join(inspect.getsource(obj) + "\n" for obj in (
         AttentionHead, NaiveMultiHeadAttention.__init__, NaiveMultiHeadAttention.forward))
     assert printed == expected, "re-run lesson 04: its printed copy of naive_mha.py is out of date"
+
+
+def test_attention_head_names_a_wrong_input_width():
+    import pytest
+    import torch
+
+    from course_utils.naive_mha import AttentionHead
+
+    with pytest.raises(ValueError, match=r"d_model=8 features, got shape \(2, 5, 6\)"):
+        AttentionHead(8, 4)(torch.randn(2, 5, 6))

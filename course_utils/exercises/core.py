@@ -287,6 +287,7 @@ class _CallWatch:
         for i, f in enumerate(functions):  # the first is the exercise's reference
             f = _unwrap(f)
             name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', repr(f))}".lstrip(".")
+            name = name.replace("torch._C._nn.", "torch.nn.functional.")  # F.* builtins' real module
             name = f"`{name.replace('course_utils.exercises.', '')}`"
             if "<" in name:  # a lambda or a local function: its name says nothing
                 name = ""

@@ -251,8 +251,8 @@ HEAD_SCORES = _DiagnosingExercise(
                 "stop after dividing by sqrt(dk); the softmax comes later.",
                 _head_scores_softmax),
         Mistake("keys_first",
-                "each of your matrices is transposed: you computed k @ q^T, so row i holds the "
-                "scores of key i, not of query i.",
+                "each of your matrices is transposed: you computed k @ q^T (or made the queries "
+                "with w_k and the keys with w_q), so row i holds the scores of key i, not of query i.",
                 "row i must be query i: q @ k.transpose(-2, -1).",
                 _head_scores_keys_first),
         Mistake("keys_from_w_q",
