@@ -41,3 +41,25 @@ def test_head_scores_names_a_float_head_width_with_reshape_too():
         return q @ k.transpose(-2, -1) / math.sqrt(dk)
     feedback = lesson01.check_head_scores(with_reshape)
     assert feedback.mistake == "float_dk" and "//" in feedback.hint
+
+
+def test_attend_names_a_scale_by_the_value_width():
+    def by_dv(scores, values):
+        return torch.softmax(scores / values.shape[1] ** 0.5, dim=1) @ values
+    assert lesson01.check_attend(by_dv).mistake == "scaled_by_value_width"
+
+
+def test_relation_accuracy_names_true_division_and_the_error_rate():
+    def true_div(logits, target, num_symbols):
+        guess = logits.argmax(-1)
+        a = (guess / num_symbols == target / num_symbols).float().mean()
+        b = (guess % num_symbols == target % num_symbols).float().mean()
+        return torch.stack([a, b])
+    assert lesson01.check_relation_accuracy(true_div).mistake == "true_division"
+
+    def errors(logits, target, num_symbols):
+        guess = logits.argmax(-1)
+        a = (guess // num_symbols != target // num_symbols).float().mean()
+        b = (guess % num_symbols != target % num_symbols).float().mean()
+        return torch.stack([a, b])
+    assert lesson01.check_relation_accuracy(errors).mistake == "error_rate"

@@ -58,6 +58,10 @@ def _attend_ignores_scores(scores: Tensor, values: Tensor) -> Tensor:
     return values.mean(dim=0, keepdim=True).expand(scores.shape[0], -1)
 
 
+def _attend_scaled_by_value_width(scores: Tensor, values: Tensor) -> Tensor:
+    return torch.softmax(scores / math.sqrt(values.shape[-1]), dim=-1) @ values  # 1/sqrt(dv)
+
+
 def _attend_cases() -> list[Case]:
     g = torch.Generator().manual_seed(11)
     return [
@@ -101,6 +105,11 @@ ATTEND = Exercise(
                 "weights = torch.softmax(scores, dim=-1), with no extra scaling. (When attention "
                 "does scale, it divides by sqrt(dk), the width of a query, never by the length.)",
                 _attend_scaled_by_num_keys),
+        Mistake("scaled_by_value_width",
+                "you divided the scores by sqrt of the values' width. This exercise gets scores "
+                "that are already scaled: use them as they are.",
+                "weights = torch.softmax(scores, dim=-1), with no extra scaling.",
+                _attend_scaled_by_value_width),
         Mistake("whole_matrix",
                 "your weights sum to 1 over the whole score matrix, not along each row: one "
                 "softmax over every entry leaves each query with only a slice of the weight.",
@@ -329,6 +338,17 @@ def _relation_accuracy_bool_mean(logits: Tensor, target: Tensor, num_symbols: in
     return torch.stack([(predicted // V == target // V).mean(), (predicted % V == target % V).mean()])
 
 
+def _relation_accuracy_true_division(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    predicted = logits.argmax(dim=-1)
+    right_a = predicted / num_symbols == target / num_symbols  # fractions: the whole class, not a's part
+    right_b = predicted % num_symbols == target % num_symbols
+    return torch.stack([right_a.double().mean(), right_b.double().mean()])
+
+
+def _relation_error_rate(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    return 1 - _relation_accuracy(logits, target, num_symbols)
+
+
 def _split_vote_case() -> Case:
     """Answers whose best single class and best symbol-by-symbol guess disagree."""
     V = 3
@@ -404,6 +424,14 @@ RELATION_ACCURACY = _DiagnosingExercise(
                 "you returned how many answers got each symbol right, not the fraction.",
                 "divide by the number of examples: .float().mean() instead of .sum().",
                 _relation_accuracy_counts),
+        Mistake("true_division",
+                "you decoded a with /, true division: predicted / V is a fraction that still holds "
+                "b's part, so it matches the target only when the whole class does.",
+                "use floor division for a: predicted // V (and predicted % V for b).",
+                _relation_accuracy_true_division),
+        Mistake("error_rate",
+                "you returned the error rate, 1 - accuracy: the share of answers that got each "
+                "symbol wrong.", "return the share that got it right.", _relation_error_rate),
         RaisingMistake("bool_mean",
                        "torch cannot average a bool tensor: the comparison gives True/False, and "
                        ".mean() needs numbers.",
