@@ -144,8 +144,9 @@ MEAN_ABLATION = Exercise(
                 "heads without the output projection W_O.", "finish with out_proj(merged).",
                 _mean_no_projection),
     ],
-    hint="copy heads, set edited[:, head] to the mean of reference_heads[:, head] over its first two dims, "
-         "merge (B, h, T, dk) -> (B, T, h*dk) with transpose(1, 2).reshape, then apply out_proj.",
+    hint="the mean is one vector of dk numbers, taken over every sequence and position of the head's "
+         "reference outputs; write it into that head's slice of a copy of heads, merge the heads the "
+         "way the model does (heads next to each other for every token), then project.",
 )
 check_mean_ablation = MEAN_ABLATION.check
 
@@ -257,8 +258,9 @@ GATE_IMPORTANCE = Exercise(
         Mistake("squared_gradient", "you averaged squared gradients (a Fisher-style score). Michel et al.'s "
                 "importance averages absolute values.", "use .abs(), not .pow(2).", _importance_squared),
     ],
-    hint="gates = torch.ones(B, L, h, dtype=torch.float64, requires_grad=True); loss_fn(gates).sum()"
-         ".backward(); return gates.grad.abs().mean(0)",
+    hint="give every sequence its own gates, (num_sequences, L, h) of ones that require gradients; one "
+         "backward pass through the summed losses gives each sequence its own gradient; average their "
+         "absolute values over the sequences.",
 )
 check_gate_importance = GATE_IMPORTANCE.check
 
