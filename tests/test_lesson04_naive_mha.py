@@ -342,3 +342,20 @@ def test_attention_head_names_a_wrong_input_width():
 
     with pytest.raises(ValueError, match=r"d_model=8 features, got shape \(2, 5, 6\)"):
         AttentionHead(8, 4)(torch.randn(2, 5, 6))
+
+
+def test_lesson04_prints_the_current_source_of_the_batched_helpers():
+    import inspect
+    import json
+    from pathlib import Path
+
+    from course_utils import MultiHeadAttention
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "04_pytorch_implementation.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    marker = "print(inspect.getsource(MultiHeadAttention.project_qkv))"
+    cell = next(c for c in cells if marker in "".join(c["source"]))
+    printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+    expected = "".join(inspect.getsource(f) + "\n" for f in (MultiHeadAttention.project_qkv,
+                                                             MultiHeadAttention.merge_heads))
+    assert printed == expected, "re-run lesson 04: its printed copy of attention.py is out of date"
