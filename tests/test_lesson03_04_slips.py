@@ -231,3 +231,20 @@ def test_head_weights_and_stack_checks_name_numpy_answers():
     def numpy_stack(q_weights, k_weights, v_weights):
         return np.concatenate([w.numpy() for w in (*q_weights, *k_weights, *v_weights)])
     assert lesson04.check_stack_head_weights(numpy_stack).mistake == "returned_numpy"
+
+
+def test_forward_check_names_swapped_keys_and_values_and_a_missing_split():
+    def kv_swapped(x, w_in, b_in, w_out, b_out, num_heads):
+        B, T, d = x.shape
+        dk = d // num_heads
+        q, v, k = (x @ w_in.T + b_in).split(d, dim=-1)
+        q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))
+        heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1) @ v
+        return heads.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+    assert lesson04.check_mha_forward(kv_swapped).mistake == "keys_and_values_swapped"
+
+    def one_wide_head(x, w_in, b_in, w_out, b_out, num_heads):
+        d = x.shape[-1]
+        q, k, v = (x @ w_in.T + b_in).chunk(3, dim=-1)
+        return torch.softmax(q @ k.mT / d ** 0.5, dim=-1) @ v @ w_out.T + b_out
+    assert lesson04.check_mha_forward(one_wide_head).mistake == "no_head_split"

@@ -351,7 +351,7 @@ check_stack_head_weights = STACK_HEAD_WEIGHTS.check
 
 def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok", scale="ok",
                  softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True),
-                 causal=False, qkv_layout="blocks") -> Tensor:
+                 causal=False, qkv_layout="blocks", qkv_order="qkv", heads_used=None) -> Tensor:
     """Reference (all options at their defaults) and every mistake, one switch each."""
     B, T, d = x.shape
     dk = d // num_heads
@@ -361,6 +361,12 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
         q, k, v = (t.reshape(B, T, d) for t in qkv.view(B, T, num_heads, 3 * dk).split(dk, dim=-1))
     else:
         q, k, v = qkv.split(d, dim=-1)  # 3 x (B, T, d)
+    if qkv_order == "qvk":  # the second block read as V and the third as K
+        k, v = v, k
+    if heads_used == 1:  # no split at all: one head of width d, scaled by sqrt(d)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (B, T, T)
+        concat = torch.softmax(scores, dim=-1) @ v  # (B, T, d)
+        return concat @ w_out.T + b_out
 
     def heads(t: Tensor) -> Tensor:
         if split == "as_b_h_t":
@@ -506,6 +512,15 @@ MHA_FORWARD = _ForwardExercise(
                 "projection, and only a view that splits the LAST axis fits a slice's strides.",
                 "split the last axis, .view(B, T, h, dk), then .transpose(1, 2).",
                 _variant(split="view_as_b_h_t")),
+        Mistake("keys_and_values_swapped",
+                "you took the second d-wide block of the projection as the values and the third as "
+                "the keys: in_proj stacks W_Q, W_K, W_V in that order.",
+                "q, k, v = qkv.split(d_model, dim=-1), in that order.", _variant(qkv_order="qvk")),
+        Mistake("no_head_split",
+                "you ran one attention of full width d_model (scores divided by sqrt(d_model)): the "
+                "heads were never split, so there is one softmax where there should be num_heads.",
+                "view each of q, k, v as (B, T, h, dk), transpose to (B, h, T, dk), and scale by "
+                "sqrt(dk).", _variant(heads_used=1)),
         Mistake("float_head_width",
                 "view raised a TypeError: you computed the head width as d_model / num_heads, which "
                 "is a float (64.0), and a shape must be made of ints.",
