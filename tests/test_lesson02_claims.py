@@ -115,7 +115,15 @@ def _named(feedback) -> str | None:
 
 def test_2_1_tensor_and_keepdims_variants():
     in_torch = lesson02.check_softmax_rows(lambda s: torch.softmax(torch.as_tensor(s), -1))
-    assert _named(in_torch) == "returned_tensor"
+    assert _named(in_torch) == "called_reference", "torch.softmax: ruled out by the Library use line"
+    assert "torch.softmax" in in_torch.message
+
+    def by_hand_in_torch(s):
+        t = torch.as_tensor(s)
+        e = torch.exp(t - t.amax(dim=-1, keepdim=True))
+        return e / e.sum(dim=-1, keepdim=True)
+
+    assert _named(lesson02.check_softmax_rows(by_hand_in_torch)) == "returned_tensor"
     assert not lesson02.check_softmax_rows(lambda s: lesson02.SOFTMAX_ROWS.reference(s).tolist()).passed
 
     def keepdims_on_max_only(s):
