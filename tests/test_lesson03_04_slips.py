@@ -248,3 +248,11 @@ def test_forward_check_names_swapped_keys_and_values_and_a_missing_split():
         q, k, v = (x @ w_in.T + b_in).chunk(3, dim=-1)
         return torch.softmax(q @ k.mT / d ** 0.5, dim=-1) @ v @ w_out.T + b_out
     assert lesson04.check_mha_forward(one_wide_head).mistake == "no_head_split"
+
+
+def test_head_weights_names_columns_transposed_to_the_right_shape():
+    def columns_t(w_in, num_heads, head):
+        d = w_in.shape[1]
+        dk = d // num_heads
+        return tuple(b[:, head * dk:(head + 1) * dk].T for b in w_in.split(d))
+    assert lesson04.check_head_weights(columns_t).mistake == "columns_then_transposed"

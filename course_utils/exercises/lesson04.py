@@ -46,6 +46,10 @@ def _head_columns(w_in, num_heads, head):
     return tuple(block[:, cols] for block in w_in.split(d, dim=0))  # 3 x (d, dk): columns
 
 
+def _head_columns_transposed(w_in, num_heads, head):
+    return tuple(w.T for w in _head_columns(w_in, num_heads, head))  # 3 x (dk, d): the right shape
+
+
 def _head_rows_transposed(w_in, num_heads, head):
     return tuple(w.T for w in _head_weights(w_in, num_heads, head))  # 3 x (d, dk)
 
@@ -122,6 +126,13 @@ HEAD_WEIGHTS = _TensorAnswers(
                 "like nn.Linear.weight, (out_features, in_features): a head's outputs are ROWS.",
                 "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns.",
                 _head_columns),
+        Mistake("columns_then_transposed",
+                "you took head i's COLUMNS of each block and transposed them to get the (d_k, "
+                "d_model) shape. The shape is right, but the columns are the formula's layout: "
+                "in_proj.weight is stored like nn.Linear.weight, (out_features, in_features), so a "
+                "head's outputs are its ROWS, and no transpose is needed.",
+                "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns.",
+                _head_columns_transposed),
         Mistake("transposed",
                 "your slices hold the right numbers, transposed: you returned the formula's "
                 "W_Q^i (d_model x d_k); the exercise asks for nn.Linear's layout (d_k x d_model), "
