@@ -156,3 +156,17 @@ def test_find_head_names_a_duplicate_score_summed_over_copies():
                      for q in range(period + 1, T)]
         return best_head(torch.stack(per_query, dim=-1).mean(dim=-1))
     assert lesson05.check_find_induction_head(duplicate_loop).mistake == "duplicate_token_head"
+
+
+def test_scores_name_a_query_range_that_stops_one_early():
+    def previous_loop(pattern):
+        T = pattern.shape[-1]
+        return torch.stack([pattern[:, i, i - 1] for i in range(1, T - 1)], dim=-1).mean(dim=-1)
+    assert lesson05.check_previous_token_score(previous_loop).mistake == "last_query_dropped"
+
+    def induction_loop(pattern, period):
+        T = pattern.shape[-1]
+        per_query = [pattern[:, q, torch.arange(q - period + 1, 1, -period)].sum(dim=-1)
+                     for q in range(period + 1, T - 1)]
+        return torch.stack(per_query, dim=-1).mean(dim=-1)
+    assert lesson05.check_induction_score(induction_loop).mistake == "last_query_dropped"

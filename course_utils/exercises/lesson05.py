@@ -99,6 +99,10 @@ def _prev_sum_not_mean(pattern: torch.Tensor) -> torch.Tensor:
     return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)  # a total, not an average
 
 
+def _prev_last_query_dropped(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1)[:, :-1].mean(-1)  # range(1, T - 1): stops early
+
+
 def _previous_token_cases() -> list[Case]:
     ideal = torch.stack([ideal_pattern(r, 8, period=3, start=1)
                          for r in ("previous token", "first token", "induction", "uniform")])
@@ -149,6 +153,9 @@ PREVIOUS_TOKEN_SCORE = Exercise(
                 "previous-token head would score (T - 1) / T, not 1).",
                 "divide by the number of queries that have a previous token, T - 1: or just .mean(-1) "
                 "of the sub-diagonal.", _prev_divided_by_T),
+        Mistake("last_query_dropped", "you left out the last query, T - 1: a range's stop is exclusive, so "
+                "range(1, T - 1) ends at T - 2.",
+                "the queries are 1 .. T-1 inclusive: range(1, T).", _prev_last_query_dropped),
         Mistake("sum_not_mean", "you returned the sum of the sub-diagonal weights, not their mean: the "
                 "score then grows with the length T and is no longer between 0 and 1.",
                 "average over the T - 1 queries: .mean(-1) instead of .sum(-1).", _prev_sum_not_mean),
@@ -228,6 +235,13 @@ def _induction_sum_over_queries(pattern: torch.Tensor, period: int) -> torch.Ten
     return _induction_keys_from(pattern, period, lowest_key=2) * (pattern.shape[-1] - period - 1)
 
 
+def _induction_last_query_dropped(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    T = pattern.shape[-1]
+    keys = induction_key_mask(T, period, start=1).to(pattern.dtype)  # (T, T)
+    queries = torch.arange(period + 1, T - 1)  # range(period + 1, T - 1): stops one query early
+    return (pattern * keys).sum(-1)[:, queries].mean(-1)
+
+
 def _induction_cases() -> list[Case]:
     seq_len, period = 12, 4  # BOS + 4 tokens + 4 + 3: queries 9..11 have two earlier copies
     ideal = torch.stack([ideal_pattern("induction", seq_len, period=period, start=1),
@@ -290,6 +304,10 @@ INDUCTION_SCORE = Exercise(
                 "all of it, but your score keeps only the larger part.",
                 "sum over k = q - period + 1, q - 2*period + 1, ... for each query, then average over "
                 "the queries.", _induction_max_over_copies),
+        Mistake("last_query_dropped", "you left out the last query, T - 1: a range's stop is exclusive, so "
+                "range(period + 1, T - 1) ends at T - 2.",
+                "the queries are period + 1 .. T - 1 inclusive: range(period + 1, T).",
+                _induction_last_query_dropped),
         Mistake("sum_over_queries", "you added up the per-query sums instead of averaging them over the "
                 "queries: the score then grows with the length of the repeated part and leaves [0, 1].",
                 "average over the queries q = period + 1 .. T - 1 (there are T - 1 - period of them).",
