@@ -190,15 +190,9 @@ class _SoftmaxExercise(_DiagnosingExercise):
     its output sums to, however it was shifted (a row-max shift with a column sum matches no
     single Mistake's numbers)."""
 
-    def _grade(self, cases, outputs, expected) -> Feedback:
-        feedback = super()._grade(cases, outputs, expected)
-        if feedback.status in ("correct", "mistake"):
-            return feedback
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
         key = self._normalised_wrongly(outputs, expected)
-        if key is None:
-            return feedback
-        mistake = next(m for m in self.mistakes if m.key == key)
-        return Feedback(self.title, "mistake", mistake.message, mistake.hint, mistake=key)
+        return None if key is None else self._mistake_feedback(key)
 
     @staticmethod
     def _normalised_wrongly(outputs, expected) -> str | None:

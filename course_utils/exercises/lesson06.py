@@ -307,7 +307,7 @@ class _HeadNameExercise(Exercise):
     """6.3: a pandas row, Index or other container is named before the values are compared
     (a one-element Index compares equal to the right name, and a Series cannot be compared)."""
 
-    def _grade(self, cases, outputs, expected) -> Feedback:
+    def _wrong_kind(self, outputs) -> Feedback | None:
         for got in outputs:
             if isinstance(got, (pd.Series, pd.DataFrame, pd.Index, np.ndarray, list, tuple)):
                 what = (f"a pandas {type(got).__name__} of {len(got)} item(s)" if hasattr(got, "__len__")
@@ -318,7 +318,7 @@ class _HeadNameExercise(Exercise):
                                 "object; the check wants the label itself, a str such as 'L1H2'.",
                                 "idxmin() on the task column returns the label; or take [0] of a "
                                 "one-element Index.", mistake="not_a_name")
-        return super()._grade(cases, outputs, expected)
+        return None
 
 
 NARROW_HEAD = _HeadNameExercise(
