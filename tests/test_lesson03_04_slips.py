@@ -160,6 +160,20 @@ def test_forward_check_names_axis_and_scale_slips(fn, key):
     assert "RuntimeError" not in feedback.message
 
 
+def test_forward_check_names_a_scale_applied_to_the_weights():
+    def scaled_late(x, w_in, b_in, w_out, b_out, num_heads):
+        B, T, d = x.shape
+        dk = d // num_heads
+        q, k, v = ((x @ w_in.T + b_in).view(B, T, 3 * num_heads, dk).transpose(1, 2)
+                   .split(num_heads, dim=1))  # 3 x (B, h, T, dk)
+        weights = torch.softmax(q @ k.transpose(-2, -1), dim=-1) / math.sqrt(dk)  # scaled too late
+        return (weights @ v).transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+    feedback = lesson04.check_mha_forward(scaled_late)
+    assert feedback.mistake == "scaled_after_softmax", feedback
+    assert "sum to 1/sqrt(d_k)" in feedback.message
+
+
 def test_forward_check_accepts_mT_and_the_qkv_view_of_nanogpt():
     assert lesson04.check_mha_forward(_learner(transpose_k=lambda k: k.mT)).passed
 

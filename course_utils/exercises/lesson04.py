@@ -389,11 +389,14 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
         return t.view(B, T, num_heads, dk).transpose(1, 2)  # (B, h, T, dk)
 
     q, k, v = heads(q), heads(k), heads(v)
-    divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d), "d_k": dk}[scale]
+    divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d), "d_k": dk,
+               "after_softmax": 1.0}[scale]
     scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
     if causal:  # a mask the exercise never asked for
         scores = scores.masked_fill(~causal_mask(T), float("-inf"))
     weights = torch.softmax(scores, dim=softmax_dim)
+    if scale == "after_softmax":  # the weights, not the scores, divided by sqrt(dk)
+        weights = weights / math.sqrt(dk)
     out = weights @ v  # (B, h, T, dk)
     if split == "no_transpose" or merge == "no_transpose":
         concat = out.reshape(B, T, d)
@@ -560,6 +563,12 @@ MHA_FORWARD = _ForwardExercise(
                 "spread about the same whatever the width of a head.",
                 "divide by math.sqrt(dk), not dk.",
                 _variant(scale="d_k")),
+        Mistake("scaled_after_softmax",
+                "you divided by sqrt(d_k) after the softmax: the weights then sum to 1/sqrt(d_k), not 1, "
+                "and the softmax saw unscaled scores, so it was too sharp as well.",
+                "scale the scores first, then take the softmax: "
+                "torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1).",
+                _variant(scale="after_softmax")),
         Mistake("softmax_over_heads",
                 "your softmax normalised over dim=1, which is the HEAD axis of (B, h, T, T): each "
                 "query's weights must sum to 1 over the keys, the last axis.",
