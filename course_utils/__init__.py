@@ -6,6 +6,7 @@ Masks everywhere use ``True`` = may attend (see :mod:`course_utils.masks`).
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .checkpoint import load_checkpoint
 from .env import pick_device, seed_everything
+from .fused_decode import fused_decode_attention
 from .gqa import GroupedQueryAttention, grouped_query_attention
 from .masks import (
     causal_mask,
@@ -20,6 +21,7 @@ __all__ = [
     "MultiHeadAttention",
     "grouped_query_attention",
     "GroupedQueryAttention",
+    "fused_decode_attention",
     "causal_mask",
     "padding_mask",
     "to_torch_attn_mask",
@@ -33,7 +35,7 @@ __all__ = [
     "train_agreement",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # pyproject.toml's version, the release tag's (tests/test_publish.py)
 
 
 def __getattr__(name: str):

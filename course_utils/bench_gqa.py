@@ -37,6 +37,7 @@ import ctypes
 import ctypes.util
 import functools
 import statistics
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .env import torch_threads
+from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from .gqa import grouped_query_attention
 
 __all__ = [
@@ -67,6 +69,7 @@ SHARING_METHODS: dict[str, str] = {
     "course": "course_utils.grouped_query_attention: group's query rows in one matmul, no copy",
     "enable_gqa": "F.scaled_dot_product_attention(..., enable_gqa=True)",
     "repeat": "k, v .repeat_interleave(h // g, dim=1), then F.scaled_dot_product_attention",
+    "fused": "course_utils.fused_decode_attention: a C kernel, each group's K and V read once",
 }
 
 
@@ -97,7 +100,17 @@ _ATTEND: dict[str, Callable[[Tensor, Tensor, Tensor], object]] = {
     "course": grouped_query_attention,
     "enable_gqa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
     "repeat": _repeat_then_sdpa,
+    "fused": fused_decode_attention,
 }
+
+
+def _fused_unavailable(d_head: int, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the fused kernel cannot run this configuration, or None."""
+    if device.type != "cpu" or dtype != torch.float32 or d_head != HEAD_WIDTH:
+        return (f"fused: not run (it takes float32 on the CPU, head width {HEAD_WIDTH}; "
+                f"here {str(dtype).removeprefix('torch.')} on {device.type}, width {d_head})")
+    reason = fused_decode_status()
+    return None if reason is None else f"fused: not run ({reason})"
 
 
 @dataclass
@@ -134,6 +147,7 @@ class DecodeBench:
     copy_s: list[float]  # copy of the copy buffer into a ready buffer, every repeat
     copy_bytes: int  # bytes read + written by one copy
     allocator: str = ""  # what steady_allocator did
+    notes: list[str] = field(default_factory=list)  # methods left out, and why
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
@@ -150,6 +164,13 @@ class DecodeBench:
         mha, row = self.mha.samples_s[method], self.row(num_kv_heads).samples_s[method]
         return statistics.median(a / b for a, b in zip(mha, row, strict=True))
 
+    def speedup_over_fastest_mha(self, num_kv_heads: int, method: str) -> float:
+        """Median over repeats of ``min over methods of time(g = h) / time(method, g)``: the
+        speed-up against whichever method was fastest at ``g = h`` in that repeat."""
+        mha = [min(times) for times in zip(*self.mha.samples_s.values(), self.sdpa_mha_s, strict=True)]
+        row = self.row(num_kv_heads).samples_s[method]
+        return statistics.median(a / b for a, b in zip(mha, row, strict=True))
+
     def ratio_to_sdpa(self, method: str = "course") -> float:
         """Median over repeats of ``time(method, g = h) / time(plain F.sdpa, g = h)``."""
         mine = self.mha.samples_s[method]
@@ -160,10 +181,9 @@ class DecodeBench:
         return self.copy_bytes / min(self.copy_s) / 1e9
 
     def format(self) -> str:
-        """The decode table as text (lines under 100 characters)."""
+        """The decode tables as text (lines under 100 characters)."""
         methods = [m for m in SHARING_METHODS if m in self.mha.samples_s]  # those measured
-        head = (f"{'g':>3} {'cache MiB':>9} | " + " | ".join(f"{m + ' ms':>15}" for m in methods)
-                + f" | {'speed-up':>8} | {'GB/s':>5}")
+        head = f"{'g':>3} {'cache MiB':>9} | " + " | ".join(f"{m + ' ms':>15}" for m in methods)
         lines = [
             f"one decode step, B={self.batch}, h={self.num_heads} x {self.d_head}, context "
             f"{self.context}, {self.num_layers} layers, {self.threads} threads; ms = best / median",
@@ -171,21 +191,32 @@ class DecodeBench:
         ]
         for r in self.rows:
             cells = [f"{r.best_s(m) * 1e3:6.2f} / {r.median_s(m) * 1e3:6.2f}" for m in methods]
-            lines.append(f"{r.num_kv_heads:>3} {r.cache_bytes / MiB:>9.0f} | " + " | ".join(cells)
-                         + f" | {self.speedup(r.num_kv_heads):>7.2f}x | {r.gb_per_s():>5.1f}")
+            lines.append(f"{r.num_kv_heads:>3} {r.cache_bytes / MiB:>9.0f} | " + " | ".join(cells))
+        shown = [m for m in ("course", "fused") if m in methods]
+        head = f"{'g':>3} | " + " | ".join(f"{m + ' speed-up':>14} {'GB/s':>5}" for m in shown)
+        if "fused" in shown:
+            head += f" | {'fused vs fastest at g=' + str(self.num_heads):>25}"
+        lines += ["", "speed-up over g=h, same method (median of paired ratios; ideal h/g); "
+                  "GB/s = cache / best time", head, "-" * len(head)]
+        for r in self.rows:
+            g = r.num_kv_heads
+            line = f"{g:>3} | " + " | ".join(f"{self.speedup(g, m):>13.2f}x {r.gb_per_s(m):>5.1f}"
+                                              for m in shown)
+            if "fused" in shown:
+                line += f" | {self.speedup_over_fastest_mha(g, 'fused'):>24.2f}x"
+            lines.append(line)
         sdpa = self.sdpa_mha_s
         lines += [
+            "",
             f"plain F.sdpa at g={self.num_heads}: {min(sdpa) * 1e3:.2f} / "
             f"{statistics.median(sdpa) * 1e3:.2f} ms; course / F.sdpa (median of paired ratios) "
             f"{self.ratio_to_sdpa():.2f}",
             f"copy bandwidth ({self.copy_bytes // 2 // MiB} MiB, read + write): "
             f"{self.copy_gb_per_s:.1f} GB/s; MHA step reads its cache at "
             f"{self.mha.gb_per_s():.1f} GB/s ({self.mha.gb_per_s() / self.copy_gb_per_s:.0%} of it)",
-            "speed-up = time at g=h / time at g, course method, median of paired ratios "
-            "(ideal: h/g)",
         ]
-        if self.allocator:
-            lines.append(self.allocator)
+        for note in (self.allocator, *self.notes):
+            lines += textwrap.wrap(note, 99, subsequent_indent="    ")
         return "\n".join(lines)
 
 
@@ -247,6 +278,9 @@ def bench_decode(
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
                          f"got {list(methods)}")
     device = torch.device(device)
+    notes = []
+    if "fused" in methods and (why := _fused_unavailable(d_head, device, dtype)):
+        methods, notes = [m for m in methods if m != "fused"], [why]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     allocator = steady_allocator() if device.type == "cpu" else ""
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups, batch=batch,
@@ -285,7 +319,7 @@ def bench_decode(
                       {m: samples[(m, g)] for m in methods}) for g in groups]
     return DecodeBench(num_heads, d_head, context, num_layers, batch, threads, rows,
                        samples[("sdpa", num_heads)], samples[("copy", 0)],
-                       2 * copy_buffer.numel() * copy_buffer.element_size(), allocator)
+                       2 * copy_buffer.numel() * copy_buffer.element_size(), allocator, notes)
 
 
 def _scores(q_rows: Tensor, keys: Tensor) -> Tensor:

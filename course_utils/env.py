@@ -14,16 +14,17 @@ import torch
 __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
            "REQUIRED_PACKAGES"]
 
-# import name -> minimum version the course is tested against (see pyproject.toml)
+# import name -> minimum version: pyproject.toml's floors, the oldest versions the suite has
+# been run on (tests/test_packaging.py holds the two lists together)
 REQUIRED_PACKAGES: dict[str, str] = {
-    "torch": "2.1",
-    "numpy": "1.24",
-    "matplotlib": "3.7",
-    "seaborn": "0.12",
-    "pandas": "2.0",
-    "ipywidgets": "8.0",
-    "safetensors": "0.4",
-    "tqdm": "4.60",
+    "torch": "2.5.1",
+    "numpy": "1.26.4",
+    "matplotlib": "3.9.4",
+    "seaborn": "0.13.2",
+    "pandas": "2.2.2",
+    "ipywidgets": "8.1.2",
+    "safetensors": "0.4.3",
+    "tqdm": "4.66.4",
 }
 
 

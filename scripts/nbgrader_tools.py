@@ -11,6 +11,10 @@
     python scripts/nbgrader_tools.py check
         Exit 1 (and say which) when a lesson is not converted or a student notebook is
         stale, i.e. when ``release`` would change a file.
+    python scripts/nbgrader_tools.py source COURSE_DIR
+        Copy the graded lessons (01-07) into an nbgrader course directory as
+        COURSE_DIR/source/NN_topic/NN_topic.ipynb, with their Colab/Binder badges pointing
+        at the student copy (student/), so the released notebooks never link to solutions.
     python scripts/nbgrader_tools.py table
         Print the exercise table (Markdown) that INSTRUCTORS.md holds; ``table --write``
         replaces it between INSTRUCTORS.md's ``<!-- exercise-table -->`` markers.
@@ -288,6 +292,22 @@ def _stamped(nb: nbformat.NotebookNode, repo_path: str) -> nbformat.NotebookNode
     return nb
 
 
+def fill_course_source(course: Path) -> list[Path]:
+    """Copy every graded lesson into ``course/source/<stem>/<name>`` for nbgrader, its badges
+    stamped for ``student/<name>`` (a release made from it links to the student copy, never to
+    the solutions). Returns the files written."""
+    written = []
+    for path in _lessons():
+        nb = _read(path)
+        if not any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells):
+            continue  # lesson 00 has nothing to grade
+        target = course / "source" / path.stem / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(_stamped(nb, f"student/{path.name}"), target)
+        written.append(target)
+    return written
+
+
 def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path) -> list[str]:
     """Student notebooks in ``folder`` that differ from ``students``, are missing, or are extra."""
     stale = [str(folder / name) for name, nb in students.items()
@@ -379,6 +399,13 @@ def main(argv: list[str]) -> int:
                 print("stale (run `python3 course.py release`):\n  " + "\n  ".join(stale))
                 return 1
             print("lessons converted, student notebooks and INSTRUCTORS.md current")
+        elif command == "source":
+            if len(args) != 1:
+                print("usage: nbgrader_tools.py source COURSE_DIR (an nbgrader course directory)",
+                      file=sys.stderr)
+                return 2
+            for written in fill_course_source(Path(args[0])):
+                print(f"wrote {written}")
         elif command == "table":
             if args == ["--write"]:
                 print("INSTRUCTORS.md updated" if write_table() else "INSTRUCTORS.md was current")

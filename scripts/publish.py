@@ -136,7 +136,13 @@ def set_config(repo: str, tag: str, root: Path = ROOT) -> Published:
         body, n = re.subn(rf'^{key}\s*=\s*"[^"]*"', f'{key} = "{value}"', body, flags=re.MULTILINE)
         if n != 1:
             raise ValueError(f"[tool.course] in pyproject.toml needs exactly one {key} = \"...\" line")
-    path.write_text(text[:section.start()] + body + text[section.end():])
+    text = text[:section.start()] + body + text[section.end():]
+    # the package's version is the release's (v0.2.0 -> 0.2.0), so pip reports what the tag holds
+    text, n = re.subn(r'^version = "[^"]*"', f'version = "{tag.removeprefix("v")}"', text, count=1,
+                      flags=re.MULTILINE)
+    if n != 1:
+        raise ValueError('pyproject.toml needs a version = "..." line in [project]')
+    path.write_text(text)
     return load_config(root)
 
 
@@ -207,9 +213,10 @@ def stamp_notebook_file(path: Path, root: Path = ROOT, published: Published | No
 def _readme_block(published: Published) -> str:
     start = "notebooks/00_start_here.ipynb"
     return f"""{README_BEGIN}
-- **Colab:** click a lesson's *Open in Colab* badge \
-(in the lesson table below, or at the top of each notebook). Its first code cell installs the course \
-from `{published.repo}` at release `{published.tag}` (Colab's own torch is kept) and \
+- **Colab:** click a lesson's *Open in Colab* badge (in the lesson table below, or at the top of \
+each notebook) to open the lesson with its exercises solved, or the *exercises* link next to the \
+badge to open the student copy (`student/`), whose exercises you fill in. The first code cell \
+installs the course from `{published.repo}` at release `{published.tag}` (Colab's own torch is kept) and \
 turns on Colab's widget manager; run it, then carry on, no restart needed. A GPU runtime \
 (Runtime → Change runtime type) runs the optional CUDA cells.
 - **Binder:** {published.binder_badge(start)} opens JupyterLab on lesson 00 at release \
@@ -240,7 +247,9 @@ def stamp_readme(text: str, published: Published) -> str:
         elif in_table and line.startswith("|"):
             cells = _split_row(line)[:3]
             link = re.search(r"\]\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\)", cells[1])
-            cells.append(published.colab_badge(link.group(1)) if link else "")
+            student = link and f"student/{link.group(1).removeprefix('notebooks/')}"
+            cells.append(f"{published.colab_badge(link.group(1))} "
+                         f"[exercises]({published.colab_url(student)})" if link else "")
         else:
             in_table = False
             out.append(line)
@@ -265,6 +274,10 @@ def check(root: Path = ROOT) -> list[str]:
     except (ValueError, KeyError) as exc:
         return [f"pyproject.toml [tool.course]: {exc}"]
     problems: list[str] = []
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    if version != published.tag.removeprefix("v"):
+        problems.append(f"pyproject.toml: version {version} but the release tag is {published.tag} "
+                        "(run python3 course.py publish --repo ... --tag ...)")
     texts: dict[str, str] = {"README.md": (root / "README.md").read_text()}
     for path in notebook_paths(root):
         rel = path.relative_to(root).as_posix()
@@ -341,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     changed = stamp_all(ROOT, published)
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
+    print(f"The badges open nothing until the tag exists on GitHub: commit, then "
+          f"`git tag {published.tag} && git push origin {published.tag}`.")
     problems = check()
     print("\n".join(problems))
     return 1 if problems else 0

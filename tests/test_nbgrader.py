@@ -90,6 +90,18 @@ def test_a_stale_or_missing_student_notebook_is_detected(generated, tmp_path):
         "03_dimension_walkthrough.ipynb", "04_pytorch_implementation.ipynb", "99_renamed.ipynb"]
 
 
+def test_course_source_links_to_the_student_copies(tmp_path):
+    written = tools.fill_course_source(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        f"source/{p.stem}/{p.name}" for p in tools._lessons() if not p.name.startswith("00_")]
+    for path in written:
+        nb = tools._read(path)
+        links = nb.cells[0].source
+        assert f"/student/{path.name}" in links and "/notebooks/" not in links, links
+        original = tools._read(ROOT / "notebooks" / path.name)
+        assert [c.source for c in nb.cells[1:]] == [c.source for c in original.cells[1:]]
+
+
 def test_instructors_exercise_table_is_current():
     text = (ROOT / "INSTRUCTORS.md").read_text()
     assert tools.table() in text, "run `python scripts/nbgrader_tools.py table --write`"

@@ -68,6 +68,18 @@ def test_pyproject_uses_ranges_not_pins():
         assert "==" not in req, f"pyproject.toml should use a range for {req!r}"
 
 
+def test_lesson_00_checks_the_floors_pyproject_declares():
+    """The environment check of lesson 00 (env.REQUIRED_PACKAGES) must ask for the versions
+    pyproject.toml requires, or it calls an environment ready that the lessons cannot run in."""
+    from course_utils.env import REQUIRED_PACKAGES
+
+    floors = {}
+    for req in _pyproject()["project"]["dependencies"]:
+        name, _, floor = req.partition(">=")
+        floors[name.strip()] = floor.split(",")[0].strip()
+    assert REQUIRED_PACKAGES == floors
+
+
 def test_environment_yml_lists_the_same_packages():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     names = set()
@@ -172,7 +184,7 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_ships_every_module_and_every_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+    for path in sorted([*(ROOT / "course_utils").rglob("*.py"), *(ROOT / "course_utils").rglob("*.c")]):
         assert path.relative_to(ROOT).as_posix() in names, f"the wheel leaves out {path.name}"
     for path in sorted((ROOT / "data").rglob("*")):
         if path.is_file():

@@ -60,6 +60,8 @@ def test_readme_has_a_colab_badge_per_lesson_and_a_binder_badge_on_lesson_00():
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         rel = path.relative_to(ROOT).as_posix()
         assert published.colab_badge(rel) in readme, rel
+        student = f"student/{path.name}"
+        assert f"[exercises]({published.colab_url(student)})" in readme, student  # the copy to work in
     assert published.binder_badge("notebooks/00_start_here.ipynb") in readme
 
 
@@ -100,6 +102,16 @@ def test_publish_moves_every_link_and_is_idempotent(copy):
         text = path.read_text()
         assert "mha-course/multi-head-attention" not in text, path.name
         assert "v0.2.0" not in text, path.name
+    assert 'version = "1.0.0"' in (copy / "pyproject.toml").read_text()  # the package is the release
+
+
+def test_the_package_version_is_the_release_tag(copy):
+    import course_utils
+
+    published = publish.load_config(ROOT)
+    assert course_utils.__version__ == published.tag.removeprefix("v")
+    _edit(copy / "pyproject.toml", f'version = "{course_utils.__version__}"', 'version = "0.0.9"')
+    assert any("version 0.0.9 but the release tag is" in p for p in publish.check(copy))
 
 
 def test_stamp_notebook_for_a_student_version_points_at_itself():

@@ -1,0 +1,184 @@
+"""The fused decode kernel: same result as PyTorch's attention, clear errors, honest fallbacks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import fused_decode
+from course_utils.bench_gqa import bench_decode
+from course_utils.fused_decode import fused_decode_attention, fused_decode_status
+
+needs_kernel = pytest.mark.skipif(fused_decode_status() is not None,
+                                  reason=f"fused kernel unavailable: {fused_decode_status()}")
+
+
+def _inputs(B, h, g, T, *, seed=0, key_scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, h, 1, 64, generator=gen)  # (B, h, 1, dk)
+    k = torch.randn(B, g, T, 64, generator=gen) * key_scale  # (B, g, T, dk)
+    v = torch.randn(B, g, T, 64, generator=gen)
+    return q, k, v
+
+
+def _reference(q, k, v):
+    """float64 PyTorch attention with enable_gqa, back to float32."""
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True).float()
+
+
+@needs_kernel
+@pytest.mark.parametrize("B,h,g,T", [
+    (1, 16, 16, 4096),  # MHA, the benchmark's context
+    (1, 16, 4, 300),  # GQA, a context that is not a whole number of 64-key blocks
+    (2, 8, 2, 64),  # exactly one block
+    (1, 6, 2, 1),  # one cached token: the weight is 1
+    (3, 12, 4, 65),  # three query heads per group
+    (1, 10, 2, 129),  # five per group: a chunk of 4, then 1
+    (2, 7, 1, 700),  # MQA, seven query heads
+])
+@pytest.mark.parametrize("threads", [1, 2, 3, 16])
+def test_matches_pytorch_enable_gqa(B, h, g, T, threads):
+    q, k, v = _inputs(B, h, g, T)
+    out = fused_decode_attention(q, k, v, num_threads=threads)
+    assert out.shape == q.shape and out.dtype == torch.float32
+    torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+def test_large_scores_stay_finite_across_blocks_and_threads():
+    """Scores of several hundred: the running maximum must rescale earlier blocks and the
+    threads' partial sums, or exp overflows to inf and the output to NaN."""
+    q, k, v = _inputs(1, 8, 2, 1000, key_scale=60.0)
+    k[:, :, 900] *= 3  # the largest score sits in the last thread's last blocks
+    out = fused_decode_attention(q, k, v, num_threads=2)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, _reference(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+@needs_kernel
+def test_query_head_i_reads_kv_head_i_over_group_size():
+    q, k, v = _inputs(1, 8, 2, 50)
+    out = fused_decode_attention(q, k, v)
+    first_group = F.scaled_dot_product_attention(q[:, :4], k[:, :1].expand(-1, 4, -1, -1),
+                                                 v[:, :1].expand(-1, 4, -1, -1))
+    torch.testing.assert_close(out[:, :4], first_group, atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+def test_non_contiguous_inputs_give_the_same_result():
+    q, k, v = _inputs(1, 8, 2, 100)
+    k_strided = k.transpose(2, 3).contiguous().transpose(2, 3)  # same values, other strides
+    torch.testing.assert_close(fused_decode_attention(q, k_strided, v), fused_decode_attention(q, k, v))
+
+
+@needs_kernel
+def test_empty_batch_returns_empty():
+    q, k, v = _inputs(1, 4, 2, 10)
+    assert fused_decode_attention(q[:0], k[:0], v[:0]).shape == (0, 4, 1, 64)
+
+
+q0, k0, v0 = _inputs(1, 8, 2, 10)
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda: fused_decode_attention(q0.double(), k0, v0), TypeError, ["q", "float32", "float64"]),
+    (lambda: fused_decode_attention(q0, k0.half(), v0), TypeError, ["k", "float32", "float16"]),
+    (lambda: fused_decode_attention(q0.numpy(), k0, v0), TypeError, ["q", "torch.Tensor", "ndarray"]),
+    (lambda: fused_decode_attention(q0, k0.to("meta"), v0), ValueError, ["k", "CPU", "meta"]),
+    (lambda: fused_decode_attention(q0[0], k0, v0), ValueError, ["q", "4-D", "(8, 1, 64)"]),
+    (lambda: fused_decode_attention(q0, k0, v0[:, :, :5]), ValueError, ["same shape", "(1, 2, 10, 64)",
+                                                                      "(1, 2, 5, 64)"]),
+    (lambda: fused_decode_attention(q0.expand(1, 8, 3, 64), k0, v0), ValueError, ["one new token", "Tq = 3"]),
+    (lambda: fused_decode_attention(q0[..., :32], k0[..., :32], v0[..., :32]), ValueError,
+     ["head width 64", "32", "grouped_query_attention"]),
+    (lambda: fused_decode_attention(q0.expand(2, 8, 1, 64), k0, v0), ValueError, ["batch size", "2", "1"]),
+    (lambda: fused_decode_attention(q0[:, :6], torch.randn(1, 4, 10, 64), torch.randn(1, 4, 10, 64)),
+     ValueError, ["query heads (6)", "key/value heads (4)"]),
+    (lambda: fused_decode_attention(q0, k0[:, :, :0], v0[:, :, :0]), ValueError, ["T = 0"]),
+    (lambda: fused_decode_attention(q0, k0, v0, num_threads=0), ValueError, ["num_threads", "0"]),
+    (lambda: fused_decode_attention(q0, k0, v0, num_threads=2.0), ValueError, ["num_threads", "2.0"]),
+])
+def test_bad_inputs_name_what_was_expected_and_what_came(call, error, words):
+    if fused_decode_status() is not None and "num_threads" in words:
+        pytest.skip("num_threads is checked once the kernel is there")
+    with pytest.raises(error) as caught:
+        call()
+    for word in words:
+        assert word in str(caught.value), (word, str(caught.value))
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """Build into an empty cache directory, and forget the build afterwards."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fused_decode._library.cache_clear()
+    yield tmp_path
+    fused_decode._library.cache_clear()
+
+
+def test_without_a_compiler_the_kernel_says_why_and_the_error_points_to_the_torch_function(
+        fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "no-such-compiler-anywhere")
+    assert "no C compiler" in fused_decode_status()
+    with pytest.raises(RuntimeError, match="grouped_query_attention computes the same result"):
+        fused_decode_attention(q0, k0, v0)
+    result = bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=1, warmup=0, copy_mib=1)
+    assert "fused" not in result.mha.samples_s
+    assert any(note.startswith("fused: not run (no C compiler") for note in result.notes)
+    assert result.notes[0] in result.format()
+
+
+@pytest.mark.skipif(shutil.which("false") is None, reason="needs the `false` command")
+def test_a_failed_build_is_reported_not_raised(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
+    why = fused_decode_status()
+    assert "could not build fused_decode.c" in why and "[generic]" in why  # every option tried
+    assert fused_decode.fused_decode_build() == f"not built: {why}"
+
+
+@needs_kernel
+def test_a_compiler_without_openmp_still_builds_a_one_thread_kernel(fresh_build, monkeypatch):
+    """Apple's clang has no -fopenmp: the build drops it and the kernel runs on one thread."""
+    real = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc") or shutil.which("clang")
+    wrapper = fresh_build / "cc-without-openmp"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && exit 1; done\n'
+                       f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    assert fused_decode_status() is None
+    assert fused_decode.fused_decode_build() == "built with -march=native"
+    q, k, v = _inputs(1, 8, 2, 300)
+    torch.testing.assert_close(fused_decode_attention(q, k, v, num_threads=2), _reference(q, k, v),
+                               atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+def test_the_build_is_cached_per_source_compiler_and_cpu(fresh_build):
+    assert fused_decode_status() is None
+    built = list((fresh_build / "course_utils").glob("fused_decode-*.so"))
+    assert len(built) == 1
+    fused_decode._library.cache_clear()
+    assert fused_decode_status() is None  # loads the same file, builds nothing new
+    assert list((fresh_build / "course_utils").glob("fused_decode-*.so")) == built
+
+
+@needs_kernel
+def test_bench_decode_times_the_fused_kernel_next_to_the_others():
+    result = bench_decode(8, 64, 256, 2, groups=(8, 2), repeats=2, warmup=1, copy_mib=1)
+    assert len(result.row(2).samples_s["fused"]) == 2
+    assert result.speedup(8, "fused") == pytest.approx(1.0)
+    assert result.speedup_over_fastest_mha(2, "fused") > 0
+    text = result.format()
+    assert "fused ms" in text and "fused vs fastest at g=8" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_bench_decode_leaves_the_kernel_out_where_it_does_not_apply():
+    result = bench_decode(8, 16, 64, 2, groups=(8, 2), repeats=1, warmup=0, copy_mib=1)  # width 16
+    assert "fused" not in result.mha.samples_s
+    assert any("head width 64" in note and "width 16" in note for note in result.notes)
+
