@@ -171,6 +171,22 @@ class DecodeBench:
         row = self.row(num_kv_heads).samples_s[method]
         return statistics.median(a / b for a, b in zip(mha, row, strict=True))
 
+    def noise_warnings(self) -> list[str]:
+        """Signs that a run's ratios need a second look: a speed-up beyond the ideal h/g (other
+        programs slowed the g = h steps, or that method's g = h step is not memory-bound), or a
+        median step far slower than the best one (other programs disturbed the run)."""
+        warnings = []
+        for m in self.mha.samples_s:
+            beyond = [r.num_kv_heads for r in self.rows
+                      if self.speedup(r.num_kv_heads, m) > 1.05 * self.num_heads / r.num_kv_heads]
+            spread = max(r.median_s(m) / r.best_s(m) for r in self.rows)
+            if beyond:
+                warnings.append(f"check: {m} beats the ideal h/g at g={beyond} (a noisy run, or a "
+                                f"g={self.num_heads} step slower than memory allows)")
+            if spread > 1.5:
+                warnings.append(f"noisy run: a median {m} step took {spread:.1f}x the best one")
+        return warnings
+
     def ratio_to_sdpa(self, method: str = "course") -> float:
         """Median over repeats of ``time(method, g = h) / time(plain F.sdpa, g = h)``."""
         mine = self.mha.samples_s[method]
@@ -215,7 +231,7 @@ class DecodeBench:
             f"{self.copy_gb_per_s:.1f} GB/s; MHA step reads its cache at "
             f"{self.mha.gb_per_s():.1f} GB/s ({self.mha.gb_per_s() / self.copy_gb_per_s:.0%} of it)",
         ]
-        for note in (self.allocator, *self.notes):
+        for note in (self.allocator, *self.notes, *self.noise_warnings()):
             lines += textwrap.wrap(note, 99, subsequent_indent="    ")
         return "\n".join(lines)
 

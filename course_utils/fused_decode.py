@@ -1,19 +1,21 @@
 """One decoding step of grouped-query attention as a fused C kernel: one pass over the cache.
 
 Why it exists: at small ``g`` the course's :func:`~course_utils.grouped_query_attention`
-stops shrinking with its cache (``python -m course_utils.bench gqa --stages``): a matrix
-product of ``h/g`` query rows by a long K or V runs below memory speed, and the softmax
-costs the same at every ``g``. The kernel in ``fused_decode.c`` reads each group's keys and
-values once, for all the group's query heads, in blocks: scores, a softmax kept running
-across blocks (the online softmax of FlashAttention) and the weighted sum of values, with
-the next block requested from memory while the current one is computed. The keys are split
-into one range per thread and the partial results merged (flash decoding). Its time is then
-close to the time to read the cache, which is what GQA shrinks.
+stops shrinking with its cache (``python -m course_utils.bench gqa --stages``): its two
+matrix products of ``h/g`` query rows by a long K or V run below memory speed, and the
+softmax costs the same at every ``g``. The kernel in ``fused_decode.c`` reads each group's
+keys and values from memory once for up to 8 of its query heads, in blocks: scores, a
+softmax kept running across blocks (the online softmax of FlashAttention) and the weighted
+sum of values, with the next block requested from memory while the current one is computed.
+The keys are split into one range per thread and the partial results merged (flash
+decoding). Its time is then close to the time to read the cache, which is what GQA shrinks.
+It computes no gradients: it is for inference.
 
 It is built on first use with the system's C compiler (``cc``, ``gcc`` or ``clang``; the
-``CC`` environment variable picks another) for this CPU (``-march=native``), into a per-user
-cache directory. Where that is not possible, :func:`fused_decode_status` says why and
-:func:`grouped_query_attention` computes the same result in PyTorch.
+``CC`` environment variable picks another, e.g. ``CC="ccache gcc"``) for this CPU
+(``-march=native``), into a per-user cache directory. Where that is not possible,
+:func:`fused_decode_status` says why and :func:`grouped_query_attention` computes the same
+result in PyTorch.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -41,26 +44,66 @@ _FLAGS = ("-O3", "-shared", "-fPIC", "-Wno-psabi")
 _OPTIONS = (("-march=native", "-fopenmp"), ("-march=native",), ())
 
 
-def _compiler() -> str | None:
-    chosen = os.environ.get("CC")
+def _compiler() -> list[str] | None:
+    """The C compiler as a command (``CC`` may hold several words, e.g. ``ccache gcc``)."""
+    chosen = shlex.split(os.environ.get("CC", ""))
     if chosen:
-        return shutil.which(chosen)
-    return next((path for name in ("cc", "gcc", "clang") if (path := shutil.which(name))), None)
+        path = shutil.which(chosen[0])
+        return None if path is None else [path, *chosen[1:]]
+    return next(([path] for name in ("cc", "gcc", "clang") if (path := shutil.which(name))), None)
 
 
 def _cpu_fingerprint() -> str:
-    """What -march=native compiles for: the CPU's model and feature flags where Linux says."""
+    """What -march=native compiles for: the CPU as Linux describes it (x86 and ARM fields)."""
+    fields = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU part")
     try:
-        info = Path("/proc/cpuinfo").read_text()
-        lines = [line for line in info.splitlines() if line.startswith(("model name", "flags"))]
-        return "\n".join(sorted(set(lines)))
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        described = "\n".join(sorted({line for line in lines if line.startswith(fields)}))
     except OSError:
-        return f"{platform.machine()} {platform.processor()}"
+        described = ""
+    return f"{platform.machine()} {platform.processor()}\n{described}"
 
 
-def _cache_dir() -> Path:
+def _cache_dirs() -> list[Path]:
+    """Where built kernels go: the user's cache, else a folder of this user's in the temp dir."""
     root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "course_utils"
+    user = getattr(os, "getuid", lambda: "user")()
+    return [Path(root) / "course_utils", Path(tempfile.gettempdir()) / f"course_utils-{user}"]
+
+
+def _build(cc: list[str], flags: tuple[str, ...], target: Path) -> str | None:
+    """Compile the kernel into ``target`` (atomically); None on success, else the error.
+    A failure is remembered next to ``target``, so later processes do not retry it."""
+    failed = target.with_suffix(".failed")
+    if failed.exists():
+        return f"{failed.read_text()} (remembered in {failed}; delete it to try again)"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        run = subprocess.run([*cc, *flags, "-o", str(built), str(_SOURCE), "-lm"],
+                             capture_output=True, text=True, timeout=120)
+        if run.returncode == 0:
+            os.replace(built, target)  # atomic: a parallel build never loads half a file
+            return None
+    error = " | ".join((run.stderr or run.stdout).strip().splitlines()[-2:]) or f"exit {run.returncode}"
+    failed.write_text(error)
+    return error
+
+
+def _built(cc: list[str], flags: tuple[str, ...], name: str) -> tuple[Path | None, str]:
+    """``(path of the built kernel, "")``, building it if needed, or ``(None, the error)``."""
+    errors = []
+    for folder in _cache_dirs():
+        target = folder / name
+        if target.exists():
+            return target, ""
+        try:
+            error = _build(cc, flags, target)
+        except (OSError, subprocess.SubprocessError) as exc:  # e.g. a folder we cannot write
+            errors.append(f"{folder}: {exc}")
+            continue
+        return (target, "") if error is None else (None, error)  # the compiler's verdict
+    return None, "; ".join(errors)
 
 
 @functools.cache
@@ -71,38 +114,31 @@ def _library() -> ctypes.CDLL | str:
     cc = _compiler()
     if cc is None:
         return "no C compiler found (looked for cc, gcc and clang; set CC to choose one)"
-    source = _SOURCE.read_bytes()
     failures = []
     for options in _OPTIONS:
         flags = (*_FLAGS, *options)
-        key = hashlib.sha256(b"\0".join([source, cc.encode(), " ".join(flags).encode(),
+        key = hashlib.sha256(b"\0".join([_SOURCE.read_bytes(), " ".join(cc).encode(),
+                                         " ".join(flags).encode(),
                                          _cpu_fingerprint().encode()])).hexdigest()[:16]
-        target = _cache_dir() / f"fused_decode-{key}.so"
-        if target.exists():
+        target, error = _built(cc, flags, f"fused_decode-{key}.so")
+        if target is not None:
             break
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                built = Path(tmp) / target.name
-                run = subprocess.run([cc, *flags, "-o", str(built), str(_SOURCE), "-lm"],
-                                     capture_output=True, text=True, timeout=120)
-                if run.returncode == 0:
-                    os.replace(built, target)  # atomic: a parallel build never loads half a file
-                    break
-                tail = (run.stderr or run.stdout).strip().splitlines()[-2:]
-                failures.append(f"[{' '.join(options) or 'generic'}] " + " | ".join(tail))
-        except (OSError, subprocess.SubprocessError) as exc:
-            failures.append(f"[{' '.join(options) or 'generic'}] {exc}")
+        failures.append(f"[{' '.join(options) or 'generic'}] {error}")
     else:
-        return f"{cc} could not build {_SOURCE.name}: " + "; ".join(failures)
+        return f"{cc[0]} could not build {_SOURCE.name}: " + "; ".join(failures)
     try:
-        lib = ctypes.CDLL(str(target))
+        lib = _load(target)
     except OSError as exc:
         return f"could not load the built kernel {target}: {exc}"
+    lib.build_flags = " ".join(options) or "generic CPU"  # what fused_decode_build reports
+    return lib
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
     pointer, long = ctypes.c_void_p, ctypes.c_long
     lib.fused_decode.argtypes = [pointer] * 4 + [long] * 4 + [ctypes.c_int]
     lib.fused_decode.restype = ctypes.c_int
-    lib.build_flags = " ".join(options) or "generic CPU"  # what fused_decode_build reports
     return lib
 
 
@@ -149,7 +185,7 @@ def _check_inputs(q: object, k: object, v: object) -> None:
 
 
 def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int | None = None) -> Tensor:
-    """One decoding step of grouped-query attention, fused: each group's K and V read once.
+    """One decoding step of grouped-query attention, fused: one pass over the cache per 8 heads.
 
     Args:
         q: ``(B, h, 1, dk)`` float32, one new token's queries, ``dk = 64``.
@@ -163,14 +199,22 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
         may attend to every cached token.
     """
     _check_inputs(q, k, v)
+    threads = torch.get_num_threads() if num_threads is None else num_threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
+                         "under torch.no_grad(), or use grouped_query_attention to train")
     lib = _library()
     if isinstance(lib, str):
         raise RuntimeError(f"the fused decode kernel is unavailable: {lib}. "
                            "course_utils.grouped_query_attention computes the same result.")
-    threads = torch.get_num_threads() if num_threads is None else num_threads
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    return _run(lib, q, k, v, threads)
+
+
+def _run(lib: ctypes.CDLL, q: Tensor, k: Tensor, v: Tensor, threads: int) -> Tensor:
+    """Call the compiled kernel on checked inputs."""
+    q, k, v = q.detach().contiguous(), k.detach().contiguous(), v.detach().contiguous()
     if q.numel() == 0:  # no sequences or no heads: nothing to compute
         return torch.empty_like(q)
     B, h, _, _ = q.shape

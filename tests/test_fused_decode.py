@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+import tempfile
 
 import pytest
 import torch
@@ -33,12 +35,14 @@ def _reference(q, k, v):
 @needs_kernel
 @pytest.mark.parametrize("B,h,g,T", [
     (1, 16, 16, 4096),  # MHA, the benchmark's context
-    (1, 16, 4, 300),  # GQA, a context that is not a whole number of 64-key blocks
-    (2, 8, 2, 64),  # exactly one block
+    (1, 16, 4, 300),  # GQA, a context that is not a whole number of 32-key blocks
+    (2, 8, 2, 64),  # exactly two blocks
     (1, 6, 2, 1),  # one cached token: the weight is 1
     (3, 12, 4, 65),  # three query heads per group
-    (1, 10, 2, 129),  # five per group: a chunk of 4, then 1
+    (1, 10, 2, 129),  # five per group, 129 keys: four blocks and one key
     (2, 7, 1, 700),  # MQA, seven query heads
+    (1, 16, 1, 300),  # MQA, sixteen query heads: two passes of eight
+    (1, 12, 1, 50),  # twelve: a pass of eight, then four
 ])
 @pytest.mark.parametrize("threads", [1, 2, 3, 16])
 def test_matches_pytorch_enable_gqa(B, h, g, T, threads):
@@ -57,6 +61,61 @@ def test_large_scores_stay_finite_across_blocks_and_threads():
     out = fused_decode_attention(q, k, v, num_threads=2)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, _reference(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize("where", [0, 5, 63, 64, 150, 199])
+def test_a_nan_in_the_cache_shows_in_the_output_as_in_pytorch(where):
+    q, k, v = _inputs(1, 8, 2, 200)
+    k[0, 1, where, 3] = float("nan")  # one corrupted number in group 1's keys
+    out = fused_decode_attention(q, k, v)
+    assert torch.isnan(out[:, 4:]).all() and torch.isfinite(out[:, :4]).all()  # group 1's heads only
+    assert torch.isnan(F.scaled_dot_product_attention(q, k, v, enable_gqa=True)[:, 4:]).all()
+
+
+@needs_kernel
+def test_inputs_that_ask_for_no_gradient_are_fine_under_no_grad():
+    q, k, v = _inputs(1, 8, 2, 50)
+    with torch.no_grad():
+        out = fused_decode_attention(q.requires_grad_(), k, v)
+    torch.testing.assert_close(out, _reference(q.detach(), k, v), atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 vector widths")
+@pytest.mark.parametrize("extra", [("-march=native", "-mno-avx512f"), ("-march=native", "-mno-avx"), ()],
+                         ids=["8-wide (AVX2)", "4-wide (SSE4)", "generic x86-64"])
+def test_every_vector_width_of_the_kernel_agrees_with_pytorch(tmp_path, extra):
+    """The machine running CI decides which width the cached build uses; build the others."""
+    cc = fused_decode._compiler()
+    target = tmp_path / "kernel.so"
+    error = fused_decode._build(cc, (*fused_decode._FLAGS, "-fopenmp", *extra), target)
+    if error is not None:
+        pytest.skip(f"{cc[0]} does not build with {extra}: {error}")
+    lib = fused_decode._load(target)
+    for B, h, g, T in [(1, 16, 4, 1000), (2, 10, 2, 129), (1, 6, 6, 1), (1, 16, 1, 77)]:
+        q, k, v = _inputs(B, h, g, T, seed=T)
+        torch.testing.assert_close(fused_decode._run(lib, q, k, v, 2), _reference(q, k, v),
+                                   atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+def test_a_compiler_given_as_several_words_is_run_as_a_command(fresh_build, monkeypatch):
+    real = fused_decode._compiler()
+    monkeypatch.setenv("CC", f"env {real[0]}")  # like CC="ccache gcc"
+    assert fused_decode._compiler()[1:] == [real[0]]
+    assert fused_decode_status() is None
+
+
+@needs_kernel
+def test_an_unwritable_cache_folder_falls_back_to_the_temp_folder(fresh_build, monkeypatch):
+    blocker = fresh_build / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setattr(tempfile, "tempdir", str(fresh_build / "tmp"))
+    (fresh_build / "tmp").mkdir()
+    assert fused_decode_status() is None
+    assert list((fresh_build / "tmp").glob("course_utils-*/fused_decode-*.so"))
 
 
 @needs_kernel
@@ -101,10 +160,10 @@ q0, k0, v0 = _inputs(1, 8, 2, 10)
     (lambda: fused_decode_attention(q0, k0[:, :, :0], v0[:, :, :0]), ValueError, ["T = 0"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=0), ValueError, ["num_threads", "0"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=2.0), ValueError, ["num_threads", "2.0"]),
+    (lambda: fused_decode_attention(q0.clone().requires_grad_(), k0, v0), ValueError,
+     ["no gradients", "torch.no_grad()", "grouped_query_attention"]),
 ])
 def test_bad_inputs_name_what_was_expected_and_what_came(call, error, words):
-    if fused_decode_status() is not None and "num_threads" in words:
-        pytest.skip("num_threads is checked once the kernel is there")
     with pytest.raises(error) as caught:
         call()
     for word in words:
@@ -138,6 +197,8 @@ def test_a_failed_build_is_reported_not_raised(fresh_build, monkeypatch):
     why = fused_decode_status()
     assert "could not build fused_decode.c" in why and "[generic]" in why  # every option tried
     assert fused_decode.fused_decode_build() == f"not built: {why}"
+    fused_decode._library.cache_clear()  # a new process: the failures are remembered
+    assert "delete it to try again" in fused_decode_status()
 
 
 @needs_kernel

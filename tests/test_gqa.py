@@ -289,6 +289,16 @@ def test_bench_decode_bookkeeping_on_a_small_case():
         bench_decode(8, 16, 64, 2, groups=(2, 1))
 
 
+def test_bench_decode_flags_a_noisy_run():
+    result = bench_decode(8, 16, 64, 2, groups=(8, 2), repeats=3, warmup=0, copy_mib=1)
+    result.row(8).samples_s["course"] = [1.0, 3.0, 3.0]  # two slow repeats: median 3x the best
+    result.row(2).samples_s["course"] = [0.1, 0.1, 0.1]  # speed-ups 10-30x, the ideal is 4x
+    warnings = result.noise_warnings()
+    assert any(w.startswith("check: course beats the ideal h/g at g=[2]") for w in warnings)
+    assert any("median course step took 3.0x the best" in w for w in warnings)
+    assert all(w in result.format().replace("\n    ", " ") for w in warnings)
+
+
 def test_bench_decode_table_shows_only_the_methods_measured():
     result = bench_decode(8, 16, 64, 2, groups=(8, 2), repeats=1, warmup=0, copy_mib=1,
                           methods=("course", "enable_gqa"))

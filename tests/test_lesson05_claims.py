@@ -513,3 +513,19 @@ def test_mean_ablation_is_the_same_through_trace_heads_and_lesson_06s_module(ind
         through_trace = trace_heads(induction, tokens, keep_attention=False,
                                     replace={k: written[k[0]][k[1]] for k in off}).logits
         assert torch.allclose(through_model, through_trace, atol=1e-4)
+
+
+def test_layer_0_is_local_only_early_and_every_head_looks_far_late(induction):
+    """Section 7's 'near and far': on queries 1-15 layer 0 looks 1 to 5 tokens back (L0H1 about
+    1.2); on queries 16-31 every head of both layers looks a dozen or more tokens back."""
+    heldout = INDUCTION_TASK.eval_batch(256)
+    with torch.no_grad():
+        attention = model_attention(induction, heldout.tokens)  # [(256, h, 32, 32)] per layer
+    positions = torch.arange(heldout.tokens.shape[1])
+    distance = (positions[:, None] - positions[None, :]).clamp(min=0).float()
+    reach = [(pattern * distance).sum(-1).mean(dim=0) for pattern in attention]  # [(h, T)]
+    early = [r[:, 1:16].mean(-1) for r in reach]
+    late = [r[:, 16:].mean(-1) for r in reach]
+    assert 1.0 < early[0][1] < 1.5 and early[0].min() == early[0][1]
+    assert early[0].max() < 5.0
+    assert all(float(d.min()) > 11.5 for d in late)

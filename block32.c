@@ -1,0 +1,219 @@
+/* One decoding step of grouped-query attention as one fused pass over the KV cache.
+
+   For each group, the keys and values are read from memory once for up to MAX_ROWS query
+   heads, in blocks of BLOCK keys (a group with more query heads takes one pass per MAX_ROWS
+   of them; the later passes find the group's keys and values in the CPU's cache): the scores of the block, a softmax kept running across blocks (the
+   "online softmax" of FlashAttention: a running maximum and sum, and a rescale of the output
+   so far whenever the maximum grows), then the block's weighted sum of values. The keys are
+   split into one contiguous range per thread (OpenMP: with gcc and pip's torch on Linux this is
+   torch's own thread pool, the same libgomp; other pairings may start a second pool); each
+   thread returns its unnormalised partial result, and the partials are merged at the end (as
+   "flash decoding" does on GPUs).
+
+   Portable C: GCC/Clang vector extensions, so the compiler picks the CPU's vector width.
+   Built by course_utils/fused_decode.py; head width fixed at DK = 64.
+
+   q: (B, h, DK); K, V: (B, g, T, DK), contiguous float32; out: (B, h, DK). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DK 64           /* head width */
+#define BLOCK 32        /* keys per block */
+#define MAX_ROWS 4      /* query heads of a group handled together */
+
+#if defined(__AVX512F__)
+#define VW 16           /* floats per vector register */
+#elif defined(__AVX__)
+#define VW 8
+#else
+#define VW 4            /* SSE, NEON */
+#endif
+#define NV (DK / VW)    /* vectors per row of K, V or q */
+
+typedef float vec __attribute__((vector_size(VW * 4)));
+typedef int ivec __attribute__((vector_size(VW * 4)));
+typedef float vec8 __attribute__((vector_size(32)));
+typedef float vec4 __attribute__((vector_size(16)));
+
+static inline vec load(const float *p) { vec v; memcpy(&v, p, sizeof v); return v; }
+static inline void store(float *p, vec v) { memcpy(p, &v, sizeof v); }
+static inline vec splat(float x) { return (vec){0} + x; }
+
+static inline vec vmax(vec a, vec b) {
+    ivec a_bigger = a > b;
+    return (vec)((a_bigger & (ivec)a) | (~a_bigger & (ivec)b));
+}
+
+static inline float hsum(vec v) {
+#if VW == 16
+    vec8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+             __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif VW == 8
+    vec8 a = v;
+#endif
+#if VW >= 8
+    vec4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+#else
+    vec4 b = v;
+#endif
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+static inline float hmax(vec v) {
+    float m = v[0];
+    for (int i = 1; i < VW; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* exp(x) for x <= 0 (shifted scores): 2^n * p(f), relative error about 2e-7. A NaN stays NaN
+   (a select on x < -87, not a max), so a corrupted cache shows in the output as it does in
+   PyTorch's attention. */
+static inline vec vexp(vec x) {
+    ivec too_small = x < splat(-87.0f);
+    x = (vec)((too_small & (ivec)splat(-87.0f)) | (~too_small & (ivec)x));
+    vec t = x * 1.44269504088896341f;
+    vec n = (t + 12582912.0f) - 12582912.0f;   /* round to the nearest integer */
+    vec f = t - n;                               /* in [-0.5, 0.5] */
+    vec p = splat(1.535336188319500e-4f);
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    ivec bits = (__builtin_convertvector(n, ivec) + 127) << 23;   /* 2^n */
+    return p * (vec)bits;
+}
+
+/* `rows` query heads (a constant after inlining) against n_keys keys of one group.
+   Writes the unnormalised output acc = sum_t exp(s_t - max) v_t, the max and the sum. */
+static inline __attribute__((always_inline)) void attend_rows(
+        const float *q, const float *K, const float *V, long n_keys,
+        float *acc_out, float *max_out, float *sum_out, const int rows) {
+    vec qs[MAX_ROWS][NV], acc[MAX_ROWS][NV];
+    float run_max[MAX_ROWS], run_sum[MAX_ROWS];
+    float w[MAX_ROWS][BLOCK] __attribute__((aligned(64)));
+    for (int i = 0; i < rows; i++) {
+        run_max[i] = -INFINITY;
+        run_sum[i] = 0.0f;
+        for (int j = 0; j < NV; j++) {
+            qs[i][j] = load(q + i * DK + VW * j) * 0.125f;   /* 1 / sqrt(DK) */
+            acc[i][j] = splat(0.0f);
+        }
+    }
+    for (long t0 = 0; t0 < n_keys; t0 += BLOCK) {
+        const int n = n_keys - t0 < BLOCK ? (int)(n_keys - t0) : BLOCK;
+        const float *Kb = K + t0 * DK, *Vb = V + t0 * DK;
+        for (int t = 0; t < n; t++) {   /* scores; ask for this block's V meanwhile */
+            for (int j = 0; j < DK; j += 16) __builtin_prefetch(Vb + t * DK + j);
+            vec k[NV];
+            for (int j = 0; j < NV; j++) k[j] = load(Kb + t * DK + VW * j);
+            for (int i = 0; i < rows; i++) {
+                vec a = qs[i][0] * k[0];
+                for (int j = 1; j < NV; j++) a += qs[i][j] * k[j];
+                w[i][t] = hsum(a);
+            }
+        }
+        for (int i = 0; i < rows; i++) {   /* running softmax: rescale what came before */
+            for (int t = n; t < BLOCK; t++) w[i][t] = -INFINITY;
+            vec m = load(w[i]);
+            for (int j = VW; j < BLOCK; j += VW) m = vmax(m, load(w[i] + j));
+            const float block_max = hmax(m);
+            const float new_max = block_max > run_max[i] ? block_max : run_max[i];
+            const float rescale = run_max[i] == -INFINITY ? 0.0f : expf(run_max[i] - new_max);
+            vec s = splat(0.0f);
+            for (int j = 0; j < BLOCK; j += VW) {
+                vec p = vexp(load(w[i] + j) - new_max);
+                store(w[i] + j, p);
+                s += p;
+            }
+            run_max[i] = new_max;
+            run_sum[i] = run_sum[i] * rescale + hsum(s);
+            for (int j = 0; j < NV; j++) acc[i][j] *= rescale;
+        }
+        for (int t = 0; t < n; t++) {   /* weights @ V; ask for the next block's K meanwhile */
+            if (t0 + BLOCK + t < n_keys)
+                for (int j = 0; j < DK; j += 16) __builtin_prefetch(Kb + (BLOCK + t) * DK + j);
+            vec v[NV];
+            for (int j = 0; j < NV; j++) v[j] = load(Vb + t * DK + VW * j);
+            for (int i = 0; i < rows; i++)
+                for (int j = 0; j < NV; j++) acc[i][j] += w[i][t] * v[j];
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        for (int j = 0; j < NV; j++) store(acc_out + i * DK + VW * j, acc[i][j]);
+        max_out[i] = run_max[i];
+        sum_out[i] = run_sum[i];
+    }
+}
+
+#define ATTEND(R) \
+    static void attend##R(const float *q, const float *K, const float *V, long n, \
+                          float *acc, float *mx, float *sm) { attend_rows(q, K, V, n, acc, mx, sm, R); }
+ATTEND(1)
+ATTEND(2)
+ATTEND(3)
+ATTEND(4)
+
+typedef struct {   /* one thread's share: keys [t_begin, t_end) of every (batch, group) */
+    const float *q, *K, *V;
+    float *acc, *max, *sum;   /* (B*h, DK), (B*h), (B*h) */
+    long B, h, g, T, t_begin, t_end;
+} Share;
+
+static void *run_share(void *arg) {
+    const Share *s = arg;
+    const long r = s->h / s->g, n = s->t_end - s->t_begin;
+    for (long b = 0; b < s->B; b++)
+        for (long j = 0; j < s->g; j++) {
+            const long kv = ((b * s->g + j) * s->T + s->t_begin) * DK;
+            for (long i = 0; i < r; i += MAX_ROWS) {
+                const long row = b * s->h + j * r + i;
+                const float *q = s->q + row * DK;
+                float *acc = s->acc + row * DK, *mx = s->max + row, *sm = s->sum + row;
+                switch (r - i < MAX_ROWS ? r - i : MAX_ROWS) {
+                    case 1: attend1(q, s->K + kv, s->V + kv, n, acc, mx, sm); break;
+                    case 2: attend2(q, s->K + kv, s->V + kv, n, acc, mx, sm); break;
+                    case 3: attend3(q, s->K + kv, s->V + kv, n, acc, mx, sm); break;
+                    default: attend4(q, s->K + kv, s->V + kv, n, acc, mx, sm); break;
+                }
+            }
+        }
+    return NULL;
+}
+
+/* out = softmax(q K^T / sqrt(DK)) V for every query head; 0 on success, -1 if out of memory. */
+int fused_decode(const float *q, const float *K, const float *V, float *out,
+                 long B, long h, long g, long T, int threads) {
+    if (threads < 1) threads = 1;
+    long per = (T + threads - 1) / threads;
+    per = (per + BLOCK - 1) / BLOCK * BLOCK;   /* whole blocks per thread */
+    if ((long)threads > (T + per - 1) / per) threads = (int)((T + per - 1) / per);
+    const long rows = B * h;
+    Share *shares = calloc(threads, sizeof *shares);
+    float *parts = malloc(sizeof(float) * threads * rows * (DK + 2));
+    if (!shares || !parts) { free(shares); free(parts); return -1; }
+    for (int p = 0; p < threads; p++) {
+        float *base = parts + p * rows * (DK + 2);
+        shares[p] = (Share){q, K, V, base, base + rows * DK, base + rows * (DK + 1),
+                            B, h, g, T, p * per, (p + 1) * per < T ? (p + 1) * per : T};
+    }
+    /* With OpenMP this reuses the thread pool PyTorch already runs (same libgomp);
+       without it, the shares run one after another. */
+    #pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int p = 0; p < threads; p++) run_share(&shares[p]);
+    for (long row = 0; row < rows; row++) {   /* merge the partials */
+        float m = -INFINITY, total = 0.0f, o[DK] = {0};
+        for (int p = 0; p < threads; p++) m = shares[p].max[row] > m ? shares[p].max[row] : m;
+        for (int p = 0; p < threads; p++) {
+            if (shares[p].max[row] == -INFINITY) continue;   /* no keys in this share */
+            const float c = expf(shares[p].max[row] - m);
+            total += c * shares[p].sum[row];
+            for (int d = 0; d < DK; d++) o[d] += c * shares[p].acc[row * DK + d];
+        }
+        for (int d = 0; d < DK; d++) out[row * DK + d] = o[d] / total;
+    }
+    free(shares); free(parts);
+    return 0;
+}
