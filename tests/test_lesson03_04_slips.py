@@ -174,6 +174,37 @@ def test_forward_check_names_a_scale_applied_to_the_weights():
     assert "sum to 1/sqrt(d_k)" in feedback.message
 
 
+@pytest.mark.parametrize("divisor", [lambda dk: dk**1 / 2, lambda dk: 2, lambda dk: math.log2(dk)],
+                         ids=["dk**1/2", "typed-in 2", "log2(dk)"])
+def test_forward_check_turns_back_divisors_that_equal_sqrt_dk_only_when_dk_is_4(divisor):
+    learner = _learner(transpose_k=lambda k: k.transpose(-2, -1), divisor=divisor)
+    feedback = lesson04.check_mha_forward(learner)
+    assert not feedback.passed, feedback
+
+
+@pytest.mark.parametrize("where", ["v", "heads"])
+def test_forward_check_names_a_scale_on_v_or_on_the_heads_as_after_the_softmax(where):
+    def late(x, w_in, b_in, w_out, b_out, num_heads):
+        B, T, d = x.shape
+        dk = d // num_heads
+        q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (x @ w_in.T + b_in).chunk(3, -1))
+        if where == "v":
+            v = v / math.sqrt(dk)
+        heads = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+        if where == "heads":
+            heads = heads / math.sqrt(dk)
+        return heads.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+    feedback = lesson04.check_mha_forward(late)
+    assert feedback.mistake == "scaled_after_softmax" and "V or the heads' outputs" in feedback.message
+
+
+def test_forward_check_names_scores_multiplied_by_sqrt_dk():
+    feedback = lesson04.check_mha_forward(
+        _learner(transpose_k=lambda k: k.transpose(-2, -1), divisor=lambda dk: 1 / math.sqrt(dk)))
+    assert feedback.mistake == "scores_multiplied_by_sqrt_dk", feedback
+
+
 def test_forward_check_accepts_mT_and_the_qkv_view_of_nanogpt():
     assert lesson04.check_mha_forward(_learner(transpose_k=lambda k: k.mT)).passed
 

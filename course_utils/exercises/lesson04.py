@@ -390,7 +390,7 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
 
     q, k, v = heads(q), heads(k), heads(v)
     divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d), "d_k": dk,
-               "after_softmax": 1.0}[scale]
+               "after_softmax": 1.0, "times_sqrt": 1 / math.sqrt(dk)}[scale]
     scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
     if causal:  # a mask the exercise never asked for
         scores = scores.masked_fill(~causal_mask(T), float("-inf"))
@@ -447,7 +447,9 @@ def _forward_not_merged(x, w_in, b_in, w_out, b_out, num_heads):
 
 def _forward_cases() -> list[Case]:
     cases = []
-    for seed, (B, T, d, h) in enumerate([(2, 5, 8, 2), (1, 4, 12, 3)]):
+    # d_k = 4 in the first two cases, where sqrt(d_k) = d_k / 2 = log2(d_k) = 2: the third
+    # (d_k = 9) tells a typed-in 2, dk**1/2 (= dk / 2) or log2 apart from sqrt(d_k)
+    for seed, (B, T, d, h) in enumerate([(2, 5, 8, 2), (1, 4, 12, 3), (1, 3, 18, 2)]):
         s = 200 + 10 * seed
         args = (_randn(B, T, d, seed=s), _randn(3 * d, d, seed=s + 1) / math.sqrt(d),
                 _randn(3 * d, seed=s + 2), _randn(d, d, seed=s + 3) / math.sqrt(d),
@@ -559,16 +561,23 @@ MHA_FORWARD = _ForwardExercise(
                 "dk = d // num_heads; divide by math.sqrt(dk).",
                 _variant(scale="d_model")),
         Mistake("scaled_by_d_k",
-                "you divided the scores by d_k; the scale is 1/sqrt(d_k), which keeps the scores' "
-                "spread about the same whatever the width of a head.",
+                "you divided the scores by d_k (or by sqrt(d_k) twice, e.g. q and the scores, which is "
+                "the same); the scale is 1/sqrt(d_k), which keeps the scores' spread about the same "
+                "whatever the width of a head.",
                 "divide by math.sqrt(dk), not dk.",
                 _variant(scale="d_k")),
         Mistake("scaled_after_softmax",
-                "you divided by sqrt(d_k) after the softmax: the weights then sum to 1/sqrt(d_k), not 1, "
-                "and the softmax saw unscaled scores, so it was too sharp as well.",
+                "you divided by sqrt(d_k) after the softmax (the weights, V or the heads' outputs: all "
+                "three give the same numbers): the weights in effect sum to 1/sqrt(d_k), not 1, and the "
+                "softmax saw unscaled scores, so it was too sharp as well.",
                 "scale the scores first, then take the softmax: "
                 "torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1).",
                 _variant(scale="after_softmax")),
+        Mistake("scores_multiplied_by_sqrt_dk",
+                "you multiplied the scores by sqrt(d_k) instead of dividing: the softmax is then sharper, "
+                "not flatter, than it should be.",
+                "scores = q @ k.transpose(-2, -1) / math.sqrt(dk)",
+                _variant(scale="times_sqrt")),
         Mistake("softmax_over_heads",
                 "your softmax normalised over dim=1, which is the HEAD axis of (B, h, T, T): each "
                 "query's weights must sum to 1 over the keys, the last axis.",
