@@ -6,6 +6,7 @@ show that the check names the slip rather than matching one exact piece of code.
 """
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -271,3 +272,60 @@ def test_decode_step_names_a_hand_written_causal_mask():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), k, v
     feedback = lesson07.check_decode_step(tril_mask)
     assert feedback.mistake == "is_causal_in_decode" and "tril" in feedback.message
+
+
+# -- 7.5 merge_halves, written the ways a learner would ----------------------------------------
+
+
+def _merge_with_softmax(out_a, lse_a, out_b, lse_b):
+    weights = torch.softmax(torch.stack([lse_a, lse_b], dim=-1), dim=-1)  # (B, h, 2): stable
+    return weights[..., :1] * out_a + weights[..., 1:] * out_b
+
+
+def _merge_by_hand(out_a, lse_a, out_b, lse_b):
+    top = torch.maximum(lse_a, lse_b)
+    wa, wb = torch.exp(lse_a - top), torch.exp(lse_b - top)
+    return ((wa / (wa + wb)).unsqueeze(-1) * out_a + (wb / (wa + wb)).unsqueeze(-1) * out_b)
+
+
+@pytest.mark.parametrize("fn", [_merge_with_softmax, _merge_by_hand])
+def test_merge_halves_accepts_the_stable_ways_to_write_it(fn):
+    assert lesson07.check_merge_halves(fn).passed
+
+
+def _naive_shares(out_a, lse_a, out_b, lse_b):
+    ea, eb = lse_a.exp(), lse_b.exp()
+    return (ea / (ea + eb))[..., None] * out_a + (eb / (ea + eb))[..., None] * out_b
+
+
+@pytest.mark.parametrize("fn,key", [
+    (lambda oa, la, ob, lb: 0.5 * (oa + ob), "averaged"),
+    (_naive_shares, "exp_overflow"),
+    (lambda oa, la, ob, lb: _merge_with_softmax(oa, lb, ob, la), "weights_swapped"),
+    (lambda oa, la, ob, lb: (la / (la + lb))[..., None] * oa + (lb / (la + lb))[..., None] * ob,
+     "lse_used_as_sum"),
+    (lambda oa, la, ob, lb: torch.where((la > lb).unsqueeze(-1), oa, ob), "kept_one_half"),
+    (lambda oa, la, ob, lb: oa + ob, "summed"),
+    (lambda oa, la, ob, lb: ((la - torch.logaddexp(la, lb)).unsqueeze(-1) * oa
+                             + (lb - torch.logaddexp(la, lb)).unsqueeze(-1) * ob), "log_shares"),
+])
+def test_merge_halves_names_each_slip(fn, key):
+    assert lesson07.check_merge_halves(fn).mistake == key
+
+
+def test_merge_halves_names_any_overflow_by_the_large_case():
+    def log_of_exp_sum(out_a, lse_a, out_b, lse_b):
+        lse = torch.log(torch.exp(lse_a) + torch.exp(lse_b))  # inf for scores near 1000
+        return torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[..., None] * out_b
+
+    assert lesson07.check_merge_halves(log_of_exp_sum).mistake == "exp_overflow"
+
+
+def test_merge_halves_names_weights_without_a_last_axis_and_hides_the_traceback():
+    def flat_weights(out_a, lse_a, out_b, lse_b):
+        lse = torch.logsumexp(torch.stack([lse_a, lse_b]), dim=0)
+        return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b  # (B, h) * (B, h, dk)
+
+    feedback = lesson07.check_merge_halves(flat_weights)
+    assert feedback.mistake == "weights_not_unsqueezed" and "[..., None]" in feedback.hint
+    assert "RuntimeError" not in feedback.message

@@ -4,6 +4,7 @@
   ``i // (h // g)``), the copy that the no-copy function avoids.
 * :data:`CACHE_BYTES`: the size of a KV cache from a model's shape.
 * :data:`DECODE_STEP`: one decoding step with a grouped KV cache.
+* :data:`MERGE_HALVES`: one query's attention over two key ranges, merged (flash decoding).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "REPEAT_KV", "check_repeat_kv",
     "CACHE_BYTES", "check_cache_bytes",
     "DECODE_STEP", "check_decode_step",
+    "MERGE_HALVES", "check_merge_halves",
 ]
 
 
@@ -487,3 +489,147 @@ DECODE_STEP = _DecodeExercise(
 )
 check_decode_step = DECODE_STEP.check
 
+
+
+# -- 7.5 merging the attention of two key ranges ----------------------------------------------
+
+def _merge_halves(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> Tensor:
+    """Attention over all keys from its two halves: ``out_*`` ``(B, h, dk)``, ``lse_*`` ``(B, h)``
+    (the log of each half's sum of exp(scores))."""
+    lse = torch.logaddexp(lse_a, lse_b)  # (B, h): log of the whole sum
+    return torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[..., None] * out_b
+
+
+def _merge_averaged(out_a, lse_a, out_b, lse_b):
+    return (out_a + out_b) / 2
+
+
+def _merge_not_normalised(out_a, lse_a, out_b, lse_b):
+    return torch.exp(lse_a)[..., None] * out_a + torch.exp(lse_b)[..., None] * out_b
+
+
+def _merge_max_not_logsumexp(out_a, lse_a, out_b, lse_b):
+    top = torch.maximum(lse_a, lse_b)
+    return torch.exp(lse_a - top)[..., None] * out_a + torch.exp(lse_b - top)[..., None] * out_b
+
+
+def _merge_exp_overflow(out_a, lse_a, out_b, lse_b):
+    total = torch.exp(lse_a) + torch.exp(lse_b)
+    return (torch.exp(lse_a) / total)[..., None] * out_a + (torch.exp(lse_b) / total)[..., None] * out_b
+
+
+def _merge_lse_as_sum(out_a, lse_a, out_b, lse_b):
+    total = lse_a + lse_b
+    return (lse_a / total)[..., None] * out_a + (lse_b / total)[..., None] * out_b
+
+
+def _merge_swapped(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_b - lse)[..., None] * out_a + torch.exp(lse_a - lse)[..., None] * out_b
+
+
+def _merge_summed(out_a, lse_a, out_b, lse_b):
+    return out_a + out_b
+
+
+def _merge_log_shares(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return (lse_a - lse)[..., None] * out_a + (lse_b - lse)[..., None] * out_b
+
+
+def _merge_kept_one_half(out_a, lse_a, out_b, lse_b):
+    return torch.where((lse_a >= lse_b)[..., None], out_a, out_b)
+
+
+def _merge_not_unsqueezed(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b  # (B, h) * (B, h, dk)
+
+
+def _merge_cases() -> list[Case]:
+    """Attention of one query per head over T keys, split after ``cut`` keys; the last case
+    has scores near a thousand, where exp(lse) overflows even float64 (past about 709)."""
+    cases = []
+    for i, (B, h, dk, T, cut, spread) in enumerate([(2, 3, 4, 9, 2, 1.0), (1, 2, 5, 6, 3, 2.0),
+                                                   (2, 3, 4, 7, 4, 600.0)]):
+        s = 760 + 10 * i
+        q, v = _randn(B, h, dk, seed=s), _randn(B, h, T, dk, seed=s + 2)
+        k = spread * _randn(B, h, T, dk, seed=s + 1)
+        scores = torch.einsum("bhd,bhtd->bht", q, k) / dk**0.5  # (B, h, T)
+        halves = []
+        for keys in (slice(0, cut), slice(cut, T)):
+            part = scores[..., keys]  # (B, h, T_half)
+            out = torch.einsum("bht,bhtd->bhd", torch.softmax(part, dim=-1), v[:, :, keys])  # (B, h, dk)
+            halves += [out, torch.logsumexp(part, dim=-1)]  # (B, h, dk), (B, h)
+        label = f"B={B}, h={h}, dk={dk}, keys split {cut} + {T - cut}"
+        cases.append(Case(tuple(halves), label=label + (", scores near 1000" if spread > 10 else "")))
+    return cases
+
+
+class _MergeExercise(_DiagnosesRaisingAnswers):
+    """Exercise 7.5: a weight of shape (B, h) times an output of shape (B, h, dk) raises; and
+    any formula right on the small cases but wrong on the last (scores near 1000) overflowed,
+    however it was written (exp(lse) / total gives NaN, log(exp + exp) gives zeros)."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        right = [self._close(g, e) for g, e in zip(outputs, expected, strict=True)]
+        if all(right[:-1]) and not right[-1]:
+            return self._mistake_feedback("exp_overflow")
+        return None
+
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        if isinstance(error, RuntimeError) and "must match the size of tensor" in str(error):
+            return "weights_not_unsqueezed"
+        return None
+
+
+MERGE_HALVES = _MergeExercise(
+    title="Exercise 7.5: merge the attention of two key ranges",
+    reference=_merge_halves,
+    make_cases=_merge_cases,
+    mistakes=[
+        Mistake("averaged", "you averaged the two outputs: each half must count in proportion to "
+                "its share of the softmax's total, exp(lse_a) against exp(lse_b), not half each.",
+                "weight out_a by exp(lse_a - lse) and out_b by exp(lse_b - lse), with "
+                "lse = torch.logaddexp(lse_a, lse_b).", _merge_averaged),
+        Mistake("not_normalised", "you weighted each output by exp(lse) but never divided by the "
+                "total: the weights must add up to 1.",
+                "divide by exp(lse_a) + exp(lse_b), or, safer, use exp(lse_a - lse) with "
+                "lse = torch.logaddexp(lse_a, lse_b).", _merge_not_normalised),
+        Mistake("max_not_logsumexp", "you shifted by the larger lse but did not normalise: the two "
+                "weights exp(lse_a - max) and exp(lse_b - max) add up to more than 1.",
+                "shift by the log of the whole sum, lse = torch.logaddexp(lse_a, lse_b), not by the "
+                "max; then the weights add up to 1.", _merge_max_not_logsumexp),
+        Mistake("exp_overflow", "right on the small cases, but your weights overflow when the scores "
+                "are near 1000: exp(lse) is inf (even in float64, past about 709), and inf / inf is NaN.",
+                "never take exp of lse itself: the weight of a half is exp(lse_a - lse), with "
+                "lse = torch.logaddexp(lse_a, lse_b), whose exponent is never positive.",
+                _merge_exp_overflow),
+        Mistake("lse_used_as_sum", "you used lse_a and lse_b as if they were the sums themselves: "
+                "they are the *logs* of the sums of exp(scores).",
+                "a half's share is exp(lse_a) / (exp(lse_a) + exp(lse_b)) = exp(lse_a - lse), with "
+                "lse = torch.logaddexp(lse_a, lse_b).", _merge_lse_as_sum),
+        Mistake("weights_swapped", "the weights are right but swapped: out_a got the weight of "
+                "half b and out_b that of half a.",
+                "out_a goes with lse_a, out_b with lse_b.", _merge_swapped),
+        Mistake("summed", "you added the two outputs: each is already an average over its own keys, "
+                "so their plain sum counts the values twice over.",
+                "blend them with weights that add up to 1: exp(lse_a - lse) and exp(lse_b - lse).",
+                _merge_summed),
+        Mistake("log_shares", "your weights are lse_a - lse and lse_b - lse: those are the *logs* of "
+                "the two shares (negative numbers); the shares themselves are their exp.",
+                "weight out_a by torch.exp(lse_a - lse), and out_b likewise.", _merge_log_shares),
+        Mistake("kept_one_half", "you kept the output of the half with the larger lse and dropped "
+                "the other: the other half's keys still hold part of the weight.",
+                "blend both: exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b.",
+                _merge_kept_one_half),
+        Mistake("weights_not_unsqueezed", "multiplying raised: the weights are (B, h) and the "
+                "outputs (B, h, dk), and PyTorch lines up the *last* axes, h against dk.",
+                "give the weights a last axis of size 1: w[..., None] (or w.unsqueeze(-1)).",
+                _merge_not_unsqueezed),
+    ],
+    hint="lse = torch.logaddexp(lse_a, lse_b) is the log of the whole softmax sum; each half's "
+         "weight is exp(lse_half - lse), shape (B, h), unsqueezed to (B, h, 1).",
+)
+check_merge_halves = MERGE_HALVES.check
