@@ -34,6 +34,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .gqa import _check_gqa_inputs
+
 __all__ = ["HEAD_WIDTH", "fused_decode_attention", "fused_decode_build", "fused_decode_status"]
 
 HEAD_WIDTH = 64  # the kernel's head width (DK in fused_decode.c)
@@ -156,31 +158,20 @@ def fused_decode_build() -> str:
 
 
 def _check_inputs(q: object, k: object, v: object) -> None:
+    """The shape rules of grouped_query_attention, then what this kernel alone requires."""
+    _check_gqa_inputs(q, k, v, None)  # tensors, 4-D, k and v alike, same B and dk, g divides h
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype != torch.float32:
             raise TypeError(f"{name} must be float32 (the kernel's only dtype), got {t.dtype}")
         if t.device.type != "cpu":
             raise ValueError(f"{name} must be on the CPU (the kernel is C), got device {t.device}")
-        if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D, got shape {tuple(t.shape)}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape (B, g, T, dk), got k {tuple(k.shape)} "
-                         f"and v {tuple(v.shape)}")
-    (B, h, Tq, dk), (Bk, g, T, dk_k) = q.shape, k.shape
-    if Tq != 1:
+    if q.shape[2] != 1:
         raise ValueError(f"q must hold one new token per sequence (B, h, 1, dk) for a decoding "
-                         f"step, got Tq = {Tq} in shape {tuple(q.shape)}")
-    if dk != HEAD_WIDTH or dk_k != HEAD_WIDTH:
-        raise ValueError(f"the kernel is built for head width {HEAD_WIDTH}, got q's {dk} and k's "
-                         f"{dk_k}; grouped_query_attention handles any width")
-    if Bk != B:
-        raise ValueError(f"q and k must have the same batch size, got {B} and {Bk}")
-    if g == 0 or h % g != 0:
-        raise ValueError(f"the number of query heads ({h}) must be a multiple of the number of "
-                         f"key/value heads ({g})")
-    if T == 0:
+                         f"step, got Tq = {q.shape[2]} in shape {tuple(q.shape)}")
+    if q.shape[3] != HEAD_WIDTH:
+        raise ValueError(f"the kernel is built for head width {HEAD_WIDTH}, got {q.shape[3]}; "
+                         "grouped_query_attention handles any width")
+    if k.shape[2] == 0:
         raise ValueError("k and v hold no cached tokens (T = 0): there is nothing to attend to")
 
 
