@@ -11,7 +11,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
+import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterable
@@ -19,6 +22,8 @@ from multiprocessing.connection import Connection, wait
 from typing import TypeVar
 
 import torch
+
+from .validation import check_callable, check_positive_number
 
 __all__ = ["parallel_map", "default_workers"]
 
@@ -44,19 +49,82 @@ def default_workers(num_jobs: int) -> int:
     return max(1, min(MAX_WORKERS, num_jobs if num_jobs <= 2 * cores else cores))
 
 
+def _exit_error(index: int, code: str) -> RuntimeError:
+    """The one error for ``fn`` calling ``sys.exit`` (in a worker or in the plain loop);
+    ``code`` is ``repr`` of the exit code."""
+    return RuntimeError(f"parallel_map: fn(items[{index}]) called sys.exit({code}) (SystemExit); "
+                        "a job must return its result or raise an exception, not end the process")
+
+
 def _run_in_child(fn: Callable[[T], R], item: T, conn: Connection) -> None:
     torch.set_num_threads(1)
     try:
         # plain pickle: tensors travel as bytes (multiprocessing's own pickler would share
         # them through file descriptors that vanish when this process exits)
         message = pickle.dumps(("ok", fn(item)))
+    except SystemExit as exc:
+        message = pickle.dumps(("exit", repr(exc.code)))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises
         message = pickle.dumps(("error", traceback.format_exc()))
     conn.send_bytes(message)
     conn.close()
 
 
-def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | None = None) -> list[R]:
+def _check_arguments(fn: object, items: object, workers: object, timeout: object) -> list:
+    check_callable(fn, "fn", "a function of one item")
+    try:
+        iter(items)
+    except TypeError:
+        raise TypeError(f"items must be an iterable of jobs (a list, a range...), got "
+                        f"{type(items).__name__} {items!r}") from None
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if timeout is not None:
+        check_positive_number(timeout, "timeout")
+    return list(items)
+
+
+def _plain_loop(fn: Callable[[T], R], items: list, timeout: float | None) -> list[R]:
+    """``[fn(x) for x in items]`` in this process; ``sys.exit`` in ``fn`` becomes the workers' error.
+    A ``timeout`` here (no fork) is enforced with a SIGALRM timer."""
+    results = []
+    for index, item in enumerate(items):
+        try:
+            if timeout is None:
+                results.append(fn(item))
+            else:
+                with _alarm(timeout, index):
+                    results.append(fn(item))
+        except SystemExit as exc:
+            raise _exit_error(index, repr(exc.code)) from None
+    return results
+
+
+class _alarm:  # noqa: N801 - used as a context manager
+    """Raise TimeoutError in this (main) thread after ``seconds`` (SIGALRM; Unix, main thread)."""
+
+    def __init__(self, seconds: float, index: int) -> None:
+        self.seconds, self.index = seconds, index
+
+    def _ring(self, signum, frame):
+        raise TimeoutError(_timeout_message(self.index, self.seconds))
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGALRM, self._ring)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+def _timeout_message(index: int, seconds: float) -> str:
+    return (f"parallel_map: fn(items[{index}]) did not return within timeout={seconds:g} s; "
+            "its worker was stopped (raise timeout, or pass timeout=None to wait as long as it takes)")
+
+
+def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | None = None,
+                 timeout: float | None = None) -> list[R]:
     """``[fn(x) for x in items]``, computed in up to ``workers`` forked processes at once.
 
     For independent jobs that seed themselves, such as training runs: each result is the one
@@ -65,14 +133,34 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     ``fork`` (macOS, Windows) runs the plain loop in this process. ``fn`` may be any callable,
     a lambda or a notebook function included (it is not pickled); its result must pickle.
     Side effects of ``fn`` (appending to a list, printing) stay in the worker: return what you need.
+
+    Errors: an exception in a worker, a result that cannot be pickled or unpickled, or a
+    worker that dies raise ``RuntimeError`` naming the item (``fn(items[i])``) with the
+    worker's traceback; in the plain loop ``fn``'s own exception propagates unchanged.
+    ``fn`` calling ``sys.exit`` is the same ``RuntimeError`` in both (never ``SystemExit``).
+
+    ``timeout``: seconds one call of ``fn`` may take (``None``, the default: no limit, as
+    before). A call still running after ``timeout`` seconds is stopped (its worker is
+    terminated, the other workers too) and ``TimeoutError`` names the item. With a timeout
+    the jobs always run in forked workers (``workers=1``: one at a time), so that a job that
+    never returns can be stopped; without ``fork`` a SIGALRM timer interrupts the plain
+    loop (main thread of a Unix process only). Without a timeout, stop a hung call with
+    Ctrl-C (in Jupyter: the kernel's stop button, Kernel > Interrupt): the workers are
+    terminated before the ``KeyboardInterrupt`` reaches you.
     """
-    items = list(items)
+    items = _check_arguments(fn, items, workers, timeout)
     if workers is None:
         workers = default_workers(len(items))
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
-    if workers == 1 or len(items) <= 1 or not _fork_available():
-        return [fn(item) for item in items]
+    if not items:
+        return []
+    if not _fork_available():
+        if timeout is not None and (not hasattr(signal, "setitimer")
+                                    or threading.current_thread() is not threading.main_thread()):
+            raise ValueError("timeout needs forked workers (Linux) or a SIGALRM timer (Unix, main "
+                             "thread); neither is available here: pass timeout=None")
+        return _plain_loop(fn, items, timeout)
+    if timeout is None and (workers == 1 or len(items) <= 1):
+        return _plain_loop(fn, items, None)
 
     # The first torch optimizer a process builds imports torch's compiler stack (torch._dynamo,
     # 1.5-2 s). Imported here, once, every worker inherits it instead of importing it again.
@@ -81,7 +169,7 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     context = multiprocessing.get_context("fork")
     results: list = [None] * len(items)
     waiting = list(enumerate(items))
-    running: dict[Connection, tuple[int, multiprocessing.Process]] = {}
+    running: dict[Connection, tuple[int, multiprocessing.Process, float]] = {}
     try:
         with warnings.catch_warnings():
             # Python 3.12+ warns when a process with threads (a Jupyter kernel) forks; the worker
@@ -95,23 +183,48 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
                     process = context.Process(target=_run_in_child, args=(fn, item, send), daemon=True)
                     process.start()
                     send.close()
-                    running[receive] = (index, process)
-                for conn in wait(list(running)):
-                    index, process = running.pop(conn)
-                    try:
-                        status, value = pickle.loads(conn.recv_bytes())
-                    except EOFError:
-                        process.join()
-                        status, value = "error", f"the worker exited with code {process.exitcode}"
-                    conn.close()
-                    process.join()
-                    if status != "ok":
-                        raise RuntimeError(f"parallel_map: fn(items[{index}]) failed in a worker "
-                                           f"process:\n{value}")
-                    results[index] = value
+                    running[receive] = (index, process, time.monotonic())
+                wait_for = None
+                if timeout is not None:
+                    first_deadline = min(started for _, _, started in running.values()) + timeout
+                    wait_for = max(0.0, first_deadline - time.monotonic())
+                ready = wait(list(running), timeout=wait_for)
+                if not ready:  # the oldest job ran out of time
+                    index = min(running.values(), key=lambda job: job[2])[0]
+                    raise TimeoutError(_timeout_message(index, timeout))
+                for conn in ready:
+                    index, process, _ = running.pop(conn)
+                    results[index] = _receive(conn, process, index)
     finally:
-        for conn, (_, process) in running.items():
+        for conn, (_, process, _) in running.items():
             process.terminate()
             process.join()
             conn.close()
     return results
+
+
+def _receive(conn: Connection, process: multiprocessing.Process, index: int) -> object:
+    """The result a worker sent for ``items[index]``, or the error that names what went wrong."""
+    try:
+        payload = conn.recv_bytes()
+    except EOFError:
+        payload = None
+    finally:
+        conn.close()
+        process.join()
+    if payload is None:
+        status, value = "error", f"the worker exited with code {process.exitcode} without a result"
+    else:
+        try:
+            status, value = pickle.loads(payload)
+        except Exception as exc:  # noqa: BLE001 - a result that pickles but does not unpickle
+            raise RuntimeError(
+                f"parallel_map: the result of fn(items[{index}]) was sent back but could not be "
+                f"unpickled here ({type(exc).__name__}: {exc}); return plain data (numbers, lists, "
+                "dicts, tensors) instead"
+            ) from exc
+    if status == "exit":
+        raise _exit_error(index, value)
+    if status != "ok":
+        raise RuntimeError(f"parallel_map: fn(items[{index}]) failed in a worker process:\n{value}")
+    return value

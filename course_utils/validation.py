@@ -23,6 +23,10 @@ __all__ = [
     "check_head_dims",
     "check_dropout",
     "check_flag",
+    "check_int",
+    "check_positive_number",
+    "check_callable",
+    "check_generator",
     "check_tensor",
     "check_same_dtype_and_device",
     "check_matches_module",
@@ -68,6 +72,38 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
+
+
+def check_int(value: object, name: str, *, minimum: int | None = None) -> int:
+    """An ``int`` (not a bool, float or str), at least ``minimum`` when given; returned as an int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        wanted = {1: "a positive int", 0: "an int >= 0"}.get(minimum, f"an int >= {minimum}")
+        raise ValueError(f"{name} must be {wanted}, got {value}")
+    return int(value)
+
+
+def check_positive_number(value: object, name: str) -> float:
+    """A real number > 0 (not a bool or str; NaN refused, infinity allowed); returned as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number > 0, got {type(value).__name__} {value!r}")
+    if math.isnan(value) or value <= 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def check_callable(value: object, name: str, what: str = "a function") -> None:
+    """``value`` can be called (``what`` describes the expected signature for the message)."""
+    if not callable(value):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+
+
+def check_generator(value: object, name: str = "generator") -> None:
+    """``None`` or a ``torch.Generator`` (a seed is not one: ``torch.Generator().manual_seed(0)``)."""
+    if value is not None and not isinstance(value, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__} "
+                        f"{value!r}; make one with torch.Generator().manual_seed(seed)")
 
 
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,

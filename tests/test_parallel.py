@@ -64,3 +64,101 @@ def test_compare_heads_in_parallel_equals_one_after_another():
         assert (a.num_heads, a.seed, a.accuracy) == (b.num_heads, b.seed, b.accuracy)
         assert a.recorded == b.recorded == {0: (a.num_heads, a.seed, 0), 30: (a.num_heads, a.seed, 30)}
         assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True))
+
+
+# -- bad inputs and jobs that misbehave -------------------------------------------------------
+def _exits(x):
+    import sys
+
+    sys.exit(3)
+
+
+def _exits_on_two(x):
+    if x == 2:
+        raise SystemExit(3)
+    return x
+
+
+class _Unpicklable:
+    """Pickles fine, fails to unpickle (as an object whose __reduce__ lies does)."""
+
+    def __reduce__(self):
+        return (int, ("not a number",))
+
+
+def _sleeps_on_two(x):
+    import time
+
+    if x == 2:
+        time.sleep(120)  # a job that never returns, as far as the caller can tell
+    return x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sys_exit_in_fn_is_one_runtime_error_naming_the_item(workers):
+    if workers == 2 and not FORK:
+        pytest.skip("needs fork (Linux) and two cores")
+    with pytest.raises(RuntimeError, match=r"fn\(items\[0\]\) called sys.exit\(3\)") as info:
+        parallel_map(_exits, [1, 2], workers=workers)
+    assert not isinstance(info.value, SystemExit)
+    with pytest.raises(RuntimeError, match=r"fn\(items\[1\]\) called sys.exit\(3\)"):
+        parallel_map(_exits_on_two, [1, 2, 3], workers=workers)
+
+
+@pytest.mark.skipif(not FORK, reason="needs fork (Linux) and two cores")
+def test_a_result_that_does_not_unpickle_is_named():
+    with pytest.raises(RuntimeError, match=r"result of fn\(items\[0\]\) .* could not be unpickled"
+                                           r"(?s:.*)ValueError"):
+        parallel_map(lambda x: _Unpicklable(), [1, 2], workers=2)
+
+
+@pytest.mark.skipif(not FORK, reason="needs fork (Linux)")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_job_that_never_returns_is_stopped_by_the_timeout(workers):
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"fn\(items\[1\]\) did not return within timeout=1 s"):
+        parallel_map(_sleeps_on_two, [1, 2, 3], workers=workers, timeout=1)
+    assert time.monotonic() - start < 30  # not the job's 120 s
+
+
+def test_without_a_timeout_a_slow_job_is_waited_for():
+    import time
+
+    def slow(x):
+        time.sleep(0.3)
+        return x
+
+    assert parallel_map(slow, [1, 2], workers=2) == [1, 2]  # default timeout=None: no limit
+    assert parallel_map(slow, [1, 2], workers=2, timeout=60) == [1, 2]  # within the limit
+    assert parallel_map(slow, [1], workers=1, timeout=60) == [1]
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"fn": None}, TypeError, ["fn", "function", "NoneType"]),
+    ({"items": 5}, TypeError, ["items", "iterable", "int 5"]),
+    ({"timeout": 0}, ValueError, ["timeout", "> 0", "0"]),
+    ({"timeout": "1"}, TypeError, ["timeout", "number", "str"]),
+    ({"timeout": float("nan")}, ValueError, ["timeout", "nan"]),
+])
+def test_bad_arguments_are_named(kwargs, error, words):
+    call = {"fn": _noisy_sum, "items": [1, 2], "workers": 2, **kwargs}
+    with pytest.raises(error) as info:
+        parallel_map(call.pop("fn"), call.pop("items"), **call)
+    assert all(word in str(info.value) for word in words), str(info.value)
+
+
+def test_without_fork_the_timeout_interrupts_the_plain_loop(monkeypatch):
+    import time
+
+    from course_utils import parallel
+
+    monkeypatch.setattr(parallel, "_fork_available", lambda: False)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"fn\(items\[1\]\)"):
+        parallel_map(_sleeps_on_two, [1, 2, 3], workers=2, timeout=0.5)
+    assert time.monotonic() - start < 30
+    assert parallel_map(_sleeps_on_two, [1, 3], workers=2, timeout=5) == [1, 3]
+    with pytest.raises(RuntimeError, match=r"fn\(items\[0\]\) called sys.exit\(3\)"):
+        parallel_map(_exits, [1, 2], workers=2)
