@@ -11,6 +11,14 @@ the scores are ``q @ k^T`` with ``k`` ``(B, g, Tk, dk)``: each K/V head is read 
 never repeated ``h/g`` times.
 
 Shapes: B batch, h query heads, g key/value heads, Tq/Tk query/key lengths, dk head width.
+
+Inputs are checked as in :mod:`course_utils.attention` (floating point, one dtype, one
+device, a real bool for ``is_causal``), but NaN or infinity is not refused (checking would
+cost a pass over the data), and it spreads: a NaN in ``q`` makes that query's weights and
+output NaN in its own head only (zeros if all its keys are blocked); a NaN in a key makes
+the weights and output NaN for every query, of every head in that key's group, that may
+attend to that key; a NaN in a value reaches the output of every query of every head in
+its group, masked or not (a blocked key gets weight 0, and 0 x NaN is NaN).
 """
 
 from __future__ import annotations
@@ -22,7 +30,19 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .validation import check_mha_inputs, combine_masks, describe_shape
+from .env import check_seed
+from .validation import (
+    check_dropout,
+    check_flag,
+    check_generator,
+    check_int,
+    check_keys_not_empty,
+    check_mha_inputs,
+    check_same_dtype_and_device,
+    check_tensor,
+    combine_masks,
+    describe_shape,
+)
 
 __all__ = [
     "grouped_query_attention",
@@ -73,18 +93,15 @@ PUBLISHED_CONFIGS = (
 
 
 def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
+    check_int(value, name, minimum=1)
 
 
 def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
+    """The shape rules (shared with :mod:`course_utils.fused_decode`): floating-point 4-D
+    tensors, k and v alike, the same B and dk > 0, g dividing h; a mask that fits and sits
+    on q's device. Dtypes and devices of q, k, v: :func:`_check_gqa_call`."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (B, heads, T, dk), got shape {describe_shape(t)}")
+        check_tensor(t, name, ndim=4, layout="(B, heads, T, dk)")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape (B, g, Tk, dk), got k {describe_shape(k)}, "
                          f"v {describe_shape(v)}")
@@ -94,6 +111,9 @@ def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k need the same head width dk, got q {describe_shape(q)}, "
                          f"k {describe_shape(k)}")
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k have head width dk = 0 (q {describe_shape(q)}): attention needs "
+                         "dk >= 1 (the scores are divided by sqrt(dk))")
     h, g = q.shape[1], k.shape[1]
     if g == 0 or h % g != 0:
         raise ValueError(f"the {g} key/value heads of k must divide the {h} query heads of q "
@@ -110,6 +130,18 @@ def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
         if not ok:
             raise ValueError(f"mask must be (Tq, Tk) = {(Tq, Tk)}, (h|1, Tq, Tk) or "
                              f"(B|1, h|1, Tq, Tk) with B={q.shape[0]}, h={h}; got {describe_shape(mask)}")
+        if mask.device != q.device:
+            raise ValueError(f"mask is on device {mask.device} but the attention inputs are on "
+                             f"{q.device}: move it with mask.to({str(q.device)!r})")
+
+
+def _check_gqa_call(q: Tensor, k: Tensor, v: Tensor, is_causal: object) -> None:
+    """What :func:`grouped_query_attention` needs beyond the shapes: one dtype and one device
+    (a meta tensor holds no numbers: mixed with real ones it would give uninitialised memory),
+    a key for every query, a real bool."""
+    check_same_dtype_and_device({"q": q, "k": k, "v": v})
+    check_keys_not_empty(q.shape[2], k.shape[2], "k")
+    check_flag(is_causal, "is_causal")
 
 
 def grouped_query_attention(
@@ -127,14 +159,19 @@ def grouped_query_attention(
             ``i`` uses key/value head ``i // (h // g)``.
         mask: bool, ``True`` = may attend: ``(Tq, Tk)``, ``(h|1, Tq, Tk)`` or
             ``(B|1, h|1, Tq, Tk)``.
-        is_causal: also block keys after each query (top-left aligned, as in PyTorch).
+        is_causal: also block keys after each query (top-left aligned, as in PyTorch);
+            must be a real bool.
+
+    q, k and v must be floating point, of one dtype, on one device (the mask too).
 
     Returns:
         ``(output (B, h, Tq, dk), weights (B, h, Tq, Tk))``, equal to
         ``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` up to rounding. A query
-        whose keys are all blocked gets zero weights and a zero output.
+        whose keys are all blocked gets zero weights and a zero output. NaN/inf in q, k or v
+        are not refused: they spread (see the module docstring; NaN in q stays in its query).
     """
     _check_gqa_inputs(q, k, v, mask)
+    _check_gqa_call(q, k, v, is_causal)
     B, h, Tq, dk = q.shape
     g, Tk = k.shape[1], k.shape[2]
     per_group = h // g
@@ -196,11 +233,11 @@ class GroupedQueryAttention(nn.Module):
                 f"num_kv_heads must divide num_heads={num_heads} (expected one of "
                 f"{[d for d in range(1, num_heads + 1) if num_heads % d == 0]}), got {num_kv_heads}"
             )
-        if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        dropout = check_dropout(dropout, "dropout")
+        check_flag(bias, "bias")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k = d_model // num_heads
-        self.dropout = float(dropout)
+        self.dropout = dropout
         kv_width = num_kv_heads * self.d_k
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
@@ -282,6 +319,7 @@ class GroupedQueryAttention(nn.Module):
         if not isinstance(method, str) or method not in CONVERSION_METHODS:
             raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
         _check_positive_int("num_kv_heads", num_kv_heads)
+        check_generator(generator, "generator")
         bias = mha.in_proj.bias is not None
         gqa = cls(mha.d_model, mha.num_heads, num_kv_heads, bias=bias, dropout=mha.dropout)
         w = mha.in_proj.weight
@@ -340,6 +378,7 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     if model.config.num_heads % num_kv_heads != 0:
         raise ValueError(f"num_kv_heads must divide num_heads={model.config.num_heads}, "
                          f"got {num_kv_heads}")
+    check_seed(seed, "seed")
     config = dataclasses.replace(model.config, num_kv_heads=num_kv_heads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -30,6 +30,7 @@ from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .gqa import GroupedQueryAttention, grouped_query_attention
 from .masks import causal_mask
 from .shapes import count_parameters  # re-exported: one parameter counter for the course
+from .validation import check_same_dtype_and_device, check_tensor
 
 __all__ = ["ModelConfig", "KVCache", "TinyTransformer", "count_parameters"]
 
@@ -112,9 +113,45 @@ class KVCache:
     Each ``k`` and ``v`` is ``(B, g, length, dk)``, ``g = num_kv_heads`` (``= h`` for plain
     multi-head attention). A cache is never modified in place:
     :meth:`TinyTransformer.forward_with_cache` returns a new, longer one.
+
+    Building one checks that it holds at least one layer, each a ``(k, v)`` pair of
+    floating-point 4-D tensors of one shape, and that every layer has the same batch size,
+    length, dtype and device; :meth:`TinyTransformer.forward_with_cache` then checks that
+    it fits the model (layers, K/V heads, head width, dtype, device).
     """
 
     layers: tuple[tuple[Tensor, Tensor], ...]
+
+    def __post_init__(self) -> None:
+        layers = self.layers
+        if not isinstance(layers, (tuple, list)):
+            raise TypeError(f"KVCache.layers must be a tuple of (k, v) pairs, one per layer, got "
+                            f"{type(layers).__name__}")
+        if len(layers) == 0:
+            raise ValueError("KVCache.layers is empty: a cache holds one (k, v) pair per layer "
+                             "(start decoding with cache=None instead)")
+        first = None
+        for i, pair in enumerate(layers):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                got = f"{type(pair).__name__} of length {len(pair)}" if isinstance(pair, (tuple, list)) \
+                    else type(pair).__name__
+                raise TypeError(f"KVCache.layers[{i}] must be a (k, v) pair of tensors "
+                                f"(B, g, T, dk), got {got}")
+            k, v = pair
+            for name, t in ((f"KVCache.layers[{i}] k", k), (f"KVCache.layers[{i}] v", v)):
+                check_tensor(t, name, ndim=4, layout="(B, g, T, dk)")
+            if k.shape != v.shape:
+                raise ValueError(f"KVCache.layers[{i}]: k and v must have one shape (B, g, T, dk), "
+                                 f"one value per key; got k {_shape(k)}, v {_shape(v)}")
+            check_same_dtype_and_device({f"KVCache.layers[{i}] k": k, f"KVCache.layers[{i}] v": v})
+            if first is None:
+                first = k
+            elif (k.shape[0], k.shape[2], k.dtype, k.device) != (first.shape[0], first.shape[2],
+                                                                  first.dtype, first.device):
+                raise ValueError(f"KVCache.layers[{i}] k {_shape(k)} {k.dtype} on {k.device} does not "
+                                 f"match layer 0's {_shape(first)} {first.dtype} on {first.device}: "
+                                 "every layer holds the same batch and tokens")
+        object.__setattr__(self, "layers", tuple(tuple(pair) for pair in layers))
 
     @property
     def length(self) -> int:
@@ -280,6 +317,28 @@ class TinyTransformer(nn.Module):
             )
         return head_mask.to(self.token_embedding.weight.device)
 
+    def _check_cache(self, cache: KVCache) -> None:
+        """``cache`` (already consistent in itself, see :class:`KVCache`) fits this model."""
+        cfg = self.config
+        if len(cache.layers) != cfg.num_layers:
+            raise ValueError(f"cache has {len(cache.layers)} layers, the model has {cfg.num_layers}")
+        k = cache.layers[0][0]
+        expected = (cfg.num_kv_heads, cfg.d_head)
+        if (k.shape[1], k.shape[3]) != expected:
+            kind = "multi-head attention" if cfg.num_kv_heads == cfg.num_heads else \
+                f"grouped-query attention (g = {cfg.num_kv_heads})"
+            raise ValueError(
+                f"cache layers hold k of shape {_shape(k)}: {k.shape[1]} key/value heads of width "
+                f"{k.shape[3]}, but this model ({kind}) expects (B, g={expected[0]}, T, "
+                f"dk={expected[1]}); the cache comes from another model"
+            )
+        weight = self.token_embedding.weight
+        if k.dtype != weight.dtype or k.device != weight.device:
+            error = TypeError if k.dtype != weight.dtype else ValueError
+            raise error(f"cache holds {k.dtype} keys and values on device {k.device}, but the model's "
+                        f"parameters are {weight.dtype} on {weight.device}: pass the cache this model "
+                        f"returned (or move the model with .to(...) before building the cache)")
+
     # -- forward passes -----------------------------------------------------------
     def _embed(self, tokens: Tensor, start: int) -> Tensor:
         positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
@@ -325,10 +384,7 @@ class TinyTransformer(nn.Module):
         if cache is not None:
             if not isinstance(cache, KVCache):
                 raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-            if len(cache.layers) != self.config.num_layers:
-                raise ValueError(
-                    f"cache has {len(cache.layers)} layers, the model has {self.config.num_layers}"
-                )
+            self._check_cache(cache)
             past_len = cache.length
         self._check_tokens(tokens, past_len)
         if cache is not None and cache.batch_size != tokens.shape[0]:

@@ -22,11 +22,18 @@ import matplotlib
 import pytest
 import torch
 
-from course_utils import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from course_utils import (
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    causal_mask,
+    grouped_query_attention,
+    scaled_dot_product_attention,
+)
 from course_utils.checkpoint import CHECKPOINT_DIR, CheckpointError, load_checkpoint, save_checkpoint
 from course_utils.env import pick_device, seed_everything
+from course_utils.gqa import convert_model
 from course_utils.heatmaps import AttentionExplorer
-from course_utils.model import ModelConfig, TinyTransformer
+from course_utils.model import KVCache, ModelConfig, TinyTransformer
 from course_utils.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.scores import best_head, previous_token_score
 from course_utils.tasks import AgreementTask, InductionTask
@@ -85,6 +92,39 @@ def tiny_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
 def train_tiny(sample=tiny_batch, **config) -> Callable[[], object]:
     settings = {"steps": 3, **config}
     return lambda: train_model(TinyTransformer(TINY), sample, TrainConfig(**settings), progress=False)
+
+
+# -- grouped-query attention and the KV cache ---------------------------------------------
+gq, gk = torch.randn(1, 4, 3, 4), torch.randn(1, 2, 3, 4)  # q (B, h, T, dk), k and v (B, g, T, dk)
+
+
+def gqa(**kwargs) -> Callable[[], object]:
+    """A call of grouped_query_attention on ``gq, gk, gk`` with some arguments replaced."""
+    t = {"q": kwargs.pop("q", gq), "k": kwargs.pop("k", gk), "v": kwargs.pop("v", gk)}
+    return lambda: grouped_query_attention(t["q"], t["k"], t["v"], **kwargs)
+
+
+def cached_model(num_kv_heads: int) -> TinyTransformer:
+    config = ModelConfig(vocab_size=10, max_len=16, d_model=16, num_heads=4, num_kv_heads=num_kv_heads,
+                         num_layers=2)
+    torch.manual_seed(0)
+    return TinyTransformer(config).eval()
+
+
+GQA_MODEL, MHA_MODEL = cached_model(2), cached_model(4)
+PROMPT = torch.randint(0, 10, (2, 3), generator=torch.Generator().manual_seed(0))
+NEXT = torch.ones(2, 1, dtype=torch.long)
+GQA_CACHE, MHA_CACHE = GQA_MODEL.forward_with_cache(PROMPT)[1], MHA_MODEL.forward_with_cache(PROMPT)[1]
+
+
+def edited_cache(edit: Callable[[torch.Tensor], torch.Tensor], which: str = "kv") -> KVCache:
+    """GQA_CACHE with ``edit`` applied to k and/or v of every layer."""
+    return KVCache(tuple((edit(k) if "k" in which else k, edit(v) if "v" in which else v)
+                         for k, v in GQA_CACHE.layers))
+
+
+def decode_with(cache: object) -> Callable[[], object]:
+    return lambda: GQA_MODEL.forward_with_cache(NEXT, cache)
 
 
 # -- checkpoints -------------------------------------------------------------------------
@@ -186,6 +226,46 @@ CASES: list[Case] = [
     Case("causal_mask(True)", lambda: causal_mask(True), ValueError, ["num_queries", "True"]),
     Case("causal_mask float offset", lambda: causal_mask(3, query_offset=1.5), TypeError,
          ["query_offset", "float"]),
+    # grouped-query attention
+    Case("gqa is_causal str", gqa(is_causal="no"), TypeError, ["is_causal", "True or False", "'no'"]),
+    Case("gqa is_causal int", gqa(is_causal=1), TypeError, ["is_causal", "int"]),
+    Case("gqa q on the meta device", gqa(q=gq.to("meta")), ValueError, ["q, k, v", "one device", "q meta"]),
+    Case("gqa float64 q, float32 k and v", gqa(q=gq.double()), TypeError,
+         ["q, k, v", "one dtype", "q torch.float64", "k torch.float32"]),
+    Case("gqa int64 inputs", gqa(q=gq.long(), k=gk.long(), v=gk.long()), TypeError,
+         ["q", "floating-point", "torch.int64"]),
+    Case("gqa dk = 0", gqa(q=gq[..., :0], k=gk[..., :0], v=gk[..., :0]), ValueError,
+         ["dk = 0", "(1, 4, 3, 0)", "dk >= 1"]),
+    Case("gqa no keys", gqa(k=gk[:, :, :0], v=gk[:, :, :0]), ValueError, ["k", "Tk = 0", "3 queries"]),
+    Case("gqa mask on another device", gqa(mask=causal_mask(3, device="meta")), ValueError,
+         ["mask", "device meta", "cpu"]),
+    Case("GroupedQueryAttention bias str", lambda: GroupedQueryAttention(16, 4, 2, bias="no"), TypeError,
+         ["bias", "True or False", "'no'"]),
+    Case("GroupedQueryAttention dropout str", lambda: GroupedQueryAttention(16, 4, 2, dropout="0.1"),
+         TypeError, ["dropout", "float", "str"]),
+    Case("from_multi_head generator str",
+         lambda: GroupedQueryAttention.from_multi_head(MultiHeadAttention(16, 4), 2, "random",
+                                                       generator="seed"),
+         TypeError, ["generator", "torch.Generator", "str 'seed'"]),
+    Case("convert_model seed str", lambda: convert_model(MHA_MODEL, 2, seed="x"), TypeError,
+         ["seed", "int", "str 'x'"]),
+    # the KV cache
+    Case("cache in float64", decode_with(edited_cache(torch.Tensor.double)), TypeError,
+         ["cache", "torch.float64", "torch.float32"]),
+    Case("cache with dk = 3", decode_with(edited_cache(lambda t: t[..., :3])), ValueError,
+         ["cache", "width 3", "dk=4", "(2, 2, 3, 3)"]),
+    Case("MHA cache given to a g = 2 model", decode_with(MHA_CACHE), ValueError,
+         ["cache", "4 key/value heads", "g=2", "(2, 4, 3, 4)"]),
+    Case("cache on another device", decode_with(edited_cache(lambda t: t.to("meta"))), ValueError,
+         ["cache", "device meta", "cpu"]),
+    Case("cache k and v of different lengths", lambda: edited_cache(lambda t: t[:, :, :2], which="v"),
+         ValueError, ["KVCache.layers[0]", "k (2, 2, 3, 4)", "v (2, 2, 2, 4)"]),
+    Case("cache layers of None", lambda: KVCache((None, None)), TypeError,
+         ["KVCache.layers[0]", "(k, v) pair", "NoneType"]),
+    Case("cache layer pair of None", lambda: KVCache(((None, None),)), TypeError,
+         ["KVCache.layers[0] k", "torch.Tensor", "NoneType"]),
+    Case("cache layers None", lambda: KVCache(None), TypeError, ["KVCache.layers", "tuple", "NoneType"]),
+    Case("empty cache", lambda: KVCache(()).length, ValueError, ["KVCache.layers", "empty", "cache=None"]),
     # 5. training
     Case("lr inf", lambda: TrainConfig(lr=math.inf), ValueError, ["lr", "finite", "inf"]),
     Case("lr NaN", lambda: TrainConfig(lr=math.nan), ValueError, ["lr", "finite", "nan"]),

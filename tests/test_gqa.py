@@ -398,3 +398,42 @@ def test_cli_runs_gqa(capsys):
     assert "one decode step" in out and "enable_gqa" in out
     # numbers from different machines are compared by the kernels torch chose, not a guess
     assert f"CPU kernels: {torch.backends.cpu.get_cpu_capability()}" in out.splitlines()[0]
+
+
+def test_nan_is_not_refused_and_spreads_as_the_docstring_says():
+    """q: its own query of its own head; k: the queries of the key's group that may see it;
+    v: every query of the group's heads, masked or not; other groups stay finite."""
+    q, k, v = _randn(1, 4, 3, 2, seed=20), _randn(1, 2, 3, 2, seed=21), _randn(1, 2, 3, 2, seed=22)
+    bad_q = q.clone()
+    bad_q[0, 1, 2, 0] = float("nan")  # head 1, query 2
+    out, weights = grouped_query_attention(bad_q, k, v, is_causal=True)
+    nan_at = out.isnan().any(-1)[0]  # (h, Tq)
+    assert nan_at.nonzero().tolist() == [[1, 2]] and weights.isnan().any(-1)[0].equal(nan_at)
+    blocked = torch.ones(3, 3, dtype=torch.bool)
+    blocked[2] = False  # query 2 may attend to nothing: zeros, NaN or not
+    out, _ = grouped_query_attention(bad_q, k, v, mask=blocked)
+    assert (out[0, 1, 2] == 0).all() and not out.isnan().any()
+
+    bad_k = k.clone()
+    bad_k[0, 0, 1, 0] = float("nan")  # group 0 (heads 0 and 1), key 1
+    out, _ = grouped_query_attention(q, bad_k, v, is_causal=True)
+    assert out.isnan().any(-1)[0].nonzero().tolist() == [[0, 1], [0, 2], [1, 1], [1, 2]]
+
+    bad_v = v.clone()
+    bad_v[0, 1, 2, 0] = float("nan")  # group 1 (heads 2 and 3), key 2: blocked for queries 0, 1
+    out, _ = grouped_query_attention(q, k, bad_v, is_causal=True)
+    nan_heads = out.isnan().any(-1)[0]
+    assert nan_heads[2:].all() and not nan_heads[:2].any()
+    assert "NaN" in grouped_query_attention.__doc__ and "NaN in a value" in course_utils.gqa.__doc__
+
+
+def test_the_good_inputs_next_to_the_bad_still_work():
+    """All on the meta device (shapes only), an empty query sequence, bias as a real bool."""
+    out, weights = grouped_query_attention(torch.randn(1, 4, 3, 4, device="meta"),
+                                           torch.randn(1, 2, 5, 4, device="meta"),
+                                           torch.randn(1, 2, 5, 4, device="meta"))
+    assert out.shape == (1, 4, 3, 4) and weights.shape == (1, 4, 3, 5) and out.device.type == "meta"
+    empty = torch.randn(1, 2, 0, 4)
+    out, _ = grouped_query_attention(torch.randn(1, 4, 0, 4), empty, empty)
+    assert out.shape == (1, 4, 0, 4)
+    assert GroupedQueryAttention(16, 4, 2, bias=False).k_proj.bias is None
