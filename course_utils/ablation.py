@@ -26,7 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .env import check_seed
 from .model import TinyTransformer
+from .validation import check_int, check_tensor, describe_shape
 
 __all__ = [
     "Evaluation",
@@ -96,6 +98,32 @@ def _check_tokens(tokens: object, name: str) -> Tensor:
     return tokens
 
 
+def _described(x: object) -> str:
+    """What arrived, for a message: a tensor's shape and dtype, else the type's name."""
+    if isinstance(x, Tensor):
+        return f"a {x.dtype} tensor of shape {describe_shape(x)}"
+    return type(x).__name__
+
+
+def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, Tensor]:
+    """``logits`` ``(B, T, V)`` floating point and ``targets`` ``(B, T)`` long, each id in
+    ``[0, V)`` or ``-100`` (not counted)."""
+    check_tensor(logits, "logits", ndim=3, layout="(B, T, V)")
+    if not isinstance(targets, Tensor) or targets.dtype != torch.long:
+        raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not "
+                        f"counted), got {_described(targets)}")
+    if logits.shape[:2] != targets.shape:
+        raise ValueError(f"logits must be (B, T, V) with (B, T) = {tuple(targets.shape)} (the "
+                         f"targets'), got {describe_shape(logits)}")
+    vocab = logits.shape[2]
+    wrong = (targets != -100) & ((targets < 0) | (targets >= vocab))
+    if wrong.any():
+        bad = sorted(set(targets[wrong].tolist()))
+        raise ValueError(f"targets must hold token ids in [0, V={vocab}) or -100 (not counted), got "
+                         f"{bad[:5]}{' ...' if len(bad) > 5 else ''} at {int(wrong.sum())} position(s)")
+    return logits, targets
+
+
 def _check_method(method: object) -> str:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -104,7 +132,9 @@ def _check_method(method: object) -> str:
 
 # -- naming ------------------------------------------------------------------------------
 def head_name(layer: int, head: int) -> str:
-    """``(1, 2) -> "L1H2"``."""
+    """``(1, 2) -> "L1H2"``; both must be ints >= 0."""
+    check_int(layer, "layer", minimum=0)
+    check_int(head, "head", minimum=0)
     return f"L{layer}H{head}"
 
 
@@ -220,10 +250,8 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
 # -- what to measure ---------------------------------------------------------------------
 def sequence_losses(logits: Tensor, targets: Tensor) -> Tensor:
     """``(B,)`` mean next-token cross-entropy of each sequence over its counted targets
-    (``targets`` ``(B, T)``, ``-100`` = not counted)."""
-    if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[:2] != targets.shape:
-        raise ValueError(f"logits must be (B, T, V) with (B, T) = {tuple(targets.shape)}, got "
-                         f"{tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__}")
+    (``targets`` ``(B, T)`` long, ids in ``[0, V)``, ``-100`` = not counted)."""
+    _check_logits_and_targets(logits, targets)
     counted = targets != -100  # (B, T)
     if not counted.any(dim=1).all():
         raise ValueError("every sequence needs at least one counted target (targets != -100)")
@@ -233,7 +261,9 @@ def sequence_losses(logits: Tensor, targets: Tensor) -> Tensor:
 
 
 def average_loss(logits: Tensor, targets: Tensor) -> float:
-    """Mean next-token cross-entropy over every counted target of the batch."""
+    """Mean next-token cross-entropy over every counted target of the batch (``logits``
+    ``(B, T, V)``, ``targets`` ``(B, T)`` long, ids in ``[0, V)``, ``-100`` = not counted)."""
+    _check_logits_and_targets(logits, targets)
     counted = targets != -100
     if not counted.any():
         raise ValueError("targets count nothing (all -100)")
@@ -244,7 +274,8 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
     """An :class:`Evaluation` that reports the average next-token loss as ``name``."""
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
+                         f"{_described(targets)}")
     return Evaluation(tokens, lambda logits: {name: average_loss(logits, targets)})
 
 
@@ -269,7 +300,11 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     for i, evaluation in enumerate(_check_evaluations(evaluations)):
         fill = means.get(i) if isinstance(means, dict) else means
         logits = ablated_logits(model, evaluation.tokens, heads, method=method, means=fill)
-        result.update(evaluation.score(logits))
+        scores = evaluation.score(logits)
+        if not isinstance(scores, dict) or not all(isinstance(k, str) for k in scores):
+            raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
+                            f"{{'loss': 2.3}}, got {type(scores).__name__} {scores!r}")
+        result.update(scores)
     return result
 
 
@@ -298,7 +333,8 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
-                         f"{tuple(targets.shape) if isinstance(targets, Tensor) else type(targets).__name__}")
+                         f"{_described(targets)}")
+    check_int(chunk_size, "chunk_size", minimum=1)
     cfg = model.config
     total = torch.zeros(cfg.num_layers, cfg.num_heads)
     weights = [p.requires_grad for p in model.parameters()]
@@ -325,7 +361,8 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
 def importance_order(importance: Tensor) -> list[Head]:
     """Heads from least to most important (ties: lower layer, then lower head first)."""
     if not isinstance(importance, Tensor) or importance.ndim != 2:
-        raise ValueError("importance must be an (L, h) tensor")
+        raise ValueError(f"importance must be an (L, h) tensor (from head_importance), got "
+                         f"{_described(importance)}")
     if not torch.isfinite(importance).all():
         raise ValueError("importance holds NaN or infinity")
     flat = importance.flatten().tolist()
@@ -336,8 +373,12 @@ def importance_order(importance: Tensor) -> list[Head]:
 def random_orders(model: TinyTransformer, seeds: Sequence[int]) -> list[list[Head]]:
     """One random pruning order of all heads per seed (``torch.randperm``, seeded)."""
     heads = all_heads(model)
-    if isinstance(seeds, (str, int)) or not all(isinstance(s, int) for s in seeds):
-        raise TypeError(f"seeds must be a list of ints, got {seeds!r}")
+    if isinstance(seeds, (str, int)) or not isinstance(seeds, Sequence) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise TypeError(f"seeds must be a list of ints such as [0, 1, 2], got "
+                        f"{type(seeds).__name__} {seeds!r}")
+    for s in seeds:
+        check_seed(s, "each seed")
     return [[heads[i] for i in torch.randperm(len(heads), generator=torch.Generator().manual_seed(s))]
             for s in seeds]
 
@@ -347,9 +388,11 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
                   means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
     0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns."""
-    order = _check_heads(order, model)
-    if len(set(order)) != len(order):
-        raise ValueError("order lists a head twice")
+    order = _check_heads(order, _check_model(model))
+    twice = sorted({head for head in order if order.count(head) > 1})
+    if twice:
+        raise ValueError(f"order lists a head twice: {', '.join(head_name(*h) for h in twice)} "
+                         f"(in an order of {len(order)} heads)")
     counts = range(len(order) + 1) if counts is None else list(counts)
     if any(not isinstance(k, int) or not 0 <= k <= len(order) for k in counts):
         raise ValueError(f"counts must be ints in 0..{len(order)}, got {list(counts)}")

@@ -37,6 +37,12 @@ def causal_mask(
     ``j`` when ``j <= i + query_offset``. With ``query_offset=0`` this is the
     top-left-aligned mask that ``F.scaled_dot_product_attention(is_causal=True)``
     uses. When decoding with a KV cache of ``past`` tokens, pass ``query_offset=past``.
+
+    A negative ``query_offset`` shifts the diagonal down: the first ``-query_offset``
+    queries then see no key (as an attention mask, they get zero output). That is a
+    building block, e.g. ``causal_mask(T) & ~causal_mask(T, query_offset=-w)`` keeps only
+    the last ``w`` keys of each query; an offset that leaves *every* query without a key
+    (``query_offset <= -num_queries``) is refused.
     """
     if num_keys is None:
         num_keys = num_queries
@@ -45,6 +51,13 @@ def causal_mask(
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if isinstance(query_offset, bool) or not isinstance(query_offset, int):
         raise TypeError(f"query_offset must be an int, got {type(query_offset).__name__}")
+    if query_offset + num_queries <= 0:
+        raise ValueError(
+            f"query_offset={query_offset} with num_queries={num_queries} leaves every query "
+            f"without a key (query i may attend to keys j <= i + query_offset, and the last "
+            f"query sits at {num_queries - 1 + query_offset}): expected query_offset >= "
+            f"{1 - num_queries}, usually the number of cached tokens (>= 0)"
+        )
     query_pos = torch.arange(num_queries, device=device).unsqueeze(1) + query_offset  # (Tq, 1)
     key_pos = torch.arange(num_keys, device=device).unsqueeze(0)  # (1, Tk)
     return key_pos <= query_pos  # (Tq, Tk)

@@ -25,6 +25,7 @@ import torch
 from course_utils import (
     GroupedQueryAttention,
     MultiHeadAttention,
+    ablation,
     causal_mask,
     grouped_query_attention,
     scaled_dot_product_attention,
@@ -127,6 +128,17 @@ def decode_with(cache: object) -> Callable[[], object]:
     return lambda: GQA_MODEL.forward_with_cache(NEXT, cache)
 
 
+# -- ablation ----------------------------------------------------------------------------
+LOGITS = torch.randn(2, 5, 7)  # (B, T, V)
+TARGETS = torch.randint(0, 7, (2, 5), generator=torch.Generator().manual_seed(0))
+TINY_MODEL = TinyTransformer(TINY).eval()
+TINY_TOKENS = TASK.sample(2, torch.Generator().manual_seed(0)).tokens
+
+
+def float_score(logits: torch.Tensor) -> float:
+    return 0.5  # an Evaluation's score must return {name: number}
+
+
 # -- checkpoints -------------------------------------------------------------------------
 def load_with_sidecar(field_name: str, value: object) -> Callable[[], object]:
     """Load a copy of the shipped induction checkpoint whose sidecar has ``field_name = value``."""
@@ -226,6 +238,9 @@ CASES: list[Case] = [
     Case("causal_mask(True)", lambda: causal_mask(True), ValueError, ["num_queries", "True"]),
     Case("causal_mask float offset", lambda: causal_mask(3, query_offset=1.5), TypeError,
          ["query_offset", "float"]),
+    Case("causal_mask offset leaving every query without a key",
+         lambda: causal_mask(2, 5, query_offset=-3), ValueError,
+         ["query_offset=-3", "num_queries=2", "without a key", ">= -1"]),
     # grouped-query attention
     Case("gqa is_causal str", gqa(is_causal="no"), TypeError, ["is_causal", "True or False", "'no'"]),
     Case("gqa is_causal int", gqa(is_causal=1), TypeError, ["is_causal", "int"]),
@@ -266,6 +281,40 @@ CASES: list[Case] = [
          ["KVCache.layers[0] k", "torch.Tensor", "NoneType"]),
     Case("cache layers None", lambda: KVCache(None), TypeError, ["KVCache.layers", "tuple", "NoneType"]),
     Case("empty cache", lambda: KVCache(()).length, ValueError, ["KVCache.layers", "empty", "cache=None"]),
+    # ablation
+    Case("sequence_losses targets list", lambda: ablation.sequence_losses(LOGITS, TARGETS.tolist()),
+         TypeError, ["targets", "torch.long", "list"]),
+    Case("average_loss targets list", lambda: ablation.average_loss(LOGITS, TARGETS.tolist()), TypeError,
+         ["targets", "torch.long", "list"]),
+    Case("target id out of range", lambda: ablation.average_loss(LOGITS, torch.full((2, 5), 99)),
+         ValueError, ["targets", "[0, V=7)", "-100", "[99]"]),
+    Case("sequence_losses target id negative",
+         lambda: ablation.sequence_losses(LOGITS, torch.full((2, 5), -5)), ValueError, ["targets", "[-5]"]),
+    Case("sequence_losses logits list", lambda: ablation.sequence_losses(LOGITS.tolist(), TARGETS),
+         TypeError, ["logits", "torch.Tensor", "list"]),
+    *[Case(f"head_importance chunk_size={size!r}",
+           lambda size=size: ablation.head_importance(TINY_MODEL, TINY_TOKENS, TINY_TOKENS, chunk_size=size),
+           error, ["chunk_size", words])
+      for size, error, words in ((0, ValueError, "positive int, got 0"), (-1, ValueError, "got -1"),
+                                 (2.5, TypeError, "float 2.5"))],
+    Case("random_orders seeds None", lambda: ablation.random_orders(TINY_MODEL, None), TypeError,
+         ["seeds", "list of ints", "NoneType"]),
+    Case("random_orders negative seed", lambda: ablation.random_orders(TINY_MODEL, [-1]), ValueError,
+         ["seed", ">= 0", "-1"]),
+    Case("pruning_curve of a Linear", lambda: ablation.pruning_curve(torch.nn.Linear(2, 2), [], [(0, 0)]),
+         TypeError, ["model", "TinyTransformer", "Linear"]),
+    Case("a score that returns a float",
+         lambda: ablation.measure(TINY_MODEL, ablation.Evaluation(TINY_TOKENS, float_score)), TypeError,
+         ["evaluations[0].score", "dict", "float 0.5"]),
+    Case("importance not 2-D", lambda: ablation.importance_order(torch.zeros(4)), ValueError,
+         ["importance", "(L, h)", "shape (4)"]),
+    Case("order lists a head twice",
+         lambda: ablation.pruning_curve(TINY_MODEL, [], [(0, 1), (0, 0), (0, 1)]), ValueError,
+         ["order", "twice", "L0H1"]),
+    Case("targets not shaped like tokens", lambda: ablation.loss_evaluation(TINY_TOKENS, TARGETS),
+         ValueError, ["targets", "shaped like tokens", "shape (2, 5)"]),
+    Case("head_name negative layer", lambda: ablation.head_name(-1, 2), ValueError, ["layer", ">= 0", "-1"]),
+    Case("head_name float head", lambda: ablation.head_name(1, 2.5), TypeError, ["head", "int", "float 2.5"]),
     # 5. training
     Case("lr inf", lambda: TrainConfig(lr=math.inf), ValueError, ["lr", "finite", "inf"]),
     Case("lr NaN", lambda: TrainConfig(lr=math.nan), ValueError, ["lr", "finite", "nan"]),

@@ -59,3 +59,12 @@ def test_a_numeric_mask_error_names_each_argument_s_convention_and_both_conversi
         check_bool_mask(torch.zeros(3, 3), "mask")
     message = str(attention.value)
     assert "True = may attend" in message and "mask != 0" in message and "mask == 0" in message
+
+
+def test_a_negative_offset_is_a_building_block_but_not_a_mask_that_sees_nothing():
+    window = causal_mask(5) & ~causal_mask(5, query_offset=-3)  # the last 3 keys of each query
+    assert window.sum(-1).tolist() == [1, 2, 3, 3, 3]
+    assert causal_mask(2, 5, query_offset=-1).sum(-1).tolist() == [0, 1]  # the last query sees a key
+    for offset in (-2, -3, -100):
+        with pytest.raises(ValueError, match=rf"query_offset={offset} with num_queries=2 leaves every query"):
+            causal_mask(2, 5, query_offset=offset)
