@@ -152,9 +152,10 @@ def test_assert_passed_prints_and_passes_quietly(capsys):
     assert capsys.readouterr().out.startswith("✅ double: correct")
 
 
-def test_assert_passed_raises_with_the_named_mistake(capsys):
+def test_assert_passed_raises_with_the_named_mistake_under_nbgrader(capsys, monkeypatch):
     import pytest
 
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     with pytest.raises(AssertionError, match="added 2 instead of doubling"):
         EX.check(lambda x: x + 2).assert_passed()
     assert "added 2 instead of doubling" in capsys.readouterr().out
@@ -162,8 +163,23 @@ def test_assert_passed_raises_with_the_named_mistake(capsys):
     def stub(x):
         raise NotImplementedError
 
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
     with pytest.raises(AssertionError, match="not attempted yet"):
         EX.check(stub).assert_passed()
+
+
+def test_assert_passed_only_prints_while_learning(capsys, monkeypatch):
+    """Outside nbgrader (JupyterLab, Colab, Binder) a wrong or missing answer is printed and
+    Run All goes on to the next cell."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+
+    def stub(x):
+        raise NotImplementedError
+
+    EX.check(lambda x: x + 2).assert_passed()
+    EX.check(stub).assert_passed()
+    out = capsys.readouterr().out
+    assert "added 2 instead of doubling" in out and "not attempted yet" in out
 
 
 # -- integrity: an answer that delegates to the reference is named ------------------------

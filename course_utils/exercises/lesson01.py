@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -29,39 +27,6 @@ __all__ = [
 
 
 # --- 1.1 one softmax, one blend -------------------------------------------------------
-def _attend(scores: Tensor, values: Tensor) -> Tensor:
-    return torch.softmax(scores, dim=-1) @ values  # (Tq, dv)
-
-
-def _attend_wrong_axis(scores: Tensor, values: Tensor) -> Tensor:
-    return torch.softmax(scores, dim=0) @ values
-
-
-def _attend_no_softmax(scores: Tensor, values: Tensor) -> Tensor:
-    return scores @ values
-
-
-def _attend_no_exp(scores: Tensor, values: Tensor) -> Tensor:
-    return (scores / scores.sum(dim=-1, keepdim=True)) @ values
-
-
-def _attend_scaled_by_num_keys(scores: Tensor, values: Tensor) -> Tensor:
-    return torch.softmax(scores / math.sqrt(scores.shape[-1]), dim=-1) @ values  # 1/sqrt(Tk)
-
-
-def _attend_whole_matrix(scores: Tensor, values: Tensor) -> Tensor:
-    weights = torch.softmax(scores.flatten(), dim=0).view_as(scores)  # the whole matrix sums to 1
-    return weights @ values
-
-
-def _attend_ignores_scores(scores: Tensor, values: Tensor) -> Tensor:
-    return values.mean(dim=0, keepdim=True).expand(scores.shape[0], -1)
-
-
-def _attend_scaled_by_value_width(scores: Tensor, values: Tensor) -> Tensor:
-    return torch.softmax(scores / math.sqrt(values.shape[-1]), dim=-1) @ values  # 1/sqrt(dv)
-
-
 def _attend_cases() -> list[Case]:
     g = torch.Generator().manual_seed(11)
     return [
@@ -78,44 +43,36 @@ def _attend_cases() -> list[Case]:
 
 ATTEND = Exercise(
     title="Exercise 1.1: one softmax, one blend",
-    reference=_attend,
     make_cases=_attend_cases,
     mistakes=[
         Mistake("wrong_axis",
                 "your weights sum to 1 down each column (over the queries), not along each row: "
                 "the softmax ran over dim 0.",
-                "each query chooses among the keys: torch.softmax(scores, dim=-1).",
-                _attend_wrong_axis),
+                "each query chooses among the keys: torch.softmax(scores, dim=-1)."),
         Mistake("no_softmax",
                 "you multiplied the raw scores by the values: without a softmax the weights are "
                 "not positive numbers that sum to 1, so the output is not an average.",
-                "turn each row of scores into weights first: torch.softmax(scores, dim=-1).",
-                _attend_no_softmax),
+                "turn each row of scores into weights first: torch.softmax(scores, dim=-1)."),
         Mistake("no_exp",
                 "you divided each row of scores by its sum, without exponentiating first.",
-                "softmax is exp(s) / sum(exp(s)); torch.softmax does it (and is stable).",
-                _attend_no_exp),
+                "softmax is exp(s) / sum(exp(s)); torch.softmax does it (and is stable)."),
         Mistake("ignores_scores",
                 "every query got the plain mean of the values: the scores were not used.",
-                "the scores decide how much of each value a query takes: softmax(scores) @ values.",
-                _attend_ignores_scores),
+                "the scores decide how much of each value a query takes: softmax(scores) @ values."),
         Mistake("scaled_by_num_keys",
                 "you divided the scores by sqrt(Tk), the square root of the number of keys. This "
                 "exercise gets scores that are already scaled: use them as they are.",
                 "weights = torch.softmax(scores, dim=-1), with no extra scaling. (When attention "
-                "does scale, it divides by sqrt(dk), the width of a query, never by the length.)",
-                _attend_scaled_by_num_keys),
+                "does scale, it divides by sqrt(dk), the width of a query, never by the length.)"),
         Mistake("scaled_by_value_width",
                 "you divided the scores by sqrt of the values' width. This exercise gets scores "
                 "that are already scaled: use them as they are.",
-                "weights = torch.softmax(scores, dim=-1), with no extra scaling.",
-                _attend_scaled_by_value_width),
+                "weights = torch.softmax(scores, dim=-1), with no extra scaling."),
         Mistake("whole_matrix",
                 "your weights sum to 1 over the whole score matrix, not along each row: one "
                 "softmax over every entry leaves each query with only a slice of the weight.",
                 "one softmax per query row: torch.softmax(scores, dim=-1), not over the flattened "
-                "matrix.",
-                _attend_whole_matrix),
+                "matrix."),
     ],
     hint="turn each row of scores (one query) into weights that are positive and sum to 1, then "
          "take the weighted average of the value rows: a (Tq, Tk) by (Tk, dv) product.",
@@ -124,78 +81,6 @@ check_attend = ATTEND.check
 
 
 # --- 1.2 one score matrix per head ------------------------------------------------------
-def _head_scores(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    T, d = x.shape
-    dk = d // num_heads
-    q = (x @ w_q.T).view(T, num_heads, dk).transpose(0, 1)  # (h, T, dk)
-    k = (x @ w_k.T).view(T, num_heads, dk).transpose(0, 1)  # (h, T, dk)
-    return q @ k.transpose(-2, -1) / math.sqrt(dk)  # (h, T, T)
-
-
-def _head_scores_in_out_layout(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    T, d = x.shape
-    dk = d // num_heads
-    q = (x @ w_q).view(T, num_heads, dk).transpose(0, 1)  # lesson 02's x @ W: reads w_q as (in, out)
-    k = (x @ w_k).view(T, num_heads, dk).transpose(0, 1)
-    return q @ k.transpose(-2, -1) / math.sqrt(dk)
-
-
-def _head_scores_interleaved(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    T, d = x.shape
-    dk = d // num_heads
-    q = (x @ w_q.T).view(T, dk, num_heads).permute(2, 0, 1)  # head i gets features i, i+h, ...
-    k = (x @ w_k.T).view(T, dk, num_heads).permute(2, 0, 1)
-    return q @ k.transpose(-2, -1) / math.sqrt(dk)
-
-
-def _head_scores_divided_by_dk(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    dk = x.shape[1] // num_heads
-    return _head_scores(x, w_q, w_k, num_heads) / math.sqrt(dk)  # / dk in all
-
-
-def _head_scores_one_big_head(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    d = x.shape[1]
-    full = (x @ w_q.T) @ (x @ w_k.T).T / math.sqrt(d)  # (T, T): one score matrix
-    return full.expand(num_heads, -1, -1)
-
-
-def _head_scores_sqrt_d_model(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    dk = x.shape[1] // num_heads
-    return _head_scores(x, w_q, w_k, num_heads) * math.sqrt(dk) / math.sqrt(x.shape[1])
-
-
-def _head_scores_no_scale(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    return _head_scores(x, w_q, w_k, num_heads) * math.sqrt(x.shape[1] // num_heads)
-
-
-def _head_scores_reshape_no_transpose(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    T, d = x.shape
-    dk = d // num_heads
-    q = (x @ w_q.T).reshape(num_heads, T, dk)  # the same numbers, cut in the wrong places
-    k = (x @ w_k.T).reshape(num_heads, T, dk)
-    return q @ k.transpose(-2, -1) / math.sqrt(dk)
-
-
-def _head_scores_softmax(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    return torch.softmax(_head_scores(x, w_q, w_k, num_heads), dim=-1)
-
-
-def _head_scores_keys_first(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    return _head_scores(x, w_q, w_k, num_heads).transpose(-2, -1)  # k @ q^T
-
-
-def _head_scores_float_dk(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    T, d = x.shape
-    dk = d / num_heads  # a float: view() refuses it
-    q = (x @ w_q.T).view(T, num_heads, dk).transpose(0, 1)
-    k = (x @ w_k.T).view(T, num_heads, dk).transpose(0, 1)
-    return q @ k.transpose(-2, -1) / math.sqrt(dk)
-
-
-def _head_scores_keys_from_w_q(x: Tensor, w_q: Tensor, w_k: Tensor, num_heads: int) -> Tensor:
-    return _head_scores(x, w_q, w_q, num_heads)  # w_q where w_k belongs
-
-
 def _head_scores_cases() -> list[Case]:
     g = torch.Generator().manual_seed(12)
     cases = []
@@ -208,7 +93,6 @@ def _head_scores_cases() -> list[Case]:
 
 HEAD_SCORES = _DiagnosingExercise(
     title="Exercise 1.2: one score matrix per head",
-    reference=_head_scores,
     make_cases=_head_scores_cases,
     mistakes=[
         Mistake("in_out_layout",
@@ -217,62 +101,51 @@ HEAD_SCORES = _DiagnosingExercise(
                 "(d_out, d_in): row j of w_q makes output feature j, so q = x @ w_q.T and head i "
                 "owns rows i*dk:(i+1)*dk.",
                 "compute q = x @ w_q.T and k = x @ w_k.T (each (T, d)), then split the last dim "
-                "into heads.",
-                _head_scores_in_out_layout),
+                "into heads."),
         Mistake("interleaved_heads",
                 "your heads are interleaved: view(T, dk, h) gives head i the features i, i+h, "
                 "i+2h, ... of each token. In nn.Linear's stacked layout head i owns the block of "
                 "features i*dk:(i+1)*dk.",
-                "split the last dim as (h, dk), heads first: .view(T, h, dk).transpose(0, 1).",
-                _head_scores_interleaved),
+                "split the last dim as (h, dk), heads first: .view(T, h, dk).transpose(0, 1)."),
         Mistake("divided_by_dk",
                 "the pattern is right but the scores are too small: you divided by dk instead of "
                 "sqrt(dk).",
                 "divide by math.sqrt(dk): the standard deviation of a dot product of dk "
-                "unit-variance entries is sqrt(dk).",
-                _head_scores_divided_by_dk),
+                "unit-variance entries is sqrt(dk)."),
         Mistake("one_big_head",
                 "all your heads hold the same matrix, the full-width score x W_Q^T (x W_K^T)^T / "
                 "sqrt(d): that is one huge head copied h times, not h heads.",
                 "split q and k into h slices of width dk = d // h and compare slice i with "
-                "slice i only.",
-                _head_scores_one_big_head),
+                "slice i only."),
         Mistake("sqrt_d_model",
                 "the pattern is right but the scores are too small: you divided by sqrt(d_model) "
                 "instead of sqrt(dk), the width of one head.",
-                "each head compares vectors of length dk = d // num_heads: divide by sqrt(dk).",
-                _head_scores_sqrt_d_model),
+                "each head compares vectors of length dk = d // num_heads: divide by sqrt(dk)."),
         Mistake("no_scale",
                 "the pattern is right but the scores are too large: you did not divide by "
                 "sqrt(dk).",
                 "divide each head's q @ k^T by sqrt(dk), with dk = d // num_heads, so that the "
-                "scores do not grow with the width of a head.",
-                _head_scores_no_scale),
+                "scores do not grow with the width of a head."),
         Mistake("reshape_no_transpose",
                 "you reshaped the (T, d) projection straight to (h, T, dk): that cuts the numbers "
                 "in the wrong places, so a 'head' holds pieces of several tokens.",
                 "first view it as (T, h, dk) (each token's d features split into h groups), then "
-                "swap the first two dims: .view(T, h, dk).transpose(0, 1).",
-                _head_scores_reshape_no_transpose),
+                "swap the first two dims: .view(T, h, dk).transpose(0, 1)."),
         Mistake("softmax",
                 "you returned attention weights: each row went through a softmax. This function "
                 "should return the scaled scores, before any softmax.",
-                "stop after dividing by sqrt(dk); the softmax comes later.",
-                _head_scores_softmax),
+                "stop after dividing by sqrt(dk); the softmax comes later."),
         Mistake("keys_first",
                 "each of your matrices is transposed: you computed k @ q^T (or made the queries "
                 "with w_k and the keys with w_q), so row i holds the scores of key i, not of query i.",
-                "row i must be query i: q @ k.transpose(-2, -1).",
-                _head_scores_keys_first),
+                "row i must be query i: q @ k.transpose(-2, -1)."),
         Mistake("keys_from_w_q",
                 "your keys were made with w_q: every score compares a query with another query.",
-                "k = x @ w_k.T; only the queries use w_q.",
-                _head_scores_keys_from_w_q),
+                "k = x @ w_k.T; only the queries use w_q."),
         RaisingMistake("float_dk",
                        "torch refused your head width: d / num_heads is a float (3.0, not 3) even "
                        "when it divides exactly, and view, reshape or split need ints.",
-                       "use integer division, dk = d // num_heads.",
-                       _head_scores_float_dk, pattern="got float"),
+                       "use integer division, dk = d // num_heads.", pattern="got float"),
     ],
     hint="project with the full weights, split the last dim into (h, dk), bring h to the front, "
          "then compare each head's queries with its own keys and divide by sqrt(dk).",
@@ -281,72 +154,12 @@ check_head_scores = HEAD_SCORES.check
 
 
 # --- 1.3 accuracy of each relation ------------------------------------------------------
-def _relation_accuracy(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    predicted = logits.argmax(dim=-1)  # (n,)
-    right_a = predicted // num_symbols == target // num_symbols
-    right_b = predicted % num_symbols == target % num_symbols
-    return torch.stack([right_a.double().mean(), right_b.double().mean()])  # (2,)
-
-
-def _relation_accuracy_swapped(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    return _relation_accuracy(logits, target, num_symbols).flip(0)
-
-
-def _relation_accuracy_whole_answer(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    whole = (logits.argmax(dim=-1) == target).double().mean()
-    return torch.stack([whole, whole])
-
-
-def _relation_accuracy_mixed_decoding(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    predicted = logits.argmax(dim=-1)
-    right_a = predicted % num_symbols == target // num_symbols
-    right_b = predicted // num_symbols == target % num_symbols
-    return torch.stack([right_a.double().mean(), right_b.double().mean()])
-
-
-def _relation_accuracy_probabilities(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    n, V = logits.shape[0], num_symbols
-    probs = torch.softmax(logits, dim=-1).view(n, V, V)  # (n, symbol a, symbol b)
-    prob_a = probs.sum(dim=2).gather(1, (target // V)[:, None])  # (n, 1)
-    prob_b = probs.sum(dim=1).gather(1, (target % V)[:, None])  # (n, 1)
-    return torch.stack([prob_a.double().mean(), prob_b.double().mean()])
-
-
-def _relation_accuracy_per_symbol(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    n, V = logits.shape[0], num_symbols
-    probs = torch.softmax(logits, dim=-1).view(n, V, V)  # (n, symbol a, symbol b)
-    pred_a, pred_b = probs.sum(dim=2).argmax(dim=1), probs.sum(dim=1).argmax(dim=1)  # each symbol alone
-    right_a, right_b = pred_a == target // V, pred_b == target % V
-    return torch.stack([right_a.double().mean(), right_b.double().mean()])
-
-
 def _relation_accuracy_per_symbol_logits(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
     n, V = logits.shape[0], num_symbols
     grid = logits.view(n, V, V)  # (n, symbol a, symbol b)
     pred_a, pred_b = grid.sum(dim=2).argmax(dim=1), grid.sum(dim=1).argmax(dim=1)
     right_a, right_b = pred_a == target // V, pred_b == target % V
     return torch.stack([right_a.double().mean(), right_b.double().mean()])
-
-
-def _relation_accuracy_counts(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    predicted, V = logits.argmax(dim=-1), num_symbols
-    return torch.stack([(predicted // V == target // V).sum(), (predicted % V == target % V).sum()]).double()
-
-
-def _relation_accuracy_bool_mean(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    predicted, V = logits.argmax(dim=-1), num_symbols
-    return torch.stack([(predicted // V == target // V).mean(), (predicted % V == target % V).mean()])
-
-
-def _relation_accuracy_true_division(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    predicted = logits.argmax(dim=-1)
-    right_a = predicted / num_symbols == target / num_symbols  # fractions: the whole class, not a's part
-    right_b = predicted % num_symbols == target % num_symbols
-    return torch.stack([right_a.double().mean(), right_b.double().mean()])
-
-
-def _relation_error_rate(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
-    return 1 - _relation_accuracy(logits, target, num_symbols)
 
 
 def _split_vote_case() -> Case:
@@ -388,55 +201,46 @@ def _relation_cases() -> list[Case]:
 
 RELATION_ACCURACY = _DiagnosingExercise(
     title="Exercise 1.3: accuracy of each relation",
-    reference=_relation_accuracy,
     make_cases=_relation_cases,
     mistakes=[
         Mistake("swapped",
                 "your two numbers are in the wrong order: class = a * V + b, so a = class // V "
                 "and b = class % V.",
-                "return [accuracy of a, accuracy of b], with a = class // V.",
-                _relation_accuracy_swapped),
+                "return [accuracy of a, accuracy of b], with a = class // V."),
         Mistake("whole_answer",
                 "both numbers are the accuracy of the whole answer (a and b both right); each "
                 "relation should be scored on its own.",
                 "decode a = class // V and b = class % V for predictions and targets, then "
-                "compare a with a and b with b.",
-                _relation_accuracy_whole_answer),
+                "compare a with a and b with b."),
         Mistake("mixed_decoding",
                 "you decoded predictions and targets in opposite ways (// for one, % for the "
                 "other), so you compared a's symbol with b's.",
-                "use the same rule for both: a = class // V, b = class % V.",
-                _relation_accuracy_mixed_decoding),
+                "use the same rule for both: a = class // V, b = class % V."),
         Mistake("probabilities",
                 "you averaged the probability the model gives to the right symbol. Accuracy "
                 "counts each prediction (the argmax) as right or wrong, however sure the model is.",
-                "predicted = logits.argmax(dim=-1); then compare decoded classes.",
-                _relation_accuracy_probabilities),
+                "predicted = logits.argmax(dim=-1); then compare decoded classes."),
         Mistake("per_symbol_argmax",
                 "you decoded each symbol on its own (the most likely a after summing probabilities "
                 "or logits over b, and the reverse). The model answers with one class, the argmax "
                 "over all V*V pairs; "
                 "the best symbol taken alone can differ from the symbol in the best pair.",
                 "predicted = logits.argmax(dim=-1) over all V*V classes, then a = predicted // V "
-                "and b = predicted % V.",
-                _relation_accuracy_per_symbol),
+                "and b = predicted % V."),
         Mistake("counts",
                 "you returned how many answers got each symbol right, not the fraction.",
-                "divide by the number of examples: .float().mean() instead of .sum().",
-                _relation_accuracy_counts),
+                "divide by the number of examples: .float().mean() instead of .sum()."),
         Mistake("true_division",
                 "you decoded a with /, true division: predicted / V is a fraction that still holds "
                 "b's part, so it matches the target only when the whole class does.",
-                "use floor division for a: predicted // V (and predicted % V for b).",
-                _relation_accuracy_true_division),
+                "use floor division for a: predicted // V (and predicted % V for b)."),
         Mistake("error_rate",
                 "you returned the error rate, 1 - accuracy: the share of answers that got each "
-                "symbol wrong.", "return the share that got it right.", _relation_error_rate),
+                "symbol wrong.", "return the share that got it right."),
         RaisingMistake("bool_mean",
                        "torch cannot average a bool tensor: the comparison gives True/False, and "
                        ".mean() needs numbers.",
-                       "call .float() on the comparison before .mean().",
-                       _relation_accuracy_bool_mean),
+                       "call .float() on the comparison before .mean()."),
     ],
     hint="the prediction is the argmax class; class c stands for the pair (c // V, c % V): decode "
          "the prediction and the target the same way, then score each half on its own. A "

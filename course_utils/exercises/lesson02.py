@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..worked_example import load_worked_example
+from .answers import Raised
 from .core import _EXITS, Case, Exercise, Feedback, Mistake
 
 __all__ = [
@@ -79,22 +79,24 @@ class _DiagnosingExercise(Exercise):
         return feedback if named is None else named
 
     def _name_raising_slip(self, fn: Callable[..., Any]) -> Feedback | None:
-        for case in self.make_cases():
+        cases = list(self.make_cases())
+        for index, case in enumerate(cases):
             exc = _raised(fn, case)
             if exc is None:
                 continue
+            kind, text = type(exc).__name__, str(exc)
             for loose in (False, True):
                 for mistake in self.mistakes:
                     if not isinstance(mistake, RaisingMistake) or mistake.loose != loose:
                         continue
-                    theirs = _raised(mistake.implementation, case)
-                    same = theirs is not None and type(theirs) is type(exc)
-                    if same and (loose or str(theirs) == str(exc)
-                                 or (mistake.pattern and mistake.pattern in str(exc))):
+                    outcomes = self._mistake_outputs(mistake, cases)
+                    theirs = None if outcomes is None else outcomes[index]
+                    same = isinstance(theirs, Raised) and theirs.kind == kind
+                    if same and (loose or theirs.message == text
+                                 or (mistake.pattern and mistake.pattern in text)):
                         where = f" on {case.label}" if case.label else ""
                         return Feedback(self.title, "mistake",
-                                        f"{mistake.message} (Your function raised "
-                                        f"{type(exc).__name__}{where}.)",
+                                        f"{mistake.message} (Your function raised {kind}{where}.)",
                                         mistake.hint, mistake=mistake.key)
             return None
         return None
@@ -115,63 +117,6 @@ def _worked_example_head(index: int) -> tuple[Tensor, ...]:
 
 
 # -- 2.1 softmax over the last axis (numpy) ---------------------------------------------
-def _softmax_rows(scores: np.ndarray) -> np.ndarray:
-    shifted = scores - scores.max(axis=-1, keepdims=True)  # the largest entry becomes 0
-    e = np.exp(shifted)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _softmax_columns(scores: np.ndarray) -> np.ndarray:
-    e = np.exp(scores - scores.max(axis=0, keepdims=True))
-    return e / e.sum(axis=0, keepdims=True)
-
-
-def _softmax_unshifted(scores: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore", invalid="ignore"):
-        e = np.exp(scores)
-        return e / e.sum(axis=-1, keepdims=True)
-
-
-def _softmax_axis_1(scores: np.ndarray) -> np.ndarray:
-    e = np.exp(scores - scores.max(axis=1, keepdims=True))  # right for 2-D input only
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _softmax_min_shift(scores: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore", invalid="ignore"):
-        e = np.exp(scores - scores.min(axis=-1, keepdims=True))  # the largest entry can overflow
-        return e / e.sum(axis=-1, keepdims=True)
-
-
-def _softmax_global_max_shift(scores: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        e = np.exp(scores - scores.max())  # a row far below the global maximum underflows to 0
-        return e / e.sum(axis=-1, keepdims=True)
-
-
-def _softmax_whole_matrix(scores: np.ndarray) -> np.ndarray:
-    e = np.exp(scores - scores.max())
-    return e / e.sum()
-
-
-def _softmax_without_exp(scores: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return scores / scores.sum(axis=-1, keepdims=True)
-
-
-def _softmax_no_keepdims(scores: np.ndarray) -> np.ndarray:
-    e = np.exp(scores - scores.max(axis=-1))  # (..., n) - (...,): lines up with the wrong axis
-    return e / e.sum(axis=-1)
-
-
-def _softmax_in_torch(scores: np.ndarray) -> torch.Tensor:
-    return torch.softmax(torch.from_numpy(scores), dim=-1)  # the right numbers, but a tensor
-
-
-def _softmax_as_list(scores: np.ndarray) -> list:
-    return _softmax_rows(scores).tolist()  # the right numbers, but a list
-
-
 def _softmax_cases() -> list[Case]:
     rng = np.random.default_rng(2)
     example = load_worked_example()
@@ -211,51 +156,43 @@ class _SoftmaxExercise(_DiagnosingExercise):
 
 SOFTMAX_ROWS = _SoftmaxExercise(
     title="Exercise 2.1: softmax over each row",
-    reference=_softmax_rows,
     make_cases=_softmax_cases,
     mistakes=[
         Mistake("wrong_axis", "your entries sum to 1 along another axis (the columns, axis 0), not along "
                 "each row: the softmax ran over the wrong axis.",
-                "each query's row must sum to 1: use axis=-1 (with keepdims=True).", _softmax_columns),
+                "each query's row must sum to 1: use axis=-1 (with keepdims=True)."),
         Mistake("no_max_shift",
                 "you get NaN on large scores: exp(1000) overflows to inf, and inf / inf is NaN.",
                 "subtract each row's maximum before exp; softmax does not change when you "
-                "shift a row by a constant.", _softmax_unshifted),
+                "shift a row by a constant."),
         Mistake("axis_1", "right on 2-D arrays, wrong on the 3-D one: you used axis=1, which is "
                 "the last axis only when the array has two dims.",
-                "use axis=-1 (the last axis, whatever the number of dims).", _softmax_axis_1),
+                "use axis=-1 (the last axis, whatever the number of dims)."),
         Mistake("min_shift", "you get NaN on the row [0, -1000, 1000]: you shifted by the row "
                 "minimum, so the largest entry becomes exp(2000), which overflows.",
-                "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow.",
-                _softmax_min_shift),
+                "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow."),
         Mistake("global_max_shift", "you get NaN on the row [-3, 0.5, 2]: you shifted by the maximum of "
                 "the whole array (1001), not of each row, so that row's exp() underflows to 0 and "
                 "you divide 0 by 0.",
-                "take the maximum per row: scores.max(axis=-1, keepdims=True).",
-                _softmax_global_max_shift),
+                "take the maximum per row: scores.max(axis=-1, keepdims=True)."),
         Mistake("whole_matrix", "the whole array sums to 1, not each row: you divided by the "
-                "sum of every entry.", "sum along the last axis only: e.sum(axis=-1, keepdims=True).",
-                _softmax_whole_matrix),
+                "sum of every entry.", "sum along the last axis only: e.sum(axis=-1, keepdims=True)."),
         Mistake("no_exp", "you divided the scores by their row sum without exponentiating.",
-                "softmax is exp(s) / sum(exp(s)); the exp makes every weight positive.",
-                _softmax_without_exp),
+                "softmax is exp(s) / sum(exp(s)); the exp makes every weight positive."),
         RaisingMistake("no_keepdims",
                        "scores.max(axis=-1) (or e.sum(axis=-1)) without keepdims=True drops the "
                        "last axis, so the subtraction or division lines up with the wrong axis: "
                        "wrong numbers on a square array, a broadcasting error otherwise.",
                        "keep the reduced axis: scores.max(axis=-1, keepdims=True) and "
-                       "e.sum(axis=-1, keepdims=True), shape (..., 1).",
-                       _softmax_no_keepdims),
+                       "e.sum(axis=-1, keepdims=True), shape (..., 1)."),
         Mistake("returned_tensor",
                 "the numbers are right, but you returned a torch tensor: this exercise is in "
                 "numpy and must return a numpy array (the lesson's numpy code uses it).",
-                "use np.exp, .max(axis=-1, keepdims=True) and .sum(...) on the array; no torch.",
-                _softmax_in_torch),
+                "use np.exp, .max(axis=-1, keepdims=True) and .sum(...) on the array; no torch."),
         Mistake("returned_list",
                 "the numbers are right, but you returned a Python list: return the numpy array "
                 "itself (the lesson's numpy code uses it as an array).",
-                "drop the .tolist(): exps / exps.sum(axis=-1, keepdims=True) is already an array.",
-                _softmax_as_list),
+                "drop the .tolist(): exps / exps.sum(axis=-1, keepdims=True) is already an array."),
     ],
     hint="subtract each row's maximum (keepdims=True) before np.exp, then divide by the row sums.",
     numpy_output=True,
@@ -264,56 +201,6 @@ check_softmax_rows = SOFTMAX_ROWS.check
 
 
 # -- 2.2 attention weights from q and k -------------------------------------------------
-def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
-    return q @ k.transpose(-2, -1) / scale  # (..., Tq, Tk)
-
-
-def _attention_weights(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-1)
-
-
-def _weights_wrong_axis(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-2)
-
-
-def _weights_no_scale(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, 1.0), dim=-1)
-
-
-def _weights_divided_by_dk(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, q.shape[-1]), dim=-1)
-
-
-def _weights_scaled_by_num_keys(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, math.sqrt(k.shape[-2])), dim=-1)
-
-
-def _weights_dim0(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=0)
-
-
-def _weights_dim1(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=1)
-
-
-def _weights_no_softmax(q: Tensor, k: Tensor) -> Tensor:
-    return _scores(q, k, math.sqrt(q.shape[-1]))
-
-
-def _weights_d_k_from_dim_1(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(_scores(q, k, math.sqrt(q.shape[1])), dim=-1)  # the tokens, on a batch
-
-
-def _weights_keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
-    return torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)  # (..., Tk, Tq)
-
-
-def _weights_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
-    with warnings.catch_warnings():  # torch warns that k.T on a batch is deprecated: the very slip
-        warnings.simplefilter("ignore", UserWarning)  # this model imitates, so no need to print it
-        return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1)  # k.T reverses every dim
-
-
 _K_DOT_T = ("k.T reverses ALL the dims of k, so on a batch (B, Tk, d_k) becomes (d_k, Tk, B) and "
             "the product fails (on one sequence it works, which hides the bug).")
 _K_DOT_T_HINT = "swap only the last two dims: k.transpose(-2, -1) (or k.mT)."
@@ -333,38 +220,36 @@ def _qk_cases() -> list[Case]:
 
 ATTENTION_WEIGHTS = _DiagnosingExercise(
     title="Exercise 2.2: attention weights",
-    reference=_attention_weights,
     make_cases=_qk_cases,
     mistakes=[
         Mistake("wrong_axis", "each column of your weights sums to 1: the softmax ran over the "
                 "queries (dim=-2) instead of the keys.",
-                "every query distributes its attention over the keys: torch.softmax(scores, dim=-1).",
-                _weights_wrong_axis),
+                "every query distributes its attention over the keys: torch.softmax(scores, dim=-1)."),
         Mistake("missing_scale", "your weights are too peaked: the scores were not divided by sqrt(d_k).",
-                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]).", _weights_no_scale),
+                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])."),
         Mistake("divided_by_dk", "your weights are too flat: you divided the scores by d_k "
                 "instead of sqrt(d_k).", "use math.sqrt(d_k), the standard deviation of a dot "
-                "product of d_k random unit-variance entries.", _weights_divided_by_dk),
+                "product of d_k random unit-variance entries."),
         Mistake("scaled_by_num_keys", "you scaled by sqrt of the number of keys (k.shape[-2]) "
                 "instead of sqrt(d_k) (the last dim).",
-                "d_k is the width of each query and key vector: q.shape[-1].", _weights_scaled_by_num_keys),
+                "d_k is the width of each query and key vector: q.shape[-1]."),
         Mistake("softmax_dim0", "your softmax ran over dim=0: for one sequence (Tq, Tk) that is the "
                 "queries (each column sums to 1), and for a batch it is the batch; never the keys.",
                 "count from the end: torch.softmax(scores, dim=-1) is over the keys for any "
-                "number of leading dims.", _weights_dim0),
+                "number of leading dims."),
         Mistake("softmax_dim1", "right for one sequence, wrong on the batch: dim=1 is the last dim "
                 "only for 2-D scores; for (B, Tq, Tk) it is the queries.",
-                "count from the end: torch.softmax(scores, dim=-1).", _weights_dim1),
+                "count from the end: torch.softmax(scores, dim=-1)."),
         Mistake("no_softmax", "you returned the scaled scores: without a softmax they are not "
                 "weights (some are negative, and rows do not sum to 1).",
-                "finish with torch.softmax(scores, dim=-1).", _weights_no_softmax),
+                "finish with torch.softmax(scores, dim=-1)."),
         Mistake("d_k_from_dim_1", "right for one sequence, wrong on the batch: you took d_k from "
                 "q.shape[1], which is the number of queries when q is (B, T, d_k).",
-                "count from the end: d_k = q.shape[-1].", _weights_d_k_from_dim_1),
+                "count from the end: d_k = q.shape[-1]."),
         Mistake("keys_times_queries", "your matrix is k @ q^T: row i holds key i's scores against "
                 "every query, not query i's scores against every key.",
-                "row i must be query i: q @ k.transpose(-2, -1).", _weights_keys_times_queries),
-        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _weights_k_dot_t),
+                "row i must be query i: q @ k.transpose(-2, -1)."),
+        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT),
     ],
     hint="multiply q by k with its last two dims swapped (k.transpose(-2, -1), so batches work), "
     "divide by sqrt(d_k) = sqrt(q.shape[-1]), then softmax over the keys (the last dim).",
@@ -373,90 +258,6 @@ check_attention_weights = ATTENTION_WEIGHTS.check
 
 
 # -- 2.3 causal attention weights -------------------------------------------------------
-def _lower_triangle(T: int) -> Tensor:
-    return torch.ones(T, T, dtype=torch.bool).tril()  # True = may attend (key j <= query i)
-
-
-def _causal_weights(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    scores = scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
-    return torch.softmax(scores, dim=-1)
-
-
-def _causal_mask_after_softmax(q: Tensor, k: Tensor) -> Tensor:
-    weights = _attention_weights(q, k)
-    return weights.masked_fill(~_lower_triangle(q.shape[-2]), 0.0)
-
-
-def _causal_future_visible(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    upper = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).triu()
-    return torch.softmax(scores.masked_fill(~upper, float("-inf")), dim=-1)
-
-
-def _causal_masked_with_zero(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), 0.0), dim=-1)
-
-
-def _causal_inverted_mask(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    allowed = _lower_triangle(q.shape[-2])
-    return torch.softmax(scores.masked_fill(allowed, float("-inf")), dim=-1)  # blocks what is allowed
-
-
-def _causal_no_scale(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, 1.0)
-    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf")), dim=-1)
-
-
-def _causal_diagonal_blocked(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    strict = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril(-1)
-    return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
-
-
-def _causal_batch_dim_as_T(q: Tensor, k: Tensor) -> Tensor:
-    T = q.shape[0]  # the batch size on batched input, not the sequence length
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    allowed = torch.ones(T, T, dtype=torch.bool).tril()
-    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-
-
-def _causal_mask_not_applied(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))  # result thrown away
-    return torch.softmax(scores, dim=-1)
-
-
-def _causal_softmax_over_queries(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf")), dim=-2)
-
-
-def _causal_keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
-    scores = k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    return torch.softmax(scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf")), dim=-1)
-
-
-def _causal_k_dot_t(q: Tensor, k: Tensor) -> Tensor:
-    scores = q @ k.T / math.sqrt(q.shape[-1])
-    allowed = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()
-    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-
-
-def _causal_inf_after_softmax(q: Tensor, k: Tensor) -> Tensor:
-    return _attention_weights(q, k).masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
-
-
-def _causal_implicit_softmax_dim(q: Tensor, k: Tensor) -> Tensor:
-    scores = _scores(q, k, math.sqrt(q.shape[-1]))
-    scores = scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
-    with warnings.catch_warnings():  # the very warning the learner saw
-        warnings.simplefilter("ignore", UserWarning)
-        return F.softmax(scores)  # no dim: PyTorch picks dim=1 for 2-D input, dim=0 for 3-D
-
-
 def _causal_cases() -> list[Case]:
     g = torch.Generator().manual_seed(3)
     return [
@@ -468,57 +269,49 @@ def _causal_cases() -> list[Case]:
 
 CAUSAL_ATTENTION_WEIGHTS = _DiagnosingExercise(
     title="Exercise 2.3: causal attention weights",
-    reference=_causal_weights,
     make_cases=_causal_cases,
     mistakes=[
         Mistake("mask_after_softmax", "your rows do not sum to 1: you zeroed the future after the "
                 "softmax, so the weights it gave to the future are simply lost.",
-                "mask the scores (set blocked ones to -inf) before the softmax.",
-                _causal_mask_after_softmax),
+                "mask the scores (set blocked ones to -inf) before the softmax."),
         Mistake("future_visible", "each query sees the future and not the past: the mask is the "
                 "upper triangle instead of the lower one.",
-                "query i may attend to key j when j <= i: torch.ones(T, T, dtype=torch.bool).tril().",
-                _causal_future_visible),
+                "query i may attend to key j when j <= i: torch.ones(T, T, dtype=torch.bool).tril()."),
         Mistake("masked_with_zero", "the future still gets weight: you set blocked scores to 0, "
-                "and exp(0) = 1 is not 0.", "fill blocked scores with float('-inf'); exp(-inf) = 0.",
-                _causal_masked_with_zero),
+                "and exp(0) = 1 is not 0.", "fill blocked scores with float('-inf'); exp(-inf) = 0."),
         Mistake("diagonal_blocked", "the first row is NaN: your mask also blocks each token from "
                 "itself, so token 0 has nothing to attend to.",
-                "keep the diagonal: tril() (not tril(-1)).", _causal_diagonal_blocked),
+                "keep the diagonal: tril() (not tril(-1))."),
         Mistake("inverted_mask", "you blocked the allowed keys and kept the blocked ones (the last row "
                 "is NaN): masked_fill(mask, ...) fills where the mask is True, and in this course True "
                 "means 'may attend'. (nn.MultiheadAttention uses the opposite convention, "
                 "True = blocked.)",
-                "fill where the mask is False: scores.masked_fill(~allowed, float('-inf')).",
-                _causal_inverted_mask),
+                "fill where the mask is False: scores.masked_fill(~allowed, float('-inf'))."),
         Mistake("missing_scale", "the mask is right, but your weights are too peaked: the scores were "
                 "not divided by sqrt(d_k).",
-                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax.",
-                _causal_no_scale),
+                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax."),
         Mistake("mask_not_applied", "your weights are those of attention without any mask: every "
                 "query sees the future. masked_fill returns a new tensor; it does not change "
                 "scores unless you assign the result.",
-                "scores = scores.masked_fill(~allowed, float('-inf')).", _causal_mask_not_applied),
+                "scores = scores.masked_fill(~allowed, float('-inf'))."),
         Mistake("softmax_over_queries", "each column of your weights sums to 1: the softmax ran over "
                 "the queries (dim=-2) instead of the keys.",
-                "torch.softmax(scores, dim=-1), after the mask.", _causal_softmax_over_queries),
+                "torch.softmax(scores, dim=-1), after the mask."),
         Mistake("keys_times_queries", "your scores are k @ q^T (row i is key i, not query i), so the "
                 "mask blocks the wrong pairs.",
-                "scores = q @ k.transpose(-2, -1) / sqrt(d_k), then mask.", _causal_keys_times_queries),
+                "scores = q @ k.transpose(-2, -1) / sqrt(d_k), then mask."),
         Mistake("inf_after_softmax", "you filled the future with -inf *after* the softmax: those "
                 "weights are -inf and the rows do not sum to 1.",
-                "fill the scores with -inf before the softmax: exp(-inf) = 0 turns them into 0 weights.",
-                _causal_inf_after_softmax),
+                "fill the scores with -inf before the softmax: exp(-inf) = 0 turns them into 0 weights."),
         Mistake("implicit_softmax_dim", "you called the softmax without dim=: PyTorch then picks an axis "
                 "for you (dim=1 on 2-D input, dim=0, the batch, on 3-D) and warns that this is deprecated.",
-                "always name the axis: torch.softmax(scores, dim=-1).", _causal_implicit_softmax_dim),
-        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _causal_k_dot_t),
+                "always name the axis: torch.softmax(scores, dim=-1)."),
+        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT),
         RaisingMistake("batch_dim_as_T",
                        "on the batch (2, 5, 4) your mask does not fit the scores: T = q.shape[0] is "
                        "the batch size there, not the number of tokens.",
                        "count from the end: T = q.shape[-2], so the mask is (T, T) for any number "
-                       "of leading dims.",
-                       _causal_batch_dim_as_T, loose=True),
+                       "of leading dims.", loose=True),
     ],
     hint="build a lower-triangular boolean (T, T) mask (True = may attend), fill the blocked "
     "scores with float('-inf'), and only then take the softmax over the last dim.",
@@ -527,99 +320,6 @@ check_causal_attention_weights = CAUSAL_ATTENTION_WEIGHTS.check
 
 
 # -- 2.4 single-head attention, end to end ----------------------------------------------
-def _project(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    return x @ w_q, x @ w_k, x @ w_v  # (..., T, d_k), (..., T, d_k), (..., T, d_v)
-
-
-def _single_head(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return _attention_weights(q, k) @ v  # (..., T, d_v)
-
-
-def _single_head_keys_as_values(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, _ = _project(x, w_q, w_k, w_v)
-    return _attention_weights(q, k) @ k
-
-
-def _single_head_unprojected(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, _ = _project(x, w_q, w_k, w_v)
-    return _attention_weights(q, k) @ x
-
-
-def _single_head_transposed_weights(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return _attention_weights(q, k).transpose(-2, -1) @ v
-
-
-def _single_head_values_first(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return v @ _attention_weights(q, k)
-
-
-def _single_head_no_scale(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return _weights_no_scale(q, k) @ v
-
-
-def _single_head_softmax_dim0(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=0) @ v
-
-
-def _single_head_scaled_by_d_model(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return torch.softmax(_scores(q, k, math.sqrt(x.shape[-1])), dim=-1) @ v
-
-
-def _single_head_causal(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return _causal_weights(q, k) @ v
-
-
-def _single_head_softmax_dim1(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=1) @ v
-
-
-def _single_head_scaled_by_d_v(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return torch.softmax(_scores(q, k, math.sqrt(v.shape[-1])), dim=-1) @ v
-
-
-def _single_head_linear_layout(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T  # lesson 01's nn.Linear habit: (out, in) weights
-    return _attention_weights(q, k) @ v
-
-
-def _single_head_weights_only(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, _ = _project(x, w_q, w_k, w_v)
-    return _attention_weights(q, k)  # (..., T, T): the weights, not the output
-
-
-def _single_head_no_softmax(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return _scores(q, k, math.sqrt(q.shape[-1])) @ v
-
-
-def _single_head_keys_from_w_q(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    return _single_head(x, w_q, w_q, w_v)  # w_q where w_k belongs
-
-
-def _single_head_scale_of_2(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return torch.softmax(_scores(q, k, math.sqrt(2)), dim=-1) @ v  # the worked example's d_k, typed in
-
-
-def _single_head_divided_by_dk(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return _weights_divided_by_dk(q, k) @ v
-
-
-def _single_head_k_dot_t(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
-    q, k, v = _project(x, w_q, w_k, w_v)
-    return _weights_k_dot_t(q, k) @ v
-
-
 def _single_head_cases() -> list[Case]:
     # In every case d_v == T, so that `v @ weights` runs and the check can name it.
     x, w_q, w_k, w_v = _worked_example_head(0)
@@ -633,63 +333,54 @@ def _single_head_cases() -> list[Case]:
 
 SINGLE_HEAD_ATTENTION = _DiagnosingExercise(
     title="Exercise 2.4: single-head attention",
-    reference=_single_head,
     make_cases=_single_head_cases,
     mistakes=[
         Mistake("keys_as_values", "you averaged the keys (weights @ K), not the values.",
-                "keys decide *where* to look; the output mixes the values: weights @ (x @ w_v).",
-                _single_head_keys_as_values),
+                "keys decide *where* to look; the output mixes the values: weights @ (x @ w_v)."),
         Mistake("returned_weights", "you returned the attention weights (T x T), not the output: "
                 "the weights still have to average the values.",
-                "finish with weights @ v, where v = x @ w_v.", _single_head_weights_only),
+                "finish with weights @ v, where v = x @ w_v."),
         Mistake("no_softmax", "you multiplied the values by the scaled scores: without a softmax "
                 "they are not weights, and the output is not an average of the values.",
-                "weights = torch.softmax(scores, dim=-1), then weights @ v.", _single_head_no_softmax),
+                "weights = torch.softmax(scores, dim=-1), then weights @ v."),
         Mistake("keys_from_w_q", "your keys were made with w_q: every score compares a query with "
                 "another query.",
-                "k = x @ w_k; only the queries use w_q.", _single_head_keys_from_w_q),
+                "k = x @ w_k; only the queries use w_q."),
         Mistake("unprojected_values", "you averaged the raw inputs x instead of the values x @ w_v.",
-                "project the values first: v = x @ w_v.", _single_head_unprojected),
+                "project the values first: v = x @ w_v."),
         Mistake("transposed_weights", "you used the transposed weights (weights^T @ V): each output "
                 "row then mixes by a column of the weights, which need not sum to 1.",
-                "row i of the output is sum_j weights[i, j] * V[j]: weights @ V.",
-                _single_head_transposed_weights),
+                "row i of the output is sum_j weights[i, j] * V[j]: weights @ V."),
         Mistake("values_first", "you multiplied in the wrong order (V @ weights); it only ran because "
-                "d_v happens to equal T here.", "the weights come first: weights @ V, (T, T) @ (T, d_v).",
-                _single_head_values_first),
+                "d_v happens to equal T here.", "the weights come first: weights @ V, (T, T) @ (T, d_v)."),
         Mistake("missing_scale", "your output matches attention without the 1/sqrt(d_k) scaling.",
-                "divide the scores by math.sqrt(d_k) before the softmax.", _single_head_no_scale),
+                "divide the scores by math.sqrt(d_k) before the softmax."),
         Mistake("scaled_by_d_model", "you divided the scores by sqrt(d_model) (the width of x) instead of "
                 "sqrt(d_k) (the width of each query and key).",
-                "d_k = w_q.shape[-1] (or q.shape[-1] after the projection), not x.shape[-1].",
-                _single_head_scaled_by_d_model),
+                "d_k = w_q.shape[-1] (or q.shape[-1] after the projection), not x.shape[-1]."),
         Mistake("softmax_dim0", "your softmax ran over dim=0 (the queries for one sentence, the batch for "
                 "a batch), not over the keys.",
-                "each query's weights must sum to 1 over the keys: torch.softmax(scores, dim=-1).",
-                _single_head_softmax_dim0),
+                "each query's weights must sum to 1 over the keys: torch.softmax(scores, dim=-1)."),
         Mistake("causal_mask_applied", "your output matches *causal* attention: this exercise asks for no "
                 "mask, so every query may attend to every key.",
-                "drop the mask: softmax(q k^T / sqrt(d_k)) over all keys.", _single_head_causal),
+                "drop the mask: softmax(q k^T / sqrt(d_k)) over all keys."),
         Mistake("softmax_dim1", "right for one sequence, wrong on the batch: dim=1 is the keys only "
                 "for 2-D scores; for (B, T, T) it is the queries.",
-                "count from the end: torch.softmax(scores, dim=-1).", _single_head_softmax_dim1),
+                "count from the end: torch.softmax(scores, dim=-1)."),
         Mistake("scaled_by_d_v", "you divided the scores by sqrt(d_v), the width of the values, or "
                 "by sqrt(T), the number of tokens (the two are equal in these test cases), instead "
                 "of sqrt(d_k), the width of the queries and keys that were multiplied.",
-                "d_k = w_q.shape[-1]; d_v only sets the width of the output.",
-                _single_head_scaled_by_d_v),
+                "d_k = w_q.shape[-1]; d_v only sets the width of the output."),
         Mistake("typed_in_scale", "you divided by sqrt(2), the worked example's d_k, typed in: on the "
-                "batched case d_k is 3.", "take d_k from the data: q.shape[-1] (or w_q.shape[-1]).",
-                _single_head_scale_of_2),
+                "batched case d_k is 3.", "take d_k from the data: q.shape[-1] (or w_q.shape[-1])."),
         Mistake("divided_by_dk", "your weights are too flat: you divided the scores by d_k instead of "
-                "sqrt(d_k).", "divide by math.sqrt(q.shape[-1]).", _single_head_divided_by_dk),
-        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT, _single_head_k_dot_t),
+                "sqrt(d_k).", "divide by math.sqrt(q.shape[-1])."),
+        RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT),
         RaisingMistake("linear_layout",
                        "you wrote x @ w.T, lesson 01's habit: there the weights were in "
                        "nn.Linear's (d_out, d_in) layout. Here w_q is (d_model, d_k), rows = "
                        "input features, so the projection is x @ w_q with no transpose.",
-                       "q, k, v = x @ w_q, x @ w_k, x @ w_v.",
-                       _single_head_linear_layout),
+                       "q, k, v = x @ w_q, x @ w_k, x @ w_v."),
     ],
     hint="project x three times (queries, keys, values), compute the weights as in Exercise 2.2, "
     "then average the values with them.",

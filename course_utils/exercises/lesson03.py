@@ -35,41 +35,6 @@ def _numbered(*shape: int) -> Tensor:
 
 
 # --- 3.1 split heads ---------------------------------------------------------------
-def _split_reference(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)  # (B, h, T, dk)
-
-
-def _split_view_only(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, num_heads, T, d // num_heads)  # right shape, features scrambled
-
-
-def _split_no_transpose(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads)  # (B, T, h, dk)
-
-
-def _split_wrong_dims(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads).transpose(2, 3)  # (B, T, dk, h)
-
-
-def _split_transpose_first(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.transpose(1, 2).reshape(B, num_heads, T, d // num_heads)  # right shape, wrong values
-
-
-def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, d // num_heads, num_heads).permute(0, 3, 1, 2)  # head i = columns i, i+h, ...
-
-
-def _split_dk_h_swapped(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, d // num_heads, num_heads).transpose(1, 2)  # (B, dk, T, h): h and dk swapped
-
-
 def _split_cases() -> list[Case]:
     return [
         Case((_numbered(2, 5, 12), 3), label="x of shape (2, 5, 12), h = 3"),
@@ -81,7 +46,6 @@ def _split_cases() -> list[Case]:
 
 SPLIT_HEADS = Exercise(
     title="Exercise 3.1: split into heads",
-    reference=_split_reference,
     make_cases=_split_cases,
     mistakes=[
         Mistake("view_without_transpose",
@@ -89,35 +53,29 @@ SPLIT_HEADS = Exercise(
                 "cuts each sequence's memory into h blocks of T*dk numbers, so one 'head' "
                 "mixes features of different tokens.",
                 "view as (B, T, h, dk) first (this splits each token's d features), then "
-                "swap the T and h axes with .transpose(1, 2).",
-                _split_view_only),
+                "swap the T and h axes with .transpose(1, 2)."),
         Mistake("missing_transpose",
                 "you returned (B, T, h, dk): the features are split correctly, but the head "
                 "axis is still behind the token axis.",
-                "add .transpose(1, 2) so that the result is (B, h, T, dk).",
-                _split_no_transpose),
+                "add .transpose(1, 2) so that the result is (B, h, T, dk)."),
         Mistake("transposed_wrong_dims",
                 "you transposed the last two axes and got (B, T, dk, h): the axes to swap are "
                 "the token axis (1) and the head axis (2).",
-                "use .transpose(1, 2), not .transpose(2, 3) or .transpose(-2, -1).",
-                _split_wrong_dims),
+                "use .transpose(1, 2), not .transpose(2, 3) or .transpose(-2, -1)."),
         Mistake("transpose_before_split",
                 "the shape is right but the values are not: you transposed (B, T, d) to (B, d, T) "
                 "before reshaping, which interleaves tokens and features.",
-                "split the feature axis first with .view(B, T, h, dk), then transpose(1, 2).",
-                _split_transpose_first),
+                "split the feature axis first with .view(B, T, h, dk), then transpose(1, 2)."),
         Mistake("interleaved",
                 "your head i takes columns i, i+h, i+2h, ...: the heads are interleaved instead of "
                 "being consecutive blocks of d_k columns.",
                 "view(B, T, h, dk) puts head i in columns i*dk to (i+1)*dk - 1, which is where the "
-                "stacked W_Q puts head i's rows.",
-                _split_interleaved),
+                "stacked W_Q puts head i's rows."),
         Mistake("heads_and_width_swapped",
                 "you viewed as (B, T, dk, h) instead of (B, T, h, dk), so after the transpose you "
                 "have (B, dk, T, h): dk 'heads' of width h. The head count comes first, the width "
                 "of each head last.",
-                "x.view(B, T, num_heads, d // num_heads), then .transpose(1, 2).",
-                _split_dk_h_swapped),
+                "x.view(B, T, num_heads, d // num_heads), then .transpose(1, 2)."),
     ],
     hint="first cut each token's d features into h pieces of width d // h (a view with shape "
          "(B, T, h, dk)), then put the head axis in front of the token axis.",
@@ -126,42 +84,6 @@ check_split_heads = SPLIT_HEADS.check
 
 
 # --- 3.2 merge heads ---------------------------------------------------------------
-def _merge_reference(heads: Tensor) -> Tensor:
-    B, h, T, dk = heads.shape
-    return heads.transpose(1, 2).contiguous().view(B, T, h * dk)  # (B, T, d)
-
-
-def _merge_view_only(heads: Tensor) -> Tensor:
-    B, h, T, dk = heads.shape
-    return heads.reshape(B, T, h * dk)  # no transpose back: heads and tokens mixed
-
-
-def _merge_interleaved(heads: Tensor) -> Tensor:
-    B, h, T, dk = heads.shape
-    return heads.permute(0, 2, 3, 1).reshape(B, T, h * dk)  # features interleaved across heads
-
-
-def _merge_summed(heads: Tensor) -> Tensor:
-    return heads.sum(dim=1)  # (B, T, dk): heads added, not concatenated
-
-
-def _merge_averaged(heads: Tensor) -> Tensor:
-    return heads.mean(dim=1)  # (B, T, dk): heads averaged, not concatenated
-
-
-def _merge_not_flattened(heads: Tensor) -> Tensor:
-    return heads.transpose(1, 2)  # (B, T, h, dk): the right order, but h and dk not joined
-
-
-def _merge_along_tokens(heads: Tensor) -> Tensor:
-    return torch.cat(heads.unbind(1), dim=1)  # (B, h*T, dk): heads one after another as tokens
-
-
-def _merge_view_no_contiguous(heads: Tensor) -> Tensor:
-    B, h, T, dk = heads.shape
-    return heads.transpose(1, 2).view(B, T, h * dk)  # raises: the transpose is not contiguous
-
-
 def _merge_cases() -> list[Case]:
     return [
         Case((_numbered(2, 3, 5, 4),), label="heads of shape (2, 3, 5, 4)"),
@@ -185,7 +107,6 @@ class _MergeExercise(_DiagnosesRaisingAnswers):
 
 MERGE_HEADS = _MergeExercise(
     title="Exercise 3.2: merge the heads",
-    reference=_merge_reference,
     make_cases=_merge_cases,
     mistakes=[
         Mistake("view_without_transpose_back",
@@ -193,42 +114,35 @@ MERGE_HEADS = _MergeExercise(
                 "directly puts head 0's tokens side by side, so a 'token' row holds pieces of "
                 "several tokens from the same head.",
                 "move the head axis back next to dk first: heads.transpose(1, 2), then "
-                ".contiguous().view(B, T, h * dk).",
-                _merge_view_only),
+                ".contiguous().view(B, T, h * dk)."),
         Mistake("heads_interleaved",
                 "the shape is right but the heads are interleaved: feature j of every head sits "
                 "together instead of head 0's dk features, then head 1's, and so on.",
                 "concatenation means the head axis is *outside* dk: permute to (B, T, h, dk), "
-                "not (B, T, dk, h).",
-                _merge_interleaved),
+                "not (B, T, dk, h)."),
         Mistake("summed_heads",
                 "you added the heads together and got (B, T, dk): multi-head attention "
                 "concatenates them, giving (B, T, h * dk) = (B, T, d).",
-                "keep every head's dk features, side by side: transpose(1, 2), then view.",
-                _merge_summed),
+                "keep every head's dk features, side by side: transpose(1, 2), then view."),
         Mistake("averaged_heads",
                 "you averaged the heads and got (B, T, dk): multi-head attention keeps every head's "
                 "features, side by side, giving (B, T, h * dk) = (B, T, d). Averaging would throw "
                 "away what makes the heads different before W_O can combine them.",
-                "keep every head's dk features, side by side: transpose(1, 2), then view.",
-                _merge_averaged),
+                "keep every head's dk features, side by side: transpose(1, 2), then view."),
         Mistake("not_flattened",
                 "you returned (B, T, h, dk): the order is right, but the head axis and the dk axis "
                 "still have to be joined into one axis of h * dk features per token.",
-                "finish with .contiguous().view(B, T, h * dk) (or .reshape).",
-                _merge_not_flattened),
+                "finish with .contiguous().view(B, T, h * dk) (or .reshape)."),
         Mistake("concatenated_along_tokens",
                 "you concatenated the heads along the token axis and got (B, h * T, dk): h * T "
                 "'tokens' of width dk. Concat joins each token's head outputs along the FEATURE "
                 "axis, so the result keeps T tokens of width h * dk.",
-                "torch.cat(..., dim=-1) on the (B, T, dk) pieces, or transpose(1, 2) then view.",
-                _merge_along_tokens),
+                "torch.cat(..., dim=-1) on the (B, T, dk) pieces, or transpose(1, 2) then view."),
         Mistake("view_without_contiguous",
                 "your .view raised an error: after .transpose(1, 2) the tensor is not contiguous "
                 "in memory, and .view cannot copy. The order of your steps is right.",
                 "call .contiguous() before .view(B, T, h * dk), or use .reshape, which copies when "
-                "it has to.",
-                _merge_view_no_contiguous),
+                "it has to."),
     ],
     hint="undo split_heads in reverse: bring the token axis back in front of the head axis, "
          "then flatten (h, dk) into one axis of h * dk. If .view complains about the tensor's "
@@ -238,46 +152,6 @@ check_merge_heads = MERGE_HEADS.check
 
 
 # --- 3.3 parameter count -----------------------------------------------------------
-def _params_reference(d_model: int, num_heads: int, bias: bool = True) -> int:
-    d_k = d_model // num_heads
-    weights = 3 * num_heads * d_model * d_k + d_model * d_model  # W_Q, W_K, W_V in h slices; W_O
-    return weights + (4 * d_model if bias else 0)
-
-
-def _params_no_bias(d_model: int, num_heads: int, bias: bool = True) -> int:
-    return 4 * d_model * d_model
-
-
-def _params_three_matrices(d_model: int, num_heads: int, bias: bool = True) -> int:
-    return 3 * d_model * d_model + (3 * d_model if bias else 0)
-
-
-def _params_w_o_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
-    return (3 + num_heads) * d_model * d_model + ((3 + num_heads) * d_model if bias else 0)
-
-
-def _params_full_width_heads(d_model: int, num_heads: int, bias: bool = True) -> int:
-    return (3 * num_heads + 1) * d_model * d_model + ((3 * num_heads + 1) * d_model if bias else 0)
-
-
-def _params_bias_always(d_model: int, num_heads: int, bias: bool = True) -> int:
-    return 4 * d_model * d_model + 4 * d_model  # the bias argument ignored
-
-
-def _params_no_out_bias(d_model: int, num_heads: int, bias: bool = True) -> int:
-    return 4 * d_model * d_model + (3 * d_model if bias else 0)  # b_Q, b_K, b_V but no b_O
-
-
-def _params_bias_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
-    per_head = 3 * num_heads * d_model + d_model  # a full-width bias for every head's Q, K, V
-    return 4 * d_model * d_model + (per_head if bias else 0)
-
-
-def _params_one_head(d_model: int, num_heads: int, bias: bool = True) -> int:
-    d_k = d_model // num_heads  # one head's W_Q^i, W_K^i, W_V^i and their biases, then W_O
-    return 3 * d_model * d_k + d_model * d_model + ((3 * d_k + d_model) if bias else 0)
-
-
 def _params_cases() -> list[Case]:
     return [
         Case((512, 8), {"bias": True}, label="d_model = 512, h = 8, bias = True"),
@@ -290,49 +164,40 @@ def _params_cases() -> list[Case]:
 
 PARAMETER_COUNT = Exercise(
     title="Exercise 3.3: count the parameters",
-    reference=_params_reference,
     make_cases=_params_cases,
     mistakes=[
         Mistake("forgot_biases",
                 "right without biases, but with bias=True each of the four projections also "
                 "has a bias vector of d_model numbers.",
-                "add 4 * d_model when bias is True.",
-                _params_no_bias),
+                "add 4 * d_model when bias is True."),
         Mistake("only_three_matrices",
                 "you counted W_Q, W_K and W_V but not the output projection W_O.",
-                "W_O is one more (d_model, d_model) matrix (plus a bias of d_model).",
-                _params_three_matrices),
+                "W_O is one more (d_model, d_model) matrix (plus a bias of d_model)."),
         Mistake("w_o_per_head",
                 "you counted W_O once per head: there is one W_O for the whole layer, "
                 "applied to the concatenation of all heads.",
-                "W_Q, W_K, W_V are split into h slices; W_O is a single (d_model, d_model) matrix.",
-                _params_w_o_per_head),
+                "W_Q, W_K, W_V are split into h slices; W_O is a single (d_model, d_model) matrix."),
         Mistake("full_width_heads",
                 "you gave every head full (d_model, d_model) projections: each head's W_Q^i "
                 "is only (d_model, d_k) with d_k = d_model / h.",
-                "h slices of (d_model, d_k) make h * d_model * d_k = d_model^2 per matrix.",
-                _params_full_width_heads),
+                "h slices of (d_model, d_k) make h * d_model * d_k = d_model^2 per matrix."),
         Mistake("bias_always_added",
                 "right with bias=True, but with bias=False you still added 4 * d_model biases: the "
                 "bias argument says whether the layer has bias vectors at all.",
-                "add the 4 * d_model biases only when bias is True.",
-                _params_bias_always),
+                "add the 4 * d_model biases only when bias is True."),
         Mistake("forgot_output_bias",
                 "you counted the biases of W_Q, W_K and W_V (3 * d_model) but not the bias b_O of "
                 "the output projection.",
-                "with bias=True there are four bias vectors of d_model: b_Q, b_K, b_V and b_O.",
-                _params_no_out_bias),
+                "with bias=True there are four bias vectors of d_model: b_Q, b_K, b_V and b_O."),
         Mistake("bias_per_head",
                 "you gave every head a full bias of d_model numbers for each of Q, K and V. A head's "
                 "bias is a slice of d_k numbers of b_Q (likewise b_K, b_V), so the h heads together "
                 "hold one bias vector of d_model per projection.",
-                "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is.",
-                _params_bias_per_head),
+                "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is."),
         Mistake("one_head_projections",
                 "you counted the Q, K, V projections of ONE head (3 * d_model * d_k, and 3 * d_k "
                 "biases) plus W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
-                "multiply one head's projections by h: h * d_model * d_k = d_model^2 per matrix.",
-                _params_one_head),
+                "multiply one head's projections by h: h * d_model * d_k = d_model^2 per matrix."),
     ],
     hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "
          "with bias, one bias vector of d_model per projection.",
@@ -341,56 +206,6 @@ check_parameter_count = PARAMETER_COUNT.check
 
 
 # --- 3.4 multiply-adds of the scores ------------------------------------------------
-def _score_reference(seq_len: int, d_model: int, num_heads: int) -> int:
-    d_k = d_model // num_heads
-    return num_heads * seq_len * seq_len * d_k  # h heads, each (T, dk) @ (dk, T)
-
-
-def _score_h_twice(seq_len: int, d_model: int, num_heads: int) -> int:
-    return num_heads * seq_len * seq_len * d_model
-
-
-def _score_one_head(seq_len: int, d_model: int, num_heads: int) -> int:
-    return seq_len * seq_len * (d_model // num_heads)
-
-
-def _score_flops(seq_len: int, d_model: int, num_heads: int) -> int:
-    return 2 * seq_len * seq_len * d_model  # FLOPs of Q K^T, or MACs of Q K^T plus weights @ V
-
-
-def _score_linear_in_t(seq_len: int, d_model: int, num_heads: int) -> int:
-    return seq_len * d_model
-
-
-def _score_causal_half(seq_len: int, d_model: int, num_heads: int) -> int:
-    return seq_len * seq_len * d_model // 2  # only "half" of the score matrix
-
-
-def _score_causal_triangle(seq_len: int, d_model: int, num_heads: int) -> int:
-    return seq_len * (seq_len + 1) // 2 * d_model  # only the entries a causal mask keeps
-
-
-def _score_with_qk_projections(seq_len: int, d_model: int, num_heads: int) -> int:
-    return seq_len * seq_len * d_model + 2 * seq_len * d_model * d_model  # + computing Q and K
-
-
-def _score_with_qkv_projections(seq_len: int, d_model: int, num_heads: int) -> int:
-    return seq_len * seq_len * d_model + 3 * seq_len * d_model * d_model  # + Q, K and V
-
-
-def _score_one_mac_per_score(seq_len: int, d_model: int, num_heads: int) -> int:
-    return num_heads * seq_len * seq_len  # the number of scores, not the work per score
-
-
-def _score_exact_flops(seq_len: int, d_model: int, num_heads: int) -> int:
-    d_k = d_model // num_heads  # d_k multiplications and d_k - 1 additions per score
-    return num_heads * seq_len * seq_len * (2 * d_k - 1)
-
-
-def _score_with_scaling(seq_len: int, d_model: int, num_heads: int) -> int:
-    return seq_len * seq_len * d_model + num_heads * seq_len * seq_len  # + one division per score
-
-
 def _score_cases() -> list[Case]:
     return [
         Case((3, 512, 8), label="T = 3, d_model = 512, h = 8"),
@@ -402,69 +217,57 @@ def _score_cases() -> list[Case]:
 
 SCORE_MACS = Exercise(
     title="Exercise 3.4: multiply-adds of the scores",
-    reference=_score_reference,
     make_cases=_score_cases,
     mistakes=[
         Mistake("heads_counted_twice",
                 "you multiplied by h and also used the full d_model: each head's dot products "
                 "are only d_k long, so the h heads together cost T^2 * d_model, not h times that.",
-                "per head: T * T * d_k; all heads: h * T * T * d_k.",
-                _score_h_twice),
+                "per head: T * T * d_k; all heads: h * T * T * d_k."),
         Mistake("one_head_only",
                 "you counted one head (T^2 * d_k): all h heads compute their own scores.",
-                "multiply the per-head cost by h.",
-                _score_one_head),
+                "multiply the per-head cost by h."),
         Mistake("twice_the_scores",
                 "you got 2 * T^2 * d_model, twice the answer. Either you counted FLOPs (2 per "
                 "multiply-add) or you added weights @ V (another T^2 * d_model) to the scores; "
                 "the exercise asks only for the multiply-adds of Q K^T.",
-                "count multiply-adds, not FLOPs, and count only the scores Q K^T, not weights @ V.",
-                _score_flops),
+                "count multiply-adds, not FLOPs, and count only the scores Q K^T, not weights @ V."),
         Mistake("linear_in_length",
                 "the score matrix has T * T entries per head (every query meets every key): "
                 "the cost grows with T^2, not T.",
-                "each of the T^2 entries of a head's scores is a dot product of length d_k.",
-                _score_linear_in_t),
+                "each of the T^2 entries of a head's scores is a dot product of length d_k."),
         Mistake("causal_half",
                 "you counted half of the T * T scores, as if a causal mask saved the other half. "
                 "Q K^T computes every entry (the mask is applied afterwards), and the exercise has "
                 "no mask.",
-                "count all T * T entries per head: h * T * T * d_k.",
-                _score_causal_half),
+                "count all T * T entries per head: h * T * T * d_k."),
         Mistake("causal_triangle",
                 "you counted only the T * (T + 1) / 2 entries a causal mask keeps. The matrix "
                 "product computes all T * T of them; the mask only overwrites some afterwards (and "
                 "there is no mask here).",
-                "count all T * T entries per head: h * T * T * d_k.",
-                _score_causal_triangle),
+                "count all T * T entries per head: h * T * T * d_k."),
         Mistake("projections_added_qk",
                 "you added the cost of computing Q and K (2 * T * d_model^2) to the scores. The "
                 "exercise counts only the product Q K^T; the projections are separate rows of the "
                 "cost table.",
-                "leave out x @ W_Q and x @ W_K: only the T * T dot products of length d_k per head.",
-                _score_with_qk_projections),
+                "leave out x @ W_Q and x @ W_K: only the T * T dot products of length d_k per head."),
         Mistake("projections_added_qkv",
                 "you added the cost of the Q, K and V projections (3 * T * d_model^2) to the "
                 "scores. The exercise counts only the product Q K^T.",
-                "leave out the projections: only the T * T dot products of length d_k per head.",
-                _score_with_qkv_projections),
+                "leave out the projections: only the T * T dot products of length d_k per head."),
         Mistake("one_mac_per_score",
                 "you returned h * T^2, the number of scores. Each score is a dot product of two "
                 "d_k-long vectors, which takes d_k multiply-adds.",
-                "multiply the number of scores by d_k: h * T * T * d_k.",
-                _score_one_mac_per_score),
+                "multiply the number of scores by d_k: h * T * T * d_k."),
         Mistake("exact_flops",
                 "you counted floating-point operations exactly, d_k multiplications and d_k - 1 "
                 "additions per score. The exercise counts multiply-adds: one per pair of numbers "
                 "multiplied, so d_k per score.",
-                "one multiply-add per term of each dot product: h * T * T * d_k.",
-                _score_exact_flops),
+                "one multiply-add per term of each dot product: h * T * T * d_k."),
         Mistake("scaling_counted",
                 "you added one operation per score for the 1/sqrt(d_k) scaling (h * T^2). The "
                 "exercise leaves the scaling out, as it leaves out softmax and masks: it is "
                 "element-wise and small next to the dot products.",
-                "count only the dot products: h * T * T * d_k.",
-                _score_with_scaling),
+                "count only the dot products: h * T * T * d_k."),
     ],
     hint="a head's scores are (T, d_k) @ (d_k, T): T * T * d_k multiply-adds; there are h heads.",
 )

@@ -32,63 +32,6 @@ def _randn(*shape: int, seed: int) -> Tensor:
 
 # -- 4.1 one head's weights inside the stacked in_proj ----------------------------------
 
-def _head_weights(w_in: Tensor, num_heads: int, head: int) -> tuple[Tensor, Tensor, Tensor]:
-    d = w_in.shape[1]
-    dk = d // num_heads
-    rows = slice(head * dk, (head + 1) * dk)  # head i's rows inside one (d, d) block
-    w_q, w_k, w_v = w_in.split(d, dim=0)  # 3 x (d, d): the W_Q, W_K, W_V blocks, in that order
-    return w_q[rows], w_k[rows], w_v[rows]  # 3 x (dk, d)
-
-
-def _head_columns(w_in, num_heads, head):
-    d = w_in.shape[1]
-    cols = slice(head * (d // num_heads), (head + 1) * (d // num_heads))
-    return tuple(block[:, cols] for block in w_in.split(d, dim=0))  # 3 x (d, dk): columns
-
-
-def _head_columns_transposed(w_in, num_heads, head):
-    return tuple(w.T for w in _head_columns(w_in, num_heads, head))  # 3 x (dk, d): the right shape
-
-
-def _head_rows_transposed(w_in, num_heads, head):
-    return tuple(w.T for w in _head_weights(w_in, num_heads, head))  # 3 x (d, dk)
-
-
-def _head_query_block_only(w_in, num_heads, head):
-    d = w_in.shape[1]
-    dk = d // num_heads
-    rows = slice(head * dk, (head + 1) * dk)  # no offset of d for the key and value blocks
-    return w_in[rows], w_in[rows], w_in[rows]
-
-
-def _head_interleaved_rows(w_in, num_heads, head):
-    return tuple(block[head::num_heads] for block in w_in.split(w_in.shape[1], dim=0))
-
-
-def _head_per_head_layout(w_in, num_heads, head):
-    dk = w_in.shape[1] // num_heads
-    start = 3 * head * dk  # reads in_proj as q_0, k_0, v_0, q_1, k_1, v_1, ...
-    return w_in[start:start + dk], w_in[start + dk:start + 2 * dk], w_in[start + 2 * dk:start + 3 * dk]
-
-
-def _head_whole_blocks(w_in, num_heads, head):
-    return tuple(w_in.split(w_in.shape[1], dim=0))  # 3 x (d, d): every head at once
-
-
-def _head_inclusive_end(w_in, num_heads, head):
-    d = w_in.shape[1]
-    dk = d // num_heads
-    rows = slice(head * dk, (head + 1) * dk - 1)  # "to (i+1)*d_k - 1" read as a slice's end
-    return tuple(block[rows] for block in w_in.split(d, dim=0))  # 3 x (dk - 1, d)
-
-
-def _head_counted_from_one(w_in, num_heads, head):
-    d = w_in.shape[1]
-    dk = d // num_heads
-    rows = slice((head - 1) * dk, head * dk)  # heads numbered 1..h as in the formula
-    return tuple(block[rows] for block in w_in.split(d, dim=0))
-
-
 def _head_cases() -> list[Case]:
     def numbered(d: int) -> Tensor:  # entry (r, c) = r * d + c: each number says where it sits
         return torch.arange(3 * d * d, dtype=torch.float64).view(3 * d, d)
@@ -117,60 +60,50 @@ class _TensorAnswers(Exercise):
 
 HEAD_WEIGHTS = _TensorAnswers(
     title="Exercise 4.1: one head's weights inside in_proj",
-    reference=_head_weights,
     make_cases=_head_cases,
     mistakes=[
         Mistake("columns_not_rows",
                 "you took head i's COLUMNS of each block. Columns are right for the formula's "
                 "W_Q (d_model x d_model, head i in columns i*d_k ...), but in_proj.weight is stored "
                 "like nn.Linear.weight, (out_features, in_features): a head's outputs are ROWS.",
-                "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns.",
-                _head_columns),
+                "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns."),
         Mistake("columns_then_transposed",
                 "you took head i's COLUMNS of each block and transposed them to get the (d_k, "
                 "d_model) shape. The shape is right, but the columns are the formula's layout: "
                 "in_proj.weight is stored like nn.Linear.weight, (out_features, in_features), so a "
                 "head's outputs are its ROWS, and no transpose is needed.",
-                "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns.",
-                _head_columns_transposed),
+                "take rows i*d_k to (i+1)*d_k - 1 of each (d_model, d_model) block, all columns."),
         Mistake("transposed",
                 "your slices hold the right numbers, transposed: you returned the formula's "
                 "W_Q^i (d_model x d_k); the exercise asks for nn.Linear's layout (d_k x d_model), "
                 "the rows as they sit in in_proj.weight.",
-                "return the row slices as they are, without .T.",
-                _head_rows_transposed),
+                "return the row slices as they are, without .T."),
         Mistake("query_block_only",
                 "all three of your slices come from the first block, W_Q: the keys start d_model "
                 "rows further down and the values 2 * d_model rows down.",
                 "split w_in into its three (d_model, d_model) blocks first (w_in.split(d, dim=0)), "
-                "then take the same rows of each.",
-                _head_query_block_only),
+                "then take the same rows of each."),
         Mistake("interleaved_rows",
                 "you took rows i, i+h, i+2h, ... of each block: head i owns a consecutive run of "
                 "d_k rows, which is what view(B, T, h, d_k) reads as head i.",
-                "rows i*d_k to (i+1)*d_k - 1 of each block.",
-                _head_interleaved_rows),
+                "rows i*d_k to (i+1)*d_k - 1 of each block."),
         Mistake("per_head_qkv_layout",
                 "you read in_proj as q_0, k_0, v_0, q_1, k_1, v_1, ...: some libraries store it that "
                 "way, but this course and nn.MultiheadAttention store all of W_Q, then all of W_K, "
                 "then all of W_V.",
-                "split w_in into its three (d_model, d_model) blocks, then take head i's rows in each.",
-                _head_per_head_layout),
+                "split w_in into its three (d_model, d_model) blocks, then take head i's rows in each."),
         Mistake("whole_blocks",
                 "you returned the whole W_Q, W_K and W_V blocks, (d_model, d_model) each: that is "
                 "every head at once.",
-                "keep only head i's d_k rows of each block.",
-                _head_whole_blocks),
+                "keep only head i's d_k rows of each block."),
         Mistake("inclusive_end",
                 "each of your slices has d_k - 1 rows: 'rows i*d_k to (i+1)*d_k - 1' includes the "
                 "last row, but a Python slice stops BEFORE its end.",
-                "w[i * dk:(i + 1) * dk] gives the d_k rows i*d_k ... (i+1)*d_k - 1.",
-                _head_inclusive_end),
+                "w[i * dk:(i + 1) * dk] gives the d_k rows i*d_k ... (i+1)*d_k - 1."),
         Mistake("heads_counted_from_one",
                 "you took the rows of the head before (head - 1): the formula numbers heads 1 ... h, "
                 "but the code, and this exercise, count from 0, so head 0 owns the first d_k rows.",
-                "rows head * d_k to (head + 1) * d_k, without subtracting 1 from head.",
-                _head_counted_from_one),
+                "rows head * d_k to (head + 1) * d_k, without subtracting 1 from head."),
     ],
     hint="in_proj.weight is (3 d_model, d_model): the blocks W_Q, W_K, W_V one under the other, "
          "and in each block head i owns rows i*d_k to (i+1)*d_k - 1.",
@@ -179,38 +112,6 @@ check_head_weights = HEAD_WEIGHTS.check
 
 
 # -- 4.2 stack per-head weights into one in_proj ----------------------------------------
-
-def _stack(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: list[Tensor]) -> Tensor:
-    return torch.cat([*q_parts, *k_parts, *v_parts], dim=0)  # (3*h*dk, d)
-
-
-def _stack_columns(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.cat([*q_parts, *k_parts, *v_parts], dim=1)  # (dk, 3*h*d): side by side
-
-
-def _stack_qvk_order(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.cat([*q_parts, *v_parts, *k_parts], dim=0)  # values before keys
-
-
-def _stack_reversed_heads(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.cat([*q_parts[::-1], *k_parts[::-1], *v_parts[::-1]], dim=0)
-
-
-def _stack_per_head_qkv(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.cat([w for q, k, v in zip(q_parts, k_parts, v_parts, strict=True) for w in (q, k, v)])
-
-
-def _stack_formula_layout(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.cat([w.T for w in (*q_parts, *k_parts, *v_parts)], dim=1)  # (d, 3d)
-
-
-def _stack_new_axis(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.stack([*q_parts, *k_parts, *v_parts])  # (3h, dk, d): a new axis, not rows
-
-
-def _stack_lists_not_unpacked(q_parts, k_parts, v_parts) -> Tensor:
-    return torch.cat([q_parts, k_parts, v_parts], dim=0)  # raises: cat needs tensors, not lists
-
 
 def _stack_cases() -> list[Case]:
     cases = []
@@ -310,47 +211,39 @@ class _StackExercise(_DiagnosesRaisingAnswers, _TensorAnswers):
 
 STACK_HEAD_WEIGHTS = _StackExercise(
     title="Exercise 4.2: stack per-head weights into one in_proj",
-    reference=_stack,
     make_cases=_stack_cases,
     mistakes=[
         Mistake("stacked_columns",
                 "you concatenated the weights side by side (dim=1), giving (d_k, 3*h*d_model). Side "
                 "by side is right for the formula's W_Q^i (d_model x d_k), but nn.Linear stores the "
                 "transpose, (d_k x d_model): its heads go one under the other.",
-                "torch.cat([...], dim=0) stacks rows: the result should be (3*d_model, d_model).",
-                _stack_columns),
+                "torch.cat([...], dim=0) stacks rows: the result should be (3*d_model, d_model)."),
         Mistake("formula_layout",
                 "you built the formula's (d x 3d) matrix [W_Q | W_K | W_V]; in_proj.weight is its "
                 "transpose, (3d x d), because nn.Linear computes x @ weight.T.",
-                "stack the nn.Linear weights as they are, along dim=0, without transposing them.",
-                _stack_formula_layout),
+                "stack the nn.Linear weights as they are, along dim=0, without transposing them."),
         Mistake("reversed_heads",
                 "your heads are in reverse order: view(B, T, h, dk) reads head 0 from the first dk "
                 "rows of W_Q, so head 0 must come first.",
-                "keep the list order: q_parts[0], q_parts[1], ...",
-                _stack_reversed_heads),
+                "keep the list order: q_parts[0], q_parts[1], ..."),
         Mistake("per_head_qkv",
                 "you stacked q_0, k_0, v_0, q_1, k_1, v_1, ...: some libraries use that layout, but "
                 "this course (and nn.MultiheadAttention) stacks all of W_Q, then all of W_K, then "
                 "all of W_V.",
-                "put all query heads first (in order), then all key heads, then all value heads.",
-                _stack_per_head_qkv),
+                "put all query heads first (in order), then all key heads, then all value heads."),
         Mistake("qvk_order",
                 "you stacked the query heads, then the VALUE heads, then the key heads: in_proj "
                 "splits its output into Q, K, V in that order, so keys and values would swap roles.",
-                "the order is all of W_Q, then all of W_K, then all of W_V.",
-                _stack_qvk_order),
+                "the order is all of W_Q, then all of W_K, then all of W_V."),
         Mistake("stack_not_cat",
                 "torch.stack put the 3*h weights on a NEW axis and gave (3*h, d_k, d_model); "
                 "in_proj.weight is one matrix, with the heads' rows one under the other.",
-                "torch.cat([...], dim=0) joins along the existing row axis: (3*d_model, d_model).",
-                _stack_new_axis),
+                "torch.cat([...], dim=0) joins along the existing row axis: (3*d_model, d_model)."),
         Mistake("lists_not_unpacked",
                 "torch.cat raised an error because you gave it a list of three LISTS: it needs one "
                 "flat sequence of tensors.",
                 "unpack the lists: torch.cat([*q_parts, *k_parts, *v_parts], dim=0) (or "
-                "q_parts + k_parts + v_parts).",
-                _stack_lists_not_unpacked),
+                "q_parts + k_parts + v_parts)."),
     ],
     hint="nn.Linear weights are (d_k, d): they stack along dim 0, all query heads first, then the key "
          "heads, then the value heads, giving (3d, d).",
@@ -359,91 +252,6 @@ check_stack_head_weights = STACK_HEAD_WEIGHTS.check
 
 
 # -- 4.3 the whole batched forward pass -------------------------------------------------
-
-def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok", scale="ok",
-                 softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True),
-                 causal=False, qkv_layout="blocks", qkv_order="qkv", heads_used=None) -> Tensor:
-    """Reference (all options at their defaults) and every mistake, one switch each."""
-    B, T, d = x.shape
-    dk = d // num_heads
-    qkv = x @ (w_in.T if w_in_t else w_in)  # (B, T, 3d); without .T this raises (d vs 3d)
-    qkv = qkv + b_in if biases[0] else qkv
-    if qkv_layout == "per_head":  # read as q_0, k_0, v_0, q_1, ...: not how in_proj is stored
-        q, k, v = (t.reshape(B, T, d) for t in qkv.view(B, T, num_heads, 3 * dk).split(dk, dim=-1))
-    else:
-        q, k, v = qkv.split(d, dim=-1)  # 3 x (B, T, d)
-    if qkv_order == "qvk":  # the second block read as V and the third as K
-        k, v = v, k
-    if heads_used == 1:  # no split at all: one head of width d, scaled by sqrt(d)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (B, T, T)
-        concat = torch.softmax(scores, dim=-1) @ v  # (B, T, d)
-        return concat @ w_out.T + b_out
-
-    def heads(t: Tensor) -> Tensor:
-        if split == "as_b_h_t":
-            return t.reshape(B, num_heads, T, dk)  # (view would refuse: t is a column slice)
-        if split == "view_as_b_h_t":
-            return t.view(B, num_heads, T, dk)  # raises: t is a column slice of qkv
-        if split == "no_transpose":
-            return t.view(B, T, num_heads, dk)  # (B, T, h, dk): attention across heads
-        return t.view(B, T, num_heads, dk).transpose(1, 2)  # (B, h, T, dk)
-
-    q, k, v = heads(q), heads(k), heads(v)
-    divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d), "d_k": dk,
-               "after_softmax": 1.0, "times_sqrt": 1 / math.sqrt(dk)}[scale]
-    scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
-    if causal:  # a mask the exercise never asked for
-        scores = scores.masked_fill(~causal_mask(T), float("-inf"))
-    weights = torch.softmax(scores, dim=softmax_dim)
-    if scale == "after_softmax":  # the weights, not the scores, divided by sqrt(dk)
-        weights = weights / math.sqrt(dk)
-    out = weights @ v  # (B, h, T, dk)
-    if split == "no_transpose" or merge == "no_transpose":
-        concat = out.reshape(B, T, d)
-    elif merge == "view_without_contiguous":
-        concat = out.transpose(1, 2).view(B, T, d)  # raises: the transpose is not contiguous
-    else:
-        concat = out.transpose(1, 2).reshape(B, T, d)  # (B, T, d): head 0 first
-    if not project:
-        return concat
-    y = concat @ (w_out.T if w_out_t else w_out)
-    return y + b_out if biases[1] else y
-
-
-def _reference_forward(x, w_in, b_in, w_out, b_out, num_heads):
-    return _mha_forward(x, w_in, b_in, w_out, b_out, num_heads)
-
-
-def _variant(**switch):
-    return lambda x, w_in, b_in, w_out, b_out, num_heads: _mha_forward(
-        x, w_in, b_in, w_out, b_out, num_heads, **switch)
-
-
-def _forward_k_dot_t(x, w_in, b_in, w_out, b_out, num_heads):
-    B, T, d = x.shape
-    dk = d // num_heads
-    q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
-    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dk)
-    scores = q @ k.permute(3, 2, 1, 0) / math.sqrt(dk)  # what k.T does: every axis reversed
-    return scores
-
-
-def _forward_k_swap_1_2(x, w_in, b_in, w_out, b_out, num_heads):
-    B, T, d = x.shape
-    dk = d // num_heads
-    q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
-    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dk)
-    return q @ k.transpose(1, 2) / math.sqrt(dk)  # (B, T, h, dk): raises
-
-
-def _forward_not_merged(x, w_in, b_in, w_out, b_out, num_heads):
-    B, T, d = x.shape
-    dk = d // num_heads
-    q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
-    q, k, v = (t.view(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))  # (B, h, T, dk)
-    heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1) @ v  # (B, h, T, dk)
-    return heads @ w_out.T + b_out  # raises: (B, h, T, dk) @ (d, d)
-
 
 def _forward_cases() -> list[Case]:
     cases = []
@@ -456,12 +264,6 @@ def _forward_cases() -> list[Case]:
                 _randn(d, seed=s + 4), h)
         cases.append(Case(args, label=f"B={B}, T={T}, d_model={d}, {h} heads"))
     return cases
-
-
-def _forward_float_head_width(x, w_in, b_in, w_out, b_out, num_heads) -> Tensor:
-    B, T, d = x.shape
-    q = (x @ w_in.T + b_in).split(d, dim=-1)[0]  # (B, T, d)
-    return q.view(B, T, num_heads, d / num_heads)  # d / h is a float: view refuses it
 
 
 class _ForwardExercise(_DiagnosesRaisingAnswers):
@@ -509,139 +311,115 @@ class _ForwardExercise(_DiagnosesRaisingAnswers):
 
 MHA_FORWARD = _ForwardExercise(
     title="Exercise 4.3: batched multi-head attention, forward pass",
-    reference=_reference_forward,
     make_cases=_forward_cases,
     mistakes=[
         Mistake("split_no_transpose",
                 "you split into (B, T, h, dk) and never transposed: each token's attention ran across "
                 "its h heads instead of across the T tokens.",
-                "after .view(B, T, h, dk) call .transpose(1, 2) to get (B, h, T, dk).",
-                _variant(split="no_transpose")),
+                "after .view(B, T, h, dk) call .transpose(1, 2) to get (B, h, T, dk)."),
         Mistake("split_as_b_h_t",
                 "you reshaped the projections to (B, h, T, dk) directly: the shapes work, but each "
                 "'head' mixes pieces of different tokens.",
-                "split the last axis instead, view(B, T, h, dk), then transpose(1, 2).",
-                _variant(split="as_b_h_t")),
+                "split the last axis instead, view(B, T, h, dk), then transpose(1, 2)."),
         Mistake("split_view_as_b_h_t_raises",
                 "your .view(B, h, T, dk) raised an error. Viewing straight to (B, h, T, dk) would mix "
                 "tokens and heads anyway; PyTorch refuses here because q is a column slice of the "
                 "projection, and only a view that splits the LAST axis fits a slice's strides.",
-                "split the last axis, .view(B, T, h, dk), then .transpose(1, 2).",
-                _variant(split="view_as_b_h_t")),
+                "split the last axis, .view(B, T, h, dk), then .transpose(1, 2)."),
         Mistake("keys_and_values_swapped",
                 "you took the second d-wide block of the projection as the values and the third as "
                 "the keys: in_proj stacks W_Q, W_K, W_V in that order.",
-                "q, k, v = qkv.split(d_model, dim=-1), in that order.", _variant(qkv_order="qvk")),
+                "q, k, v = qkv.split(d_model, dim=-1), in that order."),
         Mistake("no_head_split",
                 "you ran one attention of full width d_model (scores divided by sqrt(d_model)): the "
                 "heads were never split, so there is one softmax where there should be num_heads.",
                 "view each of q, k, v as (B, T, h, dk), transpose to (B, h, T, dk), and scale by "
-                "sqrt(dk).", _variant(heads_used=1)),
+                "sqrt(dk)."),
         Mistake("float_head_width",
                 "view raised a TypeError: you computed the head width as d_model / num_heads, which "
                 "is a float (64.0), and a shape must be made of ints.",
-                "use integer division: dk = d_model // num_heads.", _forward_float_head_width),
+                "use integer division: dk = d_model // num_heads."),
         Mistake("merge_view_without_contiguous",
                 "your merge raised an error: after .transpose(1, 2) the tensor is not contiguous in "
                 "memory, and .view cannot copy. The order of your steps is right.",
-                "use .transpose(1, 2).contiguous().view(B, T, d), or .transpose(1, 2).reshape(B, T, d).",
-                _variant(merge="view_without_contiguous")),
+                "use .transpose(1, 2).contiguous().view(B, T, d), or .transpose(1, 2).reshape(B, T, d)."),
         Mistake("merge_no_transpose",
                 "the heads were split correctly but merged in the wrong order: reshaping (B, h, T, dk) "
                 "straight to (B, T, d) scrambles tokens and heads.",
-                "undo the split in reverse: .transpose(1, 2).reshape(B, T, d) (or .contiguous().view).",
-                _variant(merge="no_transpose")),
+                "undo the split in reverse: .transpose(1, 2).reshape(B, T, d) (or .contiguous().view)."),
         Mistake("no_scaling",
                 "you forgot to divide the scores by sqrt(d_k).",
-                "scores = q @ k.transpose(-2, -1) / math.sqrt(dk)",
-                _variant(scale="none")),
+                "scores = q @ k.transpose(-2, -1) / math.sqrt(dk)"),
         Mistake("scaled_by_d_model",
                 "you divided the scores by sqrt(d_model); each head's dot products have d_k terms, so "
                 "the scale is 1/sqrt(d_k) with d_k = d_model / h.",
-                "dk = d // num_heads; divide by math.sqrt(dk).",
-                _variant(scale="d_model")),
+                "dk = d // num_heads; divide by math.sqrt(dk)."),
         Mistake("scaled_by_d_k",
                 "you divided the scores by d_k (or by sqrt(d_k) twice, e.g. q and the scores, which is "
                 "the same); the scale is 1/sqrt(d_k), which keeps the scores' spread about the same "
                 "whatever the width of a head.",
-                "divide by math.sqrt(dk), not dk.",
-                _variant(scale="d_k")),
+                "divide by math.sqrt(dk), not dk."),
         Mistake("scaled_after_softmax",
                 "you divided by sqrt(d_k) after the softmax (the weights, V or the heads' outputs: all "
                 "three give the same numbers): the weights in effect sum to 1/sqrt(d_k), not 1, and the "
                 "softmax saw unscaled scores, so it was too sharp as well.",
                 "scale the scores first, then take the softmax: "
-                "torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1).",
-                _variant(scale="after_softmax")),
+                "torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1)."),
         Mistake("scores_multiplied_by_sqrt_dk",
                 "you multiplied the scores by sqrt(d_k) instead of dividing: the softmax is then sharper, "
                 "not flatter, than it should be.",
-                "scores = q @ k.transpose(-2, -1) / math.sqrt(dk)",
-                _variant(scale="times_sqrt")),
+                "scores = q @ k.transpose(-2, -1) / math.sqrt(dk)"),
         Mistake("softmax_over_heads",
                 "your softmax normalised over dim=1, which is the HEAD axis of (B, h, T, T): each "
                 "query's weights must sum to 1 over the keys, the last axis.",
-                "torch.softmax(scores, dim=-1)",
-                _variant(softmax_dim=1)),
+                "torch.softmax(scores, dim=-1)"),
         Mistake("softmax_wrong_axis",
                 "your softmax normalised over the queries (dim=-2): each query's weights over the keys "
                 "must sum to 1.",
-                "torch.softmax(scores, dim=-1)",
-                _variant(softmax_dim=-2)),
+                "torch.softmax(scores, dim=-1)"),
         Mistake("no_output_projection",
                 "you returned the concatenated heads without the output projection W_O.",
-                "finish with concat @ w_out.T + b_out.",
-                _variant(project=False)),
+                "finish with concat @ w_out.T + b_out."),
         Mistake("w_in_not_transposed",
                 "x @ w_in raised an error: w_in is (3d, d), stored like nn.Linear.weight as "
                 "(out_features, in_features), so it has to be transposed.",
-                "project with x @ w_in.T + b_in (that is what nn.Linear computes).",
-                _variant(w_in_t=False)),
+                "project with x @ w_in.T + b_in (that is what nn.Linear computes)."),
         Mistake("w_out_not_transposed",
                 "you multiplied by w_out without transposing it: w_out is stored like nn.Linear.weight, "
                 "(out_features, in_features), so the layer computes concat @ w_out.T.",
-                "finish with concat @ w_out.T + b_out.",
-                _variant(w_out_t=False)),
+                "finish with concat @ w_out.T + b_out."),
         Mistake("no_biases",
                 "you left out both biases, b_in and b_out.",
-                "add b_in right after x @ w_in.T, and b_out after the output projection.",
-                _variant(biases=(False, False))),
+                "add b_in right after x @ w_in.T, and b_out after the output projection."),
         Mistake("no_in_bias",
                 "you left out b_in, the bias of the stacked Q, K, V projection.",
-                "qkv = x @ w_in.T + b_in, then split.",
-                _variant(biases=(False, True))),
+                "qkv = x @ w_in.T + b_in, then split."),
         Mistake("no_out_bias",
                 "you left out b_out, the bias of the output projection.",
-                "finish with concat @ w_out.T + b_out.",
-                _variant(biases=(True, False))),
+                "finish with concat @ w_out.T + b_out."),
         Mistake("causal_mask_added",
                 "you applied a causal mask: each token attended only to itself and earlier tokens. "
                 "This exercise is plain self-attention with no mask, where every token sees every "
                 "token (a causal mask belongs to decoders, and is passed in, not built in).",
-                "drop the mask: softmax over all T keys.",
-                _variant(causal=True)),
+                "drop the mask: softmax over all T keys."),
         Mistake("qkv_interleaved_per_head",
                 "you split the projection as if in_proj stored q_0, k_0, v_0, q_1, k_1, v_1, ... "
                 "(view(B, T, h, 3 * d_k) then split): some libraries use that layout, but w_in "
                 "here stacks all of W_Q, then all of W_K, then all of W_V.",
                 "split the (B, T, 3d) projection into three (B, T, d) blocks first "
-                "(.split(d, dim=-1)), then cut each into heads.",
-                _variant(qkv_layout="per_head")),
+                "(.split(d, dim=-1)), then cut each into heads."),
         Mistake("k_T_reverses_all_axes",
                 "q @ k.T raised an error: on a 4-D tensor .T reverses ALL the axes, turning "
                 "(B, h, T, dk) into (dk, T, h, B). .T only means 'transpose' for a 2-D matrix.",
-                "swap only the last two axes: k.transpose(-2, -1) (or k.mT).",
-                _forward_k_dot_t),
+                "swap only the last two axes: k.transpose(-2, -1) (or k.mT)."),
         Mistake("k_transposed_wrong_axes",
                 "q @ k.transpose(1, 2) raised an error: after the split, axes 1 and 2 are the head "
                 "and token axes, so this gives (B, T, h, dk). The scores need keys as (B, h, dk, T).",
-                "swap the last two axes: k.transpose(-2, -1).",
-                _forward_k_swap_1_2),
+                "swap the last two axes: k.transpose(-2, -1)."),
         Mistake("heads_not_merged",
                 "the output projection raised an error: you multiplied the heads, still (B, h, T, dk), "
                 "by w_out, which expects each token's d_model features in one row.",
-                "merge first: .transpose(1, 2).reshape(B, T, d), then @ w_out.T + b_out.",
-                _forward_not_merged),
+                "merge first: .transpose(1, 2).reshape(B, T, d), then @ w_out.T + b_out."),
     ],
     hint="project with w_in (x @ w_in.T + b_in), split q, k, v into heads, attend, merge the heads, "
          "project with w_out.",
@@ -650,50 +428,6 @@ check_mha_forward = MHA_FORWARD.check
 
 
 # -- 4.4 masks for nn.MultiheadAttention ------------------------------------------------
-
-def _to_torch(attn_mask: Tensor, key_padding_mask: Tensor) -> tuple[Tensor, Tensor]:
-    return ~attn_mask, ~key_padding_mask
-
-
-def _not_inverted(attn_mask, key_padding_mask):
-    return attn_mask, key_padding_mask
-
-
-def _only_padding_inverted(attn_mask, key_padding_mask):
-    return attn_mask, ~key_padding_mask
-
-
-def _only_attn_inverted(attn_mask, key_padding_mask):
-    return ~attn_mask, key_padding_mask
-
-
-def _transposed_attn_mask(attn_mask, key_padding_mask):
-    return (~attn_mask).T, ~key_padding_mask
-
-
-def _float_masks(attn_mask, key_padding_mask):
-    return (~attn_mask).float(), (~key_padding_mask).float()
-
-
-def _additive(allowed: Tensor) -> Tensor:
-    return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))  # 0 = keep, -inf = block
-
-
-def _additive_masks(attn_mask, key_padding_mask):
-    return _additive(attn_mask), _additive(key_padding_mask)
-
-
-def _numpy_masks(attn_mask, key_padding_mask):
-    return (~attn_mask).numpy(), (~key_padding_mask).numpy()
-
-
-def _swapped_pair(attn_mask, key_padding_mask):
-    return ~key_padding_mask, ~attn_mask  # right masks, wrong order
-
-
-def _python_not(attn_mask, key_padding_mask):
-    return not attn_mask, not key_padding_mask  # raises: Python's `not` wants one True/False
-
 
 def _mask_cases() -> list[Case]:
     window = causal_mask(5) & ~causal_mask(5, query_offset=-3)  # the last 3 tokens only
@@ -732,7 +466,7 @@ class _BoolMaskExercise(Exercise):
             return feedback
         if any(isinstance(t, np.ndarray) for o in outputs for t in o):
             return self._named("numpy_masks")
-        expected = [self.reference(*c.fresh()[0], **c.fresh()[1]) for c in cases]
+        expected = self._expected_outputs(cases)
         for i, name in enumerate(_MASK_NAMES):
             got_i, exp_i = [o[i] for o in outputs], [e[i] for e in expected]
             if all(isinstance(g, Tensor) and g.shape == e.shape[::-1] and g.shape != e.shape
@@ -766,56 +500,46 @@ class _BoolMaskExercise(Exercise):
 
 MASKS_FOR_TORCH = _BoolMaskExercise(
     title="Exercise 4.4: course masks -> nn.MultiheadAttention masks",
-    reference=_to_torch,
     make_cases=_mask_cases,
     mistakes=[
         Mistake("not_inverted",
                 "you passed the course masks through unchanged: nn.MultiheadAttention reads True as "
                 "BLOCKED, so it would attend to exactly the keys you meant to hide.",
-                "invert both with ~ (logical not).",
-                _not_inverted),
+                "invert both with ~ (logical not)."),
         Mistake("only_padding_inverted",
                 "you inverted the key padding mask but not attn_mask: nn.MultiheadAttention uses "
                 "True = blocked for both.",
-                "return ~attn_mask as well.",
-                _only_padding_inverted),
+                "return ~attn_mask as well."),
         Mistake("only_attn_inverted",
                 "you inverted attn_mask but not the key padding mask: nn.MultiheadAttention's "
                 "key_padding_mask also uses True = ignore this key.",
-                "return ~key_padding_mask as well.",
-                _only_attn_inverted),
+                "return ~key_padding_mask as well."),
         Mistake("transposed_attn_mask",
                 "your attn_mask is inverted but transposed: rows must stay queries and columns keys, "
                 "(Tq, Tk), in nn.MultiheadAttention as in the course.",
-                "drop the .T (or .transpose): ~attn_mask already has the right layout.",
-                _transposed_attn_mask),
+                "drop the .T (or .transpose): ~attn_mask already has the right layout."),
         Mistake("additive_masks",
                 "you built additive float masks (0 = keep, -inf = block). That works in PyTorch: "
                 "nn.MultiheadAttention adds a float mask to the scores. But this exercise asks for "
                 "the boolean form, the one the rest of the lesson passes around.",
-                "return boolean tensors: ~attn_mask and ~key_padding_mask.",
-                _additive_masks),
+                "return boolean tensors: ~attn_mask and ~key_padding_mask."),
         Mistake("float_masks",
                 "your masks have the right pattern but are not boolean (float or int): nn.MultiheadAttention "
                 "ADDS a float mask to the scores (1.0 would nudge a score, not block it).",
-                "keep them boolean: ~mask flips True and False without changing the dtype.",
-                _float_masks),
+                "keep them boolean: ~mask flips True and False without changing the dtype."),
         Mistake("numpy_masks",
                 "you returned NumPy arrays: nn.MultiheadAttention accepts only torch tensors (it raises "
                 "a TypeError for an array).",
-                "stay in torch: ~attn_mask works on a bool tensor and returns a bool tensor.",
-                _numpy_masks),
+                "stay in torch: ~attn_mask works on a bool tensor and returns a bool tensor."),
         Mistake("swapped_pair",
                 "your two masks are right but in the wrong order: return (attn_mask, "
                 "key_padding_mask), as nn.MultiheadAttention's keyword names them.",
-                "return ~attn_mask, ~key_padding_mask, in that order.",
-                _swapped_pair),
+                "give back the attention mask first and the padding mask second, each negated."),
         Mistake("python_not",
                 "Python's `not` (like `if mask:`, `and`, `or`) raised an error: it asks a whole tensor "
                 "for ONE True/False, which a mask with many entries cannot give. Element-wise "
                 "negation is a tensor operation.",
-                "use ~attn_mask (or attn_mask.logical_not()), likewise for key_padding_mask.",
-                _python_not),
+                "use ~attn_mask (or attn_mask.logical_not()), likewise for key_padding_mask."),
     ],
     hint="both of nn.MultiheadAttention's masks use True = blocked; the course uses True = may attend. "
          "Return two boolean torch tensors of the same shapes as the inputs.",

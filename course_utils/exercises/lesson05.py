@@ -13,13 +13,9 @@ from typing import Any
 import torch
 
 from ..scores import (
-    best_head,
-    first_token_score,
     ideal_pattern,
-    induction_key_mask,
     induction_positions,
     induction_score,
-    previous_token_score,
 )
 from .core import Case, Exercise, Feedback, Mistake
 
@@ -56,53 +52,6 @@ def _duplicate_token_pattern(seq_len: int, period: int, start: int) -> torch.Ten
 
 # ---------------------------------------------------------------- previous-token score
 
-def _previous_token_reference(pattern: torch.Tensor) -> torch.Tensor:
-    return previous_token_score(pattern, check_rows=False)
-
-
-def _prev_diagonal(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(offset=0, dim1=-2, dim2=-1)[:, 1:].mean(-1)
-
-
-def _prev_super_diagonal(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1)
-
-
-def _prev_includes_position_zero(pattern: torch.Tensor) -> torch.Tensor:
-    seq_len = pattern.shape[-1]
-    rows = torch.arange(seq_len)
-    return pattern[:, rows, rows - 1].mean(-1)  # row 0 wraps round to the last key
-
-
-def _prev_diagonal_all_queries(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(dim1=-2, dim2=-1).mean(-1)  # A[i, i] for every i, query 0 included
-
-
-def _prev_clamped_position_zero(pattern: torch.Tensor) -> torch.Tensor:
-    rows = torch.arange(pattern.shape[-1])
-    return pattern[:, rows, (rows - 1).clamp(min=0)].mean(-1)  # query 0 reads key 0: A[0, 0]
-
-
-def _prev_diagonal_default_dims(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(-1).mean(-1)  # default dim1=0, dim2=1: runs over heads and queries
-
-
-def _prev_mean_over_heads(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(0)  # (T-1,): one value per position
-
-
-def _prev_divided_by_T(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / pattern.shape[-1]  # T - 1 entries / T
-
-
-def _prev_sum_not_mean(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1)  # a total, not an average
-
-
-def _prev_last_query_dropped(pattern: torch.Tensor) -> torch.Tensor:
-    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1)[:, :-1].mean(-1)  # range(1, T - 1): stops early
-
-
 def _previous_token_cases() -> list[Case]:
     ideal = torch.stack([ideal_pattern(r, 8, period=3, start=1)
                          for r in ("previous token", "first token", "induction", "uniform")])
@@ -115,50 +64,44 @@ def _previous_token_cases() -> list[Case]:
 
 PREVIOUS_TOKEN_SCORE = Exercise(
     title="Exercise 5.1: previous-token score",
-    reference=_previous_token_reference,
     make_cases=_previous_token_cases,
     mistakes=[
         Mistake("diagonal", "you read the main diagonal A[i, i]: that measures attention to the token "
                 "itself, not to the one before it.",
-                "the previous token of query i is key i - 1: pattern.diagonal(offset=-1, dim1=-2, dim2=-1).",
-                _prev_diagonal),
+                "the previous token of query i is key i - 1: pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
         Mistake("diagonal_all_queries", "you read the main diagonal A[i, i] over all T queries: that is "
                 "attention to the token itself (and query 0, which can only look at itself, adds a free 1).",
                 "the previous token of query i is key i - 1, and only queries 1 .. T-1 have one: "
-                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1).", _prev_diagonal_all_queries),
+                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
         Mistake("super_diagonal", "you read the diagonal above the main one, A[i, i+1]: the NEXT token, "
                 "which a causal head can never see (it is all zeros). offset=+1 does that, and so do "
                 "offset=-1 with dim1 and dim2 swapped, or A[i-1, i] (row and column swapped).",
                 "query i is the row, key i - 1 the column: pattern[..., i, i - 1], or "
-                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1).", _prev_super_diagonal),
+                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
         Mistake("includes_position_zero", "you averaged over all T queries, including query 0, which has no "
                 "previous token (its 'previous' wrapped round to the last key).",
-                "score only queries 1 .. T-1: the sub-diagonal has T - 1 entries.",
-                _prev_includes_position_zero),
+                "score only queries 1 .. T-1: the sub-diagonal has T - 1 entries."),
         Mistake("clamped_position_zero", "you counted query 0 by clamping its 'previous' key to 0, so it "
                 "reads A[0, 0]: under a causal mask that is always 1, a free point for every head.",
-                "query 0 has no previous token: leave it out and average over queries 1 .. T-1 only.",
-                _prev_clamped_position_zero),
+                "query 0 has no previous token: leave it out and average over queries 1 .. T-1 only."),
         Mistake("diagonal_default_dims", "you called pattern.diagonal(-1) with its default dimensions "
                 "(dim1=0, dim2=1): on an (h, T, T) pattern that diagonal runs across the head axis and the "
                 "query axis, pairing head i+1 with query i, so you got one number per key, not per head.",
-                "name the two axes of the T x T matrix: pattern.diagonal(offset=-1, dim1=-2, dim2=-1).",
-                _prev_diagonal_default_dims),
+                "name the two axes of the T x T matrix: pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
         Mistake("mean_over_heads", "you averaged over the heads instead of over the positions: you "
                 "returned one number per position, but we want one number per head.",
-                "average over the last axis of the sub-diagonal (positions), keep the head axis.",
-                _prev_mean_over_heads),
+                "average over the last axis of the sub-diagonal (positions), keep the head axis."),
         Mistake("divided_by_T", "you added up the T - 1 sub-diagonal weights but divided by T: query 0 "
                 "has no previous token, so it must not count in the denominator either (a perfect "
                 "previous-token head would score (T - 1) / T, not 1).",
                 "divide by the number of queries that have a previous token, T - 1: or just .mean(-1) "
-                "of the sub-diagonal.", _prev_divided_by_T),
+                "of the sub-diagonal."),
         Mistake("last_query_dropped", "you left out the last query, T - 1: a range's stop is exclusive, so "
                 "range(1, T - 1) ends at T - 2.",
-                "the queries are 1 .. T-1 inclusive: range(1, T).", _prev_last_query_dropped),
+                "the queries are 1 .. T-1 inclusive: range(1, T)."),
         Mistake("sum_not_mean", "you returned the sum of the sub-diagonal weights, not their mean: the "
                 "score then grows with the length T and is no longer between 0 and 1.",
-                "average over the T - 1 queries: .mean(-1) instead of .sum(-1).", _prev_sum_not_mean),
+                "average over the T - 1 queries: .mean(-1) instead of .sum(-1)."),
     ],
     hint="take pattern[h, i, i-1] for i = 1 .. T-1 and average over i, one score per head: shape (h,).",
 )
@@ -166,81 +109,6 @@ check_previous_token_score = PREVIOUS_TOKEN_SCORE.check
 
 
 # ---------------------------------------------------------------- induction score
-
-def _induction_reference(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return induction_score(pattern, period, start=1, check_rows=False)
-
-
-def _stripe(pattern: torch.Tensor, period: int, start: int, shift: int) -> torch.Tensor:
-    """Like the reference, with every key moved by ``shift`` (0 = the reference's keys)."""
-    seq_len = pattern.shape[-1]
-    queries, _ = induction_positions(seq_len, period, start=start)
-    keys = induction_key_mask(seq_len, period, start=start).roll(shift, dims=-1)  # (T, T)
-    return (pattern * keys.to(pattern.dtype)).sum(-1)[:, queries].mean(-1)
-
-
-def _induction_duplicate(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return _stripe(pattern, period, 1, shift=-1)  # keys q - j*period: the earlier occurrences themselves
-
-
-def _induction_previous(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    queries, _ = induction_positions(pattern.shape[-1], period, start=1)
-    return pattern[:, queries, queries - 1].mean(-1)
-
-
-def _induction_forgot_bos(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return _stripe(pattern, period, 0, shift=0)  # also scores the last query of the first copy
-
-
-def _induction_only_second_copy(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    queries, keys = induction_positions(pattern.shape[-1], period, start=1)
-    return pattern[:, queries, keys].mean(-1)  # only one period back: misses the earlier copies
-
-
-def _induction_all_rows(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return induction_score(pattern, period, start=1, average_over="all rows", check_rows=False)
-
-
-def _induction_mean_over_copies(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    seq_len = pattern.shape[-1]
-    queries, _ = induction_positions(seq_len, period, start=1)
-    keys = induction_key_mask(seq_len, period, start=1).to(pattern.dtype)  # (T, T)
-    per_query = (pattern * keys).sum(-1) / keys.sum(-1).clamp(min=1)  # mean over earlier copies
-    return per_query[:, queries].mean(-1)
-
-
-def _induction_keys_from(pattern: torch.Tensor, period: int, lowest_key: int,
-                         combine: str = "sum") -> torch.Tensor:
-    """A learner's loop with keys q - period + 1, q - 2*period + 1, ... down to ``lowest_key``."""
-    per_query = []
-    for q in range(period + 1, pattern.shape[-1]):
-        on_keys = pattern[:, q, torch.arange(q - period + 1, lowest_key - 1, -period)]  # (h, copies)
-        per_query.append(on_keys.sum(-1) if combine == "sum" else on_keys.amax(-1))
-    return torch.stack(per_query, dim=-1).mean(-1)
-
-
-def _induction_bos_as_occurrence(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return _induction_keys_from(pattern, period, lowest_key=1)  # key 1: the 'token after BOS'
-
-
-def _induction_missed_key_two(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return _induction_keys_from(pattern, period, lowest_key=3)  # range(..., 2, -period) stops too early
-
-
-def _induction_max_over_copies(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return _induction_keys_from(pattern, period, lowest_key=2, combine="max")
-
-
-def _induction_sum_over_queries(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    return _induction_keys_from(pattern, period, lowest_key=2) * (pattern.shape[-1] - period - 1)
-
-
-def _induction_last_query_dropped(pattern: torch.Tensor, period: int) -> torch.Tensor:
-    T = pattern.shape[-1]
-    keys = induction_key_mask(T, period, start=1).to(pattern.dtype)  # (T, T)
-    queries = torch.arange(period + 1, T - 1)  # range(period + 1, T - 1): stops one query early
-    return (pattern * keys).sum(-1)[:, queries].mean(-1)
-
 
 def _induction_cases() -> list[Case]:
     seq_len, period = 12, 4  # BOS + 4 tokens + 4 + 3: queries 9..11 have two earlier copies
@@ -258,60 +126,54 @@ def _induction_cases() -> list[Case]:
 
 INDUCTION_SCORE = Exercise(
     title="Exercise 5.2: induction score",
-    reference=_induction_reference,
     make_cases=_induction_cases,
     mistakes=[
         Mistake("earlier_occurrence", "you scored attention to the earlier occurrences of the same "
                 "token (keys q - period, q - 2*period, ...). That is a duplicate-token head; an induction "
                 "head looks one step further, at the token that came AFTER each occurrence.",
-                "the keys are q - period + 1, q - 2*period + 1, ...", _induction_duplicate),
+                "the keys are q - period + 1, q - 2*period + 1, ..."),
         Mistake("previous_token", "you scored attention to the previous position (key q - 1): that is the "
                 "previous-token score restricted to the second copy.",
-                "the key is one period back, plus one: q - period + 1.", _induction_previous),
+                "the key is one period back, plus one: q - period + 1."),
         Mistake("forgot_bos", "you started the second copy at position `period`, forgetting the BOS token at "
                 "position 0: your first query is still in the first copy.",
-                "with BOS at 0 the first copy is 1 .. period, so queries run from period + 1 to T - 1.",
-                _induction_forgot_bos),
+                "with BOS at 0 the first copy is 1 .. period, so queries run from period + 1 to T - 1."),
         Mistake("only_second_copy", "you read only one period back (key q - period + 1). From the third copy "
                 "on, a token has several earlier occurrences, and an induction head may attend to the token "
                 "after any of them: your score misses the weight on the older copies.",
                 "for each query, sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... while "
-                "k >= 2 (the occurrence k - 1 must be a token, not BOS), then average over queries.",
-                _induction_only_second_copy),
+                "k >= 2 (the occurrence k - 1 must be a token, not BOS), then average over queries."),
         Mistake("all_rows", "you divided by all T rows (as TransformerLens's detect_head does), so the "
                 "first copy and BOS, which have nothing to copy, count as zeros: a perfect head scores "
                 "only (T - 1 - period) / T, and a 0.5 line no longer means what it means here.",
-                "average only over the queries of the repeated part, q = period + 1 .. T - 1.",
-                _induction_all_rows),
+                "average only over the queries of the repeated part, q = period + 1 .. T - 1."),
         Mistake("mean_over_copies", "you averaged over the earlier copies instead of adding them up: a "
                 "head that splits its weight between two earlier copies is doing induction with all of it, "
                 "but your score halves it.",
                 "sum the weights on k = q - period + 1, q - 2*period + 1, ... for each query, then average "
-                "over the queries.", _induction_mean_over_copies),
+                "over the queries."),
         Mistake("bos_as_occurrence", "you also counted key 1, the token right after BOS, as if BOS were "
                 "an earlier occurrence of the query's token: BOS is a marker, not a token of the block, so "
                 "what follows it is not a copy of anything.",
                 "stop at k >= 2 (the occurrence k - 1 must be a token of the block): "
-                "torch.arange(q - period + 1, 1, -period).", _induction_bos_as_occurrence),
+                "torch.arange(q - period + 1, 1, -period)."),
         Mistake("missed_key_two", "your keys stop one step too early and skip k = 2 (the token after the "
                 "first token of the block). A range's stop is exclusive: range(q - period + 1, 2, -period) "
                 "never reaches 2, so the first query of the second copy loses its only key, and the first "
                 "query of each later copy its oldest one.",
                 "keep every k >= 2: the stop of a downward range must be 1, as in "
-                "torch.arange(q - period + 1, 1, -period).", _induction_missed_key_two),
+                "torch.arange(q - period + 1, 1, -period)."),
         Mistake("max_over_copies", "you took the largest weight over the earlier copies instead of adding "
                 "them up: a head that splits its weight between two earlier copies is doing induction with "
                 "all of it, but your score keeps only the larger part.",
                 "sum over k = q - period + 1, q - 2*period + 1, ... for each query, then average over "
-                "the queries.", _induction_max_over_copies),
+                "the queries."),
         Mistake("last_query_dropped", "you left out the last query, T - 1: a range's stop is exclusive, so "
                 "range(period + 1, T - 1) ends at T - 2.",
-                "the queries are period + 1 .. T - 1 inclusive: range(period + 1, T).",
-                _induction_last_query_dropped),
+                "the queries are period + 1 .. T - 1 inclusive: range(period + 1, T)."),
         Mistake("sum_over_queries", "you added up the per-query sums instead of averaging them over the "
                 "queries: the score then grows with the length of the repeated part and leaves [0, 1].",
-                "average over the queries q = period + 1 .. T - 1 (there are T - 1 - period of them).",
-                _induction_sum_over_queries),
+                "average over the queries q = period + 1 .. T - 1 (there are T - 1 - period of them)."),
     ],
     hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
          "(k >= 2), then average over q: shape (h,).",
@@ -352,48 +214,6 @@ def _planted(layout: dict[str, tuple[int, int]], num_layers: int, num_heads: int
     return layers
 
 
-def _find_reference(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    return best_head(induction_score(attention, period, start=1, check_rows=False))
-
-
-def _find_previous(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    return best_head(previous_token_score(attention, check_rows=False))
-
-
-def _find_sink(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    return best_head(first_token_score(attention, check_rows=False))
-
-
-def _find_duplicate(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    stack = torch.stack(attention)  # (L, h, T, T)
-    queries, keys = induction_positions(stack.shape[-1], period, start=1)
-    return best_head(stack[..., queries, keys - 1].mean(-1))
-
-
-def _find_swapped(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    layer, head = _find_reference(attention, period)
-    return head, layer
-
-
-def _find_forgot_bos(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    return best_head(induction_score(attention, period, start=0, check_rows=False))
-
-
-def _find_last_layer_only(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    scores = induction_score(attention[-1], period, start=1, check_rows=False)  # (h,): last layer only
-    return len(attention) - 1, int(scores.argmax())
-
-
-def _find_flat_index(attention: list[torch.Tensor], period: int) -> int:
-    scores = induction_score(attention, period, start=1, check_rows=False)  # (L, h)
-    return int(scores.argmax())  # an index into the flattened (L * h) scores
-
-
-def _find_one_based(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
-    layer, head = _find_reference(attention, period)
-    return layer + 1, head + 1  # counted from 1, as in 'layer 1, head 1'
-
-
 def _find_cases() -> list[Case]:
     layouts = [
         ({"previous": (0, 1), "sink": (0, 3), "duplicate": (0, 0), "induction": (1, 2)}, 2, 4, 13, 5, 60),
@@ -410,38 +230,34 @@ def _find_cases() -> list[Case]:
 
 FIND_INDUCTION_HEAD = Exercise(
     title="Exercise 5.3: find the induction head",
-    reference=_find_reference,
     make_cases=_find_cases,
     mistakes=[
         Mistake("previous_token_head", "you picked the previous-token head (the strongest sub-diagonal). "
                 "It is the induction head's partner in the earlier layer, not the induction head.",
-                "rank heads by the induction stripe: key q - period + 1 for queries in the second copy.",
-                _find_previous),
+                "rank heads by the induction stripe: key q - period + 1 for queries in the second copy."),
         Mistake("sink_head", "you picked the head with the most attention on position 0 (an attention sink). "
                 "A sink head parks its weight on BOS whatever the input.",
-                "the induction head's weight sits on the stripe one period back, plus one.", _find_sink),
+                "the induction head's weight sits on the stripe one period back, plus one."),
         Mistake("duplicate_token_head", "you picked the head that attends to the earlier occurrence of the "
                 "same token (key q - period): a duplicate-token head. The induction head attends to the "
                 "token right after that occurrence.",
-                "use key q - period + 1, not q - period.", _find_duplicate),
+                "use key q - period + 1, not q - period."),
         Mistake("swapped_layer_head", "you returned (head, layer): the right head, but the pair is the "
-                "wrong way round.", "return (layer, head), as best_head does: the layer index first.",
-                _find_swapped),
+                "wrong way round.", "return (layer, head), as best_head does: the layer index first."),
         Mistake("last_layer_only", "you searched only the last layer. Induction heads often sit there, but "
                 "not always: in some of the tests the best induction head is in an earlier layer.",
-                "score every head of every layer and take the best of them all.", _find_last_layer_only),
+                "score every head of every layer and take the best of them all."),
         Mistake("forgot_bos", "your score forgot that BOS sits at position 0 (start=0): it counts the last "
                 "token of the first copy as a repeat, and the token right after BOS as something to copy, so "
                 "a head that looks at position 1 from there wins.",
-                "the first copy is positions 1 .. period; score queries period + 1 .. T - 1 and keys k >= 2.",
-                _find_forgot_bos),
+                "the first copy is positions 1 .. period; score queries period + 1 .. T - 1 "
+                "and keys k >= 2."),
         Mistake("flat_index", "you returned one number, scores.argmax() over all the heads at once: an "
                 "index into the flattened (layers x heads) scores, not a (layer, head) pair.",
-                "turn the flat index back into a pair, divmod(index, num_heads), or let best_head do it.",
-                _find_flat_index),
+                "turn the flat index back into a pair, divmod(index, num_heads), or let best_head do it."),
         Mistake("one_based", "you counted layers and heads from 1: the right head, but the course (and "
                 "Python) count both from 0, so L1H2 is (1, 2).",
-                "return the indices as they come out of argmax, without adding 1.", _find_one_based),
+                "return the indices as they come out of argmax, without adding 1."),
     ],
     hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
     forbidden=[induction_score],  # the library's score: the exercise asks for the learner's own

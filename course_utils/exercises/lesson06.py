@@ -30,69 +30,6 @@ __all__ = [
 
 
 # ---------------------------------------------------------------- 6.1 mean ablation of one head
-def _merge(heads: torch.Tensor) -> torch.Tensor:
-    B, h, T, dk = heads.shape
-    return heads.transpose(1, 2).reshape(B, T, h * dk)  # (B, T, d)
-
-
-def _mean_reference(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))  # (dk,): every reference token
-    return out_proj(_merge(edited))
-
-
-def _mean_per_position(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[:, head] = reference_heads[:, head].mean(dim=0)  # (T, dk): positions kept apart
-    return out_proj(_merge(edited))
-
-
-def _mean_over_heads_axis(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[:, head] = reference_heads.mean(dim=(0, 1))  # dim 1 is the head axis, not positions
-    return out_proj(_merge(edited))
-
-
-def _mean_after_projection(heads, reference_heads, head, out_proj):
-    dk = heads.shape[-1]
-    out = out_proj(_merge(heads)).clone()  # (B, T, d)
-    reference_out = out_proj(_merge(reference_heads))
-    columns = slice(head * dk, (head + 1) * dk)
-    out[..., columns] = reference_out[..., columns].mean(dim=(0, 1))
-    return out
-
-
-def _mean_own_batch(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[:, head] = heads[:, head].mean(dim=(0, 1))  # the evaluation batch as its own reference
-    return out_proj(_merge(edited))
-
-
-def _zero_instead(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[:, head] = 0.0
-    return out_proj(_merge(edited))
-
-
-def _mean_no_projection(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))
-    return _merge(edited)
-
-
-def _mean_merged_without_transpose(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))
-    B, h, T, dk = edited.shape
-    return out_proj(edited.reshape(B, T, h * dk))  # no transpose(1, 2): heads and positions mixed
-
-
-def _mean_indexed_batch_axis(heads, reference_heads, head, out_proj):
-    edited = heads.clone()
-    edited[head] = reference_heads[:, head].mean(dim=(0, 1))  # dim 0 is the batch: one sequence, all heads
-    return out_proj(_merge(edited))
-
-
 def _mean_cases() -> list[Case]:
     cases = []
     for seed, (B, B_ref, h, T, dk, head) in enumerate([(3, 5, 4, 6, 3, 2), (2, 7, 3, 5, 4, 0)]):
@@ -110,39 +47,33 @@ def _mean_cases() -> list[Case]:
 
 MEAN_ABLATION = Exercise(
     title="Exercise 6.1: mean-ablate one head",
-    reference=_mean_reference,
     make_cases=_mean_cases,
     mistakes=[
         Mistake("per_position_mean", "you averaged over the reference sequences only, keeping one mean per "
                 "position. That is a valid variant (per_position=True in course_utils.ablation), but this "
                 "exercise asks for one vector: the mean over every token of every reference sequence.",
-                "average reference_heads[:, head] over dims 0 and 1 of that (B_ref, T, dk) slice.",
-                _mean_per_position),
+                "average reference_heads[:, head] over dims 0 and 1 of that (B_ref, T, dk) slice."),
         Mistake("mean_over_head_axis", "you averaged over the head axis: in (B, h, T, dk) dim 1 is the "
                 "head, so every head's output was mixed into the mean.",
-                "select the head first, reference_heads[:, head] (B_ref, T, dk), then average.",
-                _mean_over_heads_axis),
+                "select the head first, reference_heads[:, head] (B_ref, T, dk), then average."),
         Mistake("after_output_projection", "you replaced columns of the layer's output, after W_O. W_O "
                 "mixes every head into every column, so those columns are not the head's output: replace "
                 "the head's slice of the (B, h, T, dk) tensor before the heads are merged.",
-                "edit heads[:, head], then merge and apply out_proj.", _mean_after_projection),
+                "edit heads[:, head], then merge and apply out_proj."),
         Mistake("evaluation_batch_as_reference", "you took the mean over the evaluation batch itself "
                 "(heads), not over the reference batch. The ablated output then depends on the very "
-                "sequences being scored.", "average reference_heads, not heads.", _mean_own_batch),
+                "sequences being scored.", "average reference_heads, not heads."),
         Mistake("zero_instead_of_mean", "you set the head's output to zero: that is zero ablation.",
-                "fill the head's slice with the reference mean instead of 0.", _zero_instead),
+                "fill the head's slice with the reference mean instead of 0."),
         Mistake("merged_without_transpose", "the head is replaced correctly, but you merged the heads "
                 "with reshape(B, T, h*dk) straight from (B, h, T, dk): without transpose(1, 2) the reshape "
                 "runs through each head's positions first, so every row mixes positions and heads.",
-                "merge with edited.transpose(1, 2).reshape(B, T, h * dk), as the model does.",
-                _mean_merged_without_transpose),
+                "merge with edited.transpose(1, 2).reshape(B, T, h * dk), as the model does."),
         Mistake("indexed_batch_axis", "you wrote edited[head] = ...: the first index of (B, h, T, dk) is "
                 "the batch, so you replaced every head of sequence number `head` instead of head `head` "
-                "in every sequence.", "index the head axis: edited[:, head] = ...",
-                _mean_indexed_batch_axis),
+                "in every sequence.", "index the head axis: edited[:, head] = ..."),
         Mistake("forgot_output_projection", "the head is replaced correctly, but you returned the merged "
-                "heads without the output projection W_O.", "finish with out_proj(merged).",
-                _mean_no_projection),
+                "heads without the output projection W_O.", "finish with out_proj(merged)."),
     ],
     hint="the mean is one vector of dk numbers, taken over every sequence and position of the head's "
          "reference outputs; write it into that head's slice of a copy of heads, merge the heads the "
@@ -175,48 +106,10 @@ def _tiny_loss_fn(seed: int) -> tuple[Callable[[torch.Tensor], torch.Tensor], in
     return per_sequence_loss, 6, 2, 3
 
 
-def _gate_grads(loss_fn, num_sequences, num_layers, num_heads) -> torch.Tensor:
-    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
-    loss_fn(gates).sum().backward()
-    return gates.grad  # (B, L, h): dL(x)/dxi for each sequence x
-
-
-def _importance_reference(loss_fn, num_sequences, num_layers, num_heads):
-    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().mean(0)
-
-
-def _importance_signed(loss_fn, num_sequences, num_layers, num_heads):
-    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0)
-
-
-def _importance_abs_of_mean(loss_fn, num_sequences, num_layers, num_heads):
-    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0).abs()
-
-
 def _importance_shared_gate(loss_fn, num_sequences, num_layers, num_heads):
     gates = torch.ones(num_layers, num_heads, dtype=torch.float64, requires_grad=True)
     loss_fn(gates.expand(num_sequences, -1, -1)).mean().backward()
     return gates.grad.abs()  # one gate for the whole batch: |E dL/dxi|, not E |dL/dxi|
-
-
-def _importance_mean_before_backward(loss_fn, num_sequences, num_layers, num_heads):
-    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
-    loss_fn(gates).mean().backward()  # each sequence's gradient divided by the batch size
-    return gates.grad.abs().mean(0)
-
-
-def _importance_shared_gate_summed(loss_fn, num_sequences, num_layers, num_heads):
-    gates = torch.ones(num_layers, num_heads, dtype=torch.float64, requires_grad=True)
-    loss_fn(gates.expand(num_sequences, -1, -1)).sum().backward()
-    return gates.grad.abs()  # |sum of dL(x)/dxi| over the batch
-
-
-def _importance_summed(loss_fn, num_sequences, num_layers, num_heads):
-    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().sum(0)
-
-
-def _importance_squared(loss_fn, num_sequences, num_layers, num_heads):
-    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).pow(2).mean(0)
 
 
 def _importance_cases() -> list[Case]:
@@ -229,34 +122,30 @@ def _importance_cases() -> list[Case]:
 
 GATE_IMPORTANCE = Exercise(
     title="Exercise 6.2: head importance from gate gradients",
-    reference=_importance_reference,
     make_cases=_importance_cases,
     mistakes=[
         Mistake("forgot_absolute_value", "you averaged the signed gradients. A head whose gate helps some "
                 "sequences and hurts others then looks unimportant, and the scores can be negative.",
-                "take .abs() of each sequence's gradient before averaging over sequences.",
-                _importance_signed),
+                "take .abs() of each sequence's gradient before averaging over sequences."),
         Mistake("absolute_of_average", "you computed |E dL/dxi| instead of E |dL/dxi|: either the "
                 "absolute value came after averaging over sequences, or one gate per head served the whole "
                 "batch (then backward gives the batch's average gradient). Gradients of opposite signs "
                 "cancel before the absolute value sees them.",
                 "give every sequence its own gates, shaped (num_sequences, L, h), sum the losses, then "
-                "take abs before mean(0).", _importance_abs_of_mean),
+                "take abs before mean(0)."),
         Mistake("mean_before_backward", "you called backward() on the *mean* of the sequences' losses "
                 "and then averaged the gradients again: each sequence's gradient came out divided by the "
                 "number of sequences, so your scores are that many times too small.",
                 "backward() on the sum of the losses (sequence x's loss depends on its own gates only), "
-                "then abs and mean(0).", _importance_mean_before_backward),
+                "then abs and mean(0)."),
         Mistake("shared_gate_summed", "one gate per head served the whole batch and you summed the losses: "
                 "backward then gives the sum of the sequences' gradients, and gradients of opposite signs "
                 "cancel before the absolute value sees them (|sum| instead of the mean of |.|).",
-                "give every sequence its own gates, shaped (num_sequences, L, h), then abs before mean(0).",
-                _importance_shared_gate_summed),
+                "give every sequence its own gates, shaped (num_sequences, L, h), then abs before mean(0)."),
         Mistake("summed_not_averaged", "you summed |dL/dxi| over sequences instead of averaging: the "
-                "ranking is right but the values grow with the batch size.", "use mean(0), not sum(0).",
-                _importance_summed),
+                "ranking is right but the values grow with the batch size.", "use mean(0), not sum(0)."),
         Mistake("squared_gradient", "you averaged squared gradients (a Fisher-style score). Michel et al.'s "
-                "importance averages absolute values.", "use .abs(), not .pow(2).", _importance_squared),
+                "importance averages absolute values.", "use .abs(), not .pow(2)."),
     ],
     hint="give every sequence its own gates, (num_sequences, L, h) of ones that require gradients; one "
          "backward pass through the summed losses gives each sequence its own gradient; average their "
@@ -266,30 +155,6 @@ check_gate_importance = GATE_IMPORTANCE.check
 
 
 # ---------------------------------------------------------------- 6.3 which head breaks the task?
-def _narrow_reference(table: pd.DataFrame) -> str:
-    return str(table["task accuracy after"].idxmin())
-
-
-def _narrow_biggest_loss(table: pd.DataFrame) -> str:
-    return str(table["loss change"].idxmax())
-
-
-def _narrow_smallest_loss(table: pd.DataFrame) -> str:
-    return str(table["loss change"].abs().idxmin())
-
-
-def _narrow_highest_accuracy(table: pd.DataFrame) -> str:
-    return str(table["task accuracy after"].idxmax())
-
-
-def _narrow_loss_times_damage(table: pd.DataFrame) -> str:
-    return str((table["loss change"] * (1 - table["task accuracy after"])).idxmax())
-
-
-def _narrow_position(table: pd.DataFrame) -> int:
-    return int(table["task accuracy after"].to_numpy().argmin())
-
-
 def _narrow_cases() -> list[Case]:
     tables = [
         {"L0H0": (0.210, 0.96), "L0H1": (0.004, 0.97), "L1H0": (0.012, 0.55), "L1H1": (0.031, 0.995)},
@@ -323,25 +188,23 @@ class _HeadNameExercise(Exercise):
 
 NARROW_HEAD = _HeadNameExercise(
     title="Exercise 6.3: which head does the task need?",
-    reference=_narrow_reference,
     make_cases=_narrow_cases,
     mistakes=[
         Mistake("biggest_average_loss_change", "you picked the head whose removal changes the average loss "
                 "most. That head matters to many predictions a little; the task can still survive without "
                 "it. The question is about the task's accuracy.",
-                "look at the task column: which removal leaves the lowest accuracy?", _narrow_biggest_loss),
+                "look at the task column: which removal leaves the lowest accuracy?"),
         Mistake("smallest_loss_change", "you picked the head that moves the average loss least. A narrow "
                 "head often does barely move it, but so do heads that do nothing: the loss alone cannot "
-                "tell them apart.", "decide by the task accuracy after removal.", _narrow_smallest_loss),
+                "tell them apart.", "decide by the task accuracy after removal."),
         Mistake("least_harmful_head", "you picked the head whose removal leaves the highest task accuracy: "
-                "the one the task needs least.", "take the minimum, not the maximum.",
-                _narrow_highest_accuracy),
+                "the one the task needs least.", "take the minimum, not the maximum."),
         Mistake("combined_loss_and_task", "you combined the loss change with the task accuracy (for "
                 "example their product). The question is only which removal breaks the task: a "
                 "head can barely move the loss and still be the one the task needs.",
-                "decide by the task accuracy after removal alone.", _narrow_loss_times_damage),
+                "decide by the task accuracy after removal alone."),
         Mistake("row_number_not_name", "you returned the row's position, not the head's name.",
-                "return the index label, e.g. with idxmin(), such as 'L1H2'.", _narrow_position),
+                "return the index label, e.g. with idxmin(), such as 'L1H2'."),
     ],
     hint="table['task accuracy after'].idxmin() names the head whose removal hurts the task most.",
 )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .core import Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
@@ -31,43 +30,6 @@ def _randn(*shape: int, seed: int) -> Tensor:
 
 
 # -- 7.1 repeat K/V heads ----------------------------------------------------------------
-
-def _repeat_kv(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)  # (B, h, T, dk)
-
-
-def _repeat_kv_interleaved(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat(1, num_heads // kv.shape[1], 1, 1)  # head i gets K/V head i % g
-
-
-def _repeat_kv_time_dim(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat_interleave(num_heads // kv.shape[1], dim=2)  # (B, g, T*h/g, dk)
-
-
-def _repeat_kv_by_g(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat_interleave(kv.shape[1], dim=1)  # g copies instead of h/g
-
-
-def _repeat_kv_h_times(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat_interleave(num_heads, dim=1)  # g * h heads
-
-
-def _repeat_kv_flattened(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat_interleave(num_heads // kv.shape[1])  # no dim: a flat 1-D tensor
-
-
-def _repeat_kv_feature_axis(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat_interleave(num_heads // kv.shape[1], dim=-1)  # (B, g, T, dk*h/g)
-
-
-def _repeat_kv_expanded_only(kv: Tensor, num_heads: int) -> Tensor:
-    b, g, t, dk = kv.shape
-    return kv[:, :, None].expand(b, g, num_heads // g, t, dk)  # 5-D: never reshaped
-
-
-def _repeat_kv_float_count(kv: Tensor, num_heads: int) -> Tensor:
-    return kv.repeat_interleave(num_heads / kv.shape[1], dim=1)  # raises: a float count
-
 
 class _RepeatExercise(_DiagnosesRaisingAnswers):
     """Exercise 7.1: a repeat count written as ``h / g`` (a float) raises a TypeError inside
@@ -89,41 +51,38 @@ def _repeat_cases() -> list[Case]:
 
 REPEAT_KV = _RepeatExercise(
     title="Exercise 7.1: repeat K/V heads for their query heads",
-    reference=_repeat_kv,
     make_cases=_repeat_cases,
     mistakes=[
         Mistake("interleaved_groups",
                 "query head i got K/V head i % g (interleaved), but the convention is blocked: "
                 "query heads 0 .. h/g - 1 all read K/V head 0, the next h/g read head 1, ...",
-                "kv.repeat(...) tiles the whole head axis; you want each head repeated in place.",
-                _repeat_kv_interleaved),
+                "kv.repeat(...) tiles the whole head axis; you want each head repeated in place."),
         Mistake("wrong_dim",
                 "you repeated along the time axis (dim 2), so the sequence grew and the head count "
                 "stayed g.",
-                "Heads are dim 1 of (B, g, T, dk).", _repeat_kv_time_dim),
+                "Heads are dim 1 of (B, g, T, dk)."),
         Mistake("repeated_g_times",
                 "you made g copies of each K/V head; each must serve h/g query heads.",
-                "The repeat count is num_heads // g.", _repeat_kv_by_g),
+                "The repeat count is num_heads // g."),
         Mistake("repeated_h_times",
                 "you made h copies of each K/V head, so there are g * h heads; together the g "
                 "K/V heads must make exactly h.",
-                "The repeat count is num_heads // g, not num_heads.", _repeat_kv_h_times),
+                "The repeat count is num_heads // g, not num_heads."),
         Mistake("flattened_no_dim",
                 "your answer is a flat 1-D tensor: repeat_interleave without dim= flattens its "
-                "input first.", "Pass dim=1 (the head axis).", _repeat_kv_flattened),
+                "input first.", "Pass dim=1 (the head axis)."),
         Mistake("repeated_feature_axis",
                 "you repeated along the last axis (dk), so each vector grew h/g times longer and "
                 "the head count stayed g.",
-                "Heads are dim 1 of (B, g, T, dk), not dim -1.", _repeat_kv_feature_axis),
+                "Heads are dim 1 of (B, g, T, dk), not dim -1."),
         Mistake("expanded_not_reshaped",
                 "your answer is 5-D, (B, g, h/g, T, dk): expand made the copies as a new axis, "
                 "but they were never merged into the head axis.",
-                "Finish with .reshape(B, h, T, dk): group-major order keeps the grouping blocked.",
-                _repeat_kv_expanded_only),
+                "Finish with .reshape(B, h, T, dk): group-major order keeps the grouping blocked."),
         Mistake("float_repeat_count",
                 "your repeat count is a float: h / g is true division in Python (6 / 2 == 3.0), "
                 "and a repeat count must be an int.",
-                "Use integer division, num_heads // g.", _repeat_kv_float_count),
+                "Use integer division, num_heads // g."),
     ],
     hint="Output (B, h, T, dk); query head i reads K/V head i // (h // g).",
 )
@@ -131,55 +90,6 @@ check_repeat_kv = REPEAT_KV.check
 
 
 # -- 7.2 cache size ----------------------------------------------------------------------
-
-def _cache_bytes(num_layers: int, batch: int, num_heads: int, num_kv_heads: int, d_head: int,
-                 seq_len: int, bits_per_element: int) -> int:
-    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits_per_element // 8
-
-
-def _cache_no_factor_two(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return num_layers * batch * num_kv_heads * d_head * seq_len * bits // 8
-
-
-def _cache_query_heads(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * num_heads * d_head * seq_len * bits // 8
-
-
-def _cache_bits(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits
-
-
-def _cache_one_layer(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * batch * num_kv_heads * d_head * seq_len * bits // 8
-
-
-def _cache_no_batch(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * num_kv_heads * d_head * seq_len * bits // 8
-
-
-def _cache_group_size(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * (num_heads // num_kv_heads) * d_head * seq_len * bits // 8
-
-
-def _cache_four_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * 4  # float32 always
-
-
-def _cache_two_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * 2  # 16-bit always
-
-
-def _cache_no_d_head(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * num_kv_heads * seq_len * bits // 8
-
-
-def _cache_floored_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * (bits // 8)  # 0 for 4-bit
-
-
-def _cache_gib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
-    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits / 8 / 2**30
-
 
 class _CacheBytesExercise(Exercise):
     """Exercise 7.2: a byte count is exact. Known slips are matched with the usual
@@ -218,38 +128,34 @@ def _cache_cases() -> list[Case]:
 
 CACHE_BYTES = _CacheBytesExercise(
     title="Exercise 7.2: KV cache size in bytes",
-    reference=_cache_bytes,
     make_cases=_cache_cases,
     mistakes=[
         Mistake("forgot_k_and_v", "your size is half the right one: the cache holds keys *and* "
-                "values.", "Count two tensors per layer.", _cache_no_factor_two),
+                "values.", "Count two tensors per layer."),
         Mistake("used_query_heads", "you counted the h query heads; only the g key/value heads "
                 "are cached (that is the whole saving of GQA).",
                 "Use num_kv_heads (if you did, check your parameters' order: num_heads comes "
-                "before num_kv_heads).",
-                _cache_query_heads),
+                "before num_kv_heads)."),
         Mistake("bits_not_bytes", "your answer is 8 times too large: it is in bits.",
-                "Divide by 8 to get bytes.", _cache_bits),
+                "Divide by 8 to get bytes."),
         Mistake("one_layer", "that is one layer's cache: every layer keeps its own.",
-                "Multiply by num_layers.", _cache_one_layer),
+                "Multiply by num_layers."),
         Mistake("forgot_batch", "that is the cache of one sequence: every sequence in the batch "
-                "keeps its own keys and values.", "Multiply by batch.", _cache_no_batch),
+                "keeps its own keys and values.", "Multiply by batch."),
         Mistake("used_group_size", "you used h // g, the number of query heads in a group, where "
-                "the number of key/value heads g belongs.", "Use num_kv_heads itself.",
-                _cache_group_size),
+                "the number of key/value heads g belongs.", "Use num_kv_heads itself."),
         Mistake("assumed_float32", "you used 4 bytes per number whatever bits_per_element says.",
-                "Multiply by bits_per_element; divide the whole product by 8.", _cache_four_bytes),
+                "Multiply by bits_per_element; divide the whole product by 8."),
         Mistake("assumed_16_bit", "you used 2 bytes per number whatever bits_per_element says.",
-                "Multiply by bits_per_element; divide the whole product by 8.", _cache_two_bytes),
+                "Multiply by bits_per_element; divide the whole product by 8."),
         Mistake("floored_bytes_per_element", "right for 8, 16 and 32 bits, but bits_per_element // 8 "
                 "is 0 for 4-bit numbers, so a 4-bit cache came out empty.",
                 "Multiply by bits_per_element first and divide by 8 last: 4-bit numbers take half a "
-                "byte each.", _cache_floored_bytes),
+                "byte each."),
         Mistake("forgot_d_head", "you counted one number per key/value head and token: each head's "
-                "key (and value) is a vector of d_head numbers.", "Multiply by d_head.",
-                _cache_no_d_head),
+                "key (and value) is a vector of d_head numbers.", "Multiply by d_head."),
         Mistake("returned_gib", "your answer is in GiB (divided by 2**30); the exercise asks for bytes.",
-                "Return the byte count itself; convert only to print.", _cache_gib),
+                "Return the byte count itself; convert only to print."),
     ],
     hint="2 (K and V) x layers x batch x g x d_head x tokens x bits per element, divided by 8 "
          "at the end.",
@@ -258,94 +164,6 @@ check_cache_bytes = CACHE_BYTES.check
 
 
 # -- 7.3 one decode step with a grouped cache ---------------------------------------------
-
-def _decode_step(q_new: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor,
-                 v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    k = torch.cat([k_cache, k_new], dim=2)  # (B, g, T+1, dk)
-    v = torch.cat([v_cache, v_new], dim=2)
-    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True)  # (B, h, 1, dk)
-    return out, k, v
-
-
-def _decode_prepended(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_new, k_cache], dim=2), torch.cat([v_new, v_cache], dim=2)
-    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
-
-
-def _decode_without_new_token(q_new, k_new, v_new, k_cache, v_cache):
-    out = F.scaled_dot_product_attention(q_new, k_cache, v_cache, enable_gqa=True)
-    return out, torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-
-
-def _decode_is_causal(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    return F.scaled_dot_product_attention(q_new, k, v, is_causal=True, enable_gqa=True), k, v
-
-
-def _decode_interleaved(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    copies = q_new.shape[1] // k.shape[1]
-    out = F.scaled_dot_product_attention(q_new, k.repeat(1, copies, 1, 1), v.repeat(1, copies, 1, 1))
-    return out, k, v
-
-
-def _decode_unscaled(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1.0)
-    return out, k, v
-
-
-def _decode_returned_old_cache(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k_cache, v_cache
-
-
-def _decode_returned_repeated_cache(q_new, k_new, v_new, k_cache, v_cache):
-    copies = q_new.shape[1] // k_cache.shape[1]
-    k = torch.cat([k_cache, k_new], dim=2).repeat_interleave(copies, dim=1)  # (B, h, T+1, dk)
-    v = torch.cat([v_cache, v_new], dim=2).repeat_interleave(copies, dim=1)
-    return F.scaled_dot_product_attention(q_new, k, v), k, v
-
-
-def _decode_softmax_over_queries(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    copies = q_new.shape[1] // k.shape[1]
-    scores = q_new @ k.repeat_interleave(copies, dim=1).transpose(-2, -1) / q_new.shape[-1] ** 0.5
-    weights = scores.softmax(dim=-2)  # over the single query: every weight becomes 1
-    return weights @ v.repeat_interleave(copies, dim=1), k, v
-
-
-def _decode_scaled_by_dk(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1 / q_new.shape[-1])
-    return out, k, v
-
-
-def _decode_new_token_only(q_new, k_new, v_new, k_cache, v_cache):
-    out = F.scaled_dot_product_attention(q_new, k_new, v_new, enable_gqa=True)  # ignores the cache
-    return out, torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-
-
-def _decode_swapped_caches(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), v, k
-
-
-def _decode_cat_on_heads(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=1), torch.cat([v_cache, v_new], dim=1)  # raises
-    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
-
-
-def _decode_without_enable_gqa(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    return F.scaled_dot_product_attention(q_new, k, v), k, v  # raises when g < h
-
-
-def _decode_manual_unmatched_heads(q_new, k_new, v_new, k_cache, v_cache):
-    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    scores = q_new @ k.transpose(-2, -1) / q_new.shape[-1] ** 0.5  # raises: h vs g heads
-    return scores.softmax(dim=-1) @ v, k, v
-
 
 class _DecodeExercise(_DiagnosesRaisingAnswers):
     """Exercise 7.3: the two classic ways a decode step raises are named too, and so are
@@ -431,57 +249,48 @@ def _decode_cases() -> list[Case]:
 
 DECODE_STEP = _DecodeExercise(
     title="Exercise 7.3: one decoding step with a grouped KV cache",
-    reference=_decode_step,
     make_cases=_decode_cases,
     mistakes=[
         Mistake("prepended", "the output is right but the new key/value went to the *front* of "
                 "the cache: the cache must stay in position order for the next steps.",
-                "Concatenate [cache, new] along the time axis (dim 2).", _decode_prepended),
+                "Concatenate [cache, new] along the time axis (dim 2)."),
         Mistake("skipped_new_token", "the new token did not attend to itself: you attended over "
-                "the old cache only.", "Append first, then attend.", _decode_without_new_token),
+                "the old cache only.", "Append first, then attend."),
         Mistake("is_causal_in_decode", "you applied a causal mask (is_causal=True, or a tril/triu "
                 "mask) to one query and T+1 keys: it is aligned top-left, so the new token saw only "
                 "the first key.",
-                "A single newest query may see every cached key: no mask is needed.",
-                _decode_is_causal),
+                "A single newest query may see every cached key: no mask is needed."),
         Mistake("interleaved_groups", "query head i used K/V head i % g (interleaved); the "
-                "convention is i // (h // g).", "Use enable_gqa=True or repeat_interleave.",
-                _decode_interleaved),
+                "convention is i // (h // g).", "Use enable_gqa=True or repeat_interleave."),
         Mistake("unscaled", "the scores were not divided by sqrt(dk).",
-                "F.scaled_dot_product_attention scales by default; keep scale=None.",
-                _decode_unscaled),
+                "F.scaled_dot_product_attention scales by default; keep scale=None."),
         Mistake("returned_old_cache", "the output is right but you returned the caches you were "
                 "given: the next step would never see this token.",
-                "Return the caches with the new key/value appended (T+1 positions).",
-                _decode_returned_old_cache),
+                "Return the caches with the new key/value appended (T+1 positions)."),
         Mistake("returned_repeated_cache", "the output is right but your returned caches have h "
                 "heads: you stored the repeated copy, so the cache is h/g times larger, which is "
                 "the memory GQA exists to save.",
-                "Repeat (or use enable_gqa) only for the attention call; return the g-head caches.",
-                _decode_returned_repeated_cache),
+                "Repeat (or use enable_gqa) only for the attention call; return the g-head caches."),
         Mistake("softmax_over_queries", "your softmax ran over the query axis (dim=-2): with one "
                 "query every weight is 1, so the output is the sum of all values.",
-                "Normalise each query's scores over the keys: softmax(dim=-1).",
-                _decode_softmax_over_queries),
+                "Normalise each query's scores over the keys: softmax(dim=-1)."),
         Mistake("scaled_by_dk", "you divided the scores by dk; the scale is 1 / sqrt(dk).",
-                "Leave scale=None (the default), or divide by dk ** 0.5.", _decode_scaled_by_dk),
+                "Leave scale=None (the default), or divide by dk ** 0.5."),
         Mistake("attended_new_token_only", "the new token attended only to itself: the cached "
-                "keys and values were never used.", "Attend over the appended caches (T+1 keys).",
-                _decode_new_token_only),
+                "keys and values were never used.", "Attend over the appended caches (T+1 keys)."),
         Mistake("returned_caches_swapped", "the output is right but you returned (out, v, k): the "
                 "key cache came back as the value cache and the other way round.",
-                "Return (output, k, v) in that order.", _decode_swapped_caches),
+                "Return (output, k, v) in that order."),
         Mistake("appended_on_wrong_axis", "torch.cat raised: the cache (B, g, T, dk) and the new "
                 "token (B, g, 1, dk) only fit together along the time axis.",
-                "Concatenate along dim=2 (or dim=-2), the time axis.", _decode_cat_on_heads),
+                "Concatenate along dim=2 (or dim=-2), the time axis."),
         Mistake("forgot_enable_gqa", "F.scaled_dot_product_attention raised: the query has h heads "
                 "and the caches only g, and it pairs them only when told to.",
-                "Pass enable_gqa=True (query head i then reads K/V head i // (h // g)).",
-                _decode_without_enable_gqa),
+                "Pass enable_gqa=True (query head i then reads K/V head i // (h // g))."),
         Mistake("heads_not_matched", "q @ k.transpose(-2, -1) raised: the query has h heads and the "
                 "key cache only g, so the head axes do not broadcast.",
                 "Repeat each K/V head h // g times (repeat_interleave, dim=1) for the product only; "
-                "keep the g-head caches.", _decode_manual_unmatched_heads),
+                "keep the g-head caches."),
     ],
     hint="Return (output (B, h, 1, dk), k (B, g, T+1, dk), v (B, g, T+1, dk)); append along "
          "the time axis (dim 2); with F.scaled_dot_product_attention and g < h, pass "
@@ -490,61 +299,7 @@ DECODE_STEP = _DecodeExercise(
 check_decode_step = DECODE_STEP.check
 
 
-
 # -- 7.5 merging the attention of two key ranges ----------------------------------------------
-
-def _merge_halves(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> Tensor:
-    """Attention over all keys from its two halves: ``out_*`` ``(B, h, dk)``, ``lse_*`` ``(B, h)``
-    (the log of each half's sum of exp(scores))."""
-    lse = torch.logaddexp(lse_a, lse_b)  # (B, h): log of the whole sum
-    return torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[..., None] * out_b
-
-
-def _merge_averaged(out_a, lse_a, out_b, lse_b):
-    return (out_a + out_b) / 2
-
-
-def _merge_not_normalised(out_a, lse_a, out_b, lse_b):
-    return torch.exp(lse_a)[..., None] * out_a + torch.exp(lse_b)[..., None] * out_b
-
-
-def _merge_max_not_logsumexp(out_a, lse_a, out_b, lse_b):
-    top = torch.maximum(lse_a, lse_b)
-    return torch.exp(lse_a - top)[..., None] * out_a + torch.exp(lse_b - top)[..., None] * out_b
-
-
-def _merge_exp_overflow(out_a, lse_a, out_b, lse_b):
-    total = torch.exp(lse_a) + torch.exp(lse_b)
-    return (torch.exp(lse_a) / total)[..., None] * out_a + (torch.exp(lse_b) / total)[..., None] * out_b
-
-
-def _merge_lse_as_sum(out_a, lse_a, out_b, lse_b):
-    total = lse_a + lse_b
-    return (lse_a / total)[..., None] * out_a + (lse_b / total)[..., None] * out_b
-
-
-def _merge_swapped(out_a, lse_a, out_b, lse_b):
-    lse = torch.logaddexp(lse_a, lse_b)
-    return torch.exp(lse_b - lse)[..., None] * out_a + torch.exp(lse_a - lse)[..., None] * out_b
-
-
-def _merge_summed(out_a, lse_a, out_b, lse_b):
-    return out_a + out_b
-
-
-def _merge_log_shares(out_a, lse_a, out_b, lse_b):
-    lse = torch.logaddexp(lse_a, lse_b)
-    return (lse_a - lse)[..., None] * out_a + (lse_b - lse)[..., None] * out_b
-
-
-def _merge_kept_one_half(out_a, lse_a, out_b, lse_b):
-    return torch.where((lse_a >= lse_b)[..., None], out_a, out_b)
-
-
-def _merge_not_unsqueezed(out_a, lse_a, out_b, lse_b):
-    lse = torch.logaddexp(lse_a, lse_b)
-    return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b  # (B, h) * (B, h, dk)
-
 
 def _merge_cases() -> list[Case]:
     """Attention of one query per head over T keys, split after ``cut`` keys; the last case
@@ -586,48 +341,43 @@ class _MergeExercise(_DiagnosesRaisingAnswers):
 
 MERGE_HALVES = _MergeExercise(
     title="Exercise 7.5: merge the attention of two key ranges",
-    reference=_merge_halves,
     make_cases=_merge_cases,
     mistakes=[
         Mistake("averaged", "you averaged the two outputs: each half must count in proportion to "
                 "its share of the softmax's total, exp(lse_a) against exp(lse_b), not half each.",
                 "weight out_a by exp(lse_a - lse) and out_b by exp(lse_b - lse), with "
-                "lse = torch.logaddexp(lse_a, lse_b).", _merge_averaged),
+                "lse = torch.logaddexp(lse_a, lse_b)."),
         Mistake("not_normalised", "you weighted each output by exp(lse) but never divided by the "
                 "total: the weights must add up to 1.",
                 "divide by exp(lse_a) + exp(lse_b), or, safer, use exp(lse_a - lse) with "
-                "lse = torch.logaddexp(lse_a, lse_b).", _merge_not_normalised),
+                "lse = torch.logaddexp(lse_a, lse_b)."),
         Mistake("max_not_logsumexp", "you shifted by the larger lse but did not normalise: the two "
                 "weights exp(lse_a - max) and exp(lse_b - max) add up to more than 1.",
                 "shift by the log of the whole sum, lse = torch.logaddexp(lse_a, lse_b), not by the "
-                "max; then the weights add up to 1.", _merge_max_not_logsumexp),
+                "max; then the weights add up to 1."),
         Mistake("exp_overflow", "right on the small cases, but your weights overflow when the scores "
                 "are near 1000: exp(lse) is inf (even in float64, past about 709), and inf / inf is NaN.",
                 "never take exp of lse itself: the weight of a half is exp(lse_a - lse), with "
-                "lse = torch.logaddexp(lse_a, lse_b), whose exponent is never positive.",
-                _merge_exp_overflow),
+                "lse = torch.logaddexp(lse_a, lse_b), whose exponent is never positive."),
         Mistake("lse_used_as_sum", "you used lse_a and lse_b as if they were the sums themselves: "
                 "they are the *logs* of the sums of exp(scores).",
                 "a half's share is exp(lse_a) / (exp(lse_a) + exp(lse_b)) = exp(lse_a - lse), with "
-                "lse = torch.logaddexp(lse_a, lse_b).", _merge_lse_as_sum),
+                "lse = torch.logaddexp(lse_a, lse_b)."),
         Mistake("weights_swapped", "the weights are right but swapped: out_a got the weight of "
                 "half b and out_b that of half a.",
-                "out_a goes with lse_a, out_b with lse_b.", _merge_swapped),
+                "out_a goes with lse_a, out_b with lse_b."),
         Mistake("summed", "you added the two outputs: each is already an average over its own keys, "
                 "so their plain sum counts the values twice over.",
-                "blend them with weights that add up to 1: exp(lse_a - lse) and exp(lse_b - lse).",
-                _merge_summed),
+                "blend them with weights that add up to 1: exp(lse_a - lse) and exp(lse_b - lse)."),
         Mistake("log_shares", "your weights are lse_a - lse and lse_b - lse: those are the *logs* of "
                 "the two shares (negative numbers); the shares themselves are their exp.",
-                "weight out_a by torch.exp(lse_a - lse), and out_b likewise.", _merge_log_shares),
+                "weight out_a by torch.exp(lse_a - lse), and out_b likewise."),
         Mistake("kept_one_half", "you kept the output of the half with the larger lse and dropped "
                 "the other: the other half's keys still hold part of the weight.",
-                "blend both: exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b.",
-                _merge_kept_one_half),
+                "blend both: exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b."),
         Mistake("weights_not_unsqueezed", "multiplying raised: the weights are (B, h) and the "
                 "outputs (B, h, dk), and PyTorch lines up the *last* axes, h against dk.",
-                "give the weights a last axis of size 1: w[..., None] (or w.unsqueeze(-1)).",
-                _merge_not_unsqueezed),
+                "give the weights a last axis of size 1: w[..., None] (or w.unsqueeze(-1))."),
     ],
     hint="lse = torch.logaddexp(lse_a, lse_b) is the log of the whole softmax sum; each half's "
          "weight is exp(lse_half - lse), shape (B, h), unsqueezed to (B, h, 1).",

@@ -1,0 +1,180 @@
+"""Reference solutions and known mistakes of lesson06's exercises (not shipped with the package).
+
+``scripts/exercise_answers.py build`` runs them on each check's test cases and stores the outputs in
+``course_utils/exercises/answers/lesson06.pt``; the course's tests attach them to the checks.
+"""
+
+# ruff: noqa: F401, F403, F405, E501
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from course_utils.ablation import sequence_losses
+from course_utils.exercises.core import Case, Exercise, Feedback, Mistake, describe_value
+from course_utils.exercises.lesson06 import *
+from course_utils.model import ModelConfig, TinyTransformer
+
+
+def _merge(heads: torch.Tensor) -> torch.Tensor:
+    B, h, T, dk = heads.shape
+    return heads.transpose(1, 2).reshape(B, T, h * dk)  # (B, T, d)
+
+
+def _mean_reference(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))  # (dk,): every reference token
+    return out_proj(_merge(edited))
+
+
+def _mean_per_position(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=0)  # (T, dk): positions kept apart
+    return out_proj(_merge(edited))
+
+
+def _mean_over_heads_axis(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads.mean(dim=(0, 1))  # dim 1 is the head axis, not positions
+    return out_proj(_merge(edited))
+
+
+def _mean_after_projection(heads, reference_heads, head, out_proj):
+    dk = heads.shape[-1]
+    out = out_proj(_merge(heads)).clone()  # (B, T, d)
+    reference_out = out_proj(_merge(reference_heads))
+    columns = slice(head * dk, (head + 1) * dk)
+    out[..., columns] = reference_out[..., columns].mean(dim=(0, 1))
+    return out
+
+
+def _mean_own_batch(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = heads[:, head].mean(dim=(0, 1))  # the evaluation batch as its own reference
+    return out_proj(_merge(edited))
+
+
+def _zero_instead(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = 0.0
+    return out_proj(_merge(edited))
+
+
+def _mean_no_projection(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))
+    return _merge(edited)
+
+
+def _mean_merged_without_transpose(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean(dim=(0, 1))
+    B, h, T, dk = edited.shape
+    return out_proj(edited.reshape(B, T, h * dk))  # no transpose(1, 2): heads and positions mixed
+
+
+def _mean_indexed_batch_axis(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[head] = reference_heads[:, head].mean(dim=(0, 1))  # dim 0 is the batch: one sequence, all heads
+    return out_proj(_merge(edited))
+
+
+def _gate_grads(loss_fn, num_sequences, num_layers, num_heads) -> torch.Tensor:
+    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates).sum().backward()
+    return gates.grad  # (B, L, h): dL(x)/dxi for each sequence x
+
+
+def _importance_reference(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().mean(0)
+
+
+def _importance_signed(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0)
+
+
+def _importance_abs_of_mean(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0).abs()
+
+
+def _importance_mean_before_backward(loss_fn, num_sequences, num_layers, num_heads):
+    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates).mean().backward()  # each sequence's gradient divided by the batch size
+    return gates.grad.abs().mean(0)
+
+
+def _importance_shared_gate_summed(loss_fn, num_sequences, num_layers, num_heads):
+    gates = torch.ones(num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates.expand(num_sequences, -1, -1)).sum().backward()
+    return gates.grad.abs()  # |sum of dL(x)/dxi| over the batch
+
+
+def _importance_summed(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().sum(0)
+
+
+def _importance_squared(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).pow(2).mean(0)
+
+
+def _narrow_reference(table: pd.DataFrame) -> str:
+    return str(table["task accuracy after"].idxmin())
+
+
+def _narrow_biggest_loss(table: pd.DataFrame) -> str:
+    return str(table["loss change"].idxmax())
+
+
+def _narrow_smallest_loss(table: pd.DataFrame) -> str:
+    return str(table["loss change"].abs().idxmin())
+
+
+def _narrow_highest_accuracy(table: pd.DataFrame) -> str:
+    return str(table["task accuracy after"].idxmax())
+
+
+def _narrow_loss_times_damage(table: pd.DataFrame) -> str:
+    return str((table["loss change"] * (1 - table["task accuracy after"])).idxmax())
+
+
+def _narrow_position(table: pd.DataFrame) -> int:
+    return int(table["task accuracy after"].to_numpy().argmin())
+
+
+REFERENCES = {
+    'MEAN_ABLATION': _mean_reference,
+    'GATE_IMPORTANCE': _importance_reference,
+    'NARROW_HEAD': _narrow_reference,
+}
+
+MISTAKES = {
+    'MEAN_ABLATION': {
+        'per_position_mean': _mean_per_position,
+        'mean_over_head_axis': _mean_over_heads_axis,
+        'after_output_projection': _mean_after_projection,
+        'evaluation_batch_as_reference': _mean_own_batch,
+        'zero_instead_of_mean': _zero_instead,
+        'merged_without_transpose': _mean_merged_without_transpose,
+        'indexed_batch_axis': _mean_indexed_batch_axis,
+        'forgot_output_projection': _mean_no_projection,
+    },
+    'GATE_IMPORTANCE': {
+        'forgot_absolute_value': _importance_signed,
+        'absolute_of_average': _importance_abs_of_mean,
+        'mean_before_backward': _importance_mean_before_backward,
+        'shared_gate_summed': _importance_shared_gate_summed,
+        'summed_not_averaged': _importance_summed,
+        'squared_gradient': _importance_squared,
+    },
+    'NARROW_HEAD': {
+        'biggest_average_loss_change': _narrow_biggest_loss,
+        'smallest_loss_change': _narrow_smallest_loss,
+        'least_harmful_head': _narrow_highest_accuracy,
+        'combined_loss_and_task': _narrow_loss_times_damage,
+        'row_number_not_name': _narrow_position,
+    },
+}

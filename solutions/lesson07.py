@@ -1,0 +1,307 @@
+"""Reference solutions and known mistakes of lesson07's exercises (not shipped with the package).
+
+``scripts/exercise_answers.py build`` runs them on each check's test cases and stores the outputs in
+``course_utils/exercises/answers/lesson07.pt``; the course's tests attach them to the checks.
+"""
+
+# ruff: noqa: F401, F403, F405, E501
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from course_utils.exercises.core import Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
+from course_utils.exercises.lesson04 import _DiagnosesRaisingAnswers
+from course_utils.exercises.lesson07 import *
+
+
+def _repeat_kv(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)  # (B, h, T, dk)
+
+
+def _repeat_kv_interleaved(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat(1, num_heads // kv.shape[1], 1, 1)  # head i gets K/V head i % g
+
+
+def _repeat_kv_time_dim(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads // kv.shape[1], dim=2)  # (B, g, T*h/g, dk)
+
+
+def _repeat_kv_by_g(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(kv.shape[1], dim=1)  # g copies instead of h/g
+
+
+def _repeat_kv_h_times(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads, dim=1)  # g * h heads
+
+
+def _repeat_kv_flattened(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads // kv.shape[1])  # no dim: a flat 1-D tensor
+
+
+def _repeat_kv_feature_axis(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads // kv.shape[1], dim=-1)  # (B, g, T, dk*h/g)
+
+
+def _repeat_kv_expanded_only(kv: Tensor, num_heads: int) -> Tensor:
+    b, g, t, dk = kv.shape
+    return kv[:, :, None].expand(b, g, num_heads // g, t, dk)  # 5-D: never reshaped
+
+
+def _repeat_kv_float_count(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads / kv.shape[1], dim=1)  # raises: a float count
+
+
+def _cache_bytes(num_layers: int, batch: int, num_heads: int, num_kv_heads: int, d_head: int,
+                 seq_len: int, bits_per_element: int) -> int:
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits_per_element // 8
+
+
+def _cache_no_factor_two(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return num_layers * batch * num_kv_heads * d_head * seq_len * bits // 8
+
+
+def _cache_query_heads(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_heads * d_head * seq_len * bits // 8
+
+
+def _cache_bits(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits
+
+
+def _cache_one_layer(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * batch * num_kv_heads * d_head * seq_len * bits // 8
+
+
+def _cache_no_batch(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * num_kv_heads * d_head * seq_len * bits // 8
+
+
+def _cache_group_size(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * (num_heads // num_kv_heads) * d_head * seq_len * bits // 8
+
+
+def _cache_four_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * 4  # float32 always
+
+
+def _cache_two_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * 2  # 16-bit always
+
+
+def _cache_no_d_head(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * seq_len * bits // 8
+
+
+def _cache_floored_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * (bits // 8)  # 0 for 4-bit
+
+
+def _cache_gib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits / 8 / 2**30
+
+
+def _decode_step(q_new: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor,
+                 v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    k = torch.cat([k_cache, k_new], dim=2)  # (B, g, T+1, dk)
+    v = torch.cat([v_cache, v_new], dim=2)
+    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True)  # (B, h, 1, dk)
+    return out, k, v
+
+
+def _decode_prepended(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_new, k_cache], dim=2), torch.cat([v_new, v_cache], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
+def _decode_without_new_token(q_new, k_new, v_new, k_cache, v_cache):
+    out = F.scaled_dot_product_attention(q_new, k_cache, v_cache, enable_gqa=True)
+    return out, torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+
+
+def _decode_is_causal(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, is_causal=True, enable_gqa=True), k, v
+
+
+def _decode_interleaved(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    copies = q_new.shape[1] // k.shape[1]
+    out = F.scaled_dot_product_attention(q_new, k.repeat(1, copies, 1, 1), v.repeat(1, copies, 1, 1))
+    return out, k, v
+
+
+def _decode_unscaled(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1.0)
+    return out, k, v
+
+
+def _decode_returned_old_cache(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k_cache, v_cache
+
+
+def _decode_returned_repeated_cache(q_new, k_new, v_new, k_cache, v_cache):
+    copies = q_new.shape[1] // k_cache.shape[1]
+    k = torch.cat([k_cache, k_new], dim=2).repeat_interleave(copies, dim=1)  # (B, h, T+1, dk)
+    v = torch.cat([v_cache, v_new], dim=2).repeat_interleave(copies, dim=1)
+    return F.scaled_dot_product_attention(q_new, k, v), k, v
+
+
+def _decode_softmax_over_queries(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    copies = q_new.shape[1] // k.shape[1]
+    scores = q_new @ k.repeat_interleave(copies, dim=1).transpose(-2, -1) / q_new.shape[-1] ** 0.5
+    weights = scores.softmax(dim=-2)  # over the single query: every weight becomes 1
+    return weights @ v.repeat_interleave(copies, dim=1), k, v
+
+
+def _decode_scaled_by_dk(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1 / q_new.shape[-1])
+    return out, k, v
+
+
+def _decode_new_token_only(q_new, k_new, v_new, k_cache, v_cache):
+    out = F.scaled_dot_product_attention(q_new, k_new, v_new, enable_gqa=True)  # ignores the cache
+    return out, torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+
+
+def _decode_swapped_caches(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), v, k
+
+
+def _decode_cat_on_heads(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=1), torch.cat([v_cache, v_new], dim=1)  # raises
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
+def _decode_without_enable_gqa(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v), k, v  # raises when g < h
+
+
+def _decode_manual_unmatched_heads(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    scores = q_new @ k.transpose(-2, -1) / q_new.shape[-1] ** 0.5  # raises: h vs g heads
+    return scores.softmax(dim=-1) @ v, k, v
+
+
+def _merge_halves(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> Tensor:
+    """Attention over all keys from its two halves: ``out_*`` ``(B, h, dk)``, ``lse_*`` ``(B, h)``
+    (the log of each half's sum of exp(scores))."""
+    lse = torch.logaddexp(lse_a, lse_b)  # (B, h): log of the whole sum
+    return torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[..., None] * out_b
+
+
+def _merge_averaged(out_a, lse_a, out_b, lse_b):
+    return (out_a + out_b) / 2
+
+
+def _merge_not_normalised(out_a, lse_a, out_b, lse_b):
+    return torch.exp(lse_a)[..., None] * out_a + torch.exp(lse_b)[..., None] * out_b
+
+
+def _merge_max_not_logsumexp(out_a, lse_a, out_b, lse_b):
+    top = torch.maximum(lse_a, lse_b)
+    return torch.exp(lse_a - top)[..., None] * out_a + torch.exp(lse_b - top)[..., None] * out_b
+
+
+def _merge_exp_overflow(out_a, lse_a, out_b, lse_b):
+    total = torch.exp(lse_a) + torch.exp(lse_b)
+    return (torch.exp(lse_a) / total)[..., None] * out_a + (torch.exp(lse_b) / total)[..., None] * out_b
+
+
+def _merge_lse_as_sum(out_a, lse_a, out_b, lse_b):
+    total = lse_a + lse_b
+    return (lse_a / total)[..., None] * out_a + (lse_b / total)[..., None] * out_b
+
+
+def _merge_swapped(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_b - lse)[..., None] * out_a + torch.exp(lse_a - lse)[..., None] * out_b
+
+
+def _merge_summed(out_a, lse_a, out_b, lse_b):
+    return out_a + out_b
+
+
+def _merge_log_shares(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return (lse_a - lse)[..., None] * out_a + (lse_b - lse)[..., None] * out_b
+
+
+def _merge_kept_one_half(out_a, lse_a, out_b, lse_b):
+    return torch.where((lse_a >= lse_b)[..., None], out_a, out_b)
+
+
+def _merge_not_unsqueezed(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b  # (B, h) * (B, h, dk)
+
+
+REFERENCES = {
+    'REPEAT_KV': _repeat_kv,
+    'CACHE_BYTES': _cache_bytes,
+    'DECODE_STEP': _decode_step,
+    'MERGE_HALVES': _merge_halves,
+}
+
+MISTAKES = {
+    'REPEAT_KV': {
+        'interleaved_groups': _repeat_kv_interleaved,
+        'wrong_dim': _repeat_kv_time_dim,
+        'repeated_g_times': _repeat_kv_by_g,
+        'repeated_h_times': _repeat_kv_h_times,
+        'flattened_no_dim': _repeat_kv_flattened,
+        'repeated_feature_axis': _repeat_kv_feature_axis,
+        'expanded_not_reshaped': _repeat_kv_expanded_only,
+        'float_repeat_count': _repeat_kv_float_count,
+    },
+    'CACHE_BYTES': {
+        'forgot_k_and_v': _cache_no_factor_two,
+        'used_query_heads': _cache_query_heads,
+        'bits_not_bytes': _cache_bits,
+        'one_layer': _cache_one_layer,
+        'forgot_batch': _cache_no_batch,
+        'used_group_size': _cache_group_size,
+        'assumed_float32': _cache_four_bytes,
+        'assumed_16_bit': _cache_two_bytes,
+        'floored_bytes_per_element': _cache_floored_bytes,
+        'forgot_d_head': _cache_no_d_head,
+        'returned_gib': _cache_gib,
+    },
+    'DECODE_STEP': {
+        'prepended': _decode_prepended,
+        'skipped_new_token': _decode_without_new_token,
+        'is_causal_in_decode': _decode_is_causal,
+        'interleaved_groups': _decode_interleaved,
+        'unscaled': _decode_unscaled,
+        'returned_old_cache': _decode_returned_old_cache,
+        'returned_repeated_cache': _decode_returned_repeated_cache,
+        'softmax_over_queries': _decode_softmax_over_queries,
+        'scaled_by_dk': _decode_scaled_by_dk,
+        'attended_new_token_only': _decode_new_token_only,
+        'returned_caches_swapped': _decode_swapped_caches,
+        'appended_on_wrong_axis': _decode_cat_on_heads,
+        'forgot_enable_gqa': _decode_without_enable_gqa,
+        'heads_not_matched': _decode_manual_unmatched_heads,
+    },
+    'MERGE_HALVES': {
+        'averaged': _merge_averaged,
+        'not_normalised': _merge_not_normalised,
+        'max_not_logsumexp': _merge_max_not_logsumexp,
+        'exp_overflow': _merge_exp_overflow,
+        'lse_used_as_sum': _merge_lse_as_sum,
+        'weights_swapped': _merge_swapped,
+        'summed': _merge_summed,
+        'log_shares': _merge_log_shares,
+        'kept_one_half': _merge_kept_one_half,
+        'weights_not_unsqueezed': _merge_not_unsqueezed,
+    },
+}
