@@ -292,15 +292,40 @@ def _stamped(nb: nbformat.NotebookNode, repo_path: str) -> nbformat.NotebookNode
     return nb
 
 
+def add_hidden_tests(nb: nbformat.NotebookNode, manifest: str) -> int:
+    """Append to each autograded test cell the hidden test that grades again without trusting
+    the student's kernel (course_utils.exercises.autograde). nbgrader strips hidden tests
+    from the release and puts them back at autograde. Returns the number of cells changed."""
+    from course_utils.exercises.autograde import hidden_test
+
+    changed = 0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        call = _check_line(cell.source.split("### BEGIN HIDDEN TESTS")[0])
+        if call is None:
+            continue
+        visible = cell.source.split("### BEGIN HIDDEN TESTS")[0].rstrip()
+        cell.source = visible + "\n" + hidden_test(call["module"], call["check"], call["arg"], manifest)
+        changed += 1
+    return changed
+
+
 def fill_course_source(course: Path) -> list[Path]:
     """Copy every graded lesson into ``course/source/<stem>/<name>`` for nbgrader, its badges
     stamped for ``student/<name>`` (a release made from it links to the student copy, never to
-    the solutions). Returns the files written."""
+    the solutions), each test cell with its hidden test (:func:`add_hidden_tests`, for the
+    course_utils installed here). Returns the files written."""
+    from course_utils.exercises.autograde import manifest
+
     written = []
+    fingerprint = manifest()
     for path in _lessons():
         nb = _read(path)
         if not any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells):
             continue  # lesson 00 has nothing to grade
+        add_hidden_tests(nb, fingerprint)
         target = course / "source" / path.stem / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(_stamped(nb, f"student/{path.name}"), target)
@@ -381,6 +406,10 @@ def main(argv: list[str]) -> int:
     command, args = argv[0], argv[1:]
     try:
         if command == "convert":
+            if not args or any(a.startswith("-") for a in args):
+                print("usage: nbgrader_tools.py convert NOTEBOOK.ipynb [...] (no options; "
+                      f"got {' '.join(args) or 'no notebooks'})", file=sys.stderr)
+                return 2
             for name in args:
                 path = Path(name)
                 nb, rows = convert(_read(path), path.name)
@@ -409,10 +438,15 @@ def main(argv: list[str]) -> int:
         elif command == "table":
             if args == ["--write"]:
                 print("INSTRUCTORS.md updated" if write_table() else "INSTRUCTORS.md was current")
+            elif args:
+                print(f"table: unknown arguments {' '.join(args)}; the only option is --write",
+                      file=sys.stderr)
+                return 2
             else:
                 print(table())
         else:
             print(__doc__)
+            print(f"unknown command {command!r}", file=sys.stderr)
             return 2
     except FormatError as exc:
         print(f"exercise format: {exc}", file=sys.stderr)

@@ -184,28 +184,33 @@ def _execute(nb: nbformat.NotebookNode, folder: Path) -> nbformat.NotebookNode:
 
 
 def _errors_outside_test_cells(nb: nbformat.NotebookNode) -> tuple[list[str], list[str]]:
-    """(errors in ordinary cells, test cells that did not fail with a 'not attempted' assertion)."""
+    """(cells that raised, test cells that did not print their 'not attempted' message)."""
     stray, quiet = [], []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         errors = [o for o in cell.outputs if o.output_type == "error"]
-        if _is_test_cell(cell):
-            first = errors[0] if errors else None
-            if not (first and first.ename == "AssertionError" and "not attempted yet" in first.evalue):
-                quiet.append(f"cell {i}: {cell.source.splitlines()[-1]}")
-        elif errors:
+        if errors:
             stray.append(f"cell {i}: {errors[0].ename}: {errors[0].evalue[:200]}")
+        if _is_test_cell(cell):
+            text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+            if "not attempted yet" not in text:
+                quiet.append(f"cell {i}: {cell.source.splitlines()[-1]}")
     return stray, quiet
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.name)
-def test_student_notebook_runs_with_errors_only_in_its_test_cells(path):
+def test_blank_student_notebook_runs_to_the_end(path, monkeypatch):
+    """Run All on a blank student copy (as in JupyterLab or Colab, where no cell tag is read)
+    runs every cell; each check prints its 'not attempted' message instead of stopping."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     nb = _execute(tools._read(path), ROOT / "notebooks")
     stray, quiet = _errors_outside_test_cells(nb)
-    assert not stray, f"cells other than test cells failed (a cascading error?): {stray}"
+    assert not stray, f"cells that raised (Run All would stop there): {stray}"
     assert not quiet, f"test cells that did not report 'not attempted': {quiet}"
+    not_run = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count is None]
+    assert not not_run, f"code cells not run: {not_run}"
 
 
 # -- a scripted nbgrader course directory ---------------------------------------------------
@@ -238,6 +243,68 @@ TINY = [
 ]
 
 
+# Ways to get points without the work, as the instructor trial scripted them; each gets 0.
+_WITH_TWINS = (
+    "def parameter_count(d_model, num_heads, bias=True):\n"
+    "    import sys\n"
+    "    sys.setprofile(None)\n"
+    "    from course_utils.shapes import mha_parameter_count\n"
+    "    return mha_parameter_count(d_model, num_heads, bias=bias)\n",
+    "def merge_heads(heads):\n"
+    "    import threading\n"
+    "    from course_utils.attention import MultiHeadAttention\n"
+    "    box = []\n"
+    "    mha = MultiHeadAttention(heads.shape[1] * heads.shape[3], heads.shape[1])\n"
+    "    t = threading.Thread(target=lambda: box.append(mha.merge_heads(heads)))\n"
+    "    t.start(); t.join()\n"
+    "    return box[0]\n",
+)
+CHEATS = {
+    "dave_twins_in_threads": {"answers": _WITH_TWINS},
+    "erin_replaces_the_checks": {"before": (
+        "from course_utils.exercises.core import Feedback\n"
+        "lesson03.check_parameter_count = lambda fn: Feedback('x', 'correct', 'ok')\n"
+        "lesson03.check_merge_heads = lambda fn: Feedback('x', 'correct', 'ok')\n")},
+    "frank_patches_assert_passed": {"before": (
+        "import os\n"
+        "from course_utils.exercises.core import Feedback\n"
+        "Feedback.assert_passed = lambda self: print(self)\n"
+        "os.environ.pop('NBGRADER_EXECUTION', None)\n")},
+    "grace_reads_the_stored_answers": {"before": (
+        "import torch\n"
+        "from course_utils.exercises import answers as _a\n"
+        "_table = {}\n"
+        "for _name, _ex in (('PARAMETER_COUNT', lesson03.PARAMETER_COUNT), ('MERGE_HEADS', lesson03.MERGE_HEADS)):\n"
+        "    _entry = _a.stored('lesson03', _name)\n"
+        "    for _case, _out in zip(_ex.make_cases(), _entry['expected']):\n"
+        "        _table[(_name, repr(_case.args))] = _a.decode(_out)\n"),
+        "answers": (
+        "def parameter_count(d_model, num_heads, bias=True):\n"
+        "    return _table[('PARAMETER_COUNT', repr((d_model, num_heads, bias)))]\n",
+        "def merge_heads(heads):\n"
+        "    return next(v for (n, a), v in _table.items() if n == 'MERGE_HEADS' and v.shape[0] == heads.shape[0]"
+        " and v.numel() == heads.numel())\n")},
+    "heidi_edits_and_deletes_test_cells": {"edit_tests": True},
+}
+
+
+def _cheating(student: nbformat.NotebookNode, how: dict) -> nbformat.NotebookNode:
+    nb = nbformat.from_dict(__import__("copy").deepcopy(student))
+    answers = {"lesson03_parameter_count": 0, "lesson03_merge_heads": 1}
+    for cell in nb.cells:
+        grade_id = _grader(cell).get("grade_id")
+        if grade_id in answers and "answers" in how:
+            cell.source = how["answers"][answers[grade_id]]
+    if "before" in how:
+        first_answer = next(i for i, c in enumerate(nb.cells) if _grader(c).get("grade_id") in answers)
+        nb.cells.insert(first_answer, nbformat.v4.new_code_cell(how["before"]))
+    if how.get("edit_tests"):
+        tests = [c for c in nb.cells if _is_test_cell(c)]
+        tests[0].source = "print('all good')"
+        nb.cells.remove(tests[1])
+    return nb
+
+
 def _tiny_notebook() -> nbformat.NotebookNode:
     make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell}
     nb = nbformat.v4.new_notebook(cells=[make[kind](source) for kind, source in TINY])
@@ -254,6 +321,7 @@ def _api(course: Path):
     config.CourseDirectory.root = str(course)
     config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
     config.Execute.timeout = 120
+    config.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back (INSTRUCTORS.md)
     return NbGraderAPI(config=config), config
 
 
@@ -275,6 +343,9 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     assert [(r.grade_id, r.points, r.graded) for r in rows] == [
         ("lesson03_parameter_count", 2, "auto"), ("lesson03_merge_heads", 1, "auto"),
         ("lesson03_ex3_5_answer", 3, "manual")]
+    from course_utils.exercises.autograde import manifest
+
+    assert tools.add_hidden_tests(solution, manifest()) == 2
     source = course / "source" / "tiny" / "tiny.ipynb"
     nbformat.write(solution, source)
     api, config = _api(course)
@@ -283,6 +354,7 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     released = course / "release" / "tiny" / "tiny.ipynb"
     student = tools._read(released)
     assert not _leaks(solution, student)
+    assert "HIDDEN TESTS" not in nbformat.writes(student) and "autograde" not in nbformat.writes(student)
     validator = Validator(config=config)
     assert not validator.validate(str(source)), "nbgrader validate fails the solution"
     failed = validator.validate(str(released)).get("failed", [])
@@ -298,16 +370,19 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
                        if _grader(c).get("grade_id") == "lesson03_parameter_count").replace(
         "    ### BEGIN SOLUTION\n", "").replace("\n    ### END SOLUTION", "")
     ast.parse(code.source)
-    for name, nb in (("alice", solution), ("bob", student), ("carol", partly)):
+    cheaters = {name: _cheating(student, how) for name, how in CHEATS.items()}
+    for name, nb in (("alice", solution), ("bob", student), ("carol", partly), *cheaters.items()):
         folder = course / "submitted" / name / "tiny"
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / "tiny.ipynb")
         _ok(api.autograde("tiny", name, force=True, create=True))
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        scores = {name: gradebook.find_submission("tiny", name) for name in ("alice", "bob", "carol")}
+        names = ("alice", "bob", "carol", *cheaters)
+        scores = {name: gradebook.find_submission("tiny", name) for name in names}
         assert scores["alice"].max_code_score == 3
-        assert {n: s.code_score for n, s in scores.items()} == {"alice": 3, "bob": 0, "carol": 2}
+        expected = {"alice": 3, "bob": 0, "carol": 2, **{name: 0 for name in cheaters}}
+        assert {n: s.code_score for n, s in scores.items()} == expected
         assert scores["alice"].max_score == 6  # 3 autograded + 3 graded by hand
         graded = tools._read(course / "autograded" / "carol" / "tiny" / "tiny.ipynb")
         failure = [o for c in graded.cells if _grader(c).get("grade_id") == "lesson03_merge_heads_test"
