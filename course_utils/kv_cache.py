@@ -1,0 +1,160 @@
+"""KV caches that do not copy themselves: preallocated, and a sliding window (ring buffer).
+
+Lesson 07's cache (:class:`~course_utils.model.KVCache` through
+:meth:`~course_utils.model.TinyTransformer.forward_with_cache`) appends with ``torch.cat``:
+every step writes a new tensor holding the whole cache plus one token, so a step of a cache
+of ``T`` tokens reads and writes ``T`` tokens' keys and values before attention reads them
+again. The caches here write the new token into memory set aside in advance:
+
+* :class:`CatCache`: the ``torch.cat`` append, as a reference (``window`` keeps only the
+  latest tokens, by slicing the concatenated tensor: a second copy).
+* :class:`PreallocatedCache`: one ``(B, g, max_len, dk)`` buffer per layer for K and one for V;
+  a step writes its token at position ``length`` and attends over a view of the first
+  ``length + 1`` positions. Nothing is copied; memory is taken for ``max_len`` at the start.
+* :class:`SlidingWindowCache`: ``window`` slots per layer, used as a ring (Mistral 7B's
+  "rolling buffer cache"): token ``t`` goes into slot ``t % window``, over the token
+  ``window`` steps older. Memory stays at ``window`` tokens however long the generation; each
+  token attends to the latest ``window`` tokens only. The slots are not in time order once the
+  ring wraps, which does not matter for one new query: attention sums over its keys in any
+  order, and each key already carries its position (added to the embedding in this course's
+  model, rotated into the key by RoPE in Mistral's).
+
+:func:`decode_step` runs one token of a :class:`~course_utils.model.TinyTransformer` through
+any of them; :func:`decode_tokens` feeds a sequence one token at a time.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "decode_step", "decode_tokens"]
+
+
+def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int) -> None:
+    if not 0 <= layer < num_layers:
+        raise IndexError(f"layer must be in 0..{num_layers - 1}, got {layer}")
+    if k_new.ndim != 4 or k_new.shape != v_new.shape:
+        raise ValueError(f"k_new and v_new must both be (B, g, T_new, dk), got {tuple(k_new.shape)} "
+                         f"and {tuple(v_new.shape)}")
+
+
+class CatCache:
+    """The ``torch.cat`` append: each call returns new tensors holding every cached token."""
+
+    def __init__(self, num_layers: int, *, window: int | None = None) -> None:
+        if window is not None and window < 1:
+            raise ValueError(f"window must be a positive int or None, got {window!r}")
+        self.num_layers, self.window = num_layers, window
+        self.layers: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
+        self.length = 0  # tokens seen (the next token's position)
+
+    def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
+        _check_new(k_new, v_new, layer, self.num_layers)
+        past = self.layers[layer]
+        k, v = (k_new, v_new) if past is None else (torch.cat([past[0], k_new], 2),
+                                                    torch.cat([past[1], v_new], 2))
+        if self.window is not None:
+            k, v = k[:, :, -self.window:], v[:, :, -self.window:]
+        self.layers[layer] = (k, v)
+        if layer == self.num_layers - 1:
+            self.length += k_new.shape[2]
+        return k, v
+
+
+class PreallocatedCache:
+    """Room for ``max_len`` tokens per layer, allocated once and filled in place."""
+
+    def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, max_len: int, *,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+        for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+                            ("d_head", d_head), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        shape = (batch, num_kv_heads, max_len, d_head)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.num_layers, self.max_len = num_layers, max_len
+        self.length = 0  # tokens seen (the next token's position)
+
+    def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``(B, g, T_new, dk)`` at positions ``length..length + T_new - 1`` of ``layer``;
+        return views ``(B, g, length + T_new, dk)`` of the buffers (no copy)."""
+        _check_new(k_new, v_new, layer, self.num_layers)
+        start, end = self.length, self.length + k_new.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
+                             f"{k_new.shape[2]} more do not fit")
+        self.k[layer][:, :, start:end] = k_new
+        self.v[layer][:, :, start:end] = v_new
+        if layer == self.num_layers - 1:
+            self.length = end
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def num_bytes(self) -> int:
+        """Memory held (all ``max_len`` positions, used or not)."""
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+
+class SlidingWindowCache:
+    """The latest ``window`` tokens per layer in a ring of ``window`` slots, one token per call."""
+
+    def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, window: int, *,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+        self._ring = PreallocatedCache(num_layers, batch, num_kv_heads, d_head, window, dtype=dtype,
+                                       device=device)
+        self.num_layers, self.window = num_layers, window
+        self.length = 0  # tokens seen, including those that have left the window
+
+    def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
+        """Write one token ``(B, g, 1, dk)`` into slot ``length % window`` of ``layer``; return
+        the filled slots ``(B, g, min(length + 1, window), dk)`` (views, in ring order)."""
+        _check_new(k_new, v_new, layer, self.num_layers)
+        if k_new.shape[2] != 1:
+            raise ValueError(f"a sliding-window cache takes one token per call (a decoding step), "
+                             f"got {k_new.shape[2]}; feed a prompt with decode_tokens")
+        slot = self.length % self.window
+        k_ring, v_ring = self._ring.k[layer], self._ring.v[layer]
+        k_ring[:, :, slot] = k_new[:, :, 0]
+        v_ring[:, :, slot] = v_new[:, :, 0]
+        filled = min(self.length + 1, self.window)
+        if layer == self.num_layers - 1:
+            self.length += 1
+        return k_ring[:, :, :filled], v_ring[:, :, :filled]
+
+    def num_bytes(self) -> int:
+        return self._ring.num_bytes()
+
+
+Cache = CatCache | PreallocatedCache | SlidingWindowCache
+
+
+def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
+    """One token per sequence ``(B, 1)`` through ``model`` (a ``TinyTransformer``), its keys and
+    values appended to ``cache``; returns the logits ``(B, 1, V)``. The token's position is the
+    number of tokens ``cache`` has seen. One query attends to every key it is given, so no
+    mask is needed."""
+    if token.ndim != 2 or token.shape[1] != 1:
+        raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
+    if cache.length >= model.config.max_len:
+        raise ValueError(f"position {cache.length} is past the model's {model.config.max_len} "
+                         "learned positions")
+    x = model._embed(token, cache.length)  # (B, 1, d)
+    for i, block in enumerate(model.blocks):
+        h = block.ln_attn(x)
+        q, k, v = block.attn.project_qkv(h, h, h)  # q (B, h, 1, dk); k, v (B, g, 1, dk)
+        k_all, v_all = cache.append(i, k, v)  # (B, g, T, dk) each
+        heads = F.scaled_dot_product_attention(q, k_all, v_all,
+                                               enable_gqa=k_all.shape[1] != q.shape[1])  # (B, h, 1, dk)
+        x = x + block.attn.out_proj(block.attn.merge_heads(heads))
+        if block.mlp is not None:
+            x = x + block.mlp(block.ln_mlp(x))
+    return model.unembed(model.ln_final(x))
+
+
+def decode_tokens(model, tokens: Tensor, cache: Cache) -> Tensor:
+    """Feed ``tokens`` ``(B, T)`` one at a time through :func:`decode_step`: logits ``(B, T, V)``."""
+    with torch.no_grad():
+        return torch.cat([decode_step(model, tokens[:, t:t + 1], cache) for t in range(tokens.shape[1])], 1)
