@@ -7,14 +7,20 @@ with ``g`` K/V heads the cache, and so the ideal step time, shrinks by ``h / g``
 
 Every call of a timed function runs all layers (as a real model does), and every repeat
 runs every method at every ``g`` back to back (interleaved), so a busy moment slows them
-alike; ratios are taken repeat by repeat. Before each timed call a buffer larger than the
-last-level cache is read, so no method finds its cache already sitting in L3 (in a real
-model the weights stream through between layers and evict it just the same).
+alike; ratios are taken repeat by repeat. Before each timed call a buffer of random numbers,
+four times the last-level cache (found by :func:`~course_utils.decode_step.last_level_cache_bytes`),
+is read, so no method finds its cache already sitting in L3 (in a real model the weights
+stream through between layers and evict it just the same).
 
-Copy bandwidth: a large tensor copied into a buffer allocated beforehand (``dst.copy_(src)``,
-what ``clone()`` does minus the allocation: a fresh 128 MiB ``clone()`` would spend most
-of its time having the operating system map new pages), timed in the same run and counted
-as bytes read plus bytes written. A memory-bound step cannot beat it by much.
+The yardstick is the **read-only bandwidth**: a multi-threaded ``sum`` over another such
+buffer, timed in the same run. A decoding step only reads its cache (it writes a few KiB), so
+``cache bytes / read-only bandwidth`` is the shortest step possible, and each method's GB/s is
+given as a share of it. A copy (``dst.copy_(src)`` into a buffer allocated beforehand) is also
+timed when ``copy_mib > 0``, for reference only: it reads and writes, a different job.
+
+The attention table is attention only. A model's step also reads its weights, which GQA
+barely shrinks: :mod:`course_utils.decode_step` times whole steps (``--whole-step``, on by
+default in the command line) against the bytes they read.
 
 The memory allocator: on Linux, glibc's malloc moves its thresholds as a program runs. At
 first it maps each large block (the ``repeat`` method's 16 MiB copies) from the operating
@@ -46,6 +52,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .decode_step import (
+    bench_whole_step,
+    last_level_cache_bytes,
+    random_buffer,
+)
 from .env import torch_threads
 from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from .gqa import grouped_query_attention
@@ -60,6 +71,7 @@ __all__ = [
     "stage_times",
     "StageRow",
     "stage_bandwidth",
+    "WHOLE_STEP_SHAPES",
     "add_bench_parser",
 ]
 
@@ -144,10 +156,14 @@ class DecodeBench:
     threads: int
     rows: list[DecodeRow]
     sdpa_mha_s: list[float]  # plain F.scaled_dot_product_attention at g = h, every repeat
-    copy_s: list[float]  # copy of the copy buffer into a ready buffer, every repeat
+    copy_s: list[float]  # copy of the copy buffer into a ready buffer, every repeat ([] if none)
     copy_bytes: int  # bytes read + written by one copy
     allocator: str = ""  # what steady_allocator did
     notes: list[str] = field(default_factory=list)  # methods left out, and why
+    read_s: list[float] = field(default_factory=list)  # the read-only probe, every repeat
+    read_bytes: int = 0  # bytes the probe reads
+    llc: tuple[int, str] = (0, "")  # last-level cache: bytes, where the figure came from
+    flush_bytes: int = 0  # the buffer read before every timed call
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
@@ -196,6 +212,15 @@ class DecodeBench:
     def copy_gb_per_s(self) -> float:
         return self.copy_bytes / min(self.copy_s) / 1e9
 
+    @property
+    def read_gb_per_s(self) -> float:
+        """Read-only bandwidth: the probe's fastest repeat (10^9 bytes per GB)."""
+        return self.read_bytes / min(self.read_s) / 1e9
+
+    def read_share(self, num_kv_heads: int, method: str = "course") -> float:
+        """The step's best cache GB/s as a share of the read-only bandwidth (1 = the limit)."""
+        return self.row(num_kv_heads).gb_per_s(method) / self.read_gb_per_s
+
     def format(self) -> str:
         """The decode tables as text (lines under 100 characters)."""
         methods = [m for m in SHARING_METHODS if m in self.mha.samples_s]  # those measured
@@ -227,10 +252,16 @@ class DecodeBench:
             f"plain F.sdpa at g={self.num_heads}: {min(sdpa) * 1e3:.2f} / "
             f"{statistics.median(sdpa) * 1e3:.2f} ms; course / F.sdpa (median of paired ratios) "
             f"{self.ratio_to_sdpa():.2f}",
-            f"copy bandwidth ({self.copy_bytes // 2 // MiB} MiB, read + write): "
-            f"{self.copy_gb_per_s:.1f} GB/s; MHA step reads its cache at "
-            f"{self.mha.gb_per_s():.1f} GB/s ({self.mha.gb_per_s() / self.copy_gb_per_s:.0%} of it)",
+            f"read-only bandwidth: {self.read_gb_per_s:.1f} GB/s (sum of {self.read_bytes // MiB} MiB "
+            f"of random float32;",
+            f"    last-level cache {self.llc[0] // MiB} MiB, flush {self.flush_bytes // MiB} MiB)",
         ]
+        lines += textwrap.wrap("share of it (cache bytes / best step / read-only bandwidth): " + "; ".join(
+            f"{m} " + ", ".join(f"g={r.num_kv_heads} {self.read_share(r.num_kv_heads, m):.0%}"
+                                for r in self.rows) for m in shown), 99, subsequent_indent="    ")
+        if self.copy_s:
+            lines.append(f"copy bandwidth ({self.copy_bytes // 2 // MiB} MiB, read + write, for "
+                         f"reference): {self.copy_gb_per_s:.1f} GB/s")
         for note in (self.allocator, *self.notes, *self.noise_warnings()):
             lines += textwrap.wrap(note, 99, subsequent_indent="    ")
         return "\n".join(lines)
@@ -282,13 +313,15 @@ def bench_decode(
     warmup: int = 2,
     methods: Sequence[str] = tuple(SHARING_METHODS),
     copy_mib: int = 64,
+    flush_multiple: int = 4,
     num_threads: int | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> DecodeBench:
     """Time one decode step (all layers) for every ``g`` in ``groups`` and every method, plus
-    plain ``F.scaled_dot_product_attention`` at ``g = h`` and a copy of ``copy_mib`` MiB,
-    all interleaved in one run."""
+    plain ``F.scaled_dot_product_attention`` at ``g = h``, the read-only probe (a ``sum`` over
+    ``flush_multiple`` times the last-level cache) and, if ``copy_mib > 0``, a copy of
+    ``copy_mib`` MiB, all interleaved in one run, each call after a flush of that size too."""
     unknown = [m for m in methods if m not in SHARING_METHODS]
     if unknown or "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
@@ -301,8 +334,11 @@ def bench_decode(
     allocator = steady_allocator() if device.type == "cpu" else ""
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups, batch=batch,
                                      device=device, dtype=dtype)
-    copy_buffer = torch.ones(copy_mib * MiB // 4, device=device)  # float32: copy_mib MiB
-    copy_target = torch.zeros_like(copy_buffer)  # pages touched now, not inside the timing
+    llc = last_level_cache_bytes()
+    flush = random_buffer(flush_multiple * llc[0], seed=1).to(device)  # evicts the LLC when read
+    probe = random_buffer(flush_multiple * llc[0], seed=2).to(device)  # the read-only probe
+    copy_source = probe[:max(0, min(copy_mib * MiB // 4, probe.numel()))]
+    copy_target = torch.zeros_like(copy_source)  # pages touched now, not inside the timing
 
     def step(attend: Callable, g: int) -> Callable[[], None]:
         def run() -> None:
@@ -315,7 +351,9 @@ def bench_decode(
         for m in methods:
             fns[(m, g)] = step(_ATTEND[m], g)
     fns[("sdpa", num_heads)] = step(F.scaled_dot_product_attention, num_heads)
-    fns[("copy", 0)] = lambda: copy_target.copy_(copy_buffer)
+    fns[("read", 0)] = probe.sum
+    if copy_mib > 0:
+        fns[("copy", 0)] = lambda: copy_target.copy_(copy_source)
     samples: dict[tuple[str, int], list[float]] = {key: [] for key in fns}
     with torch_threads(num_threads), torch.inference_mode():
         threads = torch.get_num_threads()
@@ -324,7 +362,7 @@ def bench_decode(
                 fn()
         for _ in range(repeats):
             for key, fn in fns.items():
-                copy_buffer.sum()  # evict the last-level cache: every call starts cold
+                flush.sum()  # evict the last-level cache: every call starts cold
                 sync()
                 start = time.perf_counter()
                 fn()
@@ -334,8 +372,16 @@ def bench_decode(
     rows = [DecodeRow(g, 2 * num_layers * batch * g * context * d_head * element,
                       {m: samples[(m, g)] for m in methods}) for g in groups]
     return DecodeBench(num_heads, d_head, context, num_layers, batch, threads, rows,
-                       samples[("sdpa", num_heads)], samples[("copy", 0)],
-                       2 * copy_buffer.numel() * copy_buffer.element_size(), allocator, notes)
+                       samples[("sdpa", num_heads)], samples.get(("copy", 0), []),
+                       2 * copy_source.numel() * copy_source.element_size(), allocator, notes,
+                       samples[("read", 0)], probe.numel() * probe.element_size(), llc,
+                       flush.numel() * flush.element_size())
+
+
+def _flush_size(flush_mib: int | None) -> int:
+    """Bytes of the buffer that evicts the last-level cache: ``flush_mib`` MiB, or four times
+    the cache found on this machine."""
+    return 4 * last_level_cache_bytes()[0] if flush_mib is None else flush_mib * MiB
 
 
 def _scores(q_rows: Tensor, keys: Tensor) -> Tensor:
@@ -346,17 +392,18 @@ def _scores(q_rows: Tensor, keys: Tensor) -> Tensor:
 
 def stage_times(
     groups: Sequence[int] = (16, 4), *, num_heads: int = 16, d_head: int = 64, context: int = 4096,
-    num_layers: int = 8, repeats: int = 11, flush_mib: int = 64,
+    num_layers: int = 8, repeats: int = 11, flush_mib: int | None = None,
 ) -> dict[str, dict[int, float]]:
     """Best CPU time (s) of each stage of the course's grouped decode step, summed over layers:
     ``scores`` (q rows @ K^T), ``softmax``, ``weights @ V``; interleaved over ``groups``.
 
     One thread, timed with ``time.thread_time`` (CPU time of this thread), so other programs
-    on a busy machine barely change the figures; a ``flush_mib`` buffer is read before every
+    on a busy machine barely change the figures; a ``flush_mib`` buffer (default: four times
+    the last-level cache) is read before every
     timed call so that no stage finds its data in the last-level cache. Shows which stage
     keeps the small-``g`` step from shrinking as fast as its cache."""
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
-    flush = torch.ones(flush_mib * MiB // 4)
+    flush = random_buffer(_flush_size(flush_mib), seed=1)
     prepared = {}
     for g in groups:
         per_layer = []
@@ -399,7 +446,7 @@ class StageRow:
 
 def stage_bandwidth(
     groups: Sequence[int] = (16, 4), *, num_heads: int = 16, d_head: int = 64, context: int = 4096,
-    num_layers: int = 8, repeats: int = 11, flush_mib: int = 64,
+    num_layers: int = 8, repeats: int = 11, flush_mib: int | None = None,
 ) -> tuple[list[StageRow], float]:
     """Where the decode step's time goes: :func:`stage_times` plus two yardsticks, as
     ``(rows, copy GB/s)``. Each row has the stage's bytes (float32, read + written, summed
@@ -410,7 +457,8 @@ def stage_bandwidth(
     best = stage_times(groups, num_heads=num_heads, d_head=d_head, context=context,
                        num_layers=num_layers, repeats=repeats, flush_mib=flush_mib)
     _, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
-    flush, target = torch.ones(flush_mib * MiB // 4), torch.zeros(flush_mib * MiB // 4)
+    flush = random_buffer(_flush_size(flush_mib), seed=1)
+    target = torch.zeros_like(flush)
     read_s = {g: float("inf") for g in groups}
     copy_s = float("inf")
     with torch_threads(1), torch.inference_mode():
@@ -444,12 +492,18 @@ def _print_stages(groups: Sequence[int], context: int, num_layers: int, repeats:
               f"{r.bytes_moved / MiB:6.1f} {r.gb_per_s:5.1f}")
 
 
+#: The command line's whole-step shapes as ``(batch, multiple of --context)``: a quarter of the
+#: context, the context itself and four times it at B = 1, and a batch of 8 at the context.
+WHOLE_STEP_SHAPES: tuple[tuple[int, float], ...] = ((1, 0.25), (1, 1), (1, 4), (8, 1))
+
+
 def _main_gqa(args: argparse.Namespace) -> None:
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
     print(f"torch {torch.__version__}, CPU kernels: {capability}\n"
           f"every method at every g interleaved repeat by repeat; {args.repeats} repeats\n")
     result = bench_decode(context=args.context, num_layers=args.layers, repeats=args.repeats,
                           num_threads=args.threads)
+    print("ATTENTION ONLY (no weights): the KV cache read by one decode step\n")
     print(result.format())
     print()
     for method, text in SHARING_METHODS.items():
@@ -457,6 +511,22 @@ def _main_gqa(args: argparse.Namespace) -> None:
     if args.stages:
         print()
         _print_stages((16, 4), args.context, args.layers, args.repeats)
+    if args.whole_step:
+        shapes = tuple(args.shapes or ((b, max(1, int(m * args.context))) for b, m in WHOLE_STEP_SHAPES))
+        print("\nWHOLE STEP: weights (d=1024, 4d MLP) + KV cache, one token per sequence\n")
+        for dtype in (torch.float32, *([torch.bfloat16] if args.bf16 else [])):
+            whole = bench_whole_step(shapes, (16, 8, 4, 1), num_layers=args.layers, repeats=args.repeats,
+                                     num_threads=args.threads, weight_dtype=dtype)
+            print(whole.format())
+            print()
+
+
+def _shape(text: str) -> tuple[int, int]:
+    batch, _, context = text.partition("x")
+    try:
+        return int(batch), int(context)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is BATCHxCONTEXT, e.g. 1x4096; got {text!r}") from None
 
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -469,4 +539,11 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--stages", action="store_true",
                    help="also time each stage (one thread, CPU time) with its bytes and GB/s")
+    p.add_argument("--whole-step", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time whole decode steps (weights + cache) against their byte bound")
+    p.add_argument("--shapes", type=_shape, nargs="+", default=None, metavar="BxT",
+                   help="whole-step shapes, batch x context (default with --context 4096: 1x1024 "
+                   "1x4096 1x16384 8x4096)")
+    p.add_argument("--bf16", action="store_true",
+                   help="also time the whole step with bfloat16 weights (half the weight bytes)")
     p.set_defaults(run=_main_gqa)

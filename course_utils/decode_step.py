@@ -1,0 +1,399 @@
+"""A whole decoding step (weights and KV cache), and the machine's read-only bandwidth.
+
+``bench gqa``'s first table times attention alone. A model's decoding step also reads every
+weight matrix once, and grouped-query attention does not shrink the feed-forward layer or the
+query and output projections. This module gives the yardstick and the step:
+
+* :func:`last_level_cache_bytes` finds the CPU's last-level cache (Linux's
+  ``/sys/devices/system/cpu/cpu0/cache``, then ``lscpu``, then a stated guess), and
+  :func:`flush_bytes` sizes a buffer that evicts it (a multiple of it).
+* :func:`read_bandwidth` times a multi-threaded ``sum`` over random float32 numbers several
+  times the last-level cache: bytes read per second, nothing written. A step that must read
+  ``N`` bytes cannot take less than ``N / read bandwidth``.
+* :class:`SmallDecoder` is a decoder stack of random weights (pre-LayerNorm blocks: fused Q/K/V
+  projection, attention over a preallocated cache, output projection, a 4 d GELU feed-forward
+  layer), with no embedding or unembedding. :meth:`SmallDecoder.step` feeds one token per
+  sequence: its key and value go into the slot after the ``context`` cached ones, and its
+  query attends over all ``context + 1``. Repeated steps overwrite that slot, so every timed
+  step sees the same context.
+* :func:`bench_whole_step` times MHA and GQA steps side by side and compares each speed-up
+  with its byte bound: ``bytes(g = h) / bytes(g)``, what the speed-up would be if every byte
+  were read at the same rate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .env import torch_threads
+from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
+from .gqa import grouped_query_attention
+
+__all__ = [
+    "FALLBACK_LLC_BYTES",
+    "last_level_cache_bytes",
+    "flush_bytes",
+    "read_bandwidth",
+    "SmallDecoder",
+    "StepRow",
+    "WholeStep",
+    "bench_whole_step",
+    "format_whole_step",
+]
+
+MiB = 2**20
+#: Used when neither Linux's sysfs nor ``lscpu`` names a last-level cache: larger than most
+#: desktop and laptop CPUs' L3 (8-36 MiB), so a buffer sized from it still evicts theirs.
+FALLBACK_LLC_BYTES = 64 * MiB
+_SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def _parse_size(text: str) -> int | None:
+    """``'32768K'``, ``'32 MiB'``, ``'33554432'`` -> bytes; None if it does not parse."""
+    match = re.fullmatch(r"\s*([\d.]+)\s*([KMG]?)(?:i?B)?\s*(?:\(.*\))?\s*", text, re.IGNORECASE)
+    if not match:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def _from_sysfs(root: Path) -> int | None:
+    best: tuple[int, int] | None = None  # (level, bytes)
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _parse_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Unified", "Data") and size and (best is None or level > best[0]):
+            best = (level, size)
+    return None if best is None else best[1]
+
+
+def _from_lscpu() -> int | None:
+    if shutil.which("lscpu") is None:
+        return None
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sizes = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*L(\d)\w* cache:\s*(.+)", line)
+        if match and (size := _parse_size(match.group(2).split(" (")[0])):
+            sizes[int(match.group(1))] = size  # the total over instances, as lscpu prints it
+    return sizes[max(sizes)] if sizes else None
+
+
+def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
+    """``(bytes, where the figure came from)`` for the CPU's largest cache level."""
+    if (size := _from_sysfs(sysfs)) is not None:
+        return size, str(sysfs)
+    if (size := _from_lscpu()) is not None:
+        return size, "lscpu"
+    return FALLBACK_LLC_BYTES, f"not found; assumed {FALLBACK_LLC_BYTES // MiB} MiB"
+
+
+def flush_bytes(multiple: int = 4) -> int:
+    """Bytes of a buffer that evicts the last-level cache when read: ``multiple`` times it
+    (a cache keeps some lines through one pass, so once its size is not enough)."""
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise ValueError(f"multiple must be a positive int, got {multiple!r}")
+    return multiple * last_level_cache_bytes()[0]
+
+
+def random_buffer(num_bytes: int, seed: int = 0) -> Tensor:
+    """float32 random numbers filling ``num_bytes`` (every page written now, not when timed)."""
+    return torch.rand(max(1, num_bytes // 4), generator=torch.Generator().manual_seed(seed))
+
+
+def read_bandwidth(buffer: Tensor | None = None, *, repeats: int = 7, flush: Tensor | None = None,
+                   num_threads: int | None = None) -> float:
+    """Bytes per second (GB/s, 10^9) of the fastest of ``repeats`` ``buffer.sum()`` calls, each
+    after a read of ``flush``. Default buffers: random float32, 4 times the last-level cache."""
+    buffer = random_buffer(flush_bytes()) if buffer is None else buffer
+    flush = random_buffer(flush_bytes(), seed=1) if flush is None else flush
+    best = math.inf
+    with torch_threads(num_threads), torch.inference_mode():
+        buffer.sum()
+        for _ in range(repeats):
+            flush.sum()
+            start = time.perf_counter()
+            buffer.sum()
+            best = min(best, time.perf_counter() - start)
+    return buffer.numel() * buffer.element_size() / best / 1e9
+
+
+# -- a small decoder ------------------------------------------------------------------------
+
+
+def _attend_fused(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return fused_decode_attention(q, k, v)
+
+
+def _attend_course(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return grouped_query_attention(q, k, v)[0]
+
+
+class SmallDecoder:
+    """``num_layers`` pre-LayerNorm blocks of random weights with ``g`` key/value heads and a
+    preallocated cache of ``context`` random keys and values (plus one slot for the new token).
+
+    Weights (``weight_dtype``) per layer: ``W_qkv`` ``((h + 2g) dk, d)``, ``W_o`` ``(d, d)``,
+    ``W_up`` ``(mlp d, d)``, ``W_down`` ``(d, mlp d)``; LayerNorms without parameters. The cache is
+    float32, ``(B, g, context + 1, dk)`` per layer for K and for V. Attention runs in the fused C
+    kernel where it can (float32, ``dk = 64``), otherwise in :func:`grouped_query_attention`.
+    """
+
+    def __init__(self, d_model: int = 1024, num_heads: int = 16, num_kv_heads: int = 16,
+                 num_layers: int = 8, *, context: int = 4096, batch: int = 1, mlp_ratio: int = 4,
+                 weight_dtype: torch.dtype = torch.float32, seed: int = 0,
+                 attention: str = "auto", share_from: SmallDecoder | None = None) -> None:
+        for name, value in (("d_model", d_model), ("num_heads", num_heads),
+                            ("num_kv_heads", num_kv_heads), ("num_layers", num_layers),
+                            ("context", context), ("batch", batch), ("mlp_ratio", mlp_ratio)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % num_heads or num_heads % num_kv_heads:
+            raise ValueError(f"need num_heads | d_model and num_kv_heads | num_heads, got "
+                             f"d_model={d_model}, num_heads={num_heads}, num_kv_heads={num_kv_heads}")
+        if attention not in ("auto", "fused", "course"):
+            raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {attention!r}")
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.d_head, self.num_layers = d_model // num_heads, num_layers
+        self.context, self.batch = context, batch
+        why_not = (None if self.d_head == HEAD_WIDTH
+                   else f"head width {self.d_head}, the kernel's is {HEAD_WIDTH}") or fused_decode_status()
+        if attention == "fused" and why_not:
+            raise RuntimeError(f"the fused kernel cannot run here: {why_not}")
+        self.attention = "course" if attention == "course" or why_not else "fused"
+        self._attend = _attend_fused if self.attention == "fused" else _attend_course
+        gen = torch.Generator().manual_seed(seed)
+        d, dk, h, g = d_model, self.d_head, num_heads, num_kv_heads
+
+        def weight(rows: int, cols: int) -> Tensor:
+            return (torch.randn(rows, cols, generator=gen) / math.sqrt(cols)).to(weight_dtype)
+
+        self.weight_dtype = weight_dtype
+        if share_from is not None and (share_from.d_model, share_from.num_heads, share_from.num_layers,
+                                       share_from.weight_dtype, len(share_from.layers[0][2])) != (
+                d, h, num_layers, weight_dtype, mlp_ratio * d):
+            raise ValueError("share_from must have the same d_model, num_heads, num_layers, "
+                             "mlp_ratio and weight_dtype")
+        if share_from is None:
+            self.layers = [(weight((h + 2 * g) * dk, d), weight(d, d), weight(mlp_ratio * d, d),
+                            weight(d, mlp_ratio * d)) for _ in range(num_layers)]
+        else:  # the same W_o and feed-forward tensors (a step reads them as if they were its own)
+            self.layers = [(layer[0] if share_from.num_kv_heads == g else weight((h + 2 * g) * dk, d),
+                            *layer[1:]) for layer in share_from.layers]
+        self.cache = [(torch.randn(batch, g, context + 1, dk, generator=gen),
+                       torch.randn(batch, g, context + 1, dk, generator=gen)) for _ in range(num_layers)]
+        self.x = torch.randn(batch, d, generator=gen)  # the new token's input, one per sequence
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(w.numel() * w.element_size() for layer in self.layers for w in layer)
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of K and V one step reads: ``context + 1`` positions (the new one included)."""
+        return sum(t.numel() * t.element_size() for pair in self.cache for t in pair)
+
+    @property
+    def bytes_read(self) -> int:
+        """Every byte a step must read from memory: the weights and the KV cache."""
+        return self.weight_bytes + self.cache_bytes
+
+    def step(self, x: Tensor | None = None) -> Tensor:
+        """One decoding step: ``x`` ``(B, d)`` (default: a fixed random input) -> ``(B, d)``."""
+        x = self.x if x is None else x
+        B, d, h, g, dk = x.shape[0], self.d_model, self.num_heads, self.num_kv_heads, self.d_head
+        pos = self.context  # the new token's slot: after the cached ones
+        for (w_qkv, w_o, w_up, w_down), (k_cache, v_cache) in zip(self.layers, self.cache, strict=True):
+            a = F.layer_norm(x, (d,)).to(self.weight_dtype)
+            qkv = F.linear(a, w_qkv).float()  # (B, (h + 2g) dk)
+            q, k, v = qkv.split((h * dk, g * dk, g * dk), dim=1)
+            k_cache[:, :, pos] = k.view(B, g, dk)  # written in place: no copy of the cache
+            v_cache[:, :, pos] = v.view(B, g, dk)
+            heads = self._attend(q.reshape(B, h, 1, dk), k_cache, v_cache)  # (B, h, 1, dk)
+            x = x + F.linear(heads.reshape(B, d).to(self.weight_dtype), w_o).float()
+            up = F.gelu(F.linear(F.layer_norm(x, (d,)).to(self.weight_dtype), w_up))
+            x = x + F.linear(up, w_down).float()
+        return x
+
+
+# -- MHA vs GQA, whole steps side by side ---------------------------------------------------
+
+
+@dataclass
+class StepRow:
+    """One ``(batch, context, g)``: bytes a step reads and every repeat's step time."""
+
+    batch: int
+    context: int
+    num_kv_heads: int
+    weight_bytes: int
+    cache_bytes: int
+    samples_s: list[float] = field(default_factory=list)
+
+    @property
+    def bytes_read(self) -> int:
+        return self.weight_bytes + self.cache_bytes
+
+    @property
+    def best_s(self) -> float:
+        return min(self.samples_s)
+
+    def gb_per_s(self) -> float:
+        """Bytes read per second in the fastest repeat (10^9 bytes per GB)."""
+        return self.bytes_read / self.best_s / 1e9
+
+
+@dataclass
+class WholeStep:
+    """Result of :func:`bench_whole_step`."""
+
+    d_model: int
+    num_heads: int
+    num_layers: int
+    mlp_ratio: int
+    weight_dtype: torch.dtype
+    attention: str  # "fused" or "course"
+    threads: int
+    rows: list[StepRow]
+    read_s: list[float]  # the read-only probe, every repeat
+    read_bytes: int
+    llc: tuple[int, str]  # last-level cache: bytes, where the figure came from
+    flush_bytes: int
+
+    @property
+    def read_gb_per_s(self) -> float:
+        """Read-only bandwidth: the probe's fastest repeat."""
+        return self.read_bytes / min(self.read_s) / 1e9
+
+    def row(self, batch: int, context: int, num_kv_heads: int) -> StepRow:
+        for r in self.rows:
+            if (r.batch, r.context, r.num_kv_heads) == (batch, context, num_kv_heads):
+                return r
+        raise ValueError(f"no row for batch={batch}, context={context}, g={num_kv_heads}")
+
+    def shapes(self) -> list[tuple[int, int]]:
+        return list(dict.fromkeys((r.batch, r.context) for r in self.rows))
+
+    def speedup(self, batch: int, context: int, num_kv_heads: int) -> float:
+        """Median over repeats of ``time(g = h) / time(g)`` (paired: same repeat)."""
+        mha = self.row(batch, context, self.num_heads).samples_s
+        mine = self.row(batch, context, num_kv_heads).samples_s
+        return statistics.median(a / b for a, b in zip(mha, mine, strict=True))
+
+    def byte_bound(self, batch: int, context: int, num_kv_heads: int) -> float:
+        """``bytes(g = h) / bytes(g)``: the speed-up if every byte were read at one rate."""
+        mha, mine = self.row(batch, context, self.num_heads), self.row(batch, context, num_kv_heads)
+        return mha.bytes_read / mine.bytes_read
+
+    def share_of_bound(self, batch: int, context: int, num_kv_heads: int) -> float:
+        return self.speedup(batch, context, num_kv_heads) / self.byte_bound(batch, context, num_kv_heads)
+
+    def read_share(self, row: StepRow) -> float:
+        """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline)."""
+        return row.gb_per_s() / self.read_gb_per_s
+
+    def format(self) -> str:
+        return format_whole_step(self)
+
+
+def format_whole_step(result: WholeStep) -> str:
+    """The whole-step table as text (lines under 100 characters)."""
+    dtype = str(result.weight_dtype).removeprefix("torch.")
+    lines = [
+        f"whole decode step: d={result.d_model}, h={result.num_heads}, {result.num_layers} layers, "
+        f"{result.mlp_ratio}d MLP, {dtype} weights, float32 cache,",
+        f"attention: {result.attention}, {result.threads} threads; read-only bandwidth "
+        f"{result.read_gb_per_s:.1f} GB/s (sum of {result.read_bytes // MiB} MiB of random float32;",
+        f"last-level cache {result.llc[0] // MiB} MiB from {result.llc[1]}; "
+        f"flush {result.flush_bytes // MiB} MiB)",
+    ]
+    head = (f"{'B':>3} {'context':>7} {'g':>3} | {'weights':>7} {'cache':>6} MiB | {'best ms':>7} "
+            f"{'roof ms':>7} {'of roof':>7} | {'speed-up':>8} {'bound':>6} {'share':>5}")
+    lines += [head, "-" * len(head)]
+    for r in result.rows:
+        roof = r.bytes_read / (result.read_gb_per_s * 1e9)
+        speed = f"{result.speedup(r.batch, r.context, r.num_kv_heads):>7.2f}x"
+        bound = result.byte_bound(r.batch, r.context, r.num_kv_heads)
+        share = result.share_of_bound(r.batch, r.context, r.num_kv_heads)
+        lines.append(f"{r.batch:>3} {r.context:>7} {r.num_kv_heads:>3} | {r.weight_bytes / MiB:>7.0f} "
+                     f"{r.cache_bytes / MiB:>6.0f}     | {r.best_s * 1e3:>7.2f} {roof * 1e3:>7.2f} "
+                     f"{result.read_share(r):>7.0%} | {speed} {bound:>5.2f}x {share:>5.0%}")
+    lines += ["roof ms = (weights + cache) / read-only bandwidth; of roof = roof / best; speed-up = "
+              "median of", "paired time(g=h) / time(g); bound = bytes(g=h) / bytes(g); share = "
+              "speed-up / bound"]
+    return "\n".join(lines)
+
+
+def bench_whole_step(
+    shapes: Sequence[tuple[int, int]] = ((1, 4096),),
+    groups: Sequence[int] = (16, 4, 1),
+    *,
+    d_model: int = 1024,
+    num_heads: int = 16,
+    num_layers: int = 8,
+    mlp_ratio: int = 4,
+    weight_dtype: torch.dtype = torch.float32,
+    repeats: int = 9,
+    warmup: int = 2,
+    num_threads: int | None = None,
+    flush_multiple: int = 4,
+    attention: str = "auto",
+) -> WholeStep:
+    """Time :meth:`SmallDecoder.step` for every ``(batch, context)`` in ``shapes`` and every
+    ``g`` in ``groups`` (which must include ``num_heads``), plus the read-only probe, all
+    interleaved repeat by repeat, each call after a flush of ``flush_multiple`` times the
+    last-level cache. The decoders of one shape share nothing: each has its own weights."""
+    if num_heads not in groups or any(num_heads % g for g in groups):
+        raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
+    if not shapes:
+        raise ValueError("shapes must list at least one (batch, context)")
+    llc = last_level_cache_bytes()
+    flush = random_buffer(flush_multiple * llc[0], seed=1)
+    probe = random_buffer(flush_multiple * llc[0], seed=2)
+    rows, read_s, used = [], [], "course"
+    with torch_threads(num_threads), torch.inference_mode():
+        threads = torch.get_num_threads()
+        for batch, context in shapes:  # one shape at a time: only its caches are in memory
+            decoders: dict[int, SmallDecoder] = {}
+            for g in sorted(groups, reverse=True):  # g = h first; the others share its W_o and MLP
+                decoders[g] = SmallDecoder(d_model, num_heads, g, num_layers, context=context,
+                                           batch=batch, mlp_ratio=mlp_ratio, weight_dtype=weight_dtype,
+                                           attention=attention, share_from=decoders.get(num_heads))
+            used = decoders[num_heads].attention
+            fns: dict[object, Callable[[], object]] = {g: decoders[g].step for g in groups}
+            fns["read"] = probe.sum
+            samples: dict[object, list[float]] = {key: [] for key in fns}
+            for _ in range(warmup):
+                for fn in fns.values():
+                    fn()
+            for _ in range(repeats):
+                for key, fn in fns.items():
+                    flush.sum()  # evict the last-level cache: every call starts cold
+                    start = time.perf_counter()
+                    fn()
+                    samples[key].append(time.perf_counter() - start)
+            rows += [StepRow(batch, context, g, decoders[g].weight_bytes, decoders[g].cache_bytes,
+                             samples[g]) for g in groups]
+            read_s += samples["read"]
+            del decoders, fns
+    return WholeStep(d_model, num_heads, num_layers, mlp_ratio, weight_dtype, used, threads,
+                     rows, read_s, probe.numel() * 4, llc, flush.numel() * 4)

@@ -1,0 +1,167 @@
+"""The whole-step decoder computes a real decoder step, counts its bytes, and the benchmark's
+quantities agree with each other (no speed is asserted)."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import decode_step
+from course_utils.bench import main as bench_main
+from course_utils.decode_step import (
+    FALLBACK_LLC_BYTES,
+    SmallDecoder,
+    bench_whole_step,
+    flush_bytes,
+    last_level_cache_bytes,
+    read_bandwidth,
+)
+from course_utils.fused_decode import fused_decode_status
+
+MiB = 2**20
+
+
+def _fake_sysfs(root: Path, entries: list[tuple[int, str, str]]) -> Path:
+    for i, (level, kind, size) in enumerate(entries):
+        index = root / f"index{i}"
+        index.mkdir(parents=True)
+        (index / "level").write_text(f"{level}\n")
+        (index / "type").write_text(f"{kind}\n")
+        (index / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_the_last_level_cache_is_the_highest_level_in_sysfs(tmp_path):
+    root = _fake_sysfs(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                  (3, "Unified", "32768K")])
+    assert last_level_cache_bytes(root) == (32 * MiB, str(root))
+
+
+def test_without_sysfs_lscpu_then_a_stated_guess(tmp_path, monkeypatch):
+    monkeypatch.setattr(decode_step, "_from_lscpu", lambda: 16 * MiB)
+    assert last_level_cache_bytes(tmp_path / "none") == (16 * MiB, "lscpu")
+    monkeypatch.setattr(decode_step, "_from_lscpu", lambda: None)
+    size, source = last_level_cache_bytes(tmp_path / "none")
+    assert size == FALLBACK_LLC_BYTES and "assumed" in source
+
+
+def test_lscpu_sizes_parse():
+    assert decode_step._parse_size("32 MiB (1 instance)") == 32 * MiB
+    assert decode_step._parse_size("1.5 MiB") == int(1.5 * MiB)
+    assert decode_step._parse_size("32768K") == 32 * MiB
+    assert decode_step._parse_size("a lot") is None
+
+
+def test_the_flush_is_a_multiple_of_the_last_level_cache():
+    assert flush_bytes(3) == 3 * last_level_cache_bytes()[0]
+    with pytest.raises(ValueError, match="multiple"):
+        flush_bytes(0)
+
+
+def test_read_bandwidth_is_bytes_over_the_best_time():
+    buffer, flush = torch.rand(2**18), torch.rand(2**18)
+    assert read_bandwidth(buffer, flush=flush, repeats=2) > 0
+
+
+def _reference_step(dec: SmallDecoder, x: torch.Tensor, k_old, v_old) -> torch.Tensor:
+    """The same step written plainly: repeat_interleave + F.sdpa over the cache and the new token."""
+    d, h, g, dk = dec.d_model, dec.num_heads, dec.num_kv_heads, dec.d_head
+    for (w_qkv, w_o, w_up, w_down), k_c, v_c in zip(dec.layers, k_old, v_old, strict=True):
+        q, k, v = (F.layer_norm(x, (d,)) @ w_qkv.T).split((h * dk, g * dk, g * dk), 1)
+        k_all = torch.cat([k_c, k.view(-1, g, 1, dk)], 2).repeat_interleave(h // g, 1)
+        v_all = torch.cat([v_c, v.view(-1, g, 1, dk)], 2).repeat_interleave(h // g, 1)
+        heads = F.scaled_dot_product_attention(q.view(-1, h, 1, dk), k_all, v_all)
+        x = x + heads.reshape(-1, d) @ w_o.T
+        x = x + F.gelu(F.layer_norm(x, (d,)) @ w_up.T) @ w_down.T
+    return x
+
+
+@pytest.mark.parametrize("attention", ["course", "auto"])
+@pytest.mark.parametrize("g", [8, 2, 1])
+def test_a_step_is_a_decoder_step_over_the_cache_and_the_new_token(attention, g):
+    dec = SmallDecoder(512, 8, g, 2, context=37, batch=3, attention=attention)
+    k_old = [k[:, :, :37].clone() for k, _ in dec.cache]
+    v_old = [v[:, :, :37].clone() for _, v in dec.cache]
+    with torch.inference_mode():
+        got = dec.step()
+        again = dec.step()  # the new token's slot is overwritten, not appended to
+    torch.testing.assert_close(got, _reference_step(dec, dec.x, k_old, v_old), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(again, got)
+    assert dec.cache[0][0].shape == (3, g, 38, 64)
+    if attention == "auto":
+        assert dec.attention == ("fused" if fused_decode_status() is None else "course")
+
+
+def test_bytes_read_are_the_weights_and_the_cache():
+    """At the benchmark's shape: 384 MiB of MHA weights (12 d^2 floats per layer, 8 layers) and
+    256 MiB of MHA cache at 4096 tokens; GQA-4 reads 336 + 64 MiB: a byte bound of 1.6x."""
+    d, L = 1024, 8
+    mha = 4 * L * (3 * d * d + d * d + 8 * d * d)
+    gqa4 = 4 * L * ((16 + 2 * 4) * 64 * d + d * d + 8 * d * d)
+    assert (mha, gqa4) == (384 * MiB, 336 * MiB)
+    assert (mha + 256 * MiB) / (gqa4 + 64 * MiB) == pytest.approx(1.6)
+    small = SmallDecoder(128, 2, 1, 3, context=9, batch=2, mlp_ratio=2, attention="course")
+    assert small.weight_bytes == 4 * 3 * ((2 + 2) * 64 * 128 + 128 * 128 + 2 * 2 * 128 * 128)
+    assert small.cache_bytes == 4 * 3 * 2 * 2 * 1 * 10 * 64  # K and V, context + the new slot
+    assert small.bytes_read == small.weight_bytes + small.cache_bytes
+
+
+def test_decoders_share_weights_only_where_they_can():
+    mha = SmallDecoder(128, 2, 2, 1, context=4, attention="course")
+    mqa = SmallDecoder(128, 2, 1, 1, context=4, attention="course", share_from=mha)
+    assert mqa.layers[0][1] is mha.layers[0][1] and mqa.layers[0][0].shape == (4 * 64, 128)
+    with pytest.raises(ValueError, match="share_from"):
+        SmallDecoder(256, 4, 1, 1, context=4, attention="course", share_from=mha)
+
+
+@pytest.mark.parametrize("kwargs, word", [({"num_kv_heads": 3}, "num_kv_heads"), ({"context": 0}, "context"),
+                                          ({"attention": "magic"}, "attention")])
+def test_bad_decoder_settings_say_which(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        SmallDecoder(**{"d_model": 128, "num_heads": 2, "num_kv_heads": 2, "num_layers": 1, **kwargs})
+
+
+def test_whole_step_quantities_agree():
+    result = bench_whole_step(((1, 16), (2, 8)), (4, 2, 1), d_model=256, num_heads=4, num_layers=1,
+                              repeats=3, warmup=1, flush_multiple=1)
+    assert result.shapes() == [(1, 16), (2, 8)]
+    assert len(result.read_s) == 6 and result.read_gb_per_s > 0
+    for b, t in result.shapes():
+        assert result.speedup(b, t, 4) == pytest.approx(1.0)
+        mha = result.row(b, t, 4)
+        for g in (2, 1):
+            row = result.row(b, t, g)
+            assert row.cache_bytes * g == mha.cache_bytes * 1 or row.cache_bytes * 4 == mha.cache_bytes * g
+            assert result.byte_bound(b, t, g) == pytest.approx(mha.bytes_read / row.bytes_read)
+            assert result.share_of_bound(b, t, g) == pytest.approx(
+                result.speedup(b, t, g) / result.byte_bound(b, t, g))
+            assert math.isclose(result.read_share(row), row.gb_per_s() / result.read_gb_per_s)
+    text = result.format()
+    assert "read-only bandwidth" in text and max(len(line) for line in text.splitlines()) <= 100
+    with pytest.raises(ValueError, match="groups"):
+        bench_whole_step(((1, 8),), (2, 1), d_model=256, num_heads=4, num_layers=1)
+
+
+def test_cli_prints_attention_only_and_whole_step_tables(capsys):
+    bench_main(["gqa", "--repeats", "1", "--context", "32", "--layers", "1", "--shapes", "1x32", "2x16"])
+    out = capsys.readouterr().out
+    assert out.index("ATTENTION ONLY") < out.index("WHOLE STEP")
+    assert "read-only bandwidth" in out and "share" in out and "  2      16  16 |" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_the_attention_table_reports_read_only_bandwidth_and_each_share():
+    from course_utils.bench_gqa import bench_decode
+
+    result = bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1)
+    assert result.copy_s == [] and "copy bandwidth" not in result.format()
+    assert result.flush_bytes == result.read_bytes == last_level_cache_bytes()[0]
+    for g in (8, 2):
+        assert result.read_share(g) == pytest.approx(result.row(g).gb_per_s() / result.read_gb_per_s)
+    text = result.format()
+    assert "read-only bandwidth" in text and "share of it" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    with_copy = bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=1, warmup=0, copy_mib=1, flush_multiple=1)
+    assert with_copy.copy_bytes == 2 * MiB and "for reference" in with_copy.format()
