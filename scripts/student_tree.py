@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The student-only tree: what a class receives, with no solutions in it.
+
+    python3 course.py student-tree OUT_DIR        # write the tree into a new folder
+    python3 course.py student-tree --branch NAME  # commit it to the local branch NAME
+
+The tree holds the blank student notebooks (``student/``), the course package (which ships
+stored answers, never reference code), ``data/``, the set-up files (``course.py``,
+``pyproject.toml``, ``constraints.txt``, ``binder/``, ``environment.yml``), the licence and
+a short README for students. It leaves out ``notebooks/`` (the solved lessons),
+``solutions/`` (the reference code), ``tests/``, ``scripts/``, INSTRUCTORS.md and CI.
+``--branch`` writes it as a commit on NAME without touching your checkout (a child of NAME's
+last commit when it exists); push that branch, tag it, and point nbgitpuller, Binder and
+the student links at it (INSTRUCTORS.md, "Publishing the student tree").
+A failure leaves OUT_DIR absent and the branch where it was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KEEP = ["student", "course_utils", "data", "binder", "course.py", "pyproject.toml", "constraints.txt",
+        "environment.yml", "LICENSE", ".gitignore"]
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", ".ipynb_checkpoints")
+# Marks that only a solved lesson or the reference code carries.
+SOLUTION_MARKS = re.compile(r"### BEGIN SOLUTION|### END SOLUTION|^REFERENCES = \{", re.MULTILINE)
+
+README = """# Multi-head attention: student copy
+
+The lessons are in `student/`, with their exercises blank. Open them with
+
+```bash
+python3 course.py lab    # creates .venv on first run, then opens student/00_start_here.ipynb
+```
+
+or on Binder or Colab from the links your instructor gave you. Each exercise has a check
+cell that tells you what is wrong with your answer; run the lesson top to bottom at any
+time, unfinished exercises just say "not attempted yet". This copy holds no solutions.
+"""
+
+
+def build(out: Path) -> list[str]:
+    """Write the tree into ``out`` (which must not exist); returns the paths written."""
+    if out.exists():
+        raise FileExistsError(f"{out} already exists: choose a new folder (nothing was written)")
+    missing = [name for name in KEEP if not (ROOT / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"the repository lacks {missing}; run this from a full checkout")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name in KEEP:
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, staging / name, ignore=IGNORE)
+            else:
+                shutil.copy2(source, staging / name)
+        (staging / "README.md").write_text(README)
+        leaks = [str(p.relative_to(staging)) for p in staging.rglob("*")
+                 if p.is_file() and p.suffix in (".py", ".ipynb", ".md")
+                 and SOLUTION_MARKS.search(p.read_text(errors="replace"))]
+        if leaks:
+            raise RuntimeError(f"solution marks found in {leaks}: refusing to publish them")
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
+def _git(*args: str, env: dict | None = None) -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def commit_to_branch(branch: str) -> str:
+    """Commit the tree to ``branch`` (created when missing) without touching the checkout;
+    returns the new commit's hash."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", branch) or ".." in branch:
+        raise ValueError(f"--branch: expected a branch name such as 'student', got {branch!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tree_dir = Path(tmp) / "tree"
+        build(tree_dir)
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _git("--work-tree", str(tree_dir), "add", "-A", ".", env=env)
+        tree = _git("write-tree", env=env)
+    parent = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
+                            capture_output=True, text=True).stdout.strip()
+    source = _git("rev-parse", "--short", "HEAD")
+    args = ["commit-tree", tree, "-m", f"Student tree of {source} (course.py student-tree)"]
+    if parent:
+        args[2:2] = ["-p", parent]
+    commit = _git(*args)
+    _git("update-ref", f"refs/heads/{branch}", commit, *([parent] if parent else []))
+    return commit
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if len(argv) == 2 and argv[0] == "--branch":
+            commit = commit_to_branch(argv[1])
+            print(f"branch {argv[1]} -> {commit[:12]}: push it with `git push origin {argv[1]}`")
+            return 0
+        if len(argv) == 1 and not argv[0].startswith("-"):
+            written = build(Path(argv[0]))
+            print(f"wrote {len(written)} files into {argv[0]} "
+                  "(student notebooks, course_utils, data, set-up)")
+            return 0
+    except (OSError, RuntimeError, ValueError) as exc:
+        print(f"student-tree: {exc}", file=sys.stderr)
+        return 2
+    print(__doc__.strip(), file=sys.stderr)
+    print(f"\nunexpected arguments: {' '.join(argv) or '(none)'}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

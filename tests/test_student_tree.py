@@ -1,0 +1,92 @@
+"""The student-only tree (course.py student-tree): a class gets the lessons and the package,
+never the solved notebooks or the reference code."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "student_tree.py"
+
+
+def _run(*args: str, cwd: Path = ROOT, script: Path = SCRIPT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_the_tree_holds_the_lessons_and_no_solutions(tmp_path):
+    out = tmp_path / "tree"
+    done = _run(str(out))
+    assert done.returncode == 0, done.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"student", "course_utils", "data", "course.py", "pyproject.toml", "README.md"} <= names
+    assert not names & {"notebooks", "solutions", "tests", "scripts", "INSTRUCTORS.md", ".ci"}
+    lessons = sorted(p.name for p in (out / "student").glob("*.ipynb"))
+    assert lessons == sorted(p.name for p in (ROOT / "student").glob("*.ipynb")) and len(lessons) == 8
+    for path in out.rglob("*"):
+        if path.is_file() and path.suffix in (".py", ".ipynb", ".md"):
+            assert "### BEGIN SOLUTION" not in path.read_text(errors="replace"), path
+    assert list((out / "course_utils" / "exercises" / "answers").glob("lesson0*.pt"))
+
+
+def test_the_checks_work_from_the_tree_without_any_reference(tmp_path):
+    out = tmp_path / "tree"
+    assert _run(str(out)).returncode == 0
+    probe = (
+        "import sys; sys.path.insert(0, '.')\n"
+        "import course_utils, inspect\n"
+        "assert course_utils.__file__.startswith(sys.path[0]) or 'tree' in course_utils.__file__\n"
+        "from course_utils.exercises import all_exercises, lesson03\n"
+        "assert all(e.reference is None for e in all_exercises().values())\n"
+        "def stub(*a):\n    raise NotImplementedError\n"
+        "print(lesson03.check_score_macs(stub).status)\n"
+        "print(lesson03.check_score_macs(lambda T, d, h: h * T * T * (d // h)).status)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=out,
+                          env={"PYTHONPATH": str(out), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["not attempted", "correct"], done.stdout
+
+
+def test_an_existing_folder_is_refused_and_left_as_it_was(tmp_path):
+    out = tmp_path / "tree"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    done = _run(str(out))
+    assert done.returncode == 2 and "already exists" in done.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tree.")]  # no staging left
+
+
+def test_bad_arguments_are_named():
+    done = _run("--brnch", "x")
+    assert done.returncode == 2 and "unexpected arguments: --brnch x" in done.stderr
+    done = _run("--branch", "../evil")
+    assert done.returncode == 2 and "--branch: expected a branch name" in done.stderr
+
+
+def test_branch_is_committed_without_touching_the_checkout(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    for rel in ("scripts/student_tree.py",):  # the version under test, committed or not
+        shutil.copy2(ROOT / rel, clone / rel)
+    env_git = ["git", "-C", str(clone)]
+    subprocess.run([*env_git, "config", "user.email", "t@example.org"], check=True)
+    subprocess.run([*env_git, "config", "user.name", "test"], check=True)
+    head = subprocess.run([*env_git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    status = subprocess.run([*env_git, "status", "--porcelain"], capture_output=True, text=True).stdout
+    for _ in range(2):  # the second commit is a child of the first
+        done = _run("--branch", "student", script=clone / "scripts" / "student_tree.py", cwd=clone)
+        assert done.returncode == 0, done.stderr
+    files = subprocess.run([*env_git, "ls-tree", "-r", "--name-only", "refs/heads/student"],
+                           capture_output=True, text=True).stdout.split()
+    assert "student/02_single_head_attention.ipynb" in files and "course_utils/exercises/core.py" in files
+    assert not [f for f in files if f.startswith(("notebooks/", "solutions/", "tests/"))]
+    count = subprocess.run([*env_git, "rev-list", "--count", "refs/heads/student"],
+                           capture_output=True, text=True)
+    assert count.stdout.strip() == "2"
+    assert subprocess.run([*env_git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
+    after = subprocess.run([*env_git, "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert after == status
