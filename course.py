@@ -13,6 +13,9 @@ Extra arguments after `test` go to pytest, e.g.
     python3 course.py test notebooks/02_single_head_attention.ipynb
 Set COURSE_TORCH_INDEX_URL to an extra package index (for example PyTorch's CPU-only
 wheel index) to avoid a large CUDA build of torch on Linux.
+
+An unknown command, or a test path that does not exist, is named on stderr (exit 2)
+before anything is installed or run.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+COMMANDS = ("lab", "test", "setup", "release", "publish")
+# pytest options whose next argument is a value, not a path to test
+PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numprocesses", "--dist",
+                        "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
+                        "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
+                        "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
+                        "--nbval-sanitize-with", "--pythonwarnings", "--color"}
 VENV = Path(os.environ.get("COURSE_VENV", ROOT / ".venv"))
 STAMP = VENV / ".course-install-stamp"
 INPUTS = ("pyproject.toml", "constraints.txt")
@@ -129,10 +139,41 @@ def publish(args: list[str]) -> int:
     return subprocess.call([str(_bin("python")), str(ROOT / "scripts" / "publish.py"), *args], cwd=ROOT)
 
 
+def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
+    """The arguments of ``course.py test`` that name a file or folder to test (a path, or a
+    ``path::test`` node id) that does not exist under ``root``. Options and their values
+    (``-k expr``, ``-m "not slow"``) are not paths."""
+    missing, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg.startswith("-"):
+            skip = arg in PYTEST_VALUE_OPTIONS  # "--opt=value" carries its value
+            continue
+        path = arg.split("::", 1)[0]
+        if not path:
+            continue
+        looks_like_a_path = "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb"))
+        if looks_like_a_path and not (root / path).exists():
+            missing.append(arg)
+    return missing
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"lab", "test", "setup", "release", "publish"}:
+    if not argv:
         print(__doc__)
         return 2
+    if argv[0] not in COMMANDS:
+        print(f"course.py: unknown command {argv[0]!r}: expected one of {', '.join(COMMANDS)} "
+              "(python3 course.py with no arguments shows what each does)", file=sys.stderr)
+        return 2
+    if argv[0] == "test":
+        missing = missing_test_paths(argv[1:])
+        if missing:
+            print(f"course.py test: no such test file or folder: {', '.join(missing)} (paths are "
+                  f"relative to {ROOT}; nothing was run)", file=sys.stderr)
+            return 2
     ensure_environment()
     command, rest = argv[0], argv[1:]
     if command == "publish":

@@ -22,14 +22,21 @@ the lesson modified (the "unsaved" dot) before the reader has touched anything.
 Outputs policy: notebooks are committed *executed* (so a reader on GitHub sees every
 table and figure); CI re-runs them under nbval and compares the cells marked
 ``# NBVAL_CHECK_OUTPUT``.
+
+A wrong command line or input file (an unknown command or option, a missing file, a file
+that is not a notebook, a file where a folder is expected, a draft without cells) is
+reported on one line on stderr, naming the file and what is wrong, with exit status 2;
+every input is read and checked before anything is written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +49,89 @@ SOLUTION = re.compile(
 )
 
 
+COMMANDS = ("build", "execute", "student", "upgrade")
+
+
+class ToolError(Exception):
+    """A wrong command line or input file: the scripts print it on one line and exit 2."""
+
+
+def read_text(path: Path, what: str = "file") -> str:
+    """The text of ``path``, or a :class:`ToolError` naming it and what is wrong."""
+    path = Path(path)
+    if not path.exists():
+        raise ToolError(f"{path}: no such {what}")
+    if path.is_dir():
+        raise ToolError(f"{path}: is a folder, expected a {what}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ToolError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """``path`` read as an nbformat v4 notebook, or a :class:`ToolError` naming it and what
+    is wrong (missing, a folder, not JSON, not a valid notebook)."""
+    text = read_text(path, "notebook")
+    try:
+        return nbformat.reads(text, as_version=4)
+    except nbformat.reader.NotJSONError:
+        raise ToolError(f"{path}: not a notebook (its text is not JSON)") from None
+    except (nbformat.ValidationError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolError(f"{path}: not a valid notebook ({first_line})") from None
+
+
+def notebook_text(nb: nbformat.NotebookNode) -> str:
+    """What :func:`nbformat.write` would put in the file (it adds a final newline)."""
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and
+    ``os.replace``: a reader (or a failure half-way) sees the old file or the new one,
+    never a part. The file keeps its permissions."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def output_folder(folder: Path, what: str = "output folder") -> Path:
+    """``folder``, checked to be a folder or a path one can be made at (not a file)."""
+    folder = Path(folder)
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ToolError(f"{parent}: is a file, expected a folder (for the {what} {folder})")
+            break
+    return folder
+
+
 def build(draft: Path, out: Path) -> None:
+    text = read_text(draft, "draft")
+    if not any(line.startswith("# %%") for line in text.splitlines()):
+        raise ToolError(f"{draft}: not a percent-format draft: no '# %%' cell marker (a code cell "
+                        "starts with '# %%', a markdown cell with '# %% [markdown]')")
+    if not str(out).endswith(".ipynb"):
+        raise ToolError(f"{out}: the notebook to write must end in .ipynb")
+    output_folder(Path(out).parent)
     cells, kind, lines = [], None, []
 
     def flush():
@@ -56,7 +145,7 @@ def build(draft: Path, out: Path) -> None:
         else:
             cells.append(nbformat.v4.new_code_cell(text))
 
-    for line in draft.read_text().splitlines():
+    for line in text.splitlines():
         if line.startswith("# %%"):
             flush()
             kind, lines = ("markdown" if "[markdown]" in line else "code"), []
@@ -65,9 +154,11 @@ def build(draft: Path, out: Path) -> None:
     flush()
     for cell in cells:
         cell.pop("id", None)  # random ids from nbformat; ensure_cell_ids derives stable ones
-    nb = nbformat.v4.new_notebook(cells=cells)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = cells  # (new_notebook(cells=...) would validate them before they have ids)
     clean(nb)
-    nbformat.write(nb, out)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(Path(out), notebook_text(nb))
 
 
 def _merge_streams(outputs: list) -> list:
@@ -139,17 +230,19 @@ def clean(nb: nbformat.NotebookNode) -> None:
 
 def upgrade(path: Path) -> bool:
     """Rewrite one notebook as nbformat 4.5 with stable ids; True when the file changed."""
-    before = path.read_text()
-    nb = nbformat.read(path, as_version=4)
+    before = read_text(path, "notebook")
+    nb = read_notebook(path)
     clean(nb)
-    nbformat.write(nb, path)
-    return path.read_text() != before
+    after = notebook_text(nb)
+    if after != before:
+        write_atomically(path, after)
+    return after != before
 
 
 def execute(path: Path) -> float:
     from nbclient import NotebookClient
 
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
@@ -157,7 +250,7 @@ def execute(path: Path) -> float:
     client.execute()
     elapsed = time.perf_counter() - start
     clean(nb)
-    nbformat.write(nb, path)
+    write_atomically(path, notebook_text(nb))
     return elapsed
 
 
@@ -172,35 +265,61 @@ def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def _parse(argv: list[str]) -> tuple[str, list[str]]:
+    """The command and its arguments, or a :class:`ToolError` naming what is wrong."""
+    command, args = argv[0], argv[1:]
+    if command not in COMMANDS:
+        raise ToolError(f"unknown command {command!r}: expected one of {', '.join(COMMANDS)} "
+                        "(run with no arguments for help)")
+    options = [a for a in args if a.startswith("-") and a != "-"]
+    if options:
+        raise ToolError(f"unknown option{'s' if len(options) > 1 else ''} {' '.join(options)} for "
+                        f"{command}: it takes file names only (run with no arguments for help)")
+    wanted = {"build": "DRAFT.py OUT.ipynb", "execute": "NOTEBOOK.ipynb [...]",
+              "student": "OUT_DIR NOTEBOOK.ipynb [...]", "upgrade": "NOTEBOOK.ipynb [...]"}[command]
+    if (command == "build" and len(args) != 2) or (command == "student" and len(args) < 2) or not args:
+        got = ", ".join(repr(a) for a in args) or "nothing"
+        raise ToolError(f"{command} takes {wanted}, got {got}")
+    return command, args
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
+    if not argv:
         print(__doc__)
         return 2
-    command, args = argv[0], argv[1:]
+    try:
+        return _run(*_parse(argv))
+    except ToolError as exc:
+        print(f"notebook_tools.py: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(command: str, args: list[str]) -> int:
     if command == "build":
         build(Path(args[0]), Path(args[1]))
     elif command == "execute":
         for name in args:
+            read_notebook(Path(name))  # every notebook readable before the first (slow) run
+        for name in args:
             print(f"{name}: {execute(Path(name)):.1f} s", flush=True)
     elif command == "upgrade":
         for name in args:
+            read_notebook(Path(name))
+        for name in args:
             print(f"{name}: {'upgraded' if upgrade(Path(name)) else 'already nbformat 4.5'}")
     elif command == "student":
-        out_dir = Path(args[0])
+        out_dir = output_folder(Path(args[0]), "student folder")
         sources = [Path(name) for name in args[1:]]
         if any(src.resolve().parent == out_dir.resolve() for src in sources):
-            print(f"refusing to write student versions into {out_dir}/: it holds the instructor "
-                  "notebooks, which would be overwritten. Choose another folder, e.g. student/.")
-            return 2
+            raise ToolError(f"refusing to write student versions into {out_dir}/: it holds the "
+                            "instructor notebooks, which would be overwritten. Choose another "
+                            "folder, e.g. student/.")
+        originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
         out_dir.mkdir(parents=True, exist_ok=True)
-        for src in sources:
-            original = nbformat.read(src, as_version=4)
+        for src, original in originals:
             blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
-            nbformat.write(student_version(original), out_dir / src.name)
+            write_atomically(out_dir / src.name, notebook_text(student_version(original)))
             print(f"{out_dir / src.name}: {blanks} solution(s) blanked")
-    else:
-        print(__doc__)
-        return 2
     return 0
 
 

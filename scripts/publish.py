@@ -16,11 +16,20 @@ pyproject.toml, nowhere else. This module writes, from them:
 
 Stamping is idempotent: a second run changes nothing. ``stamp_notebook`` is the hook
 for other tools (the student-notebook release step calls it on each notebook it writes).
+
+``--repo`` must be a GitHub ``owner/name`` (owner: letters, digits and ``-``, 1-39, not
+starting with ``-``; name: letters, digits, ``.``, ``_``, ``-``, 1-100, not ``.`` or ``..``)
+and ``--tag`` a release tag ``vMAJOR.MINOR.PATCH``. Both are checked, and every new file
+content is computed, before anything is written; each file is then replaced atomically
+(a temporary file and ``os.replace``), so a failed publish leaves the tree as it was. A
+bad value, a missing or unreadable file, or a notebook that is not one is reported on one
+line on stderr with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 from dataclasses import dataclass
@@ -33,8 +42,10 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIRS = ("notebooks", "student")
-REPO_FORMAT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
-TAG_FORMAT = re.compile(r"^v\d+\.\d+(?:\.\d+)?$")
+# GitHub's rules: owner 1-39 of [A-Za-z0-9-], not starting with '-'; name 1-100 of
+# [A-Za-z0-9._-], not '.' or '..'. Used with fullmatch: '$' would also accept a final newline.
+REPO_FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?\Z)[A-Za-z0-9._-]{1,100}")
+TAG_FORMAT = re.compile(r"v\d+\.\d+\.\d+")
 BADGES_TAG, SETUP_TAG = "launch-badges", "colab-setup"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
@@ -106,28 +117,64 @@ class Published:
         return SETUP_CELL.format(repo=self.repo, tag=self.tag)
 
 
+def _tools():
+    """scripts/notebook_tools.py (reading notebooks, atomic writes, the one-line errors)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module("notebook_tools")
+
+
 def validate(repo: str, tag: str) -> None:
-    if not isinstance(repo, str) or not REPO_FORMAT.match(repo):
-        raise ValueError(f"repo must be a GitHub 'owner/name', got {repo!r}")
-    if not isinstance(tag, str) or not TAG_FORMAT.match(tag):
-        raise ValueError(f"tag must be a release tag such as 'v0.2.0' (never a branch), got {tag!r}")
+    if not isinstance(repo, str) or not REPO_FORMAT.fullmatch(repo):
+        raise ValueError(
+            f"repo must be a GitHub 'owner/name' (owner: 1-39 letters, digits or '-', not starting "
+            f"with '-'; name: 1-100 letters, digits, '.', '_' or '-', not '.' or '..'), got {repo!r}"
+        )
+    if not isinstance(tag, str) or not TAG_FORMAT.fullmatch(tag):
+        raise ValueError(f"tag must be a release tag vMAJOR.MINOR.PATCH such as 'v0.2.0' (never a "
+                         f"branch), got {tag!r}")
     if PLACEHOLDERS.search(repo):
         raise ValueError(f"repo {repo!r} is a placeholder, not a published repository")
 
 
-def load_config(root: Path = ROOT) -> Published:
-    """The published location from ``[tool.course]`` in pyproject.toml."""
-    course = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("course", {})
+def _read_pyproject(root: Path) -> str:
+    try:
+        return _tools().read_text(root / "pyproject.toml", "file")
+    except _tools().ToolError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _config_from_text(text: str, where: str = "pyproject.toml") -> Published:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where}: not valid TOML ({exc})") from None
+    course = data.get("tool", {}).get("course", {})
     repo, tag = course.get("repository"), course.get("tag")
     validate(repo, tag)
     return Published(repo, tag)
 
 
+def load_config(root: Path = ROOT) -> Published:
+    """The published location from ``[tool.course]`` in pyproject.toml."""
+    return _config_from_text(_read_pyproject(root), str(root / "pyproject.toml"))
+
+
 def set_config(repo: str, tag: str, root: Path = ROOT) -> Published:
-    """Write the published location into ``[tool.course]`` of pyproject.toml."""
+    """Write the published location into ``[tool.course]`` of pyproject.toml (atomically,
+    and only once the new file is known to be valid)."""
+    text, published = config_text(repo, tag, root)
+    _tools().write_atomically(root / "pyproject.toml", text)
+    return published
+
+
+def config_text(repo: str, tag: str, root: Path = ROOT) -> tuple[str, Published]:
+    """pyproject.toml's new text with ``repo`` and ``tag`` in ``[tool.course]`` (and the
+    package version ``tag`` without its ``v``), and the location it holds; writes nothing.
+    Raises ``ValueError`` for a bad value or a pyproject.toml that cannot hold them."""
     validate(repo, tag)
-    path = root / "pyproject.toml"
-    text = path.read_text()
+    text = _read_pyproject(root)
     section = re.search(r"^\[tool\.course\]\n(?:(?!\[).*\n?)*", text, re.MULTILINE)
     if section is None:
         raise ValueError("pyproject.toml has no [tool.course] section to hold the published location")
@@ -142,8 +189,10 @@ def set_config(repo: str, tag: str, root: Path = ROOT) -> Published:
                       flags=re.MULTILINE)
     if n != 1:
         raise ValueError('pyproject.toml needs a version = "..." line in [project]')
-    path.write_text(text)
-    return load_config(root)
+    published = _config_from_text(text, "the new pyproject.toml")
+    if published != Published(repo, tag):  # never write a file that reads back otherwise
+        raise ValueError(f"the new pyproject.toml would read back as {published}, not {repo} at {tag}")
+    return text, published
 
 
 # -- notebooks -----------------------------------------------------------------------
@@ -192,20 +241,27 @@ def notebook_paths(root: Path = ROOT) -> list[Path]:
     return sorted(p for d in NOTEBOOK_DIRS for p in (root / d).glob("*.ipynb"))
 
 
-def stamp_notebook_file(path: Path, root: Path = ROOT, published: Published | None = None) -> bool:
-    """Stamp one notebook file; True when its contents changed."""
-    import nbformat
-
-    before = path.read_text()
-    nb = nbformat.read(path, as_version=4)
+def stamped_notebook_text(path: Path, root: Path = ROOT, published: Published | None = None
+                          ) -> tuple[str, str]:
+    """``(before, after)``: one notebook file's text and its stamped text; writes nothing.
+    A file that is not a readable notebook raises ``ValueError`` naming it."""
+    tools = _tools()
+    try:
+        before = tools.read_text(path, "notebook")
+        nb = tools.read_notebook(path)
+    except tools.ToolError as exc:
+        raise ValueError(str(exc)) from None
     stamp_notebook(nb, path.relative_to(root).as_posix(), published)
-    if str(Path(__file__).resolve().parent) not in sys.path:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from notebook_tools import ensure_cell_ids  # ids for any cell that lacks one
+    tools.ensure_cell_ids(nb)  # ids for any cell that lacks one
+    return before, tools.notebook_text(nb)
 
-    ensure_cell_ids(nb)
-    nbformat.write(nb, path)
-    return path.read_text() != before
+
+def stamp_notebook_file(path: Path, root: Path = ROOT, published: Published | None = None) -> bool:
+    """Stamp one notebook file (replaced atomically); True when its contents changed."""
+    before, after = stamped_notebook_text(path, root, published)
+    if after != before:
+        _tools().write_atomically(path, after)
+    return after != before
 
 
 # -- README --------------------------------------------------------------------------
@@ -267,21 +323,27 @@ def _launch_links(text: str):
 
 def check(root: Path = ROOT) -> list[str]:
     """Every disagreement between the badges/links and the config, as readable lines."""
-    import nbformat
-
+    tools = _tools()
     try:
         published = load_config(root)
     except (ValueError, KeyError) as exc:
         return [f"pyproject.toml [tool.course]: {exc}"]
     problems: list[str] = []
-    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    version = tomllib.loads((root / "pyproject.toml").read_text()).get("project", {}).get("version")
     if version != published.tag.removeprefix("v"):
         problems.append(f"pyproject.toml: version {version} but the release tag is {published.tag} "
                         "(run python3 course.py publish --repo ... --tag ...)")
-    texts: dict[str, str] = {"README.md": (root / "README.md").read_text()}
+    try:
+        texts: dict[str, str] = {"README.md": tools.read_text(root / "README.md", "file")}
+    except tools.ToolError as exc:
+        return problems + [str(exc)]
     for path in notebook_paths(root):
         rel = path.relative_to(root).as_posix()
-        nb = nbformat.read(path, as_version=4)
+        try:
+            nb = tools.read_notebook(path)
+        except tools.ToolError as exc:
+            problems.append(f"{rel}: {str(exc).removeprefix(str(path) + ': ')}")
+            continue
         texts[rel] = "\n".join(c.source for c in nb.cells)
         if nb.nbformat_minor < 5:
             problems.append(f"{rel}: nbformat 4.{nb.nbformat_minor}, expected 4.5 with cell ids")
@@ -320,21 +382,47 @@ def check(root: Path = ROOT) -> list[str]:
     return problems
 
 
-def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str]:
-    """Stamp every notebook and README.md under ``root``; the files that changed."""
+def planned_stamps(root: Path = ROOT, published: Published | None = None) -> dict[Path, str]:
+    """The new text of every notebook and README.md under ``root`` that stamping changes
+    (path -> text); writes nothing. Raises ``ValueError`` naming a file that cannot be
+    read or stamped."""
     published = published or load_config(root)
-    changed = [p.relative_to(root).as_posix() for p in notebook_paths(root)
-               if stamp_notebook_file(p, root, published)]
+    planned = {}
+    for path in notebook_paths(root):
+        before, after = stamped_notebook_text(path, root, published)
+        if after != before:
+            planned[path] = after
     readme = root / "README.md"
-    before = readme.read_text()
-    after = stamp_readme(before, published)
+    tools = _tools()
+    try:
+        before = tools.read_text(readme, "file")
+    except tools.ToolError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        after = stamp_readme(before, published)
+    except ValueError as exc:
+        raise ValueError(f"{readme}: {exc}") from None
     if after != before:
-        readme.write_text(after)
-        changed.append("README.md")
-    return changed
+        planned[readme] = after
+    return planned
 
 
-def main(argv: list[str] | None = None) -> int:
+def write_all(planned: dict[Path, str]) -> None:
+    """Write every planned file, each replaced atomically."""
+    for path, text in planned.items():
+        _tools().write_atomically(path, text)
+
+
+def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str]:
+    """Stamp every notebook and README.md under ``root``; the files that changed. Every new
+    text is computed before the first file is written."""
+    planned = planned_stamps(root, published)
+    write_all(planned)
+    return [p.relative_to(root).as_posix() for p in planned]
+
+
+def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
+    """The command line; ``root`` is the repository to publish (tests pass a copy)."""
     parser = argparse.ArgumentParser(prog="python3 course.py publish", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", help="GitHub owner/name the course is published under")
@@ -342,21 +430,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report disagreements")
     args = parser.parse_args(argv)
     if args.check:
-        problems = check()
+        if args.repo is not None or args.tag is not None:
+            parser.error("--check reads the config as it is: give it without --repo and --tag")
+        problems = check(root)
         print("\n".join(problems) or "every badge and link agrees with [tool.course]")
         return 1 if problems else 0
     if (args.repo is None) != (args.tag is None):
         parser.error("give both --repo and --tag, or neither (then the config is used as it is)")
     try:
-        published = set_config(args.repo, args.tag) if args.repo else load_config()
+        # everything is computed and checked first; nothing is written if any of it fails
+        planned: dict[Path, str] = {}
+        if args.repo is not None:
+            text, published = config_text(args.repo, args.tag, root)
+            planned[root / "pyproject.toml"] = text
+        else:
+            published = load_config(root)
+        planned.update(planned_stamps(root, published))
     except ValueError as exc:
-        parser.error(str(exc))
-    changed = stamp_all(ROOT, published)
+        print(f"publish: {exc}", file=sys.stderr)
+        return 2
+    write_all(planned)
+    changed = [p.relative_to(root).as_posix() for p in planned if p.name != "pyproject.toml"]
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
     print(f"The badges open nothing until the tag exists on GitHub: commit, then "
           f"`git tag {published.tag} && git push origin {published.tag}`.")
-    problems = check()
+    problems = check(root)
     print("\n".join(problems))
     return 1 if problems else 0
 

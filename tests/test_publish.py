@@ -143,3 +143,63 @@ def test_stamp_notebook_refuses_an_absolute_path():
     nb = nbformat.v4.new_notebook()
     with pytest.raises(ValueError, match="repo_relative_path"):
         publish.stamp_notebook(nb, "/tmp/x.ipynb", publish.Published("a/b", "v1.0"))
+
+
+# -- bad values and broken files: one line on stderr, exit 2, and no file changed -----------
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("repo, tag, words", [
+    ("a/..", "v1.0.0", ["repo", "owner/name", "'a/..'"]),
+    ("a/.", "v1.0.0", ["repo", "'a/.'"]),
+    ("a/b\n", "v1.0.0", ["repo", "'a/b\\n'"]),
+    ("a/b", "v1.0\n", ["tag", "vMAJOR.MINOR.PATCH", "'v1.0\\n'"]),
+    ("a/b", "v1.0", ["tag", "vMAJOR.MINOR.PATCH", "'v1.0'"]),
+    ("", "v9.9.9", ["repo", "got ''"]),
+    ("-a/b", "v1.0.0", ["repo", "'-a/b'"]),
+    ("a" * 40 + "/b", "v1.0.0", ["repo", "1-39"]),
+    ("a/" + "b" * 101, "v1.0.0", ["repo", "1-100"]),
+    ("a b/c", "v1.0.0", ["repo", "'a b/c'"]),
+])
+def test_a_bad_repo_or_tag_is_refused_before_any_file_is_written(copy, capsys, repo, tag, words):
+    before = _snapshot(copy)
+    assert publish.main([f"--repo={repo}", f"--tag={tag}"], root=copy) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and all(w in err for w in words), err
+    assert _snapshot(copy) == before
+
+
+def test_a_broken_notebook_stops_publish_before_any_file_is_written(copy, capsys):
+    before = _snapshot(copy)
+    broken = copy / "notebooks" / "03_dimension_walkthrough.ipynb"
+    for text, words in (("not json", ["not JSON"]), ('{"nbformat": 4, "nbformat_minor": 5, "cells": "x"}',
+                                                     ["not a valid notebook"])):
+        broken.write_text(text)
+        before[broken.relative_to(copy).as_posix()] = text.encode()
+        assert publish.main(["--repo", "course-org/mha", "--tag", "v1.0.0"], root=copy) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "03_dimension_walkthrough.ipynb" in err, err
+        assert all(w in err for w in words), err
+        assert _snapshot(copy) == before  # pyproject.toml and README.md untouched too
+    assert any("03_dimension_walkthrough" in p and "not a valid notebook" in p for p in publish.check(copy))
+
+
+def test_a_missing_or_invalid_pyproject_is_named(copy, capsys):
+    (copy / "pyproject.toml").write_text("[tool.course\n")
+    assert publish.main([], root=copy) == 2
+    assert "pyproject.toml: not valid TOML" in capsys.readouterr().err
+    (copy / "pyproject.toml").unlink()
+    assert publish.main(["--repo", "a/b", "--tag", "v1.0.0"], root=copy) == 2
+    assert "pyproject.toml: no such file" in capsys.readouterr().err
+
+
+def test_a_good_publish_writes_every_file_atomically_and_keeps_permissions(copy, capsys):
+    readme = copy / "README.md"
+    readme.chmod(0o640)
+    assert publish.main(["--repo", "course-org/mha", "--tag", "v1.0.0"], root=copy) == 0
+    assert "stamped: " in capsys.readouterr().out and publish.check(copy) == []
+    assert readme.stat().st_mode & 0o777 == 0o640
+    assert not [p for p in copy.rglob("*.tmp")]  # no temporary file left behind
+    assert publish.load_config(copy) == publish.Published("course-org/mha", "v1.0.0")
+    assert publish.main(["--repo", "", "--tag", "v9.9.9"], root=copy) == 2  # not "use the config"

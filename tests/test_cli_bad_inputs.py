@@ -1,0 +1,206 @@
+"""Bad command lines and input files for course.py and the scripts: one line on stderr that
+names the argument or file and what is wrong, exit status 2, and nothing written.
+
+Every case runs on temporary files; none installs, runs pytest or touches the repository.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import notebook_tools  # noqa: E402
+import publish  # noqa: E402
+import version_matrix  # noqa: E402
+
+
+def _load_course():
+    spec = importlib.util.spec_from_file_location("course_cli", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+course = _load_course()
+
+
+def _one_line(err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    missing = [w for w in words if w not in lines[0]]
+    assert not missing, f"{missing} not in: {lines[0]}"
+
+
+@pytest.fixture
+def no_install(monkeypatch):
+    """course.py must answer before it sets anything up or starts pytest."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("course.py went on to install or run something")
+
+    monkeypatch.setattr(course, "ensure_environment", refuse)
+    monkeypatch.setattr(course.subprocess, "call", refuse)
+
+
+# -- course.py -------------------------------------------------------------------------------
+def test_course_unknown_command_is_named(no_install, capsys):
+    assert course.main(["frobnicate"]) == 2
+    _one_line(capsys.readouterr().err, "unknown command 'frobnicate'", "lab, test")
+
+
+def test_course_no_command_prints_the_help(no_install, capsys):
+    assert course.main([]) == 2
+    assert "python3 course.py lab" in capsys.readouterr().out
+
+
+def test_course_test_names_a_missing_path_before_starting_pytest(no_install, capsys):
+    assert course.main(["test", "no/such/path_test.py"]) == 2
+    _one_line(capsys.readouterr().err, "no/such/path_test.py", "no such test file or folder")
+    assert course.main(["test", "-q", "tests/test_masks.py::test_x", "tests/nope.py"]) == 2
+    err = capsys.readouterr().err
+    _one_line(err, "tests/nope.py")
+    assert "test_masks" not in err
+
+
+def test_course_test_paths_and_option_values_are_told_apart():
+    args = ["-k", "foo/bar.py", "-m", "not slow", "tests/test_masks.py::test_causal_mask_square_and_offset",
+            "--ignore=tests/gone.py", "--ignore", "tests/gone_too.py", "notebooks", "-x",
+            "tests/nope.py", "nope.ipynb", "nope::test"]
+    assert course.missing_test_paths(args) == ["tests/nope.py", "nope.ipynb", "nope::test"]
+    assert course.missing_test_paths(["notebooks/00_start_here.ipynb", "-m", "slow"]) == []
+
+
+# -- publish.py ------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, word", [(["frobnicate"], "frobnicate"), (["--frob"], "--frob")])
+def test_publish_unknown_argument_is_named(argv, word, capsys):
+    with pytest.raises(SystemExit) as info:
+        publish.main(argv, root=Path("/nonexistent"))
+    assert info.value.code == 2 and word in capsys.readouterr().err
+
+
+# -- notebook_tools.py -----------------------------------------------------------------------
+def _notebook(path: Path, source: str = "x = 1\n### BEGIN SOLUTION\ny = 2\n### END SOLUTION") -> Path:
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), path)
+    return path
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    _notebook(tmp_path / "good.ipynb")
+    (tmp_path / "text.ipynb").write_text("not json")
+    (tmp_path / "invalid.ipynb").write_text('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, '
+                                            '"cells": "x"}')
+    (tmp_path / "empty.ipynb").write_text("{}")
+    (tmp_path / "draft.py").write_text("print('no cell markers')\n")
+    (tmp_path / "good_draft.py").write_text("# %%\nx = 1\n")
+    (tmp_path / "a_file").write_text("I am not a folder")
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["frobnicate", "x"], ["unknown command 'frobnicate'", "build, execute, student, upgrade"]),
+    (["student", "{tmp}/out"], ["student takes OUT_DIR NOTEBOOK.ipynb", "'{tmp}/out'"]),
+    (["upgrade", "--force", "{tmp}/good.ipynb"], ["unknown option --force", "upgrade"]),
+    (["student", "--dry-run", "{tmp}/out", "{tmp}/good.ipynb"], ["unknown option --dry-run"]),
+    (["build", "{tmp}/draft.py"], ["build takes DRAFT.py OUT.ipynb"]),
+    (["upgrade", "{tmp}/missing.ipynb"], ["{tmp}/missing.ipynb: no such notebook"]),
+    (["upgrade", "{tmp}"], ["{tmp}: is a folder, expected a notebook"]),
+    (["upgrade", "{tmp}/good.ipynb", "{tmp}/text.ipynb"], ["{tmp}/text.ipynb: not a notebook", "not JSON"]),
+    (["upgrade", "{tmp}/invalid.ipynb"], ["{tmp}/invalid.ipynb: not a valid notebook"]),
+    (["execute", "{tmp}/empty.ipynb"], ["{tmp}/empty.ipynb: not a valid notebook"]),
+    (["student", "{tmp}/a_file", "{tmp}/good.ipynb"], ["{tmp}/a_file: is a file, expected a folder"]),
+    (["student", "{tmp}/a_file/out", "{tmp}/good.ipynb"], ["{tmp}/a_file: is a file, expected a folder"]),
+    (["student", "{tmp}/out", "{tmp}/good.ipynb", "{tmp}/invalid.ipynb"], ["{tmp}/invalid.ipynb"]),
+    (["student", "{tmp}/out", "{tmp}/missing.ipynb"], ["{tmp}/missing.ipynb: no such notebook"]),
+    (["build", "{tmp}/draft.py", "{tmp}/new.ipynb"], ["{tmp}/draft.py", "no '# %%' cell marker"]),
+    (["build", "{tmp}/missing.py", "{tmp}/new.ipynb"], ["{tmp}/missing.py: no such draft"]),
+    (["build", "{tmp}/good_draft.py", "{tmp}/a_file/new.ipynb"], ["{tmp}/a_file: is a file"]),
+    (["build", "{tmp}/good_draft.py", "{tmp}/new.txt"], ["{tmp}/new.txt", "must end in .ipynb"]),
+])
+def test_notebook_tools_bad_input_is_one_line_and_writes_nothing(files, capsys, argv, words):
+    before = _snapshot(files)
+    fill = lambda text: text.replace("{tmp}", str(files))  # noqa: E731
+    assert notebook_tools.main([fill(a) for a in argv]) == 2
+    _one_line(capsys.readouterr().err, "notebook_tools.py:", *[fill(w) for w in words])
+    assert _snapshot(files) == before
+
+
+def test_notebook_tools_good_inputs_still_work(files, capsys):
+    (files / "draft.py").write_text("# %% [markdown]\n# # Title\n\n# %%\nx = 1\n")
+    assert notebook_tools.main(["build", str(files / "draft.py"), str(files / "built.ipynb")]) == 0
+    built = nbformat.read(files / "built.ipynb", as_version=4)
+    assert [c.cell_type for c in built.cells] == ["markdown", "code"]
+    assert notebook_tools.main(["student", str(files / "out"), str(files / "good.ipynb")]) == 0
+    assert "raise NotImplementedError" in (files / "out" / "good.ipynb").read_text()
+    assert notebook_tools.main(["upgrade", str(files / "good.ipynb")]) == 0
+    assert notebook_tools.main(["upgrade", str(files / "good.ipynb")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("already nbformat 4.5")
+    assert not list(files.rglob("*.tmp"))
+
+
+def test_notebook_tools_as_a_process_prints_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook_tools.py"), "upgrade",
+                           str(tmp_path / "missing.ipynb")], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    _one_line(done.stderr, "missing.ipynb: no such notebook")
+
+
+# -- version_matrix.py -----------------------------------------------------------------------
+@pytest.fixture
+def no_venv(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("version_matrix.py went on to create a venv or run pip")
+
+    monkeypatch.setattr(version_matrix.venv, "EnvBuilder", refuse)
+    monkeypatch.setattr(version_matrix.subprocess, "run", refuse)
+    monkeypatch.setattr(version_matrix.subprocess, "call", refuse)
+
+
+def test_version_matrix_unknown_command_is_named(no_venv, capsys):
+    with pytest.raises(SystemExit) as info:
+        version_matrix.main(["frobnicate"])
+    assert info.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pyproject, constraints, which, words", [
+    (None, "", "floor", ["pyproject.toml: no such file"]),
+    (None, "", "newest", ["pyproject.toml: no such file"]),
+    ("[project\n", "", "floor", ["pyproject.toml: not valid TOML"]),
+    ("[tool.x]\n", "", "floor", ["pyproject.toml: no [project] table"]),
+    ('[project]\ndependencies = ["torch<3"]\n[project.optional-dependencies]\n', "", "floor",
+     ["pyproject.toml", "'torch<3'", "name>=floor"]),
+    ('[project]\ndependencies = ["torch>=2"]\n', "", "floor", ["optional-dependencies", "dict"]),
+    ('[project]\ndependencies = ["torch>=2"]\n[project.optional-dependencies]\n', None, "floor",
+     ["constraints.txt: no such file"]),
+])
+def test_version_matrix_bad_files_are_named_before_installing(tmp_path, no_venv, capsys, pyproject,
+                                                               constraints, which, words):
+    if pyproject is not None:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    if constraints is not None:
+        (tmp_path / "constraints.txt").write_text(constraints)
+    assert version_matrix.main([which, "--venv", str(tmp_path / "env")], root=tmp_path) == 2
+    _one_line(capsys.readouterr().err, "version_matrix.py:", *words)
+    assert not (tmp_path / "env").exists()
+
+
+def test_version_matrix_venv_that_is_a_file_is_named(tmp_path, no_venv, capsys):
+    (tmp_path / "a_file").write_text("")
+    assert version_matrix.main(["newest", "--venv", str(tmp_path / "a_file")], root=ROOT) == 2
+    _one_line(capsys.readouterr().err, f"{tmp_path / 'a_file'}: is a file, expected a folder", "--venv")
+
+
+def test_version_matrix_floor_constraints_of_the_real_project():
+    text = version_matrix.floor_constraints()
+    assert text.startswith("# generated") and "torch==" in text
