@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Set up and run the course with nothing but Python 3.10+.
 
-    python3 course.py lab      # open the course in JupyterLab
+    python3 course.py lab      # open the course in JupyterLab (your copy: student/00)
     python3 course.py test     # run every test and every notebook
     python3 course.py release  # instructors: nbgrader metadata + student/ notebooks
+    python3 course.py student-tree OUT_DIR | --branch NAME  # instructors: a copy without solutions
     python3 course.py publish [--repo OWNER/NAME --tag vX.Y.Z]  # stamp badges and links
 
 The first run creates a virtual environment in .venv and installs the pinned
@@ -29,7 +30,7 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-COMMANDS = ("lab", "test", "setup", "release", "publish")
+COMMANDS = ("lab", "test", "setup", "release", "publish", "student-tree")
 # pytest options whose next argument is a value, not a path to test
 PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numprocesses", "--dist",
                         "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
@@ -184,11 +185,15 @@ def main(argv: list[str]) -> int:
     if command == "release":  # convert the lessons in place, regenerate student/ and the table
         tools = ROOT / "scripts" / "nbgrader_tools.py"
         return subprocess.call([str(_bin("python")), str(tools), "release", *rest], cwd=ROOT, env=env)
+    if command == "student-tree":  # the tree a class receives: student/, the package, no solutions
+        tools = ROOT / "scripts" / "student_tree.py"
+        return subprocess.call([str(_bin("python")), str(tools), *rest], cwd=ROOT, env=env)
     if command == "lab":
         env.pop("MPLBACKEND")
         args = list(rest)
-        if not any(not a.startswith("-") for a in args):  # only options: open the first lesson
-            args.append(str(ROOT / "notebooks" / "00_start_here.ipynb"))
+        if not any(not a.startswith("-") for a in args):  # only options: the learner's copy of lesson 00
+            first = ROOT / "student" / "00_start_here.ipynb"
+            args.append(str(first if first.exists() else ROOT / "notebooks" / "00_start_here.ipynb"))
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
             args.append("--allow-root")
         return subprocess.call([str(_bin("jupyter")), "lab", *args], cwd=ROOT, env=env)

@@ -90,3 +90,19 @@ def test_branch_is_committed_without_touching_the_checkout(tmp_path):
     assert subprocess.run([*env_git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
     after = subprocess.run([*env_git, "status", "--porcelain"], capture_output=True, text=True).stdout
     assert after == status
+
+
+def test_course_lab_opens_the_learners_copy(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_lab", ROOT / "course.py")
+    course = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(course)
+    calls = []
+    monkeypatch.setattr(course, "ensure_environment", lambda: None)
+    monkeypatch.setattr(course.subprocess, "call", lambda args, **kw: calls.append(args) or 0)
+    assert course.main(["lab"]) == 0
+    assert calls[0][-1].endswith("student/00_start_here.ipynb") or calls[0][-2].endswith(
+        "student/00_start_here.ipynb"), calls
+    assert course.main(["student-tree", "--branch"]) == 0  # passed on to the script as given
+    assert calls[1][-2:] == [str(ROOT / "scripts" / "student_tree.py"), "--branch"]
