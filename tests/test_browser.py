@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = ROOT / "artifacts" / "browser"
 LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# every lesson twice: the solved copy, and the blank student copy (Run All must reach the end,
+# each check printing "not attempted yet" instead of stopping the run)
+COPIES = [(folder, lesson) for folder in ("notebooks", "student") for lesson in LESSONS]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RUN_TIMEOUT_S = 420
@@ -61,8 +64,9 @@ def _free_port() -> int:
 def lab(tmp_path_factory):
     """JupyterLab on 127.0.0.1 (random free port, random token), serving a copy of the lessons."""
     base = tmp_path_factory.mktemp("lab")
-    shutil.copytree(ROOT / "notebooks", base / "root" / "notebooks",
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    for folder in ("notebooks", "student"):
+        shutil.copytree(ROOT / folder, base / "root" / folder,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     for rel, value in LAB_SETTINGS.items():
         (base / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / "settings" / rel).write_text(json.dumps(value))
@@ -175,17 +179,17 @@ def _poke(widget) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("lesson", LESSONS)
-def test_lesson_in_the_browser(lab, browser, lesson):
+@pytest.mark.parametrize("folder,lesson", COPIES, ids=[f"{f}/{n}" for f, n in COPIES])
+def test_lesson_in_the_browser(lab, browser, folder, lesson):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    stem = lesson.removesuffix(".ipynb")
+    stem = lesson.removesuffix(".ipynb") + ("-student" if folder == "student" else "")
     page = browser.new_page()
-    page.goto(f"{lab['url']}/lab/workspaces/{stem}/tree/notebooks/{lesson}?reset&token={lab['token']}")
+    page.goto(f"{lab['url']}/lab/workspaces/{stem}/tree/{folder}/{lesson}?reset&token={lab['token']}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell >> nth=0", timeout=90_000)
     page.wait_for_function(KERNEL_IDLE_JS, timeout=120_000)  # connected, kernel info received
     time.sleep(1.5)
     page.screenshot(path=str(ARTIFACTS / f"{stem}-opened.png"))
-    stored = json.loads((ROOT / "notebooks" / lesson).read_text())["metadata"].get("language_info", {})
+    stored = json.loads((ROOT / folder / lesson).read_text())["metadata"].get("language_info", {})
     if stored.get("version") == platform.python_version():  # else JupyterLab rewrites it: dirty
         assert page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-dirty").count() == 0, \
             "JupyterLab marks the lesson modified right after opening it (run notebook_tools.py upgrade)"
@@ -197,13 +201,19 @@ def test_lesson_in_the_browser(lab, browser, lesson):
     page.wait_for_function("() => !document.querySelector('.lm-DockPanel-tabBar .jp-mod-dirty')",
                            timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / f"{stem}-ran.png"))
-    saved = json.loads((lab["root"] / "notebooks" / lesson).read_text())
+    saved = json.loads((lab["root"] / folder / lesson).read_text())
     code = [c for c in saved["cells"] if c["cell_type"] == "code"]
     errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(code)
               for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert not errors, f"error output in code cells {errors}"
     not_run = [i for i, c in enumerate(code) if c.get("execution_count") is None]
     assert not not_run and all(re.search(r"\[\d+\]", p) for p in prompts), f"code cells not run: {not_run}"
+    assert len(prompts) == len(code), f"{len(code)} code cells saved, {len(prompts)} shown"
+    if folder == "student":  # each check answered with its message, not an exception
+        checks = [c for c in code if ".assert_passed()" in "".join(c["source"])]
+        quiet = [i for i, c in enumerate(checks)
+                 if "not attempted yet" not in json.dumps(c.get("outputs", []))]
+        assert not quiet, f"checks that did not print 'not attempted yet': {quiet}"
 
     n_png = sum("image/png" in o.get("data", {}) for c in code for o in c.get("outputs", []))
     images = page.evaluate(IMAGES_JS)
