@@ -217,6 +217,17 @@ class SmallDecoder:
         """Every byte a step must read from memory: the weights and the KV cache."""
         return self.weight_bytes + self.cache_bytes
 
+    def weights_pass(self, x: Tensor | None = None) -> Tensor:
+        """The step's four matrix-vector products per layer and nothing else (no attention, no
+        LayerNorm): how fast PyTorch reads the weights alone. Returns the last product."""
+        x = (self.x if x is None else x).to(self.weight_dtype)
+        out = x
+        for w_qkv, w_o, w_up, w_down in self.layers:
+            F.linear(x, w_qkv)
+            F.linear(x, w_o)
+            out = F.linear(F.linear(x, w_up), w_down)
+        return out
+
     def step(self, x: Tensor | None = None) -> Tensor:
         """One decoding step: ``x`` ``(B, d)`` (default: a fixed random input) -> ``(B, d)``."""
         x = self.x if x is None else x
@@ -278,6 +289,12 @@ class WholeStep:
     read_bytes: int
     llc: tuple[int, str]  # last-level cache: bytes, where the figure came from
     flush_bytes: int
+    weights_s: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # per shape, g = h
+
+    def weights_gb_per_s(self, batch: int, context: int) -> float:
+        """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""
+        mha = self.row(batch, context, self.num_heads)
+        return mha.weight_bytes / min(self.weights_s[(batch, context)]) / 1e9
 
     @property
     def read_gb_per_s(self) -> float:
@@ -337,6 +354,11 @@ def format_whole_step(result: WholeStep) -> str:
         lines.append(f"{r.batch:>3} {r.context:>7} {r.num_kv_heads:>3} | {r.weight_bytes / MiB:>7.0f} "
                      f"{r.cache_bytes / MiB:>6.0f}     | {r.best_s * 1e3:>7.2f} {roof * 1e3:>7.2f} "
                      f"{result.read_share(r):>7.0%} | {speed} {bound:>5.2f}x {share:>5.0%}")
+    for b, t in result.shapes():
+        if (b, t) in result.weights_s:
+            rate = result.weights_gb_per_s(b, t)
+            lines.append(f"B={b}, context {t}: the weights alone (matrix products, g={result.num_heads}) "
+                         f"read at {rate:.1f} GB/s, {rate / result.read_gb_per_s:.0%} of read-only")
     lines += ["roof ms = (weights + cache) / read-only bandwidth; of roof = roof / best; speed-up = "
               "median of", "paired time(g=h) / time(g); bound = bytes(g=h) / bytes(g); share = "
               "speed-up / bound"]
@@ -369,7 +391,7 @@ def bench_whole_step(
     llc = last_level_cache_bytes()
     flush = random_buffer(flush_multiple * llc[0], seed=1)
     probe = random_buffer(flush_multiple * llc[0], seed=2)
-    rows, read_s, used = [], [], "course"
+    rows, read_s, weights_s, used = [], [], {}, "course"
     with torch_threads(num_threads), torch.inference_mode():
         threads = torch.get_num_threads()
         for batch, context in shapes:  # one shape at a time: only its caches are in memory
@@ -381,6 +403,7 @@ def bench_whole_step(
             used = decoders[num_heads].attention
             fns: dict[object, Callable[[], object]] = {g: decoders[g].step for g in groups}
             fns["read"] = probe.sum
+            fns["weights"] = decoders[num_heads].weights_pass
             samples: dict[object, list[float]] = {key: [] for key in fns}
             for _ in range(warmup):
                 for fn in fns.values():
@@ -394,6 +417,7 @@ def bench_whole_step(
             rows += [StepRow(batch, context, g, decoders[g].weight_bytes, decoders[g].cache_bytes,
                              samples[g]) for g in groups]
             read_s += samples["read"]
+            weights_s[(batch, context)] = samples["weights"]
             del decoders, fns
     return WholeStep(d_model, num_heads, num_layers, mlp_ratio, weight_dtype, used, threads,
-                     rows, read_s, probe.numel() * 4, llc, flush.numel() * 4)
+                     rows, read_s, probe.numel() * 4, llc, flush.numel() * 4, weights_s)

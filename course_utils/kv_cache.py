@@ -25,11 +25,14 @@ any of them; :func:`decode_tokens` feeds a sequence one token at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "decode_step", "decode_tokens"]
+__all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "decode_step", "decode_tokens",
+           "repeatable_step"]
 
 
 def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int) -> None:
@@ -49,6 +52,14 @@ class CatCache:
         self.num_layers, self.window = num_layers, window
         self.layers: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
         self.length = 0  # tokens seen (the next token's position)
+
+    @classmethod
+    def from_layers(cls, layers: list[tuple[Tensor, Tensor]], *, window: int | None = None) -> CatCache:
+        """A cache already holding ``(k, v)`` ``(B, g, T, dk)`` per layer (kept, not copied)."""
+        cache = cls(len(layers), window=window)
+        cache.layers = [(k[:, :, -window:], v[:, :, -window:]) if window else (k, v) for k, v in layers]
+        cache.length = layers[0][0].shape[2]
+        return cache
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
@@ -79,6 +90,15 @@ class PreallocatedCache:
         self.num_layers, self.max_len = num_layers, max_len
         self.length = 0  # tokens seen (the next token's position)
 
+    @classmethod
+    def from_layers(cls, layers: list[tuple[Tensor, Tensor]], max_len: int) -> PreallocatedCache:
+        """A cache of ``max_len`` positions whose first ``T`` hold ``(k, v)`` ``(B, g, T, dk)``."""
+        B, g, T, dk = layers[0][0].shape
+        cache = cls(len(layers), B, g, dk, max_len, dtype=layers[0][0].dtype, device=layers[0][0].device)
+        for i, (k, v) in enumerate(layers):
+            cache.append(i, k, v)
+        return cache
+
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``(B, g, T_new, dk)`` at positions ``length..length + T_new - 1`` of ``layer``;
         return views ``(B, g, length + T_new, dk)`` of the buffers (no copy)."""
@@ -107,6 +127,20 @@ class SlidingWindowCache:
                                        device=device)
         self.num_layers, self.window = num_layers, window
         self.length = 0  # tokens seen, including those that have left the window
+
+    @classmethod
+    def from_layers(cls, layers: list[tuple[Tensor, Tensor]], window: int) -> SlidingWindowCache:
+        """A ring that has seen the ``T`` tokens of ``(k, v)`` ``(B, g, T, dk)`` per layer: it holds
+        the latest ``window`` of them, each in slot ``position % window``."""
+        B, g, T, dk = layers[0][0].shape
+        cache = cls(len(layers), B, g, dk, window, dtype=layers[0][0].dtype, device=layers[0][0].device)
+        kept = min(T, window)
+        slots = torch.arange(T - kept, T) % window
+        for ring_k, ring_v, (k, v) in zip(cache._ring.k, cache._ring.v, layers, strict=True):
+            ring_k[:, :, slots] = k[:, :, T - kept:]
+            ring_v[:, :, slots] = v[:, :, T - kept:]
+        cache.length = T
+        return cache
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write one token ``(B, g, 1, dk)`` into slot ``length % window`` of ``layer``; return
@@ -158,3 +192,22 @@ def decode_tokens(model, tokens: Tensor, cache: Cache) -> Tensor:
     """Feed ``tokens`` ``(B, T)`` one at a time through :func:`decode_step`: logits ``(B, T, V)``."""
     with torch.no_grad():
         return torch.cat([decode_step(model, tokens[:, t:t + 1], cache) for t in range(tokens.shape[1])], 1)
+
+
+def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
+    """A function that runs one :func:`decode_step` of ``token`` ``(B, 1)`` and then puts
+    ``cache`` back as it was (its length; a :class:`CatCache` also its tensors), so that every
+    call times a step at the same cache length. The slot the step wrote is simply written again
+    by the next call."""
+    length = cache.length
+    saved = list(cache.layers) if isinstance(cache, CatCache) else None
+
+    def run() -> Tensor:
+        with torch.no_grad():
+            logits = decode_step(model, token, cache)
+        cache.length = length
+        if saved is not None:
+            cache.layers = list(saved)
+        return logits
+
+    return run

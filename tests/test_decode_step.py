@@ -138,8 +138,12 @@ def test_whole_step_quantities_agree():
             assert result.share_of_bound(b, t, g) == pytest.approx(
                 result.speedup(b, t, g) / result.byte_bound(b, t, g))
             assert math.isclose(result.read_share(row), row.gb_per_s() / result.read_gb_per_s)
+        assert len(result.weights_s[(b, t)]) == 3
+        best = min(result.weights_s[(b, t)])
+        assert result.weights_gb_per_s(b, t) == pytest.approx(mha.weight_bytes / best / 1e9)
     text = result.format()
     assert "read-only bandwidth" in text and max(len(line) for line in text.splitlines()) <= 100
+    assert "B=2, context 8: the weights alone" in text
     with pytest.raises(ValueError, match="groups"):
         bench_whole_step(((1, 8),), (2, 1), d_model=256, num_heads=4, num_layers=1)
 

@@ -9,6 +9,7 @@ from course_utils.kv_cache import (
     SlidingWindowCache,
     decode_step,
     decode_tokens,
+    repeatable_step,
 )
 from course_utils.model import ModelConfig, TinyTransformer
 
@@ -94,3 +95,34 @@ def test_sliding_window_takes_one_token_per_call_and_decode_step_checks_position
     cache.length = 64
     with pytest.raises(ValueError, match="learned positions"):
         decode_step(model, _tokens(T=1), cache)
+
+
+def test_caches_built_from_existing_layers_continue_as_the_cat_cache_does():
+    model, tokens = _model(2), _tokens(T=12)
+    c = model.config
+    with torch.no_grad():
+        _, prefix = model.forward_with_cache(tokens[:, :9])
+    layers = list(prefix.layers)
+    expected = decode_tokens(model, tokens[:, 9:], CatCache.from_layers(layers))
+    pre = PreallocatedCache.from_layers(layers, max_len=12)
+    torch.testing.assert_close(decode_tokens(model, tokens[:, 9:], pre), expected, atol=1e-5, rtol=1e-5)
+    for window in (4, 9, 16):
+        ring = SlidingWindowCache.from_layers(layers, window=window)
+        assert ring.length == 9
+        got = decode_tokens(model, tokens[:, 9:], ring)
+        windowed = decode_tokens(model, tokens[:, 9:], CatCache.from_layers(layers, window=window))
+        torch.testing.assert_close(got, windowed, atol=1e-5, rtol=1e-5)
+    assert c.num_layers == len(layers)
+
+
+def test_a_repeatable_step_leaves_the_cache_as_it_found_it():
+    model, tokens = _model(2), _tokens(T=6)
+    with torch.no_grad():
+        _, prefix = model.forward_with_cache(tokens[:, :5])
+    for cache in (CatCache.from_layers(list(prefix.layers)),
+                  PreallocatedCache.from_layers(list(prefix.layers), max_len=8),
+                  SlidingWindowCache.from_layers(list(prefix.layers), window=3)):
+        step = repeatable_step(model, cache, tokens[:, 5:])
+        first, second = step(), step()
+        torch.testing.assert_close(first, second)
+        assert cache.length == 5
