@@ -13,7 +13,12 @@
    Portable C: GCC/Clang vector extensions, so the compiler picks the CPU's vector width.
    Built by course_utils/fused_decode.py; head width fixed at DK = 64.
 
-   q: (B, h, DK); K, V: (B, g, T, DK), contiguous float32; out: (B, h, DK). */
+   q: (B, h, DK); K, V: (B, g, T, DK), contiguous float32; out: (B, h, DK).
+
+   Scores of -inf (a key the query must not see) get weight 0, whichever thread's range they
+   fall in; a query whose every score is -inf gets 0, as PyTorch's scaled_dot_product_attention
+   gives. A NaN in q, K or V spreads to the output as it does in PyTorch. This relies on IEEE
+   infinities and NaN: never build it with -ffast-math (or -ffinite-math-only). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,11 +71,12 @@ static inline float hmax(vec v) {
     return m;
 }
 
-/* exp(x) for x <= 0 (shifted scores): 2^n * p(f), relative error about 2e-7. A NaN stays NaN
-   (a select on x < -87, not a max), so a corrupted cache shows in the output as it does in
-   PyTorch's attention. */
+/* exp(x) for x <= 0 (shifted scores): 2^n * p(f), relative error about 2e-7; exactly 0 below
+   -87 (where exp is below float32's smallest normal number), so a score of -inf gets weight 0.
+   A NaN stays NaN (a select on x < -87, not a max), so a corrupted cache shows in the output
+   as it does in PyTorch's attention. */
 static inline vec vexp(vec x) {
-    ivec too_small = x < splat(-87.0f);
+    const ivec too_small = x < splat(-87.0f);
     x = (vec)((too_small & (ivec)splat(-87.0f)) | (~too_small & (ivec)x));
     vec t = x * 1.44269504088896341f;
     vec n = (t + 12582912.0f) - 12582912.0f;   /* round to the nearest integer */
@@ -83,11 +89,12 @@ static inline vec vexp(vec x) {
     p = p * f + 6.931472028550421e-1f;
     p = p * f + 1.0f;
     ivec bits = (__builtin_convertvector(n, ivec) + 127) << 23;   /* 2^n */
-    return p * (vec)bits;
+    return (vec)(~too_small & (ivec)(p * (vec)bits));
 }
 
 /* `rows` query heads (a constant after inlining) against n_keys keys of one group.
-   Writes the unnormalised output acc = sum_t exp(s_t - max) v_t, the max and the sum. */
+   Writes the unnormalised output acc = sum_t exp(s_t - max) v_t, the max (-inf while every
+   score so far is -inf) and the sum. */
 static inline __attribute__((always_inline)) void attend_rows(
         const float *q, const float *K, const float *V, long n_keys,
         float *acc_out, float *max_out, float *sum_out, const int rows) {
@@ -122,9 +129,12 @@ static inline __attribute__((always_inline)) void attend_rows(
             const float block_max = hmax(m);
             const float new_max = block_max > run_max[i] ? block_max : run_max[i];
             const float rescale = run_max[i] == -INFINITY ? 0.0f : expf(run_max[i] - new_max);
+            /* Every score so far -inf (a masked start): shift by 0, not by -inf, since
+               -inf - (-inf) is NaN; the block's weights are then exp(-inf) = 0. */
+            const float shift = new_max == -INFINITY ? 0.0f : new_max;
             vec s = splat(0.0f);
             for (int j = 0; j < BLOCK; j += VW) {
-                vec p = vexp(load(w[i] + j) - new_max);
+                vec p = vexp(load(w[i] + j) - shift);
                 store(w[i] + j, p);
                 s += p;
             }
@@ -216,12 +226,14 @@ int fused_decode(const float *q, const float *K, const float *V, float *out,
         float m = -INFINITY, total = 0.0f, o[DK] = {0};
         for (int p = 0; p < threads; p++) m = shares[p].max[row] > m ? shares[p].max[row] : m;
         for (int p = 0; p < threads; p++) {
-            if (shares[p].max[row] == -INFINITY) continue;   /* no keys in this share */
-            const float c = expf(shares[p].max[row] - m);
+            /* A share whose scores are all -inf weighs 0 (its sum and acc are 0, or NaN if
+               its part of q, K or V held one: 0 * NaN keeps the NaN, as PyTorch does). */
+            const float c = shares[p].max[row] == -INFINITY ? 0.0f : expf(shares[p].max[row] - m);
             total += c * shares[p].sum[row];
             for (int d = 0; d < DK; d++) o[d] += c * shares[p].acc[row * DK + d];
         }
-        for (int d = 0; d < DK; d++) out[row * DK + d] = o[d] / total;
+        /* total is 0 only when every score is -inf: the output is then 0, as in PyTorch. */
+        for (int d = 0; d < DK; d++) out[row * DK + d] = total == 0.0f ? o[d] : o[d] / total;
     }
     free(shares); free(parts);
     return 0;

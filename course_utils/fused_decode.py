@@ -186,8 +186,13 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
 
     Returns:
         ``(B, h, 1, dk)``, equal to ``F.scaled_dot_product_attention(q, k, v,
-        enable_gqa=True)`` up to float32 rounding. No mask: a decoding step's one new query
-        may attend to every cached token.
+        enable_gqa=True)`` up to float32 rounding, whatever the thread count. No mask: a
+        decoding step's one new query may attend to every cached token; a key whose score is
+        -inf gets weight 0 (a query whose every score is -inf gets 0, as in PyTorch).
+
+    NaN spreads as in PyTorch: a NaN in one cached key (or value) of group ``j`` makes the
+    whole output of every query head reading group ``j`` NaN, and leaves the other groups'
+    heads finite; a NaN in query head ``i`` makes head ``i``'s output NaN, and only it.
     """
     _check_inputs(q, k, v)
     threads = torch.get_num_threads() if num_threads is None else num_threads

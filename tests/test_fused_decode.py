@@ -245,3 +245,87 @@ def test_bench_decode_leaves_the_kernel_out_where_it_does_not_apply():
     assert "fused" not in result.mha.samples_s
     assert any("head width 64" in note and "width 16" in note for note in result.notes)
 
+
+# --- -inf scores and NaN: the same answer as PyTorch at every thread count ---------------------
+
+
+def _masked_inputs(T, masked, *, seed=0):
+    """Queries > 0 and keys of -inf at ``masked``: those keys score exactly -inf (a mask)."""
+    q, k, v = _inputs(1, 8, 2, T, seed=seed)
+    q = q.abs() + 0.1
+    k[:, :, masked] = float("-inf")
+    return q, k, v
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@needs_kernel
+@pytest.mark.parametrize("masked", [slice(0, 32), slice(0, 40), slice(32, 64), slice(68, 100),
+                                    slice(0, 99)], ids=["keys 0-31", "keys 0-39", "keys 32-63",
+                                                        "keys 68-99", "all but the last"])
+@pytest.mark.parametrize("threads", range(1, 9))
+def test_keys_scoring_minus_inf_get_weight_zero_at_every_thread_count(masked, threads, restore_threads):
+    """T = 100, keys 0-31 at -inf: a block whose every score is -inf while the running max is
+    still -inf computed exp(-inf - -inf) = NaN at 1-3 threads (at 4 the block was a thread's
+    whole share and was skipped)."""
+    q, k, v = _masked_inputs(100, masked)
+    expected = _reference(q, k, v)
+    assert torch.isfinite(expected).all()
+    torch.set_num_threads(threads)  # the default num_threads is torch's
+    out = fused_decode_attention(q, k, v)
+    assert torch.isfinite(out).all(), f"NaN at {threads} thread(s)"
+    torch.testing.assert_close(out, expected, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(fused_decode_attention(q, k, v, num_threads=threads), expected,
+                               atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2, 3, 4, 8])
+def test_a_query_whose_every_score_is_minus_inf_gets_zero_as_in_pytorch(threads):
+    q, k, v = _masked_inputs(100, slice(0, 100))
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert (expected == 0).all()
+    assert (fused_decode_attention(q, k, v, num_threads=threads) == 0).all()
+
+
+@needs_kernel
+@pytest.mark.parametrize("head", [0, 5])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_nan_in_a_query_makes_that_head_nan_as_in_pytorch(head, threads):
+    q, k, v = _inputs(2, 8, 2, 150)
+    q[1, head, 0, 7] = float("nan")
+    out = fused_decode_attention(q, k, v, num_threads=threads)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    nan_where = torch.zeros(2, 8, 1, 64, dtype=torch.bool)
+    nan_where[1, head] = True
+    assert torch.equal(torch.isnan(expected), nan_where)  # PyTorch: that head, and only it
+    assert torch.equal(torch.isnan(out), nan_where)
+    torch.testing.assert_close(out[~nan_where], expected[~nan_where], atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize("where", [0, 40, 149])
+def test_a_nan_in_a_value_makes_its_groups_heads_nan_as_in_pytorch(where):
+    q, k, v = _inputs(1, 8, 2, 150)
+    v[0, 0, where, 9] = float("nan")
+    out = fused_decode_attention(q, k, v, num_threads=3)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert torch.equal(torch.isnan(out), torch.isnan(expected))
+    assert torch.isnan(out[:, :4, :, 9]).all() and torch.isfinite(out[:, 4:]).all()
+
+
+@needs_kernel
+def test_a_nan_key_among_minus_inf_keys_still_shows():
+    """Every other key of the block at -inf: the NaN must not be lost with the masked block."""
+    q, k, v = _masked_inputs(64, slice(0, 64))
+    k[0, 1, 10] = float("nan")
+    out = fused_decode_attention(q, k, v, num_threads=2)
+    assert torch.isnan(out[:, 4:]).all() and (out[:, :4] == 0).all()
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert torch.isnan(expected[:, 4:]).all()
+
