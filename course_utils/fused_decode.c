@@ -13,7 +13,10 @@
    Portable C: GCC/Clang vector extensions, so the compiler picks the CPU's vector width.
    Built by course_utils/fused_decode.py; head width fixed at DK = 64.
 
-   q: (B, h, DK); K, V: (B, g, T, DK), contiguous float32; out: (B, h, DK).
+   q: (B, h, DK) and out: (B, h, DK), contiguous float32. K, V: (B, g, T, DK) float32 whose
+   rows of DK floats are contiguous, at any strides (in floats) between batches, groups and
+   time steps: a slice cache[:, :, :T] of a preallocated (B, g, Tmax, DK) buffer, or a
+   (B, T, g, DK) buffer seen as (B, g, T, DK), is read in place, without a copy.
 
    Scores of -inf (a key the query must not see) get weight 0, whichever thread's range they
    fall in; a query whose every score is -inf gets 0, as PyTorch's scaled_dot_product_attention
@@ -92,11 +95,11 @@ static inline vec vexp(vec x) {
     return (vec)(~too_small & (ivec)(p * (vec)bits));
 }
 
-/* `rows` query heads (a constant after inlining) against n_keys keys of one group.
-   Writes the unnormalised output acc = sum_t exp(s_t - max) v_t, the max (-inf while every
-   score so far is -inf) and the sum. */
+/* `rows` query heads (a constant after inlining) against n_keys keys of one group, key t's
+   row at K + t * ks, value t's at V + t * vs. Writes the unnormalised output
+   acc = sum_t exp(s_t - max) v_t, the max (-inf while every score so far is -inf) and the sum. */
 static inline __attribute__((always_inline)) void attend_rows(
-        const float *q, const float *K, const float *V, long n_keys,
+        const float *q, const float *K, const float *V, long n_keys, long ks, long vs,
         float *acc_out, float *max_out, float *sum_out, const int rows) {
     vec qs[MAX_ROWS][NV], acc[MAX_ROWS][NV];
     float run_max[MAX_ROWS], run_sum[MAX_ROWS];
@@ -111,11 +114,11 @@ static inline __attribute__((always_inline)) void attend_rows(
     }
     for (long t0 = 0; t0 < n_keys; t0 += BLOCK) {
         const int n = n_keys - t0 < BLOCK ? (int)(n_keys - t0) : BLOCK;
-        const float *Kb = K + t0 * DK, *Vb = V + t0 * DK;
+        const float *Kb = K + t0 * ks, *Vb = V + t0 * vs;
         for (int t = 0; t < n; t++) {   /* scores; ask for this block's V meanwhile */
-            for (int j = 0; j < DK; j += 16) __builtin_prefetch(Vb + t * DK + j);
+            for (int j = 0; j < DK; j += 16) __builtin_prefetch(Vb + t * vs + j);
             vec k[NV];
-            for (int j = 0; j < NV; j++) k[j] = load(Kb + t * DK + VW * j);
+            for (int j = 0; j < NV; j++) k[j] = load(Kb + t * ks + VW * j);
             for (int i = 0; i < rows; i++) {
                 vec a = qs[i][0] * k[0];
                 for (int j = 1; j < NV; j++) a += qs[i][j] * k[j];
@@ -144,9 +147,9 @@ static inline __attribute__((always_inline)) void attend_rows(
         }
         for (int t = 0; t < n; t++) {   /* weights @ V; ask for the next block's K meanwhile */
             if (t0 + BLOCK + t < n_keys)
-                for (int j = 0; j < DK; j += 16) __builtin_prefetch(Kb + (BLOCK + t) * DK + j);
+                for (int j = 0; j < DK; j += 16) __builtin_prefetch(Kb + (BLOCK + t) * ks + j);
             vec v[NV];
-            for (int j = 0; j < NV; j++) v[j] = load(Vb + t * DK + VW * j);
+            for (int j = 0; j < NV; j++) v[j] = load(Vb + t * vs + VW * j);
             for (int i = 0; i < rows; i++)
                 for (int j = 0; j < NV; j++) acc[i][j] += w[i][t] * v[j];
         }
@@ -159,8 +162,9 @@ static inline __attribute__((always_inline)) void attend_rows(
 }
 
 #define ATTEND(R) \
-    static void attend##R(const float *q, const float *K, const float *V, long n, \
-                          float *acc, float *mx, float *sm) { attend_rows(q, K, V, n, acc, mx, sm, R); }
+    static void attend##R(const float *q, const float *K, const float *V, long n, long ks, long vs, \
+                          float *acc, float *mx, float *sm) { \
+        attend_rows(q, K, V, n, ks, vs, acc, mx, sm, R); }
 ATTEND(1)
 ATTEND(2)
 ATTEND(3)
@@ -174,6 +178,7 @@ typedef struct {   /* one thread's share: keys [t_begin, t_end) of every (batch,
     const float *q, *K, *V;
     float *acc, *max, *sum;   /* (B*h, DK), (B*h), (B*h) */
     long B, h, g, T, t_begin, t_end;
+    long kb, kg, kt, vb, vg, vt;   /* strides of K and V, in floats: batch, group, time */
 } Share;
 
 static void *run_share(void *arg) {
@@ -181,30 +186,33 @@ static void *run_share(void *arg) {
     const long r = s->h / s->g, n = s->t_end - s->t_begin;
     for (long b = 0; b < s->B; b++)
         for (long j = 0; j < s->g; j++) {
-            const long kv = ((b * s->g + j) * s->T + s->t_begin) * DK;
+            const float *Kg = s->K + b * s->kb + j * s->kg + s->t_begin * s->kt;
+            const float *Vg = s->V + b * s->vb + j * s->vg + s->t_begin * s->vt;
+            const long ks = s->kt, vs = s->vt;
             for (long i = 0; i < r; i += MAX_ROWS) {
                 const long row = b * s->h + j * r + i;
                 const float *q = s->q + row * DK;
                 float *acc = s->acc + row * DK, *mx = s->max + row, *sm = s->sum + row;
-                const float *Kg = s->K + kv, *Vg = s->V + kv;
                 switch (r - i < MAX_ROWS ? r - i : MAX_ROWS) {   /* rows in this pass */
-                    case 1: attend1(q, Kg, Vg, n, acc, mx, sm); break;
-                    case 2: attend2(q, Kg, Vg, n, acc, mx, sm); break;
-                    case 3: attend3(q, Kg, Vg, n, acc, mx, sm); break;
-                    case 4: attend4(q, Kg, Vg, n, acc, mx, sm); break;
-                    case 5: attend5(q, Kg, Vg, n, acc, mx, sm); break;
-                    case 6: attend6(q, Kg, Vg, n, acc, mx, sm); break;
-                    case 7: attend7(q, Kg, Vg, n, acc, mx, sm); break;
-                    default: attend8(q, Kg, Vg, n, acc, mx, sm); break;
+                    case 1: attend1(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
+                    case 2: attend2(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
+                    case 3: attend3(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
+                    case 4: attend4(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
+                    case 5: attend5(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
+                    case 6: attend6(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
+                    case 7: attend7(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
+                    default: attend8(q, Kg, Vg, n, ks, vs, acc, mx, sm); break;
                 }
             }
         }
     return NULL;
 }
 
-/* out = softmax(q K^T / sqrt(DK)) V for every query head; 0 on success, -1 if out of memory. */
+/* out = softmax(q K^T / sqrt(DK)) V for every query head; 0 on success, -1 if out of memory.
+   k_strides and v_strides: (batch, group, time) strides of K and V in floats. */
 int fused_decode(const float *q, const float *K, const float *V, float *out,
-                 long B, long h, long g, long T, int threads) {
+                 long B, long h, long g, long T, const long *k_strides, const long *v_strides,
+                 int threads) {
     if (threads < 1) threads = 1;
     long per = (T + threads - 1) / threads;
     per = (per + BLOCK - 1) / BLOCK * BLOCK;   /* whole blocks per thread */
@@ -216,7 +224,9 @@ int fused_decode(const float *q, const float *K, const float *V, float *out,
     for (int p = 0; p < threads; p++) {
         float *base = parts + p * rows * (DK + 2);
         shares[p] = (Share){q, K, V, base, base + rows * DK, base + rows * (DK + 1),
-                            B, h, g, T, p * per, (p + 1) * per < T ? (p + 1) * per : T};
+                            B, h, g, T, p * per, (p + 1) * per < T ? (p + 1) * per : T,
+                            k_strides[0], k_strides[1], k_strides[2],
+                            v_strides[0], v_strides[1], v_strides[2]};
     }
     /* With OpenMP this reuses the thread pool PyTorch already runs (same libgomp);
        without it, the shares run one after another. */

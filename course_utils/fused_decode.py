@@ -138,8 +138,8 @@ def _library() -> ctypes.CDLL | str:
 
 def _load(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
-    pointer, long = ctypes.c_void_p, ctypes.c_long
-    lib.fused_decode.argtypes = [pointer] * 4 + [long] * 4 + [ctypes.c_int]
+    pointer, long, strides = ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_long)
+    lib.fused_decode.argtypes = [pointer] * 4 + [long] * 4 + [strides] * 2 + [ctypes.c_int]
     lib.fused_decode.restype = ctypes.c_int
     return lib
 
@@ -155,6 +155,18 @@ def fused_decode_build() -> str:
     why it was not."""
     lib = _library()
     return f"not built: {lib}" if isinstance(lib, str) else f"built with {lib.build_flags}"
+
+
+def _kv_strides(name: str, t: Tensor) -> tuple[int, int, int]:
+    """(batch, group, time) strides of a K or V whose rows of HEAD_WIDTH floats are contiguous."""
+    if t.stride(3) != 1:
+        raise ValueError(
+            f"{name} must keep each row of {HEAD_WIDTH} numbers together in memory (stride 1 along "
+            f"the last axis), got strides {tuple(t.stride())} for shape {tuple(t.shape)}; any strides "
+            "along B, g and T are fine (a slice cache[:, :, :T] of a preallocated cache is read in "
+            f"place). The kernel does not copy the cache: pass {name}.contiguous() (a copy, every "
+            "step) or use grouped_query_attention")
+    return t.stride(0), t.stride(1), t.stride(2)
 
 
 def _check_inputs(q: object, k: object, v: object) -> None:
@@ -173,15 +185,22 @@ def _check_inputs(q: object, k: object, v: object) -> None:
                          "grouped_query_attention handles any width")
     if k.shape[2] == 0:
         raise ValueError("k and v hold no cached tokens (T = 0): there is nothing to attend to")
+    _kv_strides("k", k)
+    _kv_strides("v", v)
 
 
 def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int | None = None) -> Tensor:
     """One decoding step of grouped-query attention, fused: one pass over the cache per 8 heads.
 
     Args:
-        q: ``(B, h, 1, dk)`` float32, one new token's queries, ``dk = 64``.
+        q: ``(B, h, 1, dk)`` float32, one new token's queries, ``dk = 64`` (copied if it is
+            not contiguous: one row per head).
         k, v: ``(B, g, T, dk)`` float32, the cache, ``h % g == 0``; query head ``i`` reads
-            key/value head ``i // (h // g)`` (blocked, as ``enable_gqa``).
+            key/value head ``i // (h // g)`` (blocked, as ``enable_gqa``). Read in place,
+            never copied: any strides along ``B``, ``g`` and ``T`` (a slice
+            ``cache[:, :, :T]`` of a preallocated ``(B, g, Tmax, dk)`` buffer, or a
+            ``(B, T, g, dk)`` buffer transposed), but each row of ``dk`` numbers must be
+            contiguous (stride 1 along the last axis), else a ValueError says so.
         num_threads: threads to split the keys over (default: ``torch.get_num_threads()``).
 
     Returns:
@@ -209,15 +228,18 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
 
 
 def _run(lib: ctypes.CDLL, q: Tensor, k: Tensor, v: Tensor, threads: int) -> Tensor:
-    """Call the compiled kernel on checked inputs."""
-    q, k, v = q.detach().contiguous(), k.detach().contiguous(), v.detach().contiguous()
+    """Call the compiled kernel on checked inputs (k and v read in place, at their strides)."""
+    q = q.detach().contiguous()  # (B, h, 1, dk): one row per head, a negligible copy if any
+    k, v = k.detach(), v.detach()
     if q.numel() == 0:  # no sequences or no heads: nothing to compute
         return torch.empty_like(q)
+    strides = ctypes.c_long * 3
+    k_strides, v_strides = strides(*_kv_strides("k", k)), strides(*_kv_strides("v", v))
     B, h, _, _ = q.shape
     g, T = k.shape[1], k.shape[2]
     out = torch.empty_like(q)  # (B, h, 1, dk)
     status = lib.fused_decode(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                              B, h, g, T, threads)
+                              B, h, g, T, k_strides, v_strides, threads)
     if status != 0:
         raise MemoryError("the fused decode kernel could not allocate its partial results")
     return out

@@ -128,10 +128,11 @@ def test_query_head_i_reads_kv_head_i_over_group_size():
 
 
 @needs_kernel
-def test_non_contiguous_inputs_give_the_same_result():
+def test_a_non_contiguous_query_gives_the_same_result():
     q, k, v = _inputs(1, 8, 2, 100)
-    k_strided = k.transpose(2, 3).contiguous().transpose(2, 3)  # same values, other strides
-    torch.testing.assert_close(fused_decode_attention(q, k_strided, v), fused_decode_attention(q, k, v))
+    q_strided = q.transpose(1, 3).contiguous().transpose(1, 3)  # same values, other strides
+    assert not q_strided.is_contiguous()
+    torch.testing.assert_close(fused_decode_attention(q_strided, k, v), fused_decode_attention(q, k, v))
 
 
 @needs_kernel
@@ -160,6 +161,10 @@ q0, k0, v0 = _inputs(1, 8, 2, 10)
     (lambda: fused_decode_attention(q0[:, :6], torch.randn(1, 4, 10, 64), torch.randn(1, 4, 10, 64)),
      ValueError, ["4 key/value heads", "6 query heads"]),
     (lambda: fused_decode_attention(q0, k0[:, :, :0], v0[:, :, :0]), ValueError, ["T = 0"]),
+    (lambda: fused_decode_attention(q0, k0.transpose(2, 3).contiguous().transpose(2, 3), v0), ValueError,
+     ["k must keep each row of 64 numbers together", "stride 1", "(1280, 640, 1, 10)", "k.contiguous()"]),
+    (lambda: fused_decode_attention(q0, k0, torch.randn(1, 2, 64, 10).transpose(2, 3)), ValueError,
+     ["v must keep each row", "(1280, 640, 1, 10)", "(1, 2, 10, 64)"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=0), ValueError, ["num_threads", "0"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=2.0), ValueError, ["num_threads", "2.0"]),
     (lambda: fused_decode_attention(q0.clone().requires_grad_(), k0, v0), ValueError,
@@ -328,4 +333,55 @@ def test_a_nan_key_among_minus_inf_keys_still_shows():
     assert torch.isnan(out[:, 4:]).all() and (out[:, :4] == 0).all()
     expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     assert torch.isnan(expected[:, 4:]).all()
+
+
+# --- a cache read in place: strides along B, g and T ----------------------------------------
+
+
+class _Recording:
+    """Stands in for the compiled library: records the pointers the kernel is given."""
+
+    def __init__(self, lib):
+        self.lib, self.calls = lib, []
+
+    def fused_decode(self, *args):
+        self.calls.append(args)
+        return self.lib.fused_decode(*args)
+
+
+@needs_kernel
+@pytest.mark.parametrize("T", [1, 31, 100, 257])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_slice_of_a_preallocated_cache_is_read_in_place(T, threads):
+    """cache[:, :, :T] of a (B, g, Tmax, dk) buffer: K and V rows of a head are contiguous, the
+    heads Tmax rows apart. The kernel gets the buffer's own memory, not a copy."""
+    gen = torch.Generator().manual_seed(T)
+    k_cache = torch.randn(2, 2, 300, 64, generator=gen)
+    v_cache = torch.randn(2, 2, 300, 64, generator=gen)
+    q = torch.randn(2, 8, 1, 64, generator=gen)
+    k, v = k_cache[:, :, :T], v_cache[:, :, :T]
+    assert T == 1 or not k.is_contiguous()
+    lib = _Recording(fused_decode._library())
+    out = fused_decode._run(lib, q, k, v, threads)
+    (args,) = lib.calls
+    assert args[1] == k_cache.data_ptr() and args[2] == v_cache.data_ptr()  # no copy
+    torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(fused_decode_attention(q, k, v, num_threads=threads), out)
+
+
+@needs_kernel
+def test_other_cache_layouts_are_read_in_place():
+    """A (B, T, g, dk) buffer seen as (B, g, T, dk); a cache shared by the batch (stride 0);
+    a slice starting after the buffer's first token; k and v with different strides."""
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 8, 1, 64, generator=gen)
+    btgd = torch.randn(3, 120, 2, 64, generator=gen)
+    v = torch.randn(3, 2, 100, 64, generator=gen)
+    shared = torch.randn(1, 2, 100, 64, generator=gen).expand(3, -1, -1, -1)
+    offset = torch.randn(3, 2, 150, 64, generator=gen)[:, :, 50:]
+    for k in (btgd.transpose(1, 2)[:, :, :100], shared, offset):
+        lib = _Recording(fused_decode._library())
+        out = fused_decode._run(lib, q, k, v, 2)
+        assert lib.calls[0][1] == k.data_ptr() and lib.calls[0][2] == v.data_ptr()
+        torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
 
