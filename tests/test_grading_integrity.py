@@ -177,7 +177,7 @@ def test_no_answer_makes_a_check_raise(name):
 
 # -- autograde: a fresh, hash-checked package --------------------------------------------
 def test_grade_refuses_a_package_that_differs_from_the_manifest():
-    with pytest.raises(AssertionError, match="differs from the one this assignment was made with"):
+    with pytest.raises(AssertionError, match="differ from the ones this assignment was made with"):
         autograde.grade("lesson03", "check_score_macs", lambda *a: 0, "0" * 64, history=[])
 
 

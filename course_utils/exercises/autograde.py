@@ -8,8 +8,9 @@ writes it; nbgrader strips it from the student's release and puts it back at aut
 that imports this module afresh, with every ``course_utils`` module dropped from
 ``sys.modules`` first, and calls :func:`grade`. :func:`grade`
 
-* checks that the fresh ``course_utils`` modules come from files whose sha256 matches the
-  manifest the instructor's copy was made with (so a planted or edited package fails);
+* checks that the fresh checks come from files whose sha256 matches the manifest the
+  instructor's copy was made with, and that every ``course_utils`` module was loaded from
+  the installed package (so a planted or edited copy fails);
 * runs the check from those fresh modules, with the call watch of :mod:`.core` (a reference
   twin called under any name or in any thread, or the profiler switched off, is named);
 * refuses answers from a kernel whose history shows the known ways around grading
@@ -46,9 +47,11 @@ TAMPERING = {
 
 
 def manifest() -> str:
-    """sha256 over every ``course_utils`` source file and stored answer, by relative path."""
+    """sha256 over the checks' files (``course_utils/exercises``: code and stored answers), by
+    relative path. The rest of the package may change (a fix to a benchmark) without
+    invalidating assignments already released."""
     digest = hashlib.sha256()
-    for path in sorted(PACKAGE_ROOT.rglob("*")):
+    for path in sorted((PACKAGE_ROOT / "exercises").rglob("*")):
         if path.suffix not in (".py", ".pt", ".c") or "__pycache__" in path.parts:
             continue
         digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0")
@@ -103,9 +106,10 @@ def grade(lesson: str, check: str, answer: Callable[..., Any], expected_manifest
     found = manifest()
     if found != expected_manifest:
         raise AssertionError(
-            "autograde: the installed course_utils differs from the one this assignment was made "
-            f"with (manifest {found[:12]} vs {expected_manifest[:12]}); grade with the release "
-            "the assignment was generated from.")
+            "autograde: the installed checks (course_utils/exercises) differ from the ones this "
+            f"assignment was made with (manifest {found[:12]} vs {expected_manifest[:12]}); "
+            "autograde with the course_utils the assignment was generated from, or run "
+            "`nbgrader_tools.py source` and `generate_assignment` again.")
     strays = _loaded_from_package()
     if strays:
         raise AssertionError(f"autograde: modules {strays} were not loaded from the course package")
