@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import shutil
@@ -15,8 +16,12 @@ from course_utils import fused_decode
 from course_utils.bench_gqa import bench_decode
 from course_utils.fused_decode import fused_decode_attention, fused_decode_status
 
-needs_kernel = pytest.mark.skipif(fused_decode_status() is not None,
-                                  reason=f"fused kernel unavailable: {fused_decode_status()}")
+# Skipped where the kernel cannot be built (no compiler, say); a kernel that builds but fails its
+# self-test fails these tests instead, and so does any call that falls back to PyTorch unasked.
+_WHY_NOT = fused_decode_status()
+needs_kernel = pytest.mark.skipif(_WHY_NOT is not None and "self-test" not in _WHY_NOT,
+                                  reason=f"fused kernel unavailable: {_WHY_NOT}")
+pytestmark = pytest.mark.filterwarnings("error:the fused decode kernel is unavailable:RuntimeWarning")
 
 
 def _inputs(B, h, g, T, *, seed=0, key_scale=1.0):
@@ -50,6 +55,12 @@ def test_matches_pytorch_enable_gqa(B, h, g, T, threads):
     out = fused_decode_attention(q, k, v, num_threads=threads)
     assert out.shape == q.shape and out.dtype == torch.float32
     torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+def test_the_kernel_builds_and_passes_its_self_test():
+    assert fused_decode_status() is None
+    assert fused_decode._self_test(fused_decode._library()) is None
 
 
 @needs_kernel
@@ -88,11 +99,12 @@ def test_inputs_that_ask_for_no_gradient_are_fine_under_no_grad():
 def test_every_vector_width_of_the_kernel_agrees_with_pytorch(tmp_path, extra):
     """The machine running CI decides which width the cached build uses; build the others."""
     cc = fused_decode._compiler()
-    target = tmp_path / "kernel.so"
-    error = fused_decode._build(cc, (*fused_decode._FLAGS, "-fopenmp", *extra), target)
-    if error is not None:
+    target, error, _ = fused_decode._compile(cc, (*fused_decode._FLAGS, "-fopenmp", *extra), tmp_path,
+                                             "kernel", 120.0)
+    if target is None:
         pytest.skip(f"{cc[0]} does not build with {extra}: {error}")
     lib = fused_decode._load(target)
+    assert fused_decode._self_test(lib) is None
     for B, h, g, T in [(1, 16, 4, 1000), (2, 10, 2, 129), (1, 6, 6, 1), (1, 16, 1, 77)]:
         q, k, v = _inputs(B, h, g, T, seed=T)
         torch.testing.assert_close(fused_decode._run(lib, q, k, v, 2), _reference(q, k, v),
@@ -114,7 +126,8 @@ def test_an_unwritable_cache_folder_falls_back_to_the_temp_folder(fresh_build, m
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     monkeypatch.setattr(tempfile, "tempdir", str(fresh_build / "tmp"))
     (fresh_build / "tmp").mkdir()
-    assert fused_decode_status() is None
+    with pytest.warns(RuntimeWarning, match=r"refused .*not-a-folder/course_utils: cannot create it"):
+        assert fused_decode_status() is None
     assert list((fresh_build / "tmp").glob("course_utils-*/fused_decode-*.so"))
 
 
@@ -186,15 +199,16 @@ def fresh_build(monkeypatch, tmp_path):
     fused_decode._library.cache_clear()
 
 
-def test_without_a_compiler_the_kernel_says_why_and_the_error_points_to_the_torch_function(
-        fresh_build, monkeypatch):
+def test_without_a_compiler_the_kernel_says_why_and_pytorch_computes_the_result(fresh_build, monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler-anywhere")
-    assert "no C compiler" in fused_decode_status()
-    with pytest.raises(RuntimeError, match="grouped_query_attention computes the same result"):
-        fused_decode_attention(q0, k0, v0)
+    assert fused_decode_status() == "CC=no-such-compiler-anywhere: no program 'no-such-compiler-anywhere' " \
+                                    "found on PATH"
+    with pytest.warns(RuntimeWarning, match="unavailable .*no-such-compiler.*grouped_query_attention"):
+        out = fused_decode_attention(q0, k0, v0)
+    torch.testing.assert_close(out, _reference(q0, k0, v0), atol=2e-6, rtol=1e-5)
     result = bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=1, warmup=0, copy_mib=1)
     assert "fused" not in result.mha.samples_s
-    assert any(note.startswith("fused: not run (no C compiler") for note in result.notes)
+    assert any(note.startswith("fused: not run (CC=no-such-compiler-anywhere") for note in result.notes)
     assert result.notes[0] in result.format()
 
 
@@ -203,9 +217,10 @@ def test_a_failed_build_is_reported_not_raised(fresh_build, monkeypatch):
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
     why = fused_decode_status()
     assert "could not build fused_decode.c" in why and "[generic]" in why  # every option tried
+    assert "exit status 1" in why and "reset_fused_decode()" in why
     assert fused_decode.fused_decode_build() == f"not built: {why}"
     fused_decode._library.cache_clear()  # a new process: the failures are remembered
-    assert "delete it to try again" in fused_decode_status()
+    assert "remembered in" in fused_decode_status() and "reset_fused_decode()" in fused_decode_status()
 
 
 @needs_kernel
@@ -249,6 +264,7 @@ def test_bench_decode_leaves_the_kernel_out_where_it_does_not_apply():
     result = bench_decode(8, 16, 64, 2, groups=(8, 2), repeats=1, warmup=0, copy_mib=1)  # width 16
     assert "fused" not in result.mha.samples_s
     assert any("head width 64" in note and "width 16" in note for note in result.notes)
+
 
 
 # --- -inf scores and NaN: the same answer as PyTorch at every thread count ---------------------
@@ -385,3 +401,129 @@ def test_other_cache_layouts_are_read_in_place():
         assert lib.calls[0][1] == k.data_ptr() and lib.calls[0][2] == v.data_ptr()
         torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
 
+
+# --- the compiler: CC, its output, its time, a retry ------------------------------------------
+
+
+def _script(folder, name, body):
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_a_cc_that_is_not_a_command_line_gets_a_clear_message(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", 'gcc "')
+    why = fused_decode_status()
+    assert "CC='gcc \"'" in why and "No closing quotation" in why and "CC=gcc" in why
+
+
+def test_a_cc_path_that_does_not_exist_is_named(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert fused_decode_status() == "CC=/nonexistent/cc: no such file"
+    monkeypatch.setenv("CC", "/nonexistent/cc -O2")
+    fused_decode._library.cache_clear()
+    assert fused_decode_status() == "CC=/nonexistent/cc -O2: no such file (/nonexistent/cc)"
+
+
+def test_a_cc_that_is_not_executable_is_named(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", str(fresh_build))
+    assert fused_decode_status() == f"CC={fresh_build}: {fresh_build} is not an executable file"
+
+
+def test_a_cc_that_cannot_be_run_is_reported_and_not_remembered(fresh_build, monkeypatch):
+    cc = fresh_build / "not-a-program"
+    cc.write_text("no #! line: the system cannot run this\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert f"could not run {cc}: Exec format error" in why
+    assert not list((fresh_build / "course_utils").glob("*.failed"))  # tried again next time
+
+
+def test_a_compiler_printing_non_utf8_is_reported_not_raised(fresh_build, monkeypatch):
+    cc = _script(fresh_build, "latin1-cc", "printf 'erreur: fichier \\351crit\\377\\n' >&2; exit 1\n")
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert "erreur: fichier \ufffdcrit\ufffd" in why and "[generic]" in why
+
+
+@pytest.mark.parametrize("timeout", ["1", "0.5"])
+def test_a_compiler_that_hangs_is_stopped_after_the_timeout(fresh_build, monkeypatch, timeout):
+    """`sleep` is a child of the script: it holds the output pipe open after the script is
+    killed, so the whole process group must go, or the wait lasts the full 30 s."""
+    monkeypatch.setenv("CC", str(_script(fresh_build, "slow-cc", "sleep 30\nexit 1\n")))
+    monkeypatch.setenv(fused_decode.TIMEOUT_ENV, timeout)
+    import time
+
+    start = time.monotonic()
+    why = fused_decode_status()
+    elapsed = time.monotonic() - start
+    assert elapsed < 10, elapsed
+    assert f"did not finish within {timeout} s" in why and fused_decode.TIMEOUT_ENV in why
+    assert "[-march=native]" not in why  # a compiler that hangs once is not run twice more
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "nan", "inf"])
+def test_a_bad_timeout_setting_is_named(fresh_build, monkeypatch, value):
+    monkeypatch.setenv(fused_decode.TIMEOUT_ENV, value)
+    why = fused_decode_status()
+    assert why == (f"{fused_decode.TIMEOUT_ENV}={value!r}: expected a number of seconds > 0 "
+                   "(default 120)")
+
+
+@needs_kernel
+def test_a_failed_build_can_be_retried_in_the_same_process(fresh_build, monkeypatch):
+    """A compiler that fails once (a missing header, installed since): reset_fused_decode()
+    forgets the remembered failure and builds."""
+    broken = fresh_build / "broken"
+    broken.write_text("")
+    real = fused_decode._compiler()[0]
+    script = (f'[ -e {broken} ] && {{ echo "missing.h: not found" >&2; exit 1; }}\n'
+              f'exec {real} "$@"\n')
+    monkeypatch.setenv("CC", str(_script(fresh_build, "flaky-cc", script)))
+    assert "missing.h: not found" in fused_decode_status()
+    broken.unlink()
+    fused_decode._library.cache_clear()
+    assert "remembered in" in fused_decode_status()  # not retried on its own
+    fused_decode.reset_fused_decode()
+    assert fused_decode_status() is None
+    assert not list((fresh_build / "course_utils").glob("*.failed"))
+
+
+# --- the self-test: a build that disagrees with PyTorch is never used -------------------------
+
+
+@needs_kernel
+def test_a_fast_math_build_is_refused_and_not_cached(fresh_build, monkeypatch):
+    """-ffast-math lets the compiler assume there is no -inf: the kernel is then off by ~0.2."""
+    monkeypatch.setenv("CC", f"{fused_decode._compiler()[0]} -ffast-math")
+    why = fused_decode_status()
+    assert "disagrees with F.scaled_dot_product_attention" in why and "-ffast-math" in why
+    assert "[generic]" in why
+    assert not list((fresh_build / "course_utils").glob("*.so*"))  # nothing kept as good
+    with pytest.warns(RuntimeWarning, match="unavailable"):
+        out = fused_decode_attention(*_masked_inputs(100, slice(0, 32)))
+    torch.testing.assert_close(out, _reference(*_masked_inputs(100, slice(0, 32))), atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+def test_a_cached_build_that_disagrees_is_refused_when_loaded(fresh_build):
+    """A cached library with a valid record that fails the self-test (built by a compiler
+    that has changed under the same name, say) is not used: it is built again."""
+    assert fused_decode_status() is None
+    (library,) = (fresh_build / "course_utils").glob("fused_decode-*.so")
+    good = library.read_bytes()
+    cc = fused_decode._compiler()
+    bad, error, _ = fused_decode._compile([*cc, "-ffast-math"], (*fused_decode._FLAGS, "-march=native",
+                                                                "-fopenmp"), fresh_build, "bad", 120.0)
+    assert bad is not None, error
+    os.replace(bad, library)  # a new file: the loaded one stays intact
+    fused_decode._record_path(library).write_text(hashlib.sha256(library.read_bytes()).hexdigest() + "\n")
+    fused_decode._library.cache_clear()
+    with pytest.warns(RuntimeWarning, match="disagrees with F.scaled_dot_product_attention"):
+        assert fused_decode_status() is None
+    assert "rebuilt" in fused_decode.fused_decode_build() and "disagrees" in fused_decode.fused_decode_build()
+    assert fused_decode.fused_decode_build().startswith("built with -march=native -fopenmp")
+    assert library.read_bytes() == good
+    assert fused_decode._recorded_sha256(library) == hashlib.sha256(good).hexdigest()

@@ -1,0 +1,283 @@
+"""The fused kernel's build directory: only a library this user built there is ever loaded.
+
+A shared library runs its constructor the moment it is loaded, so a file planted where the
+kernel is looked for (a temp folder on a shared JupyterHub) would run inside the learner's
+process. Each test plants such a library, whose constructor writes a marker file, where it
+must not be loaded, and checks that the marker never appears.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import fused_decode
+from course_utils.fused_decode import fused_decode_attention, fused_decode_build, fused_decode_status
+
+# Skipped where the kernel cannot be built (no compiler, say); a kernel that builds but fails its
+# self-test fails these tests instead, and so does any call that falls back to PyTorch unasked.
+_WHY_NOT = fused_decode_status()
+needs_kernel = pytest.mark.skipif(_WHY_NOT is not None and "self-test" not in _WHY_NOT,
+                                  reason=f"fused kernel unavailable: {_WHY_NOT}")
+pytestmark = pytest.mark.filterwarnings("error:the fused decode kernel is unavailable:RuntimeWarning")
+needs_posix = pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX owners and modes")
+
+PLANTED_SOURCE = r"""
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen("%s", "w");
+    if (f) { fputs("the planted library's code ran", f); fclose(f); }
+}
+int fused_decode(void) { return 0; }
+"""
+
+
+@pytest.fixture
+def place(monkeypatch, tmp_path):
+    """The user cache and the temp folder, both under tmp_path; the kernel forgotten before
+    and after; a marker file that only a planted library's constructor would write."""
+    cache, tmp = tmp_path / "cache", tmp_path / "tmp"
+    cache.mkdir()
+    tmp.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    fused_decode._library.cache_clear()
+    yield SimpleNamespace(root=tmp_path, cache=cache / "course_utils",
+                          tmp=lambda: tmp / f"course_utils-{fused_decode._uid()}",
+                          marker=tmp_path / "planted-code-ran")
+    fused_decode._library.cache_clear()
+
+
+def _planted_library(place) -> bytes:
+    """A library whose constructor writes place.marker (what an attacker would plant)."""
+    cc = fused_decode._compiler()
+    source = place.root / "planted.c"
+    source.write_text(PLANTED_SOURCE % place.marker)
+    built = place.root / "planted.so"
+    subprocess.run([*cc, "-shared", "-fPIC", "-o", str(built), str(source)], check=True)
+    return built.read_bytes()
+
+
+def _kernel_names() -> list[str]:
+    """The file names the kernel is looked up under (one per set of flags), as an attacker
+    can compute them: source, compiler, flags and /proc/cpuinfo."""
+    cc = fused_decode._compiler()
+    source = fused_decode._SOURCE.read_bytes()
+    return [fused_decode._kernel_name(cc, (*fused_decode._FLAGS, *options), source)
+            for options in fused_decode._OPTIONS]
+
+
+def _plant(folder: Path, library: bytes, *, with_record: bool) -> None:
+    """The planted library under every name the kernel is looked for, with a matching sha256
+    record if asked (an attacker who can write the folder can write that too)."""
+    for name in _kernel_names():
+        (folder / f"{name}.so").write_bytes(library)
+        if with_record:
+            (folder / f"{name}.so.sha256").write_text(hashlib.sha256(library).hexdigest() + "\n")
+
+
+def _give_away(folder: Path, monkeypatch) -> int:
+    """Make ``folder`` someone else's: really (as root), else by pretending to be another user."""
+    if os.getuid() == 0:
+        os.chown(folder, 65534, 65534)
+        return 65534
+    real = os.getuid()
+    monkeypatch.setattr(fused_decode, "_uid", lambda: real + 1)
+    return real
+
+
+def _assert_falls_back_to_pytorch():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, 1, 64, generator=gen)
+    k, v = torch.randn(1, 2, 40, 64, generator=gen), torch.randn(1, 2, 40, 64, generator=gen)
+    with pytest.warns(RuntimeWarning, match="unavailable .*computing the same result"):
+        out = fused_decode_attention(q, k, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                               atol=2e-6, rtol=1e-5)
+
+
+@needs_kernel
+@needs_posix
+def test_the_directory_is_created_private_and_the_build_recorded(place):
+    assert fused_decode_status() is None
+    assert stat.S_IMODE(place.cache.stat().st_mode) == 0o700
+    (library,) = place.cache.glob("fused_decode-*.so")
+    record = place.cache / f"{library.name}.sha256"
+    assert record.read_text() == f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
+    assert sorted(p.name for p in place.cache.iterdir()) == [library.name, record.name]  # no temp files
+    assert not place.tmp().exists()  # the temp folder is not needed
+
+
+@needs_kernel
+@needs_posix
+def test_an_existing_directory_of_yours_readable_by_others_is_made_private(place):
+    place.cache.mkdir(mode=0o755)
+    place.cache.chmod(0o755)
+    assert fused_decode_status() is None
+    assert stat.S_IMODE(place.cache.stat().st_mode) == 0o700
+
+
+@needs_kernel
+@needs_posix
+def test_a_planted_library_without_a_record_is_never_loaded(place):
+    place.cache.mkdir(mode=0o700)
+    planted = _planted_library(place)
+    _plant(place.cache, planted, with_record=False)
+    with pytest.warns(RuntimeWarning, match="has no recorded sha256"):
+        assert fused_decode_status() is None
+    assert not place.marker.exists()
+    assert "rebuilt" in fused_decode_build() and "no recorded sha256" in fused_decode_build()
+    (library,) = [place.cache / f"{name}.so" for name in _kernel_names()[:1]]
+    assert library.read_bytes() != planted
+    assert fused_decode._recorded_sha256(library) == hashlib.sha256(library.read_bytes()).hexdigest()
+
+
+@needs_kernel
+@needs_posix
+def test_a_library_whose_bytes_changed_is_never_loaded(place):
+    assert fused_decode_status() is None
+    (library,) = place.cache.glob("fused_decode-*.so")
+    built = library.read_bytes()
+    replacement = place.root / "replacement.so"
+    replacement.write_bytes(_planted_library(place))
+    os.replace(replacement, library)  # a new file: the one loaded in this process stays intact
+    fused_decode._library.cache_clear()
+    with pytest.warns(RuntimeWarning, match="does not match its recorded sha256"):
+        assert fused_decode_status() is None
+    assert not place.marker.exists()
+    assert library.read_bytes() == built  # rebuilt from the source
+
+
+@needs_kernel
+@needs_posix
+def test_a_truncated_library_is_refused_before_it_is_mapped(place):
+    """Loading a library cut to half its size crashes the process with SIGBUS: the hash must be
+    checked before dlopen. Run in a fresh process, as a learner's next session would."""
+    assert fused_decode_status() is None
+    (library,) = place.cache.glob("fused_decode-*.so")
+    half = place.root / "half.so"
+    half.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
+    os.replace(half, library)
+    code = ("import warnings; warnings.simplefilter('ignore')\n"
+            "from course_utils.fused_decode import fused_decode_status, fused_decode_build\n"
+            "print(fused_decode_status()); print(fused_decode_build())\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(place.cache.parent), "TMPDIR": str(place.tmp().parent)}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=Path(fused_decode.__file__).parent.parent, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])  # -7: SIGBUS
+    status, build = run.stdout.splitlines()[:2]
+    assert status == "None"
+    assert "does not match its recorded sha256" in build and "truncated" in build
+
+
+@needs_posix
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
+def test_directories_owned_by_someone_else_are_refused_and_pytorch_computes(place, monkeypatch):
+    """The attack of the issue: someone creates course_utils-<uid> in the shared temp folder
+    first and puts a library (and a matching record) in it."""
+    planted = _planted_library(place)
+    for folder in (place.cache, place.tmp()):
+        folder.mkdir(mode=0o700)
+        _plant(folder, planted, with_record=True)
+    owner = {_give_away(folder, monkeypatch) for folder in (place.cache, place.tmp())}.pop()
+    why = fused_decode_status()
+    assert why.startswith("no private directory to build the fused kernel in: ")
+    for folder in (place.cache, place.tmp()):
+        assert f"{folder} is owned by uid {owner}" in why
+    assert f"not by you (uid {fused_decode._uid()}" in why and "refused" in why
+    _assert_falls_back_to_pytorch()
+    assert not place.marker.exists()
+
+
+@needs_posix
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o720, 0o703, 0o702], ids=lambda m: f"{m:04o}")
+def test_directories_writable_by_group_or_others_are_refused_and_pytorch_computes(place, mode):
+    planted = _planted_library(place)
+    for folder in (place.cache, place.tmp()):
+        folder.mkdir()
+        folder.chmod(mode)
+        _plant(folder, planted, with_record=True)
+    why = fused_decode_status()
+    for folder in (place.cache, place.tmp()):
+        assert (f"{folder} is writable by its group or by others (mode {mode:04o}, expected 0700)"
+                in why)
+        assert stat.S_IMODE(folder.stat().st_mode) == mode  # refused, not silently trusted
+    _assert_falls_back_to_pytorch()
+    assert not place.marker.exists()
+
+
+@needs_kernel
+@needs_posix
+def test_a_refused_cache_directory_falls_back_to_a_private_temp_directory(place):
+    place.cache.mkdir()
+    place.cache.chmod(0o777)
+    _plant(place.cache, _planted_library(place), with_record=True)
+    with pytest.warns(RuntimeWarning, match=f"refused {place.cache} is writable .* using {place.tmp()}"):
+        assert fused_decode_status() is None
+    assert not place.marker.exists()
+    assert stat.S_IMODE(place.tmp().stat().st_mode) == 0o700
+    assert len(list(place.tmp().glob("fused_decode-*.so"))) == 1
+    assert f"refused {place.cache} is writable" in fused_decode_build()
+
+
+@needs_kernel
+@needs_posix
+def test_a_symbolic_link_in_place_of_the_directory_is_refused(place):
+    elsewhere = place.root / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    _plant(elsewhere, _planted_library(place), with_record=True)
+    place.cache.symlink_to(elsewhere)
+    with pytest.warns(RuntimeWarning, match="is a symbolic link"):
+        assert fused_decode_status() is None
+    assert not place.marker.exists()
+    assert list(place.tmp().glob("fused_decode-*.so"))
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.parametrize("sticky", [False, True])
+def test_a_parent_writable_by_everyone_needs_the_sticky_bit(place, monkeypatch, sticky):
+    """In a world-writable parent without the sticky bit (unlike /tmp), anyone could rename
+    the private directory away and put their own in its place."""
+    parent = place.root / "open"
+    parent.mkdir()
+    parent.chmod(0o1777 if sticky else 0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(parent))
+    place.tmp().parent.chmod(0o777)  # the same for the temp folder
+    why = fused_decode_status()
+    if sticky:
+        assert why is None
+        assert list((parent / "course_utils").glob("fused_decode-*.so"))
+    else:
+        assert f"{parent} is writable by everyone without the sticky bit" in why
+        assert f"{place.tmp().parent} is writable by everyone without the sticky bit" in why
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.parametrize("script", [
+    'for a; do [ "$prev" = -o ] && printf "half a library" > "$a"; prev=$a; done\nexit 1\n',
+    'for a; do [ "$prev" = -o ] && printf "not a library" > "$a"; prev=$a; done\nexit 0\n',
+], ids=["fails after writing part of its output", "succeeds with a file that is no library"])
+def test_a_broken_build_leaves_nothing_under_the_kernels_name(place, monkeypatch, script):
+    """The compiler writes a temporary file; only a build that loads and passes the self-test
+    is moved (os.replace) to the name that later processes load."""
+    cc = place.root / "broken-cc"
+    cc.write_text("#!/bin/sh\n" + script)
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert "could not build fused_decode.c" in why
+    names = sorted(p.name for p in place.cache.iterdir())
+    assert names and all(name.endswith(".failed") for name in names), names
