@@ -7,6 +7,7 @@
 # ruff: noqa: F401, F403, F405, E501
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -245,6 +246,56 @@ def _merge_not_unsqueezed(out_a, lse_a, out_b, lse_b):
     return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b  # (B, h) * (B, h, dk)
 
 
+def _repeat_kv_index_i_div_g(kv: Tensor, num_heads: int) -> Tensor:
+    g = kv.shape[1]
+    return kv[:, torch.tensor([i // g for i in range(num_heads)])]  # raises: i // g passes g - 1
+
+
+def _repeat_kv_expand(kv: Tensor, num_heads: int) -> Tensor:
+    B, g, T, dk = kv.shape
+    return kv.expand(B, num_heads, T, dk)  # raises: expand stretches only size-1 axes
+
+
+def _repeat_kv_batch_axis(kv: Tensor, num_heads: int) -> Tensor:
+    return kv.repeat_interleave(num_heads // kv.shape[1], dim=0)  # (B*h/g, g, T, dk)
+
+
+def _cache_mib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits / 8 / 2**20
+
+
+def _cache_g_times_h(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * num_heads * d_head * seq_len * bits // 8
+
+
+def _cache_times_four(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits // 8 * 4
+
+
+def _decode_repeated_by_g(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    g = k.shape[1]
+    out = F.scaled_dot_product_attention(q_new, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1))
+    return out, k, v  # raises where g != h // g
+
+
+def _decode_index_i_div_g(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    index = torch.tensor([i // k.shape[1] for i in range(q_new.shape[1])])
+    return F.scaled_dot_product_attention(q_new, k[:, index], v[:, index]), k, v  # raises where g = 1
+
+
+def _decode_new_key_in_value_cache(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, k_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
+def _decode_scaled_by_sqrt_length(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    scale = 1 / math.sqrt(k.shape[2])
+    return F.scaled_dot_product_attention(q_new, k, v, scale=scale, enable_gqa=True), k, v
+
+
 REFERENCES = {
     'REPEAT_KV': _repeat_kv,
     'CACHE_BYTES': _cache_bytes,
@@ -262,6 +313,9 @@ MISTAKES = {
         'repeated_feature_axis': _repeat_kv_feature_axis,
         'expanded_not_reshaped': _repeat_kv_expanded_only,
         'float_repeat_count': _repeat_kv_float_count,
+        'index_i_div_g': _repeat_kv_index_i_div_g,
+        'expanded_head_axis': _repeat_kv_expand,
+        'repeated_batch_axis': _repeat_kv_batch_axis,
     },
     'CACHE_BYTES': {
         'forgot_k_and_v': _cache_no_factor_two,
@@ -275,6 +329,9 @@ MISTAKES = {
         'floored_bytes_per_element': _cache_floored_bytes,
         'forgot_d_head': _cache_no_d_head,
         'returned_gib': _cache_gib,
+        'returned_mib': _cache_mib,
+        'counted_g_times_h': _cache_g_times_h,
+        'times_four': _cache_times_four,
     },
     'DECODE_STEP': {
         'prepended': _decode_prepended,
@@ -290,6 +347,10 @@ MISTAKES = {
         'returned_caches_swapped': _decode_swapped_caches,
         'appended_on_wrong_axis': _decode_cat_on_heads,
         'forgot_enable_gqa': _decode_without_enable_gqa,
+        'repeated_by_g': _decode_repeated_by_g,
+        'kv_index_i_div_g': _decode_index_i_div_g,
+        'new_key_in_value_cache': _decode_new_key_in_value_cache,
+        'scaled_by_sqrt_length': _decode_scaled_by_sqrt_length,
         'heads_not_matched': _decode_manual_unmatched_heads,
     },
     'MERGE_HALVES': {

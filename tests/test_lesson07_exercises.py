@@ -189,7 +189,8 @@ def _right(layers, batch, h, g, d_head, seq_len, bits):
 def test_cache_bytes_passes_only_the_exact_count():
     assert lesson07.check_cache_bytes(_right).passed
     assert lesson07.check_cache_bytes(lambda *a: np.int64(_right(*a))).passed
-    assert lesson07.check_cache_bytes(lambda *a: torch.tensor(_right(*a))).passed
+    tensor = lesson07.check_cache_bytes(lambda *a: torch.tensor(_right(*a)))  # 0-d: the spec asks for an int
+    assert not tensor.passed and tensor.mistake == "returned_tensor" and "value is right" in tensor.message
     feedback = lesson07.check_cache_bytes(lambda *a: _right(*a) + 1)  # within 1e-5 of the right count
     assert not feedback.passed and "off by +1)" in feedback.message
     feedback = lesson07.check_cache_bytes(lambda *a: round(_right(*a), -3))  # rounded to 1000 bytes
@@ -212,7 +213,7 @@ def test_cache_bytes_names_a_right_float():
     def true_division(layers, batch, h, g, d_head, seq_len, bits):
         return 2 * layers * batch * g * d_head * seq_len * (bits / 8)
     assert lesson07.check_cache_bytes(true_division).mistake == "returned_float"
-    assert lesson07.check_cache_bytes(lambda *a: torch.tensor(float(_right(*a)))).mistake == "returned_float"
+    assert lesson07.check_cache_bytes(lambda *a: torch.tensor(float(_right(*a)))).mistake == "returned_tensor"
 
 
 def test_cache_bytes_names_group_size_fixed_widths_d_head_and_gib():
@@ -329,3 +330,77 @@ def test_merge_halves_names_weights_without_a_last_axis_and_hides_the_traceback(
     feedback = lesson07.check_merge_halves(flat_weights)
     assert feedback.mistake == "weights_not_unsqueezed" and "[..., None]" in feedback.hint
     assert "RuntimeError" not in feedback.message
+
+
+def test_merge_halves_names_a_share_of_exp_lse_that_overflows_only_when_both_lse_are_large():
+    """w = exp(la) / (exp(la) + exp(lb)) is right while one lse is small; with both above 709
+    it is inf / inf. The case with every score near 750 catches it (it passed before)."""
+    def shares_of_exp(out_a, lse_a, out_b, lse_b):
+        w = torch.exp(lse_a) / (torch.exp(lse_a) + torch.exp(lse_b))
+        return w[..., None] * out_a + (1 - w[..., None]) * out_b
+
+    assert lesson07.check_merge_halves(shares_of_exp).mistake == "exp_overflow"
+
+
+# -- slips named since the inference engineer's review (issue 27, item 9) -------------------
+def test_repeat_kv_names_i_div_g_plain_expand_and_the_batch_axis():
+    def i_div_g(kv, h):
+        g = kv.shape[1]
+        return kv[:, torch.tensor([i // g for i in range(h)])]  # IndexError with h = 6, g = 2
+
+    def plain_expand(kv, h):
+        B, g, T, dk = kv.shape
+        return kv.expand(B, h, T, dk)  # RuntimeError: the head axis is not of size 1
+
+    def batch_axis(kv, h):
+        return kv.repeat_interleave(h // kv.shape[1], dim=0)
+
+    for answer, key in ((i_div_g, "index_i_div_g"), (plain_expand, "expanded_head_axis"),
+                        (batch_axis, "repeated_batch_axis")):
+        feedback = lesson07.check_repeat_kv(answer)
+        assert feedback.mistake == key, (key, feedback)
+        assert "Traceback" not in feedback.message
+
+
+def test_cache_bytes_names_mib_g_times_h_and_times_four():
+    def mib(layers, batch, h, g, d_head, seq_len, bits):
+        return 2 * layers * batch * g * d_head * seq_len * bits / 8 / 2**20
+
+    def g_times_h(layers, batch, h, g, d_head, seq_len, bits):
+        return 2 * layers * batch * g * h * d_head * seq_len * bits // 8
+
+    def times_four(layers, batch, h, g, d_head, seq_len, bits):
+        return 2 * layers * batch * g * d_head * seq_len * bits // 8 * 4
+
+    for answer, key in ((mib, "returned_mib"), (g_times_h, "counted_g_times_h"), (times_four, "times_four")):
+        assert lesson07.check_cache_bytes(answer).mistake == key
+
+
+def test_decode_step_names_index_slips_value_cache_dropout_and_length_scale():
+    def i_div_g(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        index = torch.tensor([i // k.shape[1] for i in range(q.shape[1])])
+        return F.scaled_dot_product_attention(q, k[:, index], v[:, index]), k, v
+
+    def repeat_by_g(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        g = k.shape[1]
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)), k, v
+
+    def k_new_in_values(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, k_new)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v
+
+    def dropout_on(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, enable_gqa=True), k, v
+
+    def sqrt_length(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return F.scaled_dot_product_attention(q, k, v, scale=k.shape[2] ** -0.5, enable_gqa=True), k, v
+
+    for answer, key in ((i_div_g, "kv_index_i_div_g"), (repeat_by_g, "repeated_by_g"),
+                        (k_new_in_values, "new_key_in_value_cache"), (dropout_on, "random_output"),
+                        (sqrt_length, "scaled_by_sqrt_length")):
+        feedback = lesson07.check_decode_step(answer)
+        assert feedback.mistake == key, (key, feedback)

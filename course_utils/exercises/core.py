@@ -255,6 +255,15 @@ def _call(fn: Callable[..., Any], case: Case) -> Any:
     return fn(*args, **kwargs)
 
 
+def _is_integral(dtype: Any) -> bool:
+    """True for an integer or bool dtype of torch or NumPy."""
+    if isinstance(dtype, torch.dtype):
+        return not (dtype.is_floating_point or dtype.is_complex)
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in "biu"
+    return False
+
+
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
@@ -726,6 +735,13 @@ class Exercise:
             return wrong(f"expected {describe_value(exp)}{label}, but you returned "
                          f"{describe_value(got)}.")
         if exp_arr is not None and got_arr is not None and got_arr.shape == exp_arr.shape:
+            got_dtype, exp_dtype = getattr(got, "dtype", None), getattr(exp, "dtype", None)
+            if _is_integral(got_dtype) and not _is_integral(exp_dtype):
+                return wrong(f"your output{label} has the right shape {exp_arr.shape} but dtype "
+                             f"{got_dtype}, and the expected result is {exp_dtype}: whole numbers "
+                             "cannot hold these values (an int tensor truncates them). Keep the "
+                             "computation in floating point: no .long(), .int(), // or an integer "
+                             "torch.zeros(...) buffer.")
             finite = np.isfinite(got_arr)
             if not finite.all():
                 bad = np.argwhere(~finite)[0]

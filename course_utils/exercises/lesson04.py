@@ -165,20 +165,24 @@ def _named(exercise: Exercise, key: str) -> Feedback:
 
 
 class _DiagnosesRaisingAnswers(Exercise):
-    """An exercise whose check also names an answer that *raises*: it runs the first case
-    again under :class:`_RecordFailure` and asks :meth:`_key_for` which slip that failure is."""
+    """An exercise whose check also names an answer that *raises*: it runs the answer again,
+    case by case under :class:`_RecordFailure`, up to the first case that raises, and asks
+    :meth:`_key_for` which slip that failure is."""
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
         if feedback.status != "error":
             return feedback
-        args, kwargs = self.make_cases()[0].fresh()
-        recorder, error = _RecordFailure(), None
-        try:
-            with recorder:
-                fn(*args, **kwargs)
-        except (Exception, *_EXITS) as exc:  # the same error again: now we know which operation raised
-            error = exc
+        for case in self.make_cases():
+            args, kwargs = case.fresh()
+            recorder, error = _RecordFailure(), None
+            try:
+                with recorder:
+                    fn(*args, **kwargs)
+            except (Exception, *_EXITS) as exc:  # the same error again: now we know which operation raised
+                error = exc
+            if error is not None:
+                break
         key = self._key_for(recorder.failed)
         if key is None and error is not None:
             key = self._key_for_error(error)  # e.g. raised while torch parsed the arguments

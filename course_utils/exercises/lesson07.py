@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from .core import Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
+from .core import _EXITS, Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
 from .lesson04 import _DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
@@ -38,7 +39,13 @@ class _RepeatExercise(_DiagnosesRaisingAnswers):
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
         parsing = re.match(r"(repeat_interleave|repeat|expand)\(\).*float", str(error))
-        return "float_repeat_count" if isinstance(error, TypeError) and parsing else None
+        if isinstance(error, TypeError) and parsing:
+            return "float_repeat_count"
+        if isinstance(error, IndexError) and "out of bounds" in str(error):
+            return "index_i_div_g"  # query head i -> K/V head i // g runs past the last K/V head
+        if isinstance(error, RuntimeError) and "expanded size" in str(error):
+            return "expanded_head_axis"  # expand only stretches axes of size 1
+        return None
 
 
 def _repeat_cases() -> list[Case]:
@@ -83,6 +90,19 @@ REPEAT_KV = _RepeatExercise(
                 "your repeat count is a float: h / g is true division in Python (6 / 2 == 3.0), "
                 "and a repeat count must be an int.",
                 "Use integer division, num_heads // g."),
+        Mistake("index_i_div_g",
+                "indexing raised IndexError: you sent query head i to K/V head i // g, but g is the "
+                "number of K/V heads, not the size of a group. With h = 6 and g = 2, i // 2 reaches "
+                "K/V head 2, which does not exist.",
+                "A group has h // g query heads, so query head i reads K/V head i // (h // g)."),
+        Mistake("expanded_head_axis",
+                "expand raised RuntimeError: it can only stretch an axis of size 1, and the head "
+                "axis has g > 1 entries, so kv.expand(B, h, T, dk) cannot make h heads out of g.",
+                "Add a new axis of size 1 for the copies, kv[:, :, None], expand that one to h // g, "
+                "then reshape to (B, h, T, dk); or use repeat_interleave(h // g, dim=1)."),
+        Mistake("repeated_batch_axis",
+                "you repeated along dim 0, the batch: there are now B * h/g sequences of g heads each.",
+                "Heads are dim 1 of (B, g, T, dk): repeat_interleave(h // g, dim=1)."),
     ],
     hint="Output (B, h, T, dk); query head i reads K/V head i // (h // g).",
 )
@@ -97,6 +117,16 @@ class _CacheBytesExercise(Exercise):
     count passes, a wrong count is told by how much, and a right float is named."""
 
     def _grade(self, cases, outputs, expected) -> Feedback:
+        if any(isinstance(g, (Tensor, np.ndarray)) for g in outputs):  # (a NumPy int is an int)
+            numbers = [as_scalar(g) for g in outputs]
+            right = all(type(n) in (int, float) and n == e for n, e in zip(numbers, expected, strict=True))
+            return Feedback(self.title, "mistake",
+                            ("the value is right but " if right else "") + "you returned a "
+                            f"{type(outputs[0]).__module__.split('.')[0]} {type(outputs[0]).__name__}, "
+                            "not an int: the exercise asks for a Python int (a number of bytes).",
+                            "Compute with plain Python ints (the arguments are ints already), or "
+                            "turn a one-element tensor into a number with int(x) or x.item().",
+                            mistake="returned_tensor")
         numbers = [as_scalar(g) for g in outputs]
         if all(type(n) in (int, float) and n == e for n, e in zip(numbers, expected, strict=True)):
             if any(isinstance(n, float) for n in numbers):
@@ -156,6 +186,14 @@ CACHE_BYTES = _CacheBytesExercise(
                 "key (and value) is a vector of d_head numbers.", "Multiply by d_head."),
         Mistake("returned_gib", "your answer is in GiB (divided by 2**30); the exercise asks for bytes.",
                 "Return the byte count itself; convert only to print."),
+        Mistake("returned_mib", "your answer is in MiB (divided by 2**20); the exercise asks for bytes.",
+                "Return the byte count itself; convert only to print."),
+        Mistake("counted_g_times_h", "you multiplied by both g and h: the cache holds g key/value "
+                "heads, whatever the number of query heads h.",
+                "Use num_kv_heads only; num_heads does not enter the cache size."),
+        Mistake("times_four", "your count is 4 times too large: after using bits_per_element you "
+                "multiplied by 4 bytes as well, as if every number were float32 on top.",
+                "bits_per_element / 8 already gives the bytes per number; do not multiply by 4."),
     ],
     hint="2 (K and V) x layers x batch x g x d_head x tokens x bits per element, divided by 8 "
          "at the end.",
@@ -199,6 +237,26 @@ class _DecodeExercise(_DiagnosesRaisingAnswers):
         message, hint = _CACHE_SLIPS[key]
         return Feedback(self.title, "mistake", message, hint, mistake=key)
 
+    def check(self, fn) -> Feedback:
+        """Also name an answer that is random: two calls on the same inputs disagree."""
+        feedback = super().check(fn)
+        if feedback.status != "wrong":
+            return feedback
+        case = self.make_cases()[0]
+        try:
+            first, second = fn(*case.fresh()[0]), fn(*case.fresh()[0])
+        except (Exception, *_EXITS):  # noqa: BLE001 - the plain feedback stands
+            return feedback
+        if not outputs_close(first, second, rtol=0, atol=0):
+            return self._named("random_output")
+        return feedback
+
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        if isinstance(error, IndexError) and "out of bounds" in str(error):
+            return "kv_index_i_div_g"
+        return None
+
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
         if failed is None:
@@ -213,6 +271,8 @@ class _DecodeExercise(_DiagnosesRaisingAnswers):
         shapes = [a for a in args if isinstance(a, tuple)]
         if len(shapes) >= 2 and len(shapes[0]) == len(shapes[1]) == 4 and shapes[0][1] != shapes[1][1]:
             q, k = shapes[0], shapes[1]
+            if k[1] > q[1] and k[0] == q[0] and q[3] in (k[2], k[3]):  # more K/V heads than queries
+                return "repeated_by_g"  # repeated g times, not h // g
             if name == "scaled_dot_product_attention":
                 return "forgot_enable_gqa"
             if name in ("matmul", "matmul_", "bmm") and k[0] == q[0] and k[2] == q[3]:  # (B, g, dk, T)
@@ -233,6 +293,12 @@ _CACHE_SLIPS = {
     "caches_not_returned": (
         "you returned None for a cache: the next step needs both caches with this token "
         "appended.", "Return (output, k, v) with k and v of shape (B, g, T+1, dk)."),
+    "random_output": (
+        "your function gives a different output each time it runs on the same inputs: "
+        "something random is on, most likely dropout (dropout_p > 0 in "
+        "F.scaled_dot_product_attention, or a Dropout module in training mode). Decoding "
+        "is inference: no dropout.",
+        "Leave dropout_p at its default 0.0 (and call model.eval() before generating)."),
 }
 
 
@@ -287,6 +353,19 @@ DECODE_STEP = _DecodeExercise(
         Mistake("forgot_enable_gqa", "F.scaled_dot_product_attention raised: the query has h heads "
                 "and the caches only g, and it pairs them only when told to.",
                 "Pass enable_gqa=True (query head i then reads K/V head i // (h // g))."),
+        Mistake("repeated_by_g", "attention raised: after your repeat the caches have more heads "
+                "than the query (g * g instead of h), because each K/V head was repeated g times.",
+                "Repeat each K/V head h // g times (the size of a group), not g times."),
+        Mistake("kv_index_i_div_g", "indexing raised IndexError: you sent query head i to K/V head "
+                "i // g, but g is the number of K/V heads, not the size of a group; with h = 2 and "
+                "g = 1, i // 1 asks for K/V head 1 of 1.",
+                "Query head i reads K/V head i // (h // g); or pass enable_gqa=True."),
+        Mistake("new_key_in_value_cache", "you appended k_new to the value cache: the new token's "
+                "value is v_new, so its output blended the wrong vector.",
+                "k_cache gets k_new and v_cache gets v_new."),
+        Mistake("scaled_by_sqrt_length", "you scaled the scores by 1 / sqrt(T + 1), the number of "
+                "keys: the scale is 1 / sqrt(dk), the width of a head.",
+                "Leave scale=None (F.scaled_dot_product_attention then divides by sqrt(dk))."),
         Mistake("heads_not_matched", "q @ k.transpose(-2, -1) raised: the query has h heads and the "
                 "key cache only g, so the head axes do not broadcast.",
                 "Repeat each K/V head h // g times (repeat_interleave, dim=1) for the product only; "
@@ -301,9 +380,20 @@ check_decode_step = DECODE_STEP.check
 
 # -- 7.5 merging the attention of two key ranges ----------------------------------------------
 
+def _halves(scores: Tensor, v: Tensor, cut: int) -> tuple[Tensor, ...]:
+    """(out_a, lse_a, out_b, lse_b): each key range's attention output and logsumexp."""
+    halves = []
+    for keys in (slice(0, cut), slice(cut, scores.shape[-1])):
+        part = scores[..., keys]  # (B, h, T_half)
+        out = torch.einsum("bht,bhtd->bhd", torch.softmax(part, dim=-1), v[:, :, keys])  # (B, h, dk)
+        halves += [out, torch.logsumexp(part, dim=-1)]  # (B, h, dk), (B, h)
+    return tuple(halves)
+
+
 def _merge_cases() -> list[Case]:
-    """Attention of one query per head over T keys, split after ``cut`` keys; the last case
-    has scores near a thousand, where exp(lse) overflows even float64 (past about 709)."""
+    """Attention of one query per head over T keys, split after ``cut`` keys. The last two
+    cases have scores in the hundreds: near a thousand (mixed signs), then every score near
+    750, so that both lse are above 709, where exp(lse) overflows even float64."""
     cases = []
     for i, (B, h, dk, T, cut, spread) in enumerate([(2, 3, 4, 9, 2, 1.0), (1, 2, 5, 6, 3, 2.0),
                                                    (2, 3, 4, 7, 4, 600.0)]):
@@ -311,24 +401,25 @@ def _merge_cases() -> list[Case]:
         q, v = _randn(B, h, dk, seed=s), _randn(B, h, T, dk, seed=s + 2)
         k = spread * _randn(B, h, T, dk, seed=s + 1)
         scores = torch.einsum("bhd,bhtd->bht", q, k) / dk**0.5  # (B, h, T)
-        halves = []
-        for keys in (slice(0, cut), slice(cut, T)):
-            part = scores[..., keys]  # (B, h, T_half)
-            out = torch.einsum("bht,bhtd->bhd", torch.softmax(part, dim=-1), v[:, :, keys])  # (B, h, dk)
-            halves += [out, torch.logsumexp(part, dim=-1)]  # (B, h, dk), (B, h)
         label = f"B={B}, h={h}, dk={dk}, keys split {cut} + {T - cut}"
-        cases.append(Case(tuple(halves), label=label + (", scores near 1000" if spread > 10 else "")))
+        label += ", scores near 1000" if spread > 10 else ""
+        cases.append(Case(_halves(scores, v, cut), label=label))
+    scores = 750.0 + _randn(1, 2, 6, seed=795)  # (B, h, T): every score near 750
+    halves = _halves(scores, _randn(1, 2, 6, 3, seed=796), 2)
+    cases.append(Case(halves, label="B=1, h=2, dk=3, keys split 2 + 4, scores near 750 (both lse > 709)"))
     return cases
 
 
 class _MergeExercise(_DiagnosesRaisingAnswers):
     """Exercise 7.5: a weight of shape (B, h) times an output of shape (B, h, dk) raises; and
-    any formula right on the small cases but wrong on the last (scores near 1000) overflowed,
+    any formula right on the small cases but wrong on a large one (scores in the hundreds) overflowed,
     however it was written (exp(lse) / total gives NaN, log(exp + exp) gives zeros)."""
 
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
         right = [self._close(g, e) for g, e in zip(outputs, expected, strict=True)]
-        if all(right[:-1]) and not right[-1]:
+        large = ["scores near" in c.label for c in cases]
+        small_right = all(r for r, big in zip(right, large, strict=True) if not big)
+        if small_right and not all(right):
             return self._mistake_feedback("exp_overflow")
         return None
 
