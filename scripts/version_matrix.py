@@ -9,7 +9,7 @@ PyPI, whose Linux wheel is the CUDA build). ``floor`` installs every runtime dep
 exactly the lowest version pyproject.toml allows (``name>=X`` -> ``name==X``), with the
 lab/dev tools at their constraints.txt pins; ``newest`` installs everything at the newest
 release the index offers, no constraints. Both then run pytest on tests/ and notebooks/
-(``-m "not slow"``, without the browser tests). README's "Version ranges" section records
+(``-m "not slow"``, without the browser tests). docs/developing.md's "Version ranges" section records
 the results.
 
 A wrong command, a ``--venv`` that is a file, or a missing or malformed pyproject.toml or

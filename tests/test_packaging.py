@@ -306,3 +306,13 @@ def test_nbformat_imports_without_compiling_a_uri_grammar():
     code = "import sys, nbformat; print(sorted({'lark', 'rfc3987_syntax'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", f"importing nbformat also imported {done.stdout.strip()}"
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    """A newcomer's first page: each relative link names a file or folder that exists."""
+    link = re.compile(r"\]\(((?!https?://|#|mailto:)[^)\s]+)\)")
+    for page in [ROOT / "README.md", ROOT / "INSTRUCTORS.md", ROOT / "CHANGELOG.md",
+                 *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in link.findall(page.read_text()):
+            path = (page.parent / target.split("#")[0]).resolve()
+            assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
