@@ -145,6 +145,93 @@ def _narrow_position(table: pd.DataFrame) -> int:
     return int(table["task accuracy after"].to_numpy().argmin())
 
 
+def _mean_vector(reference_heads, head):
+    return reference_heads[:, head].mean(dim=(0, 1))  # (dk,)
+
+
+def _mean_subtracted(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = heads[:, head] - _mean_vector(reference_heads, head)
+    return out_proj(_merge(edited))
+
+
+def _mean_added(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = heads[:, head] + _mean_vector(reference_heads, head)
+    return out_proj(_merge(edited))
+
+
+def _mean_scalar(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads[:, head].mean()  # one number: dk averaged too
+    return out_proj(_merge(edited))
+
+
+def _mean_position_axis(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, :, head] = reference_heads[:, :, head].mean(dim=(0, 1))  # dim 2 is the position
+    return out_proj(_merge(edited))
+
+
+def _mean_merged_features_first(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = _mean_vector(reference_heads, head)
+    B, h, T, dk = edited.shape
+    return out_proj(edited.permute(0, 2, 3, 1).reshape(B, T, h * dk))  # (B, T, dk, h)
+
+
+def _mean_projection_without_bias(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = _mean_vector(reference_heads, head)
+    return _merge(edited) @ out_proj.weight.T
+
+
+def _importance_negated_signed(loss_fn, num_sequences, num_layers, num_heads):
+    return -_gate_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0)
+
+
+def _importance_at_zero(loss_fn, num_sequences, num_layers, num_heads):
+    gates = torch.zeros(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates).sum().backward()
+    return gates.grad.abs().mean(0)
+
+
+def _importance_layer_normalised(loss_fn, num_sequences, num_layers, num_heads):
+    importance = _importance_reference(loss_fn, num_sequences, num_layers, num_heads)
+    return importance / importance.norm(dim=1, keepdim=True)
+
+
+def _importance_ablation_difference(loss_fn, num_sequences, num_layers, num_heads):
+    with torch.no_grad():
+        ones = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64)
+        base = loss_fn(ones)
+        change = torch.zeros(num_sequences, num_layers, num_heads, dtype=torch.float64)
+        for layer in range(num_layers):
+            for head in range(num_heads):
+                gates = ones.clone()
+                gates[:, layer, head] = 0.0
+                change[:, layer, head] = loss_fn(gates) - base
+    return change.abs().mean(0)
+
+
+def _importance_max(loss_fn, num_sequences, num_layers, num_heads):
+    return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).abs().max(0).values
+
+
+def _importance_no_requires_grad(loss_fn, num_sequences, num_layers, num_heads):
+    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64)
+    loss_fn(gates).sum()
+    return gates.grad.abs().mean(0)  # raises: gates.grad is None
+
+
+def _narrow_ratio(table: pd.DataFrame) -> str:
+    return str(((1 - table["task accuracy after"]) / table["loss change"].abs()).idxmax())
+
+
+def _narrow_second_lowest(table: pd.DataFrame) -> str:
+    return str(table["task accuracy after"].nsmallest(2).index[1])
+
+
 REFERENCES = {
     'MEAN_ABLATION': _mean_reference,
     'GATE_IMPORTANCE': _importance_reference,
@@ -161,6 +248,12 @@ MISTAKES = {
         'merged_without_transpose': _mean_merged_without_transpose,
         'indexed_batch_axis': _mean_indexed_batch_axis,
         'forgot_output_projection': _mean_no_projection,
+        'subtracted_mean': _mean_subtracted,
+        'added_mean': _mean_added,
+        'scalar_mean': _mean_scalar,
+        'position_axis_as_head': _mean_position_axis,
+        'merged_features_first': _mean_merged_features_first,
+        'projection_without_bias': _mean_projection_without_bias,
     },
     'GATE_IMPORTANCE': {
         'forgot_absolute_value': _importance_signed,
@@ -169,6 +262,12 @@ MISTAKES = {
         'shared_gate_summed': _importance_shared_gate_summed,
         'summed_not_averaged': _importance_summed,
         'squared_gradient': _importance_squared,
+        'negated_signed_gradient': _importance_negated_signed,
+        'gates_at_zero': _importance_at_zero,
+        'layer_normalised': _importance_layer_normalised,
+        'ablation_difference': _importance_ablation_difference,
+        'max_over_sequences': _importance_max,
+        'gates_without_grad': _importance_no_requires_grad,
     },
     'NARROW_HEAD': {
         'biggest_average_loss_change': _narrow_biggest_loss,
@@ -176,5 +275,7 @@ MISTAKES = {
         'least_harmful_head': _narrow_highest_accuracy,
         'combined_loss_and_task': _narrow_loss_times_damage,
         'row_number_not_name': _narrow_position,
+        'task_drop_per_loss_change': _narrow_ratio,
+        'second_lowest_accuracy': _narrow_second_lowest,
     },
 }

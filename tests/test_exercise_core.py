@@ -51,12 +51,16 @@ def test_not_callable():
     assert fb.status == "error" and "expected a function" in fb.message
 
 
-def test_inputs_are_copied_between_calls():
+def test_inputs_are_copied_between_calls_and_an_edit_in_place_is_named():
+    """Each call gets its own copy (an edit cannot leak into the next case or the reference), and
+    a right answer that changed its input in place is told so: the caller's tensor changed."""
     def mutating(x):
         x.mul_(2)
         return x
 
-    assert EX.check(mutating).passed
+    fb = EX.check(mutating)
+    assert not fb.passed and fb.mistake == "edited_input_in_place" and "(argument 1)" in fb.message
+    assert EX.check(lambda x: x.clone().mul_(2)).passed
 
 
 def test_outputs_close_structures():

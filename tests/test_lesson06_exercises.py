@@ -56,3 +56,112 @@ def test_narrow_head_names_pandas_objects_and_a_combined_score():
     assert lesson06.check_narrow_head(combined).mistake == "combined_loss_and_task"
 
     assert lesson06.check_narrow_head(lambda t: t.sort_values("task accuracy after").index[0]).passed
+
+
+# -- slips named since the interpretability review (issue 26) -------------------------------
+def _merge_heads(heads):
+    B, h, T, dk = heads.shape
+    return heads.transpose(1, 2).reshape(B, T, h * dk)
+
+
+def test_mean_ablation_names_centring_adding_scalar_axes_permute_and_bias():
+    def edit(how):
+        def answer(heads, reference_heads, head, out_proj):
+            edited, mean = heads.clone(), reference_heads[:, head].mean(dim=(0, 1))
+            if how == "subtracted":
+                edited[:, head] -= mean
+            elif how == "added":
+                edited[:, head] += mean
+            elif how == "scalar":
+                edited[:, head] = reference_heads[:, head].mean()
+            elif how == "position":
+                edited[:, :, head] = reference_heads[:, :, head].mean(dim=(0, 1))
+            else:
+                edited[:, head] = mean
+            if how == "permute":
+                B, h, T, dk = edited.shape
+                return out_proj(edited.permute(0, 2, 3, 1).reshape(B, T, h * dk))
+            if how == "no bias":
+                return _merge_heads(edited) @ out_proj.weight.T
+            return out_proj(_merge_heads(edited))
+        return answer
+
+    for how, key in (("subtracted", "subtracted_mean"), ("added", "added_mean"), ("scalar", "scalar_mean"),
+                     ("position", "position_axis_as_head"), ("permute", "merged_features_first"),
+                     ("no bias", "projection_without_bias")):
+        assert lesson06.check_mean_ablation(edit(how)).mistake == key, how
+
+
+def test_mean_ablation_that_edits_heads_in_place_is_named():
+    def in_place(heads, reference_heads, head, out_proj):
+        heads[:, head] = reference_heads[:, head].mean(dim=(0, 1))  # the caller's tensor changes
+        return out_proj(_merge_heads(heads))
+
+    feedback = lesson06.check_mean_ablation(in_place)
+    assert feedback.mistake == "edited_input_in_place" and "clone" in feedback.hint
+
+
+def _gate_grads(loss_fn, B, L, h, value=1.0, grad=True):
+    gates = torch.full((B, L, h), value, dtype=torch.float64, requires_grad=grad)
+    loss_fn(gates).sum().backward() if grad else loss_fn(gates).sum()
+    return gates.grad
+
+
+def test_gate_importance_names_sign_zero_gates_normalisation_ablation_max_and_no_grad():
+    def negated(loss_fn, B, L, h):
+        return -_gate_grads(loss_fn, B, L, h).mean(0)
+
+    def at_zero(loss_fn, B, L, h):
+        return _gate_grads(loss_fn, B, L, h, value=0.0).abs().mean(0)
+
+    def normalised(loss_fn, B, L, h):
+        importance = _gate_grads(loss_fn, B, L, h).abs().mean(0)
+        return importance / importance.norm(dim=1, keepdim=True)
+
+    def ablation(loss_fn, B, L, h):
+        ones = torch.ones(B, L, h, dtype=torch.float64)
+        with torch.no_grad():
+            base, out = loss_fn(ones), torch.zeros(L, h, dtype=torch.float64)
+            for layer in range(L):
+                for head in range(h):
+                    gates = ones.clone()
+                    gates[:, layer, head] = 0
+                    out[layer, head] = (loss_fn(gates) - base).abs().mean()
+        return out
+
+    def largest(loss_fn, B, L, h):
+        return _gate_grads(loss_fn, B, L, h).abs().max(dim=0).values
+
+    def no_grad(loss_fn, B, L, h):
+        return _gate_grads(loss_fn, B, L, h, grad=False).abs().mean(0)
+
+    for answer, key in ((negated, "negated_signed_gradient"), (at_zero, "gates_at_zero"),
+                        (normalised, "layer_normalised"), (ablation, "ablation_difference"),
+                        (largest, "max_over_sequences"), (no_grad, "gates_without_grad")):
+        feedback = lesson06.check_gate_importance(answer)
+        assert feedback.mistake == key, (key, feedback)
+    assert "NoneType" not in lesson06.check_gate_importance(no_grad).message.split("(")[0]
+
+
+def test_gate_importance_through_the_library_is_turned_back():
+    """The model sits in the loss function's closure; head_importance would do the work."""
+    from course_utils.ablation import head_importance
+
+    def library(loss_fn, B, L, h):
+        cells = {name: cell.cell_contents for name, cell in
+                 zip(loss_fn.__code__.co_freevars, loss_fn.__closure__, strict=True)}
+        return head_importance(cells["model"], cells["tokens"], cells["targets"]).double()
+
+    feedback = lesson06.check_gate_importance(library)
+    assert not feedback.passed and feedback.mistake == "called_reference", feedback
+
+
+def test_narrow_head_names_the_ratio_and_the_second_lowest():
+    def ratio(table):
+        return str(((1 - table["task accuracy after"]) / table["loss change"].abs()).idxmax())
+
+    def second_lowest(table):
+        return table["task accuracy after"].sort_values().index[1]
+
+    assert lesson06.check_narrow_head(ratio).mistake == "task_drop_per_loss_change"
+    assert lesson06.check_narrow_head(second_lowest).mistake == "second_lowest_accuracy"

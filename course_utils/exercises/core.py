@@ -104,6 +104,9 @@ LIBRARY_TWINS: dict[str, tuple[str, ...]] = {
     ),
     "lesson05.check_previous_token_score": ("course_utils.scores.previous_token_score",),
     "lesson05.check_induction_score": ("course_utils.scores.induction_score",),
+    "lesson06.check_mean_ablation": ("course_utils.ablation.ablated_logits",
+                                     "course_utils.ablation.mean_head_outputs"),
+    "lesson06.check_gate_importance": ("course_utils.ablation.head_importance",),
     "lesson07.check_cache_bytes": ("course_utils.gqa.kv_cache_bytes",),
     "lesson07.check_decode_step": ("course_utils.gqa.grouped_query_attention",),
 }
@@ -253,6 +256,24 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
 def _call(fn: Callable[..., Any], case: Case) -> Any:
     args, kwargs = case.fresh()
     return fn(*args, **kwargs)
+
+
+def _edited_input(case: Case, args: tuple, kwargs: dict) -> str | None:
+    """Which tensor or array input the answer changed in place (``args[i]`` or the keyword),
+    comparing the copies it was given with the case's own; None when it changed none."""
+    given = [(f"(argument {i + 1})", a, b) for i, (a, b) in enumerate(zip(case.args, args, strict=False))]
+    given += [(f"`{k}`", case.kwargs[k], kwargs[k]) for k in case.kwargs if k in kwargs]
+    for name, original, passed in given:
+        if isinstance(original, torch.Tensor) and isinstance(passed, torch.Tensor):
+            same = (original.shape == passed.shape and original.dtype == passed.dtype
+                    and bool(torch.equal(original.nan_to_num(), passed.detach().nan_to_num())))
+        elif isinstance(original, np.ndarray) and isinstance(passed, np.ndarray):
+            same = original.shape == passed.shape and bool(np.array_equal(original, passed, equal_nan=True))
+        else:
+            continue
+        if not same:
+            return name
+    return None
 
 
 def _is_integral(dtype: Any) -> bool:
@@ -569,12 +590,14 @@ class Exercise:
                             "pass the function itself, without calling it: check(my_fn)")
         cases = list(self.make_cases())
         outputs = []
+        edited: str | None = None
         watch = _CallWatch(forbidden, first_is_reference=self.reference is not None)
         for case in cases:
             args, kwargs = case.fresh()
             try:
                 with watch:
                     outputs.append(fn(*args, **kwargs))
+                edited = edited or _edited_input(case, args, kwargs)
             except NotImplementedError as exc:
                 if watch.used is None and _is_stub(fn, exc):
                     return Feedback(self.title, "not attempted",
@@ -599,7 +622,15 @@ class Exercise:
         except _StoreProblem as exc:
             return Feedback(self.title, "error", str(exc))
         try:
-            return self._grade(cases, outputs, expected)
+            feedback = self._grade(cases, outputs, expected)
+            if feedback.passed and edited is not None:
+                return Feedback(self.title, "mistake",
+                                f"the values are right, but your function changed its input {edited} "
+                                "in place: the caller's tensor is now different too (in the lesson, "
+                                "the model's real head outputs).",
+                                "work on a copy, e.g. edited = heads.clone(), and change only the copy.",
+                                mistake="edited_input_in_place")
+            return feedback
         except Exception as exc:  # an answer too odd to compare (sparse tensor, ...)
             return Feedback(self.title, "wrong",
                             f"could not compare your answer with the expected one: you returned "

@@ -74,6 +74,26 @@ MEAN_ABLATION = Exercise(
                 "in every sequence.", "index the head axis: edited[:, head] = ..."),
         Mistake("forgot_output_projection", "the head is replaced correctly, but you returned the merged "
                 "heads without the output projection W_O.", "finish with out_proj(merged)."),
+        Mistake("subtracted_mean", "you subtracted the reference mean from the head's output (mean-"
+                "centring it) instead of replacing the output with the mean: the head's own, "
+                "input-dependent part is still there.",
+                "assign the mean to the head's slice: edited[:, head] = mean."),
+        Mistake("added_mean", "you added the reference mean to the head's output instead of replacing "
+                "the output with it.", "assign the mean to the head's slice: edited[:, head] = mean."),
+        Mistake("scalar_mean", "your mean is one number: you averaged over the head's dk features too. "
+                "Mean ablation keeps a vector of dk numbers, one per feature.",
+                "average over the sequences and positions only: .mean(dim=(0, 1)) of a "
+                "(B_ref, T, dk) slice."),
+        Mistake("position_axis_as_head", "you indexed dim 2 with the head number: in (B, h, T, dk) that "
+                "axis is the position, so you replaced position `head` of every head.",
+                "the head axis is dim 1: edited[:, head] and reference_heads[:, head]."),
+        Mistake("merged_features_first", "you merged with a permute that puts dk before h, "
+                "(B, T, dk, h): each token's vector then interleaves the heads' features, where the model "
+                "places the heads side by side.",
+                "merge with edited.transpose(1, 2).reshape(B, T, h * dk)."),
+        Mistake("projection_without_bias", "you multiplied by out_proj.weight but left out its bias: "
+                "the layer's output projection adds the bias too.",
+                "call the layer itself, out_proj(merged), which applies weight and bias."),
     ],
     hint="the mean is one vector of dk numbers, taken over every sequence and position of the head's "
          "reference outputs; write it into that head's slice of a copy of heads, merge the heads the "
@@ -120,7 +140,18 @@ def _importance_cases() -> list[Case]:
     return cases
 
 
-GATE_IMPORTANCE = Exercise(
+class _GateExercise(Exercise):
+    """6.2: gates made without ``requires_grad=True`` have no ``.grad`` (None) after backward;
+    the AttributeError that follows is named instead of reported raw."""
+
+    def check(self, fn: Callable[..., object]) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status == "error" and "'NoneType' object has no attribute" in feedback.message:
+            return self._mistake_feedback("gates_without_grad")
+        return feedback
+
+
+GATE_IMPORTANCE = _GateExercise(
     title="Exercise 6.2: head importance from gate gradients",
     make_cases=_importance_cases,
     mistakes=[
@@ -146,6 +177,24 @@ GATE_IMPORTANCE = Exercise(
                 "ranking is right but the values grow with the batch size.", "use mean(0), not sum(0)."),
         Mistake("squared_gradient", "you averaged squared gradients (a Fisher-style score). Michel et al.'s "
                 "importance averages absolute values.", "use .abs(), not .pow(2)."),
+        Mistake("negated_signed_gradient", "your scores are the negated average of the signed gradients: "
+                "a sign flip does not replace the absolute value, and gradients of opposite signs still "
+                "cancel.", "take .abs() of each sequence's gradient, then mean(0); no minus sign."),
+        Mistake("gates_at_zero", "you took the gradient with the gates at 0, every head switched off. "
+                "Michel et al.'s score is the gradient at xi = 1, the model as it is.",
+                "make the gates with torch.ones(..., requires_grad=True)."),
+        Mistake("layer_normalised", "you divided each layer's scores by their l2 norm: that is Michel et "
+                "al.'s normalisation for ranking heads across layers, a second step. The exercise asks for "
+                "the raw E |dL/dxi|.", "return the mean of the absolute gradients as it is."),
+        Mistake("ablation_difference", "you measured how much each sequence's loss changes when the head "
+                "is switched off (gate 1 -> 0): a finite difference, which is ablation. The importance "
+                "score is the gradient at xi = 1, a first-order estimate of that change.",
+                "one backward pass with gates of ones that require gradients, then abs and mean(0)."),
+        Mistake("max_over_sequences", "you took the largest absolute gradient over the sequences; the "
+                "score is their mean.", "use .mean(0) after .abs(), not .max(0)."),
+        Mistake("gates_without_grad", "gates.grad is None, so .abs() raised AttributeError: the gates "
+                "were made without requires_grad=True, so backward() computed no gradient for them.",
+                "torch.ones(num_sequences, L, h, dtype=torch.float64, requires_grad=True)."),
     ],
     hint="give every sequence its own gates, (num_sequences, L, h) of ones that require gradients; one "
          "backward pass through the summed losses gives each sequence its own gradient; average their "
@@ -163,6 +212,9 @@ def _narrow_cases() -> list[Case]:
         # the loss and the accuracy combined (e.g. loss change x accuracy lost) picks L0H2 here,
         # neither the largest loss change (L0H0) nor the lowest accuracy (L1H1)
         {"L0H0": (0.500, 0.97), "L0H1": (0.002, 0.99), "L0H2": (0.300, 0.60), "L1H1": (0.050, 0.40)},
+        # accuracy lost per unit of loss change is largest for L0H1 (0.1 / 0.001), and the second-
+        # lowest accuracy is L1H0: only the task column alone picks L0H0
+        {"L0H0": (0.400, 0.20), "L0H1": (0.001, 0.90), "L1H0": (0.050, 0.35), "L1H1": (0.020, 0.97)},
     ]
     return [Case((pd.DataFrame.from_dict(t, orient="index", columns=["loss change", "task accuracy after"]),),
                  label=f"table {i + 1}") for i, t in enumerate(tables)]
@@ -205,6 +257,13 @@ NARROW_HEAD = _HeadNameExercise(
                 "decide by the task accuracy after removal alone."),
         Mistake("row_number_not_name", "you returned the row's position, not the head's name.",
                 "return the index label, e.g. with idxmin(), such as 'L1H2'."),
+        Mistake("task_drop_per_loss_change", "you divided the accuracy the task loses by the loss change. "
+                "That ratio is largest for a head that barely moves the loss, whatever it does to the "
+                "task: the question is only which removal leaves the task worst off.",
+                "decide by the task accuracy after removal alone: the lowest one."),
+        Mistake("second_lowest_accuracy", "you picked the head with the second-lowest task accuracy (an "
+                "off-by-one in a sort, or nsmallest(2) read from the wrong end).",
+                "table['task accuracy after'].idxmin() gives the lowest directly."),
     ],
     hint="table['task accuracy after'].idxmin() names the head whose removal hurts the task most.",
 )
