@@ -1,0 +1,387 @@
+"""Interpretability tools beyond switching whole heads off (lesson 6).
+
+Every intervention here goes through the hook points of :class:`~course_utils.model.TinyTransformer`'s
+one forward pass: ``head_mask`` gates, the ``edit_heads(layer, heads)`` hook that sees each
+layer's head outputs ``(B, h, T, dk)`` just before they are merged, and PyTorch's own module
+hooks (``register_forward_hook`` on the embeddings and MLPs, a pre-hook on the final
+LayerNorm) to read the residual stream. Nothing re-implements the model.
+
+* **Position-restricted ablation** (:func:`position_ablated_logits`): switch heads off only at
+  some query positions, zero or mean.
+* **Activation patching** (:func:`patched_logits`, :func:`patching_table`): run the model on
+  one input with some heads' outputs taken from a run on another input.
+* **Direct logit attribution** (:func:`direct_logit_attribution`): split a logit difference
+  into one term per component of the residual stream (embeddings, each head, each attention
+  bias, each MLP, the final LayerNorm's bias), holding the final LayerNorm's scale fixed; the
+  terms add up to the model's own logit difference.
+* **Per-sequence gate gradients** (:func:`sequence_gate_gradients`): the numbers Michel et
+  al.'s importance averages, kept per sequence so that they can be resampled.
+* **Pruning tolerance over many orders** (:func:`prunable_counts`): how many heads each order
+  switches off before a check first fails, each distinct set of heads measured once.
+* :func:`flip_subject_number`: the corrupted twin of each agreement sentence, for patching.
+* :func:`trimmed_by_length`: an agreement batch in a few groups of similar length, each cut
+  after its last verb-predicting position (fewer padded tokens to compute, same scores).
+* :func:`layer_normalised_order`: Michel et al.'s ranking, scores divided by their layer's
+  l2 norm before heads of different layers are compared.
+
+Shapes: L layers, h heads, B batch, T positions, dk = d_model // h, d = d_model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from .ablation import (
+    Evaluation,
+    _check_heads,
+    _check_means,
+    _check_method,
+    _check_model,
+    _check_tokens,
+    head_name,
+    head_outputs,
+    importance_order,
+    measure,
+    sequence_losses,
+)
+from .model import TinyTransformer
+from .tasks import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
+
+__all__ = [
+    "position_ablated_logits",
+    "patched_logits",
+    "patching_table",
+    "direct_logit_attribution",
+    "sequence_gate_gradients",
+    "layer_normalised_order",
+    "prunable_counts",
+    "flip_subject_number",
+    "trimmed_by_length",
+]
+
+Head = tuple[int, int]
+
+
+def _check_where(where: object, tokens: Tensor) -> Tensor:
+    """A bool mask ``(B, T)`` (``(T,)`` is broadcast over the batch)."""
+    B, T = tokens.shape
+    if not isinstance(where, Tensor) or where.dtype != torch.bool or where.shape not in ((T,), (B, T)):
+        raise TypeError(f"where must be a bool tensor (T,) = ({T},) or (B, T) = ({B}, {T}) marking the "
+                        f"query positions to change, got " + (f"{where.dtype} {tuple(where.shape)}"
+                                                               if isinstance(where, Tensor)
+                                                               else type(where).__name__))
+    return where.expand(B, T)
+
+
+def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
+    layers: dict[int, list[int]] = {}
+    for layer, head in heads:
+        layers.setdefault(layer, []).append(head)
+    return layers
+
+
+# -- position-restricted ablation --------------------------------------------------------
+def position_ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head], where: Tensor, *,
+                            method: str = "zero", means: Tensor | None = None) -> Tensor:
+    """Logits ``(B, T, V)`` with ``heads`` switched off only at the query positions ``where``
+    marks (``(T,)`` or ``(B, T)`` bool); elsewhere they are untouched.
+
+    ``method="zero"`` writes 0 there, ``method="mean"`` the head's mean output (``means``
+    from :func:`~course_utils.ablation.mean_head_outputs`, ``(L, h, dk)`` or ``(L, h, T, dk)``).
+    Switching a head off at every position gives :func:`~course_utils.ablation.ablated_logits`.
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    heads = _check_heads(heads, model)
+    where = _check_where(where, tokens)  # (B, T)
+    method = _check_method(method)
+    if method == "mean":
+        means = _check_means(means, model, tokens.shape[1])
+    layers = _by_layer(heads)
+    T = tokens.shape[1]
+
+    def edit(layer: int, outputs: Tensor) -> Tensor:  # outputs: (B, h, T, dk)
+        if layer not in layers:
+            return outputs
+        outputs = outputs.clone()
+        for head in layers[layer]:
+            if method == "zero":
+                fill = torch.zeros_like(outputs[:, head])  # (B, T, dk)
+            else:
+                fill = means[layer, head]  # (dk,) or (T_ref, dk)
+                fill = (fill if fill.ndim == 1 else fill[:T]).expand_as(outputs[:, head])
+            outputs[:, head] = torch.where(where[..., None], fill, outputs[:, head])
+        return outputs
+
+    with torch.no_grad():
+        logits, _ = model(tokens, edit_heads=edit)
+    return logits
+
+
+# -- activation patching -----------------------------------------------------------------
+def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tensor, heads: Sequence[Head], *,
+                   where: Tensor | None = None) -> Tensor:
+    """Logits ``(B, T, V)`` of a run on ``tokens`` in which ``heads`` output what they output
+    in another run, ``source_outputs`` ``(L, B, h, T, dk)`` (from
+    :func:`~course_utils.ablation.head_outputs` on the other input, same shape), at the
+    positions ``where`` marks (default: every position).
+
+    Each patched head's output is replaced; everything downstream of it is recomputed.
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    heads = _check_heads(heads, model)
+    cfg = model.config
+    expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
+    if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
+        got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
+               else type(source_outputs).__name__)
+        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
+                         f"(L, B, h, T, dk) = {expected}, got {got}")
+    where = None if where is None else _check_where(where, tokens)
+    layers = _by_layer(heads)
+
+    def edit(layer: int, outputs: Tensor) -> Tensor:  # outputs: (B, h, T, dk)
+        if layer not in layers:
+            return outputs
+        outputs = outputs.clone()
+        for head in layers[layer]:
+            source = source_outputs[layer, :, head]  # (B, T, dk)
+            outputs[:, head] = source if where is None else torch.where(where[..., None], source,
+                                                                        outputs[:, head])
+        return outputs
+
+    with torch.no_grad():
+        logits, _ = model(tokens, edit_heads=edit)
+    return logits
+
+
+def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor,
+                   metric: Callable[[Tensor], float], *, where: Tensor | None = None) -> Tensor:
+    """``metric`` of the run on ``tokens`` with one head at a time patched from the run on
+    ``source_tokens``: ``(L, h)``. ``metric(logits (B, T, V)) -> float``."""
+    _check_tokens(source_tokens, "source_tokens")
+    if source_tokens.shape != tokens.shape:
+        raise ValueError(f"source_tokens {tuple(source_tokens.shape)} must be shaped like tokens "
+                         f"{tuple(tokens.shape)}: the two runs are compared position by position")
+    source = head_outputs(model, source_tokens)  # (L, B, h, T, dk)
+    cfg = model.config
+    table = torch.zeros(cfg.num_layers, cfg.num_heads)
+    for layer in range(cfg.num_layers):
+        for head in range(cfg.num_heads):
+            table[layer, head] = metric(patched_logits(model, tokens, source, [(layer, head)], where=where))
+    return table
+
+
+# -- direct logit attribution ------------------------------------------------------------
+def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: Tensor, directions: Tensor, *,
+                             head_mask: Tensor | None = None,
+                             edit_heads: Callable[[int, Tensor], Tensor] | None = None) -> pd.DataFrame:
+    """Each residual-stream component's direct contribution to ``directions`` at ``positions``.
+
+    ``positions`` ``(B,)``: one position per sequence; ``directions`` ``(B, V)`` or ``(V,)``:
+    the logit combination to explain, e.g. +1 on the agreeing verb and -1 on the other one.
+    The final residual ``x`` is a sum of components (token + position embeddings; per layer,
+    each head through its slice of ``W_O``, the attention bias and the MLP). The final
+    LayerNorm is ``(x - mean(x)) / s * gamma + beta``; with its scale ``s`` held at this run's
+    value, component ``c`` contributes ``(c - mean(c)) / s * gamma`` and ``beta`` one more
+    term, so the columns add up exactly to the logit difference the model computes.
+
+    Returns a DataFrame, one row per sequence, columns ``embeddings``, ``L{l}H{h}``,
+    ``L{l} attn bias``, ``L{l} mlp``, ``final bias`` and ``total`` (the model's own value).
+    ``head_mask`` / ``edit_heads`` are passed to the forward pass (to attribute an ablated run).
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    B, T = tokens.shape
+    if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
+    if int(positions.min()) < 0 or int(positions.max()) >= T:
+        raise ValueError(f"positions must lie in 0..{T - 1}")
+    V = model.config.vocab_size
+    if not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V)):
+        raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V})")
+    directions = directions.to(model.unembed.weight.dtype).expand(B, V)
+    rows = torch.arange(B)
+    recorded: dict[str, Tensor] = {}
+    heads_seen: list[Tensor] = []
+
+    def record_heads(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
+        if edit_heads is not None:
+            heads = edit_heads(layer, heads)
+        heads_seen.append(heads.detach())
+        return heads
+
+    def save(name: str) -> Callable:
+        def hook(module, inputs, output):  # noqa: ARG001 (PyTorch's hook signature)
+            recorded[name] = output.detach()
+        return hook
+
+    handles = [model.token_embedding.register_forward_hook(save("token")),
+               model.position_embedding.register_forward_hook(save("position")),
+               model.ln_final.register_forward_pre_hook(
+                   lambda module, inputs: recorded.__setitem__("final", inputs[0].detach()))]
+    for i, block in enumerate(model.blocks):
+        if block.mlp is not None:
+            handles.append(block.mlp.register_forward_hook(save(f"L{i} mlp")))
+    try:
+        with torch.no_grad():
+            logits, _ = model(tokens, head_mask=head_mask, edit_heads=record_heads)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    ln = model.ln_final
+    x = recorded["final"][rows, positions]  # (B, d)
+    scale = torch.sqrt(x.var(dim=-1, unbiased=False, keepdim=True) + ln.eps)  # (B, 1)
+    readout = (ln.weight * (directions @ model.unembed.weight))  # (B, d): gamma * (W_U^T direction)
+
+    def contribution(c: Tensor) -> Tensor:  # c: (B, d) -> (B,)
+        return (((c - c.mean(dim=-1, keepdim=True)) / scale) * readout).sum(-1)
+
+    columns: dict[str, Tensor] = {}
+    embeddings = recorded["token"][rows, positions] + recorded["position"][positions]
+    columns["embeddings"] = contribution(embeddings)
+    cfg = model.config
+    dk = cfg.d_model // cfg.num_heads
+    for layer, block in enumerate(model.blocks):
+        W_O = block.attn.out_proj.weight  # (d, h*dk)
+        at = heads_seen[layer][rows, :, positions]  # (B, h, dk)
+        for head in range(cfg.num_heads):
+            columns[head_name(layer, head)] = contribution(at[:, head] @ W_O[:, head * dk:(head + 1) * dk].T)
+        if block.attn.out_proj.bias is not None:
+            columns[f"L{layer} attn bias"] = contribution(block.attn.out_proj.bias.expand(B, -1))
+        if block.mlp is not None:
+            columns[f"L{layer} mlp"] = contribution(recorded[f"L{layer} mlp"][rows, positions])
+    columns["final bias"] = (ln.bias * (directions @ model.unembed.weight)).sum(-1)
+    columns["total"] = (logits[rows, positions] * directions).sum(-1)
+    return pd.DataFrame({name: value.detach().numpy() for name, value in columns.items()})
+
+
+# -- importance, kept per sequence ---------------------------------------------------------
+def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Tensor) -> Tensor:
+    """``dL(x)/dxi_h`` at ``xi = 1`` for every sequence ``x``: ``(B, L, h)``, signed.
+
+    ``L(x)`` is the sequence's mean next-token loss; ``.abs().mean(0)`` is Michel et al.'s
+    importance (:func:`~course_utils.ablation.head_importance`). Kept per sequence, the
+    numbers can be resampled to see how stable the ranking is.
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
+        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+    cfg = model.config
+    flags = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        xi = torch.ones(tokens.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True)  # (B, L, h)
+
+        def gate(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
+            return heads * xi[:, layer, :, None, None]
+
+        with torch.enable_grad():
+            logits, _ = model(tokens, edit_heads=gate)
+            sequence_losses(logits, targets).sum().backward()
+    finally:
+        for p, flag in zip(model.parameters(), flags, strict=True):
+            p.requires_grad_(flag)
+    return xi.grad.detach()
+
+
+def layer_normalised_order(importance: Tensor) -> list[Head]:
+    """Michel et al.'s pruning order: each layer's scores divided by their l2 norm, then
+    least important first (ties as in :func:`~course_utils.ablation.importance_order`)."""
+    if not isinstance(importance, Tensor) or importance.ndim != 2:
+        raise ValueError("importance must be an (L, h) tensor")
+    norms = importance.norm(dim=1, keepdim=True)
+    if not (norms > 0).all():
+        raise ValueError("every layer needs a nonzero importance to normalise by")
+    return importance_order(importance / norms)
+
+
+# -- pruning tolerance over many orders -----------------------------------------------------
+def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
+                    orders: Sequence[Sequence[Head]], within: Callable[[dict[str, float]], bool], *,
+                    method: str = "zero", means: dict[int, Tensor] | Tensor | None = None,
+                    map_fn: Callable = map, chunks: int = 1,
+                    ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
+    """For each order, how many of its heads can be switched off, first to last, before
+    ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.ablation.measure`
+    returns them); ``len(order)`` if it never fails.
+
+    The orders advance together one head at a time; each distinct set of switched-off heads
+    is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
+    (``map``; or :func:`~course_utils.parallel.parallel_map` with ``chunks`` = the number of
+    cores, since it starts one process per item). Returns the counts and every measurement
+    made, keyed by the frozen set of heads.
+    """
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+    if not callable(within):
+        raise TypeError("within must be a function (numbers: dict) -> bool")
+    orders = [_check_heads(order, model) for order in orders]
+    measured: dict[frozenset, dict[str, float]] = {}
+    counts: list[int | None] = [None] * len(orders)
+    for k in range(1, max((len(o) for o in orders), default=0) + 1):
+        alive = [i for i, count in enumerate(counts) if count is None and k <= len(orders[i])]
+        for i, count in enumerate(counts):
+            if count is None and k > len(orders[i]):
+                counts[i] = len(orders[i])
+        if not alive:
+            break
+        wanted = list(dict.fromkeys(frozenset(orders[i][:k]) for i in alive if frozenset(orders[i][:k])
+                                    not in measured))
+        parts = [wanted[i::chunks] for i in range(min(chunks, len(wanted)))]
+        results = map_fn(lambda part: [measure(model, evaluations, sorted(heads), method=method, means=means)
+                                       for heads in part], parts)
+        for part, numbers in zip(parts, results, strict=True):
+            measured.update(zip(part, numbers, strict=True))
+        for i in alive:
+            if not within(measured[frozenset(orders[i][:k])]):
+                counts[i] = k - 1
+    counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
+    return counts, measured
+
+
+# -- counterfactual sentences ----------------------------------------------------------------
+_OTHER_NUMBER = {WORD_TO_ID[a]: WORD_TO_ID[b] for pair in NOUNS + TRANSITIVE_VERBS
+                 for a, b in (pair, pair[::-1])}
+
+
+def flip_subject_number(batch: AgreementBatch) -> Tensor:
+    """``batch.tokens`` ``(B, T)`` with each subject noun in its other number ("cat" <-> "cats");
+    in subject relative clauses ("the cat that sees the dogs is") the verb agreeing with the
+    subject flips too, so every corrupted sentence is grammatical up to the final verb, whose
+    agreeing form is now ``batch.wrong_id``. Same length, same positions: patching can compare
+    the two runs position by position."""
+    if not isinstance(batch, AgreementBatch):
+        raise TypeError(f"batch must be an AgreementBatch, got {type(batch).__name__}")
+    tokens = batch.tokens.clone()
+    rows = torch.arange(len(batch))
+    relative = torch.tensor([t == "subject_relative" for t in batch.template], dtype=torch.bool)
+    for r, p in ((rows, batch.subject_pos), (rows[relative], batch.subject_pos[relative] + 2)):
+        tokens[r, p] = torch.tensor([_OTHER_NUMBER[int(t)] for t in tokens[r, p]], dtype=torch.long)
+    return tokens
+
+
+def trimmed_by_length(batch: AgreementBatch, groups: int) -> list[AgreementBatch]:
+    """``batch`` sorted by length and split into ``groups`` batches, each with its columns cut
+    after its last ``predict_pos``: together they hold every sentence once, and the model's
+    logits at each sentence's ``predict_pos`` are the same as in the full batch (causal
+    attention never looks at the columns cut off)."""
+    if not isinstance(batch, AgreementBatch):
+        raise TypeError(f"batch must be an AgreementBatch, got {type(batch).__name__}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= len(batch):
+        raise ValueError(f"groups must be an int in 1..{len(batch)}, got {groups!r}")
+    order = torch.argsort(batch.lengths, stable=True)
+    out = []
+    for rows in torch.tensor_split(order, groups):
+        group = batch.take(rows)
+        out.append(replace(group, tokens=group.tokens[:, : int(group.predict_pos.max()) + 1]))
+    return out

@@ -1,0 +1,341 @@
+"""course_utils.patching: position-restricted ablation, activation patching, direct logit
+attribution, per-sequence gate gradients, pruning counts over many orders, the subject flip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.ablation import (
+    Evaluation,
+    ablated_logits,
+    all_heads,
+    gates_without,
+    head_importance,
+    head_outputs,
+    importance_order,
+    mean_head_outputs,
+    measure,
+    pruning_curve,
+)
+from course_utils.model import ModelConfig, TinyTransformer
+from course_utils.patching import (
+    direct_logit_attribution,
+    flip_subject_number,
+    layer_normalised_order,
+    patched_logits,
+    patching_table,
+    position_ablated_logits,
+    prunable_counts,
+    sequence_gate_gradients,
+    trimmed_by_length,
+)
+from course_utils.tasks import AGREEMENT_VOCAB, AgreementTask, agreement_margins, detokenize
+
+
+def tiny_model(mlp: bool = True, seed: int = 0, vocab: int = 13, max_len: int = 10) -> TinyTransformer:
+    torch.manual_seed(seed)
+    config = ModelConfig(vocab_size=vocab, max_len=max_len, d_model=12, num_heads=3, num_layers=2, mlp=mlp)
+    return TinyTransformer(config).double().eval()
+
+
+def tokens_and_targets(batch: int = 5, length: int = 9, seed: int = 1):
+    tokens = torch.randint(0, 13, (batch, length), generator=torch.Generator().manual_seed(seed))
+    targets = torch.roll(tokens, -1, dims=1)
+    targets[:, -1] = -100
+    return tokens, targets
+
+
+def forward_replacing(model: TinyTransformer, tokens: torch.Tensor, replace) -> torch.Tensor:
+    """The forward pass written out; ``replace(layer, heads)`` edits the head outputs."""
+    x = model.token_embedding(tokens) + model.position_embedding(torch.arange(tokens.shape[1]))
+    for layer, block in enumerate(model.blocks):
+        h = block.ln_attn(x)
+        q, k, v = block.attn.project_qkv(h, h, h)
+        heads = replace(layer, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+        x = x + block.attn.out_proj(block.attn.merge_heads(heads))
+        if block.mlp is not None:
+            x = x + block.mlp(block.ln_mlp(x))
+    return model.unembed(model.ln_final(x))
+
+
+# ---------------------------------------------------------------- position-restricted ablation
+@pytest.mark.parametrize("method", ["zero", "mean"])
+def test_ablating_at_every_position_is_plain_ablation_and_at_none_changes_nothing(method):
+    model = tiny_model()
+    tokens, _ = tokens_and_targets()
+    means = mean_head_outputs(model, tokens_and_targets(seed=5)[0]) if method == "mean" else None
+    heads = [(0, 1), (1, 2)]
+    everywhere = torch.ones(tokens.shape[1], dtype=torch.bool)
+    got = position_ablated_logits(model, tokens, heads, everywhere, method=method, means=means)
+    torch.testing.assert_close(got, ablated_logits(model, tokens, heads, method=method, means=means))
+    with torch.no_grad():
+        intact, _ = model(tokens)
+    torch.testing.assert_close(position_ablated_logits(model, tokens, heads, ~everywhere, method=method,
+                                                       means=means), intact)
+
+
+def test_ablating_late_positions_leaves_earlier_logits_alone_and_matches_a_hand_edit():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets()
+    means = mean_head_outputs(model, tokens_and_targets(seed=5)[0], per_position=True)  # (L, h, T, dk)
+    where = torch.arange(tokens.shape[1]) >= 5
+    got = position_ablated_logits(model, tokens, [(0, 2)], where, method="mean", means=means)
+
+    def replace(layer, heads):
+        if layer == 0:
+            heads = heads.clone()
+            heads[:, 2, 5:] = means[0, 2, 5:]
+        return heads
+
+    with torch.no_grad():
+        intact, _ = model(tokens)
+        expected = forward_replacing(model, tokens, replace)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got[:, :5], intact[:, :5])  # causal: earlier positions never see it
+    assert not torch.allclose(got[:, 5:], intact[:, 5:])
+
+
+def test_a_per_sequence_mask_ablates_only_where_it_says():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(batch=3)
+    where = torch.zeros(tokens.shape, dtype=torch.bool)
+    where[1] = True  # sequence 1 only, every position
+    got = position_ablated_logits(model, tokens, [(1, 0)], where)
+    with torch.no_grad():
+        intact, _ = model(tokens)
+    torch.testing.assert_close(got[[0, 2]], intact[[0, 2]])
+    torch.testing.assert_close(got[1:2], ablated_logits(model, tokens[1:2], [(1, 0)]))
+
+
+def test_position_ablation_names_bad_inputs():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets()
+    with pytest.raises(TypeError, match="where must be a bool tensor"):
+        position_ablated_logits(model, tokens, [(0, 0)], torch.ones(4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="where must be a bool tensor"):
+        position_ablated_logits(model, tokens, [(0, 0)], torch.ones(tokens.shape[1]))
+    with pytest.raises(TypeError, match="means="):
+        position_ablated_logits(model, tokens, [(0, 0)], torch.ones(tokens.shape[1], dtype=torch.bool),
+                                method="mean")
+    with pytest.raises(ValueError, match="out of range"):
+        position_ablated_logits(model, tokens, [(2, 0)], torch.ones(tokens.shape[1], dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- activation patching
+def test_patching_a_head_from_another_run_matches_a_hand_edit():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(seed=1)
+    source_tokens, _ = tokens_and_targets(seed=2)
+    source = head_outputs(model, source_tokens)  # (L, B, h, T, dk)
+
+    def replace(layer, heads):
+        if layer == 0:
+            heads = heads.clone()
+            heads[:, 1] = source[0, :, 1]
+        return heads
+
+    with torch.no_grad():
+        expected = forward_replacing(model, tokens, replace)
+    torch.testing.assert_close(patched_logits(model, tokens, source, [(0, 1)]), expected)
+    # patching from a run on the same tokens changes nothing
+    with torch.no_grad():
+        intact, _ = model(tokens)
+    own = head_outputs(model, tokens)
+    torch.testing.assert_close(patched_logits(model, tokens, own, all_heads(model)), intact)
+
+
+def test_patching_only_some_positions_keeps_the_rest():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(seed=1)
+    source = head_outputs(model, tokens_and_targets(seed=2)[0])
+    where = torch.arange(tokens.shape[1]) >= 6
+    got = patched_logits(model, tokens, source, [(1, 1)], where=where)
+    with torch.no_grad():
+        intact, _ = model(tokens)
+    torch.testing.assert_close(got[:, :6], intact[:, :6])
+    assert not torch.allclose(got[:, 6:], intact[:, 6:])
+
+
+def test_the_patching_table_patches_one_head_at_a_time():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(seed=1)
+    source_tokens, _ = tokens_and_targets(seed=2)
+
+    def metric(logits):
+        return float(logits[:, -1, 3].mean())
+
+    table = patching_table(model, tokens, source_tokens, metric)
+    assert table.shape == (2, 3)
+    source = head_outputs(model, source_tokens)
+    for layer, head in all_heads(model):
+        patched = patched_logits(model, tokens, source, [(layer, head)])
+        assert table[layer, head] == pytest.approx(metric(patched))
+    with torch.no_grad():
+        intact = metric(model(tokens)[0])
+    assert torch.allclose(patching_table(model, tokens, tokens, metric), torch.full((2, 3), intact))
+    with pytest.raises(ValueError, match="shaped like tokens"):
+        patching_table(model, tokens, source_tokens[:, :5], metric)
+    with pytest.raises(ValueError, match="source_outputs must be head_outputs"):
+        patched_logits(model, tokens, source[:, :2], [(0, 0)])
+
+
+# ---------------------------------------------------------------- direct logit attribution
+@pytest.mark.parametrize("mlp", [False, True])
+def test_the_direct_terms_add_up_to_the_logit_difference(mlp):
+    model = tiny_model(mlp)
+    tokens, _ = tokens_and_targets()
+    positions = torch.tensor([8, 3, 5, 0, 7])
+    directions = torch.zeros(5, 13, dtype=torch.float64)
+    directions[:, 2], directions[:, 7] = 1.0, -1.0
+    terms = direct_logit_attribution(model, tokens, positions, directions)
+    with torch.no_grad():
+        logits, _ = model(tokens)
+    expected = (logits[torch.arange(5), positions, 2] - logits[torch.arange(5), positions, 7]).numpy()
+    assert terms["total"].to_numpy() == pytest.approx(expected, abs=1e-10)
+    assert terms.drop(columns="total").sum(axis=1).to_numpy() == pytest.approx(expected, abs=1e-10)
+    expected_columns = {"embeddings", "final bias", "total"} | {f"L{i}H{h}" for i, h in all_heads(model)}
+    expected_columns |= {f"L{i} attn bias" for i in range(2)}
+    expected_columns |= {f"L{i} mlp" for i in range(2)} if mlp else set()
+    assert set(terms.columns) == expected_columns
+
+
+def test_a_head_term_is_its_output_through_its_slice_of_w_o_read_through_the_frozen_layernorm():
+    model = tiny_model(mlp=False)
+    tokens, _ = tokens_and_targets(batch=2)
+    positions = torch.tensor([4, 6])
+    direction = torch.zeros(13, dtype=torch.float64)
+    direction[5] = 1.0
+    terms = direct_logit_attribution(model, tokens, positions, direction)
+    heads = head_outputs(model, tokens)  # (L, B, h, T, dk)
+    with torch.no_grad():
+        x = forward_residual(model, tokens)[torch.arange(2), positions]  # (B, d)
+        scale = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + model.ln_final.eps)
+        W_O = model.blocks[1].attn.out_proj.weight[:, 4:8]  # head 1 of layer 1, dk = 4
+        c = heads[1, torch.arange(2), 1, positions] @ W_O.T
+        normed = ((c - c.mean(-1, keepdim=True)) / scale) * model.ln_final.weight
+        expected = normed @ model.unembed.weight[5]
+    assert terms["L1H1"].to_numpy() == pytest.approx(expected.numpy(), abs=1e-10)
+    gates = gates_without(model, [(1, 1)])
+    zeroed = direct_logit_attribution(model, tokens, positions, direction, head_mask=gates)
+    assert zeroed["L1H1"].abs().max() == 0.0
+
+
+def forward_residual(model, tokens):
+    x = model.token_embedding(tokens) + model.position_embedding(torch.arange(tokens.shape[1]))
+    for block in model.blocks:
+        h = block.ln_attn(x)
+        q, k, v = block.attn.project_qkv(h, h, h)
+        x = x + block.attn.out_proj(block.attn.merge_heads(
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)))
+        if block.mlp is not None:
+            x = x + block.mlp(block.ln_mlp(x))
+    return x
+
+
+def test_attribution_removes_its_hooks_and_names_bad_inputs():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(batch=2)
+    direction = torch.zeros(13, dtype=torch.float64)
+    direct_logit_attribution(model, tokens, torch.tensor([1, 2]), direction)
+    modules = [model.token_embedding, model.position_embedding, model.ln_final,
+               *(b.mlp for b in model.blocks)]
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in modules)
+    with pytest.raises(TypeError, match="positions must be a long tensor"):
+        direct_logit_attribution(model, tokens, torch.tensor([1]), direction)
+    with pytest.raises(ValueError, match="positions must lie in"):
+        direct_logit_attribution(model, tokens, torch.tensor([1, 9]), direction)
+    with pytest.raises(TypeError, match="directions must be"):
+        direct_logit_attribution(model, tokens, torch.tensor([1, 2]), torch.zeros(12))
+
+
+# ---------------------------------------------------------------- importance, per sequence
+def test_per_sequence_gate_gradients_average_to_the_importance():
+    model = tiny_model()
+    tokens, targets = tokens_and_targets(batch=6)
+    gradients = sequence_gate_gradients(model, tokens, targets)
+    assert gradients.shape == (6, 2, 3)
+    torch.testing.assert_close(gradients.abs().mean(0), head_importance(model, tokens, targets))
+    one = sequence_gate_gradients(model, tokens[2:3], targets[2:3])
+    torch.testing.assert_close(one[0], gradients[2])  # each sequence's own gradient
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())
+
+
+def test_the_layer_normalised_order_divides_each_layer_by_its_norm():
+    importance = torch.tensor([[3.0, 4.0, 0.0], [0.1, 0.2, 0.2]])  # norms 5 and 0.3
+    normalised = torch.tensor([[0.6, 0.8, 0.0], [1 / 3, 2 / 3, 2 / 3]])
+    assert layer_normalised_order(importance) == importance_order(normalised)
+    assert layer_normalised_order(importance) != importance_order(importance)
+    with pytest.raises(ValueError, match="nonzero"):
+        layer_normalised_order(torch.tensor([[0.0, 0.0], [1.0, 2.0]]))
+
+
+# ---------------------------------------------------------------- pruning counts
+def test_prunable_counts_agree_with_full_pruning_curves_and_measure_each_set_once():
+    model = tiny_model()
+    tokens, targets = tokens_and_targets(batch=8)
+    def top(logits):
+        return {"top": float((logits[:, :-1].argmax(-1) == targets[:, :-1]).float().mean())}
+
+    evaluation = Evaluation(tokens, top)
+    intact = measure(model, evaluation)["top"]
+
+    def within(numbers):
+        return intact - numbers["top"] <= 0.1
+
+    heads = all_heads(model)
+    orders = [heads, heads[::-1], [heads[i] for i in (3, 1, 5, 0, 2, 4)], heads[:0]]
+    expected = []
+    for order in orders:
+        curve = pruning_curve(model, evaluation, order)
+        ok = [within({"top": v}) for v in curve["top"]]
+        expected.append(ok.index(False) - 1 if False in ok else len(order))
+    calls = []
+
+    def counting_map(fn, parts):
+        calls.append(len(parts))
+        return list(map(fn, parts))
+
+    counts, measured = prunable_counts(model, evaluation, orders, within, map_fn=counting_map, chunks=2)
+    assert counts == expected
+    assert len(measured) == len({frozenset(o[:k]) for o, c in zip(orders, counts, strict=True)
+                                 for k in range(1, min(c + 1, len(o)) + 1)})
+    assert all(n <= 2 for n in calls)
+    assert prunable_counts(model, evaluation, orders, within)[0] == expected
+    with pytest.raises(ValueError, match="chunks"):
+        prunable_counts(model, evaluation, orders, within, chunks=0)
+
+
+# ---------------------------------------------------------------- agreement helpers
+def test_the_twin_flips_the_subject_and_the_verb_that_agrees_with_it():
+    batch = AgreementTask().eval_batch(300)
+    twin = flip_subject_number(batch)
+    rows = torch.arange(len(batch))
+    changed = (twin != batch.tokens).sum(1)
+    relative = torch.tensor([t == "subject_relative" for t in batch.template])
+    assert bool((changed[~relative] == 1).all()) and bool((changed[relative] == 2).all())
+    assert bool((twin[rows, batch.subject_pos] != batch.tokens[rows, batch.subject_pos]).all())
+    undone = flip_subject_number(type(batch)(**{**batch.__dict__, "tokens": twin}))
+    assert torch.equal(undone, batch.tokens), "flipping twice gives the sentences back"
+    i = int(relative.nonzero()[0])
+    words, flipped = detokenize(batch.tokens[i]), detokenize(twin[i])
+    s = int(batch.subject_pos[i])
+    assert words[s + 1] == flipped[s + 1] == "that" and words[s + 2] != flipped[s + 2]
+    with pytest.raises(TypeError, match="AgreementBatch"):
+        flip_subject_number(batch.tokens)
+
+
+def test_trimmed_groups_hold_every_sentence_once_and_score_it_the_same():
+    model = tiny_model(vocab=len(AGREEMENT_VOCAB), max_len=16, seed=3)
+    batch = AgreementTask().eval_batch(120)
+    with torch.no_grad():
+        full = agreement_margins(model(batch.tokens)[0], batch)
+    groups = trimmed_by_length(batch, 3)
+    assert sum(len(g) for g in groups) == len(batch)
+    assert sum(g.tokens.numel() for g in groups) < batch.tokens.numel()
+    order = torch.argsort(batch.lengths, stable=True)
+    with torch.no_grad():
+        trimmed = torch.cat([agreement_margins(model(g.tokens)[0], g) for g in groups])
+    torch.testing.assert_close(trimmed, full[order])
+    with pytest.raises(ValueError, match="groups"):
+        trimmed_by_length(batch, 0)
