@@ -15,6 +15,7 @@ key gets weight 0, and 0 x NaN is NaN).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 
 from .masks import causal_mask
 from .validation import (
+    check_attention_extras,
     check_dropout,
     check_head_dims,
     check_mha_inputs,
@@ -29,7 +31,7 @@ from .validation import (
     combine_masks,
 )
 
-__all__ = ["scaled_dot_product_attention", "check_head_dims", "MultiHeadAttention"]
+__all__ = ["scaled_dot_product_attention", "check_head_dims", "MultiHeadAttentionBase", "MultiHeadAttention"]
 
 
 def scaled_dot_product_attention(
@@ -79,7 +81,135 @@ def scaled_dot_product_attention(
     return attended @ v, weights  # (..., Tq, dv), (..., Tq, Tk)
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttentionBase(nn.Module):
+    """The one forward path of the course's attention layers (and of the trained models).
+
+    Subclasses say how to make the heads, :meth:`project_qkv` (``q`` ``(B, h, T, dk)``,
+    ``k``/``v`` ``(B, g, T, dk)``), and how to attend over them, :meth:`attend`; everything
+    else (input checks, masks, a KV cache, the ``edit_heads`` hook, merging the heads and
+    ``out_proj``) is here, once. :class:`MultiHeadAttention` has ``g = h``;
+    :class:`~course_utils.gqa.GroupedQueryAttention` shares ``g < h`` K/V heads.
+    """
+
+    d_model: int
+    num_heads: int
+    num_kv_heads: int  # g: the heads that keys and values have (= num_heads without sharing)
+    d_k: int
+    dropout: float
+    out_proj: nn.Linear
+
+    # -- the computation ----------------------------------------------------------
+    def merge_heads(self, heads: Tensor) -> Tensor:
+        """``(B, h, T, dk)`` -> ``(B, T, d_model)``: heads concatenated in order 0..h-1."""
+        B, _, T, _ = heads.shape
+        return heads.transpose(1, 2).contiguous().view(B, T, self.d_model)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        past: tuple[Tensor, Tensor] | None = None,
+        edit_heads: Callable[[Tensor], Tensor] | None = None,
+        return_kv: bool = False,
+    ) -> tuple[Tensor, ...]:
+        """Attend from ``query`` ``(B, Tq, d)`` to ``key``/``value`` ``(B, Tk, d)``.
+
+        ``key`` defaults to ``query`` (self-attention) and ``value`` to ``key``; all three
+        must have the module's dtype and device. ``mask`` is bool, ``True`` = may attend,
+        shaped ``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1, Tq, Tk)``. ``key_padding_mask``
+        is bool ``(B, Tk)`` with ``True`` = real token (the opposite of
+        ``nn.MultiheadAttention``'s argument of the same name). ``is_causal`` (a bool) also
+        blocks every key after its query (top-left aligned, as in PyTorch; with ``past``,
+        the queries are the last positions).
+
+        ``need_weights=False`` (the default) runs the fused
+        ``F.scaled_dot_product_attention`` and returns ``None`` for the weights;
+        ``need_weights=True`` runs the step-by-step softmax and returns every head's weights
+        (not averaged over heads). The two agree up to floating-point rounding. A query whose
+        keys are all masked gets zero weights and a zero output from every head (PyTorch's
+        modules give NaN there), so the module's output for it is ``out_proj.bias``.
+        ``Tk = 0`` with ``Tq > 0`` is refused; ``Tq = Tk = 0`` gives an empty output.
+
+        What the model needs goes through this same path: ``past`` ``(k, v)``, each
+        ``(B, g, T_past, dk)``, holds keys and values of earlier positions (a KV cache; the
+        masks then cover ``T_past + Tk`` keys); ``edit_heads`` maps the heads' outputs
+        ``(B, h, Tq, dk)`` before they are merged (the hook for ablation and patching);
+        ``return_kv=True`` also returns the keys and values attended over, for the cache.
+
+        Returns ``(output (B, Tq, d), weights (B, h, Tq, Tk) or None)``, then ``(k, v)``
+        when ``return_kv``.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        self._check_inputs(query, key, value, is_causal=is_causal, need_weights=need_weights,
+                           past=past, edit_heads=edit_heads)
+        q, k, v = self.project_qkv(query, key, value)  # q (B, h, Tq, dk); k, v (B, g, Tk, dk)
+        if past is not None:  # a KV cache: the earlier positions' keys and values come first
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        allowed, is_causal = self._allowed(mask, key_padding_mask, is_causal, q, k,
+                                           cached=past is not None)
+        heads, weights = self.attend(q, k, v, allowed, is_causal, need_weights)  # (B, h, Tq, dk)
+        if edit_heads is not None:  # the hook point: ablation and patching edit the heads here
+            heads = edit_heads(heads)
+        out = self.out_proj(self.merge_heads(heads))  # (B, Tq, d)
+        return (out, weights, (k, v)) if return_kv else (out, weights)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, is_causal: bool,
+               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Every head at once: ``(B, h, Tq, dk)`` heads and the weights (or ``None``)."""
+        p = self.dropout if self.training else 0.0
+        if need_weights:  # step by step, keeping the weights
+            return scaled_dot_product_attention(q, k, v, mask=allowed, is_causal=is_causal,
+                                                dropout_p=p)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p,
+                                               is_causal=is_causal)  # the fused kernel
+        if allowed is not None:  # rows with nothing to attend to: zeros, as in the step-by-step path
+            heads = heads.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+        return heads, None
+
+    def _allowed(self, mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool,
+                 q: Tensor, k: Tensor, *, cached: bool) -> tuple[Tensor | None, bool]:
+        """The masks as one bool ``(B|1, h|1, Tq, Tk)`` (``True`` = may attend) or ``None``, and
+        whether the kernels should still apply causality themselves (no other mask, no cache)."""
+        B, Tq, Tk = q.shape[0], q.shape[2], k.shape[2]
+        allowed = None
+        if mask is not None or key_padding_mask is not None:
+            allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)
+        if is_causal and (allowed is not None or cached) and Tq > 0:  # one mask for the kernels
+            causal = causal_mask(Tq, Tk, query_offset=Tk - Tq if cached else 0, device=q.device)
+            allowed = causal if allowed is None else allowed & causal
+            is_causal = False
+        return allowed, is_causal
+
+    # -- input checks (the rules are in course_utils.validation) ------------------
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, *, is_causal: object = False,
+                      need_weights: object = False, past: object = None,
+                      edit_heads: object = None) -> None:
+        check_mha_inputs(query, key, value, d_model=self.d_model, weight=self._weight(),
+                         is_causal=is_causal, need_weights=need_weights)
+        check_attention_extras(past, edit_heads, batch=query.shape[0], num_kv_heads=self.num_kv_heads,
+                               d_k=self.d_k, weight=self._weight())
+
+    def _weight(self) -> Tensor:
+        """A parameter whose dtype and device the inputs must match."""
+        return self.out_proj.weight
+
+    def _combined_mask(
+        self, mask: Tensor | None, key_padding_mask: Tensor | None, B: int, Tq: int, Tk: int
+    ) -> Tensor | None:
+        """``mask`` and ``key_padding_mask`` checked and merged into one bool view
+        ``(B|1, h|1, Tq, Tk)``, ``True`` = may attend; ``None`` when neither is given."""
+        return combine_masks(mask, key_padding_mask, batch=B, num_heads=self.num_heads,
+                             num_queries=Tq, num_keys=Tk, device=self._weight().device)
+
+
+class MultiHeadAttention(MultiHeadAttentionBase):
     """Batched multi-head attention, batch-first, masks with ``True`` = may attend.
 
     All heads are computed at once: one projection for Q, K and V, a ``view`` that
@@ -105,6 +235,7 @@ class MultiHeadAttention(nn.Module):
         check_head_dims(d_model, num_heads)
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_heads  # every query head has its own K/V head
         self.d_k = d_model // num_heads
         self.dropout = check_dropout(dropout, "dropout")
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # W_Q | W_K | W_V
@@ -136,81 +267,9 @@ class MultiHeadAttention(nn.Module):
         v = v.view(B, Tk, self.num_heads, self.d_k).transpose(1, 2)  # (B, h, Tk, dk)
         return q, k, v
 
-    def merge_heads(self, heads: Tensor) -> Tensor:
-        """``(B, h, T, dk)`` -> ``(B, T, d_model)``: heads concatenated in order 0..h-1."""
-        B, _, T, _ = heads.shape
-        return heads.transpose(1, 2).contiguous().view(B, T, self.d_model)
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor | None = None,
-        value: Tensor | None = None,
-        *,
-        mask: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``query`` ``(B, Tq, d)`` to ``key``/``value`` ``(B, Tk, d)``.
-
-        ``key`` defaults to ``query`` (self-attention) and ``value`` to ``key``; all three
-        must have the module's dtype and device. ``mask`` is bool, ``True`` = may attend,
-        shaped ``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1, Tq, Tk)``. ``key_padding_mask``
-        is bool ``(B, Tk)`` with ``True`` = real token (the opposite of
-        ``nn.MultiheadAttention``'s argument of the same name). ``is_causal`` (a bool) also
-        blocks every key after its query (top-left aligned, as in PyTorch).
-
-        ``need_weights=False`` (the default) runs the fused
-        ``F.scaled_dot_product_attention`` and returns ``None`` for the weights;
-        ``need_weights=True`` runs the step-by-step softmax and returns every head's weights
-        (not averaged over heads). The two agree up to floating-point rounding. A query whose
-        keys are all masked gets zero weights and a zero output from every head (PyTorch's
-        modules give NaN there), so the module's output for it is ``out_proj.bias``.
-        ``Tk = 0`` with ``Tq > 0`` is refused; ``Tq = Tk = 0`` gives an empty output.
-
-        Returns ``(output (B, Tq, d), weights (B, h, Tq, Tk) or None)``.
-        """
-        key = query if key is None else key
-        value = key if value is None else value
-        self._check_inputs(query, key, value, is_causal=is_causal, need_weights=need_weights)
-        B, Tq, _ = query.shape
-        Tk = key.shape[1]
-        allowed = None  # (B|1, h|1, Tq, Tk) when a mask is given
-        if mask is not None or key_padding_mask is not None:
-            allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)
-        q, k, v = self.project_qkv(query, key, value)  # (B, h, T, dk) each
-        p = self.dropout if self.training else 0.0
-
-        if need_weights:
-            heads, weights = scaled_dot_product_attention(
-                q, k, v, mask=allowed, is_causal=is_causal, dropout_p=p
-            )  # (B, h, Tq, dk), (B, h, Tq, Tk)
-        else:  # the fused kernel; same maths, no weights kept
-            if is_causal and allowed is not None and Tq > 0:  # F.sdpa takes one or the other
-                allowed = allowed & causal_mask(Tq, Tk, device=query.device)
-                is_causal = False
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, dropout_p=p, is_causal=is_causal
-            )  # (B, h, Tq, dk)
-            if allowed is not None:  # rows with nothing to attend to: zeros, as above
-                heads = heads.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-            weights = None
-        return self.out_proj(self.merge_heads(heads)), weights  # (B, Tq, d)
-
-    # -- input checks (the rules are in course_utils.validation) ------------------
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
-                      need_weights: bool = False) -> None:
-        check_mha_inputs(query, key, value, d_model=self.d_model, weight=self.in_proj.weight,
-                         is_causal=is_causal, need_weights=need_weights)
-
-    def _combined_mask(
-        self, mask: Tensor | None, key_padding_mask: Tensor | None, B: int, Tq: int, Tk: int
-    ) -> Tensor | None:
-        """``mask`` and ``key_padding_mask`` checked and merged into one bool view
-        ``(B|1, h|1, Tq, Tk)``, ``True`` = may attend; ``None`` when neither is given."""
-        return combine_masks(mask, key_padding_mask, batch=B, num_heads=self.num_heads,
-                             num_queries=Tq, num_keys=Tk, device=self.in_proj.weight.device)
+    def _weight(self) -> Tensor:
+        """A parameter whose dtype and device the inputs must match."""
+        return self.in_proj.weight
 
     # -- conversion to and from PyTorch -------------------------------------------
     @classmethod

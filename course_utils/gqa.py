@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, MultiHeadAttentionBase
 from .env import check_seed
 from .validation import (
     check_dropout,
@@ -37,10 +37,8 @@ from .validation import (
     check_generator,
     check_int,
     check_keys_not_empty,
-    check_mha_inputs,
     check_same_dtype_and_device,
     check_tensor,
-    combine_masks,
     describe_shape,
 )
 
@@ -204,7 +202,7 @@ def grouped_query_attention(
     return out.view(B, h, Tq, dk), weights.view(B, h, Tq, Tk)
 
 
-class GroupedQueryAttention(nn.Module):
+class GroupedQueryAttention(MultiHeadAttentionBase):
     """Multi-head attention whose ``num_heads`` query heads share ``num_kv_heads`` K/V heads.
 
     Batch-first, with the forward arguments of :class:`~course_utils.MultiHeadAttention`.
@@ -244,15 +242,7 @@ class GroupedQueryAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    # -- input checks (kept apart from the maths) --------------------------------------
-    def _combined_mask(self, mask: object, key_padding_mask: object, B: int, Tq: int,
-                       Tk: int) -> Tensor | None:
-        """One bool mask ``(B|1, h|1, Tq, Tk)`` (``True`` = may attend) or ``None``: the same
-        rules and messages as :class:`~course_utils.MultiHeadAttention`."""
-        return combine_masks(mask, key_padding_mask, batch=B, num_heads=self.num_heads,
-                             num_queries=Tq, num_keys=Tk, device=self.q_proj.weight.device)
-
-    # -- the computation ----------------------------------------------------------
+    # -- the computation: the forward itself is MultiHeadAttentionBase.forward --------
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``q`` ``(B, h, Tq, dk)``, ``k`` and ``v`` ``(B, g, Tk, dk)``."""
         B, Tq, _ = query.shape
@@ -262,40 +252,20 @@ class GroupedQueryAttention(nn.Module):
         v = self.v_proj(value).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
         return q, k, v
 
-    merge_heads = MultiHeadAttention.merge_heads  # (B, h, T, dk) -> (B, T, d_model), as in MHA
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor | None = None,
-        value: Tensor | None = None,
-        *,
-        mask: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``query`` ``(B, Tq, d)`` to ``key``/``value`` ``(B, Tk, d)``.
-
-        Masks as in :class:`~course_utils.MultiHeadAttention` (``True`` = may attend;
-        ``key_padding_mask`` ``(B, Tk)`` with ``True`` = real token). Returns
-        ``(output (B, Tq, d), weights (B, h, Tq, Tk) if need_weights else None)``.
-        """
-        key = query if key is None else key
-        value = key if value is None else value
-        check_mha_inputs(query, key, value, d_model=self.d_model, weight=self.q_proj.weight,
-                         is_causal=is_causal, need_weights=need_weights)  # MHA's rules and messages
-        B, Tq, _ = query.shape
-        Tk = key.shape[1]
-        allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)
-        q, k, v = self.project_qkv(query, key, value)  # (B, h, Tq, dk), (B, g, Tk, dk) x 2
-        heads, weights = grouped_query_attention(q.contiguous(), k, v, mask=allowed,
-                                                 is_causal=is_causal)
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, is_causal: bool,
+               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """h query heads over g K/V heads, the K/V never copied: ``(B, h, Tq, dk)`` and weights."""
+        heads, weights = grouped_query_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                 mask=allowed, is_causal=is_causal)
         if self.training and self.dropout > 0:  # dropout on the weights: recompute the output
+            B, h, Tq, Tk = weights.shape
             dropped = nn.functional.dropout(weights, p=self.dropout)  # (B, h, Tq, Tk)
-            h, g = self.num_heads, self.num_kv_heads
+            g = self.num_kv_heads
             heads = (dropped.reshape(B, g, h // g * Tq, Tk) @ v).view(B, h, Tq, self.d_k)
-        return self.out_proj(self.merge_heads(heads)), (weights if need_weights else None)
+        return heads, (weights if need_weights else None)
+
+    def _weight(self) -> Tensor:
+        return self.q_proj.weight
 
     @classmethod
     def from_multi_head(

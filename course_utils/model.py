@@ -26,9 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .gqa import GroupedQueryAttention, grouped_query_attention
-from .masks import causal_mask
+from .attention import MultiHeadAttention
+from .gqa import GroupedQueryAttention
 from .shapes import count_parameters  # re-exported: one parameter counter for the course
 from .validation import check_same_dtype_and_device, check_tensor
 
@@ -206,39 +205,22 @@ class Block(nn.Module):
 
         ``gate`` ``(h,)`` scales each head's output; ``past`` holds cached keys/values
         ``(B, g, T_past, dk)`` of earlier positions (``g = h`` without GQA); ``edit_heads``
-        maps the gated head outputs ``(B, h, T, dk)`` to the ones that are merged.
+        maps the gated head outputs ``(B, h, T, dk)`` to the ones that are merged. All of it
+        runs through the attention module's own forward (its ``edit_heads`` hook).
         """
-        h = self.ln_attn(x)
-        q, k, v = self.attn.project_qkv(h, h, h)  # q (B, h, T, dk); k, v (B, g, T, dk)
-        T_past = 0
-        if past is not None:
-            T_past = past[0].shape[2]
-            k = torch.cat([past[0], k], dim=2)  # (B, g, T_past + T, dk)
-            v = torch.cat([past[1], v], dim=2)
-        T, T_total = q.shape[2], k.shape[2]
-        if self.grouped:  # h query heads over g shared K/V heads, K/V never copied
-            allowed = causal_mask(T, T_total, query_offset=T_past, device=x.device)  # (T, T_total)
-            heads, weights = grouped_query_attention(q.contiguous(), k.contiguous(), v.contiguous(),
-                                                     mask=allowed)  # (B, h, T, dk)
-            weights = weights if need_weights else None
-        elif need_weights:
-            allowed = causal_mask(T, T_total, query_offset=T_past, device=x.device)  # (T, T_total)
-            heads, weights = scaled_dot_product_attention(q, k, v, mask=allowed)  # (B, h, T, dk)
-        else:  # the fused kernel: same maths, no weights kept
-            weights = None
-            if T_past == 0:
-                heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                allowed = causal_mask(T, T_total, query_offset=T_past, device=x.device)
-                heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-        if gate is not None:
-            heads = heads * gate.view(1, -1, 1, 1)  # (B, h, T, dk): 0 silences a head
-        if edit_heads is not None:
-            heads = edit_heads(heads)  # (B, h, T, dk): e.g. a head's mean output (lesson 6)
-        x = x + self.attn.out_proj(self.attn.merge_heads(heads))  # (B, T, d)
+        edit = None
+        if gate is not None or edit_heads is not None:
+            def edit(heads: Tensor) -> Tensor:  # (B, h, T, dk)
+                if gate is not None:
+                    heads = heads * gate.view(1, -1, 1, 1)  # 0 silences a head
+                return heads if edit_heads is None else edit_heads(heads)  # e.g. a mean (lesson 6)
+
+        attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
+                                          past=past, edit_heads=edit, return_kv=True)
+        x = x + attended  # (B, T, d)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
-        return x, weights, (k, v)
+        return x, weights, kv
 
 
 def _shape(t: Tensor) -> str:

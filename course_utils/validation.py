@@ -257,3 +257,26 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
     if combined is None:
         return None
     return combined.expand(combined.shape[0], combined.shape[1], num_queries, num_keys)  # a view
+
+
+def check_attention_extras(past: object, edit_heads: object, *, batch: int, num_kv_heads: int, d_k: int,
+                           weight: Tensor) -> None:
+    """``past`` is None or a ``(k, v)`` pair of ``(B, g, T_past, dk)`` tensors fitting the module;
+    ``edit_heads`` is None or callable."""
+    if edit_heads is not None and not callable(edit_heads):
+        raise TypeError(f"edit_heads must be a function heads (B, h, T, dk) -> heads or None, "
+                        f"got {type(edit_heads).__name__}")
+    if past is None:
+        return
+    if not isinstance(past, (tuple, list)) or len(past) != 2:
+        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk) or None, got "
+                        f"{type(past).__name__}")
+    expected = f"(B={batch}, g={num_kv_heads}, T_past, dk={d_k})"
+    for name, t in (("past k", past[0]), ("past v", past[1])):
+        check_tensor(t, name, ndim=4, layout=expected)
+        if t.shape[0] != batch or t.shape[1] != num_kv_heads or t.shape[3] != d_k:
+            raise ValueError(f"{name} must be {expected}, got {describe_shape(t)}")
+        check_matches_module(t, name, weight)
+    if past[0].shape != past[1].shape:
+        raise ValueError(f"past k and v must have one shape, got {describe_shape(past[0])} and "
+                         f"{describe_shape(past[1])}")
