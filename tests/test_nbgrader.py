@@ -99,7 +99,11 @@ def test_course_source_links_to_the_student_copies(tmp_path):
         links = nb.cells[0].source
         assert f"/student/{path.name}" in links and "/notebooks/" not in links, links
         original = tools._read(ROOT / "notebooks" / path.name)
-        assert [c.source for c in nb.cells[1:]] == [c.source for c in original.cells[1:]]
+        visible = [c.source.split("\n### BEGIN HIDDEN TESTS")[0] for c in nb.cells[1:]]
+        assert visible == [c.source for c in original.cells[1:]]
+        tests = [c for c in nb.cells if _is_test_cell(c)]  # each autograded check regrades hidden
+        assert tests and all("### BEGIN HIDDEN TESTS" in c.source and "_autograde.grade(" in c.source
+                             and c.source.rstrip().endswith("### END HIDDEN TESTS") for c in tests)
 
 
 def test_instructors_exercise_table_is_current():
