@@ -14,7 +14,7 @@ from torch import Tensor
 
 from course_utils.exercises.core import Case, Exercise, Mistake
 from course_utils.exercises.lesson01 import *
-from course_utils.exercises.lesson02 import RaisingMistake, _DiagnosingExercise
+from course_utils.exercises.raising import DiagnosingExercise, RaisingMistake
 
 
 def _attend(scores: Tensor, values: Tensor) -> Tensor:

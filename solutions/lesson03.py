@@ -12,7 +12,7 @@ from torch import Tensor
 
 from course_utils.exercises.core import Case, Exercise, Mistake
 from course_utils.exercises.lesson03 import *
-from course_utils.exercises.lesson04 import _DiagnosesRaisingAnswers, _requested_shape
+from course_utils.exercises.raising import DiagnosesRaisingAnswers, requested_shape
 
 
 def _split_reference(x: Tensor, num_heads: int) -> Tensor:

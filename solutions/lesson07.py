@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from course_utils.exercises.core import Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
-from course_utils.exercises.lesson04 import _DiagnosesRaisingAnswers
 from course_utils.exercises.lesson07 import *
+from course_utils.exercises.raising import DiagnosesRaisingAnswers
 
 
 def _repeat_kv(kv: Tensor, num_heads: int) -> Tensor:

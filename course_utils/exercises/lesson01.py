@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .core import Case, Exercise, Mistake
-from .lesson02 import RaisingMistake, _DiagnosingExercise
+from .raising import DiagnosingExercise, RaisingMistake
 
 __all__ = [
     "ATTEND",
@@ -91,7 +91,7 @@ def _head_scores_cases() -> list[Case]:
     return cases
 
 
-HEAD_SCORES = _DiagnosingExercise(
+HEAD_SCORES = DiagnosingExercise(
     title="Exercise 1.2: one score matrix per head",
     make_cases=_head_scores_cases,
     mistakes=[
@@ -199,7 +199,7 @@ def _relation_cases() -> list[Case]:
     ]
 
 
-RELATION_ACCURACY = _DiagnosingExercise(
+RELATION_ACCURACY = DiagnosingExercise(
     title="Exercise 1.3: accuracy of each relation",
     make_cases=_relation_cases,
     mistakes=[

@@ -11,18 +11,15 @@ Each check recognises the usual mistakes by their output and names them.
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..worked_example import load_worked_example
-from .answers import Raised
-from .core import _EXITS, Case, Exercise, Feedback, Mistake
+from .core import Case, Feedback, Mistake
+from .raising import DiagnosingExercise, RaisingMistake
 
 __all__ = [
     "SOFTMAX_ROWS",
@@ -34,79 +31,6 @@ __all__ = [
     "check_causal_attention_weights",
     "check_single_head_attention",
 ]
-
-
-@dataclass
-class RaisingMistake(Mistake):
-    """A slip that makes the function raise instead of returning a wrong value. It is named
-    when the learner's function raises the same exception (type and message) on the first
-    test case it fails on; with ``loose=True`` the same exception type is enough, and with a
-    ``pattern`` the same type with that text in its message (another function, same slip)."""
-
-    loose: bool = False
-    pattern: str = ""  # also named when the error has the same type and contains this text
-
-
-def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
-    args, kwargs = case.fresh()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. torch's warning about x.T on 3-D tensors
-            fn(*args, **kwargs)
-    except (Exception, *_EXITS) as exc:  # noqa: BLE001 - any error is information here, sys.exit() too
-        return exc
-    return None
-
-
-@dataclass
-class _DiagnosingExercise(Exercise):
-    """An :class:`Exercise` that also names slips that raise (:class:`RaisingMistake`) and,
-    with ``numpy_output=True``, an answer that returns a torch tensor instead of an array."""
-
-    numpy_output: bool = False
-
-    def check(self, fn: Callable[..., Any]) -> Feedback:
-        """Grade ``fn``; never raises."""
-        feedback = super().check(fn)
-        named = None  # (a Feedback is falsy unless it passed, so compare with None)
-        try:
-            if feedback.status == "error":
-                named = self._name_raising_slip(fn)
-            elif feedback.passed and self.numpy_output:
-                named = self._name_tensor_output(fn)
-        except (Exception, *_EXITS):  # noqa: BLE001 - the plain feedback is still right
-            named = None
-        return feedback if named is None else named
-
-    def _name_raising_slip(self, fn: Callable[..., Any]) -> Feedback | None:
-        cases = list(self.make_cases())
-        for index, case in enumerate(cases):
-            exc = _raised(fn, case)
-            if exc is None:
-                continue
-            kind, text = type(exc).__name__, str(exc)
-            for loose in (False, True):
-                for mistake in self.mistakes:
-                    if not isinstance(mistake, RaisingMistake) or mistake.loose != loose:
-                        continue
-                    outcomes = self._mistake_outputs(mistake, cases)
-                    theirs = None if outcomes is None else outcomes[index]
-                    same = isinstance(theirs, Raised) and theirs.kind == kind
-                    if same and (loose or theirs.message == text
-                                 or (mistake.pattern and mistake.pattern in text)):
-                        where = f" on {case.label}" if case.label else ""
-                        return Feedback(self.title, "mistake",
-                                        f"{mistake.message} (Your function raised {kind}{where}.)",
-                                        mistake.hint, mistake=mistake.key)
-            return None
-        return None
-
-    def _name_tensor_output(self, fn: Callable[..., Any]) -> Feedback | None:
-        args, kwargs = self.make_cases()[0].fresh()
-        if isinstance(fn(*args, **kwargs), torch.Tensor):
-            mistake = next(m for m in self.mistakes if m.key == "returned_tensor")
-            return Feedback(self.title, "mistake", mistake.message, mistake.hint, mistake=mistake.key)
-        return None
 
 
 def _worked_example_head(index: int) -> tuple[Tensor, ...]:
@@ -130,7 +54,7 @@ def _softmax_cases() -> list[Case]:
 
 
 @dataclass
-class _SoftmaxExercise(_DiagnosingExercise):
+class _SoftmaxExercise(DiagnosingExercise):
     """2.1: an answer normalised along the wrong axis, or over the whole array, is named by what
     its output sums to, however it was shifted (a row-max shift with a column sum matches no
     single Mistake's numbers)."""
@@ -218,7 +142,7 @@ def _qk_cases() -> list[Case]:
     ]
 
 
-ATTENTION_WEIGHTS = _DiagnosingExercise(
+ATTENTION_WEIGHTS = DiagnosingExercise(
     title="Exercise 2.2: attention weights",
     make_cases=_qk_cases,
     mistakes=[
@@ -267,7 +191,7 @@ def _causal_cases() -> list[Case]:
     ]
 
 
-CAUSAL_ATTENTION_WEIGHTS = _DiagnosingExercise(
+CAUSAL_ATTENTION_WEIGHTS = DiagnosingExercise(
     title="Exercise 2.3: causal attention weights",
     make_cases=_causal_cases,
     mistakes=[
@@ -331,7 +255,7 @@ def _single_head_cases() -> list[Case]:
     ]
 
 
-SINGLE_HEAD_ATTENTION = _DiagnosingExercise(
+SINGLE_HEAD_ATTENTION = DiagnosingExercise(
     title="Exercise 2.4: single-head attention",
     make_cases=_single_head_cases,
     mistakes=[

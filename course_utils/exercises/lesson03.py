@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .core import Case, Exercise, Mistake
-from .lesson04 import _DiagnosesRaisingAnswers, _requested_shape  # names answers that raise
+from .raising import DiagnosesRaisingAnswers, requested_shape  # names answers that raise
 
 __all__ = [
     "SPLIT_HEADS",
@@ -93,14 +93,14 @@ def _merge_cases() -> list[Case]:
     ]
 
 
-class _MergeExercise(_DiagnosesRaisingAnswers):
+class _MergeExercise(DiagnosesRaisingAnswers):
     """Exercise 3.2: a ``.view`` that PyTorch refuses after the transpose gets its own message."""
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
         if (failed is not None and failed[0] == "view" and failed[1]
                 and isinstance(failed[1][0], tuple) and len(failed[1][0]) == 4
-                and len(_requested_shape(failed[1])) == 3):
+                and len(requested_shape(failed[1])) == 3):
             return "view_without_contiguous"
         return None
 

@@ -13,10 +13,10 @@ import math
 import numpy as np
 import torch
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
 
 from ..masks import causal_mask, padding_mask
 from .core import _EXITS, Case, Exercise, Feedback, Mistake
+from .raising import DiagnosesRaisingAnswers, failed_operation, requested_shape
 
 __all__ = [
     "HEAD_WEIGHTS", "check_head_weights",
@@ -122,88 +122,7 @@ def _stack_cases() -> list[Case]:
     return cases
 
 
-class _RecordFailure(TorchFunctionMode):
-    """Remembers the first tensor operation that raised, with its arguments' shapes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failed: tuple[str, list] | None = None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        try:
-            return func(*args, **(kwargs or {}))
-        except Exception:
-            if self.failed is None:
-                name = getattr(func, "__name__", str(func)).strip("_")
-                self.failed = (name, [tuple(a.shape) if isinstance(a, Tensor) else a for a in args])
-            raise
-
-
-def _requested_shape(args: list) -> tuple:
-    """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple."""
-    rest = args[1:]
-    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
-        return tuple(rest[0])
-    return tuple(rest)
-
-
-def _failed_operation(fn, case: Case) -> tuple[str, list] | None:
-    """Run ``fn`` on ``case`` again and return the tensor operation that raised, if any."""
-    args, kwargs = case.fresh()
-    recorder = _RecordFailure()
-    try:
-        with recorder:
-            fn(*args, **kwargs)
-    except (Exception, *_EXITS):  # the learner's error again, now recorded
-        pass
-    return recorder.failed
-
-
-def _named(exercise: Exercise, key: str) -> Feedback:
-    m = next(m for m in exercise.mistakes if m.key == key)
-    return Feedback(exercise.title, "mistake", m.message, m.hint, mistake=m.key)
-
-
-class _DiagnosesRaisingAnswers(Exercise):
-    """An exercise whose check also names an answer that *raises*: it runs the answer again,
-    case by case under :class:`_RecordFailure`, up to the first case that raises, and asks
-    :meth:`_key_for` which slip that failure is."""
-
-    def check(self, fn) -> Feedback:
-        feedback = super().check(fn)
-        if feedback.status != "error":
-            return feedback
-        for case in self.make_cases():
-            args, kwargs = case.fresh()
-            recorder, error = _RecordFailure(), None
-            try:
-                with recorder:
-                    fn(*args, **kwargs)
-            except (Exception, *_EXITS) as exc:  # the same error again: now we know which operation raised
-                error = exc
-            if error is not None:
-                break
-        key = self._key_for(recorder.failed)
-        if key is None and error is not None:
-            key = self._key_for_error(error)  # e.g. raised while torch parsed the arguments
-        if key is None:
-            return feedback
-        m = next(m for m in self.mistakes if m.key == key)
-        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
-
-    @staticmethod
-    def _key_for(failed: tuple[str, list] | None) -> str | None:
-        """The key of the Mistake that ``failed`` (operation name, its args) shows, or None."""
-        return None
-
-    @staticmethod
-    def _key_for_error(error: BaseException) -> str | None:
-        """The key of the Mistake that ``error`` itself shows, when :meth:`_key_for` names none:
-        torch rejects some arguments (a list of lists, a float count) while parsing them."""
-        return None
-
-
-class _StackExercise(_DiagnosesRaisingAnswers, _TensorAnswers):
+class _StackExercise(DiagnosesRaisingAnswers, _TensorAnswers):
     """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why."""
 
     @staticmethod
@@ -270,7 +189,7 @@ def _forward_cases() -> list[Case]:
     return cases
 
 
-class _ForwardExercise(_DiagnosesRaisingAnswers):
+class _ForwardExercise(DiagnosesRaisingAnswers):
     """Exercise 4.3: an answer that *raises* is diagnosed too, when the error is one of the
     classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``)."""
 
@@ -280,7 +199,7 @@ class _ForwardExercise(_DiagnosesRaisingAnswers):
             return None
         name, args = failed
         if name == "view" and args and isinstance(args[0], tuple):
-            source, target = args[0], _requested_shape(args)
+            source, target = args[0], requested_shape(args)
             if -1 not in target and math.prod(target) != math.prod(source):
                 return None  # a size slip (d / h as a float, a wrong dim): not about memory layout
             if (len(source) == 3 and len(target) == 4 and target[0] == source[0]
@@ -456,7 +375,7 @@ class _BoolMaskExercise(Exercise):
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
         if feedback.status == "error":
-            failed = _failed_operation(fn, self.make_cases()[0])
+            failed = failed_operation(fn, self.make_cases()[0])
             if failed is not None and failed[0] == "bool":  # `not mask`, `if mask`, `and`, ...
                 return self._named("python_not")
         if feedback.status in ("not attempted", "error"):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .core import _EXITS, Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
-from .lesson04 import _DiagnosesRaisingAnswers  # names answers that raise
+from .raising import DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
     "REPEAT_KV", "check_repeat_kv",
@@ -32,7 +32,7 @@ def _randn(*shape: int, seed: int) -> Tensor:
 
 # -- 7.1 repeat K/V heads ----------------------------------------------------------------
 
-class _RepeatExercise(_DiagnosesRaisingAnswers):
+class _RepeatExercise(DiagnosesRaisingAnswers):
     """Exercise 7.1: a repeat count written as ``h / g`` (a float) raises a TypeError inside
     torch's argument parsing, before any tensor operation runs; name it from that error."""
 
@@ -203,7 +203,7 @@ check_cache_bytes = CACHE_BYTES.check
 
 # -- 7.3 one decode step with a grouped cache ---------------------------------------------
 
-class _DecodeExercise(_DiagnosesRaisingAnswers):
+class _DecodeExercise(DiagnosesRaisingAnswers):
     """Exercise 7.3: the two classic ways a decode step raises are named too, and so are
     returned caches that a comparison of outputs cannot name: one cache left without the
     new token (torch's CPU attention does not check that keys and values have the same
@@ -410,7 +410,7 @@ def _merge_cases() -> list[Case]:
     return cases
 
 
-class _MergeExercise(_DiagnosesRaisingAnswers):
+class _MergeExercise(DiagnosesRaisingAnswers):
     """Exercise 7.5: a weight of shape (B, h) times an output of shape (B, h, dk) raises; and
     any formula right on the small cases but wrong on a large one (scores in the hundreds) overflowed,
     however it was written (exp(lse) / total gives NaN, log(exp + exp) gives zeros)."""

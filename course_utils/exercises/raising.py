@@ -1,0 +1,179 @@
+"""Checks that also name answers that *raise*: the shared base classes of the lesson modules.
+
+* :class:`RaisingMistake` and :class:`DiagnosingExercise`: a slip recognised by the exception
+  its stored outcome raised (type and message, or a pattern).
+* :class:`DiagnosesRaisingAnswers`: the answer is run again under :class:`RecordFailure`,
+  which remembers the tensor operation that raised and its arguments' shapes, and
+  :meth:`~DiagnosesRaisingAnswers._key_for` says which slip that is.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from .answers import Raised
+from .core import _EXITS, Case, Exercise, Feedback, Mistake
+
+__all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "requested_shape", "failed_operation",
+           "DiagnosesRaisingAnswers"]
+
+
+@dataclass
+class RaisingMistake(Mistake):
+    """A slip that makes the function raise instead of returning a wrong value. It is named
+    when the learner's function raises the same exception (type and message) on the first
+    test case it fails on; with ``loose=True`` the same exception type is enough, and with a
+    ``pattern`` the same type with that text in its message (another function, same slip)."""
+
+    loose: bool = False
+    pattern: str = ""  # also named when the error has the same type and contains this text
+
+
+def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
+    args, kwargs = case.fresh()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. torch's warning about x.T on 3-D tensors
+            fn(*args, **kwargs)
+    except (Exception, *_EXITS) as exc:  # noqa: BLE001 - any error is information here, sys.exit() too
+        return exc
+    return None
+
+
+@dataclass
+class DiagnosingExercise(Exercise):
+    """An :class:`Exercise` that also names slips that raise (:class:`RaisingMistake`) and,
+    with ``numpy_output=True``, an answer that returns a torch tensor instead of an array."""
+
+    numpy_output: bool = False
+
+    def check(self, fn: Callable[..., Any]) -> Feedback:
+        """Grade ``fn``; never raises."""
+        feedback = super().check(fn)
+        named = None  # (a Feedback is falsy unless it passed, so compare with None)
+        try:
+            if feedback.status == "error":
+                named = self._name_raising_slip(fn)
+            elif feedback.passed and self.numpy_output:
+                named = self._name_tensor_output(fn)
+        except (Exception, *_EXITS):  # noqa: BLE001 - the plain feedback is still right
+            named = None
+        return feedback if named is None else named
+
+    def _name_raising_slip(self, fn: Callable[..., Any]) -> Feedback | None:
+        cases = list(self.make_cases())
+        for index, case in enumerate(cases):
+            exc = _raised(fn, case)
+            if exc is None:
+                continue
+            kind, text = type(exc).__name__, str(exc)
+            for loose in (False, True):
+                for mistake in self.mistakes:
+                    if not isinstance(mistake, RaisingMistake) or mistake.loose != loose:
+                        continue
+                    outcomes = self._mistake_outputs(mistake, cases)
+                    theirs = None if outcomes is None else outcomes[index]
+                    same = isinstance(theirs, Raised) and theirs.kind == kind
+                    if same and (loose or theirs.message == text
+                                 or (mistake.pattern and mistake.pattern in text)):
+                        where = f" on {case.label}" if case.label else ""
+                        return Feedback(self.title, "mistake",
+                                        f"{mistake.message} (Your function raised {kind}{where}.)",
+                                        mistake.hint, mistake=mistake.key)
+            return None
+        return None
+
+    def _name_tensor_output(self, fn: Callable[..., Any]) -> Feedback | None:
+        args, kwargs = self.make_cases()[0].fresh()
+        if isinstance(fn(*args, **kwargs), torch.Tensor):
+            mistake = next(m for m in self.mistakes if m.key == "returned_tensor")
+            return Feedback(self.title, "mistake", mistake.message, mistake.hint, mistake=mistake.key)
+        return None
+
+
+class RecordFailure(TorchFunctionMode):
+    """Remembers the first tensor operation that raised, with its arguments' shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: tuple[str, list] | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            if self.failed is None:
+                name = getattr(func, "__name__", str(func)).strip("_")
+                self.failed = (name, [tuple(a.shape) if isinstance(a, Tensor) else a for a in args])
+            raise
+
+
+def requested_shape(args: list) -> tuple:
+    """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple."""
+    rest = args[1:]
+    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
+        return tuple(rest[0])
+    return tuple(rest)
+
+
+def failed_operation(fn, case: Case) -> tuple[str, list] | None:
+    """Run ``fn`` on ``case`` again and return the tensor operation that raised, if any."""
+    args, kwargs = case.fresh()
+    recorder = RecordFailure()
+    try:
+        with recorder:
+            fn(*args, **kwargs)
+    except (Exception, *_EXITS):  # the learner's error again, now recorded
+        pass
+    return recorder.failed
+
+
+def _named(exercise: Exercise, key: str) -> Feedback:
+    m = next(m for m in exercise.mistakes if m.key == key)
+    return Feedback(exercise.title, "mistake", m.message, m.hint, mistake=m.key)
+
+
+class DiagnosesRaisingAnswers(Exercise):
+    """An exercise whose check also names an answer that *raises*: it runs the answer again,
+    case by case under :class:`RecordFailure`, up to the first case that raises, and asks
+    :meth:`_key_for` which slip that failure is."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "error":
+            return feedback
+        for case in self.make_cases():
+            args, kwargs = case.fresh()
+            recorder, error = RecordFailure(), None
+            try:
+                with recorder:
+                    fn(*args, **kwargs)
+            except (Exception, *_EXITS) as exc:  # the same error again: now we know which operation raised
+                error = exc
+            if error is not None:
+                break
+        key = self._key_for(recorder.failed)
+        if key is None and error is not None:
+            key = self._key_for_error(error)  # e.g. raised while torch parsed the arguments
+        if key is None:
+            return feedback
+        m = next(m for m in self.mistakes if m.key == key)
+        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+
+    @staticmethod
+    def _key_for(failed: tuple[str, list] | None) -> str | None:
+        """The key of the Mistake that ``failed`` (operation name, its args) shows, or None."""
+        return None
+
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        """The key of the Mistake that ``error`` itself shows, when :meth:`_key_for` names none:
+        torch rejects some arguments (a list of lists, a float count) while parsing them."""
+        return None
