@@ -30,11 +30,12 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, MultiHeadAttentionBase
-from .env import check_seed
+from .masks import causal_mask
 from .validation import (
     check_dropout,
     check_flag,
     check_generator,
+    check_head_dims,
     check_int,
     check_keys_not_empty,
     check_same_dtype_and_device,
@@ -45,7 +46,6 @@ from .validation import (
 __all__ = [
     "grouped_query_attention",
     "GroupedQueryAttention",
-    "convert_model",
     "CONVERSION_METHODS",
     "kv_cache_bytes",
     "PublishedConfig",
@@ -61,7 +61,7 @@ def kv_cache_bytes(num_layers: int, batch: int, num_kv_heads: int, d_head: int, 
     for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
                         ("d_head", d_head), ("seq_len", seq_len),
                         ("bytes_per_element", bytes_per_element)):
-        _check_positive_int(name, value)
+        check_int(value, name, minimum=1)
     return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bytes_per_element
 
 
@@ -88,10 +88,6 @@ PUBLISHED_CONFIGS = (
     PublishedConfig("Llama-3-70B (GQA)", 80, 64, 8, 128,
                     "huggingface.co/meta-llama/Meta-Llama-3-70B, file config.json"),
 )
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    check_int(value, name, minimum=1)
 
 
 def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
@@ -188,7 +184,7 @@ def grouped_query_attention(
     if mask is not None:
         allowed = mask
     if is_causal:
-        causal = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()  # (Tq, Tk)
+        causal = causal_mask(Tq, Tk, device=q.device)  # (Tq, Tk)
         allowed = causal if allowed is None else allowed & causal
     if allowed is not None:
         while allowed.ndim < 4:
@@ -221,11 +217,8 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads),
-                            ("num_kv_heads", num_kv_heads)):
-            _check_positive_int(name, value)
-        if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        check_head_dims(d_model, num_heads)
+        check_int(num_kv_heads, "num_kv_heads", minimum=1)
         if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_kv_heads must divide num_heads={num_heads} (expected one of "
@@ -288,7 +281,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
             raise TypeError(f"mha must be a course_utils MultiHeadAttention, got {type(mha).__name__}")
         if not isinstance(method, str) or method not in CONVERSION_METHODS:
             raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
-        _check_positive_int("num_kv_heads", num_kv_heads)
+        check_int(num_kv_heads, "num_kv_heads", minimum=1)
         check_generator(generator, "generator")
         bias = mha.in_proj.bias is not None
         gqa = cls(mha.d_model, mha.num_heads, num_kv_heads, bias=bias, dropout=mha.dropout)
@@ -328,37 +321,11 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
                 f"num_kv_heads={self.num_kv_heads}, d_k={self.d_k}")
 
 
-def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int = 0):
-    """A copy of a trained MHA :class:`~course_utils.TinyTransformer` whose blocks share
-    ``num_kv_heads`` K/V heads, each built by :meth:`GroupedQueryAttention.from_multi_head`.
+def __getattr__(name: str) -> object:
+    """``convert_model`` lives in :mod:`course_utils.model` (it builds a TinyTransformer, and
+    model.py imports this module); ``from course_utils.gqa import convert_model`` still works."""
+    if name == "convert_model":
+        from . import model
 
-    Embeddings, LayerNorms, MLPs, Q and output projections are copied unchanged; ``seed``
-    drives ``method="random"``. The original model is not modified.
-    """
-    from .model import TinyTransformer  # model.py imports this module: import on use
-
-    if not isinstance(model, TinyTransformer):
-        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
-    if model.config.num_kv_heads != model.config.num_heads:
-        raise ValueError(f"model must use plain multi-head attention (num_kv_heads == num_heads = "
-                         f"{model.config.num_heads}), got num_kv_heads={model.config.num_kv_heads}")
-    if not isinstance(method, str) or method not in CONVERSION_METHODS:
-        raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
-    _check_positive_int("num_kv_heads", num_kv_heads)
-    if model.config.num_heads % num_kv_heads != 0:
-        raise ValueError(f"num_kv_heads must divide num_heads={model.config.num_heads}, "
-                         f"got {num_kv_heads}")
-    check_seed(seed, "seed")
-    config = dataclasses.replace(model.config, num_kv_heads=num_kv_heads)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        converted = TinyTransformer(config)
-    generator = torch.Generator().manual_seed(seed)
-    state = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
-    missing = converted.load_state_dict(state, strict=False).missing_keys
-    assert all(".attn." in k for k in missing), missing  # only the attention is rebuilt
-    for old, new in zip(model.blocks, converted.blocks, strict=True):
-        new.attn = GroupedQueryAttention.from_multi_head(old.attn, num_kv_heads, method,
-                                                         generator=generator)
-    device = next(model.parameters()).device
-    return converted.to(device).train(model.training)
+        return model.convert_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

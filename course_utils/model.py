@@ -18,6 +18,7 @@ Shapes: B batch, T sequence length, d = d_model, h heads, dk = d // h, V vocabul
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -27,11 +28,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .gqa import GroupedQueryAttention
+from .env import check_seed
+from .gqa import CONVERSION_METHODS, GroupedQueryAttention
 from .shapes import count_parameters  # re-exported: one parameter counter for the course
-from .validation import check_same_dtype_and_device, check_tensor
+from .validation import check_int, check_same_dtype_and_device, check_tensor
 
-__all__ = ["ModelConfig", "KVCache", "TinyTransformer", "count_parameters"]
+__all__ = [
+    "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]
 
 
 @dataclass
@@ -406,3 +409,37 @@ class TinyTransformer(nn.Module):
             step_input = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
             out = torch.cat([out, step_input], dim=1)
         return out
+
+
+def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int = 0):
+    """A copy of a trained MHA :class:`~course_utils.TinyTransformer` whose blocks share
+    ``num_kv_heads`` K/V heads, each built by :meth:`GroupedQueryAttention.from_multi_head`.
+
+    Embeddings, LayerNorms, MLPs, Q and output projections are copied unchanged; ``seed``
+    drives ``method="random"``. The original model is not modified.
+    """
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if model.config.num_kv_heads != model.config.num_heads:
+        raise ValueError(f"model must use plain multi-head attention (num_kv_heads == num_heads = "
+                         f"{model.config.num_heads}), got num_kv_heads={model.config.num_kv_heads}")
+    if not isinstance(method, str) or method not in CONVERSION_METHODS:
+        raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
+    check_int(num_kv_heads, "num_kv_heads", minimum=1)
+    if model.config.num_heads % num_kv_heads != 0:
+        raise ValueError(f"num_kv_heads must divide num_heads={model.config.num_heads}, "
+                         f"got {num_kv_heads}")
+    check_seed(seed, "seed")
+    config = dataclasses.replace(model.config, num_kv_heads=num_kv_heads)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        converted = TinyTransformer(config)
+    generator = torch.Generator().manual_seed(seed)
+    state = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
+    missing = converted.load_state_dict(state, strict=False).missing_keys
+    assert all(".attn." in k for k in missing), missing  # only the attention is rebuilt
+    for old, new in zip(model.blocks, converted.blocks, strict=True):
+        new.attn = GroupedQueryAttention.from_multi_head(old.attn, num_kv_heads, method,
+                                                         generator=generator)
+    device = next(model.parameters()).device
+    return converted.to(device).train(model.training)
