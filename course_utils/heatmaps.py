@@ -18,6 +18,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from .validation import check_int
+
 __all__ = ["plot_head", "plot_all_heads", "AttentionExplorer", "model_attention", "sentence_attention_fn"]
 
 AttentionFn = Callable[[str], tuple[list[str], list[torch.Tensor]]]
@@ -152,8 +154,7 @@ class AttentionExplorer:
         if isinstance(sentences, str) or not sentences:
             raise ValueError("sentences must be a non-empty list of example texts")
         for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(value, name, minimum=1)
         self.attention_for = attention_for
         self.sentences = list(sentences)
         self.num_layers, self.num_heads = num_layers, num_heads

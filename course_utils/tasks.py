@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from .env import check_seed
+from .validation import check_int
 
 __all__ = [
     "BOS",
@@ -83,8 +84,7 @@ def _check_generator(generator: object) -> None:
 
 
 def _check_count(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_int(value, name, minimum=1)
 
 
 @dataclass(frozen=True)
