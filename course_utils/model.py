@@ -31,7 +31,7 @@ from .attention import MultiHeadAttention
 from .env import check_seed
 from .gqa import CONVERSION_METHODS, GroupedQueryAttention
 from .shapes import count_parameters  # re-exported: one parameter counter for the course
-from .validation import check_int, check_same_dtype_and_device, check_tensor
+from .validation import check_int, check_same_dtype_and_device, check_tensor, describe_shape
 
 __all__ = [
     "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]
@@ -144,15 +144,15 @@ class KVCache:
                 check_tensor(t, name, ndim=4, layout="(B, g, T, dk)")
             if k.shape != v.shape:
                 raise ValueError(f"KVCache.layers[{i}]: k and v must have one shape (B, g, T, dk), "
-                                 f"one value per key; got k {_shape(k)}, v {_shape(v)}")
+                                 f"one value per key; got k {describe_shape(k)}, v {describe_shape(v)}")
             check_same_dtype_and_device({f"KVCache.layers[{i}] k": k, f"KVCache.layers[{i}] v": v})
             if first is None:
                 first = k
             elif (k.shape[0], k.shape[2], k.dtype, k.device) != (first.shape[0], first.shape[2],
                                                                   first.dtype, first.device):
-                raise ValueError(f"KVCache.layers[{i}] k {_shape(k)} {k.dtype} on {k.device} does not "
-                                 f"match layer 0's {_shape(first)} {first.dtype} on {first.device}: "
-                                 "every layer holds the same batch and tokens")
+                raise ValueError(f"KVCache.layers[{i}] k {describe_shape(k)} {k.dtype} on {k.device} "
+                                 f"does not match layer 0's {describe_shape(first)} {first.dtype} on "
+                                 f"{first.device}: every layer holds the same batch and tokens")
         object.__setattr__(self, "layers", tuple(tuple(pair) for pair in layers))
 
     @property
@@ -226,10 +226,6 @@ class Block(nn.Module):
         return x, weights, kv
 
 
-def _shape(t: Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
-
-
 class TinyTransformer(nn.Module):
     """Decoder-only transformer: token + position embeddings, blocks, LayerNorm, unembedding.
 
@@ -263,9 +259,9 @@ class TinyTransformer(nn.Module):
             raise TypeError(f"tokens must have dtype torch.long (token ids), got {tokens.dtype}")
         if tokens.ndim != 2:
             hint = " (add a batch dim with tokens.unsqueeze(0))" if tokens.ndim == 1 else ""
-            raise ValueError(f"tokens must be 2-D (B, T), got shape {_shape(tokens)}{hint}")
+            raise ValueError(f"tokens must be 2-D (B, T), got shape {describe_shape(tokens)}{hint}")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-            raise ValueError(f"tokens must hold at least one token, got shape {_shape(tokens)}")
+            raise ValueError(f"tokens must hold at least one token, got shape {describe_shape(tokens)}")
         if past_len + tokens.shape[1] > cfg.max_len:
             where = f" after {past_len} cached tokens" if past_len else ""
             raise ValueError(
@@ -292,7 +288,8 @@ class TinyTransformer(nn.Module):
             )
         if tuple(head_mask.shape) != expected:
             raise ValueError(
-                f"head_mask must have shape (num_layers, num_heads) = {expected}, got {_shape(head_mask)}"
+                f"head_mask must have shape (num_layers, num_heads) = {expected}, got "
+                f"{describe_shape(head_mask)}"
             )
         if not torch.isfinite(head_mask).all():
             bad = [tuple(i) for i in (~torch.isfinite(head_mask)).nonzero().tolist()]
@@ -313,7 +310,7 @@ class TinyTransformer(nn.Module):
             kind = "multi-head attention" if cfg.num_kv_heads == cfg.num_heads else \
                 f"grouped-query attention (g = {cfg.num_kv_heads})"
             raise ValueError(
-                f"cache layers hold k of shape {_shape(k)}: {k.shape[1]} key/value heads of width "
+                f"cache layers hold k of shape {describe_shape(k)}: {k.shape[1]} key/value heads of width "
                 f"{k.shape[3]}, but this model ({kind}) expects (B, g={expected[0]}, T, "
                 f"dk={expected[1]}); the cache comes from another model"
             )
