@@ -299,14 +299,21 @@ def test_minus_1e9_on_every_key_gives_uniform_weights_not_nan():
 
 def test_sdpa_on_cpu_picks_flash_attention_and_never_holds_the_score_table():
     """Lesson 04's claims at B=1, T=1024, d_model=128, h=8, one thread."""
-    from torch.nn.attention import SDPBackend
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from course_utils.bench import forward_callables, lesson_implementations
     from course_utils.env import torch_threads
     from course_utils.shapes import peak_allocated_bytes
 
-    q = torch.randn(1, 8, 1024, 16)
-    assert SDPBackend(torch._fused_sdp_choice(q, q, q)).name == "FLASH_ATTENTION"
+    q, k, v = (torch.randn(1, 8, 1024, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    default = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    outputs = {}
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+        with sdpa_kernel(backend):
+            outputs[backend] = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    # the default call gives flash attention's bits, not the math path's: it chose flash
+    assert torch.equal(default, outputs[SDPBackend.FLASH_ATTENTION])
+    assert not torch.equal(default, outputs[SDPBackend.MATH])
     score_mb = 1 * 8 * 1024 * 1024 * 4 / 2**20  # 32 MB
     with torch_threads(1), torch.inference_mode():
         fns = forward_callables(lesson_implementations(128, 8), torch.randn(1, 1024, 128))
