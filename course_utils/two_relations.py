@@ -37,7 +37,7 @@ __all__ = [
     "pair_class",
     "split_pair_class",
     "LookupModel",
-    "TrainConfig",
+    "RelationsConfig",
     "RunResult",
     "evaluate",
     "train_lookup",
@@ -195,8 +195,9 @@ class LookupModel(nn.Module):
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Training settings shared by every run of a comparison."""
+class RelationsConfig:
+    """The lookup model's width and the training settings shared by every run of a comparison
+    (named apart from :class:`course_utils.train.TrainConfig`, which trains TinyTransformers)."""
 
     d_model: int = 16
     hidden: int = 64
@@ -247,7 +248,7 @@ def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, floa
 
 
 def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
-                 config: TrainConfig = TrainConfig(), *,
+                 config: RelationsConfig = RelationsConfig(), *,
                  on_eval: Callable[[int, int, int, LookupModel], Any] | None = None) -> RunResult:
     """Train one :class:`LookupModel` with Adam on fresh examples (deterministic in ``seed``).
 
@@ -260,8 +261,8 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     """
     _check_int("num_heads", num_heads, 1)
     _check_int("seed", seed, 0)
-    if not isinstance(config, TrainConfig):
-        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if not isinstance(config, RelationsConfig):
+        raise TypeError(f"config must be a RelationsConfig, got {type(config).__name__}")
     with torch_threads(1):
         seed_everything(seed)
         model = LookupModel(task, config.d_model, num_heads, hidden=config.hidden,
@@ -299,7 +300,7 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
 
 
 def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequence[int] = range(5),
-                  config: TrainConfig = TrainConfig(), *,
+                  config: RelationsConfig = RelationsConfig(), *,
                   on_eval: Callable[[int, int, int, LookupModel], Any] | None = None,
                   workers: int | None = None) -> list[RunResult]:
     """Train every (number of heads, seed) pair with the same config; results in that order.
@@ -539,3 +540,6 @@ def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, 
                  fontsize=9)
     ax.legend(fontsize=8)
     return ax
+
+
+TrainConfig = RelationsConfig  # the name lesson 01 used before 2026-11-26: an alias, one class

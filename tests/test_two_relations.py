@@ -12,7 +12,7 @@ from course_utils.exercises.lesson01 import RELATION_ACCURACY
 from course_utils.two_relations import (
     LookupBatch,
     LookupModel,
-    TrainConfig,
+    RelationsConfig,
     TwoKeyTask,
     accuracy_by_share,
     accuracy_table,
@@ -160,12 +160,12 @@ def test_model_rejects_bad_input():
 
 def test_bad_training_arguments_raise():
     with pytest.raises(ValueError, match="lr must be > 0"):
-        TrainConfig(lr=0.0)
+        RelationsConfig(lr=0.0)
     with pytest.raises(ValueError, match="steps must be >= 1"):
-        TrainConfig(steps=0)
+        RelationsConfig(steps=0)
     with pytest.raises(ValueError, match="num_heads must be >= 1"):
         train_lookup(TASK, 0, seed=0)
-    with pytest.raises(TypeError, match="TrainConfig"):
+    with pytest.raises(TypeError, match="RelationsConfig"):
         train_lookup(TASK, 2, seed=0, config={"steps": 5})
     with pytest.raises(ValueError, match="non-empty"):
         compare_heads(TASK, heads=(), seeds=(0,))
@@ -188,7 +188,7 @@ def test_one_head_and_two_heads_have_the_same_parameters_and_start():
     assert w1.shape == (3, 1, 1, TASK.num_items) and w2.shape == (3, 2, 1, TASK.num_items)
 
 
-SHORT = TrainConfig(steps=150, eval_every=50, eval_size=1024)
+SHORT = RelationsConfig(steps=150, eval_every=50, eval_size=1024)
 
 
 def test_short_training_beats_chance_and_is_deterministic():
@@ -205,7 +205,7 @@ def test_short_training_beats_chance_and_is_deterministic():
 
 
 def test_evaluate_agrees_with_the_exercise_reference():
-    run = train_lookup(TASK, 1, seed=1, config=TrainConfig(steps=20, eval_every=20, eval_size=256))
+    run = train_lookup(TASK, 1, seed=1, config=RelationsConfig(steps=20, eval_every=20, eval_size=256))
     batch = TASK.sample(256, seed=5)
     with torch.no_grad():
         logits = run.model(batch)[0]
@@ -215,7 +215,7 @@ def test_evaluate_agrees_with_the_exercise_reference():
 
 def test_two_heads_beat_one_head_on_the_repeated_key_task():
     """The lesson's claim at a short budget, on one seed (the lesson shows five)."""
-    config = TrainConfig(steps=300)
+    config = RelationsConfig(steps=300)
     one = train_lookup(TASK, 1, seed=0, config=config)
     two = train_lookup(TASK, 2, seed=0, config=config)
     assert two.final_accuracy > one.final_accuracy + 0.03
@@ -331,7 +331,7 @@ def test_lesson01_checks_catch_the_usual_slips():
 
 def test_on_eval_sees_every_evaluation_and_weight_on_keys():
     seen = []
-    config = TrainConfig(steps=6, eval_every=3, batch_size=8, eval_size=16)
+    config = RelationsConfig(steps=6, eval_every=3, batch_size=8, eval_size=16)
     result = compare_heads(TASK, heads=(2,), seeds=(0,), config=config,
                            on_eval=lambda h, s, step, model: seen.append((h, s, step)))[0]
     assert seen == [(2, 0, 0), (2, 0, 3), (2, 0, 6)] and result.steps == [0, 3, 6]
@@ -347,3 +347,9 @@ def test_on_eval_sees_every_evaluation_and_weight_on_keys():
     assert mean_a0 == pytest.approx(on_keys[0, 0].item(), abs=1e-6)
     with pytest.raises(TypeError, match="on_eval must be callable"):
         train_lookup(TASK, 1, 0, config, on_eval=3)
+
+
+def test_the_old_name_is_the_same_class():
+    from course_utils import two_relations
+
+    assert two_relations.TrainConfig is RelationsConfig
