@@ -36,7 +36,6 @@ import pandas as pd
 import torch
 
 __all__ = [
-    "as_layer_stack",
     "previous_token_score",
     "previous_token_by_position",
     "first_token_score",
@@ -75,7 +74,7 @@ def _to_tensor(x: object, what: str) -> torch.Tensor:
     return x.detach().to("cpu", torch.float64)
 
 
-def as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
+def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
                    atol: float = 1e-3) -> tuple[torch.Tensor, bool]:
     """Bring attention weights to one shape ``(L, B, h, T, T)`` (float64, CPU).
 
@@ -128,7 +127,7 @@ def previous_token_score(weights: AttentionInput, *, check_rows: bool = True) ->
     Returns ``(h,)`` for one layer, ``(L, h)`` for a list over layers. A head that always
     looks one token back scores 1.
     """
-    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     sub_diagonal = stack.diagonal(offset=-1, dim1=-2, dim2=-1)  # (L, B, h, T-1): A[i, i-1]
     return _finish(sub_diagonal.mean(dim=(1, 3)), is_list)
 
@@ -139,7 +138,7 @@ def first_token_score(weights: AttentionInput, *, check_rows: bool = True) -> to
     High values mark an *attention sink*: a head parking its weight on the first token.
     Returns ``(h,)`` or ``(L, h)``.
     """
-    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     to_first = stack[..., 1:, 0]  # (L, B, h, T-1)
     return _finish(to_first.mean(dim=(1, 3)), is_list)
 
@@ -205,7 +204,7 @@ def induction_score(weights: AttentionInput, period: int, *, start: int,
     """
     if average_over not in AVERAGE_OVER:
         raise ValueError(f"average_over must be one of {AVERAGE_OVER}, got {average_over!r}")
-    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     queries, _ = induction_positions(stack.shape[-1], period, start=start)
     stripes = induction_key_mask(stack.shape[-1], period, start=start).to(stack.dtype)  # (T, T)
     per_row = (stack * stripes).sum(-1)  # (L, B, h, T): zero on rows with no earlier copy
@@ -221,7 +220,7 @@ def previous_token_by_position(weights: AttentionInput, *, check_rows: bool = Tr
     query ``i``. Its mean over the last axis is :func:`previous_token_score`; kept apart,
     it shows *where* in the sequence a head looks back.
     """
-    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     sub_diagonal = stack.diagonal(offset=-1, dim1=-2, dim2=-1)  # (L, B, h, T-1)
     by_position = sub_diagonal.mean(dim=1)  # (L, h, T-1)
     return by_position if is_list else by_position[0]
@@ -254,7 +253,7 @@ def agreement_score(weights: AttentionInput, query_positions: int | Sequence[int
     ``query_positions`` to read the attention that informs the choice. Positions are ints
     (the same for every sequence) or one per sequence, ``(B,)``. Returns ``(h,)`` or ``(L, h)``.
     """
-    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     batch, seq_len = stack.shape[1], stack.shape[-1]
     queries = _positions(query_positions, batch, seq_len, "query_positions")
     subjects = _positions(subject_positions, batch, seq_len, "subject_positions")
@@ -273,7 +272,7 @@ def attention_mass(weights: AttentionInput, query_positions: int | Sequence[int]
     count. With a single key per sequence this is :func:`agreement_score`. Returns ``(h,)``
     or ``(L, h)``; with ``per_sequence=True`` no average is taken: ``(B, h)`` or ``(B, L, h)``.
     """
-    stack, is_list = as_layer_stack(weights, check_rows=check_rows)
+    stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     batch, seq_len = stack.shape[1], stack.shape[-1]
     queries = _positions(query_positions, batch, seq_len, "query_positions")
     if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:

@@ -137,3 +137,30 @@ def test_bench_registers_train_and_formats_a_table():
     assert len(lines) == 5 and lines[-1].split()[0] == "median"
     assert "never" in lines[2] and "never" in lines[-1]  # a median over a missing value is not made up
     assert lines[-1].split()[2:] == ["1.50", "0.9800"]
+
+
+def test_evaluate_mixture_reproduces_the_shipped_checkpoints_metrics():
+    """The mixture checkpoint's sidecar records what evaluate_mixture measured after training;
+    the shipped weights give the same four numbers."""
+    import json
+
+    from course_utils.checkpoint import CHECKPOINT_DIR, load_checkpoint
+    from course_utils.train import evaluate_mixture
+
+    model, _ = load_checkpoint("mixture")
+    recorded = json.loads((CHECKPOINT_DIR / "mixture.json").read_text())["metrics"]
+    measured = evaluate_mixture(model)
+    assert set(measured) == set(recorded)
+    for name, value in recorded.items():
+        assert abs(measured[name] - value) < 1e-6, (name, measured[name], value)
+
+
+def test_train_mixture_runs_and_is_deterministic():
+    from course_utils.train import mixture_model_config, train_mixture
+
+    config = mixture_model_config(d_model=16, num_heads=2, num_layers=1, d_mlp=32)
+    runs = [train_mixture(config, steps=3, seed=5, eval_every=3, progress=False) for _ in range(2)]
+    (first, history), (second, _) = runs
+    assert {"induction", "agreement", "attractor", "both"} <= set(history.eval_metrics[-1])
+    for (name, a), b in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
