@@ -56,6 +56,7 @@ from .decode_step import (
     bench_whole_step,
     last_level_cache_bytes,
     random_buffer,
+    release_freed_memory,
 )
 from .env import torch_threads
 from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
@@ -368,6 +369,11 @@ def bench_decode(
                 fn()
                 sync()
                 samples[key].append(time.perf_counter() - start)
+    flush_bytes = flush.numel() * flush.element_size()
+    queries = caches = flush = copy_target = None  # noqa: F841  (the closures in fns hold them)
+    fns.clear()
+    if device.type == "cpu":
+        release_freed_memory()  # the caches are gone: give their memory back
     element = torch.tensor([], dtype=dtype).element_size()
     rows = [DecodeRow(g, 2 * num_layers * batch * g * context * d_head * element,
                       {m: samples[(m, g)] for m in methods}) for g in groups]
@@ -375,7 +381,7 @@ def bench_decode(
                        samples[("sdpa", num_heads)], samples.get(("copy", 0), []),
                        2 * copy_source.numel() * copy_source.element_size(), allocator, notes,
                        samples[("read", 0)], probe.numel() * probe.element_size(), llc,
-                       flush.numel() * flush.element_size())
+                       flush_bytes)
 
 
 def _flush_size(flush_mib: int | None) -> int:

@@ -23,6 +23,8 @@ query and output projections. This module gives the yardstick and the step:
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import re
 import shutil
@@ -46,6 +48,8 @@ __all__ = [
     "last_level_cache_bytes",
     "flush_bytes",
     "read_bandwidth",
+    "random_buffer",
+    "release_freed_memory",
     "SmallDecoder",
     "StepRow",
     "WholeStep",
@@ -113,6 +117,17 @@ def flush_bytes(multiple: int = 4) -> int:
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
         raise ValueError(f"multiple must be a positive int, got {multiple!r}")
     return multiple * last_level_cache_bytes()[0]
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's free memory back to the operating system (glibc's ``malloc_trim``);
+    False where there is no glibc. :func:`~course_utils.bench_gqa.steady_allocator` keeps freed
+    blocks for reuse while a benchmark runs; once it is over, they would only stay in the
+    process's resident memory."""
+    try:
+        return bool(ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0))
+    except (OSError, AttributeError, TypeError):
+        return False
 
 
 def random_buffer(num_bytes: int, seed: int = 0) -> Tensor:
@@ -185,7 +200,7 @@ class SmallDecoder:
         d, dk, h, g = d_model, self.d_head, num_heads, num_kv_heads
 
         def weight(rows: int, cols: int) -> Tensor:
-            return (torch.randn(rows, cols, generator=gen) / math.sqrt(cols)).to(weight_dtype)
+            return torch.randn(rows, cols, generator=gen).div_(math.sqrt(cols)).to(weight_dtype)
 
         self.weight_dtype = weight_dtype
         if share_from is not None and (share_from.d_model, share_from.num_heads, share_from.num_layers,
@@ -311,6 +326,11 @@ class WholeStep:
         return list(dict.fromkeys((r.batch, r.context) for r in self.rows))
 
     def speedup(self, batch: int, context: int, num_kv_heads: int) -> float:
+        """``best time(g = h) / best time(g)``. The fastest repeat of each: other programs on the
+        machine can only add time, and on a busy machine the medians of ratios scatter widely."""
+        return self.row(batch, context, self.num_heads).best_s / self.row(batch, context, num_kv_heads).best_s
+
+    def paired_speedup(self, batch: int, context: int, num_kv_heads: int) -> float:
         """Median over repeats of ``time(g = h) / time(g)`` (paired: same repeat)."""
         mha = self.row(batch, context, self.num_heads).samples_s
         mine = self.row(batch, context, num_kv_heads).samples_s
@@ -360,9 +380,25 @@ def format_whole_step(result: WholeStep) -> str:
             lines.append(f"B={b}, context {t}: the weights alone (matrix products, g={result.num_heads}) "
                          f"read at {rate:.1f} GB/s, {rate / result.read_gb_per_s:.0%} of read-only")
     lines += ["roof ms = (weights + cache) / read-only bandwidth; of roof = roof / best; speed-up = "
-              "median of", "paired time(g=h) / time(g); bound = bytes(g=h) / bytes(g); share = "
-              "speed-up / bound"]
+              "best time(g=h)", "/ best time(g); bound = bytes(g=h) / bytes(g); share = speed-up / bound"]
     return "\n".join(lines)
+
+
+def _time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int) -> dict[object, list[float]]:
+    """Every function's time, interleaved repeat by repeat, each call after reading ``flush``.
+    (A function of its own, so that no loop variable keeps the last function, and the decoder
+    it belongs to, alive after the run.)"""
+    samples: dict[object, list[float]] = {key: [] for key in fns}
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            flush.sum()  # evict the last-level cache: every call starts cold
+            start = time.perf_counter()
+            fn()
+            samples[key].append(time.perf_counter() - start)
+    return samples
 
 
 def bench_whole_step(
@@ -388,6 +424,7 @@ def bench_whole_step(
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     if not shapes:
         raise ValueError("shapes must list at least one (batch, context)")
+    release_freed_memory()  # what earlier work freed but kept: this benchmark needs room
     llc = last_level_cache_bytes()
     flush = random_buffer(flush_multiple * llc[0], seed=1)
     probe = random_buffer(flush_multiple * llc[0], seed=2)
@@ -404,20 +441,12 @@ def bench_whole_step(
             fns: dict[object, Callable[[], object]] = {g: decoders[g].step for g in groups}
             fns["read"] = probe.sum
             fns["weights"] = decoders[num_heads].weights_pass
-            samples: dict[object, list[float]] = {key: [] for key in fns}
-            for _ in range(warmup):
-                for fn in fns.values():
-                    fn()
-            for _ in range(repeats):
-                for key, fn in fns.items():
-                    flush.sum()  # evict the last-level cache: every call starts cold
-                    start = time.perf_counter()
-                    fn()
-                    samples[key].append(time.perf_counter() - start)
+            samples = _time_flushed(fns, flush, warmup, repeats)
             rows += [StepRow(batch, context, g, decoders[g].weight_bytes, decoders[g].cache_bytes,
                              samples[g]) for g in groups]
             read_s += samples["read"]
             weights_s[(batch, context)] = samples["weights"]
             del decoders, fns
+            release_freed_memory()  # this shape's weights and caches are gone
     return WholeStep(d_model, num_heads, num_layers, mlp_ratio, weight_dtype, used, threads,
                      rows, read_s, probe.numel() * 4, llc, flush.numel() * 4, weights_s)

@@ -129,12 +129,13 @@ def test_whole_step_quantities_agree():
     assert result.shapes() == [(1, 16), (2, 8)]
     assert len(result.read_s) == 6 and result.read_gb_per_s > 0
     for b, t in result.shapes():
-        assert result.speedup(b, t, 4) == pytest.approx(1.0)
+        assert result.speedup(b, t, 4) == pytest.approx(1.0) == result.paired_speedup(b, t, 4)
         mha = result.row(b, t, 4)
         for g in (2, 1):
             row = result.row(b, t, g)
             assert row.cache_bytes * g == mha.cache_bytes * 1 or row.cache_bytes * 4 == mha.cache_bytes * g
             assert result.byte_bound(b, t, g) == pytest.approx(mha.bytes_read / row.bytes_read)
+            assert result.speedup(b, t, g) == pytest.approx(mha.best_s / row.best_s)
             assert result.share_of_bound(b, t, g) == pytest.approx(
                 result.speedup(b, t, g) / result.byte_bound(b, t, g))
             assert math.isclose(result.read_share(row), row.gb_per_s() / result.read_gb_per_s)
