@@ -219,3 +219,105 @@ def test_honest_lesson_code_is_not_taken_for_tampering():
         cells = json.loads(path.read_text())["cells"]
         sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
         assert autograde.tampering_in(sources) == [], path.name
+
+
+# -- found by the bad-input review (issue 29) ----------------------------------------------
+def test_an_object_whose_eq_says_yes_is_not_a_right_answer():
+    from course_utils.exercises import lesson06
+
+    class AlwaysEqual:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+    assert not lesson06.check_narrow_head(lambda table: AlwaysEqual()).passed
+    agreeable = type("AgreeableStr", (str,), {"__eq__": lambda a, b: True, "__hash__": str.__hash__})
+    assert not lesson06.check_narrow_head(lambda table: agreeable("x")).passed
+
+
+def test_an_integer_result_of_whole_numbers_is_named_by_its_dtype():
+    from course_utils.exercises import lesson04
+
+    reference = lesson04.HEAD_WEIGHTS.reference  # whole-number test weights: .long() keeps the values
+    feedback = lesson04.HEAD_WEIGHTS.check_trusted(lambda *a: tuple(w.long() for w in reference(*a)))
+    assert not feedback.passed and "dtype torch.int64" in feedback.message
+
+
+def test_a_builtin_twin_called_through_map_or_an_earlier_thread_is_named():
+    """torch.softmax is ruled out in exercise 2.1 (numpy only): called from C through map, or in
+    a thread pool started before the check, it is still seen."""
+    import functools
+
+    from course_utils.exercises import lesson02
+
+    def through_map(scores):
+        softmax = functools.partial(torch.softmax, dim=-1)
+        return next(iter(map(softmax, [torch.from_numpy(scores)]))).numpy()
+
+    assert lesson02.check_softmax_rows(through_map).mistake == "called_reference"
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: None).result()
+
+        def in_the_pool(scores):
+            return pool.submit(lambda: torch.softmax(torch.from_numpy(scores), dim=-1)).result().numpy()
+
+        fb = lesson02.check_softmax_rows(in_the_pool)
+    assert fb.mistake == "called_reference", fb
+    assert not hasattr(torch.softmax, "_course_recording")  # put back after the check
+
+
+def test_honest_answers_are_not_accused():
+    import pickle
+
+    from course_utils.exercises import lesson01
+
+    def attend(scores, values):
+        weights = torch.softmax(scores, dim=-1)
+        return pickle.loads(pickle.dumps(weights)) @ values  # a round trip through pickle is no cheat
+
+    assert lesson01.check_attend(attend).passed
+
+    def endless(scores, values):
+        return endless(scores, values)
+
+    fb = lesson01.check_attend(endless)
+    assert fb.status == "error" and "RecursionError" in fb.message and fb.mistake != "tampered_with_check"
+
+
+def test_an_answer_far_too_large_is_refused_by_its_shape_first():
+    from course_utils.exercises import lesson01
+
+    fb = lesson01.check_attend(lambda scores, values: torch.zeros(1).expand(2**31))
+    assert not fb.passed and "shape" in fb.message
+
+
+def test_autograde_watches_the_students_earlier_copy_of_the_package(monkeypatch):
+    """The hidden test imports course_utils afresh; a pool thread made earlier still calls the
+    first copy's twin, which the fresh check watches too (through ``kept``)."""
+    import importlib
+    import sys as _sys
+
+    from course_utils.exercises import lesson03
+
+    old = {k: v for k, v in _sys.modules.items() if k == "course_utils" or k.startswith("course_utils.")}
+    old_macs = old["course_utils.shapes"].mha_macs
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: None).result()
+
+        def answer(seq_len, d_model, num_heads):  # the first copy's library function, in the pool
+            return pool.submit(old_macs, 1, seq_len, d_model, num_heads).result().scores
+
+        for name in old:
+            monkeypatch.delitem(_sys.modules, name)
+        try:
+            importlib.import_module("course_utils.exercises.autograde")
+            fresh = _sys.modules["course_utils.exercises.autograde"]
+            fresh.grade("lesson03", "check_score_macs", answer, fresh.manifest(), history=[])  # unseen
+            with pytest.raises(AssertionError, match="you called the reference"):
+                fresh.grade("lesson03", "check_score_macs", answer, fresh.manifest(), history=[], kept=old)
+        finally:
+            for name in [k for k in _sys.modules if k == "course_utils" or k.startswith("course_utils.")]:
+                del _sys.modules[name]
+            _sys.modules.update(old)
+    assert lesson03.check_score_macs is _sys.modules["course_utils.exercises.lesson03"].check_score_macs

@@ -97,10 +97,11 @@ def _kernel_history() -> list[str]:
 
 
 def grade(lesson: str, check: str, answer: Callable[..., Any], expected_manifest: str,
-          history: list[str] | None = None) -> None:
+          history: list[str] | None = None, kept: dict[str, Any] | None = None) -> None:
     """Grade ``answer`` with the check ``check`` (e.g. "check_softmax_rows") of ``lesson``
-    ("lesson02"), trusting only files that match ``expected_manifest``. Prints the feedback;
-    raises ``AssertionError`` unless the answer is correct."""
+    ("lesson02"), trusting only files that match ``expected_manifest``. ``kept`` holds the
+    student's earlier copy of the package (module name -> module), whose library twins the
+    call watch covers as well. Prints the feedback; raises ``AssertionError`` unless correct."""
     import importlib
 
     found = manifest()
@@ -120,7 +121,12 @@ def grade(lesson: str, check: str, answer: Callable[..., Any], expected_manifest
                              + ". Answers that interfere with grading get no points; ask your "
                              "instructor if this is a mistake.")
     module = importlib.import_module(f"course_utils.exercises.{lesson}")
-    feedback = getattr(module, check)(answer)
+    core = importlib.import_module("course_utils.exercises.core")
+    core.OTHER_COPIES[:] = [kept] if kept else []
+    try:
+        feedback = getattr(module, check)(answer)
+    finally:
+        core.OTHER_COPIES.clear()
     print(feedback)
     if feedback.status != "correct":
         raise AssertionError(str(feedback))
@@ -135,7 +141,7 @@ def hidden_test(lesson: str, check: str, answer_name: str, expected_manifest: st
         "         if _k == 'course_utils' or _k.startswith('course_utils.')}\n"
         "try:\n"
         "    import course_utils.exercises.autograde as _autograde\n"
-        f"    _autograde.grade({lesson!r}, {check!r}, {answer_name}, {expected_manifest!r})\n"
+        f"    _autograde.grade({lesson!r}, {check!r}, {answer_name}, {expected_manifest!r}, kept=_kept)\n"
         "finally:\n"
         "    _sys.modules.update(_kept)\n"
         "### END HIDDEN TESTS"

@@ -228,7 +228,9 @@ def as_scalar(x: Any) -> Any:
 
 
 def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
-    """True when ``got`` matches ``expected``: same structure, same shapes, close values."""
+    """True when ``got`` matches ``expected``: same structure, same shapes, close values; an
+    integer or bool result never matches a floating-point answer, and a str, bool or None
+    only matches a value of that very kind (not an object whose ``==`` says yes)."""
     if isinstance(expected, _answers.Raised):
         return False
     if isinstance(expected, (tuple, list)):
@@ -237,20 +239,28 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
             and len(got) == len(expected)
             and all(outputs_close(g, e, rtol=rtol, atol=atol) for g, e in zip(got, expected, strict=False))
         )
-    exp_arr = _as_array(expected)
-    if exp_arr is not None:
-        got_arr = _as_array(got)
-        if got_arr is None or got_arr.shape != exp_arr.shape:
+    if isinstance(expected, (torch.Tensor, np.ndarray)):
+        if not isinstance(got, (torch.Tensor, np.ndarray)) or tuple(got.shape) != tuple(expected.shape):
+            return False  # shapes first: no float64 copy of an answer of the wrong size
+        if _is_integral(got.dtype) and not _is_integral(expected.dtype):
             return False
+        got_arr, exp_arr = _as_array(got), _as_array(expected)
         return bool(np.allclose(got_arr, exp_arr, rtol=rtol, atol=atol, equal_nan=True))
-    if isinstance(expected, (bool, str)) or expected is None:
-        return got == expected
+    if expected is None:
+        return got is None
+    if isinstance(expected, bool):
+        return isinstance(got, (bool, np.bool_)) and bool.__eq__(bool(got), expected)
+    if isinstance(expected, str):
+        return isinstance(got, str) and str.__eq__(got, expected) is True
     if isinstance(expected, (int, float)):
         got = as_scalar(got)
         if not isinstance(got, (int, float, np.integer, np.floating)) or isinstance(got, bool):
             return False
         return math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)
-    return got == expected
+    try:
+        return type(got) is type(expected) and bool(got == expected)
+    except Exception:  # noqa: BLE001 - an __eq__ or __bool__ that raises is not a match
+        return False
 
 
 def _call(fn: Callable[..., Any], case: Case) -> Any:
@@ -351,6 +361,25 @@ def _resolve(dotted: str) -> Any:
     return None
 
 
+# Modules of an earlier import of course_utils, by name, whose functions the watch also covers:
+# autograde re-imports the package afresh, but the student's code may hold the first copy's
+# functions (a thread pool started in an earlier cell calls those, not the fresh ones).
+OTHER_COPIES: list[dict[str, Any]] = []
+
+
+def _resolve_in(modules: dict[str, Any], dotted: str) -> Any:
+    """``dotted`` looked up in ``modules`` (module name -> module), or None."""
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        obj = modules.get(".".join(parts[:split]))
+        if obj is None:
+            continue
+        for attr in parts[split:]:
+            obj = getattr(obj, attr, None)
+        return obj
+    return None
+
+
 def _is_stub(fn: Callable[..., Any], exc: NotImplementedError) -> bool:
     """True when ``exc`` is the stub's own bare ``raise NotImplementedError``.
 
@@ -376,6 +405,31 @@ def _tripwire(*args: Any, _course_trip: Any = None, **kwargs: Any) -> Any:
     return original(*args, **kwargs)
 
 
+_TORCH_NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg")
+
+
+def _where_bound(f: Any) -> list[tuple[Any, str]]:
+    """``(module, attribute)`` pairs of torch's namespaces that hold the builtin ``f``."""
+    found = []
+    for module_name in _TORCH_NAMESPACES:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        found += [(module, attr) for attr, value in list(vars(module).items()) if value is f]
+    return found
+
+
+def _recording(watch: Any, name: str, f: Any) -> Callable[..., Any]:
+    """``f`` behind a wrapper that tells ``watch`` it was called, then calls it."""
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        watch.record(name)
+        return f(*args, **kwargs)
+
+    recorded._course_recording = True  # type: ignore[attr-defined]
+    recorded.__wrapped_builtin__ = f  # type: ignore[attr-defined]
+    return recorded
+
+
 class _CallWatch:
     """Records, while active, the first call to any of ``functions`` (Python or builtin).
 
@@ -391,6 +445,7 @@ class _CallWatch:
         self._codes: dict[Any, str] = {}
         self._builtins: dict[int, str] = {}
         self._swappable: list[tuple[types.FunctionType, str]] = []
+        self._attributes: list[tuple[Any, str, Any, str]] = []  # builtins, by where torch binds them
         for i, f in enumerate(functions):  # the first is the exercise's reference
             f = _unwrap(f)
             name = f"{getattr(f, '__module__', '') or ''}.{getattr(f, '__qualname__', repr(f))}".lstrip(".")
@@ -409,6 +464,7 @@ class _CallWatch:
                     self._swappable.append((f, name))
             elif callable(f):
                 self._builtins.setdefault(id(f), name)
+                self._attributes += [(module, attr, f, name) for module, attr in _where_bound(f)]
         self.used: str | None = None
         self.tampered: str | None = None
         self._previous: Any = None
@@ -447,6 +503,8 @@ class _CallWatch:
             self._saved.append((f, f.__code__, f.__kwdefaults__))
             f.__code__ = _tripwire.__code__
             f.__kwdefaults__ = {"_course_trip": (self, name, original)}
+        for module, attr, f, name in self._attributes:  # a builtin looked up during the answer,
+            setattr(module, attr, _recording(self, name, f))  # in any thread, also from C (map)
         self._profiler = self._profile  # one bound method, to recognise it again on exit
         threading.setprofile(self._profiler)
         sys.setprofile(self._profiler)
@@ -463,6 +521,10 @@ class _CallWatch:
                 changed.append(f.__qualname__)
             f.__code__, f.__kwdefaults__ = code, kwdefaults
         self._saved.clear()
+        for module, attr, f, _ in self._attributes:
+            if not getattr(getattr(module, attr, None), "_course_recording", False):
+                changed.append(f"{module.__name__}.{attr}")
+            setattr(module, attr, f)
         if current is not self._profiler or current_threads is not self._profiler:
             self.tampered = self.tampered or "switched off the check's call watch (sys.setprofile or " \
                                              "threading.setprofile)"
@@ -594,24 +656,27 @@ class Exercise:
         watch = _CallWatch(forbidden, first_is_reference=self.reference is not None)
         for case in cases:
             args, kwargs = case.fresh()
+            feedback_exc: BaseException | None = None
             try:
                 with watch:
                     outputs.append(fn(*args, **kwargs))
                 edited = edited or _edited_input(case, args, kwargs)
             except NotImplementedError as exc:
+                feedback_exc = exc
                 if watch.used is None and _is_stub(fn, exc):
                     return Feedback(self.title, "not attempted",
                                     "not attempted yet: replace `raise NotImplementedError` with "
                                     "your code, then run this cell again.", self.hint)
                 feedback = self._raised(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(), an interrupt: a message
+                feedback_exc = exc
                 feedback = self._raised(exc, case)
             else:
                 if watch.used is None and watch.tampered is None:
                     continue
                 feedback = None
-            if watch.tampered is not None:
-                return self._tampered(watch.tampered)
+            if watch.tampered is not None and not isinstance(feedback_exc, RecursionError):
+                return self._tampered(watch.tampered)  # (a RecursionError drops the profiler itself)
             if watch.used is not None:  # the call explains the error, or the right answer
                 return self._used_reference(watch.used)
             return feedback
@@ -631,10 +696,11 @@ class Exercise:
                                 "work on a copy, e.g. edited = heads.clone(), and change only the copy.",
                                 mistake="edited_input_in_place")
             return feedback
-        except Exception as exc:  # an answer too odd to compare (sparse tensor, ...)
+        except BaseException as exc:  # noqa: BLE001 - an answer too odd to compare (sparse, meta, ...)
             return Feedback(self.title, "wrong",
                             f"could not compare your answer with the expected one: you returned "
-                            f"{describe_value(outputs[0])} ({type(exc).__name__}: {exc}).", self.hint)
+                            f"{describe_value(outputs[0])} ({type(exc).__name__}: {_safe_str(exc)}).",
+                            self.hint)
 
     def _raised(self, exc: BaseException, case: Case) -> Feedback:
         where = f" on {case.label}" if case.label else ""
@@ -673,7 +739,8 @@ class Exercise:
         written = (self.reference, *(m.implementation for m in self.mistakes))
         found: list[Callable[..., Any]] = [f for f in written if f is not None]
         found += self.forbidden
-        found += [_answers.stored, _answers.decode, torch.load]  # the stored answers themselves
+        found += [_answers.stored, _answers.decode]  # the stored answers' readers (torch.load is not
+        # watched: unpickling any tensor calls it; reading the store shows in the autograde history)
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
         if module is not None:
@@ -684,6 +751,8 @@ class Exercise:
                 if name.startswith("check_") and getattr(value, "__self__", None) is self:
                     key = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
                     found += [f for f in map(_resolve, LIBRARY_TWINS.get(key, ())) if f is not None]
+                    found += [f for dotted in LIBRARY_TWINS.get(key, ()) for copy in OTHER_COPIES
+                              if (f := _resolve_in(copy, dotted)) is not None]
         return found
 
     def _grade(self, cases, outputs, expected) -> Feedback:

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from .answers import Raised
-from .core import _EXITS, Case, Exercise, Feedback, Mistake
+from .core import Case, Exercise, Feedback, Mistake
 
 __all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "requested_shape", "failed_operation",
            "DiagnosesRaisingAnswers"]
@@ -42,7 +42,7 @@ def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. torch's warning about x.T on 3-D tensors
             fn(*args, **kwargs)
-    except (Exception, *_EXITS) as exc:  # noqa: BLE001 - any error is information here, sys.exit() too
+    except BaseException as exc:  # noqa: BLE001 - any error is information here, sys.exit() too
         return exc
     return None
 
@@ -63,7 +63,7 @@ class DiagnosingExercise(Exercise):
                 named = self._name_raising_slip(fn)
             elif feedback.passed and self.numpy_output:
                 named = self._name_tensor_output(fn)
-        except (Exception, *_EXITS):  # noqa: BLE001 - the plain feedback is still right
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
             named = None
         return feedback if named is None else named
 
@@ -130,7 +130,7 @@ def failed_operation(fn, case: Case) -> tuple[str, list] | None:
     try:
         with recorder:
             fn(*args, **kwargs)
-    except (Exception, *_EXITS):  # the learner's error again, now recorded
+    except BaseException:  # the learner's error again, now recorded
         pass
     return recorder.failed
 
@@ -155,7 +155,7 @@ class DiagnosesRaisingAnswers(Exercise):
             try:
                 with recorder:
                     fn(*args, **kwargs)
-            except (Exception, *_EXITS) as exc:  # the same error again: now we know which operation raised
+            except BaseException as exc:  # the same error again: now we know which operation raised
                 error = exc
             if error is not None:
                 break
