@@ -25,6 +25,8 @@ from .masks import causal_mask
 from .validation import (
     check_attention_extras,
     check_dropout,
+    check_edited_heads,
+    check_flag,
     check_head_dims,
     check_mha_inputs,
     check_sdpa_inputs,
@@ -141,6 +143,8 @@ class MultiHeadAttentionBase(nn.Module):
         masks then cover ``T_past + Tk`` keys); ``edit_heads`` maps the heads' outputs
         ``(B, h, Tq, dk)`` before they are merged (the hook for ablation and patching);
         ``return_kv=True`` also returns the keys and values attended over, for the cache.
+        ``edit_heads`` must return heads of the shape, dtype and device it was given (checked:
+        a wrong result raises naming ``edit_heads``); ``return_kv`` must be a real bool.
 
         Returns ``(output (B, Tq, d), weights (B, h, Tq, Tk) or None)``, then ``(k, v)``
         when ``return_kv``.
@@ -148,15 +152,14 @@ class MultiHeadAttentionBase(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value, is_causal=is_causal, need_weights=need_weights,
-                           past=past, edit_heads=edit_heads)
+                           past=past, edit_heads=edit_heads, return_kv=return_kv)
         q, k, v = self.project_qkv(query, key, value)  # q (B, h, Tq, dk); k, v (B, g, Tk, dk)
         if past is not None:  # a KV cache: the earlier positions' keys and values come first
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         allowed, is_causal = self._allowed(mask, key_padding_mask, is_causal, q, k,
                                            cached=past is not None)
         heads, weights = self.attend(q, k, v, allowed, is_causal, need_weights)  # (B, h, Tq, dk)
-        if edit_heads is not None:  # the hook point: ablation and patching edit the heads here
-            heads = edit_heads(heads)
+        heads = self._edited(heads, edit_heads)  # the hook point: ablation and patching edit here
         out = self.out_proj(self.merge_heads(heads))  # (B, Tq, d)
         return (out, weights, (k, v)) if return_kv else (out, weights)
 
@@ -187,12 +190,21 @@ class MultiHeadAttentionBase(nn.Module):
             is_causal = False
         return allowed, is_causal
 
+    @staticmethod
+    def _edited(heads: Tensor, edit_heads: Callable[[Tensor], Tensor] | None) -> Tensor:
+        """``edit_heads(heads)`` (checked to be heads of the same shape, dtype and device), or
+        ``heads`` unchanged when there is no hook."""
+        if edit_heads is None:
+            return heads
+        return check_edited_heads(edit_heads(heads), heads)
+
     # -- input checks (the rules are in course_utils.validation) ------------------
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, *, is_causal: object = False,
                       need_weights: object = False, past: object = None,
-                      edit_heads: object = None) -> None:
+                      edit_heads: object = None, return_kv: object = False) -> None:
         check_mha_inputs(query, key, value, d_model=self.d_model, weight=self._weight(),
                          is_causal=is_causal, need_weights=need_weights)
+        check_flag(return_kv, "return_kv")
         check_attention_extras(past, edit_heads, batch=query.shape[0], num_kv_heads=self.num_kv_heads,
                                d_k=self.d_k, weight=self._weight())
 

@@ -31,7 +31,7 @@ from .attention import MultiHeadAttention
 from .env import check_seed
 from .gqa import CONVERSION_METHODS, GroupedQueryAttention
 from .shapes import count_parameters  # re-exported: one parameter counter for the course
-from .validation import check_int, check_same_dtype_and_device, check_tensor, describe_shape
+from .validation import check_flag, check_int, check_same_dtype_and_device, check_tensor, describe_shape
 
 __all__ = [
     "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]
@@ -262,6 +262,10 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"tokens must be 2-D (B, T), got shape {describe_shape(tokens)}{hint}")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"tokens must hold at least one token, got shape {describe_shape(tokens)}")
+        device = self.token_embedding.weight.device
+        if tokens.device != device:
+            raise ValueError(f"tokens are on device {tokens.device} but the model's parameters are on "
+                             f"{device}: move them with tokens.to({str(device)!r})")
         if past_len + tokens.shape[1] > cfg.max_len:
             where = f" after {past_len} cached tokens" if past_len else ""
             raise ValueError(
@@ -291,35 +295,42 @@ class TinyTransformer(nn.Module):
                 f"head_mask must have shape (num_layers, num_heads) = {expected}, got "
                 f"{describe_shape(head_mask)}"
             )
+        weight = self.token_embedding.weight
+        if head_mask.device != weight.device and head_mask.device.type != "cpu":
+            raise ValueError(f"head_mask is on device {head_mask.device} but the model's parameters "
+                             f"are on {weight.device}: pass it on {weight.device}"
+                             + ("" if weight.device.type == "cpu" else " (or on the CPU)"))
         if not torch.isfinite(head_mask).all():
             bad = [tuple(i) for i in (~torch.isfinite(head_mask)).nonzero().tolist()]
             raise ValueError(
                 f"head_mask must hold finite gates (1 = keep, 0 = ablate), got NaN or infinity at "
                 f"(layer, head) {bad}"
             )
-        return head_mask.to(self.token_embedding.weight.device)
+        # the gates take the model's dtype (0 and 1 are exact in every float dtype) and device
+        return head_mask.to(device=weight.device, dtype=weight.dtype)
 
     def _check_cache(self, cache: KVCache) -> None:
         """``cache`` (already consistent in itself, see :class:`KVCache`) fits this model."""
         cfg = self.config
         if len(cache.layers) != cfg.num_layers:
             raise ValueError(f"cache has {len(cache.layers)} layers, the model has {cfg.num_layers}")
-        k = cache.layers[0][0]
         expected = (cfg.num_kv_heads, cfg.d_head)
-        if (k.shape[1], k.shape[3]) != expected:
-            kind = "multi-head attention" if cfg.num_kv_heads == cfg.num_heads else \
-                f"grouped-query attention (g = {cfg.num_kv_heads})"
-            raise ValueError(
-                f"cache layers hold k of shape {describe_shape(k)}: {k.shape[1]} key/value heads of width "
-                f"{k.shape[3]}, but this model ({kind}) expects (B, g={expected[0]}, T, "
-                f"dk={expected[1]}); the cache comes from another model"
-            )
         weight = self.token_embedding.weight
-        if k.dtype != weight.dtype or k.device != weight.device:
-            error = TypeError if k.dtype != weight.dtype else ValueError
-            raise error(f"cache holds {k.dtype} keys and values on device {k.device}, but the model's "
-                        f"parameters are {weight.dtype} on {weight.device}: pass the cache this model "
-                        f"returned (or move the model with .to(...) before building the cache)")
+        for i, (k, _) in enumerate(cache.layers):  # KVCache checked that v is shaped like k
+            if (k.shape[1], k.shape[3]) != expected:
+                kind = "multi-head attention" if cfg.num_kv_heads == cfg.num_heads else \
+                    f"grouped-query attention (g = {cfg.num_kv_heads})"
+                raise ValueError(
+                    f"cache layer {i} holds k of shape {describe_shape(k)}: {k.shape[1]} key/value heads "
+                    f"of width {k.shape[3]}, but this model ({kind}) expects (B, g={expected[0]}, T, "
+                    f"dk={expected[1]}); the cache comes from another model"
+                )
+            if k.dtype != weight.dtype or k.device != weight.device:
+                error = TypeError if k.dtype != weight.dtype else ValueError
+                raise error(f"cache holds {k.dtype} keys and values on device {k.device}, but the "
+                            f"model's parameters are {weight.dtype} on {weight.device}: pass the cache "
+                            f"this model returned (or move the model with .to(...) before building "
+                            f"the cache)")
 
     # -- forward passes -----------------------------------------------------------
     def _embed(self, tokens: Tensor, start: int) -> Tensor:
@@ -391,6 +402,7 @@ class TinyTransformer(nn.Module):
                             f"({type(num_new).__name__})")
         if num_new < 0:
             raise ValueError(f"num_new must be >= 0, got {num_new}")
+        check_flag(use_cache, "use_cache")
         self._check_tokens(tokens)
         if tokens.shape[1] + num_new > self.config.max_len:
             raise ValueError(
@@ -413,7 +425,8 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     ``num_kv_heads`` K/V heads, each built by :meth:`GroupedQueryAttention.from_multi_head`.
 
     Embeddings, LayerNorms, MLPs, Q and output projections are copied unchanged; ``seed``
-    drives ``method="random"``. The original model is not modified.
+    drives ``method="random"``. The copy has the original's dtype and device. The original
+    model is not modified.
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
@@ -427,10 +440,15 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
         raise ValueError(f"num_kv_heads must divide num_heads={model.config.num_heads}, "
                          f"got {num_kv_heads}")
     check_seed(seed, "seed")
+    weight = model.token_embedding.weight
+    if weight.is_meta:
+        raise ValueError("model is on the meta device (its parameters hold no values, e.g. built "
+                         "under torch.device('meta')): load or initialise its weights first, then "
+                         "convert it")
     config = dataclasses.replace(model.config, num_kv_heads=num_kv_heads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        converted = TinyTransformer(config)
+        converted = TinyTransformer(config).to(weight.dtype)  # the copied weights keep every bit
     generator = torch.Generator().manual_seed(seed)
     state = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
     missing = converted.load_state_dict(state, strict=False).missing_keys
@@ -438,5 +456,4 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     for old, new in zip(model.blocks, converted.blocks, strict=True):
         new.attn = GroupedQueryAttention.from_multi_head(old.attn, num_kv_heads, method,
                                                          generator=generator)
-    device = next(model.parameters()).device
-    return converted.to(device).train(model.training)
+    return converted.to(device=weight.device, dtype=weight.dtype).train(model.training)

@@ -35,6 +35,7 @@ __all__ = [
     "check_mha_inputs",
     "check_mask_fits",
     "combine_masks",
+    "check_edited_heads",
 ]
 
 
@@ -280,3 +281,21 @@ def check_attention_extras(past: object, edit_heads: object, *, batch: int, num_
     if past[0].shape != past[1].shape:
         raise ValueError(f"past k and v must have one shape, got {describe_shape(past[0])} and "
                          f"{describe_shape(past[1])}")
+
+
+def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") -> Tensor:
+    """What the ``edit_heads`` hook returned for ``heads`` ``(B, h, T, dk)``: a tensor of the same
+    shape, dtype and device (anything else would be merged into a wrong output, or fail deep
+    inside ``out_proj``); returned unchanged."""
+    expected = (f"heads of the shape {describe_shape(heads)}, dtype {heads.dtype} and device "
+                f"{heads.device} it got")
+    if not isinstance(result, Tensor):
+        raise TypeError(f"{name} must return {expected}, got {type(result).__name__}"
+                        + (" (did the function forget to return the heads?)" if result is None else ""))
+    if result.shape != heads.shape:
+        raise ValueError(f"{name} must return {expected}, got shape {describe_shape(result)}")
+    if result.dtype != heads.dtype:
+        raise TypeError(f"{name} must return {expected}, got dtype {result.dtype}")
+    if result.device != heads.device:
+        raise ValueError(f"{name} must return {expected}, got device {result.device}")
+    return result

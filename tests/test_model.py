@@ -240,3 +240,24 @@ def test_parameter_count_matches_the_formula():
     with_mlp = make_model(mlp=True)
     mlp = 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d)
     assert count_parameters(with_mlp) == expected + L * mlp
+
+
+def test_convert_model_keeps_the_original_dtype_and_every_copied_bit():
+    from course_utils.model import convert_model
+
+    model = make_model().double()
+    converted = convert_model(model, 2)
+    assert {p.dtype for p in converted.parameters()} == {torch.float64}
+    assert torch.equal(converted.token_embedding.weight, model.token_embedding.weight)
+    tokens = random_tokens()
+    assert converted(tokens)[0].dtype == torch.float64
+
+
+def test_a_float64_head_mask_gates_a_float32_model():
+    model, tokens = make_model(), random_tokens()
+    gates = torch.ones(2, 4)
+    gates[1, 2] = 0.0
+    expected = model(tokens, head_mask=gates)[0]
+    assert torch.equal(model(tokens, head_mask=gates.double())[0], expected)
+    logits, _ = model.forward_with_cache(tokens, head_mask=gates.double())
+    assert logits.dtype == torch.float32
