@@ -18,7 +18,8 @@ Heads are ``(layer, head)`` pairs, named ``L{layer}H{head}``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -28,7 +29,7 @@ from torch import Tensor
 
 from .env import check_seed
 from .model import TinyTransformer
-from .validation import check_int, check_tensor, describe_shape
+from .validation import check_callable, check_int, check_tensor, describe_shape
 
 __all__ = [
     "Evaluation",
@@ -59,6 +60,12 @@ class Evaluation:
 
     tokens: Tensor
     score: Callable[[Tensor], dict[str, float]]
+
+    def __post_init__(self) -> None:
+        _check_tokens(self.tokens, "Evaluation.tokens")
+        check_callable(self.score, "Evaluation.score",
+                       "a function logits (B, T, V) -> {name: number}, such as lambda logits: "
+                       "{'loss': average_loss(logits, targets)}")
 
 
 # -- validation --------------------------------------------------------------------------
@@ -112,6 +119,13 @@ def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, 
     if not isinstance(targets, Tensor) or targets.dtype != torch.long:
         raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not "
                         f"counted), got {_described(targets)}")
+    if logits.is_meta or targets.is_meta:
+        raise ValueError(f"logits and targets must hold values, got logits on {logits.device} and "
+                         f"targets on {targets.device} (the meta device holds none)")
+    if logits.device != targets.device:
+        raise ValueError(f"logits and targets must be on one device, got logits on {logits.device} "
+                         f"and targets on {targets.device}: move the targets with "
+                         f"targets.to(logits.device)")
     if logits.shape[:2] != targets.shape:
         raise ValueError(f"logits must be (B, T, V) with (B, T) = {tuple(targets.shape)} (the "
                          f"targets'), got {describe_shape(logits)}")
@@ -200,8 +214,12 @@ def mean_head_outputs(model: TinyTransformer, reference_tokens: Tensor, *, keep:
 def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
     cfg = model.config
     if not isinstance(means, Tensor) or not means.is_floating_point():
-        raise TypeError("method='mean' needs means=mean_head_outputs(model, reference_tokens), got "
-                        f"{type(means).__name__}")
+        raise TypeError("method='mean' needs means=mean_head_outputs(model, reference_tokens), a "
+                        f"floating-point tensor, got {_described(means)}")
+    device = model.token_embedding.weight.device
+    if means.device != device:
+        raise ValueError(f"means are on device {means.device} but the model is on {device}: pass "
+                         f"means=mean_head_outputs(model, reference_tokens) (or means.to({str(device)!r}))")
     dk = cfg.d_model // cfg.num_heads
     per_token = (cfg.num_layers, cfg.num_heads, dk)
     if tuple(means.shape) != per_token and not (
@@ -300,12 +318,22 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     for i, evaluation in enumerate(_check_evaluations(evaluations)):
         fill = means.get(i) if isinstance(means, dict) else means
         logits = ablated_logits(model, evaluation.tokens, heads, method=method, means=fill)
-        scores = evaluation.score(logits)
-        if not isinstance(scores, dict) or not all(isinstance(k, str) for k in scores):
-            raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
-                            f"{{'loss': 2.3}}, got {type(scores).__name__} {scores!r}")
-        result.update(scores)
+        result.update(_check_scores(evaluation.score(logits), i))
     return result
+
+
+def _check_scores(scores: object, i: int) -> dict[str, float]:
+    """What ``evaluations[i].score`` returned: a dict ``{name (str): number}``."""
+    if not isinstance(scores, dict) or not all(isinstance(k, str) for k in scores):
+        raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
+                        f"{{'loss': 2.3}}, got {type(scores).__name__} {scores!r}")
+    for name, value in scores.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            hint = " (turn a one-number tensor into a number with float(t))" \
+                if isinstance(value, Tensor) else ""
+            raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
+                            f"{{'loss': 2.3}}, got {name!r}: {_described(value)}{hint}")
+    return scores
 
 
 def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
@@ -383,6 +411,20 @@ def random_orders(model: TinyTransformer, seeds: Sequence[int]) -> list[list[Hea
             for s in seeds]
 
 
+def _check_counts(counts: object, most: int) -> list[int]:
+    """``counts``: a list of ints (not bools) in ``0..most``."""
+    if isinstance(counts, (str, bytes, Tensor)) or not isinstance(counts, Iterable):
+        raise TypeError(f"counts must be a list of ints in 0..{most} (how many heads to switch off), "
+                        f"or None for every count; got {type(counts).__name__} {counts!r}")
+    counts = list(counts)
+    for k in counts:
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"counts must be ints in 0..{most}, got {type(k).__name__} {k!r} in {counts}")
+    if any(not 0 <= k <= most for k in counts):
+        raise ValueError(f"counts must be ints in 0..{most}, got {counts}")
+    return counts
+
+
 def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
                   order: Sequence[Head], *, counts: Sequence[int] | None = None, method: str = "zero",
                   means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
@@ -393,9 +435,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     if twice:
         raise ValueError(f"order lists a head twice: {', '.join(head_name(*h) for h in twice)} "
                          f"(in an order of {len(order)} heads)")
-    counts = range(len(order) + 1) if counts is None else list(counts)
-    if any(not isinstance(k, int) or not 0 <= k <= len(order) for k in counts):
-        raise ValueError(f"counts must be ints in 0..{len(order)}, got {list(counts)}")
+    counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
     total = len(all_heads(model))
     rows = []
     for k in counts:

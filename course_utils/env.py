@@ -29,11 +29,15 @@ REQUIRED_PACKAGES: dict[str, str] = {
 
 
 def check_seed(seed: object, name: str = "seed") -> int:
-    """``seed`` must be a non-negative int (not a bool, str or float); returned unchanged."""
+    """``seed`` must be an int (not a bool, str or float) with ``0 <= seed < 2**64``, the range
+    ``torch.manual_seed`` accepts; returned unchanged."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"{name} must be an int such as 0, got {type(seed).__name__} {seed!r}")
     if seed < 0:
         raise ValueError(f"{name} must be >= 0, got {seed}")
+    if seed >= 2**64:
+        raise ValueError(f"{name} must be < 2**64 (torch.manual_seed accepts 0 <= seed < 2**64), "
+                         f"got {seed}")
     return seed
 
 

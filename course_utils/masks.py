@@ -12,6 +12,9 @@ convert explicitly with :func:`to_torch_attn_mask` and
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -42,7 +45,8 @@ def causal_mask(
     queries then see no key (as an attention mask, they get zero output). That is a
     building block, e.g. ``causal_mask(T) & ~causal_mask(T, query_offset=-w)`` keeps only
     the last ``w`` keys of each query; an offset that leaves *every* query without a key
-    (``query_offset <= -num_queries``) is refused.
+    (``query_offset <= -num_queries``) is refused. An offset of ``num_keys`` or more lets
+    every query see every key, so any larger offset (however large) gives that same mask.
     """
     if num_keys is None:
         num_keys = num_queries
@@ -58,9 +62,45 @@ def causal_mask(
             f"query sits at {num_queries - 1 + query_offset}): expected query_offset >= "
             f"{1 - num_queries}, usually the number of cached tokens (>= 0)"
         )
+    # beyond num_keys every query already sees every key: clamping keeps the mask and keeps
+    # the positions inside int64 (2**63 would wrap around to a negative offset)
+    query_offset = min(query_offset, num_keys)
     query_pos = torch.arange(num_queries, device=device).unsqueeze(1) + query_offset  # (Tq, 1)
     key_pos = torch.arange(num_keys, device=device).unsqueeze(0)  # (1, Tk)
     return key_pos <= query_pos  # (Tq, Tk)
+
+
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _lengths_tensor(lengths: object) -> Tensor:
+    """``lengths`` as a 1-D integer tensor, or a clear error naming what arrived."""
+    if isinstance(lengths, Tensor):
+        if lengths.dtype not in _INTEGER_DTYPES:
+            raise TypeError(f"lengths must be integers (an int tensor or a list of ints), got dtype "
+                            f"{lengths.dtype}")
+        if lengths.is_meta:
+            raise ValueError("lengths is on the meta device (a tensor without values): pass the "
+                             "lengths on the CPU or the model's device")
+        tensor = lengths
+    elif isinstance(lengths, (list, tuple)):
+        for value in lengths:
+            if isinstance(value, (list, tuple)):
+                raise ValueError(f"lengths must be 1-D (B,): one int per sequence, got {lengths!r}")
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"lengths must be integers (one int per sequence), got "
+                                f"{type(value).__name__} {value!r} in {lengths!r}")
+            if not -(2**63) <= value < 2**63:
+                raise ValueError(f"lengths must be ints that fit in int64, got {value}")
+        tensor = torch.tensor([int(v) for v in lengths], dtype=torch.long)
+    elif isinstance(lengths, np.ndarray):
+        return _lengths_tensor(torch.as_tensor(lengths))
+    else:
+        raise TypeError(f"lengths must be a list of ints or an integer tensor (B,), got "
+                        f"{type(lengths).__name__} {lengths!r}")
+    if tensor.ndim != 1:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(tensor.shape)}")
+    return tensor
 
 
 def padding_mask(
@@ -68,13 +108,18 @@ def padding_mask(
 ) -> Tensor:
     """Boolean key-padding mask ``(B, max_len)`` from true lengths; ``True`` = real token.
 
-    ``padding_mask([3, 1], 4)`` gives ``[[T, T, T, F], [T, F, F, F]]``.
+    ``padding_mask([3, 1], 4)`` gives ``[[T, T, T, F], [T, F, F, F]]``. ``lengths`` is a list
+    of ints or an integer tensor ``(B,)``, each ``>= 0``; ``max_len`` an int (not a bool) at
+    least the longest length, or ``None`` for the longest.
     """
-    lengths = torch.as_tensor(lengths, device=device)
-    if lengths.ndim != 1:
-        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
+    lengths = _lengths_tensor(lengths)
+    if device is not None:
+        lengths = lengths.to(device)
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
+        raise TypeError(f"max_len must be an int (the padded length) or None, got "
+                        f"{type(max_len).__name__} {max_len!r}")
+    if max_len is not None and max_len < 0:
+        raise ValueError(f"max_len must be >= 0 (the padded length), got {max_len}")
     if (lengths < 0).any():
         raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
@@ -82,7 +127,7 @@ def padding_mask(
         max_len = longest
     if max_len < longest:
         raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
-    return torch.arange(max_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+    return torch.arange(int(max_len), device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
 
 
 def to_torch_attn_mask(mask: Tensor) -> Tensor:

@@ -28,6 +28,7 @@ from course_utils import (
     ablation,
     causal_mask,
     grouped_query_attention,
+    padding_mask,
     scaled_dot_product_attention,
 )
 from course_utils.checkpoint import CHECKPOINT_DIR, CheckpointError, load_checkpoint, save_checkpoint
@@ -139,6 +140,16 @@ def float_score(logits: torch.Tensor) -> float:
     return 0.5  # an Evaluation's score must return {name: number}
 
 
+def edited(edit: Callable[[torch.Tensor], object]) -> Callable[[], object]:
+    """``mha(x)`` whose ``edit_heads`` hook returns ``edit(heads)`` (heads ``(2, 2, 3, 4)``)."""
+    return lambda: mha(x, edit_heads=edit)
+
+
+def meta_model() -> TinyTransformer:
+    with torch.device("meta"):
+        return TinyTransformer(MHA_MODEL.config)
+
+
 # -- checkpoints -------------------------------------------------------------------------
 def load_with_sidecar(field_name: str, value: object) -> Callable[[], object]:
     """Load a copy of the shipped induction checkpoint whose sidecar has ``field_name = value``."""
@@ -234,6 +245,20 @@ CASES: list[Case] = [
          ["dropout", "float", "str"]),
     Case("mha dropout NaN", lambda: MultiHeadAttention(8, 2, dropout=math.nan), ValueError,
          ["dropout", "nan"]),
+    Case("mha return_kv str", lambda: mha(x, return_kv="no"), TypeError,
+         ["return_kv", "True or False", "'no'"]),
+    # the edit_heads hook must give back heads like the ones it got
+    *[Case(f"edit_heads returns {what}", edited(edit), error, ["edit_heads", "(2, 2, 3, 4)", *words])
+      for what, edit, error, words in (
+          ("one head", lambda h: h[:1], ValueError, ["shape (1, 2, 3, 4)"]),
+          ("None", lambda h: None, TypeError, ["NoneType", "forget to return"]),
+          ("a list", lambda h: h.tolist(), TypeError, ["list"]),
+          ("transposed heads", lambda h: h.transpose(2, 3), ValueError, ["shape (2, 2, 4, 3)"]),
+          ("float64", lambda h: h.double(), TypeError, ["torch.float32", "dtype torch.float64"]),
+          ("int", lambda h: h.long(), TypeError, ["dtype torch.int64"]),
+          ("meta", lambda h: h.to("meta"), ValueError, ["device cpu", "device meta"]))],
+    Case("model edit_heads returns one head", lambda: MHA_MODEL(PROMPT, edit_heads=lambda i, h: h[:1]),
+         ValueError, ["edit_heads", "(2, 4, 3, 4)", "shape (1, 4, 3, 4)"]),
     # masks
     Case("causal_mask(True)", lambda: causal_mask(True), ValueError, ["num_queries", "True"]),
     Case("causal_mask float offset", lambda: causal_mask(3, query_offset=1.5), TypeError,
@@ -241,6 +266,22 @@ CASES: list[Case] = [
     Case("causal_mask offset leaving every query without a key",
          lambda: causal_mask(2, 5, query_offset=-3), ValueError,
          ["query_offset=-3", "num_queries=2", "without a key", ">= -1"]),
+    Case("padding_mask max_len float", lambda: padding_mask([1, 2], 2.5), TypeError,
+         ["max_len", "int", "float 2.5"]),
+    Case("padding_mask max_len bool", lambda: padding_mask([1, 1], True), TypeError,
+         ["max_len", "int", "bool True"]),
+    Case("padding_mask max_len str", lambda: padding_mask([1, 2], "4"), TypeError, ["max_len", "str '4'"]),
+    Case("padding_mask lengths None", lambda: padding_mask(None), TypeError,
+         ["lengths", "list of ints", "NoneType"]),
+    Case("padding_mask lengths str", lambda: padding_mask("12"), TypeError, ["lengths", "str '12'"]),
+    Case("padding_mask lengths complex", lambda: padding_mask([1 + 2j]), TypeError,
+         ["lengths", "integers", "complex"]),
+    Case("padding_mask complex tensor", lambda: padding_mask(torch.tensor([1 + 0j])), TypeError,
+         ["lengths", "integers", "complex64"]),
+    Case("padding_mask lengths on meta", lambda: padding_mask(torch.tensor([1, 2], device="meta")),
+         ValueError, ["lengths", "meta"]),
+    Case("padding_mask length beyond int64", lambda: padding_mask([2**70]), ValueError,
+         ["lengths", "int64", str(2**70)]),
     # grouped-query attention
     Case("gqa is_causal str", gqa(is_causal="no"), TypeError, ["is_causal", "True or False", "'no'"]),
     Case("gqa is_causal int", gqa(is_causal=1), TypeError, ["is_causal", "int"]),
@@ -264,7 +305,30 @@ CASES: list[Case] = [
          TypeError, ["generator", "torch.Generator", "str 'seed'"]),
     Case("convert_model seed str", lambda: convert_model(MHA_MODEL, 2, seed="x"), TypeError,
          ["seed", "int", "str 'x'"]),
+    Case("convert_model seed beyond 2**64", lambda: convert_model(MHA_MODEL, 2, seed=2**70), ValueError,
+         ["seed", "2**64", str(2**70)]),
+    Case("convert_model of a meta model", lambda: convert_model(meta_model(), 2), ValueError,
+         ["model", "meta device"]),
+    # the model's tokens and gates
+    *[Case(f"{what} with tokens on meta", call, ValueError, ["tokens", "device meta", "cpu"])
+      for what, call in (
+          ("forward", lambda: MHA_MODEL(PROMPT.to("meta"))),
+          ("forward_with_cache", lambda: MHA_MODEL.forward_with_cache(PROMPT.to("meta"))),
+          ("generate", lambda: MHA_MODEL.generate(PROMPT.to("meta"), 2)),
+          ("ablated_logits", lambda: ablation.ablated_logits(MHA_MODEL, PROMPT.to("meta"), [(0, 0)])),
+          ("head_importance", lambda: ablation.head_importance(MHA_MODEL, PROMPT.to("meta"),
+                                                               PROMPT.to("meta"))))],
+    Case("generate use_cache str", lambda: MHA_MODEL.generate(PROMPT, 2, use_cache="no"), TypeError,
+         ["use_cache", "True or False", "'no'"]),
+    Case("head_mask on meta",
+         lambda: MHA_MODEL.forward_with_cache(PROMPT, head_mask=torch.ones(2, 4, device="meta")), ValueError,
+         ["head_mask", "device meta", "cpu"]),
     # the KV cache
+    Case("cache whose layer 1 has g = 2", decode_with(KVCache((GQA_CACHE.layers[0], MHA_CACHE.layers[1]))),
+         ValueError, ["cache layer 1", "4 key/value heads", "g=2"]),
+    Case("cache whose layer 1 has dk = 3",
+         decode_with(KVCache((GQA_CACHE.layers[0], tuple(t[..., :3] for t in GQA_CACHE.layers[1])))),
+         ValueError, ["cache layer 1", "width 3", "dk=4"]),
     Case("cache in float64", decode_with(edited_cache(torch.Tensor.double)), TypeError,
          ["cache", "torch.float64", "torch.float32"]),
     Case("cache with dk = 3", decode_with(edited_cache(lambda t: t[..., :3])), ValueError,
@@ -299,6 +363,36 @@ CASES: list[Case] = [
                                  (2.5, TypeError, "float 2.5"))],
     Case("random_orders seeds None", lambda: ablation.random_orders(TINY_MODEL, None), TypeError,
          ["seeds", "list of ints", "NoneType"]),
+    Case("random_orders seed beyond 2**64", lambda: ablation.random_orders(TINY_MODEL, [2**70]), ValueError,
+         ["seed", "< 2**64", str(2**70)]),
+    Case("pruning_curve counts [True]",
+         lambda: ablation.pruning_curve(TINY_MODEL, ablation.loss_evaluation(TINY_TOKENS, TINY_TOKENS),
+                                        [(0, 0)], counts=[True]), TypeError, ["counts", "ints", "bool True"]),
+    Case("pruning_curve counts 5",
+         lambda: ablation.pruning_curve(TINY_MODEL, ablation.loss_evaluation(TINY_TOKENS, TINY_TOKENS),
+                                        [(0, 0)], counts=5), TypeError, ["counts", "list of ints", "int 5"]),
+    Case("a score that returns a str value",
+         lambda: ablation.measure(TINY_MODEL, ablation.Evaluation(TINY_TOKENS, lambda logits: {"a": "x"})),
+         TypeError, ["evaluations[0].score", "{name: number}", "'a': str"]),
+    Case("a score that returns a tensor value",
+         lambda: ablation.measure(TINY_MODEL, ablation.Evaluation(TINY_TOKENS, lambda logits: {"a": logits})),
+         TypeError, ["evaluations[0].score", "'a'", "tensor of shape", "float(t)"]),
+    Case("Evaluation score not callable", lambda: ablation.Evaluation(TINY_TOKENS, 5), TypeError,
+         ["Evaluation.score", "function", "int 5"]),
+    Case("Evaluation tokens float", lambda: ablation.Evaluation(TINY_TOKENS.float(), float_score), TypeError,
+         ["Evaluation.tokens", "torch.long", "float32"]),
+    Case("sequence_losses logits on meta", lambda: ablation.sequence_losses(LOGITS.to("meta"), TARGETS),
+         ValueError, ["logits", "meta"]),
+    Case("average_loss targets on meta", lambda: ablation.average_loss(LOGITS, TARGETS.to("meta")),
+         ValueError, ["targets", "meta"]),
+    Case("ablated_logits means long",
+         lambda: ablation.ablated_logits(TINY_MODEL, TINY_TOKENS, [(0, 0)], method="mean",
+                                         means=torch.zeros(1, 2, 8, dtype=torch.long)),
+         TypeError, ["means", "floating-point", "torch.int64"]),
+    Case("ablated_logits means on meta",
+         lambda: ablation.ablated_logits(TINY_MODEL, TINY_TOKENS, [(0, 0)], method="mean",
+                                         means=torch.zeros(1, 2, 8, device="meta")),
+         ValueError, ["means", "device meta", "cpu"]),
     Case("random_orders negative seed", lambda: ablation.random_orders(TINY_MODEL, [-1]), ValueError,
          ["seed", ">= 0", "-1"]),
     Case("pruning_curve of a Linear", lambda: ablation.pruning_curve(torch.nn.Linear(2, 2), [], [(0, 0)]),
@@ -339,6 +433,7 @@ CASES: list[Case] = [
     Case("load_checkpoint device tpu", lambda: load_checkpoint("induction", device="tpu"), ValueError,
          ["device", "'tpu'"]),
     Case("seed_everything str", lambda: seed_everything("0"), TypeError, ["seed", "int", "str"]),
+    Case("seed_everything 2**64", lambda: seed_everything(2**64), ValueError, ["seed", "< 2**64"]),
     Case("seed_everything negative", lambda: seed_everything(-1), ValueError, ["seed", ">= 0", "-1"]),
     Case("train_induction seed str", lambda: train_induction(steps=1, seed="0", progress=False),
          TypeError, ["seed", "int", "str"]),

@@ -68,3 +68,31 @@ def test_a_negative_offset_is_a_building_block_but_not_a_mask_that_sees_nothing(
     for offset in (-2, -3, -100):
         with pytest.raises(ValueError, match=rf"query_offset={offset} with num_queries=2 leaves every query"):
             causal_mask(2, 5, query_offset=offset)
+
+
+@pytest.mark.parametrize("offset", [3, 4, 2**62, 2**63 - 1, 2**63, 2**64 - 1, 10**30])
+def test_causal_mask_any_offset_past_the_keys_lets_every_query_see_every_key(offset):
+    assert causal_mask(2, 3, query_offset=offset).all()
+
+
+def test_padding_mask_of_no_sequences_and_of_tensors():
+    assert padding_mask([]).shape == (0, 0)
+    assert padding_mask([], 3).shape == (0, 3)
+    assert torch.equal(padding_mask(torch.tensor([1, 2], dtype=torch.int32), 2),
+                       torch.tensor([[True, False], [True, True]]))
+
+
+@pytest.mark.parametrize("lengths, max_len, exc, words", [
+    ([1, 2], 2.5, TypeError, ["max_len", "float 2.5"]),
+    ([1, 1], True, TypeError, ["max_len", "bool True"]),
+    ([1, 2], "4", TypeError, ["max_len", "str '4'"]),
+    ([0, 0], -1, ValueError, ["max_len", ">= 0", "-1"]),
+    (None, None, TypeError, ["lengths", "NoneType"]),
+    ("12", None, TypeError, ["lengths", "str '12'"]),
+    ([True, False], None, TypeError, ["lengths", "integers", "bool"]),
+    ([2**70], None, ValueError, ["lengths", "int64"]),
+])
+def test_padding_mask_names_each_bad_argument(lengths, max_len, exc, words):
+    with pytest.raises(exc) as info:
+        padding_mask(lengths, max_len)
+    assert all(w in str(info.value) for w in words), str(info.value)
