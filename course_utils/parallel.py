@@ -8,6 +8,7 @@ processes, one thread each, and returns exactly what ``[fn(x) for x in items]`` 
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import pickle
@@ -63,7 +64,7 @@ def _run_in_child(fn: Callable[[T], R], item: T, conn: Connection) -> None:
         # them through file descriptors that vanish when this process exits)
         message = pickle.dumps(("ok", fn(item)))
     except SystemExit as exc:
-        message = pickle.dumps(("exit", repr(exc.code)))
+        message = pickle.dumps(("exit", _code_text(exc.code)))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises
         message = pickle.dumps(("error", traceback.format_exc()))
     conn.send_bytes(message)
@@ -79,9 +80,29 @@ def _check_arguments(fn: object, items: object, workers: object, timeout: object
                         f"{type(items).__name__} {items!r}") from None
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
-    if timeout is not None:
-        check_positive_number(timeout, "timeout")
     return list(items)
+
+
+def _check_timeout(timeout: object) -> float | None:
+    """``None`` or a number > 0 of seconds; infinity means no limit (``None``); a finite value
+    beyond what the waits accept (``threading.TIMEOUT_MAX``, about 292 years) is refused."""
+    if timeout is None:
+        return None
+    seconds = check_positive_number(timeout, "timeout")
+    if math.isinf(seconds):
+        return None
+    if seconds > threading.TIMEOUT_MAX:
+        raise ValueError(f"timeout must be at most {threading.TIMEOUT_MAX:g} s (the longest wait this "
+                         f"system allows), got {timeout!r}; pass timeout=None (or inf) for no limit")
+    return seconds
+
+
+def _code_text(code: object) -> str:
+    """``repr`` of a ``sys.exit`` code, or its type's name when its ``repr`` fails."""
+    try:
+        return repr(code)
+    except BaseException:  # noqa: BLE001 - any repr failure: describe the object by its type
+        return f"<{type(code).__name__} object>"
 
 
 def _plain_loop(fn: Callable[[T], R], items: list, timeout: float | None) -> list[R]:
@@ -96,7 +117,7 @@ def _plain_loop(fn: Callable[[T], R], items: list, timeout: float | None) -> lis
                 with _alarm(timeout, index):
                     results.append(fn(item))
         except SystemExit as exc:
-            raise _exit_error(index, repr(exc.code)) from None
+            raise _exit_error(index, _code_text(exc.code)) from None
     return results
 
 
@@ -139,16 +160,18 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     worker's traceback; in the plain loop ``fn``'s own exception propagates unchanged.
     ``fn`` calling ``sys.exit`` is the same ``RuntimeError`` in both (never ``SystemExit``).
 
-    ``timeout``: seconds one call of ``fn`` may take (``None``, the default: no limit, as
-    before). A call still running after ``timeout`` seconds is stopped (its worker is
-    terminated, the other workers too) and ``TimeoutError`` names the item. With a timeout
-    the jobs always run in forked workers (``workers=1``: one at a time), so that a job that
-    never returns can be stopped; without ``fork`` a SIGALRM timer interrupts the plain
-    loop (main thread of a Unix process only). Without a timeout, stop a hung call with
-    Ctrl-C (in Jupyter: the kernel's stop button, Kernel > Interrupt): the workers are
+    ``timeout``: seconds one call of ``fn`` may take (``None``, the default, or ``inf``: no
+    limit; at most ``threading.TIMEOUT_MAX``). A call still running after ``timeout``
+    seconds is stopped (its worker is terminated, the other workers too) and
+    ``TimeoutError`` names the item. With a timeout the jobs always run in forked workers
+    (``workers=1``: one at a time), so that a job that never returns can be stopped; without
+    ``fork`` a SIGALRM timer interrupts the plain loop (main thread of a Unix process only).
+    Without a timeout, stop a hung call with Ctrl-C (in Jupyter: the kernel's stop button,
+    Kernel > Interrupt): the workers are
     terminated before the ``KeyboardInterrupt`` reaches you.
     """
     items = _check_arguments(fn, items, workers, timeout)
+    timeout = _check_timeout(timeout)
     if workers is None:
         workers = default_workers(len(items))
     if not items:
@@ -217,7 +240,9 @@ def _receive(conn: Connection, process: multiprocessing.Process, index: int) -> 
     else:
         try:
             status, value = pickle.loads(payload)
-        except Exception as exc:  # noqa: BLE001 - a result that pickles but does not unpickle
+        except BaseException as exc:  # noqa: BLE001 - a result that pickles but does not unpickle
+            # (its unpickling may even raise SystemExit or KeyboardInterrupt: only this call is
+            # guarded, so a real Ctrl-C elsewhere still interrupts the parent)
             raise RuntimeError(
                 f"parallel_map: the result of fn(items[{index}]) was sent back but could not be "
                 f"unpickled here ({type(exc).__name__}: {exc}); return plain data (numbers, lists, "

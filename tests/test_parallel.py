@@ -1,6 +1,7 @@
 """parallel_map: the results of a plain loop, in order, from forked workers; clear errors."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -112,6 +113,51 @@ def test_a_result_that_does_not_unpickle_is_named():
         parallel_map(lambda x: _Unpicklable(), [1, 2], workers=2)
 
 
+def _exit_while_unpickling():
+    raise SystemExit(7)
+
+
+def _interrupt_while_unpickling():
+    raise KeyboardInterrupt("from unpickling")
+
+
+class _ExitsWhenUnpickled:
+    def __reduce__(self):
+        return (_exit_while_unpickling, ())
+
+
+class _InterruptsWhenUnpickled:
+    def __reduce__(self):
+        return (_interrupt_while_unpickling, ())
+
+
+class _BadRepr:
+    def __repr__(self):
+        raise ZeroDivisionError("no repr")
+
+
+@pytest.mark.skipif(not FORK, reason="needs fork (Linux) and two cores")
+@pytest.mark.parametrize("result, raised", [(_ExitsWhenUnpickled, "SystemExit"),
+                                            (_InterruptsWhenUnpickled, "KeyboardInterrupt")])
+def test_a_result_that_exits_or_interrupts_while_unpickling_is_the_documented_error(result, raised):
+    with pytest.raises(RuntimeError, match=rf"result of fn\(items\[0\]\) .* could not be unpickled "
+                                           rf"here \({raised}"):
+        parallel_map(lambda x: result(), [1, 2], workers=2)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sys_exit_with_an_object_whose_repr_fails_names_its_type(workers):
+    if workers == 2 and not FORK:
+        pytest.skip("needs fork (Linux) and two cores")
+    with pytest.raises(RuntimeError, match=r"fn\(items\[0\]\) called sys.exit\(<_BadRepr object>\)"):
+        parallel_map(lambda x: sys.exit(_BadRepr()), [1, 2], workers=workers)
+
+
+def test_an_infinite_timeout_is_no_limit():
+    assert parallel_map(lambda x: x + 1, [1, 2], workers=2, timeout=float("inf")) == [2, 3]
+    assert parallel_map(lambda x: x + 1, [1], workers=1, timeout=float("inf")) == [2]
+
+
 @pytest.mark.skipif(not FORK, reason="needs fork (Linux)")
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_job_that_never_returns_is_stopped_by_the_timeout(workers):
@@ -141,6 +187,7 @@ def test_without_a_timeout_a_slow_job_is_waited_for():
     ({"timeout": 0}, ValueError, ["timeout", "> 0", "0"]),
     ({"timeout": "1"}, TypeError, ["timeout", "number", "str"]),
     ({"timeout": float("nan")}, ValueError, ["timeout", "nan"]),
+    ({"timeout": 1e300}, ValueError, ["timeout", "at most", "1e+300", "None (or inf)"]),
 ])
 def test_bad_arguments_are_named(kwargs, error, words):
     call = {"fn": _noisy_sum, "items": [1, 2], "workers": 2, **kwargs}
