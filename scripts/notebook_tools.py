@@ -74,7 +74,12 @@ def read_text(path: Path, what: str = "file") -> str:
 def read_notebook(path: Path) -> nbformat.NotebookNode:
     """``path`` read as an nbformat v4 notebook, or a :class:`ToolError` naming it and what
     is wrong (missing, a folder, not JSON, not a valid notebook)."""
-    text = read_text(path, "notebook")
+    return parse_notebook(read_text(path, "notebook"), path)
+
+
+def parse_notebook(text: str, path: Path) -> nbformat.NotebookNode:
+    """``text`` (the contents of ``path``, which need not be written yet) as an nbformat v4
+    notebook, or a :class:`ToolError` naming ``path`` and what is wrong."""
     try:
         return nbformat.reads(text, as_version=4)
     except nbformat.reader.NotJSONError:
@@ -315,10 +320,16 @@ def _run(command: str, args: list[str]) -> int:
                             "instructor notebooks, which would be overwritten. Choose another "
                             "folder, e.g. student/.")
         originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ToolError(f"{out_dir}: cannot make the student folder ({exc.strerror or exc})") from None
         for src, original in originals:
             blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
-            write_atomically(out_dir / src.name, notebook_text(student_version(original)))
+            try:
+                write_atomically(out_dir / src.name, notebook_text(student_version(original)))
+            except OSError as exc:
+                raise ToolError(f"{out_dir / src.name}: cannot be written ({exc.strerror or exc})") from None
             print(f"{out_dir / src.name}: {blanks} solution(s) blanked")
     return 0
 

@@ -18,12 +18,14 @@ Stamping is idempotent: a second run changes nothing. ``stamp_notebook`` is the 
 for other tools (the student-notebook release step calls it on each notebook it writes).
 
 ``--repo`` must be a GitHub ``owner/name`` (owner: letters, digits and ``-``, 1-39, not
-starting with ``-``; name: letters, digits, ``.``, ``_``, ``-``, 1-100, not ``.`` or ``..``)
-and ``--tag`` a release tag ``vMAJOR.MINOR.PATCH``. Both are checked, and every new file
-content is computed, before anything is written; each file is then replaced atomically
-(a temporary file and ``os.replace``), so a failed publish leaves the tree as it was. A
-bad value, a missing or unreadable file, or a notebook that is not one is reported on one
-line on stderr with exit status 2.
+starting or ending with ``-``, no ``--``; name: letters, digits, ``.``, ``_``, ``-``, 1-100,
+not ``.`` or ``..``, not ending in ``.git``) and ``--tag`` a release tag
+``vMAJOR.MINOR.PATCH`` without leading zeros. Both are checked, every new file content is
+computed, and ``--check`` is run on the new contents in memory, before anything is written;
+each file is then replaced atomically (a temporary file and ``os.replace``), so a failed
+publish leaves the tree as it was. A bad value, a missing or unreadable file, or a notebook
+that is not one is reported on one line on stderr with exit status 2; new contents that
+would fail the check are listed on stderr with exit status 1, and nothing is written.
 """
 
 from __future__ import annotations
@@ -42,10 +44,14 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIRS = ("notebooks", "student")
-# GitHub's rules: owner 1-39 of [A-Za-z0-9-], not starting with '-'; name 1-100 of
-# [A-Za-z0-9._-], not '.' or '..'. Used with fullmatch: '$' would also accept a final newline.
-REPO_FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?\Z)[A-Za-z0-9._-]{1,100}")
-TAG_FORMAT = re.compile(r"v\d+\.\d+\.\d+")
+# GitHub's rules: owner 1-39 of [A-Za-z0-9-], not starting or ending with '-', no '--';
+# name 1-100 of [A-Za-z0-9._-], not '.' or '..', not ending in '.git' (GitHub drops it, so
+# the links would name another repository). Used with fullmatch: '$' would also accept a
+# final newline.
+REPO_FORMAT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}/"
+                         r"(?!\.\.?\Z)(?!.*(?i:\.git)\Z)[A-Za-z0-9._-]{1,100}")
+# semantic versioning: no leading zeros (v01.0.0 is not v1.0.0)
+TAG_FORMAT = re.compile(r"v(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)")
 BADGES_TAG, SETUP_TAG = "launch-badges", "colab-setup"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
@@ -129,11 +135,12 @@ def validate(repo: str, tag: str) -> None:
     if not isinstance(repo, str) or not REPO_FORMAT.fullmatch(repo):
         raise ValueError(
             f"repo must be a GitHub 'owner/name' (owner: 1-39 letters, digits or '-', not starting "
-            f"with '-'; name: 1-100 letters, digits, '.', '_' or '-', not '.' or '..'), got {repo!r}"
+            f"or ending with '-', no '--'; name: 1-100 letters, digits, '.', '_' or '-', not '.' or "
+            f"'..', not ending in '.git'), got {repo!r}"
         )
     if not isinstance(tag, str) or not TAG_FORMAT.fullmatch(tag):
-        raise ValueError(f"tag must be a release tag vMAJOR.MINOR.PATCH such as 'v0.2.0' (never a "
-                         f"branch), got {tag!r}")
+        raise ValueError(f"tag must be a release tag vMAJOR.MINOR.PATCH such as 'v0.2.0' (numbers "
+                         f"without leading zeros; never a branch), got {tag!r}")
     if PLACEHOLDERS.search(repo):
         raise ValueError(f"repo {repo!r} is a placeholder, not a published repository")
 
@@ -321,26 +328,37 @@ def _launch_links(text: str):
         yield from pattern.finditer(text)
 
 
-def check(root: Path = ROOT) -> list[str]:
-    """Every disagreement between the badges/links and the config, as readable lines."""
+def check(root: Path = ROOT, planned: dict[Path, str] | None = None) -> list[str]:
+    """Every disagreement between the badges/links and the config, as readable lines.
+    ``planned`` (path -> text, from :func:`planned_stamps`) is read in place of those files:
+    publish checks its new files this way before writing any of them."""
     tools = _tools()
+    planned = planned or {}
+
+    def text_of(path: Path, what: str) -> str:
+        return planned[path] if path in planned else tools.read_text(path, what)
+
+    pyproject = root / "pyproject.toml"
     try:
-        published = load_config(root)
+        config = text_of(pyproject, "file")
+        published = _config_from_text(config, str(pyproject))
+    except tools.ToolError as exc:
+        return [f"pyproject.toml [tool.course]: {exc}"]
     except (ValueError, KeyError) as exc:
         return [f"pyproject.toml [tool.course]: {exc}"]
     problems: list[str] = []
-    version = tomllib.loads((root / "pyproject.toml").read_text()).get("project", {}).get("version")
+    version = tomllib.loads(config).get("project", {}).get("version")
     if version != published.tag.removeprefix("v"):
         problems.append(f"pyproject.toml: version {version} but the release tag is {published.tag} "
                         "(run python3 course.py publish --repo ... --tag ...)")
     try:
-        texts: dict[str, str] = {"README.md": tools.read_text(root / "README.md", "file")}
+        texts: dict[str, str] = {"README.md": text_of(root / "README.md", "file")}
     except tools.ToolError as exc:
         return problems + [str(exc)]
     for path in notebook_paths(root):
         rel = path.relative_to(root).as_posix()
         try:
-            nb = tools.read_notebook(path)
+            nb = tools.parse_notebook(text_of(path, "notebook"), path)
         except tools.ToolError as exc:
             problems.append(f"{rel}: {str(exc).removeprefix(str(path) + ': ')}")
             continue
@@ -449,15 +467,19 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     except ValueError as exc:
         print(f"publish: {exc}", file=sys.stderr)
         return 2
+    problems = check(root, planned)  # the new files, checked before any of them is written
+    if problems:
+        print(f"publish: the stamped files would not pass the check, so nothing was written "
+              f"({len(problems)} problem(s)):", file=sys.stderr)
+        print("\n".join(problems), file=sys.stderr)
+        return 1
     write_all(planned)
     changed = [p.relative_to(root).as_posix() for p in planned if p.name != "pyproject.toml"]
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
     print(f"The badges open nothing until the tag exists on GitHub: commit, then "
           f"`git tag {published.tag} && git push origin {published.tag}`.")
-    problems = check(root)
-    print("\n".join(problems))
-    return 1 if problems else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -123,6 +123,8 @@ def files(tmp_path: Path) -> Path:
     (["student", "{tmp}/a_file/out", "{tmp}/good.ipynb"], ["{tmp}/a_file: is a file, expected a folder"]),
     (["student", "{tmp}/out", "{tmp}/good.ipynb", "{tmp}/invalid.ipynb"], ["{tmp}/invalid.ipynb"]),
     (["student", "{tmp}/out", "{tmp}/missing.ipynb"], ["{tmp}/missing.ipynb: no such notebook"]),
+    (["student", "/proc/no_such_course_folder", "{tmp}/good.ipynb"],
+     ["/proc/no_such_course_folder", "cannot make the student folder"]),
     (["build", "{tmp}/draft.py", "{tmp}/new.ipynb"], ["{tmp}/draft.py", "no '# %%' cell marker"]),
     (["build", "{tmp}/missing.py", "{tmp}/new.ipynb"], ["{tmp}/missing.py: no such draft"]),
     (["build", "{tmp}/good_draft.py", "{tmp}/a_file/new.ipynb"], ["{tmp}/a_file: is a file"]),

@@ -161,6 +161,12 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     ("a" * 40 + "/b", "v1.0.0", ["repo", "1-39"]),
     ("a/" + "b" * 101, "v1.0.0", ["repo", "1-100"]),
     ("a b/c", "v1.0.0", ["repo", "'a b/c'"]),
+    ("a/b.git", "v1.0.0", ["repo", "not ending in '.git'", "'a/b.git'"]),
+    ("a/b.GIT", "v1.0.0", ["repo", "'a/b.GIT'"]),
+    ("a-/b", "v1.0.0", ["repo", "ending with '-'", "'a-/b'"]),
+    ("a--b/c", "v1.0.0", ["repo", "no '--'", "'a--b/c'"]),
+    ("a/b", "v01.0.0", ["tag", "leading zeros", "'v01.0.0'"]),
+    ("a/b", "v1.00.0", ["tag", "'v1.00.0'"]),
 ])
 def test_a_bad_repo_or_tag_is_refused_before_any_file_is_written(copy, capsys, repo, tag, words):
     before = _snapshot(copy)
@@ -203,3 +209,21 @@ def test_a_good_publish_writes_every_file_atomically_and_keeps_permissions(copy,
     assert not [p for p in copy.rglob("*.tmp")]  # no temporary file left behind
     assert publish.load_config(copy) == publish.Published("course-org/mha", "v1.0.0")
     assert publish.main(["--repo", "", "--tag", "v9.9.9"], root=copy) == 2  # not "use the config"
+
+
+def test_publish_checks_its_new_files_before_writing_any(copy, capsys, monkeypatch):
+    """Were a value to pass validation but stamp links that read back otherwise (as a/b.git
+    did: the check reads the link as a/b), publish must stop with every file as it was."""
+    monkeypatch.setattr(publish, "REPO_FORMAT", publish.re.compile(r"[A-Za-z0-9./-]+"))
+    before = _snapshot(copy)
+    assert publish.main(["--repo", "a/b.git", "--tag", "v1.0.0"], root=copy) == 1
+    err = capsys.readouterr().err
+    assert "nothing was written" in err and "names a/b, config says a/b.git" in err, err
+    assert _snapshot(copy) == before
+
+
+def test_check_reads_planned_texts_in_place_of_the_files(copy):
+    text, published = publish.config_text("course-org/mha", "v1.0.0", copy)
+    planned = {copy / "pyproject.toml": text, **publish.planned_stamps(copy, published)}
+    assert publish.check(copy, planned) == []
+    assert publish.check(copy) == []  # the files themselves, untouched, agree with the old config
