@@ -292,10 +292,14 @@ def _stamped(nb: nbformat.NotebookNode, repo_path: str) -> nbformat.NotebookNode
     return nb
 
 
-def add_hidden_tests(nb: nbformat.NotebookNode, manifest: str) -> int:
+def add_hidden_tests(nb: nbformat.NotebookNode, manifest: str, salt: int | None = None,
+                     solutions_dir: str | None = None) -> int:
     """Append to each autograded test cell the hidden test that grades again without trusting
-    the student's kernel (course_utils.exercises.autograde). nbgrader strips hidden tests
-    from the release and puts them back at autograde. Returns the number of cells changed."""
+    the student's kernel (course_utils.exercises.autograde): a fresh, hash-checked import of
+    the checks, and, with ``salt`` and ``solutions_dir``, test cases the student's notebook
+    never saw, checked against the reference solutions run in a separate process. nbgrader
+    strips hidden tests from the release and puts them back at autograde. Returns the number
+    of cells changed."""
     from course_utils.exercises.autograde import hidden_test
 
     changed = 0
@@ -307,7 +311,8 @@ def add_hidden_tests(nb: nbformat.NotebookNode, manifest: str) -> int:
         if call is None:
             continue
         visible = cell.source.split("### BEGIN HIDDEN TESTS")[0].rstrip()
-        cell.source = visible + "\n" + hidden_test(call["module"], call["check"], call["arg"], manifest)
+        cell.source = visible + "\n" + hidden_test(call["module"], call["check"], call["arg"], manifest,
+                                                   salt=salt, solutions_dir=solutions_dir)
         changed += 1
     return changed
 
@@ -316,16 +321,20 @@ def fill_course_source(course: Path) -> list[Path]:
     """Copy every graded lesson into ``course/source/<stem>/<name>`` for nbgrader, its badges
     stamped for ``student/<name>`` (a release made from it links to the student copy, never to
     the solutions), each test cell with its hidden test (:func:`add_hidden_tests`, for the
-    course_utils installed here). Returns the files written."""
+    course_utils installed here, with unseen cases drawn from a secret salt and graded against
+    this clone's solutions/). Returns the files written."""
+    import secrets
+
     from course_utils.exercises.autograde import manifest
 
     written = []
     fingerprint = manifest()
+    salt = secrets.randbelow(2**31)  # one secret per course directory: the unseen cases' seeds
     for path in _lessons():
         nb = _read(path)
         if not any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells):
             continue  # lesson 00 has nothing to grade
-        add_hidden_tests(nb, fingerprint)
+        add_hidden_tests(nb, fingerprint, salt=salt, solutions_dir=str(ROOT / "solutions"))
         target = course / "source" / path.stem / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(_stamped(nb, f"student/{path.name}"), target)

@@ -321,3 +321,40 @@ def test_autograde_watches_the_students_earlier_copy_of_the_package(monkeypatch)
                 del _sys.modules[name]
             _sys.modules.update(old)
     assert lesson03.check_score_macs is _sys.modules["course_utils.exercises.lesson03"].check_score_macs
+
+
+# -- unseen cases at autograde ------------------------------------------------------------
+def test_unseen_cases_differ_from_the_shipped_ones_for_nearly_every_exercise():
+    from course_utils.exercises import answers
+
+    same = [name for name, ex in all_exercises().items()
+            if answers.cases_digest(list(ex.make_cases()))
+            == answers.cases_digest(autograde.unseen_cases(ex, 4242))]
+    # 4.4 builds its masks from fixed lengths, 6.3 from fixed tables; 6.2's cases hold a closure
+    # (the digest cannot see inside it, but its model and tokens are drawn from seeded generators)
+    assert same == ["lesson04.MASKS_FOR_TORCH", "lesson06.GATE_IMPORTANCE", "lesson06.NARROW_HEAD"]
+
+
+def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases(capsys):
+    """A disguised lookup passes every check the student can run, and fails at autograde."""
+    from course_utils.exercises import answers
+
+    store = getattr(torch, "lo" + "ad")(answers.ANSWERS_DIR / "lesson03.pt", weights_only=True)
+    cases = lesson03.SCORE_MACS.make_cases()
+    table = {c.args: answers.decode(o) for c, o in zip(cases, store["exercises"]["SCORE_MACS"]["expected"],
+                                                       strict=True)}
+
+    def looked_up(seq_len, d_model, num_heads):
+        return table.get((seq_len, d_model, num_heads), 0)
+
+    def honest(seq_len, d_model, num_heads):
+        return num_heads * seq_len * seq_len * (d_model // num_heads)
+
+    assert lesson03.check_score_macs(looked_up).passed  # what the student sees while practising
+    solutions_dir = str(ROOT / "solutions")
+    autograde.grade("lesson03", "check_score_macs", honest, autograde.manifest(), history=[], salt=77,
+                    solutions_dir=solutions_dir)
+    assert "also correct on 5 unseen test case(s)" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="test cases your notebook has not seen"):
+        autograde.grade("lesson03", "check_score_macs", looked_up, autograde.manifest(), history=[],
+                        salt=77, solutions_dir=solutions_dir)

@@ -290,6 +290,21 @@ CHEATS = {
         "    return next(v for (n, a), v in _table.items()\n"
         "                if n == 'MERGE_HEADS' and v.numel() == heads.numel())\n")},
     "heidi_edits_and_deletes_test_cells": {"edit_tests": True},
+    # the lookup again, disguised so that no line names the store: passes every practice check
+    "ivan_disguised_lookup": {"before": (
+        "import importlib\n"
+        "_m = importlib.import_module('course_utils.exercises.' + 'an' + 'swers')\n"
+        "_raw = getattr(torch, 'lo' + 'ad')(_m.ANSWERS_DIR / ('less' + 'on03.pt'), weights_only=True)\n"
+        "_t = {}\n"
+        "for _n in ('PARAMETER_COUNT', 'MERGE_HEADS'):\n"
+        "    for _c, _o in zip(getattr(lesson03, _n).make_cases(), _raw['exercises'][_n]['expected']):\n"
+        "        _t[(_n, repr(_c.args) + repr(_c.kwargs))] = getattr(_m, 'de' + 'code')(_o)\n"),
+        "answers": (
+        "def parameter_count(d_model, num_heads, bias=True):\n"
+        "    return _t.get(('PARAMETER_COUNT', repr((d_model, num_heads)) + repr({'bias': bias})), 0)\n",
+        "def merge_heads(heads):\n"
+        "    return next((v for (n, a), v in _t.items()\n"
+        "                 if n == 'MERGE_HEADS' and v.numel() == heads.numel()), heads)\n")},
 }
 
 
@@ -350,7 +365,7 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
         ("lesson03_ex3_5_answer", 3, "manual")]
     from course_utils.exercises.autograde import manifest
 
-    assert tools.add_hidden_tests(solution, manifest()) == 2
+    assert tools.add_hidden_tests(solution, manifest(), salt=2026, solutions_dir=str(ROOT / "solutions")) == 2
     source = course / "source" / "tiny" / "tiny.ipynb"
     nbformat.write(solution, source)
     api, config = _api(course)
@@ -388,6 +403,10 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
         assert scores["alice"].max_code_score == 3
         expected = {"alice": 3, "bob": 0, "carol": 2, **{name: 0 for name in cheaters}}
         assert {n: s.code_score for n, s in scores.items()} == expected
+        ivan = tools._read(course / "autograded" / "ivan_disguised_lookup" / "tiny" / "tiny.ipynb")
+        ivan_errors = [o.evalue for c in ivan.cells if _is_test_cell(c) for o in c.outputs
+                       if o.output_type == "error"]
+        assert len(ivan_errors) == 2 and all("not seen" in e for e in ivan_errors), ivan_errors
         assert scores["alice"].max_score == 6  # 3 autograded + 3 graded by hand
         graded = tools._read(course / "autograded" / "carol" / "tiny" / "tiny.ipynb")
         failure = [o for c in graded.cells if _grader(c).get("grade_id") == "lesson03_merge_heads_test"

@@ -22,12 +22,20 @@ What this cannot stop is written in INSTRUCTORS.md ("What grading can and cannot
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
+import os
 import re
+import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,6 +79,75 @@ def _loaded_from_package() -> list[str]:
     return strays
 
 
+@contextlib.contextmanager
+def salted_seeds(salt: int) -> Iterator[None]:
+    """While active, every ``torch.Generator().manual_seed(s)``, ``torch.manual_seed(s)`` and
+    ``np.random.default_rng(s)`` seeds with ``s`` mixed with ``salt``: the checks' case
+    builders then make other inputs than the ones whose outputs ship with the package."""
+    mixed = lambda seed: (int(seed) * 1_000_003 + salt) % 2**62  # noqa: E731
+
+    class SaltedGenerator(torch.Generator):
+        def manual_seed(self, seed: int) -> torch.Generator:
+            return super().manual_seed(mixed(seed))
+
+    generator, manual_seed, default_rng = torch.Generator, torch.manual_seed, np.random.default_rng
+    torch.Generator = SaltedGenerator  # type: ignore[misc]
+    torch.manual_seed = lambda seed: manual_seed(mixed(seed))  # type: ignore[assignment]
+    np.random.default_rng = lambda seed=None: default_rng(None if seed is None else mixed(seed))
+    try:
+        yield
+    finally:
+        torch.Generator, torch.manual_seed = generator, manual_seed  # type: ignore[misc]
+        np.random.default_rng = default_rng
+
+
+def unseen_cases(exercise: Any, salt: int) -> list[Any]:
+    """The exercise's test cases built under :func:`salted_seeds`."""
+    with salted_seeds(salt):
+        return list(exercise.make_cases())
+
+
+def reference_outputs(solutions_dir: str, lesson: str, name: str, salt: int, timeout: float = 300) -> list:
+    """The reference's outputs on the unseen cases, computed in a separate Python process that
+    imports ``solutions/`` from the instructor's clone (so the reference code never enters the
+    student's kernel). Raises RuntimeError when that process fails."""
+    script = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(Path(solutions_dir).parent)!r})\n"
+        "import solutions\n"
+        "solutions.attach()\n"
+        "from course_utils.exercises import all_exercises, answers, autograde\n"
+        "from course_utils.exercises.core import _call\n"
+        f"ex = all_exercises()[{lesson + '.' + name!r}]\n"
+        f"cases = autograde.unseen_cases(ex, {salt})\n"
+        "torch.save([answers.encode(_call(ex.reference, c)) for c in cases], sys.argv[1])\n"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "expected.pt"
+        done = subprocess.run([sys.executable, "-I", "-c", script, str(out)], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "PYTHONPATH": ""}, cwd=tmp)
+        if done.returncode != 0 or not out.exists():
+            raise RuntimeError(f"the reference outputs for the unseen cases could not be computed:\n"
+                               f"{done.stderr[-2000:]}")
+        from .answers import decode
+
+        return [decode(v) for v in torch.load(out, weights_only=True)]
+
+
+def _check_unseen(exercise: Any, check: Callable[..., Any], answer: Callable[..., Any], salt: int,
+                  solutions_dir: str) -> Any:
+    """Grade ``answer`` on unseen cases: a copy of the exercise whose cases are salted and whose
+    expected outputs come from :func:`reference_outputs`."""
+    key = exercise._store_key()
+    expected = reference_outputs(solutions_dir, key[0], key[1], salt)
+    cases = unseen_cases(exercise, salt)
+    probe = copy.copy(exercise)
+    probe.make_cases = lambda: cases
+    probe.__dict__["_key"] = key  # the lesson's library twins stay watched
+    probe.__dict__["_expected"] = expected
+    return type(exercise).check(probe, answer)
+
+
 def tampering_in(sources: list[str]) -> list[str]:
     """The kinds of tampering (keys of :data:`TAMPERING`) that ``sources`` show."""
     found = []
@@ -97,11 +174,15 @@ def _kernel_history() -> list[str]:
 
 
 def grade(lesson: str, check: str, answer: Callable[..., Any], expected_manifest: str,
-          history: list[str] | None = None, kept: dict[str, Any] | None = None) -> None:
+          history: list[str] | None = None, kept: dict[str, Any] | None = None, *,
+          salt: int | None = None, solutions_dir: str | None = None) -> None:
     """Grade ``answer`` with the check ``check`` (e.g. "check_softmax_rows") of ``lesson``
     ("lesson02"), trusting only files that match ``expected_manifest``. ``kept`` holds the
     student's earlier copy of the package (module name -> module), whose library twins the
-    call watch covers as well. Prints the feedback; raises ``AssertionError`` unless correct."""
+    call watch covers as well. With ``salt`` and ``solutions_dir`` (the instructor's clone's
+    ``solutions/``), the answer is also graded on unseen cases (:func:`salted_seeds`) against
+    the reference run in a separate process, so outputs looked up in the shipped store do not
+    pass. Prints the feedback; raises ``AssertionError`` unless correct."""
     import importlib
 
     found = manifest()
@@ -125,14 +206,30 @@ def grade(lesson: str, check: str, answer: Callable[..., Any], expected_manifest
     core.OTHER_COPIES[:] = [kept] if kept else []
     try:
         feedback = getattr(module, check)(answer)
+        print(feedback)
+        if feedback.status != "correct":
+            raise AssertionError(str(feedback))
+        exercise = getattr(getattr(module, check), "__self__", None) or _exercise_of(module, check)
+        if salt is not None and solutions_dir is not None and exercise is not None:
+            unseen = _check_unseen(exercise, check, answer, salt, solutions_dir)
+            if unseen.status != "correct":
+                raise AssertionError(f"autograde, on test cases your notebook has not seen: {unseen}")
+            print(f"autograde: also correct on {len(unseen_cases(exercise, salt))} unseen test case(s).")
     finally:
         core.OTHER_COPIES.clear()
-    print(feedback)
-    if feedback.status != "correct":
-        raise AssertionError(str(feedback))
 
 
-def hidden_test(lesson: str, check: str, answer_name: str, expected_manifest: str) -> str:
+def _exercise_of(module: Any, check: str) -> Any:
+    """The Exercise a check function of ``module`` grades with (a wrapper's exercise, e.g. 5.3)."""
+    from .core import Exercise
+
+    exercises = [v for v in vars(module).values() if isinstance(v, Exercise)]
+    named = check.removeprefix("check_").upper()
+    return next((e for e in exercises if e._store_key() and e._store_key()[1].endswith(named)), None)
+
+
+def hidden_test(lesson: str, check: str, answer_name: str, expected_manifest: str,
+                salt: int | None = None, solutions_dir: str | None = None) -> str:
     """The hidden-test block nbgrader puts back into a test cell at autograde."""
     return (
         "### BEGIN HIDDEN TESTS\n"
@@ -141,7 +238,8 @@ def hidden_test(lesson: str, check: str, answer_name: str, expected_manifest: st
         "         if _k == 'course_utils' or _k.startswith('course_utils.')}\n"
         "try:\n"
         "    import course_utils.exercises.autograde as _autograde\n"
-        f"    _autograde.grade({lesson!r}, {check!r}, {answer_name}, {expected_manifest!r}, kept=_kept)\n"
+        f"    _autograde.grade({lesson!r}, {check!r}, {answer_name}, {expected_manifest!r}, kept=_kept,\n"
+        f"                     salt={salt!r}, solutions_dir={solutions_dir!r})\n"
         "finally:\n"
         "    _sys.modules.update(_kept)\n"
         "### END HIDDEN TESTS"

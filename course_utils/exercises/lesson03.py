@@ -152,6 +152,23 @@ check_merge_heads = MERGE_HEADS.check
 
 
 # --- 3.3 parameter count -----------------------------------------------------------
+def _random_shape_case(seed: int, *, with_bias: bool = False, with_length: bool = False) -> Case:
+    """One more case drawn from a seeded generator (autograde draws it anew, from a secret salt)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(low: int, high: int) -> int:
+        return int(torch.randint(low, high, (1,), generator=g))
+
+    h = draw(2, 9)
+    d_model = h * draw(2, 17)
+    if with_length:
+        T = draw(2, 40)
+        return Case((T, d_model, h), label=f"T = {T}, d_model = {d_model}, h = {h} (drawn at random)")
+    bias = bool(draw(0, 2)) if with_bias else False
+    return Case((d_model, h), {"bias": bias},
+                label=f"d_model = {d_model}, h = {h}, bias = {bias} (drawn at random)")
+
+
 def _params_cases() -> list[Case]:
     return [
         Case((512, 8), {"bias": True}, label="d_model = 512, h = 8, bias = True"),
@@ -159,6 +176,7 @@ def _params_cases() -> list[Case]:
         Case((64, 8), {"bias": True}, label="d_model = 64, h = 8, bias = True"),
         Case((12, 3), {"bias": True}, label="d_model = 12, h = 3, bias = True"),
         Case((32, 1), {"bias": False}, label="d_model = 32, h = 1, bias = False"),
+        _random_shape_case(31, with_bias=True),
     ]
 
 
@@ -212,6 +230,7 @@ def _score_cases() -> list[Case]:
         Case((10, 64, 8), label="T = 10, d_model = 64, h = 8"),
         Case((7, 12, 3), label="T = 7, d_model = 12, h = 3"),
         Case((5, 16, 1), label="T = 5, d_model = 16, h = 1"),
+        _random_shape_case(34, with_length=True),
     ]
 
 

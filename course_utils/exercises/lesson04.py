@@ -40,6 +40,7 @@ def _head_cases() -> list[Case]:
         Case((numbered(8), 2, 1), label="d_model=8, 2 heads, head 1"),
         Case((numbered(12), 3, 2), label="d_model=12, 3 heads, head 2"),
         Case((numbered(12), 4, 0), label="d_model=12, 4 heads, head 0"),
+        Case((_randn(3 * 12, 12, seed=41), 3, 1), label="random weights, d_model=12, 3 heads, head 1"),
     ]
 
 

@@ -147,12 +147,27 @@ class _CacheBytesExercise(Exercise):
         return feedback
 
 
+def _random_cache_case(seed: int) -> Case:
+    """One more model shape drawn from a seeded generator (autograde draws it anew)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(low: int, high: int) -> int:
+        return int(torch.randint(low, high, (1,), generator=g))
+
+    kv_heads = draw(1, 9)
+    config = (draw(2, 60), draw(1, 9), kv_heads * draw(2, 9), kv_heads, 16 * draw(1, 9), draw(10, 5000),
+              (4, 8, 16, 32)[draw(0, 4)])
+    return Case(config, label="a model drawn at random: (layers, batch, h, g, d_head, tokens, bits) = "
+                f"{config}")
+
+
 def _cache_cases() -> list[Case]:
     return [
         Case((32, 1, 32, 8, 128, 8192, 16), label="Llama-3-8B shape, batch 1, 8k tokens, 16-bit"),
         Case((80, 4, 64, 8, 128, 4096, 8), label="Llama-3-70B shape, batch 4, 4k tokens, 8-bit"),
         Case((2, 3, 4, 2, 16, 32, 32), label="a tiny model in float32"),
         Case((3, 1, 4, 2, 5, 77, 4), label="an odd-sized toy with 4-bit numbers (a quantized cache)"),
+        _random_cache_case(72),
     ]
 
 
