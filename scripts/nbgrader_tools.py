@@ -279,15 +279,22 @@ def student_notebooks(sources: dict[str, nbformat.NotebookNode]) -> dict[str, nb
     return out
 
 
-def _stamped(nb: nbformat.NotebookNode, repo_path: str) -> nbformat.NotebookNode:
-    """The student notebook with its own Colab/Binder badges and set-up cell (scripts/publish.py)."""
+def _stamped(nb: nbformat.NotebookNode, repo_path: str, *,
+             student_tree: bool = False) -> nbformat.NotebookNode:
+    """The student notebook with its own Colab/Binder badges and set-up cell (scripts/publish.py).
+    With ``student_tree``, every link and the Colab install point at the student tree's tag,
+    ``<tag>-student`` (``course.py student-tree --branch``): no solutions behind any link."""
     scripts = str(Path(__file__).resolve().parent)
     if scripts not in sys.path:
         sys.path.insert(0, scripts)
     from notebook_tools import ensure_cell_ids
-    from publish import stamp_notebook
+    from publish import Published, load_config, stamp_notebook
 
-    stamp_notebook(nb, repo_path)
+    published = None
+    if student_tree:
+        config = load_config()
+        published = Published(config.repo, f"{config.tag}-student")
+    stamp_notebook(nb, repo_path, published)
     ensure_cell_ids(nb)
     return nb
 
@@ -318,11 +325,12 @@ def add_hidden_tests(nb: nbformat.NotebookNode, manifest: str, salt: int | None 
 
 
 def fill_course_source(course: Path) -> list[Path]:
-    """Copy every graded lesson into ``course/source/<stem>/<name>`` for nbgrader, its badges
-    stamped for ``student/<name>`` (a release made from it links to the student copy, never to
-    the solutions), each test cell with its hidden test (:func:`add_hidden_tests`, for the
-    course_utils installed here, with unseen cases drawn from a secret salt and graded against
-    this clone's solutions/). Returns the files written."""
+    """Copy every graded lesson into ``course/source/<stem>/<name>`` for nbgrader, its badges and
+    Colab install stamped for ``student/<name>`` at the student tree's tag ``<tag>-student`` (a
+    release made from it links to the student tree, never to the solutions), each test cell
+    with its hidden test (:func:`add_hidden_tests`, for the course_utils installed here, with
+    unseen cases drawn from a secret salt and graded against this clone's solutions/).
+    Returns the files written."""
     import secrets
 
     from course_utils.exercises.autograde import manifest
@@ -337,7 +345,7 @@ def fill_course_source(course: Path) -> list[Path]:
         add_hidden_tests(nb, fingerprint, salt=salt, solutions_dir=str(ROOT / "solutions"))
         target = course / "source" / path.stem / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(_stamped(nb, f"student/{path.name}"), target)
+        nbformat.write(_stamped(nb, f"student/{path.name}", student_tree=True), target)
         written.append(target)
     return written
 
@@ -419,11 +427,24 @@ def main(argv: list[str]) -> int:
                 print("usage: nbgrader_tools.py convert NOTEBOOK.ipynb [...] (no options; "
                       f"got {' '.join(args) or 'no notebooks'})", file=sys.stderr)
                 return 2
-            for name in args:
+            converted = []
+            for name in args:  # read and convert all first: a bad file leaves every file as it was
                 path = Path(name)
-                nb, rows = convert(_read(path), path.name)
+                try:
+                    nb = _read(path)
+                except Exception as exc:  # noqa: BLE001 - missing, a folder, not JSON, not a notebook
+                    print(f"convert: cannot read {name} as a notebook ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else exc!r}); nothing was written",
+                          file=sys.stderr)
+                    return 2
+                converted.append((name, path, *convert(nb, path.name)))
+            for name, path, nb, rows in converted:
                 nbformat.write(nb, path)
                 print(f"{name}: {len(rows)} graded exercise(s)")
+        elif command in ("release", "check") and args:
+            print(f"{command}: takes no arguments, got {' '.join(args)}; nothing was written",
+                  file=sys.stderr)
+            return 2
         elif command == "release":
             changed = release()
             if INSTRUCTORS.exists() and write_table():

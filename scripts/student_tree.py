@@ -7,7 +7,8 @@
 The tree holds the blank student notebooks (``student/``), the course package (which ships
 stored answers, never reference code), ``data/``, the set-up files (``course.py``,
 ``pyproject.toml``, ``constraints.txt``, ``binder/``, ``environment.yml``), the licence and
-a short README for students. It leaves out ``notebooks/`` (the solved lessons),
+a short README for students; every badge and Colab install in it points at the tree's own
+tag, ``<tag>-student``. It leaves out ``notebooks/`` (the solved lessons),
 ``solutions/`` (the reference code), ``tests/``, ``scripts/``, INSTRUCTORS.md and CI.
 ``--branch`` writes it as a commit on NAME without touching your checkout (a child of NAME's
 last commit when it exists); push that branch, tag it, and point nbgitpuller, Binder and
@@ -53,8 +54,12 @@ def build(out: Path) -> list[str]:
     missing = [name for name in KEEP if not (ROOT / name).exists()]
     if missing:
         raise FileNotFoundError(f"the repository lacks {missing}; run this from a full checkout")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise OSError(f"cannot write into {out.parent} ({exc.strerror or exc}): choose a folder you "
+                      "can write to (nothing was written)") from None
     try:
         for name in KEEP:
             source = ROOT / name
@@ -63,6 +68,7 @@ def build(out: Path) -> list[str]:
             else:
                 shutil.copy2(source, staging / name)
         (staging / "README.md").write_text(README)
+        _point_links_at_the_tree(staging / "student")
         leaks = [str(p.relative_to(staging)) for p in staging.rglob("*")
                  if p.is_file() and p.suffix in (".py", ".ipynb", ".md")
                  and SOLUTION_MARKS.search(p.read_text(errors="replace"))]
@@ -75,6 +81,24 @@ def build(out: Path) -> list[str]:
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
 
+def _point_links_at_the_tree(folder: Path) -> None:
+    """Re-stamp each notebook's Colab/Binder badges and Colab install for the tree's own tag,
+    ``<tag>-student``: a link in a class's copy never opens the full repository."""
+    import nbformat
+
+    scripts = str(Path(__file__).resolve().parent)
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    from publish import Published, load_config, stamp_notebook
+
+    config = load_config(ROOT)
+    published = Published(config.repo, f"{config.tag}-student")
+    for path in sorted(folder.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        stamp_notebook(nb, f"student/{path.name}", published)
+        nbformat.write(nb, path)
+
+
 def _git(*args: str, env: dict | None = None) -> str:
     done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -85,8 +109,15 @@ def _git(*args: str, env: dict | None = None) -> str:
 def commit_to_branch(branch: str) -> str:
     """Commit the tree to ``branch`` (created when missing) without touching the checkout;
     returns the new commit's hash."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", branch) or ".." in branch:
+    git_refuses = subprocess.run(["git", "check-ref-format", "--branch", branch], capture_output=True)
+    if (not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", branch) or ".." in branch
+            or branch == "HEAD" or branch.startswith("refs/") or git_refuses.returncode):
         raise ValueError(f"--branch: expected a branch name such as 'student', got {branch!r}")
+    current = subprocess.run(["git", "-C", str(ROOT), "symbolic-ref", "--quiet", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+    if branch == current:
+        raise ValueError(f"--branch: {branch!r} is the branch checked out here; the student tree goes "
+                         "on a branch of its own, e.g. 'student'")
     with tempfile.TemporaryDirectory() as tmp:
         tree_dir = Path(tmp) / "tree"
         build(tree_dir)

@@ -98,9 +98,14 @@ def test_course_source_links_to_the_student_copies(tmp_path):
         nb = tools._read(path)
         links = nb.cells[0].source
         assert f"/student/{path.name}" in links and "/notebooks/" not in links, links
+        tag = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines()
+                   if line.startswith("tag = ")).split('"')[1]
+        setup = next(c.source for c in nb.cells if "colab_setup" in c.source)
+        assert links.count(f"/{tag}-student") == 2 and f"@{tag}-student" in setup  # the student tree
         original = tools._read(ROOT / "notebooks" / path.name)
-        visible = [c.source.split("\n### BEGIN HIDDEN TESTS")[0] for c in nb.cells[1:]]
-        assert visible == [c.source for c in original.cells[1:]]
+        stamped = lambda c: "colab-setup" in c.metadata.get("tags", [])  # noqa: E731 - set-up cell
+        visible = [c.source.split("\n### BEGIN HIDDEN TESTS")[0] for c in nb.cells[1:] if not stamped(c)]
+        assert visible == [c.source for c in original.cells[1:] if not stamped(c)]
         tests = [c for c in nb.cells if _is_test_cell(c)]  # each autograded check regrades hidden
         assert tests and all("### BEGIN HIDDEN TESTS" in c.source and "_autograde.grade(" in c.source
                              and c.source.rstrip().endswith("### END HIDDEN TESTS") for c in tests)

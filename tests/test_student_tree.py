@@ -29,6 +29,11 @@ def test_the_tree_holds_the_lessons_and_no_solutions(tmp_path):
         if path.is_file() and path.suffix in (".py", ".ipynb", ".md"):
             assert "### BEGIN SOLUTION" not in path.read_text(errors="replace"), path
     assert list((out / "course_utils" / "exercises" / "answers").glob("lesson0*.pt"))
+    tag = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines()
+               if line.startswith("tag = ")).split('"')[1]
+    for path in (out / "student").glob("*.ipynb"):  # every link opens the tree, not the full repo
+        text = path.read_text()
+        assert f"/{tag}-student" in text and f"@{tag}-student" in text and f"/{tag}/" not in text, path
 
 
 def test_the_checks_work_from_the_tree_without_any_reference(tmp_path):
@@ -63,8 +68,16 @@ def test_an_existing_folder_is_refused_and_left_as_it_was(tmp_path):
 def test_bad_arguments_are_named():
     done = _run("--brnch", "x")
     assert done.returncode == 2 and "unexpected arguments: --brnch x" in done.stderr
-    done = _run("--branch", "../evil")
-    assert done.returncode == 2 and "--branch: expected a branch name" in done.stderr
+    for name in ("../evil", "HEAD", "refs/heads/x", "a.lock", "a//b", "a."):
+        done = _run("--branch", name)
+        assert done.returncode == 2 and "--branch: expected a branch name" in done.stderr, name
+    current = subprocess.run(["git", "-C", str(ROOT), "symbolic-ref", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+    if current:
+        done = _run("--branch", current)
+        assert done.returncode == 2 and "checked out here" in done.stderr
+    done = _run("/proc/no-such-place/tree")
+    assert done.returncode == 2 and "cannot write into /proc/no-such-place" in done.stderr
 
 
 def test_branch_is_committed_without_touching_the_checkout(tmp_path):
@@ -106,3 +119,19 @@ def test_course_lab_opens_the_learners_copy(monkeypatch):
         "student/00_start_here.ipynb"), calls
     assert course.main(["student-tree", "--branch"]) == 0  # passed on to the script as given
     assert calls[1][-2:] == [str(ROOT / "scripts" / "student_tree.py"), "--branch"]
+
+
+def test_nbgrader_tools_refuses_bad_arguments_and_changes_nothing(tmp_path):
+    tools = ROOT / "scripts" / "nbgrader_tools.py"
+    good = tmp_path / "03_x.ipynb"
+    good.write_text((ROOT / "notebooks" / "00_start_here.ipynb").read_text())
+    before = good.read_bytes()
+    (tmp_path / "bad.ipynb").write_text("{}")
+    for args, said in ((["convert", str(good), str(tmp_path / "missing.ipynb")], "missing.ipynb"),
+                       (["convert", str(good), str(tmp_path / "bad.ipynb")], "bad.ipynb"),
+                       (["convert", str(tmp_path)], "cannot read"),
+                       (["release", "--bogus"], "takes no arguments"),
+                       (["check", "extra"], "takes no arguments")):
+        done = subprocess.run([sys.executable, str(tools), *args], capture_output=True, text=True)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, args
+        assert good.read_bytes() == before, args
