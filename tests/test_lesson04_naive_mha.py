@@ -366,3 +366,24 @@ def test_lesson04_prints_the_current_source_of_the_batched_helpers():
     expected = "".join(inspect.getsource(f) + "\n" for f in (MultiHeadAttention.project_qkv,
                                                              MultiHeadAttention.merge_heads))
     assert printed == expected, "re-run lesson 04: its printed copy of attention.py is out of date"
+
+
+def test_the_sweep_readings_hold_in_the_stored_run():
+    """Section 8's prose: at T = 1024 the loop beat the step-by-step batched version, and the
+    fused SDPA version was the fastest, or within 2% of it, at every length."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "04_pytorch_implementation.ipynb")
+                    .read_text())
+    text = next("".join(o["text"]) for c in nb["cells"] if c["cell_type"] == "code"
+                for o in c.get("outputs", []) if "time relative to 'batched'" in "".join(o.get("text", "")))
+    rows = {}
+    for line in text.splitlines()[1:6]:
+        name, *values = line.rsplit(None, 7)
+        rows[name.strip()] = [int(v) if name == "seq_len" else float(v) for v in values]
+    lengths = rows["seq_len"]
+    assert rows["loop over heads"][lengths.index(1024)] < rows["batched"][lengths.index(1024)]
+    for i in range(len(lengths)):
+        fastest = min(rows[name][i] for name in rows if name != "seq_len")
+        assert rows["batched + F.sdpa"][i] <= fastest * 1.02, lengths[i]
