@@ -20,8 +20,10 @@
 
    Scores of -inf (a key the query must not see) get weight 0, whichever thread's range they
    fall in; a query whose every score is -inf gets 0, as PyTorch's scaled_dot_product_attention
-   gives. A NaN in q, K or V spreads to the output as it does in PyTorch. This relies on IEEE
-   infinities and NaN: never build it with -ffast-math (or -ffinite-math-only). */
+   gives. A NaN in q, K or V spreads to the output as it does in PyTorch (except where every
+   score of a query is NaN over a short cache: PyTorch then gives 0, this kernel NaN). This
+   relies on IEEE infinities and NaN: never build it with -ffast-math, -ffinite-math-only or
+   the like (fused_decode.py refuses them in CC, and its self-test checks NaN and inf). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
