@@ -12,28 +12,53 @@ decoding). Its time is then close to the time to read the cache, which is what G
 It computes no gradients: it is for inference.
 
 How it is built and loaded (a shared library runs its code in this process the moment it is
-loaded, so only a library that this user built, in a directory no one else can write, is
-ever loaded):
+loaded, so the only library ever loaded is one in this user's private directory whose bytes
+match the sha256 record written there by this module after the library passed its self-test;
+that guards against other users and against damaged files, not against this same user, who
+can write both a library and its record):
 
 - with the system's C compiler (``cc``, ``gcc`` or ``clang``; the ``CC`` environment variable
   picks another, e.g. ``CC="ccache gcc"``) for this CPU (``-march=native``), stopped after
-  ``COURSE_UTILS_CC_TIMEOUT`` seconds (default 120);
+  ``COURSE_UTILS_CC_TIMEOUT`` seconds (default 120; the same limit holds for the self-test's
+  process below). The compiler's output goes to a temporary file, not a pipe, so a child it
+  leaves running (``setsid``, a compile server) cannot stretch the wait. A ``CC`` holding a
+  flag that lets the compiler assume there is no NaN or infinity, or reorder float arithmetic
+  (``-ffast-math``, ``-Ofast``, ``-ffinite-math-only``, ``-funsafe-math-optimizations``,
+  ``-freciprocal-math``, ``-fassociative-math``, clang's ``-fno-honor-nans``,
+  ``-fno-honor-infinities``, ``-fapprox-func``, ``-ffp-model=fast``) is refused before any
+  build, naming the flag; ``-fno-math-errno``, ``-fno-signed-zeros`` and
+  ``-fno-trapping-math`` alone are allowed (they change nothing the kernel relies on).
+  ``CFLAGS`` is not read: the build's flags are its own;
 - in a private directory: ``$XDG_CACHE_HOME/course_utils`` (``~/.cache/course_utils``), else
   ``course_utils-<uid>`` in the temp folder. It is created with mode 0700 (one of yours that
   others could only read is set to 0700); one that is a symbolic link, owned by another user,
-  writable by group or others, or in a folder anyone may write without the sticky bit, is
-  refused (a warning, or the status if both are, says which and why);
+  writable by group or others, or whose parent folder is writable by group or others without
+  the sticky bit, or is owned by someone other than you or root (its owner could rename the
+  directory away, sticky bit or not), is refused (a warning, or the status if both are, says
+  which and why). Only that parent is checked, not the folders above it;
 - into a temporary name in that directory, then moved into place with ``os.replace``; the
   sha256 of the library is recorded next to it (``<name>.so.sha256``, written atomically)
   and checked before every load. A library without a record, or whose bytes no longer match
-  it (changed, truncated), is never loaded: it is built again;
-- each build, and each cached build when it is loaded, must agree with
-  ``F.scaled_dot_product_attention`` on a small self-test (a block of keys scoring -inf,
-  scores far from 0, a strided cache); one that does not (``CC="gcc -ffast-math"``) is not
-  used or cached as good.
+  it (changed, truncated), is never loaded: it is built again. Anything other than a regular
+  file (or a symbolic link, replaced) under the library's, the record's or the failure
+  marker's name, such as a directory or a FIFO, is refused at once, naming it;
+- each new build, and each cached build whose record does not say it passed, is self-tested
+  in a separate Python process (``sys.executable``), before this process loads it: it must
+  agree with ``F.scaled_dot_product_attention`` on small cases (a block of keys scoring -inf,
+  scores far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a group
+  whose every key is -inf: NaN exactly where PyTorch has NaN), and loading it must leave the
+  floating-point mode alone (GCC links ``crtfastmath.o`` into a ``-ffast-math`` library, and
+  its constructor turns on flush-to-zero for the whole process). So a library that crashes,
+  hangs or changes its process never touches the learner's. The record then says
+  ``self-test v2 passed``, and later processes load the library without a separate process.
+  One that fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not show it) is
+  not used or cached as good.
 
-A failed build is remembered (``<name>.failed`` in the same directory), so later processes
-do not wait for the compiler again; :func:`reset_fused_decode` forgets it and tries again.
+A compiler error, a self-test the library failed, or a crash in it is remembered for an hour
+(``<name>.failed`` in the same directory; the name changes with the source, the compiler
+command, its flags and the CPU), so later processes do not wait for the compiler again; a
+timeout, or a compiler that could not be started, is not remembered (it may not happen
+again). :func:`reset_fused_decode` forgets the remembered failures and tries again.
 Where there is no kernel, :func:`fused_decode_status` says why and
 :func:`fused_decode_attention` computes the same result with PyTorch
 (:func:`~course_utils.grouped_query_attention`), with a warning.
@@ -52,6 +77,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -76,6 +102,20 @@ TIMEOUT_ENV = "COURSE_UTILS_CC_TIMEOUT"  # seconds one compiler run may take
 _DEFAULT_TIMEOUT_S = 120.0
 _RETRY = "course_utils.fused_decode.reset_fused_decode() forgets them and tries again"
 _SELF_TEST_TOLERANCE = 1e-4  # outputs are averages of values of size ~1; a bad build is off by far more
+# Written in a library's record once it passed the self-test in a separate process; a new
+# version of the self-test (new cases) tests every cached library again.
+_SELF_TEST_PASSED = "self-test v2 passed"
+_CHILD_PASSED, _CHILD_FAILED = "FUSED-DECODE-SELF-TEST: passed", "FUSED-DECODE-SELF-TEST: failed: "
+_FAILURE_MEMORY_S = 3600.0  # a remembered failed build is tried again after an hour
+# Flags that let the compiler assume there is no NaN or infinity, or reorder and approximate
+# float arithmetic; with GCC, -ffast-math, -Ofast and -funsafe-math-optimizations also link
+# crtfastmath.o, whose constructor sets flush-to-zero for the whole process that loads the
+# library. The kernel relies on IEEE -inf and NaN, so CC holding one is refused before any
+# build. -fno-math-errno, -fno-signed-zeros and -fno-trapping-math alone change nothing the
+# kernel relies on (it reads no errno; a zero's sign compares equal) and are allowed.
+_UNSAFE_MATH_FLAGS = ("-ffast-math", "-Ofast", "-ffinite-math-only", "-funsafe-math-optimizations",
+                      "-freciprocal-math", "-fassociative-math", "-fno-honor-infinities",
+                      "-fno-honor-nans", "-fapprox-func", "-ffp-model=fast", "-ffp-model=aggressive")
 
 
 class _Untrusted(Exception):
@@ -112,6 +152,18 @@ def _compiler() -> list[str] | str:
     if found is None:
         return "no C compiler found (looked for cc, gcc and clang on PATH; set CC to choose one)"
     return [found]
+
+
+def _unsafe_math(cc: list[str]) -> str | None:
+    """Why ``cc`` (the CC command) is refused because of an unsafe-math flag, or None."""
+    for word in cc[1:]:
+        if word in _UNSAFE_MATH_FLAGS:
+            return (f"CC={os.environ.get('CC', '')!r} holds {word}, which lets the "
+                    "compiler assume there is no NaN or infinity (or reorder float arithmetic; with "
+                    "GCC it can also set flush-to-zero for the whole process): the kernel relies on "
+                    f"IEEE -inf and NaN, so it is not built with {word}; remove it from CC "
+                    f"(refused: {', '.join(_UNSAFE_MATH_FLAGS)})")
+    return None
 
 
 def _timeout_s() -> float | str:
@@ -187,9 +239,14 @@ def _private_dir(folder: Path) -> str | None:
         return f"{folder}: you cannot write to it (mode {stat.S_IMODE(st.st_mode):04o})"
     try:
         parent = os.stat(folder.parent)
-        if parent.st_mode & 0o002 and not parent.st_mode & stat.S_ISVTX:
-            return (f"{folder.parent} is writable by everyone without the sticky bit: others could "
-                    f"replace {folder.name} in it, so it is refused")
+        if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
+            who = "everyone" if parent.st_mode & 0o002 else "its group"
+            return (f"{folder.parent} is writable by {who} without the sticky bit (mode "
+                    f"{stat.S_IMODE(parent.st_mode):04o}): others could replace {folder.name} in it, "
+                    "so it is refused")
+        if parent.st_uid not in (_uid(), 0):
+            return (f"{folder.parent} is owned by {_owner(parent.st_uid)}, not by you or root: its "
+                    f"owner could replace {folder.name} in it (whatever its mode), so it is refused")
         if stat.S_IMODE(st.st_mode) != 0o700:  # ours, and only we can write: make it private
             os.chmod(folder, 0o700)
     except OSError as exc:
@@ -197,11 +254,23 @@ def _private_dir(folder: Path) -> str | None:
     return None
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return f"not a regular file (mode {mode:o})"
+
+
 def _read_own_file(path: Path) -> bytes:
     """The bytes of ``path`` if it is a regular file of this user's, not a symbolic link;
-    FileNotFoundError if there is none; _Untrusted otherwise."""
+    FileNotFoundError if there is none; _Untrusted otherwise. Opened without blocking, so a
+    FIFO in its place is refused at once instead of waiting for a writer forever."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:  # ELOOP: a symbolic link
@@ -209,7 +278,7 @@ def _read_own_file(path: Path) -> bytes:
     with os.fdopen(fd, "rb") as file:
         st = os.fstat(file.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise _Untrusted(f"{path} is not a regular file")
+            raise _Untrusted(f"{path} is {_kind(st.st_mode)}, expected a regular file")
         if st.st_uid != _uid():
             raise _Untrusted(f"{path} is owned by {_owner(st.st_uid)}, not by you")
         return file.read()
@@ -241,18 +310,29 @@ def _record_path(library: Path) -> Path:
     return library.with_name(library.name + ".sha256")
 
 
-def _recorded_sha256(library: Path) -> str:
-    """The sha256 recorded when ``library`` was built (_Untrusted if there is no record)."""
+def _record(library: Path) -> tuple[str, bool]:
+    """The sha256 recorded when ``library`` was built, and whether the record says that these
+    bytes passed the current self-test in a separate process (_Untrusted if there is no record)."""
     record = _record_path(library)
     try:
         text = _read_own_file(record).decode("ascii", errors="replace")
     except FileNotFoundError:
-        raise _Untrusted(f"{library} has no recorded sha256 ({record.name}): this process's user "
-                         "did not build it here, so it is not loaded") from None
+        raise _Untrusted(f"{library} has no recorded sha256 ({record.name}): it was not built here "
+                         "by this module, so it is not loaded") from None
     digest = text.split()[0] if text.split() else ""
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise _Untrusted(f"{record} does not hold a sha256")
-    return digest
+    return digest, _SELF_TEST_PASSED in text.splitlines()[1:]
+
+
+def _recorded_sha256(library: Path) -> str:
+    """The sha256 recorded when ``library`` was built (_Untrusted if there is no record)."""
+    return _record(library)[0]
+
+
+def _record_text(library: Path, digest: str) -> bytes:
+    """A record binding ``digest`` to a self-test passed in a separate process."""
+    return f"{digest}  {library.name}\n{_SELF_TEST_PASSED}\n".encode()
 
 
 def _load_verified(library: Path, digest: str) -> ctypes.CDLL:
@@ -279,27 +359,78 @@ def _load(path: Path) -> ctypes.CDLL:
 
 def _self_test(lib: ctypes.CDLL) -> str | None:
     """None when the kernel agrees with F.scaled_dot_product_attention on small cases that a
-    broken build gets wrong, else what it got wrong."""
+    broken build gets wrong, else what it got wrong. Values must agree where both are finite,
+    and the output must be NaN exactly where PyTorch's is: a build with -ffinite-math-only
+    (or -ffast-math) turns a NaN in the cache into a finite output and NaN in q or a score of
+    +inf into zeros."""
     gen = torch.Generator().manual_seed(20240607)  # its own generator: the caller's seed is untouched
     randn = functools.partial(torch.randn, generator=gen, dtype=torch.float32)
-    q = randn(1, 8, 1, HEAD_WIDTH).abs() + 0.1  # > 0: a key of -inf scores -inf
+    q = randn(1, 8, 1, HEAD_WIDTH).abs() + 0.1  # > 0: a key of -inf scores -inf, one of +inf +inf
     k, v = randn(1, 2, 100, HEAD_WIDTH), randn(1, 2, 100, HEAD_WIDTH)
-    k[:, :, :32] = -math.inf  # the first block scores -inf: the running max starts at -inf
+    masked = k.clone()
+    masked[:, :, :32] = -math.inf  # the first block scores -inf: the running max starts at -inf
     big_q = randn(2, 12, 1, HEAD_WIDTH)
     cache = randn(2, 4, 90, HEAD_WIDTH) * 40  # scores of several hundred
     big_v = randn(2, 4, 90, HEAD_WIDTH)
-    cases = [("a first block of -inf scores", q, k, v, threads) for threads in (1, 3)]
+    nan_k, nan_q, inf_k = k.clone(), q.clone(), k.clone()
+    nan_k[0, 1, 70, 5] = math.nan  # group 1's heads NaN, group 0's finite
+    nan_q[0, 2, 0, 9] = math.nan  # head 2 NaN, the others finite
+    inf_k[0, 0, 40] = math.inf  # a score of +inf: group 0's heads NaN (inf - inf), as in PyTorch
+    all_masked = k.clone()
+    all_masked[:, 0] = -math.inf  # every score of group 0's heads -inf: 0, as in PyTorch
+    cases = [("a first block of -inf scores", q, masked, v, threads) for threads in (1, 3)]
     cases.append(("scores far from 0, a strided cache", big_q, cache[:, :, :70], big_v[:, :, :70], 2))
+    cases += [("a NaN in a cached key", q, nan_k, v, 3), ("a NaN in a query", nan_q, k, v, 2),
+              ("a key scoring +inf", q, inf_k, v, 3), ("every key of a group -inf", q, all_masked, v, 2)]
     for what, q, k, v, threads in cases:
         expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
         got = _run(lib, q, k, v, threads).double()
-        error = (got - expected).abs().max().item()
+        where = f"({what}, {threads} thread(s))"
+        if not torch.equal(got.isnan(), expected.isnan()):
+            return (f"the built kernel disagrees with F.scaled_dot_product_attention on its self-test "
+                    f"{where}: NaN in {int(got.isnan().sum())} output numbers, expected NaN in "
+                    f"{int(expected.isnan().sum())} (exactly where PyTorch's are); not used (a flag "
+                    "such as -ffast-math or -ffinite-math-only breaks its handling of NaN and infinities)")
+        both = ~expected.isnan()
+        error = (got[both] - expected[both]).abs().max().item() if both.any() else 0.0
         if not error <= _SELF_TEST_TOLERANCE:  # also NaN
             return (f"the built kernel disagrees with F.scaled_dot_product_attention on its self-test "
-                    f"({what}, {threads} thread(s)): largest difference {error:.3g}, allowed "
-                    f"{_SELF_TEST_TOLERANCE:g}; not used (a flag such as -ffast-math in CC breaks its "
-                    "handling of -inf and NaN)")
+                    f"{where}: largest difference {error:.3g}, allowed {_SELF_TEST_TOLERANCE:g}; not "
+                    "used (a flag such as -ffast-math in CC breaks its handling of -inf and NaN)")
     return None
+
+
+def _run_limited(command: list[str], timeout_s: float, folder: Path) -> tuple[int | None, str]:
+    """Run ``command`` for at most ``timeout_s`` seconds: ``(its exit status, its output)``, or
+    ``(None, its output so far)`` if it was stopped. OSError if it cannot be started.
+
+    Its output goes to a temporary file, not a pipe, and only the process itself is waited
+    for: a child it leaves behind in a session of its own (a compile server, ``setsid sleep
+    &``) may keep the file open, and the timeout still holds. On a timeout its process group
+    (a session of its own) is killed."""
+    with tempfile.TemporaryFile(dir=folder) as log:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            status: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+            try:
+                proc.wait(timeout=5)  # SIGKILL: at once, short of a process stuck in the kernel
+            except subprocess.TimeoutExpired:
+                pass
+            status = None
+        size = log.seek(0, os.SEEK_END)
+        log.seek(max(0, size - 65536))  # the end is where compilers and tracebacks say what went wrong
+        return status, log.read().decode("utf-8", errors="replace")  # in any encoding
+
+
+def _last_lines(text: str, n: int = 2) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-n:])
 
 
 def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
@@ -318,28 +449,17 @@ def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
     tmp = Path(tmp_name)
     command = [*cc, *flags, "-o", str(tmp), str(_SOURCE), "-lm"]
     try:
-        # A session of its own: on a timeout the whole group goes, with any child holding the pipe.
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        status, text = _run_limited(command, timeout_s, folder)
     except OSError as exc:
         _remove(tmp)
         return None, f"could not run {cc[0]}: {exc.strerror or exc}", "not run"
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            proc.kill()
-        proc.communicate()
+    if status is None:
         _remove(tmp)
         return None, (f"{cc[0]} did not finish within {timeout_s:g} s and was stopped (set "
                       f"{TIMEOUT_ENV} to allow it longer)"), "timeout"
-    text = output.decode("utf-8", errors="replace")  # compilers may print in any encoding
-    if proc.returncode != 0:
+    if status != 0:
         _remove(tmp)
-        lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-        return None, " | ".join(lines[-2:]) or f"exit status {proc.returncode}", "failed"
+        return None, _last_lines(text) or f"exit status {status}", "failed"
     try:
         os.chmod(tmp, 0o700)
     except OSError:
@@ -347,50 +467,144 @@ def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
     return tmp, "", "built"
 
 
+def _self_test_child(path: str, digest: str) -> int:
+    """The separate process's side of :func:`_self_test_elsewhere`: load the library at ``path``
+    (its bytes hashing to ``digest``), run the self-test, check that loading it left the
+    process's floating-point mode alone; print the verdict, return the exit status."""
+    try:
+        lib = _load_verified(Path(path), digest)
+        error = _self_test(lib)
+    except (_Untrusted, OSError) as exc:
+        error = f"could not load it: {exc}"
+    if error is None:
+        tiny, one = float("5e-324"), float("1")  # not constants: Python would fold them at compile time
+        if tiny * one == 0.0 or (torch.tensor(1e-40) * one).item() == 0.0:
+            error = ("loading it turned on flush-to-zero for the whole process (5e-324 * 1.0 gave 0.0; "
+                     "GCC links crtfastmath.o into a library built with -ffast-math, -Ofast or "
+                     "-funsafe-math-optimizations, and its constructor does this); not used")
+    print(_CHILD_PASSED if error is None else _CHILD_FAILED + error, flush=True)
+    return 0 if error is None else 1
+
+
+_CHILD_CODE = ("import importlib, sys\n"
+               "sys.path.insert(0, sys.argv[3])\n"
+               "sys.exit(importlib.import_module(sys.argv[4])._self_test_child(sys.argv[1], sys.argv[2]))\n")
+
+
+def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[str | None, str]:
+    """Self-test ``library`` in a separate Python process, so that a library that crashes, hangs
+    or changes its process (crtfastmath's flush-to-zero) never touches this one: ``(None,
+    "passed")``, else ``(why not, "failed")`` where the verdict is the library's own (worth
+    remembering), ``"timeout"``, or ``"other"`` (the process could not run the test). Only a
+    library that passed is ever loaded here."""
+    if not sys.executable:
+        return "no Python executable to self-test the library in (sys.executable is empty)", "other"
+    root = str(Path(__file__).resolve().parent.parent)
+    command = [sys.executable, "-c", _CHILD_CODE, str(library), digest, root, __name__]
+    try:
+        status, text = _run_limited(command, timeout_s, library.parent)
+    except OSError as exc:
+        return f"could not start {sys.executable} to self-test the library: {exc.strerror or exc}", "other"
+    if status is None:
+        return (f"its self-test in a separate process did not finish within {timeout_s:g} s and was "
+                f"stopped (set {TIMEOUT_ENV} to allow it longer)"), "timeout"
+    lines = text.splitlines()
+    if status == 0 and _CHILD_PASSED in lines:
+        return None, "passed"
+    verdicts = [line[len(_CHILD_FAILED):] for line in lines if line.startswith(_CHILD_FAILED)]
+    if verdicts:
+        return verdicts[-1], "failed"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return (f"its self-test crashed the separate process it ran in ({name}); this process was "
+                "not affected; not used"), "other" if -status == signal.SIGKILL else "failed"  # SIGKILL: OOM
+    return (f"its self-test in a separate process failed (exit status {status}): "
+            f"{_last_lines(text) or 'no output'}"), "other"
+
+
+def _not_a_file(*paths: Path) -> str | None:
+    """Why one of ``paths`` (where the kernel keeps its files) cannot be written: something
+    other than a regular file, a symbolic link or nothing (a directory, a FIFO) is there."""
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            return (f"{path} is {_kind(mode)}, where the kernel keeps a file: remove it so that the "
+                    "kernel can be built there")
+    return None
+
+
+def _remember_failure(failed: Path, error: str) -> None:
+    try:
+        _write_atomically(failed, error.encode())
+    except OSError:  # not remembered: the next process tries again
+        pass
+
+
 def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
                      timeout_s: float, notes: list[str]) -> tuple[ctypes.CDLL | None, str, bool]:
     """``(the kernel, "", False)`` from ``folder``, loading a verified cached build or building
     one; or ``(None, the error, whether to stop trying other flags)``."""
     library = folder / f"{name}.so"
+    record = _record_path(library)
     failed = folder / f"{name}.failed"
-    if os.path.lexists(library):  # a cached build: verified, loaded, then tested like a new one
+    why = _not_a_file(library, record, failed)
+    if why is not None:
+        return None, why, False
+    if os.path.lexists(library):  # a cached build: loaded once its record says it passed the self-test
         try:
-            lib = _load_verified(library, _recorded_sha256(library))
-            error = _self_test(lib)
+            digest, tested = _record(library)
+            error = None
+            if not tested:  # built by an older version of this module: tested again
+                error, _ = _self_test_elsewhere(library, digest, timeout_s)
+                if error is None:
+                    try:
+                        _write_atomically(record, _record_text(library, digest))
+                    except OSError:  # not recorded: the next process tests it again
+                        pass
+            if error is None:
+                return _load_verified(library, digest), "", False
         except (_Untrusted, OSError) as exc:
             error = str(exc)
-        if error is None:
-            return lib, "", False
         notes.append(f"rebuilt {library.name}: {error}")
         warnings.warn(f"fused decode kernel: {error}; building it again", RuntimeWarning, stacklevel=5)
-        _remove(library, _record_path(library))
+        _remove(library, record)
     try:
         remembered = _read_own_file(failed).decode("utf-8", errors="replace")
+        age = time.time() - os.lstat(failed).st_mtime
     except FileNotFoundError:
         pass
     except _Untrusted as exc:
         return None, str(exc), False
     else:
-        return None, f"{remembered} (remembered in {failed}; {_RETRY})", False
+        if 0 <= age < _FAILURE_MEMORY_S:
+            return None, (f"{remembered} (remembered in {failed} for an hour; {_RETRY})"), False
     built, error, outcome = _compile(cc, flags, folder, name, timeout_s)
     if built is None:
-        if outcome != "not run":  # the compiler's verdict: remembered (a missing program is not)
-            _write_atomically(failed, error.encode())
+        if outcome == "failed":  # the compiler's verdict; a timeout or a missing program is not
+            _remember_failure(failed, error)
         return None, error, outcome == "timeout"  # one that hangs once would hang for every flag
     try:
         digest = hashlib.sha256(_read_own_file(built)).hexdigest()
-        lib = _load_verified(built, digest)
-        error = _self_test(lib)
+        error, verdict = _self_test_elsewhere(built, digest, timeout_s)
+        if error is not None:
+            if verdict == "failed":  # the library's own doing: remembered
+                _remember_failure(failed, error)
+            return None, error, verdict == "timeout"  # a slow machine would be slow for every flag
+        lib = _load_verified(built, digest)  # these bytes passed: now loaded here
+        # The record first: a process looking in between finds no library yet (and builds one),
+        # never a new library without its record. os.replace is atomic: no half library is seen.
+        _write_atomically(record, _record_text(library, digest))
+        os.replace(built, library)
     except (_Untrusted, OSError) as exc:
-        error = f"could not load the kernel it built: {exc}"
-    if error is not None:
-        _remove(built)
-        _write_atomically(failed, error.encode())
-        return None, error, False
-    # The record first: a process looking in between finds no library yet (and builds one),
-    # never a new library without its record. os.replace is atomic: no half library is seen.
-    _write_atomically(_record_path(library), f"{digest}  {library.name}\n".encode())
-    os.replace(built, library)
+        return None, f"could not load or keep the kernel it built: {exc}", False
+    finally:
+        _remove(built)  # gone already once moved into place
     return lib, "", False
 
 
@@ -401,6 +615,9 @@ def _build_kernel() -> ctypes.CDLL | str:
     cc = _compiler()
     if isinstance(cc, str):
         return cc
+    unsafe = _unsafe_math(cc)
+    if unsafe is not None:
+        return unsafe
     timeout_s = _timeout_s()
     if isinstance(timeout_s, str):
         return timeout_s
@@ -430,7 +647,7 @@ def _build_kernel() -> ctypes.CDLL | str:
         if stop:
             break
     return (f"{cc[0]} could not build {_SOURCE.name} in {folder}: " + "; ".join(failures)
-            + f" (failures are remembered; {_RETRY})")
+            + f" (compiler errors and failed self-tests are remembered for an hour; {_RETRY})")
 
 
 def _kernel_name(cc: list[str], flags: tuple[str, ...], source: bytes) -> str:
@@ -466,7 +683,7 @@ def fused_decode_build() -> str:
 
 def reset_fused_decode() -> None:
     """Forget this process's kernel (or why there was none) and the failed builds remembered
-    on disk, so that the next call looks again: after fixing ``CC``, say. A kernel already
+    on disk (for an hour otherwise), so that the next call looks again: after fixing ``CC``, say. A kernel already
     loaded stays in memory; the next call loads a build of the current source, compiler and
     flags (building it if needed)."""
     _library.cache_clear()
@@ -535,7 +752,11 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
 
     NaN spreads as in PyTorch: a NaN in one cached key (or value) of group ``j`` makes the
     whole output of every query head reading group ``j`` NaN, and leaves the other groups'
-    heads finite; a NaN in query head ``i`` makes head ``i``'s output NaN, and only it.
+    heads finite; a NaN in query head ``i`` makes head ``i``'s output NaN, and only it. One
+    difference: where every score of a head is NaN (a NaN in its query, or every cached key
+    NaN) over a short cache (fewer than about 8 to 16 tokens on CPU), PyTorch returns 0 for
+    that head, and the kernel NaN; over longer caches both give NaN. A score of +inf gives
+    NaN in both (inf - inf).
 
     Where the kernel cannot be built or loaded (:func:`fused_decode_status` says why), the
     result is computed with :func:`~course_utils.grouped_query_attention` instead, with a

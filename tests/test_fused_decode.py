@@ -6,7 +6,11 @@ import hashlib
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -464,6 +468,70 @@ def test_a_compiler_that_hangs_is_stopped_after_the_timeout(fresh_build, monkeyp
     assert "[-march=native]" not in why  # a compiler that hangs once is not run twice more
 
 
+@pytest.fixture
+def escaped(fresh_build):
+    """A file where a compiler wrapper writes the pid of the child it leaves in a session of
+    its own; that child is ended (by its pid) after the test."""
+    pid_file = fresh_build / "escaped.pid"
+    yield pid_file
+    if pid_file.exists():
+        for pid in pid_file.read_text().split():
+            try:
+                os.kill(int(pid), 9)
+            except (OSError, ValueError):
+                pass
+
+
+def test_a_child_that_leaves_the_compilers_session_does_not_outlast_the_timeout(fresh_build, monkeypatch,
+                                                                                escaped):
+    """`setsid sleep &` leaves the process group that is killed, holding the compiler's output
+    open: waiting for that output to close lasted as long as the child (here 20 s, not 2)."""
+    monkeypatch.setenv("CC", str(_script(fresh_build, "escaping-cc",
+                                         f"setsid sleep 20 &\necho $! >> {escaped}\nsleep 300\n")))
+    monkeypatch.setenv(fused_decode.TIMEOUT_ENV, "2")
+    start = time.monotonic()
+    why = fused_decode_status()
+    assert time.monotonic() - start < 8
+    assert "did not finish within 2 s" in why
+
+
+@needs_kernel
+def test_a_compiler_that_leaves_a_server_running_is_not_waited_for(fresh_build, monkeypatch, escaped):
+    """A compiler that builds, then leaves a child holding its output (a compile server)."""
+    real = fused_decode._compiler()[0]
+    monkeypatch.setenv("CC", str(_script(fresh_build, "server-cc",
+                                         f'setsid sleep 30 &\necho $! >> {escaped}\nexec {real} "$@"\n')))
+    start = time.monotonic()
+    assert fused_decode_status() is None
+    assert time.monotonic() - start < 28
+
+
+def test_a_timeout_is_not_remembered(fresh_build, monkeypatch):
+    """A compiler slow once (a loaded machine) must not disable the kernel for later processes."""
+    monkeypatch.setenv("CC", str(_script(fresh_build, "slow-cc", "sleep 30\nexit 1\n")))
+    monkeypatch.setenv(fused_decode.TIMEOUT_ENV, "0.5")
+    assert "did not finish within 0.5 s" in fused_decode_status()
+    assert not list((fresh_build / "course_utils").glob("*.failed"))
+    fused_decode._library.cache_clear()  # a new process: the compiler is run again
+    assert "remembered in" not in fused_decode_status()
+
+
+@pytest.mark.skipif(shutil.which("false") is None, reason="needs the `false` command")
+def test_a_remembered_failure_expires_after_an_hour(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "false")
+    fused_decode_status()
+    failed = list((fresh_build / "course_utils").glob("*.failed"))
+    assert len(failed) == 3
+    fused_decode._library.cache_clear()
+    assert "remembered in" in fused_decode_status()
+    hour_ago = time.time() - 3700
+    for path in failed:
+        os.utime(path, (hour_ago, hour_ago))
+    fused_decode._library.cache_clear()
+    why = fused_decode_status()
+    assert "remembered in" not in why and "exit status 1" in why  # run again
+
+
 @pytest.mark.parametrize("value", ["soon", "0", "-5", "nan", "inf"])
 def test_a_bad_timeout_setting_is_named(fresh_build, monkeypatch, value):
     monkeypatch.setenv(fused_decode.TIMEOUT_ENV, value)
@@ -494,17 +562,106 @@ def test_a_failed_build_can_be_retried_in_the_same_process(fresh_build, monkeypa
 # --- the self-test: a build that disagrees with PyTorch is never used -------------------------
 
 
-@needs_kernel
-def test_a_fast_math_build_is_refused_and_not_cached(fresh_build, monkeypatch):
-    """-ffast-math lets the compiler assume there is no -inf: the kernel is then off by ~0.2."""
-    monkeypatch.setenv("CC", f"{fused_decode._compiler()[0]} -ffast-math")
+_UNSAFE = ["-ffast-math", "-Ofast", "-ffinite-math-only", "-funsafe-math-optimizations",
+           "-freciprocal-math", "-fassociative-math"]
+
+
+@pytest.mark.parametrize("flag", _UNSAFE)
+def test_unsafe_math_flags_in_cc_are_refused_before_any_build(fresh_build, monkeypatch, flag):
+    """-ffinite-math-only passed the old self-test and was then used: a NaN in the cache gave a
+    finite output. Such flags are refused by name, before the compiler runs."""
+    if shutil.which("cc") is None:
+        pytest.skip("needs cc")
+    monkeypatch.setenv("CC", f"cc -O2 {flag}")
     why = fused_decode_status()
-    assert "disagrees with F.scaled_dot_product_attention" in why and "-ffast-math" in why
-    assert "[generic]" in why
-    assert not list((fresh_build / "course_utils").glob("*.so*"))  # nothing kept as good
-    with pytest.warns(RuntimeWarning, match="unavailable"):
-        out = fused_decode_attention(*_masked_inputs(100, slice(0, 32)))
-    torch.testing.assert_close(out, _reference(*_masked_inputs(100, slice(0, 32))), atol=2e-6, rtol=1e-5)
+    assert why is not None and f"CC='cc -O2 {flag}' holds {flag}" in why, why
+    assert "NaN or infinity" in why and "remove it from CC" in why
+    assert not (fresh_build / "course_utils").exists() or not list((fresh_build / "course_utils").iterdir())
+    q, k, v = _inputs(1, 8, 2, 100)
+    k[0, 1, 50, 3] = float("nan")
+    with pytest.warns(RuntimeWarning, match=f"unavailable .*holds {flag}"):
+        out = fused_decode_attention(q, k, v)
+    assert torch.equal(out.isnan(), _reference(q, k, v).isnan())
+
+
+@pytest.mark.parametrize("flag", ["-fno-math-errno", "-fno-signed-zeros", "-fno-trapping-math", "-O2"])
+def test_flags_that_change_nothing_the_kernel_relies_on_are_allowed(flag, monkeypatch):
+    monkeypatch.setenv("CC", f"cc {flag}")
+    assert fused_decode._unsafe_math(["/usr/bin/cc", flag]) is None
+
+
+@needs_kernel
+def test_the_self_test_checks_nan_and_infinities_where_pytorch_has_them(tmp_path):
+    """-ffinite-math-only: a NaN in a key gives a finite output, a NaN in q or a score of +inf
+    gives zeros. The old self-test (only -inf and large scores) let it through."""
+    cc = fused_decode._compiler()
+    lib_path, error, _ = fused_decode._compile([*cc, "-ffinite-math-only"], (*fused_decode._FLAGS, "-march=native"),
+                                               tmp_path, "finite", 120.0)
+    assert lib_path is not None, error
+    why = fused_decode._self_test(fused_decode._load(lib_path))  # no crtfastmath: safe to load here
+    assert why is not None and "NaN in 0 output numbers, expected NaN in 256" in why, why
+    assert "a NaN in a cached key" in why and "-ffinite-math-only" in why
+
+
+@needs_kernel
+def test_a_hidden_finite_math_flag_is_caught_by_the_self_test_and_remembered(fresh_build, monkeypatch):
+    """A wrapper adding the flag where CC does not show it: the self-test, in a separate
+    process, refuses the build; the verdict is remembered, nothing is kept as a library."""
+    real = fused_decode._compiler()[0]  # a generic (SSE) build happens to keep NaN: not built here
+    script = (f'for a; do [ "$a" = -march=native ] && exec {real} "$@" -ffinite-math-only; done\n'
+              'echo "no generic build here" >&2; exit 1\n')
+    monkeypatch.setenv("CC", str(_script(fresh_build, "cc-finite", script)))
+    why = fused_decode_status()
+    assert why.count("disagrees with F.scaled_dot_product_attention") == 2, why
+    assert "a NaN in a cached key" in why and "no generic build here" in why, why
+    folder = fresh_build / "course_utils"
+    assert not list(folder.glob("*.so*")) and len(list(folder.glob("*.failed"))) == 3
+    fused_decode._library.cache_clear()  # a new process: the self-test's verdict is remembered
+    why = fused_decode_status()
+    assert why.count("a NaN in a cached key") == 2 and why.count("(remembered in") == 3, why
+
+
+_PROCESS_MODE = r"""
+import os, sys, warnings
+warnings.simplefilter("ignore")
+import torch
+from course_utils import fused_decode
+why = fused_decode.fused_decode_status()
+print(why)
+print(float("5e-324") * float("1") != 0.0, (torch.tensor(1e-40) * 1).item() != 0.0)
+"""
+
+
+@needs_kernel
+@pytest.mark.parametrize("how", ["in CC", "hidden in a wrapper"])
+def test_a_fast_math_build_leaves_the_process_floating_point_mode_alone(fresh_build, how):
+    """GCC links crtfastmath.o into a -ffast-math library: loading it turns on flush-to-zero
+    for the whole process (5e-324 * 1.0 == 0.0 afterwards), even if the self-test then refuses
+    it. A build is self-tested in a separate process and only loaded here once it passed.
+    Run in a fresh process, as a learner's would be."""
+    real = fused_decode._compiler()[0]
+    cc = (f"{real} -ffast-math" if how == "in CC" else
+          str(_script(fresh_build, "cc-fast", f'exec {real} "$@" -ffast-math\n')))
+    env = {**os.environ, "XDG_CACHE_HOME": str(fresh_build), "CC": cc}
+    run = subprocess.run([sys.executable, "-c", _PROCESS_MODE], capture_output=True, text=True, env=env,
+                         cwd=Path(fused_decode.__file__).parent.parent, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    why, mode = run.stdout.splitlines()[-2:]
+    assert "-ffast-math" in why if how == "in CC" else "disagrees" in why, why
+    assert mode == "True True", f"flush-to-zero turned on in the learner's process: {mode}"
+
+
+@needs_kernel
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="sets the x86 MXCSR register")
+def test_a_library_that_sets_flush_to_zero_is_refused_even_if_its_results_pass(fresh_build, monkeypatch):
+    ftz = fresh_build / "ftz.c"
+    ftz.write_text("__attribute__((constructor)) static void ftz(void) {\n"
+                   "    __builtin_ia32_ldmxcsr(__builtin_ia32_stmxcsr() | 0x8040); }\n")
+    real = fused_decode._compiler()[0]
+    monkeypatch.setenv("CC", str(_script(fresh_build, "cc-ftz", f'exec {real} "$@" {ftz}\n')))
+    why = fused_decode_status()
+    assert why is not None and "turned on flush-to-zero for the whole process" in why, why
+    assert float("5e-324") * float("1") != 0.0
 
 
 @needs_kernel

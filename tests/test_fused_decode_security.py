@@ -114,7 +114,8 @@ def test_the_directory_is_created_private_and_the_build_recorded(place):
     assert stat.S_IMODE(place.cache.stat().st_mode) == 0o700
     (library,) = place.cache.glob("fused_decode-*.so")
     record = place.cache / f"{library.name}.sha256"
-    assert record.read_text() == f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
+    assert record.read_text() == (f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
+                                  "self-test v2 passed\n")  # in a separate process, before it was loaded
     assert sorted(p.name for p in place.cache.iterdir()) == [library.name, record.name]  # no temp files
     assert not place.tmp().exists()  # the temp folder is not needed
 
@@ -281,3 +282,145 @@ def test_a_broken_build_leaves_nothing_under_the_kernels_name(place, monkeypatch
     assert "could not build fused_decode.c" in why
     names = sorted(p.name for p in place.cache.iterdir())
     assert names and all(name.endswith(".failed") for name in names), names
+
+
+# --- what else may sit where the kernel keeps its files --------------------------------------
+
+
+@pytest.fixture
+def hang_guard():
+    """Fail instead of hanging: opening a FIFO for reading waits for a writer forever."""
+    import signal
+
+    class Hung(BaseException):  # not an OSError, which the kernel's setup turns into a status
+        pass
+
+    def hung(signum, frame):
+        raise Hung("hung for 60 s (opening a FIFO?)")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, before)
+
+
+def _suffixes():
+    return {"library": ".so", "record": ".so.sha256", "failure marker": ".failed"}
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.parametrize("what", ["library", "record", "failure marker"])
+@pytest.mark.parametrize("kind", ["FIFO (named pipe)", "directory"])
+def test_something_other_than_a_file_under_a_kernel_name_is_refused_by_name(place, hang_guard, what,
+                                                                          kind):
+    """A FIFO hung os.open forever; a directory gave "[Errno 21] Is a directory" and left a
+    .so.tmp behind in every process. Both are refused at once, named, and nothing is left."""
+    place.cache.mkdir(mode=0o700)
+    for name in _kernel_names():
+        path = place.cache / f"{name}{_suffixes()[what]}"
+        os.mkfifo(path) if kind.startswith("FIFO") else path.mkdir()
+    why = fused_decode_status()
+    assert why is not None and f"is a {kind}, where the kernel keeps a file: remove it" in why, why
+    assert "Errno" not in why
+    assert not list(place.cache.glob(".*.tmp"))  # no temporary file left behind
+    _assert_falls_back_to_pytorch()
+
+
+@needs_posix
+def test_reading_a_fifo_does_not_wait_for_a_writer(place, hang_guard):
+    place.cache.mkdir(mode=0o700)
+    os.mkfifo(place.cache / "pipe")
+    with pytest.raises(fused_decode._Untrusted, match=r"pipe is a FIFO \(named pipe\), expected a regular file"):
+        fused_decode._read_own_file(place.cache / "pipe")
+
+
+SEGV_SOURCE = r"""
+int fused_decode(const float *q, const float *K, const float *V, float *out, long B, long h,
+                 long g, long T, const long *ks, const long *vs, int threads) {
+    *(volatile int *)0 = 1;
+    return 0;
+}
+"""
+
+
+@needs_kernel
+@needs_posix
+def test_a_library_that_crashes_in_its_self_test_leaves_this_process_alive(place, monkeypatch):
+    """Self-tested in this process, a library that segfaults killed the learner's kernel."""
+    source = place.root / "segv.c"
+    source.write_text(SEGV_SOURCE)
+    real = fused_decode._compiler()[0]
+    cc = place.root / "segv-cc"
+    cc.write_text('#!/bin/sh\nout=""; prev=""\nfor a; do [ "$prev" = -o ] && out="$a"; prev="$a"; done\n'
+                  f'exec {real} -shared -fPIC -o "$out" {source}\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert why is not None and why.count("its self-test crashed the separate process it ran in (SIGSEGV)") == 3
+    assert "this process was not affected" in why
+    assert not list(place.cache.glob("*.so*"))
+    _assert_falls_back_to_pytorch()
+
+
+@needs_kernel
+@needs_posix
+def test_a_record_from_before_the_separate_self_test_is_tested_once_then_trusted(place, monkeypatch):
+    """A record of the sha256 alone (an older version of this module): the library is tested in
+    a separate process, then the record says so, and later processes load it directly."""
+    assert fused_decode_status() is None
+    (library,) = place.cache.glob("fused_decode-*.so")
+    record = fused_decode._record_path(library)
+    digest = hashlib.sha256(library.read_bytes()).hexdigest()
+    record.write_text(f"{digest}  {library.name}\n")
+    fused_decode._library.cache_clear()
+    tested = []
+    real = fused_decode._self_test_elsewhere
+    monkeypatch.setattr(fused_decode, "_self_test_elsewhere", lambda *a: tested.append(a) or real(*a))
+    assert fused_decode_status() is None
+    assert len(tested) == 1 and record.read_text().endswith("\nself-test v2 passed\n")
+    fused_decode._library.cache_clear()
+    assert fused_decode_status() is None and len(tested) == 1  # not tested again
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.skipif(os.getuid() != 0, reason="gives the parent folder to another user: needs root")
+@pytest.mark.parametrize("mode", [0o1777, 0o755])
+def test_a_parent_owned_by_someone_else_is_refused_whatever_its_mode(place, monkeypatch, mode):
+    """The owner of the parent may rename the private directory away (even with the sticky bit)
+    and put their own in its place."""
+    parent = place.root / "theirs"
+    parent.mkdir()
+    os.chown(parent, 65534, 65534)
+    parent.chmod(mode)
+    os.mkdir(parent / "course_utils", 0o700)  # made for us, as root could
+    monkeypatch.setenv("XDG_CACHE_HOME", str(parent))
+    with pytest.warns(RuntimeWarning, match=f"refused {parent} is owned by uid 65534"):
+        assert fused_decode_status() is None
+    assert list(place.tmp().glob("fused_decode-*.so"))
+
+
+@needs_posix
+def test_a_parent_writable_by_its_group_without_the_sticky_bit_is_refused(place, monkeypatch):
+    parent = place.root / "group"
+    parent.mkdir()
+    parent.chmod(0o775)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(parent))
+    assert f"{parent} is writable by its group without the sticky bit (mode 0775)" in fused_decode._private_dir(
+        parent / "course_utils")
+
+
+@needs_posix
+def test_a_self_test_process_that_hangs_is_stopped_and_not_held_against_the_library(place, monkeypatch):
+    """A loaded machine can make the separate process slow: stopped after the timeout, and a
+    timeout, not the library's verdict (not remembered)."""
+    place.cache.mkdir(mode=0o700)
+    monkeypatch.setattr(fused_decode, "_CHILD_CODE", "import time\ntime.sleep(60)\n")
+    import time
+
+    start = time.monotonic()
+    why, verdict = fused_decode._self_test_elsewhere(place.cache / "x.so", "0" * 64, 1.0)
+    assert time.monotonic() - start < 8
+    assert verdict == "timeout" and "did not finish within 1 s" in why and fused_decode.TIMEOUT_ENV in why
