@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "decode_step", "decode_tokens",
-           "repeatable_step"]
+           "repeatable_step", "time_cold"]
 
 
 def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int) -> None:
@@ -211,3 +211,40 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
         return logits
 
     return run
+
+
+def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats: int = 9,
+              warmup: int = 2, flush_bytes: int | None = None) -> tuple[list, str]:
+    """Time ``steps`` interleaved, as :func:`course_utils.bench.time_interleaved` does, but the
+    way section 3 times attention: glibc's malloc kept steady
+    (:func:`~course_utils.bench_gqa.steady_allocator`, so a ``torch.cat`` pays for copying,
+    not for fresh pages from the operating system) and a buffer of ``flush_bytes`` (default:
+    four times the last-level cache) read before every timed call, so no call finds the cache
+    already in the CPU's cache. Returns the timings (for
+    :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line note."""
+    import statistics
+    import time
+
+    from .bench import Timing
+    from .bench_gqa import steady_allocator
+    from .decode_step import last_level_cache_bytes, random_buffer, release_freed_memory
+
+    if baseline not in steps:
+        raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
+    allocator = steady_allocator()
+    flush = random_buffer(4 * last_level_cache_bytes()[0] if flush_bytes is None else flush_bytes, seed=1)
+    for _ in range(warmup):
+        for fn in steps.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, fn in steps.items():
+            flush.sum()  # evict the last-level cache: every call starts cold
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    del flush
+    release_freed_memory()
+    base = statistics.median(samples[baseline])
+    return ([Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()],
+            allocator)

@@ -233,9 +233,10 @@ def test_in_place_caches_give_the_cat_logits_and_the_window_forgets():
 
 
 def test_cache_timing_setup_and_stored_ratios():
-    """'2048 random cached tokens for 4 sequences (64 MiB of keys and values)'; 'the preallocated
-    step takes a fraction of the torch.cat step's time'; 'the window of 512 ... reads a quarter
-    of the cache and is faster again' (loosely, on the stored run)."""
+    """'2048 random cached tokens for 4 sequences (64 MiB of keys and values)'; timed with the
+    steady allocator and a flush; 'the preallocated step takes about half to three quarters of
+    the torch.cat step's time (in our runs between 0.5x and 0.75x)'; 'the window of 512 ...
+    reads a quarter of the cache and is faster again' (on the stored run)."""
     layers, B, heads, T, dk = 4, 4, 8, 2048, 32
     assert 2 * layers * B * heads * T * dk * 4 == 64 * MiB
     assert 512 / T == 0.25
@@ -245,7 +246,27 @@ def test_cache_timing_setup_and_stored_ratios():
             if line.startswith(name):
                 ratio[name] = float(line.split()[-2].rstrip("x"))
     assert ratio["torch.cat"] == 1.0
-    assert ratio["preallocated"] < 0.8 and ratio["window of 512"] < ratio["preallocated"]
+    assert 0.5 <= ratio["preallocated"] <= 0.75 and ratio["window of 512"] < ratio["preallocated"]
+    stored = _stored_text("kvc-time")
+    assert "allocator: glibc malloc keeps freed memory for reuse" in stored  # steady_allocator ran
+    source = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.get("id") == "kvc-time")
+    assert "time_cold(" in source and "time_interleaved(" not in source  # flushed, as section 3
+
+
+def test_time_cold_flushes_before_every_call_and_keeps_the_allocator_steady():
+    """The cache timing reads the flush buffer before each timed call (section 3's method)."""
+    from course_utils import kv_cache
+
+    calls = []
+    with mock.patch("course_utils.decode_step.random_buffer",
+                    lambda n, seed=0: mock.Mock(sum=lambda: calls.append("flush"))):
+        timings, allocator = kv_cache.time_cold({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                                                baseline="a", repeats=2, warmup=1, flush_bytes=4)
+    assert calls == ["a", "b"] + ["flush", "a", "flush", "b"] * 2
+    assert [t.name for t in timings] == ["a", "b"] and timings[0].ratio == 1.0
+    assert allocator.startswith("allocator:")
+    with pytest.raises(ValueError):
+        kv_cache.time_cold({"a": lambda: None}, baseline="z")
 
 
 def test_whole_step_bytes_at_the_benchmark_shape():
@@ -282,7 +303,7 @@ def test_whole_step_table_in_the_stored_run():
         assert rows[(*shape, 4)]["bound"] == 1.93
     assert long_["speedup"] > short["speedup"] + 0.2
     assert all(r["of_roof"] < 0.75 for r in rows.values())
-    assert short["share"] >= 0.85 and long_["share"] >= 0.75  # "within 5% ... within 20%", loosely
+    assert abs(1 - short["share"]) <= 0.05 and abs(1 - long_["share"]) <= 0.20  # "within 5% ... 20%"
     assert batch["share"] < min(short["share"], long_["share"])
     weights = {}
     for line in text.splitlines():
@@ -339,4 +360,18 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert share[16]["fused"] > share[16]["course"] >= 0.4
     assert share[4]["fused"] >= 0.85 * share[16]["fused"] and share[4]["course"] < share[16]["course"]
     assert 3.0 <= speedup[4] <= 4.2
+    assert share[16]["fused"] >= 0.80  # the target: the fused MHA step at >= 80% of read-only
+
+
+def test_from_scratch_control_stays_near_chance():
+    """Section 5's control: 'a model trained from scratch for the same 30 steps' reaches 'near
+    chance (1 in 63), against 0.98 and 0.99 for mean and first after conversion' (loosely:
+    training numbers may differ across machines)."""
+    text = _stored_text("scratch-ctl")
+    scratch = [float(a) for a in text.split("held-out accuracy ")[1].splitlines()[0].split(", ")]
+    uptrained = [float(a) for a in text.split("(mean, first): ")[1].splitlines()[0].split(", ")]
+    assert len(scratch) == 3 and all(a < 0.2 for a in scratch) and max(scratch) < 3 / 63
+    assert len(uptrained) == 2 and all(a > 0.9 for a in uptrained)
+    source = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.get("id") == "scratch-ctl")
+    assert "uptrain(fresh, INDUCTION_TASK, 30)" in source and "(0, 1, 2)" in source
     assert "noisy run" not in _stored_text("ca473f08")
