@@ -2,7 +2,8 @@
 
 Run ``python -m course_utils.bench gqa``. A decode step of a model with ``h`` query heads
 attends from one new token to ``T`` cached keys and values in every layer. Its arithmetic
-is tiny (about 4 flops per cached number), so its time is the time to *read* the cache:
+is tiny (one multiply-add, 2 flops, per cached number and query head that reads it: 2 flops
+per number at g = h, ``2 h / g`` with ``g`` K/V heads), so its time is the time to *read* the cache:
 with ``g`` K/V heads the cache, and so the ideal step time, shrinks by ``h / g``.
 
 Every call of a timed function runs all layers (as a real model does), and every repeat
@@ -77,6 +78,9 @@ __all__ = [
 ]
 
 MiB = 2**20
+# two threads reading memory measured 38-44 GB/s against about 20-35 on one; a probe more than
+# 1.6 times its one-thread figure has most likely read (part of) its buffer from the cache
+PROBE_SANITY = 1.6
 
 SHARING_METHODS: dict[str, str] = {
     "course": "course_utils.grouped_query_attention: group's query rows in one matmul, no copy",
@@ -165,6 +169,7 @@ class DecodeBench:
     read_bytes: int = 0  # bytes the probe reads
     llc: tuple[int, str] = (0, "")  # last-level cache: bytes, where the figure came from
     flush_bytes: int = 0  # the buffer read before every timed call
+    read_one_thread_s: list[float] = field(default_factory=list)  # the same probe on one thread
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
@@ -202,6 +207,14 @@ class DecodeBench:
                                 f"g={self.num_heads} step slower than memory allows)")
             if spread > 1.5:
                 warnings.append(f"noisy run: a median {m} step took {spread:.1f}x the best one")
+        if self.read_one_thread_s and self.threads > 1:
+            one = self.read_bytes / min(self.read_one_thread_s) / 1e9
+            if self.read_gb_per_s > PROBE_SANITY * one:
+                warnings.append(
+                    f"check: the {self.threads}-thread read-only probe read {self.read_gb_per_s:.1f} GB/s, "
+                    f"{self.read_gb_per_s / one:.1f}x the 1-thread {one:.1f} GB/s (above "
+                    f"{PROBE_SANITY}x: the flush may not have evicted the last-level cache, so the "
+                    f"shares of it are too low)")
         return warnings
 
     def ratio_to_sdpa(self, method: str = "course") -> float:
@@ -353,6 +366,11 @@ def bench_decode(
             fns[(m, g)] = step(_ATTEND[m], g)
     fns[("sdpa", num_heads)] = step(F.scaled_dot_product_attention, num_heads)
     fns[("read", 0)] = probe.sum
+
+    def read_one_thread() -> None:
+        with torch_threads(1):
+            probe.sum()
+    fns[("read1", 0)] = read_one_thread  # the probe's sanity check (see noise_warnings)
     if copy_mib > 0:
         fns[("copy", 0)] = lambda: copy_target.copy_(copy_source)
     samples: dict[tuple[str, int], list[float]] = {key: [] for key in fns}
@@ -381,7 +399,7 @@ def bench_decode(
                        samples[("sdpa", num_heads)], samples.get(("copy", 0), []),
                        2 * copy_source.numel() * copy_source.element_size(), allocator, notes,
                        samples[("read", 0)], probe.numel() * probe.element_size(), llc,
-                       flush_bytes)
+                       flush_bytes, samples[("read1", 0)])
 
 
 def _flush_size(flush_mib: int | None) -> int:

@@ -30,6 +30,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 MiB = 2**20
+SCATTER = 1.5  # a median repeat this many times the best one: the run was disturbed
 #: Used when neither Linux's sysfs nor ``lscpu`` names a last-level cache: larger than most
 #: desktop and laptop CPUs' L3 (8-36 MiB), so a buffer sized from it still evicts theirs.
 FALLBACK_LLC_BYTES = 64 * MiB
@@ -348,6 +350,29 @@ class WholeStep:
         """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline)."""
         return row.gb_per_s() / self.read_gb_per_s
 
+    def noise_warnings(self) -> list[str]:
+        """``check:`` lines, as :meth:`~course_utils.bench_gqa.DecodeBench.noise_warnings` gives:
+        a share of the byte bound above 100% (the g = h steps were slowed, or a step read some
+        bytes faster than the others), or repeats that scatter widely (a median step more than
+        ``SCATTER`` times the best one: other programs disturbed the run)."""
+        warnings = []
+        beyond = [(r.batch, r.context, r.num_kv_heads) for r in self.rows
+                  if r.num_kv_heads != self.num_heads
+                  and self.share_of_bound(r.batch, r.context, r.num_kv_heads) > 1.0]
+        if beyond:
+            shown = ", ".join(f"B={b} context {t} g={g} "
+                              f"{self.share_of_bound(b, t, g):.0%}" for b, t, g in beyond)
+            warnings.append(f"check: share of the byte bound above 100% ({shown}): a noisy run, or "
+                            "g=h steps slower than their bytes allow")
+        timed = [r for r in self.rows if r.samples_s]
+        if timed:
+            r = max(timed, key=lambda r: statistics.median(r.samples_s) / r.best_s)
+            spread = statistics.median(r.samples_s) / r.best_s
+            if spread > SCATTER:
+                warnings.append(f"check: noisy run: a median step (B={r.batch}, context {r.context}, "
+                                f"g={r.num_kv_heads}) took {spread:.1f}x the best one")
+        return warnings
+
     def format(self) -> str:
         return format_whole_step(self)
 
@@ -381,6 +406,8 @@ def format_whole_step(result: WholeStep) -> str:
                          f"read at {rate:.1f} GB/s, {rate / result.read_gb_per_s:.0%} of read-only")
     lines += ["roof ms = (weights + cache) / read-only bandwidth; of roof = roof / best; speed-up = "
               "best time(g=h)", "/ best time(g); bound = bytes(g=h) / bytes(g); share = speed-up / bound"]
+    for warning in result.noise_warnings():
+        lines += textwrap.wrap(warning, 99, subsequent_indent="    ")
     return "\n".join(lines)
 
 
@@ -419,7 +446,9 @@ def bench_whole_step(
     """Time :meth:`SmallDecoder.step` for every ``(batch, context)`` in ``shapes`` and every
     ``g`` in ``groups`` (which must include ``num_heads``), plus the read-only probe, all
     interleaved repeat by repeat, each call after a flush of ``flush_multiple`` times the
-    last-level cache. The decoders of one shape share nothing: each has its own weights."""
+    last-level cache. The decoders of one shape have their own query/key/value projections and
+    caches, but share the ``g = h`` decoder's ``W_o`` and feed-forward tensors (``share_from``),
+    which a step reads as if they were its own; only one shape's decoders exist at a time."""
     if num_heads not in groups or any(num_heads % g for g in groups):
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     if not shapes:

@@ -170,3 +170,41 @@ def test_the_attention_table_reports_read_only_bandwidth_and_each_share():
     assert max(len(line) for line in text.splitlines()) <= 100
     with_copy = bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=1, warmup=0, copy_mib=1, flush_multiple=1)
     assert with_copy.copy_bytes == 2 * MiB and "for reference" in with_copy.format()
+
+
+def _whole_step(samples: dict[int, list[float]]):
+    """A WholeStep with the given g -> repeats (ms), one shape, no timing run."""
+    from course_utils.decode_step import StepRow, WholeStep
+
+    rows = [StepRow(1, 1024, g, 96 * MiB, 16 * MiB * g // 16, [s / 1e3 for s in times])
+            for g, times in samples.items()]
+    return WholeStep(1024, 16, 2, 4, torch.float32, "fused", 1, rows, [0.004], 128 * MiB,
+                     (32 * MiB, "test"), 128 * MiB)
+
+
+def test_whole_step_check_line_when_a_share_exceeds_100_percent_or_repeats_scatter():
+    quiet = _whole_step({16: [6.0, 6.1, 6.2], 4: [5.5, 5.6, 5.7]})  # 1.09x / bound 1.12: 97%
+    assert quiet.noise_warnings() == [] and "check:" not in quiet.format()
+    beyond = _whole_step({16: [8.0, 8.1, 8.2], 4: [4.0, 4.1, 4.2]})  # 2.0x against a 1.12 bound
+    text = beyond.format()
+    assert "check: share of the byte bound above 100% (B=1 context 1024 g=4 179%)" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    scattered = _whole_step({16: [6.0, 9.5, 9.6], 4: [5.5, 5.6, 5.7]})  # median 1.6x the best
+    assert any(w.startswith("check: noisy run") and "g=16" in w for w in scattered.noise_warnings())
+
+
+def test_the_probe_is_checked_against_its_one_thread_figure():
+    """A two-thread probe above 1.6 times the one-thread one has likely read from the cache."""
+    from course_utils.bench_gqa import PROBE_SANITY, DecodeBench, DecodeRow
+
+    def bench(two_thread_s: float) -> DecodeBench:
+        row = DecodeRow(16, 256 * MiB, {"course": [0.01, 0.01]})
+        return DecodeBench(16, 64, 4096, 8, 1, 2, [row], [0.01, 0.01], [], 0, read_s=[two_thread_s],
+                           read_bytes=128 * MiB, read_one_thread_s=[0.005])  # 26.8 GB/s
+    assert PROBE_SANITY == 1.6
+    assert not any("probe" in w for w in bench(0.0035).noise_warnings())  # 38 GB/s: 1.4x
+    high = bench(0.0019).noise_warnings()  # 71 GB/s: 2.6x the one-thread figure
+    assert any(w.startswith("check: the 2-thread read-only probe") for w in high)
+    result = __import__("course_utils.bench_gqa", fromlist=["bench_decode"]).bench_decode(
+        8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1)
+    assert len(result.read_one_thread_s) == 2

@@ -293,6 +293,7 @@ def test_whole_step_table_in_the_stored_run():
     within 20% at 8192)'; at 8 sequences the products
     'read the weights more slowly still ... and the share drops'."""
     text = _stored_text("ws-run")
+    assert "check:" not in text  # no share above 100%, no wide scatter in the run the prose reads
     rows = _whole_step_rows(text)
     assert set(rows) == {(b, t, g) for b, t in ((1, 1024), (1, 8192), (8, 1024)) for g in (16, 4, 1)}
     short, long_, batch = rows[(1, 1024, 4)], rows[(1, 8192, 4)], rows[(8, 1024, 4)]
