@@ -683,7 +683,8 @@ def fused_decode_build() -> str:
 
 def reset_fused_decode() -> None:
     """Forget this process's kernel (or why there was none) and the failed builds remembered
-    on disk (for an hour otherwise), so that the next call looks again: after fixing ``CC``, say. A kernel already
+    on disk (for an hour otherwise), so that the next call looks again: after fixing ``CC``,
+    say. A kernel already
     loaded stays in memory; the next call loads a build of the current source, compiler and
     flags (building it if needed)."""
     _library.cache_clear()

@@ -595,7 +595,8 @@ def test_the_self_test_checks_nan_and_infinities_where_pytorch_has_them(tmp_path
     """-ffinite-math-only: a NaN in a key gives a finite output, a NaN in q or a score of +inf
     gives zeros. The old self-test (only -inf and large scores) let it through."""
     cc = fused_decode._compiler()
-    lib_path, error, _ = fused_decode._compile([*cc, "-ffinite-math-only"], (*fused_decode._FLAGS, "-march=native"),
+    lib_path, error, _ = fused_decode._compile([*cc, "-ffinite-math-only"],
+                                               (*fused_decode._FLAGS, "-march=native"),
                                                tmp_path, "finite", 120.0)
     assert lib_path is not None, error
     why = fused_decode._self_test(fused_decode._load(lib_path))  # no crtfastmath: safe to load here

@@ -332,7 +332,8 @@ def test_something_other_than_a_file_under_a_kernel_name_is_refused_by_name(plac
 def test_reading_a_fifo_does_not_wait_for_a_writer(place, hang_guard):
     place.cache.mkdir(mode=0o700)
     os.mkfifo(place.cache / "pipe")
-    with pytest.raises(fused_decode._Untrusted, match=r"pipe is a FIFO \(named pipe\), expected a regular file"):
+    expected = r"pipe is a FIFO \(named pipe\), expected a regular file"
+    with pytest.raises(fused_decode._Untrusted, match=expected):
         fused_decode._read_own_file(place.cache / "pipe")
 
 
@@ -358,7 +359,8 @@ def test_a_library_that_crashes_in_its_self_test_leaves_this_process_alive(place
     cc.chmod(0o755)
     monkeypatch.setenv("CC", str(cc))
     why = fused_decode_status()
-    assert why is not None and why.count("its self-test crashed the separate process it ran in (SIGSEGV)") == 3
+    crashed = "its self-test crashed the separate process it ran in (SIGSEGV)"
+    assert why is not None and why.count(crashed) == 3
     assert "this process was not affected" in why
     assert not list(place.cache.glob("*.so*"))
     _assert_falls_back_to_pytorch()
@@ -408,7 +410,8 @@ def test_a_parent_writable_by_its_group_without_the_sticky_bit_is_refused(place,
     parent.mkdir()
     parent.chmod(0o775)
     monkeypatch.setenv("XDG_CACHE_HOME", str(parent))
-    assert f"{parent} is writable by its group without the sticky bit (mode 0775)" in fused_decode._private_dir(
+    group_writable = f"{parent} is writable by its group without the sticky bit (mode 0775)"
+    assert group_writable in fused_decode._private_dir(
         parent / "course_utils")
 
 
