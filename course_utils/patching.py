@@ -18,6 +18,8 @@ LayerNorm) to read the residual stream. Nothing re-implements the model.
   al.'s importance averages, kept per sequence so that they can be resampled.
 * **Pruning tolerance over many orders** (:func:`prunable_counts`): how many heads each order
   switches off before a check first fails, each distinct set of heads measured once.
+* **Resample ablation** (:func:`resampled_logits`): each sequence gets the heads' outputs
+  from a random reference sequence of the same length, a definite but unrelated input.
 * :func:`flip_subject_number`: the corrupted twin of each agreement sentence, for patching.
 * :func:`trimmed_by_length`: an agreement batch in a few groups of similar length, each cut
   after its last verb-predicting position (fewer padded tokens to compute, same scores).
@@ -56,6 +58,7 @@ __all__ = [
     "position_ablated_logits",
     "patched_logits",
     "patching_table",
+    "resampled_logits",
     "direct_logit_attribution",
     "sequence_gate_gradients",
     "layer_normalised_order",
@@ -176,6 +179,40 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
         for head in range(cfg.num_heads):
             table[layer, head] = metric(patched_logits(model, tokens, source, [(layer, head)], where=where))
     return table
+
+
+# -- resample ablation ---------------------------------------------------------------------
+def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, reference: Tensor,
+                     reference_lengths: Tensor, heads: Sequence[Head], *,
+                     generator: torch.Generator) -> Tensor:
+    """Logits ``(B, T, V)`` of a run on ``tokens`` in which ``heads`` output what they output on
+    a random ``reference`` sequence of the same length (one draw per sequence, from
+    ``generator``; ``lengths`` ``(B,)`` and ``reference_lengths`` ``(R,)`` count real tokens).
+
+    Unlike zero or mean ablation, the layers above get a real output of the head, just from an
+    unrelated input. The reference runs through the same ``edit_heads`` hook
+    (:func:`~course_utils.ablation.head_outputs`); its positions beyond ``T`` are dropped and
+    missing ones are zero (they lie past the sequence's end, where causal attention cannot reach).
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    _check_tokens(reference, "reference")
+    heads = _check_heads(heads, model)
+    B, T = tokens.shape
+    if not (isinstance(lengths, Tensor) and lengths.shape == (B,)):
+        raise ValueError(f"lengths must be a (B,) = ({B},) tensor of sequence lengths")
+    if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
+        raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths")
+    rows = torch.empty(B, dtype=torch.long)
+    for i, n in enumerate(lengths.tolist()):
+        candidates = (reference_lengths == n).nonzero().squeeze(1)
+        if len(candidates) == 0:
+            raise ValueError(f"no reference sequence has length {n} (sequence {i})")
+        rows[i] = candidates[torch.randint(len(candidates), (1,), generator=generator)]
+    source = head_outputs(model, reference)[:, rows, :, :T]  # (L, B, h, min(T, T_ref), dk)
+    if source.shape[3] < T:
+        source = torch.nn.functional.pad(source, (0, 0, 0, T - source.shape[3]))
+    return patched_logits(model, tokens, source.contiguous(), heads)
 
 
 # -- direct logit attribution ------------------------------------------------------------

@@ -27,6 +27,7 @@ from course_utils.patching import (
     patching_table,
     position_ablated_logits,
     prunable_counts,
+    resampled_logits,
     sequence_gate_gradients,
     trimmed_by_length,
 )
@@ -155,6 +156,58 @@ def test_patching_only_some_positions_keeps_the_rest():
         intact, _ = model(tokens)
     torch.testing.assert_close(got[:, :6], intact[:, :6])
     assert not torch.allclose(got[:, 6:], intact[:, 6:])
+
+
+# ---------------------------------------------------------------- resample ablation
+def test_resampling_takes_each_head_output_from_a_reference_of_the_same_length():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(batch=4, length=7, seed=1)
+    lengths = torch.tensor([7, 5, 7, 5])
+    reference, _ = tokens_and_targets(batch=6, length=9, seed=3)  # longer than tokens: cut to 7
+    reference_lengths = torch.tensor([5, 7, 3, 5, 7, 3])
+    got = resampled_logits(model, tokens, lengths, reference, reference_lengths, [(1, 2)],
+                           generator=torch.Generator().manual_seed(0))
+    # the same draws by hand: one randint per sequence among the references of its length
+    generator, rows = torch.Generator().manual_seed(0), []
+    for n in lengths.tolist():
+        candidates = (reference_lengths == n).nonzero().squeeze(1)
+        rows.append(int(candidates[torch.randint(len(candidates), (1,), generator=generator)]))
+    assert all(int(reference_lengths[r]) == n for r, n in zip(rows, lengths.tolist(), strict=True))
+    source = head_outputs(model, reference)[:, rows, :, :7]
+
+    def replace(layer, heads):
+        if layer == 1:
+            heads = heads.clone()
+            heads[:, 2] = source[1, :, 2]
+        return heads
+
+    with torch.no_grad():
+        expected = forward_replacing(model, tokens, replace)
+    torch.testing.assert_close(got, expected)
+    # the same seed gives the same draws; a reference shorter than tokens is padded past its end
+    again = resampled_logits(model, tokens, lengths, reference, reference_lengths, [(1, 2)],
+                             generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(got, again)
+    short = resampled_logits(model, tokens, lengths, reference[:, :7], reference_lengths, [(1, 2)],
+                             generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(short, got)
+    wider = torch.cat([tokens, tokens[:, :2]], dim=1)  # (4, 9): reference of 7 is padded to 9
+    padded = resampled_logits(model, wider, lengths, reference[:, :7], reference_lengths, [(1, 2)],
+                              generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(padded[:, :7], got)
+
+
+def test_resampling_names_bad_inputs():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(batch=2, length=5, seed=1)
+    reference, _ = tokens_and_targets(batch=3, length=5, seed=2)
+    generator = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="no reference sequence has length 4"):
+        resampled_logits(model, tokens, torch.tensor([5, 4]), reference, torch.tensor([5, 5, 3]), [(0, 0)],
+                         generator=generator)
+    with pytest.raises(ValueError, match="lengths must be"):
+        resampled_logits(model, tokens, torch.tensor([5]), reference, torch.tensor([5, 5, 3]), [(0, 0)],
+                         generator=generator)
 
 
 def test_the_patching_table_patches_one_head_at_a_time():
