@@ -260,8 +260,8 @@ def test_time_cold_flushes_before_every_call_and_keeps_the_allocator_steady():
     calls = []
     with mock.patch("course_utils.decode_step.random_buffer",
                     lambda n, seed=0: mock.Mock(sum=lambda: calls.append("flush"))):
-        timings, allocator = kv_cache.time_cold({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
-                                                baseline="a", repeats=2, warmup=1, flush_bytes=4)
+        steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+        timings, allocator = kv_cache.time_cold(steps, baseline="a", repeats=2, warmup=1, flush_bytes=4)
     assert calls == ["a", "b"] + ["flush", "a", "flush", "b"] * 2
     assert [t.name for t in timings] == ["a", "b"] and timings[0].ratio == 1.0
     assert allocator.startswith("allocator:")
@@ -289,7 +289,7 @@ def test_whole_step_table_in_the_stored_run():
     at 8192 tokens or 8 sequences 'the MHA cache (128 MiB) outweighs the weights and GQA-4's
     bound rises to 1.93. At 8192 tokens the measured speed-up rises with it'; the weights alone
     are read 'well under the read-only bandwidth', 'no whole step comes near its roofline'; 'at
-    one sequence ... GQA-4 comes close to its bound (in our runs within 5% at 1024 tokens and
+    one sequence ... GQA-4 comes close to its bound (in our runs within 10% at 1024 tokens and
     within 20% at 8192)'; at 8 sequences the products
     'read the weights more slowly still ... and the share drops'."""
     text = _stored_text("ws-run")
@@ -304,7 +304,8 @@ def test_whole_step_table_in_the_stored_run():
         assert rows[(*shape, 4)]["bound"] == 1.93
     assert long_["speedup"] > short["speedup"] + 0.2
     assert all(r["of_roof"] < 0.75 for r in rows.values())
-    assert abs(1 - short["share"]) <= 0.05 and abs(1 - long_["share"]) <= 0.20  # "within 5% ... 20%"
+    short_gap, long_gap = round(abs(1 - short["share"]), 2), round(abs(1 - long_["share"]), 2)
+    assert short_gap <= 0.10 and long_gap <= 0.20  # "within 10% at 1024 tokens and within 20% at 8192"
     assert batch["share"] < min(short["share"], long_["share"])
     weights = {}
     for line in text.splitlines():
@@ -362,6 +363,7 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert share[4]["fused"] >= 0.85 * share[16]["fused"] and share[4]["course"] < share[16]["course"]
     assert 3.0 <= speedup[4] <= 4.2
     assert share[16]["fused"] >= 0.80  # the target: the fused MHA step at >= 80% of read-only
+    assert "noisy run" not in _stored_text("ca473f08") and "check:" not in _stored_text("ca473f08")
 
 
 def test_from_scratch_control_stays_near_chance():
@@ -373,6 +375,6 @@ def test_from_scratch_control_stays_near_chance():
     uptrained = [float(a) for a in text.split("(mean, first): ")[1].splitlines()[0].split(", ")]
     assert len(scratch) == 3 and all(a < 0.2 for a in scratch) and max(scratch) < 3 / 63
     assert len(uptrained) == 2 and all(a > 0.9 for a in uptrained)
-    source = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.get("id") == "scratch-ctl")
+    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    source = next(c.source for c in cells if c.get("id") == "scratch-ctl")
     assert "uptrain(fresh, INDUCTION_TASK, 30)" in source and "(0, 1, 2)" in source
-    assert "noisy run" not in _stored_text("ca473f08")
