@@ -41,6 +41,7 @@ from course_utils.patching import (
     patching_table,
     position_ablated_logits,
     prunable_counts,
+    resampled_logits,
     sequence_gate_gradients,
     trimmed_by_length,
 )
@@ -159,12 +160,63 @@ def test_the_two_methods_mostly_agree_with_two_exceptions(agreement, sentences):
     mean = ablation_table(agreement, evaluations, cases, method="mean", means=means)["attractor acc"]
     gap = (zero - mean).abs()
     assert gap.median() < 0.001 and gap.idxmax() == "L0H0"
-    assert zero["L0H0"] < 0.97 and mean["L0H0"] > 0.99, "zero ablation exaggerates L0H0"
+    assert zero["L0H0"] < 0.97 and mean["L0H0"] > 0.99, "L0H0: the two methods disagree"
     assert mean["L0H3"] < zero["L0H3"] - 0.02, "L0H3: mean ablation hurts more"
     with_ours = [float((agreement_margins(ablated_logits(agreement, sentences.tokens, heads, method="mean",
                                                          means=means), sentences) > 0)[sentences.attractor]
                        .float().mean()) for heads in ([(1, 2)], LAYER_1)]
     assert abs(with_ours[0] - with_ours[1]) < 0.02, "one head vs the whole layer: about one point apart"
+
+
+# ------------------------------------------------------------------ resample ablation (section 2)
+@pytest.fixture(scope="module")
+def resample_setup(agreement, sentences):
+    with_attractor = sentences.take(sentences.attractor.nonzero().squeeze(1))
+    reference = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(12))
+
+    def resampled(heads, seed=0):
+        return resampled_logits(agreement, with_attractor.tokens, with_attractor.lengths, reference.tokens,
+                                reference.lengths, heads, generator=torch.Generator().manual_seed(seed))
+
+    return with_attractor, reference, resampled
+
+
+def test_resampled_l0h0_is_close_to_zeroed_not_to_mean_ablated(agreement, sentences, resample_setup):
+    with_attractor, reference, resampled = resample_setup
+    means = mean_head_outputs(agreement, reference.tokens, keep=reference.tokens != PAD_ID)
+    got = {}
+    for label, logits in (("zero", ablated_logits(agreement, with_attractor.tokens, [(0, 0)])),
+                          ("mean", ablated_logits(agreement, with_attractor.tokens, [(0, 0)], method="mean",
+                                                  means=means)),
+                          ("resample", resampled([(0, 0)]))):
+        margins = agreement_margins(logits, with_attractor)
+        got[label] = (round(float((margins > 0).float().mean()), 3), round(float(margins.mean()), 2))
+    assert got == {"zero": (0.960, 5.83), "mean": (0.999, 6.19), "resample": (0.972, 5.88)}
+    assert got["resample"][0] < got["mean"][0] and got["resample"][1] < got["mean"][1], \
+        "L0H0 carries sentence-specific information the mean hides"
+
+
+def test_l1h2s_plural_default_comes_from_a_number_less_fill(agreement, resample_setup):
+    with_attractor, reference, resampled = resample_setup
+    singular, plural = ~with_attractor.plural, with_attractor.plural
+    assert (int(singular.sum()), int(plural.sum())) == (427, 452)
+
+    def split(logits):
+        margins = agreement_margins(logits, with_attractor)
+        return (int((margins[singular] > 0).sum()), int((margins[plural] > 0).sum()))
+
+    at_verb = torch.zeros_like(reference.tokens, dtype=torch.bool)
+    at_verb[torch.arange(len(reference)), reference.predict_pos] = True
+    verb_means = mean_head_outputs(agreement, reference.tokens, keep=at_verb)
+    assert split(ablated_logits(agreement, with_attractor.tokens, [(1, 2)])) == (27, 451)
+    assert split(ablated_logits(agreement, with_attractor.tokens, [(1, 2)], method="mean",
+                                means=verb_means)) == (187, 342)
+    draws = [split(resampled([(1, 2)], seed)) for seed in range(4)]
+    assert draws == [(238, 206), (233, 202), (221, 206), (216, 217)]
+    assert (min(d[0] for d in draws), max(d[0] for d in draws)) == (216, 238)
+    assert (min(d[1] for d in draws), max(d[1] for d in draws)) == (202, 217)
+    for right_singular, right_plural in draws:  # about half of each: a coin flip for both numbers
+        assert abs(right_singular / 427 - 0.5) < 0.06 and abs(right_plural / 452 - 0.5) < 0.06
 
 
 # ------------------------------------------------------------------ section 3: narrow drop
@@ -684,13 +736,13 @@ def attribution(agreement, mixture, mixture_setup):
     sentences = mixture_setup[3]
     models = {"agreement": agreement, "mixture": mixture}
 
-    def run(name, head_mask=None):
+    def run(name, head_mask=None, edit_heads=None):
         model = models[name]
         direction = torch.zeros(len(sentences), model.config.vocab_size)
         rows = torch.arange(len(sentences))
         direction[rows, sentences.correct_id], direction[rows, sentences.wrong_id] = 1.0, -1.0
         return direct_logit_attribution(model, sentences.tokens, sentences.predict_pos, direction,
-                                        head_mask=head_mask)
+                                        head_mask=head_mask, edit_heads=edit_heads)
 
     return run, models
 
@@ -710,22 +762,55 @@ def test_direct_logit_attribution_adds_up_and_names_the_writers(attribution):
     assert round(mixture_terms["total"].mean(), 2) == 5.91 and round(mixture_terms["L1H7"].mean(), 2) == 0.05
 
 
-def test_removing_a_head_costs_at_least_its_direct_effect(attribution):
+def test_direct_against_total_effects_zeroed_and_mean_ablated(attribution, mixture, mixture_setup):
     run, models = attribution
-    expected = {("agreement", (1, 2)): (-4.08, -6.43, -2.29, -0.06, 221),
-                ("mixture", (2, 1)): (-1.51, -1.53, -0.37, 0.35, 396),
-                ("mixture", (2, 6)): (-1.18, -1.55, -0.54, 0.17, 395),
-                ("mixture", (1, 7)): (-0.05, -1.82, -0.61, -1.16, 372)}
-    for (name, head), values in expected.items():
-        before = run(name).mean()
-        after = run(name, head_mask=gates_without(models[name], [head]))
-        change = (after.mean() - before).drop("total")
-        direct, mlps = change[head_name(*head)], change[change.index.str.endswith("mlp")].sum()
-        rest = change.sum() - direct - mlps
-        got = (round(direct, 2), round(change.sum(), 2), round(mlps, 2), round(rest, 2),
-               int((after["total"] > 0).sum()))
-        assert got == values, (name, head)
-        assert change.sum() <= direct + 1e-6, "no self-repair: the total effect is at least the direct one"
+    train, _, _, sentences = mixture_setup
+    references = mixture_references(mixture, train, MIXTURE_TASK.induction_eval(128), sentences)
+    reference = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(12)).tokens
+    means = {"agreement": mean_head_outputs(models["agreement"], reference, keep=reference != PAD_ID),
+             "mixture": references["task-matched"][2]}
+    # (direct, total, MLPs, other terms, sentences right, share with |total| < |direct|, as printed)
+    expected = {("agreement", (1, 2)): {"zero": (-4.08, -6.43, -2.29, -0.06, 221, "12%"),
+                                        "mean": (-4.10, -6.45, -2.29, -0.06, 226, "8%")},
+                ("mixture", (2, 1)): {"zero": (-1.51, -1.53, -0.37, 0.35, 396, "41%"),
+                                      "mean": (-1.47, -1.44, -0.37, 0.39, 398, "42%")},
+                ("mixture", (2, 6)): {"zero": (-1.18, -1.55, -0.54, 0.17, 395, "19%"),
+                                      "mean": (-1.18, -1.53, -0.54, 0.19, 396, "18%")},
+                ("mixture", (1, 7)): {"zero": (-0.05, -1.82, -0.61, -1.16, 372, "9%"),
+                                      "mean": (-0.04, -1.73, -0.59, -1.10, 380, "14%")}}
+    changes = {}
+    for (name, head), by_method in expected.items():
+        before = run(name)
+        for method, values in by_method.items():
+            if method == "zero":
+                after = run(name, head_mask=gates_without(models[name], [head]))
+            else:
+                fill = means[name][head]
+
+                def edit(layer, outputs, head=head, fill=fill):
+                    if layer != head[0]:
+                        return outputs
+                    outputs = outputs.clone()
+                    outputs[:, head[1]] = fill
+                    return outputs
+
+                after = run(name, edit_heads=edit)
+            per_sentence = after - before
+            change = per_sentence.mean().drop("total")
+            direct, mlps = change[head_name(*head)], change[change.index.str.endswith("mlp")].sum()
+            own, total = per_sentence[head_name(*head)], per_sentence["total"]
+            moved = own.abs() > 0.1
+            share = float(((total.abs() < own.abs()) & moved).sum() / moved.sum())
+            other = change.sum() - direct - mlps
+            got = (round(direct, 2), round(change.sum(), 2), round(mlps, 2), round(other, 2),
+                   int((after["total"] > 0).sum()), f"{share:.0%}")  # as printed
+            assert got == values, (name, head, method)
+            changes[name, head, method] = (direct, change.sum())
+    for method in ("zero", "mean"):  # L1H2: no repair on average, under either method
+        direct, total = changes["agreement", (1, 2), method]
+        assert total < direct
+    direct, total = changes["mixture", (2, 1), "mean"]
+    assert abs(total) < abs(direct), "L2H1 mean-ablated: the total is smaller than the direct effect"
     assert round(6.80 - 4.08, 2) == 2.72 and round(6.80 - 6.43, 2) == 0.37
 
 
@@ -735,6 +820,8 @@ def test_exercise_6_4s_answer_agrees_with_the_lesson():
 
     cells = {c.get("id"): c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells}
     answer, reading = cells["8f8736df"], cells["f2ba3162"]
-    assert "not a coin flip" in answer and "not a coin flip" in reading
+    assert "not a coin flip" not in answer and "not a coin flip" not in reading
+    assert "Under zero ablation" in answer and "Under zero ablation" in reading, "zero's plural default"
+    assert "238 of 427" in answer and "206 of 452" in reading
     assert "2.39" in answer and "0.28" in answer and "only for singular" not in answer
     assert "solution markers" not in cells["dbb64757"], "the student copy has no solution markers"
