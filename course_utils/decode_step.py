@@ -411,7 +411,7 @@ def format_whole_step(result: WholeStep) -> str:
     return "\n".join(lines)
 
 
-def _time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int) -> dict[object, list[float]]:
+def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int) -> dict[object, list[float]]:
     """Every function's time, interleaved repeat by repeat, each call after reading ``flush``.
     (A function of its own, so that no loop variable keeps the last function, and the decoder
     it belongs to, alive after the run.)"""
@@ -470,7 +470,7 @@ def bench_whole_step(
             fns: dict[object, Callable[[], object]] = {g: decoders[g].step for g in groups}
             fns["read"] = probe.sum
             fns["weights"] = decoders[num_heads].weights_pass
-            samples = _time_flushed(fns, flush, warmup, repeats)
+            samples = time_flushed(fns, flush, warmup, repeats)
             rows += [StepRow(batch, context, g, decoders[g].weight_bytes, decoders[g].cache_bytes,
                              samples[g]) for g in groups]
             read_s += samples["read"]

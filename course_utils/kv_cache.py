@@ -223,26 +223,16 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
     already in the CPU's cache. Returns the timings (for
     :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line note."""
     import statistics
-    import time
 
     from .bench import Timing
     from .bench_gqa import steady_allocator
-    from .decode_step import last_level_cache_bytes, random_buffer, release_freed_memory
+    from .decode_step import last_level_cache_bytes, random_buffer, release_freed_memory, time_flushed
 
     if baseline not in steps:
         raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
     allocator = steady_allocator()
     flush = random_buffer(4 * last_level_cache_bytes()[0] if flush_bytes is None else flush_bytes, seed=1)
-    for _ in range(warmup):
-        for fn in steps.values():
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, fn in steps.items():
-            flush.sum()  # evict the last-level cache: every call starts cold
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
+    samples = time_flushed(steps, flush, warmup, repeats)  # interleaved, each call cold
     del flush
     release_freed_memory()
     base = statistics.median(samples[baseline])
