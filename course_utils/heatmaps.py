@@ -11,14 +11,17 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 import torch
+from IPython.display import Pretty, display
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .validation import check_int
+from .widgets import Explorer, close_figure
 
 __all__ = ["plot_head", "plot_all_heads", "AttentionExplorer", "model_attention", "sentence_attention_fn"]
 
@@ -237,10 +240,11 @@ class AttentionExplorer:
             print(result)
         return result
 
-    def _controls(self, text: str, layer: int, head: int, draw: Callable[[Figure | str], None]) -> Any:
-        """Sentence box, layer and head pickers; every change calls ``draw(render(...))``."""
-        import ipywidgets as widgets
-
+    def explorer(self, text: str, layer: int, head: int,
+                 draw: Callable[[Figure | str], None] | None = None) -> Explorer:
+        """Sentence box, layer and head pickers wired to :meth:`render` by a
+        :class:`course_utils.widgets.Explorer`, which draws the starting choice at once
+        (in its own output area, or through ``draw``) and redraws on every change."""
         sentence = widgets.Combobox(options=self.sentences, value=text,
                                     placeholder="pick or type a sentence, then Enter",
                                     description="sentence", ensure_option=False,
@@ -248,38 +252,19 @@ class AttentionExplorer:
         layer_pick = widgets.Dropdown(options=list(range(self.num_layers)), value=layer, description="layer")
         head_pick = widgets.Dropdown(options=list(range(self.num_heads)), value=head, description="head")
 
-        def redraw(_change: object = None) -> None:
-            self.last = self.render(sentence.value, layer_pick.value, head_pick.value)
-            draw(self.last)
+        def render(sentence: object, layer: object, head: object) -> Figure | str:
+            self.last = self.render(sentence, layer, head)
+            return self.last
 
-        for control in (sentence, layer_pick, head_pick):
-            control.observe(redraw, names="value")
-        self.controls = {"sentence": sentence, "layer": layer_pick, "head": head_pick}
-        return widgets.VBox([sentence, widgets.HBox([layer_pick, head_pick])])
+        explorer = Explorer(render, {"sentence": sentence, "layer": layer_pick, "head": head_pick},
+                            rows=[["sentence"], ["layer", "head"]], draw=draw, note=CONTROLS_NOTE)
+        self.controls = {**explorer.controls, "output": explorer.output}
+        return explorer
 
-    def widget(self, text: str | None = None, layer: int = 0, head: int = 0) -> Any:
+    def widget(self, text: str | None = None, layer: int = 0, head: int = 0) -> widgets.VBox:
         """A self-contained ipywidgets explorer: the controls above an output area that
         shows the starting choice at once and is redrawn on every change."""
-        import ipywidgets as widgets
-        from IPython.display import display
-
-        text, layer, head = self._valid_start(text, layer, head)
-        out = widgets.Output()
-
-        def draw(result: Figure | str) -> None:
-            with out:
-                out.clear_output(wait=True)
-                if isinstance(result, str):
-                    print(result)
-                else:
-                    display(result)
-                    plt.close(result)
-
-        controls = self._controls(text, layer, head, draw)
-        self.controls["output"] = out
-        self.last = self.render(text, layer, head)
-        draw(self.last)
-        return widgets.VBox([controls, out])
+        return self.explorer(*self._valid_start(text, layer, head)).widget
 
     def show(self, text: str | None = None, layer: int = 0, head: int = 0) -> None:
         """Display the heatmap of this choice, then the controls that redraw it in place.
@@ -288,31 +273,18 @@ class AttentionExplorer:
         shows it); in Jupyter the controls replace that same output on every change, so
         there is only ever one heatmap.
         """
-        from IPython.display import Pretty, display
-
-        text, layer, head = self._valid_start(text, layer, head)
-        self.last = self.render(text, layer, head)
-
-        def as_output(result: Figure | str) -> object:
-            return Pretty(result) if isinstance(result, str) else result
-
-        handle = display(as_output(self.last), display_id=True)
-        if isinstance(self.last, Figure):
-            plt.close(self.last)
+        handle = None
 
         def draw(result: Figure | str) -> None:
-            if handle is not None:
-                handle.update(as_output(result))
-            if isinstance(result, Figure):
-                plt.close(result)
+            nonlocal handle
+            shown = Pretty(result) if isinstance(result, str) else result
+            if handle is None:  # the starting choice: an ordinary output
+                handle = display(shown, display_id=True)
+            else:
+                handle.update(shown)
+            close_figure(result)
 
-        try:
-            controls = self._controls(text, layer, head, draw)
-            bundle = dict(controls._repr_mimebundle_() or {})
-            bundle["text/plain"] = CONTROLS_NOTE  # a saved page shows this, not the widget's repr
-            display(bundle, raw=True)
-        except ImportError:
-            print("ipywidgets is not installed: only the static figure is shown.")
+        display(self.explorer(*self._valid_start(text, layer, head), draw=draw))
 
 
 # ----------------------------------------------------------------------------- model adapters

@@ -15,11 +15,13 @@ fallback is always printed. No widget state is saved in the notebooks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
 from IPython.display import display
+from matplotlib.figure import Figure
 
 from .shapes import dimension_report
 
@@ -50,10 +52,15 @@ class Explorer:
             figure) is displayed. An exception becomes a one-line message.
         controls: name -> ipywidgets value widget (slider, dropdown, ...).
         title: optional heading shown above the controls.
+        rows: the controls' layout, as rows of names (default: one row that wraps).
+        draw: called with each result instead of showing it in the explorer's own
+            output area (e.g. to update a figure displayed above the controls).
+        note: what a page without a widget front end shows in the explorer's place.
     """
 
     def __init__(self, render: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget],
-                 *, title: str = "") -> None:
+                 *, title: str = "", rows: Sequence[Sequence[str]] | None = None,
+                 draw: Callable[[Any], None] | None = None, note: str = NO_FRONT_END_NOTE) -> None:
         if not callable(render):
             raise TypeError(f"render must be callable, got {type(render).__name__}")
         if not controls:
@@ -62,14 +69,24 @@ class Explorer:
             if not isinstance(control, widgets.ValueWidget):
                 raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
                                 f"got {type(control).__name__}")
+        rows = [list(controls)] if rows is None else [list(row) for row in rows]
+        placed = [name for row in rows for name in row]
+        if sorted(placed) != sorted(controls) or not all(rows):
+            raise ValueError(f"rows must place each control once in non-empty rows, got {rows} "
+                             f"for the controls {list(controls)}")
         self.render = render
         self.controls = dict(controls)
         self.output = widgets.Output()
+        self.draw = self._draw_in_output if draw is None else draw
+        self.note = note
         self.last_result: Any = None
         self.last_text = ""
-        parts = [widgets.HTML(f"<b>{title}</b>")] if title else []
-        parts += [widgets.HBox(list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap")),
-                  self.output]
+        parts: list[widgets.Widget] = [widgets.HTML(f"<b>{title}</b>")] if title else []
+        wrap = widgets.Layout(flex_flow="row wrap")
+        parts += [widgets.HBox([self.controls[name] for name in row], layout=wrap)
+                  if len(row) > 1 else self.controls[row[0]] for row in rows]
+        if draw is None:
+            parts.append(self.output)
         self.widget = widgets.VBox(parts)
         for control in self.controls.values():
             control.observe(self.refresh, names="value")
@@ -86,6 +103,9 @@ class Explorer:
             result = f"Could not render these values: {type(err).__name__}: {err}"
         self.last_result = result
         self.last_text = result if isinstance(result, str) else ""
+        self.draw(result)
+
+    def _draw_in_output(self, result: Any) -> None:
         if isinstance(result, str):
             self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": result + "\n"},)
             return
@@ -93,11 +113,18 @@ class Explorer:
         if result is not None and in_jupyter_kernel():
             with self.output:
                 display(result)
+        close_figure(result)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict:
         bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
-        bundle["text/plain"] = NO_FRONT_END_NOTE
+        bundle["text/plain"] = self.note  # a saved page shows this, not the widget's repr
         return bundle
+
+
+def close_figure(result: object) -> None:
+    """Close ``result`` if it is a matplotlib figure (once displayed, pyplot need not keep it)."""
+    if isinstance(result, Figure):
+        plt.close(result)
 
 
 def show(explorer: Explorer, fallback: str | None = None) -> None:

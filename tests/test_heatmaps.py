@@ -11,8 +11,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_utils.heatmaps import AttentionExplorer, plot_all_heads, plot_head  # noqa: E402
+from course_utils.heatmaps import (  # noqa: E402
+    CONTROLS_NOTE,
+    AttentionExplorer,
+    plot_all_heads,
+    plot_head,
+)
 from course_utils.scores import ideal_pattern  # noqa: E402
+from course_utils.widgets import Explorer  # noqa: E402
 
 TOKENS = ["<bos>", "a", "b", "c", "a", "b", "c"]
 
@@ -175,6 +181,15 @@ def test_explorer_widget_redraws_on_change():
     explorer.controls["sentence"].value = "the cats are"
     assert explorer.last.axes[0].get_title() == "layer 0, head 1"
 
+
+def test_attention_explorer_runs_on_the_shared_explorer():
+    explorer = make_explorer()
+    live = explorer.explorer("the cat sat", 1, 0)
+    assert isinstance(live, Explorer)
+    assert live.values() == {"sentence": "the cat sat", "layer": 1, "head": 0}
+    live.controls["head"].value = 1
+    assert explorer.last.axes[0].get_title() == "layer 1, head 1"
+    assert live._repr_mimebundle_()["text/plain"] == CONTROLS_NOTE
 
 def test_explorer_static_prints_message(capsys):
     result = make_explorer().static("the dog", 0, 0)

@@ -87,5 +87,21 @@ def test_explorer_rejects_bad_arguments():
         Explorer(lambda: "", {})
     with pytest.raises(TypeError, match="value widget"):
         Explorer(lambda n: "", {"n": 3})
+    with pytest.raises(ValueError, match="each control once"):
+        Explorer(lambda n: "", {"n": widgets.IntSlider()}, rows=[["n"], ["m"]])
     with pytest.raises(TypeError, match="Explorer"):
         show(widgets.IntSlider())
+
+
+def test_explorer_rows_draw_and_note():
+    drawn = []
+    a, b, c = (widgets.IntSlider(value=v) for v in (1, 2, 3))
+    explorer = Explorer(lambda a, b, c: f"{a + b + c}", {"a": a, "b": b, "c": c},
+                        rows=[["a"], ["b", "c"]], draw=drawn.append, note="static note")
+    assert drawn == ["6"]  # the starting values, drawn at once through ``draw``
+    b.value = 5
+    assert drawn == ["6", "9"] and explorer.output.outputs == ()  # its own output area is unused
+    first, second = explorer.widget.children
+    assert first is a and list(second.children) == [b, c]
+    assert explorer._repr_mimebundle_()["text/plain"] == "static note"
+
