@@ -5,12 +5,14 @@ is measured in one run, with the implementations interleaved repeat by repeat, s
 machine that speeds up or slows down affects all of them alike; :func:`ratio_spread`
 says how much the ratio varied from repeat to repeat.
 
-The timing core is :func:`time_interleaved`, :func:`ratio_spread` and the two table
-formatters. Lesson 4 adds its four versions of multi-head attention
-(:func:`lesson_implementations`), :func:`bench_mha` (one table), :func:`sweep_mha`
-(timings across sizes, for a plot), :func:`count_dispatched_ops` (how many tensor
-operations one forward pass runs) and, on a CUDA GPU, :func:`compare_on_device`, whose
-backend diagnostics live in :mod:`course_utils.sdpa_backends`.
+The timing core is :func:`interleaved_samples` (the one loop every benchmark here and in
+:mod:`course_utils.bench_gqa` and :mod:`course_utils.decode_step` times with),
+:func:`time_interleaved`, :func:`ratio_spread` and the two table formatters. Lesson 4
+adds its four versions of multi-head attention (:func:`lesson_implementations`),
+:func:`bench_mha` (one table), :func:`sweep_mha` (timings across sizes, for a plot),
+:func:`count_dispatched_ops` (how many tensor operations one forward pass runs) and, on
+a CUDA GPU, :func:`compare_on_device`, whose backend diagnostics live in
+:mod:`course_utils.sdpa_backends`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -31,9 +34,13 @@ from .attention import MultiHeadAttention
 from .env import torch_threads
 from .naive_mha import naive_from_batched
 from .sdpa_backends import cuda_unavailable_reason, precision_notes, sdpa_backend_callables
+from .validation import check_callable, check_int
+
+Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
 
 __all__ = [
     "Timing",
+    "interleaved_samples",
     "time_interleaved",
     "format_table",
     "paired_ratios",
@@ -67,35 +74,68 @@ class Timing:
         return min(self.samples_s) if self.samples_s else self.median_s
 
 
-def time_interleaved(
-    fns: dict[str, Callable[[], object]],
+def interleaved_samples(
+    fns: Mapping[Key, Callable[[], object]],
     *,
-    baseline: str,
-    repeats: int = 15,
-    warmup: int = 3,
+    repeats: int,
+    warmup: int,
     inner: int = 1,
-    sync: Callable[[], None] | None = None,
-) -> list[Timing]:
-    """Median wall time of each callable over ``repeats`` interleaved rounds.
+    before_each: Callable[[], object] | None = None,
+    sync: Callable[[], object] | None = None,
+) -> dict[Key, list[float]]:
+    """The timing core: seconds per call of each function, one sample per repeat.
 
-    Each round calls every function ``inner`` times in turn (A, B, C, A, B, C, ...).
-    ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each clock read.
+    ``warmup`` rounds call every function once (untimed). Then each of ``repeats`` rounds
+    times every function in turn (A, B, C, A, B, C, ...), so a machine that speeds up or
+    slows down affects all of them alike. Per sample, outside the timed region:
+    ``before_each()`` (e.g. a read that evicts the cache), then ``sync()``; inside it:
+    ``inner`` calls, then ``sync()`` (e.g. ``torch.cuda.synchronize``) before the clock is
+    read. The loop's variables die with this call, so no function outlives the run here.
     """
-    if baseline not in fns:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
+    if not fns:
+        raise ValueError("fns must name at least one function to time")
+    for key, fn in fns.items():
+        check_callable(fn, f"fns[{key!r}]")
+    repeats = check_int(repeats, "repeats", minimum=1)
+    warmup = check_int(warmup, "warmup", minimum=0)
+    inner = check_int(inner, "inner", minimum=1)
+    for name, hook in (("before_each", before_each), ("sync", sync)):
+        if hook is not None:
+            check_callable(hook, name, "a function or None")
+    before_each = before_each or (lambda: None)
     sync = sync or (lambda: None)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
+    samples: dict[Key, list[float]] = {key: [] for key in fns}
     for _ in range(repeats):
-        for name, fn in fns.items():
+        for key, fn in fns.items():
+            before_each()
             sync()
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
             sync()
-            samples[name].append((time.perf_counter() - start) / inner)
+            samples[key].append((time.perf_counter() - start) / inner)
+    return samples
+
+
+def time_interleaved(
+    fns: Mapping[Key, Callable[[], object]],
+    *,
+    baseline: Key,
+    repeats: int = 15,
+    warmup: int = 3,
+    inner: int = 1,
+    sync: Callable[[], object] | None = None,
+    before_each: Callable[[], object] | None = None,
+) -> list[Timing]:
+    """Median wall time of each callable over ``repeats`` interleaved rounds, and its ratio
+    to ``baseline``'s (see :func:`interleaved_samples` for what is timed)."""
+    if baseline not in fns:
+        raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
+    samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
+                                  before_each=before_each, sync=sync)
     base = statistics.median(samples[baseline])
     return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
@@ -234,15 +274,8 @@ def _sync_for(device: torch.device | str) -> Callable[[], None] | None:
 def _inner_for(fns: dict[str, Callable[[], object]], sync, target_s: float) -> int:
     """Calls per sample so that the slowest function's sample lasts about ``target_s``
     (short samples are dominated by timer and scheduler noise)."""
-    sync = sync or (lambda: None)
-    slowest = 0.0
-    for fn in fns.values():
-        fn()  # warm up (allocations, kernel selection)
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        slowest = max(slowest, time.perf_counter() - start)
+    once = interleaved_samples(fns, repeats=1, warmup=1, sync=sync)  # warm-up: allocations, kernels
+    slowest = max(sample for samples in once.values() for sample in samples)
     return max(1, min(100, math.ceil(target_s / max(slowest, 1e-9))))
 
 

@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .bench import interleaved_samples
 from .decode_step import (
     bench_whole_step,
     last_level_cache_bytes,
@@ -373,20 +374,10 @@ def bench_decode(
     fns[("read1", 0)] = read_one_thread  # the probe's sanity check (see noise_warnings)
     if copy_mib > 0:
         fns[("copy", 0)] = lambda: copy_target.copy_(copy_source)
-    samples: dict[tuple[str, int], list[float]] = {key: [] for key in fns}
     with torch_threads(num_threads), torch.inference_mode():
         threads = torch.get_num_threads()
-        for _ in range(warmup):
-            for fn in fns.values():
-                fn()
-        for _ in range(repeats):
-            for key, fn in fns.items():
-                flush.sum()  # evict the last-level cache: every call starts cold
-                sync()
-                start = time.perf_counter()
-                fn()
-                sync()
-                samples[key].append(time.perf_counter() - start)
+        samples = interleaved_samples(fns, warmup=warmup, repeats=repeats,
+                                      before_each=flush.sum, sync=sync)  # every call starts cold
     flush_bytes = flush.numel() * flush.element_size()
     queries = caches = flush = copy_target = None  # noqa: F841  (the closures in fns hold them)
     fns.clear()

@@ -31,7 +31,6 @@ import shutil
 import statistics
 import subprocess
 import textwrap
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .bench import interleaved_samples
 from .env import torch_threads
 from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from .gqa import grouped_query_attention
@@ -143,14 +143,8 @@ def read_bandwidth(buffer: Tensor | None = None, *, repeats: int = 7, flush: Ten
     after a read of ``flush``. Default buffers: random float32, 4 times the last-level cache."""
     buffer = random_buffer(flush_bytes()) if buffer is None else buffer
     flush = random_buffer(flush_bytes(), seed=1) if flush is None else flush
-    best = math.inf
     with torch_threads(num_threads), torch.inference_mode():
-        buffer.sum()
-        for _ in range(repeats):
-            flush.sum()
-            start = time.perf_counter()
-            buffer.sum()
-            best = min(best, time.perf_counter() - start)
+        best = min(time_flushed({"read": buffer.sum}, flush, warmup=1, repeats=repeats)["read"])
     return buffer.numel() * buffer.element_size() / best / 1e9
 
 
@@ -412,20 +406,9 @@ def format_whole_step(result: WholeStep) -> str:
 
 
 def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int) -> dict[object, list[float]]:
-    """Every function's time, interleaved repeat by repeat, each call after reading ``flush``.
-    (A function of its own, so that no loop variable keeps the last function, and the decoder
-    it belongs to, alive after the run.)"""
-    samples: dict[object, list[float]] = {key: [] for key in fns}
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            flush.sum()  # evict the last-level cache: every call starts cold
-            start = time.perf_counter()
-            fn()
-            samples[key].append(time.perf_counter() - start)
-    return samples
+    """Every function's time, interleaved repeat by repeat, each call after reading ``flush``
+    (outside the timing) to evict the last-level cache: every call starts cold."""
+    return interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum)
 
 
 def bench_whole_step(

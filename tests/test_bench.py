@@ -1,6 +1,7 @@
 """The benchmark helpers compute medians and ratios (no timing is asserted); the SDPA
 backend diagnostics say why a backend cannot run."""
 
+import re
 import statistics
 import warnings
 
@@ -9,6 +10,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
+import course_utils.bench as bench
 import course_utils.sdpa_backends as sdpa_backends
 from course_utils.bench import (
     IMPLEMENTATIONS,
@@ -19,6 +21,7 @@ from course_utils.bench import (
     count_dispatched_ops,
     format_spread_table,
     format_table,
+    interleaved_samples,
     lesson_implementations,
     paired_ratios,
     plot_sweep,
@@ -47,6 +50,42 @@ def test_time_interleaved_ratios_are_relative_to_the_baseline():
     assert [t.name for t in timings] == ["a", "b"]
     assert timings[0].ratio == 1.0
 
+
+
+def test_interleaved_samples_order_hooks_and_warmup(monkeypatch):
+    events = []
+    ticks = iter(range(1000))
+
+    def clock():
+        events.append("clock")
+        return float(next(ticks))
+
+    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    samples = interleaved_samples({"a": lambda: events.append("a"), ("b", 2): lambda: events.append("b")},
+                                  warmup=2, repeats=2, inner=2, before_each=lambda: events.append("flush"),
+                                  sync=lambda: events.append("sync"))
+    timed = ["flush", "sync", "clock", "a", "a", "sync", "clock",
+             "flush", "sync", "clock", "b", "b", "sync", "clock"]
+    assert events == ["a", "b"] * 2 + timed * 2  # warm-up without hooks, then A B A B, hooks untimed
+    assert samples == {"a": [0.5, 0.5], ("b", 2): [0.5, 0.5]}  # one clock tick over inner=2 calls
+
+
+@pytest.mark.parametrize("kwargs,error,words", [
+    ({"fns": {}}, ValueError, "at least one function"),
+    ({"fns": {"a": 3}}, TypeError, "fns['a'] must be a function"),
+    ({"repeats": 0}, ValueError, "repeats must be a positive int"),
+    ({"warmup": -1}, ValueError, "warmup must be an int >= 0"),
+    ({"inner": 1.5}, TypeError, "inner must be an int"),
+    ({"before_each": "flush"}, TypeError, "before_each must be a function or None"),
+    ({"sync": 1}, TypeError, "sync must be a function or None"),
+])
+def test_interleaved_samples_names_bad_input(kwargs, error, words):
+    args = {"fns": {"a": lambda: None}, "warmup": 0, "repeats": 1, **kwargs}
+    with pytest.raises(error, match=re.escape(words)):
+        interleaved_samples(**args)
+    if "fns" not in kwargs:  # the public wrapper checks the same way
+        with pytest.raises(error, match=re.escape(words)):
+            time_interleaved(baseline="a", **args)
 
 def test_benchmarked_modules_compute_the_same_function():
     mods = lesson_implementations(16, 4)
