@@ -63,6 +63,7 @@ from .decode_step import (
 from .env import torch_threads
 from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from .gqa import grouped_query_attention
+from .validation import check_int
 
 __all__ = [
     "SHARING_METHODS",
@@ -286,8 +287,7 @@ def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, ba
                   groups: Sequence[int]) -> None:
     for name, value in (("num_heads", num_heads), ("d_head", d_head), ("context", context),
                         ("num_layers", num_layers), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int(value, name, minimum=1)
     bad = [g for g in groups if isinstance(g, bool) or not isinstance(g, int) or g <= 0
            or num_heads % g != 0]
     if not groups or bad or num_heads not in groups:

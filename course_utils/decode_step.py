@@ -43,6 +43,7 @@ from .bench import interleaved_samples
 from .env import torch_threads
 from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from .gqa import grouped_query_attention
+from .validation import check_int
 
 __all__ = [
     "FALLBACK_LLC_BYTES",
@@ -116,9 +117,7 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
 def flush_bytes(multiple: int = 4) -> int:
     """Bytes of a buffer that evicts the last-level cache when read: ``multiple`` times it
     (a cache keeps some lines through one pass, so once its size is not enough)."""
-    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
-        raise ValueError(f"multiple must be a positive int, got {multiple!r}")
-    return multiple * last_level_cache_bytes()[0]
+    return check_int(multiple, "multiple", minimum=1) * last_level_cache_bytes()[0]
 
 
 def release_freed_memory() -> bool:
@@ -176,8 +175,7 @@ class SmallDecoder:
         for name, value in (("d_model", d_model), ("num_heads", num_heads),
                             ("num_kv_heads", num_kv_heads), ("num_layers", num_layers),
                             ("context", context), ("batch", batch), ("mlp_ratio", mlp_ratio)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(value, name, minimum=1)
         if d_model % num_heads or num_heads % num_kv_heads:
             raise ValueError(f"need num_heads | d_model and num_kv_heads | num_heads, got "
                              f"d_model={d_model}, num_heads={num_heads}, num_kv_heads={num_kv_heads}")

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .validation import check_bool_mask, check_int
+
 __all__ = [
     "causal_mask",
     "padding_mask",
@@ -51,10 +53,8 @@ def causal_mask(
     if num_keys is None:
         num_keys = num_queries
     for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if isinstance(query_offset, bool) or not isinstance(query_offset, int):
-        raise TypeError(f"query_offset must be an int, got {type(query_offset).__name__}")
+        check_int(value, name, minimum=1)
+    check_int(query_offset, "query_offset")
     if query_offset + num_queries <= 0:
         raise ValueError(
             f"query_offset={query_offset} with num_queries={num_queries} leaves every query "
@@ -115,11 +115,8 @@ def padding_mask(
     lengths = _lengths_tensor(lengths)
     if device is not None:
         lengths = lengths.to(device)
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
-        raise TypeError(f"max_len must be an int (the padded length) or None, got "
-                        f"{type(max_len).__name__} {max_len!r}")
-    if max_len is not None and max_len < 0:
-        raise ValueError(f"max_len must be >= 0 (the padded length), got {max_len}")
+    if max_len is not None:
+        check_int(max_len, "max_len", minimum=0)
     if (lengths < 0).any():
         raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
@@ -142,17 +139,3 @@ def to_torch_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
     ``key_padding_mask`` (``True`` = ignore this key)."""
     check_bool_mask(key_padding_mask, "key_padding_mask")
     return ~key_padding_mask
-
-
-def check_bool_mask(mask: object, name: str) -> None:
-    """Raise a clear error unless ``mask`` is a boolean tensor."""
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask)}")
-    if mask.dtype != torch.bool:
-        meaning = "True = real token" if "padding" in name else "True = may attend"
-        raise TypeError(
-            f"{name} must have dtype torch.bool ({meaning}), got {mask.dtype}. This course does not "
-            "accept numeric masks; convert yours by what its numbers mean: a 0/1 mask with 1 for "
-            "kept keys (e.g. a tokenizer's attention_mask) -> `mask != 0` (or `mask.bool()`); "
-            "an additive mask with 0 for kept and -inf for blocked keys -> `mask == 0`."
-        )

@@ -52,17 +52,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"ModelConfig.{name} must be an int, got {type(value).__name__}")
-            if value <= 0:
-                raise ValueError(f"ModelConfig.{name} must be positive, got {value}")
+            check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1)
         if not isinstance(self.mlp, bool):
             raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__}")
-        if self.d_mlp is not None and (
-            isinstance(self.d_mlp, bool) or not isinstance(self.d_mlp, int) or self.d_mlp <= 0
-        ):
-            raise ValueError(f"ModelConfig.d_mlp must be a positive int or None, got {self.d_mlp!r}")
+        if self.d_mlp is not None:
+            check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
         if self.d_model % self.num_heads != 0:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
@@ -397,11 +391,7 @@ class TinyTransformer(nn.Module):
     @torch.no_grad()
     def generate(self, tokens: Tensor, num_new: int, *, use_cache: bool = True) -> Tensor:
         """Greedy decoding: append ``num_new`` argmax tokens to ``tokens`` ``(B, T)``."""
-        if isinstance(num_new, bool) or not isinstance(num_new, int):
-            raise TypeError(f"num_new must be an int (how many tokens to add), got {num_new!r} "
-                            f"({type(num_new).__name__})")
-        if num_new < 0:
-            raise ValueError(f"num_new must be >= 0, got {num_new}")
+        check_int(num_new, "num_new", minimum=0)
         check_flag(use_cache, "use_cache")
         self._check_tokens(tokens)
         if tokens.shape[1] + num_new > self.config.max_len:

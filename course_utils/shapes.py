@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from .attention import MultiHeadAttention
+from .validation import check_int
 
 __all__ = [
     "TraceStep",
@@ -53,14 +54,6 @@ MAX_REPORT_ELEMENTS = 20_000_000
 # ---------------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------------
-def _check_int(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def validate_dims(
     d_model: int, num_heads: int, *, batch: int = 1, seq_len: int = 1, kv_len: int | None = None
 ) -> int:
@@ -71,9 +64,9 @@ def validate_dims(
     """
     for name, value in (("batch", batch), ("seq_len", seq_len), ("d_model", d_model),
                         ("num_heads", num_heads)):
-        _check_int(name, value)
+        check_int(value, name, minimum=1)
     if kv_len is not None:
-        _check_int("kv_len", kv_len)
+        check_int(kv_len, "kv_len", minimum=1)
     if d_model % num_heads:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
         raise ValueError(
@@ -224,7 +217,7 @@ def trace_shapes(
     if kv.shape[0] != query.shape[0]:
         raise ValueError(f"query and key_value must share the batch size, got {tuple(query.shape)} "
                          f"and {tuple(kv.shape)}")
-    _check_int("head", head, minimum=0)
+    check_int(head, "head", minimum=0)
     if head >= h:
         raise ValueError(f"head must be in 0..{h - 1}, got {head}")
     B, Tq, _ = query.shape
@@ -435,8 +428,7 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
 def frame_to_text(frame: pd.DataFrame, decimals: int = 3) -> str:
     """A table as text for printed, checked output: integers with thousands separators,
     floats with ``decimals`` decimals (never ``-0.000``), booleans and strings as they are."""
-    if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
-        raise ValueError(f"decimals must be an int >= 0, got {decimals!r}")
+    check_int(decimals, "decimals", minimum=0)
 
     def fmt(value: object) -> str:
         if isinstance(value, (bool, np.bool_)):

@@ -41,6 +41,7 @@ from .tasks import (
     agreement_accuracy,
     induction_accuracy,
 )
+from .validation import check_int
 
 __all__ = [
     "TrainConfig",
@@ -74,11 +75,8 @@ class TrainConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps <= 0:
-            raise ValueError(f"steps must be a positive int, got {self.steps!r}")
-        if (isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int)
-                or self.warmup_steps < 0):
-            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
+        check_int(self.steps, "steps", minimum=1)
+        check_int(self.warmup_steps, "warmup_steps", minimum=0)
         for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -191,8 +189,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     if not isinstance(train_config, TrainConfig):
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     check_seed(seed)
-    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every <= 0:
-        raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
+    check_int(eval_every, "eval_every", minimum=1)
     device = next(model.parameters()).device
     history = History(task=task, target_metric=target_metric, target=target, device=str(device))
     generator = torch.Generator().manual_seed(seed)

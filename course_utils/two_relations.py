@@ -29,6 +29,7 @@ from .attention import MultiHeadAttention
 from .env import seed_everything, torch_threads
 from .parallel import parallel_map
 from .shapes import count_parameters
+from .validation import check_int
 
 __all__ = [
     "EVAL_SEED",
@@ -57,14 +58,6 @@ __all__ = [
 
 EVAL_SEED = 10_000  # every run is scored on the same held-out examples
 _CHUNK_STEPS = 50  # training batches drawn per call to TwoKeyTask.sample
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def pair_class(symbol_a: Tensor, symbol_b: Tensor, num_symbols: int) -> Tensor:
@@ -106,10 +99,10 @@ class TwoKeyTask:
     max_repeats: int = 3
 
     def __post_init__(self) -> None:
-        _check_int("num_items", self.num_items, 2)
-        _check_int("num_keys", self.num_keys, 3)  # a, b and at least one distractor key
-        _check_int("num_symbols", self.num_symbols, 2)
-        _check_int("max_repeats", self.max_repeats, 1)
+        check_int(self.num_items, "num_items", minimum=2)
+        check_int(self.num_keys, "num_keys", minimum=3)  # a, b and at least one distractor key
+        check_int(self.num_symbols, "num_symbols", minimum=2)
+        check_int(self.max_repeats, "max_repeats", minimum=1)
         if 2 * self.max_repeats > self.num_items:
             raise ValueError(
                 f"num_items={self.num_items} cannot hold max_repeats={self.max_repeats} copies of "
@@ -124,11 +117,11 @@ class TwoKeyTask:
     def sample(self, n: int, *, seed: int | None = None,
                generator: torch.Generator | None = None) -> LookupBatch:
         """``n`` examples, a deterministic function of ``seed`` (or of ``generator``'s state)."""
-        _check_int("n", n, 1)
+        check_int(n, "n", minimum=1)
         if (seed is None) == (generator is None):
             raise ValueError("pass exactly one of seed=... or generator=...")
         if generator is None:
-            generator = torch.Generator().manual_seed(_check_int("seed", seed, 0))
+            generator = torch.Generator().manual_seed(check_int(seed, "seed", minimum=0))
         g, T, K, V = generator, self.num_items, self.num_keys, self.num_symbols
         asked = torch.rand(n, K, generator=g).argsort(dim=1)[:, :2]  # (n, 2) distinct keys a, b
         copies = torch.randint(1, self.max_repeats + 1, (n, 2), generator=g)  # (n, 2)
@@ -163,7 +156,7 @@ class LookupModel(nn.Module):
         super().__init__()
         if not isinstance(task, TwoKeyTask):
             raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__}")
-        _check_int("hidden", hidden, 1)
+        check_int(hidden, "hidden", minimum=1)
         if values not in ("content", "tagged"):
             raise ValueError(f"values must be 'content' or 'tagged', got {values!r}")
         self.task, self.values = task, values
@@ -210,7 +203,7 @@ class RelationsConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(getattr(self, name), name, minimum=1)
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
@@ -259,8 +252,8 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     (step 0 included), e.g. to record what the heads attend to during training; what it
     returns, unless ``None``, is kept in ``RunResult.recorded[step]``.
     """
-    _check_int("num_heads", num_heads, 1)
-    _check_int("seed", seed, 0)
+    check_int(num_heads, "num_heads", minimum=1)
+    check_int(seed, "seed", minimum=0)
     if not isinstance(config, RelationsConfig):
         raise TypeError(f"config must be a RelationsConfig, got {type(config).__name__}")
     with torch_threads(1):
@@ -425,7 +418,7 @@ def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int =
 def share_on_a(model: LookupModel, batch: LookupBatch, head: int = 0) -> Tensor:
     """Of the weight one head puts on the asked-for items, the share on key a's items:
     ``w_a / (w_a + w_b)``, shape (n,). 1 = only a, 0 = only b."""
-    _check_int("head", head, 0)
+    check_int(head, "head", minimum=0)
     if head >= model.attention.num_heads:
         raise ValueError(f"head must be < {model.attention.num_heads} (the model's heads), got {head}")
     weights = _predict_with_weights(model, batch)[1][:, head]  # (n, T)

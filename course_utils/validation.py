@@ -16,8 +16,6 @@ import numbers
 import torch
 from torch import Tensor
 
-from .masks import check_bool_mask
-
 __all__ = [
     "describe_shape",
     "check_head_dims",
@@ -36,6 +34,7 @@ __all__ = [
     "check_mask_fits",
     "combine_masks",
     "check_edited_heads",
+    "check_bool_mask",
 ]
 
 
@@ -47,10 +46,7 @@ def describe_shape(x: Tensor) -> str:
 def check_head_dims(d_model: int, num_heads: int) -> None:
     """Raise a clear error unless both are positive ints and ``num_heads`` divides ``d_model``."""
     for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value}")
+        check_int(value, name, minimum=1)
     if d_model % num_heads != 0:
         raise ValueError(
             f"d_model={d_model} is not divisible by num_heads={num_heads}: each head "
@@ -105,6 +101,20 @@ def check_generator(value: object, name: str = "generator") -> None:
     if value is not None and not isinstance(value, torch.Generator):
         raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__} "
                         f"{value!r}; make one with torch.Generator().manual_seed(seed)")
+
+
+def check_bool_mask(mask: object, name: str) -> None:
+    """Raise a clear error unless ``mask`` is a boolean tensor."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask)}")
+    if mask.dtype != torch.bool:
+        meaning = "True = real token" if "padding" in name else "True = may attend"
+        raise TypeError(
+            f"{name} must have dtype torch.bool ({meaning}), got {mask.dtype}. This course does not "
+            "accept numeric masks; convert yours by what its numbers mean: a 0/1 mask with 1 for "
+            "kept keys (e.g. a tokenizer's attention_mask) -> `mask != 0` (or `mask.bool()`); "
+            "an additive mask with 0 for kept and -inf for blocked keys -> `mask == 0`."
+        )
 
 
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,

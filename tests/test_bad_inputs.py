@@ -260,7 +260,7 @@ CASES: list[Case] = [
     Case("model edit_heads returns one head", lambda: MHA_MODEL(PROMPT, edit_heads=lambda i, h: h[:1]),
          ValueError, ["edit_heads", "(2, 4, 3, 4)", "shape (1, 4, 3, 4)"]),
     # masks
-    Case("causal_mask(True)", lambda: causal_mask(True), ValueError, ["num_queries", "True"]),
+    Case("causal_mask(True)", lambda: causal_mask(True), TypeError, ["num_queries", "bool True"]),
     Case("causal_mask float offset", lambda: causal_mask(3, query_offset=1.5), TypeError,
          ["query_offset", "float"]),
     Case("causal_mask offset leaving every query without a key",

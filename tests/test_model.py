@@ -217,7 +217,7 @@ def test_config_round_trips_through_json():
     "kwargs, error, message",
     [
         ({"d_model": 30, "num_heads": 4}, ValueError, "not divisible"),
-        ({"vocab_size": 0}, ValueError, "vocab_size must be positive"),
+        ({"vocab_size": 0}, ValueError, "vocab_size must be a positive int"),
         ({"max_len": 8.0}, TypeError, "max_len must be an int"),
         ({"num_layers": True}, TypeError, "num_layers must be an int"),
         ({"mlp": 1}, TypeError, "mlp must be a bool"),

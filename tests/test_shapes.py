@@ -202,11 +202,11 @@ def test_frame_to_text_formats_floats_without_negative_zero():
     "args,error,match",
     [
         (dict(d_model=500, num_heads=3), ValueError, "not divisible by h = 3"),
-        (dict(d_model=0, num_heads=1), ValueError, "d_model must be >= 1"),
-        (dict(d_model=8, num_heads=-2), ValueError, "num_heads must be >= 1"),
+        (dict(d_model=0, num_heads=1), ValueError, "d_model must be a positive int"),
+        (dict(d_model=8, num_heads=-2), ValueError, "num_heads must be a positive int"),
         (dict(d_model=8.0, num_heads=2), TypeError, "d_model must be an int"),
         (dict(d_model=8, num_heads=True), TypeError, "num_heads must be an int"),
-        (dict(d_model=8, num_heads=2, batch=0), ValueError, "batch must be >= 1"),
+        (dict(d_model=8, num_heads=2, batch=0), ValueError, "batch must be a positive int"),
         (dict(d_model=8, num_heads=2, seq_len="3"), TypeError, "seq_len must be an int"),
     ],
 )
@@ -238,8 +238,8 @@ def test_dimension_report_valid():
     "args,words",
     [
         ((2, 10, 500, 3), "not divisible"),
-        ((2, 10, 0, 1), "d_model must be >= 1"),
-        ((0, 10, 16, 2), "batch must be >= 1"),
+        ((2, 10, 0, 1), "d_model must be a positive int"),
+        ((0, 10, 16, 2), "batch must be a positive int"),
         ((2, 10, 16.5, 2), "must be an int"),
         ((2, 10, 16, None), "must be an int"),
         ((64, 4096, 4096, 1), "Too large"),

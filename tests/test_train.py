@@ -80,12 +80,13 @@ def test_models_that_do_not_fit_the_task_are_refused():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
-    [({"steps": 0}, "steps"), ({"steps": 2.5}, "steps"), ({"lr": 0.0}, "lr"),
-     ({"warmup_steps": -1}, "warmup")],
+    "kwargs, error, message",
+    [({"steps": 0}, ValueError, "steps must be a positive int, got 0"),
+     ({"steps": 2.5}, TypeError, "steps must be an int, got float 2.5"),
+     ({"lr": 0.0}, ValueError, "lr"), ({"warmup_steps": -1}, ValueError, "warmup_steps must be an int >= 0")],
 )
-def test_bad_train_configs_are_refused(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_train_configs_are_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
         TrainConfig(**kwargs)
 
 

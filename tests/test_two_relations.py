@@ -122,8 +122,8 @@ def test_pair_class_round_trip():
 
 @pytest.mark.parametrize("kwargs,error,words", [
     ({"num_items": 4, "max_repeats": 3}, ValueError, r"2 \* max_repeats"),
-    ({"num_keys": 2}, ValueError, "num_keys must be >= 3"),
-    ({"num_symbols": 1}, ValueError, "num_symbols must be >= 2"),
+    ({"num_keys": 2}, ValueError, "num_keys must be an int >= 3"),
+    ({"num_symbols": 1}, ValueError, "num_symbols must be an int >= 2"),
     ({"num_items": 8.0}, TypeError, "num_items must be an int"),
     ({"max_repeats": True}, TypeError, "max_repeats must be an int"),
 ])
@@ -133,7 +133,7 @@ def test_bad_task_settings_raise(kwargs, error, words):
 
 
 def test_bad_sample_arguments_raise():
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(ValueError, match="n must be a positive int"):
         TASK.sample(0, seed=0)
     with pytest.raises(ValueError, match="exactly one of"):
         TASK.sample(5)
@@ -161,9 +161,9 @@ def test_model_rejects_bad_input():
 def test_bad_training_arguments_raise():
     with pytest.raises(ValueError, match="lr must be > 0"):
         RelationsConfig(lr=0.0)
-    with pytest.raises(ValueError, match="steps must be >= 1"):
+    with pytest.raises(ValueError, match="steps must be a positive int"):
         RelationsConfig(steps=0)
-    with pytest.raises(ValueError, match="num_heads must be >= 1"):
+    with pytest.raises(ValueError, match="num_heads must be a positive int"):
         train_lookup(TASK, 0, seed=0)
     with pytest.raises(TypeError, match="RelationsConfig"):
         train_lookup(TASK, 2, seed=0, config={"steps": 5})
@@ -294,7 +294,7 @@ def test_share_on_a_rejects_a_missing_head():
     model, batch = LookupModel(TASK, 16, 2), TASK.sample(8, seed=0)
     with pytest.raises(ValueError, match="head must be < 2"):
         share_on_a(model, batch, head=2)
-    with pytest.raises(ValueError, match="head must be >= 0"):
+    with pytest.raises(ValueError, match="head must be an int >= 0"):
         share_on_a(model, batch, head=-1)
 
 
