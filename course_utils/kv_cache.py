@@ -21,17 +21,35 @@ again. The caches here write the new token into memory set aside in advance:
 
 :func:`decode_step` runs one token of a :class:`~course_utils.model.TinyTransformer` through
 any of them; :func:`decode_tokens` feeds a sequence one token at a time.
+
+A second lever beside ``g``: store the numbers in fewer bits.
+
+* :func:`quantize_kv` / :func:`dequantize_kv`: 8-bit codes with a float16 scale (and, when
+  asymmetric, a float16 zero point) per token (over the head dimension) or per channel (over
+  the tokens of a group). Per token, symmetric, is close to llama.cpp's ``q8_0`` cache type
+  (one float16 scale for every 32 consecutive numbers of a token's row); keys per channel and
+  values per token, asymmetric, is KIVI's choice (Liu et al., 2024), whose keys have a few
+  channels much larger than the rest.
+* :class:`QuantizedCache`: a preallocated cache holding those codes; the newest tokens wait in
+  float32 until a group of ``group`` tokens is full (KIVI's full-precision residual), then the
+  group is quantized. Attention dequantizes and then attends: the bytes are saved in memory,
+  but a step still builds a float32 copy of the cache to attend over (only a kernel that reads
+  the codes directly also saves the time).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "decode_step", "decode_tokens",
+from .validation import check_flag, check_int, check_tensor, describe_shape
+
+__all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
+           "quantize_kv", "dequantize_kv", "quantized_bytes_per_token", "decode_step", "decode_tokens",
            "repeatable_step", "time_cold"]
 
 
@@ -162,7 +180,188 @@ class SlidingWindowCache:
         return self._ring.num_bytes()
 
 
-Cache = CatCache | PreallocatedCache | SlidingWindowCache
+# -- quantized cache -------------------------------------------------------------------------------
+
+_AXES = ("token", "channel")
+
+
+class Quantized(NamedTuple):
+    """8-bit codes and what turns them back into numbers: ``x ~ codes * scale (+ zero)``.
+
+    ``codes``: int8 in [-127, 127] (symmetric) or uint8 in [0, 255] (asymmetric), shaped as the
+    input ``(..., T, dk)``; ``scale`` and ``zero`` (``None`` when symmetric): float16, ``(..., T, 1)``
+    per token or ``(..., 1, dk)`` per channel."""
+
+    codes: Tensor
+    scale: Tensor
+    zero: Tensor | None
+
+
+def _check_axis(value: object, name: str) -> str:
+    if value not in _AXES:
+        raise ValueError(f"{name} must be 'token' (one scale per token, over the head dim) or "
+                         f"'channel' (one scale per head-dim channel, over the tokens), got {value!r}")
+    return value
+
+
+def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Quantized:
+    """Keys or values ``x`` ``(..., T, dk)`` as 8-bit codes, one float16 scale per token (the
+    ``dk`` numbers of one head of one token share it) or per channel (the ``T`` numbers of one
+    channel share it). Symmetric: ``scale = max|x| / 127``, codes in [-127, 127]. Asymmetric:
+    ``zero = min x``, ``scale = (max x - min x) / 255``, codes in [0, 255]: finer steps when
+    the numbers are not centred on 0. The scale is rounded to float16 before the codes are
+    computed, so the codes fit the scale that is stored."""
+    check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
+    _check_axis(per, "per")
+    check_flag(symmetric, "symmetric")
+    if x.shape[-1] == 0 or x.shape[-2] == 0:
+        raise ValueError(f"x must hold at least one token and one channel, got shape {describe_shape(x)}")
+    dim = -1 if per == "token" else -2  # the axis the scale is shared over
+    x = x.float()
+    tiny = torch.finfo(torch.float16).tiny  # a scale never 0: all-zero rows give codes 0
+    if symmetric:
+        scale = (x.abs().amax(dim, keepdim=True) / 127).clamp_min(tiny).half()
+        zero = None
+        codes = torch.round(x / scale.float()).clamp(-127, 127).to(torch.int8)
+    else:
+        low, high = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
+        scale, zero = ((high - low) / 255).clamp_min(tiny).half(), low.half()
+        codes = torch.round((x - zero.float()) / scale.float()).clamp(0, 255).to(torch.uint8)
+    for name, t in (("scale", scale), ("zero point", zero)):
+        if t is not None and not torch.isfinite(t).all():
+            raise ValueError(f"x holds NaN or infinity, or numbers beyond float16's range "
+                             f"(|x| > 65504): its {name} is not finite")
+    return Quantized(codes, scale, zero)
+
+
+def dequantize_kv(q: Quantized, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The numbers back from :func:`quantize_kv`: ``codes * scale (+ zero)``, shape of the codes."""
+    if not isinstance(q, Quantized):
+        raise TypeError(f"q must be a Quantized (from quantize_kv), got {type(q).__name__}")
+    x = q.codes.to(dtype) * q.scale.to(dtype)
+    return x if q.zero is None else x + q.zero.to(dtype)
+
+
+def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "channel",
+                              values: str = "token", symmetric: bool = True, group: int = 32) -> float:
+    """Bytes one token's keys and values take in one layer: ``2 g dk`` codes of one byte, plus
+    the float16 scales (and zero points when asymmetric). A per-token scale belongs to one token
+    (``g`` per tensor); a per-channel scale is shared by the ``group`` tokens of its group, so a
+    token carries ``1 / group`` of each of the ``g dk`` channel scales."""
+    check_int(num_kv_heads, "num_kv_heads", minimum=1)
+    check_int(d_head, "d_head", minimum=1)
+    check_int(group, "group", minimum=1)
+    check_flag(symmetric, "symmetric")
+    per_scale = 2 if symmetric else 4  # float16 scale (+ float16 zero point)
+    total = 2.0 * num_kv_heads * d_head
+    for per in (_check_axis(keys, "keys"), _check_axis(values, "values")):
+        total += num_kv_heads * per_scale * (1 if per == "token" else d_head / group)
+    return total
+
+
+class QuantizedCache:
+    """A preallocated cache of 8-bit keys and values, quantized a group of ``group`` tokens at a time.
+
+    Per layer it holds codes ``(B, g, max_len, dk)`` for K and for V, their float16 scales
+    (``(B, g, n_groups, group, 1)`` per token, ``(B, g, n_groups, 1, dk)`` per channel) and a
+    float32 residual of ``group`` tokens: the newest tokens wait there until their group is full,
+    since a per-channel scale needs all the group's tokens. ``keys="channel", values="token"``
+    with ``symmetric=False`` is KIVI's scheme; ``"token", "token"`` with ``group=1`` quantizes
+    each token as it arrives, as llama.cpp's ``q8_0`` cache does. :meth:`append` returns float32
+    keys and values (dequantized groups, then the residual) for ordinary attention."""
+
+    def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, max_len: int, *,
+                 keys: str = "channel", values: str = "token", symmetric: bool = True,
+                 group: int = 32) -> None:
+        for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+                            ("d_head", d_head), ("max_len", max_len), ("group", group)):
+            check_int(value, name, minimum=1)
+        self.per = {"k": _check_axis(keys, "keys"), "v": _check_axis(values, "values")}
+        self.symmetric = check_flag(symmetric, "symmetric")
+        if "channel" in self.per.values() and group < 2:
+            raise ValueError(f"group must be at least 2 for a per-channel scale (it is shared by the "
+                             f"group's tokens), got {group}")
+        n_groups = -(-max_len // group)  # room for max_len tokens, rounded up to whole groups
+        code_dtype = torch.int8 if symmetric else torch.uint8
+        self.codes, self.scales, self.zeros, self.residual = {}, {}, {}, {}
+        for t in ("k", "v"):
+            scale_shape = ((batch, num_kv_heads, n_groups, group, 1) if self.per[t] == "token"
+                           else (batch, num_kv_heads, n_groups, 1, d_head))
+            self.codes[t] = [torch.zeros(batch, num_kv_heads, n_groups * group, d_head, dtype=code_dtype)
+                             for _ in range(num_layers)]
+            self.scales[t] = [torch.zeros(scale_shape, dtype=torch.float16) for _ in range(num_layers)]
+            self.zeros[t] = [None if symmetric else torch.zeros(scale_shape, dtype=torch.float16)
+                             for _ in range(num_layers)]
+            self.residual[t] = [torch.zeros(batch, num_kv_heads, group, d_head) for _ in range(num_layers)]
+        self.num_layers, self.max_len, self.group = num_layers, max_len, group
+        self.length = 0  # tokens seen (the next token's position)
+
+    @classmethod
+    def from_layers(cls, layers: list[tuple[Tensor, Tensor]], max_len: int, **options) -> QuantizedCache:
+        """A cache of ``max_len`` positions holding ``(k, v)`` ``(B, g, T, dk)`` per layer."""
+        B, g, T, dk = layers[0][0].shape
+        cache = cls(len(layers), B, g, dk, max_len, **options)
+        for i, (k, v) in enumerate(layers):
+            cache.append(i, k, v)
+        return cache
+
+    def _stored(self, t: str, layer: int, n_groups: int) -> Tensor:
+        """Groups ``0..n_groups-1`` of ``t`` ("k" or "v") dequantized: ``(B, g, n_groups * group, dk)``."""
+        codes = self.codes[t][layer]
+        B, g, _, dk = codes.shape
+        grouped = codes[:, :, :n_groups * self.group].reshape(B, g, n_groups, self.group, dk)
+        zero = self.zeros[t][layer]
+        q = Quantized(grouped, self.scales[t][layer][:, :, :n_groups],
+                      None if zero is None else zero[:, :, :n_groups])
+        return dequantize_kv(q).reshape(B, g, n_groups * self.group, dk)
+
+    def _quantize_groups(self, t: str, layer: int, start: int, x: Tensor) -> None:
+        """Quantize ``x`` ``(B, g, n * group, dk)``, whole groups starting at position ``start``."""
+        B, g, T, dk = x.shape
+        first, n = start // self.group, T // self.group
+        q = quantize_kv(x.reshape(B, g, n, self.group, dk), self.per[t], symmetric=self.symmetric)
+        self.codes[t][layer][:, :, start:start + T] = q.codes.reshape(B, g, T, dk)
+        self.scales[t][layer][:, :, first:first + n] = q.scale
+        if q.zero is not None:
+            self.zeros[t][layer][:, :, first:first + n] = q.zero
+
+    def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return float32 ``(B, g, length +
+        T_new, dk)`` keys and values: the quantized groups dequantized, then the residual."""
+        _check_new(k_new, v_new, layer, self.num_layers)
+        start, end = self.length, self.length + k_new.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
+                             f"{k_new.shape[2]} more do not fit")
+        G = self.group
+        for t, new in (("k", k_new), ("v", v_new)):
+            pos = start
+            while pos < end:
+                if pos % G == 0 and end - pos >= G:  # whole groups: quantize them straight away
+                    count = (end - pos) // G * G
+                    self._quantize_groups(t, layer, pos, new[:, :, pos - start:pos - start + count])
+                else:  # the newest tokens wait in the residual until their group is full
+                    slot = pos % G
+                    count = min(G - slot, end - pos)
+                    chunk = new[:, :, pos - start:pos - start + count]
+                    self.residual[t][layer][:, :, slot:slot + count] = chunk
+                    if slot + count == G:
+                        self._quantize_groups(t, layer, pos - slot, self.residual[t][layer])
+                pos += count
+        if layer == self.num_layers - 1:
+            self.length = end
+        full, waiting = divmod(end, G)
+        return tuple(torch.cat([self._stored(t, layer, full), self.residual[t][layer][:, :, :waiting]], 2)
+                     for t in ("k", "v"))
+
+    def num_bytes(self) -> int:
+        """Memory held: codes, scales and zero points for every position, and the residual."""
+        tensors = [x for part in (self.codes, self.scales, self.zeros, self.residual)
+                   for t in ("k", "v") for x in part[t] if x is not None]
+        return sum(x.numel() * x.element_size() for x in tensors)
+
+
+Cache = CatCache | PreallocatedCache | SlidingWindowCache | QuantizedCache
 
 
 def decode_step(model, token: Tensor, cache: Cache) -> Tensor:

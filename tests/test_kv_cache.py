@@ -126,3 +126,132 @@ def test_a_repeatable_step_leaves_the_cache_as_it_found_it():
         first, second = step(), step()
         torch.testing.assert_close(first, second)
         assert cache.length == 5
+
+
+# -- the 8-bit cache ---------------------------------------------------------------------------
+
+from course_utils.kv_cache import (  # noqa: E402
+    QuantizedCache,
+    dequantize_kv,
+    quantize_kv,
+    quantized_bytes_per_token,
+)
+
+
+@pytest.mark.parametrize("per", ["token", "channel"])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_quantize_round_trip_is_within_half_a_step(per, symmetric):
+    x = torch.randn(2, 3, 40, 16, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    q = quantize_kv(x, per, symmetric=symmetric)
+    assert q.codes.shape == x.shape and q.codes.dtype == (torch.int8 if symmetric else torch.uint8)
+    assert q.scale.dtype == torch.float16 and (q.zero is None) == symmetric
+    assert q.scale.shape == ((2, 3, 40, 1) if per == "token" else (2, 3, 1, 16))
+    error = (dequantize_kv(q) - x).abs()
+    step = q.scale.float()  # one code step; rounding to the nearest code is off by half of it
+    assert (error <= 0.5 * step + 1e-3 * step + 1e-6).all()
+    if symmetric:
+        assert q.codes.abs().max() <= 127
+    # the scale follows the axis: one outlier channel spoils per-token scales, not per-channel ones
+    spoiled = x.clone()
+    spoiled[..., 0] *= 100
+    per_channel = (dequantize_kv(quantize_kv(spoiled, "channel", symmetric=symmetric)) - spoiled)[..., 1:]
+    per_token = (dequantize_kv(quantize_kv(spoiled, "token", symmetric=symmetric)) - spoiled)[..., 1:]
+    assert per_channel.abs().mean() < per_token.abs().mean() / 10
+
+
+def test_quantize_keeps_zeros_and_refuses_bad_input():
+    q = quantize_kv(torch.zeros(1, 1, 4, 8))
+    assert not q.codes.any() and (q.scale > 0).all() and not dequantize_kv(q).any()
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        quantize_kv([[1.0]])
+    with pytest.raises(TypeError, match="floating-point"):
+        quantize_kv(torch.ones(2, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="at least 2-D"):
+        quantize_kv(torch.ones(4))
+    with pytest.raises(ValueError, match="per must be 'token'.*got 'head'"):
+        quantize_kv(torch.ones(2, 4), "head")
+    with pytest.raises(TypeError, match="symmetric must be True or False"):
+        quantize_kv(torch.ones(2, 4), symmetric=1)
+    with pytest.raises(ValueError, match="at least one token"):
+        quantize_kv(torch.ones(0, 4))
+    for bad in (float("nan"), float("inf"), 1e9):
+        x = torch.ones(2, 4)
+        x[1, 2] = bad
+        with pytest.raises(ValueError, match="NaN or infinity.*float16"):
+            quantize_kv(x, symmetric=False)
+    with pytest.raises(TypeError, match="q must be a Quantized"):
+        dequantize_kv(torch.ones(2, 4))
+
+
+def test_bytes_per_token_count_codes_scales_and_zero_points():
+    g, dk = 8, 128
+    assert quantized_bytes_per_token(g, dk, keys="token", values="token") == 2 * g * dk + 2 * g * 2
+    asymmetric = quantized_bytes_per_token(g, dk, keys="token", values="token", symmetric=False)
+    assert asymmetric == 2 * g * dk + 2 * g * 4
+    kivi = quantized_bytes_per_token(g, dk, keys="channel", values="token", symmetric=False, group=32)
+    assert kivi == 2 * g * dk + g * dk * 4 / 32 + g * 4
+    with pytest.raises(ValueError, match="keys must be 'token'"):
+        quantized_bytes_per_token(g, dk, keys="row")
+    with pytest.raises(ValueError, match="group must be a positive int, got 0"):
+        quantized_bytes_per_token(g, dk, group=0)
+    with pytest.raises(TypeError, match="d_head must be an int"):
+        quantized_bytes_per_token(g, 2.5)
+
+
+@pytest.mark.parametrize("options", [dict(keys="token", values="token", group=1),
+                                     dict(keys="channel", values="token", symmetric=False, group=8),
+                                     dict(keys="channel", values="channel", group=5)])
+def test_quantized_cache_stays_close_to_the_float_cache_and_counts_its_bytes(options):
+    model, tokens = _model(2), _tokens(T=23)
+    c = model.config
+    exact = decode_tokens(model, tokens, PreallocatedCache(c.num_layers, 3, 2, c.d_head, 23))
+    cache = QuantizedCache(c.num_layers, 3, 2, c.d_head, 23, **options)
+    rounded = decode_tokens(model, tokens, cache)
+    assert cache.length == 23 and 0 < (rounded - exact).abs().max() < 0.05
+    group = options["group"]
+    groups = -(-23 // group)
+    per_token = quantized_bytes_per_token(2, c.d_head, **options)
+    residual = 2 * c.num_layers * 3 * 2 * group * c.d_head * 4
+    assert cache.num_bytes() == pytest.approx(c.num_layers * 3 * groups * group * per_token + residual)
+
+
+def test_quantized_cache_appends_in_chunks_as_token_by_token_and_keeps_the_residual_exact():
+    x = torch.randn(2, 3, 40, 16, generator=torch.Generator().manual_seed(2))
+    for options in (dict(group=8), dict(keys="token", group=1), dict(group=5, symmetric=False)):
+        chunks = QuantizedCache(1, 2, 3, 16, 40, **options)
+        tokens = QuantizedCache(1, 2, 3, 16, 40, **options)
+        for lo, hi in ((0, 23), (23, 40)):
+            k_chunk, _ = chunks.append(0, x[:, :, lo:hi], x[:, :, lo:hi])
+            for t in range(lo, hi):
+                k_token, _ = tokens.append(0, x[:, :, t:t + 1], x[:, :, t:t + 1])
+            assert torch.equal(k_chunk, k_token) and k_chunk.shape == (2, 3, hi, 16)
+    cache = QuantizedCache(1, 1, 1, 4, 20, group=8)
+    k, _ = cache.append(0, x[:1, :1, :11, :4], x[:1, :1, :11, :4])
+    assert torch.equal(k[:, :, 8:], x[:1, :1, 8:11, :4])  # the 3 newest tokens wait, exact
+    assert not torch.equal(k[:, :, :8], x[:1, :1, :8, :4])  # the full group was rounded
+
+
+def test_quantized_cache_refuses_bad_input():
+    with pytest.raises(ValueError, match="group must be at least 2 for a per-channel scale"):
+        QuantizedCache(1, 1, 1, 4, 8, keys="channel", group=1)
+    with pytest.raises(ValueError, match="values must be 'token'"):
+        QuantizedCache(1, 1, 1, 4, 8, values="tokens")
+    with pytest.raises(ValueError, match="max_len must be a positive int, got 0"):
+        QuantizedCache(1, 1, 1, 4, 0)
+    with pytest.raises(TypeError, match="symmetric must be True or False"):
+        QuantizedCache(1, 1, 1, 4, 8, symmetric="yes")
+    cache = QuantizedCache(1, 1, 1, 4, 3, group=2)
+    with pytest.raises(ValueError, match="holds 3 tokens"):
+        cache.append(0, torch.ones(1, 1, 4, 4), torch.ones(1, 1, 4, 4))
+    with pytest.raises(IndexError, match="layer"):
+        cache.append(1, torch.ones(1, 1, 1, 4), torch.ones(1, 1, 1, 4))
+
+
+def test_a_repeatable_step_works_on_the_quantized_cache():
+    model, tokens = _model(2), _tokens(T=9)
+    with torch.no_grad():
+        _, prefix = model.forward_with_cache(tokens[:, :8])
+    cache = QuantizedCache.from_layers(list(prefix.layers), max_len=10, group=4)
+    step = repeatable_step(model, cache, tokens[:, 8:])
+    torch.testing.assert_close(step(), step())
+    assert cache.length == 8
