@@ -1,0 +1,88 @@
+"""The paged cache: block tables that give the contiguous cache's attention, sharing, refusals."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.paged_cache import PagedCache, blocks_needed
+
+
+def _kv(g: int, T: int, dk: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(g, T, dk, generator=gen), torch.randn(g, T, dk, generator=gen)
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16, 64])
+def test_attention_through_interleaved_block_tables_equals_the_contiguous_cache(block_size):
+    pool = PagedCache(num_blocks=64, block_size=block_size, num_kv_heads=2, d_head=8)
+    lengths = {"a": 37, "b": 5, "c": 16}
+    contiguous = {name: _kv(2, n, 8, seed) for seed, (name, n) in enumerate(lengths.items())}
+    for name in contiguous:
+        pool.add_sequence(name)
+    for t in range(37):  # the sequences take turns: their blocks interleave in the pool
+        for name, (k, v) in contiguous.items():
+            if t < k.shape[1]:
+                pool.append(name, k[:, t:t + 1], v[:, t:t + 1])
+    q = torch.randn(6, 1, 8, generator=torch.Generator().manual_seed(9))  # h = 6 over g = 2
+    for name, (k, v) in contiguous.items():
+        got_k, got_v = pool.gather(name)
+        assert torch.equal(got_k, k) and torch.equal(got_v, v)
+        expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        torch.testing.assert_close(pool.attend(name, q), expected)
+        assert len(pool.tables[name]) == blocks_needed(k.shape[1], block_size)
+    assert pool.blocks_in_use() == sum(blocks_needed(n, block_size) for n in (37, 5, 16))
+
+
+def test_a_fork_shares_blocks_and_copies_the_partial_one_on_write():
+    pool = PagedCache(num_blocks=8, block_size=4, num_kv_heads=1, d_head=2)
+    prompt_k, prompt_v = _kv(1, 6, 2, 0)
+    pool.add_sequence("p")
+    pool.append("p", prompt_k, prompt_v)
+    pool.fork("p", "c")
+    assert pool.tables["c"] == pool.tables["p"] == [0, 1] and pool.blocks_in_use() == 2
+    new_k, new_v = _kv(1, 3, 2, 1)
+    pool.append("c", new_k, new_v)  # block 1 is shared and partly filled: c copies it first
+    assert pool.tables["p"] == [0, 1] and pool.tables["c"][0] == 0 and 1 not in pool.tables["c"]
+    assert torch.equal(pool.gather("p")[0], prompt_k)  # the parent's tokens are untouched
+    assert torch.equal(pool.gather("c")[0], torch.cat([prompt_k, new_k], 1))
+    pool.append("p", new_v, new_k)  # p now holds block 1 alone: written in place
+    assert pool.tables["p"][:2] == [0, 1]
+    pool.free_sequence("c")
+    assert pool.refs[0] == 1 and pool.blocks_in_use() == 3  # p's blocks 0, 1 and its new one
+    pool.free_sequence("p")
+    assert pool.blocks_in_use() == 0 and len(pool.free) == 8
+
+
+def test_full_shared_blocks_are_never_copied():
+    pool = PagedCache(num_blocks=8, block_size=4, num_kv_heads=1, d_head=2)
+    pool.add_sequence("p")
+    pool.append("p", *_kv(1, 8, 2, 0))  # two full blocks
+    pool.fork("p", "c")
+    pool.append("c", *_kv(1, 1, 2, 1))
+    assert pool.tables["c"][:2] == pool.tables["p"] and pool.blocks_in_use() == 3
+
+
+def test_bad_input_gets_a_clear_error():
+    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+        PagedCache(4, 0, 1, 2)
+    with pytest.raises(TypeError, match="num_blocks must be an int"):
+        PagedCache(4.0, 4, 1, 2)
+    pool = PagedCache(num_blocks=1, block_size=2, num_kv_heads=1, d_head=2)
+    with pytest.raises(KeyError, match="no sequence 'x'.*add_sequence"):
+        pool.append("x", torch.ones(1, 1, 2), torch.ones(1, 1, 2))
+    pool.add_sequence("x")
+    with pytest.raises(ValueError, match="already in the cache"):
+        pool.add_sequence("x")
+    with pytest.raises(ValueError, match=r"k must be \(g=1, T_new, dk=2\)"):
+        pool.append("x", torch.ones(2, 1, 2), torch.ones(2, 1, 2))
+    with pytest.raises(ValueError, match="k must be 3-D"):
+        pool.append("x", torch.ones(1, 2), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="is empty"):
+        pool.attend("x", torch.ones(1, 1, 2))
+    with pytest.raises(RuntimeError, match="blocks are all in use"):
+        pool.append("x", torch.ones(1, 3, 2), torch.ones(1, 3, 2))
+    with pytest.raises(ValueError, match="h a multiple of g=1"):
+        pool.attend("x", torch.ones(1, 1, 3))
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        blocks_needed(3, 0)
+    assert blocks_needed(0, 16) == 0 and blocks_needed(17, 16) == 2
