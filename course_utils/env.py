@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from .validation import check_int
+
 __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
            "REQUIRED_PACKAGES"]
 
@@ -95,8 +97,7 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
     if num_threads is None:
         yield
         return
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    check_int(num_threads, "num_threads", minimum=1)
     previous = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:

@@ -35,6 +35,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .validation import check_int
+
 __all__ = [
     "previous_token_score",
     "previous_token_by_position",
@@ -375,8 +377,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     """
     if role not in IDEAL_ROLES:
         raise ValueError(f"role must be one of {IDEAL_ROLES}, got {role!r}")
-    if not isinstance(seq_len, int) or seq_len < 2:
-        raise ValueError(f"seq_len must be an int >= 2, got {seq_len!r}")
+    check_int(seq_len, "seq_len", minimum=2)
     pattern = torch.zeros(seq_len, seq_len, dtype=torch.float64)
     rows = torch.arange(seq_len)
     if role == "previous token":

@@ -554,8 +554,7 @@ class MixtureTask:
         """``round(batch_size * induction_share)`` induction sequences (training periods),
         then sentences."""
         _check_generator(generator)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2:
-            raise ValueError(f"batch_size must be an int >= 2 (some of each task), got {batch_size!r}")
+        check_int(batch_size, "batch_size", minimum=2)  # some of each task
         num_induction = min(max(round(batch_size * self.induction_share), 1), batch_size - 1)
         induction = self.induction.sample(num_induction, generator)
         sentences = self.pad(self.agreement.sample(batch_size - num_induction, generator))

@@ -131,8 +131,8 @@ def test_torch_threads_restores_and_rejects_bad_counts():
     assert torch.get_num_threads() == before
     with torch_threads(None):
         assert torch.get_num_threads() == before
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="num_threads"), torch_threads(bad):
+    for bad, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="num_threads must be"), torch_threads(bad):
             pass
 
 
