@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .masks import causal_mask
 from .validation import check_int
 
 __all__ = [
@@ -387,7 +388,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     elif role == "self":
         pattern[rows, rows] = 1.0
     elif role == "uniform":
-        allowed = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.float64))
+        allowed = causal_mask(seq_len).to(torch.float64)  # (T, T): 1 where the query may look
         pattern = allowed / allowed.sum(-1, keepdim=True)
     else:
         if period is None:
@@ -519,8 +520,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     With no options the logits equal ``model(tokens)[0]``. ``keep_attention=False`` uses the
     fused attention kernel and leaves ``attention`` empty (faster, less memory).
     """
-    from .attention import scaled_dot_product_attention
-    from .masks import causal_mask  # local: scores stays importable without the model code
+    from .attention import scaled_dot_product_attention  # local: scores imports no model code
 
     config = model.config
     L, h, d = config.num_layers, config.num_heads, config.d_model
