@@ -9,6 +9,10 @@ show sliders. The pattern used throughout the course:
 * :func:`show` prints a static fallback (the render function at the default values),
   then displays the widget when running inside a Jupyter kernel.
 
+Every explorer of the course is an :class:`Explorer`: lesson 3's :func:`dimension_explorer`
+and lesson 5's :class:`course_utils.heatmaps.AttentionExplorer` (whose figure stays an
+ordinary output that the controls redraw in place).
+
 The kernel cannot know whether a front end will draw the widget, so the static
 fallback is always printed. No widget state is saved in the notebooks.
 """
@@ -25,7 +29,8 @@ from matplotlib.figure import Figure
 
 from .shapes import dimension_report
 
-__all__ = ["in_jupyter_kernel", "Explorer", "show", "dimension_explorer", "show_dimension_explorer"]
+__all__ = ["in_jupyter_kernel", "Explorer", "close_figure", "show", "dimension_explorer",
+           "show_dimension_explorer"]
 
 NO_FRONT_END_NOTE = (
     "[interactive explorer: it needs Jupyter with ipywidgets; the static output above "
