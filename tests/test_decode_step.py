@@ -60,9 +60,24 @@ def test_the_flush_is_a_multiple_of_the_last_level_cache():
         flush_bytes(0)
 
 
-def test_read_bandwidth_is_bytes_over_the_best_time():
+def test_read_bandwidth_is_bytes_over_the_best_time(monkeypatch):
     buffer, flush = torch.rand(2**18), torch.rand(2**18)
-    assert read_bandwidth(buffer, flush=flush, repeats=2) > 0
+    samples = {"read": [4e-3, 1e-3, 2e-3]}  # seconds per repeat: the best is 1 ms
+    monkeypatch.setattr(decode_step, "time_flushed", lambda fns, f, warmup, repeats: samples)
+    assert read_bandwidth(buffer, flush=flush, repeats=3) == pytest.approx(2**20 / 1e-3 / 1e9)
+
+
+def test_time_flushed_reads_the_flush_buffer_before_every_timed_call():
+    events = []
+
+    class Flush:
+        def sum(self) -> None:
+            events.append("flush")
+
+    samples = decode_step.time_flushed({"a": lambda: events.append("a"), "b": lambda: events.append("b")},
+                                       Flush(), warmup=1, repeats=2)
+    assert events == ["a", "b"] + ["flush", "a", "flush", "b"] * 2  # warm-up unflushed, then interleaved
+    assert list(samples) == ["a", "b"] and all(len(s) == 2 for s in samples.values())
 
 
 def _reference_step(dec: SmallDecoder, x: torch.Tensor, k_old, v_old) -> torch.Tensor:
