@@ -18,8 +18,11 @@ LayerNorm) to read the residual stream. Nothing re-implements the model.
   al.'s importance averages, kept per sequence so that they can be resampled.
 * **Pruning tolerance over many orders** (:func:`prunable_counts`): how many heads each order
   switches off before a check first fails, each distinct set of heads measured once.
-* **Resample ablation** (:func:`resampled_logits`): each sequence gets the heads' outputs
-  from a random reference sequence of the same length, a definite but unrelated input.
+* **Resample ablation** (:func:`resampled_logits`, :func:`resampled_outputs`): each sequence
+  gets the heads' outputs from a random reference sequence of the same length, a definite but
+  unrelated input.
+* **Loss along many pruning orders** (:func:`losses_along_orders`): the average loss after
+  every head of each order, several orders per forward pass.
 * :func:`flip_subject_number`: the corrupted twin of each agreement sentence, for patching.
 * :func:`trimmed_by_length`: an agreement batch in a few groups of similar length, each cut
   after its last verb-predicting position (fewer padded tokens to compute, same scores).
@@ -59,6 +62,8 @@ __all__ = [
     "patched_logits",
     "patching_table",
     "resampled_logits",
+    "resampled_outputs",
+    "losses_along_orders",
     "direct_logit_attribution",
     "sequence_gate_gradients",
     "layer_normalised_order",
@@ -182,37 +187,67 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
 
 
 # -- resample ablation ---------------------------------------------------------------------
+def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor, reference_lengths: Tensor,
+                      seq_len: int, *, generator: torch.Generator,
+                      reference_outputs: Tensor | None = None) -> Tensor:
+    """Every head's output on a random ``reference`` sequence of the same length as each of the
+    ``B`` sequences that ``lengths`` ``(B,)`` describes: ``(L, B, h, seq_len, dk)``, one draw
+    per sequence from ``generator`` (``reference_lengths`` ``(R,)`` count real tokens).
+
+    The reference's positions beyond ``seq_len`` are dropped and missing ones are zero (they
+    lie past the sequence's end, where causal attention cannot reach). ``reference_outputs``
+    (``head_outputs(model, reference)``, ``(L, R, h, T_ref, dk)``) saves recomputing them
+    when the same reference serves several calls; the draws are the same either way.
+    """
+    _check_model(model)
+    _check_tokens(reference, "reference")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    if not (isinstance(lengths, Tensor) and lengths.ndim == 1):
+        raise ValueError("lengths must be a (B,) tensor of sequence lengths")
+    if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
+        raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths")
+    cfg = model.config
+    expected = (cfg.num_layers, reference.shape[0], cfg.num_heads, reference.shape[1],
+                cfg.d_model // cfg.num_heads)
+    if reference_outputs is None:
+        reference_outputs = head_outputs(model, reference)
+    elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
+        raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
+                         f"(L, R, h, T_ref, dk) = {expected}")
+    rows = torch.empty(len(lengths), dtype=torch.long)
+    for i, n in enumerate(lengths.tolist()):
+        candidates = (reference_lengths == n).nonzero().squeeze(1)
+        if len(candidates) == 0:
+            raise ValueError(f"no reference sequence has length {n} (sequence {i})")
+        rows[i] = candidates[torch.randint(len(candidates), (1,), generator=generator)]
+    source = reference_outputs[:, rows, :, :seq_len]  # (L, B, h, min(T, T_ref), dk)
+    if source.shape[3] < seq_len:
+        source = torch.nn.functional.pad(source, (0, 0, 0, seq_len - source.shape[3]))
+    return source.contiguous()
+
+
 def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, reference: Tensor,
                      reference_lengths: Tensor, heads: Sequence[Head], *,
-                     generator: torch.Generator) -> Tensor:
+                     generator: torch.Generator, reference_outputs: Tensor | None = None) -> Tensor:
     """Logits ``(B, T, V)`` of a run on ``tokens`` in which ``heads`` output what they output on
     a random ``reference`` sequence of the same length (one draw per sequence, from
     ``generator``; ``lengths`` ``(B,)`` and ``reference_lengths`` ``(R,)`` count real tokens).
 
     Unlike zero or mean ablation, the layers above get a real output of the head, just from an
     unrelated input. The reference runs through the same ``edit_heads`` hook
-    (:func:`~course_utils.ablation.head_outputs`); its positions beyond ``T`` are dropped and
-    missing ones are zero (they lie past the sequence's end, where causal attention cannot reach).
+    (:func:`~course_utils.ablation.head_outputs`; pass its result as ``reference_outputs`` to
+    reuse it); see :func:`resampled_outputs` for how positions are matched.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    _check_tokens(reference, "reference")
     heads = _check_heads(heads, model)
     B, T = tokens.shape
     if not (isinstance(lengths, Tensor) and lengths.shape == (B,)):
         raise ValueError(f"lengths must be a (B,) = ({B},) tensor of sequence lengths")
-    if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
-        raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths")
-    rows = torch.empty(B, dtype=torch.long)
-    for i, n in enumerate(lengths.tolist()):
-        candidates = (reference_lengths == n).nonzero().squeeze(1)
-        if len(candidates) == 0:
-            raise ValueError(f"no reference sequence has length {n} (sequence {i})")
-        rows[i] = candidates[torch.randint(len(candidates), (1,), generator=generator)]
-    source = head_outputs(model, reference)[:, rows, :, :T]  # (L, B, h, min(T, T_ref), dk)
-    if source.shape[3] < T:
-        source = torch.nn.functional.pad(source, (0, 0, 0, T - source.shape[3]))
-    return patched_logits(model, tokens, source.contiguous(), heads)
+    source = resampled_outputs(model, lengths, reference, reference_lengths, T, generator=generator,
+                               reference_outputs=reference_outputs)
+    return patched_logits(model, tokens, source, heads)
 
 
 # -- direct logit attribution ------------------------------------------------------------
@@ -384,6 +419,55 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
+
+
+def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
+                        orders: Sequence[Sequence[Head]], most: int, *, per_run: int = 25) -> Tensor:
+    """The average loss with the first ``k`` heads of each order zeroed, for ``k`` = 0..``most``:
+    ``(len(orders), most + 1)``.
+
+    ``targets`` ``(B, T)`` as for :func:`~course_utils.ablation.average_loss` (token-weighted,
+    ``-100`` not counted). Up to ``per_run`` orders share one forward pass: the batch is
+    repeated once per order and each copy gets its own gates, through ``edit_heads``; each
+    number equals :func:`~course_utils.ablation.measure` with that order's first ``k`` heads
+    off, up to float rounding.
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
+        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+    orders = [_check_heads(order, model) for order in orders]
+    shortest = min(map(len, orders), default=0)
+    if isinstance(most, bool) or not isinstance(most, int) or not 0 <= most <= shortest:
+        raise ValueError(f"most must be an int in 0..{shortest} (the shortest order)")
+    if isinstance(per_run, bool) or not isinstance(per_run, int) or per_run < 1:
+        raise ValueError(f"per_run must be a positive int, got {per_run!r}")
+    cfg = model.config
+    B = tokens.shape[0]
+    counted = targets != -100  # (B, T)
+    if not counted.any():
+        raise ValueError("targets count nothing (all -100)")
+    dtype = model.unembed.weight.dtype
+    out = torch.empty(len(orders), most + 1, dtype=dtype)
+    for start in range(0, len(orders), per_run):
+        some = orders[start:start + per_run]
+        n = len(some)
+        for k in range(most + 1):
+            gates = torch.ones(n, cfg.num_layers, cfg.num_heads, dtype=dtype)
+            for i, order in enumerate(some):
+                for layer, head in order[:k]:
+                    gates[i, layer, head] = 0.0
+            rows = gates.repeat_interleave(B, 0)  # (n*B, L, h): each copy of the batch its own gates
+
+            def gate(layer: int, heads: Tensor, rows: Tensor = rows) -> Tensor:  # heads: (n*B, h, T, dk)
+                return heads * rows[:, layer, :, None, None]
+
+            with torch.no_grad():
+                logits, _ = model(tokens.repeat(n, 1), edit_heads=gate)
+            per_token = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), targets.repeat(n, 1).flatten(), reduction="none").view(n, B, -1)
+            out[start:start + n, k] = (per_token * counted).sum((1, 2)) / counted.sum()
+    return out
 
 
 # -- counterfactual sentences ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from course_utils.ablation import (
     head_importance,
     head_outputs,
     importance_order,
+    loss_evaluation,
     mean_head_outputs,
     measure,
     pruning_curve,
@@ -23,11 +24,13 @@ from course_utils.patching import (
     direct_logit_attribution,
     flip_subject_number,
     layer_normalised_order,
+    losses_along_orders,
     patched_logits,
     patching_table,
     position_ablated_logits,
     prunable_counts,
     resampled_logits,
+    resampled_outputs,
     sequence_gate_gradients,
     trimmed_by_length,
 )
@@ -210,6 +213,34 @@ def test_resampling_names_bad_inputs():
                          generator=generator)
 
 
+def test_resampled_outputs_can_reuse_the_reference_run():
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(batch=4, length=7, seed=1)
+    lengths = torch.tensor([7, 5, 7, 5])
+    reference, _ = tokens_and_targets(batch=6, length=9, seed=3)
+    reference_lengths = torch.tensor([5, 7, 3, 5, 7, 3])
+    outputs = head_outputs(model, reference)
+    def draw():
+        return torch.Generator().manual_seed(0)
+
+    fresh = resampled_outputs(model, lengths, reference, reference_lengths, 7, generator=draw())
+    reused = resampled_outputs(model, lengths, reference, reference_lengths, 7, generator=draw(),
+                               reference_outputs=outputs)
+    assert fresh.shape == (2, 4, 3, 7, 4)
+    torch.testing.assert_close(fresh, reused)
+    expected = resampled_logits(model, tokens, lengths, reference, reference_lengths, [(0, 1), (1, 2)],
+                                generator=torch.Generator().manual_seed(0))
+    got = resampled_logits(model, tokens, lengths, reference, reference_lengths, [(0, 1), (1, 2)],
+                           generator=torch.Generator().manual_seed(0), reference_outputs=outputs)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got, patched_logits(model, tokens, fresh, [(0, 1), (1, 2)]))
+    with pytest.raises(ValueError, match="reference_outputs must be head_outputs"):
+        resampled_outputs(model, lengths, reference, reference_lengths, 7, generator=draw(),
+                          reference_outputs=outputs[:, :5])
+    with pytest.raises(ValueError, match="seq_len"):
+        resampled_outputs(model, lengths, reference, reference_lengths, 0, generator=draw())
+
+
 def test_the_patching_table_patches_one_head_at_a_time():
     model = tiny_model()
     tokens, _ = tokens_and_targets(seed=1)
@@ -357,6 +388,25 @@ def test_prunable_counts_agree_with_full_pruning_curves_and_measure_each_set_onc
     assert prunable_counts(model, evaluation, orders, within)[0] == expected
     with pytest.raises(ValueError, match="chunks"):
         prunable_counts(model, evaluation, orders, within, chunks=0)
+
+
+def test_losses_along_orders_match_measuring_each_prefix():
+    model = tiny_model()
+    tokens, targets = tokens_and_targets(batch=6)
+    targets[0, :4] = -100  # uneven counts: the average is over tokens, not sequences
+    heads = all_heads(model)
+    orders = [heads, heads[::-1], [heads[i] for i in (3, 1, 5, 0, 2, 4)]]
+    got = losses_along_orders(model, tokens, targets, orders, 4)
+    assert got.shape == (3, 5)
+    for i, order in enumerate(orders):
+        for k in range(5):
+            expected = measure(model, loss_evaluation(tokens, targets), order[:k])["loss"]
+            assert abs(float(got[i, k]) - expected) < 1e-9
+    torch.testing.assert_close(losses_along_orders(model, tokens, targets, orders, 4, per_run=2), got)
+    with pytest.raises(ValueError, match="most must be"):
+        losses_along_orders(model, tokens, targets, orders, 7)
+    with pytest.raises(ValueError, match="per_run"):
+        losses_along_orders(model, tokens, targets, orders, 2, per_run=0)
 
 
 # ---------------------------------------------------------------- agreement helpers
