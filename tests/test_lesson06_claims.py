@@ -8,8 +8,6 @@ The first group holds lesson 06 to lesson 05: where the two lessons measure the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 import torch
@@ -48,7 +46,6 @@ from course_utils.patching import (
 from course_utils.tasks import PAD_ID, InductionBatch, agreement_margins, induction_accuracy
 from course_utils.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_head_ablation.ipynb"
 PREVIOUS = [(0, 1), (0, 2), (0, 0)]
 LAYER_1 = [(1, h) for h in range(4)]
 ALL_BUT_L1H2 = [(1, 0), (1, 1), (1, 3)]
@@ -385,10 +382,7 @@ def test_the_mixture_checkpoint_is_the_documented_one(mixture):
     assert meta["sha256"].startswith("9dcf064f")
     assert meta["command"].startswith("python -m course_utils.train mixture --seed 0 --steps 800 "
                                       "--out data/checkpoints/mixture")
-    assert meta["training"]["steps"] == 800 and round(meta["training"]["train_seconds"], 1) == 47.6
-    # the training provenance moved from README.md to docs/benchmarks.md
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md").read_text()
-    assert "MLPs of width 128" in docs and "take 47.6 s of training" in docs, "docs/benchmarks.md, training"
+    assert meta["training"]["steps"] == 800
     assert round(meta["metrics"]["induction"], 3) == 0.999 and round(meta["metrics"]["attractor"], 3) == 0.999
 
 
@@ -812,16 +806,3 @@ def test_direct_against_total_effects_zeroed_and_mean_ablated(attribution, mixtu
     direct, total = changes["mixture", (2, 1), "mean"]
     assert abs(total) < abs(direct), "L2H1 mean-ablated: the total is smaller than the direct effect"
     assert round(6.80 - 4.08, 2) == 2.72 and round(6.80 - 6.43, 2) == 0.37
-
-
-# ------------------------------------------------------------------ the notebook's own text
-def test_exercise_6_4s_answer_agrees_with_the_lesson():
-    import nbformat
-
-    cells = {c.get("id"): c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells}
-    answer, reading = cells["8f8736df"], cells["f2ba3162"]
-    assert "not a coin flip" not in answer and "not a coin flip" not in reading
-    assert "Under zero ablation" in answer and "Under zero ablation" in reading, "zero's plural default"
-    assert "238 of 427" in answer and "206 of 452" in reading
-    assert "2.39" in answer and "0.28" in answer and "only for singular" not in answer
-    assert "solution markers" not in cells["dbb64757"], "the student copy has no solution markers"
