@@ -585,6 +585,23 @@ def test_agreement_heads_hold_on_all_879_attractor_sentences(mixture):
     assert set(matched[matched > 0.02].index) == {"L1H7", "L0H4"}, "task-matched: the same two as on the 400"
 
 
+def test_l1h7s_lead_belongs_to_the_lessons_sample(mixture):
+    """Three fresh batches of 400 attractor sentences, zeroed: L0H3 costs more than L1H7 in each."""
+    above = {}
+    for seed in (21, 22, 23):
+        batch = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(seed))
+        batch = attractor_sentences(batch, ATTRACTOR_COUNT)
+        assert len(batch) == 400
+
+        def right(heads, batch=batch):
+            return int((agreement_margins(ablated_logits(mixture, batch.tokens, heads), batch) > 0).sum())
+
+        intact = right([])
+        lost = pd.Series({head_name(*h): intact - right([h]) for h in all_heads(mixture)})
+        above[seed] = (int(lost["L1H7"]), {h: int(n) for h, n in lost[lost > lost["L1H7"]].items()})
+    assert above == {21: (24, {"L0H1": 33, "L0H3": 28}), 22: (22, {"L0H3": 27}), 23: (20, {"L0H3": 37})}
+
+
 def test_importance_matches_a_finite_difference_and_ranks_like_ablation(mixture, mixture_setup):
     train, _, tables, _ = mixture_setup
     importance = head_importance(mixture, train.tokens, train.targets)
