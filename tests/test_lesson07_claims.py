@@ -541,3 +541,19 @@ def test_mla_table_and_check_as_printed():
     assert "MLA caches as much as GQA with 2.25 groups" in text and "arXiv:2405.04434" in text
     check = _stored_text("mla-check")
     assert check.count("True") == 2 and "40 numbers (latent + RoPE key), against 128" in check
+
+
+def test_deepseek_v2_row_of_the_real_scale_table():
+    """Section 4's table gains DeepSeek-V2: per token and layer 'a latent of 512 numbers and one
+    RoPE key of 64 for all its 128 heads', in 16 bits over 60 layers (checked against the
+    stored HTML, which nbval also holds to a fresh run)."""
+    from course_utils.mla import DEEPSEEK_V2 as ds
+
+    gib = [ds.num_layers * b * (ds.d_latent + ds.d_rope) * t * 2 / 2**30
+           for b in (1, 32) for t in (4096, 32768, 131072)]
+    assert [f"{x:,.1f}" for x in gib] == ["0.3", "2.1", "8.4", "8.4", "67.5", "270.0"]
+    cell = next(c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.get("id") == "c7953417")
+    html = cell.outputs[0]["data"]["text/html"]
+    row = html.split("<th>DeepSeek-V2 (MLA)</th>")[1].split("</tr>")[0]
+    cells = [part.split("</td>")[0] for part in row.split("<td>")[1:]]
+    assert cells == ["60", "128", "latent 512 + RoPE 64", "0.3", "2.1", "8.4", "8.4", "67.5", "270.0"]
