@@ -43,10 +43,12 @@ from torch import Tensor
 
 from .ablation import (
     Evaluation,
+    _check_evaluations,
     _check_heads,
     _check_means,
     _check_method,
     _check_model,
+    _check_scores,
     _check_tokens,
     head_name,
     head_outputs,
@@ -381,7 +383,7 @@ def layer_normalised_order(importance: Tensor) -> list[Head]:
 def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
                     orders: Sequence[Sequence[Head]], within: Callable[[dict[str, float]], bool], *,
                     method: str = "zero", means: dict[int, Tensor] | Tensor | None = None,
-                    map_fn: Callable = map, chunks: int = 1,
+                    map_fn: Callable = map, chunks: int = 1, per_run: int = 25,
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
     ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.ablation.measure`
@@ -390,8 +392,9 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     The orders advance together one head at a time; each distinct set of switched-off heads
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
     (``map``; or :func:`~course_utils.parallel.parallel_map` with ``chunks`` = the number of
-    cores, since it starts one process per item). Returns the counts and every measurement
-    made, keyed by the frozen set of heads.
+    cores, since it starts one process per item). Zeroed, up to ``per_run`` sets share one
+    forward pass (:func:`measure_zeroed_sets`). Returns the counts and every measurement made,
+    keyed by the frozen set of heads.
     """
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"chunks must be a positive int, got {chunks!r}")
@@ -410,8 +413,12 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
         wanted = list(dict.fromkeys(frozenset(orders[i][:k]) for i in alive if frozenset(orders[i][:k])
                                     not in measured))
         parts = [wanted[i::chunks] for i in range(min(chunks, len(wanted)))]
-        results = map_fn(lambda part: [measure(model, evaluations, sorted(heads), method=method, means=means)
-                                       for heads in part], parts)
+        if method == "zero":  # many sets per forward pass
+            results = map_fn(lambda part: measure_zeroed_sets(model, evaluations, [sorted(s) for s in part],
+                                                              per_run=per_run), parts)
+        else:
+            results = map_fn(lambda part: [measure(model, evaluations, sorted(heads), method=method,
+                                                   means=means) for heads in part], parts)
         for part, numbers in zip(parts, results, strict=True):
             measured.update(zip(part, numbers, strict=True))
         for i in alive:
@@ -419,6 +426,43 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
+
+
+def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[Head]]) -> Tensor:
+    """Logits ``(n*B, T, V)``: ``tokens`` ``(B, T)`` repeated once per set, each copy with its
+    set's heads gated to 0 (through ``edit_heads``, as ``head_mask`` does for one set)."""
+    cfg, n = model.config, len(head_sets)
+    gates = torch.ones(n, cfg.num_layers, cfg.num_heads, dtype=model.unembed.weight.dtype)
+    for i, heads in enumerate(head_sets):
+        for layer, head in heads:
+            gates[i, layer, head] = 0.0
+    rows = gates.repeat_interleave(tokens.shape[0], 0)  # (n*B, L, h): each copy its own gates
+
+    def gate(layer: int, heads: Tensor) -> Tensor:  # heads: (n*B, h, T, dk)
+        return heads * rows[:, layer, :, None, None]
+
+    with torch.no_grad():
+        logits, _ = model(tokens.repeat(n, 1), edit_heads=gate)
+    return logits
+
+
+def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
+                        head_sets: Sequence[Sequence[Head]], *, per_run: int = 25) -> list[dict[str, float]]:
+    """``[measure(model, evaluations, heads) for heads in head_sets]`` (zero ablation), with up
+    to ``per_run`` sets sharing one forward pass; equal up to float rounding."""
+    _check_model(model)
+    evaluations = _check_evaluations(evaluations)
+    head_sets = [_check_heads(heads, model) for heads in head_sets]
+    if isinstance(per_run, bool) or not isinstance(per_run, int) or per_run < 1:
+        raise ValueError(f"per_run must be a positive int, got {per_run!r}")
+    results: list[dict[str, float]] = [{} for _ in head_sets]
+    for i, evaluation in enumerate(evaluations):
+        batch = evaluation.tokens.shape[0]
+        for start in range(0, len(head_sets), per_run):
+            logits = _gated_batch(model, evaluation.tokens, head_sets[start:start + per_run])
+            for j, chunk in enumerate(logits.split(batch)):
+                results[start + j].update(_check_scores(evaluation.score(chunk), i))
+    return results
 
 
 def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,

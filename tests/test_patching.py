@@ -19,12 +19,14 @@ from course_utils.ablation import (
     measure,
     pruning_curve,
 )
+from course_utils.checkpoint import load_checkpoint
 from course_utils.model import ModelConfig, TinyTransformer
 from course_utils.patching import (
     direct_logit_attribution,
     flip_subject_number,
     layer_normalised_order,
     losses_along_orders,
+    measure_zeroed_sets,
     patched_logits,
     patching_table,
     position_ablated_logits,
@@ -442,3 +444,19 @@ def test_trimmed_groups_hold_every_sentence_once_and_score_it_the_same():
     torch.testing.assert_close(trimmed, full[order])
     with pytest.raises(ValueError, match="groups"):
         trimmed_by_length(batch, 0)
+
+
+def test_zeroed_sets_in_one_pass_equal_measure_one_set_at_a_time():
+    model, _ = load_checkpoint("mixture")
+    tokens = torch.randint(3, model.config.vocab_size, (5, 12), generator=torch.Generator().manual_seed(3))
+    evaluations = [Evaluation(tokens, lambda logits: {"mean logit": float(logits.mean())}),
+                   Evaluation(tokens[:2], lambda logits: {"top": float(logits[:, -1].max())})]
+    sets = [[], [(0, 1)], [(0, 1), (1, 3)], [(1, 0), (0, 2), (1, 2)]]
+    together = measure_zeroed_sets(model, evaluations, sets, per_run=3)  # 2 runs: 3 sets, then 1
+    for heads, numbers in zip(sets, together, strict=True):
+        alone = measure(model, evaluations, heads)
+        assert numbers.keys() == alone.keys()
+        for name in alone:
+            assert abs(numbers[name] - alone[name]) < 1e-5, (heads, name)
+    with pytest.raises(ValueError, match="per_run must be a positive int"):
+        measure_zeroed_sets(model, evaluations, sets, per_run=0)
