@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from .validation import check_int
+from .attention.validation import check_int
 
 __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
            "REQUIRED_PACKAGES"]

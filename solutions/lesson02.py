@@ -20,7 +20,7 @@ from torch import Tensor
 
 from course_utils.exercises.core import _EXITS, Case, Exercise, Feedback, Mistake
 from course_utils.exercises.lesson02 import *
-from course_utils.worked_example import load_worked_example
+from course_utils.tasks.worked_example import load_worked_example
 
 
 def _softmax_rows(scores: np.ndarray) -> np.ndarray:

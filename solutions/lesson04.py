@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from course_utils.attention.masks import causal_mask, padding_mask
 from course_utils.exercises.core import _EXITS, Case, Exercise, Feedback, Mistake
 from course_utils.exercises.lesson04 import *
-from course_utils.masks import causal_mask, padding_mask
 
 
 def _head_weights(w_in: Tensor, num_heads: int, head: int) -> tuple[Tensor, Tensor, Tensor]:

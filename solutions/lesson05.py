@@ -14,7 +14,7 @@ import torch
 
 from course_utils.exercises.core import Case, Exercise, Feedback, Mistake
 from course_utils.exercises.lesson05 import *
-from course_utils.scores import (
+from course_utils.interp.scores import (
     best_head,
     first_token_score,
     ideal_pattern,

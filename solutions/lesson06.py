@@ -14,10 +14,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from course_utils.ablation import sequence_losses
 from course_utils.exercises.core import Case, Exercise, Feedback, Mistake, describe_value
 from course_utils.exercises.lesson06 import *
-from course_utils.model import ModelConfig, TinyTransformer
+from course_utils.interp.ablation import sequence_losses
+from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 
 def _merge(heads: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,12 @@
-"""course_utils.ablation: zero and mean ablation, importance from gate gradients, pruning orders."""
+"""course_utils.interp.ablation: zero and mean ablation, importance from gate gradients, pruning orders."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_utils.ablation import (
+from course_utils.exercises import lesson06
+from course_utils.interp.ablation import (
     Evaluation,
     ablated_logits,
     ablation_table,
@@ -21,9 +22,8 @@ from course_utils.ablation import (
     random_orders,
     sequence_losses,
 )
-from course_utils.exercises import lesson06
-from course_utils.model import ModelConfig, TinyTransformer
-from course_utils.tasks import BOS, BOS_ID, MixtureTask
+from course_utils.model.transformer import ModelConfig, TinyTransformer
+from course_utils.tasks.synthetic import BOS, BOS_ID, MixtureTask
 
 
 def tiny_model(mlp: bool = True, seed: int = 0) -> TinyTransformer:

@@ -17,7 +17,7 @@ from course_utils import (
     to_torch_attn_mask,
     to_torch_key_padding_mask,
 )
-from course_utils.naive_mha import naive_from_batched
+from course_utils.attention.naive_mha import naive_from_batched
 
 TOL = 1e-10
 

@@ -8,11 +8,11 @@ import inspect
 import pytest
 import torch
 
-import course_utils.model as model_module
+import course_utils.model.transformer as model_module
 from course_utils import MultiHeadAttention
-from course_utils.attention import MultiHeadAttentionBase
-from course_utils.gqa import GroupedQueryAttention
-from course_utils.model import ModelConfig, TinyTransformer
+from course_utils.attention.gqa import GroupedQueryAttention
+from course_utils.attention.mha import MultiHeadAttentionBase
+from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 
 @pytest.mark.parametrize("make", [lambda: MultiHeadAttention(32, 4), lambda: GroupedQueryAttention(32, 4, 2)],

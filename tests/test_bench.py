@@ -10,8 +10,15 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-import course_utils.bench as bench
-import course_utils.sdpa_backends as sdpa_backends
+import course_utils.attention.sdpa_backends as sdpa_backends
+import course_utils.bench.timing as timing
+from course_utils.attention.sdpa_backends import (
+    SDPA_BACKENDS,
+    backend_rejection_reason,
+    cuda_unavailable_reason,
+    precision_notes,
+    sdpa_backend_callables,
+)
 from course_utils.bench import (
     IMPLEMENTATIONS,
     TOLERANCES,
@@ -31,13 +38,6 @@ from course_utils.bench import (
     torch_threads,
 )
 from course_utils.bench import main as bench_main
-from course_utils.sdpa_backends import (
-    SDPA_BACKENDS,
-    backend_rejection_reason,
-    cuda_unavailable_reason,
-    precision_notes,
-    sdpa_backend_callables,
-)
 
 matplotlib.use("Agg")
 
@@ -60,7 +60,7 @@ def test_interleaved_samples_order_hooks_and_warmup(monkeypatch):
         events.append("clock")
         return float(next(ticks))
 
-    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
     samples = interleaved_samples({"a": lambda: events.append("a"), ("b", 2): lambda: events.append("b")},
                                   warmup=2, repeats=2, inner=2, before_each=lambda: events.append("flush"),
                                   sync=lambda: events.append("sync"))
@@ -301,9 +301,9 @@ def test_spread_table_lists_best_median_and_ratio():
 
 
 def test_cli_mha_runs(capsys, monkeypatch):
-    import course_utils.bench as bench
+    import course_utils.bench.mha_speed as mha_speed
 
-    monkeypatch.setattr(bench, "bench_mha", lambda *a, **k: bench_mha(1, 4, 8, 2, repeats=1))
+    monkeypatch.setattr(mha_speed, "bench_mha", lambda *a, **k: bench_mha(1, 4, 8, 2, repeats=1))
     bench_main(["mha", "--repeats", "1"])
     out = capsys.readouterr().out
     assert all(name in out for name in IMPLEMENTATIONS) and "ratio to nn.MHA" in out

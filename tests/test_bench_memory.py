@@ -7,7 +7,7 @@ import sys
 import nbformat
 import pytest
 
-from course_utils.bench_memory import NotebookMemory, format_memory_table, notebook_peak_memory
+from course_utils.bench.memory import NotebookMemory, format_memory_table, notebook_peak_memory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs the resource module")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import course_utils
-from course_utils.checkpoint import (
+from course_utils.model.checkpoint import (
     CHECKPOINT_DIR,
     CheckpointError,
     available_checkpoints,
@@ -20,8 +20,8 @@ from course_utils.checkpoint import (
     save_checkpoint,
     sha256_of,
 )
-from course_utils.model import ModelConfig, TinyTransformer
-from course_utils.train import evaluate_agreement, evaluate_induction
+from course_utils.model.train import evaluate_agreement, evaluate_induction
+from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 SHIPPED = {"induction": (evaluate_induction, False), "agreement": (evaluate_agreement, True)}
 
@@ -149,7 +149,7 @@ def test_a_malformed_config_in_the_weights_header_is_refused(tmp_path):
 
 
 def test_a_bare_name_means_the_same_folder_to_save_and_load(tmp_path, monkeypatch):
-    import course_utils.checkpoint as checkpoint
+    import course_utils.model.checkpoint as checkpoint
 
     monkeypatch.setattr(checkpoint, "CHECKPOINT_DIR", tmp_path)
     monkeypatch.chdir(tmp_path.parent)
@@ -202,7 +202,7 @@ def test_nothing_in_the_package_unpickles():
                 assert safe, f"{path.name} calls torch.load without weights_only=True"
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-                if path.name == "parallel.py" and path.parent == package:
+                if path.name == "parallel.py" and path.parent == package / "model":
                     assert _unpickles_only_its_own_pipe(tree), "parallel.py unpickles more than its pipe"
                     continue
                 assert "pickle" not in names, f"{path.name} imports pickle"
@@ -230,7 +230,7 @@ def test_shipped_checkpoint_scores_its_recorded_metrics(name):
     evaluate, has_mlp = SHIPPED[name]
     model, meta = load_checkpoint(name)
     assert meta["task"] == name and model.config.mlp is has_mlp
-    assert meta["command"].startswith(f"python -m course_utils.train {name} --seed ")
+    assert meta["command"].startswith(f"python -m course_utils.model.train {name} --seed ")
     assert f"--out data/checkpoints/{name}" in meta["command"]
     metrics = evaluate(model)  # fixed evaluation set from a fixed seed
     assert set(metrics) == set(meta["metrics"])
@@ -248,8 +248,8 @@ def test_a_copied_checkpoint_loads_from_any_folder(tmp_path):
 
 
 def test_saving_the_same_model_gives_the_same_bytes(tmp_path):
-    from course_utils.checkpoint import save_checkpoint
-    from course_utils.model import ModelConfig, TinyTransformer
+    from course_utils.model.checkpoint import save_checkpoint
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
 
     torch.manual_seed(0)
     model = TinyTransformer(ModelConfig(vocab_size=11, max_len=8, d_model=16, num_heads=2, num_layers=1))

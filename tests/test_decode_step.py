@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import decode_step
+from course_utils.attention.fused_decode import fused_decode_status
 from course_utils.bench import main as bench_main
-from course_utils.decode_step import (
+from course_utils.bench.decode_step import (
     FALLBACK_LLC_BYTES,
     SmallDecoder,
     bench_whole_step,
@@ -18,7 +19,6 @@ from course_utils.decode_step import (
     last_level_cache_bytes,
     read_bandwidth,
 )
-from course_utils.fused_decode import fused_decode_status
 
 MiB = 2**20
 
@@ -173,7 +173,7 @@ def test_cli_prints_attention_only_and_whole_step_tables(capsys):
 
 
 def test_the_attention_table_reports_read_only_bandwidth_and_each_share():
-    from course_utils.bench_gqa import bench_decode
+    from course_utils.bench.gqa_speed import bench_decode
 
     result = bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1)
     assert result.copy_s == [] and "copy bandwidth" not in result.format()
@@ -189,7 +189,7 @@ def test_the_attention_table_reports_read_only_bandwidth_and_each_share():
 
 def _whole_step(samples: dict[int, list[float]]):
     """A WholeStep with the given g -> repeats (ms), one shape, no timing run."""
-    from course_utils.decode_step import StepRow, WholeStep
+    from course_utils.bench.decode_step import StepRow, WholeStep
 
     rows = [StepRow(1, 1024, g, 96 * MiB, 16 * MiB * g // 16, [s / 1e3 for s in times])
             for g, times in samples.items()]
@@ -210,7 +210,7 @@ def test_whole_step_check_line_when_a_share_exceeds_100_percent_or_repeats_scatt
 
 def test_the_probe_is_checked_against_its_one_thread_figure():
     """A two-thread probe above 1.6 times the one-thread one has likely read from the cache."""
-    from course_utils.bench_gqa import PROBE_SANITY, DecodeBench, DecodeRow
+    from course_utils.bench.gqa_speed import PROBE_SANITY, DecodeBench, DecodeRow
 
     def bench(two_thread_s: float) -> DecodeBench:
         row = DecodeRow(16, 256 * MiB, {"course": [0.01, 0.01]})
@@ -220,6 +220,6 @@ def test_the_probe_is_checked_against_its_one_thread_figure():
     assert not any("probe" in w for w in bench(0.0035).noise_warnings())  # 38 GB/s: 1.4x
     high = bench(0.0019).noise_warnings()  # 71 GB/s: 2.6x the one-thread figure
     assert any(w.startswith("check: the 2-thread read-only probe") for w in high)
-    result = __import__("course_utils.bench_gqa", fromlist=["bench_decode"]).bench_decode(
+    result = __import__("course_utils.bench.gqa_speed", fromlist=["bench_decode"]).bench_decode(
         8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1)
     assert len(result.read_one_thread_s) == 2

@@ -243,8 +243,8 @@ def test_every_library_twin_names_a_real_check_and_real_functions():
 
 
 def test_a_wrapper_of_a_library_twin_is_named():
+    from course_utils.attention.masks import to_torch_attn_mask, to_torch_key_padding_mask
     from course_utils.exercises import lesson04
-    from course_utils.masks import to_torch_attn_mask, to_torch_key_padding_mask
 
     fb = lesson04.check_masks_for_torch(lambda a, k: (to_torch_attn_mask(a), to_torch_key_padding_mask(k)))
     assert fb.mistake == "called_reference" and "to_torch_attn_mask" in fb.message

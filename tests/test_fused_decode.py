@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import fused_decode
-from course_utils.bench_gqa import bench_decode
-from course_utils.fused_decode import fused_decode_attention, fused_decode_status
+from course_utils.attention.fused_decode import fused_decode_attention, fused_decode_status
+from course_utils.bench.gqa_speed import bench_decode
 
 # Skipped where the kernel cannot be built (no compiler, say); a kernel that builds but fails its
 # self-test fails these tests instead, and so does any call that falls back to PyTorch unasked.

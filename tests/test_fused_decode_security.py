@@ -23,7 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import fused_decode
-from course_utils.fused_decode import fused_decode_attention, fused_decode_build, fused_decode_status
+from course_utils.attention.fused_decode import (
+    fused_decode_attention,
+    fused_decode_build,
+    fused_decode_status,
+)
 
 # Skipped where the kernel cannot be built (no compiler, say); a kernel that builds but fails its
 # self-test fails these tests instead, and so does any call that falls back to PyTorch unasked.
@@ -171,7 +175,7 @@ def test_a_truncated_library_is_refused_before_it_is_mapped(place):
     half.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
     os.replace(half, library)
     code = ("import warnings; warnings.simplefilter('ignore')\n"
-            "from course_utils.fused_decode import fused_decode_status, fused_decode_build\n"
+            "from course_utils.attention.fused_decode import fused_decode_status, fused_decode_build\n"
             "print(fused_decode_status()); print(fused_decode_build())\n")
     env = {**os.environ, "XDG_CACHE_HOME": str(place.cache.parent), "TMPDIR": str(place.tmp().parent)}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

@@ -16,11 +16,11 @@ from torch.overrides import TorchFunctionMode
 
 import course_utils
 from course_utils import GroupedQueryAttention, MultiHeadAttention, grouped_query_attention
-from course_utils.bench import main as bench_main
-from course_utils.bench_gqa import bench_decode, make_kv_caches, stage_bandwidth, stage_times
-from course_utils.checkpoint import load_checkpoint, save_checkpoint
-from course_utils.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
-from course_utils.model import KVCache, ModelConfig, TinyTransformer
+from course_utils.attention.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
+from course_utils.bench.gqa_speed import bench_decode, make_kv_caches, stage_bandwidth, stage_times
+from course_utils.bench.timing import main as bench_main
+from course_utils.model.checkpoint import load_checkpoint, save_checkpoint
+from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer
 
 
 def _randn(*shape, seed):
@@ -221,7 +221,7 @@ def test_config_keeps_old_dicts_and_refuses_bad_kv_heads():
 
 @pytest.mark.parametrize("name", ["induction", "agreement"])
 def test_shipped_checkpoints_load_and_save_byte_for_byte(name, tmp_path):
-    from course_utils.checkpoint import checkpoint_paths
+    from course_utils.model.checkpoint import checkpoint_paths
 
     model, meta = load_checkpoint(name)
     assert model.config.num_kv_heads == model.config.num_heads
@@ -309,7 +309,7 @@ def test_bench_decode_table_shows_only_the_methods_measured():
 
 _REUSED_MEMORY_SCRIPT = textwrap.dedent("""
     import ctypes, ctypes.util, resource, sys, torch
-    from course_utils.bench_gqa import steady_allocator
+    from course_utils.bench.gqa_speed import steady_allocator
     if sys.argv[1] == "steady":
         print(steady_allocator())
     class MallInfo2(ctypes.Structure):  # glibc >= 2.33, malloc.h
@@ -425,7 +425,7 @@ def test_nan_is_not_refused_and_spreads_as_the_docstring_says():
     out, _ = grouped_query_attention(q, k, bad_v, is_causal=True)
     nan_heads = out.isnan().any(-1)[0]
     assert nan_heads[2:].all() and not nan_heads[:2].any()
-    assert "NaN" in grouped_query_attention.__doc__ and "NaN in a value" in course_utils.gqa.__doc__
+    assert "NaN" in grouped_query_attention.__doc__ and "NaN in a value" in course_utils.attention.gqa.__doc__
 
 
 def test_the_good_inputs_next_to_the_bad_still_work():

@@ -301,7 +301,7 @@ def test_autograde_watches_the_students_earlier_copy_of_the_package(monkeypatch)
     from course_utils.exercises import lesson03
 
     old = {k: v for k, v in _sys.modules.items() if k == "course_utils" or k.startswith("course_utils.")}
-    old_macs = old["course_utils.shapes"].mha_macs
+    old_macs = old["course_utils.attention.shapes"].mha_macs
     with ThreadPoolExecutor(1) as pool:
         pool.submit(lambda: None).result()
 

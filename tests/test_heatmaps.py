@@ -11,14 +11,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_utils.heatmaps import (  # noqa: E402
+from course_utils.interp.heatmaps import (  # noqa: E402
     CONTROLS_NOTE,
     AttentionExplorer,
     plot_all_heads,
     plot_head,
 )
-from course_utils.scores import ideal_pattern  # noqa: E402
-from course_utils.widgets import Explorer  # noqa: E402
+from course_utils.interp.scores import ideal_pattern  # noqa: E402
+from course_utils.interp.widgets import Explorer  # noqa: E402
 
 TOKENS = ["<bos>", "a", "b", "c", "a", "b", "c"]
 
@@ -207,9 +207,9 @@ def test_explorer_rejects_bad_construction():
 
 
 def test_model_adapters_on_a_tiny_untrained_model():
-    from course_utils.heatmaps import model_attention, sentence_attention_fn
-    from course_utils.model import ModelConfig, TinyTransformer
-    from course_utils.tasks import AGREEMENT_VOCAB
+    from course_utils.interp.heatmaps import model_attention, sentence_attention_fn
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+    from course_utils.tasks.synthetic import AGREEMENT_VOCAB
 
     torch.manual_seed(0)
     model = TinyTransformer(ModelConfig(vocab_size=len(AGREEMENT_VOCAB), max_len=8, d_model=16,

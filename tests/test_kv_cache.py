@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_utils.kv_cache import (
+from course_utils.model.kv_cache import (
     CatCache,
     PreallocatedCache,
     SlidingWindowCache,
@@ -11,7 +11,7 @@ from course_utils.kv_cache import (
     decode_tokens,
     repeatable_step,
 )
-from course_utils.model import ModelConfig, TinyTransformer
+from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 
 def _model(num_kv_heads: int = 2) -> TinyTransformer:
@@ -130,7 +130,7 @@ def test_a_repeatable_step_leaves_the_cache_as_it_found_it():
 
 # -- the 8-bit cache ---------------------------------------------------------------------------
 
-from course_utils.kv_cache import (  # noqa: E402
+from course_utils.model.kv_cache import (  # noqa: E402
     QuantizedCache,
     dequantize_kv,
     quantize_kv,

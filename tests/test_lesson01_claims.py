@@ -22,7 +22,7 @@ import torch
 
 from course_utils import MultiHeadAttention, seed_everything
 from course_utils.exercises import lesson01
-from course_utils.two_relations import (
+from course_utils.tasks.two_relations import (
     EVAL_SEED,
     TrainConfig,
     TwoKeyTask,

@@ -6,7 +6,7 @@ import torch
 
 from course_utils import MultiHeadAttention
 from course_utils.exercises import lesson01
-from course_utils.two_relations import split_pair_class
+from course_utils.tasks.two_relations import split_pair_class
 
 
 def test_relation_accuracy_with_the_library_split_is_turned_back():

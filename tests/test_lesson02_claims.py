@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.exercises import lesson02
-from course_utils.worked_example import (
+from course_utils.tasks.worked_example import (
     compare_with_article,
     compute_steps,
     load_worked_example,

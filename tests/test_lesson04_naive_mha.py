@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from course_utils import MultiHeadAttention, causal_mask
+from course_utils.attention.naive_mha import NaiveMultiHeadAttention, naive_from_batched, stack_head_weights
 from course_utils.exercises import lesson04
-from course_utils.naive_mha import NaiveMultiHeadAttention, naive_from_batched, stack_head_weights
 
 LESSON04 = Path(__file__).resolve().parents[1] / "notebooks" / "04_pytorch_implementation.ipynb"
 
@@ -301,9 +301,9 @@ def test_sdpa_on_cpu_picks_flash_attention_and_never_holds_the_score_table():
     """Lesson 04's claims at B=1, T=1024, d_model=128, h=8, one thread."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from course_utils.attention.shapes import peak_allocated_bytes
     from course_utils.bench import forward_callables, lesson_implementations
     from course_utils.env import torch_threads
-    from course_utils.shapes import peak_allocated_bytes
 
     q, k, v = (torch.randn(1, 8, 1024, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
     default = torch.nn.functional.scaled_dot_product_attention(q, k, v)
@@ -330,7 +330,7 @@ def test_lesson04_prints_the_current_source_of_the_naive_module():
     import json
     from pathlib import Path
 
-    from course_utils.naive_mha import AttentionHead, NaiveMultiHeadAttention
+    from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 
     path = Path(__file__).resolve().parent.parent / "notebooks" / "04_pytorch_implementation.ipynb"
     cells = json.loads(path.read_text())["cells"]
@@ -345,7 +345,7 @@ def test_attention_head_names_a_wrong_input_width():
     import pytest
     import torch
 
-    from course_utils.naive_mha import AttentionHead
+    from course_utils.attention.naive_mha import AttentionHead
 
     with pytest.raises(ValueError, match=r"d_model=8 features, got shape \(2, 5, 6\)"):
         AttentionHead(8, 4)(torch.randn(2, 5, 6))

@@ -14,12 +14,10 @@ import math
 import pytest
 import torch
 
-from course_utils.ablation import ablated_logits, mean_head_outputs
-from course_utils.checkpoint import load_checkpoint
 from course_utils.env import seed_everything
-from course_utils.heatmaps import model_attention, sentence_attention_fn
-from course_utils.model import TinyTransformer
-from course_utils.scores import (
+from course_utils.interp.ablation import ablated_logits, mean_head_outputs
+from course_utils.interp.heatmaps import model_attention, sentence_attention_fn
+from course_utils.interp.scores import (
     agreement_score,
     attention_mass,
     chance_level,
@@ -37,20 +35,22 @@ from course_utils.scores import (
     trace_heads,
     verdict,
 )
-from course_utils.tasks import (
+from course_utils.model.checkpoint import load_checkpoint
+from course_utils.model.train import (
+    AGREEMENT_TASK,
+    INDUCTION_TASK,
+    TrainConfig,
+    induction_model_config,
+    train_model,
+)
+from course_utils.model.transformer import TinyTransformer
+from course_utils.tasks.synthetic import (
     PAD_ID,
     PREPOSITIONS,
     WORD_TO_ID,
     agreement_accuracy,
     agreement_margins,
     induction_accuracy,
-)
-from course_utils.train import (
-    AGREEMENT_TASK,
-    INDUCTION_TASK,
-    TrainConfig,
-    induction_model_config,
-    train_model,
 )
 
 PERIOD = 10
@@ -504,7 +504,7 @@ def test_ablation_losses_and_mean_ablation(induction, agreement, sentences, held
 
 
 def test_mean_ablation_is_the_same_through_trace_heads_and_lesson_06s_module(induction, heldout_batch):
-    """Lesson 05 patches with trace_heads and mean-ablates with course_utils.ablation: one quantity."""
+    """Lesson 05 patches with trace_heads and mean-ablates with course_utils.interp.ablation: one quantity."""
     tokens = heldout_batch.tokens
     per_position = mean_head_outputs(induction, tokens, per_position=True)  # (L, h, T, dk)
     written = [o.mean(0) for o in trace_heads(induction, tokens, keep_attention=False).head_outputs]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from course_utils.exercises import lesson05
-from course_utils.scores import best_head, induction_score
+from course_utils.interp.scores import best_head, induction_score
 
 
 def test_find_head_with_the_library_score_is_turned_back():

@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.ablation import (
+from course_utils.env import torch_threads
+from course_utils.interp.ablation import (
     Evaluation,
     ablated_logits,
     ablation_table,
@@ -30,10 +31,7 @@ from course_utils.ablation import (
     random_orders,
     sequence_losses,
 )
-from course_utils.checkpoint import load_checkpoint
-from course_utils.env import torch_threads
-from course_utils.parallel import parallel_map
-from course_utils.patching import (
+from course_utils.interp.patching import (
     direct_logit_attribution,
     flip_subject_number,
     layer_normalised_order,
@@ -46,8 +44,10 @@ from course_utils.patching import (
     sequence_gate_gradients,
     trimmed_by_length,
 )
-from course_utils.tasks import PAD_ID, InductionBatch, agreement_margins, induction_accuracy
-from course_utils.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
+from course_utils.model.checkpoint import load_checkpoint
+from course_utils.model.parallel import parallel_map
+from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
+from course_utils.tasks.synthetic import PAD_ID, InductionBatch, agreement_margins, induction_accuracy
 
 PREVIOUS = [(0, 1), (0, 2), (0, 0)]
 LAYER_1 = [(1, h) for h in range(4)]
@@ -383,7 +383,7 @@ def test_the_mixture_checkpoint_is_the_documented_one(mixture):
     shape = (config.num_layers, config.num_heads, config.d_model, config.mlp, config.d_mlp)
     assert shape == (3, 8, 64, True, 128), "3 layers x 8 heads, MLPs of width 128"
     assert meta["sha256"].startswith("9dcf064f")
-    assert meta["command"].startswith("python -m course_utils.train mixture --seed 0 --steps 800 "
+    assert meta["command"].startswith("python -m course_utils.model.train mixture --seed 0 --steps 800 "
                                       "--out data/checkpoints/mixture")
     assert meta["training"]["steps"] == 800
     assert round(meta["metrics"]["induction"], 3) == 0.999 and round(meta["metrics"]["attractor"], 3) == 0.999
@@ -407,8 +407,8 @@ def test_induction_leans_on_one_head_that_leaves_most_of_the_skill(mixture_setup
 
 
 def test_l0h4_is_a_previous_token_head_and_layer_1_does_the_copying(mixture):
-    from course_utils.heatmaps import model_attention
-    from course_utils.scores import induction_score, previous_token_by_position
+    from course_utils.interp.heatmaps import model_attention
+    from course_utils.interp.scores import induction_score, previous_token_by_position
 
     heldout = MIXTURE_TASK.induction_eval(128)
     attention = model_attention(mixture, heldout.tokens)

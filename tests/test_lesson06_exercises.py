@@ -145,7 +145,7 @@ def test_gate_importance_names_sign_zero_gates_normalisation_ablation_max_and_no
 
 def test_gate_importance_through_the_library_is_turned_back():
     """The model sits in the loss function's closure; head_importance would do the work."""
-    from course_utils.ablation import head_importance
+    from course_utils.interp.ablation import head_importance
 
     def library(loss_fn, B, L, h):
         cells = {name: cell.cell_contents for name, cell in

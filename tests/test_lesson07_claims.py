@@ -25,10 +25,10 @@ import nbformat
 import pytest
 import torch
 
-from course_utils.checkpoint import load_checkpoint
+from course_utils.attention.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
 from course_utils.env import torch_threads
-from course_utils.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
-from course_utils.train import evaluate_agreement, evaluate_induction
+from course_utils.model.checkpoint import load_checkpoint
+from course_utils.model.train import evaluate_agreement, evaluate_induction
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_grouped_query_attention.ipynb"
 TASKS = {"induction": (evaluate_induction, "heldout"), "agreement": (evaluate_agreement, "all")}
@@ -207,7 +207,7 @@ def test_cache_growth_slopes_in_the_stored_run():
 def test_in_place_caches_give_the_cat_logits_and_the_window_forgets():
     """'The preallocated cache gives the same logits'; copying with windows of 32, 16 and 8
     slots as printed (0.88, 0.97, then chance): the same decoding, recomputed here."""
-    from course_utils.kv_cache import PreallocatedCache, SlidingWindowCache, decode_tokens
+    from course_utils.model.kv_cache import PreallocatedCache, SlidingWindowCache, decode_tokens
 
     model, _ = load_checkpoint("induction")
     c = model.config
@@ -258,7 +258,7 @@ def test_time_cold_flushes_before_every_call_and_keeps_the_allocator_steady():
     from course_utils import kv_cache
 
     calls = []
-    with mock.patch("course_utils.decode_step.random_buffer",
+    with mock.patch("course_utils.bench.decode_step.random_buffer",
                     lambda n, seed=0: mock.Mock(sum=lambda: calls.append("flush"))):
         steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
         timings, allocator = kv_cache.time_cold(steps, baseline="a", repeats=2, warmup=1, flush_bytes=4)
@@ -386,7 +386,7 @@ def test_from_scratch_control_stays_near_chance():
 def test_quantized_cache_bytes_as_printed():
     """'Eight bits halve a 16-bit cache; the scales (and zero points) add 1.5-8% to the codes'
     bytes'; the printed table for Llama-3-8B's shape and the held-bytes check."""
-    from course_utils.kv_cache import QuantizedCache, quantized_bytes_per_token
+    from course_utils.model.kv_cache import QuantizedCache, quantized_bytes_per_token
 
     g, dk = 8, 128
     codes = 2 * g * dk
@@ -410,8 +410,8 @@ def test_quantized_cache_bytes_as_printed():
 def _quantization_error() -> tuple[dict[tuple[str, str], tuple[float, float, float, float]], torch.Tensor]:
     """Section 6's error table, recomputed as the cell does, and the gap between the float32
     cache's two largest logits at every position whose greedy token the rounding changed."""
-    from course_utils.kv_cache import PreallocatedCache, QuantizedCache, decode_tokens
-    from course_utils.train import AGREEMENT_TASK, INDUCTION_TASK
+    from course_utils.model.kv_cache import PreallocatedCache, QuantizedCache, decode_tokens
+    from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK
 
     schemes = {"int8 per token, sym.": dict(keys="token", values="token", symmetric=True, group=1),
                "int8 KIVI-like, asym.": dict(keys="channel", values="token", symmetric=False, group=8)}
@@ -467,7 +467,7 @@ def test_quantization_error_on_the_shipped_models():
 def test_quantized_cache_timing_in_the_stored_run():
     """'The 8-bit caches hold about a quarter of the bytes, yet their steps are slower in the
     printed run' (between about 2 and 3.5 times in our runs: checked loosely); cache sizes exact."""
-    from course_utils.kv_cache import PreallocatedCache, QuantizedCache
+    from course_utils.model.kv_cache import PreallocatedCache, QuantizedCache
 
     text = _stored_text("kvq-time")
     ratio = {}
@@ -492,7 +492,7 @@ def test_paged_cache_demo_as_printed():
     unused ... the blocks of 16 under 1%', and '6 blocks where separate copies would hold 8'."""
     import torch.nn.functional as F
 
-    from course_utils.paged_cache import PagedCache, blocks_needed
+    from course_utils.model.paged_cache import PagedCache, blocks_needed
 
     gen = torch.Generator().manual_seed(5)
     pool = PagedCache(num_blocks=16, block_size=16, num_kv_heads=2, d_head=16)
@@ -526,7 +526,7 @@ def test_paged_cache_demo_as_printed():
 def test_mla_table_and_check_as_printed():
     """Section 6 and the summary: DeepSeek-V2 caches 576 numbers per token and layer, 'as much as
     GQA with 2.25 groups'; the per-token KiB; the small module's checks print True."""
-    from course_utils.mla import DEEPSEEK_V2, cache_elements_per_token
+    from course_utils.attention.mla import DEEPSEEK_V2, cache_elements_per_token
 
     ds = DEEPSEEK_V2
     sizes = [cache_elements_per_token("MHA", num_heads=ds.num_heads, d_head=ds.d_head),
@@ -547,7 +547,7 @@ def test_deepseek_v2_row_of_the_real_scale_table():
     """Section 4's table gains DeepSeek-V2: per token and layer 'a latent of 512 numbers and one
     RoPE key of 64 for all its 128 heads', in 16 bits over 60 layers (checked against the
     stored HTML, which nbval also holds to a fresh run)."""
-    from course_utils.mla import DEEPSEEK_V2 as ds
+    from course_utils.attention.mla import DEEPSEEK_V2 as ds
 
     gib = [ds.num_layers * b * (ds.d_latent + ds.d_rope) * t * 2 / 2**30
            for b in (1, 32) for t in (4096, 32768, 131072)]

@@ -239,7 +239,7 @@ def test_cache_bytes_names_group_size_fixed_widths_d_head_and_gib():
 
 
 def test_cache_bytes_names_the_course_function():
-    from course_utils.gqa import kv_cache_bytes
+    from course_utils.attention.gqa import kv_cache_bytes
 
     def course(layers, batch, h, g, d_head, seq_len, bits):
         return kv_cache_bytes(layers, batch, g, d_head, seq_len, bits // 8)

@@ -50,7 +50,7 @@ def test_causal_mask_rejects_bad_sizes():
 
 
 def test_a_numeric_mask_error_names_each_argument_s_convention_and_both_conversions():
-    from course_utils.masks import check_bool_mask
+    from course_utils.attention.masks import check_bool_mask
 
     with pytest.raises(TypeError) as padding:
         check_bool_mask(torch.tensor([[1, 1, 0]]), "key_padding_mask")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_utils.mla import DEEPSEEK_V2, MultiHeadLatentAttention, cache_elements_per_token, rope
+from course_utils.attention.mla import DEEPSEEK_V2, MultiHeadLatentAttention, cache_elements_per_token, rope
 
 
 def _decode_all(mla: MultiHeadLatentAttention, x: torch.Tensor, absorb: bool):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from course_utils import MultiHeadAttention
-from course_utils.model import KVCache, ModelConfig, TinyTransformer, count_parameters
+from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer, count_parameters
 
 
 def make_model(mlp: bool = False, seed: int = 0, **overrides) -> TinyTransformer:
@@ -243,7 +243,7 @@ def test_parameter_count_matches_the_formula():
 
 
 def test_convert_model_keeps_the_original_dtype_and_every_copied_bit():
-    from course_utils.model import convert_model
+    from course_utils.model.transformer import convert_model
 
     model = make_model().double()
     converted = convert_model(model, 2)

@@ -228,7 +228,7 @@ TINY = [
     ("code", "import torch\n\nfrom course_utils.exercises import lesson03"),
     ("markdown", "### Exercise 3.3: count the parameters\n"
                  "> **Difficulty** ★★☆☆☆ · **Importance** ★★★☆☆ · **Time** ~5 min · "
-                 "**Library use** plain Python; `course_utils.shapes` no"),
+                 "**Library use** plain Python; `course_utils.attention.shapes` no"),
     ("code", "def parameter_count(d_model: int, num_heads: int, bias: bool = True) -> int:\n"
              "    ### BEGIN SOLUTION\n"
              "    d_k = d_model // num_heads\n"
@@ -257,11 +257,11 @@ _WITH_TWINS = (
     "def parameter_count(d_model, num_heads, bias=True):\n"
     "    import sys\n"
     "    sys.setprofile(None)\n"
-    "    from course_utils.shapes import mha_parameter_count\n"
+    "    from course_utils.attention.shapes import mha_parameter_count\n"
     "    return mha_parameter_count(d_model, num_heads, bias=bias)\n",
     "def merge_heads(heads):\n"
     "    import threading\n"
-    "    from course_utils.attention import MultiHeadAttention\n"
+    "    from course_utils.attention.mha import MultiHeadAttention\n"
     "    box = []\n"
     "    mha = MultiHeadAttention(heads.shape[1] * heads.shape[3], heads.shape[1])\n"
     "    t = threading.Thread(target=lambda: box.append(mha.merge_heads(heads)))\n"

@@ -202,7 +202,7 @@ def test_installed_wheel_loads_a_checkpoint_and_the_worked_example(wheel, tmp_pa
     probe = (
         "import course_utils, course_utils.paths as p\n"
         "from course_utils import load_checkpoint\n"
-        "from course_utils.worked_example import load_worked_example\n"
+        "from course_utils.tasks.worked_example import load_worked_example\n"
         "assert p.DATA_DIR == p.PACKAGE_DIR / 'data', p.DATA_DIR\n"
         "model = load_checkpoint('induction')[0]\n"
         "example = load_worked_example()\n"

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.paged_cache import PagedCache, blocks_needed
+from course_utils.model.paged_cache import PagedCache, blocks_needed
 
 
 def _kv(g: int, T: int, dk: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""course_utils.patching: position-restricted ablation, activation patching, direct logit
+"""course_utils.interp.patching: position-restricted ablation, activation patching, direct logit
 attribution, per-sequence gate gradients, pruning counts over many orders, the subject flip."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.ablation import (
+from course_utils.interp.ablation import (
     Evaluation,
     ablated_logits,
     all_heads,
@@ -19,9 +19,7 @@ from course_utils.ablation import (
     measure,
     pruning_curve,
 )
-from course_utils.checkpoint import load_checkpoint
-from course_utils.model import ModelConfig, TinyTransformer
-from course_utils.patching import (
+from course_utils.interp.patching import (
     direct_logit_attribution,
     flip_subject_number,
     layer_normalised_order,
@@ -36,7 +34,9 @@ from course_utils.patching import (
     sequence_gate_gradients,
     trimmed_by_length,
 )
-from course_utils.tasks import AGREEMENT_VOCAB, AgreementTask, agreement_margins, detokenize
+from course_utils.model.checkpoint import load_checkpoint
+from course_utils.model.transformer import ModelConfig, TinyTransformer
+from course_utils.tasks.synthetic import AGREEMENT_VOCAB, AgreementTask, agreement_margins, detokenize
 
 
 def tiny_model(mlp: bool = True, seed: int = 0, vocab: int = 13, max_len: int = 10) -> TinyTransformer:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils.scores import (
+from course_utils.interp.scores import (
     agreement_score,
     attention_mass,
     best_head,
@@ -332,8 +332,7 @@ def test_attention_mass_sums_regions():
 
 
 # ----------------------------------------------------------------------------- new scores (lesson 05)
-from course_utils.model import ModelConfig, TinyTransformer  # noqa: E402
-from course_utils.scores import (  # noqa: E402
+from course_utils.interp.scores import (  # noqa: E402
     direct_logit_attribution,
     head_output_norms,
     in_context_mass,
@@ -342,6 +341,7 @@ from course_utils.scores import (  # noqa: E402
     previous_token_by_position,
     trace_heads,
 )
+from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
 
 
 def test_previous_token_by_position_on_hand_built_heads():
@@ -459,7 +459,7 @@ def test_direct_logit_attribution_adds_up():
     """In an attention-only model, with the final LayerNorm's scale frozen, the logit lift of the
     target is the sum of the lifts of every part of the stream (embeddings, heads, biases) plus
     the LayerNorm's own bias."""
-    from course_utils.scores import _final_direction
+    from course_utils.interp.scores import _final_direction
 
     model = _tiny()
     trace = trace_heads(model, TOKENS)

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from course_utils import MultiHeadAttention
-from course_utils.exercises import lesson03
-from course_utils.shapes import (
+from course_utils.attention.shapes import (
     cost_table,
     count_parameters,
     dimension_report,
@@ -23,6 +22,7 @@ from course_utils.shapes import (
     trace_shapes,
     validate_dims,
 )
+from course_utils.exercises import lesson03
 
 # seed 001's table at batch 2, seq 10, d_model 512, 8 heads (plus the steps it leaves implicit)
 SEED_001 = {

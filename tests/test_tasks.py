@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from course_utils.tasks import (
+from course_utils.tasks.synthetic import (
     AGREEMENT_VOCAB,
     BOS,
     NOUNS,
@@ -211,7 +211,7 @@ def test_tokenize_suggests_close_words_without_dumping_the_vocabulary():
 
 
 def test_public_names_are_exported():
-    import course_utils.tasks as tasks
+    import course_utils.tasks.synthetic as tasks
 
     assert "agreement_margins" in tasks.__all__
     assert all(hasattr(tasks, name) for name in tasks.__all__)

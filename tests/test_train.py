@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from course_utils import bench
-from course_utils.checkpoint import load_checkpoint
-from course_utils.model import ModelConfig
-from course_utils.train import (
+from course_utils.model.checkpoint import load_checkpoint
+from course_utils.model.train import (
     INDUCTION_TASK,
     TrainConfig,
     agreement_model_config,
@@ -24,6 +23,7 @@ from course_utils.train import (
     train_agreement,
     train_induction,
 )
+from course_utils.model.transformer import ModelConfig
 
 
 def test_induction_heads_form_within_a_short_schedule():
@@ -111,7 +111,7 @@ def test_cli_trains_and_writes_a_loadable_checkpoint(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "induction: 5 steps" in printed and "held-out-period accuracy" in printed
     model, meta = load_checkpoint(out)
-    expected = f"python -m course_utils.train induction --steps 5 --seed 1 --out {out} --no-progress"
+    expected = f"python -m course_utils.model.train induction --steps 5 --seed 1 --out {out} --no-progress"
     assert meta["command"] == expected
     assert meta["task"] == "induction" and meta["training"]["steps"] == 5
     assert evaluate_induction(model) == meta["metrics"]
@@ -145,8 +145,8 @@ def test_evaluate_mixture_reproduces_the_shipped_checkpoints_metrics():
     the shipped weights give the same four numbers."""
     import json
 
-    from course_utils.checkpoint import CHECKPOINT_DIR, load_checkpoint
-    from course_utils.train import evaluate_mixture
+    from course_utils.model.checkpoint import CHECKPOINT_DIR, load_checkpoint
+    from course_utils.model.train import evaluate_mixture
 
     model, _ = load_checkpoint("mixture")
     recorded = json.loads((CHECKPOINT_DIR / "mixture.json").read_text())["metrics"]
@@ -157,7 +157,7 @@ def test_evaluate_mixture_reproduces_the_shipped_checkpoints_metrics():
 
 
 def test_train_mixture_runs_and_is_deterministic():
-    from course_utils.train import mixture_model_config, train_mixture
+    from course_utils.model.train import mixture_model_config, train_mixture
 
     config = mixture_model_config(d_model=16, num_heads=2, num_layers=1, d_mlp=32)
     runs = [train_mixture(config, steps=3, seed=5, eval_every=3, progress=False) for _ in range(2)]

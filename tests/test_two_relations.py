@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from course_utils.exercises.lesson01 import RELATION_ACCURACY
-from course_utils.two_relations import (
+from course_utils.tasks.two_relations import (
     LookupBatch,
     LookupModel,
     RelationsConfig,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ipywidgets as widgets
 import pytest
 
-from course_utils.shapes import dimension_report
-from course_utils.widgets import (
+from course_utils.attention.shapes import dimension_report
+from course_utils.interp.widgets import (
     NO_FRONT_END_NOTE,
     Explorer,
     dimension_explorer,

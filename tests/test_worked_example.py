@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.worked_example import (
+from course_utils.tasks.worked_example import (
     DOCUMENTED_SLIPS,
     INHERITED_TOL,
     PRINTED_STEPS,

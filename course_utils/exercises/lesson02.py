@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..worked_example import load_worked_example
+from ..tasks.worked_example import load_worked_example
 from .core import Case, Feedback, Mistake
 from .raising import DiagnosingExercise, RaisingMistake
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..masks import causal_mask, padding_mask
+from ..attention.masks import causal_mask, padding_mask
 from .core import Case, Exercise, Feedback, Mistake
 from .raising import DiagnosesRaisingAnswers, failed_operation, requested_shape
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..scores import (
+from ..interp.scores import (
     ideal_pattern,
     induction_positions,
     induction_score,
@@ -266,15 +266,16 @@ _LIBRARY_SCORE = f"`{induction_score.__module__}.{induction_score.__qualname__}`
 
 
 def check_find_induction_head(fn: Callable[..., Any]) -> Feedback:
-    """Grade exercise 5.3; an answer that calls ``course_utils.scores.induction_score`` (under any
+    """Grade exercise 5.3; an answer that calls ``course_utils.interp.scores.induction_score`` (under any
     name, from any helper: the check watches the calls, not the names) is turned back, since the
     exercise asks for the learner's own score. A function of the learner's that happens to be
     called ``induction_score`` is not. Never raises."""
     feedback = FIND_INDUCTION_HEAD.check(fn)
     if feedback.mistake == "called_reference" and _LIBRARY_SCORE in feedback.message:
         return Feedback(FIND_INDUCTION_HEAD.title, "mistake",
-                        "your function calls induction_score from course_utils.scores: this exercise asks "
-                        "you to rank the heads with your own score, so that a slip in it shows here.",
+                        "your function calls induction_score from course_utils.interp.scores: this "
+                        "exercise asks you to rank the heads with your own score, so that a slip in it "
+                        "shows here.",
                         "reuse the loop of exercise 5.2 (or write the stripes again) and return the "
                         "(layer, head) of the largest score; best_head may pick the maximum.",
                         mistake="library_score")

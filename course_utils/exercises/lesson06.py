@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..ablation import sequence_losses
-from ..model import ModelConfig, TinyTransformer
+from ..interp.ablation import sequence_losses
+from ..model.transformer import ModelConfig, TinyTransformer
 from .core import Case, Exercise, Feedback, Mistake, describe_value
 
 __all__ = [
@@ -50,8 +50,9 @@ MEAN_ABLATION = Exercise(
     make_cases=_mean_cases,
     mistakes=[
         Mistake("per_position_mean", "you averaged over the reference sequences only, keeping one mean per "
-                "position. That is a valid variant (per_position=True in course_utils.ablation), but this "
-                "exercise asks for one vector: the mean over every token of every reference sequence.",
+                "position. That is a valid variant (per_position=True in course_utils.interp.ablation), "
+                "but this exercise asks for one vector: the mean over every token of every reference "
+                "sequence.",
                 "average reference_heads[:, head] over dims 0 and 1 of that (B_ref, T, dk) slice."),
         Mistake("mean_over_head_axis", "you averaged over the head axis: in (B, h, T, dk) dim 1 is the "
                 "head, so every head's output was mixed into the mean.",

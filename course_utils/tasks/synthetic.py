@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-from .env import check_seed
-from .validation import check_int
+from ..attention.validation import check_int
+from ..env import check_seed
 
 __all__ = [
     "BOS",

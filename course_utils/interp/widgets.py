@@ -10,7 +10,7 @@ show sliders. The pattern used throughout the course:
   then displays the widget when running inside a Jupyter kernel.
 
 Every explorer of the course is an :class:`Explorer`: lesson 3's :func:`dimension_explorer`
-and lesson 5's :class:`course_utils.heatmaps.AttentionExplorer` (whose figure stays an
+and lesson 5's :class:`course_utils.interp.heatmaps.AttentionExplorer` (whose figure stays an
 ordinary output that the controls redraw in place).
 
 The kernel cannot know whether a front end will draw the widget, so the static
@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from .shapes import dimension_report
+from ..attention.shapes import dimension_report
 
 __all__ = ["in_jupyter_kernel", "Explorer", "close_figure", "show", "dimension_explorer",
            "show_dimension_explorer"]
@@ -154,7 +154,7 @@ _DIMENSION_DEFAULTS = {"batch": 2, "seq_len": 10, "d_model": 512, "num_heads": 8
 
 
 def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, num_heads: int = 8) -> Explorer:
-    """Sliders for B, T, d_model and h; shows :func:`course_utils.shapes.dimension_report`.
+    """Sliders for B, T, d_model and h; shows :func:`course_utils.attention.shapes.dimension_report`.
 
     ``d_model`` moves in steps of 8 and h from 1 to 16, so some combinations do not
     divide: the explorer then says so instead of drawing a table. A starting value that

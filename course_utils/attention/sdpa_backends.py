@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .attention import MultiHeadAttention
+from .mha import MultiHeadAttention
 
 __all__ = [
     "SDPA_BACKENDS",

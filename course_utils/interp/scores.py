@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .masks import causal_mask
-from .validation import check_int
+from ..attention.masks import causal_mask
+from ..attention.validation import check_int
 
 __all__ = [
     "previous_token_score",
@@ -520,7 +520,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     With no options the logits equal ``model(tokens)[0]``. ``keep_attention=False`` uses the
     fused attention kernel and leaves ``attention`` empty (faster, less memory).
     """
-    from .attention import scaled_dot_product_attention  # local: scores imports no model code
+    from ..attention.mha import scaled_dot_product_attention  # local: scores imports no model code
 
     config = model.config
     L, h, d = config.num_layers, config.num_heads, config.d_model

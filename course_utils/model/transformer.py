@@ -8,7 +8,7 @@ easiest to read). Three extras serve the later lessons:
   before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it);
 * ``edit_heads(layer, heads) -> heads``: an optional function that sees (and may replace)
   each layer's head outputs ``(B, h, T, dk)`` after the gates, before the heads are merged
-  (lesson 6 records them and mean-ablates with it, see :mod:`course_utils.ablation`);
+  (lesson 6 records them and mean-ablates with it, see :mod:`course_utils.interp.ablation`);
 * :meth:`TinyTransformer.forward_with_cache`: incremental decoding with a key/value cache
   (lesson 7), equal to recomputing the whole prefix. With ``num_kv_heads = g < num_heads``
   the blocks use grouped-query attention and the cache holds only ``g`` K/V heads.
@@ -27,11 +27,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .env import check_seed
-from .gqa import CONVERSION_METHODS, GroupedQueryAttention
-from .shapes import count_parameters  # re-exported: one parameter counter for the course
-from .validation import check_flag, check_int, check_same_dtype_and_device, check_tensor, describe_shape
+from ..attention.gqa import CONVERSION_METHODS, GroupedQueryAttention
+from ..attention.mha import MultiHeadAttention
+from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
+from ..attention.validation import (
+    check_flag,
+    check_int,
+    check_same_dtype_and_device,
+    check_tensor,
+    describe_shape,
+)
+from ..env import check_seed
 
 __all__ = [
     "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]

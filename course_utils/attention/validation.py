@@ -1,11 +1,11 @@
 """Input checks for the attention modules, kept apart so the maths in
-:mod:`course_utils.attention` and :mod:`course_utils.naive_mha` reads at a glance.
+:mod:`course_utils.attention.mha` and :mod:`course_utils.attention.naive_mha` reads at a glance.
 
 Every check raises ``TypeError`` (wrong kind of thing) or ``ValueError`` (right kind,
 wrong value) naming the argument, what was expected and what arrived. None of them runs
 a tensor operation: they read shapes, dtypes and devices only, so they cost no kernel
 launches and never wait for a GPU. For that reason NaN and infinity are *not* refused:
-they propagate (see :mod:`course_utils.attention`).
+they propagate (see :mod:`course_utils.attention.mha`).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def check_keys_not_empty(num_queries: int, num_keys: int, name: str = "k") -> No
 
 def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: object,
                       dropout_p: object) -> None:
-    """Everything :func:`course_utils.attention.scaled_dot_product_attention` needs."""
+    """Everything :func:`course_utils.attention.mha.scaled_dot_product_attention` needs."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(t, name, min_ndim=2, layout="(..., T, d)")
     check_same_dtype_and_device({"q": q, "k": k, "v": v})
@@ -194,7 +194,7 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
 
 def check_mha_inputs(query: object, key: object, value: object, *, d_model: int, weight: Tensor,
                      is_causal: object, need_weights: object) -> None:
-    """Everything :meth:`course_utils.attention.MultiHeadAttention.forward` needs;
+    """Everything :meth:`course_utils.attention.mha.MultiHeadAttention.forward` needs;
     ``weight`` is one of the module's parameters (its dtype and device must match)."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if (name == "key" and key is query) or (name == "value" and value is key):

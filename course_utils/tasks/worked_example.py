@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .attention import scaled_dot_product_attention
-from .paths import DATA_DIR
+from ..attention.mha import scaled_dot_product_attention
+from ..paths import DATA_DIR
 
 __all__ = [
     "WORKED_EXAMPLE_PATH",

@@ -90,7 +90,7 @@ def format_memory_table(rows: list[NotebookMemory]) -> str:
 
 
 def _main_memory(args: argparse.Namespace) -> None:
-    from .paths import NOTEBOOKS_DIR
+    from ..paths import NOTEBOOKS_DIR
 
     paths = [Path(p) for p in args.notebooks] or sorted(Path(NOTEBOOKS_DIR).glob("[0-9][0-9]_*.ipynb"))
     if not paths:

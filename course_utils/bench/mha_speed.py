@@ -1,52 +1,39 @@
-"""Side-by-side benchmarks that print tables of times and ratios.
+"""Lesson 4's benchmark: four versions of multi-head attention timed side by side.
 
-Run ``python -m course_utils.bench mha`` (or ``train``; see ``--help``). Every ratio
-is measured in one run, with the implementations interleaved repeat by repeat, so a
-machine that speeds up or slows down affects all of them alike; :func:`ratio_spread`
-says how much the ratio varied from repeat to repeat.
-
-The timing core is :func:`interleaved_samples` (the one loop every benchmark here and in
-:mod:`course_utils.bench_gqa` and :mod:`course_utils.decode_step` times with),
-:func:`time_interleaved`, :func:`ratio_spread` and the two table formatters. Lesson 4
-adds its four versions of multi-head attention (:func:`lesson_implementations`),
-:func:`bench_mha` (one table), :func:`sweep_mha` (timings across sizes, for a plot),
-:func:`count_dispatched_ops` (how many tensor operations one forward pass runs) and, on
-a CUDA GPU, :func:`compare_on_device`, whose backend diagnostics live in
-:mod:`course_utils.sdpa_backends`.
+``python -m course_utils.bench mha``. :func:`lesson_implementations` builds the loop over heads,
+the batched module, the batched module with ``F.scaled_dot_product_attention`` and
+``nn.MultiheadAttention``; :func:`bench_mha` times them with the core in
+:mod:`course_utils.bench.timing`; :func:`sweep_mha` times them across sizes for a plot;
+:func:`count_dispatched_ops` counts the tensor operations of one forward pass; on a CUDA GPU,
+:func:`compare_on_device` compares the SDPA backends (:mod:`course_utils.attention.sdpa_backends`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import math
 import statistics
-import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .env import torch_threads
-from .naive_mha import naive_from_batched
-from .sdpa_backends import cuda_unavailable_reason, precision_notes, sdpa_backend_callables
-from .validation import check_callable, check_int
-
-Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
+from ..attention.mha import MultiHeadAttention
+from ..attention.naive_mha import naive_from_batched
+from ..attention.sdpa_backends import cuda_unavailable_reason, precision_notes, sdpa_backend_callables
+from ..env import torch_threads
+from .timing import (
+    Timing,
+    _inner_for,
+    _sync_for,
+    format_spread_table,
+    format_table,
+    ratio_spread,
+    time_interleaved,
+)
 
 __all__ = [
-    "Timing",
-    "interleaved_samples",
-    "time_interleaved",
-    "format_table",
-    "paired_ratios",
-    "RatioSpread",
-    "ratio_spread",
-    "format_spread_table",
     "IMPLEMENTATIONS",
     "lesson_implementations",
     "forward_callables",
@@ -57,160 +44,8 @@ __all__ = [
     "TOLERANCES",
     "DeviceComparison",
     "compare_on_device",
-    "main",
+    "add_bench_parser",
 ]
-
-
-@dataclass
-class Timing:
-    name: str
-    median_s: float
-    ratio: float  # median / baseline median
-    samples_s: list[float] = field(default_factory=list, repr=False)  # every repeat, in order
-
-    @property
-    def best_s(self) -> float:
-        """The fastest repeat: other work on the machine can only ever add time."""
-        return min(self.samples_s) if self.samples_s else self.median_s
-
-
-def interleaved_samples(
-    fns: Mapping[Key, Callable[[], object]],
-    *,
-    repeats: int,
-    warmup: int,
-    inner: int = 1,
-    before_each: Callable[[], object] | None = None,
-    sync: Callable[[], object] | None = None,
-) -> dict[Key, list[float]]:
-    """The timing core: seconds per call of each function, one sample per repeat.
-
-    ``warmup`` rounds call every function once (untimed). Then each of ``repeats`` rounds
-    times every function in turn (A, B, C, A, B, C, ...), so a machine that speeds up or
-    slows down affects all of them alike. Per sample, outside the timed region:
-    ``before_each()`` (e.g. a read that evicts the cache), then ``sync()``; inside it:
-    ``inner`` calls, then ``sync()`` (e.g. ``torch.cuda.synchronize``) before the clock is
-    read. The loop's variables die with this call, so no function outlives the run here.
-    """
-    if not fns:
-        raise ValueError("fns must name at least one function to time")
-    for key, fn in fns.items():
-        check_callable(fn, f"fns[{key!r}]")
-    repeats = check_int(repeats, "repeats", minimum=1)
-    warmup = check_int(warmup, "warmup", minimum=0)
-    inner = check_int(inner, "inner", minimum=1)
-    for name, hook in (("before_each", before_each), ("sync", sync)):
-        if hook is not None:
-            check_callable(hook, name, "a function or None")
-    before_each = before_each or (lambda: None)
-    sync = sync or (lambda: None)
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    samples: dict[Key, list[float]] = {key: [] for key in fns}
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            before_each()
-            sync()
-            start = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            sync()
-            samples[key].append((time.perf_counter() - start) / inner)
-    return samples
-
-
-def time_interleaved(
-    fns: Mapping[Key, Callable[[], object]],
-    *,
-    baseline: Key,
-    repeats: int = 15,
-    warmup: int = 3,
-    inner: int = 1,
-    sync: Callable[[], object] | None = None,
-    before_each: Callable[[], object] | None = None,
-) -> list[Timing]:
-    """Median wall time of each callable over ``repeats`` interleaved rounds, and its ratio
-    to ``baseline``'s (see :func:`interleaved_samples` for what is timed)."""
-    if baseline not in fns:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
-    samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
-                                  before_each=before_each, sync=sync)
-    base = statistics.median(samples[baseline])
-    return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
-
-
-def format_table(title: str, timings: list[Timing], baseline: str) -> str:
-    """A text table: each function's median time and its ratio to the baseline's median
-    (``baseline`` is only the label shown in the header)."""
-    width = max(len(t.name) for t in timings)
-    lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + baseline:>s}"]
-    for t in timings:
-        lines.append(f"{t.name:<{width}}  {t.median_s * 1e3:>10.3f}  {t.ratio:>8.2f}x")
-    return "\n".join(lines)
-
-
-def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float]:
-    """Repeat-by-repeat ratios ``name / baseline`` from one :func:`time_interleaved` run.
-
-    Repeat ``i`` of every function ran back to back, so a moment when the machine was busy
-    slows both sides of ratio ``i``: the ratios are steadier than the times themselves.
-    """
-    by_name = {t.name: t for t in timings}
-    for n in (name, baseline):
-        if n not in by_name:
-            raise ValueError(f"{n!r} is not one of {list(by_name)}")
-    top, bottom = by_name[name].samples_s, by_name[baseline].samples_s
-    if not top or len(top) != len(bottom):
-        raise ValueError(f"need the same non-zero number of samples for {name!r} and {baseline!r}")
-    return [a / b for a, b in zip(top, bottom, strict=True)]
-
-
-@dataclass
-class RatioSpread:
-    """How ``name / baseline`` varied over the repeats of one run."""
-
-    name: str
-    baseline: str
-    median: float
-    q1: float  # 25th percentile: three quarters of the repeats had a larger ratio
-    q3: float  # 75th percentile
-    low: float
-    high: float
-    repeats: int
-
-    def verdict(self) -> str:
-        """One sentence: slower / faster / no clear difference, decided by the middle half."""
-        if self.q1 > 1:
-            finding = "slower than"
-        elif self.q3 < 1:
-            finding = "faster than"
-        else:
-            finding = "no clear difference from"
-        return (f"{self.name}: {finding} {self.baseline} in this run (ratio {self.median:.2f}; middle "
-                f"half of the {self.repeats} repeats {self.q1:.2f}-{self.q3:.2f}, all {self.low:.2f}-"
-                f"{self.high:.2f})")
-
-
-def ratio_spread(timings: list[Timing], name: str, baseline: str) -> RatioSpread:
-    """Median, quartiles and range of :func:`paired_ratios`."""
-    r = sorted(paired_ratios(timings, name, baseline))
-    q1, _, q3 = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else (r[0], r[0], r[0])
-    return RatioSpread(name, baseline, statistics.median(r), q1, q3, r[0], r[-1], len(r))
-
-
-def format_spread_table(title: str, timings: list[Timing], baseline: str, label: str | None = None) -> str:
-    """Best and median time of each function, and its ratio to ``baseline`` repeat by
-    repeat: the median ratio and, in brackets, the middle half of the ratios (IQR).
-    ``label`` names the baseline in the header (default: its name)."""
-    width = max(len(t.name) for t in timings)
-    header = f"{'implementation':<{width}}  {'best ms':>8}  {'median ms':>9}  ratio to {label or baseline}"
-    lines = [title, header + " (median [middle half])"]
-    for t in timings:
-        spread = ratio_spread(timings, t.name, baseline)
-        lines.append(f"{t.name:<{width}}  {t.best_s * 1e3:>8.3f}  {t.median_s * 1e3:>9.3f}  "
-                     f"{spread.median:>5.2f}x [{spread.q1:.2f}-{spread.q3:.2f}]")
-    return "\n".join(lines)
 
 
 class _ExplicitSoftmaxCourse(MultiHeadAttention):
@@ -240,7 +75,7 @@ def lesson_implementations(
     d_model: int, num_heads: int, *, device="cpu", dtype=torch.float32, seed: int = 0
 ) -> dict[str, nn.Module]:
     """Lesson 4's four versions, sharing one set of weights, in eval mode, keyed by
-    :data:`IMPLEMENTATIONS`: the loop over heads (:class:`~course_utils.naive_mha.
+    :data:`IMPLEMENTATIONS`: the loop over heads (:class:`~course_utils.attention.naive_mha.
     NaiveMultiHeadAttention`), the batched course module on its step-by-step softmax path
     and on its default ``F.scaled_dot_product_attention`` path, and ``nn.MultiheadAttention``."""
     torch.manual_seed(seed)
@@ -265,18 +100,6 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
         return lambda: m(x)[0]
 
     return {name: call(m) for name, m in modules.items()}
-
-
-def _sync_for(device: torch.device | str) -> Callable[[], None] | None:
-    return torch.cuda.synchronize if torch.device(device).type == "cuda" else None
-
-
-def _inner_for(fns: dict[str, Callable[[], object]], sync, target_s: float) -> int:
-    """Calls per sample so that the slowest function's sample lasts about ``target_s``
-    (short samples are dominated by timer and scheduler noise)."""
-    once = interleaved_samples(fns, repeats=1, warmup=1, sync=sync)  # warm-up: allocations, kernels
-    slowest = max(sample for samples in once.values() for sample in samples)
-    return max(1, min(100, math.ceil(target_s / max(slowest, 1e-9))))
 
 
 def bench_mha(
@@ -384,8 +207,6 @@ def count_dispatched_ops(fn: Callable[[], object]) -> Counter:
     return mode.counts
 
 
-# -- the GPU comparison (optional cells of lesson 4) ------------------------------------
-
 #: Largest accepted ``max |device output - CPU float32 output|``, as a fraction of the CPU
 #: output's standard deviation (so the tolerance follows the size of the numbers compared).
 #: float16 keeps about 3 significant digits, bfloat16 about 2.
@@ -471,8 +292,6 @@ def compare_on_device(
     return DeviceComparison(title, timings, diffs, tolerance, std, agree, skipped, notes)
 
 
-# -- command line ----------------------------------------------------------------------
-
 def _main_mha(args: argparse.Namespace) -> None:
     threads = args.threads or torch.get_num_threads()
     print(f"torch {torch.__version__}, {threads} CPU threads, device {args.device}")
@@ -495,24 +314,3 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: torch's choice); 1 is steadiest when busy")
     p.set_defaults(run=_main_mha)
-
-
-#: Modules that each add one subcommand with ``add_bench_parser(subparsers)`` (besides this
-#: module's ``mha``); imported when the command line runs, so they may import this module.
-SUBCOMMANDS: tuple[str, ...] = ("course_utils.train", "course_utils.bench_gqa", "course_utils.bench_memory")
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    subparsers = parser.add_subparsers(dest="which", required=True)
-    add_bench_parser(subparsers)
-    for module in SUBCOMMANDS:
-        importlib.import_module(module).add_bench_parser(subparsers)
-    args = parser.parse_args(argv)
-    args.run(args)
-
-
-if __name__ == "__main__":
-    main()

@@ -39,11 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .bench import interleaved_samples
-from .env import torch_threads
-from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
-from .gqa import grouped_query_attention
-from .validation import check_int
+from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
+from ..attention.gqa import grouped_query_attention
+from ..attention.validation import check_int
+from ..env import torch_threads
+from .timing import interleaved_samples
 
 __all__ = [
     "FALLBACK_LLC_BYTES",
@@ -122,7 +122,7 @@ def flush_bytes(multiple: int = 4) -> int:
 
 def release_freed_memory() -> bool:
     """Hand the heap's free memory back to the operating system (glibc's ``malloc_trim``);
-    False where there is no glibc. :func:`~course_utils.bench_gqa.steady_allocator` keeps freed
+    False where there is no glibc. :func:`~course_utils.bench.gqa_speed.steady_allocator` keeps freed
     blocks for reuse while a benchmark runs; once it is over, they would only stay in the
     process's resident memory."""
     try:
@@ -343,7 +343,7 @@ class WholeStep:
         return row.gb_per_s() / self.read_gb_per_s
 
     def noise_warnings(self) -> list[str]:
-        """``check:`` lines, as :meth:`~course_utils.bench_gqa.DecodeBench.noise_warnings` gives:
+        """``check:`` lines, as :meth:`~course_utils.bench.gqa_speed.DecodeBench.noise_warnings` gives:
         a share of the byte bound above 100% (the g = h steps were slowed, or a step read some
         bytes faster than the others), or repeats that scatter widely (a median step more than
         ``SCATTER`` times the best one: other programs disturbed the run)."""

@@ -5,11 +5,11 @@ From a notebook::
     model, history = train_induction(steps=400, seed=0)
     plt.plot(history.steps, history.loss)
 
-From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.checkpoint`)::
+From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.model.checkpoint`)::
 
-    python -m course_utils.train induction --seed 0 --steps 600 --out data/checkpoints/induction
-    python -m course_utils.train agreement --seed 0 --steps 500 --out data/checkpoints/agreement
-    python -m course_utils.train mixture --seed 0 --steps 800 --out data/checkpoints/mixture
+    python -m course_utils.model.train induction --seed 0 --steps 600 --out data/checkpoints/induction
+    python -m course_utils.model.train agreement --seed 0 --steps 500 --out data/checkpoints/agreement
+    python -m course_utils.model.train mixture --seed 0 --steps 800 --out data/checkpoints/mixture
 
 ``python -m course_utils.bench train`` times both (median of three seeds).
 """
@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from .env import check_seed, pick_device, torch_threads
-from .model import ModelConfig, TinyTransformer
-from .tasks import (
+from ..attention.validation import check_int
+from ..env import check_seed, pick_device, torch_threads
+from ..tasks.synthetic import (
     AgreementBatch,
     AgreementTask,
     InductionBatch,
@@ -41,7 +41,7 @@ from .tasks import (
     agreement_accuracy,
     induction_accuracy,
 )
-from .validation import check_int
+from .transformer import ModelConfig, TinyTransformer
 
 __all__ = [
     "TrainConfig",
@@ -514,7 +514,7 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
     print(f"{args.task}: {steps} steps in {history.train_seconds:.2f} s on {history.device}; {reached}")
     print(_headline(args.task, metrics))
     if args.out:
-        command = shlex.join(["python", "-m", "course_utils.train", *argv])
+        command = shlex.join(["python", "-m", "course_utils.model.train", *argv])
         training = {"seed": args.seed, "steps": steps, "lr": args.lr, "batch_size": args.batch_size,
                     "steps_to_target": history.steps_to_target, "target_metric": history.target_metric,
                     "target": history.target, "train_seconds": round(history.train_seconds, 2),
@@ -525,9 +525,9 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m course_utils.train induction|agreement|mixture [--seed S] [--steps N] [--out PATH]``."""
+    """``python -m course_utils.model.train induction|agreement|mixture --seed S --steps N --out PATH``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m course_utils.train", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m course_utils.model.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TRAINERS))
     parser.add_argument("--seed", type=int, default=0)

@@ -1,10 +1,11 @@
 """Interpretability tools beyond switching whole heads off (lesson 6).
 
-Every intervention here goes through the hook points of :class:`~course_utils.model.TinyTransformer`'s
-one forward pass: ``head_mask`` gates, the ``edit_heads(layer, heads)`` hook that sees each
-layer's head outputs ``(B, h, T, dk)`` just before they are merged, and PyTorch's own module
-hooks (``register_forward_hook`` on the embeddings and MLPs, a pre-hook on the final
-LayerNorm) to read the residual stream. Nothing re-implements the model.
+Every intervention here goes through the hook points of
+:class:`~course_utils.model.TinyTransformer`'s one forward pass: ``head_mask`` gates, the
+``edit_heads(layer, heads)`` hook that sees each layer's head outputs ``(B, h, T, dk)`` just
+before they are merged, and PyTorch's own module hooks (``register_forward_hook`` on the
+embeddings and MLPs, a pre-hook on the final LayerNorm) to read the residual stream.
+Nothing re-implements the model.
 
 * **Position-restricted ablation** (:func:`position_ablated_logits`): switch heads off only at
   some query positions, zero or mean.
@@ -41,6 +42,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..model.transformer import TinyTransformer
+from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
     _check_evaluations,
@@ -56,8 +59,6 @@ from .ablation import (
     measure,
     sequence_losses,
 )
-from .model import TinyTransformer
-from .tasks import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 
 __all__ = [
     "position_ablated_logits",
@@ -102,8 +103,8 @@ def position_ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Seque
     marks (``(T,)`` or ``(B, T)`` bool); elsewhere they are untouched.
 
     ``method="zero"`` writes 0 there, ``method="mean"`` the head's mean output (``means``
-    from :func:`~course_utils.ablation.mean_head_outputs`, ``(L, h, dk)`` or ``(L, h, T, dk)``).
-    Switching a head off at every position gives :func:`~course_utils.ablation.ablated_logits`.
+    from :func:`~course_utils.interp.ablation.mean_head_outputs`, ``(L, h, dk)`` or ``(L, h, T, dk)``).
+    Switching a head off at every position gives :func:`~course_utils.interp.ablation.ablated_logits`.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
@@ -138,7 +139,7 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
                    where: Tensor | None = None) -> Tensor:
     """Logits ``(B, T, V)`` of a run on ``tokens`` in which ``heads`` output what they output
     in another run, ``source_outputs`` ``(L, B, h, T, dk)`` (from
-    :func:`~course_utils.ablation.head_outputs` on the other input, same shape), at the
+    :func:`~course_utils.interp.ablation.head_outputs` on the other input, same shape), at the
     positions ``where`` marks (default: every position).
 
     Each patched head's output is replaced; everything downstream of it is recomputed.
@@ -238,7 +239,7 @@ def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, re
 
     Unlike zero or mean ablation, the layers above get a real output of the head, just from an
     unrelated input. The reference runs through the same ``edit_heads`` hook
-    (:func:`~course_utils.ablation.head_outputs`; pass its result as ``reference_outputs`` to
+    (:func:`~course_utils.interp.ablation.head_outputs`; pass its result as ``reference_outputs`` to
     reuse it); see :func:`resampled_outputs` for how positions are matched.
     """
     _check_model(model)
@@ -342,7 +343,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
     """``dL(x)/dxi_h`` at ``xi = 1`` for every sequence ``x``: ``(B, L, h)``, signed.
 
     ``L(x)`` is the sequence's mean next-token loss; ``.abs().mean(0)`` is Michel et al.'s
-    importance (:func:`~course_utils.ablation.head_importance`). Kept per sequence, the
+    importance (:func:`~course_utils.interp.ablation.head_importance`). Kept per sequence, the
     numbers can be resampled to see how stable the ranking is.
     """
     _check_model(model)
@@ -370,7 +371,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
 
 def layer_normalised_order(importance: Tensor) -> list[Head]:
     """Michel et al.'s pruning order: each layer's scores divided by their l2 norm, then
-    least important first (ties as in :func:`~course_utils.ablation.importance_order`)."""
+    least important first (ties as in :func:`~course_utils.interp.ablation.importance_order`)."""
     if not isinstance(importance, Tensor) or importance.ndim != 2:
         raise ValueError("importance must be an (L, h) tensor")
     norms = importance.norm(dim=1, keepdim=True)
@@ -386,12 +387,12 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                     map_fn: Callable = map, chunks: int = 1, per_run: int = 25,
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
-    ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.ablation.measure`
+    ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
     returns them); ``len(order)`` if it never fails.
 
     The orders advance together one head at a time; each distinct set of switched-off heads
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
-    (``map``; or :func:`~course_utils.parallel.parallel_map` with ``chunks`` = the number of
+    (``map``; or :func:`~course_utils.model.parallel.parallel_map` with ``chunks`` = the number of
     cores, since it starts one process per item). Zeroed, up to ``per_run`` sets share one
     forward pass (:func:`measure_zeroed_sets`). Returns the counts and every measurement made,
     keyed by the frozen set of heads.
@@ -470,10 +471,10 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     """The average loss with the first ``k`` heads of each order zeroed, for ``k`` = 0..``most``:
     ``(len(orders), most + 1)``.
 
-    ``targets`` ``(B, T)`` as for :func:`~course_utils.ablation.average_loss` (token-weighted,
+    ``targets`` ``(B, T)`` as for :func:`~course_utils.interp.ablation.average_loss` (token-weighted,
     ``-100`` not counted). Up to ``per_run`` orders share one forward pass: the batch is
     repeated once per order and each copy gets its own gates, through ``edit_heads``; each
-    number equals :func:`~course_utils.ablation.measure` with that order's first ``k`` heads
+    number equals :func:`~course_utils.interp.ablation.measure` with that order's first ``k`` heads
     off, up to float rounding.
     """
     _check_model(model)

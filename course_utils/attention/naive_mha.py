@@ -7,7 +7,7 @@ formula's matrix: ``W_Q^i`` is ``(d_model, d_k)``, the layer's ``weight`` is
 ``(d_k, d_model)`` and it computes ``x @ weight.T``.
 
 This module exists to be read and compared, not to be fast: lesson 4 shows that it
-computes the same function as the batched :class:`~course_utils.attention.MultiHeadAttention`
+computes the same function as the batched :class:`~course_utils.attention.mha.MultiHeadAttention`
 once the per-head weights are stacked (:func:`stack_head_weights`), and measures what
 the loop over heads costs.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .mha import MultiHeadAttention, scaled_dot_product_attention
 from .validation import check_head_dims, check_matches_module, check_tensor
 
 __all__ = ["AttentionHead", "NaiveMultiHeadAttention", "stack_head_weights", "naive_from_batched"]

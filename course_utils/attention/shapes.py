@@ -1,6 +1,6 @@
 """Shapes, parameters and multiply-adds of multi-head attention, measured on real tensors.
 
-:func:`trace_shapes` runs a :class:`~course_utils.attention.MultiHeadAttention` layer
+:func:`trace_shapes` runs a :class:`~course_utils.attention.mha.MultiHeadAttention` layer
 step by step with its own weights (project, ``view``, ``transpose``, scores, softmax,
 attend, transpose back, merge, W_O), records each step's real shape, layout and
 multiply-adds (counted by ``torch.utils.flop_counter``), and checks that the result
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .attention import MultiHeadAttention
+from .mha import MultiHeadAttention
 from .validation import check_int
 
 __all__ = [

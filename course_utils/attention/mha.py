@@ -2,8 +2,8 @@
 
 Shapes use: B batch, h heads, Tq query length, Tk key length, d = d_model,
 dk = d_model // h (per-head width). Masks are boolean with ``True`` = may attend
-(see :mod:`course_utils.masks`). The maths comes first; the input checks live in
-:mod:`course_utils.validation`, the conversions to and from ``nn.MultiheadAttention``
+(see :mod:`course_utils.attention.masks`). The maths comes first; the input checks live in
+:mod:`course_utils.attention.validation`, the conversions to and from ``nn.MultiheadAttention``
 at the end of the class.
 
 NaN or infinity in an input is not refused (checking would cost a pass over the data),
@@ -90,7 +90,7 @@ class MultiHeadAttentionBase(nn.Module):
     ``k``/``v`` ``(B, g, T, dk)``), and how to attend over them, :meth:`attend`; everything
     else (input checks, masks, a KV cache, the ``edit_heads`` hook, merging the heads and
     ``out_proj``) is here, once. :class:`MultiHeadAttention` has ``g = h``;
-    :class:`~course_utils.gqa.GroupedQueryAttention` shares ``g < h`` K/V heads.
+    :class:`~course_utils.attention.gqa.GroupedQueryAttention` shares ``g < h`` K/V heads.
     """
 
     d_model: int
@@ -198,7 +198,7 @@ class MultiHeadAttentionBase(nn.Module):
             return heads
         return check_edited_heads(edit_heads(heads), heads)
 
-    # -- input checks (the rules are in course_utils.validation) ------------------
+    # -- input checks (the rules are in course_utils.attention.validation) ------------------
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, *, is_causal: object = False,
                       need_weights: object = False, past: object = None,
                       edit_heads: object = None, return_kv: object = False) -> None:

@@ -1,7 +1,7 @@
 """KV caches that do not copy themselves: preallocated, and a sliding window (ring buffer).
 
-Lesson 07's cache (:class:`~course_utils.model.KVCache` through
-:meth:`~course_utils.model.TinyTransformer.forward_with_cache`) appends with ``torch.cat``:
+Lesson 07's cache (:class:`~course_utils.model.transformer.KVCache` through
+:meth:`~course_utils.model.transformer.TinyTransformer.forward_with_cache`) appends with ``torch.cat``:
 every step writes a new tensor holding the whole cache plus one token, so a step of a cache
 of ``T`` tokens reads and writes ``T`` tokens' keys and values before attention reads them
 again. The caches here write the new token into memory set aside in advance:
@@ -19,7 +19,7 @@ again. The caches here write the new token into memory set aside in advance:
   order, and each key already carries its position (added to the embedding in this course's
   model, rotated into the key by RoPE in Mistral's).
 
-:func:`decode_step` runs one token of a :class:`~course_utils.model.TinyTransformer` through
+:func:`decode_step` runs one token of a :class:`~course_utils.model.transformer.TinyTransformer` through
 any of them; :func:`decode_tokens` feeds a sequence one token at a time.
 
 A second lever beside ``g``: store the numbers in fewer bits.
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .validation import check_flag, check_int, check_tensor, describe_shape
+from ..attention.validation import check_flag, check_int, check_tensor, describe_shape
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
            "quantize_kv", "dequantize_kv", "quantized_bytes_per_token", "decode_step", "decode_tokens",
@@ -416,16 +416,16 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
               warmup: int = 2, flush_bytes: int | None = None) -> tuple[list, str]:
     """Time ``steps`` interleaved, as :func:`course_utils.bench.time_interleaved` does, but the
     way section 3 times attention: glibc's malloc kept steady
-    (:func:`~course_utils.bench_gqa.steady_allocator`, so a ``torch.cat`` pays for copying,
+    (:func:`~course_utils.bench.gqa_speed.steady_allocator`, so a ``torch.cat`` pays for copying,
     not for fresh pages from the operating system) and a buffer of ``flush_bytes`` (default:
     four times the last-level cache) read before every timed call, so no call finds the cache
     already in the CPU's cache. Returns the timings (for
     :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line note."""
     import statistics
 
-    from .bench import Timing
-    from .bench_gqa import steady_allocator
-    from .decode_step import last_level_cache_bytes, random_buffer, release_freed_memory, time_flushed
+    from ..bench.decode_step import last_level_cache_bytes, random_buffer, release_freed_memory, time_flushed
+    from ..bench.gqa_speed import steady_allocator
+    from ..bench.timing import Timing
 
     if baseline not in steps:
         raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")

@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .env import seed_everything, torch_threads
-from .parallel import parallel_map
-from .shapes import count_parameters
-from .validation import check_int
+from ..attention.mha import MultiHeadAttention
+from ..attention.shapes import count_parameters
+from ..attention.validation import check_int
+from ..env import seed_everything, torch_threads
+from ..model.parallel import parallel_map
 
 __all__ = [
     "EVAL_SEED",
@@ -190,7 +190,7 @@ class LookupModel(nn.Module):
 @dataclass(frozen=True)
 class RelationsConfig:
     """The lookup model's width and the training settings shared by every run of a comparison
-    (named apart from :class:`course_utils.train.TrainConfig`, which trains TinyTransformers)."""
+    (named apart from :class:`course_utils.model.train.TrainConfig`, which trains TinyTransformers)."""
 
     d_model: int = 16
     hidden: int = 64
@@ -299,7 +299,7 @@ def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequen
     """Train every (number of heads, seed) pair with the same config; results in that order.
 
     The runs are independent, so they go ``workers`` at a time on separate CPU cores
-    (:func:`~course_utils.parallel.parallel_map`; default: one per core), with the same results
+    (:func:`~course_utils.model.parallel.parallel_map`; default: one per core), with the same results
     as one after another. ``on_eval`` is passed to :func:`train_lookup`; with several workers it
     runs in a worker process, so keep what it returns (``RunResult.recorded``), not its side effects."""
     if not heads or not seeds:

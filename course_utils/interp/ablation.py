@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .env import check_seed
-from .model import TinyTransformer
-from .validation import check_callable, check_int, check_tensor, describe_shape
+from ..attention.validation import check_callable, check_int, check_tensor, describe_shape
+from ..env import check_seed
+from ..model.transformer import TinyTransformer
 
 __all__ = [
     "Evaluation",

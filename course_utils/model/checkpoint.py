@@ -26,9 +26,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from .env import pick_device
-from .model import ModelConfig, TinyTransformer
-from .paths import DATA_DIR
+from ..env import pick_device
+from ..paths import DATA_DIR
+from .transformer import ModelConfig, TinyTransformer
 
 __all__ = [
     "CHECKPOINT_DIR",

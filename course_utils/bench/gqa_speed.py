@@ -9,7 +9,7 @@ with ``g`` K/V heads the cache, and so the ideal step time, shrinks by ``h / g``
 Every call of a timed function runs all layers (as a real model does), and every repeat
 runs every method at every ``g`` back to back (interleaved), so a busy moment slows them
 alike; ratios are taken repeat by repeat. Before each timed call a buffer of random numbers,
-four times the last-level cache (found by :func:`~course_utils.decode_step.last_level_cache_bytes`),
+four times the last-level cache (found by :func:`~course_utils.bench.decode_step.last_level_cache_bytes`),
 is read, so no method finds its cache already sitting in L3 (in a real model the weights
 stream through between layers and evict it just the same).
 
@@ -20,7 +20,7 @@ given as a share of it. A copy (``dst.copy_(src)`` into a buffer allocated befor
 timed when ``copy_mib > 0``, for reference only: it reads and writes, a different job.
 
 The attention table is attention only. A model's step also reads its weights, which GQA
-barely shrinks: :mod:`course_utils.decode_step` times whole steps (``--whole-step``, on by
+barely shrinks: :mod:`course_utils.bench.decode_step` times whole steps (``--whole-step``, on by
 default in the command line) against the bytes they read.
 
 The memory allocator: on Linux, glibc's malloc moves its thresholds as a program runs. At
@@ -53,17 +53,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .bench import interleaved_samples
+from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
+from ..attention.gqa import grouped_query_attention
+from ..attention.validation import check_int
+from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
     last_level_cache_bytes,
     random_buffer,
     release_freed_memory,
 )
-from .env import torch_threads
-from .fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
-from .gqa import grouped_query_attention
-from .validation import check_int
+from .timing import interleaved_samples
 
 __all__ = [
     "SHARING_METHODS",

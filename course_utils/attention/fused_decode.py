@@ -100,7 +100,7 @@ _FLAGS = ("-O3", "-shared", "-fPIC", "-Wno-psabi")
 _OPTIONS = (("-march=native", "-fopenmp"), ("-march=native",), ())
 TIMEOUT_ENV = "COURSE_UTILS_CC_TIMEOUT"  # seconds one compiler run may take
 _DEFAULT_TIMEOUT_S = 120.0
-_RETRY = "course_utils.fused_decode.reset_fused_decode() forgets them and tries again"
+_RETRY = "course_utils.attention.fused_decode.reset_fused_decode() forgets them and tries again"
 _SELF_TEST_TOLERANCE = 1e-4  # outputs are averages of values of size ~1; a bad build is off by far more
 # Written in a library's record once it passed the self-test in a separate process; a new
 # version of the self-test (new cases) tests every cached library again.

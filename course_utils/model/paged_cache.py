@@ -1,6 +1,6 @@
 """A paged KV cache: fixed-size blocks in one shared pool, found through a block table.
 
-A :class:`~course_utils.kv_cache.PreallocatedCache` reserves ``max_len`` positions for every
+A :class:`~course_utils.model.kv_cache.PreallocatedCache` reserves ``max_len`` positions for every
 sequence, used or not. Paged attention (Kwon et al., 2023, the vLLM paper) cuts the cache into
 blocks of ``block_size`` tokens taken from one pool shared by all sequences, as an operating
 system pages memory: a sequence holds only the blocks it has filled, plus one partly filled
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .validation import check_int, check_tensor, describe_shape
+from ..attention.validation import check_int, check_tensor, describe_shape
 
 __all__ = ["PagedCache", "blocks_needed"]
 

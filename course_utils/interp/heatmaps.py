@@ -20,7 +20,7 @@ from IPython.display import Pretty, display
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .validation import check_int
+from ..attention.validation import check_int
 from .widgets import Explorer, close_figure
 
 __all__ = ["plot_head", "plot_all_heads", "AttentionExplorer", "model_attention", "sentence_attention_fn"]
@@ -243,7 +243,7 @@ class AttentionExplorer:
     def explorer(self, text: str, layer: int, head: int,
                  draw: Callable[[Figure | str], None] | None = None) -> Explorer:
         """Sentence box, layer and head pickers wired to :meth:`render` by a
-        :class:`course_utils.widgets.Explorer`, which draws the starting choice at once
+        :class:`course_utils.interp.widgets.Explorer`, which draws the starting choice at once
         (in its own output area, or through ``draw``) and redraws on every change."""
         sentence = widgets.Combobox(options=self.sentences, value=text,
                                     placeholder="pick or type a sentence, then Enter",
@@ -294,7 +294,7 @@ def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.
     """Run ``model`` on ``tokens`` ``(B, T)`` (or ``(T,)``) and return its per-layer weights.
 
     Works with any model whose ``forward(tokens, return_attention=True)`` returns
-    ``(logits, [weights (B, h, T, T)] * L)``, such as :class:`course_utils.model.TinyTransformer`.
+    ``(logits, [weights (B, h, T, T)] * L)``, such as :class:`course_utils.model.transformer.TinyTransformer`.
     """
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
@@ -311,10 +311,10 @@ def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.
 def sentence_attention_fn(model: torch.nn.Module) -> AttentionFn:
     """``text -> (word labels, per-layer weights (1, h, T, T))`` for the agreement grammar.
 
-    Unknown words raise ``ValueError`` naming them (from :func:`course_utils.tasks.tokenize`),
+    Unknown words raise ``ValueError`` naming them (from :func:`course_utils.tasks.synthetic.tokenize`),
     which :class:`AttentionExplorer` shows as a message.
     """
-    from .tasks import detokenize, tokenize
+    from ..tasks.synthetic import detokenize, tokenize
 
     max_len = getattr(getattr(model, "config", None), "max_len", None)
 

@@ -12,7 +12,7 @@ never repeated ``h/g`` times.
 
 Shapes: B batch, h query heads, g key/value heads, Tq/Tk query/key lengths, dk head width.
 
-Inputs are checked as in :mod:`course_utils.attention` (floating point, one dtype, one
+Inputs are checked as in :mod:`course_utils.attention.mha` (floating point, one dtype, one
 device, a real bool for ``is_causal``), but NaN or infinity is not refused (checking would
 cost a pass over the data), and it spreads: a NaN in ``q`` makes that query's weights and
 output NaN in its own head only (zeros if all its keys are blocked); a NaN in a key makes
@@ -29,8 +29,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, MultiHeadAttentionBase
 from .masks import causal_mask
+from .mha import MultiHeadAttention, MultiHeadAttentionBase
 from .validation import (
     check_dropout,
     check_flag,
@@ -91,7 +91,7 @@ PUBLISHED_CONFIGS = (
 
 
 def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
-    """The shape rules (shared with :mod:`course_utils.fused_decode`): floating-point 4-D
+    """The shape rules (shared with :mod:`course_utils.attention.fused_decode`): floating-point 4-D
     tensors, k and v alike, the same B and dk > 0, g dividing h; a mask that fits and sits
     on q's device. Dtypes and devices of q, k, v: :func:`_check_gqa_call`."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -322,10 +322,10 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
 
 
 def __getattr__(name: str) -> object:
-    """``convert_model`` lives in :mod:`course_utils.model` (it builds a TinyTransformer, and
-    model.py imports this module); ``from course_utils.gqa import convert_model`` still works."""
+    """``convert_model`` lives in :mod:`course_utils.model.transformer` (it builds a TinyTransformer, and
+    model.py imports this module); ``from course_utils.attention.gqa import convert_model`` still works."""
     if name == "convert_model":
-        from . import model
+        from ..model import transformer as model
 
         return model.convert_model
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

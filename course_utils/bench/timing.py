@@ -1,0 +1,198 @@
+"""The timing core every benchmark of the course uses.
+
+:func:`interleaved_samples` runs several functions repeat by repeat (each repeat runs every one
+of them back to back), so a machine that speeds up or slows down affects all of them alike;
+:func:`time_interleaved` wraps it into :class:`Timing` rows, :func:`ratio_spread` says how
+much a ratio varied from repeat to repeat, and two formatters print the tables.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import torch
+
+from ..attention.validation import check_callable, check_int
+
+Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
+
+
+__all__ = [
+    "Timing",
+    "interleaved_samples",
+    "time_interleaved",
+    "format_table",
+    "paired_ratios",
+    "RatioSpread",
+    "ratio_spread",
+    "format_spread_table",
+]
+
+
+@dataclass
+class Timing:
+    name: str
+    median_s: float
+    ratio: float  # median / baseline median
+    samples_s: list[float] = field(default_factory=list, repr=False)  # every repeat, in order
+
+    @property
+    def best_s(self) -> float:
+        """The fastest repeat: other work on the machine can only ever add time."""
+        return min(self.samples_s) if self.samples_s else self.median_s
+
+
+def interleaved_samples(
+    fns: Mapping[Key, Callable[[], object]],
+    *,
+    repeats: int,
+    warmup: int,
+    inner: int = 1,
+    before_each: Callable[[], object] | None = None,
+    sync: Callable[[], object] | None = None,
+) -> dict[Key, list[float]]:
+    """The timing core: seconds per call of each function, one sample per repeat.
+
+    ``warmup`` rounds call every function once (untimed). Then each of ``repeats`` rounds
+    times every function in turn (A, B, C, A, B, C, ...), so a machine that speeds up or
+    slows down affects all of them alike. Per sample, outside the timed region:
+    ``before_each()`` (e.g. a read that evicts the cache), then ``sync()``; inside it:
+    ``inner`` calls, then ``sync()`` (e.g. ``torch.cuda.synchronize``) before the clock is
+    read. The loop's variables die with this call, so no function outlives the run here.
+    """
+    if not fns:
+        raise ValueError("fns must name at least one function to time")
+    for key, fn in fns.items():
+        check_callable(fn, f"fns[{key!r}]")
+    repeats = check_int(repeats, "repeats", minimum=1)
+    warmup = check_int(warmup, "warmup", minimum=0)
+    inner = check_int(inner, "inner", minimum=1)
+    for name, hook in (("before_each", before_each), ("sync", sync)):
+        if hook is not None:
+            check_callable(hook, name, "a function or None")
+    before_each = before_each or (lambda: None)
+    sync = sync or (lambda: None)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[Key, list[float]] = {key: [] for key in fns}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            before_each()
+            sync()
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            sync()
+            samples[key].append((time.perf_counter() - start) / inner)
+    return samples
+
+
+def time_interleaved(
+    fns: Mapping[Key, Callable[[], object]],
+    *,
+    baseline: Key,
+    repeats: int = 15,
+    warmup: int = 3,
+    inner: int = 1,
+    sync: Callable[[], object] | None = None,
+    before_each: Callable[[], object] | None = None,
+) -> list[Timing]:
+    """Median wall time of each callable over ``repeats`` interleaved rounds, and its ratio
+    to ``baseline``'s (see :func:`interleaved_samples` for what is timed)."""
+    if baseline not in fns:
+        raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
+    samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
+                                  before_each=before_each, sync=sync)
+    base = statistics.median(samples[baseline])
+    return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
+
+
+def format_table(title: str, timings: list[Timing], baseline: str) -> str:
+    """A text table: each function's median time and its ratio to the baseline's median
+    (``baseline`` is only the label shown in the header)."""
+    width = max(len(t.name) for t in timings)
+    lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + baseline:>s}"]
+    for t in timings:
+        lines.append(f"{t.name:<{width}}  {t.median_s * 1e3:>10.3f}  {t.ratio:>8.2f}x")
+    return "\n".join(lines)
+
+
+def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float]:
+    """Repeat-by-repeat ratios ``name / baseline`` from one :func:`time_interleaved` run.
+
+    Repeat ``i`` of every function ran back to back, so a moment when the machine was busy
+    slows both sides of ratio ``i``: the ratios are steadier than the times themselves.
+    """
+    by_name = {t.name: t for t in timings}
+    for n in (name, baseline):
+        if n not in by_name:
+            raise ValueError(f"{n!r} is not one of {list(by_name)}")
+    top, bottom = by_name[name].samples_s, by_name[baseline].samples_s
+    if not top or len(top) != len(bottom):
+        raise ValueError(f"need the same non-zero number of samples for {name!r} and {baseline!r}")
+    return [a / b for a, b in zip(top, bottom, strict=True)]
+
+
+@dataclass
+class RatioSpread:
+    """How ``name / baseline`` varied over the repeats of one run."""
+
+    name: str
+    baseline: str
+    median: float
+    q1: float  # 25th percentile: three quarters of the repeats had a larger ratio
+    q3: float  # 75th percentile
+    low: float
+    high: float
+    repeats: int
+
+    def verdict(self) -> str:
+        """One sentence: slower / faster / no clear difference, decided by the middle half."""
+        if self.q1 > 1:
+            finding = "slower than"
+        elif self.q3 < 1:
+            finding = "faster than"
+        else:
+            finding = "no clear difference from"
+        return (f"{self.name}: {finding} {self.baseline} in this run (ratio {self.median:.2f}; middle "
+                f"half of the {self.repeats} repeats {self.q1:.2f}-{self.q3:.2f}, all {self.low:.2f}-"
+                f"{self.high:.2f})")
+
+
+def ratio_spread(timings: list[Timing], name: str, baseline: str) -> RatioSpread:
+    """Median, quartiles and range of :func:`paired_ratios`."""
+    r = sorted(paired_ratios(timings, name, baseline))
+    q1, _, q3 = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else (r[0], r[0], r[0])
+    return RatioSpread(name, baseline, statistics.median(r), q1, q3, r[0], r[-1], len(r))
+
+
+def format_spread_table(title: str, timings: list[Timing], baseline: str, label: str | None = None) -> str:
+    """Best and median time of each function, and its ratio to ``baseline`` repeat by
+    repeat: the median ratio and, in brackets, the middle half of the ratios (IQR).
+    ``label`` names the baseline in the header (default: its name)."""
+    width = max(len(t.name) for t in timings)
+    header = f"{'implementation':<{width}}  {'best ms':>8}  {'median ms':>9}  ratio to {label or baseline}"
+    lines = [title, header + " (median [middle half])"]
+    for t in timings:
+        spread = ratio_spread(timings, t.name, baseline)
+        lines.append(f"{t.name:<{width}}  {t.best_s * 1e3:>8.3f}  {t.median_s * 1e3:>9.3f}  "
+                     f"{spread.median:>5.2f}x [{spread.q1:.2f}-{spread.q3:.2f}]")
+    return "\n".join(lines)
+
+
+def _sync_for(device: torch.device | str) -> Callable[[], None] | None:
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else None
+
+
+def _inner_for(fns: dict[str, Callable[[], object]], sync, target_s: float) -> int:
+    """Calls per sample so that the slowest function's sample lasts about ``target_s``
+    (short samples are dominated by timer and scheduler noise)."""
+    once = interleaved_samples(fns, repeats=1, warmup=1, sync=sync)  # warm-up: allocations, kernels
+    slowest = max(sample for samples in once.values() for sample in samples)
+    return max(1, min(100, math.ceil(target_s / max(slowest, 1e-9))))
