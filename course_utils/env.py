@@ -17,7 +17,7 @@ __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "env
            "REQUIRED_PACKAGES"]
 
 # import name -> minimum version: pyproject.toml's floors, the oldest versions the suite has
-# been run on (tests/test_packaging.py holds the two lists together)
+# been run on (tests/test_course_packaging.py holds the two lists together)
 REQUIRED_PACKAGES: dict[str, str] = {
     "torch": "2.5.1",
     "numpy": "1.26.4",

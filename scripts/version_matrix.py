@@ -32,7 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PYTEST = ["-m", "not slow", "--ignore", "tests/test_browser.py", "-q"]
+DEFAULT_PYTEST = ["-m", "not slow", "--ignore", "tests/test_course_browser.py", "-q"]
 
 
 class InputError(ValueError):
