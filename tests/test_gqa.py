@@ -4,6 +4,7 @@ MHA, the GQA tiny model and its KV cache, the decode benchmark's bookkeeping."""
 from __future__ import annotations
 
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -17,8 +18,8 @@ from torch.overrides import TorchFunctionMode
 import course_utils
 from course_utils import GroupedQueryAttention, MultiHeadAttention, grouped_query_attention
 from course_utils.attention.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
+from course_utils.bench import main as bench_main
 from course_utils.bench.gqa_speed import bench_decode, make_kv_caches, stage_bandwidth, stage_times
-from course_utils.bench.timing import main as bench_main
 from course_utils.model.checkpoint import load_checkpoint, save_checkpoint
 from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer
 
@@ -383,7 +384,8 @@ def test_stage_bandwidth_counts_the_bytes_each_stage_moves():
     assert by[("scores", 1)].bytes_moved == k_bytes + weight_bytes
     assert by[("read K and V", 4)].bytes_moved == 2 * 4 * k_bytes
     assert by[("softmax", 4)].bytes_moved == 2 * weight_bytes
-    assert all(r.seconds > 0 and r.gb_per_s > 0 for r in rows) and copy_gb_per_s > 0
+    assert all(r.gb_per_s == pytest.approx(r.bytes_moved / r.seconds / 1e9) for r in rows)
+    assert math.isfinite(copy_gb_per_s) and copy_gb_per_s > 0
 
 
 def test_cli_gqa_stages(capsys):
