@@ -184,7 +184,7 @@ q0, k0, v0 = _inputs(1, 8, 2, 10)
     (lambda: fused_decode_attention(q0, k0, torch.randn(1, 2, 64, 10).transpose(2, 3)), ValueError,
      ["v must keep each row", "(1280, 640, 1, 10)", "(1, 2, 10, 64)"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=0), ValueError, ["num_threads", "0"]),
-    (lambda: fused_decode_attention(q0, k0, v0, num_threads=2.0), ValueError, ["num_threads", "2.0"]),
+    (lambda: fused_decode_attention(q0, k0, v0, num_threads=2.0), TypeError, ["num_threads", "float 2.0"]),
     (lambda: fused_decode_attention(q0.clone().requires_grad_(), k0, v0), ValueError,
      ["no gradients", "torch.no_grad()", "grouped_query_attention"]),
 ])

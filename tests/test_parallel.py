@@ -1,6 +1,7 @@
 """parallel_map: the results of a plain loop, in order, from forked workers; clear errors."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -47,8 +48,12 @@ def test_a_failing_job_raises_with_its_traceback():
 
 
 def test_bad_workers_named():
-    for bad in (0, -1, 1.5, True, "2"):
-        with pytest.raises(ValueError, match="workers must be a positive int"):
+    for bad, error, words in ((0, ValueError, "workers must be a positive int, got 0"),
+                              (-1, ValueError, "workers must be a positive int, got -1"),
+                              (1.5, TypeError, "workers must be an int, got float 1.5"),
+                              (True, TypeError, "workers must be an int, got bool True"),
+                              ("2", TypeError, "workers must be an int, got str '2'")):
+        with pytest.raises(error, match=re.escape(words)):
             parallel_map(_noisy_sum, [1, 2], workers=bad)
     assert parallel_map(_noisy_sum, [], workers=2) == []
 

@@ -88,6 +88,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .gqa import _check_gqa_inputs, grouped_query_attention
+from .validation import check_int
 
 __all__ = ["HEAD_WIDTH", "fused_decode_attention", "fused_decode_build", "fused_decode_status",
            "reset_fused_decode"]
@@ -764,9 +765,8 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
     RuntimeWarning; it never raises for that reason.
     """
     _check_inputs(q, k, v)
-    threads = torch.get_num_threads() if num_threads is None else num_threads
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+    threads = torch.get_num_threads() if num_threads is None else \
+        check_int(num_threads, "num_threads", minimum=1)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
                          "under torch.no_grad(), or use grouped_query_attention to train")

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import torch
 
-from ..attention.validation import check_callable, check_positive_number
+from ..attention.validation import check_callable, check_int, check_positive_number
 
 __all__ = ["parallel_map", "default_workers"]
 
@@ -78,8 +78,8 @@ def _check_arguments(fn: object, items: object, workers: object, timeout: object
     except TypeError:
         raise TypeError(f"items must be an iterable of jobs (a list, a range...), got "
                         f"{type(items).__name__} {items!r}") from None
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if workers is not None:
+        check_int(workers, "workers", minimum=1)
     return list(items)
 
 
