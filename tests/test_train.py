@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from course_utils import bench
+from course_utils.bench.train_speed import format_training_table
 from course_utils.model.checkpoint import load_checkpoint
 from course_utils.model.train import (
     INDUCTION_TASK,
@@ -17,7 +18,6 @@ from course_utils.model.train import (
     agreement_model_config,
     evaluate_agreement,
     evaluate_induction,
-    format_training_table,
     induction_model_config,
     main,
     train_agreement,

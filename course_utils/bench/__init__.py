@@ -1,5 +1,6 @@
 """Benchmarks: one timing core (timing.py), and each benchmark a thin client of it
-(MHA speed, GQA decode speed, the whole decode step, each lesson's time and memory).
+(MHA speed, GQA decode speed, the whole decode step, training time, each lesson's time and
+memory).
 """
 
 # imported by the old flat module and used from it by lessons: still importable from here

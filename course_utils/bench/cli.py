@@ -12,7 +12,7 @@ __all__ = ["SUBCOMMANDS", "main"]
 #: Modules that each add one subcommand with ``add_bench_parser(subparsers)``, imported when the
 #: command line runs.
 SUBCOMMANDS: tuple[str, ...] = ("course_utils.bench.mha_speed", "course_utils.bench.gqa_speed",
-                                "course_utils.bench.memory", "course_utils.model.train")
+                                "course_utils.bench.memory", "course_utils.bench.train_speed")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,7 @@ From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.model.checkp
     python -m course_utils.model.train agreement --seed 0 --steps 500 --out data/checkpoints/agreement
     python -m course_utils.model.train mixture --seed 0 --steps 800 --out data/checkpoints/mixture
 
-``python -m course_utils.bench train`` times both (median of three seeds).
+``python -m course_utils.bench train`` times both (:mod:`course_utils.bench.train_speed`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import argparse
 import functools
 import math
 import shlex
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -56,9 +55,6 @@ __all__ = [
     "evaluate_mixture",
     "evaluate_induction",
     "evaluate_agreement",
-    "add_bench_parser",
-    "bench_training",
-    "format_training_table",
     "main",
 ]
 
@@ -540,87 +536,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     _main_train(args, argv)
-
-
-# -- benchmark: python -m course_utils.bench train ------------------------------------------
-def bench_training(
-    seeds: tuple[int, ...] = (0, 1, 2),
-    *,
-    induction_max_steps: int = 400,
-    agreement_steps: int = 500,
-    device: str = "cpu",
-    progress: bool = False,
-) -> list[dict[str, float | int | None]]:
-    """One row per seed: seconds and steps until held-out induction accuracy >= 0.9
-    (evaluated every 10 steps, training stops there, ``induction_heldout_acc`` is the
-    accuracy at that point), and for agreement the steps and seconds to 0.99 (evaluated
-    every 50 steps) and the accuracy after ``agreement_steps`` steps. Seconds count
-    making batches and optimiser steps, not evaluations."""
-    rows = []
-    for seed in seeds:
-        _, ind = train_induction(steps=induction_max_steps, seed=seed, eval_every=10, stop_at_target=True,
-                                 progress=progress, device=device)
-        _, agr = train_agreement(steps=agreement_steps, seed=seed, eval_every=50, progress=progress,
-                                 device=device)
-        rows.append({
-            "seed": seed,
-            "induction_steps_to_0.9": ind.steps_to_target,
-            "induction_seconds_to_0.9": ind.seconds_to_target,
-            "induction_heldout_acc": ind.final_metrics["heldout"],
-            "agreement_steps_to_0.99": agr.steps_to_target,
-            "agreement_seconds_to_0.99": agr.seconds_to_target,
-            "agreement_seconds": agr.train_seconds,
-            "agreement_acc": agr.final_metrics["all"],
-            "agreement_acc_attractor": agr.final_metrics["attractor"],
-        })
-    return rows
-
-
-def format_training_table(rows: list[dict]) -> str:
-    """Rows of :func:`bench_training` plus their median, as an aligned text table.
-
-    Columns whose name contains ``acc`` get 4 decimals, other floats 2; ``None`` (target
-    never reached) prints as ``never``, and so does a median over it."""
-    columns = list(rows[0])
-
-    def cell(column: str, value) -> str:
-        if value is None:
-            return "never"
-        if isinstance(value, float):
-            return f"{value:.4f}" if "acc" in column else f"{value:.2f}"
-        return str(value)
-
-    table = [[cell(c, r[c]) for c in columns] for r in rows]
-    medians = []
-    for c in columns[1:]:
-        values = [r[c] for r in rows]
-        medians.append("never" if any(v is None for v in values) else cell(c, statistics.median(values)))
-    table.append(["median", *medians])
-    widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in table]
-    return "\n".join(lines)
-
-
-def _main_bench(args: argparse.Namespace) -> None:
-    print(f"torch {torch.__version__}, training on {args.device} with 1 CPU thread; "
-          f"seconds exclude evaluation")
-    print("induction: 2-layer attention-only, d=64, 4 heads, batch 64, lr 1e-2; accuracy on periods "
-          f"{INDUCTION_TASK.heldout_periods} (never trained on), evaluated every 10 steps")
-    print(f"agreement: 2-layer with MLP, d=64, 4 heads, batch 64, lr 1e-2, {args.agreement_steps} steps\n")
-    rows = bench_training(tuple(args.seeds), induction_max_steps=args.induction_max_steps,
-                          agreement_steps=args.agreement_steps, device=args.device)
-    print(format_training_table(rows))
-
-
-def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``train`` with ``python -m course_utils.bench``."""
-    p = subparsers.add_parser("train", help="seconds and steps to train induction heads; agreement accuracy")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--induction-max-steps", type=int, default=400)
-    p.add_argument("--agreement-steps", type=int, default=500)
-    p.add_argument("--device", default="cpu")
-    p.set_defaults(run=_main_bench)
 
 
 if __name__ == "__main__":
