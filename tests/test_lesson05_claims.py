@@ -16,23 +16,25 @@ import torch
 
 from course_utils.env import seed_everything
 from course_utils.interp.ablation import ablated_logits, mean_head_outputs
+from course_utils.interp.circuits import (
+    direct_logit_attribution,
+    head_output_norms,
+    in_context_mass,
+    next_token_loss,
+    ov_copying_score,
+    trace_heads,
+)
 from course_utils.interp.heatmaps import model_attention, sentence_attention_fn
 from course_utils.interp.scores import (
     agreement_score,
     attention_mass,
     chance_level,
-    direct_logit_attribution,
     first_token_score,
-    head_output_norms,
-    in_context_mass,
     induction_key_mask,
     induction_positions,
     induction_score,
-    next_token_loss,
-    ov_copying_score,
     previous_token_by_position,
     previous_token_score,
-    trace_heads,
     verdict,
 )
 from course_utils.model.checkpoint import load_checkpoint
