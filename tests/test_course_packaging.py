@@ -116,6 +116,12 @@ def test_ci_runs_the_readme_test_command():
     assert re.search(r"^python3 course.py test(\s+#.*)?$", ci, re.MULTILINE)
 
 
+def test_readme_stays_a_one_minute_read():
+    """Dated figures go to CHANGELOG.md and docs/, not into the README (issue 28)."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 8 * 1024, f"README.md is {size} bytes; move detail to docs/ (limit 8 KiB)"
+
+
 def _notebooks() -> list[Path]:
     """The repository's notebooks, leaving out student copies and whatever git ignores (an
     instructor's nbgrader course directory, mha-course/, made inside the clone)."""
