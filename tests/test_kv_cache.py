@@ -1,5 +1,7 @@
 """The preallocated and sliding-window caches give the logits of the torch.cat cache."""
 
+import re
+
 import pytest
 import torch
 
@@ -174,13 +176,61 @@ def test_quantize_keeps_zeros_and_refuses_bad_input():
         quantize_kv(torch.ones(2, 4), symmetric=1)
     with pytest.raises(ValueError, match="at least one token"):
         quantize_kv(torch.ones(0, 4))
-    for bad in (float("nan"), float("inf"), 1e9):
+    for bad in (float("nan"), float("inf"), -float("inf")):
         x = torch.ones(2, 4)
         x[1, 2] = bad
-        with pytest.raises(ValueError, match="NaN or infinity.*float16"):
-            quantize_kv(x, symmetric=False)
+        for symmetric in (True, False):
+            with pytest.raises(ValueError, match="x holds NaN or infinity"):
+                quantize_kv(x, symmetric=symmetric)
     with pytest.raises(TypeError, match="q must be a Quantized"):
         dequantize_kv(torch.ones(2, 4))
+
+
+def test_the_float16_limits_are_the_ones_the_messages_state():
+    """Symmetric: the scale max|x| / 127 must fit float16, so |x| up to about 8.3e6 is fine (the
+    old message said 65504 and accepted 1e6); asymmetric: the zero point min x must fit."""
+    x = torch.tensor([[1e6, -3.0, 0.5, 2e5]])
+    q = quantize_kv(x)
+    assert ((dequantize_kv(q) - x).abs() <= 0.5 * q.scale.float() * (1 + 1e-3)).all()
+    with pytest.raises(ValueError, match=r"max\|x\| / 127 must be at most 65504.*8.3e6.*1e\+07"):
+        quantize_kv(torch.tensor([[1e7, 1.0]]))
+    with pytest.raises(ValueError, match=r"zero point.*\|min x\| must be at most 65504.*-1e\+05"):
+        quantize_kv(torch.tensor([[-1e5, 1.0]]), symmetric=False)
+    doc = quantize_kv.__doc__
+    assert "6.1e-5" in doc and "3.05e-5" in doc and "8.3e6" in doc
+
+
+def test_an_asymmetric_row_far_from_zero_stays_within_half_a_step():
+    """Finding A: the float16 zero point of [1000.1, 1000.2] moves by more than the row's range
+    (float16 has steps of 0.5 near 1000), so codes computed against the exact minimum came back
+    off by the whole range (0.09998). Against the stored zero point, half a step at most."""
+    rows = torch.tensor([[1000.1, 1000.2, 1000.15, 1000.12], [-2000.3, -2000.25, -2000.31, -2000.27],
+                         [60000.5, 60001.0, 60000.7, 60000.9], [0.5, 0.6, 0.55, 0.51]])
+    gen = torch.Generator().manual_seed(3)
+    offsets = torch.randn(64, 1, generator=gen) * 3000
+    random_rows = offsets + torch.rand(64, 16, generator=gen) * 0.3
+    for x in (rows, random_rows):
+        for per in ("token", "channel"):
+            q = quantize_kv(x, per, symmetric=False)
+            assert (q.zero.float() <= x.amin(-1 if per == "token" else -2, keepdim=True)).all()
+            error = (dequantize_kv(q) - x).abs()
+            float32 = x.abs() * 2.0**-22  # the float32 result's own rounding, near |x| = 3000
+            assert (error <= 0.5 * q.scale.float() * (1 + 1e-3) + float32 + 1e-6).all(), error.max()
+    q = quantize_kv(rows[:1], symmetric=False)
+    assert (dequantize_kv(q) - rows[:1]).abs().max() < 0.001  # was 0.09998
+
+
+def test_dequantize_refuses_codes_and_dtypes_it_did_not_make():
+    q = quantize_kv(torch.randn(3, 8))
+    for dtype in (torch.int8, torch.int64, torch.bool, "float32"):
+        with pytest.raises(TypeError, match="dtype must be a floating torch.dtype"):
+            dequantize_kv(q, dtype=dtype)
+    assert dequantize_kv(q, dtype=torch.float64).dtype == torch.float64
+    with pytest.raises(TypeError, match=r"q.codes must be torch.int8.*symmetric.*got torch.float32"):
+        dequantize_kv(q._replace(codes=q.codes.float()))
+    asym = quantize_kv(torch.randn(3, 8), symmetric=False)
+    with pytest.raises(TypeError, match=r"q.codes must be torch.uint8.*asymmetric.*got torch.int8"):
+        dequantize_kv(asym._replace(codes=asym.codes.to(torch.int8)))
 
 
 def test_bytes_per_token_count_codes_scales_and_zero_points():
@@ -196,6 +246,13 @@ def test_bytes_per_token_count_codes_scales_and_zero_points():
         quantized_bytes_per_token(g, dk, group=0)
     with pytest.raises(TypeError, match="d_head must be an int"):
         quantized_bytes_per_token(g, 2.5)
+    for keys, values in (("channel", "token"), ("token", "channel")):  # as QuantizedCache refuses it
+        with pytest.raises(ValueError, match="group must be at least 2 for a per-channel scale"):
+            quantized_bytes_per_token(g, dk, keys=keys, values=values, group=1)
+        with pytest.raises(ValueError, match="group must be at least 2 for a per-channel scale"):
+            QuantizedCache(1, 1, g, dk, 4, keys=keys, values=values, group=1)
+    assert quantized_bytes_per_token(g, dk, keys="token", values="token", group=1) == 2080
+    assert "residual" in quantized_bytes_per_token.__doc__
 
 
 @pytest.mark.parametrize("options", [dict(keys="token", values="token", group=1),
@@ -255,3 +312,86 @@ def test_a_repeatable_step_works_on_the_quantized_cache():
     step = repeatable_step(model, cache, tokens[:, 8:])
     torch.testing.assert_close(step(), step())
     assert cache.length == 8
+
+
+def _all_caches(B: int = 2, g: int = 2, dk: int = 4) -> dict[str, object]:
+    return {"preallocated": PreallocatedCache(1, B, g, dk, 16), "window": SlidingWindowCache(1, B, g, dk, 4),
+            "quantized": QuantizedCache(1, B, g, dk, 16, group=4),
+            "quantized per token": QuantizedCache(1, B, g, dk, 16, keys="token", group=1)}
+
+
+def test_no_cache_broadcasts_one_head_or_one_sequence_into_several():
+    """S1: a (1, 1, 1, 4) token went into a (2, 2, ., 4) cache by broadcasting, every head and
+    sequence a copy of the first. Now B, g and dk must equal the cache's."""
+    for name, cache in _all_caches().items():
+        for shape in ((2, 1, 1, 4), (1, 2, 1, 4), (1, 1, 1, 4), (2, 2, 1, 3), (2, 2, 1, 1)):
+            with pytest.raises(ValueError, match=r"k_new must be \(B=2, g=2, T_new, dk=4\) like the cache, "
+                                                 + "got " + re.escape(str(shape).replace(",)", ")"))):
+                cache.append(0, torch.ones(shape), torch.ones(shape))
+            assert cache.length == 0, name
+        with pytest.raises(ValueError, match=r"v_new must be \(B=2, g=2, T_new, dk=4\)"):
+            cache.append(0, torch.ones(2, 2, 1, 4), torch.ones(2, 1, 1, 4))
+        with pytest.raises(TypeError, match="k_new must hold floating-point numbers"):
+            cache.append(0, torch.ones(2, 2, 1, 4, dtype=torch.int64), torch.ones(2, 2, 1, 4))
+        with pytest.raises(TypeError, match="layer must be an int"):
+            cache.append(0.0, torch.ones(2, 2, 1, 4), torch.ones(2, 2, 1, 4))
+    cat = CatCache(1)
+    cat.append(0, torch.ones(2, 2, 1, 4), torch.ones(2, 2, 1, 4))
+    with pytest.raises(ValueError, match=r"k_new must be \(B=2, g=2, T_new, dk=4\) like the cache"):
+        cat.append(0, torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+
+
+def test_caches_from_no_layers_get_a_clear_error():
+    for build in (lambda layers: CatCache.from_layers(layers),
+                  lambda layers: PreallocatedCache.from_layers(layers, max_len=4),
+                  lambda layers: SlidingWindowCache.from_layers(layers, window=4),
+                  lambda layers: QuantizedCache.from_layers(layers, max_len=4)):
+        with pytest.raises(ValueError, match="layers must be a non-empty list of \\(k, v\\) pairs"):
+            build([])
+        with pytest.raises(TypeError, match="layers\\[0\\] must be a \\(k, v\\) pair"):
+            build([torch.ones(1, 1, 2, 4)])
+    k = torch.ones(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="every layer must hold T=3 tokens, layer 1 holds 2"):
+        SlidingWindowCache.from_layers([(k, k), (k[:, :, :2], k[:, :, :2])], window=4)
+    with pytest.raises(ValueError, match=r"k_new must be \(B=1, g=2, T_new, dk=4\)"):
+        SlidingWindowCache.from_layers([(k, k), (k[:, :1], k[:, :1])], window=4)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_quantized_cache_refuses_nan_when_it_arrives_not_when_its_group_fills(bad):
+    """O1: the residual held the NaN silently and the error came up to group - 1 steps later,
+    blaming a clean token. Now the append that brings it is refused, and changes nothing."""
+    cache = QuantizedCache(1, 1, 1, 4, 16, group=8)
+    cache.append(0, torch.ones(1, 1, 3, 4), torch.ones(1, 1, 3, 4))
+    poisoned = torch.ones(1, 1, 1, 4)
+    poisoned[..., 2] = bad
+    with pytest.raises(ValueError, match=r"v_new holds NaN or infinity \(layer 0, positions 3..3\)"):
+        cache.append(0, torch.ones(1, 1, 1, 4), poisoned)
+    assert cache.length == 3 and torch.isfinite(cache.residual["v"][0]).all()
+    for _ in range(5):  # the group fills with clean tokens: no error
+        k, v = cache.append(0, torch.ones(1, 1, 1, 4), torch.ones(1, 1, 1, 4))
+    assert cache.length == 8 and torch.isfinite(k).all() and torch.isfinite(v).all()
+
+
+@pytest.mark.parametrize("options", [dict(keys="token", values="token", group=1),
+                                     dict(keys="channel", values="token", symmetric=False, group=4),
+                                     dict(keys="channel", values="channel", group=5)])
+def test_the_quantized_cache_dequantizes_in_place_into_one_scratch_buffer(options):
+    """Finding C: no torch.cat per step. What append returns is a view of a preallocated float32
+    buffer, equal to dequantize_kv of each stored group followed by the exact residual."""
+    x = torch.randn(2, 3, 23, 8, generator=torch.Generator().manual_seed(4)) * 2 + 0.5
+    cache = QuantizedCache(2, 2, 3, 8, 23, **options)
+    G = options["group"]
+    for t in range(23):
+        for layer in range(2):
+            k, v = cache.append(layer, x[:, :, t:t + 1], x[:, :, t:t + 1] * -1)
+            assert k.data_ptr() == cache.scratch["k"].data_ptr() and k.shape == (2, 3, t + 1, 8)
+            assert v.data_ptr() == cache.scratch["v"].data_ptr()
+        full, waiting = divmod(t + 1, G)
+        for name, got, sign in (("k", k, 1), ("v", v, -1)):
+            parts = []
+            for i in range(full):
+                q = quantize_kv(sign * x[:, :, i * G:(i + 1) * G], cache.per[name], symmetric=cache.symmetric)
+                parts.append(dequantize_kv(q))
+            parts.append(sign * x[:, :, full * G:t + 1])
+            assert torch.equal(got, torch.cat(parts, 2)), (name, t)

@@ -25,20 +25,21 @@ any of them; :func:`decode_tokens` feeds a sequence one token at a time.
 A second lever beside ``g``: store the numbers in fewer bits.
 
 * :func:`quantize_kv` / :func:`dequantize_kv`: 8-bit codes with a float16 scale (and, when
-  asymmetric, a float16 zero point) per token (over the head dimension) or per channel (over
-  the tokens of a group). Per token, symmetric, is close to llama.cpp's ``q8_0`` cache type
-  (one float16 scale for every 32 consecutive numbers of a token's row); keys per channel and
-  values per token, asymmetric, is KIVI's choice (Liu et al., 2024), whose keys have a few
-  channels much larger than the rest.
+  asymmetric, a float16 zero point) per token (one scale for the ``dk`` numbers of one head of
+  one token) or per channel (over the tokens of a group). llama.cpp's ``q8_0`` cache type is
+  finer than per token: one float16 scale for every 32 consecutive numbers, so a head of
+  ``dk = 128`` has four. Keys per channel and values per token, asymmetric, is KIVI's choice
+  (Liu et al., 2024), whose keys have a few channels much larger than the rest.
 * :class:`QuantizedCache`: a preallocated cache holding those codes; the newest tokens wait in
   float32 until a group of ``group`` tokens is full (KIVI's full-precision residual), then the
-  group is quantized. Attention dequantizes and then attends: the bytes are saved in memory,
-  but a step still builds a float32 copy of the cache to attend over (only a kernel that reads
-  the codes directly also saves the time).
+  group is quantized. Attention dequantizes into a float32 scratch buffer and then attends:
+  the bytes are saved in memory, but a step still writes and reads a float32 copy of the
+  cache (a kernel that reads the codes directly would not).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -53,12 +54,35 @@ __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCach
            "repeatable_step", "time_cold"]
 
 
-def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int) -> None:
+def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
+               like: tuple[int, int, int] | None = None) -> None:
+    """``k_new`` and ``v_new`` are ``(B, g, T_new, dk)`` floating tensors of one shape; ``like``
+    is the cache's ``(B, g, dk)``, which they must match exactly (broadcasting one head or one
+    sequence into a cache of several would copy it silently)."""
+    check_int(layer, "layer")
     if not 0 <= layer < num_layers:
         raise IndexError(f"layer must be in 0..{num_layers - 1}, got {layer}")
-    if k_new.ndim != 4 or k_new.shape != v_new.shape:
-        raise ValueError(f"k_new and v_new must both be (B, g, T_new, dk), got {tuple(k_new.shape)} "
-                         f"and {tuple(v_new.shape)}")
+    expected = "(B, g, T_new, dk)" if like is None else f"(B={like[0]}, g={like[1]}, T_new, dk={like[2]})"
+    for name, t in (("k_new", k_new), ("v_new", v_new)):
+        check_tensor(t, name, ndim=4, layout=expected)
+        if like is not None and (t.shape[0], t.shape[1], t.shape[3]) != like:
+            raise ValueError(f"{name} must be {expected} like the cache, got {describe_shape(t)}")
+    if k_new.shape != v_new.shape:
+        raise ValueError(f"k_new and v_new must have one shape {expected}, got {describe_shape(k_new)} "
+                         f"and {describe_shape(v_new)}")
+
+
+def _check_layers(layers: object) -> tuple[int, int, int, int]:
+    """``layers`` is a non-empty list of ``(k, v)`` pairs; returns the first ``k``'s ``(B, g, T, dk)``."""
+    if not isinstance(layers, (list, tuple)) or not layers:
+        raise ValueError(f"layers must be a non-empty list of (k, v) pairs, one per layer, each "
+                         f"(B, g, T, dk); got {layers!r:.60}")
+    first = layers[0]
+    if not isinstance(first, (list, tuple)) or len(first) != 2:
+        raise TypeError(f"layers[0] must be a (k, v) pair of (B, g, T, dk) tensors, got "
+                        f"{type(first).__name__}")
+    check_tensor(first[0], "layers[0] k", ndim=4, layout="(B, g, T, dk)")
+    return tuple(first[0].shape)
 
 
 class CatCache:
@@ -74,6 +98,7 @@ class CatCache:
     @classmethod
     def from_layers(cls, layers: list[tuple[Tensor, Tensor]], *, window: int | None = None) -> CatCache:
         """A cache already holding ``(k, v)`` ``(B, g, T, dk)`` per layer (kept, not copied)."""
+        _check_layers(layers)
         cache = cls(len(layers), window=window)
         cache.layers = [(k[:, :, -window:], v[:, :, -window:]) if window else (k, v) for k, v in layers]
         cache.length = layers[0][0].shape[2]
@@ -81,8 +106,9 @@ class CatCache:
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
-        _check_new(k_new, v_new, layer, self.num_layers)
-        past = self.layers[layer]
+        past = self.layers[layer] if isinstance(layer, int) and 0 <= layer < self.num_layers else None
+        like = None if past is None else (past[0].shape[0], past[0].shape[1], past[0].shape[3])
+        _check_new(k_new, v_new, layer, self.num_layers, like)
         k, v = (k_new, v_new) if past is None else (torch.cat([past[0], k_new], 2),
                                                     torch.cat([past[1], v_new], 2))
         if self.window is not None:
@@ -111,7 +137,7 @@ class PreallocatedCache:
     @classmethod
     def from_layers(cls, layers: list[tuple[Tensor, Tensor]], max_len: int) -> PreallocatedCache:
         """A cache of ``max_len`` positions whose first ``T`` hold ``(k, v)`` ``(B, g, T, dk)``."""
-        B, g, T, dk = layers[0][0].shape
+        B, g, T, dk = _check_layers(layers)
         cache = cls(len(layers), B, g, dk, max_len, dtype=layers[0][0].dtype, device=layers[0][0].device)
         for i, (k, v) in enumerate(layers):
             cache.append(i, k, v)
@@ -120,7 +146,7 @@ class PreallocatedCache:
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``(B, g, T_new, dk)`` at positions ``length..length + T_new - 1`` of ``layer``;
         return views ``(B, g, length + T_new, dk)`` of the buffers (no copy)."""
-        _check_new(k_new, v_new, layer, self.num_layers)
+        _check_new(k_new, v_new, layer, self.num_layers, self._like())
         start, end = self.length, self.length + k_new.shape[2]
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
@@ -130,6 +156,10 @@ class PreallocatedCache:
         if layer == self.num_layers - 1:
             self.length = end
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def _like(self) -> tuple[int, int, int]:
+        B, g, _, dk = self.k[0].shape
+        return B, g, dk
 
     def num_bytes(self) -> int:
         """Memory held (all ``max_len`` positions, used or not)."""
@@ -150,8 +180,12 @@ class SlidingWindowCache:
     def from_layers(cls, layers: list[tuple[Tensor, Tensor]], window: int) -> SlidingWindowCache:
         """A ring that has seen the ``T`` tokens of ``(k, v)`` ``(B, g, T, dk)`` per layer: it holds
         the latest ``window`` of them, each in slot ``position % window``."""
-        B, g, T, dk = layers[0][0].shape
+        B, g, T, dk = _check_layers(layers)
         cache = cls(len(layers), B, g, dk, window, dtype=layers[0][0].dtype, device=layers[0][0].device)
+        for i, (k, v) in enumerate(layers):
+            _check_new(k, v, i, len(layers), (B, g, dk))
+            if k.shape[2] != T:
+                raise ValueError(f"every layer must hold T={T} tokens, layer {i} holds {k.shape[2]}")
         kept = min(T, window)
         slots = torch.arange(T - kept, T) % window
         for ring_k, ring_v, (k, v) in zip(cache._ring.k, cache._ring.v, layers, strict=True):
@@ -163,7 +197,7 @@ class SlidingWindowCache:
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write one token ``(B, g, 1, dk)`` into slot ``length % window`` of ``layer``; return
         the filled slots ``(B, g, min(length + 1, window), dk)`` (views, in ring order)."""
-        _check_new(k_new, v_new, layer, self.num_layers)
+        _check_new(k_new, v_new, layer, self.num_layers, self._ring._like())
         if k_new.shape[2] != 1:
             raise ValueError(f"a sliding-window cache takes one token per call (a decoding step), "
                              f"got {k_new.shape[2]}; feed a prompt with decode_tokens")
@@ -204,42 +238,81 @@ def _check_axis(value: object, name: str) -> str:
     return value
 
 
+def _half_down(value: Tensor) -> Tensor:
+    """``value`` rounded down to float16: the stored number is never above ``value``."""
+    stored = value.half()
+    below = torch.nextafter(stored, stored.new_full((), -math.inf))
+    return torch.where(stored.float() > value, below, stored)
+
+
 def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Quantized:
     """Keys or values ``x`` ``(..., T, dk)`` as 8-bit codes, one float16 scale per token (the
     ``dk`` numbers of one head of one token share it) or per channel (the ``T`` numbers of one
     channel share it). Symmetric: ``scale = max|x| / 127``, codes in [-127, 127]. Asymmetric:
-    ``zero = min x``, ``scale = (max x - min x) / 255``, codes in [0, 255]: finer steps when
-    the numbers are not centred on 0. The scale is rounded to float16 before the codes are
-    computed, so the codes fit the scale that is stored."""
+    ``zero = min x``, ``scale = (max x - zero) / 255``, codes in [0, 255]: finer steps when
+    the numbers are not centred on 0.
+
+    The codes are computed against the float16 numbers that are stored: the zero point is
+    ``min x`` rounded down to float16, and the scale covers ``max x - zero`` from that stored
+    zero point. Each number then comes back within half a step (half the stored scale), even
+    for a row such as ``[1000.1, 1000.2]``, whose zero point moves by more than the range when
+    rounded to float16. The scale is at least float16's smallest normal number, ``6.1e-5``: rows
+    whose largest ``|x|`` is below about ``127 * 6.1e-5 = 7.8e-3`` (symmetric) get steps of
+    ``6.1e-5`` rather than ``max|x| / 127``, an absolute error of at most ``3.05e-5``. An
+    all-zero row gives codes 0. Refused: NaN and infinity in ``x``, and numbers too large for the
+    float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above about ``8.3e6``) or
+    zero point (asymmetric: ``|min x| > 65504``, or a range ``(max x - min x) / 255 > 65504``)."""
     check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
     _check_axis(per, "per")
     check_flag(symmetric, "symmetric")
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"x must hold at least one token and one channel, got shape {describe_shape(x)}")
-    dim = -1 if per == "token" else -2  # the axis the scale is shared over
     x = x.float()
+    if not torch.isfinite(x).all():
+        raise ValueError("x holds NaN or infinity: they have no 8-bit code")
+    dim = -1 if per == "token" else -2  # the axis the scale is shared over
     tiny = torch.finfo(torch.float16).tiny  # a scale never 0: all-zero rows give codes 0
     if symmetric:
-        scale = (x.abs().amax(dim, keepdim=True) / 127).clamp_min(tiny).half()
-        zero = None
+        top = x.abs().amax(dim, keepdim=True)
+        scale, zero = (top / 127).clamp_min(tiny).half(), None
+        if not torch.isfinite(scale).all():
+            raise ValueError(f"x holds numbers too large for a float16 scale: max|x| / 127 must be at most "
+                             f"65504 (|x| up to about 8.3e6), got max|x| = {top.max().item():.4g}")
         codes = torch.round(x / scale.float()).clamp(-127, 127).to(torch.int8)
     else:
         low, high = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
-        scale, zero = ((high - low) / 255).clamp_min(tiny).half(), low.half()
+        zero = _half_down(low)
+        if not torch.isfinite(zero).all():
+            raise ValueError(f"x holds numbers beyond float16's range for the zero point (min x): |min x| "
+                             f"must be at most 65504, got min x = {low.min().item():.4g}")
+        scale = ((high - zero.float()) / 255).clamp_min(tiny).half()  # from the stored zero point
+        if not torch.isfinite(scale).all():
+            raise ValueError("x's range is too wide for a float16 scale: (max x - min x) / 255 must be at "
+                             "most 65504")
         codes = torch.round((x - zero.float()) / scale.float()).clamp(0, 255).to(torch.uint8)
-    for name, t in (("scale", scale), ("zero point", zero)):
-        if t is not None and not torch.isfinite(t).all():
-            raise ValueError(f"x holds NaN or infinity, or numbers beyond float16's range "
-                             f"(|x| > 65504): its {name} is not finite")
     return Quantized(codes, scale, zero)
 
 
 def dequantize_kv(q: Quantized, dtype: torch.dtype = torch.float32) -> Tensor:
-    """The numbers back from :func:`quantize_kv`: ``codes * scale (+ zero)``, shape of the codes."""
+    """The numbers back from :func:`quantize_kv`: ``codes * scale (+ zero)``, shape of the codes,
+    in the floating ``dtype``."""
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a Quantized (from quantize_kv), got {type(q).__name__}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32), got {dtype!r}")
+    wanted = torch.int8 if q.zero is None else torch.uint8
+    if not isinstance(q.codes, Tensor) or q.codes.dtype != wanted:
+        got = q.codes.dtype if isinstance(q.codes, Tensor) else type(q.codes).__name__
+        kind = "symmetric" if q.zero is None else "asymmetric"
+        raise TypeError(f"q.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}")
     x = q.codes.to(dtype) * q.scale.to(dtype)
     return x if q.zero is None else x + q.zero.to(dtype)
+
+
+def _check_group(per: dict[str, str] | tuple[str, ...], group: int) -> None:
+    if "channel" in tuple(per) and group < 2:
+        raise ValueError(f"group must be at least 2 for a per-channel scale (it is shared by the "
+                         f"group's tokens), got {group}")
 
 
 def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "channel",
@@ -247,14 +320,18 @@ def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "ch
     """Bytes one token's keys and values take in one layer: ``2 g dk`` codes of one byte, plus
     the float16 scales (and zero points when asymmetric). A per-token scale belongs to one token
     (``g`` per tensor); a per-channel scale is shared by the ``group`` tokens of its group, so a
-    token carries ``1 / group`` of each of the ``g dk`` channel scales."""
+    token carries ``1 / group`` of each of the ``g dk`` channel scales. Not counted: the float32
+    residual of a :class:`QuantizedCache` (up to ``group - 1`` tokens per layer waiting for their
+    group to fill), which does not grow with the context."""
     check_int(num_kv_heads, "num_kv_heads", minimum=1)
     check_int(d_head, "d_head", minimum=1)
     check_int(group, "group", minimum=1)
     check_flag(symmetric, "symmetric")
+    axes = (_check_axis(keys, "keys"), _check_axis(values, "values"))
+    _check_group(axes, group)  # as QuantizedCache refuses it
     per_scale = 2 if symmetric else 4  # float16 scale (+ float16 zero point)
     total = 2.0 * num_kv_heads * d_head
-    for per in (_check_axis(keys, "keys"), _check_axis(values, "values")):
+    for per in axes:
         total += num_kv_heads * per_scale * (1 if per == "token" else d_head / group)
     return total
 
@@ -267,8 +344,10 @@ class QuantizedCache:
     float32 residual of ``group`` tokens: the newest tokens wait there until their group is full,
     since a per-channel scale needs all the group's tokens. ``keys="channel", values="token"``
     with ``symmetric=False`` is KIVI's scheme; ``"token", "token"`` with ``group=1`` quantizes
-    each token as it arrives, as llama.cpp's ``q8_0`` cache does. :meth:`append` returns float32
-    keys and values (dequantized groups, then the residual) for ordinary attention."""
+    each token as it arrives, one scale per token and head (llama.cpp's ``q8_0`` has one per 32
+    numbers). :meth:`append` dequantizes into a float32 scratch buffer ``(B, g, max_len, dk)``
+    for K and one for V, shared by the layers, and returns views of it: they hold the keys and
+    values until the next call to :meth:`append`."""
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, max_len: int, *,
                  keys: str = "channel", values: str = "token", symmetric: bool = True,
@@ -278,12 +357,10 @@ class QuantizedCache:
             check_int(value, name, minimum=1)
         self.per = {"k": _check_axis(keys, "keys"), "v": _check_axis(values, "values")}
         self.symmetric = check_flag(symmetric, "symmetric")
-        if "channel" in self.per.values() and group < 2:
-            raise ValueError(f"group must be at least 2 for a per-channel scale (it is shared by the "
-                             f"group's tokens), got {group}")
+        _check_group(tuple(self.per.values()), group)
         n_groups = -(-max_len // group)  # room for max_len tokens, rounded up to whole groups
         code_dtype = torch.int8 if symmetric else torch.uint8
-        self.codes, self.scales, self.zeros, self.residual = {}, {}, {}, {}
+        self.codes, self.scales, self.zeros, self.residual, self.scratch = {}, {}, {}, {}, {}
         for t in ("k", "v"):
             scale_shape = ((batch, num_kv_heads, n_groups, group, 1) if self.per[t] == "token"
                            else (batch, num_kv_heads, n_groups, 1, d_head))
@@ -293,27 +370,31 @@ class QuantizedCache:
             self.zeros[t] = [None if symmetric else torch.zeros(scale_shape, dtype=torch.float16)
                              for _ in range(num_layers)]
             self.residual[t] = [torch.zeros(batch, num_kv_heads, group, d_head) for _ in range(num_layers)]
+            self.scratch[t] = torch.empty(batch, num_kv_heads, n_groups * group, d_head)  # working space
         self.num_layers, self.max_len, self.group = num_layers, max_len, group
         self.length = 0  # tokens seen (the next token's position)
 
     @classmethod
     def from_layers(cls, layers: list[tuple[Tensor, Tensor]], max_len: int, **options) -> QuantizedCache:
         """A cache of ``max_len`` positions holding ``(k, v)`` ``(B, g, T, dk)`` per layer."""
-        B, g, T, dk = layers[0][0].shape
+        B, g, T, dk = _check_layers(layers)
         cache = cls(len(layers), B, g, dk, max_len, **options)
         for i, (k, v) in enumerate(layers):
             cache.append(i, k, v)
         return cache
 
-    def _stored(self, t: str, layer: int, n_groups: int) -> Tensor:
-        """Groups ``0..n_groups-1`` of ``t`` ("k" or "v") dequantized: ``(B, g, n_groups * group, dk)``."""
-        codes = self.codes[t][layer]
-        B, g, _, dk = codes.shape
-        grouped = codes[:, :, :n_groups * self.group].reshape(B, g, n_groups, self.group, dk)
+    def _dequantize(self, t: str, layer: int, n_groups: int) -> None:
+        """Groups ``0..n_groups-1`` of ``t`` ("k" or "v") into the scratch buffer, in one pass:
+        ``codes * scale (+ zero)`` written straight into ``scratch[t]``."""
+        G = self.group
+        grouped = self.codes[t][layer][:, :, :n_groups * G].unflatten(2, (n_groups, G))
+        out = self.scratch[t][:, :, :n_groups * G].unflatten(2, (n_groups, G))
+        scale = self.scales[t][layer][:, :, :n_groups].float()  # small: one per token or channel
         zero = self.zeros[t][layer]
-        q = Quantized(grouped, self.scales[t][layer][:, :, :n_groups],
-                      None if zero is None else zero[:, :, :n_groups])
-        return dequantize_kv(q).reshape(B, g, n_groups * self.group, dk)
+        if zero is None:
+            torch.mul(grouped, scale, out=out)
+        else:
+            torch.addcmul(zero[:, :, :n_groups].float(), grouped, scale, out=out)
 
     def _quantize_groups(self, t: str, layer: int, start: int, x: Tensor) -> None:
         """Quantize ``x`` ``(B, g, n * group, dk)``, whole groups starting at position ``start``."""
@@ -327,12 +408,18 @@ class QuantizedCache:
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return float32 ``(B, g, length +
-        T_new, dk)`` keys and values: the quantized groups dequantized, then the residual."""
-        _check_new(k_new, v_new, layer, self.num_layers)
+        T_new, dk)`` keys and values: the quantized groups dequantized, then the residual (views
+        of the scratch buffer, overwritten by the next call)."""
+        B, g, _, dk = self.codes["k"][0].shape
+        _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk))
         start, end = self.length, self.length + k_new.shape[2]
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
                              f"{k_new.shape[2]} more do not fit")
+        for name, new in (("k_new", k_new), ("v_new", v_new)):  # caught here, not when its group fills
+            if not torch.isfinite(new).all():
+                raise ValueError(f"{name} holds NaN or infinity (layer {layer}, positions "
+                                 f"{start}..{end - 1}): they have no 8-bit code")
         G = self.group
         for t, new in (("k", k_new), ("v", v_new)):
             pos = start
@@ -351,11 +438,14 @@ class QuantizedCache:
         if layer == self.num_layers - 1:
             self.length = end
         full, waiting = divmod(end, G)
-        return tuple(torch.cat([self._stored(t, layer, full), self.residual[t][layer][:, :, :waiting]], 2)
-                     for t in ("k", "v"))
+        for t in ("k", "v"):  # the groups dequantized, then the residual behind them: no torch.cat
+            self._dequantize(t, layer, full)
+            self.scratch[t][:, :, full * G:end] = self.residual[t][layer][:, :, :waiting]
+        return self.scratch["k"][:, :, :end], self.scratch["v"][:, :, :end]
 
     def num_bytes(self) -> int:
-        """Memory held: codes, scales and zero points for every position, and the residual."""
+        """Memory held: codes, scales and zero points for every position, and the residual (not
+        the float32 scratch buffer, working space that a kernel reading the codes would not need)."""
         tensors = [x for part in (self.codes, self.scales, self.zeros, self.residual)
                    for t in ("k", "v") for x in part[t] if x is not None]
         return sum(x.numel() * x.element_size() for x in tensors)
