@@ -81,8 +81,51 @@ def test_bad_input_gets_a_clear_error():
         pool.attend("x", torch.ones(1, 1, 2))
     with pytest.raises(RuntimeError, match="blocks are all in use"):
         pool.append("x", torch.ones(1, 3, 2), torch.ones(1, 3, 2))
+    pool.append("x", torch.ones(1, 2, 2), torch.ones(1, 2, 2))
     with pytest.raises(ValueError, match="h a multiple of g=1"):
         pool.attend("x", torch.ones(1, 1, 3))
     with pytest.raises(ValueError, match="block_size must be a positive int"):
         blocks_needed(3, 0)
     assert blocks_needed(0, 16) == 0 and blocks_needed(17, 16) == 2
+
+
+def test_an_append_the_pool_cannot_hold_changes_nothing():
+    """O3: with 16 free slots, 17 tokens used to leave 16 appended before the error. Now the
+    free blocks are counted first; a refused append leaves tables, lengths, refs and pool alone."""
+    pool = PagedCache(num_blocks=4, block_size=4, num_kv_heads=1, d_head=2)
+    pool.add_sequence("a")
+    k, v = _kv(1, 17, 2, 0)
+    before = pool.k_pool.clone()
+    with pytest.raises(RuntimeError, match="needs 5 more for 17 tokens, 4 are free; nothing was appended"):
+        pool.append("a", k, v)
+    assert pool.tables == {"a": []} and pool.lengths == {"a": 0} and pool.refs == [0] * 4
+    assert len(pool.free) == 4 and torch.equal(pool.k_pool, before)
+    pool.append("a", k[:, :16], v[:, :16])  # exactly what fits
+    assert pool.lengths["a"] == 16 and not pool.free
+    # a fork whose shared last block is partly filled needs one block for the copy on write
+    shared = PagedCache(num_blocks=3, block_size=4, num_kv_heads=1, d_head=2)
+    shared.add_sequence("p")
+    shared.append("p", k[:, :6], v[:, :6])  # blocks 0 (full) and 1 (half)
+    shared.fork("p", "c")
+    tables, refs = {s: list(t) for s, t in shared.tables.items()}, list(shared.refs)
+    with pytest.raises(RuntimeError, match="needs 2 more for 3 tokens, 1 are free"):
+        shared.append("c", k[:, 6:9], v[:, 6:9])  # a copy of block 1, then a new block for token 8
+    assert shared.tables == tables and shared.refs == refs and shared.lengths == {"p": 6, "c": 6}
+    shared.append("c", k[:, 6:8], v[:, 6:8])  # the copy alone: fits
+    assert torch.equal(shared.gather("c")[0], k[:, :8]) and torch.equal(shared.gather("p")[0], k[:, :6])
+
+
+def test_the_pool_holds_floating_numbers_of_one_dtype():
+    """S2: an int8 pool truncated float keys (0.7 -> 0, 300 -> 44); O2: a float64 query into a
+    float32 pool failed inside PyTorch."""
+    for dtype in (torch.int8, torch.int64, torch.bool, "float32"):
+        with pytest.raises(TypeError, match="dtype must be a floating torch.dtype"):
+            PagedCache(2, 4, 1, 2, dtype=dtype)
+    assert PagedCache(2, 4, 1, 2, dtype=torch.float64).k_pool.dtype == torch.float64
+    pool = PagedCache(2, 4, 1, 2)
+    pool.add_sequence("a")
+    with pytest.raises(TypeError, match="k has dtype torch.float64 but the pool holds torch.float32"):
+        pool.append("a", torch.ones(1, 1, 2, dtype=torch.float64), torch.ones(1, 1, 2, dtype=torch.float64))
+    pool.append("a", torch.ones(1, 1, 2), torch.ones(1, 1, 2))
+    with pytest.raises(TypeError, match="q has dtype torch.float64 but the pool holds torch.float32"):
+        pool.attend("a", torch.ones(2, 1, 2, dtype=torch.float64))

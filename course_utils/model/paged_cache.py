@@ -43,6 +43,9 @@ class PagedCache:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size),
                             ("num_kv_heads", num_kv_heads), ("d_head", d_head)):
             check_int(value, name, minimum=1)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32): keys and values "
+                            f"stored as integers would be truncated; got {dtype!r}")
         shape = (num_blocks, num_kv_heads, block_size, d_head)
         self.k_pool, self.v_pool = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
         self.block_size = block_size
@@ -72,7 +75,8 @@ class PagedCache:
 
     def append(self, seq: object, k: Tensor, v: Tensor) -> None:
         """Add keys and values ``(g, T_new, dk)`` to the end of ``seq``, taking new blocks as the
-        last one fills; a shared last block is first copied (copy on write)."""
+        last one fills; a shared last block is first copied (copy on write). All or nothing: when
+        the pool has too few free blocks for the new tokens, nothing is written."""
         self._check_seq(seq)
         for name, t in (("k", k), ("v", v)):
             check_tensor(t, name, ndim=3, layout="(g, T_new, dk)")
@@ -80,7 +84,19 @@ class PagedCache:
             if t.shape[0] != g or t.shape[2] != dk or t.shape != k.shape:
                 raise ValueError(f"{name} must be (g={g}, T_new, dk={dk}) like the pool, k and v alike; "
                                  f"got k {describe_shape(k)}, v {describe_shape(v)}")
+            if t.dtype != self.k_pool.dtype:
+                raise TypeError(f"{name} has dtype {t.dtype} but the pool holds {self.k_pool.dtype}: "
+                                f"convert with {name}.to({self.k_pool.dtype})")
         table, B = self.tables[seq], self.block_size
+        length, new = self.lengths[seq], k.shape[1]
+        wanted = blocks_needed(length + new, B) - len(table)  # fresh blocks for the new tokens
+        if new and length % B and self.refs[table[-1]] > 1:
+            wanted += 1  # the shared, partly filled last block is copied before the first write
+        if wanted > len(self.free):
+            raise RuntimeError(f"the pool's {len(self.refs)} blocks are all in use: sequence {seq!r} "
+                               f"needs {wanted} more for {new} tokens, {len(self.free)} are free; nothing "
+                               "was appended (free a finished sequence with free_sequence, or make the "
+                               "pool larger)")
         for i in range(k.shape[1]):
             pos = self.lengths[seq]
             if pos % B == 0:  # the last block is full (or there is none): take a new one
@@ -126,6 +142,9 @@ class PagedCache:
     def attend(self, seq: object, q: Tensor) -> Tensor:
         """One new query per head, ``q`` ``(h, 1, dk)``, attending over all of ``seq``: ``(h, 1, dk)``."""
         check_tensor(q, "q", ndim=3, layout="(h, 1, dk)")
+        if q.dtype != self.k_pool.dtype:
+            raise TypeError(f"q has dtype {q.dtype} but the pool holds {self.k_pool.dtype}: convert with "
+                            f"q.to({self.k_pool.dtype})")
         k, v = self.gather(seq)
         if k.shape[1] == 0:
             raise ValueError(f"sequence {seq!r} is empty: append keys and values before attending")
