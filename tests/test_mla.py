@@ -81,3 +81,40 @@ def test_bad_input_gets_a_clear_error():
         mla.decode(torch.randn(1, 2, 32))
     with pytest.raises(ValueError, match="even last dim"):
         rope(torch.randn(3, 5), torch.arange(3))
+
+
+def test_arguments_a_kind_does_not_use_are_refused():
+    with pytest.raises(ValueError, match="kind='MQA' uses only d_head; got also num_kv_heads=8"):
+        cache_elements_per_token("MQA", num_kv_heads=8, d_head=128)
+    with pytest.raises(ValueError, match="kind='MLA' uses only d_latent, d_rope; got also d_head=128"):
+        cache_elements_per_token("MLA", d_latent=512, d_rope=64, d_head=128)
+    with pytest.raises(ValueError, match="kind='MHA' uses only num_heads, d_head; got also num_kv_heads=8"):
+        cache_elements_per_token("MHA", num_heads=32, d_head=128, num_kv_heads=8)
+
+
+def test_forward_and_decode_refuse_what_would_fail_inside_pytorch():
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(32, 4, 8, 16, 4)
+    with pytest.raises(TypeError, match="x has dtype torch.float64 but the module.s parameters are"):
+        mla(torch.randn(1, 3, 32, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"x must hold at least one token \(T >= 1\)"):
+        mla(torch.randn(2, 0, 32))
+    x = torch.randn(2, 1, 32)
+    with pytest.raises(TypeError, match="absorb must be True or False, got str 'no'"):
+        mla.decode(x, absorb="no")
+    with torch.no_grad():
+        _, cache = mla.decode(x)
+    c, kr = cache
+    bad_caches = {
+        "cache must be None or the \\(latents, rope keys\\) tuple": c,
+        r"cache\[0\] \(latents\) must be \(B=2, T, 16\), got \(2, 1, 15\)": (c[..., :15], kr),
+        r"cache\[1\] \(rope keys\) must be \(B=2, T, 4\), got \(1, 1, 4\)": (c, kr[:1]),
+        r"cache\[0\] \(latents\) must be 3-D": (c[0], kr),
+        "cache\\[0\\] \\(latents\\) has dtype torch.float64": (c.double(), kr),
+        "must hold the same tokens": (c, torch.cat([kr, kr], 1)),
+    }
+    for message, bad in bad_caches.items():
+        with pytest.raises((TypeError, ValueError), match=message):
+            mla.decode(x, bad)
+    with torch.no_grad():  # a list of the two works as the tuple does
+        torch.testing.assert_close(mla.decode(x, [c, kr])[0], mla.decode(x, cache)[0])

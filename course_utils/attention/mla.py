@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .validation import check_int, check_tensor, describe_shape
+from .validation import check_flag, check_int, check_matches_module, check_tensor, describe_shape
 
 __all__ = ["MLAConfig", "DEEPSEEK_V2", "cache_elements_per_token", "rope",
            "MultiHeadLatentAttention"]
@@ -60,7 +60,17 @@ DEEPSEEK_V2 = MLAConfig(
 def cache_elements_per_token(kind: str, *, num_heads: int = 0, d_head: int = 0, num_kv_heads: int = 0,
                              d_latent: int = 0, d_rope: int = 0) -> int:
     """Numbers cached per token and layer: MHA ``2 n_h d_h``, GQA ``2 g d_h``, MQA ``2 d_h``,
-    MLA ``d_c + d_h^R``."""
+    MLA ``d_c + d_h^R``. An argument the kind does not use is refused (MQA has one key/value
+    head whatever ``num_kv_heads`` says)."""
+    uses = {"MHA": ("num_heads", "d_head"), "GQA": ("num_kv_heads", "d_head"), "MQA": ("d_head",),
+            "MLA": ("d_latent", "d_rope")}
+    given = {"num_heads": num_heads, "d_head": d_head, "num_kv_heads": num_kv_heads,
+             "d_latent": d_latent, "d_rope": d_rope}
+    if kind in uses:
+        unused = {name: value for name, value in given.items() if name not in uses[kind] and value != 0}
+        if unused:
+            raise ValueError(f"kind={kind!r} uses only {', '.join(uses[kind])}; got also "
+                             f"{', '.join(f'{n}={v!r}' for n, v in unused.items())}")
     if kind == "MHA":
         return 2 * check_int(num_heads, "num_heads", minimum=1) * check_int(d_head, "d_head", minimum=1)
     if kind == "GQA":
@@ -127,6 +137,28 @@ class MultiHeadLatentAttention(nn.Module):
         if x.shape[-1] != self.w_q.in_features:
             raise ValueError(f"{name} last dim must be d_model={self.w_q.in_features}, got shape "
                              f"{describe_shape(x)}")
+        if x.shape[1] == 0:
+            raise ValueError(f"{name} must hold at least one token (T >= 1), got shape {describe_shape(x)}")
+        check_matches_module(x, name, self.w_q.weight)
+
+    def _check_cache(self, cache: object, x_new: Tensor) -> None:
+        """``cache`` is None or ``(latents (B, T, d_c), rope keys (B, T, d_R))`` fitting the module."""
+        if cache is None:
+            return
+        if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+            raise TypeError(f"cache must be None or the (latents, rope keys) tuple decode returned, got "
+                            f"{type(cache).__name__}")
+        B = x_new.shape[0]
+        for name, t, width in (("cache[0] (latents)", cache[0], self.d_latent),
+                               ("cache[1] (rope keys)", cache[1], self.d_rope)):
+            layout = f"(B={B}, T, {width})"
+            check_tensor(t, name, ndim=3, layout=layout)
+            if t.shape[0] != B or t.shape[2] != width:
+                raise ValueError(f"{name} must be {layout}, got {describe_shape(t)}")
+            check_matches_module(t, name, self.w_q.weight)
+        if cache[0].shape[1] != cache[1].shape[1]:
+            raise ValueError(f"the cache's latents and rope keys must hold the same tokens, got "
+                             f"{describe_shape(cache[0])} and {describe_shape(cache[1])}")
 
     def latents(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
         """What the cache holds for ``x`` ``(B, T, d)`` at positions ``start..``: the latents
@@ -158,6 +190,8 @@ class MultiHeadLatentAttention(nn.Module):
         if x_new.shape[1] != 1:
             raise ValueError("x_new must be one token per sequence (B, 1, d_model), got "
                              f"{describe_shape(x_new)}")
+        check_flag(absorb, "absorb")
+        self._check_cache(cache, x_new)
         start = 0 if cache is None else cache[0].shape[1]
         c_new, kr_new = self.latents(x_new, start)
         c, k_rope = (c_new, kr_new) if cache is None else (torch.cat([cache[0], c_new], 1),
