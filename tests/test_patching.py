@@ -390,6 +390,15 @@ def test_prunable_counts_agree_with_full_pruning_curves_and_measure_each_set_onc
     assert prunable_counts(model, evaluation, orders, within)[0] == expected
     with pytest.raises(ValueError, match="chunks"):
         prunable_counts(model, evaluation, orders, within, chunks=0)
+    # known: measurements of an earlier call are reused, not repeated, and give the same counts
+    calls.clear()
+    again, reused = prunable_counts(model, evaluation, orders, within, map_fn=counting_map, known=measured)
+    assert again == expected and reused == measured and set(calls) <= {0}, "nothing measured again"
+    first_two, partial = prunable_counts(model, evaluation, orders[:2], within)
+    rest, _ = prunable_counts(model, evaluation, orders, within, known=partial)
+    assert first_two == expected[:2] and rest == expected
+    with pytest.raises(TypeError, match="known"):
+        prunable_counts(model, evaluation, orders, within, known={(0, 1): {}})
 
 
 def test_losses_along_orders_match_measuring_each_prefix():
@@ -451,8 +460,9 @@ def test_zeroed_sets_in_one_pass_equal_measure_one_set_at_a_time():
     tokens = torch.randint(3, model.config.vocab_size, (5, 12), generator=torch.Generator().manual_seed(3))
     evaluations = [Evaluation(tokens, lambda logits: {"mean logit": float(logits.mean())}),
                    Evaluation(tokens[:2], lambda logits: {"top": float(logits[:, -1].max())})]
-    sets = [[], [(0, 1)], [(0, 1), (1, 3)], [(1, 0), (0, 2), (1, 2)]]
-    together = measure_zeroed_sets(model, evaluations, sets, per_run=3)  # 2 runs: 3 sets, then 1
+    sets = [[], [(0, 1)], [(0, 1), (1, 3)], [(1, 0), (0, 2), (1, 2)], [(2, 5)], [(2, 0), (1, 7)], [(1, 4)],
+            [(2, 3), (2, 6)], [(0, 7), (2, 1)]]  # passes start at layer 0, 1, 2, or none (the empty set)
+    together = measure_zeroed_sets(model, evaluations, sets, per_run=2)  # up to 2 sets a pass
     for heads, numbers in zip(sets, together, strict=True):
         alone = measure(model, evaluations, heads)
         assert numbers.keys() == alone.keys()

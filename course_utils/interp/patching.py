@@ -56,6 +56,7 @@ from .ablation import (
     head_name,
     head_outputs,
     importance_order,
+    loss_evaluation,
     measure,
     sequence_losses,
 )
@@ -385,6 +386,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                     orders: Sequence[Sequence[Head]], within: Callable[[dict[str, float]], bool], *,
                     method: str = "zero", means: dict[int, Tensor] | Tensor | None = None,
                     map_fn: Callable = map, chunks: int = 1, per_run: int = 25,
+                    known: dict[frozenset, dict[str, float]] | None = None,
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
     ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
@@ -394,7 +396,9 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
     (``map``; or :func:`~course_utils.model.parallel.parallel_map` with ``chunks`` = the number of
     cores, since it starts one process per item). Zeroed, up to ``per_run`` sets share one
-    forward pass (:func:`measure_zeroed_sets`). Returns the counts and every measurement made,
+    forward pass (:func:`measure_zeroed_sets`). ``known`` holds measurements already made with
+    the same ``evaluations``, ``method`` and ``means`` (the second result of an earlier call):
+    those sets are not measured again. Returns the counts and every measurement made or reused,
     keyed by the frozen set of heads.
     """
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
@@ -402,7 +406,9 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     if not callable(within):
         raise TypeError("within must be a function (numbers: dict) -> bool")
     orders = [_check_heads(order, model) for order in orders]
-    measured: dict[frozenset, dict[str, float]] = {}
+    if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
+        raise TypeError("known must be a dict keyed by frozensets of heads (prunable_counts' second result)")
+    measured: dict[frozenset, dict[str, float]] = dict(known or {})
     counts: list[int | None] = [None] * len(orders)
     for k in range(1, max((len(o) for o in orders), default=0) + 1):
         alive = [i for i, count in enumerate(counts) if count is None and k <= len(orders[i])]
@@ -429,40 +435,72 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     return counts, measured
 
 
-def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[Head]]) -> Tensor:
+def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[Head]],
+                 inputs: Sequence[Tensor] | None = None) -> Tensor:
     """Logits ``(n*B, T, V)``: ``tokens`` ``(B, T)`` repeated once per set, each copy with its
-    set's heads gated to 0 (through ``edit_heads``, as ``head_mask`` does for one set)."""
+    set's heads gated to 0 (through ``edit_heads``, as ``head_mask`` does for one set).
+
+    ``inputs`` (:func:`_block_inputs`), when given, holds the intact run's input to every block;
+    the copies then start at the lowest layer any of the sets touches, since nothing below it
+    changes."""
     cfg, n = model.config, len(head_sets)
     gates = torch.ones(n, cfg.num_layers, cfg.num_heads, dtype=model.unembed.weight.dtype)
     for i, heads in enumerate(head_sets):
         for layer, head in heads:
             gates[i, layer, head] = 0.0
     rows = gates.repeat_interleave(tokens.shape[0], 0)  # (n*B, L, h): each copy its own gates
+    if inputs is None:
+        def gate(layer: int, heads: Tensor) -> Tensor:  # heads: (n*B, h, T, dk)
+            return heads * rows[:, layer, :, None, None]
 
-    def gate(layer: int, heads: Tensor) -> Tensor:  # heads: (n*B, h, T, dk)
-        return heads * rows[:, layer, :, None, None]
-
+        with torch.no_grad():
+            logits, _ = model(tokens.repeat(n, 1), edit_heads=gate)
+        return logits
+    first = min((layer for heads in head_sets for layer, _ in heads), default=cfg.num_layers)
     with torch.no_grad():
-        logits, _ = model(tokens.repeat(n, 1), edit_heads=gate)
-    return logits
+        x = inputs[first].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to the first gated layer
+        for layer in range(first, cfg.num_layers):
+            gate = rows[:, layer, :, None, None]
+            x, _, _ = model.blocks[layer](x, edit_heads=lambda heads, gate=gate: heads * gate)
+        return model.unembed(model.ln_final(x))
+
+
+def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
+    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``."""
+    with torch.no_grad():
+        x = model._embed(tokens, 0)
+        inputs = [x]
+        for block in model.blocks:
+            x, _, _ = block(x)
+            inputs.append(x)
+    return inputs
 
 
 def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
                         head_sets: Sequence[Sequence[Head]], *, per_run: int = 25) -> list[dict[str, float]]:
     """``[measure(model, evaluations, heads) for heads in head_sets]`` (zero ablation), with up
-    to ``per_run`` sets sharing one forward pass; equal up to float rounding."""
+    to ``per_run`` sets sharing one forward pass; equal up to float rounding.
+
+    Sets are grouped by the lowest layer they touch, and each group's pass starts there from
+    the intact run's stream (computed once per evaluation): below that layer nothing changes."""
     _check_model(model)
     evaluations = _check_evaluations(evaluations)
     head_sets = [_check_heads(heads, model) for heads in head_sets]
     if isinstance(per_run, bool) or not isinstance(per_run, int) or per_run < 1:
         raise ValueError(f"per_run must be a positive int, got {per_run!r}")
+    lowest = [min((layer for layer, _ in heads), default=model.config.num_layers) for heads in head_sets]
+    groups = [[i for i in range(len(head_sets)) if lowest[i] == layer]
+              for layer in range(model.config.num_layers + 1)]
     results: list[dict[str, float]] = [{} for _ in head_sets]
-    for i, evaluation in enumerate(evaluations):
+    for e, evaluation in enumerate(evaluations):
         batch = evaluation.tokens.shape[0]
-        for start in range(0, len(head_sets), per_run):
-            logits = _gated_batch(model, evaluation.tokens, head_sets[start:start + per_run])
-            for j, chunk in enumerate(logits.split(batch)):
-                results[start + j].update(_check_scores(evaluation.score(chunk), i))
+        inputs = _block_inputs(model, evaluation.tokens)
+        for group in groups:
+            for start in range(0, len(group), per_run):
+                some = group[start:start + per_run]
+                logits = _gated_batch(model, evaluation.tokens, [head_sets[i] for i in some], inputs)
+                for i, chunk in zip(some, logits.split(batch), strict=True):
+                    results[i].update(_check_scores(evaluation.score(chunk), e))
     return results
 
 
@@ -472,10 +510,11 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     ``(len(orders), most + 1)``.
 
     ``targets`` ``(B, T)`` as for :func:`~course_utils.interp.ablation.average_loss` (token-weighted,
-    ``-100`` not counted). Up to ``per_run`` orders share one forward pass: the batch is
-    repeated once per order and each copy gets its own gates, through ``edit_heads``; each
-    number equals :func:`~course_utils.interp.ablation.measure` with that order's first ``k`` heads
-    off, up to float rounding.
+    ``-100`` not counted). Each distinct set of switched-off heads is measured once, up to
+    ``per_run`` sets sharing one forward pass (:func:`measure_zeroed_sets`), so orders with the
+    same first ``k`` heads get the same number; each equals
+    :func:`~course_utils.interp.ablation.measure` with that order's first ``k`` heads off, up to
+    float rounding.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
@@ -487,32 +526,14 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
         raise ValueError(f"most must be an int in 0..{shortest} (the shortest order)")
     if isinstance(per_run, bool) or not isinstance(per_run, int) or per_run < 1:
         raise ValueError(f"per_run must be a positive int, got {per_run!r}")
-    cfg = model.config
-    B = tokens.shape[0]
-    counted = targets != -100  # (B, T)
-    if not counted.any():
+    if not (targets != -100).any():
         raise ValueError("targets count nothing (all -100)")
-    dtype = model.unembed.weight.dtype
-    out = torch.empty(len(orders), most + 1, dtype=dtype)
-    for start in range(0, len(orders), per_run):
-        some = orders[start:start + per_run]
-        n = len(some)
-        for k in range(most + 1):
-            gates = torch.ones(n, cfg.num_layers, cfg.num_heads, dtype=dtype)
-            for i, order in enumerate(some):
-                for layer, head in order[:k]:
-                    gates[i, layer, head] = 0.0
-            rows = gates.repeat_interleave(B, 0)  # (n*B, L, h): each copy of the batch its own gates
-
-            def gate(layer: int, heads: Tensor, rows: Tensor = rows) -> Tensor:  # heads: (n*B, h, T, dk)
-                return heads * rows[:, layer, :, None, None]
-
-            with torch.no_grad():
-                logits, _ = model(tokens.repeat(n, 1), edit_heads=gate)
-            per_token = torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1), targets.repeat(n, 1).flatten(), reduction="none").view(n, B, -1)
-            out[start:start + n, k] = (per_token * counted).sum((1, 2)) / counted.sum()
-    return out
+    wanted = list(dict.fromkeys(frozenset(order[:k]) for order in orders for k in range(most + 1)))
+    numbers = measure_zeroed_sets(model, loss_evaluation(tokens, targets), [sorted(s) for s in wanted],
+                                  per_run=per_run)  # each distinct set of heads once
+    loss = {heads: n["loss"] for heads, n in zip(wanted, numbers, strict=True)}
+    return torch.tensor([[loss[frozenset(order[:k])] for k in range(most + 1)] for order in orders],
+                        dtype=model.unembed.weight.dtype).view(len(orders), most + 1)
 
 
 # -- counterfactual sentences ----------------------------------------------------------------
