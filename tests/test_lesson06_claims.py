@@ -278,6 +278,11 @@ def test_resampled_induction_heads_do_not_back_each_other_up(induction, heldout)
                     "L1H3": (0.019, 9.199)}
     assert round(1 - min(a for a, _ in single.values()), 3) == 0.029, "one head resampled costs up to 0.029"
     assert max(a for a, _ in left.values()) == 0.055, "one head left: at most 0.055"
+    means = mean_head_outputs(induction, reference, per_position=True)  # section 2's reference
+    mean = ablated_logits(induction, heldout.tokens, ALL_BUT_L1H2, method="mean", means=means)
+    zero = ablated_logits(induction, heldout.tokens, ALL_BUT_L1H2)
+    for logits, expected in ((mean, (0.930, 0.673)), (zero, (0.949, 0.275))):  # one head left, for contrast
+        assert (round(induction_accuracy(logits, heldout), 3), round(scored_loss(logits, heldout), 3)) == expected
 
 
 def late_key_split(heldout):
