@@ -282,7 +282,8 @@ def test_resampled_induction_heads_do_not_back_each_other_up(induction, heldout)
     mean = ablated_logits(induction, heldout.tokens, ALL_BUT_L1H2, method="mean", means=means)
     zero = ablated_logits(induction, heldout.tokens, ALL_BUT_L1H2)
     for logits, expected in ((mean, (0.930, 0.673)), (zero, (0.949, 0.275))):  # one head left, for contrast
-        assert (round(induction_accuracy(logits, heldout), 3), round(scored_loss(logits, heldout), 3)) == expected
+        got = (round(induction_accuracy(logits, heldout), 3), round(scored_loss(logits, heldout), 3))
+        assert got == expected
 
 
 def late_key_split(heldout):
