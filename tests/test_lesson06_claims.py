@@ -344,7 +344,7 @@ def test_l1h2_breaks_singular_agreement_with_or_without_an_attractor(agreement, 
                       (False, False): (227, 557), (False, True): (564, 564)}
     assert round(27 / 427, 2) == 0.06 and round(227 / 557, 2) == 0.41, "6% right instead of 41%"
     assert round(452 / 879, 3) == 0.514 and round((27 + 451) / 879, 3) == 0.544, \
-        "0.544 is the plural share (0.514) plus the 27 singular sentences still right"
+        "0.544 is (451 + 27) of 879, a little above the plural share (0.514)"
 
 
 # ------------------------------------------------------------------ sections 5-6: the mixture model
