@@ -17,8 +17,8 @@ import torch
 
 from ..attention.masks import causal_mask
 
-__all__ = ["HeadTrace", "trace_heads", "head_output_norms", "direct_logit_attribution", "ov_copying_score",
-           "next_token_loss", "in_context_mass"]
+__all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm", "direct_logit_attribution",
+           "ov_copying_score", "next_token_loss", "in_context_mass"]
 
 HeadKey = tuple[int, int]
 
@@ -126,14 +126,20 @@ def head_output_norms(trace: HeadTrace) -> torch.Tensor:
     return torch.stack([out.norm(dim=-1) for out in trace.head_outputs])
 
 
-def _final_direction(model: torch.nn.Module, trace: HeadTrace, vectors: torch.Tensor) -> torch.Tensor:
-    """Push residual-stream vectors ``(..., B, T, d)`` through the final LayerNorm with its scale
-    frozen at the real stream's (so the map is linear) and the unembedding: ``(..., B, T, V)``."""
-    final = trace.residual[-1]  # (B, T, d)
+def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: torch.Tensor) -> torch.Tensor:
+    """A part ``component`` ``(..., d)`` of the residual stream through the final LayerNorm with
+    its scale frozen at the whole ``stream``'s (broadcast against ``component``):
+    ``(c - mean(c)) / s * gamma``. Linear in ``c``, so the parts of a stream add up; ``beta`` is
+    left out (a term of its own). Both lessons' direct logit attributions rest on this."""
     ln = model.ln_final
-    scale = (final.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()  # (B, T, 1)
-    centred = vectors - vectors.mean(dim=-1, keepdim=True)
-    return model.unembed(centred / scale * ln.weight)
+    scale = (stream.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()
+    return (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight
+
+
+def _final_direction(model: torch.nn.Module, trace: HeadTrace, vectors: torch.Tensor) -> torch.Tensor:
+    """Residual-stream vectors ``(..., B, T, d)`` through :func:`frozen_final_norm` (the real
+    stream's scale) and the unembedding: ``(..., B, T, V)``."""
+    return model.unembed(frozen_final_norm(model, trace.residual[-1], vectors))
 
 
 @torch.no_grad()

@@ -60,6 +60,7 @@ from .ablation import (
     measure,
     sequence_losses,
 )
+from .circuits import frozen_final_norm
 
 __all__ = [
     "position_ablated_logits",
@@ -312,13 +313,11 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
         for handle in handles:
             handle.remove()
 
-    ln = model.ln_final
-    x = recorded["final"][rows, positions]  # (B, d)
-    scale = torch.sqrt(x.var(dim=-1, unbiased=False, keepdim=True) + ln.eps)  # (B, 1)
-    readout = (ln.weight * (directions @ model.unembed.weight))  # (B, d): gamma * (W_U^T direction)
+    x = recorded["final"][rows, positions]  # (B, d): the stream entering the final LayerNorm
+    readout = directions @ model.unembed.weight  # (B, d): W_U^T direction
 
     def contribution(c: Tensor) -> Tensor:  # c: (B, d) -> (B,)
-        return (((c - c.mean(dim=-1, keepdim=True)) / scale) * readout).sum(-1)
+        return (frozen_final_norm(model, x, c) * readout).sum(-1)
 
     columns: dict[str, Tensor] = {}
     embeddings = recorded["token"][rows, positions] + recorded["position"][positions]
@@ -334,7 +333,7 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
             columns[f"L{layer} attn bias"] = contribution(block.attn.out_proj.bias.expand(B, -1))
         if block.mlp is not None:
             columns[f"L{layer} mlp"] = contribution(recorded[f"L{layer} mlp"][rows, positions])
-    columns["final bias"] = (ln.bias * (directions @ model.unembed.weight)).sum(-1)
+    columns["final bias"] = (model.ln_final.bias * readout).sum(-1)
     columns["total"] = (logits[rows, positions] * directions).sum(-1)
     return pd.DataFrame({name: value.detach().numpy() for name, value in columns.items()})
 
