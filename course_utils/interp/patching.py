@@ -42,6 +42,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..attention.validation import check_int
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
@@ -206,8 +207,7 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     """
     _check_model(model)
     _check_tokens(reference, "reference")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    check_int(seq_len, "seq_len", minimum=1)
     if not (isinstance(lengths, Tensor) and lengths.ndim == 1):
         raise ValueError("lengths must be a (B,) tensor of sequence lengths")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
@@ -400,8 +400,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     those sets are not measured again. Returns the counts and every measurement made or reused,
     keyed by the frozen set of heads.
     """
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-        raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+    check_int(chunks, "chunks", minimum=1)
     if not callable(within):
         raise TypeError("within must be a function (numbers: dict) -> bool")
     orders = [_check_heads(order, model) for order in orders]
@@ -485,8 +484,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     _check_model(model)
     evaluations = _check_evaluations(evaluations)
     head_sets = [_check_heads(heads, model) for heads in head_sets]
-    if isinstance(per_run, bool) or not isinstance(per_run, int) or per_run < 1:
-        raise ValueError(f"per_run must be a positive int, got {per_run!r}")
+    check_int(per_run, "per_run", minimum=1)
     lowest = [min((layer for layer, _ in heads), default=model.config.num_layers) for heads in head_sets]
     groups = [[i for i in range(len(head_sets)) if lowest[i] == layer]
               for layer in range(model.config.num_layers + 1)]
@@ -521,10 +519,9 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
     orders = [_check_heads(order, model) for order in orders]
     shortest = min(map(len, orders), default=0)
-    if isinstance(most, bool) or not isinstance(most, int) or not 0 <= most <= shortest:
-        raise ValueError(f"most must be an int in 0..{shortest} (the shortest order)")
-    if isinstance(per_run, bool) or not isinstance(per_run, int) or per_run < 1:
-        raise ValueError(f"per_run must be a positive int, got {per_run!r}")
+    if not check_int(most, "most", minimum=0) <= shortest:
+        raise ValueError(f"most must be an int in 0..{shortest} (the shortest order), got {most}")
+    check_int(per_run, "per_run", minimum=1)
     if not (targets != -100).any():
         raise ValueError("targets count nothing (all -100)")
     wanted = list(dict.fromkeys(frozenset(order[:k]) for order in orders for k in range(most + 1)))
@@ -563,8 +560,8 @@ def trimmed_by_length(batch: AgreementBatch, groups: int) -> list[AgreementBatch
     attention never looks at the columns cut off)."""
     if not isinstance(batch, AgreementBatch):
         raise TypeError(f"batch must be an AgreementBatch, got {type(batch).__name__}")
-    if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= len(batch):
-        raise ValueError(f"groups must be an int in 1..{len(batch)}, got {groups!r}")
+    if not check_int(groups, "groups", minimum=1) <= len(batch):
+        raise ValueError(f"groups must be an int in 1..{len(batch)}, got {groups}")
     order = torch.argsort(batch.lengths, stable=True)
     out = []
     for rows in torch.tensor_split(order, groups):

@@ -126,8 +126,7 @@ class PreallocatedCache:
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
         for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
                             ("d_head", d_head), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(value, name, minimum=1)
         shape = (batch, num_kv_heads, max_len, d_head)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
