@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Build or check the exercises' stored answers (course_utils/exercises/answers/lessonNN.pt).
 
-    python scripts/exercise_answers.py build   # run solutions/ on every check's cases, store the outputs
+    python scripts/exercise_answers.py build   # store every check's cases and solutions/' outputs on them
     python scripts/exercise_answers.py check   # exit 1 (naming the exercises) when the store is stale
 
 The checks grade learners' answers against these outputs, so the package ships no
-reference solution as code. Run ``build`` after changing a reference, a mistake or a case
-builder, and commit the .pt files with that change.
+reference solution as code. The cases are stored too, so every machine feeds the same
+inputs. Run ``build`` after changing a reference, a mistake or a case builder, and commit
+the .pt files with that change. ``check`` compares with tolerances, never by last bits: on
+another CPU (MKL's AVX2 or AVX-512 path) the case builders' float maths may differ there.
 """
 
 from __future__ import annotations
@@ -27,8 +29,19 @@ from course_utils.exercises import all_exercises, answers  # noqa: E402
 from course_utils.exercises.core import _call, outcome, outputs_close  # noqa: E402
 
 
-def compute() -> dict[str, dict]:
-    """lesson -> the data its .pt file holds, computed from solutions/."""
+def _entry(exercise, cases: list) -> dict:
+    """What the store holds for ``exercise`` when its cases are ``cases``."""
+    stored_cases = [answers.encode_case(c) for c in cases]
+    return {"cases": None if any(c is None for c in stored_cases) else stored_cases,
+            "signature": answers.cases_signature(cases),
+            "expected": [answers.encode(_call(exercise.reference, c)) for c in cases],
+            "mistakes": {m.key: [answers.encode(outcome(m.implementation, c)) for c in cases]
+                         for m in exercise.mistakes}}
+
+
+def compute(kept: dict[str, dict] | None = None) -> dict[str, dict]:
+    """lesson -> the data its .pt file holds, computed from solutions/: on freshly built cases,
+    or, for an exercise whose cases ``kept`` (lesson -> stored exercises) holds, on those."""
     import solutions
 
     solutions.attach()
@@ -36,12 +49,13 @@ def compute() -> dict[str, dict]:
     by_lesson: dict[str, dict] = {}
     for full_name, exercise in sorted(all_exercises().items()):
         lesson, name = full_name.split(".")
-        cases = list(exercise.make_cases())
-        entry = {"digest": answers.cases_digest(cases),
-                 "expected": [answers.encode(_call(exercise.reference, c)) for c in cases],
-                 "mistakes": {m.key: [answers.encode(outcome(m.implementation, c)) for c in cases]
-                              for m in exercise.mistakes}}
-        by_lesson.setdefault(lesson, {"format": answers.FORMAT, "exercises": {}})["exercises"][name] = entry
+        old = (kept or {}).get(lesson, {}).get(name)
+        if old is not None and old.get("cases") is not None:
+            cases = [answers.decode_case(c) for c in old["cases"]]
+        else:
+            cases = list(exercise.make_cases())
+        by_lesson.setdefault(lesson, {"format": answers.FORMAT, "exercises": {}})["exercises"][name] = \
+            _entry(exercise, cases)
     return by_lesson
 
 
@@ -60,44 +74,103 @@ def _write_atomically(path: Path, data: dict) -> None:
         raise
 
 
-def stale() -> list[str]:
-    """Exercises whose stored answers differ from what solutions/ computes now. Outputs are
-    compared to 1e-6 (float32 results move in the last bit with the number of threads)."""
-    problems = []
-    for lesson, data in compute().items():
+def _saved() -> tuple[dict[str, dict], list[str]]:
+    """The store's exercises by lesson, and the problems met reading it."""
+    saved, problems = {}, []
+    for lesson in sorted({key.split(".")[0] for key in all_exercises()}):
         path = answers.ANSWERS_DIR / f"{lesson}.pt"
-        if not path.exists():
-            problems.append(f"{path.name} is missing")
+        try:
+            data = torch.load(path, weights_only=True)
+        except (OSError, RuntimeError) as exc:
+            problems.append(f"{path.name} cannot be read ({type(exc).__name__})")
             continue
-        saved = torch.load(path, weights_only=True)["exercises"]
+        if data.get("format") != answers.FORMAT:
+            problems.append(f"{path.name} is of format {data.get('format')}, not {answers.FORMAT}")
+            continue
+        saved[lesson] = data["exercises"]
+    return saved, problems
+
+
+def stale() -> list[str]:
+    """Exercises whose stored answers differ from what solutions/ computes now.
+
+    The stored cases must match freshly built ones in shape and number and, to 1e-5, in value;
+    solutions/ then runs on the *stored* cases, and its outputs must match the stored ones
+    within the check's own tolerance. Nothing is compared by its last bits, so the check
+    passes on any CPU path (MKL_CBWR, ATEN_CPU_CAPABILITY) the store was not built on."""
+    saved, problems = _saved()
+    exercises = all_exercises()
+    for lesson, data in compute(saved).items():
+        if lesson not in saved:
+            continue
         for name, entry in data["exercises"].items():
-            old = saved.get(name)
-            fresh = {"expected": [answers.decode(v) for v in entry["expected"]],
-                     "mistakes": {k: [answers.decode(v) for v in vs] for k, vs in entry["mistakes"].items()}}
-            if old is None or old["digest"] != entry["digest"]:
+            old = saved[lesson].get(name)
+            fresh_cases = list(exercises[f"{lesson}.{name}"].make_cases())
+            fresh_entry = {"cases": [answers.encode_case(c) for c in fresh_cases],
+                           "signature": answers.cases_signature(fresh_cases)}
+            if any(c is None for c in fresh_entry["cases"]):
+                fresh_entry["cases"] = None
+            if (old is None or old.get("signature") != fresh_entry["signature"]
+                    or not _same_cases(old, fresh_entry)):
                 problems.append(f"{lesson}.{name}: test inputs changed")
                 continue
+            exercise = exercises[f"{lesson}.{name}"]
+            tol = {"rtol": exercise.rtol, "atol": exercise.atol}
+            fresh = {"expected": [answers.decode(v) for v in entry["expected"]],
+                     "mistakes": {k: [answers.decode(v) for v in vs]
+                                  for k, vs in entry["mistakes"].items()}}
             kept = {"expected": [answers.decode(v) for v in old["expected"]],
                     "mistakes": {k: [answers.decode(v) for v in vs] for k, vs in old["mistakes"].items()}}
-            if not outputs_close(kept["expected"], fresh["expected"], rtol=1e-6, atol=1e-6):
+            if not outputs_close(kept["expected"], fresh["expected"], **tol):
                 problems.append(f"{lesson}.{name}: reference outputs changed")
             if sorted(kept["mistakes"]) != sorted(fresh["mistakes"]):
                 problems.append(f"{lesson}.{name}: the list of mistakes changed")
                 continue
             for key, outs in fresh["mistakes"].items():
-                if not _same_outcomes(kept["mistakes"][key], outs):
+                if not _same_outcomes(kept["mistakes"][key], outs, **tol):
                     problems.append(f"{lesson}.{name}: mistake {key!r} changed")
-        problems += [f"{lesson}.{name}: stored but no longer an exercise" for name in saved
+        problems += [f"{lesson}.{name}: stored but no longer an exercise" for name in saved[lesson]
                      if name not in data["exercises"]]
     return problems
 
 
-def _same_outcomes(a: list, b: list) -> bool:
+def _inputs_close(a, b) -> bool:
+    """Two test inputs equal up to float rounding (modules by their weights, tables by values)."""
+    if isinstance(a, torch.nn.Module) or isinstance(b, torch.nn.Module):
+        return (type(a) is type(b) and a.state_dict().keys() == b.state_dict().keys()
+                and all(_inputs_close(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict()))
+    if hasattr(a, "to_numpy") and hasattr(a, "columns"):  # pandas tables
+        return (hasattr(b, "to_numpy") and list(a.index) == list(b.index)
+                and list(a.columns) == list(b.columns) and outputs_close(a.to_numpy(), b.to_numpy()))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_inputs_close(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return (isinstance(b, (tuple, list)) and len(a) == len(b)
+                and all(_inputs_close(x, y) for x, y in zip(a, b, strict=True)))
+    if callable(a):
+        return callable(b) and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
+    return outputs_close(a, b)  # to 1e-5: torch.randn itself differs in the last bits between ATen paths
+
+
+def _same_cases(old: dict, new: dict) -> bool:
+    """The stored cases and freshly built ones hold the same inputs, to float rounding."""
+    if (old.get("cases") is None) != (new["cases"] is None):
+        return False
+    if new["cases"] is None:
+        return True  # built at check time: the signature above is all there is to compare
+    for x, y in zip(old["cases"], new["cases"], strict=True):
+        a, b = answers.decode_case(x), answers.decode_case(y)
+        if a.label != b.label or not _inputs_close((a.args, a.kwargs), (b.args, b.kwargs)):
+            return False
+    return True
+
+
+def _same_outcomes(a: list, b: list, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     for x, y in zip(a, b, strict=True):
         if isinstance(x, answers.Raised) or isinstance(y, answers.Raised):
             if not (isinstance(x, answers.Raised) and isinstance(y, answers.Raised) and x.kind == y.kind):
                 return False
-        elif not outputs_close(x, y, rtol=1e-6, atol=1e-6):
+        elif not outputs_close(x, y, rtol=rtol, atol=atol):
             return False
     return True
 

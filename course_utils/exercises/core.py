@@ -532,6 +532,32 @@ class _CallWatch:
             self.tampered = self.tampered or f"changed the code of {', '.join(changed)} while it ran"
 
 
+def _size_of(x: Any) -> int | None:
+    """The number of entries of a tensor or array, from its shape (no data read); else None."""
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return math.prod(int(n) for n in x.shape)
+    return None
+
+
+def _entries(expected: Any) -> int:
+    """How many numbers ``expected`` holds: a tensor's or array's size, a tuple's or list's
+    entries added up, 1 for anything else."""
+    if isinstance(expected, (tuple, list)):
+        return sum(_entries(e) for e in expected[:1000])
+    size = _size_of(expected)
+    return 1 if size is None else size
+
+
+def _larger_than(got: Any, expected: Any) -> bool:
+    """True when a tensor or array in ``got`` has more entries than its place in ``expected``
+    holds (a number, a tuple of numbers, or a tensor or array of fewer entries)."""
+    if isinstance(got, (tuple, list)):
+        return isinstance(expected, (tuple, list)) and any(
+            _larger_than(g, e) for g, e in zip(got, expected, strict=False))
+    size = _size_of(got)
+    return size is not None and size > max(_entries(expected), 1)
+
+
 def _shape_of(x: Any) -> tuple | None:
     arr = _as_array(x)
     return None if arr is None else arr.shape
@@ -598,30 +624,47 @@ class Exercise:
             self.__dict__["_key"] = key
         return key
 
-    def _stored(self, cases: Sequence[Case]) -> dict | None:
-        """This exercise's stored answers, checked against ``cases``; None when it has none.
-        Raises :class:`_StoreProblem` when they are missing or belong to other inputs."""
+    def _entry(self) -> dict | None:
+        """This exercise's stored answers; None when it is not a lesson module's exercise.
+        Raises :class:`_StoreProblem` when they are missing or unreadable."""
         key = self._store_key()
         if key is None:
             return None
         try:
             entry = _answers.stored(*key)
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
             raise _StoreProblem(f"the stored answers of {key[0]} could not be read ({exc}); "
                                 "reinstall the course package.") from exc
         if entry is None:
             raise _StoreProblem(f"no stored answers for {key[0]}.{key[1]}; reinstall the course package.")
-        if entry["digest"] != _answers.cases_digest(cases):
-            raise _StoreProblem(
-                f"the stored answers of {key[0]}.{key[1]} were made for other test inputs than this "
-                f"installation builds (torch {torch.__version__}); reinstall the course package at "
-                "the release the lesson names.")
         return entry
+
+    def cases(self) -> list[Case]:
+        """The inputs the check feeds the answer.
+
+        A lesson's exercise uses the cases stored with its answers (:mod:`.answers`), the same
+        bytes on every machine; one whose inputs cannot be stored (a function), an exercise
+        defined elsewhere, and the unseen cases at autograde are built by ``make_cases()``.
+        Raises :class:`_StoreProblem` when the store and the case builder disagree in shape
+        or number (package files from two releases)."""
+        if "_expected" in self.__dict__:  # unseen cases at autograde: built under a salt
+            return list(self.make_cases())
+        entry = self._entry()
+        if entry is not None and entry["cases"] is not None:
+            return [_answers.decode_case(c) for c in entry["cases"]]
+        cases = list(self.make_cases())
+        if entry is not None and _answers.cases_signature(cases) != entry["signature"]:
+            key = self._store_key()
+            raise _StoreProblem(
+                f"the stored answers of {key[0]}.{key[1]} belong to other test inputs (other shapes, "
+                "labels or number of cases) than this package's case builder makes: its files come "
+                "from two releases. Reinstall the course package at the release the lesson names.")
+        return cases
 
     def _expected_outputs(self, cases: Sequence[Case]) -> list[Any]:
         if "_expected" in self.__dict__:  # unseen cases at autograde: outputs computed apart
             return list(self.__dict__["_expected"])
-        entry = self._stored(cases)
+        entry = self._entry()
         if entry is not None:
             return [_answers.decode(v) for v in entry["expected"]]
         if self.reference is None:
@@ -633,7 +676,7 @@ class Exercise:
         from the store, or by running its implementation; None when neither is there."""
         if "_expected" in self.__dict__:  # unseen cases: no stored slips to name
             return None
-        entry = self._stored(cases)
+        entry = self._entry()
         if entry is not None:
             stored = entry["mistakes"].get(mistake.key)
             return None if stored is None else [_answers.decode(v) for v in stored]
@@ -654,7 +697,10 @@ class Exercise:
         if not callable(fn):
             return Feedback(self.title, "error", f"expected a function, got {describe_value(fn)}",
                             "pass the function itself, without calling it: check(my_fn)")
-        cases = list(self.make_cases())
+        try:
+            cases = self.cases()
+        except _StoreProblem as exc:
+            return Feedback(self.title, "error", str(exc))
         outputs = []
         edited: str | None = None
         watch = _CallWatch(forbidden, first_is_reference=self.reference is not None)
@@ -767,6 +813,7 @@ class Exercise:
             n = len(cases)
             return Feedback(self.title, "correct",
                             "correct on the test case." if n == 1 else f"correct on all {n} test cases.")
+        oversized = self._oversized_answer(cases, outputs, expected)
         for mistake in self.mistakes:
             wrong = self._mistake_outputs(mistake, cases)
             if wrong is None or any(isinstance(w, _answers.Raised) for w in wrong):
@@ -774,10 +821,25 @@ class Exercise:
             if all(self._close(g, w) for g, w in zip(outputs, wrong, strict=True)):
                 return Feedback(self.title, "mistake", mistake.message, mistake.hint,
                                 mistake=mistake.key)
+        if oversized is not None:
+            return oversized
         unmatched = self._unmatched_slip(cases, outputs, expected)
         if unmatched is not None:
             return unmatched
         return self._generic_feedback(cases, outputs, expected)
+
+    def _oversized_answer(self, cases, outputs, expected) -> Feedback | None:
+        """A wrong-shape message for an answer with more entries than the expected output, read
+        from its shape alone: no later step copies or compares its data (an expanded view of
+        2**31 entries would take 16 GB as float64)."""
+        for case, got, exp in zip(cases, outputs, expected, strict=False):
+            if _larger_than(got, exp):
+                label = f" on {case.label}" if case.label else ""
+                return Feedback(self.title, "wrong",
+                                f"wrong shape{label}: expected {describe_value(exp)}, got "
+                                f"{describe_value(got)}, which has more entries than the answer "
+                                "(no values were compared).", self.hint)
+        return None
 
     def _wrong_kind(self, outputs) -> Feedback | None:
         """Hook, run before any comparison: name an answer of the wrong kind whose values would

@@ -376,12 +376,12 @@ class _BoolMaskExercise(Exercise):
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
         if feedback.status == "error":
-            failed = failed_operation(fn, self.make_cases()[0])
+            failed = failed_operation(fn, self.cases()[0])
             if failed is not None and failed[0] == "bool":  # `not mask`, `if mask`, `and`, ...
                 return self._named("python_not")
         if feedback.status in ("not attempted", "error"):
             return feedback
-        cases = list(self.make_cases())
+        cases = self.cases()
         try:
             outputs = [fn(*c.fresh()[0], **c.fresh()[1]) for c in cases]
         except BaseException:  # already ran once in super().check; be safe anyway

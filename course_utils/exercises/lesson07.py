@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .core import Case, Exercise, Feedback, Mistake, as_scalar, outputs_close
+from .core import Case, Exercise, Feedback, Mistake, _larger_than, as_scalar, outputs_close
 from .raising import DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
@@ -257,11 +257,13 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
         feedback = super().check(fn)
         if feedback.status != "wrong":
             return feedback
-        case = self.make_cases()[0]
+        case = self.cases()[0]
         try:
             first, second = fn(*case.fresh()[0]), fn(*case.fresh()[0])
         except BaseException:  # noqa: BLE001 - the plain feedback stands
             return feedback
+        if _larger_than(first, self._expected_outputs([case])[0]):
+            return feedback  # too large to compare twice: the wrong-shape feedback stands
         try:
             random = not outputs_close(first, second, rtol=0, atol=0)
         except BaseException:  # noqa: BLE001 - an answer that cannot be compared: the plain feedback

@@ -68,7 +68,7 @@ class DiagnosingExercise(Exercise):
         return feedback if named is None else named
 
     def _name_raising_slip(self, fn: Callable[..., Any]) -> Feedback | None:
-        cases = list(self.make_cases())
+        cases = self.cases()
         for index, case in enumerate(cases):
             exc = _raised(fn, case)
             if exc is None:
@@ -91,7 +91,7 @@ class DiagnosingExercise(Exercise):
         return None
 
     def _name_tensor_output(self, fn: Callable[..., Any]) -> Feedback | None:
-        args, kwargs = self.make_cases()[0].fresh()
+        args, kwargs = self.cases()[0].fresh()
         if isinstance(fn(*args, **kwargs), torch.Tensor):
             mistake = next(m for m in self.mistakes if m.key == "returned_tensor")
             return Feedback(self.title, "mistake", mistake.message, mistake.hint, mistake=mistake.key)
@@ -149,7 +149,7 @@ class DiagnosesRaisingAnswers(Exercise):
         feedback = super().check(fn)
         if feedback.status != "error":
             return feedback
-        for case in self.make_cases():
+        for case in self.cases():
             args, kwargs = case.fresh()
             recorder, error = RecordFailure(), None
             try:
