@@ -108,7 +108,11 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     parser.add_argument("which", choices=["floor", "newest"])
     parser.add_argument("--venv", type=Path, default=None, help="default: .venv-floor or .venv-newest")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest instead of the default")
-    args = parser.parse_args(argv)
+    # everything after the first `--` goes to pytest, wherever --venv stands (argparse alone
+    # refuses `newest --venv DIR -- ARGS`: its positional was already filled)
+    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser.parse_args(own)
+    args.pytest_args = [*args.pytest_args, *rest]
     env_dir = args.venv or root / f".venv-{args.which}"
     try:  # every input checked before anything is installed
         _check_venv(env_dir)

@@ -206,3 +206,16 @@ def test_version_matrix_venv_that_is_a_file_is_named(tmp_path, no_venv, capsys):
 def test_version_matrix_floor_constraints_of_the_real_project():
     text = version_matrix.floor_constraints()
     assert text.startswith("# generated") and "torch==" in text
+
+
+def test_version_matrix_passes_what_follows_the_double_dash_to_pytest(tmp_path, monkeypatch):
+    """`newest --venv DIR -- ARGS`, as its docstring writes it, reaches pytest with ARGS."""
+    calls = []
+    builder = type("Builder", (), {"create": lambda self, env_dir: None})
+    monkeypatch.setattr(version_matrix.venv, "EnvBuilder", lambda **kw: builder())
+    monkeypatch.setattr(version_matrix.subprocess, "run", lambda cmd, **kw: calls.append(cmd)
+                        or subprocess.CompletedProcess(cmd, 0, "", ""))
+    monkeypatch.setattr(version_matrix.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    version_matrix.main(["newest", "--venv", str(tmp_path / "env"), "--", "-q", "tests/test_masks.py"])
+    pytest_call = next(c for c in calls if "pytest" in c)
+    assert pytest_call[-2:] == ["-q", "tests/test_masks.py"]
