@@ -1,5 +1,6 @@
 """The check machinery itself: every path ends in feedback, never a traceback."""
 
+import pytest
 import torch
 
 from course_utils.exercises import Case, Exercise, Mistake, outputs_close
@@ -265,3 +266,73 @@ def test_a_call_to_F_sdpa_is_named_by_its_public_name():
     feedback = lesson04.check_mha_forward(with_sdpa)
     assert "torch.nn.functional.scaled_dot_product_attention" in feedback.message
     assert "torch._C" not in feedback.message
+
+
+# -- while learning: a time limit per call, no rerun after a stop, no complex answers --------
+def test_an_answer_that_never_returns_is_stopped_with_the_limit_named(monkeypatch):
+    from course_utils.exercises import lesson02
+
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", "0.5")
+    calls = []
+
+    def forever(q, k):
+        calls.append(1)
+        while True:
+            pass
+
+    fb = lesson02.check_attention_weights(forever)
+    assert fb.status == "error" and fb.stopped and "more than 0.5 s" in fb.message
+    assert len(calls) == 1  # the raising-slip diagnosis did not run it again
+
+
+def test_an_answer_that_swallows_exceptions_is_still_stopped(monkeypatch):
+    from course_utils.exercises import lesson04
+
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", "0.5")
+
+    def stubborn(*args, **kwargs):
+        while True:
+            try:
+                sum(range(10**6))
+            except Exception:  # an answer's own `except Exception` cannot catch the time limit
+                pass
+
+    fb = lesson04.check_mha_forward(stubborn)
+    assert fb.stopped and "more than 0.5 s" in fb.message
+
+
+def test_an_interrupted_answer_is_not_run_again():
+    from course_utils.exercises import lesson04
+
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    for check in (lesson04.check_mha_forward, lesson04.check_masks_for_torch):
+        calls.clear()
+        fb = check(interrupted)
+        assert fb.status == "error" and fb.stopped and "interrupted" in fb.message and len(calls) == 1
+
+
+def test_the_time_limit_leaves_no_alarm_behind():
+    import signal
+
+    from course_utils.exercises import lesson03
+
+    before = signal.getsignal(signal.SIGALRM)
+    lesson03.check_score_macs(lambda seq_len, d_model, num_heads: 0)
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("make", [lambda x: x + 0j, lambda x: x.numpy() + 5j])
+def test_a_complex_answer_is_named_not_passed(make):
+    from course_utils.exercises import lesson03
+
+    def complex_split(x, num_heads):
+        B, T, d = x.shape
+        return make(x.reshape(B, T, num_heads, d // num_heads).transpose(1, 2))
+
+    fb = lesson03.check_split_heads(complex_split)
+    assert not fb.passed and "complex" in fb.message and "real" in fb.message

@@ -113,6 +113,48 @@ LIBRARY_TWINS: dict[str, tuple[str, ...]] = {
 
 # Exits that are not ``Exception`` s but must still end in feedback, not escape the check.
 _EXITS = (SystemExit, KeyboardInterrupt, GeneratorExit)
+
+# Seconds one call of the learner's function may take while learning; the test inputs are tiny,
+# so a right answer takes milliseconds even on a busy laptop. Override with COURSE_CHECK_TIMEOUT.
+CALL_TIME_LIMIT = 10.0
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside the learner's function when one call runs past :data:`CALL_TIME_LIMIT`
+    (a ``BaseException``, so an answer's own ``except Exception`` does not swallow it)."""
+
+
+def _time_limit() -> float:
+    try:
+        seconds = float(os.environ.get("COURSE_CHECK_TIMEOUT", CALL_TIME_LIMIT))
+    except ValueError:
+        return CALL_TIME_LIMIT
+    return seconds if math.isfinite(seconds) and seconds > 0 else CALL_TIME_LIMIT
+
+
+class _Deadline:
+    """While active, a call that runs past the time limit raises :class:`TimeLimitExceeded`
+    where it is (SIGALRM: Unix, main thread; elsewhere no limit, and the check still runs)."""
+
+    def __enter__(self) -> _Deadline:
+        import signal
+
+        self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
+        if self._armed:
+            def expire(signum: int, frame: Any) -> None:
+                raise TimeLimitExceeded(self.seconds)
+
+            self.seconds = _time_limit()
+            self._previous = signal.signal(signal.SIGALRM, expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._armed:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
 _STUB_MESSAGES = ("", "your code here")
 
 
@@ -157,6 +199,8 @@ class Feedback:
     message: str
     hint: str = ""
     mistake: str | None = None
+    # the answer was interrupted or ran past the time limit: no later diagnosis runs it again
+    stopped: bool = field(default=False, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -244,6 +288,8 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
             return False  # shapes first: no float64 copy of an answer of the wrong size
         if _is_integral(got.dtype) and not _is_integral(expected.dtype):
             return False
+        if _is_complex(got.dtype) and not _is_complex(expected.dtype):
+            return False  # converting would drop the imaginary part, with only a warning
         got_arr, exp_arr = _as_array(got), _as_array(expected)
         return bool(np.allclose(got_arr, exp_arr, rtol=rtol, atol=atol, equal_nan=True))
     if expected is None:
@@ -292,6 +338,15 @@ def _is_integral(dtype: Any) -> bool:
         return not (dtype.is_floating_point or dtype.is_complex)
     if isinstance(dtype, np.dtype):
         return dtype.kind in "biu"
+    return False
+
+
+def _is_complex(dtype: Any) -> bool:
+    """True for a complex dtype of torch or NumPy."""
+    if isinstance(dtype, torch.dtype):
+        return dtype.is_complex
+    if isinstance(dtype, np.dtype):
+        return dtype.kind == "c"
     return False
 
 
@@ -708,7 +763,7 @@ class Exercise:
             args, kwargs = case.fresh()
             feedback_exc: BaseException | None = None
             try:
-                with watch:
+                with watch, _Deadline():
                     outputs.append(fn(*args, **kwargs))
                 edited = edited or _edited_input(case, args, kwargs)
             except NotImplementedError as exc:
@@ -718,7 +773,9 @@ class Exercise:
                                     "not attempted yet: replace `raise NotImplementedError` with "
                                     "your code, then run this cell again.", self.hint)
                 feedback = self._raised(exc, case)
-            except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(), an interrupt: a message
+            except (TimeLimitExceeded, KeyboardInterrupt) as exc:  # never run again after this
+                return self._stopped(exc, case)
+            except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
                 feedback_exc = exc
                 feedback = self._raised(exc, case)
             else:
@@ -751,6 +808,20 @@ class Exercise:
                             f"could not compare your answer with the expected one: you returned "
                             f"{describe_value(outputs[0])} ({type(exc).__name__}: {_safe_str(exc)}).",
                             self.hint)
+
+    def _stopped(self, exc: BaseException, case: Case) -> Feedback:
+        """Feedback for an answer that was interrupted or ran out of time: the check does not
+        run it again (no diagnosis reruns it), so one interrupt is enough."""
+        where = f" on {case.label}" if case.label else ""
+        if isinstance(exc, TimeLimitExceeded):
+            message = (f"your function ran for more than {exc.args[0]:g} s{where} and was stopped. The "
+                       "test inputs are tiny, so a right answer takes milliseconds: look for a loop "
+                       "that never ends (a while loop whose condition never changes) or one over far "
+                       "more items than the input has.")
+        else:
+            message = (f"your function was interrupted{where} (KeyboardInterrupt: Kernel > Interrupt) "
+                       "before it returned, so it was not graded; the check did not run it again.")
+        return Feedback(self.title, "error", message, self.hint, stopped=True)
 
     def _raised(self, exc: BaseException, case: Case) -> Feedback:
         where = f" on {case.label}" if case.label else ""
@@ -886,6 +957,11 @@ class Exercise:
                                                       f"{type(got).__name__} you returned")
                     if inner is not None:
                         return inner
+        if (isinstance(got, (torch.Tensor, np.ndarray)) and _is_complex(got.dtype)
+                and not _is_complex(getattr(exp, "dtype", None))):
+            return wrong(f"your output{label} is complex ({got.dtype}), and the expected result is real: "
+                         "a complex number crept in (a 1j, a complex tensor, or np.sqrt/np.log of a "
+                         "complex array). Keep every step real.")
         exp_arr, got_arr = _as_array(exp), _as_array(got)
         if exp_arr is not None and isinstance(got, (tuple, list)) and len(got) > 0:
             try:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..attention.masks import causal_mask, padding_mask
-from .core import Case, Exercise, Feedback, Mistake
+from .core import Case, Exercise, Feedback, Mistake, _Deadline
 from .raising import DiagnosesRaisingAnswers, failed_operation, requested_shape
 
 __all__ = [
@@ -375,7 +375,7 @@ class _BoolMaskExercise(Exercise):
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
-        if feedback.status == "error":
+        if feedback.status == "error" and not feedback.stopped:
             failed = failed_operation(fn, self.cases()[0])
             if failed is not None and failed[0] == "bool":  # `not mask`, `if mask`, `and`, ...
                 return self._named("python_not")
@@ -383,7 +383,8 @@ class _BoolMaskExercise(Exercise):
             return feedback
         cases = self.cases()
         try:
-            outputs = [fn(*c.fresh()[0], **c.fresh()[1]) for c in cases]
+            with _Deadline():
+                outputs = [fn(*c.fresh()[0], **c.fresh()[1]) for c in cases]
         except BaseException:  # already ran once in super().check; be safe anyway
             return feedback
         if not all(isinstance(o, (tuple, list)) and len(o) == 2 for o in outputs):

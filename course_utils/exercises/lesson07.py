@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .core import Case, Exercise, Feedback, Mistake, _larger_than, as_scalar, outputs_close
+from .core import Case, Exercise, Feedback, Mistake, _Deadline, _larger_than, as_scalar, outputs_close
 from .raising import DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
@@ -259,7 +259,8 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
             return feedback
         case = self.cases()[0]
         try:
-            first, second = fn(*case.fresh()[0]), fn(*case.fresh()[0])
+            with _Deadline():
+                first, second = fn(*case.fresh()[0]), fn(*case.fresh()[0])
         except BaseException:  # noqa: BLE001 - the plain feedback stands
             return feedback
         if _larger_than(first, self._expected_outputs([case])[0]):

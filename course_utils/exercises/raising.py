@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from .answers import Raised
-from .core import Case, Exercise, Feedback, Mistake
+from .core import Case, Exercise, Feedback, Mistake, _Deadline
 
 __all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "requested_shape", "failed_operation",
            "DiagnosesRaisingAnswers"]
@@ -39,7 +39,7 @@ class RaisingMistake(Mistake):
 def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
     args, kwargs = case.fresh()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _Deadline():
             warnings.simplefilter("ignore")  # e.g. torch's warning about x.T on 3-D tensors
             fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - any error is information here, sys.exit() too
@@ -57,6 +57,8 @@ class DiagnosingExercise(Exercise):
     def check(self, fn: Callable[..., Any]) -> Feedback:
         """Grade ``fn``; never raises."""
         feedback = super().check(fn)
+        if feedback.stopped:  # interrupted or out of time: never run it again
+            return feedback
         named = None  # (a Feedback is falsy unless it passed, so compare with None)
         try:
             if feedback.status == "error":
@@ -128,7 +130,7 @@ def failed_operation(fn, case: Case) -> tuple[str, list] | None:
     args, kwargs = case.fresh()
     recorder = RecordFailure()
     try:
-        with recorder:
+        with recorder, _Deadline():
             fn(*args, **kwargs)
     except BaseException:  # the learner's error again, now recorded
         pass
@@ -147,13 +149,13 @@ class DiagnosesRaisingAnswers(Exercise):
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
-        if feedback.status != "error":
+        if feedback.status != "error" or feedback.stopped:
             return feedback
         for case in self.cases():
             args, kwargs = case.fresh()
             recorder, error = RecordFailure(), None
             try:
-                with recorder:
+                with recorder, _Deadline():
                     fn(*args, **kwargs)
             except BaseException as exc:  # the same error again: now we know which operation raised
                 error = exc
