@@ -168,7 +168,8 @@ def _same_cases(old: dict, new: dict) -> bool:
 def _same_outcomes(a: list, b: list, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     for x, y in zip(a, b, strict=True):
         if isinstance(x, answers.Raised) or isinstance(y, answers.Raised):
-            if not (isinstance(x, answers.Raised) and isinstance(y, answers.Raised) and x.kind == y.kind):
+            if not (isinstance(x, answers.Raised) and isinstance(y, answers.Raised)
+                    and answers.same_raise(x, y.kind, y.message, loose=True)):
                 return False
         elif not outputs_close(x, y, rtol=rtol, atol=atol):
             return False

@@ -136,3 +136,27 @@ def test_the_store_is_current_on_another_cpu_path(env):
     done = subprocess.run([sys.executable, "scripts/exercise_answers.py", "check"], capture_output=True,
                           text=True, cwd=ROOT, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_raised_slip_is_recognised_across_torch_versions():
+    """torch 2.15 raises NotImplementedError where 2.13 raised RuntimeError for bool.mean(), and
+    prefixes some messages with the operator ("mm: mat1 and mat2 ..."): both still match."""
+    stored = answers.Raised("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (3x6 and 2x6)")
+    newer = "mm: mat1 and mat2 shapes cannot be multiplied (3x6 and 2x6)"
+    assert answers.same_raise(stored, "RuntimeError", newer)
+    assert answers.same_raise(stored, "NotImplementedError", stored.message)
+    assert not answers.same_raise(stored, "TypeError", stored.message)
+    other_shapes = "mat1 and mat2 shapes cannot be multiplied (8x6 and 3x6)"
+    assert not answers.same_raise(stored, "RuntimeError", other_shapes)
+
+
+@pytest.mark.parametrize("kind, prefix", [(NotImplementedError, ""), (RuntimeError, "mean: ")])
+def test_the_bool_mean_slip_is_named_as_newer_torch_raises_it(kind, prefix):
+    from course_utils.exercises import lesson01
+
+    def bool_mean_like_torch_2_15(*args, **kwargs):
+        raise kind(prefix + "mean(): could not infer output dtype. Input dtype must be either a floating "
+                   "point or complex dtype. Got: Bool")
+
+    fb = lesson01.check_relation_accuracy(bool_mean_like_torch_2_15)
+    assert fb.mistake == "bool_mean", fb

@@ -37,6 +37,26 @@ class Raised:
     message: str
 
 
+# NotImplementedError is a RuntimeError: torch 2.15 raises it where 2.13 raised RuntimeError
+# (``bool_tensor.mean()``), so a stored RuntimeError also stands for it.
+_SAME_KIND = {"NotImplementedError": "RuntimeError"}
+
+
+def _message_core(message: str) -> str:
+    """An error message without the operator prefix newer torch adds ("mm: mat1 and ...")."""
+    head, sep, rest = message.partition(": ")
+    return rest if sep and head.isidentifier() and len(head) <= 40 else message
+
+
+def same_raise(stored: Raised, kind: str, message: str, *, loose: bool = False) -> bool:
+    """True when an exception of ``kind`` with ``message`` is the one ``stored`` records, across
+    torch versions: the same kind (or a subclass torch now raises instead) and, unless
+    ``loose``, the same message up to an operator-name prefix."""
+    if stored.kind != kind and _SAME_KIND.get(kind) != stored.kind and _SAME_KIND.get(stored.kind) != kind:
+        return False
+    return loose or stored.message == message or _message_core(stored.message) == _message_core(message)
+
+
 class UnstorableValue(TypeError):
     """An output the store cannot hold; the message names its type."""
 

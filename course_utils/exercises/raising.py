@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from .answers import Raised
+from .answers import Raised, same_raise
 from .core import Case, Exercise, Feedback, Mistake, _Deadline
 
 __all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "requested_shape", "failed_operation",
@@ -82,8 +82,8 @@ class DiagnosingExercise(Exercise):
                         continue
                     outcomes = self._mistake_outputs(mistake, cases)
                     theirs = None if outcomes is None else outcomes[index]
-                    same = isinstance(theirs, Raised) and theirs.kind == kind
-                    if same and (loose or theirs.message == text
+                    same = isinstance(theirs, Raised) and same_raise(theirs, kind, theirs.message, loose=True)
+                    if same and (same_raise(theirs, kind, text, loose=loose)
                                  or (mistake.pattern and mistake.pattern in text)):
                         where = f" on {case.label}" if case.label else ""
                         return Feedback(self.title, "mistake",
