@@ -404,3 +404,64 @@ def test_decode_step_names_index_slips_value_cache_dropout_and_length_scale():
                         (sqrt_length, "scaled_by_sqrt_length")):
         feedback = lesson07.check_decode_step(answer)
         assert feedback.mistake == key, (key, feedback)
+
+
+# -- hints that follow the answer, a silent cast, scores too large for a plain exp ------------
+def test_7_1_a_float32_copy_of_float64_heads_is_named():
+    def cast(kv, num_heads):
+        return kv.float().repeat_interleave(num_heads // kv.shape[1], dim=1)
+
+    fb = lesson07.check_repeat_kv(cast)
+    assert fb.mistake == "changed_dtype" and "torch.float32" in fb.message and "torch.float64" in fb.message
+
+
+def test_7_1_interleaving_by_expand_gets_an_expand_hint_not_a_repeat_one():
+    def expand_before_heads(kv, num_heads):
+        B, g, T, dk = kv.shape
+        return kv[:, None].expand(B, num_heads // g, g, T, dk).reshape(B, num_heads, T, dk)
+
+    def tiled(kv, num_heads):
+        return kv.repeat(1, num_heads // kv.shape[1], 1, 1)
+
+    by_expand, by_repeat = lesson07.check_repeat_kv(expand_before_heads), lesson07.check_repeat_kv(tiled)
+    assert by_expand.mistake == by_repeat.mistake == "interleaved_groups"
+    assert "kv[:, :, None].expand" in by_expand.hint and ".repeat(" not in by_expand.hint
+    assert "repeat_interleave(h // g, dim=1)" in by_repeat.hint
+
+
+def _by_hand(q_new, k, v, scale):
+    copies = q_new.shape[1] // k.shape[1]
+    scores = q_new @ k.repeat_interleave(copies, dim=1).transpose(-2, -1) * scale
+    return torch.softmax(scores, dim=-1) @ v.repeat_interleave(copies, dim=1)
+
+
+def test_7_3_an_unscaled_answer_by_hand_is_not_told_about_scale_none():
+    def unscaled_by_hand(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+        return _by_hand(q_new, k, v, 1.0), k, v
+
+    def unscaled_sdpa(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+        return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1.0), k, v
+
+    by_hand = lesson07.check_decode_step(unscaled_by_hand)
+    with_sdpa = lesson07.check_decode_step(unscaled_sdpa)
+    assert by_hand.mistake == with_sdpa.mistake == "unscaled"
+    assert "scale=None" not in by_hand.hint and "dk ** 0.5" in by_hand.hint
+    assert "scale=None" in with_sdpa.hint
+
+
+def test_7_3_a_softmax_without_the_max_shift_is_named_on_large_scores():
+    def plain_exp(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+        copies = q_new.shape[1] // k.shape[1]
+        scores = q_new @ k.repeat_interleave(copies, dim=1).transpose(-2, -1) / q_new.shape[-1] ** 0.5
+        weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
+        return weights @ v.repeat_interleave(copies, dim=1), k, v
+
+    def shifted(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+        return _by_hand(q_new, k, v, q_new.shape[-1] ** -0.5), k, v
+
+    assert lesson07.check_decode_step(plain_exp).mistake == "softmax_without_max_shift"
+    assert lesson07.check_decode_step(shifted).passed

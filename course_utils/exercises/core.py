@@ -341,6 +341,16 @@ def _is_integral(dtype: Any) -> bool:
     return False
 
 
+def _source_text(fn: Any) -> str:
+    """The source code of the learner's function, or "" when it cannot be read."""
+    import inspect
+
+    try:
+        return inspect.getsource(_unwrap(fn))
+    except (OSError, TypeError):
+        return ""
+
+
 def _is_complex(dtype: Any) -> bool:
     """True for a complex dtype of torch or NumPy."""
     if isinstance(dtype, torch.dtype):
@@ -659,7 +669,18 @@ class Exercise:
 
     def check(self, fn: Callable[..., Any]) -> Feedback:
         """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named."""
-        return self._check(fn, self._forbidden() if self._guarded else [])
+        feedback = self._check(fn, self._forbidden() if self._guarded else [])
+        if feedback.mistake is not None and feedback.hint:
+            try:
+                feedback.hint = self._hint_for(feedback.mistake, _source_text(fn)) or feedback.hint
+            except Exception:  # noqa: BLE001 - the general hint stands
+                pass
+        return feedback
+
+    def _hint_for(self, mistake: str, source: str) -> str | None:
+        """Hook: a hint for ``mistake`` that follows what the answer's code did (``source``, its
+        text, or "" when it cannot be read); None keeps the mistake's own hint."""
+        return None
 
     # -- what the answer is compared with ----------------------------------------------
     def _store_key(self) -> tuple[str, str] | None:

@@ -47,6 +47,34 @@ class _RepeatExercise(DiagnosesRaisingAnswers):
             return "expanded_head_axis"  # expand only stretches axes of size 1
         return None
 
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if feedback.passed:  # the values compare equal to 1e-5; a copy must keep the dtype too
+            for got, exp in zip(outputs, expected, strict=True):
+                if got.dtype != exp.dtype:
+                    return Feedback(
+                        self.title, "mistake",
+                        f"the values are right, but your output is {got.dtype} and the K/V heads came "
+                        f"in as {exp.dtype}: a copy changed their dtype and dropped digits ({exp.dtype} "
+                        "keeps about 16, float32 about 7), silently.",
+                        "make the copies from kv itself (repeat_interleave, or expand + reshape): no "
+                        ".float(), and no buffer from torch.zeros/torch.empty without dtype=kv.dtype.",
+                        mistake="changed_dtype")
+        return feedback
+
+    def _hint_for(self, mistake: str, source: str) -> str | None:
+        if mistake != "interleaved_groups":
+            return None
+        if "expand" in source:
+            return ("your new axis stands before the head axis (kv[:, None] or unsqueeze(1)), so the "
+                    "copies tile the g heads as a block. Put it after: kv[:, :, None].expand(B, g, h // g, "
+                    "T, dk), then .reshape(B, h, T, dk).")
+        if ".repeat(" in source or "torch.cat" in source or "torch.stack" in source:
+            return ("repeat or cat copies the whole head axis after itself (0, 1, 0, 1, ...); "
+                    "repeat_interleave(h // g, dim=1) copies each head in place (0, 0, 1, 1, ...).")
+        return ("copy each K/V head next to itself (0, 0, 1, 1, ... for h // g = 2), "
+                "not the whole head axis after itself (0, 1, 0, 1, ...).")
+
 
 def _repeat_cases() -> list[Case]:
     return [
@@ -277,6 +305,16 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
             return "kv_index_i_div_g"
         return None
 
+    def _hint_for(self, mistake: str, source: str) -> str | None:
+        by_hand = "scaled_dot_product_attention" not in source
+        if mistake in ("unscaled", "scaled_by_dk", "scaled_by_sqrt_length") and by_hand:
+            return ("divide the scores q @ k^T by dk ** 0.5, the square root of a head's width "
+                    "(q_new.shape[-1]), before the softmax.")
+        if mistake == "interleaved_groups" and by_hand:
+            return ("query head i reads K/V head i // (h // g): k.repeat_interleave(h // g, dim=1), "
+                    "not k.repeat(...), which tiles the whole head axis.")
+        return None
+
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
         if failed is None:
@@ -323,13 +361,18 @@ _CACHE_SLIPS = {
 
 
 def _decode_cases() -> list[Case]:
+    """Three decode steps, then one whose scores reach about +-1000 (a query 400 times larger):
+    exp(1000) overflows even float64, so a softmax that does not subtract each row's maximum
+    gives NaN there."""
     cases = []
-    for i, (B, h, g, T, dk) in enumerate([(2, 4, 2, 5, 8), (1, 6, 3, 3, 4), (1, 2, 1, 4, 16)]):
+    shapes = [(2, 4, 2, 5, 8, 3.0), (1, 6, 3, 3, 4, 3.0), (1, 2, 1, 4, 16, 3.0), (1, 4, 2, 6, 4, 400.0)]
+    for i, (B, h, g, T, dk, size) in enumerate(shapes):
         s = 730 + 10 * i
-        tensors = (3 * _randn(B, h, 1, dk, seed=s), _randn(B, g, 1, dk, seed=s + 1),
+        tensors = (size * _randn(B, h, 1, dk, seed=s), _randn(B, g, 1, dk, seed=s + 1),
                    _randn(B, g, 1, dk, seed=s + 2), _randn(B, g, T, dk, seed=s + 3),
                    _randn(B, g, T, dk, seed=s + 4))
-        cases.append(Case(tensors, label=f"B={B}, h={h}, g={g}, {T} cached tokens, dk={dk}"))
+        label = f"B={B}, h={h}, g={g}, {T} cached tokens, dk={dk}"
+        cases.append(Case(tensors, label=label if size < 100 else label + ", scores up to about 1000"))
     return cases
 
 
@@ -386,6 +429,11 @@ DECODE_STEP = _DecodeExercise(
         Mistake("scaled_by_sqrt_length", "you scaled the scores by 1 / sqrt(T + 1), the number of "
                 "keys: the scale is 1 / sqrt(dk), the width of a head.",
                 "Leave scale=None (F.scaled_dot_product_attention then divides by sqrt(dk))."),
+        Mistake("softmax_without_max_shift", "right on ordinary scores, NaN where the scores reach "
+                "about 1000: your softmax computes exp(scores) directly, and exp(1000) overflows to "
+                "inf even in float64, so inf / inf gives NaN.",
+                "subtract each row's maximum before exp (scores - scores.amax(-1, keepdim=True)), or "
+                "call torch.softmax, which does that for you."),
         Mistake("heads_not_matched", "q @ k.transpose(-2, -1) raised: the query has h heads and the "
                 "key cache only g, so the head axes do not broadcast.",
                 "Repeat each K/V head h // g times (repeat_interleave, dim=1) for the product only; "
