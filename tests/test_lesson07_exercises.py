@@ -465,3 +465,18 @@ def test_7_3_a_softmax_without_the_max_shift_is_named_on_large_scores():
 
     assert lesson07.check_decode_step(plain_exp).mistake == "softmax_without_max_shift"
     assert lesson07.check_decode_step(shifted).passed
+
+
+def test_7_5_a_right_formula_in_float32_is_not_called_an_overflow():
+    def in_float32(out_a, lse_a, out_b, lse_b):
+        out_a, lse_a, out_b, lse_b = (t.float() for t in (out_a, lse_a, out_b, lse_b))
+        lse = torch.logaddexp(lse_a, lse_b)
+        return torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[..., None] * out_b
+
+    def overflowing_in_float32(out_a, lse_a, out_b, lse_b):
+        wa, wb = lse_a.float().exp(), lse_b.float().exp()
+        return ((wa[..., None] * out_a.float() + wb[..., None] * out_b.float()) / (wa + wb)[..., None])
+
+    fb = lesson07.check_merge_halves(in_float32)
+    assert fb.mistake == "float32_rounding" and "overflow" not in fb.hint
+    assert lesson07.check_merge_halves(overflowing_in_float32).mistake == "exp_overflow"
