@@ -228,6 +228,11 @@ def _narrow_ratio(table: pd.DataFrame) -> str:
     return str(((1 - table["task accuracy after"]) / table["loss change"].abs()).idxmax())
 
 
+def _narrow_summed_ranks(table: pd.DataFrame) -> str:
+    ranks = table["loss change"].rank(ascending=False) + table["task accuracy after"].rank()
+    return ranks.idxmin()  # best on both columns together, not on the task alone
+
+
 def _narrow_second_lowest(table: pd.DataFrame) -> str:
     return str(table["task accuracy after"].nsmallest(2).index[1])
 
@@ -277,5 +282,6 @@ MISTAKES = {
         'row_number_not_name': _narrow_position,
         'task_drop_per_loss_change': _narrow_ratio,
         'second_lowest_accuracy': _narrow_second_lowest,
+        'summed_ranks': _narrow_summed_ranks,
     },
 }

@@ -165,3 +165,11 @@ def test_narrow_head_names_the_ratio_and_the_second_lowest():
 
     assert lesson06.check_narrow_head(ratio).mistake == "task_drop_per_loss_change"
     assert lesson06.check_narrow_head(second_lowest).mistake == "second_lowest_accuracy"
+
+
+def test_6_3_summed_ranks_are_named_not_called_the_largest_loss_change():
+    def ranks_added(table):
+        return (table["loss change"].rank(ascending=False) + table["task accuracy after"].rank()).idxmin()
+
+    fb = lesson06.check_narrow_head(ranks_added)
+    assert fb.mistake == "summed_ranks" and "loss change most" not in fb.message

@@ -216,6 +216,9 @@ def _narrow_cases() -> list[Case]:
         # accuracy lost per unit of loss change is largest for L0H1 (0.1 / 0.001), and the second-
         # lowest accuracy is L1H0: only the task column alone picks L0H0
         {"L0H0": (0.400, 0.20), "L0H1": (0.001, 0.90), "L1H0": (0.050, 0.35), "L1H1": (0.020, 0.97)},
+        # ranking both columns and adding the ranks picks L0H1 (2 + 2); the largest loss change is
+        # L0H0, and the task needs L1H0 most
+        {"L0H0": (0.600, 0.95), "L0H1": (0.400, 0.60), "L1H0": (0.010, 0.30), "L1H1": (0.050, 0.80)},
     ]
     return [Case((pd.DataFrame.from_dict(t, orient="index", columns=["loss change", "task accuracy after"]),),
                  label=f"table {i + 1}") for i, t in enumerate(tables)]
@@ -261,6 +264,10 @@ NARROW_HEAD = _HeadNameExercise(
         Mistake("task_drop_per_loss_change", "you divided the accuracy the task loses by the loss change. "
                 "That ratio is largest for a head that barely moves the loss, whatever it does to the "
                 "task: the question is only which removal leaves the task worst off.",
+                "decide by the task accuracy after removal alone: the lowest one."),
+        Mistake("summed_ranks", "you ranked the heads on both columns and added the ranks, so a head "
+                "that is middling on both beats the one that breaks the task. The question is only "
+                "which removal leaves the task worst off; the loss column does not enter it.",
                 "decide by the task accuracy after removal alone: the lowest one."),
         Mistake("second_lowest_accuracy", "you picked the head with the second-lowest task accuracy (an "
                 "off-by-one in a sort, or nsmallest(2) read from the wrong end).",
