@@ -69,6 +69,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import math
 import os
 import platform
@@ -195,7 +196,7 @@ def _cpu_fingerprint() -> str:
 def _cache_dirs() -> list[Path]:
     """Where built kernels may go, in order: the user's cache, else a folder in the temp dir."""
     root = os.environ.get("XDG_CACHE_HOME")
-    if not root:
+    if not root or not os.path.isabs(root):  # a relative one is ignored, as the XDG spec says
         try:
             root = Path.home() / ".cache"
         except RuntimeError:  # no home directory known
@@ -237,21 +238,93 @@ def _private_dir(folder: Path) -> str | None:
                 "expected 0700): anyone who can write there could plant a library, so it is refused "
                 f"(remove it, or chmod 700 it if you trust what is in it)")
     if not os.access(folder, os.W_OK | os.X_OK):
-        return f"{folder}: you cannot write to it (mode {stat.S_IMODE(st.st_mode):04o})"
+        return _unwritable(folder, st)
     try:
-        parent = os.stat(folder.parent)
-        if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
-            who = "everyone" if parent.st_mode & 0o002 else "its group"
-            return (f"{folder.parent} is writable by {who} without the sticky bit (mode "
-                    f"{stat.S_IMODE(parent.st_mode):04o}): others could replace {folder.name} in it, "
-                    "so it is refused")
-        if parent.st_uid not in (_uid(), 0):
-            return (f"{folder.parent} is owned by {_owner(parent.st_uid)}, not by you or root: its "
-                    f"owner could replace {folder.name} in it (whatever its mode), so it is refused")
+        why = _unsafe_ancestor(folder)
+        if why is not None:
+            return why
         if stat.S_IMODE(st.st_mode) != 0o700:  # ours, and only we can write: make it private
             os.chmod(folder, 0o700)
     except OSError as exc:
         return f"{folder}: cannot check or set its permissions ({exc.strerror or exc})"
+    return None
+
+
+def _unwritable(folder: Path, st: os.stat_result) -> str:
+    """Why this user cannot write to ``folder``, a directory of theirs (its mode is not to blame
+    when its filesystem is mounted read-only)."""
+    mode = stat.S_IMODE(st.st_mode)
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        read_only = False
+    if read_only:
+        return (f"{folder} is on a read-only filesystem: the kernel cannot be built or recorded "
+                "there (its mode is not the cause)")
+    if not st.st_mode & stat.S_IWUSR or not st.st_mode & stat.S_IXUSR:
+        return (f"{folder} is yours but its mode {mode:04o} does not let you write to it "
+                f"(chmod 700 {shlex.quote(str(folder))} to use it)")
+    return (f"{folder}: the system does not let you write to it although its mode ({mode:04o}) "
+            "would (an access control list or a security policy?)")
+
+
+def _unsafe_ancestor(folder: Path) -> str | None:
+    """Why a folder on the way to ``folder`` lets another user replace what lies below it (and
+    so ``folder`` with one of theirs), or None.
+
+    The path is followed as the system follows it, symbolic links included, from ``/`` to the
+    folder that holds ``folder``: each folder passed through must belong to you or root (its
+    owner can rename anything in it) and must not be writable by its group or by others unless
+    it has the sticky bit (as /tmp has: then others cannot rename what is yours); each symbolic
+    link followed must belong to you or root (its owner can point it elsewhere)."""
+    pending = list(reversed((Path.cwd() / folder).parent.parts[1:]))  # '..' left as the system reads it
+    current, checked, links = Path("/"), set(), 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent  # passed through (and checked) on the way here
+            continue
+        if current not in checked:
+            why = _shared_folder(current, part, folder)
+            if why is not None:
+                return why
+            checked.add(current)
+        path = current / part
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (_uid(), 0):
+                return (f"{path} is a symbolic link owned by {_owner(st.st_uid)}, on the way to "
+                        f"{folder}: its owner could point it elsewhere, so {folder} is refused")
+            links += 1
+            if links > 40:
+                return f"{folder}: too many symbolic links on the way to it"
+            target = Path(os.readlink(path))
+            if target.is_absolute():
+                current = Path("/")
+            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{path}, on the way to {folder}, is {_kind(st.st_mode)}, not a directory"
+        current = path
+    return _shared_folder(current, folder.name, folder)
+
+
+def _shared_folder(directory: Path, child: str, folder: Path) -> str | None:
+    """Why another user could replace ``child`` in ``directory`` (on the way to ``folder``), or None."""
+    st = os.stat(directory)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        who = "everyone" if st.st_mode & 0o002 else "its group"
+        return (f"{directory} is writable by {who} without the sticky bit (mode {mode:04o}): others "
+                f"could replace {child} in it, on the way to {folder}, so {folder} is refused "
+                f"(chmod go-w {shlex.quote(str(directory))}, or set XDG_CACHE_HOME to a folder "
+                "whose every parent only you or root can write)")
+    if st.st_uid not in (_uid(), 0):
+        return (f"{directory} is owned by {_owner(st.st_uid)}, not by you or root: its owner could "
+                f"replace {child} in it (whatever its mode), on the way to {folder}, so {folder} "
+                "is refused")
     return None
 
 
@@ -265,10 +338,12 @@ def _kind(mode: int) -> str:
     return f"not a regular file (mode {mode:o})"
 
 
-def _read_own_file(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file of this user's, not a symbolic link;
-    FileNotFoundError if there is none; _Untrusted otherwise. Opened without blocking, so a
-    FIFO in its place is refused at once instead of waiting for a writer forever."""
+def _open_own_file(path: Path) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``path`` (read-only) and its status, if it is a regular file of
+    this user's that no one else may write, not a symbolic link; FileNotFoundError if there is
+    none; _Untrusted otherwise. Opened without blocking, so a FIFO in its place is refused at
+    once instead of waiting for a writer forever. Whatever is checked afterwards (the bytes,
+    their hash) is checked on this descriptor, never on the name again."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -276,13 +351,38 @@ def _read_own_file(path: Path) -> bytes:
         raise
     except OSError as exc:  # ELOOP: a symbolic link
         raise _Untrusted(f"{path}: cannot open it without following links ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as file:
-        st = os.fstat(file.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _Untrusted(f"{path} is {_kind(st.st_mode)}, expected a regular file")
         if st.st_uid != _uid():
             raise _Untrusted(f"{path} is owned by {_owner(st.st_uid)}, not by you")
-        return file.read()
+        if st.st_mode & 0o022:
+            raise _Untrusted(f"{path} is writable by its group or by others (mode "
+                             f"{stat.S_IMODE(st.st_mode):04o}): its bytes could change after they "
+                             "were checked")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_fd(fd: int) -> bytes:
+    """Every byte of the open file ``fd``, read from its start (its offset is left alone)."""
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_own_file(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of this user's (see _open_own_file)."""
+    fd, _ = _open_own_file(path)
+    try:
+        return _read_fd(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -336,24 +436,77 @@ def _record_text(library: Path, digest: str) -> bytes:
     return f"{digest}  {library.name}\n{_SELF_TEST_PASSED}\n".encode()
 
 
+_LOADED_FDS: list[int] = []  # descriptors of the libraries loaded by their /proc/self/fd name
+
+
+def _fd_path(fd: int) -> str | None:
+    """A name that opens exactly the file ``fd`` is open on (``/proc/self/fd/N`` on Linux), or
+    None where the system has none (macOS, a container without /proc)."""
+    path = f"/proc/self/fd/{fd}"
+    try:
+        same = os.path.samestat(os.stat(path), os.fstat(fd))
+    except OSError:
+        return None
+    return path if same else None
+
+
 def _load_verified(library: Path, digest: str) -> ctypes.CDLL:
-    """Load ``library`` only if its bytes hash to ``digest``: checked before dlopen, so a
-    changed or truncated file is never mapped (a truncated one would crash with SIGBUS)."""
-    actual = hashlib.sha256(_read_own_file(library)).hexdigest()
-    if actual != digest:
-        raise _Untrusted(f"{library} does not match its recorded sha256 (recorded {digest[:16]}..., "
-                         f"found {actual[:16]}...: changed or truncated since it was built), so "
-                         "it is not loaded")
-    return _load(library)
+    """Load ``library`` only if its bytes hash to ``digest``.
+
+    The file is opened once (not following a symbolic link; a regular file of yours that no
+    one else may write), its bytes are hashed from that descriptor, and the library loaded is
+    the file behind that same descriptor (``/proc/self/fd/N``), not the name looked up again:
+    a file swapped in under the name between the check and the load is never loaded. Where
+    the system has no ``/proc/self/fd`` (macOS), the checked bytes are written to a new file
+    of this user's in the same private directory, loaded from there and removed. Checked
+    before dlopen, so a changed or truncated file is never mapped (a truncated one would
+    crash with SIGBUS).
+
+    A descriptor given to dlopen stays open for the life of the process (as the library
+    stays loaded): the dynamic loader remembers libraries by the name they were loaded
+    under, and a closed descriptor's number, reused for another library, would be answered
+    with the first one."""
+    fd, _ = _open_own_file(library)
+    keep = False
+    try:
+        data = _read_fd(fd)
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise _Untrusted(f"{library} does not match its recorded sha256 (recorded {digest[:16]}..., "
+                             f"found {actual[:16]}...: changed or truncated since it was built), so "
+                             "it is not loaded")
+        by_fd = _fd_path(fd)
+        if by_fd is None:
+            return _load_private_copy(library, data)
+        keep = True  # kept even if the load fails: dlopen may have mapped it under this name
+        _LOADED_FDS.append(fd)
+        return _load(Path(by_fd), shown=library)
+    finally:
+        if not keep:
+            os.close(fd)
 
 
-def _load(path: Path) -> ctypes.CDLL:
+def _load_private_copy(library: Path, data: bytes) -> ctypes.CDLL:
+    """Load the checked bytes ``data`` of ``library`` from a copy of them written to a new,
+    unpredictable name (``O_EXCL``, mode 0700) in the library's private directory, then removed."""
+    fd, copy = tempfile.mkstemp(dir=library.parent, prefix=f".{library.name}.", suffix=".load.so")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.chmod(copy, 0o700)
+        return _load(Path(copy), shown=library)
+    finally:
+        _remove(Path(copy))  # a loaded library stays mapped without its name
+
+
+def _load(path: Path, *, shown: Path | None = None) -> ctypes.CDLL:
+    """dlopen ``path`` (named ``shown`` in messages) and declare its fused_decode function."""
     lib = ctypes.CDLL(str(path))
     pointer, long, strides = ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_long)
     try:
         lib.fused_decode.argtypes = [pointer] * 4 + [long] * 4 + [strides] * 2 + [ctypes.c_int]
     except AttributeError as exc:
-        raise OSError(f"{path} has no fused_decode function: {exc}") from None
+        raise OSError(f"{shown or path} has no fused_decode function: {exc}") from None
     lib.fused_decode.restype = ctypes.c_int
     return lib
 
@@ -401,9 +554,12 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
     return None
 
 
-def _run_limited(command: list[str], timeout_s: float, folder: Path) -> tuple[int | None, str]:
-    """Run ``command`` for at most ``timeout_s`` seconds: ``(its exit status, its output)``, or
-    ``(None, its output so far)`` if it was stopped. OSError if it cannot be started.
+def _run_limited(command: list[str], timeout_s: float, folder: Path, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> tuple[int | None, str]:
+    """Run ``command`` for at most ``timeout_s`` seconds (in ``cwd`` and with ``env``; by
+    default this process's working directory and environment): ``(its exit status, its
+    output)``, or ``(None, its output so far)`` if it was stopped. OSError if it cannot be
+    started.
 
     Its output goes to a temporary file, not a pipe, and only the process itself is waited
     for: a child it leaves behind in a session of its own (a compile server, ``setsid sleep
@@ -411,7 +567,7 @@ def _run_limited(command: list[str], timeout_s: float, folder: Path) -> tuple[in
     (a session of its own) is killed."""
     with tempfile.TemporaryFile(dir=folder) as log:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, cwd=cwd, env=env)
         try:
             status: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -487,9 +643,33 @@ def _self_test_child(path: str, digest: str) -> int:
     return 0 if error is None else 1
 
 
-_CHILD_CODE = ("import importlib, sys\n"
-               "sys.path.insert(0, sys.argv[3])\n"
-               "sys.exit(importlib.import_module(sys.argv[4])._self_test_child(sys.argv[1], sys.argv[2]))\n")
+# The separate process runs with -I (no PYTHONPATH, no user site, no working directory on the
+# path) in the library's private folder, with this process's search path less its relative
+# entries and its working directory; this package is imported from where this module was.
+_CHILD_CODE = """\
+import importlib, importlib.machinery, importlib.util, json, sys
+path, digest, root, name, search = sys.argv[1:6]
+sys.path[:] = json.loads(search)
+top = name.partition(".")[0]
+spec = importlib.machinery.PathFinder.find_spec(top, [root])
+if spec is None:
+    sys.exit(f"{top} not found in {root}")
+package = importlib.util.module_from_spec(spec)
+sys.modules[top] = package
+spec.loader.exec_module(package)
+sys.exit(importlib.import_module(name)._self_test_child(path, digest))
+"""
+
+
+def _child_search_path() -> list[str]:
+    """This process's module search path, less what depends on the working directory (``''``,
+    relative entries, the working directory itself): another user's files there must not run."""
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # the working directory was removed
+        here = None
+    return [entry for entry in sys.path if isinstance(entry, str) and os.path.isabs(entry)
+            and os.path.realpath(entry) != here]
 
 
 def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[str | None, str]:
@@ -500,10 +680,15 @@ def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[
     library that passed is ever loaded here."""
     if not sys.executable:
         return "no Python executable to self-test the library in (sys.executable is empty)", "other"
-    root = str(Path(__file__).resolve().parent.parent)
-    command = [sys.executable, "-c", _CHILD_CODE, str(library), digest, root, __name__]
+    package = sys.modules[__name__.partition(".")[0]]  # imported in the child from where it is here
+    root = os.path.dirname(os.path.dirname(os.path.abspath(package.__file__)))
+    command = [sys.executable, "-I", "-c", _CHILD_CODE, str(library), digest, root, __name__,
+               json.dumps(_child_search_path())]
     try:
-        status, text = _run_limited(command, timeout_s, library.parent)
+        # OpenMP's threads sleep rather than spin while they wait: on a busy machine the
+        # self-test's spinning threads and PyTorch's took ten times as long.
+        status, text = _run_limited(command, timeout_s, library.parent, cwd=library.parent,
+                                    env={**os.environ, "OMP_WAIT_POLICY": "passive"})
     except OSError as exc:
         return f"could not start {sys.executable} to self-test the library: {exc.strerror or exc}", "other"
     if status is None:
@@ -632,7 +817,8 @@ def _build_kernel() -> ctypes.CDLL | str:
         return "no private directory to build the fused kernel in: " + "; ".join(refused)
     notes = [f"refused {why}" for why in refused]
     for why in refused:
-        warnings.warn(f"fused decode kernel: refused {why}; using {folder} instead", RuntimeWarning,
+        warnings.warn(f"fused decode kernel: refused {why}; using {folder} instead (a folder of "
+                      "yours, mode 0700, that no one else can write or replace)", RuntimeWarning,
                       stacklevel=4)
     source = _SOURCE.read_bytes()
     failures = []
