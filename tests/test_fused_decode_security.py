@@ -120,7 +120,7 @@ def test_the_directory_is_created_private_and_the_build_recorded(place):
     (library,) = place.cache.glob("fused_decode-*.so")
     record = place.cache / f"{library.name}.sha256"
     assert record.read_text() == (f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
-                                  "self-test v2 passed\n")  # in a separate process, before it was loaded
+                                  "self-test v3 passed\n")  # in a separate process, before it was loaded
     assert sorted(p.name for p in place.cache.iterdir()) == [library.name, record.name]  # no temp files
     assert not place.tmp().exists()  # the temp folder is not needed
 
@@ -386,7 +386,7 @@ def test_a_record_from_before_the_separate_self_test_is_tested_once_then_trusted
     real = fused_decode._self_test_elsewhere
     monkeypatch.setattr(fused_decode, "_self_test_elsewhere", lambda *a: tested.append(a) or real(*a))
     assert fused_decode_status() is None
-    assert len(tested) == 1 and record.read_text().endswith("\nself-test v2 passed\n")
+    assert len(tested) == 1 and record.read_text().endswith("\nself-test v3 passed\n")
     fused_decode._library.cache_clear()
     assert fused_decode_status() is None and len(tested) == 1  # not tested again
 

@@ -106,7 +106,12 @@ _RETRY = "course_utils.attention.fused_decode.reset_fused_decode() forgets them 
 _SELF_TEST_TOLERANCE = 1e-4  # outputs are averages of values of size ~1; a bad build is off by far more
 # Written in a library's record once it passed the self-test in a separate process; a new
 # version of the self-test (new cases) tests every cached library again.
-_SELF_TEST_PASSED = "self-test v2 passed"
+_SELF_TEST_PASSED = "self-test v3 passed"
+# The self-test's shapes: (query heads per group, groups) for every path of the kernel, B, T
+# and the largest thread count (see _self_test).
+_SELF_TEST_SHAPES = ((1, 3), (2, 2), (3, 1), (4, 2), (5, 1), (6, 2), (7, 1), (8, 2), (8, 1), (12, 1),
+                     (16, 1), (16, 2))
+_SELF_TEST_B, _SELF_TEST_T, _SELF_TEST_THREADS = 3, 740, 8
 _CHILD_PASSED, _CHILD_FAILED = "FUSED-DECODE-SELF-TEST: passed", "FUSED-DECODE-SELF-TEST: failed: "
 _FAILURE_MEMORY_S = 3600.0  # a remembered failed build is tried again after an hour
 # Flags that let the compiler assume there is no NaN or infinity, or reorder and approximate
@@ -536,8 +541,27 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
     cases.append(("scores far from 0, a strided cache", big_q, cache[:, :, :70], big_v[:, :, :70], 2))
     cases += [("a NaN in a cached key", q, nan_k, v, 3), ("a NaN in a query", nan_q, k, v, 2),
               ("a key scoring +inf", q, inf_k, v, 3), ("every key of a group -inf", q, all_masked, v, 2)]
+    # Each path of the kernel: 1 to 8 query heads per group (one compiled path each), 12 (a
+    # pass of 8, then 4) and 16 (two passes of 8), with g = 1 and g > 1, three sequences, and
+    # 740 keys: at 8 threads, three 32-key blocks per thread and a last share of 2 blocks and
+    # 4 keys. A build that miscompiles one path (and only it) disagrees on its case. One cache
+    # per number of groups, shared by the shapes with that g; its float64 copy made once.
+    caches = {g: (randn(_SELF_TEST_B, g, _SELF_TEST_T, HEAD_WIDTH) * 2,  # scores of spread ~2
+                  randn(_SELF_TEST_B, g, _SELF_TEST_T, HEAD_WIDTH))
+              for g in sorted({g for _, g in _SELF_TEST_SHAPES})}
+    doubles = {g: (k.double(), v.double()) for g, (k, v) in caches.items()}
+    expected_of: dict[int, Tensor] = {}
+    for i, (r, g) in enumerate(_SELF_TEST_SHAPES):
+        shape_q = randn(_SELF_TEST_B, r * g, 1, HEAD_WIDTH)
+        expected_of[id(shape_q)] = _reference(shape_q, *doubles[g])
+        what = (f"B = {_SELF_TEST_B}, h = {r * g}, g = {g}: {r} query head{'s' * (r > 1)} per group, "
+                f"{_SELF_TEST_T} keys")
+        cases += [(what, shape_q, *caches[g], threads) for threads in (1 + i % 3, _SELF_TEST_THREADS)]
     for what, q, k, v, threads in cases:
-        expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
+        if id(q) in expected_of:
+            expected = expected_of[id(q)]
+        else:
+            expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
         got = _run(lib, q, k, v, threads).double()
         where = f"({what}, {threads} thread(s))"
         if not torch.equal(got.isnan(), expected.isnan()):
@@ -550,8 +574,21 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
         if not error <= _SELF_TEST_TOLERANCE:  # also NaN
             return (f"the built kernel disagrees with F.scaled_dot_product_attention on its self-test "
                     f"{where}: largest difference {error:.3g}, allowed {_SELF_TEST_TOLERANCE:g}; not "
-                    "used (a flag such as -ffast-math in CC breaks its handling of -inf and NaN)")
+                    "used (a flag such as -ffast-math in CC breaks its handling of -inf and NaN; a "
+                    "compiler that miscompiles one of its paths breaks the shapes that take it)")
     return None
+
+
+def _reference(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` in float64, computed as
+    the kernel reads the cache: each group's ``h/g`` query heads as ``h/g`` queries of one
+    attention over that group's keys (the same numbers, without a copy of K and V for every
+    query head). For finite inputs: PyTorch's NaN and -inf rules are checked on the other
+    cases, with ``enable_gqa``."""
+    B, h, _, dk = q.shape
+    g = k.shape[1]
+    grouped = q.double().reshape(B, g, h // g, dk)  # query head i reads group i // (h/g)
+    return F.scaled_dot_product_attention(grouped, k.double(), v.double()).reshape(B, h, 1, dk)
 
 
 def _run_limited(command: list[str], timeout_s: float, folder: Path, cwd: Path | None = None,
