@@ -186,6 +186,10 @@ q0, k0, v0 = _inputs(1, 8, 2, 10)
      ["v must keep each row", "(1280, 640, 1, 10)", "(1, 2, 10, 64)"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=0), ValueError, ["num_threads", "0"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=2.0), TypeError, ["num_threads", "float 2.0"]),
+    (lambda: fused_decode_attention(q0, k0, v0, num_threads=3000), ValueError,  # OpenMP ended Python
+     ["num_threads must be at most", str(fused_decode.MAX_THREADS), "got 3000", "thread limit"]),
+    (lambda: fused_decode_attention(q0, k0, v0, num_threads=2**31), ValueError,  # wrapped to 1 in C
+     ["num_threads must be at most", "got 2147483648"]),
     (lambda: fused_decode_attention(q0.clone().requires_grad_(), k0, v0), ValueError,
      ["no gradients", "torch.no_grad()", "grouped_query_attention"]),
 ])
@@ -693,6 +697,14 @@ def test_a_cached_build_that_disagrees_is_refused_when_loaded(fresh_build):
     assert fused_decode._recorded_sha256(library) == hashlib.sha256(good).hexdigest()
 
 
+@needs_kernel
+def test_the_most_threads_accepted_run_and_agree():
+    """MAX_THREADS is accepted (the kernel uses no more threads than it has 32-key blocks)."""
+    q, k, v = _inputs(1, 8, 2, 300)
+    out = fused_decode_attention(q, k, v, num_threads=fused_decode.MAX_THREADS)
+    torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
+
+
 # --- a build that miscompiles one path of the kernel ---------------------------------------
 
 _BREAK_8_ROWS = ("default: attend8(q, Kg, Vg, n, ks", "default: attend8(q, Kg, Vg, n - 1, ks")
@@ -765,3 +777,28 @@ def test_the_self_test_covers_every_path_of_the_kernel():
     per = math.ceil(math.ceil(T / threads) / block) * block  # keys per thread, whole blocks (as in C)
     assert threads == 8 and math.ceil(T / per) == threads  # all 8 threads get a share
     assert per // block >= 2 and (T - (threads - 1) * per) > block  # several blocks each, the last too
+
+
+# --- a full disk is not a compiler error -------------------------------------------------------
+
+
+def test_a_compiler_that_fails_for_want_of_disk_is_not_remembered(fresh_build, monkeypatch):
+    cc = _script(fresh_build, "full-cc",
+                 "echo 'cc1: fatal error: error writing to /tmp/ccX.s: No space left on device' >&2\n"
+                 "exit 1\n")
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert "a disk it writes to is full (it said 'No space left on device')" in why, why
+    assert "not remembered as a compiler error" in why and why.count("[") == 1  # no other flags tried
+    assert not list((fresh_build / "course_utils").glob("*.failed"))
+    fused_decode._library.cache_clear()  # a new process tries again, remembering nothing
+    assert "remembered in" not in fused_decode_status()
+
+
+@pytest.mark.skipif(shutil.which("false") is None, reason="needs the `false` command")
+def test_a_compiler_that_fails_silently_on_a_full_disk_is_not_remembered(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "false")
+    monkeypatch.setattr(fused_decode, "_LOW_DISK_BYTES", 1 << 62)  # every disk reads as full
+    why = fused_decode_status()
+    assert f"the disk holding {fresh_build / 'course_utils'} is full (" in why and "MiB free" in why, why
+    assert not list((fresh_build / "course_utils").glob("*.failed"))

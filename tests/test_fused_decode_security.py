@@ -600,7 +600,7 @@ def test_a_link_or_a_grandparent_owned_by_someone_else_is_refused(place, what):
     assert why is not None and why.startswith(expected) and f"so {folder} is refused" in why, why
 
 
-# --- a cache folder you cannot write ------------------------------------------------------------
+# --- a read-only cache, a FIFO or a directory under a kernel name ------------------------------
 
 
 def _read_only(monkeypatch, folder: Path) -> None:
@@ -647,3 +647,19 @@ def test_a_cache_you_cannot_write_names_its_mode(place, monkeypatch):
     assert why == (f"{place.cache} is yours but its mode 0500 does not let you write to it "
                    f"(chmod 700 {place.cache} to use it)")
     place.cache.chmod(0o700)
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.parametrize("kind", ["FIFO (named pipe)", "directory"])
+def test_a_record_that_is_not_a_file_does_not_quietly_downgrade_the_build(place, hang_guard, kind):
+    """A FIFO or a directory under the threaded build's record name gave the one-thread build,
+    silently. Now it is named, and nothing else is built in its place."""
+    place.cache.mkdir(mode=0o700)
+    record = place.cache / f"{_kernel_names()[0]}.so.sha256"
+    os.mkfifo(record) if kind.startswith("FIFO") else record.mkdir()
+    why = fused_decode_status()
+    assert why is not None and f"{record} is a {kind}, where the kernel keeps a file: remove it" in why, why
+    assert not list(place.cache.glob("*.so"))  # no build without threads instead
+    with pytest.warns(RuntimeWarning, match=f"unavailable .*{record.name} is a "):
+        fused_decode_attention(torch.zeros(1, 2, 1, 64), torch.zeros(1, 1, 3, 64), torch.zeros(1, 1, 3, 64))

@@ -29,36 +29,52 @@ can write both a library and its record):
   build, naming the flag; ``-fno-math-errno``, ``-fno-signed-zeros`` and
   ``-fno-trapping-math`` alone are allowed (they change nothing the kernel relies on).
   ``CFLAGS`` is not read: the build's flags are its own;
-- in a private directory: ``$XDG_CACHE_HOME/course_utils`` (``~/.cache/course_utils``), else
-  ``course_utils-<uid>`` in the temp folder. It is created with mode 0700 (one of yours that
-  others could only read is set to 0700); one that is a symbolic link, owned by another user,
-  writable by group or others, or whose parent folder is writable by group or others without
-  the sticky bit, or is owned by someone other than you or root (its owner could rename the
-  directory away, sticky bit or not), is refused (a warning, or the status if both are, says
-  which and why). Only that parent is checked, not the folders above it;
+- in a private directory: ``$XDG_CACHE_HOME/course_utils`` (``~/.cache/course_utils``; a
+  relative ``XDG_CACHE_HOME`` is ignored), else ``course_utils-<uid>`` in the temp folder. It
+  is created with mode 0700 (one of yours that others could only read is set to 0700); one
+  that is a symbolic link, owned by another user, writable by group or others, or that you
+  cannot write (a read-only filesystem is named as such) is refused. So is one that another
+  user could replace: every folder on the way to it from ``/`` (symbolic links followed as
+  the system follows them) must belong to you or root (its owner could rename anything in
+  it) and must not be writable by its group or others unless it has the sticky bit (as /tmp
+  has), and every symbolic link followed must belong to you or root. A warning (or the
+  status, if both folders are refused) names the folder and why. The temp folder is used
+  only under the same checks: a folder of yours, mode 0700, that no one else can replace;
 - into a temporary name in that directory, then moved into place with ``os.replace``; the
   sha256 of the library is recorded next to it (``<name>.so.sha256``, written atomically)
   and checked before every load. A library without a record, or whose bytes no longer match
-  it (changed, truncated), is never loaded: it is built again. Anything other than a regular
+  it (changed, truncated), is never loaded: it is built again. The check and the load see
+  the same file: it is opened once (``O_NOFOLLOW``; a regular file of yours that no one else
+  may write), hashed from that descriptor, and loaded through it (``/proc/self/fd/N``), so a
+  file swapped in under the name between the two is never loaded; where there is no
+  ``/proc/self/fd`` (macOS), the checked bytes are copied to a new file of yours in the
+  private directory, loaded from there and the copy removed. Anything other than a regular
   file (or a symbolic link, replaced) under the library's, the record's or the failure
-  marker's name, such as a directory or a FIFO, is refused at once, naming it;
+  marker's name, such as a directory or a FIFO, is refused at once, naming it (never opened
+  in a way that waits on a FIFO), and no other build (without threads, say) is tried instead;
 - each new build, and each cached build whose record does not say it passed, is self-tested
-  in a separate Python process (``sys.executable``), before this process loads it: it must
-  agree with ``F.scaled_dot_product_attention`` on small cases (a block of keys scoring -inf,
-  scores far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a group
-  whose every key is -inf: NaN exactly where PyTorch has NaN), and loading it must leave the
-  floating-point mode alone (GCC links ``crtfastmath.o`` into a ``-ffast-math`` library, and
-  its constructor turns on flush-to-zero for the whole process). So a library that crashes,
-  hangs or changes its process never touches the learner's. The record then says
-  ``self-test v2 passed``, and later processes load the library without a separate process.
-  One that fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not show it) is
-  not used or cached as good.
+  in a separate Python process (``sys.executable -I``: no ``PYTHONPATH``, no user site, and
+  run in the library's private folder, with this process's module path less the working
+  directory and relative entries, so that a module someone planted in a shared working
+  directory does not run), before this process loads it: it must agree with
+  ``F.scaled_dot_product_attention`` on small cases (a block of keys scoring -inf, scores
+  far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a group whose
+  every key is -inf: NaN exactly where PyTorch has NaN; and each of the kernel's paths: 1 to
+  8 query heads per group, 12 and 16 (two passes), g = 1 and g > 1, three sequences, several
+  blocks per thread, up to 8 threads), and loading it must leave the floating-point mode
+  alone (GCC links ``crtfastmath.o`` into a ``-ffast-math`` library, and its constructor
+  turns on flush-to-zero for the whole process). So a library that crashes, hangs,
+  miscompiles one path or changes its process never touches the learner's. The record then
+  says ``self-test v3 passed``, and later processes load the library without a separate
+  process. One that fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not
+  show it) is not used or cached as good.
 
 A compiler error, a self-test the library failed, or a crash in it is remembered for an hour
 (``<name>.failed`` in the same directory; the name changes with the source, the compiler
 command, its flags and the CPU), so later processes do not wait for the compiler again; a
-timeout, or a compiler that could not be started, is not remembered (it may not happen
-again). :func:`reset_fused_decode` forgets the remembered failures and tries again.
+timeout, a full disk (the compiler says so, or under 16 MiB is free where it writes) or a
+compiler that could not be started is not remembered (it may not happen again).
+:func:`reset_fused_decode` forgets the remembered failures and tries again.
 Where there is no kernel, :func:`fused_decode_status` says why and
 :func:`fused_decode_attention` computes the same result with PyTorch
 (:func:`~course_utils.grouped_query_attention`), with a warning.
@@ -91,11 +107,14 @@ from torch import Tensor
 from .gqa import _check_gqa_inputs, grouped_query_attention
 from .validation import check_int
 
-__all__ = ["HEAD_WIDTH", "fused_decode_attention", "fused_decode_build", "fused_decode_status",
+__all__ = ["HEAD_WIDTH", "MAX_THREADS", "fused_decode_attention", "fused_decode_build", "fused_decode_status",
            "reset_fused_decode"]
 
 HEAD_WIDTH = 64  # the kernel's head width (DK in fused_decode.c)
-_SOURCE = Path(__file__).with_name("fused_decode.c")
+# The most threads fused_decode_attention accepts: OpenMP ends the process when it cannot start
+# the threads asked for (3000 did at T = 400k), and the C side takes an int.
+MAX_THREADS = max(256, os.cpu_count() or 1)
+_SOURCE = Path(os.path.abspath(__file__)).with_name("fused_decode.c")
 _FLAGS = ("-O3", "-shared", "-fPIC", "-Wno-psabi")
 # Tried in order: for this CPU with threads (OpenMP), then without OpenMP (Apple's clang has
 # none: the kernel then runs on one thread), then for a generic CPU of this architecture.
@@ -627,11 +646,33 @@ def _last_lines(text: str, n: int = 2) -> str:
     return " | ".join(lines[-n:])
 
 
+_LOW_DISK_BYTES = 16 << 20  # less free than this where the compiler writes: a full disk
+_DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded")
+
+
+def _disk_full(folder: Path, text: str) -> str | None:
+    """Why a failed compiler run was a full disk (the compiler's output says so, or less than
+    16 MiB is free in ``folder`` or the temp folder, where compilers write), or None."""
+    for words in _DISK_FULL_WORDS:
+        if words in text:
+            return f"a disk it writes to is full (it said {words!r})"
+    for where in (folder, Path(tempfile.gettempdir())):
+        try:
+            fs = os.statvfs(where)
+        except (OSError, AttributeError):
+            continue
+        free = fs.f_bavail * fs.f_frsize
+        if free < _LOW_DISK_BYTES:
+            return f"the disk holding {where} is full ({free / 2**20:.1f} MiB free)"
+    return None
+
+
 def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
              timeout_s: float) -> tuple[Path | None, str, str]:
     """Run the compiler into a temporary file of ``folder``: ``(its path, "", "built")``, or
-    ``(None, the error, "failed")`` (the compiler's verdict), ``(None, the error, "timeout")``
-    or ``(None, the error, "not run")``."""
+    ``(None, the error, "failed")`` (the compiler's verdict), ``(None, the error, "timeout")``,
+    ``(None, the error, "disk full")`` (not the compiler's fault) or ``(None, the error, "not
+    run")``."""
     for stale in folder.glob(f".{name}.*.so.tmp"):  # left by a build that was killed an hour ago
         try:
             if time.time() - stale.stat().st_mtime > 3600:
@@ -653,7 +694,12 @@ def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
                       f"{TIMEOUT_ENV} to allow it longer)"), "timeout"
     if status != 0:
         _remove(tmp)
-        return None, _last_lines(text) or f"exit status {status}", "failed"
+        said = _last_lines(text) or f"exit status {status}"
+        full = _disk_full(folder, text)
+        if full is not None:
+            return None, (f"{cc[0]} failed because {full} ({said}): free some space; not remembered "
+                          "as a compiler error, so the next process tries again"), "disk full"
+        return None, said, "failed"
     try:
         os.chmod(tmp, 0o700)
     except OSError:
@@ -777,8 +823,8 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
     record = _record_path(library)
     failed = folder / f"{name}.failed"
     why = _not_a_file(library, record, failed)
-    if why is not None:
-        return None, why, False
+    if why is not None:  # stop: not a quiet fall back to a build without threads
+        return None, why, True
     if os.path.lexists(library):  # a cached build: loaded once its record says it passed the self-test
         try:
             digest, tested = _record(library)
@@ -803,15 +849,16 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
     except FileNotFoundError:
         pass
     except _Untrusted as exc:
-        return None, str(exc), False
+        return None, str(exc), True
     else:
         if 0 <= age < _FAILURE_MEMORY_S:
             return None, (f"{remembered} (remembered in {failed} for an hour; {_RETRY})"), False
     built, error, outcome = _compile(cc, flags, folder, name, timeout_s)
     if built is None:
-        if outcome == "failed":  # the compiler's verdict; a timeout or a missing program is not
+        if outcome == "failed":  # the compiler's verdict; a timeout, a full disk or a missing program is not
             _remember_failure(failed, error)
-        return None, error, outcome == "timeout"  # one that hangs once would hang for every flag
+        # One that hangs once would hang for every flag; a full disk is full for every flag.
+        return None, error, outcome in ("timeout", "disk full")
     try:
         digest = hashlib.sha256(_read_own_file(built)).hexdigest()
         error, verdict = _self_test_elsewhere(built, digest, timeout_s)
@@ -967,7 +1014,8 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
             ``cache[:, :, :T]`` of a preallocated ``(B, g, Tmax, dk)`` buffer, or a
             ``(B, T, g, dk)`` buffer transposed), but each row of ``dk`` numbers must be
             contiguous (stride 1 along the last axis), else a ValueError says so.
-        num_threads: threads to split the keys over (default: ``torch.get_num_threads()``).
+        num_threads: threads to split the keys over (default: ``torch.get_num_threads()``),
+            at most :data:`MAX_THREADS` (256, or the CPU count where larger), else a ValueError.
 
     Returns:
         ``(B, h, 1, dk)``, equal to ``F.scaled_dot_product_attention(q, k, v,
@@ -990,6 +1038,12 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
     _check_inputs(q, k, v)
     threads = torch.get_num_threads() if num_threads is None else \
         check_int(num_threads, "num_threads", minimum=1)
+    if threads > MAX_THREADS:
+        raise ValueError(
+            f"num_threads must be at most {MAX_THREADS} (256, or this machine's CPU count where that "
+            f"is larger), got {threads}: more threads than CPUs only wait for each other, and "
+            "thousands of them can exhaust the process's thread limit, which OpenMP answers by "
+            "ending the whole process")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
                          "under torch.no_grad(), or use grouped_query_attention to train")
