@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -185,6 +186,10 @@ q0, k0, v0 = _inputs(1, 8, 2, 10)
      ["v must keep each row", "(1280, 640, 1, 10)", "(1, 2, 10, 64)"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=0), ValueError, ["num_threads", "0"]),
     (lambda: fused_decode_attention(q0, k0, v0, num_threads=2.0), TypeError, ["num_threads", "float 2.0"]),
+    (lambda: fused_decode_attention(q0, k0, v0, num_threads=3000), ValueError,  # OpenMP ended Python
+     ["num_threads must be at most", str(fused_decode.MAX_THREADS), "got 3000", "thread limit"]),
+    (lambda: fused_decode_attention(q0, k0, v0, num_threads=2**31), ValueError,  # wrapped to 1 in C
+     ["num_threads must be at most", "got 2147483648"]),
     (lambda: fused_decode_attention(q0.clone().requires_grad_(), k0, v0), ValueError,
      ["no gradients", "torch.no_grad()", "grouped_query_attention"]),
 ])
@@ -690,3 +695,110 @@ def test_a_cached_build_that_disagrees_is_refused_when_loaded(fresh_build):
     assert fused_decode.fused_decode_build().startswith("built with -march=native -fopenmp")
     assert library.read_bytes() == good
     assert fused_decode._recorded_sha256(library) == hashlib.sha256(good).hexdigest()
+
+
+@needs_kernel
+def test_the_most_threads_accepted_run_and_agree():
+    """MAX_THREADS is accepted (the kernel uses no more threads than it has 32-key blocks)."""
+    q, k, v = _inputs(1, 8, 2, 300)
+    out = fused_decode_attention(q, k, v, num_threads=fused_decode.MAX_THREADS)
+    torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
+
+
+# --- a build that miscompiles one path of the kernel ---------------------------------------
+
+_BREAK_8_ROWS = ("default: attend8(q, Kg, Vg, n, ks", "default: attend8(q, Kg, Vg, n - 1, ks")
+
+
+def _cc_breaking_8_rows(folder: Path, *, native_only: bool) -> Path:
+    """A compiler wrapper that builds a copy of fused_decode.c whose 8-row path (8 query heads
+    of a group in one pass) skips the last key of each thread's share: every other path is
+    intact, as in the miscompile the review found."""
+    real = fused_decode._compiler()[0]
+    broken = folder / "fused_decode_broken.c"
+    wrapper = folder / "cc-breaks-8-rows"
+    wrapper.write_text(f"""#!{sys.executable}
+import subprocess, sys
+args = sys.argv[1:]
+if {native_only!r} and "-march=native" not in args:
+    sys.exit("no generic build here")
+for i, arg in enumerate(args):
+    if arg.endswith("fused_decode.c"):
+        text = open(arg).read()
+        assert text.count({_BREAK_8_ROWS[0]!r}) == 1, "the 8-row call is not where it was"
+        open({str(broken)!r}, "w").write(text.replace({_BREAK_8_ROWS[0]!r}, {_BREAK_8_ROWS[1]!r}))
+        args[i] = {str(broken)!r}
+sys.exit(subprocess.call([{real!r}, *args]))
+""")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@needs_kernel
+def test_a_miscompiled_8_row_path_is_confined_to_it_and_caught_by_the_self_test(tmp_path):
+    """The broken build agrees with PyTorch at 4 query heads per group (all the old self-test
+    had, with 3) and not at 8: the self-test names the case that caught it."""
+    cc = _cc_breaking_8_rows(tmp_path, native_only=False)
+    target, error, _ = fused_decode._compile([str(cc)], (*fused_decode._FLAGS, "-march=native", "-fopenmp"),
+                                             tmp_path, "broken", 120.0)
+    assert target is not None, error
+    lib = fused_decode._load(target)  # no constructor, no unsafe flag: safe to load here
+    q, k, v = _inputs(3, 8, 2, 740)  # 4 query heads per group
+    torch.testing.assert_close(fused_decode._run(lib, q, k, v, 3), _reference(q, k, v), atol=2e-6, rtol=1e-5)
+    q, k, v = _inputs(3, 16, 2, 740)  # 8 per group
+    assert (fused_decode._run(lib, q, k, v, 3) - _reference(q, k, v)).abs().max() > 1e-3
+    why = fused_decode._self_test(lib)
+    assert why is not None and "disagrees with F.scaled_dot_product_attention" in why, why
+    assert "8 query heads per group" in why, why
+
+
+@needs_kernel
+def test_a_build_that_miscompiles_the_8_row_path_is_not_used_and_the_course_falls_back(fresh_build,
+                                                                                     monkeypatch):
+    monkeypatch.setenv("CC", str(_cc_breaking_8_rows(fresh_build, native_only=True)))
+    why = fused_decode_status()
+    assert why is not None and why.count("8 query heads per group") == 2, why  # with and without OpenMP
+    assert not list((fresh_build / "course_utils").glob("*.so"))  # nothing kept as good
+    q, k, v = _inputs(3, 16, 1, 100)  # MQA, 16 heads: two passes of 8
+    with pytest.warns(RuntimeWarning, match="fused decode kernel is unavailable .*8 query heads per group"):
+        out = fused_decode_attention(q, k, v)
+    torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
+
+
+def test_the_self_test_covers_every_path_of_the_kernel():
+    """1 to 8 query heads per group, a group of 16 (two passes), g = 1 and g > 1, B >= 3, and at
+    the most threads several blocks per thread in every share, all of them used."""
+    shapes = fused_decode._SELF_TEST_SHAPES
+    assert {r for r, _ in shapes} >= {1, 2, 3, 4, 5, 6, 7, 8, 16}
+    assert any(g == 1 for _, g in shapes) and any(g > 1 for _, g in shapes)
+    assert {g for r, g in shapes if r == 8} >= {1, 2}
+    assert fused_decode._SELF_TEST_B >= 3
+    T, threads, block = fused_decode._SELF_TEST_T, fused_decode._SELF_TEST_THREADS, 32
+    per = math.ceil(math.ceil(T / threads) / block) * block  # keys per thread, whole blocks (as in C)
+    assert threads == 8 and math.ceil(T / per) == threads  # all 8 threads get a share
+    assert per // block >= 2 and (T - (threads - 1) * per) > block  # several blocks each, the last too
+
+
+# --- a full disk is not a compiler error -------------------------------------------------------
+
+
+def test_a_compiler_that_fails_for_want_of_disk_is_not_remembered(fresh_build, monkeypatch):
+    cc = _script(fresh_build, "full-cc",
+                 "echo 'cc1: fatal error: error writing to /tmp/ccX.s: No space left on device' >&2\n"
+                 "exit 1\n")
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert "a disk it writes to is full (it said 'No space left on device')" in why, why
+    assert "not remembered as a compiler error" in why and why.count("[") == 1  # no other flags tried
+    assert not list((fresh_build / "course_utils").glob("*.failed"))
+    fused_decode._library.cache_clear()  # a new process tries again, remembering nothing
+    assert "remembered in" not in fused_decode_status()
+
+
+@pytest.mark.skipif(shutil.which("false") is None, reason="needs the `false` command")
+def test_a_compiler_that_fails_silently_on_a_full_disk_is_not_remembered(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "false")
+    monkeypatch.setattr(fused_decode, "_LOW_DISK_BYTES", 1 << 62)  # every disk reads as full
+    why = fused_decode_status()
+    assert f"the disk holding {fresh_build / 'course_utils'} is full (" in why and "MiB free" in why, why
+    assert not list((fresh_build / "course_utils").glob("*.failed"))

@@ -8,6 +8,7 @@ must not be loaded, and checks that the marker never appears.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
@@ -119,7 +120,7 @@ def test_the_directory_is_created_private_and_the_build_recorded(place):
     (library,) = place.cache.glob("fused_decode-*.so")
     record = place.cache / f"{library.name}.sha256"
     assert record.read_text() == (f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
-                                  "self-test v2 passed\n")  # in a separate process, before it was loaded
+                                  "self-test v3 passed\n")  # in a separate process, before it was loaded
     assert sorted(p.name for p in place.cache.iterdir()) == [library.name, record.name]  # no temp files
     assert not place.tmp().exists()  # the temp folder is not needed
 
@@ -385,7 +386,7 @@ def test_a_record_from_before_the_separate_self_test_is_tested_once_then_trusted
     real = fused_decode._self_test_elsewhere
     monkeypatch.setattr(fused_decode, "_self_test_elsewhere", lambda *a: tested.append(a) or real(*a))
     assert fused_decode_status() is None
-    assert len(tested) == 1 and record.read_text().endswith("\nself-test v2 passed\n")
+    assert len(tested) == 1 and record.read_text().endswith("\nself-test v3 passed\n")
     fused_decode._library.cache_clear()
     assert fused_decode_status() is None and len(tested) == 1  # not tested again
 
@@ -431,3 +432,234 @@ def test_a_self_test_process_that_hangs_is_stopped_and_not_held_against_the_libr
     why, verdict = fused_decode._self_test_elsewhere(place.cache / "x.so", "0" * 64, 1.0)
     assert time.monotonic() - start < 8
     assert verdict == "timeout" and "did not finish within 1 s" in why and fused_decode.TIMEOUT_ENV in why
+
+
+# --- the file checked is the file loaded -----------------------------------------------------
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.parametrize("by", ["/proc/self/fd", "a private copy"])
+def test_a_library_swapped_in_between_the_hash_and_the_load_is_never_loaded(place, monkeypatch, by):
+    """The hash was checked on the name and dlopen looked the name up again: a file swapped in
+    between ran. Now the bytes hashed are the bytes loaded (through the descriptor, or from a
+    private copy where there is no /proc, as on macOS)."""
+    assert fused_decode_status() is None
+    (library,) = place.cache.glob("fused_decode-*.so")
+    planted = place.root / "planted-swap.so"
+    planted.write_bytes(_planted_library(place))
+    real_load, loaded = fused_decode._load, []
+
+    def swap_then_load(path, **kw):
+        os.replace(planted, library)  # the attacker wins the race: the name now holds their library
+        loaded.append(str(path))
+        return real_load(path, **kw)
+
+    monkeypatch.setattr(fused_decode, "_load", swap_then_load)
+    if by == "a private copy":
+        monkeypatch.setattr(fused_decode, "_fd_path", lambda fd: None)
+    fused_decode._library.cache_clear()
+    assert fused_decode_status() is None
+    assert not place.marker.exists()  # the planted library's constructor never ran
+    assert len(loaded) == 1 and (loaded[0].startswith("/proc/self/fd/") if by == "/proc/self/fd" else
+                                 loaded[0].endswith(".load.so") and not os.path.exists(loaded[0]))
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 8, 1, 64, generator=gen)
+    k, v = torch.randn(2, 2, 100, 64, generator=gen), torch.randn(2, 2, 100, 64, generator=gen)
+    torch.testing.assert_close(fused_decode_attention(q, k, v), F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True), atol=2e-6, rtol=1e-5)  # the kernel, not the planted stub
+    assert sorted(p.name for p in place.cache.iterdir()) == [library.name, f"{library.name}.sha256"]
+
+
+NUMBERED_SOURCE = r"""
+int fused_decode(const float *q, const float *K, const float *V, float *out, long B, long h,
+                 long g, long T, const long *ks, const long *vs, int threads) { return %d; }
+"""
+
+
+@needs_posix
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
+def test_libraries_loaded_one_after_another_are_each_themselves(tmp_path):
+    """The loader remembers a library by the name it was loaded under: a descriptor closed after
+    loading would let the next library, opened under the same number, be answered with the
+    first. Each loaded descriptor stays open."""
+    cc = fused_decode._compiler()
+    tmp_path.chmod(0o700)
+    for number in (11, 22, 33):
+        source = tmp_path / f"n{number}.c"
+        source.write_text(NUMBERED_SOURCE % number)
+        built = tmp_path / f"n{number}.so"
+        subprocess.run([*cc, "-shared", "-fPIC", "-o", str(built), str(source)], check=True)
+        built.chmod(0o700)
+        lib = fused_decode._load_verified(built, hashlib.sha256(built.read_bytes()).hexdigest())
+        none = ctypes.c_void_p()
+        assert lib.fused_decode(none, none, none, none, 0, 0, 0, 0, None, None, 1) == number
+
+
+@needs_posix
+def test_a_library_writable_by_others_is_not_loaded(place):
+    place.cache.mkdir(mode=0o700)
+    library = place.cache / "x.so"
+    library.write_bytes(b"whatever")
+    library.chmod(0o766)
+    with pytest.raises(fused_decode._Untrusted, match=r"x.so is writable by its group or by others "
+                                                      r"\(mode 0766\): its bytes could change"):
+        fused_decode._load_verified(library, hashlib.sha256(b"whatever").hexdigest())
+
+
+# --- the self-test's separate process runs nothing from the working directory ------------------
+
+
+PLANTED_MODULE = 'open({marker!r}, "w").write("planted module ran")\n'
+
+
+@needs_kernel
+@needs_posix
+def test_a_module_planted_in_the_working_directory_does_not_run_in_the_self_test(place, monkeypatch):
+    """`python -c` puts the working directory first on the module path: a typing_extensions.py
+    planted in a shared working directory ran (torch imports it). The child runs with -I, in the
+    library's private folder, and imports this package from where it is."""
+    assert fused_decode_status() is None
+    (library,) = place.cache.glob("fused_decode-*.so")
+    digest = hashlib.sha256(library.read_bytes()).hexdigest()
+    shared = place.root / "shared-workdir"
+    (shared / "course_utils").mkdir(parents=True)
+    for module in ("typing_extensions.py", "course_utils/__init__.py"):
+        (shared / module).write_text(PLANTED_MODULE.format(marker=str(place.marker)))
+    # The plant works: a plain `python -c` started there runs it.
+    subprocess.run([sys.executable, "-c", "import typing_extensions"], cwd=shared, capture_output=True,
+                   timeout=120)
+    assert place.marker.exists()
+    place.marker.unlink()
+    monkeypatch.chdir(shared)
+    monkeypatch.syspath_prepend(str(shared))  # as a notebook started there has it, by absolute name
+    assert fused_decode._self_test_elsewhere(library, digest, 300.0) == (None, "passed")
+    assert not place.marker.exists()
+
+
+# --- every folder on the way to the private one ------------------------------------------------
+
+
+@needs_posix
+@pytest.mark.parametrize("mode", [0o775, 0o777])
+def test_a_grandparent_writable_by_others_is_refused_with_a_clear_message(place, monkeypatch, mode):
+    """Only the parent was checked: a group-writable folder two levels up let another user swap
+    the folder below it."""
+    shared = place.root / "shared"
+    (shared / "alice" / "cache").mkdir(parents=True)
+    shared.chmod(mode)
+    folder = shared / "alice" / "cache" / "course_utils"
+    why = fused_decode._private_dir(folder)
+    who = "its group" if mode == 0o775 else "everyone"
+    assert why is not None and why.startswith(
+        f"{shared} is writable by {who} without the sticky bit (mode {mode:04o}): others could replace "
+        f"alice in it, on the way to {folder}, so {folder} is refused"), why
+    assert "chmod go-w" in why
+    shared.chmod(0o1777)  # the sticky bit: others cannot rename what is yours
+    assert fused_decode._private_dir(folder) is None
+
+
+@needs_kernel
+@needs_posix
+def test_a_cache_reached_through_a_link_into_a_shared_folder_is_refused(place, monkeypatch):
+    """The review's attack: ~/.cache, a symbolic link into a folder others can write. The folders
+    the link leads through are checked too; the private temp folder is used instead."""
+    home, shared = place.root / "home", place.root / "shared"
+    home.mkdir()
+    (shared / "real-cache").mkdir(parents=True)
+    shared.chmod(0o777)
+    (home / ".cache").symlink_to(shared / "real-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    expected = f"refused {shared} is writable by everyone without the sticky bit .*using {place.tmp()}"
+    with pytest.warns(RuntimeWarning, match=expected):
+        assert fused_decode_status() is None
+    assert not list(shared.rglob("*.so"))
+    assert list(place.tmp().glob("fused_decode-*.so"))
+
+
+@needs_posix
+@pytest.mark.skipif(os.getuid() != 0, reason="gives a link or a folder to another user: needs root")
+@pytest.mark.parametrize("what", ["link", "grandparent"])
+def test_a_link_or_a_grandparent_owned_by_someone_else_is_refused(place, what):
+    theirs = place.root / "theirs"
+    theirs.mkdir()
+    (theirs / "mine" / "cache").mkdir(parents=True)
+    if what == "link":
+        (place.root / "sticky").mkdir(mode=0o1777)
+        (place.root / "sticky").chmod(0o1777)
+        link = place.root / "sticky" / "cache"
+        link.symlink_to(theirs / "mine" / "cache")
+        os.lchown(link, 65534, 65534)
+        folder = link / "course_utils"
+        expected = f"{link} is a symbolic link owned by uid 65534"
+    else:
+        os.chown(theirs, 65534, 65534)
+        folder = theirs / "mine" / "cache" / "course_utils"
+        expected = f"{theirs} is owned by uid 65534"
+    why = fused_decode._private_dir(folder)
+    assert why is not None and why.startswith(expected) and f"so {folder} is refused" in why, why
+
+
+# --- a read-only cache, a FIFO or a directory under a kernel name ------------------------------
+
+
+def _read_only(monkeypatch, folder: Path) -> None:
+    """Make ``folder`` read as on a filesystem mounted read-only (os.access and os.statvfs)."""
+    real_access, real_statvfs = os.access, os.statvfs
+
+    def access(path, mode, **kw):
+        return False if Path(path) == folder and mode & os.W_OK else real_access(path, mode, **kw)
+
+    def statvfs(path):
+        st = real_statvfs(path)
+        if Path(path) != folder:
+            return st
+        return SimpleNamespace(f_flag=st.f_flag | os.ST_RDONLY, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+@needs_kernel
+@needs_posix
+def test_a_read_only_cache_is_named_as_such_and_a_private_temp_folder_used(place, monkeypatch):
+    """It blamed "mode 0700" for a read-only filesystem."""
+    place.cache.mkdir(mode=0o700)
+    _read_only(monkeypatch, place.cache)
+    expected = (f"refused {place.cache} is on a read-only filesystem: the kernel cannot be built or "
+                f"recorded there \\(its mode is not the cause\\); using {place.tmp()} instead \\(a folder "
+                "of yours, mode 0700, that no one else can write or replace\\)")
+    with pytest.warns(RuntimeWarning, match=expected):
+        assert fused_decode_status() is None
+    assert stat.S_IMODE(place.tmp().stat().st_mode) == 0o700
+    assert "0700" not in fused_decode._private_dir(place.cache)
+
+
+@needs_posix
+def test_a_cache_you_cannot_write_names_its_mode(place, monkeypatch):
+    place.cache.mkdir(mode=0o500)
+    place.cache.chmod(0o500)
+    if os.getuid() == 0:  # root writes anywhere: pretend the mode holds
+        real = os.access
+        monkeypatch.setattr(os, "access",
+                            lambda p, m, **kw: False if Path(p) == place.cache else real(p, m, **kw))
+    why = fused_decode._private_dir(place.cache)
+    assert why == (f"{place.cache} is yours but its mode 0500 does not let you write to it "
+                   f"(chmod 700 {place.cache} to use it)")
+    place.cache.chmod(0o700)
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.parametrize("kind", ["FIFO (named pipe)", "directory"])
+def test_a_record_that_is_not_a_file_does_not_quietly_downgrade_the_build(place, hang_guard, kind):
+    """A FIFO or a directory under the threaded build's record name gave the one-thread build,
+    silently. Now it is named, and nothing else is built in its place."""
+    place.cache.mkdir(mode=0o700)
+    record = place.cache / f"{_kernel_names()[0]}.so.sha256"
+    os.mkfifo(record) if kind.startswith("FIFO") else record.mkdir()
+    why = fused_decode_status()
+    assert why is not None and f"{record} is a {kind}, where the kernel keeps a file: remove it" in why, why
+    assert not list(place.cache.glob("*.so"))  # no build without threads instead
+    with pytest.warns(RuntimeWarning, match=f"unavailable .*{record.name} is a "):
+        fused_decode_attention(torch.zeros(1, 2, 1, 64), torch.zeros(1, 1, 3, 64), torch.zeros(1, 1, 3, 64))

@@ -29,36 +29,52 @@ can write both a library and its record):
   build, naming the flag; ``-fno-math-errno``, ``-fno-signed-zeros`` and
   ``-fno-trapping-math`` alone are allowed (they change nothing the kernel relies on).
   ``CFLAGS`` is not read: the build's flags are its own;
-- in a private directory: ``$XDG_CACHE_HOME/course_utils`` (``~/.cache/course_utils``), else
-  ``course_utils-<uid>`` in the temp folder. It is created with mode 0700 (one of yours that
-  others could only read is set to 0700); one that is a symbolic link, owned by another user,
-  writable by group or others, or whose parent folder is writable by group or others without
-  the sticky bit, or is owned by someone other than you or root (its owner could rename the
-  directory away, sticky bit or not), is refused (a warning, or the status if both are, says
-  which and why). Only that parent is checked, not the folders above it;
+- in a private directory: ``$XDG_CACHE_HOME/course_utils`` (``~/.cache/course_utils``; a
+  relative ``XDG_CACHE_HOME`` is ignored), else ``course_utils-<uid>`` in the temp folder. It
+  is created with mode 0700 (one of yours that others could only read is set to 0700); one
+  that is a symbolic link, owned by another user, writable by group or others, or that you
+  cannot write (a read-only filesystem is named as such) is refused. So is one that another
+  user could replace: every folder on the way to it from ``/`` (symbolic links followed as
+  the system follows them) must belong to you or root (its owner could rename anything in
+  it) and must not be writable by its group or others unless it has the sticky bit (as /tmp
+  has), and every symbolic link followed must belong to you or root. A warning (or the
+  status, if both folders are refused) names the folder and why. The temp folder is used
+  only under the same checks: a folder of yours, mode 0700, that no one else can replace;
 - into a temporary name in that directory, then moved into place with ``os.replace``; the
   sha256 of the library is recorded next to it (``<name>.so.sha256``, written atomically)
   and checked before every load. A library without a record, or whose bytes no longer match
-  it (changed, truncated), is never loaded: it is built again. Anything other than a regular
+  it (changed, truncated), is never loaded: it is built again. The check and the load see
+  the same file: it is opened once (``O_NOFOLLOW``; a regular file of yours that no one else
+  may write), hashed from that descriptor, and loaded through it (``/proc/self/fd/N``), so a
+  file swapped in under the name between the two is never loaded; where there is no
+  ``/proc/self/fd`` (macOS), the checked bytes are copied to a new file of yours in the
+  private directory, loaded from there and the copy removed. Anything other than a regular
   file (or a symbolic link, replaced) under the library's, the record's or the failure
-  marker's name, such as a directory or a FIFO, is refused at once, naming it;
+  marker's name, such as a directory or a FIFO, is refused at once, naming it (never opened
+  in a way that waits on a FIFO), and no other build (without threads, say) is tried instead;
 - each new build, and each cached build whose record does not say it passed, is self-tested
-  in a separate Python process (``sys.executable``), before this process loads it: it must
-  agree with ``F.scaled_dot_product_attention`` on small cases (a block of keys scoring -inf,
-  scores far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a group
-  whose every key is -inf: NaN exactly where PyTorch has NaN), and loading it must leave the
-  floating-point mode alone (GCC links ``crtfastmath.o`` into a ``-ffast-math`` library, and
-  its constructor turns on flush-to-zero for the whole process). So a library that crashes,
-  hangs or changes its process never touches the learner's. The record then says
-  ``self-test v2 passed``, and later processes load the library without a separate process.
-  One that fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not show it) is
-  not used or cached as good.
+  in a separate Python process (``sys.executable -I``: no ``PYTHONPATH``, no user site, and
+  run in the library's private folder, with this process's module path less the working
+  directory and relative entries, so that a module someone planted in a shared working
+  directory does not run), before this process loads it: it must agree with
+  ``F.scaled_dot_product_attention`` on small cases (a block of keys scoring -inf, scores
+  far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a group whose
+  every key is -inf: NaN exactly where PyTorch has NaN; and each of the kernel's paths: 1 to
+  8 query heads per group, 12 and 16 (two passes), g = 1 and g > 1, three sequences, several
+  blocks per thread, up to 8 threads), and loading it must leave the floating-point mode
+  alone (GCC links ``crtfastmath.o`` into a ``-ffast-math`` library, and its constructor
+  turns on flush-to-zero for the whole process). So a library that crashes, hangs,
+  miscompiles one path or changes its process never touches the learner's. The record then
+  says ``self-test v3 passed``, and later processes load the library without a separate
+  process. One that fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not
+  show it) is not used or cached as good.
 
 A compiler error, a self-test the library failed, or a crash in it is remembered for an hour
 (``<name>.failed`` in the same directory; the name changes with the source, the compiler
 command, its flags and the CPU), so later processes do not wait for the compiler again; a
-timeout, or a compiler that could not be started, is not remembered (it may not happen
-again). :func:`reset_fused_decode` forgets the remembered failures and tries again.
+timeout, a full disk (the compiler says so, or under 16 MiB is free where it writes) or a
+compiler that could not be started is not remembered (it may not happen again).
+:func:`reset_fused_decode` forgets the remembered failures and tries again.
 Where there is no kernel, :func:`fused_decode_status` says why and
 :func:`fused_decode_attention` computes the same result with PyTorch
 (:func:`~course_utils.grouped_query_attention`), with a warning.
@@ -69,6 +85,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import math
 import os
 import platform
@@ -90,11 +107,14 @@ from torch import Tensor
 from .gqa import _check_gqa_inputs, grouped_query_attention
 from .validation import check_int
 
-__all__ = ["HEAD_WIDTH", "fused_decode_attention", "fused_decode_build", "fused_decode_status",
+__all__ = ["HEAD_WIDTH", "MAX_THREADS", "fused_decode_attention", "fused_decode_build", "fused_decode_status",
            "reset_fused_decode"]
 
 HEAD_WIDTH = 64  # the kernel's head width (DK in fused_decode.c)
-_SOURCE = Path(__file__).with_name("fused_decode.c")
+# The most threads fused_decode_attention accepts: OpenMP ends the process when it cannot start
+# the threads asked for (3000 did at T = 400k), and the C side takes an int.
+MAX_THREADS = max(256, os.cpu_count() or 1)
+_SOURCE = Path(os.path.abspath(__file__)).with_name("fused_decode.c")
 _FLAGS = ("-O3", "-shared", "-fPIC", "-Wno-psabi")
 # Tried in order: for this CPU with threads (OpenMP), then without OpenMP (Apple's clang has
 # none: the kernel then runs on one thread), then for a generic CPU of this architecture.
@@ -105,7 +125,12 @@ _RETRY = "course_utils.attention.fused_decode.reset_fused_decode() forgets them 
 _SELF_TEST_TOLERANCE = 1e-4  # outputs are averages of values of size ~1; a bad build is off by far more
 # Written in a library's record once it passed the self-test in a separate process; a new
 # version of the self-test (new cases) tests every cached library again.
-_SELF_TEST_PASSED = "self-test v2 passed"
+_SELF_TEST_PASSED = "self-test v3 passed"
+# The self-test's shapes: (query heads per group, groups) for every path of the kernel, B, T
+# and the largest thread count (see _self_test).
+_SELF_TEST_SHAPES = ((1, 3), (2, 2), (3, 1), (4, 2), (5, 1), (6, 2), (7, 1), (8, 2), (8, 1), (12, 1),
+                     (16, 1), (16, 2))
+_SELF_TEST_B, _SELF_TEST_T, _SELF_TEST_THREADS = 3, 740, 8
 _CHILD_PASSED, _CHILD_FAILED = "FUSED-DECODE-SELF-TEST: passed", "FUSED-DECODE-SELF-TEST: failed: "
 _FAILURE_MEMORY_S = 3600.0  # a remembered failed build is tried again after an hour
 # Flags that let the compiler assume there is no NaN or infinity, or reorder and approximate
@@ -195,7 +220,7 @@ def _cpu_fingerprint() -> str:
 def _cache_dirs() -> list[Path]:
     """Where built kernels may go, in order: the user's cache, else a folder in the temp dir."""
     root = os.environ.get("XDG_CACHE_HOME")
-    if not root:
+    if not root or not os.path.isabs(root):  # a relative one is ignored, as the XDG spec says
         try:
             root = Path.home() / ".cache"
         except RuntimeError:  # no home directory known
@@ -237,21 +262,93 @@ def _private_dir(folder: Path) -> str | None:
                 "expected 0700): anyone who can write there could plant a library, so it is refused "
                 f"(remove it, or chmod 700 it if you trust what is in it)")
     if not os.access(folder, os.W_OK | os.X_OK):
-        return f"{folder}: you cannot write to it (mode {stat.S_IMODE(st.st_mode):04o})"
+        return _unwritable(folder, st)
     try:
-        parent = os.stat(folder.parent)
-        if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
-            who = "everyone" if parent.st_mode & 0o002 else "its group"
-            return (f"{folder.parent} is writable by {who} without the sticky bit (mode "
-                    f"{stat.S_IMODE(parent.st_mode):04o}): others could replace {folder.name} in it, "
-                    "so it is refused")
-        if parent.st_uid not in (_uid(), 0):
-            return (f"{folder.parent} is owned by {_owner(parent.st_uid)}, not by you or root: its "
-                    f"owner could replace {folder.name} in it (whatever its mode), so it is refused")
+        why = _unsafe_ancestor(folder)
+        if why is not None:
+            return why
         if stat.S_IMODE(st.st_mode) != 0o700:  # ours, and only we can write: make it private
             os.chmod(folder, 0o700)
     except OSError as exc:
         return f"{folder}: cannot check or set its permissions ({exc.strerror or exc})"
+    return None
+
+
+def _unwritable(folder: Path, st: os.stat_result) -> str:
+    """Why this user cannot write to ``folder``, a directory of theirs (its mode is not to blame
+    when its filesystem is mounted read-only)."""
+    mode = stat.S_IMODE(st.st_mode)
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        read_only = False
+    if read_only:
+        return (f"{folder} is on a read-only filesystem: the kernel cannot be built or recorded "
+                "there (its mode is not the cause)")
+    if not st.st_mode & stat.S_IWUSR or not st.st_mode & stat.S_IXUSR:
+        return (f"{folder} is yours but its mode {mode:04o} does not let you write to it "
+                f"(chmod 700 {shlex.quote(str(folder))} to use it)")
+    return (f"{folder}: the system does not let you write to it although its mode ({mode:04o}) "
+            "would (an access control list or a security policy?)")
+
+
+def _unsafe_ancestor(folder: Path) -> str | None:
+    """Why a folder on the way to ``folder`` lets another user replace what lies below it (and
+    so ``folder`` with one of theirs), or None.
+
+    The path is followed as the system follows it, symbolic links included, from ``/`` to the
+    folder that holds ``folder``: each folder passed through must belong to you or root (its
+    owner can rename anything in it) and must not be writable by its group or by others unless
+    it has the sticky bit (as /tmp has: then others cannot rename what is yours); each symbolic
+    link followed must belong to you or root (its owner can point it elsewhere)."""
+    pending = list(reversed((Path.cwd() / folder).parent.parts[1:]))  # '..' left as the system reads it
+    current, checked, links = Path("/"), set(), 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent  # passed through (and checked) on the way here
+            continue
+        if current not in checked:
+            why = _shared_folder(current, part, folder)
+            if why is not None:
+                return why
+            checked.add(current)
+        path = current / part
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (_uid(), 0):
+                return (f"{path} is a symbolic link owned by {_owner(st.st_uid)}, on the way to "
+                        f"{folder}: its owner could point it elsewhere, so {folder} is refused")
+            links += 1
+            if links > 40:
+                return f"{folder}: too many symbolic links on the way to it"
+            target = Path(os.readlink(path))
+            if target.is_absolute():
+                current = Path("/")
+            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{path}, on the way to {folder}, is {_kind(st.st_mode)}, not a directory"
+        current = path
+    return _shared_folder(current, folder.name, folder)
+
+
+def _shared_folder(directory: Path, child: str, folder: Path) -> str | None:
+    """Why another user could replace ``child`` in ``directory`` (on the way to ``folder``), or None."""
+    st = os.stat(directory)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        who = "everyone" if st.st_mode & 0o002 else "its group"
+        return (f"{directory} is writable by {who} without the sticky bit (mode {mode:04o}): others "
+                f"could replace {child} in it, on the way to {folder}, so {folder} is refused "
+                f"(chmod go-w {shlex.quote(str(directory))}, or set XDG_CACHE_HOME to a folder "
+                "whose every parent only you or root can write)")
+    if st.st_uid not in (_uid(), 0):
+        return (f"{directory} is owned by {_owner(st.st_uid)}, not by you or root: its owner could "
+                f"replace {child} in it (whatever its mode), on the way to {folder}, so {folder} "
+                "is refused")
     return None
 
 
@@ -265,10 +362,12 @@ def _kind(mode: int) -> str:
     return f"not a regular file (mode {mode:o})"
 
 
-def _read_own_file(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file of this user's, not a symbolic link;
-    FileNotFoundError if there is none; _Untrusted otherwise. Opened without blocking, so a
-    FIFO in its place is refused at once instead of waiting for a writer forever."""
+def _open_own_file(path: Path) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``path`` (read-only) and its status, if it is a regular file of
+    this user's that no one else may write, not a symbolic link; FileNotFoundError if there is
+    none; _Untrusted otherwise. Opened without blocking, so a FIFO in its place is refused at
+    once instead of waiting for a writer forever. Whatever is checked afterwards (the bytes,
+    their hash) is checked on this descriptor, never on the name again."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -276,13 +375,38 @@ def _read_own_file(path: Path) -> bytes:
         raise
     except OSError as exc:  # ELOOP: a symbolic link
         raise _Untrusted(f"{path}: cannot open it without following links ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as file:
-        st = os.fstat(file.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _Untrusted(f"{path} is {_kind(st.st_mode)}, expected a regular file")
         if st.st_uid != _uid():
             raise _Untrusted(f"{path} is owned by {_owner(st.st_uid)}, not by you")
-        return file.read()
+        if st.st_mode & 0o022:
+            raise _Untrusted(f"{path} is writable by its group or by others (mode "
+                             f"{stat.S_IMODE(st.st_mode):04o}): its bytes could change after they "
+                             "were checked")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_fd(fd: int) -> bytes:
+    """Every byte of the open file ``fd``, read from its start (its offset is left alone)."""
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_own_file(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of this user's (see _open_own_file)."""
+    fd, _ = _open_own_file(path)
+    try:
+        return _read_fd(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -336,24 +460,77 @@ def _record_text(library: Path, digest: str) -> bytes:
     return f"{digest}  {library.name}\n{_SELF_TEST_PASSED}\n".encode()
 
 
+_LOADED_FDS: list[int] = []  # descriptors of the libraries loaded by their /proc/self/fd name
+
+
+def _fd_path(fd: int) -> str | None:
+    """A name that opens exactly the file ``fd`` is open on (``/proc/self/fd/N`` on Linux), or
+    None where the system has none (macOS, a container without /proc)."""
+    path = f"/proc/self/fd/{fd}"
+    try:
+        same = os.path.samestat(os.stat(path), os.fstat(fd))
+    except OSError:
+        return None
+    return path if same else None
+
+
 def _load_verified(library: Path, digest: str) -> ctypes.CDLL:
-    """Load ``library`` only if its bytes hash to ``digest``: checked before dlopen, so a
-    changed or truncated file is never mapped (a truncated one would crash with SIGBUS)."""
-    actual = hashlib.sha256(_read_own_file(library)).hexdigest()
-    if actual != digest:
-        raise _Untrusted(f"{library} does not match its recorded sha256 (recorded {digest[:16]}..., "
-                         f"found {actual[:16]}...: changed or truncated since it was built), so "
-                         "it is not loaded")
-    return _load(library)
+    """Load ``library`` only if its bytes hash to ``digest``.
+
+    The file is opened once (not following a symbolic link; a regular file of yours that no
+    one else may write), its bytes are hashed from that descriptor, and the library loaded is
+    the file behind that same descriptor (``/proc/self/fd/N``), not the name looked up again:
+    a file swapped in under the name between the check and the load is never loaded. Where
+    the system has no ``/proc/self/fd`` (macOS), the checked bytes are written to a new file
+    of this user's in the same private directory, loaded from there and removed. Checked
+    before dlopen, so a changed or truncated file is never mapped (a truncated one would
+    crash with SIGBUS).
+
+    A descriptor given to dlopen stays open for the life of the process (as the library
+    stays loaded): the dynamic loader remembers libraries by the name they were loaded
+    under, and a closed descriptor's number, reused for another library, would be answered
+    with the first one."""
+    fd, _ = _open_own_file(library)
+    keep = False
+    try:
+        data = _read_fd(fd)
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise _Untrusted(f"{library} does not match its recorded sha256 (recorded {digest[:16]}..., "
+                             f"found {actual[:16]}...: changed or truncated since it was built), so "
+                             "it is not loaded")
+        by_fd = _fd_path(fd)
+        if by_fd is None:
+            return _load_private_copy(library, data)
+        keep = True  # kept even if the load fails: dlopen may have mapped it under this name
+        _LOADED_FDS.append(fd)
+        return _load(Path(by_fd), shown=library)
+    finally:
+        if not keep:
+            os.close(fd)
 
 
-def _load(path: Path) -> ctypes.CDLL:
+def _load_private_copy(library: Path, data: bytes) -> ctypes.CDLL:
+    """Load the checked bytes ``data`` of ``library`` from a copy of them written to a new,
+    unpredictable name (``O_EXCL``, mode 0700) in the library's private directory, then removed."""
+    fd, copy = tempfile.mkstemp(dir=library.parent, prefix=f".{library.name}.", suffix=".load.so")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.chmod(copy, 0o700)
+        return _load(Path(copy), shown=library)
+    finally:
+        _remove(Path(copy))  # a loaded library stays mapped without its name
+
+
+def _load(path: Path, *, shown: Path | None = None) -> ctypes.CDLL:
+    """dlopen ``path`` (named ``shown`` in messages) and declare its fused_decode function."""
     lib = ctypes.CDLL(str(path))
     pointer, long, strides = ctypes.c_void_p, ctypes.c_long, ctypes.POINTER(ctypes.c_long)
     try:
         lib.fused_decode.argtypes = [pointer] * 4 + [long] * 4 + [strides] * 2 + [ctypes.c_int]
     except AttributeError as exc:
-        raise OSError(f"{path} has no fused_decode function: {exc}") from None
+        raise OSError(f"{shown or path} has no fused_decode function: {exc}") from None
     lib.fused_decode.restype = ctypes.c_int
     return lib
 
@@ -383,8 +560,27 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
     cases.append(("scores far from 0, a strided cache", big_q, cache[:, :, :70], big_v[:, :, :70], 2))
     cases += [("a NaN in a cached key", q, nan_k, v, 3), ("a NaN in a query", nan_q, k, v, 2),
               ("a key scoring +inf", q, inf_k, v, 3), ("every key of a group -inf", q, all_masked, v, 2)]
+    # Each path of the kernel: 1 to 8 query heads per group (one compiled path each), 12 (a
+    # pass of 8, then 4) and 16 (two passes of 8), with g = 1 and g > 1, three sequences, and
+    # 740 keys: at 8 threads, three 32-key blocks per thread and a last share of 2 blocks and
+    # 4 keys. A build that miscompiles one path (and only it) disagrees on its case. One cache
+    # per number of groups, shared by the shapes with that g; its float64 copy made once.
+    caches = {g: (randn(_SELF_TEST_B, g, _SELF_TEST_T, HEAD_WIDTH) * 2,  # scores of spread ~2
+                  randn(_SELF_TEST_B, g, _SELF_TEST_T, HEAD_WIDTH))
+              for g in sorted({g for _, g in _SELF_TEST_SHAPES})}
+    doubles = {g: (k.double(), v.double()) for g, (k, v) in caches.items()}
+    expected_of: dict[int, Tensor] = {}
+    for i, (r, g) in enumerate(_SELF_TEST_SHAPES):
+        shape_q = randn(_SELF_TEST_B, r * g, 1, HEAD_WIDTH)
+        expected_of[id(shape_q)] = _reference(shape_q, *doubles[g])
+        what = (f"B = {_SELF_TEST_B}, h = {r * g}, g = {g}: {r} query head{'s' * (r > 1)} per group, "
+                f"{_SELF_TEST_T} keys")
+        cases += [(what, shape_q, *caches[g], threads) for threads in (1 + i % 3, _SELF_TEST_THREADS)]
     for what, q, k, v, threads in cases:
-        expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
+        if id(q) in expected_of:
+            expected = expected_of[id(q)]
+        else:
+            expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
         got = _run(lib, q, k, v, threads).double()
         where = f"({what}, {threads} thread(s))"
         if not torch.equal(got.isnan(), expected.isnan()):
@@ -397,13 +593,29 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
         if not error <= _SELF_TEST_TOLERANCE:  # also NaN
             return (f"the built kernel disagrees with F.scaled_dot_product_attention on its self-test "
                     f"{where}: largest difference {error:.3g}, allowed {_SELF_TEST_TOLERANCE:g}; not "
-                    "used (a flag such as -ffast-math in CC breaks its handling of -inf and NaN)")
+                    "used (a flag such as -ffast-math in CC breaks its handling of -inf and NaN; a "
+                    "compiler that miscompiles one of its paths breaks the shapes that take it)")
     return None
 
 
-def _run_limited(command: list[str], timeout_s: float, folder: Path) -> tuple[int | None, str]:
-    """Run ``command`` for at most ``timeout_s`` seconds: ``(its exit status, its output)``, or
-    ``(None, its output so far)`` if it was stopped. OSError if it cannot be started.
+def _reference(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` in float64, computed as
+    the kernel reads the cache: each group's ``h/g`` query heads as ``h/g`` queries of one
+    attention over that group's keys (the same numbers, without a copy of K and V for every
+    query head). For finite inputs: PyTorch's NaN and -inf rules are checked on the other
+    cases, with ``enable_gqa``."""
+    B, h, _, dk = q.shape
+    g = k.shape[1]
+    grouped = q.double().reshape(B, g, h // g, dk)  # query head i reads group i // (h/g)
+    return F.scaled_dot_product_attention(grouped, k.double(), v.double()).reshape(B, h, 1, dk)
+
+
+def _run_limited(command: list[str], timeout_s: float, folder: Path, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> tuple[int | None, str]:
+    """Run ``command`` for at most ``timeout_s`` seconds (in ``cwd`` and with ``env``; by
+    default this process's working directory and environment): ``(its exit status, its
+    output)``, or ``(None, its output so far)`` if it was stopped. OSError if it cannot be
+    started.
 
     Its output goes to a temporary file, not a pipe, and only the process itself is waited
     for: a child it leaves behind in a session of its own (a compile server, ``setsid sleep
@@ -411,7 +623,7 @@ def _run_limited(command: list[str], timeout_s: float, folder: Path) -> tuple[in
     (a session of its own) is killed."""
     with tempfile.TemporaryFile(dir=folder) as log:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, cwd=cwd, env=env)
         try:
             status: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -434,11 +646,33 @@ def _last_lines(text: str, n: int = 2) -> str:
     return " | ".join(lines[-n:])
 
 
+_LOW_DISK_BYTES = 16 << 20  # less free than this where the compiler writes: a full disk
+_DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded")
+
+
+def _disk_full(folder: Path, text: str) -> str | None:
+    """Why a failed compiler run was a full disk (the compiler's output says so, or less than
+    16 MiB is free in ``folder`` or the temp folder, where compilers write), or None."""
+    for words in _DISK_FULL_WORDS:
+        if words in text:
+            return f"a disk it writes to is full (it said {words!r})"
+    for where in (folder, Path(tempfile.gettempdir())):
+        try:
+            fs = os.statvfs(where)
+        except (OSError, AttributeError):
+            continue
+        free = fs.f_bavail * fs.f_frsize
+        if free < _LOW_DISK_BYTES:
+            return f"the disk holding {where} is full ({free / 2**20:.1f} MiB free)"
+    return None
+
+
 def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
              timeout_s: float) -> tuple[Path | None, str, str]:
     """Run the compiler into a temporary file of ``folder``: ``(its path, "", "built")``, or
-    ``(None, the error, "failed")`` (the compiler's verdict), ``(None, the error, "timeout")``
-    or ``(None, the error, "not run")``."""
+    ``(None, the error, "failed")`` (the compiler's verdict), ``(None, the error, "timeout")``,
+    ``(None, the error, "disk full")`` (not the compiler's fault) or ``(None, the error, "not
+    run")``."""
     for stale in folder.glob(f".{name}.*.so.tmp"):  # left by a build that was killed an hour ago
         try:
             if time.time() - stale.stat().st_mtime > 3600:
@@ -460,7 +694,12 @@ def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
                       f"{TIMEOUT_ENV} to allow it longer)"), "timeout"
     if status != 0:
         _remove(tmp)
-        return None, _last_lines(text) or f"exit status {status}", "failed"
+        said = _last_lines(text) or f"exit status {status}"
+        full = _disk_full(folder, text)
+        if full is not None:
+            return None, (f"{cc[0]} failed because {full} ({said}): free some space; not remembered "
+                          "as a compiler error, so the next process tries again"), "disk full"
+        return None, said, "failed"
     try:
         os.chmod(tmp, 0o700)
     except OSError:
@@ -487,9 +726,33 @@ def _self_test_child(path: str, digest: str) -> int:
     return 0 if error is None else 1
 
 
-_CHILD_CODE = ("import importlib, sys\n"
-               "sys.path.insert(0, sys.argv[3])\n"
-               "sys.exit(importlib.import_module(sys.argv[4])._self_test_child(sys.argv[1], sys.argv[2]))\n")
+# The separate process runs with -I (no PYTHONPATH, no user site, no working directory on the
+# path) in the library's private folder, with this process's search path less its relative
+# entries and its working directory; this package is imported from where this module was.
+_CHILD_CODE = """\
+import importlib, importlib.machinery, importlib.util, json, sys
+path, digest, root, name, search = sys.argv[1:6]
+sys.path[:] = json.loads(search)
+top = name.partition(".")[0]
+spec = importlib.machinery.PathFinder.find_spec(top, [root])
+if spec is None:
+    sys.exit(f"{top} not found in {root}")
+package = importlib.util.module_from_spec(spec)
+sys.modules[top] = package
+spec.loader.exec_module(package)
+sys.exit(importlib.import_module(name)._self_test_child(path, digest))
+"""
+
+
+def _child_search_path() -> list[str]:
+    """This process's module search path, less what depends on the working directory (``''``,
+    relative entries, the working directory itself): another user's files there must not run."""
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # the working directory was removed
+        here = None
+    return [entry for entry in sys.path if isinstance(entry, str) and os.path.isabs(entry)
+            and os.path.realpath(entry) != here]
 
 
 def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[str | None, str]:
@@ -500,10 +763,15 @@ def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[
     library that passed is ever loaded here."""
     if not sys.executable:
         return "no Python executable to self-test the library in (sys.executable is empty)", "other"
-    root = str(Path(__file__).resolve().parent.parent)
-    command = [sys.executable, "-c", _CHILD_CODE, str(library), digest, root, __name__]
+    package = sys.modules[__name__.partition(".")[0]]  # imported in the child from where it is here
+    root = os.path.dirname(os.path.dirname(os.path.abspath(package.__file__)))
+    command = [sys.executable, "-I", "-c", _CHILD_CODE, str(library), digest, root, __name__,
+               json.dumps(_child_search_path())]
     try:
-        status, text = _run_limited(command, timeout_s, library.parent)
+        # OpenMP's threads sleep rather than spin while they wait: on a busy machine the
+        # self-test's spinning threads and PyTorch's took ten times as long.
+        status, text = _run_limited(command, timeout_s, library.parent, cwd=library.parent,
+                                    env={**os.environ, "OMP_WAIT_POLICY": "passive"})
     except OSError as exc:
         return f"could not start {sys.executable} to self-test the library: {exc.strerror or exc}", "other"
     if status is None:
@@ -555,8 +823,8 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
     record = _record_path(library)
     failed = folder / f"{name}.failed"
     why = _not_a_file(library, record, failed)
-    if why is not None:
-        return None, why, False
+    if why is not None:  # stop: not a quiet fall back to a build without threads
+        return None, why, True
     if os.path.lexists(library):  # a cached build: loaded once its record says it passed the self-test
         try:
             digest, tested = _record(library)
@@ -581,15 +849,16 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
     except FileNotFoundError:
         pass
     except _Untrusted as exc:
-        return None, str(exc), False
+        return None, str(exc), True
     else:
         if 0 <= age < _FAILURE_MEMORY_S:
             return None, (f"{remembered} (remembered in {failed} for an hour; {_RETRY})"), False
     built, error, outcome = _compile(cc, flags, folder, name, timeout_s)
     if built is None:
-        if outcome == "failed":  # the compiler's verdict; a timeout or a missing program is not
+        if outcome == "failed":  # the compiler's verdict; a timeout, a full disk or a missing program is not
             _remember_failure(failed, error)
-        return None, error, outcome == "timeout"  # one that hangs once would hang for every flag
+        # One that hangs once would hang for every flag; a full disk is full for every flag.
+        return None, error, outcome in ("timeout", "disk full")
     try:
         digest = hashlib.sha256(_read_own_file(built)).hexdigest()
         error, verdict = _self_test_elsewhere(built, digest, timeout_s)
@@ -632,7 +901,8 @@ def _build_kernel() -> ctypes.CDLL | str:
         return "no private directory to build the fused kernel in: " + "; ".join(refused)
     notes = [f"refused {why}" for why in refused]
     for why in refused:
-        warnings.warn(f"fused decode kernel: refused {why}; using {folder} instead", RuntimeWarning,
+        warnings.warn(f"fused decode kernel: refused {why}; using {folder} instead (a folder of "
+                      "yours, mode 0700, that no one else can write or replace)", RuntimeWarning,
                       stacklevel=4)
     source = _SOURCE.read_bytes()
     failures = []
@@ -744,7 +1014,8 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
             ``cache[:, :, :T]`` of a preallocated ``(B, g, Tmax, dk)`` buffer, or a
             ``(B, T, g, dk)`` buffer transposed), but each row of ``dk`` numbers must be
             contiguous (stride 1 along the last axis), else a ValueError says so.
-        num_threads: threads to split the keys over (default: ``torch.get_num_threads()``).
+        num_threads: threads to split the keys over (default: ``torch.get_num_threads()``),
+            at most :data:`MAX_THREADS` (256, or the CPU count where larger), else a ValueError.
 
     Returns:
         ``(B, h, 1, dk)``, equal to ``F.scaled_dot_product_attention(q, k, v,
@@ -767,6 +1038,12 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
     _check_inputs(q, k, v)
     threads = torch.get_num_threads() if num_threads is None else \
         check_int(num_threads, "num_threads", minimum=1)
+    if threads > MAX_THREADS:
+        raise ValueError(
+            f"num_threads must be at most {MAX_THREADS} (256, or this machine's CPU count where that "
+            f"is larger), got {threads}: more threads than CPUs only wait for each other, and "
+            "thousands of them can exhaust the process's thread limit, which OpenMP answers by "
+            "ending the whole process")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
                          "under torch.no_grad(), or use grouped_query_attention to train")
