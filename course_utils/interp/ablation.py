@@ -84,10 +84,10 @@ def _check_heads(heads: object, model: TinyTransformer) -> list[Head]:
     checked = []
     for pair in heads:
         ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
-            isinstance(i, int) and not isinstance(i, bool) for i in pair)
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in pair)
         if not ok:
             raise TypeError(f"each head must be a (layer, head) pair of ints such as (1, 2), got {pair!r}")
-        layer, head = pair
+        layer, head = int(pair[0]), int(pair[1])  # NumPy integers are ints too (check_int's rule)
         if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
             raise ValueError(f"head {tuple(pair)} is out of range: expected layer in 0..{cfg.num_layers - 1} "
                              f"and head in 0..{cfg.num_heads - 1}")
@@ -146,10 +146,17 @@ def _check_method(method: object) -> str:
 
 # -- naming ------------------------------------------------------------------------------
 def head_name(layer: int, head: int) -> str:
-    """``(1, 2) -> "L1H2"``; both must be ints >= 0."""
-    check_int(layer, "layer", minimum=0)
-    check_int(head, "head", minimum=0)
-    return f"L{layer}H{head}"
+    """``(1, 2) -> "L1H2"``; both must be ints >= 0 (every problem is named, both at once)."""
+    problems = []
+    for name, value in (("layer", layer), ("head", head)):
+        try:
+            check_int(value, name, minimum=0)
+        except (TypeError, ValueError) as err:
+            problems.append(err)
+    if problems:
+        kind = TypeError if any(isinstance(p, TypeError) for p in problems) else ValueError
+        raise kind(f"head_name(layer={layer!r}, head={head!r}): " + "; ".join(map(str, problems)))
+    return f"L{int(layer)}H{int(head)}"
 
 
 def all_heads(model: TinyTransformer) -> list[Head]:
