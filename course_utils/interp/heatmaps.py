@@ -30,6 +30,9 @@ AttentionFn = Callable[[str], tuple[list[str], list[torch.Tensor]]]
 
 def _as_matrix(weights: object) -> np.ndarray:
     if isinstance(weights, torch.Tensor):
+        if weights.dtype == torch.bool or weights.is_complex():
+            raise TypeError(f"weights must hold real numbers (attention weights in [0, 1]), got dtype "
+                            f"{weights.dtype}")
         weights = weights.detach().to("cpu", torch.float64).numpy()
     if not isinstance(weights, np.ndarray):
         raise TypeError(f"weights must be a torch.Tensor or numpy array, got {type(weights).__name__}")
