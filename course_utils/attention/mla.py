@@ -101,8 +101,8 @@ def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
         raise ValueError(f"rope needs an even last dim, got shape {describe_shape(x)}")
     check_positive_number(base, "base")
     if isinstance(positions, (list, tuple, range)):
-        positions = torch.tensor([check_int(p, f"positions[{i}]", minimum=0) for i, p in enumerate(positions)],
-                                 dtype=torch.long, device=x.device)
+        listed = [check_int(p, f"positions[{i}]", minimum=0) for i, p in enumerate(positions)]
+        positions = torch.tensor(listed, dtype=torch.long, device=x.device)
     if not isinstance(positions, Tensor):
         raise TypeError(f"positions must be a 1-D integer tensor (T,) = ({x.shape[-2]},), got "
                         f"{type(positions).__name__}")

@@ -106,7 +106,8 @@ def check_index(value: object, name: str, size: int, what: str = "") -> int:
     counts); negative indices are refused rather than read from the end. Out of range raises
     :class:`IndexOutOfRange`, both an ``IndexError`` and a ``ValueError``."""
     if size < 1:
-        raise IndexOutOfRange(f"{name}: there is nothing to index{f' (no {what})' if what else ''}, got {value!r}")
+        raise IndexOutOfRange(f"{name}: there is nothing to index{f' (no {what})' if what else ''}, "
+                              f"got {value!r}")
     try:
         return check_int(value, name, minimum=0, maximum=size - 1)
     except ValueError as err:

@@ -111,6 +111,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     from .cli import notebook_file, positive_int
 
     p = sub.add_parser("memory", help="peak memory of every notebook, each in a fresh kernel")
-    p.add_argument("notebooks", nargs="*", type=notebook_file, help="notebooks to measure (default: every lesson)")
+    p.add_argument("notebooks", nargs="*", type=notebook_file,
+                   help="notebooks to measure (default: every lesson)")
     p.add_argument("--timeout", type=positive_int, default=900, help="seconds allowed per cell")
     p.set_defaults(run=_main_memory)

@@ -348,7 +348,8 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
                    means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
     """One row per case (name -> heads to switch off), one column per measured number."""
     if not isinstance(cases, dict) or not cases:
-        raise TypeError("cases must be a non-empty dict {name: [(layer, head), ...]}")
+        raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
+                        f"{type(cases).__name__} {cases!r:.60}")
     rows = {name: measure(model, evaluations, heads, method=method, means=means)
             for name, heads in cases.items()}
     return pd.DataFrame.from_dict(rows, orient="index")

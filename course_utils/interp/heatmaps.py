@@ -189,7 +189,8 @@ class AttentionExplorer:
         if not callable(attention_for):
             raise TypeError("attention_for must be a function text -> (tokens, per-layer weights)")
         if isinstance(sentences, str) or not sentences:
-            raise ValueError("sentences must be a non-empty list of example texts")
+            raise ValueError(f"sentences must be a non-empty list of example texts, got "
+                             f"{type(sentences).__name__} {sentences!r:.60}")
         for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
             check_int(value, name, minimum=1)
         self.attention_for = attention_for

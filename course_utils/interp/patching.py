@@ -380,8 +380,7 @@ def layer_normalised_order(importance: Tensor) -> list[Head]:
     """Michel et al.'s pruning order: each layer's scores divided by their l2 norm, then
     least important first (ties as in :func:`~course_utils.interp.ablation.importance_order`)."""
     if not isinstance(importance, Tensor) or importance.ndim != 2:
-        raise ValueError(f"importance must be an (L, h) tensor, got "
-                         f"{tuple(importance.shape) if isinstance(importance, Tensor) else type(importance).__name__}")
+        raise ValueError(f"importance must be an (L, h) tensor, got {_described(importance)}")
     if not torch.isfinite(importance).all():
         raise ValueError("importance holds NaN or infinity: such a score cannot be ranked")
     norms = importance.norm(dim=1, keepdim=True)

@@ -70,8 +70,8 @@ class Explorer:
         if not callable(render):
             raise TypeError(f"render must be callable, got {type(render).__name__}")
         if not isinstance(controls, Mapping) or not controls:
-            raise ValueError(f"controls must be a non-empty dict {{name: widget}}: an explorer needs at least "
-                             f"one control, got {type(controls).__name__} {controls!r:.60}")
+            raise ValueError(f"controls must be a non-empty dict {{name: widget}}: an explorer needs at "
+                             f"least one control, got {type(controls).__name__} {controls!r:.60}")
         if not isinstance(title, str):
             raise TypeError(f"title must be a str, got {type(title).__name__}")
         for name, control in controls.items():

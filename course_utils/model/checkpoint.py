@@ -18,9 +18,11 @@ an error that says what it expected and what it found.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
-import errno
+import math
+import numbers
 import stat
 from pathlib import Path
 
@@ -112,6 +114,16 @@ def save_checkpoint(
                               ("training", training or {}, dict)):
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    for key, value in metrics.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metrics must be keyed by names (str), got {type(key).__name__} {key!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"metrics[{key!r}] must be a finite number (the score load_checkpoint's user "
+                             f"must reproduce; NaN and infinity are not JSON), got "
+                             f"{type(value).__name__} {value!r:.60}")
+    # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
+    metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
+               for k, v in metrics.items()}
     weights_path, meta_path = checkpoint_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()

@@ -627,6 +627,9 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
     ``cache`` back as it was (its length; a :class:`CatCache` also its tensors), so that every
     call times a step at the same cache length. The slot the step wrote is simply written again
     by the next call."""
+    _check_decode(model, token, cache, "token")  # the step would fail the same way, later
+    if token.shape[1] != 1:
+        raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     length = cache.length
     saved = list(cache.layers) if isinstance(cache, CatCache) else None
 
