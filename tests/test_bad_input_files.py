@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _saved(folder: Path, name: str = "good") -> Path:
     torch.manual_seed(0)
-    model = TinyTransformer(ModelConfig(vocab_size=np.int64(10), max_len=8, d_model=8, num_heads=2, num_layers=1))
+    model = TinyTransformer(
+        ModelConfig(vocab_size=np.int64(10), max_len=8, d_model=8, num_heads=2, num_layers=1)
+    )
     save_checkpoint(model, folder / name, task="test", metrics={}, command="pytest")
     return folder / name
 
@@ -78,21 +80,34 @@ def _float16(folder):
         header = f.metadata()
     save_file({k: v.half() for k, v in tensors.items()}, str(folder / "bad.safetensors"), metadata=header)
     meta = json.loads(good.with_suffix(".json").read_text())
-    meta.update(sha256=sha256_of(folder / "bad.safetensors"), size_bytes=(folder / "bad.safetensors").stat().st_size)
+    meta.update(
+        sha256=sha256_of(folder / "bad.safetensors"), size_bytes=(folder / "bad.safetensors").stat().st_size
+    )
     (folder / "bad.json").write_text(json.dumps(meta))
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and symlinks (Unix)")
-@pytest.mark.parametrize("make, words", [
-    (_bad_utf8, ["bad.json", "not UTF-8", "\\xff", "offset"]),
-    (_deep, ["bad.json", "nests its JSON too deeply"]),
-    (_directory, ["bad.json", "is a directory"]),
-    (_loop, ["bad.json", "is a symlink loop"]),
-    (_fifo, ["bad.json", "is a FIFO"]),
-    (_weights_fifo, ["bad.safetensors", "weights", "is a FIFO"]),
-    (_float16, ["bad.safetensors", "expected dtype torch.float32, found torch.float16"]),
-], ids=["invalid UTF-8", "nested 100,000 deep", "directory", "symlink loop", "FIFO", "weights FIFO",
-        "float16 re-save"])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (_bad_utf8, ["bad.json", "not UTF-8", "\\xff", "offset"]),
+        (_deep, ["bad.json", "nests its JSON too deeply"]),
+        (_directory, ["bad.json", "is a directory"]),
+        (_loop, ["bad.json", "is a symlink loop"]),
+        (_fifo, ["bad.json", "is a FIFO"]),
+        (_weights_fifo, ["bad.safetensors", "weights", "is a FIFO"]),
+        (_float16, ["bad.safetensors", "expected dtype torch.float32, found torch.float16"]),
+    ],
+    ids=[
+        "invalid UTF-8",
+        "nested 100,000 deep",
+        "directory",
+        "symlink loop",
+        "FIFO",
+        "weights FIFO",
+        "float16 re-save",
+    ],
+)
 def test_an_unreadable_checkpoint_file_is_a_checkpoint_error(tmp_path, make, words):
     make(tmp_path)
     with pytest.raises(CheckpointError) as info:
@@ -120,19 +135,23 @@ def test_a_missing_checkpoint_is_still_file_not_found(tmp_path):
 
 
 # -- the benchmark CLI: options refused when parsed ----------------------------------------------
-@pytest.mark.parametrize("argv, words", [
-    (["gqa", "--shapes", "0x0"], ["--shapes", "BATCHxCONTEXT", "'0x0'"]),
-    (["gqa", "--shapes", "4096"], ["--shapes", "'4096'"]),
-    (["gqa", "--repeats", "0"], ["--repeats", ">= 1", "'0'"]),
-    (["gqa", "--context", "-1"], ["--context", "'-1'"]),
-    (["memory", "--timeout", "0"], ["--timeout", ">= 1", "'0'"]),
-    (["memory", "--timeout", "-5"], ["--timeout", "'-5'"]),
-    (["memory", "no_such_lesson.ipynb"], ["notebooks", "no_such_lesson.ipynb"]),
-    (["memory", "README.md"], ["notebooks", ".ipynb", "README.md"]),
-    (["mha", "--threads", "0"], ["--threads", "'0'"]),
-    (["train", "--seeds", "-1"], ["--seeds", ">= 0", "'-1'"]),
-    (["train", "--agreement-steps", "1.5"], ["--agreement-steps", "'1.5'"]),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["gqa", "--shapes", "0x0"], ["--shapes", "BATCHxCONTEXT", "'0x0'"]),
+        (["gqa", "--shapes", "4096"], ["--shapes", "'4096'"]),
+        (["gqa", "--repeats", "0"], ["--repeats", ">= 1", "'0'"]),
+        (["gqa", "--context", "-1"], ["--context", "'-1'"]),
+        (["memory", "--timeout", "0"], ["--timeout", ">= 1", "'0'"]),
+        (["memory", "--timeout", "-5"], ["--timeout", "'-5'"]),
+        (["memory", "no_such_lesson.ipynb"], ["notebooks", "no_such_lesson.ipynb"]),
+        (["memory", "README.md"], ["notebooks", ".ipynb", "README.md"]),
+        (["mha", "--threads", "0"], ["--threads", "'0'"]),
+        (["train", "--seeds", "-1"], ["--seeds", ">= 0", "'-1'"]),
+        (["train", "--agreement-steps", "1.5"], ["--agreement-steps", "'1.5'"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_bench_options_are_refused_when_parsed(argv, words, capsys):
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(argv)  # parsing only: no benchmark can have started
@@ -146,8 +165,12 @@ def test_no_bench_option_is_a_bare_int():
     """The root rule: every integer option goes through positive_int or non_negative_int."""
     parser = build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    bare = [(name, action.dest) for name, sub in subparsers.choices.items() for action in sub._actions
-            if action.type in (int, float)]
+    bare = [
+        (name, action.dest)
+        for name, sub in subparsers.choices.items()
+        for action in sub._actions
+        if action.type in (int, float)
+    ]
     assert not bare, bare
 
 
@@ -160,15 +183,25 @@ def test_the_argparse_types_accept_what_they_should():
 
 
 def test_a_bench_memory_timeout_of_zero_exits_before_any_work():
-    done = subprocess.run([sys.executable, "-m", "course_utils.bench", "memory", "--timeout", "0"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "course_utils.bench", "memory", "--timeout", "0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 2 and "--timeout" in done.stderr and "peak resident memory" not in done.stdout
 
 
 # -- student-tree: a refused command leaves nothing behind --------------------------------------
 def _student_tree(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "student_tree.py"), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "student_tree.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_student_tree_inside_a_copied_folder_is_refused_cleanly():
@@ -199,7 +232,12 @@ def test_a_failed_student_tree_removes_the_parent_folders_it_made(tmp_path, monk
 
 def test_course_student_tree_reads_out_dir_from_where_you_are(tmp_path):
     """course.py runs the script from the repository; OUT_DIR is still relative to the caller."""
-    done = subprocess.run([sys.executable, str(ROOT / "course.py"), "student-tree", "here/tree"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "student-tree", "here/tree"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "here" / "tree" / "course_utils").is_dir() and not (ROOT / "here").exists()
