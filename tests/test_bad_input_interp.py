@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils.interp.ablation import head_name
+from course_utils.interp.ablation import head_name, importance_order, measure
 from course_utils.interp.circuits import (
     direct_logit_attribution,
     frozen_final_norm,
@@ -23,9 +23,16 @@ from course_utils.interp.circuits import (
     ov_copying_score,
     trace_heads,
 )
-from course_utils.interp.heatmaps import plot_all_heads, plot_head
+from course_utils.interp.heatmaps import AttentionExplorer, plot_all_heads, plot_head
 from course_utils.interp.patching import layer_normalised_order, patching_table
-from course_utils.interp.scores import best_head, head_score_table, induction_score, role_verdicts, verdict
+from course_utils.interp.scores import (
+    best_head,
+    head_score_table,
+    induction_score,
+    previous_token_score,
+    role_verdicts,
+    verdict,
+)
 from course_utils.interp.widgets import show
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 
@@ -267,7 +274,26 @@ CASES = [
         "layer_normalised_order NaN",
         lambda: layer_normalised_order(NAN_GRID),
         ValueError,
-        ["importance", "NaN"],
+        ["importance", "NaN", "L0H1"],
+    ),
+    Case("importance_order NaN", lambda: importance_order(NAN_GRID), ValueError, ["importance", "L0H1"]),
+    Case(
+        "explorer attention_for str",
+        lambda: AttentionExplorer("fn", ["a"], 1, 1),
+        TypeError,
+        ["attention_for", "str", "fn"],
+    ),
+    Case(
+        "measure evaluations dict",
+        lambda: measure(MODEL, {"tokens": TOKENS}),
+        TypeError,
+        ["evaluations", "dict", "tokens"],
+    ),
+    Case(
+        "attention weights NaN",
+        lambda: previous_token_score(torch.full((1, 2, 4, 4), math.nan)),
+        ValueError,
+        ["attention weights", "NaN", "layer 0, head 0"],
     ),
 ]
 

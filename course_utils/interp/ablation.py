@@ -235,7 +235,8 @@ def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
         raise ValueError(f"means must be (L, h, dk) = {per_token} or (L, h, T, dk) with T >= {seq_len}, "
                          f"got {tuple(means.shape)}")
     if not torch.isfinite(means).all():
-        raise ValueError("means hold NaN or infinity")
+        where = sorted({f"L{i[0]}H{i[1]}" for i in (~torch.isfinite(means)).nonzero().tolist()})
+        raise ValueError(f"means hold NaN or infinity for {', '.join(where[:6])}")
     return means
 
 
@@ -309,7 +310,8 @@ def _check_evaluations(evaluations: object) -> list[Evaluation]:
         return [evaluations]
     if not isinstance(evaluations, Sequence) or not evaluations or not all(
             isinstance(e, Evaluation) for e in evaluations):
-        raise TypeError("evaluations must be an Evaluation or a non-empty list of them")
+        raise TypeError(f"evaluations must be an Evaluation or a non-empty list of them, got "
+                        f"{type(evaluations).__name__} {evaluations!r:.60}")
     return list(evaluations)
 
 
@@ -400,7 +402,8 @@ def importance_order(importance: Tensor) -> list[Head]:
         raise ValueError(f"importance must be an (L, h) tensor (from head_importance), got "
                          f"{_described(importance)}")
     if not torch.isfinite(importance).all():
-        raise ValueError("importance holds NaN or infinity")
+        where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
+        raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: it cannot be ranked")
     flat = importance.flatten().tolist()
     order = sorted(range(len(flat)), key=lambda i: (flat[i], i))
     return [divmod(i, importance.shape[1]) for i in order]

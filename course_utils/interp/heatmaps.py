@@ -187,7 +187,8 @@ class AttentionExplorer:
     def __init__(self, attention_for: AttentionFn, sentences: Sequence[str], num_layers: int,
                  num_heads: int) -> None:
         if not callable(attention_for):
-            raise TypeError("attention_for must be a function text -> (tokens, per-layer weights)")
+            raise TypeError(f"attention_for must be a function text -> (tokens, per-layer weights), got "
+                            f"{type(attention_for).__name__} {attention_for!r:.60}")
         if isinstance(sentences, str) or not sentences:
             raise ValueError(f"sentences must be a non-empty list of example texts, got "
                              f"{type(sentences).__name__} {sentences!r:.60}")

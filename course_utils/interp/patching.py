@@ -256,7 +256,8 @@ def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, re
     heads = _check_heads(heads, model)
     B, T = tokens.shape
     if not (isinstance(lengths, Tensor) and lengths.shape == (B,)):
-        raise ValueError(f"lengths must be a (B,) = ({B},) tensor of sequence lengths")
+        raise ValueError(f"lengths must be a (B,) = ({B},) tensor of sequence lengths, got "
+                         f"{_described(lengths)}")
     source = resampled_outputs(model, lengths, reference, reference_lengths, T, generator=generator,
                                reference_outputs=reference_outputs)
     return patched_logits(model, tokens, source, heads)
@@ -382,10 +383,13 @@ def layer_normalised_order(importance: Tensor) -> list[Head]:
     if not isinstance(importance, Tensor) or importance.ndim != 2:
         raise ValueError(f"importance must be an (L, h) tensor, got {_described(importance)}")
     if not torch.isfinite(importance).all():
-        raise ValueError("importance holds NaN or infinity: such a score cannot be ranked")
+        where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
+        raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: such a score cannot "
+                         "be ranked")
     norms = importance.norm(dim=1, keepdim=True)
     if not (norms > 0).all():
-        raise ValueError("every layer needs a nonzero importance to normalise by")
+        zero = [layer for layer, n in enumerate(norms.flatten().tolist()) if not n > 0]
+        raise ValueError(f"every layer needs a nonzero importance to normalise by; layer(s) {zero} are all 0")
     return importance_order(importance / norms)
 
 
@@ -415,10 +419,11 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results")
     _check_method(method)
     if not callable(within):
-        raise TypeError("within must be a function (numbers: dict) -> bool")
+        raise TypeError(f"within must be a function (numbers: dict) -> bool, got {type(within).__name__}")
     orders = [_check_heads(order, model) for order in orders]
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
-        raise TypeError("known must be a dict keyed by frozensets of heads (prunable_counts' second result)")
+        raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
+                        f"result), got {type(known).__name__} {known!r:.60}")
     measured: dict[frozenset, dict[str, float]] = dict(known or {})
     counts: list[int | None] = [None] * len(orders)
     for k in range(1, max((len(o) for o in orders), default=0) + 1):

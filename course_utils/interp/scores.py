@@ -99,7 +99,9 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
     stack = torch.stack([w if w.ndim == 4 else w.unsqueeze(0) for w in layers])  # (L, B, h, T, T)
     if check_rows:
         if not torch.isfinite(stack).all():
-            raise ValueError("attention weights contain NaN or infinity")
+            layer, _, head, query, _ = (~torch.isfinite(stack)).nonzero()[0].tolist()
+            raise ValueError(f"attention weights contain NaN or infinity (first at layer {layer}, head "
+                             f"{head}, query {query}); check_rows=False skips this test")
         if (stack < -atol).any():
             raise ValueError(f"attention weights must be non-negative; the smallest is {stack.min():.4g}")
         sums = stack.sum(-1)  # (L, B, h, T)
