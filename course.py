@@ -187,6 +187,8 @@ def main(argv: list[str]) -> int:
         return subprocess.call([str(_bin("python")), str(tools), "release", *rest], cwd=ROOT, env=env)
     if command == "student-tree":  # the tree a class receives: student/, the package, no solutions
         tools = ROOT / "scripts" / "student_tree.py"
+        if len(rest) == 1 and not rest[0].startswith("-"):  # OUT_DIR: relative to where you are,
+            rest = [os.path.abspath(rest[0])]  # not to the repository the script runs in
         return subprocess.call([str(_bin("python")), str(tools), *rest], cwd=ROOT, env=env)
     if command == "lab":
         env.pop("MPLBACKEND")

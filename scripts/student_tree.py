@@ -13,7 +13,8 @@ tag, ``<tag>-student``. It leaves out ``notebooks/`` (the solved lessons),
 ``--branch`` writes it as a commit on NAME without touching your checkout (a child of NAME's
 last commit when it exists); push that branch, tag it, and point nbgitpuller, Binder and
 the student links at it (INSTRUCTORS.md, "Publishing the student tree").
-A failure leaves OUT_DIR absent and the branch where it was.
+A failure leaves OUT_DIR absent (and no parent folder it created) and the branch where it
+was. OUT_DIR may not lie inside a folder the tree copies (course_utils/, student/, ...).
 """
 
 from __future__ import annotations
@@ -47,17 +48,52 @@ time, unfinished exercises just say "not attempted yet". This copy holds no solu
 """
 
 
+def _check_outside_the_copied_folders(out: Path) -> None:
+    """``out`` must not lie inside a folder the tree copies: the copy would then hold its own
+    staging folder, and copy it again inside itself ("File name too long")."""
+    where = out.resolve()
+    for name in KEEP:
+        source = (ROOT / name).resolve()
+        if source.is_dir() and (where == source or source in where.parents):
+            raise ValueError(f"{out} lies inside {name}/, which the tree copies (it would copy itself): "
+                             "choose a folder outside it (nothing was written)")
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; return those created, deepest first."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """Undo :func:`_make_parents`: remove the folders it created, deepest first, if still empty."""
+    for path in created:
+        try:
+            path.rmdir()
+        except OSError:
+            break
+
+
 def build(out: Path) -> list[str]:
-    """Write the tree into ``out`` (which must not exist); returns the paths written."""
-    if out.exists():
+    """Write the tree into ``out`` (which must not exist); returns the paths written. A refusal
+    or a failure leaves nothing behind: no staging folder, and no parent folder it created."""
+    if out.exists() or out.is_symlink():
         raise FileExistsError(f"{out} already exists: choose a new folder (nothing was written)")
+    _check_outside_the_copied_folders(out)
     missing = [name for name in KEEP if not (ROOT / name).exists()]
     if missing:
         raise FileNotFoundError(f"the repository lacks {missing}; run this from a full checkout")
+    created: list[Path] = []
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        created = _make_parents(out.parent)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as exc:
+        _remove_empty(created)
         raise OSError(f"cannot write into {out.parent} ({exc.strerror or exc}): choose a folder you "
                       "can write to (nothing was written)") from None
     try:
@@ -77,6 +113,7 @@ def build(out: Path) -> list[str]:
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(created)
         raise
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 

@@ -165,5 +165,5 @@ def test_next_token_loss_and_in_context_mass():
     model_mass, uniform_mass = in_context_mass(uniform, tokens, scored)
     assert model_mass == pytest.approx(uniform_mass) == pytest.approx(0.5)  # 2 seen tokens (BOS ignored) of 4
     assert in_context_mass(perfect, tokens, scored)[0] == pytest.approx(1.0)  # the next token was seen
-    with pytest.raises(ValueError, match="expected logits"):
+    with pytest.raises(ValueError, match="logits must be 3-D"):
         next_token_loss(uniform[0], tokens, scored)

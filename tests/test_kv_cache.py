@@ -353,7 +353,7 @@ def test_caches_from_no_layers_get_a_clear_error():
     k = torch.ones(1, 2, 3, 4)
     with pytest.raises(ValueError, match="every layer must hold T=3 tokens, layer 1 holds 2"):
         SlidingWindowCache.from_layers([(k, k), (k[:, :, :2], k[:, :, :2])], window=4)
-    with pytest.raises(ValueError, match=r"k_new must be \(B=1, g=2, T_new, dk=4\)"):
+    with pytest.raises(ValueError, match=r"layers\[0\] k \(1, 2, 3, 4\); layers\[1\] holds k \(1, 1, 3, 4\)"):
         SlidingWindowCache.from_layers([(k, k), (k[:, :1], k[:, :1])], window=4)
 
 

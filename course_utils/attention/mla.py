@@ -30,7 +30,14 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .validation import check_flag, check_int, check_matches_module, check_tensor, describe_shape
+from .validation import (
+    check_flag,
+    check_int,
+    check_matches_module,
+    check_positive_number,
+    check_tensor,
+    describe_shape,
+)
 
 __all__ = ["MLAConfig", "DEEPSEEK_V2", "cache_elements_per_token", "rope",
            "MultiHeadLatentAttention"]
@@ -84,10 +91,28 @@ def cache_elements_per_token(kind: str, *, num_heads: int = 0, d_head: int = 0, 
 
 def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     """Rotary position embedding of ``x`` ``(..., T, d)`` (``d`` even) at ``positions`` ``(T,)``:
-    the pair ``(x_j, x_{j + d/2})`` is rotated by the angle ``position * base^(-2j/d)``."""
+    the pair ``(x_j, x_{j + d/2})`` is rotated by the angle ``position * base^(-2j/d)``.
+
+    ``x`` is a floating tensor of at least 2 dims; ``positions`` a 1-D integer tensor of ``T``
+    positions >= 0 (or a list of ints); ``base`` a number > 0 (not NaN)."""
+    check_tensor(x, "x", min_ndim=2, layout="(..., T, d)")
     d = x.shape[-1]
     if d % 2:
         raise ValueError(f"rope needs an even last dim, got shape {describe_shape(x)}")
+    check_positive_number(base, "base")
+    if isinstance(positions, (list, tuple, range)):
+        listed = [check_int(p, f"positions[{i}]", minimum=0) for i, p in enumerate(positions)]
+        positions = torch.tensor(listed, dtype=torch.long, device=x.device)
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"positions must be a 1-D integer tensor (T,) = ({x.shape[-2]},), got "
+                        f"{type(positions).__name__}")
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must hold integers (token positions), got dtype {positions.dtype}")
+    if tuple(positions.shape) != (x.shape[-2],):
+        raise ValueError(f"positions must be (T,) = ({x.shape[-2]},), one per token of x "
+                         f"{describe_shape(x)}, got shape {describe_shape(positions)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
     freqs = base ** (-torch.arange(0, d // 2, dtype=x.dtype) * 2 / d)  # (d/2,)
     angles = positions.to(x.dtype)[:, None] * freqs  # (T, d/2)
     cos, sin = angles.cos(), angles.sin()
@@ -162,8 +187,11 @@ class MultiHeadLatentAttention(nn.Module):
 
     def latents(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
         """What the cache holds for ``x`` ``(B, T, d)`` at positions ``start..``: the latents
-        ``(B, T, d_c)`` and the RoPE keys ``(B, T, d_R)``."""
-        positions = torch.arange(start, start + x.shape[1])
+        ``(B, T, d_c)`` and the RoPE keys ``(B, T, d_R)``. ``x`` is checked as :meth:`forward`
+        checks it, ``start`` is an int >= 0."""
+        self._check_x(x, "x")
+        start = check_int(start, "start", minimum=0)
+        positions = torch.arange(start, start + x.shape[1], device=x.device)
         return self.w_dkv(x), rope(self.w_kr(x), positions)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -22,6 +22,10 @@ __all__ = [
     "check_dropout",
     "check_flag",
     "check_int",
+    "check_index",
+    "IndexOutOfRange",
+    "check_real",
+    "check_float_dtype",
     "check_positive_number",
     "check_callable",
     "check_generator",
@@ -71,14 +75,64 @@ def check_flag(value: object, name: str) -> bool:
     return value
 
 
-def check_int(value: object, name: str, *, minimum: int | None = None) -> int:
-    """An ``int`` (not a bool, float or str), at least ``minimum`` when given; returned as an int."""
+def check_int(value: object, name: str, *, minimum: int | None = None,
+              maximum: int | None = None) -> int:
+    """The package's one integer rule: a Python or NumPy integer (not a bool, float or str),
+    at least ``minimum`` and at most ``maximum`` when given; returned as a Python ``int`` (so it
+    can go into JSON, ``range`` and error messages as itself). A float that happens to be whole
+    (``2.0``) is refused too: an index or a count that arrives as a float is usually a bug
+    upstream (a mean, a division), not a number to round."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if maximum is not None and minimum is not None and not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an int in {minimum}..{maximum}, got {value}")
     if minimum is not None and value < minimum:
         wanted = {1: "a positive int", 0: "an int >= 0"}.get(minimum, f"an int >= {minimum}")
         raise ValueError(f"{name} must be {wanted}, got {value}")
-    return int(value)
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be an int <= {maximum}, got {value}")
+    return value
+
+
+class IndexOutOfRange(IndexError, ValueError):
+    """An index outside ``0..size-1``: both an ``IndexError`` (what indexing raises) and a
+    ``ValueError`` (what the rest of the checks raise for a value out of range), so code that
+    catches either keeps working (NumPy's ``AxisError`` does the same)."""
+
+
+def check_index(value: object, name: str, size: int, what: str = "") -> int:
+    """An int in ``0..size-1`` (``what``, e.g. ``"layers in the model"``, says what ``size``
+    counts); negative indices are refused rather than read from the end. Out of range raises
+    :class:`IndexOutOfRange`, both an ``IndexError`` and a ``ValueError``."""
+    if size < 1:
+        raise IndexOutOfRange(f"{name}: there is nothing to index{f' (no {what})' if what else ''}, "
+                              f"got {value!r}")
+    try:
+        return check_int(value, name, minimum=0, maximum=size - 1)
+    except ValueError as err:
+        raise IndexOutOfRange(f"{err}" + (f" ({size} {what})" if what else "")) from None
+
+
+def check_real(value: object, name: str, *, finite: bool = True) -> float:
+    """A real number (not a bool, str or tensor of several numbers); NaN refused, and
+    infinity too when ``finite``; returned as a float."""
+    if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r:.80}")
+    value = float(value)
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise ValueError(f"{name} must be a {'finite ' if finite else ''}number, got {value!r}")
+    return value
+
+
+def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
+    """A floating ``torch.dtype`` (keys, values and weights stored as integers would be truncated)."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating torch.dtype (e.g. torch.float32): numbers stored as "
+                        f"integers or bools would be truncated; got {dtype!r}")
+    return dtype
 
 
 def check_positive_number(value: object, name: str) -> float:

@@ -536,27 +536,21 @@ def _main_gqa(args: argparse.Namespace) -> None:
             print()
 
 
-def _shape(text: str) -> tuple[int, int]:
-    batch, _, context = text.partition("x")
-    try:
-        return int(batch), int(context)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a shape is BATCHxCONTEXT, e.g. 1x4096; got {text!r}") from None
-
-
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``python -m course_utils.bench gqa``."""
+    from .cli import batch_by_context, positive_int
+
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
-    p.add_argument("--repeats", type=int, default=15)
-    p.add_argument("--context", type=int, default=4096)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--repeats", type=positive_int, default=15)
+    p.add_argument("--context", type=positive_int, default=4096)
+    p.add_argument("--layers", type=positive_int, default=8)
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--stages", action="store_true",
                    help="also time each stage (one thread, CPU time) with its bytes and GB/s")
     p.add_argument("--whole-step", action=argparse.BooleanOptionalAction, default=True,
                    help="also time whole decode steps (weights + cache) against their byte bound")
-    p.add_argument("--shapes", type=_shape, nargs="+", default=None, metavar="BxT",
+    p.add_argument("--shapes", type=batch_by_context, nargs="+", default=None, metavar="BxT",
                    help="whole-step shapes, batch x context (default with --context 4096: 1x1024 "
                    "1x4096 1x16384 8x4096)")
     p.add_argument("--bf16", action="store_true",

@@ -108,7 +108,10 @@ def _main_memory(args: argparse.Namespace) -> None:
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``memory`` on ``python -m course_utils.bench``."""
+    from .cli import notebook_file, positive_int
+
     p = sub.add_parser("memory", help="peak memory of every notebook, each in a fresh kernel")
-    p.add_argument("notebooks", nargs="*", help="notebooks to measure (default: every lesson)")
-    p.add_argument("--timeout", type=int, default=900, help="seconds allowed per cell")
+    p.add_argument("notebooks", nargs="*", type=notebook_file,
+                   help="notebooks to measure (default: every lesson)")
+    p.add_argument("--timeout", type=positive_int, default=900, help="seconds allowed per cell")
     p.set_defaults(run=_main_memory)

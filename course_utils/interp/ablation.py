@@ -84,10 +84,10 @@ def _check_heads(heads: object, model: TinyTransformer) -> list[Head]:
     checked = []
     for pair in heads:
         ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
-            isinstance(i, int) and not isinstance(i, bool) for i in pair)
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in pair)
         if not ok:
             raise TypeError(f"each head must be a (layer, head) pair of ints such as (1, 2), got {pair!r}")
-        layer, head = pair
+        layer, head = int(pair[0]), int(pair[1])  # NumPy integers are ints too (check_int's rule)
         if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
             raise ValueError(f"head {tuple(pair)} is out of range: expected layer in 0..{cfg.num_layers - 1} "
                              f"and head in 0..{cfg.num_heads - 1}")
@@ -146,10 +146,17 @@ def _check_method(method: object) -> str:
 
 # -- naming ------------------------------------------------------------------------------
 def head_name(layer: int, head: int) -> str:
-    """``(1, 2) -> "L1H2"``; both must be ints >= 0."""
-    check_int(layer, "layer", minimum=0)
-    check_int(head, "head", minimum=0)
-    return f"L{layer}H{head}"
+    """``(1, 2) -> "L1H2"``; both must be ints >= 0 (every problem is named, both at once)."""
+    problems = []
+    for name, value in (("layer", layer), ("head", head)):
+        try:
+            check_int(value, name, minimum=0)
+        except (TypeError, ValueError) as err:
+            problems.append(err)
+    if problems:
+        kind = TypeError if any(isinstance(p, TypeError) for p in problems) else ValueError
+        raise kind(f"head_name(layer={layer!r}, head={head!r}): " + "; ".join(map(str, problems)))
+    return f"L{int(layer)}H{int(head)}"
 
 
 def all_heads(model: TinyTransformer) -> list[Head]:
@@ -228,7 +235,8 @@ def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
         raise ValueError(f"means must be (L, h, dk) = {per_token} or (L, h, T, dk) with T >= {seq_len}, "
                          f"got {tuple(means.shape)}")
     if not torch.isfinite(means).all():
-        raise ValueError("means hold NaN or infinity")
+        where = sorted({f"L{i[0]}H{i[1]}" for i in (~torch.isfinite(means)).nonzero().tolist()})
+        raise ValueError(f"means hold NaN or infinity for {', '.join(where[:6])}")
     return means
 
 
@@ -302,7 +310,8 @@ def _check_evaluations(evaluations: object) -> list[Evaluation]:
         return [evaluations]
     if not isinstance(evaluations, Sequence) or not evaluations or not all(
             isinstance(e, Evaluation) for e in evaluations):
-        raise TypeError("evaluations must be an Evaluation or a non-empty list of them")
+        raise TypeError(f"evaluations must be an Evaluation or a non-empty list of them, got "
+                        f"{type(evaluations).__name__} {evaluations!r:.60}")
     return list(evaluations)
 
 
@@ -341,7 +350,8 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
                    means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
     """One row per case (name -> heads to switch off), one column per measured number."""
     if not isinstance(cases, dict) or not cases:
-        raise TypeError("cases must be a non-empty dict {name: [(layer, head), ...]}")
+        raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
+                        f"{type(cases).__name__} {cases!r:.60}")
     rows = {name: measure(model, evaluations, heads, method=method, means=means)
             for name, heads in cases.items()}
     return pd.DataFrame.from_dict(rows, orient="index")
@@ -392,7 +402,8 @@ def importance_order(importance: Tensor) -> list[Head]:
         raise ValueError(f"importance must be an (L, h) tensor (from head_importance), got "
                          f"{_described(importance)}")
     if not torch.isfinite(importance).all():
-        raise ValueError("importance holds NaN or infinity")
+        where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
+        raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: it cannot be ranked")
     flat = importance.flatten().tolist()
     order = sorted(range(len(flat)), key=lambda i: (flat[i], i))
     return [divmod(i, importance.shape[1]) for i in order]

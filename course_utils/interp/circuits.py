@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention.masks import causal_mask
+from ..attention.validation import check_flag, check_index, check_int, check_tensor, describe_shape
 
 __all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm", "direct_logit_attribution",
            "ov_copying_score", "next_token_loss", "in_context_mass"]
@@ -39,19 +40,77 @@ class HeadTrace:
     residual: list[torch.Tensor]
 
 
+def _check_model(model: object) -> None:
+    from ..model.transformer import TinyTransformer  # local: scores imports no model code
+
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+
+
 def _check_head_keys(keys: object, num_layers: int, num_heads: int, what: str) -> list[HeadKey]:
-    if not isinstance(keys, (list, tuple, set, dict)):
+    if isinstance(keys, (str, bytes, torch.Tensor)) or not isinstance(keys, (list, tuple, set, dict)):
         raise TypeError(f"{what} must be a collection of (layer, head) pairs, got {type(keys).__name__}")
     checked = []
     for key in keys:
-        if (not isinstance(key, tuple) or len(key) != 2
-                or not all(isinstance(i, int) and not isinstance(i, bool) for i in key)):
+        if not isinstance(key, tuple) or len(key) != 2:
             raise TypeError(f"{what} must hold (layer, head) pairs of ints, got {key!r}")
-        if not (0 <= key[0] < num_layers and 0 <= key[1] < num_heads):
+        try:
+            layer = check_int(key[0], f"{what}: the layer of {key!r}")
+            head = check_int(key[1], f"{what}: the head of {key!r}")
+        except TypeError as err:
+            raise TypeError(f"{what} must hold (layer, head) pairs of ints; {err}") from None
+        if not (0 <= layer < num_layers and 0 <= head < num_heads):
             raise ValueError(f"{what}: (layer, head) {key} is outside the model's "
                              f"{num_layers} layers x {num_heads} heads")
-        checked.append(key)
+        checked.append((layer, head))
     return checked
+
+
+def _check_head_keys_dict(mapping: dict, num_layers: int, num_heads: int, what: str) -> dict:
+    keys = _check_head_keys(list(mapping), num_layers, num_heads, what)
+    return dict(zip(keys, mapping.values(), strict=True))
+
+
+def _check_trace(trace: object) -> HeadTrace:
+    if not isinstance(trace, HeadTrace):
+        raise TypeError(f"trace must be a HeadTrace (from trace_heads), got {type(trace).__name__}")
+    return trace
+
+
+def _check_token_ids(tokens: object, name: str, shape: tuple[int, ...] | None, vocab: int | None, *,
+                     allow: int | None = None) -> torch.Tensor:
+    """``tokens`` is a long tensor (of ``shape`` when given) of ids in ``[0, vocab)`` (``allow``,
+    e.g. -100, named as not accepted here)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
+        got = f"{tokens.dtype} tensor" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise TypeError(f"{name} must be a torch.long tensor of token ids, got {got}")
+    if shape is not None and tuple(tokens.shape) != tuple(shape):
+        raise ValueError(f"{name} must be (B, T) = {tuple(shape)}, got {describe_shape(tokens)}")
+    if vocab is not None and tokens.numel():
+        bad = (tokens < 0) | (tokens >= vocab)
+        if bad.any():
+            values = sorted(set(tokens[bad].tolist()))
+            hint = (f"; {allow} (not counted) has no logit to read: pick the positions you want, or "
+                    f"replace it with a real id and ignore those positions"
+                    if allow is not None and allow in values else "")
+            raise ValueError(f"{name} must hold token ids in [0, V={vocab}), got {values[:5]}"
+                             f"{' ...' if len(values) > 5 else ''} at {int(bad.sum())} position(s){hint}")
+    return tokens
+
+
+def _check_scored(logits: object, tokens: object, scored: object) -> None:
+    """``logits`` ``(B, T, V)`` floating, ``tokens`` ``(B, T)`` long ids in ``[0, V)``, ``scored``
+    ``(B, T)`` bool (an integer 0/1 mask would index rows, not select positions)."""
+    check_tensor(logits, "logits", ndim=3, layout="(B, T, V)")
+    _check_token_ids(tokens, "tokens", tuple(logits.shape[:2]), logits.shape[2])
+    if not isinstance(scored, torch.Tensor) or scored.dtype != torch.bool:
+        got = f"a {scored.dtype} tensor" if isinstance(scored, torch.Tensor) else type(scored).__name__
+        raise TypeError(f"scored must be a bool tensor (B, T), True = score this position, got {got}"
+                        + ("; convert a 0/1 mask with scored.bool()" if isinstance(scored, torch.Tensor)
+                           else ""))
+    if tuple(scored.shape) != tuple(tokens.shape):
+        raise ValueError(f"scored must be (B, T) = {tuple(tokens.shape)} like tokens, got "
+                         f"{describe_shape(scored)}")
 
 
 @torch.no_grad()
@@ -72,16 +131,33 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     """
     from ..attention.mha import scaled_dot_product_attention  # local: scores imports no model code
 
+    _check_model(model)
     config = model.config
     L, h, d = config.num_layers, config.num_heads, config.d_model
-    replace = dict(replace or {})
-    _check_head_keys(list(replace), L, h, "replace")
+    if replace is not None and not isinstance(replace, dict):
+        raise TypeError(f"replace must be a dict {{(layer, head): 0.0 or a tensor}} or None, got "
+                        f"{type(replace).__name__}")
+    replace = dict(_check_head_keys_dict(replace or {}, L, h, "replace"))
+    for key, value in replace.items():
+        if isinstance(value, bool) or not isinstance(value, (torch.Tensor, int, float)):
+            raise TypeError(f"replace[{key}] must be a number (0.0: zero ablation) or a tensor "
+                            f"broadcastable to (B, T, d={d}), got {type(value).__name__} {value!r:.60}")
+        if isinstance(value, torch.Tensor):
+            try:
+                torch.broadcast_shapes(value.shape, (*tokens.shape, d))
+            except (RuntimeError, AttributeError):
+                raise ValueError(f"replace[{key}] must broadcast to (B, T, d) = "
+                                 f"{(*getattr(tokens, 'shape', ('B', 'T')), d)}, got shape "
+                                 f"{describe_shape(value)}") from None
+    check_flag(keep_attention, "keep_attention")
     edits = {}
     for name, edit in (("keys", keys_without), ("queries", queries_without)):
+        if edit is not None and not isinstance(edit, dict):
+            raise TypeError(f"{name}_without must be a dict {{layer: [(layer, head), ...]}} or None, got "
+                            f"{type(edit).__name__}")
         for layer, heads in (edit or {}).items():
-            if not isinstance(layer, int) or not 0 <= layer < L:
-                raise ValueError(f"{name}_without: layer must be an int in 0..{L - 1}, got {layer!r}")
-            heads = _check_head_keys(list(heads), L, h, f"{name}_without[{layer}]")
+            layer = check_index(layer, f"{name}_without: the layer {layer!r}", L, "layers in the model")
+            heads = _check_head_keys(heads, L, h, f"{name}_without[{layer}]")
             if any(source >= layer for source, _ in heads):
                 raise ValueError(f"{name}_without[{layer}] may only name heads of earlier layers, "
                                  f"got {heads}")
@@ -123,6 +199,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
 
 def head_output_norms(trace: HeadTrace) -> torch.Tensor:
     """``(L, B, h, T)``: the length of what each head writes at each position."""
+    _check_trace(trace)
     return torch.stack([out.norm(dim=-1) for out in trace.head_outputs])
 
 
@@ -131,6 +208,12 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
     its scale frozen at the whole ``stream``'s (broadcast against ``component``):
     ``(c - mean(c)) / s * gamma``. Linear in ``c``, so the parts of a stream add up; ``beta`` is
     left out (a term of its own). Both lessons' direct logit attributions rest on this."""
+    _check_model(model)
+    d = model.config.d_model
+    for name, t in (("stream", stream), ("component", component)):
+        check_tensor(t, name, min_ndim=1, layout=f"(..., d={d})")
+        if t.shape[-1] != d:
+            raise ValueError(f"{name} must end in d_model={d}, got shape {describe_shape(t)}")
     ln = model.ln_final
     scale = (stream.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()
     return (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight
@@ -151,13 +234,16 @@ def direct_logit_attribution(model: torch.nn.Module, trace: HeadTrace,
     Direct path only (head -> final LayerNorm -> unembedding, the LayerNorm's scale frozen
     at its value on the real stream); a head acting through later layers is not counted.
     """
-    if not isinstance(targets, torch.Tensor) or targets.shape != trace.logits.shape[:2]:
+    _check_model(model)
+    _check_trace(trace)
+    if isinstance(targets, torch.Tensor) and targets.shape != trace.logits.shape[:2]:
         raise ValueError(f"targets must be a (B, T) tensor of token ids = {tuple(trace.logits.shape[:2])}, "
-                         f"got {getattr(targets, 'shape', type(targets).__name__)}")
+                         f"got {describe_shape(targets)}")
+    _check_token_ids(targets, "targets", tuple(trace.logits.shape[:2]), model.config.vocab_size, allow=-100)
     rows = []
     for per_head in trace.head_outputs:  # (B, h, T, d)
         logits = _final_direction(model, trace, per_head.transpose(0, 1))  # (h, B, T, V)
-        target = logits.gather(-1, targets.clamp(min=0).expand_as(logits[..., 0])[..., None])[..., 0]
+        target = logits.gather(-1, targets.expand_as(logits[..., 0])[..., None])[..., 0]
         rows.append(target - logits.mean(dim=-1))  # (h, B, T)
     return torch.stack(rows)
 
@@ -172,12 +258,20 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     LayerNorm's gain (centred, scale left out: it does not change a row's argmax) ->
     unembedding. Chance is ``1 / len(token_ids)``.
     """
+    _check_model(model)
     config = model.config
-    if not isinstance(layer, int) or not 0 <= layer < config.num_layers:
-        raise ValueError(f"layer must be an int in 0..{config.num_layers - 1}, got {layer!r}")
-    ids = torch.as_tensor(list(token_ids), dtype=torch.long)
-    if ids.ndim != 1 or ids.numel() < 2:
-        raise ValueError(f"token_ids must list at least 2 token ids, got {list(token_ids)!r}")
+    layer = check_index(layer, "layer", config.num_layers, "layers in the model")
+    if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
+        raise TypeError(f"token_ids must be a list (or range) of token ids, got {type(token_ids).__name__}")
+    listed = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
+    if len(listed) < 2:
+        raise ValueError(f"token_ids must list at least 2 token ids, got {listed!r:.80}")
+    checked = [check_index(t, f"token_ids[{i}]", config.vocab_size, "token ids in the vocabulary")
+               for i, t in enumerate(listed)]
+    if len(set(checked)) != len(checked):
+        twice = sorted({t for t in checked if checked.count(t) > 1})
+        raise ValueError(f"token_ids lists {twice[:5]} more than once: each token is one row of the score")
+    ids = torch.tensor(checked, dtype=torch.long)
     block = model.blocks[layer]
     attn, h, d = block.attn, config.num_heads, config.d_model
     embedded = block.ln_attn(model.token_embedding.weight[ids])[None]  # (1, n, d)
@@ -191,11 +285,15 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
 
 def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor, scored: torch.Tensor) -> float:
     """Mean cross-entropy of predicting ``tokens[:, t+1]`` from ``logits[:, t]`` over the
-    positions t where ``scored`` ``(B, T)`` is True (the last position is never scored)."""
-    if logits.ndim != 3 or logits.shape[:2] != tokens.shape or scored.shape != tokens.shape:
-        raise ValueError(f"expected logits (B, T, V) and tokens, scored (B, T); got "
-                         f"{tuple(logits.shape)}, {tuple(tokens.shape)}, {tuple(scored.shape)}")
+    positions t where ``scored`` ``(B, T)`` is True (the last position is never scored).
+
+    ``scored`` must be a bool tensor (a 0/1 integer mask would pick rows by index), and must
+    mark at least one position before the last: a mean over nothing is refused, not NaN."""
+    _check_scored(logits, tokens, scored)
     picked = scored[:, :-1]  # (B, T-1)
+    if not picked.any():
+        raise ValueError("scored marks no position before the last (the last position predicts "
+                         "nothing): the mean loss over no position is undefined")
     per_position = torch.nn.functional.cross_entropy(
         logits[:, :-1].transpose(1, 2).double(), tokens[:, 1:], reduction="none")  # (B, T-1)
     return float(per_position[picked].mean())
@@ -205,11 +303,14 @@ def in_context_mass(logits: torch.Tensor, tokens: torch.Tensor, scored: torch.Te
                     ignore: int | None = 0) -> tuple[float, float]:
     """Probability the model puts on tokens already seen in the context (``ignore``, e.g. BOS,
     left out), averaged over ``scored`` positions; and what a uniform prediction over the
-    vocabulary would put there (seen tokens / vocabulary size). Returns ``(model, uniform)``."""
-    if logits.ndim != 3 or logits.shape[:2] != tokens.shape or scored.shape != tokens.shape:
-        raise ValueError(f"expected logits (B, T, V) and tokens, scored (B, T); got "
-                         f"{tuple(logits.shape)}, {tuple(tokens.shape)}, {tuple(scored.shape)}")
+    vocabulary would put there (seen tokens / vocabulary size). Returns ``(model, uniform)``.
+    ``scored`` is a bool tensor ``(B, T)`` marking at least one position."""
+    _check_scored(logits, tokens, scored)
     V = logits.shape[-1]
+    if ignore is not None:
+        ignore = check_index(ignore, "ignore", V, "token ids in the vocabulary")
+    if not scored.any():
+        raise ValueError("scored marks no position: the mean over no position is undefined")
     seen = torch.nn.functional.one_hot(tokens, V).cumsum(dim=1).clamp(max=1).bool()  # (B, T, V)
     if ignore is not None:
         seen[..., ignore] = False

@@ -20,7 +20,7 @@ from IPython.display import Pretty, display
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..attention.validation import check_int
+from ..attention.validation import check_callable, check_flag, check_int, check_positive_number
 from .widgets import Explorer, close_figure
 
 __all__ = ["plot_head", "plot_all_heads", "AttentionExplorer", "model_attention", "sentence_attention_fn"]
@@ -30,12 +30,29 @@ AttentionFn = Callable[[str], tuple[list[str], list[torch.Tensor]]]
 
 def _as_matrix(weights: object) -> np.ndarray:
     if isinstance(weights, torch.Tensor):
+        if weights.dtype == torch.bool or weights.is_complex():
+            raise TypeError(f"weights must hold real numbers (attention weights in [0, 1]), got dtype "
+                            f"{weights.dtype}")
         weights = weights.detach().to("cpu", torch.float64).numpy()
     if not isinstance(weights, np.ndarray):
         raise TypeError(f"weights must be a torch.Tensor or numpy array, got {type(weights).__name__}")
     if weights.ndim != 2:
         raise ValueError(f"one head's weights must be 2-D (T_query, T_key), got shape {weights.shape}")
+    if weights.dtype == bool or not np.issubdtype(weights.dtype, np.number) or np.iscomplexobj(weights):
+        raise TypeError(f"weights must hold real numbers (attention weights in [0, 1]), got dtype "
+                        f"{weights.dtype}")
+    if weights.size and np.isnan(weights).all():
+        raise ValueError(f"weights are all NaN (shape {weights.shape}): nothing to draw")
     return weights
+
+
+def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
+    """The drawing options every plot takes: ``fontsize`` > 0, ``title`` a str or None, flags bools."""
+    check_positive_number(fontsize, "fontsize")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a str or None, got {type(title).__name__} {title!r:.60}")
+    for name, value in flags.items():
+        check_flag(value, name)
 
 
 def _check_tokens(tokens: Sequence[str], n: int, axis: str) -> list[str]:
@@ -56,6 +73,12 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
     same. ``label_axes=(x, y)`` turns the tick labels of each axis on or off (for grids).
     """
     matrix = _as_matrix(weights)
+    _check_drawing(fontsize, title, colorbar=colorbar)
+    if not (isinstance(label_axes, (tuple, list)) and len(label_axes) == 2
+            and all(isinstance(flag, bool) for flag in label_axes)):
+        raise TypeError(f"label_axes must be a pair of bools (x labels, y labels), got {label_axes!r:.60}")
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
     rows = _check_tokens(tokens, matrix.shape[0], "query")
     cols = _check_tokens(rows if key_tokens is None else key_tokens, matrix.shape[1], "key")
     if ax is None:
@@ -83,6 +106,7 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
 
 def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
     """Per-layer weights (list of (B, h, T, T) or (h, T, T)) -> (L, h, T, T) for one sequence."""
+    batch_index = check_int(batch_index, "batch_index", minimum=0)
     if isinstance(attention, torch.Tensor) and attention.ndim in (3, 4):
         attention = [attention]
     if not isinstance(attention, (list, tuple)) or not attention:
@@ -94,7 +118,8 @@ def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
             raise TypeError(f"layer {i}'s weights must be a torch.Tensor, got {type(layer).__name__}")
         if layer.ndim == 4:
             if not 0 <= batch_index < layer.shape[0]:
-                raise ValueError(f"batch_index {batch_index} is out of range for a batch of {layer.shape[0]}")
+                raise ValueError(f"batch_index {batch_index} is out of range: expected an int in "
+                                 f"0..{layer.shape[0] - 1} (the batch holds {layer.shape[0]} sequences)")
             layer = layer[batch_index]
         if layer.ndim != 3:
             raise ValueError(f"layer {i}'s weights must be (B, h, T, T) or (h, T, T), "
@@ -116,6 +141,10 @@ def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Seq
     ``batch_index`` is drawn) or ``(h, T, T)``. ``head_titles(layer, head)`` may add text (a
     score, say) to each panel's title.
     """
+    _check_drawing(fontsize, title)
+    check_positive_number(panel_size, "panel_size")
+    if head_titles is not None:
+        check_callable(head_titles, "head_titles", "a function (layer, head) -> str, or None")
     grid = _layer_head_grid(attention, batch_index)  # (L, h, T, T)
     num_layers, num_heads, seq_len, _ = grid.shape
     labels = _check_tokens(tokens, seq_len, "query")
@@ -126,7 +155,12 @@ def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Seq
         for head in range(num_heads):
             name = f"layer {layer}, head {head}"
             if head_titles is not None:
-                name += head_titles(layer, head)
+                extra = head_titles(layer, head)
+                if not isinstance(extra, str):
+                    plt.close(fig)
+                    raise TypeError(f"head_titles({layer}, {head}) must return a str, got "
+                                    f"{type(extra).__name__} {extra!r:.60}")
+                name += extra
             plot_head(grid[layer, head], labels, ax=axes[layer, head], title=name, colorbar=False,
                       label_axes=(layer == num_layers - 1, head == 0), fontsize=fontsize)
     mappable = axes[0, 0].collections[0]
@@ -153,9 +187,11 @@ class AttentionExplorer:
     def __init__(self, attention_for: AttentionFn, sentences: Sequence[str], num_layers: int,
                  num_heads: int) -> None:
         if not callable(attention_for):
-            raise TypeError("attention_for must be a function text -> (tokens, per-layer weights)")
+            raise TypeError(f"attention_for must be a function text -> (tokens, per-layer weights), got "
+                            f"{type(attention_for).__name__} {attention_for!r:.60}")
         if isinstance(sentences, str) or not sentences:
-            raise ValueError("sentences must be a non-empty list of example texts")
+            raise ValueError(f"sentences must be a non-empty list of example texts, got "
+                             f"{type(sentences).__name__} {sentences!r:.60}")
         for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
             check_int(value, name, minimum=1)
         self.attention_for = attention_for
@@ -298,6 +334,8 @@ def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.
     """
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (a TinyTransformer), got {type(model).__name__}")
     if tokens.ndim == 1:
         tokens = tokens.unsqueeze(0)  # (1, T)
     was_training = model.training

@@ -42,7 +42,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_int
+from ..attention.validation import check_callable, check_int, check_real
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
@@ -54,6 +54,7 @@ from .ablation import (
     _check_model,
     _check_scores,
     _check_tokens,
+    _described,
     head_name,
     head_outputs,
     importance_order,
@@ -178,8 +179,12 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
 def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor,
                    metric: Callable[[Tensor], float], *, where: Tensor | None = None) -> Tensor:
     """``metric`` of the run on ``tokens`` with one head at a time patched from the run on
-    ``source_tokens``: ``(L, h)``. ``metric(logits (B, T, V)) -> float``."""
+    ``source_tokens``: ``(L, h)``. ``metric(logits (B, T, V)) -> float`` (a finite number: a
+    NaN cell could not be compared with the others)."""
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
     _check_tokens(source_tokens, "source_tokens")
+    check_callable(metric, "metric", "a function logits (B, T, V) -> float")
     if source_tokens.shape != tokens.shape:
         raise ValueError(f"source_tokens {tuple(source_tokens.shape)} must be shaped like tokens "
                          f"{tuple(tokens.shape)}: the two runs are compared position by position")
@@ -188,7 +193,8 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     table = torch.zeros(cfg.num_layers, cfg.num_heads)
     for layer in range(cfg.num_layers):
         for head in range(cfg.num_heads):
-            table[layer, head] = metric(patched_logits(model, tokens, source, [(layer, head)], where=where))
+            value = metric(patched_logits(model, tokens, source, [(layer, head)], where=where))
+            table[layer, head] = check_real(value, f"metric(logits) with {head_name(layer, head)} patched")
     return table
 
 
@@ -208,8 +214,9 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     _check_model(model)
     _check_tokens(reference, "reference")
     check_int(seq_len, "seq_len", minimum=1)
-    if not (isinstance(lengths, Tensor) and lengths.ndim == 1):
-        raise ValueError("lengths must be a (B,) tensor of sequence lengths")
+    if not (isinstance(lengths, Tensor) and lengths.ndim == 1) or lengths.is_floating_point():
+        raise ValueError(f"lengths must be a (B,) integer tensor of sequence lengths, got "
+                         f"{_described(lengths)}")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
         raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths")
     cfg = model.config
@@ -249,7 +256,8 @@ def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, re
     heads = _check_heads(heads, model)
     B, T = tokens.shape
     if not (isinstance(lengths, Tensor) and lengths.shape == (B,)):
-        raise ValueError(f"lengths must be a (B,) = ({B},) tensor of sequence lengths")
+        raise ValueError(f"lengths must be a (B,) = ({B},) tensor of sequence lengths, got "
+                         f"{_described(lengths)}")
     source = resampled_outputs(model, lengths, reference, reference_lengths, T, generator=generator,
                                reference_outputs=reference_outputs)
     return patched_logits(model, tokens, source, heads)
@@ -373,10 +381,15 @@ def layer_normalised_order(importance: Tensor) -> list[Head]:
     """Michel et al.'s pruning order: each layer's scores divided by their l2 norm, then
     least important first (ties as in :func:`~course_utils.interp.ablation.importance_order`)."""
     if not isinstance(importance, Tensor) or importance.ndim != 2:
-        raise ValueError("importance must be an (L, h) tensor")
+        raise ValueError(f"importance must be an (L, h) tensor, got {_described(importance)}")
+    if not torch.isfinite(importance).all():
+        where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
+        raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: such a score cannot "
+                         "be ranked")
     norms = importance.norm(dim=1, keepdim=True)
     if not (norms > 0).all():
-        raise ValueError("every layer needs a nonzero importance to normalise by")
+        zero = [layer for layer, n in enumerate(norms.flatten().tolist()) if not n > 0]
+        raise ValueError(f"every layer needs a nonzero importance to normalise by; layer(s) {zero} are all 0")
     return importance_order(importance / norms)
 
 
@@ -400,12 +413,17 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     those sets are not measured again. Returns the counts and every measurement made or reused,
     keyed by the frozen set of heads.
     """
+    _check_model(model)
     check_int(chunks, "chunks", minimum=1)
+    check_int(per_run, "per_run", minimum=1)
+    check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results")
+    _check_method(method)
     if not callable(within):
-        raise TypeError("within must be a function (numbers: dict) -> bool")
+        raise TypeError(f"within must be a function (numbers: dict) -> bool, got {type(within).__name__}")
     orders = [_check_heads(order, model) for order in orders]
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
-        raise TypeError("known must be a dict keyed by frozensets of heads (prunable_counts' second result)")
+        raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
+                        f"result), got {type(known).__name__} {known!r:.60}")
     measured: dict[frozenset, dict[str, float]] = dict(known or {})
     counts: list[int | None] = [None] * len(orders)
     for k in range(1, max((len(o) for o in orders), default=0) + 1):

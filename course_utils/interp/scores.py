@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from ..attention.masks import causal_mask
-from ..attention.validation import check_int
+from ..attention.validation import check_int, check_real
 
 __all__ = [
     "previous_token_score",
@@ -99,7 +99,9 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
     stack = torch.stack([w if w.ndim == 4 else w.unsqueeze(0) for w in layers])  # (L, B, h, T, T)
     if check_rows:
         if not torch.isfinite(stack).all():
-            raise ValueError("attention weights contain NaN or infinity")
+            layer, _, head, query, _ = (~torch.isfinite(stack)).nonzero()[0].tolist()
+            raise ValueError(f"attention weights contain NaN or infinity (first at layer {layer}, head "
+                             f"{head}, query {query}); check_rows=False skips this test")
         if (stack < -atol).any():
             raise ValueError(f"attention weights must be non-negative; the smallest is {stack.min():.4g}")
         sums = stack.sum(-1)  # (L, B, h, T)
@@ -140,8 +142,7 @@ def first_token_score(weights: AttentionInput, *, check_rows: bool = True) -> to
 
 def _check_induction_layout(seq_len: int, period: int, start: int) -> None:
     for name, value in (("seq_len", seq_len), ("period", period), ("start", start)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        check_int(value, name)
     if period < 2:
         raise ValueError(f"period must be at least 2 (with period 1 the 'next' token is the query "
                          f"itself), got {period}")
@@ -310,6 +311,16 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     return table.round(decimals)
 
 
+def _refuse_nan(grid: torch.Tensor, name: str) -> None:
+    """A ranking of heads cannot place a NaN score: name the heads that hold one."""
+    bad = torch.isnan(grid)
+    if bad.any():
+        heads = [f"L{layer}H{head}" for layer, head in bad.nonzero().tolist()]
+        raise ValueError(f"{name} holds NaN for {', '.join(heads[:6])}{' ...' if len(heads) > 6 else ''}: a "
+                         "NaN score cannot be ranked (was a head's attention NaN, or a mean taken over "
+                         "no position?)")
+
+
 def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> pd.DataFrame:
     """One row per head: its scores, the role with the highest score, and that score.
 
@@ -318,13 +329,15 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
     """
     if not isinstance(scores, dict) or not scores:
         raise ValueError("scores must be a non-empty dict {role name: (L, h) tensor}")
+    check_int(decimals, "decimals", minimum=0)
     grids = {}
     for role, value in scores.items():
-        grid = torch.as_tensor(value, dtype=torch.float64)
+        grid = _as_grid(value, f"scores[{role!r}]")
         if grid.ndim == 1:
             grid = grid.unsqueeze(0)
         if grid.ndim != 2:
             raise ValueError(f"scores[{role!r}] must be shaped (L, h) or (h,), got {tuple(grid.shape)}")
+        _refuse_nan(grid, f"scores[{role!r}]")
         grids[role] = grid
     shapes = {tuple(g.shape) for g in grids.values()}
     if len(shapes) != 1:
@@ -344,15 +357,31 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
     return table.round(decimals)
 
 
+def _as_grid(value: object, name: str) -> torch.Tensor:
+    """Scores as a float64 tensor; anything that is not numbers is refused by name."""
+    if isinstance(value, (str, bytes, dict)):
+        raise TypeError(f"{name} must be a tensor of scores (L, h) or (h,), got {type(value).__name__}")
+    try:
+        grid = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{name} must be a tensor of scores (L, h) or (h,), got {type(value).__name__} "
+                        f"({err})") from None
+    if grid.dtype == torch.bool or grid.is_complex():
+        raise TypeError(f"{name} must hold real scores, got dtype {grid.dtype}")
+    return grid.to(torch.float64)
+
+
 def best_head(scores: torch.Tensor) -> tuple[int, int]:
     """``(layer, head)`` of the highest score in an ``(L, h)`` grid (first one on ties); a
-    single layer's ``(h,)`` scores count as layer 0."""
-    grid = torch.as_tensor(scores)
+    single layer's ``(h,)`` scores count as layer 0. A NaN score is refused (naming its head):
+    it would be reported as the best."""
+    grid = _as_grid(scores, "scores")
     given = tuple(grid.shape)
     if grid.ndim == 1:  # one layer's (h,) scores
         grid = grid.unsqueeze(0)
     if grid.ndim != 2 or grid.numel() == 0:
         raise ValueError(f"expected an (L, h) grid (or (h,) row) of scores, got shape {given}")
+    _refuse_nan(grid, "scores")
     flat = int(torch.argmax(grid))
     return divmod(flat, grid.shape[1])
 
@@ -413,13 +442,21 @@ def chance_level(role: str, seq_len: int, *, period: int | None = None, start: i
     return float(SCORED_ROLES[role](uniform))
 
 
+def _check_threshold(threshold: object) -> float:
+    threshold = check_real(threshold, "threshold")
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    return threshold
+
+
 def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> str:
     """``"present"`` (score >= threshold + margin), ``"absent"`` (< threshold - margin), else
     ``"borderline"``: a score within ``margin`` of the line is too close to call."""
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    score = check_real(score, "score")  # NaN is refused: it is neither present nor absent
+    _check_threshold(threshold)
+    margin = check_real(margin, "margin")
     if not 0.0 <= margin < threshold:
-        raise ValueError(f"margin must lie in [0, threshold), got {margin}")
+        raise ValueError(f"margin must lie in [0, threshold={threshold}), got {margin}")
     if score >= threshold + margin:
         return "present"
     if score < threshold - margin:
@@ -435,8 +472,12 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     below ``threshold - margin`` and *borderline* in between. The distance to the threshold
     is printed, and with ``chance`` (role -> score of a uniform head) the multiple of chance.
     """
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    _check_threshold(threshold)
+    check_int(decimals, "decimals", minimum=0)
+    if chance is not None and not isinstance(chance, dict):
+        raise TypeError(f"chance must be a dict {{role: chance score}} or None, got {type(chance).__name__}")
+    for role, value in (chance or {}).items():
+        check_real(value, f"chance[{role!r}]")
     table = head_score_table(scores, decimals=12)
     chance = chance or {}
     sentences = []

@@ -19,6 +19,7 @@ fallback is always printed. No widget state is saved in the notebooks.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -68,8 +69,11 @@ class Explorer:
                  draw: Callable[[Any], None] | None = None, note: str = NO_FRONT_END_NOTE) -> None:
         if not callable(render):
             raise TypeError(f"render must be callable, got {type(render).__name__}")
-        if not controls:
-            raise ValueError("an explorer needs at least one control")
+        if not isinstance(controls, Mapping) or not controls:
+            raise ValueError(f"controls must be a non-empty dict {{name: widget}}: an explorer needs at "
+                             f"least one control, got {type(controls).__name__} {controls!r:.60}")
+        if not isinstance(title, str):
+            raise TypeError(f"title must be a str, got {type(title).__name__}")
         for name, control in controls.items():
             if not isinstance(control, widgets.ValueWidget):
                 raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
@@ -136,7 +140,9 @@ def show(explorer: Explorer, fallback: str | None = None) -> None:
     """Print ``fallback`` (default: the explorer's current text), then display the
     widget if a Jupyter kernel is running. Works the same under nbval and in scripts."""
     if not isinstance(explorer, Explorer):
-        raise TypeError(f"expected an Explorer, got {type(explorer).__name__}")
+        raise TypeError(f"explorer must be an Explorer, got {type(explorer).__name__}")
+    if fallback is not None and not isinstance(fallback, str):
+        raise TypeError(f"fallback must be a str (the text to print) or None, got {type(fallback).__name__}")
     text = explorer.last_text if fallback is None else fallback
     if text:
         print(text)
@@ -166,9 +172,9 @@ def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, nu
     controls = {}
     for name, (label, low, high, step) in ranges.items():
         value = requested[name]
-        usable = (not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
-                  and (value - low) % step == 0)
-        start = value if usable else _DIMENSION_DEFAULTS[name]
+        usable = (not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value <= high
+                  and (value - low) % step == 0)  # a NumPy integer is an int too (check_int's rule)
+        start = int(value) if usable else _DIMENSION_DEFAULTS[name]
         if not usable:  # a message, not an error: the explorer starts from the default
             print(f"{name}={value!r} is not on the slider (whole numbers {low}..{high}"
                   f"{f' in steps of {step}' if step > 1 else ''}); starting from {start}.")

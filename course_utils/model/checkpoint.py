@@ -18,8 +18,12 @@ an error that says what it expected and what it found.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
+import numbers
+import stat
 from pathlib import Path
 
 import torch
@@ -67,7 +71,7 @@ def sha256_of(path: str | Path) -> str:
 
 def available_checkpoints(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
     """Names of the checkpoints (JSON sidecars) in ``directory``."""
-    return sorted(p.stem for p in Path(directory).glob("*.json"))
+    return sorted(p.stem for p in Path(directory).glob("*.json") if p.is_file())
 
 
 def checkpoint_paths(name_or_path: str | Path) -> tuple[Path, Path]:
@@ -110,10 +114,22 @@ def save_checkpoint(
                               ("training", training or {}, dict)):
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    for key, value in metrics.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metrics must be keyed by names (str), got {type(key).__name__} {key!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"metrics[{key!r}] must be a finite number (the score load_checkpoint's user "
+                             f"must reproduce; NaN and infinity are not JSON), got "
+                             f"{type(value).__name__} {value!r:.60}")
+    # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
+    metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
+               for k, v in metrics.items()}
     weights_path, meta_path = checkpoint_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
+    tensors = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype).contiguous()
+               for k, v in model.state_dict().items()}
     # One header key only: safetensors writes several keys in no fixed order, which would
     # make the file's bytes (and so its sha256) differ between identical runs.
     header = {"config": json.dumps(config, sort_keys=True)}
@@ -135,17 +151,56 @@ def save_checkpoint(
     return meta_path
 
 
+def _what_is_there(path: Path) -> str | None:
+    """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
+    "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
+    (reading a FIFO would wait for a writer forever)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a broken symlink" if path.is_symlink() else "missing"
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop"
+        return f"unreadable ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def _check_regular(path: Path, role: str) -> None:
+    """``path`` exists as a regular file; otherwise a CheckpointError saying what it is."""
+    found = _what_is_there(path)
+    if found is not None:
+        raise CheckpointError(f"{path} ({role}) is {found}, not a regular file; remove or rename it")
+
+
 def _read_meta(meta_path: Path, weights_path: Path) -> dict:
-    if not meta_path.is_file():
+    found = _what_is_there(meta_path)
+    if found == "missing":
         known = available_checkpoints(meta_path.parent) if meta_path.parent.is_dir() else []
         raise FileNotFoundError(
             f"no checkpoint sidecar {meta_path.name} in {meta_path.parent} "
             f"(available there: {known or 'none'})"
         )
+    _check_regular(meta_path, "the checkpoint's JSON sidecar")
     try:
-        meta = json.loads(meta_path.read_text())
+        text = meta_path.read_bytes().decode("utf-8")
+        meta = json.loads(text)
+    except OSError as err:
+        raise CheckpointError(f"{meta_path} (the checkpoint's JSON sidecar) cannot be read: "
+                              f"{err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{meta_path.name} (the checkpoint's JSON sidecar) is not UTF-8 text: byte "
+                              f"{err.object[err.start:err.start + 1]!r} at offset {err.start}") from None
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{meta_path.name} is not valid JSON: {err}") from err
+    except RecursionError:
+        raise CheckpointError(f"{meta_path.name} (the checkpoint's JSON sidecar) nests its JSON too "
+                              "deeply to read (a sidecar save_checkpoint wrote is 3 levels deep)") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_path.name} should hold a JSON object, found {type(meta).__name__}")
     missing = [k for k in _REQUIRED_KEYS if k not in meta]
@@ -165,19 +220,24 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
         raise CheckpointError(f"{meta_path.name}: every metric must be a number, found {bad_metrics}")
     if meta["format"] != FORMAT:
         raise CheckpointError(f"{meta_path.name}: expected format {FORMAT!r}, found {meta['format']!r}")
-    if not weights_path.is_file():
+    if _what_is_there(weights_path) == "missing":
         raise FileNotFoundError(f"{meta_path.name} is there but its weights {weights_path} are missing")
+    _check_regular(weights_path, "the checkpoint's weights")
     return meta
 
 
 def _verify_bytes(weights_path: Path, meta: dict) -> None:
-    size = weights_path.stat().st_size
+    try:
+        size = weights_path.stat().st_size
+        digest = sha256_of(weights_path)
+    except OSError as err:
+        raise CheckpointError(f"{weights_path} (the checkpoint's weights) cannot be read: "
+                              f"{err.strerror or err}") from err
     if size != meta["size_bytes"]:
         kind = "truncated" if size < meta["size_bytes"] else "longer than recorded"
         raise CheckpointError(
             f"{weights_path.name} is {kind}: expected {meta['size_bytes']} bytes, found {size}"
         )
-    digest = sha256_of(weights_path)
     if digest != meta["sha256"]:
         raise CheckpointError(
             f"{weights_path.name} is corrupted: expected sha256 {meta['sha256']}, found {digest}"
@@ -202,7 +262,11 @@ def load_checkpoint(
     Checks, in order: both files exist; the size and sha256 of the weights match the
     sidecar; the config in the sidecar matches the one in the weights' header (and
     ``expected_config`` when given); every tensor has the name and shape the config
-    implies. Any failure raises with what was expected and what was found.
+    implies, and the dtype save_checkpoint wrote (float32). Any failure raises with what was
+    expected and what was found: a file that exists but cannot be read as a checkpoint (not
+    UTF-8, nested too deeply, a directory, a FIFO, a symlink loop) is a :class:`CheckpointError`
+    naming the file and what it is; only a file that is not there at all is a
+    ``FileNotFoundError``.
     """
     if expected_config is not None and not isinstance(expected_config, ModelConfig):
         raise TypeError(f"expected_config must be a ModelConfig or None (a dict converts with "
@@ -224,17 +288,18 @@ def load_checkpoint(
         with safe_open(str(weights_path), framework="pt") as f:
             header = f.metadata() or {}
         tensors = load_file(str(weights_path))
-    except SafetensorError as err:
+    except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{weights_path.name} is not a readable safetensors file: {err}") from err
     if "config" not in header:
         raise CheckpointError(f"{weights_path.name} has no model config in its header "
                               f"(expected one written by save_checkpoint)")
     try:
         header_config = json.loads(header["config"])
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, RecursionError) as err:
         raise CheckpointError(
-            f"{weights_path.name}: the config in its header is not valid JSON: {err}"
-        ) from err
+            f"{weights_path.name}: the config in its header is not valid JSON: "
+            f"{err if isinstance(err, json.JSONDecodeError) else 'nested too deeply to read'}"
+        ) from None
     if not isinstance(header_config, dict):
         raise CheckpointError(f"{weights_path.name}: expected a JSON object as the config in its header, "
                               f"found {type(header_config).__name__}")
@@ -245,13 +310,20 @@ def load_checkpoint(
             f"(expected = the weights' header, found = the sidecar)"
         )
     model = TinyTransformer(config)
-    wanted = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in tensors.items()}
+    wanted = {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
+    found = {k: (tuple(v.shape), v.dtype) for k, v in tensors.items()}
     if wanted != found:
-        problems = [f"missing {k} {wanted[k]}" for k in sorted(set(wanted) - set(found))]
-        problems += [f"unexpected {k} {found[k]}" for k in sorted(set(found) - set(wanted))]
-        problems += [f"{k}: expected shape {wanted[k]}, found {found[k]}"
-                     for k in sorted(set(wanted) & set(found)) if wanted[k] != found[k]]
+        problems = [f"missing {k} {wanted[k][0]}" for k in sorted(set(wanted) - set(found))]
+        problems += [f"unexpected {k} {found[k][0]}" for k in sorted(set(found) - set(wanted))]
+        problems += [f"{k}: expected shape {wanted[k][0]}, found {found[k][0]}"
+                     for k in sorted(set(wanted) & set(found)) if wanted[k][0] != found[k][0]]
+        retyped = sorted(k for k in set(wanted) & set(found)
+                         if wanted[k][0] == found[k][0] and wanted[k][1] != found[k][1])
+        for dtypes in sorted({(wanted[k][1], found[k][1]) for k in retyped}, key=str):
+            names = [k for k in retyped if (wanted[k][1], found[k][1]) == dtypes]
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            problems.append(f"expected dtype {dtypes[0]}, found {dtypes[1]} in {shown} (weights re-saved "
+                            f"in another dtype; save_checkpoint writes {dtypes[0]})")
         raise CheckpointError(f"{weights_path.name} does not fit its config: " + "; ".join(problems))
     model.load_state_dict(tensors, strict=True)
     return model.to(device).eval(), meta

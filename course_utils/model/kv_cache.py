@@ -47,7 +47,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attention.validation import check_flag, check_int, check_tensor, describe_shape
+from ..attention.validation import (
+    check_flag,
+    check_float_dtype,
+    check_index,
+    check_int,
+    check_tensor,
+    describe_shape,
+)
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
            "quantize_kv", "dequantize_kv", "quantized_bytes_per_token", "decode_step", "decode_tokens",
@@ -59,9 +66,7 @@ def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
     """``k_new`` and ``v_new`` are ``(B, g, T_new, dk)`` floating tensors of one shape; ``like``
     is the cache's ``(B, g, dk)``, which they must match exactly (broadcasting one head or one
     sequence into a cache of several would copy it silently)."""
-    check_int(layer, "layer")
-    if not 0 <= layer < num_layers:
-        raise IndexError(f"layer must be in 0..{num_layers - 1}, got {layer}")
+    check_index(layer, "layer", num_layers, "layers in the cache")
     expected = "(B, g, T_new, dk)" if like is None else f"(B={like[0]}, g={like[1]}, T_new, dk={like[2]})"
     for name, t in (("k_new", k_new), ("v_new", v_new)):
         check_tensor(t, name, ndim=4, layout=expected)
@@ -73,24 +78,77 @@ def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
 
 
 def _check_layers(layers: object) -> tuple[int, int, int, int]:
-    """``layers`` is a non-empty list of ``(k, v)`` pairs; returns the first ``k``'s ``(B, g, T, dk)``."""
+    """``layers`` is a non-empty list of ``(k, v)`` pairs of tensors ``(B, g, T, dk)``, every layer
+    holding the same ``T`` tokens; returns the first ``k``'s ``(B, g, T, dk)``."""
     if not isinstance(layers, (list, tuple)) or not layers:
         raise ValueError(f"layers must be a non-empty list of (k, v) pairs, one per layer, each "
                          f"(B, g, T, dk); got {layers!r:.60}")
-    first = layers[0]
-    if not isinstance(first, (list, tuple)) or len(first) != 2:
-        raise TypeError(f"layers[0] must be a (k, v) pair of (B, g, T, dk) tensors, got "
-                        f"{type(first).__name__}")
-    check_tensor(first[0], "layers[0] k", ndim=4, layout="(B, g, T, dk)")
-    return tuple(first[0].shape)
+    for i, pair in enumerate(layers):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(f"layers[{i}] must be a (k, v) pair of (B, g, T, dk) tensors, got "
+                            f"{type(pair).__name__}")
+        for name, t in ((f"layers[{i}] k", pair[0]), (f"layers[{i}] v", pair[1])):
+            check_tensor(t, name, ndim=4, layout="(B, g, T, dk)")
+    first = layers[0][0]
+    for i, (k, v) in enumerate(layers):
+        if k.shape == v.shape and k.shape[2] != first.shape[2]:
+            raise ValueError(f"every layer must hold T={first.shape[2]} tokens, layer {i} holds {k.shape[2]}")
+        if k.shape != first.shape or v.shape != first.shape:
+            raise ValueError(f"every layer must hold k and v of one shape, as layers[0] k "
+                             f"{describe_shape(first)}; layers[{i}] holds k {describe_shape(k)}, "
+                             f"v {describe_shape(v)}")
+    return tuple(first.shape)
 
 
-class CatCache:
-    """The ``torch.cat`` append: each call returns new tensors holding every cached token."""
+def _check_dtype(k_new: Tensor, dtype: torch.dtype) -> None:
+    """New keys and values have the cache's dtype (a float16 cache would silently round float32
+    keys; a float64 model reading float32 keys fails deep inside attention)."""
+    if k_new.dtype != dtype:
+        raise TypeError(f"k_new and v_new have dtype {k_new.dtype} but the cache holds {dtype}: build "
+                        f"the cache with dtype={k_new.dtype} (the model's), or convert with .to({dtype})")
+
+
+class _StepOrder:
+    """The invariant every cache here keeps: a decoding step appends layer 0, 1, ..., L-1, each
+    once and in that order, with the same number of new tokens; ``length`` (the next token's
+    position) advances when the last layer has been appended. A second append to one layer in
+    a step would overwrite (or, for :class:`CatCache`, duplicate) a token, and an append to
+    layer 1 before layer 0 would leave layer 0 without the step's token: both are refused."""
+
+    _next_layer = 0  # the layer the next append must name
+    _step_tokens = 0  # tokens appended by layer 0 in the current step
+
+    def _check_order(self, layer: int, new_tokens: int) -> None:
+        expected = self._next_layer
+        if layer != expected:
+            where = f"position {self.length}"
+            if layer < expected:
+                raise ValueError(f"layer {layer} was already appended in this step ({where}): each step "
+                                 f"appends layers 0..{self.num_layers - 1} once, in order, so the next "
+                                 f"append must be layer {expected}")
+            raise ValueError(f"layer {layer} cannot be appended before layer {expected} in this step "
+                             f"({where}): each step appends layers 0..{self.num_layers - 1} once, in "
+                             f"order; layer {expected} would be left without this step's tokens")
+        if layer > 0 and new_tokens != self._step_tokens:
+            raise ValueError(f"layer {layer} got {new_tokens} new token(s) but layer 0 got "
+                             f"{self._step_tokens} in this step: every layer appends the same tokens")
+
+    def _advance(self, layer: int, new_tokens: int) -> None:
+        if layer == 0:
+            self._step_tokens = new_tokens
+        self._next_layer = (layer + 1) % self.num_layers
+
+
+class CatCache(_StepOrder):
+    """The ``torch.cat`` append: each call returns new tensors holding every cached token.
+
+    The keys and values take the dtype of the first ones appended; every step appends layers
+    ``0..num_layers-1`` once each, in order (see :class:`_StepOrder`)."""
 
     def __init__(self, num_layers: int, *, window: int | None = None) -> None:
-        if window is not None and window < 1:
-            raise ValueError(f"window must be a positive int or None, got {window!r}")
+        num_layers = check_int(num_layers, "num_layers", minimum=1)
+        if window is not None:
+            window = check_int(window, "window", minimum=1)
         self.num_layers, self.window = num_layers, window
         self.layers: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
         self.length = 0  # tokens seen (the next token's position)
@@ -104,29 +162,45 @@ class CatCache:
         cache.length = layers[0][0].shape[2]
         return cache
 
+    def _like(self) -> tuple[int, int, int] | None:
+        for pair in self.layers:
+            if pair is not None:
+                B, g, _, dk = pair[0].shape
+                return B, g, dk
+        return None
+
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
-        past = self.layers[layer] if isinstance(layer, int) and 0 <= layer < self.num_layers else None
-        like = None if past is None else (past[0].shape[0], past[0].shape[1], past[0].shape[3])
-        _check_new(k_new, v_new, layer, self.num_layers, like)
+        _check_new(k_new, v_new, layer, self.num_layers, self._like())
+        self._check_order(layer, k_new.shape[2])
+        past = self.layers[layer]
+        if past is not None and past[0].dtype != k_new.dtype:
+            raise TypeError(f"k_new has dtype {k_new.dtype} but the cache holds {past[0].dtype}: "
+                            f"convert with k_new.to({past[0].dtype})")
         k, v = (k_new, v_new) if past is None else (torch.cat([past[0], k_new], 2),
                                                     torch.cat([past[1], v_new], 2))
         if self.window is not None:
             k, v = k[:, :, -self.window:], v[:, :, -self.window:]
         self.layers[layer] = (k, v)
+        self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
             self.length += k_new.shape[2]
         return k, v
 
 
-class PreallocatedCache:
-    """Room for ``max_len`` tokens per layer, allocated once and filled in place."""
+class PreallocatedCache(_StepOrder):
+    """Room for ``max_len`` tokens per layer, allocated once and filled in place.
+
+    ``dtype`` is a floating dtype (an integer buffer would truncate the keys and values), and
+    what is appended must have it; every step appends layers ``0..num_layers-1`` once each,
+    in order (see :class:`_StepOrder`)."""
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, max_len: int, *,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
         for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
                             ("d_head", d_head), ("max_len", max_len)):
             check_int(value, name, minimum=1)
+        check_float_dtype(dtype, "dtype")
         shape = (batch, num_kv_heads, max_len, d_head)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -146,12 +220,15 @@ class PreallocatedCache:
         """Write ``(B, g, T_new, dk)`` at positions ``length..length + T_new - 1`` of ``layer``;
         return views ``(B, g, length + T_new, dk)`` of the buffers (no copy)."""
         _check_new(k_new, v_new, layer, self.num_layers, self._like())
+        self._check_order(layer, k_new.shape[2])
+        _check_dtype(k_new, self.k[0].dtype)
         start, end = self.length, self.length + k_new.shape[2]
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
                              f"{k_new.shape[2]} more do not fit")
         self.k[layer][:, :, start:end] = k_new
         self.v[layer][:, :, start:end] = v_new
+        self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
             self.length = end
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
@@ -165,11 +242,15 @@ class PreallocatedCache:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
 
 
-class SlidingWindowCache:
-    """The latest ``window`` tokens per layer in a ring of ``window`` slots, one token per call."""
+class SlidingWindowCache(_StepOrder):
+    """The latest ``window`` tokens per layer in a ring of ``window`` slots, one token per call.
+
+    Same invariants as :class:`PreallocatedCache` (floating ``dtype``, layers appended in order
+    once per step), one token per step."""
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, window: int, *,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+        check_int(window, "window", minimum=1)  # named as itself, before the ring (its max_len)
         self._ring = PreallocatedCache(num_layers, batch, num_kv_heads, d_head, window, dtype=dtype,
                                        device=device)
         self.num_layers, self.window = num_layers, window
@@ -179,12 +260,9 @@ class SlidingWindowCache:
     def from_layers(cls, layers: list[tuple[Tensor, Tensor]], window: int) -> SlidingWindowCache:
         """A ring that has seen the ``T`` tokens of ``(k, v)`` ``(B, g, T, dk)`` per layer: it holds
         the latest ``window`` of them, each in slot ``position % window``."""
+        check_int(window, "window", minimum=1)
         B, g, T, dk = _check_layers(layers)
         cache = cls(len(layers), B, g, dk, window, dtype=layers[0][0].dtype, device=layers[0][0].device)
-        for i, (k, v) in enumerate(layers):
-            _check_new(k, v, i, len(layers), (B, g, dk))
-            if k.shape[2] != T:
-                raise ValueError(f"every layer must hold T={T} tokens, layer {i} holds {k.shape[2]}")
         kept = min(T, window)
         slots = torch.arange(T - kept, T) % window
         for ring_k, ring_v, (k, v) in zip(cache._ring.k, cache._ring.v, layers, strict=True):
@@ -200,17 +278,23 @@ class SlidingWindowCache:
         if k_new.shape[2] != 1:
             raise ValueError(f"a sliding-window cache takes one token per call (a decoding step), "
                              f"got {k_new.shape[2]}; feed a prompt with decode_tokens")
+        self._check_order(layer, 1)
+        _check_dtype(k_new, self._ring.k[0].dtype)
         slot = self.length % self.window
         k_ring, v_ring = self._ring.k[layer], self._ring.v[layer]
         k_ring[:, :, slot] = k_new[:, :, 0]
         v_ring[:, :, slot] = v_new[:, :, 0]
         filled = min(self.length + 1, self.window)
+        self._advance(layer, 1)
         if layer == self.num_layers - 1:
             self.length += 1
         return k_ring[:, :, :filled], v_ring[:, :, :filled]
 
     def num_bytes(self) -> int:
         return self._ring.num_bytes()
+
+    def _like(self) -> tuple[int, int, int]:
+        return self._ring._like()
 
 
 # -- quantized cache -------------------------------------------------------------------------------
@@ -335,7 +419,7 @@ def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "ch
     return total
 
 
-class QuantizedCache:
+class QuantizedCache(_StepOrder):
     """A preallocated cache of 8-bit keys and values, quantized a group of ``group`` tokens at a time.
 
     Per layer it holds codes ``(B, g, max_len, dk)`` for K and for V, their float16 scales
@@ -409,8 +493,9 @@ class QuantizedCache:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return float32 ``(B, g, length +
         T_new, dk)`` keys and values: the quantized groups dequantized, then the residual (views
         of the scratch buffer, overwritten by the next call)."""
-        B, g, _, dk = self.codes["k"][0].shape
+        B, g, dk = self._like()
         _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk))
+        self._check_order(layer, k_new.shape[2])
         start, end = self.length, self.length + k_new.shape[2]
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
@@ -434,6 +519,7 @@ class QuantizedCache:
                     if slot + count == G:
                         self._quantize_groups(t, layer, pos - slot, self.residual[t][layer])
                 pos += count
+        self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
             self.length = end
         full, waiting = divmod(end, G)
@@ -441,6 +527,10 @@ class QuantizedCache:
             self._dequantize(t, layer, full)
             self.scratch[t][:, :, full * G:end] = self.residual[t][layer][:, :, :waiting]
         return self.scratch["k"][:, :, :end], self.scratch["v"][:, :, :end]
+
+    def _like(self) -> tuple[int, int, int]:
+        B, g, _, dk = self.codes["k"][0].shape
+        return B, g, dk
 
     def num_bytes(self) -> int:
         """Memory held: codes, scales and zero points for every position, and the residual (not
@@ -453,16 +543,63 @@ class QuantizedCache:
 Cache = CatCache | PreallocatedCache | SlidingWindowCache | QuantizedCache
 
 
+_CACHES = (CatCache, PreallocatedCache, SlidingWindowCache, QuantizedCache)
+
+
+def _check_decode(model: object, tokens: object, cache: object, name: str) -> None:
+    """``model`` is a TinyTransformer, ``cache`` one of this module's caches built for it (its
+    layers, batch, K/V heads, head width and dtype), between two steps; ``tokens`` ``(B, T)``
+    are token ids that fit the model's vocabulary and its positions after the cached ones."""
+    from .transformer import TinyTransformer  # local: the model module does not need the caches
+
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if not isinstance(cache, _CACHES):
+        raise TypeError(f"cache must be one of {', '.join(c.__name__ for c in _CACHES)} (the model's "
+                        f"own KVCache goes through model.forward_with_cache), got {type(cache).__name__}")
+    cfg = model.config
+    if cache.num_layers != cfg.num_layers:
+        raise ValueError(f"cache has {cache.num_layers} layer(s) but the model has {cfg.num_layers}: "
+                         f"build the cache with num_layers={cfg.num_layers} (model.config.num_layers)")
+    if cache._next_layer != 0:
+        raise ValueError(f"cache is in the middle of a step (layer {cache._next_layer} is next, at position "
+                         f"{cache.length}), probably after an error: start from a fresh cache")
+    if isinstance(tokens, Tensor) and tokens.ndim == 2 and cache.length + tokens.shape[1] > cfg.max_len:
+        last = cache.length + tokens.shape[1] - 1
+        raise ValueError(f"{name}: position {last} is past the model's {cfg.max_len} learned positions "
+                         f"(0..{cfg.max_len - 1}; the cache has seen {cache.length} tokens)")
+    try:
+        model._check_tokens(tokens, cache.length)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{name}: {err}") from None
+    like = cache._like()  # (B, g, dk), None for an empty CatCache
+    expected = (tokens.shape[0], cfg.num_kv_heads, cfg.d_head)
+    if like is not None and tuple(like) != expected:
+        raise ValueError(f"cache holds (B={like[0]}, g={like[1]}, dk={like[2]}) but {name} and the model "
+                         f"need (B={expected[0]}, g={expected[1]}, dk={expected[2]}): build the cache with "
+                         f"batch={expected[0]}, num_kv_heads={expected[1]}, d_head={expected[2]}")
+    weight = model.token_embedding.weight
+    stored = {PreallocatedCache: lambda c: c.k[0].dtype, SlidingWindowCache: lambda c: c._ring.k[0].dtype,
+              QuantizedCache: lambda c: torch.float32,
+              CatCache: lambda c: next((p[0].dtype for p in c.layers if p is not None), weight.dtype)}
+    dtype = stored[type(cache)](cache)
+    if dtype != weight.dtype:
+        raise TypeError(f"cache holds {dtype} keys and values but the model's parameters are {weight.dtype}: "
+                        f"build the cache with dtype={weight.dtype} (a QuantizedCache returns float32)")
+
+
 def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
     """One token per sequence ``(B, 1)`` through ``model`` (a ``TinyTransformer``), its keys and
     values appended to ``cache``; returns the logits ``(B, 1, V)``. The token's position is the
     number of tokens ``cache`` has seen. One query attends to every key it is given, so no
-    mask is needed."""
-    if token.ndim != 2 or token.shape[1] != 1:
+    mask is needed.
+
+    Checked before anything runs: ``token`` is a long tensor ``(B, 1)`` of ids in ``[0, V)`` on
+    the model's device, its position is below ``max_len``, and ``cache`` was built for this
+    model (layers, batch, K/V heads, head width, dtype) and is between two steps."""
+    if isinstance(token, Tensor) and (token.ndim != 2 or token.shape[1] != 1):
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
-    if cache.length >= model.config.max_len:
-        raise ValueError(f"position {cache.length} is past the model's {model.config.max_len} "
-                         "learned positions")
+    _check_decode(model, token, cache, "token")
     x = model._embed(token, cache.length)  # (B, 1, d)
     for i, block in enumerate(model.blocks):
         h = block.ln_attn(x)
@@ -477,7 +614,10 @@ def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
 
 
 def decode_tokens(model, tokens: Tensor, cache: Cache) -> Tensor:
-    """Feed ``tokens`` ``(B, T)`` one at a time through :func:`decode_step`: logits ``(B, T, V)``."""
+    """Feed ``tokens`` ``(B, T)`` one at a time through :func:`decode_step`: logits ``(B, T, V)``.
+    The whole of ``tokens`` is checked first (ids, and the ``T`` positions after the cached ones
+    against ``max_len``), so a bad token late in the sequence changes nothing in ``cache``."""
+    _check_decode(model, tokens, cache, "tokens")
     with torch.no_grad():
         return torch.cat([decode_step(model, tokens[:, t:t + 1], cache) for t in range(tokens.shape[1])], 1)
 
@@ -487,6 +627,9 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
     ``cache`` back as it was (its length; a :class:`CatCache` also its tensors), so that every
     call times a step at the same cache length. The slot the step wrote is simply written again
     by the next call."""
+    _check_decode(model, token, cache, "token")  # the step would fail the same way, later
+    if token.shape[1] != 1:
+        raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     length = cache.length
     saved = list(cache.layers) if isinstance(cache, CatCache) else None
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attention.validation import check_int, check_tensor, describe_shape
+from ..attention.validation import check_float_dtype, check_int, check_tensor, describe_shape
 
 __all__ = ["PagedCache", "blocks_needed"]
 
@@ -30,6 +30,14 @@ def blocks_needed(length: int, block_size: int) -> int:
     check_int(length, "length", minimum=0)
     check_int(block_size, "block_size", minimum=1)
     return -(-length // block_size)
+
+
+def _check_hashable(seq: object, name: str) -> None:
+    try:
+        hash(seq)
+    except TypeError:
+        raise TypeError(f"{name} must be a hashable name for a sequence (a str or an int, say), got "
+                        f"{type(seq).__name__} {seq!r:.60}") from None
 
 
 class PagedCache:
@@ -43,9 +51,7 @@ class PagedCache:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size),
                             ("num_kv_heads", num_kv_heads), ("d_head", d_head)):
             check_int(value, name, minimum=1)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32): keys and values "
-                            f"stored as integers would be truncated; got {dtype!r}")
+        check_float_dtype(dtype, "dtype")  # as PreallocatedCache: integers would truncate the keys
         shape = (num_blocks, num_kv_heads, block_size, d_head)
         self.k_pool, self.v_pool = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
         self.block_size = block_size
@@ -54,7 +60,8 @@ class PagedCache:
         self.tables: dict[object, list[int]] = {}
         self.lengths: dict[object, int] = {}
 
-    def _check_seq(self, seq: object) -> None:
+    def _check_seq(self, seq: object, name: str = "seq") -> None:
+        _check_hashable(seq, name)
         if seq not in self.tables:
             raise KeyError(f"no sequence {seq!r} in the cache; known: {list(self.tables)} "
                            "(start one with add_sequence)")
@@ -69,6 +76,7 @@ class PagedCache:
 
     def add_sequence(self, seq: object) -> None:
         """Start an empty sequence named ``seq`` (any hashable name)."""
+        _check_hashable(seq, "seq")
         if seq in self.tables:
             raise ValueError(f"sequence {seq!r} is already in the cache")
         self.tables[seq], self.lengths[seq] = [], 0
@@ -112,7 +120,7 @@ class PagedCache:
 
     def fork(self, parent: object, child: object) -> None:
         """Start ``child`` as a copy of ``parent`` that shares all of its blocks (no data copied)."""
-        self._check_seq(parent)
+        self._check_seq(parent, "parent")
         self.add_sequence(child)
         self.tables[child] = list(self.tables[parent])
         self.lengths[child] = self.lengths[parent]

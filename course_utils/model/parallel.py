@@ -105,14 +105,16 @@ def _code_text(code: object) -> str:
         return f"<{type(code).__name__} object>"
 
 
-def _plain_loop(fn: Callable[[T], R], items: list, timeout: float | None) -> list[R]:
+def _plain_loop(fn: Callable[[T], R], items: list, timeout: float | None,
+                notice_after: float | None = None) -> list[R]:
     """``[fn(x) for x in items]`` in this process; ``sys.exit`` in ``fn`` becomes the workers' error.
     A ``timeout`` here (no fork) is enforced with a SIGALRM timer."""
     results = []
     for index, item in enumerate(items):
         try:
             if timeout is None:
-                results.append(fn(item))
+                with _notice(notice_after, index):
+                    results.append(fn(item))
             else:
                 with _alarm(timeout, index):
                     results.append(fn(item))
@@ -144,8 +146,38 @@ def _timeout_message(index: int, seconds: float) -> str:
             "its worker was stopped (raise timeout, or pass timeout=None to wait as long as it takes)")
 
 
+NOTICE_AFTER = 300.0  # seconds: when a call without a timeout says it is still running
+
+
+def _still_running_notice(indices: list[int], seconds: float) -> str:
+    calls = ", ".join(f"fn(items[{i}])" for i in indices[:4]) + (" ..." if len(indices) > 4 else "")
+    return (f"parallel_map: {calls} still running after {seconds:g} s, and no timeout= was given. If it "
+            "hangs, stop it with Kernel > Interrupt (Ctrl-C in a terminal), or pass timeout=SECONDS to "
+            "stop a call that runs longer; pass notice_after=None to silence this note.")
+
+
+class _notice:  # noqa: N801 - used as a context manager
+    """Print :func:`_still_running_notice` once to stderr if the block runs past ``seconds``."""
+
+    def __init__(self, seconds: float | None, index: int) -> None:
+        self.seconds, self.index, self.timer = seconds, index, None
+
+    def _say(self) -> None:
+        print(_still_running_notice([self.index], self.seconds), file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        if self.seconds is not None:
+            self.timer = threading.Timer(self.seconds, self._say)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def __exit__(self, *exc):
+        if self.timer is not None:
+            self.timer.cancel()
+
+
 def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | None = None,
-                 timeout: float | None = None) -> list[R]:
+                 timeout: float | None = None, notice_after: float | None = NOTICE_AFTER) -> list[R]:
     """``[fn(x) for x in items]``, computed in up to ``workers`` forked processes at once.
 
     For independent jobs that seed themselves, such as training runs: each result is the one
@@ -168,10 +200,17 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     ``fork`` a SIGALRM timer interrupts the plain loop (main thread of a Unix process only).
     Without a timeout, stop a hung call with Ctrl-C (in Jupyter: the kernel's stop button,
     Kernel > Interrupt): the workers are
-    terminated before the ``KeyboardInterrupt`` reaches you.
+    terminated before the ``KeyboardInterrupt`` reaches you. So that a hang is not silent,
+    a call without a timeout that is still running after ``notice_after`` seconds (default
+    300; ``None``: never) prints one note to stderr naming the items still running and how
+    to stop them; the calls go on.
     """
     items = _check_arguments(fn, items, workers, timeout)
     timeout = _check_timeout(timeout)
+    if notice_after is not None:
+        notice_after = check_positive_number(notice_after, "notice_after")
+    if timeout is not None:
+        notice_after = None  # a call that runs too long is stopped, and says so
     if workers is None:
         workers = default_workers(len(items))
     if not items:
@@ -181,9 +220,9 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
                                     or threading.current_thread() is not threading.main_thread()):
             raise ValueError("timeout needs forked workers (Linux) or a SIGALRM timer (Unix, main "
                              "thread); neither is available here: pass timeout=None")
-        return _plain_loop(fn, items, timeout)
+        return _plain_loop(fn, items, timeout, notice_after)
     if timeout is None and (workers == 1 or len(items) <= 1):
-        return _plain_loop(fn, items, None)
+        return _plain_loop(fn, items, None, notice_after)
 
     # The first torch optimizer a process builds imports torch's compiler stack (torch._dynamo,
     # 1.5-2 s). Imported here, once, every worker inherits it instead of importing it again.
@@ -193,6 +232,7 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     results: list = [None] * len(items)
     waiting = list(enumerate(items))
     running: dict[Connection, tuple[int, multiprocessing.Process, float]] = {}
+    noticed = notice_after is None
     try:
         with warnings.catch_warnings():
             # Python 3.12+ warns when a process with threads (a Jupyter kernel) forks; the worker
@@ -211,7 +251,16 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
                 if timeout is not None:
                     first_deadline = min(started for _, _, started in running.values()) + timeout
                     wait_for = max(0.0, first_deadline - time.monotonic())
+                elif not noticed:
+                    first_notice = min(started for _, _, started in running.values()) + notice_after
+                    wait_for = max(0.0, first_notice - time.monotonic())
                 ready = wait(list(running), timeout=wait_for)
+                if not ready and timeout is None:  # no limit: say once what is still running
+                    late = sorted(i for i, _, started in running.values()
+                                  if time.monotonic() - started >= notice_after)
+                    print(_still_running_notice(late, notice_after), file=sys.stderr, flush=True)
+                    noticed = True
+                    continue
                 if not ready:  # the oldest job ran out of time
                     index = min(running.values(), key=lambda job: job[2])[0]
                     raise TimeoutError(_timeout_message(index, timeout))

@@ -57,20 +57,22 @@ class ModelConfig:
     num_kv_heads: int | None = None  # key/value heads g (GQA); None = num_heads (plain MHA)
 
     def __post_init__(self) -> None:
+        # check_int returns a Python int: a NumPy integer (np.int64(2)) is accepted and stored as
+        # an int, so the config still goes into JSON (save_checkpoint) as itself
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
-            check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1)
+            setattr(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
         if not isinstance(self.mlp, bool):
-            raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__}")
+            raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__} {self.mlp!r}")
         if self.d_mlp is not None:
-            check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
+            self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
         if self.d_model % self.num_heads != 0:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
             )
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
-        g = self.num_kv_heads
-        if isinstance(g, bool) or not isinstance(g, int) or g <= 0 or self.num_heads % g != 0:
+        self.num_kv_heads = g = check_int(self.num_kv_heads, "ModelConfig.num_kv_heads", minimum=1)
+        if self.num_heads % g != 0:
             raise ValueError(
                 f"ModelConfig.num_kv_heads must be a positive int dividing num_heads={self.num_heads} "
                 f"(one of {[d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]}), "

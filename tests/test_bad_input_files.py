@@ -1,0 +1,243 @@
+"""Issue 38, files and command lines: load_checkpoint on files that exist but cannot be read
+as a checkpoint, the benchmark CLI's options (checked when parsed, before any work), and
+student-tree refusals that leave nothing behind."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from course_utils.bench.cli import batch_by_context, build_parser, non_negative_int, positive_int
+from course_utils.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, sha256_of
+from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _saved(folder: Path, name: str = "good") -> Path:
+    torch.manual_seed(0)
+    model = TinyTransformer(
+        ModelConfig(vocab_size=np.int64(10), max_len=8, d_model=8, num_heads=2, num_layers=1)
+    )
+    save_checkpoint(model, folder / name, task="test", metrics={}, command="pytest")
+    return folder / name
+
+
+def _sidecar_of_good(folder: Path, name: str) -> None:
+    meta = json.loads((_saved(folder)).with_suffix(".json").read_text())
+    (folder / f"{name}.safetensors").write_bytes((folder / "good.safetensors").read_bytes())
+    return meta
+
+
+# -- checkpoints: every unreadable file is a CheckpointError naming the file and what it is ------
+def _bad_utf8(folder):
+    _sidecar_of_good(folder, "bad")
+    (folder / "bad.json").write_bytes(b'{"format": "\xff"}')
+
+
+def _deep(folder):
+    _sidecar_of_good(folder, "bad")
+    (folder / "bad.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _directory(folder):
+    _sidecar_of_good(folder, "bad")
+    (folder / "bad.json").mkdir()
+
+
+def _loop(folder):
+    _sidecar_of_good(folder, "bad")
+    os.symlink("bad.json", folder / "bad.json")
+
+
+def _fifo(folder):
+    _sidecar_of_good(folder, "bad")
+    os.mkfifo(folder / "bad.json")
+
+
+def _weights_fifo(folder):
+    meta = _sidecar_of_good(folder, "bad")
+    (folder / "bad.safetensors").unlink()
+    os.mkfifo(folder / "bad.safetensors")
+    (folder / "bad.json").write_text(json.dumps(meta))
+
+
+def _float16(folder):
+    """The weights re-saved as float16, the sidecar's size and sha256 updated to match."""
+    good = _saved(folder)
+    tensors = load_file(f"{good}.safetensors")
+    with safe_open(f"{good}.safetensors", "pt") as f:
+        header = f.metadata()
+    save_file({k: v.half() for k, v in tensors.items()}, str(folder / "bad.safetensors"), metadata=header)
+    meta = json.loads(good.with_suffix(".json").read_text())
+    meta.update(
+        sha256=sha256_of(folder / "bad.safetensors"), size_bytes=(folder / "bad.safetensors").stat().st_size
+    )
+    (folder / "bad.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and symlinks (Unix)")
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (_bad_utf8, ["bad.json", "not UTF-8", "\\xff", "offset"]),
+        (_deep, ["bad.json", "nests its JSON too deeply"]),
+        (_directory, ["bad.json", "is a directory"]),
+        (_loop, ["bad.json", "is a symlink loop"]),
+        (_fifo, ["bad.json", "is a FIFO"]),
+        (_weights_fifo, ["bad.safetensors", "weights", "is a FIFO"]),
+        (_float16, ["bad.safetensors", "expected dtype torch.float32, found torch.float16"]),
+    ],
+    ids=[
+        "invalid UTF-8",
+        "nested 100,000 deep",
+        "directory",
+        "symlink loop",
+        "FIFO",
+        "weights FIFO",
+        "float16 re-save",
+    ],
+)
+def test_an_unreadable_checkpoint_file_is_a_checkpoint_error(tmp_path, make, words):
+    make(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(tmp_path / "bad")
+    missing = [w for w in words if w not in str(info.value)]
+    assert not missing, f"{missing} not in {str(info.value)!r}"
+    assert "available there" not in str(info.value)  # no more "missing ... (available: [..., 'bad'])"
+
+
+def test_a_numpy_sized_config_saves_and_loads(tmp_path):
+    """ModelConfig(vocab_size=np.int64) used to fail in save_checkpoint's JSON; a float16 model
+    is saved as float32 (what load_checkpoint builds and now checks)."""
+    path = _saved(tmp_path)
+    model, meta = load_checkpoint(path)
+    assert meta["config"]["vocab_size"] == 10 and type(model.config.vocab_size) is int
+    save_checkpoint(model.half(), tmp_path / "half", task="t", metrics={}, command="c")
+    loaded, _ = load_checkpoint(tmp_path / "half")
+    assert loaded.token_embedding.weight.dtype == torch.float32
+
+
+def test_a_missing_checkpoint_is_still_file_not_found(tmp_path):
+    _saved(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint sidecar nope.json .*\['good'\]"):
+        load_checkpoint(tmp_path / "nope")
+
+
+# -- the benchmark CLI: options refused when parsed ----------------------------------------------
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["gqa", "--shapes", "0x0"], ["--shapes", "BATCHxCONTEXT", "'0x0'"]),
+        (["gqa", "--shapes", "4096"], ["--shapes", "'4096'"]),
+        (["gqa", "--repeats", "0"], ["--repeats", ">= 1", "'0'"]),
+        (["gqa", "--context", "-1"], ["--context", "'-1'"]),
+        (["memory", "--timeout", "0"], ["--timeout", ">= 1", "'0'"]),
+        (["memory", "--timeout", "-5"], ["--timeout", "'-5'"]),
+        (["memory", "no_such_lesson.ipynb"], ["notebooks", "no_such_lesson.ipynb"]),
+        (["memory", "README.md"], ["notebooks", ".ipynb", "README.md"]),
+        (["mha", "--threads", "0"], ["--threads", "'0'"]),
+        (["train", "--seeds", "-1"], ["--seeds", ">= 0", "'-1'"]),
+        (["train", "--agreement-steps", "1.5"], ["--agreement-steps", "'1.5'"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_bench_options_are_refused_when_parsed(argv, words, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)  # parsing only: no benchmark can have started
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    missing = [w for w in words if w not in err]
+    assert not missing, f"{missing} not in {err!r}"
+
+
+def test_no_bench_option_is_a_bare_int():
+    """The root rule: every integer option goes through positive_int or non_negative_int."""
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [
+        (name, action.dest)
+        for name, sub in subparsers.choices.items()
+        for action in sub._actions
+        if action.type in (int, float)
+    ]
+    assert not bare, bare
+
+
+def test_the_argparse_types_accept_what_they_should():
+    assert positive_int("12") == 12 and positive_int(" 1_000 ") == 1000
+    assert non_negative_int("0") == 0 and batch_by_context("2X512") == (2, 512)
+    for bad in ("0", "-3", "1.5", "", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace(".", r"\.")):
+            positive_int(bad)
+
+
+def test_a_bench_memory_timeout_of_zero_exits_before_any_work():
+    done = subprocess.run(
+        [sys.executable, "-m", "course_utils.bench", "memory", "--timeout", "0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "--timeout" in done.stderr and "peak resident memory" not in done.stdout
+
+
+# -- student-tree: a refused command leaves nothing behind --------------------------------------
+def _student_tree(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "student_tree.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+
+
+def test_student_tree_inside_a_copied_folder_is_refused_cleanly():
+    target = ROOT / "course_utils" / "inside_by_test"
+    done = _student_tree(str(target))
+    assert done.returncode == 2, done.stderr
+    assert "course_utils/" in done.stderr and "copies" in done.stderr and str(target) in done.stderr
+    assert "File name too long" not in done.stderr and not target.exists()
+    assert not [p for p in (ROOT / "course_utils").iterdir() if p.name.startswith(".inside_by_test")]
+
+
+def test_a_failed_student_tree_removes_the_parent_folders_it_made(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import student_tree
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+    def fail(folder):
+        raise RuntimeError("stamping failed")
+
+    monkeypatch.setattr(student_tree, "_point_links_at_the_tree", fail)
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(RuntimeError, match="stamping failed"):
+        student_tree.build(tmp_path / "kept" / "newparent" / "sub" / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not list((tmp_path / "kept").iterdir())
+
+
+def test_course_student_tree_reads_out_dir_from_where_you_are(tmp_path):
+    """course.py runs the script from the repository; OUT_DIR is still relative to the caller."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "student-tree", "here/tree"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "here" / "tree" / "course_utils").is_dir() and not (ROOT / "here").exists()

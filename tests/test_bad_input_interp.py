@@ -1,0 +1,329 @@
+"""Issue 38, interpretability helpers: circuits, scores, heatmaps, ablation and patching.
+Each row is a call, the exception it must raise and words its message must hold (the
+argument and the value that arrived). NaN in a ranking or a metric is refused by name."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+from course_utils.interp.ablation import head_name, importance_order, measure
+from course_utils.interp.circuits import (
+    direct_logit_attribution,
+    frozen_final_norm,
+    head_output_norms,
+    in_context_mass,
+    next_token_loss,
+    ov_copying_score,
+    trace_heads,
+)
+from course_utils.interp.heatmaps import AttentionExplorer, plot_all_heads, plot_head
+from course_utils.interp.patching import layer_normalised_order, patching_table
+from course_utils.interp.scores import (
+    best_head,
+    head_score_table,
+    induction_score,
+    previous_token_score,
+    role_verdicts,
+    verdict,
+)
+from course_utils.interp.widgets import show
+from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+matplotlib.use("Agg")
+
+
+@dataclass
+class Case:
+    name: str
+    call: Callable[[], object]
+    error: type[BaseException]
+    words: list[str]
+
+
+torch.manual_seed(0)
+MODEL = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+TOKENS = torch.tensor([[1, 2, 3, 4, 1, 2]])
+TRACE = trace_heads(MODEL, TOKENS)
+LOGITS = torch.randn(1, 6, 10, generator=torch.Generator().manual_seed(1))
+NAN_GRID = torch.tensor([[0.1, math.nan], [0.3, 0.2]])
+ATTENTION = [torch.eye(4).expand(1, 2, 4, 4)]
+LABELS = ["a", "b", "c", "d"]
+
+CASES = [
+    # pattern 3: NaN is refused, never ranked
+    Case("best_head NaN", lambda: best_head(NAN_GRID), ValueError, ["scores", "NaN", "L0H1"]),
+    Case("verdict NaN", lambda: verdict(float("nan")), ValueError, ["score", "nan"]),
+    Case("verdict str", lambda: verdict("0.7"), TypeError, ["score", "str", "0.7"]),
+    Case("verdict threshold bool", lambda: verdict(0.7, threshold=True), TypeError, ["threshold", "bool"]),
+    Case(
+        "head_score_table NaN",
+        lambda: head_score_table({"induction": NAN_GRID}),
+        ValueError,
+        ["scores['induction']", "NaN", "L0H1"],
+    ),
+    Case("role_verdicts NaN", lambda: role_verdicts({"induction": NAN_GRID}), ValueError, ["NaN", "L0H1"]),
+    Case("best_head of strings", lambda: best_head("L0H1"), TypeError, ["scores", "str"]),
+    Case(
+        "next_token_loss 0/1 int mask",
+        lambda: next_token_loss(LOGITS, TOKENS, torch.tensor([[0, 1, 1, 1, 0, 0]])),
+        TypeError,
+        ["scored", "bool", "torch.int64", "scored.bool()"],
+    ),
+    Case(
+        "next_token_loss all False",
+        lambda: next_token_loss(LOGITS, TOKENS, torch.zeros(1, 6, dtype=torch.bool)),
+        ValueError,
+        ["scored", "no position"],
+    ),
+    Case(
+        "next_token_loss only the last",
+        lambda: next_token_loss(LOGITS, TOKENS, torch.tensor([[False] * 5 + [True]])),
+        ValueError,
+        ["scored", "no position before the last"],
+    ),
+    Case(
+        "next_token_loss token 10",
+        lambda: next_token_loss(LOGITS, TOKENS.clamp(max=3) + 7, torch.ones(1, 6, dtype=torch.bool)),
+        ValueError,
+        ["tokens", "V=10", "10"],
+    ),
+    Case(
+        "in_context_mass all False",
+        lambda: in_context_mass(LOGITS, TOKENS, torch.zeros(1, 6, dtype=torch.bool)),
+        ValueError,
+        ["scored", "no position"],
+    ),
+    Case(
+        "in_context_mass ignore -1",
+        lambda: in_context_mass(LOGITS, TOKENS, torch.ones(1, 6, dtype=torch.bool), ignore=-1),
+        IndexError,
+        ["ignore", "-1"],
+    ),
+    # circuits: indices, keys, token ids
+    Case(
+        "dla -100 targets",
+        lambda: direct_logit_attribution(MODEL, TRACE, torch.tensor([[2, 3, 4, 1, 2, -100]])),
+        ValueError,
+        ["targets", "-100", "V=10"],
+    ),
+    Case(
+        "dla float targets",
+        lambda: direct_logit_attribution(MODEL, TRACE, TOKENS.float()),
+        TypeError,
+        ["targets", "torch.float32"],
+    ),
+    Case(
+        "dla not a trace",
+        lambda: direct_logit_attribution(MODEL, {"logits": 1}, TOKENS),
+        TypeError,
+        ["trace", "HeadTrace", "dict"],
+    ),
+    Case(
+        "ov layer True", lambda: ov_copying_score(MODEL, True, [1, 2]), TypeError, ["layer", "bool", "True"]
+    ),
+    Case("ov layer 2", lambda: ov_copying_score(MODEL, 2, [1, 2]), IndexError, ["layer", "0..1", "2"]),
+    Case(
+        "ov negative token id",
+        lambda: ov_copying_score(MODEL, 1, [-1, 2, 3]),
+        IndexError,
+        ["token_ids[0]", "-1", "0..9"],
+    ),
+    Case("ov token id 10", lambda: ov_copying_score(MODEL, 1, [1, 10]), IndexError, ["token_ids[1]", "10"]),
+    Case("ov duplicate ids", lambda: ov_copying_score(MODEL, 1, [1, 2, 1]), ValueError, ["token_ids", "[1]"]),
+    Case("ov token_ids str", lambda: ov_copying_score(MODEL, 1, "12"), TypeError, ["token_ids", "str"]),
+    Case(
+        "trace keys_without True",
+        lambda: trace_heads(MODEL, TOKENS, keys_without={True: [(0, 0)]}),
+        TypeError,
+        ["keys_without", "True", "bool"],
+    ),
+    Case(
+        "trace keys_without layer 5",
+        lambda: trace_heads(MODEL, TOKENS, queries_without={5: [(0, 0)]}),
+        ValueError,
+        ["queries_without", "5", "0..1"],
+    ),
+    Case(
+        "trace head key float",
+        lambda: trace_heads(MODEL, TOKENS, keys_without={1: [(0, 1.0)]}),
+        TypeError,
+        ["keys_without[1]", "head", "1.0"],
+    ),
+    Case(
+        "trace replace str",
+        lambda: trace_heads(MODEL, TOKENS, replace={(0, 0): "zero"}),
+        TypeError,
+        ["replace[(0, 0)]", "str", "zero"],
+    ),
+    Case(
+        "trace replace wrong shape",
+        lambda: trace_heads(MODEL, TOKENS, replace={(0, 0): torch.ones(3)}),
+        ValueError,
+        ["replace[(0, 0)]", "(3)"],
+    ),
+    Case(
+        "trace keep_attention str",
+        lambda: trace_heads(MODEL, TOKENS, keep_attention="no"),
+        TypeError,
+        ["keep_attention", "no"],
+    ),
+    Case(
+        "trace not a model",
+        lambda: trace_heads(torch.nn.Linear(2, 2), TOKENS),
+        TypeError,
+        ["model", "TinyTransformer", "Linear"],
+    ),
+    Case("head_output_norms list", lambda: head_output_norms([1, 2]), TypeError, ["trace", "list"]),
+    Case(
+        "frozen_final_norm width",
+        lambda: frozen_final_norm(MODEL, torch.ones(2, 8), torch.ones(2, 5)),
+        ValueError,
+        ["component", "d_model=8", "(2, 5)"],
+    ),
+    # heatmaps
+    Case(
+        "plot_all_heads batch_index True",
+        lambda: plot_all_heads(ATTENTION, LABELS, batch_index=True),
+        TypeError,
+        ["batch_index", "bool", "True"],
+    ),
+    Case(
+        "plot_all_heads batch_index 3",
+        lambda: plot_all_heads(ATTENTION, LABELS, batch_index=3),
+        ValueError,
+        ["batch_index 3", "0..0"],
+    ),
+    Case(
+        "plot_all_heads fontsize 0",
+        lambda: plot_all_heads(ATTENTION, LABELS, fontsize=0),
+        ValueError,
+        ["fontsize", "0"],
+    ),
+    Case(
+        "plot_all_heads panel_size str",
+        lambda: plot_all_heads(ATTENTION, LABELS, panel_size="big"),
+        TypeError,
+        ["panel_size", "big"],
+    ),
+    Case(
+        "plot_all_heads head_titles str",
+        lambda: plot_all_heads(ATTENTION, LABELS, head_titles="x"),
+        TypeError,
+        ["head_titles", "str"],
+    ),
+    Case(
+        "plot_all_heads head_titles returns a number",
+        lambda: plot_all_heads(ATTENTION, LABELS, head_titles=lambda layer, head: 0.5),
+        TypeError,
+        ["head_titles(0, 0)", "float", "0.5"],
+    ),
+    Case(
+        "plot_head colorbar str",
+        lambda: plot_head(torch.eye(4), LABELS, colorbar="yes"),
+        TypeError,
+        ["colorbar", "yes"],
+    ),
+    Case(
+        "plot_head label_axes",
+        lambda: plot_head(torch.eye(4), LABELS, label_axes=True),
+        TypeError,
+        ["label_axes", "True"],
+    ),
+    Case(
+        "plot_head title int",
+        lambda: plot_head(torch.eye(4), LABELS, title=3),
+        TypeError,
+        ["title", "int", "3"],
+    ),
+    Case(
+        "plot_head bool weights",
+        lambda: plot_head(torch.eye(4).bool(), LABELS),
+        TypeError,
+        ["weights", "bool"],
+    ),
+    Case("show fallback int", lambda: show(_explorer(), fallback=3), TypeError, ["fallback", "int"]),
+    # messages that name the argument and the value
+    Case("head_name(-1, 2.5)", lambda: head_name(-1, 2.5), TypeError, ["layer", "-1", "head", "float 2.5"]),
+    Case("head_name bool", lambda: head_name(1, True), TypeError, ["head", "bool"]),
+    Case(
+        "induction period float",
+        lambda: induction_score(ATTENTION, 2.0, start=0),
+        TypeError,
+        ["period", "float", "2.0"],
+    ),
+    Case(
+        "patching metric NaN",
+        lambda: patching_table(MODEL, TOKENS, TOKENS, lambda logits: float("nan")),
+        ValueError,
+        ["metric", "L0H0", "nan"],
+    ),
+    Case(
+        "patching metric not callable",
+        lambda: patching_table(MODEL, TOKENS, TOKENS, "loss"),
+        TypeError,
+        ["metric", "str"],
+    ),
+    Case(
+        "layer_normalised_order NaN",
+        lambda: layer_normalised_order(NAN_GRID),
+        ValueError,
+        ["importance", "NaN", "L0H1"],
+    ),
+    Case("importance_order NaN", lambda: importance_order(NAN_GRID), ValueError, ["importance", "L0H1"]),
+    Case(
+        "explorer attention_for str",
+        lambda: AttentionExplorer("fn", ["a"], 1, 1),
+        TypeError,
+        ["attention_for", "str", "fn"],
+    ),
+    Case(
+        "measure evaluations dict",
+        lambda: measure(MODEL, {"tokens": TOKENS}),
+        TypeError,
+        ["evaluations", "dict", "tokens"],
+    ),
+    Case(
+        "attention weights NaN",
+        lambda: previous_token_score(torch.full((1, 2, 4, 4), math.nan)),
+        ValueError,
+        ["attention weights", "NaN", "layer 0, head 0"],
+    ),
+]
+
+
+def _explorer():
+    from course_utils.interp.widgets import dimension_explorer
+
+    return dimension_explorer()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_named(case):
+    with pytest.raises(case.error) as info:
+        case.call()
+    message = str(info.value)
+    missing = [w for w in case.words if w not in message]
+    assert not missing, f"{case.name}: {missing} not in {message!r}"
+    matplotlib.pyplot.close("all")
+
+
+def test_valid_input_still_works_with_numpy_integers():
+    """Pattern 1 also accepts: NumPy integers as layers, heads and keys; valid results unchanged."""
+    plain = ov_copying_score(MODEL, 1, [1, 2, 3])
+    assert torch.equal(ov_copying_score(MODEL, np.int64(1), np.arange(1, 4)), plain)
+    assert head_name(np.int64(1), np.int32(0)) == "L1H0"
+    removed = trace_heads(MODEL, TOKENS, keys_without={np.int64(1): [(np.int64(0), 1)]})
+    assert torch.equal(removed.logits, trace_heads(MODEL, TOKENS, keys_without={1: [(0, 1)]}).logits)
+    scored = torch.tensor([[False, True, True, True, True, False]])
+    loss = next_token_loss(LOGITS, TOKENS, scored)
+    by_hand = torch.nn.functional.cross_entropy(LOGITS[0, 1:5].double(), TOKENS[0, 2:6])
+    assert loss == pytest.approx(float(by_hand))
+    assert best_head(torch.tensor([[0.1, 0.4], [0.3, 0.2]])) == (0, 1)
+    assert verdict(0.7) == "present" and verdict(np.float32(0.3)) == "absent"
