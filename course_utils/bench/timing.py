@@ -55,6 +55,7 @@ def interleaved_samples(
     inner: int = 1,
     before_each: Callable[[], object] | None = None,
     sync: Callable[[], object] | None = None,
+    after_round: Callable[[], object] | None = None,
 ) -> dict[Key, list[float]]:
     """The timing core: seconds per call of each function, one sample per repeat.
 
@@ -63,7 +64,9 @@ def interleaved_samples(
     slows down affects all of them alike. Per sample, outside the timed region:
     ``before_each()`` (e.g. a read that evicts the cache), then ``sync()``; inside it:
     ``inner`` calls, then ``sync()`` (e.g. ``torch.cuda.synchronize``) before the clock is
-    read. The loop's variables die with this call, so no function outlives the run here.
+    read. ``after_round()`` runs after every round, warm-up rounds included (e.g. a progress
+    bar's ``update``). The loop's variables die with this call, so no function outlives the
+    run here.
     """
     if not fns:
         raise ValueError("fns must name at least one function to time")
@@ -72,14 +75,16 @@ def interleaved_samples(
     repeats = check_int(repeats, "repeats", minimum=1)
     warmup = check_int(warmup, "warmup", minimum=0)
     inner = check_int(inner, "inner", minimum=1)
-    for name, hook in (("before_each", before_each), ("sync", sync)):
+    for name, hook in (("before_each", before_each), ("sync", sync), ("after_round", after_round)):
         if hook is not None:
             check_callable(hook, name, "a function or None")
     before_each = before_each or (lambda: None)
     sync = sync or (lambda: None)
+    after_round = after_round or (lambda: None)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
+        after_round()
     samples: dict[Key, list[float]] = {key: [] for key in fns}
     for _ in range(repeats):
         for key, fn in fns.items():
@@ -90,6 +95,7 @@ def interleaved_samples(
                 fn()
             sync()
             samples[key].append((time.perf_counter() - start) / inner)
+        after_round()
     return samples
 
 
@@ -102,13 +108,19 @@ def time_interleaved(
     inner: int = 1,
     sync: Callable[[], object] | None = None,
     before_each: Callable[[], object] | None = None,
+    progress: str | None = None,
 ) -> list[Timing]:
     """Median wall time of each callable over ``repeats`` interleaved rounds, and its ratio
-    to ``baseline``'s (see :func:`interleaved_samples` for what is timed)."""
+    to ``baseline``'s (see :func:`interleaved_samples` for what is timed). ``progress``: a
+    label for a text progress bar (tqdm) over the rounds; None shows none."""
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
-    samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
-                                  before_each=before_each, sync=sync)
+    from tqdm import tqdm
+
+    with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
+              disable=progress is None) as bar:
+        samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
+                                      before_each=before_each, sync=sync, after_round=bar.update)
     base = statistics.median(samples[baseline])
     return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
