@@ -550,8 +550,8 @@ def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int,
 
 #: ``bench_whole_step``'s quick default (the lesson's) and its full run (``full=True``).
 WHOLE_STEP_RUNS = {
-    "quick": dict(shapes=((1, 1024), (1, 8192), (8, 1024)), num_layers=2, repeats=7),
-    "full": dict(shapes=((1, 1024), (1, 4096), (1, 16384), (8, 4096)), num_layers=8, repeats=15),
+    "quick": dict(shapes=((1, 1024), (1, 8192), (8, 1024)), num_layers=2, repeats=7, warmup=1),
+    "full": dict(shapes=((1, 1024), (1, 4096), (1, 16384), (8, 4096)), num_layers=8, repeats=15, warmup=2),
 }
 
 
@@ -565,7 +565,7 @@ def bench_whole_step(
     mlp_ratio: int = 4,
     weight_dtype: torch.dtype = torch.float32,
     repeats: int | None = None,
-    warmup: int = 2,
+    warmup: int | None = None,
     num_threads: int | None = None,
     flush_multiple: int = 4,
     attention: str = "auto",
@@ -580,14 +580,16 @@ def bench_whole_step(
     feed-forward tensors (``share_from``), which a step reads as if they were its own; only one
     shape's decoders exist at a time.
 
-    ``shapes``, ``num_layers`` and ``repeats`` left as None come from
-    ``WHOLE_STEP_RUNS["quick"]`` (3 shapes, 2 layers, 7 repeats: seconds, the lesson's) or, with
-    ``full=True``, ``["full"]`` (contexts up to 16384 at B=1 and 8 x 4096, 8 layers, 15 repeats).
+    ``shapes``, ``num_layers``, ``repeats`` and ``warmup`` left as None come from
+    ``WHOLE_STEP_RUNS["quick"]`` (3 shapes, 2 layers, 1 + 7 rounds: seconds, the lesson's) or,
+    with ``full=True``, ``["full"]`` (contexts up to 16384 at B=1 and 8 x 4096, 8 layers, 2 + 15
+    rounds).
     ``progress`` shows a text progress bar (tqdm) over the rounds."""
     run = WHOLE_STEP_RUNS["full" if full else "quick"]
     shapes = run["shapes"] if shapes is None else shapes
     num_layers = run["num_layers"] if num_layers is None else num_layers
     repeats = run["repeats"] if repeats is None else repeats
+    warmup = run["warmup"] if warmup is None else warmup
     if num_heads not in groups or any(num_heads % g for g in groups):
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     if not shapes:

@@ -340,8 +340,8 @@ def make_kv_caches(
 
 
 #: ``bench_decode``'s quick default (the lesson's) and its full run (``full=True``).
-DECODE_RUNS = {"quick": dict(groups=(16, 4, 1), repeats=5),
-               "full": dict(groups=(16, 8, 4, 2, 1), repeats=15)}
+DECODE_RUNS = {"quick": dict(groups=(16, 4, 1), repeats=5, warmup=1),
+               "full": dict(groups=(16, 8, 4, 2, 1), repeats=15, warmup=2)}
 
 
 def bench_decode(
@@ -353,7 +353,7 @@ def bench_decode(
     *,
     batch: int = 1,
     repeats: int | None = None,
-    warmup: int = 2,
+    warmup: int | None = None,
     methods: Sequence[str] = tuple(SHARING_METHODS),
     copy_mib: int = 64,
     flush_multiple: int = 4,
@@ -371,12 +371,13 @@ def bench_decode(
     interleaved in one run, each call after a flush of that size too. With more than one
     thread the probe is also timed on one (a sanity check, see :meth:`DecodeBench.noise_warnings`).
 
-    ``groups`` and ``repeats`` left as None come from ``DECODE_RUNS["quick"]`` (g = 16, 4, 1;
-    5 repeats: the lesson's) or, with ``full=True``, ``["full"]`` (g = 16, 8, 4, 2, 1; 15
-    repeats). ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    ``groups``, ``repeats`` and ``warmup`` left as None come from ``DECODE_RUNS["quick"]``
+    (g = 16, 4, 1; 1 + 5 rounds: the lesson's) or, with ``full=True``, ``["full"]`` (g = 16, 8,
+    4, 2, 1; 2 + 15 rounds). ``progress`` shows a text progress bar (tqdm) over the rounds."""
     run = DECODE_RUNS["full" if full else "quick"]
     groups = run["groups"] if groups is None else groups
     repeats = run["repeats"] if repeats is None else repeats
+    warmup = run["warmup"] if warmup is None else warmup
     unknown = [m for m in methods if m not in SHARING_METHODS]
     if unknown or "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
