@@ -82,6 +82,18 @@ def test_after_round_runs_once_per_round_warmup_included(capsys):
     assert capsys.readouterr().err == ""  # no label: no bar
 
 
+def test_the_clock_is_the_one_given():
+    """time.thread_time for one-thread work: the samples are differences of the clock given."""
+    ticks = iter([0.0, 0.5, 1.0, 3.0])
+    samples = interleaved_samples({"a": lambda: None}, warmup=0, repeats=2, clock=lambda: next(ticks))
+    assert samples == {"a": [0.5, 2.0]}
+    from course_utils.bench.decode_step import clock_for
+
+    assert clock_for(1) is timing.time.thread_time and clock_for(2) is timing.time.perf_counter
+    with pytest.raises(TypeError, match="clock must be a function"):
+        interleaved_samples({"a": lambda: None}, warmup=0, repeats=1, clock=3)
+
+
 @pytest.mark.parametrize("kwargs,error,words", [
     ({"fns": {}}, ValueError, "at least one function"),
     ({"fns": {"a": 3}}, TypeError, "fns['a'] must be a function"),

@@ -38,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import textwrap
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ __all__ = [
     "machine_name",
     "wait_policy",
     "run_conditions",
+    "clock_for",
     "make_read_probe",
     "read_bandwidth",
     "random_buffer",
@@ -190,9 +192,18 @@ def wait_policy() -> str:
 
 
 def run_conditions(threads: int) -> str:
-    """What a share of the read-only bandwidth depends on, in one line: threads, the OpenMP
-    wait policy and the machine."""
-    return f"{threads} thread{'s' if threads != 1 else ''}; {wait_policy()}; {machine_name()}"
+    """What a share of the read-only bandwidth depends on, in one line: threads (and the clock
+    that times them, :func:`clock_for`), the OpenMP wait policy and the machine."""
+    clock = "CPU time of the thread" if threads == 1 else "wall clock"
+    return f"{threads} thread{'s' if threads != 1 else ''} ({clock}); {wait_policy()}; {machine_name()}"
+
+
+def clock_for(threads: int) -> Callable[[], float]:
+    """The clock a benchmark on ``threads`` threads reads: on one thread, the time that thread
+    ran (:func:`time.thread_time`: moments when other programs held the CPU do not count, the
+    memory traffic they cause still does); on several, the wall clock (another thread's work
+    is not this thread's time)."""
+    return time.thread_time if threads == 1 else time.perf_counter
 
 
 def release_freed_memory() -> bool:
@@ -540,12 +551,14 @@ def format_whole_step(result: WholeStep) -> str:
 
 
 def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int,
-                 after_round: Callable[[], object] | None = None) -> dict[object, list[float]]:
+                 after_round: Callable[[], object] | None = None,
+                 clock: Callable[[], float] | None = None) -> dict[object, list[float]]:
     """Every function's time, interleaved repeat by repeat, each call after reading ``flush``
     (outside the timing) to evict the last-level cache: every call starts cold.
-    ``after_round`` is called after every round (a progress bar's update)."""
+    ``after_round`` is called after every round (a progress bar's update); ``clock`` reads the
+    time (default: the wall clock; see :func:`clock_for`)."""
     return interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum,
-                               after_round=after_round)
+                               after_round=after_round, clock=clock)
 
 
 #: ``bench_whole_step``'s quick default (the lesson's) and its full run (``full=True``).
@@ -615,7 +628,8 @@ def bench_whole_step(
             fns: dict[object, Callable[[], object]] = {g: decoders[g].step for g in groups}
             fns["read"] = read
             fns["weights"] = decoders[num_heads].weights_pass
-            samples = time_flushed(fns, flush, warmup, repeats, after_round=bar.update)
+            samples = time_flushed(fns, flush, warmup, repeats, after_round=bar.update,
+                                   clock=clock_for(threads))
             rows += [StepRow(batch, context, g, decoders[g].weight_bytes, decoders[g].cache_bytes,
                              samples[g]) for g in groups]
             read_s += samples["read"]

@@ -64,6 +64,7 @@ from ..attention.validation import check_int
 from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
+    clock_for,
     flush_bytes,
     flush_note,
     last_level_cache_bytes,
@@ -424,7 +425,8 @@ def bench_decode(
         with tqdm(total=warmup + repeats, desc="decode steps", unit="round", leave=False,
                   disable=not progress) as bar:
             samples = interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum,
-                                          sync=sync, after_round=bar.update)  # every call starts cold
+                                          sync=sync, after_round=bar.update,  # every call starts cold
+                                          clock=clock_for(threads) if device.type == "cpu" else None)
     flush_size = flush.numel() * flush.element_size()
     queries = caches = flush = copy_target = None  # noqa: F841  (the closures in fns hold them)
     fns.clear()

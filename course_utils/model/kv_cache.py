@@ -510,15 +510,18 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
     not for fresh pages from the operating system) and a buffer of ``flush_bytes`` (default:
     :func:`~course_utils.bench.decode_step.flush_bytes`, four times the last-level cache, at most
     256 MiB) read before every timed call, so no call finds the cache already in the CPU's
-    cache. ``progress`` labels a text progress bar over the rounds (None: no bar). Returns the
+    cache. On one torch thread the time is that thread's CPU time
+    (:func:`~course_utils.bench.decode_step.clock_for`: moments when other programs held the
+    CPU do not count), otherwise the wall clock. ``progress`` labels a text progress bar over
+    the rounds (None: no bar). Returns the
     timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
     note."""
     import statistics
 
     from tqdm import tqdm
 
+    from ..bench.decode_step import clock_for, random_buffer, release_freed_memory, time_flushed
     from ..bench.decode_step import flush_bytes as default_flush_bytes
-    from ..bench.decode_step import random_buffer, release_freed_memory, time_flushed
     from ..bench.gqa_speed import steady_allocator
     from ..bench.timing import Timing
 
@@ -528,7 +531,8 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
     flush = random_buffer(default_flush_bytes() if flush_bytes is None else flush_bytes, seed=1)
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
               disable=progress is None) as bar:
-        samples = time_flushed(steps, flush, warmup, repeats, after_round=bar.update)  # each call cold
+        samples = time_flushed(steps, flush, warmup, repeats, after_round=bar.update,  # each call cold
+                               clock=clock_for(torch.get_num_threads()))
     del flush
     release_freed_memory()
     base = statistics.median(samples[baseline])
