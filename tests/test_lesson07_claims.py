@@ -296,7 +296,7 @@ def test_whole_step_table_in_the_stored_run():
     (96 MiB), so GQA-4's byte bound is only 1.27, and the measured speed-up is close to that';
     at 8192 tokens or 8 sequences 'the MHA cache (128 MiB) outweighs the weights and GQA-4's
     bound rises to 1.93. At 8192 tokens the measured speed-up rises with it'; the weights alone
-    are read at 'between half the read-only bandwidth (a quiet machine) and about 85% of it (a
+    are read at 'between half the read-only bandwidth (a quiet machine) and nearly all of it (a
     busy one)', 'no whole step reaches its roofline'; 'at one sequence ... GQA-4 came within 25%
     of its bound in every run we made'; at 8 sequences the products
     'read the weights more slowly still ... and the share drops'."""
@@ -324,8 +324,8 @@ def test_whole_step_table_in_the_stored_run():
             shape = (int(line.split(",")[0].removeprefix("B=")), int(line.split("context ")[1].split(":")[0]))
             weights[shape] = float(line.split(", ")[-1].split("%")[0]) / 100
     assert set(weights) == {(1, 1024), (1, 8192), (8, 1024)} and max(weights.values()) < 1.0
-    # "between half the read-only bandwidth (a quiet machine) and about 85% of it (a busy one)"
-    assert all(0.4 <= weights[shape] <= 0.9 for shape in ((1, 1024), (1, 8192)))
+    # "between half the read-only bandwidth (a quiet machine) and nearly all of it (a busy one)"
+    assert all(0.4 <= weights[shape] <= 1.0 for shape in ((1, 1024), (1, 8192)))
     assert weights[(8, 1024)] < min(weights[(1, 1024)], weights[(1, 8192)])
 
 
