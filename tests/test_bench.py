@@ -70,6 +70,30 @@ def test_interleaved_samples_order_hooks_and_warmup(monkeypatch):
     assert samples == {"a": [0.5, 0.5], ("b", 2): [0.5, 0.5]}  # one clock tick over inner=2 calls
 
 
+def test_after_round_runs_once_per_round_warmup_included(capsys):
+    events = []
+    interleaved_samples({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, warmup=1,
+                        repeats=2, after_round=lambda: events.append("round"))
+    assert events == ["a", "b", "round"] * 3
+    timings = time_interleaved({"a": lambda: None}, baseline="a", repeats=2, warmup=1, progress="timing")
+    assert [len(t.samples_s) for t in timings] == [2]
+    assert "timing" in capsys.readouterr().err  # the text bar, on stderr
+    time_interleaved({"a": lambda: None}, baseline="a", repeats=1, warmup=0)
+    assert capsys.readouterr().err == ""  # no label: no bar
+
+
+def test_the_clock_is_the_one_given():
+    """time.thread_time for one-thread work: the samples are differences of the clock given."""
+    ticks = iter([0.0, 0.5, 1.0, 3.0])
+    samples = interleaved_samples({"a": lambda: None}, warmup=0, repeats=2, clock=lambda: next(ticks))
+    assert samples == {"a": [0.5, 2.0]}
+    from course_utils.bench.decode_step import clock_for
+
+    assert clock_for(1) is timing.time.thread_time and clock_for(2) is timing.time.perf_counter
+    with pytest.raises(TypeError, match="clock must be a function"):
+        interleaved_samples({"a": lambda: None}, warmup=0, repeats=1, clock=3)
+
+
 @pytest.mark.parametrize("kwargs,error,words", [
     ({"fns": {}}, ValueError, "at least one function"),
     ({"fns": {"a": 3}}, TypeError, "fns['a'] must be a function"),
@@ -78,12 +102,13 @@ def test_interleaved_samples_order_hooks_and_warmup(monkeypatch):
     ({"inner": 1.5}, TypeError, "inner must be an int"),
     ({"before_each": "flush"}, TypeError, "before_each must be a function or None"),
     ({"sync": 1}, TypeError, "sync must be a function or None"),
+    ({"after_round": "tick"}, TypeError, "after_round must be a function or None"),
 ])
 def test_interleaved_samples_names_bad_input(kwargs, error, words):
     args = {"fns": {"a": lambda: None}, "warmup": 0, "repeats": 1, **kwargs}
     with pytest.raises(error, match=re.escape(words)):
         interleaved_samples(**args)
-    if "fns" not in kwargs:  # the public wrapper checks the same way
+    if not {"fns", "after_round"} & set(kwargs):  # the public wrapper checks the same way
         with pytest.raises(error, match=re.escape(words)):
             time_interleaved(baseline="a", **args)
 

@@ -33,13 +33,15 @@ def _fake_sysfs(root: Path, entries: list[tuple[int, str, str]]) -> Path:
     return root
 
 
-def test_the_last_level_cache_is_the_highest_level_in_sysfs(tmp_path):
+def test_the_last_level_cache_is_the_highest_level_in_sysfs(tmp_path, monkeypatch):
+    monkeypatch.delenv(decode_step.LLC_ENV, raising=False)
     root = _fake_sysfs(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
                                   (3, "Unified", "32768K")])
     assert last_level_cache_bytes(root) == (32 * MiB, str(root))
 
 
 def test_without_sysfs_lscpu_then_a_stated_guess(tmp_path, monkeypatch):
+    monkeypatch.delenv(decode_step.LLC_ENV, raising=False)
     monkeypatch.setattr(decode_step, "_from_lscpu", lambda: 16 * MiB)
     assert last_level_cache_bytes(tmp_path / "none") == (16 * MiB, "lscpu")
     monkeypatch.setattr(decode_step, "_from_lscpu", lambda: None)
@@ -55,7 +57,8 @@ def test_lscpu_sizes_parse():
 
 
 def test_the_flush_is_a_multiple_of_the_last_level_cache():
-    assert flush_bytes(3) == 3 * last_level_cache_bytes()[0]
+    assert flush_bytes(3) == min(3 * last_level_cache_bytes()[0], decode_step.FLUSH_CAP_BYTES)
+    assert flush_bytes(3, cap=MiB) == MiB
     with pytest.raises(ValueError, match="multiple"):
         flush_bytes(0)
 
@@ -177,7 +180,7 @@ def test_the_attention_table_reports_read_only_bandwidth_and_each_share():
 
     result = bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1)
     assert result.copy_s == [] and "copy bandwidth" not in result.format()
-    assert result.flush_bytes == result.read_bytes == last_level_cache_bytes()[0]
+    assert result.flush_bytes == result.read_bytes == flush_bytes(1)
     for g in (8, 2):
         assert result.read_share(g) == pytest.approx(result.row(g).gb_per_s() / result.read_gb_per_s)
     text = result.format()
@@ -223,3 +226,84 @@ def test_the_probe_is_checked_against_its_one_thread_figure():
     result = __import__("course_utils.bench.gqa_speed", fromlist=["bench_decode"]).bench_decode(
         8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1)
     assert len(result.read_one_thread_s) == 2
+
+
+# -- buffer sizes: capped, whatever cache the CPU reports ---------------------------------------
+
+
+def test_a_large_reported_cache_is_capped(monkeypatch):
+    """An Intel server reports a whole socket's L3 (300 MiB and more): four times it, for the
+    flush and again for the probe, would be 2.4 GB. Each buffer stays at the cap, and the
+    tables say what the cap costs."""
+    from course_utils.bench.decode_step import FLUSH_CAP_BYTES, LLC_ENV, flush_note
+
+    monkeypatch.setenv(LLC_ENV, "300")
+    assert last_level_cache_bytes() == (300 * MiB, LLC_ENV)
+    assert flush_bytes() == flush_bytes(1) == FLUSH_CAP_BYTES == 256 * MiB
+    assert "capped at 256 MiB" in flush_note(flush_bytes()) and "read high" in flush_note(flush_bytes())
+    monkeypatch.setenv(LLC_ENV, "32")  # the course's AMD machine: 4 x 32 MiB, under the cap
+    assert flush_bytes() == 128 * MiB and flush_note(flush_bytes()) is None
+    monkeypatch.setenv(LLC_ENV, "lots")
+    with pytest.raises(ValueError, match=LLC_ENV):
+        last_level_cache_bytes()
+
+
+def test_every_benchmark_buffer_stays_under_the_cap_with_a_300_mib_cache(monkeypatch):
+    """Every flush and probe buffer the lesson's benchmarks ask for, with the cache faked at
+    300 MiB: none above the cap (the buffers are recorded, and made small so the test is)."""
+    from course_utils.bench import gqa_speed
+    from course_utils.bench.decode_step import FLUSH_CAP_BYTES, LLC_ENV
+    from course_utils.model import kv_cache
+
+    monkeypatch.setenv(LLC_ENV, "300")
+    asked = []
+
+    def small_buffer(num_bytes: int, seed: int = 0) -> torch.Tensor:
+        asked.append(num_bytes)
+        return torch.rand(1024, generator=torch.Generator().manual_seed(seed))
+
+    monkeypatch.setattr(decode_step, "random_buffer", small_buffer)
+    monkeypatch.setattr(gqa_speed, "random_buffer", small_buffer)
+    gqa_speed.bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=1, warmup=0, copy_mib=0, progress=False)
+    bench_whole_step(((1, 8),), (4, 1), d_model=256, num_heads=4, num_layers=1, repeats=1, warmup=0,
+                     progress=False)
+    kv_cache.time_cold({"a": lambda: None}, baseline="a", repeats=1, warmup=0, progress=None)
+    gqa_speed.stage_times((4, 1), num_heads=4, d_head=8, context=32, num_layers=1, repeats=1)
+    read_bandwidth(repeats=1)
+    assert len(asked) == 8 and max(asked) == FLUSH_CAP_BYTES  # 2 + 2 + 1 + 1 + 2 buffers
+
+
+def test_the_read_probe_is_the_compiled_sum_where_it_was_built():
+    from course_utils.bench.decode_step import make_read_probe
+
+    buffer = torch.rand(100_003, generator=torch.Generator().manual_seed(0))
+    probe, what = make_read_probe(buffer, 2)
+    if fused_decode_status() is None:
+        assert what.startswith("compiled sum (fused_decode.c read_sum")
+        assert probe() == pytest.approx(buffer.sum().item(), rel=1e-5)
+    else:
+        assert what.startswith("torch.sum")
+    strided, what = make_read_probe(buffer[::2])
+    assert what.startswith("torch.sum (the buffer is not contiguous")
+
+
+def test_a_share_above_the_read_only_bandwidth_gets_a_check_line():
+    """A step (or the weights alone) reading faster than the probe: partly from the cache, or a
+    slowed probe. The table says so, and names the conditions the shares hold under."""
+    step = _whole_step({16: [2.0, 2.1, 2.2], 4: [1.9, 2.0, 2.1]})  # 112 MiB in 2 ms: 59 GB/s
+    step.weights_s = {(1, 1024): [1.0e-3]}  # 96 MiB in 1 ms: 101 GB/s
+    text = step.format()
+    flat = text.replace("\n    ", " ")
+    assert "check: a step read faster than the read-only probe (B=1 context 1024 g=16 175%" in flat
+    assert "check: the weights alone read faster than the read-only probe (B=1, context 1024 300%)" in flat
+    assert "conditions: " in text and "thread" in text and "no embedding or LM head" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+    from course_utils.bench.gqa_speed import DecodeBench, DecodeRow
+
+    row = DecodeRow(16, 256 * MiB, {"course": [0.002, 0.002]})  # 134 GB/s against a 33.6 GB/s probe
+    attention = DecodeBench(16, 64, 4096, 8, 1, 1, [row], [0.01, 0.01], [], 0, read_s=[0.004],
+                            read_bytes=128 * MiB, conditions="1 thread; test")
+    assert any(w.startswith("check: share of the read-only bandwidth above 100% (course g=16 400%")
+               for w in attention.noise_warnings())
+    assert "conditions of every share below: 1 thread; test" in attention.format()

@@ -196,13 +196,17 @@ def _whole_step_rows(text: str) -> dict[tuple[int, int, int], dict[str, float]]:
 
 
 def test_cache_growth_slopes_in_the_stored_run():
-    """'With the cache the slope is close to 1 ... without the cache near 2 or above'; 'the
-    without / with column grows several-fold from the shortest runs to N = 256'."""
+    """'With the cache the slope is close to 1 ... Without the cache the slope is clearly larger
+    ... near 2 in our runs on a quiet machine, between 1.4 and 1.6 in a learner's runs on a busy
+    laptop'; 'What held in every run we know of: the without / with column grows several-fold
+    from the shortest runs to N = 256'. Loosely, for the spread the prose names."""
     text = _stored_text("279fd84d")
     slope_line = next(line for line in text.splitlines() if line.startswith("log-log slope"))
     with_cache = float(slope_line.split("with cache ")[1].split(",")[0])
     without = float(slope_line.split("without cache ")[1].split(" ")[0])
-    assert 0.7 <= with_cache <= 1.5 and without >= 1.6 and without > with_cache + 0.4
+    assert 0.7 <= with_cache <= 1.5 and 1.3 <= without <= 2.6 and without > with_cache + 0.3
+    prose = _prose("cd75506d")
+    assert "between 1.4 and 1.6 in a learner's runs" in prose and "near 2 or above" not in prose
     ratios = [float(line.split()[-1]) for line in text.splitlines()
               if line.split() and line.split()[0].isdigit()]
     assert len(ratios) == 5 and ratios[-1] >= 2 * ratios[0]
@@ -239,7 +243,7 @@ def test_in_place_caches_give_the_cat_logits_and_the_window_forgets():
 def test_cache_timing_setup_and_stored_ratios():
     """'2048 random cached tokens for 4 sequences (64 MiB of keys and values)'; timed with the
     steady allocator and a flush; 'the preallocated step takes about half to three quarters of
-    the torch.cat step's time (in our runs between 0.5x and 0.75x)'; 'the window of 512 ...
+    the torch.cat step's time (in our runs between 0.45x and 0.75x)'; 'the window of 512 ...
     reads a quarter of the cache and is faster again' (on the stored run)."""
     layers, B, heads, T, dk = 4, 4, 8, 2048, 32
     assert 2 * layers * B * heads * T * dk * 4 == 64 * MiB
@@ -250,7 +254,7 @@ def test_cache_timing_setup_and_stored_ratios():
             if line.startswith(name):
                 ratio[name] = float(line.split()[-2].rstrip("x"))
     assert ratio["torch.cat"] == 1.0
-    assert 0.5 <= ratio["preallocated"] <= 0.75 and ratio["window of 512"] < ratio["preallocated"]
+    assert 0.45 <= ratio["preallocated"] <= 0.75 and ratio["window of 512"] < ratio["preallocated"]
     stored = _stored_text("kvc-time")
     assert "allocator: glibc malloc keeps freed memory for reuse" in stored  # steady_allocator ran
     source = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.get("id") == "kvc-time")
@@ -292,32 +296,61 @@ def test_whole_step_table_in_the_stored_run():
     (96 MiB), so GQA-4's byte bound is only 1.27, and the measured speed-up is close to that';
     at 8192 tokens or 8 sequences 'the MHA cache (128 MiB) outweighs the weights and GQA-4's
     bound rises to 1.93. At 8192 tokens the measured speed-up rises with it'; the weights alone
-    are read 'well under the read-only bandwidth', 'no whole step comes near its roofline'; 'at
-    one sequence ... GQA-4 comes close to its bound (in our runs within 10% at 1024 tokens and
-    within 20% at 8192)'; at 8 sequences the products
+    are read at 'between half the read-only bandwidth (a quiet machine) and nearly all of it (a
+    busy one)', 'no whole step reaches its roofline'; 'at one sequence ... GQA-4 came within 25%
+    of its bound in every run we made'; at 8 sequences the products
     'read the weights more slowly still ... and the share drops'."""
     text = _stored_text("ws-run")
     assert "check:" not in text  # no share above 100%, no wide scatter in the run the prose reads
+    assert "no embedding or LM head" in text and "conditions: 1 thread (CPU time of the thread);" in text
+    assert "compiled sum (fused_decode.c read_sum" in text or "torch.sum" in text
     rows = _whole_step_rows(text)
     assert set(rows) == {(b, t, g) for b, t in ((1, 1024), (1, 8192), (8, 1024)) for g in (16, 4, 1)}
     short, long_, batch = rows[(1, 1024, 4)], rows[(1, 8192, 4)], rows[(8, 1024, 4)]
     assert (rows[(1, 1024, 16)]["weights"], rows[(1, 1024, 16)]["cache"]) == (96, 16)
-    assert short["bound"] == 1.27 and 0.85 <= short["share"] <= 1.15
+    assert short["bound"] == 1.27 and 0.75 <= short["share"] <= 1.0
     for shape in ((1, 8192), (8, 1024)):
         assert rows[(*shape, 16)]["cache"] == 128 > rows[(*shape, 16)]["weights"]
         assert rows[(*shape, 4)]["bound"] == 1.93
     assert long_["speedup"] > short["speedup"] + 0.2
-    assert all(r["of_roof"] < 0.75 for r in rows.values())
-    short_gap, long_gap = round(abs(1 - short["share"]), 2), round(abs(1 - long_["share"]), 2)
-    assert short_gap <= 0.10 and long_gap <= 0.20  # "within 10% at 1024 tokens and within 20% at 8192"
+    assert all(r["of_roof"] < 1.0 for r in rows.values())  # "no whole step reaches its roofline"
+    # "GQA-4 came within 25% of its bound in every run we made" (one sequence)
+    assert all(0.75 <= r["share"] <= 1.0 for r in (short, long_))
     assert batch["share"] < min(short["share"], long_["share"])
+    assert "within 25% of its bound in every run we made" in _prose("ws-read")
     weights = {}
     for line in text.splitlines():
         if "the weights alone" in line:
             shape = (int(line.split(",")[0].removeprefix("B=")), int(line.split("context ")[1].split(":")[0]))
             weights[shape] = float(line.split(", ")[-1].split("%")[0]) / 100
-    assert set(weights) == {(1, 1024), (1, 8192), (8, 1024)} and max(weights.values()) < 0.75
+    assert set(weights) == {(1, 1024), (1, 8192), (8, 1024)} and max(weights.values()) < 1.0
+    # "between half the read-only bandwidth (a quiet machine) and nearly all of it (a busy one)"
+    assert all(0.4 <= weights[shape] <= 1.0 for shape in ((1, 1024), (1, 8192)))
     assert weights[(8, 1024)] < min(weights[(1, 1024)], weights[(1, 8192)])
+
+
+def test_an_lm_head_lowers_the_byte_bound():
+    """'The benchmark model has no embedding and no LM head'; 'with Llama-2's 32,000-token
+    vocabulary in float32 GQA-4's bound at 4096 tokens falls from 1.60 to 1.46, with Llama-3's
+    128,256 tokens to 1.27' (bytes, recounted here as bench_whole_step counts them)."""
+    from course_utils.bench.decode_step import SmallDecoder
+
+    small = SmallDecoder(128, 2, 1, 2, context=5, attention="course")
+    assert small.cache_bytes == kv_cache_bytes(2, 1, 1, 64, 5 + 1, 4)  # the new token's slot too
+
+    def step_bytes(g: int, vocab: int) -> int:
+        d, h, dk, layers, T = 1024, 16, 64, 8, 4096
+        weights = layers * ((h + 2 * g) * dk * d + d * d + 8 * d * d) + vocab * d
+        return 4 * weights + kv_cache_bytes(layers, 1, g, dk, T + 1, 4)
+
+    bounds = {v: round(step_bytes(16, v) / step_bytes(4, v), 2) for v in (0, 32_000, 128_256)}
+    assert bounds == {0: 1.6, 32_000: 1.46, 128_256: 1.27}
+    text = _stored_text("ws-lm-head")
+    for value in bounds.values():
+        assert f"byte bound {value:.2f}" in text
+    prose = _prose("ws-read")
+    assert "falls from 1.60 to 1.46" in prose and "128,256 tokens to 1.27" in prose
+    assert "no embedding and no LM head" in _prose("ws-md")
 
 
 def test_bf16_weights_halve_the_weight_bytes_and_raise_the_bound():
@@ -366,8 +399,23 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert share[16]["fused"] > share[16]["course"] >= 0.4
     assert share[4]["fused"] >= 0.85 * share[16]["fused"] and share[4]["course"] < share[16]["course"]
     assert 3.0 <= speedup[4] <= 4.2
-    assert share[16]["fused"] >= 0.80  # the target: the fused MHA step at >= 80% of read-only
+    assert share[16]["fused"] >= 0.80  # "about 80-90% for the fused kernel at one thread"
     assert "noisy run" not in _stored_text("ca473f08") and "check:" not in _stored_text("ca473f08")
+    stored = _stored_text("a6cc0e7d")
+    assert "conditions: 1 thread (CPU time of the thread);" in stored  # shares beside their conditions
+    assert "1 thread" in _stored_text("ca473f08") and "read_sum" in _stored_text("ca473f08")
+
+
+def test_the_lesson_runs_the_quick_defaults_with_their_full_runs_named():
+    """Lesson 07 stays quick: its heavy cells call the quick defaults (one thread), the prose
+    names the full run, and the long cells show progress bars."""
+    cells = {c.get("id"): c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells}
+    assert "num_threads=1" in cells["ca473f08"] and "full=True" not in cells["ca473f08"].split("#")[0]
+    assert "full=True" in cells["e12011db"] and "--full" in cells["e12011db"]
+    assert "bench_whole_step(groups=(16, 4, 1), num_threads=1)" in cells["ws-run"]
+    assert "full=True" in cells["ws-md"]
+    assert "tqdm(" in cells["convert-run"] and 'progress="generate"' in cells["279fd84d"]
+    assert "parallel_map(train_from_scratch, (0, 1, 2))" in cells["scratch-ctl"]
 
 
 def test_from_scratch_control_stays_near_chance():
@@ -382,6 +430,7 @@ def test_from_scratch_control_stays_near_chance():
     cells = nbformat.read(NOTEBOOK, as_version=4).cells
     source = next(c.source for c in cells if c.get("id") == "scratch-ctl")
     assert "uptrain(fresh, INDUCTION_TASK, 30)" in source and "(0, 1, 2)" in source
+    assert "seed_everything(seed)" in source  # each run seeds itself, in whichever worker it runs
 
 
 # -- section 6: fewer bits, pages and a latent ---------------------------------------------------

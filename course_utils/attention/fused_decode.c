@@ -250,3 +250,34 @@ int fused_decode(const float *q, const float *K, const float *V, float *out,
     free(shares); free(parts);
     return 0;
 }
+
+/* The read-only yardstick of course_utils/bench/decode_step.py (not part of the kernel): the
+   sum of n floats, each read once, the range split over `threads` OpenMP threads in equal
+   contiguous parts. It reads memory and writes nothing, compiled with the kernel's flags, so a
+   decoding step's bytes per second can be set against what this build reads at best (a
+   torch.sum over the same buffer ran about a fifth slower on some CPUs). Four independent
+   vector sums per range hide the additions' latency; each run of 4096 floats is added into a
+   double, so the total is exact enough for the caller to check it against torch.sum. */
+double read_sum(const float *x, long n, int threads) {
+    const long run = 4096;   /* floats summed in float before going into the double total */
+    const long runs = n > 0 ? (n + run - 1) / run : 0;
+    double total = 0.0;
+    if (threads < 1) threads = 1;
+    #pragma omp parallel for num_threads(threads) schedule(static) reduction(+:total)
+    for (long r = 0; r < runs; r++) {
+        const float *p = x + r * run;
+        const long m = n - r * run < run ? n - r * run : run;
+        vec s0 = splat(0.0f), s1 = s0, s2 = s0, s3 = s0;
+        long i = 0;
+        for (; i + 4 * VW <= m; i += 4 * VW) {
+            s0 += load(p + i);
+            s1 += load(p + i + VW);
+            s2 += load(p + i + 2 * VW);
+            s3 += load(p + i + 3 * VW);
+        }
+        float tail = 0.0f;
+        for (; i < m; i++) tail += p[i];
+        total += (double)hsum((s0 + s1) + (s2 + s3)) + (double)tail;
+    }
+    return total;
+}

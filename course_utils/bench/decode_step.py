@@ -4,12 +4,17 @@
 weight matrix once, and grouped-query attention does not shrink the feed-forward layer or the
 query and output projections. This module gives the yardstick and the step:
 
-* :func:`last_level_cache_bytes` finds the CPU's last-level cache (Linux's
-  ``/sys/devices/system/cpu/cpu0/cache``, then ``lscpu``, then a stated guess), and
-  :func:`flush_bytes` sizes a buffer that evicts it (a multiple of it).
-* :func:`read_bandwidth` times a multi-threaded ``sum`` over random float32 numbers several
-  times the last-level cache: bytes read per second, nothing written. A step that must read
-  ``N`` bytes cannot take less than ``N / read bandwidth``.
+* :func:`last_level_cache_bytes` finds the CPU's last-level cache (``COURSE_UTILS_LLC_MIB``
+  if set, then Linux's ``/sys/devices/system/cpu/cpu0/cache``, then ``lscpu``, then a stated
+  guess), and :func:`flush_bytes` sizes a buffer that evicts it: a multiple of it, capped at
+  :data:`FLUSH_CAP_BYTES` (256 MiB), so that a server reporting a whole socket's 300 MiB L3
+  does not make every benchmark allocate gigabytes. The cap's cost: where the multiple is cut,
+  the flush may not evict everything (see :func:`flush_note`).
+* :func:`make_read_probe` is the read-only yardstick: ``read_sum`` from ``fused_decode.c``, a
+  compiled, multi-threaded sum over random float32 numbers (bytes read per second, nothing
+  written), or ``torch.sum`` where no compiler built it (it reads about a fifth slower on some
+  CPUs, which makes every share of it read high). A step that must read ``N`` bytes cannot
+  take much less than ``N / read bandwidth``; :func:`read_bandwidth` times it alone.
 * :class:`SmallDecoder` is a decoder stack of random weights (pre-LayerNorm blocks: fused Q/K/V
   projection, attention over a preallocated cache, output projection, a 4 d GELU feed-forward
   layer), with no embedding or unembedding. :meth:`SmallDecoder.step` feeds one token per
@@ -26,11 +31,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+import os
+import platform
 import re
 import shutil
 import statistics
 import subprocess
 import textwrap
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +46,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
@@ -47,8 +56,16 @@ from .timing import interleaved_samples
 
 __all__ = [
     "FALLBACK_LLC_BYTES",
+    "FLUSH_CAP_BYTES",
+    "LLC_ENV",
     "last_level_cache_bytes",
     "flush_bytes",
+    "flush_note",
+    "machine_name",
+    "wait_policy",
+    "run_conditions",
+    "clock_for",
+    "make_read_probe",
     "read_bandwidth",
     "random_buffer",
     "release_freed_memory",
@@ -64,6 +81,13 @@ SCATTER = 1.5  # a median repeat this many times the best one: the run was distu
 #: Used when neither Linux's sysfs nor ``lscpu`` names a last-level cache: larger than most
 #: desktop and laptop CPUs' L3 (8-36 MiB), so a buffer sized from it still evicts theirs.
 FALLBACK_LLC_BYTES = 64 * MiB
+#: The most one flush (or read-probe) buffer takes. Four times the last-level cache evicts it
+#: reliably; but servers report up to a whole socket's L3 (300 MiB and more), and four times
+#: that, twice over (flush and probe), would put a lesson or a test past Binder's 2 GB.
+FLUSH_CAP_BYTES = 256 * MiB
+#: Environment variable that overrides the last-level cache found (in MiB): to fake a large
+#: cache in a test, or to set the real share of a virtual machine's cache.
+LLC_ENV = "COURSE_UTILS_LLC_MIB"
 _SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -106,7 +130,12 @@ def _from_lscpu() -> int | None:
 
 
 def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
-    """``(bytes, where the figure came from)`` for the CPU's largest cache level."""
+    """``(bytes, where the figure came from)`` for the CPU's largest cache level
+    (``COURSE_UTILS_LLC_MIB``, a whole number of MiB, overrides what the system reports)."""
+    if (text := os.environ.get(LLC_ENV)) is not None:
+        if not text.strip().isdigit() or int(text) < 1:
+            raise ValueError(f"{LLC_ENV} must be a whole number of MiB (at least 1), got {text!r}")
+        return int(text) * MiB, LLC_ENV
     if (size := _from_sysfs(sysfs)) is not None:
         return size, str(sysfs)
     if (size := _from_lscpu()) is not None:
@@ -114,10 +143,67 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
     return FALLBACK_LLC_BYTES, f"not found; assumed {FALLBACK_LLC_BYTES // MiB} MiB"
 
 
-def flush_bytes(multiple: int = 4) -> int:
-    """Bytes of a buffer that evicts the last-level cache when read: ``multiple`` times it
-    (a cache keeps some lines through one pass, so once its size is not enough)."""
-    return check_int(multiple, "multiple", minimum=1) * last_level_cache_bytes()[0]
+def flush_bytes(multiple: int = 4, *, cap: int = FLUSH_CAP_BYTES) -> int:
+    """Bytes of a buffer that evicts the last-level cache when read: ``multiple`` times it (a
+    cache keeps some lines through one pass, so once its size is not enough), but at most
+    ``cap`` (:data:`FLUSH_CAP_BYTES`; see :func:`flush_note` for what the cap costs)."""
+    multiple = check_int(multiple, "multiple", minimum=1)
+    return min(multiple * last_level_cache_bytes()[0], check_int(cap, "cap", minimum=1))
+
+
+def flush_note(size: int, multiple: int = 4) -> str | None:
+    """None when a flush of ``size`` bytes is ``multiple`` times the last-level cache; else a
+    sentence on what the cap costs. A flush read again and again stays in a cache larger than
+    itself and then evicts little, so data a step read shortly before may still sit in the
+    cache beside it: a step whose data (and the flush) fit in the cache can run partly warm,
+    faster than memory allows, and its speed-up and share read high."""
+    llc, _ = last_level_cache_bytes()
+    if size >= multiple * llc:
+        return None
+    room = max(0, llc - size)
+    return (f"flush capped at {size // MiB} MiB, under {multiple}x the {llc // MiB} MiB last-level "
+            f"cache: steps whose data fit in the {room // MiB} MiB the flush leaves (small g, short "
+            "contexts) may run partly from the cache, so their speed-ups and shares can read high")
+
+
+def machine_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`) and
+    how many CPUs this process may use."""
+    name = ""
+    try:
+        with open("/proc/cpuinfo") as info:
+            name = next((line.split(":", 1)[1].strip() for line in info
+                         if line.lower().startswith(("model name", "hardware"))), "")
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{name}, {cpus} CPUs"
+
+
+def wait_policy() -> str:
+    """How OpenMP's idle threads wait, as this process was started (libgomp reads
+    ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` once, at start-up): by default they spin a while
+    before sleeping, which on a busy machine can make a multi-threaded step several times slower."""
+    policy = os.environ.get("OMP_WAIT_POLICY", "").strip().lower()
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    text = f"OMP_WAIT_POLICY={policy}" if policy else "OpenMP wait: default (spin, then sleep)"
+    return text + (f", GOMP_SPINCOUNT={spin}" if spin else "")
+
+
+def run_conditions(threads: int) -> str:
+    """What a share of the read-only bandwidth depends on, in one line: threads (and the clock
+    that times them, :func:`clock_for`), the OpenMP wait policy and the machine."""
+    clock = "CPU time of the thread" if threads == 1 else "wall clock"
+    return f"{threads} thread{'s' if threads != 1 else ''} ({clock}); {wait_policy()}; {machine_name()}"
+
+
+def clock_for(threads: int) -> Callable[[], float]:
+    """The clock a benchmark on ``threads`` threads reads: on one thread, the time that thread
+    ran (:func:`time.thread_time`: moments when other programs held the CPU do not count, the
+    memory traffic they cause still does); on several, the wall clock (another thread's work
+    is not this thread's time)."""
+    return time.thread_time if threads == 1 else time.perf_counter
 
 
 def release_freed_memory() -> bool:
@@ -136,14 +222,57 @@ def random_buffer(num_bytes: int, seed: int = 0) -> Tensor:
     return torch.rand(max(1, num_bytes // 4), generator=torch.Generator().manual_seed(seed))
 
 
+def _compiled_read_sum() -> tuple[Callable[[int, int, int], float] | None, str]:
+    """``read_sum`` of the verified fused-kernel library (``fused_decode.c``) and its build
+    flags, or ``(None, why not)``."""
+    from ..attention import fused_decode
+
+    lib = fused_decode._library()  # the one verified, self-tested build (never raises)
+    if isinstance(lib, str):
+        return None, f"no compiled build ({lib})"
+    try:
+        fn = lib.read_sum
+    except AttributeError:
+        return None, "the compiled build has no read_sum"
+    fn.restype, fn.argtypes = ctypes.c_double, (ctypes.c_void_p, ctypes.c_long, ctypes.c_int)
+    return fn, getattr(lib, "build_flags", "")
+
+
+def make_read_probe(buffer: Tensor, threads: int | None = None) -> tuple[Callable[[], object], str]:
+    """The read-only yardstick over ``buffer`` (contiguous float32 on the CPU): a function that
+    reads every byte once and writes nothing, and a phrase naming it.
+
+    ``read_sum`` from ``fused_decode.c`` (compiled as the kernel is, split over ``threads``,
+    default ``torch.get_num_threads()``) where it was built with OpenMP, or on one thread;
+    its sum is checked once against ``torch.sum`` (to 1e-4 relative). Otherwise ``buffer.sum``
+    (torch.sum), which
+    read about a fifth slower than the compiled sum on some CPUs: every share of it reads high."""
+    threads = torch.get_num_threads() if threads is None else check_int(threads, "threads", minimum=1)
+    threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other
+    if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
+        return buffer.sum, "torch.sum (the buffer is not contiguous float32 on the CPU)"
+    fn, flags = _compiled_read_sum()
+    if fn is None:
+        return buffer.sum, f"torch.sum: {flags}; it can read about a fifth slower, so shares read high"
+    if threads > 1 and "-fopenmp" not in flags:
+        return buffer.sum, "torch.sum (the compiled sum was built without OpenMP: one thread only)"
+    address, n = buffer.data_ptr(), buffer.numel()
+    got, expected = fn(address, n, threads), buffer.sum().item()  # float32: no copy of the buffer
+    if not abs(got - expected) <= 1e-4 * max(1.0, abs(expected)):
+        return buffer.sum, f"torch.sum (the compiled sum gave {got:.6g}, torch {expected:.6g})"
+    return (lambda: fn(address, n, threads)), f"compiled sum (fused_decode.c read_sum, {flags})"
+
+
 def read_bandwidth(buffer: Tensor | None = None, *, repeats: int = 7, flush: Tensor | None = None,
                    num_threads: int | None = None) -> float:
-    """Bytes per second (GB/s, 10^9) of the fastest of ``repeats`` ``buffer.sum()`` calls, each
-    after a read of ``flush``. Default buffers: random float32, 4 times the last-level cache."""
+    """Bytes per second (GB/s, 10^9) of the fastest of ``repeats`` reads of ``buffer`` by
+    :func:`make_read_probe`, each after a read of ``flush``. Default buffers: random float32,
+    :func:`flush_bytes` (4 times the last-level cache, capped)."""
     buffer = random_buffer(flush_bytes()) if buffer is None else buffer
     flush = random_buffer(flush_bytes(), seed=1) if flush is None else flush
     with torch_threads(num_threads), torch.inference_mode():
-        best = min(time_flushed({"read": buffer.sum}, flush, warmup=1, repeats=repeats)["read"])
+        probe, _ = make_read_probe(buffer)
+        best = min(time_flushed({"read": probe}, flush, warmup=1, repeats=repeats)["read"])
     return buffer.numel() * buffer.element_size() / best / 1e9
 
 
@@ -299,6 +428,9 @@ class WholeStep:
     llc: tuple[int, str]  # last-level cache: bytes, where the figure came from
     flush_bytes: int
     weights_s: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # per shape, g = h
+    yardstick: str = "torch.sum"  # what the read-only probe ran (make_read_probe's phrase)
+    conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
+    flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
     def weights_gb_per_s(self, batch: int, context: int) -> float:
         """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""
@@ -348,6 +480,17 @@ class WholeStep:
         bytes faster than the others), or repeats that scatter widely (a median step more than
         ``SCATTER`` times the best one: other programs disturbed the run)."""
         warnings = []
+        roof = [f"B={r.batch} context {r.context} g={r.num_kv_heads} {self.read_share(r):.0%}"
+                for r in self.rows if self.read_share(r) > 1.0]
+        if roof:
+            warnings.append(f"check: a step read faster than the read-only probe ({', '.join(roof)} of "
+                            "roof): its data were partly in the cache, or the probe was slowed")
+        fast = [f"B={b}, context {t} {self.weights_gb_per_s(b, t) / self.read_gb_per_s:.0%}"
+                for b, t in self.shapes() if (b, t) in self.weights_s
+                and self.weights_gb_per_s(b, t) > self.read_gb_per_s]
+        if fast:
+            warnings.append(f"check: the weights alone read faster than the read-only probe "
+                            f"({', '.join(fast)}): the yardstick is too low (a slowed probe, or torch.sum)")
         beyond = [(r.batch, r.context, r.num_kv_heads) for r in self.rows
                   if r.num_kv_heads != self.num_heads
                   and self.share_of_bound(r.batch, r.context, r.num_kv_heads) > 1.0]
@@ -375,10 +518,14 @@ def format_whole_step(result: WholeStep) -> str:
     lines = [
         f"whole decode step: d={result.d_model}, h={result.num_heads}, {result.num_layers} layers, "
         f"{result.mlp_ratio}d MLP, {dtype} weights, float32 cache,",
-        f"attention: {result.attention}, {result.threads} threads; read-only bandwidth "
-        f"{result.read_gb_per_s:.1f} GB/s (sum of {result.read_bytes // MiB} MiB of random float32;",
-        f"last-level cache {result.llc[0] // MiB} MiB from {result.llc[1]}; "
-        f"flush {result.flush_bytes // MiB} MiB)",
+        f"no embedding or LM head; attention: {result.attention}",
+        *textwrap.wrap(f"conditions: {result.conditions or run_conditions(result.threads)}", 99,
+                       subsequent_indent="    "),
+        *textwrap.wrap(f"read-only bandwidth {result.read_gb_per_s:.1f} GB/s: {result.yardstick}, "
+                       f"{result.read_bytes // MiB} MiB of random float32 (last-level cache "
+                       f"{result.llc[0] // MiB} MiB from {result.llc[1]}; "
+                       f"flush {result.flush_bytes // MiB} MiB)",
+                       99, subsequent_indent="    "),
     ]
     head = (f"{'B':>3} {'context':>7} {'g':>3} | {'weights':>7} {'cache':>6} MiB | {'best ms':>7} "
             f"{'roof ms':>7} {'of roof':>7} | {'speed-up':>8} {'bound':>6} {'share':>5}")
@@ -398,49 +545,79 @@ def format_whole_step(result: WholeStep) -> str:
                          f"read at {rate:.1f} GB/s, {rate / result.read_gb_per_s:.0%} of read-only")
     lines += ["roof ms = (weights + cache) / read-only bandwidth; of roof = roof / best; speed-up = "
               "best time(g=h)", "/ best time(g); bound = bytes(g=h) / bytes(g); share = speed-up / bound"]
-    for warning in result.noise_warnings():
+    for warning in ([result.flush_note] if result.flush_note else []) + result.noise_warnings():
         lines += textwrap.wrap(warning, 99, subsequent_indent="    ")
     return "\n".join(lines)
 
 
-def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int) -> dict[object, list[float]]:
+def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int,
+                 after_round: Callable[[], object] | None = None,
+                 clock: Callable[[], float] | None = None) -> dict[object, list[float]]:
     """Every function's time, interleaved repeat by repeat, each call after reading ``flush``
-    (outside the timing) to evict the last-level cache: every call starts cold."""
-    return interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum)
+    (outside the timing) to evict the last-level cache: every call starts cold.
+    ``after_round`` is called after every round (a progress bar's update); ``clock`` reads the
+    time (default: the wall clock; see :func:`clock_for`)."""
+    return interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum,
+                               after_round=after_round, clock=clock)
+
+
+#: ``bench_whole_step``'s quick default (the lesson's) and its full run (``full=True``).
+WHOLE_STEP_RUNS = {
+    "quick": dict(shapes=((1, 1024), (1, 8192), (8, 1024)), num_layers=2, repeats=7, warmup=1),
+    "full": dict(shapes=((1, 1024), (1, 4096), (1, 16384), (8, 4096)), num_layers=8, repeats=15, warmup=2),
+}
 
 
 def bench_whole_step(
-    shapes: Sequence[tuple[int, int]] = ((1, 4096),),
+    shapes: Sequence[tuple[int, int]] | None = None,
     groups: Sequence[int] = (16, 4, 1),
     *,
     d_model: int = 1024,
     num_heads: int = 16,
-    num_layers: int = 8,
+    num_layers: int | None = None,
     mlp_ratio: int = 4,
     weight_dtype: torch.dtype = torch.float32,
-    repeats: int = 9,
-    warmup: int = 2,
+    repeats: int | None = None,
+    warmup: int | None = None,
     num_threads: int | None = None,
     flush_multiple: int = 4,
     attention: str = "auto",
+    full: bool = False,
+    progress: bool = True,
 ) -> WholeStep:
     """Time :meth:`SmallDecoder.step` for every ``(batch, context)`` in ``shapes`` and every
-    ``g`` in ``groups`` (which must include ``num_heads``), plus the read-only probe, all
-    interleaved repeat by repeat, each call after a flush of ``flush_multiple`` times the
-    last-level cache. The decoders of one shape have their own query/key/value projections and
-    caches, but share the ``g = h`` decoder's ``W_o`` and feed-forward tensors (``share_from``),
-    which a step reads as if they were its own; only one shape's decoders exist at a time."""
+    ``g`` in ``groups`` (which must include ``num_heads``), plus the read-only probe
+    (:func:`make_read_probe`), all interleaved repeat by repeat, each call after a flush of
+    :func:`flush_bytes` ``(flush_multiple)``. The decoders of one shape have their own
+    query/key/value projections and caches, but share the ``g = h`` decoder's ``W_o`` and
+    feed-forward tensors (``share_from``), which a step reads as if they were its own; only one
+    shape's decoders exist at a time.
+
+    ``shapes``, ``num_layers``, ``repeats`` and ``warmup`` left as None come from
+    ``WHOLE_STEP_RUNS["quick"]`` (3 shapes, 2 layers, 1 + 7 rounds: seconds, the lesson's) or,
+    with ``full=True``, ``["full"]`` (contexts up to 16384 at B=1 and 8 x 4096, 8 layers, 2 + 15
+    rounds).
+    ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    run = WHOLE_STEP_RUNS["full" if full else "quick"]
+    shapes = run["shapes"] if shapes is None else shapes
+    num_layers = run["num_layers"] if num_layers is None else num_layers
+    repeats = run["repeats"] if repeats is None else repeats
+    warmup = run["warmup"] if warmup is None else warmup
     if num_heads not in groups or any(num_heads % g for g in groups):
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     if not shapes:
         raise ValueError("shapes must list at least one (batch, context)")
     release_freed_memory()  # what earlier work freed but kept: this benchmark needs room
     llc = last_level_cache_bytes()
-    flush = random_buffer(flush_multiple * llc[0], seed=1)
-    probe = random_buffer(flush_multiple * llc[0], seed=2)
+    size = flush_bytes(flush_multiple)
+    flush = random_buffer(size, seed=1)
+    probe = random_buffer(size, seed=2)
     rows, read_s, weights_s, used = [], [], {}, "course"
+    bar = tqdm(total=len(shapes) * (warmup + repeats), desc="whole step", unit="round", leave=False,
+               disable=not progress)
     with torch_threads(num_threads), torch.inference_mode():
         threads = torch.get_num_threads()
+        read, yardstick = make_read_probe(probe, threads)
         for batch, context in shapes:  # one shape at a time: only its caches are in memory
             decoders: dict[int, SmallDecoder] = {}
             for g in sorted(groups, reverse=True):  # g = h first; the others share its W_o and MLP
@@ -449,14 +626,17 @@ def bench_whole_step(
                                            attention=attention, share_from=decoders.get(num_heads))
             used = decoders[num_heads].attention
             fns: dict[object, Callable[[], object]] = {g: decoders[g].step for g in groups}
-            fns["read"] = probe.sum
+            fns["read"] = read
             fns["weights"] = decoders[num_heads].weights_pass
-            samples = time_flushed(fns, flush, warmup, repeats)
+            samples = time_flushed(fns, flush, warmup, repeats, after_round=bar.update,
+                                   clock=clock_for(threads))
             rows += [StepRow(batch, context, g, decoders[g].weight_bytes, decoders[g].cache_bytes,
                              samples[g]) for g in groups]
             read_s += samples["read"]
             weights_s[(batch, context)] = samples["weights"]
             del decoders, fns
             release_freed_memory()  # this shape's weights and caches are gone
+    bar.close()
     return WholeStep(d_model, num_heads, num_layers, mlp_ratio, weight_dtype, used, threads,
-                     rows, read_s, probe.numel() * 4, llc, flush.numel() * 4, weights_s)
+                     rows, read_s, probe.numel() * 4, llc, flush.numel() * 4, weights_s, yardstick,
+                     run_conditions(threads), flush_note(flush.numel() * 4, flush_multiple))

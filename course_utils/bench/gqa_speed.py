@@ -9,12 +9,16 @@ with ``g`` K/V heads the cache, and so the ideal step time, shrinks by ``h / g``
 Every call of a timed function runs all layers (as a real model does), and every repeat
 runs every method at every ``g`` back to back (interleaved), so a busy moment slows them
 alike; ratios are taken repeat by repeat. Before each timed call a buffer of random numbers,
-four times the last-level cache (found by :func:`~course_utils.bench.decode_step.last_level_cache_bytes`),
-is read, so no method finds its cache already sitting in L3 (in a real model the weights
-stream through between layers and evict it just the same).
+four times the last-level cache (found by :func:`~course_utils.bench.decode_step.last_level_cache_bytes`)
+but at most 256 MiB (:func:`~course_utils.bench.decode_step.flush_bytes`), is read, so no
+method finds its cache already sitting in L3 (in a real model the weights stream through
+between layers and evict it just the same); where the cap cuts the multiple, the table says
+what it costs.
 
-The yardstick is the **read-only bandwidth**: a multi-threaded ``sum`` over another such
-buffer, timed in the same run. A decoding step only reads its cache (it writes a few KiB), so
+The yardstick is the **read-only bandwidth**: a compiled, multi-threaded sum (``read_sum`` in
+``fused_decode.c``; ``torch.sum`` where no compiler built it) over another such buffer, timed
+in the same run (:func:`~course_utils.bench.decode_step.make_read_probe`). A decoding step
+only reads its cache (it writes a few KiB), so
 ``cache bytes / read-only bandwidth`` is the shortest step possible, and each method's GB/s is
 given as a share of it. A copy (``dst.copy_(src)`` into a buffer allocated beforehand) is also
 timed when ``copy_mib > 0``, for reference only: it reads and writes, a different job.
@@ -52,6 +56,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
@@ -59,9 +64,14 @@ from ..attention.validation import check_int
 from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
+    clock_for,
+    flush_bytes,
+    flush_note,
     last_level_cache_bytes,
+    make_read_probe,
     random_buffer,
     release_freed_memory,
+    run_conditions,
 )
 from .timing import interleaved_samples
 
@@ -76,6 +86,7 @@ __all__ = [
     "StageRow",
     "stage_bandwidth",
     "WHOLE_STEP_SHAPES",
+    "DECODE_RUNS",
     "add_bench_parser",
 ]
 
@@ -172,6 +183,9 @@ class DecodeBench:
     llc: tuple[int, str] = (0, "")  # last-level cache: bytes, where the figure came from
     flush_bytes: int = 0  # the buffer read before every timed call
     read_one_thread_s: list[float] = field(default_factory=list)  # the same probe on one thread
+    yardstick: str = "torch.sum"  # what the read-only probe ran (make_read_probe's phrase)
+    conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
+    flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
@@ -200,6 +214,11 @@ class DecodeBench:
         programs slowed the g = h steps, or that method's g = h step is not memory-bound), or a
         median step far slower than the best one (other programs disturbed the run)."""
         warnings = []
+        above = [f"{m} g={r.num_kv_heads} {self.read_share(r.num_kv_heads, m):.0%}"
+                 for m in self.mha.samples_s for r in self.rows if self.read_share(r.num_kv_heads, m) > 1.0]
+        if above:
+            warnings.append(f"check: share of the read-only bandwidth above 100% ({', '.join(above)}): "
+                            "that step's cache was partly in the CPU's cache, or the probe was slowed")
         for m in self.mha.samples_s:
             beyond = [r.num_kv_heads for r in self.rows
                       if self.speedup(r.num_kv_heads, m) > 1.05 * self.num_heads / r.num_kv_heads]
@@ -243,7 +262,8 @@ class DecodeBench:
         head = f"{'g':>3} {'cache MiB':>9} | " + " | ".join(f"{m + ' ms':>15}" for m in methods)
         lines = [
             f"one decode step, B={self.batch}, h={self.num_heads} x {self.d_head}, context "
-            f"{self.context}, {self.num_layers} layers, {self.threads} threads; ms = best / median",
+            f"{self.context}, {self.num_layers} layers, {self.threads} thread{'s' * (self.threads != 1)}; "
+            "ms = best / median",
             head, "-" * len(head),
         ]
         for r in self.rows:
@@ -268,9 +288,13 @@ class DecodeBench:
             f"plain F.sdpa at g={self.num_heads}: {min(sdpa) * 1e3:.2f} / "
             f"{statistics.median(sdpa) * 1e3:.2f} ms; course / F.sdpa (median of paired ratios) "
             f"{self.ratio_to_sdpa():.2f}",
-            f"read-only bandwidth: {self.read_gb_per_s:.1f} GB/s (sum of {self.read_bytes // MiB} MiB "
-            f"of random float32;",
-            f"    last-level cache {self.llc[0] // MiB} MiB, flush {self.flush_bytes // MiB} MiB)",
+            *textwrap.wrap(f"read-only bandwidth: {self.read_gb_per_s:.1f} GB/s ({self.yardstick}, "
+                           f"{self.read_bytes // MiB} MiB of random float32; last-level cache "
+                           f"{self.llc[0] // MiB} MiB, flush {self.flush_bytes // MiB} MiB)", 99,
+                           subsequent_indent="    "),
+            *textwrap.wrap("conditions of every share below: "
+                           f"{self.conditions or run_conditions(self.threads)}", 99,
+                           subsequent_indent="    "),
         ]
         lines += textwrap.wrap("share of it (cache bytes / best step / read-only bandwidth): " + "; ".join(
             f"{m} " + ", ".join(f"g={r.num_kv_heads} {self.read_share(r.num_kv_heads, m):.0%}"
@@ -278,7 +302,7 @@ class DecodeBench:
         if self.copy_s:
             lines.append(f"copy bandwidth ({self.copy_bytes // 2 // MiB} MiB, read + write, for "
                          f"reference): {self.copy_gb_per_s:.1f} GB/s")
-        for note in (self.allocator, *self.notes, *self.noise_warnings()):
+        for note in (self.allocator, *self.notes, *filter(None, [self.flush_note]), *self.noise_warnings()):
             lines += textwrap.wrap(note, 99, subsequent_indent="    ")
         return "\n".join(lines)
 
@@ -316,27 +340,45 @@ def make_kv_caches(
     return queries, caches
 
 
+#: ``bench_decode``'s quick default (the lesson's) and its full run (``full=True``).
+DECODE_RUNS = {"quick": dict(groups=(16, 4, 1), repeats=5, warmup=1),
+               "full": dict(groups=(16, 8, 4, 2, 1), repeats=15, warmup=2)}
+
+
 def bench_decode(
     num_heads: int = 16,
     d_head: int = 64,
     context: int = 4096,
     num_layers: int = 8,
-    groups: Sequence[int] = (16, 8, 4, 2, 1),
+    groups: Sequence[int] | None = None,
     *,
     batch: int = 1,
-    repeats: int = 15,
-    warmup: int = 2,
+    repeats: int | None = None,
+    warmup: int | None = None,
     methods: Sequence[str] = tuple(SHARING_METHODS),
     copy_mib: int = 64,
     flush_multiple: int = 4,
     num_threads: int | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    full: bool = False,
+    progress: bool = True,
 ) -> DecodeBench:
     """Time one decode step (all layers) for every ``g`` in ``groups`` and every method, plus
-    plain ``F.scaled_dot_product_attention`` at ``g = h``, the read-only probe (a ``sum`` over
-    ``flush_multiple`` times the last-level cache) and, if ``copy_mib > 0``, a copy of
-    ``copy_mib`` MiB, all interleaved in one run, each call after a flush of that size too."""
+    plain ``F.scaled_dot_product_attention`` at ``g = h``, the read-only probe
+    (:func:`~course_utils.bench.decode_step.make_read_probe` over a buffer of
+    :func:`~course_utils.bench.decode_step.flush_bytes` ``(flush_multiple)``: that many times the
+    last-level cache, capped) and, if ``copy_mib > 0``, a copy of ``copy_mib`` MiB, all
+    interleaved in one run, each call after a flush of that size too. With more than one
+    thread the probe is also timed on one (a sanity check, see :meth:`DecodeBench.noise_warnings`).
+
+    ``groups``, ``repeats`` and ``warmup`` left as None come from ``DECODE_RUNS["quick"]``
+    (g = 16, 4, 1; 1 + 5 rounds: the lesson's) or, with ``full=True``, ``["full"]`` (g = 16, 8,
+    4, 2, 1; 2 + 15 rounds). ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    run = DECODE_RUNS["full" if full else "quick"]
+    groups = run["groups"] if groups is None else groups
+    repeats = run["repeats"] if repeats is None else repeats
+    warmup = run["warmup"] if warmup is None else warmup
     unknown = [m for m in methods if m not in SHARING_METHODS]
     if unknown or "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
@@ -350,8 +392,9 @@ def bench_decode(
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups, batch=batch,
                                      device=device, dtype=dtype)
     llc = last_level_cache_bytes()
-    flush = random_buffer(flush_multiple * llc[0], seed=1).to(device)  # evicts the LLC when read
-    probe = random_buffer(flush_multiple * llc[0], seed=2).to(device)  # the read-only probe
+    size = flush_bytes(flush_multiple)
+    flush = random_buffer(size, seed=1).to(device)  # evicts the LLC when read
+    probe = random_buffer(size, seed=2).to(device)  # the read-only probe
     copy_source = probe[:max(0, min(copy_mib * MiB // 4, probe.numel()))]
     copy_target = torch.zeros_like(copy_source)  # pages touched now, not inside the timing
 
@@ -366,19 +409,25 @@ def bench_decode(
         for m in methods:
             fns[(m, g)] = step(_ATTEND[m], g)
     fns[("sdpa", num_heads)] = step(F.scaled_dot_product_attention, num_heads)
-    fns[("read", 0)] = probe.sum
-
-    def read_one_thread() -> None:
-        with torch_threads(1):
-            probe.sum()
-    fns[("read1", 0)] = read_one_thread  # the probe's sanity check (see noise_warnings)
     if copy_mib > 0:
         fns[("copy", 0)] = lambda: copy_target.copy_(copy_source)
     with torch_threads(num_threads), torch.inference_mode():
         threads = torch.get_num_threads()
-        samples = interleaved_samples(fns, warmup=warmup, repeats=repeats,
-                                      before_each=flush.sum, sync=sync)  # every call starts cold
-    flush_bytes = flush.numel() * flush.element_size()
+        fns[("read", 0)], yardstick = (make_read_probe(probe, threads) if device.type == "cpu"
+                                       else (probe.sum, "torch.sum on the GPU"))
+        if threads > 1:  # the probe's sanity check (see noise_warnings)
+            read1 = make_read_probe(probe, 1)[0] if device.type == "cpu" else probe.sum
+
+            def read_one_thread() -> None:
+                with torch_threads(1):
+                    read1()
+            fns[("read1", 0)] = read_one_thread
+        with tqdm(total=warmup + repeats, desc="decode steps", unit="round", leave=False,
+                  disable=not progress) as bar:
+            samples = interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum,
+                                          sync=sync, after_round=bar.update,  # every call starts cold
+                                          clock=clock_for(threads) if device.type == "cpu" else None)
+    flush_size = flush.numel() * flush.element_size()
     queries = caches = flush = copy_target = None  # noqa: F841  (the closures in fns hold them)
     fns.clear()
     if device.type == "cpu":
@@ -390,13 +439,14 @@ def bench_decode(
                        samples[("sdpa", num_heads)], samples.get(("copy", 0), []),
                        2 * copy_source.numel() * copy_source.element_size(), allocator, notes,
                        samples[("read", 0)], probe.numel() * probe.element_size(), llc,
-                       flush_bytes, samples[("read1", 0)])
+                       flush_size, samples.get(("read1", 0), []), yardstick, run_conditions(threads),
+                       flush_note(flush_size, flush_multiple))
 
 
 def _flush_size(flush_mib: int | None) -> int:
-    """Bytes of the buffer that evicts the last-level cache: ``flush_mib`` MiB, or four times
-    the cache found on this machine."""
-    return 4 * last_level_cache_bytes()[0] if flush_mib is None else flush_mib * MiB
+    """Bytes of the buffer that evicts the last-level cache: ``flush_mib`` MiB, or
+    :func:`~course_utils.bench.decode_step.flush_bytes` (four times the cache found, capped)."""
+    return flush_bytes() if flush_mib is None else flush_mib * MiB
 
 
 def _scores(q_rows: Tensor, keys: Tensor) -> Tensor:
@@ -513,11 +563,12 @@ WHOLE_STEP_SHAPES: tuple[tuple[int, float], ...] = ((1, 0.25), (1, 1), (1, 4), (
 
 
 def _main_gqa(args: argparse.Namespace) -> None:
+    args.repeats = args.repeats or DECODE_RUNS["full" if args.full else "quick"]["repeats"]
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
     print(f"torch {torch.__version__}, CPU kernels: {capability}\n"
           f"every method at every g interleaved repeat by repeat; {args.repeats} repeats\n")
     result = bench_decode(context=args.context, num_layers=args.layers, repeats=args.repeats,
-                          num_threads=args.threads)
+                          num_threads=args.threads, full=args.full)
     print("ATTENTION ONLY (no weights): the KV cache read by one decode step\n")
     print(result.format())
     print()
@@ -527,11 +578,13 @@ def _main_gqa(args: argparse.Namespace) -> None:
         print()
         _print_stages((16, 4), args.context, args.layers, args.repeats)
     if args.whole_step:
-        shapes = tuple(args.shapes or ((b, max(1, int(m * args.context))) for b, m in WHOLE_STEP_SHAPES))
-        print("\nWHOLE STEP: weights (d=1024, 4d MLP) + KV cache, one token per sequence\n")
+        default = WHOLE_STEP_SHAPES if args.full else WHOLE_STEP_SHAPES[:2]
+        shapes = tuple(args.shapes or ((b, max(1, int(m * args.context))) for b, m in default))
+        print("\nWHOLE STEP: weights (d=1024, 4d MLP, no LM head) + KV cache, one token per sequence\n")
         for dtype in (torch.float32, *([torch.bfloat16] if args.bf16 else [])):
-            whole = bench_whole_step(shapes, (16, 8, 4, 1), num_layers=args.layers, repeats=args.repeats,
-                                     num_threads=args.threads, weight_dtype=dtype)
+            whole = bench_whole_step(shapes, (16, 8, 4, 1) if args.full else (16, 4, 1),
+                                     num_layers=args.layers, repeats=args.repeats,
+                                     num_threads=args.threads, weight_dtype=dtype, full=args.full)
             print(whole.format())
             print()
 
@@ -541,7 +594,11 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     from .cli import batch_by_context, positive_int
 
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
-    p.add_argument("--repeats", type=positive_int, default=15)
+    p.add_argument("--full", action="store_true",
+                   help="the full run: g = 16, 8, 4, 2, 1 and four whole-step shapes (the default "
+                   "is quick: g = 16, 4, 1, 5 repeats, two shapes)")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="repeats (default: 5, or 15 with --full)")
     p.add_argument("--context", type=positive_int, default=4096)
     p.add_argument("--layers", type=positive_int, default=8)
     p.add_argument("--threads", type=positive_int, default=None,
@@ -552,7 +609,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="also time whole decode steps (weights + cache) against their byte bound")
     p.add_argument("--shapes", type=batch_by_context, nargs="+", default=None, metavar="BxT",
                    help="whole-step shapes, batch x context (default with --context 4096: 1x1024 "
-                   "1x4096 1x16384 8x4096)")
+                   "1x4096, and with --full also 1x16384 8x4096)")
     p.add_argument("--bf16", action="store_true",
                    help="also time the whole step with bfloat16 weights (half the weight bytes)")
     p.set_defaults(run=_main_gqa)

@@ -55,6 +55,8 @@ def interleaved_samples(
     inner: int = 1,
     before_each: Callable[[], object] | None = None,
     sync: Callable[[], object] | None = None,
+    after_round: Callable[[], object] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> dict[Key, list[float]]:
     """The timing core: seconds per call of each function, one sample per repeat.
 
@@ -63,7 +65,11 @@ def interleaved_samples(
     slows down affects all of them alike. Per sample, outside the timed region:
     ``before_each()`` (e.g. a read that evicts the cache), then ``sync()``; inside it:
     ``inner`` calls, then ``sync()`` (e.g. ``torch.cuda.synchronize``) before the clock is
-    read. The loop's variables die with this call, so no function outlives the run here.
+    read. ``after_round()`` runs after every round, warm-up rounds included (e.g. a progress
+    bar's ``update``). ``clock`` reads the time (default :func:`time.perf_counter`, the wall
+    clock); :func:`time.thread_time` counts only the time this thread ran, so moments when other
+    programs held the CPU do not count: right for work that runs on this one thread only. The
+    loop's variables die with this call, so no function outlives the run here.
     """
     if not fns:
         raise ValueError("fns must name at least one function to time")
@@ -72,24 +78,30 @@ def interleaved_samples(
     repeats = check_int(repeats, "repeats", minimum=1)
     warmup = check_int(warmup, "warmup", minimum=0)
     inner = check_int(inner, "inner", minimum=1)
-    for name, hook in (("before_each", before_each), ("sync", sync)):
+    for name, hook in (("before_each", before_each), ("sync", sync), ("after_round", after_round)):
         if hook is not None:
             check_callable(hook, name, "a function or None")
     before_each = before_each or (lambda: None)
     sync = sync or (lambda: None)
+    after_round = after_round or (lambda: None)
+    if clock is not None:
+        check_callable(clock, "clock", "a function returning seconds, or None")
+    clock = clock or time.perf_counter
     for _ in range(warmup):
         for fn in fns.values():
             fn()
+        after_round()
     samples: dict[Key, list[float]] = {key: [] for key in fns}
     for _ in range(repeats):
         for key, fn in fns.items():
             before_each()
             sync()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(inner):
                 fn()
             sync()
-            samples[key].append((time.perf_counter() - start) / inner)
+            samples[key].append((clock() - start) / inner)
+        after_round()
     return samples
 
 
@@ -102,13 +114,22 @@ def time_interleaved(
     inner: int = 1,
     sync: Callable[[], object] | None = None,
     before_each: Callable[[], object] | None = None,
+    progress: str | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> list[Timing]:
     """Median wall time of each callable over ``repeats`` interleaved rounds, and its ratio
-    to ``baseline``'s (see :func:`interleaved_samples` for what is timed)."""
+    to ``baseline``'s (see :func:`interleaved_samples` for what is timed). ``progress``: a
+    label for a text progress bar (tqdm) over the rounds; None shows none. ``clock``: as in
+    :func:`interleaved_samples` (``time.thread_time`` for one-thread work on a busy machine)."""
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
-    samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
-                                  before_each=before_each, sync=sync)
+    from tqdm import tqdm
+
+    with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
+              disable=progress is None) as bar:
+        samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
+                                      before_each=before_each, sync=sync, after_round=bar.update,
+                                      clock=clock)
     base = statistics.median(samples[baseline])
     return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
