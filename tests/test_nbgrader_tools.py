@@ -234,6 +234,23 @@ def test_blank_student_notebook_runs_to_the_end(path, monkeypatch):
     assert not not_run, f"code cells not run: {not_run}"
 
 
+# -- the outside grader on the real lessons ------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in LESSONS if not p.name.startswith("00_")], ids=lambda p: p.name)
+def test_each_lesson_scores_in_full_outside_the_notebook_and_its_release_scores_zero(path):
+    """Every answer of the solution notebook, taken and run as autograde takes and runs it,
+    is right on its own and on unseen cases; every answer of the student copy is not attempted."""
+    from course_utils.exercises import autograde
+
+    solutions_dir = str(ROOT / "solutions")
+    solved = autograde.grade_notebook(tools._read(path), salt=20261128, solutions_dir=solutions_dir)
+    assert solved and all(f.passed for f in solved.values()), {k: str(f) for k, f in solved.items()}
+    blank = autograde.grade_notebook(tools._read(ROOT / "student" / path.name), salt=20261128,
+                                     solutions_dir=solutions_dir)
+    assert sorted(blank) == sorted(solved)
+    assert all(f.status == "not attempted" for f in blank.values()), {k: str(f) for k, f in blank.items()}
+
+
 # -- a scripted nbgrader course directory ---------------------------------------------------
 TINY = [
     ("markdown", "# A tiny lesson\n\nTwo checked exercises and one answer graded by hand."),
@@ -309,7 +326,10 @@ def _cheats(course: Path) -> dict[str, dict]:
     gradebook = str(course / "gradebook.db")
     solution_cell = ("def parameter_count(d_model, num_heads, bias=True):\n"
                      "    return 4 * d_model * d_model + (4 * d_model if bias else 0)\n")
-    planted = _writes(str(course / "submitted" / "zoe_blank_after_planter" / "tiny" / "tiny.ipynb"), "{}")
+    pyc = ROOT / "course_utils" / "exercises" / "__pycache__" / f"core.{sys.implementation.cache_tag}.pyc"
+    next_student = course / "submitted" / "zoe_blank_after_planter" / "tiny" / "tiny.ipynb"
+    planted = (_writes(str(pyc), "a bytecode file that passes every check")[0],  # the manifest skips these
+               _writes(str(next_student), "{}")[1])
     return {
         "dave_twins_in_threads": {"answers": _WITH_TWINS},
         "erin_replaces_the_checks": {"before": (
@@ -576,10 +596,17 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
         folder = course / "submitted" / name / "tiny"
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, folder / "tiny.ipynb")
+    logs = {}
     for name, _ in order:
-        _ok(api.autograde("tiny", name, force=True, create=True))
+        result = api.autograde("tiny", name, force=True, create=True)
+        _ok(result)
+        logs[name] = result.get("log", "")
+    assert "has changed" not in logs["alice"] + logs["bob"]  # no hidden tests: checksums stay the same
 
     assert autograde.manifest() == before, "an answer changed the course package"
+    if "yuri_planter" in cheaters:
+        pyc = ROOT / "course_utils" / "exercises" / "__pycache__" / f"core.{sys.implementation.cache_tag}.pyc"
+        assert not pyc.exists() or b"passes every check" not in pyc.read_bytes()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         names = [name for name, _ in order]
         scores = {name: gradebook.find_submission("tiny", name) for name in names}
