@@ -444,7 +444,8 @@ def _preprocessor_class() -> type:
                     raise RuntimeError("GradeOutside.require_sandbox is set and bubblewrap cannot run here")
                 self.log.warning(sandbox.WARNING)
                 print(sandbox.WARNING, file=sys.stderr)
-            grade_notebook(nb, salt=int(salt), solutions_dir=secrets["solutions_dir"], hide=[course],
+            clone = Path(secrets["solutions_dir"]).parent  # hidden even when the package is installed
+            grade_notebook(nb, salt=int(salt), solutions_dir=secrets["solutions_dir"], hide=[course, clone],
                            per_call=self.per_call, memory=int(self.memory_gib * 2**30), log=self.log)
             return nb, resources
 
