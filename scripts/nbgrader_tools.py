@@ -14,7 +14,10 @@
     python scripts/nbgrader_tools.py source COURSE_DIR
         Copy the graded lessons (01-07) into an nbgrader course directory as
         COURSE_DIR/source/NN_topic/NN_topic.ipynb, with their Colab/Binder badges pointing
-        at the student copy (student/), so the released notebooks never link to solutions.
+        at the student copy (student/), so the released notebooks never link to solutions;
+        write new grading salts (COURSE_DIR/.course_grader.json, one per lesson) and the
+        lines in COURSE_DIR/nbgrader_config.py that make `nbgrader autograde` grade outside
+        the notebook (course_utils/exercises/autograde.py).
     python scripts/nbgrader_tools.py table
         Print the exercise table (Markdown) that INSTRUCTORS.md holds; ``table --write``
         replaces it between INSTRUCTORS.md's ``<!-- exercise-table -->`` markers.
@@ -299,54 +302,56 @@ def _stamped(nb: nbformat.NotebookNode, repo_path: str, *,
     return nb
 
 
-def add_hidden_tests(nb: nbformat.NotebookNode, manifest: str, salt: int | None = None,
-                     solutions_dir: str | None = None) -> int:
-    """Append to each autograded test cell the hidden test that grades again without trusting
-    the student's kernel (course_utils.exercises.autograde): a fresh, hash-checked import of
-    the checks, and, with ``salt`` and ``solutions_dir``, test cases the student's notebook
-    never saw, checked against the reference solutions run in a separate process. nbgrader
-    strips hidden tests from the release and puts them back at autograde. Returns the number
-    of cells changed."""
-    from course_utils.exercises.autograde import hidden_test
+CONFIG_BEGIN = "# --- course_utils: grade outside the notebook (scripts/nbgrader_tools.py source) ---"
+CONFIG_END = "# --- end of course_utils grading ---"
 
-    changed = 0
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
-            continue
-        call = _check_line(cell.source.split("### BEGIN HIDDEN TESTS")[0])
-        if call is None:
-            continue
-        visible = cell.source.split("### BEGIN HIDDEN TESTS")[0].rstrip()
-        cell.source = visible + "\n" + hidden_test(call["module"], call["check"], call["arg"], manifest,
-                                                   salt=salt, solutions_dir=solutions_dir)
-        changed += 1
-    return changed
+
+def grading_config_block() -> str:
+    """The lines ``nbgrader_config.py`` needs so that ``nbgrader autograde`` grades outside the
+    notebook (course_utils.exercises.autograde.configure); no salt or path of the clone in them."""
+    return (f"{CONFIG_BEGIN}\n"
+            "import pathlib as _pathlib\n"
+            "from course_utils.exercises.autograde import configure as _grade_outside\n"
+            "_grade_outside(c, _pathlib.Path(__file__).resolve().parent)\n"
+            f"{CONFIG_END}\n")
+
+
+def write_grading_config(course: Path) -> Path:
+    """Put :func:`grading_config_block` into ``course/nbgrader_config.py`` (made when missing;
+    an older block is replaced, the rest of the file kept). Returns the file."""
+    path = Path(course) / "nbgrader_config.py"
+    first = "c = get_config()  # noqa: F821 - nbgrader's config object\n"
+    text = path.read_text() if path.exists() else first
+    if CONFIG_BEGIN in text and CONFIG_END in text:
+        head, rest = text.split(CONFIG_BEGIN, 1)
+        text = head + rest.split(CONFIG_END, 1)[1].lstrip("\n")
+    if "get_config()" not in text:
+        text = first + text
+    path.write_text(text.rstrip("\n") + "\n\n" + grading_config_block())
+    return path
 
 
 def fill_course_source(course: Path) -> list[Path]:
     """Copy every graded lesson into ``course/source/<stem>/<name>`` for nbgrader, its badges and
     Colab install stamped for ``student/<name>`` at the student tree's tag ``<tag>-student`` (a
-    release made from it links to the student tree, never to the solutions), each test cell
-    with its hidden test (:func:`add_hidden_tests`, for the course_utils installed here, with
-    unseen cases drawn from a secret salt and graded against this clone's solutions/).
-    Returns the files written."""
-    import secrets
-
-    from course_utils.exercises.autograde import manifest
+    release made from it links to the student tree, never to the solutions). The test cells stay
+    as the lesson has them (feedback while learning); the points come from the outside grader:
+    this writes its secrets (a new salt per lesson, :func:`course_utils.exercises.autograde.write_secrets`)
+    to ``course/.course_grader.json`` and its configuration into ``course/nbgrader_config.py``.
+    Returns the notebooks written."""
+    from course_utils.exercises.autograde import write_secrets
 
     written = []
-    fingerprint = manifest()
-    salt = secrets.randbelow(2**31)  # one secret per course directory: the unseen cases' seeds
     for path in _lessons():
         nb = _read(path)
         if not any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells):
             continue  # lesson 00 has nothing to grade
-        add_hidden_tests(nb, fingerprint, salt=salt, solutions_dir=str(ROOT / "solutions"))
         target = course / "source" / path.stem / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(_stamped(nb, f"student/{path.name}", student_tree=True), target)
         written.append(target)
+    write_secrets(course, [p.stem for p in written], ROOT / "solutions")
+    write_grading_config(course)
     return written
 
 
@@ -465,6 +470,12 @@ def main(argv: list[str]) -> int:
                 return 2
             for written in fill_course_source(Path(args[0])):
                 print(f"wrote {written}")
+            print(f"wrote {Path(args[0]) / '.course_grader.json'} (new salts: run generate_assignment again)")
+            print(f"wrote the grading lines in {Path(args[0]) / 'nbgrader_config.py'}")
+            from course_utils.exercises import sandbox
+
+            if sandbox.isolation() != "bubblewrap":
+                print(sandbox.WARNING, file=sys.stderr)
         elif command == "table":
             if args == ["--write"]:
                 print("INSTRUCTORS.md updated" if write_table() else "INSTRUCTORS.md was current")

@@ -1,23 +1,27 @@
-"""Grading that cannot be had without the work (INSTRUCTORS.md, "What grading can and cannot stop").
+"""Grading that cannot be had without the work (INSTRUCTORS.md, "Grading outside the notebook").
 
 The package ships no reference solution as code (the checks compare with stored outputs),
-the call watch sees a forbidden call in any thread and notices being switched off, and the
-hidden autograde test trusts only a freshly imported, hash-checked package.
+the call watch sees a forbidden call in any thread and notices being switched off (feedback
+while learning), and at autograde the answer's code, taken by its syntax tree, runs in an
+isolated process whose plain outputs the grader compares with the exercise's own check.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import solutions
-from course_utils.exercises import all_exercises, autograde, lesson03, lesson07
+from course_utils.exercises import all_exercises, autograde, lesson03, lesson07, outputs_close, sandbox
 from course_utils.exercises.core import Feedback
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,52 +188,6 @@ def test_no_answer_makes_a_check_raise(name):
         assert isinstance(fb, Feedback) and not fb.passed, (name, fb)
 
 
-# -- autograde: a fresh, hash-checked package --------------------------------------------
-def test_grade_refuses_a_package_that_differs_from_the_manifest():
-    with pytest.raises(AssertionError, match="differ from the ones this assignment was made with"):
-        autograde.grade("lesson03", "check_score_macs", lambda *a: 0, "0" * 64, history=[])
-
-
-def test_grade_passes_the_right_answer_and_fails_a_wrong_one(capsys):
-    reference = lesson03.SCORE_MACS.reference
-    manifest = autograde.manifest()
-
-    def answer(seq_len, d_model, num_heads):
-        return num_heads * seq_len * seq_len * (d_model // num_heads)
-
-    assert lesson03.check_score_macs(answer).passed, "the test's own answer must be right"
-    autograde.grade("lesson03", "check_score_macs", answer, manifest, history=[])
-    with pytest.raises(AssertionError, match="not attempted"):
-        def stub(*args):
-            raise NotImplementedError
-        autograde.grade("lesson03", "check_score_macs", stub, manifest, history=[])
-    assert reference is lesson03.SCORE_MACS.reference
-
-
-@pytest.mark.parametrize("cheat", [
-    "lesson02.check_softmax_rows = lambda fn: Feedback('x', 'correct', 'ok')",
-    "Feedback.assert_passed = lambda self: print(self)",
-    "setattr(lesson06, 'check_mean_ablation', lambda fn: None)",
-    "import sys; sys.setprofile(None)",
-    "from course_utils.exercises import answers; answers.stored('lesson02', 'SOFTMAX_ROWS')",
-    "table = torch.load(path, weights_only=True)",
-    "f.__code__ = g.__code__",
-])
-def test_grade_refuses_a_kernel_whose_history_shows_tampering(cheat):
-    with pytest.raises(AssertionError, match="interfere with grading"):
-        autograde.grade("lesson03", "check_score_macs", lambda *a: 0, autograde.manifest(),
-                        history=["import torch", cheat, "# the test cell"])
-
-
-def test_honest_lesson_code_is_not_taken_for_tampering():
-    import json
-
-    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        cells = json.loads(path.read_text())["cells"]
-        sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-        assert autograde.tampering_in(sources) == [], path.name
-
-
 # -- found by the bad-input review (issue 29) ----------------------------------------------
 def test_an_object_whose_eq_says_yes_is_not_a_right_answer():
     from course_utils.exercises import lesson06
@@ -301,37 +259,6 @@ def test_an_answer_far_too_large_is_refused_by_its_shape_first():
     assert not fb.passed and "shape" in fb.message
 
 
-def test_autograde_watches_the_students_earlier_copy_of_the_package(monkeypatch):
-    """The hidden test imports course_utils afresh; a pool thread made earlier still calls the
-    first copy's twin, which the fresh check watches too (through ``kept``)."""
-    import importlib
-    import sys as _sys
-
-    from course_utils.exercises import lesson03
-
-    old = {k: v for k, v in _sys.modules.items() if k == "course_utils" or k.startswith("course_utils.")}
-    old_macs = old["course_utils.attention.shapes"].mha_macs
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(lambda: None).result()
-
-        def answer(seq_len, d_model, num_heads):  # the first copy's library function, in the pool
-            return pool.submit(old_macs, 1, seq_len, d_model, num_heads).result().scores
-
-        for name in old:
-            monkeypatch.delitem(_sys.modules, name)
-        try:
-            importlib.import_module("course_utils.exercises.autograde")
-            fresh = _sys.modules["course_utils.exercises.autograde"]
-            fresh.grade("lesson03", "check_score_macs", answer, fresh.manifest(), history=[])  # unseen
-            with pytest.raises(AssertionError, match="you called the reference"):
-                fresh.grade("lesson03", "check_score_macs", answer, fresh.manifest(), history=[], kept=old)
-        finally:
-            for name in [k for k in _sys.modules if k == "course_utils" or k.startswith("course_utils.")]:
-                del _sys.modules[name]
-            _sys.modules.update(old)
-    assert lesson03.check_score_macs is _sys.modules["course_utils.exercises.lesson03"].check_score_macs
-
-
 # -- unseen cases at autograde ------------------------------------------------------------
 def test_unseen_cases_differ_from_the_shipped_ones_for_nearly_every_exercise():
     from course_utils.exercises import answers
@@ -348,26 +275,234 @@ def test_unseen_cases_differ_from_the_shipped_ones_for_nearly_every_exercise():
     assert same == ["lesson04.MASKS_FOR_TORCH", "lesson06.GATE_IMPORTANCE", "lesson06.NARROW_HEAD"]
 
 
-def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases(capsys):
-    """A disguised lookup passes every check the student can run, and fails at autograde."""
+def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases():
+    """A lookup table pasted into the answer passes every check the student can run, and fails
+    at autograde, where the answer runs apart on unseen cases."""
     from course_utils.exercises import answers
 
-    store = getattr(torch, "lo" + "ad")(answers.ANSWERS_DIR / "lesson03.pt", weights_only=True)
+    store = torch.load(answers.ANSWERS_DIR / "lesson03.pt", weights_only=True)
     cases = lesson03.SCORE_MACS.make_cases()
     table = {c.args: answers.decode(o) for c, o in zip(cases, store["exercises"]["SCORE_MACS"]["expected"],
                                                        strict=True)}
-
-    def looked_up(seq_len, d_model, num_heads):
-        return table.get((seq_len, d_model, num_heads), 0)
-
-    def honest(seq_len, d_model, num_heads):
-        return num_heads * seq_len * seq_len * (d_model // num_heads)
-
-    assert lesson03.check_score_macs(looked_up).passed  # what the student sees while practising
+    looked_up = (f"def score_macs(seq_len, d_model, num_heads):\n"
+                 f"    return {table!r}.get((seq_len, d_model, num_heads), 0)\n")
+    honest = ("def score_macs(seq_len, d_model, num_heads):\n"
+              "    return num_heads * seq_len * seq_len * (d_model // num_heads)\n")
+    namespace: dict = {}
+    exec(looked_up, namespace)
+    assert lesson03.check_score_macs(namespace["score_macs"]).passed  # what the student sees
     solutions_dir = str(ROOT / "solutions")
-    autograde.grade("lesson03", "check_score_macs", honest, autograde.manifest(), history=[], salt=77,
-                    solutions_dir=solutions_dir)
-    assert "also correct on 5 unseen test case(s)" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match="test cases your notebook has not seen"):
-        autograde.grade("lesson03", "check_score_macs", looked_up, autograde.manifest(), history=[],
-                        salt=77, solutions_dir=solutions_dir)
+    right = autograde.grade_answer("lesson03", "check_score_macs", honest, "score_macs", salt=77,
+                                   solutions_dir=solutions_dir)
+    assert right.passed and "5 of them unseen" in right.message, right
+    wrong = autograde.grade_answer("lesson03", "check_score_macs", looked_up, "score_macs", salt=77,
+                                   solutions_dir=solutions_dir)
+    assert not wrong.passed and "not seen" in wrong.message, wrong
+
+
+# -- the outside grader (issue 34): the answer's code, taken by its syntax tree -----------------
+def test_answer_source_keeps_the_function_what_it_calls_and_its_imports_only():
+    cells = ["import torch\nimport numpy as np\nimport pandas as pd\nprint('hello')\nSCALE = 2",
+             "def _helper(x):\n    return torch.relu(x) * np.float64(1)\n\ndef unrelated():\n    return pd",
+             "%timeit 1\nopen('x', 'w').write('a top-level statement')\n"
+             "def answer(x):\n    return _helper(x)\n\nanswer(torch.zeros(1))"]
+    code = sandbox.answer_source(cells, "answer", answer_cell=2)
+    tree = ast.parse(code)
+    assert [type(n).__name__ for n in tree.body] == ["Import", "Import", "FunctionDef", "FunctionDef"]
+    assert "print" not in code and "open(" not in code and "SCALE" not in code and "pandas" not in code
+    assert "unrelated" not in code and "answer(torch.zeros(1))" not in code
+    with pytest.raises(sandbox.AnswerProblem, match="no function `missing`"):
+        sandbox.answer_source(cells, "missing")
+    with pytest.raises(sandbox.AnswerProblem, match="SyntaxError"):
+        sandbox.answer_source(["def answer(:"], "answer", answer_cell=0)
+
+
+def test_the_release_stub_is_known_without_running_it():
+    assert sandbox.is_stub("def f(x):\n    raise NotImplementedError()\n", "f")
+    assert sandbox.is_stub('def f(x):\n    """doc"""\n    raise NotImplementedError("your code here")\n', "f")
+    assert not sandbox.is_stub("def f(x):\n    print(1)\n    raise NotImplementedError()\n", "f")
+    assert not sandbox.is_stub("@cache\ndef f(x):\n    raise NotImplementedError()\n", "f")
+    assert not sandbox.is_stub("def f(x):\n    raise NotImplementedError('later')\n", "f")
+
+
+_TWINS_AND_LOOKUPS = [  # the twins and lookups of the instructor trial (issue 34): check, import, body
+    ("lesson02.check_softmax_rows", "import torch", "torch.special.softmax(torch.tensor(a[0]), -1).numpy()"),
+    ("lesson02.check_softmax_rows", "import torch", "getattr(torch, 'soft' + 'max')(a[0], -1)"),
+    ("lesson02.check_softmax_rows", "from course_utils.worked_example import _softmax_rows",
+     "_softmax_rows(a[0])"),
+    ("lesson02.check_attention_weights", "import torch",
+     "torch.ops.aten._scaled_dot_product_attention_math(a[0], a[1], a[1])[1]"),
+    ("lesson02.check_causal_attention_weights", "from course_utils import causal_mask", "causal_mask(3)"),
+    ("lesson04.check_head_weights", "from course_utils.attention.naive_mha import naive_from_batched",
+     "naive_from_batched(a[0])"),
+    ("lesson04.check_mha_forward", "import torch", "torch._native_multi_head_attention(*a)"),
+    ("lesson07.check_decode_step", "from course_utils import grouped_query_attention",
+     "grouped_query_attention(*a)"),
+    ("lesson03.check_score_macs", "import sys", "sys._getframe(1).f_locals['expected'][0]"),
+    ("lesson03.check_score_macs", "from solutions.lesson03 import REFERENCES",
+     "REFERENCES['SCORE_MACS'](*a)"),
+    ("lesson03.check_score_macs", "import os", "0 if os.environ.get('NBGRADER_EXECUTION') else 1"),
+]
+
+
+@pytest.mark.parametrize(("check", "code"),
+                         [(c, f"{i}\ndef f(*a):\n    return {b}\n") for c, i, b in _TWINS_AND_LOOKUPS])
+def test_code_no_answer_needs_is_named_without_running_it(check, code):
+    assert sandbox.rules_broken(code, check), code
+    lesson, name = check.split(".")
+    feedback = autograde.grade_answer(lesson, name, code, "f", salt=None, solutions_dir=None)
+    assert not feedback.passed and feedback.mistake == "called_reference", feedback
+
+
+def test_the_lessons_own_answers_break_no_rule_and_pass_outside_the_notebook():
+    """Every solution cell of every lesson, taken as autograde takes it, is accepted by the rules
+    (the grading of all of them runs in the slow course test)."""
+    import nbformat
+
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        code_cells = [c for c in nb.cells if c.cell_type == "code"]
+        for i, cell in enumerate(code_cells):
+            call = autograde._check_call(cell.source)
+            if call is None or i == 0:
+                continue
+            code = sandbox.answer_source([c.source for c in code_cells[:i]], call["arg"], i - 1)
+            assert sandbox.rules_broken(code, f"{call['module']}.{call['check']}") == [], (path.name, code)
+
+
+# -- what comes back from the answer's process ----------------------------------------------------
+class _Agreeable(torch.Tensor):
+    def allclose(self, *args, **kwargs):
+        return True
+
+
+@pytest.mark.parametrize("value", [
+    torch.zeros(2).as_subclass(_Agreeable), torch.zeros(2, dtype=torch.complex64), 1 + 5j,
+    np.zeros(2, dtype=complex), np.array([object()]), type("Int", (int,), {})(3), torch.zeros(2).to_sparse(),
+    np.zeros(2).view(np.recarray), (torch.zeros(1), lambda: 1), {1: 2}, np.complex128(1),
+])
+def test_only_plain_outputs_of_a_real_dtype_are_accepted(value):
+    with pytest.raises(sandbox.Refused):
+        sandbox.to_plain(value)
+
+
+def test_plain_outputs_come_back_as_they_were_and_forged_ones_are_refused():
+    value = (torch.arange(3.0), np.arange(2, dtype=np.int32), np.float32(1.5), [1, 2.5, "x", None, True],
+             {"a": torch.ones(1, dtype=torch.bool)})
+    back = sandbox.accept(sandbox.to_plain(value))
+    assert outputs_close(back, value) and type(back[2]) is np.float32 and back[1].dtype == np.int32
+    for forged in ({"__tensor__": torch.zeros(1, dtype=torch.complex64)},
+                   {"__ndarray__": torch.zeros(1), "dtype": "c16"},
+                   {"__tensor__": torch.zeros(1), "extra": 1}, {"__npscalar__": "1", "dtype": "f8"}):
+        with pytest.raises(sandbox.Refused):
+            sandbox.accept(forged)
+
+
+# -- the answer's process: isolated, limited, ended -----------------------------------------------
+def _run(code: str, *, per_call: int = 30, memory: int = 4 * 2**30, hide=()) -> list:
+    run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
+                             [lesson03.SCORE_MACS.make_cases()[:1]],
+                             per_call=per_call, memory=memory, hide=hide)
+    assert run.lost is None and run.defined is None, run
+    return run.outcomes[0]
+
+
+def test_the_answer_process_has_time_and_memory_limits():
+    slow = _run("def score_macs(*a):\n    while True:\n        pass\n", per_call=2)
+    assert slow[0].kind == "raised" and slow[0].error[0] == "TimeoutError", slow
+    greedy = _run("def score_macs(*a):\n    return len(bytearray(8 * 2**30))\n", memory=3 * 2**30)
+    assert greedy[0].kind == "raised" and greedy[0].error[0] == "MemoryError", greedy
+
+
+def test_a_process_the_answer_leaves_behind_is_ended():
+    import time
+
+    _run("import subprocess\ndef score_macs(*a):\n    subprocess.Popen(['sleep', '613'])\n    return 0\n")
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "sleep 613"], capture_output=True, text=True).stdout.split()
+    assert left == [], left
+
+
+def test_without_bubblewrap_the_answer_still_runs_apart_and_the_grader_says_so():
+    code = "import os\ndef score_macs(*a):\n    return os.getpid()\n"
+    run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
+                             [lesson03.SCORE_MACS.make_cases()[:1]], sandbox=False)
+    assert run.isolation == "subprocess only" and run.outcomes[0][0].value != __import__("os").getpid()
+    assert "bubblewrap" in sandbox.WARNING and "INSTRUCTORS.md" in sandbox.WARNING
+
+
+@pytest.mark.skipif(sandbox.isolation() != "bubblewrap", reason="bubblewrap cannot make a sandbox here")
+def test_the_answer_process_sees_neither_the_course_nor_the_clone(tmp_path):
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    (course / "gradebook.db").write_text("grades")
+    probe = ("from pathlib import Path\n"
+             "def score_macs(*a):\n"
+             "    seen = []\n"
+             f"    for path in ({str(course / 'gradebook.db')!r},\n"
+             f"                 {str(ROOT / 'solutions' / 'lesson03.py')!r},\n"
+             f"                 {str(ROOT / 'notebooks')!r}):\n"
+             "        seen.append(Path(path).exists())\n"
+             "    for path in (" + repr(str(ROOT / "course_utils" / "exercises" / "core.py")) + ", "
+             + repr(str(course / "planted.txt")) + "):\n"
+             "        try:\n"
+             "            open(path, 'a').close()\n"
+             "            seen.append(True)\n"
+             "        except OSError:\n"
+             "            seen.append(False)\n"
+             "    return tuple(seen)\n")
+    outcome = _run(probe, hide=[course])[0]
+    assert outcome.kind == "value" and outcome.value == (False,) * 5, outcome
+    assert not (course / "planted.txt").exists()
+
+
+# -- the grader's verdict: the exercise's own check, replayed ------------------------------------
+def _recorded(fn, cases) -> sandbox.Run:
+    """What the answer's process would record for ``fn`` (run here: the course's own slips)."""
+    from course_utils.exercises.core import _is_stub
+
+    outcomes = []
+    for case in cases:
+        args, kwargs = case.fresh()
+        try:
+            value = sandbox.to_plain(fn(*args, **kwargs))
+            after = [sandbox.to_plain(a) if type(a) in (torch.Tensor, np.ndarray) else None
+                     for a in (*args, *kwargs.values())]
+            outcomes.append(sandbox._outcome({"kind": "value", "value": value, "after": after}))
+        except sandbox.Refused as exc:
+            outcomes.append(sandbox.Outcome("refused", error=("Refused", str(exc))))
+        except BaseException as exc:  # noqa: BLE001
+            stub = isinstance(exc, NotImplementedError) and _is_stub(fn, exc)
+            outcomes.append(sandbox.Outcome("raised", error=(type(exc).__name__, str(exc)), stub=stub))
+    return sandbox.Run([outcomes])
+
+
+@pytest.mark.parametrize("name", sorted(all_exercises()))
+def test_the_grader_gives_the_notebooks_verdict_on_the_reference_and_each_slip(name):
+    """Replaying recorded outputs through the exercise's check gives the status and the named
+    mistake the check gives in the notebook: slips keep their names, scores stay as they were.
+    (A slip that raises is named in the notebook by running it again under a record of its
+    tensor operations; outside, it is reported as the error it raised, for no points either.)"""
+    exercise = all_exercises()[name]
+    lesson, exercise_name = name.split(".")
+    module = __import__(f"course_utils.exercises.{lesson}", fromlist=["_"])
+    check = next(k for k, v in vars(module).items() if k.startswith("check_") and callable(v)
+                 and autograde.exercise_of(lesson, k) is exercise)
+    cases = autograde.cases_of(exercise)
+    for fn in (exercise.reference, *(m.implementation for m in exercise.mistakes if m.implementation)):
+        in_the_notebook = exercise.check_trusted(fn)
+        run = _recorded(fn, cases)
+        outside = autograde.feedback_from(lesson, check, "answer", run, cases)
+        assert outside.passed == in_the_notebook.passed, (name, outside, in_the_notebook)
+        raised = any(o.kind == "raised" for o in run.outcomes[0])
+        if not (raised and outside.status == "error"):
+            assert (outside.status, outside.mistake) == (in_the_notebook.status, in_the_notebook.mistake), (
+                name, getattr(fn, "__name__", fn), outside, in_the_notebook)
+
+
+def test_secrets_are_new_for_each_release_and_the_instructors_only(tmp_path):
+    first = json.loads(autograde.write_secrets(tmp_path, ["02_a", "07_b"], ROOT / "solutions").read_text())
+    second = json.loads(autograde.write_secrets(tmp_path, ["02_a", "07_b"], ROOT / "solutions").read_text())
+    assert first["salts"]["02_a"] != first["salts"]["07_b"] and first["salts"] != second["salts"]
+    assert (tmp_path / autograde.SECRETS_NAME).stat().st_mode & 0o077 == 0
+    assert second["manifest"] == autograde.manifest()

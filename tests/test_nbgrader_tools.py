@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import csv
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -106,9 +107,20 @@ def test_course_source_links_to_the_student_copies(tmp_path):
         stamped = lambda c: "colab-setup" in c.metadata.get("tags", [])  # noqa: E731 - set-up cell
         visible = [c.source.split("\n### BEGIN HIDDEN TESTS")[0] for c in nb.cells[1:] if not stamped(c)]
         assert visible == [c.source for c in original.cells[1:] if not stamped(c)]
-        tests = [c for c in nb.cells if _is_test_cell(c)]  # each autograded check regrades hidden
-        assert tests and all("### BEGIN HIDDEN TESTS" in c.source and "_autograde.grade(" in c.source
-                             and c.source.rstrip().endswith("### END HIDDEN TESTS") for c in tests)
+        assert "HIDDEN TESTS" not in nbformat.writes(nb)  # the points come from the outside grader
+    secrets = json.loads((tmp_path / ".course_grader.json").read_text())
+    assert sorted(secrets["salts"]) == sorted(p.stem for p in written)
+    assert len(set(secrets["salts"].values())) == len(written)  # one salt per lesson
+    assert (tmp_path / ".course_grader.json").stat().st_mode & 0o077 == 0  # the instructor's only
+    for path in written:
+        text = path.read_text()
+        assert all(str(salt) not in text for salt in secrets["salts"].values())
+        assert str(ROOT / "solutions") not in text
+    config = (tmp_path / "nbgrader_config.py").read_text()
+    assert config.count(tools.CONFIG_BEGIN) == 1 and "configure as _grade_outside" in config
+    again = json.loads((tools.fill_course_source(tmp_path) and tmp_path / ".course_grader.json").read_text())
+    assert again["salts"] != secrets["salts"]  # a new release, new salts
+    assert (tmp_path / "nbgrader_config.py").read_text().count(tools.CONFIG_BEGIN) == 1
 
 
 def test_instructors_exercise_table_is_current():
@@ -222,6 +234,23 @@ def test_blank_student_notebook_runs_to_the_end(path, monkeypatch):
     assert not not_run, f"code cells not run: {not_run}"
 
 
+# -- the outside grader on the real lessons ------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in LESSONS if not p.name.startswith("00_")], ids=lambda p: p.name)
+def test_each_lesson_scores_in_full_outside_the_notebook_and_its_release_scores_zero(path):
+    """Every answer of the solution notebook, taken and run as autograde takes and runs it,
+    is right on its own and on unseen cases; every answer of the student copy is not attempted."""
+    from course_utils.exercises import autograde
+
+    solutions_dir = str(ROOT / "solutions")
+    solved = autograde.grade_notebook(tools._read(path), salt=20261128, solutions_dir=solutions_dir)
+    assert solved and all(f.passed for f in solved.values()), {k: str(f) for k, f in solved.items()}
+    blank = autograde.grade_notebook(tools._read(ROOT / "student" / path.name), salt=20261128,
+                                     solutions_dir=solutions_dir)
+    assert sorted(blank) == sorted(solved)
+    assert all(f.status == "not attempted" for f in blank.values()), {k: str(f) for k, f in blank.items()}
+
+
 # -- a scripted nbgrader course directory ---------------------------------------------------
 TINY = [
     ("markdown", "# A tiny lesson\n\nTwo checked exercises and one answer graded by hand."),
@@ -252,7 +281,12 @@ TINY = [
 ]
 
 
-# Ways to get points without the work, as the instructor trial scripted them; each gets 0.
+# Ways to get points without the work, as instructor trials scripted them (issues 29 and 34);
+# every one of them hands in blank or broken work and must score 0. "before" is a cell put
+# before the first answer (it runs only in the student's own kernel, never at autograde);
+# "answers" replace the two answer cells; COURSE and CLONE stand for the real folders.
+_BLANK = ("def parameter_count(d_model, num_heads, bias=True):\n    raise NotImplementedError()\n",
+          "def merge_heads(heads):\n    raise NotImplementedError()\n")
 _WITH_TWINS = (
     "def parameter_count(d_model, num_heads, bias=True):\n"
     "    import sys\n"
@@ -268,58 +302,198 @@ _WITH_TWINS = (
     "    t.start(); t.join()\n"
     "    return box[0]\n",
 )
-CHEATS = {
-    "dave_twins_in_threads": {"answers": _WITH_TWINS},
-    "erin_replaces_the_checks": {"before": (
-        "from course_utils.exercises.core import Feedback\n"
-        "lesson03.check_parameter_count = lambda fn: Feedback('x', 'correct', 'ok')\n"
-        "lesson03.check_merge_heads = lambda fn: Feedback('x', 'correct', 'ok')\n")},
-    "frank_patches_assert_passed": {"before": (
-        "import os\n"
-        "from course_utils.exercises.core import Feedback\n"
-        "Feedback.assert_passed = lambda self: print(self)\n"
-        "os.environ.pop('NBGRADER_EXECUTION', None)\n")},
-    "grace_reads_the_stored_answers": {"before": (
-        "import torch\n"
-        "from course_utils.exercises import answers as _a\n"
-        "_table = {}\n"
-        "for _name, _ex in (('PARAMETER_COUNT', lesson03.PARAMETER_COUNT),\n"
-        "                   ('MERGE_HEADS', lesson03.MERGE_HEADS)):\n"
-        "    _entry = _a.stored('lesson03', _name)\n"
-        "    for _case, _out in zip(_ex.make_cases(), _entry['expected']):\n"
-        "        _table[(_name, repr(_case.args))] = _a.decode(_out)\n"),
-        "answers": (
-        "def parameter_count(d_model, num_heads, bias=True):\n"
-        "    return _table[('PARAMETER_COUNT', repr((d_model, num_heads, bias)))]\n",
-        "def merge_heads(heads):\n"
-        "    return next(v for (n, a), v in _table.items()\n"
-        "                if n == 'MERGE_HEADS' and v.numel() == heads.numel())\n")},
-    "heidi_edits_and_deletes_test_cells": {"edit_tests": True},
-    # the lookup again, disguised so that no line names the store: passes every practice check
-    "ivan_disguised_lookup": {"before": (
-        "import importlib\n"
-        "_m = importlib.import_module('course_utils.exercises.' + 'an' + 'swers')\n"
-        "_raw = getattr(torch, 'lo' + 'ad')(_m.ANSWERS_DIR / ('less' + 'on03.pt'), weights_only=True)\n"
-        "_t = {}\n"
-        "for _n in ('PARAMETER_COUNT', 'MERGE_HEADS'):\n"
-        "    for _c, _o in zip(getattr(lesson03, _n).make_cases(), _raw['exercises'][_n]['expected']):\n"
-        "        _t[(_n, repr(_c.args) + repr(_c.kwargs))] = getattr(_m, 'de' + 'code')(_o)\n"),
-        "answers": (
-        "def parameter_count(d_model, num_heads, bias=True):\n"
-        "    return _t.get(('PARAMETER_COUNT', repr((d_model, num_heads)) + repr({'bias': bias})), 0)\n",
-        "def merge_heads(heads):\n"
-        "    return next((v for (n, a), v in _t.items()\n"
-        "                 if n == 'MERGE_HEADS' and v.numel() == heads.numel()), heads)\n")},
-}
+# the right formulas, reached only when a file the answer must not see could be read
+_IF_IT_CAN_READ = (
+    "def parameter_count(d_model, num_heads, bias=True):\n"
+    "    open(SECRET).read()\n"
+    "    return 4 * d_model * d_model + (4 * d_model if bias else 0)\n",
+    "def merge_heads(heads):\n"
+    "    open(SECRET).read()\n"
+    "    B, h, T, dk = heads.shape\n"
+    "    return heads.transpose(1, 2).reshape(B, T, h * dk)\n",
+)
 
 
-def _cheating(student: nbformat.NotebookNode, how: dict) -> nbformat.NotebookNode:
+def _writes(target: str, data: str) -> tuple[str, str]:
+    """Blank answers that first try to write ``data`` to ``target`` (no flagged name in them)."""
+    body = (f"    try:\n        with open({target!r}, 'w') as f:\n            f.write({data!r})\n"
+            "    except OSError:\n        pass\n    raise NotImplementedError()\n")
+    return ("def parameter_count(d_model, num_heads, bias=True):\n" + body,
+            "def merge_heads(heads):\n" + body)
+
+
+def _cheats(course: Path) -> dict[str, dict]:
+    gradebook = str(course / "gradebook.db")
+    solution_cell = ("def parameter_count(d_model, num_heads, bias=True):\n"
+                     "    return 4 * d_model * d_model + (4 * d_model if bias else 0)\n")
+    pyc = ROOT / "course_utils" / "exercises" / "__pycache__" / f"core.{sys.implementation.cache_tag}.pyc"
+    next_student = course / "submitted" / "zoe_blank_after_planter" / "tiny" / "tiny.ipynb"
+    planted = (_writes(str(pyc), "a bytecode file that passes every check")[0],  # the manifest skips these
+               _writes(str(next_student), "{}")[1])
+    return {
+        "dave_twins_in_threads": {"answers": _WITH_TWINS},
+        "erin_replaces_the_checks": {"before": (
+            "from course_utils.exercises.core import Feedback\n"
+            "lesson03.check_parameter_count = lambda fn: Feedback('x', 'correct', 'ok')\n"
+            "lesson03.check_merge_heads = lambda fn: Feedback('x', 'correct', 'ok')\n")},
+        "frank_patches_assert_passed": {"before": (
+            "import os\n"
+            "from course_utils.exercises.core import Feedback\n"
+            "Feedback.assert_passed = lambda self: print(self)\n"
+            "os.environ.pop('NBGRADER_EXECUTION', None)\n")},
+        "grace_reads_the_stored_answers": {"before": (
+            "import torch\n"
+            "from course_utils.exercises import answers as _a\n"
+            "_table = {}\n"
+            "for _name, _ex in (('PARAMETER_COUNT', lesson03.PARAMETER_COUNT),\n"
+            "                   ('MERGE_HEADS', lesson03.MERGE_HEADS)):\n"
+            "    _entry = _a.stored('lesson03', _name)\n"
+            "    for _case, _out in zip(_ex.make_cases(), _entry['expected']):\n"
+            "        _table[(_name, repr(_case.args))] = _a.decode(_out)\n"),
+            "answers": (
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    return _table[('PARAMETER_COUNT', repr((d_model, num_heads, bias)))]\n",
+            "def merge_heads(heads):\n"
+            "    return next(v for (n, a), v in _table.items()\n"
+            "                if n == 'MERGE_HEADS' and v.numel() == heads.numel())\n")},
+        "heidi_edits_and_deletes_test_cells": {"edit_tests": True},
+        "ivan_disguised_lookup": {"answers": (  # the store read inside the answer, by plain names
+            "import torch\n"
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    import course_utils\n"
+            "    return 0\n",
+            "import torch\n"
+            "from pathlib import Path\n"
+            "def merge_heads(heads):\n"
+            "    raw = torch.load(STORE, weights_only=True)\n"
+            "    outs = [v['__tensor__'] for v in raw['exercises']['MERGE_HEADS']['expected']]\n"
+            "    return next((o for o in outs if o.numel() == heads.numel()), heads)\n")},
+        # issue 34's list: the notebook's own test cells carry no grade
+        "jack_input_transformer": {"before": (
+            "get_ipython().input_transformers_post.append(\n"
+            "    lambda lines: ['pass\\n'] if 'assert_passed' in ''.join(lines) else lines)\n")},
+        "kate_ast_transformer": {"before": (
+            "import ast\n"
+            "class _Empty(ast.NodeTransformer):\n"
+            "    def visit_Module(self, node):\n"
+            "        if 'assert_passed' in ast.unparse(node):\n"
+            "            node.body = [ast.Pass()]\n"
+            "        return node\n"
+            "get_ipython().ast_transformers.append(_Empty())\n")},
+        "liam_custom_exc": {"before": (
+            "import sys\n"
+            "def _swallow(shell, etype, value, tb, tb_offset=None):\n"
+            "    frame = sys._getframe()\n"
+            "    while frame is not None:\n"
+            "        result = frame.f_locals.get('result')\n"
+            "        if result is not None and hasattr(result, 'error_in_exec'):\n"
+            "            result.error_in_exec = None\n"
+            "        frame = frame.f_back\n"
+            "get_ipython().set_custom_exc((AssertionError,), _swallow)\n")},
+        "mia_displayhook_points": {"before": (
+            "import sys\n"
+            "from course_utils.exercises.core import Feedback\n"
+            "Feedback.assert_passed = lambda self: sys.displayhook(3)\n"),
+            "answers": (
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    import sys\n"
+            "    sys.displayhook(2)\n"
+            "    raise NotImplementedError()\n", _BLANK[1])},
+        "noah_writes_the_gradebook": {"before": (
+            "import sqlite3\n"
+            f"_db = sqlite3.connect({gradebook!r})\n"
+            "_db.execute('update grade set auto_score = 0')\n"
+            "_db.commit()\n"),
+            "answers": _writes(gradebook, "not a database any more")},
+        "olga_edits_core": {"answers": _writes(str(ROOT / "course_utils" / "exercises" / "core.py"),
+                                               "raise SystemExit('edited')\n")},
+        "oscar_patches_the_checks_in_memory": {"before": (
+            "import sys\n"
+            "from course_utils.exercises import core\n"
+            "vars(core)['outputs_close'] = lambda *a, **k: True\n"
+            "sys.addaudithook(lambda event, args: None)\n"
+            "class _Finder:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, _Finder())\n")},
+        "paul_frame_walk": {"answers": (
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    try:\n"
+            "        raise ValueError\n"
+            "    except ValueError as e:\n"
+            "        frame = e.__traceback__.tb_frame\n"
+            "    while frame is not None:\n"
+            "        for value in frame.f_locals.values():\n"
+            "            if isinstance(value, list) and value and isinstance(value[0], int):\n"
+            "                return value[0]\n"
+            "        frame = frame.f_back\n"
+            "    raise NotImplementedError()\n", _BLANK[1])},
+        "quinn_reads_the_source_notebook": {"answers": tuple(
+            a.replace("SECRET", repr(str(course / "source" / "tiny" / "tiny.ipynb")))
+            for a in _IF_IT_CAN_READ)},
+        "rita_reads_the_solutions": {"answers": tuple(
+            a.replace("SECRET", repr(str(ROOT / "solutions" / "lesson03.py"))) for a in _IF_IT_CAN_READ)},
+        "rob_imports_the_references": {"answers": (
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    from solutions.lesson03 import REFERENCES\n"
+            "    return REFERENCES['PARAMETER_COUNT'](d_model, num_heads, bias)\n", _BLANK[1])},
+        "sara_reads_the_secrets": {"answers": tuple(
+            a.replace("SECRET", repr(str(course / ".course_grader.json"))) for a in _IF_IT_CAN_READ)},
+        "tom_subclass_and_complex": {"answers": (
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    return complex(4 * d_model * d_model + (4 * d_model if bias else 0), 5)\n",
+            "import torch\n"
+            "class Agreeable(torch.Tensor):\n"
+            "    def allclose(self, *args, **kwargs):\n"
+            "        return True\n"
+            "    def numpy(self, *args, **kwargs):\n"
+            "        return torch.Tensor.numpy(self)\n"
+            "def merge_heads(heads):\n"
+            "    B, h, T, dk = heads.shape\n"
+            "    return torch.zeros(B, T, h * dk).as_subclass(Agreeable)\n")},
+        "uma_honest_only_outside_grading": {"answers": (
+            "import os\n"
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    if os.environ.get('NBGRADER_EXECUTION'):\n"
+            "        return 4 * d_model * d_model + (4 * d_model if bias else 0)\n"
+            "    raise NotImplementedError()\n", _BLANK[1])},
+        "vic_defaults_run_at_definition": {"answers": (  # new: code in a default argument
+            "import torch\n"
+            "def parameter_count(d_model, num_heads, bias=True, _t=torch.load(STORE, weights_only=True)):\n"
+            "    for case, out in zip(_t['exercises']['PARAMETER_COUNT'].get('cases', []), []):\n"
+            "        pass\n"
+            "    return 0\n", _BLANK[1])},
+        "wes_lingers_and_floods": {"answers": (  # new: a process left behind, and a memory flood
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    import time\n"
+            "    from concurrent.futures import ProcessPoolExecutor\n"
+            "    ProcessPoolExecutor(1).submit(time.sleep, 600)\n"
+            "    raise NotImplementedError()\n",
+            "def merge_heads(heads):\n"
+            "    hoard = []\n"
+            "    while True:\n"
+            "        hoard.append(bytearray(2**28))\n")},
+        "xena_the_solution_cell_elsewhere": {"answers": (  # the right code, but in no answer cell
+            "def parameter_count(d_model, num_heads, bias=True):\n    raise NotImplementedError()\n"
+            "exec(" + repr(solution_cell) + ")\n", _BLANK[1])},
+        # the planter writes into the next student's submission, the package and the gradebook;
+        # zoe, graded after, hands in the blank release
+        "yuri_planter": {"answers": planted},
+    }
+
+
+# what only the sandbox stops (a plain subprocess lets them read or write the folders)
+SANDBOX_ONLY = {"noah_writes_the_gradebook", "olga_edits_core", "quinn_reads_the_source_notebook",
+                "rita_reads_the_solutions", "sara_reads_the_secrets", "yuri_planter"}
+
+
+def _cheating(student: nbformat.NotebookNode, how: dict, store: str) -> nbformat.NotebookNode:
     nb = nbformat.from_dict(__import__("copy").deepcopy(student))
     answers = {"lesson03_parameter_count": 0, "lesson03_merge_heads": 1}
     for cell in nb.cells:
         grade_id = _grader(cell).get("grade_id")
         if grade_id in answers and "answers" in how:
-            cell.source = how["answers"][answers[grade_id]]
+            cell.source = how["answers"][answers[grade_id]].replace("STORE", repr(store))
     if "before" in how:
         first_answer = next(i for i, c in enumerate(nb.cells) if _grader(c).get("grade_id") in answers)
         nb.cells.insert(first_answer, nbformat.v4.new_code_cell(how["before"]))
@@ -338,14 +512,18 @@ def _tiny_notebook() -> nbformat.NotebookNode:
 
 
 def _api(course: Path):
-    """nbgrader's Python API on ``course`` (in-process: one import, no CLI start-ups)."""
+    """nbgrader's Python API on ``course`` (in-process: one import, no CLI start-ups), configured
+    by the nbgrader_config.py lines that ``nbgrader_tools.py source`` writes."""
     from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config
 
     config = Config()
+    config_file = tools.write_grading_config(course)
+    exec(compile(config_file.read_text(), str(config_file), "exec"),  # as nbgrader would load it
+         {"c": config, "get_config": lambda: config, "__file__": str(config_file)})
     config.CourseDirectory.root = str(course)
     config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
-    config.Execute.timeout = 120
+    config.GradeOutside.per_call = 20  # seconds; the tiny answers take milliseconds
     config.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back (INSTRUCTORS.md)
     return NbGraderAPI(config=config), config
 
@@ -354,11 +532,20 @@ def _ok(result: dict) -> None:
     assert result.get("success"), f"{result.get('error')}\n{result.get('log')}"
 
 
+def _test_outputs(course: Path, student: str) -> dict[str, str]:
+    """grade_id -> the text of each test cell's outputs in the autograded notebook."""
+    nb = tools._read(course / "autograded" / student / "tiny" / "tiny.ipynb")
+    return {_grader(c)["grade_id"]: "".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs)
+            for c in nb.cells if _is_test_cell(c)}
+
+
 @pytest.mark.slow
 def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkeypatch):
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
     from nbgrader.validator import Validator
+
+    from course_utils.exercises import autograde, sandbox
 
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -368,9 +555,7 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     assert [(r.grade_id, r.points, r.graded) for r in rows] == [
         ("lesson03_parameter_count", 2, "auto"), ("lesson03_merge_heads", 1, "auto"),
         ("lesson03_ex3_5_answer", 3, "manual")]
-    from course_utils.exercises.autograde import manifest
-
-    assert tools.add_hidden_tests(solution, manifest(), salt=2026, solutions_dir=str(ROOT / "solutions")) == 2
+    secrets = json.loads(autograde.write_secrets(course, ["tiny"], ROOT / "solutions").read_text())
     source = course / "source" / "tiny" / "tiny.ipynb"
     nbformat.write(solution, source)
     api, config = _api(course)
@@ -379,7 +564,6 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     released = course / "release" / "tiny" / "tiny.ipynb"
     student = tools._read(released)
     assert not _leaks(solution, student)
-    assert "HIDDEN TESTS" not in nbformat.writes(student) and "autograde" not in nbformat.writes(student)
     validator = Validator(config=config)
     assert not validator.validate(str(source)), "nbgrader validate fails the solution"
     failed = validator.validate(str(released)).get("failed", [])
@@ -388,39 +572,76 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     assert "did not provide a response" in errors[-1]
     assert all("AssertionError" in e and "not attempted yet" in e for e in errors[:2]), errors
 
-    # alice hands in the solution, bob the blank release, carol one right answer of two
+    # alice hands in the solution, bob the blank release, carol one right answer of two, sam
+    # two slips; then every cheat, the planter and zoe's blank release after it
     partly = tools._read(released)
     code = next(c for c in partly.cells if _grader(c).get("grade_id") == "lesson03_parameter_count")
     code.source = next(c.source for c in solution.cells
                        if _grader(c).get("grade_id") == "lesson03_parameter_count").replace(
         "    ### BEGIN SOLUTION\n", "").replace("\n    ### END SOLUTION", "")
     ast.parse(code.source)
-    cheaters = {name: _cheating(student, how) for name, how in CHEATS.items()}
-    for name, nb in (("alice", solution), ("bob", student), ("carol", partly), *cheaters.items()):
+    slips = _cheating(student, {"answers": (
+        "def parameter_count(d_model, num_heads, bias=True):\n    return 4 * d_model * d_model\n",
+        "def merge_heads(heads):\n    B, h, T, dk = heads.shape\n    return heads.reshape(B, T, h * dk)\n")},
+        "")
+    store = str(ROOT / "course_utils" / "exercises" / "answers" / "lesson03.pt")
+    cheats = _cheats(course)
+    if sandbox.isolation() != "bubblewrap":  # without the sandbox these would write into the clone
+        cheats = {name: how for name, how in cheats.items() if name not in SANDBOX_ONLY}
+    cheaters = {name: _cheating(student, how, store) for name, how in cheats.items()}
+    before = autograde.manifest()
+    order = (("alice", solution), ("bob", student), ("carol", partly), ("sam", slips), *cheaters.items(),
+             ("zoe_blank_after_planter", student))
+    for name, nb in order:
         folder = course / "submitted" / name / "tiny"
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, folder / "tiny.ipynb")
-        _ok(api.autograde("tiny", name, force=True, create=True))
+    logs = {}
+    for name, _ in order:
+        result = api.autograde("tiny", name, force=True, create=True)
+        _ok(result)
+        logs[name] = result.get("log", "")
+    assert "has changed" not in logs["alice"] + logs["bob"]  # no hidden tests: checksums stay the same
 
+    assert autograde.manifest() == before, "an answer changed the course package"
+    if "yuri_planter" in cheaters:
+        pyc = ROOT / "course_utils" / "exercises" / "__pycache__" / f"core.{sys.implementation.cache_tag}.pyc"
+        assert not pyc.exists() or b"passes every check" not in pyc.read_bytes()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        names = ("alice", "bob", "carol", *cheaters)
+        names = [name for name, _ in order]
         scores = {name: gradebook.find_submission("tiny", name) for name in names}
         assert scores["alice"].max_code_score == 3
-        expected = {"alice": 3, "bob": 0, "carol": 2, **{name: 0 for name in cheaters}}
+        expected = {"alice": 3, "bob": 0, "carol": 2, "sam": 0, **{name: 0 for name in cheaters},
+                    "zoe_blank_after_planter": 0}
         assert {n: s.code_score for n, s in scores.items()} == expected
-        ivan = tools._read(course / "autograded" / "ivan_disguised_lookup" / "tiny" / "tiny.ipynb")
-        ivan_errors = [o.evalue for c in ivan.cells if _is_test_cell(c) for o in c.outputs
-                       if o.output_type == "error"]
-        assert len(ivan_errors) == 2 and all("not seen" in e for e in ivan_errors), ivan_errors
         assert scores["alice"].max_score == 6  # 3 autograded + 3 graded by hand
-        graded = tools._read(course / "autograded" / "carol" / "tiny" / "tiny.ipynb")
-        failure = [o for c in graded.cells if _grader(c).get("grade_id") == "lesson03_merge_heads_test"
-                   for o in c.outputs if o.output_type == "error"]
-        assert failure and failure[0].ename == "AssertionError" and "not attempted yet" in failure[0].evalue
-
         exporter = CsvExportPlugin(config=config)
         exporter.to = str(tmp_path / "grades.csv")
         exporter.export(gradebook)
+    sam = _test_outputs(course, "sam")
+    assert "without biases" in sam["lesson03_parameter_count_test"], sam
+    assert "transpose" in sam["lesson03_merge_heads_test"], sam
+    carol = _test_outputs(course, "carol")
+    assert "not attempted yet" in carol["lesson03_merge_heads_test"], carol
+    ivan = _test_outputs(course, "ivan_disguised_lookup")
+    assert "course_utils" in ivan["lesson03_parameter_count_test"]
+    assert "not seen" in ivan["lesson03_merge_heads_test"], ivan
+    if sandbox.isolation() == "bubblewrap":  # the files the cheats read were out of their sight
+        for name in ("quinn_reads_the_source_notebook", "rita_reads_the_solutions", "sara_reads_the_secrets"):
+            assert all("FileNotFoundError" in text for text in _test_outputs(course, name).values()), name
+    assert "MemoryError" in _test_outputs(course, "wes_lingers_and_floods")["lesson03_merge_heads_test"]
+    zoe = tools._read(course / "submitted" / "zoe_blank_after_planter" / "tiny" / "tiny.ipynb")
+    assert "tiny" in zoe.cells[0].source  # the planter could not overwrite the next submission
     with open(tmp_path / "grades.csv") as f:
         grades = {row["student_id"]: row for row in csv.DictReader(f)}
     assert float(grades["alice"]["raw_score"]) == 3 and float(grades["bob"]["raw_score"]) == 0
+
+    # the feedback shows the grader's verdict, and no salt or path of the grader (sara's own
+    # code names the secrets file: it is her cell, shown back to her; its contents are not)
+    for name in ("alice", "bob", "sara_reads_the_secrets"):
+        _ok(api.generate_feedback("tiny", name))
+        html = (course / "feedback" / name / "tiny" / "tiny.html").read_text()
+        assert "Graded outside the notebook" in html
+        assert str(secrets["salts"]["tiny"]) not in html and secrets["release"] not in html
+        if name != "sara_reads_the_secrets":
+            assert str(ROOT / "solutions") not in html and ".course_grader" not in html

@@ -1,57 +1,53 @@
-"""Grading that does not trust the student's kernel: what nbgrader's hidden tests call.
+"""The outside grader: the points of every autograded exercise, computed where the student's
+code cannot reach them (INSTRUCTORS.md, "Grading outside the notebook").
 
-The visible test cell of an exercise (``lesson02.check_softmax_rows(fn).assert_passed()``)
-runs in the student's kernel after the student's own cells, which could have replaced the
-check, patched :class:`~.core.Feedback`, or unset ``NBGRADER_EXECUTION``. The instructor's
-copy of each test cell therefore also holds a hidden test (``nbgrader_tools.py source``
-writes it; nbgrader strips it from the student's release and puts it back at autograde)
-that imports this module afresh, with every ``course_utils`` module dropped from
-``sys.modules`` first, and calls :func:`grade`. :func:`grade`
+At ``nbgrader autograde`` the notebook is **not run**. The preprocessor :class:`GradeOutside`
+(set in nbgrader_config.py by ``scripts/nbgrader_tools.py source``, see :func:`configure`)
+takes the place of nbgrader's ``Execute``. For each test cell it
 
-* checks that the fresh checks come from files whose sha256 matches the manifest the
-  instructor's copy was made with, and that every ``course_utils`` module was loaded from
-  the installed package (so a planted or edited copy fails);
-* runs the check from those fresh modules, with the call watch of :mod:`.core` (a reference
-  twin called under any name or in any thread, or the profiler switched off, is named);
-* refuses answers from a kernel whose history shows the known ways around grading
-  (reading the stored answers, replacing a check or ``assert_passed``, switching the
-  profiler off), and raises ``AssertionError`` unless the answer is correct.
+* takes the answer's code from the submitted notebook by its syntax tree
+  (:func:`.sandbox.answer_source`) and refuses code that holds what no answer needs
+  (:func:`.sandbox.rules_broken`);
+* runs that code in a fresh process isolated by bubblewrap (:func:`.sandbox.run_answer`) on
+  the exercise's own test cases and on unseen ones (:func:`unseen_cases`, drawn from a salt
+  kept in the course folder, one per lesson and release), and gets back plain outputs;
+* grades those outputs in this process with the exercise's own check, replayed
+  (:func:`feedback_from`): the same feedback, mistakes named, as in the notebook; the unseen
+  cases are compared with the reference solutions run in another process from the
+  instructor's ``solutions/`` (:func:`reference_outputs`);
+* writes the result as the test cell's only output: text when correct, an error otherwise.
+  nbgrader's ``SaveAutoGrades`` then records full points or none, whatever the student's
+  notebook printed, displayed or raised.
 
-What this cannot stop is written in INSTRUCTORS.md ("What grading can and cannot stop").
+The salt, the course's paths and the expected outputs never reach the answer's process, the
+notebook or the feedback.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
-import copy
 import hashlib
+import importlib
+import json
 import os
 import re
+import secrets as _secrets
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+from . import sandbox
 
-# Code in the student's cells that has no place in an honest answer (matched on the kernel's
-# input history): reading the stored answers, rebinding a check or the grading hooks,
-# switching the call watch off, editing a function's code object.
-TAMPERING = {
-    "reads the checks' stored answers": re.compile(
-        r"exercises\.answers|exercises import answers|answers\.(stored|decode|_load)|answers/lesson|"
-        r"lesson\d\d\.pt|\btorch\.load\b"),
-    "replaces a check or its feedback": re.compile(
-        r"\b(check_\w+|assert_passed|_check|_grade|check_trusted|Feedback|Exercise)\s*=[^=]|"
-        r"setattr\([^)]*(check_|assert_passed|Feedback|Exercise)"),
-    "switches the check's call watch off": re.compile(r"\bsetprofile\b|\bsettrace\b|sys\.monitoring"),
-    "edits a function's code": re.compile(r"__code__\s*=|__kwdefaults__\s*=|__globals__\["),
-}
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+SECRETS_NAME = ".course_grader.json"  # in the nbgrader course folder, beside gradebook.db
 
 
 def manifest() -> str:
@@ -67,18 +63,32 @@ def manifest() -> str:
     return digest.hexdigest()
 
 
-def _loaded_from_package() -> list[str]:
-    """``course_utils`` modules now loaded whose file is not inside :data:`PACKAGE_ROOT`."""
-    strays = []
-    for name, module in list(sys.modules.items()):
-        if name != "course_utils" and not name.startswith("course_utils."):
-            continue
-        file = getattr(module, "__file__", None)
-        if file is None or PACKAGE_ROOT not in Path(file).resolve().parents:
-            strays.append(name)
-    return strays
+# -- the grader's secrets: in the course folder, never in a notebook -----------------------------
+def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> Path:
+    """Write ``course/.course_grader.json`` (owner-only): a new salt for each lesson (notebook
+    name without .ipynb), the checks' manifest and the instructor's ``solutions/``. Called by
+    ``nbgrader_tools.py source``: each release gets new salts. Returns the file."""
+    path = Path(course) / SECRETS_NAME
+    data = {"release": _secrets.token_hex(8), "manifest": manifest(),
+            "solutions_dir": str(Path(solutions_dir).resolve()),
+            "salts": {lesson: _secrets.randbelow(2**31 - 1) + 1 for lesson in lessons}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    return path
 
 
+def read_secrets(course: Path) -> dict:
+    """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run."""
+    path = Path(course) / SECRETS_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run `python scripts/nbgrader_tools.py source "
+                                f"{course}` in the course's clone (it writes the grader's salts)")
+    return json.loads(path.read_text())
+
+
+# -- which cases, which expected outputs ---------------------------------------------------------
 @contextlib.contextmanager
 def salted_seeds(salt: int) -> Iterator[None]:
     """While active, every ``torch.Generator().manual_seed(s)``, ``torch.manual_seed(s)`` and
@@ -101,146 +111,368 @@ def salted_seeds(salt: int) -> Iterator[None]:
         np.random.default_rng = default_rng
 
 
-def unseen_cases(exercise: Any, salt: int) -> list[Any]:
-    """The exercise's test cases built under :func:`salted_seeds`."""
+def cases_of(exercise: Any, salt: int | None = None) -> list[Any]:
+    """The one place the grader asks an exercise for its test cases: its own (``salt`` None), or
+    unseen ones built under :func:`salted_seeds`. Any case given to an answer's process
+    is a copy made here; the salt itself never leaves this process."""
+    if salt is None:
+        return list(exercise.make_cases())
     with salted_seeds(salt):
         return list(exercise.make_cases())
 
 
-def reference_outputs(solutions_dir: str, lesson: str, name: str, salt: int, timeout: float = 300) -> list:
-    """The reference's outputs on the unseen cases, computed in a separate Python process that
-    imports ``solutions/`` from the instructor's clone (so the reference code never enters the
-    student's kernel). Raises RuntimeError when that process fails."""
+def unseen_cases(exercise: Any, salt: int) -> list[Any]:
+    """The exercise's test cases built under :func:`salted_seeds`."""
+    return cases_of(exercise, salt)
+
+
+def exercise_of(lesson: str, check: str) -> Any:
+    """The Exercise behind ``lessonNN.check_xxx`` (a bound check, or a wrapper such as 5.3's)."""
+    from .core import Exercise
+
+    module = importlib.import_module(f"course_utils.exercises.{lesson}")
+    fn = getattr(module, check)
+    found = getattr(fn, "__self__", None)
+    if isinstance(found, Exercise):
+        return found
+    named = check.removeprefix("check_").upper()
+    for value in vars(module).values():
+        if isinstance(value, Exercise) and value._store_key() and value._store_key()[1].endswith(named):
+            return value
+    raise LookupError(f"{lesson}.{check}: no exercise found for this check")
+
+
+_REFERENCES: dict[tuple[str, int, str], dict[str, list]] = {}  # one reference run per lesson
+
+
+def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float = 600) -> dict[str, list]:
+    """The references' outputs on every exercise of ``lesson`` for the unseen cases of ``salt``
+    (exercise name -> outputs), computed in a separate Python process that imports
+    ``solutions/`` from the instructor's clone; cached for this grader's run. Raises
+    RuntimeError when that process fails."""
+    key = (lesson, int(salt), str(solutions_dir))
+    if key in _REFERENCES:
+        return _REFERENCES[key]
     script = (
         "import sys, torch\n"
-        f"sys.path.insert(0, {str(Path(solutions_dir).parent)!r})\n"
+        "sys.path.insert(0, sys.argv[2])\n"
         "import solutions\n"
         "solutions.attach()\n"
         "from course_utils.exercises import all_exercises, answers, autograde\n"
         "from course_utils.exercises.core import _call\n"
-        f"ex = all_exercises()[{lesson + '.' + name!r}]\n"
-        f"cases = autograde.unseen_cases(ex, {salt})\n"
-        "torch.save([answers.encode(_call(ex.reference, c)) for c in cases], sys.argv[1])\n"
+        "salt, lesson, out = int(sys.argv[3]), sys.argv[4], {}\n"
+        "for name, ex in all_exercises().items():\n"
+        "    if name.startswith(lesson + '.'):\n"
+        "        cases = autograde.cases_of(ex, salt)\n"
+        "        out[name.split('.')[1]] = [answers.encode(_call(ex.reference, c)) for c in cases]\n"
+        "torch.save(out, sys.argv[1])\n"
     )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "expected.pt"
-        done = subprocess.run([sys.executable, "-I", "-c", script, str(out)], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "PYTHONPATH": ""}, cwd=tmp)
+        done = subprocess.run([sys.executable, "-I", "-c", script, str(out), str(Path(solutions_dir).parent),
+                               str(int(salt)), lesson], capture_output=True, text=True, timeout=timeout,
+                              cwd=tmp)
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"the reference outputs for the unseen cases could not be computed:\n"
                                f"{done.stderr[-2000:]}")
         from .answers import decode
 
-        return [decode(v) for v in torch.load(out, weights_only=True)]
+        _REFERENCES[key] = {name: [decode(v) for v in values]
+                            for name, values in torch.load(out, weights_only=True).items()}
+    return _REFERENCES[key]
 
 
-def _check_unseen(exercise: Any, check: Callable[..., Any], answer: Callable[..., Any], salt: int,
-                  solutions_dir: str) -> Any:
-    """Grade ``answer`` on unseen cases: a copy of the exercise whose cases are salted and whose
-    expected outputs come from :func:`reference_outputs`."""
-    key = exercise._store_key()
-    expected = reference_outputs(solutions_dir, key[0], key[1], salt)
-    cases = unseen_cases(exercise, salt)
-    probe = copy.copy(exercise)
-    probe.make_cases = lambda: cases
-    probe.__dict__["_key"] = key  # the lesson's library twins stay watched
-    probe.__dict__["_expected"] = expected
-    return type(exercise).check(probe, answer)
+# -- replaying an answer's recorded outcomes through the exercise's own check ---------------------
+def _case_key(args: tuple, kwargs: dict) -> tuple:
+    """Identifies one case's inputs: a digest of the values, and the identity of anything that
+    is not plain data (``Case.fresh`` keeps those, a case builder's closure for instance)."""
+    from .answers import cases_digest
+    from .core import Case
+
+    plain = (torch.Tensor, np.ndarray, int, float, str, bool, tuple, list, dict, type(None))
+    others = tuple(id(v) for v in (*args, *kwargs.values()) if not isinstance(v, plain))
+    return cases_digest([Case(args, kwargs)]), others
 
 
-def tampering_in(sources: list[str]) -> list[str]:
-    """The kinds of tampering (keys of :data:`TAMPERING`) that ``sources`` show."""
-    found = []
-    for what, pattern in TAMPERING.items():
-        if any(pattern.search(src or "") for src in sources):
-            found.append(what)
-    return found
+def _exception(kind: str, message: str) -> BaseException:
+    found = getattr(builtins, kind, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        try:
+            return found(message) if message else found()
+        except Exception:  # noqa: BLE001 - an exception type with other arguments
+            pass
+    return type(kind if kind.isidentifier() else "Error", (Exception,), {})(message)
 
 
-def _kernel_history() -> list[str]:
+def replay(name: str, cases: Sequence[Any], outcomes: Sequence[sandbox.Outcome]) -> Callable[..., Any]:
+    """A function that gives, for each of ``cases``, what the answer's process recorded: a copy of
+    the output, the exception it raised, the edits it made to its inputs. No student code runs:
+    the exercise's check can then grade the answer here, unchanged."""
+    table = {_case_key(*c.fresh()): o for c, o in zip(cases, outcomes, strict=True)}
+
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        outcome = table.get(_case_key(args, kwargs))
+        if outcome is None:
+            raise LookupError("the grader has no recorded output for these inputs")
+        for given, after in zip((*args, *kwargs.values()), outcome.inputs_after, strict=False):
+            with contextlib.suppress(Exception):  # an input the answer changed in place
+                if isinstance(given, torch.Tensor) and isinstance(after, torch.Tensor):
+                    given.copy_(after)
+                elif isinstance(given, np.ndarray) and isinstance(after, np.ndarray):
+                    given[...] = after
+        if outcome.kind == "raised" and outcome.stub:
+            raise NotImplementedError()
+        if outcome.kind == "raised":
+            raise _exception(*outcome.error)
+        if outcome.kind != "value":
+            raise _exception("RuntimeError", outcome.error[1])
+        return _copy(outcome.value)
+
+    answer.__code__ = answer.__code__.replace(co_name=name if name.isidentifier() else "answer")
+    answer.__name__ = answer.__code__.co_name
+    return answer
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
+
+
+@contextlib.contextmanager
+def _these_cases(exercise: Any, cases: list[Any], expected: list[Any] | None) -> Iterator[None]:
+    """While active, ``exercise`` builds ``cases`` (the very objects the answer's process was given)
+    and, with ``expected``, compares with those outputs (no stored slips: unseen cases)."""
+    saved = {k: exercise.__dict__[k] for k in ("make_cases", "_expected") if k in exercise.__dict__}
+    exercise._store_key()  # remembered before the cases change
+    exercise.__dict__["make_cases"] = lambda: list(cases)
+    if expected is not None:
+        exercise.__dict__["_expected"] = expected
     try:
-        from IPython import get_ipython
-    except ImportError:
-        return []
-    shell = get_ipython()
-    if shell is None:
-        return []
-    history = list(shell.user_ns.get("In", []) or [])
-    try:
-        history += [src for _, _, src in shell.history_manager.get_range(output=False)]
-    except Exception:  # noqa: BLE001 - no history database: the In list is still there
-        pass
-    return history
-
-
-def grade(lesson: str, check: str, answer: Callable[..., Any], expected_manifest: str,
-          history: list[str] | None = None, kept: dict[str, Any] | None = None, *,
-          salt: int | None = None, solutions_dir: str | None = None) -> None:
-    """Grade ``answer`` with the check ``check`` (e.g. "check_softmax_rows") of ``lesson``
-    ("lesson02"), trusting only files that match ``expected_manifest``. ``kept`` holds the
-    student's earlier copy of the package (module name -> module), whose library twins the
-    call watch covers as well. With ``salt`` and ``solutions_dir`` (the instructor's clone's
-    ``solutions/``), the answer is also graded on unseen cases (:func:`salted_seeds`) against
-    the reference run in a separate process, so outputs looked up in the shipped store do not
-    pass. Prints the feedback; raises ``AssertionError`` unless correct."""
-    import importlib
-
-    found = manifest()
-    if found != expected_manifest:
-        raise AssertionError(
-            "autograde: the installed checks (course_utils/exercises) differ from the ones this "
-            f"assignment was made with (manifest {found[:12]} vs {expected_manifest[:12]}); "
-            "autograde with the course_utils the assignment was generated from, or run "
-            "`nbgrader_tools.py source` and `generate_assignment` again.")
-    strays = _loaded_from_package()
-    if strays:
-        raise AssertionError(f"autograde: modules {strays} were not loaded from the course package")
-    history = _kernel_history() if history is None else history
-    tampering = tampering_in(history[:-1] if history else [])  # the last entry is this test cell
-    if tampering:
-        raise AssertionError("autograde: the notebook's code " + "; ".join(tampering)
-                             + ". Answers that interfere with grading get no points; ask your "
-                             "instructor if this is a mistake.")
-    module = importlib.import_module(f"course_utils.exercises.{lesson}")
-    core = importlib.import_module("course_utils.exercises.core")
-    core.OTHER_COPIES[:] = [kept] if kept else []
-    try:
-        feedback = getattr(module, check)(answer)
-        print(feedback)
-        if feedback.status != "correct":
-            raise AssertionError(str(feedback))
-        exercise = getattr(getattr(module, check), "__self__", None) or _exercise_of(module, check)
-        if salt is not None and solutions_dir is not None and exercise is not None:
-            unseen = _check_unseen(exercise, check, answer, salt, solutions_dir)
-            if unseen.status != "correct":
-                raise AssertionError(f"autograde, on test cases your notebook has not seen: {unseen}")
-            print(f"autograde: also correct on {len(unseen_cases(exercise, salt))} unseen test case(s).")
+        yield
     finally:
-        core.OTHER_COPIES.clear()
+        for k in ("make_cases", "_expected"):
+            exercise.__dict__.pop(k, None)
+        exercise.__dict__.update(saved)
 
 
-def _exercise_of(module: Any, check: str) -> Any:
-    """The Exercise a check function of ``module`` grades with (a wrapper's exercise, e.g. 5.3)."""
-    from .core import Exercise
+def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: list[Any],
+                  unseen: list[Any] | None = None, expected_unseen: list[Any] | None = None) -> Any:
+    """The Feedback of the answer whose recorded outcomes are ``run`` (case set 0: ``cases``, the
+    exercise's own; 1: ``unseen``, compared with ``expected_unseen``). Correct only when both are."""
+    from .core import Feedback
 
-    exercises = [v for v in vars(module).values() if isinstance(v, Exercise)]
-    named = check.removeprefix("check_").upper()
-    return next((e for e in exercises if e._store_key() and e._store_key()[1].endswith(named)), None)
+    exercise = exercise_of(lesson, check)
+    title = exercise.title
+    if run.lost is not None:
+        return Feedback(title, "error", f"the grader could not run your function: {run.lost}.", exercise.hint)
+    if run.defined is not None:
+        kind, message = run.defined
+        return Feedback(title, "error", f"defining your function (and what it imports) raised {kind}: "
+                        f"{message}", "the answer's cell must run on its own, after its imports.")
+    sets = [(cases, None)] + ([(unseen, expected_unseen)] if unseen is not None else [])
+    for index, ((set_cases, expected), outcomes) in enumerate(zip(sets, run.outcomes, strict=True)):
+        for outcome in outcomes:
+            if outcome.used is not None:
+                return exercise._used_reference(outcome.used)
+            if outcome.tampered is not None:
+                return exercise._tampered(outcome.tampered)
+        for case, outcome in zip(set_cases, outcomes, strict=True):
+            if outcome.kind == "refused":
+                where = f" on {case.label}" if case.label else ""
+                return Feedback(title, "wrong", "the grader accepts only plain outputs (an exact "
+                                "torch.Tensor or numpy.ndarray of a real dtype, Python numbers, str, None, "
+                                f"tuples, lists); you returned {outcome.error[1]}{where}.", exercise.hint)
+            if outcome.kind == "lost":
+                return Feedback(title, "error", f"the grader got no output of your function "
+                                f"({outcome.error[1]}).", exercise.hint)
+        fn = replay(name, set_cases, outcomes)
+        check_fn = getattr(importlib.import_module(f"course_utils.exercises.{lesson}"), check)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with _these_cases(exercise, set_cases, expected):
+                feedback = check_fn(fn)
+        if not feedback.passed:
+            if index == 0:
+                return feedback
+            return Feedback(title, feedback.status, "on test cases your notebook has not seen: "
+                            + feedback.message, feedback.hint, mistake=feedback.mistake)
+    n = len(cases) + len(unseen or [])
+    return Feedback(title, "correct", f"correct on all {n} test cases, {len(unseen or [])} of them unseen.")
 
 
-def hidden_test(lesson: str, check: str, answer_name: str, expected_manifest: str,
-                salt: int | None = None, solutions_dir: str | None = None) -> str:
-    """The hidden-test block nbgrader puts back into a test cell at autograde."""
-    return (
-        "### BEGIN HIDDEN TESTS\n"
-        "import sys as _sys\n"
-        "_kept = {_k: _sys.modules.pop(_k) for _k in list(_sys.modules)\n"
-        "         if _k == 'course_utils' or _k.startswith('course_utils.')}\n"
-        "try:\n"
-        "    import course_utils.exercises.autograde as _autograde\n"
-        f"    _autograde.grade({lesson!r}, {check!r}, {answer_name}, {expected_manifest!r}, kept=_kept,\n"
-        f"                     salt={salt!r}, solutions_dir={solutions_dir!r})\n"
-        "finally:\n"
-        "    _sys.modules.update(_kept)\n"
-        "### END HIDDEN TESTS"
+def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | None,
+                 solutions_dir: str | None, hide: Sequence[Path] = (), per_call: int = 60,
+                 memory: int = 4 * 2**30, sandboxed: bool | None = None) -> Any:
+    """Grade the answer ``name`` whose source is ``code`` (:func:`.sandbox.answer_source`) with
+    ``lessonNN.check_xxx``: run apart, compared here. With ``salt`` and ``solutions_dir``
+    also on unseen cases. Returns the Feedback."""
+    from .core import Feedback
+
+    exercise = exercise_of(lesson, check)
+    if sandbox.is_stub(code, name):  # the release's stub: the check's own words, no process needed
+        def stub(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError()
+
+        return getattr(importlib.import_module(f"course_utils.exercises.{lesson}"), check)(stub)
+    broken = sandbox.rules_broken(code, f"{lesson}.{check}")
+    if broken:
+        return Feedback(exercise.title, "mistake",
+                        "your answer's code uses " + ", ".join(broken) + ": the grader does not run "
+                        "answers that reach code by a computed name, the interpreter's internals, other "
+                        "modules' private functions or a ready-made twin of the exercise.",
+                        "write the computation itself with the operations the exercise allows.",
+                        mistake="called_reference")
+    cases = cases_of(exercise)
+    sets = [cases]
+    unseen = expected = None
+    if salt is not None and solutions_dir is not None:
+        exercise_name = exercise._store_key()[1]
+        expected = reference_outputs(solutions_dir, lesson, salt)[exercise_name]
+        unseen = cases_of(exercise, salt)
+        sets.append(unseen)
+    run = sandbox.run_answer(code, name, f"{lesson}.{check}", sets, hide=hide, per_call=per_call,
+                             memory=memory, sandbox=sandboxed)
+    return feedback_from(lesson, check, name, run, cases, unseen, expected)
+
+
+# -- nbgrader: the preprocessor that takes Execute's place --------------------------------------
+_CHECK_CALL = re.compile(r"^(?:print\()?(?P<module>lesson\d\d)\.(?P<check>check_\w+)\((?P<arg>\w+)\)"
+                         r"(?:\)|\.assert_passed\(\))?\s*$")
+
+
+def _check_call(source: str) -> re.Match | None:
+    """The check call of a test cell (its only statement besides comments), or None."""
+    lines = [line.strip() for line in source.splitlines()
+             if line.strip() and not line.strip().startswith("#")]
+    return _CHECK_CALL.match(lines[0]) if len(lines) == 1 else None
+
+
+def _nbgrader_meta(cell: Any) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide: Sequence[Path] = (),
+                   per_call: int = 60, memory: int = 4 * 2**30, sandboxed: bool | None = None,
+                   log: Any = None) -> dict[str, Any]:
+    """Grade every autograded test cell of ``nb`` (an nbgrader notebook: solution cell
+    ``lessonNN_xxx``, test cell ``lessonNN_xxx_test`` whose source calls ``lessonNN.check_xxx(fn)``),
+    returning grade_id of the test cell -> Feedback, and set each test cell's outputs to the
+    grader's verdict alone."""
+    import nbformat
+
+    from .core import Feedback
+
+    results: dict[str, Any] = {}
+    ids = {_nbgrader_meta(c).get("grade_id"): i for i, c in enumerate(nb.cells) if _nbgrader_meta(c)}
+    for index, cell in enumerate(nb.cells):
+        meta = _nbgrader_meta(cell)
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        grade_id = meta.get("grade_id", "")
+        call = _check_call(cell.source)
+        if call is None:
+            feedback = Feedback(grade_id, "error", "this test cell is not a course check; it gets no points.")
+        else:
+            before = [c for c in nb.cells[:index] if c.cell_type == "code"]
+            answer_index = ids.get(grade_id.removesuffix("_test"))
+            answer_cell = next((i for i, c in enumerate(before) if answer_index is not None
+                                and c is nb.cells[answer_index]), None)
+            try:
+                code = sandbox.answer_source([c.source for c in before], call["arg"], answer_cell)
+            except sandbox.AnswerProblem as exc:
+                title = exercise_of(call["module"], call["check"]).title
+                feedback = Feedback(title, "not attempted" if "no function" in str(exc) else "error",
+                                    f"{exc}.", "")
+            else:
+                feedback = grade_answer(call["module"], call["check"], code, call["arg"], salt=salt,
+                                        solutions_dir=solutions_dir, hide=hide, per_call=per_call,
+                                        memory=memory, sandboxed=sandboxed)
+        results[grade_id] = feedback
+        text = f"Graded outside the notebook:\n{feedback}\n"
+        if feedback.passed:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+        else:
+            cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue=text.strip(),
+                                                   traceback=[text.strip()])]
+        cell.execution_count = None
+        if log is not None:
+            log.info("%s: %s", grade_id, str(feedback).splitlines()[0])
+    return results
+
+
+def _preprocessor_class() -> type:
+    from nbconvert.preprocessors import Preprocessor
+    from traitlets import Bool, Float, Integer, Unicode
+
+    class GradeOutside(Preprocessor):
+        """nbgrader autograde step: grade each test cell outside the notebook (module docstring)."""
+
+        course_root = Unicode("", help="the nbgrader course folder (holds .course_grader.json)"
+                              ).tag(config=True)
+        per_call = Integer(60, help="seconds one call of an answer may take").tag(config=True)
+        memory_gib = Float(4.0, help="memory limit of an answer's process, GiB").tag(config=True)
+        require_sandbox = Bool(False, help="refuse to grade where bubblewrap is missing").tag(config=True)
+        enabled = Bool(True, help="always on: without it every test cell would keep no output, and "
+                       "nbgrader gives full points to a test cell without an error").tag(config=True)
+
+        def __call__(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+            return self.preprocess(nb, resources)  # whatever `enabled` says (fail closed)
+
+        def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+            course = Path(self.course_root or os.getcwd()).resolve()
+            secrets = read_secrets(course)
+            if secrets.get("manifest") != manifest():
+                raise RuntimeError(
+                    "the installed checks (course_utils/exercises) differ from the ones this release was "
+                    "made with; autograde with the course_utils of that release, or run "
+                    "`nbgrader_tools.py source` and `generate_assignment` again.")
+            notebook = resources["nbgrader"]["notebook"]
+            salt = secrets.get("salts", {}).get(notebook)
+            if salt is None:
+                raise RuntimeError(f"no salt for notebook {notebook!r} in {course / SECRETS_NAME}: run "
+                                   "`nbgrader_tools.py source` for this course again")
+            isolated = sandbox.isolation() == "bubblewrap"
+            if not isolated:
+                if self.require_sandbox:
+                    raise RuntimeError("GradeOutside.require_sandbox is set and bubblewrap cannot run here")
+                self.log.warning(sandbox.WARNING)
+                print(sandbox.WARNING, file=sys.stderr)
+            clone = Path(secrets["solutions_dir"]).parent  # hidden even when the package is installed
+            grade_notebook(nb, salt=int(salt), solutions_dir=secrets["solutions_dir"], hide=[course, clone],
+                           per_call=self.per_call, memory=int(self.memory_gib * 2**30), log=self.log)
+            return nb, resources
+
+    return GradeOutside
+
+
+def __getattr__(name: str) -> Any:  # the preprocessor class, made on first use (nbconvert is heavy)
+    if name == "GradeOutside":
+        cls = _preprocessor_class()
+        globals()["GradeOutside"] = cls
+        return cls
+    raise AttributeError(name)
+
+
+def configure(c: Any, course_root: str | Path) -> None:
+    """Set nbgrader's config ``c`` (in nbgrader_config.py) so that ``nbgrader autograde`` grades
+    outside the notebook: :class:`GradeOutside` in place of ``Execute``, the rest as nbgrader has it."""
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (
+        AssignLatePenalties,
+        CheckCellMetadata,
+        IgnorePattern,
+        LimitOutput,
+        SaveAutoGrades,
     )
+
+    c.Autograde.autograde_preprocessors = [
+        __getattr__("GradeOutside"), IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+        AssignLatePenalties, CheckCellMetadata]
+    c.GradeOutside.course_root = str(Path(course_root).resolve())

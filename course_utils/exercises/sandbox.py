@@ -1,0 +1,572 @@
+"""Run one answer of a student outside the notebook, in a fresh and isolated Python process.
+
+The outside grader (:mod:`.autograde`) never runs a student's code in its own process. For
+each autograded answer it
+
+1. takes the answer's code from the submitted notebook, by its syntax tree
+   (:func:`answer_source`): the answer's function, the functions and classes it calls, and
+   the imports they name. No other top-level statement of the notebook is run;
+2. runs that code in a new ``python -I`` process (:func:`run_answer`) under bubblewrap
+   (``bwrap``): its own empty temporary folder as the only writable place, no network, its
+   own process tree that dies with it, a time limit per call and a memory limit, and no view
+   of the nbgrader course folder (source/, submitted/, autograded/, feedback/, gradebook.db,
+   the grader's secrets), of the instructor's clone (solutions/, notebooks/) or of the
+   instructor's home. Without bubblewrap the process still runs apart, with the same limits,
+   but sees the file system: :func:`isolation` says which, and the grader warns loudly;
+3. hands the process the test inputs (never the expected outputs, the salt or any path of
+   the course) and reads back its outputs as plain data (:func:`accept`): an exact
+   ``torch.Tensor`` or ``numpy.ndarray`` of a real dtype on the CPU, Python numbers, str,
+   None, and tuples, lists and str-keyed dicts of those. A subclass, a complex number, an
+   object of any other type is refused, whatever its methods say.
+
+What the answer returns is compared in the grader's process, which the answer never touched.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import importlib
+import marshal
+import os
+import pickle
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/
+CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
+
+# -- 1. the answer's code ------------------------------------------------------------------
+# Names an answer has no business writing: ways to reach code or data by a computed name (which
+# a reading of the code cannot follow), the interpreter's internals, and processes. A hit is
+# named in the feedback and the answer gets no points.
+NOT_IN_AN_ANSWER = {
+    "getattr", "setattr", "delattr", "__import__", "eval", "exec", "compile", "globals", "locals",
+    "vars", "breakpoint", "importlib", "__dict__", "__getattribute__", "__builtins__", "__code__",
+    "__globals__", "__closure__", "__subclasses__", "__class__", "__bases__", "__mro__",
+    "_getframe", "f_back", "f_globals", "f_locals", "gc", "inspect", "ctypes", "sys", "os",
+    "subprocess", "shutil", "pickle", "marshal", "builtins", "sqlite3", "signal", "socket",
+    "atexit", "threading", "multiprocessing", "posix", "nt", "_posixsubprocess", "resource", "mmap",
+    "answers", "solutions", "REFERENCES", "ops", "aten",
+    "_C", "NBGRADER_EXECUTION",
+}
+# Ready-made twins of an exercise, by check, besides the last part of each name in
+# core.LIBRARY_TWINS: the ones the instructor trial called (issue 34) and their relatives.
+ATTENTION_TWINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                   "_native_multi_head_attention", "multi_head_attention_forward",
+                   "MultiheadAttention", "MultiHeadAttention", "naive_mha", "worked_example",
+                   "grouped_query_attention", "naive_from_batched")
+EXTRA_TWINS: dict[str, tuple[str, ...]] = {
+    "lesson01.check_attend": ATTENTION_TWINS,
+    "lesson01.check_head_scores": ATTENTION_TWINS,
+    "lesson02.check_softmax_rows": ("softmax", "_softmax", "log_softmax", "special", "_softmax_rows",
+                                    "worked_example", "scipy"),
+    "lesson02.check_attention_weights": ATTENTION_TWINS + ("_softmax_rows",),
+    "lesson02.check_causal_attention_weights": ATTENTION_TWINS + ("_softmax_rows", "causal_mask"),
+    "lesson02.check_single_head_attention": ATTENTION_TWINS + ("_softmax_rows",),
+    "lesson03.check_merge_heads": ("merge_heads", "MultiHeadAttention"),
+    "lesson03.check_split_heads": ("split_heads", "MultiHeadAttention"),
+    "lesson04.check_stack_head_weights": ("naive_mha", "naive_from_batched", "stack_head_weights"),
+    "lesson04.check_mha_forward": ATTENTION_TWINS,
+    "lesson07.check_repeat_kv": ("repeat_kv", "enable_gqa", "grouped_query_attention"),
+    "lesson07.check_decode_step": ("grouped_query_attention", "naive_mha", "worked_example",
+                                   "_native_multi_head_attention", "MultiHeadAttention",
+                                   "MultiheadAttention"),
+}
+# Exercises whose Library use line allows part of course_utils; every other one rules it out.
+COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
+
+
+class AnswerProblem(Exception):
+    """The answer's code could not be taken from the notebook; the message says why."""
+
+
+def _parsed(source: str) -> ast.Module | None:
+    """A cell's syntax tree, IPython's ``%magic`` and ``!shell`` lines read as blank; None when
+    the cell is not Python."""
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    """Every name and attribute an AST node mentions."""
+    found: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            found.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            found.add(sub.attr)
+        elif isinstance(sub, ast.alias):
+            found.update(sub.name.split("."))
+            if sub.asname:
+                found.add(sub.asname)
+        elif isinstance(sub, ast.ImportFrom) and sub.module:
+            found.update(sub.module.split("."))
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.isidentifier():
+            found.add(sub.value)  # a name spelled as a string: getattr(torch, "softmax")
+    return found
+
+
+def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = None) -> str:
+    """The code of answer ``name`` from a notebook's code cells (those before its test cell):
+    the last top-level ``def name`` (in ``cells[answer_cell]`` when that cell defines it), the
+    functions and classes it names, transitively, and the imports that bind a name they use.
+    No other statement is kept. Raises :class:`AnswerProblem`."""
+    definitions: dict[str, ast.AST] = {}
+    imports: list[ast.AST] = []
+    order: dict[int, int] = {}
+    for index, source in enumerate(cells):
+        tree = _parsed(source)
+        if tree is None:
+            if index == answer_cell:
+                raise AnswerProblem("the answer's cell is not valid Python (a SyntaxError)")
+            continue
+        for node in tree.body:
+            order[id(node)] = index
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                definitions[node.name] = node
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.append(node)
+    if answer_cell is not None:  # the answer cell's own definition wins over any other
+        tree = _parsed(cells[answer_cell])
+        own = [n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef) and n.name == name]
+        if own:
+            definitions[name] = own[-1]
+    if not isinstance(definitions.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise AnswerProblem(f"no function `{name}` is defined before the test cell")
+    keep, todo = {name}, [name]
+    while todo:
+        for used in _names_in(definitions[todo.pop()]):
+            if used in definitions and used not in keep:
+                keep.add(used)
+                todo.append(used)
+    needed: set[str] = set()
+    for kept in keep:
+        needed |= _names_in(definitions[kept])
+    chosen = []
+    for node in imports:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            chosen.append(node)
+            continue
+        bound = {(a.asname or a.name).split(".")[0] for a in node.names}
+        if bound & needed:
+            chosen.append(node)
+    chosen.sort(key=lambda n: (not (isinstance(n, ast.ImportFrom) and n.module == "__future__"),
+                               order.get(id(n), 0)))
+    body = chosen + sorted((definitions[k] for k in keep), key=lambda n: order.get(id(n), 0))
+    return ast.unparse(ast.Module(body=body, type_ignores=[]))
+
+
+def is_stub(code: str, name: str) -> bool:
+    """True when function ``name`` in ``code`` is still the release's stub: its body (after a
+    docstring) only ``raise NotImplementedError`` (bare, or with the stub's message), no
+    decorator. Such an answer needs no process: it is not attempted."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if len(defs) != 1 or defs[0].decorator_list:
+        return False
+    body = defs[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].cause is not None:
+        return False
+    exc = body[0].exc
+    if isinstance(exc, ast.Name):
+        return exc.id == "NotImplementedError"
+    if not (isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name)
+            and exc.func.id == "NotImplementedError" and not exc.keywords):
+        return False
+    return not exc.args or (len(exc.args) == 1 and isinstance(exc.args[0], ast.Constant)
+                            and exc.args[0].value in ("", "your code here"))
+
+
+def rules_broken(code: str, check_key: str) -> list[str]:
+    """What in the answer's ``code`` no answer may hold: ways around a reading of the code
+    (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), and the
+    exercise's ready-made twins (``check_key`` is "lessonNN.check_xxx"). Sorted."""
+    from .core import LIBRARY_TWINS
+
+    twins = {dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
+    twins |= set(EXTRA_TWINS.get(check_key, ()))
+    tree = ast.parse(code)
+    found = set()
+    mentioned = _names_in(tree)
+    found |= {f"`{n}`" for n in mentioned & NOT_IN_AN_ANSWER}
+    found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned & twins}
+    if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
+        found.add("`course_utils` (this exercise asks for your own code, not the course's)")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not (node.attr.startswith("__") and node.attr.endswith("__"))):
+            found.add(f"`.{node.attr}` (another module's private name)")
+        if isinstance(node, ast.ImportFrom):
+            found |= {f"`{a.name}` (another module's private name)" for a in node.names
+                      if a.name.startswith("_") and node.module != "__future__"}
+    return sorted(found)
+
+
+# -- 2. what crosses between the grader and the answer's process ---------------------------
+def _rebuild_function(code: bytes, module: str, name: str, defaults: Any, closure: tuple) -> Any:
+    """A case builder's local function (6.2's loss closure) made again from its parts."""
+    cells = tuple(types.CellType(value) for value in closure)
+    return types.FunctionType(marshal.loads(code), vars(importlib.import_module(module)), name,
+                              defaults, cells or None)
+
+
+class _CasePickler(pickle.Pickler):
+    """Pickles test cases, including a case builder's local functions (by code and closure)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, types.FunctionType) and "<locals>" in obj.__qualname__:
+            closure = tuple(c.cell_contents for c in (obj.__closure__ or ()))
+            return _rebuild_function, (marshal.dumps(obj.__code__), obj.__module__, obj.__name__,
+                                       obj.__defaults__, closure)
+        return NotImplemented
+
+
+class Refused(TypeError):
+    """An output of a kind the grader does not accept; the message names the kind."""
+
+
+_REAL_KINDS = "biuf"  # bool, signed and unsigned integers, floating point
+
+
+def _type_name(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+
+
+def to_plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as plain data ``torch.load(weights_only=True)`` reads back, accepting only exact
+    types (see the module's docstring); raises :class:`Refused`. Runs in the answer's process."""
+    kind = type(value)
+    if depth > 8:
+        raise Refused("an output nested more than 8 levels deep")
+    if kind is torch.Tensor:
+        if value.layout != torch.strided or value.is_nested or value.device.type != "cpu":
+            raise Refused(f"a tensor with layout {value.layout} on {value.device}")
+        if value.is_complex() or value.is_quantized or value.dtype.itemsize == 0:
+            raise Refused(f"a tensor of dtype {value.dtype}")
+        return {"__tensor__": value.detach().clone()}
+    if kind is np.ndarray:
+        if value.dtype.kind not in _REAL_KINDS:
+            raise Refused(f"a NumPy array of dtype {value.dtype}")
+        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(value).copy()), "dtype": value.dtype.str}
+    if isinstance(value, np.generic) and kind in {np.dtype(c).type for c in "?bhilqBHILQefdg"}:
+        if np.dtype(kind).kind not in _REAL_KINDS or kind is np.longdouble:
+            raise Refused(f"a NumPy {kind.__name__}")
+        return {"__npscalar__": value.item(), "dtype": np.dtype(kind).str}
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind in (tuple, list):
+        if len(value) > 10_000:
+            raise Refused(f"a {kind.__name__} of {len(value)} items")
+        items = [to_plain(v, depth + 1) for v in value]
+        return {"__tuple__": items} if kind is tuple else items
+    if kind is dict and all(type(k) is str for k in value) and len(value) <= 10_000:
+        return {"__dict__": {k: to_plain(v, depth + 1) for k, v in value.items()}}
+    raise Refused(f"an object of type {_type_name(value)}")
+
+
+def accept(data: Any, depth: int = 0) -> Any:
+    """The inverse of :func:`to_plain`, run in the grader on what the answer's process wrote
+    (which the answer may have forged): every value checked again. Raises :class:`Refused`."""
+    kind = type(data)
+    if depth > 10:
+        raise Refused("an output nested too deep")
+    if data is None or kind in (bool, int, float, str):
+        return data
+    if kind is list:
+        return [accept(v, depth + 1) for v in data]
+    if kind is not dict:
+        raise Refused(f"an object of type {_type_name(data)}")
+    if set(data) == {"__tensor__"}:
+        t = data["__tensor__"]
+        if type(t) is not torch.Tensor or t.layout != torch.strided or t.is_complex() or t.is_quantized:
+            raise Refused("a tensor that is not a plain real tensor")
+        return t
+    if set(data) == {"__ndarray__", "dtype"} and type(data["dtype"]) is str:
+        t, dtype = data["__ndarray__"], np.dtype(data["dtype"])
+        if type(t) is not torch.Tensor or t.is_complex() or dtype.kind not in _REAL_KINDS:
+            raise Refused(f"a NumPy array of dtype {dtype}")
+        return t.numpy().astype(dtype, copy=True)
+    if set(data) == {"__npscalar__", "dtype"} and type(data["dtype"]) is str:
+        dtype = np.dtype(data["dtype"])
+        if dtype.kind not in _REAL_KINDS or type(data["__npscalar__"]) not in (bool, int, float):
+            raise Refused(f"a NumPy scalar of dtype {dtype}")
+        return dtype.type(data["__npscalar__"])
+    if set(data) == {"__tuple__"} and type(data["__tuple__"]) is list:
+        return tuple(accept(v, depth + 1) for v in data["__tuple__"])
+    if set(data) == {"__dict__"} and type(data["__dict__"]) is dict:
+        return {str(k): accept(v, depth + 1) for k, v in data["__dict__"].items() if type(k) is str}
+    raise Refused("an output the grader does not recognise")
+
+
+@dataclass
+class Outcome:
+    """What the answer did on one case: ``kind`` is "value" (``value``, its output), "raised"
+    (``error`` = (exception type name, message), ``stub`` when it is the stub's own raise),
+    "refused" (``error`` = ("Refused", what it returned)) or "lost" (the process ended first)."""
+
+    kind: str
+    value: Any = None
+    error: tuple[str, str] = ("", "")
+    stub: bool = False
+    inputs_after: list[Any] = field(default_factory=list)  # the tensor/array inputs after the call
+    used: str | None = None  # a watched twin it called (the call watch of core, in its process)
+    tampered: str | None = None
+
+
+# -- 3. the answer's process -----------------------------------------------------------------
+def _alarm(signum: int, frame: Any) -> None:
+    raise TimeoutError("the call took longer than the grader's time limit")
+
+
+def _child(payload_path: str, result_path: str) -> None:
+    """Run in the answer's process: define the answer, call it on every case, write what it
+    returned. Nothing here is trusted by the grader; it only saves a round of re-checks."""
+    with open(payload_path, "rb") as f:
+        payload = pickle.load(f)  # made by the grader before the answer's code existed here
+    os.unlink(payload_path)
+    code, name, check_key, case_sets, per_call = (payload[k] for k in
+                                                  ("code", "name", "check", "case_sets", "per_call"))
+    del payload
+    from .core import _CallWatch, _is_stub
+
+    watch_functions: list[Any] = []
+    try:
+        lesson, check = check_key.split(".")
+        module = importlib.import_module(f"course_utils.exercises.{lesson}")
+        exercise = getattr(getattr(module, check), "__self__", None)
+        if exercise is not None:
+            watch_functions = exercise._forbidden()
+    except Exception:  # noqa: BLE001 - no watch: the static rules still apply
+        watch_functions = []
+    results: list[list[dict]] = []
+    namespace: dict[str, Any] = {"__name__": "answer"}
+    signal.signal(signal.SIGALRM, _alarm)
+    try:
+        signal.alarm(per_call)
+        exec(compile(code, "<answer>", "exec"), namespace)  # noqa: S102 - the point of this process
+        signal.alarm(0)
+        fn = namespace[name]
+    except BaseException as exc:  # noqa: BLE001
+        signal.alarm(0)
+        kind = type(exc).__name__
+        torch.save({"defined": [kind, str(exc)[:500]]}, result_path)
+        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+    for cases in case_sets:
+        outcomes = []
+        for case in cases:
+            args, kwargs = case.fresh()
+            watch = _CallWatch(watch_functions)
+            record: dict[str, Any] = {}
+            try:
+                signal.alarm(per_call)
+                with watch:
+                    out = fn(*args, **kwargs)
+                signal.alarm(0)
+                try:
+                    record = {"kind": "value", "value": to_plain(out)}
+                except Refused as exc:
+                    record = {"kind": "refused", "error": ["Refused", str(exc)]}
+            except BaseException as exc:  # noqa: BLE001 - an exit or interrupt is an outcome too
+                signal.alarm(0)
+                stub = isinstance(exc, NotImplementedError) and _is_stub(fn, exc)
+                try:
+                    message = str(exc)[:500]
+                except BaseException:  # noqa: BLE001
+                    message = ""
+                record = {"kind": "raised", "error": [type(exc).__name__[:80], message], "stub": stub}
+            after = []
+            for given in (*args, *kwargs.values()):
+                try:
+                    after.append(to_plain(given) if type(given) in (torch.Tensor, np.ndarray) else None)
+                except Refused:
+                    after.append(None)
+            record.update(after=after, used=watch.used, tampered=watch.tampered)
+            outcomes.append(record)
+        results.append(outcomes)
+    torch.save({"results": results}, result_path)
+    os._exit(0)
+
+
+# -- 4. running it, isolated ------------------------------------------------------------------
+@functools.cache
+def isolation() -> str:
+    """"bubblewrap" when ``bwrap`` runs here (it needs unprivileged user namespaces, or root),
+    else "subprocess only" (the answer's process then sees the file system)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "subprocess only"
+    probe = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                           capture_output=True, timeout=60)
+    return "bubblewrap" if probe.returncode == 0 else "subprocess only"
+
+
+WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bwrap) is missing or cannot "
+           "make a sandbox here;\nstudents' answers run in a plain subprocess that can read and write "
+           "the course\nfolder, solutions/ and the gradebook. Install it (apt-get install bubblewrap) "
+           "and\nallow user namespaces: see INSTRUCTORS.md, 'Grading outside the notebook'.\n" + "!" * 78)
+
+
+def hidden_paths(extra: Sequence[Path] = ()) -> list[Path]:
+    """What the answer's process must not see: the instructor's clone and home, nbgrader's default
+    exchange, and ``extra`` (the course folder)."""
+    paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *extra]
+    return sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
+
+
+def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            "--setenv", "HOME", str(work), "--setenv", "PATH", "/usr/bin:/bin",
+            "--setenv", "OMP_NUM_THREADS", "1"]
+    for path in hidden:  # outermost first; a later bind opens a way back in
+        argv += ["--tmpfs", str(path)]
+    visible = {PACKAGE, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
+               Path(np.__file__).resolve().parent.parent, Path(torch.__file__).resolve().parent.parent}
+    for path in sorted(visible, key=lambda p: len(p.parts)):
+        if any(h == path or h in path.parents for h in hidden):
+            argv += ["--ro-bind", str(path), str(path)]
+    for path in hidden:  # empty and read-only: nothing written there outlives the process either
+        argv += ["--remount-ro", str(path)]
+    return argv + ["--bind", str(work), str(work), "--chdir", str(work)]
+
+
+def _limits(memory: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.setsid()
+
+
+@dataclass
+class Run:
+    """The outcomes of one answer (one list per case set), or why there are none."""
+
+    outcomes: list[list[Outcome]]
+    defined: tuple[str, str] | None = None  # defining the answer raised (type, message)
+    lost: str | None = None  # the process died, ran out of time or wrote nothing usable
+    isolation: str = ""
+
+
+def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequence[Any]], *,
+               hide: Sequence[Path] = (), per_call: int = 60, memory: int = 4 * 2**30,
+               sandbox: bool | None = None) -> Run:
+    """Run answer ``name`` (its ``code``, from :func:`answer_source`) on each list of cases in
+    ``case_sets``, in a fresh process; ``hide`` adds folders it must not see (the course).
+    ``sandbox``: None uses bubblewrap when it works here (:func:`isolation`), True insists.
+    Never raises for anything the answer does."""
+    if not isinstance(code, str) or not code.strip():
+        raise ValueError(f"code: expected the answer's source text, got {code!r:.60}")
+    use_bwrap = isolation() == "bubblewrap" if sandbox is None else sandbox
+    if use_bwrap and isolation() != "bubblewrap":
+        raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)
+    with tempfile.TemporaryDirectory(prefix="answer-") as tmp:
+        work = Path(tmp).resolve()
+        payload, result = work / "payload.pkl", work / "result.pt"
+        with open(payload, "wb") as f:
+            _CasePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(
+                {"code": code, "name": name, "check": check_key, "case_sets": [list(c) for c in case_sets],
+                 "per_call": int(per_call)})
+        python = [sys.executable, "-I", "-c",
+                  "import sys; from course_utils.exercises.sandbox import _child; "
+                  "_child(sys.argv[1], sys.argv[2])",
+                  str(payload), str(result)]
+        if use_bwrap:
+            argv, env = _bwrap_argv(work, hidden_paths(hide)) + python, None
+        else:
+            argv = python
+            env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "OMP_NUM_THREADS": "1"}
+        calls = sum(len(c) for c in case_sets) + 1
+        limit = 60 + per_call * calls
+        process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(_limits, memory))
+        try:
+            _, stderr = process.communicate(timeout=limit)
+            status, detail = process.returncode, stderr.decode(errors="replace")[-300:]
+        except subprocess.TimeoutExpired:
+            status, detail = None, f"it ran longer than {limit} s in all"
+        finally:  # the process group: whatever the answer started and left behind
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.kill()
+            process.communicate()
+        label = "bubblewrap" if use_bwrap else "subprocess only"
+        try:
+            data = torch.load(result, weights_only=True) if result.is_file() else None
+        except Exception:  # noqa: BLE001 - forged or cut short: nothing usable
+            data = None
+        if not isinstance(data, dict):
+            why = f"exit status {status}" if status is not None else detail
+            return Run([], lost=f"the answer's process ended without results ({why}; "
+                                f"{detail.strip()[-200:]})", isolation=label)
+        if "defined" in data:
+            kind, message = (list(data["defined"]) + ["", ""])[:2]
+            return Run([], defined=(str(kind), str(message)), isolation=label)
+        return Run(_outcomes(data.get("results"), case_sets), isolation=label)
+
+
+def _outcomes(results: Any, case_sets: Sequence[Sequence[Any]]) -> list[list[Outcome]]:
+    """The process's records, checked: one Outcome per case ("lost" where a record is missing)."""
+    out = []
+    for index, cases in enumerate(case_sets):
+        records = results[index] if type(results) is list and index < len(results) else []
+        row = []
+        for i in range(len(cases)):
+            record = records[i] if type(records) is list and i < len(records) else None
+            row.append(_outcome(record))
+        out.append(row)
+    return out
+
+
+def _text(x: Any) -> str | None:
+    return str(x)[:500] if type(x) is str else None
+
+
+def _outcome(record: Any) -> Outcome:
+    if type(record) is not dict:
+        return Outcome("lost", error=("Lost", "no result for this case"))
+    used, tampered = _text(record.get("used")), _text(record.get("tampered"))
+    after = []
+    for item in record.get("after", []) if type(record.get("after")) is list else []:
+        try:
+            after.append(None if item is None else accept(item))
+        except Refused:
+            after.append(None)
+    kind = record.get("kind")
+    if kind == "value":
+        try:
+            return Outcome("value", value=accept(record.get("value")), inputs_after=after, used=used,
+                           tampered=tampered)
+        except Refused as exc:
+            return Outcome("refused", error=("Refused", str(exc)), used=used, tampered=tampered)
+    error = record.get("error")
+    if type(error) is list and len(error) == 2:
+        error = (str(error[0])[:80], str(error[1])[:500])
+    else:
+        error = ("?", "")
+    if kind == "refused":
+        return Outcome("refused", error=error, used=used, tampered=tampered)
+    if kind == "raised":
+        return Outcome("raised", error=error, stub=record.get("stub") is True, inputs_after=after, used=used,
+                       tampered=tampered)
+    return Outcome("lost", error=("Lost", "an unreadable result"))
