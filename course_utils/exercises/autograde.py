@@ -112,11 +112,12 @@ def salted_seeds(salt: int) -> Iterator[None]:
 
 
 def cases_of(exercise: Any, salt: int | None = None) -> list[Any]:
-    """The one place the grader asks an exercise for its test cases: its own (``salt`` None), or
-    unseen ones built under :func:`salted_seeds`. Any case given to an answer's process
-    is a copy made here; the salt itself never leaves this process."""
+    """The one place the grader asks an exercise for its test cases: its own (``salt`` None: the
+    stored inputs, the same bytes on every machine), or unseen ones built under
+    :func:`salted_seeds`. Any case given to an answer's process is a copy made here; the salt
+    itself never leaves this process."""
     if salt is None:
-        return list(exercise.make_cases())
+        return exercise.cases()
     with salted_seeds(salt):
         return list(exercise.make_cases())
 
@@ -183,15 +184,23 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
 
 
 # -- replaying an answer's recorded outcomes through the exercise's own check ---------------------
-def _case_key(args: tuple, kwargs: dict) -> tuple:
-    """Identifies one case's inputs: a digest of the values, and the identity of anything that
-    is not plain data (``Case.fresh`` keeps those, a case builder's closure for instance)."""
-    from .answers import cases_digest
-    from .core import Case
-
-    plain = (torch.Tensor, np.ndarray, int, float, str, bool, tuple, list, dict, type(None))
-    others = tuple(id(v) for v in (*args, *kwargs.values()) if not isinstance(v, plain))
-    return cases_digest([Case(args, kwargs)]), others
+def _same_inputs(a: Any, b: Any) -> bool:
+    """True when ``b`` is a copy of the case input ``a`` made in this process (``Case.fresh``):
+    the same bytes for tensors and arrays, equal plain values, the very object otherwise (a case
+    builder's closure). Used to find which recorded outcome a call asks for, not to grade."""
+    if isinstance(a, torch.Tensor):
+        return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                and bool(torch.equal(a.nan_to_num(), b.nan_to_num())))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=True))
+    if isinstance(a, (tuple, list)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(_same_inputs(x, y) for x, y in zip(a, b, strict=True)))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_inputs(a[k], b[k]) for k in a)
+    if isinstance(a, (int, float, str, bool, type(None))):
+        return type(a) is type(b) and a == b
+    return a is b
 
 
 def _exception(kind: str, message: str) -> BaseException:
@@ -208,10 +217,10 @@ def replay(name: str, cases: Sequence[Any], outcomes: Sequence[sandbox.Outcome])
     """A function that gives, for each of ``cases``, what the answer's process recorded: a copy of
     the output, the exception it raised, the edits it made to its inputs. No student code runs:
     the exercise's check can then grade the answer here, unchanged."""
-    table = {_case_key(*c.fresh()): o for c, o in zip(cases, outcomes, strict=True)}
+    table = [((c.args, c.kwargs), o) for c, o in zip(cases, outcomes, strict=True)]
 
     def answer(*args: Any, **kwargs: Any) -> Any:
-        outcome = table.get(_case_key(args, kwargs))
+        outcome = next((o for inputs, o in table if _same_inputs(inputs, (args, kwargs))), None)
         if outcome is None:
             raise LookupError("the grader has no recorded output for these inputs")
         for given, after in zip((*args, *kwargs.values()), outcome.inputs_after, strict=False):
@@ -249,15 +258,16 @@ def _copy(value: Any) -> Any:
 def _these_cases(exercise: Any, cases: list[Any], expected: list[Any] | None) -> Iterator[None]:
     """While active, ``exercise`` builds ``cases`` (the very objects the answer's process was given)
     and, with ``expected``, compares with those outputs (no stored slips: unseen cases)."""
-    saved = {k: exercise.__dict__[k] for k in ("make_cases", "_expected") if k in exercise.__dict__}
+    saved = {k: exercise.__dict__[k] for k in ("make_cases", "_expected", "_cases") if k in exercise.__dict__}
     exercise._store_key()  # remembered before the cases change
     exercise.__dict__["make_cases"] = lambda: list(cases)
+    exercise.__dict__["_cases"] = list(cases)
     if expected is not None:
         exercise.__dict__["_expected"] = expected
     try:
         yield
     finally:
-        for k in ("make_cases", "_expected"):
+        for k in ("make_cases", "_expected", "_cases"):
             exercise.__dict__.pop(k, None)
         exercise.__dict__.update(saved)
 

@@ -723,6 +723,8 @@ class Exercise:
         defined elsewhere, and the unseen cases at autograde are built by ``make_cases()``.
         Raises :class:`_StoreProblem` when the store and the case builder disagree in shape
         or number (package files from two releases)."""
+        if "_cases" in self.__dict__:  # the grader's very case objects (autograde._these_cases)
+            return list(self.__dict__["_cases"])
         if "_expected" in self.__dict__:  # unseen cases at autograde: built under a salt
             return list(self.make_cases())
         entry = self._entry()
