@@ -211,9 +211,10 @@ class Feedback:
 
         The lessons' test cells call this. While learning (JupyterLab, Colab, Binder) it only
         prints, so Run All goes on past an exercise not done yet; when nbgrader runs the
-        notebook (autograde or validate set ``NBGRADER_EXECUTION``) a wrong or missing
-        answer raises, and nbgrader records the failed test with the named mistake. (Hidden
-        tests added to the instructor's copy grade again without trusting this method.)
+        notebook (``nbgrader validate`` sets ``NBGRADER_EXECUTION``) a wrong or missing answer
+        raises. This is feedback, not a grade: at autograde the notebook does not run, and
+        the outside grader (:mod:`.autograde`, :mod:`.sandbox`) runs each answer's code in a
+        separate process and records the points itself.
         """
         print(self)
         if not self.passed and os.environ.get("NBGRADER_EXECUTION"):
