@@ -322,3 +322,18 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
         for target in link.findall(page.read_text()):
             path = (page.parent / target.split("#")[0]).resolve()
             assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
+
+
+def test_the_readme_performance_table_states_the_documented_targets_and_no_figures():
+    """README's performance table mirrors docs/benchmarks.md's targets row for row, and holds no
+    dated figure of its own (figures live in docs/ and CHANGELOG.md with their date and machine)."""
+    def first_table_after(text: str, heading: str) -> list[str]:
+        lines = text.split(heading, 1)[1].splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+        return lines[start:end]
+
+    readme = first_table_after((ROOT / "README.md").read_text(), "## Performance\n")
+    documented = first_table_after((ROOT / "docs" / "benchmarks.md").read_text(), "## Targets\n")
+    assert readme == documented and len(readme) >= 6
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", "\n".join(readme))
