@@ -369,8 +369,10 @@ def test_lesson04_prints_the_current_source_of_the_batched_helpers():
 
 
 def test_the_sweep_readings_hold_in_the_stored_run():
-    """Section 8's prose: at T = 1024 the loop beat the step-by-step batched version, and the
-    fused SDPA version was the fastest, or within 2% of it, at every length."""
+    """The summary's prose: at T = 1024 the loop beat the step-by-step batched version, and the
+    fused SDPA version was the fastest by a wide margin from T = 256 on. (At the shortest
+    lengths nn.MultiheadAttention's fast path and SDPA trade the lead between runs, so the
+    prose names no winner there.)"""
     import json
     from pathlib import Path
 
@@ -385,5 +387,6 @@ def test_the_sweep_readings_hold_in_the_stored_run():
     lengths = rows["seq_len"]
     assert rows["loop over heads"][lengths.index(1024)] < rows["batched"][lengths.index(1024)]
     for i in range(len(lengths)):
-        fastest = min(rows[name][i] for name in rows if name != "seq_len")
-        assert rows["batched + F.sdpa"][i] <= fastest * 1.02, lengths[i]
+        others = min(rows[name][i] for name in rows if name not in ("seq_len", "batched + F.sdpa"))
+        if lengths[i] >= 256:
+            assert rows["batched + F.sdpa"][i] < 0.9 * others, lengths[i]
