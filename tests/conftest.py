@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import solutions  # noqa: E402
-from course_utils.bench.memory import TEST_REPORT, peak_rss_bytes, reset_peak_rss  # noqa: E402
+from course_utils.bench.memory import TEST_REPORT, peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
 
 solutions.attach()
 
@@ -55,6 +55,7 @@ def pytest_runtest_protocol(item, nextitem):
         return
     children_before = _children_mb()
     reset_peak_rss()
+    size = rss_bytes()
     start = time.perf_counter()
     yield
     peak = peak_rss_bytes()
@@ -63,6 +64,7 @@ def pytest_runtest_protocol(item, nextitem):
     children = _children_mb()
     config._course_peak_rss[item.nodeid] = {
         "peak_mb": round(peak / 1e6, 1),
+        "start_mb": None if size is None else round(size / 1e6, 1),
         "children_mb": round(children, 1) if children > children_before else None,
         "seconds": round(time.perf_counter() - start, 2),
     }
@@ -92,8 +94,9 @@ def pytest_sessionfinish(session, exitstatus):
     tests.update(config._course_peak_rss)
     path.parent.mkdir(parents=True, exist_ok=True)
     report = {"about": "peak RSS of the test process while each test ran (VmHWM reset before it), "
-                       "MB = 10**6 bytes; children_mb: the largest child process so far, when this "
-                       "test raised it; written by tests/conftest.py",
+                       "MB = 10**6 bytes; start_mb: its RSS when the test began; children_mb: the "
+                       "largest child process so far, when this test raised it; written by "
+                       "tests/conftest.py",
               "tests": dict(sorted(tests.items()))}
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(report, indent=1))

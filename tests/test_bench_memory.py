@@ -77,13 +77,14 @@ def test_the_peak_can_be_reset_so_each_test_gets_its_own():
 def test_the_test_report_lists_the_largest_first(tmp_path):
     path = tmp_path / "report.json"
     path.write_text(json.dumps({"tests": {
-        "tests/a.py::small": {"peak_mb": 300.0, "children_mb": None, "seconds": 0.1},
-        "tests/b.py::huge": {"peak_mb": 17100.0, "children_mb": None, "seconds": 4.0},
+        "tests/a.py::small": {"peak_mb": 300.0, "start_mb": 290.0, "children_mb": None, "seconds": 0.1},
+        "tests/b.py::huge": {"peak_mb": 17100.0, "start_mb": 600.0, "children_mb": None, "seconds": 4.0},
         "tests/c.py::middle": {"peak_mb": 900.0, "children_mb": 450.0, "seconds": 1.0}}}))
     text = format_test_report(read_test_report(path), top=2)
     lines = text.splitlines()
     assert "3 tests; 1 over Binder's 2 GB" in lines[0] and "450 MB" in lines[0]
-    assert "huge" in lines[1] and "OVER 2 GB" in lines[1] and "middle" in lines[2] and len(lines) == 3
+    assert "huge" in lines[2] and "OVER 2 GB" in lines[2] and "+16,500 MB" in lines[2]
+    assert "middle" in lines[3] and " - " in lines[3] and len(lines) == 4  # no start size: no rise
     with pytest.raises(FileNotFoundError, match="run the tests first"):
         read_test_report(tmp_path / "missing.json")
     (tmp_path / "other.json").write_text("[1, 2]")

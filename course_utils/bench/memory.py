@@ -27,7 +27,7 @@ from pathlib import Path
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
            "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",
-           "reset_peak_rss", "TEST_REPORT", "read_test_report", "format_test_report",
+           "reset_peak_rss", "rss_bytes", "TEST_REPORT", "read_test_report", "format_test_report",
            "add_bench_parser"]
 
 TARGET_MB = 1000.0  # the course's target per lesson (1.0 GB)
@@ -168,14 +168,23 @@ def _main_memory(args: argparse.Namespace) -> None:
 
 
 # -- per-test peaks (recorded by the plugin in tests/conftest.py) --------------------------
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith(field))
+    except (OSError, StopIteration):
+        return None
+
+
 def peak_rss_bytes() -> int | None:
     """This process's peak resident set size since it started or since the last
     :func:`reset_peak_rss`, in bytes (Linux: ``VmHWM``); ``None`` where it cannot be read."""
-    try:
-        with open("/proc/self/status") as status:
-            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        return None
+    return _status_bytes("VmHWM:")
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set size now, in bytes (Linux: ``VmRSS``); ``None`` elsewhere."""
+    return _status_bytes("VmRSS:")
 
 
 def reset_peak_rss() -> bool:
@@ -190,7 +199,8 @@ def reset_peak_rss() -> bool:
 
 
 def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
-    """The per-test records, ``{test id: {"peak_mb": ..., "children_mb": ..., "seconds": ...}}``."""
+    """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
+    "seconds": ...}}``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no per-test memory report at {path}: run the tests first "
@@ -202,15 +212,21 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
 
 
 def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
-    """The ``top`` largest per-test peaks, largest first, with the limit each is judged by."""
+    """The ``top`` largest per-test peaks, largest first, with the limit each is judged by.
+    ``rise`` is the peak less the process's size when the test began: what the test itself
+    added, where the peak also counts what earlier tests in the same process left behind."""
     ranked = sorted(tests.items(), key=lambda item: -(item[1].get("peak_mb") or 0.0))
     over = sum(1 for _, r in ranked if (r.get("peak_mb") or 0.0) > BINDER_LIMIT_MB)
     children = max((r.get("children_mb") or 0.0 for r in tests.values()), default=0.0)
     lines = [f"per-test peak RSS of the test process ({len(tests)} tests; {over} over Binder's "
              f"{BINDER_LIMIT_MB / 1024:.0f} GB); largest child process: {children:,.0f} MB"]
+    lines.append(f"  {'peak':>11}  {'rise':>9}  {'time':>8}  test")
     for nodeid, record in ranked[:top]:
         flag = "  OVER 2 GB" if record["peak_mb"] > BINDER_LIMIT_MB else ""
-        lines.append(f"  {record['peak_mb']:>8,.0f} MB  {record.get('seconds', 0.0):6.1f} s  {nodeid}{flag}")
+        start = record.get("start_mb")
+        rise = "-" if start is None else f"{record['peak_mb'] - start:+,.0f} MB"
+        seconds = record.get("seconds", 0.0)
+        lines.append(f"  {record['peak_mb']:>8,.0f} MB  {rise:>9}  {seconds:6.1f} s  {nodeid}{flag}")
     return "\n".join(lines)
 
 
