@@ -84,7 +84,8 @@ def test_the_test_report_lists_the_largest_first(tmp_path):
     lines = text.splitlines()
     assert "3 tests; 1 over Binder's 2 GB" in lines[0] and "450 MB" in lines[0]
     assert "huge" in lines[2] and "OVER 2 GB" in lines[2] and "+16,500 MB" in lines[2]
-    assert "middle" in lines[3] and " - " in lines[3] and len(lines) == 4  # no start size: no rise
+    assert "middle" in lines[3] and " - " in lines[3]  # no start size: no rise
+    assert "largest rises" in lines[4] and "huge" in lines[5] and "small" in lines[6] and len(lines) == 7
     with pytest.raises(FileNotFoundError, match="run the tests first"):
         read_test_report(tmp_path / "missing.json")
     (tmp_path / "other.json").write_text("[1, 2]")

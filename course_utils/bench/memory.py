@@ -212,21 +212,32 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
 
 
 def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
-    """The ``top`` largest per-test peaks, largest first, with the limit each is judged by.
-    ``rise`` is the peak less the process's size when the test began: what the test itself
-    added, where the peak also counts what earlier tests in the same process left behind."""
-    ranked = sorted(tests.items(), key=lambda item: -(item[1].get("peak_mb") or 0.0))
-    over = sum(1 for _, r in ranked if (r.get("peak_mb") or 0.0) > BINDER_LIMIT_MB)
+    """The ``top`` largest per-test peaks, largest first, with the limit each is judged by,
+    then the ``top`` largest rises. ``rise`` is the peak less the process's size when the
+    test began: what the test itself added, where the peak also counts what earlier tests in
+    the same process left behind."""
+    def rise_of(record: dict) -> float | None:
+        start = record.get("start_mb")
+        return None if start is None else record["peak_mb"] - start
+
+    def line(nodeid: str, record: dict) -> str:
+        flag = "  OVER 2 GB" if record["peak_mb"] > BINDER_LIMIT_MB else ""
+        rise = rise_of(record)
+        rise_text = "-" if rise is None else f"{rise:+,.0f} MB"
+        seconds = record.get("seconds", 0.0)
+        return f"  {record['peak_mb']:>8,.0f} MB  {rise_text:>9}  {seconds:6.1f} s  {nodeid}{flag}"
+
+    by_peak = sorted(tests.items(), key=lambda item: -(item[1].get("peak_mb") or 0.0))
+    over = sum(1 for _, r in by_peak if (r.get("peak_mb") or 0.0) > BINDER_LIMIT_MB)
     children = max((r.get("children_mb") or 0.0 for r in tests.values()), default=0.0)
     lines = [f"per-test peak RSS of the test process ({len(tests)} tests; {over} over Binder's "
-             f"{BINDER_LIMIT_MB / 1024:.0f} GB); largest child process: {children:,.0f} MB"]
-    lines.append(f"  {'peak':>11}  {'rise':>9}  {'time':>8}  test")
-    for nodeid, record in ranked[:top]:
-        flag = "  OVER 2 GB" if record["peak_mb"] > BINDER_LIMIT_MB else ""
-        start = record.get("start_mb")
-        rise = "-" if start is None else f"{record['peak_mb'] - start:+,.0f} MB"
-        seconds = record.get("seconds", 0.0)
-        lines.append(f"  {record['peak_mb']:>8,.0f} MB  {rise:>9}  {seconds:6.1f} s  {nodeid}{flag}")
+             f"{BINDER_LIMIT_MB / 1024:.0f} GB); largest child process: {children:,.0f} MB",
+             f"  {'peak':>11}  {'rise':>9}  {'time':>8}  test"]
+    lines += [line(nodeid, record) for nodeid, record in by_peak[:top]]
+    risen = [(n, r) for n, r in tests.items() if rise_of(r) is not None]
+    if risen:
+        lines.append(f"the {min(top, len(risen))} largest rises over the size each test began with:")
+        lines += [line(n, r) for n, r in sorted(risen, key=lambda item: -rise_of(item[1]))[:top]]
     return "\n".join(lines)
 
 
