@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import nbformat
 import pytest
 
-from course_utils.bench.memory import NotebookMemory, format_memory_table, notebook_peak_memory
+from course_utils.bench.memory import (
+    NotebookMemory,
+    format_memory_table,
+    format_slowest_cells,
+    format_test_report,
+    notebook_peak_memory,
+    peak_rss_bytes,
+    read_test_report,
+    reset_peak_rss,
+)
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs the resource module")
 
@@ -38,3 +48,46 @@ def test_a_failing_notebook_is_a_row_not_a_crash(tmp_path):
 def test_bad_path_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="path must be an existing .ipynb"):
         notebook_peak_memory(tmp_path / "missing.ipynb")
+
+
+def test_cell_times_name_the_slow_cell(tmp_path):
+    path = tmp_path / "two.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# a heading"), nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(0.5)  # the slow one")]), path)
+    row = notebook_peak_memory(path)
+    assert [c.index for c in row.cells] == [1, 2]  # code cells only, by their place in the notebook
+    assert row.cells[1].seconds >= 0.5 and row.cells[1].first_line == "import time"
+    listing = format_slowest_cells(row, 1)
+    assert "cell   2" in listing and "cell   1" not in listing
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM and clear_refs are Linux's")
+def test_the_peak_can_be_reset_so_each_test_gets_its_own():
+    assert reset_peak_rss()
+    before = peak_rss_bytes()
+    block = bytearray(200 * 2**20)  # written, so resident
+    del block
+    raised = peak_rss_bytes()
+    assert raised - before > 0.9 * 200 * 2**20  # the peak stays up after the memory is freed
+    assert reset_peak_rss()
+    assert peak_rss_bytes() < raised - 0.5 * 200 * 2**20  # and comes down with a reset
+
+
+def test_the_test_report_lists_the_largest_first(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"tests": {
+        "tests/a.py::small": {"peak_mb": 300.0, "start_mb": 290.0, "children_mb": None, "seconds": 0.1},
+        "tests/b.py::huge": {"peak_mb": 17100.0, "start_mb": 600.0, "children_mb": None, "seconds": 4.0},
+        "tests/c.py::middle": {"peak_mb": 900.0, "children_mb": 450.0, "seconds": 1.0}}}))
+    text = format_test_report(read_test_report(path), top=2)
+    lines = text.splitlines()
+    assert "3 tests; 1 over Binder's 2 GB" in lines[0] and "450 MB" in lines[0]
+    assert "huge" in lines[2] and "OVER 2 GB" in lines[2] and "+16,500 MB" in lines[2]
+    assert "middle" in lines[3] and " - " in lines[3]  # no start size: no rise
+    assert "largest rises" in lines[4] and "huge" in lines[5] and "small" in lines[6] and len(lines) == 7
+    with pytest.raises(FileNotFoundError, match="run the tests first"):
+        read_test_report(tmp_path / "missing.json")
+    (tmp_path / "other.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a per-test memory report"):
+        read_test_report(tmp_path / "other.json")

@@ -353,3 +353,19 @@ def test_the_old_name_is_the_same_class():
     from course_utils import two_relations
 
     assert two_relations.TrainConfig is RelationsConfig
+
+
+def test_the_progress_bar_counts_runs_and_changes_no_result(capsys):
+    """compare_heads(progress=True) trains in rounds of `workers` runs under one bar of runs; the
+    runs are the ones the plain call gives, number for number, in the same order."""
+    tiny = RelationsConfig(steps=20, eval_every=10, eval_size=256)
+    plain = compare_heads(TASK, heads=(1, 2), seeds=(0, 1), config=tiny, workers=2)
+    shown = compare_heads(TASK, heads=(1, 2), seeds=(0, 1), config=tiny, workers=2, progress=True)
+    def runs(results):
+        return [(r.num_heads, r.seed, r.accuracy) for r in results]
+
+    assert runs(shown) == runs(plain)
+    err = capsys.readouterr().err
+    assert "training 4 runs" in err and "4/4" in err
+    with pytest.raises(TypeError, match="progress must be True or False"):
+        compare_heads(TASK, heads=(1,), seeds=(0,), config=tiny, progress="yes")

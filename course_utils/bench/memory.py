@@ -4,21 +4,36 @@ Run ``python -m course_utils.bench memory`` (all of ``notebooks/``) or name note
 Each notebook is executed top to bottom by nbclient in a new ``python3`` kernel; a last
 cell, added to the in-memory copy only, reads the kernel process's peak resident set size
 (Linux: ``VmHWM`` in ``/proc/self/status``; macOS: ``ru_maxrss``). Nothing is
-written back to the notebooks. Unix only (``resource`` module).
+written back to the notebooks. Unix only (``resource`` module). ``--slowest N`` lists each
+notebook's N slowest cells (nbgrader stops a cell after 120 s), and the load average before
+and after the run is printed, since the times depend on what else the machine runs.
+
+``python -m course_utils.bench test-memory`` prints the largest per-test peaks that the
+course's pytest plugin (``tests/conftest.py``) records into ``artifacts/test_peak_rss.json``:
+before each test the process's peak (``VmHWM``) is reset to its current size through
+``/proc/self/clear_refs``, and read again when the test's setup, call and teardown are over.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
-__all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "NotebookMemory", "notebook_peak_memory",
-           "format_memory_table", "add_bench_parser"]
+__all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
+           "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",
+           "reset_peak_rss", "rss_bytes", "TEST_REPORT", "read_test_report", "format_test_report",
+           "add_bench_parser"]
 
 TARGET_MB = 1000.0  # the course's target per lesson (1.0 GB)
 BINDER_LIMIT_MB = 2048.0  # mybinder.org's memory limit
+CELL_TIMEOUT_S = 120.0  # nbgrader's default time limit per cell (ExecutePreprocessor.timeout)
+TEST_REPORT = Path("artifacts") / "test_peak_rss.json"  # relative to the repository root
 _MARK = "COURSE_PEAK_RSS_BYTES"
 # Linux: VmHWM, the peak RSS of this process image (ru_maxrss would carry over the peak of
 # the process that forked the kernel). macOS: ru_maxrss, in bytes there.
@@ -33,12 +48,22 @@ print("{_MARK}", _peak)
 """
 
 
+@dataclass(frozen=True)
+class CellTime:
+    """One code cell's run time: its index in the notebook and its first line."""
+
+    index: int
+    seconds: float
+    first_line: str
+
+
 @dataclass
 class NotebookMemory:
     name: str
     peak_mb: float | None  # None when the notebook failed before the probe ran
     seconds: float
     error: str = ""
+    cells: list[CellTime] = field(default_factory=list)  # code cells that ran, in notebook order
 
     @property
     def verdict(self) -> str:
@@ -63,7 +88,7 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
         raise ValueError(f"path must be an existing .ipynb file, got {str(path)!r}")
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(_PROBE))
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     try:
@@ -71,11 +96,38 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     except Exception as err:  # a failing lesson is a row of the table, not a crash
         message = str(err).strip().splitlines()
         return NotebookMemory(path.name, None, time.perf_counter() - start,
-                              f"{type(err).__name__}: {message[-1] if message else ''}"[:100])
+                              f"{type(err).__name__}: {message[-1] if message else ''}"[:100],
+                              _cell_times(nb.cells[:-1]))
     elapsed = time.perf_counter() - start
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     peak = next(int(line.split()[1]) for line in text.splitlines() if line.startswith(_MARK))
-    return NotebookMemory(path.name, peak / 1e6, elapsed)
+    return NotebookMemory(path.name, peak / 1e6, elapsed, cells=_cell_times(nb.cells[:-1]))
+
+
+def _cell_times(cells) -> list[CellTime]:
+    """Each executed code cell's time, from the kernel's own timestamps (nbclient's
+    ``record_timing``: from the kernel announcing the input to its reply)."""
+    times = []
+    for index, cell in enumerate(cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        begin, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        if cell.cell_type != "code" or not begin or not end:
+            continue
+        seconds = (datetime.fromisoformat(end.replace("Z", "+00:00"))
+                   - datetime.fromisoformat(begin.replace("Z", "+00:00"))).total_seconds()
+        lines = [line for line in cell.source.splitlines() if line.strip()]
+        times.append(CellTime(index, seconds, lines[0][:60] if lines else ""))
+    return times
+
+
+def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
+    """The ``count`` slowest code cells of one notebook, slowest first, one line each."""
+    slowest = sorted(row.cells, key=lambda c: -c.seconds)[:count]
+    lines = [f"  {row.name}: {len(row.cells)} code cells, slowest:"]
+    for cell in slowest:
+        warn = "  <- over half of nbgrader's 120 s" if cell.seconds > CELL_TIMEOUT_S / 2 else ""
+        lines.append(f"    cell {cell.index:>3} {cell.seconds:6.1f} s  {cell.first_line}{warn}")
+    return "\n".join(lines)
 
 
 def format_memory_table(rows: list[NotebookMemory]) -> str:
@@ -89,6 +141,11 @@ def format_memory_table(rows: list[NotebookMemory]) -> str:
     return "\n".join(lines)
 
 
+def _load() -> str:
+    """The 1-, 5- and 15-minute load averages, as ``uptime`` prints them."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def _main_memory(args: argparse.Namespace) -> None:
     from ..paths import NOTEBOOKS_DIR
 
@@ -97,21 +154,115 @@ def _main_memory(args: argparse.Namespace) -> None:
         raise SystemExit(f"no notebooks found in {NOTEBOOKS_DIR}; name them on the command line")
     print(f"peak resident memory of each notebook's kernel, run top to bottom in a fresh kernel\n"
           f"(Binder's limit: {BINDER_LIMIT_MB / 1024:.0f} GB; the course's target: "
-          f"{TARGET_MB / 1000:.1f} GB per lesson)\n", flush=True)
+          f"{TARGET_MB / 1000:.1f} GB per lesson)\n"
+          f"load average at the start: {_load()} ({os.cpu_count()} CPUs)\n", flush=True)
     rows = []
     for path in paths:
         rows.append(notebook_peak_memory(path, timeout=args.timeout))
-        print(f"  {path.name}: done", flush=True)
+        print(f"  {path.name}: done in {rows[-1].seconds:.1f} s, load average {_load()}", flush=True)
+        if args.slowest:
+            print(format_slowest_cells(rows[-1], args.slowest), flush=True)
     print()
     print(format_memory_table(rows))
+    print(f"\nload average at the end: {_load()}")
+
+
+# -- per-test peaks (recorded by the plugin in tests/conftest.py) --------------------------
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith(field))
+    except (OSError, StopIteration):
+        return None
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size since it started or since the last
+    :func:`reset_peak_rss`, in bytes (Linux: ``VmHWM``); ``None`` where it cannot be read."""
+    return _status_bytes("VmHWM:")
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set size now, in bytes (Linux: ``VmRSS``); ``None`` elsewhere."""
+    return _status_bytes("VmRSS:")
+
+
+def reset_peak_rss() -> bool:
+    """Set this process's peak RSS back to its current RSS (Linux >= 4.0: write 5 to
+    ``/proc/self/clear_refs``). False where that is not possible; then peaks only rise."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
+    """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
+    "seconds": ...}}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no per-test memory report at {path}: run the tests first "
+                                f"(python3 course.py test), which write it")
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("tests"), dict):
+        raise ValueError(f"{path} is not a per-test memory report (expected a 'tests' table)")
+    return data["tests"]
+
+
+def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
+    """The ``top`` largest per-test peaks, largest first, with the limit each is judged by,
+    then the ``top`` largest rises. ``rise`` is the peak less the process's size when the
+    test began: what the test itself added, where the peak also counts what earlier tests in
+    the same process left behind."""
+    def rise_of(record: dict) -> float | None:
+        start = record.get("start_mb")
+        return None if start is None else record["peak_mb"] - start
+
+    def line(nodeid: str, record: dict) -> str:
+        flag = "  OVER 2 GB" if record["peak_mb"] > BINDER_LIMIT_MB else ""
+        rise = rise_of(record)
+        rise_text = "-" if rise is None else f"{rise:+,.0f} MB"
+        seconds = record.get("seconds", 0.0)
+        return f"  {record['peak_mb']:>8,.0f} MB  {rise_text:>9}  {seconds:6.1f} s  {nodeid}{flag}"
+
+    by_peak = sorted(tests.items(), key=lambda item: -(item[1].get("peak_mb") or 0.0))
+    over = sum(1 for _, r in by_peak if (r.get("peak_mb") or 0.0) > BINDER_LIMIT_MB)
+    children = max((r.get("children_mb") or 0.0 for r in tests.values()), default=0.0)
+    lines = [f"per-test peak RSS of the test process ({len(tests)} tests; {over} over Binder's "
+             f"{BINDER_LIMIT_MB / 1024:.0f} GB); largest child process: {children:,.0f} MB",
+             f"  {'peak':>11}  {'rise':>9}  {'time':>8}  test"]
+    lines += [line(nodeid, record) for nodeid, record in by_peak[:top]]
+    risen = [(n, r) for n, r in tests.items() if rise_of(r) is not None]
+    if risen:
+        lines.append(f"the {min(top, len(risen))} largest rises over the size each test began with:")
+        lines += [line(n, r) for n, r in sorted(risen, key=lambda item: -rise_of(item[1]))[:top]]
+    return "\n".join(lines)
+
+
+def _main_test_memory(args: argparse.Namespace) -> None:
+    try:
+        tests = read_test_report(args.report)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"bench test-memory: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(format_test_report(tests, args.top))
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``memory`` on ``python -m course_utils.bench``."""
-    from .cli import notebook_file, positive_int
+    from .cli import non_negative_int, notebook_file, positive_int
 
     p = sub.add_parser("memory", help="peak memory of every notebook, each in a fresh kernel")
     p.add_argument("notebooks", nargs="*", type=notebook_file,
                    help="notebooks to measure (default: every lesson)")
     p.add_argument("--timeout", type=positive_int, default=900, help="seconds allowed per cell")
+    p.add_argument("--slowest", type=non_negative_int, default=3, metavar="N",
+                   help="list each notebook's N slowest cells (0: none)")
     p.set_defaults(run=_main_memory)
+    t = sub.add_parser("test-memory", help="the largest per-test peak memory of the last test runs")
+    t.add_argument("report", nargs="?", default=str(TEST_REPORT),
+                   help=f"the report the tests wrote (default: {TEST_REPORT})")
+    t.add_argument("--top", type=positive_int, default=10, help="how many tests to list")
+    t.set_defaults(run=_main_test_memory)

@@ -24,12 +24,13 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters
 from ..attention.validation import check_int
 from ..env import seed_everything, torch_threads
-from ..model.parallel import parallel_map
+from ..model.parallel import default_workers, parallel_map
 
 __all__ = [
     "EVAL_SEED",
@@ -295,17 +296,33 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
 def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequence[int] = range(5),
                   config: RelationsConfig = RelationsConfig(), *,
                   on_eval: Callable[[int, int, int, LookupModel], Any] | None = None,
-                  workers: int | None = None) -> list[RunResult]:
+                  workers: int | None = None, progress: bool = False) -> list[RunResult]:
     """Train every (number of heads, seed) pair with the same config; results in that order.
 
     The runs are independent, so they go ``workers`` at a time on separate CPU cores
     (:func:`~course_utils.model.parallel.parallel_map`; default: one per core), with the same results
     as one after another. ``on_eval`` is passed to :func:`train_lookup`; with several workers it
-    runs in a worker process, so keep what it returns (``RunResult.recorded``), not its side effects."""
+    runs in a worker process, so keep what it returns (``RunResult.recorded``), not its side effects.
+    ``progress=True`` shows a text progress bar of the finished runs: the runs then go in rounds
+    of ``workers`` (runs of one config take about equally long, so little time is lost waiting)."""
     if not heads or not seeds:
         raise ValueError("heads and seeds must both be non-empty")
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be True or False, got {type(progress).__name__} {progress!r}")
     jobs = [(h, s) for h in heads for s in seeds]
-    return parallel_map(lambda job: train_lookup(task, *job, config, on_eval=on_eval), jobs, workers=workers)
+
+    def run(job: tuple[int, int]) -> RunResult:
+        return train_lookup(task, *job, config, on_eval=on_eval)
+
+    if not progress:
+        return parallel_map(run, jobs, workers=workers)
+    at_once = default_workers(len(jobs)) if workers is None else check_int(workers, "workers", minimum=1)
+    results: list[RunResult] = []
+    with tqdm(total=len(jobs), desc=f"training {len(jobs)} runs", unit="run", leave=False) as bar:
+        for first in range(0, len(jobs), at_once):
+            results += parallel_map(run, jobs[first:first + at_once], workers=at_once)
+            bar.update(len(jobs[first:first + at_once]))
+    return results
 
 
 def _head_label(num_heads: int, d_model: int) -> str:
