@@ -205,7 +205,35 @@ def test_nothing_in_the_package_unpickles():
                 if path.name == "parallel.py" and path.parent == package / "model":
                     assert _unpickles_only_its_own_pipe(tree), "parallel.py unpickles more than its pipe"
                     continue
+                if path.name == "sandbox.py" and path.parent == package / "exercises":
+                    assert _unpickles_only_in_the_answers_process(tree), \
+                        "sandbox.py unpickles outside the answer's process"
+                    continue
                 assert "pickle" not in names, f"{path.name} imports pickle"
+
+
+def _unpickles_only_in_the_answers_process(tree: ast.Module) -> bool:
+    """The outside grader pickles the cases (6.2's holds a function) for the answer's process; that
+    process, ``sandbox._child``, is the one place that unpickles, before the answer's code runs.
+    The grader itself reads results back with torch.load(weights_only=True)."""
+    loads = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(fn):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and getattr(node.func.value, "id", "") == "pickle"
+                        and node.func.attr in ("load", "loads")):
+                    loads.append(fn.name)
+    every = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and getattr(n.func.value, "id", "") == "pickle" and n.func.attr in ("load", "loads")]
+    return len(every) == 1 and loads == ["_child"]
+
+
+def test_the_sandbox_rule_would_catch_an_unpickle_in_the_grader():
+    bad = ast.parse("import pickle\ndef _child(p):\n    pickle.load(p)\ndef grade(r):\n    pickle.loads(r)\n")
+    assert not _unpickles_only_in_the_answers_process(bad)
+    good = ast.parse("import pickle\ndef _child(p):\n    pickle.load(p)\ndef run(c):\n    pickle.dumps(c)\n")
+    assert _unpickles_only_in_the_answers_process(good)
 
 
 def test_the_pipe_rule_would_catch_a_file_load():

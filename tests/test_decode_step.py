@@ -224,7 +224,8 @@ def test_the_probe_is_checked_against_its_one_thread_figure():
     high = bench(0.0019).noise_warnings()  # 71 GB/s: 2.6x the one-thread figure
     assert any(w.startswith("check: the 2-thread read-only probe") for w in high)
     result = __import__("course_utils.bench.gqa_speed", fromlist=["bench_decode"]).bench_decode(
-        8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1)
+        8, 64, 64, 1, groups=(8, 2), repeats=2, warmup=0, copy_mib=0, flush_multiple=1,
+        num_threads=2)  # explicit: CI's pytest workers run torch on one thread each
     assert len(result.read_one_thread_s) == 2
 
 

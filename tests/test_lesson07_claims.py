@@ -263,6 +263,9 @@ def test_cache_timing_setup_and_stored_ratios():
 
 def test_time_cold_flushes_before_every_call_and_keeps_the_allocator_steady():
     """The cache timing reads the flush buffer before each timed call (section 3's method)."""
+    # gqa_speed is imported now, so that no module first imported under the patch below binds the
+    # fake random_buffer for good (tests/test_decode_step.py would then fail after this test)
+    import course_utils.bench.gqa_speed  # noqa: F401
     from course_utils import kv_cache
 
     calls = []

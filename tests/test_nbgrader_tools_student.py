@@ -47,20 +47,33 @@ def _solution_functions(source: str) -> set[str]:
     return names
 
 
+# Helpers that take a learner's function and, like a check, never raise: whatever the function
+# does becomes a line of their report (tests/test_your_attention.py holds this).
+NEVER_RAISING = {"run_with_your_attention"}
+
+
 def _uses_outside_checks(source: str, names: set[str]) -> list[str]:
-    """Loads of ``names`` that are not an argument of a check call."""
+    """Loads of ``names`` that are not an argument of a check call (or of a helper that never
+    raises, :data:`NEVER_RAISING`)."""
     tree = ast.parse(source)
     allowed = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
             func_name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if func_name.startswith("check"):
+            if func_name.startswith("check") or func_name in NEVER_RAISING:
                 allowed.update(id(arg) for arg in node.args)
+    # a function of this cell handed only to such calls (a wrapper of the learner's function) may
+    # call the learner's function inside its body
+    handed = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) in allowed}
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in handed:
+            inside.update(id(n) for n in ast.walk(node))
     bad = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
-            if id(node) not in allowed:
+            if id(node) not in allowed and id(node) not in inside:
                 bad.append(node.id)
     return bad
 
