@@ -5,11 +5,10 @@ Each row must raise the given type with a message naming the argument and what a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 import torch
+from bad_input_cases import Case  # noqa: E402
 
 from course_utils.attention.masks import causal_mask, padding_mask
 from course_utils.attention.mla import MultiHeadLatentAttention, cache_elements_per_token
@@ -41,15 +40,6 @@ from course_utils.model.kv_cache import (
 from course_utils.model.paged_cache import PagedCache, blocks_needed
 from course_utils.model.parallel import parallel_map
 from course_utils.model.transformer import ModelConfig, TinyTransformer, convert_model
-
-
-@dataclass
-class Case:
-    name: str
-    call: Callable[[], object]
-    error: type[BaseException]
-    words: list[str]
-
 
 torch.manual_seed(0)
 M = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()

@@ -5,12 +5,10 @@ that arrived (and, where it helps, what was expected)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 import torch
+from bad_input_cases import Case, assert_named  # noqa: E402
 
 from course_utils.attention.mla import MultiHeadLatentAttention, rope
 from course_utils.attention.validation import IndexOutOfRange, check_index, check_int
@@ -24,15 +22,6 @@ from course_utils.model.kv_cache import (
 )
 from course_utils.model.paged_cache import PagedCache
 from course_utils.model.transformer import ModelConfig, TinyTransformer
-
-
-@dataclass
-class Case:
-    name: str
-    call: Callable[[], object]
-    error: type[BaseException]
-    words: list[str]
-
 
 ONE = torch.ones(1, 2, 1, 4)  # (B, g, T_new, dk)
 
@@ -288,11 +277,7 @@ def _cat_then_double():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_is_named(case):
-    with pytest.raises(case.error) as info:
-        case.call()
-    message = str(info.value)
-    missing = [w for w in case.words if w not in message]
-    assert not missing, f"{case.name}: {missing} not in {message!r}"
+    assert_named(case)
 
 
 def test_numpy_integers_are_ints_everywhere():

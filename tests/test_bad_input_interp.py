@@ -5,13 +5,12 @@ argument and the value that arrived). NaN in a ranking or a metric is refused by
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import matplotlib
 import numpy as np
 import pytest
 import torch
+from bad_input_cases import Case, assert_named  # noqa: E402
 
 from course_utils.interp.ablation import head_name, importance_order, measure
 from course_utils.interp.circuits import (
@@ -39,12 +38,6 @@ from course_utils.model.transformer import ModelConfig, TinyTransformer
 matplotlib.use("Agg")
 
 
-@dataclass
-class Case:
-    name: str
-    call: Callable[[], object]
-    error: type[BaseException]
-    words: list[str]
 
 
 torch.manual_seed(0)
@@ -306,11 +299,7 @@ def _explorer():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_is_named(case):
-    with pytest.raises(case.error) as info:
-        case.call()
-    message = str(info.value)
-    missing = [w for w in case.words if w not in message]
-    assert not missing, f"{case.name}: {missing} not in {message!r}"
+    assert_named(case)
     matplotlib.pyplot.close("all")
 
 

@@ -1,0 +1,27 @@
+"""The row type and the assertion the table-driven bad-input tests share (tests/test_bad_input_*.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass
+class Case:
+    """One bad call: ``call()`` must raise ``error`` with every one of ``words`` in its message
+    (the argument's name, what was expected, what arrived)."""
+
+    name: str
+    call: Callable[[], object]
+    error: type[BaseException]
+    words: list[str]
+
+
+def assert_named(case: Case) -> None:
+    with pytest.raises(case.error) as info:
+        case.call()
+    message = str(info.value)
+    missing = [w for w in case.words if w not in message]
+    assert not missing, f"{case.name}: {missing} not in {message!r}"
