@@ -368,6 +368,16 @@ def _safe_str(exc: BaseException) -> str:
         return f"a {type(exc).__name__} that could not be printed"
 
 
+def _kernel_cells() -> list[str] | None:
+    """The code cells run so far in this IPython kernel, the current one (the test cell) last;
+    None outside IPython or when its history cannot be read."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    history = getattr(shell, "user_ns", {}).get("In") if shell is not None else None
+    if not isinstance(history, list) or not all(isinstance(c, str) for c in history):
+        return None
+    return list(history)
+
+
 def outcome(fn: Callable[..., Any], case: Case) -> Any:
     """``fn``'s output on ``case``, or :class:`~.answers.Raised` describing what it raised."""
     import warnings
@@ -676,7 +686,40 @@ class Exercise:
                 feedback.hint = self._hint_for(feedback.mistake, _source_text(fn)) or feedback.hint
             except Exception:  # noqa: BLE001 - the general hint stands
                 pass
+        if feedback.passed:
+            note = self._grading_note(fn, _kernel_cells())
+            if note:
+                feedback.message += " " + note
         return feedback
+
+    def _check_key(self) -> str | None:
+        """"lessonNN.check_xxx", the name of this exercise's check in its lesson module."""
+        key = self._store_key()
+        module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
+        for name, value in vars(module).items() if module else ():
+            if name.startswith("check_") and getattr(value, "__self__", None) is self:
+                return f"{key[0]}.{name}"
+        return None
+
+    def _grading_note(self, fn: Any, cells: Sequence[str] | None) -> str | None:
+        """For a correct answer: a warning when the outside grader, which runs the answer's
+        functions and imports alone (:mod:`.sandbox`), would not run it as this kernel did.
+        ``cells`` are the notebook's code cells run so far, this test cell last. Says nothing
+        outside IPython, or when the last cell is not this exercise's graded check call (the
+        history is then not the notebook's)."""
+        check_key = self._check_key()
+        if not cells or check_key is None:
+            return None
+        from . import autograde, sandbox
+
+        call = autograde._check_call(cells[-1])
+        if call is None or f"{call['module']}.{call['check']}" != check_key:
+            return None
+        problems = sandbox.grading_preview(cells[:-1], call["arg"], check_key)
+        if not problems:
+            return None
+        return ("⚠️ But at grading this answer would score 0: " + "; ".join(problems)
+                + ". Keep everything the function needs inside it, or pass it as an argument.")
 
     def _hint_for(self, mistake: str, source: str) -> str | None:
         """Hook: a hint for ``mistake`` that follows what the answer's code did (``source``, its

@@ -224,6 +224,56 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     return sorted(found)
 
 
+def _globals_read(code: types.CodeType) -> set[str]:
+    """The global names a compiled module's functions (and its decorators and defaults) read."""
+    import dis
+
+    found: set[str] = set()
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        for instruction in dis.get_instructions(current):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                found.add(str(instruction.argval))
+        todo.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return found
+
+
+def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str]:
+    """What would keep answer ``name`` from running at autograde as it ran in the notebook, read
+    from the notebook's code cells so far (``cells``; the kernel's input history): the answer
+    cannot be found, it uses what :func:`rules_broken` refuses, or it reads a name that only a
+    top-level statement binds (a variable or a lambda from another cell), which the grader does
+    not run. Empty when none. Never raises."""
+    import builtins
+
+    try:
+        code = answer_source(cells, name)
+    except AnswerProblem as problem:
+        return [str(problem)]
+    except Exception:  # noqa: BLE001 - a preview only; the grader gives its own verdict
+        return []
+    try:
+        problems = []
+        broken = rules_broken(code, check_key)
+        if broken:
+            problems.append("the grader refuses answers whose code uses " + ", ".join(broken))
+        tree = ast.parse(code)
+        defined = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        bound = {n.name for n in tree.body if isinstance(n, defined)}
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        missing = sorted(_globals_read(compile(tree, "<answer>", "exec")) - bound - set(dir(builtins)))
+        if missing:
+            problems.append("it reads " + ", ".join(f"`{m}`" for m in missing) + ", which only a "
+                            "statement outside any function sets (a variable, or a lambda), and the "
+                            "grader runs your functions and imports alone")
+        return problems
+    except Exception:  # noqa: BLE001
+        return []
+
+
 # -- 2. what crosses between the grader and the answer's process ---------------------------
 def _rebuild_function(code: bytes, module: str, name: str, defaults: Any, closure: tuple) -> Any:
     """A case builder's local function (6.2's loss closure) made again from its parts."""
