@@ -61,8 +61,7 @@ class ModelConfig:
         # an int, so the config still goes into JSON (save_checkpoint) as itself
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
             setattr(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
-        if not isinstance(self.mlp, bool):
-            raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__} {self.mlp!r}")
+        check_flag(self.mlp, "ModelConfig.mlp")
         if self.d_mlp is not None:
             self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
         if self.d_model % self.num_heads != 0:
