@@ -10,7 +10,9 @@ import pytest
 import torch
 from bad_input_cases import Case, assert_named  # noqa: E402
 
+from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.mla import MultiHeadLatentAttention, rope
+from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.validation import IndexOutOfRange, check_index, check_int
 from course_utils.model.kv_cache import (
     CatCache,
@@ -326,6 +328,16 @@ CASES = [
         lambda: _mla().latents(torch.ones(1, 3, 16), -2),
         ValueError,
         ["start", "-2"],
+    ),
+    # one flag rule for every attention class and ModelConfig (check_flag)
+    Case("mha bias 'no'", lambda: MultiHeadAttention(8, 2, bias="no"), TypeError, ["bias", "True or False", "'no'"]),
+    Case("naive mha bias 0", lambda: NaiveMultiHeadAttention(8, 2, bias=0), TypeError, ["bias", "int", "0"]),
+    Case("attention head bias None", lambda: AttentionHead(8, 4, bias=None), TypeError, ["bias", "None"]),
+    Case(
+        "config mlp 'no'",
+        lambda: ModelConfig(vocab_size=10, max_len=8, mlp="no"),
+        TypeError,
+        ["ModelConfig.mlp", "True or False", "'no'"],
     ),
     # the integer rule
     Case(
