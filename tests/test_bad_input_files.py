@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from bad_input_cases import Case, assert_named  # noqa: E402
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -86,6 +87,22 @@ def _float16(folder):
     (folder / "bad.json").write_text(json.dumps(meta))
 
 
+def _nan_weights(folder):
+    """One weight set to NaN, re-saved with a header and sidecar that match (as a script
+    bypassing save_checkpoint would write it)."""
+    good = _saved(folder)
+    tensors = load_file(f"{good}.safetensors")
+    with safe_open(f"{good}.safetensors", "pt") as f:
+        header = f.metadata()
+    tensors["blocks.0.attn.in_proj.weight"][0, 0] = float("nan")
+    save_file(tensors, str(folder / "bad.safetensors"), metadata=header)
+    meta = json.loads(good.with_suffix(".json").read_text())
+    meta.update(
+        sha256=sha256_of(folder / "bad.safetensors"), size_bytes=(folder / "bad.safetensors").stat().st_size
+    )
+    (folder / "bad.json").write_text(json.dumps(meta))
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and symlinks (Unix)")
 @pytest.mark.parametrize(
     "make, words",
@@ -97,6 +114,7 @@ def _float16(folder):
         (_fifo, ["bad.json", "is a FIFO"]),
         (_weights_fifo, ["bad.safetensors", "weights", "is a FIFO"]),
         (_float16, ["bad.safetensors", "expected dtype torch.float32, found torch.float16"]),
+        (_nan_weights, ["bad.safetensors", "blocks.0.attn.in_proj.weight", "1 NaN", "expected finite"]),
     ],
     ids=[
         "invalid UTF-8",
@@ -106,6 +124,7 @@ def _float16(folder):
         "FIFO",
         "weights FIFO",
         "float16 re-save",
+        "NaN weight",
     ],
 )
 def test_an_unreadable_checkpoint_file_is_a_checkpoint_error(tmp_path, make, words):
@@ -132,6 +151,106 @@ def test_a_missing_checkpoint_is_still_file_not_found(tmp_path):
     _saved(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"no checkpoint sidecar nope.json .*\['good'\]"):
         load_checkpoint(tmp_path / "nope")
+
+
+# -- save_checkpoint: refused before the first byte is written, and a failed save changes nothing
+def _model(poison=None):
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1)
+    if poison == "meta":
+        with torch.device("meta"):
+            return TinyTransformer(config)
+    model = TinyTransformer(config)
+    if poison is not None:
+        with torch.no_grad():
+            model.blocks[0].attn.in_proj.weight[0, 0] = poison
+    return model
+
+
+def _listing(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder`` and its bytes (None for a folder)."""
+    return {
+        str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))
+    }
+
+
+def _json_folder(folder):
+    (folder / "ck.json").mkdir()
+
+
+def _parent_file(folder):
+    (folder / "parent").write_text("a file, not a folder")
+
+
+SAVE_CASES = [
+    Case(
+        "NAME.json is a directory",
+        lambda: (_json_folder, "ck", _model()),
+        CheckpointError,
+        ["ck.json", "JSON sidecar", "is a directory"],
+    ),
+    Case(
+        "parent is a file",
+        lambda: (_parent_file, "parent/sub/ck", _model()),
+        CheckpointError,
+        ["ck.safetensors", "parent", "is a file, not a folder"],
+    ),
+    Case(
+        "meta-device model",
+        lambda: (None, "new/ck", _model("meta")),
+        ValueError,
+        ["token_embedding.weight", "meta device"],
+    ),
+    Case(
+        "NaN weight",
+        lambda: (None, "new/ck", _model(float("nan"))),
+        ValueError,
+        ["blocks.0.attn.in_proj.weight", "1 NaN", "finite"],
+    ),
+    Case(
+        "infinite weight",
+        lambda: (None, "ck", _model(float("inf"))),
+        ValueError,
+        ["blocks.0.attn.in_proj.weight", "infinite"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SAVE_CASES, ids=[c.name for c in SAVE_CASES])
+def test_a_refused_save_names_the_problem_and_leaves_every_file_as_it_was(tmp_path, case):
+    make, name, model = case.call()
+    if make is not None:
+        make(tmp_path)
+    before = _listing(tmp_path)
+    assert_named(
+        Case(
+            case.name,
+            lambda: save_checkpoint(model, tmp_path / name, task="t", metrics={}, command="c"),
+            case.error,
+            case.words,
+        )
+    )
+    assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("fails_in", ["save_file", "sha256_of"])
+def test_a_save_that_fails_midway_keeps_the_old_checkpoint(tmp_path, monkeypatch, fails_in):
+    """Writing goes to temporary files renamed into place at the end: an error while writing
+    (a full disk, say) leaves the checkpoint that was there, byte for byte, and no stray file."""
+    from course_utils.model import checkpoint
+
+    _saved(tmp_path, "ck")
+    before = _listing(tmp_path)
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, fails_in, fail)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(_model(), tmp_path / "ck", task="other", metrics={}, command="c")
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(_model(), tmp_path / "new" / "deeper" / "ck", task="t", metrics={}, command="c")
+    assert _listing(tmp_path) == before  # nor were new/deeper left behind
 
 
 # -- the benchmark CLI: options refused when parsed ----------------------------------------------
