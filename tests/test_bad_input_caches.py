@@ -330,7 +330,12 @@ CASES = [
         ["start", "-2"],
     ),
     # one flag rule for every attention class and ModelConfig (check_flag)
-    Case("mha bias 'no'", lambda: MultiHeadAttention(8, 2, bias="no"), TypeError, ["bias", "True or False", "'no'"]),
+    Case(
+        "mha bias 'no'",
+        lambda: MultiHeadAttention(8, 2, bias="no"),
+        TypeError,
+        ["bias", "True or False", "'no'"],
+    ),
     Case("naive mha bias 0", lambda: NaiveMultiHeadAttention(8, 2, bias=0), TypeError, ["bias", "int", "0"]),
     Case("attention head bias None", lambda: AttentionHead(8, 4, bias=None), TypeError, ["bias", "None"]),
     Case(
@@ -428,12 +433,20 @@ def test_decode_checks_the_whole_sequence_before_the_first_step():
 
 
 def _paged_state(cache: PagedCache):
-    return (list(cache.free), list(cache.refs), {k: list(v) for k, v in cache.tables.items()},
-            dict(cache.lengths), cache.k_pool.clone(), cache.v_pool.clone())
+    return (
+        list(cache.free),
+        list(cache.refs),
+        {k: list(v) for k, v in cache.tables.items()},
+        dict(cache.lengths),
+        cache.k_pool.clone(),
+        cache.v_pool.clone(),
+    )
 
 
 def _same_state(a, b) -> bool:
-    return all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b, strict=True))
+    return all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b, strict=True)
+    )
 
 
 @pytest.mark.parametrize(

@@ -213,7 +213,8 @@ def check_device(device: object, name: str = "device") -> torch.device:
     try:
         parsed = torch.device(device)
     except RuntimeError:
-        raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', got {device!r}") from None
+        raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
+                         f"got {device!r}") from None
     if parsed.type == "meta":
         raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got {device!r}: "
                          "meta tensors have a shape but no numbers, so what is stored there is lost")
