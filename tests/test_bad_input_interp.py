@@ -12,7 +12,7 @@ import pytest
 import torch
 from bad_input_cases import Case, assert_named  # noqa: E402
 
-from course_utils.interp.ablation import head_name, importance_order, measure
+from course_utils.interp.ablation import average_loss, head_name, head_outputs, importance_order, measure
 from course_utils.interp.circuits import (
     direct_logit_attribution,
     frozen_final_norm,
@@ -23,7 +23,7 @@ from course_utils.interp.circuits import (
     trace_heads,
 )
 from course_utils.interp.heatmaps import AttentionExplorer, plot_all_heads, plot_head
-from course_utils.interp.patching import layer_normalised_order, patching_table
+from course_utils.interp.patching import layer_normalised_order, patched_logits, patching_table
 from course_utils.interp.scores import (
     best_head,
     head_score_table,
@@ -38,12 +38,11 @@ from course_utils.model.transformer import ModelConfig, TinyTransformer
 matplotlib.use("Agg")
 
 
-
-
 torch.manual_seed(0)
 MODEL = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
 TOKENS = torch.tensor([[1, 2, 3, 4, 1, 2]])
 TRACE = trace_heads(MODEL, TOKENS)
+SOURCE = head_outputs(MODEL, TOKENS.flip(1))  # (L, B, h, T, dk)
 LOGITS = torch.randn(1, 6, 10, generator=torch.Generator().manual_seed(1))
 NAN_GRID = torch.tensor([[0.1, math.nan], [0.3, 0.2]])
 ATTENTION = [torch.eye(4).expand(1, 2, 4, 4)]
@@ -287,6 +286,84 @@ CASES = [
         lambda: previous_token_score(torch.full((1, 2, 4, 4), math.nan)),
         ValueError,
         ["attention weights", "NaN", "layer 0, head 0"],
+    ),
+    # issue 38, third pass: tensors without values, NaN that would pass through, dtypes cast silently
+    Case(
+        "scores meta weights",
+        lambda: previous_token_score(torch.ones(1, 2, 4, 4, device="meta")),
+        ValueError,
+        ["attention weights", "meta device", "(1, 2, 4, 4)"],
+    ),
+    Case(
+        "scores meta layer in a list",
+        lambda: induction_score(
+            [torch.eye(4).expand(1, 2, 4, 4), torch.ones(1, 2, 4, 4, device="meta")], 2, start=0
+        ),
+        ValueError,
+        ["layer 1's attention weights", "meta device"],
+    ),
+    Case(
+        "patched_logits meta source",
+        lambda: patched_logits(MODEL, TOKENS, SOURCE.to("meta"), [(0, 0)]),
+        ValueError,
+        ["source_outputs", "meta device"],
+    ),
+    Case(
+        "patched_logits NaN source",
+        lambda: patched_logits(MODEL, TOKENS, SOURCE * math.nan, [(0, 0)]),
+        ValueError,
+        ["source_outputs", "finite", "nan", "(0, 0, 0, 0, 0)"],
+    ),
+    Case(
+        "patched_logits int source",
+        lambda: patched_logits(MODEL, TOKENS, SOURCE.long(), [(0, 0)]),
+        TypeError,
+        ["source_outputs", "torch.float32", "torch.int64"],
+    ),
+    Case(
+        "patched_logits meta tokens",
+        lambda: patched_logits(MODEL, TOKENS.to("meta"), SOURCE, [(0, 0)]),
+        ValueError,
+        ["tokens", "meta", "model is on cpu"],
+    ),
+    Case(
+        "average_loss NaN logits",
+        lambda: average_loss(torch.full((1, 6, 10), math.nan), TOKENS),
+        ValueError,
+        ["logits", "finite", "batch 0, position 0", "nan"],
+    ),
+    Case(
+        "average_loss infinite logit",
+        lambda: average_loss(
+            LOGITS.index_put((torch.tensor(0), torch.tensor(3), torch.tensor(2)), torch.tensor(math.inf)),
+            TOKENS,
+        ),
+        ValueError,
+        ["logits", "position 3"],
+    ),
+    Case(
+        "trace_heads replace NaN",
+        lambda: trace_heads(MODEL, TOKENS, replace={(0, 1): math.nan}),
+        ValueError,
+        ["replace[(0, 1)]", "finite", "nan"],
+    ),
+    Case(
+        "trace_heads replace NaN tensor",
+        lambda: trace_heads(MODEL, TOKENS, replace={(1, 0): torch.full((8,), math.nan)}),
+        ValueError,
+        ["replace[(1, 0)]", "finite", "nan"],
+    ),
+    Case(
+        "trace_heads replace int tensor",
+        lambda: trace_heads(MODEL, TOKENS, replace={(1, 0): torch.ones(8, dtype=torch.long)}),
+        TypeError,
+        ["replace[(1, 0)]", "floating", "torch.int64"],
+    ),
+    Case(
+        "trace_heads replace meta tensor",
+        lambda: trace_heads(MODEL, TOKENS, replace={(1, 0): torch.ones(8, device="meta")}),
+        ValueError,
+        ["replace[(1, 0)]", "meta", "model is on cpu"],
     ),
 ]
 

@@ -18,6 +18,7 @@ Heads are ``(layer, head)`` pairs, named ``L{layer}H{head}``.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -293,7 +294,22 @@ def average_loss(logits: Tensor, targets: Tensor) -> float:
     counted = targets != -100
     if not counted.any():
         raise ValueError("targets count nothing (all -100)")
-    return float(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+    loss = float(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+    if not math.isfinite(loss):  # checked on the result: one number, no extra pass when all is well
+        _refuse_non_finite_logits(logits, counted, loss)
+    return loss
+
+
+def _refuse_non_finite_logits(logits: Tensor, counted: Tensor, loss: float) -> None:
+    """Say where the logits that made a NaN or infinite loss are (model weights gone NaN, a
+    NaN input, float16 overflow): a metric that is NaN must not be reported as one."""
+    bad = (~torch.isfinite(logits)).any(-1) & counted  # (B, T)
+    if bad.any():
+        b, t = bad.nonzero()[0].tolist()
+        raise ValueError(f"logits must be finite at the counted positions, got NaN or infinity at "
+                         f"{int(bad.sum())} of them (first: batch {b}, position {t}); the loss would be "
+                         f"{loss}. Are the model's weights NaN?")
+    raise ValueError(f"the loss is {loss}: the logits are finite but too large to combine")
 
 
 def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 import torch
 
 from ..attention.masks import causal_mask
-from ..attention.validation import check_flag, check_index, check_int, check_tensor, describe_shape
+from ..attention.validation import (
+    check_finite,
+    check_flag,
+    check_holds_values,
+    check_index,
+    check_int,
+    check_real,
+    check_tensor,
+    describe_shape,
+)
 
 __all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm", "direct_logit_attribution",
            "ov_copying_score", "next_token_loss", "in_context_mass"]
@@ -113,6 +122,24 @@ def _check_scored(logits: object, tokens: object, scored: object) -> None:
                          f"{describe_shape(scored)}")
 
 
+def _check_replace_value(key: HeadKey, value: torch.Tensor | float, model: torch.nn.Module) -> None:
+    """What ``trace_heads`` writes for a head: a finite number, or a finite floating tensor on
+    the model's device (NaN would turn every later logit into NaN; an integer tensor would be
+    cast silently)."""
+    if not isinstance(value, torch.Tensor):
+        check_real(value, f"replace[{key}]")  # NaN and infinity refused, named
+        return
+    weight = model.token_embedding.weight
+    if not value.is_floating_point():
+        raise TypeError(f"replace[{key}] must be a floating tensor (the head's mean output, say), got "
+                        f"dtype {value.dtype}; convert with .to({weight.dtype})")
+    if value.device != weight.device:
+        raise ValueError(f"replace[{key}] is on {value.device} but the model is on {weight.device}: move it "
+                         f"with .to({str(weight.device)!r})")
+    check_holds_values(value, f"replace[{key}]")
+    check_finite(value, f"replace[{key}]", "a NaN head output makes every later logit NaN")
+
+
 @torch.no_grad()
 def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
                 replace: dict[HeadKey, torch.Tensor | float] | None = None,
@@ -149,6 +176,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
                 raise ValueError(f"replace[{key}] must broadcast to (B, T, d) = "
                                  f"{(*getattr(tokens, 'shape', ('B', 'T')), d)}, got shape "
                                  f"{describe_shape(value)}") from None
+        _check_replace_value(key, value, model)
     check_flag(keep_attention, "keep_attention")
     edits = {}
     for name, edit in (("keys", keys_without), ("queries", queries_without)):

@@ -42,7 +42,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_callable, check_int, check_real
+from ..attention.validation import check_callable, check_finite, check_holds_values, check_int, check_real
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
@@ -91,6 +91,31 @@ def _check_where(where: object, tokens: Tensor) -> Tensor:
                                                                if isinstance(where, Tensor)
                                                                else type(where).__name__))
     return where.expand(B, T)
+
+
+def _check_source_outputs(source_outputs: object, model: TinyTransformer, tokens: Tensor) -> None:
+    """What :func:`patched_logits` copies in: ``head_outputs(model, source_tokens)``, a finite
+    tensor ``(L, B, h, T, dk)`` of the model's dtype, on its device (an integer tensor would be
+    cast silently, a NaN one would make every logit downstream NaN)."""
+    cfg = model.config
+    expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
+    if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
+        got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
+               else type(source_outputs).__name__)
+        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
+                         f"(L, B, h, T, dk) = {expected}, got {got}")
+    weight = model.token_embedding.weight
+    if source_outputs.dtype != weight.dtype:
+        raise TypeError(f"source_outputs must be head_outputs(model, source_tokens), of the model's dtype "
+                        f"{weight.dtype}, got dtype {source_outputs.dtype}")
+    check_holds_values(source_outputs, "source_outputs")
+    if source_outputs.device != weight.device:
+        raise ValueError(f"source_outputs is on {source_outputs.device} but the model is on {weight.device}: "
+                         f"move it with source_outputs.to({str(weight.device)!r})")
+    check_finite(source_outputs, "source_outputs", "a NaN head output makes every later logit NaN")
+    if tokens.device != weight.device:
+        raise ValueError(f"tokens are on {tokens.device} but the model is on {weight.device}: move them with "
+                         f"tokens.to({str(weight.device)!r})")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
@@ -151,13 +176,7 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
     _check_model(model)
     _check_tokens(tokens, "tokens")
     heads = _check_heads(heads, model)
-    cfg = model.config
-    expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
-    if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
-        got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
-               else type(source_outputs).__name__)
-        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
-                         f"(L, B, h, T, dk) = {expected}, got {got}")
+    _check_source_outputs(source_outputs, model, tokens)
     where = None if where is None else _check_where(where, tokens)
     layers = _by_layer(heads)
 

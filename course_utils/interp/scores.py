@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from ..attention.masks import causal_mask
-from ..attention.validation import check_int, check_real
+from ..attention.validation import check_holds_values, check_int, check_real
 
 __all__ = [
     "previous_token_score",
@@ -66,6 +66,7 @@ def _to_tensor(x: object, what: str) -> torch.Tensor:
         raise TypeError(f"{what} must be a torch.Tensor or numpy array, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{what} must hold floating-point attention weights, got dtype {x.dtype}")
+    check_holds_values(x, what)
     return x.detach().to("cpu", torch.float64)
 
 
