@@ -365,7 +365,20 @@ CASES = [
         ValueError,
         ["replace[(1, 0)]", "meta", "model is on cpu"],
     ),
+    Case(
+        "generate with NaN weights",
+        lambda: _nan_model().generate(TOKENS[:, :3], 2),
+        ValueError,
+        ["generate", "position 3", "NaN", "token_embedding.weight"],
+    ),
 ]
+
+
+def _nan_model() -> TinyTransformer:
+    model = TinyTransformer(MODEL.config)
+    with torch.no_grad():
+        model.token_embedding.weight.fill_(math.nan)
+    return model
 
 
 def _explorer():
