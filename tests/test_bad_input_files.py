@@ -323,6 +323,43 @@ def _student_tree(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ([], ["missing OUT_DIR", "--branch NAME"]),
+        (["--branch"], ["--branch needs a NAME"]),
+        (["out1", "out2"], ["one OUT_DIR", "got 2", "extra: out2"]),
+        (["--branch", "s", "t"], ["--branch takes one NAME", "extra: t"]),
+        (["out", "--branch", "s"], ["--branch must come first", "out --branch s"]),
+        (["--brnch", "x"], ["unknown option --brnch", "unexpected arguments: --brnch x"]),
+    ],
+    ids=["nothing", "--branch alone", "two OUT_DIRs", "two names", "both", "misspelt option"],
+)
+def test_student_tree_says_what_is_missing_or_extra(args, words):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import student_tree
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    problem = student_tree.usage_problem(args)
+    assert problem is not None and not [w for w in words if w not in problem], problem
+    for fine in (["out"], ["--branch", "student"]):
+        assert student_tree.usage_problem(fine) is None
+
+
+def test_course_student_tree_with_no_argument_shows_usage_before_installing(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "student-tree", "a", "b"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env={**os.environ, "COURSE_VENV": str(tmp_path / "no-venv")},  # an install would create it
+    )
+    assert done.returncode == 2 and "extra: b" in done.stderr and "usage:" in done.stderr
+    assert not (tmp_path / "no-venv").exists() and list(tmp_path.iterdir()) == []
+
+
 def test_student_tree_inside_a_copied_folder_is_refused_cleanly():
     target = ROOT / "course_utils" / "inside_by_test"
     done = _student_tree(str(target))
