@@ -18,7 +18,7 @@ from bad_input_cases import Case, assert_named  # noqa: E402
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from course_utils.bench.cli import batch_by_context, build_parser, non_negative_int, positive_int
+from course_utils.bench.cli import batch_by_context, build_parser, device_name, non_negative_int, positive_int
 from course_utils.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, sha256_of
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 
@@ -268,6 +268,9 @@ def test_a_save_that_fails_midway_keeps_the_old_checkpoint(tmp_path, monkeypatch
         (["mha", "--threads", "0"], ["--threads", "'0'"]),
         (["train", "--seeds", "-1"], ["--seeds", ">= 0", "'-1'"]),
         (["train", "--agreement-steps", "1.5"], ["--agreement-steps", "'1.5'"]),
+        (["mha", "--device", "bogus"], ["--device", "'cpu'", "'bogus'"]),
+        (["mha", "--device", "meta"], ["--device", "'meta'", "no numbers"]),
+        (["train", "--device", "cuda:99"], ["--device", "'cuda:99'"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -291,6 +294,20 @@ def test_no_bench_option_is_a_bare_int():
         if action.type in (int, float)
     ]
     assert not bare, bare
+
+
+def test_every_device_option_is_checked_when_parsed():
+    """The same root rule for devices: every --device goes through device_name."""
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    devices = [
+        (name, action.type)
+        for name, sub in subparsers.choices.items()
+        for action in sub._actions
+        if action.dest == "device"
+    ]
+    assert devices and all(kind is device_name for _, kind in devices), devices
+    assert build_parser().parse_args(["mha", "--device", " cpu "]).device == "cpu"
 
 
 def test_the_argparse_types_accept_what_they_should():
