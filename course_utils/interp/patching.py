@@ -49,6 +49,7 @@ from .ablation import (
     Evaluation,
     _check_evaluations,
     _check_heads,
+    _check_importance,
     _check_means,
     _check_method,
     _check_model,
@@ -90,6 +91,9 @@ def _check_where(where: object, tokens: Tensor) -> Tensor:
                         f"query positions to change, got " + (f"{where.dtype} {tuple(where.shape)}"
                                                                if isinstance(where, Tensor)
                                                                else type(where).__name__))
+    if where.device != tokens.device:
+        raise ValueError(f"where is on {where.device} but tokens are on {tokens.device}: move it with "
+                         f"where.to({str(tokens.device)!r})")
     return where.expand(B, T)
 
 
@@ -399,12 +403,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
 def layer_normalised_order(importance: Tensor) -> list[Head]:
     """Michel et al.'s pruning order: each layer's scores divided by their l2 norm, then
     least important first (ties as in :func:`~course_utils.interp.ablation.importance_order`)."""
-    if not isinstance(importance, Tensor) or importance.ndim != 2:
-        raise ValueError(f"importance must be an (L, h) tensor, got {_described(importance)}")
-    if not torch.isfinite(importance).all():
-        where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
-        raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: such a score cannot "
-                         "be ranked")
+    _check_importance(importance)
     norms = importance.norm(dim=1, keepdim=True)
     if not (norms > 0).all():
         zero = [layer for layer, n in enumerate(norms.flatten().tolist()) if not n > 0]
