@@ -125,7 +125,12 @@ class _StepOrder:
     once and in that order, with the same number of new tokens; ``length`` (the next token's
     position) advances when the last layer has been appended. A second append to one layer in
     a step would overwrite (or, for :class:`CatCache`, duplicate) a token, and an append to
-    layer 1 before layer 0 would leave layer 0 without the step's token: both are refused."""
+    layer 1 before layer 0 would leave layer 0 without the step's token: both are refused.
+
+    Also refused before anything is written: keys and values of another dtype or device than the
+    cache's, or on the meta device (no values to store). NaN and infinity are stored as given
+    (they propagate, as in attention; checking every step would cost a pass over the new
+    tokens): only :class:`QuantizedCache` refuses them, having no 8-bit code for them."""
 
     _next_layer = 0  # the layer the next append must name
     _step_tokens = 0  # tokens appended by layer 0 in the current step
@@ -363,6 +368,7 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above about ``8.3e6``) or
     zero point (asymmetric: ``|min x| > 65504``, or a range ``(max x - min x) / 255 > 65504``)."""
     check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
+    check_holds_values(x, "x")
     _check_axis(per, "per")
     check_flag(symmetric, "symmetric")
     if x.shape[-1] == 0 or x.shape[-2] == 0:

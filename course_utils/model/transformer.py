@@ -275,7 +275,7 @@ class TinyTransformer(nn.Module):
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= cfg.vocab_size:
             raise ValueError(
-                f"token ids must lie in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
+                f"tokens must hold ids in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
             )
 
     def _check_head_mask(self, head_mask: object) -> Tensor | None:
