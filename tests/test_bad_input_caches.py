@@ -12,7 +12,6 @@ from bad_input_cases import Case, assert_named  # noqa: E402
 
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.mla import MultiHeadLatentAttention, rope
-from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.validation import IndexOutOfRange, check_index, check_int
 from course_utils.model.kv_cache import (
     CatCache,
@@ -21,6 +20,7 @@ from course_utils.model.kv_cache import (
     SlidingWindowCache,
     decode_step,
     decode_tokens,
+    quantize_kv,
 )
 from course_utils.model.paged_cache import PagedCache
 from course_utils.model.transformer import ModelConfig, TinyTransformer
@@ -222,6 +222,12 @@ CASES = [
         ValueError,
         ["layers[1] k", "device", "meta"],
     ),
+    Case(
+        "quantize_kv meta",
+        lambda: quantize_kv(torch.ones(2, 4, device="meta")),
+        ValueError,
+        ["x", "meta device"],
+    ),
     # decoding
     Case(
         "decode 1-layer cache, 2-layer model",
@@ -336,8 +342,6 @@ CASES = [
         TypeError,
         ["bias", "True or False", "'no'"],
     ),
-    Case("naive mha bias 0", lambda: NaiveMultiHeadAttention(8, 2, bias=0), TypeError, ["bias", "int", "0"]),
-    Case("attention head bias None", lambda: AttentionHead(8, 4, bias=None), TypeError, ["bias", "None"]),
     Case(
         "config mlp 'no'",
         lambda: ModelConfig(vocab_size=10, max_len=8, mlp="no"),
