@@ -245,6 +245,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
     ) -> None:
         super().__init__()
         check_head_dims(d_model, num_heads)
+        check_flag(bias, "bias")
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_heads  # every query head has its own K/V head

@@ -31,6 +31,9 @@ __all__ = [
     "check_generator",
     "check_tensor",
     "check_same_dtype_and_device",
+    "check_device",
+    "check_holds_values",
+    "check_finite",
     "check_matches_module",
     "check_keys_not_empty",
     "check_sdpa_inputs",
@@ -197,6 +200,56 @@ def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
             raise (TypeError if what == "dtype" else ValueError)(
                 f"{', '.join(tensors)} must share one {what}, got {listed}"
             )
+
+
+def check_device(device: object, name: str = "device") -> torch.device:
+    """A device that can hold numbers and exists here: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (when
+    that GPU is present), ``"mps"`` when available, as a str or ``torch.device``. The meta device
+    is refused (its tensors have a shape but no values: whatever is written there is lost).
+    Returned as a ``torch.device``."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"{name} must be a str or torch.device such as 'cpu' or 'cuda:0', got "
+                        f"{type(device).__name__} {device!r:.60}")
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
+                         f"got {device!r}") from None
+    if parsed.type == "meta":
+        raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got {device!r}: "
+                         "meta tensors have a shape but no numbers, so what is stored there is lost")
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{name}={device!r} but no CUDA GPU is available here; use 'cpu'")
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(f"{name}={device!r} but only {count} CUDA GPU(s) are here "
+                             f"(cuda:0..cuda:{count - 1})")
+    elif parsed.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"{name}={device!r} but MPS is not available here; use 'cpu'")
+    elif parsed.type != "cpu":
+        raise ValueError(f"{name} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return parsed
+
+
+def check_holds_values(x: Tensor, name: str) -> None:
+    """``x`` is not on the meta device (a tensor with a shape and no numbers: copying it into a
+    cache or a model, or reading a score from it, fails deep inside or stores nothing)."""
+    if isinstance(x, Tensor) and x.is_meta:
+        raise ValueError(f"{name} is on the meta device (a shape without values), got shape "
+                         f"{describe_shape(x)}: build or load it on 'cpu' or 'cuda' first")
+
+
+def check_finite(x: Tensor, name: str, what: str = "") -> None:
+    """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
+    the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
+    for results and small inputs, not for every step of a hot loop."""
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        bad = (~torch.isfinite(x)).nonzero()[0].tolist()
+        value = x[tuple(bad)].item()
+        raise ValueError(f"{name} must hold finite numbers, got {value} at index {tuple(bad)}"
+                         + (f" ({what})" if what else ""))
 
 
 def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 import torch
 
 from ..attention.masks import causal_mask
-from ..attention.validation import check_flag, check_index, check_int, check_tensor, describe_shape
+from ..attention.validation import (
+    check_finite,
+    check_flag,
+    check_holds_values,
+    check_index,
+    check_int,
+    check_real,
+    check_tensor,
+    describe_shape,
+)
 
 __all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm", "direct_logit_attribution",
            "ov_copying_score", "next_token_loss", "in_context_mass"]
@@ -84,6 +93,7 @@ def _check_token_ids(tokens: object, name: str, shape: tuple[int, ...] | None, v
     if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
         got = f"{tokens.dtype} tensor" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise TypeError(f"{name} must be a torch.long tensor of token ids, got {got}")
+    check_holds_values(tokens, name)
     if shape is not None and tuple(tokens.shape) != tuple(shape):
         raise ValueError(f"{name} must be (B, T) = {tuple(shape)}, got {describe_shape(tokens)}")
     if vocab is not None and tokens.numel():
@@ -101,7 +111,7 @@ def _check_token_ids(tokens: object, name: str, shape: tuple[int, ...] | None, v
 def _check_scored(logits: object, tokens: object, scored: object) -> None:
     """``logits`` ``(B, T, V)`` floating, ``tokens`` ``(B, T)`` long ids in ``[0, V)``, ``scored``
     ``(B, T)`` bool (an integer 0/1 mask would index rows, not select positions)."""
-    check_tensor(logits, "logits", ndim=3, layout="(B, T, V)")
+    _check_logits_values(logits)
     _check_token_ids(tokens, "tokens", tuple(logits.shape[:2]), logits.shape[2])
     if not isinstance(scored, torch.Tensor) or scored.dtype != torch.bool:
         got = f"a {scored.dtype} tensor" if isinstance(scored, torch.Tensor) else type(scored).__name__
@@ -111,6 +121,52 @@ def _check_scored(logits: object, tokens: object, scored: object) -> None:
     if tuple(scored.shape) != tuple(tokens.shape):
         raise ValueError(f"scored must be (B, T) = {tuple(tokens.shape)} like tokens, got "
                          f"{describe_shape(scored)}")
+    check_holds_values(scored, "scored")
+    if not logits.device == tokens.device == scored.device:
+        raise ValueError(f"logits, tokens and scored must be on one device, got logits on {logits.device}, "
+                         f"tokens on {tokens.device}, scored on {scored.device}")
+
+
+def _check_logits_values(logits: object) -> None:
+    """``logits`` ``(B, T, V)``: floating, ``V >= 1``, with values (not on the meta device) and
+    finite, since the metrics that read them would otherwise be NaN."""
+    check_tensor(logits, "logits", ndim=3, layout="(B, T, V)")
+    if logits.shape[2] == 0:
+        raise ValueError(f"logits must have at least one vocabulary entry (B, T, V >= 1), got "
+                         f"{describe_shape(logits)}")
+    check_holds_values(logits, "logits")
+    check_finite(logits, "logits", "a metric over NaN or infinite logits is NaN: are the model's "
+                 "weights NaN?")
+
+
+def _check_on_model_device(t: torch.Tensor, name: str, model: torch.nn.Module) -> None:
+    """``t`` has the model's dtype, sits on its device and holds values (not the meta device)."""
+    device, dtype = model.ln_final.weight.device, model.ln_final.weight.dtype
+    if t.dtype != dtype:
+        raise TypeError(f"{name} has dtype {t.dtype} but the model's parameters are {dtype}: convert with "
+                        f".to({dtype})")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the model is on {device}: move it with "
+                         f".to({str(device)!r})")
+    check_holds_values(t, name)
+
+
+def _check_replace_value(key: HeadKey, value: torch.Tensor | float, model: torch.nn.Module) -> None:
+    """What ``trace_heads`` writes for a head: a finite number, or a finite floating tensor on
+    the model's device (NaN would turn every later logit into NaN; an integer tensor would be
+    cast silently)."""
+    if not isinstance(value, torch.Tensor):
+        check_real(value, f"replace[{key}]")  # NaN and infinity refused, named
+        return
+    weight = model.token_embedding.weight
+    if not value.is_floating_point():
+        raise TypeError(f"replace[{key}] must be a floating tensor (the head's mean output, say), got "
+                        f"dtype {value.dtype}; convert with .to({weight.dtype})")
+    if value.device != weight.device:
+        raise ValueError(f"replace[{key}] is on {value.device} but the model is on {weight.device}: move it "
+                         f"with .to({str(weight.device)!r})")
+    check_holds_values(value, f"replace[{key}]")
+    check_finite(value, f"replace[{key}]", "a NaN head output makes every later logit NaN")
 
 
 @torch.no_grad()
@@ -149,6 +205,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
                 raise ValueError(f"replace[{key}] must broadcast to (B, T, d) = "
                                  f"{(*getattr(tokens, 'shape', ('B', 'T')), d)}, got shape "
                                  f"{describe_shape(value)}") from None
+        _check_replace_value(key, value, model)
     check_flag(keep_attention, "keep_attention")
     edits = {}
     for name, edit in (("keys", keys_without), ("queries", queries_without)):
@@ -214,6 +271,7 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
         check_tensor(t, name, min_ndim=1, layout=f"(..., d={d})")
         if t.shape[-1] != d:
             raise ValueError(f"{name} must end in d_model={d}, got shape {describe_shape(t)}")
+        _check_on_model_device(t, name, model)
     ln = model.ln_final
     scale = (stream.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()
     return (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight

@@ -42,13 +42,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_callable, check_int, check_real
+from ..attention.validation import check_callable, check_finite, check_holds_values, check_int, check_real
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
     _check_evaluations,
     _check_heads,
+    _check_importance,
     _check_means,
     _check_method,
     _check_model,
@@ -90,7 +91,35 @@ def _check_where(where: object, tokens: Tensor) -> Tensor:
                         f"query positions to change, got " + (f"{where.dtype} {tuple(where.shape)}"
                                                                if isinstance(where, Tensor)
                                                                else type(where).__name__))
+    if where.device != tokens.device:
+        raise ValueError(f"where is on {where.device} but tokens are on {tokens.device}: move it with "
+                         f"where.to({str(tokens.device)!r})")
     return where.expand(B, T)
+
+
+def _check_source_outputs(source_outputs: object, model: TinyTransformer, tokens: Tensor) -> None:
+    """What :func:`patched_logits` copies in: ``head_outputs(model, source_tokens)``, a finite
+    tensor ``(L, B, h, T, dk)`` of the model's dtype, on its device (an integer tensor would be
+    cast silently, a NaN one would make every logit downstream NaN)."""
+    cfg = model.config
+    expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
+    if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
+        got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
+               else type(source_outputs).__name__)
+        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
+                         f"(L, B, h, T, dk) = {expected}, got {got}")
+    weight = model.token_embedding.weight
+    if source_outputs.dtype != weight.dtype:
+        raise TypeError(f"source_outputs must be head_outputs(model, source_tokens), of the model's dtype "
+                        f"{weight.dtype}, got dtype {source_outputs.dtype}")
+    check_holds_values(source_outputs, "source_outputs")
+    if source_outputs.device != weight.device:
+        raise ValueError(f"source_outputs is on {source_outputs.device} but the model is on {weight.device}: "
+                         f"move it with source_outputs.to({str(weight.device)!r})")
+    check_finite(source_outputs, "source_outputs", "a NaN head output makes every later logit NaN")
+    if tokens.device != weight.device:
+        raise ValueError(f"tokens are on {tokens.device} but the model is on {weight.device}: move them with "
+                         f"tokens.to({str(weight.device)!r})")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
@@ -151,13 +180,7 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
     _check_model(model)
     _check_tokens(tokens, "tokens")
     heads = _check_heads(heads, model)
-    cfg = model.config
-    expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
-    if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
-        got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
-               else type(source_outputs).__name__)
-        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
-                         f"(L, B, h, T, dk) = {expected}, got {got}")
+    _check_source_outputs(source_outputs, model, tokens)
     where = None if where is None else _check_where(where, tokens)
     layers = _by_layer(heads)
 
@@ -380,12 +403,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
 def layer_normalised_order(importance: Tensor) -> list[Head]:
     """Michel et al.'s pruning order: each layer's scores divided by their l2 norm, then
     least important first (ties as in :func:`~course_utils.interp.ablation.importance_order`)."""
-    if not isinstance(importance, Tensor) or importance.ndim != 2:
-        raise ValueError(f"importance must be an (L, h) tensor, got {_described(importance)}")
-    if not torch.isfinite(importance).all():
-        where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
-        raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: such a score cannot "
-                         "be ranked")
+    _check_importance(importance)
     norms = importance.norm(dim=1, keepdim=True)
     if not (norms > 0).all():
         zero = [layer for layer, n in enumerate(norms.flatten().tolist()) if not n > 0]

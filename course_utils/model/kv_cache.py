@@ -48,10 +48,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.validation import (
+    check_device,
     check_flag,
     check_float_dtype,
+    check_holds_values,
     check_index,
     check_int,
+    check_same_dtype_and_device,
     check_tensor,
     describe_shape,
 )
@@ -62,10 +65,11 @@ __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCach
 
 
 def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
-               like: tuple[int, int, int] | None = None) -> None:
-    """``k_new`` and ``v_new`` are ``(B, g, T_new, dk)`` floating tensors of one shape; ``like``
-    is the cache's ``(B, g, dk)``, which they must match exactly (broadcasting one head or one
-    sequence into a cache of several would copy it silently)."""
+               like: tuple[int, int, int] | None = None, device: torch.device | None = None) -> None:
+    """``k_new`` and ``v_new`` are ``(B, g, T_new, dk)`` floating tensors of one shape, dtype and
+    device, holding values (not on the meta device); ``like`` is the cache's ``(B, g, dk)``, which
+    they must match exactly (broadcasting one head or one sequence into a cache of several would
+    copy it silently), and ``device`` the cache's device, when it has one yet."""
     check_index(layer, "layer", num_layers, "layers in the cache")
     expected = "(B, g, T_new, dk)" if like is None else f"(B={like[0]}, g={like[1]}, T_new, dk={like[2]})"
     for name, t in (("k_new", k_new), ("v_new", v_new)):
@@ -75,6 +79,11 @@ def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
     if k_new.shape != v_new.shape:
         raise ValueError(f"k_new and v_new must have one shape {expected}, got {describe_shape(k_new)} "
                          f"and {describe_shape(v_new)}")
+    check_same_dtype_and_device({"k_new": k_new, "v_new": v_new})
+    if device is not None and k_new.device != device:
+        raise ValueError(f"k_new and v_new are on {k_new.device} but the cache is on {device}: move them "
+                         f"with .to({str(device)!r})")
+    check_holds_values(k_new, "k_new")
 
 
 def _check_layers(layers: object) -> tuple[int, int, int, int]:
@@ -89,6 +98,9 @@ def _check_layers(layers: object) -> tuple[int, int, int, int]:
                             f"{type(pair).__name__}")
         for name, t in ((f"layers[{i}] k", pair[0]), (f"layers[{i}] v", pair[1])):
             check_tensor(t, name, ndim=4, layout="(B, g, T, dk)")
+            check_holds_values(t, name)
+        check_same_dtype_and_device({"layers[0] k": layers[0][0], f"layers[{i}] k": pair[0],
+                                     f"layers[{i}] v": pair[1]})
     first = layers[0][0]
     for i, (k, v) in enumerate(layers):
         if k.shape == v.shape and k.shape[2] != first.shape[2]:
@@ -113,7 +125,12 @@ class _StepOrder:
     once and in that order, with the same number of new tokens; ``length`` (the next token's
     position) advances when the last layer has been appended. A second append to one layer in
     a step would overwrite (or, for :class:`CatCache`, duplicate) a token, and an append to
-    layer 1 before layer 0 would leave layer 0 without the step's token: both are refused."""
+    layer 1 before layer 0 would leave layer 0 without the step's token: both are refused.
+
+    Also refused before anything is written: keys and values of another dtype or device than the
+    cache's, or on the meta device (no values to store). NaN and infinity are stored as given
+    (they propagate, as in attention; checking every step would cost a pass over the new
+    tokens): only :class:`QuantizedCache` refuses them, having no 8-bit code for them."""
 
     _next_layer = 0  # the layer the next append must name
     _step_tokens = 0  # tokens appended by layer 0 in the current step
@@ -162,6 +179,10 @@ class CatCache(_StepOrder):
         cache.length = layers[0][0].shape[2]
         return cache
 
+    def _device(self) -> torch.device | None:
+        """Where the first keys appended live (every later append must be there too)."""
+        return next((pair[0].device for pair in self.layers if pair is not None), None)
+
     def _like(self) -> tuple[int, int, int] | None:
         for pair in self.layers:
             if pair is not None:
@@ -171,7 +192,7 @@ class CatCache(_StepOrder):
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._like())
+        _check_new(k_new, v_new, layer, self.num_layers, self._like(), self._device())
         self._check_order(layer, k_new.shape[2])
         past = self.layers[layer]
         if past is not None and past[0].dtype != k_new.dtype:
@@ -201,6 +222,7 @@ class PreallocatedCache(_StepOrder):
                             ("d_head", d_head), ("max_len", max_len)):
             check_int(value, name, minimum=1)
         check_float_dtype(dtype, "dtype")
+        device = check_device(device, "device")
         shape = (batch, num_kv_heads, max_len, d_head)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -219,7 +241,7 @@ class PreallocatedCache(_StepOrder):
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``(B, g, T_new, dk)`` at positions ``length..length + T_new - 1`` of ``layer``;
         return views ``(B, g, length + T_new, dk)`` of the buffers (no copy)."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._like())
+        _check_new(k_new, v_new, layer, self.num_layers, self._like(), self.k[0].device)
         self._check_order(layer, k_new.shape[2])
         _check_dtype(k_new, self.k[0].dtype)
         start, end = self.length, self.length + k_new.shape[2]
@@ -274,7 +296,7 @@ class SlidingWindowCache(_StepOrder):
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write one token ``(B, g, 1, dk)`` into slot ``length % window`` of ``layer``; return
         the filled slots ``(B, g, min(length + 1, window), dk)`` (views, in ring order)."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._ring._like())
+        _check_new(k_new, v_new, layer, self.num_layers, self._ring._like(), self._ring.k[0].device)
         if k_new.shape[2] != 1:
             raise ValueError(f"a sliding-window cache takes one token per call (a decoding step), "
                              f"got {k_new.shape[2]}; feed a prompt with decode_tokens")
@@ -346,6 +368,7 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above about ``8.3e6``) or
     zero point (asymmetric: ``|min x| > 65504``, or a range ``(max x - min x) / 255 > 65504``)."""
     check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
+    check_holds_values(x, "x")
     _check_axis(per, "per")
     check_flag(symmetric, "symmetric")
     if x.shape[-1] == 0 or x.shape[-2] == 0:
@@ -494,7 +517,7 @@ class QuantizedCache(_StepOrder):
         T_new, dk)`` keys and values: the quantized groups dequantized, then the residual (views
         of the scratch buffer, overwritten by the next call)."""
         B, g, dk = self._like()
-        _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk))
+        _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
         self._check_order(layer, k_new.shape[2])
         start, end = self.length, self.length + k_new.shape[2]
         if end > self.max_len:

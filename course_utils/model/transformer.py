@@ -61,8 +61,7 @@ class ModelConfig:
         # an int, so the config still goes into JSON (save_checkpoint) as itself
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
             setattr(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
-        if not isinstance(self.mlp, bool):
-            raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__} {self.mlp!r}")
+        check_flag(self.mlp, "ModelConfig.mlp")
         if self.d_mlp is not None:
             self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
         if self.d_model % self.num_heads != 0:
@@ -276,7 +275,7 @@ class TinyTransformer(nn.Module):
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= cfg.vocab_size:
             raise ValueError(
-                f"token ids must lie in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
+                f"tokens must hold ids in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
             )
 
     def _check_head_mask(self, head_mask: object) -> Tensor | None:
@@ -413,9 +412,23 @@ class TinyTransformer(nn.Module):
                 logits, cache = self.forward_with_cache(step_input, cache)
             else:
                 logits, _ = self(out)
-            step_input = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            step_input = _greedy_token(logits[:, -1], self, out.shape[1])  # (B, 1)
             out = torch.cat([out, step_input], dim=1)
         return out
+
+
+def _greedy_token(logits: Tensor, model: nn.Module, position: int) -> Tensor:
+    """The argmax of ``logits`` ``(B, V)`` as ``(B, 1)``; NaN logits are refused, since their
+    argmax is a meaningless id (NaN weights, or an overflow, give a row of NaN whose argmax is
+    token 0 or whichever NaN comes first)."""
+    if torch.isnan(logits).any():
+        poisoned = next((name for name, p in model.named_parameters()
+                         if p.is_floating_point() and not bool(torch.isfinite(p).all())), None)
+        cause = (f"the model's {poisoned} holds NaN or infinity" if poisoned is not None
+                 else "the weights are finite, so an activation overflowed (float16?)")
+        raise ValueError(f"generate: the logits for position {position} are NaN, so there is no next token "
+                         f"to pick ({cause})")
+    return logits.argmax(-1, keepdim=True)
 
 
 def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int = 0):
