@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import causal_mask
+from .masks import causal_mask, masked_softmax
 from .validation import (
     check_attention_extras,
     check_dropout,
@@ -72,13 +72,7 @@ def scaled_dot_product_attention(
     if is_causal and q.shape[-2] > 0:
         causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (Tq, Tk)
         allowed = causal if allowed is None else allowed & causal
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-
-    weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk), rows sum to 1
-    if allowed is not None:
-        # A row with every key blocked is all -inf -> NaN after softmax; make it zeros.
-        weights = weights.masked_fill(~allowed, 0.0)
+    weights = masked_softmax(scores, allowed)  # (..., Tq, Tk), rows sum to 1 (0 if all blocked)
     attended = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return attended @ v, weights  # (..., Tq, dv), (..., Tq, Tk)
 

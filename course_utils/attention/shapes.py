@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from .mha import MultiHeadAttention
-from .validation import check_int
+from .validation import check_head_dims, check_int
 
 __all__ = [
     "TraceStep",
@@ -67,14 +67,7 @@ def validate_dims(
         check_int(value, name, minimum=1)
     if kv_len is not None:
         check_int(kv_len, "kv_len", minimum=1)
-    if d_model % num_heads:
-        divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
-        raise ValueError(
-            f"d_model = {d_model} is not divisible by h = {num_heads}: every head needs the "
-            f"same whole width d_k = d_model / h, and {d_model} / {num_heads} = "
-            f"{d_model / num_heads:.4g}. Heads that divide {d_model}: {divisors}"
-        )
-    return d_model // num_heads
+    return check_head_dims(d_model, num_heads, heads_name="h")
 
 
 # ---------------------------------------------------------------------------------

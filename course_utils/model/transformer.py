@@ -32,7 +32,9 @@ from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
 from ..attention.validation import (
     check_flag,
+    check_head_dims,
     check_int,
+    check_kv_heads,
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
@@ -65,19 +67,10 @@ class ModelConfig:
             raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__} {self.mlp!r}")
         if self.d_mlp is not None:
             self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
-        if self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
-            )
+        check_head_dims(self.d_model, self.num_heads)
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
-        self.num_kv_heads = g = check_int(self.num_kv_heads, "ModelConfig.num_kv_heads", minimum=1)
-        if self.num_heads % g != 0:
-            raise ValueError(
-                f"ModelConfig.num_kv_heads must be a positive int dividing num_heads={self.num_heads} "
-                f"(one of {[d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]}), "
-                f"got {g!r}"
-            )
+        self.num_kv_heads = check_kv_heads(self.num_kv_heads, self.num_heads, "ModelConfig.num_kv_heads")
 
     @property
     def d_head(self) -> int:
@@ -433,10 +426,7 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
                          f"{model.config.num_heads}), got num_kv_heads={model.config.num_kv_heads}")
     if not isinstance(method, str) or method not in CONVERSION_METHODS:
         raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
-    check_int(num_kv_heads, "num_kv_heads", minimum=1)
-    if model.config.num_heads % num_kv_heads != 0:
-        raise ValueError(f"num_kv_heads must divide num_heads={model.config.num_heads}, "
-                         f"got {num_kv_heads}")
+    check_kv_heads(num_kv_heads, model.config.num_heads)
     check_seed(seed, "seed")
     weight = model.token_embedding.weight
     if weight.is_meta:
