@@ -25,21 +25,20 @@ import torch
 from course_utils import (
     GroupedQueryAttention,
     MultiHeadAttention,
-    ablation,
     causal_mask,
     grouped_query_attention,
     padding_mask,
     scaled_dot_product_attention,
 )
-from course_utils.attention.gqa import convert_model
 from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.env import pick_device, seed_everything
+from course_utils.interp import ablation
 from course_utils.interp.heatmaps import AttentionExplorer
 from course_utils.interp.scores import best_head, previous_token_score
 from course_utils.interp.widgets import dimension_explorer
 from course_utils.model.checkpoint import CHECKPOINT_DIR, CheckpointError, load_checkpoint, save_checkpoint
 from course_utils.model.train import TrainConfig, train_induction, train_model
-from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer
+from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer, convert_model
 from course_utils.tasks.synthetic import AgreementTask, InductionTask
 
 matplotlib.use("Agg")

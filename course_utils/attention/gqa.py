@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .masks import causal_mask
+from .masks import causal_mask, masked_softmax
 from .mha import MultiHeadAttention, MultiHeadAttentionBase
 from .validation import (
     check_dropout,
@@ -38,6 +38,7 @@ from .validation import (
     check_head_dims,
     check_int,
     check_keys_not_empty,
+    check_kv_heads,
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
@@ -190,10 +191,7 @@ def grouped_query_attention(
         while allowed.ndim < 4:
             allowed = allowed.unsqueeze(0)
         allowed = allowed.expand(B, h, Tq, Tk).reshape(B * g, per_group * Tq, Tk)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (B*g, h/g*Tq, Tk)
-    if allowed is not None:  # a fully blocked row is NaN after softmax: make it zeros
-        weights = weights.masked_fill(~allowed, 0.0)
+    weights = masked_softmax(scores, allowed)  # (B*g, h/g*Tq, Tk)
     out = torch.bmm(weights, values)  # (B*g, h/g*Tq, dk): each V head read once per group
     return out.view(B, h, Tq, dk), weights.view(B, h, Tq, Tk)
 
@@ -218,12 +216,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
     ) -> None:
         super().__init__()
         check_head_dims(d_model, num_heads)
-        check_int(num_kv_heads, "num_kv_heads", minimum=1)
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_kv_heads must divide num_heads={num_heads} (expected one of "
-                f"{[d for d in range(1, num_heads + 1) if num_heads % d == 0]}), got {num_kv_heads}"
-            )
+        check_kv_heads(num_kv_heads, num_heads)
         dropout = check_dropout(dropout, "dropout")
         check_flag(bias, "bias")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
@@ -320,12 +313,3 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}, d_k={self.d_k}")
 
-
-def __getattr__(name: str) -> object:
-    """``convert_model`` lives in :mod:`course_utils.model.transformer` (it builds a TinyTransformer, and
-    model.py imports this module); ``from course_utils.attention.gqa import convert_model`` still works."""
-    if name == "convert_model":
-        from ..model import transformer as model
-
-        return model.convert_model
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -406,7 +406,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
 
     The orders advance together one head at a time; each distinct set of switched-off heads
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
-    (``map``; or :func:`~course_utils.model.parallel.parallel_map` with ``chunks`` = the number of
+    (``map``; or :func:`~course_utils.parallel.parallel_map` with ``chunks`` = the number of
     cores, since it starts one process per item). Zeroed, up to ``per_run`` sets share one
     forward pass (:func:`measure_zeroed_sets`). ``known`` holds measurements already made with
     the same ``evaluations``, ``method`` and ``means`` (the second result of an earlier call):

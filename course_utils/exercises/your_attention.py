@@ -29,7 +29,10 @@ from torch import Tensor
 from ..attention.mha import MultiHeadAttention
 from ..attention.validation import check_int
 from ..env import torch_threads
-from .transformer import TinyTransformer
+from ..model.checkpoint import load_checkpoint
+from ..model.transformer import TinyTransformer
+from ..tasks.synthetic import InductionTask
+from .lesson04 import check_mha_forward
 
 __all__ = ["causal_by_prefixes", "forward_with", "ModelRun", "SwapReport", "run_with_your_attention",
            "plot_block"]
@@ -196,10 +199,6 @@ def run_with_your_attention(
     """Run the ``induction`` checkpoint (held-out periods) with the course's attention and
     with ``fn`` (exercise 4.3's ``mha_forward``), and report both. Never raises because of
     ``fn``; a bad ``checkpoint``, ``batch_size`` or ``seed`` is an error."""
-    from ..exercises.lesson04 import check_mha_forward  # lazy: the exercises import the model
-    from ..tasks.synthetic import InductionTask
-    from .checkpoint import load_checkpoint
-
     check_int(batch_size, "batch_size", minimum=1)
     check_int(seed, "seed", minimum=0)
     model, meta = load_checkpoint(checkpoint)
