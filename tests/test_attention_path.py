@@ -1,9 +1,8 @@
 """One attention path: the trained model, MultiHeadAttention and GroupedQueryAttention all run
-MultiHeadAttentionBase.forward; the KV cache and the edit_heads hook are arguments of it."""
+MultiHeadAttentionBase.forward, and every tensor an analysis reads passes a named hook point on it:
+editing it there changes the output as predicted."""
 
 from __future__ import annotations
-
-import inspect
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ import torch
 import course_utils.model.transformer as model_module
 from course_utils import MultiHeadAttention
 from course_utils.attention.gqa import GroupedQueryAttention
+from course_utils.attention.hooks import hook_points, hooks, run_with_cache
 from course_utils.attention.mha import MultiHeadAttentionBase
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 
@@ -29,44 +29,115 @@ def test_a_cache_gives_the_rows_of_the_full_causal_pass(make):
     assert torch.all(weights[:, :, 0, 7:] == 0) and torch.all(weights[:, :, 1, 8:] == 0)  # causal, offset
 
 
-@pytest.mark.parametrize("make", [lambda: MultiHeadAttention(16, 2), lambda: GroupedQueryAttention(16, 2, 1)],
-                         ids=["mha", "gqa"])
-def test_edit_heads_is_a_hook_on_the_same_path(make):
+LAYERS = [lambda: MultiHeadAttention(16, 4), lambda: GroupedQueryAttention(16, 4, 2),
+          lambda: GroupedQueryAttention(16, 4, 1)]
+LAYER_IDS = ["mha", "gqa", "mqa"]
+
+
+def _heads_to_output(layer, z):
+    """What the layer does with the heads ``z`` ``(B, h, T, dk)``: merge them, then W_O."""
+    B, h, T, dk = z.shape
+    return layer.out_proj(z.transpose(1, 2).reshape(B, T, h * dk))
+
+
+@pytest.mark.parametrize("make", LAYERS, ids=LAYER_IDS)
+def test_the_output_is_computed_from_what_hook_z_sees(make):
     torch.manual_seed(1)
     layer = make().eval()
-    x = torch.randn(1, 5, 16)
-    seen = []
-
-    def silence_head_1(heads):
-        seen.append(tuple(heads.shape))
-        return heads * torch.tensor([1.0, 0.0]).view(1, 2, 1, 1)
-
-    out, _ = layer(x, edit_heads=silence_head_1)
-    q, k, v = layer.project_qkv(x, x, x)
-    heads, _ = layer.attend(q, k, v, None, False, False)
-    heads[:, 1] = 0
-    torch.testing.assert_close(out, layer.out_proj(layer.merge_heads(heads)))
-    assert seen == [(1, 2, 5, 8)]
+    x = torch.randn(2, 5, 16)
+    (out, _), cache = run_with_cache(layer, x, is_causal=True)
+    torch.testing.assert_close(out, _heads_to_output(layer, cache["hook_z"]))
+    # silencing head 1 at the hook takes away exactly head 1's slice of W_O times its output
+    z = cache["hook_z"]
+    with hooks(layer, [("hook_z", lambda z, hook: z * torch.tensor([1.0, 0.0, 1.0, 1.0]).view(1, 4, 1, 1))]):
+        edited, _ = layer(x, is_causal=True)
+    w_o_1 = layer.out_proj.weight[:, 4:8]  # (d, dk): head 1's columns
+    torch.testing.assert_close(edited, out - z[:, 1] @ w_o_1.T, rtol=1e-5, atol=1e-6)
 
 
-def test_every_layer_and_the_model_share_one_forward():
+@pytest.mark.parametrize("make", LAYERS, ids=LAYER_IDS)
+def test_the_heads_are_the_pattern_times_the_values_hooks_see(make):
+    torch.manual_seed(2)
+    layer = make().eval()
+    x = torch.randn(2, 6, 16)
+    (out, weights), cache = run_with_cache(layer, x, is_causal=True, need_weights=True)
+    pattern, v = cache["hook_pattern"], cache["hook_v"]  # (B, h, T, T), (B, g, T, dk)
+    assert torch.equal(pattern, weights)
+    shared = v.repeat_interleave(layer.num_heads // layer.num_kv_heads, dim=1)  # head i reads i // (h/g)
+    torch.testing.assert_close(cache["hook_z"], pattern @ shared, rtol=1e-5, atol=1e-6)
+    # a pattern edited at the hook (every head looks at the first token only) gives the output predicted
+    first_only = torch.zeros_like(pattern)
+    first_only[..., 0] = 1.0
+    with hooks(layer, [("hook_pattern", lambda p, hook: first_only)]):
+        edited, _ = layer(x, is_causal=True)
+    torch.testing.assert_close(edited, _heads_to_output(layer, first_only @ shared), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", LAYERS, ids=LAYER_IDS)
+def test_zero_queries_at_hook_q_give_a_uniform_causal_pattern(make):
+    torch.manual_seed(3)
+    layer = make().eval()
+    with hooks(layer, [("hook_q", lambda q, hook: torch.zeros_like(q))]):
+        _, weights = layer(torch.randn(1, 4, 16), is_causal=True, need_weights=True)
+    expected = torch.tril(torch.ones(4, 4)) / torch.arange(1, 5)[:, None]  # query i: i + 1 equal keys
+    torch.testing.assert_close(weights, expected.expand(1, 4, 4, 4))
+
+
+@pytest.mark.parametrize("make", LAYERS, ids=LAYER_IDS)
+def test_the_fast_branch_gives_the_step_by_step_numbers(make):
+    torch.manual_seed(4)
+    layer = make().eval()
+    x = torch.randn(3, 7, 16)
+    padding = torch.ones(3, 7, dtype=torch.bool)
+    padding[1, 4:] = False
+    for kwargs in ({}, {"is_causal": True}, {"is_causal": True, "key_padding_mask": padding}):
+        fast, none = layer(x, **kwargs)
+        slow, weights = layer(x, need_weights=True, **kwargs)
+        assert none is None and weights is not None
+        torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)
+        with hooks(layer, [("hook_pattern", lambda p, hook: None)]):  # a reader: the weights are needed
+            read, _ = layer(x, **kwargs)
+        assert torch.equal(read, slow)
+
+
+def test_the_model_runs_one_forward_and_names_every_tensor_on_it():
     assert MultiHeadAttention.forward is MultiHeadAttentionBase.forward
     assert GroupedQueryAttention.forward is MultiHeadAttentionBase.forward
-    source = inspect.getsource(model_module.Block.forward)
-    assert "self.attn(" in source and "scaled_dot_product_attention" not in source
-    assert "project_qkv" not in source and "merge_heads" not in source
-    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4, num_kv_heads=2))
-    calls = []
-    model.blocks[0].attn.register_forward_hook(lambda module, args, kwargs_out: calls.append(module))
-    model(torch.randint(0, 10, (1, 8)))
-    assert calls == [model.blocks[0].attn]
+    torch.manual_seed(5)
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4, num_kv_heads=2,
+                                        num_layers=2, mlp=True)).eval()
+    tokens = torch.randint(0, 10, (2, 8))
+    logits, cache = model.run_with_cache(tokens)
+    for i in range(2):
+        for name in ("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z"):
+            assert f"blocks.{i}.attn.{name}" in cache
+        block = model.blocks[i]
+        resid_pre = cache[f"blocks.{i}.hook_resid_pre"]
+        attn_out = _heads_to_output(block.attn, cache[f"blocks.{i}.attn.hook_z"])
+        torch.testing.assert_close(cache[f"blocks.{i}.hook_attn_out"], attn_out)
+        torch.testing.assert_close(cache[f"blocks.{i}.hook_resid_mid"], resid_pre + attn_out)
+        mid = cache[f"blocks.{i}.hook_resid_mid"]
+        torch.testing.assert_close(cache[f"blocks.{i}.hook_resid_post"], mid + block.mlp(block.ln_mlp(mid)))
+    assert torch.equal(cache["blocks.1.hook_resid_pre"], cache["blocks.0.hook_resid_post"])
+    torch.testing.assert_close(logits, model.unembed(model.ln_final(cache["blocks.1.hook_resid_post"])))
+    torch.testing.assert_close(logits, model(tokens)[0])  # recording changed nothing
+    assert not any(p.has_hooks for p in hook_points(model).values())  # and left nothing behind
 
 
-def test_forward_reads_in_one_screen():
-    """The maths a learner reads: the body of the shared forward, without its docstring."""
-    body = inspect.getsource(MultiHeadAttentionBase.forward).split('"""')[-1]
-    code = [line for line in body.splitlines() if line.strip()]
-    assert len(code) <= 15, code
+def test_head_mask_and_edit_heads_are_hooks_at_hook_z():
+    torch.manual_seed(6)
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4)).eval()
+    tokens = torch.randint(0, 10, (2, 8))
+    gates = torch.ones(2, 4)
+    gates[1, 2] = 0.0
+    gated, _ = model(tokens, head_mask=gates)
+    silence = torch.tensor([1.0, 1.0, 0.0, 1.0]).view(1, 4, 1, 1)
+    with model.hooks([("blocks.1.attn.hook_z", lambda z, hook: z * silence)]):
+        hooked, _ = model(tokens)
+    assert torch.equal(gated, hooked)
+    edited, _ = model(tokens, edit_heads=lambda layer, z: z * silence if layer == 1 else z)
+    assert torch.equal(gated, edited)
+    assert not torch.allclose(gated, model(tokens)[0])  # the gate did something
 
 
 @pytest.mark.parametrize("past,message", [
@@ -83,8 +154,12 @@ def test_a_bad_cache_is_named(past, message):
 
 
 def test_a_bad_hook_is_named():
-    with pytest.raises(TypeError, match="edit_heads must be a function"):
-        MultiHeadAttention(8, 2)(torch.randn(1, 2, 8), edit_heads="zero")
+    layer = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match="a hook must be a function"), hooks(layer, [("hook_z", "zero")]):
+        pass
+    with pytest.raises(ValueError, match="the hook at hook_v must return heads of the shape"):
+        with hooks(layer, [("hook_v", lambda v, hook: v[:, :1])]):
+            layer(torch.randn(1, 2, 8))
 
 
 def _import_graph(level: int) -> dict[str, set[str]]:

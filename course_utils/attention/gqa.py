@@ -227,6 +227,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self._add_hook_points()
 
     # -- the computation: the forward itself is MultiHeadAttentionBase.forward --------
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -237,18 +238,6 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         k = self.k_proj(key).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
         v = self.v_proj(value).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
         return q, k, v
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, is_causal: bool,
-               need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """h query heads over g K/V heads, the K/V never copied: ``(B, h, Tq, dk)`` and weights."""
-        heads, weights = grouped_query_attention(q.contiguous(), k.contiguous(), v.contiguous(),
-                                                 mask=allowed, is_causal=is_causal)
-        if self.training and self.dropout > 0:  # dropout on the weights: recompute the output
-            B, h, Tq, Tk = weights.shape
-            dropped = nn.functional.dropout(weights, p=self.dropout)  # (B, h, Tq, Tk)
-            g = self.num_kv_heads
-            heads = (dropped.reshape(B, g, h // g * Tq, Tk) @ v).view(B, h, Tq, self.d_k)
-        return heads, (weights if need_weights else None)
 
     def _weight(self) -> Tensor:
         return self.q_proj.weight

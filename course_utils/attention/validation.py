@@ -338,17 +338,15 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
     return combined.expand(combined.shape[0], combined.shape[1], num_queries, num_keys)  # a view
 
 
-def check_attention_extras(past: object, edit_heads: object, *, batch: int, num_kv_heads: int, d_k: int,
+def check_attention_extras(past: object, *, batch: int, num_kv_heads: int, d_k: int,
                            weight: Tensor) -> None:
-    """``past`` is None or a ``(k, v)`` pair of ``(B, g, T_past, dk)`` tensors fitting the module;
-    ``edit_heads`` is None or callable."""
-    if edit_heads is not None and not callable(edit_heads):
-        raise TypeError(f"edit_heads must be a function heads (B, h, T, dk) -> heads or None, "
-                        f"got {type(edit_heads).__name__}")
-    if past is None:
+    """``past`` is None, a function (a cache's append, checked by its cache), or a ``(k, v)``
+    pair of ``(B, g, T_past, dk)`` tensors fitting the module."""
+    if past is None or callable(past):
         return
     if not isinstance(past, (tuple, list)) or len(past) != 2:
-        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk) or None, got "
+        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk), a cache's append "
+                        f"function or None, got "
                         f"{type(past).__name__}")
     expected = f"(B={batch}, g={num_kv_heads}, T_past, dk={d_k})"
     for name, t in (("past k", past[0]), ("past v", past[1])):

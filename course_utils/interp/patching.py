@@ -477,7 +477,8 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
         x = inputs[first].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to the first gated layer
         for layer in range(first, cfg.num_layers):
             gate = rows[:, layer, :, None, None]
-            x, _, _ = model.blocks[layer](x, edit_heads=lambda heads, gate=gate: heads * gate)
+            with model.hooks([(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]):
+                x, _, _ = model.blocks[layer](x)
         return model.unembed(model.ln_final(x))
 
 

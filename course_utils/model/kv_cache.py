@@ -39,12 +39,12 @@ A second lever beside ``g``: store the numbers in fewer bits.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.validation import (
@@ -601,15 +601,8 @@ def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     _check_decode(model, token, cache, "token")
     x = model._embed(token, cache.length)  # (B, 1, d)
-    for i, block in enumerate(model.blocks):
-        h = block.ln_attn(x)
-        q, k, v = block.attn.project_qkv(h, h, h)  # q (B, h, 1, dk); k, v (B, g, 1, dk)
-        k_all, v_all = cache.append(i, k, v)  # (B, g, T, dk) each
-        heads = F.scaled_dot_product_attention(q, k_all, v_all,
-                                               enable_gqa=k_all.shape[1] != q.shape[1])  # (B, h, 1, dk)
-        x = x + block.attn.out_proj(block.attn.merge_heads(heads))
-        if block.mlp is not None:
-            x = x + block.mlp(block.ln_mlp(x))
+    for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v (B, g, 1, dk)
+        x, _, _ = block(x, past=functools.partial(cache.append, i))  # and hands back all T positions'
     return model.unembed(model.ln_final(x))
 
 

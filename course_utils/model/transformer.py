@@ -19,8 +19,8 @@ Shapes: B batch, T sequence length, d = d_model, h heads, dk = d // h, V vocabul
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -28,9 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention.gqa import CONVERSION_METHODS, GroupedQueryAttention
+from ..attention.hooks import HookFn, HookPoint, Where, hook_points, hooks, run_with_cache
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
 from ..attention.validation import (
+    check_edited_heads,
     check_flag,
     check_head_dims,
     check_int,
@@ -177,7 +179,11 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One pre-LayerNorm block: ``x + attn(ln(x))`` then (optionally) ``x + mlp(ln(x))``."""
+    """One pre-LayerNorm block: ``x + attn(ln(x))`` then (optionally) ``x + mlp(ln(x))``.
+
+    Hook points on the residual stream: ``hook_resid_pre`` (the block's input), ``hook_attn_out``
+    (what attention adds), ``hook_resid_mid`` (after it) and ``hook_resid_post`` (the output);
+    the attention layer has its own (``attn.hook_q`` ... ``attn.hook_z``)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -189,36 +195,25 @@ class Block(nn.Module):
             self.attn = MultiHeadAttention(config.d_model, config.num_heads)
         self.ln_mlp = nn.LayerNorm(config.d_model) if config.mlp else None
         self.mlp = MLP(config.d_model, config.mlp_width) if config.mlp else None
+        self.hook_resid_pre, self.hook_attn_out = HookPoint(), HookPoint()
+        self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(
         self,
         x: Tensor,
         *,
-        gate: Tensor | None = None,
         need_weights: bool = False,
-        past: tuple[Tensor, Tensor] | None = None,
-        edit_heads: Callable[[Tensor], Tensor] | None = None,
+        past: tuple[Tensor, Tensor] | Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
-        """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``.
-
-        ``gate`` ``(h,)`` scales each head's output; ``past`` holds cached keys/values
-        ``(B, g, T_past, dk)`` of earlier positions (``g = h`` without GQA); ``edit_heads``
-        maps the gated head outputs ``(B, h, T, dk)`` to the ones that are merged. All of it
-        runs through the attention module's own forward (its ``edit_heads`` hook).
-        """
-        edit = None
-        if gate is not None or edit_heads is not None:
-            def edit(heads: Tensor) -> Tensor:  # (B, h, T, dk)
-                if gate is not None:
-                    heads = heads * gate.view(1, -1, 1, 1)  # 0 silences a head
-                return heads if edit_heads is None else edit_heads(heads)  # e.g. a mean (lesson 6)
-
+        """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``;
+        ``past`` is the attention layer's KV cache (a ``(k, v)`` pair or a cache's append)."""
+        x = self.hook_resid_pre(x)
         attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
-                                          past=past, edit_heads=edit, return_kv=True)
-        x = x + attended  # (B, T, d)
+                                          past=past, return_kv=True)
+        x = self.hook_resid_mid(x + self.hook_attn_out(attended))  # (B, T, d)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
-        return x, weights, kv
+        return self.hook_resid_post(x), weights, kv
 
 
 class TinyTransformer(nn.Module):
@@ -244,6 +239,33 @@ class TinyTransformer(nn.Module):
         # Adam's early steps cannot swamp them, and induction heads form several times
         # sooner. The unembedding starts small so the first predictions are near uniform.
         nn.init.normal_(self.unembed.weight, std=0.02)
+        hook_points(self)  # names them: "blocks.0.attn.hook_z", ...
+
+    # -- hook points (course_utils.attention.hooks) ------------------------------------
+    def hooks(self, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> AbstractContextManager[None]:
+        """``with model.hooks([("blocks.0.attn.hook_z", fn), ...]):`` runs every pass inside with
+        those hooks, each called as ``fn(tensor, hook)`` (see :mod:`course_utils.attention.hooks`)."""
+        return hooks(self, fwd_hooks)
+
+    def run_with_cache(self, tokens: Tensor, *, names: Sequence[Where] | Where | None = None,
+                       **kwargs: object) -> tuple[Tensor, dict[str, Tensor]]:
+        """``(logits, {hook name: tensor})`` for ``model(tokens, **kwargs)``, recording every hook
+        point or those ``names`` selects (``"blocks.0.attn.hook_pattern"``, or a test on names)."""
+        (logits, _), cache = run_with_cache(self, tokens, names=names, **kwargs)
+        return logits, cache
+
+    def _head_hooks(self, gates: Tensor | None, edit_heads: Callable[[int, Tensor], Tensor] | None
+                    ) -> list[tuple[str, HookFn]]:
+        """``head_mask`` and ``edit_heads`` as hooks on each layer's ``attn.hook_z``: the gates
+        scale each head's output ``(B, h, T, dk)`` (0 silences a head), then ``edit_heads`` maps it."""
+        added: list[tuple[str, HookFn]] = []
+        for i in range(self.config.num_layers):
+            if gates is not None:
+                added.append((f"blocks.{i}.attn.hook_z", lambda z, hook, g=gates[i]: z * g.view(1, -1, 1, 1)))
+            if edit_heads is not None:
+                added.append((f"blocks.{i}.attn.hook_z",
+                              lambda z, hook, i=i: check_edited_heads(edit_heads(i, z), z)))
+        return added
 
     # -- input checks -------------------------------------------------------------
     def _check_tokens(self, tokens: object, past_len: int = 0) -> None:
@@ -352,12 +374,11 @@ class TinyTransformer(nn.Module):
                             f"got {type(edit_heads).__name__}")
         x = self._embed(tokens, 0)  # (B, T, d)
         attention = [] if return_attention else None
-        for i, block in enumerate(self.blocks):
-            gate = None if gates is None else gates[i]
-            edit = None if edit_heads is None else functools.partial(edit_heads, i)
-            x, weights, _ = block(x, gate=gate, need_weights=return_attention, edit_heads=edit)
-            if attention is not None:
-                attention.append(weights)
+        with self.hooks(self._head_hooks(gates, edit_heads)):
+            for block in self.blocks:
+                x, weights, _ = block(x, need_weights=return_attention)
+                if attention is not None:
+                    attention.append(weights)
         return self.unembed(self.ln_final(x)), attention  # (B, T, V)
 
     def forward_with_cache(
@@ -382,11 +403,10 @@ class TinyTransformer(nn.Module):
         gates = self._check_head_mask(head_mask)
         x = self._embed(tokens, past_len)  # (B, T_new, d)
         new_layers = []
-        for i, block in enumerate(self.blocks):
-            gate = None if gates is None else gates[i]
-            past = None if cache is None else cache.layers[i]
-            x, _, kv = block(x, gate=gate, past=past)
-            new_layers.append(kv)
+        with self.hooks(self._head_hooks(gates, None)):
+            for i, block in enumerate(self.blocks):
+                x, _, kv = block(x, past=None if cache is None else cache.layers[i])
+                new_layers.append(kv)
         return self.unembed(self.ln_final(x)), KVCache(tuple(new_layers))
 
     @torch.no_grad()
