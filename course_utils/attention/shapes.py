@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .hooks import run_with_cache
 from .mha import MultiHeadAttention
 from .validation import check_head_dims, check_int
 
@@ -193,9 +194,10 @@ def trace_shapes(
 
     ``key_value`` ``(B, Tk, d)`` makes it cross-attention (default: self-attention, and
     the symbol ``T`` stands for both lengths). ``head`` picks the head whose slice
-    ``W_Q_i`` of the stacked W_Q is shown. Dropout is not applied. The traced output
-    and weights are compared with ``module(..., need_weights=True)`` (in eval mode):
-    the largest difference is ``max_abs_diff``.
+    ``W_Q_i`` of the stacked W_Q is shown. Dropout is not applied. Every step that the
+    module's own forward also names is compared with what passes its hook point there (the
+    heads ``q``, ``k``, ``v``, the weights, each head's output ``z``) and the output with
+    ``module(..., need_weights=True)`` (in eval mode): the largest difference is ``max_abs_diff``.
     """
     if not isinstance(module, MultiHeadAttention):
         raise TypeError(f"module must be a course_utils MultiHeadAttention, got {type(module).__name__}")
@@ -252,11 +254,13 @@ def trace_shapes(
 
         was_training = module.training
         module.eval()
-        try:
-            ref_out, ref_w = module(query, kv, kv, need_weights=True)
+        try:  # what the module's own forward computes, read at its hook points
+            (ref_out, _), seen = run_with_cache(module, query, kv, kv, need_weights=True)
         finally:
             module.train(was_training)
-    trace.max_abs_diff = max((out - ref_out).abs().max().item(), (weights - ref_w).abs().max().item())
+    pairs = [(q_h, seen["hook_q"]), (k_h, seen["hook_k"]), (v_h, seen["hook_v"]),
+             (weights, seen["hook_pattern"]), (attend, seen["hook_z"]), (out, ref_out)]
+    trace.max_abs_diff = max((mine - theirs).abs().max().item() for mine, theirs in pairs)
     return trace
 
 

@@ -69,25 +69,26 @@ def _check_model(model: object) -> TinyTransformer:
 
 @torch.no_grad()
 def forward_with(model: TinyTransformer, tokens: Tensor, fn: AttentionFn | None = None) -> Tensor:
-    """Logits ``(B, T, V)`` of ``model`` on ``tokens`` ``(B, T)``, written out block by block.
+    """Logits ``(B, T, V)`` of ``model`` on ``tokens`` ``(B, T)``.
 
     Each block adds attention, then (if it has one) its MLP, to the residual stream, each
-    reading a LayerNorm of it. ``fn=None`` uses the course's module (causal); otherwise
-    ``fn`` replaces it, made causal by :func:`causal_by_prefixes`.
+    reading a LayerNorm of it. ``fn=None`` uses the course's module (causal); otherwise, in
+    each block, ``fn`` (made causal by :func:`causal_by_prefixes`) on the LayerNorm of the
+    block's input (read at ``hook_resid_pre``) replaces what attention adds (at ``hook_attn_out``).
     """
     _check_model(model)
     model._check_tokens(tokens)
-    x = model._embed(tokens, 0)  # (B, T, d): the residual stream
-    for block in model.blocks:
-        normed = block.ln_attn(x)
-        if fn is None:
-            attended = block.attn(normed, is_causal=True)[0]
-        else:
-            attended = causal_by_prefixes(fn, normed, block.attn)
-        x = x + attended
-        if block.mlp is not None:
-            x = x + block.mlp(block.ln_mlp(x))
-    return model.unembed(model.ln_final(x))  # (B, T, V)
+    if fn is None:
+        return model(tokens)[0]
+    streams = []  # each block's input (B, T, d), recorded on the way
+
+    def yours(attended: Tensor, hook: object) -> Tensor:  # (B, T, d)
+        block = model.blocks[len(streams) - 1]
+        return causal_by_prefixes(fn, block.ln_attn(streams[-1]), block.attn)
+
+    with model.hooks([(lambda name: name.endswith("hook_resid_pre"), lambda x, hook: streams.append(x)),
+                      (lambda name: name.endswith("hook_attn_out"), yours)]):
+        return model(tokens)[0]  # (B, T, V)
 
 
 @dataclass
