@@ -2,13 +2,19 @@
 
 Pre-LayerNorm blocks, learned positional embeddings, causal self-attention, an optional
 MLP (``mlp=False`` gives an attention-only model, the kind in which induction heads are
-easiest to read). Three extras serve the later lessons:
+easiest to read). What the later lessons use:
 
+* hook points (:mod:`course_utils.attention.hooks`): every block's attention layer passes
+  ``q``, ``k``, ``v``, the pattern and each head's output ``z`` through named identity modules
+  (``blocks.0.attn.hook_z``), and the block its residual stream (``blocks.0.hook_resid_pre``,
+  ``hook_attn_out``, ``hook_resid_mid``, ``hook_resid_post``). :meth:`TinyTransformer.hooks`
+  adds hooks ``fn(tensor, hook) -> tensor or None`` for a ``with`` block, and
+  :meth:`TinyTransformer.run_with_cache` records the tensors by name (lesson 5 reads them);
 * ``head_mask`` ``(num_layers, num_heads)``: a float gate on each head's output, applied
-  before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it);
-* ``edit_heads(layer, heads) -> heads``: an optional function that sees (and may replace)
-  each layer's head outputs ``(B, h, T, dk)`` after the gates, before the heads are merged
-  (lesson 6 records them and mean-ablates with it, see :mod:`course_utils.interp.ablation`);
+  before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it), and
+  ``edit_heads(layer, heads) -> heads``, which sees (and may replace) each layer's head
+  outputs ``(B, h, T, dk)`` after the gates (lesson 6 records them and mean-ablates with it,
+  see :mod:`course_utils.interp.ablation`): both are hooks at ``attn.hook_z``;
 * :meth:`TinyTransformer.forward_with_cache`: incremental decoding with a key/value cache
   (lesson 7), equal to recomputing the whole prefix. With ``num_kv_heads = g < num_heads``
   the blocks use grouped-query attention and the cache holds only ``g`` K/V heads.
