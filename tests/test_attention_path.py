@@ -153,6 +153,37 @@ def test_a_bad_cache_is_named(past, message):
         layer(torch.randn(1, 2, 32), past=past)
 
 
+def test_hooks_run_in_order_and_are_gone_after_the_block_even_after_an_error():
+    torch.manual_seed(7)
+    layer = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 3, 8)
+    plain, _ = layer(x)
+    # two hooks at one point: the second sees the first one's result, (z + 1) * 2
+    with hooks(layer, [("hook_z", lambda z, hook: z + 1), ("hook_z", lambda z, hook: z * 2)]):
+        (both, _), seen = run_with_cache(layer, x, names="hook_z")
+    heads = run_with_cache(layer, x, names="hook_z")[1]["hook_z"]
+    torch.testing.assert_close(seen["hook_z"], (heads + 1) * 2)  # a recorder added last sees the edits
+    torch.testing.assert_close(both, _heads_to_output(layer, (heads + 1) * 2))
+    with pytest.raises(RuntimeError, match="stop"), hooks(layer, [("hook_v", lambda v, hook: v * 0)]):
+        raise RuntimeError("stop")
+    assert torch.equal(layer(x)[0], plain)
+    assert not any(p.has_hooks for p in hook_points(layer).values())
+    with pytest.raises(ValueError, match="no hook point whose name passes"):
+        run_with_cache(layer, x, names=lambda name: name.endswith("hook_resid_pre"))
+
+
+def test_a_converted_model_names_its_new_hook_points():
+    from course_utils.model.transformer import convert_model
+
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4, num_layers=2))
+    names = []
+    converted = convert_model(model, 2)
+    record = lambda k, hook: names.append((hook.name, k.shape[1]))  # noqa: E731
+    with converted.hooks([(lambda n: n.endswith("hook_k"), record)]):
+        converted(torch.randint(0, 10, (1, 8)))
+    assert names == [("blocks.0.attn.hook_k", 2), ("blocks.1.attn.hook_k", 2)]
+
+
 def test_a_bad_hook_is_named():
     layer = MultiHeadAttention(8, 2)
     with pytest.raises(TypeError, match="a hook must be a function"), hooks(layer, [("hook_z", "zero")]):

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from .validation import check_edited_heads
 
-__all__ = ["HookFn", "HookPoint", "hook_points", "hooks", "run_with_cache"]
+__all__ = ["HookFn", "HookPoint", "hook_points", "name_hook_points", "hooks", "run_with_cache"]
 
 HookFn = Callable[[Tensor, "HookPoint"], "Tensor | None"]
 Where = str | Callable[[str], bool]  # a hook point's name, or a test on names
@@ -33,7 +33,7 @@ class HookPoint(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.name = ""  # the module path, set by hook_points(): "blocks.0.attn.hook_q"
+        self.name = ""  # where it sits, set by name_hook_points(): "blocks.0.attn.hook_q"
         self.fns: list[HookFn] = []
 
     def add_hook(self, fn: HookFn) -> Callable[[], None]:
@@ -60,21 +60,26 @@ class HookPoint(nn.Module):
 
 
 def hook_points(module: nn.Module) -> dict[str, HookPoint]:
-    """Every hook point inside ``module``, by its path (``"blocks.1.attn.hook_pattern"``); names
-    the points on the way (``hook.name``)."""
-    points = {name: m for name, m in module.named_modules() if isinstance(m, HookPoint)}
-    for name, point in points.items():
+    """Every hook point inside ``module``, by its path from ``module``
+    (``"blocks.1.attn.hook_pattern"`` from a model, ``"hook_pattern"`` from its layer)."""
+    return {name: m for name, m in module.named_modules() if isinstance(m, HookPoint)}
+
+
+def name_hook_points(module: nn.Module) -> None:
+    """Give every hook point inside ``module`` its path as ``hook.name`` (what a hook and an error
+    message see): the outermost module (the model) does this once it is built."""
+    for name, point in hook_points(module).items():
         point.name = name
-    return points
 
 
-def _matching(points: dict[str, HookPoint], where: Where) -> list[HookPoint]:
+def _matching(points: dict[str, HookPoint], where: Where) -> dict[str, HookPoint]:
     if callable(where):
-        found = [p for name, p in points.items() if where(name)]
-    elif isinstance(where, str) and where in points:
-        found = [points[where]]
+        found = {name: p for name, p in points.items() if where(name)}
     else:
-        raise ValueError(f"no hook point named {where!r}; the module has {list(points)[:8]}"
+        found = {where: points[where]} if isinstance(where, str) and where in points else {}
+    if not found:
+        what = f"named {where!r}" if isinstance(where, str) else "whose name passes the test given"
+        raise ValueError(f"no hook point {what}; the module has {list(points)[:8]}"
                          + (" ..." if len(points) > 8 else ""))
     return found
 
@@ -88,7 +93,7 @@ def hooks(module: nn.Module, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> Itera
     removers = []
     try:
         for where, fn in fwd_hooks:
-            removers += [point.add_hook(fn) for point in _matching(points, where)]
+            removers += [point.add_hook(fn) for point in _matching(points, where).values()]
         yield
     finally:
         for remove in reversed(removers):
@@ -103,14 +108,14 @@ def run_with_cache(module: nn.Module, *args: object, names: Sequence[Where] | Wh
     if names is None:
         wanted = list(points)
     elif callable(names) or isinstance(names, str):
-        wanted = [p.name for p in _matching(points, names)]
+        wanted = list(_matching(points, names))
     else:
-        wanted = [p.name for n in names for p in _matching(points, n)]
+        wanted = [name for where in names for name in _matching(points, where)]
     cache: dict[str, Tensor] = {}
 
-    def keep(x: Tensor, hook: HookPoint) -> None:
-        cache[hook.name] = x
+    def keep(name: str) -> HookFn:
+        return lambda x, hook: cache.__setitem__(name, x)
 
-    with hooks(module, [(name, keep) for name in wanted]):
+    with hooks(module, [(name, keep(name)) for name in wanted]):
         out = module(*args, **kwargs)
     return out, cache

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .hooks import HookPoint, hook_points
+from .hooks import HookPoint, name_hook_points
 from .masks import causal_mask, masked_softmax
 from .validation import (
     check_attention_extras,
@@ -101,7 +101,7 @@ class MultiHeadAttentionBase(nn.Module):
     def _add_hook_points(self) -> None:
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_pattern, self.hook_z = HookPoint(), HookPoint()
-        hook_points(self)  # named "hook_q", ...; a model that holds the layer renames them
+        name_hook_points(self)  # "hook_q", ...; a model that holds the layer names them again
 
     # -- the computation ----------------------------------------------------------
     def merge_heads(self, heads: Tensor) -> Tensor:

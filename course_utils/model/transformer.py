@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention.gqa import CONVERSION_METHODS, GroupedQueryAttention
-from ..attention.hooks import HookFn, HookPoint, Where, hook_points, hooks, run_with_cache
+from ..attention.hooks import HookFn, HookPoint, Where, hooks, name_hook_points, run_with_cache
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
 from ..attention.validation import (
@@ -245,7 +245,7 @@ class TinyTransformer(nn.Module):
         # Adam's early steps cannot swamp them, and induction heads form several times
         # sooner. The unembedding starts small so the first predictions are near uniform.
         nn.init.normal_(self.unembed.weight, std=0.02)
-        hook_points(self)  # names them: "blocks.0.attn.hook_z", ...
+        name_hook_points(self)  # "blocks.0.attn.hook_z", ...
 
     # -- hook points (course_utils.attention.hooks) ------------------------------------
     def hooks(self, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> AbstractContextManager[None]:
@@ -470,4 +470,5 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     for old, new in zip(model.blocks, converted.blocks, strict=True):
         new.attn = GroupedQueryAttention.from_multi_head(old.attn, num_kv_heads, method,
                                                          generator=generator)
+    name_hook_points(converted)  # the new layers' hook points: "blocks.0.attn.hook_z", ...
     return converted.to(device=weight.device, dtype=weight.dtype).train(model.training)
