@@ -70,7 +70,8 @@ def test_outputs_close_structures():
     assert not outputs_close((a,), (a, a))
     assert not outputs_close(a, torch.ones(3))
     assert outputs_close(torch.tensor(5), 5)
-    assert not outputs_close(True, 1) or True  # bools compare by equality
+    assert not outputs_close(True, 1) and not outputs_close(1, True)  # a bool is no int, either way
+    assert outputs_close(True, True) and not outputs_close(False, True)
 
 
 def test_nan_output_is_explained_not_raised():

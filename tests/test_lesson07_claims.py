@@ -25,10 +25,11 @@ import nbformat
 import pytest
 import torch
 
-from course_utils.attention.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
+from course_utils.attention.gqa import PUBLISHED_CONFIGS, kv_cache_bytes
 from course_utils.env import torch_threads
 from course_utils.model.checkpoint import load_checkpoint
 from course_utils.model.train import evaluate_agreement, evaluate_induction
+from course_utils.model.transformer import convert_model
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_grouped_query_attention.ipynb"
 TASKS = {"induction": (evaluate_induction, "heldout"), "agreement": (evaluate_agreement, "all")}
@@ -263,21 +264,18 @@ def test_cache_timing_setup_and_stored_ratios():
 
 def test_time_cold_flushes_before_every_call_and_keeps_the_allocator_steady():
     """The cache timing reads the flush buffer before each timed call (section 3's method)."""
-    # gqa_speed is imported now, so that no module first imported under the patch below binds the
-    # fake random_buffer for good (tests/test_decode_step.py would then fail after this test)
-    import course_utils.bench.gqa_speed  # noqa: F401
-    from course_utils import kv_cache
+    from course_utils.bench import gqa_speed
 
     calls = []
-    with mock.patch("course_utils.bench.decode_step.random_buffer",
+    with mock.patch.object(gqa_speed, "random_buffer",
                     lambda n, seed=0: mock.Mock(sum=lambda: calls.append("flush"))):
         steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
-        timings, allocator = kv_cache.time_cold(steps, baseline="a", repeats=2, warmup=1, flush_bytes=4)
+        timings, allocator = gqa_speed.time_cold(steps, baseline="a", repeats=2, warmup=1, flush_bytes=4)
     assert calls == ["a", "b"] + ["flush", "a", "flush", "b"] * 2
     assert [t.name for t in timings] == ["a", "b"] and timings[0].ratio == 1.0
     assert allocator.startswith("allocator:")
     with pytest.raises(ValueError):
-        kv_cache.time_cold({"a": lambda: None}, baseline="z")
+        gqa_speed.time_cold({"a": lambda: None}, baseline="z")
 
 
 def test_whole_step_bytes_at_the_benchmark_shape():

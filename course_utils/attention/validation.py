@@ -19,6 +19,7 @@ from torch import Tensor
 __all__ = [
     "describe_shape",
     "check_head_dims",
+    "check_kv_heads",
     "check_dropout",
     "check_flag",
     "check_int",
@@ -50,16 +51,29 @@ def describe_shape(x: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in x.shape) + ")"
 
 
-def check_head_dims(d_model: int, num_heads: int) -> None:
-    """Raise a clear error unless both are positive ints and ``num_heads`` divides ``d_model``."""
-    for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
+    """The one check that ``num_heads`` (both positive ints) divides ``d_model``; returns
+    ``d_k = d_model // num_heads``. ``heads_name`` is how the message names the head count."""
+    for name, value in (("d_model", d_model), (heads_name, num_heads)):
         check_int(value, name, minimum=1)
-    if d_model % num_heads != 0:
+    if d_model % num_heads:
+        divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
         raise ValueError(
-            f"d_model={d_model} is not divisible by num_heads={num_heads}: each head "
-            f"needs an equal slice d_k = d_model / num_heads (= {d_model / num_heads:g}). "
-            f"Try num_heads in {[h for h in range(1, d_model + 1) if d_model % h == 0][:8]}"
+            f"d_model = {d_model} is not divisible by {heads_name} = {num_heads}: every head needs the "
+            f"same whole width d_k = d_model / {heads_name}, and {d_model} / {num_heads} = "
+            f"{d_model / num_heads:.4g}. Heads that divide {d_model}: {divisors}"
         )
+    return d_model // num_heads
+
+
+def check_kv_heads(num_kv_heads: object, num_heads: int, name: str = "num_kv_heads") -> int:
+    """The one check that ``num_kv_heads`` (g, a positive int) divides ``num_heads`` (h), so that
+    each K/V head serves ``h // g`` query heads; returns g."""
+    g = check_int(num_kv_heads, name, minimum=1)
+    if num_heads % g:
+        raise ValueError(f"{name} must be a positive int dividing num_heads={num_heads} (one of "
+                         f"{[d for d in range(1, num_heads + 1) if num_heads % d == 0]}), got {g!r}")
+    return g
 
 
 def check_dropout(value: object, name: str = "dropout_p") -> float:
@@ -377,17 +391,15 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
     return combined.expand(combined.shape[0], combined.shape[1], num_queries, num_keys)  # a view
 
 
-def check_attention_extras(past: object, edit_heads: object, *, batch: int, num_kv_heads: int, d_k: int,
+def check_attention_extras(past: object, *, batch: int, num_kv_heads: int, d_k: int,
                            weight: Tensor) -> None:
-    """``past`` is None or a ``(k, v)`` pair of ``(B, g, T_past, dk)`` tensors fitting the module;
-    ``edit_heads`` is None or callable."""
-    if edit_heads is not None and not callable(edit_heads):
-        raise TypeError(f"edit_heads must be a function heads (B, h, T, dk) -> heads or None, "
-                        f"got {type(edit_heads).__name__}")
-    if past is None:
+    """``past`` is None, a function (a cache's append, checked by its cache), or a ``(k, v)``
+    pair of ``(B, g, T_past, dk)`` tensors fitting the module."""
+    if past is None or callable(past):
         return
     if not isinstance(past, (tuple, list)) or len(past) != 2:
-        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk) or None, got "
+        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk), a cache's append "
+                        f"function or None, got "
                         f"{type(past).__name__}")
     expected = f"(B={batch}, g={num_kv_heads}, T_past, dk={d_k})"
     for name, t in (("past k", past[0]), ("past v", past[1])):

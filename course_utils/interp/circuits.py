@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention.masks import causal_mask
 from ..attention.validation import (
     check_finite,
     check_flag,
@@ -184,9 +183,11 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     them): the test of K-composition. ``queries_without`` does the same for the queries.
     With no options the logits equal ``model(tokens)[0]``. ``keep_attention=False`` uses the
     fused attention kernel and leaves ``attention`` empty (faster, less memory).
-    """
-    from ..attention.mha import scaled_dot_product_attention  # local: scores imports no model code
 
+    It is the model's own forward pass, read and edited through its hook points: each layer's
+    ``hook_resid_pre`` and ``attn.hook_z`` are recorded, ``replace`` edits ``hook_attn_out``, and
+    ``keys_without`` / ``queries_without`` recompute ``attn.hook_k`` / ``attn.hook_q``.
+    """
     _check_model(model)
     config = model.config
     L, h, d = config.num_layers, config.num_heads, config.d_model
@@ -220,38 +221,45 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
                                  f"got {heads}")
             edits[name, layer] = heads
     model._check_tokens(tokens)
-    x = model._embed(tokens, 0)  # (B, T, d)
-    T = tokens.shape[1]
-    allowed = causal_mask(T, T, device=tokens.device)  # (T, T)
-    attention, head_outputs, residual = [], [], []
-    for layer, block in enumerate(model.blocks):
+    residual, head_outputs = [], []  # filled by the hooks, layer by layer, as the model runs
+    attn_change: list[torch.Tensor] = []  # per layer: what replace adds to the attention output
+
+    def keep_stream(x: torch.Tensor, hook: object) -> None:  # hook_resid_pre (B, T, d)
         residual.append(x)
-        attn = block.attn
-        stream = {"queries": x, "keys": x}
-        for name in stream:
-            for source, head in edits.get((name, layer), []):
-                stream[name] = stream[name] - head_outputs[source][:, head]
-        normed = {name: block.ln_attn(s) for name, s in stream.items()}
-        q, _, v = attn.project_qkv(normed["queries"], normed["queries"], block.ln_attn(x))
-        _, k, _ = attn.project_qkv(normed["keys"], normed["keys"], normed["keys"])  # (B, h, T, dk)
-        if keep_attention:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask=allowed)  # (B, h, T, dk)
-            attention.append(weights)
-        else:
-            heads = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def keep_heads(z: torch.Tensor, hook: object) -> None:  # hook_z (B, h, T, dk)
+        attn = model.blocks[len(head_outputs)].attn
         w_o = attn.out_proj.weight.view(d, h, attn.d_k)  # (d, h, dk): head j's columns of W_O
-        per_head = torch.einsum("bhtk,dhk->bhtd", heads, w_o)  # (B, h, T, d)
+        per_head = torch.einsum("bhtk,dhk->bhtd", z, w_o)  # (B, h, T, d)
+        written = per_head.clone()
         for (source, head), value in replace.items():
-            if source == layer:
-                per_head[:, head] = torch.as_tensor(value, dtype=per_head.dtype).expand_as(per_head[:, head])
-        bias = attn.out_proj.bias if attn.out_proj.bias is not None else 0.0
-        x = x + per_head.sum(dim=1) + bias  # (B, T, d)
-        if block.mlp is not None:
-            x = x + block.mlp(block.ln_mlp(x))
-        head_outputs.append(per_head)
-    residual.append(x)
-    logits = model.unembed(model.ln_final(x))  # (B, T, V)
-    return HeadTrace(logits, attention, head_outputs, residual)
+            if source == len(head_outputs):
+                written[:, head] = torch.as_tensor(value, dtype=written.dtype).expand_as(written[:, head])
+        head_outputs.append(written)
+        attn_change.append((written - per_head).sum(dim=1))  # (B, T, d)
+
+    def changed_output(out: torch.Tensor, hook: object) -> torch.Tensor:  # hook_attn_out (B, T, d)
+        return out + attn_change[-1]
+
+    def without(name: str, layer: int, heads: list[HeadKey]) -> object:
+        def recomputed(t: torch.Tensor, hook: object) -> torch.Tensor:  # hook_q or hook_k
+            block = model.blocks[layer]
+            stream = residual[layer] - sum(head_outputs[source][:, head] for source, head in heads)
+            normed = block.ln_attn(stream)
+            q, k, _ = block.attn.project_qkv(normed, normed, normed)  # (B, h, T, dk)
+            return q if name == "queries" else k
+        return recomputed
+
+    fwd_hooks = [(lambda n: n.endswith(".hook_resid_pre"), keep_stream),
+                 (lambda n: n.endswith(".attn.hook_z"), keep_heads)]
+    if replace:
+        fwd_hooks.append((lambda n: n.endswith(".hook_attn_out"), changed_output))
+    for (name, layer), heads in edits.items():
+        fwd_hooks.append((f"blocks.{layer}.attn.hook_{name[0]}", without(name, layer, heads)))
+    fwd_hooks.append((f"blocks.{L - 1}.hook_resid_post", keep_stream))  # the stream entering ln_final
+    with model.hooks(fwd_hooks):
+        logits, attention = model(tokens, return_attention=keep_attention)  # (B, T, V)
+    return HeadTrace(logits, attention or [], head_outputs, residual)
 
 
 def head_output_norms(trace: HeadTrace) -> torch.Tensor:

@@ -424,7 +424,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
 
     The orders advance together one head at a time; each distinct set of switched-off heads
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
-    (``map``; or :func:`~course_utils.model.parallel.parallel_map` with ``chunks`` = the number of
+    (``map``; or :func:`~course_utils.parallel.parallel_map` with ``chunks`` = the number of
     cores, since it starts one process per item). Zeroed, up to ``per_run`` sets share one
     forward pass (:func:`measure_zeroed_sets`). ``known`` holds measurements already made with
     the same ``evaluations``, ``method`` and ``means`` (the second result of an earlier call):
@@ -495,7 +495,8 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
         x = inputs[first].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to the first gated layer
         for layer in range(first, cfg.num_layers):
             gate = rows[:, layer, :, None, None]
-            x, _, _ = model.blocks[layer](x, edit_heads=lambda heads, gate=gate: heads * gate)
+            with model.hooks([(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]):
+                x, _, _ = model.blocks[layer](x)
         return model.unembed(model.ln_final(x))
 
 

@@ -39,12 +39,12 @@ A second lever beside ``g``: store the numbers in fewer bits.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.validation import (
@@ -61,7 +61,7 @@ from ..attention.validation import (
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
            "quantize_kv", "dequantize_kv", "quantized_bytes_per_token", "decode_step", "decode_tokens",
-           "repeatable_step", "time_cold"]
+           "repeatable_step"]
 
 
 def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
@@ -624,15 +624,8 @@ def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     _check_decode(model, token, cache, "token")
     x = model._embed(token, cache.length)  # (B, 1, d)
-    for i, block in enumerate(model.blocks):
-        h = block.ln_attn(x)
-        q, k, v = block.attn.project_qkv(h, h, h)  # q (B, h, 1, dk); k, v (B, g, 1, dk)
-        k_all, v_all = cache.append(i, k, v)  # (B, g, T, dk) each
-        heads = F.scaled_dot_product_attention(q, k_all, v_all,
-                                               enable_gqa=k_all.shape[1] != q.shape[1])  # (B, h, 1, dk)
-        x = x + block.attn.out_proj(block.attn.merge_heads(heads))
-        if block.mlp is not None:
-            x = x + block.mlp(block.ln_mlp(x))
+    for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v (B, g, 1, dk)
+        x, _, _ = block(x, past=functools.partial(cache.append, i))  # and hands back all T positions'
     return model.unembed(model.ln_final(x))
 
 
@@ -666,41 +659,3 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
 
     return run
 
-
-def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats: int = 9,
-              warmup: int = 2, flush_bytes: int | None = None,
-              progress: str | None = "timing steps") -> tuple[list, str]:
-    """Time ``steps`` interleaved, as :func:`course_utils.bench.time_interleaved` does, but the
-    way section 3 times attention: glibc's malloc kept steady
-    (:func:`~course_utils.bench.gqa_speed.steady_allocator`, so a ``torch.cat`` pays for copying,
-    not for fresh pages from the operating system) and a buffer of ``flush_bytes`` (default:
-    :func:`~course_utils.bench.decode_step.flush_bytes`, four times the last-level cache, at most
-    256 MiB) read before every timed call, so no call finds the cache already in the CPU's
-    cache. On one torch thread the time is that thread's CPU time
-    (:func:`~course_utils.bench.decode_step.clock_for`: moments when other programs held the
-    CPU do not count), otherwise the wall clock. ``progress`` labels a text progress bar over
-    the rounds (None: no bar). Returns the
-    timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
-    note."""
-    import statistics
-
-    from tqdm import tqdm
-
-    from ..bench.decode_step import clock_for, random_buffer, release_freed_memory, time_flushed
-    from ..bench.decode_step import flush_bytes as default_flush_bytes
-    from ..bench.gqa_speed import steady_allocator
-    from ..bench.timing import Timing
-
-    if baseline not in steps:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
-    allocator = steady_allocator()
-    flush = random_buffer(default_flush_bytes() if flush_bytes is None else flush_bytes, seed=1)
-    with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
-              disable=progress is None) as bar:
-        samples = time_flushed(steps, flush, warmup, repeats, after_round=bar.update,  # each call cold
-                               clock=clock_for(torch.get_num_threads()))
-    del flush
-    release_freed_memory()
-    base = statistics.median(samples[baseline])
-    return ([Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()],
-            allocator)

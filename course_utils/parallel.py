@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import torch
 
-from ..attention.validation import check_callable, check_int, check_positive_number
+from .attention.validation import check_callable, check_int, check_positive_number
 
 __all__ = ["parallel_map", "default_workers"]
 
