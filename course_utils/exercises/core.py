@@ -368,6 +368,11 @@ def _safe_str(exc: BaseException) -> str:
         return f"a {type(exc).__name__} that could not be printed"
 
 
+# (cells run so far, "lessonNN.check_xxx") -> a warning or None; set by the grader's module
+# (.sandbox, imported with the package) so that this module imports nothing of the grader
+GRADING_NOTE: Callable[[Sequence[str], str], str | None] | None = None
+
+
 def _kernel_cells() -> list[str] | None:
     """The code cells run so far in this IPython kernel, the current one (the test cell) last;
     None outside IPython or when its history cannot be read."""
@@ -703,23 +708,13 @@ class Exercise:
 
     def _grading_note(self, fn: Any, cells: Sequence[str] | None) -> str | None:
         """For a correct answer: a warning when the outside grader, which runs the answer's
-        functions and imports alone (:mod:`.sandbox`), would not run it as this kernel did.
-        ``cells`` are the notebook's code cells run so far, this test cell last. Says nothing
-        outside IPython, or when the last cell is not this exercise's graded check call (the
-        history is then not the notebook's)."""
+        functions and imports alone, would not run it as this kernel did. ``cells`` are the
+        notebook's code cells run so far, this test cell last. Says nothing outside IPython, or
+        when the last cell is not this exercise's check call (:data:`GRADING_NOTE`)."""
         check_key = self._check_key()
-        if not cells or check_key is None:
+        if not cells or check_key is None or GRADING_NOTE is None:
             return None
-        from . import autograde, sandbox
-
-        call = autograde._check_call(cells[-1])
-        if call is None or f"{call['module']}.{call['check']}" != check_key:
-            return None
-        problems = sandbox.grading_preview(cells[:-1], call["arg"], check_key)
-        if not problems:
-            return None
-        return ("⚠️ But at grading this answer would score 0: " + "; ".join(problems)
-                + ". Keep everything the function needs inside it, or pass it as an argument.")
+        return GRADING_NOTE(cells, check_key)
 
     def _hint_for(self, mistake: str, source: str) -> str | None:
         """Hook: a hint for ``mistake`` that follows what the answer's code did (``source``, its
