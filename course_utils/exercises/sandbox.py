@@ -148,6 +148,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         own = [n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef) and n.name == name]
         if own:
             definitions[name] = own[-1]
+            order[id(own[-1])] = answer_cell  # after the helpers of earlier cells it may use
     if not isinstance(definitions.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise AnswerProblem(f"no function `{name}` is defined before the test cell")
     keep, todo = {name}, [name]
