@@ -33,3 +33,32 @@ def test_the_answer_comes_after_the_helpers_of_earlier_cells_it_uses():
 def test_an_honest_answer_decorated_by_an_earlier_cells_function_scores_in_full():
     feedback = _grade("lesson07", "check_repeat_kv", DECORATED, "repeat_kv")
     assert feedback.passed, feedback
+
+
+# -- 2. N7: an answer nested too deep for the parser -------------------------------------------
+def _notebook(answers):
+    """An nbgrader notebook of lesson 07: imports, then per (check, name, code) a solution cell
+    and its test cell."""
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell(HEAD)]
+    for check, name, code in answers:
+        grade_id = "lesson07_" + check.removeprefix("check_")
+        cells.append(nbformat.v4.new_code_cell(code, metadata={"nbgrader": {
+            "solution": True, "grade": False, "grade_id": grade_id}}))
+        cells.append(nbformat.v4.new_code_cell(f"lesson07.{check}({name})", metadata={"nbgrader": {
+            "solution": False, "grade": True, "grade_id": grade_id + "_test", "points": 1}}))
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+DEEP = "def cache_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):\n    return "
+
+
+@pytest.mark.parametrize("depth", [30_000, 600])
+def test_an_answer_too_deep_to_parse_scores_zero_and_the_rest_is_graded(depth):
+    nb = _notebook([("check_cache_bytes", "cache_bytes", DEEP + "-" * depth + "1"),
+                    ("check_repeat_kv", "repeat_kv", DECORATED[2].replace("@checked\n", ""))])
+    results = autograde.grade_notebook(nb, salt=None, solutions_dir=None)
+    deep, honest = results["lesson07_cache_bytes_test"], results["lesson07_repeat_kv_test"]
+    assert not deep.passed and "nested too deep" in deep.message, deep
+    assert honest.passed, honest

@@ -100,7 +100,9 @@ def _parsed(source: str) -> ast.Module | None:
     lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
     try:
         return ast.parse("\n".join(lines))
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        # ValueError: a null byte; MemoryError, RecursionError: an expression nested so deep that
+        # the parser gives up (`return ------...1`). Not Python the grader can read, like a typo.
         return None
 
 
@@ -135,7 +137,8 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         tree = _parsed(source)
         if tree is None:
             if index == answer_cell:
-                raise AnswerProblem("the answer's cell is not valid Python (a SyntaxError)")
+                raise AnswerProblem("the answer's cell is not valid Python the grader can read (a "
+                                    "SyntaxError, or an expression nested too deeply for Python's parser)")
             continue
         for node in tree.body:
             order[id(node)] = index
@@ -171,7 +174,11 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     chosen.sort(key=lambda n: (not (isinstance(n, ast.ImportFrom) and n.module == "__future__"),
                                order.get(id(n), 0)))
     body = chosen + sorted((definitions[k] for k in keep), key=lambda n: order.get(id(n), 0))
-    return ast.unparse(ast.Module(body=body, type_ignores=[]))
+    try:
+        return ast.unparse(ast.Module(body=body, type_ignores=[]))
+    except (RecursionError, MemoryError, ValueError):
+        raise AnswerProblem("the answer's code is nested too deeply for the grader to read it back "
+                            "(an expression of hundreds of levels)") from None
 
 
 def is_stub(code: str, name: str) -> bool:
@@ -180,7 +187,7 @@ def is_stub(code: str, name: str) -> bool:
     decorator. Such an answer needs no process: it is not attempted."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     if len(defs) != 1 or defs[0].decorator_list:
