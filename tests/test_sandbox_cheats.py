@@ -62,3 +62,48 @@ def test_an_answer_too_deep_to_parse_scores_zero_and_the_rest_is_graded(depth):
     deep, honest = results["lesson07_cache_bytes_test"], results["lesson07_repeat_kv_test"]
     assert not deep.passed and "nested too deep" in deep.message, deep
     assert honest.passed, honest
+
+
+# -- 3. N4/N5/N12: the sandbox shows an allow-list of folders -----------------------------------
+@pytest.mark.skipif(sandbox.isolation() != "bubblewrap", reason="bubblewrap cannot make a sandbox here")
+def test_the_sandbox_shows_only_the_interpreter_the_environment_and_the_package(tmp_path):
+    import os
+    from pathlib import Path
+
+    from course_utils.exercises import lesson03
+
+    root = Path(sandbox.__file__).resolve().parents[2]  # the clone around course_utils
+    sibling = root.parent / f"planted-by-test-{os.getpid()}"  # another clone beside this one (N5)
+    sibling.mkdir()
+    try:
+        (sibling / "solutions.py").write_text("SECRET = 1\n")
+        course = tmp_path / "course"
+        course.mkdir()
+        probe = ("from pathlib import Path\n"
+                 "def score_macs(*a):\n"
+                 "    read = []\n"
+                 f"    for path in ({str(sibling / 'solutions.py')!r}, {str(root / 'solutions' / 'lesson03.py')!r},\n"
+                 f"                 {str(root / 'pyproject.toml')!r}, {str(course)!r}):\n"
+                 "        try:\n"
+                 "            read.append(len(Path(path).read_bytes()))\n"
+                 "        except OSError as exc:\n"
+                 "            read.append(type(exc).__name__)\n"
+                 "    return (read, sorted(p.name for p in Path('/').iterdir()),\n"
+                 f"            sorted(p.name for p in Path({str(root)!r}).iterdir()))\n")
+        run = sandbox.run_answer(probe, "score_macs", "lesson03.check_score_macs",
+                                 [lesson03.SCORE_MACS.make_cases()[:1]], hide=[course], sandbox=True)
+        assert run.lost is None and run.defined is None, run
+        outcome = run.outcomes[0][0]
+        assert outcome.kind == "value", outcome
+        read, top, in_clone = outcome.value
+        assert read == ["FileNotFoundError"] * 4, read
+        shown = set(sandbox.visible_paths())
+        allowed = {p.parts[1] for p in shown} | {"proc", "dev", "tmp"}
+        allowed |= {d for d in sandbox.SYSTEM_DIRS if (Path("/") / d).exists()}
+        assert set(top) <= allowed and {"proc", "usr"} <= set(top), top
+        assert "solutions" in os.listdir(root) and "solutions" not in in_clone, in_clone
+        assert set(in_clone) <= {p.parts[len(root.parts)] for p in shown if root in p.parents}, in_clone
+    finally:
+        for path in sibling.iterdir():
+            path.unlink()
+        sibling.rmdir()

@@ -8,11 +8,14 @@ each autograded answer it
    the imports they name. No other top-level statement of the notebook is run;
 2. runs that code in a new ``python -I`` process (:func:`run_answer`) under bubblewrap
    (``bwrap``): its own empty temporary folder as the only writable place, no network, its
-   own process tree that dies with it, a time limit per call and a memory limit, and no view
-   of the nbgrader course folder (source/, submitted/, autograded/, feedback/, gradebook.db,
-   the grader's secrets), of the instructor's clone (solutions/, notebooks/) or of the
-   instructor's home. Without bubblewrap the process still runs apart, with the same limits,
-   but sees the file system: :func:`isolation` says which, and the grader warns loudly;
+   own process tree that dies with it, a time limit per call and a memory limit. Its file
+   system is an allow-list (:func:`visible_paths`), read-only: the interpreter, its standard
+   library, the environment and its ``sys.path``, the ``course_utils`` package folder itself
+   and its data folder (not the clone around them), the system's /usr and the loader's files, /proc, a minimal /dev
+   and an empty /tmp. The nbgrader course folder, any clone's solutions/ and notebooks/,
+   classmates' work and the homes do not exist in there. Without bubblewrap the process
+   still runs apart, with the same limits, but sees the file system: :func:`isolation` says
+   which, and the grader warns loudly;
 3. hands the process the test inputs (never the expected outputs, the salt or any path of
    the course) and reads back its outputs as plain data (:func:`accept`): an exact
    ``torch.Tensor`` or ``numpy.ndarray`` of a real dtype on the CPU, Python numbers, str,
@@ -46,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/
+PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
 
 # -- 1. the answer's code ------------------------------------------------------------------
@@ -487,26 +490,64 @@ WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bw
 
 
 def hidden_paths(extra: Sequence[Path] = ()) -> list[Path]:
-    """What the answer's process must not see: the instructor's clone and home, nbgrader's default
-    exchange, and ``extra`` (the course folder)."""
+    """What the answer's process must not see even where it lies inside a folder it is shown:
+    the instructor's clone and home, nbgrader's default exchange, and ``extra`` (the course
+    folder). Outside the folders of :func:`visible_paths` nothing is shown anyway."""
     paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *extra]
     return sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
 
 
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")  # under /: programs, libraries
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")  # the loader's library list
+
+
+@functools.cache
+def visible_paths() -> tuple[Path, ...]:
+    """The only folders the answer's process sees (read-only), besides /proc, a minimal /dev and
+    its own work folder: the interpreter and its standard library (``sys.base_prefix``), the
+    environment (``sys.prefix``), every folder on the ``sys.path`` of a ``python -I`` started
+    like the answer's, the ``course_utils`` package folder itself and its data folder (with an
+    editable install they sit in the clone, beside solutions/ and notebooks/: the clone itself
+    is not shown), NumPy's and torch's install folders, and the system's :data:`SYSTEM_DIRS`
+    and :data:`SYSTEM_FILES`. Outermost first."""
+    import json
+
+    from ..paths import DATA_DIR
+
+    found = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix),
+             Path(sys.executable).parent, PACKAGE, DATA_DIR,
+             Path(np.__file__).parent.parent, Path(torch.__file__).parent.parent}
+    probe = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                           capture_output=True, text=True, timeout=120, cwd="/",
+                           env={"PATH": "/usr/bin:/bin"})
+    with contextlib.suppress(ValueError):
+        found |= {Path(p) for p in json.loads(probe.stdout or "[]") if type(p) is str and p.startswith("/")}
+    found |= {p.resolve() for p in found}  # a symlinked prefix: shown where it points, too
+    found |= {Path(f) for f in SYSTEM_FILES}
+    kept = {p for p in found if p.exists() and p != Path("/") and p.parts[1:2] not in [(d,) for d in SYSTEM_DIRS]}
+    return tuple(sorted(kept, key=lambda p: (len(p.parts), str(p))))
+
+
 def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+    """bubblewrap's arguments: an empty root with only :func:`visible_paths` (read-only), the
+    system folders, /proc, /dev, an empty /tmp and ``work`` (the one writable folder); any of
+    ``hidden`` that lies inside a shown folder is covered by an empty read-only folder."""
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "HOME", str(work), "--setenv", "PATH", "/usr/bin:/bin",
             "--setenv", "OMP_NUM_THREADS", "1"]
-    for path in hidden:  # outermost first; a later bind opens a way back in
-        argv += ["--tmpfs", str(path)]
-    visible = {PACKAGE, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
-               Path(np.__file__).resolve().parent.parent, Path(torch.__file__).resolve().parent.parent}
-    for path in sorted(visible, key=lambda p: len(p.parts)):
-        if any(h == path or h in path.parents for h in hidden):
+    for name in SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():  # merged /usr: /lib -> usr/lib
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
-    for path in hidden:  # empty and read-only: nothing written there outlives the process either
-        argv += ["--remount-ro", str(path)]
+    shown = visible_paths()
+    for path in shown:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    covered = [h for h in hidden if any(s in h.parents for s in shown)]
+    for path in covered:  # inside a shown folder (a course folder in the environment): emptied
+        argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
     return argv + ["--bind", str(work), str(work), "--chdir", str(work)]
 
 
