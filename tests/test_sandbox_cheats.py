@@ -107,3 +107,101 @@ def test_the_sandbox_shows_only_the_interpreter_the_environment_and_the_package(
         for path in sibling.iterdir():
             path.unlink()
         sibling.rmdir()
+
+
+# -- 4. N1-N5, N13, N14: names built at run time, C-level callers, a forged result -------------
+POOL = "(lambda p: (p.submit(int).result(), p)[1])(concurrent.futures.ThreadPoolExecutor(1))"
+CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by finding: check, cells, found
+    "N1": ("lesson02.check_softmax_rows", ["import pkgutil\ndef softmax_rows(scores, "
+           "_f=pkgutil.resolve_name('torch:softmax')):\n"
+           "    return next(map(_f, [torch.from_numpy(scores)], [-1])).numpy()"], "pkgutil"),
+    "N1d": ("lesson02.check_softmax_rows", ["import operator\ndef softmax_rows(scores):\n"
+            "    return operator.methodcaller('soft' + 'max', -1)(torch.from_numpy(scores)).numpy()"],
+            "operator"),
+    "N2": ("lesson02.check_causal_attention_weights", ["import operator, concurrent.futures\n"
+           f"def causal_attention_weights(q, k, _p={POOL}, "
+           "_f=operator.attrgetter('nn.functional.scaled_dot_product_attention')(torch)):\n"
+           "    eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-2], -1, -1).contiguous()\n"
+           "    return _p.submit(_f, q, k, eye, is_causal=True).result()"], "concurrent.futures"),
+    "N3": ("lesson02.check_single_head_attention", ["import typing",
+           "def single_head_attention(x, w_q, w_k, w_v, _f=typing.get_type_hints(_hint)['x']):\n"
+           "    return next(map(_f, [x @ w_q], [x @ w_k], [x @ w_v]))",
+           ], "get_type_hints"),
+    "N4": ("lesson02.check_attention_weights", ["import json, runpy, pathlib\n"
+           "def attention_weights(q, k):\n"
+           "    nb = json.loads(pathlib.Path('/srv/mate/02.ipynb').read_text())\n"
+           "    code = [''.join(c['source']) for c in nb['cells'] if 'def attention' in ''.join(c['source'])][0]\n"
+           "    pathlib.Path('mate.py').write_text(code)\n"
+           "    return runpy.run_path('mate.py')['attention_weights'](q, k)"], "runpy"),
+    "N5": ("lesson07.check_decode_step", ["import runpy\n"
+           "def decode_step(q_new, k_new, v_new, k_cache, v_cache):\n"
+           "    g = runpy.run_path('/work/main/solutions/lesson07.py')\n"
+           "    return g['REF' + 'ERENCES']['DECODE_STEP'](q_new, k_new, v_new, k_cache, v_cache)"], "runpy"),
+    "N13": ("lesson04.check_mha_forward", ["import pkgutil\n"
+            "def mha_forward(x, w_in, b_in, w_out, b_out, num_heads, "
+            "_f=pkgutil.resolve_name('torch:_native_multi_head_attention')):\n"
+            "    return next(map(lambda a: _f(*a, need_weights=False)[0], "
+            "[(x, x, x, x.shape[-1], num_heads, w_in, b_in, w_out, b_out)]))"], "pkgutil"),
+    "N14": ("lesson07.check_cache_bytes", [
+            "def cache_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits_per_element,\n"
+            "                _save=torch.save, _st={'outs': []}):\n"
+            "    out = num_layers * batch * num_kv_heads * d_head * seq_len * bits_per_element // 8\n"
+            "    _st['outs'].append(out)\n"
+            "    recs = [{'kind': 'value', 'value': o, 'after': [None] * 7, 'used': None, 'tampered': None}"
+            " for o in _st['outs']]\n"
+            "    _save({'results': [recs[:5], recs[5:]]}, 'result.pt')\n"
+            "    torch.save = lambda *a, **k: None\n"
+            "    return out"], "torch.save"),
+}
+CHEATS["N3"][1].insert(1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")
+
+
+@pytest.mark.parametrize("finding", sorted(CHEATS))
+def test_each_cheat_of_the_third_trial_scores_zero_and_is_named(finding):
+    check_key, cells, named = CHEATS[finding]
+    lesson, check = check_key.split(".")
+    name = cells[-1].split("def ", 1)[1].split("(", 1)[0]
+    code = sandbox.answer_source([HEAD, *cells], name, len(cells))
+    broken = sandbox.rules_broken(code, check_key)
+    assert any(named in b for b in broken), broken
+    feedback = autograde.grade_answer(lesson, check, code, name, salt=None, solutions_dir=None)
+    assert not feedback.passed and named in feedback.message, feedback
+    preview = sandbox.grading_preview([HEAD, *cells], name, check_key)  # the learner is warned too
+    assert any(named in p for p in preview), preview
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ("np.load('x.npy')", "`.load`"), ("np.fromfile('x')", "`.fromfile`"), ("torch.load('x.pt')", "`.load`"),
+    ("torch.from_file('x', size=3)", "`.from_file`"), ("open('x').read()", "`open`"),
+    ("np.memmap('x')", "`.memmap`"),
+])
+def test_file_readers_of_allowed_modules_are_refused(body, named):
+    code = f"import numpy as np\nimport torch\ndef score_macs(*a):\n    return {body}\n"
+    assert any(named in b for b in sandbox.rules_broken(code, "lesson03.check_score_macs"))
+
+
+@pytest.mark.parametrize("statement", ["torch.save = print", "np.sum = max", "F.softmax = max",
+                                       "torch.Tensor.softmax = max", "del torch.softmax",
+                                       "t = torch.Tensor\n    t.softmax = max"])
+def test_assigning_an_attribute_of_a_module_or_a_library_object_is_refused(statement):
+    code = (f"import numpy as np\nimport torch\nimport torch.nn.functional as F\n"
+            f"def score_macs(*a):\n    {statement}\n    return 0\n")
+    assert any("assigning" in b for b in sandbox.rules_broken(code, "lesson03.check_score_macs"))
+
+
+@pytest.mark.parametrize("imports", ["import torch.hub", "from torch import hub", "from torch import *",
+                                     "import torch.utils.cpp_extension", "from . import x",
+                                     "from functools import singledispatch", "import types"])
+def test_imports_outside_the_allow_list_are_refused(imports):
+    code = f"{imports}\ndef score_macs(*a):\n    return 0\n"
+    assert sandbox.rules_broken(code, "lesson03.check_score_macs"), imports
+
+
+def test_an_honest_answer_with_allowed_imports_and_its_own_class_breaks_no_rule():
+    code = ("from __future__ import annotations\nimport math\nimport itertools\nimport functools\n"
+            "from collections import defaultdict\nfrom dataclasses import dataclass\nfrom typing import Any\n"
+            "import numpy as np\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
+            "class Box:\n    def __init__(self, v: Any):\n        self.v = v\n"
+            "def score_macs(seq_len, d_model, num_heads):\n    b = Box(seq_len * seq_len * d_model)\n"
+            "    return functools.reduce(lambda x, y: x * y, [b.v], 1)\n")
+    assert sandbox.rules_broken(code, "lesson03.check_score_macs") == []

@@ -91,6 +91,23 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
 }
 # Exercises whose Library use line allows part of course_utils; every other one rules it out.
 COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
+# The only modules an answer may import (a name here allows its submodules only where listed):
+# the maths libraries and a few plain helpers of the standard library. Anything else (pkgutil,
+# operator, runpy, pathlib, json, concurrent, types, pydoc, ...) reaches code or files by a
+# name built at run time, or runs code apart from the call watch (trial 3: N1-N5, N13, N14).
+IMPORTS_ALLOWED = {"__future__", "math", "typing", "collections", "collections.abc", "itertools",
+                   "functools", "dataclasses", "numpy", "numpy.linalg", "numpy.random", "numpy.fft",
+                   "numpy.typing", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init",
+                   "torch.linalg", "torch.fft", "torch.special", "torch.distributions", "einops"}
+# Names of allowed modules that read or write files, load compiled code, or evaluate a string
+# as code (typing.get_type_hints and functools.singledispatch evaluate string annotations).
+NOT_FROM_ALLOWED_MODULES = {
+    "open", "input", "load", "loads", "loadtxt", "fromfile", "genfromtxt", "fromregex", "memmap",
+    "open_memmap", "DataSource", "from_file", "save", "savez", "savez_compressed", "savetxt", "tofile",
+    "hub", "package", "serialization", "cpp_extension", "load_inline", "load_library", "ctypeslib",
+    "library", "jit", "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod",
+    "__loader__", "__spec__", "__file__",
+}
 
 
 class AnswerProblem(Exception):
@@ -210,21 +227,87 @@ def is_stub(code: str, name: str) -> bool:
                             and exc.args[0].value in ("", "your code here"))
 
 
+def _module_allowed(module: str, check_key: str) -> bool:
+    if module in IMPORTS_ALLOWED:
+        return True
+    return (check_key in COURSE_UTILS_ALLOWED and module.split(".")[0] == "course_utils"
+            and not any(part.startswith("_") for part in module.split(".")))
+
+
+def _is_module(dotted: str) -> bool:
+    """True when ``dotted`` names a module (``torch.hub``), not a function or class; asked only
+    for a name inside an allowed module, which the grader has imported already."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
+    """What breaks the import allow-list (:data:`IMPORTS_ALLOWED`), names a file reader or a
+    string evaluator (:data:`NOT_FROM_ALLOWED_MODULES`), or assigns an attribute of anything
+    but the answer's own object (``self``, ``cls``): ``torch.save = ...``, ``np.x = ...``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not _module_allowed(alias.name, check_key):
+                    found.add(f"`import {alias.name}` (an answer imports only {', '.join(sorted(_TOP))})")
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level or not _module_allowed(module, check_key):
+                found.add(f"`from {'.' * node.level}{module} import` (an answer imports only "
+                          f"{', '.join(sorted(_TOP))})")
+                continue
+            for alias in node.names:
+                if alias.name == "*":
+                    found.add(f"`from {module} import *` (import the names you use)")
+                elif alias.name in NOT_FROM_ALLOWED_MODULES:
+                    found.add(f"`{alias.name}` (reads or writes files, or runs a string as code)")
+                elif module != "__future__" and _is_module(f"{module}.{alias.name}") \
+                        and not _module_allowed(f"{module}.{alias.name}", check_key):
+                    found.add(f"`from {module} import {alias.name}` (a module answers may not import)")
+        elif isinstance(node, ast.Attribute) and node.attr in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`.{node.attr}` (reads or writes files, or runs a string as code)")
+        elif isinstance(node, ast.Name) and node.id in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`{node.id}` (reads or writes files, or runs a string as code)")
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if not (isinstance(root, ast.Name) and root.id in ("self", "cls")):
+                found.add(f"assigning `{ast.unparse(node)}` (an answer sets attributes only of its own "
+                          "objects, through `self`; never of a module or a library's object)")
+    return found
+
+
+_TOP = {m.split(".")[0] for m in IMPORTS_ALLOWED} - {"__future__"}
+
+
 def rules_broken(code: str, check_key: str) -> list[str]:
     """What in the answer's ``code`` no answer may hold: ways around a reading of the code
-    (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), and the
-    exercise's ready-made twins (``check_key`` is "lessonNN.check_xxx"). Sorted."""
+    (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), the
+    exercise's ready-made twins (``check_key`` is "lessonNN.check_xxx"), an import outside
+    :data:`IMPORTS_ALLOWED`, a file reader or string evaluator of an allowed module
+    (:data:`NOT_FROM_ALLOWED_MODULES`), and an assignment to an attribute of a module or a
+    library's object. Sorted."""
     from .core import LIBRARY_TWINS
 
     twins = {dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
     twins |= set(EXTRA_TWINS.get(check_key, ()))
-    tree = ast.parse(code)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return ["code the grader cannot read back (a SyntaxError, or nested too deeply)"]
     found = set()
     mentioned = _names_in(tree)
     found |= {f"`{n}`" for n in mentioned & NOT_IN_AN_ANSWER}
     found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned & twins}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
+    found |= _policy_broken(tree, check_key)
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not (node.attr.startswith("__") and node.attr.endswith("__"))):
