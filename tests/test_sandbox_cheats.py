@@ -205,3 +205,29 @@ def test_an_honest_answer_with_allowed_imports_and_its_own_class_breaks_no_rule(
             "def score_macs(seq_len, d_model, num_heads):\n    b = Box(seq_len * seq_len * d_model)\n"
             "    return functools.reduce(lambda x, y: x * y, [b.v], 1)\n")
     assert sandbox.rules_broken(code, "lesson03.check_score_macs") == []
+
+
+# -- 5. N8: outputs far larger than the right ones; the result channel ---------------------------
+def test_outputs_far_larger_than_the_right_ones_are_refused_unread():
+    cells = [HEAD, "def repeat_kv(kv, num_heads):\n    return torch.zeros(2_000_000)"]
+    feedback = _grade("lesson07", "check_repeat_kv", cells, "repeat_kv")
+    assert not feedback.passed and "MiB the grader reads" in feedback.message, feedback
+    exercise = autograde.exercise_of("lesson07", "check_repeat_kv")
+    cap = autograde.result_cap(exercise, autograde.cases_of(exercise))
+    assert 2**20 < cap < 8 * 2_000_000 * 4, cap  # one such output alone is over it
+
+
+def test_the_result_comes_from_the_harness_not_a_file_the_answer_can_name():
+    """An answer that writes a forged result where the harness used to write, then makes
+    torch.save do nothing (N14), still gets its own outputs recorded (run without the static
+    rules, which refuse it before any process starts)."""
+    from course_utils.exercises import lesson03
+
+    code = ("import torch\n"
+            "def score_macs(seq_len, d_model, num_heads):\n"
+            "    torch.save({'results': [[{'kind': 'value', 'value': 42}]]}, 'result.pt')\n"
+            "    torch.save = lambda *a, **k: None\n"
+            "    return -1\n")
+    run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
+                             [lesson03.SCORE_MACS.make_cases()[:1]])
+    assert run.lost is None and run.outcomes[0][0].value == -1, run

@@ -484,9 +484,18 @@ def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the call took longer than the grader's time limit")
 
 
-def _child(payload_path: str, result_path: str) -> None:
+def _child(payload_path: str, result_fd: str) -> None:
     """Run in the answer's process: define the answer, call it on every case, write what it
-    returned. Nothing here is trusted by the grader; it only saves a round of re-checks."""
+    returned to ``result_fd``, a file descriptor the grader opened on a file outside the
+    sandbox (no path the answer could name). Nothing here is trusted by the grader; it only
+    saves a round of re-checks."""
+    save, fdopen, channel = torch.save, os.fdopen, int(result_fd)  # taken before the answer's code runs
+
+    def write(data: dict) -> None:
+        with fdopen(channel, "wb") as f:
+            save(data, f)
+        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+
     with open(payload_path, "rb") as f:
         payload = pickle.load(f)  # made by the grader before the answer's code existed here
     os.unlink(payload_path)
@@ -515,8 +524,7 @@ def _child(payload_path: str, result_path: str) -> None:
     except BaseException as exc:  # noqa: BLE001
         signal.alarm(0)
         kind = type(exc).__name__
-        torch.save({"defined": [kind, str(exc)[:500]]}, result_path)
-        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+        write({"defined": [kind, str(exc)[:500]]})
     for cases in case_sets:
         outcomes = []
         for case in cases:
@@ -549,8 +557,7 @@ def _child(payload_path: str, result_path: str) -> None:
             record.update(after=after, used=watch.used, tampered=watch.tampered)
             outcomes.append(record)
         results.append(outcomes)
-    torch.save({"results": results}, result_path)
-    os._exit(0)
+    write({"results": results})
 
 
 # -- 4. running it, isolated ------------------------------------------------------------------
@@ -652,19 +659,23 @@ class Run:
 
 def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequence[Any]], *,
                hide: Sequence[Path] = (), per_call: int = 60, memory: int = 4 * 2**30,
-               sandbox: bool | None = None) -> Run:
+               sandbox: bool | None = None, max_result_bytes: int | None = None) -> Run:
     """Run answer ``name`` (its ``code``, from :func:`answer_source`) on each list of cases in
     ``case_sets``, in a fresh process; ``hide`` adds folders it must not see (the course).
     ``sandbox``: None uses bubblewrap when it works here (:func:`isolation`), True insists.
+    The process writes its results to a file descriptor it inherits, on a file outside its
+    sandbox; a file larger than ``max_result_bytes`` (None: no cap) is refused unread.
     Never raises for anything the answer does."""
     if not isinstance(code, str) or not code.strip():
         raise ValueError(f"code: expected the answer's source text, got {code!r:.60}")
     use_bwrap = isolation() == "bubblewrap" if sandbox is None else sandbox
     if use_bwrap and isolation() != "bubblewrap":
         raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)
-    with tempfile.TemporaryDirectory(prefix="answer-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="answer-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="answer-result-") as kept_apart, \
+            open(Path(kept_apart) / "result.pt", "w+b") as result:
         work = Path(tmp).resolve()
-        payload, result = work / "payload.pkl", work / "result.pt"
+        payload = work / "payload.pkl"
         with open(payload, "wb") as f:
             _CasePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(
                 {"code": code, "name": name, "check": check_key, "case_sets": [list(c) for c in case_sets],
@@ -672,7 +683,7 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         python = [sys.executable, "-I", "-c",
                   "import sys; from course_utils.exercises.sandbox import _child; "
                   "_child(sys.argv[1], sys.argv[2])",
-                  str(payload), str(result)]
+                  str(payload), str(result.fileno())]
         if use_bwrap:
             argv, env = _bwrap_argv(work, hidden_paths(hide)) + python, None
         else:
@@ -681,7 +692,8 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         calls = sum(len(c) for c in case_sets) + 1
         limit = 60 + per_call * calls
         process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(_limits, memory))
+                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(_limits, memory),
+                                   pass_fds=(result.fileno(),))
         try:
             _, stderr = process.communicate(timeout=limit)
             status, detail = process.returncode, stderr.decode(errors="replace")[-300:]
@@ -693,8 +705,15 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             process.kill()
             process.communicate()
         label = "bubblewrap" if use_bwrap else "subprocess only"
+        size = os.fstat(result.fileno()).st_size
+        if max_result_bytes is not None and size > max_result_bytes:
+            return Run([], lost=f"its outputs came to {size / 2**20:.1f} MiB, more than the "
+                                f"{max_result_bytes / 2**20:.1f} MiB the grader reads for this exercise "
+                                "(8 times the size of the right outputs and the inputs, and 1 MiB)",
+                       isolation=label)
         try:
-            data = torch.load(result, weights_only=True) if result.is_file() else None
+            result.seek(0)
+            data = torch.load(result, weights_only=True) if size else None
         except Exception:  # noqa: BLE001 - forged or cut short: nothing usable
             data = None
         if not isinstance(data, dict):
