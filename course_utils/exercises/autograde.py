@@ -366,7 +366,8 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
         return Feedback(exercise.title, "mistake",
                         "your answer's code uses " + ", ".join(broken) + ": the grader does not run "
                         "answers that reach code by a computed name, the interpreter's internals, other "
-                        "modules' private functions or a ready-made twin of the exercise.",
+                        "modules' private functions, files, a module outside the maths libraries, or a "
+                        "ready-made twin of the exercise, or that change a module's attributes.",
                         "write the computation itself with the operations the exercise allows.",
                         mistake="called_reference")
     cases = cases_of(exercise)

@@ -641,8 +641,10 @@ def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
     return argv + ["--bind", str(work), str(work), "--chdir", str(work)]
 
 
-def _limits(memory: int) -> None:
+def _limits(memory: int, file_size: int | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    if file_size is not None:  # no file it writes (its result included) grows past the cap
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.setsid()
 
@@ -692,7 +694,8 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         calls = sum(len(c) for c in case_sets) + 1
         limit = 60 + per_call * calls
         process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(_limits, memory),
+                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(
+                                       _limits, memory, None if max_result_bytes is None else max_result_bytes + 1),
                                    pass_fds=(result.fileno(),))
         try:
             _, stderr = process.communicate(timeout=limit)
@@ -707,8 +710,8 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         label = "bubblewrap" if use_bwrap else "subprocess only"
         size = os.fstat(result.fileno()).st_size
         if max_result_bytes is not None and size > max_result_bytes:
-            return Run([], lost=f"its outputs came to {size / 2**20:.1f} MiB, more than the "
-                                f"{max_result_bytes / 2**20:.1f} MiB the grader reads for this exercise "
+            return Run([], lost=f"its outputs came to more than the {max_result_bytes / 2**20:.1f} MiB "
+                                "the grader reads for this exercise "
                                 "(8 times the size of the right outputs and the inputs, and 1 MiB)",
                        isolation=label)
         try:
