@@ -316,6 +316,36 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
     return Feedback(title, "correct", f"correct on all {n} test cases, {len(unseen or [])} of them unseen.")
 
 
+def _plain_bytes(value: Any, depth: int = 0) -> int:
+    """About how many bytes ``value`` (an output or input) takes in the answer's result file."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size() + 64
+    if isinstance(value, np.ndarray):
+        return value.nbytes + 64
+    if isinstance(value, str):
+        return len(value) + 16
+    if depth < 10 and isinstance(value, (tuple, list)):
+        return sum(_plain_bytes(v, depth + 1) for v in value) + 16
+    if depth < 10 and isinstance(value, dict):
+        return sum(_plain_bytes(k, depth + 1) + _plain_bytes(v, depth + 1) for k, v in value.items()) + 16
+    return 16
+
+
+def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
+               expected_unseen: list[Any] | None = None) -> int | None:
+    """The most bytes the grader reads back from an answer's process: 8 times the right outputs
+    and the inputs (their copies come back after the call) of every case, and 1 MiB. None (no
+    cap) when the exercise's own right outputs cannot be had here."""
+    try:
+        expected = exercise._expected_outputs(cases)
+    except Exception:  # noqa: BLE001 - no stored outputs: grade without a cap
+        return None
+    total = _plain_bytes(expected) + _plain_bytes(expected_unseen or [])
+    for case in [*cases, *(unseen or [])]:
+        total += _plain_bytes(list(case.args)) + _plain_bytes(dict(case.kwargs))
+    return 8 * total + 2**20
+
+
 def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | None,
                  solutions_dir: str | None, hide: Sequence[Path] = (), per_call: int = 60,
                  memory: int = 4 * 2**30, sandboxed: bool | None = None) -> Any:
@@ -335,7 +365,8 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
         return Feedback(exercise.title, "mistake",
                         "your answer's code uses " + ", ".join(broken) + ": the grader does not run "
                         "answers that reach code by a computed name, the interpreter's internals, other "
-                        "modules' private functions or a ready-made twin of the exercise.",
+                        "modules' private functions, files, a module outside the maths libraries, or a "
+                        "ready-made twin of the exercise, or that change a module's attributes.",
                         "write the computation itself with the operations the exercise allows.",
                         mistake="called_reference")
     cases = cases_of(exercise)
@@ -347,7 +378,8 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
         unseen = cases_of(exercise, salt)
         sets.append(unseen)
     run = sandbox.run_answer(code, name, f"{lesson}.{check}", sets, hide=hide, per_call=per_call,
-                             memory=memory, sandbox=sandboxed)
+                             memory=memory, sandbox=sandboxed,
+                             max_result_bytes=result_cap(exercise, cases, unseen, expected))
     return feedback_from(lesson, check, name, run, cases, unseen, expected)
 
 

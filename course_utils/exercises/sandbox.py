@@ -8,11 +8,14 @@ each autograded answer it
    the imports they name. No other top-level statement of the notebook is run;
 2. runs that code in a new ``python -I`` process (:func:`run_answer`) under bubblewrap
    (``bwrap``): its own empty temporary folder as the only writable place, no network, its
-   own process tree that dies with it, a time limit per call and a memory limit, and no view
-   of the nbgrader course folder (source/, submitted/, autograded/, feedback/, gradebook.db,
-   the grader's secrets), of the instructor's clone (solutions/, notebooks/) or of the
-   instructor's home. Without bubblewrap the process still runs apart, with the same limits,
-   but sees the file system: :func:`isolation` says which, and the grader warns loudly;
+   own process tree that dies with it, a time limit per call and a memory limit. Its file
+   system is an allow-list (:func:`visible_paths`), read-only: the interpreter, its standard
+   library, the environment and its ``sys.path``, the ``course_utils`` package folder itself
+   and its data folder (not the clone around them), the system's /usr and the loader's files, /proc, a minimal /dev
+   and an empty /tmp. The nbgrader course folder, any clone's solutions/ and notebooks/,
+   classmates' work and the homes do not exist in there. Without bubblewrap the process
+   still runs apart, with the same limits, but sees the file system: :func:`isolation` says
+   which, and the grader warns loudly;
 3. hands the process the test inputs (never the expected outputs, the salt or any path of
    the course) and reads back its outputs as plain data (:func:`accept`): an exact
    ``torch.Tensor`` or ``numpy.ndarray`` of a real dtype on the CPU, Python numbers, str,
@@ -47,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/
+PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
 
 # -- 1. the answer's code ------------------------------------------------------------------
@@ -89,6 +92,23 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
 }
 # Exercises whose Library use line allows part of course_utils; every other one rules it out.
 COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
+# The only modules an answer may import (a name here allows its submodules only where listed):
+# the maths libraries and a few plain helpers of the standard library. Anything else (pkgutil,
+# operator, runpy, pathlib, json, concurrent, types, pydoc, ...) reaches code or files by a
+# name built at run time, or runs code apart from the call watch (trial 3: N1-N5, N13, N14).
+IMPORTS_ALLOWED = {"__future__", "math", "typing", "collections", "collections.abc", "itertools",
+                   "functools", "dataclasses", "numpy", "numpy.linalg", "numpy.random", "numpy.fft",
+                   "numpy.typing", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init",
+                   "torch.linalg", "torch.fft", "torch.special", "torch.distributions", "einops"}
+# Names of allowed modules that read or write files, load compiled code, or evaluate a string
+# as code (typing.get_type_hints and functools.singledispatch evaluate string annotations).
+NOT_FROM_ALLOWED_MODULES = {
+    "open", "input", "load", "loads", "loadtxt", "fromfile", "genfromtxt", "fromregex", "memmap",
+    "open_memmap", "DataSource", "from_file", "save", "savez", "savez_compressed", "savetxt", "tofile",
+    "hub", "package", "serialization", "cpp_extension", "load_inline", "load_library", "ctypeslib",
+    "library", "jit", "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod",
+    "__loader__", "__spec__", "__file__",
+}
 
 
 class AnswerProblem(Exception):
@@ -101,7 +121,9 @@ def _parsed(source: str) -> ast.Module | None:
     lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
     try:
         return ast.parse("\n".join(lines))
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        # ValueError: a null byte; MemoryError, RecursionError: an expression nested so deep that
+        # the parser gives up (`return ------...1`). Not Python the grader can read, like a typo.
         return None
 
 
@@ -136,7 +158,8 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         tree = _parsed(source)
         if tree is None:
             if index == answer_cell:
-                raise AnswerProblem("the answer's cell is not valid Python (a SyntaxError)")
+                raise AnswerProblem("the answer's cell is not valid Python the grader can read (a "
+                                    "SyntaxError, or an expression nested too deeply for Python's parser)")
             continue
         for node in tree.body:
             order[id(node)] = index
@@ -149,6 +172,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         own = [n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef) and n.name == name]
         if own:
             definitions[name] = own[-1]
+            order[id(own[-1])] = answer_cell  # after the helpers of earlier cells it may use
     if not isinstance(definitions.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise AnswerProblem(f"no function `{name}` is defined before the test cell")
     keep, todo = {name}, [name]
@@ -171,7 +195,11 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     chosen.sort(key=lambda n: (not (isinstance(n, ast.ImportFrom) and n.module == "__future__"),
                                order.get(id(n), 0)))
     body = chosen + sorted((definitions[k] for k in keep), key=lambda n: order.get(id(n), 0))
-    return ast.unparse(ast.Module(body=body, type_ignores=[]))
+    try:
+        return ast.unparse(ast.Module(body=body, type_ignores=[]))
+    except (RecursionError, MemoryError, ValueError):
+        raise AnswerProblem("the answer's code is nested too deeply for the grader to read it back "
+                            "(an expression of hundreds of levels)") from None
 
 
 def is_stub(code: str, name: str) -> bool:
@@ -180,7 +208,7 @@ def is_stub(code: str, name: str) -> bool:
     decorator. Such an answer needs no process: it is not attempted."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     if len(defs) != 1 or defs[0].decorator_list:
@@ -200,21 +228,87 @@ def is_stub(code: str, name: str) -> bool:
                             and exc.args[0].value in ("", "your code here"))
 
 
+def _module_allowed(module: str, check_key: str) -> bool:
+    if module in IMPORTS_ALLOWED:
+        return True
+    return (check_key in COURSE_UTILS_ALLOWED and module.split(".")[0] == "course_utils"
+            and not any(part.startswith("_") for part in module.split(".")))
+
+
+def _is_module(dotted: str) -> bool:
+    """True when ``dotted`` names a module (``torch.hub``), not a function or class; asked only
+    for a name inside an allowed module, which the grader has imported already."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
+    """What breaks the import allow-list (:data:`IMPORTS_ALLOWED`), names a file reader or a
+    string evaluator (:data:`NOT_FROM_ALLOWED_MODULES`), or assigns an attribute of anything
+    but the answer's own object (``self``, ``cls``): ``torch.save = ...``, ``np.x = ...``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not _module_allowed(alias.name, check_key):
+                    found.add(f"`import {alias.name}` (an answer imports only {', '.join(sorted(_TOP))})")
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level or not _module_allowed(module, check_key):
+                found.add(f"`from {'.' * node.level}{module} import` (an answer imports only "
+                          f"{', '.join(sorted(_TOP))})")
+                continue
+            for alias in node.names:
+                if alias.name == "*":
+                    found.add(f"`from {module} import *` (import the names you use)")
+                elif alias.name in NOT_FROM_ALLOWED_MODULES:
+                    found.add(f"`{alias.name}` (reads or writes files, or runs a string as code)")
+                elif module != "__future__" and _is_module(f"{module}.{alias.name}") \
+                        and not _module_allowed(f"{module}.{alias.name}", check_key):
+                    found.add(f"`from {module} import {alias.name}` (a module answers may not import)")
+        elif isinstance(node, ast.Attribute) and node.attr in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`.{node.attr}` (reads or writes files, or runs a string as code)")
+        elif isinstance(node, ast.Name) and node.id in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`{node.id}` (reads or writes files, or runs a string as code)")
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if not (isinstance(root, ast.Name) and root.id in ("self", "cls")):
+                found.add(f"assigning `{ast.unparse(node)}` (an answer sets attributes only of its own "
+                          "objects, through `self`; never of a module or a library's object)")
+    return found
+
+
+_TOP = {m.split(".")[0] for m in IMPORTS_ALLOWED} - {"__future__"}
+
+
 def rules_broken(code: str, check_key: str) -> list[str]:
     """What in the answer's ``code`` no answer may hold: ways around a reading of the code
-    (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), and the
-    exercise's ready-made twins (``check_key`` is "lessonNN.check_xxx"). Sorted."""
+    (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), the
+    exercise's ready-made twins (``check_key`` is "lessonNN.check_xxx"), an import outside
+    :data:`IMPORTS_ALLOWED`, a file reader or string evaluator of an allowed module
+    (:data:`NOT_FROM_ALLOWED_MODULES`), and an assignment to an attribute of a module or a
+    library's object. Sorted."""
     from .core import LIBRARY_TWINS
 
     twins = {dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
     twins |= set(EXTRA_TWINS.get(check_key, ()))
-    tree = ast.parse(code)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return ["code the grader cannot read back (a SyntaxError, or nested too deeply)"]
     found = set()
     mentioned = _names_in(tree)
     found |= {f"`{n}`" for n in mentioned & NOT_IN_AN_ANSWER}
     found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned & twins}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
+    found |= _policy_broken(tree, check_key)
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not (node.attr.startswith("__") and node.attr.endswith("__"))):
@@ -418,9 +512,18 @@ def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the call took longer than the grader's time limit")
 
 
-def _child(payload_path: str, result_path: str) -> None:
+def _child(payload_path: str, result_fd: str) -> None:
     """Run in the answer's process: define the answer, call it on every case, write what it
-    returned. Nothing here is trusted by the grader; it only saves a round of re-checks."""
+    returned to ``result_fd``, a file descriptor the grader opened on a file outside the
+    sandbox (no path the answer could name). Nothing here is trusted by the grader; it only
+    saves a round of re-checks."""
+    save, fdopen, channel = torch.save, os.fdopen, int(result_fd)  # taken before the answer's code runs
+
+    def write(data: dict) -> None:
+        with fdopen(channel, "wb") as f:
+            save(data, f)
+        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+
     with open(payload_path, "rb") as f:
         payload = pickle.load(f)  # made by the grader before the answer's code existed here
     os.unlink(payload_path)
@@ -449,8 +552,7 @@ def _child(payload_path: str, result_path: str) -> None:
     except BaseException as exc:  # noqa: BLE001
         signal.alarm(0)
         kind = type(exc).__name__
-        torch.save({"defined": [kind, str(exc)[:500]]}, result_path)
-        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+        write({"defined": [kind, str(exc)[:500]]})
     for cases in case_sets:
         outcomes = []
         for case in cases:
@@ -483,8 +585,7 @@ def _child(payload_path: str, result_path: str) -> None:
             record.update(after=after, used=watch.used, tampered=watch.tampered)
             outcomes.append(record)
         results.append(outcomes)
-    torch.save({"results": results}, result_path)
-    os._exit(0)
+    write({"results": results})
 
 
 # -- 4. running it, isolated ------------------------------------------------------------------
@@ -507,31 +608,71 @@ WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bw
 
 
 def hidden_paths(extra: Sequence[Path] = ()) -> list[Path]:
-    """What the answer's process must not see: the instructor's clone and home, nbgrader's default
-    exchange, and ``extra`` (the course folder)."""
+    """What the answer's process must not see even where it lies inside a folder it is shown:
+    the instructor's clone and home, nbgrader's default exchange, and ``extra`` (the course
+    folder). Outside the folders of :func:`visible_paths` nothing is shown anyway."""
     paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *extra]
     return sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
 
 
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")  # under /: programs, libraries
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")  # the loader's library list
+
+
+@functools.cache
+def visible_paths() -> tuple[Path, ...]:
+    """The only folders the answer's process sees (read-only), besides /proc, a minimal /dev and
+    its own work folder: the interpreter and its standard library (``sys.base_prefix``), the
+    environment (``sys.prefix``), every folder on the ``sys.path`` of a ``python -I`` started
+    like the answer's, the ``course_utils`` package folder itself and its data folder (with an
+    editable install they sit in the clone, beside solutions/ and notebooks/: the clone itself
+    is not shown), NumPy's and torch's install folders, and the system's :data:`SYSTEM_DIRS`
+    and :data:`SYSTEM_FILES`. Outermost first."""
+    import json
+
+    from ..paths import DATA_DIR
+
+    found = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix),
+             Path(sys.executable).parent, PACKAGE, DATA_DIR,
+             Path(np.__file__).parent.parent, Path(torch.__file__).parent.parent}
+    probe = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                           capture_output=True, text=True, timeout=120, cwd="/",
+                           env={"PATH": "/usr/bin:/bin"})
+    with contextlib.suppress(ValueError):
+        found |= {Path(p) for p in json.loads(probe.stdout or "[]") if type(p) is str and p.startswith("/")}
+    found |= {p.resolve() for p in found}  # a symlinked prefix: shown where it points, too
+    found |= {Path(f) for f in SYSTEM_FILES}
+    kept = {p for p in found if p.exists() and p != Path("/") and p.parts[1:2] not in [(d,) for d in SYSTEM_DIRS]}
+    return tuple(sorted(kept, key=lambda p: (len(p.parts), str(p))))
+
+
 def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+    """bubblewrap's arguments: an empty root with only :func:`visible_paths` (read-only), the
+    system folders, /proc, /dev, an empty /tmp and ``work`` (the one writable folder); any of
+    ``hidden`` that lies inside a shown folder is covered by an empty read-only folder."""
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "HOME", str(work), "--setenv", "PATH", "/usr/bin:/bin",
             "--setenv", "OMP_NUM_THREADS", "1"]
-    for path in hidden:  # outermost first; a later bind opens a way back in
-        argv += ["--tmpfs", str(path)]
-    visible = {PACKAGE, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
-               Path(np.__file__).resolve().parent.parent, Path(torch.__file__).resolve().parent.parent}
-    for path in sorted(visible, key=lambda p: len(p.parts)):
-        if any(h == path or h in path.parents for h in hidden):
+    for name in SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():  # merged /usr: /lib -> usr/lib
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
-    for path in hidden:  # empty and read-only: nothing written there outlives the process either
-        argv += ["--remount-ro", str(path)]
+    shown = visible_paths()
+    for path in shown:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    covered = [h for h in hidden if any(s in h.parents for s in shown)]
+    for path in covered:  # inside a shown folder (a course folder in the environment): emptied
+        argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
     return argv + ["--bind", str(work), str(work), "--chdir", str(work)]
 
 
-def _limits(memory: int) -> None:
+def _limits(memory: int, file_size: int | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    if file_size is not None:  # no file it writes (its result included) grows past the cap
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.setsid()
 
@@ -548,19 +689,23 @@ class Run:
 
 def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequence[Any]], *,
                hide: Sequence[Path] = (), per_call: int = 60, memory: int = 4 * 2**30,
-               sandbox: bool | None = None) -> Run:
+               sandbox: bool | None = None, max_result_bytes: int | None = None) -> Run:
     """Run answer ``name`` (its ``code``, from :func:`answer_source`) on each list of cases in
     ``case_sets``, in a fresh process; ``hide`` adds folders it must not see (the course).
     ``sandbox``: None uses bubblewrap when it works here (:func:`isolation`), True insists.
+    The process writes its results to a file descriptor it inherits, on a file outside its
+    sandbox; a file larger than ``max_result_bytes`` (None: no cap) is refused unread.
     Never raises for anything the answer does."""
     if not isinstance(code, str) or not code.strip():
         raise ValueError(f"code: expected the answer's source text, got {code!r:.60}")
     use_bwrap = isolation() == "bubblewrap" if sandbox is None else sandbox
     if use_bwrap and isolation() != "bubblewrap":
         raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)
-    with tempfile.TemporaryDirectory(prefix="answer-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="answer-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="answer-result-") as kept_apart, \
+            open(Path(kept_apart) / "result.pt", "w+b") as result:
         work = Path(tmp).resolve()
-        payload, result = work / "payload.pkl", work / "result.pt"
+        payload = work / "payload.pkl"
         with open(payload, "wb") as f:
             _CasePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(
                 {"code": code, "name": name, "check": check_key, "case_sets": [list(c) for c in case_sets],
@@ -568,7 +713,7 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         python = [sys.executable, "-I", "-c",
                   "import sys; from course_utils.exercises.sandbox import _child; "
                   "_child(sys.argv[1], sys.argv[2])",
-                  str(payload), str(result)]
+                  str(payload), str(result.fileno())]
         if use_bwrap:
             argv, env = _bwrap_argv(work, hidden_paths(hide)) + python, None
         else:
@@ -577,7 +722,9 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         calls = sum(len(c) for c in case_sets) + 1
         limit = 60 + per_call * calls
         process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(_limits, memory))
+                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(
+                                       _limits, memory, None if max_result_bytes is None else max_result_bytes + 1),
+                                   pass_fds=(result.fileno(),))
         try:
             _, stderr = process.communicate(timeout=limit)
             status, detail = process.returncode, stderr.decode(errors="replace")[-300:]
@@ -589,8 +736,15 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             process.kill()
             process.communicate()
         label = "bubblewrap" if use_bwrap else "subprocess only"
+        size = os.fstat(result.fileno()).st_size
+        if max_result_bytes is not None and size > max_result_bytes:
+            return Run([], lost=f"its outputs came to more than the {max_result_bytes / 2**20:.1f} MiB "
+                                "the grader reads for this exercise "
+                                "(8 times the size of the right outputs and the inputs, and 1 MiB)",
+                       isolation=label)
         try:
-            data = torch.load(result, weights_only=True) if result.is_file() else None
+            result.seek(0)
+            data = torch.load(result, weights_only=True) if size else None
         except Exception:  # noqa: BLE001 - forged or cut short: nothing usable
             data = None
         if not isinstance(data, dict):
