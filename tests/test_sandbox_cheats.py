@@ -82,7 +82,8 @@ def test_the_sandbox_shows_only_the_interpreter_the_environment_and_the_package(
         probe = ("from pathlib import Path\n"
                  "def score_macs(*a):\n"
                  "    read = []\n"
-                 f"    for path in ({str(sibling / 'solutions.py')!r}, {str(root / 'solutions' / 'lesson03.py')!r},\n"
+                 f"    for path in ({str(sibling / 'solutions.py')!r},\n"
+                 f"                 {str(root / 'solutions' / 'lesson03.py')!r},\n"
                  f"                 {str(root / 'pyproject.toml')!r}, {str(course)!r}):\n"
                  "        try:\n"
                  "            read.append(len(Path(path).read_bytes()))\n"
@@ -130,7 +131,8 @@ CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by fin
     "N4": ("lesson02.check_attention_weights", ["import json, runpy, pathlib\n"
            "def attention_weights(q, k):\n"
            "    nb = json.loads(pathlib.Path('/srv/mate/02.ipynb').read_text())\n"
-           "    code = [''.join(c['source']) for c in nb['cells'] if 'def attention' in ''.join(c['source'])][0]\n"
+           "    cells = [''.join(c['source']) for c in nb['cells']]\n"
+           "    code = [c for c in cells if 'def attention' in c][0]\n"
            "    pathlib.Path('mate.py').write_text(code)\n"
            "    return runpy.run_path('mate.py')['attention_weights'](q, k)"], "runpy"),
     "N5": ("lesson07.check_decode_step", ["import runpy\n"
@@ -153,7 +155,8 @@ CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by fin
             "    torch.save = lambda *a, **k: None\n"
             "    return out"], "torch.save"),
 }
-CHEATS["N3"][1].insert(1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")
+CHEATS["N3"][1].insert(
+    1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")
 
 
 @pytest.mark.parametrize("finding", sorted(CHEATS))

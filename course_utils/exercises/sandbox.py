@@ -11,8 +11,8 @@ each autograded answer it
    own process tree that dies with it, a time limit per call and a memory limit. Its file
    system is an allow-list (:func:`visible_paths`), read-only: the interpreter, its standard
    library, the environment and its ``sys.path``, the ``course_utils`` package folder itself
-   and its data folder (not the clone around them), the system's /usr and the loader's files, /proc, a minimal /dev
-   and an empty /tmp. The nbgrader course folder, any clone's solutions/ and notebooks/,
+   and its data folder (not the clone around them), the system's /usr and the loader's files,
+   /proc, a minimal /dev and an empty /tmp. The nbgrader course folder, any clone's solutions/ and notebooks/,
    classmates' work and the homes do not exist in there. Without bubblewrap the process
    still runs apart, with the same limits, but sees the file system: :func:`isolation` says
    which, and the grader warns loudly;
@@ -642,7 +642,8 @@ def visible_paths() -> tuple[Path, ...]:
         found |= {Path(p) for p in json.loads(probe.stdout or "[]") if type(p) is str and p.startswith("/")}
     found |= {p.resolve() for p in found}  # a symlinked prefix: shown where it points, too
     found |= {Path(f) for f in SYSTEM_FILES}
-    kept = {p for p in found if p.exists() and p != Path("/") and p.parts[1:2] not in [(d,) for d in SYSTEM_DIRS]}
+    system = [(d,) for d in SYSTEM_DIRS]
+    kept = {p for p in found if p.exists() and p != Path("/") and p.parts[1:2] not in system}
     return tuple(sorted(kept, key=lambda p: (len(p.parts), str(p))))
 
 
@@ -721,10 +722,10 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "OMP_NUM_THREADS": "1"}
         calls = sum(len(c) for c in case_sets) + 1
         limit = 60 + per_call * calls
+        file_limit = None if max_result_bytes is None else max_result_bytes + 1
         process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(
-                                       _limits, memory, None if max_result_bytes is None else max_result_bytes + 1),
-                                   pass_fds=(result.fileno(),))
+                                   stderr=subprocess.PIPE, pass_fds=(result.fileno(),),
+                                   preexec_fn=functools.partial(_limits, memory, file_limit))
         try:
             _, stderr = process.communicate(timeout=limit)
             status, detail = process.returncode, stderr.decode(errors="replace")[-300:]
