@@ -332,8 +332,8 @@ def test_a_complex_answer_is_named_not_passed(make):
     from course_utils.exercises import lesson03
 
     def complex_split(x, num_heads):
-        B, T, d = x.shape
-        return make(x.reshape(B, T, num_heads, d // num_heads).transpose(1, 2))
+        *lead, T, d = x.shape
+        return make(x.reshape(*lead, T, num_heads, d // num_heads).transpose(-3, -2))
 
     fb = lesson03.check_split_heads(complex_split)
     assert not fb.passed and "complex" in fb.message and "real" in fb.message
