@@ -11,6 +11,7 @@ import torch
 from bad_input_cases import Case, assert_named  # noqa: E402
 
 from course_utils.attention.mha import MultiHeadAttention
+from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.mla import MultiHeadLatentAttention, rope
 from course_utils.attention.validation import IndexOutOfRange, check_index, check_int
 from course_utils.model.kv_cache import (
@@ -341,6 +342,18 @@ CASES = [
         lambda: MultiHeadAttention(8, 2, bias="no"),
         TypeError,
         ["bias", "True or False", "'no'"],
+    ),
+    Case(
+        "naive mha bias 'no'",
+        lambda: NaiveMultiHeadAttention(8, 2, bias="no"),
+        TypeError,
+        ["bias", "True or False", "'no'"],
+    ),
+    Case(
+        "one naive head bias 0",
+        lambda: AttentionHead(8, 4, bias=0),
+        TypeError,
+        ["bias", "True or False", "0"],
     ),
     Case(
         "config mlp 'no'",
