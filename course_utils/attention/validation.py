@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import torch
 from torch import Tensor
@@ -23,6 +24,8 @@ __all__ = [
     "check_dropout",
     "check_flag",
     "check_int",
+    "check_thread_count",
+    "MAX_THREADS",
     "check_index",
     "IndexOutOfRange",
     "check_real",
@@ -90,6 +93,16 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
+
+
+# The most threads any function of the course starts: beyond it OpenMP and torch run out of
+# memory or kill the interpreter (100,000 did), and a 2**31 wraps to 1.
+MAX_THREADS = max(256, os.cpu_count() or 1)
+
+
+def check_thread_count(value: object, name: str = "num_threads") -> int:
+    """A thread count: an int in 1..:data:`MAX_THREADS` (256, or the CPU count where larger)."""
+    return check_int(value, name, minimum=1, maximum=MAX_THREADS)
 
 
 def check_int(value: object, name: str, *, minimum: int | None = None,

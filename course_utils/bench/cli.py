@@ -38,6 +38,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+def thread_count(text: str) -> int:
+    """An argparse type: a thread count, 1..MAX_THREADS (256, or the CPU count where larger)."""
+    from ..attention.validation import MAX_THREADS
+
+    value = positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+    return value
+
+
+def layer_count(text: str) -> int:
+    """An argparse type: a benchmark model's number of layers, 1..1024 (each layer's weights and
+    caches are allocated, so a mistyped 10**12 would hang or exhaust memory)."""
+    value = positive_int(text)
+    if value > 1024:
+        raise argparse.ArgumentTypeError(f"expected at most 1024 layers, got {text!r}")
+    return value
+
+
 def device_name(text: str) -> str:
     """An argparse type: a device this machine has, ``cpu``, ``cuda`` or ``cuda:N`` (``mps`` on a
     Mac that has it); returned as torch spells it. Refused when parsed: a misspelt name (which

@@ -594,7 +594,7 @@ def _main_gqa(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``python -m course_utils.bench gqa``."""
-    from .cli import batch_by_context, positive_int
+    from .cli import batch_by_context, layer_count, positive_int, thread_count
 
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
     p.add_argument("--full", action="store_true",
@@ -603,8 +603,8 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="repeats (default: 5, or 15 with --full)")
     p.add_argument("--context", type=positive_int, default=4096)
-    p.add_argument("--layers", type=positive_int, default=8)
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--layers", type=layer_count, default=8)
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--stages", action="store_true",
                    help="also time each stage (one thread, CPU time) with its bytes and GB/s")
