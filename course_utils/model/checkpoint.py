@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import numbers
+import os
 import stat
 from pathlib import Path
 
@@ -61,7 +62,11 @@ class CheckpointError(ValueError):
 
 
 def sha256_of(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
+    """Hex sha256 of a file's bytes. A path that is not a regular file (a folder, a FIFO, which
+    would block the read forever) is a ValueError naming it."""
+    if not Path(path).is_file():
+        raise ValueError(f"path must be a regular file to hash, got {str(path)!r}, which is "
+                         + ("missing" if not os.path.lexists(path) else "not a regular file"))
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
