@@ -266,6 +266,9 @@ def test_a_save_that_fails_midway_keeps_the_old_checkpoint(tmp_path, monkeypatch
         (["memory", "no_such_lesson.ipynb"], ["notebooks", "no_such_lesson.ipynb"]),
         (["memory", "README.md"], ["notebooks", ".ipynb", "README.md"]),
         (["mha", "--threads", "0"], ["--threads", "'0'"]),
+        (["mha", "--threads", "100000"], ["--threads", "at most", "'100000'"]),
+        (["gqa", "--threads", "100000"], ["--threads", "at most", "'100000'"]),
+        (["gqa", "--layers", "1000000000000"], ["--layers", "at most 1024", "'1000000000000'"]),
         (["train", "--seeds", "-1"], ["--seeds", ">= 0", "'-1'"]),
         (["train", "--agreement-steps", "1.5"], ["--agreement-steps", "'1.5'"]),
         (["mha", "--device", "bogus"], ["--device", "'cpu'", "'bogus'"]),
@@ -414,3 +417,50 @@ def test_course_student_tree_reads_out_dir_from_where_you_are(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "here" / "tree" / "course_utils").is_dir() and not (ROOT / "here").exists()
+
+
+# -- thread counts, files that are not files, messages too long to show ---------------------------
+def test_a_thread_count_beyond_the_cap_is_refused_before_torch_sees_it():
+    from course_utils.attention.validation import MAX_THREADS
+    from course_utils.env import torch_threads
+
+    before = torch.get_num_threads()
+    with pytest.raises(ValueError) as info, torch_threads(100_000):
+        pass
+    message = str(info.value)
+    assert all(w in message for w in ["num_threads", f"1..{MAX_THREADS}", "100000"]), message
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_hashing_a_fifo_or_a_folder_is_refused_instead_of_blocking(tmp_path):
+    from course_utils.model.checkpoint import sha256_of
+
+    fifo = tmp_path / "weights.safetensors"
+    os.mkfifo(fifo)
+    for path, what in ((fifo, "not a regular file"), (tmp_path, "not a regular file"),
+                       (tmp_path / "missing", "missing")):
+        with pytest.raises(ValueError) as info:
+            sha256_of(path)  # a FIFO would block the read forever
+        message = str(info.value)
+        assert all(w in message for w in ["path", str(path), what]), message
+
+
+def test_an_answers_huge_or_unprintable_message_is_cut_or_described():
+    from course_utils.exercises import lesson02, lesson07
+
+    def shouts(scores):
+        raise ValueError("x" * 20_000_000)
+
+    feedback = lesson02.check_softmax_rows(shouts)
+    assert not feedback.passed and len(str(feedback)) < 5_000 and "20,000,000 characters" in str(feedback)
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("str exploded")
+
+    def explodes(*args):
+        raise Unprintable()
+
+    feedback = lesson07.check_repeat_kv(explodes)
+    assert not feedback.passed and "could not be printed" in str(feedback), str(feedback)

@@ -361,11 +361,15 @@ def _is_complex(dtype: Any) -> bool:
     return False
 
 
-def _safe_str(exc: BaseException) -> str:
+def _safe_str(exc: BaseException, limit: int = 2000) -> str:
+    """``str(exc)``, cut to ``limit`` characters; a description when it cannot be printed."""
     try:
-        return str(exc)
+        text = str(exc)
     except BaseException:  # noqa: BLE001
         return f"a {type(exc).__name__} that could not be printed"
+    if not isinstance(text, str):
+        return f"a {type(exc).__name__} whose message is not text"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
 
 
 # (cells run so far, "lessonNN.check_xxx") -> a warning or None; set by the grader's module
