@@ -11,8 +11,8 @@ import torch
 from bad_input_cases import Case, assert_named  # noqa: E402
 
 from course_utils.attention.mha import MultiHeadAttention
-from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.mla import MultiHeadLatentAttention, rope
+from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.validation import IndexOutOfRange, check_index, check_int
 from course_utils.model.kv_cache import (
     CatCache,
