@@ -464,3 +464,17 @@ def test_an_answers_huge_or_unprintable_message_is_cut_or_described():
 
     feedback = lesson07.check_repeat_kv(explodes)
     assert not feedback.passed and "could not be printed" in str(feedback), str(feedback)
+
+
+def test_the_answer_store_and_the_grader_name_a_bad_lesson_or_check():
+    from course_utils.exercises import answers, autograde
+
+    for call, words in [
+        (lambda: answers.stored("../../etc/passwd", "X"), ["lesson", "'lessonNN'", "'../../etc/passwd'"]),
+        (lambda: autograde.exercise_of("lesson99/..", "check_x"), ["lesson", "'lesson99/..'"]),
+        (lambda: autograde.exercise_of("lesson02", "check_nope"), ["check", "check_softmax_rows", "'check_nope'"]),
+    ]:
+        with pytest.raises(ValueError) as info:
+            call()
+        message = str(info.value)
+        assert all(w in message for w in words), message

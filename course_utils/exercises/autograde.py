@@ -31,6 +31,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import secrets as _secrets
 import subprocess
 import sys
@@ -130,8 +131,13 @@ def exercise_of(lesson: str, check: str) -> Any:
     """The Exercise behind ``lessonNN.check_xxx`` (a bound check, or a wrapper such as 5.3's)."""
     from .core import Exercise
 
+    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
+        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
     module = importlib.import_module(f"course_utils.exercises.{lesson}")
-    fn = getattr(module, check)
+    fn = getattr(module, check, None) if isinstance(check, str) and check.startswith("check_") else None
+    if not callable(fn):
+        known = sorted(n for n in vars(module) if n.startswith("check_"))
+        raise ValueError(f"check must be one of {lesson}'s checks {known}, got {check!r}")
     found = getattr(fn, "__self__", None)
     if isinstance(found, Exercise):
         return found
