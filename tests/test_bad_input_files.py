@@ -472,9 +472,31 @@ def test_the_answer_store_and_the_grader_name_a_bad_lesson_or_check():
     for call, words in [
         (lambda: answers.stored("../../etc/passwd", "X"), ["lesson", "'lessonNN'", "'../../etc/passwd'"]),
         (lambda: autograde.exercise_of("lesson99/..", "check_x"), ["lesson", "'lesson99/..'"]),
-        (lambda: autograde.exercise_of("lesson02", "check_nope"), ["check", "check_softmax_rows", "'check_nope'"]),
+        (lambda: autograde.exercise_of("lesson02", "check_nope"),
+         ["check", "check_softmax_rows", "'check_nope'"]),
     ]:
         with pytest.raises(ValueError) as info:
+            call()
+        message = str(info.value)
+        assert all(w in message for w in words), message
+
+
+def test_training_settings_workers_and_detokenize_name_what_is_wrong():
+    from course_utils.model.train import TrainConfig
+    from course_utils.parallel import default_workers
+    from course_utils.tasks.synthetic import detokenize
+
+    for call, error, words in [
+        (lambda: TrainConfig(decay="yes"), TypeError, ["decay", "True or False", "'yes'"]),
+        (lambda: TrainConfig(steps=10).lr_at(-1), ValueError, ["step", "0..9", "-1"]),
+        (lambda: TrainConfig(steps=10).lr_at(1.5), TypeError, ["step", "float", "1.5"]),
+        (lambda: default_workers(-1), ValueError, ["num_jobs", "-1"]),
+        (lambda: default_workers(2.5), TypeError, ["num_jobs", "2.5"]),
+        (lambda: detokenize(torch.zeros(2, 3, dtype=torch.long)), ValueError, ["tokens", "(T,)", "(2, 3)"]),
+        (lambda: detokenize(torch.tensor([1.5])), ValueError, ["tokens", "integer", "torch.float32"]),
+        (lambda: detokenize([1, True]), TypeError, ["tokens", "integer ids", "True"]),
+    ]:
+        with pytest.raises(error) as info:
             call()
         message = str(info.value)
         assert all(w in message for w in words), message
