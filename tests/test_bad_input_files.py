@@ -500,3 +500,19 @@ def test_training_settings_workers_and_detokenize_name_what_is_wrong():
             call()
         message = str(info.value)
         assert all(w in message for w in words), message
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_memory_report_that_is_not_json_or_not_a_file_is_named(tmp_path):
+    from course_utils.bench.memory import read_test_report
+
+    bad, latin, fifo = tmp_path / "bad.json", tmp_path / "latin.json", tmp_path / "pipe.json"
+    bad.write_text("{not json")
+    latin.write_bytes(b"{\"tests\": \"\xe9\"}")
+    os.mkfifo(fifo)
+    for path, words in [(bad, ["bad.json", "not UTF-8 JSON"]), (latin, ["latin.json", "not UTF-8 JSON"]),
+                        (fifo, ["pipe.json", "not a regular file"]), (tmp_path, ["not a regular file"])]:
+        with pytest.raises(ValueError) as info:
+            read_test_report(path)
+        message = str(info.value)
+        assert all(w in message for w in words), message
