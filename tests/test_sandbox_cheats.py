@@ -234,3 +234,18 @@ def test_the_result_comes_from_the_harness_not_a_file_the_answer_can_name():
     run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
                              [lesson03.SCORE_MACS.make_cases()[:1]])
     assert run.lost is None and run.outcomes[0][0].value == -1, run
+
+
+def test_folders_shown_under_tmp_are_bound_after_the_empty_tmp(monkeypatch, tmp_path):
+    """A clone or environment under /tmp (CI's fresh clone) must stay visible: bubblewrap mounts
+    in order, so the empty /tmp must come before the read-only binds, not hide them."""
+    from pathlib import Path
+
+    from course_utils.exercises import sandbox
+
+    inside = Path("/tmp/some-clone/.venv")
+    monkeypatch.setattr(sandbox, "visible_paths", lambda: (inside,))
+    argv = sandbox._bwrap_argv(tmp_path, [])
+    empty_tmp = max(i for i, a in enumerate(argv[:-1]) if a == "--tmpfs" and argv[i + 1] == "/tmp")
+    bound = argv.index(str(inside))
+    assert argv[bound - 1] == "--ro-bind" and empty_tmp < bound - 1

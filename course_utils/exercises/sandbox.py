@@ -660,10 +660,12 @@ def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
             argv += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
+    # /proc, /dev and the empty /tmp first: a shown folder under /tmp (a clone or an environment
+    # made there) is then bound on top of the empty /tmp instead of being hidden by it
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     shown = visible_paths()
     for path in shown:
         argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     covered = [h for h in hidden if any(s in h.parents for s in shown)]
     for path in covered:  # inside a shown folder (a course folder in the environment): emptied
         argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
