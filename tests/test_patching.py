@@ -20,6 +20,7 @@ from course_utils.interp.ablation import (
     pruning_curve,
 )
 from course_utils.interp.patching import (
+    EvaluationAt,
     direct_logit_attribution,
     flip_subject_number,
     layer_normalised_order,
@@ -470,3 +471,73 @@ def test_zeroed_sets_in_one_pass_equal_measure_one_set_at_a_time():
             assert abs(numbers[name] - alone[name]) < 1e-5, (heads, name)
     with pytest.raises(ValueError, match="per_run must be a positive int"):
         measure_zeroed_sets(model, evaluations, sets, per_run=0)
+
+
+def test_an_evaluation_at_one_position_per_sequence_scores_as_the_full_pass():
+    """EvaluationAt: the batched passes run the last layer at the scored positions only; the
+    numbers equal the full forward pass's, and every other position reads NaN."""
+    model, _ = load_checkpoint("mixture")
+    tokens = torch.randint(3, model.config.vocab_size, (6, 12), generator=torch.Generator().manual_seed(4))
+    positions = torch.tensor([0, 3, 11, 7, 7, 2])
+    rows = torch.arange(6)
+    seen = []
+
+    def at_positions(logits):
+        seen.append(logits)
+        at = logits[rows, positions]
+        return {"logit sum": float(at.sum()), "top": int(at.argmax(-1).sum())}
+
+    full = Evaluation(tokens, at_positions)
+    scored = EvaluationAt(tokens, at_positions, positions)
+    # sets that start at layer 0, 1, 2 and none
+    sets = [[], [(0, 1)], [(0, 1), (1, 3)], [(2, 5)], [(2, 0), (1, 7)], [(1, 4)]]
+    seen.clear()
+    together = measure_zeroed_sets(model, scored, sets, per_run=2)
+    assert all(torch.isnan(logits[~torch.nn.functional.one_hot(positions, 12).bool().repeat(
+        len(logits) // 6, 1)]).all() for logits in seen), "positions not scored are NaN"
+    for heads, numbers in zip(sets, together, strict=True):
+        alone = measure(model, full, heads)
+        assert numbers["top"] == alone["top"] and abs(numbers["logit sum"] - alone["logit sum"]) < 1e-4, heads
+    assert measure(model, scored, [(1, 2)]) == measure(model, full, [(1, 2)]), "measure ignores positions"
+    for bad, match in ((positions.float(), "long tensor"), (positions[:3], r"\(6,\)"),
+                       (torch.tensor([0, 1, 2, 3, 4, 12]), "0..11"),
+                       (torch.tensor([-1, 1, 2, 3, 4, 5]), "0..11")):
+        with pytest.raises(ValueError, match=match):
+            EvaluationAt(tokens, at_positions, bad)
+
+
+def test_incremental_prunable_counts_match_the_plain_count():
+    """incremental=True (each set from its parent's stream) gives the same counts and numbers
+    as the plain count, with or without positions, and refuses what it cannot do."""
+    model, _ = load_checkpoint("mixture")
+    batch = AgreementTask().eval_batch(90)
+    groups = trimmed_by_length(batch, 2)
+
+    def right(g, i):
+        return lambda logits: {f"right {i}": int((agreement_margins(logits, g) > 0).sum()),
+                               f"margin {i}": float(agreement_margins(logits, g).sum())}
+
+    plain = [Evaluation(g.tokens, right(g, i)) for i, g in enumerate(groups)]
+    at_verb = [EvaluationAt(g.tokens, right(g, i), g.predict_pos) for i, g in enumerate(groups)]
+    intact = sum(v for k, v in measure(model, plain).items() if k.startswith("right"))
+
+    def within(numbers):
+        return intact - sum(v for k, v in numbers.items() if k.startswith("right")) <= 3
+
+    orders = [importance_order(torch.rand(3, 8, generator=torch.Generator().manual_seed(s)))
+              for s in range(12)]
+    counts, measured = prunable_counts(model, plain, orders, within)
+    assert len(set(counts)) > 2, "the orders should stop at different steps"
+    for evaluations in (plain, at_verb):
+        again, found = prunable_counts(model, evaluations, orders, within, incremental=True, per_run=5)
+        assert again == counts and found.keys() == measured.keys()
+        assert all(abs(found[s][k] - measured[s][k]) < 1e-3 for s in found for k in found[s])
+    half, partial = prunable_counts(model, at_verb, orders[:6], within, incremental=True)
+    assert prunable_counts(model, at_verb, orders, within, incremental=True, known=partial)[0] == counts
+    with pytest.raises(ValueError, match="incremental=True .* method='zero'"):
+        prunable_counts(model, plain, orders, within, incremental=True, method="mean",
+                        means=torch.zeros(3, 8, 8))
+    with pytest.raises(ValueError, match="chunks=1"):
+        prunable_counts(model, plain, orders, within, incremental=True, chunks=2)
+    with pytest.raises(TypeError, match="incremental must be True or False"):
+        prunable_counts(model, plain, orders, within, incremental=1)

@@ -22,6 +22,9 @@ Nothing re-implements the model.
 * **Resample ablation** (:func:`resampled_logits`, :func:`resampled_outputs`): each sequence
   gets the heads' outputs from a random reference sequence of the same length, a definite but
   unrelated input.
+* :class:`EvaluationAt`: an evaluation whose score reads one position per sequence; the batched
+  zero ablation (:func:`measure_zeroed_sets`, :func:`prunable_counts`) then runs the last layer
+  at those positions only.
 * **Loss along many pruning orders** (:func:`losses_along_orders`): the average loss after
   every head of each order, several orders per forward pass.
 * :func:`flip_subject_number`: the corrupted twin of each agreement sentence, for patching.
@@ -36,7 +39,7 @@ Shapes: L layers, h heads, B batch, T positions, dk = d_model // h, d = d_model.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import torch
@@ -76,6 +79,7 @@ __all__ = [
     "sequence_gate_gradients",
     "layer_normalised_order",
     "prunable_counts",
+    "EvaluationAt",
     "flip_subject_number",
     "trimmed_by_length",
 ]
@@ -416,7 +420,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                     orders: Sequence[Sequence[Head]], within: Callable[[dict[str, float]], bool], *,
                     method: str = "zero", means: dict[int, Tensor] | Tensor | None = None,
                     map_fn: Callable = map, chunks: int = 1, per_run: int = 25,
-                    known: dict[frozenset, dict[str, float]] | None = None,
+                    known: dict[frozenset, dict[str, float]] | None = None, incremental: bool = False,
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
     ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
@@ -430,6 +434,13 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     the same ``evaluations``, ``method`` and ``means`` (the second result of an earlier call):
     those sets are not measured again. Returns the counts and every measurement made or reused,
     keyed by the frozen set of heads.
+
+    ``incremental=True`` (zero ablation, measured in this process: ``map_fn`` and ``chunks``
+    left at their defaults) keeps each measured set's residual stream at the input of every
+    layer until the next step, so a set one head larger starts at that head's layer from its
+    parent's stream instead of at its lowest layer from the intact one. Same numbers up to
+    float rounding, about half the compute; it holds about ``B * T * d * (L - 1)`` floats per
+    set of a step. To use several cores, split the orders and call it once per part.
     """
     _check_model(model)
     check_int(chunks, "chunks", minimum=1)
@@ -442,8 +453,18 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
         raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
                         f"result), got {type(known).__name__} {known!r:.60}")
+    if not isinstance(incremental, bool):
+        raise TypeError(f"incremental must be True or False, got {incremental!r:.60}")
+    if incremental and (method != "zero" or map_fn is not map or chunks != 1):
+        raise ValueError(f"incremental=True measures zero ablation in this process: it needs method='zero', "
+                         f"map_fn=map and chunks=1, got method={method!r}, chunks={chunks}"
+                         + ("" if map_fn is map else ", another map_fn"))
     measured: dict[frozenset, dict[str, float]] = dict(known or {})
     counts: list[int | None] = [None] * len(orders)
+    if incremental:
+        evaluations = _check_evaluations(evaluations)
+        intact = [_block_inputs(model, e.tokens) for e in evaluations]
+        streams: dict[frozenset, list[list[Tensor]]] = {}  # a set -> per evaluation, its input to each layer
     for k in range(1, max((len(o) for o in orders), default=0) + 1):
         alive = [i for i, count in enumerate(counts) if count is None and k <= len(orders[i])]
         for i, count in enumerate(counts):
@@ -453,6 +474,14 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
             break
         wanted = list(dict.fromkeys(frozenset(orders[i][:k]) for i in alive if frozenset(orders[i][:k])
                                     not in measured))
+        if incremental:  # each new set starts from its parent's stream at its new head's layer
+            parent = {}
+            for i in alive:
+                parent.setdefault(frozenset(orders[i][:k]), (frozenset(orders[i][:k - 1]), orders[i][k - 1]))
+            jobs = [(new, *parent[new]) for new in wanted]
+            numbers, streams = _measure_extensions(model, evaluations, intact, jobs, streams, per_run)
+            measured.update(zip(wanted, numbers, strict=True))
+            wanted = []
         parts = [wanted[i::chunks] for i in range(min(chunks, len(wanted)))]
         if method == "zero":  # many sets per forward pass
             results = map_fn(lambda part: measure_zeroed_sets(model, evaluations, [sorted(s) for s in part],
@@ -469,14 +498,111 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     return counts, measured
 
 
+def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
+                        intact: list[list[Tensor]], jobs: list[tuple[frozenset, frozenset, Head]],
+                        streams: dict[frozenset, list[list[Tensor]]], per_run: int,
+                        ) -> tuple[list[dict[str, float]], dict[frozenset, list[list[Tensor]]]]:
+    """Zero ablation of each ``(heads, parent, new head)`` job, ``heads = parent | {new head}``:
+    where ``streams`` holds the parent's input to every layer, the run starts at the new head's
+    layer from it; otherwise at the lowest layer of ``heads`` from the ``intact`` stream
+    (:func:`_block_inputs`). Returns each job's numbers and the new sets' streams."""
+    L = model.config.num_layers
+    start = [new[0] if parent in streams else min(layer for layer, _ in heads) for heads, parent, new in jobs]
+    results: list[dict[str, float]] = [{} for _ in jobs]
+    new_streams: dict[frozenset, list[list[Tensor]]] = {heads: [] for heads, _, _ in jobs}
+    for e, evaluation in enumerate(evaluations):
+        batch = evaluation.tokens.shape[0]
+        positions = evaluation.positions if isinstance(evaluation, EvaluationAt) else None
+        full = L if positions is None else L - 1  # layers run at every position
+        for layer0 in range(L):
+            group = [j for j in range(len(jobs)) if start[j] == layer0]
+            for begin in range(0, len(group), per_run):
+                some = group[begin:begin + per_run]
+                sources = [streams[jobs[j][1]][e] if jobs[j][1] in streams else intact[e] for j in some]
+                gates = torch.ones(len(some), L, model.config.num_heads, dtype=model.unembed.weight.dtype)
+                for row, j in enumerate(some):
+                    for layer, head in jobs[j][0]:
+                        gates[row, layer, head] = 0.0
+                rows = gates.repeat_interleave(batch, 0)  # (n*B, L, h)
+                with torch.no_grad():
+                    x = torch.cat([source[layer0] for source in sources])  # (n*B, T, d)
+                    kept = {}  # layer -> this run's input to it
+                    for layer in range(layer0, full):
+                        gate = rows[:, layer, :, None, None]
+                        gated = [(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]
+                        with model.hooks(gated):
+                            x, _, _ = model.blocks[layer](x)
+                        if layer + 1 < L:
+                            kept[layer + 1] = x
+                    if positions is None:
+                        logits = model.unembed(model.ln_final(x))
+                    else:
+                        at = positions.repeat(len(some))
+                        scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
+                        logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"),
+                                            dtype=scored.dtype)
+                        logits[torch.arange(len(at)), at] = scored
+                for row, (j, chunk) in enumerate(zip(some, logits.split(batch), strict=True)):
+                    results[j].update(_check_scores(evaluation.score(chunk), e))
+                    rows_of = slice(row * batch, (row + 1) * batch)
+                    new_streams[jobs[j][0]].append(
+                        [sources[row][layer] if layer <= layer0 else kept[layer][rows_of]
+                         for layer in range(L)])
+    return results, new_streams
+
+
+@dataclass
+class EvaluationAt(Evaluation):
+    """An :class:`~course_utils.interp.ablation.Evaluation` whose ``score`` reads the logits only at
+    ``positions`` ``(B,)``, one position per sequence (an agreement batch's ``predict_pos``).
+
+    :func:`measure` treats it as any evaluation. The batched zero ablation
+    (:func:`measure_zeroed_sets`, :func:`prunable_counts`) computes the last layer, the final
+    LayerNorm and the unembedding at these positions only (the layers below still run at every
+    position, since the last layer's keys need them), and hands ``score`` logits that are NaN
+    everywhere else: a score that reads another position gets NaN, not a number.
+    """
+
+    positions: Tensor
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        B, T = self.tokens.shape
+        if not (isinstance(self.positions, Tensor) and self.positions.dtype == torch.long
+                and self.positions.shape == (B,)):
+            raise ValueError(f"EvaluationAt.positions must be a long tensor ({B},), one position per "
+                             f"sequence of tokens {tuple(self.tokens.shape)}, "
+                             f"got {_described(self.positions)}")
+        if B and not (0 <= int(self.positions.min()) and int(self.positions.max()) < T):
+            raise ValueError(f"EvaluationAt.positions must lie in 0..{T - 1} (tokens have {T} columns), "
+                             f"got {int(self.positions.min())}..{int(self.positions.max())}")
+
+
+def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor, positions: Tensor) -> Tensor:
+    """The last block, the final LayerNorm and the unembedding at one position per row:
+    ``x`` ``(N, T, d)`` the last block's input, ``gate`` ``(N, h, 1, 1)``, ``positions`` ``(N,)``
+    -> logits ``(N, V)``. The block's own modules run in the block's order: its attention
+    attends from the one query to the keys up to it (causal), each head scaled by ``gate``."""
+    block, rows = model.blocks[-1], torch.arange(x.shape[0])
+    normed = block.ln_attn(x)  # (N, T, d): every position is a key
+    allowed = (torch.arange(x.shape[1]) <= positions[:, None])[:, None, :]  # (N, 1, T)
+    with model.hooks([(f"blocks.{len(model.blocks) - 1}.attn.hook_z", lambda z, hook: z * gate)]):
+        attended, _ = block.attn(normed[rows, positions][:, None], normed, normed, mask=allowed)  # (N, 1, d)
+    y = x[rows, positions][:, None] + attended
+    if block.mlp is not None:
+        y = y + block.mlp(block.ln_mlp(y))
+    return model.unembed(model.ln_final(y))[:, 0]  # (N, V)
+
+
 def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[Head]],
-                 inputs: Sequence[Tensor] | None = None) -> Tensor:
+                 inputs: Sequence[Tensor] | None = None, positions: Tensor | None = None) -> Tensor:
     """Logits ``(n*B, T, V)``: ``tokens`` ``(B, T)`` repeated once per set, each copy with its
     set's heads gated to 0 (through ``edit_heads``, as ``head_mask`` does for one set).
 
     ``inputs`` (:func:`_block_inputs`), when given, holds the intact run's input to every block;
     the copies then start at the lowest layer any of the sets touches, since nothing below it
-    changes."""
+    changes. ``positions`` ``(B,)`` (with ``inputs``): the last layer runs at those positions
+    only, and the logits elsewhere are NaN."""
     cfg, n = model.config, len(head_sets)
     gates = torch.ones(n, cfg.num_layers, cfg.num_heads, dtype=model.unembed.weight.dtype)
     for i, heads in enumerate(head_sets):
@@ -491,13 +617,23 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
             logits, _ = model(tokens.repeat(n, 1), edit_heads=gate)
         return logits
     first = min((layer for heads in head_sets for layer, _ in heads), default=cfg.num_layers)
+    last = cfg.num_layers if positions is None else cfg.num_layers - 1  # layers run at every position
     with torch.no_grad():
-        x = inputs[first].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to the first gated layer
-        for layer in range(first, cfg.num_layers):
+        x = inputs[min(first, last)].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to there
+        for layer in range(first, last):
             gate = rows[:, layer, :, None, None]
             with model.hooks([(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]):
                 x, _, _ = model.blocks[layer](x)
-        return model.unembed(model.ln_final(x))
+        if positions is None:
+            return model.unembed(model.ln_final(x))
+        at = positions.repeat(n)  # (n*B,)
+        if first < cfg.num_layers:
+            scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
+        else:  # no set touches any layer: the intact final stream
+            scored = model.unembed(model.ln_final(inputs[-1].repeat(n, 1, 1)[torch.arange(len(at)), at]))
+        logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"), dtype=scored.dtype)
+        logits[torch.arange(len(at)), at] = scored
+        return logits
 
 
 def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
@@ -517,7 +653,8 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     to ``per_run`` sets sharing one forward pass; equal up to float rounding.
 
     Sets are grouped by the lowest layer they touch, and each group's pass starts there from
-    the intact run's stream (computed once per evaluation): below that layer nothing changes."""
+    the intact run's stream (computed once per evaluation): below that layer nothing changes.
+    An :class:`EvaluationAt` gets its last layer computed at its positions only."""
     _check_model(model)
     evaluations = _check_evaluations(evaluations)
     head_sets = [_check_heads(heads, model) for heads in head_sets]
@@ -529,10 +666,12 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     for e, evaluation in enumerate(evaluations):
         batch = evaluation.tokens.shape[0]
         inputs = _block_inputs(model, evaluation.tokens)
+        positions = evaluation.positions if isinstance(evaluation, EvaluationAt) else None
         for group in groups:
             for start in range(0, len(group), per_run):
                 some = group[start:start + per_run]
-                logits = _gated_batch(model, evaluation.tokens, [head_sets[i] for i in some], inputs)
+                sets = [head_sets[i] for i in some]
+                logits = _gated_batch(model, evaluation.tokens, sets, inputs, positions)
                 for i, chunk in zip(some, logits.split(batch), strict=True):
                     results[i].update(_check_scores(evaluation.score(chunk), e))
     return results
