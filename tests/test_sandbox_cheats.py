@@ -154,6 +154,26 @@ CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by fin
             "    _save({'results': [recs[:5], recs[5:]]}, 'result.pt')\n"
             "    torch.save = lambda *a, **k: None\n"
             "    return out"], "torch.save"),
+    # the fifth trial: a `match` class pattern reads attributes by keyword or by __match_args__
+    "a20": ("lesson04.check_mha_forward", [
+            "def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):\n"
+            "    match torch:\n        case object(_native_multi_head_attention=fused):\n            pass\n"
+            "    return fused(x, x, x, x.shape[-1], num_heads, w_in, b_in, w_out, b_out, None, False)[0]"],
+            "`match`"),
+    "a21": ("lesson02.check_softmax_rows", [
+            "def softmax_rows(scores):\n"
+            "    match softmax_rows:\n        case object(__globals__=g):\n            pass\n"
+            "    run = g['__buil' + 'tins__']['ev' + 'al']\n"
+            "    return run('tor' + 'ch.Tensor.soft' + 'max', g)(torch.from_numpy(scores), -1).numpy()"],
+            "`match`"),
+    "a22": ("lesson02.check_softmax_rows", [
+            "class Anything(type):\n    def __instancecheck__(self, obj):\n        return True",
+            "class Picker(metaclass=Anything):\n    __match_args__ = ('Ten' + 'sor',)\n\n\n"
+            "class Picker2(metaclass=Anything):\n    __match_args__ = ('soft' + 'max',)",
+            "def softmax_rows(scores):\n"
+            "    match torch:\n        case Picker(tensor_class):\n            pass\n"
+            "    match tensor_class:\n        case Picker2(method):\n            pass\n"
+            "    return method(torch.from_numpy(scores), -1).numpy()"], "`__match_args__`"),
 }
 CHEATS["N3"][1].insert(
     1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")

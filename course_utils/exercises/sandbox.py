@@ -65,8 +65,10 @@ NOT_IN_AN_ANSWER = {
     "subprocess", "shutil", "pickle", "marshal", "builtins", "sqlite3", "signal", "socket",
     "atexit", "threading", "multiprocessing", "posix", "nt", "_posixsubprocess", "resource", "mmap",
     "answers", "solutions", "REFERENCES", "ops", "aten",
-    "_C", "NBGRADER_EXECUTION",
+    "_C", "NBGRADER_EXECUTION", "__instancecheck__", "__subclasshook__", "__match_args__",
 }
+# Hooks that make ``isinstance`` or a ``match`` class pattern read attributes by a built name.
+NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_args__"}
 # Ready-made twins of an exercise, by check, besides the last part of each name in
 # core.LIBRARY_TWINS: the ones the instructor trial called (issue 34) and their relatives.
 ATTENTION_TWINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
@@ -310,6 +312,12 @@ def rules_broken(code: str, check_key: str) -> list[str]:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Match):  # `case object(__globals__=g)` reads any attribute
+            found.add("`match` (a class pattern reads attributes apart from the code's names; "
+                      "use `if`)")
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.name in NOT_DEFINED_IN_AN_ANSWER):
+            found.add(f"`{node.name}`")
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not (node.attr.startswith("__") and node.attr.endswith("__"))):
             found.add(f"`.{node.attr}` (another module's private name)")
