@@ -110,6 +110,8 @@ NOT_FROM_ALLOWED_MODULES = {
     "hub", "package", "serialization", "cpp_extension", "load_inline", "load_library", "ctypeslib",
     "library", "jit", "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod",
     "__loader__", "__spec__", "__file__",
+    # numpy's .npy reader unpickles any object (builtins.exec) when asked to (fifth trial a04, a10)
+    "lib", "read_array", "allow_pickle", "NpzFile", "pickle", "Unpickler",
 }
 
 
@@ -276,6 +278,8 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
             found.add(f"`.{node.attr}` (reads or writes files, or runs a string as code)")
         elif isinstance(node, ast.Name) and node.id in NOT_FROM_ALLOWED_MODULES:
             found.add(f"`{node.id}` (reads or writes files, or runs a string as code)")
+        elif isinstance(node, ast.keyword) and node.arg in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`{node.arg}=` (reads or writes files, or runs a string as code)")
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
             root = node.value
             while isinstance(root, (ast.Attribute, ast.Subscript)):
