@@ -112,6 +112,8 @@ NOT_FROM_ALLOWED_MODULES = {
     "__loader__", "__spec__", "__file__",
     # numpy's .npy reader unpickles any object (builtins.exec) when asked to (fifth trial a04, a10)
     "lib", "read_array", "allow_pickle", "NpzFile", "pickle", "Unpickler",
+    # tables of every torch function, to pick one by a name built at run time (fifth trial a15)
+    "overrides", "get_overridable_functions", "get_testing_overrides", "get_ignored_functions",
 }
 
 
@@ -255,7 +257,27 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
     string evaluator (:data:`NOT_FROM_ALLOWED_MODULES`), or assigns an attribute of anything
     but the answer's own object (``self``, ``cls``): ``torch.save = ...``, ``np.x = ...``."""
     found: set[str] = set()
+    imported: dict[str, str] = {}  # a name the answer binds by import -> the module or object
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    imported[alias.asname] = alias.name
+                else:
+                    imported[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):  # a module reached as an attribute: torch.fx, np.lib
+            parts, root = [], node
+            while isinstance(root, ast.Attribute):
+                parts.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                dotted = ".".join([imported[root.id], *reversed(parts)])
+                if not _module_allowed(dotted, check_key) and _is_module(dotted):
+                    found.add(f"`{ast.unparse(node)}` (the module {dotted}, which answers may not use)")
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not _module_allowed(alias.name, check_key):
