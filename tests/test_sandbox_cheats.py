@@ -200,6 +200,13 @@ CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by fin
              "def softmax_rows(scores, t=torch.nn.modules):\n"
              "    return t.activation.Softmax(-1)(torch.from_numpy(scores)).numpy()"],
              "the module torch.nn.modules"),
+    # the fifth trial: softmax's relatives, which give softmax back
+    "a01": ("lesson02.check_softmax_rows", [
+            "def softmax_rows(scores):\n    return F.softmin(torch.from_numpy(-scores), dim=-1).numpy()"],
+            "`softmin`"),
+    "a07": ("lesson02.check_softmax_rows", [
+            "def softmax_rows(scores):\n"
+            "    return torch.nn.LogSoftmax(-1)(torch.from_numpy(scores)).exp().numpy()"], "`LogSoftmax`"),
 }
 CHEATS["N3"][1].insert(
     1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")

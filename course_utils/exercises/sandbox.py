@@ -92,6 +92,10 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
                                    "_native_multi_head_attention", "MultiHeadAttention",
                                    "MultiheadAttention"),
 }
+# Parts of a name (any case) that mark a ready-made twin of an exercise wherever they appear in
+# a name the answer does not define itself: softmin, Softmax, LogSoftmax, gumbel_softmax (fifth
+# trial a01, a07).
+TWIN_PARTS: dict[str, tuple[str, ...]] = {"lesson02.check_softmax_rows": ("softm",)}
 # Exercises whose Library use line allows part of course_utils; every other one rules it out.
 COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
 # The only modules an answer may import (a name here allows its submodules only where listed):
@@ -334,6 +338,13 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     mentioned = _names_in(tree)
     found |= {f"`{n}`" for n in mentioned & NOT_IN_AN_ANSWER}
     found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned & twins}
+    if TWIN_PARTS.get(check_key):
+        own = {n.name for n in ast.walk(tree)
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        own |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        own |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+        found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned - own
+                  if any(part in n.lower() for part in TWIN_PARTS[check_key])}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
