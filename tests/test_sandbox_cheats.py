@@ -207,6 +207,15 @@ CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by fin
     "a07": ("lesson02.check_softmax_rows", [
             "def softmax_rows(scores):\n"
             "    return torch.nn.LogSoftmax(-1)(torch.from_numpy(scores)).exp().numpy()"], "`LogSoftmax`"),
+    # the fifth trial: the parameter count read off torch's own layers
+    "a13": ("lesson03.check_parameter_count", [
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    layer = torch.nn.MultiheadAttention(d_model, num_heads, bias=bias)\n"
+            "    return sum(p.numel() for p in layer.parameters())"], "`MultiheadAttention`"),
+    "a13b": ("lesson03.check_parameter_count", [
+             "def parameter_count(d_model, num_heads, bias=True):\n"
+             "    layer = torch.nn.TransformerEncoderLayer(d_model, num_heads, bias=bias)\n"
+             "    return sum(p.numel() for p in layer.self_attn.parameters())"], "`TransformerEncoderLayer`"),
 }
 CHEATS["N3"][1].insert(
     1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")
