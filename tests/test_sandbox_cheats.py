@@ -311,3 +311,27 @@ def test_folders_shown_under_tmp_are_bound_after_the_empty_tmp(monkeypatch, tmp_
     empty_tmp = max(i for i, a in enumerate(argv[:-1]) if a == "--tmpfs" and argv[i + 1] == "/tmp")
     bound = argv.index(str(inside))
     assert argv[bound - 1] == "--ro-bind" and empty_tmp < bound - 1
+
+
+# -- the fifth trial: definitions of one cell keep their order under any hash seed -------------
+ORDER_SCRIPT = """
+import ast
+from course_utils.exercises import sandbox
+cells = ["import torch", "class Base:\\n    scale = 2.0\\n\\n\\nclass Scaled(Base):\\n    pass\\n\\n\\n"
+         "def repeat_kv(kv, num_heads):\\n"
+         "    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1) * Scaled.scale / 2"]
+code = sandbox.answer_source(cells, "repeat_kv", 1)
+print(" ".join(n.name for n in ast.parse(code).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))))
+"""
+
+
+@pytest.mark.parametrize("seed", ["0", "3"])
+def test_a_base_class_comes_before_its_subclass_of_the_same_cell_under_any_hash_seed(seed):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    out = subprocess.run([sys.executable, "-c", ORDER_SCRIPT], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    assert out == ["Base", "Scaled", "repeat_kv"], out

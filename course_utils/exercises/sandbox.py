@@ -208,7 +208,8 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
             chosen.append(node)
     chosen.sort(key=lambda n: (not (isinstance(n, ast.ImportFrom) and n.module == "__future__"),
                                order.get(id(n), 0)))
-    body = chosen + sorted((definitions[k] for k in keep), key=lambda n: order.get(id(n), 0))
+    # by cell, then by line: a set's order (hash randomisation) put a subclass before its base
+    body = chosen + sorted((definitions[k] for k in keep), key=lambda n: (order.get(id(n), 0), n.lineno))
     try:
         return ast.unparse(ast.Module(body=body, type_ignores=[]))
     except (RecursionError, MemoryError, ValueError):
