@@ -216,6 +216,11 @@ CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by fin
              "def parameter_count(d_model, num_heads, bias=True):\n"
              "    layer = torch.nn.TransformerEncoderLayer(d_model, num_heads, bias=bias)\n"
              "    return sum(p.numel() for p in layer.self_attn.parameters())"], "`TransformerEncoderLayer`"),
+    # the fifth trial: a module imported as `self`, whose attributes an answer may then set
+    "a09": ("lesson02.check_softmax_rows", [
+            "import torch.nn.functional as self\n"
+            "def softmax_rows(scores):\n    self.pad = torch.softmax\n"
+            "    return self.pad(torch.from_numpy(scores), -1).numpy()"], "importing as `self`"),
 }
 CHEATS["N3"][1].insert(
     1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")

@@ -277,6 +277,16 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    own_names = {"self", "cls"}  # an answer sets attributes only through these: never bind a module to them
+    for name in sorted(own_names & set(imported)):
+        found.add(f"importing as `{name}` (the name of an object's own first parameter)")
+    for top in getattr(tree, "body", []):
+        targets = [t for t in ast.walk(top) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)] \
+            if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else []
+        for target in targets:
+            if target.id in own_names:
+                found.add(f"binding `{target.id}` outside a method (the name of an object's own "
+                          "first parameter)")
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):  # a module reached as an attribute: torch.fx, np.lib
             parts, root = [], node
