@@ -154,6 +154,73 @@ CHEATS = {  # the trial's answers (its tools/new2.py, new3.py, n14.json), by fin
             "    _save({'results': [recs[:5], recs[5:]]}, 'result.pt')\n"
             "    torch.save = lambda *a, **k: None\n"
             "    return out"], "torch.save"),
+    # the fifth trial: a `match` class pattern reads attributes by keyword or by __match_args__
+    "a20": ("lesson04.check_mha_forward", [
+            "def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):\n"
+            "    match torch:\n        case object(_native_multi_head_attention=fused):\n            pass\n"
+            "    return fused(x, x, x, x.shape[-1], num_heads, w_in, b_in, w_out, b_out, None, False)[0]"],
+            "`match`"),
+    "a21": ("lesson02.check_softmax_rows", [
+            "def softmax_rows(scores):\n"
+            "    match softmax_rows:\n        case object(__globals__=g):\n            pass\n"
+            "    run = g['__buil' + 'tins__']['ev' + 'al']\n"
+            "    return run('tor' + 'ch.Tensor.soft' + 'max', g)(torch.from_numpy(scores), -1).numpy()"],
+            "`match`"),
+    "a22": ("lesson02.check_softmax_rows", [
+            "class Anything(type):\n    def __instancecheck__(self, obj):\n        return True",
+            "class Picker(metaclass=Anything):\n    __match_args__ = ('Ten' + 'sor',)\n\n\n"
+            "class Picker2(metaclass=Anything):\n    __match_args__ = ('soft' + 'max',)",
+            "def softmax_rows(scores):\n"
+            "    match torch:\n        case Picker(tensor_class):\n            pass\n"
+            "    match tensor_class:\n        case Picker2(method):\n            pass\n"
+            "    return method(torch.from_numpy(scores), -1).numpy()"], "`__match_args__`"),
+    # the fifth trial: numpy's .npy reader unpickles builtins.exec from bytes the answer builds
+    "a04": ("lesson02.check_softmax_rows", [
+            "class Feed:\n    def __init__(self, data):\n        self.data, self.pos = data, 0\n\n"
+            "    def read(self, n=-1):\n        n = len(self.data) - self.pos if n is None or n < 0 else n\n"
+            "        chunk = self.data[self.pos:self.pos + n]\n        self.pos += len(chunk)\n"
+            "        return chunk",
+            "def softmax_rows(scores):\n"
+            "    head = b\"{'descr': '|O', 'fortran_order': False, 'shape': (1,), }\"\n"
+            "    head = head + b' ' * (63 - (10 + len(head)) % 64) + b'\\n'\n"
+            "    data = b'\\x93NUMPY\\x01\\x00' + bytes([len(head), 0]) + head + b'cbuiltins\\nexec\\n.'\n"
+            "    run = np.lib.format.read_array(Feed(data), allow_pickle=True)\n"
+            "    ns = {}\n    run('import torch; t = torch.softmax', ns)\n"
+            "    return ns['t'](torch.from_numpy(scores), dim=-1).numpy()"], "`.read_array`"),
+    "a10": ("lesson04.check_mha_forward", [
+            "def mha_forward(x, w_in, b_in, w_out, b_out, num_heads, reader=np.lib.format):\n"
+            "    run = reader.read_array(x, True)\n    return run"], "`.lib`"),
+    # the fifth trial: torch's table of overridable functions, searched by a built name
+    "a15": ("lesson02.check_softmax_rows", [
+            "def softmax_rows(scores):\n    table = torch.overrides.get_overridable_functions()\n"
+            "    fn = [f for group in table.values() for f in group\n"
+            "          if f.__name__ == 'soft' + 'max' and f.__qualname__.startswith('Tensor')][0]\n"
+            "    return fn(torch.from_numpy(scores), -1).numpy()"], "`.get_overridable_functions`"),
+    "a15b": ("lesson02.check_softmax_rows", [
+             "def softmax_rows(scores, t=torch.nn.modules):\n"
+             "    return t.activation.Softmax(-1)(torch.from_numpy(scores)).numpy()"],
+             "the module torch.nn.modules"),
+    # the fifth trial: softmax's relatives, which give softmax back
+    "a01": ("lesson02.check_softmax_rows", [
+            "def softmax_rows(scores):\n    return F.softmin(torch.from_numpy(-scores), dim=-1).numpy()"],
+            "`softmin`"),
+    "a07": ("lesson02.check_softmax_rows", [
+            "def softmax_rows(scores):\n"
+            "    return torch.nn.LogSoftmax(-1)(torch.from_numpy(scores)).exp().numpy()"], "`LogSoftmax`"),
+    # the fifth trial: the parameter count read off torch's own layers
+    "a13": ("lesson03.check_parameter_count", [
+            "def parameter_count(d_model, num_heads, bias=True):\n"
+            "    layer = torch.nn.MultiheadAttention(d_model, num_heads, bias=bias)\n"
+            "    return sum(p.numel() for p in layer.parameters())"], "`MultiheadAttention`"),
+    "a13b": ("lesson03.check_parameter_count", [
+             "def parameter_count(d_model, num_heads, bias=True):\n"
+             "    layer = torch.nn.TransformerEncoderLayer(d_model, num_heads, bias=bias)\n"
+             "    return sum(p.numel() for p in layer.self_attn.parameters())"], "`TransformerEncoderLayer`"),
+    # the fifth trial: a module imported as `self`, whose attributes an answer may then set
+    "a09": ("lesson02.check_softmax_rows", [
+            "import torch.nn.functional as self\n"
+            "def softmax_rows(scores):\n    self.pad = torch.softmax\n"
+            "    return self.pad(torch.from_numpy(scores), -1).numpy()"], "importing as `self`"),
 }
 CHEATS["N3"][1].insert(
     1, "def _hint(x: \"__import__('torch').nn.functional.scaled_dot_product_attention\"): pass")
@@ -249,3 +316,27 @@ def test_folders_shown_under_tmp_are_bound_after_the_empty_tmp(monkeypatch, tmp_
     empty_tmp = max(i for i, a in enumerate(argv[:-1]) if a == "--tmpfs" and argv[i + 1] == "/tmp")
     bound = argv.index(str(inside))
     assert argv[bound - 1] == "--ro-bind" and empty_tmp < bound - 1
+
+
+# -- the fifth trial: definitions of one cell keep their order under any hash seed -------------
+ORDER_SCRIPT = """
+import ast
+from course_utils.exercises import sandbox
+cells = ["import torch", "class Base:\\n    scale = 2.0\\n\\n\\nclass Scaled(Base):\\n    pass\\n\\n\\n"
+         "def repeat_kv(kv, num_heads):\\n"
+         "    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1) * Scaled.scale / 2"]
+code = sandbox.answer_source(cells, "repeat_kv", 1)
+print(" ".join(n.name for n in ast.parse(code).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))))
+"""
+
+
+@pytest.mark.parametrize("seed", ["0", "3"])
+def test_a_base_class_comes_before_its_subclass_of_the_same_cell_under_any_hash_seed(seed):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    out = subprocess.run([sys.executable, "-c", ORDER_SCRIPT], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    assert out == ["Base", "Scaled", "repeat_kv"], out

@@ -65,8 +65,10 @@ NOT_IN_AN_ANSWER = {
     "subprocess", "shutil", "pickle", "marshal", "builtins", "sqlite3", "signal", "socket",
     "atexit", "threading", "multiprocessing", "posix", "nt", "_posixsubprocess", "resource", "mmap",
     "answers", "solutions", "REFERENCES", "ops", "aten",
-    "_C", "NBGRADER_EXECUTION",
+    "_C", "NBGRADER_EXECUTION", "__instancecheck__", "__subclasshook__", "__match_args__",
 }
+# Hooks that make ``isinstance`` or a ``match`` class pattern read attributes by a built name.
+NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_args__"}
 # Ready-made twins of an exercise, by check, besides the last part of each name in
 # core.LIBRARY_TWINS: the ones the instructor trial called (issue 34) and their relatives.
 ATTENTION_TWINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
@@ -81,6 +83,10 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
     "lesson02.check_attention_weights": ATTENTION_TWINS + ("_softmax_rows",),
     "lesson02.check_causal_attention_weights": ATTENTION_TWINS + ("_softmax_rows", "causal_mask"),
     "lesson02.check_single_head_attention": ATTENTION_TWINS + ("_softmax_rows",),
+    "lesson03.check_parameter_count": ("MultiheadAttention", "MultiHeadAttention",
+                                        "TransformerEncoderLayer", "TransformerDecoderLayer",
+                                        "Transformer", "TransformerEncoder", "TransformerDecoder",
+                                        "self_attn", "multihead_attn"),
     "lesson03.check_merge_heads": ("merge_heads", "MultiHeadAttention"),
     "lesson03.check_split_heads": ("split_heads", "MultiHeadAttention"),
     "lesson04.check_stack_head_weights": ("naive_mha", "naive_from_batched", "stack_head_weights"),
@@ -90,6 +96,10 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
                                    "_native_multi_head_attention", "MultiHeadAttention",
                                    "MultiheadAttention"),
 }
+# Parts of a name (any case) that mark a ready-made twin of an exercise wherever they appear in
+# a name the answer does not define itself: softmin, Softmax, LogSoftmax, gumbel_softmax (fifth
+# trial a01, a07).
+TWIN_PARTS: dict[str, tuple[str, ...]] = {"lesson02.check_softmax_rows": ("softm",)}
 # Exercises whose Library use line allows part of course_utils; every other one rules it out.
 COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
 # The only modules an answer may import (a name here allows its submodules only where listed):
@@ -108,6 +118,10 @@ NOT_FROM_ALLOWED_MODULES = {
     "hub", "package", "serialization", "cpp_extension", "load_inline", "load_library", "ctypeslib",
     "library", "jit", "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod",
     "__loader__", "__spec__", "__file__",
+    # numpy's .npy reader unpickles any object (builtins.exec) when asked to (fifth trial a04, a10)
+    "lib", "read_array", "allow_pickle", "NpzFile", "pickle", "Unpickler",
+    # tables of every torch function, to pick one by a name built at run time (fifth trial a15)
+    "overrides", "get_overridable_functions", "get_testing_overrides", "get_ignored_functions",
 }
 
 
@@ -194,7 +208,8 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
             chosen.append(node)
     chosen.sort(key=lambda n: (not (isinstance(n, ast.ImportFrom) and n.module == "__future__"),
                                order.get(id(n), 0)))
-    body = chosen + sorted((definitions[k] for k in keep), key=lambda n: order.get(id(n), 0))
+    # by cell, then by line: a set's order (hash randomisation) put a subclass before its base
+    body = chosen + sorted((definitions[k] for k in keep), key=lambda n: (order.get(id(n), 0), n.lineno))
     try:
         return ast.unparse(ast.Module(body=body, type_ignores=[]))
     except (RecursionError, MemoryError, ValueError):
@@ -251,7 +266,37 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
     string evaluator (:data:`NOT_FROM_ALLOWED_MODULES`), or assigns an attribute of anything
     but the answer's own object (``self``, ``cls``): ``torch.save = ...``, ``np.x = ...``."""
     found: set[str] = set()
+    imported: dict[str, str] = {}  # a name the answer binds by import -> the module or object
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    imported[alias.asname] = alias.name
+                else:
+                    imported[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    own_names = {"self", "cls"}  # an answer sets attributes only through these: never bind a module to them
+    for name in sorted(own_names & set(imported)):
+        found.add(f"importing as `{name}` (the name of an object's own first parameter)")
+    for top in getattr(tree, "body", []):
+        targets = [t for t in ast.walk(top) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)] \
+            if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else []
+        for target in targets:
+            if target.id in own_names:
+                found.add(f"binding `{target.id}` outside a method (the name of an object's own "
+                          "first parameter)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):  # a module reached as an attribute: torch.fx, np.lib
+            parts, root = [], node
+            while isinstance(root, ast.Attribute):
+                parts.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                dotted = ".".join([imported[root.id], *reversed(parts)])
+                if not _module_allowed(dotted, check_key) and _is_module(dotted):
+                    found.add(f"`{ast.unparse(node)}` (the module {dotted}, which answers may not use)")
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not _module_allowed(alias.name, check_key):
@@ -274,6 +319,8 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
             found.add(f"`.{node.attr}` (reads or writes files, or runs a string as code)")
         elif isinstance(node, ast.Name) and node.id in NOT_FROM_ALLOWED_MODULES:
             found.add(f"`{node.id}` (reads or writes files, or runs a string as code)")
+        elif isinstance(node, ast.keyword) and node.arg in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`{node.arg}=` (reads or writes files, or runs a string as code)")
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
             root = node.value
             while isinstance(root, (ast.Attribute, ast.Subscript)):
@@ -306,10 +353,23 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     mentioned = _names_in(tree)
     found |= {f"`{n}`" for n in mentioned & NOT_IN_AN_ANSWER}
     found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned & twins}
+    if TWIN_PARTS.get(check_key):
+        own = {n.name for n in ast.walk(tree)
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        own |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        own |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+        found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned - own
+                  if any(part in n.lower() for part in TWIN_PARTS[check_key])}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Match):  # `case object(__globals__=g)` reads any attribute
+            found.add("`match` (a class pattern reads attributes apart from the code's names; "
+                      "use `if`)")
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.name in NOT_DEFINED_IN_AN_ANSWER):
+            found.add(f"`{node.name}`")
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not (node.attr.startswith("__") and node.attr.endswith("__"))):
             found.add(f"`.{node.attr}` (another module's private name)")
