@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .cases import Case
+
 ANSWERS_DIR = Path(__file__).resolve().parent / "answers"
 FORMAT = 2
 
@@ -127,7 +129,7 @@ def decode(data: Any) -> Any:
 
 
 def encode_case(case: Any) -> Any:
-    """A test case (:class:`~.core.Case`) as plain data, or None when an input cannot be stored
+    """A test case (:class:`~.cases.Case`) as plain data, or None when an input cannot be stored
     (a function made by the case builder): such an exercise builds its cases at check time."""
     try:
         return {"args": encode(tuple(case.args)), "kwargs": encode(dict(case.kwargs)), "label": case.label}
@@ -136,9 +138,7 @@ def encode_case(case: Any) -> Any:
 
 
 def decode_case(data: Any) -> Any:
-    """The inverse of :func:`encode_case`: a fresh :class:`~.core.Case`."""
-    from .core import Case
-
+    """The inverse of :func:`encode_case`: a fresh :class:`~.cases.Case`."""
     return Case(decode(data["args"]), decode(data["kwargs"]), data["label"])
 
 

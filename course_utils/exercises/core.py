@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from . import answers as _answers
+from .cases import Case
 
 __all__ = ["Case", "Mistake", "Exercise", "Feedback", "LIBRARY_TWINS", "outputs_close", "describe_value"]
 
@@ -156,26 +157,6 @@ class _Deadline:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous)
 _STUB_MESSAGES = ("", "your code here")
-
-
-@dataclass
-class Case:
-    """One set of inputs for the learner's function."""
-
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-    label: str = ""
-
-    def fresh(self) -> tuple[tuple, dict]:
-        """Copies of the inputs, so an in-place edit by one call cannot leak into the next."""
-        def copy(x: Any) -> Any:
-            if isinstance(x, torch.Tensor):
-                return x.clone()
-            if isinstance(x, np.ndarray):
-                return x.copy()
-            return x
-
-        return tuple(copy(a) for a in self.args), {k: copy(v) for k, v in self.kwargs.items()}
 
 
 @dataclass
