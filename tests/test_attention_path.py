@@ -140,6 +140,30 @@ def test_head_mask_and_edit_heads_are_hooks_at_hook_z():
     assert not torch.allclose(gated, model(tokens)[0])  # the gate did something
 
 
+def test_the_embeddings_pass_hook_embed_and_hook_pos_embed_in_every_pass():
+    from course_utils.model.kv_cache import PreallocatedCache, decode_step
+
+    torch.manual_seed(8)
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4)).eval()
+    tokens = torch.randint(0, 10, (2, 6))
+    logits, cache = model.run_with_cache(tokens)
+    assert torch.equal(cache["hook_embed"] + cache["hook_pos_embed"], cache["blocks.0.hook_resid_pre"])
+    # every token's embedding replaced by token 3's at the hook: the model reads a row of 3s
+    three = model.token_embedding.weight[3]
+    with model.hooks([("hook_embed", lambda tok, hook: three.expand_as(tok))]):
+        edited, _ = model(tokens)
+    torch.testing.assert_close(edited, model(torch.full_like(tokens, 3))[0])
+    assert not torch.allclose(edited, logits)
+    # a decoder that runs the blocks itself embeds through the same points, at the cached length
+    seen = []
+    kv = PreallocatedCache(2, 2, 4, 4, 8)
+    with torch.no_grad(), model.hooks([("hook_pos_embed", lambda pos, hook: seen.append(pos))]):
+        for t in range(3):
+            decode_step(model, tokens[:, t:t + 1], kv)
+    assert [torch.equal(pos, model.position_embedding.weight[t].expand(2, 1, 16)) for t, pos in
+            enumerate(seen)] == [True] * 3
+
+
 @pytest.mark.parametrize("past,message", [
     ((torch.zeros(2, 4, 3, 8),), "past must be a \\(k, v\\) pair"),
     ((torch.zeros(2, 4, 3, 8), torch.zeros(2, 4, 3, 8)), "past k must be \\(B=1, g=4, T_past, dk=8\\)"),
