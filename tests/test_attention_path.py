@@ -140,6 +140,71 @@ def test_head_mask_and_edit_heads_are_hooks_at_hook_z():
     assert not torch.allclose(gated, model(tokens)[0])  # the gate did something
 
 
+def test_the_embeddings_pass_hook_embed_and_hook_pos_embed_in_every_pass():
+    from course_utils.model.kv_cache import PreallocatedCache, decode_step
+
+    torch.manual_seed(8)
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=16, num_heads=4)).eval()
+    tokens = torch.randint(0, 10, (2, 6))
+    logits, cache = model.run_with_cache(tokens)
+    assert torch.equal(cache["hook_embed"] + cache["hook_pos_embed"], cache["blocks.0.hook_resid_pre"])
+    # every token's embedding replaced by token 3's at the hook: the model reads a row of 3s
+    three = model.token_embedding.weight[3]
+    with model.hooks([("hook_embed", lambda tok, hook: three.expand_as(tok))]):
+        edited, _ = model(tokens)
+    torch.testing.assert_close(edited, model(torch.full_like(tokens, 3))[0])
+    assert not torch.allclose(edited, logits)
+    # a decoder that runs the blocks itself embeds through the same points, at the cached length
+    seen = []
+    kv = PreallocatedCache(2, 2, 4, 4, 8)
+    with torch.no_grad(), model.hooks([("hook_pos_embed", lambda pos, hook: seen.append(pos))]):
+        for t in range(3):
+            decode_step(model, tokens[:, t:t + 1], kv)
+    assert [torch.equal(pos, model.position_embedding.weight[t].expand(2, 1, 16)) for t, pos in
+            enumerate(seen)] == [True] * 3
+
+
+def test_a_decode_kernel_takes_every_unmasked_decoding_step_with_the_same_numbers():
+    """The fast branch hands one-query, unmasked steps to ``decode_kernel`` (here lesson 07's C
+    kernel, head width 64) and everything else to F.sdpa; the logits do not change."""
+    import warnings
+
+    from course_utils.attention.fused_decode import fused_decode_attention, fused_decode_status
+    from course_utils.model.kv_cache import PreallocatedCache, decode_tokens
+
+    torch.manual_seed(9)
+    model = TinyTransformer(ModelConfig(vocab_size=12, max_len=16, d_model=256, num_heads=4, num_kv_heads=2,
+                                        num_layers=2)).eval()
+    tokens = torch.randint(0, 12, (2, 9))
+    calls = []
+
+    def kernel(q, k, v):
+        calls.append((tuple(q.shape), tuple(k.shape)))
+        return fused_decode_attention(q, k, v, num_threads=1)
+
+    with torch.no_grad():
+        full, _ = model(tokens)
+        plain = decode_tokens(model, tokens, PreallocatedCache(2, 2, 2, 64, 16))
+        for block in model.blocks:
+            block.attn.decode_kernel = kernel
+        with warnings.catch_warnings():
+            if fused_decode_status() is None:  # the C kernel is built here: no fallback warning either
+                warnings.simplefilter("error", RuntimeWarning)
+            fused = decode_tokens(model, tokens, PreallocatedCache(2, 2, 2, 64, 16))
+        assert len(calls) == 2 * 9 and calls[-1] == ((2, 4, 1, 64), (2, 2, 9, 64))  # each layer, each step
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(fused, full, rtol=1e-4, atol=1e-4)
+        calls.clear()
+        _, cache = model.forward_with_cache(tokens[:, :5])  # a prompt of 5 queries: F.sdpa
+        assert calls == []
+        step, _ = model.forward_with_cache(tokens[:, 5:6], cache)  # one query after the cache: the kernel
+        assert len(calls) == 2
+        torch.testing.assert_close(step[:, 0], full[:, 5], rtol=1e-4, atol=1e-4)
+        model.blocks[0].attn.decode_kernel = "fused"
+        with pytest.raises(TypeError, match="decode_kernel must be None or a function"):
+            model.forward_with_cache(tokens[:, 5:6], cache)
+
+
 @pytest.mark.parametrize("past,message", [
     ((torch.zeros(2, 4, 3, 8),), "past must be a \\(k, v\\) pair"),
     ((torch.zeros(2, 4, 3, 8), torch.zeros(2, 4, 3, 8)), "past k must be \\(B=1, g=4, T_past, dk=8\\)"),

@@ -80,15 +80,14 @@ def test_cached_decoding_equals_full_recomputation():
 
 def test_decoding_with_the_position_offset_forgotten_breaks_copying():
     """'copying collapses from 0.88 to 0.04 (chance is 1 in 63)': the same decoding with every
-    new token embedded at position 0, through a patched ``_embed`` as the lesson does."""
+    new token embedded at position 0, through a hook at ``hook_pos_embed`` as the lesson does."""
     model, _ = load_checkpoint("induction")
     first_half = torch.randint(1, 64, (8, 16), generator=torch.Generator().manual_seed(8))
     repeated = torch.cat([first_half, first_half], dim=1)
 
     def copy_accuracy(start_at_zero: bool) -> float:
-        embed = model._embed
-        with torch.no_grad(), mock.patch.object(
-                model, "_embed", (lambda toks, start: embed(toks, 0)) if start_at_zero else embed):
+        at_zero = [("hook_pos_embed", lambda pos, hook: model.position_embedding.weight[0].expand_as(pos))]
+        with torch.no_grad(), model.hooks(at_zero if start_at_zero else []):
             cache, logits = None, []
             for t in range(repeated.shape[1]):
                 step, cache = model.forward_with_cache(repeated[:, t:t + 1], cache)

@@ -97,6 +97,9 @@ class MultiHeadAttentionBase(nn.Module):
     d_k: int
     dropout: float
     out_proj: nn.Linear
+    # A function (q (B, h, 1, dk), k, v (B, g, T, dk)) -> heads (B, h, 1, dk) that the fast branch
+    # hands every unmasked decoding step to (see fast_attention); None: F.sdpa does them too.
+    decode_kernel: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
 
     def _add_hook_points(self) -> None:
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
@@ -143,7 +146,8 @@ class MultiHeadAttentionBase(nn.Module):
 
         The weights are computed step by step when they are wanted (``need_weights=True``,
         or a hook at ``hook_pattern``); otherwise :meth:`fast_attention` gives the same heads
-        from PyTorch's fused kernel, up to float rounding.
+        from a fused kernel (PyTorch's, or :attr:`decode_kernel` for a decoding step), up to
+        float rounding.
 
         Returns ``(output (B, Tq, d), weights (B, h, Tq, Tk) or None)``, then ``(k, v)``
         when ``return_kv``.
@@ -173,9 +177,21 @@ class MultiHeadAttentionBase(nn.Module):
 
     def fast_attention(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None,
                        causal_only: bool) -> Tensor:
-        """The fast path: ``F.scaled_dot_product_attention`` does scores, mask, softmax and
-        ``@ V`` in one fused kernel, never storing the ``(Tq, Tk)`` weights; ``(B, h, Tq, dk)``.
-        ``causal_only`` (no other mask, no cache) lets the kernel skip the blocked keys itself."""
+        """The fast branch of :meth:`forward`: scores, mask, softmax and ``@ V`` in one fused
+        kernel that never stores the ``(Tq, Tk)`` weights; returns the heads ``(B, h, Tq, dk)``,
+        the step-by-step branch's numbers up to float rounding. Two kernels:
+
+        * a decoding step (one query per sequence, no mask: it may read every cached key) goes
+          to :attr:`decode_kernel` when one is set, e.g.
+          :func:`~course_utils.attention.fused_decode.fused_decode_attention`, the C kernel of
+          lesson 07 (float32 on the CPU, head width 64, no gradients: it says so if not);
+        * everything else goes to ``F.scaled_dot_product_attention``; ``causal_only`` (no other
+          mask, no cache) lets it skip the blocked keys itself."""
+        if self.decode_kernel is not None and q.shape[2] == 1 and allowed is None:
+            if not callable(self.decode_kernel):
+                raise TypeError(f"decode_kernel must be None or a function (q, k, v) -> heads, like "
+                                f"fused_decode_attention, got {type(self.decode_kernel).__name__}")
+            return self.decode_kernel(q, k, v)  # q (B, h, 1, dk); k, v (B, g, T, dk) -> (B, h, 1, dk)
         p = self.dropout if self.training else 0.0
         if causal_only:
             allowed = None  # the kernel applies the causal mask itself

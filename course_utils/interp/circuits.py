@@ -186,7 +186,10 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
 
     It is the model's own forward pass, read and edited through its hook points: each layer's
     ``hook_resid_pre`` and ``attn.hook_z`` are recorded, ``replace`` edits ``hook_attn_out``, and
-    ``keys_without`` / ``queries_without`` recompute ``attn.hook_k`` / ``attn.hook_q``.
+    ``keys_without`` / ``queries_without`` recompute ``attn.hook_k`` / ``attn.hook_q``. Lesson 05
+    writes the direct logit attribution and the key patch out by hand on ``run_with_cache``'s
+    tensors; ``tests/test_lesson05_by_hand.py`` keeps those lines equal to these functions.
+    ``tokens`` are checked by the model's forward, before any hook runs.
     """
     _check_model(model)
     config = model.config
@@ -220,7 +223,6 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
                 raise ValueError(f"{name}_without[{layer}] may only name heads of earlier layers, "
                                  f"got {heads}")
             edits[name, layer] = heads
-    model._check_tokens(tokens)
     residual, head_outputs = [], []  # filled by the hooks, layer by layer, as the model runs
     attn_change: list[torch.Tensor] = []  # per layer: what replace adds to the attention output
 

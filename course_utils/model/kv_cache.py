@@ -623,7 +623,7 @@ def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
     if isinstance(token, Tensor) and (token.ndim != 2 or token.shape[1] != 1):
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     _check_decode(model, token, cache, "token")
-    x = model._embed(token, cache.length)  # (B, 1, d)
+    x = model.embed(token, cache.length)  # (B, 1, d), through the model's hook_embed and hook_pos_embed
     for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v (B, g, 1, dk)
         x, _, _ = block(x, past=functools.partial(cache.append, i))  # and hands back all T positions'
     return model.unembed(model.ln_final(x))

@@ -4,7 +4,9 @@ Pre-LayerNorm blocks, learned positional embeddings, causal self-attention, an o
 MLP (``mlp=False`` gives an attention-only model, the kind in which induction heads are
 easiest to read). What the later lessons use:
 
-* hook points (:mod:`course_utils.attention.hooks`): every block's attention layer passes
+* hook points (:mod:`course_utils.attention.hooks`): the embeddings pass ``hook_embed``
+  (tokens) and ``hook_pos_embed`` (positions, see :meth:`TinyTransformer.embed`), and every
+  block's attention layer passes
   ``q``, ``k``, ``v``, the pattern and each head's output ``z`` through named identity modules
   (``blocks.0.attn.hook_z``), and the block its residual stream (``blocks.0.hook_resid_pre``,
   ``hook_attn_out``, ``hook_resid_mid``, ``hook_resid_post``). :meth:`TinyTransformer.hooks`
@@ -244,6 +246,7 @@ class TinyTransformer(nn.Module):
         # Adam's early steps cannot swamp them, and induction heads form several times
         # sooner. The unembedding starts small so the first predictions are near uniform.
         nn.init.normal_(self.unembed.weight, std=0.02)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()  # see embed()
         name_hook_points(self)  # "blocks.0.attn.hook_z", ...
 
     # -- hook points (course_utils.attention.hooks) ------------------------------------
@@ -355,9 +358,19 @@ class TinyTransformer(nn.Module):
                             f"the cache)")
 
     # -- forward passes -----------------------------------------------------------
-    def _embed(self, tokens: Tensor, start: int) -> Tensor:
+    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """The residual stream entering block 0 for ``tokens`` ``(B, T)`` at positions
+        ``start, start + 1, ...`` (``start`` = tokens already cached): the token embeddings pass
+        the hook point ``hook_embed`` and the position embeddings ``hook_pos_embed``, each
+        ``(B, T, d)``, and their sum is returned. A decoder that runs the blocks itself
+        (:func:`course_utils.model.kv_cache.decode_step`) embeds through here, so hooks on
+        these two points see every pass."""
         positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
-        return self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, d)
+        tok = self.hook_embed(self.token_embedding(tokens))  # (B, T, d)
+        pos = self.hook_pos_embed(self.position_embedding(positions).expand_as(tok))  # (B, T, d)
+        return tok + pos  # (B, T, d)
+
+    _embed = embed  # the old private name, still read by interp/patching.py until it uses hooks
 
     def forward(
         self,
@@ -377,7 +390,7 @@ class TinyTransformer(nn.Module):
         if edit_heads is not None and not callable(edit_heads):
             raise TypeError(f"edit_heads must be a function (layer, heads) -> heads or None, "
                             f"got {type(edit_heads).__name__}")
-        x = self._embed(tokens, 0)  # (B, T, d)
+        x = self.embed(tokens)  # (B, T, d)
         attention = [] if return_attention else None
         with self.hooks(self._head_hooks(gates, edit_heads)):
             for block in self.blocks:
@@ -406,7 +419,7 @@ class TinyTransformer(nn.Module):
                 f"cache holds batch size {cache.batch_size}, tokens have batch size {tokens.shape[0]}"
             )
         gates = self._check_head_mask(head_mask)
-        x = self._embed(tokens, past_len)  # (B, T_new, d)
+        x = self.embed(tokens, past_len)  # (B, T_new, d)
         new_layers = []
         with self.hooks(self._head_hooks(gates, None)):
             for i, block in enumerate(self.blocks):
