@@ -72,7 +72,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_int(self.steps, "steps", minimum=1)
-        check_int(self.warmup_steps, "warmup_steps", minimum=0)  # beyond steps: lr is never reached
+        check_int(self.warmup_steps, "warmup_steps", minimum=0)  # beyond steps: cut to steps (lr_at)
         check_flag(self.decay, "decay")
         for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
             value = getattr(self, name)
@@ -83,13 +83,18 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number {low}, got {value!r}")
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``)."""
+        """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``).
+
+        A warm-up longer than the run (``warmup_steps > steps``, e.g. the default 20 with
+        ``steps=5``) is cut to the run: the rate then climbs to ``lr`` at the last step rather
+        than stopping part-way up."""
         check_int(step, "step", minimum=0, maximum=self.steps - 1)
-        if step < self.warmup_steps:
-            return self.lr * (step + 1) / self.warmup_steps
+        warmup = min(self.warmup_steps, self.steps)
+        if step < warmup:
+            return self.lr * (step + 1) / warmup
         if not self.decay:
             return self.lr
-        progress = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        progress = (step - warmup) / max(1, self.steps - warmup)
         return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(progress * math.pi)))
 
 
