@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_int
+from ..attention.validation import check_int, check_rows
 from ..env import check_seed
 
 __all__ = [
@@ -166,6 +166,13 @@ class InductionTask:
 
 def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
     """``targets[:, t] = tokens[:, t + 1]``; the last column (and padding) is ``-100``."""
+    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
+        got = f"dtype {tokens.dtype}" if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise TypeError(f"tokens must be a torch.long tensor (B, T) of token ids, got {got}")
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be 2-D (B, T), got shape {tuple(tokens.shape)}")
+    if pad_id is not None:
+        check_int(pad_id, "pad_id", minimum=0)
     targets = torch.full_like(tokens, IGNORE_INDEX)
     targets[:, :-1] = tokens[:, 1:]
     if pad_id is not None:
@@ -180,6 +187,10 @@ def _check_logits(logits: object, tokens: Tensor) -> None:
         raise ValueError(
             f"logits must be (B, T, V) with (B, T) = {tuple(tokens.shape)}, got {tuple(logits.shape)}"
         )
+    if logits.is_floating_point() and bool(torch.isnan(logits).any()):
+        where = tuple((torch.isnan(logits)).nonzero()[0].tolist())
+        raise ValueError(f"logits hold NaN (first at index {where}): an argmax over NaN is no "
+                         "prediction, so no accuracy can be read from them")
 
 
 def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
@@ -264,7 +275,9 @@ class AgreementBatch:
     template: list[str] = field(default_factory=list)
 
     def take(self, rows: Tensor) -> AgreementBatch:
-        """The sentences at ``rows`` (an index tensor ``(n,)``), as a batch of their own."""
+        """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
+        ``B`` entries), as a batch of their own."""
+        rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch")
         tensors = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "template"}
         return AgreementBatch(**tensors, template=[self.template[i] for i in rows.tolist()])
 
