@@ -134,7 +134,8 @@ CASES = [
          lambda: synthetic.next_token_targets(torch.zeros(2, 3, dtype=torch.long), pad_id=1.5), TypeError,
          ["pad_id", "int", "1.5"]),
     Case("induction_accuracy NaN logits", lambda: synthetic.induction_accuracy(
-        torch.full((2, 32, 64), float("nan")), INDUCTION), ValueError, ["logits", "NaN", "(0, 0, 0)"]),
+        torch.full((2, 32, 64), float("nan")), INDUCTION), ValueError,
+         ["logits", "NaN", "scored positions"]),
     Case("AgreementBatch.take out of range", lambda: AGREE.take(torch.tensor([100])), IndexError,
          ["rows", "0..7", "100"]),
     Case("AgreementBatch.take negative", lambda: AGREE.take([-1]), IndexError, ["rows", "0..7", "-1"]),
@@ -247,6 +248,19 @@ def test_a_warmup_longer_than_the_run_reaches_the_learning_rate_at_the_last_step
     assert rates[0] == pytest.approx(1e-3)
     longer = TrainConfig(steps=100, lr=1e-2, warmup_steps=10)  # a warm-up inside the run is unchanged
     assert longer.lr_at(9) == pytest.approx(1e-2) and longer.lr_at(0) == pytest.approx(1e-3)
+
+
+def test_nan_logits_count_only_where_a_metric_reads_them():
+    """A partial forward pass leaves NaN where no metric looks: those positions are allowed."""
+    logits = torch.zeros(2, 32, 64)
+    scored = INDUCTION.scored[:, :-1]
+    unread = (~scored).nonzero()[0].tolist()
+    logits[unread[0], unread[1]] = float("nan")
+    assert 0.0 <= synthetic.induction_accuracy(logits, INDUCTION) <= 1.0
+    read = scored.nonzero()[0].tolist()
+    logits[read[0], read[1]] = float("nan")
+    with pytest.raises(ValueError, match="NaN at scored positions"):
+        synthetic.induction_accuracy(logits, INDUCTION)
 
 
 def test_agreement_score_takes_numpy_int_positions():

@@ -187,10 +187,15 @@ def _check_logits(logits: object, tokens: Tensor) -> None:
         raise ValueError(
             f"logits must be (B, T, V) with (B, T) = {tuple(tokens.shape)}, got {tuple(logits.shape)}"
         )
-    if logits.is_floating_point() and bool(torch.isnan(logits).any()):
-        where = tuple((torch.isnan(logits)).nonzero()[0].tolist())
-        raise ValueError(f"logits hold NaN (first at index {where}): an argmax over NaN is no "
-                         "prediction, so no accuracy can be read from them")
+
+
+def _refuse_nan_where_read(read: Tensor, where: str) -> None:
+    """The logits a metric reads (``read``, gathered from ``logits``) hold no NaN: an argmax or a
+    margin over NaN is no prediction. Positions a metric does not read may hold NaN (a partial
+    forward pass fills them so)."""
+    if read.is_floating_point() and bool(torch.isnan(read).any()):
+        raise ValueError(f"logits hold NaN at {where} that this metric reads: an argmax or a margin "
+                         "over NaN is no prediction, so no score can be read from them")
 
 
 def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
@@ -199,6 +204,7 @@ def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
     prediction = logits[:, :-1].argmax(-1)  # (B, T-1): predicts tokens[:, 1:]
     correct = prediction == batch.tokens[:, 1:].to(prediction.device)
     scored = batch.scored[:, :-1].to(prediction.device)
+    _refuse_nan_where_read(logits[:, :-1][scored], "scored positions")
     return float(correct[scored].float().mean())
 
 
@@ -493,6 +499,7 @@ def agreement_margins(logits: Tensor, batch: AgreementBatch) -> Tensor:
     _check_logits(logits, batch.tokens)
     rows = torch.arange(len(batch), device=logits.device)
     at_verb = logits[rows, batch.predict_pos.to(logits.device)]  # (B, V)
+    _refuse_nan_where_read(at_verb, "predict_pos (the position before the verb)")
     correct = at_verb.gather(1, batch.correct_id.to(logits.device).unsqueeze(1)).squeeze(1)
     wrong = at_verb.gather(1, batch.wrong_id.to(logits.device).unsqueeze(1)).squeeze(1)
     return correct - wrong
