@@ -265,3 +265,12 @@ def test_nan_logits_count_only_where_a_metric_reads_them():
 
 def test_agreement_score_takes_numpy_int_positions():
     assert torch.equal(agreement_score(W, np.int64(4), np.int64(1)), agreement_score(W, 4, 1))
+
+
+def test_run_with_your_attention_reports_a_function_of_the_wrong_arity():
+    """The learner's run never raises because of their function: the arity check becomes the
+    report's error line, naming what was expected."""
+    from course_utils.exercises.your_attention import run_with_your_attention
+
+    report = run_with_your_attention(lambda x, w_in: x, batch_size=2)
+    assert "fn must be" in report.error and "6 positional" in report.error and "(x, w_in)" in report.error
