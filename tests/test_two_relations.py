@@ -311,7 +311,7 @@ def test_plot_item_attention_names_the_question_and_the_verdict():
     V = TASK.num_symbols
     wrong = _FixedAnswers(TASK, lambda bt: (bt.target + 1) % (V * V))
     assert "(WRONG)" in plot_item_attention(wrong, batch, index=1).get_title()
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match=r"index must be an int in 0\.\.3, got 4"):
         plot_item_attention(wrong, batch, index=4)
     plt.close("all")
 

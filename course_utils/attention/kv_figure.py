@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .validation import check_int
+from .validation import check_axes, check_int
 
 __all__ = ["plot_kv_sharing", "plot_kv_cache_growth", "design_name"]
 
@@ -30,6 +30,7 @@ def plot_kv_sharing(num_heads: int = 8, kv_heads: Sequence[int] = (8, 2, 1), ax=
     from matplotlib.patches import Rectangle
 
     h = check_int(num_heads, "num_heads", minimum=1, maximum=16)
+    check_axes(ax)
     if isinstance(kv_heads, (str, bytes)) or not isinstance(kv_heads, Sequence) or not kv_heads:
         raise TypeError(f"kv_heads must be a non-empty sequence of ints (key/value heads per design), "
                         f"got {kv_heads!r}")
@@ -81,6 +82,7 @@ def plot_kv_cache_growth(num_kv_heads: int = 2, steps: int = 4, prompt_len: int 
     g = check_int(num_kv_heads, "num_kv_heads", minimum=1, maximum=8)
     n = check_int(steps, "steps", minimum=1, maximum=6)
     p = check_int(prompt_len, "prompt_len", minimum=0, maximum=6)
+    check_axes(ax)
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 1.6 + 0.5 * g))
     ax.axis("off")

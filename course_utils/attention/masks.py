@@ -143,6 +143,10 @@ def to_torch_attn_mask(mask: Tensor) -> Tensor:
     """Course mask (``True`` = may attend) -> ``nn.MultiheadAttention`` ``attn_mask``
     (``True`` = blocked)."""
     check_bool_mask(mask, "mask")
+    if mask.ndim < 2:
+        raise ValueError(f"mask must be at least 2-D (Tq, Tk) or (B*h, Tq, Tk), got shape "
+                         f"{tuple(mask.shape)}: a per-key mask (Tk,) is a key padding mask, "
+                         "see to_torch_key_padding_mask")
     return ~mask
 
 
@@ -150,4 +154,7 @@ def to_torch_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
     """Course padding mask ``(B, Tk)`` (``True`` = real token) -> ``nn.MultiheadAttention``
     ``key_padding_mask`` (``True`` = ignore this key)."""
     check_bool_mask(key_padding_mask, "key_padding_mask")
+    if key_padding_mask.ndim != 2:
+        raise ValueError(f"key_padding_mask must be 2-D (B, Tk), True = real token, got shape "
+                         f"{tuple(key_padding_mask.shape)}")
     return ~key_padding_mask

@@ -28,6 +28,7 @@ from .validation import (
     check_dropout,
     check_flag,
     check_head_dims,
+    check_heads_to_merge,
     check_mha_inputs,
     check_sdpa_inputs,
     combine_masks,
@@ -109,6 +110,7 @@ class MultiHeadAttentionBase(nn.Module):
     # -- the computation ----------------------------------------------------------
     def merge_heads(self, heads: Tensor) -> Tensor:
         """``(B, h, T, dk)`` -> ``(B, T, d_model)``: heads concatenated in order 0..h-1."""
+        check_heads_to_merge(heads, self.num_heads, self.d_k)  # 4-D, h * dk = d_model
         B, _, T, _ = heads.shape
         return heads.transpose(1, 2).contiguous().view(B, T, self.d_model)
 

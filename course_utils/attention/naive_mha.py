@@ -18,7 +18,15 @@ import torch
 from torch import Tensor, nn
 
 from .mha import MultiHeadAttention, scaled_dot_product_attention
-from .validation import check_flag, check_head_dims, check_matches_module, check_tensor
+from .validation import (
+    check_flag,
+    check_head_dims,
+    check_int,
+    check_matches_module,
+    check_same_dtype_and_device,
+    check_tensor,
+    check_tensor_list,
+)
 
 __all__ = ["AttentionHead", "NaiveMultiHeadAttention", "stack_head_weights", "naive_from_batched"]
 
@@ -28,6 +36,8 @@ class AttentionHead(nn.Module):
 
     def __init__(self, d_model: int, d_k: int, *, bias: bool = True) -> None:
         super().__init__()
+        check_int(d_model, "d_model", minimum=1)
+        check_int(d_k, "d_k", minimum=1)
         check_flag(bias, "bias")
         self.w_q = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_Q^i)^T
         self.w_k = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_K^i)^T
@@ -91,7 +101,12 @@ def stack_head_weights(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: li
     ``in_proj`` of shape ``(3*h*dk, d)`` (or ``(3*h*dk,)``): all query heads in order,
     then all key heads, then all value heads. Head ``i`` of Q lands in rows
     ``i*dk:(i+1)*dk``, which is where :class:`MultiHeadAttention`'s ``view`` looks for it.
+    Each of the three may also be one tensor ``(h, dk, d)`` (the heads stacked on dim 0). Every
+    part must have the same shape, dtype and device.
     """
+    q_parts = check_tensor_list(q_parts, "q_parts")
+    k_parts = check_tensor_list(k_parts, "k_parts")
+    v_parts = check_tensor_list(v_parts, "v_parts")
     parts = [*q_parts, *k_parts, *v_parts]
     if not (len(q_parts) == len(k_parts) == len(v_parts)) or not q_parts:
         raise ValueError(
@@ -101,6 +116,10 @@ def stack_head_weights(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: li
     shapes = {tuple(p.shape) for p in parts}
     if len(shapes) != 1:
         raise ValueError(f"every per-head part must have the same shape, got {sorted(shapes)}")
+    firsts = {"q_parts[0]": q_parts[0], "k_parts[0]": k_parts[0], "v_parts[0]": v_parts[0]}
+    check_same_dtype_and_device(firsts)  # Q against K against V, then every head
+    groups = (("q_parts", q_parts), ("k_parts", k_parts), ("v_parts", v_parts))
+    check_same_dtype_and_device({f"{n}[{i}]": p for n, ps in groups for i, p in enumerate(ps)})
     return torch.cat(parts, dim=0)  # (3*h*dk, d) or (3*h*dk,)
 
 

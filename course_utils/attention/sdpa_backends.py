@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .mha import MultiHeadAttention
+from .validation import check_matches_module, check_tensor
 
 __all__ = [
     "SDPA_BACKENDS",
@@ -92,6 +93,12 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     reason is the debug warnings it raised (without PyTorch's "Triggered internally" tail),
     or, if a build prints them elsewhere, a sentence naming the check that said no.
     """
+    if label not in SDPA_BACKENDS:
+        raise ValueError(f"label must be one of {list(SDPA_BACKENDS)}, got {type(label).__name__} "
+                         f"{label!r:.60}")
+    check_tensor(q, "q", ndim=4, layout="(B, h, T, dk)")
+    check_tensor(k, "k", ndim=4, layout="(B, h, T, dk)")
+    check_tensor(v, "v", ndim=4, layout="(B, h, T, dk)")
     name = _CAN_USE.get(label, "")
     checker = getattr(torch.backends.cuda, name, None)
     params = _sdpa_params(q, k, v) if checker is not None else None
@@ -119,12 +126,29 @@ def sdpa_backend_callables(
     ``torch.nn.attention.sdpa_kernel``. Returns ``(callables keyed "F.sdpa [label]",
     {label: why it cannot run})``: a backend is skipped when this PyTorch lacks it or
     rejects these inputs (the device, dtype or head width); on CUDA the reason comes from
-    :func:`backend_rejection_reason`.
+    :func:`backend_rejection_reason`. A member name that is neither one of
+    :data:`SDPA_BACKENDS` nor in this PyTorch's ``SDPBackend`` is refused (ValueError).
     """
     if not isinstance(module, MultiHeadAttention):
         raise TypeError(f"module must be a course MultiHeadAttention, got {type(module).__name__}")
     backends = SDPA_BACKENDS if backends is None else backends
+    if not isinstance(backends, dict) or not backends:
+        raise TypeError(f"backends must be a non-empty dict label -> SDPBackend member name (like "
+                        f"SDPA_BACKENDS), got {type(backends).__name__} {backends!r:.80}")
     api = _sdpa_kernel_api()
+    # the course's four (some absent from an older PyTorch: skipped below, with the reason) and
+    # whatever this PyTorch has; any other name is a typo, not a backend to report as missing
+    here = {m for m in dir(api[0]) if m.isupper() and m != "ERROR"} if api else set()
+    known = set(SDPA_BACKENDS.values()) | here
+    for label, member in backends.items():
+        if member not in known:
+            raise ValueError(f"backends[{label!r}] must name an SDPBackend member, one of "
+                             f"{sorted(known)}, got {member!r:.60}")
+    # x is checked here, so that a wrong shape is an error and not "no backend can run it"
+    check_tensor(x, "x", ndim=3, layout=f"(B, T, d_model={module.d_model})")
+    if x.shape[-1] != module.d_model:
+        raise ValueError(f"x last dim must be d_model={module.d_model}, got shape {tuple(x.shape)}")
+    check_matches_module(x, "x", module.out_proj.weight)
     if api is None:
         why = f"choosing a backend needs torch >= 2.3 (torch.nn.attention), found {torch.__version__}"
         return {}, {label: why for label in backends}

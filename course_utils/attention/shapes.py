@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
-from .validation import check_head_dims, check_int
+from .validation import check_head_dims, check_int, check_int_list
 
 __all__ = [
     "TraceStep",
@@ -292,7 +292,7 @@ def mha_parameter_count(d_model: int, num_heads: int, *, bias: bool = True) -> i
 def parameter_table(d_model: int, head_counts: Iterable[int], *, bias: bool = True) -> pd.DataFrame:
     """Per h: one head's W_Q^i, h of them, the formula and the real module's count."""
     rows = []
-    for h in head_counts:
+    for h in check_int_list(head_counts, "head_counts", minimum=1):
         dk = validate_dims(d_model, h)
         with torch.random.fork_rng(devices=[]):  # leave the caller's random stream alone
             module = MultiHeadAttention(d_model, h, bias=bias)
@@ -409,6 +409,9 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
     """Per h: Q K^T multiply-adds per head and for all heads, the other parts, the
     formula total, and the total counted on a real module's forward pass."""
     rows = []
+    head_counts = check_int_list(head_counts, "head_counts", minimum=1)
+    for h in head_counts:
+        mha_macs(batch, seq_len, d_model, h)  # checks every size before any tensor is made
     x = torch.zeros(batch, seq_len, d_model)
     for h in head_counts:
         macs = mha_macs(batch, seq_len, d_model, h)
@@ -425,6 +428,9 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
 def frame_to_text(frame: pd.DataFrame, decimals: int = 3) -> str:
     """A table as text for printed, checked output: integers with thousands separators,
     floats with ``decimals`` decimals (never ``-0.000``), booleans and strings as they are."""
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame (such as parameter_table returns), got "
+                        f"{type(frame).__name__} {frame!r:.60}")
     check_int(decimals, "decimals", minimum=0)
 
     def fmt(value: object) -> str:

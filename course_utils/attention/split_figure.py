@@ -8,7 +8,7 @@ to its head's ``(T, d_k)`` block and back.
 
 from __future__ import annotations
 
-from .validation import check_head_dims, check_int
+from .validation import check_axes, check_head_dims, check_int
 
 __all__ = ["plot_split_merge"]
 
@@ -21,6 +21,7 @@ def plot_split_merge(seq_len: int = 3, d_model: int = 8, num_heads: int = 2, ax=
 
     check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
+    check_axes(ax)
     if seq_len > 6 or d_model > 16:
         raise ValueError(f"the drawing fits seq_len <= 6 and d_model <= 16 (one box per number), "
                          f"got seq_len={seq_len}, d_model={d_model}")

@@ -46,6 +46,14 @@ __all__ = [
     "combine_masks",
     "check_edited_heads",
     "check_bool_mask",
+    "check_int_list",
+    "check_axes",
+    "check_tensor_list",
+    "check_heads_to_merge",
+    "check_rows",
+    "check_ids",
+    "check_fits_in_memory",
+    "physical_memory_bytes",
 ]
 
 
@@ -125,6 +133,117 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     return value
 
 
+def check_int_list(values: object, name: str, *, minimum: int | None = None,
+                   maximum: int | None = None, allow_empty: bool = False) -> list[int]:
+    """A list, tuple, range or 1-D array of ints, each passing :func:`check_int` (named
+    ``name[i]`` in the message); a lone int, a str or a set is refused, and so is an empty
+    sequence unless ``allow_empty``. Returned as a list of Python ints (a generator is read once)."""
+    if isinstance(values, Tensor):
+        if values.ndim != 1 or values.is_floating_point() or values.dtype == torch.bool:
+            raise TypeError(f"{name} must be a list of ints (or a 1-D integer tensor), got a "
+                            f"{values.dtype} tensor of shape {describe_shape(values)}")
+        values = values.tolist()
+    if isinstance(values, (str, bytes, set, frozenset, dict)) or isinstance(values, numbers.Number) \
+            or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list of ints such as [1, 2, 4], got "
+                        f"{type(values).__name__} {values!r:.80}")
+    items = list(values)
+    if not items and not allow_empty:
+        raise ValueError(f"{name} must hold at least one int, got an empty {type(values).__name__}")
+    return [check_int(v, f"{name}[{i}]", minimum=minimum, maximum=maximum)
+            for i, v in enumerate(items)]
+
+
+def check_axes(ax: object, name: str = "ax") -> None:
+    """``None`` or a matplotlib ``Axes`` to draw into (a figure, an array of axes or a str is not one)."""
+    if ax is None:
+        return
+    from matplotlib.axes import Axes
+
+    if not isinstance(ax, Axes):
+        hint = " (pick one, e.g. axes[0])" if hasattr(ax, "__len__") and not isinstance(ax, str) else ""
+        raise TypeError(f"{name} must be a matplotlib Axes or None (a new figure), got "
+                        f"{type(ax).__name__} {ax!r:.60}{hint}")
+
+
+def check_tensor_list(parts: object, name: str) -> list[Tensor]:
+    """A non-empty list or tuple of tensors, or one tensor whose first dim lists them
+    (``(h, ...)`` -> h parts); returned as a list."""
+    if isinstance(parts, Tensor):
+        if parts.ndim == 0:
+            raise ValueError(f"{name} must be a list of tensors (or one tensor (n, ...)), got a 0-D tensor")
+        parts = list(parts.unbind(0))
+    if not isinstance(parts, (list, tuple)):
+        raise TypeError(f"{name} must be a list of tensors, got {type(parts).__name__}")
+    for i, p in enumerate(parts):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"{name}[{i}] must be a torch.Tensor, got {type(p).__name__}")
+    return list(parts)
+
+
+def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor:
+    """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
+    a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
+    indices it keeps). A bool mask of another length, float indices and negative indices (which
+    would silently count from the end) are refused; a slice is left for the caller (None back)."""
+    if isinstance(rows, Tensor):
+        tensor = rows
+    elif isinstance(rows, (list, tuple, range)) or (hasattr(rows, "__array__") and not isinstance(rows, str)):
+        try:
+            tensor = torch.as_tensor(rows)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be an integer tensor or a list of ints, got "
+                            f"{type(rows).__name__} {rows!r:.60}") from None
+        if tensor.numel() == 0:
+            tensor = tensor.long()
+    else:
+        raise TypeError(f"{name} must be an integer tensor, a list of ints or a bool mask of {size} "
+                        f"{what}, got {type(rows).__name__} {rows!r:.60}")
+    if tensor.is_floating_point() or tensor.is_complex():
+        raise TypeError(f"{name} must hold integer indices (or be a bool mask), got dtype {tensor.dtype}")
+    if tensor.dtype == torch.bool:
+        if tuple(tensor.shape) != (size,):
+            raise ValueError(f"{name} as a bool mask must have one entry per one of the {size} {what}, "
+                             f"got shape {describe_shape(tensor)}")
+        return tensor.nonzero().flatten()
+    if tensor.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (n,) indices, got shape {describe_shape(tensor)}")
+    if tensor.numel() and (int(tensor.min()) < 0 or int(tensor.max()) >= size):
+        raise IndexOutOfRange(f"{name} must lie in 0..{size - 1} ({size} {what}), got min "
+                              f"{int(tensor.min())}, max {int(tensor.max())}")
+    return tensor.long()
+
+
+def physical_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (``None`` where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(num_bytes: int, name: str, what: str = "") -> None:
+    """Refuse an allocation of ``num_bytes`` larger than this machine's physical memory, before
+    PyTorch's allocator fails with an "enforce fail" (or the system starts swapping)."""
+    total = physical_memory_bytes()
+    if total is not None and num_bytes > total:
+        raise ValueError(f"{name} asks for {num_bytes / 2**30:,.1f} GiB{f' ({what})' if what else ''}, "
+                         f"more than this machine's {total / 2**30:,.1f} GiB of memory")
+
+
+def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
+    """An integer tensor (not bool, not float) whose entries lie in ``0..high-1`` (``what`` says
+    what they are, e.g. ``"symbols"``); returned unchanged."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of integer {what}, got {type(x).__name__}")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer {what} (torch.long), got dtype {x.dtype}")
+    if x.numel() and (int(x.min()) < 0 or int(x.max()) >= high):
+        raise ValueError(f"{name} must hold {what} in 0..{high - 1}, got min {int(x.min())}, "
+                         f"max {int(x.max())}")
+    return x
+
+
 class IndexOutOfRange(IndexError, ValueError):
     """An index outside ``0..size-1``: both an ``IndexError`` (what indexing raises) and a
     ``ValueError`` (what the rest of the checks raise for a value out of range), so code that
@@ -174,10 +293,29 @@ def check_positive_number(value: object, name: str) -> float:
     return float(value)
 
 
-def check_callable(value: object, name: str, what: str = "a function") -> None:
-    """``value`` can be called (``what`` describes the expected signature for the message)."""
+def check_callable(value: object, name: str, what: str = "a function", *,
+                   nargs: int | None = None) -> None:
+    """``value`` can be called (``what`` describes the expected signature for the message) and,
+    when ``nargs`` is given, with that many positional arguments (a function of the wrong
+    arity is refused here, not by a ``TypeError`` from deep inside the caller). A callable whose
+    signature Python cannot read (some built-ins) passes the arity check."""
     if not callable(value):
-        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r:.80}")
+    if nargs is None:
+        return
+    import inspect
+
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*([None] * nargs))
+    except TypeError:
+        label = getattr(value, "__name__", type(value).__name__)
+        raise TypeError(f"{name} must be {what}, called with {nargs} positional argument"
+                        f"{'s' if nargs != 1 else ''}, but {label}{signature} cannot take "
+                        f"{nargs}") from None
 
 
 def check_generator(value: object, name: str = "generator") -> None:
@@ -346,6 +484,15 @@ def check_mha_inputs(query: object, key: object, value: object, *, d_model: int,
     check_keys_not_empty(query.shape[1], key.shape[1], "key")
     check_flag(is_causal, "is_causal")
     check_flag(need_weights, "need_weights")
+
+
+def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
+    """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model``."""
+    layout = f"(B, h={num_heads}, T, dk={d_k})"
+    check_tensor(heads, "heads", ndim=4, layout=layout)
+    if heads.shape[1] * heads.shape[3] != num_heads * d_k:
+        raise ValueError(f"heads must be {layout} so that h * dk = d_model = {num_heads * d_k}, got "
+                         f"shape {describe_shape(heads)}")
 
 
 def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,

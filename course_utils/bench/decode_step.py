@@ -50,7 +50,13 @@ from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
-from ..attention.validation import check_int
+from ..attention.validation import (
+    check_fits_in_memory,
+    check_float_dtype,
+    check_int,
+    check_tensor,
+    check_thread_count,
+)
 from ..env import torch_threads
 from .timing import interleaved_samples
 
@@ -157,6 +163,8 @@ def flush_note(size: int, multiple: int = 4) -> str | None:
     itself and then evicts little, so data a step read shortly before may still sit in the
     cache beside it: a step whose data (and the flush) fit in the cache can run partly warm,
     faster than memory allows, and its speed-up and share read high."""
+    check_int(size, "size", minimum=1)
+    check_int(multiple, "multiple", minimum=1)
     llc, _ = last_level_cache_bytes()
     if size >= multiple * llc:
         return None
@@ -194,6 +202,7 @@ def wait_policy() -> str:
 def run_conditions(threads: int) -> str:
     """What a share of the read-only bandwidth depends on, in one line: threads (and the clock
     that times them, :func:`clock_for`), the OpenMP wait policy and the machine."""
+    check_thread_count(threads, "threads")
     clock = "CPU time of the thread" if threads == 1 else "wall clock"
     return f"{threads} thread{'s' if threads != 1 else ''} ({clock}); {wait_policy()}; {machine_name()}"
 
@@ -203,6 +212,7 @@ def clock_for(threads: int) -> Callable[[], float]:
     ran (:func:`time.thread_time`: moments when other programs held the CPU do not count, the
     memory traffic they cause still does); on several, the wall clock (another thread's work
     is not this thread's time)."""
+    check_thread_count(threads, "threads")
     return time.thread_time if threads == 1 else time.perf_counter
 
 
@@ -218,8 +228,11 @@ def release_freed_memory() -> bool:
 
 
 def random_buffer(num_bytes: int, seed: int = 0) -> Tensor:
-    """float32 random numbers filling ``num_bytes`` (every page written now, not when timed)."""
-    return torch.rand(max(1, num_bytes // 4), generator=torch.Generator().manual_seed(seed))
+    """float32 random numbers filling ``num_bytes`` (every page written now, not when timed):
+    ``num_bytes // 4`` numbers, so at least 4 bytes, and no more than the machine's memory."""
+    check_int(num_bytes, "num_bytes", minimum=4)
+    check_fits_in_memory(num_bytes, "num_bytes", "a float32 buffer")
+    return torch.rand(num_bytes // 4, generator=torch.Generator().manual_seed(seed))
 
 
 def _compiled_read_sum() -> tuple[Callable[[int, int, int], float] | None, str]:
@@ -268,6 +281,12 @@ def read_bandwidth(buffer: Tensor | None = None, *, repeats: int = 7, flush: Ten
     """Bytes per second (GB/s, 10^9) of the fastest of ``repeats`` reads of ``buffer`` by
     :func:`make_read_probe`, each after a read of ``flush``. Default buffers: random float32,
     :func:`flush_bytes` (4 times the last-level cache, capped)."""
+    for name, given in (("buffer", buffer), ("flush", flush)):
+        if given is not None:
+            check_tensor(given, name, min_ndim=1, layout="(n,)")
+            if given.numel() == 0:
+                raise ValueError(f"{name} must hold at least one number to read, got shape "
+                                 f"{tuple(given.shape)}")
     buffer = random_buffer(flush_bytes()) if buffer is None else buffer
     flush = random_buffer(flush_bytes(), seed=1) if flush is None else flush
     with torch_threads(num_threads), torch.inference_mode():
@@ -310,6 +329,11 @@ class SmallDecoder:
                              f"d_model={d_model}, num_heads={num_heads}, num_kv_heads={num_kv_heads}")
         if attention not in ("auto", "fused", "course"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {attention!r}")
+        check_float_dtype(weight_dtype, "weight_dtype")
+        dk_ = d_model // num_heads
+        cache_bytes = 2 * num_layers * batch * num_kv_heads * (context + 1) * dk_ * 4
+        check_fits_in_memory(cache_bytes, "context", f"a float32 cache of {context + 1} positions x "
+                             f"{num_layers} layers x {num_kv_heads} K/V heads of width {dk_}, K and V")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_head, self.num_layers = d_model // num_heads, num_layers
         self.context, self.batch = context, batch

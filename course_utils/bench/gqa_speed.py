@@ -60,7 +60,7 @@ from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
-from ..attention.validation import check_int
+from ..attention.validation import check_device, check_float_dtype, check_int
 from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
@@ -331,6 +331,8 @@ def make_kv_caches(
     ``(B, g, T, dk)``. With ``B = 1`` every ``g``'s cache is a contiguous view of the first
     ``g`` heads of the MHA cache, so the caches of all ``g`` together take the MHA's memory."""
     _check_config(num_heads, d_head, context, num_layers, batch, groups)
+    check_device(device, "device")
+    check_float_dtype(dtype, "dtype")
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape: int) -> Tensor:
@@ -633,8 +635,13 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
     the rounds (None: no bar). Returns the
     timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
     note."""
+    if not isinstance(steps, dict) or not steps:
+        raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
+                         f"{type(steps).__name__} {steps!r:.60}")
     if baseline not in steps:
         raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
+    if flush_bytes is not None:
+        check_int(flush_bytes, "flush_bytes", minimum=4)
     allocator = steady_allocator()
     flush = random_buffer(flush_bytes_default() if flush_bytes is None else flush_bytes, seed=1)
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,

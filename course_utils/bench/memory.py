@@ -78,8 +78,11 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     """Run one notebook in a fresh kernel and return its kernel's peak RSS in MB (10**6 bytes).
 
     A notebook that raises is reported with ``peak_mb=None`` and the error's first line,
-    never by raising.
+    never by raising. A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
     """
+    from ..attention.validation import check_int  # torch only when called
+
+    check_int(timeout, "timeout", minimum=1)
     import nbformat
     from nbclient import NotebookClient
 
@@ -122,6 +125,9 @@ def _cell_times(cells) -> list[CellTime]:
 
 def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
     """The ``count`` slowest code cells of one notebook, slowest first, one line each."""
+    from ..attention.validation import check_int  # torch only when called
+
+    check_int(count, "count", minimum=1)
     slowest = sorted(row.cells, key=lambda c: -c.seconds)[:count]
     lines = [f"  {row.name}: {len(row.cells)} code cells, slowest:"]
     for cell in slowest:
@@ -221,6 +227,10 @@ def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
     then the ``top`` largest rises. ``rise`` is the peak less the process's size when the
     test began: what the test itself added, where the peak also counts what earlier tests in
     the same process left behind."""
+    from ..attention.validation import check_int  # torch only when called
+
+    check_int(top, "top", minimum=1)
+
     def rise_of(record: dict) -> float | None:
         start = record.get("start_mb")
         return None if start is None else record["peak_mb"] - start

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from ..attention.mha import MultiHeadAttention
 from ..attention.naive_mha import naive_from_batched
 from ..attention.sdpa_backends import cuda_unavailable_reason, precision_notes, sdpa_backend_callables
+from ..attention.validation import check_callable, check_device, check_float_dtype, check_head_dims, check_int
 from ..env import torch_threads
 from .timing import (
     Timing,
@@ -78,6 +79,9 @@ def lesson_implementations(
     :data:`IMPLEMENTATIONS`: the loop over heads (:class:`~course_utils.attention.naive_mha.
     NaiveMultiHeadAttention`), the batched course module on its step-by-step softmax path
     and on its default ``F.scaled_dot_product_attention`` path, and ``nn.MultiheadAttention``."""
+    check_head_dims(d_model, num_heads)
+    check_device(device, "device")
+    check_float_dtype(dtype, "dtype")
     torch.manual_seed(seed)
     theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(device, dtype)
     ours = MultiHeadAttention.from_torch(theirs)
@@ -115,6 +119,8 @@ def bench_mha(
     inside each sample. ``lesson`` is ignored (every benchmark times the lesson's versions);
     it is accepted so that lesson 4's ``lesson=True`` keeps working.
     """
+    check_int(batch, "batch", minimum=1)
+    check_int(seq_len, "seq_len", minimum=1)
     modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
     if baseline not in modules:
         raise ValueError(f"baseline {baseline!r} is not one of {list(modules)}")
@@ -190,6 +196,7 @@ def count_dispatched_ops(fn: Callable[[], object]) -> Counter:
     a kernel launch) whatever the size of its tensors. Uses PyTorch's dispatch-mode hook
     (``torch.utils._python_dispatch``; long-standing, though not a documented API).
     """
+    check_callable(fn, "fn", "a function of no arguments", nargs=0)
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Counting(TorchDispatchMode):

@@ -137,6 +137,9 @@ def time_interleaved(
 def format_table(title: str, timings: list[Timing], baseline: str) -> str:
     """A text table: each function's median time and its ratio to the baseline's median
     (``baseline`` is only the label shown in the header)."""
+    if not isinstance(timings, (list, tuple)) or not timings:
+        raise ValueError(f"timings must be a non-empty list of Timing (from time_interleaved), got "
+                         f"{type(timings).__name__} {timings!r:.60}")
     width = max(len(t.name) for t in timings)
     lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + baseline:>s}"]
     for t in timings:
@@ -157,6 +160,11 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
     top, bottom = by_name[name].samples_s, by_name[baseline].samples_s
     if not top or len(top) != len(bottom):
         raise ValueError(f"need the same non-zero number of samples for {name!r} and {baseline!r}")
+    zero = next((i for i, b in enumerate(bottom) if not b > 0), None)
+    if zero is not None:
+        raise ValueError(f"baseline {baseline!r} has a sample of {bottom[zero]!r} s at repeat {zero}: a "
+                         "ratio needs positive times (a clock too coarse for the call? time more calls "
+                         "per sample)")
     return [a / b for a, b in zip(top, bottom, strict=True)]
 
 

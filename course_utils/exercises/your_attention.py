@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.mha import MultiHeadAttention
-from ..attention.validation import check_int
+from ..attention.validation import check_axes, check_callable, check_int
 from ..env import torch_threads
 from ..model.checkpoint import load_checkpoint
 from ..model.transformer import TinyTransformer
@@ -78,6 +78,9 @@ def forward_with(model: TinyTransformer, tokens: Tensor, fn: AttentionFn | None 
     """
     _check_model(model)
     model._check_tokens(tokens)
+    if fn is not None:
+        check_callable(fn, "fn", "None or a function (x, w_in, b_in, w_out, b_out, num_heads) -> "
+                       "(B, T, d_model), such as your mha_forward", nargs=6)
     if fn is None:
         return model(tokens)[0]
     streams = []  # each block's input (B, T, d), recorded on the way
@@ -245,6 +248,7 @@ def plot_block(ax=None, *, attention_label: str = "attention\n(your mha_forward)
 
     if not isinstance(attention_label, str):
         raise TypeError(f"attention_label must be a str, got {type(attention_label).__name__}")
+    check_axes(ax)
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 5.2))
     ax.set(xlim=(0, 10), ylim=(0, 13))

@@ -361,7 +361,13 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     for i, evaluation in enumerate(_check_evaluations(evaluations)):
         fill = means.get(i) if isinstance(means, dict) else means
         logits = ablated_logits(model, evaluation.tokens, heads, method=method, means=fill)
-        result.update(_check_scores(evaluation.score(logits), i))
+        scores = _check_scores(evaluation.score(logits), i)
+        repeated = sorted(set(scores) & set(result))
+        if repeated:  # merging would keep only the later evaluation's number
+            raise ValueError(f"evaluations[{i}].score returned {repeated}, which an earlier evaluation "
+                             "also returned: give each evaluation's numbers their own names "
+                             "(e.g. 'loss_induction', 'loss_agreement')")
+        result.update(scores)
     return result
 
 

@@ -355,6 +355,9 @@ def sentence_attention_fn(model: torch.nn.Module) -> AttentionFn:
     from ..tasks.synthetic import detokenize, tokenize
 
     max_len = getattr(getattr(model, "config", None), "max_len", None)
+    if not isinstance(model, torch.nn.Module) or max_len is None:
+        raise TypeError(f"model must be a TinyTransformer (a module whose forward takes "
+                        f"return_attention=True and whose config has max_len), got {type(model).__name__}")
 
     def attention_for(text: str) -> tuple[list[str], list[torch.Tensor]]:
         ids = tokenize(text)  # (T,) with <bos> first

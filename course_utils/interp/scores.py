@@ -28,6 +28,7 @@ token and can only attend to itself, so it says nothing about the head.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -229,8 +230,8 @@ def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_le
                name: str) -> torch.Tensor:
     if isinstance(positions, bool):
         raise TypeError(f"{name} must be an int or a sequence of ints, got bool")
-    if isinstance(positions, int):
-        positions = [positions] * batch
+    if isinstance(positions, numbers.Integral):  # a NumPy int too
+        positions = [int(positions)] * batch
     if isinstance(positions, (str, bytes)):
         raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} "
                         f"{positions!r:.40}")
@@ -265,6 +266,12 @@ def agreement_score(weights: AttentionInput, query_positions: int | Sequence[int
     batch, seq_len = stack.shape[1], stack.shape[-1]
     queries = _positions(query_positions, batch, seq_len, "query_positions")
     subjects = _positions(subject_positions, batch, seq_len, "subject_positions")
+    later = (subjects > queries).nonzero().flatten()
+    if later.numel():
+        b = int(later[0])
+        raise ValueError(f"subject_positions must not come after query_positions: a causal model's query "
+                         f"at position i reads keys 0..i only, so the score would be 0; sequence {b} has "
+                         f"subject {int(subjects[b])} after query {int(queries[b])}")
     rows = torch.arange(batch)
     by_sequence = stack.permute(1, 3, 4, 0, 2)  # (B, T, T, L, h)
     picked = by_sequence[rows, queries, subjects]  # (B, L, h): A[b, :, :, query_b, subject_b]
@@ -280,6 +287,7 @@ def attention_mass(weights: AttentionInput, query_positions: int | Sequence[int]
     count. With a single key per sequence this is :func:`agreement_score`. Returns ``(h,)``
     or ``(L, h)``; with ``per_sequence=True`` no average is taken: ``(B, h)`` or ``(B, L, h)``.
     """
+    check_flag(per_sequence, "per_sequence")
     stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     batch, seq_len = stack.shape[1], stack.shape[-1]
     queries = _positions(query_positions, batch, seq_len, "query_positions")

@@ -72,7 +72,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_int(self.steps, "steps", minimum=1)
-        check_int(self.warmup_steps, "warmup_steps", minimum=0)  # beyond steps: lr is never reached
+        check_int(self.warmup_steps, "warmup_steps", minimum=0)  # beyond steps: cut to steps (lr_at)
         check_flag(self.decay, "decay")
         for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
             value = getattr(self, name)
@@ -83,13 +83,18 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number {low}, got {value!r}")
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``)."""
+        """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``).
+
+        A warm-up longer than the run (``warmup_steps > steps``, e.g. the default 20 with
+        ``steps=5``) is cut to the run: the rate then climbs to ``lr`` at the last step rather
+        than stopping part-way up."""
         check_int(step, "step", minimum=0, maximum=self.steps - 1)
-        if step < self.warmup_steps:
-            return self.lr * (step + 1) / self.warmup_steps
+        warmup = min(self.warmup_steps, self.steps)
+        if step < warmup:
+            return self.lr * (step + 1) / warmup
         if not self.decay:
             return self.lr
-        progress = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        progress = (step - warmup) / max(1, self.steps - warmup)
         return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(progress * math.pi)))
 
 
@@ -289,6 +294,8 @@ def evaluate_induction(
 ) -> dict[str, float]:
     """Induction accuracy on a fixed batch of held-out periods (``heldout``) and of
     training periods (``train_periods``), plus one entry per held-out period."""
+    check_int(batch_size, "batch_size", minimum=1)
+    _check_model_for_task(model, task, task.seq_len, "induction")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -306,14 +313,30 @@ def evaluate_induction(
     return result
 
 
+def _check_fits_task(config: ModelConfig, task, needed_len: int, name: str, what: str) -> None:
+    """``config`` (the ``what`` being checked: a config or a model's) has the task's vocabulary
+    and room for its sequences."""
+    if config.vocab_size != task.vocab_size or config.max_len < needed_len:
+        raise ValueError(
+            f"{what} (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the "
+            f"task ({name}: vocab_size={task.vocab_size}, sequence length {needed_len})"
+        )
+
+
+def _check_model_for_task(model: object, task, needed_len: int, name: str) -> None:
+    """``model`` is a TinyTransformer whose config fits the task (checked before any forward pass)."""
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    _check_fits_task(model.config, task, needed_len, name, "the model's config")
+
+
 def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_size, evaluate,
                    eval_every, target_metric, target, stop_at_target, progress, name, num_threads):
     """Shared body of the task trainers: check the config fits the task, build, train."""
-    if config.vocab_size != task.vocab_size or config.max_len < needed_len:
-        raise ValueError(
-            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the "
-            f"task ({name}: vocab_size={task.vocab_size}, sequence length {needed_len})"
-        )
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig or None (a dict converts with "
+                        f"ModelConfig.from_dict(d)), got {type(config).__name__}")
+    _check_fits_task(config, task, needed_len, name, "config")
     check_seed(seed)
     device = pick_device(device)
     model = _build_model(config, seed, device)
@@ -367,6 +390,8 @@ def evaluate_agreement(
 ) -> dict[str, float]:
     """Agreement accuracy on a fixed evaluation set: overall, with/without attractors,
     per template."""
+    check_int(batch_size, "batch_size", minimum=1)
+    _check_model_for_task(model, task, task.max_len, "agreement")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

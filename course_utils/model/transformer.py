@@ -40,6 +40,7 @@ from ..attention.hooks import HookFn, HookPoint, Where, hooks, name_hook_points,
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
 from ..attention.validation import (
+    check_callable,
     check_edited_heads,
     check_flag,
     check_head_dims,
@@ -386,6 +387,9 @@ class TinyTransformer(nn.Module):
         every layer on the gated head outputs just before they are merged.
         """
         self._check_tokens(tokens)
+        check_flag(return_attention, "return_attention")
+        if edit_heads is not None:  # the arity too: a one-argument function fails inside a hook
+            check_callable(edit_heads, "edit_heads", "a function (layer, heads) -> heads or None", nargs=2)
         gates = self._check_head_mask(head_mask)
         if edit_heads is not None and not callable(edit_heads):
             raise TypeError(f"edit_heads must be a function (layer, heads) -> heads or None, "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_int
+from ..attention.validation import check_int, check_rows
 from ..env import check_seed
 
 __all__ = [
@@ -166,6 +166,13 @@ class InductionTask:
 
 def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
     """``targets[:, t] = tokens[:, t + 1]``; the last column (and padding) is ``-100``."""
+    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
+        got = f"dtype {tokens.dtype}" if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise TypeError(f"tokens must be a torch.long tensor (B, T) of token ids, got {got}")
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be 2-D (B, T), got shape {tuple(tokens.shape)}")
+    if pad_id is not None:
+        check_int(pad_id, "pad_id", minimum=0)
     targets = torch.full_like(tokens, IGNORE_INDEX)
     targets[:, :-1] = tokens[:, 1:]
     if pad_id is not None:
@@ -182,12 +189,22 @@ def _check_logits(logits: object, tokens: Tensor) -> None:
         )
 
 
+def _refuse_nan_where_read(read: Tensor, where: str) -> None:
+    """The logits a metric reads (``read``, gathered from ``logits``) hold no NaN: an argmax or a
+    margin over NaN is no prediction. Positions a metric does not read may hold NaN (a partial
+    forward pass fills them so)."""
+    if read.is_floating_point() and bool(torch.isnan(read).any()):
+        raise ValueError(f"logits hold NaN at {where} that this metric reads: an argmax or a margin "
+                         "over NaN is no prediction, so no score can be read from them")
+
+
 def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
     """Fraction of scored positions where the argmax prediction is the true next token."""
     _check_logits(logits, batch.tokens)
     prediction = logits[:, :-1].argmax(-1)  # (B, T-1): predicts tokens[:, 1:]
     correct = prediction == batch.tokens[:, 1:].to(prediction.device)
     scored = batch.scored[:, :-1].to(prediction.device)
+    _refuse_nan_where_read(logits[:, :-1][scored], "scored positions")
     return float(correct[scored].float().mean())
 
 
@@ -264,7 +281,9 @@ class AgreementBatch:
     template: list[str] = field(default_factory=list)
 
     def take(self, rows: Tensor) -> AgreementBatch:
-        """The sentences at ``rows`` (an index tensor ``(n,)``), as a batch of their own."""
+        """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
+        ``B`` entries), as a batch of their own."""
+        rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch")
         tensors = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "template"}
         return AgreementBatch(**tensors, template=[self.template[i] for i in rows.tolist()])
 
@@ -480,6 +499,7 @@ def agreement_margins(logits: Tensor, batch: AgreementBatch) -> Tensor:
     _check_logits(logits, batch.tokens)
     rows = torch.arange(len(batch), device=logits.device)
     at_verb = logits[rows, batch.predict_pos.to(logits.device)]  # (B, V)
+    _refuse_nan_where_read(at_verb, "predict_pos (the position before the verb)")
     correct = at_verb.gather(1, batch.correct_id.to(logits.device).unsqueeze(1)).squeeze(1)
     wrong = at_verb.gather(1, batch.wrong_id.to(logits.device).unsqueeze(1)).squeeze(1)
     return correct - wrong

@@ -28,7 +28,7 @@ from tqdm import tqdm  # the text bar: no widget state is stored in executed not
 
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters
-from ..attention.validation import check_int
+from ..attention.validation import check_axes, check_ids, check_index, check_int, check_rows
 from ..env import seed_everything, torch_threads
 from ..parallel import default_workers, parallel_map
 
@@ -63,12 +63,17 @@ _CHUNK_STEPS = 50  # training batches drawn per call to TwoKeyTask.sample
 
 def pair_class(symbol_a: Tensor, symbol_b: Tensor, num_symbols: int) -> Tensor:
     """The class of the ordered answer (a's symbol, b's symbol): ``a * V + b``, shape kept."""
-    return symbol_a * num_symbols + symbol_b
+    V = check_int(num_symbols, "num_symbols", minimum=1)
+    check_ids(symbol_a, "symbol_a", V, "symbols")
+    check_ids(symbol_b, "symbol_b", V, "symbols")
+    return symbol_a * V + symbol_b
 
 
 def split_pair_class(classes: Tensor, num_symbols: int) -> tuple[Tensor, Tensor]:
     """Inverse of :func:`pair_class`: ``(symbol_a, symbol_b)``, each shaped like ``classes``."""
-    return classes // num_symbols, classes % num_symbols
+    V = check_int(num_symbols, "num_symbols", minimum=1)
+    check_ids(classes, "classes", V * V, "pair classes")
+    return classes // V, classes % V
 
 
 class LookupBatch(NamedTuple):
@@ -86,7 +91,10 @@ class LookupBatch(NamedTuple):
         return self.target.shape[0]
 
     def take(self, index: slice | Tensor) -> LookupBatch:
-        """The examples at ``index`` (a slice or an index tensor)."""
+        """The examples at ``index`` (a slice, an index tensor, a list of ints or a bool mask of
+        ``n`` entries)."""
+        if not isinstance(index, slice):
+            index = check_rows(index, "index", self.num_examples, "examples in the batch")
         return LookupBatch(*(t[index] for t in self))
 
 
@@ -356,6 +364,7 @@ def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = 
     """Held-out accuracy against training step: thin lines per seed, thick line per mean."""
     import matplotlib.pyplot as plt
 
+    check_axes(ax)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
     d_model = results[0].model.attention.d_model
@@ -521,9 +530,8 @@ def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, 
     """
     import matplotlib.pyplot as plt
 
-    if not 0 <= index < batch.num_examples:
-        raise IndexError(f"index {index} is out of range for a batch of {batch.num_examples} "
-                         "examples")
+    index = check_index(index, "index", batch.num_examples, "examples in the batch")
+    check_axes(ax)
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3))
     one = batch.take(slice(index, index + 1))
