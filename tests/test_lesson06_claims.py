@@ -33,6 +33,7 @@ from course_utils.interp.ablation import (
 )
 from course_utils.interp.patching import (
     direct_logit_attribution,
+    final_scale,
     flip_subject_number,
     layer_normalised_order,
     losses_along_orders,
@@ -912,13 +913,13 @@ def attribution(agreement, mixture, mixture_setup):
     sentences = mixture_setup[3]
     models = {"agreement": agreement, "mixture": mixture}
 
-    def run(name, head_mask=None, edit_heads=None):
+    def run(name, head_mask=None, edit_heads=None, frozen_scale=None):
         model = models[name]
         direction = torch.zeros(len(sentences), model.config.vocab_size)
         rows = torch.arange(len(sentences))
         direction[rows, sentences.correct_id], direction[rows, sentences.wrong_id] = 1.0, -1.0
         return direct_logit_attribution(model, sentences.tokens, sentences.predict_pos, direction,
-                                        head_mask=head_mask, edit_heads=edit_heads)
+                                        head_mask=head_mask, edit_heads=edit_heads, frozen_scale=frozen_scale)
 
     return run, models
 
@@ -938,26 +939,29 @@ def test_direct_logit_attribution_adds_up_and_names_the_writers(attribution):
     assert round(mixture_terms["total"].mean(), 2) == 5.91 and round(mixture_terms["L1H7"].mean(), 2) == 0.05
 
 
-def test_direct_against_total_effects_zeroed_and_mean_ablated(attribution, mixture, mixture_setup):
+def test_direct_against_total_effects_at_the_intact_scale(attribution, mixture, mixture_setup):
+    """Section 7's self-repair split: every term on the intact run's final-LayerNorm scale, and
+    the rescaling its own column (the cell's numbers, as printed)."""
     run, models = attribution
     train, _, _, sentences = mixture_setup
     references = mixture_references(mixture, train, MIXTURE_TASK.induction_eval(128), sentences)
     reference = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(12)).tokens
     means = {"agreement": mean_head_outputs(models["agreement"], reference, keep=reference != PAD_ID),
              "mixture": references["task-matched"][2]}
-    # (direct, total, MLPs, other terms, sentences right, share with |total| < |direct|, as printed)
-    expected = {("agreement", (1, 2)): {"zero": (-4.08, -6.43, -2.29, -0.06, 221, "12%"),
-                                        "mean": (-4.10, -6.45, -2.29, -0.06, 226, "8%"),
-                                        "resample": (-3.94, -6.38, -2.39, -0.06, 211, "24%")},
-                ("mixture", (2, 1)): {"zero": (-1.51, -1.53, -0.37, 0.35, 396, "41%"),
-                                      "mean": (-1.47, -1.44, -0.37, 0.39, 398, "42%"),
-                                      "resample": (-1.49, -1.92, -0.53, 0.11, 377, "18%")},
-                ("mixture", (2, 6)): {"zero": (-1.18, -1.55, -0.54, 0.17, 395, "19%"),
-                                      "mean": (-1.18, -1.53, -0.54, 0.19, 396, "18%"),
-                                      "resample": (-1.20, -1.80, -0.76, 0.16, 383, "9%")},
-                ("mixture", (1, 7)): {"zero": (-0.05, -1.82, -0.61, -1.16, 372, "9%"),
-                                      "mean": (-0.04, -1.73, -0.59, -1.10, 380, "14%"),
-                                      "resample": (-0.06, -1.97, -0.70, -1.21, 366, "9%")}}
+    # (direct, total, MLPs, other heads, LayerNorm scale, s after, sentences right, share |total| < |direct|)
+    expected = {("agreement", (1, 2)): {"zero": (-4.08, -6.43, -2.30, 0.00, -0.05, 7.44, 221, "12%"),
+                                        "mean": (-4.12, -6.45, -2.30, 0.00, -0.02, 7.48, 226, "7%"),
+                                        "resample": (-3.94, -6.38, -2.37, 0.00, -0.07, 9.04, 211, "37%")},
+                ("mixture", (2, 1)): {"zero": (-1.51, -1.53, -0.67, 0.00, 0.65, 9.00, 396, "41%"),
+                                      "mean": (-1.47, -1.44, -0.69, 0.00, 0.71, 8.86, 398, "42%"),
+                                      "resample": (-1.43, -1.92, -0.60, 0.00, 0.10, 10.10, 377, "16%")},
+                ("mixture", (2, 6)): {"zero": (-1.18, -1.55, -0.66, 0.00, 0.29, 9.98, 395, "19%"),
+                                      "mean": (-1.18, -1.53, -0.68, 0.00, 0.33, 9.87, 396, "18%"),
+                                      "resample": (-1.13, -1.80, -0.82, 0.00, 0.15, 10.08, 383, "11%")},
+                ("mixture", (1, 7)): {"zero": (-0.05, -1.82, -0.73, -1.30, 0.25, 10.12, 372, "9%"),
+                                      "mean": (-0.04, -1.73, -0.72, -1.25, 0.28, 10.04, 380, "13%"),
+                                      "resample": (-0.06, -1.97, -0.74, -1.24, 0.07, 10.27, 366, "8%")}}
+    clean_scale = {"agreement": 9.39, "mixture": 10.34}
     # resampled: draw 0 from the reference sentences (section 2's for the agreement model,
     # section 5's for the mixture)
     pools = {"agreement": AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(12)),
@@ -965,25 +969,19 @@ def test_direct_against_total_effects_zeroed_and_mean_ablated(attribution, mixtu
     changes = {}
     for (name, head), by_method in expected.items():
         before = run(name)
+        scale0 = final_scale(models[name], sentences.tokens, sentences.predict_pos)
+        assert round(float(scale0.mean()), 2) == clean_scale[name]
         for method, values in by_method.items():
             if method == "zero":
-                after = run(name, head_mask=gates_without(models[name], [head]))
-            elif method == "resample":
-                pool = pools[name]
-                source = resampled_outputs(models[name], sentences.lengths, pool.tokens, pool.lengths,
-                                           sentences.tokens.shape[1],
-                                           generator=torch.Generator().manual_seed(0))
-
-                def edit(layer, outputs, head=head, source=source):
-                    if layer != head[0]:
-                        return outputs
-                    outputs = outputs.clone()
-                    outputs[:, head[1]] = source[layer, :, head[1]]
-                    return outputs
-
-                after = run(name, edit_heads=edit)
+                fill_run = {"head_mask": gates_without(models[name], [head])}
             else:
-                fill = means[name][head]
+                if method == "resample":
+                    pool = pools[name]
+                    fill = resampled_outputs(models[name], sentences.lengths, pool.tokens, pool.lengths,
+                                             sentences.tokens.shape[1],
+                                             generator=torch.Generator().manual_seed(0))[head[0], :, head[1]]
+                else:
+                    fill = means[name][head]
 
                 def edit(layer, outputs, head=head, fill=fill):
                     if layer != head[0]:
@@ -991,26 +989,31 @@ def test_direct_against_total_effects_zeroed_and_mean_ablated(attribution, mixtu
                     outputs = outputs.clone()
                     outputs[:, head[1]] = fill
                     return outputs
-
-                after = run(name, edit_heads=edit)
+                fill_run = {"edit_heads": edit}
+            after = run(name, frozen_scale=scale0, **fill_run)
+            scale1 = final_scale(models[name], sentences.tokens, sentences.predict_pos, **fill_run)
             per_sentence = after - before
             change = per_sentence.mean().drop("total")
             direct, mlps = change[head_name(*head)], change[change.index.str.endswith("mlp")].sum()
             own, total = per_sentence[head_name(*head)], per_sentence["total"]
             moved = own.abs() > 0.1
             share = float(((total.abs() < own.abs()) & moved).sum() / moved.sum())
-            other = change.sum() - direct - mlps
-            got = (round(direct, 2), round(change.sum(), 2), round(mlps, 2), round(other, 2),
+            rescaling = float(total.mean()) - change.sum()
+            # the split adds up: direct + MLPs + other heads + rescaling is the model's own change
+            assert abs(direct + mlps + (change.sum() - direct - mlps) + rescaling - float(total.mean())) < 1e-5
+            got = (round(direct, 2), round(float(total.mean()), 2), round(mlps, 2),
+                   abs(round(change.sum() - direct - mlps, 2)) if head[0] == models[name].config.num_layers - 1
+                   else round(change.sum() - direct - mlps, 2), round(rescaling, 2), round(float(scale1.mean()), 2),
                    int((after["total"] > 0).sum()), f"{share:.0%}")  # as printed
-            assert got == values, (name, head, method)
-            changes[name, head, method] = (direct, change.sum())
+            assert got == values, (name, head, method, got)
+            changes[name, head, method] = (direct, float(total.mean()), mlps, rescaling)
     for method in ("zero", "mean", "resample"):  # L1H2: no repair on average, under all three fills
-        direct, total = changes["agreement", (1, 2), method]
+        direct, total, _, _ = changes["agreement", (1, 2), method]
         assert total < direct
-        direct, total = changes["mixture", (2, 6), method]
-        assert total < direct, "L2H6: the MLP outweighs the LayerNorm under every fill"
-    direct, total = changes["mixture", (2, 1), "mean"]
-    assert abs(total) < abs(direct), "L2H1 mean-ablated: the total is smaller than the direct effect"
-    direct, total = changes["mixture", (2, 1), "resample"]
-    assert total < direct - 0.4, "L2H1 resampled: no repair, the total exceeds the direct effect"
-    assert round(6.80 - 4.08, 2) == 2.72 and round(6.80 - 6.43, 2) == 0.37
+        direct, total, mlps, rescaling = changes["mixture", (2, 6), method]
+        assert total < direct and -mlps > rescaling, "L2H6: the MLP outweighs the rescaling under every fill"
+    for method in ("zero", "mean"):  # L2H1: rescaling and MLP cancel, each about twice the old +0.35 / -0.37
+        direct, total, mlps, rescaling = changes["mixture", (2, 1), method]
+        assert abs(rescaling + mlps) < 0.05 and rescaling > 0.6 and abs(total - direct) < 0.05
+    direct, total, mlps, rescaling = changes["mixture", (2, 1), "resample"]
+    assert total < direct - 0.4 and rescaling < 0.2, "L2H1 resampled: no cancellation, the total exceeds the direct"

@@ -75,6 +75,7 @@ __all__ = [
     "resampled_outputs",
     "losses_along_orders",
     "direct_logit_attribution",
+    "final_scale",
     "sequence_gate_gradients",
     "layer_normalised_order",
     "prunable_counts",
@@ -270,7 +271,8 @@ def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, re
 # -- direct logit attribution ------------------------------------------------------------
 def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: Tensor, directions: Tensor, *,
                              head_mask: Tensor | None = None,
-                             edit_heads: Callable[[int, Tensor], Tensor] | None = None) -> pd.DataFrame:
+                             edit_heads: Callable[[int, Tensor], Tensor] | None = None,
+                             frozen_scale: Tensor | None = None) -> pd.DataFrame:
     """Each residual-stream component's direct contribution to ``directions`` at ``positions``.
 
     ``positions`` ``(B,)``: one position per sequence; ``directions`` ``(B, V)`` or ``(V,)``:
@@ -284,6 +286,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     Returns a DataFrame, one row per sequence, columns ``embeddings``, ``L{l}H{h}``,
     ``L{l} attn bias``, ``L{l} mlp``, ``final bias`` and ``total`` (the model's own value).
     ``head_mask`` / ``edit_heads`` are passed to the forward pass (to attribute an ablated run).
+    ``frozen_scale`` ``(B,)``, when given, is the scale ``s`` every term is read at instead of
+    this run's (e.g. the intact run's, from :func:`final_scale`, so that an ablated run's terms
+    are on the intact run's scale); the columns then add up to ``total`` less the change
+    the rescaling makes, and ``total`` is still the model's own value.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
@@ -292,6 +298,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
     if int(positions.min()) < 0 or int(positions.max()) >= T:
         raise ValueError(f"positions must lie in 0..{T - 1}")
+    if frozen_scale is not None and not (isinstance(frozen_scale, Tensor) and frozen_scale.shape == (B,)
+                                         and frozen_scale.is_floating_point() and bool((frozen_scale > 0).all())):
+        raise ValueError(f"frozen_scale must be a positive float tensor (B,) = ({B},), one final-LayerNorm "
+                         f"scale per sequence (final_scale gives it), got {_described(frozen_scale)}")
     V = model.config.vocab_size
     if not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V)):
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V})")
@@ -329,7 +339,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     readout = directions @ model.unembed.weight  # (B, d): W_U^T direction
 
     def contribution(c: Tensor) -> Tensor:  # c: (B, d) -> (B,)
-        return (frozen_final_norm(model, x, c) * readout).sum(-1)
+        if frozen_scale is None:
+            return (frozen_final_norm(model, x, c) * readout).sum(-1)
+        centred = c - c.mean(dim=-1, keepdim=True)
+        return (centred / frozen_scale[:, None] * model.ln_final.weight * readout).sum(-1)
 
     columns: dict[str, Tensor] = {}
     embeddings = recorded["token"][rows, positions] + recorded["position"][positions]
@@ -348,6 +361,26 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     columns["final bias"] = (model.ln_final.bias * readout).sum(-1)
     columns["total"] = (logits[rows, positions] * directions).sum(-1)
     return pd.DataFrame({name: value.detach().numpy() for name, value in columns.items()})
+
+
+def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, head_mask: Tensor | None = None,
+                edit_heads: Callable[[int, Tensor], Tensor] | None = None) -> Tensor:
+    """The final LayerNorm's scale ``s = sqrt(var(x) + eps)`` at ``positions`` ``(B,)``: ``(B,)``,
+    for the run with ``head_mask`` / ``edit_heads`` (default: intact). The ``frozen_scale`` of
+    :func:`direct_logit_attribution`."""
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    if not isinstance(positions, Tensor) or positions.shape != (tokens.shape[0],) or positions.dtype != torch.long:
+        raise TypeError(f"positions must be a long tensor (B,) = ({tokens.shape[0]},), one position per sequence")
+    seen: list[Tensor] = []
+    handle = model.ln_final.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].detach()))
+    try:
+        with torch.no_grad():
+            model(tokens, head_mask=head_mask, edit_heads=edit_heads)
+    finally:
+        handle.remove()
+    x = seen[0][torch.arange(tokens.shape[0]), positions]
+    return (x.var(dim=-1, unbiased=False) + model.ln_final.eps).sqrt()
 
 
 # -- importance, kept per sequence ---------------------------------------------------------
