@@ -161,6 +161,19 @@ def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     return missing
 
 
+def student_tree_problem(args: list[str]) -> str | None:
+    """What is missing or extra in ``student-tree``'s arguments, with the usage (``None``: they
+    are fine), asked of scripts/student_tree.py, which needs only the standard library: a bad
+    command line is refused before anything is installed."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_student_tree_args", ROOT / "scripts" / "student_tree.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    problem = module.usage_problem(args)
+    return None if problem is None else f"course.py student-tree: {problem}\n{module.USAGE}"
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -169,6 +182,11 @@ def main(argv: list[str]) -> int:
         print(f"course.py: unknown command {argv[0]!r}: expected one of {', '.join(COMMANDS)} "
               "(python3 course.py with no arguments shows what each does)", file=sys.stderr)
         return 2
+    if argv[0] == "student-tree":
+        problem = student_tree_problem(argv[1:])
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
     if argv[0] == "test":
         missing = missing_test_paths(argv[1:])
         if missing:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from .attention.validation import check_int
+from .attention.validation import check_thread_count
 
 __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
            "REQUIRED_PACKAGES"]
@@ -97,7 +97,7 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
     if num_threads is None:
         yield
         return
-    check_int(num_threads, "num_threads", minimum=1)
+    check_thread_count(num_threads, "num_threads")
     previous = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:

@@ -172,7 +172,42 @@ def commit_to_branch(branch: str) -> str:
     return commit
 
 
+USAGE = ("usage: python3 course.py student-tree OUT_DIR        (write the tree into a new folder)\n"
+         "       python3 course.py student-tree --branch NAME  (commit it to the local branch NAME)")
+
+
+def usage_problem(argv: list[str]) -> str | None:
+    """What is wrong with the command line, in words (``None`` when it is one OUT_DIR or
+    ``--branch NAME``): what is missing, or what is extra. Only the standard library, so
+    course.py can ask before it installs anything."""
+    options = [a for a in argv if a.startswith("-")]
+    plain = [a for a in argv if not a.startswith("-")]
+    unknown = [a for a in options if a != "--branch"]
+    if unknown:
+        return (f"unknown option {unknown[0]} (expected OUT_DIR or --branch NAME); "
+                f"unexpected arguments: {' '.join(argv)}")
+    if not argv:
+        return "missing OUT_DIR (a new folder to write the tree into) or --branch NAME"
+    if options:
+        if argv[0] != "--branch" or len(options) > 1:
+            return f"--branch must come first and once, followed by one NAME; got: {' '.join(argv)}"
+        if not plain:
+            return "--branch needs a NAME (the local branch to commit the tree to), e.g. --branch student"
+        if len(plain) > 1:
+            return (f"--branch takes one NAME, got {len(plain)}: {' '.join(plain)} (extra: "
+                    f"{' '.join(plain[1:])}); to write a folder instead, give OUT_DIR alone")
+        return None
+    if len(plain) > 1:
+        return (f"expected one OUT_DIR, got {len(plain)}: {' '.join(plain)} (extra: {' '.join(plain[1:])}); "
+                "a path with spaces needs quotes")
+    return None
+
+
 def main(argv: list[str]) -> int:
+    problem = usage_problem(argv)
+    if problem is not None:
+        print(f"student-tree: {problem}\n{USAGE}", file=sys.stderr)
+        return 2
     try:
         if len(argv) == 2 and argv[0] == "--branch":
             commit = commit_to_branch(argv[1])
@@ -186,9 +221,7 @@ def main(argv: list[str]) -> int:
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"student-tree: {exc}", file=sys.stderr)
         return 2
-    print(__doc__.strip(), file=sys.stderr)
-    print(f"\nunexpected arguments: {' '.join(argv) or '(none)'}", file=sys.stderr)
-    return 2
+    raise AssertionError(f"usage_problem let {argv!r} through")  # every other shape is refused above
 
 
 if __name__ == "__main__":

@@ -16,38 +16,48 @@ from course_utils.exercises.raising import DiagnosesRaisingAnswers, requested_sh
 
 
 def _split_reference(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)  # (B, h, T, dk)
+    *lead, T, d = x.shape
+    return x.view(*lead, T, num_heads, d // num_heads).transpose(-3, -2)  # (..., h, T, dk)
 
 
 def _split_view_only(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, num_heads, T, d // num_heads)  # right shape, features scrambled
+    *lead, T, d = x.shape
+    return x.view(*lead, num_heads, T, d // num_heads)  # right shape, features scrambled
 
 
 def _split_no_transpose(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads)  # (B, T, h, dk)
+    *lead, T, d = x.shape
+    return x.view(*lead, T, num_heads, d // num_heads)  # (..., T, h, dk)
 
 
 def _split_wrong_dims(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, num_heads, d // num_heads).transpose(2, 3)  # (B, T, dk, h)
+    *lead, T, d = x.shape
+    return x.view(*lead, T, num_heads, d // num_heads).transpose(-2, -1)  # (..., T, dk, h)
 
 
 def _split_transpose_first(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.transpose(1, 2).reshape(B, num_heads, T, d // num_heads)  # right shape, wrong values
+    *lead, T, d = x.shape
+    return x.transpose(-2, -1).reshape(*lead, num_heads, T, d // num_heads)  # right shape, wrong values
 
 
 def _split_interleaved(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, d // num_heads, num_heads).permute(0, 3, 1, 2)  # head i = columns i, i+h, ...
+    *lead, T, d = x.shape
+    return x.view(*lead, T, d // num_heads, num_heads).movedim(-1, -3)  # head i = columns i, i+h, ...
 
 
 def _split_dk_h_swapped(x: Tensor, num_heads: int) -> Tensor:
-    B, T, d = x.shape
-    return x.view(B, T, d // num_heads, num_heads).transpose(1, 2)  # (B, dk, T, h): h and dk swapped
+    *lead, T, d = x.shape
+    return x.view(*lead, T, d // num_heads, num_heads).transpose(-3, -2)  # (..., dk, T, h)
+
+
+def _split_front_axes(x: Tensor, num_heads: int) -> Tensor:
+    *lead, T, d = x.shape
+    return x.view(*lead, T, num_heads, d // num_heads).transpose(1, 2)  # right only with one leading axis
+
+
+def _split_batch_assumed(x: Tensor, num_heads: int) -> Tensor:
+    B, T, d = x.shape  # ValueError on (T, d) and on (B, S, T, d)
+    return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)
 
 
 def _merge_reference(heads: Tensor) -> Tensor:
@@ -191,6 +201,8 @@ MISTAKES = {
         'transpose_before_split': _split_transpose_first,
         'interleaved': _split_interleaved,
         'heads_and_width_swapped': _split_dk_h_swapped,
+        'axes_counted_from_the_front': _split_front_axes,
+        'batch_axis_assumed': _split_batch_assumed,
     },
     'MERGE_HEADS': {
         'view_without_transpose_back': _merge_view_only,

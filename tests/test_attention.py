@@ -201,7 +201,7 @@ def test_dropout_only_in_training_mode():
 @pytest.mark.parametrize(
     "args,exc,words",
     [
-        ((10, 3), ValueError, ["d_model=10", "num_heads=3", "divisible"]),
+        ((10, 3), ValueError, ["d_model = 10", "num_heads = 3", "divisible"]),
         ((8, 0), ValueError, ["num_heads", "positive", "0"]),
         ((8, -2), ValueError, ["num_heads", "-2"]),
         ((8.0, 2), TypeError, ["d_model", "int", "float"]),

@@ -38,8 +38,8 @@ from course_utils.model.kv_cache import (
     repeatable_step,
 )
 from course_utils.model.paged_cache import PagedCache, blocks_needed
-from course_utils.model.parallel import parallel_map
 from course_utils.model.transformer import ModelConfig, TinyTransformer, convert_model
+from course_utils.parallel import parallel_map
 
 torch.manual_seed(0)
 M = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()

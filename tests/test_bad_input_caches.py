@@ -10,7 +10,9 @@ import pytest
 import torch
 from bad_input_cases import Case, assert_named  # noqa: E402
 
+from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.mla import MultiHeadLatentAttention, rope
+from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.validation import IndexOutOfRange, check_index, check_int
 from course_utils.model.kv_cache import (
     CatCache,
@@ -19,6 +21,7 @@ from course_utils.model.kv_cache import (
     SlidingWindowCache,
     decode_step,
     decode_tokens,
+    quantize_kv,
 )
 from course_utils.model.paged_cache import PagedCache
 from course_utils.model.transformer import ModelConfig, TinyTransformer
@@ -135,6 +138,97 @@ CASES = [
         ["seq", "hashable", "list"],
     ),
     Case("paged fork unknown parent", lambda: PagedCache(4, 2, 2, 4).fork("p", "c"), KeyError, ["'p'"]),
+    # issue 38, third pass: devices that hold no values, and names that cannot be found again
+    Case(
+        "paged meta append",
+        lambda: _paged("a").append("a", META3, META3),
+        ValueError,
+        ["k", "meta device", "(2, 1, 4)"],
+    ),
+    Case(
+        "paged meta query",
+        lambda: _paged("a").attend("a", torch.ones(2, 1, 4, device="meta")),
+        ValueError,
+        ["q", "meta device"],
+    ),
+    Case(
+        "paged add_sequence NaN",
+        lambda: PagedCache(4, 2, 2, 4).add_sequence(float("nan")),
+        TypeError,
+        ["seq", "float", "nan"],
+    ),
+    Case(
+        "paged add_sequence bool",
+        lambda: PagedCache(4, 2, 2, 4).add_sequence(True),
+        TypeError,
+        ["seq", "bool", "True"],
+    ),
+    Case(
+        "preallocated bogus device",
+        lambda: PreallocatedCache(1, 1, 2, 4, 8, device="bogus"),
+        ValueError,
+        ["device", "'cpu'", "'bogus'"],
+    ),
+    Case(
+        "preallocated device int",
+        lambda: PreallocatedCache(1, 1, 2, 4, 8, device=0.5),
+        TypeError,
+        ["device", "float", "0.5"],
+    ),
+    Case(
+        "preallocated meta device",
+        lambda: PreallocatedCache(1, 1, 2, 4, 8, device="meta"),
+        ValueError,
+        ["device", "'meta'", "no numbers"],
+    ),
+    Case(
+        "sliding meta device",
+        lambda: SlidingWindowCache(1, 1, 2, 4, 4, device=torch.device("meta")),
+        ValueError,
+        ["device", "meta"],
+    ),
+    Case(
+        "preallocated meta append",
+        lambda: PreallocatedCache(1, 1, 2, 4, 8).append(0, ONE.to("meta"), ONE.to("meta")),
+        ValueError,
+        ["k_new", "meta", "cache is on cpu"],
+    ),
+    Case(
+        "cat k and v on two devices",
+        lambda: CatCache(1).append(0, ONE, ONE.to("meta")),
+        ValueError,
+        ["k_new", "v_new", "device", "cpu", "meta"],
+    ),
+    Case(
+        "cat later append on another device",
+        lambda: _appended(CatCache(1), 0).append(0, ONE.to("meta"), ONE.to("meta")),
+        ValueError,
+        ["k_new", "meta", "cache is on cpu"],
+    ),
+    Case(
+        "preallocated v dtype differs from k",
+        lambda: PreallocatedCache(1, 1, 2, 4, 8).append(0, ONE, ONE.double()),
+        TypeError,
+        ["k_new", "v_new", "torch.float32", "torch.float64"],
+    ),
+    Case(
+        "from_layers meta",
+        lambda: CatCache.from_layers([(ONE.to("meta"), ONE.to("meta"))]),
+        ValueError,
+        ["layers[0] k", "meta device"],
+    ),
+    Case(
+        "from_layers layers on two devices",
+        lambda: PreallocatedCache.from_layers([(ONE, ONE), (ONE.to("meta"), ONE.to("meta"))], 4),
+        ValueError,
+        ["layers[1] k", "device", "meta"],
+    ),
+    Case(
+        "quantize_kv meta",
+        lambda: quantize_kv(torch.ones(2, 4, device="meta")),
+        ValueError,
+        ["x", "meta device"],
+    ),
     # decoding
     Case(
         "decode 1-layer cache, 2-layer model",
@@ -242,6 +336,31 @@ CASES = [
         ValueError,
         ["start", "-2"],
     ),
+    # one flag rule for every attention class and ModelConfig (check_flag)
+    Case(
+        "mha bias 'no'",
+        lambda: MultiHeadAttention(8, 2, bias="no"),
+        TypeError,
+        ["bias", "True or False", "'no'"],
+    ),
+    Case(
+        "naive mha bias 'no'",
+        lambda: NaiveMultiHeadAttention(8, 2, bias="no"),
+        TypeError,
+        ["bias", "True or False", "'no'"],
+    ),
+    Case(
+        "one naive head bias 0",
+        lambda: AttentionHead(8, 4, bias=0),
+        TypeError,
+        ["bias", "True or False", "0"],
+    ),
+    Case(
+        "config mlp 'no'",
+        lambda: ModelConfig(vocab_size=10, max_len=8, mlp="no"),
+        TypeError,
+        ["ModelConfig.mlp", "True or False", "'no'"],
+    ),
     # the integer rule
     Case(
         "config bool kv heads",
@@ -262,6 +381,16 @@ CASES = [
         ["layer", "0..2", "-1", "3 layers"],
     ),
 ]
+
+
+META3 = torch.ones(2, 1, 4, device="meta")  # (g, T_new, dk) without values
+
+
+def _paged(*names) -> PagedCache:
+    cache = PagedCache(4, 2, 2, 4)
+    for name in names:
+        cache.add_sequence(name)
+    return cache
 
 
 def _two_token_layer_one():
@@ -318,3 +447,76 @@ def test_decode_checks_the_whole_sequence_before_the_first_step():
     logits = decode_tokens(_model(), torch.tensor([[3, 4, 5]]), cache)
     full, _ = _model()(torch.tensor([[3, 4, 5]]))
     assert torch.allclose(logits, full, atol=1e-5)
+
+
+def _paged_state(cache: PagedCache):
+    return (
+        list(cache.free),
+        list(cache.refs),
+        {k: list(v) for k, v in cache.tables.items()},
+        dict(cache.lengths),
+        cache.k_pool.clone(),
+        cache.v_pool.clone(),
+    )
+
+
+def _same_state(a, b) -> bool:
+    return all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda c: c.append("a", META3, META3),
+        lambda c: c.append("a", torch.ones(2, 1, 4), torch.ones(2, 1, 4, dtype=torch.float64)),
+        lambda c: c.append("a", torch.ones(2, 9, 4), torch.ones(2, 9, 4)),  # 9 tokens, 3 free blocks
+        lambda c: c.append("zz", torch.ones(2, 1, 4), torch.ones(2, 1, 4)),
+        lambda c: c.add_sequence(float("nan")),
+        lambda c: c.add_sequence("a"),
+        lambda c: c.fork("a", ["list"]),
+        lambda c: c.attend("a", torch.ones(2, 1, 4, device="meta")),
+    ],
+    ids=["meta", "v dtype", "pool full", "unknown seq", "NaN name", "name taken", "fork list", "meta q"],
+)
+def test_a_refused_paged_cache_call_changes_nothing(bad):
+    """All or nothing: no block is taken, no table or length moves, no number is written."""
+    cache = _paged("a")
+    cache.append("a", torch.ones(2, 3, 4), torch.ones(2, 3, 4))  # one block of 2 filled, one half
+    before = _paged_state(cache)
+    with pytest.raises((TypeError, ValueError, KeyError, RuntimeError)):
+        bad(cache)
+    assert _same_state(before, _paged_state(cache))
+
+
+@pytest.mark.parametrize(
+    "make, bad",
+    [
+        (lambda: PreallocatedCache(2, 1, 2, 4, 8), lambda c: c.append(0, ONE.to("meta"), ONE.to("meta"))),
+        (lambda: PreallocatedCache(2, 1, 2, 4, 8), lambda c: c.append(0, ONE, ONE.double())),
+        (lambda: SlidingWindowCache(2, 1, 2, 4, 4), lambda c: c.append(0, ONE, ONE.to("meta"))),
+        (lambda: QuantizedCache(2, 1, 2, 4, 8, group=2), lambda c: c.append(0, ONE, ONE * float("nan"))),
+        (lambda: CatCache(2), lambda c: c.append(0, ONE.to("meta"), ONE.to("meta"))),
+    ],
+    ids=["preallocated meta", "preallocated v float64", "sliding meta v", "quantized NaN", "cat meta"],
+)
+def test_a_refused_append_leaves_every_cache_as_it_was(make, bad):
+    cache = _appended(make(), 0, 1)  # one whole step
+    keys = [t.clone() for t in _buffers(cache)]
+    with pytest.raises((TypeError, ValueError)):
+        bad(cache)
+    assert cache.length == 1 and cache._next_layer == 0
+    assert all(torch.equal(a, b) for a, b in zip(keys, _buffers(cache), strict=True))
+    _appended(cache, 0, 1)  # the next step still works
+    assert cache.length == 2
+
+
+def _buffers(cache) -> list[torch.Tensor]:
+    if isinstance(cache, CatCache):
+        return [t for pair in cache.layers for t in pair]
+    if isinstance(cache, SlidingWindowCache):
+        return [*cache._ring.k, *cache._ring.v]
+    if isinstance(cache, QuantizedCache):
+        return [t for part in (cache.codes, cache.residual) for x in ("k", "v") for t in part[x]]
+    return [*cache.k, *cache.v]

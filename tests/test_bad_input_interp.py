@@ -12,7 +12,16 @@ import pytest
 import torch
 from bad_input_cases import Case, assert_named  # noqa: E402
 
-from course_utils.interp.ablation import head_name, importance_order, measure
+from course_utils.interp.ablation import (
+    ablated_logits,
+    average_loss,
+    head_name,
+    head_outputs,
+    importance_order,
+    mean_head_outputs,
+    measure,
+    sequence_losses,
+)
 from course_utils.interp.circuits import (
     direct_logit_attribution,
     frozen_final_norm,
@@ -23,10 +32,18 @@ from course_utils.interp.circuits import (
     trace_heads,
 )
 from course_utils.interp.heatmaps import AttentionExplorer, plot_all_heads, plot_head
-from course_utils.interp.patching import layer_normalised_order, patching_table
+from course_utils.interp.patching import (
+    layer_normalised_order,
+    patched_logits,
+    patching_table,
+    position_ablated_logits,
+)
 from course_utils.interp.scores import (
+    agreement_score,
+    attention_mass,
     best_head,
     head_score_table,
+    induction_positions,
     induction_score,
     previous_token_score,
     role_verdicts,
@@ -38,12 +55,13 @@ from course_utils.model.transformer import ModelConfig, TinyTransformer
 matplotlib.use("Agg")
 
 
-
-
 torch.manual_seed(0)
 MODEL = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
 TOKENS = torch.tensor([[1, 2, 3, 4, 1, 2]])
 TRACE = trace_heads(MODEL, TOKENS)
+SOURCE = head_outputs(MODEL, TOKENS.flip(1))  # (L, B, h, T, dk)
+SCORED = torch.tensor([[False, True, True, True, True, False]])
+W2 = torch.softmax(torch.randn(1, 2, 4, 4, generator=torch.Generator().manual_seed(2)), -1)
 LOGITS = torch.randn(1, 6, 10, generator=torch.Generator().manual_seed(1))
 NAN_GRID = torch.tensor([[0.1, math.nan], [0.3, 0.2]])
 ATTENTION = [torch.eye(4).expand(1, 2, 4, 4)]
@@ -288,7 +306,217 @@ CASES = [
         ValueError,
         ["attention weights", "NaN", "layer 0, head 0"],
     ),
+    # issue 38, third pass: tensors without values, NaN that would pass through, dtypes cast silently
+    Case(
+        "scores meta weights",
+        lambda: previous_token_score(torch.ones(1, 2, 4, 4, device="meta")),
+        ValueError,
+        ["attention weights", "meta device", "(1, 2, 4, 4)"],
+    ),
+    Case(
+        "scores meta layer in a list",
+        lambda: induction_score(
+            [torch.eye(4).expand(1, 2, 4, 4), torch.ones(1, 2, 4, 4, device="meta")], 2, start=0
+        ),
+        ValueError,
+        ["layer 1's attention weights", "meta device"],
+    ),
+    Case(
+        "patched_logits meta source",
+        lambda: patched_logits(MODEL, TOKENS, SOURCE.to("meta"), [(0, 0)]),
+        ValueError,
+        ["source_outputs", "meta device"],
+    ),
+    Case(
+        "patched_logits NaN source",
+        lambda: patched_logits(MODEL, TOKENS, SOURCE * math.nan, [(0, 0)]),
+        ValueError,
+        ["source_outputs", "finite", "nan", "(0, 0, 0, 0, 0)"],
+    ),
+    Case(
+        "patched_logits int source",
+        lambda: patched_logits(MODEL, TOKENS, SOURCE.long(), [(0, 0)]),
+        TypeError,
+        ["source_outputs", "torch.float32", "torch.int64"],
+    ),
+    Case(
+        "patched_logits meta tokens",
+        lambda: patched_logits(MODEL, TOKENS.to("meta"), SOURCE, [(0, 0)]),
+        ValueError,
+        ["tokens", "meta", "model is on cpu"],
+    ),
+    Case(
+        "average_loss NaN logits",
+        lambda: average_loss(torch.full((1, 6, 10), math.nan), TOKENS),
+        ValueError,
+        ["logits", "finite", "batch 0, position 0", "nan"],
+    ),
+    Case(
+        "average_loss infinite logit",
+        lambda: average_loss(
+            LOGITS.index_put((torch.tensor(0), torch.tensor(3), torch.tensor(2)), torch.tensor(math.inf)),
+            TOKENS,
+        ),
+        ValueError,
+        ["logits", "position 3"],
+    ),
+    Case(
+        "trace_heads replace NaN",
+        lambda: trace_heads(MODEL, TOKENS, replace={(0, 1): math.nan}),
+        ValueError,
+        ["replace[(0, 1)]", "finite", "nan"],
+    ),
+    Case(
+        "trace_heads replace NaN tensor",
+        lambda: trace_heads(MODEL, TOKENS, replace={(1, 0): torch.full((8,), math.nan)}),
+        ValueError,
+        ["replace[(1, 0)]", "finite", "nan"],
+    ),
+    Case(
+        "trace_heads replace int tensor",
+        lambda: trace_heads(MODEL, TOKENS, replace={(1, 0): torch.ones(8, dtype=torch.long)}),
+        TypeError,
+        ["replace[(1, 0)]", "floating", "torch.int64"],
+    ),
+    Case(
+        "trace_heads replace meta tensor",
+        lambda: trace_heads(MODEL, TOKENS, replace={(1, 0): torch.ones(8, device="meta")}),
+        ValueError,
+        ["replace[(1, 0)]", "meta", "model is on cpu"],
+    ),
+    # issue 38, third pass: the sweep over every public helper
+    Case(
+        "check_rows 'no'",
+        lambda: previous_token_score(W2, check_rows="no"),
+        TypeError,
+        ["check_rows", "'no'"],
+    ),
+    Case(
+        "agreement positions str",
+        lambda: agreement_score(W2, "5", 1),
+        TypeError,
+        ["query_positions", "str", "'5'"],
+    ),
+    Case(
+        "attention_mass meta key_mask",
+        lambda: attention_mass(W2, 3, torch.ones(4, dtype=torch.bool, device="meta")),
+        ValueError,
+        ["key_mask", "meta device"],
+    ),
+    Case(
+        "best_head meta",
+        lambda: best_head(torch.ones(2, 2, device="meta")),
+        ValueError,
+        ["scores", "meta device"],
+    ),
+    Case(
+        "induction_positions seq_len -1",
+        lambda: induction_positions(-1, 2, start=0),
+        ValueError,
+        ["seq_len", "positive", "-1"],
+    ),
+    Case(
+        "position_ablated_logits meta where",
+        lambda: position_ablated_logits(
+            MODEL, TOKENS, [(0, 0)], torch.ones(6, dtype=torch.bool, device="meta")
+        ),
+        ValueError,
+        ["where", "meta", "tokens are on cpu"],
+    ),
+    Case(
+        "importance_order int",
+        lambda: importance_order(torch.ones(2, 2, dtype=torch.long)),
+        TypeError,
+        ["importance", "floating", "torch.int64"],
+    ),
+    Case(
+        "layer_normalised_order meta",
+        lambda: layer_normalised_order(torch.ones(2, 2, device="meta")),
+        ValueError,
+        ["importance", "meta device"],
+    ),
+    Case(
+        "importance_order empty",
+        lambda: importance_order(torch.ones(2, 0)),
+        ValueError,
+        ["importance", "(2, 0)"],
+    ),
+    Case(
+        "mean_head_outputs per_position 'no'",
+        lambda: mean_head_outputs(MODEL, TOKENS, per_position="no"),
+        TypeError,
+        ["per_position", "'no'"],
+    ),
+    Case(
+        "ablated_logits float64 means",
+        lambda: ablated_logits(
+            MODEL, TOKENS, [(0, 0)], method="mean", means=mean_head_outputs(MODEL, TOKENS).double()
+        ),
+        TypeError,
+        ["means", "torch.float64", "torch.float32"],
+    ),
+    Case(
+        "sequence_losses NaN logits",
+        lambda: sequence_losses(LOGITS.index_fill(1, torch.tensor([2]), math.nan), TOKENS),
+        ValueError,
+        ["logits", "finite", "position 2"],
+    ),
+    Case(
+        "average_loss no vocabulary",
+        lambda: average_loss(torch.ones(1, 6, 0), TOKENS),
+        ValueError,
+        ["logits", "V >= 1", "(1, 6, 0)"],
+    ),
+    Case(
+        "next_token_loss NaN logits",
+        lambda: next_token_loss(LOGITS * math.nan, TOKENS, SCORED),
+        ValueError,
+        ["logits", "finite", "nan"],
+    ),
+    Case(
+        "in_context_mass meta scored",
+        lambda: in_context_mass(LOGITS, TOKENS, SCORED.to("meta")),
+        ValueError,
+        ["scored", "meta device"],
+    ),
+    Case(
+        "next_token_loss meta tokens",
+        lambda: next_token_loss(LOGITS, TOKENS.to("meta"), SCORED),
+        ValueError,
+        ["tokens", "meta device"],
+    ),
+    Case(
+        "frozen_final_norm meta stream",
+        lambda: frozen_final_norm(MODEL, TRACE.residual[-1].to("meta"), TRACE.residual[-1]),
+        ValueError,
+        ["stream", "meta", "model is on cpu"],
+    ),
+    Case(
+        "frozen_final_norm float64 component",
+        lambda: frozen_final_norm(MODEL, TRACE.residual[-1], TRACE.residual[-1].double()),
+        TypeError,
+        ["component", "torch.float64", "torch.float32"],
+    ),
+    Case(
+        "head_outputs token id 10",
+        lambda: head_outputs(MODEL, TOKENS + 6),
+        ValueError,
+        ["tokens", "vocab_size=10", "max 10"],
+    ),
+    Case(
+        "generate with NaN weights",
+        lambda: _nan_model().generate(TOKENS[:, :3], 2),
+        ValueError,
+        ["generate", "position 3", "NaN", "token_embedding.weight"],
+    ),
 ]
+
+
+def _nan_model() -> TinyTransformer:
+    model = TinyTransformer(MODEL.config)
+    with torch.no_grad():
+        model.token_embedding.weight.fill_(math.nan)
+    return model
 
 
 def _explorer():

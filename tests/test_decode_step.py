@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import decode_step
 from course_utils.attention.fused_decode import fused_decode_status
+from course_utils.bench import decode_step
 from course_utils.bench import main as bench_main
 from course_utils.bench.decode_step import (
     FALLBACK_LLC_BYTES,
@@ -254,7 +254,6 @@ def test_every_benchmark_buffer_stays_under_the_cap_with_a_300_mib_cache(monkeyp
     300 MiB: none above the cap (the buffers are recorded, and made small so the test is)."""
     from course_utils.bench import gqa_speed
     from course_utils.bench.decode_step import FLUSH_CAP_BYTES, LLC_ENV
-    from course_utils.model import kv_cache
 
     monkeypatch.setenv(LLC_ENV, "300")
     asked = []
@@ -268,7 +267,7 @@ def test_every_benchmark_buffer_stays_under_the_cap_with_a_300_mib_cache(monkeyp
     gqa_speed.bench_decode(8, 64, 64, 1, groups=(8, 2), repeats=1, warmup=0, copy_mib=0, progress=False)
     bench_whole_step(((1, 8),), (4, 1), d_model=256, num_heads=4, num_layers=1, repeats=1, warmup=0,
                      progress=False)
-    kv_cache.time_cold({"a": lambda: None}, baseline="a", repeats=1, warmup=0, progress=None)
+    gqa_speed.time_cold({"a": lambda: None}, baseline="a", repeats=1, warmup=0, progress=None)
     gqa_speed.stage_times((4, 1), num_heads=4, d_head=8, context=32, num_layers=1, repeats=1)
     read_bandwidth(repeats=1)
     assert len(asked) == 8 and max(asked) == FLUSH_CAP_BYTES  # 2 + 2 + 1 + 1 + 2 buffers

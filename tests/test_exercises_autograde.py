@@ -328,7 +328,7 @@ def test_the_release_stub_is_known_without_running_it():
 _TWINS_AND_LOOKUPS = [  # the twins and lookups of the instructor trial (issue 34): check, import, body
     ("lesson02.check_softmax_rows", "import torch", "torch.special.softmax(torch.tensor(a[0]), -1).numpy()"),
     ("lesson02.check_softmax_rows", "import torch", "getattr(torch, 'soft' + 'max')(a[0], -1)"),
-    ("lesson02.check_softmax_rows", "from course_utils.worked_example import _softmax_rows",
+    ("lesson02.check_softmax_rows", "from course_utils.tasks.worked_example import _softmax_rows",
      "_softmax_rows(a[0])"),
     ("lesson02.check_attention_weights", "import torch",
      "torch.ops.aten._scaled_dot_product_attention_math(a[0], a[1], a[1])[1]"),

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import fused_decode
+from course_utils.attention import fused_decode
 from course_utils.attention.fused_decode import fused_decode_attention, fused_decode_status
 from course_utils.bench.gqa_speed import bench_decode
 
@@ -636,7 +636,7 @@ _PROCESS_MODE = r"""
 import os, sys, warnings
 warnings.simplefilter("ignore")
 import torch
-from course_utils import fused_decode
+from course_utils.attention import fused_decode
 why = fused_decode.fused_decode_status()
 print(why)
 print(float("5e-324") * float("1") != 0.0, (torch.tensor(1e-40) * 1).item() != 0.0)

@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import fused_decode
+from course_utils.attention import fused_decode
 from course_utils.attention.fused_decode import (
     fused_decode_attention,
     fused_decode_build,

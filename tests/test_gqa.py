@@ -17,11 +17,11 @@ from torch.overrides import TorchFunctionMode
 
 import course_utils
 from course_utils import GroupedQueryAttention, MultiHeadAttention, grouped_query_attention
-from course_utils.attention.gqa import PUBLISHED_CONFIGS, convert_model, kv_cache_bytes
+from course_utils.attention.gqa import PUBLISHED_CONFIGS, kv_cache_bytes
 from course_utils.bench import main as bench_main
 from course_utils.bench.gqa_speed import bench_decode, make_kv_caches, stage_bandwidth, stage_times
 from course_utils.model.checkpoint import load_checkpoint, save_checkpoint
-from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer
+from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer, convert_model
 
 
 def _randn(*shape, seed):
@@ -181,7 +181,7 @@ def test_conversion_methods_build_the_group_projection_as_described():
         (lambda: GroupedQueryAttention(16, 4, 3), ValueError, ["num_kv_heads", "[1, 2, 4]", "3"]),
         (lambda: GroupedQueryAttention(16, 4, 0), ValueError, ["num_kv_heads", "positive", "0"]),
         (lambda: GroupedQueryAttention(16, 4, 2.0), TypeError, ["num_kv_heads", "int", "float"]),
-        (lambda: GroupedQueryAttention(15, 4, 2), ValueError, ["d_model=15", "num_heads=4"]),
+        (lambda: GroupedQueryAttention(15, 4, 2), ValueError, ["d_model = 15", "num_heads = 4"]),
         (lambda: GroupedQueryAttention.from_multi_head(MultiHeadAttention(16, 4), 2, "average"),
          ValueError, ["method", "('mean', 'first', 'random')", "'average'"]),
         (lambda: GroupedQueryAttention.from_multi_head(torch.nn.Linear(2, 2), 2), TypeError,

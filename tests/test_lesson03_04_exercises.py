@@ -19,17 +19,48 @@ from course_utils.exercises import lesson03, lesson04
 
 
 def _split_width_first(x, num_heads):
-    B, T, d = x.shape
-    return x.reshape(B, T, -1, num_heads).permute(0, 2, 1, 3)  # (B, dk, T, h)
+    *lead, T, d = x.shape
+    return x.reshape(*lead, T, -1, num_heads).transpose(-3, -2)  # (..., dk, T, h)
 
 
 def test_split_check_names_heads_and_width_swapped():
     assert lesson03.check_split_heads(_split_width_first).mistake == "heads_and_width_swapped"
 
 
+def _split_copied_from_the_trace(x, num_heads):
+    """The section 1 trace's code, copied: right on (B, T, d) and on no other shape."""
+    B, T, d = x.shape
+    return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)
+
+
+def _split_general_view_front_transpose(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
+@pytest.mark.parametrize("fn, key", [
+    (_split_copied_from_the_trace, "batch_axis_assumed"),
+    (lambda x, h: x.view(x.shape[0], x.shape[1], h, -1).transpose(1, 2), None),
+    (_split_general_view_front_transpose, "axes_counted_from_the_front"),
+])
+def test_split_check_names_an_answer_written_for_one_batch_axis(fn, key):
+    fb = lesson03.check_split_heads(fn)
+    assert not fb.passed and fb.mistake == key
+    if key is None:  # raises on (T, d) in another way: still told which input it was
+        assert "one sentence without a batch axis" in fb.message or "leading axes" in fb.message
+
+
+def test_split_check_is_passed_by_the_trace_code_only_on_batches():
+    """The exercise asks for another case than the trace shows: the copied code passes the
+    three batched cases and fails the other two."""
+    fb = lesson03.check_split_heads(_split_copied_from_the_trace)
+    assert "one sentence without a batch axis" in fb.message
+
+
 @pytest.mark.parametrize("fn", [
-    lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1),
-    lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3),
+    lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=-3),
+    lambda x, h: x.unflatten(-1, (h, -1)).transpose(-3, -2),
+    lambda x, h: x.reshape(*x.shape[:-1], h, x.shape[-1] // h).movedim(-2, -3),
+    lambda x, h: torch.einsum("...thk->...htk", x.view(*x.shape[:-1], h, -1)),
 ])
 def test_split_check_accepts_other_correct_forms(fn):
     assert lesson03.check_split_heads(fn).passed

@@ -368,6 +368,32 @@ def test_lesson04_prints_the_current_source_of_the_batched_helpers():
     assert printed == expected, "re-run lesson 04: its printed copy of attention.py is out of date"
 
 
+def test_lesson04_prints_the_forward_the_trained_model_runs():
+    """The printed forward is today's MultiHeadAttentionBase.forward (docstring left out), the one
+    the induction checkpoint's layers run, and the 4.3 table names lines that are in it."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    from course_utils.attention.mha import MultiHeadAttentionBase
+    from course_utils.model.checkpoint import load_checkpoint
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "04_pytorch_implementation.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    marker = "getsource(MultiHeadAttentionBase.forward)"
+    at = next(i for i, c in enumerate(cells) if marker in "".join(c["source"]))
+    printed = "".join("".join(o.get("text", "")) for o in cells[at]["outputs"])
+    signature, _, rest = inspect.getsource(MultiHeadAttentionBase.forward).partition('"""')
+    assert printed == signature.rstrip() + rest.partition('"""')[2] + "\n", "re-run lesson 04"
+    model, _ = load_checkpoint("induction")
+    assert all(type(b.attn).forward is MultiHeadAttentionBase.forward for b in model.blocks)
+    table = "".join(cells[at + 1]["source"])
+    for line in ("self.project_qkv(query, key, value)", "masked_softmax(scores, allowed)",
+                 "(dropped.view(B, g, rows, T) @ v).view(B, h, Tq, dk)", "self.out_proj(self.merge_heads(z))",
+                 "q.reshape(B, g, rows, dk)", "self.hook_pattern(", "fast_attention("):
+        assert line in printed and line.rstrip("(") in table, line  # the table quotes the code as it is
+
+
 def test_the_sweep_readings_hold_in_the_stored_run():
     """The summary's prose: at T = 1024 the loop beat the step-by-step batched version, and the
     fused SDPA version was the fastest by a wide margin from T = 256 on. (At the shortest

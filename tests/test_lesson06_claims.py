@@ -46,8 +46,8 @@ from course_utils.interp.patching import (
     trimmed_by_length,
 )
 from course_utils.model.checkpoint import load_checkpoint
-from course_utils.model.parallel import parallel_map
 from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
+from course_utils.parallel import parallel_map
 from course_utils.tasks.synthetic import PAD_ID, InductionBatch, agreement_margins, induction_accuracy
 
 PREVIOUS = [(0, 1), (0, 2), (0, 0)]

@@ -220,7 +220,7 @@ def test_config_round_trips_through_json():
         ({"vocab_size": 0}, ValueError, "vocab_size must be a positive int"),
         ({"max_len": 8.0}, TypeError, "max_len must be an int"),
         ({"num_layers": True}, TypeError, "num_layers must be an int"),
-        ({"mlp": 1}, TypeError, "mlp must be a bool"),
+        ({"mlp": 1}, TypeError, "ModelConfig.mlp must be True or False"),
         ({"d_mlp": 0}, ValueError, "d_mlp"),
     ],
 )

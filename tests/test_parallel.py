@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from course_utils.model.parallel import default_workers, parallel_map
+from course_utils.parallel import default_workers, parallel_map
 from course_utils.tasks.two_relations import TrainConfig, TwoKeyTask, compare_heads
 
 TASK = TwoKeyTask(num_items=8, num_keys=16, num_symbols=8, max_repeats=3)

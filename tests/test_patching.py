@@ -484,11 +484,13 @@ def test_an_evaluation_at_one_position_per_sequence_scores_as_the_full_pass():
 
     def at_positions(logits):
         seen.append(logits)
-        return {"logit sum": float(logits[rows, positions].sum()), "top": int(logits[rows, positions].argmax(-1).sum())}
+        at = logits[rows, positions]
+        return {"logit sum": float(at.sum()), "top": int(at.argmax(-1).sum())}
 
     full = Evaluation(tokens, at_positions)
     scored = EvaluationAt(tokens, at_positions, positions)
-    sets = [[], [(0, 1)], [(0, 1), (1, 3)], [(2, 5)], [(2, 0), (1, 7)], [(1, 4)]]  # start at layer 0, 1, 2, none
+    # sets that start at layer 0, 1, 2 and none
+    sets = [[], [(0, 1)], [(0, 1), (1, 3)], [(2, 5)], [(2, 0), (1, 7)], [(1, 4)]]
     seen.clear()
     together = measure_zeroed_sets(model, scored, sets, per_run=2)
     assert all(torch.isnan(logits[~torch.nn.functional.one_hot(positions, 12).bool().repeat(
@@ -498,7 +500,8 @@ def test_an_evaluation_at_one_position_per_sequence_scores_as_the_full_pass():
         assert numbers["top"] == alone["top"] and abs(numbers["logit sum"] - alone["logit sum"]) < 1e-4, heads
     assert measure(model, scored, [(1, 2)]) == measure(model, full, [(1, 2)]), "measure ignores positions"
     for bad, match in ((positions.float(), "long tensor"), (positions[:3], r"\(6,\)"),
-                       (torch.tensor([0, 1, 2, 3, 4, 12]), "0..11"), (torch.tensor([-1, 1, 2, 3, 4, 5]), "0..11")):
+                       (torch.tensor([0, 1, 2, 3, 4, 12]), "0..11"),
+                       (torch.tensor([-1, 1, 2, 3, 4, 5]), "0..11")):
         with pytest.raises(ValueError, match=match):
             EvaluationAt(tokens, at_positions, bad)
 
@@ -521,7 +524,8 @@ def test_incremental_prunable_counts_match_the_plain_count():
     def within(numbers):
         return intact - sum(v for k, v in numbers.items() if k.startswith("right")) <= 3
 
-    orders = [importance_order(torch.rand(3, 8, generator=torch.Generator().manual_seed(s))) for s in range(12)]
+    orders = [importance_order(torch.rand(3, 8, generator=torch.Generator().manual_seed(s)))
+              for s in range(12)]
     counts, measured = prunable_counts(model, plain, orders, within)
     assert len(set(counts)) > 2, "the orders should stop at different steps"
     for evaluations in (plain, at_verb):
@@ -531,7 +535,8 @@ def test_incremental_prunable_counts_match_the_plain_count():
     half, partial = prunable_counts(model, at_verb, orders[:6], within, incremental=True)
     assert prunable_counts(model, at_verb, orders, within, incremental=True, known=partial)[0] == counts
     with pytest.raises(ValueError, match="incremental=True .* method='zero'"):
-        prunable_counts(model, plain, orders, within, incremental=True, method="mean", means=torch.zeros(3, 8, 8))
+        prunable_counts(model, plain, orders, within, incremental=True, method="mean",
+                        means=torch.zeros(3, 8, 8))
     with pytest.raises(ValueError, match="chunks=1"):
         prunable_counts(model, plain, orders, within, incremental=True, chunks=2)
     with pytest.raises(TypeError, match="incremental must be True or False"):

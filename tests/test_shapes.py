@@ -330,3 +330,16 @@ def test_parameter_count_check_names_bias_slips(fn, key):
 ])
 def test_score_macs_check_names_counting_slips(fn, key):
     assert lesson03.check_score_macs(fn).mistake == key
+
+
+def test_the_trace_checks_each_step_against_the_modules_own_forward():
+    """max_abs_diff reads the module's hook points: a module whose values are edited on their way
+    (here doubled at hook_v) no longer matches the steps written out, and the trace says so."""
+    from course_utils.attention.hooks import hooks
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    assert trace_shapes(mha, x).max_abs_diff < 1e-6
+    with hooks(mha, [("hook_v", lambda v, hook: 2 * v)]):
+        assert trace_shapes(mha, x).max_abs_diff > 1e-2

@@ -25,7 +25,7 @@ def test_the_figure_labels_every_shape_and_colours_by_head():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"d_model": 8, "num_heads": 3}, "d_model must be divisible by num_heads"),
+    ({"d_model": 8, "num_heads": 3}, "d_model = 8 is not divisible by num_heads = 3"),
     ({"seq_len": 0}, "seq_len"),
     ({"d_model": 32, "num_heads": 2}, "the drawing fits"),
 ])

@@ -117,8 +117,9 @@ def test_course_lab_opens_the_learners_copy(monkeypatch):
     assert course.main(["lab"]) == 0
     assert calls[0][-1].endswith("student/00_start_here.ipynb") or calls[0][-2].endswith(
         "student/00_start_here.ipynb"), calls
-    assert course.main(["student-tree", "--branch"]) == 0  # passed on to the script as given
-    assert calls[1][-2:] == [str(ROOT / "scripts" / "student_tree.py"), "--branch"]
+    assert course.main(["student-tree", "--branch", "student"]) == 0  # passed on to the script as given
+    assert calls[1][-3:] == [str(ROOT / "scripts" / "student_tree.py"), "--branch", "student"]
+    assert course.main(["student-tree", "--branch"]) == 2 and len(calls) == 2  # refused before running
 
 
 def test_nbgrader_tools_refuses_bad_arguments_and_changes_nothing(tmp_path):

@@ -350,7 +350,7 @@ def test_on_eval_sees_every_evaluation_and_weight_on_keys():
 
 
 def test_the_old_name_is_the_same_class():
-    from course_utils import two_relations
+    from course_utils.tasks import two_relations
 
     assert two_relations.TrainConfig is RelationsConfig
 

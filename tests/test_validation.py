@@ -25,21 +25,20 @@ import torch
 from course_utils import (
     GroupedQueryAttention,
     MultiHeadAttention,
-    ablation,
     causal_mask,
     grouped_query_attention,
     padding_mask,
     scaled_dot_product_attention,
 )
-from course_utils.attention.gqa import convert_model
 from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.env import pick_device, seed_everything
+from course_utils.interp import ablation
 from course_utils.interp.heatmaps import AttentionExplorer
 from course_utils.interp.scores import best_head, previous_token_score
 from course_utils.interp.widgets import dimension_explorer
 from course_utils.model.checkpoint import CHECKPOINT_DIR, CheckpointError, load_checkpoint, save_checkpoint
 from course_utils.model.train import TrainConfig, train_induction, train_model
-from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer
+from course_utils.model.transformer import KVCache, ModelConfig, TinyTransformer, convert_model
 from course_utils.tasks.synthetic import AgreementTask, InductionTask
 
 matplotlib.use("Agg")
@@ -141,8 +140,14 @@ def float_score(logits: torch.Tensor) -> float:
 
 
 def edited(edit: Callable[[torch.Tensor], object]) -> Callable[[], object]:
-    """``mha(x)`` whose ``edit_heads`` hook returns ``edit(heads)`` (heads ``(2, 2, 3, 4)``)."""
-    return lambda: mha(x, edit_heads=edit)
+    """The model's pass whose ``edit_heads`` returns ``edit(heads)`` (heads ``(2, 4, 3, 4)``)."""
+    return lambda: MHA_MODEL(PROMPT, edit_heads=lambda layer, heads: edit(heads))
+
+
+def _hooked(fn: object, where: str = "blocks.0.attn.hook_z") -> object:
+    """The model's pass with ``fn`` at ``where``."""
+    with MHA_MODEL.hooks([(where, fn)]):
+        return MHA_MODEL(PROMPT)
 
 
 def meta_model() -> TinyTransformer:
@@ -248,17 +253,20 @@ CASES: list[Case] = [
     Case("mha return_kv str", lambda: mha(x, return_kv="no"), TypeError,
          ["return_kv", "True or False", "'no'"]),
     # the edit_heads hook must give back heads like the ones it got
-    *[Case(f"edit_heads returns {what}", edited(edit), error, ["edit_heads", "(2, 2, 3, 4)", *words])
+    *[Case(f"edit_heads returns {what}", edited(edit), error, ["edit_heads", "(2, 4, 3, 4)", *words])
       for what, edit, error, words in (
-          ("one head", lambda h: h[:1], ValueError, ["shape (1, 2, 3, 4)"]),
+          ("one head", lambda h: h[:1], ValueError, ["shape (1, 4, 3, 4)"]),
           ("None", lambda h: None, TypeError, ["NoneType", "forget to return"]),
           ("a list", lambda h: h.tolist(), TypeError, ["list"]),
-          ("transposed heads", lambda h: h.transpose(2, 3), ValueError, ["shape (2, 2, 4, 3)"]),
+          ("transposed heads", lambda h: h.transpose(2, 3), ValueError, ["shape (2, 4, 4, 3)"]),
           ("float64", lambda h: h.double(), TypeError, ["torch.float32", "dtype torch.float64"]),
           ("int", lambda h: h.long(), TypeError, ["dtype torch.int64"]),
           ("meta", lambda h: h.to("meta"), ValueError, ["device cpu", "device meta"]))],
-    Case("model edit_heads returns one head", lambda: MHA_MODEL(PROMPT, edit_heads=lambda i, h: h[:1]),
-         ValueError, ["edit_heads", "(2, 4, 3, 4)", "shape (1, 4, 3, 4)"]),
+    Case("a hook returns one head", lambda: _hooked(lambda z, hook: z[:1]), ValueError,
+         ["blocks.0.attn.hook_z", "(2, 4, 3, 4)", "shape (1, 4, 3, 4)"]),
+    Case("a hook that is a str", lambda: _hooked("zero"), TypeError, ["hook must be a function", "str"]),
+    Case("a hook point that does not exist", lambda: _hooked(print, "blocks.0.hook_z"),
+         ValueError, ["no hook point named 'blocks.0.hook_z'", "blocks.0.attn.hook_q"]),
     # masks
     Case("causal_mask(True)", lambda: causal_mask(True), TypeError, ["num_queries", "bool True"]),
     Case("causal_mask float offset", lambda: causal_mask(3, query_offset=1.5), TypeError,

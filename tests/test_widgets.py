@@ -16,8 +16,16 @@ from course_utils.interp.widgets import (
 )
 
 
-def test_no_kernel_under_pytest():
-    assert not in_jupyter_kernel()
+@pytest.mark.parametrize("shell,expected", [
+    (None, False),  # plain Python: no IPython shell at all
+    (type("TerminalShell", (), {})(), False),  # IPython in a terminal: a shell without a kernel
+    (type("KernelShell", (), {"kernel": object()})(), True),  # a Jupyter kernel
+], ids=["python", "terminal-ipython", "jupyter-kernel"])
+def test_a_kernel_is_told_from_other_shells(monkeypatch, shell, expected):
+    import IPython
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    assert in_jupyter_kernel() is expected
 
 
 def test_dimension_explorer_builds_and_shows_the_default_report():

@@ -1,18 +1,18 @@
 """Lesson 4's payoff: the trained model run with a learner's mha_forward
-(course_utils.model.your_attention)."""
+(course_utils.exercises.your_attention)."""
 
 import math
 
 import pytest
 import torch
 
-from course_utils.model.checkpoint import load_checkpoint
-from course_utils.model.your_attention import (
+from course_utils.exercises.your_attention import (
     causal_by_prefixes,
     forward_with,
     plot_block,
     run_with_your_attention,
 )
+from course_utils.model.checkpoint import load_checkpoint
 
 
 def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):

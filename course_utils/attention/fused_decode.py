@@ -105,7 +105,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .gqa import _check_gqa_inputs, grouped_query_attention
-from .validation import check_int
+from .validation import MAX_THREADS, check_int
 
 __all__ = ["HEAD_WIDTH", "MAX_THREADS", "fused_decode_attention", "fused_decode_build", "fused_decode_status",
            "reset_fused_decode"]
@@ -113,7 +113,6 @@ __all__ = ["HEAD_WIDTH", "MAX_THREADS", "fused_decode_attention", "fused_decode_
 HEAD_WIDTH = 64  # the kernel's head width (DK in fused_decode.c)
 # The most threads fused_decode_attention accepts: OpenMP ends the process when it cannot start
 # the threads asked for (3000 did at T = 400k), and the C side takes an int.
-MAX_THREADS = max(256, os.cpu_count() or 1)
 _SOURCE = Path(os.path.abspath(__file__)).with_name("fused_decode.c")
 _FLAGS = ("-O3", "-shared", "-fPIC", "-Wno-psabi")
 # Tried in order: for this CPU with threads (OpenMP), then without OpenMP (Apple's clang has

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .masks import causal_mask
+from .masks import causal_mask, masked_softmax
 from .mha import MultiHeadAttention, MultiHeadAttentionBase
 from .validation import (
     check_dropout,
@@ -38,6 +38,7 @@ from .validation import (
     check_head_dims,
     check_int,
     check_keys_not_empty,
+    check_kv_heads,
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
@@ -190,10 +191,7 @@ def grouped_query_attention(
         while allowed.ndim < 4:
             allowed = allowed.unsqueeze(0)
         allowed = allowed.expand(B, h, Tq, Tk).reshape(B * g, per_group * Tq, Tk)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (B*g, h/g*Tq, Tk)
-    if allowed is not None:  # a fully blocked row is NaN after softmax: make it zeros
-        weights = weights.masked_fill(~allowed, 0.0)
+    weights = masked_softmax(scores, allowed)  # (B*g, h/g*Tq, Tk)
     out = torch.bmm(weights, values)  # (B*g, h/g*Tq, dk): each V head read once per group
     return out.view(B, h, Tq, dk), weights.view(B, h, Tq, Tk)
 
@@ -218,12 +216,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
     ) -> None:
         super().__init__()
         check_head_dims(d_model, num_heads)
-        check_int(num_kv_heads, "num_kv_heads", minimum=1)
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_kv_heads must divide num_heads={num_heads} (expected one of "
-                f"{[d for d in range(1, num_heads + 1) if num_heads % d == 0]}), got {num_kv_heads}"
-            )
+        check_kv_heads(num_kv_heads, num_heads)
         dropout = check_dropout(dropout, "dropout")
         check_flag(bias, "bias")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
@@ -234,6 +227,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self._add_hook_points()
 
     # -- the computation: the forward itself is MultiHeadAttentionBase.forward --------
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -244,18 +238,6 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         k = self.k_proj(key).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
         v = self.v_proj(value).view(B, Tk, self.num_kv_heads, self.d_k).transpose(1, 2)
         return q, k, v
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, is_causal: bool,
-               need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """h query heads over g K/V heads, the K/V never copied: ``(B, h, Tq, dk)`` and weights."""
-        heads, weights = grouped_query_attention(q.contiguous(), k.contiguous(), v.contiguous(),
-                                                 mask=allowed, is_causal=is_causal)
-        if self.training and self.dropout > 0:  # dropout on the weights: recompute the output
-            B, h, Tq, Tk = weights.shape
-            dropped = nn.functional.dropout(weights, p=self.dropout)  # (B, h, Tq, Tk)
-            g = self.num_kv_heads
-            heads = (dropped.reshape(B, g, h // g * Tq, Tk) @ v).view(B, h, Tq, self.d_k)
-        return heads, (weights if need_weights else None)
 
     def _weight(self) -> Tensor:
         return self.q_proj.weight
@@ -320,12 +302,3 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}, d_k={self.d_k}")
 
-
-def __getattr__(name: str) -> object:
-    """``convert_model`` lives in :mod:`course_utils.model.transformer` (it builds a TinyTransformer, and
-    model.py imports this module); ``from course_utils.attention.gqa import convert_model`` still works."""
-    if name == "convert_model":
-        from ..model import transformer as model
-
-        return model.convert_model
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,12 +21,24 @@ from torch import Tensor
 from .validation import check_bool_mask, check_int
 
 __all__ = [
+    "masked_softmax",
     "causal_mask",
     "padding_mask",
     "to_torch_attn_mask",
     "to_torch_key_padding_mask",
     "check_bool_mask",
 ]
+
+
+def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
+    """The course's one masked softmax: ``softmax(scores)`` over the last dim (the keys), with
+    blocked keys (``allowed`` False; ``None`` blocks nothing) given weight 0. A row with no
+    allowed key gets all zeros, where a plain softmax of ``-inf`` everywhere would give NaN.
+    ``allowed`` broadcasts against ``scores`` ``(..., Tq, Tk)``."""
+    if allowed is None:
+        return torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # rows sum to 1 ...
+    return weights.masked_fill(~allowed, 0.0)  # ... or to 0 when every key is blocked (NaN -> 0)
 
 
 def causal_mask(

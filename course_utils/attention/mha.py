@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import causal_mask
+from .hooks import HookPoint, name_hook_points
+from .masks import causal_mask, masked_softmax
 from .validation import (
     check_attention_extras,
     check_dropout,
-    check_edited_heads,
     check_flag,
     check_head_dims,
     check_mha_inputs,
@@ -72,13 +72,7 @@ def scaled_dot_product_attention(
     if is_causal and q.shape[-2] > 0:
         causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (Tq, Tk)
         allowed = causal if allowed is None else allowed & causal
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-
-    weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk), rows sum to 1
-    if allowed is not None:
-        # A row with every key blocked is all -inf -> NaN after softmax; make it zeros.
-        weights = weights.masked_fill(~allowed, 0.0)
+    weights = masked_softmax(scores, allowed)  # (..., Tq, Tk), rows sum to 1 (0 if all blocked)
     attended = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return attended @ v, weights  # (..., Tq, dv), (..., Tq, Tk)
 
@@ -86,11 +80,15 @@ def scaled_dot_product_attention(
 class MultiHeadAttentionBase(nn.Module):
     """The one forward path of the course's attention layers (and of the trained models).
 
-    Subclasses say how to make the heads, :meth:`project_qkv` (``q`` ``(B, h, T, dk)``,
-    ``k``/``v`` ``(B, g, T, dk)``), and how to attend over them, :meth:`attend`; everything
-    else (input checks, masks, a KV cache, the ``edit_heads`` hook, merging the heads and
-    ``out_proj``) is here, once. :class:`MultiHeadAttention` has ``g = h``;
+    :meth:`forward` is the whole computation, in nanoGPT's order. Subclasses only say how the
+    heads are projected, :meth:`project_qkv` (``q`` ``(B, h, T, dk)``, ``k``/``v``
+    ``(B, g, T, dk)``): :class:`MultiHeadAttention` has ``g = h``;
     :class:`~course_utils.attention.gqa.GroupedQueryAttention` shares ``g < h`` K/V heads.
+
+    Hook points (:mod:`course_utils.attention.hooks`) sit on the path: ``hook_q``, ``hook_k``,
+    ``hook_v`` (the heads, before a cache is appended), ``hook_pattern`` (the attention weights
+    ``(B, h, Tq, Tk)``) and ``hook_z`` (each head's output ``(B, h, Tq, dk)``, before the heads
+    are merged: ablation and patching edit here).
     """
 
     d_model: int
@@ -99,6 +97,11 @@ class MultiHeadAttentionBase(nn.Module):
     d_k: int
     dropout: float
     out_proj: nn.Linear
+
+    def _add_hook_points(self) -> None:
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_pattern, self.hook_z = HookPoint(), HookPoint()
+        name_hook_points(self)  # "hook_q", ...; a model that holds the layer names them again
 
     # -- the computation ----------------------------------------------------------
     def merge_heads(self, heads: Tensor) -> Tensor:
@@ -116,8 +119,7 @@ class MultiHeadAttentionBase(nn.Module):
         key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
-        past: tuple[Tensor, Tensor] | None = None,
-        edit_heads: Callable[[Tensor], Tensor] | None = None,
+        past: tuple[Tensor, Tensor] | Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
         return_kv: bool = False,
     ) -> tuple[Tensor, ...]:
         """Attend from ``query`` ``(B, Tq, d)`` to ``key``/``value`` ``(B, Tk, d)``.
@@ -128,97 +130,88 @@ class MultiHeadAttentionBase(nn.Module):
         is bool ``(B, Tk)`` with ``True`` = real token (the opposite of
         ``nn.MultiheadAttention``'s argument of the same name). ``is_causal`` (a bool) also
         blocks every key after its query (top-left aligned, as in PyTorch; with ``past``,
-        the queries are the last positions).
+        the queries are the last positions). A query whose keys are all masked gets zero
+        weights and a zero output from every head (PyTorch's modules give NaN there), so the
+        module's output for it is ``out_proj.bias``. ``Tk = 0`` with ``Tq > 0`` is refused;
+        ``Tq = Tk = 0`` gives an empty output.
 
-        ``need_weights=False`` (the default) runs the fused
-        ``F.scaled_dot_product_attention`` and returns ``None`` for the weights;
-        ``need_weights=True`` runs the step-by-step softmax and returns every head's weights
-        (not averaged over heads). The two agree up to floating-point rounding. A query whose
-        keys are all masked gets zero weights and a zero output from every head (PyTorch's
-        modules give NaN there), so the module's output for it is ``out_proj.bias``.
-        ``Tk = 0`` with ``Tq > 0`` is refused; ``Tq = Tk = 0`` gives an empty output.
+        ``past`` is a KV cache: a ``(k, v)`` pair, each ``(B, g, T_past, dk)``, of earlier
+        positions (the masks then cover ``T_past + Tk`` keys), or a function
+        ``(k_new, v_new) -> (k, v)`` that stores the new keys and values and returns every
+        position's (the caches of :mod:`course_utils.model.kv_cache`). ``return_kv=True`` also
+        returns the keys and values attended over.
 
-        What the model needs goes through this same path: ``past`` ``(k, v)``, each
-        ``(B, g, T_past, dk)``, holds keys and values of earlier positions (a KV cache; the
-        masks then cover ``T_past + Tk`` keys); ``edit_heads`` maps the heads' outputs
-        ``(B, h, Tq, dk)`` before they are merged (the hook for ablation and patching);
-        ``return_kv=True`` also returns the keys and values attended over, for the cache.
-        ``edit_heads`` must return heads of the shape, dtype and device it was given (checked:
-        a wrong result raises naming ``edit_heads``); ``return_kv`` must be a real bool.
+        The weights are computed step by step when they are wanted (``need_weights=True``,
+        or a hook at ``hook_pattern``); otherwise :meth:`fast_attention` gives the same heads
+        from PyTorch's fused kernel, up to float rounding.
 
         Returns ``(output (B, Tq, d), weights (B, h, Tq, Tk) or None)``, then ``(k, v)``
         when ``return_kv``.
         """
         key = query if key is None else key
         value = key if value is None else value
-        self._check_inputs(query, key, value, is_causal=is_causal, need_weights=need_weights,
-                           past=past, edit_heads=edit_heads, return_kv=return_kv)
-        q, k, v = self.project_qkv(query, key, value)  # q (B, h, Tq, dk); k, v (B, g, Tk, dk)
-        if past is not None:  # a KV cache: the earlier positions' keys and values come first
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        allowed, is_causal = self._allowed(mask, key_padding_mask, is_causal, q, k,
-                                           cached=past is not None)
-        heads, weights = self.attend(q, k, v, allowed, is_causal, need_weights)  # (B, h, Tq, dk)
-        heads = self._edited(heads, edit_heads)  # the hook point: ablation and patching edit here
-        out = self.out_proj(self.merge_heads(heads))  # (B, Tq, d)
-        return (out, weights, (k, v)) if return_kv else (out, weights)
+        self._check_inputs(query, key, value, is_causal, need_weights, past, return_kv)
+        B, Tq, _ = query.shape
+        h, g, dk = self.num_heads, self.num_kv_heads, self.d_k
+        q, k, v = self.project_qkv(query, key, value)  # project, split: q (B, h, Tq, dk); k, v (B, g, Tk, dk)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        if past is not None:  # append the cache: the earlier positions' keys and values come first
+            k, v = past(k, v) if callable(past) else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        T = k.shape[2]  # every key, cached ones included
+        allowed, causal_only = self._allowed(mask, key_padding_mask, is_causal, B, Tq, T, past is not None)
+        if not (need_weights or self.hook_pattern.has_hooks):  # nobody reads the weights: fused kernel
+            z, weights = self.fast_attention(q, k, v, allowed, causal_only), None
+        else:  # step by step; the h/g query heads that share one K/V head meet it as one matrix
+            rows = h // g * Tq  # g = h: each head's Tq queries
+            scores = (q.reshape(B, g, rows, dk) @ k.transpose(-2, -1)).view(B, h, Tq, T) / math.sqrt(dk)
+            weights = self.hook_pattern(masked_softmax(scores, allowed))  # (B, h, Tq, T), rows sum to 1
+            dropped = F.dropout(weights, self.dropout) if self.training and self.dropout > 0 else weights
+            z = (dropped.view(B, g, rows, T) @ v).view(B, h, Tq, dk)  # weights @ V: (B, h, Tq, dk)
+        z = self.hook_z(z)  # each head's output
+        out = self.out_proj(self.merge_heads(z))  # merge the heads, W_O: (B, Tq, d)
+        return (out, weights if need_weights else None, *([(k, v)] if return_kv else []))
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, is_causal: bool,
-               need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Every head at once: ``(B, h, Tq, dk)`` heads and the weights (or ``None``)."""
+    def fast_attention(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None,
+                       causal_only: bool) -> Tensor:
+        """The fast path: ``F.scaled_dot_product_attention`` does scores, mask, softmax and
+        ``@ V`` in one fused kernel, never storing the ``(Tq, Tk)`` weights; ``(B, h, Tq, dk)``.
+        ``causal_only`` (no other mask, no cache) lets the kernel skip the blocked keys itself."""
         p = self.dropout if self.training else 0.0
-        if need_weights:  # step by step, keeping the weights
-            return scaled_dot_product_attention(q, k, v, mask=allowed, is_causal=is_causal,
-                                                dropout_p=p)
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p,
-                                               is_causal=is_causal)  # the fused kernel
-        if allowed is not None:  # rows with nothing to attend to: zeros, as in the step-by-step path
-            heads = heads.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-        return heads, None
+        if causal_only:
+            allowed = None  # the kernel applies the causal mask itself
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, is_causal=causal_only,
+                                           enable_gqa=self.num_kv_heads != self.num_heads)
+        if allowed is not None:  # rows with nothing to attend to: zeros, as masked_softmax gives
+            z = z.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+        return z
 
     def _allowed(self, mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool,
-                 q: Tensor, k: Tensor, *, cached: bool) -> tuple[Tensor | None, bool]:
-        """The masks as one bool ``(B|1, h|1, Tq, Tk)`` (``True`` = may attend) or ``None``, and
-        whether the kernels should still apply causality themselves (no other mask, no cache)."""
-        B, Tq, Tk = q.shape[0], q.shape[2], k.shape[2]
+                 B: int, Tq: int, T: int, cached: bool) -> tuple[Tensor | None, bool]:
+        """The masks as one bool ``(B|1, h|1, Tq, T)`` (``True`` = may attend) or ``None``, and
+        whether that is the plain causal mask alone (no other mask, no cache). With a cache of
+        ``T - Tq`` earlier positions, query ``i`` sits at position ``T - Tq + i``."""
         allowed = None
         if mask is not None or key_padding_mask is not None:
-            allowed = self._combined_mask(mask, key_padding_mask, B, Tq, Tk)
-        if is_causal and (allowed is not None or cached) and Tq > 0:  # one mask for the kernels
-            causal = causal_mask(Tq, Tk, query_offset=Tk - Tq if cached else 0, device=q.device)
-            allowed = causal if allowed is None else allowed & causal
-            is_causal = False
-        return allowed, is_causal
-
-    @staticmethod
-    def _edited(heads: Tensor, edit_heads: Callable[[Tensor], Tensor] | None) -> Tensor:
-        """``edit_heads(heads)`` (checked to be heads of the same shape, dtype and device), or
-        ``heads`` unchanged when there is no hook."""
-        if edit_heads is None:
-            return heads
-        return check_edited_heads(edit_heads(heads), heads)
+            allowed = combine_masks(mask, key_padding_mask, batch=B, num_heads=self.num_heads,
+                                    num_queries=Tq, num_keys=T, device=self._weight().device)
+        causal_only = is_causal and allowed is None and not cached
+        if is_causal and Tq > 0 and not (cached and Tq == 1):  # one query after the cache sees every key
+            causal = causal_mask(Tq, T, query_offset=T - Tq if cached else 0, device=self._weight().device)
+            allowed = causal[None, None] if allowed is None else allowed & causal
+        return allowed, causal_only
 
     # -- input checks (the rules are in course_utils.attention.validation) ------------------
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, *, is_causal: object = False,
-                      need_weights: object = False, past: object = None,
-                      edit_heads: object = None, return_kv: object = False) -> None:
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, is_causal: object,
+                      need_weights: object, past: object, return_kv: object) -> None:
         check_mha_inputs(query, key, value, d_model=self.d_model, weight=self._weight(),
                          is_causal=is_causal, need_weights=need_weights)
         check_flag(return_kv, "return_kv")
-        check_attention_extras(past, edit_heads, batch=query.shape[0], num_kv_heads=self.num_kv_heads,
+        check_attention_extras(past, batch=query.shape[0], num_kv_heads=self.num_kv_heads,
                                d_k=self.d_k, weight=self._weight())
 
     def _weight(self) -> Tensor:
         """A parameter whose dtype and device the inputs must match."""
         return self.out_proj.weight
-
-    def _combined_mask(
-        self, mask: Tensor | None, key_padding_mask: Tensor | None, B: int, Tq: int, Tk: int
-    ) -> Tensor | None:
-        """``mask`` and ``key_padding_mask`` checked and merged into one bool view
-        ``(B|1, h|1, Tq, Tk)``, ``True`` = may attend; ``None`` when neither is given."""
-        return combine_masks(mask, key_padding_mask, batch=B, num_heads=self.num_heads,
-                             num_queries=Tq, num_keys=Tk, device=self._weight().device)
 
 
 class MultiHeadAttention(MultiHeadAttentionBase):
@@ -245,6 +238,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
     ) -> None:
         super().__init__()
         check_head_dims(d_model, num_heads)
+        check_flag(bias, "bias")
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_heads  # every query head has its own K/V head
@@ -252,6 +246,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         self.dropout = check_dropout(dropout, "dropout")
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # W_Q | W_K | W_V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        self._add_hook_points()
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .masks import causal_mask, masked_softmax
 from .validation import (
     check_flag,
     check_int,
@@ -203,8 +204,8 @@ class MultiHeadLatentAttention(nn.Module):
         q, q_rope = self._queries(x, 0)
         k, v = self._heads(self.w_uk(c), self.d_head), self._heads(self.w_uv(c), self.d_head)
         scores = (q @ k.transpose(-2, -1) + q_rope @ k_rope[:, None].transpose(-2, -1)) * self.scale
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
-        weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (B, h, T, T)
+        causal = causal_mask(T, device=x.device)  # (T, T), True = may attend
+        weights = masked_softmax(scores, causal)  # (B, h, T, T)
         return self.w_o((weights @ v).transpose(1, 2).reshape(B, T, -1))
 
     def decode(self, x_new: Tensor, cache: tuple[Tensor, Tensor] | None = None, *,

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from .mha import MultiHeadAttention, scaled_dot_product_attention
-from .validation import check_head_dims, check_matches_module, check_tensor
+from .validation import check_flag, check_head_dims, check_matches_module, check_tensor
 
 __all__ = ["AttentionHead", "NaiveMultiHeadAttention", "stack_head_weights", "naive_from_batched"]
 
@@ -28,6 +28,7 @@ class AttentionHead(nn.Module):
 
     def __init__(self, d_model: int, d_k: int, *, bias: bool = True) -> None:
         super().__init__()
+        check_flag(bias, "bias")
         self.w_q = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_Q^i)^T
         self.w_k = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_K^i)^T
         self.w_v = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_V^i)^T
@@ -51,6 +52,7 @@ class NaiveMultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, *, bias: bool = True) -> None:
         super().__init__()
         check_head_dims(d_model, num_heads)
+        check_flag(bias, "bias")
         self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
         self.heads = nn.ModuleList(AttentionHead(d_model, self.d_k, bias=bias) for _ in range(num_heads))
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O

@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from .hooks import run_with_cache
 from .mha import MultiHeadAttention
-from .validation import check_int
+from .validation import check_head_dims, check_int
 
 __all__ = [
     "TraceStep",
@@ -67,14 +68,7 @@ def validate_dims(
         check_int(value, name, minimum=1)
     if kv_len is not None:
         check_int(kv_len, "kv_len", minimum=1)
-    if d_model % num_heads:
-        divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
-        raise ValueError(
-            f"d_model = {d_model} is not divisible by h = {num_heads}: every head needs the "
-            f"same whole width d_k = d_model / h, and {d_model} / {num_heads} = "
-            f"{d_model / num_heads:.4g}. Heads that divide {d_model}: {divisors}"
-        )
-    return d_model // num_heads
+    return check_head_dims(d_model, num_heads, heads_name="h")
 
 
 # ---------------------------------------------------------------------------------
@@ -200,9 +194,10 @@ def trace_shapes(
 
     ``key_value`` ``(B, Tk, d)`` makes it cross-attention (default: self-attention, and
     the symbol ``T`` stands for both lengths). ``head`` picks the head whose slice
-    ``W_Q_i`` of the stacked W_Q is shown. Dropout is not applied. The traced output
-    and weights are compared with ``module(..., need_weights=True)`` (in eval mode):
-    the largest difference is ``max_abs_diff``.
+    ``W_Q_i`` of the stacked W_Q is shown. Dropout is not applied. Every step that the
+    module's own forward also names is compared with what passes its hook point there (the
+    heads ``q``, ``k``, ``v``, the weights, each head's output ``z``) and the output with
+    ``module(..., need_weights=True)`` (in eval mode): the largest difference is ``max_abs_diff``.
     """
     if not isinstance(module, MultiHeadAttention):
         raise TypeError(f"module must be a course_utils MultiHeadAttention, got {type(module).__name__}")
@@ -259,11 +254,13 @@ def trace_shapes(
 
         was_training = module.training
         module.eval()
-        try:
-            ref_out, ref_w = module(query, kv, kv, need_weights=True)
+        try:  # what the module's own forward computes, read at its hook points
+            (ref_out, _), seen = run_with_cache(module, query, kv, kv, need_weights=True)
         finally:
             module.train(was_training)
-    trace.max_abs_diff = max((out - ref_out).abs().max().item(), (weights - ref_w).abs().max().item())
+    pairs = [(q_h, seen["hook_q"]), (k_h, seen["hook_k"]), (v_h, seen["hook_v"]),
+             (weights, seen["hook_pattern"]), (attend, seen["hook_z"]), (out, ref_out)]
+    trace.max_abs_diff = max((mine - theirs).abs().max().item() for mine, theirs in pairs)
     return trace
 
 

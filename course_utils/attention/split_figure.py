@@ -8,7 +8,7 @@ to its head's ``(T, d_k)`` block and back.
 
 from __future__ import annotations
 
-from .validation import check_int
+from .validation import check_head_dims, check_int
 
 __all__ = ["plot_split_merge"]
 
@@ -20,11 +20,7 @@ def plot_split_merge(seq_len: int = 3, d_model: int = 8, num_heads: int = 2, ax=
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
     check_int(seq_len, "seq_len", minimum=1)
-    check_int(d_model, "d_model", minimum=1)
-    check_int(num_heads, "num_heads", minimum=1)
-    if d_model % num_heads:
-        raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model}, "
-                         f"num_heads={num_heads}")
+    check_head_dims(d_model, num_heads)
     if seq_len > 6 or d_model > 16:
         raise ValueError(f"the drawing fits seq_len <= 6 and d_model <= 16 (one box per number), "
                          f"got seq_len={seq_len}, d_model={d_model}")

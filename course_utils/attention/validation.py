@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import torch
 from torch import Tensor
@@ -19,9 +20,12 @@ from torch import Tensor
 __all__ = [
     "describe_shape",
     "check_head_dims",
+    "check_kv_heads",
     "check_dropout",
     "check_flag",
     "check_int",
+    "check_thread_count",
+    "MAX_THREADS",
     "check_index",
     "IndexOutOfRange",
     "check_real",
@@ -31,6 +35,9 @@ __all__ = [
     "check_generator",
     "check_tensor",
     "check_same_dtype_and_device",
+    "check_device",
+    "check_holds_values",
+    "check_finite",
     "check_matches_module",
     "check_keys_not_empty",
     "check_sdpa_inputs",
@@ -47,16 +54,29 @@ def describe_shape(x: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in x.shape) + ")"
 
 
-def check_head_dims(d_model: int, num_heads: int) -> None:
-    """Raise a clear error unless both are positive ints and ``num_heads`` divides ``d_model``."""
-    for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
+    """The one check that ``num_heads`` (both positive ints) divides ``d_model``; returns
+    ``d_k = d_model // num_heads``. ``heads_name`` is how the message names the head count."""
+    for name, value in (("d_model", d_model), (heads_name, num_heads)):
         check_int(value, name, minimum=1)
-    if d_model % num_heads != 0:
+    if d_model % num_heads:
+        divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
         raise ValueError(
-            f"d_model={d_model} is not divisible by num_heads={num_heads}: each head "
-            f"needs an equal slice d_k = d_model / num_heads (= {d_model / num_heads:g}). "
-            f"Try num_heads in {[h for h in range(1, d_model + 1) if d_model % h == 0][:8]}"
+            f"d_model = {d_model} is not divisible by {heads_name} = {num_heads}: every head needs the "
+            f"same whole width d_k = d_model / {heads_name}, and {d_model} / {num_heads} = "
+            f"{d_model / num_heads:.4g}. Heads that divide {d_model}: {divisors}"
         )
+    return d_model // num_heads
+
+
+def check_kv_heads(num_kv_heads: object, num_heads: int, name: str = "num_kv_heads") -> int:
+    """The one check that ``num_kv_heads`` (g, a positive int) divides ``num_heads`` (h), so that
+    each K/V head serves ``h // g`` query heads; returns g."""
+    g = check_int(num_kv_heads, name, minimum=1)
+    if num_heads % g:
+        raise ValueError(f"{name} must be a positive int dividing num_heads={num_heads} (one of "
+                         f"{[d for d in range(1, num_heads + 1) if num_heads % d == 0]}), got {g!r}")
+    return g
 
 
 def check_dropout(value: object, name: str = "dropout_p") -> float:
@@ -73,6 +93,16 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
+
+
+# The most threads any function of the course starts: beyond it OpenMP and torch run out of
+# memory or kill the interpreter (100,000 did), and a 2**31 wraps to 1.
+MAX_THREADS = max(256, os.cpu_count() or 1)
+
+
+def check_thread_count(value: object, name: str = "num_threads") -> int:
+    """A thread count: an int in 1..:data:`MAX_THREADS` (256, or the CPU count where larger)."""
+    return check_int(value, name, minimum=1, maximum=MAX_THREADS)
 
 
 def check_int(value: object, name: str, *, minimum: int | None = None,
@@ -197,6 +227,56 @@ def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
             raise (TypeError if what == "dtype" else ValueError)(
                 f"{', '.join(tensors)} must share one {what}, got {listed}"
             )
+
+
+def check_device(device: object, name: str = "device") -> torch.device:
+    """A device that can hold numbers and exists here: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (when
+    that GPU is present), ``"mps"`` when available, as a str or ``torch.device``. The meta device
+    is refused (its tensors have a shape but no values: whatever is written there is lost).
+    Returned as a ``torch.device``."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"{name} must be a str or torch.device such as 'cpu' or 'cuda:0', got "
+                        f"{type(device).__name__} {device!r:.60}")
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
+                         f"got {device!r}") from None
+    if parsed.type == "meta":
+        raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got {device!r}: "
+                         "meta tensors have a shape but no numbers, so what is stored there is lost")
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{name}={device!r} but no CUDA GPU is available here; use 'cpu'")
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(f"{name}={device!r} but only {count} CUDA GPU(s) are here "
+                             f"(cuda:0..cuda:{count - 1})")
+    elif parsed.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"{name}={device!r} but MPS is not available here; use 'cpu'")
+    elif parsed.type != "cpu":
+        raise ValueError(f"{name} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return parsed
+
+
+def check_holds_values(x: Tensor, name: str) -> None:
+    """``x`` is not on the meta device (a tensor with a shape and no numbers: copying it into a
+    cache or a model, or reading a score from it, fails deep inside or stores nothing)."""
+    if isinstance(x, Tensor) and x.is_meta:
+        raise ValueError(f"{name} is on the meta device (a shape without values), got shape "
+                         f"{describe_shape(x)}: build or load it on 'cpu' or 'cuda' first")
+
+
+def check_finite(x: Tensor, name: str, what: str = "") -> None:
+    """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
+    the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
+    for results and small inputs, not for every step of a hot loop."""
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        bad = (~torch.isfinite(x)).nonzero()[0].tolist()
+        value = x[tuple(bad)].item()
+        raise ValueError(f"{name} must hold finite numbers, got {value} at index {tuple(bad)}"
+                         + (f" ({what})" if what else ""))
 
 
 def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
@@ -324,17 +404,15 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
     return combined.expand(combined.shape[0], combined.shape[1], num_queries, num_keys)  # a view
 
 
-def check_attention_extras(past: object, edit_heads: object, *, batch: int, num_kv_heads: int, d_k: int,
+def check_attention_extras(past: object, *, batch: int, num_kv_heads: int, d_k: int,
                            weight: Tensor) -> None:
-    """``past`` is None or a ``(k, v)`` pair of ``(B, g, T_past, dk)`` tensors fitting the module;
-    ``edit_heads`` is None or callable."""
-    if edit_heads is not None and not callable(edit_heads):
-        raise TypeError(f"edit_heads must be a function heads (B, h, T, dk) -> heads or None, "
-                        f"got {type(edit_heads).__name__}")
-    if past is None:
+    """``past`` is None, a function (a cache's append, checked by its cache), or a ``(k, v)``
+    pair of ``(B, g, T_past, dk)`` tensors fitting the module."""
+    if past is None or callable(past):
         return
     if not isinstance(past, (tuple, list)) or len(past) != 2:
-        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk) or None, got "
+        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk), a cache's append "
+                        f"function or None, got "
                         f"{type(past).__name__}")
     expected = f"(B={batch}, g={num_kv_heads}, T_past, dk={d_k})"
     for name, t in (("past k", past[0]), ("past v", past[1])):

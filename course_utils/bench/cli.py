@@ -15,7 +15,7 @@ import importlib
 from pathlib import Path
 
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
-           "batch_by_context", "notebook_file"]
+           "batch_by_context", "notebook_file", "device_name"]
 
 #: Modules that each add one subcommand with ``add_bench_parser(subparsers)``, imported when the
 #: command line runs.
@@ -36,6 +36,38 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
+
+
+def thread_count(text: str) -> int:
+    """An argparse type: a thread count, 1..MAX_THREADS (256, or the CPU count where larger)."""
+    from ..attention.validation import MAX_THREADS
+
+    value = positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+    return value
+
+
+def layer_count(text: str) -> int:
+    """An argparse type: a benchmark model's number of layers, 1..1024 (each layer's weights and
+    caches are allocated, so a mistyped 10**12 would hang or exhaust memory)."""
+    value = positive_int(text)
+    if value > 1024:
+        raise argparse.ArgumentTypeError(f"expected at most 1024 layers, got {text!r}")
+    return value
+
+
+def device_name(text: str) -> str:
+    """An argparse type: a device this machine has, ``cpu``, ``cuda`` or ``cuda:N`` (``mps`` on a
+    Mac that has it); returned as torch spells it. Refused when parsed: a misspelt name (which
+    torch would report as a traceback after the benchmark started), a GPU that is not here,
+    and ``meta``, whose tensors hold no numbers (its timings would be meaningless ratios)."""
+    from ..attention.validation import check_device  # imports torch: only when a --device is given
+
+    try:
+        return str(check_device(text.strip(), "--device"))
+    except (TypeError, ValueError) as err:  # says what was expected and what arrived
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def non_negative_int(text: str) -> int:

@@ -72,8 +72,10 @@ from .decode_step import (
     random_buffer,
     release_freed_memory,
     run_conditions,
+    time_flushed,
 )
-from .timing import interleaved_samples
+from .decode_step import flush_bytes as flush_bytes_default
+from .timing import Timing, interleaved_samples
 
 __all__ = [
     "SHARING_METHODS",
@@ -88,6 +90,7 @@ __all__ = [
     "WHOLE_STEP_SHAPES",
     "DECODE_RUNS",
     "add_bench_parser",
+    "time_cold",
 ]
 
 MiB = 2**20
@@ -591,7 +594,7 @@ def _main_gqa(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``python -m course_utils.bench gqa``."""
-    from .cli import batch_by_context, positive_int
+    from .cli import batch_by_context, layer_count, positive_int, thread_count
 
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
     p.add_argument("--full", action="store_true",
@@ -600,8 +603,8 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="repeats (default: 5, or 15 with --full)")
     p.add_argument("--context", type=positive_int, default=4096)
-    p.add_argument("--layers", type=positive_int, default=8)
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--layers", type=layer_count, default=8)
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--stages", action="store_true",
                    help="also time each stage (one thread, CPU time) with its bytes and GB/s")
@@ -613,3 +616,33 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bf16", action="store_true",
                    help="also time the whole step with bfloat16 weights (half the weight bytes)")
     p.set_defaults(run=_main_gqa)
+
+
+def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats: int = 9,
+              warmup: int = 2, flush_bytes: int | None = None,
+              progress: str | None = "timing steps") -> tuple[list, str]:
+    """Time ``steps`` interleaved, as :func:`course_utils.bench.time_interleaved` does, but the
+    way section 3 times attention: glibc's malloc kept steady
+    (:func:`~course_utils.bench.gqa_speed.steady_allocator`, so a ``torch.cat`` pays for copying,
+    not for fresh pages from the operating system) and a buffer of ``flush_bytes`` (default:
+    :func:`~course_utils.bench.decode_step.flush_bytes`, four times the last-level cache, at most
+    256 MiB) read before every timed call, so no call finds the cache already in the CPU's
+    cache. On one torch thread the time is that thread's CPU time
+    (:func:`~course_utils.bench.decode_step.clock_for`: moments when other programs held the
+    CPU do not count), otherwise the wall clock. ``progress`` labels a text progress bar over
+    the rounds (None: no bar). Returns the
+    timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
+    note."""
+    if baseline not in steps:
+        raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
+    allocator = steady_allocator()
+    flush = random_buffer(flush_bytes_default() if flush_bytes is None else flush_bytes, seed=1)
+    with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
+              disable=progress is None) as bar:
+        samples = time_flushed(steps, flush, warmup, repeats, after_round=bar.update,  # each call cold
+                               clock=clock_for(torch.get_num_threads()))
+    del flush
+    release_freed_memory()
+    base = statistics.median(samples[baseline])
+    return ([Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()],
+            allocator)

@@ -202,10 +202,15 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
     """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
     "seconds": ...}}``."""
     path = Path(path)
+    if os.path.lexists(path) and not path.is_file():
+        raise ValueError(f"the per-test memory report {path} is not a regular file (a folder, a FIFO?)")
     if not path.is_file():
         raise FileNotFoundError(f"no per-test memory report at {path}: run the tests first "
                                 f"(python3 course.py test), which write it")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not a per-test memory report: not UTF-8 JSON ({err})") from None
     if not isinstance(data, dict) or not isinstance(data.get("tests"), dict):
         raise ValueError(f"{path} is not a per-test memory report (expected a 'tests' table)")
     return data["tests"]

@@ -308,11 +308,12 @@ def _main_mha(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``mha``: lesson 4's four versions timed side by side."""
-    from .cli import positive_int
+    from .cli import device_name, positive_int, thread_count
 
     p = subparsers.add_parser("mha", help="loop over heads vs batched vs F.sdpa vs nn.MultiheadAttention")
     p.add_argument("--repeats", type=positive_int, default=15)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--device", default="cpu", type=device_name,
+                   help="cpu, cuda or cuda:N (checked when parsed: it must be present here)")
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="CPU threads for torch (default: torch's choice); 1 is steadiest when busy")
     p.set_defaults(run=_main_mha)

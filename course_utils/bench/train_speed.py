@@ -89,11 +89,12 @@ def _main_bench(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``train`` with ``python -m course_utils.bench``."""
-    from .cli import non_negative_int, positive_int
+    from .cli import device_name, non_negative_int, positive_int
 
     p = subparsers.add_parser("train", help="seconds and steps to train induction heads; agreement accuracy")
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
     p.add_argument("--induction-max-steps", type=positive_int, default=400)
     p.add_argument("--agreement-steps", type=positive_int, default=500)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_name,
+                   help="cpu, cuda or cuda:N (checked when parsed: it must be present here)")
     p.set_defaults(run=_main_bench)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from . import sandbox as _sandbox  # noqa: F401 - gives the checks their autograde preview
 from .core import Case, Exercise, Feedback, Mistake, outputs_close
 
 __all__ = ["Case", "Exercise", "Feedback", "Mistake", "outputs_close", "all_exercises"]

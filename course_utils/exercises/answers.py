@@ -18,6 +18,7 @@ strings, lists, dicts), so loading the file runs no code.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,5 +186,8 @@ def _load(lesson: str) -> dict:
 
 def stored(lesson: str, name: str) -> dict | None:
     """The stored entry of exercise ``name`` of ``lesson`` ("lesson02"), or None when the store
-    has none; raises OSError / ValueError when the file is missing or unreadable."""
+    has none; raises OSError / ValueError when the file is missing or unreadable, and ValueError
+    for a lesson that is not "lessonNN" (a path would read outside the store)."""
+    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
+        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
     return _load(lesson).get(name)

@@ -131,8 +131,13 @@ def exercise_of(lesson: str, check: str) -> Any:
     """The Exercise behind ``lessonNN.check_xxx`` (a bound check, or a wrapper such as 5.3's)."""
     from .core import Exercise
 
+    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
+        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
     module = importlib.import_module(f"course_utils.exercises.{lesson}")
-    fn = getattr(module, check)
+    fn = getattr(module, check, None) if isinstance(check, str) and check.startswith("check_") else None
+    if not callable(fn):
+        known = sorted(n for n in vars(module) if n.startswith("check_"))
+        raise ValueError(f"check must be one of {lesson}'s checks {known}, got {check!r}")
     found = getattr(fn, "__self__", None)
     if isinstance(found, Exercise):
         return found
@@ -317,6 +322,36 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
     return Feedback(title, "correct", f"correct on all {n} test cases, {len(unseen or [])} of them unseen.")
 
 
+def _plain_bytes(value: Any, depth: int = 0) -> int:
+    """About how many bytes ``value`` (an output or input) takes in the answer's result file."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size() + 64
+    if isinstance(value, np.ndarray):
+        return value.nbytes + 64
+    if isinstance(value, str):
+        return len(value) + 16
+    if depth < 10 and isinstance(value, (tuple, list)):
+        return sum(_plain_bytes(v, depth + 1) for v in value) + 16
+    if depth < 10 and isinstance(value, dict):
+        return sum(_plain_bytes(k, depth + 1) + _plain_bytes(v, depth + 1) for k, v in value.items()) + 16
+    return 16
+
+
+def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
+               expected_unseen: list[Any] | None = None) -> int | None:
+    """The most bytes the grader reads back from an answer's process: 8 times the right outputs
+    and the inputs (their copies come back after the call) of every case, and 1 MiB. None (no
+    cap) when the exercise's own right outputs cannot be had here."""
+    try:
+        expected = exercise._expected_outputs(cases)
+    except Exception:  # noqa: BLE001 - no stored outputs: grade without a cap
+        return None
+    total = _plain_bytes(expected) + _plain_bytes(expected_unseen or [])
+    for case in [*cases, *(unseen or [])]:
+        total += _plain_bytes(list(case.args)) + _plain_bytes(dict(case.kwargs))
+    return 8 * total + 2**20
+
+
 def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | None,
                  solutions_dir: str | None, hide: Sequence[Path] = (), per_call: int = 60,
                  memory: int = 4 * 2**30, sandboxed: bool | None = None) -> Any:
@@ -336,7 +371,8 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
         return Feedback(exercise.title, "mistake",
                         "your answer's code uses " + ", ".join(broken) + ": the grader does not run "
                         "answers that reach code by a computed name, the interpreter's internals, other "
-                        "modules' private functions or a ready-made twin of the exercise.",
+                        "modules' private functions, files, a module outside the maths libraries, or a "
+                        "ready-made twin of the exercise, or that change a module's attributes.",
                         "write the computation itself with the operations the exercise allows.",
                         mistake="called_reference")
     cases = cases_of(exercise)
@@ -348,20 +384,13 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
         unseen = cases_of(exercise, salt)
         sets.append(unseen)
     run = sandbox.run_answer(code, name, f"{lesson}.{check}", sets, hide=hide, per_call=per_call,
-                             memory=memory, sandbox=sandboxed)
+                             memory=memory, sandbox=sandboxed,
+                             max_result_bytes=result_cap(exercise, cases, unseen, expected))
     return feedback_from(lesson, check, name, run, cases, unseen, expected)
 
 
 # -- nbgrader: the preprocessor that takes Execute's place --------------------------------------
-_CHECK_CALL = re.compile(r"^(?:print\()?(?P<module>lesson\d\d)\.(?P<check>check_\w+)\((?P<arg>\w+)\)"
-                         r"(?:\)|\.assert_passed\(\))?\s*$")
-
-
-def _check_call(source: str) -> re.Match | None:
-    """The check call of a test cell (its only statement besides comments), or None."""
-    lines = [line.strip() for line in source.splitlines()
-             if line.strip() and not line.strip().startswith("#")]
-    return _CHECK_CALL.match(lines[0]) if len(lines) == 1 else None
+_check_call = sandbox.check_call  # a test cell's check call, or None
 
 
 def _nbgrader_meta(cell: Any) -> dict:

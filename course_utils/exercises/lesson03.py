@@ -1,6 +1,6 @@
 """Checks for lesson 03 (the dimension walkthrough).
 
-* 3.1 ``split_heads(x, num_heads)``: ``(B, T, d)`` -> ``(B, h, T, dk)``
+* 3.1 ``split_heads(x, num_heads)``: ``(..., T, d)`` -> ``(..., h, T, dk)``, any leading axes
 * 3.2 ``merge_heads(heads)``: ``(B, h, T, dk)`` -> ``(B, T, d)``
 * 3.3 ``parameter_count(d_model, num_heads, bias)``: parameters of multi-head attention
 * 3.4 ``score_macs(seq_len, d_model, num_heads)``: multiply-adds of Q K^T, all heads
@@ -12,7 +12,12 @@ import torch
 from torch import Tensor
 
 from .core import Case, Exercise, Mistake
-from .raising import DiagnosesRaisingAnswers, requested_shape  # names answers that raise
+from .raising import (  # names answers that raise
+    DiagnosesRaisingAnswers,
+    DiagnosingExercise,
+    RaisingMistake,
+    requested_shape,
+)
 
 __all__ = [
     "SPLIT_HEADS",
@@ -41,44 +46,62 @@ def _split_cases() -> list[Case]:
         Case((_numbered(1, 3, 8), 2), label="x of shape (1, 3, 8), h = 2"),
         Case((torch.randn(3, 4, 30, generator=torch.Generator().manual_seed(3)), 5),
              label="random x of shape (3, 4, 30), h = 5"),
+        Case((_numbered(5, 12), 3), label="one sentence without a batch axis, x of shape (5, 12), h = 3"),
+        Case((_numbered(2, 3, 4, 8), 2),
+             label="two leading axes, x of shape (2, 3, 4, 8) = (documents, sentences, T, d), h = 2"),
     ]
 
 
-SPLIT_HEADS = Exercise(
+SPLIT_HEADS = DiagnosingExercise(
     title="Exercise 3.1: split into heads",
     make_cases=_split_cases,
     mistakes=[
         Mistake("view_without_transpose",
-                "the shape (B, h, T, dk) is right but the numbers are not: x.view(B, h, T, dk) "
+                "the shape (..., h, T, dk) is right but the numbers are not: x.view(..., h, T, dk) "
                 "cuts each sequence's memory into h blocks of T*dk numbers, so one 'head' "
                 "mixes features of different tokens.",
-                "view as (B, T, h, dk) first (this splits each token's d features), then "
-                "swap the T and h axes with .transpose(1, 2)."),
+                "view as (..., T, h, dk) first (this splits each token's d features), then "
+                "swap the T and h axes with .transpose(-3, -2)."),
         Mistake("missing_transpose",
-                "you returned (B, T, h, dk): the features are split correctly, but the head "
+                "you returned (..., T, h, dk): the features are split correctly, but the head "
                 "axis is still behind the token axis.",
-                "add .transpose(1, 2) so that the result is (B, h, T, dk)."),
+                "add .transpose(-3, -2) so that the result is (..., h, T, dk)."),
         Mistake("transposed_wrong_dims",
-                "you transposed the last two axes and got (B, T, dk, h): the axes to swap are "
-                "the token axis (1) and the head axis (2).",
-                "use .transpose(1, 2), not .transpose(2, 3) or .transpose(-2, -1)."),
+                "you transposed the last two axes and got (..., T, dk, h): the axes to swap are "
+                "the token axis (third from the end) and the head axis (second from the end).",
+                "use .transpose(-3, -2), not .transpose(-2, -1)."),
         Mistake("transpose_before_split",
-                "the shape is right but the values are not: you transposed (B, T, d) to (B, d, T) "
-                "before reshaping, which interleaves tokens and features.",
-                "split the feature axis first with .view(B, T, h, dk), then transpose(1, 2)."),
+                "the shape is right but the values are not: you swapped the token and feature "
+                "axes, (..., T, d) to (..., d, T), before reshaping, which interleaves tokens and "
+                "features.",
+                "split the feature axis first with .view(..., T, h, dk), then .transpose(-3, -2)."),
         Mistake("interleaved",
                 "your head i takes columns i, i+h, i+2h, ...: the heads are interleaved instead of "
                 "being consecutive blocks of d_k columns.",
-                "view(B, T, h, dk) puts head i in columns i*dk to (i+1)*dk - 1, which is where the "
+                "view(..., T, h, dk) puts head i in columns i*dk to (i+1)*dk - 1, which is where the "
                 "stacked W_Q puts head i's rows."),
         Mistake("heads_and_width_swapped",
-                "you viewed as (B, T, dk, h) instead of (B, T, h, dk), so after the transpose you "
-                "have (B, dk, T, h): dk 'heads' of width h. The head count comes first, the width "
-                "of each head last.",
-                "x.view(B, T, num_heads, d // num_heads), then .transpose(1, 2)."),
+                "you viewed as (..., T, dk, h) instead of (..., T, h, dk), so after the transpose "
+                "you have (..., dk, T, h): dk 'heads' of width h. The head count comes first, the "
+                "width of each head last.",
+                "x.view(*x.shape[:-1], num_heads, d // num_heads), then .transpose(-3, -2)."),
+        Mistake("axes_counted_from_the_front",
+                "right for a batch (B, T, d), wrong for the other shapes: .transpose(1, 2) counts "
+                "axes from the front, so on one sentence (T, h, dk) it swaps h and dk, and with "
+                "two leading axes it swaps the second leading axis with T. The head and token axes "
+                "are fixed only when counted from the end.",
+                "after the view to (..., T, h, dk), swap the third and second axes from the end: "
+                ".transpose(-3, -2)."),
+        RaisingMistake("batch_axis_assumed",
+                       "your function assumes exactly one axis before T, as in B, T, d = x.shape, so "
+                       "it fails on one sentence (T, d) and on input with two leading axes.",
+                       "keep whatever comes before the last axis: x.view(*x.shape[:-1], h, d // h) "
+                       "splits the features of any input, then .transpose(-3, -2).",
+                       pattern="values to unpack"),
     ],
     hint="first cut each token's d features into h pieces of width d // h (a view with shape "
-         "(B, T, h, dk)), then put the head axis in front of the token axis.",
+         "(..., T, h, dk), keeping every axis before the last), then put the head axis in front "
+         "of the token axis, counting axes from the end.",
 )
 check_split_heads = SPLIT_HEADS.check
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..attention.masks import causal_mask, padding_mask
-from .core import Case, Exercise, Feedback, Mistake, _Deadline
+from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str
 from .raising import DiagnosesRaisingAnswers, failed_operation, requested_shape
 
 __all__ = [
@@ -128,7 +128,7 @@ class _StackExercise(DiagnosesRaisingAnswers, _TensorAnswers):
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
-        if isinstance(error, TypeError) and "but got list" in str(error):
+        if isinstance(error, TypeError) and "but got list" in _safe_str(error):
             return "lists_not_unpacked"  # torch.cat rejects a list of lists while reading its arguments
         return None
 
@@ -213,7 +213,7 @@ class _ForwardExercise(DiagnosesRaisingAnswers):
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
-        if isinstance(error, TypeError) and "got float" in str(error):
+        if isinstance(error, TypeError) and "got float" in _safe_str(error):
             return "float_head_width"  # torch rejects a float size while reading view's arguments
         return None
 

@@ -15,7 +15,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .core import Case, Exercise, Feedback, Mistake, _Deadline, _larger_than, as_scalar, outputs_close
+from .core import (
+    Case,
+    Exercise,
+    Feedback,
+    Mistake,
+    _Deadline,
+    _larger_than,
+    _safe_str,
+    as_scalar,
+    outputs_close,
+)
 from .raising import DiagnosesRaisingAnswers  # names answers that raise
 
 __all__ = [
@@ -38,12 +48,12 @@ class _RepeatExercise(DiagnosesRaisingAnswers):
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
-        parsing = re.match(r"(repeat_interleave|repeat|expand)\(\).*float", str(error))
+        parsing = re.match(r"(repeat_interleave|repeat|expand)\(\).*float", _safe_str(error))
         if isinstance(error, TypeError) and parsing:
             return "float_repeat_count"
-        if isinstance(error, IndexError) and "out of bounds" in str(error):
+        if isinstance(error, IndexError) and "out of bounds" in _safe_str(error):
             return "index_i_div_g"  # query head i -> K/V head i // g runs past the last K/V head
-        if isinstance(error, RuntimeError) and "expanded size" in str(error):
+        if isinstance(error, RuntimeError) and "expanded size" in _safe_str(error):
             return "expanded_head_axis"  # expand only stretches axes of size 1
         return None
 
@@ -301,7 +311,7 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
-        if isinstance(error, IndexError) and "out of bounds" in str(error):
+        if isinstance(error, IndexError) and "out of bounds" in _safe_str(error):
             return "kv_index_i_div_g"
         return None
 
@@ -511,7 +521,7 @@ class _MergeExercise(DiagnosesRaisingAnswers):
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
-        if isinstance(error, RuntimeError) and "must match the size of tensor" in str(error):
+        if isinstance(error, RuntimeError) and "must match the size of tensor" in _safe_str(error):
             return "weights_not_unsqueezed"
         return None
 

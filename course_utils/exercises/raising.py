@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from .answers import Raised, same_raise
-from .core import Case, Exercise, Feedback, Mistake, _Deadline
+from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str
 
 __all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "requested_shape", "failed_operation",
            "DiagnosesRaisingAnswers"]
@@ -75,7 +75,7 @@ class DiagnosingExercise(Exercise):
             exc = _raised(fn, case)
             if exc is None:
                 continue
-            kind, text = type(exc).__name__, str(exc)
+            kind, text = type(exc).__name__, _safe_str(exc)
             for loose in (False, True):
                 for mistake in self.mistakes:
                     if not isinstance(mistake, RaisingMistake) or mistake.loose != loose:

@@ -8,11 +8,14 @@ each autograded answer it
    the imports they name. No other top-level statement of the notebook is run;
 2. runs that code in a new ``python -I`` process (:func:`run_answer`) under bubblewrap
    (``bwrap``): its own empty temporary folder as the only writable place, no network, its
-   own process tree that dies with it, a time limit per call and a memory limit, and no view
-   of the nbgrader course folder (source/, submitted/, autograded/, feedback/, gradebook.db,
-   the grader's secrets), of the instructor's clone (solutions/, notebooks/) or of the
-   instructor's home. Without bubblewrap the process still runs apart, with the same limits,
-   but sees the file system: :func:`isolation` says which, and the grader warns loudly;
+   own process tree that dies with it, a time limit per call and a memory limit. Its file
+   system is an allow-list (:func:`visible_paths`), read-only: the interpreter, its standard
+   library, the environment and its ``sys.path``, the ``course_utils`` package folder itself
+   and its data folder (not the clone around them), the system's /usr and the loader's files,
+   /proc, a minimal /dev and an empty /tmp. The nbgrader course folder, any clone's solutions/ and notebooks/,
+   classmates' work and the homes do not exist in there. Without bubblewrap the process
+   still runs apart, with the same limits, but sees the file system: :func:`isolation` says
+   which, and the grader warns loudly;
 3. hands the process the test inputs (never the expected outputs, the salt or any path of
    the course) and reads back its outputs as plain data (:func:`accept`): an exact
    ``torch.Tensor`` or ``numpy.ndarray`` of a real dtype on the CPU, Python numbers, str,
@@ -31,6 +34,7 @@ import importlib
 import marshal
 import os
 import pickle
+import re
 import resource
 import shutil
 import signal
@@ -46,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/
+PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
 
 # -- 1. the answer's code ------------------------------------------------------------------
@@ -61,8 +65,10 @@ NOT_IN_AN_ANSWER = {
     "subprocess", "shutil", "pickle", "marshal", "builtins", "sqlite3", "signal", "socket",
     "atexit", "threading", "multiprocessing", "posix", "nt", "_posixsubprocess", "resource", "mmap",
     "answers", "solutions", "REFERENCES", "ops", "aten",
-    "_C", "NBGRADER_EXECUTION",
+    "_C", "NBGRADER_EXECUTION", "__instancecheck__", "__subclasshook__", "__match_args__",
 }
+# Hooks that make ``isinstance`` or a ``match`` class pattern read attributes by a built name.
+NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_args__"}
 # Ready-made twins of an exercise, by check, besides the last part of each name in
 # core.LIBRARY_TWINS: the ones the instructor trial called (issue 34) and their relatives.
 ATTENTION_TWINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
@@ -77,6 +83,10 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
     "lesson02.check_attention_weights": ATTENTION_TWINS + ("_softmax_rows",),
     "lesson02.check_causal_attention_weights": ATTENTION_TWINS + ("_softmax_rows", "causal_mask"),
     "lesson02.check_single_head_attention": ATTENTION_TWINS + ("_softmax_rows",),
+    "lesson03.check_parameter_count": ("MultiheadAttention", "MultiHeadAttention",
+                                        "TransformerEncoderLayer", "TransformerDecoderLayer",
+                                        "Transformer", "TransformerEncoder", "TransformerDecoder",
+                                        "self_attn", "multihead_attn"),
     "lesson03.check_merge_heads": ("merge_heads", "MultiHeadAttention"),
     "lesson03.check_split_heads": ("split_heads", "MultiHeadAttention"),
     "lesson04.check_stack_head_weights": ("naive_mha", "naive_from_batched", "stack_head_weights"),
@@ -86,8 +96,33 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
                                    "_native_multi_head_attention", "MultiHeadAttention",
                                    "MultiheadAttention"),
 }
+# Parts of a name (any case) that mark a ready-made twin of an exercise wherever they appear in
+# a name the answer does not define itself: softmin, Softmax, LogSoftmax, gumbel_softmax (fifth
+# trial a01, a07).
+TWIN_PARTS: dict[str, tuple[str, ...]] = {"lesson02.check_softmax_rows": ("softm",)}
 # Exercises whose Library use line allows part of course_utils; every other one rules it out.
 COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
+# The only modules an answer may import (a name here allows its submodules only where listed):
+# the maths libraries and a few plain helpers of the standard library. Anything else (pkgutil,
+# operator, runpy, pathlib, json, concurrent, types, pydoc, ...) reaches code or files by a
+# name built at run time, or runs code apart from the call watch (trial 3: N1-N5, N13, N14).
+IMPORTS_ALLOWED = {"__future__", "math", "typing", "collections", "collections.abc", "itertools",
+                   "functools", "dataclasses", "numpy", "numpy.linalg", "numpy.random", "numpy.fft",
+                   "numpy.typing", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init",
+                   "torch.linalg", "torch.fft", "torch.special", "torch.distributions", "einops"}
+# Names of allowed modules that read or write files, load compiled code, or evaluate a string
+# as code (typing.get_type_hints and functools.singledispatch evaluate string annotations).
+NOT_FROM_ALLOWED_MODULES = {
+    "open", "input", "load", "loads", "loadtxt", "fromfile", "genfromtxt", "fromregex", "memmap",
+    "open_memmap", "DataSource", "from_file", "save", "savez", "savez_compressed", "savetxt", "tofile",
+    "hub", "package", "serialization", "cpp_extension", "load_inline", "load_library", "ctypeslib",
+    "library", "jit", "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod",
+    "__loader__", "__spec__", "__file__",
+    # numpy's .npy reader unpickles any object (builtins.exec) when asked to (fifth trial a04, a10)
+    "lib", "read_array", "allow_pickle", "NpzFile", "pickle", "Unpickler",
+    # tables of every torch function, to pick one by a name built at run time (fifth trial a15)
+    "overrides", "get_overridable_functions", "get_testing_overrides", "get_ignored_functions",
+}
 
 
 class AnswerProblem(Exception):
@@ -100,7 +135,9 @@ def _parsed(source: str) -> ast.Module | None:
     lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
     try:
         return ast.parse("\n".join(lines))
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        # ValueError: a null byte; MemoryError, RecursionError: an expression nested so deep that
+        # the parser gives up (`return ------...1`). Not Python the grader can read, like a typo.
         return None
 
 
@@ -135,7 +172,8 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         tree = _parsed(source)
         if tree is None:
             if index == answer_cell:
-                raise AnswerProblem("the answer's cell is not valid Python (a SyntaxError)")
+                raise AnswerProblem("the answer's cell is not valid Python the grader can read (a "
+                                    "SyntaxError, or an expression nested too deeply for Python's parser)")
             continue
         for node in tree.body:
             order[id(node)] = index
@@ -148,6 +186,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         own = [n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef) and n.name == name]
         if own:
             definitions[name] = own[-1]
+            order[id(own[-1])] = answer_cell  # after the helpers of earlier cells it may use
     if not isinstance(definitions.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise AnswerProblem(f"no function `{name}` is defined before the test cell")
     keep, todo = {name}, [name]
@@ -169,8 +208,13 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
             chosen.append(node)
     chosen.sort(key=lambda n: (not (isinstance(n, ast.ImportFrom) and n.module == "__future__"),
                                order.get(id(n), 0)))
-    body = chosen + sorted((definitions[k] for k in keep), key=lambda n: order.get(id(n), 0))
-    return ast.unparse(ast.Module(body=body, type_ignores=[]))
+    # by cell, then by line: a set's order (hash randomisation) put a subclass before its base
+    body = chosen + sorted((definitions[k] for k in keep), key=lambda n: (order.get(id(n), 0), n.lineno))
+    try:
+        return ast.unparse(ast.Module(body=body, type_ignores=[]))
+    except (RecursionError, MemoryError, ValueError):
+        raise AnswerProblem("the answer's code is nested too deeply for the grader to read it back "
+                            "(an expression of hundreds of levels)") from None
 
 
 def is_stub(code: str, name: str) -> bool:
@@ -179,7 +223,7 @@ def is_stub(code: str, name: str) -> bool:
     decorator. Such an answer needs no process: it is not attempted."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     if len(defs) != 1 or defs[0].decorator_list:
@@ -199,22 +243,133 @@ def is_stub(code: str, name: str) -> bool:
                             and exc.args[0].value in ("", "your code here"))
 
 
+def _module_allowed(module: str, check_key: str) -> bool:
+    if module in IMPORTS_ALLOWED:
+        return True
+    return (check_key in COURSE_UTILS_ALLOWED and module.split(".")[0] == "course_utils"
+            and not any(part.startswith("_") for part in module.split(".")))
+
+
+def _is_module(dotted: str) -> bool:
+    """True when ``dotted`` names a module (``torch.hub``), not a function or class; asked only
+    for a name inside an allowed module, which the grader has imported already."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
+    """What breaks the import allow-list (:data:`IMPORTS_ALLOWED`), names a file reader or a
+    string evaluator (:data:`NOT_FROM_ALLOWED_MODULES`), or assigns an attribute of anything
+    but the answer's own object (``self``, ``cls``): ``torch.save = ...``, ``np.x = ...``."""
+    found: set[str] = set()
+    imported: dict[str, str] = {}  # a name the answer binds by import -> the module or object
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    imported[alias.asname] = alias.name
+                else:
+                    imported[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    own_names = {"self", "cls"}  # an answer sets attributes only through these: never bind a module to them
+    for name in sorted(own_names & set(imported)):
+        found.add(f"importing as `{name}` (the name of an object's own first parameter)")
+    for top in getattr(tree, "body", []):
+        targets = [t for t in ast.walk(top) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)] \
+            if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else []
+        for target in targets:
+            if target.id in own_names:
+                found.add(f"binding `{target.id}` outside a method (the name of an object's own "
+                          "first parameter)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):  # a module reached as an attribute: torch.fx, np.lib
+            parts, root = [], node
+            while isinstance(root, ast.Attribute):
+                parts.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                dotted = ".".join([imported[root.id], *reversed(parts)])
+                if not _module_allowed(dotted, check_key) and _is_module(dotted):
+                    found.add(f"`{ast.unparse(node)}` (the module {dotted}, which answers may not use)")
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not _module_allowed(alias.name, check_key):
+                    found.add(f"`import {alias.name}` (an answer imports only {', '.join(sorted(_TOP))})")
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level or not _module_allowed(module, check_key):
+                found.add(f"`from {'.' * node.level}{module} import` (an answer imports only "
+                          f"{', '.join(sorted(_TOP))})")
+                continue
+            for alias in node.names:
+                if alias.name == "*":
+                    found.add(f"`from {module} import *` (import the names you use)")
+                elif alias.name in NOT_FROM_ALLOWED_MODULES:
+                    found.add(f"`{alias.name}` (reads or writes files, or runs a string as code)")
+                elif module != "__future__" and _is_module(f"{module}.{alias.name}") \
+                        and not _module_allowed(f"{module}.{alias.name}", check_key):
+                    found.add(f"`from {module} import {alias.name}` (a module answers may not import)")
+        elif isinstance(node, ast.Attribute) and node.attr in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`.{node.attr}` (reads or writes files, or runs a string as code)")
+        elif isinstance(node, ast.Name) and node.id in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`{node.id}` (reads or writes files, or runs a string as code)")
+        elif isinstance(node, ast.keyword) and node.arg in NOT_FROM_ALLOWED_MODULES:
+            found.add(f"`{node.arg}=` (reads or writes files, or runs a string as code)")
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if not (isinstance(root, ast.Name) and root.id in ("self", "cls")):
+                found.add(f"assigning `{ast.unparse(node)}` (an answer sets attributes only of its own "
+                          "objects, through `self`; never of a module or a library's object)")
+    return found
+
+
+_TOP = {m.split(".")[0] for m in IMPORTS_ALLOWED} - {"__future__"}
+
+
 def rules_broken(code: str, check_key: str) -> list[str]:
     """What in the answer's ``code`` no answer may hold: ways around a reading of the code
-    (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), and the
-    exercise's ready-made twins (``check_key`` is "lessonNN.check_xxx"). Sorted."""
+    (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), the
+    exercise's ready-made twins (``check_key`` is "lessonNN.check_xxx"), an import outside
+    :data:`IMPORTS_ALLOWED`, a file reader or string evaluator of an allowed module
+    (:data:`NOT_FROM_ALLOWED_MODULES`), and an assignment to an attribute of a module or a
+    library's object. Sorted."""
     from .core import LIBRARY_TWINS
 
     twins = {dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
     twins |= set(EXTRA_TWINS.get(check_key, ()))
-    tree = ast.parse(code)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return ["code the grader cannot read back (a SyntaxError, or nested too deeply)"]
     found = set()
     mentioned = _names_in(tree)
     found |= {f"`{n}`" for n in mentioned & NOT_IN_AN_ANSWER}
     found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned & twins}
+    if TWIN_PARTS.get(check_key):
+        own = {n.name for n in ast.walk(tree)
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        own |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        own |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+        found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned - own
+                  if any(part in n.lower() for part in TWIN_PARTS[check_key])}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
+    found |= _policy_broken(tree, check_key)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Match):  # `case object(__globals__=g)` reads any attribute
+            found.add("`match` (a class pattern reads attributes apart from the code's names; "
+                      "use `if`)")
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.name in NOT_DEFINED_IN_AN_ANSWER):
+            found.add(f"`{node.name}`")
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not (node.attr.startswith("__") and node.attr.endswith("__"))):
             found.add(f"`.{node.attr}` (another module's private name)")
@@ -222,6 +377,83 @@ def rules_broken(code: str, check_key: str) -> list[str]:
             found |= {f"`{a.name}` (another module's private name)" for a in node.names
                       if a.name.startswith("_") and node.module != "__future__"}
     return sorted(found)
+
+
+def _globals_read(code: types.CodeType) -> set[str]:
+    """The global names a compiled module's functions (and its decorators and defaults) read."""
+    import dis
+
+    found: set[str] = set()
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        for instruction in dis.get_instructions(current):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                found.add(str(instruction.argval))
+        todo.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return found
+
+
+# A test cell's check call, e.g. ``lesson02.check_softmax_rows(softmax_rows).assert_passed()``.
+CHECK_CALL = re.compile(r"^(?:print\()?(?P<module>lesson\d\d)\.(?P<check>check_\w+)\((?P<arg>\w+)\)"
+                        r"(?:\)|\.assert_passed\(\))?\s*$")
+
+
+def check_call(source: str) -> re.Match | None:
+    """The check call of a test cell (its only statement besides comments), or None."""
+    lines = [line.strip() for line in source.splitlines()
+             if line.strip() and not line.strip().startswith("#")]
+    return CHECK_CALL.match(lines[0]) if len(lines) == 1 else None
+
+
+def grading_note(cells: Sequence[str], check_key: str) -> str | None:
+    """For a correct answer checked in a kernel: a warning when the outside grader would not run
+    it as the kernel did (:func:`grading_preview`). ``cells`` are the code cells run so far, the
+    test cell last; None when that last cell is not ``check_key``'s check call (the history is
+    then not the notebook's) or when nothing is wrong."""
+    call = check_call(cells[-1]) if cells else None
+    if call is None or f"{call['module']}.{call['check']}" != check_key:
+        return None
+    problems = grading_preview(cells[:-1], call["arg"], check_key)
+    if not problems:
+        return None
+    return ("⚠️ But at grading this answer would score 0: " + "; ".join(problems)
+            + ". Keep everything the function needs inside it, or pass it as an argument.")
+
+
+def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str]:
+    """What would keep answer ``name`` from running at autograde as it ran in the notebook, read
+    from the notebook's code cells so far (``cells``; the kernel's input history): the answer
+    cannot be found, it uses what :func:`rules_broken` refuses, or it reads a name that only a
+    top-level statement binds (a variable or a lambda from another cell), which the grader does
+    not run. Empty when none. Never raises."""
+    import builtins
+
+    try:
+        code = answer_source(cells, name)
+    except AnswerProblem as problem:
+        return [str(problem)]
+    except Exception:  # noqa: BLE001 - a preview only; the grader gives its own verdict
+        return []
+    try:
+        problems = []
+        broken = rules_broken(code, check_key)
+        if broken:
+            problems.append("the grader refuses answers whose code uses " + ", ".join(broken))
+        tree = ast.parse(code)
+        defined = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        bound = {n.name for n in tree.body if isinstance(n, defined)}
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        missing = sorted(_globals_read(compile(tree, "<answer>", "exec")) - bound - set(dir(builtins)))
+        if missing:
+            problems.append("it reads " + ", ".join(f"`{m}`" for m in missing) + ", which only a "
+                            "statement outside any function sets (a variable, or a lambda), and the "
+                            "grader runs your functions and imports alone")
+        return problems
+    except Exception:  # noqa: BLE001
+        return []
 
 
 # -- 2. what crosses between the grader and the answer's process ---------------------------
@@ -340,9 +572,18 @@ def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the call took longer than the grader's time limit")
 
 
-def _child(payload_path: str, result_path: str) -> None:
+def _child(payload_path: str, result_fd: str) -> None:
     """Run in the answer's process: define the answer, call it on every case, write what it
-    returned. Nothing here is trusted by the grader; it only saves a round of re-checks."""
+    returned to ``result_fd``, a file descriptor the grader opened on a file outside the
+    sandbox (no path the answer could name). Nothing here is trusted by the grader; it only
+    saves a round of re-checks."""
+    save, fdopen, channel = torch.save, os.fdopen, int(result_fd)  # taken before the answer's code runs
+
+    def write(data: dict) -> None:
+        with fdopen(channel, "wb") as f:
+            save(data, f)
+        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+
     with open(payload_path, "rb") as f:
         payload = pickle.load(f)  # made by the grader before the answer's code existed here
     os.unlink(payload_path)
@@ -371,8 +612,7 @@ def _child(payload_path: str, result_path: str) -> None:
     except BaseException as exc:  # noqa: BLE001
         signal.alarm(0)
         kind = type(exc).__name__
-        torch.save({"defined": [kind, str(exc)[:500]]}, result_path)
-        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+        write({"defined": [kind, str(exc)[:500]]})
     for cases in case_sets:
         outcomes = []
         for case in cases:
@@ -405,8 +645,7 @@ def _child(payload_path: str, result_path: str) -> None:
             record.update(after=after, used=watch.used, tampered=watch.tampered)
             outcomes.append(record)
         results.append(outcomes)
-    torch.save({"results": results}, result_path)
-    os._exit(0)
+    write({"results": results})
 
 
 # -- 4. running it, isolated ------------------------------------------------------------------
@@ -429,31 +668,74 @@ WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bw
 
 
 def hidden_paths(extra: Sequence[Path] = ()) -> list[Path]:
-    """What the answer's process must not see: the instructor's clone and home, nbgrader's default
-    exchange, and ``extra`` (the course folder)."""
+    """What the answer's process must not see even where it lies inside a folder it is shown:
+    the instructor's clone and home, nbgrader's default exchange, and ``extra`` (the course
+    folder). Outside the folders of :func:`visible_paths` nothing is shown anyway."""
     paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *extra]
     return sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
 
 
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")  # under /: programs, libraries
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")  # the loader's library list
+
+
+@functools.cache
+def visible_paths() -> tuple[Path, ...]:
+    """The only folders the answer's process sees (read-only), besides /proc, a minimal /dev and
+    its own work folder: the interpreter and its standard library (``sys.base_prefix``), the
+    environment (``sys.prefix``), every folder on the ``sys.path`` of a ``python -I`` started
+    like the answer's, the ``course_utils`` package folder itself and its data folder (with an
+    editable install they sit in the clone, beside solutions/ and notebooks/: the clone itself
+    is not shown), NumPy's and torch's install folders, and the system's :data:`SYSTEM_DIRS`
+    and :data:`SYSTEM_FILES`. Outermost first."""
+    import json
+
+    from ..paths import DATA_DIR
+
+    found = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix),
+             Path(sys.executable).parent, PACKAGE, DATA_DIR,
+             Path(np.__file__).parent.parent, Path(torch.__file__).parent.parent}
+    probe = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                           capture_output=True, text=True, timeout=120, cwd="/",
+                           env={"PATH": "/usr/bin:/bin"})
+    with contextlib.suppress(ValueError):
+        found |= {Path(p) for p in json.loads(probe.stdout or "[]") if type(p) is str and p.startswith("/")}
+    found |= {p.resolve() for p in found}  # a symlinked prefix: shown where it points, too
+    found |= {Path(f) for f in SYSTEM_FILES}
+    system = [(d,) for d in SYSTEM_DIRS]
+    kept = {p for p in found if p.exists() and p != Path("/") and p.parts[1:2] not in system}
+    return tuple(sorted(kept, key=lambda p: (len(p.parts), str(p))))
+
+
 def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+    """bubblewrap's arguments: an empty root with only :func:`visible_paths` (read-only), the
+    system folders, /proc, /dev, an empty /tmp and ``work`` (the one writable folder); any of
+    ``hidden`` that lies inside a shown folder is covered by an empty read-only folder."""
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "HOME", str(work), "--setenv", "PATH", "/usr/bin:/bin",
             "--setenv", "OMP_NUM_THREADS", "1"]
-    for path in hidden:  # outermost first; a later bind opens a way back in
-        argv += ["--tmpfs", str(path)]
-    visible = {PACKAGE, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
-               Path(np.__file__).resolve().parent.parent, Path(torch.__file__).resolve().parent.parent}
-    for path in sorted(visible, key=lambda p: len(p.parts)):
-        if any(h == path or h in path.parents for h in hidden):
+    for name in SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():  # merged /usr: /lib -> usr/lib
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
-    for path in hidden:  # empty and read-only: nothing written there outlives the process either
-        argv += ["--remount-ro", str(path)]
+    # /proc, /dev and the empty /tmp first: a shown folder under /tmp (a clone or an environment
+    # made there) is then bound on top of the empty /tmp instead of being hidden by it
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    shown = visible_paths()
+    for path in shown:
+        argv += ["--ro-bind", str(path), str(path)]
+    covered = [h for h in hidden if any(s in h.parents for s in shown)]
+    for path in covered:  # inside a shown folder (a course folder in the environment): emptied
+        argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
     return argv + ["--bind", str(work), str(work), "--chdir", str(work)]
 
 
-def _limits(memory: int) -> None:
+def _limits(memory: int, file_size: int | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    if file_size is not None:  # no file it writes (its result included) grows past the cap
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.setsid()
 
@@ -470,19 +752,23 @@ class Run:
 
 def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequence[Any]], *,
                hide: Sequence[Path] = (), per_call: int = 60, memory: int = 4 * 2**30,
-               sandbox: bool | None = None) -> Run:
+               sandbox: bool | None = None, max_result_bytes: int | None = None) -> Run:
     """Run answer ``name`` (its ``code``, from :func:`answer_source`) on each list of cases in
     ``case_sets``, in a fresh process; ``hide`` adds folders it must not see (the course).
     ``sandbox``: None uses bubblewrap when it works here (:func:`isolation`), True insists.
+    The process writes its results to a file descriptor it inherits, on a file outside its
+    sandbox; a file larger than ``max_result_bytes`` (None: no cap) is refused unread.
     Never raises for anything the answer does."""
     if not isinstance(code, str) or not code.strip():
         raise ValueError(f"code: expected the answer's source text, got {code!r:.60}")
     use_bwrap = isolation() == "bubblewrap" if sandbox is None else sandbox
     if use_bwrap and isolation() != "bubblewrap":
         raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)
-    with tempfile.TemporaryDirectory(prefix="answer-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="answer-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="answer-result-") as kept_apart, \
+            open(Path(kept_apart) / "result.pt", "w+b") as result:
         work = Path(tmp).resolve()
-        payload, result = work / "payload.pkl", work / "result.pt"
+        payload = work / "payload.pkl"
         with open(payload, "wb") as f:
             _CasePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(
                 {"code": code, "name": name, "check": check_key, "case_sets": [list(c) for c in case_sets],
@@ -490,7 +776,7 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         python = [sys.executable, "-I", "-c",
                   "import sys; from course_utils.exercises.sandbox import _child; "
                   "_child(sys.argv[1], sys.argv[2])",
-                  str(payload), str(result)]
+                  str(payload), str(result.fileno())]
         if use_bwrap:
             argv, env = _bwrap_argv(work, hidden_paths(hide)) + python, None
         else:
@@ -498,8 +784,10 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "OMP_NUM_THREADS": "1"}
         calls = sum(len(c) for c in case_sets) + 1
         limit = 60 + per_call * calls
+        file_limit = None if max_result_bytes is None else max_result_bytes + 1
         process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, preexec_fn=functools.partial(_limits, memory))
+                                   stderr=subprocess.PIPE, pass_fds=(result.fileno(),),
+                                   preexec_fn=functools.partial(_limits, memory, file_limit))
         try:
             _, stderr = process.communicate(timeout=limit)
             status, detail = process.returncode, stderr.decode(errors="replace")[-300:]
@@ -511,8 +799,15 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             process.kill()
             process.communicate()
         label = "bubblewrap" if use_bwrap else "subprocess only"
+        size = os.fstat(result.fileno()).st_size
+        if max_result_bytes is not None and size > max_result_bytes:
+            return Run([], lost=f"its outputs came to more than the {max_result_bytes / 2**20:.1f} MiB "
+                                "the grader reads for this exercise "
+                                "(8 times the size of the right outputs and the inputs, and 1 MiB)",
+                       isolation=label)
         try:
-            data = torch.load(result, weights_only=True) if result.is_file() else None
+            result.seek(0)
+            data = torch.load(result, weights_only=True) if size else None
         except Exception:  # noqa: BLE001 - forged or cut short: nothing usable
             data = None
         if not isinstance(data, dict):
@@ -570,3 +865,11 @@ def _outcome(record: Any) -> Outcome:
         return Outcome("raised", error=error, stub=record.get("stub") is True, inputs_after=after, used=used,
                        tampered=tampered)
     return Outcome("lost", error=("Lost", "an unreadable result"))
+
+
+# The checks in a learner's kernel warn about a right answer that the grader would not run
+# (core.Exercise.check): core offers the place, this module fills it, so core imports nothing
+# of the grader.
+from . import core as _core  # noqa: E402
+
+_core.GRADING_NOTE = grading_note

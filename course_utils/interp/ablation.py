@@ -18,6 +18,7 @@ Heads are ``(layer, head)`` pairs, named ``L{layer}H{head}``.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attention.validation import check_callable, check_int, check_tensor, describe_shape
+from ..attention.validation import (
+    check_callable,
+    check_flag,
+    check_holds_values,
+    check_int,
+    check_tensor,
+    describe_shape,
+)
 from ..env import check_seed
 from ..model.transformer import TinyTransformer
 
@@ -116,6 +124,9 @@ def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, 
     """``logits`` ``(B, T, V)`` floating point and ``targets`` ``(B, T)`` long, each id in
     ``[0, V)`` or ``-100`` (not counted)."""
     check_tensor(logits, "logits", ndim=3, layout="(B, T, V)")
+    if logits.shape[2] == 0:
+        raise ValueError(f"logits must have at least one vocabulary entry (B, T, V >= 1), got "
+                         f"{describe_shape(logits)}")
     if not isinstance(targets, Tensor) or targets.dtype != torch.long:
         raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not "
                         f"counted), got {_described(targets)}")
@@ -200,6 +211,7 @@ def mean_head_outputs(model: TinyTransformer, reference_tokens: Tensor, *, keep:
     line up, such as the induction task's; ``keep`` is then not allowed).
     """
     _check_tokens(reference_tokens, "reference_tokens")
+    check_flag(per_position, "per_position")
     if keep is not None:
         if per_position:
             raise ValueError("keep= is for per_position=False (one mean over the kept tokens)")
@@ -224,6 +236,10 @@ def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
         raise TypeError("method='mean' needs means=mean_head_outputs(model, reference_tokens), a "
                         f"floating-point tensor, got {_described(means)}")
     device = model.token_embedding.weight.device
+    if means.dtype != model.token_embedding.weight.dtype:
+        raise TypeError(f"means have dtype {means.dtype} but the model's parameters are "
+                        f"{model.token_embedding.weight.dtype}: pass means=mean_head_outputs(model, "
+                        f"reference_tokens)")
     if means.device != device:
         raise ValueError(f"means are on device {means.device} but the model is on {device}: pass "
                          f"means=mean_head_outputs(model, reference_tokens) (or means.to({str(device)!r}))")
@@ -282,8 +298,11 @@ def sequence_losses(logits: Tensor, targets: Tensor) -> Tensor:
     if not counted.any(dim=1).all():
         raise ValueError("every sequence needs at least one counted target (targets != -100)")
     per_token = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (B*T,)
-    per_token = per_token.view(targets.shape) * counted
-    return per_token.sum(1) / counted.sum(1)
+    per_token = torch.where(counted, per_token.view(targets.shape), 0.0)  # uncounted: 0, even if NaN
+    losses = per_token.sum(1) / counted.sum(1)
+    if not bool(torch.isfinite(losses).all()):  # one check of B numbers: a metric is never NaN
+        _refuse_non_finite_logits(logits, counted, float(losses[~torch.isfinite(losses)][0]))
+    return losses
 
 
 def average_loss(logits: Tensor, targets: Tensor) -> float:
@@ -293,7 +312,22 @@ def average_loss(logits: Tensor, targets: Tensor) -> float:
     counted = targets != -100
     if not counted.any():
         raise ValueError("targets count nothing (all -100)")
-    return float(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+    loss = float(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+    if not math.isfinite(loss):  # checked on the result: one number, no extra pass when all is well
+        _refuse_non_finite_logits(logits, counted, loss)
+    return loss
+
+
+def _refuse_non_finite_logits(logits: Tensor, counted: Tensor, loss: float) -> None:
+    """Say where the logits that made a NaN or infinite loss are (model weights gone NaN, a
+    NaN input, float16 overflow): a metric that is NaN must not be reported as one."""
+    bad = (~torch.isfinite(logits)).any(-1) & counted  # (B, T)
+    if bad.any():
+        b, t = bad.nonzero()[0].tolist()
+        raise ValueError(f"logits must be finite at the counted positions, got NaN or infinity at "
+                         f"{int(bad.sum())} of them (first: batch {b}, position {t}); the loss would be "
+                         f"{loss}. Are the model's weights NaN?")
+    raise ValueError(f"the loss is {loss}: the logits are finite but too large to combine")
 
 
 def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:
@@ -396,14 +430,24 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     return total / tokens.shape[0]
 
 
-def importance_order(importance: Tensor) -> list[Head]:
-    """Heads from least to most important (ties: lower layer, then lower head first)."""
-    if not isinstance(importance, Tensor) or importance.ndim != 2:
-        raise ValueError(f"importance must be an (L, h) tensor (from head_importance), got "
+def _check_importance(importance: object) -> None:
+    """``importance`` is a non-empty ``(L, h)`` floating tensor with values (not on the meta
+    device) and no NaN or infinity, which could not be ranked."""
+    if not isinstance(importance, Tensor) or importance.ndim != 2 or importance.numel() == 0:
+        raise ValueError(f"importance must be a non-empty (L, h) tensor (from head_importance), got "
                          f"{_described(importance)}")
+    if not importance.is_floating_point():
+        raise TypeError(f"importance must hold floating-point scores, got dtype {importance.dtype}; convert "
+                        "with importance.float()")
+    check_holds_values(importance, "importance")
     if not torch.isfinite(importance).all():
         where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
         raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: it cannot be ranked")
+
+
+def importance_order(importance: Tensor) -> list[Head]:
+    """Heads from least to most important (ties: lower layer, then lower head first)."""
+    _check_importance(importance)
     flat = importance.flatten().tolist()
     order = sorted(range(len(flat)), key=lambda i: (flat[i], i))
     return [divmod(i, importance.shape[1]) for i in order]

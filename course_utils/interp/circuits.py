@@ -15,8 +15,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention.masks import causal_mask
-from ..attention.validation import check_flag, check_index, check_int, check_tensor, describe_shape
+from ..attention.validation import (
+    check_finite,
+    check_flag,
+    check_holds_values,
+    check_index,
+    check_int,
+    check_real,
+    check_tensor,
+    describe_shape,
+)
 
 __all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm", "direct_logit_attribution",
            "ov_copying_score", "next_token_loss", "in_context_mass"]
@@ -84,6 +92,7 @@ def _check_token_ids(tokens: object, name: str, shape: tuple[int, ...] | None, v
     if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
         got = f"{tokens.dtype} tensor" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise TypeError(f"{name} must be a torch.long tensor of token ids, got {got}")
+    check_holds_values(tokens, name)
     if shape is not None and tuple(tokens.shape) != tuple(shape):
         raise ValueError(f"{name} must be (B, T) = {tuple(shape)}, got {describe_shape(tokens)}")
     if vocab is not None and tokens.numel():
@@ -101,7 +110,7 @@ def _check_token_ids(tokens: object, name: str, shape: tuple[int, ...] | None, v
 def _check_scored(logits: object, tokens: object, scored: object) -> None:
     """``logits`` ``(B, T, V)`` floating, ``tokens`` ``(B, T)`` long ids in ``[0, V)``, ``scored``
     ``(B, T)`` bool (an integer 0/1 mask would index rows, not select positions)."""
-    check_tensor(logits, "logits", ndim=3, layout="(B, T, V)")
+    _check_logits_values(logits)
     _check_token_ids(tokens, "tokens", tuple(logits.shape[:2]), logits.shape[2])
     if not isinstance(scored, torch.Tensor) or scored.dtype != torch.bool:
         got = f"a {scored.dtype} tensor" if isinstance(scored, torch.Tensor) else type(scored).__name__
@@ -111,6 +120,52 @@ def _check_scored(logits: object, tokens: object, scored: object) -> None:
     if tuple(scored.shape) != tuple(tokens.shape):
         raise ValueError(f"scored must be (B, T) = {tuple(tokens.shape)} like tokens, got "
                          f"{describe_shape(scored)}")
+    check_holds_values(scored, "scored")
+    if not logits.device == tokens.device == scored.device:
+        raise ValueError(f"logits, tokens and scored must be on one device, got logits on {logits.device}, "
+                         f"tokens on {tokens.device}, scored on {scored.device}")
+
+
+def _check_logits_values(logits: object) -> None:
+    """``logits`` ``(B, T, V)``: floating, ``V >= 1``, with values (not on the meta device) and
+    finite, since the metrics that read them would otherwise be NaN."""
+    check_tensor(logits, "logits", ndim=3, layout="(B, T, V)")
+    if logits.shape[2] == 0:
+        raise ValueError(f"logits must have at least one vocabulary entry (B, T, V >= 1), got "
+                         f"{describe_shape(logits)}")
+    check_holds_values(logits, "logits")
+    check_finite(logits, "logits", "a metric over NaN or infinite logits is NaN: are the model's "
+                 "weights NaN?")
+
+
+def _check_on_model_device(t: torch.Tensor, name: str, model: torch.nn.Module) -> None:
+    """``t`` has the model's dtype, sits on its device and holds values (not the meta device)."""
+    device, dtype = model.ln_final.weight.device, model.ln_final.weight.dtype
+    if t.dtype != dtype:
+        raise TypeError(f"{name} has dtype {t.dtype} but the model's parameters are {dtype}: convert with "
+                        f".to({dtype})")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the model is on {device}: move it with "
+                         f".to({str(device)!r})")
+    check_holds_values(t, name)
+
+
+def _check_replace_value(key: HeadKey, value: torch.Tensor | float, model: torch.nn.Module) -> None:
+    """What ``trace_heads`` writes for a head: a finite number, or a finite floating tensor on
+    the model's device (NaN would turn every later logit into NaN; an integer tensor would be
+    cast silently)."""
+    if not isinstance(value, torch.Tensor):
+        check_real(value, f"replace[{key}]")  # NaN and infinity refused, named
+        return
+    weight = model.token_embedding.weight
+    if not value.is_floating_point():
+        raise TypeError(f"replace[{key}] must be a floating tensor (the head's mean output, say), got "
+                        f"dtype {value.dtype}; convert with .to({weight.dtype})")
+    if value.device != weight.device:
+        raise ValueError(f"replace[{key}] is on {value.device} but the model is on {weight.device}: move it "
+                         f"with .to({str(weight.device)!r})")
+    check_holds_values(value, f"replace[{key}]")
+    check_finite(value, f"replace[{key}]", "a NaN head output makes every later logit NaN")
 
 
 @torch.no_grad()
@@ -128,9 +183,11 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     them): the test of K-composition. ``queries_without`` does the same for the queries.
     With no options the logits equal ``model(tokens)[0]``. ``keep_attention=False`` uses the
     fused attention kernel and leaves ``attention`` empty (faster, less memory).
-    """
-    from ..attention.mha import scaled_dot_product_attention  # local: scores imports no model code
 
+    It is the model's own forward pass, read and edited through its hook points: each layer's
+    ``hook_resid_pre`` and ``attn.hook_z`` are recorded, ``replace`` edits ``hook_attn_out``, and
+    ``keys_without`` / ``queries_without`` recompute ``attn.hook_k`` / ``attn.hook_q``.
+    """
     _check_model(model)
     config = model.config
     L, h, d = config.num_layers, config.num_heads, config.d_model
@@ -149,6 +206,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
                 raise ValueError(f"replace[{key}] must broadcast to (B, T, d) = "
                                  f"{(*getattr(tokens, 'shape', ('B', 'T')), d)}, got shape "
                                  f"{describe_shape(value)}") from None
+        _check_replace_value(key, value, model)
     check_flag(keep_attention, "keep_attention")
     edits = {}
     for name, edit in (("keys", keys_without), ("queries", queries_without)):
@@ -163,38 +221,45 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
                                  f"got {heads}")
             edits[name, layer] = heads
     model._check_tokens(tokens)
-    x = model._embed(tokens, 0)  # (B, T, d)
-    T = tokens.shape[1]
-    allowed = causal_mask(T, T, device=tokens.device)  # (T, T)
-    attention, head_outputs, residual = [], [], []
-    for layer, block in enumerate(model.blocks):
+    residual, head_outputs = [], []  # filled by the hooks, layer by layer, as the model runs
+    attn_change: list[torch.Tensor] = []  # per layer: what replace adds to the attention output
+
+    def keep_stream(x: torch.Tensor, hook: object) -> None:  # hook_resid_pre (B, T, d)
         residual.append(x)
-        attn = block.attn
-        stream = {"queries": x, "keys": x}
-        for name in stream:
-            for source, head in edits.get((name, layer), []):
-                stream[name] = stream[name] - head_outputs[source][:, head]
-        normed = {name: block.ln_attn(s) for name, s in stream.items()}
-        q, _, v = attn.project_qkv(normed["queries"], normed["queries"], block.ln_attn(x))
-        _, k, _ = attn.project_qkv(normed["keys"], normed["keys"], normed["keys"])  # (B, h, T, dk)
-        if keep_attention:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask=allowed)  # (B, h, T, dk)
-            attention.append(weights)
-        else:
-            heads = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def keep_heads(z: torch.Tensor, hook: object) -> None:  # hook_z (B, h, T, dk)
+        attn = model.blocks[len(head_outputs)].attn
         w_o = attn.out_proj.weight.view(d, h, attn.d_k)  # (d, h, dk): head j's columns of W_O
-        per_head = torch.einsum("bhtk,dhk->bhtd", heads, w_o)  # (B, h, T, d)
+        per_head = torch.einsum("bhtk,dhk->bhtd", z, w_o)  # (B, h, T, d)
+        written = per_head.clone()
         for (source, head), value in replace.items():
-            if source == layer:
-                per_head[:, head] = torch.as_tensor(value, dtype=per_head.dtype).expand_as(per_head[:, head])
-        bias = attn.out_proj.bias if attn.out_proj.bias is not None else 0.0
-        x = x + per_head.sum(dim=1) + bias  # (B, T, d)
-        if block.mlp is not None:
-            x = x + block.mlp(block.ln_mlp(x))
-        head_outputs.append(per_head)
-    residual.append(x)
-    logits = model.unembed(model.ln_final(x))  # (B, T, V)
-    return HeadTrace(logits, attention, head_outputs, residual)
+            if source == len(head_outputs):
+                written[:, head] = torch.as_tensor(value, dtype=written.dtype).expand_as(written[:, head])
+        head_outputs.append(written)
+        attn_change.append((written - per_head).sum(dim=1))  # (B, T, d)
+
+    def changed_output(out: torch.Tensor, hook: object) -> torch.Tensor:  # hook_attn_out (B, T, d)
+        return out + attn_change[-1]
+
+    def without(name: str, layer: int, heads: list[HeadKey]) -> object:
+        def recomputed(t: torch.Tensor, hook: object) -> torch.Tensor:  # hook_q or hook_k
+            block = model.blocks[layer]
+            stream = residual[layer] - sum(head_outputs[source][:, head] for source, head in heads)
+            normed = block.ln_attn(stream)
+            q, k, _ = block.attn.project_qkv(normed, normed, normed)  # (B, h, T, dk)
+            return q if name == "queries" else k
+        return recomputed
+
+    fwd_hooks = [(lambda n: n.endswith(".hook_resid_pre"), keep_stream),
+                 (lambda n: n.endswith(".attn.hook_z"), keep_heads)]
+    if replace:
+        fwd_hooks.append((lambda n: n.endswith(".hook_attn_out"), changed_output))
+    for (name, layer), heads in edits.items():
+        fwd_hooks.append((f"blocks.{layer}.attn.hook_{name[0]}", without(name, layer, heads)))
+    fwd_hooks.append((f"blocks.{L - 1}.hook_resid_post", keep_stream))  # the stream entering ln_final
+    with model.hooks(fwd_hooks):
+        logits, attention = model(tokens, return_attention=keep_attention)  # (B, T, V)
+    return HeadTrace(logits, attention or [], head_outputs, residual)
 
 
 def head_output_norms(trace: HeadTrace) -> torch.Tensor:
@@ -214,6 +279,7 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
         check_tensor(t, name, min_ndim=1, layout=f"(..., d={d})")
         if t.shape[-1] != d:
             raise ValueError(f"{name} must end in d_model={d}, got shape {describe_shape(t)}")
+        _check_on_model_device(t, name, model)
     ln = model.ln_final
     scale = (stream.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()
     return (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight

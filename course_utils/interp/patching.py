@@ -45,13 +45,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_callable, check_int, check_real
+from ..attention.validation import check_callable, check_finite, check_holds_values, check_int, check_real
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
     _check_evaluations,
     _check_heads,
+    _check_importance,
     _check_means,
     _check_method,
     _check_model,
@@ -95,7 +96,35 @@ def _check_where(where: object, tokens: Tensor) -> Tensor:
                         f"query positions to change, got " + (f"{where.dtype} {tuple(where.shape)}"
                                                                if isinstance(where, Tensor)
                                                                else type(where).__name__))
+    if where.device != tokens.device:
+        raise ValueError(f"where is on {where.device} but tokens are on {tokens.device}: move it with "
+                         f"where.to({str(tokens.device)!r})")
     return where.expand(B, T)
+
+
+def _check_source_outputs(source_outputs: object, model: TinyTransformer, tokens: Tensor) -> None:
+    """What :func:`patched_logits` copies in: ``head_outputs(model, source_tokens)``, a finite
+    tensor ``(L, B, h, T, dk)`` of the model's dtype, on its device (an integer tensor would be
+    cast silently, a NaN one would make every logit downstream NaN)."""
+    cfg = model.config
+    expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
+    if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
+        got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
+               else type(source_outputs).__name__)
+        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
+                         f"(L, B, h, T, dk) = {expected}, got {got}")
+    weight = model.token_embedding.weight
+    if source_outputs.dtype != weight.dtype:
+        raise TypeError(f"source_outputs must be head_outputs(model, source_tokens), of the model's dtype "
+                        f"{weight.dtype}, got dtype {source_outputs.dtype}")
+    check_holds_values(source_outputs, "source_outputs")
+    if source_outputs.device != weight.device:
+        raise ValueError(f"source_outputs is on {source_outputs.device} but the model is on {weight.device}: "
+                         f"move it with source_outputs.to({str(weight.device)!r})")
+    check_finite(source_outputs, "source_outputs", "a NaN head output makes every later logit NaN")
+    if tokens.device != weight.device:
+        raise ValueError(f"tokens are on {tokens.device} but the model is on {weight.device}: move them with "
+                         f"tokens.to({str(weight.device)!r})")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
@@ -156,13 +185,7 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
     _check_model(model)
     _check_tokens(tokens, "tokens")
     heads = _check_heads(heads, model)
-    cfg = model.config
-    expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
-    if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
-        got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
-               else type(source_outputs).__name__)
-        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
-                         f"(L, B, h, T, dk) = {expected}, got {got}")
+    _check_source_outputs(source_outputs, model, tokens)
     where = None if where is None else _check_where(where, tokens)
     layers = _by_layer(heads)
 
@@ -417,12 +440,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
 def layer_normalised_order(importance: Tensor) -> list[Head]:
     """Michel et al.'s pruning order: each layer's scores divided by their l2 norm, then
     least important first (ties as in :func:`~course_utils.interp.ablation.importance_order`)."""
-    if not isinstance(importance, Tensor) or importance.ndim != 2:
-        raise ValueError(f"importance must be an (L, h) tensor, got {_described(importance)}")
-    if not torch.isfinite(importance).all():
-        where = [f"L{layer}H{head}" for layer, head in (~torch.isfinite(importance)).nonzero().tolist()]
-        raise ValueError(f"importance holds NaN or infinity at {', '.join(where[:6])}: such a score cannot "
-                         "be ranked")
+    _check_importance(importance)
     norms = importance.norm(dim=1, keepdim=True)
     if not (norms > 0).all():
         zero = [layer for layer, n in enumerate(norms.flatten().tolist()) if not n > 0]
@@ -443,7 +461,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
 
     The orders advance together one head at a time; each distinct set of switched-off heads
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
-    (``map``; or :func:`~course_utils.model.parallel.parallel_map` with ``chunks`` = the number of
+    (``map``; or :func:`~course_utils.parallel.parallel_map` with ``chunks`` = the number of
     cores, since it starts one process per item). Zeroed, up to ``per_run`` sets share one
     forward pass (:func:`measure_zeroed_sets`). ``known`` holds measurements already made with
     the same ``evaluations``, ``method`` and ``means`` (the second result of an earlier call):
@@ -513,9 +531,10 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     return counts, measured
 
 
-def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation], intact: list[list[Tensor]],
-                        jobs: list[tuple[frozenset, frozenset, Head]], streams: dict[frozenset, list[list[Tensor]]],
-                        per_run: int) -> tuple[list[dict[str, float]], dict[frozenset, list[list[Tensor]]]]:
+def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
+                        intact: list[list[Tensor]], jobs: list[tuple[frozenset, frozenset, Head]],
+                        streams: dict[frozenset, list[list[Tensor]]], per_run: int,
+                        ) -> tuple[list[dict[str, float]], dict[frozenset, list[list[Tensor]]]]:
     """Zero ablation of each ``(heads, parent, new head)`` job, ``heads = parent | {new head}``:
     where ``streams`` holds the parent's input to every layer, the run starts at the new head's
     layer from it; otherwise at the lowest layer of ``heads`` from the ``intact`` stream
@@ -543,7 +562,9 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation], i
                     kept = {}  # layer -> this run's input to it
                     for layer in range(layer0, full):
                         gate = rows[:, layer, :, None, None]
-                        x, _, _ = model.blocks[layer](x, edit_heads=lambda heads, gate=gate: heads * gate)
+                        gated = [(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]
+                        with model.hooks(gated):
+                            x, _, _ = model.blocks[layer](x)
                         if layer + 1 < L:
                             kept[layer + 1] = x
                     if positions is None:
@@ -551,13 +572,15 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation], i
                     else:
                         at = positions.repeat(len(some))
                         scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
-                        logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"), dtype=scored.dtype)
+                        logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"),
+                                            dtype=scored.dtype)
                         logits[torch.arange(len(at)), at] = scored
                 for row, (j, chunk) in enumerate(zip(some, logits.split(batch), strict=True)):
                     results[j].update(_check_scores(evaluation.score(chunk), e))
                     rows_of = slice(row * batch, (row + 1) * batch)
-                    new_streams[jobs[j][0]].append([sources[row][layer] if layer <= layer0 else kept[layer][rows_of]
-                                                    for layer in range(L)])
+                    new_streams[jobs[j][0]].append(
+                        [sources[row][layer] if layer <= layer0 else kept[layer][rows_of]
+                         for layer in range(L)])
     return results, new_streams
 
 
@@ -581,7 +604,8 @@ class EvaluationAt(Evaluation):
         if not (isinstance(self.positions, Tensor) and self.positions.dtype == torch.long
                 and self.positions.shape == (B,)):
             raise ValueError(f"EvaluationAt.positions must be a long tensor ({B},), one position per "
-                             f"sequence of tokens {tuple(self.tokens.shape)}, got {_described(self.positions)}")
+                             f"sequence of tokens {tuple(self.tokens.shape)}, "
+                             f"got {_described(self.positions)}")
         if B and not (0 <= int(self.positions.min()) and int(self.positions.max()) < T):
             raise ValueError(f"EvaluationAt.positions must lie in 0..{T - 1} (tokens have {T} columns), "
                              f"got {int(self.positions.min())}..{int(self.positions.max())}")
@@ -595,8 +619,8 @@ def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor, positions: T
     block, rows = model.blocks[-1], torch.arange(x.shape[0])
     normed = block.ln_attn(x)  # (N, T, d): every position is a key
     allowed = (torch.arange(x.shape[1]) <= positions[:, None])[:, None, :]  # (N, 1, T)
-    attended, _ = block.attn(normed[rows, positions][:, None], normed, normed, mask=allowed,
-                             edit_heads=lambda heads: heads * gate)  # (N, 1, d)
+    with model.hooks([(f"blocks.{len(model.blocks) - 1}.attn.hook_z", lambda z, hook: z * gate)]):
+        attended, _ = block.attn(normed[rows, positions][:, None], normed, normed, mask=allowed)  # (N, 1, d)
     y = x[rows, positions][:, None] + attended
     if block.mlp is not None:
         y = y + block.mlp(block.ln_mlp(y))
@@ -628,10 +652,11 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
     first = min((layer for heads in head_sets for layer, _ in heads), default=cfg.num_layers)
     last = cfg.num_layers if positions is None else cfg.num_layers - 1  # layers run at every position
     with torch.no_grad():
-        x = inputs[min(first, last)].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to the first gated layer
+        x = inputs[min(first, last)].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to there
         for layer in range(first, last):
             gate = rows[:, layer, :, None, None]
-            x, _, _ = model.blocks[layer](x, edit_heads=lambda heads, gate=gate: heads * gate)
+            with model.hooks([(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]):
+                x, _, _ = model.blocks[layer](x)
         if positions is None:
             return model.unembed(model.ln_final(x))
         at = positions.repeat(n)  # (n*B,)
@@ -678,7 +703,8 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
         for group in groups:
             for start in range(0, len(group), per_run):
                 some = group[start:start + per_run]
-                logits = _gated_batch(model, evaluation.tokens, [head_sets[i] for i in some], inputs, positions)
+                sets = [head_sets[i] for i in some]
+                logits = _gated_batch(model, evaluation.tokens, sets, inputs, positions)
                 for i, chunk in zip(some, logits.split(batch), strict=True):
                     results[i].update(_check_scores(evaluation.score(chunk), e))
     return results

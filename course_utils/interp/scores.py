@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from ..attention.masks import causal_mask
-from ..attention.validation import check_int, check_real
+from ..attention.validation import check_flag, check_holds_values, check_int, check_real
 
 __all__ = [
     "previous_token_score",
@@ -66,6 +66,7 @@ def _to_tensor(x: object, what: str) -> torch.Tensor:
         raise TypeError(f"{what} must be a torch.Tensor or numpy array, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{what} must hold floating-point attention weights, got dtype {x.dtype}")
+    check_holds_values(x, what)
     return x.detach().to("cpu", torch.float64)
 
 
@@ -77,6 +78,7 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
     whether to return ``(L, h)`` or ``(h,)``). With ``check_rows`` each row must be
     non-negative and sum to 1 within ``atol``.
     """
+    check_flag(check_rows, "check_rows")
     is_list = isinstance(weights, (list, tuple))
     if is_list:
         if len(weights) == 0:
@@ -143,6 +145,7 @@ def first_token_score(weights: AttentionInput, *, check_rows: bool = True) -> to
 def _check_induction_layout(seq_len: int, period: int, start: int) -> None:
     for name, value in (("seq_len", seq_len), ("period", period), ("start", start)):
         check_int(value, name)
+    check_int(seq_len, "seq_len", minimum=1)
     if period < 2:
         raise ValueError(f"period must be at least 2 (with period 1 the 'next' token is the query "
                          f"itself), got {period}")
@@ -228,7 +231,16 @@ def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_le
         raise TypeError(f"{name} must be an int or a sequence of ints, got bool")
     if isinstance(positions, int):
         positions = [positions] * batch
-    tensor = torch.as_tensor(positions)
+    if isinstance(positions, (str, bytes)):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} "
+                        f"{positions!r:.40}")
+    try:
+        tensor = torch.as_tensor(positions)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} "
+                        f"{positions!r:.60}") from None
+    check_holds_values(tensor, name)
+    tensor = tensor.cpu()  # the weights are stacked on the CPU
     if tensor.is_floating_point() or tensor.dtype == torch.bool:
         raise TypeError(f"{name} must be integers, got dtype {tensor.dtype}")
     if tensor.ndim != 1 or tensor.numel() != batch:
@@ -274,6 +286,8 @@ def attention_mass(weights: AttentionInput, query_positions: int | Sequence[int]
     if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
         raise TypeError(f"key_mask must be a bool tensor (B, T), got {type(key_mask).__name__}"
                         + (f" of dtype {key_mask.dtype}" if isinstance(key_mask, torch.Tensor) else ""))
+    check_holds_values(key_mask, "key_mask")
+    key_mask = key_mask.cpu()  # the weights are stacked on the CPU
     if key_mask.ndim == 1:
         key_mask = key_mask.unsqueeze(0).expand(batch, -1)
     if tuple(key_mask.shape) != (batch, seq_len):
@@ -368,7 +382,8 @@ def _as_grid(value: object, name: str) -> torch.Tensor:
                         f"({err})") from None
     if grid.dtype == torch.bool or grid.is_complex():
         raise TypeError(f"{name} must hold real scores, got dtype {grid.dtype}")
-    return grid.to(torch.float64)
+    check_holds_values(grid, name)
+    return grid.to("cpu", torch.float64)
 
 
 def best_head(scores: torch.Tensor) -> tuple[int, int]:

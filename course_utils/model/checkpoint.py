@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import numbers
+import os
 import stat
 from pathlib import Path
 
@@ -61,7 +62,11 @@ class CheckpointError(ValueError):
 
 
 def sha256_of(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
+    """Hex sha256 of a file's bytes. A path that is not a regular file (a folder, a FIFO, which
+    would block the read forever) is a ValueError naming it."""
+    if not Path(path).is_file():
+        raise ValueError(f"path must be a regular file to hash, got {str(path)!r}, which is "
+                         + ("missing" if not os.path.lexists(path) else "not a regular file"))
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -125,6 +130,9 @@ def save_checkpoint(
     metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
                for k, v in metrics.items()}
     weights_path, meta_path = checkpoint_paths(path)
+    _check_weights_to_save(model)
+    _check_save_targets(weights_path, meta_path)
+    made = [p for p in (weights_path.parent, *weights_path.parent.parents) if not p.exists()]
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()
     # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
@@ -133,22 +141,77 @@ def save_checkpoint(
     # One header key only: safetensors writes several keys in no fixed order, which would
     # make the file's bytes (and so its sha256) differ between identical runs.
     header = {"config": json.dumps(config, sort_keys=True)}
-    save_file(tensors, str(weights_path), metadata=header)
-    weights_path.chmod(0o644)  # safetensors creates it owner-only; checkpoints are shared files
-    meta = {
+    # Both files are written beside their targets under temporary names and renamed into place
+    # only when both are complete: a save that fails leaves whatever was there before untouched.
+    weights_tmp = weights_path.with_name(f".{weights_path.name}.saving")
+    meta_tmp = meta_path.with_name(f".{meta_path.name}.saving")
+    try:
+        save_file(tensors, str(weights_tmp), metadata=header)
+        weights_tmp.chmod(0o644)  # safetensors creates it owner-only; checkpoints are shared files
+        meta_tmp.write_text(json.dumps(_sidecar(task, config, metrics, command, training, weights_path.name,
+                                                weights_tmp), indent=2, sort_keys=False) + "\n")
+        weights_tmp.replace(weights_path)
+        meta_tmp.replace(meta_path)
+    except BaseException:
+        for tmp in (weights_tmp, meta_tmp):
+            tmp.unlink(missing_ok=True)
+        for folder in made:  # innermost first: the folders this call made, if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+    return meta_path
+
+
+def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dict | None, weights_name: str,
+             weights_file: Path) -> dict:
+    """The JSON sidecar's fields for the weights written to ``weights_file`` (named
+    ``weights_name`` once in place)."""
+    return {
         "format": FORMAT,
         "task": task,
         "config": config,
         "metrics": metrics,
         "command": command,
         "training": training or {},
-        "weights_file": weights_path.name,
-        "size_bytes": weights_path.stat().st_size,
-        "sha256": sha256_of(weights_path),
+        "weights_file": weights_name,
+        "size_bytes": weights_file.stat().st_size,
+        "sha256": sha256_of(weights_file),
         "torch_version": torch.__version__.split("+")[0],
     }
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
-    return meta_path
+
+
+def _check_weights_to_save(model: TinyTransformer) -> None:
+    """Every tensor of ``model`` holds values (not the meta device) and, if floating, finite
+    ones: a checkpoint of NaN weights would load and then predict nothing."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_meta:
+            raise ValueError(f"model's {name} is on the meta device (a shape without values, e.g. built "
+                             f"under torch.device('meta')): load or initialise the weights before saving")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            count = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(f"model's {name} holds {count} NaN or infinite number(s) of {tensor.numel()}: "
+                             "a checkpoint must hold finite weights (training diverged? lower the "
+                             "learning rate or clip gradients)")
+
+
+def _check_save_targets(weights_path: Path, meta_path: Path) -> None:
+    """Both files can be written: the nearest existing folder above them is a folder (not a file),
+    and each target is missing or a regular file (not a directory, FIFO, ...). Checked before
+    anything is written, so a refused save leaves no file behind."""
+    folder = weights_path.parent
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise CheckpointError(f"cannot save {weights_path.name} in {weights_path.parent}: {folder} is "
+                              f"{_what_is_there(folder) or 'a file'}, not a folder")
+    for target, role in ((weights_path, "the checkpoint's weights"),
+                         (meta_path, "the checkpoint's JSON sidecar")):
+        found = _what_is_there(target)
+        if found not in (None, "missing"):
+            raise CheckpointError(f"cannot save over {target} ({role}): it is {found}, not a regular file; "
+                                  "remove or rename it, or save under another name")
 
 
 def _what_is_there(path: Path) -> str | None:
@@ -325,5 +388,17 @@ def load_checkpoint(
             problems.append(f"expected dtype {dtypes[0]}, found {dtypes[1]} in {shown} (weights re-saved "
                             f"in another dtype; save_checkpoint writes {dtypes[0]})")
         raise CheckpointError(f"{weights_path.name} does not fit its config: " + "; ".join(problems))
+    _check_finite_weights(tensors, weights_path)
     model.load_state_dict(tensors, strict=True)
     return model.to(device).eval(), meta
+
+
+def _check_finite_weights(tensors: dict[str, torch.Tensor], weights_path: Path) -> None:
+    """Every floating tensor read from ``weights_path`` is finite (save_checkpoint refuses NaN and
+    infinity, so a file holding them was written some other way and would predict nothing)."""
+    for name, tensor in sorted(tensors.items()):
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            count = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(f"{weights_path.name}: tensor {name} holds {count} NaN or infinite "
+                                  f"number(s) of {tensor.numel()}; expected finite weights (save_checkpoint "
+                                  "refuses them, so this file was written some other way)")

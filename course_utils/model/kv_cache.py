@@ -39,33 +39,37 @@ A second lever beside ``g``: store the numbers in fewer bits.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.validation import (
+    check_device,
     check_flag,
     check_float_dtype,
+    check_holds_values,
     check_index,
     check_int,
+    check_same_dtype_and_device,
     check_tensor,
     describe_shape,
 )
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
            "quantize_kv", "dequantize_kv", "quantized_bytes_per_token", "decode_step", "decode_tokens",
-           "repeatable_step", "time_cold"]
+           "repeatable_step"]
 
 
 def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
-               like: tuple[int, int, int] | None = None) -> None:
-    """``k_new`` and ``v_new`` are ``(B, g, T_new, dk)`` floating tensors of one shape; ``like``
-    is the cache's ``(B, g, dk)``, which they must match exactly (broadcasting one head or one
-    sequence into a cache of several would copy it silently)."""
+               like: tuple[int, int, int] | None = None, device: torch.device | None = None) -> None:
+    """``k_new`` and ``v_new`` are ``(B, g, T_new, dk)`` floating tensors of one shape, dtype and
+    device, holding values (not on the meta device); ``like`` is the cache's ``(B, g, dk)``, which
+    they must match exactly (broadcasting one head or one sequence into a cache of several would
+    copy it silently), and ``device`` the cache's device, when it has one yet."""
     check_index(layer, "layer", num_layers, "layers in the cache")
     expected = "(B, g, T_new, dk)" if like is None else f"(B={like[0]}, g={like[1]}, T_new, dk={like[2]})"
     for name, t in (("k_new", k_new), ("v_new", v_new)):
@@ -75,6 +79,11 @@ def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
     if k_new.shape != v_new.shape:
         raise ValueError(f"k_new and v_new must have one shape {expected}, got {describe_shape(k_new)} "
                          f"and {describe_shape(v_new)}")
+    check_same_dtype_and_device({"k_new": k_new, "v_new": v_new})
+    if device is not None and k_new.device != device:
+        raise ValueError(f"k_new and v_new are on {k_new.device} but the cache is on {device}: move them "
+                         f"with .to({str(device)!r})")
+    check_holds_values(k_new, "k_new")
 
 
 def _check_layers(layers: object) -> tuple[int, int, int, int]:
@@ -89,6 +98,9 @@ def _check_layers(layers: object) -> tuple[int, int, int, int]:
                             f"{type(pair).__name__}")
         for name, t in ((f"layers[{i}] k", pair[0]), (f"layers[{i}] v", pair[1])):
             check_tensor(t, name, ndim=4, layout="(B, g, T, dk)")
+            check_holds_values(t, name)
+        check_same_dtype_and_device({"layers[0] k": layers[0][0], f"layers[{i}] k": pair[0],
+                                     f"layers[{i}] v": pair[1]})
     first = layers[0][0]
     for i, (k, v) in enumerate(layers):
         if k.shape == v.shape and k.shape[2] != first.shape[2]:
@@ -113,7 +125,12 @@ class _StepOrder:
     once and in that order, with the same number of new tokens; ``length`` (the next token's
     position) advances when the last layer has been appended. A second append to one layer in
     a step would overwrite (or, for :class:`CatCache`, duplicate) a token, and an append to
-    layer 1 before layer 0 would leave layer 0 without the step's token: both are refused."""
+    layer 1 before layer 0 would leave layer 0 without the step's token: both are refused.
+
+    Also refused before anything is written: keys and values of another dtype or device than the
+    cache's, or on the meta device (no values to store). NaN and infinity are stored as given
+    (they propagate, as in attention; checking every step would cost a pass over the new
+    tokens): only :class:`QuantizedCache` refuses them, having no 8-bit code for them."""
 
     _next_layer = 0  # the layer the next append must name
     _step_tokens = 0  # tokens appended by layer 0 in the current step
@@ -162,6 +179,10 @@ class CatCache(_StepOrder):
         cache.length = layers[0][0].shape[2]
         return cache
 
+    def _device(self) -> torch.device | None:
+        """Where the first keys appended live (every later append must be there too)."""
+        return next((pair[0].device for pair in self.layers if pair is not None), None)
+
     def _like(self) -> tuple[int, int, int] | None:
         for pair in self.layers:
             if pair is not None:
@@ -171,7 +192,7 @@ class CatCache(_StepOrder):
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._like())
+        _check_new(k_new, v_new, layer, self.num_layers, self._like(), self._device())
         self._check_order(layer, k_new.shape[2])
         past = self.layers[layer]
         if past is not None and past[0].dtype != k_new.dtype:
@@ -201,6 +222,7 @@ class PreallocatedCache(_StepOrder):
                             ("d_head", d_head), ("max_len", max_len)):
             check_int(value, name, minimum=1)
         check_float_dtype(dtype, "dtype")
+        device = check_device(device, "device")
         shape = (batch, num_kv_heads, max_len, d_head)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -219,7 +241,7 @@ class PreallocatedCache(_StepOrder):
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``(B, g, T_new, dk)`` at positions ``length..length + T_new - 1`` of ``layer``;
         return views ``(B, g, length + T_new, dk)`` of the buffers (no copy)."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._like())
+        _check_new(k_new, v_new, layer, self.num_layers, self._like(), self.k[0].device)
         self._check_order(layer, k_new.shape[2])
         _check_dtype(k_new, self.k[0].dtype)
         start, end = self.length, self.length + k_new.shape[2]
@@ -274,7 +296,7 @@ class SlidingWindowCache(_StepOrder):
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write one token ``(B, g, 1, dk)`` into slot ``length % window`` of ``layer``; return
         the filled slots ``(B, g, min(length + 1, window), dk)`` (views, in ring order)."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._ring._like())
+        _check_new(k_new, v_new, layer, self.num_layers, self._ring._like(), self._ring.k[0].device)
         if k_new.shape[2] != 1:
             raise ValueError(f"a sliding-window cache takes one token per call (a decoding step), "
                              f"got {k_new.shape[2]}; feed a prompt with decode_tokens")
@@ -346,6 +368,7 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above about ``8.3e6``) or
     zero point (asymmetric: ``|min x| > 65504``, or a range ``(max x - min x) / 255 > 65504``)."""
     check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
+    check_holds_values(x, "x")
     _check_axis(per, "per")
     check_flag(symmetric, "symmetric")
     if x.shape[-1] == 0 or x.shape[-2] == 0:
@@ -494,7 +517,7 @@ class QuantizedCache(_StepOrder):
         T_new, dk)`` keys and values: the quantized groups dequantized, then the residual (views
         of the scratch buffer, overwritten by the next call)."""
         B, g, dk = self._like()
-        _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk))
+        _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
         self._check_order(layer, k_new.shape[2])
         start, end = self.length, self.length + k_new.shape[2]
         if end > self.max_len:
@@ -601,15 +624,8 @@ def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     _check_decode(model, token, cache, "token")
     x = model._embed(token, cache.length)  # (B, 1, d)
-    for i, block in enumerate(model.blocks):
-        h = block.ln_attn(x)
-        q, k, v = block.attn.project_qkv(h, h, h)  # q (B, h, 1, dk); k, v (B, g, 1, dk)
-        k_all, v_all = cache.append(i, k, v)  # (B, g, T, dk) each
-        heads = F.scaled_dot_product_attention(q, k_all, v_all,
-                                               enable_gqa=k_all.shape[1] != q.shape[1])  # (B, h, 1, dk)
-        x = x + block.attn.out_proj(block.attn.merge_heads(heads))
-        if block.mlp is not None:
-            x = x + block.mlp(block.ln_mlp(x))
+    for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v (B, g, 1, dk)
+        x, _, _ = block(x, past=functools.partial(cache.append, i))  # and hands back all T positions'
     return model.unembed(model.ln_final(x))
 
 
@@ -643,41 +659,3 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
 
     return run
 
-
-def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats: int = 9,
-              warmup: int = 2, flush_bytes: int | None = None,
-              progress: str | None = "timing steps") -> tuple[list, str]:
-    """Time ``steps`` interleaved, as :func:`course_utils.bench.time_interleaved` does, but the
-    way section 3 times attention: glibc's malloc kept steady
-    (:func:`~course_utils.bench.gqa_speed.steady_allocator`, so a ``torch.cat`` pays for copying,
-    not for fresh pages from the operating system) and a buffer of ``flush_bytes`` (default:
-    :func:`~course_utils.bench.decode_step.flush_bytes`, four times the last-level cache, at most
-    256 MiB) read before every timed call, so no call finds the cache already in the CPU's
-    cache. On one torch thread the time is that thread's CPU time
-    (:func:`~course_utils.bench.decode_step.clock_for`: moments when other programs held the
-    CPU do not count), otherwise the wall clock. ``progress`` labels a text progress bar over
-    the rounds (None: no bar). Returns the
-    timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
-    note."""
-    import statistics
-
-    from tqdm import tqdm
-
-    from ..bench.decode_step import clock_for, random_buffer, release_freed_memory, time_flushed
-    from ..bench.decode_step import flush_bytes as default_flush_bytes
-    from ..bench.gqa_speed import steady_allocator
-    from ..bench.timing import Timing
-
-    if baseline not in steps:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
-    allocator = steady_allocator()
-    flush = random_buffer(default_flush_bytes() if flush_bytes is None else flush_bytes, seed=1)
-    with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
-              disable=progress is None) as bar:
-        samples = time_flushed(steps, flush, warmup, repeats, after_round=bar.update,  # each call cold
-                               clock=clock_for(torch.get_num_threads()))
-    del flush
-    release_freed_memory()
-    base = statistics.median(samples[baseline])
-    return ([Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()],
-            allocator)

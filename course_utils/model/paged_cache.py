@@ -20,7 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attention.validation import check_float_dtype, check_int, check_tensor, describe_shape
+from ..attention.validation import (
+    check_float_dtype,
+    check_holds_values,
+    check_int,
+    check_tensor,
+    describe_shape,
+)
 
 __all__ = ["PagedCache", "blocks_needed"]
 
@@ -33,6 +39,13 @@ def blocks_needed(length: int, block_size: int) -> int:
 
 
 def _check_hashable(seq: object, name: str) -> None:
+    """A sequence's name: hashable, and not a float or a bool. A float name is refused (NaN is
+    never equal to itself, so a sequence named ``float("nan")`` could never be found again, and
+    ``0.1 + 0.2`` is not ``0.3``), and so is a bool (``True`` and ``1`` are one dict key)."""
+    if isinstance(seq, (bool, float)):
+        raise TypeError(f"{name} must be a hashable name for a sequence such as a str or an int (not a "
+                        f"float or a bool, which are found again unreliably), got "
+                        f"{type(seq).__name__} {seq!r}")
     try:
         hash(seq)
     except TypeError:
@@ -95,6 +108,10 @@ class PagedCache:
             if t.dtype != self.k_pool.dtype:
                 raise TypeError(f"{name} has dtype {t.dtype} but the pool holds {self.k_pool.dtype}: "
                                 f"convert with {name}.to({self.k_pool.dtype})")
+            check_holds_values(t, name)  # before any block is taken: a refused append changes nothing
+            if t.device != self.k_pool.device:
+                raise ValueError(f"{name} is on {t.device} but the pool is on {self.k_pool.device}: "
+                                 f"move it with {name}.to({str(self.k_pool.device)!r})")
         table, B = self.tables[seq], self.block_size
         length, new = self.lengths[seq], k.shape[1]
         wanted = blocks_needed(length + new, B) - len(table)  # fresh blocks for the new tokens
@@ -150,6 +167,10 @@ class PagedCache:
     def attend(self, seq: object, q: Tensor) -> Tensor:
         """One new query per head, ``q`` ``(h, 1, dk)``, attending over all of ``seq``: ``(h, 1, dk)``."""
         check_tensor(q, "q", ndim=3, layout="(h, 1, dk)")
+        check_holds_values(q, "q")
+        if q.device != self.k_pool.device:
+            raise ValueError(f"q is on {q.device} but the pool is on {self.k_pool.device}: move it with "
+                             f"q.to({str(self.k_pool.device)!r})")
         if q.dtype != self.k_pool.dtype:
             raise TypeError(f"q has dtype {q.dtype} but the pool holds {self.k_pool.dtype}: convert with "
                             f"q.to({self.k_pool.dtype})")

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from ..attention.validation import check_int
+from ..attention.validation import check_flag, check_int
 from ..env import check_seed, pick_device, torch_threads
 from ..tasks.synthetic import (
     AgreementBatch,
@@ -72,7 +72,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_int(self.steps, "steps", minimum=1)
-        check_int(self.warmup_steps, "warmup_steps", minimum=0)
+        check_int(self.warmup_steps, "warmup_steps", minimum=0)  # beyond steps: lr is never reached
+        check_flag(self.decay, "decay")
         for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -82,7 +83,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number {low}, got {value!r}")
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimiser step ``step`` (0-based)."""
+        """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``)."""
+        check_int(step, "step", minimum=0, maximum=self.steps - 1)
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
         if not self.decay:

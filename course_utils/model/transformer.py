@@ -2,13 +2,19 @@
 
 Pre-LayerNorm blocks, learned positional embeddings, causal self-attention, an optional
 MLP (``mlp=False`` gives an attention-only model, the kind in which induction heads are
-easiest to read). Three extras serve the later lessons:
+easiest to read). What the later lessons use:
 
+* hook points (:mod:`course_utils.attention.hooks`): every block's attention layer passes
+  ``q``, ``k``, ``v``, the pattern and each head's output ``z`` through named identity modules
+  (``blocks.0.attn.hook_z``), and the block its residual stream (``blocks.0.hook_resid_pre``,
+  ``hook_attn_out``, ``hook_resid_mid``, ``hook_resid_post``). :meth:`TinyTransformer.hooks`
+  adds hooks ``fn(tensor, hook) -> tensor or None`` for a ``with`` block, and
+  :meth:`TinyTransformer.run_with_cache` records the tensors by name (lesson 5 reads them);
 * ``head_mask`` ``(num_layers, num_heads)``: a float gate on each head's output, applied
-  before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it);
-* ``edit_heads(layer, heads) -> heads``: an optional function that sees (and may replace)
-  each layer's head outputs ``(B, h, T, dk)`` after the gates, before the heads are merged
-  (lesson 6 records them and mean-ablates with it, see :mod:`course_utils.interp.ablation`);
+  before the heads are merged (1 = keep, 0 = ablate; lesson 6 ablates heads with it), and
+  ``edit_heads(layer, heads) -> heads``, which sees (and may replace) each layer's head
+  outputs ``(B, h, T, dk)`` after the gates (lesson 6 records them and mean-ablates with it,
+  see :mod:`course_utils.interp.ablation`): both are hooks at ``attn.hook_z``;
 * :meth:`TinyTransformer.forward_with_cache`: incremental decoding with a key/value cache
   (lesson 7), equal to recomputing the whole prefix. With ``num_kv_heads = g < num_heads``
   the blocks use grouped-query attention and the cache holds only ``g`` K/V heads.
@@ -19,8 +25,8 @@ Shapes: B batch, T sequence length, d = d_model, h heads, dk = d // h, V vocabul
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -28,11 +34,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention.gqa import CONVERSION_METHODS, GroupedQueryAttention
+from ..attention.hooks import HookFn, HookPoint, Where, hooks, name_hook_points, run_with_cache
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
 from ..attention.validation import (
+    check_edited_heads,
     check_flag,
+    check_head_dims,
     check_int,
+    check_kv_heads,
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
@@ -61,23 +71,13 @@ class ModelConfig:
         # an int, so the config still goes into JSON (save_checkpoint) as itself
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
             setattr(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
-        if not isinstance(self.mlp, bool):
-            raise TypeError(f"ModelConfig.mlp must be a bool, got {type(self.mlp).__name__} {self.mlp!r}")
+        check_flag(self.mlp, "ModelConfig.mlp")
         if self.d_mlp is not None:
             self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
-        if self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
-            )
+        check_head_dims(self.d_model, self.num_heads)
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
-        self.num_kv_heads = g = check_int(self.num_kv_heads, "ModelConfig.num_kv_heads", minimum=1)
-        if self.num_heads % g != 0:
-            raise ValueError(
-                f"ModelConfig.num_kv_heads must be a positive int dividing num_heads={self.num_heads} "
-                f"(one of {[d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]}), "
-                f"got {g!r}"
-            )
+        self.num_kv_heads = check_kv_heads(self.num_kv_heads, self.num_heads, "ModelConfig.num_kv_heads")
 
     @property
     def d_head(self) -> int:
@@ -184,7 +184,11 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One pre-LayerNorm block: ``x + attn(ln(x))`` then (optionally) ``x + mlp(ln(x))``."""
+    """One pre-LayerNorm block: ``x + attn(ln(x))`` then (optionally) ``x + mlp(ln(x))``.
+
+    Hook points on the residual stream: ``hook_resid_pre`` (the block's input), ``hook_attn_out``
+    (what attention adds), ``hook_resid_mid`` (after it) and ``hook_resid_post`` (the output);
+    the attention layer has its own (``attn.hook_q`` ... ``attn.hook_z``)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -196,36 +200,25 @@ class Block(nn.Module):
             self.attn = MultiHeadAttention(config.d_model, config.num_heads)
         self.ln_mlp = nn.LayerNorm(config.d_model) if config.mlp else None
         self.mlp = MLP(config.d_model, config.mlp_width) if config.mlp else None
+        self.hook_resid_pre, self.hook_attn_out = HookPoint(), HookPoint()
+        self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(
         self,
         x: Tensor,
         *,
-        gate: Tensor | None = None,
         need_weights: bool = False,
-        past: tuple[Tensor, Tensor] | None = None,
-        edit_heads: Callable[[Tensor], Tensor] | None = None,
+        past: tuple[Tensor, Tensor] | Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
-        """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``.
-
-        ``gate`` ``(h,)`` scales each head's output; ``past`` holds cached keys/values
-        ``(B, g, T_past, dk)`` of earlier positions (``g = h`` without GQA); ``edit_heads``
-        maps the gated head outputs ``(B, h, T, dk)`` to the ones that are merged. All of it
-        runs through the attention module's own forward (its ``edit_heads`` hook).
-        """
-        edit = None
-        if gate is not None or edit_heads is not None:
-            def edit(heads: Tensor) -> Tensor:  # (B, h, T, dk)
-                if gate is not None:
-                    heads = heads * gate.view(1, -1, 1, 1)  # 0 silences a head
-                return heads if edit_heads is None else edit_heads(heads)  # e.g. a mean (lesson 6)
-
+        """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``;
+        ``past`` is the attention layer's KV cache (a ``(k, v)`` pair or a cache's append)."""
+        x = self.hook_resid_pre(x)
         attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
-                                          past=past, edit_heads=edit, return_kv=True)
-        x = x + attended  # (B, T, d)
+                                          past=past, return_kv=True)
+        x = self.hook_resid_mid(x + self.hook_attn_out(attended))  # (B, T, d)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
-        return x, weights, kv
+        return self.hook_resid_post(x), weights, kv
 
 
 class TinyTransformer(nn.Module):
@@ -251,6 +244,33 @@ class TinyTransformer(nn.Module):
         # Adam's early steps cannot swamp them, and induction heads form several times
         # sooner. The unembedding starts small so the first predictions are near uniform.
         nn.init.normal_(self.unembed.weight, std=0.02)
+        name_hook_points(self)  # "blocks.0.attn.hook_z", ...
+
+    # -- hook points (course_utils.attention.hooks) ------------------------------------
+    def hooks(self, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> AbstractContextManager[None]:
+        """``with model.hooks([("blocks.0.attn.hook_z", fn), ...]):`` runs every pass inside with
+        those hooks, each called as ``fn(tensor, hook)`` (see :mod:`course_utils.attention.hooks`)."""
+        return hooks(self, fwd_hooks)
+
+    def run_with_cache(self, tokens: Tensor, *, names: Sequence[Where] | Where | None = None,
+                       **kwargs: object) -> tuple[Tensor, dict[str, Tensor]]:
+        """``(logits, {hook name: tensor})`` for ``model(tokens, **kwargs)``, recording every hook
+        point or those ``names`` selects (``"blocks.0.attn.hook_pattern"``, or a test on names)."""
+        (logits, _), cache = run_with_cache(self, tokens, names=names, **kwargs)
+        return logits, cache
+
+    def _head_hooks(self, gates: Tensor | None, edit_heads: Callable[[int, Tensor], Tensor] | None
+                    ) -> list[tuple[str, HookFn]]:
+        """``head_mask`` and ``edit_heads`` as hooks on each layer's ``attn.hook_z``: the gates
+        scale each head's output ``(B, h, T, dk)`` (0 silences a head), then ``edit_heads`` maps it."""
+        added: list[tuple[str, HookFn]] = []
+        for i in range(self.config.num_layers):
+            if gates is not None:
+                added.append((f"blocks.{i}.attn.hook_z", lambda z, hook, g=gates[i]: z * g.view(1, -1, 1, 1)))
+            if edit_heads is not None:
+                added.append((f"blocks.{i}.attn.hook_z",
+                              lambda z, hook, i=i: check_edited_heads(edit_heads(i, z), z)))
+        return added
 
     # -- input checks -------------------------------------------------------------
     def _check_tokens(self, tokens: object, past_len: int = 0) -> None:
@@ -276,7 +296,7 @@ class TinyTransformer(nn.Module):
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= cfg.vocab_size:
             raise ValueError(
-                f"token ids must lie in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
+                f"tokens must hold ids in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
             )
 
     def _check_head_mask(self, head_mask: object) -> Tensor | None:
@@ -359,12 +379,11 @@ class TinyTransformer(nn.Module):
                             f"got {type(edit_heads).__name__}")
         x = self._embed(tokens, 0)  # (B, T, d)
         attention = [] if return_attention else None
-        for i, block in enumerate(self.blocks):
-            gate = None if gates is None else gates[i]
-            edit = None if edit_heads is None else functools.partial(edit_heads, i)
-            x, weights, _ = block(x, gate=gate, need_weights=return_attention, edit_heads=edit)
-            if attention is not None:
-                attention.append(weights)
+        with self.hooks(self._head_hooks(gates, edit_heads)):
+            for block in self.blocks:
+                x, weights, _ = block(x, need_weights=return_attention)
+                if attention is not None:
+                    attention.append(weights)
         return self.unembed(self.ln_final(x)), attention  # (B, T, V)
 
     def forward_with_cache(
@@ -389,11 +408,10 @@ class TinyTransformer(nn.Module):
         gates = self._check_head_mask(head_mask)
         x = self._embed(tokens, past_len)  # (B, T_new, d)
         new_layers = []
-        for i, block in enumerate(self.blocks):
-            gate = None if gates is None else gates[i]
-            past = None if cache is None else cache.layers[i]
-            x, _, kv = block(x, gate=gate, past=past)
-            new_layers.append(kv)
+        with self.hooks(self._head_hooks(gates, None)):
+            for i, block in enumerate(self.blocks):
+                x, _, kv = block(x, past=None if cache is None else cache.layers[i])
+                new_layers.append(kv)
         return self.unembed(self.ln_final(x)), KVCache(tuple(new_layers))
 
     @torch.no_grad()
@@ -413,9 +431,23 @@ class TinyTransformer(nn.Module):
                 logits, cache = self.forward_with_cache(step_input, cache)
             else:
                 logits, _ = self(out)
-            step_input = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            step_input = _greedy_token(logits[:, -1], self, out.shape[1])  # (B, 1)
             out = torch.cat([out, step_input], dim=1)
         return out
+
+
+def _greedy_token(logits: Tensor, model: nn.Module, position: int) -> Tensor:
+    """The argmax of ``logits`` ``(B, V)`` as ``(B, 1)``; NaN logits are refused, since their
+    argmax is a meaningless id (NaN weights, or an overflow, give a row of NaN whose argmax is
+    token 0 or whichever NaN comes first)."""
+    if torch.isnan(logits).any():
+        poisoned = next((name for name, p in model.named_parameters()
+                         if p.is_floating_point() and not bool(torch.isfinite(p).all())), None)
+        cause = (f"the model's {poisoned} holds NaN or infinity" if poisoned is not None
+                 else "the weights are finite, so an activation overflowed (float16?)")
+        raise ValueError(f"generate: the logits for position {position} are NaN, so there is no next token "
+                         f"to pick ({cause})")
+    return logits.argmax(-1, keepdim=True)
 
 
 def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int = 0):
@@ -433,10 +465,7 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
                          f"{model.config.num_heads}), got num_kv_heads={model.config.num_kv_heads}")
     if not isinstance(method, str) or method not in CONVERSION_METHODS:
         raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
-    check_int(num_kv_heads, "num_kv_heads", minimum=1)
-    if model.config.num_heads % num_kv_heads != 0:
-        raise ValueError(f"num_kv_heads must divide num_heads={model.config.num_heads}, "
-                         f"got {num_kv_heads}")
+    check_kv_heads(num_kv_heads, model.config.num_heads)
     check_seed(seed, "seed")
     weight = model.token_embedding.weight
     if weight.is_meta:
@@ -454,4 +483,5 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     for old, new in zip(model.blocks, converted.blocks, strict=True):
         new.attn = GroupedQueryAttention.from_multi_head(old.attn, num_kv_heads, method,
                                                          generator=generator)
+    name_hook_points(converted)  # the new layers' hook points: "blocks.0.attn.hook_z", ...
     return converted.to(device=weight.device, dtype=weight.dtype).train(model.training)

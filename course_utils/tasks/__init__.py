@@ -2,5 +2,6 @@
 two-relations task, and lesson 03's worked example.
 """
 
-from .synthetic import *  # noqa: F401,F403 - the names of the old flat module
-from .synthetic import __all__  # noqa: F401
+from .synthetic import AGREEMENT_VOCAB  # the agreement task's messages name it here
+
+__all__ = ["AGREEMENT_VOCAB"]

@@ -449,8 +449,15 @@ def tokenize(sentence: str, *, add_bos: bool = True) -> Tensor:
 
 def detokenize(tokens: Tensor | list[int]) -> list[str]:
     """Token ids ``(T,)`` -> words (``<bos>``/``<pad>`` kept, so positions line up)."""
+    if isinstance(tokens, Tensor) and (tokens.ndim != 1 or tokens.dtype.is_floating_point
+                                       or tokens.dtype.is_complex or tokens.dtype == torch.bool):
+        raise ValueError(f"tokens must be one sentence of integer ids (T,), got a {tokens.dtype} "
+                         f"tensor of shape {tuple(tokens.shape)}")
     ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
-    bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < len(AGREEMENT_VOCAB)]
+    wrong_kind = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+    if wrong_kind:
+        raise TypeError(f"tokens must be integer ids, got {wrong_kind[:5]}")
+    bad = [i for i in ids if not 0 <= i < len(AGREEMENT_VOCAB)]
     if bad:
         raise ValueError(f"token ids must lie in [0, {len(AGREEMENT_VOCAB)}), got {bad}")
     return [AGREEMENT_VOCAB[i] for i in ids]

@@ -30,7 +30,7 @@ from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters
 from ..attention.validation import check_int
 from ..env import seed_everything, torch_threads
-from ..model.parallel import default_workers, parallel_map
+from ..parallel import default_workers, parallel_map
 
 __all__ = [
     "EVAL_SEED",
@@ -300,7 +300,7 @@ def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequen
     """Train every (number of heads, seed) pair with the same config; results in that order.
 
     The runs are independent, so they go ``workers`` at a time on separate CPU cores
-    (:func:`~course_utils.model.parallel.parallel_map`; default: one per core), with the same results
+    (:func:`~course_utils.parallel.parallel_map`; default: one per core), with the same results
     as one after another. ``on_eval`` is passed to :func:`train_lookup`; with several workers it
     runs in a worker process, so keep what it returns (``RunResult.recorded``), not its side effects.
     ``progress=True`` shows a text progress bar of the finished runs: the runs then go in rounds

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import torch
 
-from ..attention.validation import check_callable, check_int, check_positive_number
+from .attention.validation import check_callable, check_int, check_positive_number
 
 __all__ = ["parallel_map", "default_workers"]
 
@@ -43,7 +43,8 @@ def default_workers(num_jobs: int) -> int:
     """Worker processes :func:`parallel_map` uses by default; 1 (a plain loop) where fork is
     unavailable or there is one core. Up to twice as many jobs as cores all start at once
     (3 equal jobs on 2 cores then take 1.5 job-times, not 2); more go one per core. At most
-    ``MAX_WORKERS``."""
+    ``MAX_WORKERS``. ``num_jobs``: an int >= 0."""
+    check_int(num_jobs, "num_jobs", minimum=0)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if not _fork_available() or cores == 1:
         return 1

@@ -29,7 +29,10 @@ from torch import Tensor
 from ..attention.mha import MultiHeadAttention
 from ..attention.validation import check_int
 from ..env import torch_threads
-from .transformer import TinyTransformer
+from ..model.checkpoint import load_checkpoint
+from ..model.transformer import TinyTransformer
+from ..tasks.synthetic import InductionTask
+from .lesson04 import check_mha_forward
 
 __all__ = ["causal_by_prefixes", "forward_with", "ModelRun", "SwapReport", "run_with_your_attention",
            "plot_block"]
@@ -66,25 +69,26 @@ def _check_model(model: object) -> TinyTransformer:
 
 @torch.no_grad()
 def forward_with(model: TinyTransformer, tokens: Tensor, fn: AttentionFn | None = None) -> Tensor:
-    """Logits ``(B, T, V)`` of ``model`` on ``tokens`` ``(B, T)``, written out block by block.
+    """Logits ``(B, T, V)`` of ``model`` on ``tokens`` ``(B, T)``.
 
     Each block adds attention, then (if it has one) its MLP, to the residual stream, each
-    reading a LayerNorm of it. ``fn=None`` uses the course's module (causal); otherwise
-    ``fn`` replaces it, made causal by :func:`causal_by_prefixes`.
+    reading a LayerNorm of it. ``fn=None`` uses the course's module (causal); otherwise, in
+    each block, ``fn`` (made causal by :func:`causal_by_prefixes`) on the LayerNorm of the
+    block's input (read at ``hook_resid_pre``) replaces what attention adds (at ``hook_attn_out``).
     """
     _check_model(model)
     model._check_tokens(tokens)
-    x = model._embed(tokens, 0)  # (B, T, d): the residual stream
-    for block in model.blocks:
-        normed = block.ln_attn(x)
-        if fn is None:
-            attended = block.attn(normed, is_causal=True)[0]
-        else:
-            attended = causal_by_prefixes(fn, normed, block.attn)
-        x = x + attended
-        if block.mlp is not None:
-            x = x + block.mlp(block.ln_mlp(x))
-    return model.unembed(model.ln_final(x))  # (B, T, V)
+    if fn is None:
+        return model(tokens)[0]
+    streams = []  # each block's input (B, T, d), recorded on the way
+
+    def yours(attended: Tensor, hook: object) -> Tensor:  # (B, T, d)
+        block = model.blocks[len(streams) - 1]
+        return causal_by_prefixes(fn, block.ln_attn(streams[-1]), block.attn)
+
+    with model.hooks([(lambda name: name.endswith("hook_resid_pre"), lambda x, hook: streams.append(x)),
+                      (lambda name: name.endswith("hook_attn_out"), yours)]):
+        return model(tokens)[0]  # (B, T, V)
 
 
 @dataclass
@@ -196,10 +200,6 @@ def run_with_your_attention(
     """Run the ``induction`` checkpoint (held-out periods) with the course's attention and
     with ``fn`` (exercise 4.3's ``mha_forward``), and report both. Never raises because of
     ``fn``; a bad ``checkpoint``, ``batch_size`` or ``seed`` is an error."""
-    from ..exercises.lesson04 import check_mha_forward  # lazy: the exercises import the model
-    from ..tasks.synthetic import InductionTask
-    from .checkpoint import load_checkpoint
-
     check_int(batch_size, "batch_size", minimum=1)
     check_int(seed, "seed", minimum=0)
     model, meta = load_checkpoint(checkpoint)

@@ -1,0 +1,121 @@
+"""Hook points: named places on the forward path where an analysis reads or edits a tensor.
+
+A :class:`HookPoint` is an identity module (the idea is TransformerLens's): the attention layer
+passes ``q``, ``k``, ``v``, the attention pattern and every head's output ``z`` through one, and
+each block passes its residual stream through others. With no hook added it returns its input,
+so the model computes exactly what it computes without hook points.
+
+Every hook has one signature, ``fn(tensor, hook) -> tensor or None``: ``hook`` is the
+:class:`HookPoint` (``hook.name`` says where it sits, e.g. ``"blocks.0.attn.hook_z"``); a
+returned tensor replaces the input (same shape, dtype and device, checked), ``None`` keeps it
+(a hook that only records). :func:`hooks` adds hooks for the length of a ``with`` block and
+:func:`run_with_cache` records tensors by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from torch import Tensor, nn
+
+from .validation import check_edited_heads
+
+__all__ = ["HookFn", "HookPoint", "hook_points", "name_hook_points", "hooks", "run_with_cache"]
+
+HookFn = Callable[[Tensor, "HookPoint"], "Tensor | None"]
+Where = str | Callable[[str], bool]  # a hook point's name, or a test on names
+
+
+class HookPoint(nn.Module):
+    """``forward(x)`` returns ``x``, or what the hooks added with :meth:`add_hook` made of it
+    (each in turn sees the previous one's result)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = ""  # where it sits, set by name_hook_points(): "blocks.0.attn.hook_q"
+        self.fns: list[HookFn] = []
+
+    def add_hook(self, fn: HookFn) -> Callable[[], None]:
+        """Call ``fn(tensor, self)`` on every pass; returns a function that removes it again."""
+        if not callable(fn):
+            raise TypeError(f"a hook must be a function (tensor, hook) -> tensor or None, got "
+                            f"{type(fn).__name__} for {self.name or 'this hook point'}")
+        self.fns.append(fn)
+        return lambda: self.fns.remove(fn) if fn in self.fns else None
+
+    @property
+    def has_hooks(self) -> bool:
+        return bool(self.fns)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for fn in list(self.fns):
+            result = fn(x, self)
+            if result is not None:
+                x = check_edited_heads(result, x, f"the hook at {self.name or 'a hook point'}")
+        return x
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+def hook_points(module: nn.Module) -> dict[str, HookPoint]:
+    """Every hook point inside ``module``, by its path from ``module``
+    (``"blocks.1.attn.hook_pattern"`` from a model, ``"hook_pattern"`` from its layer)."""
+    return {name: m for name, m in module.named_modules() if isinstance(m, HookPoint)}
+
+
+def name_hook_points(module: nn.Module) -> None:
+    """Give every hook point inside ``module`` its path as ``hook.name`` (what a hook and an error
+    message see): the outermost module (the model) does this once it is built."""
+    for name, point in hook_points(module).items():
+        point.name = name
+
+
+def _matching(points: dict[str, HookPoint], where: Where) -> dict[str, HookPoint]:
+    if callable(where):
+        found = {name: p for name, p in points.items() if where(name)}
+    else:
+        found = {where: points[where]} if isinstance(where, str) and where in points else {}
+    if not found:
+        what = f"named {where!r}" if isinstance(where, str) else "whose name passes the test given"
+        raise ValueError(f"no hook point {what}; the module has {list(points)[:8]}"
+                         + (" ..." if len(points) > 8 else ""))
+    return found
+
+
+@contextmanager
+def hooks(module: nn.Module, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> Iterator[None]:
+    """Add each ``(name, fn)`` of ``fwd_hooks`` to ``module``'s hook point of that name (or to
+    every point whose name passes ``name`` when it is a function) inside the ``with`` block; they
+    are removed when it ends, also after an error."""
+    points = hook_points(module)
+    removers = []
+    try:
+        for where, fn in fwd_hooks:
+            removers += [point.add_hook(fn) for point in _matching(points, where).values()]
+        yield
+    finally:
+        for remove in reversed(removers):
+            remove()
+
+
+def run_with_cache(module: nn.Module, *args: object, names: Sequence[Where] | Where | None = None,
+                   **kwargs: object) -> tuple[object, dict[str, Tensor]]:
+    """``module(*args, **kwargs)`` and the tensors that passed its hook points, by name: all of
+    them, those in ``names``, or those whose name passes ``names`` when it is a function."""
+    points = hook_points(module)
+    if names is None:
+        wanted = list(points)
+    elif callable(names) or isinstance(names, str):
+        wanted = list(_matching(points, names))
+    else:
+        wanted = [name for where in names for name in _matching(points, where)]
+    cache: dict[str, Tensor] = {}
+
+    def keep(name: str) -> HookFn:
+        return lambda x, hook: cache.__setitem__(name, x)
+
+    with hooks(module, [(name, keep(name)) for name in wanted]):
+        out = module(*args, **kwargs)
+    return out, cache
