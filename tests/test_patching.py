@@ -541,3 +541,24 @@ def test_incremental_prunable_counts_match_the_plain_count():
         prunable_counts(model, plain, orders, within, incremental=True, chunks=2)
     with pytest.raises(TypeError, match="incremental must be True or False"):
         prunable_counts(model, plain, orders, within, incremental=1)
+
+
+def test_block_inputs_are_read_at_the_hook_points():
+    """The intact stream the batched zero ablation starts from is read through the model's hook
+    points (issue 36): a hook that edits blocks.1.hook_resid_pre is seen, and without hooks the
+    streams are each block's input and the final stream."""
+    from course_utils.interp.patching import _block_inputs
+
+    model = tiny_model()
+    tokens, _ = tokens_and_targets()
+    inputs = _block_inputs(model, tokens)
+    assert len(inputs) == model.config.num_layers + 1
+    with torch.no_grad():
+        x = model.token_embedding(tokens) + model.position_embedding(torch.arange(tokens.shape[1]))
+        for i, block in enumerate(model.blocks):
+            torch.testing.assert_close(inputs[i], x)
+            x, _, _ = block(x)
+    torch.testing.assert_close(inputs[-1], x)
+    with model.hooks([("blocks.1.hook_resid_pre", lambda x, hook: x * 0)]):
+        edited = _block_inputs(model, tokens)
+    assert float(edited[1].abs().max()) == 0.0, "the hook point's edit reaches the recorded stream"

@@ -670,14 +670,13 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
 
 
 def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
-    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``."""
+    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``,
+    read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``."""
+    L = model.config.num_layers
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
     with torch.no_grad():
-        x = model._embed(tokens, 0)
-        inputs = [x]
-        for block in model.blocks:
-            x, _, _ = block(x)
-            inputs.append(x)
-    return inputs
+        _, cache = model.run_with_cache(tokens, names=names)
+    return [cache[name] for name in names]
 
 
 def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
