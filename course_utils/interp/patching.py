@@ -11,6 +11,8 @@ Nothing re-implements the model.
   some query positions, zero or mean.
 * **Activation patching** (:func:`patched_logits`, :func:`patching_table`): run the model on
   one input with some heads' outputs taken from a run on another input.
+* **Path patching** (:func:`path_patched_logits`): the same, along one path only, from some
+  heads into the inputs of heads in later layers.
 * **Direct logit attribution** (:func:`direct_logit_attribution`): split a logit difference
   into one term per component of the residual stream (embeddings, each head, each attention
   bias, each MLP, the final LayerNorm's bias), holding the final LayerNorm's scale fixed; the
@@ -72,8 +74,10 @@ __all__ = [
     "position_ablated_logits",
     "patched_logits",
     "patching_table",
+    "path_patched_logits",
     "resampled_logits",
     "resampled_outputs",
+    "resampled_rows",
     "losses_along_orders",
     "direct_logit_attribution",
     "final_scale",
@@ -226,6 +230,48 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     return table
 
 
+def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tensor, senders: Sequence[Head],
+                        receivers: Sequence[Head], *, outputs: Tensor | None = None) -> Tensor:
+    """Logits ``(B, T, V)`` of a run on ``tokens`` in which only the path from ``senders`` to
+    ``receivers`` carries the other input (path patching).
+
+    Each sender's change, its output in the other run (``source_outputs``, ``head_outputs`` on
+    that input, ``(L, B, h, T, dk)``) minus its output in this one, is sent through its slice of
+    ``W_O`` straight into the input of each receiver (queries, keys and values all read it); no
+    other component sees it. The receivers' new outputs then replace theirs in the run on
+    ``tokens``, and everything downstream of them is recomputed. Every receiver must lie in a
+    later layer than every sender. ``outputs`` (``head_outputs(model, tokens)``) saves one run.
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    senders, receivers = _check_heads(senders, model), _check_heads(receivers, model)
+    if not senders or not receivers:
+        raise ValueError("senders and receivers must each name at least one (layer, head) pair")
+    if min(layer for layer, _ in receivers) <= max(layer for layer, _ in senders):
+        raise ValueError(f"every receiver must lie in a later layer than every sender: senders "
+                         f"{[head_name(*h) for h in senders]}, receivers {[head_name(*h) for h in receivers]}")
+    _check_source_outputs(source_outputs, model, tokens)
+    if outputs is None:
+        outputs = head_outputs(model, tokens)
+    else:
+        _check_source_outputs(outputs, model, tokens)
+    cfg = model.config
+    dk = cfg.d_model // cfg.num_heads
+    change = sum((source_outputs[layer, :, head] - outputs[layer, :, head])
+                 @ model.blocks[layer].attn.out_proj.weight[:, head * dk:(head + 1) * dk].T
+                 for layer, head in senders)  # (B, T, d): the senders' direct change to the stream
+    received: dict[int, Tensor] = {}
+    with torch.no_grad():
+        for layer in sorted(_by_layer(receivers)):  # the receivers' outputs, reading the changed stream
+            with model.hooks([(f"blocks.{layer}.hook_resid_pre", lambda x, hook: x + change)]):
+                _, cache = model.run_with_cache(tokens, names=f"blocks.{layer}.attn.hook_z")
+            received[layer] = cache[f"blocks.{layer}.attn.hook_z"]  # (B, h, T, dk)
+    source = outputs.clone()
+    for layer, head in receivers:
+        source[layer, :, head] = received[layer][:, head]
+    return patched_logits(model, tokens, source, receivers)
+
+
 # -- resample ablation ---------------------------------------------------------------------
 def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor, reference_lengths: Tensor,
                       seq_len: int, *, generator: torch.Generator,
@@ -255,16 +301,32 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
                          f"(L, R, h, T_ref, dk) = {expected}")
+    rows = resampled_rows(lengths, reference_lengths, generator=generator)
+    source = reference_outputs[:, rows, :, :seq_len]  # (L, B, h, min(T, T_ref), dk)
+    if source.shape[3] < seq_len:
+        source = torch.nn.functional.pad(source, (0, 0, 0, seq_len - source.shape[3]))
+    return source.contiguous()
+
+
+def resampled_rows(lengths: Tensor, reference_lengths: Tensor, *, generator: torch.Generator) -> Tensor:
+    """The reference row each sequence draws: ``(B,)``, one uniform draw from ``generator`` per
+    sequence among the references of its length (what :func:`resampled_outputs` and
+    :func:`resampled_logits` copy from, for the same generator state)."""
+    if not (isinstance(lengths, Tensor) and lengths.ndim == 1) or lengths.is_floating_point():
+        raise ValueError(f"lengths must be a (B,) integer tensor of sequence lengths, got {_described(lengths)}")
+    if not (isinstance(reference_lengths, Tensor) and reference_lengths.ndim == 1) \
+            or reference_lengths.is_floating_point():
+        raise ValueError(f"reference_lengths must be a (R,) integer tensor of lengths, got "
+                         f"{_described(reference_lengths)}")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     rows = torch.empty(len(lengths), dtype=torch.long)
     for i, n in enumerate(lengths.tolist()):
         candidates = (reference_lengths == n).nonzero().squeeze(1)
         if len(candidates) == 0:
             raise ValueError(f"no reference sequence has length {n} (sequence {i})")
         rows[i] = candidates[torch.randint(len(candidates), (1,), generator=generator)]
-    source = reference_outputs[:, rows, :, :seq_len]  # (L, B, h, min(T, T_ref), dk)
-    if source.shape[3] < seq_len:
-        source = torch.nn.functional.pad(source, (0, 0, 0, seq_len - source.shape[3]))
-    return source.contiguous()
+    return rows
 
 
 def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, reference: Tensor,
