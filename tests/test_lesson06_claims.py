@@ -32,13 +32,11 @@ from course_utils.interp.ablation import (
     sequence_losses,
 )
 from course_utils.interp.patching import (
-    EvaluationAt,
     direct_logit_attribution,
     final_scale,
     flip_subject_number,
     layer_normalised_order,
     losses_along_orders,
-    measure_zeroed_sets,
     patched_logits,
     patching_table,
     path_patched_logits,
@@ -227,7 +225,8 @@ def test_l1h2s_plural_default_comes_from_zero_and_word_level_means(agreement, re
     real = reference.tokens != PAD_ID
 
     def number_mean(plural, keep):
-        return mean_head_outputs(agreement, reference.tokens, keep=keep & (reference.plural == plural)[:, None])
+        keep = keep & (reference.plural == plural)[:, None]
+        return mean_head_outputs(agreement, reference.tokens, keep=keep)
 
     def filled(means):
         return split(ablated_logits(agreement, with_attractor.tokens, [(1, 2)], method="mean", means=means))
@@ -1021,10 +1020,11 @@ def test_direct_against_total_effects_at_the_intact_scale(attribution, mixture, 
             share = float(((total.abs() < own.abs()) & moved).sum() / moved.sum())
             rescaling = float(total.mean()) - change.sum()
             # the split adds up: direct + MLPs + other heads + rescaling is the model's own change
-            assert abs(direct + mlps + (change.sum() - direct - mlps) + rescaling - float(total.mean())) < 1e-5
+            others = change.sum() - direct - mlps
+            assert abs(direct + mlps + others + rescaling - float(total.mean())) < 1e-5
             got = (round(direct, 2), round(float(total.mean()), 2), round(mlps, 2),
-                   abs(round(change.sum() - direct - mlps, 2)) if head[0] == models[name].config.num_layers - 1
-                   else round(change.sum() - direct - mlps, 2), round(rescaling, 2), round(float(scale1.mean()), 2),
+                   abs(round(others, 2)) if head[0] == models[name].config.num_layers - 1
+                   else round(others, 2), round(rescaling, 2), round(float(scale1.mean()), 2),
                    int((after["total"] > 0).sum()), f"{share:.0%}")  # as printed
             assert got == values, (name, head, method, got)
             changes[name, head, method] = (direct, float(total.mean()), mlps, rescaling)
@@ -1037,7 +1037,8 @@ def test_direct_against_total_effects_at_the_intact_scale(attribution, mixture, 
         direct, total, mlps, rescaling = changes["mixture", (2, 1), method]
         assert abs(rescaling + mlps) < 0.05 and rescaling > 0.6 and abs(total - direct) < 0.05
     direct, total, mlps, rescaling = changes["mixture", (2, 1), "resample"]
-    assert total < direct - 0.4 and rescaling < 0.2, "L2H1 resampled: no cancellation, the total exceeds the direct"
+    assert total < direct - 0.4 and rescaling < 0.2, \
+        "L2H1 resampled: no cancellation, the total exceeds the direct"
 
 
 # ------------------------------------------------------------------ issue 37: conditions and spreads
@@ -1051,8 +1052,8 @@ def test_one_induction_head_left_is_renormalised_not_repaired(induction, heldout
     W_O = induction.blocks[1].attn.out_proj.weight[:, 2 * head_dim:3 * head_dim]
 
     def term_and_scale(head_mask=None):
-        _, cache = induction.run_with_cache(heldout.tokens, names=["blocks.1.attn.hook_z", "blocks.1.hook_resid_post"],
-                                            head_mask=head_mask)
+        names = ["blocks.1.attn.hook_z", "blocks.1.hook_resid_post"]
+        _, cache = induction.run_with_cache(heldout.tokens, names=names, head_mask=head_mask)
         written = cache["blocks.1.attn.hook_z"][:, 2] @ W_O.T
         final = cache["blocks.1.hook_resid_post"]
         scale = torch.sqrt(final.var(-1, unbiased=False) + induction.ln_final.eps)
@@ -1060,10 +1061,12 @@ def test_one_induction_head_left_is_renormalised_not_repaired(induction, heldout
         return term[heldout.scored], scale[heldout.scored]
 
     with torch.no_grad():
-        (term0, scale0), (term1, scale1) = term_and_scale(), term_and_scale(gates_without(induction, ALL_BUT_L1H2))
+        term0, scale0 = term_and_scale()
+        term1, scale1 = term_and_scale(gates_without(induction, ALL_BUT_L1H2))
     assert float((term0 / scale0).mean()) == pytest.approx(4.42, abs=0.006)
     assert float((term1 / scale0).mean()) == pytest.approx(4.42, abs=0.006), "the head writes no more"
-    assert float(scale0.mean()) == pytest.approx(6.30, abs=0.006) and float(scale1.mean()) == pytest.approx(3.13, abs=0.006)
+    assert float(scale0.mean()) == pytest.approx(6.30, abs=0.006)
+    assert float(scale1.mean()) == pytest.approx(3.13, abs=0.006)
     assert float((term1 / scale1).mean()) == pytest.approx(8.77, abs=0.006), "about twice, through the scale"
     reference = INDUCTION_TASK.sample(256, torch.Generator().manual_seed(12)).tokens
     T = heldout.tokens.shape[1]
@@ -1073,8 +1076,9 @@ def test_one_induction_head_left_is_renormalised_not_repaired(induction, heldout
     drawn = resampled_outputs(induction, lengths, reference, reference_lengths, T,
                               generator=torch.Generator().manual_seed(0), reference_outputs=outputs)
     assert torch.equal(drawn, outputs[:, rows]), "the rows the notebook reads are the rows draw 0 copies"
-    predicted = resampled_logits(induction, heldout.tokens, lengths, reference, reference_lengths, ALL_BUT_L1H2,
-                                 generator=torch.Generator().manual_seed(0), reference_outputs=outputs).argmax(-1)
+    predicted = resampled_logits(induction, heldout.tokens, lengths, reference, reference_lengths,
+                                 ALL_BUT_L1H2, generator=torch.Generator().manual_seed(0),
+                                 reference_outputs=outputs).argmax(-1)
     wrong = heldout.scored & (predicted != heldout.targets)
     reference_next = F.pad(reference[rows, 1:], (0, 1), value=-1)
     assert int(wrong.sum()) == 5150
@@ -1122,10 +1126,12 @@ def test_path_patching_and_the_superadditive_pair(twins):
     outputs = head_outputs(mixture, clean)
 
     def path(senders, receivers):
-        return share("mixture", path_patched_logits(mixture, clean, twin_outputs["mixture"], senders, receivers,
-                                                    outputs=outputs))
+        logits = path_patched_logits(mixture, clean, twin_outputs["mixture"], senders, receivers,
+                                     outputs=outputs)
+        return share("mixture", logits)
 
-    alone = [share("mixture", patched_logits(mixture, clean, twin_outputs["mixture"], [h])) for h in ((1, 1), (1, 7))]
+    alone = [share("mixture", patched_logits(mixture, clean, twin_outputs["mixture"], [h]))
+             for h in ((1, 1), (1, 7))]
     together = share("mixture", patched_logits(mixture, clean, twin_outputs["mixture"], [(1, 1), (1, 7)]))
     assert alone == pytest.approx([0.26, 0.26], abs=0.006) and together == pytest.approx(0.74, abs=0.006)
     assert together > sum(alone) + 0.2, "superadditive: more than the sum of the two"
@@ -1138,13 +1144,13 @@ def test_path_patching_and_the_superadditive_pair(twins):
 
 
 SEVEN = [(1, 7), (0, 3), (0, 1), (0, 4), (1, 1), (2, 1), (2, 6)]
-FRESH_FILLS = {  # seed -> head -> (lost mean-ablated, lost resampled draw 0), of 400 fresh attractor sentences
-    21: {"L1H7": (22, 50), "L0H3": (3, 24), "L0H1": (5, 11), "L0H4": (12, 27), "L1H1": (3, 29), "L2H1": (1, 29),
-         "L2H6": (0, 29)},
-    22: {"L1H7": (15, 42), "L0H3": (2, 21), "L0H1": (8, 12), "L0H4": (17, 25), "L1H1": (2, 19), "L2H1": (1, 26),
-         "L2H6": (0, 19)},
-    23: {"L1H7": (14, 35), "L0H3": (5, 19), "L0H1": (5, 12), "L0H4": (10, 18), "L1H1": (2, 19), "L2H1": (2, 25),
-         "L2H6": (1, 18)},
+FRESH_FILLS = {  # seed -> head -> (lost mean-ablated, lost resampled draw 0), of 400 fresh sentences
+    21: {"L1H7": (22, 50), "L0H3": (3, 24), "L0H1": (5, 11), "L0H4": (12, 27), "L1H1": (3, 29),
+         "L2H1": (1, 29), "L2H6": (0, 29)},
+    22: {"L1H7": (15, 42), "L0H3": (2, 21), "L0H1": (8, 12), "L0H4": (17, 25), "L1H1": (2, 19),
+         "L2H1": (1, 26), "L2H6": (0, 19)},
+    23: {"L1H7": (14, 35), "L0H3": (5, 19), "L0H1": (5, 12), "L0H4": (10, 18), "L1H1": (2, 19),
+         "L2H1": (2, 25), "L2H6": (1, 18)},
 }
 
 
@@ -1154,13 +1160,15 @@ def test_l1h7s_lead_under_three_fills_on_fresh_batches(mixture):
     only = MIXTURE_TASK.agreement.sample(500, torch.Generator().manual_seed(12))
     means = mean_head_outputs(mixture, only.tokens, keep=only.tokens != PAD_ID)
     for seed, expected in FRESH_FILLS.items():
-        batch = attractor_sentences(AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(seed)), ATTRACTOR_COUNT)
+        drawn_batch = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(seed))
+        batch = attractor_sentences(drawn_batch, ATTRACTOR_COUNT)
         got = {}
         for head in SEVEN:
             mean = ablated_logits(mixture, batch.tokens, [head], method="mean", means=means)
             drawn = resampled_logits(mixture, batch.tokens, batch.lengths, only.tokens, only.lengths, [head],
                                      generator=torch.Generator().manual_seed(0))
-            got[head_name(*head)] = tuple(int((agreement_margins(x, batch) <= 0).sum()) for x in (mean, drawn))
+            got[head_name(*head)] = tuple(int((agreement_margins(x, batch) <= 0).sum())
+                                          for x in (mean, drawn))
         assert got == expected, seed
     firsts = [max(by_head, key=lambda h: by_head[h][m]) for by_head in FRESH_FILLS.values() for m in (0, 1)]
     assert firsts == ["L1H7", "L1H7", "L0H4", "L1H7", "L1H7", "L1H7"]
@@ -1185,8 +1193,10 @@ def test_l1h7s_lead_in_a_bootstrap_and_its_loss_rank_on_fresh_batches(mixture, m
         batch = MIXTURE_TASK.sample(128, torch.Generator().manual_seed(seed))
         check = [loss_evaluation(batch.tokens, batch.targets)]
         intact = measure(mixture, check)["loss"]
-        rise = pd.Series({head_name(*h): measure(mixture, check, [h])["loss"] - intact for h in all_heads(mixture)})
-        assert int(rise.rank(ascending=False)["L1H7"]) == rank and rise["L1H7"] == pytest.approx(0.008, abs=0.0006)
+        rise = pd.Series({head_name(*h): measure(mixture, check, [h])["loss"] - intact
+                          for h in all_heads(mixture)})
+        assert int(rise.rank(ascending=False)["L1H7"]) == rank
+        assert rise["L1H7"] == pytest.approx(0.008, abs=0.0006)
 
 
 def test_greedy_against_random_orders_out_of_sample(mixture, mixture_setup, pruning_orders):
@@ -1201,6 +1211,6 @@ def test_greedy_against_random_orders_out_of_sample(mixture, mixture_setup, prun
         cut = int(batch.real[rows[1]].sum(1).max())
         parts = [(batch.tokens[rows[0]], batch.targets[rows[0]]),
                  (batch.tokens[rows[1], :cut], batch.targets[rows[1], :cut])]
-        losses = sum(losses_along_orders(mixture, t, y, orders, 3, per_run=26) * (y != -100).sum() for t, y in parts) \
-            / sum((y != -100).sum() for _, y in parts)
+        losses = sum(losses_along_orders(mixture, t, y, orders, 3, per_run=26) * (y != -100).sum()
+                     for t, y in parts) / sum((y != -100).sum() for _, y in parts)
         assert (losses[1:] > losses[0]).sum(0)[1:].tolist() == above, seed

@@ -230,8 +230,9 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     return table
 
 
-def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tensor, senders: Sequence[Head],
-                        receivers: Sequence[Head], *, outputs: Tensor | None = None) -> Tensor:
+def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tensor,
+                        senders: Sequence[Head], receivers: Sequence[Head], *,
+                        outputs: Tensor | None = None) -> Tensor:
     """Logits ``(B, T, V)`` of a run on ``tokens`` in which only the path from ``senders`` to
     ``receivers`` carries the other input (path patching).
 
@@ -249,7 +250,8 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
         raise ValueError("senders and receivers must each name at least one (layer, head) pair")
     if min(layer for layer, _ in receivers) <= max(layer for layer, _ in senders):
         raise ValueError(f"every receiver must lie in a later layer than every sender: senders "
-                         f"{[head_name(*h) for h in senders]}, receivers {[head_name(*h) for h in receivers]}")
+                         f"{[head_name(*h) for h in senders]}, "
+                         f"receivers {[head_name(*h) for h in receivers]}")
     _check_source_outputs(source_outputs, model, tokens)
     if outputs is None:
         outputs = head_outputs(model, tokens)
@@ -313,7 +315,8 @@ def resampled_rows(lengths: Tensor, reference_lengths: Tensor, *, generator: tor
     sequence among the references of its length (what :func:`resampled_outputs` and
     :func:`resampled_logits` copy from, for the same generator state)."""
     if not (isinstance(lengths, Tensor) and lengths.ndim == 1) or lengths.is_floating_point():
-        raise ValueError(f"lengths must be a (B,) integer tensor of sequence lengths, got {_described(lengths)}")
+        raise ValueError(f"lengths must be a (B,) integer tensor of sequence lengths, got "
+                         f"{_described(lengths)}")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.ndim == 1) \
             or reference_lengths.is_floating_point():
         raise ValueError(f"reference_lengths must be a (R,) integer tensor of lengths, got "
@@ -384,7 +387,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     if int(positions.min()) < 0 or int(positions.max()) >= T:
         raise ValueError(f"positions must lie in 0..{T - 1}")
     if frozen_scale is not None and not (isinstance(frozen_scale, Tensor) and frozen_scale.shape == (B,)
-                                         and frozen_scale.is_floating_point() and bool((frozen_scale > 0).all())):
+                                         and frozen_scale.is_floating_point()
+                                         and bool((frozen_scale > 0).all())):
         raise ValueError(f"frozen_scale must be a positive float tensor (B,) = ({B},), one final-LayerNorm "
                          f"scale per sequence (final_scale gives it), got {_described(frozen_scale)}")
     V = model.config.vocab_size
@@ -455,8 +459,9 @@ def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, he
     :func:`direct_logit_attribution`."""
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    if not isinstance(positions, Tensor) or positions.shape != (tokens.shape[0],) or positions.dtype != torch.long:
-        raise TypeError(f"positions must be a long tensor (B,) = ({tokens.shape[0]},), one position per sequence")
+    B = tokens.shape[0]
+    if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
     seen: list[Tensor] = []
     handle = model.ln_final.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].detach()))
     try:
