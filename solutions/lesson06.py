@@ -233,6 +233,11 @@ def _narrow_summed_ranks(table: pd.DataFrame) -> str:
     return ranks.idxmin()  # best on both columns together, not on the task alone
 
 
+def _narrow_summed_ranks_small_loss(table: pd.DataFrame) -> str:
+    ranks = table["loss change"].rank() + table["task accuracy after"].rank()  # both from the smallest
+    return str(ranks.idxmin())
+
+
 def _narrow_second_lowest(table: pd.DataFrame) -> str:
     return str(table["task accuracy after"].nsmallest(2).index[1])
 
@@ -283,5 +288,6 @@ MISTAKES = {
         'task_drop_per_loss_change': _narrow_ratio,
         'second_lowest_accuracy': _narrow_second_lowest,
         'summed_ranks': _narrow_summed_ranks,
+        'summed_ranks_small_loss': _narrow_summed_ranks_small_loss,
     },
 }

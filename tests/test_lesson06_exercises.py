@@ -173,3 +173,20 @@ def test_6_3_summed_ranks_are_named_not_called_the_largest_loss_change():
 
     fb = lesson06.check_narrow_head(ranks_added)
     assert fb.mistake == "summed_ranks" and "loss change most" not in fb.message
+
+
+def test_6_3_ranks_summed_either_way_are_named_as_summed_ranks():
+    """Ranking both columns and adding the ranks is named as that, whichever way each column is
+    ranked, never as the largest loss change or the ratio of accuracy lost to loss change."""
+    from_smallest = [lambda t: t.rank().sum(axis=1).idxmin(),
+                     lambda t: (t["loss change"].rank() + t["task accuracy after"].rank()).idxmin(),
+                     lambda t: (t["loss change"].rank(ascending=False)
+                                + t["task accuracy after"].rank(ascending=False)).idxmax()]
+    for answer in from_smallest:
+        fb = lesson06.check_narrow_head(answer)
+        assert fb.mistake == "summed_ranks_small_loss", fb.mistake
+        assert "added the ranks" in fb.message and "loss change most" not in fb.message
+    loss_first = lambda t: (t["loss change"].rank() + t["task accuracy after"].rank(ascending=False)).idxmax()  # noqa: E731
+    assert lesson06.check_narrow_head(loss_first).mistake == "summed_ranks"
+    ratio = lambda t: ((1 - t["task accuracy after"]) / t["loss change"].abs()).idxmax()  # noqa: E731
+    assert lesson06.check_narrow_head(ratio).mistake == "task_drop_per_loss_change"

@@ -541,3 +541,61 @@ def test_incremental_prunable_counts_match_the_plain_count():
         prunable_counts(model, plain, orders, within, incremental=True, chunks=2)
     with pytest.raises(TypeError, match="incremental must be True or False"):
         prunable_counts(model, plain, orders, within, incremental=1)
+
+
+def test_block_inputs_are_read_at_the_hook_points():
+    """The intact stream the batched zero ablation starts from is read through the model's hook
+    points (issue 36): a hook that edits blocks.1.hook_resid_pre is seen, and without hooks the
+    streams are each block's input and the final stream."""
+    from course_utils.interp.patching import _block_inputs
+
+    model = tiny_model()
+    tokens, _ = tokens_and_targets()
+    inputs = _block_inputs(model, tokens)
+    assert len(inputs) == model.config.num_layers + 1
+    with torch.no_grad():
+        x = model.token_embedding(tokens) + model.position_embedding(torch.arange(tokens.shape[1]))
+        for i, block in enumerate(model.blocks):
+            torch.testing.assert_close(inputs[i], x)
+            x, _, _ = block(x)
+    torch.testing.assert_close(inputs[-1], x)
+    with model.hooks([("blocks.1.hook_resid_pre", lambda x, hook: x * 0)]):
+        edited = _block_inputs(model, tokens)
+    assert float(edited[1].abs().max()) == 0.0, "the hook point's edit reaches the recorded stream"
+
+
+def test_path_patching_changes_only_the_receivers_and_checks_its_heads():
+    from course_utils.interp.ablation import head_outputs
+    from course_utils.interp.patching import path_patched_logits
+
+    model = tiny_model(mlp=True)
+    tokens, _ = tokens_and_targets()
+    other, _ = tokens_and_targets(seed=7)
+    outputs, source = head_outputs(model, tokens), head_outputs(model, other)
+    with torch.no_grad():
+        intact = model(tokens)[0]
+    torch.testing.assert_close(path_patched_logits(model, tokens, outputs, [(0, 1)], [(1, 0)]), intact)
+    from course_utils.interp import patching as P
+    original, final_runs = P.patched_logits, []
+
+    def spy(model_, tokens_, source_, heads, **kw):  # the final run: which head outputs it is given
+        final_runs.append((source_, heads))
+        return original(model_, tokens_, source_, heads, **kw)
+
+    P.patched_logits = spy
+    try:
+        changed = path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)])
+    finally:
+        P.patched_logits = original
+    assert not torch.allclose(changed, intact), "the sender's change reaches the logits through the receiver"
+    (given, heads), = final_runs
+    assert heads == [(1, 0)], "only the receiver is replaced in the final run"
+    assert not torch.allclose(given[1, :, 0], outputs[1, :, 0]), "the receiver read the changed stream"
+    torch.testing.assert_close(given[1, :, 1:], outputs[1, :, 1:])  # the rest as in the run on tokens
+    torch.testing.assert_close(given[0], outputs[0])  # the sender itself is not patched
+    with pytest.raises(ValueError, match="later layer than every sender"):
+        path_patched_logits(model, tokens, source, [(1, 0)], [(1, 2)])
+    with pytest.raises(ValueError, match="at least one"):
+        path_patched_logits(model, tokens, source, [], [(1, 0)])
+    with pytest.raises(ValueError, match="source_outputs must be head_outputs"):
+        path_patched_logits(model, tokens, source[:, :2], [(0, 1)], [(1, 0)])

@@ -219,6 +219,10 @@ def _narrow_cases() -> list[Case]:
         # ranking both columns and adding the ranks picks L0H1 (2 + 2); the largest loss change is
         # L0H0, and the task needs L1H0 most
         {"L0H0": (0.600, 0.95), "L0H1": (0.400, 0.60), "L1H0": (0.010, 0.30), "L1H1": (0.050, 0.80)},
+        # both columns ranked from the smallest and the ranks added picks L0H2 (2 + 2); the ratio of
+        # accuracy lost to loss change picks L0H1, and the task needs L0H0 most
+        {"L0H0": (0.400, 0.30), "L0H1": (0.001, 0.90), "L0H2": (0.020, 0.45), "L1H0": (0.050, 0.80),
+         "L1H1": (0.100, 0.95)},
     ]
     return [Case((pd.DataFrame.from_dict(t, orient="index", columns=["loss change", "task accuracy after"]),),
                  label=f"table {i + 1}") for i, t in enumerate(tables)]
@@ -268,6 +272,11 @@ NARROW_HEAD = _HeadNameExercise(
         Mistake("summed_ranks", "you ranked the heads on both columns and added the ranks, so a head "
                 "that is middling on both beats the one that breaks the task. The question is only "
                 "which removal leaves the task worst off; the loss column does not enter it.",
+                "decide by the task accuracy after removal alone: the lowest one."),
+        Mistake("summed_ranks_small_loss", "you ranked the heads on both columns, each from its smallest "
+                "value, and added the ranks: that rewards a head for barely moving the average loss as much "
+                "as for breaking the task, so a head that is low on both beats the one that breaks the task "
+                "most. The loss column does not enter the question.",
                 "decide by the task accuracy after removal alone: the lowest one."),
         Mistake("second_lowest_accuracy", "you picked the head with the second-lowest task accuracy (an "
                 "off-by-one in a sort, or nsmallest(2) read from the wrong end).",

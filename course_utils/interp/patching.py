@@ -11,6 +11,8 @@ Nothing re-implements the model.
   some query positions, zero or mean.
 * **Activation patching** (:func:`patched_logits`, :func:`patching_table`): run the model on
   one input with some heads' outputs taken from a run on another input.
+* **Path patching** (:func:`path_patched_logits`): the same, along one path only, from some
+  heads into the inputs of heads in later layers.
 * **Direct logit attribution** (:func:`direct_logit_attribution`): split a logit difference
   into one term per component of the residual stream (embeddings, each head, each attention
   bias, each MLP, the final LayerNorm's bias), holding the final LayerNorm's scale fixed; the
@@ -72,10 +74,13 @@ __all__ = [
     "position_ablated_logits",
     "patched_logits",
     "patching_table",
+    "path_patched_logits",
     "resampled_logits",
     "resampled_outputs",
+    "resampled_rows",
     "losses_along_orders",
     "direct_logit_attribution",
+    "final_scale",
     "sequence_gate_gradients",
     "layer_normalised_order",
     "prunable_counts",
@@ -225,6 +230,50 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     return table
 
 
+def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tensor,
+                        senders: Sequence[Head], receivers: Sequence[Head], *,
+                        outputs: Tensor | None = None) -> Tensor:
+    """Logits ``(B, T, V)`` of a run on ``tokens`` in which only the path from ``senders`` to
+    ``receivers`` carries the other input (path patching).
+
+    Each sender's change, its output in the other run (``source_outputs``, ``head_outputs`` on
+    that input, ``(L, B, h, T, dk)``) minus its output in this one, is sent through its slice of
+    ``W_O`` straight into the input of each receiver (queries, keys and values all read it); no
+    other component sees it. The receivers' new outputs then replace theirs in the run on
+    ``tokens``, and everything downstream of them is recomputed. Every receiver must lie in a
+    later layer than every sender. ``outputs`` (``head_outputs(model, tokens)``) saves one run.
+    """
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    senders, receivers = _check_heads(senders, model), _check_heads(receivers, model)
+    if not senders or not receivers:
+        raise ValueError("senders and receivers must each name at least one (layer, head) pair")
+    if min(layer for layer, _ in receivers) <= max(layer for layer, _ in senders):
+        raise ValueError(f"every receiver must lie in a later layer than every sender: senders "
+                         f"{[head_name(*h) for h in senders]}, "
+                         f"receivers {[head_name(*h) for h in receivers]}")
+    _check_source_outputs(source_outputs, model, tokens)
+    if outputs is None:
+        outputs = head_outputs(model, tokens)
+    else:
+        _check_source_outputs(outputs, model, tokens)
+    cfg = model.config
+    dk = cfg.d_model // cfg.num_heads
+    change = sum((source_outputs[layer, :, head] - outputs[layer, :, head])
+                 @ model.blocks[layer].attn.out_proj.weight[:, head * dk:(head + 1) * dk].T
+                 for layer, head in senders)  # (B, T, d): the senders' direct change to the stream
+    received: dict[int, Tensor] = {}
+    with torch.no_grad():
+        for layer in sorted(_by_layer(receivers)):  # the receivers' outputs, reading the changed stream
+            with model.hooks([(f"blocks.{layer}.hook_resid_pre", lambda x, hook: x + change)]):
+                _, cache = model.run_with_cache(tokens, names=f"blocks.{layer}.attn.hook_z")
+            received[layer] = cache[f"blocks.{layer}.attn.hook_z"]  # (B, h, T, dk)
+    source = outputs.clone()
+    for layer, head in receivers:
+        source[layer, :, head] = received[layer][:, head]
+    return patched_logits(model, tokens, source, receivers)
+
+
 # -- resample ablation ---------------------------------------------------------------------
 def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor, reference_lengths: Tensor,
                       seq_len: int, *, generator: torch.Generator,
@@ -254,16 +303,33 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
                          f"(L, R, h, T_ref, dk) = {expected}")
+    rows = resampled_rows(lengths, reference_lengths, generator=generator)
+    source = reference_outputs[:, rows, :, :seq_len]  # (L, B, h, min(T, T_ref), dk)
+    if source.shape[3] < seq_len:
+        source = torch.nn.functional.pad(source, (0, 0, 0, seq_len - source.shape[3]))
+    return source.contiguous()
+
+
+def resampled_rows(lengths: Tensor, reference_lengths: Tensor, *, generator: torch.Generator) -> Tensor:
+    """The reference row each sequence draws: ``(B,)``, one uniform draw from ``generator`` per
+    sequence among the references of its length (what :func:`resampled_outputs` and
+    :func:`resampled_logits` copy from, for the same generator state)."""
+    if not (isinstance(lengths, Tensor) and lengths.ndim == 1) or lengths.is_floating_point():
+        raise ValueError(f"lengths must be a (B,) integer tensor of sequence lengths, got "
+                         f"{_described(lengths)}")
+    if not (isinstance(reference_lengths, Tensor) and reference_lengths.ndim == 1) \
+            or reference_lengths.is_floating_point():
+        raise ValueError(f"reference_lengths must be a (R,) integer tensor of lengths, got "
+                         f"{_described(reference_lengths)}")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     rows = torch.empty(len(lengths), dtype=torch.long)
     for i, n in enumerate(lengths.tolist()):
         candidates = (reference_lengths == n).nonzero().squeeze(1)
         if len(candidates) == 0:
             raise ValueError(f"no reference sequence has length {n} (sequence {i})")
         rows[i] = candidates[torch.randint(len(candidates), (1,), generator=generator)]
-    source = reference_outputs[:, rows, :, :seq_len]  # (L, B, h, min(T, T_ref), dk)
-    if source.shape[3] < seq_len:
-        source = torch.nn.functional.pad(source, (0, 0, 0, seq_len - source.shape[3]))
-    return source.contiguous()
+    return rows
 
 
 def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, reference: Tensor,
@@ -293,7 +359,8 @@ def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, re
 # -- direct logit attribution ------------------------------------------------------------
 def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: Tensor, directions: Tensor, *,
                              head_mask: Tensor | None = None,
-                             edit_heads: Callable[[int, Tensor], Tensor] | None = None) -> pd.DataFrame:
+                             edit_heads: Callable[[int, Tensor], Tensor] | None = None,
+                             frozen_scale: Tensor | None = None) -> pd.DataFrame:
     """Each residual-stream component's direct contribution to ``directions`` at ``positions``.
 
     ``positions`` ``(B,)``: one position per sequence; ``directions`` ``(B, V)`` or ``(V,)``:
@@ -307,6 +374,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     Returns a DataFrame, one row per sequence, columns ``embeddings``, ``L{l}H{h}``,
     ``L{l} attn bias``, ``L{l} mlp``, ``final bias`` and ``total`` (the model's own value).
     ``head_mask`` / ``edit_heads`` are passed to the forward pass (to attribute an ablated run).
+    ``frozen_scale`` ``(B,)``, when given, is the scale ``s`` every term is read at instead of
+    this run's (e.g. the intact run's, from :func:`final_scale`, so that an ablated run's terms
+    are on the intact run's scale); the columns then add up to ``total`` less the change
+    the rescaling makes, and ``total`` is still the model's own value.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
@@ -315,6 +386,11 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
     if int(positions.min()) < 0 or int(positions.max()) >= T:
         raise ValueError(f"positions must lie in 0..{T - 1}")
+    if frozen_scale is not None and not (isinstance(frozen_scale, Tensor) and frozen_scale.shape == (B,)
+                                         and frozen_scale.is_floating_point()
+                                         and bool((frozen_scale > 0).all())):
+        raise ValueError(f"frozen_scale must be a positive float tensor (B,) = ({B},), one final-LayerNorm "
+                         f"scale per sequence (final_scale gives it), got {_described(frozen_scale)}")
     V = model.config.vocab_size
     if not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V)):
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V})")
@@ -352,7 +428,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     readout = directions @ model.unembed.weight  # (B, d): W_U^T direction
 
     def contribution(c: Tensor) -> Tensor:  # c: (B, d) -> (B,)
-        return (frozen_final_norm(model, x, c) * readout).sum(-1)
+        if frozen_scale is None:
+            return (frozen_final_norm(model, x, c) * readout).sum(-1)
+        centred = c - c.mean(dim=-1, keepdim=True)
+        return (centred / frozen_scale[:, None] * model.ln_final.weight * readout).sum(-1)
 
     columns: dict[str, Tensor] = {}
     embeddings = recorded["token"][rows, positions] + recorded["position"][positions]
@@ -371,6 +450,27 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     columns["final bias"] = (model.ln_final.bias * readout).sum(-1)
     columns["total"] = (logits[rows, positions] * directions).sum(-1)
     return pd.DataFrame({name: value.detach().numpy() for name, value in columns.items()})
+
+
+def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, head_mask: Tensor | None = None,
+                edit_heads: Callable[[int, Tensor], Tensor] | None = None) -> Tensor:
+    """The final LayerNorm's scale ``s = sqrt(var(x) + eps)`` at ``positions`` ``(B,)``: ``(B,)``,
+    for the run with ``head_mask`` / ``edit_heads`` (default: intact). The ``frozen_scale`` of
+    :func:`direct_logit_attribution`."""
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    B = tokens.shape[0]
+    if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
+    seen: list[Tensor] = []
+    handle = model.ln_final.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].detach()))
+    try:
+        with torch.no_grad():
+            model(tokens, head_mask=head_mask, edit_heads=edit_heads)
+    finally:
+        handle.remove()
+    x = seen[0][torch.arange(tokens.shape[0]), positions]
+    return (x.var(dim=-1, unbiased=False) + model.ln_final.eps).sqrt()
 
 
 # -- importance, kept per sequence ---------------------------------------------------------
@@ -637,14 +737,13 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
 
 
 def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
-    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``."""
+    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``,
+    read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``."""
+    L = model.config.num_layers
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
     with torch.no_grad():
-        x = model._embed(tokens, 0)
-        inputs = [x]
-        for block in model.blocks:
-            x, _, _ = block(x)
-            inputs.append(x)
-    return inputs
+        _, cache = model.run_with_cache(tokens, names=names)
+    return [cache[name] for name in names]
 
 
 def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
