@@ -371,8 +371,6 @@ class TinyTransformer(nn.Module):
         pos = self.hook_pos_embed(self.position_embedding(positions).expand_as(tok))  # (B, T, d)
         return tok + pos  # (B, T, d)
 
-    _embed = embed  # the old private name, still read by interp/patching.py until it uses hooks
-
     def forward(
         self,
         tokens: Tensor,
