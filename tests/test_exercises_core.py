@@ -337,3 +337,21 @@ def test_a_complex_answer_is_named_not_passed(make):
 
     fb = lesson03.check_split_heads(complex_split)
     assert not fb.passed and "complex" in fb.message and "real" in fb.message
+
+
+@pytest.mark.parametrize("build, names", [
+    (lambda: outputs_close(1.0, 1.0, rtol=-1), "rtol"),
+    (lambda: outputs_close(1.0, 1.0, atol=float("nan")), "atol"),
+    (lambda: Exercise("t", make_cases=3), "make_cases"),
+    (lambda: Exercise("t", make_cases=lambda: [], rtol=-1), "rtol"),
+    (lambda: Exercise("t", make_cases=lambda: [], mistakes=["x"]), "mistakes"),
+    (lambda: Case(args=[1, 2]), "args"),
+    (lambda: Case(kwargs={1: 2}), "kwargs"),
+    (lambda: Case(label=3), "label"),
+], ids=["rtol<0", "atol nan", "make_cases int", "Exercise rtol<0", "mistakes str", "args list",
+        "kwargs int key", "label int"])
+def test_the_checker_refuses_its_own_bad_settings_by_name(build, names):
+    # a negative tolerance matched nothing and a list of args was passed on as one argument:
+    # both failed silently before (issue 38's battery)
+    with pytest.raises((TypeError, ValueError), match=names):
+        build()

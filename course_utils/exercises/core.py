@@ -253,10 +253,19 @@ def as_scalar(x: Any) -> Any:
     return x
 
 
+def _check_tolerances(rtol: Any, atol: Any) -> None:
+    """Tolerances are finite non-negative real numbers (a negative one matches nothing)."""
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r}")
+
+
 def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     """True when ``got`` matches ``expected``: same structure, same shapes, close values; an
     integer or bool result never matches a floating-point answer, and a str, bool or None
     only matches a value of that very kind (not an object whose ``==`` says yes)."""
+    _check_tolerances(rtol, atol)
     if isinstance(expected, _answers.Raised):
         return False
     if isinstance(expected, (tuple, list)):
@@ -659,6 +668,16 @@ class Exercise:
     forbidden: list[Callable[..., Any]] = field(default_factory=list)
     reference: Callable[..., Any] | None = None
     _guarded: bool = field(default=True, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.title, str) or not self.title:
+            raise TypeError(f"title must be a non-empty str, got {type(self.title).__name__} {self.title!r}")
+        if not callable(self.make_cases):
+            raise TypeError(f"make_cases must be a function that returns the cases, got "
+                            f"{type(self.make_cases).__name__} {self.make_cases!r}")
+        if not isinstance(self.mistakes, list) or not all(isinstance(m, Mistake) for m in self.mistakes):
+            raise TypeError(f"mistakes must be a list of Mistake, got {type(self.mistakes).__name__}")
+        _check_tolerances(self.rtol, self.atol)
 
     def _close(self, got: Any, expected: Any) -> bool:
         return outputs_close(got, expected, rtol=self.rtol, atol=self.atol)
