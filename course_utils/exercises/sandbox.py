@@ -74,7 +74,11 @@ NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_ar
 ATTENTION_TWINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                    "_native_multi_head_attention", "multi_head_attention_forward",
                    "MultiheadAttention", "MultiHeadAttention", "naive_mha", "worked_example",
-                   "grouped_query_attention", "naive_from_batched")
+                   "grouped_query_attention", "naive_from_batched",
+                   # torch's layers that hold a MultiheadAttention (reached by `children()`) or run
+                   # the fused encoder kernel (cold trial C6, C14)
+                   "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+                   "TransformerDecoder", "Transformer", "_transformer_encoder_layer_fwd")
 EXTRA_TWINS: dict[str, tuple[str, ...]] = {
     "lesson01.check_attend": ATTENTION_TWINS,
     "lesson01.check_head_scores": ATTENTION_TWINS,
@@ -100,8 +104,35 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
 # a name the answer does not define itself: softmin, Softmax, LogSoftmax, gumbel_softmax (fifth
 # trial a01, a07).
 TWIN_PARTS: dict[str, tuple[str, ...]] = {"lesson02.check_softmax_rows": ("softm",)}
-# Exercises whose Library use line allows part of course_utils; every other one rules it out.
-COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
+# Exercises whose Library use line allows part of course_utils, and the only course_utils modules
+# they may import; every other exercise rules course_utils out. 5.3 may use `best_head` from the
+# scores module (INSTRUCTORS.md, threat model); the library's `induction_score` stays forbidden by
+# the call watch, which the audit hook of the answer's process keeps out of the answer's reach.
+COURSE_UTILS_ALLOWED: dict[str, frozenset[str]] = {
+    "lesson05.check_find_induction_head": frozenset({"course_utils", "course_utils.interp",
+                                                     "course_utils.interp.scores"}),
+}
+# Exercises whose Library use line allows fewer modules than IMPORTS_ALLOWED: 2.1 is numpy only
+# (cold trial C12: torch's cross_entropy computes a log-softmax).
+IMPORTS_ONLY: dict[str, frozenset[str]] = {
+    "lesson02.check_softmax_rows": frozenset({"__future__", "math", "typing", "collections",
+                                              "collections.abc", "itertools", "dataclasses",
+                                              "numpy", "numpy.linalg", "numpy.typing"}),
+}
+# Attributes that hand over a frame (and from it the builtins, the caller's locals: cold trial
+# C1, C2, C4) or a code object. The audit hook of the answer's process refuses most of them at
+# run time too.
+FRAME_ATTRIBUTES = {
+    "__traceback__", "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "f_back", "f_builtins",
+    "f_code", "f_globals", "f_locals", "f_trace", "f_lasti", "f_lineno", "gi_frame", "gi_code",
+    "gi_yieldfrom", "gi_running", "cr_frame", "cr_code", "cr_await", "cr_origin", "ag_frame",
+    "ag_code", "ag_await", "co_code", "co_consts", "co_names",
+}
+# The only dunder attributes an answer may name (`super().__init__()` in its own module class);
+# any other (`__getattr__`, `__setattr__`, `__dict__`, ...) reaches attributes by a built name
+# (cold trial C3, C9).
+DUNDERS_ALLOWED = {"__init__", "__call__", "__len__", "__getitem__", "__iter__", "__name__",
+                   "__doc__", "__repr__", "__str__", "__eq__", "__hash__"}
 # The only modules an answer may import (a name here allows its submodules only where listed):
 # the maths libraries and a few plain helpers of the standard library. Anything else (pkgutil,
 # operator, runpy, pathlib, json, concurrent, types, pydoc, ...) reaches code or files by a
@@ -122,6 +153,8 @@ NOT_FROM_ALLOWED_MODULES = {
     "lib", "read_array", "allow_pickle", "NpzFile", "pickle", "Unpickler",
     # tables of every torch function, to pick one by a name built at run time (fifth trial a15)
     "overrides", "get_overridable_functions", "get_testing_overrides", "get_ignored_functions",
+    # getattr and setattr by names given as data (cold trial C13)
+    "update_wrapper", "wraps",
 }
 
 
@@ -244,10 +277,35 @@ def is_stub(code: str, name: str) -> bool:
 
 
 def _module_allowed(module: str, check_key: str) -> bool:
-    if module in IMPORTS_ALLOWED:
-        return True
-    return (check_key in COURSE_UTILS_ALLOWED and module.split(".")[0] == "course_utils"
-            and not any(part.startswith("_") for part in module.split(".")))
+    if check_key in IMPORTS_ONLY:
+        return module in IMPORTS_ONLY[check_key]
+    return module in IMPORTS_ALLOWED or module in COURSE_UTILS_ALLOWED.get(check_key, ())
+
+
+def _bound_module(dotted: str) -> str | None:
+    """The name of the module that ``dotted`` (``typing.operator``) is bound to, read from the
+    modules the grader has loaded, without importing anything or calling a module's
+    ``__getattr__``; None when it is not a module (or not loaded here)."""
+    parts = dotted.split(".")
+    obj: Any = sys.modules.get(parts[0])
+    for part in parts[1:]:
+        if not isinstance(obj, types.ModuleType):
+            return None
+        obj = vars(obj).get(part, sys.modules.get(f"{obj.__name__}.{part}"))
+    name = getattr(obj, "__name__", None) if isinstance(obj, types.ModuleType) else None
+    return name if isinstance(name, str) else None
+
+
+def _module_refused(dotted: str, check_key: str) -> bool:
+    """True when ``dotted`` names a module outside the exercise's allow-list: a submodule
+    (``torch.hub``) or a module bound as an attribute of an allowed one (``typing.operator``,
+    ``torch.platform``: cold trial C5). Imports nothing."""
+    if _module_allowed(dotted, check_key):
+        return False
+    bound = _bound_module(dotted)
+    if bound is not None:
+        return True  # a module under a name that is not itself allowed
+    return _is_module(dotted)
 
 
 def _is_module(dotted: str) -> bool:
@@ -255,10 +313,44 @@ def _is_module(dotted: str) -> bool:
     for a name inside an allowed module, which the grader has imported already."""
     import importlib.util
 
+    if dotted.rpartition(".")[0] not in sys.modules:  # finding it would import its package here
+        return False
     try:
         return importlib.util.find_spec(dotted) is not None
     except (ImportError, ValueError, AttributeError):
         return False
+
+
+def _own_parameters(tree: ast.AST) -> dict[int, str]:
+    """For each attribute store or delete (by id) in the body of a method (a function defined
+    directly in a class), the name of that method's first parameter, unless the method binds
+    that name again (``self = torch.Tensor``). A plain function's ``self`` parameter and a nested
+    function's get nothing (hardening item 4, cold trial C7b)."""
+    found: dict[int, str] = {}
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            params = [*method.args.posonlyargs, *method.args.args]
+            if not params:
+                continue
+            first = params[0].arg
+            nested = {id(n) for sub in ast.walk(method) if sub is not method
+                      and isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+                      for n in ast.walk(sub)}
+            rebound = any(isinstance(n, ast.Name) and n.id == first and not isinstance(n.ctx, ast.Load)
+                          or isinstance(n, (ast.Global, ast.Nonlocal)) and first in n.names
+                          or isinstance(n, ast.arg) and n.arg == first and n is not params[0]
+                          for n in ast.walk(method))
+            if rebound:
+                continue
+            for node in ast.walk(method):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                        and id(node) not in nested:
+                    found[id(node)] = first
+    return found
 
 
 def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
@@ -278,6 +370,7 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
             for alias in node.names:
                 imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     own_names = {"self", "cls"}  # an answer sets attributes only through these: never bind a module to them
+    methods_own = _own_parameters(tree)  # id of each attribute store -> its method's first parameter
     for name in sorted(own_names & set(imported)):
         found.add(f"importing as `{name}` (the name of an object's own first parameter)")
     for top in getattr(tree, "body", []):
@@ -295,7 +388,7 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
                 root = root.value
             if isinstance(root, ast.Name) and root.id in imported:
                 dotted = ".".join([imported[root.id], *reversed(parts)])
-                if not _module_allowed(dotted, check_key) and _is_module(dotted):
+                if _module_refused(dotted, check_key):
                     found.add(f"`{ast.unparse(node)}` (the module {dotted}, which answers may not use)")
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -312,8 +405,7 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
                     found.add(f"`from {module} import *` (import the names you use)")
                 elif alias.name in NOT_FROM_ALLOWED_MODULES:
                     found.add(f"`{alias.name}` (reads or writes files, or runs a string as code)")
-                elif module != "__future__" and _is_module(f"{module}.{alias.name}") \
-                        and not _module_allowed(f"{module}.{alias.name}", check_key):
+                elif module != "__future__" and _module_refused(f"{module}.{alias.name}", check_key):
                     found.add(f"`from {module} import {alias.name}` (a module answers may not import)")
         elif isinstance(node, ast.Attribute) and node.attr in NOT_FROM_ALLOWED_MODULES:
             found.add(f"`.{node.attr}` (reads or writes files, or runs a string as code)")
@@ -325,9 +417,10 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
             root = node.value
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root = root.value
-            if not (isinstance(root, ast.Name) and root.id in ("self", "cls")):
+            if not (isinstance(root, ast.Name) and methods_own.get(id(node)) == root.id in own_names):
                 found.add(f"assigning `{ast.unparse(node)}` (an answer sets attributes only of its own "
-                          "objects, through `self`; never of a module or a library's object)")
+                          "objects, through `self` or `cls` as the first parameter of a method of its "
+                          "own class; never of a module or a library's object)")
     return found
 
 
@@ -360,6 +453,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
         own |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
         found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned - own
                   if any(part in n.lower() for part in TWIN_PARTS[check_key])}
+    found |= {f"`.{n}` (reaches a frame or a code object)" for n in mentioned & FRAME_ATTRIBUTES}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
@@ -373,6 +467,9 @@ def rules_broken(code: str, check_key: str) -> list[str]:
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not (node.attr.startswith("__") and node.attr.endswith("__"))):
             found.add(f"`.{node.attr}` (another module's private name)")
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__")
+                and node.attr not in DUNDERS_ALLOWED):
+            found.add(f"`.{node.attr}` (reaches attributes by a name built at run time)")
         if isinstance(node, ast.ImportFrom):
             found |= {f"`{a.name}` (another module's private name)" for a in node.names
                       if a.name.startswith("_") and node.module != "__future__"}
