@@ -289,8 +289,8 @@ def test_outputs_far_larger_than_the_right_ones_are_refused_unread():
 
 def test_the_result_comes_from_the_harness_not_a_file_the_answer_can_name():
     """An answer that writes a forged result where the harness used to write, then makes
-    torch.save do nothing (N14), still gets its own outputs recorded (run without the static
-    rules, which refuse it before any process starts)."""
+    torch.save do nothing (N14), gets no forged value recorded: the changed torch.save is named
+    as tampering (run without the static rules, which refuse it before any process starts)."""
     from course_utils.exercises import lesson03
 
     code = ("import torch\n"
@@ -300,7 +300,8 @@ def test_the_result_comes_from_the_harness_not_a_file_the_answer_can_name():
             "    return -1\n")
     run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
                              [lesson03.SCORE_MACS.make_cases()[:1]])
-    assert run.lost is None and run.outcomes[0][0].value == -1, run
+    outcome = run.outcomes[0][0]
+    assert run.lost is None and outcome.value is None and "torch.save" in outcome.tampered, run
 
 
 def test_folders_shown_under_tmp_are_bound_after_the_empty_tmp(monkeypatch, tmp_path):
