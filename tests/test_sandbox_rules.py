@@ -84,6 +84,8 @@ def test_each_escape_of_the_cold_trial_is_refused_and_scores_zero(finding):
     assert any(named in b for b in broken), broken
     feedback = autograde.grade_answer(lesson, check, code, name, salt=None, solutions_dir=None)
     assert not feedback.passed and named in feedback.message, feedback
+    if check_key == "lesson02.check_softmax_rows" and named == "`import torch`":  # 2.1 is numpy only
+        assert "imports only collections, dataclasses, itertools, math, numpy, typing)" in feedback.message
 
 
 HONEST_CLASS = ("class Scorer:\n    def __init__(self, scale):\n        self.scale = scale\n\n"

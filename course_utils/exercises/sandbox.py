@@ -393,12 +393,12 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not _module_allowed(alias.name, check_key):
-                    found.add(f"`import {alias.name}` (an answer imports only {', '.join(sorted(_TOP))})")
+                    found.add(f"`import {alias.name}` (an answer imports only {_allowed_tops(check_key)})")
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if node.level or not _module_allowed(module, check_key):
                 found.add(f"`from {'.' * node.level}{module} import` (an answer imports only "
-                          f"{', '.join(sorted(_TOP))})")
+                          f"{_allowed_tops(check_key)})")
                 continue
             for alias in node.names:
                 if alias.name == "*":
@@ -424,7 +424,12 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
     return found
 
 
-_TOP = {m.split(".")[0] for m in IMPORTS_ALLOWED} - {"__future__"}
+
+
+def _allowed_tops(check_key: str) -> str:
+    """The top-level modules exercise ``check_key`` may import, for a refusal's message."""
+    allowed = IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED) | COURSE_UTILS_ALLOWED.get(check_key, set())
+    return ", ".join(sorted({m.split(".")[0] for m in allowed} - {"__future__"}))
 
 
 def rules_broken(code: str, check_key: str) -> list[str]:
