@@ -98,7 +98,9 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
     "lesson07.check_repeat_kv": ("repeat_kv", "enable_gqa", "grouped_query_attention"),
     "lesson07.check_decode_step": ("grouped_query_attention", "naive_mha", "worked_example",
                                    "_native_multi_head_attention", "MultiHeadAttention",
-                                   "MultiheadAttention"),
+                                   "MultiheadAttention", "TransformerEncoderLayer",
+                                   "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+                                   "Transformer", "_transformer_encoder_layer_fwd"),
 }
 # Parts of a name (any case) that mark a ready-made twin of an exercise wherever they appear in
 # a name the answer does not define itself: softmin, Softmax, LogSoftmax, gumbel_softmax (fifth
@@ -422,8 +424,6 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
                           "objects, through `self` or `cls` as the first parameter of a method of its "
                           "own class; never of a module or a library's object)")
     return found
-
-
 
 
 def _allowed_tops(check_key: str) -> str:
