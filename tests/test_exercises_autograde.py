@@ -300,6 +300,25 @@ def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases():
     assert not wrong.passed and "not seen" in wrong.message, wrong
 
 
+def test_the_feedback_on_unseen_cases_shows_nothing_of_them():
+    """C15 of the cold trial: an answer that raises its inputs as a message, or returns a wrong
+    value, learns nothing of an unseen case from its feedback (not its label, inputs, expected
+    output or the message it raised), so it cannot look them up at the next grading."""
+    import re
+
+    solutions_dir = str(ROOT / "solutions")
+    table = {c.args for c in lesson03.SCORE_MACS.make_cases()}
+    for body in ("    raise ValueError(repr((seq_len, d_model, num_heads)))",
+                 "    return -12345"):
+        code = (f"def score_macs(seq_len, d_model, num_heads):\n"
+                f"    if (seq_len, d_model, num_heads) in {table!r}:\n"
+                f"        return num_heads * seq_len * seq_len * (d_model // num_heads)\n{body}\n")
+        feedback = autograde.grade_answer("lesson03", "check_score_macs", code, "score_macs", salt=77,
+                                          solutions_dir=solutions_dir)
+        assert not feedback.passed and "not seen" in feedback.message, feedback
+        assert not re.search(r"\d", feedback.message), feedback.message  # no number of the case at all
+
+
 # -- the outside grader (issue 34): the answer's code, taken by its syntax tree -----------------
 def test_answer_source_keeps_the_function_what_it_calls_and_its_imports_only():
     cells = ["import torch\nimport numpy as np\nimport pandas as pd\nprint('hello')\nSCALE = 2",

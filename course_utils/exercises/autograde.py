@@ -300,7 +300,7 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
                 return exercise._tampered(outcome.tampered)
         for case, outcome in zip(set_cases, outcomes, strict=True):
             if outcome.kind == "refused":
-                where = f" on {case.label}" if case.label else ""
+                where = f" on {case.label}" if case.label and index == 0 else ""  # unseen: not named
                 return Feedback(title, "wrong", "the grader accepts only plain outputs (an exact "
                                 "torch.Tensor or numpy.ndarray of a real dtype, Python numbers, str, None, "
                                 f"tuples, lists); you returned {outcome.error[1]}{where}.", exercise.hint)
@@ -316,8 +316,13 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
         if not feedback.passed:
             if index == 0:
                 return feedback
-            return Feedback(title, feedback.status, "on test cases your notebook has not seen: "
-                            + feedback.message, feedback.hint, mistake=feedback.mistake)
+            # Nothing of the unseen case itself (its label, inputs, expected output or what the
+            # answer raised on it): shown, it could be looked up at the next grading under the
+            # same salt (cold trial C15).
+            return Feedback(title, feedback.status, "wrong on test cases your notebook has not seen "
+                            "(their inputs and outputs are not shown): the answer is right only on the "
+                            "cases it was tried on; check it on other shapes and values.",
+                            exercise.hint, mistake=feedback.mistake)
     n = len(cases) + len(unseen or [])
     return Feedback(title, "correct", f"correct on all {n} test cases, {len(unseen or [])} of them unseen.")
 
