@@ -341,3 +341,21 @@ def test_a_base_class_comes_before_its_subclass_of_the_same_cell_under_any_hash_
     out = subprocess.run([sys.executable, "-c", ORDER_SCRIPT], env=env, capture_output=True,
                          text=True, check=True, timeout=120).stdout.split()
     assert out == ["Base", "Scaled", "repeat_kv"], out
+
+
+# -- the cold trial's C16: HTML in a student's markdown runs in the instructor's Formgrader -------
+def test_the_students_markdown_and_raw_cells_keep_no_live_html_after_autograde():
+    import nbformat
+
+    payload = '<img src="x" onerror="fetch(\'/formgrader/api/grade/1\', {method: \'PUT\'})">'
+    nb = _notebook([("check_repeat_kv", "repeat_kv", DECORATED[2].replace("@checked\n", ""))])
+    locked = nbformat.v4.new_markdown_cell("<b>the lesson's own text</b>",
+                                           metadata={"nbgrader": {"locked": True, "grade_id": "intro"}})
+    raw = nbformat.v4.new_raw_cell(payload, metadata={"format": "text/html"})
+    nb.cells[:0] = [locked, nbformat.v4.new_markdown_cell("Thanks! " + payload), raw]
+    results = autograde.grade_notebook(nb, salt=None, solutions_dir=None)
+    assert results["lesson07_repeat_kv_test"].passed
+    assert nb.cells[0].source == "<b>the lesson's own text</b>"  # nbgrader put it back from the source
+    for cell in nb.cells[1:3]:
+        assert "<img" not in cell.source and "&lt;img" in cell.source, cell.source
+    assert "format" not in nb.cells[2].metadata

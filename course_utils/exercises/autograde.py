@@ -402,17 +402,41 @@ def _nbgrader_meta(cell: Any) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
+def neutralise_html(nb: Any) -> int:
+    """Escape the HTML of every markdown or raw cell of ``nb`` that the student could write (all
+    but the locked cells nbgrader has put back from the source), so that the Formgrader shows it
+    as text: nbgrader renders markdown unsanitised, and a student's ``<img onerror=...>`` ran as
+    the instructor and rewrote every classmate's grade (cold trial C16). Returns how many cells
+    changed."""
+    import html
+
+    changed = 0
+    for cell in nb.cells:
+        if cell.cell_type not in ("markdown", "raw") or _nbgrader_meta(cell).get("locked"):
+            continue
+        escaped = html.escape(cell.source, quote=False)
+        if cell.cell_type == "raw":  # a raw cell marked text/html is inserted as it is
+            cell.metadata.pop("format", None)
+            cell.metadata.pop("raw_mimetype", None)
+        if escaped != cell.source:
+            cell.source = escaped
+            changed += 1
+    return changed
+
+
 def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide: Sequence[Path] = (),
                    per_call: int = 60, memory: int = 4 * 2**30, sandboxed: bool | None = None,
                    log: Any = None) -> dict[str, Any]:
     """Grade every autograded test cell of ``nb`` (an nbgrader notebook: solution cell
     ``lessonNN_xxx``, test cell ``lessonNN_xxx_test`` whose source calls ``lessonNN.check_xxx(fn)``),
     returning grade_id of the test cell -> Feedback, and set each test cell's outputs to the
-    grader's verdict alone."""
+    grader's verdict alone; the student's markdown and raw cells keep no live HTML
+    (:func:`neutralise_html`)."""
     import nbformat
 
     from .core import Feedback
 
+    neutralise_html(nb)
     results: dict[str, Any] = {}
     ids = {_nbgrader_meta(c).get("grade_id"): i for i, c in enumerate(nb.cells) if _nbgrader_meta(c)}
     for index, cell in enumerate(nb.cells):
