@@ -91,9 +91,12 @@ def test_the_audit_hook_also_watches_the_answers_definition():
      "    Hook.install(np, lambda a, *x, **k: a)", "numpy.ascontiguousarray"),
     # N14: the result writer
     ("    torch.save = print", "torch.save"),
+    # while the answer is defined: a default argument
+    (None, "numpy.ascontiguousarray"),
 ])
 def test_a_module_or_class_changed_by_the_answer_ends_the_run_as_tampering(body, changed):
-    code = "import numpy as np\nimport torch\n" + CHEAT.format(body=body)
+    at_definition = "def score_macs(*a, f=setattr(np, 'ascontiguousarray', list)):\n    return 0\n"
+    code = "import numpy as np\nimport torch\n" + (CHEAT.format(body=body) if body else at_definition)
     feedback, run = _graded(code)
     assert not feedback.passed, feedback
     tampered = [o.tampered for o in run.outcomes[0] if o.tampered]

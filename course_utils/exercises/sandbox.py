@@ -780,7 +780,8 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
         if harness[0] and event in harness_events:
             if event.startswith("object.") and not (len(args) > 1 and args[1] in harness_attributes):
                 refuse(event + (f" {args[1]}" if len(args) > 1 and isinstance_(args[1], str_) else ""))
-            return
+            if event not in ("open", "os.truncate") or args and isinstance_(args[0], int_):
+                return  # the grader writes only through the result's descriptor
         if event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             writing = (isinstance_(mode, str_) and any(c in mode for c in "wax+")) or \
@@ -936,12 +937,14 @@ def _child(payload_fd: str, result_fd: str) -> None:
             message = ""
         write({"defined": [type(exc).__name__[:80], message]})
     results: list[list[dict]] = []
-    tampered = _changed(snapshot)
+    tampered = _changed(snapshot)  # defining the answer (a decorator, a default) changed something
     for cases in case_sets:
         outcomes: list[dict] = []
         results.append(outcomes)
         for case in cases:
             if tampered is not None:
+                outcomes.append({"kind": "raised", "error": ["Tampered", tampered], "after": [],
+                                 "used": None, "tampered": f"`{tampered}` changed"})
                 break
             harness[0] = True
             args, kwargs = case.fresh()
