@@ -67,6 +67,14 @@ CHEATS = {  # finding: (check, cells, what the refusal names)
             "import functools\n",
             "def attention_weights(q, k):\n"
             "    return functools.wraps(torch)(q)"], "`.wraps`"),
+    # C22: a module held by an allowed one, reached from a call's result (no chain to follow)
+    "C22": ("lesson02.check_attention_weights", [
+            "import typing\ndef mods():\n    return typing",
+            "def fetch():\n    return mods().operator.attrgetter('scaled_dot_product_' + 'attention')(F)",
+            "def attention_weights(q, k, sdpa=fetch()):\n    return sdpa(q, k, q)"], "`.operator`"),
+    "C22b": ("lesson04.check_mha_forward", [
+             "import dataclasses\ndef mha_forward(x, w_in, b_in, w_out, b_out, num_heads):\n"
+             "    return [dataclasses][0].types.FunctionType"], "`.types`"),
     "5.3-core": ("lesson05.check_find_induction_head", [
                  "from course_utils.exercises import core\n"
                  "def find_induction_head(attn, period):\n    return core.LIBRARY_TWINS"],

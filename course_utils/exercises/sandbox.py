@@ -298,6 +298,36 @@ def _bound_module(dotted: str) -> str | None:
     return name if isinstance(name, str) else None
 
 
+# torch's and NumPy's own submodules that load, save or compile code, or list every function:
+# refused as attributes of anything. Their other submodules (`attention`, `distributions.normal`)
+# are harmless, and their names are common names of an answer's own attributes.
+RISKY_SUBMODULES = {"hub", "package", "serialization", "jit", "fx", "library", "ops", "overrides",
+                    "testing", "utils", "compiler", "export", "cpp", "backends", "lib", "ctypeslib",
+                    "f2py", "distributed", "multiprocessing", "func", "classes", "_dynamo", "onnx"}
+
+
+@functools.cache
+def _module_attribute_names(check_key: str) -> frozenset[str]:
+    """Names under which an allowed module holds a module the exercise may not use
+    (``typing.operator``, ``torch.platform``, ``dataclasses.types``): refused as an attribute
+    whatever it is read from, since ``mods().operator`` (a call returning ``typing``) is no
+    chain the grader can follow (cold trial C22). A name that an allowed module also binds to
+    something else (``np.random.normal``, ``np.copy``), that ends an allowed module's name
+    (``functional``, ``random``) or that a tensor or an array has (``grad``) stays allowed."""
+    allowed = IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED) | COURSE_UTILS_ALLOWED.get(check_key, set())
+    fine = set(dir(torch.Tensor)) | set(dir(np.ndarray)) | {m.rsplit(".", 1)[-1] for m in allowed}
+    held = set()
+    for module_name in allowed:
+        module = sys.modules.get(module_name)
+        for name, value in (vars(module).items() if isinstance(module, types.ModuleType) else ()):
+            if not isinstance(value, types.ModuleType):
+                fine.add(name)
+            elif not _module_allowed(str(value.__name__), check_key) and (
+                    str(value.__name__).split(".")[0] not in ("torch", "numpy") or name in RISKY_SUBMODULES):
+                held.add(name)
+    return frozenset(n for n in held - fine if not n.startswith("_"))  # private names: refused anyway
+
+
 def _module_refused(dotted: str, check_key: str) -> bool:
     """True when ``dotted`` names a module outside the exercise's allow-list: a submodule
     (``torch.hub``) or a module bound as an attribute of an allowed one (``typing.operator``,
@@ -459,6 +489,9 @@ def rules_broken(code: str, check_key: str) -> list[str]:
         found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned - own
                   if any(part in n.lower() for part in TWIN_PARTS[check_key])}
     found |= {f"`.{n}` (reaches a frame or a code object)" for n in mentioned & FRAME_ATTRIBUTES}
+    modules_held = _module_attribute_names(check_key)
+    found |= {f"`.{n.attr}` (a module that answers may not use, held by an allowed one)"
+              for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in modules_held}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
