@@ -60,8 +60,6 @@ REFUSED = {  # what the answer does: the event its process is ended for
     "gc": ("    import gc\n    gc.get_objects()", "gc.get_objects"),
     "write outside": ("    open('/tmp/planted-by-an-answer', 'w')", "open for writing"),
     "write a descriptor": ("    open(1, 'w')", "open of a file descriptor for writing"),
-    # the new thread's first act, arming the call watch's profiler, is refused
-    "thread": ("    import threading\n    threading.Thread(target=print).start()", "sys.setprofile"),
 }
 
 
@@ -72,6 +70,13 @@ def test_the_audit_hook_ends_the_answer_that_does_it_and_names_the_event(what):
     assert not feedback.passed and run.lost is not None, run
     assert run.lost.startswith(f"refused: {event}"), run.lost
     assert f"refused: {event}" in feedback.message, feedback
+
+
+def test_the_answer_starts_no_thread():
+    start = "    import threading\n    threading.Thread(target=print).start()"
+    feedback, run = _graded(CHEAT.format(body=start))
+    assert not feedback.passed and run.outcomes[0][0].kind == "raised", run
+    assert "without threads" in run.outcomes[0][0].error[1], run
 
 
 def test_the_audit_hook_also_watches_the_answers_definition():

@@ -766,7 +766,11 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
     may be run once. While ``harness[0]`` is true (the grader's code between calls) the events of
     :data:`HARNESS_EVENTS` are allowed too. Everything the hook uses is bound here, before any of
     the answer's code exists: patching a module afterwards changes nothing."""
+    import _thread
+
     exit_, write_, fspath, realpath, getframe = os._exit, os.write, os.fspath, os.path.realpath, sys._getframe
+    ident = _thread.get_ident
+    main = ident()  # the grader's code runs in this thread only: another thread gets no allowance
     sep, str_, bytes_, int_, isinstance_, frozenset_ = os.sep, str, bytes, int, isinstance, frozenset
     root = realpath(work)
     loaded = frozenset_(sys.modules)
@@ -776,7 +780,7 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
     harness_events, harness_attributes = HARNESS_EVENTS, HARNESS_ATTRIBUTES
     trusted = _trusted_codes()
     write_flags = _WRITE_FLAGS
-    state = {"answer": answer, "inside": False}
+    state = {"answer": answer, "inside": None}  # inside: the thread that runs the hook's own frame reads
 
     def refuse(event: str) -> None:
         write_(2, ("\nrefused: " + event + "\n").encode("ascii", "replace"))
@@ -792,15 +796,15 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
         return resolved == root or resolved.startswith(root + sep)
 
     def called_from_trusted() -> bool:
-        state["inside"] = True  # the frame reads below raise events of their own
+        state["inside"] = ident()  # the frame reads below raise events of their own
         try:
             frame = getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the event
             return frame is not None and frame.f_code in trusted
         finally:
-            state["inside"] = False
+            state["inside"] = None
 
     def hook(event: str, args: tuple) -> None:
-        if state["inside"]:
+        if state["inside"] is not None and state["inside"] == ident():
             return
         if event == "exec" and args and args[0] is state["answer"]:
             state["answer"] = None  # the answer's module runs once
@@ -810,7 +814,7 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
             if isinstance_(name, str_) and (name in loaded or name in imports):
                 return
             refuse(f"import {name}")
-        if harness[0] and event in harness_events:
+        if harness[0] and event in harness_events and ident() == main:
             if event.startswith("object.") and not (len(args) > 1 and args[1] in harness_attributes):
                 refuse(event + (f" {args[1]}" if len(args) > 1 and isinstance_(args[1], str_) else ""))
             if event not in ("open", "os.truncate") or args and isinstance_(args[0], int_):
@@ -847,12 +851,12 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
     profile_code = _CallWatch._profile.__code__
 
     def called_from_watch() -> bool:  # the call watch's profiler reads each called frame's code
-        state["inside"] = True
+        state["inside"] = ident()
         try:
             frame = getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the event
             return frame is not None and frame.f_code is profile_code
         finally:
-            state["inside"] = False
+            state["inside"] = None
 
     sys.addaudithook(hook)
 
@@ -954,6 +958,12 @@ def _child(payload_fd: str, result_fd: str) -> None:
     sys.modules["answer"] = answer_module
     namespace = vars(answer_module)
     signal.signal(signal.SIGALRM, _alarm)
+    import threading
+
+    def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the grader runs answers without threads")
+
+    threading._start_new_thread = no_thread  # no audit event for a new thread before Python 3.13
     snapshot = _modules_and_classes()
     install_audit_hook(work, check_key, compiled, harness)
     harness[0] = False
