@@ -96,6 +96,8 @@ def test_the_audit_hook_also_watches_the_answers_definition():
      "    Hook.install(np, lambda a, *x, **k: a)", "numpy.ascontiguousarray"),
     # N14: the result writer
     ("    torch.save = print", "torch.save"),
+    # a reducer table the result's pickling reads, changed in place
+    ("    import copyreg\n    copyreg.dispatch_table[torch.Tensor] = print", "copyreg.dispatch_table"),
     # while the answer is defined: a default argument
     (None, "numpy.ascontiguousarray"),
 ])

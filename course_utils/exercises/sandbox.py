@@ -875,10 +875,32 @@ def _modules_and_classes() -> list[tuple[Any, dict]]:
             if issubclass(type(value), type) and id(value) not in seen:  # type(): no __class__ looked up
                 with contextlib.suppress(TypeError):
                     seen[id(value)] = (value, dict(vars(value)))
+    for module_name, name in REGISTRIES:  # tables changed in place, which a module's namespace hides
+        table = getattr(sys.modules.get(module_name), name, None)
+        if type(table) is dict:
+            seen[id(table)] = (_Registry(f"{module_name}.{name}", table), dict(table))
     return list(seen.values())
 
 
+# Tables the grader's own code in the answer's process reads (pickling the result goes through
+# copyreg's reducers), compared by content after each call (a cold trial's note on C23).
+REGISTRIES = (("copyreg", "dispatch_table"), ("copyreg", "_extension_registry"),
+              ("copyreg", "_inverted_registry"))
+
+
+@dataclass
+class _Registry:
+    name: str
+    table: dict
+
+
+def _namespace(owner: Any) -> dict:
+    return owner.table if type(owner) is _Registry else vars(owner)
+
+
 def _owner_name(owner: Any) -> str:
+    if type(owner) is _Registry:
+        return owner.name
     if isinstance(owner, types.ModuleType):
         return str(owner.__name__)
     return f"{owner.__module__}.{owner.__qualname__}"
@@ -888,7 +910,7 @@ def _changed(snapshot: list[tuple[Any, dict]]) -> str | None:
     """The first attribute of a module or class that is not what :func:`_modules_and_classes`
     saw (changed, deleted or added), as ``module.name``; None when all are as they were."""
     for owner, before in snapshot:
-        now = vars(owner)
+        now = _namespace(owner)
         if len(now) != len(before) + ("__warningregistry__" in now) - ("__warningregistry__" in before):
             added = sorted(set(now) - set(before) - {"__warningregistry__"}) or sorted(set(before) - set(now))
             return f"{_owner_name(owner)}.{(added or ['?'])[0]}"
