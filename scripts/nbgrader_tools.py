@@ -427,7 +427,7 @@ def write_table() -> bool:
     return new != text
 
 
-LATE_WRITE_SLACK = 3600  # seconds a record may be written after the time it names (large copies)
+LATE_WRITE_SLACK = 600  # seconds a record may be written after the time it names (a large copy)
 
 
 def inbound_problems(inbound: Path, *, me: str | None = None) -> list[str]:
@@ -437,7 +437,8 @@ def inbound_problems(inbound: Path, *, me: str | None = None) -> list[str]:
     your source notebook, the grader's secrets); a name that is not
     ``student+assignment+timestamp+random`` with a readable time (collect stops for the whole
     class); an owner who is neither the student the name gives nor ``me`` (you, by default: the
-    user running this; a classmate handing in for someone else); a time more than
+    user running this; a classmate handing in for someone else); a file with another hard link
+    or another owner than the record's; a time more than
     :data:`LATE_WRITE_SLACK` seconds before the record's status change time, which its owner
     cannot set back (late work made to look on time). Empty when all are fine."""
     import datetime
@@ -464,9 +465,12 @@ def inbound_problems(inbound: Path, *, me: str | None = None) -> list[str]:
         for folder, dirs, files in os.walk(record):
             for entry in (*dirs, *files):
                 path = Path(folder) / entry
-                if path.is_symlink() or not (path.is_dir() or path.is_file()):
-                    problems.append(f"{name}: {path.relative_to(record)} is a link or a special file, "
-                                    "which collect would follow with your rights: delete the record")
+                info = path.lstat()
+                if path.is_symlink() or not (path.is_dir() or path.is_file()) \
+                        or path.is_file() and (info.st_nlink != 1 or info.st_uid != record.stat().st_uid):
+                    problems.append(f"{name}: {path.relative_to(record)} is a link (symbolic or hard), a "
+                                    "special file or another user's file, which collect would copy with your "
+                                    "rights: delete the record")
         try:
             owner = pwd.getpwuid(record.stat().st_uid).pw_name
         except KeyError:

@@ -45,14 +45,25 @@ def test_a_link_to_the_instructors_files_is_named(tmp_path):
     record = _record(inbound, "alice", _now())
     (record / f"{LESSON}.ipynb").symlink_to(secret)
     problems = tools.inbound_problems(inbound)
-    assert len(problems) == 1 and "is a link or a special file" in problems[0], problems
+    assert len(problems) == 1 and "is a link (symbolic or hard)" in problems[0], problems
+
+
+def test_a_hard_link_to_the_instructors_files_is_named(tmp_path):
+    """C23: a hard link is a plain file: it must have no other link."""
+    secret = tmp_path / "source.ipynb"
+    secret.write_text("{}")
+    inbound = tmp_path / "inbound"
+    record = _record(inbound, "alice", _now())
+    os.link(secret, record / f"{LESSON}.ipynb")
+    problems = tools.inbound_problems(inbound)
+    assert len(problems) == 1 and "is a link (symbolic or hard)" in problems[0], problems
 
 
 def test_a_name_collect_cannot_read_and_a_backdated_record_are_named(tmp_path):
     """C21: one bad name stops collect for the whole class; C20: a time days before the record
     was written makes late work look on time."""
     (tmp_path / f"mallory+{LESSON}+not-a-time+x").mkdir()
-    _record(tmp_path, "bob", _now() - datetime.timedelta(days=3))
+    _record(tmp_path, "bob", _now() - datetime.timedelta(minutes=20))
     problems = tools.inbound_problems(tmp_path)
     assert any("not a record name collect can read" in p for p in problems), problems
     assert any("bob" in p and "h later" in p for p in problems), problems
@@ -62,7 +73,8 @@ def test_a_name_collect_cannot_read_and_a_backdated_record_are_named(tmp_path):
 def test_a_record_owned_by_someone_else_than_the_student_it_names_is_named(tmp_path):
     """C11: a classmate hands in as bob."""
     record = _record(tmp_path, "bob", _now())
-    os.chown(record, 65534, 65534)
+    for path in (record, record / "timestamp.txt"):
+        os.chown(path, 65534, 65534)
     problems = tools.inbound_problems(tmp_path, me="instructor")
     assert len(problems) == 1 and "but it names student bob" in problems[0], problems
 
