@@ -1156,11 +1156,14 @@ def _limits(memory: int, cpu_seconds: int, file_size: int, processes: int) -> No
     """The answer's process limits, set between fork and exec: address space, CPU seconds (the
     kernel ends it past them, whatever it does with signals), the size of any file it writes
     (its result and its stderr included), processes and threads of this user, no core file."""
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for kind, soft, hard in ((resource.RLIMIT_AS, memory, memory),
+                             (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 5),
+                             (resource.RLIMIT_FSIZE, file_size, file_size),
+                             (resource.RLIMIT_NPROC, processes, processes), (resource.RLIMIT_CORE, 0, 0)):
+        ceiling = resource.getrlimit(kind)[1]  # never above what this user may set: lower is fine
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
+        resource.setrlimit(kind, (soft, hard))
     os.setsid()
 
 
