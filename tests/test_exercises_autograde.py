@@ -300,6 +300,25 @@ def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases():
     assert not wrong.passed and "not seen" in wrong.message, wrong
 
 
+def test_the_feedback_on_unseen_cases_shows_nothing_of_them():
+    """C15 of the cold trial: an answer that raises its inputs as a message, or returns a wrong
+    value, learns nothing of an unseen case from its feedback (not its label, inputs, expected
+    output or the message it raised), so it cannot look them up at the next grading."""
+    import re
+
+    solutions_dir = str(ROOT / "solutions")
+    table = {c.args for c in lesson03.SCORE_MACS.make_cases()}
+    for body in ("    raise ValueError(repr((seq_len, d_model, num_heads)))",
+                 "    return -12345"):
+        code = (f"def score_macs(seq_len, d_model, num_heads):\n"
+                f"    if (seq_len, d_model, num_heads) in {table!r}:\n"
+                f"        return num_heads * seq_len * seq_len * (d_model // num_heads)\n{body}\n")
+        feedback = autograde.grade_answer("lesson03", "check_score_macs", code, "score_macs", salt=77,
+                                          solutions_dir=solutions_dir)
+        assert not feedback.passed and "not seen" in feedback.message, feedback
+        assert not re.search(r"\d", feedback.message), feedback.message  # no number of the case at all
+
+
 # -- the outside grader (issue 34): the answer's code, taken by its syntax tree -----------------
 def test_answer_source_keeps_the_function_what_it_calls_and_its_imports_only():
     cells = ["import torch\nimport numpy as np\nimport pandas as pd\nprint('hello')\nSCALE = 2",
@@ -414,10 +433,14 @@ def test_the_answer_process_has_time_and_memory_limits():
     assert greedy[0].kind == "raised" and greedy[0].error[0] == "MemoryError", greedy
 
 
-def test_a_process_the_answer_leaves_behind_is_ended():
+def test_an_answer_that_starts_a_process_is_refused_and_leaves_none_behind():
     import time
 
-    _run("import subprocess\ndef score_macs(*a):\n    subprocess.Popen(['sleep', '613'])\n    return 0\n")
+    run = sandbox.run_answer("import subprocess\ndef score_macs(*a):\n"
+                             "    subprocess.Popen(['sleep', '613'])\n    return 0\n",
+                             "score_macs", "lesson03.check_score_macs",
+                             [lesson03.SCORE_MACS.make_cases()[:1]])
+    assert run.lost is not None and run.lost.startswith("refused: subprocess.Popen"), run
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "sleep 613"], capture_output=True, text=True).stdout.split()
     assert left == [], left
@@ -443,16 +466,14 @@ def test_the_answer_process_sees_neither_the_course_nor_the_clone(tmp_path):
              f"                 {str(ROOT / 'solutions' / 'lesson03.py')!r},\n"
              f"                 {str(ROOT / 'notebooks')!r}):\n"
              "        seen.append(Path(path).exists())\n"
-             "    for path in (" + repr(str(ROOT / "course_utils" / "exercises" / "core.py")) + ", "
-             + repr(str(course / "planted.txt")) + "):\n"
-             "        try:\n"
-             "            open(path, 'a').close()\n"
-             "            seen.append(True)\n"
-             "        except OSError:\n"
-             "            seen.append(False)\n"
              "    return tuple(seen)\n")
     outcome = _run(probe, hide=[course])[0]
-    assert outcome.kind == "value" and outcome.value == (False,) * 5, outcome
+    assert outcome.kind == "value" and outcome.value == (False,) * 3, outcome
+    for path in (ROOT / "course_utils" / "exercises" / "core.py", course / "planted.txt"):
+        writer = f"def score_macs(*a):\n    open({str(path)!r}, 'a').close()\n    return 0\n"
+        run = sandbox.run_answer(writer, "score_macs", "lesson03.check_score_macs",
+                                 [lesson03.SCORE_MACS.make_cases()[:1]], hide=[course])
+        assert run.lost is not None and run.lost.startswith("refused: open for writing"), run
     assert not (course / "planted.txt").exists()
 
 

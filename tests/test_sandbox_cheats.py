@@ -289,8 +289,8 @@ def test_outputs_far_larger_than_the_right_ones_are_refused_unread():
 
 def test_the_result_comes_from_the_harness_not_a_file_the_answer_can_name():
     """An answer that writes a forged result where the harness used to write, then makes
-    torch.save do nothing (N14), still gets its own outputs recorded (run without the static
-    rules, which refuse it before any process starts)."""
+    torch.save do nothing (N14), gets no forged value recorded: the changed torch.save is named
+    as tampering (run without the static rules, which refuse it before any process starts)."""
     from course_utils.exercises import lesson03
 
     code = ("import torch\n"
@@ -300,7 +300,8 @@ def test_the_result_comes_from_the_harness_not_a_file_the_answer_can_name():
             "    return -1\n")
     run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
                              [lesson03.SCORE_MACS.make_cases()[:1]])
-    assert run.lost is None and run.outcomes[0][0].value == -1, run
+    outcome = run.outcomes[0][0]
+    assert run.lost is None and outcome.value is None and "torch.save" in outcome.tampered, run
 
 
 def test_folders_shown_under_tmp_are_bound_after_the_empty_tmp(monkeypatch, tmp_path):
@@ -340,3 +341,21 @@ def test_a_base_class_comes_before_its_subclass_of_the_same_cell_under_any_hash_
     out = subprocess.run([sys.executable, "-c", ORDER_SCRIPT], env=env, capture_output=True,
                          text=True, check=True, timeout=120).stdout.split()
     assert out == ["Base", "Scaled", "repeat_kv"], out
+
+
+# -- the cold trial's C16: HTML in a student's markdown runs in the instructor's Formgrader -------
+def test_the_students_markdown_and_raw_cells_keep_no_live_html_after_autograde():
+    import nbformat
+
+    payload = '<img src="x" onerror="fetch(\'/formgrader/api/grade/1\', {method: \'PUT\'})">'
+    nb = _notebook([("check_repeat_kv", "repeat_kv", DECORATED[2].replace("@checked\n", ""))])
+    locked = nbformat.v4.new_markdown_cell("<b>the lesson's own text</b>",
+                                           metadata={"nbgrader": {"locked": True, "grade_id": "intro"}})
+    raw = nbformat.v4.new_raw_cell(payload, metadata={"format": "text/html"})
+    nb.cells[:0] = [locked, nbformat.v4.new_markdown_cell("Thanks! " + payload), raw]
+    results = autograde.grade_notebook(nb, salt=None, solutions_dir=None)
+    assert results["lesson07_repeat_kv_test"].passed
+    assert nb.cells[0].source == "<b>the lesson's own text</b>"  # nbgrader put it back from the source
+    for cell in nb.cells[1:3]:
+        assert "<img" not in cell.source and "&lt;img" in cell.source, cell.source
+    assert "format" not in nb.cells[2].metadata

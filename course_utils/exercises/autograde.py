@@ -300,7 +300,7 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
                 return exercise._tampered(outcome.tampered)
         for case, outcome in zip(set_cases, outcomes, strict=True):
             if outcome.kind == "refused":
-                where = f" on {case.label}" if case.label else ""
+                where = f" on {case.label}" if case.label and index == 0 else ""  # unseen: not named
                 return Feedback(title, "wrong", "the grader accepts only plain outputs (an exact "
                                 "torch.Tensor or numpy.ndarray of a real dtype, Python numbers, str, None, "
                                 f"tuples, lists); you returned {outcome.error[1]}{where}.", exercise.hint)
@@ -316,8 +316,13 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
         if not feedback.passed:
             if index == 0:
                 return feedback
-            return Feedback(title, feedback.status, "on test cases your notebook has not seen: "
-                            + feedback.message, feedback.hint, mistake=feedback.mistake)
+            # Nothing of the unseen case itself (its label, inputs, expected output or what the
+            # answer raised on it): shown, it could be looked up at the next grading under the
+            # same salt (cold trial C15).
+            return Feedback(title, feedback.status, "wrong on test cases your notebook has not seen "
+                            "(their inputs and outputs are not shown): the answer is right only on the "
+                            "cases it was tried on; check it on other shapes and values.",
+                            exercise.hint, mistake=feedback.mistake)
     n = len(cases) + len(unseen or [])
     return Feedback(title, "correct", f"correct on all {n} test cases, {len(unseen or [])} of them unseen.")
 
@@ -397,17 +402,41 @@ def _nbgrader_meta(cell: Any) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
+def neutralise_html(nb: Any) -> int:
+    """Escape the HTML of every markdown or raw cell of ``nb`` that the student could write (all
+    but the locked cells nbgrader has put back from the source), so that the Formgrader shows it
+    as text: nbgrader renders markdown unsanitised, and a student's ``<img onerror=...>`` ran as
+    the instructor and rewrote every classmate's grade (cold trial C16). Returns how many cells
+    changed."""
+    import html
+
+    changed = 0
+    for cell in nb.cells:
+        if cell.cell_type not in ("markdown", "raw") or _nbgrader_meta(cell).get("locked"):
+            continue
+        escaped = html.escape(cell.source, quote=False)
+        if cell.cell_type == "raw":  # a raw cell marked text/html is inserted as it is
+            cell.metadata.pop("format", None)
+            cell.metadata.pop("raw_mimetype", None)
+        if escaped != cell.source:
+            cell.source = escaped
+            changed += 1
+    return changed
+
+
 def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide: Sequence[Path] = (),
                    per_call: int = 60, memory: int = 4 * 2**30, sandboxed: bool | None = None,
                    log: Any = None) -> dict[str, Any]:
     """Grade every autograded test cell of ``nb`` (an nbgrader notebook: solution cell
     ``lessonNN_xxx``, test cell ``lessonNN_xxx_test`` whose source calls ``lessonNN.check_xxx(fn)``),
     returning grade_id of the test cell -> Feedback, and set each test cell's outputs to the
-    grader's verdict alone."""
+    grader's verdict alone; the student's markdown and raw cells keep no live HTML
+    (:func:`neutralise_html`)."""
     import nbformat
 
     from .core import Feedback
 
+    neutralise_html(nb)
     results: dict[str, Any] = {}
     ids = {_nbgrader_meta(c).get("grade_id"): i for i, c in enumerate(nb.cells) if _nbgrader_meta(c)}
     for index, cell in enumerate(nb.cells):

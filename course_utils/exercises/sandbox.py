@@ -74,7 +74,11 @@ NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_ar
 ATTENTION_TWINS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                    "_native_multi_head_attention", "multi_head_attention_forward",
                    "MultiheadAttention", "MultiHeadAttention", "naive_mha", "worked_example",
-                   "grouped_query_attention", "naive_from_batched")
+                   "grouped_query_attention", "naive_from_batched",
+                   # torch's layers that hold a MultiheadAttention (reached by `children()`) or run
+                   # the fused encoder kernel (cold trial C6, C14)
+                   "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+                   "TransformerDecoder", "Transformer", "_transformer_encoder_layer_fwd")
 EXTRA_TWINS: dict[str, tuple[str, ...]] = {
     "lesson01.check_attend": ATTENTION_TWINS,
     "lesson01.check_head_scores": ATTENTION_TWINS,
@@ -94,14 +98,43 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
     "lesson07.check_repeat_kv": ("repeat_kv", "enable_gqa", "grouped_query_attention"),
     "lesson07.check_decode_step": ("grouped_query_attention", "naive_mha", "worked_example",
                                    "_native_multi_head_attention", "MultiHeadAttention",
-                                   "MultiheadAttention"),
+                                   "MultiheadAttention", "TransformerEncoderLayer",
+                                   "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+                                   "Transformer", "_transformer_encoder_layer_fwd"),
 }
 # Parts of a name (any case) that mark a ready-made twin of an exercise wherever they appear in
 # a name the answer does not define itself: softmin, Softmax, LogSoftmax, gumbel_softmax (fifth
 # trial a01, a07).
 TWIN_PARTS: dict[str, tuple[str, ...]] = {"lesson02.check_softmax_rows": ("softm",)}
-# Exercises whose Library use line allows part of course_utils; every other one rules it out.
-COURSE_UTILS_ALLOWED = {"lesson05.check_find_induction_head"}
+# Exercises whose Library use line allows part of course_utils, and the only course_utils modules
+# they may import; every other exercise rules course_utils out. 5.3 may use `best_head` from the
+# scores module (INSTRUCTORS.md, threat model); the library's `induction_score` stays forbidden by
+# the call watch, which the audit hook of the answer's process keeps out of the answer's reach.
+COURSE_UTILS_ALLOWED: dict[str, frozenset[str]] = {
+    "lesson05.check_find_induction_head": frozenset({"course_utils", "course_utils.interp",
+                                                     "course_utils.interp.scores"}),
+}
+# Exercises whose Library use line allows fewer modules than IMPORTS_ALLOWED: 2.1 is numpy only
+# (cold trial C12: torch's cross_entropy computes a log-softmax).
+IMPORTS_ONLY: dict[str, frozenset[str]] = {
+    "lesson02.check_softmax_rows": frozenset({"__future__", "math", "typing", "collections",
+                                              "collections.abc", "itertools", "dataclasses",
+                                              "numpy", "numpy.linalg", "numpy.typing"}),
+}
+# Attributes that hand over a frame (and from it the builtins, the caller's locals: cold trial
+# C1, C2, C4) or a code object. The audit hook of the answer's process refuses most of them at
+# run time too.
+FRAME_ATTRIBUTES = {
+    "__traceback__", "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "f_back", "f_builtins",
+    "f_code", "f_globals", "f_locals", "f_trace", "f_lasti", "f_lineno", "gi_frame", "gi_code",
+    "gi_yieldfrom", "gi_running", "cr_frame", "cr_code", "cr_await", "cr_origin", "ag_frame",
+    "ag_code", "ag_await", "co_code", "co_consts", "co_names",
+}
+# The only dunder attributes an answer may name (`super().__init__()` in its own module class);
+# any other (`__getattr__`, `__setattr__`, `__dict__`, ...) reaches attributes by a built name
+# (cold trial C3, C9).
+DUNDERS_ALLOWED = {"__init__", "__call__", "__len__", "__getitem__", "__iter__", "__name__",
+                   "__doc__", "__repr__", "__str__", "__eq__", "__hash__"}
 # The only modules an answer may import (a name here allows its submodules only where listed):
 # the maths libraries and a few plain helpers of the standard library. Anything else (pkgutil,
 # operator, runpy, pathlib, json, concurrent, types, pydoc, ...) reaches code or files by a
@@ -122,6 +155,8 @@ NOT_FROM_ALLOWED_MODULES = {
     "lib", "read_array", "allow_pickle", "NpzFile", "pickle", "Unpickler",
     # tables of every torch function, to pick one by a name built at run time (fifth trial a15)
     "overrides", "get_overridable_functions", "get_testing_overrides", "get_ignored_functions",
+    # getattr and setattr by names given as data (cold trial C13)
+    "update_wrapper", "wraps",
 }
 
 
@@ -244,10 +279,65 @@ def is_stub(code: str, name: str) -> bool:
 
 
 def _module_allowed(module: str, check_key: str) -> bool:
-    if module in IMPORTS_ALLOWED:
-        return True
-    return (check_key in COURSE_UTILS_ALLOWED and module.split(".")[0] == "course_utils"
-            and not any(part.startswith("_") for part in module.split(".")))
+    if check_key in IMPORTS_ONLY:
+        return module in IMPORTS_ONLY[check_key]
+    return module in IMPORTS_ALLOWED or module in COURSE_UTILS_ALLOWED.get(check_key, ())
+
+
+def _bound_module(dotted: str) -> str | None:
+    """The name of the module that ``dotted`` (``typing.operator``) is bound to, read from the
+    modules the grader has loaded, without importing anything or calling a module's
+    ``__getattr__``; None when it is not a module (or not loaded here)."""
+    parts = dotted.split(".")
+    obj: Any = sys.modules.get(parts[0])
+    for part in parts[1:]:
+        if not isinstance(obj, types.ModuleType):
+            return None
+        obj = vars(obj).get(part, sys.modules.get(f"{obj.__name__}.{part}"))
+    name = getattr(obj, "__name__", None) if isinstance(obj, types.ModuleType) else None
+    return name if isinstance(name, str) else None
+
+
+# torch's and NumPy's own submodules that load, save or compile code, or list every function:
+# refused as attributes of anything. Their other submodules (`attention`, `distributions.normal`)
+# are harmless, and their names are common names of an answer's own attributes.
+RISKY_SUBMODULES = {"hub", "package", "serialization", "jit", "fx", "library", "ops", "overrides",
+                    "testing", "utils", "compiler", "export", "cpp", "backends", "lib", "ctypeslib",
+                    "f2py", "distributed", "multiprocessing", "func", "classes", "_dynamo", "onnx"}
+
+
+@functools.cache
+def _module_attribute_names(check_key: str) -> frozenset[str]:
+    """Names under which an allowed module holds a module the exercise may not use
+    (``typing.operator``, ``torch.platform``, ``dataclasses.types``): refused as an attribute
+    whatever it is read from, since ``mods().operator`` (a call returning ``typing``) is no
+    chain the grader can follow (cold trial C22). A name that an allowed module also binds to
+    something else (``np.random.normal``, ``np.copy``), that ends an allowed module's name
+    (``functional``, ``random``) or that a tensor or an array has (``grad``) stays allowed."""
+    allowed = IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED) | COURSE_UTILS_ALLOWED.get(check_key, set())
+    fine = set(dir(torch.Tensor)) | set(dir(np.ndarray)) | {m.rsplit(".", 1)[-1] for m in allowed}
+    held = set()
+    for module_name in allowed:
+        module = sys.modules.get(module_name)
+        for name, value in (vars(module).items() if isinstance(module, types.ModuleType) else ()):
+            if not isinstance(value, types.ModuleType):
+                fine.add(name)
+            elif not _module_allowed(str(value.__name__), check_key) and (
+                    str(value.__name__).split(".")[0] not in ("torch", "numpy") or name in RISKY_SUBMODULES):
+                held.add(name)
+    return frozenset(n for n in held - fine if not n.startswith("_"))  # private names: refused anyway
+
+
+def _module_refused(dotted: str, check_key: str) -> bool:
+    """True when ``dotted`` names a module outside the exercise's allow-list: a submodule
+    (``torch.hub``) or a module bound as an attribute of an allowed one (``typing.operator``,
+    ``torch.platform``: cold trial C5). Imports nothing."""
+    if _module_allowed(dotted, check_key):
+        return False
+    bound = _bound_module(dotted)
+    if bound is not None:
+        return True  # a module under a name that is not itself allowed
+    return _is_module(dotted)
 
 
 def _is_module(dotted: str) -> bool:
@@ -255,10 +345,44 @@ def _is_module(dotted: str) -> bool:
     for a name inside an allowed module, which the grader has imported already."""
     import importlib.util
 
+    if dotted.rpartition(".")[0] not in sys.modules:  # finding it would import its package here
+        return False
     try:
         return importlib.util.find_spec(dotted) is not None
     except (ImportError, ValueError, AttributeError):
         return False
+
+
+def _own_parameters(tree: ast.AST) -> dict[int, str]:
+    """For each attribute store or delete (by id) in the body of a method (a function defined
+    directly in a class), the name of that method's first parameter, unless the method binds
+    that name again (``self = torch.Tensor``). A plain function's ``self`` parameter and a nested
+    function's get nothing (hardening item 4, cold trial C7b)."""
+    found: dict[int, str] = {}
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            params = [*method.args.posonlyargs, *method.args.args]
+            if not params:
+                continue
+            first = params[0].arg
+            nested = {id(n) for sub in ast.walk(method) if sub is not method
+                      and isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+                      for n in ast.walk(sub)}
+            rebound = any(isinstance(n, ast.Name) and n.id == first and not isinstance(n.ctx, ast.Load)
+                          or isinstance(n, (ast.Global, ast.Nonlocal)) and first in n.names
+                          or isinstance(n, ast.arg) and n.arg == first and n is not params[0]
+                          for n in ast.walk(method))
+            if rebound:
+                continue
+            for node in ast.walk(method):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                        and id(node) not in nested:
+                    found[id(node)] = first
+    return found
 
 
 def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
@@ -278,6 +402,7 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
             for alias in node.names:
                 imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     own_names = {"self", "cls"}  # an answer sets attributes only through these: never bind a module to them
+    methods_own = _own_parameters(tree)  # id of each attribute store -> its method's first parameter
     for name in sorted(own_names & set(imported)):
         found.add(f"importing as `{name}` (the name of an object's own first parameter)")
     for top in getattr(tree, "body", []):
@@ -295,25 +420,24 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
                 root = root.value
             if isinstance(root, ast.Name) and root.id in imported:
                 dotted = ".".join([imported[root.id], *reversed(parts)])
-                if not _module_allowed(dotted, check_key) and _is_module(dotted):
+                if _module_refused(dotted, check_key):
                     found.add(f"`{ast.unparse(node)}` (the module {dotted}, which answers may not use)")
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not _module_allowed(alias.name, check_key):
-                    found.add(f"`import {alias.name}` (an answer imports only {', '.join(sorted(_TOP))})")
+                    found.add(f"`import {alias.name}` (an answer imports only {_allowed_tops(check_key)})")
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if node.level or not _module_allowed(module, check_key):
                 found.add(f"`from {'.' * node.level}{module} import` (an answer imports only "
-                          f"{', '.join(sorted(_TOP))})")
+                          f"{_allowed_tops(check_key)})")
                 continue
             for alias in node.names:
                 if alias.name == "*":
                     found.add(f"`from {module} import *` (import the names you use)")
                 elif alias.name in NOT_FROM_ALLOWED_MODULES:
                     found.add(f"`{alias.name}` (reads or writes files, or runs a string as code)")
-                elif module != "__future__" and _is_module(f"{module}.{alias.name}") \
-                        and not _module_allowed(f"{module}.{alias.name}", check_key):
+                elif module != "__future__" and _module_refused(f"{module}.{alias.name}", check_key):
                     found.add(f"`from {module} import {alias.name}` (a module answers may not import)")
         elif isinstance(node, ast.Attribute) and node.attr in NOT_FROM_ALLOWED_MODULES:
             found.add(f"`.{node.attr}` (reads or writes files, or runs a string as code)")
@@ -325,13 +449,17 @@ def _policy_broken(tree: ast.AST, check_key: str) -> set[str]:
             root = node.value
             while isinstance(root, (ast.Attribute, ast.Subscript)):
                 root = root.value
-            if not (isinstance(root, ast.Name) and root.id in ("self", "cls")):
+            if not (isinstance(root, ast.Name) and methods_own.get(id(node)) == root.id in own_names):
                 found.add(f"assigning `{ast.unparse(node)}` (an answer sets attributes only of its own "
-                          "objects, through `self`; never of a module or a library's object)")
+                          "objects, through `self` or `cls` as the first parameter of a method of its "
+                          "own class; never of a module or a library's object)")
     return found
 
 
-_TOP = {m.split(".")[0] for m in IMPORTS_ALLOWED} - {"__future__"}
+def _allowed_tops(check_key: str) -> str:
+    """The top-level modules exercise ``check_key`` may import, for a refusal's message."""
+    allowed = IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED) | COURSE_UTILS_ALLOWED.get(check_key, set())
+    return ", ".join(sorted({m.split(".")[0] for m in allowed} - {"__future__"}))
 
 
 def rules_broken(code: str, check_key: str) -> list[str]:
@@ -360,6 +488,10 @@ def rules_broken(code: str, check_key: str) -> list[str]:
         own |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
         found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned - own
                   if any(part in n.lower() for part in TWIN_PARTS[check_key])}
+    found |= {f"`.{n}` (reaches a frame or a code object)" for n in mentioned & FRAME_ATTRIBUTES}
+    modules_held = _module_attribute_names(check_key)
+    found |= {f"`.{n.attr}` (a module that answers may not use, held by an allowed one)"
+              for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in modules_held}
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
@@ -373,6 +505,9 @@ def rules_broken(code: str, check_key: str) -> list[str]:
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not (node.attr.startswith("__") and node.attr.endswith("__"))):
             found.add(f"`.{node.attr}` (another module's private name)")
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__")
+                and node.attr not in DUNDERS_ALLOWED):
+            found.add(f"`.{node.attr}` (reaches attributes by a name built at run time)")
         if isinstance(node, ast.ImportFrom):
             found |= {f"`{a.name}` (another module's private name)" for a in node.names
                       if a.name.startswith("_") and node.module != "__future__"}
@@ -568,29 +703,257 @@ class Outcome:
 
 
 # -- 3. the answer's process -----------------------------------------------------------------
+REFUSED_EXIT = 87  # the answer's process ends with this status when its audit hook refuses an event
+# Audit events the answer's code may not raise (hardening item 1): unpickling by name, new code
+# (exec, compile, code and function objects made from parts, marshal), processes and threads,
+# frames and code objects (sys._getframe, tb_frame, gi_frame, __code__: object.__getattr__),
+# attribute changes the interpreter audits (a function's code or defaults), tracing and
+# profiling, new audit hooks, the garbage collector's object lists, raw memory and the network.
+REFUSED_EVENTS = frozenset({
+    "pickle.find_class", "exec", "compile", "code.__new__", "function.__new__", "marshal.load",
+    "marshal.loads", "os.fork", "os.forkpty", "os.system", "os.posix_spawn", "os.kill", "os.killpg",
+    "subprocess.Popen", "_thread.start_new_thread", "sys._getframe", "sys._current_frames",
+    "sys._current_exceptions", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+    "object.__getattr__", "object.__setattr__", "object.__delattr__", "builtins.breakpoint",
+    "os.putenv", "os.unsetenv", "resource.setrlimit", "resource.prlimit", "signal.pthread_kill",
+    "cpython.PyInterpreterState_New", "cpython.run_command", "cpython.run_file", "cpython.run_module",
+    "cpython.run_interactivehook", "cpython.run_startup",
+})
+REFUSED_PREFIXES = ("ctypes.", "socket.", "gc.", "os.exec", "os.spawn", "os.posix_spawn",
+                    "subprocess.", "mmap.", "sqlite3.", "shutil.", "urllib.", "http.", "ftplib.",
+                    "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.", "webbrowser.", "ssl.",
+                    "winreg.", "msvcrt.", "pdb.", "syslog.")
+# Events on a path (or a file descriptor) that change the file system: allowed inside the
+# answer's own work folder only.
+PATH_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link",
+                         "os.truncate", "os.chmod", "os.chown", "os.utime", "os.chflags", "os.lchflags",
+                         "os.setxattr", "os.removexattr", "os.mkfifo", "os.mknod"})
+# While the grader's own code runs between calls (the call watch arming and disarming itself,
+# writing the result), these are allowed, and nothing else besides what the answer may do.
+HARNESS_EVENTS = frozenset({"sys.setprofile", "object.__getattr__", "object.__setattr__",
+                            "object.__delattr__", "open", "function.__new__", "os.truncate"})
+HARNESS_ATTRIBUTES = frozenset({"__code__", "__kwdefaults__", "__defaults__", "__globals__", "f_code"})
+# The standard library's own code that compiles generated source (a dataclass's __init__, a
+# namedtuple's __new__), reads its caller's module name or a function's signature (a dataclass's
+# docstring): allowed when its own line raises the event.
+TRUSTED_CODE_MODULES = ("dataclasses", "collections", "typing", "enum")
+TRUSTED_FUNCTIONS = (("inspect", "_signature_from_function"),)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+def _trusted_codes() -> frozenset:
+    codes = set()
+    for module_name in TRUSTED_CODE_MODULES:
+        module = sys.modules.get(module_name)
+        for value in vars(module).values() if module is not None else ():
+            for f in (value, *(vars(value).values() if isinstance(value, type) else ())):
+                f = getattr(f, "__func__", f)
+                if isinstance(f, types.FunctionType) and f.__module__ == module_name:
+                    codes.add(f.__code__)
+    for module_name, function in TRUSTED_FUNCTIONS:
+        f = getattr(sys.modules.get(module_name), function, None)
+        if isinstance(f, types.FunctionType):
+            codes.add(f.__code__)
+    return frozenset(codes)
+
+
+def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harness: list[bool]) -> None:
+    """Install, for good (audit hooks cannot be removed), the hook that ends the answer's process
+    with status :data:`REFUSED_EXIT` and ``refused: <event>`` on its stderr when the answer raises
+    one of :data:`REFUSED_EVENTS` (or a prefix of :data:`REFUSED_PREFIXES`), opens a file for
+    writing outside ``work``, changes the file system outside it, or imports a module that is
+    neither loaded now nor allowed for ``check_key``. ``answer``, the answer's compiled module,
+    may be run once. While ``harness[0]`` is true (the grader's code between calls) the events of
+    :data:`HARNESS_EVENTS` are allowed too. Everything the hook uses is bound here, before any of
+    the answer's code exists: patching a module afterwards changes nothing."""
+    import _thread
+
+    exit_, write_, fspath, realpath, getframe = os._exit, os.write, os.fspath, os.path.realpath, sys._getframe
+    ident = _thread.get_ident
+    main = ident()  # the grader's code runs in this thread only: another thread gets no allowance
+    sep, str_, bytes_, int_, isinstance_, frozenset_ = os.sep, str, bytes, int, isinstance, frozenset
+    root = realpath(work)
+    loaded = frozenset_(sys.modules)
+    imports = frozenset_(IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED)) | \
+        COURSE_UTILS_ALLOWED.get(check_key, frozenset_())
+    refused, prefixes, path_events = REFUSED_EVENTS, REFUSED_PREFIXES, PATH_EVENTS
+    harness_events, harness_attributes = HARNESS_EVENTS, HARNESS_ATTRIBUTES
+    trusted = _trusted_codes()
+    write_flags = _WRITE_FLAGS
+    state = {"answer": answer, "inside": None}  # inside: the thread that runs the hook's own frame reads
+
+    def refuse(event: str) -> None:
+        write_(2, ("\nrefused: " + event + "\n").encode("ascii", "replace"))
+        exit_(REFUSED_EXIT)
+
+    def inside_work(path: Any) -> bool:
+        try:
+            resolved = realpath(fspath(path))
+        except Exception:  # noqa: BLE001 - not a path
+            return False
+        if isinstance_(resolved, bytes_):
+            resolved = resolved.decode("utf-8", "surrogateescape")
+        return resolved == root or resolved.startswith(root + sep)
+
+    def called_from_trusted() -> bool:
+        state["inside"] = ident()  # the frame reads below raise events of their own
+        try:
+            frame = getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the event
+            return frame is not None and frame.f_code in trusted
+        finally:
+            state["inside"] = None
+
+    def hook(event: str, args: tuple) -> None:
+        if state["inside"] is not None and state["inside"] == ident():
+            return
+        if event == "exec" and args and args[0] is state["answer"]:
+            state["answer"] = None  # the answer's module runs once
+            return
+        if event == "import":
+            name = args[0] if args else None
+            if isinstance_(name, str_) and (name in loaded or name in imports):
+                return
+            refuse(f"import {name}")
+        if harness[0] and event in harness_events and ident() == main:
+            if event.startswith("object.") and not (len(args) > 1 and args[1] in harness_attributes):
+                refuse(event + (f" {args[1]}" if len(args) > 1 and isinstance_(args[1], str_) else ""))
+            if event not in ("open", "os.truncate") or args and isinstance_(args[0], int_):
+                return  # the grader writes only through the result's descriptor
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = (isinstance_(mode, str_) and any(c in mode for c in "wax+")) or \
+                (isinstance_(flags, int_) and flags & write_flags)
+            if isinstance_(path, int_):
+                if writing:
+                    refuse("open of a file descriptor for writing")
+                return
+            if writing and not inside_work(path):
+                refuse(f"open for writing {path!r:.200}")
+            return
+        if event in path_events:
+            for arg in args:
+                if isinstance_(arg, (str_, bytes_)) and not inside_work(arg) or isinstance_(arg, int_) \
+                        and event == "os.truncate":
+                    refuse(f"{event} {arg!r:.200}")
+            return
+        if event in ("exec", "compile", "sys._getframe", "object.__setattr__", "object.__getattr__") \
+                and called_from_trusted():
+            return
+        if event in refused or event.startswith(prefixes):
+            if event == "object.__getattr__" and len(args) > 1 and args[1] == "f_code" \
+                    and called_from_watch():
+                return
+            refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1
+                            and isinstance_(args[1], str_) else ""))
+
+    from .core import _CallWatch
+
+    profile_code = _CallWatch._profile.__code__
+
+    def called_from_watch() -> bool:  # the call watch's profiler reads each called frame's code
+        state["inside"] = ident()
+        try:
+            frame = getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the event
+            return frame is not None and frame.f_code is profile_code
+        finally:
+            state["inside"] = None
+
+    sys.addaudithook(hook)
+
+
+def _modules_and_classes() -> list[tuple[Any, dict]]:
+    """Every loaded module and every class bound in one, each with a copy of its namespace: what
+    the grader's code between calls (copying inputs and outputs, the call watch, writing the
+    result) looks its functions up in."""
+    seen: dict[int, tuple[Any, dict]] = {}
+    for module in list(sys.modules.values()):
+        if type(module) is not types.ModuleType or module.__name__ in ("__main__", "answer"):
+            continue
+        namespace = vars(module)
+        seen[id(module)] = (module, dict(namespace))
+        for value in list(namespace.values()):
+            if issubclass(type(value), type) and id(value) not in seen:  # type(): no __class__ looked up
+                with contextlib.suppress(TypeError):
+                    seen[id(value)] = (value, dict(vars(value)))
+    for module_name, name in REGISTRIES:  # tables changed in place, which a module's namespace hides
+        table = getattr(sys.modules.get(module_name), name, None)
+        if type(table) is dict:
+            seen[id(table)] = (_Registry(f"{module_name}.{name}", table), dict(table))
+    return list(seen.values())
+
+
+# Tables the grader's own code in the answer's process reads (pickling the result goes through
+# copyreg's reducers), compared by content after each call (a cold trial's note on C23).
+REGISTRIES = (("copyreg", "dispatch_table"), ("copyreg", "_extension_registry"),
+              ("copyreg", "_inverted_registry"))
+
+
+@dataclass
+class _Registry:
+    name: str
+    table: dict
+
+
+def _namespace(owner: Any) -> dict:
+    return owner.table if type(owner) is _Registry else vars(owner)
+
+
+def _owner_name(owner: Any) -> str:
+    if type(owner) is _Registry:
+        return owner.name
+    if isinstance(owner, types.ModuleType):
+        return str(owner.__name__)
+    return f"{owner.__module__}.{owner.__qualname__}"
+
+
+def _changed(snapshot: list[tuple[Any, dict]]) -> str | None:
+    """The first attribute of a module or class that is not what :func:`_modules_and_classes`
+    saw (changed, deleted or added), as ``module.name``; None when all are as they were."""
+    for owner, before in snapshot:
+        now = _namespace(owner)
+        if len(now) != len(before) + ("__warningregistry__" in now) - ("__warningregistry__" in before):
+            added = sorted(set(now) - set(before) - {"__warningregistry__"}) or sorted(set(before) - set(now))
+            return f"{_owner_name(owner)}.{(added or ['?'])[0]}"
+        for key, value in before.items():
+            if key != "__warningregistry__" and now.get(key, before) is not value:
+                return f"{_owner_name(owner)}.{key}"
+    return None
+
+
 def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the call took longer than the grader's time limit")
 
 
-def _child(payload_path: str, result_fd: str) -> None:
+def _child(payload_fd: str, result_fd: str) -> None:
     """Run in the answer's process: define the answer, call it on every case, write what it
     returned to ``result_fd``, a file descriptor the grader opened on a file outside the
-    sandbox (no path the answer could name). Nothing here is trusted by the grader; it only
-    saves a round of re-checks."""
-    save, fdopen, channel = torch.save, os.fdopen, int(result_fd)  # taken before the answer's code runs
+    sandbox (no path the answer could name); the payload comes the same way. Before the
+    answer's code runs, the allowed modules are loaded, a snapshot of every module and class is
+    taken, and the audit hook (:func:`install_audit_hook`) is installed. After each call a
+    changed module or class ends the run as tampering, before any of the grader's code looks a
+    function up again. Nothing here is trusted by the grader; it only saves a round of re-checks."""
+    save, lseek, ftruncate, fdopen, exit_ = torch.save, os.lseek, os.ftruncate, os.fdopen, os._exit
+    channel = int(result_fd)
+    harness = [True]
+
+    with os.fdopen(int(payload_fd), "rb") as f:
+        payload = pickle.load(f)  # made by the grader before the answer's code existed here
+    code, name, check_key, case_sets, per_call, work, stub = (payload[k] for k in (
+        "code", "name", "check", "case_sets", "per_call", "work", "stub"))
+    del payload
 
     def write(data: dict) -> None:
-        with fdopen(channel, "wb") as f:
-            save(data, f)
-        os._exit(0)  # no exit handlers of the answer's (a pool that waits for its workers)
+        harness[0] = True
+        try:
+            lseek(channel, 0, 0)  # whatever was written there before (a forged result) is dropped
+            ftruncate(channel, 0)
+            with fdopen(channel, "wb") as f:
+                save(data, f)
+        except BaseException:  # noqa: BLE001 - past the file size limit: the grader says so
+            exit_(3)
+        exit_(0)  # no exit handlers of the answer's (a pool that waits for its workers)
 
-    with open(payload_path, "rb") as f:
-        payload = pickle.load(f)  # made by the grader before the answer's code existed here
-    os.unlink(payload_path)
-    code, name, check_key, case_sets, per_call = (payload[k] for k in
-                                                  ("code", "name", "check", "case_sets", "per_call"))
-    del payload
-    from .core import _CallWatch, _is_stub
+    from .core import _CallWatch
 
     watch_functions: list[Any] = []
     try:
@@ -601,41 +964,88 @@ def _child(payload_path: str, result_fd: str) -> None:
             watch_functions = exercise._forbidden()
     except Exception:  # noqa: BLE001 - no watch: the static rules still apply
         watch_functions = []
-    results: list[list[dict]] = []
-    namespace: dict[str, Any] = {"__name__": "answer"}
+    allowed_modules = IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED) | \
+        COURSE_UTILS_ALLOWED.get(check_key, set())
+    for allowed in sorted(allowed_modules):
+        with contextlib.suppress(ImportError):  # loaded now: an import of it later is no new module
+            importlib.import_module(allowed)
+    import io
+
+    save({"warm": to_plain((torch.zeros(1), np.zeros(1), np.float32(0)))}, io.BytesIO())  # its lazy imports
+    try:
+        compiled = compile(code, "<answer>", "exec")
+    except BaseException as exc:  # noqa: BLE001
+        write({"defined": [type(exc).__name__, str(exc)[:500]]})
+    answer_module = types.ModuleType("answer")  # a module of its own: a dataclass looks its module up
+    sys.modules["answer"] = answer_module
+    namespace = vars(answer_module)
     signal.signal(signal.SIGALRM, _alarm)
+    import threading
+
+    def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the grader runs answers without threads")
+
+    threading._start_new_thread = no_thread  # no audit event for a new thread before Python 3.13
+    snapshot = _modules_and_classes()
+    install_audit_hook(work, check_key, compiled, harness)
+    harness[0] = False
     try:
         signal.alarm(per_call)
-        exec(compile(code, "<answer>", "exec"), namespace)  # noqa: S102 - the point of this process
+        exec(compiled, namespace)  # noqa: S102 - the point of this process
         signal.alarm(0)
         fn = namespace[name]
     except BaseException as exc:  # noqa: BLE001
         signal.alarm(0)
-        kind = type(exc).__name__
-        write({"defined": [kind, str(exc)[:500]]})
+        try:
+            message = str(exc)[:500]
+        except BaseException:  # noqa: BLE001
+            message = ""
+        write({"defined": [type(exc).__name__[:80], message]})
+    results: list[list[dict]] = []
+    tampered = _changed(snapshot)  # defining the answer (a decorator, a default) changed something
     for cases in case_sets:
-        outcomes = []
+        outcomes: list[dict] = []
+        results.append(outcomes)
         for case in cases:
+            if tampered is not None:
+                outcomes.append({"kind": "raised", "error": ["Tampered", tampered], "after": [],
+                                 "used": None, "tampered": f"`{tampered}` changed"})
+                break
+            harness[0] = True
             args, kwargs = case.fresh()
             watch = _CallWatch(watch_functions)
+            watch.__enter__()
+            harness[0] = False
             record: dict[str, Any] = {}
+            out: Any = None
             try:
                 signal.alarm(per_call)
-                with watch:
-                    out = fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
                 signal.alarm(0)
-                try:
-                    record = {"kind": "value", "value": to_plain(out)}
-                except Refused as exc:
-                    record = {"kind": "refused", "error": ["Refused", str(exc)]}
+                record = {"kind": "value"}
             except BaseException as exc:  # noqa: BLE001 - an exit or interrupt is an outcome too
                 signal.alarm(0)
-                stub = isinstance(exc, NotImplementedError) and _is_stub(fn, exc)
                 try:
                     message = str(exc)[:500]
                 except BaseException:  # noqa: BLE001
                     message = ""
-                record = {"kind": "raised", "error": [type(exc).__name__[:80], message], "stub": stub}
+                record = {"kind": "raised", "error": [type(exc).__name__[:80], message],
+                          "stub": stub and type(exc) is NotImplementedError}
+            finally:
+                signal.alarm(0)
+                harness[0] = True
+                watch.__exit__(None, None, None)
+                harness[0] = False
+            tampered = _changed(snapshot) or watch.tampered  # before any lookup in a module again
+            if tampered is not None:
+                outcomes.append({"kind": "raised", "error": ["Tampered", tampered], "after": [],
+                                 "used": watch.used, "tampered": f"`{tampered}` changed"})
+                break
+            if record["kind"] == "value":
+                try:
+                    record["value"] = to_plain(out)
+                except Refused as exc:
+                    record = {"kind": "refused", "error": ["Refused", str(exc)]}
             after = []
             for given in (*args, *kwargs.values()):
                 try:
@@ -644,7 +1054,6 @@ def _child(payload_path: str, result_fd: str) -> None:
                     after.append(None)
             record.update(after=after, used=watch.used, tampered=watch.tampered)
             outcomes.append(record)
-        results.append(outcomes)
     write({"results": results})
 
 
@@ -707,37 +1116,72 @@ def visible_paths() -> tuple[Path, ...]:
     return tuple(sorted(kept, key=lambda p: (len(p.parts), str(p))))
 
 
+WORK_SIZE = 64 * 2**20  # the answer's work folder and /tmp are memory file systems of this size
+TMP_SIZE = 16 * 2**20
+
+
 def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
     """bubblewrap's arguments: an empty root with only :func:`visible_paths` (read-only), the
-    system folders, /proc, /dev, an empty /tmp and ``work`` (the one writable folder); any of
-    ``hidden`` that lies inside a shown folder is covered by an empty read-only folder."""
+    system folders, /proc, /dev, an empty /tmp and ``work`` (the one writable folder, an empty
+    memory file system of :data:`WORK_SIZE` bytes); any of ``hidden`` that is or lies inside a
+    shown folder (a clone on ``sys.path``, a course folder in the environment or under /usr:
+    cold trial C10) is covered by an empty read-only folder, and shown folders inside it are
+    bound again on top, outermost first."""
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "HOME", str(work), "--setenv", "PATH", "/usr/bin:/bin",
             "--setenv", "OMP_NUM_THREADS", "1"]
+    system = []
     for name in SYSTEM_DIRS:
         path = Path("/") / name
         if path.is_symlink():  # merged /usr: /lib -> usr/lib
             argv += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
+            system.append(path)
     # /proc, /dev and the empty /tmp first: a shown folder under /tmp (a clone or an environment
     # made there) is then bound on top of the empty /tmp instead of being hidden by it
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    shown = visible_paths()
-    for path in shown:
-        argv += ["--ro-bind", str(path), str(path)]
-    covered = [h for h in hidden if any(s in h.parents for s in shown)]
-    for path in covered:  # inside a shown folder (a course folder in the environment): emptied
-        argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
-    return argv + ["--bind", str(work), str(work), "--chdir", str(work)]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
+    hidden_set = set(hidden)
+    shown = [p for p in visible_paths() if p not in hidden_set]
+    outer = [*visible_paths(), *system]
+    covered = [h for h in hidden_set if any(s == h or s in h.parents for s in outer)]
+    mounts = [(len(p.parts), 0, str(p), ["--ro-bind", str(p), str(p)]) for p in shown]
+    mounts += [(len(p.parts), -1, str(p), ["--tmpfs", str(p), "--remount-ro", str(p)]) for p in covered]
+    for *_, args in sorted(mounts, key=lambda m: m[:3]):
+        argv += args
+    return argv + ["--size", str(WORK_SIZE), "--tmpfs", str(work), "--chdir", str(work)]
 
 
-def _limits(memory: int, file_size: int | None = None) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    if file_size is not None:  # no file it writes (its result included) grows past the cap
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def _limits(memory: int, cpu_seconds: int, file_size: int, processes: int) -> None:
+    """The answer's process limits, set between fork and exec: address space, CPU seconds (the
+    kernel ends it past them, whatever it does with signals), the size of any file it writes
+    (its result and its stderr included), processes and threads of this user, no core file."""
+    for kind, soft, hard in ((resource.RLIMIT_AS, memory, memory),
+                             (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 5),
+                             (resource.RLIMIT_FSIZE, file_size, file_size),
+                             (resource.RLIMIT_NPROC, processes, processes), (resource.RLIMIT_CORE, 0, 0)):
+        ceiling = resource.getrlimit(kind)[1]  # never above what this user may set: lower is fine
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
+        resource.setrlimit(kind, (soft, hard))
     os.setsid()
+
+
+def _user_tasks() -> int:
+    """How many processes and threads this user runs now (RLIMIT_NPROC counts them all)."""
+    uid, count = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    with open(f"/proc/{entry.name}/status", "rb") as f:
+                        threads = [line for line in f if line.startswith(b"Threads:")]
+                    count += int(threads[0].split()[1]) if threads else 1
+    return count
+
+
+ANSWER_TASKS = 64  # processes and threads the answer's process may add to the user's (bwrap, torch's pool)
+STDERR_TAIL = 4000  # bytes of the answer's stderr the grader reads (from the end)
 
 
 @dataclass
@@ -750,14 +1194,23 @@ class Run:
     isolation: str = ""
 
 
+def _tail(f: Any) -> str:
+    size = os.fstat(f.fileno()).st_size
+    f.seek(max(0, size - STDERR_TAIL))
+    return f.read().decode(errors="replace")
+
+
 def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequence[Any]], *,
                hide: Sequence[Path] = (), per_call: int = 60, memory: int = 4 * 2**30,
-               sandbox: bool | None = None, max_result_bytes: int | None = None) -> Run:
+               sandbox: bool | None = None, max_result_bytes: int | None = None, grace: int = 60) -> Run:
     """Run answer ``name`` (its ``code``, from :func:`answer_source`) on each list of cases in
     ``case_sets``, in a fresh process; ``hide`` adds folders it must not see (the course).
     ``sandbox``: None uses bubblewrap when it works here (:func:`isolation`), True insists.
-    The process writes its results to a file descriptor it inherits, on a file outside its
-    sandbox; a file larger than ``max_result_bytes`` (None: no cap) is refused unread.
+    The process reads its payload from, and writes its results to, file descriptors it
+    inherits, on files outside its sandbox; a result larger than ``max_result_bytes`` (None: 256
+    MiB) is refused unread. Its stdout goes nowhere, its stderr to a file of which only the last
+    :data:`STDERR_TAIL` bytes are read. It is killed at its wall-clock limit (``grace`` seconds,
+    and ``per_call`` per call), whatever it does with signals; its CPU time has the same limit.
     Never raises for anything the answer does."""
     if not isinstance(code, str) or not code.strip():
         raise ValueError(f"code: expected the answer's source text, got {code!r:.60}")
@@ -766,50 +1219,63 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)
     with tempfile.TemporaryDirectory(prefix="answer-") as tmp, \
             tempfile.TemporaryDirectory(prefix="answer-result-") as kept_apart, \
-            open(Path(kept_apart) / "result.pt", "w+b") as result:
+            open(Path(kept_apart) / "result.pt", "w+b") as result, \
+            open(Path(kept_apart) / "payload.pkl", "w+b") as payload, \
+            open(Path(kept_apart) / "stderr.txt", "w+b") as stderr:
         work = Path(tmp).resolve()
-        payload = work / "payload.pkl"
-        with open(payload, "wb") as f:
-            _CasePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(
-                {"code": code, "name": name, "check": check_key, "case_sets": [list(c) for c in case_sets],
-                 "per_call": int(per_call)})
+        _CasePickler(payload, protocol=pickle.HIGHEST_PROTOCOL).dump(
+            {"code": code, "name": name, "check": check_key, "case_sets": [list(c) for c in case_sets],
+             "per_call": int(per_call), "work": str(work), "stub": is_stub(code, name)})
+        payload.flush()
+        payload.seek(0)
         python = [sys.executable, "-I", "-c",
                   "import sys; from course_utils.exercises.sandbox import _child; "
                   "_child(sys.argv[1], sys.argv[2])",
-                  str(payload), str(result.fileno())]
+                  str(payload.fileno()), str(result.fileno())]
         if use_bwrap:
             argv, env = _bwrap_argv(work, hidden_paths(hide)) + python, None
         else:
             argv = python
             env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "OMP_NUM_THREADS": "1"}
         calls = sum(len(c) for c in case_sets) + 1
-        limit = 60 + per_call * calls
-        file_limit = None if max_result_bytes is None else max_result_bytes + 1
-        process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, pass_fds=(result.fileno(),),
-                                   preexec_fn=functools.partial(_limits, memory, file_limit))
+        limit = grace + per_call * calls
+        file_limit = (256 * 2**20 if max_result_bytes is None else max_result_bytes) + 1
+        limits = functools.partial(_limits, memory, limit, max(file_limit, STDERR_TAIL + 1),
+                                   _user_tasks() + ANSWER_TASKS)
+        process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=stderr,
+                                   pass_fds=(result.fileno(), payload.fileno()),
+                                   preexec_fn=limits)
         try:
-            _, stderr = process.communicate(timeout=limit)
-            status, detail = process.returncode, stderr.decode(errors="replace")[-300:]
+            status = process.wait(timeout=limit)
+            timed_out = False
         except subprocess.TimeoutExpired:
-            status, detail = None, f"it ran longer than {limit} s in all"
+            status, timed_out = None, True
         finally:  # the process group: whatever the answer started and left behind
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.kill()
-            process.communicate()
+            process.wait()
+        detail = f"it ran longer than {limit} s in all" if timed_out else _tail(stderr)[-300:]
         label = "bubblewrap" if use_bwrap else "subprocess only"
+        if status == REFUSED_EXIT:
+            event = next((line.removeprefix("refused: ") for line in reversed(_tail(stderr).splitlines())
+                          if line.startswith("refused: ")), "an event the grader does not allow")
+            return Run([], lost=f"refused: {event[:200]} (the answer's process may not do this; "
+                                "see INSTRUCTORS.md, threat model)", isolation=label)
         size = os.fstat(result.fileno()).st_size
         if max_result_bytes is not None and size > max_result_bytes:
             return Run([], lost=f"its outputs came to more than the {max_result_bytes / 2**20:.1f} MiB "
                                 "the grader reads for this exercise "
                                 "(8 times the size of the right outputs and the inputs, and 1 MiB)",
                        isolation=label)
-        try:
-            result.seek(0)
-            data = torch.load(result, weights_only=True) if size else None
-        except Exception:  # noqa: BLE001 - forged or cut short: nothing usable
-            data = None
+        data = None
+        if status == 0 and size:  # a result is read only from a process that ended by itself, well
+            try:
+                result.seek(0)
+                data = torch.load(result, weights_only=True)
+            except Exception:  # noqa: BLE001 - forged or cut short: nothing usable
+                data = None
         if not isinstance(data, dict):
             why = f"exit status {status}" if status is not None else detail
             return Run([], lost=f"the answer's process ended without results ({why}; "
