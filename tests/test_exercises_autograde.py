@@ -9,6 +9,7 @@ isolated process whose plain outputs the grader compares with the exercise's own
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -527,3 +528,51 @@ def test_secrets_are_new_for_each_release_and_the_instructors_only(tmp_path):
     assert first["salts"]["02_a"] != first["salts"]["07_b"] and first["salts"] != second["salts"]
     assert (tmp_path / autograde.SECRETS_NAME).stat().st_mode & 0o077 == 0
     assert second["manifest"] == autograde.manifest()
+
+
+def _shapes(cases):
+    return [tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else repr(a) for a in c.args) for c in cases]
+
+
+@pytest.mark.parametrize("lesson, exercise", [
+    ("lesson03", "SPLIT_HEADS"), ("lesson03", "MERGE_HEADS"), ("lesson04", "HEAD_WEIGHTS"),
+    ("lesson04", "STACK_HEAD_WEIGHTS"), ("lesson07", "REPEAT_KV")])
+def test_unseen_cases_draw_their_sizes_too(lesson, exercise):
+    """C18 of the cold trial: with only the values salted, an index map read off the shipped
+    outputs (which input entry lands where) passed the unseen cases of these copying exercises.
+    Under any salt, no unseen case has a seen case's sizes, while the seen cases stay the ones
+    the stored answers were made for."""
+    ex = getattr(importlib.import_module(f"course_utils.exercises.{lesson}"), exercise)
+    seen = _shapes(ex.make_cases())
+    assert seen == _shapes(autograde.cases_of(ex))  # the stored inputs: unchanged
+    for salt in (1, 77, 12345, 2**31 - 2):
+        unseen = _shapes(autograde.cases_of(ex, salt))
+        assert len(unseen) == len(seen) and not set(unseen) & set(seen), (salt, unseen, seen)
+
+
+def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen():
+    """An answer that copies entries by a table keyed on the seen cases' sizes (the trial's 7.1
+    cheat) passes the notebook's own check and fails the grader; the honest answer passes both."""
+    from solutions.lesson07 import _repeat_kv as reference
+
+    table = {}
+    for case in lesson07.REPEAT_KV.make_cases():
+        kv, h = case.args
+        out = reference(torch.arange(kv.numel(), dtype=torch.float64).view(kv.shape), h)  # entries = indices
+        table[(tuple(kv.shape), h)] = (out.long().flatten().tolist(), tuple(out.shape))
+    looked_up = ("import torch\n\n"
+                 "def repeat_kv(kv, num_heads):\n"
+                 f"    index, shape = {table!r}[(tuple(kv.shape), num_heads)]\n"
+                 "    return kv.flatten()[torch.tensor(index)].reshape(shape)\n")
+    honest = ("def repeat_kv(kv, num_heads):\n"
+              "    return kv.repeat_interleave(num_heads // kv.shape[1], dim=1)\n")
+    namespace: dict = {}
+    exec(looked_up, namespace)
+    assert lesson07.check_repeat_kv(namespace["repeat_kv"]).passed  # what the student sees
+    solutions_dir = str(ROOT / "solutions")
+    right = autograde.grade_answer("lesson07", "check_repeat_kv", honest, "repeat_kv", salt=77,
+                                   solutions_dir=solutions_dir)
+    assert right.passed, right
+    wrong = autograde.grade_answer("lesson07", "check_repeat_kv", looked_up, "repeat_kv", salt=77,
+                                   solutions_dir=solutions_dir)
+    assert not wrong.passed and "not seen" in wrong.message, wrong

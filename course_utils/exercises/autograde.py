@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import cases as _cases
 from . import sandbox
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -104,11 +105,13 @@ def salted_seeds(salt: int) -> Iterator[None]:
     torch.Generator = SaltedGenerator  # type: ignore[misc]
     torch.manual_seed = lambda seed: manual_seed(mixed(seed))  # type: ignore[assignment]
     np.random.default_rng = lambda seed=None: default_rng(None if seed is None else mixed(seed))
+    _cases._UNSEEN_SALT.append(int(salt))  # sizes too: cases.seen_or_unseen
     try:
         yield
     finally:
         torch.Generator, torch.manual_seed = generator, manual_seed  # type: ignore[misc]
         np.random.default_rng = default_rng
+        _cases._UNSEEN_SALT.pop()
 
 
 def cases_of(exercise: Any, salt: int | None = None) -> list[Any]:

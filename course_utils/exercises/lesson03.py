@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .cases import seen_or_unseen
 from .core import Case, Exercise, Mistake
 from .raising import (  # names answers that raise
     DiagnosesRaisingAnswers,
@@ -41,14 +42,20 @@ def _numbered(*shape: int) -> Tensor:
 
 # --- 3.1 split heads ---------------------------------------------------------------
 def _split_cases() -> list[Case]:
+    # sizes: the seen ones, or others for the grader's unseen cases (cases.seen_or_unseen)
+    a, h_a = seen_or_unseen(((2, 5, 12), 3), ((3, 4, 10), 5), ((2, 6, 12), 4), ((1, 7, 18), 6))
+    b, h_b = seen_or_unseen(((1, 3, 8), 2), ((2, 2, 9), 3), ((1, 5, 6), 2), ((3, 1, 8), 4))
+    c, h_c = seen_or_unseen(((3, 4, 30), 5), ((2, 5, 24), 6), ((4, 3, 21), 7), ((2, 2, 20), 4))
+    d, h_d = seen_or_unseen(((5, 12), 3), ((6, 8), 4), ((4, 15), 5), ((7, 6), 2))
+    e, h_e = seen_or_unseen(((2, 3, 4, 8), 2), ((3, 2, 3, 6), 3), ((2, 2, 5, 12), 4), ((1, 3, 2, 10), 5))
     return [
-        Case((_numbered(2, 5, 12), 3), label="x of shape (2, 5, 12), h = 3"),
-        Case((_numbered(1, 3, 8), 2), label="x of shape (1, 3, 8), h = 2"),
-        Case((torch.randn(3, 4, 30, generator=torch.Generator().manual_seed(3)), 5),
-             label="random x of shape (3, 4, 30), h = 5"),
-        Case((_numbered(5, 12), 3), label="one sentence without a batch axis, x of shape (5, 12), h = 3"),
-        Case((_numbered(2, 3, 4, 8), 2),
-             label="two leading axes, x of shape (2, 3, 4, 8) = (documents, sentences, T, d), h = 2"),
+        Case((_numbered(*a), h_a), label=f"x of shape {a}, h = {h_a}"),
+        Case((_numbered(*b), h_b), label=f"x of shape {b}, h = {h_b}"),
+        Case((torch.randn(*c, generator=torch.Generator().manual_seed(3)), h_c),
+             label=f"random x of shape {c}, h = {h_c}"),
+        Case((_numbered(*d), h_d), label=f"one sentence without a batch axis, x of shape {d}, h = {h_d}"),
+        Case((_numbered(*e), h_e),
+             label=f"two leading axes, x of shape {e} = (documents, sentences, T, d), h = {h_e}"),
     ]
 
 
@@ -108,11 +115,14 @@ check_split_heads = SPLIT_HEADS.check
 
 # --- 3.2 merge heads ---------------------------------------------------------------
 def _merge_cases() -> list[Case]:
+    a = seen_or_unseen((2, 3, 5, 4), (3, 2, 4, 5), (2, 4, 3, 3), (1, 5, 2, 6))
+    b = seen_or_unseen((1, 2, 3, 4), (2, 3, 2, 2), (1, 4, 3, 2), (2, 2, 4, 3))
+    c = seen_or_unseen((2, 4, 6, 3), (3, 3, 5, 4), (1, 6, 4, 2), (2, 5, 3, 5))
     return [
-        Case((_numbered(2, 3, 5, 4),), label="heads of shape (2, 3, 5, 4)"),
-        Case((_numbered(1, 2, 3, 4),), label="heads of shape (1, 2, 3, 4)"),
-        Case((torch.randn(2, 4, 6, 3, generator=torch.Generator().manual_seed(4)),),
-             label="random heads of shape (2, 4, 6, 3)"),
+        Case((_numbered(*a),), label=f"heads of shape {a}"),
+        Case((_numbered(*b),), label=f"heads of shape {b}"),
+        Case((torch.randn(*c, generator=torch.Generator().manual_seed(4)),),
+             label=f"random heads of shape {c}"),
     ]
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..attention.masks import causal_mask, padding_mask
+from .cases import seen_or_unseen
 from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str
 from .raising import DiagnosesRaisingAnswers, failed_operation, requested_shape
 
@@ -36,12 +37,16 @@ def _head_cases() -> list[Case]:
     def numbered(d: int) -> Tensor:  # entry (r, c) = r * d + c: each number says where it sits
         return torch.arange(3 * d * d, dtype=torch.float64).view(3 * d, d)
 
-    return [
-        Case((numbered(8), 2, 1), label="d_model=8, 2 heads, head 1"),
-        Case((numbered(12), 3, 2), label="d_model=12, 3 heads, head 2"),
-        Case((numbered(12), 4, 0), label="d_model=12, 4 heads, head 0"),
-        Case((_randn(3 * 12, 12, seed=41), 3, 1), label="random weights, d_model=12, 3 heads, head 1"),
-    ]
+    cases = []
+    for seen, *unseen in [((8, 2, 1), (10, 5, 3), (6, 2, 0), (16, 4, 2)),
+                          ((12, 3, 2), (9, 3, 1), (20, 5, 4), (14, 2, 0)),
+                          ((12, 4, 0), (8, 4, 3), (15, 3, 0), (18, 6, 5))]:
+        d, h, i = seen_or_unseen(seen, *unseen)  # other sizes for the grader's unseen cases
+        cases.append(Case((numbered(d), h, i), label=f"d_model={d}, {h} heads, head {i}"))
+    d, h, i = seen_or_unseen((12, 3, 1), (10, 2, 1), (20, 4, 3), (9, 3, 0))
+    cases.append(Case((_randn(3 * d, d, seed=41), h, i),
+                      label=f"random weights, d_model={d}, {h} heads, head {i}"))
+    return cases
 
 
 class _TensorAnswers(Exercise):
@@ -116,7 +121,9 @@ check_head_weights = HEAD_WEIGHTS.check
 
 def _stack_cases() -> list[Case]:
     cases = []
-    for seed, (d, h) in enumerate([(6, 3), (8, 2)]):
+    sizes = [seen_or_unseen((6, 3), (10, 5), (9, 3), (4, 4)),
+             seen_or_unseen((8, 2), (12, 4), (6, 1), (15, 5))]
+    for seed, (d, h) in enumerate(sizes):
         dk = d // h
         parts = [[_randn(dk, d, seed=100 + 10 * seed + 3 * i + j) for i in range(h)] for j in range(3)]
         cases.append(Case(tuple(parts), label=f"d_model={d}, {h} heads of width {dk}"))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .cases import seen_or_unseen
 from .core import (
     Case,
     Exercise,
@@ -87,11 +88,14 @@ class _RepeatExercise(DiagnosesRaisingAnswers):
 
 
 def _repeat_cases() -> list[Case]:
-    return [
-        Case((_randn(2, 2, 3, 4, seed=71), 6), label="B=2, g=2 K/V heads, h=6 query heads"),
-        Case((_randn(1, 4, 5, 2, seed=72), 8), label="B=1, g=4, h=8"),
-        Case((_randn(1, 1, 2, 3, seed=73), 3), label="B=1, g=1 (MQA), h=3"),
-    ]
+    # (B, g, T, d_k, h): other sizes for the grader's unseen cases (cases.seen_or_unseen)
+    b, g, t, dk, h = seen_or_unseen((2, 2, 3, 4, 6), (3, 2, 4, 3, 8), (1, 3, 2, 5, 9), (2, 4, 3, 2, 12))
+    first = Case((_randn(b, g, t, dk, seed=71), h), label=f"B={b}, g={g} K/V heads, h={h} query heads")
+    b, g, t, dk, h = seen_or_unseen((1, 4, 5, 2, 8), (2, 3, 4, 3, 6), (1, 2, 6, 4, 8), (1, 5, 3, 2, 10))
+    second = Case((_randn(b, g, t, dk, seed=72), h), label=f"B={b}, g={g}, h={h}")
+    b, t, dk, h = seen_or_unseen((1, 2, 3, 3), (2, 3, 2, 4), (1, 4, 4, 2), (3, 2, 2, 5))
+    third = Case((_randn(b, 1, t, dk, seed=73), h), label=f"B={b}, g=1 (MQA), h={h}")
+    return [first, second, third]
 
 
 REPEAT_KV = _RepeatExercise(
