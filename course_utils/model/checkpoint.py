@@ -24,6 +24,7 @@ import json
 import math
 import numbers
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -143,17 +144,37 @@ def save_checkpoint(
     header = {"config": json.dumps(config, sort_keys=True)}
     # Both files are written beside their targets under temporary names and renamed into place
     # only when both are complete: a save that fails leaves whatever was there before untouched.
+    # The old weights stay reachable (a hard link, ``.name.safetensors.previous``) until the new
+    # sidecar is in place: a save stopped between the two renames is rolled back, and one killed
+    # there still loads, as the old pair (see _previous_weights).
     weights_tmp = weights_path.with_name(f".{weights_path.name}.saving")
     meta_tmp = meta_path.with_name(f".{meta_path.name}.saving")
+    previous = _previous_weights(weights_path)
+    kept_old = swapped = committed = False
     try:
         save_file(tensors, str(weights_tmp), metadata=header)
         weights_tmp.chmod(0o644)  # safetensors creates it owner-only; checkpoints are shared files
         meta_tmp.write_text(json.dumps(_sidecar(task, config, metrics, command, training, weights_path.name,
                                                 weights_tmp), indent=2, sort_keys=False) + "\n")
+        previous.unlink(missing_ok=True)
+        if weights_path.exists():
+            try:
+                os.link(weights_path, previous)
+            except OSError:  # a file system without hard links: a copy does the same here
+                shutil.copyfile(weights_path, previous)
+            kept_old = True
         weights_tmp.replace(weights_path)
+        swapped = True
         meta_tmp.replace(meta_path)
+        committed = True
+        previous.unlink(missing_ok=True)
     except BaseException:
-        for tmp in (weights_tmp, meta_tmp):
+        if swapped and not committed:  # the new weights went in, the new sidecar did not: undo
+            if kept_old:
+                os.replace(previous, weights_path)
+            else:
+                weights_path.unlink(missing_ok=True)
+        for tmp in (weights_tmp, meta_tmp) if committed else (weights_tmp, meta_tmp, previous):
             tmp.unlink(missing_ok=True)
         for folder in made:  # innermost first: the folders this call made, if still empty
             try:
@@ -162,6 +183,11 @@ def save_checkpoint(
                 break
         raise
     return meta_path
+
+
+def _previous_weights(weights_path: Path) -> Path:
+    """Where save_checkpoint keeps the old weights while it switches to new ones."""
+    return weights_path.with_name(f".{weights_path.name}.previous")
 
 
 def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dict | None, weights_name: str,
@@ -337,7 +363,25 @@ def load_checkpoint(
     device = pick_device(device)
     weights_path, meta_path = checkpoint_paths(name_or_path)
     meta = _read_meta(meta_path, weights_path)
-    _verify_bytes(weights_path, meta)
+    try:
+        _verify_bytes(weights_path, meta)
+    except CheckpointError:
+        # a save killed between its two renames: the new weights are in place, the sidecar is
+        # still the old one, and the old weights are kept beside them; load that old pair
+        previous = _previous_weights(weights_path)
+        if _what_is_there(previous) is not None:
+            raise
+        try:
+            _verify_bytes(previous, meta)
+        except CheckpointError:
+            raise CheckpointError(f"{weights_path.name} does not match {meta_path.name}, and neither does "
+                                  f"{previous.name} (left by an interrupted save_checkpoint)") from None
+        import warnings
+
+        warnings.warn(f"{weights_path.name} was half replaced by an interrupted save_checkpoint; loading "
+                      f"the previous weights {previous.name}, which match {meta_path.name}. Save again "
+                      "to finish the new checkpoint.", stacklevel=2)
+        weights_path = previous
     try:
         config = ModelConfig.from_dict(meta["config"])
     except (TypeError, ValueError) as err:
