@@ -238,7 +238,18 @@ def _lessons() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
+def _notebook_tools():
+    """scripts/notebook_tools.py (regular-file checks, all-or-nothing writes)."""
+    scripts = str(Path(__file__).resolve().parent)
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import notebook_tools
+
+    return notebook_tools
+
+
 def _read(path: Path) -> nbformat.NotebookNode:
+    _notebook_tools().check_regular(path, "notebook")  # a FIFO would block the read forever
     return nbformat.read(path, as_version=4)
 
 
@@ -443,8 +454,13 @@ def main(argv: list[str]) -> int:
                           file=sys.stderr)
                     return 2
                 converted.append((name, path, *convert(nb, path.name)))
-            for name, path, nb, rows in converted:
-                nbformat.write(nb, path)
+            tools = _notebook_tools()
+            try:  # all or nothing: one file that cannot be written leaves every file as it was
+                tools.write_all_atomically({path: tools.notebook_text(nb) for _, path, nb, _ in converted})
+            except tools.ToolError as exc:
+                print(f"convert: {exc}", file=sys.stderr)
+                return 1
+            for name, _path, _nb, rows in converted:
                 print(f"{name}: {len(rows)} graded exercise(s)")
         elif command in ("release", "check") and args:
             print(f"{command}: takes no arguments, got {' '.join(args)}; nothing was written",

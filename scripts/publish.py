@@ -426,9 +426,9 @@ def planned_stamps(root: Path = ROOT, published: Published | None = None) -> dic
 
 
 def write_all(planned: dict[Path, str]) -> None:
-    """Write every planned file, each replaced atomically."""
-    for path, text in planned.items():
-        _tools().write_atomically(path, text)
+    """Write every planned file, all or nothing: when one cannot be written (an immutable
+    file or folder, a full disk) every file is left as it was, and a ToolError says which."""
+    _tools().write_all_atomically(planned)
 
 
 def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str]:
@@ -473,7 +473,11 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
               f"({len(problems)} problem(s)):", file=sys.stderr)
         print("\n".join(problems), file=sys.stderr)
         return 1
-    write_all(planned)
+    try:
+        write_all(planned)
+    except _tools().ToolError as exc:
+        print(f"publish: {exc}", file=sys.stderr)
+        return 1
     changed = [p.relative_to(root).as_posix() for p in planned if p.name != "pyproject.toml"]
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
