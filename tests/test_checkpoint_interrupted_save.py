@@ -84,3 +84,43 @@ def test_a_save_killed_between_the_renames_still_loads_the_old_pair(tmp_path):
     C.save_checkpoint(new, tmp_path / "keep", task="t", metrics={"acc": 0.9}, command="c")
     assert not (tmp_path / ".keep.safetensors.previous").exists()
     assert _same_weights(C.load_checkpoint(tmp_path / "keep")[0], new)
+
+
+@pytest.mark.parametrize("training, words", [({"t": torch.ones(1)}, "training['t'] must be plain JSON"),
+                                             ({"x": float("nan")}, "training['x'] must be a finite number"),
+                                             ({"a": [1, float("inf")]}, "training['a'][1]")])
+def test_training_that_is_not_plain_json_is_refused_before_writing(tmp_path, training, words):
+    with pytest.raises((TypeError, ValueError), match=words.replace("[", r"\[").replace("]", r"\]")):
+        C.save_checkpoint(_model(0), tmp_path / "m", task="t", metrics={}, command="c", training=training)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sidecar_with_a_nan_metric_is_refused(tmp_path):
+    C.save_checkpoint(_model(0), tmp_path / "m", task="t", metrics={"acc": 0.5}, command="c")
+    path = tmp_path / "m.json"
+    path.write_text(path.read_text().replace('"acc": 0.5', '"acc": NaN'))
+    with pytest.raises(C.CheckpointError, match="m.json: every metric must be a finite number"):
+        C.load_checkpoint(tmp_path / "m")
+
+
+def test_available_checkpoints_names_a_folder_that_is_not_one(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(NotADirectoryError, match="afile.*a file"):
+        C.available_checkpoints(tmp_path / "afile")
+    with pytest.raises(NotADirectoryError, match="missing"):
+        C.available_checkpoints(tmp_path / "missing")
+    with pytest.raises(TypeError, match="directory must be a str or Path"):
+        C.available_checkpoints(3)
+
+
+def test_a_write_that_fails_is_a_checkpoint_error_naming_the_file(tmp_path, monkeypatch):
+    C.save_checkpoint(_model(0), tmp_path / "full", task="t", metrics={}, command="c")
+    before = _files(tmp_path)
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(C, "save_file", no_space)
+    with pytest.raises(C.CheckpointError, match="cannot write the checkpoint .*full .*No space left"):
+        C.save_checkpoint(_model(1), tmp_path / "full", task="t", metrics={}, command="c")
+    assert _files(tmp_path) == before

@@ -76,7 +76,14 @@ def sha256_of(path: str | Path) -> str:
 
 
 def available_checkpoints(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
-    """Names of the checkpoints (JSON sidecars) in ``directory``."""
+    """Names of the checkpoints (JSON sidecars) in ``directory``; a ``directory`` that is
+    missing or not a folder is an error naming it (not an empty list)."""
+    if not isinstance(directory, str | Path):
+        raise TypeError(f"directory must be a str or Path naming a folder, got {type(directory).__name__}")
+    found = _what_is_there(Path(directory))
+    if found != "a directory":
+        raise NotADirectoryError(f"directory must be a folder of checkpoints, got {str(directory)!r}, "
+                                 f"which is {found or 'a file'}")
     return sorted(p.stem for p in Path(directory).glob("*.json") if p.is_file())
 
 
@@ -127,6 +134,7 @@ def save_checkpoint(
             raise ValueError(f"metrics[{key!r}] must be a finite number (the score load_checkpoint's user "
                              f"must reproduce; NaN and infinity are not JSON), got "
                              f"{type(value).__name__} {value!r:.60}")
+    _check_json_field("training", training or {})
     # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
     metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
                for k, v in metrics.items()}
@@ -168,7 +176,7 @@ def save_checkpoint(
         meta_tmp.replace(meta_path)
         committed = True
         previous.unlink(missing_ok=True)
-    except BaseException:
+    except BaseException as exc:
         if swapped and not committed:  # the new weights went in, the new sidecar did not: undo
             if kept_old:
                 os.replace(previous, weights_path)
@@ -181,8 +189,33 @@ def save_checkpoint(
                 folder.rmdir()
             except OSError:
                 break
+        if isinstance(exc, SafetensorError | OSError):
+            raise CheckpointError(f"cannot write the checkpoint {weights_path.with_suffix('')} ({exc}; a "
+                                  "full disk or a file-size limit?); the files already there were left as "
+                                  "they were") from exc
         raise
     return meta_path
+
+
+def _check_json_field(name: str, value: object, where: str = "") -> None:
+    """``value`` is plain JSON (str, finite numbers, bool, None, lists, str-keyed dicts); else a
+    TypeError or ValueError naming ``name`` and the entry that is not."""
+    where = where or name
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{name} must be keyed by str (it is saved as JSON), got "
+                                f"{type(key).__name__} {key!r} in {where}")
+            _check_json_field(name, item, f"{where}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json_field(name, item, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number (it is saved as JSON, which has no NaN or "
+                         f"infinity), got {value!r}")
+    elif not (value is None or isinstance(value, str | bool | int | float)):
+        raise TypeError(f"{where} must be plain JSON (str, int, float, bool, None, list, dict), got "
+                        f"{type(value).__name__}; convert it first, e.g. float(t) for a 0-d tensor")
 
 
 def _previous_weights(weights_path: Path) -> Path:
@@ -304,9 +337,10 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
         raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0 and a 64-character sha256, "
                               f"found {meta['size_bytes']} and {meta['sha256']!r:.80}")
     bad_metrics = {k: v for k, v in meta["metrics"].items()
-                   if isinstance(v, bool) or not isinstance(v, int | float)}
+                   if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)}
     if bad_metrics:
-        raise CheckpointError(f"{meta_path.name}: every metric must be a number, found {bad_metrics}")
+        raise CheckpointError(f"{meta_path.name}: every metric must be a finite number (save_checkpoint "
+                              f"writes no NaN or infinity), found {bad_metrics}")
     if meta["format"] != FORMAT:
         raise CheckpointError(f"{meta_path.name}: expected format {FORMAT!r}, found {meta['format']!r}")
     if _what_is_there(weights_path) == "missing":
