@@ -484,7 +484,22 @@ def main(argv: list[str]) -> int:
                 print("usage: nbgrader_tools.py source COURSE_DIR (an nbgrader course directory)",
                       file=sys.stderr)
                 return 2
-            for written in fill_course_source(Path(args[0])):
+            course_dir = Path(args[0])
+            above = course_dir
+            while not above.exists() and not above.is_symlink() and above != above.parent:
+                above = above.parent
+            if not above.is_dir():
+                print(f"source: COURSE_DIR must be a folder (or a new one to make), but {above} is "
+                      f"{'a file' if above.is_file() else 'not a folder'}; nothing was written",
+                      file=sys.stderr)
+                return 2
+            try:
+                written_files = fill_course_source(course_dir)
+            except OSError as exc:
+                print(f"source: cannot write into {course_dir} ({exc.strerror or exc}: {exc.filename})",
+                      file=sys.stderr)
+                return 1
+            for written in written_files:
                 print(f"wrote {written}")
             print(f"wrote {Path(args[0]) / '.course_grader.json'} (new salts: run generate_assignment again)")
             print(f"wrote the grading lines in {Path(args[0]) / 'nbgrader_config.py'}")

@@ -157,7 +157,13 @@ def _config_from_text(text: str, where: str = "pyproject.toml") -> Published:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{where}: not valid TOML ({exc})") from None
-    course = data.get("tool", {}).get("course", {})
+    course = data.get("tool", {}).get("course")
+    if not isinstance(course, dict):
+        raise ValueError(f"{where}: no [tool.course] table (expected repository = \"owner/name\" and "
+                         "tag = \"vX.Y.Z\" there; or give --repo and --tag)")
+    missing = [key for key in ("repository", "tag") if key not in course]
+    if missing:
+        raise ValueError(f"{where}: [tool.course] lacks {' and '.join(missing)} (or give --repo and --tag)")
     repo, tag = course.get("repository"), course.get("tag")
     validate(repo, tag)
     return Published(repo, tag)

@@ -116,3 +116,21 @@ def test_build_into_a_folder_named_ipynb_is_a_one_line_error(tmp_path):
     assert proc.returncode != 0
     assert "out.ipynb" in proc.stderr and "folder" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["draft.py", "out.ipynb"]
+
+
+def test_source_into_a_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for target in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        proc = _run("nbgrader_tools.py", "source", str(target))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert "COURSE_DIR must be a folder" in proc.stderr and "afile is a file" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_publish_names_a_missing_tool_course_table(tmp_path, capsys):
+    for name in ("README.md", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("[tool.course]", "[tool.coursex]"))
+    assert publish.main([], root=tmp_path) == 2
+    assert "no [tool.course] table" in capsys.readouterr().err
