@@ -118,7 +118,9 @@ def test_a_write_that_fails_is_a_checkpoint_error_naming_the_file(tmp_path, monk
     before = _files(tmp_path)
 
     def no_space(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+        from safetensors import SafetensorError
+
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(C, "save_file", no_space)
     with pytest.raises(C.CheckpointError, match="cannot write the checkpoint .*full .*No space left"):

@@ -189,7 +189,7 @@ def save_checkpoint(
                 folder.rmdir()
             except OSError:
                 break
-        if isinstance(exc, SafetensorError | OSError):
+        if isinstance(exc, SafetensorError):  # (an OSError stays one: callers catch it as such)
             raise CheckpointError(f"cannot write the checkpoint {weights_path.with_suffix('')} ({exc}; a "
                                   "full disk or a file-size limit?); the files already there were left as "
                                   "they were") from exc
