@@ -244,7 +244,18 @@ def _lessons() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
+def _notebook_tools():
+    """scripts/notebook_tools.py (regular-file checks, all-or-nothing writes)."""
+    scripts = str(Path(__file__).resolve().parent)
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import notebook_tools
+
+    return notebook_tools
+
+
 def _read(path: Path) -> nbformat.NotebookNode:
+    _notebook_tools().check_regular(path, "notebook")  # a FIFO would block the read forever
     return nbformat.read(path, as_version=4)
 
 
@@ -506,8 +517,13 @@ def main(argv: list[str]) -> int:
                           file=sys.stderr)
                     return 2
                 converted.append((name, path, *convert(nb, path.name)))
-            for name, path, nb, rows in converted:
-                nbformat.write(nb, path)
+            tools = _notebook_tools()
+            try:  # all or nothing: one file that cannot be written leaves every file as it was
+                tools.write_all_atomically({path: tools.notebook_text(nb) for _, path, nb, _ in converted})
+            except tools.ToolError as exc:
+                print(f"convert: {exc}", file=sys.stderr)
+                return 1
+            for name, _path, _nb, rows in converted:
                 print(f"{name}: {len(rows)} graded exercise(s)")
         elif command in ("release", "check") and args:
             print(f"{command}: takes no arguments, got {' '.join(args)}; nothing was written",
@@ -531,7 +547,22 @@ def main(argv: list[str]) -> int:
                 print("usage: nbgrader_tools.py source COURSE_DIR (an nbgrader course directory)",
                       file=sys.stderr)
                 return 2
-            for written in fill_course_source(Path(args[0])):
+            course_dir = Path(args[0])
+            above = course_dir
+            while not above.exists() and not above.is_symlink() and above != above.parent:
+                above = above.parent
+            if not above.is_dir():
+                print(f"source: COURSE_DIR must be a folder (or a new one to make), but {above} is "
+                      f"{'a file' if above.is_file() else 'not a folder'}; nothing was written",
+                      file=sys.stderr)
+                return 2
+            try:
+                written_files = fill_course_source(course_dir)
+            except OSError as exc:
+                print(f"source: cannot write into {course_dir} ({exc.strerror or exc}: {exc.filename})",
+                      file=sys.stderr)
+                return 1
+            for written in written_files:
                 print(f"wrote {written}")
             print(f"wrote {Path(args[0]) / '.course_grader.json'} (new salts: run generate_assignment again)")
             print(f"wrote the grading lines in {Path(args[0]) / 'nbgrader_config.py'}")

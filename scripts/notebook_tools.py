@@ -59,10 +59,7 @@ class ToolError(Exception):
 def read_text(path: Path, what: str = "file") -> str:
     """The text of ``path``, or a :class:`ToolError` naming it and what is wrong."""
     path = Path(path)
-    if not path.exists():
-        raise ToolError(f"{path}: no such {what}")
-    if path.is_dir():
-        raise ToolError(f"{path}: is a folder, expected a {what}")
+    check_regular(path, what)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -89,6 +86,78 @@ def parse_notebook(text: str, path: Path) -> nbformat.NotebookNode:
         raise ToolError(f"{path}: not a valid notebook ({first_line})") from None
 
 
+def check_regular(path: Path, what: str = "file") -> None:
+    """A :class:`ToolError` unless ``path`` is a regular file (or a link to one), checked
+    without opening it: reading a FIFO would wait for a writer forever."""
+    import stat
+
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ToolError(f"{path}: no such {what}" + (" (a broken symlink)" if path.is_symlink() else "")) \
+            from None
+    except OSError as exc:
+        raise ToolError(f"{path}: cannot be read as a {what} ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise ToolError(f"{path}: is a folder, expected a {what}")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ToolError(f"{path}: is {kind}, expected a {what} (a regular file)")
+
+
+def write_all_atomically(texts: dict[Path, str]) -> None:
+    """Write every ``path -> text``, all or nothing: each text goes to a temporary file beside
+    its target first, the old files are kept aside, and only then is each renamed into place.
+    If any step fails, every file is put back as it was (new ones removed) and a
+    :class:`ToolError` names the file that could not be written."""
+    texts = {Path(p): t for p, t in texts.items()}
+    temporaries: dict[Path, str] = {}
+    kept: dict[Path, str] = {}
+    done: list[Path] = []
+    current = None
+    try:
+        for path, text in texts.items():
+            current = path
+            if path.exists() and not path.is_file():
+                raise ToolError(f"{path}: is a folder or a special file, expected a file to write")
+            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            temporaries[path] = temporary
+            with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+            mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+            os.chmod(temporary, mode)
+        for path in texts:
+            current = path
+            if path.exists():
+                handle, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
+                os.close(handle)
+                os.unlink(aside)
+                os.link(path, aside)
+                kept[path] = aside
+        for path in texts:
+            current = path
+            os.replace(temporaries[path], path)
+            done.append(path)
+    except BaseException as exc:
+        for path in reversed(done):  # put back what was there
+            try:
+                if path in kept:
+                    os.replace(kept.pop(path), path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                pass
+        for leftover in [*temporaries.values(), *kept.values()]:
+            Path(leftover).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ToolError(f"{current}: cannot be written "
+                            f"({exc.strerror or exc}); every file was left as it was") from None
+        raise
+    for aside in kept.values():
+        Path(aside).unlink(missing_ok=True)
+
+
 def notebook_text(nb: nbformat.NotebookNode) -> str:
     """What :func:`nbformat.write` would put in the file (it adds a final newline)."""
     text = nbformat.writes(nb)
@@ -100,6 +169,9 @@ def write_atomically(path: Path, text: str) -> None:
     ``os.replace``: a reader (or a failure half-way) sees the old file or the new one,
     never a part. The file keeps its permissions."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ToolError(f"{path}: is a folder or a special file, expected a file to write; "
+                        "nothing was written")
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:

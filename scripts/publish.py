@@ -157,7 +157,13 @@ def _config_from_text(text: str, where: str = "pyproject.toml") -> Published:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{where}: not valid TOML ({exc})") from None
-    course = data.get("tool", {}).get("course", {})
+    course = data.get("tool", {}).get("course")
+    if not isinstance(course, dict):
+        raise ValueError(f"{where}: no [tool.course] table (expected repository = \"owner/name\" and "
+                         "tag = \"vX.Y.Z\" there; or give --repo and --tag)")
+    missing = [key for key in ("repository", "tag") if key not in course]
+    if missing:
+        raise ValueError(f"{where}: [tool.course] lacks {' and '.join(missing)} (or give --repo and --tag)")
     repo, tag = course.get("repository"), course.get("tag")
     validate(repo, tag)
     return Published(repo, tag)
@@ -426,9 +432,9 @@ def planned_stamps(root: Path = ROOT, published: Published | None = None) -> dic
 
 
 def write_all(planned: dict[Path, str]) -> None:
-    """Write every planned file, each replaced atomically."""
-    for path, text in planned.items():
-        _tools().write_atomically(path, text)
+    """Write every planned file, all or nothing: when one cannot be written (an immutable
+    file or folder, a full disk) every file is left as it was, and a ToolError says which."""
+    _tools().write_all_atomically(planned)
 
 
 def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str]:
@@ -473,7 +479,11 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
               f"({len(problems)} problem(s)):", file=sys.stderr)
         print("\n".join(problems), file=sys.stderr)
         return 1
-    write_all(planned)
+    try:
+        write_all(planned)
+    except _tools().ToolError as exc:
+        print(f"publish: {exc}", file=sys.stderr)
+        return 1
     changed = [p.relative_to(root).as_posix() for p in planned if p.name != "pyproject.toml"]
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")

@@ -12,6 +12,7 @@ bare ``int`` (a test holds every subcommand to that).
 
 import argparse
 import importlib
+import sys
 from pathlib import Path
 
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
@@ -78,16 +79,36 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+#: The longest context and the largest batch the benchmarks take: their KV caches are allocated
+#: whole, so a mistyped 99999999999 would ask for terabytes (refused when parsed instead).
+MAX_CONTEXT = 65_536
+MAX_BATCH = 1024
+
+
+def context_length(text: str) -> int:
+    """An argparse type: a context length in tokens, 1..MAX_CONTEXT."""
+    value = positive_int(text)
+    if value > MAX_CONTEXT:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_CONTEXT} tokens (the KV cache is allocated "
+                                         f"whole), got {text!r}")
+    return value
+
+
 def batch_by_context(text: str) -> tuple[int, int]:
-    """An argparse type: ``BATCHxCONTEXT`` such as ``1x4096``, both whole numbers >= 1."""
+    """An argparse type: ``BATCHxCONTEXT`` such as ``1x4096``, BATCH in 1..MAX_BATCH and CONTEXT
+    in 1..MAX_CONTEXT."""
     batch, sep, context = text.lower().partition("x")
-    example = "a shape is BATCHxCONTEXT with both >= 1, e.g. 1x4096"
+    example = (f"a shape is BATCHxCONTEXT with BATCH in 1..{MAX_BATCH} and CONTEXT in 1..{MAX_CONTEXT}, "
+               "e.g. 1x4096")
     if not sep:
         raise argparse.ArgumentTypeError(f"{example}; got {text!r}")
     try:
-        return positive_int(batch), positive_int(context)
+        shape = positive_int(batch), positive_int(context)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"{example}; got {text!r}") from None
+    if shape[0] > MAX_BATCH or shape[1] > MAX_CONTEXT:
+        raise argparse.ArgumentTypeError(f"{example} (the KV cache is allocated whole); got {text!r}")
+    return shape
 
 
 def notebook_file(text: str) -> str:
@@ -97,6 +118,18 @@ def notebook_file(text: str) -> str:
         raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {text!r}")
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"no notebook file {text!r} (relative to {Path.cwd()})")
+    import json
+
+    try:
+        content = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: its contents are not JSON text"
+                                         + (" (the file is empty)" if path.stat().st_size == 0 else "")) \
+            from None
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be read ({err.strerror or err})") from None
+    if not isinstance(content, dict) or "cells" not in content:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: expected a JSON object with 'cells'")
     return text
 
 
@@ -112,5 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.error("choose a subcommand: " + ", ".join(_subcommand_names(parser))
+                     + " (python -m course_utils.bench SUBCOMMAND --help shows its options)")
+    args = parser.parse_args(argv)
     args.run(args)
+
+
+def _subcommand_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The subcommands registered on ``parser``, in order."""
+    return [name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices]

@@ -135,27 +135,133 @@ def _time_limit() -> float:
 
 class _Deadline:
     """While active, a call that runs past the time limit raises :class:`TimeLimitExceeded`
-    where it is (SIGALRM: Unix, main thread; elsewhere no limit, and the check still runs)."""
+    where it is (SIGALRM: Unix, main thread; elsewhere no limit, and the check still runs).
+
+    An answer that catches the exception in a loop, switches the alarm off or ignores SIGALRM
+    is stopped anyway, without killing the kernel: from then on the alarm repeats every few
+    milliseconds, puts back its handler when the answer replaced it (a watchdog thread asks the
+    main thread to, through ``Py_AddPendingCall``), and marks every frame of the running answer
+    with a trace function that raises at its next line, so an ``except`` clause that caught
+    the first exception raises again. (An answer blocked inside one C call that ignores the
+    signal, e.g. ``time.sleep`` with SIGALRM ignored, is not reached until that call returns.)
+    """
+
+    _active: _Deadline | None = None  # the one running now (main thread)
 
     def __enter__(self) -> _Deadline:
         import signal
 
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         if self._armed:
-            def expire(signum: int, frame: Any) -> None:
-                raise TimeLimitExceeded(self.seconds)
-
             self.seconds = _time_limit()
-            self._previous = signal.signal(signal.SIGALRM, expire)
+            self.rounds = 0
+            self._boundary = sys._getframe(1)  # the check's frame: the answer runs below it
+            self._outer = _Deadline._active
+            self._previous_trace = sys.gettrace()
+            self._previous = signal.signal(signal.SIGALRM, self._expire)
+            self._done = threading.Event()
+            _Deadline._active = self
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self._watchdog = threading.Thread(target=self._watch, name="course-check-deadline", daemon=True)
+            self._watchdog.start()
         return self
+
+    def _expire(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if _Deadline._active is not self:
+            return
+        self.rounds += 1
+        if self.rounds >= 2:  # the first stop was caught or ignored: stop it line by line
+            while frame is not None and frame is not self._boundary:
+                if frame.f_code.co_filename != __file__ or frame.f_code.co_name == "_tripwire":
+                    frame.f_trace, frame.f_trace_lines = self._stop_line, True
+                frame = frame.f_back
+            sys.settrace(self._stop_call)
+        signal.setitimer(signal.ITIMER_REAL, 0.01)  # again soon, until the answer is gone
+        raise TimeLimitExceeded(self.seconds)
+
+    def _stop_line(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and _Deadline._active is self:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0.0001)  # a raise unsets tracing: set it again
+            raise TimeLimitExceeded(self.seconds)
+        return self._stop_line
+
+    def _stop_call(self, frame: Any, event: str, arg: Any) -> Any:
+        if _Deadline._active is self and frame.f_code.co_filename != __file__:
+            return self._stop_line
+        return None
+
+    def _restore_alarm(self) -> None:
+        """Run in the main thread (a pending call): the handler and the timer back in place."""
+        import signal
+
+        if _Deadline._active is not self:
+            return
+        if signal.getsignal(signal.SIGALRM) != self._expire:
+            signal.signal(signal.SIGALRM, self._expire)
+        if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+            signal.setitimer(signal.ITIMER_REAL, 0.001)
+
+    def _watch(self) -> None:
+        sys.setprofile(None)  # (threading.setprofile of a call watch: nothing to record here)
+        if self._done.wait(self.seconds + 0.5):
+            return
+        pending = _pending_call()
+        while pending is not None and not self._done.wait(0.25):
+            pending(self._restore_alarm)
 
     def __exit__(self, *exc_info: Any) -> None:
         if self._armed:
             import signal
 
+            _Deadline._active = self._outer
+            self._done.set()
+            self._watchdog.join()  # no pending call is asked for after this
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if self.rounds >= 2:
+                sys.settrace(self._previous_trace)
             signal.signal(signal.SIGALRM, self._previous)
+
+
+_PENDING: list[Any] = []  # the ctypes callback, kept alive while the interpreter runs
+
+
+def _pending_call() -> Callable[[Callable[[], None]], None] | None:
+    """A function that asks the main thread to run a callable soon (CPython's
+    ``Py_AddPendingCall``); None where ctypes or the API is missing."""
+    try:
+        import ctypes
+
+        kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        add = ctypes.pythonapi.Py_AddPendingCall
+        add.argtypes = (kind, ctypes.c_void_p)
+        add.restype = ctypes.c_int
+    except (ImportError, AttributeError):
+        return None
+    if not _PENDING:
+        queue: list[Callable[[], None]] = []
+
+        def run(_: Any) -> int:
+            while queue:
+                try:
+                    queue.pop(0)()
+                except BaseException:  # noqa: BLE001 - a pending call must not fail
+                    pass
+            return 0
+
+        _PENDING.extend([kind(run), queue])
+    callback, queue = _PENDING
+
+    def schedule(fn: Callable[[], None]) -> None:
+        queue.append(fn)
+        add(callback, None)
+
+    return schedule
+
+
 _STUB_MESSAGES = ("", "your code here")
 
 

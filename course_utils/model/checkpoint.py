@@ -24,6 +24,7 @@ import json
 import math
 import numbers
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -75,7 +76,14 @@ def sha256_of(path: str | Path) -> str:
 
 
 def available_checkpoints(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
-    """Names of the checkpoints (JSON sidecars) in ``directory``."""
+    """Names of the checkpoints (JSON sidecars) in ``directory``; a ``directory`` that is
+    missing or not a folder is an error naming it (not an empty list)."""
+    if not isinstance(directory, str | Path):
+        raise TypeError(f"directory must be a str or Path naming a folder, got {type(directory).__name__}")
+    found = _what_is_there(Path(directory))
+    if found != "a directory":
+        raise NotADirectoryError(f"directory must be a folder of checkpoints, got {str(directory)!r}, "
+                                 f"which is {found or 'a file'}")
     return sorted(p.stem for p in Path(directory).glob("*.json") if p.is_file())
 
 
@@ -126,6 +134,7 @@ def save_checkpoint(
             raise ValueError(f"metrics[{key!r}] must be a finite number (the score load_checkpoint's user "
                              f"must reproduce; NaN and infinity are not JSON), got "
                              f"{type(value).__name__} {value!r:.60}")
+    _check_json_field("training", training or {})
     # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
     metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
                for k, v in metrics.items()}
@@ -143,25 +152,75 @@ def save_checkpoint(
     header = {"config": json.dumps(config, sort_keys=True)}
     # Both files are written beside their targets under temporary names and renamed into place
     # only when both are complete: a save that fails leaves whatever was there before untouched.
+    # The old weights stay reachable (a hard link, ``.name.safetensors.previous``) until the new
+    # sidecar is in place: a save stopped between the two renames is rolled back, and one killed
+    # there still loads, as the old pair (see _previous_weights).
     weights_tmp = weights_path.with_name(f".{weights_path.name}.saving")
     meta_tmp = meta_path.with_name(f".{meta_path.name}.saving")
+    previous = _previous_weights(weights_path)
+    kept_old = swapped = committed = False
     try:
         save_file(tensors, str(weights_tmp), metadata=header)
         weights_tmp.chmod(0o644)  # safetensors creates it owner-only; checkpoints are shared files
         meta_tmp.write_text(json.dumps(_sidecar(task, config, metrics, command, training, weights_path.name,
                                                 weights_tmp), indent=2, sort_keys=False) + "\n")
+        previous.unlink(missing_ok=True)
+        if weights_path.exists():
+            try:
+                os.link(weights_path, previous)
+            except OSError:  # a file system without hard links: a copy does the same here
+                shutil.copyfile(weights_path, previous)
+            kept_old = True
         weights_tmp.replace(weights_path)
+        swapped = True
         meta_tmp.replace(meta_path)
-    except BaseException:
-        for tmp in (weights_tmp, meta_tmp):
+        committed = True
+        previous.unlink(missing_ok=True)
+    except BaseException as exc:
+        if swapped and not committed:  # the new weights went in, the new sidecar did not: undo
+            if kept_old:
+                os.replace(previous, weights_path)
+            else:
+                weights_path.unlink(missing_ok=True)
+        for tmp in (weights_tmp, meta_tmp) if committed else (weights_tmp, meta_tmp, previous):
             tmp.unlink(missing_ok=True)
         for folder in made:  # innermost first: the folders this call made, if still empty
             try:
                 folder.rmdir()
             except OSError:
                 break
+        if isinstance(exc, SafetensorError):  # (an OSError stays one: callers catch it as such)
+            raise CheckpointError(f"cannot write the checkpoint {weights_path.with_suffix('')} ({exc}; a "
+                                  "full disk or a file-size limit?); the files already there were left as "
+                                  "they were") from exc
         raise
     return meta_path
+
+
+def _check_json_field(name: str, value: object, where: str = "") -> None:
+    """``value`` is plain JSON (str, finite numbers, bool, None, lists, str-keyed dicts); else a
+    TypeError or ValueError naming ``name`` and the entry that is not."""
+    where = where or name
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{name} must be keyed by str (it is saved as JSON), got "
+                                f"{type(key).__name__} {key!r} in {where}")
+            _check_json_field(name, item, f"{where}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json_field(name, item, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number (it is saved as JSON, which has no NaN or "
+                         f"infinity), got {value!r}")
+    elif not (value is None or isinstance(value, str | bool | int | float)):
+        raise TypeError(f"{where} must be plain JSON (str, int, float, bool, None, list, dict), got "
+                        f"{type(value).__name__}; convert it first, e.g. float(t) for a 0-d tensor")
+
+
+def _previous_weights(weights_path: Path) -> Path:
+    """Where save_checkpoint keeps the old weights while it switches to new ones."""
+    return weights_path.with_name(f".{weights_path.name}.previous")
 
 
 def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dict | None, weights_name: str,
@@ -278,9 +337,10 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
         raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0 and a 64-character sha256, "
                               f"found {meta['size_bytes']} and {meta['sha256']!r:.80}")
     bad_metrics = {k: v for k, v in meta["metrics"].items()
-                   if isinstance(v, bool) or not isinstance(v, int | float)}
+                   if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)}
     if bad_metrics:
-        raise CheckpointError(f"{meta_path.name}: every metric must be a number, found {bad_metrics}")
+        raise CheckpointError(f"{meta_path.name}: every metric must be a finite number (save_checkpoint "
+                              f"writes no NaN or infinity), found {bad_metrics}")
     if meta["format"] != FORMAT:
         raise CheckpointError(f"{meta_path.name}: expected format {FORMAT!r}, found {meta['format']!r}")
     if _what_is_there(weights_path) == "missing":
@@ -337,7 +397,25 @@ def load_checkpoint(
     device = pick_device(device)
     weights_path, meta_path = checkpoint_paths(name_or_path)
     meta = _read_meta(meta_path, weights_path)
-    _verify_bytes(weights_path, meta)
+    try:
+        _verify_bytes(weights_path, meta)
+    except CheckpointError:
+        # a save killed between its two renames: the new weights are in place, the sidecar is
+        # still the old one, and the old weights are kept beside them; load that old pair
+        previous = _previous_weights(weights_path)
+        if _what_is_there(previous) is not None:
+            raise
+        try:
+            _verify_bytes(previous, meta)
+        except CheckpointError:
+            raise CheckpointError(f"{weights_path.name} does not match {meta_path.name}, and neither does "
+                                  f"{previous.name} (left by an interrupted save_checkpoint)") from None
+        import warnings
+
+        warnings.warn(f"{weights_path.name} was half replaced by an interrupted save_checkpoint; loading "
+                      f"the previous weights {previous.name}, which match {meta_path.name}. Save again "
+                      "to finish the new checkpoint.", stacklevel=2)
+        weights_path = previous
     try:
         config = ModelConfig.from_dict(meta["config"])
     except (TypeError, ValueError) as err:

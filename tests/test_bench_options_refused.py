@@ -1,0 +1,44 @@
+"""The benchmark command line refuses what it cannot run when it parses it, naming the option."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from course_utils.bench import cli
+
+
+def _refusal(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["gqa", "--shapes", "1x99999999999"], ["--shapes", "CONTEXT in 1..65536", "1x99999999999"]),
+    (["gqa", "--shapes", "5000x8"], ["--shapes", "BATCH in 1..1024"]),
+    (["gqa", "--context", "1000000"], ["--context", "at most 65536 tokens"]),
+    ([], ["choose a subcommand", "gqa", "memory", "test-memory"]),
+])
+def test_options_out_of_range_are_refused_when_parsed(capsys, argv, words):
+    err = _refusal(capsys, argv)
+    assert all(w in err for w in words), err
+
+
+def test_an_empty_notebook_is_refused_by_name(capsys, tmp_path):
+    (tmp_path / "empty.ipynb").write_text("")
+    err = _refusal(capsys, ["memory", str(tmp_path / "empty.ipynb")])
+    assert "empty.ipynb" in err and "not a notebook" in err and "empty" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_test_memory_report_that_is_a_folder_or_fifo_says_which(capsys, tmp_path):
+    from course_utils.bench import memory
+
+    with pytest.raises(ValueError, match="is a directory"):
+        memory.read_test_report(tmp_path)
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(ValueError, match=r"fifo\.json is a FIFO"):
+        memory.read_test_report(tmp_path / "fifo.json")

@@ -1,0 +1,136 @@
+"""The scripts' writers are all or nothing, and they refuse a FIFO before opening it.
+
+publish and ``nbgrader_tools convert`` rewrite several files; when one of them cannot be
+written (an immutable file, a full disk) every file is left as it was. A FIFO given as a
+notebook or draft is refused at once instead of blocking the read forever.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import notebook_tools  # noqa: E402
+import publish  # noqa: E402
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    paths = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in paths}
+
+
+def _failing_replace(monkeypatch, nth: int) -> None:
+    original, calls = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        calls.append(dst)
+        if len(calls) == nth:
+            raise PermissionError(1, "Operation not permitted", str(dst))
+        return original(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def test_write_all_atomically_puts_every_file_back_when_one_fails(tmp_path, monkeypatch):
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text(f"old {name}\n")
+    before = _files(tmp_path)
+    _failing_replace(monkeypatch, 3)
+    texts = {tmp_path / n: f"new {n}\n" for n in ("a.txt", "b.txt", "c.txt", "new.txt")}
+    with pytest.raises(notebook_tools.ToolError, match=r"c\.txt: cannot be written .* left as it was"):
+        notebook_tools.write_all_atomically(texts)
+    assert _files(tmp_path) == before
+
+
+def test_publish_leaves_every_file_as_it_was_when_one_cannot_be_written(tmp_path, monkeypatch, capsys):
+    for name in ("README.md", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for folder in publish.NOTEBOOK_DIRS:
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, tmp_path / folder)
+    before = _files(tmp_path)
+    _failing_replace(monkeypatch, 4)
+    assert publish.main(["--repo", "x/y", "--tag", "v9.9.9"], root=tmp_path) == 1
+    assert "every file was left as it was" in capsys.readouterr().err
+    assert _files(tmp_path) == before
+
+
+def _run(script: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _stripped_notebook(tmp_path: Path, name: str) -> Path:
+    nb = json.loads((ROOT / "notebooks" / "03_dimension_walkthrough.ipynb").read_text())
+    for cell in nb["cells"]:
+        cell.get("metadata", {}).pop("nbgrader", None)
+    path = tmp_path / name
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("chattr")),
+                    reason="chattr +i needs root")
+def test_convert_with_one_immutable_notebook_changes_no_file(tmp_path):
+    first, second = _stripped_notebook(tmp_path, "c03.ipynb"), _stripped_notebook(tmp_path, "c03b.ipynb")
+    if subprocess.run(["chattr", "+i", str(second)], capture_output=True).returncode != 0:
+        pytest.skip("this file system has no immutable flag")
+    try:
+        before = _files(tmp_path)
+        proc = _run("nbgrader_tools.py", "convert", str(first), str(second))
+        after = _files(tmp_path)
+    finally:
+        subprocess.run(["chattr", "-i", str(second)])
+    assert proc.returncode == 1, proc.stderr
+    assert "c03b.ipynb" in proc.stderr and "Traceback" not in proc.stderr
+    assert after == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("argv", [("nbgrader_tools.py", "convert", "{fifo}"),
+                                  ("notebook_tools.py", "build", "{fifo}", "{out}")])
+def test_a_fifo_is_refused_before_it_is_opened(tmp_path, argv):
+    fifo = tmp_path / "fifo.ipynb"
+    os.mkfifo(fifo)
+    args = [a.format(fifo=fifo, out=tmp_path / "out.ipynb") for a in argv[1:]]
+    proc = _run(argv[0], *args)  # a read would block: the 120 s timeout fails the test
+    assert proc.returncode != 0
+    assert "fifo.ipynb" in proc.stderr and "FIFO" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.ipynb"]
+
+
+def test_build_into_a_folder_named_ipynb_is_a_one_line_error(tmp_path):
+    draft = tmp_path / "draft.py"
+    draft.write_text("# %% [markdown]\n# # Title\n\n# %%\nx = 1\n")
+    (tmp_path / "out.ipynb").mkdir()
+    proc = _run("notebook_tools.py", "build", str(draft), str(tmp_path / "out.ipynb"))
+    assert proc.returncode != 0
+    assert "out.ipynb" in proc.stderr and "folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft.py", "out.ipynb"]
+
+
+def test_source_into_a_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for target in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        proc = _run("nbgrader_tools.py", "source", str(target))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert "COURSE_DIR must be a folder" in proc.stderr and "afile is a file" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_publish_names_a_missing_tool_course_table(tmp_path, capsys):
+    for name in ("README.md", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("[tool.course]", "[tool.coursex]"))
+    assert publish.main([], root=tmp_path) == 2
+    assert "no [tool.course] table" in capsys.readouterr().err
