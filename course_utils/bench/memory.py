@@ -213,9 +213,9 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
 
         mode = os.stat(path).st_mode if path.exists() else 0
         kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-                else "a symlink loop or broken link" if not path.exists() else "not a regular file")
-        raise ValueError(f"the per-test memory report {path} is {kind}, expected the JSON file the tests "
-                         "write")
+                else "a symlink loop or broken link" if not path.exists() else "a special file")
+        raise ValueError(f"the per-test memory report {path} is {kind}, not a regular file: expected the "
+                         "JSON file the tests write")
     if not path.is_file():
         raise FileNotFoundError(f"no per-test memory report at {path}: run the tests first "
                                 f"(python3 course.py test), which write it")
