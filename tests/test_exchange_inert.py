@@ -45,6 +45,15 @@ def test_student_html_is_shown_as_text_and_only_the_verdict_output_is_kept():
     assert "widgets" not in nb.metadata
 
 
+def test_after_the_graders_own_escaping_the_text_shows_once_escaped():
+    from nbconvert.filters import markdown2html
+
+    nb = _hostile_notebook()
+    autograde.neutralise_html(nb)
+    html = markdown2html(autograde.make_inert(nb).cells[0].source)
+    assert not TAG.search(html) and "&lt;img" in html and "&amp;lt;" not in html
+
+
 def test_the_whole_exported_page_runs_no_student_script():
     from nbconvert import HTMLExporter
 

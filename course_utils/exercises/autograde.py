@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import hashlib
+import html
 import importlib
 import json
 import os
@@ -555,7 +556,8 @@ def make_inert(nb: Any) -> Any:
             cell.execution_count = None
         else:
             cell.cell_type = "markdown"
-            cell.source = _as_text_block(cell.source)
+            # undo neutralise_html's escaping: the code block escapes it once, as it is shown
+            cell.source = _as_text_block(html.unescape(cell.source))
             cell.pop("attachments", None)
     nb.metadata = {k: v for k, v in nb.metadata.items() if k in _KEPT_NOTEBOOK_METADATA + ("nbgrader",)}
     return nb
