@@ -176,6 +176,9 @@ def stage(inbound: Path, lesson: str, dest: Path, **checks) -> tuple[list[Record
         except Refused as exc:
             refused.append((name, str(exc)))
             continue
+        except (OSError, RecursionError) as exc:  # changed while read, unreadable, nested too deep
+            refused.append((name, f"it could not be read ({type(exc).__name__}: {exc})"))
+            continue
         stamp = record.time.strftime(TIME_FORMAT)
         folder = dest / f"{record.student}+{lesson}+{stamp}+{len(taken)}"
         for rel, data in record.files.items():

@@ -116,3 +116,18 @@ def test_a_missing_exchange_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         safe_collect.main([LESSON, "--exchange", str(tmp_path / "none"), "--course", "c"])
     assert "--exchange/--course" in capsys.readouterr().err
+
+
+def test_a_record_that_cannot_be_read_is_refused_and_the_rest_collected(tmp_path, monkeypatch):
+    _record(tmp_path / "inbound", extra="+a")
+    _record(tmp_path / "inbound", extra="+b")
+    real = safe_collect.read_record
+
+    def flaky(inbound, name, lesson, **checks):
+        if name.endswith("+a"):
+            raise FileNotFoundError(2, "vanished while it was read")
+        return real(inbound, name, lesson, **checks)
+
+    monkeypatch.setattr(safe_collect, "read_record", flaky)
+    taken, refused, _ = _stage(tmp_path)
+    assert len(taken) == 1 and "could not be read" in next(iter(refused.values()))
