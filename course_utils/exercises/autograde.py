@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import hashlib
+import html
 import importlib
 import json
 import os
@@ -523,10 +524,66 @@ def _preprocessor_class() -> type:
     return GradeOutside
 
 
-def __getattr__(name: str) -> Any:  # the preprocessor class, made on first use (nbconvert is heavy)
-    if name == "GradeOutside":
-        cls = _preprocessor_class()
-        globals()["GradeOutside"] = cls
+# -- nbgrader: the autograded notebook made inert before the formgrader shows it --------------
+# The formgrader renders the autograded notebook as HTML with no sanitising (markdown through
+# markdown2html, raw cells as they are, outputs by their richest type), in the instructor's browser,
+# where a script can PUT any grade. So every student-written part is shown as plain text.
+_KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
+_TEXT_OUTPUTS = ("stream", "error")
+
+
+def _as_text_block(source: str) -> str:
+    """``source`` as a markdown indented code block: every line indented four spaces, so markdown
+    shows it verbatim, HTML-escaped, with no link, image, tag or math of its own."""
+    return "\n".join("    " + line for line in source.replace("\r", "").split("\n"))
+
+
+def make_inert(nb: Any) -> Any:
+    """Make ``nb`` (an autograded notebook, graded already) safe to render in a browser: markdown
+    and raw cells become plain-text blocks with no attachments; a code cell keeps its source (which
+    the exporter highlights, escaped) and, for the grader's own test cells only, the verdict's text
+    outputs; every other output, all cell metadata but nbgrader's, and notebook metadata but the
+    kernel's and nbgrader's, are dropped. Returns ``nb``, changed in place."""
+    for cell in nb.cells:
+        nbgrader_meta = _nbgrader_meta(cell)
+        cell.metadata = {"nbgrader": nbgrader_meta} if nbgrader_meta else {}
+        if cell.cell_type == "code":
+            verdict = bool(nbgrader_meta.get("grade")) and not nbgrader_meta.get("solution")
+            cell.outputs = [o for o in cell.get("outputs", [])
+                            if verdict and o.get("output_type") in _TEXT_OUTPUTS]
+            for output in cell.outputs:
+                output.pop("metadata", None)
+            cell.execution_count = None
+        else:
+            cell.cell_type = "markdown"
+            # undo neutralise_html's escaping: the code block escapes it once, as it is shown
+            cell.source = _as_text_block(html.unescape(cell.source))
+            cell.pop("attachments", None)
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in _KEPT_NOTEBOOK_METADATA + ("nbgrader",)}
+    return nb
+
+
+def _inert_class() -> type:
+    from nbconvert.preprocessors import Preprocessor
+
+    class MakeInert(Preprocessor):
+        """nbgrader autograde step, the last: the written notebook carries no HTML, script or rich
+        output of the student's (see :func:`make_inert`); grades were saved before it."""
+
+        def __call__(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+            return self.preprocess(nb, resources)  # always on, whatever `enabled` says
+
+        def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+            return make_inert(nb), resources
+
+    return MakeInert
+
+
+def __getattr__(name: str) -> Any:  # the preprocessor classes, made on first use (nbconvert is heavy)
+    makers = {"GradeOutside": _preprocessor_class, "MakeInert": _inert_class}
+    if name in makers:
+        cls = makers[name]()
+        globals()[name] = cls
         return cls
     raise AttributeError(name)
 
@@ -545,5 +602,5 @@ def configure(c: Any, course_root: str | Path) -> None:
 
     c.Autograde.autograde_preprocessors = [
         __getattr__("GradeOutside"), IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-        AssignLatePenalties, CheckCellMetadata]
+        AssignLatePenalties, CheckCellMetadata, __getattr__("MakeInert")]
     c.GradeOutside.course_root = str(Path(course_root).resolve())

@@ -1,0 +1,222 @@
+"""Collect one lesson's submissions from an nbgrader exchange whose inbound any student can write.
+
+``nbgrader collect`` trusts every record in ``EXCHANGE/COURSE/inbound``: it follows a symbolic link
+with the instructor's rights (a student "submits" the instructor's solutions), takes the time the
+student wrote as the submission time, collects a record that names another student with only a log
+line, and stops for the whole class on one record whose name it cannot parse. This script reads each
+record of the lesson itself, refuses (skips and reports) the bad ones, copies the good ones into a
+private inbound the instructor alone can reach, and runs ``nbgrader collect`` on that copy.
+
+    python3 scripts/safe_collect.py LESSON --exchange /srv/nbgrader/exchange --course mha-course
+
+What it can tell about a record (files are read through descriptors opened without following
+links, and checked on the descriptor, so a swap after the check is caught too):
+- a symbolic link, or anything but a regular file or a folder, anywhere in it: refused;
+- a file with more than one hard link, or owned by anyone but the record's owner: refused (a hard
+  link to the instructor's source notebook is a regular file, but it is the instructor's);
+- an owner whose login name is not the student the record names: refused (``--owner name``, the
+  default, for a server where each student is an operating-system user); with ``--owner off`` (one
+  shared account, a container where everyone is root) the exchange cannot tell who wrote a record,
+  and the report says so for every record;
+- a name that is not ``STUDENT+LESSON+YYYY-mm-dd HH:MM:SS[.ffffff] UTC[+anything]``, a
+  ``timestamp.txt`` that differs from the name, or more than ``--max-mb`` MB: refused;
+- the submission time is the time the student wrote, but never earlier than the latest status change
+  (``st_ctime``, which the owner cannot set back) of the record and its files less ``--slack`` seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NAME = re.compile(r"^(?P<student>[A-Za-z0-9_.@-]{1,64})\+(?P<lesson>[A-Za-z0-9_.-]{1,100})\+"
+                  r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? UTC)(?:\+[A-Za-z0-9_-]{0,64})?$")
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"
+
+
+class Refused(Exception):
+    """A record that is not collected; the message says why."""
+
+
+@dataclass
+class Record:
+    name: str
+    student: str
+    time: dt.datetime
+    files: dict[str, bytes] = field(default_factory=dict)  # relative path -> content
+    notes: list[str] = field(default_factory=list)
+
+
+def _parse_time(text: str) -> dt.datetime:
+    text = text.strip().removesuffix(" UTC")
+    fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S"
+    return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.timezone.utc)
+
+
+def _owner_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _read_tree(dir_fd: int, prefix: str, owner: int, budget: list[int], out: dict[str, bytes],
+               ctimes: list[float]) -> None:
+    for entry in sorted(os.listdir(dir_fd)):
+        rel = f"{prefix}{entry}"
+        st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            raise Refused(f"{rel} is a symbolic link")
+        if stat.S_ISDIR(st.st_mode):
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                if os.fstat(fd).st_uid != owner:
+                    raise Refused(f"{rel}/ has another owner than the record")
+                ctimes.append(os.fstat(fd).st_ctime)
+                _read_tree(fd, rel + "/", owner, budget, out, ctimes)
+            finally:
+                os.close(fd)
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{rel} is not a regular file")
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError as exc:
+            raise Refused(f"{rel} cannot be opened as a plain file ({exc.strerror})") from None
+        try:
+            fst = os.fstat(fd)  # what was opened, not what the name pointed at when listed
+            if not stat.S_ISREG(fst.st_mode):
+                raise Refused(f"{rel} is not a regular file")
+            if fst.st_nlink != 1:
+                raise Refused(f"{rel} has {fst.st_nlink} hard links (a link to someone else's file?)")
+            if fst.st_uid != owner:
+                raise Refused(f"{rel} is owned by uid {fst.st_uid}, not by the record's owner")
+            budget[0] -= fst.st_size
+            if budget[0] < 0:
+                raise Refused("the record is over the size cap")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(fst.st_size + 1)
+            if len(data) != fst.st_size:
+                raise Refused(f"{rel} changed while it was read")
+            ctimes.append(os.fstat(fd).st_ctime)
+            out[rel] = data
+        finally:
+            os.close(fd)
+
+
+def read_record(inbound: Path, name: str, lesson: str, *, owner_check: str = "name",
+                max_bytes: int = 50 * 2**20, slack: float = 300.0) -> Record:
+    """The record ``inbound/name`` of ``lesson``, checked as the module docstring says; raises
+    :class:`Refused` naming the first problem."""
+    match = NAME.match(name)
+    if match is None:
+        raise Refused("the name is not STUDENT+LESSON+YYYY-mm-dd HH:MM:SS.ffffff UTC")
+    if match["lesson"] != lesson:
+        raise Refused(f"the record is for {match['lesson']!r}, not {lesson!r}")
+    try:
+        claimed = _parse_time(match["time"])
+    except ValueError:
+        raise Refused(f"the time {match['time']!r} is not a date") from None
+    parent = os.open(inbound, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    except OSError as exc:
+        raise Refused(f"the record is not a folder ({exc.strerror})") from None
+    finally:
+        os.close(parent)
+    record = Record(name, match["student"], claimed)
+    try:
+        st = os.fstat(fd)
+        if owner_check == "name":
+            who = _owner_name(st.st_uid)
+            if who != record.student:
+                raise Refused(f"the record names {record.student!r} but is owned by {who or st.st_uid!r}")
+        else:
+            record.notes.append("owner not checked (--owner off): the exchange cannot tell who wrote it")
+        ctimes = [st.st_ctime]
+        _read_tree(fd, "", st.st_uid, [max_bytes], record.files, ctimes)
+    finally:
+        os.close(fd)
+    if "timestamp.txt" in record.files:
+        try:
+            written = _parse_time(record.files["timestamp.txt"].decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            raise Refused("timestamp.txt is not a time") from None
+        if abs((written - claimed).total_seconds()) > 1:
+            raise Refused("timestamp.txt and the record's name give different times")
+    if not any(p.endswith(".ipynb") for p in record.files):
+        raise Refused("the record holds no notebook")
+    latest = dt.datetime.fromtimestamp(max(ctimes), dt.timezone.utc)
+    if (latest - claimed).total_seconds() > slack:
+        record.notes.append(f"claims {claimed:%Y-%m-%d %H:%M:%S} UTC but was last changed at "
+                            f"{latest:%Y-%m-%d %H:%M:%S} UTC: that time is used")
+        record.time = latest
+    return record
+
+
+def stage(inbound: Path, lesson: str, dest: Path, **checks) -> tuple[list[Record], list[tuple[str, str]]]:
+    """Copy each good record of ``lesson`` in ``inbound`` into ``dest`` (a private inbound), with
+    its checked time; returns (the records copied, (name, why) of each refused one)."""
+    taken: list[Record] = []
+    refused: list[tuple[str, str]] = []
+    for name in sorted(os.listdir(inbound)):
+        if f"+{lesson}+" not in name:
+            continue
+        try:
+            record = read_record(inbound, name, lesson, **checks)
+        except Refused as exc:
+            refused.append((name, str(exc)))
+            continue
+        except (OSError, RecursionError) as exc:  # changed while read, unreadable, nested too deep
+            refused.append((name, f"it could not be read ({type(exc).__name__}: {exc})"))
+            continue
+        stamp = record.time.strftime(TIME_FORMAT)
+        folder = dest / f"{record.student}+{lesson}+{stamp}+{len(taken)}"
+        for rel, data in record.files.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(data)
+        (folder / "timestamp.txt").write_text(stamp)
+        taken.append(record)
+    return taken, refused
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("lesson")
+    parser.add_argument("--exchange", required=True, type=Path, help="the exchange root (c.Exchange.root)")
+    parser.add_argument("--course", required=True, help="the course id (c.CourseDirectory.course_id)")
+    parser.add_argument("--owner", choices=("name", "off"), default="name")
+    parser.add_argument("--max-mb", type=float, default=50.0)
+    parser.add_argument("--slack", type=float, default=300.0, help="seconds a copy may take")
+    args = parser.parse_args(argv)
+    inbound = args.exchange / args.course / "inbound"
+    if not inbound.is_dir():
+        parser.error(f"--exchange/--course: expected a folder {inbound}, found none")
+    with tempfile.TemporaryDirectory(prefix="safe_collect_") as private:
+        dest = Path(private) / args.course / "inbound"
+        dest.mkdir(parents=True)
+        taken, refused = stage(inbound, args.lesson, dest, owner_check=args.owner,
+                               max_bytes=int(args.max_mb * 2**20), slack=args.slack)
+        for record in taken:
+            for note in record.notes:
+                print(f"note    {record.name}: {note}")
+        for name, why in refused:
+            print(f"REFUSED {name}: {why}")
+        print(f"{len(taken)} records copied, {len(refused)} refused; running nbgrader collect on the copy")
+        nbgrader = shutil.which("nbgrader") or "nbgrader"
+        done = subprocess.run([nbgrader, "collect", args.lesson, f"--Exchange.root={private}",
+                               f"--CourseDirectory.course_id={args.course}"], check=False)
+    return done.returncode or (1 if refused else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
