@@ -18,12 +18,6 @@
         write new grading salts (COURSE_DIR/.course_grader.json, one per lesson) and the
         lines in COURSE_DIR/nbgrader_config.py that make `nbgrader autograde` grade outside
         the notebook (course_utils/exercises/autograde.py).
-    python scripts/nbgrader_tools.py inbound INBOUND_DIR
-        Before ``nbgrader collect``: exit 1, naming each, when a record in the exchange's
-        inbound folder (EXCHANGE_ROOT/COURSE_ID/inbound) holds a symbolic link or anything
-        but plain files and folders, has a name collect cannot read, is owned by a user who
-        is neither the student it names nor you, or says it was handed in more than an
-        hour before it was written. See :func:`inbound_problems`.
     python scripts/nbgrader_tools.py table
         Print the exercise table (Markdown) that INSTRUCTORS.md holds; ``table --write``
         replaces it between INSTRUCTORS.md's ``<!-- exercise-table -->`` markers.
@@ -438,63 +432,6 @@ def write_table() -> bool:
     return new != text
 
 
-LATE_WRITE_SLACK = 600  # seconds a record may be written after the time it names (a large copy)
-
-
-def inbound_problems(inbound: Path, *, me: str | None = None) -> list[str]:
-    """What is wrong with the records of an nbgrader exchange's inbound folder, one line each,
-    before ``nbgrader collect`` copies them with your rights (a cold trial's C11, C17, C20, C21):
-    a symbolic link or a special file anywhere in a record (collect would copy what it points to:
-    your source notebook, the grader's secrets); a name that is not
-    ``student+assignment+timestamp+random`` with a readable time (collect stops for the whole
-    class); an owner who is neither the student the name gives nor ``me`` (you, by default: the
-    user running this; a classmate handing in for someone else); a file with another hard link
-    or another owner than the record's; a time more than
-    :data:`LATE_WRITE_SLACK` seconds before the record's status change time, which its owner
-    cannot set back (late work made to look on time). Empty when all are fine."""
-    import datetime
-    import pwd
-
-    from nbgrader.utils import parse_utc
-
-    me = me or pwd.getpwuid(os.getuid()).pw_name
-    problems: list[str] = []
-    for record in sorted(inbound.iterdir()) if inbound.is_dir() else []:
-        name = record.name
-        if record.is_symlink() or not record.is_dir():
-            problems.append(f"{name}: not a plain folder (a link or a file): delete it")
-            continue
-        parts = name.split("+")
-        try:
-            claimed = parse_utc(parts[2]) if len(parts) == 4 else None
-        except Exception:  # noqa: BLE001 - dateutil raises several kinds
-            claimed = None
-        if claimed is None:
-            problems.append(f"{name}: not a record name collect can read "
-                            "(student+assignment+time+random): delete it")
-            continue
-        for folder, dirs, files in os.walk(record):
-            for entry in (*dirs, *files):
-                path = Path(folder) / entry
-                info = path.lstat()
-                if path.is_symlink() or not (path.is_dir() or path.is_file()) \
-                        or path.is_file() and (info.st_nlink != 1 or info.st_uid != record.stat().st_uid):
-                    problems.append(f"{name}: {path.relative_to(record)} is a link (symbolic or hard), a "
-                                    "special file or another user's file, which collect would copy with your "
-                                    "rights: delete the record")
-        try:
-            owner = pwd.getpwuid(record.stat().st_uid).pw_name
-        except KeyError:
-            owner = str(record.stat().st_uid)
-        if owner not in (parts[0], me):
-            problems.append(f"{name}: owned by {owner}, but it names student {parts[0]}")
-        late = record.stat().st_ctime - claimed.replace(tzinfo=datetime.timezone.utc).timestamp()
-        if late > LATE_WRITE_SLACK:
-            problems.append(f"{name}: says it was handed in at {parts[2]}, but was written "
-                            f"{late / 3600:.1f} h later")
-    return problems
-
-
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -570,20 +507,6 @@ def main(argv: list[str]) -> int:
 
             if sandbox.isolation() != "bubblewrap":
                 print(sandbox.WARNING, file=sys.stderr)
-        elif command == "inbound":
-            if len(args) != 1 or not Path(args[0]).is_dir():
-                print("usage: nbgrader_tools.py inbound INBOUND_DIR (the exchange's "
-                      f"EXCHANGE_ROOT/COURSE_ID/inbound folder; got {' '.join(args) or 'nothing'})",
-                      file=sys.stderr)
-                return 2
-            problems = inbound_problems(Path(args[0]))
-            for problem in problems:
-                print(problem)
-            if problems:
-                print(f"{len(problems)} problem(s): do not run `nbgrader collect` until they are resolved",
-                      file=sys.stderr)
-                return 1
-            print("inbound records look as nbgrader submit writes them")
         elif command == "table":
             if args == ["--write"]:
                 print("INSTRUCTORS.md updated" if write_table() else "INSTRUCTORS.md was current")
