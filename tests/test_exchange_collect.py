@@ -16,14 +16,20 @@ spec.loader.exec_module(safe_collect)
 
 LESSON = "02_single_head_attention"
 ME = getpass.getuser()
-NOW = dt.datetime.now(dt.timezone.utc)
+
+
+def _now():
+    # read at each use: a module-level time went stale when xdist ran this file minutes after
+    # importing it, and the collector then (rightly) moved the record's time up to its ctime
+    return dt.datetime.now(dt.timezone.utc)
 
 
 def _stamp(when):
     return when.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
-def _record(inbound, student=ME, when=NOW, body=b'{"cells": []}', extra=""):
+def _record(inbound, student=ME, when=None, body=b'{"cells": []}', extra=""):
+    when = _now() if when is None else when
     folder = inbound / f"{student}+{LESSON}+{_stamp(when)}{extra}"
     folder.mkdir(parents=True)
     (folder / "timestamp.txt").write_text(_stamp(when))
@@ -39,12 +45,13 @@ def _stage(tmp_path, **checks):
 
 
 def test_an_honest_record_is_copied_with_its_own_time(tmp_path):
-    _record(tmp_path / "inbound", when=NOW - dt.timedelta(seconds=5))
+    handed_in = _now() - dt.timedelta(seconds=5)
+    _record(tmp_path / "inbound", when=handed_in)
     taken, refused, dest = _stage(tmp_path)
     assert refused == {} and [r.student for r in taken] == [ME]
     (copied,) = dest.iterdir()
     assert (copied / f"{LESSON}.ipynb").read_bytes() == b'{"cells": []}'
-    assert (copied / "timestamp.txt").read_text() == _stamp(NOW - dt.timedelta(seconds=5))
+    assert (copied / "timestamp.txt").read_text() == _stamp(handed_in)
 
 
 def test_a_link_to_the_instructors_solutions_is_refused_and_the_class_still_collected(tmp_path):
@@ -52,13 +59,13 @@ def test_a_link_to_the_instructors_solutions_is_refused_and_the_class_still_coll
     secret.parent.mkdir()
     secret.write_text("SOLUTIONS")
     _record(tmp_path / "inbound", extra="+honest")
-    bad = tmp_path / "inbound" / f"{ME}+{LESSON}+{_stamp(NOW)}+link"
+    bad = tmp_path / "inbound" / f"{ME}+{LESSON}+{_stamp(_now())}+link"
     bad.mkdir()
     (bad / f"{LESSON}.ipynb").symlink_to(secret)
-    hard = tmp_path / "inbound" / f"{ME}+{LESSON}+{_stamp(NOW)}+hard"
+    hard = tmp_path / "inbound" / f"{ME}+{LESSON}+{_stamp(_now())}+hard"
     hard.mkdir()
     os.link(secret, hard / f"{LESSON}.ipynb")
-    whole = tmp_path / "inbound" / f"{ME}+{LESSON}+{_stamp(NOW)}+whole"
+    whole = tmp_path / "inbound" / f"{ME}+{LESSON}+{_stamp(_now())}+whole"
     whole.symlink_to(tmp_path / "source")
     taken, refused, dest = _stage(tmp_path)
     assert len(taken) == 1
@@ -94,19 +101,20 @@ def test_a_record_naming_someone_else_is_refused_unless_owners_cannot_be_told(tm
 def test_a_record_over_the_size_cap_or_with_a_mismatched_timestamp_is_refused(tmp_path):
     big = _record(tmp_path / "inbound", body=b"x" * 2048, extra="+big")
     odd = _record(tmp_path / "inbound", extra="+odd")
-    (odd / "timestamp.txt").write_text(_stamp(NOW - dt.timedelta(days=3)))
+    (odd / "timestamp.txt").write_text(_stamp(_now() - dt.timedelta(days=3)))
     taken, refused, _ = _stage(tmp_path, max_bytes=1024 + 200)
     assert "size cap" in refused[big.name]
     assert "different times" in refused[odd.name]
 
 
 def test_a_time_set_back_before_the_due_date_becomes_the_time_it_was_written(tmp_path):
-    back = NOW - dt.timedelta(days=2)
+    now = _now()
+    back = now - dt.timedelta(days=2)
     folder = _record(tmp_path / "inbound", when=back)
     os.utime(folder / f"{LESSON}.ipynb", (back.timestamp(), back.timestamp()))  # mtime moves, ctime does not
     taken, refused, dest = _stage(tmp_path)
     (record,) = taken
-    assert record.time > NOW - dt.timedelta(minutes=10)
+    assert record.time > now - dt.timedelta(minutes=10)
     assert "claims" in record.notes[0]
     (copied,) = dest.iterdir()
     assert safe_collect._parse_time((copied / "timestamp.txt").read_text()) == record.time
