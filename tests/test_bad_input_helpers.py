@@ -16,6 +16,7 @@ from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.validation import check_callable, check_int_list, check_rows
 from course_utils.bench import decode_step as bench_decode
 from course_utils.bench import gqa_speed, memory, mha_speed, timing
+from course_utils.exercises import autograde, sandbox
 from course_utils.exercises.your_attention import forward_with, plot_block
 from course_utils.interp import ablation
 from course_utils.interp.heatmaps import sentence_attention_fn
@@ -207,7 +208,26 @@ CASES = [
          ["rows", "1-D", "(2, 2)"]),
     Case("check_callable arity", lambda: check_callable(lambda: 0, "fn", "f(a)", nargs=1), TypeError,
          ["fn", "1 positional argument", "<lambda>()"]),
+    # the grader's helpers (the battery's last misc lines)
+    Case("answer_source one string", lambda: sandbox.answer_source("def f(): pass", "f"), TypeError,
+         ["cells", "list", "str"]),
+    Case("answer_source cell out of range", lambda: sandbox.answer_source(["def f(): pass"], "f", 99),
+         ValueError, ["answer_cell", "0..0", "99"]),
+    Case("rules_broken unknown check", lambda: sandbox.rules_broken("x", "lesson99.check_x"), ValueError,
+         ["check_key", "lessonNN.check_xxx", "lesson99.check_x"]),
+    Case("cases_of None", lambda: autograde.cases_of(None), TypeError, ["exercise", "Exercise", "NoneType"]),
+    Case("grade_notebook None", lambda: autograde.grade_notebook(None, salt=None, solutions_dir=None),
+         TypeError, ["nb", "nbformat", "NoneType"]),
+    Case("grade_answer per_call 0", lambda: autograde.grade_answer(
+        "lesson02", "check_softmax_rows", "def softmax_rows(s):\n    return s\n", "softmax_rows", salt=None,
+        solutions_dir=None, per_call=0), ValueError, ["per_call", "seconds", "0"]),
 ]
+
+
+def test_a_secrets_file_that_is_not_json_is_named(tmp_path):
+    (tmp_path / autograde.SECRETS_NAME).write_text("{not json")
+    with pytest.raises(ValueError, match="not the grader's secrets file .*nbgrader_tools.py source"):
+        autograde.read_secrets(tmp_path)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

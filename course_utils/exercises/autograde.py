@@ -87,7 +87,15 @@ def read_secrets(course: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: run `python scripts/nbgrader_tools.py source "
                                 f"{course}` in the course's clone (it writes the grader's salts)")
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not the grader's secrets file (not UTF-8 JSON: {err}); write a new "
+                         f"one with `python scripts/nbgrader_tools.py source {course}`") from None
+    if not isinstance(data, dict) or not isinstance(data.get("salts"), dict):
+        raise ValueError(f"{path} is not the grader's secrets file (no 'salts' table); write a new one "
+                         f"with `python scripts/nbgrader_tools.py source {course}`")
+    return data
 
 
 # -- which cases, which expected outputs ---------------------------------------------------------
@@ -120,6 +128,11 @@ def cases_of(exercise: Any, salt: int | None = None) -> list[Any]:
     stored inputs, the same bytes on every machine), or unseen ones built under
     :func:`salted_seeds`. Any case given to an answer's process is a copy made here; the salt
     itself never leaves this process."""
+    from .core import Exercise
+
+    if not isinstance(exercise, Exercise):
+        raise TypeError(f"exercise must be an Exercise (e.g. exercise_of('lesson02', 'check_softmax_rows')), "
+                        f"got {type(exercise).__name__}")
     if salt is None:
         return exercise.cases()
     with salted_seeds(salt):
@@ -361,6 +374,12 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
     return 8 * total + 2**20
 
 
+def _check_per_call(per_call: Any) -> None:
+    if isinstance(per_call, bool) or not isinstance(per_call, (int, float)) or not 0 < per_call < 86400:
+        raise ValueError(f"per_call must be the seconds one call of the answer may take, a number in "
+                         f"(0, 86400), got {type(per_call).__name__} {per_call!r}")
+
+
 def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | None,
                  solutions_dir: str | None, hide: Sequence[Path] = (), per_call: int = 60,
                  memory: int = 4 * 2**30, sandboxed: bool | None = None) -> Any:
@@ -370,6 +389,7 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
     from .core import Feedback
 
     exercise = exercise_of(lesson, check)
+    _check_per_call(per_call)
     if sandbox.is_stub(code, name):  # the release's stub: the check's own words, no process needed
         def stub(*args: Any, **kwargs: Any) -> Any:
             raise NotImplementedError()
@@ -440,6 +460,10 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
 
     from .core import Feedback
 
+    if not isinstance(nb, nbformat.NotebookNode) or not isinstance(nb.get("cells"), list):
+        raise TypeError(f"nb must be a notebook read with nbformat.read(path, as_version=4), "
+                        f"got {type(nb).__name__}")
+    _check_per_call(per_call)
     neutralise_html(nb)
     results: dict[str, Any] = {}
     ids = {_nbgrader_meta(c).get("grade_id"): i for i, c in enumerate(nb.cells) if _nbgrader_meta(c)}

@@ -200,6 +200,13 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     the last top-level ``def name`` (in ``cells[answer_cell]`` when that cell defines it), the
     functions and classes it names, transitively, and the imports that bind a name they use.
     No other statement is kept. Raises :class:`AnswerProblem`."""
+    if isinstance(cells, (str, bytes)) or not all(isinstance(c, str) for c in cells):
+        raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
+                        + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
+    if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
+                                    or not 0 <= answer_cell < len(cells)):
+        raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
+                         f"(0..{len(cells) - 1}), got {answer_cell!r}")
     definitions: dict[str, ast.AST] = {}
     imports: list[ast.AST] = []
     order: dict[int, int] = {}
@@ -462,6 +469,21 @@ def _allowed_tops(check_key: str) -> str:
     return ", ".join(sorted({m.split(".")[0] for m in allowed} - {"__future__"}))
 
 
+def _check_key_known(check_key: Any) -> None:
+    """``check_key`` is "lessonNN.check_xxx" of a check that exists (an unknown one would be read
+    with no twins at all, so every answer would pass the rules)."""
+    import importlib
+
+    match = re.fullmatch(r"(lesson\d\d)\.(check_\w+)", check_key) if isinstance(check_key, str) else None
+    try:
+        module = importlib.import_module(f"course_utils.exercises.{match.group(1)}") if match else None
+    except ImportError:
+        module = None
+    if module is None or not callable(getattr(module, match.group(2), None)):
+        raise ValueError(f"check_key must name an exercise check, 'lessonNN.check_xxx' such as "
+                         f"'lesson02.check_softmax_rows', got {check_key!r}")
+
+
 def rules_broken(code: str, check_key: str) -> list[str]:
     """What in the answer's ``code`` no answer may hold: ways around a reading of the code
     (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), the
@@ -471,6 +493,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     library's object. Sorted."""
     from .core import LIBRARY_TWINS
 
+    _check_key_known(check_key)
     twins = {dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
     twins |= set(EXTRA_TWINS.get(check_key, ()))
     try:
