@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import numbers
 import shlex
 import sys
 import time
@@ -171,15 +172,40 @@ def train_model(
                             target_metric, target, stop_at_target, progress, task)
 
 
-def _check_batch(batch: object, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``sample_batch``'s result must be a pair of tensors ``(tokens, targets)``."""
+def _check_batch(batch: object, step: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_batch``'s result must be a pair of integer tensors ``(tokens, targets)`` of one
+    shape (B, T), with targets in ``0..vocab_size-1`` or ``-100`` (ignored)."""
     if not (isinstance(batch, tuple | list) and len(batch) == 2
             and all(isinstance(t, torch.Tensor) for t in batch)):
         found = (f"a Tensor of shape {tuple(batch.shape)}" if isinstance(batch, torch.Tensor)
                  else f"a {type(batch).__name__}")
         raise TypeError(f"sample_batch(generator) must return a pair (tokens (B, T), targets (B, T)); "
                         f"at step {step} it returned {found}")
-    return batch[0], batch[1]
+    tokens, targets = batch
+    for name, t in (("tokens", tokens), ("targets", targets)):
+        if t.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise TypeError(f"sample_batch(generator) must return integer {name}; at step {step} "
+                            f"they are {t.dtype}")
+    if tokens.ndim != 2 or tokens.shape != targets.shape:
+        raise ValueError(f"sample_batch(generator) must return tokens and targets of one shape (B, T); "
+                         f"at step {step} they are {tuple(tokens.shape)} and {tuple(targets.shape)}")
+    bad = (targets != -100) & ((targets < 0) | (targets >= vocab_size))
+    if bool(bad.any()):
+        value = int(targets[bad][0])
+        raise ValueError(f"sample_batch(generator) returned targets outside the vocabulary at step {step}: "
+                         f"{value} (expected 0..{vocab_size - 1}, or -100 for a position to ignore)")
+    return tokens, targets
+
+
+def _check_metrics(metrics: object, step: int, target_metric: str | None) -> None:
+    """``evaluate``'s result must be a dict of metric name -> number, holding ``target_metric``."""
+    if not (isinstance(metrics, dict) and all(isinstance(k, str) for k in metrics)
+            and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in metrics.values())):
+        raise TypeError(f"evaluate(model) must return a dict of metric name -> number; at step {step} it "
+                        f"returned {type(metrics).__name__} {str(metrics)[:80]}")
+    if target_metric is not None and target_metric not in metrics:
+        raise KeyError(f"target_metric {target_metric!r} is not among the metrics evaluate(model) returned "
+                       f"at step {step}: {sorted(metrics)}")
 
 
 def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, target_metric, target,
@@ -213,6 +239,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         with torch.no_grad():
             metrics = evaluate(model)
         model.train()
+        _check_metrics(metrics, step, target_metric)
         history.eval_steps.append(step)
         history.eval_metrics.append(metrics)
         reached = target_metric is not None and target is not None and metrics[target_metric] >= target
@@ -224,7 +251,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     for step in bar:
         sync()
         start = time.perf_counter()  # the clock covers making the batch and the update
-        tokens, targets = _check_batch(sample_batch(generator), step)
+        tokens, targets = _check_batch(sample_batch(generator), step, model.config.vocab_size)
         for group in optimizer.param_groups:
             group["lr"] = train_config.lr_at(step - 1)
         logits, _ = model(tokens.to(device))
