@@ -333,3 +333,11 @@ def test_cli_mha_runs(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert all(name in out for name in IMPLEMENTATIONS) and "ratio to nn.MHA" in out
     assert "loop over heads: " in out and "in this run" in out  # the printed verdict
+
+
+def test_a_kv_cache_smaller_than_the_cpu_cache_is_named_before_the_figures(monkeypatch):
+    from course_utils.bench.gqa_speed import small_cache_note
+    monkeypatch.setenv("COURSE_UTILS_LLC_MIB", "32")
+    note = small_cache_note(3, 8)  # 2 * 8 layers * 16 heads * 3 tokens * 64 * 4 bytes = 192 KiB
+    assert note is not None and "--context 3" in note and "192 KiB" in note and "32 MiB" in note
+    assert small_cache_note(4096, 8) is None  # 256 MiB of cache: memory reads dominate

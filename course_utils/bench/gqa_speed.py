@@ -567,11 +567,25 @@ def _print_stages(groups: Sequence[int], context: int, num_layers: int, repeats:
 WHOLE_STEP_SHAPES: tuple[tuple[int, float], ...] = ((1, 0.25), (1, 1), (1, 4), (8, 1))
 
 
+def small_cache_note(context: int, num_layers: int, num_heads: int = 16, d_head: int = 64) -> str | None:
+    """A warning when the largest KV cache the command reads (MHA's, float32) is smaller than
+    the CPU's last-level cache: each step then costs mostly its fixed per-call work, so its
+    time and GB/s say little about reading memory. None when the cache is larger."""
+    cache = 2 * num_layers * num_heads * context * d_head * 4  # K and V, every layer, float32
+    llc, _ = last_level_cache_bytes()
+    if cache >= llc:
+        return None
+    return (f"note: at --context {context} the MHA KV cache is {cache / 1024:.0f} KiB, smaller than this "
+            f"CPU's last-level cache ({llc / MiB:.0f} MiB): the times below are mostly fixed per-call "
+            f"work, not memory reads, and GB/s figures are not bandwidth\n\n")
+
+
 def _main_gqa(args: argparse.Namespace) -> None:
     args.repeats = args.repeats or DECODE_RUNS["full" if args.full else "quick"]["repeats"]
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
     print(f"torch {torch.__version__}, CPU kernels: {capability}\n"
           f"every method at every g interleaved repeat by repeat; {args.repeats} repeats\n")
+    print(small_cache_note(args.context, args.layers) or "", end="")
     result = bench_decode(context=args.context, num_layers=args.layers, repeats=args.repeats,
                           num_threads=args.threads, full=args.full)
     print("ATTENTION ONLY (no weights): the KV cache read by one decode step\n")
