@@ -48,6 +48,10 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """softmax(q k^T / sqrt(dk)) v, computed step by step.
 
+    Named after ``torch.nn.functional.scaled_dot_product_attention``, which computes the
+    same thing fused; two differences: the boolean mask is ``mask=`` (``True`` = may attend),
+    and the attention weights come back too, as the second element.
+
     Args:
         q: ``(..., Tq, dk)``; k: ``(..., Tk, dk)``; v: ``(..., Tk, dv)``: floating point,
             one dtype, one device. Leading dims must be equal (no silent broadcasting).
