@@ -197,18 +197,18 @@ def _whole_step_rows(text: str) -> dict[tuple[int, int, int], dict[str, float]]:
 
 def test_cache_growth_slopes_in_the_stored_run():
     """'With the cache the slope is close to 1 ... Without the cache the slope is clearly larger
-    ... between 1.7 and 2 in our runs on the course's machine, quiet or beside two busy processes
-    (load up to 9), and between 1.4 and 1.6 in a learner's runs on a busy laptop'; 'What held
-    in every run we know of: the without / with column grows several-fold
-    from the shortest runs to N = 256'. Loosely, for the spread the prose names."""
+    ... between 1.4 and 2 in every run we know of (1.7 to 2 on the course's machine ...; 1.4 to
+    1.65 on busy laptops and shared machines)'; 'What held in every run we know of: the without /
+    with column grows several-fold from the shortest runs to N = 256'. Loosely, for the spread
+    the prose names."""
     text = _stored_text("279fd84d")
     slope_line = next(line for line in text.splitlines() if line.startswith("log-log slope"))
     with_cache = float(slope_line.split("with cache ")[1].split(",")[0])
     without = float(slope_line.split("without cache ")[1].split(" ")[0])
     assert 0.7 <= with_cache <= 1.5 and 1.3 <= without <= 2.6 and without > with_cache + 0.3
     prose = _prose("cd75506d")
-    assert "between 1.4 and 1.6 in a learner's runs" in prose and "near 2" not in prose
-    assert "between 1.7 and 2 in our runs" in prose
+    assert "between 1.4 and 2 in every run we know of" in prose and "near 2" not in prose
+    assert "1.7 to 2 on the course's machine" in prose and "1.4 to 1.65 on busy" in prose
     ratios = [float(line.split()[-1]) for line in text.splitlines()
               if line.split() and line.split()[0].isdigit()]
     assert len(ratios) == 5 and ratios[-1] >= 2 * ratios[0]
@@ -216,7 +216,9 @@ def test_cache_growth_slopes_in_the_stored_run():
 
 def test_in_place_caches_give_the_cat_logits_and_the_window_forgets():
     """'The preallocated cache gives the same logits'; copying with windows of 32, 16 and 8
-    slots as printed (0.88, 0.97, then chance): the same decoding, recomputed here."""
+    slots as printed (0.88, 0.97, then chance); the window of 16 'even copies better than the
+    full cache ... every miss is at a position whose token occurs more than once among the 16
+    random ones': the same decoding, recomputed here, and its brackets as printed."""
     from course_utils.model.kv_cache import PreallocatedCache, SlidingWindowCache, decode_tokens
 
     model, _ = load_checkpoint("induction")
@@ -231,15 +233,26 @@ def test_in_place_caches_give_the_cat_logits_and_the_window_forgets():
     assert (in_place - torch.cat(cat_steps, 1)).abs().max() < 1e-5
     first_half = torch.randint(1, 64, (8, 16), generator=torch.Generator().manual_seed(8))
     repeated = torch.cat([first_half, first_half], dim=1)
-    accuracy = {}
+    twice = torch.stack([(first_half == first_half[:, [t]]).sum(1) > 1 for t in range(15)], dim=1)
+    accuracy, hits = {}, {}
     for window in (32, 16, 8):
         ring = SlidingWindowCache(c.num_layers, 8, c.num_kv_heads, c.d_head, window)
         logits = decode_tokens(model, repeated, ring)
-        accuracy[window] = round((logits[:, 16:-1].argmax(-1) == repeated[:, 17:]).float().mean().item(), 2)
+        hits[window] = logits[:, 16:-1].argmax(-1) == repeated[:, 17:]  # (B, 15)
+        accuracy[window] = round(hits[window].float().mean().item(), 2)
     assert accuracy == {32: 0.88, 16: 0.97, 8: 0.03}
     assert accuracy[8] < 3 / 63  # "collapses to chance"
+    assert accuracy[16] > accuracy[32]  # "even copies better than the full cache"
+    for window in (32, 16):  # "every miss is at a position whose token occurs more than once"
+        assert bool(hits[window][~twice].all()) and not bool(hits[window][twice].all()), window
+    assert hits[16][twice].float().mean() > hits[32][twice].float().mean()  # the window gains there
     stored = _stored_text("kvc-same")
     assert "True" in stored and all(f"copying accuracy {a:.2f}" in stored for a in accuracy.values())
+    for window in (32, 16, 8):
+        on_twice, elsewhere = hits[window][twice].float().mean(), hits[window][~twice].float().mean()
+        bracket = (f"[{on_twice:.2f} at the {int(twice.sum())} positions whose token is there more than "
+                   f"once, {elsewhere:.2f} at the other {int((~twice).sum())}]")
+        assert bracket in stored, bracket
 
 
 def test_cache_timing_setup_and_stored_ratios():
@@ -402,7 +415,8 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert share[16]["fused"] > share[16]["course"] >= 0.4
     assert share[4]["fused"] >= 0.85 * share[16]["fused"] and share[4]["course"] < share[16]["course"]
     assert 3.0 <= speedup[4] <= 4.2
-    assert share[16]["fused"] >= 0.80  # "about 80-90% for the fused kernel at one thread"
+    # "80-90% when quiet and 62-68% in three runs while other programs kept it busy": in that span
+    assert 0.60 <= share[16]["fused"] <= 0.95
     assert "noisy run" not in _stored_text("ca473f08") and "check:" not in _stored_text("ca473f08")
     stored = _stored_text("a6cc0e7d")
     assert "conditions: 1 thread (CPU time of the thread);" in stored  # shares beside their conditions
@@ -500,11 +514,12 @@ def _quantization_error() -> tuple[dict[tuple[str, str], tuple[float, float, flo
 
 def test_quantization_error_on_the_shipped_models():
     """Section 6: 'the greedy next token is the same at more than 99% of the positions'; 'the mean
-    difference is a hundredth of a logit or less, against logits of up to 13-16'; 'the largest
+    difference is at most 0.011 of a logit (the mean |diff| column), against logits of up to
+    13-16'; 'the largest
     reaches tenths of a logit'; 'the KIVI-like cache errs less than the per-token one here';
     'every change falls where the float32 cache's two largest logits were close (the largest such
-    gap is printed), but near ties are common here anyway: ... a tenth to almost half of all
-    positions'; the sequences are 32 and 12 tokens long. Recomputed; the stored output matches."""
+    gap is printed), but near ties are common here anyway: ... between 9% and 45% of all
+    positions here'; the sequences are 32 and 12 tokens long. Recomputed; the stored output matches."""
     table, gaps, counts = _quantization_error()
     assert 0 < len(gaps) and gaps.max() < 0.1
     text = _stored_text("kvq-error")
@@ -513,7 +528,10 @@ def test_quantization_error_on_the_shipped_models():
     assert lengths == {"induction, g=4": 32, "induction, g=2 (mean)": 32, "agreement, g=4": 12}
     assert f"sequence lengths: {lengths}" in text
     assert ", ".join(f"{name} {n}/{total}" for name, (_, n, total) in counts.items()) in text
-    assert all(0.09 <= n / total <= 0.5 for _, n, total in counts.values())  # a tenth to almost half
+    shares = sorted(n / total for _, n, total in counts.values())
+    assert round(100 * shares[0]) == 9 and round(100 * shares[-1]) == 45  # "between 9% and 45%"
+    assert "between 9% and 45% of all positions here" in _prose("kvq-error-read")
+    assert "at most 0.011 of a logit" in _prose("kvq-error-read")
     prose = _prose("kvq-error-intro")
     assert "32 tokens for induction, 12 for agreement" in prose
     stored = {}
@@ -524,7 +542,7 @@ def test_quantization_error_on_the_shipped_models():
         stored[(name, scheme)] = tuple(map(float, (same, largest, mean, logit)))
     assert set(stored) == set(table) and len(table) == 6
     for key, (same, largest, mean, logit) in table.items():
-        assert same > 0.99 and mean <= 0.012 and largest < 1.0 and 13 <= logit <= 17, key
+        assert same > 0.99 and round(mean, 3) <= 0.011 and largest < 1.0 and 13 <= logit <= 17, key
         assert stored[key][0] == pytest.approx(same, abs=2e-3), key
         assert stored[key][1:] == pytest.approx((largest, mean, logit), rel=0.02, abs=2e-4), key
     assert max(largest for _, largest, _, _ in table.values()) >= 0.1  # "reaches tenths of a logit"
@@ -534,9 +552,10 @@ def test_quantization_error_on_the_shipped_models():
 
 
 def test_quantized_cache_timing_in_the_stored_run():
-    """'The 8-bit caches hold about a quarter of the bytes, yet their steps are slower in the
-    printed run, not faster: 1.85 and 3.41 times the float32 step' (the prose quotes the stored
-    ratios; their size is checked loosely); cache sizes exact."""
+    """'The 8-bit caches hold about a quarter of the bytes, yet their steps are slower, not
+    faster: the ratio column gives each step's median time over the float32 step's, between
+    about 1.8 and 3.5 in every run we know of' (the prose quotes no ratio of one run: a learner's
+    copy ships without outputs; the stored run's ratios are checked loosely); cache sizes exact."""
     from course_utils.model.kv_cache import PreallocatedCache, QuantizedCache
 
     text = _stored_text("kvq-time")
@@ -546,9 +565,10 @@ def test_quantized_cache_timing_in_the_stored_run():
             if line.startswith(name + " "):
                 ratio[name] = float(line.split()[-2].rstrip("x"))
     assert ratio["float32"] == 1.0
-    assert all(1.5 <= ratio[n] <= 4.5 for n in ("int8 per token, sym.", "int8 KIVI-like, asym."))
+    assert all(1.6 <= ratio[n] <= 3.8 for n in ("int8 per token, sym.", "int8 KIVI-like, asym."))
     prose = _prose("kvq-time-read")
-    assert f"{ratio['int8 per token, sym.']:.2f} and {ratio['int8 KIVI-like, asym.']:.2f} times" in prose
+    assert "between about 1.8 and 3.5 in every run we know of" in prose
+    assert "in the printed run" not in prose  # no single run's figures quoted as the reader's
     assert "cache MiB: float32 64.0, int8 per token, sym. 17.0, int8 KIVI-like, asym. 21.3" in text
     fp32 = PreallocatedCache(1, 4, 8, 32, 2049).num_bytes() * 4
     q8 = QuantizedCache(1, 4, 8, 32, 2049, keys="token", values="token", group=1).num_bytes() * 4
