@@ -320,8 +320,8 @@ PARAMETER_COUNT = _ParameterCountExercise(
                 "hold one bias vector of d_model per projection.",
                 "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is."),
         Mistake("one_head_projections",
-                "you counted the Q, K, V projections of ONE head (3 * d_model * d_k, and 3 * d_k "
-                "biases) plus W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
+                "you counted the Q, K, V projections of ONE head (3 * d_model * d_k weights) plus "
+                "W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
                 "multiply one head's projections by h: h * d_model * d_k = d_model^2 per matrix."),
     ],
     hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "

@@ -533,7 +533,8 @@ MASKS_FOR_TORCH = _BoolMaskExercise(
                 "(Tq, Tk), in nn.MultiheadAttention as in the course.",
                 "drop the .T (or .transpose): ~attn_mask already has the right layout."),
         Mistake("additive_masks",
-                "you built additive float masks (0 = keep, -inf = block). That works in PyTorch: "
+                "you built additive float masks (0 = keep, -inf or a large negative number such as "
+                "-1e9 = block). That works in PyTorch: "
                 "nn.MultiheadAttention adds a float mask to the scores. But this exercise asks for "
                 "the boolean form, the one the rest of the lesson passes around.",
                 "return boolean tensors: ~attn_mask and ~key_padding_mask."),
