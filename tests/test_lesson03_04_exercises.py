@@ -332,3 +332,95 @@ def test_head_weights_names_columns_transposed_to_the_right_shape():
         dk = d // num_heads
         return tuple(b[:, head * dk:(head + 1) * dk].T for b in w_in.split(d))
     assert lesson04.check_head_weights(columns_t).mistake == "columns_then_transposed"
+
+
+# -- found by the learner trial of 2026-11-28 --------------------------------------------------
+
+
+def _params_weight_slip_right_biases(slip):
+    """A weight slip with the biases counted right (4 * d_model), as a learner wrote it."""
+    def count(d_model, num_heads, bias=True):
+        d_k = d_model // num_heads
+        weights = {"full_width_heads": 3 * num_heads * d_model * d_model + d_model * d_model,
+                   "w_o_per_head": 3 * d_model * d_model + num_heads * d_model * d_model,
+                   "one_head_projections": 3 * d_model * d_k + d_model * d_model,
+                   "only_three_matrices": 3 * d_model * d_model}[slip]
+        return weights + (4 * d_model if bias else 0)
+    return count
+
+
+@pytest.mark.parametrize("key", ["full_width_heads", "w_o_per_head", "one_head_projections",
+                                 "only_three_matrices"])
+def test_parameter_count_names_a_weight_slip_whatever_the_biases(key):
+    """The hint promises these names; the check gives them with the biases right, too."""
+    feedback = lesson03.check_parameter_count(_params_weight_slip_right_biases(key))
+    assert feedback.mistake == key, feedback
+
+
+def test_parameter_count_leaves_an_unknown_wrong_count_unnamed():
+    feedback = lesson03.check_parameter_count(lambda d, h, bias=True: 5 * d * d)
+    assert feedback.status == "wrong" and feedback.mistake is None
+
+
+def test_merge_check_names_heads_as_what_an_in_place_answer_changed():
+    def transpose_in_place(heads):
+        B, h, T, dk = heads.shape
+        return heads.transpose_(1, 2).reshape(B, T, h * dk)
+
+    feedback = lesson03.check_merge_heads(transpose_in_place)
+    assert feedback.mistake == "edited_input_in_place", feedback
+    assert "`heads`" in feedback.message and "head outputs" not in feedback.message
+    assert "transpose_" in feedback.hint
+
+
+@pytest.mark.parametrize("fn,name", [
+    (lambda a, k: (a.logical_not_(), ~k), "attn_mask"),
+    (lambda a, k: (~a, k.logical_not_()), "key_padding_mask"),
+])
+def test_mask_check_names_the_mask_an_in_place_answer_changed(fn, name):
+    feedback = lesson04.check_masks_for_torch(fn)
+    assert feedback.mistake == "edited_input_in_place", feedback
+    assert f"`{name}`" in feedback.message and "head outputs" not in feedback.message
+
+
+@pytest.mark.parametrize("fn", [
+    lambda q, k, v: torch.cat(q, k, v),  # three arguments: "takes from 1 to 2 positional arguments"
+    lambda q, k, v: torch.cat(q, k, v, dim=0),
+    lambda q, k, v: torch.cat(q, k),  # the second list where dim goes
+])
+def test_stack_check_names_the_lists_given_as_separate_arguments(fn):
+    feedback = lesson04.check_stack_head_weights(fn)
+    assert feedback.mistake == "lists_not_unpacked", feedback
+    assert "torch.cat(q_parts, k_parts, v_parts)" in feedback.message
+    assert "ONE flat sequence of tensors" in feedback.message
+
+
+def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
+    """Batched multi-head self-attention: (B, T, d) -> (B, T, d)."""
+    raise NotImplementedError()  # the release's stub, as the student copy has it
+
+
+def _keys_values_swapped(x, w_in, b_in, w_out, b_out, num_heads):
+    """The lesson's demo: the learner's mha_forward called with W_K and W_V exchanged."""
+    w_q, w_k, w_v = w_in.chunk(3)
+    b_q, b_k, b_v = b_in.chunk(3)
+    return mha_forward(x, torch.cat([w_q, w_v, w_k]), torch.cat([b_q, b_v, b_k]), w_out, b_out, num_heads)
+
+
+def test_forward_check_says_plainly_that_a_called_stub_is_still_to_write():
+    feedback = lesson04.check_mha_forward(_keys_values_swapped)
+    assert feedback.status == "not attempted", feedback
+    assert "your function `mha_forward` is still the stub: write it" in feedback.message
+    assert "not by your function's stub" not in feedback.message
+
+
+def test_forward_check_reports_an_error_raised_below_a_real_function():
+    def unfinished_helper(q):
+        import math as m  # a function with a body: not a stub
+        raise NotImplementedError(m.pi)
+
+    def calls_helper(x, w_in, b_in, w_out, b_out, num_heads):
+        return unfinished_helper(x)
+
+    feedback = lesson04.check_mha_forward(calls_helper)
+    assert feedback.status == "error" and "NotImplementedError" in feedback.message

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .cases import seen_or_unseen
-from .core import Case, Exercise, Mistake
+from .core import Case, Exercise, Feedback, Mistake, _Deadline, _edited_input
 from .raising import (  # names answers that raise
     DiagnosesRaisingAnswers,
     DiagnosingExercise,
@@ -126,8 +126,41 @@ def _merge_cases() -> list[Case]:
     ]
 
 
+def _changes_its_input(fn, cases: list[Case]) -> bool:
+    """True when ``fn`` changes the tensor it was given in place on one of ``cases``."""
+    for case in cases:
+        args, kwargs = case.fresh()
+        try:
+            with _Deadline():
+                fn(*args, **kwargs)
+        except BaseException:  # noqa: BLE001 - the check already said what it could
+            return False
+        if _edited_input(case, args, kwargs) is not None:
+            return True
+    return False
+
+
 class _MergeExercise(DiagnosesRaisingAnswers):
-    """Exercise 3.2: a ``.view`` that PyTorch refuses after the transpose gets its own message."""
+    """Exercise 3.2: a ``.view`` that PyTorch refuses after the transpose gets its own message,
+    and an answer that changes ``heads`` in place is told so in this exercise's terms."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.mistake != "edited_input_in_place":
+            return feedback
+        try:
+            sure = _changes_its_input(fn, self.cases())
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            sure = False
+        if not sure:
+            return feedback
+        return Feedback(self.title, "mistake",
+                        "the merged values are right, but your function changed `heads`, the tensor it "
+                        "was given, in place (transpose_, a slice assignment, or another method whose "
+                        "name ends in _): whoever called merge_heads now finds their (B, h, T, dk) "
+                        "tensor changed too.",
+                        "use operations that return a new tensor (transpose, not transpose_), or work "
+                        "on a copy, e.g. heads = heads.clone().", mistake=feedback.mistake)
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
@@ -213,7 +246,48 @@ def _params_cases() -> list[Case]:
     ]
 
 
-PARAMETER_COUNT = Exercise(
+# The weights (bias=False) of the slips that are about the weights, whatever the learner did
+# with the biases: (d_model, h) -> count. h = 1 makes each of them right, as it should.
+_WEIGHT_SLIPS = {
+    "only_three_matrices": lambda d, h: 3 * d * d,
+    "w_o_per_head": lambda d, h: (3 + h) * d * d,
+    "full_width_heads": lambda d, h: (3 * h + 1) * d * d,
+    "one_head_projections": lambda d, h: 3 * d * (d // h) + d * d,
+}
+
+
+def _same_count(got, expected: int) -> bool:
+    return isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
+
+
+class _ParameterCountExercise(Exercise):
+    """Exercise 3.3: a slip in the weights is named whether the biases were counted right or
+    not (the stored slips count their biases the same wrong way as their weights)."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "wrong" or feedback.mistake is not None:
+            return feedback
+        try:
+            key = self._weight_slip(fn)
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            key = None
+        if key is None:
+            return feedback
+        m = next(m for m in self.mistakes if m.key == key)
+        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+
+    def _weight_slip(self, fn) -> str | None:
+        sizes = {tuple(c.args[:2]) for c in self.cases()}
+        with _Deadline():
+            weights = {(d, h): fn(d, h, bias=False) for d, h in sizes}
+        for key, count in _WEIGHT_SLIPS.items():
+            if all(_same_count(got, count(d, h)) for (d, h), got in weights.items()):
+                return key
+        return None
+
+
+PARAMETER_COUNT = _ParameterCountExercise(
     title="Exercise 3.3: count the parameters",
     make_cases=_params_cases,
     mistakes=[
@@ -246,8 +320,8 @@ PARAMETER_COUNT = Exercise(
                 "hold one bias vector of d_model per projection.",
                 "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is."),
         Mistake("one_head_projections",
-                "you counted the Q, K, V projections of ONE head (3 * d_model * d_k, and 3 * d_k "
-                "biases) plus W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
+                "you counted the Q, K, V projections of ONE head (3 * d_model * d_k weights) plus "
+                "W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
                 "multiply one head's projections by h: h * d_model * d_k = d_model^2 per matrix."),
     ],
     hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "

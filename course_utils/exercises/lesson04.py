@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..attention.masks import causal_mask, padding_mask
 from .cases import seen_or_unseen
-from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str
+from .core import _STUB_MESSAGES, Case, Exercise, Feedback, Mistake, _Deadline, _edited_input, _safe_str
 from .raising import DiagnosesRaisingAnswers, failed_operation, requested_shape
 
 __all__ = [
@@ -135,8 +135,13 @@ class _StackExercise(DiagnosesRaisingAnswers, _TensorAnswers):
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
-        if isinstance(error, TypeError) and "but got list" in _safe_str(error):
+        if not isinstance(error, TypeError):
+            return None
+        text = _safe_str(error)
+        if "but got list" in text:
             return "lists_not_unpacked"  # torch.cat rejects a list of lists while reading its arguments
+        if text.startswith("cat()") and ("positional arguments but" in text or "not list" in text):
+            return "lists_not_unpacked"  # torch.cat(q, k, v), or torch.cat(q, k): a list where dim goes
         return None
 
 
@@ -171,8 +176,11 @@ STACK_HEAD_WEIGHTS = _StackExercise(
                 "in_proj.weight is one matrix, with the heads' rows one under the other.",
                 "torch.cat([...], dim=0) joins along the existing row axis: (3*d_model, d_model)."),
         Mistake("lists_not_unpacked",
-                "torch.cat raised an error because you gave it a list of three LISTS: it needs one "
-                "flat sequence of tensors.",
+                "torch.cat refused its arguments because it did not get ONE flat sequence of tensors: "
+                "it takes a single list (or tuple) of tensors, then optionally dim. A list of three "
+                "LISTS, torch.cat([q_parts, k_parts, v_parts]), is refused, and so are the three lists "
+                "as separate arguments, torch.cat(q_parts, k_parts, v_parts), where the second list "
+                "lands where dim belongs.",
                 "unpack the lists: torch.cat([*q_parts, *k_parts, *v_parts], dim=0) (or "
                 "q_parts + k_parts + v_parts)."),
     ],
@@ -197,9 +205,50 @@ def _forward_cases() -> list[Case]:
     return cases
 
 
+def _stub_it_calls(fn, case: Case) -> str | None:
+    """The name of the stub that ``fn`` calls, when running ``fn`` on ``case`` ends in a stub's
+    bare ``raise NotImplementedError`` one call or more below ``fn`` itself (the lesson's demo
+    cells wrap the learner's ``mha_forward``); None otherwise."""
+    args, kwargs = case.fresh()
+    try:
+        with _Deadline():
+            fn(*args, **kwargs)
+    except NotImplementedError as exc:
+        error = exc
+    except BaseException:  # noqa: BLE001 - another error: not a stub
+        return None
+    else:
+        return None
+    if len(error.args) > 1 or (error.args and str(error.args[0]).strip() not in _STUB_MESSAGES):
+        return None
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_code is getattr(fn, "__code__", None):
+        return None  # the function itself: the plain "not attempted" of the check
+    code = tb.tb_frame.f_code  # a stub names nothing but NotImplementedError
+    return code.co_name if code.co_names == ("NotImplementedError",) else None
+
+
 class _ForwardExercise(DiagnosesRaisingAnswers):
     """Exercise 4.3: an answer that *raises* is diagnosed too, when the error is one of the
-    classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``)."""
+    classic ones (``view`` on a non-contiguous tensor, ``x @ w_in`` without ``.T``). A function
+    that calls the stub (the lesson's keys-and-values demo wraps ``mha_forward``) is told that
+    the stub is still to be written."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "error" or feedback.stopped:
+            return feedback
+        try:
+            stub = _stub_it_calls(fn, self.cases()[0])
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            stub = None
+        if stub is None:
+            return feedback
+        return Feedback(self.title, "not attempted",
+                        f"your function `{stub}` is still the stub: write it (exercise 4.3), run its "
+                        "cell, then run this cell again.", self.hint)
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
@@ -371,6 +420,25 @@ def _mask_cases() -> list[Case]:
 _MASK_NAMES = ("attn_mask", "key_padding_mask")
 
 
+def _edited_argument(exercise: Exercise, fn, names: tuple[str, ...]) -> str | None:
+    """The name of the argument that ``fn`` changes in place, on the first case where it does;
+    None when it changes none, or raises."""
+    for case in exercise.cases():
+        args, kwargs = case.fresh()
+        try:
+            with _Deadline():
+                fn(*args, **kwargs)
+        except BaseException:  # noqa: BLE001 - the check already said what it could
+            return None
+        where = _edited_input(case, args, kwargs)  # "(argument 2)" or "`name`"
+        if where is not None:
+            number = where.removeprefix("(argument ").removesuffix(")")
+            if number.isdigit() and int(number) <= len(names):
+                return names[int(number) - 1]
+            return where.strip("`")
+    return None
+
+
 class _BoolMaskExercise(Exercise):
     """Exercise 4.4: the answer must also be a pair of *boolean torch tensors*. A float mask
     means something else to nn.MultiheadAttention (it is added to the scores), and a NumPy
@@ -381,6 +449,20 @@ class _BoolMaskExercise(Exercise):
         return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
 
     def check(self, fn) -> Feedback:
+        feedback = self._check_masks(fn)
+        if feedback.mistake != "edited_input_in_place":
+            return feedback
+        name = _edited_argument(self, fn, _MASK_NAMES)
+        which = f"`{name}`" if name else "one of the masks it was given"
+        return Feedback(self.title, "mistake",
+                        f"the masks you returned are right, but your function changed {which} in place "
+                        "(logical_not_ and the other methods whose names end in _ do that): the caller's "
+                        "course mask is now inverted too, so any code that uses it afterwards reads "
+                        "True as blocked.",
+                        "use ~attn_mask or attn_mask.logical_not(), which return new tensors and leave "
+                        "the masks you were given as they were.", mistake=feedback.mistake)
+
+    def _check_masks(self, fn) -> Feedback:
         feedback = super().check(fn)
         if feedback.status == "error" and not feedback.stopped:
             failed = failed_operation(fn, self.cases()[0])
@@ -451,7 +533,8 @@ MASKS_FOR_TORCH = _BoolMaskExercise(
                 "(Tq, Tk), in nn.MultiheadAttention as in the course.",
                 "drop the .T (or .transpose): ~attn_mask already has the right layout."),
         Mistake("additive_masks",
-                "you built additive float masks (0 = keep, -inf = block). That works in PyTorch: "
+                "you built additive float masks (0 = keep, -inf or a large negative number such as "
+                "-1e9 = block). That works in PyTorch: "
                 "nn.MultiheadAttention adds a float mask to the scores. But this exercise asks for "
                 "the boolean form, the one the rest of the lesson passes around.",
                 "return boolean tensors: ~attn_mask and ~key_padding_mask."),
