@@ -62,7 +62,20 @@ def _previous_token_cases() -> list[Case]:
     ]
 
 
-PREVIOUS_TOKEN_SCORE = Exercise(
+class _PreviousTokenExercise(Exercise):
+    """5.1: an answer returned in half precision is named however it got there (a .half() at the
+    end, or the whole computation in float16 or bfloat16): its values are right to a few digits."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        halves = (torch.float16, torch.bfloat16)
+        if all(isinstance(got, torch.Tensor) and got.dtype in halves and got.shape == exp.shape
+               and torch.allclose(got.detach().to(exp.dtype), exp, rtol=1e-2, atol=1e-3)
+               for got, exp in zip(outputs, expected, strict=True)):
+            return self._mistake_feedback("half_precision")
+        return None
+
+
+PREVIOUS_TOKEN_SCORE = _PreviousTokenExercise(
     title="Exercise 5.1: previous-token score",
     make_cases=_previous_token_cases,
     mistakes=[
@@ -102,6 +115,12 @@ PREVIOUS_TOKEN_SCORE = Exercise(
         Mistake("sum_not_mean", "you returned the sum of the sub-diagonal weights, not their mean: the "
                 "score then grows with the length T and is no longer between 0 and 1.",
                 "average over the T - 1 queries: .mean(-1) instead of .sum(-1)."),
+        Mistake("half_precision", "your scores are right to about three digits, but you returned them "
+                "in half precision (float16 or bfloat16), which keeps only about three significant "
+                "digits: they differ from the answer in the fourth, and every later score computed "
+                "from them inherits the rounding.",
+                "keep the pattern's own dtype: drop the .half() (or .to(torch.float16)) and return the "
+                "mean as it comes out."),
     ],
     hint="take pattern[h, i, i-1] for i = 1 .. T-1 and average over i, one score per head: shape (h,).",
 )
@@ -174,6 +193,32 @@ INDUCTION_SCORE = Exercise(
         Mistake("sum_over_queries", "you added up the per-query sums instead of averaging them over the "
                 "queries: the score then grows with the length of the repeated part and leaves [0, 1].",
                 "average over the queries q = period + 1 .. T - 1 (there are T - 1 - period of them)."),
+        Mistake("occurrence_from_key_two", "you scored attention to the earlier occurrences of the same "
+                "token themselves (keys q - period, q - 2*period, ...), stopping at k >= 2 as the "
+                "definition says. That bound is right, but for the other keys: these are the duplicate-"
+                "token head's. An induction head looks one step further, at the token AFTER each "
+                "occurrence.",
+                "add one to every key: k = q - period + 1, q - 2*period + 1, ... while k >= 2, i.e. "
+                "torch.arange(q - period + 1, 1, -period)."),
+        Mistake("occurrence_one_back", "two slips: you scored attention to the earlier occurrence of the "
+                "same token itself (key q - period), and only the one a period back. An induction head "
+                "looks at the token AFTER the occurrence (key q - period + 1), and from the third copy "
+                "on it may use the one after any earlier occurrence, so the score adds them all up.",
+                "for each query, sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
+                "while k >= 2, then average over the queries."),
+        Mistake("occurrence_forgot_bos", "two slips: you scored attention to the earlier occurrences of "
+                "the same token themselves (keys q - period, q - 2*period, ...), which is a duplicate-"
+                "token head, and your queries start at position `period`, forgetting the BOS token at "
+                "position 0, so the first one is still in the first copy.",
+                "the keys are q - period + 1, q - 2*period + 1, ... (k >= 2), and the queries run from "
+                "period + 1 to T - 1."),
+        Mistake("one_back_forgot_bos", "two slips: your rows start at position `period`, forgetting the "
+                "BOS token at 0 (that row is the last token of the first copy, with nothing to copy), "
+                "and you read only one period back (key q - period + 1), so from the third copy on the "
+                "weight on the token after an older occurrence is missed. A diagonal of the pattern "
+                "cannot do both jobs.",
+                "loop over q = period + 1 .. T - 1 and sum pattern[:, q, k] over k = q - period + 1, "
+                "q - 2*period + 1, ... while k >= 2, then average over q."),
     ],
     hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
          "(k >= 2), then average over q: shape (h,).",
