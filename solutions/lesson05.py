@@ -221,6 +221,10 @@ def _find_one_based(attention: list[torch.Tensor], period: int) -> tuple[int, in
     return layer + 1, head + 1  # counted from 1, as in 'layer 1, head 1'
 
 
+def _find_only_second_copy(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    return best_head(torch.stack([_induction_only_second_copy(p, period) for p in attention]))
+
+
 REFERENCES = {
     'PREVIOUS_TOKEN_SCORE': _previous_token_reference,
     'INDUCTION_SCORE': _induction_reference,
@@ -267,5 +271,6 @@ MISTAKES = {
         'forgot_bos': _find_forgot_bos,
         'flat_index': _find_flat_index,
         'one_based': _find_one_based,
+        'only_second_copy': _find_only_second_copy,
     },
 }

@@ -222,3 +222,45 @@ def test_learner_trial_l3_slips_in_the_scores_are_named():
     feedback = lesson05.check_induction_score(stripe_as_diagonal)
     assert feedback.mistake == "one_back_forgot_bos" and "BOS" in feedback.message, feedback
 
+
+
+def test_find_head_names_a_score_that_reads_only_one_period_back():
+    """5.2's main slip reused in 5.3 picked the right head on the old cases (learner trial l3):
+    the third case's induction head spreads its weight over five copies, a decoy does not."""
+    def one_back(attention, period):
+        grid = []
+        for pattern in attention:
+            queries = torch.arange(period + 1, pattern.shape[-1])
+            grid.append(pattern[:, queries, queries - period + 1].mean(dim=-1))
+        return best_head(torch.stack(grid))
+    feedback = lesson05.check_find_induction_head(one_back)
+    assert feedback.mistake == "only_second_copy" and "one period back" in feedback.message, feedback
+
+
+def test_find_head_names_an_answer_that_edits_the_callers_attention():
+    """An answer that zeroes the BOS column in place still finds the right head; the check says
+    which argument it changed. Dropping a layer from the list is named too, and the same edit
+    on clones passes."""
+    def zero_bos_in_place(attention, period):
+        for pattern in attention:
+            pattern[..., 0] = 0.0
+        return best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in attention]))
+
+    feedback = lesson05.check_find_induction_head(zero_bos_in_place)
+    assert feedback.mistake == "edited_input_in_place", feedback
+    assert "`attention` (argument 1)" in feedback.message and "layer 0" in feedback.message
+    assert "clone()" in feedback.hint
+
+    def drops_a_layer(attention, period):
+        layer, head = best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in attention]))
+        attention.pop()
+        return layer, head
+    feedback = lesson05.check_find_induction_head(drops_a_layer)
+    assert feedback.mistake == "edited_input_in_place" and "the list itself" in feedback.message, feedback
+
+    def on_a_copy(attention, period):
+        copies = [p.clone() for p in attention]
+        for pattern in copies:
+            pattern[..., 0] = 0.0
+        return best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in copies]))
+    assert lesson05.check_find_induction_head(on_a_copy).passed
