@@ -206,6 +206,13 @@ def _causal_inf_after_softmax(q: Tensor, k: Tensor) -> Tensor:
     return _attention_weights(q, k).masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
 
 
+def _causal_additive_mask_wrong_sign(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    T = q.shape[-2]
+    future = torch.full((T, T), 1e9, dtype=scores.dtype).triu(1)  # + instead of -: the future wins
+    return torch.softmax(scores + future, dim=-1)
+
+
 def _causal_implicit_softmax_dim(q: Tensor, k: Tensor) -> Tensor:
     scores = _scores(q, k, math.sqrt(q.shape[-1]))
     scores = scores.masked_fill(~_lower_triangle(q.shape[-2]), float("-inf"))
@@ -351,6 +358,7 @@ MISTAKES = {
         'keys_times_queries': _causal_keys_times_queries,
         'inf_after_softmax': _causal_inf_after_softmax,
         'implicit_softmax_dim': _causal_implicit_softmax_dim,
+        'additive_mask_wrong_sign': _causal_additive_mask_wrong_sign,
         'k_dot_T': _causal_k_dot_t,
         'batch_dim_as_T': _causal_batch_dim_as_T,
     },

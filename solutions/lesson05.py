@@ -72,6 +72,10 @@ def _prev_last_query_dropped(pattern: torch.Tensor) -> torch.Tensor:
     return pattern.diagonal(offset=-1, dim1=-2, dim2=-1)[:, :-1].mean(-1)  # range(1, T - 1): stops early
 
 
+def _prev_half_precision(pattern: torch.Tensor) -> torch.Tensor:
+    return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1).half()  # float16: about 3 digits
+
+
 def _induction_reference(pattern: torch.Tensor, period: int) -> torch.Tensor:
     return induction_score(pattern, period, start=1, check_rows=False)
 
@@ -147,6 +151,34 @@ def _induction_last_query_dropped(pattern: torch.Tensor, period: int) -> torch.T
     return (pattern * keys).sum(-1)[:, queries].mean(-1)
 
 
+def _occurrence_loop(pattern: torch.Tensor, period: int, first_query: int, lowest_key: int,
+                     copies: int | None = None) -> torch.Tensor:
+    """A learner's loop that reads the earlier occurrences themselves (keys q - period,
+    q - 2*period, ... down to ``lowest_key``, at most ``copies`` of them) from ``first_query`` on."""
+    per_query = []
+    for q in range(first_query, pattern.shape[-1]):
+        keys = torch.arange(q - period, lowest_key - 1, -period)[:copies]
+        per_query.append(pattern[:, q, keys].sum(-1))
+    return torch.stack(per_query, dim=-1).mean(-1)
+
+
+def _induction_occurrence_from_key_two(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _occurrence_loop(pattern, period, period + 1, lowest_key=2)  # the spec's k >= 2, on the wrong keys
+
+
+def _induction_occurrence_one_back(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _occurrence_loop(pattern, period, period + 1, lowest_key=1, copies=1)
+
+
+def _induction_occurrence_forgot_bos(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    return _occurrence_loop(pattern, period, period, lowest_key=1)  # queries from `period` too
+
+
+def _induction_one_back_forgot_bos(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    # the stripe one period back read as a diagonal, over every row from `period` on
+    return pattern.diagonal(offset=1 - period, dim1=-2, dim2=-1)[..., 1:].mean(-1)
+
+
 def _find_reference(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
     return best_head(induction_score(attention, period, start=1, check_rows=False))
 
@@ -189,6 +221,10 @@ def _find_one_based(attention: list[torch.Tensor], period: int) -> tuple[int, in
     return layer + 1, head + 1  # counted from 1, as in 'layer 1, head 1'
 
 
+def _find_only_second_copy(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    return best_head(torch.stack([_induction_only_second_copy(p, period) for p in attention]))
+
+
 REFERENCES = {
     'PREVIOUS_TOKEN_SCORE': _previous_token_reference,
     'INDUCTION_SCORE': _induction_reference,
@@ -207,6 +243,7 @@ MISTAKES = {
         'divided_by_T': _prev_divided_by_T,
         'last_query_dropped': _prev_last_query_dropped,
         'sum_not_mean': _prev_sum_not_mean,
+        'half_precision': _prev_half_precision,
     },
     'INDUCTION_SCORE': {
         'earlier_occurrence': _induction_duplicate,
@@ -220,6 +257,10 @@ MISTAKES = {
         'max_over_copies': _induction_max_over_copies,
         'last_query_dropped': _induction_last_query_dropped,
         'sum_over_queries': _induction_sum_over_queries,
+        'occurrence_from_key_two': _induction_occurrence_from_key_two,
+        'occurrence_one_back': _induction_occurrence_one_back,
+        'occurrence_forgot_bos': _induction_occurrence_forgot_bos,
+        'one_back_forgot_bos': _induction_one_back_forgot_bos,
     },
     'FIND_INDUCTION_HEAD': {
         'previous_token_head': _find_previous,
@@ -230,5 +271,6 @@ MISTAKES = {
         'forgot_bos': _find_forgot_bos,
         'flat_index': _find_flat_index,
         'one_based': _find_one_based,
+        'only_second_copy': _find_only_second_copy,
     },
 }

@@ -298,6 +298,11 @@ def _decode_new_key_in_value_cache(q_new, k_new, v_new, k_cache, v_cache):
     return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
 
 
+def _decode_appends_swapped(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, v_new], dim=2), torch.cat([v_cache, k_new], dim=2)  # each cache got the other's
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
 def _decode_scaled_by_sqrt_length(q_new, k_new, v_new, k_cache, v_cache):
     k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
     scale = 1 / math.sqrt(k.shape[2])
@@ -358,6 +363,7 @@ MISTAKES = {
         'repeated_by_g': _decode_repeated_by_g,
         'kv_index_i_div_g': _decode_index_i_div_g,
         'new_key_in_value_cache': _decode_new_key_in_value_cache,
+        'appends_swapped': _decode_appends_swapped,
         'scaled_by_sqrt_length': _decode_scaled_by_sqrt_length,
         'softmax_without_max_shift': _decode_softmax_without_max_shift,
         'heads_not_matched': _decode_manual_unmatched_heads,

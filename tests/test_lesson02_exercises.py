@@ -71,3 +71,31 @@ def test_single_head_names_a_typed_in_scale_k_dot_t_and_dk():
         q, k, v = x @ w_q, x @ w_k, x @ w_v
         return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], dim=-1) @ v
     assert lesson02.check_single_head_attention(by_dk).mistake == "divided_by_dk"
+
+
+def test_causal_names_an_additive_mask_with_the_wrong_sign():
+    """Learner trial l3: a mask added to the scores, +large on the future instead of -large,
+    used to get only 'wrong values'. Named whatever the constant (1e9 rounds the scores away in
+    float32, 1e4 does not) and however the mask was built."""
+    def plus_1e9(q, k):
+        T = q.shape[-2]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(scores + torch.triu(torch.full((T, T), 1e9), 1), dim=-1)
+
+    def plus_1e4_where(q, k):
+        T = q.shape[-2]
+        scores = q @ k.mT / q.shape[-1] ** 0.5
+        i = torch.arange(T)
+        bonus = torch.where(i[None, :] > i[:, None], 1e4, 0.0)
+        return (scores + bonus).softmax(dim=-1)
+
+    for answer in (plus_1e9, plus_1e4_where):
+        feedback = lesson02.check_causal_attention_weights(answer)
+        assert feedback.mistake == "additive_mask_wrong_sign", feedback
+        assert "wrong sign" in feedback.message and "-inf" in feedback.hint
+
+    def minus_1e9(q, k):  # the same mask with the right sign passes
+        T = q.shape[-2]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(scores - torch.triu(torch.full((T, T), 1e9), 1), dim=-1)
+    assert lesson02.check_causal_attention_weights(minus_1e9).passed

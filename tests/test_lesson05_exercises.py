@@ -170,3 +170,97 @@ def test_scores_name_a_query_range_that_stops_one_early():
                      for q in range(period + 1, T - 1)]
         return torch.stack(per_query, dim=-1).mean(dim=-1)
     assert lesson05.check_induction_score(induction_loop).mistake == "last_query_dropped"
+
+
+def _occurrences(pattern, period, first_query, lowest_key, copies=None):
+    """A learner's loop over the earlier occurrences themselves (keys q - period, q - 2*period, ...)."""
+    per_query = []
+    for q in range(first_query, pattern.shape[-1]):
+        total = torch.zeros(pattern.shape[0], dtype=pattern.dtype)
+        k, seen = q - period, 0
+        while k >= lowest_key and (copies is None or seen < copies):
+            total = total + pattern[:, q, k]
+            k, seen = k - period, seen + 1
+        per_query.append(total)
+    return torch.stack(per_query, dim=-1).mean(dim=-1)
+
+
+def test_learner_trial_l3_slips_in_the_scores_are_named():
+    """Answers that used to get only 'wrong values' (learner trial l3): a float16 result in 5.1,
+    and in 5.2 every way of reading the earlier occurrence itself, which the lesson's hint box
+    promises the check names, and the two compound slips."""
+    def half(pattern):
+        return pattern.diagonal(-1, 1, 2).mean(-1).half()
+
+    def bfloat_throughout(pattern):
+        p = pattern.to(torch.bfloat16)
+        return torch.stack([p[:, i, i - 1] for i in range(1, p.shape[-1])], dim=-1).mean(-1)
+
+    for answer in (half, bfloat_throughout):
+        feedback = lesson05.check_previous_token_score(answer)
+        assert feedback.mistake == "half_precision" and "float16" in feedback.message, feedback
+
+    def occurrence_k2(pattern, period):  # the definition's k >= 2, copied onto the wrong keys
+        return _occurrences(pattern, period, period + 1, lowest_key=2)
+
+    def occurrence_one_back(pattern, period):
+        return _occurrences(pattern, period, period + 1, lowest_key=1, copies=1)
+
+    def occurrence_from_period(pattern, period):  # and BOS forgotten: queries from `period`
+        return _occurrences(pattern, period, period, lowest_key=1)
+
+    expected = {occurrence_k2: "occurrence_from_key_two", occurrence_one_back: "occurrence_one_back",
+                occurrence_from_period: "occurrence_forgot_bos"}
+    for answer, key in expected.items():
+        feedback = lesson05.check_induction_score(answer)
+        assert feedback.mistake == key, feedback
+        assert "earlier occurrence" in feedback.message
+
+    def stripe_as_diagonal(pattern, period):  # rows period .. T-1 of the diagonal one period back
+        rows = torch.arange(period, pattern.shape[-1])
+        return pattern[:, rows, rows - period + 1].mean(dim=-1)
+    feedback = lesson05.check_induction_score(stripe_as_diagonal)
+    assert feedback.mistake == "one_back_forgot_bos" and "BOS" in feedback.message, feedback
+
+
+
+def test_find_head_names_a_score_that_reads_only_one_period_back():
+    """5.2's main slip reused in 5.3 picked the right head on the old cases (learner trial l3):
+    the third case's induction head spreads its weight over five copies, a decoy does not."""
+    def one_back(attention, period):
+        grid = []
+        for pattern in attention:
+            queries = torch.arange(period + 1, pattern.shape[-1])
+            grid.append(pattern[:, queries, queries - period + 1].mean(dim=-1))
+        return best_head(torch.stack(grid))
+    feedback = lesson05.check_find_induction_head(one_back)
+    assert feedback.mistake == "only_second_copy" and "one period back" in feedback.message, feedback
+
+
+def test_find_head_names_an_answer_that_edits_the_callers_attention():
+    """An answer that zeroes the BOS column in place still finds the right head; the check says
+    which argument it changed. Dropping a layer from the list is named too, and the same edit
+    on clones passes."""
+    def zero_bos_in_place(attention, period):
+        for pattern in attention:
+            pattern[..., 0] = 0.0
+        return best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in attention]))
+
+    feedback = lesson05.check_find_induction_head(zero_bos_in_place)
+    assert feedback.mistake == "edited_input_in_place", feedback
+    assert "`attention` (argument 1)" in feedback.message and "layer 0" in feedback.message
+    assert "clone()" in feedback.hint
+
+    def drops_a_layer(attention, period):
+        layer, head = best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in attention]))
+        attention.pop()
+        return layer, head
+    feedback = lesson05.check_find_induction_head(drops_a_layer)
+    assert feedback.mistake == "edited_input_in_place" and "the list itself" in feedback.message, feedback
+
+    def on_a_copy(attention, period):
+        copies = [p.clone() for p in attention]
+        for pattern in copies:
+            pattern[..., 0] = 0.0
+        return best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in copies]))
+    assert lesson05.check_find_induction_head(on_a_copy).passed

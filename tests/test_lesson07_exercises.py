@@ -480,3 +480,18 @@ def test_7_5_a_right_formula_in_float32_is_not_called_an_overflow():
     fb = lesson07.check_merge_halves(in_float32)
     assert fb.mistake == "float32_rounding" and "overflow" not in fb.hint
     assert lesson07.check_merge_halves(overflowing_in_float32).mistake == "exp_overflow"
+
+
+def test_7_3_new_key_and_value_appended_to_each_others_caches_are_named():
+    """Learner trial l3: k_new into the value cache AND v_new into the key cache used to get
+    only 'wrong values'. Written by hand here, not with F.scaled_dot_product_attention."""
+    def swapped_appends(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat((k_cache, v_new), dim=-2), torch.cat((v_cache, k_new), dim=-2)
+        group = q_new.shape[1] // k.shape[1]
+        kh, vh = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        weights = torch.softmax(q_new @ kh.transpose(-2, -1) / q_new.shape[-1] ** 0.5, dim=-1)
+        return weights @ vh, k, v
+
+    feedback = lesson07.check_decode_step(swapped_appends)
+    assert feedback.mistake == "appends_swapped", feedback
+    assert "k_new went into the value cache" in feedback.message

@@ -191,7 +191,35 @@ def _causal_cases() -> list[Case]:
     ]
 
 
-CAUSAL_ATTENTION_WEIGHTS = DiagnosingExercise(
+@dataclass
+class _CausalExercise(DiagnosingExercise):
+    """2.3: an additive mask with the wrong sign is named by where the weight sits (on the
+    future keys), whatever large number was added: +1e9 and +1e4 round differently."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        if self._future_wins(outputs, expected):
+            return self._mistake_feedback("additive_mask_wrong_sign")
+        return None
+
+    @staticmethod
+    def _future_wins(outputs, expected) -> bool:
+        """True when, in every output, each row but the last puts (almost) all of its weight on
+        the keys after the query and the rows sum to 1."""
+        for got, exp in zip(outputs, expected, strict=True):
+            if not isinstance(got, Tensor) or tuple(got.shape) != tuple(np.shape(exp)) or got.shape[-1] < 2:
+                return False
+            weights = got.detach().to(torch.float64)
+            if not bool(torch.isfinite(weights).all()) or not torch.allclose(
+                    weights.sum(-1), torch.ones((), dtype=torch.float64), atol=1e-4):
+                return False
+            T = weights.shape[-1]
+            past_and_self = torch.ones(T, T, dtype=torch.bool).tril()[:-1]  # rows 0 .. T-2
+            if not bool((weights[..., :-1, :] * past_and_self).sum(-1).lt(1e-3).all()):
+                return False
+        return True
+
+
+CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
     title="Exercise 2.3: causal attention weights",
     make_cases=_causal_cases,
     mistakes=[
@@ -230,6 +258,12 @@ CAUSAL_ATTENTION_WEIGHTS = DiagnosingExercise(
         Mistake("implicit_softmax_dim", "you called the softmax without dim=: PyTorch then picks an axis "
                 "for you (dim=1 on 2-D input, dim=0, the batch, on 3-D) and warns that this is deprecated.",
                 "always name the axis: torch.softmax(scores, dim=-1)."),
+        Mistake("additive_mask_wrong_sign", "almost all of each row's weight sits on the future keys "
+                "(j > i), the very ones the mask should block: your additive mask has the wrong sign. "
+                "Adding a large positive number to the blocked scores makes them win the softmax; "
+                "only a large negative one (or -inf) makes their weight vanish.",
+                "add minus infinity where key j > query i: scores + torch.full((T, T), float('-inf'))"
+                ".triu(1), or scores.masked_fill(~allowed, float('-inf'))."),
         RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT),
         RaisingMistake("batch_dim_as_T",
                        "on the batch (2, 5, 4) your mask does not fit the scores: T = q.shape[0] is "

@@ -14,6 +14,7 @@ import torch
 
 from ..interp.scores import (
     ideal_pattern,
+    induction_key_mask,
     induction_positions,
     induction_score,
 )
@@ -62,7 +63,20 @@ def _previous_token_cases() -> list[Case]:
     ]
 
 
-PREVIOUS_TOKEN_SCORE = Exercise(
+class _PreviousTokenExercise(Exercise):
+    """5.1: an answer returned in half precision is named however it got there (a .half() at the
+    end, or the whole computation in float16 or bfloat16): its values are right to a few digits."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        halves = (torch.float16, torch.bfloat16)
+        if all(isinstance(got, torch.Tensor) and got.dtype in halves and got.shape == exp.shape
+               and torch.allclose(got.detach().to(exp.dtype), exp, rtol=1e-2, atol=1e-3)
+               for got, exp in zip(outputs, expected, strict=True)):
+            return self._mistake_feedback("half_precision")
+        return None
+
+
+PREVIOUS_TOKEN_SCORE = _PreviousTokenExercise(
     title="Exercise 5.1: previous-token score",
     make_cases=_previous_token_cases,
     mistakes=[
@@ -102,6 +116,12 @@ PREVIOUS_TOKEN_SCORE = Exercise(
         Mistake("sum_not_mean", "you returned the sum of the sub-diagonal weights, not their mean: the "
                 "score then grows with the length T and is no longer between 0 and 1.",
                 "average over the T - 1 queries: .mean(-1) instead of .sum(-1)."),
+        Mistake("half_precision", "your scores are right to about three digits, but you returned them "
+                "in half precision (float16 or bfloat16), which keeps only about three significant "
+                "digits: they differ from the answer in the fourth, and every later score computed "
+                "from them inherits the rounding.",
+                "keep the pattern's own dtype: drop the .half() (or .to(torch.float16)) and return the "
+                "mean as it comes out."),
     ],
     hint="take pattern[h, i, i-1] for i = 1 .. T-1 and average over i, one score per head: shape (h,).",
 )
@@ -174,6 +194,32 @@ INDUCTION_SCORE = Exercise(
         Mistake("sum_over_queries", "you added up the per-query sums instead of averaging them over the "
                 "queries: the score then grows with the length of the repeated part and leaves [0, 1].",
                 "average over the queries q = period + 1 .. T - 1 (there are T - 1 - period of them)."),
+        Mistake("occurrence_from_key_two", "you scored attention to the earlier occurrences of the same "
+                "token themselves (keys q - period, q - 2*period, ...), stopping at k >= 2 as the "
+                "definition says. That bound is right, but for the other keys: these are the duplicate-"
+                "token head's. An induction head looks one step further, at the token AFTER each "
+                "occurrence.",
+                "add one to every key: k = q - period + 1, q - 2*period + 1, ... while k >= 2, i.e. "
+                "torch.arange(q - period + 1, 1, -period)."),
+        Mistake("occurrence_one_back", "two slips: you scored attention to the earlier occurrence of the "
+                "same token itself (key q - period), and only the one a period back. An induction head "
+                "looks at the token AFTER the occurrence (key q - period + 1), and from the third copy "
+                "on it may use the one after any earlier occurrence, so the score adds them all up.",
+                "for each query, sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
+                "while k >= 2, then average over the queries."),
+        Mistake("occurrence_forgot_bos", "two slips: you scored attention to the earlier occurrences of "
+                "the same token themselves (keys q - period, q - 2*period, ...), which is a duplicate-"
+                "token head, and your queries start at position `period`, forgetting the BOS token at "
+                "position 0, so the first one is still in the first copy.",
+                "the keys are q - period + 1, q - 2*period + 1, ... (k >= 2), and the queries run from "
+                "period + 1 to T - 1."),
+        Mistake("one_back_forgot_bos", "two slips: your rows start at position `period`, forgetting the "
+                "BOS token at 0 (that row is the last token of the first copy, with nothing to copy), "
+                "and you read only one period back (key q - period + 1), so from the third copy on the "
+                "weight on the token after an older occurrence is missed. A diagonal of the pattern "
+                "cannot do both jobs.",
+                "loop over q = period + 1 .. T - 1 and sum pattern[:, q, k] over k = q - period + 1, "
+                "q - 2*period + 1, ... while k >= 2, then average over q."),
     ],
     hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
          "(k >= 2), then average over q: shape (h,).",
@@ -204,6 +250,26 @@ def _key_one_decoy(seq_len: int, period: int) -> torch.Tensor:
 ROLE_MAKERS["key one"] = _key_one_decoy
 
 
+def _spread_induction(seq_len: int, period: int) -> torch.Tensor:
+    """``(T, T)``: an induction head that splits each query's weight evenly over the tokens after
+    every earlier occurrence (keys q - period + 1, q - 2*period + 1, ..., k >= 2); BOS elsewhere."""
+    keys = induction_key_mask(seq_len, period, start=1).to(torch.float64)
+    pattern = keys / keys.sum(-1, keepdim=True).clamp(min=1)
+    pattern[keys.sum(-1) == 0, 0] = 1.0
+    return pattern
+
+
+def _recent_only(seq_len: int, period: int) -> torch.Tensor:
+    """``(T, T)``: 0.7 of each repeated query's weight on the token after the most recent occurrence
+    only, the rest on BOS: it wins for a score that reads one period back and nothing older."""
+    return 0.7 * ideal_pattern("induction", seq_len, period=period, start=1) + 0.3 * ideal_pattern(
+        "first token", seq_len)
+
+
+ROLE_MAKERS["spread induction"] = _spread_induction
+ROLE_MAKERS["recent only"] = _recent_only
+
+
 def _planted(layout: dict[str, tuple[int, int]], num_layers: int, num_heads: int, seq_len: int,
              period: int, seed: int) -> list[torch.Tensor]:
     """Per-layer ``(h, T, T)`` patterns: random heads, with a textbook role planted at each spot."""
@@ -219,7 +285,11 @@ def _find_cases() -> list[Case]:
         ({"previous": (0, 1), "sink": (0, 3), "duplicate": (0, 0), "induction": (1, 2)}, 2, 4, 13, 5, 60),
         # the induction head need not sit in the last layer (here: the middle one of three)
         ({"induction": (1, 3), "previous": (0, 3), "sink": (2, 2), "duplicate": (2, 1)}, 3, 4, 15, 6, 70),
-        ({"sink": (0, 0), "induction": (0, 2), "previous": (1, 1), "duplicate": (1, 0)}, 2, 3, 11, 4, 80),
+        # five copies of a 3-token block: this induction head spreads its weight over every earlier
+        # copy, and a decoy puts 0.7 on the most recent one only, so a score that reads only one
+        # period back ranks the decoy first
+        ({"sink": (0, 0), "spread induction": (0, 2), "previous": (1, 1), "duplicate": (1, 0),
+          "recent only": (1, 2)}, 2, 3, 16, 3, 80),
         # a decoy that wins only if the first copy's last token (position `period`) is scored
         # (with a duplicate-token head too, so that a duplicate score picks it in every case)
         ({"key one": (0, 1), "induction": (1, 2), "previous": (0, 0), "duplicate": (1, 1)}, 2, 3, 13, 4, 90),
@@ -228,7 +298,63 @@ def _find_cases() -> list[Case]:
             for layout, L, h, T, p, seed in layouts]
 
 
-FIND_INDUCTION_HEAD = Exercise(
+class _AttentionCopyCase(Case):
+    """A 5.3 case whose ``fresh()`` hands the answer a new list of cloned patterns (the plain
+    ``Case`` copies only tensors given directly, so a list would reach the answer as the case's
+    own) and remembers it, so that the check can tell whether the answer changed it."""
+
+    def fresh(self) -> tuple[tuple, dict]:
+        attention, *rest = self.args
+        given = [p.clone() for p in attention] if isinstance(attention, list) else attention
+        self.__dict__["given"] = given
+        return (given, *rest), dict(self.kwargs)
+
+
+class _FindHeadExercise(Exercise):
+    """5.3: ``attention`` is a list of per-layer patterns, which the core's in-place test does
+    not look into; this check compares each pattern the answer was given with the case's own."""
+
+    def cases(self) -> list[Case]:
+        made = [_AttentionCopyCase(c.args, c.kwargs, c.label) for c in super().cases()]
+        self.__dict__["_last_cases"] = made  # the very cases the answer is about to be given
+        return made
+
+    def _check(self, fn: Callable[..., Any], forbidden: list[Callable[..., Any]]) -> Feedback:
+        self.__dict__["_last_cases"] = []
+        feedback = super()._check(fn, forbidden)
+        ran = self.__dict__.pop("_last_cases", [])
+        if not feedback.passed:
+            return feedback
+        for case in ran:
+            changed = _changed_layer(case.args[0], case.__dict__.get("given"))
+            if changed is not None:
+                return Feedback(self.title, "mistake",
+                                f"the head is right, but your function changed its input `attention` "
+                                f"(argument 1) in place: {changed}. The caller's list is the model's "
+                                "recorded attention, so every later cell that reads it would see your "
+                                "edit, not what the model did.",
+                                "leave `attention` as it is: score with out-of-place operations "
+                                "(pattern * mask, pattern[:, q, keys].sum(-1)), or edit a copy, "
+                                "pattern = attention[layer].clone().",
+                                mistake="edited_input_in_place")
+        return feedback
+
+
+def _changed_layer(original: Any, given: Any) -> str | None:
+    """How the list the answer was given differs from the case's ``original`` list, or None."""
+    if not isinstance(original, list) or given is None:
+        return None
+    if not isinstance(given, list) or len(given) != len(original):
+        return "the list itself was changed (items added, removed or replaced)"
+    for layer, (mine, theirs) in enumerate(zip(original, given, strict=True)):
+        if not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+            return f"layer {layer}'s pattern was replaced"
+        if not torch.equal(mine.nan_to_num(), theirs.detach().nan_to_num()):
+            return f"layer {layer}'s pattern now holds other values"
+    return None
+
+
+FIND_INDUCTION_HEAD = _FindHeadExercise(
     title="Exercise 5.3: find the induction head",
     make_cases=_find_cases,
     mistakes=[
@@ -258,6 +384,13 @@ FIND_INDUCTION_HEAD = Exercise(
         Mistake("one_based", "you counted layers and heads from 1: the right head, but the course (and "
                 "Python) count both from 0, so L1H2 is (1, 2).",
                 "return the indices as they come out of argmax, without adding 1."),
+        Mistake("only_second_copy", "you picked a head that puts its weight on the most recent earlier "
+                "copy only, and missed the one that spreads its weight over every earlier copy (in the "
+                "third test, a 3-token block repeated five times): your score reads only one period back "
+                "(key q - period + 1), the slip exercise 5.2 names, so it undercounts an induction head "
+                "that also looks at older copies.",
+                "score as in exercise 5.2: for each query sum over k = q - period + 1, q - 2*period + 1, "
+                "... while k >= 2, then average over the queries."),
     ],
     hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
     forbidden=[induction_score],  # the library's score: the exercise asks for the learner's own

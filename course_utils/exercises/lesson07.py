@@ -440,6 +440,11 @@ DECODE_STEP = _DecodeExercise(
         Mistake("new_key_in_value_cache", "you appended k_new to the value cache: the new token's "
                 "value is v_new, so its output blended the wrong vector.",
                 "k_cache gets k_new and v_cache gets v_new."),
+        Mistake("appends_swapped", "you appended each new vector to the other cache: k_new went "
+                "into the value cache and v_new into the key cache, so the new token was scored "
+                "against its own value vector and its output blended its key.",
+                "k = torch.cat([k_cache, k_new], dim=2) and v = torch.cat([v_cache, v_new], dim=2): "
+                "each new vector goes to the cache of its own kind."),
         Mistake("scaled_by_sqrt_length", "you scaled the scores by 1 / sqrt(T + 1), the number of "
                 "keys: the scale is 1 / sqrt(dk), the width of a head.",
                 "Leave scale=None (F.scaled_dot_product_attention then divides by sqrt(dk))."),
