@@ -6,6 +6,7 @@ import hashlib
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -676,25 +677,31 @@ def test_a_library_that_sets_flush_to_zero_is_refused_even_if_its_results_pass(f
 
 
 @needs_kernel
-def test_a_cached_build_that_disagrees_is_refused_when_loaded(fresh_build):
-    """A cached library with a valid record that fails the self-test (built by a compiler
-    that has changed under the same name, say) is not used: it is built again."""
+def test_a_cached_build_without_a_current_record_is_built_again_not_loaded(fresh_build, monkeypatch):
+    """A cached library whose record holds its sha256 alone (an older version of this module)
+    is not loaded, not even in a separate process to test it: it is built again, quietly (the
+    build notes say why). Here the cached bytes are a -ffast-math build that would fail."""
     assert fused_decode_status() is None
     (library,) = (fresh_build / "course_utils").glob("fused_decode-*.so")
-    good = library.read_bytes()
     cc = fused_decode._compiler()
     bad, error, _ = fused_decode._compile([*cc, "-ffast-math"], (*fused_decode._FLAGS, "-march=native",
                                                                 "-fopenmp"), fresh_build, "bad", 120.0)
     assert bad is not None, error
+    bad_bytes = bad.read_bytes()
     os.replace(bad, library)  # a new file: the loaded one stays intact
-    fused_decode._record_path(library).write_text(hashlib.sha256(library.read_bytes()).hexdigest() + "\n")
+    fused_decode._record_path(library).write_text(hashlib.sha256(bad_bytes).hexdigest() + "\n")
     fused_decode._library.cache_clear()
-    with pytest.warns(RuntimeWarning, match="disagrees with F.scaled_dot_product_attention"):
-        assert fused_decode_status() is None
-    assert "rebuilt" in fused_decode.fused_decode_build() and "disagrees" in fused_decode.fused_decode_build()
-    assert fused_decode.fused_decode_build().startswith("built with -march=native -fopenmp")
-    assert library.read_bytes() == good
-    assert fused_decode._recorded_sha256(library) == hashlib.sha256(good).hexdigest()
+    tested = []
+    real = fused_decode._self_test_elsewhere
+    monkeypatch.setattr(fused_decode, "_self_test_elsewhere",
+                        lambda path, *a: tested.append(path.name) or real(path, *a))
+    assert fused_decode_status() is None
+    assert len(tested) == 1 and tested[0].endswith(".so.tmp"), tested  # only the new build was tested
+    assert library.read_bytes() != bad_bytes
+    build = fused_decode.fused_decode_build()
+    assert build.startswith("built with -march=native -fopenmp") and "does not say it passed" in build, build
+    assert hashlib.sha256(library.read_bytes()).hexdigest() == fused_decode._recorded_sha256(library)
+    assert fused_decode._record(library)[1]
 
 
 @needs_kernel
@@ -708,15 +715,20 @@ def test_the_most_threads_accepted_run_and_agree():
 # --- a build that miscompiles one path of the kernel ---------------------------------------
 
 _BREAK_8_ROWS = ("default: attend8(q, Kg, Vg, n, ks", "default: attend8(q, Kg, Vg, n - 1, ks")
+# The review's two wrappers (break_stride.sh, break_threads.sh): a build that reads every cache
+# as if its time stride were 64 floats, and one whose merge of the threads' partial results
+# skips the last output row when more than 8 threads ran. Both passed the v3 self-test.
+_BREAK_STRIDE = ("const long ks = s->kt, vs = s->vt;", "const long ks = 64, vs = 64;")
+_BREAK_THREADS = ("for (long row = 0; row < rows; row++) {",
+                  "for (long row = 0; row < rows - (threads > 8); row++) {")
 
 
-def _cc_breaking_8_rows(folder: Path, *, native_only: bool) -> Path:
-    """A compiler wrapper that builds a copy of fused_decode.c whose 8-row path (8 query heads
-    of a group in one pass) skips the last key of each thread's share: every other path is
-    intact, as in the miscompile the review found."""
+def _cc_breaking(folder: Path, change: tuple[str, str], *, native_only: bool) -> Path:
+    """A compiler wrapper that builds a copy of fused_decode.c with ``change`` (old, new) made
+    once: one path of the kernel broken, every other intact, as a miscompile would leave it."""
     real = fused_decode._compiler()[0]
     broken = folder / "fused_decode_broken.c"
-    wrapper = folder / "cc-breaks-8-rows"
+    wrapper = folder / "cc-breaks-one-path"
     wrapper.write_text(f"""#!{sys.executable}
 import subprocess, sys
 args = sys.argv[1:]
@@ -725,13 +737,19 @@ if {native_only!r} and "-march=native" not in args:
 for i, arg in enumerate(args):
     if arg.endswith("fused_decode.c"):
         text = open(arg).read()
-        assert text.count({_BREAK_8_ROWS[0]!r}) == 1, "the 8-row call is not where it was"
-        open({str(broken)!r}, "w").write(text.replace({_BREAK_8_ROWS[0]!r}, {_BREAK_8_ROWS[1]!r}))
+        assert text.count({change[0]!r}) == 1, "the line to break is not where it was"
+        open({str(broken)!r}, "w").write(text.replace({change[0]!r}, {change[1]!r}))
         args[i] = {str(broken)!r}
 sys.exit(subprocess.call([{real!r}, *args]))
 """)
     wrapper.chmod(0o755)
     return wrapper
+
+
+def _cc_breaking_8_rows(folder: Path, *, native_only: bool) -> Path:
+    """The 8-row path (8 query heads of a group in one pass) skips the last key of each
+    thread's share, as in the miscompile an earlier review found."""
+    return _cc_breaking(folder, _BREAK_8_ROWS, native_only=native_only)
 
 
 @needs_kernel
@@ -765,6 +783,61 @@ def test_a_build_that_miscompiles_the_8_row_path_is_not_used_and_the_course_fall
     torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
 
 
+def _transposed_inputs(seed=3):
+    """q (3, 8, 1, 64); k from a (B, T, g, dk) buffer, v from a (B, T, g, 2 dk) one: time
+    strides 128 and 256 floats."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(3, 8, 1, 64, generator=gen)
+    k = torch.randn(3, 300, 2, 64, generator=gen).transpose(1, 2)
+    v = torch.randn(3, 300, 2, 128, generator=gen)[..., :64].transpose(1, 2)
+    return q, k, v
+
+
+@needs_kernel
+@pytest.mark.parametrize("broken", ["time stride", "more than 8 threads"])
+def test_a_build_broken_only_at_other_strides_or_more_threads_is_caught_by_the_self_test(tmp_path, broken):
+    """The review's two wrappers: the broken build agrees with PyTorch on a contiguous cache at
+    up to 8 threads (all the v3 self-test had) and not on the path it broke; the self-test
+    names the case that caught it."""
+    change = _BREAK_STRIDE if broken == "time stride" else _BREAK_THREADS
+    cc = _cc_breaking(tmp_path, change, native_only=False)
+    target, error, _ = fused_decode._compile([str(cc)], (*fused_decode._FLAGS, "-march=native", "-fopenmp"),
+                                             tmp_path, "broken", 120.0)
+    assert target is not None, error
+    lib = fused_decode._load(target)  # no constructor, no unsafe flag: safe to load here
+    q, k, v = _inputs(3, 8, 2, 740)
+    torch.testing.assert_close(fused_decode._run(lib, q, k, v, 8), _reference(q, k, v), atol=2e-6, rtol=1e-5)
+    if broken == "time stride":
+        q, k, v = _transposed_inputs()
+        wrong = fused_decode._run(lib, q, k, v, 3)
+    else:
+        wrong = fused_decode._run(lib, q, k, v, 12, fill=math.nan)  # the row it skips stays NaN
+    assert not ((wrong - _reference(q, k, v)).abs().max() <= 1e-3)  # off, or NaN
+    why = fused_decode._self_test(lib)
+    assert why is not None and "disagrees with F.scaled_dot_product_attention" in why, why
+    if broken == "time stride":
+        assert "cache transposed, values at another time stride" in why, why
+    else:
+        caught_at = re.search(r", (\d+) thread\(s\)\)", why)
+        assert caught_at and int(caught_at[1]) > 8, why  # the thread count that caught it
+
+
+@needs_kernel
+@pytest.mark.parametrize("broken", ["time stride", "more than 8 threads"])
+def test_a_build_broken_at_other_strides_or_more_threads_is_not_used(fresh_build, monkeypatch, broken):
+    """Through CC, as the review ran them: the self-test in its separate process refuses the
+    library, nothing is kept as good, and the course computes the right result with PyTorch."""
+    change = _BREAK_STRIDE if broken == "time stride" else _BREAK_THREADS
+    monkeypatch.setenv("CC", str(_cc_breaking(fresh_build, change, native_only=True)))
+    why = fused_decode_status()
+    assert why is not None and why.count("disagrees with F.scaled_dot_product_attention") >= 1, why
+    assert not list((fresh_build / "course_utils").glob("*.so"))
+    q, k, v = _transposed_inputs()
+    with pytest.warns(RuntimeWarning, match="fused decode kernel is unavailable"):
+        out = fused_decode_attention(q, k, v, num_threads=12)
+    torch.testing.assert_close(out, _reference(q, k, v), atol=2e-6, rtol=1e-5)
+
+
 def test_the_self_test_covers_every_path_of_the_kernel():
     """1 to 8 query heads per group, a group of 16 (two passes), g = 1 and g > 1, B >= 3, and at
     the most threads several blocks per thread in every share, all of them used."""
@@ -777,6 +850,12 @@ def test_the_self_test_covers_every_path_of_the_kernel():
     per = math.ceil(math.ceil(T / threads) / block) * block  # keys per thread, whole blocks (as in C)
     assert threads == 8 and math.ceil(T / per) == threads  # all 8 threads get a share
     assert per // block >= 2 and (T - (threads - 1) * per) > block  # several blocks each, the last too
+    more = fused_decode._SELF_TEST_MORE_THREADS  # beyond 8, every thread with a share here too
+    per = math.ceil(math.ceil(T / more) / block) * block
+    assert more > 8 and math.ceil(T / per) == more
+    long_t = fused_decode.MAX_THREADS * block - 2  # the self-test's case at MAX_THREADS
+    per = math.ceil(math.ceil(long_t / fused_decode.MAX_THREADS) / block) * block
+    assert math.ceil(long_t / per) == fused_decode.MAX_THREADS
 
 
 # --- a full disk is not a compiler error -------------------------------------------------------
@@ -790,6 +869,7 @@ def test_a_compiler_that_fails_for_want_of_disk_is_not_remembered(fresh_build, m
     why = fused_decode_status()
     assert "a disk it writes to is full (it said 'No space left on device')" in why, why
     assert "not remembered as a compiler error" in why and why.count("[") == 1  # no other flags tried
+    assert "remembered for an hour" not in why, why  # nothing was
     assert not list((fresh_build / "course_utils").glob("*.failed"))
     fused_decode._library.cache_clear()  # a new process tries again, remembering nothing
     assert "remembered in" not in fused_decode_status()

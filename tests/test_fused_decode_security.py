@@ -120,7 +120,7 @@ def test_the_directory_is_created_private_and_the_build_recorded(place):
     (library,) = place.cache.glob("fused_decode-*.so")
     record = place.cache / f"{library.name}.sha256"
     assert record.read_text() == (f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
-                                  "self-test v3 passed\n")  # in a separate process, before it was loaded
+                                  "self-test v4 passed\n")  # in a separate process, before it was loaded
     assert sorted(p.name for p in place.cache.iterdir()) == [library.name, record.name]  # no temp files
     assert not place.tmp().exists()  # the temp folder is not needed
 
@@ -268,6 +268,8 @@ def test_a_parent_writable_by_everyone_needs_the_sticky_bit(place, monkeypatch, 
     else:
         assert f"{parent} is writable by everyone without the sticky bit" in why
         assert f"{place.tmp().parent} is writable by everyone without the sticky bit" in why
+        # checked before anything is made there: no folder of ours left in either shared one
+        assert list(parent.iterdir()) == [] and list(place.tmp().parent.iterdir()) == []
 
 
 @needs_kernel
@@ -328,6 +330,8 @@ def test_something_other_than_a_file_under_a_kernel_name_is_refused_by_name(plac
         os.mkfifo(path) if kind.startswith("FIFO") else path.mkdir()
     why = fused_decode_status()
     assert why is not None and f"is a {kind}, where the kernel keeps a file: remove it" in why, why
+    assert why.startswith(f"the fused kernel cannot be built or kept in {place.cache}: "), why
+    assert "could not build" not in why and "remembered" not in why, why  # not the compiler's doing
     assert "Errno" not in why
     assert not list(place.cache.glob(".*.tmp"))  # no temporary file left behind
     _assert_falls_back_to_pytorch()
@@ -373,22 +377,26 @@ def test_a_library_that_crashes_in_its_self_test_leaves_this_process_alive(place
 
 @needs_kernel
 @needs_posix
-def test_a_record_from_before_the_separate_self_test_is_tested_once_then_trusted(place, monkeypatch):
-    """A record of the sha256 alone (an older version of this module): the library is tested in
-    a separate process, then the record says so, and later processes load it directly."""
+@pytest.mark.parametrize("record", ["sha256 alone", "self-test v3 passed"])
+def test_a_record_in_an_older_format_is_never_loaded_not_even_to_test_it(place, record):
+    """The review: a library planted with a record of its sha256 alone (the format before the
+    separate self-test) was loaded in the self-test's process, and its constructor ran there.
+    A record of an older self-test is treated alike: the library is built again, unloaded."""
+    place.cache.mkdir(mode=0o700)
+    planted = _planted_library(place)
+    for name in _kernel_names():
+        (place.cache / f"{name}.so").write_bytes(planted)
+        extra = "" if record == "sha256 alone" else f"{record}\n"
+        (place.cache / f"{name}.so.sha256").write_text(
+            f"{hashlib.sha256(planted).hexdigest()}  {name}.so\n{extra}")
     assert fused_decode_status() is None
-    (library,) = place.cache.glob("fused_decode-*.so")
-    record = fused_decode._record_path(library)
-    digest = hashlib.sha256(library.read_bytes()).hexdigest()
-    record.write_text(f"{digest}  {library.name}\n")
-    fused_decode._library.cache_clear()
-    tested = []
-    real = fused_decode._self_test_elsewhere
-    monkeypatch.setattr(fused_decode, "_self_test_elsewhere", lambda *a: tested.append(a) or real(*a))
-    assert fused_decode_status() is None
-    assert len(tested) == 1 and record.read_text().endswith("\nself-test v3 passed\n")
-    fused_decode._library.cache_clear()
-    assert fused_decode_status() is None and len(tested) == 1  # not tested again
+    assert not place.marker.exists(), "the planted library's constructor ran"
+    assert "its record does not say it passed the current self-test" in fused_decode_build()
+    library = place.cache / f"{_kernel_names()[0]}.so"  # the threaded build, used first
+    assert library.read_bytes() != planted
+    assert fused_decode._record(library)[1]  # the new build's record says it passed
+    out = fused_decode_attention(torch.ones(1, 2, 1, 64), torch.zeros(1, 1, 3, 64), torch.ones(1, 1, 3, 64))
+    assert (out == 1).all()  # the kernel, not the planted library (whose fused_decode does nothing)
 
 
 @needs_kernel

@@ -440,3 +440,70 @@ def test_the_good_inputs_next_to_the_bad_still_work():
     out, _ = grouped_query_attention(torch.randn(1, 4, 0, 4), empty, empty)
     assert out.shape == (1, 4, 0, 4)
     assert GroupedQueryAttention(16, 4, 2, bias=False).k_proj.bias is None
+
+
+def _every_path(q, k, v):
+    """grouped_query_attention, F.scaled_dot_product_attention(enable_gqa=True), and the fused
+    kernel where it is built (None otherwise), each in float32."""
+    from course_utils.attention.fused_decode import fused_decode_attention, fused_decode_status
+
+    outs = {"course": grouped_query_attention(q, k, v)[0],
+            "torch": F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
+    if fused_decode_status() is None and q.shape[2] == 1 and q.shape[3] == 64:
+        outs["fused"] = fused_decode_attention(q, k, v, num_threads=2)
+    return outs
+
+
+@pytest.mark.parametrize("case", ["review's minimal", "one group of three", "every group",
+                                  "one sequence of three", "one key left"])
+def test_a_query_whose_every_score_is_minus_inf_from_the_data_gets_zero_on_every_path(case):
+    """The review's case: keys of -inf under a positive query, no mask. The course gave NaN,
+    PyTorch and the fused kernel 0; the fused kernel's fallback is the course's function, so
+    the result depended on whether the compiler worked. Now every path gives 0 there."""
+    gen = torch.Generator().manual_seed(7)
+    if case == "review's minimal":
+        q, k = torch.ones(1, 2, 1, 64), torch.full((1, 1, 5, 64), -math.inf)
+        v = torch.randn(1, 1, 5, 64, generator=gen)
+        zero = torch.ones(1, 2, 1, 64, dtype=torch.bool)
+    else:
+        q = torch.rand(3, 6, 1, 64, generator=gen) + 0.1  # > 0: a key of -inf scores -inf
+        k, v = torch.randn(3, 3, 40, 64, generator=gen), torch.randn(3, 3, 40, 64, generator=gen)
+        zero = torch.zeros(3, 6, 1, 64, dtype=torch.bool)
+        if case == "one group of three":
+            k[:, 1] = -math.inf
+            zero[:, 2:4] = True  # heads 2 and 3 read group 1
+        elif case == "every group":
+            k[:] = -math.inf
+            zero[:] = True
+        elif case == "one sequence of three":
+            k[1] = -math.inf
+            zero[1] = True
+        else:
+            k[:, :, :39] = -math.inf  # one finite key left: its value, weight 1
+    outs = _every_path(q, k, v)
+    for name, out in outs.items():
+        assert not out.isnan().any(), name
+        assert (out[zero] == 0).all(), name
+        torch.testing.assert_close(out, outs["torch"], atol=2e-6, rtol=1e-5, msg=name)
+    if case == "one key left":
+        torch.testing.assert_close(outs["course"], v[:, :, 39:].repeat_interleave(2, dim=1))
+    weights = grouped_query_attention(q, k, v)[1]
+    assert (weights[zero[..., :1].expand_as(weights)] == 0).all()
+
+
+def test_an_infinite_cached_value_gives_an_infinite_channel_where_it_weighs_and_nan_where_not():
+    """-inf in one value with finite scores: -inf in that channel of its group's heads, on
+    every path; a query with nothing to attend to gets 0 x -inf = NaN there (as PyTorch)."""
+    gen = torch.Generator().manual_seed(8)
+    q = torch.rand(2, 4, 1, 64, generator=gen) + 0.1  # > 0: a key of -inf scores -inf, not NaN
+    k, v = torch.randn(2, 2, 50, 64, generator=gen), torch.randn(2, 2, 50, 64, generator=gen)
+    v[0, 1, 20, 5] = -math.inf  # group 1 = heads 2, 3 of sequence 0, channel 5
+    for name, out in _every_path(q, k, v).items():
+        assert (out[0, 2:, 0, 5] == -math.inf).all(), name
+        finite = torch.ones_like(out, dtype=torch.bool)
+        finite[0, 2:, 0, 5] = False
+        assert out[finite].isfinite().all(), name
+    k[0, 1] = -math.inf  # now group 1 of sequence 0 has nothing to attend to
+    for name, out in _every_path(q, k, v).items():
+        assert out[0, 2:, 0, 5].isnan().all() and (out[0, 2:, 0, :5] == 0).all(), name
+    assert "infinite value" in course_utils.attention.gqa.__doc__

@@ -96,3 +96,29 @@ def test_padding_mask_names_each_bad_argument(lengths, max_len, exc, words):
     with pytest.raises(exc) as info:
         padding_mask(lengths, max_len)
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_masked_softmax_gives_zeros_where_a_row_has_no_finite_score():
+    """A row whose every score is -inf from the data gives zeros, as a row whose every key is
+    blocked does (and as F.scaled_dot_product_attention does); NaN and +inf still spread."""
+    from course_utils.attention.masks import masked_softmax
+
+    inf = float("inf")
+    scores = torch.tensor([[-inf, -inf, -inf],  # no finite score: zeros, not NaN
+                           [0.0, -inf, 1.0],  # a -inf key among finite ones: weight 0
+                           [-inf, inf, 0.0],  # +inf: NaN (inf - inf), as in PyTorch
+                           [-inf, float("nan"), -inf]])  # NaN: NaN
+    for allowed in (None, torch.ones(4, 3, dtype=torch.bool)):
+        weights = masked_softmax(scores, allowed)
+        assert (weights[0] == 0).all()
+        torch.testing.assert_close(weights[1], torch.softmax(torch.tensor([0.0, -inf, 1.0]), -1))
+        assert weights[2:].isnan().all()
+    allowed = torch.tensor([[True] * 3, [True, False, False], [True, False, True], [True, False, True]])
+    weights = masked_softmax(scores, allowed)
+    assert (weights[0] == 0).all()
+    assert weights[1].tolist() == [1.0, 0.0, 0.0]
+    assert torch.equal(weights[2], torch.tensor([0.0, 0.0, 1.0]))  # the +inf key is blocked
+    assert (weights[3] == 0).all()  # the NaN key is blocked, the others score -inf: nothing left
+    blocked_inf = masked_softmax(torch.tensor([[inf, 0.0, 1.0]]), torch.tensor([[True, True, False]]))
+    assert blocked_inf[0, :2].isnan().all() and blocked_inf[0, 2] == 0  # a blocked key stays at 0
+    assert masked_softmax(torch.empty(2, 0), None).shape == (2, 0)  # no keys: nothing to reduce

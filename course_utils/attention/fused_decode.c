@@ -254,8 +254,9 @@ int fused_decode(const float *q, const float *K, const float *V, float *out,
 /* The read-only yardstick of course_utils/bench/decode_step.py (not part of the kernel): the
    sum of n floats, each read once, the range split over `threads` OpenMP threads in equal
    contiguous parts. It reads memory and writes nothing, compiled with the kernel's flags, so a
-   decoding step's bytes per second can be set against what this build reads at best (a
-   torch.sum over the same buffer ran about a fifth slower on some CPUs). Four independent
+   decoding step's bytes per second can be set against what it reads at best; make_read_probe
+   races it against torch.sum and keeps the faster (torch.sum read about a fifth slower on an
+   Intel Xeon, 11-18% faster on an AVX-512 AMD EPYC). Four independent
    vector sums per range hide the additions' latency; each run of 4096 floats is added into a
    double, so the total is exact enough for the caller to check it against torch.sum. */
 double read_sum(const float *x, long n, int threads) {

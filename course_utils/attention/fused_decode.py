@@ -15,7 +15,10 @@ How it is built and loaded (a shared library runs its code in this process the m
 loaded, so the only library ever loaded is one in this user's private directory whose bytes
 match the sha256 record written there by this module after the library passed its self-test;
 that guards against other users and against damaged files, not against this same user, who
-can write both a library and its record):
+can write both a library and its record: code of theirs planted with a record that says it
+passed runs in the learner's process. A library whose record is in an older format, or from
+an older self-test, is never loaded, not even in the self-test's separate process: it is
+built again):
 
 - with the system's C compiler (``cc``, ``gcc`` or ``clang``; the ``CC`` environment variable
   picks another, e.g. ``CC="ccache gcc"``) for this CPU (``-march=native``), stopped after
@@ -52,22 +55,23 @@ can write both a library and its record):
   file (or a symbolic link, replaced) under the library's, the record's or the failure
   marker's name, such as a directory or a FIFO, is refused at once, naming it (never opened
   in a way that waits on a FIFO), and no other build (without threads, say) is tried instead;
-- each new build, and each cached build whose record does not say it passed, is self-tested
-  in a separate Python process (``sys.executable -I``: no ``PYTHONPATH``, no user site, and
-  run in the library's private folder, with this process's module path less the working
-  directory and relative entries, so that a module someone planted in a shared working
-  directory does not run), before this process loads it: it must agree with
-  ``F.scaled_dot_product_attention`` on small cases (a block of keys scoring -inf, scores
-  far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a group whose
-  every key is -inf: NaN exactly where PyTorch has NaN; and each of the kernel's paths: 1 to
-  8 query heads per group, 12 and 16 (two passes), g = 1 and g > 1, three sequences, several
-  blocks per thread, up to 8 threads), and loading it must leave the floating-point mode
-  alone (GCC links ``crtfastmath.o`` into a ``-ffast-math`` library, and its constructor
-  turns on flush-to-zero for the whole process). So a library that crashes, hangs,
-  miscompiles one path or changes its process never touches the learner's. The record then
-  says ``self-test v3 passed``, and later processes load the library without a separate
-  process. One that fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not
-  show it) is not used or cached as good.
+- each new build is self-tested in a separate Python process (``sys.executable -I``: no
+  ``PYTHONPATH``, no user site, and run in the library's private folder, with this process's
+  module path less the working directory and relative entries, so that a module someone
+  planted in a shared working directory does not run), before this process loads it: it must
+  agree with ``F.scaled_dot_product_attention`` on small cases (a block of keys scoring
+  -inf, scores far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a
+  group whose every key is -inf: NaN exactly where PyTorch has NaN; and each of the kernel's
+  paths: 1 to 8 query heads per group, 12 and 16 (two passes), g = 1 and g > 1, three
+  sequences, several blocks per thread, 1 to 3, 8 and 12 threads and :data:`MAX_THREADS`
+  (each thread with a share), a ``(B, T, g, dk)`` cache transposed and values at yet another
+  time stride), and loading it must leave the floating-point mode alone (GCC links
+  ``crtfastmath.o`` into a ``-ffast-math`` library, and its constructor turns on
+  flush-to-zero for the whole process). So a library that crashes, hangs, miscompiles one
+  path or changes its process never touches the learner's. The record then says ``self-test
+  v4 passed``, and later processes load the library without a separate process. One that
+  fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not show it) is not used
+  or cached as good.
 
 A compiler error, a self-test the library failed, or a crash in it is remembered for an hour
 (``<name>.failed`` in the same directory; the name changes with the source, the compiler
@@ -124,12 +128,16 @@ _RETRY = "course_utils.attention.fused_decode.reset_fused_decode() forgets them 
 _SELF_TEST_TOLERANCE = 1e-4  # outputs are averages of values of size ~1; a bad build is off by far more
 # Written in a library's record once it passed the self-test in a separate process; a new
 # version of the self-test (new cases) tests every cached library again.
-_SELF_TEST_PASSED = "self-test v3 passed"
+_SELF_TEST_PASSED = "self-test v4 passed"  # v4: a cache read at time strides other than 64, > 8 threads
 # The self-test's shapes: (query heads per group, groups) for every path of the kernel, B, T
 # and the largest thread count (see _self_test).
 _SELF_TEST_SHAPES = ((1, 3), (2, 2), (3, 1), (4, 2), (5, 1), (6, 2), (7, 1), (8, 2), (8, 1), (12, 1),
                      (16, 1), (16, 2))
 _SELF_TEST_B, _SELF_TEST_T, _SELF_TEST_THREADS = 3, 740, 8
+# Beyond 8 threads: 12 at _SELF_TEST_T keys (12 shares of two 32-key blocks, the last of 36
+# keys), and MAX_THREADS itself, with as many keys as give every thread a share of its own.
+_SELF_TEST_MORE_THREADS = 12
+_BLOCK = 32  # keys per block (BLOCK in fused_decode.c): a thread's share is whole blocks
 _CHILD_PASSED, _CHILD_FAILED = "FUSED-DECODE-SELF-TEST: passed", "FUSED-DECODE-SELF-TEST: failed: "
 _FAILURE_MEMORY_S = 3600.0  # a remembered failed build is tried again after an hour
 # Flags that let the compiler assume there is no NaN or infinity, or reorder and approximate
@@ -240,6 +248,18 @@ def _owner(uid: int) -> str:
 def _private_dir(folder: Path) -> str | None:
     """Make ``folder`` this user's private directory (mode 0700): None when it is (or now is),
     else why it cannot be trusted to hold a library this process will load."""
+    # Nothing is created inside a folder that another user could replace: the folders that
+    # exist on the way are checked first (all of them again once the folder exists).
+    first_missing = folder  # the top folder that mkdir would create
+    while not os.path.lexists(first_missing.parent) and first_missing.parent != first_missing:
+        first_missing = first_missing.parent
+    if not os.path.lexists(first_missing) and os.path.isdir(first_missing.parent):  # else mkdir says why
+        try:
+            why = _unsafe_ancestor(first_missing)
+        except OSError:  # e.g. a dangling link on the way: mkdir below says what is wrong
+            why = None
+        if why is not None:
+            return why
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -559,6 +579,18 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
     cases.append(("scores far from 0, a strided cache", big_q, cache[:, :, :70], big_v[:, :, :70], 2))
     cases += [("a NaN in a cached key", q, nan_k, v, 3), ("a NaN in a query", nan_q, k, v, 2),
               ("a key scoring +inf", q, inf_k, v, 3), ("every key of a group -inf", q, all_masked, v, 2)]
+    # The cache read at other time strides: a (B, T, g, dk) buffer seen as (B, g, T, dk) (keys
+    # g * dk floats apart), and values from a (B, T, g, 2 dk) buffer (2 g dk apart), so that a
+    # build that takes either stride as dk, or one for the other, disagrees.
+    btgd_k = randn(2, 100, 2, HEAD_WIDTH).transpose(1, 2)
+    btgd_v = randn(2, 100, 2, 2 * HEAD_WIDTH)[..., :HEAD_WIDTH].transpose(1, 2)
+    cases += [("a (B, T, g, dk) cache transposed, values at another time stride", big_q[:, :8], btgd_k,
+               btgd_v, threads) for threads in (1, 3)]
+    # More than 8 threads: 12, and the most fused_decode_attention accepts, each thread with a
+    # share (the merge of the threads' partial results runs over all of them).
+    long_t = MAX_THREADS * _BLOCK - 2  # MAX_THREADS shares of one block, the last 30 keys
+    long_k, long_v = randn(2, 2, long_t, HEAD_WIDTH), randn(2, 2, long_t, HEAD_WIDTH)
+    cases.append((f"{long_t} keys", randn(2, 6, 1, HEAD_WIDTH), long_k, long_v, MAX_THREADS))
     # Each path of the kernel: 1 to 8 query heads per group (one compiled path each), 12 (a
     # pass of 8, then 4) and 16 (two passes of 8), with g = 1 and g > 1, three sequences, and
     # 740 keys: at 8 threads, three 32-key blocks per thread and a last share of 2 blocks and
@@ -574,13 +606,14 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
         expected_of[id(shape_q)] = _reference(shape_q, *doubles[g])
         what = (f"B = {_SELF_TEST_B}, h = {r * g}, g = {g}: {r} query head{'s' * (r > 1)} per group, "
                 f"{_SELF_TEST_T} keys")
-        cases += [(what, shape_q, *caches[g], threads) for threads in (1 + i % 3, _SELF_TEST_THREADS)]
+        cases += [(what, shape_q, *caches[g], threads)
+                  for threads in (1 + i % 3, _SELF_TEST_THREADS, _SELF_TEST_MORE_THREADS)]
     for what, q, k, v, threads in cases:
         if id(q) in expected_of:
             expected = expected_of[id(q)]
         else:
             expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
-        got = _run(lib, q, k, v, threads).double()
+        got = _run(lib, q, k, v, threads, fill=math.nan).double()  # NaN where nothing was written
         where = f"({what}, {threads} thread(s))"
         if not torch.equal(got.isnan(), expected.isnan()):
             return (f"the built kernel disagrees with F.scaled_dot_product_attention on its self-test "
@@ -815,32 +848,30 @@ def _remember_failure(failed: Path, error: str) -> None:
 
 
 def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
-                     timeout_s: float, notes: list[str]) -> tuple[ctypes.CDLL | None, str, bool]:
-    """``(the kernel, "", False)`` from ``folder``, loading a verified cached build or building
-    one; or ``(None, the error, whether to stop trying other flags)``."""
+                     timeout_s: float, notes: list[str]) -> tuple[ctypes.CDLL | None, str, str]:
+    """``(the kernel, "", "built")`` from ``folder``, loading a verified cached build or building
+    one; or ``(None, the error, what next)``: ``"next"`` (try the next flags), ``"stop"`` (the
+    next flags would fare no better: a timeout, a full disk) or ``"refused"`` (something in the
+    folder stands where the kernel's files go: not the compiler's doing, and no other build is
+    tried in its place)."""
     library = folder / f"{name}.so"
     record = _record_path(library)
     failed = folder / f"{name}.failed"
     why = _not_a_file(library, record, failed)
-    if why is not None:  # stop: not a quiet fall back to a build without threads
-        return None, why, True
+    if why is not None:  # not a quiet fall back to a build without threads
+        return None, why, "refused"
     if os.path.lexists(library):  # a cached build: loaded once its record says it passed the self-test
         try:
             digest, tested = _record(library)
-            error = None
-            if not tested:  # built by an older version of this module: tested again
-                error, _ = _self_test_elsewhere(library, digest, timeout_s)
-                if error is None:
-                    try:
-                        _write_atomically(record, _record_text(library, digest))
-                    except OSError:  # not recorded: the next process tests it again
-                        pass
-            if error is None:
-                return _load_verified(library, digest), "", False
+            if tested:
+                return _load_verified(library, digest), "", "built"
+            # Recorded by an older version of this module (an older self-test, or none): built
+            # again, never loaded, not even in a self-test process (its constructor would run there).
+            notes.append(f"rebuilt {library.name}: its record does not say it passed the current "
+                         f"self-test ({_SELF_TEST_PASSED!r}), so it was not loaded")
         except (_Untrusted, OSError) as exc:
-            error = str(exc)
-        notes.append(f"rebuilt {library.name}: {error}")
-        warnings.warn(f"fused decode kernel: {error}; building it again", RuntimeWarning, stacklevel=5)
+            notes.append(f"rebuilt {library.name}: {exc}")
+            warnings.warn(f"fused decode kernel: {exc}; building it again", RuntimeWarning, stacklevel=5)
         _remove(library, record)
     try:
         remembered = _read_own_file(failed).decode("utf-8", errors="replace")
@@ -848,33 +879,33 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
     except FileNotFoundError:
         pass
     except _Untrusted as exc:
-        return None, str(exc), True
+        return None, str(exc), "refused"
     else:
         if 0 <= age < _FAILURE_MEMORY_S:
-            return None, (f"{remembered} (remembered in {failed} for an hour; {_RETRY})"), False
+            return None, (f"{remembered} (remembered in {failed} for an hour; {_RETRY})"), "next"
     built, error, outcome = _compile(cc, flags, folder, name, timeout_s)
     if built is None:
         if outcome == "failed":  # the compiler's verdict; a timeout, a full disk or a missing program is not
             _remember_failure(failed, error)
         # One that hangs once would hang for every flag; a full disk is full for every flag.
-        return None, error, outcome in ("timeout", "disk full")
+        return None, error, "stop" if outcome in ("timeout", "disk full") else "next"
     try:
         digest = hashlib.sha256(_read_own_file(built)).hexdigest()
         error, verdict = _self_test_elsewhere(built, digest, timeout_s)
         if error is not None:
             if verdict == "failed":  # the library's own doing: remembered
                 _remember_failure(failed, error)
-            return None, error, verdict == "timeout"  # a slow machine would be slow for every flag
+            return None, error, "stop" if verdict == "timeout" else "next"  # slow for every flag
         lib = _load_verified(built, digest)  # these bytes passed: now loaded here
         # The record first: a process looking in between finds no library yet (and builds one),
         # never a new library without its record. os.replace is atomic: no half library is seen.
         _write_atomically(record, _record_text(library, digest))
         os.replace(built, library)
     except (_Untrusted, OSError) as exc:
-        return None, f"could not load or keep the kernel it built: {exc}", False
+        return None, f"could not load or keep the kernel it built: {exc}", "next"
     finally:
         _remove(built)  # gone already once moved into place
-    return lib, "", False
+    return lib, "", "built"
 
 
 def _build_kernel() -> ctypes.CDLL | str:
@@ -904,20 +935,25 @@ def _build_kernel() -> ctypes.CDLL | str:
                       "yours, mode 0700, that no one else can write or replace)", RuntimeWarning,
                       stacklevel=4)
     source = _SOURCE.read_bytes()
-    failures = []
+    failures, names = [], []
     for options in _OPTIONS:
         flags = (*_FLAGS, *options)
-        lib, error, stop = _cached_or_built(cc, flags, folder, _kernel_name(cc, flags, source), timeout_s,
-                                            notes)
+        names.append(_kernel_name(cc, flags, source))
+        lib, error, outcome = _cached_or_built(cc, flags, folder, names[-1], timeout_s, notes)
         if lib is not None:
             lib.build_flags = " ".join(options) or "generic CPU"  # what fused_decode_build reports
             lib.notes = notes
             return lib
+        if outcome == "refused":  # not the compiler's doing: said as it is
+            return (f"the fused kernel cannot be built or kept in {folder}: {error}"
+                    + "".join(f"; before that: {failure}" for failure in failures))
         failures.append(f"[{' '.join(options) or 'generic'}] {error}")
-        if stop:
+        if outcome == "stop":
             break
+    remembered = any(os.path.lexists(folder / f"{name}.failed") for name in names)
     return (f"{cc[0]} could not build {_SOURCE.name} in {folder}: " + "; ".join(failures)
-            + f" (compiler errors and failed self-tests are remembered for an hour; {_RETRY})")
+            + (f" (compiler errors and failed self-tests are remembered for an hour; {_RETRY})"
+               if remembered else ""))
 
 
 def _kernel_name(cc: list[str], flags: tuple[str, ...], source: bytes) -> str:
@@ -1055,8 +1091,11 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
     return _run(lib, q, k, v, threads)
 
 
-def _run(lib: ctypes.CDLL, q: Tensor, k: Tensor, v: Tensor, threads: int) -> Tensor:
-    """Call the compiled kernel on checked inputs (k and v read in place, at their strides)."""
+def _run(lib: ctypes.CDLL, q: Tensor, k: Tensor, v: Tensor, threads: int, *,
+         fill: float | None = None) -> Tensor:
+    """Call the compiled kernel on checked inputs (k and v read in place, at their strides).
+    ``fill``: what the output holds before the kernel writes it (the self-test's NaN shows a
+    number the kernel never wrote; freed memory could hold the right answer by chance)."""
     q = q.detach().contiguous()  # (B, h, 1, dk): one row per head, a negligible copy if any
     k, v = k.detach(), v.detach()
     if q.numel() == 0:  # no sequences or no heads: nothing to compute
@@ -1065,7 +1104,7 @@ def _run(lib: ctypes.CDLL, q: Tensor, k: Tensor, v: Tensor, threads: int) -> Ten
     k_strides, v_strides = strides(*_kv_strides("k", k)), strides(*_kv_strides("v", v))
     B, h, _, _ = q.shape
     g, T = k.shape[1], k.shape[2]
-    out = torch.empty_like(q)  # (B, h, 1, dk)
+    out = torch.empty_like(q) if fill is None else torch.full_like(q, fill)  # (B, h, 1, dk)
     status = lib.fused_decode(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                               B, h, g, T, k_strides, v_strides, threads)
     if status != 0:

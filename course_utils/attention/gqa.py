@@ -18,7 +18,18 @@ cost a pass over the data), and it spreads: a NaN in ``q`` makes that query's we
 output NaN in its own head only (zeros if all its keys are blocked); a NaN in a key makes
 the weights and output NaN for every query, of every head in that key's group, that may
 attend to that key; a NaN in a value reaches the output of every query of every head in
-its group, masked or not (a blocked key gets weight 0, and 0 x NaN is NaN).
+its group, masked or not (a blocked key gets weight 0, and 0 x NaN is NaN). A key scoring
+``+inf`` makes NaN of the weights and outputs of every query that may attend to it
+(``inf - inf``), as in PyTorch; a key scoring ``-inf`` gets weight 0, and a query whose
+every score is ``-inf`` (all its keys blocked, or ``-inf`` in the data, e.g. a whole group
+of cached keys at ``-inf``) gets zero weights and a zero output, as
+``F.scaled_dot_product_attention`` and the fused kernel give.
+An infinite value (``-inf`` or ``+inf`` in ``v``) makes that channel of the output infinite
+for every query that gives it a weight above 0, and NaN where the weight is exactly 0 (a
+blocked key, a query with nothing to attend to, or a weight too small for float32: 0 x inf
+is NaN); where a weight rounds to 0 differs between paths (PyTorch keeps weights down to
+about e^-103, the fused kernel flushes below e^-87), so the same input can give -inf in one
+path and NaN in another: treat an infinite cached value as spoiling its channel.
 """
 
 from __future__ import annotations
@@ -162,8 +173,9 @@ def grouped_query_attention(
     Returns:
         ``(output (B, h, Tq, dk), weights (B, h, Tq, Tk))``, equal to
         ``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` up to rounding. A query
-        whose keys are all blocked gets zero weights and a zero output. NaN/inf in q, k or v
-        are not refused: they spread (see the module docstring; NaN in q stays in its query).
+        whose keys are all blocked, or whose every score is ``-inf``, gets zero weights and
+        a zero output (as PyTorch gives). NaN/inf in q, k or v are not refused: they spread
+        (see the module docstring; NaN in q stays in its query).
     """
     _check_gqa_inputs(q, k, v, mask)
     _check_gqa_call(q, k, v, is_causal)

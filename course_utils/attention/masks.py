@@ -32,13 +32,28 @@ __all__ = [
 
 def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
     """The course's one masked softmax: ``softmax(scores)`` over the last dim (the keys), with
-    blocked keys (``allowed`` False; ``None`` blocks nothing) given weight 0. A row with no
-    allowed key gets all zeros, where a plain softmax of ``-inf`` everywhere would give NaN.
-    ``allowed`` broadcasts against ``scores`` ``(..., Tq, Tk)``."""
-    if allowed is None:
-        return torch.softmax(scores, dim=-1)
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # rows sum to 1 ...
-    return weights.masked_fill(~allowed, 0.0)  # ... or to 0 when every key is blocked (NaN -> 0)
+    blocked keys (``allowed`` False; ``None`` blocks nothing) given weight 0. ``allowed``
+    broadcasts against ``scores`` ``(..., Tq, Tk)``.
+
+    A row with nothing to attend to gets all zeros, where a plain softmax would give NaN:
+    every key blocked, or every score of the row ``-inf`` (from the data itself, e.g. a key
+    of ``-inf`` under a positive query), or both. That is what
+    ``F.scaled_dot_product_attention`` returns for such a row. Otherwise NaN and ``+inf``
+    spread as in PyTorch: a NaN or ``+inf`` score among the allowed keys makes its whole row
+    NaN (``inf - inf``); a blocked key's score, whatever it is, is never read."""
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # rows sum to 1, or NaN where every score is -inf
+    # Such a row is NaN from its first weight on. On the CPU that column is checked first (a
+    # few microseconds), and the rows looked at again only if one is NaN; elsewhere the fill
+    # always runs, so as not to wait for the device.
+    if scores.shape[-1] and (scores.device.type != "cpu" or bool(weights[..., :1].isnan().any())):
+        # amax is -inf only where every score is (NaN where one is NaN: that row stays NaN)
+        empty = scores.detach().amax(dim=-1, keepdim=True) == float("-inf")  # (..., Tq, 1)
+        weights = weights.masked_fill(empty, 0.0)  # no finite score: zeros, not NaN
+    if allowed is not None:  # a blocked key's weight is 0 even in a row made NaN by a +inf score
+        weights = weights.masked_fill(~allowed, 0.0)
+    return weights
 
 
 def causal_mask(

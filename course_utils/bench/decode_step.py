@@ -10,11 +10,12 @@ query and output projections. This module gives the yardstick and the step:
   :data:`FLUSH_CAP_BYTES` (256 MiB), so that a server reporting a whole socket's 300 MiB L3
   does not make every benchmark allocate gigabytes. The cap's cost: where the multiple is cut,
   the flush may not evict everything (see :func:`flush_note`).
-* :func:`make_read_probe` is the read-only yardstick: ``read_sum`` from ``fused_decode.c``, a
-  compiled, multi-threaded sum over random float32 numbers (bytes read per second, nothing
-  written), or ``torch.sum`` where no compiler built it (it reads about a fifth slower on some
-  CPUs, which makes every share of it read high). A step that must read ``N`` bytes cannot
-  take much less than ``N / read bandwidth``; :func:`read_bandwidth` times it alone.
+* :func:`make_read_probe` is the read-only yardstick: the faster, raced in the same run, of
+  ``read_sum`` from ``fused_decode.c`` (a compiled, multi-threaded sum) and ``torch.sum``, over
+  random float32 numbers (bytes read per second, nothing written). Neither is the faster on
+  every CPU, and a slow yardstick makes every share of it read high. A step that must read
+  ``N`` bytes cannot take much less than ``N / read bandwidth``; :func:`read_bandwidth` times
+  it alone.
 * :class:`SmallDecoder` is a decoder stack of random weights (pre-LayerNorm blocks: fused Q/K/V
   projection, attention over a preallocated cache, output projection, a 4 d GELU feed-forward
   layer), with no embedding or unembedding. :meth:`SmallDecoder.step` feeds one token per
@@ -72,6 +73,7 @@ __all__ = [
     "run_conditions",
     "clock_for",
     "make_read_probe",
+    "PROBE_RACE_READS",
     "read_bandwidth",
     "random_buffer",
     "release_freed_memory",
@@ -251,29 +253,72 @@ def _compiled_read_sum() -> tuple[Callable[[int, int, int], float] | None, str]:
     return fn, getattr(lib, "build_flags", "")
 
 
-def make_read_probe(buffer: Tensor, threads: int | None = None) -> tuple[Callable[[], object], str]:
+#: Reads of each candidate probe in :func:`make_read_probe`'s race (alternating, best kept).
+PROBE_RACE_READS = 3
+
+
+def _torch_sum_on(buffer: Tensor, threads: int) -> Callable[[], object]:
+    """``buffer.sum`` on ``threads`` threads, whatever torch's thread count is when it is called."""
+    def torch_sum() -> object:
+        if torch.get_num_threads() == threads:
+            return buffer.sum()
+        with torch_threads(threads):
+            return buffer.sum()
+    return torch_sum
+
+
+def _race(probes: dict[str, Callable[[], object]], clock: Callable[[], float],
+          reads: int = PROBE_RACE_READS) -> dict[str, float]:
+    """Each probe's fastest of ``reads`` timed calls (seconds), the probes taking turns, the
+    order reversed every round, so that neither always runs first after the other."""
+    best = dict.fromkeys(probes, math.inf)
+    order = list(probes)
+    for _ in range(reads):
+        for name in order:
+            start = clock()
+            probes[name]()
+            best[name] = min(best[name], clock() - start)
+        order.reverse()
+    return best
+
+
+def make_read_probe(buffer: Tensor, threads: int | None = None, *,
+                    clock: Callable[[], float] | None = None) -> tuple[Callable[[], object], str]:
     """The read-only yardstick over ``buffer`` (contiguous float32 on the CPU): a function that
     reads every byte once and writes nothing, and a phrase naming it.
 
-    ``read_sum`` from ``fused_decode.c`` (compiled as the kernel is, split over ``threads``,
-    default ``torch.get_num_threads()``) where it was built with OpenMP, or on one thread;
-    its sum is checked once against ``torch.sum`` (to 1e-4 relative). Otherwise ``buffer.sum``
-    (torch.sum), which
-    read about a fifth slower than the compiled sum on some CPUs: every share of it reads high."""
+    Two sums race, each read :data:`PROBE_RACE_READS` times in turn over ``buffer`` (a buffer
+    several times the last-level cache, read front to back, starts cold each time) and timed
+    by ``clock`` (default :func:`clock_for` ``(threads)``): ``read_sum`` from ``fused_decode.c``
+    (compiled as the kernel is, split over ``threads``, default ``torch.get_num_threads()``;
+    its sum checked once against ``torch.sum`` to 1e-4 relative), and ``torch.sum`` on as many
+    threads. The faster is the yardstick, and the phrase names it with both rates: neither is
+    the faster everywhere (``torch.sum`` read about a fifth slower than the compiled sum on some
+    CPUs, and 11-18% faster on an AVX-512 AMD EPYC), and a slow yardstick makes every share of
+    it read high. Where the compiled sum is unavailable (no compiler, built without OpenMP for
+    several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why."""
     threads = torch.get_num_threads() if threads is None else check_int(threads, "threads", minimum=1)
     threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other
     if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
         return buffer.sum, "torch.sum (the buffer is not contiguous float32 on the CPU)"
+    torch_sum = _torch_sum_on(buffer, threads)
     fn, flags = _compiled_read_sum()
     if fn is None:
-        return buffer.sum, f"torch.sum: {flags}; it can read about a fifth slower, so shares read high"
+        return torch_sum, f"torch.sum: {flags}"
     if threads > 1 and "-fopenmp" not in flags:
-        return buffer.sum, "torch.sum (the compiled sum was built without OpenMP: one thread only)"
+        return torch_sum, "torch.sum (the compiled sum was built without OpenMP: one thread only)"
     address, n = buffer.data_ptr(), buffer.numel()
     got, expected = fn(address, n, threads), buffer.sum().item()  # float32: no copy of the buffer
     if not abs(got - expected) <= 1e-4 * max(1.0, abs(expected)):
-        return buffer.sum, f"torch.sum (the compiled sum gave {got:.6g}, torch {expected:.6g})"
-    return (lambda: fn(address, n, threads)), f"compiled sum (fused_decode.c read_sum, {flags})"
+        return torch_sum, f"torch.sum (the compiled sum gave {got:.6g}, torch {expected:.6g})"
+    compiled = "compiled sum"
+    probes = {compiled: (lambda: fn(address, n, threads)), "torch.sum": torch_sum}
+    best = _race(probes, clock_for(threads) if clock is None else clock)
+    winner, loser = sorted(best, key=best.__getitem__)
+    rate = {name: n * 4 / seconds / 1e9 if seconds > 0 else math.inf for name, seconds in best.items()}
+    return probes[winner], (f"{winner}, the faster in a race with {loser} (best of {PROBE_RACE_READS} "
+                            f"reads each: {rate[winner]:.1f} vs {rate[loser]:.1f} GB/s; compiled "
+                            f"sum = fused_decode.c read_sum, {flags})")
 
 
 def read_bandwidth(buffer: Tensor | None = None, *, repeats: int = 7, flush: Tensor | None = None,
