@@ -575,9 +575,10 @@ def small_cache_note(context: int, num_layers: int, num_heads: int = 16, d_head:
     llc, _ = last_level_cache_bytes()
     if cache >= llc:
         return None
-    return (f"note: at --context {context} the MHA KV cache is {cache / 1024:.0f} KiB, smaller than this "
+    text = (f"note: at --context {context} the MHA KV cache is {cache / 1024:.0f} KiB, smaller than this "
             f"CPU's last-level cache ({llc / MiB:.0f} MiB): the times below are mostly fixed per-call "
-            f"work, not memory reads, and GB/s figures are not bandwidth\n\n")
+            f"work, not memory reads, and GB/s figures are not bandwidth")
+    return textwrap.fill(text, width=96, subsequent_indent="  ") + "\n\n"
 
 
 def _main_gqa(args: argparse.Namespace) -> None:
