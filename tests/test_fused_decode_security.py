@@ -671,3 +671,21 @@ def test_a_record_that_is_not_a_file_does_not_quietly_downgrade_the_build(place,
     assert not list(place.cache.glob("*.so"))  # no build without threads instead
     with pytest.warns(RuntimeWarning, match=f"unavailable .*{record.name} is a "):
         fused_decode_attention(torch.zeros(1, 2, 1, 64), torch.zeros(1, 1, 3, 64), torch.zeros(1, 1, 3, 64))
+
+
+def test_a_compiler_planted_in_the_working_directory_is_not_found_through_a_relative_path(
+        tmp_path, monkeypatch):
+    planted = tmp_path / "cc"
+    planted.write_text("#!/bin/sh\ntouch ran\n")
+    planted.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", os.pathsep.join([".", "", os.environ.get("PATH", os.defpath)]))
+    found = fused_decode._compiler()
+    assert isinstance(found, list) and Path(found[0]).parent != tmp_path  # a real compiler, or none
+    assert "." not in fused_decode._absolute_path().split(os.pathsep)
+    assert "" not in fused_decode._absolute_path().split(os.pathsep)
+    monkeypatch.setenv("CC", "cc")
+    assert fused_decode._compiler() != [str(planted)]
+    monkeypatch.setenv("PATH", ".")  # nothing absolute left: no compiler, said in words
+    assert isinstance(fused_decode._compiler(), str)

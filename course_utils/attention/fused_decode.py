@@ -160,6 +160,14 @@ def _uid() -> int:
     return os.getuid()
 
 
+def _absolute_path() -> str:
+    """This process's PATH without its relative entries (``.``, an empty entry, ``bin``):
+    those name the working directory, where someone else may have planted a ``cc`` or an
+    ``as``, so neither the compiler nor the programs it runs are looked up there."""
+    entries = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return os.pathsep.join(e for e in entries if e and os.path.isabs(e))
+
+
 def _compiler() -> list[str] | str:
     """The C compiler as a command (``CC`` may hold several words, e.g. ``ccache gcc``), or a
     sentence saying why there is none."""
@@ -176,12 +184,13 @@ def _compiler() -> list[str] | str:
                 return f"CC={raw}: no such file" + ("" if first == raw.strip() else f" ({first})")
             if not (os.path.isfile(first) and os.access(first, os.X_OK)):
                 return f"CC={raw}: {first} is not an executable file"
-            return [first, *chosen[1:]]
-        path = shutil.which(first)
+            return [os.path.abspath(first), *chosen[1:]]  # the build runs in its own folder
+        path = shutil.which(first, path=_absolute_path())
         if path is None:
-            return f"CC={raw}: no program {first!r} found on PATH"
+            return f"CC={raw}: no program {first!r} found on PATH (its absolute entries)"
         return [path, *chosen[1:]]
-    found = next((path for name in ("cc", "gcc", "clang") if (path := shutil.which(name))), None)
+    found = next((path for name in ("cc", "gcc", "clang")
+                  if (path := shutil.which(name, path=_absolute_path()))), None)
     if found is None:
         return "no C compiler found (looked for cc, gcc and clang on PATH; set CC to choose one)"
     return [found]
@@ -716,7 +725,10 @@ def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
     tmp = Path(tmp_name)
     command = [*cc, *flags, "-o", str(tmp), str(_SOURCE), "-lm"]
     try:
-        status, text = _run_limited(command, timeout_s, folder)
+        # in the private folder, with PATH's absolute entries only: nothing the compiler
+        # runs (as, ld, a ccache) comes from the learner's working directory
+        status, text = _run_limited(command, timeout_s, folder, cwd=folder,
+                                    env={**os.environ, "PATH": _absolute_path()})
     except OSError as exc:
         _remove(tmp)
         return None, f"could not run {cc[0]}: {exc.strerror or exc}", "not run"
