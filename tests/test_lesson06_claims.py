@@ -43,6 +43,7 @@ from course_utils.interp.patching import (
     position_ablated_logits,
     prunable_counts,
     resampled_logits,
+    resampled_one_at_a_time,
     resampled_outputs,
     resampled_rows,
     sequence_gate_gradients,
@@ -219,7 +220,7 @@ def test_l1h2s_plural_default_comes_from_zero_and_word_level_means(agreement, re
     assert draws == [(238, 206), (233, 202), (221, 206), (216, 217)]
     assert (min(d[0] for d in draws), max(d[0] for d in draws)) == (216, 238)
     assert (min(d[1] for d in draws), max(d[1] for d in draws)) == (202, 217)
-    for right_singular, right_plural in draws:  # about half of each: a coin flip for both numbers
+    for right_singular, right_plural in draws:  # about half of each (why: the donor test below)
         assert abs(right_singular / 427 - 0.5) < 0.06 and abs(right_plural / 452 - 0.5) < 0.06
     # a mean over every word is not free of number: split by the subject's number it decides the verb
     real = reference.tokens != PAD_ID
@@ -238,6 +239,23 @@ def test_l1h2s_plural_default_comes_from_zero_and_word_level_means(agreement, re
     assert filled(words[0]) == (424, 28), "singular subjects only: the default flips to singular"
     assert filled(sum(words) / 2) == (36, 451), "weighed 1:1 over every word: still the plural default"
     assert filled(sum(verbs) / 2) == (166, 369), "weighed 1:1 at the verb-predicting position: no default"
+
+
+def test_resampled_l1h2_hands_over_the_donors_number(agreement, resample_setup):
+    """Section 2: with L1H2's output taken from another sentence (the donor), the verb agrees with
+    the donor's subject: every sentence is right whose donor has the same number, none whose donor
+    has the other, so the accuracy is the share of same-number donors."""
+    with_attractor, reference, resampled = resample_setup
+    got = []
+    for seed in range(4):
+        draw = torch.Generator().manual_seed(seed)
+        donor = resampled_rows(with_attractor.lengths, reference.lengths, generator=draw)
+        same = reference.plural[donor] == with_attractor.plural
+        right = agreement_margins(resampled([(1, 2)], seed), with_attractor) > 0
+        assert int(right[same].sum()) == int(same.sum()), f"draw {seed}: a same-number donor went wrong"
+        assert int(right[~same].sum()) == 0, f"draw {seed}: an other-number donor came out right"
+        got.append((int(same.sum()), round(float(right.float().mean()), 3)))
+    assert got == [(444, 0.505), (435, 0.495), (427, 0.486), (433, 0.493)]
 
 
 # ------------------------------------------------------------------ section 3: narrow drop
@@ -621,6 +639,44 @@ def test_resample_ablation_on_the_mixture(mixture, mixture_setup, reference_tabl
     assert max(max(margin[h][:2]) for h in ("L2H1", "L2H6")) == 1.55
     resampled = [v for h in ("L2H1", "L2H6") for v in margin[h][2:]]
     assert (min(resampled), max(resampled)) == (1.80, 1.97), "resampled they lower it more"
+
+
+def test_every_mixture_head_resampled_and_five_over_twenty_draws(mixture, mixture_setup):
+    """Section 5: all 24 heads resampled one at a time in draws 0 to 2 (L0H6, never picked by the
+    other fills, passes 8 sentences in all three); five heads over draws 0 to 19: L0H1 passes 8
+    in most draws only, and by the margin L1H7 and L2H1 share first place."""
+    sentences = mixture_setup[3]
+    pool = MIXTURE_TASK.agreement.sample(500, torch.Generator().manual_seed(12))
+    outputs = head_outputs(mixture, pool.tokens)
+    rows = torch.stack([resampled_rows(sentences.lengths, pool.lengths,
+                                       generator=torch.Generator().manual_seed(s)) for s in range(20)])
+    everyone = torch.arange(len(sentences))
+
+    def margins(heads, rows):  # (draws, heads, 400): the whole batch at once (the notebook trims by length)
+        at = resampled_one_at_a_time(mixture, sentences.tokens, outputs, rows, heads,
+                                     positions=sentences.predict_pos)
+        return at[..., everyone, sentences.correct_id] - at[..., everyone, sentences.wrong_id]
+
+    heads = all_heads(mixture)
+    lost = (margins(heads, rows[:3]) <= 0).sum(-1)  # (3, 24)
+    by_name = {head_name(*h): lost[:, i].tolist() for i, h in enumerate(heads)}
+    assert by_name["L1H7"] == [34, 45, 40] and by_name["L2H1"] == [23, 22, 34], "as the seven's table"
+    seven = ["L1H7", "L0H3", "L0H1", "L0H4", "L1H1", "L2H1", "L2H6"]
+    over = {name: v for name, v in by_name.items() if name not in seven and max(v) > 8}
+    assert over == {"L0H2": [6, 12, 5], "L0H6": [15, 12, 19], "L0H7": [6, 10, 8]}
+    assert max(max(v) for name, v in by_name.items() if name not in seven and name not in over) == 8
+    assert all(max(by_name, key=lambda name: by_name[name][d]) == "L1H7" for d in range(3))
+    assert min(min(by_name[name]) for name in ("L0H3", "L0H4", "L2H6")) == 17
+    five = [(1, 7), (2, 1), (0, 1), (1, 1), (0, 6)]
+    many = margins(five, rows)  # (20, 5, 400)
+    counts = (many <= 0).sum(-1)  # (20, 5)
+    spread = {head_name(*h): (int(counts[:, i].min()), int(counts[:, i].median()), int(counts[:, i].max()),
+                              round(float((counts[:, i] > 8).float().mean()), 2)) for i, h in enumerate(five)}
+    assert spread["L0H1"] == (8, 11, 16, 0.85), "over 8 in most draws, not in every one"
+    assert spread["L1H1"] == (15, 18, 24, 1.0) and spread["L0H6"] == (10, 16, 23, 1.0)
+    assert int((counts[:, 0] > counts[:, 1:].max(1).values).sum()) == 20, "L1H7 loses the most in every draw"
+    first = many.mean(-1).argmin(1)  # the head with the lowest mean margin: the largest drop
+    assert [int((first == i).sum()) for i in range(5)] == [12, 8, 0, 0, 0], "by the margin, about a tie"
 
 
 def test_l1h7_barely_moves_the_loss(mixture_setup):
@@ -1042,10 +1098,12 @@ def test_direct_against_total_effects_at_the_intact_scale(attribution, mixture, 
 
 
 # ------------------------------------------------------------------ issue 37: conditions and spreads
-def test_one_induction_head_left_is_renormalised_not_repaired(induction, heldout):
+def test_one_induction_head_left_keeps_accuracy_by_redundancy(induction, heldout):
     """Section 4: with the other three induction heads zeroed, L1H2's direct term on the right
     token is unchanged at the intact scale; the final LayerNorm's scale halves, so it counts twice.
-    Resampled (draw 0), most wrong predictions are the reference sequence's own next token."""
+    Frozen at the intact run's scale, accuracy stays (redundancy) but the loss rises (the scale
+    buys confidence only). Resampled (draw 0), most wrong predictions are the reference
+    sequence's own next token."""
     head_dim = induction.config.d_model // induction.config.num_heads
     unembed = induction.unembed.weight
     right_token = unembed[heldout.targets.clamp(min=0)] - unembed.mean(0)
@@ -1068,6 +1126,25 @@ def test_one_induction_head_left_is_renormalised_not_repaired(induction, heldout
     assert float(scale0.mean()) == pytest.approx(6.30, abs=0.006)
     assert float(scale1.mean()) == pytest.approx(3.13, abs=0.006)
     assert float((term1 / scale1).mean()) == pytest.approx(8.77, abs=0.006), "about twice, through the scale"
+    ln = induction.ln_final
+
+    def final_stream(head_mask=None):
+        name = "blocks.1.hook_resid_post"
+        return induction.run_with_cache(heldout.tokens, names=name, head_mask=head_mask)[1][name]
+
+    with torch.no_grad():
+        intact_stream, alone = final_stream(), final_stream(gates_without(induction, ALL_BUT_L1H2))
+        frozen = (intact_stream.var(-1, unbiased=False) + ln.eps).sqrt()[..., None]
+        by_hand = induction.unembed((alone - alone.mean(-1, keepdim=True)) / frozen * ln.weight + ln.bias)
+        own = induction.unembed(ln(alone))
+        ablated = ablated_logits(induction, heldout.tokens, ALL_BUT_L1H2)
+    torch.testing.assert_close(own, ablated, atol=1e-4, rtol=1e-4)  # the stream read is the ablated run's
+    numbers = {label: (round(induction_accuracy(logits, heldout), 3), round(scored_loss(logits, heldout), 3))
+               for label, logits in (("own", own), ("frozen", by_hand))}
+    assert numbers["own"] == (pytest.approx(0.949, abs=0.0015), pytest.approx(0.275, abs=0.0015))
+    assert numbers["frozen"] == (pytest.approx(0.950, abs=0.0015), pytest.approx(0.991, abs=0.0015))
+    assert abs(numbers["frozen"][0] - numbers["own"][0]) < 0.005, "the scale does not keep the accuracy"
+    assert numbers["frozen"][1] > 3 * numbers["own"][1], "it keeps the loss down"
     reference = INDUCTION_TASK.sample(256, torch.Generator().manual_seed(12)).tokens
     T = heldout.tokens.shape[1]
     lengths, reference_lengths = torch.full((len(heldout.tokens),), T), torch.full((len(reference),), T)

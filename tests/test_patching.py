@@ -31,7 +31,9 @@ from course_utils.interp.patching import (
     position_ablated_logits,
     prunable_counts,
     resampled_logits,
+    resampled_one_at_a_time,
     resampled_outputs,
+    resampled_rows,
     sequence_gate_gradients,
     trimmed_by_length,
 )
@@ -201,6 +203,51 @@ def test_resampling_takes_each_head_output_from_a_reference_of_the_same_length()
     padded = resampled_logits(model, wider, lengths, reference[:, :7], reference_lengths, [(1, 2)],
                               generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(padded[:, :7], got)
+
+
+def test_many_heads_resampled_one_at_a_time_equal_one_call_each():
+    """Every (draw, head) pair of the batched call equals resampled_logits for that head and
+    draw: full logits, and the last layer at one position per sequence; heads in every layer."""
+    model, _ = load_checkpoint("mixture")
+    tokens = torch.randint(3, model.config.vocab_size, (5, 9), generator=torch.Generator().manual_seed(5))
+    lengths = torch.tensor([9, 6, 9, 7, 6])
+    reference = torch.randint(3, model.config.vocab_size, (8, 11), generator=torch.Generator().manual_seed(6))
+    reference_lengths = torch.tensor([6, 9, 7, 9, 6, 7, 9, 6])
+    outputs = head_outputs(model, reference)
+    heads = [(2, 5), (0, 1), (1, 7), (0, 6), (2, 0)]  # out of layer order: the result keeps this order
+    seeds = [0, 4, 9]
+    rows = torch.stack([resampled_rows(lengths, reference_lengths, generator=torch.Generator().manual_seed(s))
+                        for s in seeds])
+    positions = torch.tensor([8, 2, 5, 6, 0])
+    full = resampled_one_at_a_time(model, tokens, outputs, rows, heads, per_run=4)
+    at = resampled_one_at_a_time(model, tokens, outputs, rows, heads, positions=positions, per_run=2)
+    V = model.config.vocab_size
+    assert full.shape == (3, 5, 5, 9, V) and at.shape == (3, 5, 5, V)
+    for s, seed in enumerate(seeds):
+        for i, head in enumerate(heads):
+            draw = torch.Generator().manual_seed(seed)
+            expected = resampled_logits(model, tokens, lengths, reference, reference_lengths, [head],
+                                        generator=draw, reference_outputs=outputs)
+            torch.testing.assert_close(full[s, i], expected, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(at[s, i], expected[torch.arange(5), positions], atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(full[0, 0], full[0, 1]), "different heads give different runs"
+
+
+def test_resampled_one_at_a_time_names_bad_inputs():
+    model, _ = load_checkpoint("mixture")
+    tokens = torch.randint(3, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(5))
+    outputs = head_outputs(model, tokens)
+    rows = torch.tensor([[0, 1]])
+    with pytest.raises(ValueError, match="rows must be a long tensor"):
+        resampled_one_at_a_time(model, tokens, outputs, torch.tensor([0, 1]), [(0, 0)])
+    with pytest.raises(ValueError, match=r"rows must lie in \[0, 2\)"):
+        resampled_one_at_a_time(model, tokens, outputs, torch.tensor([[0, 2]]), [(0, 0)])
+    with pytest.raises(ValueError, match="reference_outputs must be head_outputs"):
+        resampled_one_at_a_time(model, tokens, outputs[:, :, :4], rows, [(0, 0)])
+    with pytest.raises(TypeError, match="positions must be a long tensor"):
+        resampled_one_at_a_time(model, tokens, outputs, rows, [(0, 0)], positions=torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="at least one"):
+        resampled_one_at_a_time(model, tokens, outputs, rows, [])
 
 
 def test_resampling_names_bad_inputs():

@@ -23,7 +23,8 @@ Nothing re-implements the model.
   switches off before a check first fails, each distinct set of heads measured once.
 * **Resample ablation** (:func:`resampled_logits`, :func:`resampled_outputs`): each sequence
   gets the heads' outputs from a random reference sequence of the same length, a definite but
-  unrelated input.
+  unrelated input; :func:`resampled_one_at_a_time` resamples many heads, one at a time, over
+  many draws, several per forward pass.
 * :class:`EvaluationAt`: an evaluation whose score reads one position per sequence; the batched
   zero ablation (:func:`measure_zeroed_sets`, :func:`prunable_counts`) then runs the last layer
   at those positions only.
@@ -78,6 +79,7 @@ __all__ = [
     "resampled_logits",
     "resampled_outputs",
     "resampled_rows",
+    "resampled_one_at_a_time",
     "losses_along_orders",
     "direct_logit_attribution",
     "final_scale",
@@ -354,6 +356,86 @@ def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, re
     source = resampled_outputs(model, lengths, reference, reference_lengths, T, generator=generator,
                                reference_outputs=reference_outputs)
     return patched_logits(model, tokens, source, heads)
+
+
+def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_outputs: Tensor, rows: Tensor,
+                            heads: Sequence[Head], *, positions: Tensor | None = None,
+                            per_run: int = 25) -> Tensor:
+    """Logits with each of ``heads`` resampled on its own, for each of ``S`` draws:
+    ``(S, n, B, V)`` at ``positions`` ``(B,)`` (one per sequence), or ``(S, n, B, T, V)``.
+
+    ``rows`` ``(S, B)`` names, for each draw, the reference sequence each of the ``B``
+    sequences copies from (:func:`resampled_rows`, one generator per draw), and
+    ``reference_outputs`` is ``head_outputs(model, reference)`` ``(L, R, h, T_ref, dk)``. Entry
+    ``[s, i]`` equals ``resampled_logits(..., [heads[i]], generator=...)`` for draw ``s`` up to
+    float rounding; up to ``per_run`` (draw, head) pairs share one forward pass, which starts
+    at the head's layer from the intact run's stream (nothing below it changes) and, with
+    ``positions``, runs the last layer at those positions only."""
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
+    heads = _check_heads(heads, model)
+    check_int(per_run, "per_run", minimum=1)
+    cfg = model.config
+    B, T = tokens.shape
+    dk = cfg.d_model // cfg.num_heads
+    if not isinstance(reference_outputs, Tensor) or reference_outputs.ndim != 5 or \
+            tuple(reference_outputs.shape[i] for i in (0, 2, 4)) != (cfg.num_layers, cfg.num_heads, dk):
+        raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
+                         f"(L, R, h, T_ref, dk) with L, h, dk = {cfg.num_layers}, {cfg.num_heads}, {dk}, "
+                         f"got {_described(reference_outputs)}")
+    R = reference_outputs.shape[1]
+    if not isinstance(rows, Tensor) or rows.ndim != 2 or rows.shape[1] != B or rows.dtype != torch.long:
+        raise ValueError(f"rows must be a long tensor (S, B) = (draws, {B}) of reference rows, got "
+                         f"{_described(rows)}")
+    if rows.numel() and (rows.min() < 0 or rows.max() >= R):
+        raise ValueError(f"rows must lie in [0, {R}) (the reference has {R} sequences), got "
+                         f"{int(rows.min())} to {int(rows.max())}")
+    if positions is not None and (not isinstance(positions, Tensor) or positions.shape != (B,)
+                                  or positions.dtype != torch.long):
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, got "
+                        f"{_described(positions)}")
+    source = reference_outputs[..., :T, :]  # (L, R, h, min(T, T_ref), dk)
+    if source.shape[3] < T:
+        source = torch.nn.functional.pad(source, (0, 0, 0, T - source.shape[3]))
+    pairs = [(s, i) for i in range(len(heads)) for s in range(rows.shape[0])]  # grouped by head, then layer
+    pairs.sort(key=lambda pair: heads[pair[1]][0])
+    inputs = _block_inputs(model, tokens)
+    last = cfg.num_layers - 1
+    out: Tensor | None = None
+    with torch.no_grad():
+        for start in range(0, len(pairs), per_run):
+            chunk = pairs[start:start + per_run]
+            first = min(heads[i][0] for _, i in chunk)
+            n = len(chunk)
+            fills = {}  # layer -> (copy index, head, fill (B, T, dk)) for the copies that change there
+            for c, (s, i) in enumerate(chunk):
+                layer, head = heads[i]
+                fills.setdefault(layer, []).append((c, head, source[layer, rows[s], head]))
+
+            def refill(z: Tensor, layer: int, at: Tensor | None = None, fills: dict = fills) -> Tensor:
+                z = z.clone()  # (n*B, h, T or 1, dk)
+                for c, head, fill in fills.get(layer, []):
+                    part = fill if at is None else fill[torch.arange(B), at][:, None]  # (B, T or 1, dk)
+                    z[c * B:(c + 1) * B, head] = part
+                return z
+
+            x = inputs[first].repeat(n, 1, 1)  # (n*B, T, d)
+            for layer in range(first, cfg.num_layers if positions is None else last):
+                change = (lambda z, hook, layer=layer, refill=refill: refill(z, layer))
+                with model.hooks([(f"blocks.{layer}.attn.hook_z", change)]):
+                    x, _, _ = model.blocks[layer](x)
+            if positions is None:
+                logits = model.unembed(model.ln_final(x))  # (n*B, T, V)
+            else:
+                logits = _last_layer_at(model, x, None, positions.repeat(n),
+                                        edit=lambda z, refill=refill: refill(z, last, positions))  # (n*B, V)
+            if out is None:
+                out = logits.new_empty((rows.shape[0], len(heads), B, *logits.shape[1:]))
+            for c, (s, i) in enumerate(chunk):
+                out[s, i] = logits[c * B:(c + 1) * B]
+    if out is None:
+        raise ValueError("heads and rows must each hold at least one entry")
+    return out
 
 
 # -- direct logit attribution ------------------------------------------------------------
@@ -678,15 +760,18 @@ class EvaluationAt(Evaluation):
                              f"got {int(self.positions.min())}..{int(self.positions.max())}")
 
 
-def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor, positions: Tensor) -> Tensor:
+def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor | None, positions: Tensor,
+                   edit: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """The last block, the final LayerNorm and the unembedding at one position per row:
     ``x`` ``(N, T, d)`` the last block's input, ``gate`` ``(N, h, 1, 1)``, ``positions`` ``(N,)``
     -> logits ``(N, V)``. The block's own modules run in the block's order: its attention
-    attends from the one query to the keys up to it (causal), each head scaled by ``gate``."""
+    attends from the one query to the keys up to it (causal), each head scaled by ``gate``,
+    or its outputs at the query, ``(N, h, 1, dk)``, mapped by ``edit`` instead."""
     block, rows = model.blocks[-1], torch.arange(x.shape[0])
     normed = block.ln_attn(x)  # (N, T, d): every position is a key
     allowed = (torch.arange(x.shape[1]) <= positions[:, None])[:, None, :]  # (N, 1, T)
-    with model.hooks([(f"blocks.{len(model.blocks) - 1}.attn.hook_z", lambda z, hook: z * gate)]):
+    change = (lambda z, hook: z * gate) if edit is None else (lambda z, hook: edit(z))
+    with model.hooks([(f"blocks.{len(model.blocks) - 1}.attn.hook_z", change)]):
         attended, _ = block.attn(normed[rows, positions][:, None], normed, normed, mask=allowed)  # (N, 1, d)
     y = x[rows, positions][:, None] + attended
     if block.mlp is not None:
