@@ -1197,7 +1197,8 @@ def test_patching_by_position(twins):
 
 
 def test_path_patching_and_the_superadditive_pair(twins):
-    """Section 7: the single-head maps name heads, not a route; L1H1 and L1H7 are superadditive."""
+    """Section 7: no single layer-1 head's direct path explains layer 2's share; L1H1 and L1H7
+    are superadditive."""
     sentences, clean, twin_outputs, models, share = twins
     mixture = models["mixture"]
     outputs = head_outputs(mixture, clean)
