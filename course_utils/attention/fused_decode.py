@@ -187,7 +187,7 @@ def _compiler() -> list[str] | str:
             return [os.path.abspath(first), *chosen[1:]]  # the build runs in its own folder
         path = shutil.which(first, path=_absolute_path())
         if path is None:
-            return f"CC={raw}: no program {first!r} found on PATH (its absolute entries)"
+            return f"CC={raw}: no program {first!r} found on PATH"
         return [path, *chosen[1:]]
     found = next((path for name in ("cc", "gcc", "clang")
                   if (path := shutil.which(name, path=_absolute_path()))), None)
