@@ -1,0 +1,176 @@
+"""Battery 5's silent and obscure cases in the model, task, bench, interp and attention helpers:
+each bad call now raises (or warns) with the argument's name, what was expected and what arrived,
+and the control beside it still works."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from bad_input_cases import Case, assert_named
+
+from course_utils.attention import validation as V
+from course_utils.model import checkpoint as CK
+from course_utils.model import train as TRN
+from course_utils.model.kv_cache import PreallocatedCache
+from course_utils.model.transformer import ModelConfig, TinyTransformer
+from course_utils.tasks import synthetic as SY
+from course_utils.tasks import two_relations as TWO
+from course_utils.tasks import worked_example as WE
+
+torch.manual_seed(0)
+SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])
+
+
+def _sample(generator):
+    tokens = torch.randint(0, 10, (4, 6), generator=generator)
+    return tokens, tokens.roll(-1, 1)
+
+
+def _mkfifo(tmp_path):
+    path = tmp_path / "w.json"
+    os.mkfifo(path)
+    return path
+
+
+MODEL_AND_TASK_CASES = [
+    Case("check_int/min>max", lambda: V.check_int(3, "x", minimum=5, maximum=1), ValueError,
+         ["x", "5..1", "empty", "3"]),
+    Case("check_fits_in_memory/neg", lambda: V.check_fits_in_memory(-1, "buf"), ValueError,
+         ["buf", "int >= 0", "-1"]),
+    Case("History.metric/missing", lambda: TRN.History("t").metric("zz"), KeyError,
+         ["'zz'", "recorded", "none"]),
+    Case("train_model/stop_at_target no target",
+         lambda: TRN.train_model(SM, _sample, TRN.TrainConfig(steps=3), stop_at_target=True, progress=False),
+         ValueError, ["stop_at_target=True", "evaluate", "target_metric", "target", "None"]),
+    Case("train_model/target nan",
+         lambda: TRN.train_model(SM, _sample, TRN.TrainConfig(steps=3), target=float("nan"), progress=False),
+         ValueError, ["target must be a finite number", "nan"]),
+    Case("train_model/target_metric NaN",
+         lambda: TRN.train_model(SM, _sample, TRN.TrainConfig(steps=2),
+                                 evaluate=lambda m: {"acc": float("nan")},
+                                 target_metric="acc", target=0.5, progress=False),
+         ValueError, ["NaN", "target_metric 'acc'", "step 2"]),
+    Case("ModelConfig/d_mlp without mlp", lambda: ModelConfig(vocab_size=10, max_len=8, d_mlp=32), ValueError,
+         ["d_mlp=32", "mlp=False", "mlp=True"]),
+    Case("TT.embed/start neg", lambda: SM.embed(TOK, start=-1), ValueError, ["start", "0..7", "-1"]),
+    Case("TT.embed/start past", lambda: SM.embed(TOK, start=5), ValueError,
+         ["6 tokens after 5 cached tokens", "max_len=8"]),
+    Case("Prealloc/huge", lambda: PreallocatedCache(64, 64, 64, 128, 10**9), ValueError,
+         ["max_len", "GiB", "memory"]),
+    Case("sha256_of/int", lambda: CK.sha256_of(5), TypeError, ["path", "str or Path", "int"]),
+    Case("InductionTask/dup periods", lambda: SY.InductionTask(train_periods=(2, 2, 3)), ValueError,
+         ["train_periods", "once", "(2, 2, 3)", "[2]"]),
+    Case("tokenize/add_bos str", lambda: SY.tokenize("the cat", add_bos="no"), TypeError,
+         ["add_bos", "True or False", "'no'"]),
+    Case("compare_heads/dup seeds", lambda: TWO.compare_heads(TWO.TwoKeyTask(), heads=(1,), seeds=[0, 0]),
+         ValueError, ["seeds", "distinct", "[0, 0]"]),
+    Case("compare_heads/dup heads", lambda: TWO.compare_heads(TWO.TwoKeyTask(), heads=(2, 2), seeds=[0]),
+         ValueError, ["heads", "distinct", "[2, 2]"]),
+    Case("plot_learning_curves/empty", lambda: TWO.plot_learning_curves([]), ValueError,
+         ["results", "RunResult", "empty"]),
+    Case("plot_learning_curves/not results", lambda: TWO.plot_learning_curves([1]), TypeError,
+         ["results[0]", "RunResult", "int"]),
+    Case("compute_steps/not example", lambda: WE.compute_steps(5), TypeError,
+         ["example", "WorkedExample", "int"]),
+    Case("round_half_up/str", lambda: WE.round_half_up("1.5"), TypeError, ["x", "number", "str"]),
+    Case("load_worked/dir", lambda: WE.load_worked_example("/tmp"), IsADirectoryError,
+         ["path", "/tmp", "folder"]),
+]
+
+
+@pytest.mark.parametrize("case", MODEL_AND_TASK_CASES, ids=lambda c: c.name)
+def test_model_and_task_bad_input_is_named(case):
+    assert_named(case)
+
+
+def test_the_controls_beside_the_refused_calls_still_work():
+    assert V.check_int(3, "x", minimum=1, maximum=5) == 3
+    V.check_fits_in_memory(0, "buf")
+    assert ModelConfig(vocab_size=10, max_len=8, mlp=True, d_mlp=32).mlp_width == 32
+    assert SM.embed(TOK[:, :2], start=6).shape == (1, 2, 8)  # positions 6, 7: the last two
+    assert SY.tokenize("the cat", add_bos=False).tolist() == SY.tokenize("the cat")[1:].tolist()
+    assert WE.round_half_up(0.0105) == 0.011 and WE.round_half_up([1, 2]).tolist() == [1.0, 2.0]
+    assert SY.InductionTask(train_periods=(2, 3)).train_periods == (2, 3)
+
+
+def test_load_worked_example_names_a_fifo_without_reading_it(tmp_path):
+    with pytest.raises(WE.WorkedExampleError, match="exists but is not one"):
+        WE.load_worked_example(_mkfifo(tmp_path))
+
+
+def test_history_metric_lists_the_recorded_names():
+    history = TRN.History("t", eval_steps=[1], eval_metrics=[{"acc": 0.5}])
+    assert history.metric("acc") == [0.5]
+    with pytest.raises(KeyError, match=r"'ac'.*\['acc'\]"):
+        history.metric("ac")
+
+
+def test_a_nan_metric_is_named_in_a_warning_and_recorded():
+    with pytest.warns(RuntimeWarning, match=r"NaN for \['acc'\] at step 1"):
+        history = TRN.train_model(SM, _sample, TRN.TrainConfig(steps=2),
+                                  evaluate=lambda m: {"acc": float("nan")}, eval_every=1, progress=False)
+    assert len(history.eval_metrics) == 2  # warned once, both evaluations kept
+
+
+def test_grad_clip_zero_means_no_clipping_not_frozen_weights():
+    """TrainConfig documents 0 as "off": the weights must move (a max_norm of 0 would zero
+    every gradient and leave them where they started)."""
+    assert "0`` turns clipping off" in TRN.TrainConfig.__doc__
+    torch.manual_seed(1)
+    model = TinyTransformer(SM.config)
+    before = [p.detach().clone() for p in model.parameters()]
+    TRN.train_model(model, _sample, TRN.TrainConfig(steps=2, grad_clip=0), progress=False)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_a_warmup_longer_than_the_run_is_documented_and_reaches_lr():
+    assert "may exceed ``steps``" in TRN.TrainConfig.__doc__
+    config = TRN.TrainConfig(steps=10, warmup_steps=50, lr=0.1)
+    assert config.lr_at(9) == pytest.approx(0.1) and config.lr_at(0) < config.lr_at(9)
+
+
+def test_load_checkpoint_names_a_folder_and_what_it_holds(tmp_path):
+    CK.save_checkpoint(SM, tmp_path / "runs" / "toy", task="t", metrics={}, command="c")
+    with pytest.raises(IsADirectoryError, match=r"folder .*runs.*\['toy'\]"):
+        CK.load_checkpoint(tmp_path / "runs")
+
+
+def test_save_checkpoint_names_the_path_when_its_folder_cannot_be_made(tmp_path):
+    with pytest.raises(OSError, match=r"cannot make the folder /proc/nope .*'/proc/nope/m'"):
+        CK.save_checkpoint(SM, "/proc/nope/m", task="t", metrics={}, command="c")
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--steps", "0"], "--steps must be a positive int, got 0"),
+    (["--batch-size", "0"], "--batch-size must be a positive int, got 0"),
+    (["--device", "tpu"], "--device 'tpu'"),
+    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--out", "/proc/x/m"], "--out '/proc/x/m': cannot write in /proc/x"),
+])
+def test_train_cli_refuses_bad_options_in_one_line_before_training(options, words, capsys):
+    with pytest.raises(SystemExit) as info:
+        TRN.main(["induction", *options, "--no-progress"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and words in err and "Traceback" not in err
+    assert "steps in" not in capsys.readouterr().out  # nothing was trained
+
+
+def test_train_cli_refuses_an_out_that_is_a_folder_before_training(tmp_path, capsys):
+    (tmp_path / "m.safetensors").mkdir()
+    with pytest.raises(SystemExit):
+        TRN.main(["induction", "--steps", "2", "--out", str(tmp_path / "m"), "--no-progress"])
+    assert "it is a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
+
+
+def test_train_cli_reports_divergence_in_one_line_and_writes_nothing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        TRN.main(["induction", "--steps", "3", "--lr", "1e30", "--out", str(tmp_path / "new" / "m"),
+                  "--no-progress"])
+    assert info.value.code == 1 and "training diverged" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # the probe's folder is gone too
+
