@@ -11,6 +11,11 @@ import torch
 from bad_input_cases import Case, assert_named
 
 from course_utils.attention import validation as V
+from course_utils.bench import gqa_speed as GS
+from course_utils.bench import mha_speed as MS
+from course_utils.bench import timing as TI
+from course_utils.bench import train_speed as TS
+from course_utils.bench.cli import main as bench_main
 from course_utils.model import checkpoint as CK
 from course_utils.model import train as TRN
 from course_utils.model.kv_cache import PreallocatedCache
@@ -174,3 +179,75 @@ def test_train_cli_reports_divergence_in_one_line_and_writes_nothing(tmp_path, c
     assert info.value.code == 1 and "training diverged" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # the probe's folder is gone too
 
+
+
+T1 = [TI.Timing("a", 1.0, 1.0, [1.0]), TI.Timing("b", 2.0, 2.0, [2.0])]
+
+
+def _backwards_clock():
+    readings = iter(range(100, 0, -1))
+    return lambda: next(readings)
+
+
+BENCH_CASES = [
+    Case("Timing/negative", lambda: TI.Timing("a", -1.0, 1.0, [-1.0]), ValueError,
+         ["Timing('a').median_s", ">= 0", "-1.0"]),
+    Case("Timing/nan sample", lambda: TI.Timing("a", 1.0, 1.0, [float("nan")]), ValueError,
+         ["samples_s[0]", "finite", "nan"]),
+    Case("interleaved/clock backwards",
+         lambda: TI.interleaved_samples({"a": lambda: 1}, repeats=2, warmup=0, clock=_backwards_clock()),
+         ValueError, ["clock", "never decrease", "100 then 99"]),
+    Case("interleaved/clock nan",
+         lambda: TI.interleaved_samples({"a": lambda: 1}, repeats=2, warmup=0, clock=lambda: float("nan")),
+         ValueError, ["clock", "nan then nan"]),
+    Case("format_table/baseline missing", lambda: TI.format_table("t", T1, "zz"), ValueError,
+         ["baseline 'zz'", "['a', 'b']"]),
+    Case("format_spread_table/empty", lambda: TI.format_spread_table("t", [], "a"), ValueError,
+         ["timings", "non-empty", "list"]),
+    Case("format_table/not Timing", lambda: TI.format_table("t", [1], "a"), TypeError,
+         ["timings[0]", "Timing", "int"]),
+    Case("bench_decode/copy_mib neg",
+         lambda: GS.bench_decode(4, 8, 16, 1, [4], copy_mib=-1, repeats=2, warmup=0, progress=False),
+         ValueError, ["copy_mib", ">= 0", "-1"]),
+    Case("bench_mha/target nan", lambda: MS.bench_mha(1, 4, 8, 2, repeats=2, target_sample_s=float("nan")),
+         ValueError, ["target_sample_s", "finite", "nan"]),
+    Case("plot_sweep/not table", lambda: MS.plot_sweep([1, 2], None, title="t"), TypeError,
+         ["table", "DataFrame", "list"]),
+    Case("bench_training/seeds empty", lambda: TS.bench_training(()), ValueError, ["seeds", "at least one"]),
+    Case("bench_training/seeds dup", lambda: TS.bench_training((1, 1)), ValueError, ["seeds", "distinct"]),
+    Case("bench_training/steps 0", lambda: TS.bench_training((0,), induction_max_steps=0), ValueError,
+         ["induction_max_steps", "positive", "0"]),
+    Case("format_training_table/bad rows", lambda: TS.format_training_table([{"x": 1}]), ValueError,
+         ["rows[0]", "'seed'", "['x']"]),
+    Case("format_training_table/empty", lambda: TS.format_training_table([]), ValueError,
+         ["rows", "non-empty"]),
+]
+
+
+@pytest.mark.parametrize("case", BENCH_CASES, ids=lambda c: c.name)
+def test_bench_bad_input_is_named(case):
+    assert_named(case)
+
+
+def test_format_table_reports_ratios_to_the_baseline_it_names():
+    lines = TI.format_table("t", T1, "b", "B").splitlines()
+    assert lines[1].endswith("ratio to B")
+    assert [line.split()[-1] for line in lines[2:]] == ["0.50x", "1.00x"]  # not the stored ratios
+
+
+def test_an_integer_clock_that_moves_forward_still_works():
+    readings = iter(range(0, 100, 2))
+    assert TI.interleaved_samples({"a": lambda: 1}, repeats=2, warmup=0, clock=lambda: next(readings)) == \
+        {"a": [2.0, 2.0]}
+
+
+def test_copy_mib_zero_is_documented_and_leaves_the_copy_out():
+    assert "``copy_mib=0`` leaves the copy out" in GS.bench_decode.__doc__
+    run = GS.bench_decode(4, 8, 16, 1, [4], copy_mib=0, repeats=1, warmup=0, progress=False)
+    assert run.copy_s == [] and run.copy_bytes == 0
+
+
+def test_bench_cli_names_a_negative_shape(capsys):
+    with pytest.raises(SystemExit) as info:
+        bench_main(["gqa", "--shapes", "-1x1024"])
+    assert info.value.code == 2 and "--shapes" in (err := capsys.readouterr().err) and "'-1x1024'" in err
