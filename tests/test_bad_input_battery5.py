@@ -16,6 +16,10 @@ from course_utils.bench import mha_speed as MS
 from course_utils.bench import timing as TI
 from course_utils.bench import train_speed as TS
 from course_utils.bench.cli import main as bench_main
+from course_utils.interp import ablation as A
+from course_utils.interp import circuits as CI
+from course_utils.interp import patching as P
+from course_utils.interp import scores as S
 from course_utils.model import checkpoint as CK
 from course_utils.model import train as TRN
 from course_utils.model.kv_cache import PreallocatedCache
@@ -251,3 +255,49 @@ def test_bench_cli_names_a_negative_shape(capsys):
     with pytest.raises(SystemExit) as info:
         bench_main(["gqa", "--shapes", "-1x1024"])
     assert info.value.code == 2 and "--shapes" in (err := capsys.readouterr().err) and "'-1x1024'" in err
+
+
+INTERP_CASES = [
+    Case("ablated_logits/zero with means",
+         lambda: A.ablated_logits(SM, TOK, [(0, 0)], method="zero", means=A.mean_head_outputs(SM, TOK)),
+         ValueError, ["means", "method='mean'", "'zero'"]),
+    Case("role_verdicts/unknown role", lambda: S.role_verdicts({"zzz": torch.rand(2, 2)}), ValueError,
+         ["'zzz'", "'induction'", "chance"]),
+    Case("role_verdicts/typo", lambda: S.role_verdicts({"inductin": torch.rand(2, 2)}), ValueError,
+         ["did you mean 'induction'"]),
+    Case("role_verdicts/chance for a missing role",
+         lambda: S.role_verdicts({"induction": torch.rand(2, 2)}, chance={"induction": 0.1, "firs": 0.2}),
+         ValueError, ["chance", "['firs']", "['induction']"]),
+    Case("final_scale/positions oob", lambda: P.final_scale(SM, TOK, torch.tensor([9])), ValueError,
+         ["positions", "0..5", "9"]),
+    Case("final_scale/positions neg", lambda: P.final_scale(SM, TOK, torch.tensor([-1])), ValueError,
+         ["positions", "0..5", "-1"]),
+    Case("resampled_rows/empty ref",
+         lambda: P.resampled_rows(torch.tensor([3]), torch.tensor([], dtype=torch.long),
+                                  generator=torch.Generator()),
+         ValueError, ["reference_lengths", "empty"]),
+    Case("resampled_rows/no match",
+         lambda: P.resampled_rows(torch.tensor([3]), torch.tensor([2, 4]), generator=torch.Generator()),
+         ValueError, ["length 3", "[2, 4]"]),
+    Case("frozen_final_norm/shape",
+         lambda: CI.frozen_final_norm(SM, torch.randn(1, 6, 8), torch.randn(1, 5, 8)), ValueError,
+         ["component (1, 5, 8)", "stream (1, 6, 8)", "broadcast"]),
+]
+
+
+@pytest.mark.parametrize("case", INTERP_CASES, ids=lambda c: c.name)
+def test_interp_bad_input_is_named(case):
+    assert_named(case)
+
+
+def test_the_interp_controls_still_work():
+    means = A.mean_head_outputs(SM, TOK)
+    zero = A.ablated_logits(SM, TOK, [(0, 0)])
+    assert not torch.equal(zero, A.ablated_logits(SM, TOK, [(0, 0)], method="mean", means=means))
+    table = A.ablation_table(SM, [A.Evaluation(TOK, lambda logits: {"m": float(logits.mean())})],
+                             {"off": [(0, 0)]}, method="zero", means=means)  # a loop may pass both
+    assert table.loc["off", "m"] == pytest.approx(float(zero.mean()))
+    own = S.role_verdicts({"mine": torch.rand(2, 2)}, chance={"mine": 0.25})
+    assert own[0].startswith("mine: best")
+    assert P.final_scale(SM, TOK, torch.tensor([5])).shape == (1,)
+    assert CI.frozen_final_norm(SM, torch.randn(1, 6, 8), torch.randn(3, 1, 6, 8)).shape == (3, 1, 6, 8)
