@@ -10,7 +10,9 @@ import pytest
 import torch
 from bad_input_cases import Case, assert_named
 
+from course_utils.attention import hooks, kv_figure, naive_mha, sdpa_backends, shapes
 from course_utils.attention import validation as V
+from course_utils.attention.mha import MultiHeadAttention
 from course_utils.bench import gqa_speed as GS
 from course_utils.bench import mha_speed as MS
 from course_utils.bench import timing as TI
@@ -301,3 +303,67 @@ def test_the_interp_controls_still_work():
     assert own[0].startswith("mine: best")
     assert P.final_scale(SM, TOK, torch.tensor([5])).shape == (1,)
     assert CI.frozen_final_norm(SM, torch.randn(1, 6, 8), torch.randn(3, 1, 6, 8)).shape == (3, 1, 6, 8)
+
+
+MHA = MultiHeadAttention(8, 2)
+X = torch.randn(2, 5, 8)
+
+
+def _with_hooks(fwd_hooks):
+    with hooks.hooks(SM, fwd_hooks):
+        return SM(TOK)
+
+
+ATTENTION_CASES = [
+    Case("cost_table/dup heads", lambda: shapes.cost_table(1, 4, 8, [2, 2]), ValueError,
+         ["head_counts", "distinct", "[2, 2]"]),
+    Case("design_name/kv 0", lambda: kv_figure.design_name(2, 0), ValueError,
+         ["num_kv_heads", "positive", "0"]),
+    Case("design_name/kv>heads", lambda: kv_figure.design_name(2, 4), ValueError,
+         ["num_kv_heads", "dividing num_heads=2", "4"]),
+    Case("design_name/not div", lambda: kv_figure.design_name(8, 3), ValueError,
+         ["num_kv_heads", "[1, 2, 4, 8]", "3"]),
+    Case("precision_notes/bad dtype", lambda: sdpa_backends.precision_notes("cpu", "float32"), TypeError,
+         ["dtype", "floating torch.dtype", "'float32'"]),
+    Case("precision_notes/int dtype", lambda: sdpa_backends.precision_notes("cpu", torch.int64), TypeError,
+         ["dtype", "floating", "torch.int64"]),
+    Case("hook_points/None", lambda: hooks.hook_points(None), TypeError, ["module", "nn.Module", "NoneType"]),
+    Case("hooks/not list", lambda: _with_hooks(5), TypeError,
+         ["fwd_hooks", "list of (name, fn) pairs", "int"]),
+    Case("hooks/not pair", lambda: _with_hooks(["blocks.0.attn.hook_z"]), TypeError,
+         ["fwd_hooks[0]", "pair", "str"]),
+    Case("hooks/where not str", lambda: _with_hooks([(3, lambda x, hook: x)]), TypeError,
+         ["fwd_hooks[0][0]", "name (str)", "int"]),
+    Case("run_with_cache/int name", lambda: hooks.run_with_cache(SM, TOK, names=5), TypeError,
+         ["names", "list of names", "int"]),
+    Case("run_with_cache/int in list", lambda: hooks.run_with_cache(SM, TOK, names=[5]), TypeError,
+         ["names[0]", "str", "int"]),
+    Case("naive/stack shape mismatch",
+         lambda: naive_mha.stack_head_weights([torch.randn(4, 8)] * 2, [torch.randn(3, 8)] * 2,
+                                              [torch.randn(4, 8)] * 2),
+         ValueError, ["k_parts[0]", "(3, 8)", "same shape as q_parts[0], (4, 8)"]),
+]
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=lambda c: c.name)
+def test_attention_bad_input_is_named(case):
+    assert_named(case)
+
+
+@pytest.mark.parametrize("where", ["all", "one"])
+def test_a_nan_query_gives_nan_on_the_fast_path_as_step_by_step(where):
+    query = X * float("nan") if where == "all" else X.clone().index_put_(
+        (torch.tensor([0]), torch.tensor([1]), torch.tensor([2])), torch.tensor(float("nan")))
+    fast, _ = MHA(query, X, X)
+    slow, _ = MHA(query, X, X, need_weights=True)
+    assert fast.isnan().any() and torch.equal(fast.isnan(), slow.isnan())
+    torch.testing.assert_close(fast.nan_to_num(), slow.nan_to_num())
+
+
+def test_the_attention_controls_still_work():
+    assert [kv_figure.design_name(8, g) for g in (8, 2, 1)] == ["MHA", "GQA", "MQA"]
+    assert list(shapes.cost_table(1, 4, 8, [1, 2]).index) == [1, 2]
+    assert sdpa_backends.precision_notes("cpu", torch.float32) == []
+    out, cache = hooks.run_with_cache(SM, TOK, names=["blocks.0.attn.hook_z"])
+    assert list(cache) == ["blocks.0.attn.hook_z"]
+    assert torch.equal(_with_hooks([("blocks.0.attn.hook_z", lambda x, hook: x)])[0], out[0])

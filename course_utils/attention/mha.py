@@ -203,6 +203,9 @@ class MultiHeadAttentionBase(nn.Module):
             allowed = None  # the kernel applies the causal mask itself
         z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, is_causal=causal_only,
                                            enable_gqa=self.num_kv_heads != self.num_heads)
+        # PyTorch's fused CPU kernel returns zeros for a query holding NaN or infinity, where the
+        # step-by-step branch (and the maths) give NaN: put the NaN back, one pass over q only
+        z = z.masked_fill(~torch.isfinite(q).all(-1, keepdim=True), float("nan"))
         if allowed is not None:  # rows with nothing to attend to: zeros, as masked_softmax gives
             z = z.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
         return z
