@@ -44,8 +44,6 @@ class Timing:
     def __post_init__(self) -> None:
         """Times are durations: finite and >= 0 (a clock that ran backwards or returned NaN
         would otherwise rank as the fastest, or as nothing)."""
-        if not isinstance(self.name, str):
-            raise TypeError(f"Timing.name must be a str, got {type(self.name).__name__} {self.name!r}")
         for label, value in (("median_s", self.median_s), ("ratio", self.ratio),
                              *((f"samples_s[{i}]", v) for i, v in enumerate(self.samples_s))):
             _check_duration(value, f"Timing({self.name!r}).{label}")
