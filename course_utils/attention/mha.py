@@ -9,7 +9,12 @@ at the end of the class.
 NaN or infinity in an input is not refused (checking would cost a pass over the data),
 and it spreads: a NaN in a key makes the output NaN for every query that may attend to
 that key; a NaN in a value reaches every query of the sequence, masked or not (a blocked
-key gets weight 0, and 0 x NaN is NaN).
+key gets weight 0, and 0 x NaN is NaN). One exception: a *query* holding NaN or infinity
+gives NaN heads only on the step-by-step path (``need_weights=True``); on the fused path
+PyTorch's CPU kernel returns zeros for it (``nn.MultiheadAttention`` does the same), so the
+output looks finite. To find such a query, run with ``need_weights=True`` or check the input
+with ``torch.isfinite``. (Putting the NaN back would add operations to every forward pass,
+which lesson 04 counts.)
 """
 
 from __future__ import annotations
@@ -203,9 +208,6 @@ class MultiHeadAttentionBase(nn.Module):
             allowed = None  # the kernel applies the causal mask itself
         z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, is_causal=causal_only,
                                            enable_gqa=self.num_kv_heads != self.num_heads)
-        # PyTorch's fused CPU kernel returns zeros for a query holding NaN or infinity, where the
-        # step-by-step branch (and the maths) give NaN: put the NaN back, one pass over q only
-        z = z.masked_fill(~torch.isfinite(q).all(-1, keepdim=True), float("nan"))
         if allowed is not None:  # rows with nothing to attend to: zeros, as masked_softmax gives
             z = z.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
         return z
