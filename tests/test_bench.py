@@ -124,7 +124,7 @@ def test_benchmarked_modules_compute_the_same_function():
 
 def test_bench_table_has_every_row():
     timings = bench_mha(1, 4, 8, 2, repeats=2)
-    table = format_table("tiny", timings, "nn.MHA")
+    table = format_table("tiny", timings, "nn.MultiheadAttention", "nn.MHA")
     for name in IMPLEMENTATIONS:
         assert name in table
 

@@ -126,3 +126,31 @@ def test_a_write_that_fails_is_a_checkpoint_error_naming_the_file(tmp_path, monk
     with pytest.raises(C.CheckpointError, match="cannot write the checkpoint .*full .*No space left"):
         C.save_checkpoint(_model(1), tmp_path / "full", task="t", metrics={}, command="c")
     assert _files(tmp_path) == before
+
+
+def test_the_next_save_clears_what_a_save_killed_between_the_renames_left(tmp_path):
+    old, new = _model(0), _model(1)
+    C.save_checkpoint(old, tmp_path / "keep", task="t", metrics={"acc": 0.5}, command="c")
+    pid = os.fork()
+    if pid == 0:  # the child dies (no cleanup, no exception) just before the sidecar's rename
+        try:
+            def die(self, target):
+                if str(target).endswith(".json"):
+                    os._exit(3)
+                return os.replace(self, target)
+
+            Path.replace = die
+            C.save_checkpoint(new, tmp_path / "keep", task="t", metrics={"acc": 0.9}, command="c")
+        finally:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == [".keep.json.saving", ".keep.safetensors.previous", "keep.json", "keep.safetensors"]
+    with pytest.warns(UserWarning, match="removes the leftovers"):
+        loaded, meta = C.load_checkpoint(tmp_path / "keep")
+    assert meta["metrics"] == {"acc": 0.5} and _same_weights(loaded, old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == left  # loading writes nothing
+    C.save_checkpoint(new, tmp_path / "keep", task="t", metrics={"acc": 0.9}, command="c")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json", "keep.safetensors"]
+    assert _same_weights(C.load_checkpoint(tmp_path / "keep")[0], new)

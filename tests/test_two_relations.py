@@ -167,7 +167,7 @@ def test_bad_training_arguments_raise():
         train_lookup(TASK, 0, seed=0)
     with pytest.raises(TypeError, match="RelationsConfig"):
         train_lookup(TASK, 2, seed=0, config={"steps": 5})
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="heads must hold at least one int"):
         compare_heads(TASK, heads=(), seeds=(0,))
     with pytest.raises(ValueError, match="which must be"):
         accuracy_table([], which="c")

@@ -62,6 +62,9 @@ class HookPoint(nn.Module):
 def hook_points(module: nn.Module) -> dict[str, HookPoint]:
     """Every hook point inside ``module``, by its path from ``module``
     (``"blocks.1.attn.hook_pattern"`` from a model, ``"hook_pattern"`` from its layer)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch nn.Module (a model or one of its layers), got "
+                        f"{type(module).__name__}")
     return {name: m for name, m in module.named_modules() if isinstance(m, HookPoint)}
 
 
@@ -84,12 +87,31 @@ def _matching(points: dict[str, HookPoint], where: Where) -> dict[str, HookPoint
     return found
 
 
+def _check_where(where: object, name: str) -> None:
+    if not (isinstance(where, str) or callable(where)):
+        raise TypeError(f"{name} must be a hook point's name (str) or a function name -> bool, got "
+                        f"{type(where).__name__} {where!r:.60}")
+
+
+def _check_fwd_hooks(fwd_hooks: object) -> None:
+    """A list (or tuple) of ``(name or test, fn)`` pairs."""
+    if not isinstance(fwd_hooks, list | tuple):
+        raise TypeError(f"fwd_hooks must be a list of (name, fn) pairs, got {type(fwd_hooks).__name__} "
+                        f"{fwd_hooks!r:.60}")
+    for i, pair in enumerate(fwd_hooks):
+        if not (isinstance(pair, list | tuple) and len(pair) == 2):
+            raise TypeError(f"fwd_hooks[{i}] must be a pair (name, fn), got {type(pair).__name__} "
+                            f"{pair!r:.60}")
+        _check_where(pair[0], f"fwd_hooks[{i}][0]")  # the function is checked where it is added
+
+
 @contextmanager
 def hooks(module: nn.Module, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> Iterator[None]:
     """Add each ``(name, fn)`` of ``fwd_hooks`` to ``module``'s hook point of that name (or to
     every point whose name passes ``name`` when it is a function) inside the ``with`` block; they
     are removed when it ends, also after an error."""
     points = hook_points(module)
+    _check_fwd_hooks(fwd_hooks)
     removers = []
     try:
         for where, fn in fwd_hooks:
@@ -110,6 +132,11 @@ def run_with_cache(module: nn.Module, *args: object, names: Sequence[Where] | Wh
     elif callable(names) or isinstance(names, str):
         wanted = list(_matching(points, names))
     else:
+        if not isinstance(names, list | tuple):
+            raise TypeError(f"names must be None, a hook point's name, a function name -> bool or a list "
+                            f"of names, got {type(names).__name__} {names!r:.60}")
+        for i, where in enumerate(names):
+            _check_where(where, f"names[{i}]")
         wanted = [name for where in names for name in _matching(points, where)]
     cache: dict[str, Tensor] = {}
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .validation import check_axes, check_int
+from .validation import check_axes, check_int, check_kv_heads
 
 __all__ = ["plot_kv_sharing", "plot_kv_cache_growth", "design_name"]
 
 
 def design_name(num_heads: int, num_kv_heads: int) -> str:
-    """'MHA' when every query head has its own K/V head, 'MQA' when all share one, else 'GQA'."""
+    """'MHA' when every query head has its own K/V head, 'MQA' when all share one, else 'GQA'.
+    ``num_kv_heads`` must divide ``num_heads`` (each K/V head serves the same number of query heads)."""
+    check_int(num_heads, "num_heads", minimum=1)
+    check_kv_heads(num_kv_heads, num_heads)
     if num_kv_heads == num_heads:
         return "MHA"
     return "MQA" if num_kv_heads == 1 else "GQA"

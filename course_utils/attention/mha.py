@@ -9,7 +9,12 @@ at the end of the class.
 NaN or infinity in an input is not refused (checking would cost a pass over the data),
 and it spreads: a NaN in a key makes the output NaN for every query that may attend to
 that key; a NaN in a value reaches every query of the sequence, masked or not (a blocked
-key gets weight 0, and 0 x NaN is NaN).
+key gets weight 0, and 0 x NaN is NaN). One exception: a *query* holding NaN or infinity
+gives NaN heads only on the step-by-step path (``need_weights=True``); on the fused path
+PyTorch's CPU kernel returns zeros for it (``nn.MultiheadAttention`` does the same), so the
+output looks finite. To find such a query, run with ``need_weights=True`` or check the input
+with ``torch.isfinite``. (Putting the NaN back would add operations to every forward pass,
+which lesson 04 counts.)
 """
 
 from __future__ import annotations

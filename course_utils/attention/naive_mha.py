@@ -113,12 +113,15 @@ def stack_head_weights(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: li
             f"need the same non-zero number of Q, K and V heads, got {len(q_parts)}, "
             f"{len(k_parts)}, {len(v_parts)}"
         )
-    shapes = {tuple(p.shape) for p in parts}
-    if len(shapes) != 1:
-        raise ValueError(f"every per-head part must have the same shape, got {sorted(shapes)}")
+    expected = tuple(q_parts[0].shape)
+    groups = (("q_parts", q_parts), ("k_parts", k_parts), ("v_parts", v_parts))
+    odd = next(((n, i, tuple(p.shape)) for n, ps in groups for i, p in enumerate(ps)
+                if tuple(p.shape) != expected), None)
+    if odd is not None:
+        raise ValueError(f"every per-head part must have the same shape as q_parts[0], {expected}; "
+                         f"{odd[0]}[{odd[1]}] has {odd[2]}")
     firsts = {"q_parts[0]": q_parts[0], "k_parts[0]": k_parts[0], "v_parts[0]": v_parts[0]}
     check_same_dtype_and_device(firsts)  # Q against K against V, then every head
-    groups = (("q_parts", q_parts), ("k_parts", k_parts), ("v_parts", v_parts))
     check_same_dtype_and_device({f"{n}[{i}]": p for n, ps in groups for i, p in enumerate(ps)})
     return torch.cat(parts, dim=0)  # (3*h*dk, d) or (3*h*dk,)
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .mha import MultiHeadAttention
-from .validation import check_matches_module, check_tensor
+from .validation import check_float_dtype, check_matches_module, check_tensor
 
 __all__ = [
     "SDPA_BACKENDS",
@@ -187,7 +187,11 @@ def sdpa_backend_callables(
 
 
 def precision_notes(device: str | torch.device, dtype: torch.dtype) -> list[str]:
-    """A warning line when float32 matmuls on a CUDA device may run in TF32."""
+    """A warning line when float32 matmuls on a CUDA device may run in TF32. ``dtype`` is a
+    floating ``torch.dtype`` (attention has no integer form), not its name as a str."""
+    check_float_dtype(dtype, "dtype")
+    if not isinstance(device, str | torch.device):
+        raise TypeError(f"device must be a str or torch.device such as 'cuda', got {type(device).__name__}")
     precision = torch.get_float32_matmul_precision()
     if torch.device(device).type != "cuda" or dtype != torch.float32 or precision == "highest":
         return []

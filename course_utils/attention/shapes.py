@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
-from .validation import check_head_dims, check_int, check_int_list
+from .validation import check_distinct, check_head_dims, check_int, check_int_list
 
 __all__ = [
     "TraceStep",
@@ -409,7 +409,8 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
     """Per h: Q K^T multiply-adds per head and for all heads, the other parts, the
     formula total, and the total counted on a real module's forward pass."""
     rows = []
-    head_counts = check_int_list(head_counts, "head_counts", minimum=1)
+    head_counts = check_distinct(check_int_list(head_counts, "head_counts", minimum=1), "head_counts",
+                                 "head counts (each is one row of the table, indexed by h)")
     for h in head_counts:
         mha_macs(batch, seq_len, d_model, h)  # checks every size before any tensor is made
     x = torch.zeros(batch, seq_len, d_model)

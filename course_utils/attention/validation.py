@@ -123,6 +123,9 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
+    if maximum is not None and minimum is not None and minimum > maximum:
+        raise ValueError(f"{name} has no allowed value: its range {minimum}..{maximum} is empty (the "
+                         f"lower bound is above the upper one), so {value} cannot be checked against it")
     if maximum is not None and minimum is not None and not minimum <= value <= maximum:
         raise ValueError(f"{name} must be an int in {minimum}..{maximum}, got {value}")
     if minimum is not None and value < minimum:
@@ -225,6 +228,9 @@ def physical_memory_bytes() -> int | None:
 def check_fits_in_memory(num_bytes: int, name: str, what: str = "") -> None:
     """Refuse an allocation of ``num_bytes`` larger than this machine's physical memory, before
     PyTorch's allocator fails with an "enforce fail" (or the system starts swapping)."""
+    if isinstance(num_bytes, bool) or not isinstance(num_bytes, numbers.Integral) or num_bytes < 0:
+        raise ValueError(f"{name}: the size to check must be a byte count (an int >= 0), got "
+                         f"{type(num_bytes).__name__} {num_bytes!r}")
     total = physical_memory_bytes()
     if total is not None and num_bytes > total:
         raise ValueError(f"{name} asks for {num_bytes / 2**30:,.1f} GiB{f' ({what})' if what else ''}, "
@@ -588,3 +594,33 @@ def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") 
     if result.device != heads.device:
         raise ValueError(f"{name} must return {expected}, got device {result.device}")
     return result
+
+
+# -- battery 5 additions (helper b5b): kept in one block ------------------------------------------
+def check_distinct(values: object, name: str, what: str = "entries") -> list:
+    """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
+    ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
+    tabulated twice). Returned as a list."""
+    items = list(values)
+    repeated = [v for i, v in enumerate(items) if v in items[:i]]
+    if repeated:
+        shown = sorted(set(repeated), key=repeated.index)
+        raise ValueError(f"{name} must list distinct {what}, got {items!r:.120}, which repeats {shown}")
+    return items
+
+
+def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None:
+    """``table`` is a pandas DataFrame holding ``columns``; else a TypeError or ValueError naming
+    ``name``, the columns wanted and the ones it has."""
+    import pandas as pd
+
+    if not isinstance(table, pd.DataFrame):
+        wanted = f" with columns {list(columns)}" if columns else ""
+        raise TypeError(f"{name} must be a pandas DataFrame{wanted}, got {type(table).__name__} "
+                        f"{table!r:.60}")
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"{name} lacks the columns {missing}; it has {list(table.columns)}")
+
+
+__all__ += ["check_distinct", "check_table"]

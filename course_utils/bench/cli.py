@@ -12,6 +12,7 @@ bare ``int`` (a test holds every subcommand to that).
 
 import argparse
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -146,9 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
     parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
         parser.error("choose a subcommand: " + ", ".join(_subcommand_names(parser))
                      + " (python -m course_utils.bench SUBCOMMAND --help shows its options)")
+    # argparse reads "-1x1024" as an unknown option and reports a missing value instead; a
+    # negative shape is refused here with the rule it breaks
+    for text in argv:
+        if re.fullmatch(r"-[\d.]+x-?[\d.]*", text, flags=re.IGNORECASE):
+            try:
+                batch_by_context(text)
+            except argparse.ArgumentTypeError as err:
+                parser.error(f"--shapes: {err}")
     args = parser.parse_args(argv)
     args.run(args)
 

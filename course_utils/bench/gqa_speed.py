@@ -373,13 +373,15 @@ def bench_decode(
     plain ``F.scaled_dot_product_attention`` at ``g = h``, the read-only probe
     (:func:`~course_utils.bench.decode_step.make_read_probe` over a buffer of
     :func:`~course_utils.bench.decode_step.flush_bytes` ``(flush_multiple)``: that many times the
-    last-level cache, capped) and, if ``copy_mib > 0``, a copy of ``copy_mib`` MiB, all
+    last-level cache, capped) and, if ``copy_mib > 0``, a copy of ``copy_mib`` MiB (at most the
+    probe's size; ``copy_mib=0`` leaves the copy out of the run), all
     interleaved in one run, each call after a flush of that size too. With more than one
     thread the probe is also timed on one (a sanity check, see :meth:`DecodeBench.noise_warnings`).
 
     ``groups``, ``repeats`` and ``warmup`` left as None come from ``DECODE_RUNS["quick"]``
     (g = 16, 4, 1; 1 + 5 rounds: the lesson's) or, with ``full=True``, ``["full"]`` (g = 16, 8,
     4, 2, 1; 2 + 15 rounds). ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    check_int(copy_mib, "copy_mib", minimum=0)
     run = DECODE_RUNS["full" if full else "quick"]
     groups = run["groups"] if groups is None else groups
     repeats = run["repeats"] if repeats is None else repeats

@@ -11,6 +11,7 @@ the batched module, the batched module with ``F.scaled_dot_product_attention`` a
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -22,7 +23,15 @@ from torch import Tensor, nn
 from ..attention.mha import MultiHeadAttention
 from ..attention.naive_mha import naive_from_batched
 from ..attention.sdpa_backends import cuda_unavailable_reason, precision_notes, sdpa_backend_callables
-from ..attention.validation import check_callable, check_device, check_float_dtype, check_head_dims, check_int
+from ..attention.validation import (
+    check_axes,
+    check_callable,
+    check_device,
+    check_float_dtype,
+    check_head_dims,
+    check_int,
+    check_table,
+)
 from ..env import torch_threads
 from .timing import (
     Timing,
@@ -121,6 +130,10 @@ def bench_mha(
     """
     check_int(batch, "batch", minimum=1)
     check_int(seq_len, "seq_len", minimum=1)
+    if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
+            or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
+        raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
+                         f"sample), got {type(target_sample_s).__name__} {target_sample_s!r}")
     modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
     if baseline not in modules:
         raise ValueError(f"baseline {baseline!r} is not one of {list(modules)}")
@@ -174,6 +187,10 @@ def sweep_mha(
 
 def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (ms)", logy: bool = True):
     """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis."""
+    check_table(table, "table")
+    check_axes(ax, "ax")
+    if ax is None:
+        raise TypeError("ax must be a matplotlib Axes to draw on (e.g. plt.gca()), got None")
     for name in table.columns:
         ax.plot(table.index, table[name], marker="o", label=name)
     ax.set_xscale("log", base=2)
@@ -244,7 +261,7 @@ class DeviceComparison:
         return self.tolerance * self.reference_std
 
     def report(self) -> str:
-        lines = [format_table(self.title, self.timings, "nn.MHA"), "",
+        lines = [format_table(self.title, self.timings, "nn.MultiheadAttention", "nn.MHA"), "",
                  f"agreement with the CPU float32 run: max |diff| <= {self.tolerance:g} x std of the "
                  f"CPU output ({self.reference_std:.3g}) = {self.atol:.2e}"]
         width = max(len(n) for n in self.max_abs_diff)

@@ -41,10 +41,26 @@ class Timing:
     ratio: float  # median / baseline median
     samples_s: list[float] = field(default_factory=list, repr=False)  # every repeat, in order
 
+    def __post_init__(self) -> None:
+        """Times are durations: finite and >= 0 (a clock that ran backwards or returned NaN
+        would otherwise rank as the fastest, or as nothing)."""
+        for label, value in (("median_s", self.median_s), ("ratio", self.ratio),
+                             *((f"samples_s[{i}]", v) for i, v in enumerate(self.samples_s))):
+            _check_duration(value, f"Timing({self.name!r}).{label}")
+
     @property
     def best_s(self) -> float:
         """The fastest repeat: other work on the machine can only ever add time."""
         return min(self.samples_s) if self.samples_s else self.median_s
+
+
+def _check_duration(value: object, name: str) -> float:
+    """A time (or a ratio of times): a real number, finite and >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r:.60}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
 
 
 def interleaved_samples(
@@ -100,7 +116,13 @@ def interleaved_samples(
             for _ in range(inner):
                 fn()
             sync()
-            samples[key].append((clock() - start) / inner)
+            end = clock()
+            elapsed = end - start if isinstance(end, int | float) and isinstance(start, int | float) else None
+            if elapsed is None or not (math.isfinite(elapsed) and elapsed >= 0):
+                raise ValueError(f"clock must return seconds that never decrease (a finite number), but "
+                                 f"it read {start!r} then {end!r} around {key!r}; use time.perf_counter "
+                                 "or time.thread_time")
+            samples[key].append(elapsed / inner)
         after_round()
     return samples
 
@@ -134,16 +156,30 @@ def time_interleaved(
     return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
 
-def format_table(title: str, timings: list[Timing], baseline: str) -> str:
-    """A text table: each function's median time and its ratio to the baseline's median
-    (``baseline`` is only the label shown in the header)."""
+def _check_timings(timings: object, baseline: object) -> Timing:
+    """``timings`` is a non-empty list of :class:`Timing` and ``baseline`` one of their names;
+    returns the baseline's Timing."""
     if not isinstance(timings, (list, tuple)) or not timings:
         raise ValueError(f"timings must be a non-empty list of Timing (from time_interleaved), got "
                          f"{type(timings).__name__} {timings!r:.60}")
+    wrong = next((i for i, t in enumerate(timings) if not isinstance(t, Timing)), None)
+    if wrong is not None:
+        raise TypeError(f"timings[{wrong}] must be a Timing, got {type(timings[wrong]).__name__}")
+    by_name = {t.name: t for t in timings}
+    if baseline not in by_name:
+        raise ValueError(f"baseline {baseline!r} is not one of the timings {list(by_name)}")
+    return by_name[baseline]
+
+
+def format_table(title: str, timings: list[Timing], baseline: str, label: str | None = None) -> str:
+    """A text table: each function's median time and its ratio to the median of ``baseline``
+    (one of the timings' names); ``label`` names it in the header (default: its name)."""
+    base = _check_timings(timings, baseline)
     width = max(len(t.name) for t in timings)
-    lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + baseline:>s}"]
+    lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + (label or baseline):>s}"]
     for t in timings:
-        lines.append(f"{t.name:<{width}}  {t.median_s * 1e3:>10.3f}  {t.ratio:>8.2f}x")
+        ratio = t.median_s / base.median_s if base.median_s > 0 else math.nan
+        lines.append(f"{t.name:<{width}}  {t.median_s * 1e3:>10.3f}  {ratio:>8.2f}x")
     return "\n".join(lines)
 
 
@@ -205,6 +241,7 @@ def format_spread_table(title: str, timings: list[Timing], baseline: str, label:
     """Best and median time of each function, and its ratio to ``baseline`` repeat by
     repeat: the median ratio and, in brackets, the middle half of the ratios (IQR).
     ``label`` names the baseline in the header (default: its name)."""
+    _check_timings(timings, baseline)
     width = max(len(t.name) for t in timings)
     header = f"{'implementation':<{width}}  {'best ms':>8}  {'median ms':>9}  ratio to {label or baseline}"
     lines = [title, header + " (median [middle half])"]

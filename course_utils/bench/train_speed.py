@@ -12,6 +12,7 @@ import statistics
 
 import torch
 
+from ..attention.validation import check_distinct, check_int, check_int_list
 from ..model.train import INDUCTION_TASK, train_agreement, train_induction
 
 __all__ = ["bench_training", "format_training_table", "add_bench_parser"]
@@ -30,6 +31,9 @@ def bench_training(
     accuracy at that point), and for agreement the steps and seconds to 0.99 (evaluated
     every 50 steps) and the accuracy after ``agreement_steps`` steps. Seconds count
     making batches and optimiser steps, not evaluations."""
+    seeds = check_distinct(check_int_list(seeds, "seeds", minimum=0), "seeds")
+    check_int(induction_max_steps, "induction_max_steps", minimum=1)
+    check_int(agreement_steps, "agreement_steps", minimum=1)
     rows = []
     for seed in seeds:
         _, ind = train_induction(steps=induction_max_steps, seed=seed, eval_every=10, stop_at_target=True,
@@ -50,11 +54,34 @@ def bench_training(
     return rows
 
 
+def _check_rows(rows: object) -> None:
+    """``rows`` is a non-empty list of :func:`bench_training`'s dicts: a ``seed`` first, then
+    numbers (or ``None``) under the same keys in every row."""
+    if not isinstance(rows, list | tuple) or not rows:
+        raise ValueError(f"rows must be a non-empty list of bench_training's dicts, got "
+                         f"{type(rows).__name__} {rows!r:.60}")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TypeError(f"rows[{i}] must be a dict from bench_training, got {type(row).__name__}")
+        if list(row)[:1] != ["seed"] or len(row) < 2:
+            raise ValueError(f"rows[{i}] must start with 'seed' and hold at least one measurement, as "
+                             f"bench_training's rows do, got the keys {list(row)}")
+        if list(row) != list(rows[0]):
+            raise ValueError(f"rows[{i}] has the keys {list(row)}, rows[0] has {list(rows[0])}; every row "
+                             "must have the same")
+        bad = [k for k, v in row.items()
+               if v is not None and (isinstance(v, bool) or not isinstance(v, int | float))]
+        if bad:
+            raise TypeError(f"rows[{i}][{bad[0]!r}] must be a number or None, got "
+                            f"{type(row[bad[0]]).__name__}")
+
+
 def format_training_table(rows: list[dict]) -> str:
     """Rows of :func:`bench_training` plus their median, as an aligned text table.
 
     Columns whose name contains ``acc`` get 4 decimals, other floats 2; ``None`` (target
     never reached) prints as ``never``, and so does a median over it."""
+    _check_rows(rows)
     columns = list(rows[0])
 
     def cell(column: str, value) -> str:

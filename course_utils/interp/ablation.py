@@ -261,12 +261,19 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
     """Logits ``(B, T, V)`` with ``heads`` switched off.
 
     ``method="zero"`` gates them to 0 (``head_mask``); ``method="mean"`` replaces each one's
-    output by ``means`` (from :func:`mean_head_outputs`) before the heads are merged.
+    output by ``means`` (from :func:`mean_head_outputs`) before the heads are merged. ``means``
+    given with ``method="zero"`` is refused: the zero run would ignore it, and a forgotten
+    ``method="mean"`` would pass for a mean ablation. (:func:`measure`, :func:`ablation_table`
+    and :func:`~course_utils.interp.patching.position_ablated_logits` take ``means`` with either
+    method, so one call can loop over both; ``"zero"`` leaves it unused.)
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
     heads = _check_heads(heads, model)
-    if _check_method(method) == "zero":
+    if _check_method(method) == "zero" and means is not None:
+        raise ValueError("means is used only by method='mean', but method is 'zero' (the default): pass "
+                         "method='mean' to replace the heads' outputs by means, or drop means")
+    if method == "zero":
         with torch.no_grad():
             logits, _ = model(tokens, head_mask=gates_without(model, heads))
         return logits
@@ -360,7 +367,8 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     result: dict[str, float] = {}
     for i, evaluation in enumerate(_check_evaluations(evaluations)):
         fill = means.get(i) if isinstance(means, dict) else means
-        logits = ablated_logits(model, evaluation.tokens, heads, method=method, means=fill)
+        logits = ablated_logits(model, evaluation.tokens, heads, method=method,
+                                means=fill if method == "mean" else None)  # "zero" leaves means unused
         scores = _check_scores(evaluation.score(logits), i)
         repeated = sorted(set(scores) & set(result))
         if repeated:  # merging would keep only the later evaluation's number

@@ -282,6 +282,12 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
         if t.shape[-1] != d:
             raise ValueError(f"{name} must end in d_model={d}, got shape {describe_shape(t)}")
         _check_on_model_device(t, name, model)
+    try:
+        torch.broadcast_shapes(stream.shape[:-1], component.shape[:-1])
+    except RuntimeError:
+        raise ValueError(f"component {describe_shape(component)} must broadcast against stream "
+                         f"{describe_shape(stream)} (the same positions, e.g. both (B, T, d), or a "
+                         "component with leading dims stream lacks)") from None
     ln = model.ln_final
     scale = (stream.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()
     return (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight

@@ -48,7 +48,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_callable, check_finite, check_holds_values, check_int, check_real
+from ..attention.validation import (
+    check_callable,
+    check_finite,
+    check_holds_values,
+    check_ids,
+    check_int,
+    check_real,
+)
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
@@ -147,8 +154,9 @@ def position_ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Seque
     marks (``(T,)`` or ``(B, T)`` bool); elsewhere they are untouched.
 
     ``method="zero"`` writes 0 there, ``method="mean"`` the head's mean output (``means``
-    from :func:`~course_utils.interp.ablation.mean_head_outputs`, ``(L, h, dk)`` or ``(L, h, T, dk)``).
-    Switching a head off at every position gives :func:`~course_utils.interp.ablation.ablated_logits`.
+    from :func:`~course_utils.interp.ablation.mean_head_outputs`, ``(L, h, dk)`` or ``(L, h, T, dk)``;
+    ``"zero"`` leaves ``means`` unused, so one call can loop over both methods). Switching a head
+    off at every position gives :func:`~course_utils.interp.ablation.ablated_logits`.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
@@ -325,11 +333,15 @@ def resampled_rows(lengths: Tensor, reference_lengths: Tensor, *, generator: tor
                          f"{_described(reference_lengths)}")
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if len(lengths) and not len(reference_lengths):
+        raise ValueError("reference_lengths is empty: there is no reference sequence to draw from "
+                         "(pass the lengths of the reference batch, shape (R,) with R >= 1)")
     rows = torch.empty(len(lengths), dtype=torch.long)
     for i, n in enumerate(lengths.tolist()):
         candidates = (reference_lengths == n).nonzero().squeeze(1)
         if len(candidates) == 0:
-            raise ValueError(f"no reference sequence has length {n} (sequence {i})")
+            raise ValueError(f"no reference sequence has length {n} (sequence {i}); reference_lengths holds "
+                         f"{sorted(set(reference_lengths.tolist()))}")
         rows[i] = candidates[torch.randint(len(candidates), (1,), generator=generator)]
     return rows
 
@@ -544,6 +556,7 @@ def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, he
     B = tokens.shape[0]
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
+    check_ids(positions, "positions", tokens.shape[1], f"positions of the {tokens.shape[1]} tokens")
     seen: list[Tensor] = []
     handle = model.ln_final.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].detach()))
     try:

@@ -487,6 +487,23 @@ def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> st
     return "borderline"
 
 
+def _check_roles(roles: list, chance: dict) -> None:
+    """Each role is one the course scores (:data:`SCORED_ROLES`) or one ``chance`` gives a level
+    for (a role of your own), and each ``chance`` entry names a scored role: a misspelt name
+    would otherwise get a confident verdict, or no chance level, without a word."""
+    import difflib
+
+    for role in roles:
+        if role not in SCORED_ROLES and role not in chance:
+            close = difflib.get_close_matches(str(role), list(SCORED_ROLES), n=1, cutoff=0.6)
+            raise ValueError(f"scores has the role {role!r}, which is none of the course's roles "
+                             f"{tuple(SCORED_ROLES)}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + "; a role of your own needs its chance level in chance={role: level}")
+    extra = [r for r in chance if r not in roles]
+    if extra:
+        raise ValueError(f"chance has levels for {extra}, which scores does not hold (its roles: {roles})")
+
+
 def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, margin: float = 0.05,
                   chance: dict[str, float] | None = None, decimals: int = 3) -> list[str]:
     """One sentence per role: its top head, the runner-up, and a worded verdict with margins.
@@ -494,6 +511,7 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     A role is *present* when its top head scores at least ``threshold + margin``, *absent*
     below ``threshold - margin`` and *borderline* in between. The distance to the threshold
     is printed, and with ``chance`` (role -> score of a uniform head) the multiple of chance.
+    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own).
     """
     _check_threshold(threshold)
     check_int(decimals, "decimals", minimum=0)
@@ -503,6 +521,7 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
         check_real(value, f"chance[{role!r}]")
     table = head_score_table(scores, decimals=12)
     chance = chance or {}
+    _check_roles(list(scores), chance)
     sentences = []
     for role in scores:
         ranked = table[role].sort_values(ascending=False, kind="stable")

@@ -65,6 +65,8 @@ class CheckpointError(ValueError):
 def sha256_of(path: str | Path) -> str:
     """Hex sha256 of a file's bytes. A path that is not a regular file (a folder, a FIFO, which
     would block the read forever) is a ValueError naming it."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or Path naming a file, got {type(path).__name__} {path!r:.60}")
     if not Path(path).is_file():
         raise ValueError(f"path must be a regular file to hash, got {str(path)!r}, which is "
                          + ("missing" if not os.path.lexists(path) else "not a regular file"))
@@ -120,6 +122,12 @@ def save_checkpoint(
     name)`` wrote. ``metrics`` are the scores the checkpoint must reproduce when evaluated again;
     ``command`` is the shell command that re-creates it; ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
+
+    A save that fails leaves the files as they were. One killed outright (SIGKILL, power cut)
+    between its two renames cannot: it leaves the new weights beside the old sidecar, plus the
+    old weights as ``.name.safetensors.previous`` and a ``.name.json.saving``. Loading then
+    reads the old pair (and warns) without touching the files; the next save under the same
+    name removes both leftovers.
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
@@ -142,7 +150,12 @@ def save_checkpoint(
     _check_weights_to_save(model)
     _check_save_targets(weights_path, meta_path)
     made = [p for p in (weights_path.parent, *weights_path.parent.parents) if not p.exists()]
-    weights_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        weights_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a read-only or virtual file system: same error type, the path named
+        _remove_empty(made)
+        raise type(err)(err.errno, f"cannot make the folder {weights_path.parent} for the checkpoint "
+                                   f"path {str(path)!r}: {err.strerror or err}") from None
     config = model.config.to_dict()
     # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
     tensors = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype).contiguous()
@@ -184,17 +197,22 @@ def save_checkpoint(
                 weights_path.unlink(missing_ok=True)
         for tmp in (weights_tmp, meta_tmp) if committed else (weights_tmp, meta_tmp, previous):
             tmp.unlink(missing_ok=True)
-        for folder in made:  # innermost first: the folders this call made, if still empty
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        _remove_empty(made)
         if isinstance(exc, SafetensorError):  # (an OSError stays one: callers catch it as such)
             raise CheckpointError(f"cannot write the checkpoint {weights_path.with_suffix('')} ({exc}; a "
                                   "full disk or a file-size limit?); the files already there were left as "
                                   "they were") from exc
         raise
     return meta_path
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders a failed save made (innermost first), as long as they are empty."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 def _check_json_field(name: str, value: object, where: str = "") -> None:
@@ -396,6 +414,10 @@ def load_checkpoint(
                         f"ModelConfig.from_dict(d)), got {type(expected_config).__name__}")
     device = pick_device(device)
     weights_path, meta_path = checkpoint_paths(name_or_path)
+    if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
+        inside = available_checkpoints(name_or_path)
+        raise IsADirectoryError(f"name_or_path must name a checkpoint, got the folder {str(name_or_path)!r}; "
+                                f"checkpoints in it: {inside or 'none'} (pass one as folder/name)")
     meta = _read_meta(meta_path, weights_path)
     try:
         _verify_bytes(weights_path, meta)
@@ -413,8 +435,9 @@ def load_checkpoint(
         import warnings
 
         warnings.warn(f"{weights_path.name} was half replaced by an interrupted save_checkpoint; loading "
-                      f"the previous weights {previous.name}, which match {meta_path.name}. Save again "
-                      "to finish the new checkpoint.", stacklevel=2)
+                      f"the previous weights {previous.name}, which match {meta_path.name}. Saving "
+                      "under this name again removes the leftovers; to keep the old checkpoint "
+                      f"instead, rename {previous.name} to {weights_path.name}.", stacklevel=2)
         weights_path = previous
     try:
         config = ModelConfig.from_dict(meta["config"])

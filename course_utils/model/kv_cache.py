@@ -49,6 +49,7 @@ from torch import Tensor
 
 from ..attention.validation import (
     check_device,
+    check_fits_in_memory,
     check_flag,
     check_float_dtype,
     check_holds_values,
@@ -224,6 +225,10 @@ class PreallocatedCache(_StepOrder):
         check_float_dtype(dtype, "dtype")
         device = check_device(device, "device")
         shape = (batch, num_kv_heads, max_len, d_head)
+        if device.type == "cpu":  # both buffers of every layer, before the allocator fails inside torch
+            num_bytes = 2 * num_layers * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            check_fits_in_memory(num_bytes, "max_len", f"{num_layers} layers x keys and values of shape "
+                                 f"{shape} in {dtype}")
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.num_layers, self.max_len = num_layers, max_len

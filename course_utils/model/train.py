@@ -62,7 +62,12 @@ __all__ = [
 
 @dataclass
 class TrainConfig:
-    """Optimiser settings: AdamW, linear warm-up, then constant or cosine decay to 10 %."""
+    """Optimiser settings: AdamW, linear warm-up, then constant or cosine decay to 10 %.
+
+    ``grad_clip`` is the largest gradient norm an update may use; ``0`` turns clipping off (the
+    gradients are used as they are, not scaled to zero). ``warmup_steps`` may exceed ``steps``:
+    the warm-up is then cut to the run, so the rate reaches ``lr`` at the last step (see
+    :meth:`lr_at`)."""
 
     steps: int = 600
     lr: float = 1e-2
@@ -127,7 +132,16 @@ class History:
         return self.eval_metrics[-1] if self.eval_metrics else {}
 
     def metric(self, name: str) -> list[float]:
-        """One evaluation metric over time (aligned with ``eval_steps``)."""
+        """One evaluation metric over time (aligned with ``eval_steps``). A name no evaluation
+        recorded (a typo, or a run without ``evaluate``) is a KeyError listing the recorded
+        names, not an empty curve."""
+        recorded = sorted({key for m in self.eval_metrics for key in m})
+        if name not in recorded:
+            raise KeyError(f"name {name!r} is not a metric this history recorded; recorded: "
+                           f"{recorded or 'none (no evaluation ran: pass evaluate= to train_model)'}")
+        missing = [step for step, m in zip(self.eval_steps, self.eval_metrics, strict=False) if name not in m]
+        if missing:
+            raise KeyError(f"metric {name!r} is missing from the evaluations at steps {missing[:5]}")
         return [m[name] for m in self.eval_metrics]
 
     def to_dict(self) -> dict:
@@ -206,6 +220,22 @@ def _check_metrics(metrics: object, step: int, target_metric: str | None) -> Non
     if target_metric is not None and target_metric not in metrics:
         raise KeyError(f"target_metric {target_metric!r} is not among the metrics evaluate(model) returned "
                        f"at step {step}: {sorted(metrics)}")
+    if target_metric is not None and math.isnan(metrics[target_metric]):
+        raise ValueError(f"evaluate(model) returned NaN for target_metric {target_metric!r} at step {step}; "
+                         "it must be a number to compare with target (a mean over an empty set?)")
+
+
+def _warn_nan_metrics(metrics: dict, step: int, warned: set[str]) -> None:
+    """Name, once per run, each metric that came back NaN (e.g. an accuracy over a subset the
+    evaluation batch does not hold): it is recorded, but a curve of it is empty, and
+    save_checkpoint refuses it."""
+    new = sorted(k for k, v in metrics.items() if math.isnan(v) and k not in warned)
+    if new:
+        import warnings
+
+        warned.update(new)
+        warnings.warn(f"evaluate(model) returned NaN for {new} at step {step} (a mean over an empty "
+                      "subset?); recorded as NaN", RuntimeWarning, stacklevel=4)
 
 
 def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, target_metric, target,
@@ -219,6 +249,18 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     check_seed(seed)
     check_int(eval_every, "eval_every", minimum=1)
+    check_flag(stop_at_target, "stop_at_target")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
+                               or not math.isfinite(target)):
+        raise ValueError(f"target must be a finite number (the level target_metric must reach) or None, "
+                         f"got {type(target).__name__} {target!r}")
+    if stop_at_target:
+        lacking = [name for name, value in (("evaluate", evaluate), ("target_metric", target_metric),
+                                            ("target", target)) if value is None]
+        if lacking:
+            raise ValueError(f"stop_at_target=True stops when evaluate(model)[target_metric] reaches "
+                             f"target, but {' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} "
+                             f"None; pass {', '.join(lacking)} or leave stop_at_target False")
     device = next(model.parameters()).device
     history = History(task=task, target_metric=target_metric, target=target, device=str(device))
     generator = torch.Generator().manual_seed(seed)
@@ -231,6 +273,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         lr=train_config.lr, betas=(0.9, 0.98),
     )
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    warned: set[str] = set()  # metrics already reported as NaN
 
     def run_eval(step: int) -> None:
         if evaluate is None:
@@ -240,6 +283,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
             metrics = evaluate(model)
         model.train()
         _check_metrics(metrics, step, target_metric)
+        _warn_nan_metrics(metrics, step, warned)
         history.eval_steps.append(step)
         history.eval_metrics.append(metrics)
         reached = target_metric is not None and target is not None and metrics[target_metric] >= target
@@ -554,7 +598,7 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
     from .checkpoint import save_checkpoint
 
     trainer = TRAINERS[args.task]
-    steps = args.steps or DEFAULT_STEPS[args.task]
+    steps = DEFAULT_STEPS[args.task] if args.steps is None else args.steps
     model, history = trainer(steps=steps, seed=args.seed, lr=args.lr, batch_size=args.batch_size,
                              progress=not args.no_progress, device=args.device)
     metrics = history.final_metrics
@@ -589,7 +633,61 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="checkpoint path stem, e.g. data/checkpoints/induction")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
-    _main_train(args, argv)
+    try:  # every option is checked before a step is trained
+        _check_cli_args(args)
+    except (TypeError, ValueError, OSError) as err:
+        parser.error(str(err))
+    try:
+        _main_train(args, argv)
+    except (FloatingPointError, ValueError, OSError) as err:  # diverged, or the save failed
+        parser.exit(1, f"{parser.prog}: error: {err}\n")
+
+
+def _check_cli_args(args: argparse.Namespace) -> None:
+    """The command line's values, each refused under its option's name: ``--steps 0`` is not
+    read as "the default", and an ``--out`` that cannot be written is found before training."""
+    check_seed(args.seed, "--seed")
+    if args.steps is not None:
+        check_int(args.steps, "--steps", minimum=1)
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {args.lr!r}")
+    check_int(args.batch_size, "--batch-size", minimum=1)
+    try:
+        pick_device(args.device)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"--device {args.device!r}: {err}") from None
+    if args.out is not None:
+        _check_out_writable(args.out)
+
+
+def _check_out_writable(out: str) -> None:
+    """``--out``'s two files can be made: the folder exists or can be created, a file can be
+    written in it, and neither target is a folder or a FIFO. Whatever the probe makes is removed."""
+    import os
+    import tempfile
+
+    from .checkpoint import _check_save_targets, checkpoint_paths
+
+    try:
+        weights_path, meta_path = checkpoint_paths(out)
+        _check_save_targets(weights_path, meta_path)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"--out {out!r}: {err}") from None
+    folder = weights_path.parent
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise OSError(err.errno, f"--out {out!r}: cannot write in {folder} ({err.strerror or err})") from None
+    finally:
+        for path in made:  # innermost first: leave the disk as it was
+            try:
+                path.rmdir()
+            except OSError:
+                break
 
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ class ModelConfig:
         check_flag(self.mlp, "ModelConfig.mlp")
         if self.d_mlp is not None:
             self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
+            if not self.mlp:
+                raise ValueError(f"ModelConfig.d_mlp={self.d_mlp} sets the MLP's width, but mlp=False builds "
+                                 "no MLP; pass mlp=True to get one, or leave d_mlp as None")
         check_head_dims(self.d_model, self.num_heads)
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
@@ -365,7 +368,9 @@ class TinyTransformer(nn.Module):
         the hook point ``hook_embed`` and the position embeddings ``hook_pos_embed``, each
         ``(B, T, d)``, and their sum is returned. A decoder that runs the blocks itself
         (:func:`course_utils.model.kv_cache.decode_step`) embeds through here, so hooks on
-        these two points see every pass."""
+        these two points see every pass. ``start + T`` must not exceed ``max_len``."""
+        start = check_int(start, "start", minimum=0, maximum=self.config.max_len - 1)
+        self._check_tokens(tokens, past_len=start)
         positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
         tok = self.hook_embed(self.token_embedding(tokens))  # (B, T, d)
         pos = self.hook_pos_embed(self.position_embedding(positions).expand_as(tok))  # (B, T, d)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_int, check_rows
+from ..attention.validation import check_flag, check_int, check_rows
 from ..env import check_seed
 
 __all__ = [
@@ -111,6 +111,12 @@ class InductionTask:
         _check_count("seq_len", self.seq_len)
         if not self.train_periods or not self.heldout_periods:
             raise ValueError("train_periods and heldout_periods must both be non-empty")
+        for name in ("train_periods", "heldout_periods"):  # sampling is uniform over the entries
+            periods = list(getattr(self, name))
+            repeated = sorted({p for p in periods if periods.count(p) > 1})
+            if repeated:
+                raise ValueError(f"{name} must list each period once (a repeated one would be drawn more "
+                                 f"often), got {tuple(periods)}, which repeats {repeated}")
         overlap = sorted(set(self.train_periods) & set(self.heldout_periods))
         if overlap:
             raise ValueError(f"train_periods and heldout_periods must be disjoint, both have {overlap}")
@@ -446,6 +452,7 @@ def tokenize(sentence: str, *, add_bos: bool = True) -> Tensor:
     """
     if not isinstance(sentence, str):
         raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
+    check_flag(add_bos, "add_bos")
     words = re.sub(r'[.,!?:;"()]', " ", sentence.lower()).split()
     if not words:
         raise ValueError("sentence is empty: write a few words, e.g. 'the keys on the table are'")

@@ -28,7 +28,15 @@ from tqdm import tqdm  # the text bar: no widget state is stored in executed not
 
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters
-from ..attention.validation import check_axes, check_ids, check_index, check_int, check_rows
+from ..attention.validation import (
+    check_axes,
+    check_distinct,
+    check_ids,
+    check_index,
+    check_int,
+    check_int_list,
+    check_rows,
+)
 from ..env import seed_everything, torch_threads
 from ..parallel import default_workers, parallel_map
 
@@ -313,8 +321,8 @@ def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequen
     runs in a worker process, so keep what it returns (``RunResult.recorded``), not its side effects.
     ``progress=True`` shows a text progress bar of the finished runs: the runs then go in rounds
     of ``workers`` (runs of one config take about equally long, so little time is lost waiting)."""
-    if not heads or not seeds:
-        raise ValueError("heads and seeds must both be non-empty")
+    heads = check_distinct(check_int_list(heads, "heads", minimum=1), "heads", "head counts")
+    seeds = check_distinct(check_int_list(seeds, "seeds", minimum=0), "seeds")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {type(progress).__name__} {progress!r}")
     jobs = [(h, s) for h in heads for s in seeds]
@@ -360,11 +368,25 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
     return table.round(digits)
 
 
+def _check_results(results: object) -> None:
+    """``results`` is a non-empty list of :class:`RunResult` (what :func:`compare_heads` returns)."""
+    if isinstance(results, RunResult) or not isinstance(results, Sequence) or isinstance(results, str):
+        raise TypeError(f"results must be a list of RunResult (what compare_heads returns), got "
+                        f"{type(results).__name__}")
+    if not results:
+        raise ValueError("results must hold at least one RunResult (what compare_heads returns), got an "
+                         "empty list: nothing to plot")
+    wrong = next((i for i, r in enumerate(results) if not isinstance(r, RunResult)), None)
+    if wrong is not None:
+        raise TypeError(f"results[{wrong}] must be a RunResult, got {type(results[wrong]).__name__}")
+
+
 def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = ""):
     """Held-out accuracy against training step: thin lines per seed, thick line per mean."""
     import matplotlib.pyplot as plt
 
     check_axes(ax)
+    _check_results(results)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
     d_model = results[0].model.attention.d_model

@@ -313,9 +313,16 @@ def parse_worked_example(data: Any) -> WorkedExample:
 
 def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample:
     """Read and validate the worked example (default: ``data/worked_example_004.json``)."""
+    if not isinstance(path, str | Path):
+        raise TypeError(f"path must be a str or Path naming a JSON file, got {type(path).__name__}")
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"worked-example file not found: {path}")
+    if path.is_dir():
+        raise IsADirectoryError(f"path must name the worked-example JSON file, got {path}, which is a folder")
+    if not path.is_file():  # a FIFO would block the read forever; a device is not a file either
+        raise WorkedExampleError(f"path must name a regular JSON file, got {path}, which exists but is not "
+                                 "one (a FIFO, socket or device)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -333,6 +340,9 @@ def compute_steps(example: WorkedExample) -> dict[str, Table]:
     Keys: ``Q1 K1 V1 S1 A1 Output1``, the same for head 2 (and further heads),
     ``Concat`` and ``Final``. ``S`` are the scaled scores ``Q K^T / sqrt(d_k)``.
     """
+    if not isinstance(example, WorkedExample):
+        raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
+                        f"{type(example).__name__} {example!r:.60}")
     people = example.people
     x = torch.tensor(example.x.values, dtype=torch.float64)  # (T, d_model)
     steps: dict[str, Table] = {}
@@ -358,10 +368,21 @@ def compute_steps(example: WorkedExample) -> dict[str, Table]:
     return steps
 
 
+def _check_decimals(decimals: object) -> int:
+    if isinstance(decimals, bool) or not isinstance(decimals, int | np.integer):
+        raise TypeError(f"decimals must be an int, got {type(decimals).__name__} {decimals!r}")
+    return int(decimals)
+
+
 def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
     """Round as people do on paper (0.0105 -> 0.011), not to the nearest even digit."""
+    decimals = _check_decimals(decimals)
+    array = np.asarray(x)
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise TypeError(f"x must be a number or an array of numbers, got {type(x).__name__} {x!r:.60} "
+                        f"(dtype {array.dtype}); a str is not parsed")
     scale = 10.0**decimals
-    x = np.asarray(x, dtype=np.float64)
+    x = array.astype(np.float64)
     return np.sign(x) * np.floor(np.abs(x) * scale + 0.5 + 1e-9) / scale
 
 
