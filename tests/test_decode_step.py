@@ -378,3 +378,9 @@ def test_a_share_above_the_read_only_bandwidth_gets_a_check_line():
     assert any(w.startswith("check: share of the read-only bandwidth above 100% (course g=16 400%")
                for w in attention.noise_warnings())
     assert "conditions of every share below: 1 thread; test" in attention.format()
+
+
+def test_bench_whole_step_names_flush_multiple_when_it_is_not_positive():
+    with pytest.raises(ValueError, match="flush_multiple"):
+        bench_whole_step(((1, 8),), (4, 1), num_heads=4, d_model=64, num_layers=1, repeats=1,
+                         flush_multiple=0)

@@ -676,6 +676,7 @@ def bench_whole_step(
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     if not shapes:
         raise ValueError("shapes must list at least one (batch, context)")
+    check_int(flush_multiple, "flush_multiple", minimum=1)
     release_freed_memory()  # what earlier work freed but kept: this benchmark needs room
     llc = last_level_cache_bytes()
     size = flush_bytes(flush_multiple)
