@@ -134,3 +134,62 @@ def test_publish_names_a_missing_tool_course_table(tmp_path, capsys):
     pyproject.write_text(pyproject.read_text().replace("[tool.course]", "[tool.coursex]"))
     assert publish.main([], root=tmp_path) == 2
     assert "no [tool.course] table" in capsys.readouterr().err
+
+
+# -- nbgrader_tools.py source: a broken lesson or a failed write changes nothing ----------------
+def _source_course(tmp_path: Path, monkeypatch) -> tuple:
+    """A course folder made by a good ``source`` (plus an instructor's own files in it) and a
+    copy of the lessons that the next ``source`` reads."""
+    import nbgrader_tools
+
+    lessons = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", lessons, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    monkeypatch.setattr(nbgrader_tools, "NOTEBOOKS", lessons)
+    course = tmp_path / "course"
+    assert nbgrader_tools.main(["source", str(course)]) == 0
+    (course / "gradebook.db").write_bytes(b"the instructor's grades")
+    config = course / "nbgrader_config.py"
+    config.write_text("c.CourseDirectory.course_id = 'mine'\n" + config.read_text())
+    return nbgrader_tools, lessons, course
+
+
+def test_source_with_a_broken_lesson_leaves_the_course_as_it_was(tmp_path, monkeypatch, capsys):
+    tools, lessons, course = _source_course(tmp_path, monkeypatch)
+    before = _files(course)
+    first = sorted(lessons.glob("01_*.ipynb"))[0]
+    nb = json.loads(first.read_text())
+    nb["cells"].append({"cell_type": "markdown", "id": "b5a-edit", "metadata": {},
+                        "source": "an edit for the next release"})
+    first.write_text(json.dumps(nb))
+    broken = sorted(lessons.glob("04_*.ipynb"))[0]
+    broken.write_text("{bad")
+    capsys.readouterr()
+    assert tools.main(["source", str(course)]) == 1
+    err = capsys.readouterr().err
+    assert broken.name in err and "not" in err and "nothing in" in err and "Traceback" not in err
+    assert _files(course) == before  # no mixed release: lesson 01 and the salts are the old ones
+    assert tools.main(["source", str(tmp_path / "new" / "course")]) == 1
+    assert not (tmp_path / "new").exists()  # no half-made folder either
+
+
+def test_source_that_cannot_write_one_file_puts_every_file_back(tmp_path, monkeypatch, capsys):
+    tools, lessons, course = _source_course(tmp_path, monkeypatch)
+    before = _files(course)
+    for nth in (1, 3):
+        monkeypatch.undo()
+        monkeypatch.setattr(tools, "NOTEBOOKS", lessons)
+        _failing_replace(monkeypatch, nth)
+        capsys.readouterr()
+        assert tools.main(["source", str(course)]) == 1
+        err = capsys.readouterr().err
+        assert "cannot write" in err and "Operation not permitted" in err
+        assert _files(course) == before
+        assert not [p for p in course.rglob(".*") if p.name != ".course_grader.json"]
+    monkeypatch.undo()
+    monkeypatch.setattr(tools, "NOTEBOOKS", lessons)
+    assert tools.main(["source", str(course)]) == 0
+    after = _files(course)
+    assert after["gradebook.db"] == before["gradebook.db"]
+    assert after["nbgrader_config.py"].startswith(b"c.CourseDirectory.course_id = 'mine'\n")
+    assert after[".course_grader.json"] != before[".course_grader.json"]  # new salts
+    assert (course / ".course_grader.json").stat().st_mode & 0o077 == 0
