@@ -455,7 +455,10 @@ def fill_course_source(course: Path) -> list[Path]:
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(_stamped(nb, f"student/{path.name}", student_tree=True), staging / relative)
             written.append(course / relative)
-        write_secrets(staging, [p.stem for p, _ in lessons], ROOT / "solutions")
+        try:
+            write_secrets(staging, [p.stem for p, _ in lessons], ROOT / "solutions")
+        except (ValueError, FileNotFoundError) as exc:  # no graded lesson, no solutions/ folder
+            raise SourceError(str(exc)) from None
         (staging / "nbgrader_config.py").write_text(grading_config_text(course))
         _swap_in(staging, course)
     except _notebook_tools().ToolError as exc:

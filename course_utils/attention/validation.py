@@ -123,6 +123,9 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
+    if maximum is not None and minimum is not None and maximum < minimum:
+        raise ValueError(f"{name} must be an int in {minimum}..{maximum}, a range with no int in it "
+                         f"(its maximum {maximum} is below its minimum {minimum}), got {value}")
     if maximum is not None and minimum is not None and not minimum <= value <= maximum:
         raise ValueError(f"{name} must be an int in {minimum}..{maximum}, got {value}")
     if minimum is not None and value < minimum:

@@ -55,6 +55,12 @@ def same_raise(stored: Raised, kind: str, message: str, *, loose: bool = False) 
     """True when an exception of ``kind`` with ``message`` is the one ``stored`` records, across
     torch versions: the same kind (or a subclass torch now raises instead) and, unless
     ``loose``, the same message up to an operator-name prefix."""
+    if not isinstance(stored, Raised):
+        raise TypeError(f"stored: expected a Raised (a stored exception), got {type(stored).__name__} "
+                        f"{stored!r:.60}")
+    if not isinstance(kind, str) or not isinstance(message, str):
+        raise TypeError(f"kind and message: expected the exception's class name and text (str), got "
+                        f"{type(kind).__name__} and {type(message).__name__}")
     if stored.kind != kind and _SAME_KIND.get(kind) != stored.kind and _SAME_KIND.get(stored.kind) != kind:
         return False
     return loose or stored.message == message or _message_core(stored.message) == _message_core(message)
