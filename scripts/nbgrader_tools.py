@@ -249,9 +249,20 @@ def _notebook_tools():
     return notebook_tools
 
 
+class NotebookReadError(ValueError):
+    """A file that should be a notebook cannot be read as one; the message names it."""
+
+
 def _read(path: Path) -> nbformat.NotebookNode:
-    _notebook_tools().check_regular(path, "notebook")  # a FIFO would block the read forever
-    return nbformat.read(path, as_version=4)
+    """The notebook at ``path``, or a :class:`NotebookReadError` naming the file and why (not
+    JSON, not a notebook, missing, a folder, a FIFO: a FIFO would block the read forever)."""
+    try:
+        _notebook_tools().check_regular(path, "notebook")
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - any of those, named with the file
+        text = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise NotebookReadError(f"cannot read {_shown(path)} as a notebook ({type(exc).__name__}: "
+                                f"{text[:200]})") from None
 
 
 def _same(a: nbformat.NotebookNode, b: nbformat.NotebookNode) -> bool:
@@ -438,10 +449,8 @@ def fill_course_source(course: Path) -> list[Path]:
     for path in _lessons():
         try:
             nb = _read(path)
-        except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook, a folder, a FIFO
-            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
-            raise SourceError(f"cannot read {_shown(path)} as a notebook "
-                              f"({type(exc).__name__}: {first})") from None
+        except NotebookReadError as exc:
+            raise SourceError(str(exc)) from None
         if any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells):
             lessons.append((path, nb))  # lesson 00 has nothing to grade
     try:
@@ -472,8 +481,14 @@ def fill_course_source(course: Path) -> list[Path]:
 
 def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path) -> list[str]:
     """Student notebooks in ``folder`` that differ from ``students``, are missing, or are extra."""
+    def current(path: Path, nb: nbformat.NotebookNode) -> bool:
+        try:
+            return _same(_read(path), nb)
+        except NotebookReadError:  # a broken student copy is stale: release writes it again
+            return False
+
     stale = [str(folder / name) for name, nb in students.items()
-             if not (folder / name).exists() or not _same(_read(folder / name), nb)]
+             if not (folder / name).exists() or not current(folder / name, nb)]
     stale += [str(p) for p in sorted(folder.glob("*.ipynb")) if p.name not in students]
     return stale
 
@@ -483,16 +498,18 @@ def release(*, write: bool = True) -> list[str]:
     (with ``write=False``, the files that *would* change, writing nothing)."""
     changed: list[str] = []
     converted: dict[str, nbformat.NotebookNode] = {}
-    for path in _lessons():
-        original = _read(path)
-        nb, _ = convert(original, path.name)
-        converted[path.name] = nb
+    originals = {path: _read(path) for path in _lessons()}  # every lesson read before any is written
+    for path, original in originals.items():
+        converted[path.name] = convert(original, path.name)[0]
+    students = student_notebooks(converted)
+    stale_copies = stale_students(students, STUDENT)
+    for path, original in originals.items():  # nothing is written before here
+        nb = converted[path.name]
         if not _same(nb, original):
-            changed.append(str(path.relative_to(ROOT)))
+            changed.append(_shown(path))
             if write:
                 nbformat.write(nb, path)
-    students = student_notebooks(converted)
-    for stale in stale_students(students, STUDENT):
+    for stale in stale_copies:
         path = Path(stale)
         changed.append(str(path.relative_to(ROOT)))
         if not write:
@@ -552,10 +569,8 @@ def main(argv: list[str]) -> int:
                 path = Path(name)
                 try:
                     nb = _read(path)
-                except Exception as exc:  # noqa: BLE001 - missing, a folder, not JSON, not a notebook
-                    print(f"convert: cannot read {name} as a notebook ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else exc!r}); nothing was written",
-                          file=sys.stderr)
+                except NotebookReadError as exc:  # missing, a folder, not JSON, not a notebook
+                    print(f"convert: {exc}; nothing was written", file=sys.stderr)
                     return 2
                 converted.append((name, path, *convert(nb, path.name)))
             tools = _notebook_tools()
@@ -625,6 +640,9 @@ def main(argv: list[str]) -> int:
             return 2
     except FormatError as exc:
         print(f"exercise format: {exc}", file=sys.stderr)
+        return 1
+    except NotebookReadError as exc:  # release, check, table: every lesson is read before any write
+        print(f"{command}: {exc}; nothing was written", file=sys.stderr)
         return 1
     return 0
 

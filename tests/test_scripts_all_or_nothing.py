@@ -193,3 +193,61 @@ def test_source_that_cannot_write_one_file_puts_every_file_back(tmp_path, monkey
     assert after["nbgrader_config.py"].startswith(b"c.CourseDirectory.course_id = 'mine'\n")
     assert after[".course_grader.json"] != before[".course_grader.json"]  # new salts
     assert (course / ".course_grader.json").stat().st_mode & 0o077 == 0
+
+
+def test_release_and_check_name_a_broken_lesson_and_write_nothing(tmp_path, monkeypatch, capsys):
+    # battery 5: a 30-line nbformat traceback that never named the file
+    import nbgrader_tools
+
+    lessons, student = tmp_path / "notebooks", tmp_path / "student"
+    shutil.copytree(ROOT / "notebooks", lessons, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(ROOT / "student", student)
+    (lessons / "03_zz_broken.ipynb").write_text("{not json")
+    first = sorted(lessons.glob("01_*.ipynb"))[0]
+    first.write_text(first.read_text().replace('"nbgrader"', '"nbgrader_old"', 1))  # would be rewritten
+    monkeypatch.setattr(nbgrader_tools, "NOTEBOOKS", lessons)
+    monkeypatch.setattr(nbgrader_tools, "STUDENT", student)
+    before = {**_files(lessons), **{f"s/{k}": v for k, v in _files(student).items()}}
+    for command in ("release", "check"):
+        capsys.readouterr()
+        assert nbgrader_tools.main([command]) == 1
+        err = capsys.readouterr().err
+        assert "03_zz_broken.ipynb" in err and "NotJSONError" in err and "nothing was written" in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert {**_files(lessons), **{f"s/{k}": v for k, v in _files(student).items()}} == before
+
+
+def test_a_broken_student_copy_is_stale_not_a_crash(tmp_path):
+    import nbformat
+    import nbgrader_tools
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x")])
+    (tmp_path / "02_x.ipynb").write_text("{bad")
+    assert nbgrader_tools.stale_students({"02_x.ipynb": nb}, tmp_path) == [str(tmp_path / "02_x.ipynb")]
+
+
+def test_exercise_answers_names_a_solutions_file_that_is_not_python(tmp_path, monkeypatch, capsys):
+    # battery 5: a raw import traceback ending "SyntaxError: invalid syntax"
+    import exercise_answers
+
+    from course_utils.exercises import answers
+
+    fake = tmp_path / "solutions"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("def attach():\n    from . import lesson02  # noqa: F401\n")
+    (fake / "lesson02.py").write_text("x = 1\ndef broken(:\n")
+    for name in [m for m in sys.modules if m == "solutions" or m.startswith("solutions.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = _files(answers.ANSWERS_DIR)
+    try:
+        for command in ("build", "check"):
+            assert exercise_answers.main([command]) == 1
+            err = capsys.readouterr().err
+            assert "lesson02.py, line 2: SyntaxError" in err and "no stored answer was written" in err, err
+            assert len(err.strip().splitlines()) == 1, err
+    finally:  # no later test may import the fake
+        for name in [m for m, mod in sys.modules.items() if m.split(".")[0] == "solutions"
+                     and str(getattr(mod, "__file__", "")).startswith(str(tmp_path))]:
+            del sys.modules[name]
+    assert _files(answers.ANSWERS_DIR) == before
