@@ -8,12 +8,18 @@ from pathlib import Path
 import pytest
 from bad_input_cases import Case, assert_named
 
-from course_utils.attention.validation import check_int
+from course_utils.attention.validation import check_fits_in_memory, check_int
 from course_utils.exercises import answers, autograde, sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 ANSWER = "def score_macs(*a):\n    return 0\n"
+
+
+def _self_holding() -> list:
+    x: list = []
+    x.append(x)
+    return x
 
 
 def _salted(salt):
@@ -51,6 +57,12 @@ CASES = [
          FileNotFoundError, ["solutions_dir", "solutions folder", "/nonexistent/nosol", "not a folder"]),
     Case("write_secrets unwritable", lambda: autograde.write_secrets(Path("/proc/zz"), ["01_x"], SOLUTIONS),
          OSError, ["cannot write the grader's secrets", "/proc/zz/.course_grader.json"]),
+    Case("decode tensor tag", lambda: answers.decode({"__tensor__": 5}), ValueError,
+         ["'__tensor__'", "torch.Tensor", "int 5"]),
+    Case("encode self ref", lambda: answers.encode(_self_holding()), answers.UnstorableValue,
+         ["nested more than 32", "holds itself"]),
+    Case("check_fits_in_memory negative", lambda: check_fits_in_memory(-1, "buf"), ValueError,
+         ["buf", "int >= 0", "got int -1"]),
     Case("check_int empty range", lambda: check_int(3, "x", minimum=5, maximum=1), ValueError,
          ["x", "5..1", "maximum 1 is below its minimum 5", "got 3"]),
 ]
