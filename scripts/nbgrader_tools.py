@@ -425,6 +425,8 @@ def _swap_in(staging: Path, course: Path) -> None:
         raise
     for aside in kept.values():
         aside.unlink(missing_ok=True)
+    for new in files:  # what an earlier, killed run left beside each file
+        _notebook_tools().remove_leftovers(course / new.relative_to(staging))
 
 
 def fill_course_source(course: Path) -> list[Path]:

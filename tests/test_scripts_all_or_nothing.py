@@ -51,6 +51,34 @@ def test_write_all_atomically_puts_every_file_back_when_one_fails(tmp_path, monk
     assert _files(tmp_path) == before
 
 
+def test_a_rerun_removes_what_a_killed_write_left_behind(tmp_path):
+    # battery 5: publish SIGKILLed in its rename phase left 32 .tmp/.old files that no rerun removed
+    texts = {tmp_path / n: f"new {n}\n" for n in ("a.txt", "b.txt", "c.txt")}
+    for path in texts:
+        path.write_text(f"old {path.name}\n")
+    (tmp_path / ".a.txt.notmine.tmp").write_text("someone else's")  # not the writer's pattern
+    pid = os.fork()
+    if pid == 0:  # the writer, killed (no clean-up runs) at its second rename
+        calls = []
+
+        def replace(src, dst, *args, **kwargs):
+            calls.append(dst)
+            if len(calls) == 2:
+                os._exit(9)
+            return os.rename(src, dst)
+
+        os.replace = replace
+        notebook_tools.write_all_atomically(texts)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 9
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith((".tmp", ".old")))
+    assert len(left) >= 4, left  # the temporaries and the kept-aside copies of the killed run
+    notebook_tools.write_all_atomically(texts)
+    assert _files(tmp_path) == {**{p.name: t.encode() for p, t in texts.items()},
+                                ".a.txt.notmine.tmp": b"someone else's"}
+
+
 def test_publish_leaves_every_file_as_it_was_when_one_cannot_be_written(tmp_path, monkeypatch, capsys):
     for name in ("README.md", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
