@@ -140,11 +140,11 @@ def publish(args: list[str]) -> int:
     return subprocess.call([str(_bin("python")), str(ROOT / "scripts" / "publish.py"), *args], cwd=ROOT)
 
 
-def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
-    """The arguments of ``course.py test`` that name a file or folder to test (a path, or a
-    ``path::test`` node id) that does not exist under ``root``. Options and their values
-    (``-k expr``, ``-m "not slow"``) are not paths."""
-    missing, skip = [], False
+def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
+    """(argument, path) for each argument of ``course.py test`` that names a file or folder to
+    test (a path, or a ``path::test`` node id). Options and their values (``-k expr``,
+    ``-m "not slow"``) are not paths."""
+    found, skip = [], False
     for arg in args:
         if skip:
             skip = False
@@ -155,10 +155,22 @@ def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
         path = arg.split("::", 1)[0]
         if not path:
             continue
-        looks_like_a_path = "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb"))
-        if looks_like_a_path and not (root / path).exists():
-            missing.append(arg)
-    return missing
+        if "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb")):
+            found.append((arg, path))
+    return found
+
+
+def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
+    """The arguments of ``course.py test`` that name a file or folder to test that does not
+    exist under ``root``."""
+    return [arg for arg, path in _test_path_args(args) if not (root / path).exists()]
+
+
+def special_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
+    """The arguments of ``course.py test`` that name something neither a file nor a folder (a
+    FIFO, a socket, a device): pytest would skip it after collecting everything else."""
+    return [arg for arg, path in _test_path_args(args)
+            if (root / path).exists() and not ((root / path).is_file() or (root / path).is_dir())]
 
 
 def student_tree_problem(args: list[str]) -> str | None:
@@ -193,6 +205,15 @@ def main(argv: list[str]) -> int:
             print(f"course.py test: no such test file or folder: {', '.join(missing)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
             return 2
+        special = special_test_paths(argv[1:])
+        if special:
+            print(f"course.py test: not a test file or folder: {', '.join(special)} (a FIFO, socket or "
+                  "device; expected a .py or .ipynb file or a folder; nothing was run)", file=sys.stderr)
+            return 2
+    if argv[0] == "setup" and argv[1:]:
+        print(f"course.py setup: takes no arguments, got {' '.join(argv[1:])} (it makes .venv/ and "
+              "installs the course; to start again, delete .venv/); nothing was done", file=sys.stderr)
+        return 2
     ensure_environment()
     command, rest = argv[0], argv[1:]
     if command == "publish":

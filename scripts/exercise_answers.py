@@ -176,7 +176,32 @@ def _same_outcomes(a: list, b: list, rtol: float = 1e-5, atol: float = 1e-6) -> 
     return True
 
 
+class SolutionsProblem(Exception):
+    """solutions/ cannot be imported or attached: a one-line message names the file."""
+
+
+def _attached_solutions() -> None:
+    """Import solutions/ and attach it, or a :class:`SolutionsProblem` naming the file and line
+    (a SyntaxError or an import error in a solutions module, a missing reference)."""
+    try:
+        import solutions
+
+        solutions.attach()
+    except SyntaxError as exc:
+        where = Path(exc.filename or "solutions")
+        shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+        raise SolutionsProblem(f"{shown}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
+    except (ImportError, KeyError, AttributeError) as exc:
+        raise SolutionsProblem(f"solutions/ cannot be attached ({type(exc).__name__}: {exc})") from None
+
+
 def main(argv: list[str]) -> int:
+    if argv in (["build"], ["check"]):
+        try:
+            _attached_solutions()
+        except SolutionsProblem as exc:
+            print(f"exercise_answers {argv[0]}: {exc}; no stored answer was written", file=sys.stderr)
+            return 1
     if argv == ["build"]:
         for lesson, data in compute().items():
             path = answers.ANSWERS_DIR / f"{lesson}.pt"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -248,9 +249,20 @@ def _notebook_tools():
     return notebook_tools
 
 
+class NotebookReadError(ValueError):
+    """A file that should be a notebook cannot be read as one; the message names it."""
+
+
 def _read(path: Path) -> nbformat.NotebookNode:
-    _notebook_tools().check_regular(path, "notebook")  # a FIFO would block the read forever
-    return nbformat.read(path, as_version=4)
+    """The notebook at ``path``, or a :class:`NotebookReadError` naming the file and why (not
+    JSON, not a notebook, missing, a folder, a FIFO: a FIFO would block the read forever)."""
+    try:
+        _notebook_tools().check_regular(path, "notebook")
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - any of those, named with the file
+        text = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise NotebookReadError(f"cannot read {_shown(path)} as a notebook ({type(exc).__name__}: "
+                                f"{text[:200]})") from None
 
 
 def _same(a: nbformat.NotebookNode, b: nbformat.NotebookNode) -> bool:
@@ -327,19 +339,94 @@ def grading_config_block() -> str:
             f"{CONFIG_END}\n")
 
 
-def write_grading_config(course: Path) -> Path:
-    """Put :func:`grading_config_block` into ``course/nbgrader_config.py`` (made when missing;
-    an older block is replaced, the rest of the file kept). Returns the file."""
+def grading_config_text(course: Path) -> str:
+    """What ``course/nbgrader_config.py`` should hold: the file as it is (or a new one) with
+    :func:`grading_config_block` in it (an older block is replaced, the rest of the file kept)."""
     path = Path(course) / "nbgrader_config.py"
     first = "c = get_config()  # noqa: F821 - nbgrader's config object\n"
-    text = path.read_text() if path.exists() else first
+    text = _notebook_tools().read_text(path, "nbgrader_config.py") if path.exists() else first
     if CONFIG_BEGIN in text and CONFIG_END in text:
         head, rest = text.split(CONFIG_BEGIN, 1)
         text = head + rest.split(CONFIG_END, 1)[1].lstrip("\n")
     if "get_config()" not in text:
         text = first + text
-    path.write_text(text.rstrip("\n") + "\n\n" + grading_config_block())
+    return text.rstrip("\n") + "\n\n" + grading_config_block()
+
+
+def write_grading_config(course: Path) -> Path:
+    """Put :func:`grading_config_block` into ``course/nbgrader_config.py`` (made when missing;
+    an older block is replaced, the rest of the file kept). Returns the file."""
+    path = Path(course) / "nbgrader_config.py"
+    path.write_text(grading_config_text(course))
     return path
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the clone when it is inside it, else as it is."""
+    try:
+        return str(Path(path).relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+class SourceError(Exception):
+    """``source`` could not be made; nothing in the course folder was changed."""
+
+
+def _swap_in(staging: Path, course: Path) -> None:
+    """Move every file under ``staging`` to the same place under ``course``, all or nothing:
+    the old files are kept aside (hard links) until every new one is in place; if any step
+    fails, the old files go back, new files and folders made here are removed, and a
+    :class:`SourceError` names the file."""
+    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    made: list[Path] = []  # folders this made, deepest last
+    kept: dict[Path, Path] = {}
+    done: list[Path] = []
+    current = course
+    try:
+        for new in files:
+            target = course / new.relative_to(staging)
+            current = target
+            missing = [d for d in [target.parent, *target.parent.parents] if not d.exists()]
+            for folder in reversed(missing):
+                folder.mkdir()
+                made.append(folder)
+            if target.is_symlink() or (target.exists() and not target.is_file()):
+                raise SourceError(f"{target} is a folder, a link or a special file; expected a file "
+                                  "to replace")
+            if target.exists():
+                handle, aside = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old")
+                os.close(handle)
+                os.unlink(aside)
+                os.link(target, aside)
+                kept[target] = Path(aside)
+        for new in files:
+            current = course / new.relative_to(staging)
+            os.replace(new, current)
+            done.append(current)
+    except BaseException as exc:
+        for target in reversed(done):
+            try:
+                if target in kept:
+                    os.replace(kept.pop(target), target)
+                else:
+                    target.unlink(missing_ok=True)
+            except OSError:
+                pass
+        for aside in kept.values():
+            aside.unlink(missing_ok=True)
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        if isinstance(exc, OSError):
+            raise SourceError(f"cannot write {current} ({exc.strerror or exc})") from None
+        raise
+    for aside in kept.values():
+        aside.unlink(missing_ok=True)
+    for new in files:  # what an earlier, killed run left beside each file
+        _notebook_tools().remove_leftovers(course / new.relative_to(staging))
 
 
 def fill_course_source(course: Path) -> list[Path]:
@@ -349,27 +436,61 @@ def fill_course_source(course: Path) -> list[Path]:
     as the lesson has them (feedback while learning); the points come from the outside grader:
     this writes its secrets (a new salt per lesson, :func:`course_utils.exercises.autograde.write_secrets`)
     to ``course/.course_grader.json`` and its configuration into ``course/nbgrader_config.py``.
-    Returns the notebooks written."""
+
+    All or nothing: everything is built in a temporary folder beside ``course`` first and moved
+    in only when every lesson was read and written; a lesson that cannot be read (not JSON, not
+    a notebook) raises :class:`SourceError` naming it, and the course folder stays as it was
+    (no mix of two releases, no half-made folder). Returns the notebooks written."""
     from course_utils.exercises.autograde import write_secrets
 
-    written = []
+    course = Path(course)
+    above = course
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    lessons = []
     for path in _lessons():
-        nb = _read(path)
-        if not any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells):
-            continue  # lesson 00 has nothing to grade
-        target = course / "source" / path.stem / path.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(_stamped(nb, f"student/{path.name}", student_tree=True), target)
-        written.append(target)
-    write_secrets(course, [p.stem for p in written], ROOT / "solutions")
-    write_grading_config(course)
+        try:
+            nb = _read(path)
+        except NotebookReadError as exc:
+            raise SourceError(str(exc)) from None
+        if any(cell.metadata.get("nbgrader", {}).get("grade") for cell in nb.cells):
+            lessons.append((path, nb))  # lesson 00 has nothing to grade
+    try:
+        staging = Path(tempfile.mkdtemp(dir=above, prefix=".course-source-"))
+    except OSError as exc:
+        raise SourceError(f"cannot write into {above} ({exc.strerror or exc})") from None
+    try:
+        written = []
+        for path, nb in lessons:
+            relative = Path("source") / path.stem / path.name
+            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(_stamped(nb, f"student/{path.name}", student_tree=True), staging / relative)
+            written.append(course / relative)
+        try:
+            write_secrets(staging, [p.stem for p, _ in lessons], ROOT / "solutions")
+        except (ValueError, FileNotFoundError) as exc:  # no graded lesson, no solutions/ folder
+            raise SourceError(str(exc)) from None
+        (staging / "nbgrader_config.py").write_text(grading_config_text(course))
+        _swap_in(staging, course)
+    except _notebook_tools().ToolError as exc:
+        raise SourceError(str(exc)) from None
+    except OSError as exc:
+        raise SourceError(f"cannot write {exc.filename or staging} ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return written
 
 
 def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path) -> list[str]:
     """Student notebooks in ``folder`` that differ from ``students``, are missing, or are extra."""
+    def current(path: Path, nb: nbformat.NotebookNode) -> bool:
+        try:
+            return _same(_read(path), nb)
+        except NotebookReadError:  # a broken student copy is stale: release writes it again
+            return False
+
     stale = [str(folder / name) for name, nb in students.items()
-             if not (folder / name).exists() or not _same(_read(folder / name), nb)]
+             if not (folder / name).exists() or not current(folder / name, nb)]
     stale += [str(p) for p in sorted(folder.glob("*.ipynb")) if p.name not in students]
     return stale
 
@@ -379,16 +500,18 @@ def release(*, write: bool = True) -> list[str]:
     (with ``write=False``, the files that *would* change, writing nothing)."""
     changed: list[str] = []
     converted: dict[str, nbformat.NotebookNode] = {}
-    for path in _lessons():
-        original = _read(path)
-        nb, _ = convert(original, path.name)
-        converted[path.name] = nb
+    originals = {path: _read(path) for path in _lessons()}  # every lesson read before any is written
+    for path, original in originals.items():
+        converted[path.name] = convert(original, path.name)[0]
+    students = student_notebooks(converted)
+    stale_copies = stale_students(students, STUDENT)
+    for path, original in originals.items():  # nothing is written before here
+        nb = converted[path.name]
         if not _same(nb, original):
-            changed.append(str(path.relative_to(ROOT)))
+            changed.append(_shown(path))
             if write:
                 nbformat.write(nb, path)
-    students = student_notebooks(converted)
-    for stale in stale_students(students, STUDENT):
+    for stale in stale_copies:
         path = Path(stale)
         changed.append(str(path.relative_to(ROOT)))
         if not write:
@@ -448,10 +571,8 @@ def main(argv: list[str]) -> int:
                 path = Path(name)
                 try:
                     nb = _read(path)
-                except Exception as exc:  # noqa: BLE001 - missing, a folder, not JSON, not a notebook
-                    print(f"convert: cannot read {name} as a notebook ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else exc!r}); nothing was written",
-                          file=sys.stderr)
+                except NotebookReadError as exc:  # missing, a folder, not JSON, not a notebook
+                    print(f"convert: {exc}; nothing was written", file=sys.stderr)
                     return 2
                 converted.append((name, path, *convert(nb, path.name)))
             tools = _notebook_tools()
@@ -495,9 +616,8 @@ def main(argv: list[str]) -> int:
                 return 2
             try:
                 written_files = fill_course_source(course_dir)
-            except OSError as exc:
-                print(f"source: cannot write into {course_dir} ({exc.strerror or exc}: {exc.filename})",
-                      file=sys.stderr)
+            except SourceError as exc:
+                print(f"source: {exc}; nothing in {course_dir} was changed", file=sys.stderr)
                 return 1
             for written in written_files:
                 print(f"wrote {written}")
@@ -522,6 +642,9 @@ def main(argv: list[str]) -> int:
             return 2
     except FormatError as exc:
         print(f"exercise format: {exc}", file=sys.stderr)
+        return 1
+    except NotebookReadError as exc:  # release, check, table: every lesson is read before any write
+        print(f"{command}: {exc}; nothing was written", file=sys.stderr)
         return 1
     return 0
 

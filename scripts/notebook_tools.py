@@ -106,6 +106,29 @@ def check_regular(path: Path, what: str = "file") -> None:
         raise ToolError(f"{path}: is {kind}, expected a {what} (a regular file)")
 
 
+def remove_leftovers(path: Path) -> list[Path]:
+    """Remove the temporary (``.tmp``) and kept-aside (``.old``) files that a writer of ``path``
+    killed half-way (SIGKILL, a power cut) left beside it: ``.<name>.<8 characters>.tmp|.old``,
+    the names :func:`write_all_atomically` gives them. Called once the file is written anew, so
+    nothing they held is needed. Returns what was removed."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.(tmp|old)")
+    removed = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return removed
+    for name in names:
+        leftover = path.parent / name
+        if pattern.fullmatch(name) and leftover.is_file() and not leftover.is_symlink():
+            try:
+                leftover.unlink()
+                removed.append(leftover)
+            except OSError:
+                pass
+    return removed
+
+
 def write_all_atomically(texts: dict[Path, str]) -> None:
     """Write every ``path -> text``, all or nothing: each text goes to a temporary file beside
     its target first, the old files are kept aside, and only then is each renamed into place.
@@ -156,6 +179,8 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
         raise
     for aside in kept.values():
         Path(aside).unlink(missing_ok=True)
+    for path in texts:  # what an earlier, killed run left beside each file
+        remove_leftovers(path)
 
 
 def notebook_text(nb: nbformat.NotebookNode) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import pwd
 import re
@@ -189,14 +190,46 @@ def stage(inbound: Path, lesson: str, dest: Path, **checks) -> tuple[list[Record
     return taken, refused
 
 
+SIMPLE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
+
+
+def _simple_name(what: str):
+    """An argparse type: a lesson or course name as nbgrader's exchange spells it (letters,
+    digits, ``_ . -``, not starting with a dot): no ``/``, ``..`` or hidden name that would lead
+    the collection outside the exchange."""
+    def parse(text: str) -> str:
+        if not SIMPLE_NAME.fullmatch(text):
+            raise argparse.ArgumentTypeError(
+                f"expected {what}: 1 to 100 letters, digits, '_', '.', '-' (not starting with '.'), "
+                f"got {text!r}")
+        return text
+    return parse
+
+
+def _number(least: float, *, above: bool, unit: str):
+    """An argparse type: a finite number ``> least`` (``above``) or ``>= least``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (value <= least if above else value < least):
+            raise argparse.ArgumentTypeError(
+                f"expected a finite number {'>' if above else '>='} {least:g} ({unit}), got {text!r}")
+        return value
+    return parse
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("lesson")
+    parser.add_argument("lesson", type=_simple_name("a lesson name"))
     parser.add_argument("--exchange", required=True, type=Path, help="the exchange root (c.Exchange.root)")
-    parser.add_argument("--course", required=True, help="the course id (c.CourseDirectory.course_id)")
+    parser.add_argument("--course", required=True, type=_simple_name("a course id"),
+                        help="the course id (c.CourseDirectory.course_id)")
     parser.add_argument("--owner", choices=("name", "off"), default="name")
-    parser.add_argument("--max-mb", type=float, default=50.0)
-    parser.add_argument("--slack", type=float, default=300.0, help="seconds a copy may take")
+    parser.add_argument("--max-mb", type=_number(0, above=True, unit="MiB per record"), default=50.0)
+    parser.add_argument("--slack", type=_number(0, above=False, unit="seconds"), default=300.0,
+                        help="seconds a copy may take")
     args = parser.parse_args(argv)
     inbound = args.exchange / args.course / "inbound"
     if not inbound.is_dir():

@@ -131,7 +131,13 @@ def _point_links_at_the_tree(folder: Path) -> None:
     config = load_config(ROOT)
     published = Published(config.repo, f"{config.tag}-student")
     for path in sorted(folder.glob("*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook: name the file
+            text = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise ValueError(f"cannot read student/{path.name} as a notebook ({type(exc).__name__}: "
+                             f"{text[:200]}); run `python3 course.py release` to make it again "
+                             "(nothing was written)") from None
         stamp_notebook(nb, f"student/{path.name}", published)
         nbformat.write(nb, path)
 

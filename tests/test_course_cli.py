@@ -219,3 +219,20 @@ def test_version_matrix_passes_what_follows_the_double_dash_to_pytest(tmp_path, 
     version_matrix.main(["newest", "--venv", str(tmp_path / "env"), "--", "-q", "tests/test_masks.py"])
     pytest_call = next(c for c in calls if "pytest" in c)
     assert pytest_call[-2:] == ["-q", "tests/test_masks.py"]
+
+
+def test_course_setup_refuses_arguments_it_would_ignore(no_install, capsys):
+    # battery 5: `course.py setup --force` exited 0 and ignored --force
+    assert course.main(["setup", "--force"]) == 2
+    _one_line(capsys.readouterr().err, "course.py setup: takes no arguments", "--force", "nothing was done")
+
+
+def test_course_test_names_a_path_that_is_not_a_file_or_folder(tmp_path):
+    # battery 5: a FIFO passed the path check and pytest said "no tests ran" 22 s later
+    import os
+
+    os.mkfifo(tmp_path / "fifo_test.py")
+    (tmp_path / "real_test.py").write_text("")
+    args = ["fifo_test.py", "real_test.py", "-k", "x"]
+    assert course.special_test_paths(args, root=tmp_path) == ["fifo_test.py"]
+    assert course.missing_test_paths(args, root=tmp_path) == []

@@ -139,3 +139,33 @@ def test_a_record_that_cannot_be_read_is_refused_and_the_rest_collected(tmp_path
     monkeypatch.setattr(safe_collect, "read_record", flaky)
     taken, refused, _ = _stage(tmp_path)
     assert len(taken) == 1 and "could not be read" in next(iter(refused.values()))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["../../etc"], ["argument lesson", "a lesson name", "'../../etc'"]),
+    ([".hidden"], ["argument lesson", "not starting with '.'", "'.hidden'"]),
+    ([LESSON, "--max-mb", "-1"], ["--max-mb", "finite number > 0", "'-1'"]),
+    ([LESSON, "--max-mb", "nan"], ["--max-mb", "finite number > 0", "'nan'"]),
+    ([LESSON, "--max-mb", "0"], ["--max-mb", "> 0", "'0'"]),
+    ([LESSON, "--slack", "inf"], ["--slack", "finite number >= 0", "seconds", "'inf'"]),
+    ([LESSON, "--slack", "-5"], ["--slack", ">= 0", "'-5'"]),
+], ids=["lesson traversal", "lesson hidden", "max-mb neg", "max-mb nan", "max-mb 0", "slack inf",
+        "slack neg"])
+def test_a_bad_lesson_or_limit_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch, argv, words):
+    # battery 5: these ran nbgrader collect (exit 0) or ended in "cannot convert float NaN"
+    (tmp_path / "ex" / "c" / "inbound").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    monkeypatch.setattr(safe_collect.subprocess, "run", lambda *a, **k: ran.append(a))
+    with pytest.raises(SystemExit) as info:
+        safe_collect.main([*argv, "--exchange", str(tmp_path / "ex"), "--course", "c"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and not ran and all(w in err for w in words), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ex"]  # no gradebook.db left behind
+
+
+def test_a_course_id_with_a_slash_is_refused(tmp_path, capsys):
+    (tmp_path / "c" / "inbound").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        safe_collect.main([LESSON, "--exchange", str(tmp_path), "--course", "c/../c"])
+    assert "argument --course" in capsys.readouterr().err

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_utils.exercises import Case, Exercise, Mistake, outputs_close
+from course_utils.exercises import Case, Exercise, Feedback, Mistake, outputs_close
 
 EX = Exercise(
     title="double",
@@ -348,10 +348,57 @@ def test_a_complex_answer_is_named_not_passed(make):
     (lambda: Case(args=[1, 2]), "args"),
     (lambda: Case(kwargs={1: 2}), "kwargs"),
     (lambda: Case(label=3), "label"),
+    (lambda: Feedback("t", "maybe", "x"), "status must be one of 'correct'.*got str 'maybe'"),
+    (lambda: Feedback("t", "wrong", None), "message must be a str"),
 ], ids=["rtol<0", "atol nan", "make_cases int", "Exercise rtol<0", "mistakes str", "args list",
-        "kwargs int key", "label int"])
+        "kwargs int key", "label int", "Feedback status", "Feedback message None"])
 def test_the_checker_refuses_its_own_bad_settings_by_name(build, names):
     # a negative tolerance matched nothing and a list of args was passed on as one argument:
     # both failed silently before (issue 38's battery)
     with pytest.raises((TypeError, ValueError), match=names):
         build()
+
+
+def test_an_exercise_without_cases_passes_no_answer():
+    # it said "correct on all 0 test cases" to any answer (battery 5)
+    fb = Exercise("t", lambda: [], reference=lambda x: x).check(lambda x: x)
+    assert fb.status == "error" and not fb.passed
+    assert "no test cases" in fb.message and "<lambda>" in fb.message
+
+
+def test_a_meta_tensor_answer_is_named_by_its_device():
+    # "could not compare ... Cannot copy out of meta tensor" before (battery 5)
+    fb = EX.check(lambda x: torch.empty(3, device="meta"))
+    assert fb.status == "wrong" and "'meta' device" in fb.message and "no values" in fb.message
+    assert "Expected a tensor of shape (3,)" in fb.message and "arange(3)" in fb.message
+    fb = EX.check(lambda x: (x, torch.empty(3, device="meta")))
+    assert fb.status == "wrong" and "'meta' device" in fb.message and "inside a tuple of 2" in fb.message
+
+
+def test_outputs_close_names_what_it_cannot_compare():
+    with pytest.raises(ValueError, match=r"got is a tensor of shape \(2,\).*'meta' device.*no values"):
+        outputs_close(torch.ones(2, device="meta"), torch.ones(2))
+    with pytest.raises(ValueError, match="expected is .*'meta' device"):
+        outputs_close(torch.ones(2), torch.ones(2, device="meta"))
+
+    class NoEq:
+        def __eq__(self, other):
+            raise RuntimeError("eq boom")
+
+    with pytest.raises(TypeError, match="cannot compare got .*NoEq.*RuntimeError: eq boom"):
+        outputs_close(NoEq(), NoEq())
+    assert not outputs_close(NoEq(), 3) and not outputs_close(3, NoEq())
+    nan = float("nan")
+    assert outputs_close(nan, nan) and not outputs_close(nan, 1.0) and not outputs_close(1.0, nan)
+
+
+@pytest.mark.parametrize("answer, said", [
+    (lambda *a, **k: float("nan"), "got float nan"),
+    (lambda *a, **k: torch.empty(2, device="meta"), "'meta' device"),
+], ids=["nan", "meta"])
+def test_a_constant_odd_answer_is_not_called_random(answer, said):
+    # a NaN (NaN != NaN) and a meta tensor were read as "a different output each time: dropout"
+    from course_utils.exercises import lesson07
+
+    fb = lesson07.check_decode_step(answer)
+    assert fb.status == "wrong" and said in fb.message and "random" not in fb.message

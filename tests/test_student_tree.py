@@ -136,3 +136,22 @@ def test_nbgrader_tools_refuses_bad_arguments_and_changes_nothing(tmp_path):
         done = subprocess.run([sys.executable, str(tools), *args], capture_output=True, text=True)
         assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, args
         assert good.read_bytes() == before, args
+
+
+def test_a_broken_student_notebook_is_named(tmp_path):
+    # battery 5: "Notebook does not appear to be JSON: '{bad'" without the file's name
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_student_tree_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    good = sorted((ROOT / "student").glob("*.ipynb"))[0]
+    shutil.copy(good, tmp_path / good.name)
+    (tmp_path / "02_broken.ipynb").write_text("{bad")
+    try:
+        module._point_links_at_the_tree(tmp_path)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a notebook that is not JSON was taken")
+    assert "student/02_broken.ipynb" in message and "NotJSONError" in message and "release" in message

@@ -55,6 +55,12 @@ def same_raise(stored: Raised, kind: str, message: str, *, loose: bool = False) 
     """True when an exception of ``kind`` with ``message`` is the one ``stored`` records, across
     torch versions: the same kind (or a subclass torch now raises instead) and, unless
     ``loose``, the same message up to an operator-name prefix."""
+    if not isinstance(stored, Raised):
+        raise TypeError(f"stored: expected a Raised (a stored exception), got {type(stored).__name__} "
+                        f"{stored!r:.60}")
+    if not isinstance(kind, str) or not isinstance(message, str):
+        raise TypeError(f"kind and message: expected the exception's class name and text (str), got "
+                        f"{type(kind).__name__} and {type(message).__name__}")
     if stored.kind != kind and _SAME_KIND.get(kind) != stored.kind and _SAME_KIND.get(stored.kind) != kind:
         return False
     return loose or stored.message == message or _message_core(stored.message) == _message_core(message)
@@ -64,8 +70,17 @@ class UnstorableValue(TypeError):
     """An output the store cannot hold; the message names its type."""
 
 
-def encode(value: Any) -> Any:
-    """``value`` as plain data that ``torch.load(weights_only=True)`` reads back."""
+# how deep encode goes into lists, tuples and dicts: a list that holds itself would recurse forever
+MAX_DEPTH = 32
+
+
+def encode(value: Any, _depth: int = 0) -> Any:
+    """``value`` as plain data that ``torch.load(weights_only=True)`` reads back. Raises
+    :class:`UnstorableValue` for a type the store cannot hold, or for lists, tuples and dicts
+    nested more than :data:`MAX_DEPTH` deep (one that holds itself)."""
+    if _depth > MAX_DEPTH:
+        raise UnstorableValue(f"cannot store a value nested more than {MAX_DEPTH} lists, tuples or dicts "
+                              "deep (a list that holds itself?)")
     if isinstance(value, Raised):
         return {"__raised__": [value.kind, value.message]}
     if isinstance(value, torch.Tensor):
@@ -80,18 +95,18 @@ def encode(value: Any) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, (int, float, str)):
         return value
     if isinstance(value, tuple):
-        return {"__tuple__": [encode(v) for v in value]}
+        return {"__tuple__": [encode(v, _depth + 1) for v in value]}
     if type(value) is torch.nn.Linear:
         return {"__linear__": [value.in_features, value.out_features, value.bias is not None,
                                str(value.weight.dtype).removeprefix("torch."),
-                               encode({k: v.detach() for k, v in value.state_dict().items()})]}
+                               encode({k: v.detach() for k, v in value.state_dict().items()}, _depth + 1)]}
     if type(value).__name__ == "DataFrame" and type(value).__module__.startswith("pandas"):
-        return {"__dataframe__": [encode(list(value.index)), encode(list(value.columns)),
-                                  encode(value.to_numpy(copy=True))]}
+        parts = (list(value.index), list(value.columns), value.to_numpy(copy=True))
+        return {"__dataframe__": [encode(part, _depth + 1) for part in parts]}
     if isinstance(value, list):
-        return [encode(v) for v in value]
+        return [encode(v, _depth + 1) for v in value]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"__dict__": {k: encode(v) for k, v in value.items()}}
+        return {"__dict__": {k: encode(v, _depth + 1) for k, v in value.items()}}
     raise UnstorableValue(f"cannot store a value of type {type(value).__module__}.{type(value).__qualname__}")
 
 
@@ -104,6 +119,10 @@ def decode(data: Any) -> Any:
     if "__raised__" in data:
         return Raised(*data["__raised__"])
     if "__tensor__" in data:
+        if not isinstance(data["__tensor__"], torch.Tensor):
+            raise ValueError(f"data: a stored tensor ('__tensor__') must hold a torch.Tensor, got "
+                             f"{type(data['__tensor__']).__name__} {data['__tensor__']!r:.60}: the stored "
+                             "answers are damaged; reinstall the course package")
         return data["__tensor__"].clone()
     if "__ndarray__" in data:
         return data["__ndarray__"].numpy().astype(data["dtype"], copy=True)

@@ -70,12 +70,23 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     """Write ``course/.course_grader.json`` (owner-only): a new salt for each lesson (notebook
     name without .ipynb), the checks' manifest and the instructor's ``solutions/``. Called by
     ``nbgrader_tools.py source``: each release gets new salts. Returns the file."""
+    if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
+            or not all(isinstance(x, str) and x for x in lessons):
+        raise ValueError(f"lessons: expected a non-empty list of lesson names (notebook names without "
+                         f".ipynb), got {lessons!r:.80}: without them the grader has no salts")
+    if not Path(solutions_dir).is_dir():
+        raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ "
+                                f"of the course's clone), but {solutions_dir} is not a folder")
     path = Path(course) / SECRETS_NAME
     data = {"release": _secrets.token_hex(8), "manifest": manifest(),
             "solutions_dir": str(Path(solutions_dir).resolve()),
             "salts": {lesson: _secrets.randbelow(2**31 - 1) + 1 for lesson in lessons}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write the grader's secrets {path} ({exc.strerror}: "
+                                 f"{exc.filename})") from None
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
     return path
@@ -84,6 +95,10 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
 def read_secrets(course: Path) -> dict:
     """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run."""
     path = Path(course) / SECRETS_NAME
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'not a regular file'}, expected the "
+                         f"grader's secrets file: remove it and run `python scripts/nbgrader_tools.py "
+                         f"source {course}`")
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: run `python scripts/nbgrader_tools.py source "
                                 f"{course}` in the course's clone (it writes the grader's salts)")
@@ -104,6 +119,9 @@ def salted_seeds(salt: int) -> Iterator[None]:
     """While active, every ``torch.Generator().manual_seed(s)``, ``torch.manual_seed(s)`` and
     ``np.random.default_rng(s)`` seeds with ``s`` mixed with ``salt``: the checks' case
     builders then make other inputs than the ones whose outputs ship with the package."""
+    if isinstance(salt, bool) or not isinstance(salt, (int, np.integer)):
+        raise TypeError(f"salt: expected an int (a lesson's salt from the grader's secrets), got "
+                        f"{type(salt).__name__} {salt!r:.60}")
     mixed = lambda seed: (int(seed) * 1_000_003 + salt) % 2**62  # noqa: E731
 
     class SaltedGenerator(torch.Generator):

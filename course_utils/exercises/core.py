@@ -289,6 +289,16 @@ class Feedback:
     # the answer was interrupted or ran past the time limit: no later diagnosis runs it again
     stopped: bool = field(default=False, repr=False, compare=False)
 
+    STATUSES = ("correct", "not attempted", "mistake", "wrong", "error")
+
+    def __post_init__(self) -> None:
+        if self.status not in self.STATUSES:
+            raise ValueError(f"status must be one of {', '.join(map(repr, self.STATUSES))}, got "
+                             f"{describe_value(self.status)}")
+        for name in ("exercise", "message", "hint"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a str, got {describe_value(getattr(self, name))}")
+
     @property
     def passed(self) -> bool:
         return self.status == "correct"
@@ -325,7 +335,8 @@ def describe_value(x: Any, _depth: int = 0) -> str:
     ``repr`` fails, or a list that holds itself, is described by its type)."""
     try:
         if isinstance(x, torch.Tensor):
-            return f"a tensor of shape {tuple(x.shape)} ({x.dtype})"
+            where = "" if x.device.type == "cpu" else f", on the {x.device.type!r} device"
+            return f"a tensor of shape {tuple(x.shape)} ({x.dtype}{where})"
         if isinstance(x, np.ndarray):
             return f"an array of shape {x.shape} ({x.dtype})"
         if isinstance(x, (tuple, list)):
@@ -340,6 +351,19 @@ def describe_value(x: Any, _depth: int = 0) -> str:
         return f"{type(x).__name__} {text}"
     except BaseException:  # noqa: BLE001 - a broken __repr__ / __len__ still gets a description
         return f"a {type(x).__name__} object (it could not be printed)"
+
+
+def _without_values(x: Any, _depth: int = 0) -> torch.Tensor | None:
+    """The first tensor in ``x`` (itself, or inside a tuple or list) on the 'meta' device: it
+    has a shape and a dtype but no values, so nothing can compare it; None when there is none."""
+    if isinstance(x, torch.Tensor):
+        return x if x.device.type == "meta" else None
+    if isinstance(x, (tuple, list)) and _depth < 3:
+        for item in x[:64]:
+            found = _without_values(item, _depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _as_array(x: Any) -> np.ndarray | None:
@@ -370,8 +394,16 @@ def _check_tolerances(rtol: Any, atol: Any) -> None:
 def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     """True when ``got`` matches ``expected``: same structure, same shapes, close values; an
     integer or bool result never matches a floating-point answer, and a str, bool or None
-    only matches a value of that very kind (not an object whose ``==`` says yes)."""
+    only matches a value of that very kind (not an object whose ``==`` says yes). NaN matches
+    NaN (in a tensor, an array or a plain number).
+
+    Raises ValueError for a tensor on the 'meta' device (it has no values to compare), and
+    TypeError when two objects of another kind cannot be compared (their ``==`` raised)."""
     _check_tolerances(rtol, atol)
+    for name, value in (("got", got), ("expected", expected)):
+        if isinstance(value, torch.Tensor) and value.device.type == "meta":
+            raise ValueError(f"outputs_close: {name} is {describe_value(value)}, which has a shape but "
+                             "no values to compare; expected a tensor with values (on the CPU or a GPU)")
     if isinstance(expected, _answers.Raised):
         return False
     if isinstance(expected, (tuple, list)):
@@ -399,11 +431,17 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
         got = as_scalar(got)
         if not isinstance(got, (int, float, np.integer, np.floating)) or isinstance(got, bool):
             return False
+        if math.isnan(float(got)) and math.isnan(float(expected)):
+            return True  # as in a tensor (equal_nan): the same output twice is the same
         return math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)
-    try:
-        return type(got) is type(expected) and bool(got == expected)
-    except Exception:  # noqa: BLE001 - an __eq__ or __bool__ that raises is not a match
+    if type(got) is not type(expected):
         return False
+    try:
+        return bool(got == expected)
+    except Exception as exc:  # noqa: BLE001 - an __eq__ or __bool__ that raises
+        raise TypeError(f"outputs_close: cannot compare got ({describe_value(got)}) with expected "
+                        f"({describe_value(expected)}): their == raised {type(exc).__name__}: "
+                        f"{_safe_str(exc, 200)}") from None
 
 
 def _call(fn: Callable[..., Any], case: Case) -> Any:
@@ -880,6 +918,10 @@ class Exercise:
         if entry is not None and entry["cases"] is not None:
             return [_answers.decode_case(c) for c in entry["cases"]]
         cases = list(self.make_cases())
+        if not cases:  # no case at all would pass every answer
+            raise _StoreProblem(f"this exercise has no test cases (its make_cases, "
+                                f"{getattr(self.make_cases, '__name__', 'the case builder')}, returned "
+                                f"{describe_value(cases)}), so it cannot check any answer.")
         if entry is not None and _answers.cases_signature(cases) != entry["signature"]:
             key = self._store_key()
             raise _StoreProblem(
@@ -965,6 +1007,17 @@ class Exercise:
             expected = self._expected_outputs(cases)
         except _StoreProblem as exc:
             return Feedback(self.title, "error", str(exc))
+        for case, got, exp in zip(cases, outputs, expected, strict=False):
+            meta = _without_values(got)
+            if meta is not None:  # nothing to compare: say so, not the comparison's error
+                where = f" on {case.label}" if case.label else ""
+                inside = "" if meta is got else f" inside {describe_value(got)}"
+                return Feedback(self.title, "wrong",
+                                f"your function returned {describe_value(meta)}{inside}{where}: a tensor "
+                                f"on the 'meta' device has a shape but no values, so it cannot be "
+                                f"checked. Expected {describe_value(exp)}.",
+                                "compute the result from the inputs (it then lives on their device); "
+                                "do not create it with device='meta'.")
         try:
             feedback = self._grade(cases, outputs, expected)
             if feedback.passed and edited is not None:

@@ -176,6 +176,18 @@ def _parsed(source: str) -> ast.Module | None:
         return None
 
 
+def _syntax_error(source: str) -> str:
+    """Why ``source`` is not Python, in a few words (as :func:`_parsed` reads it)."""
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    try:
+        ast.parse("\n".join(lines))
+    except SyntaxError as exc:
+        return f"SyntaxError: {exc.msg}, line {exc.lineno}"
+    except (ValueError, MemoryError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {str(exc)[:80] or 'too deeply nested'}"
+    return "it could not be parsed"
+
+
 def _names_in(node: ast.AST) -> set[str]:
     """Every name and attribute an AST node mentions."""
     found: set[str] = set()
@@ -210,9 +222,11 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     definitions: dict[str, ast.AST] = {}
     imports: list[ast.AST] = []
     order: dict[int, int] = {}
+    unreadable: list[int] = []
     for index, source in enumerate(cells):
         tree = _parsed(source)
         if tree is None:
+            unreadable.append(index)
             if index == answer_cell:
                 raise AnswerProblem("the answer's cell is not valid Python the grader can read (a "
                                     "SyntaxError, or an expression nested too deeply for Python's parser)")
@@ -230,7 +244,15 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
             definitions[name] = own[-1]
             order[id(own[-1])] = answer_cell  # after the helpers of earlier cells it may use
     if not isinstance(definitions.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)):
-        raise AnswerProblem(f"no function `{name}` is defined before the test cell")
+        named = [i for i in unreadable if re.search(rf"\bdef\s+{re.escape(name)}\b", cells[i])]
+        if named:  # the def is there, in a cell that is not Python: say so, not "missing"
+            raise AnswerProblem(f"`{name}` is defined in code cell {named[-1] + 1} before the test cell, "
+                                f"but that cell is not valid Python ({_syntax_error(cells[named[-1]])}): "
+                                "the grader cannot read it. Fix the cell and run it again.")
+        raise AnswerProblem(f"no function `{name}` is defined before the test cell"
+                            + (f" (code cell{'s' if len(unreadable) > 1 else ''} "
+                               f"{', '.join(str(i + 1) for i in unreadable[:5])} "
+                               "could not be read: not valid Python)" if unreadable else ""))
     keep, todo = {name}, [name]
     while todo:
         for used in _names_in(definitions[todo.pop()]):
@@ -1223,6 +1245,10 @@ def _tail(f: Any) -> str:
     return f.read().decode(errors="replace")
 
 
+# the least address space run_answer accepts: below it Python and torch cannot even start
+MIN_MEMORY = 256 * 2**20
+
+
 def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequence[Any]], *,
                hide: Sequence[Path] = (), per_call: int = 60, memory: int = 4 * 2**30,
                sandbox: bool | None = None, max_result_bytes: int | None = None, grace: int = 60) -> Run:
@@ -1237,6 +1263,18 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
     Never raises for anything the answer does."""
     if not isinstance(code, str) or not code.strip():
         raise ValueError(f"code: expected the answer's source text, got {code!r:.60}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name: expected the answer function's name (a Python identifier), got {name!r:.60}")
+    _check_key_known(check_key)
+    if isinstance(case_sets, (str, bytes)) or not isinstance(case_sets, Sequence) \
+            or not all(isinstance(c, Sequence) and not isinstance(c, (str, bytes)) for c in case_sets):
+        raise TypeError(f"case_sets: expected a list of lists of cases, got {type(case_sets).__name__}")
+    for label, value, least in (("memory", memory, MIN_MEMORY), ("per_call", per_call, 1),
+                                ("grace", grace, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{label}: expected an int >= {least:,}"
+                             + (" (bytes: the answer's process must fit Python and torch)"
+                                if label == "memory" else " (seconds)") + f", got {value!r}")
     use_bwrap = isolation() == "bubblewrap" if sandbox is None else sandbox
     if use_bwrap and isolation() != "bubblewrap":
         raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)
@@ -1301,6 +1339,8 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
                 data = None
         if not isinstance(data, dict):
             why = f"exit status {status}" if status is not None else detail
+            if status is not None and status != 0:  # the limit may be why it died: say it
+                why += f", under a memory limit of {memory / 2**20:,.0f} MiB"
             return Run([], lost=f"the answer's process ended without results ({why}; "
                                 f"{detail.strip()[-200:]})", isolation=label)
         if "defined" in data:

@@ -1,0 +1,96 @@
+"""Battery 5 on the grader's side: its helpers name the argument, what was expected and what
+arrived, instead of an AttributeError from deep inside, a misleading "missing", or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from bad_input_cases import Case, assert_named
+
+from course_utils.exercises import answers, autograde, sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+ANSWER = "def score_macs(*a):\n    return 0\n"
+
+
+def _self_holding() -> list:
+    x: list = []
+    x.append(x)
+    return x
+
+
+def _salted(salt):
+    with autograde.salted_seeds(salt):
+        pass
+
+
+CASES = [
+    Case("same_raise not Raised", lambda: answers.same_raise(5, "ValueError", "x"), TypeError,
+         ["stored", "Raised", "int 5"]),
+    Case("run_answer unknown check", lambda: sandbox.run_answer(
+        ANSWER, "score_macs", "nope", [[]], sandbox=False),
+         ValueError, ["check_key", "lessonNN.check_xxx", "'nope'"]),
+    Case("run_answer memory 10", lambda: sandbox.run_answer(
+        ANSWER, "score_macs", "lesson03.check_score_macs", [[]], memory=10, sandbox=False),
+         ValueError, ["memory", "int >=", "got 10"]),
+    Case("run_answer per_call 0", lambda: sandbox.run_answer(
+        ANSWER, "score_macs", "lesson03.check_score_macs", [[]], per_call=0, sandbox=False),
+         ValueError, ["per_call", "int >= 1", "got 0"]),
+    Case("run_answer name", lambda: sandbox.run_answer(
+        ANSWER, "score macs", "lesson03.check_score_macs", [[]], sandbox=False),
+         ValueError, ["name", "identifier", "'score macs'"]),
+    Case("run_answer case_sets str", lambda: sandbox.run_answer(
+        ANSWER, "score_macs", "lesson03.check_score_macs", "abc", sandbox=False),
+         TypeError, ["case_sets", "list of lists", "str"]),
+    Case("salted_seeds str", lambda: _salted("x"), TypeError, ["salt", "int", "str 'x'"]),
+    Case("write_secrets no lessons", lambda: autograde.write_secrets(
+        Path("/nonexistent"), [], SOLUTIONS),
+         ValueError, ["lessons", "non-empty list", "[]"]),
+    Case("write_secrets lessons str", lambda: autograde.write_secrets(
+        Path("/nonexistent"), "01_x", SOLUTIONS),
+         ValueError, ["lessons", "non-empty list", "'01_x'"]),
+    Case("write_secrets no solutions", lambda: autograde.write_secrets(
+        Path("/nonexistent"), ["01_x"], Path("/nonexistent/nosol")),
+         FileNotFoundError, ["solutions_dir", "solutions folder", "/nonexistent/nosol", "not a folder"]),
+    Case("write_secrets unwritable", lambda: autograde.write_secrets(Path("/proc/zz"), ["01_x"], SOLUTIONS),
+         OSError, ["cannot write the grader's secrets", "/proc/zz/.course_grader.json"]),
+    Case("decode tensor tag", lambda: answers.decode({"__tensor__": 5}), ValueError,
+         ["'__tensor__'", "torch.Tensor", "int 5"]),
+    Case("encode self ref", lambda: answers.encode(_self_holding()), answers.UnstorableValue,
+         ["nested more than 32", "holds itself"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_grader_bad_input_is_named(case):
+    assert_named(case)
+
+
+def test_a_secrets_path_that_is_a_folder_is_not_called_missing(tmp_path):
+    (tmp_path / autograde.SECRETS_NAME).mkdir()
+    with pytest.raises(ValueError, match=r"\.course_grader\.json is a folder, expected the grader's secrets"):
+        autograde.read_secrets(tmp_path)
+
+
+def test_write_secrets_refusing_writes_nothing(tmp_path):
+    for lessons, solutions in (([], SOLUTIONS), (["01_x"], tmp_path / "nosol")):
+        with pytest.raises((ValueError, FileNotFoundError)):
+            autograde.write_secrets(tmp_path / "course", lessons, solutions)
+    assert not (tmp_path / "course").exists()
+
+
+def test_an_answer_cell_that_is_not_python_is_named_not_called_missing():
+    with pytest.raises(sandbox.AnswerProblem, match=r"`f` is defined in code cell 1 .*not valid Python "
+                                                    r"\(SyntaxError: .*line 1\)"):
+        sandbox.answer_source(["def f(:"], "f")
+    with pytest.raises(sandbox.AnswerProblem, match=r"no function `f` .*code cell 2 could not be read"):
+        sandbox.answer_source(["x = 1", "def g(:"], "f")
+    assert "def f" in sandbox.answer_source(["def g(:", "def f(x):\n    return x"], "f")
+
+
+def test_a_process_that_dies_under_its_memory_limit_says_the_limit():
+    run = sandbox.run_answer(ANSWER, "score_macs", "lesson03.check_score_macs", [[]],
+                             memory=sandbox.MIN_MEMORY, sandbox=False)
+    assert run.outcomes == [] and "memory limit of 256 MiB" in (run.lost or ""), run
