@@ -402,3 +402,23 @@ def test_a_constant_odd_answer_is_not_called_random(answer, said):
 
     fb = lesson07.check_decode_step(answer)
     assert fb.status == "wrong" and said in fb.message and "random" not in fb.message
+
+
+def test_a_right_answer_in_half_precision_or_widened_to_float64_is_named():
+    half = EX.check(lambda x: (2 * x).half())
+    assert half.status == "mistake" and half.mistake == "half_precision" and "torch.float16" in half.message
+    wide = EX.check(lambda x: (2 * x).double())
+    assert wide.status == "mistake" and wide.mistake == "widened_to_float64"
+    assert "torch.float64" in wide.message and "torch.float32" in wide.message
+    narrow = Exercise("t", reference=lambda x: 2 * x,
+                      make_cases=lambda: [Case((torch.arange(3.0, dtype=torch.float64),))])
+    assert narrow.check(lambda x: (2 * x).float()).passed  # float32 for a float64 answer: accepted
+
+
+def test_an_in_place_edit_is_named_by_the_answers_own_parameter():
+    def doubled_in_place(values):
+        return values.mul_(2)
+
+    fb = EX.check(doubled_in_place)
+    assert fb.mistake == "edited_input_in_place" and "`values` (argument 1)" in fb.message
+    assert "head outputs" not in fb.message and "x.clone()" in fb.hint

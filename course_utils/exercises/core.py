@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 import sys
 import threading
 import types
@@ -465,6 +466,23 @@ def _edited_input(case: Case, args: tuple, kwargs: dict) -> str | None:
         if not same:
             return name
     return None
+
+
+def _parameter_name(fn: Any, edited: str) -> str:
+    """``edited`` as :func:`_edited_input` names it, with the answer's own parameter name when
+    it is ``(argument i)`` and ``fn``'s signature can be read: "`x` (argument 1)"."""
+    import inspect
+
+    match = re.fullmatch(r"\(argument (\d+)\)", edited)
+    if match is None:
+        return edited
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return edited
+    index = int(match.group(1)) - 1
+    return f"`{params[index].name}` {edited}" if index < len(params) else edited
 
 
 def _is_integral(dtype: Any) -> bool:
@@ -1021,11 +1039,14 @@ class Exercise:
         try:
             feedback = self._grade(cases, outputs, expected)
             if feedback.passed and edited is not None:
+                name = _parameter_name(fn, edited)
                 return Feedback(self.title, "mistake",
-                                f"the values are right, but your function changed its input {edited} "
-                                "in place: the caller's tensor is now different too (in the lesson, "
-                                "the model's real head outputs).",
-                                "work on a copy, e.g. edited = heads.clone(), and change only the copy.",
+                                f"the values are right, but your function changed its input {name} "
+                                "in place: whoever called it now holds different values too, so the "
+                                "next cell (or the next use of that input) sees your edit.",
+                                "work on a copy and change only the copy: x.clone() for a tensor, "
+                                "x.copy() for a NumPy array (and no +=, [...] = or *_() methods on "
+                                "the input itself).",
                                 mistake="edited_input_in_place")
             return feedback
         except BaseException as exc:  # noqa: BLE001 - an answer too odd to compare (sparse, meta, ...)
@@ -1105,6 +1126,9 @@ class Exercise:
         wrong_kind = self._wrong_kind(outputs)
         if wrong_kind is not None:
             return wrong_kind
+        precision = self._precision_slip(cases, outputs, expected)
+        if precision is not None:
+            return precision
         if all(self._close(g, e) for g, e in zip(outputs, expected, strict=True)):
             n = len(cases)
             return Feedback(self.title, "correct",
@@ -1123,6 +1147,40 @@ class Exercise:
         if unmatched is not None:
             return unmatched
         return self._generic_feedback(cases, outputs, expected)
+
+    def _precision_slip(self, cases, outputs, expected) -> Feedback | None:
+        """A float tensor answer whose values are right once cast to the expected dtype, but in
+        another precision: half precision (float16, bfloat16) where float32 or float64 is
+        expected, or float64 where float32 is expected (a model in float32 refuses it).
+        float32 where float64 is expected is accepted (as close as the tolerance asks)."""
+        halves = (torch.float16, torch.bfloat16)
+        for case, got, exp in zip(cases, outputs, expected, strict=False):
+            if not (isinstance(got, torch.Tensor) and isinstance(exp, torch.Tensor)
+                    and got.dtype.is_floating_point and exp.dtype.is_floating_point
+                    and got.shape == exp.shape and got.device.type != "meta"):
+                continue
+            label = f" on {case.label}" if case.label else ""
+            if got.dtype in halves and exp.dtype not in halves:
+                cast = got.detach().to(exp.dtype)
+                if torch.allclose(cast, exp, rtol=1e-2, atol=1e-3, equal_nan=True):
+                    return Feedback(self.title, "mistake",
+                                    f"your values are right to about three digits{label}, but they come "
+                                    f"back in {got.dtype} (half precision), which keeps only about three "
+                                    f"significant digits; the answer is {exp.dtype}.",
+                                    "keep the inputs' dtype: drop the .half() / .to(torch.float16) / "
+                                    "autocast, and return the result as it comes out.",
+                                    mistake="half_precision")
+            elif got.dtype == torch.float64 and exp.dtype == torch.float32:
+                if self._close(got.detach().to(exp.dtype), exp):
+                    return Feedback(self.title, "mistake",
+                                    f"the values are right{label}, but your result is torch.float64 and "
+                                    f"the inputs and the answer are torch.float32: a .double(), a float64 "
+                                    f"constant tensor or a NumPy round trip widened it, and a float32 model "
+                                    f"refuses (or silently converts) such a tensor.",
+                                    "keep the inputs' dtype: build any new tensor with dtype=x.dtype "
+                                    "(or torch.*_like(x)) and drop the .double().",
+                                    mistake="widened_to_float64")
+        return None
 
     def _oversized_answer(self, cases, outputs, expected) -> Feedback | None:
         """A wrong-shape message for an answer with more entries than the expected output, read
