@@ -102,8 +102,9 @@ SPLIT_HEADS = DiagnosingExercise(
         RaisingMistake("batch_axis_assumed",
                        "your function assumes exactly one axis before T, as in B, T, d = x.shape, so "
                        "it fails on one sentence (T, d) and on input with two leading axes.",
-                       "keep whatever comes before the last axis: x.view(*x.shape[:-1], h, d // h) "
-                       "splits the features of any input, then .transpose(-3, -2).",
+                       "keep whatever comes before the last axis without naming it (x.shape[:-1] is "
+                       "all of it, however many axes there are), and count the axes you swap from "
+                       "the end, as the exercise's shape (..., T, d) does.",
                        pattern="values to unpack"),
     ],
     hint="first cut each token's d features into h pieces of width d // h (a view with shape "
@@ -324,8 +325,9 @@ PARAMETER_COUNT = _ParameterCountExercise(
                 "W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
                 "multiply one head's projections by h: h * d_model * d_k = d_model^2 per matrix."),
     ],
-    hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "
-         "with bias, one bias vector of d_model per projection.",
+    hint="go through the four projections of section 1's table one at a time: how large is one "
+         "head's slice of W_Q, and how many slices are there? What does W_O map from and to? Then "
+         "ask what a bias adds to each projection.",
 )
 check_parameter_count = PARAMETER_COUNT.check
 
@@ -395,6 +397,7 @@ SCORE_MACS = Exercise(
                 "element-wise and small next to the dot products.",
                 "count only the dot products: h * T * T * d_k."),
     ],
-    hint="a head's scores are (T, d_k) @ (d_k, T): T * T * d_k multiply-adds; there are h heads.",
+    hint="write down the shapes of one head's Q and K^T (section 1's table has them); a matrix "
+         "product (a, b) @ (b, c) takes a * b * c multiply-adds. Then count the heads.",
 )
 check_score_macs = SCORE_MACS.check
