@@ -186,6 +186,16 @@ def _score_with_scaling(seq_len: int, d_model: int, num_heads: int) -> int:
     return seq_len * seq_len * d_model + num_heads * seq_len * seq_len  # + one division per score
 
 
+def _params_float_dk(d_model: int, num_heads: int, bias: bool = True) -> float:
+    d_k = d_model / num_heads  # a float: every count built from it is one too
+    weights = 3 * num_heads * d_model * d_k + d_model * d_model
+    return weights + (4 * d_model if bias else 0)
+
+
+def _score_float_dk(seq_len: int, d_model: int, num_heads: int) -> float:
+    return num_heads * seq_len ** 2 * (d_model / num_heads)  # right value, as a float
+
+
 REFERENCES = {
     'SPLIT_HEADS': _split_reference,
     'MERGE_HEADS': _merge_reference,
@@ -222,6 +232,7 @@ MISTAKES = {
         'forgot_output_bias': _params_no_out_bias,
         'bias_per_head': _params_bias_per_head,
         'one_head_projections': _params_one_head,
+        'float_count': _params_float_dk,
     },
     'SCORE_MACS': {
         'heads_counted_twice': _score_h_twice,
@@ -235,5 +246,6 @@ MISTAKES = {
         'one_mac_per_score': _score_one_mac_per_score,
         'exact_flops': _score_exact_flops,
         'scaling_counted': _score_with_scaling,
+        'float_count': _score_float_dk,
     },
 }

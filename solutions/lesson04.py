@@ -80,6 +80,12 @@ def _stack(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: list[Tensor]) 
     return torch.cat([*q_parts, *k_parts, *v_parts], dim=0)  # (3*h*dk, d)
 
 
+def _stack_extends_callers_list(q_parts, k_parts, v_parts) -> Tensor:
+    q_parts.extend(k_parts)  # grows the caller's list: right result, changed input
+    q_parts.extend(v_parts)
+    return torch.cat(q_parts, dim=0)
+
+
 def _stack_columns(q_parts, k_parts, v_parts) -> Tensor:
     return torch.cat([*q_parts, *k_parts, *v_parts], dim=1)  # (dk, 3*h*d): side by side
 
@@ -270,6 +276,8 @@ MISTAKES = {
         'qvk_order': _stack_qvk_order,
         'stack_not_cat': _stack_new_axis,
         'lists_not_unpacked': _stack_lists_not_unpacked,
+        # last: it grows the case's own list when the store is built from plain cases
+        'changed_callers_list': _stack_extends_callers_list,
     },
     'MHA_FORWARD': {
         'split_no_transpose': _variant(split="no_transpose"),

@@ -424,3 +424,86 @@ def test_forward_check_reports_an_error_raised_below_a_real_function():
 
     feedback = lesson04.check_mha_forward(calls_helper)
     assert feedback.status == "error" and "NotImplementedError" in feedback.message
+
+
+# -- second learner trial: float counts, a grown list, hints that do not give the answer away --
+
+
+def _params_with_true_division(d_model, num_heads, bias=True):
+    dk = d_model / num_heads  # the trial's answer: right value, returned as a float
+    return 3 * num_heads * d_model * dk + d_model * d_model + (4 * d_model if bias else 0)
+
+
+@pytest.mark.parametrize("check, fn", [
+    (lesson03.check_parameter_count, _params_with_true_division),
+    (lesson03.check_score_macs, lambda T, d, h: h * T ** 2 * (d / h)),
+    (lesson03.check_score_macs, lambda T, d, h: float(T * T * d)),
+])
+def test_count_checks_name_a_float_holding_the_right_count(check, fn):
+    fb = check(fn)
+    assert not fb.passed and fb.mistake == "float_count", fb
+    assert "//" in fb.hint
+
+
+@pytest.mark.parametrize("check, fn", [
+    (lesson03.check_parameter_count, lambda d, h, bias=True: 4.0 * d * d),
+    (lesson03.check_score_macs, lambda T, d, h: 2.0 * T * T * d),
+])
+def test_count_checks_name_the_slip_of_a_wrong_float_not_its_type(check, fn):
+    fb = check(fn)
+    assert not fb.passed and fb.mistake in {"forgot_biases", "twice_the_scores"}, fb
+
+
+def test_count_checks_accept_an_int_computed_with_floor_division():
+    assert lesson03.check_score_macs(lambda T, d, h: h * T * T * (d // h)).passed
+    assert lesson03.check_parameter_count(lambda d, h, bias=True: 4 * d * d + (4 * d if bias else 0)).passed
+
+
+def _stack_by_extending(q_parts, k_parts, v_parts):
+    q_parts.extend(k_parts)
+    q_parts.extend(v_parts)
+    return torch.cat(q_parts)
+
+
+def _stack_by_adding_in_place(q_parts, k_parts, v_parts):
+    k_parts += v_parts  # grows the caller's k_parts
+    return torch.cat(q_parts + k_parts)
+
+
+def _stack_by_appending(q_parts, k_parts, v_parts):
+    for w in k_parts + v_parts:
+        q_parts.append(w)
+    return torch.cat(q_parts, dim=0)
+
+
+@pytest.mark.parametrize("fn, name", [
+    (_stack_by_extending, "q_parts"),
+    (_stack_by_adding_in_place, "k_parts"),
+    (_stack_by_appending, "q_parts"),
+])
+def test_stack_check_names_a_grown_caller_list(fn, name):
+    fb = lesson04.check_stack_head_weights(fn)
+    assert not fb.passed and fb.mistake == "changed_callers_list", fb
+    assert f"`{name}`" in fb.message and "{list}" not in fb.message
+
+
+def test_stack_check_still_passes_new_lists():
+    assert lesson04.check_stack_head_weights(lambda q, k, v: torch.cat(q + k + v)).passed
+    assert lesson04.check_stack_head_weights(lambda q, k, v: torch.cat([*q, *k, *v], dim=0)).passed
+
+
+def test_not_attempted_hints_of_the_counts_do_not_state_the_answer():
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    params = lesson03.check_parameter_count(stub)
+    macs = lesson03.check_score_macs(stub)
+    assert params.status == macs.status == "not attempted"
+    assert "(d_model, d_k)" not in params.hint and "d_model per projection" not in params.hint
+    assert "T * T * d_k" not in macs.hint and "h heads" not in macs.hint
+
+
+def test_first_split_slip_does_not_print_the_code_answer():
+    fb = lesson03.check_split_heads(_split_copied_from_the_trace)
+    assert fb.mistake == "batch_axis_assumed"
+    assert "x.view(" not in fb.hint and "transpose(-3, -2)" not in fb.hint

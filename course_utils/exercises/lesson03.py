@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -102,8 +103,9 @@ SPLIT_HEADS = DiagnosingExercise(
         RaisingMistake("batch_axis_assumed",
                        "your function assumes exactly one axis before T, as in B, T, d = x.shape, so "
                        "it fails on one sentence (T, d) and on input with two leading axes.",
-                       "keep whatever comes before the last axis: x.view(*x.shape[:-1], h, d // h) "
-                       "splits the features of any input, then .transpose(-3, -2).",
+                       "keep whatever comes before the last axis without naming it (x.shape[:-1] is "
+                       "all of it, however many axes there are), and count the axes you swap from "
+                       "the end, as the exercise's shape (..., T, d) does.",
                        pattern="values to unpack"),
     ],
     hint="first cut each token's d features into h pieces of width d // h (a view with shape "
@@ -256,11 +258,33 @@ _WEIGHT_SLIPS = {
 }
 
 
+class _CountExercise(Exercise):
+    """3.3 and 3.4 ask for a count, an int: a float holding the right number (d_k taken as
+    d_model / num_heads) compares equal to it, so it is named here instead of passing."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if feedback.passed and any(isinstance(o, (float, np.floating)) for o in outputs):
+            return self._mistake_feedback("float_count")
+        return feedback
+
+
+def _float_count() -> Mistake:
+    """A fresh Mistake for each exercise (solutions/ attaches each its own implementation)."""
+    return Mistake(
+        "float_count",
+        "your number is right, but it is a float, not an int: a / somewhere made one (d_model / "
+        "num_heads gives 64.0, not 64), and everything multiplied by it became a float too. A count "
+        "is a whole number; a float prints with a trailing .0 and loses exactness above 2**53.",
+        "divide with // where a size splits evenly (d_k = d_model // num_heads), so every step "
+        "stays an int.")
+
+
 def _same_count(got, expected: int) -> bool:
     return isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
 
 
-class _ParameterCountExercise(Exercise):
+class _ParameterCountExercise(_CountExercise):
     """Exercise 3.3: a slip in the weights is named whether the biases were counted right or
     not (the stored slips count their biases the same wrong way as their weights)."""
 
@@ -323,9 +347,11 @@ PARAMETER_COUNT = _ParameterCountExercise(
                 "you counted the Q, K, V projections of ONE head (3 * d_model * d_k weights) plus "
                 "W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
                 "multiply one head's projections by h: h * d_model * d_k = d_model^2 per matrix."),
+        _float_count(),
     ],
-    hint="W_Q, W_K, W_V: h slices of (d_model, d_k) each; W_O: (d_model, d_model); "
-         "with bias, one bias vector of d_model per projection.",
+    hint="go through the four projections of section 1's table one at a time: how large is one "
+         "head's slice of W_Q, and how many slices are there? What does W_O map from and to? Then "
+         "ask what a bias adds to each projection.",
 )
 check_parameter_count = PARAMETER_COUNT.check
 
@@ -341,7 +367,7 @@ def _score_cases() -> list[Case]:
     ]
 
 
-SCORE_MACS = Exercise(
+SCORE_MACS = _CountExercise(
     title="Exercise 3.4: multiply-adds of the scores",
     make_cases=_score_cases,
     mistakes=[
@@ -394,7 +420,9 @@ SCORE_MACS = Exercise(
                 "exercise leaves the scaling out, as it leaves out softmax and masks: it is "
                 "element-wise and small next to the dot products.",
                 "count only the dot products: h * T * T * d_k."),
+        _float_count(),
     ],
-    hint="a head's scores are (T, d_k) @ (d_k, T): T * T * d_k multiply-adds; there are h heads.",
+    hint="write down the shapes of one head's Q and K^T (section 1's table has them); a matrix "
+         "product (a, b) @ (b, c) takes a * b * c multiply-adds. Then count the heads.",
 )
 check_score_macs = SCORE_MACS.check

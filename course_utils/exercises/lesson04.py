@@ -130,8 +130,52 @@ def _stack_cases() -> list[Case]:
     return cases
 
 
+class _ListCopyCase(Case):
+    """A 4.2 case whose ``fresh()`` hands the answer new lists of cloned weights (the plain
+    ``Case`` copies only tensors given directly, so a list would reach the answer as the case's
+    own) and remembers them, so that the check can tell whether the answer changed a list."""
+
+    def fresh(self) -> tuple[tuple, dict]:
+        given = tuple([t.clone() for t in a] if isinstance(a, list) else a for a in self.args)
+        self.__dict__["given"] = given
+        return given, dict(self.kwargs)
+
+
+def _changed_list(original: tuple, given: tuple | None) -> str | None:
+    """The name of the first list argument the answer changed (items added, removed, replaced
+    or edited), or None."""
+    for name, mine, theirs in zip(("q_parts", "k_parts", "v_parts"), original, given or (), strict=False):
+        if not isinstance(mine, list):
+            continue
+        if (not isinstance(theirs, list) or len(theirs) != len(mine)
+                or not all(isinstance(t, Tensor) and t.shape == m.shape and torch.equal(t.detach(), m)
+                           for m, t in zip(mine, theirs, strict=True))):
+            return name
+    return None
+
+
 class _StackExercise(DiagnosesRaisingAnswers, _TensorAnswers):
-    """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why."""
+    """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why. An answer that adds to
+    (or otherwise changes) the lists it was given is named even when its result is right."""
+
+    def cases(self) -> list[Case]:
+        made = [_ListCopyCase(c.args, c.kwargs, c.label) for c in super().cases()]
+        self.__dict__["_last_cases"] = made  # the very cases the answer is about to be given
+        return made
+
+    def _check(self, fn, forbidden) -> Feedback:
+        self.__dict__["_last_cases"] = []
+        feedback = super()._check(fn, forbidden)
+        ran = self.__dict__.pop("_last_cases", [])
+        if not feedback.passed:
+            return feedback
+        for case in ran:
+            changed = _changed_list(case.args, case.__dict__.get("given"))
+            if changed is not None:
+                m = self._mistake_feedback("changed_callers_list")
+                m.message = m.message.replace("{list}", f"`{changed}`")
+                return m
+        return feedback
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
@@ -183,6 +227,13 @@ STACK_HEAD_WEIGHTS = _StackExercise(
                 "lands where dim belongs.",
                 "unpack the lists: torch.cat([*q_parts, *k_parts, *v_parts], dim=0) (or "
                 "q_parts + k_parts + v_parts)."),
+        Mistake("changed_callers_list",
+                "the stacked weights are right, but your function changed the caller's list {list} "
+                "(list.extend, append or +=, which all work in place): whoever called it now holds a "
+                "list of 3*h weights where their h query heads were, and a second call stacks them "
+                "again.",
+                "build a new list instead of growing a given one: q_parts + k_parts + v_parts makes a "
+                "new list, or [*q_parts, *k_parts, *v_parts]."),
     ],
     hint="nn.Linear weights are (d_k, d): they stack along dim 0, all query heads first, then the key "
          "heads, then the value heads, giving (3d, d).",
