@@ -488,8 +488,7 @@ def _recorded(fn, cases) -> sandbox.Run:
         args, kwargs = case.fresh()
         try:
             value = sandbox.to_plain(fn(*args, **kwargs))
-            after = [sandbox.to_plain(a) if type(a) in (torch.Tensor, np.ndarray) else None
-                     for a in (*args, *kwargs.values())]
+            after = sandbox.inputs_after(args, kwargs)
             outcomes.append(sandbox._outcome({"kind": "value", "value": value, "after": after}))
         except sandbox.Refused as exc:
             outcomes.append(sandbox.Outcome("refused", error=("Refused", str(exc))))
@@ -576,3 +575,19 @@ def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen():
     wrong = autograde.grade_answer("lesson07", "check_repeat_kv", looked_up, "repeat_kv", salt=77,
                                    solutions_dir=solutions_dir)
     assert not wrong.passed and "not seen" in wrong.message, wrong
+
+
+def test_an_answer_that_grows_its_callers_list_is_named_outside_the_kernel_too():
+    from course_utils.exercises import lesson04
+
+    code = ("import torch\n"
+            "def stack_head_weights(q_parts, k_parts, v_parts):\n"
+            "    q_parts.extend(k_parts)\n"
+            "    q_parts.extend(v_parts)\n"
+            "    return torch.cat(q_parts, dim=0)\n")
+    cases = autograde.cases_of(lesson04.STACK_HEAD_WEIGHTS)
+    run = sandbox.run_answer(code, "stack_head_weights", "lesson04.check_stack_head_weights", [cases])
+    assert run.lost is None and run.defined is None, run
+    feedback = autograde.feedback_from("lesson04", "check_stack_head_weights", "stack_head_weights", run,
+                                       cases)
+    assert not feedback.passed and feedback.mistake == "changed_callers_list", feedback

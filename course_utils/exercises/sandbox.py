@@ -965,6 +965,22 @@ def _changed(snapshot: list[tuple[Any, dict]]) -> str | None:
     return None
 
 
+def inputs_after(args: tuple, kwargs: dict) -> list[Any]:
+    """What an answer left in its inputs, to send back with its output: each tensor or array
+    (it may have edited one in place) and each list of them (it may have grown one), in plain
+    form; None for any other input."""
+    after: list[Any] = []
+    for given in (*args, *kwargs.values()):
+        kept = (type(given) in (torch.Tensor, np.ndarray)
+                or (type(given) is list and len(given) <= 256
+                    and all(type(t) in (torch.Tensor, np.ndarray) for t in given)))
+        try:
+            after.append(to_plain(given) if kept else None)
+        except Refused:
+            after.append(None)
+    return after
+
+
 def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the call took longer than the grader's time limit")
 
@@ -1091,13 +1107,7 @@ def _child(payload_fd: str, result_fd: str) -> None:
                     record["value"] = to_plain(out)
                 except Refused as exc:
                     record = {"kind": "refused", "error": ["Refused", str(exc)]}
-            after = []
-            for given in (*args, *kwargs.values()):
-                try:
-                    after.append(to_plain(given) if type(given) in (torch.Tensor, np.ndarray) else None)
-                except Refused:
-                    after.append(None)
-            record.update(after=after, used=watch.used, tampered=watch.tampered)
+            record.update(after=inputs_after(args, kwargs), used=watch.used, tampered=watch.tampered)
             outcomes.append(record)
     write({"results": results})
 
