@@ -120,7 +120,7 @@ def test_the_directory_is_created_private_and_the_build_recorded(place):
     (library,) = place.cache.glob("fused_decode-*.so")
     record = place.cache / f"{library.name}.sha256"
     assert record.read_text() == (f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
-                                  "self-test v4 passed\n")  # in a separate process, before it was loaded
+                                  "self-test v5 passed\n")  # in a separate process, before it was loaded
     assert sorted(p.name for p in place.cache.iterdir()) == [library.name, record.name]  # no temp files
     assert not place.tmp().exists()  # the temp folder is not needed
 
@@ -377,7 +377,7 @@ def test_a_library_that_crashes_in_its_self_test_leaves_this_process_alive(place
 
 @needs_kernel
 @needs_posix
-@pytest.mark.parametrize("record", ["sha256 alone", "self-test v3 passed"])
+@pytest.mark.parametrize("record", ["sha256 alone", "self-test v3 passed", "self-test v4 passed"])
 def test_a_record_in_an_older_format_is_never_loaded_not_even_to_test_it(place, record):
     """The review: a library planted with a record of its sha256 alone (the format before the
     separate self-test) was loaded in the self-test's process, and its constructor ran there.
@@ -689,3 +689,20 @@ def test_a_compiler_planted_in_the_working_directory_is_not_found_through_a_rela
     assert fused_decode._compiler() != [str(planted)]
     monkeypatch.setenv("PATH", ".")  # nothing absolute left: no compiler, said in words
     assert isinstance(fused_decode._compiler(), str)
+
+
+def test_the_kernel_runs_no_more_threads_than_the_cpus_its_self_test_covered(monkeypatch):
+    seen = []
+
+    class Recorder:
+        def fused_decode(self, *args):
+            seen.append(args[-1])
+            return 0
+
+    monkeypatch.setattr(fused_decode, "_library", lambda: Recorder())
+    monkeypatch.setattr(fused_decode, "usable_cpus", lambda: 3)
+    q = torch.randn(1, 2, 1, fused_decode.HEAD_WIDTH)
+    k = v = torch.randn(1, 1, 40, fused_decode.HEAD_WIDTH)
+    with torch.no_grad():
+        fused_decode.fused_decode_attention(q, k, v, num_threads=200)
+    assert seen == [3]

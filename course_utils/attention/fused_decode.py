@@ -63,13 +63,15 @@ built again):
   -inf, scores far from 0, a strided cache, NaN in q and in the cache, a score of +inf, a
   group whose every key is -inf: NaN exactly where PyTorch has NaN; and each of the kernel's
   paths: 1 to 8 query heads per group, 12 and 16 (two passes), g = 1 and g > 1, three
-  sequences, several blocks per thread, 1 to 3, 8 and 12 threads and :data:`MAX_THREADS`
-  (each thread with a share), a ``(B, T, g, dk)`` cache transposed and values at yet another
-  time stride), and loading it must leave the floating-point mode alone (GCC links
+  sequences, several blocks per thread, every thread count from 1 to 32 and a sample of
+  larger ones up to this machine's CPU count (each thread with a share; the kernel runs at
+  most one thread per CPU, and a count outside the sample is not tested), a ``(B, T, g,
+  dk)`` cache transposed and values at yet another time stride), and loading it must leave
+  the floating-point mode alone (GCC links
   ``crtfastmath.o`` into a ``-ffast-math`` library, and its constructor turns on
   flush-to-zero for the whole process). So a library that crashes, hangs, miscompiles one
   path or changes its process never touches the learner's. The record then says ``self-test
-  v4 passed``, and later processes load the library without a separate process. One that
+  v5 passed``, and later processes load the library without a separate process. One that
   fails (a ``CC`` wrapper adding ``-ffast-math`` where ``CC`` does not show it) is not used
   or cached as good.
 
@@ -128,7 +130,7 @@ _RETRY = "course_utils.attention.fused_decode.reset_fused_decode() forgets them 
 _SELF_TEST_TOLERANCE = 1e-4  # outputs are averages of values of size ~1; a bad build is off by far more
 # Written in a library's record once it passed the self-test in a separate process; a new
 # version of the self-test (new cases) tests every cached library again.
-_SELF_TEST_PASSED = "self-test v4 passed"  # v4: a cache read at time strides other than 64, > 8 threads
+_SELF_TEST_PASSED = "self-test v5 passed"  # v5: threads 1-32 and a sample to MAX_THREADS
 # The self-test's shapes: (query heads per group, groups) for every path of the kernel, B, T
 # and the largest thread count (see _self_test).
 _SELF_TEST_SHAPES = ((1, 3), (2, 2), (3, 1), (4, 2), (5, 1), (6, 2), (7, 1), (8, 2), (8, 1), (12, 1),
@@ -563,6 +565,15 @@ def _load(path: Path, *, shown: Path | None = None) -> ctypes.CDLL:
     return lib
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, else the CPU count): the most
+    threads :func:`fused_decode_attention` runs, and so the most its self-test needs to try."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def _self_test(lib: ctypes.CDLL) -> str | None:
     """None when the kernel agrees with F.scaled_dot_product_attention on small cases that a
     broken build gets wrong, else what it got wrong. Values must agree where both are finite,
@@ -597,9 +608,20 @@ def _self_test(lib: ctypes.CDLL) -> str | None:
                btgd_v, threads) for threads in (1, 3)]
     # More than 8 threads: 12, and the most fused_decode_attention accepts, each thread with a
     # share (the merge of the threads' partial results runs over all of them).
-    long_t = MAX_THREADS * _BLOCK - 2  # MAX_THREADS shares of one block, the last 30 keys
+    top = min(MAX_THREADS, max(usable_cpus(), _SELF_TEST_MORE_THREADS))  # the most that can run
+    long_t = top * _BLOCK - 2  # top shares of one block, the last 30 keys
     long_k, long_v = randn(2, 2, long_t, HEAD_WIDTH), randn(2, 2, long_t, HEAD_WIDTH)
-    cases.append((f"{long_t} keys", randn(2, 6, 1, HEAD_WIDTH), long_k, long_v, MAX_THREADS))
+    cases.append((f"{long_t} keys", randn(2, 6, 1, HEAD_WIDTH), long_k, long_v, top))
+    # Thread counts, each thread with a share: n threads over 32 n - 2 keys (n - 1 whole blocks
+    # and a last one of 30). Every count up to 32 (a laptop's or a server's), then a sample of
+    # larger ones, odd and even, up to the most the kernel runs here (the CPUs, at least 12): a
+    # build that breaks one count disagrees there when the count is in this set. (Every count
+    # to 256 would cost seconds: each count starts a team.)
+    sweep_q = randn(1, 2, 1, HEAD_WIDTH)
+    larger = (33, 47, 63, 64, 65, 96, 127, 128, 129, 191, 255, MAX_THREADS)
+    for n in sorted({*range(1, 33), *larger} & set(range(1, top + 1))):
+        t = n * _BLOCK - 2
+        cases.append((f"{t} keys", sweep_q, long_k[:1, :1, :t], long_v[:1, :1, :t], n))
     # Each path of the kernel: 1 to 8 query heads per group (one compiled path each), 12 (a
     # pass of 8, then 4) and 16 (two passes of 8), with g = 1 and g > 1, three sequences, and
     # 740 keys: at 8 threads, three 32-key blocks per thread and a last share of 2 blocks and
@@ -1063,10 +1085,13 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
             contiguous (stride 1 along the last axis), else a ValueError says so.
         num_threads: threads to split the keys over (default: ``torch.get_num_threads()``),
             at most :data:`MAX_THREADS` (256, or the CPU count where larger), else a ValueError.
+            It runs at most one thread per CPU this process may use (:func:`usable_cpus`):
+            more only wait for each other, and its self-test tried no more.
 
     Returns:
         ``(B, h, 1, dk)``, equal to ``F.scaled_dot_product_attention(q, k, v,
-        enable_gqa=True)`` up to float32 rounding, whatever the thread count. No mask: a
+        enable_gqa=True)`` up to float32 rounding for finite inputs and rows of ``-inf``,
+        whatever the thread count (NaN: see below). No mask: a
         decoding step's one new query may attend to every cached token; a key whose score is
         -inf gets weight 0 (a query whose every score is -inf gets 0, as in PyTorch).
 
@@ -1091,6 +1116,7 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
             f"is larger), got {threads}: more threads than CPUs only wait for each other, and "
             "thousands of them can exhaust the process's thread limit, which OpenMP answers by "
             "ending the whole process")
+    threads = min(threads, usable_cpus())  # more threads than CPUs only wait for each other
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
                          "under torch.no_grad(), or use grouped_query_attention to train")
