@@ -20,10 +20,10 @@ the weights and output NaN for every query, of every head in that key's group, t
 attend to that key; a NaN in a value reaches the output of every query of every head in
 its group, masked or not (a blocked key gets weight 0, and 0 x NaN is NaN). A key scoring
 ``+inf`` makes NaN of the weights and outputs of every query that may attend to it
-(``inf - inf``), as in PyTorch; a key scoring ``-inf`` gets weight 0, and a query whose
-every score is ``-inf`` (all its keys blocked, or ``-inf`` in the data, e.g. a whole group
-of cached keys at ``-inf``) gets zero weights and a zero output, as
-``F.scaled_dot_product_attention`` and the fused kernel give.
+(``inf - inf``), as in PyTorch for keys the mask allows; a key scoring ``-inf`` gets
+weight 0, and a query whose every score is ``-inf`` (all its keys blocked, or ``-inf`` in
+the data, e.g. a whole group of cached keys at ``-inf``) gets zero weights and a zero
+output, as ``F.scaled_dot_product_attention`` and the fused kernel give.
 An infinite value (``-inf`` or ``+inf`` in ``v``) makes that channel of the output infinite
 for every query that gives it a weight above 0, and NaN where the weight is exactly 0 (a
 blocked key, a query with nothing to attend to, or a weight too small for float32: 0 x inf
@@ -172,7 +172,10 @@ def grouped_query_attention(
 
     Returns:
         ``(output (B, h, Tq, dk), weights (B, h, Tq, Tk))``, equal to
-        ``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` up to rounding. A query
+        ``F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`` up to rounding for
+        finite inputs (with NaN or ``+inf`` the rules of the module docstring hold; torch
+        2.13 differs there: it reads the scores of blocked keys, and returns 0 for a row whose
+        largest score is NaN). A query
         whose keys are all blocked, or whose every score is ``-inf``, gets zero weights and
         a zero output (as PyTorch gives). NaN/inf in q, k or v are not refused: they spread
         (see the module docstring; NaN in q stays in its query).

@@ -39,8 +39,10 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
     every key blocked, or every score of the row ``-inf`` (from the data itself, e.g. a key
     of ``-inf`` under a positive query), or both. That is what
     ``F.scaled_dot_product_attention`` returns for such a row. Otherwise NaN and ``+inf``
-    spread as in PyTorch: a NaN or ``+inf`` score among the allowed keys makes its whole row
-    NaN (``inf - inf``); a blocked key's score, whatever it is, is never read."""
+    spread: a NaN or ``+inf`` score among the allowed keys makes its whole row NaN (``inf -
+    inf``); a blocked key's score, whatever it is, is never read. (torch 2.13's function
+    differs with NaN and inf: it reads blocked keys' scores, and gives 0 for a row whose
+    largest score is NaN.)"""
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # rows sum to 1, or NaN where every score is -inf
