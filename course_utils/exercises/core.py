@@ -1286,3 +1286,43 @@ class Exercise:
 
 
 Exercise.check = _never_raises(Exercise.check)  # type: ignore[method-assign]
+
+
+class ListCopyCase(Case):
+    """A case whose ``fresh()`` also hands the answer new lists of cloned tensors (the plain
+    :class:`Case` copies only tensors given directly, so a list would reach the answer as the
+    case's own) and remembers what it handed over in ``given``, so a check can tell whether
+    the answer changed a list (items added, removed, replaced or edited)."""
+
+    def fresh(self) -> tuple[tuple, dict]:
+        given = tuple([t.clone() if isinstance(t, torch.Tensor) else t for t in a] if isinstance(a, list)
+                      else a.clone() if isinstance(a, torch.Tensor) else a for a in self.args)
+        self.__dict__["given"] = given
+        return given, dict(self.kwargs)
+
+
+class WatchesGivenLists:
+    """Mixin for an :class:`Exercise` whose inputs include lists of tensors, which the core's
+    in-place test does not look into: its cases become :class:`ListCopyCase`, and after a
+    right answer :meth:`_list_edit` compares what each call was given with the case's own."""
+
+    def cases(self) -> list[Case]:
+        made = [ListCopyCase(c.args, c.kwargs, c.label) for c in super().cases()]  # type: ignore[misc]
+        self.__dict__["_last_cases"] = made  # the very cases the answer is about to be given
+        return made
+
+    def _check(self, fn: Callable[..., Any], forbidden: list[Callable[..., Any]]) -> Feedback:
+        self.__dict__["_last_cases"] = []
+        feedback = super()._check(fn, forbidden)  # type: ignore[misc]
+        ran = self.__dict__.pop("_last_cases", [])
+        if not feedback.passed:
+            return feedback
+        for case in ran:
+            edited = self._list_edit(case.args, case.__dict__.get("given"))
+            if edited is not None:
+                return edited
+        return feedback
+
+    def _list_edit(self, original: tuple, given: tuple | None) -> Feedback | None:
+        """The feedback for an answer that changed a list it was given, or None."""
+        raise NotImplementedError

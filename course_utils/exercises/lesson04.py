@@ -16,7 +16,17 @@ from torch import Tensor
 
 from ..attention.masks import causal_mask, padding_mask
 from .cases import seen_or_unseen
-from .core import _STUB_MESSAGES, Case, Exercise, Feedback, Mistake, _Deadline, _edited_input, _safe_str
+from .core import (
+    _STUB_MESSAGES,
+    Case,
+    Exercise,
+    Feedback,
+    Mistake,
+    WatchesGivenLists,
+    _Deadline,
+    _edited_input,
+    _safe_str,
+)
 from .raising import DiagnosesRaisingAnswers, failed_operation, requested_shape
 
 __all__ = [
@@ -130,17 +140,6 @@ def _stack_cases() -> list[Case]:
     return cases
 
 
-class _ListCopyCase(Case):
-    """A 4.2 case whose ``fresh()`` hands the answer new lists of cloned weights (the plain
-    ``Case`` copies only tensors given directly, so a list would reach the answer as the case's
-    own) and remembers them, so that the check can tell whether the answer changed a list."""
-
-    def fresh(self) -> tuple[tuple, dict]:
-        given = tuple([t.clone() for t in a] if isinstance(a, list) else a for a in self.args)
-        self.__dict__["given"] = given
-        return given, dict(self.kwargs)
-
-
 def _changed_list(original: tuple, given: tuple | None) -> str | None:
     """The name of the first list argument the answer changed (items added, removed, replaced
     or edited), or None."""
@@ -154,28 +153,17 @@ def _changed_list(original: tuple, given: tuple | None) -> str | None:
     return None
 
 
-class _StackExercise(DiagnosesRaisingAnswers, _TensorAnswers):
+class _StackExercise(WatchesGivenLists, DiagnosesRaisingAnswers, _TensorAnswers):
     """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why. An answer that adds to
     (or otherwise changes) the lists it was given is named even when its result is right."""
 
-    def cases(self) -> list[Case]:
-        made = [_ListCopyCase(c.args, c.kwargs, c.label) for c in super().cases()]
-        self.__dict__["_last_cases"] = made  # the very cases the answer is about to be given
-        return made
-
-    def _check(self, fn, forbidden) -> Feedback:
-        self.__dict__["_last_cases"] = []
-        feedback = super()._check(fn, forbidden)
-        ran = self.__dict__.pop("_last_cases", [])
-        if not feedback.passed:
-            return feedback
-        for case in ran:
-            changed = _changed_list(case.args, case.__dict__.get("given"))
-            if changed is not None:
-                m = self._mistake_feedback("changed_callers_list")
-                m.message = m.message.replace("{list}", f"`{changed}`")
-                return m
-        return feedback
+    def _list_edit(self, original: tuple, given: tuple | None) -> Feedback | None:
+        changed = _changed_list(original, given)
+        if changed is None:
+            return None
+        m = self._mistake_feedback("changed_callers_list")
+        m.message = m.message.replace("{list}", f"`{changed}`")
+        return m
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:

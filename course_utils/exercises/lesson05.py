@@ -18,7 +18,7 @@ from ..interp.scores import (
     induction_positions,
     induction_score,
 )
-from .core import Case, Exercise, Feedback, Mistake
+from .core import Case, Exercise, Feedback, Mistake, WatchesGivenLists
 
 __all__ = [
     "PREVIOUS_TOKEN_SCORE",
@@ -298,46 +298,23 @@ def _find_cases() -> list[Case]:
             for layout, L, h, T, p, seed in layouts]
 
 
-class _AttentionCopyCase(Case):
-    """A 5.3 case whose ``fresh()`` hands the answer a new list of cloned patterns (the plain
-    ``Case`` copies only tensors given directly, so a list would reach the answer as the case's
-    own) and remembers it, so that the check can tell whether the answer changed it."""
-
-    def fresh(self) -> tuple[tuple, dict]:
-        attention, *rest = self.args
-        given = [p.clone() for p in attention] if isinstance(attention, list) else attention
-        self.__dict__["given"] = given
-        return (given, *rest), dict(self.kwargs)
-
-
-class _FindHeadExercise(Exercise):
+class _FindHeadExercise(WatchesGivenLists, Exercise):
     """5.3: ``attention`` is a list of per-layer patterns, which the core's in-place test does
     not look into; this check compares each pattern the answer was given with the case's own."""
 
-    def cases(self) -> list[Case]:
-        made = [_AttentionCopyCase(c.args, c.kwargs, c.label) for c in super().cases()]
-        self.__dict__["_last_cases"] = made  # the very cases the answer is about to be given
-        return made
-
-    def _check(self, fn: Callable[..., Any], forbidden: list[Callable[..., Any]]) -> Feedback:
-        self.__dict__["_last_cases"] = []
-        feedback = super()._check(fn, forbidden)
-        ran = self.__dict__.pop("_last_cases", [])
-        if not feedback.passed:
-            return feedback
-        for case in ran:
-            changed = _changed_layer(case.args[0], case.__dict__.get("given"))
-            if changed is not None:
-                return Feedback(self.title, "mistake",
-                                f"the head is right, but your function changed its input `attention` "
-                                f"(argument 1) in place: {changed}. The caller's list is the model's "
-                                "recorded attention, so every later cell that reads it would see your "
-                                "edit, not what the model did.",
-                                "leave `attention` as it is: score with out-of-place operations "
-                                "(pattern * mask, pattern[:, q, keys].sum(-1)), or edit a copy, "
-                                "pattern = attention[layer].clone().",
-                                mistake="edited_input_in_place")
-        return feedback
+    def _list_edit(self, original: tuple, given: tuple | None) -> Feedback | None:
+        changed = _changed_layer(original[0], given[0] if given else None)
+        if changed is None:
+            return None
+        return Feedback(self.title, "mistake",
+                        f"the head is right, but your function changed its input `attention` "
+                        f"(argument 1) in place: {changed}. The caller's list is the model's "
+                        "recorded attention, so every later cell that reads it would see your "
+                        "edit, not what the model did.",
+                        "leave `attention` as it is: score with out-of-place operations "
+                        "(pattern * mask, pattern[:, q, keys].sum(-1)), or edit a copy, "
+                        "pattern = attention[layer].clone().",
+                        mistake="edited_input_in_place")
 
 
 def _changed_layer(original: Any, given: Any) -> str | None:
