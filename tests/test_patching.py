@@ -454,9 +454,10 @@ def test_losses_along_orders_match_measuring_each_prefix():
     tokens, targets = tokens_and_targets(batch=6)
     targets[0, :4] = -100  # uneven counts: the average is over tokens, not sequences
     heads = all_heads(model)
-    orders = [heads, heads[::-1], [heads[i] for i in (3, 1, 5, 0, 2, 4)]]
-    got = losses_along_orders(model, tokens, targets, orders, 4)
-    assert got.shape == (3, 5)
+    orders = [heads, heads[::-1], [heads[i] for i in (3, 1, 5, 0, 2, 4)],
+              [heads[i] for i in (1, 0, 2, 5, 4, 3)]]  # the first order's first 2 and 3 heads, reordered
+    got = losses_along_orders(model, tokens, targets, orders, 4)  # each set from its parent's stream
+    assert got.shape == (4, 5)
     for i, order in enumerate(orders):
         for k in range(5):
             expected = measure(model, loss_evaluation(tokens, targets), order[:k])["loss"]

@@ -881,10 +881,11 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
 
     ``targets`` ``(B, T)`` as for :func:`~course_utils.interp.ablation.average_loss` (token-weighted,
     ``-100`` not counted). Each distinct set of switched-off heads is measured once, up to
-    ``per_run`` sets sharing one forward pass (:func:`measure_zeroed_sets`), so orders with the
-    same first ``k`` heads get the same number; each equals
-    :func:`~course_utils.interp.ablation.measure` with that order's first ``k`` heads off, up to
-    float rounding.
+    ``per_run`` sets sharing one forward pass, so orders with the same first ``k`` heads get the
+    same number; each equals :func:`~course_utils.interp.ablation.measure` with that order's
+    first ``k`` heads off, up to float rounding. As in :func:`prunable_counts` with
+    ``incremental=True``, a set one head larger than its parent starts from the parent's stream
+    at the new head's layer; it holds about ``B * T * d * (L - 1)`` floats per set of a step.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
@@ -897,10 +898,17 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     check_int(per_run, "per_run", minimum=1)
     if not (targets != -100).any():
         raise ValueError("targets count nothing (all -100)")
-    wanted = list(dict.fromkeys(frozenset(order[:k]) for order in orders for k in range(most + 1)))
-    numbers = measure_zeroed_sets(model, loss_evaluation(tokens, targets), [sorted(s) for s in wanted],
-                                  per_run=per_run)  # each distinct set of heads once
-    loss = {heads: n["loss"] for heads, n in zip(wanted, numbers, strict=True)}
+    evaluation = loss_evaluation(tokens, targets)
+    loss = {frozenset(): measure_zeroed_sets(model, evaluation, [[]])[0]["loss"]}
+    intact, streams = [_block_inputs(model, tokens)], {}
+    for k in range(1, most + 1):  # each new set starts from its parent's stream at its new head's layer
+        parent: dict[frozenset, tuple[frozenset, Head]] = {}
+        for order in orders:
+            if frozenset(order[:k]) not in loss:
+                parent.setdefault(frozenset(order[:k]), (frozenset(order[:k - 1]), order[k - 1]))
+        jobs = [(heads, *rest) for heads, rest in parent.items()]
+        numbers, streams = _measure_extensions(model, [evaluation], intact, jobs, streams, per_run)
+        loss.update((heads, n["loss"]) for (heads, _, _), n in zip(jobs, numbers, strict=True))
     return torch.tensor([[loss[frozenset(order[:k])] for k in range(most + 1)] for order in orders],
                         dtype=model.unembed.weight.dtype).view(len(orders), most + 1)
 
