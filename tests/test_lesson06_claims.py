@@ -889,24 +889,25 @@ def test_all_128_induction_sequences_give_the_same_counts(mixture, mixture_setup
 def test_on_the_other_479_sentences_the_importance_orders_beat_almost_every_random_order(
         mixture, pruning_orders):
     """The notebook's second sample: the same count with agreement scored on the other 479
-    attractor sentences of the 2000 (up to 23 may be lost), the same orders and induction check."""
+    attractor sentences of the 2000 (up to 23 may be lost), the named orders and the first 100
+    random ones (seeds 0 to 99), and the same induction check."""
     named, random = pruning_orders
     every = attractor_sentences(AGREEMENT_TASK.eval_batch(2000), None)
     others = every.take(torch.arange(ATTRACTOR_COUNT, len(every)))
     assert len(others) == 479
-    counts = count_prunable(mixture, [*named.values(), *random], MIXTURE_TASK.induction_eval(128), others,
-                            sentence_count=479)
+    counts = count_prunable(mixture, [*named.values(), *random[:100]], MIXTURE_TASK.induction_eval(128),
+                            others, sentence_count=479)
     assert dict(zip(named, counts[:4], strict=True)) == {"greedy": 8, "layer-normalised": 7,
                                                          "single-head Δloss": 7, "reverse": 2}
     other = torch.tensor(counts[4:])
-    assert torch.bincount(other).tolist() == [32, 34, 48, 28, 25, 19, 10, 3, 0, 1]
-    assert float(other.float().quantile(0.5)) == 2 and round(float(other.float().mean()), 2) == 2.49
+    assert torch.bincount(other).tolist() == [20, 13, 20, 11, 16, 12, 5, 3]
+    assert float(other.float().quantile(0.5)) == 2 and round(float(other.float().mean()), 2) == 2.61
     def share(rows):
         return round(float(rows.double().mean()), 3)
 
     shares = {name: (share(other >= k), share(other > k)) for name, k in zip(named, counts[:4], strict=True)}
-    assert shares == {"greedy": (0.005, 0.005), "layer-normalised": (0.02, 0.005),
-                      "single-head Δloss": (0.02, 0.005), "reverse": (0.67, 0.43)}
+    assert shares == {"greedy": (0.0, 0.0), "layer-normalised": (0.03, 0.0),
+                      "single-head Δloss": (0.03, 0.0), "reverse": (0.67, 0.47)}
 
 
 @pytest.mark.slow
