@@ -1,0 +1,141 @@
+"""Lessons 03 and 04: wrong answers that learner trial l4 got only a generic message for.
+
+Each is written here as a learner would write it (not the solutions/ slip the store was built
+from), and the check must name it; the right answer and a right variant of it still pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_utils.exercises import lesson03
+
+# -- 3.1 split_heads ---------------------------------------------------------------------------
+
+
+def _split_true_division(x, num_heads):
+    d_k = x.shape[-1] / num_heads  # 4.0, not 4
+    return x.view(*x.shape[:-1], num_heads, d_k).transpose(-3, -2)
+
+
+def _split_unflatten_true_division(x, num_heads):
+    return x.unflatten(-1, (num_heads, x.shape[-1] / num_heads)).movedim(-2, -3)
+
+
+def _split_permute_for_a_batch(x, num_heads):
+    return x.view(*x.shape[:-1], num_heads, -1).permute(0, 2, 1, 3)
+
+
+def _split_einsum_with_a_letter_per_axis(x, num_heads):
+    heads = x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)
+    return torch.einsum("bthk->bhtk", heads)
+
+
+@pytest.mark.parametrize("fn, key, words", [
+    (_split_true_division, "float_head_width", "d / num_heads gives 4.0"),
+    (_split_unflatten_true_division, "float_head_width", "//"),
+    (_split_permute_for_a_batch, "permute_lists_four_axes", "permute(0, 2, 1, 3)"),
+    (_split_einsum_with_a_letter_per_axis, "einsum_letters_for_every_axis", "'bthk->bhtk'"),
+])
+def test_split_check_names_float_width_and_fixed_axis_lists(fn, key, words):
+    fb = lesson03.check_split_heads(fn)
+    assert not fb.passed and fb.mistake == key, fb
+    assert words in fb.message + fb.hint
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, h: x.view(*x.shape[:-1], h, x.shape[-1] // h).transpose(-3, -2),
+    lambda x, h: x.view(*x.shape[:-1], h, int(x.shape[-1] / h)).transpose(-3, -2),  # int() of the float
+    lambda x, h: x.unflatten(-1, (h, -1)).permute(*range(x.dim() - 2), -2, -3, -1),  # permute built per dim
+    lambda x, h: torch.einsum("...thk->...htk", x.unflatten(-1, (h, -1))),
+])
+def test_split_check_accepts_right_answers_near_the_named_slips(fn):
+    assert lesson03.check_split_heads(fn).passed
+
+
+# -- 3.2 merge_heads ---------------------------------------------------------------------------
+
+
+def _merge_transposing_t_and_dk(heads):
+    B, h, T, dk = heads.shape
+    return heads.transpose(2, 3).reshape(B, T, h * dk)
+
+
+def _merge_average_tiled(heads):
+    B, h, T, dk = heads.shape
+    return heads.mean(dim=1).tile(1, 1, h)
+
+
+@pytest.mark.parametrize("fn, key", [
+    (_merge_transposing_t_and_dk, "last_two_axes_swapped"),
+    (_merge_average_tiled, "averaged_then_tiled"),
+])
+def test_merge_check_names_last_two_axes_and_a_tiled_average(fn, key):
+    fb = lesson03.check_merge_heads(fn)
+    assert not fb.passed and fb.mistake == key, fb
+
+
+@pytest.mark.parametrize("fn", [
+    lambda heads: heads.transpose(1, 2).reshape(heads.shape[0], heads.shape[2], -1),
+    lambda heads: heads.permute(0, 2, 1, 3).flatten(2),
+])
+def test_merge_check_still_accepts_the_right_transpose(fn):
+    assert lesson03.check_merge_heads(fn).passed
+
+
+# -- 3.3 parameter_count -----------------------------------------------------------------------
+
+
+def _params_bias_of_one_head(d_model, num_heads, bias=True):
+    d_k = d_model // num_heads
+    total = 4 * d_model * d_model
+    if bias:
+        total += 4 * d_k  # one head's bias for each projection
+    return total
+
+
+def _params_square_heads(d_model, num_heads, bias=True):
+    d_k = d_model // num_heads
+    return num_heads * 4 * d_k ** 2 + (4 * d_model if bias else 0)
+
+
+@pytest.mark.parametrize("fn, key", [
+    (_params_bias_of_one_head, "bias_width_d_k"),
+    (_params_square_heads, "square_head_matrices"),
+    (lambda d, h, bias=True: h * 4 * (d // h) ** 2, "square_head_matrices"),  # and no biases at all
+])
+def test_parameter_count_names_d_k_biases_and_square_heads(fn, key):
+    fb = lesson03.check_parameter_count(fn)
+    assert not fb.passed and fb.mistake == key, fb
+
+
+def test_parameter_count_still_accepts_a_sum_over_heads():
+    def per_head(d_model, num_heads, bias=True):
+        d_k = d_model // num_heads
+        head = 3 * (d_model * d_k + (d_k if bias else 0))
+        return num_heads * head + d_model * d_model + (d_model if bias else 0)
+
+    assert lesson03.check_parameter_count(per_head).passed
+
+
+# -- 3.4 score_macs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn, key", [
+    (lambda T, d, h: T * d * d, "projection_cost"),
+    (lambda T, d, h: h * (T * (d // h)) * ((d // h) * T), "sizes_multiplied"),
+    (lambda T, d, h: T * T * math.sqrt(d // h) * h, "sqrt_d_k_per_score"),  # a float
+    (lambda T, d, h: int(h * T * T * math.sqrt(d // h)), "sqrt_d_k_per_score"),  # cut to an int
+    (lambda T, d, h: round(h * T * T * (d // h) ** 0.5), "sqrt_d_k_per_score"),  # rounded
+])
+def test_score_macs_names_a_projection_multiplied_sizes_and_sqrt_d_k(fn, key):
+    fb = lesson03.check_score_macs(fn)
+    assert not fb.passed and fb.mistake == key, fb
+
+
+def test_score_macs_leaves_an_unknown_count_unnamed():
+    fb = lesson03.check_score_macs(lambda T, d, h: 3 * T * T * d)
+    assert fb.status == "wrong" and fb.mistake is None, fb
