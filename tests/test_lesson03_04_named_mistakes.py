@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from course_utils.exercises import lesson03
+from course_utils.exercises import lesson03, lesson04
 
 # -- 3.1 split_heads ---------------------------------------------------------------------------
 
@@ -139,3 +139,78 @@ def test_score_macs_names_a_projection_multiplied_sizes_and_sqrt_d_k(fn, key):
 def test_score_macs_leaves_an_unknown_count_unnamed():
     fb = lesson03.check_score_macs(lambda T, d, h: 3 * T * T * d)
     assert fb.status == "wrong" and fb.mistake is None, fb
+
+
+# -- 4.1 head_weights --------------------------------------------------------------------------
+
+
+def _head_weights_d_from_rows(w_in, num_heads, head):
+    d_model = w_in.shape[0]  # 3 * d_model
+    d_k = d_model // num_heads
+    start = head * d_k
+    return (w_in[start:start + d_k], w_in[d_model + start:d_model + start + d_k],
+            w_in[2 * d_model + start:2 * d_model + start + d_k])
+
+
+def _head_weights_split_by_rows(w_in, num_heads, head):
+    w_q, w_k, w_v = torch.split(w_in, w_in.shape[0])  # one block: the unpacking fails
+    d_k = w_in.shape[1] // num_heads
+    rows = slice(head * d_k, (head + 1) * d_k)
+    return w_q[rows], w_k[rows], w_v[rows]
+
+
+def _head_weights_true_division(w_in, num_heads, head):
+    d_model = w_in.shape[1]
+    d_k = d_model / num_heads
+    w_q, w_k, w_v = w_in.chunk(3)
+    rows = slice(head * d_k, (head + 1) * d_k)
+    return w_q[rows], w_k[rows], w_v[rows]
+
+
+@pytest.mark.parametrize("fn, key", [
+    (_head_weights_d_from_rows, "d_model_from_rows"),
+    (_head_weights_split_by_rows, "one_block_from_split"),
+    (_head_weights_true_division, "float_head_width"),
+])
+def test_head_weights_names_three_d_model_one_block_and_a_float_width(fn, key):
+    fb = lesson04.check_head_weights(fn)
+    assert not fb.passed and fb.mistake == key, fb
+    assert "more entries than the answer" not in fb.message
+
+
+def test_head_weights_still_accepts_int_of_a_division():
+    def right(w_in, num_heads, head):
+        d_k = int(w_in.shape[1] / num_heads)
+        return tuple(b[head * d_k:(head + 1) * d_k] for b in w_in.chunk(3))
+
+    assert lesson04.check_head_weights(right).passed
+
+
+# -- 4.2 stack_head_weights --------------------------------------------------------------------
+
+
+def _stack_summing_heads(q_parts, k_parts, v_parts):
+    return torch.cat([torch.stack(q_parts).sum(0), torch.stack(k_parts).sum(0), torch.stack(v_parts).sum(0)])
+
+
+def test_stack_check_names_summed_heads():
+    fb = lesson04.check_stack_head_weights(_stack_summing_heads)
+    assert not fb.passed and fb.mistake == "summed_heads", fb
+
+
+# -- 4.4 masks_for_torch -----------------------------------------------------------------------
+
+
+def test_mask_check_names_one_minus_a_bool_mask():
+    fb = lesson04.check_masks_for_torch(lambda attn_mask, kpm: (1 - attn_mask, 1 - kpm))
+    assert not fb.passed and fb.mistake == "one_minus_mask", fb
+    assert "RuntimeError" not in fb.message
+
+
+def test_mask_check_one_minus_an_int_mask_is_named_as_not_boolean():
+    fb = lesson04.check_masks_for_torch(lambda a, k: (1 - a.int(), 1 - k.int()))
+    assert fb.mistake == "float_masks", fb
+
+
+def test_mask_check_accepts_one_minus_then_back_to_bool():
+    assert lesson04.check_masks_for_torch(lambda a, k: ((1 - a.int()).bool(), (1 - k.long()).bool())).passed
