@@ -62,6 +62,12 @@ def _split_batch_assumed(x: Tensor, num_heads: int) -> Tensor:
     return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)
 
 
+def _split_then_zero_x(x: Tensor, num_heads: int) -> Tensor:
+    heads = x.view(*x.shape[:-1], num_heads, -1).transpose(-3, -2)
+    x.zero_()  # in place: the caller's x and the view of it both become zeros
+    return heads
+
+
 def _split_float_width(x: Tensor, num_heads: int) -> Tensor:
     *lead, T, d = x.shape
     return x.view(*lead, T, num_heads, d / num_heads).transpose(-3, -2)  # TypeError: a float size
@@ -259,6 +265,7 @@ MISTAKES = {
         'heads_and_width_swapped': _split_dk_h_swapped,
         'axes_counted_from_the_front': _split_front_axes,
         'batch_axis_assumed': _split_batch_assumed,
+        'edited_x_in_place': _split_then_zero_x,
         'float_head_width': _split_float_width,
         'permute_lists_four_axes': _split_permute_four_axes,
         'einsum_letters_for_every_axis': _split_einsum_four_letters,

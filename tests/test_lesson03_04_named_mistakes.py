@@ -56,6 +56,23 @@ def test_split_check_accepts_right_answers_near_the_named_slips(fn):
     assert lesson03.check_split_heads(fn).passed
 
 
+def _split_then_scale_x_in_place(x, num_heads):
+    heads = x.view(*x.shape[:-1], num_heads, -1).transpose(-3, -2)
+    x /= 2  # in place: the view above shares x's memory
+    return heads
+
+
+def test_split_check_names_an_in_place_edit_behind_wrong_values():
+    fb = lesson03.check_split_heads(_split_then_scale_x_in_place)
+    assert not fb.passed and fb.mistake == "edited_x_in_place", fb
+    assert "changed x" in fb.message
+
+
+def test_split_check_leaves_a_wrong_answer_that_keeps_x_unnamed():
+    fb = lesson03.check_split_heads(lambda x, h: x.view(*x.shape[:-1], h, -1).transpose(-3, -2) / 2)
+    assert fb.status == "wrong" and fb.mistake is None, fb
+
+
 # -- 3.2 merge_heads ---------------------------------------------------------------------------
 
 

@@ -62,7 +62,22 @@ def _split_cases() -> list[Case]:
     ]
 
 
-SPLIT_HEADS = DiagnosingExercise(
+class _SplitExercise(DiagnosingExercise):
+    """Exercise 3.1: a wrong answer that also changed ``x`` in place is told so: its view of x
+    shares x's memory, so an edit of x shows in the result."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "wrong" or feedback.mistake is not None or feedback.stopped:
+            return feedback
+        try:
+            edited = _changes_its_input(fn, self.cases())
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            edited = False
+        return self._mistake_feedback("edited_x_in_place") if edited else feedback
+
+
+SPLIT_HEADS = _SplitExercise(
     title="Exercise 3.1: split into heads",
     make_cases=_split_cases,
     mistakes=[
@@ -109,6 +124,12 @@ SPLIT_HEADS = DiagnosingExercise(
                        "all of it, however many axes there are), and count the axes you swap from "
                        "the end, as the exercise's shape (..., T, d) does.",
                        pattern="values to unpack"),
+        Mistake("edited_x_in_place",
+                "your result is wrong, and your function also changed x, the tensor it was given, in "
+                "place (a method whose name ends in _, +=, or a slice assignment). view and transpose "
+                "return views that share x's memory, so an edit of x shows in your result too, and "
+                "the caller's x is changed as well.",
+                "leave x as it is: splitting into heads needs no copy and no in-place step."),
         RaisingMistake("float_head_width",
                        "a size in your code is a float: d / num_heads gives 4.0, not 4, and view, "
                        "reshape, split and Python's slices take whole numbers (ints) only.",
