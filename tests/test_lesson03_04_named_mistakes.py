@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from course_utils.exercises import lesson03, lesson04
+from course_utils.exercises import autograde, lesson03, lesson04
 
 # -- 3.1 split_heads ---------------------------------------------------------------------------
 
@@ -231,3 +231,17 @@ def test_mask_check_one_minus_an_int_mask_is_named_as_not_boolean():
 
 def test_mask_check_accepts_one_minus_then_back_to_bool():
     assert lesson04.check_masks_for_torch(lambda a, k: ((1 - a.int()).bool(), (1 - k.long()).bool())).passed
+
+
+@pytest.mark.parametrize("code, key", [
+    ("def masks_for_torch(attn_mask, key_padding_mask):\n    return 1 - attn_mask, 1 - key_padding_mask\n",
+     "one_minus_mask"),
+    ("def masks_for_torch(attn_mask, key_padding_mask):\n    return not attn_mask, not key_padding_mask\n",
+     "python_not"),
+])
+def test_the_grader_names_the_mask_slips_that_raise(code, key):
+    """The grader replays the recorded error without running a tensor operation: the slip is
+    named from the error's text."""
+    fb = autograde.grade_answer("lesson04", "check_masks_for_torch", code, "masks_for_torch", salt=None,
+                                solutions_dir=None, sandboxed=False)
+    assert not fb.passed and fb.mistake == key, fb

@@ -539,10 +539,9 @@ class _BoolMaskExercise(Exercise):
         feedback = super().check(fn)
         if feedback.status == "error" and not feedback.stopped:
             failed = failed_operation(fn, self.cases()[0])
-            if failed is not None and failed[0] == "bool":  # `not mask`, `if mask`, `and`, ...
-                return self._named("python_not")
-            if failed is not None and failed[0] in ("rsub", "sub"):  # 1 - mask on a bool tensor
-                return self._named("one_minus_mask")
+            key = self._key_for_failure(failed[0] if failed else None, feedback.message)
+            if key is not None:
+                return self._named(key)
         if feedback.status in ("not attempted", "error"):
             return feedback
         cases = self.cases()
@@ -577,6 +576,16 @@ class _BoolMaskExercise(Exercise):
                     return Feedback(self.title, "mistake", f"your {name}: " + m.message, m.hint,
                                     mistake=m.key)
         return feedback
+
+    @staticmethod
+    def _key_for_failure(operation: str | None, message: str) -> str | None:
+        """The slip shown by the tensor operation that raised or, where none was seen (the
+        grader replays an answer's recorded error without running it), by the error's text."""
+        if operation == "bool" or "Boolean value of Tensor with more than one value" in message:
+            return "python_not"  # `not mask`, `if mask`, `and`, ...
+        if operation in ("rsub", "sub") or ("Subtraction" in message and "bool tensor" in message):
+            return "one_minus_mask"  # 1 - mask on a bool tensor
+        return None
 
     @staticmethod
     def _is_additive_form(got, blocked: Tensor) -> bool:
