@@ -137,8 +137,8 @@ SPLIT_HEADS = _SplitExercise(
                        pattern="float"),
         RaisingMistake("permute_lists_four_axes",
                        "your .permute lists every axis by number, so it fits only tensors with exactly "
-                       "that many axes: permute(0, 2, 1, 3) works for one batch axis (B, T, h, dk) and "
-                       "fails on one sentence (T, h, dk) and on two leading axes.",
+                       "that many axes: permute(0, 2, 1, 3), for example, works for one batch axis "
+                       "(B, T, h, dk) and fails on one sentence (T, h, dk) and on two leading axes.",
                        "swap just the token and head axes, counting them from the end (transpose and "
                        "movedim take negative axes), and leave the leading axes alone.",
                        pattern="ordering of dimensions"),

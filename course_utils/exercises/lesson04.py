@@ -141,8 +141,8 @@ HEAD_WEIGHTS = _HeadWeightsExercise(
                 "and the key and value slices come out empty.",
                 "d_model is the number of columns, w_in.shape[1]; the rows are 3 * d_model."),
         Mistake("float_head_width",
-                "a slice bound in your code is a float: d_model / num_heads gives 4.0, not 4, and a "
-                "slice (like split and view) takes whole numbers (ints) only.",
+                "a size or slice bound in your code is a float: d_model / num_heads gives 4.0, not 4, "
+                "and slices, split and view take whole numbers (ints) only.",
                 "divide with //: dk = d_model // num_heads stays an int."),
         Mistake("one_block_from_split",
                 "your split gave one block where three were expected: the size you split by covers "
