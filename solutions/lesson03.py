@@ -7,6 +7,8 @@
 # ruff: noqa: F401, F403, F405, E501
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -60,6 +62,25 @@ def _split_batch_assumed(x: Tensor, num_heads: int) -> Tensor:
     return x.view(B, T, num_heads, d // num_heads).transpose(1, 2)
 
 
+def _split_then_zero_x(x: Tensor, num_heads: int) -> Tensor:
+    heads = x.view(*x.shape[:-1], num_heads, -1).transpose(-3, -2)
+    x.zero_()  # in place: the caller's x and the view of it both become zeros
+    return heads
+
+
+def _split_float_width(x: Tensor, num_heads: int) -> Tensor:
+    *lead, T, d = x.shape
+    return x.view(*lead, T, num_heads, d / num_heads).transpose(-3, -2)  # TypeError: a float size
+
+
+def _split_permute_four_axes(x: Tensor, num_heads: int) -> Tensor:
+    return x.view(*x.shape[:-1], num_heads, -1).permute(0, 2, 1, 3)  # right only for (B, T, d)
+
+
+def _split_einsum_four_letters(x: Tensor, num_heads: int) -> Tensor:
+    return torch.einsum("bthk->bhtk", x.view(*x.shape[:-1], num_heads, -1))  # right only for (B, T, d)
+
+
 def _merge_reference(heads: Tensor) -> Tensor:
     B, h, T, dk = heads.shape
     return heads.transpose(1, 2).contiguous().view(B, T, h * dk)  # (B, T, d)
@@ -94,6 +115,15 @@ def _merge_along_tokens(heads: Tensor) -> Tensor:
 def _merge_view_no_contiguous(heads: Tensor) -> Tensor:
     B, h, T, dk = heads.shape
     return heads.transpose(1, 2).view(B, T, h * dk)  # raises: the transpose is not contiguous
+
+
+def _merge_last_two_swapped(heads: Tensor) -> Tensor:
+    B, h, T, dk = heads.shape
+    return heads.transpose(-1, -2).reshape(B, T, h * dk)  # (B, h, dk, T) flattened: scrambled
+
+
+def _merge_mean_tiled(heads: Tensor) -> Tensor:
+    return heads.mean(dim=1).repeat(1, 1, heads.shape[1])  # (B, T, d), every head's block the same
 
 
 def _params_reference(d_model: int, num_heads: int, bias: bool = True) -> int:
@@ -134,6 +164,15 @@ def _params_bias_per_head(d_model: int, num_heads: int, bias: bool = True) -> in
 def _params_one_head(d_model: int, num_heads: int, bias: bool = True) -> int:
     d_k = d_model // num_heads  # one head's W_Q^i, W_K^i, W_V^i and their biases, then W_O
     return 3 * d_model * d_k + d_model * d_model + ((3 * d_k + d_model) if bias else 0)
+
+
+def _params_bias_width_dk(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model + (4 * (d_model // num_heads) if bias else 0)  # one head's bias each
+
+
+def _params_square_heads(d_model: int, num_heads: int, bias: bool = True) -> int:
+    d_k = d_model // num_heads  # four (d_k, d_k) squares per head, W_O included
+    return num_heads * 4 * d_k * d_k + (4 * d_model if bias else 0)
 
 
 def _score_reference(seq_len: int, d_model: int, num_heads: int) -> int:
@@ -186,6 +225,19 @@ def _score_with_scaling(seq_len: int, d_model: int, num_heads: int) -> int:
     return seq_len * seq_len * d_model + num_heads * seq_len * seq_len  # + one division per score
 
 
+def _score_projection(seq_len: int, d_model: int, num_heads: int) -> int:
+    return seq_len * d_model * d_model  # the cost of x @ W_Q, not of Q K^T
+
+
+def _score_sizes_multiplied(seq_len: int, d_model: int, num_heads: int) -> int:
+    d_k = d_model // num_heads
+    return num_heads * (seq_len * d_k) * (d_k * seq_len)  # the shared d_k counted twice
+
+
+def _score_sqrt_dk(seq_len: int, d_model: int, num_heads: int) -> float:
+    return num_heads * seq_len * seq_len * math.sqrt(d_model // num_heads)  # the scale, not the length
+
+
 def _params_float_dk(d_model: int, num_heads: int, bias: bool = True) -> float:
     d_k = d_model / num_heads  # a float: every count built from it is one too
     weights = 3 * num_heads * d_model * d_k + d_model * d_model
@@ -213,6 +265,10 @@ MISTAKES = {
         'heads_and_width_swapped': _split_dk_h_swapped,
         'axes_counted_from_the_front': _split_front_axes,
         'batch_axis_assumed': _split_batch_assumed,
+        'edited_x_in_place': _split_then_zero_x,
+        'float_head_width': _split_float_width,
+        'permute_lists_four_axes': _split_permute_four_axes,
+        'einsum_letters_for_every_axis': _split_einsum_four_letters,
     },
     'MERGE_HEADS': {
         'view_without_transpose_back': _merge_view_only,
@@ -221,6 +277,8 @@ MISTAKES = {
         'averaged_heads': _merge_averaged,
         'not_flattened': _merge_not_flattened,
         'concatenated_along_tokens': _merge_along_tokens,
+        'last_two_axes_swapped': _merge_last_two_swapped,
+        'averaged_then_tiled': _merge_mean_tiled,
         'view_without_contiguous': _merge_view_no_contiguous,
     },
     'PARAMETER_COUNT': {
@@ -231,6 +289,8 @@ MISTAKES = {
         'bias_always_added': _params_bias_always,
         'forgot_output_bias': _params_no_out_bias,
         'bias_per_head': _params_bias_per_head,
+        'bias_width_d_k': _params_bias_width_dk,
+        'square_head_matrices': _params_square_heads,
         'one_head_projections': _params_one_head,
         'float_count': _params_float_dk,
     },
@@ -246,6 +306,9 @@ MISTAKES = {
         'one_mac_per_score': _score_one_mac_per_score,
         'exact_flops': _score_exact_flops,
         'scaling_counted': _score_with_scaling,
+        'projection_cost': _score_projection,
+        'sizes_multiplied': _score_sizes_multiplied,
+        'sqrt_d_k_per_score': _score_sqrt_dk,
         'float_count': _score_float_dk,
     },
 }

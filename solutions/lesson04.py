@@ -76,6 +76,26 @@ def _head_counted_from_one(w_in, num_heads, head):
     return tuple(block[rows] for block in w_in.split(d, dim=0))
 
 
+def _head_d_from_rows(w_in, num_heads, head):
+    d = w_in.shape[0]  # 3 * d_model, taken for d_model
+    dk = d // num_heads
+    rows = slice(head * dk, (head + 1) * dk)
+    return w_in[rows], w_in[d:][rows], w_in[2 * d:][rows]  # K and V start past the end: empty
+
+
+def _head_float_width(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d / num_heads  # a float: the slice raises TypeError
+    return tuple(block[head * dk:(head + 1) * dk] for block in w_in.split(d, dim=0))
+
+
+def _head_one_block(w_in, num_heads, head):
+    d = w_in.shape[0]  # 3 * d_model: split gives one block, the unpacking raises ValueError
+    w_q, w_k, w_v = w_in.split(d, dim=0)
+    dk = w_in.shape[1] // num_heads
+    return w_q[head * dk:(head + 1) * dk], w_k[head * dk:(head + 1) * dk], w_v[head * dk:(head + 1) * dk]
+
+
 def _stack(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: list[Tensor]) -> Tensor:
     return torch.cat([*q_parts, *k_parts, *v_parts], dim=0)  # (3*h*dk, d)
 
@@ -112,6 +132,10 @@ def _stack_new_axis(q_parts, k_parts, v_parts) -> Tensor:
 
 def _stack_lists_not_unpacked(q_parts, k_parts, v_parts) -> Tensor:
     return torch.cat([q_parts, k_parts, v_parts], dim=0)  # raises: cat needs tensors, not lists
+
+
+def _stack_summed_heads(q_parts, k_parts, v_parts) -> Tensor:
+    return torch.cat([sum(q_parts), sum(k_parts), sum(v_parts)])  # (3*dk, d): heads added
 
 
 def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok", scale="ok",
@@ -249,6 +273,10 @@ def _python_not(attn_mask, key_padding_mask):
     return not attn_mask, not key_padding_mask  # raises: Python's `not` wants one True/False
 
 
+def _one_minus_mask(attn_mask, key_padding_mask):
+    return 1 - attn_mask, 1 - key_padding_mask  # raises: no subtraction on bool tensors
+
+
 REFERENCES = {
     'HEAD_WEIGHTS': _head_weights,
     'STACK_HEAD_WEIGHTS': _stack,
@@ -267,6 +295,9 @@ MISTAKES = {
         'whole_blocks': _head_whole_blocks,
         'inclusive_end': _head_inclusive_end,
         'heads_counted_from_one': _head_counted_from_one,
+        'd_model_from_rows': _head_d_from_rows,
+        'float_head_width': _head_float_width,
+        'one_block_from_split': _head_one_block,
     },
     'STACK_HEAD_WEIGHTS': {
         'stacked_columns': _stack_columns,
@@ -276,6 +307,7 @@ MISTAKES = {
         'qvk_order': _stack_qvk_order,
         'stack_not_cat': _stack_new_axis,
         'lists_not_unpacked': _stack_lists_not_unpacked,
+        'summed_heads': _stack_summed_heads,
         # last: it grows the case's own list when the store is built from plain cases
         'changed_callers_list': _stack_extends_callers_list,
     },
@@ -317,5 +349,6 @@ MISTAKES = {
         'numpy_masks': _numpy_masks,
         'swapped_pair': _swapped_pair,
         'python_not': _python_not,
+        'one_minus_mask': _one_minus_mask,
     },
 }

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -60,7 +62,22 @@ def _split_cases() -> list[Case]:
     ]
 
 
-SPLIT_HEADS = DiagnosingExercise(
+class _SplitExercise(DiagnosingExercise):
+    """Exercise 3.1: a wrong answer that also changed ``x`` in place is told so: its view of x
+    shares x's memory, so an edit of x shows in the result."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "wrong" or feedback.mistake is not None or feedback.stopped:
+            return feedback
+        try:
+            edited = _changes_its_input(fn, self.cases())
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            edited = False
+        return self._mistake_feedback("edited_x_in_place") if edited else feedback
+
+
+SPLIT_HEADS = _SplitExercise(
     title="Exercise 3.1: split into heads",
     make_cases=_split_cases,
     mistakes=[
@@ -107,6 +124,31 @@ SPLIT_HEADS = DiagnosingExercise(
                        "all of it, however many axes there are), and count the axes you swap from "
                        "the end, as the exercise's shape (..., T, d) does.",
                        pattern="values to unpack"),
+        Mistake("edited_x_in_place",
+                "your result is wrong, and your function also changed x, the tensor it was given, in "
+                "place (a method whose name ends in _, +=, or a slice assignment). view and transpose "
+                "return views that share x's memory, so an edit of x shows in your result too, and "
+                "the caller's x is changed as well.",
+                "leave x as it is: splitting into heads needs no copy and no in-place step."),
+        RaisingMistake("float_head_width",
+                       "a size in your code is a float: d / num_heads gives 4.0, not 4, and view, "
+                       "reshape, split and Python's slices take whole numbers (ints) only.",
+                       "divide with //: d // num_heads stays an int when d splits evenly into heads.",
+                       pattern="float"),
+        RaisingMistake("permute_lists_four_axes",
+                       "your .permute lists every axis by number, so it fits only tensors with exactly "
+                       "that many axes: permute(0, 2, 1, 3), for example, works for one batch axis "
+                       "(B, T, h, dk) and fails on one sentence (T, h, dk) and on two leading axes.",
+                       "swap just the token and head axes, counting them from the end (transpose and "
+                       "movedim take negative axes), and leave the leading axes alone.",
+                       pattern="ordering of dimensions"),
+        RaisingMistake("einsum_letters_for_every_axis",
+                       "your einsum equation gives every axis its own letter, as in 'bthk->bhtk', so it "
+                       "fits only input with exactly one axis before T: one sentence (T, h, dk) has one "
+                       "axis fewer, and two leading axes one more.",
+                       "einsum's ... stands for any number of leading axes: keep it on both sides of "
+                       "the arrow and name only the axes you move.",
+                       pattern="subscripts in the equation"),
     ],
     hint="first cut each token's d features into h pieces of width d // h (a view with shape "
          "(..., T, h, dk), keeping every axis before the last), then put the head axis in front "
@@ -206,6 +248,18 @@ MERGE_HEADS = _MergeExercise(
                 "'tokens' of width dk. Concat joins each token's head outputs along the FEATURE "
                 "axis, so the result keeps T tokens of width h * dk.",
                 "torch.cat(..., dim=-1) on the (B, T, dk) pieces, or transpose(1, 2) then view."),
+        Mistake("last_two_axes_swapped",
+                "the shape is right but the values are not: you swapped the last two axes (T and "
+                "dk) before reshaping. To put each token's heads side by side, the head axis must "
+                "move next to dk, which swaps axes 1 and 2 (heads and tokens), not the last two.",
+                "transpose the head and token axes, (B, h, T, dk) -> (B, T, h, dk), then flatten "
+                "the last two."),
+        Mistake("averaged_then_tiled",
+                "you averaged the heads and repeated the average h times to reach width d: the "
+                "shape is right, but every head's block now holds the same numbers. Multi-head "
+                "attention keeps each head's own output, side by side, for W_O to combine.",
+                "no mean and no repeat: bring the token axis in front of the head axis, then flatten "
+                "(h, dk) into h * dk."),
         Mistake("view_without_contiguous",
                 "your .view raised an error: after .transpose(1, 2) the tensor is not contiguous "
                 "in memory, and .view cannot copy. The order of your steps is right.",
@@ -255,6 +309,10 @@ _WEIGHT_SLIPS = {
     "w_o_per_head": lambda d, h: (3 + h) * d * d,
     "full_width_heads": lambda d, h: (3 * h + 1) * d * d,
     "one_head_projections": lambda d, h: 3 * d * (d // h) + d * d,
+    # (d_k, d_k) squares for all four matrices of every head. (Squares for W_Q, W_K, W_V with one
+    # full W_O give 3 * h * d_k^2 + d^2 = 3 * d * d_k + d^2, the count of one_head_projections:
+    # the two cannot be told apart by the number.)
+    "square_head_matrices": lambda d, h: 4 * h * (d // h) ** 2,
 }
 
 
@@ -343,6 +401,16 @@ PARAMETER_COUNT = _ParameterCountExercise(
                 "bias is a slice of d_k numbers of b_Q (likewise b_K, b_V), so the h heads together "
                 "hold one bias vector of d_model per projection.",
                 "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is."),
+        Mistake("bias_width_d_k",
+                "you gave each projection a bias of d_k numbers, one head's worth: b_Q, b_K and b_V "
+                "each cover all h heads (a head's slice is d_k of their d_model numbers), and b_O has "
+                "d_model too.",
+                "with bias=True, each of the four projections adds one bias vector of d_model."),
+        Mistake("square_head_matrices",
+                "you counted square (d_k, d_k) matrices per head: a head's W_Q^i (and W_K^i, W_V^i) "
+                "takes a token's full d_model features down to d_k, so it is (d_model, d_k), and W_O "
+                "is one (d_model, d_model) matrix.",
+                "count each head's slice as d_model * d_k, then the heads, then W_O."),
         Mistake("one_head_projections",
                 "you counted the Q, K, V projections of ONE head (3 * d_model * d_k weights) plus "
                 "W_O: every one of the h heads has its own W_Q^i, W_K^i, W_V^i.",
@@ -367,7 +435,22 @@ def _score_cases() -> list[Case]:
     ]
 
 
-SCORE_MACS = _CountExercise(
+class _ScoreMacsExercise(_CountExercise):
+    """Exercise 3.4: sqrt(d_k) in place of d_k is named whether the count came back as a float,
+    rounded or cut to an int (its stored outputs are floats, which only the first matches)."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        def near_sqrt(case: Case, got) -> bool:
+            T, d, h = case.args[:3]
+            if isinstance(got, bool) or not isinstance(got, (int, float, np.integer, np.floating)):
+                return False
+            return abs(float(got) - h * T * T * math.sqrt(d // h)) <= 1
+        if all(near_sqrt(c, g) for c, g in zip(cases, outputs, strict=True)):
+            return self._mistake_feedback("sqrt_d_k_per_score")
+        return None
+
+
+SCORE_MACS = _ScoreMacsExercise(
     title="Exercise 3.4: multiply-adds of the scores",
     make_cases=_score_cases,
     mistakes=[
@@ -420,6 +503,21 @@ SCORE_MACS = _CountExercise(
                 "exercise leaves the scaling out, as it leaves out softmax and masks: it is "
                 "element-wise and small next to the dot products.",
                 "count only the dot products: h * T * T * d_k."),
+        Mistake("projection_cost",
+                "you returned T * d_model^2, the cost of one projection such as x @ W_Q "
+                "((T, d_model) @ (d_model, d_model)). The exercise asks for the scores, Q K^T: "
+                "per head a (T, d_k) @ (d_k, T) product.",
+                "apply a * b * c to one head's Q and K^T, then count the heads."),
+        Mistake("sizes_multiplied",
+                "you multiplied the sizes of Q and K^T, (T * d_k) * (d_k * T), which counts the "
+                "shared axis d_k twice. A product (a, b) @ (b, c) takes a * b * c multiply-adds: "
+                "each of its a * c entries is one dot product of length b.",
+                "per head: T * T entries, each a dot product of length d_k; then count the heads."),
+        Mistake("sqrt_d_k_per_score",
+                "you used sqrt(d_k) as the cost of one score: sqrt(d_k) is the number the scores are "
+                "divided by afterwards. Each score is a dot product of two d_k-long vectors, which "
+                "takes d_k multiply-adds.",
+                "one multiply-add per term of each dot product: d_k per score."),
         _float_count(),
     ],
     hint="write down the shapes of one head's Q and K^T (section 1's table has them); a matrix "

@@ -74,7 +74,21 @@ class _TensorAnswers(Exercise):
                         mistake="returned_numpy")
 
 
-HEAD_WEIGHTS = _TensorAnswers(
+class _HeadWeightsExercise(DiagnosesRaisingAnswers, _TensorAnswers):
+    """Exercise 4.1: a float slice bound (d_model / num_heads) and a split that gave one block
+    instead of three are named from the error they raise."""
+
+    @staticmethod
+    def _key_for_error(error: BaseException) -> str | None:
+        text = _safe_str(error)
+        if isinstance(error, TypeError) and ("slice indices must be integers" in text or "float" in text):
+            return "float_head_width"
+        if isinstance(error, ValueError) and "expected 3, got 1" in text:
+            return "one_block_from_split"
+        return None
+
+
+HEAD_WEIGHTS = _HeadWeightsExercise(
     title="Exercise 4.1: one head's weights inside in_proj",
     make_cases=_head_cases,
     mistakes=[
@@ -120,6 +134,21 @@ HEAD_WEIGHTS = _TensorAnswers(
                 "you took the rows of the head before (head - 1): the formula numbers heads 1 ... h, "
                 "but the code, and this exercise, count from 0, so head 0 owns the first d_k rows.",
                 "rows head * d_k to (head + 1) * d_k, without subtracting 1 from head."),
+        Mistake("d_model_from_rows",
+                "you took d_model from w_in.shape[0], but w_in is (3 * d_model, d_model): its row "
+                "count is all three blocks together. Every size built from it (d_k, the offsets of "
+                "the K and V blocks) is three times too large, so your slices run past their block "
+                "and the key and value slices come out empty.",
+                "d_model is the number of columns, w_in.shape[1]; the rows are 3 * d_model."),
+        Mistake("float_head_width",
+                "a size or slice bound in your code is a float: d_model / num_heads gives 4.0, not 4, "
+                "and slices, split and view take whole numbers (ints) only.",
+                "divide with //: dk = d_model // num_heads stays an int."),
+        Mistake("one_block_from_split",
+                "your split gave one block where three were expected: the size you split by covers "
+                "all of w_in along that axis. w_in is (3 * d_model, d_model), so W_Q, W_K and W_V "
+                "lie one under the other along dim 0, d_model rows each (d_model = w_in.shape[1]).",
+                "split the rows into blocks of d_model: w_in.split(w_in.shape[1], dim=0)."),
     ],
     hint="in_proj.weight is (3 d_model, d_model): the blocks W_Q, W_K, W_V one under the other, "
          "and in each block head i owns rows i*d_k to (i+1)*d_k - 1.",
@@ -215,6 +244,11 @@ STACK_HEAD_WEIGHTS = _StackExercise(
                 "lands where dim belongs.",
                 "unpack the lists: torch.cat([*q_parts, *k_parts, *v_parts], dim=0) (or "
                 "q_parts + k_parts + v_parts)."),
+        Mistake("summed_heads",
+                "you added each list's heads together (sum(q_parts)) and got (3 * d_k, d_model): "
+                "one head's worth of rows per projection. in_proj keeps every head's rows, one "
+                "head under the next, so the result is (3 * d_model, d_model).",
+                "concatenate instead of adding: torch.cat joins the heads' rows along dim 0."),
         Mistake("changed_callers_list",
                 "the stacked weights are right, but your function changed the caller's list {list} "
                 "(list.extend, append or +=, which all work in place): whoever called it now holds a "
@@ -505,8 +539,9 @@ class _BoolMaskExercise(Exercise):
         feedback = super().check(fn)
         if feedback.status == "error" and not feedback.stopped:
             failed = failed_operation(fn, self.cases()[0])
-            if failed is not None and failed[0] == "bool":  # `not mask`, `if mask`, `and`, ...
-                return self._named("python_not")
+            key = self._key_for_failure(failed[0] if failed else None, feedback.message)
+            if key is not None:
+                return self._named(key)
         if feedback.status in ("not attempted", "error"):
             return feedback
         cases = self.cases()
@@ -541,6 +576,16 @@ class _BoolMaskExercise(Exercise):
                     return Feedback(self.title, "mistake", f"your {name}: " + m.message, m.hint,
                                     mistake=m.key)
         return feedback
+
+    @staticmethod
+    def _key_for_failure(operation: str | None, message: str) -> str | None:
+        """The slip shown by the tensor operation that raised or, where none was seen (the
+        grader replays an answer's recorded error without running it), by the error's text."""
+        if operation == "bool" or "Boolean value of Tensor with more than one value" in message:
+            return "python_not"  # `not mask`, `if mask`, `and`, ...
+        if operation in ("rsub", "sub") or ("Subtraction" in message and "bool tensor" in message):
+            return "one_minus_mask"  # 1 - mask on a bool tensor
+        return None
 
     @staticmethod
     def _is_additive_form(got, blocked: Tensor) -> bool:
@@ -594,6 +639,11 @@ MASKS_FOR_TORCH = _BoolMaskExercise(
                 "for ONE True/False, which a mask with many entries cannot give. Element-wise "
                 "negation is a tensor operation.",
                 "use ~attn_mask (or attn_mask.logical_not()), likewise for key_padding_mask."),
+        Mistake("one_minus_mask",
+                "1 - mask raised an error: PyTorch does not subtract bool tensors. 1 - m flips 0 and "
+                "1 in a number mask; a bool mask is flipped with logical not, which keeps it "
+                "boolean, the form nn.MultiheadAttention reads as blocked / not blocked.",
+                "~attn_mask (or attn_mask.logical_not()), likewise for key_padding_mask."),
     ],
     hint="both of nn.MultiheadAttention's masks use True = blocked; the course uses True = may attend. "
          "Return two boolean torch tensors of the same shapes as the inputs.",
