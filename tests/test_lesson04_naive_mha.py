@@ -396,10 +396,10 @@ def test_lesson04_prints_the_forward_the_trained_model_runs():
 
 def test_the_sweep_readings_hold_in_the_stored_run():
     """The summary's prose: at T = 1024 the loop beat the step-by-step batched version; the fused
-    SDPA version was the fastest from T = 256 on, by a wide margin (a fifth or more below every
-    other version) from T = 512 on, and by less at 256. (At the shortest lengths
-    nn.MultiheadAttention's fast path and SDPA trade the lead between runs, so the prose names
-    no winner there.)"""
+    SDPA version was the fastest from T = 256 on, by about a tenth or more below every other
+    version from T = 512 on (the margin moves with the machine's load: 18 % at T = 512 in a run
+    at load 9 on 2 cores, 31 % on a quieter one). At the shortest lengths (T = 16, 32) SDPA and
+    nn.MultiheadAttention's fast path are close: within about a third of each other."""
     import json
     from pathlib import Path
 
@@ -418,7 +418,10 @@ def test_the_sweep_readings_hold_in_the_stored_run():
         if lengths[i] >= 256:
             assert rows["batched + F.sdpa"][i] < others, lengths[i]
         if lengths[i] >= 512:
-            assert rows["batched + F.sdpa"][i] < 0.8 * others, lengths[i]
+            assert rows["batched + F.sdpa"][i] < 0.9 * others, lengths[i]
+        if lengths[i] <= 32:
+            pair = (rows["batched + F.sdpa"][i], rows["nn.MultiheadAttention"][i])
+            assert max(pair) < 1.4 * min(pair), (lengths[i], pair)
 
 
 def test_the_heads_sweep_reading_holds_in_the_stored_run():
