@@ -104,6 +104,24 @@ def _weights_scaled_by_num_keys(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(_scores(q, k, math.sqrt(k.shape[-2])), dim=-1)
 
 
+def _weights_scaled_by_num_queries(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-2])), dim=-1)  # the tokens, not d_k
+
+
+def _weights_half_power(q: Tensor, k: Tensor) -> Tensor:
+    d_k = q.shape[-1]
+    return torch.softmax(q @ k.transpose(-2, -1) / d_k ** 1/2, dim=-1)  # the slip: / d_k, then / 2
+
+
+def _weights_half_power_bracketed(q: Tensor, k: Tensor) -> Tensor:
+    d_k = q.shape[-1]
+    return torch.softmax(q @ k.transpose(-2, -1) / (d_k ** 1/2), dim=-1)  # the slip: / (d_k / 2)
+
+
+def _weights_scaled_after_softmax(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, 1.0), dim=-1) / math.sqrt(q.shape[-1])  # rows sum to 1/sqrt(d_k)
+
+
 def _weights_as_numpy(q: Tensor, k: Tensor) -> np.ndarray:
     return _attention_weights(q, k).numpy()  # the right numbers, but an array
 
@@ -351,6 +369,10 @@ MISTAKES = {
         'missing_scale': _weights_no_scale,
         'divided_by_dk': _weights_divided_by_dk,
         'scaled_by_num_keys': _weights_scaled_by_num_keys,
+        'scaled_by_num_queries': _weights_scaled_by_num_queries,
+        'half_power_precedence': _weights_half_power,
+        'half_power_precedence_bracketed': _weights_half_power_bracketed,
+        'scaled_after_softmax': _weights_scaled_after_softmax,
         'returned_numpy': _weights_as_numpy,
         'softmax_dim0': _weights_dim0,
         'softmax_dim1': _weights_dim1,

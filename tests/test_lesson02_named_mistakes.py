@@ -66,6 +66,56 @@ def test_right_answers_pass(check, answer):
     assert feedback.passed, feedback
 
 
+# -- 2.2 ---------------------------------------------------------------------------------------
+def test_attention_weights_names_the_half_power_precedence_slip():
+    def unbracketed(q, k):
+        d_k = q.shape[-1]
+        return torch.softmax(q @ k.transpose(-2, -1) / d_k ** 1/2, dim=-1)
+
+    def negative_power(q, k):
+        d_k = q.shape[-1]
+        return torch.softmax(q @ k.transpose(-2, -1) * d_k ** -1/2, dim=-1)
+
+    for answer in (unbracketed, negative_power):
+        feedback = lesson02.check_attention_weights(answer)
+        assert feedback.mistake == "half_power_precedence", feedback
+        assert "2 * d_k" in feedback.message and "** binds tighter than /" in feedback.message
+
+    def bracketed(q, k):
+        d_k = q.shape[-1]
+        return torch.softmax(q @ k.transpose(-2, -1) / (d_k ** 1/2), dim=-1)
+    feedback = lesson02.check_attention_weights(bracketed)
+    assert feedback.mistake == "half_power_precedence_bracketed", feedback
+    assert "d_k / 2" in feedback.message
+
+    def with_the_exponent_bracketed(q, k):  # the fix the hint gives passes
+        d_k = q.shape[-1]
+        return torch.softmax(q @ k.transpose(-2, -1) / d_k ** (1/2), dim=-1)
+    assert lesson02.check_attention_weights(with_the_exponent_bracketed).passed
+
+
+def test_attention_weights_names_a_scale_by_the_number_of_queries():
+    def by_queries(q, k):
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-2]), dim=-1)
+    feedback = lesson02.check_attention_weights(by_queries)
+    assert feedback.mistake == "scaled_by_num_queries", feedback
+    assert "number of queries" in feedback.message
+
+
+def test_attention_weights_names_a_division_after_the_softmax_by_what_rows_sum_to():
+    def after(q, k):
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-1) / math.sqrt(q.shape[-1])
+
+    def twice(q, k):  # scaled before *and* after: no stored slip has these numbers
+        d_k = q.shape[-1]
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k), dim=-1) / math.sqrt(d_k)
+
+    for answer in (after, twice):
+        feedback = lesson02.check_attention_weights(answer)
+        assert feedback.mistake == "scaled_after_softmax", feedback
+        assert "1/sqrt(d_k)" in feedback.message and "after the softmax" in feedback.message
+
+
 # -- NumPy where torch is asked (2.2-2.4) ------------------------------------------------------
 def test_a_numpy_result_is_named_in_every_torch_exercise():
     def weights_np(q, k):

@@ -240,7 +240,26 @@ def _qk_cases() -> list[Case]:
     ]
 
 
-ATTENTION_WEIGHTS = _TorchExercise(
+@dataclass
+class _WeightsExercise(_TorchExercise):
+    """2.2: weights divided by sqrt(d_k) after the softmax are named by what each row sums to,
+    1/sqrt(d_k), whatever scores went into the softmax (scaled or not); the idea of lesson 04's
+    ``scaled_after_softmax``."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        for case, got, exp in zip(cases, outputs, expected, strict=True):
+            q = case.args[0] if case.args else None
+            if not (isinstance(got, Tensor) and isinstance(q, Tensor) and got.dtype.is_floating_point
+                    and tuple(got.shape) == tuple(np.shape(exp)) and q.shape[-1] > 1):
+                return None
+            sums = got.detach().to(torch.float64).sum(-1)
+            if not bool(torch.isfinite(sums).all()) or not torch.allclose(
+                    sums, torch.full_like(sums, 1 / math.sqrt(q.shape[-1])), atol=1e-4):
+                return None
+        return self._mistake_feedback("scaled_after_softmax")
+
+
+ATTENTION_WEIGHTS = _WeightsExercise(
     title="Exercise 2.2: attention weights",
     make_cases=_qk_cases,
     mistakes=[
@@ -255,6 +274,23 @@ ATTENTION_WEIGHTS = _TorchExercise(
         Mistake("scaled_by_num_keys", "you scaled by sqrt of the number of keys (k.shape[-2]) "
                 "instead of sqrt(d_k) (the last dim).",
                 "d_k is the width of each query and key vector: q.shape[-1]."),
+        Mistake("scaled_by_num_queries", "you scaled by sqrt of the number of queries (q.shape[-2], "
+                "the tokens) instead of sqrt(d_k), the width of each query and key vector.",
+                "d_k is the last dim of q and k: q.shape[-1]."),
+        Mistake("half_power_precedence", "your scores were divided by 2 * d_k, not by sqrt(d_k): ** binds "
+                "tighter than /, so `d_k ** 1/2` is `(d_k ** 1) / 2`, and `scores / d_k ** 1/2` divides "
+                "by d_k, then by 2 (`scores * d_k ** -1/2` does the same).",
+                "a square root as a power needs brackets around the exponent: d_k ** (1/2), or "
+                "d_k ** 0.5, or math.sqrt(d_k)."),
+        Mistake("half_power_precedence_bracketed", "you divided the scores by d_k / 2, not by sqrt(d_k): "
+                "** binds tighter than /, so Python reads `(d_k ** 1/2)` as `(d_k ** 1) / 2`. "
+                "The two agree only when d_k = 4.",
+                "a square root as a power needs brackets around the exponent: d_k ** (1/2), or "
+                "d_k ** 0.5, or math.sqrt(d_k)."),
+        Mistake("scaled_after_softmax", "each row of your weights sums to 1/sqrt(d_k), not 1: you divided "
+                "by sqrt(d_k) after the softmax. The scaling belongs to the scores, before the softmax, "
+                "which then makes every row sum to 1.",
+                "scale first, softmax last: nothing should touch the weights after the softmax."),
         Mistake("returned_numpy", _RETURNED_NUMPY, _RETURNED_NUMPY_HINT),
         Mistake("softmax_dim0", "your softmax ran over dim=0: for one sequence (Tq, Tk) that is the "
                 "queries (each column sums to 1), and for a batch it is the batch; never the keys.",
