@@ -195,6 +195,12 @@ def _causal_diagonal_blocked(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
 
 
+def _causal_sees_next_key(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    one_ahead = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril(diagonal=1)  # off by one
+    return torch.softmax(scores.masked_fill(~one_ahead, float("-inf")), dim=-1)
+
+
 def _causal_as_numpy(q: Tensor, k: Tensor) -> np.ndarray:
     return _causal_weights(q, k).numpy()  # the right numbers, but an array
 
@@ -386,6 +392,7 @@ MISTAKES = {
         'future_visible': _causal_future_visible,
         'masked_with_zero': _causal_masked_with_zero,
         'diagonal_blocked': _causal_diagonal_blocked,
+        'sees_next_key': _causal_sees_next_key,
         'inverted_mask': _causal_inverted_mask,
         'missing_scale': _causal_no_scale,
         'mask_not_applied': _causal_mask_not_applied,

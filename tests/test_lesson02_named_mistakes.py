@@ -116,6 +116,32 @@ def test_attention_weights_names_a_division_after_the_softmax_by_what_rows_sum_t
         assert "1/sqrt(d_k)" in feedback.message and "after the softmax" in feedback.message
 
 
+# -- 2.3 ---------------------------------------------------------------------------------------
+def test_causal_names_the_off_by_one_mask_that_sees_the_next_key():
+    def tril_1(q, k):
+        T = q.shape[-2]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    feedback = lesson02.check_causal_attention_weights(tril_1)
+    assert feedback.mistake == "sees_next_key", feedback
+    assert "next key" in feedback.message
+
+
+def test_causal_hints_point_to_the_idea_not_the_answer_line():
+    def not_assigned(q, k):
+        T = q.shape[-2]
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        allowed = torch.ones(T, T, dtype=torch.bool).tril()
+        s.masked_fill(~allowed, float("-inf"))
+        return torch.softmax(s, dim=-1)
+    feedback = lesson02.check_causal_attention_weights(not_assigned)
+    assert feedback.mistake == "mask_not_applied", feedback
+    assert "assign" in feedback.message and "returns" in feedback.hint
+    for mistake in lesson02.CAUSAL_ATTENTION_WEIGHTS.mistakes:  # no hint is a line to paste
+        assert "masked_fill(~" not in mistake.hint and ".tril()" not in mistake.hint, mistake.key
+
+
 # -- NumPy where torch is asked (2.2-2.4) ------------------------------------------------------
 def test_a_numpy_result_is_named_in_every_torch_exercise():
     def weights_np(q, k):

@@ -364,24 +364,32 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "mask the scores (set blocked ones to -inf) before the softmax."),
         Mistake("future_visible", "each query sees the future and not the past: the mask is the "
                 "upper triangle instead of the lower one.",
-                "query i may attend to key j when j <= i: torch.ones(T, T, dtype=torch.bool).tril()."),
+                "query i may attend to key j when j <= i: that is the lower triangle (tril), not the "
+                "upper one (triu)."),
         Mistake("masked_with_zero", "the future still gets weight: you set blocked scores to 0, "
                 "and exp(0) = 1 is not 0.", "fill blocked scores with float('-inf'); exp(-inf) = 0."),
         Mistake("diagonal_blocked", "the first row is NaN: your mask also blocks each token from "
                 "itself, so token 0 has nothing to attend to.",
                 "keep the diagonal: tril() (not tril(-1))."),
+        Mistake("sees_next_key", "each query also sees the next key (query i attends to key i + 1): your "
+                "mask keeps one diagonal too many above the main one, as tril(diagonal=1) does, so "
+                "every token but the last peeks one step into the future.",
+                "query i may attend to keys 0 .. i and no further: the main diagonal is the last one "
+                "the mask keeps (tril's default, diagonal=0)."),
         Mistake("inverted_mask", "you blocked the allowed keys and kept the blocked ones (the last row "
                 "is NaN): masked_fill(mask, ...) fills where the mask is True, and in this course True "
                 "means 'may attend'. (nn.MultiheadAttention uses the opposite convention, "
                 "True = blocked.)",
-                "fill where the mask is False: scores.masked_fill(~allowed, float('-inf'))."),
+                "masked_fill fills where its mask is True, so give it the keys to block: the "
+                "opposite (~) of your 'may attend' mask."),
         Mistake("missing_scale", "the mask is right, but your weights are too peaked: the scores were "
                 "not divided by sqrt(d_k).",
                 "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax."),
         Mistake("mask_not_applied", "your weights are those of attention without any mask: every "
                 "query sees the future. masked_fill returns a new tensor; it does not change "
                 "scores unless you assign the result.",
-                "scores = scores.masked_fill(~allowed, float('-inf'))."),
+                "masked_fill gives back a new tensor and leaves scores as they were: keep what it "
+                "returns, and take the softmax of that."),
         Mistake("softmax_over_queries", "each column of your weights sums to 1: the softmax ran over "
                 "the queries (dim=-2) instead of the keys.",
                 "torch.softmax(scores, dim=-1), after the mask."),
@@ -398,8 +406,8 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "(j > i), the very ones the mask should block: your additive mask has the wrong sign. "
                 "Adding a large positive number to the blocked scores makes them win the softmax; "
                 "only a large negative one (or -inf) makes their weight vanish.",
-                "add minus infinity where key j > query i: scores + torch.full((T, T), float('-inf'))"
-                ".triu(1), or scores.masked_fill(~allowed, float('-inf'))."),
+                "the blocked scores (key j > query i) must go down, not up: add -inf there (or a "
+                "large negative number), never a positive one."),
         RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT),
         RaisingMistake("batch_dim_as_T",
                        "on the batch (2, 5, 4) your mask does not fit the scores: T = q.shape[0] is "
