@@ -104,6 +104,28 @@ def _weights_scaled_by_num_keys(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(_scores(q, k, math.sqrt(k.shape[-2])), dim=-1)
 
 
+def _weights_scaled_by_num_queries(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, math.sqrt(q.shape[-2])), dim=-1)  # the tokens, not d_k
+
+
+def _weights_half_power(q: Tensor, k: Tensor) -> Tensor:
+    d_k = q.shape[-1]
+    return torch.softmax(q @ k.transpose(-2, -1) / d_k ** 1/2, dim=-1)  # the slip: / d_k, then / 2
+
+
+def _weights_half_power_bracketed(q: Tensor, k: Tensor) -> Tensor:
+    d_k = q.shape[-1]
+    return torch.softmax(q @ k.transpose(-2, -1) / (d_k ** 1/2), dim=-1)  # the slip: / (d_k / 2)
+
+
+def _weights_scaled_after_softmax(q: Tensor, k: Tensor) -> Tensor:
+    return torch.softmax(_scores(q, k, 1.0), dim=-1) / math.sqrt(q.shape[-1])  # rows sum to 1/sqrt(d_k)
+
+
+def _weights_as_numpy(q: Tensor, k: Tensor) -> np.ndarray:
+    return _attention_weights(q, k).numpy()  # the right numbers, but an array
+
+
 def _weights_dim0(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=0)
 
@@ -171,6 +193,16 @@ def _causal_diagonal_blocked(q: Tensor, k: Tensor) -> Tensor:
     scores = _scores(q, k, math.sqrt(q.shape[-1]))
     strict = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril(-1)
     return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
+
+
+def _causal_sees_next_key(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    one_ahead = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril(diagonal=1)  # off by one
+    return torch.softmax(scores.masked_fill(~one_ahead, float("-inf")), dim=-1)
+
+
+def _causal_as_numpy(q: Tensor, k: Tensor) -> np.ndarray:
+    return _causal_weights(q, k).numpy()  # the right numbers, but an array
 
 
 def _causal_batch_dim_as_T(q: Tensor, k: Tensor) -> Tensor:
@@ -309,6 +341,10 @@ def _single_head_divided_by_dk(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor)
     return _weights_divided_by_dk(q, k) @ v
 
 
+def _single_head_as_numpy(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> np.ndarray:
+    return _single_head(x, w_q, w_k, w_v).numpy()  # the right numbers, but an array
+
+
 def _single_head_k_dot_t(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
     q, k, v = _project(x, w_q, w_k, w_v)
     return _weights_k_dot_t(q, k) @ v
@@ -339,6 +375,11 @@ MISTAKES = {
         'missing_scale': _weights_no_scale,
         'divided_by_dk': _weights_divided_by_dk,
         'scaled_by_num_keys': _weights_scaled_by_num_keys,
+        'scaled_by_num_queries': _weights_scaled_by_num_queries,
+        'half_power_precedence': _weights_half_power,
+        'half_power_precedence_bracketed': _weights_half_power_bracketed,
+        'scaled_after_softmax': _weights_scaled_after_softmax,
+        'returned_numpy': _weights_as_numpy,
         'softmax_dim0': _weights_dim0,
         'softmax_dim1': _weights_dim1,
         'no_softmax': _weights_no_softmax,
@@ -351,6 +392,7 @@ MISTAKES = {
         'future_visible': _causal_future_visible,
         'masked_with_zero': _causal_masked_with_zero,
         'diagonal_blocked': _causal_diagonal_blocked,
+        'sees_next_key': _causal_sees_next_key,
         'inverted_mask': _causal_inverted_mask,
         'missing_scale': _causal_no_scale,
         'mask_not_applied': _causal_mask_not_applied,
@@ -361,6 +403,7 @@ MISTAKES = {
         'additive_mask_wrong_sign': _causal_additive_mask_wrong_sign,
         'k_dot_T': _causal_k_dot_t,
         'batch_dim_as_T': _causal_batch_dim_as_T,
+        'returned_numpy': _causal_as_numpy,
     },
     'SINGLE_HEAD_ATTENTION': {
         'keys_as_values': _single_head_keys_as_values,
@@ -380,5 +423,6 @@ MISTAKES = {
         'divided_by_dk': _single_head_divided_by_dk,
         'k_dot_T': _single_head_k_dot_t,
         'linear_layout': _single_head_linear_layout,
+        'returned_numpy': _single_head_as_numpy,
     },
 }

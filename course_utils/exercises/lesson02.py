@@ -6,11 +6,19 @@
 * :data:`SINGLE_HEAD_ATTENTION`: from ``x`` and three weight matrices to the output.
 
 Each check recognises the usual mistakes by their output and names them.
+
+One rule for result types in all four checks. 2.1 is numpy: a torch tensor holding the right
+numbers is named. 2.2-2.4 are torch: a NumPy array is named whatever its numbers, and also
+when it came back on one case and the function raised on another. One rule for precision, as
+in the rest of the course: a float32 result where the answer is float64 is accepted (it is as
+close as the tolerance asks); a float64 result where the answer is float32, and a
+half-precision one (float16, bfloat16) where it is not, are named, saying the values are right.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..tasks.worked_example import load_worked_example
-from .core import Case, Feedback, Mistake
+from .core import Case, Feedback, Mistake, _Deadline
 from .raising import DiagnosingExercise, RaisingMistake
 
 __all__ = [
@@ -57,7 +65,40 @@ def _softmax_cases() -> list[Case]:
 class _SoftmaxExercise(DiagnosingExercise):
     """2.1: an answer normalised along the wrong axis, or over the whole array, is named by what
     its output sums to, however it was shifted (a row-max shift with a column sum matches no
-    single Mistake's numbers)."""
+    single Mistake's numbers).
+
+    Precision (the module's rule, for numpy arrays): the cases are float64; a float32 result is
+    accepted, a float16 one is named (``half_precision``), and so would be float64 where the
+    answer is float32."""
+
+    def check(self, fn) -> Feedback:
+        """Grade ``fn``; never raises. The result must be a NumPy array: a torch tensor holding the
+        right numbers is named. Precision: float32 where the answer is float64 (these
+        cases) is accepted; float64 where it is float32, and float16, are named."""
+        return super().check(fn)
+
+    def _precision_slip(self, cases, outputs, expected) -> Feedback | None:
+        for case, got, exp in zip(cases, outputs, expected, strict=False):
+            if not (isinstance(got, np.ndarray) and isinstance(exp, np.ndarray) and got.shape == exp.shape
+                    and got.dtype.kind == "f" and exp.dtype.kind == "f"):
+                continue
+            label = f" on {case.label}" if case.label else ""
+            if got.dtype == np.float16 and exp.dtype != np.float16:
+                if np.allclose(got.astype(exp.dtype), exp, rtol=1e-2, atol=1e-3, equal_nan=True):
+                    return Feedback(self.title, "mistake",
+                                    f"your values are right to about three digits{label}, but the array is "
+                                    f"float16 (half precision), which keeps only about three significant "
+                                    f"digits; the scores are {exp.dtype} and so is the answer.",
+                                    "keep the scores' dtype: drop the .astype(np.float16) and return "
+                                    "the result as it comes out.", mistake="half_precision")
+            elif got.dtype == np.float64 and exp.dtype == np.float32:
+                if self._close(got.astype(np.float32), exp):
+                    return Feedback(self.title, "mistake",
+                                    f"the values are right{label}, but your array is float64 and the scores "
+                                    "and the answer are float32: something widened it on the way.",
+                                    "keep the scores' dtype (no .astype(np.float64), no float64 constant "
+                                    "array).", mistake="widened_to_float64")
+        return None
 
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
         key = self._normalised_wrongly(outputs, expected)
@@ -124,6 +165,63 @@ SOFTMAX_ROWS = _SoftmaxExercise(
 check_softmax_rows = SOFTMAX_ROWS.check
 
 
+# -- 2.2-2.4: torch exercises ----------------------------------------------------------
+_RETURNED_NUMPY = ("you returned a NumPy array where this torch exercise asks for a tensor (the torch "
+                   "code that takes the result further needs one).")
+_RETURNED_NUMPY_HINT = ("stay in torch: use @, .transpose(-2, -1) and torch.softmax on the tensors you "
+                        "are given, and drop the .numpy() / np.* calls.")
+
+
+@dataclass
+class _TorchExercise(DiagnosingExercise):
+    """2.2-2.4: the answer must be a torch tensor. A NumPy array is named (``returned_numpy``)
+    even when its numbers are right, and also when it came back on one case while another case
+    raised (numpy code copied from the lesson's section 1 often works on one sequence and fails
+    on the batch). Precision follows the module's rule (the core's ``_precision_slip``)."""
+
+    def check(self, fn) -> Feedback:
+        """Grade ``fn``; never raises. The result must be a torch tensor: a NumPy array is named,
+        even with the right numbers. Precision: float32 where the answer is float64 is accepted;
+        float64 where it is float32, and half precision, are named."""
+        feedback = super().check(fn)
+        if feedback.status != "error" or feedback.stopped:
+            return feedback
+        try:
+            named = self._numpy_then_raised(fn)
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            named = None
+        return feedback if named is None else named
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        if not any(isinstance(got, np.ndarray) for got in outputs):
+            return super()._grade(cases, outputs, expected)
+        named = self._mistake_feedback("returned_numpy")
+        if all(self._close(g, e) for g, e in zip(outputs, expected, strict=True)):
+            named.message = "the numbers are right, but " + named.message
+        else:
+            named.message += " Its numbers do not match the answer either."
+        return named
+
+    def _numpy_then_raised(self, fn) -> Feedback | None:
+        """``returned_numpy`` when ``fn`` returned an array on a case before one it raised on."""
+        gave_array = False
+        for case in self.cases():
+            args, kwargs = case.fresh()
+            try:
+                with warnings.catch_warnings(), _Deadline():
+                    warnings.simplefilter("ignore")
+                    got = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the raise the check already reported
+                if not gave_array:
+                    return None
+                where = f" on {case.label}" if case.label else ""
+                named = self._mistake_feedback("returned_numpy")
+                named.message += f" (Your function then raised {type(exc).__name__}{where}.)"
+                return named
+            gave_array = gave_array or isinstance(got, np.ndarray)
+        return None
+
+
 # -- 2.2 attention weights from q and k -------------------------------------------------
 _K_DOT_T = ("k.T reverses ALL the dims of k, so on a batch (B, Tk, d_k) becomes (d_k, Tk, B) and "
             "the product fails (on one sequence it works, which hides the bug).")
@@ -142,7 +240,26 @@ def _qk_cases() -> list[Case]:
     ]
 
 
-ATTENTION_WEIGHTS = DiagnosingExercise(
+@dataclass
+class _WeightsExercise(_TorchExercise):
+    """2.2: weights divided by sqrt(d_k) after the softmax are named by what each row sums to,
+    1/sqrt(d_k), whatever scores went into the softmax (scaled or not); the idea of lesson 04's
+    ``scaled_after_softmax``."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        for case, got, exp in zip(cases, outputs, expected, strict=True):
+            q = case.args[0] if case.args else None
+            if not (isinstance(got, Tensor) and isinstance(q, Tensor) and got.dtype.is_floating_point
+                    and tuple(got.shape) == tuple(np.shape(exp)) and q.shape[-1] > 1):
+                return None
+            sums = got.detach().to(torch.float64).sum(-1)
+            if not bool(torch.isfinite(sums).all()) or not torch.allclose(
+                    sums, torch.full_like(sums, 1 / math.sqrt(q.shape[-1])), atol=1e-4):
+                return None
+        return self._mistake_feedback("scaled_after_softmax")
+
+
+ATTENTION_WEIGHTS = _WeightsExercise(
     title="Exercise 2.2: attention weights",
     make_cases=_qk_cases,
     mistakes=[
@@ -157,6 +274,24 @@ ATTENTION_WEIGHTS = DiagnosingExercise(
         Mistake("scaled_by_num_keys", "you scaled by sqrt of the number of keys (k.shape[-2]) "
                 "instead of sqrt(d_k) (the last dim).",
                 "d_k is the width of each query and key vector: q.shape[-1]."),
+        Mistake("scaled_by_num_queries", "you scaled by sqrt of the number of queries (q.shape[-2], "
+                "the tokens) instead of sqrt(d_k), the width of each query and key vector.",
+                "d_k is the last dim of q and k: q.shape[-1]."),
+        Mistake("half_power_precedence", "your scores were divided by 2 * d_k, not by sqrt(d_k): ** binds "
+                "tighter than /, so `d_k ** 1/2` is `(d_k ** 1) / 2`, and `scores / d_k ** 1/2` divides "
+                "by d_k, then by 2 (`scores * d_k ** -1/2` does the same).",
+                "a square root as a power needs brackets around the exponent: d_k ** (1/2), or "
+                "d_k ** 0.5, or math.sqrt(d_k)."),
+        Mistake("half_power_precedence_bracketed", "you divided the scores by d_k / 2, not by sqrt(d_k): "
+                "** binds tighter than /, so Python reads `(d_k ** 1/2)` as `(d_k ** 1) / 2`. "
+                "The two agree only when d_k = 4.",
+                "a square root as a power needs brackets around the exponent: d_k ** (1/2), or "
+                "d_k ** 0.5, or math.sqrt(d_k)."),
+        Mistake("scaled_after_softmax", "each row of your weights sums to 1/sqrt(d_k), not 1: you divided "
+                "by sqrt(d_k) after the softmax. The scaling belongs to the scores, before the softmax, "
+                "which then makes every row sum to 1.",
+                "scale first, softmax last: nothing should touch the weights after the softmax."),
+        Mistake("returned_numpy", _RETURNED_NUMPY, _RETURNED_NUMPY_HINT),
         Mistake("softmax_dim0", "your softmax ran over dim=0: for one sequence (Tq, Tk) that is the "
                 "queries (each column sums to 1), and for a batch it is the batch; never the keys.",
                 "count from the end: torch.softmax(scores, dim=-1) is over the keys for any "
@@ -192,9 +327,10 @@ def _causal_cases() -> list[Case]:
 
 
 @dataclass
-class _CausalExercise(DiagnosingExercise):
+class _CausalExercise(_TorchExercise):
     """2.3: an additive mask with the wrong sign is named by where the weight sits (on the
-    future keys), whatever large number was added: +1e9 and +1e4 round differently."""
+    future keys), whatever large number was added: +1e9 and +1e4 round differently. Result type
+    and precision as in every torch exercise here (:class:`_TorchExercise`)."""
 
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
         if self._future_wins(outputs, expected):
@@ -228,24 +364,32 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "mask the scores (set blocked ones to -inf) before the softmax."),
         Mistake("future_visible", "each query sees the future and not the past: the mask is the "
                 "upper triangle instead of the lower one.",
-                "query i may attend to key j when j <= i: torch.ones(T, T, dtype=torch.bool).tril()."),
+                "query i may attend to key j when j <= i: that is the lower triangle (tril), not the "
+                "upper one (triu)."),
         Mistake("masked_with_zero", "the future still gets weight: you set blocked scores to 0, "
                 "and exp(0) = 1 is not 0.", "fill blocked scores with float('-inf'); exp(-inf) = 0."),
         Mistake("diagonal_blocked", "the first row is NaN: your mask also blocks each token from "
                 "itself, so token 0 has nothing to attend to.",
                 "keep the diagonal: tril() (not tril(-1))."),
+        Mistake("sees_next_key", "each query also sees the next key (query i attends to key i + 1): your "
+                "mask keeps one diagonal too many above the main one, as tril(diagonal=1) does, so "
+                "every token but the last peeks one step into the future.",
+                "query i may attend to keys 0 .. i and no further: the main diagonal is the last one "
+                "the mask keeps (tril's default, diagonal=0)."),
         Mistake("inverted_mask", "you blocked the allowed keys and kept the blocked ones (the last row "
                 "is NaN): masked_fill(mask, ...) fills where the mask is True, and in this course True "
                 "means 'may attend'. (nn.MultiheadAttention uses the opposite convention, "
                 "True = blocked.)",
-                "fill where the mask is False: scores.masked_fill(~allowed, float('-inf'))."),
+                "masked_fill fills where its mask is True, so give it the keys to block: the "
+                "opposite (~) of your 'may attend' mask."),
         Mistake("missing_scale", "the mask is right, but your weights are too peaked: the scores were "
                 "not divided by sqrt(d_k).",
                 "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax."),
         Mistake("mask_not_applied", "your weights are those of attention without any mask: every "
                 "query sees the future. masked_fill returns a new tensor; it does not change "
                 "scores unless you assign the result.",
-                "scores = scores.masked_fill(~allowed, float('-inf'))."),
+                "masked_fill gives back a new tensor and leaves scores as they were: keep what it "
+                "returns, and take the softmax of that."),
         Mistake("softmax_over_queries", "each column of your weights sums to 1: the softmax ran over "
                 "the queries (dim=-2) instead of the keys.",
                 "torch.softmax(scores, dim=-1), after the mask."),
@@ -262,14 +406,15 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "(j > i), the very ones the mask should block: your additive mask has the wrong sign. "
                 "Adding a large positive number to the blocked scores makes them win the softmax; "
                 "only a large negative one (or -inf) makes their weight vanish.",
-                "add minus infinity where key j > query i: scores + torch.full((T, T), float('-inf'))"
-                ".triu(1), or scores.masked_fill(~allowed, float('-inf'))."),
+                "the blocked scores (key j > query i) must go down, not up: add -inf there (or a "
+                "large negative number), never a positive one."),
         RaisingMistake("k_dot_T", _K_DOT_T, _K_DOT_T_HINT),
         RaisingMistake("batch_dim_as_T",
                        "on the batch (2, 5, 4) your mask does not fit the scores: T = q.shape[0] is "
                        "the batch size there, not the number of tokens.",
                        "count from the end: T = q.shape[-2], so the mask is (T, T) for any number "
                        "of leading dims.", loose=True),
+        Mistake("returned_numpy", _RETURNED_NUMPY, _RETURNED_NUMPY_HINT),
     ],
     hint="build a lower-triangular boolean (T, T) mask (True = may attend), fill the blocked "
     "scores with float('-inf'), and only then take the softmax over the last dim.",
@@ -289,7 +434,7 @@ def _single_head_cases() -> list[Case]:
     ]
 
 
-SINGLE_HEAD_ATTENTION = DiagnosingExercise(
+SINGLE_HEAD_ATTENTION = _TorchExercise(
     title="Exercise 2.4: single-head attention",
     make_cases=_single_head_cases,
     mistakes=[
@@ -339,6 +484,7 @@ SINGLE_HEAD_ATTENTION = DiagnosingExercise(
                        "nn.Linear's (d_out, d_in) layout. Here w_q is (d_model, d_k), rows = "
                        "input features, so the projection is x @ w_q with no transpose.",
                        "q, k, v = x @ w_q, x @ w_k, x @ w_v."),
+        Mistake("returned_numpy", _RETURNED_NUMPY, _RETURNED_NUMPY_HINT),
     ],
     hint="project x three times (queries, keys, values), compute the weights as in Exercise 2.2, "
     "then average the values with them.",
