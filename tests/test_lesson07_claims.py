@@ -197,10 +197,10 @@ def _whole_step_rows(text: str) -> dict[tuple[int, int, int], dict[str, float]]:
 
 def test_cache_growth_slopes_in_the_stored_run():
     """'With the cache the slope is close to 1 ... Without the cache the slope is clearly larger
-    ... between 1.4 and 2 in every run we know of (1.7 to 2 on the course's machine ...; 1.4 to
-    1.65 on busy laptops and shared machines)'; 'What held in every run we know of: the without /
-    with column grows several-fold from the shortest runs to N = 256'. Loosely, for the spread
-    the prose names."""
+    ... between 1.4 and 2 in every run we know of, and it moves from run to run on one machine
+    (from 1.6 to 2 on the same 2-core machine, quiet or busy)'; 'What held in every run we know
+    of: the without / with column grows several-fold from the shortest runs to N = 256'.
+    Loosely, for the spread the prose names."""
     text = _stored_text("279fd84d")
     slope_line = next(line for line in text.splitlines() if line.startswith("log-log slope"))
     with_cache = float(slope_line.split("with cache ")[1].split(",")[0])
@@ -208,7 +208,7 @@ def test_cache_growth_slopes_in_the_stored_run():
     assert 0.7 <= with_cache <= 1.5 and 1.3 <= without <= 2.6 and without > with_cache + 0.3
     prose = _prose("cd75506d")
     assert "between 1.4 and 2 in every run we know of" in prose and "near 2" not in prose
-    assert "1.7 to 2 on the course's machine" in prose and "1.4 to 1.65 on busy" in prose
+    assert "from 1.6 to 2 on the same 2-core machine" in prose and "1.7 to 2" not in prose
     ratios = [float(line.split()[-1]) for line in text.splitlines()
               if line.split() and line.split()[0].isdigit()]
     assert len(ratios) == 5 and ratios[-1] >= 2 * ratios[0]
@@ -333,7 +333,7 @@ def test_whole_step_table_in_the_stored_run():
     # "GQA-4 came within 25% of its bound in every run we made" (one sequence)
     assert all(0.75 <= r["share"] <= 1.0 for r in (short, long_))
     assert batch["share"] < min(short["share"], long_["share"])
-    assert "within 25% of its bound in every run we made" in _prose("ws-read")
+    assert "within 25% of its bound in every run we made" in _prose("ws-read-share")
     weights = {}
     for line in text.splitlines():
         if "the weights alone" in line:
@@ -364,7 +364,7 @@ def test_an_lm_head_lowers_the_byte_bound():
     text = _stored_text("ws-lm-head")
     for value in bounds.values():
         assert f"byte bound {value:.2f}" in text
-    prose = _prose("ws-read")
+    prose = _prose("ws-read-share")
     assert "falls from 1.60 to 1.46" in prose and "128,256 tokens to 1.27" in prose
     assert "no embedding and no LM head" in _prose("ws-md")
 
@@ -415,8 +415,8 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert share[16]["fused"] > share[16]["course"] >= 0.4
     assert share[4]["fused"] >= 0.85 * share[16]["fused"] and share[4]["course"] < share[16]["course"]
     assert 3.0 <= speedup[4] <= 4.2
-    # "72% and 84% against the faster of the two reductions", 80-90% and 62-68% against the
-    # compiled loop alone: the stored run lies in that span
+    # "between 68% and 84% against the faster of the two reductions" in our runs, lower when
+    # other programs are busy: the stored run lies near that span
     assert 0.60 <= share[16]["fused"] <= 0.95
     assert "noisy run" not in _stored_text("ca473f08") and "check:" not in _stored_text("ca473f08")
     stored = _stored_text("a6cc0e7d")
