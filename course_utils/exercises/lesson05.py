@@ -18,7 +18,7 @@ from ..interp.scores import (
     induction_positions,
     induction_score,
 )
-from .core import Case, Exercise, Feedback, Mistake, WatchesGivenLists
+from .core import Case, Exercise, Feedback, Mistake, WatchesGivenLists, _Deadline, _edited_input
 
 __all__ = [
     "PREVIOUS_TOKEN_SCORE",
@@ -63,7 +63,48 @@ def _previous_token_cases() -> list[Case]:
     ]
 
 
-class _PreviousTokenExercise(Exercise):
+def _changes_its_input(fn: Callable[..., Any], cases: list[Case]) -> bool:
+    """True when ``fn`` changes the pattern it was given in place on one of ``cases`` (run again,
+    under the time limit: a check asks this only of an answer that was already wrong)."""
+    for case in cases:
+        args, kwargs = case.fresh()
+        try:
+            with _Deadline():
+                fn(*args, **kwargs)
+        except BaseException:  # noqa: BLE001 - the check already said what it could
+            return False
+        if _edited_input(case, args, kwargs) is not None:
+            return True
+    return False
+
+
+_EDITED_PATTERN = ("your result is wrong, and your function also changed `pattern`, the tensor it was "
+                   "given, in place (a method ending in _ such as zero_(), a +=, or a slice assignment). "
+                   "A diagonal or a slice of pattern is a view that shares its memory, so the edit shows "
+                   "in what you read from it, and the caller's pattern changes too.",
+                   "leave `pattern` as it is: a score only reads the weights. If you need to change "
+                   "something, change a copy (pattern.clone()).")
+
+
+class _NamesInPlaceEdits(Exercise):
+    """5.1, 5.2: a wrong answer that also changed ``pattern`` in place is told so (its views of
+    pattern share the memory, so the edit shows in its result); a right one gets the core's
+    in-place message. Scores are read, not stored: a float32 result of float64 weights passes."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "wrong" or feedback.mistake is not None or feedback.stopped:
+            return feedback
+        try:
+            edited = _changes_its_input(fn, self.cases())
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            edited = False
+        if not edited:
+            return feedback
+        return Feedback(self.title, "mistake", *_EDITED_PATTERN, mistake="edited_pattern_in_place")
+
+
+class _PreviousTokenExercise(_NamesInPlaceEdits):
     """5.1: an answer returned in half precision is named however it got there (a .half() at the
     end, or the whole computation in float16 or bfloat16): its values are right to a few digits."""
 
@@ -144,7 +185,23 @@ def _induction_cases() -> list[Case]:
     ]
 
 
-INDUCTION_SCORE = Exercise(
+class _InductionExercise(_NamesInPlaceEdits):
+    """5.2: the mean of a single diagonal of the pattern, at any offset, is named (the stripe of
+    a textbook induction head lies on one, the score does not)."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        for case, got in zip(cases, outputs, strict=True):
+            pattern = case.args[0]
+            if not isinstance(got, torch.Tensor) or not isinstance(pattern, torch.Tensor):
+                return None
+            diagonals = (pattern.diagonal(offset=-k, dim1=-2, dim2=-1).mean(-1)
+                         for k in range(pattern.shape[-1]))
+            if not any(self._close(got, d) for d in diagonals):
+                return None
+        return self._mistake_feedback("single_diagonal")
+
+
+INDUCTION_SCORE = _InductionExercise(
     title="Exercise 5.2: induction score",
     make_cases=_induction_cases,
     mistakes=[
@@ -220,6 +277,13 @@ INDUCTION_SCORE = Exercise(
                 "cannot do both jobs.",
                 "loop over q = period + 1 .. T - 1 and sum pattern[:, q, k] over k = q - period + 1, "
                 "q - 2*period + 1, ... while k >= 2, then average over q."),
+        Mistake("single_diagonal", "you averaged one diagonal of the pattern (pattern.diagonal with a "
+                "single offset). A textbook induction head's stripe lies on diagonals, but the score is "
+                "not one diagonal's mean: it averages only over the queries of the repeated part, "
+                "q = period + 1 .. T - 1, and for each adds the weights on every key after an earlier "
+                "occurrence (one period back, two periods back, ...), which lie on several diagonals.",
+                "loop over the queries of the repeated part; for each, add up the weights on the keys "
+                "that follow earlier occurrences of its token; then average over those queries."),
     ],
     hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
          "(k >= 2), then average over q: shape (h,).",
