@@ -1,10 +1,12 @@
 """Checks 5.x-7.x: the slips learner trial l6 got a generic (or no) message for, written the way a
 learner writes them, are named, and right answers written several ways still pass."""
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from course_utils.exercises import autograde, lesson05
+from course_utils.exercises import autograde, lesson05, lesson06
 
 
 # -- 5.1 / 5.2: an edited pattern, one diagonal --------------------------------------------------
@@ -97,3 +99,77 @@ def test_5_2_a_wrong_score_that_edited_the_pattern_is_named():
 @pytest.mark.parametrize("answer", [_induction_right, _induction_by_mask])
 def test_5_2_right_answers_pass(answer):
     assert lesson05.check_induction_score(answer).passed
+
+
+# -- 6.1 / 6.3: a median, a float32 layer output, a value for a name ---------------------------------
+def _merged(edited):
+    B, h, T, dk = edited.shape
+    return edited.transpose(1, 2).reshape(B, T, h * dk)
+
+
+def _ablate_with(fill):
+    def answer(heads, reference_heads, head, out_proj):
+        edited = heads.clone()
+        edited[:, head] = fill(reference_heads[:, head])  # (B_ref, T, dk) -> (dk,)
+        return out_proj(_merged(edited))
+    return answer
+
+
+@pytest.mark.parametrize("fill,key", [
+    (lambda r: r.flatten(0, 1).median(dim=0)[0], "median_not_mean"),
+    (lambda r: torch.from_numpy(np.median(r.numpy().reshape(-1, r.shape[-1]), axis=0)), "median_midpoint"),
+])
+def test_6_1_a_median_instead_of_the_mean_is_named(fill, key):
+    fb = lesson06.check_mean_ablation(_ablate_with(fill))
+    assert not fb.passed and fb.mistake == key, fb
+    assert "median" in fb.message
+
+
+def test_6_1_a_float32_output_of_a_float64_layer_is_named():
+    cast_at_the_end = _ablate_with(lambda r: r.mean(dim=(0, 1)))
+
+    def in_float32(heads, reference_heads, head, out_proj):
+        edited = heads.float().clone()
+        edited[:, head] = reference_heads[:, head].float().mean(dim=(0, 1))
+        return F.linear(_merged(edited), out_proj.weight.float(), out_proj.bias.float())
+
+    for answer in (lambda *a: cast_at_the_end(*a).float(), in_float32):
+        fb = lesson06.check_mean_ablation(answer)
+        assert not fb.passed and fb.mistake == "changed_dtype", fb
+        assert "torch.float32" in fb.message and "torch.float64" in fb.message
+
+
+def test_6_1_right_answers_pass():
+    def by_where(heads, reference_heads, head, out_proj):
+        mask = (torch.arange(heads.shape[1]) == head)[None, :, None, None]
+        edited = torch.where(mask, reference_heads[:, head].mean(dim=(0, 1)), heads)
+        B, h, T, dk = heads.shape
+        return F.linear(edited.permute(0, 2, 1, 3).reshape(B, T, h * dk), out_proj.weight, out_proj.bias)
+
+    for answer in (_ablate_with(lambda r: r.mean(dim=(0, 1))), by_where):
+        assert lesson06.check_mean_ablation(answer).passed
+
+
+@pytest.mark.parametrize("answer", [
+    lambda t: t["task accuracy after"].min(),
+    lambda t: t.min()["task accuracy after"],
+    lambda t: float(t["loss change"].max()),  # another value of the table
+    lambda t: int(t["task accuracy after"].to_numpy().argmax()),  # a position, not the lowest one
+])
+def test_6_3_a_number_instead_of_the_heads_name_is_named(answer):
+    fb = lesson06.check_narrow_head(answer)
+    assert not fb.passed and fb.mistake == "value_not_name", fb
+    assert "not the head's name" in fb.message and "idxmin" not in fb.hint
+
+
+def test_6_3_the_grader_names_the_value_too():
+    code = "def head_the_task_needs(table):\n    return table['task accuracy after'].min()\n"
+    fb = autograde.grade_answer("lesson06", "check_narrow_head", code, "head_the_task_needs", salt=None,
+                                solutions_dir=None, sandboxed=False)
+    assert not fb.passed and fb.mistake == "value_not_name", fb
+
+
+@pytest.mark.parametrize("answer", [lambda t: t["task accuracy after"].idxmin(),
+                                    lambda t: t.sort_values("task accuracy after").index[0]])
+def test_6_3_right_answers_pass(answer):
+    assert lesson06.check_narrow_head(answer).passed

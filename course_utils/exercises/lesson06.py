@@ -45,7 +45,28 @@ def _mean_cases() -> list[Case]:
     return cases
 
 
-MEAN_ABLATION = Exercise(
+class _MeanAblationExercise(Exercise):
+    """6.1: the ablated output feeds the rest of the model, so a result in another dtype than the
+    layer's is named even when its values are close: float64 cast down to float32 is a mistake
+    here (the next layer refuses it or carries the lost digits on)."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if not feedback.passed:
+            return feedback
+        for got, exp in zip(outputs, expected, strict=True):
+            if isinstance(got, torch.Tensor) and isinstance(exp, torch.Tensor) and got.dtype != exp.dtype:
+                return Feedback(
+                    self.title, "mistake",
+                    f"the values are right, but your output is {got.dtype} and the layer works in "
+                    f"{exp.dtype} (heads, the reference and out_proj all are): this output feeds the "
+                    "rest of the model, which would refuse it or carry the lost digits on.",
+                    "keep the inputs' dtype: no .float() or .to(...), and no new buffer without "
+                    "dtype=heads.dtype (heads.clone() keeps it).", mistake="changed_dtype")
+        return feedback
+
+
+MEAN_ABLATION = _MeanAblationExercise(
     title="Exercise 6.1: mean-ablate one head",
     make_cases=_mean_cases,
     mistakes=[
@@ -95,6 +116,15 @@ MEAN_ABLATION = Exercise(
         Mistake("projection_without_bias", "you multiplied by out_proj.weight but left out its bias: "
                 "the layer's output projection adds the bias too.",
                 "call the layer itself, out_proj(merged), which applies weight and bias."),
+        Mistake("median_not_mean", "you filled the head's slice with the median of its reference "
+                "outputs, not their mean: mean ablation replaces the head's output with its average over "
+                "every reference token.", "average the head's reference outputs over sequences and "
+                "positions instead of taking their median."),
+        Mistake("median_midpoint", "you filled the head's slice with the median of its reference "
+                "outputs (the midpoint of the two middle values), not their mean: mean ablation replaces "
+                "the head's output with its average over every reference token.",
+                "average the head's reference outputs over sequences and positions instead of taking "
+                "their median."),
     ],
     hint="the mean is one vector of dk numbers, taken over every sequence and position of the head's "
          "reference outputs; write it into that head's slice of a copy of heads, merge the heads the "
@@ -143,7 +173,8 @@ def _importance_cases() -> list[Case]:
 
 class _GateExercise(Exercise):
     """6.2: gates made without ``requires_grad=True`` have no ``.grad`` (None) after backward;
-    the AttributeError that follows is named instead of reported raw."""
+    the AttributeError that follows is named instead of reported raw. The scores are read and
+    ranked, not stored or fed on, so a float32 result of the float64 model passes."""
 
     def check(self, fn: Callable[..., object]) -> Feedback:
         feedback = super().check(fn)
@@ -245,6 +276,13 @@ class _HeadNameExercise(Exercise):
                                 "one-element Index.", mistake="not_a_name")
         return None
 
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        """Any number is named, not only the lowest accuracy: a value of the table, a position."""
+        numbers = (int, float, np.integer, np.floating)
+        if all(isinstance(got, numbers) and not isinstance(got, (bool, np.bool_)) for got in outputs):
+            return self._mistake_feedback("value_not_name")
+        return None
+
 
 NARROW_HEAD = _HeadNameExercise(
     title="Exercise 6.3: which head does the task need?",
@@ -281,6 +319,11 @@ NARROW_HEAD = _HeadNameExercise(
         Mistake("second_lowest_accuracy", "you picked the head with the second-lowest task accuracy (an "
                 "off-by-one in a sort, or nsmallest(2) read from the wrong end).",
                 "table['task accuracy after'].idxmin() gives the lowest directly."),
+        Mistake("value_not_name", "you returned a number (the lowest accuracy itself, say, which min() "
+                "gives), not the head's name: the question asks which head, and the heads are the "
+                "table's row labels.",
+                "return the label of the row whose task accuracy is lowest, a str such as 'L1H2', "
+                "not the value in it."),
     ],
     hint="table['task accuracy after'].idxmin() names the head whose removal hurts the task most.",
 )
