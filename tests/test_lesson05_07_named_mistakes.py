@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.exercises import autograde, lesson05, lesson06
+from course_utils.exercises import autograde, lesson05, lesson06, lesson07
 
 
 # -- 5.1 / 5.2: an edited pattern, one diagonal --------------------------------------------------
@@ -173,3 +173,157 @@ def test_6_3_the_grader_names_the_value_too():
                                     lambda t: t.sort_values("task accuracy after").index[0]])
 def test_6_3_right_answers_pass(answer):
     assert lesson06.check_narrow_head(answer).passed
+
+
+# -- 7.1 / 7.2: a float32 buffer, a count in KiB, MiB or GiB --------------------------------------------
+def test_7_1_a_copy_into_a_float32_buffer_is_named():
+    def into_buffer(kv, num_heads):
+        B, g, T, dk = kv.shape
+        out = torch.empty(B, num_heads, T, dk)  # float32 by default
+        for i in range(num_heads):
+            out[:, i] = kv[:, i // (num_heads // g)]
+        return out
+
+    fb = lesson07.check_repeat_kv(into_buffer)
+    assert not fb.passed and fb.mistake == "changed_dtype", fb
+
+
+def _cache_right(layers, batch, h, g, d_head, seq_len, bits):
+    return 2 * layers * batch * g * d_head * seq_len * bits // 8
+
+
+@pytest.mark.parametrize("answer,key", [
+    (lambda *a: int(_cache_right(*a) / 1024**2), "returned_mib"),
+    (lambda *a: round(_cache_right(*a) / 2**20), "returned_mib"),
+    (lambda *a: _cache_right(*a) / 1024, "returned_kib"),
+    (lambda *a: _cache_right(*a) // 1024, "returned_kib"),
+    (lambda *a: _cache_right(*a) // 2**30, "returned_gib"),
+])
+def test_7_2_a_count_in_binary_units_is_named_however_it_was_rounded(answer, key):
+    fb = lesson07.check_cache_bytes(answer)
+    assert not fb.passed and fb.mistake == key, fb
+
+
+def test_7_2_a_count_off_by_a_little_is_still_told_by_how_much():
+    fb = lesson07.check_cache_bytes(lambda *a: _cache_right(*a) + 3)
+    assert fb.mistake is None and "off by +3" in fb.message
+
+
+# -- 7.3: caches of another dtype, a sliding window ----------------------------------------------
+def _decode_right(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
+def _decode_grouped_matmul(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    B, h, _, dk = q_new.shape
+    g = k.shape[1]
+    q = q_new.view(B, g, h // g, dk)
+    weights = torch.softmax(q @ k.transpose(-1, -2) / dk**0.5, dim=-1)  # (B, g, h/g, T+1)
+    return (weights @ v).view(B, h, 1, dk), k, v
+
+
+@pytest.mark.parametrize("answer", [_decode_right, _decode_grouped_matmul])
+def test_7_3_right_answers_pass(answer):
+    assert lesson07.check_decode_step(answer).passed
+
+
+def test_7_3_caches_cast_to_float32_are_named_not_passed():
+    def all_float32(q_new, k_new, v_new, k_cache, v_cache):
+        return _decode_right(*(t.float() for t in (q_new, k_new, v_new, k_cache, v_cache)))
+
+    def caches_float32(q_new, k_new, v_new, k_cache, v_cache):
+        out, k, v = _decode_right(q_new, k_new, v_new, k_cache, v_cache)
+        return out, k.to(torch.float32), v.to(torch.float32)
+
+    fb = lesson07.check_decode_step(all_float32)
+    assert not fb.passed and fb.mistake == "changed_dtype", fb
+    assert "output, key cache and value cache are torch.float32" in fb.message
+    fb = lesson07.check_decode_step(caches_float32)
+    assert fb.mistake == "changed_dtype" and "your key cache and value cache are" in fb.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_7_3_half_precision_is_named_by_its_dtype(dtype):
+    def in_half(q_new, k_new, v_new, k_cache, v_cache):
+        q, kn, vn, kc, vc = (t.to(dtype) for t in (q_new, k_new, v_new, k_cache, v_cache))
+        k, v = torch.cat([kc, kn], dim=2), torch.cat([vc, vn], dim=2)
+        copies = q.shape[1] // k.shape[1]
+        scores = q @ k.repeat_interleave(copies, 1).transpose(-2, -1) / q.shape[-1] ** 0.5
+        return torch.softmax(scores, dim=-1) @ v.repeat_interleave(copies, 1), k, v
+
+    fb = lesson07.check_decode_step(in_half)
+    assert not fb.passed and fb.mistake == "half_precision", fb
+
+
+def test_7_3_a_wrong_answer_in_half_precision_is_not_blamed_on_the_dtype():
+    def unscaled_half(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat([k_cache, k_new], dim=2).half(), torch.cat([v_cache, v_new], dim=2).half()
+        out = F.scaled_dot_product_attention(q_new, k.double(), v.double(), enable_gqa=True, scale=1.0)
+        return out.half(), k, v
+
+    assert lesson07.check_decode_step(unscaled_half).mistake != "half_precision"
+
+
+def test_7_3_caches_that_dropped_their_oldest_token_are_named():
+    def window(q_new, k_new, v_new, k_cache, v_cache):
+        T = k_cache.shape[-2]
+        k = torch.cat((k_cache, k_new), -2)[..., -T:, :]
+        v = torch.cat((v_cache, v_new), -2)[..., -T:, :]
+        return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+    def attends_then_trims(q_new, k_new, v_new, k_cache, v_cache):
+        out, k, v = _decode_right(q_new, k_new, v_new, k_cache, v_cache)
+        return out, k[:, :, 1:], v[:, :, 1:]
+
+    for answer in (window, attends_then_trims):
+        fb = lesson07.check_decode_step(answer)
+        assert not fb.passed and fb.mistake == "dropped_oldest_token", fb
+
+
+def test_7_3_the_grader_names_float32_caches_too():
+    code = ("import torch\nimport torch.nn.functional as F\n\n"
+            "def decode_step(q_new, k_new, v_new, k_cache, v_cache):\n"
+            "    q, kn, vn, kc, vc = (t.float() for t in (q_new, k_new, v_new, k_cache, v_cache))\n"
+            "    k, v = torch.cat([kc, kn], dim=2), torch.cat([vc, vn], dim=2)\n"
+            "    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v\n")
+    fb = autograde.grade_answer("lesson07", "check_decode_step", code, "decode_step", salt=None,
+                                solutions_dir=None, sandboxed=False)
+    assert not fb.passed and fb.mistake == "changed_dtype", fb
+
+
+# -- 7.5: a softmax over the wrong axis, a float32 result ---------------------------------------------
+@pytest.mark.parametrize("stack_dim,softmax_dim,key", [
+    (0, 1, "softmax_over_batch"),
+    (1, 0, "softmax_over_batch"),
+    (0, -1, "softmax_over_heads"),
+    (-1, -2, "softmax_over_heads"),
+])
+def test_7_5_a_softmax_over_the_wrong_axis_is_named(stack_dim, softmax_dim, key):
+    def merge(out_a, lse_a, out_b, lse_b):
+        w = torch.stack([lse_a, lse_b], dim=stack_dim).softmax(dim=softmax_dim)
+        wa, wb = w.select(stack_dim, 0), w.select(stack_dim, 1)
+        return wa.unsqueeze(-1) * out_a + wb.unsqueeze(-1) * out_b
+
+    fb = lesson07.check_merge_halves(merge)
+    assert not fb.passed and fb.mistake == key, fb
+
+
+def test_7_5_a_right_formula_cast_to_float32_at_the_end_is_named():
+    def cast_at_the_end(out_a, lse_a, out_b, lse_b):
+        lse = torch.logaddexp(lse_a, lse_b)
+        merged = torch.exp(lse_a - lse)[..., None] * out_a + torch.exp(lse_b - lse)[..., None] * out_b
+        return merged.float()
+
+    fb = lesson07.check_merge_halves(cast_at_the_end)
+    assert not fb.passed and fb.mistake == "changed_dtype", fb
+
+
+@pytest.mark.parametrize("answer", [
+    lambda oa, la, ob, lb: torch.sigmoid(la - lb)[..., None] * oa + torch.sigmoid(lb - la)[..., None] * ob,
+    lambda oa, la, ob, lb: (torch.stack([la, lb], -1).softmax(-1)[..., None]
+                            * torch.stack([oa, ob], -2)).sum(-2),
+])
+def test_7_5_right_answers_pass(answer):
+    assert lesson07.check_merge_halves(answer).passed
