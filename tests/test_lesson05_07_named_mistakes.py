@@ -1,5 +1,6 @@
 """Checks 5.x-7.x: the slips learner trial l6 got a generic (or no) message for, written the way a
-learner writes them, are named, and right answers written several ways still pass."""
+learner writes them, are named; right answers written several ways still pass; and the hints a
+wrong or blank answer prints point to the idea without giving away the answer's line."""
 
 import numpy as np
 import pytest
@@ -327,3 +328,50 @@ def test_7_5_a_right_formula_cast_to_float32_at_the_end_is_named():
 ])
 def test_7_5_right_answers_pass(answer):
     assert lesson07.check_merge_halves(answer).passed
+
+
+# -- hints: a wrong answer gets the idea, not the answer's line ------------------------------------
+@pytest.mark.parametrize("exercise,answer_line", [
+    (lesson05.PREVIOUS_TOKEN_SCORE, "offset=-1"),
+    (lesson05.INDUCTION_SCORE, "arange(q - period + 1"),
+])
+def test_5_1_and_5_2_hints_do_not_print_the_answer_line(exercise, answer_line):
+    hints = [exercise.hint] + [m.hint for m in exercise.mistakes]
+    assert not [h for h in hints if answer_line in h]
+
+
+def test_5_1_and_5_2_named_slips_get_hints_without_the_answer_line():
+    """The trial's two slips whose hints printed the answer: the main diagonal (5.1) and keys
+    down to key 1 (5.2)."""
+    fb = lesson05.check_previous_token_score(lambda p: p.diagonal(0, -2, -1)[:, 1:].mean(-1))
+    assert fb.mistake == "diagonal" and "offset=-1" not in fb.hint and "below the main" in fb.hint
+
+    def down_to_key_one(pattern, period):
+        T = pattern.shape[-1]
+        return torch.stack([pattern[:, q, torch.arange(q - period + 1, 0, -period)].sum(-1)
+                            for q in range(period + 1, T)], -1).mean(-1)
+
+    fb = lesson05.check_induction_score(down_to_key_one)
+    assert fb.mistake == "bos_as_occurrence" and "arange" not in fb.hint
+
+
+def test_6_3_no_hint_names_the_method_that_answers_it():
+    hints = [lesson06.NARROW_HEAD.hint] + [m.hint for m in lesson06.NARROW_HEAD.mistakes]
+    hints.append(lesson06.check_narrow_head(lambda t: t.loc[[t["task accuracy after"].idxmin()]]).hint)
+    assert not [h for h in hints if "idxmin" in h]
+
+
+# -- blank checks: Run All prints their hints before the learner has written anything ----------------
+def _stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("check,answer_bits", [
+    (lesson06.check_narrow_head, ["idxmin"]),
+    (lesson07.check_merge_halves, ["logaddexp", "exp(lse_half - lse)", "unsqueeze"]),
+    (lesson07.check_cache_bytes, ["2 (K and V)", "x g x", "divided by 8"]),
+])
+def test_a_blank_check_does_not_print_the_answer(check, answer_bits):
+    fb = check(_stub)
+    assert fb.status == "not attempted", fb
+    assert not [bit for bit in answer_bits if bit in str(fb)], str(fb)

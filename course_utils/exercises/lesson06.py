@@ -272,8 +272,9 @@ class _HeadNameExercise(Exercise):
                                 f"you returned {what}, not the head's name. A selection "
                                 "such as table.loc[...], nsmallest(1) or table[...].index gives a pandas "
                                 "object; the check wants the label itself, a str such as 'L1H2'.",
-                                "idxmin() on the task column returns the label; or take [0] of a "
-                                "one-element Index.", mistake="not_a_name")
+                                "return the row's label itself: a str, not a selection of the "
+                                "table (the first item of a one-element Index is one).",
+                                mistake="not_a_name")
         return None
 
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
@@ -302,7 +303,7 @@ NARROW_HEAD = _HeadNameExercise(
                 "head can barely move the loss and still be the one the task needs.",
                 "decide by the task accuracy after removal alone."),
         Mistake("row_number_not_name", "you returned the row's position, not the head's name.",
-                "return the index label, e.g. with idxmin(), such as 'L1H2'."),
+                "return the row's label (the table's index), such as 'L1H2', not its position."),
         Mistake("task_drop_per_loss_change", "you divided the accuracy the task loses by the loss change. "
                 "That ratio is largest for a head that barely moves the loss, whatever it does to the "
                 "task: the question is only which removal leaves the task worst off.",
@@ -318,13 +319,14 @@ NARROW_HEAD = _HeadNameExercise(
                 "decide by the task accuracy after removal alone: the lowest one."),
         Mistake("second_lowest_accuracy", "you picked the head with the second-lowest task accuracy (an "
                 "off-by-one in a sort, or nsmallest(2) read from the wrong end).",
-                "table['task accuracy after'].idxmin() gives the lowest directly."),
+                "look for the single lowest task accuracy directly, without sorting and counting."),
         Mistake("value_not_name", "you returned a number (the lowest accuracy itself, say, which min() "
                 "gives), not the head's name: the question asks which head, and the heads are the "
                 "table's row labels.",
                 "return the label of the row whose task accuracy is lowest, a str such as 'L1H2', "
                 "not the value in it."),
     ],
-    hint="table['task accuracy after'].idxmin() names the head whose removal hurts the task most.",
+    hint="the heads are the table's row labels: find the row whose removal leaves the lowest task "
+         "accuracy, and return its label (a str such as 'L1H2').",
 )
 check_narrow_head = NARROW_HEAD.check

@@ -275,8 +275,9 @@ CACHE_BYTES = _CacheBytesExercise(
                 "multiplied by 4 bytes as well, as if every number were float32 on top.",
                 "bits_per_element / 8 already gives the bytes per number; do not multiply by 4."),
     ],
-    hint="2 (K and V) x layers x batch x g x d_head x tokens x bits per element, divided by 8 "
-         "at the end.",
+    hint="count the numbers the cache holds: which tensors each layer keeps, for how many sequences, "
+         "heads and tokens, and how many numbers each holds; multiply by the bits per number and turn "
+         "bits into bytes only at the very end.",
 )
 check_cache_bytes = CACHE_BYTES.check
 
@@ -700,7 +701,8 @@ MERGE_HALVES = _MergeExercise(
                 "outputs (B, h, dk), and PyTorch lines up the *last* axes, h against dk.",
                 "give the weights a last axis of size 1: w[..., None] (or w.unsqueeze(-1))."),
     ],
-    hint="lse = torch.logaddexp(lse_a, lse_b) is the log of the whole softmax sum; each half's "
-         "weight is exp(lse_half - lse), shape (B, h), unsqueezed to (B, h, 1).",
+    hint="each half's output is already an average over its own keys; blend the two, each weighted "
+         "by its share of the whole softmax sum. lse_a and lse_b are the logs of the two halves' sums, "
+         "so work with them as logs and never take exp of a large positive number.",
 )
 check_merge_halves = MERGE_HALVES.check
