@@ -179,6 +179,11 @@ def _induction_one_back_forgot_bos(pattern: torch.Tensor, period: int) -> torch.
     return pattern.diagonal(offset=1 - period, dim1=-2, dim2=-1)[..., 1:].mean(-1)
 
 
+def _induction_single_diagonal(pattern: torch.Tensor, period: int) -> torch.Tensor:
+    # the textbook stripe copied as one diagonal: every row it crosses, one period back only
+    return pattern.diagonal(offset=-(period - 1), dim1=-2, dim2=-1).mean(-1)
+
+
 def _find_reference(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
     return best_head(induction_score(attention, period, start=1, check_rows=False))
 
@@ -261,6 +266,7 @@ MISTAKES = {
         'occurrence_one_back': _induction_occurrence_one_back,
         'occurrence_forgot_bos': _induction_occurrence_forgot_bos,
         'one_back_forgot_bos': _induction_one_back_forgot_bos,
+        'single_diagonal': _induction_single_diagonal,
     },
     'FIND_INDUCTION_HEAD': {
         'previous_token_head': _find_previous,

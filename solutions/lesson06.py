@@ -238,6 +238,24 @@ def _narrow_summed_ranks_small_loss(table: pd.DataFrame) -> str:
     return str(ranks.idxmin())
 
 
+def _narrow_min_value(table: pd.DataFrame) -> float:
+    return table["task accuracy after"].min()  # the lowest accuracy itself, not whose it is
+
+
+def _mean_median(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    dk = heads.shape[-1]
+    edited[:, head] = reference_heads[:, head].reshape(-1, dk).median(dim=0).values  # the lower middle
+    return out_proj(_merge(edited))
+
+
+def _mean_median_midpoint(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    dk = heads.shape[-1]
+    edited[:, head] = torch.quantile(reference_heads[:, head].reshape(-1, dk), 0.5, dim=0)  # as NumPy's
+    return out_proj(_merge(edited))
+
+
 def _narrow_second_lowest(table: pd.DataFrame) -> str:
     return str(table["task accuracy after"].nsmallest(2).index[1])
 
@@ -264,6 +282,8 @@ MISTAKES = {
         'position_axis_as_head': _mean_position_axis,
         'merged_features_first': _mean_merged_features_first,
         'projection_without_bias': _mean_projection_without_bias,
+        'median_not_mean': _mean_median,
+        'median_midpoint': _mean_median_midpoint,
     },
     'GATE_IMPORTANCE': {
         'forgot_absolute_value': _importance_signed,
@@ -289,5 +309,6 @@ MISTAKES = {
         'second_lowest_accuracy': _narrow_second_lowest,
         'summed_ranks': _narrow_summed_ranks,
         'summed_ranks_small_loss': _narrow_summed_ranks_small_loss,
+        'value_not_name': _narrow_min_value,
     },
 }

@@ -309,6 +309,26 @@ def _decode_scaled_by_sqrt_length(q_new, k_new, v_new, k_cache, v_cache):
     return F.scaled_dot_product_attention(q_new, k, v, scale=scale, enable_gqa=True), k, v
 
 
+def _cache_kib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits / 8 / 2**10
+
+
+def _decode_dropped_oldest(q_new, k_new, v_new, k_cache, v_cache):
+    T = k_cache.shape[2]  # a sliding window of T: the oldest token falls out as the new one comes in
+    k, v = torch.cat([k_cache, k_new], dim=2)[:, :, -T:], torch.cat([v_cache, v_new], dim=2)[:, :, -T:]
+    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
+def _merge_softmax_over_batch(out_a, lse_a, out_b, lse_b):
+    w = torch.softmax(torch.stack([lse_a, lse_b]), dim=1)  # (2, B, h), normalised over B, not the 2
+    return w[0][..., None] * out_a + w[1][..., None] * out_b
+
+
+def _merge_softmax_over_heads(out_a, lse_a, out_b, lse_b):
+    w = torch.softmax(torch.stack([lse_a, lse_b], dim=-1), dim=1)  # (B, h, 2), normalised over h
+    return w[..., 0, None] * out_a + w[..., 1, None] * out_b
+
+
 REFERENCES = {
     'REPEAT_KV': _repeat_kv,
     'CACHE_BYTES': _cache_bytes,
@@ -343,6 +363,7 @@ MISTAKES = {
         'forgot_d_head': _cache_no_d_head,
         'returned_gib': _cache_gib,
         'returned_mib': _cache_mib,
+        'returned_kib': _cache_kib,
         'counted_g_times_h': _cache_g_times_h,
         'times_four': _cache_times_four,
     },
@@ -367,6 +388,7 @@ MISTAKES = {
         'scaled_by_sqrt_length': _decode_scaled_by_sqrt_length,
         'softmax_without_max_shift': _decode_softmax_without_max_shift,
         'heads_not_matched': _decode_manual_unmatched_heads,
+        'dropped_oldest_token': _decode_dropped_oldest,
     },
     'MERGE_HALVES': {
         'averaged': _merge_averaged,
@@ -378,6 +400,8 @@ MISTAKES = {
         'summed': _merge_summed,
         'log_shares': _merge_log_shares,
         'kept_one_half': _merge_kept_one_half,
+        'softmax_over_batch': _merge_softmax_over_batch,
+        'softmax_over_heads': _merge_softmax_over_heads,
         'weights_not_unsqueezed': _merge_not_unsqueezed,
     },
 }

@@ -18,7 +18,7 @@ from ..interp.scores import (
     induction_positions,
     induction_score,
 )
-from .core import Case, Exercise, Feedback, Mistake, WatchesGivenLists
+from .core import Case, Exercise, Feedback, Mistake, WatchesGivenLists, _Deadline, _edited_input
 
 __all__ = [
     "PREVIOUS_TOKEN_SCORE",
@@ -63,7 +63,48 @@ def _previous_token_cases() -> list[Case]:
     ]
 
 
-class _PreviousTokenExercise(Exercise):
+def _changes_its_input(fn: Callable[..., Any], cases: list[Case]) -> bool:
+    """True when ``fn`` changes the pattern it was given in place on one of ``cases`` (run again,
+    under the time limit: a check asks this only of an answer that was already wrong)."""
+    for case in cases:
+        args, kwargs = case.fresh()
+        try:
+            with _Deadline():
+                fn(*args, **kwargs)
+        except BaseException:  # noqa: BLE001 - the check already said what it could
+            return False
+        if _edited_input(case, args, kwargs) is not None:
+            return True
+    return False
+
+
+_EDITED_PATTERN = ("your result is wrong, and your function also changed `pattern`, the tensor it was "
+                   "given, in place (a method ending in _ such as zero_(), a +=, or a slice assignment). "
+                   "A diagonal or a slice of pattern is a view that shares its memory, so the edit shows "
+                   "in what you read from it, and the caller's pattern changes too.",
+                   "leave `pattern` as it is: a score only reads the weights. If you need to change "
+                   "something, change a copy (pattern.clone()).")
+
+
+class _NamesInPlaceEdits(Exercise):
+    """5.1, 5.2: a wrong answer that also changed ``pattern`` in place is told so (its views of
+    pattern share the memory, so the edit shows in its result); a right one gets the core's
+    in-place message. Scores are read, not stored: a float32 result of float64 weights passes."""
+
+    def check(self, fn) -> Feedback:
+        feedback = super().check(fn)
+        if feedback.status != "wrong" or feedback.mistake is not None or feedback.stopped:
+            return feedback
+        try:
+            edited = _changes_its_input(fn, self.cases())
+        except BaseException:  # noqa: BLE001 - the plain feedback is still right
+            edited = False
+        if not edited:
+            return feedback
+        return Feedback(self.title, "mistake", *_EDITED_PATTERN, mistake="edited_pattern_in_place")
+
+
+class _PreviousTokenExercise(_NamesInPlaceEdits):
     """5.1: an answer returned in half precision is named however it got there (a .half() at the
     end, or the whole computation in float16 or bfloat16): its values are right to a few digits."""
 
@@ -82,16 +123,16 @@ PREVIOUS_TOKEN_SCORE = _PreviousTokenExercise(
     mistakes=[
         Mistake("diagonal", "you read the main diagonal A[i, i]: that measures attention to the token "
                 "itself, not to the one before it.",
-                "the previous token of query i is key i - 1: pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
+                "the previous token of query i is key i - 1: the diagonal just below the main one."),
         Mistake("diagonal_all_queries", "you read the main diagonal A[i, i] over all T queries: that is "
                 "attention to the token itself (and query 0, which can only look at itself, adds a free 1).",
-                "the previous token of query i is key i - 1, and only queries 1 .. T-1 have one: "
-                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
+                "the previous token of query i is key i - 1, and only queries 1 .. T-1 have one: the "
+                "diagonal just below the main one has exactly those entries."),
         Mistake("super_diagonal", "you read the diagonal above the main one, A[i, i+1]: the NEXT token, "
                 "which a causal head can never see (it is all zeros). offset=+1 does that, and so do "
                 "offset=-1 with dim1 and dim2 swapped, or A[i-1, i] (row and column swapped).",
-                "query i is the row, key i - 1 the column: pattern[..., i, i - 1], or "
-                "pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
+                "query i is the row (the second-last axis) and its previous token, key i - 1, the "
+                "column: the entries one step below the main diagonal, not above it."),
         Mistake("includes_position_zero", "you averaged over all T queries, including query 0, which has no "
                 "previous token (its 'previous' wrapped round to the last key).",
                 "score only queries 1 .. T-1: the sub-diagonal has T - 1 entries."),
@@ -101,7 +142,8 @@ PREVIOUS_TOKEN_SCORE = _PreviousTokenExercise(
         Mistake("diagonal_default_dims", "you called pattern.diagonal(-1) with its default dimensions "
                 "(dim1=0, dim2=1): on an (h, T, T) pattern that diagonal runs across the head axis and the "
                 "query axis, pairing head i+1 with query i, so you got one number per key, not per head.",
-                "name the two axes of the T x T matrix: pattern.diagonal(offset=-1, dim1=-2, dim2=-1)."),
+                "tell diagonal which two axes hold the T x T matrix (the last two), so that the head "
+                "axis stays out of it."),
         Mistake("mean_over_heads", "you averaged over the heads instead of over the positions: you "
                 "returned one number per position, but we want one number per head.",
                 "average over the last axis of the sub-diagonal (positions), keep the head axis."),
@@ -144,7 +186,23 @@ def _induction_cases() -> list[Case]:
     ]
 
 
-INDUCTION_SCORE = Exercise(
+class _InductionExercise(_NamesInPlaceEdits):
+    """5.2: the mean of a single diagonal of the pattern, at any offset, is named (the stripe of
+    a textbook induction head lies on one, the score does not)."""
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        for case, got in zip(cases, outputs, strict=True):
+            pattern = case.args[0]
+            if not isinstance(got, torch.Tensor) or not isinstance(pattern, torch.Tensor):
+                return None
+            diagonals = (pattern.diagonal(offset=-k, dim1=-2, dim2=-1).mean(-1)
+                         for k in range(pattern.shape[-1]))
+            if not any(self._close(got, d) for d in diagonals):
+                return None
+        return self._mistake_feedback("single_diagonal")
+
+
+INDUCTION_SCORE = _InductionExercise(
     title="Exercise 5.2: induction score",
     make_cases=_induction_cases,
     mistakes=[
@@ -175,14 +233,14 @@ INDUCTION_SCORE = Exercise(
         Mistake("bos_as_occurrence", "you also counted key 1, the token right after BOS, as if BOS were "
                 "an earlier occurrence of the query's token: BOS is a marker, not a token of the block, so "
                 "what follows it is not a copy of anything.",
-                "stop at k >= 2 (the occurrence k - 1 must be a token of the block): "
-                "torch.arange(q - period + 1, 1, -period)."),
+                "stop at k >= 2: the occurrence k - 1 must be a token of the block, so key 1 (after "
+                "BOS) is never one of them."),
         Mistake("missed_key_two", "your keys stop one step too early and skip k = 2 (the token after the "
                 "first token of the block). A range's stop is exclusive: range(q - period + 1, 2, -period) "
                 "never reaches 2, so the first query of the second copy loses its only key, and the first "
                 "query of each later copy its oldest one.",
-                "keep every k >= 2: the stop of a downward range must be 1, as in "
-                "torch.arange(q - period + 1, 1, -period)."),
+                "keep every k >= 2: a range never reaches its stop, so the stop of a downward range "
+                "must lie one below the smallest key you want."),
         Mistake("max_over_copies", "you took the largest weight over the earlier copies instead of adding "
                 "them up: a head that splits its weight between two earlier copies is doing induction with "
                 "all of it, but your score keeps only the larger part.",
@@ -199,8 +257,8 @@ INDUCTION_SCORE = Exercise(
                 "definition says. That bound is right, but for the other keys: these are the duplicate-"
                 "token head's. An induction head looks one step further, at the token AFTER each "
                 "occurrence.",
-                "add one to every key: k = q - period + 1, q - 2*period + 1, ... while k >= 2, i.e. "
-                "torch.arange(q - period + 1, 1, -period)."),
+                "move every key one step later, to the token after each occurrence, and keep the "
+                "same bound k >= 2."),
         Mistake("occurrence_one_back", "two slips: you scored attention to the earlier occurrence of the "
                 "same token itself (key q - period), and only the one a period back. An induction head "
                 "looks at the token AFTER the occurrence (key q - period + 1), and from the third copy "
@@ -220,6 +278,13 @@ INDUCTION_SCORE = Exercise(
                 "cannot do both jobs.",
                 "loop over q = period + 1 .. T - 1 and sum pattern[:, q, k] over k = q - period + 1, "
                 "q - 2*period + 1, ... while k >= 2, then average over q."),
+        Mistake("single_diagonal", "you averaged one diagonal of the pattern (pattern.diagonal with a "
+                "single offset). A textbook induction head's stripe lies on diagonals, but the score is "
+                "not one diagonal's mean: it averages only over the queries of the repeated part, "
+                "q = period + 1 .. T - 1, and for each adds the weights on every key after an earlier "
+                "occurrence (one period back, two periods back, ...), which lie on several diagonals.",
+                "loop over the queries of the repeated part; for each, add up the weights on the keys "
+                "that follow earlier occurrences of its token; then average over those queries."),
     ],
     hint="for q in period+1 .. T-1 sum pattern[:, q, k] over k = q - period + 1, q - 2*period + 1, ... "
          "(k >= 2), then average over q: shape (h,).",

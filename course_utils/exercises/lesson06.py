@@ -45,7 +45,28 @@ def _mean_cases() -> list[Case]:
     return cases
 
 
-MEAN_ABLATION = Exercise(
+class _MeanAblationExercise(Exercise):
+    """6.1: the ablated output feeds the rest of the model, so a result in another dtype than the
+    layer's is named even when its values are close: float64 cast down to float32 is a mistake
+    here (the next layer refuses it or carries the lost digits on)."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if not feedback.passed:
+            return feedback
+        for got, exp in zip(outputs, expected, strict=True):
+            if isinstance(got, torch.Tensor) and isinstance(exp, torch.Tensor) and got.dtype != exp.dtype:
+                return Feedback(
+                    self.title, "mistake",
+                    f"the values are right, but your output is {got.dtype} and the layer works in "
+                    f"{exp.dtype} (heads, the reference and out_proj all are): this output feeds the "
+                    "rest of the model, which would refuse it or carry the lost digits on.",
+                    "keep the inputs' dtype: no .float() or .to(...), and no new buffer without "
+                    "dtype=heads.dtype (heads.clone() keeps it).", mistake="changed_dtype")
+        return feedback
+
+
+MEAN_ABLATION = _MeanAblationExercise(
     title="Exercise 6.1: mean-ablate one head",
     make_cases=_mean_cases,
     mistakes=[
@@ -95,6 +116,15 @@ MEAN_ABLATION = Exercise(
         Mistake("projection_without_bias", "you multiplied by out_proj.weight but left out its bias: "
                 "the layer's output projection adds the bias too.",
                 "call the layer itself, out_proj(merged), which applies weight and bias."),
+        Mistake("median_not_mean", "you filled the head's slice with the median of its reference "
+                "outputs, not their mean: mean ablation replaces the head's output with its average over "
+                "every reference token.", "average the head's reference outputs over sequences and "
+                "positions instead of taking their median."),
+        Mistake("median_midpoint", "you filled the head's slice with the median of its reference "
+                "outputs (the midpoint of the two middle values), not their mean: mean ablation replaces "
+                "the head's output with its average over every reference token.",
+                "average the head's reference outputs over sequences and positions instead of taking "
+                "their median."),
     ],
     hint="the mean is one vector of dk numbers, taken over every sequence and position of the head's "
          "reference outputs; write it into that head's slice of a copy of heads, merge the heads the "
@@ -143,7 +173,8 @@ def _importance_cases() -> list[Case]:
 
 class _GateExercise(Exercise):
     """6.2: gates made without ``requires_grad=True`` have no ``.grad`` (None) after backward;
-    the AttributeError that follows is named instead of reported raw."""
+    the AttributeError that follows is named instead of reported raw. The scores are read and
+    ranked, not stored or fed on, so a float32 result of the float64 model passes."""
 
     def check(self, fn: Callable[..., object]) -> Feedback:
         feedback = super().check(fn)
@@ -241,8 +272,16 @@ class _HeadNameExercise(Exercise):
                                 f"you returned {what}, not the head's name. A selection "
                                 "such as table.loc[...], nsmallest(1) or table[...].index gives a pandas "
                                 "object; the check wants the label itself, a str such as 'L1H2'.",
-                                "idxmin() on the task column returns the label; or take [0] of a "
-                                "one-element Index.", mistake="not_a_name")
+                                "return the row's label itself: a str, not a selection of the "
+                                "table (the first item of a one-element Index is one).",
+                                mistake="not_a_name")
+        return None
+
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        """Any number is named, not only the lowest accuracy: a value of the table, a position."""
+        numbers = (int, float, np.integer, np.floating)
+        if all(isinstance(got, numbers) and not isinstance(got, (bool, np.bool_)) for got in outputs):
+            return self._mistake_feedback("value_not_name")
         return None
 
 
@@ -264,7 +303,7 @@ NARROW_HEAD = _HeadNameExercise(
                 "head can barely move the loss and still be the one the task needs.",
                 "decide by the task accuracy after removal alone."),
         Mistake("row_number_not_name", "you returned the row's position, not the head's name.",
-                "return the index label, e.g. with idxmin(), such as 'L1H2'."),
+                "return the row's label (the table's index), such as 'L1H2', not its position."),
         Mistake("task_drop_per_loss_change", "you divided the accuracy the task loses by the loss change. "
                 "That ratio is largest for a head that barely moves the loss, whatever it does to the "
                 "task: the question is only which removal leaves the task worst off.",
@@ -280,8 +319,14 @@ NARROW_HEAD = _HeadNameExercise(
                 "decide by the task accuracy after removal alone: the lowest one."),
         Mistake("second_lowest_accuracy", "you picked the head with the second-lowest task accuracy (an "
                 "off-by-one in a sort, or nsmallest(2) read from the wrong end).",
-                "table['task accuracy after'].idxmin() gives the lowest directly."),
+                "look for the single lowest task accuracy directly, without sorting and counting."),
+        Mistake("value_not_name", "you returned a number (the lowest accuracy itself, say, which min() "
+                "gives), not the head's name: the question asks which head, and the heads are the "
+                "table's row labels.",
+                "return the label of the row whose task accuracy is lowest, a str such as 'L1H2', "
+                "not the value in it."),
     ],
-    hint="table['task accuracy after'].idxmin() names the head whose removal hurts the task most.",
+    hint="the heads are the table's row labels: find the row whose removal leaves the lowest task "
+         "accuracy, and return its label (a str such as 'L1H2').",
 )
 check_narrow_head = NARROW_HEAD.check

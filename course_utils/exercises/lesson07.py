@@ -5,6 +5,11 @@
 * :data:`CACHE_BYTES`: the size of a KV cache from a model's shape.
 * :data:`DECODE_STEP`: one decoding step with a grouped KV cache.
 * :data:`MERGE_HALVES`: one query's attention over two key ranges, merged (flash decoding).
+
+7.1, 7.3 and 7.5 return tensors that the next step stores or reuses (the copied heads feed
+attention, the caches are appended to at every step, a merged output is merged again), so
+a result cast from float64 down to float32 is a named mistake there, even though its
+values are close; 7.2 returns a Python int.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ def _randn(*shape: int, seed: int) -> Tensor:
 
 class _RepeatExercise(DiagnosesRaisingAnswers):
     """Exercise 7.1: a repeat count written as ``h / g`` (a float) raises a TypeError inside
-    torch's argument parsing, before any tensor operation runs; name it from that error."""
+    torch's argument parsing, before any tensor operation runs; name it from that error. The
+    copies feed attention, so a float32 copy of float64 heads is named (changed_dtype)."""
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
@@ -181,12 +187,27 @@ class _CacheBytesExercise(Exercise):
         feedback = super()._grade(cases, outputs, expected)
         if feedback.status == "mistake":
             return feedback
+        unit = _unit_slip(numbers, expected)
+        if unit is not None:
+            return self._mistake_feedback(unit)
         for case, n, e in zip(cases, numbers, expected, strict=True):
             if type(n) in (int, float) and n != e:  # a number, but not the count: say by how much
                 return Feedback(self.title, "wrong",
                                 f"wrong count on {case.label}: expected {e:,} bytes, got {n:,} "
                                 f"(off by {n - e:+,}). A byte count is exact: no rounding.", self.hint)
         return feedback
+
+
+def _unit_slip(numbers: list, expected: list) -> str | None:
+    """The Mistake key of a count given in KiB, MiB or GiB, however it was rounded (int(),
+    round(), //): every number within 1 of the byte count divided by the unit, and at least one
+    of them 1 or more (an answer of zeros is not in any unit)."""
+    for key, unit in (("returned_kib", 2**10), ("returned_mib", 2**20), ("returned_gib", 2**30)):
+        pairs = zip(numbers, expected, strict=True)
+        if all(type(n) in (int, float) and abs(n - e / unit) < 1 for n, e in pairs) \
+                and any(e >= unit for e in expected):
+            return key
+    return None
 
 
 def _random_cache_case(seed: int) -> Case:
@@ -245,6 +266,8 @@ CACHE_BYTES = _CacheBytesExercise(
                 "Return the byte count itself; convert only to print."),
         Mistake("returned_mib", "your answer is in MiB (divided by 2**20); the exercise asks for bytes.",
                 "Return the byte count itself; convert only to print."),
+        Mistake("returned_kib", "your answer is in KiB (divided by 2**10 = 1024); the exercise asks for "
+                "bytes.", "Return the byte count itself; convert only to print."),
         Mistake("counted_g_times_h", "you multiplied by both g and h: the cache holds g key/value "
                 "heads, whatever the number of query heads h.",
                 "Use num_kv_heads only; num_heads does not enter the cache size."),
@@ -252,26 +275,99 @@ CACHE_BYTES = _CacheBytesExercise(
                 "multiplied by 4 bytes as well, as if every number were float32 on top.",
                 "bits_per_element / 8 already gives the bytes per number; do not multiply by 4."),
     ],
-    hint="2 (K and V) x layers x batch x g x d_head x tokens x bits per element, divided by 8 "
-         "at the end.",
+    hint="count the numbers the cache holds: which tensors each layer keeps, for how many sequences, "
+         "heads and tokens, and how many numbers each holds; multiply by the bits per number and turn "
+         "bits into bytes only at the very end.",
 )
 check_cache_bytes = CACHE_BYTES.check
 
 
 # -- 7.3 one decode step with a grouped cache ---------------------------------------------
 
+_HALVES = (torch.float16, torch.bfloat16)
+_DECODE_PARTS = ("output", "key cache", "value cache")
+
+
+def _changed_dtypes(got: object, expected: tuple) -> tuple[list[str], torch.dtype] | None:
+    """Which of a decode step's (out, k, v) came back in another float dtype than the answer's,
+    and that dtype; None when none did (or ``got`` is not three tensors)."""
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        return None
+    changed = [(name, g.dtype) for name, g, e in zip(_DECODE_PARTS, got, expected, strict=True)
+               if isinstance(g, Tensor) and isinstance(e, Tensor) and g.dtype != e.dtype]
+    return ([name for name, _ in changed], changed[0][1]) if changed else None
+
+
+def _listed(names: list[str]) -> str:
+    """"output", "output and key cache", "output, key cache and value cache"."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 class _DecodeExercise(DiagnosesRaisingAnswers):
     """Exercise 7.3: the two classic ways a decode step raises are named too, and so are
     returned caches that a comparison of outputs cannot name: one cache left without the
     new token (torch's CPU attention does not check that keys and values have the same
-    length, so the output is then undefined, not a fixed wrong value) or caches of None."""
+    length, so the output is then undefined, not a fixed wrong value), caches of None, or
+    caches that dropped their oldest token (a sliding window), whatever the output.
+
+    The next step appends to the returned caches and attends over them, so a result whose
+    dtype is not the inputs' is named: float64 cast down to float32 (values close, so it
+    would pass) as ``changed_dtype``, half precision (values off in the third digit) as
+    ``half_precision``."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if not feedback.passed:
+            return feedback
+        for got, exp in zip(outputs, expected, strict=True):
+            changed = _changed_dtypes(got, exp)
+            if changed:
+                names, dtype = changed
+                verb = "is" if len(names) == 1 else "are"
+                return Feedback(
+                    self.title, "mistake",
+                    f"the values are right, but your {_listed(names)} {verb} {dtype} and the inputs are "
+                    f"{exp[0].dtype}: the next step appends to the caches and passes the output on, so "
+                    "the dropped digits (float64 keeps about 16, float32 about 7) would reach every "
+                    "later token, silently.",
+                    "keep the inputs' dtype: no .float() or .to(...), and no buffer from torch.zeros / "
+                    "torch.empty without dtype=k_cache.dtype (torch.cat keeps it).",
+                    mistake="changed_dtype")
+        return feedback
 
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
         for case, got, exp in zip(cases, outputs, expected, strict=True):
             key = self._cache_slip(case, got, exp)
             if key is not None:
-                return self._named(key)
+                return self._named(key) if key in _CACHE_SLIPS else self._mistake_feedback(key)
+        if all(self._half_precision(case, got, exp) for case, got, exp in zip(cases, outputs, expected,
+                                                                              strict=True)):
+            return Feedback(
+                self.title, "mistake",
+                "you computed in half precision (float16 or bfloat16), which keeps only about three "
+                "significant digits: your caches are right to that precision, and your output is off "
+                "from the third or fourth digit on (more where the scores are large). The inputs are "
+                "float64, and the next step appends to these caches, so every later token inherits "
+                "the rounding.",
+                "keep the inputs' dtype: drop the .half() / .to(torch.float16) / autocast.",
+                mistake="half_precision")
         return None
+
+    @staticmethod
+    def _half_precision(case: Case, got: object, expected: tuple) -> bool:
+        """``got`` is (out, k, v) with a half-precision tensor among them, every one of the right
+        shape and close to the answer at half precision's tolerance (the output only on the
+        ordinary cases: with scores near 1000 half precision moves the weights a lot)."""
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            return False
+        if not all(isinstance(g, Tensor) and g.is_floating_point() and g.shape == e.shape
+                   for g, e in zip(got, expected, strict=True)):
+            return False
+        if not any(g.dtype in _HALVES for g in got):
+            return False
+        large = "scores up to" in case.label
+        return all(torch.allclose(g.detach().to(e.dtype), e, rtol=1e-2, atol=1e-2)
+                   for i, (g, e) in enumerate(zip(got, expected, strict=True)) if i > 0 or not large)
 
     @staticmethod
     def _cache_slip(case: Case, got: object, expected: tuple) -> str | None:
@@ -282,8 +378,10 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
         if (k is None or v is None) and outputs_close(out, expected[0]):
             return "caches_not_returned"
         _, k_new, v_new, k_cache, v_cache = case.args
-        k_ok, v_ok = (outputs_close(k, torch.cat([k_cache, k_new], dim=2)),
-                      outputs_close(v, torch.cat([v_cache, v_new], dim=2)))
+        k_all, v_all = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+        if outputs_close(k, k_all[:, :, 1:]) and outputs_close(v, v_all[:, :, 1:]):
+            return "dropped_oldest_token"  # a window of the newest T: the output may be either
+        k_ok, v_ok = outputs_close(k, k_all), outputs_close(v, v_all)
         if k_ok and outputs_close(v, v_cache):
             return "value_not_appended"
         if v_ok and outputs_close(k, k_cache):
@@ -453,6 +551,10 @@ DECODE_STEP = _DecodeExercise(
                 "inf even in float64, so inf / inf gives NaN.",
                 "subtract each row's maximum before exp (scores - scores.amax(-1, keepdim=True)), or "
                 "call torch.softmax, which does that for you."),
+        Mistake("dropped_oldest_token", "your returned caches lost their oldest token: you kept only "
+                "the newest T positions, as a sliding-window cache does. This exercise's cache keeps "
+                "every token, so it grows to T+1 positions and the new token attends to all of them.",
+                "append without cutting anything off: the caches you return are (B, g, T+1, dk)."),
         Mistake("heads_not_matched", "q @ k.transpose(-2, -1) raised: the query has h heads and the "
                 "key cache only g, so the head axes do not broadcast.",
                 "Repeat each K/V head h // g times (repeat_interleave, dim=1) for the product only; "
@@ -500,7 +602,23 @@ def _merge_cases() -> list[Case]:
 class _MergeExercise(DiagnosesRaisingAnswers):
     """Exercise 7.5: a weight of shape (B, h) times an output of shape (B, h, dk) raises; and
     any formula right on the small cases but wrong on a large one (scores in the hundreds) overflowed,
-    however it was written (exp(lse) / total gives NaN, log(exp + exp) gives zeros)."""
+    however it was written (exp(lse) / total gives NaN, log(exp + exp) gives zeros). A float32
+    result of float64 inputs is named, whether it passed (changed_dtype) or not."""
+
+    def _grade(self, cases, outputs, expected) -> Feedback:
+        feedback = super()._grade(cases, outputs, expected)
+        if not feedback.passed:
+            return feedback
+        for got, exp in zip(outputs, expected, strict=True):
+            if isinstance(got, Tensor) and isinstance(exp, Tensor) and got.dtype != exp.dtype:
+                return Feedback(
+                    self.title, "mistake",
+                    f"the values are right, but your output is {got.dtype} and the inputs are "
+                    f"{exp.dtype}: a merged output is merged again with the next range's (flash "
+                    "decoding merges many), so the dropped digits would carry on, silently.",
+                    "keep the inputs' dtype: no .float() or .to(...) on the result or on the inputs.",
+                    mistake="changed_dtype")
+        return feedback
 
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
         right = [self._close(g, e) for g, e in zip(outputs, expected, strict=True)]
@@ -571,11 +689,20 @@ MERGE_HALVES = _MergeExercise(
         Mistake("kept_one_half", "you kept the output of the half with the larger lse and dropped "
                 "the other: the other half's keys still hold part of the weight.",
                 "blend both: exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b."),
+        Mistake("softmax_over_batch", "your softmax ran over the wrong axis, the batch: each query's "
+                "two weights must be normalised against each other (over the axis that holds lse_a and "
+                "lse_b), so that they add up to 1; yours add up to 1 across the sequences instead.",
+                "stack lse_a and lse_b along a new axis and take the softmax over that axis."),
+        Mistake("softmax_over_heads", "your softmax ran over the wrong axis, the heads: each query's "
+                "two weights must be normalised against each other (over the axis that holds lse_a and "
+                "lse_b), so that they add up to 1; yours add up to 1 across the heads instead.",
+                "stack lse_a and lse_b along a new axis and take the softmax over that axis."),
         Mistake("weights_not_unsqueezed", "multiplying raised: the weights are (B, h) and the "
                 "outputs (B, h, dk), and PyTorch lines up the *last* axes, h against dk.",
                 "give the weights a last axis of size 1: w[..., None] (or w.unsqueeze(-1))."),
     ],
-    hint="lse = torch.logaddexp(lse_a, lse_b) is the log of the whole softmax sum; each half's "
-         "weight is exp(lse_half - lse), shape (B, h), unsqueezed to (B, h, 1).",
+    hint="each half's output is already an average over its own keys; blend the two, each weighted "
+         "by its share of the whole softmax sum. lse_a and lse_b are the logs of the two halves' sums, "
+         "so work with them as logs and never take exp of a large positive number.",
 )
 check_merge_halves = MERGE_HALVES.check
