@@ -228,9 +228,8 @@ GATE_IMPORTANCE = _GateExercise(
                 "were made without requires_grad=True, so backward() computed no gradient for them.",
                 "torch.ones(num_sequences, L, h, dtype=torch.float64, requires_grad=True)."),
     ],
-    hint="give every sequence its own gates, (num_sequences, L, h) of ones that require gradients; one "
-         "backward pass through the summed losses gives each sequence its own gradient; average their "
-         "absolute values over the sequences.",
+    hint="I_h averages, over the sequences, the size of each sequence's own gradient: what shape must the "
+         "gates have for every sequence to get one?",
 )
 check_gate_importance = GATE_IMPORTANCE.check
 
