@@ -831,3 +831,61 @@ def test_a_compiler_file_others_can_write_is_refused(place, monkeypatch, chosen)
         assert isinstance(why, str) and why.startswith("no C compiler found"), why
         assert why.count("refused as the compiler") == 3, why
     assert not place.marker.exists()
+
+
+def _noexec(monkeypatch, folder: Path) -> None:
+    """Make ``folder`` read as on a filesystem mounted noexec (os.statvfs)."""
+    real_statvfs = os.statvfs
+
+    def statvfs(path):
+        st = real_statvfs(path)
+        if Path(path) != folder:
+            return st
+        return SimpleNamespace(f_flag=st.f_flag | os.ST_NOEXEC, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.skipif(not hasattr(os, "ST_NOEXEC"), reason="no ST_NOEXEC flag here")
+def test_a_cache_on_a_noexec_filesystem_is_refused_up_front_and_the_temp_folder_used(place, monkeypatch):
+    """Three builds were made there, none could be loaded, and each was remembered for an hour
+    as the compiler's failure; the temp folder was never tried."""
+    place.cache.mkdir(mode=0o700)
+    _noexec(monkeypatch, place.cache)
+    expected = (f"refused {place.cache} is on a filesystem mounted noexec: a library built there could "
+                "not be loaded")
+    with pytest.warns(RuntimeWarning, match=expected):
+        assert fused_decode_status() is None
+    assert list(place.cache.iterdir()) == []  # nothing built, nothing remembered there
+    assert list(place.tmp().glob("fused_decode-*.so"))
+    assert expected in fused_decode_build()
+
+
+@needs_posix
+def test_a_library_the_system_will_not_map_is_not_remembered_as_a_failure(place, monkeypatch):
+    """Where the noexec flag is not seen (a filesystem that refuses to map code without it), the
+    load fails with "failed to map segment": not the compiler's fault, not remembered, and no
+    other flags tried (they would fail alike)."""
+    compiled = []
+
+    def compile_(cc, flags, folder, name, timeout_s, path=None):
+        built = folder / f".{name}.test.so.tmp"
+        built.write_bytes(b"a library")
+        compiled.append(flags)
+        return built, "", "built"
+
+    def run_limited(command, timeout_s, folder, cwd=None, env=None):
+        said = f"could not load it: /proc/self/fd/3: {fused_decode._MAP_FAILED} from shared object"
+        return 1, fused_decode._CHILD_FAILED + said + "\n"
+
+    monkeypatch.setattr(fused_decode, "_compile", compile_)
+    monkeypatch.setattr(fused_decode, "_run_limited", run_limited)
+    monkeypatch.delenv("CC", raising=False)
+    why = fused_decode_status()
+    assert why is not None, why
+    assert ("is its filesystem mounted noexec? Not the compiler's or the library's fault, so not "
+            "remembered") in why, why
+    assert len(compiled) == 1
+    assert list(place.cache.iterdir()) == []  # no .failed file, no library left

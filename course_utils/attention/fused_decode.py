@@ -41,7 +41,8 @@ built again):
   relative ``XDG_CACHE_HOME`` is ignored), else ``course_utils-<uid>`` in the temp folder. It
   is created with mode 0700 (one of yours that others could only read is set to 0700); one
   that is a symbolic link, owned by another user, writable by group or others, or that you
-  cannot write (a read-only filesystem is named as such) is refused. So is one that another
+  cannot write (a read-only filesystem is named as such), or on a filesystem mounted
+  ``noexec`` (no library there could be loaded) is refused. So is one that another
   user could replace: every folder on the way to it from ``/`` (symbolic links followed as
   the system follows them) must belong to you or root (its owner could rename anything in
   it) and must not be writable by its group or others unless it has the sticky bit (as /tmp
@@ -83,8 +84,9 @@ built again):
 A compiler error, a self-test the library failed, or a crash in it is remembered for an hour
 (``<name>.failed`` in the same directory; the name changes with the source, the compiler
 command, its flags and the CPU), so later processes do not wait for the compiler again; a
-timeout, a full disk (the compiler says so, or under 16 MiB is free where it writes) or a
-compiler that could not be started is not remembered (it may not happen again).
+timeout, a full disk (the compiler says so, or under 16 MiB is free where it writes), a
+library the system would not map (a ``noexec`` filesystem) or a compiler that could not be
+started is not remembered (it may not happen again).
 :func:`reset_fused_decode` forgets the remembered failures and tries again.
 Where there is no kernel, :func:`fused_decode_status` says why and
 :func:`fused_decode_attention` computes the same result with PyTorch
@@ -146,6 +148,7 @@ _SELF_TEST_B, _SELF_TEST_T, _SELF_TEST_THREADS = 3, 740, 8
 _SELF_TEST_MORE_THREADS = 12
 _BLOCK = 32  # keys per block (BLOCK in fused_decode.c): a thread's share is whole blocks
 _CHILD_PASSED, _CHILD_FAILED = "FUSED-DECODE-SELF-TEST: passed", "FUSED-DECODE-SELF-TEST: failed: "
+_MAP_FAILED = "failed to map segment"  # glibc's dlopen on a filesystem mounted noexec
 _FAILURE_MEMORY_S = 3600.0  # a remembered failed build is tried again after an hour
 # Flags that let the compiler assume there is no NaN or infinity, or reorder and approximate
 # float arithmetic; with GCC, -ffast-math, -Ofast and -funsafe-math-optimizations also link
@@ -387,6 +390,13 @@ def _private_dir(folder: Path) -> str | None:
                 f"(remove it, or chmod 700 it if you trust what is in it)")
     if not os.access(folder, os.W_OK | os.X_OK):
         return _unwritable(folder, st)
+    try:
+        noexec = bool(os.statvfs(folder).f_flag & getattr(os, "ST_NOEXEC", 0))
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        noexec = False
+    if noexec:
+        return (f"{folder} is on a filesystem mounted noexec: a library built there could not be "
+                "loaded (the system refuses to map its code)")
     try:
         why = _unsafe_ancestor(folder)
         if why is not None:
@@ -923,9 +933,10 @@ def _self_test_elsewhere(library: Path, digest: str, timeout_s: float,
     """Self-test ``library`` in a separate Python process, so that a library that crashes, hangs
     or changes its process (crtfastmath's flush-to-zero) never touches this one: ``(None,
     "passed")``, else ``(why not, "failed")`` where the verdict is the library's own (worth
-    remembering), ``"timeout"``, or ``"other"`` (the process could not run the test). Only a
-    library that passed is ever loaded here. The process runs with ``path`` as its PATH
-    (default: the folders :func:`_trusted_path` keeps)."""
+    remembering), ``"timeout"``, ``"unloadable"`` (the system would not map it: its folder's
+    filesystem is mounted noexec, say; not the library's fault) or ``"other"`` (the process
+    could not run the test). Only a library that passed is ever loaded here. The process runs
+    with ``path`` as its PATH (default: the folders :func:`_trusted_path` keeps)."""
     if not sys.executable:
         return "no Python executable to self-test the library in (sys.executable is empty)", "other"
     package = sys.modules[__name__.partition(".")[0]]  # imported in the child from where it is here
@@ -947,6 +958,10 @@ def _self_test_elsewhere(library: Path, digest: str, timeout_s: float,
     if status == 0 and _CHILD_PASSED in lines:
         return None, "passed"
     verdicts = [line[len(_CHILD_FAILED):] for line in lines if line.startswith(_CHILD_FAILED)]
+    if verdicts and _MAP_FAILED in verdicts[-1]:
+        return (f"{verdicts[-1]} (the system would not map a library from {library.parent}: is its "
+                "filesystem mounted noexec? Not the compiler's or the library's fault, so not "
+                "remembered)"), "unloadable"
     if verdicts:
         return verdicts[-1], "failed"
     if status < 0:
@@ -1029,7 +1044,8 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
         if error is not None:
             if verdict == "failed":  # the library's own doing: remembered
                 _remember_failure(failed, error)
-            return None, error, "stop" if verdict == "timeout" else "next"  # slow for every flag
+            # slow for every flag; a folder whose libraries cannot be mapped is so for every flag
+            return None, error, "stop" if verdict in ("timeout", "unloadable") else "next"
         lib = _load_verified(built, digest)  # these bytes passed: now loaded here
         # The record first: a process looking in between finds no library yet (and builds one),
         # never a new library without its record. os.replace is atomic: no half library is seen.
