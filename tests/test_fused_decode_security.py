@@ -889,3 +889,15 @@ def test_a_library_the_system_will_not_map_is_not_remembered_as_a_failure(place,
             "remembered") in why, why
     assert len(compiled) == 1
     assert list(place.cache.iterdir()) == []  # no .failed file, no library left
+
+
+@needs_posix
+def test_compiler_output_quoted_in_the_status_cannot_redraw_the_terminal(place, monkeypatch):
+    cc = place.root / "noisy-cc"
+    cc.write_text("#!/bin/sh\nprintf 'bin\\001\\002ary\\n\\033[2J\\033[31mFAKE: all good\\007\\n'\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert "bin??ary | ?[2J?[31mFAKE: all good?" in why, why
+    assert all(c.isprintable() for c in why), repr(why)
+    assert all(c.isprintable() for c in fused_decode_build())

@@ -810,8 +810,15 @@ def _run_limited(command: list[str], timeout_s: float, folder: Path, cwd: Path |
         return status, log.read().decode("utf-8", errors="replace")  # in any encoding
 
 
+def _printable(text: str) -> str:
+    """``text`` with every character that is not printable (terminal escapes, control bytes)
+    shown as ``?``: a program's output quoted in a status or a warning cannot redraw the screen."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _last_lines(text: str, n: int = 2) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    """The last ``n`` non-blank lines of a program's output, on one line, printable only."""
+    lines = [_printable(line.strip()) for line in text.strip().splitlines() if line.strip()]
     return " | ".join(lines[-n:])
 
 
@@ -957,7 +964,7 @@ def _self_test_elsewhere(library: Path, digest: str, timeout_s: float,
     lines = text.splitlines()
     if status == 0 and _CHILD_PASSED in lines:
         return None, "passed"
-    verdicts = [line[len(_CHILD_FAILED):] for line in lines if line.startswith(_CHILD_FAILED)]
+    verdicts = [_printable(line[len(_CHILD_FAILED):]) for line in lines if line.startswith(_CHILD_FAILED)]
     if verdicts and _MAP_FAILED in verdicts[-1]:
         return (f"{verdicts[-1]} (the system would not map a library from {library.parent}: is its "
                 "filesystem mounted noexec? Not the compiler's or the library's fault, so not "
@@ -1023,7 +1030,7 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
             warnings.warn(f"fused decode kernel: {exc}; building it again", RuntimeWarning, stacklevel=5)
         _remove(library, record)
     try:
-        remembered = _read_own_file(failed).decode("utf-8", errors="replace")
+        remembered = _printable(_read_own_file(failed).decode("utf-8", errors="replace"))
         age = time.time() - os.lstat(failed).st_mtime
     except FileNotFoundError:
         pass
