@@ -901,3 +901,30 @@ def test_compiler_output_quoted_in_the_status_cannot_redraw_the_terminal(place, 
     assert "bin??ary | ?[2J?[31mFAKE: all good?" in why, why
     assert all(c.isprintable() for c in why), repr(why)
     assert all(c.isprintable() for c in fused_decode_build())
+
+
+def test_the_default_thread_count_is_capped_not_refused(monkeypatch):
+    """After torch.set_num_threads(300), a call that passed no num_threads was refused with
+    "num_threads must be at most 256 ..., got 300"."""
+    seen = []
+
+    class Recorder:
+        def fused_decode(self, *args):
+            seen.append(args[-1])
+            return 0
+
+    monkeypatch.setattr(fused_decode, "_library", lambda: Recorder())
+    monkeypatch.setattr(fused_decode, "usable_cpus", lambda: 3)
+    q = torch.randn(1, 2, 1, fused_decode.HEAD_WIDTH)
+    k = v = torch.randn(1, 1, 40, fused_decode.HEAD_WIDTH)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(fused_decode.MAX_THREADS + 44)
+        with torch.no_grad():
+            fused_decode.fused_decode_attention(q, k, v)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [3]
+    with pytest.raises(ValueError, match=f"num_threads must be at most {fused_decode.MAX_THREADS}.*got "
+                                         f"{fused_decode.MAX_THREADS + 44}"):
+        fused_decode.fused_decode_attention(q, k, v, num_threads=fused_decode.MAX_THREADS + 44)

@@ -1232,14 +1232,16 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
     RuntimeWarning; it never raises for that reason.
     """
     _check_inputs(q, k, v)
-    threads = torch.get_num_threads() if num_threads is None else \
-        check_int(num_threads, "num_threads", minimum=1)
-    if threads > MAX_THREADS:
-        raise ValueError(
-            f"num_threads must be at most {MAX_THREADS} (256, or this machine's CPU count where that "
-            f"is larger), got {threads}: more threads than CPUs only wait for each other, and "
-            "thousands of them can exhaust the process's thread limit, which OpenMP answers by "
-            "ending the whole process")
+    if num_threads is None:  # torch's count, whatever it is set to, capped below
+        threads = torch.get_num_threads()
+    else:  # only a count the caller passed is held to the limit
+        threads = check_int(num_threads, "num_threads", minimum=1)
+        if threads > MAX_THREADS:
+            raise ValueError(
+                f"num_threads must be at most {MAX_THREADS} (256, or this machine's CPU count where "
+                f"that is larger), got {threads}: more threads than CPUs only wait for each other, "
+                "and thousands of them can exhaust the process's thread limit, which OpenMP answers "
+                "by ending the whole process")
     threads = min(threads, usable_cpus())  # more threads than CPUs only wait for each other
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
