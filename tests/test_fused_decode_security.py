@@ -928,3 +928,25 @@ def test_the_default_thread_count_is_capped_not_refused(monkeypatch):
     with pytest.raises(ValueError, match=f"num_threads must be at most {fused_decode.MAX_THREADS}.*got "
                                          f"{fused_decode.MAX_THREADS + 44}"):
         fused_decode.fused_decode_attention(q, k, v, num_threads=fused_decode.MAX_THREADS + 44)
+
+
+@needs_kernel
+@needs_posix
+def test_a_weaker_build_says_which_builds_were_not_used_and_why(place, monkeypatch):
+    """A CC wrapper adding -ffinite-math-only: both -march=native builds fail the self-test, the
+    generic one passes; fused_decode_build() said only "built with generic CPU"."""
+    real = fused_decode._compiler()
+    wrapper = place.root / "finite-cc"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *-march=native*) exec {real[0]} -ffinite-math-only "$@";; '
+                       f'esac\nexec {real[0]} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    assert fused_decode_status() is None
+    build = fused_decode_build()
+    assert build.startswith("built with generic CPU; not used: [-march=native -fopenmp] the built kernel "
+                            "disagrees with F.scaled_dot_product_attention"), build
+    assert "; not used: [-march=native] the built kernel disagrees" in build, build
+    assert "NaN in " in build
+    fused_decode._library.cache_clear()  # a later process: the failures remembered, still said
+    assert fused_decode_build().startswith("built with generic CPU; not used: [-march=native -fopenmp] ")
+    assert "remembered in" in fused_decode_build()

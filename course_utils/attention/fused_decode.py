@@ -87,6 +87,9 @@ command, its flags and the CPU), so later processes do not wait for the compiler
 timeout, a full disk (the compiler says so, or under 16 MiB is free where it writes), a
 library the system would not map (a ``noexec`` filesystem) or a compiler that could not be
 started is not remembered (it may not happen again).
+When a weaker build is used because the better ones failed (the generic one after the
+``-march=native`` ones failed their self-test), :func:`fused_decode_build` says which were
+not used and why.
 :func:`reset_fused_decode` forgets the remembered failures and tries again.
 Where there is no kernel, :func:`fused_decode_status` says why and
 :func:`fused_decode_attention` computes the same result with PyTorch
@@ -1100,7 +1103,9 @@ def _build_kernel() -> ctypes.CDLL | str:
         lib, error, outcome = _cached_or_built(cc, flags, folder, names[-1], timeout_s, notes, path)
         if lib is not None:
             lib.build_flags = " ".join(options) or "generic CPU"  # what fused_decode_build reports
-            lib.notes = notes
+            # A weaker build than the first is said with why the better ones were not used (a
+            # CC wrapper adding -ffinite-math-only fails the native builds' self-test, say).
+            lib.notes = [*(f"not used: {failure}" for failure in failures), *notes]
             return lib
         if outcome == "refused":  # not the compiler's doing: said as it is
             return (f"the fused kernel cannot be built or kept in {folder}: {error}"
