@@ -683,8 +683,8 @@ def test_a_compiler_planted_in_the_working_directory_is_not_found_through_a_rela
     monkeypatch.setenv("PATH", os.pathsep.join([".", "", os.environ.get("PATH", os.defpath)]))
     found = fused_decode._compiler()
     assert isinstance(found, list) and Path(found[0]).parent != tmp_path  # a real compiler, or none
-    assert "." not in fused_decode._absolute_path().split(os.pathsep)
-    assert "" not in fused_decode._absolute_path().split(os.pathsep)
+    assert "." not in fused_decode._trusted_path()[0].split(os.pathsep)
+    assert "" not in fused_decode._trusted_path()[0].split(os.pathsep)
     monkeypatch.setenv("CC", "cc")
     assert fused_decode._compiler() != [str(planted)]
     monkeypatch.setenv("PATH", ".")  # nothing absolute left: no compiler, said in words
@@ -706,3 +706,247 @@ def test_the_kernel_runs_no_more_threads_than_the_cpus_its_self_test_covered(mon
     with torch.no_grad():
         fused_decode.fused_decode_attention(q, k, v, num_threads=200)
     assert seen == [3]
+
+
+
+# --- PATH folders others can write, a noexec cache, what the status quotes ----------------------
+
+
+_TOOLS = ("cc", "gcc", "clang", "as", "ld")
+
+
+def _plant_tools(folder: Path, marker: Path) -> None:
+    """A cc, gcc, clang, as and ld in ``folder`` that each leave a marker, then run the real one
+    (what an attacker who can write a PATH folder would plant: the build still works)."""
+    real_path = fused_decode._trusted_path()[0]
+    for name in _TOOLS:
+        real = shutil.which(name, path=real_path)
+        script = folder / name
+        script.write_text(f"#!/bin/sh\necho {name} >> {marker}\n"
+                          + (f'exec {real} "$@"\n' if real else "exit 1\n"))
+        script.chmod(0o755)
+
+
+@needs_kernel
+@needs_posix
+def test_a_compiler_and_an_assembler_in_a_path_folder_everyone_can_write_never_run(place, monkeypatch):
+    """A cc and an as planted in a mode-0777 folder first on PATH ran (gcc finds as and ld on
+    PATH); a cc there that also compiled in a constructor passed the self-test and was loaded."""
+    shared = place.root / "shared-bin"
+    shared.mkdir()
+    _plant_tools(shared, place.marker)
+    shared.chmod(0o777)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(shared), os.environ.get("PATH", os.defpath)]))
+    assert fused_decode_status() is None
+    assert not place.marker.exists(), place.marker.read_text()  # none of the planted tools ran
+    build = fused_decode_build()
+    assert (f"PATH entry {shared} skipped: it is writable by everyone (mode 0777), so everyone could "
+            "add a compiler, as or ld to it") in build, build
+    assert str(shared) not in fused_decode._trusted_path()[0].split(os.pathsep)
+
+
+@needs_posix
+@pytest.mark.parametrize("how", ["sticky 1777", "group-writable 0775", "owned by another user",
+                                 "a link to a folder everyone can write",
+                                 "inside a folder everyone can write"])
+def test_a_path_folder_another_user_could_plant_a_program_in_is_skipped_and_named(place, monkeypatch, how):
+    if how == "owned by another user" and os.getuid() != 0:
+        pytest.skip("gives a folder to another user: needs root")
+    folder = place.root / "bin"
+    folder.mkdir()
+    _plant_tools(folder, place.marker)
+    entry, expected = folder, f"PATH entry {folder} skipped: "
+    if how.startswith("sticky"):
+        folder.chmod(0o1777)  # others cannot replace your files in it, but can add an `as`
+        expected += "it is writable by everyone (mode 1777)"
+    elif how.startswith("group"):
+        folder.chmod(0o775)
+        expected += "it is writable by its group (mode 0775)"
+    elif how.startswith("owned"):
+        os.chown(folder, 65534, 65534)
+        expected += "it is owned by uid 65534"
+    elif how.startswith("a link"):
+        folder.chmod(0o777)
+        entry = place.root / "link-bin"
+        entry.symlink_to(folder)
+        expected = f"PATH entry {entry} skipped: it leads to {folder}, which is writable by everyone"
+    else:
+        outer = place.root / "open"
+        outer.mkdir()
+        folder = folder.rename(outer / "bin")
+        outer.chmod(0o777)
+        entry = folder
+        expected = (f"PATH entry {folder} skipped: {outer} is writable by everyone without the sticky "
+                    f"bit (mode 0777): others could replace bin in it")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(entry), "/nonexistent-k07c", os.environ.get("PATH", "")]))
+    kept, skipped = fused_decode._trusted_path()
+    assert str(entry) not in kept.split(os.pathsep)
+    assert any(why.startswith(expected) for why in skipped), skipped
+    assert not any("nonexistent-k07c" in why for why in skipped)  # a missing folder: left out quietly
+    found = fused_decode._compiler()
+    assert not (isinstance(found, list) and Path(found[0]).parent in (folder, entry)), found
+    monkeypatch.setenv("CC", "cc")
+    found = fused_decode._compiler()
+    assert not (isinstance(found, list) and Path(found[0]).parent in (folder, entry)), found
+    monkeypatch.setenv("PATH", str(entry))  # nothing else: no compiler, and the status says why
+    assert fused_decode_status() == ("CC=cc: no program 'cc' found on PATH; "
+                                     + "; ".join(fused_decode._trusted_path()[1]))
+    assert expected in fused_decode_status()
+    assert not place.marker.exists()
+
+
+@needs_posix
+def test_the_system_folders_on_path_stay_in_use():
+    kept = fused_decode._trusted_path()[0].split(os.pathsep)
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        if folder in ("/usr/bin", "/bin", "/usr/local/bin") and os.path.isdir(folder):
+            st = os.stat(folder)
+            if st.st_uid == 0 and not st.st_mode & 0o022:
+                assert folder in kept
+
+
+@needs_posix
+@pytest.mark.parametrize("chosen", ["CC holding its path", "found on PATH"])
+def test_a_compiler_file_others_can_write_is_refused(place, monkeypatch, chosen):
+    folder = place.root / "private-bin"
+    folder.mkdir(mode=0o700)
+    _plant_tools(folder, place.marker)
+    (folder / "cc").chmod(0o777)
+    if chosen.startswith("CC"):
+        monkeypatch.setenv("CC", str(folder / "cc"))
+        why = fused_decode_status()
+        assert why == (f"CC={folder / 'cc'}: {folder / 'cc'} is writable by its group or by others (mode "
+                       "0777): anyone could replace what it runs, so it is refused as the compiler"), why
+    else:
+        monkeypatch.delenv("CC", raising=False)
+        monkeypatch.setenv("PATH", str(folder))
+        why = fused_decode._compiler()
+        # its cc refused, the gcc beside it (a file only you can write) taken instead
+        assert why == [str(folder / "gcc")], why
+        (folder / "gcc").chmod(0o757)
+        (folder / "clang").chmod(0o775)
+        why = fused_decode._compiler()
+        assert isinstance(why, str) and why.startswith("no C compiler found"), why
+        assert why.count("refused as the compiler") == 3, why
+    assert not place.marker.exists()
+
+
+def _noexec(monkeypatch, folder: Path) -> None:
+    """Make ``folder`` read as on a filesystem mounted noexec (os.statvfs)."""
+    real_statvfs = os.statvfs
+
+    def statvfs(path):
+        st = real_statvfs(path)
+        if Path(path) != folder:
+            return st
+        return SimpleNamespace(f_flag=st.f_flag | os.ST_NOEXEC, f_bavail=st.f_bavail, f_frsize=st.f_frsize)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+@needs_kernel
+@needs_posix
+@pytest.mark.skipif(not hasattr(os, "ST_NOEXEC"), reason="no ST_NOEXEC flag here")
+def test_a_cache_on_a_noexec_filesystem_is_refused_up_front_and_the_temp_folder_used(place, monkeypatch):
+    """Three builds were made there, none could be loaded, and each was remembered for an hour
+    as the compiler's failure; the temp folder was never tried."""
+    place.cache.mkdir(mode=0o700)
+    _noexec(monkeypatch, place.cache)
+    expected = (f"refused {place.cache} is on a filesystem mounted noexec: a library built there could "
+                "not be loaded")
+    with pytest.warns(RuntimeWarning, match=expected):
+        assert fused_decode_status() is None
+    assert list(place.cache.iterdir()) == []  # nothing built, nothing remembered there
+    assert list(place.tmp().glob("fused_decode-*.so"))
+    assert expected in fused_decode_build()
+
+
+@needs_posix
+def test_a_library_the_system_will_not_map_is_not_remembered_as_a_failure(place, monkeypatch):
+    """Where the noexec flag is not seen (a filesystem that refuses to map code without it), the
+    load fails with "failed to map segment": not the compiler's fault, not remembered, and no
+    other flags tried (they would fail alike)."""
+    compiled = []
+
+    def compile_(cc, flags, folder, name, timeout_s, path=None):
+        built = folder / f".{name}.test.so.tmp"
+        built.write_bytes(b"a library")
+        compiled.append(flags)
+        return built, "", "built"
+
+    def run_limited(command, timeout_s, folder, cwd=None, env=None):
+        said = f"could not load it: /proc/self/fd/3: {fused_decode._MAP_FAILED} from shared object"
+        return 1, fused_decode._CHILD_FAILED + said + "\n"
+
+    monkeypatch.setattr(fused_decode, "_compile", compile_)
+    monkeypatch.setattr(fused_decode, "_run_limited", run_limited)
+    monkeypatch.delenv("CC", raising=False)
+    why = fused_decode_status()
+    assert why is not None, why
+    assert ("is its filesystem mounted noexec? Not the compiler's or the library's fault, so not "
+            "remembered") in why, why
+    assert len(compiled) == 1
+    assert list(place.cache.iterdir()) == []  # no .failed file, no library left
+
+
+@needs_posix
+def test_compiler_output_quoted_in_the_status_cannot_redraw_the_terminal(place, monkeypatch):
+    cc = place.root / "noisy-cc"
+    cc.write_text("#!/bin/sh\nprintf 'bin\\001\\002ary\\n\\033[2J\\033[31mFAKE: all good\\007\\n'\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    why = fused_decode_status()
+    assert "bin??ary | ?[2J?[31mFAKE: all good?" in why, why
+    assert all(c.isprintable() for c in why), repr(why)
+    assert all(c.isprintable() for c in fused_decode_build())
+
+
+def test_the_default_thread_count_is_capped_not_refused(monkeypatch):
+    """After torch.set_num_threads(300), a call that passed no num_threads was refused with
+    "num_threads must be at most 256 ..., got 300"."""
+    seen = []
+
+    class Recorder:
+        def fused_decode(self, *args):
+            seen.append(args[-1])
+            return 0
+
+    monkeypatch.setattr(fused_decode, "_library", lambda: Recorder())
+    monkeypatch.setattr(fused_decode, "usable_cpus", lambda: 3)
+    q = torch.randn(1, 2, 1, fused_decode.HEAD_WIDTH)
+    k = v = torch.randn(1, 1, 40, fused_decode.HEAD_WIDTH)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(fused_decode.MAX_THREADS + 44)
+        with torch.no_grad():
+            fused_decode.fused_decode_attention(q, k, v)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [3]
+    with pytest.raises(ValueError, match=f"num_threads must be at most {fused_decode.MAX_THREADS}.*got "
+                                         f"{fused_decode.MAX_THREADS + 44}"):
+        fused_decode.fused_decode_attention(q, k, v, num_threads=fused_decode.MAX_THREADS + 44)
+
+
+@needs_kernel
+@needs_posix
+def test_a_weaker_build_says_which_builds_were_not_used_and_why(place, monkeypatch):
+    """A CC wrapper adding -ffinite-math-only: both -march=native builds fail the self-test, the
+    generic one passes; fused_decode_build() said only "built with generic CPU"."""
+    real = fused_decode._compiler()
+    wrapper = place.root / "finite-cc"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *-march=native*) exec {real[0]} -ffinite-math-only "$@";; '
+                       f'esac\nexec {real[0]} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    assert fused_decode_status() is None
+    build = fused_decode_build()
+    assert build.startswith("built with generic CPU; not used: [-march=native -fopenmp] the built kernel "
+                            "disagrees with F.scaled_dot_product_attention"), build
+    assert "; not used: [-march=native] the built kernel disagrees" in build, build
+    assert "NaN in " in build
+    fused_decode._library.cache_clear()  # a later process: the failures remembered, still said
+    assert fused_decode_build().startswith("built with generic CPU; not used: [-march=native -fopenmp] ")
+    assert "remembered in" in fused_decode_build()

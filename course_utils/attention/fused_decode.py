@@ -31,12 +31,18 @@ built again):
   ``-fno-honor-infinities``, ``-fapprox-func``, ``-ffp-model=fast``) is refused before any
   build, naming the flag; ``-fno-math-errno``, ``-fno-signed-zeros`` and
   ``-fno-trapping-math`` alone are allowed (they change nothing the kernel relies on).
-  ``CFLAGS`` is not read: the build's flags are its own;
+  ``CFLAGS`` is not read: the build's flags are its own. The compiler, and the ``as`` and
+  ``ld`` it runs, are looked up only in the PATH folders that another user cannot plant a
+  program in (the rule below for the private directory, except that a folder on PATH must
+  not be writable by its group or others even with the sticky bit), and the compiler file
+  must belong to you or root and be writable by no one else; the PATH entries skipped are
+  named by :func:`fused_decode_build`;
 - in a private directory: ``$XDG_CACHE_HOME/course_utils`` (``~/.cache/course_utils``; a
   relative ``XDG_CACHE_HOME`` is ignored), else ``course_utils-<uid>`` in the temp folder. It
   is created with mode 0700 (one of yours that others could only read is set to 0700); one
   that is a symbolic link, owned by another user, writable by group or others, or that you
-  cannot write (a read-only filesystem is named as such) is refused. So is one that another
+  cannot write (a read-only filesystem is named as such), or on a filesystem mounted
+  ``noexec`` (no library there could be loaded) is refused. So is one that another
   user could replace: every folder on the way to it from ``/`` (symbolic links followed as
   the system follows them) must belong to you or root (its owner could rename anything in
   it) and must not be writable by its group or others unless it has the sticky bit (as /tmp
@@ -78,8 +84,12 @@ built again):
 A compiler error, a self-test the library failed, or a crash in it is remembered for an hour
 (``<name>.failed`` in the same directory; the name changes with the source, the compiler
 command, its flags and the CPU), so later processes do not wait for the compiler again; a
-timeout, a full disk (the compiler says so, or under 16 MiB is free where it writes) or a
-compiler that could not be started is not remembered (it may not happen again).
+timeout, a full disk (the compiler says so, or under 16 MiB is free where it writes), a
+library the system would not map (a ``noexec`` filesystem) or a compiler that could not be
+started is not remembered (it may not happen again).
+When a weaker build is used because the better ones failed (the generic one after the
+``-march=native`` ones failed their self-test), :func:`fused_decode_build` says which were
+not used and why.
 :func:`reset_fused_decode` forgets the remembered failures and tries again.
 Where there is no kernel, :func:`fused_decode_status` says why and
 :func:`fused_decode_attention` computes the same result with PyTorch
@@ -141,6 +151,7 @@ _SELF_TEST_B, _SELF_TEST_T, _SELF_TEST_THREADS = 3, 740, 8
 _SELF_TEST_MORE_THREADS = 12
 _BLOCK = 32  # keys per block (BLOCK in fused_decode.c): a thread's share is whole blocks
 _CHILD_PASSED, _CHILD_FAILED = "FUSED-DECODE-SELF-TEST: passed", "FUSED-DECODE-SELF-TEST: failed: "
+_MAP_FAILED = "failed to map segment"  # glibc's dlopen on a filesystem mounted noexec
 _FAILURE_MEMORY_S = 3600.0  # a remembered failed build is tried again after an hour
 # Flags that let the compiler assume there is no NaN or infinity, or reorder and approximate
 # float arithmetic; with GCC, -ffast-math, -Ofast and -funsafe-math-optimizations also link
@@ -162,17 +173,97 @@ def _uid() -> int:
     return os.getuid()
 
 
-def _absolute_path() -> str:
-    """This process's PATH without its relative entries (``.``, an empty entry, ``bin``):
-    those name the working directory, where someone else may have planted a ``cc`` or an
-    ``as``, so neither the compiler nor the programs it runs are looked up there."""
-    entries = os.environ.get("PATH", os.defpath).split(os.pathsep)
-    return os.pathsep.join(e for e in entries if e and os.path.isabs(e))
+def _trusted_path() -> tuple[str, list[str]]:
+    """This process's PATH reduced to the folders that only you or root can write to: ``(the
+    PATH to look up and run the compiler with, why each other folder was skipped)``.
+
+    The compiler is found on PATH, and it runs ``as`` and ``ld`` (and ``ccache`` its compiler)
+    from PATH, all in this process's user: a program planted in a folder someone else can write
+    would run as you (and as root, if root builds the kernel). So a PATH folder is used only
+    under the rule the kernel's private directory follows: it must belong to you or root and
+    not be writable by its group or others (the sticky bit does not help here: in a sticky
+    folder others cannot replace your files but can still add a new ``as``), and every folder
+    on the way to it from ``/`` must belong to you or root and not be writable by its group or
+    others unless it has the sticky bit, every symbolic link followed belonging to you or
+    root. Relative entries (``.``, an empty entry, ``bin``) name the working directory and are
+    skipped too; a folder that does not exist is left out without a word."""
+    kept, skipped, seen = [], [], set()
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if entry in seen:
+            continue
+        seen.add(entry)
+        if not entry or not os.path.isabs(entry):
+            skipped.append(f"PATH entry {entry!r} skipped: it is relative (the working directory)")
+            continue
+        try:
+            why = _unsafe_program_folder(Path(entry))
+        except FileNotFoundError:  # nothing to run from it
+            continue
+        except OSError as exc:
+            why = f"PATH entry {entry} skipped: cannot check it ({exc.strerror or exc})"
+        if why is None:
+            kept.append(entry)
+        else:
+            skipped.append(why)
+    return os.pathsep.join(kept), skipped
 
 
-def _compiler() -> list[str] | str:
+def _unsafe_program_folder(folder: Path) -> str | None:
+    """Why programs in ``folder`` (a PATH entry, absolute) could be someone else's, or None
+    (see :func:`_trusted_path`); FileNotFoundError if it does not exist."""
+    hint = f"remove {folder} from PATH to silence this"
+    why = _unsafe_ancestor(folder, hint=hint)  # the folders on the way to it
+    link = os.lstat(folder)
+    if why is None and stat.S_ISLNK(link.st_mode):  # /bin -> usr/bin: the link, then where it leads
+        if link.st_uid not in (_uid(), 0):
+            why = (f"it is a symbolic link owned by {_owner(link.st_uid)}, not by you or root: its "
+                   "owner could point it elsewhere")
+        else:
+            why = _unsafe_ancestor(Path(os.path.realpath(folder)), hint=hint)
+    if why is not None:
+        return f"PATH entry {folder} skipped: {why}"
+    st = os.stat(folder)
+    it = f"it leads to {os.path.realpath(folder)}, which" if stat.S_ISLNK(link.st_mode) else "it"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"PATH entry {folder} skipped: {it} is {_kind(st.st_mode)}, not a directory"
+    if st.st_uid not in (_uid(), 0):
+        return (f"PATH entry {folder} skipped: {it} is owned by {_owner(st.st_uid)}, not by you or "
+                "root, so a compiler, as or ld in it could be theirs")
+    if st.st_mode & 0o022:
+        who = "everyone" if st.st_mode & 0o002 else "its group"
+        return (f"PATH entry {folder} skipped: {it} is writable by {who} (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}), so {who if who == 'everyone' else 'its members'} "
+                f"could add a compiler, as or ld to it ({hint})")
+    return None
+
+
+def _unsafe_program(path: str) -> str | None:
+    """Why the program file ``path`` (the compiler) could be someone else's, or None: the file
+    it names (symbolic links followed) must belong to you or root and be writable by no one
+    else, in a folder no one else could replace it in."""
+    real = Path(os.path.realpath(path))
+    try:
+        st = os.stat(real)
+        why = _unsafe_ancestor(real, hint=f"or use another compiler than {path}")
+    except OSError as exc:
+        return f"{path}: cannot check it ({exc.strerror or exc})"
+    if why is not None:
+        return f"{path} refused: {why}"
+    shown = path if str(real) == path else f"{path} (that is, {real})"
+    if st.st_uid not in (_uid(), 0):
+        return f"{shown} is owned by {_owner(st.st_uid)}, not by you or root: refused as the compiler"
+    if st.st_mode & 0o022:
+        return (f"{shown} is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "anyone could replace what it runs, so it is refused as the compiler")
+    return None
+
+
+def _compiler(path: str | None = None) -> list[str] | str:
     """The C compiler as a command (``CC`` may hold several words, e.g. ``ccache gcc``), or a
-    sentence saying why there is none."""
+    sentence saying why there is none. Looked up on ``path`` (default: the folders of PATH that
+    :func:`_trusted_path` keeps); the program found must not be writable by anyone but you or root."""
+    if path is None:
+        path = _trusted_path()[0]
     raw = os.environ.get("CC", "")
     try:
         chosen = shlex.split(raw)
@@ -186,16 +277,25 @@ def _compiler() -> list[str] | str:
                 return f"CC={raw}: no such file" + ("" if first == raw.strip() else f" ({first})")
             if not (os.path.isfile(first) and os.access(first, os.X_OK)):
                 return f"CC={raw}: {first} is not an executable file"
-            return [os.path.abspath(first), *chosen[1:]]  # the build runs in its own folder
-        path = shutil.which(first, path=_absolute_path())
-        if path is None:
-            return f"CC={raw}: no program {first!r} found on PATH"
-        return [path, *chosen[1:]]
-    found = next((path for name in ("cc", "gcc", "clang")
-                  if (path := shutil.which(name, path=_absolute_path()))), None)
-    if found is None:
-        return "no C compiler found (looked for cc, gcc and clang on PATH; set CC to choose one)"
-    return [found]
+            found = os.path.abspath(first)  # the build runs in its own folder
+        else:
+            found = shutil.which(first, path=path)
+            if found is None:
+                return f"CC={raw}: no program {first!r} found on PATH"
+        why = _unsafe_program(found)
+        if why is not None:
+            return f"CC={raw}: {why}"
+        return [found, *chosen[1:]]
+    refused = []
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name, path=path)
+        if found is not None:
+            why = _unsafe_program(found)
+            if why is None:
+                return [found]
+            refused.append(why)
+    return ("no C compiler found (looked for cc, gcc and clang on PATH, in the folders it trusts; "
+            "set CC to choose one)" + "".join(f"; {why}" for why in refused))
 
 
 def _unsafe_math(cc: list[str]) -> str | None:
@@ -294,6 +394,13 @@ def _private_dir(folder: Path) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return _unwritable(folder, st)
     try:
+        noexec = bool(os.statvfs(folder).f_flag & getattr(os, "ST_NOEXEC", 0))
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        noexec = False
+    if noexec:
+        return (f"{folder} is on a filesystem mounted noexec: a library built there could not be "
+                "loaded (the system refuses to map its code)")
+    try:
         why = _unsafe_ancestor(folder)
         if why is not None:
             return why
@@ -322,7 +429,10 @@ def _unwritable(folder: Path, st: os.stat_result) -> str:
             "would (an access control list or a security policy?)")
 
 
-def _unsafe_ancestor(folder: Path) -> str | None:
+_CACHE_HINT = "set XDG_CACHE_HOME to a folder whose every parent only you or root can write"
+
+
+def _unsafe_ancestor(folder: Path, hint: str = _CACHE_HINT) -> str | None:
     """Why a folder on the way to ``folder`` lets another user replace what lies below it (and
     so ``folder`` with one of theirs), or None.
 
@@ -341,7 +451,7 @@ def _unsafe_ancestor(folder: Path) -> str | None:
             current = current.parent  # passed through (and checked) on the way here
             continue
         if current not in checked:
-            why = _shared_folder(current, part, folder)
+            why = _shared_folder(current, part, folder, hint)
             if why is not None:
                 return why
             checked.add(current)
@@ -362,10 +472,10 @@ def _unsafe_ancestor(folder: Path) -> str | None:
         if not stat.S_ISDIR(st.st_mode):
             return f"{path}, on the way to {folder}, is {_kind(st.st_mode)}, not a directory"
         current = path
-    return _shared_folder(current, folder.name, folder)
+    return _shared_folder(current, folder.name, folder, hint)
 
 
-def _shared_folder(directory: Path, child: str, folder: Path) -> str | None:
+def _shared_folder(directory: Path, child: str, folder: Path, hint: str = _CACHE_HINT) -> str | None:
     """Why another user could replace ``child`` in ``directory`` (on the way to ``folder``), or None."""
     st = os.stat(directory)
     mode = stat.S_IMODE(st.st_mode)
@@ -373,8 +483,7 @@ def _shared_folder(directory: Path, child: str, folder: Path) -> str | None:
         who = "everyone" if st.st_mode & 0o002 else "its group"
         return (f"{directory} is writable by {who} without the sticky bit (mode {mode:04o}): others "
                 f"could replace {child} in it, on the way to {folder}, so {folder} is refused "
-                f"(chmod go-w {shlex.quote(str(directory))}, or set XDG_CACHE_HOME to a folder "
-                "whose every parent only you or root can write)")
+                f"(chmod go-w {shlex.quote(str(directory))}, or {hint})")
     if st.st_uid not in (_uid(), 0):
         return (f"{directory} is owned by {_owner(st.st_uid)}, not by you or root: its owner could "
                 f"replace {child} in it (whatever its mode), on the way to {folder}, so {folder} "
@@ -704,8 +813,15 @@ def _run_limited(command: list[str], timeout_s: float, folder: Path, cwd: Path |
         return status, log.read().decode("utf-8", errors="replace")  # in any encoding
 
 
+def _printable(text: str) -> str:
+    """``text`` with every character that is not printable (terminal escapes, control bytes)
+    shown as ``?``: a program's output quoted in a status or a warning cannot redraw the screen."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _last_lines(text: str, n: int = 2) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    """The last ``n`` non-blank lines of a program's output, on one line, printable only."""
+    lines = [_printable(line.strip()) for line in text.strip().splitlines() if line.strip()]
     return " | ".join(lines[-n:])
 
 
@@ -731,11 +847,11 @@ def _disk_full(folder: Path, text: str) -> str | None:
 
 
 def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
-             timeout_s: float) -> tuple[Path | None, str, str]:
+             timeout_s: float, path: str | None = None) -> tuple[Path | None, str, str]:
     """Run the compiler into a temporary file of ``folder``: ``(its path, "", "built")``, or
     ``(None, the error, "failed")`` (the compiler's verdict), ``(None, the error, "timeout")``,
     ``(None, the error, "disk full")`` (not the compiler's fault) or ``(None, the error, "not
-    run")``."""
+    run")``. It runs with ``path`` as its PATH (default: the folders :func:`_trusted_path` keeps)."""
     for stale in folder.glob(f".{name}.*.so.tmp"):  # left by a build that was killed an hour ago
         try:
             if time.time() - stale.stat().st_mtime > 3600:
@@ -747,10 +863,11 @@ def _compile(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
     tmp = Path(tmp_name)
     command = [*cc, *flags, "-o", str(tmp), str(_SOURCE), "-lm"]
     try:
-        # in the private folder, with PATH's absolute entries only: nothing the compiler
-        # runs (as, ld, a ccache) comes from the learner's working directory
-        status, text = _run_limited(command, timeout_s, folder, cwd=folder,
-                                    env={**os.environ, "PATH": _absolute_path()})
+        # in the private folder, with the PATH folders only you or root can write: nothing
+        # the compiler runs (as, ld, a ccache's compiler) comes from the working directory or
+        # from a folder another user could plant a program in
+        path = _trusted_path()[0] if path is None else path
+        status, text = _run_limited(command, timeout_s, folder, cwd=folder, env={**os.environ, "PATH": path})
     except OSError as exc:
         _remove(tmp)
         return None, f"could not run {cc[0]}: {exc.strerror or exc}", "not run"
@@ -821,12 +938,15 @@ def _child_search_path() -> list[str]:
             and os.path.realpath(entry) != here]
 
 
-def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[str | None, str]:
+def _self_test_elsewhere(library: Path, digest: str, timeout_s: float,
+                         path: str | None = None) -> tuple[str | None, str]:
     """Self-test ``library`` in a separate Python process, so that a library that crashes, hangs
     or changes its process (crtfastmath's flush-to-zero) never touches this one: ``(None,
     "passed")``, else ``(why not, "failed")`` where the verdict is the library's own (worth
-    remembering), ``"timeout"``, or ``"other"`` (the process could not run the test). Only a
-    library that passed is ever loaded here."""
+    remembering), ``"timeout"``, ``"unloadable"`` (the system would not map it: its folder's
+    filesystem is mounted noexec, say; not the library's fault) or ``"other"`` (the process
+    could not run the test). Only a library that passed is ever loaded here. The process runs
+    with ``path`` as its PATH (default: the folders :func:`_trusted_path` keeps)."""
     if not sys.executable:
         return "no Python executable to self-test the library in (sys.executable is empty)", "other"
     package = sys.modules[__name__.partition(".")[0]]  # imported in the child from where it is here
@@ -836,8 +956,9 @@ def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[
     try:
         # OpenMP's threads sleep rather than spin while they wait: on a busy machine the
         # self-test's spinning threads and PyTorch's took ten times as long.
+        path = _trusted_path()[0] if path is None else path
         status, text = _run_limited(command, timeout_s, library.parent, cwd=library.parent,
-                                    env={**os.environ, "OMP_WAIT_POLICY": "passive"})
+                                    env={**os.environ, "OMP_WAIT_POLICY": "passive", "PATH": path})
     except OSError as exc:
         return f"could not start {sys.executable} to self-test the library: {exc.strerror or exc}", "other"
     if status is None:
@@ -846,7 +967,11 @@ def _self_test_elsewhere(library: Path, digest: str, timeout_s: float) -> tuple[
     lines = text.splitlines()
     if status == 0 and _CHILD_PASSED in lines:
         return None, "passed"
-    verdicts = [line[len(_CHILD_FAILED):] for line in lines if line.startswith(_CHILD_FAILED)]
+    verdicts = [_printable(line[len(_CHILD_FAILED):]) for line in lines if line.startswith(_CHILD_FAILED)]
+    if verdicts and _MAP_FAILED in verdicts[-1]:
+        return (f"{verdicts[-1]} (the system would not map a library from {library.parent}: is its "
+                "filesystem mounted noexec? Not the compiler's or the library's fault, so not "
+                "remembered)"), "unloadable"
     if verdicts:
         return verdicts[-1], "failed"
     if status < 0:
@@ -882,7 +1007,7 @@ def _remember_failure(failed: Path, error: str) -> None:
 
 
 def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: str,
-                     timeout_s: float, notes: list[str]) -> tuple[ctypes.CDLL | None, str, str]:
+                     timeout_s: float, notes: list[str], path: str) -> tuple[ctypes.CDLL | None, str, str]:
     """``(the kernel, "", "built")`` from ``folder``, loading a verified cached build or building
     one; or ``(None, the error, what next)``: ``"next"`` (try the next flags), ``"stop"`` (the
     next flags would fare no better: a timeout, a full disk) or ``"refused"`` (something in the
@@ -908,7 +1033,7 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
             warnings.warn(f"fused decode kernel: {exc}; building it again", RuntimeWarning, stacklevel=5)
         _remove(library, record)
     try:
-        remembered = _read_own_file(failed).decode("utf-8", errors="replace")
+        remembered = _printable(_read_own_file(failed).decode("utf-8", errors="replace"))
         age = time.time() - os.lstat(failed).st_mtime
     except FileNotFoundError:
         pass
@@ -917,7 +1042,7 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
     else:
         if 0 <= age < _FAILURE_MEMORY_S:
             return None, (f"{remembered} (remembered in {failed} for an hour; {_RETRY})"), "next"
-    built, error, outcome = _compile(cc, flags, folder, name, timeout_s)
+    built, error, outcome = _compile(cc, flags, folder, name, timeout_s, path)
     if built is None:
         if outcome == "failed":  # the compiler's verdict; a timeout, a full disk or a missing program is not
             _remember_failure(failed, error)
@@ -925,11 +1050,12 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
         return None, error, "stop" if outcome in ("timeout", "disk full") else "next"
     try:
         digest = hashlib.sha256(_read_own_file(built)).hexdigest()
-        error, verdict = _self_test_elsewhere(built, digest, timeout_s)
+        error, verdict = _self_test_elsewhere(built, digest, timeout_s, path)
         if error is not None:
             if verdict == "failed":  # the library's own doing: remembered
                 _remember_failure(failed, error)
-            return None, error, "stop" if verdict == "timeout" else "next"  # slow for every flag
+            # slow for every flag; a folder whose libraries cannot be mapped is so for every flag
+            return None, error, "stop" if verdict in ("timeout", "unloadable") else "next"
         lib = _load_verified(built, digest)  # these bytes passed: now loaded here
         # The record first: a process looking in between finds no library yet (and builds one),
         # never a new library without its record. os.replace is atomic: no half library is seen.
@@ -946,9 +1072,10 @@ def _build_kernel() -> ctypes.CDLL | str:
     """The compiled, verified, self-tested kernel, or a sentence saying why there is none."""
     if platform.system() == "Windows":
         return "the fused kernel is built with a Unix C toolchain, not set up here on Windows"
-    cc = _compiler()
+    path, skipped = _trusted_path()
+    cc = _compiler(path)
     if isinstance(cc, str):
-        return cc
+        return cc + "".join(f"; {why}" for why in skipped)
     unsafe = _unsafe_math(cc)
     if unsafe is not None:
         return unsafe
@@ -963,7 +1090,7 @@ def _build_kernel() -> ctypes.CDLL | str:
         refused.append(why)
     else:
         return "no private directory to build the fused kernel in: " + "; ".join(refused)
-    notes = [f"refused {why}" for why in refused]
+    notes = [*skipped, *(f"refused {why}" for why in refused)]
     for why in refused:
         warnings.warn(f"fused decode kernel: refused {why}; using {folder} instead (a folder of "
                       "yours, mode 0700, that no one else can write or replace)", RuntimeWarning,
@@ -973,10 +1100,12 @@ def _build_kernel() -> ctypes.CDLL | str:
     for options in _OPTIONS:
         flags = (*_FLAGS, *options)
         names.append(_kernel_name(cc, flags, source))
-        lib, error, outcome = _cached_or_built(cc, flags, folder, names[-1], timeout_s, notes)
+        lib, error, outcome = _cached_or_built(cc, flags, folder, names[-1], timeout_s, notes, path)
         if lib is not None:
             lib.build_flags = " ".join(options) or "generic CPU"  # what fused_decode_build reports
-            lib.notes = notes
+            # A weaker build than the first is said with why the better ones were not used (a
+            # CC wrapper adding -ffinite-math-only fails the native builds' self-test, say).
+            lib.notes = [*(f"not used: {failure}" for failure in failures), *notes]
             return lib
         if outcome == "refused":  # not the compiler's doing: said as it is
             return (f"the fused kernel cannot be built or kept in {folder}: {error}"
@@ -987,7 +1116,7 @@ def _build_kernel() -> ctypes.CDLL | str:
     remembered = any(os.path.lexists(folder / f"{name}.failed") for name in names)
     return (f"{cc[0]} could not build {_SOURCE.name} in {folder}: " + "; ".join(failures)
             + (f" (compiler errors and failed self-tests are remembered for an hour; {_RETRY})"
-               if remembered else ""))
+               if remembered else "") + "".join(f"; {why}" for why in skipped))
 
 
 def _kernel_name(cc: list[str], flags: tuple[str, ...], source: bytes) -> str:
@@ -1108,14 +1237,16 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
     RuntimeWarning; it never raises for that reason.
     """
     _check_inputs(q, k, v)
-    threads = torch.get_num_threads() if num_threads is None else \
-        check_int(num_threads, "num_threads", minimum=1)
-    if threads > MAX_THREADS:
-        raise ValueError(
-            f"num_threads must be at most {MAX_THREADS} (256, or this machine's CPU count where that "
-            f"is larger), got {threads}: more threads than CPUs only wait for each other, and "
-            "thousands of them can exhaust the process's thread limit, which OpenMP answers by "
-            "ending the whole process")
+    if num_threads is None:  # torch's count, whatever it is set to, capped below
+        threads = torch.get_num_threads()
+    else:  # only a count the caller passed is held to the limit
+        threads = check_int(num_threads, "num_threads", minimum=1)
+        if threads > MAX_THREADS:
+            raise ValueError(
+                f"num_threads must be at most {MAX_THREADS} (256, or this machine's CPU count where "
+                f"that is larger), got {threads}: more threads than CPUs only wait for each other, "
+                "and thousands of them can exhaust the process's thread limit, which OpenMP answers "
+                "by ending the whole process")
     threads = min(threads, usable_cpus())  # more threads than CPUs only wait for each other
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
