@@ -31,7 +31,9 @@ def test_stub_is_not_attempted(name):
     def stub(*args, **kwargs):
         raise NotImplementedError
 
-    assert EXERCISES[name].check(stub).status == "not attempted"
+    fb = EXERCISES[name].check(stub)
+    assert fb.status == "not attempted"
+    assert fb.hint == "" and "Hint" not in str(fb), "Run All must not print a hint that answers the exercise"
 
 
 @pytest.mark.parametrize("name,mistake", MISTAKES, ids=[f"{n}:{m.key}" for n, m in MISTAKES])

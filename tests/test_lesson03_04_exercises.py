@@ -412,6 +412,7 @@ def test_forward_check_says_plainly_that_a_called_stub_is_still_to_write():
     assert feedback.status == "not attempted", feedback
     assert "your function `mha_forward` is still the stub: write it" in feedback.message
     assert "not by your function's stub" not in feedback.message
+    assert feedback.hint == "", "a hint before any attempt would answer 4.3 on Run All"
 
 
 def test_forward_check_reports_an_error_raised_below_a_real_function():

@@ -1001,9 +1001,9 @@ class Exercise:
             except NotImplementedError as exc:
                 feedback_exc = exc
                 if watch.used is None and _is_stub(fn, exc):
-                    return Feedback(self.title, "not attempted",
+                    return Feedback(self.title, "not attempted",  # no hint: Run All must not answer it
                                     "not attempted yet: replace `raise NotImplementedError` with "
-                                    "your code, then run this cell again.", self.hint)
+                                    "your code, then run this cell again.", "")
                 feedback = self._raised(exc, case)
             except (TimeLimitExceeded, KeyboardInterrupt) as exc:  # never run again after this
                 return self._stopped(exc, case)
