@@ -356,14 +356,26 @@ def execute(path: Path) -> float:
     return elapsed
 
 
+MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION", re.MULTILINE)
+
+
 def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    for cell in nb.cells:
+    """``nb`` with every solution block replaced by a stub, or a :class:`ToolError` naming
+    the cell of a ``BEGIN``/``END SOLUTION`` line left without its partner (its solution
+    would otherwise reach the student copy)."""
+    for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        cell.source = SOLUTION.sub(
+        source = SOLUTION.sub(
             lambda m: f'{m["indent"]}raise NotImplementedError("your code here")\n', cell.source
         )
-        cell.outputs, cell.execution_count = [], None
+        left = MARKER.search(source)
+        if left:
+            line = source[:left.start()].count("\n") + 1
+            raise ToolError(f"code cell {index}: a '### {left[1]} SOLUTION' line (line {line} of the cell's "
+                            f"text after the matched blocks) has no partner; refusing to write a student "
+                            f"copy that could show the solution")
+        cell.source, cell.outputs, cell.execution_count = source, [], None
     return nb
 
 
@@ -417,14 +429,20 @@ def _run(command: str, args: list[str]) -> int:
                             "instructor notebooks, which would be overwritten. Choose another "
                             "folder, e.g. student/.")
         originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
+        students = []
+        for src, original in originals:  # every notebook checked before anything is written
+            blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
+            try:
+                students.append((src, blanks, notebook_text(student_version(original))))
+            except ToolError as exc:
+                raise ToolError(f"{src}: {exc}") from None
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ToolError(f"{out_dir}: cannot make the student folder ({exc.strerror or exc})") from None
-        for src, original in originals:
-            blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
+        for src, blanks, text in students:
             try:
-                write_atomically(out_dir / src.name, notebook_text(student_version(original)))
+                write_atomically(out_dir / src.name, text)
             except OSError as exc:
                 raise ToolError(f"{out_dir / src.name}: cannot be written ({exc.strerror or exc})") from None
             print(f"{out_dir / src.name}: {blanks} solution(s) blanked")

@@ -516,3 +516,21 @@ def test_a_memory_report_that_is_not_json_or_not_a_file_is_named(tmp_path):
             read_test_report(path)
         message = str(info.value)
         assert all(w in message for w in words), message
+
+
+@pytest.mark.parametrize("drop", ["### END SOLUTION", "### BEGIN SOLUTION"])
+def test_a_solution_marker_without_its_partner_is_refused_before_anything_is_written(tmp_path, drop):
+    """Battery 6: a BEGIN SOLUTION with no END SOLUTION was left in place, so the student copy
+    showed the reference code and the tool said '2 solution(s) blanked'."""
+    source = ROOT / "notebooks" / "01_why_multiple_heads.ipynb"
+    text = source.read_text(encoding="utf-8")
+    assert drop in text
+    broken = tmp_path / "in" / source.name
+    broken.parent.mkdir()
+    broken.write_text(text.replace(drop, "# (marker removed)", 1), encoding="utf-8")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook_tools.py"), "student", str(out),
+                           str(broken)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done
+    assert "has no partner" in done.stderr and "SOLUTION" in done.stderr and str(broken) in done.stderr
+    assert not out.exists(), "a refused command leaves no folder behind"
