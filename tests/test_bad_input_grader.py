@@ -94,3 +94,35 @@ def test_a_process_that_dies_under_its_memory_limit_says_the_limit():
     run = sandbox.run_answer(ANSWER, "score_macs", "lesson03.check_score_macs", [[]],
                              memory=sandbox.MIN_MEMORY, sandbox=False)
     assert run.outcomes == [] and "memory limit of 256 MiB" in (run.lost or ""), run
+
+
+def test_write_secrets_never_follows_a_link_never_blocks_and_is_always_owner_only(tmp_path):
+    """Battery 6: the secrets file was written through a symlink (overwriting its target),
+    stayed 0644 when an old file was, and blocked forever on a FIFO."""
+    import os
+    import stat
+    from pathlib import Path
+
+    from course_utils.exercises.autograde import SECRETS_NAME, write_secrets
+
+    solutions = Path(__file__).resolve().parent.parent / "solutions"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / SECRETS_NAME).symlink_to(victim)
+    with pytest.raises(ValueError, match="symbolic link"):
+        write_secrets(linked, ["02"], solutions)
+    assert victim.read_text() == "keep me"
+    piped = tmp_path / "piped"
+    piped.mkdir()
+    os.mkfifo(piped / SECRETS_NAME)
+    with pytest.raises(ValueError, match="not a regular file"):
+        write_secrets(piped, ["02"], solutions)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / SECRETS_NAME).write_text("{}")
+    os.chmod(old / SECRETS_NAME, 0o644)
+    written = write_secrets(old, ["02"], solutions)
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600 and '"salts"' in written.read_text()
+    assert sorted(p.name for p in old.iterdir()) == [SECRETS_NAME], "no temporary file left behind"
