@@ -50,6 +50,7 @@ from .validation import (
     check_int,
     check_keys_not_empty,
     check_kv_heads,
+    check_linear_weights_fit,
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
@@ -69,17 +70,22 @@ CONVERSION_METHODS = ("mean", "first", "random")
 
 def kv_cache_bytes(num_layers: int, batch: int, num_kv_heads: int, d_head: int, seq_len: int,
                    bytes_per_element: int = 2) -> int:
-    """Bytes a KV cache holds: ``2 (K and V) * layers * batch * g * dk * T * bytes``."""
-    for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
-                        ("d_head", d_head), ("seq_len", seq_len),
-                        ("bytes_per_element", bytes_per_element)):
-        check_int(value, name, minimum=1)
-    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bytes_per_element
+    """Bytes a KV cache holds: ``2 (K and V) * layers * batch * g * dk * T * bytes``, as a Python
+    ``int`` (exact however large: NumPy integers are converted first, so their product cannot
+    wrap around). This function does not know the model's query heads, so it cannot tell
+    whether ``num_kv_heads`` divides them: build a :class:`PublishedConfig` (which checks it)
+    and pass its fields."""
+    values = [check_int(value, name, minimum=1) for name, value in (
+        ("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+        ("d_head", d_head), ("seq_len", seq_len), ("bytes_per_element", bytes_per_element))]
+    return 2 * math.prod(values)
 
 
 @dataclasses.dataclass(frozen=True)
 class PublishedConfig:
-    """The attention shape of a released model, with where it was read."""
+    """The attention shape of a released model, with where it was read. Checked when built:
+    ``name`` and ``source`` are strs, the counts positive ints (stored as Python ints), and
+    ``num_kv_heads`` divides ``num_heads`` (each K/V head serves ``h / g`` query heads)."""
 
     name: str
     num_layers: int
@@ -87,6 +93,15 @@ class PublishedConfig:
     num_kv_heads: int
     d_head: int
     source: str
+
+    def __post_init__(self) -> None:
+        for field in ("name", "source"):
+            if not isinstance(getattr(self, field), str):
+                raise TypeError(f"PublishedConfig {field} must be a str, got "
+                                f"{type(getattr(self, field)).__name__} {getattr(self, field)!r:.60}")
+        for field in ("num_layers", "num_heads", "d_head"):
+            object.__setattr__(self, field, check_int(getattr(self, field), field, minimum=1))
+        object.__setattr__(self, "num_kv_heads", check_kv_heads(self.num_kv_heads, self.num_heads))
 
 
 # Read from each model's config.json (num_hidden_layers, num_attention_heads,
@@ -238,6 +253,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         self.d_k = d_model // num_heads
         self.dropout = dropout
         kv_width = num_kv_heads * self.d_k
+        check_linear_weights_fit(d_model, (d_model, kv_width, kv_width, d_model))  # before allocating
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
         self.v_proj = nn.Linear(d_model, kv_width, bias=bias)
@@ -246,7 +262,9 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
 
     # -- the computation: the forward itself is MultiHeadAttentionBase.forward --------
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``q`` ``(B, h, Tq, dk)``, ``k`` and ``v`` ``(B, g, Tk, dk)``."""
+        """``q`` ``(B, h, Tq, dk)``, ``k`` and ``v`` ``(B, g, Tk, dk)`` from ``(B, T, d_model)``
+        inputs (checked: a wrong width is named here, not by a matmul error)."""
+        self._check_projection_inputs(query, key, value)
         B, Tq, _ = query.shape
         Tk = key.shape[1]
         q = self.q_proj(query).view(B, Tq, self.num_heads, self.d_k).transpose(1, 2)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from torch import Tensor, nn
 
-from .validation import check_edited_heads
+from .validation import check_callable, check_edited_heads
 
 __all__ = ["HookFn", "HookPoint", "hook_points", "name_hook_points", "hooks", "run_with_cache"]
 
@@ -37,10 +37,11 @@ class HookPoint(nn.Module):
         self.fns: list[HookFn] = []
 
     def add_hook(self, fn: HookFn) -> Callable[[], None]:
-        """Call ``fn(tensor, self)`` on every pass; returns a function that removes it again."""
-        if not callable(fn):
-            raise TypeError(f"a hook must be a function (tensor, hook) -> tensor or None, got "
-                            f"{type(fn).__name__} for {self.name or 'this hook point'}")
+        """Call ``fn(tensor, self)`` on every pass; returns a function that removes it again.
+        ``fn`` must take those two positional arguments (checked here, where its signature can
+        be read: a one-argument ``lambda t: ...`` is refused when added, not when it runs)."""
+        check_callable(fn, "a hook", f"a function (tensor, hook) -> tensor or None (for "
+                                     f"{self.name or 'this hook point'})", nargs=2)
         self.fns.append(fn)
         return lambda: self.fns.remove(fn) if fn in self.fns else None
 

@@ -18,7 +18,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .validation import check_bool_mask, check_int
+from .validation import (
+    check_bool_mask,
+    check_fits_in_memory,
+    check_int,
+    check_tensor,
+    describe_shape,
+)
 
 __all__ = [
     "masked_softmax",
@@ -42,7 +48,11 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
     spread: a NaN or ``+inf`` score among the allowed keys makes its whole row NaN (``inf -
     inf``); a blocked key's score, whatever it is, is never read. (torch 2.13's function
     differs with NaN and inf: it reads blocked keys' scores, and gives 0 for a row whose
-    largest score is NaN.)"""
+    largest score is NaN.)
+
+    ``scores`` must be a floating tensor of at least 1 dim and ``allowed`` ``None`` or a
+    boolean tensor that broadcasts with it (checked, shapes and dtypes only)."""
+    _check_softmax_inputs(scores, allowed)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # rows sum to 1, or NaN where every score is -inf
@@ -56,6 +66,33 @@ def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
     if allowed is not None:  # a blocked key's weight is 0 even in a row made NaN by a +inf score
         weights = weights.masked_fill(~allowed, 0.0)
     return weights
+
+
+def _check_softmax_inputs(scores: object, allowed: object) -> None:
+    """What :func:`masked_softmax` needs, named before torch fails deep inside."""
+    if not isinstance(scores, Tensor) or not scores.is_floating_point() or scores.ndim < 1:
+        check_tensor(scores, "scores", min_ndim=1, layout="(..., Tq, Tk)")
+    if allowed is None:
+        return
+    check_bool_mask(allowed, "allowed")
+    try:
+        torch.broadcast_shapes(allowed.shape, scores.shape)
+    except RuntimeError:
+        raise ValueError(f"allowed must broadcast against scores (..., Tq, Tk), got allowed "
+                         f"{describe_shape(allowed)} and scores {describe_shape(scores)}") from None
+
+
+def _parse_device(device: object) -> torch.device:
+    """A device name parsed, or an error naming ``device`` (the meta device is allowed: a mask
+    there is a shape to check against, e.g. for a model built on meta)."""
+    if not isinstance(device, str):
+        raise TypeError(f"device must be None, a torch.device or a name such as 'cpu' or 'cuda:0', "
+                        f"got {type(device).__name__} {device!r:.60}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device must be a device name such as 'cpu', 'cuda' or 'cuda:0', got "
+                         f"{device!r}") from None
 
 
 def causal_mask(
@@ -78,6 +115,10 @@ def causal_mask(
     the last ``w`` keys of each query; an offset that leaves *every* query without a key
     (``query_offset <= -num_queries``) is refused. An offset of ``num_keys`` or more lets
     every query see every key, so any larger offset (however large) gives that same mask.
+
+    ``device`` is ``None`` (the CPU), a ``torch.device`` or a device name (parsed and named
+    in the error if it is not one, e.g. ``"cpu"``, ``"cuda:0"``); a mask larger than this machine's memory
+    (``num_queries * num_keys`` bytes) is refused before anything is allocated.
     """
     if num_keys is None:
         num_keys = num_queries
@@ -94,6 +135,12 @@ def causal_mask(
     # beyond num_keys every query already sees every key: clamping keeps the mask and keeps
     # the positions inside int64 (2**63 would wrap around to a negative offset)
     query_offset = min(query_offset, num_keys)
+    if device is not None and not isinstance(device, torch.device):
+        device = _parse_device(device)
+    if num_queries * num_keys > 2**24:  # one byte per entry; small masks skip the system call
+        check_fits_in_memory(num_queries * num_keys, "num_queries x num_keys",
+                             f"a bool mask of {num_queries} x {num_keys} = "
+                             f"{num_queries * num_keys:,} bytes")
     query_pos = torch.arange(num_queries, device=device).unsqueeze(1) + query_offset  # (Tq, 1)
     key_pos = torch.arange(num_keys, device=device).unsqueeze(0)  # (1, Tk)
     return key_pos <= query_pos  # (Tq, Tk)

@@ -34,9 +34,12 @@ from .validation import (
     check_flag,
     check_head_dims,
     check_heads_to_merge,
+    check_linear_weights_fit,
     check_mha_inputs,
     check_sdpa_inputs,
+    check_tensor,
     combine_masks,
+    describe_shape,
 )
 
 __all__ = ["scaled_dot_product_attention", "check_head_dims", "MultiHeadAttentionBase", "MultiHeadAttention"]
@@ -236,6 +239,19 @@ class MultiHeadAttentionBase(nn.Module):
         check_attention_extras(past, batch=query.shape[0], num_kv_heads=self.num_kv_heads,
                                d_k=self.d_k, weight=self._weight())
 
+    def _check_projection_inputs(self, query: object, key: object, value: object) -> None:
+        """What :meth:`project_qkv` needs (called directly, it has not passed :meth:`forward`'s
+        checks): ``(B, T, d_model)`` float tensors, one B, key and value of one length."""
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if not (isinstance(t, Tensor) and t.ndim == 3 and t.shape[-1] == self.d_model
+                    and t.is_floating_point()):
+                check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={self.d_model})")
+                raise ValueError(f"{name} last dim must be d_model={self.d_model}, got shape "
+                                 f"{describe_shape(t)}")
+        if not query.shape[0] == key.shape[0] == value.shape[0] or key.shape[1] != value.shape[1]:
+            raise ValueError(f"query, key and value must share B, and key and value T, got "
+                             f"{describe_shape(query)}, {describe_shape(key)}, {describe_shape(value)}")
+
     def _weight(self) -> Tensor:
         """A parameter whose dtype and device the inputs must match."""
         return self.out_proj.weight
@@ -266,6 +282,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         super().__init__()
         check_head_dims(d_model, num_heads)
         check_flag(bias, "bias")
+        check_linear_weights_fit(d_model, (3 * d_model, d_model))  # before nn.Linear allocates
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_heads  # every query head has its own K/V head
@@ -300,6 +317,19 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         k = k.view(B, Tk, self.num_heads, self.d_k).transpose(1, 2)  # (B, h, Tk, dk)
         v = v.view(B, Tk, self.num_heads, self.d_k).transpose(1, 2)  # (B, h, Tk, dk)
         return q, k, v
+
+    def _check_projection_inputs(self, query: object, key: object, value: object) -> None:
+        """What :meth:`project_qkv` needs (called directly, it has not passed :meth:`forward`'s
+        checks): ``(B, T, d_model)`` float tensors, one B, key and value of one length."""
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if not (isinstance(t, Tensor) and t.ndim == 3 and t.shape[-1] == self.d_model
+                    and t.is_floating_point()):
+                check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={self.d_model})")
+                raise ValueError(f"{name} last dim must be d_model={self.d_model}, got shape "
+                                 f"{describe_shape(t)}")
+        if not query.shape[0] == key.shape[0] == value.shape[0] or key.shape[1] != value.shape[1]:
+            raise ValueError(f"query, key and value must share B, and key and value T, got "
+                             f"{describe_shape(query)}, {describe_shape(key)}, {describe_shape(value)}")
 
     def _weight(self) -> Tensor:
         """A parameter whose dtype and device the inputs must match."""

@@ -192,8 +192,13 @@ def precision_notes(device: str | torch.device, dtype: torch.dtype) -> list[str]
     check_float_dtype(dtype, "dtype")
     if not isinstance(device, str | torch.device):
         raise TypeError(f"device must be a str or torch.device such as 'cuda', got {type(device).__name__}")
+    try:
+        kind = torch.device(device).type  # only parsed: a note about "cuda" needs no GPU here
+    except RuntimeError:
+        raise ValueError(f"device must be a device name such as 'cpu', 'cuda' or 'cuda:0', got "
+                         f"{device!r}") from None
     precision = torch.get_float32_matmul_precision()
-    if torch.device(device).type != "cuda" or dtype != torch.float32 or precision == "highest":
+    if kind != "cuda" or dtype != torch.float32 or precision == "highest":
         return []
     return [f"note: torch.get_float32_matmul_precision() is {precision!r}, so float32 matmuls may use "
             "TF32 (about 3 significant digits) and differ from the CPU by more than the tolerance; "

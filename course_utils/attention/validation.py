@@ -624,3 +624,19 @@ def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None
 
 
 __all__ += ["check_distinct", "check_table"]
+
+
+# -- battery 6 additions (helper b6b): kept in one block ------------------------------------------
+def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_model",
+                             dtype: torch.dtype | None = None) -> None:
+    """Refuse, before allocating, linear layers of ``d_in`` inputs and the given output
+    ``widths`` whose weights would not fit in this machine's memory (PyTorch's allocator would
+    otherwise fail with an "enforce fail" that names no argument): a ValueError naming
+    ``name`` and the bytes. ``dtype`` defaults to torch's default dtype."""
+    itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
+    num_bytes = d_in * sum(widths) * itemsize
+    check_fits_in_memory(num_bytes, name, f"{name}={d_in}: weights of {len(widths)} linear layers, "
+                                          f"{num_bytes:,} bytes")
+
+
+__all__ += ["check_linear_weights_fit"]

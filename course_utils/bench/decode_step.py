@@ -36,6 +36,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import statistics
 import subprocess
 import textwrap
@@ -108,13 +109,27 @@ def _parse_size(text: str) -> int | None:
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
+def _read_attribute(path: Path, limit: int = 4096) -> str:
+    """The text of one small sysfs attribute file. It is opened without blocking and read only
+    if it is a regular file (a FIFO or a device put where ``size`` should be would otherwise
+    block the reader for ever, or stream without end); at most ``limit`` bytes are read.
+    Anything else raises ``OSError``, which :func:`_from_sysfs` treats as "not reported"."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.read(fd, limit).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
 def _from_sysfs(root: Path) -> int | None:
     best: tuple[int, int] | None = None  # (level, bytes)
     for index in sorted(root.glob("index*")):
         try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            size = _parse_size((index / "size").read_text())
+            level = int(_read_attribute(index / "level"))
+            kind = _read_attribute(index / "type").strip()
+            size = _parse_size(_read_attribute(index / "size"))
         except (OSError, ValueError):
             continue
         if kind in ("Unified", "Data") and size and (best is None or level > best[0]):
@@ -139,7 +154,14 @@ def _from_lscpu() -> int | None:
 
 def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
     """``(bytes, where the figure came from)`` for the CPU's largest cache level
-    (``COURSE_UTILS_LLC_MIB``, a whole number of MiB, overrides what the system reports)."""
+    (``COURSE_UTILS_LLC_MIB``, a whole number of MiB, overrides what the system reports).
+    ``sysfs`` is a folder laid out like Linux's ``/sys/devices/system/cpu/cpu0/cache``; a
+    ``level``, ``type`` or ``size`` file there that is not a regular file (a FIFO, a device) is
+    skipped, never read, so the call cannot hang on it."""
+    if not isinstance(sysfs, (str, os.PathLike)):
+        raise TypeError(f"sysfs must be a path to a folder like {_SYSFS_CACHE}, got "
+                        f"{type(sysfs).__name__} {sysfs!r:.80}")
+    sysfs = Path(sysfs)
     if (text := os.environ.get(LLC_ENV)) is not None:
         if not text.strip().isdigit() or int(text) < 1:
             raise ValueError(f"{LLC_ENV} must be a whole number of MiB (at least 1), got {text!r}")
@@ -297,6 +319,9 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     CPUs, and 11-18% faster on an AVX-512 AMD EPYC), and a slow yardstick makes every share of
     it read high. Where the compiled sum is unavailable (no compiler, built without OpenMP for
     several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why."""
+    if not isinstance(buffer, Tensor):
+        raise TypeError(f"buffer must be a torch.Tensor (contiguous float32 on the CPU, e.g. from "
+                        f"random_buffer(num_bytes)), got {type(buffer).__name__} {buffer!r:.60}")
     threads = torch.get_num_threads() if threads is None else check_int(threads, "threads", minimum=1)
     threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other
     if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
@@ -375,6 +400,14 @@ class SmallDecoder:
         if attention not in ("auto", "fused", "course"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {attention!r}")
         check_float_dtype(weight_dtype, "weight_dtype")
+        if share_from is not None and not isinstance(share_from, SmallDecoder):
+            raise TypeError(f"share_from must be None or a SmallDecoder whose weights this one "
+                            f"shares, got {type(share_from).__name__} {share_from!r:.60}")
+        # the weights are drawn in float32 first: d_model x ((h + 2g) dk + d + 2 mlp d) per layer
+        weight_bytes = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * (d_model // num_heads)
+                                               + d_model + 2 * mlp_ratio * d_model) * 4
+        check_fits_in_memory(weight_bytes, "d_model", f"float32 weights of {num_layers} layers of "
+                                                      f"width {d_model}: {weight_bytes:,} bytes")
         dk_ = d_model // num_heads
         cache_bytes = 2 * num_layers * batch * num_kv_heads * (context + 1) * dk_ * 4
         check_fits_in_memory(cache_bytes, "context", f"a float32 cache of {context + 1} positions x "
@@ -436,8 +469,15 @@ class SmallDecoder:
         return out
 
     def step(self, x: Tensor | None = None) -> Tensor:
-        """One decoding step: ``x`` ``(B, d)`` (default: a fixed random input) -> ``(B, d)``."""
-        x = self.x if x is None else x
+        """One decoding step: ``x`` ``(B, d)`` (default: a fixed random input) -> ``(B, d)``.
+        A given ``x`` must be a float tensor ``(batch, d_model)`` (checked)."""
+        if x is None:
+            x = self.x
+        elif not (isinstance(x, Tensor) and x.is_floating_point()
+                  and tuple(x.shape) == (self.batch, self.d_model)):
+            check_tensor(x, "x", ndim=2, layout=f"(batch={self.batch}, d_model={self.d_model})")
+            raise ValueError(f"x must be (batch={self.batch}, d_model={self.d_model}), one new token "
+                             f"per sequence, got shape {tuple(x.shape)}")
         B, d, h, g, dk = x.shape[0], self.d_model, self.num_heads, self.num_kv_heads, self.d_head
         pos = self.context  # the new token's slot: after the cached ones
         for (w_qkv, w_o, w_up, w_down), (k_cache, v_cache) in zip(self.layers, self.cache, strict=True):

@@ -60,7 +60,7 @@ from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
-from ..attention.validation import check_device, check_float_dtype, check_int
+from ..attention.validation import check_device, check_fits_in_memory, check_float_dtype, check_int
 from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
@@ -154,11 +154,20 @@ class DecodeRow:
     cache_bytes: int
     samples_s: dict[str, list[float]] = field(default_factory=dict)
 
+    def _samples(self, method: object) -> list[float]:
+        """This row's samples of ``method``; a clear error naming the methods timed if none."""
+        found = self.samples_s.get(method) if isinstance(method, str) else None
+        if not found:
+            timed = [m for m, s in self.samples_s.items() if s]
+            raise ValueError(f"method must be one of the methods timed for g={self.num_kv_heads} "
+                             f"({timed or 'none yet: samples_s is empty'}), got {method!r:.60}")
+        return found
+
     def best_s(self, method: str) -> float:
-        return min(self.samples_s[method])
+        return min(self._samples(method))
 
     def median_s(self, method: str) -> float:
-        return statistics.median(self.samples_s[method])
+        return statistics.median(self._samples(method))
 
     def gb_per_s(self, method: str = "course") -> float:
         """Cache bytes read per second in the fastest repeat (10^9 bytes per GB)."""
@@ -333,6 +342,12 @@ def make_kv_caches(
     _check_config(num_heads, d_head, context, num_layers, batch, groups)
     check_device(device, "device")
     check_float_dtype(dtype, "dtype")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    # at least the MHA cache (the caches of the other g are views of it when batch = 1)
+    num_bytes = 2 * num_layers * batch * num_heads * context * d_head * itemsize
+    check_fits_in_memory(num_bytes, "context", f"{num_layers} layers of keys and values "
+                                               f"(B={batch}, h={num_heads}, T={context}, "
+                                               f"dk={d_head}) in {dtype}: {num_bytes:,} bytes")
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape: int) -> Tensor:
@@ -452,8 +467,13 @@ def bench_decode(
 
 def _flush_size(flush_mib: int | None) -> int:
     """Bytes of the buffer that evicts the last-level cache: ``flush_mib`` MiB, or
-    :func:`~course_utils.bench.decode_step.flush_bytes` (four times the cache found, capped)."""
-    return flush_bytes() if flush_mib is None else flush_mib * MiB
+    :func:`~course_utils.bench.decode_step.flush_bytes` (four times the cache found, capped).
+    ``flush_mib`` is checked here, under its own name: ``None`` or an int >= 1 that fits in memory."""
+    if flush_mib is None:
+        return flush_bytes()
+    flush_mib = check_int(flush_mib, "flush_mib", minimum=1)
+    check_fits_in_memory(flush_mib * MiB, "flush_mib", f"a flush buffer of {flush_mib} MiB")
+    return flush_mib * MiB
 
 
 def _scores(q_rows: Tensor, keys: Tensor) -> Tensor:

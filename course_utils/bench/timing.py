@@ -153,6 +153,11 @@ def time_interleaved(
                                       before_each=before_each, sync=sync, after_round=bar.update,
                                       clock=clock)
     base = statistics.median(samples[baseline])
+    if not base > 0:
+        raise ValueError(f"baseline {baseline!r} took a median of {base!r} s over {repeats} repeats, so "
+                         "no ratio to it exists: the clock did not advance around its calls (a clock "
+                         "too coarse for the call, or one that returns a constant? use "
+                         "time.perf_counter, or time more calls per sample with inner=)")
     return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
 
@@ -195,7 +200,9 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
             raise ValueError(f"{n!r} is not one of {list(by_name)}")
     top, bottom = by_name[name].samples_s, by_name[baseline].samples_s
     if not top or len(top) != len(bottom):
-        raise ValueError(f"need the same non-zero number of samples for {name!r} and {baseline!r}")
+        raise ValueError(f"need the same non-zero number of samples for {name!r} and {baseline!r} "
+                         f"(one per repeat of one run), got {len(top)} for {name!r} and "
+                         f"{len(bottom)} for {baseline!r}")
     zero = next((i for i, b in enumerate(bottom) if not b > 0), None)
     if zero is not None:
         raise ValueError(f"baseline {baseline!r} has a sample of {bottom[zero]!r} s at repeat {zero}: a "
