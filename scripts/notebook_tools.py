@@ -10,6 +10,8 @@
     python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
         Write student versions: every ``### BEGIN SOLUTION`` ... ``### END SOLUTION``
         block becomes ``raise NotImplementedError`` and outputs are cleared.
+        A marker without its partner is refused (exit 2, file, cell and line named)
+        before anything is written, so no solution leaks.
     python scripts/notebook_tools.py upgrade notebooks/*.ipynb student/*.ipynb
         One-shot: rewrite notebooks as nbformat 4.5 with stable cell ids (kept when
         present, derived from the cell's content when missing), without executing them.
@@ -356,6 +358,40 @@ def execute(path: Path) -> float:
     return elapsed
 
 
+MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION", re.MULTILINE)
+
+
+def check_solution_markers(nb: nbformat.NotebookNode, path: Path) -> None:
+    """Refuse a notebook whose code cells hold an unpaired ``### BEGIN/END SOLUTION``.
+
+    An unpaired marker would leave the solution in the student copy, so it is a
+    :class:`ToolError` naming the file, the cell and the line, raised before anything is written.
+    """
+    for number, cell in enumerate(nb.cells, 1):
+        if cell.cell_type != "code":
+            continue
+        open_line = None
+        for line_no, line in enumerate(cell.source.splitlines(), 1):
+            m = MARKER.match(line)
+            if not m:
+                continue
+            if m[1] == "BEGIN":
+                if open_line is not None:
+                    raise ToolError(f"{path}: cell {number}, line {line_no}: a second ### BEGIN "
+                                    f"SOLUTION before the ### END SOLUTION of line {open_line}; "
+                                    "the solution would leak into the student copy")
+                open_line = line_no
+            elif open_line is None:
+                raise ToolError(f"{path}: cell {number}, line {line_no}: ### END SOLUTION with no "
+                                "### BEGIN SOLUTION before it; the solution would leak into the "
+                                "student copy")
+            else:
+                open_line = None
+        if open_line is not None:
+            raise ToolError(f"{path}: cell {number}, line {open_line}: ### BEGIN SOLUTION with no "
+                            "### END SOLUTION after it; the solution would leak into the student copy")
+
+
 def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -417,6 +453,8 @@ def _run(command: str, args: list[str]) -> int:
                             "instructor notebooks, which would be overwritten. Choose another "
                             "folder, e.g. student/.")
         originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
+        for src, original in originals:
+            check_solution_markers(original, src)
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

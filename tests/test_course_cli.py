@@ -138,6 +138,28 @@ def test_notebook_tools_bad_input_is_one_line_and_writes_nothing(files, capsys, 
     assert _snapshot(files) == before
 
 
+def _solution_notebook(path, source):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T"), nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, path)
+
+
+@pytest.mark.parametrize("source, words", [
+    ("x = 1\n### BEGIN SOLUTION\nanswer = 42\n", ["cell 2, line 2", "BEGIN SOLUTION with no"]),
+    ("answer = 42\n### END SOLUTION\n", ["cell 2, line 2", "END SOLUTION with no"]),
+    ("### BEGIN SOLUTION\na = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION\n",
+     ["cell 2, line 3", "a second ### BEGIN SOLUTION"]),
+])
+def test_notebook_tools_student_refuses_an_unpaired_solution_marker(tmp_path, capsys, source, words):
+    _notebook(tmp_path / "good.ipynb")
+    _solution_notebook(tmp_path / "leak.ipynb", source)
+    before = _snapshot(tmp_path)
+    argv = ["student", str(tmp_path / "out"), str(tmp_path / "good.ipynb"), str(tmp_path / "leak.ipynb")]
+    assert notebook_tools.main(argv) == 2
+    _one_line(capsys.readouterr().err, "notebook_tools.py:", str(tmp_path / "leak.ipynb"), *words)
+    assert _snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+
+
 def test_notebook_tools_good_inputs_still_work(files, capsys):
     (files / "draft.py").write_text("# %% [markdown]\n# # Title\n\n# %%\nx = 1\n")
     assert notebook_tools.main(["build", str(files / "draft.py"), str(files / "built.ipynb")]) == 0
