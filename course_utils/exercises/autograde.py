@@ -34,6 +34,7 @@ import json
 import os
 import re
 import secrets as _secrets
+import stat
 import subprocess
 import sys
 import tempfile
@@ -82,13 +83,31 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
             "solutions_dir": str(Path(solutions_dir).resolve()),
             "salts": {lesson: _secrets.randbelow(2**31 - 1) + 1 for lesson in lessons}}
     try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None  # nothing there yet (or no parent): the write below names any real cause
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode)
+                else "not a regular file")
+        raise ValueError(f"{path} is {kind}, expected the grader's secrets file or nothing: the "
+                         "secrets are never written through a link or into a pipe; remove it and "
+                         "run again")
+    tmp = path.with_name(f"{SECRETS_NAME}.{os.getpid()}.{_secrets.token_hex(4)}.tmp")
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # A new owner-only file, renamed over the old one: an existing 0644 file never keeps its mode.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError as exc:
         raise OSError(exc.errno, f"cannot write the grader's secrets {path} ({exc.strerror}: "
                                  f"{exc.filename})") from None
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o600)
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
