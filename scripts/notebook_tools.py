@@ -4,9 +4,12 @@
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
         whose lines start with ``# ``) into a notebook.
-    python scripts/notebook_tools.py execute notebooks/NN_topic.ipynb [...]
+    python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
+        Each cell may run for --timeout seconds (default 600); a cell that fails or
+        runs longer is reported on one line (notebook, cell, error), exit 2, and the
+        notebook is left as it was.
     python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
         Write student versions: every ``### BEGIN SOLUTION`` ... ``### END SOLUTION``
         block becomes ``raise NotImplementedError`` and outputs are cleared.
@@ -343,15 +346,30 @@ def upgrade(path: Path) -> bool:
     return after != before
 
 
-def execute(path: Path) -> float:
+CELL_TIMEOUT = 600
+
+
+def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = read_notebook(path)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute()
+    try:
+        client.execute()
+    except CellTimeoutError:
+        raise ToolError(f"{path}: a cell ran longer than the {timeout} s cell timeout "
+                        "(raise it with --timeout SECONDS); the notebook was not changed") from None
+    except CellExecutionError as exc:
+        name = getattr(exc, "ename", "") or "error"
+        value = (getattr(exc, "evalue", "") or "").splitlines()
+        raise ToolError(f"{path}: a cell raised {name}: {value[0] if value else ''}; "
+                        "the notebook was not changed") from None
+    except DeadKernelError as exc:
+        raise ToolError(f"{path}: the kernel died ({exc}); the notebook was not changed") from None
     elapsed = time.perf_counter() - start
     clean(nb)
     write_atomically(path, notebook_text(nb))
@@ -403,22 +421,34 @@ def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def _parse(argv: list[str]) -> tuple[str, list[str]]:
+def _parse(argv: list[str]) -> tuple[str, list[str], int]:
     """The command and its arguments, or a :class:`ToolError` naming what is wrong."""
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
         raise ToolError(f"unknown command {command!r}: expected one of {', '.join(COMMANDS)} "
                         "(run with no arguments for help)")
+    if command == "execute" and args and args[0].split("=")[0] == "--timeout":
+        if "=" in args[0]:
+            value, args = args[0].split("=", 1)[1], args[1:]
+        elif len(args) > 1:
+            value, args = args[1], args[2:]
+        else:
+            raise ToolError("--timeout takes a number of seconds, got nothing")
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
+            raise ToolError(f"--timeout takes a whole number of seconds >= 1, got {value!r}")
+        timeout = int(value)
+    else:
+        timeout = CELL_TIMEOUT
     options = [a for a in args if a.startswith("-") and a != "-"]
     if options:
         raise ToolError(f"unknown option{'s' if len(options) > 1 else ''} {' '.join(options)} for "
                         f"{command}: it takes file names only (run with no arguments for help)")
-    wanted = {"build": "DRAFT.py OUT.ipynb", "execute": "NOTEBOOK.ipynb [...]",
+    wanted = {"build": "DRAFT.py OUT.ipynb", "execute": "[--timeout SECONDS] NOTEBOOK.ipynb [...]",
               "student": "OUT_DIR NOTEBOOK.ipynb [...]", "upgrade": "NOTEBOOK.ipynb [...]"}[command]
     if (command == "build" and len(args) != 2) or (command == "student" and len(args) < 2) or not args:
         got = ", ".join(repr(a) for a in args) or "nothing"
         raise ToolError(f"{command} takes {wanted}, got {got}")
-    return command, args
+    return command, args, timeout
 
 
 def main(argv: list[str]) -> int:
@@ -432,14 +462,14 @@ def main(argv: list[str]) -> int:
         return 2
 
 
-def _run(command: str, args: list[str]) -> int:
+def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
     if command == "build":
         build(Path(args[0]), Path(args[1]))
     elif command == "execute":
         for name in args:
             read_notebook(Path(name))  # every notebook readable before the first (slow) run
         for name in args:
-            print(f"{name}: {execute(Path(name)):.1f} s", flush=True)
+            print(f"{name}: {execute(Path(name), timeout):.1f} s", flush=True)
     elif command == "upgrade":
         for name in args:
             read_notebook(Path(name))

@@ -160,6 +160,37 @@ def test_notebook_tools_student_refuses_an_unpaired_solution_marker(tmp_path, ca
     assert _snapshot(tmp_path) == before and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["execute", "--timeout"], ["--timeout takes a number of seconds, got nothing"]),
+    (["execute", "--timeout", "0", "{tmp}/good.ipynb"], ["whole number of seconds >= 1", "'0'"]),
+    (["execute", "--timeout=ten", "{tmp}/good.ipynb"], ["whole number of seconds >= 1", "'ten'"]),
+    (["execute", "--timeout", "5"], ["execute takes [--timeout SECONDS] NOTEBOOK.ipynb"]),
+])
+def test_notebook_tools_execute_refuses_a_bad_timeout(files, capsys, argv, words):
+    before = _snapshot(files)
+    fill = lambda text: text.replace("{tmp}", str(files))  # noqa: E731
+    assert notebook_tools.main([fill(a) for a in argv]) == 2
+    _one_line(capsys.readouterr().err, "notebook_tools.py:", *[fill(w) for w in words])
+    assert _snapshot(files) == before
+
+
+@pytest.mark.parametrize("source, argv, words", [
+    ("raise ValueError('broken cell')", [], ["a cell raised ValueError: broken cell"]),
+    ("import time\ntime.sleep(30)", ["--timeout", "2"], ["longer than the 2 s cell timeout"]),
+])
+def test_notebook_tools_execute_failure_is_one_line_exit_2(tmp_path, source, argv, words):
+    path = _notebook(tmp_path / "bad.ipynb", source)
+    before = path.read_bytes()
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook_tools.py"), "execute",
+                           *argv, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    # the kernel's own log lines share stderr; the tool's report is exactly one line of it
+    ours = [line for line in done.stderr.splitlines() if line.startswith("notebook_tools.py:")]
+    assert len(ours) == 1, done.stderr
+    assert all(w in ours[0] for w in (str(path), *words, "the notebook was not changed")), ours[0]
+    assert path.read_bytes() == before
+
+
 def test_notebook_tools_good_inputs_still_work(files, capsys):
     (files / "draft.py").write_text("# %% [markdown]\n# # Title\n\n# %%\nx = 1\n")
     assert notebook_tools.main(["build", str(files / "draft.py"), str(files / "built.ipynb")]) == 0
