@@ -40,6 +40,7 @@ import hashlib
 import os
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -485,17 +486,30 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
         originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
         for src, original in originals:
             check_solution_markers(original, src)
+        made = not out_dir.exists()
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ToolError(f"{out_dir}: cannot make the student folder ({exc.strerror or exc})") from None
+        done: list[tuple[Path, bytes | None]] = []  # (written file, its old bytes) to undo a failure
         for src, original in originals:
             blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
+            target = out_dir / src.name
+            old = target.read_bytes() if target.is_file() else None
             try:
-                write_atomically(out_dir / src.name, notebook_text(student_version(original)))
+                write_atomically(target, notebook_text(student_version(original)))
             except OSError as exc:
-                raise ToolError(f"{out_dir / src.name}: cannot be written ({exc.strerror or exc})") from None
-            print(f"{out_dir / src.name}: {blanks} solution(s) blanked")
+                for path, before in reversed(done):  # all or nothing: no half-updated student folder
+                    if before is None:
+                        path.unlink(missing_ok=True)
+                    else:
+                        path.write_bytes(before)
+                if made:
+                    shutil.rmtree(out_dir, ignore_errors=True)
+                raise ToolError(f"{target}: cannot be written ({exc.strerror or exc}); the student "
+                                "folder was left as it was") from None
+            done.append((target, old))
+            print(f"{target}: {blanks} solution(s) blanked")
     return 0
 
 

@@ -191,6 +191,26 @@ def test_notebook_tools_execute_failure_is_one_line_exit_2(tmp_path, source, arg
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_notebook_tools_student_failure_leaves_no_half_folder(tmp_path, capsys, monkeypatch, existing):
+    first, second = _notebook(tmp_path / "a.ipynb"), _notebook(tmp_path / "b.ipynb")
+    if existing:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "a.ipynb").write_text("old a")
+    before = _snapshot(tmp_path)
+    real = notebook_tools.write_atomically
+
+    def fail_on_b(path, text):
+        if path.name == "b.ipynb":
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    monkeypatch.setattr(notebook_tools, "write_atomically", fail_on_b)
+    assert notebook_tools.main(["student", str(tmp_path / "out"), str(first), str(second)]) == 2
+    _one_line(capsys.readouterr().err, "b.ipynb: cannot be written", "No space left", "left as it was")
+    assert _snapshot(tmp_path) == before and (tmp_path / "out").exists() == existing
+
+
 def test_notebook_tools_good_inputs_still_work(files, capsys):
     (files / "draft.py").write_text("# %% [markdown]\n# # Title\n\n# %%\nx = 1\n")
     assert notebook_tools.main(["build", str(files / "draft.py"), str(files / "built.ipynb")]) == 0
