@@ -309,3 +309,22 @@ def test_course_test_names_a_path_that_is_not_a_file_or_folder(tmp_path):
     args = ["fifo_test.py", "real_test.py", "-k", "x"]
     assert course.special_test_paths(args, root=tmp_path) == ["fifo_test.py"]
     assert course.missing_test_paths(args, root=tmp_path) == []
+
+
+def test_a_failed_venv_create_removes_the_half_made_venv_and_names_the_cause(tmp_path, monkeypatch):
+    venv_dir = tmp_path / ".venv"
+    monkeypatch.setattr(course, "VENV", venv_dir)
+    monkeypatch.setattr(course, "STAMP", tmp_path / "stamp")
+    monkeypatch.setattr(course, "_venv_is_usable", lambda: False)
+
+    def half_create(self, env_dir):
+        (Path(env_dir) / "bin").mkdir(parents=True)
+        raise subprocess.CalledProcessError(1, ["python", "-m", "ensurepip"],
+                                            output=b"Traceback\nNo module named ensurepip\n")
+
+    monkeypatch.setattr(course.venv.EnvBuilder, "create", half_create)
+    with pytest.raises(SystemExit) as exit_info:
+        course.ensure_environment()
+    message = str(exit_info.value.code)
+    assert "CalledProcessError: No module named ensurepip" in message and "removed" in message
+    assert not venv_dir.exists()
