@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -78,8 +79,12 @@ def ensure_environment() -> None:
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
         except Exception as exc:  # e.g. Debian/Ubuntu without python3-venv
-            sys.exit(f"Could not create {VENV.name}/ ({exc}). On Debian or Ubuntu, install the "
-                     "venv module first: sudo apt install python3-venv")
+            shutil.rmtree(VENV, ignore_errors=True)  # a half-made .venv would look usable next time
+            said = getattr(exc, "output", None) or getattr(exc, "stderr", None) or ""
+            said = said.decode(errors="replace") if isinstance(said, bytes) else str(said)
+            cause = (said.strip().splitlines() or [str(exc)])[-1]
+            sys.exit(f"Could not create {VENV.name}/ ({type(exc).__name__}: {cause}); it was removed. "
+                     "On Debian or Ubuntu, install the venv module first: sudo apt install python3-venv")
     print("Installing the course's packages (first run only) ...", flush=True)
     wanted = ["-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[dev,lab,instructor]"]
     if os.environ.get("COURSE_TORCH_INDEX_URL"):

@@ -4,12 +4,17 @@
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
         whose lines start with ``# ``) into a notebook.
-    python scripts/notebook_tools.py execute notebooks/NN_topic.ipynb [...]
+    python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
+        Each cell may run for --timeout seconds (default 600); a cell that fails or
+        runs longer is reported on one line (notebook, cell, error), exit 2, and the
+        notebook is left as it was.
     python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
         Write student versions: every ``### BEGIN SOLUTION`` ... ``### END SOLUTION``
         block becomes ``raise NotImplementedError`` and outputs are cleared.
+        A marker without its partner is refused (exit 2, file, cell and line named)
+        before anything is written, so no solution leaks.
     python scripts/notebook_tools.py upgrade notebooks/*.ipynb student/*.ipynb
         One-shot: rewrite notebooks as nbformat 4.5 with stable cell ids (kept when
         present, derived from the cell's content when missing), without executing them.
@@ -35,6 +40,7 @@ import hashlib
 import os
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -341,15 +347,30 @@ def upgrade(path: Path) -> bool:
     return after != before
 
 
-def execute(path: Path) -> float:
+CELL_TIMEOUT = 600
+
+
+def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = read_notebook(path)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute()
+    try:
+        client.execute()
+    except CellTimeoutError:
+        raise ToolError(f"{path}: a cell ran longer than the {timeout} s cell timeout "
+                        "(raise it with --timeout SECONDS); the notebook was not changed") from None
+    except CellExecutionError as exc:
+        name = getattr(exc, "ename", "") or "error"
+        value = (getattr(exc, "evalue", "") or "").splitlines()
+        raise ToolError(f"{path}: a cell raised {name}: {value[0] if value else ''}; "
+                        "the notebook was not changed") from None
+    except DeadKernelError as exc:
+        raise ToolError(f"{path}: the kernel died ({exc}); the notebook was not changed") from None
     elapsed = time.perf_counter() - start
     clean(nb)
     write_atomically(path, notebook_text(nb))
@@ -359,42 +380,76 @@ def execute(path: Path) -> float:
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION", re.MULTILINE)
 
 
-def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """``nb`` with every solution block replaced by a stub, or a :class:`ToolError` naming
-    the cell of a ``BEGIN``/``END SOLUTION`` line left without its partner (its solution
-    would otherwise reach the student copy)."""
-    for index, cell in enumerate(nb.cells):
+def check_solution_markers(nb: nbformat.NotebookNode, path: Path) -> None:
+    """Refuse a notebook whose code cells hold an unpaired ``### BEGIN/END SOLUTION``.
+
+    An unpaired marker would leave the solution in the student copy, so it is a
+    :class:`ToolError` naming the file, the cell and the line, raised before anything is written.
+    """
+    for number, cell in enumerate(nb.cells, 1):
         if cell.cell_type != "code":
             continue
-        source = SOLUTION.sub(
+        open_line = None
+        for line_no, line in enumerate(cell.source.splitlines(), 1):
+            m = MARKER.match(line)
+            if not m:
+                continue
+            if m[1] == "BEGIN":
+                if open_line is not None:
+                    raise ToolError(f"{path}: cell {number}, line {line_no}: a second ### BEGIN "
+                                    f"SOLUTION before the ### END SOLUTION of line {open_line}; "
+                                    "the solution would leak into the student copy")
+                open_line = line_no
+            elif open_line is None:
+                raise ToolError(f"{path}: cell {number}, line {line_no}: ### END SOLUTION with no "
+                                "### BEGIN SOLUTION before it; the solution would leak into the "
+                                "student copy")
+            else:
+                open_line = None
+        if open_line is not None:
+            raise ToolError(f"{path}: cell {number}, line {open_line}: ### BEGIN SOLUTION with no "
+                            "### END SOLUTION after it; the solution would leak into the student copy")
+
+
+def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.source = SOLUTION.sub(
             lambda m: f'{m["indent"]}raise NotImplementedError("your code here")\n', cell.source
         )
-        left = MARKER.search(source)
-        if left:
-            line = source[:left.start()].count("\n") + 1
-            raise ToolError(f"code cell {index}: a '### {left[1]} SOLUTION' line (line {line} of the cell's "
-                            f"text after the matched blocks) has no partner; refusing to write a student "
-                            f"copy that could show the solution")
-        cell.source, cell.outputs, cell.execution_count = source, [], None
+        cell.outputs, cell.execution_count = [], None
     return nb
 
 
-def _parse(argv: list[str]) -> tuple[str, list[str]]:
+def _parse(argv: list[str]) -> tuple[str, list[str], int]:
     """The command and its arguments, or a :class:`ToolError` naming what is wrong."""
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
         raise ToolError(f"unknown command {command!r}: expected one of {', '.join(COMMANDS)} "
                         "(run with no arguments for help)")
+    if command == "execute" and args and args[0].split("=")[0] == "--timeout":
+        if "=" in args[0]:
+            value, args = args[0].split("=", 1)[1], args[1:]
+        elif len(args) > 1:
+            value, args = args[1], args[2:]
+        else:
+            raise ToolError("--timeout takes a number of seconds, got nothing")
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
+            raise ToolError(f"--timeout takes a whole number of seconds >= 1, got {value!r}")
+        timeout = int(value)
+    else:
+        timeout = CELL_TIMEOUT
     options = [a for a in args if a.startswith("-") and a != "-"]
     if options:
         raise ToolError(f"unknown option{'s' if len(options) > 1 else ''} {' '.join(options)} for "
                         f"{command}: it takes file names only (run with no arguments for help)")
-    wanted = {"build": "DRAFT.py OUT.ipynb", "execute": "NOTEBOOK.ipynb [...]",
+    wanted = {"build": "DRAFT.py OUT.ipynb", "execute": "[--timeout SECONDS] NOTEBOOK.ipynb [...]",
               "student": "OUT_DIR NOTEBOOK.ipynb [...]", "upgrade": "NOTEBOOK.ipynb [...]"}[command]
     if (command == "build" and len(args) != 2) or (command == "student" and len(args) < 2) or not args:
         got = ", ".join(repr(a) for a in args) or "nothing"
         raise ToolError(f"{command} takes {wanted}, got {got}")
-    return command, args
+    return command, args, timeout
 
 
 def main(argv: list[str]) -> int:
@@ -408,14 +463,14 @@ def main(argv: list[str]) -> int:
         return 2
 
 
-def _run(command: str, args: list[str]) -> int:
+def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
     if command == "build":
         build(Path(args[0]), Path(args[1]))
     elif command == "execute":
         for name in args:
             read_notebook(Path(name))  # every notebook readable before the first (slow) run
         for name in args:
-            print(f"{name}: {execute(Path(name)):.1f} s", flush=True)
+            print(f"{name}: {execute(Path(name), timeout):.1f} s", flush=True)
     elif command == "upgrade":
         for name in args:
             read_notebook(Path(name))
@@ -429,23 +484,32 @@ def _run(command: str, args: list[str]) -> int:
                             "instructor notebooks, which would be overwritten. Choose another "
                             "folder, e.g. student/.")
         originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
-        students = []
-        for src, original in originals:  # every notebook checked before anything is written
-            blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
-            try:
-                students.append((src, blanks, notebook_text(student_version(original))))
-            except ToolError as exc:
-                raise ToolError(f"{src}: {exc}") from None
+        for src, original in originals:
+            check_solution_markers(original, src)
+        made = not out_dir.exists()
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ToolError(f"{out_dir}: cannot make the student folder ({exc.strerror or exc})") from None
-        for src, blanks, text in students:
+        done: list[tuple[Path, bytes | None]] = []  # (written file, its old bytes) to undo a failure
+        for src, original in originals:
+            blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
+            target = out_dir / src.name
+            old = target.read_bytes() if target.is_file() else None
             try:
-                write_atomically(out_dir / src.name, text)
+                write_atomically(target, notebook_text(student_version(original)))
             except OSError as exc:
-                raise ToolError(f"{out_dir / src.name}: cannot be written ({exc.strerror or exc})") from None
-            print(f"{out_dir / src.name}: {blanks} solution(s) blanked")
+                for path, before in reversed(done):  # all or nothing: no half-updated student folder
+                    if before is None:
+                        path.unlink(missing_ok=True)
+                    else:
+                        path.write_bytes(before)
+                if made:
+                    shutil.rmtree(out_dir, ignore_errors=True)
+                raise ToolError(f"{target}: cannot be written ({exc.strerror or exc}); the student "
+                                "folder was left as it was") from None
+            done.append((target, old))
+            print(f"{target}: {blanks} solution(s) blanked")
     return 0
 
 

@@ -3,6 +3,8 @@ arrived, instead of an AttributeError from deep inside, a misleading "missing", 
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,27 @@ def test_write_secrets_refusing_writes_nothing(tmp_path):
         with pytest.raises((ValueError, FileNotFoundError)):
             autograde.write_secrets(tmp_path / "course", lessons, solutions)
     assert not (tmp_path / "course").exists()
+
+
+def test_write_secrets_ends_owner_only_over_an_existing_0644_file(tmp_path):
+    path = tmp_path / autograde.SECRETS_NAME
+    path.write_text("{}")
+    path.chmod(0o644)
+    assert autograde.write_secrets(tmp_path, ["01_x"], SOLUTIONS) == path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "salts" in path.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == [autograde.SECRETS_NAME]
+
+
+@pytest.mark.parametrize("kind, words", [("link", "a symbolic link"), ("fifo", "not a regular file"),
+                                         ("dir", "a folder")])
+def test_write_secrets_refuses_a_link_a_pipe_or_a_folder(tmp_path, kind, words):
+    path, target = tmp_path / autograde.SECRETS_NAME, tmp_path / "elsewhere.json"
+    target.write_text("keep")
+    {"link": lambda: path.symlink_to(target), "fifo": lambda: os.mkfifo(path),
+     "dir": lambda: path.mkdir()}[kind]()
+    with pytest.raises(ValueError, match=words):  # a FIFO would block an open(); lstat does not
+        autograde.write_secrets(tmp_path, ["01_x"], SOLUTIONS)
+    assert target.read_text() == "keep" and not list(tmp_path.glob("*.tmp"))
 
 
 def test_an_answer_cell_that_is_not_python_is_named_not_called_missing():

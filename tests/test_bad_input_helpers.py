@@ -5,6 +5,8 @@ them (ints, int lists, row selections, axes, arities) keep one rule everywhere."
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -294,3 +296,19 @@ def test_run_with_your_attention_reports_a_function_of_the_wrong_arity():
 
     report = run_with_your_attention(lambda x, w_in: x, batch_size=2)
     assert "fn must be" in report.error and "6 positional" in report.error and "(x, w_in)" in report.error
+
+
+@pytest.mark.parametrize("raise_it, words", [
+    (lambda: sys.exit(3), "called exit() (SystemExit: 3)"),
+    (lambda: (_ for _ in ()).throw(type("Odd", (BaseException,), {})("odd")), "Odd: odd"),
+])
+def test_run_with_your_attention_answers_a_base_exception_of_the_learner(raise_it, words):
+    """SystemExit (or another BaseException) from the learner's function must not escape the
+    run and end the kernel: it becomes the report's error line."""
+    from course_utils.exercises.your_attention import run_with_your_attention
+
+    def mha_forward(x, w_in, b_in, w_out, b_out, n_heads):
+        raise_it()
+
+    report = run_with_your_attention(mha_forward, batch_size=2)
+    assert words in report.error and report.yours is None

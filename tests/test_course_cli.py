@@ -138,6 +138,79 @@ def test_notebook_tools_bad_input_is_one_line_and_writes_nothing(files, capsys, 
     assert _snapshot(files) == before
 
 
+def _solution_notebook(path, source):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T"), nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, path)
+
+
+@pytest.mark.parametrize("source, words", [
+    ("x = 1\n### BEGIN SOLUTION\nanswer = 42\n", ["cell 2, line 2", "BEGIN SOLUTION with no"]),
+    ("answer = 42\n### END SOLUTION\n", ["cell 2, line 2", "END SOLUTION with no"]),
+    ("### BEGIN SOLUTION\na = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION\n",
+     ["cell 2, line 3", "a second ### BEGIN SOLUTION"]),
+])
+def test_notebook_tools_student_refuses_an_unpaired_solution_marker(tmp_path, capsys, source, words):
+    _notebook(tmp_path / "good.ipynb")
+    _solution_notebook(tmp_path / "leak.ipynb", source)
+    before = _snapshot(tmp_path)
+    argv = ["student", str(tmp_path / "out"), str(tmp_path / "good.ipynb"), str(tmp_path / "leak.ipynb")]
+    assert notebook_tools.main(argv) == 2
+    _one_line(capsys.readouterr().err, "notebook_tools.py:", str(tmp_path / "leak.ipynb"), *words)
+    assert _snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["execute", "--timeout"], ["--timeout takes a number of seconds, got nothing"]),
+    (["execute", "--timeout", "0", "{tmp}/good.ipynb"], ["whole number of seconds >= 1", "'0'"]),
+    (["execute", "--timeout=ten", "{tmp}/good.ipynb"], ["whole number of seconds >= 1", "'ten'"]),
+    (["execute", "--timeout", "5"], ["execute takes [--timeout SECONDS] NOTEBOOK.ipynb"]),
+])
+def test_notebook_tools_execute_refuses_a_bad_timeout(files, capsys, argv, words):
+    before = _snapshot(files)
+    fill = lambda text: text.replace("{tmp}", str(files))  # noqa: E731
+    assert notebook_tools.main([fill(a) for a in argv]) == 2
+    _one_line(capsys.readouterr().err, "notebook_tools.py:", *[fill(w) for w in words])
+    assert _snapshot(files) == before
+
+
+@pytest.mark.parametrize("source, argv, words", [
+    ("raise ValueError('broken cell')", [], ["a cell raised ValueError: broken cell"]),
+    ("import time\ntime.sleep(30)", ["--timeout", "2"], ["longer than the 2 s cell timeout"]),
+])
+def test_notebook_tools_execute_failure_is_one_line_exit_2(tmp_path, source, argv, words):
+    path = _notebook(tmp_path / "bad.ipynb", source)
+    before = path.read_bytes()
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook_tools.py"), "execute",
+                           *argv, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    # the kernel's own log lines share stderr; the tool's report is exactly one line of it
+    ours = [line for line in done.stderr.splitlines() if line.startswith("notebook_tools.py:")]
+    assert len(ours) == 1, done.stderr
+    assert all(w in ours[0] for w in (str(path), *words, "the notebook was not changed")), ours[0]
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_notebook_tools_student_failure_leaves_no_half_folder(tmp_path, capsys, monkeypatch, existing):
+    first, second = _notebook(tmp_path / "a.ipynb"), _notebook(tmp_path / "b.ipynb")
+    if existing:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "a.ipynb").write_text("old a")
+    before = _snapshot(tmp_path)
+    real = notebook_tools.write_atomically
+
+    def fail_on_b(path, text):
+        if path.name == "b.ipynb":
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    monkeypatch.setattr(notebook_tools, "write_atomically", fail_on_b)
+    assert notebook_tools.main(["student", str(tmp_path / "out"), str(first), str(second)]) == 2
+    _one_line(capsys.readouterr().err, "b.ipynb: cannot be written", "No space left", "left as it was")
+    assert _snapshot(tmp_path) == before and (tmp_path / "out").exists() == existing
+
+
 def test_notebook_tools_good_inputs_still_work(files, capsys):
     (files / "draft.py").write_text("# %% [markdown]\n# # Title\n\n# %%\nx = 1\n")
     assert notebook_tools.main(["build", str(files / "draft.py"), str(files / "built.ipynb")]) == 0
@@ -236,3 +309,22 @@ def test_course_test_names_a_path_that_is_not_a_file_or_folder(tmp_path):
     args = ["fifo_test.py", "real_test.py", "-k", "x"]
     assert course.special_test_paths(args, root=tmp_path) == ["fifo_test.py"]
     assert course.missing_test_paths(args, root=tmp_path) == []
+
+
+def test_a_failed_venv_create_removes_the_half_made_venv_and_names_the_cause(tmp_path, monkeypatch):
+    venv_dir = tmp_path / ".venv"
+    monkeypatch.setattr(course, "VENV", venv_dir)
+    monkeypatch.setattr(course, "STAMP", tmp_path / "stamp")
+    monkeypatch.setattr(course, "_venv_is_usable", lambda: False)
+
+    def half_create(self, env_dir):
+        (Path(env_dir) / "bin").mkdir(parents=True)
+        raise subprocess.CalledProcessError(1, ["python", "-m", "ensurepip"],
+                                            output=b"Traceback\nNo module named ensurepip\n")
+
+    monkeypatch.setattr(course.venv.EnvBuilder, "create", half_create)
+    with pytest.raises(SystemExit) as exit_info:
+        course.ensure_environment()
+    message = str(exit_info.value.code)
+    assert "CalledProcessError: No module named ensurepip" in message and "removed" in message
+    assert not venv_dir.exists()

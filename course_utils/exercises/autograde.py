@@ -34,6 +34,7 @@ import json
 import os
 import re
 import secrets as _secrets
+import stat
 import subprocess
 import sys
 import tempfile
@@ -81,22 +82,32 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     data = {"release": _secrets.token_hex(8), "manifest": manifest(),
             "solutions_dir": str(Path(solutions_dir).resolve()),
             "salts": {lesson: _secrets.randbelow(2**31 - 1) + 1 for lesson in lessons}}
-    if path.is_symlink() or (path.exists() and not path.is_file()):  # never written through a link
-        kind = ("a symbolic link" if path.is_symlink() else "a folder" if path.is_dir()
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None  # nothing there yet (or no parent): the write below names any real cause
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode)
                 else "not a regular file")
-        raise ValueError(f"{path} is {kind}, expected the grader's secrets file or nothing there: remove "
-                         f"it and run again (the salts are never written through a link or into a pipe)")
-    tmp = path.with_name(f".{SECRETS_NAME}.{_secrets.token_hex(4)}.tmp")
-    try:  # a new owner-only file renamed over the old one: 0600 even where an old file was 0644
+        raise ValueError(f"{path} is {kind}, expected the grader's secrets file or nothing: the "
+                         "secrets are never written through a link or into a pipe; remove it and "
+                         "run again")
+    tmp = path.with_name(f"{SECRETS_NAME}.{os.getpid()}.{_secrets.token_hex(4)}.tmp")
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A new owner-only file, renamed over the old one: an existing 0644 file never keeps its mode.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise OSError(exc.errno, f"cannot write the grader's secrets {path} ({exc.strerror}: "
                                  f"{exc.filename})") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o600)
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -229,7 +229,13 @@ def run_with_your_attention(
     except NotImplementedError:
         report.error = "it is still the stub (NotImplementedError): write exercise 4.3 first"
         return report
-    except Exception as error:  # noqa: BLE001 - any failure of the learner's code is reported
+    except SystemExit as error:  # sys.exit()/exit() in the learner's code must not end the kernel
+        report.error = (f"your function called exit() (SystemExit: {error.code!r}); return the "
+                        "attention output instead")
+        return report
+    except (KeyboardInterrupt, GeneratorExit):
+        raise  # the learner pressed stop: stop
+    except BaseException as error:  # noqa: BLE001 - any failure of the learner's code is reported
         report.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return report
     if not torch.isfinite(logits).all():
