@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
@@ -618,7 +619,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                     known: dict[frozenset, dict[str, float]] | None = None, incremental: bool = False,
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
-    ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
+    ``within(numbers)`` (a bool) first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
     returns them); ``len(order)`` if it never fails.
 
     The orders advance together one head at a time; each distinct set of switched-off heads
@@ -687,7 +688,11 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
         for part, numbers in zip(parts, results, strict=True):
             measured.update(zip(part, numbers, strict=True))
         for i in alive:
-            if not within(measured[frozenset(orders[i][:k])]):
+            ok = within(measured[frozenset(orders[i][:k])])
+            if not isinstance(ok, bool | np.bool_):
+                raise TypeError(f"prunable_counts: within must return a bool (True: still within bounds), "
+                                f"got {type(ok).__name__} {ok!r}")
+            if not ok:
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
