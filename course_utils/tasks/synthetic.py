@@ -87,6 +87,15 @@ def _check_count(name: str, value: object) -> None:
     check_int(value, name, minimum=1)
 
 
+def _check_period(period: object) -> None:
+    """A period is an int of at least 2, as induction_score and induction_positions ask: with
+    period 1 the next token is the query itself, so nothing is copied from earlier."""
+    _check_count("every period", period)
+    if period == 1:
+        raise ValueError("every period must be at least 2: with period 1 the next token is the "
+                         "query itself, so there is nothing to copy from earlier, got 1")
+
+
 @dataclass(frozen=True)
 class InductionTask:
     """Repeated random sequences with a random period per sequence.
@@ -121,7 +130,7 @@ class InductionTask:
         if overlap:
             raise ValueError(f"train_periods and heldout_periods must be disjoint, both have {overlap}")
         for p in (*self.train_periods, *self.heldout_periods):
-            _check_count("every period", p)
+            _check_period(p)
             if p > self.vocab_size - 1:
                 raise ValueError(
                     f"period {p} needs {p} distinct tokens but vocab_size={self.vocab_size} has only "
@@ -146,7 +155,7 @@ class InductionTask:
         if not periods:
             raise ValueError("periods must not be empty")
         for p in periods:
-            _check_count("every period", p)
+            _check_period(p)
             if p > self.vocab_size - 1 or p + 3 > self.seq_len:
                 raise ValueError(
                     f"period {p} does not fit vocab_size={self.vocab_size}, seq_len={self.seq_len}"
