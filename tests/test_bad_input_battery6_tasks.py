@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.tasks.synthetic import InductionTask
+from course_utils.tasks.synthetic import AgreementTask, InductionTask, MixtureTask, induction_accuracy
 
 
 @pytest.mark.parametrize("field", ["train_periods", "heldout_periods"])
@@ -18,3 +18,26 @@ def test_induction_task_refuses_period_one(field):
 def test_induction_sample_refuses_period_one():
     with pytest.raises(ValueError, match="every period must be at least 2.*got 1"):
         InductionTask().sample(2, torch.Generator().manual_seed(0), periods=(1,))
+
+
+@pytest.mark.parametrize("heldout", ["y", 1, None])
+def test_eval_batch_heldout_must_be_a_bool(heldout):
+    with pytest.raises(TypeError, match="heldout"):
+        InductionTask().eval_batch(4, heldout=heldout)
+
+
+def test_induction_accuracy_names_a_batch_of_the_wrong_type():
+    with pytest.raises(TypeError, match="batch must be an InductionBatch.*got int"):
+        induction_accuracy(torch.randn(4, 32, 64), 5)
+
+
+def test_agreement_task_refuses_a_repeated_template():
+    with pytest.raises(ValueError, match=r"templates must list each template once.*repeats \['simple'\]"):
+        AgreementTask(templates=("simple", "simple"))
+
+
+def test_mixture_task_refuses_sentences_longer_than_the_induction_sequences():
+    with pytest.raises(ValueError, match="agreement.max_len must be at most induction.seq_len=32.*got 40"):
+        MixtureTask(agreement=AgreementTask(max_len=40))
+    batch = MixtureTask(agreement=AgreementTask(max_len=32)).sample(4, torch.Generator().manual_seed(0))
+    assert batch.tokens.shape == (4, 32)
