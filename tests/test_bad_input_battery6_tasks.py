@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from course_utils.tasks.synthetic import AgreementTask, InductionTask, MixtureTask, induction_accuracy
+from course_utils.tasks.two_relations import LookupModel, TwoKeyTask, pair_class, swap_chance, swap_fraction
 
 
 @pytest.mark.parametrize("field", ["train_periods", "heldout_periods"])
@@ -41,3 +42,19 @@ def test_mixture_task_refuses_sentences_longer_than_the_induction_sequences():
         MixtureTask(agreement=AgreementTask(max_len=40))
     batch = MixtureTask(agreement=AgreementTask(max_len=32)).sample(4, torch.Generator().manual_seed(0))
     assert batch.tokens.shape == (4, 32)
+
+
+def test_pair_class_names_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"symbol_a and symbol_b must have the same shape.*"
+                       r"\(2,\) and \(3,\)"):
+        pair_class(torch.tensor([1, 2]), torch.tensor([0, 1, 2]), 8)
+    assert pair_class(torch.tensor([1, 2]), torch.tensor([0, 3]), 8).tolist() == [8, 19]
+
+
+@pytest.mark.parametrize("measure", [swap_fraction, swap_chance])
+def test_swap_measures_refuse_an_empty_batch(measure):
+    task = TwoKeyTask()
+    model = LookupModel(task, 16, 2)
+    empty = task.sample(4, seed=0).take(slice(0, 0))
+    with pytest.raises(ValueError, match="batch must hold at least one question.*0 questions"):
+        measure(model, empty)
