@@ -6,6 +6,7 @@ import torch
 
 from course_utils.tasks.synthetic import AgreementTask, InductionTask, MixtureTask, induction_accuracy
 from course_utils.tasks.two_relations import LookupModel, TwoKeyTask, pair_class, swap_chance, swap_fraction
+from course_utils.tasks.worked_example import compute_steps, load_worked_example, side_by_side
 
 
 @pytest.mark.parametrize("field", ["train_periods", "heldout_periods"])
@@ -58,3 +59,15 @@ def test_swap_measures_refuse_an_empty_batch(measure):
     empty = task.sample(4, seed=0).take(slice(0, 0))
     with pytest.raises(ValueError, match="batch must hold at least one question.*0 questions"):
         measure(model, empty)
+
+
+def test_worked_example_tables_refuse_negative_decimals():
+    example = load_worked_example()
+    step = sorted(compute_steps(example))[0]
+    with pytest.raises(ValueError, match="decimals must be None or an int >= 0.*got -1"):
+        example.x.frame(decimals=-1)
+    with pytest.raises(ValueError, match="decimals must be None or an int >= 0.*got -1"):
+        side_by_side(example, step, decimals=-1)
+    with pytest.raises(TypeError, match="decimals must be an int, got bool"):
+        example.x.frame(decimals=True)
+    assert example.x.frame(decimals=0).shape == example.x.values.shape
