@@ -1,7 +1,10 @@
 """Battery 6 (model): bad input that used to pass without a word."""
 from __future__ import annotations
 
+import pytest
+
 from course_utils.model.checkpoint import available_checkpoints
+from course_utils.model.train import train_agreement, train_induction, train_mixture
 
 
 def test_available_checkpoints_skips_a_sidecar_without_weights(tmp_path):
@@ -9,3 +12,11 @@ def test_available_checkpoints_skips_a_sidecar_without_weights(tmp_path):
     (tmp_path / "whole.json").write_text("{}")
     (tmp_path / "whole.safetensors").write_bytes(b"")
     assert available_checkpoints(tmp_path) == ["whole"]
+
+
+@pytest.mark.parametrize("trainer", [train_induction, train_agreement, train_mixture])
+@pytest.mark.parametrize("target, error", [(2.0, ValueError), (-0.1, ValueError), (True, TypeError),
+                                           ("0.9", TypeError), (float("nan"), TypeError)])
+def test_task_trainers_refuse_a_target_that_is_no_accuracy(trainer, target, error):
+    with pytest.raises(error, match="target must be an accuracy"):
+        trainer(steps=1, target=target, progress=False)
