@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_utils.interp.ablation import Evaluation
-from course_utils.interp.patching import prunable_counts
+from course_utils.interp.patching import direct_logit_attribution, losses_along_orders, prunable_counts
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 
@@ -28,3 +28,20 @@ def test_prunable_counts_still_takes_a_bool():
     evaluation, model = _evaluation_and_model()
     counts, _ = prunable_counts(model, evaluation, [[(0, 0)]], lambda numbers: False)
     assert counts == [0]
+
+
+def test_losses_along_orders_names_an_empty_orders():
+    evaluation, model = _evaluation_and_model()
+    tokens = evaluation.tokens
+    with pytest.raises(ValueError, match="orders must hold at least one order.*got an empty list"):
+        losses_along_orders(model, tokens, tokens, [], 1)
+
+
+def test_direct_logit_attribution_says_what_arrived():
+    evaluation, model = _evaluation_and_model()
+    tokens = evaluation.tokens  # (2, 9), vocab 13
+    with pytest.raises(ValueError, match=r"positions must lie in 0\.\.8 .*got 0\.\.99"):
+        direct_logit_attribution(model, tokens, torch.tensor([0, 99]), torch.randn(2, 13))
+    with pytest.raises(TypeError, match=r"directions must be .*got a torch\.float32 "
+                       r"tensor of shape \(2, 5\)"):
+        direct_logit_attribution(model, tokens, torch.tensor([0, 1]), torch.randn(2, 5))

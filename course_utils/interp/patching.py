@@ -478,9 +478,11 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     _check_tokens(tokens, "tokens")
     B, T = tokens.shape
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
-        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
+                        f"got {_described(positions)}")
     if int(positions.min()) < 0 or int(positions.max()) >= T:
-        raise ValueError(f"positions must lie in 0..{T - 1}")
+        raise ValueError(f"positions must lie in 0..{T - 1} (tokens have {T} columns), "
+                         f"got {int(positions.min())}..{int(positions.max())}")
     if frozen_scale is not None and not (isinstance(frozen_scale, Tensor) and frozen_scale.shape == (B,)
                                          and frozen_scale.is_floating_point()
                                          and bool((frozen_scale > 0).all())):
@@ -488,7 +490,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
                          f"scale per sequence (final_scale gives it), got {_described(frozen_scale)}")
     V = model.config.vocab_size
     if not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V)):
-        raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V})")
+        raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
+                        f"got {_described(directions)}")
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
     rows = torch.arange(B)
     recorded: dict[str, Tensor] = {}
@@ -897,6 +900,9 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
     orders = [_check_heads(order, model) for order in orders]
+    if not orders:
+        raise ValueError("orders must hold at least one order of heads (a list of (layer, head) lists), "
+                         "got an empty list")
     shortest = min(map(len, orders), default=0)
     if not check_int(most, "most", minimum=0) <= shortest:
         raise ValueError(f"most must be an int in 0..{shortest} (the shortest order), got {most}")
