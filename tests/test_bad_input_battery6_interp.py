@@ -6,6 +6,7 @@ import torch
 
 from course_utils.interp.ablation import Evaluation
 from course_utils.interp.patching import direct_logit_attribution, losses_along_orders, prunable_counts
+from course_utils.interp.widgets import dimension_explorer
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 
@@ -45,3 +46,18 @@ def test_direct_logit_attribution_says_what_arrived():
     with pytest.raises(TypeError, match=r"directions must be .*got a torch\.float32 "
                        r"tensor of shape \(2, 5\)"):
         direct_logit_attribution(model, tokens, torch.tensor([0, 1]), torch.randn(2, 5))
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"num_heads": 0}, "num_heads=0"), ({"batch": "2"}, "batch='2'"),
+    ({"d_model": 10**9}, "d_model=1000000000"), ({"batch": -5}, "batch=-5"),
+    ({"seq_len": 2.5}, "seq_len=2.5"),
+])
+def test_dimension_explorer_answers_bad_start_values_with_a_message(bad, words, capsys):
+    explorer = dimension_explorer(**bad)
+    assert words in capsys.readouterr().out
+    assert words in explorer.last_text and "not on the slider" in explorer.last_text
+    assert "d_k = d_v" not in explorer.last_text  # no table for values nobody asked for
+    assert explorer.output.outputs[0]["text"].startswith(words)
+    explorer.controls["seq_len"].value = 6  # moving a slider draws the table again
+    assert "d_k = d_v" in explorer.last_text
