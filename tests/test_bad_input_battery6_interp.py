@@ -61,3 +61,11 @@ def test_dimension_explorer_answers_bad_start_values_with_a_message(bad, words, 
     assert explorer.output.outputs[0]["text"].startswith(words)
     explorer.controls["seq_len"].value = 6  # moving a slider draws the table again
     assert "d_k = d_v" in explorer.last_text
+
+
+def test_explorer_names_a_draw_that_is_no_function():
+    from ipywidgets import IntSlider
+
+    from course_utils.interp.widgets import Explorer
+    with pytest.raises(TypeError, match="draw must be None or a function.*got int 5"):
+        Explorer(lambda x: str(x), {"x": IntSlider(1)}, draw=5)

@@ -74,6 +74,9 @@ class Explorer:
                              f"least one control, got {type(controls).__name__} {controls!r:.60}")
         if not isinstance(title, str):
             raise TypeError(f"title must be a str, got {type(title).__name__}")
+        if draw is not None and not callable(draw):
+            raise TypeError(f"draw must be None or a function result -> None that shows each result, "
+                            f"got {type(draw).__name__} {draw!r:.60}")
         for name, control in controls.items():
             if not isinstance(control, widgets.ValueWidget):
                 raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
