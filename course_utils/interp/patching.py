@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
@@ -477,9 +478,11 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     _check_tokens(tokens, "tokens")
     B, T = tokens.shape
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
-        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
+                        f"got {_described(positions)}")
     if int(positions.min()) < 0 or int(positions.max()) >= T:
-        raise ValueError(f"positions must lie in 0..{T - 1}")
+        raise ValueError(f"positions must lie in 0..{T - 1} (tokens have {T} columns), "
+                         f"got {int(positions.min())}..{int(positions.max())}")
     if frozen_scale is not None and not (isinstance(frozen_scale, Tensor) and frozen_scale.shape == (B,)
                                          and frozen_scale.is_floating_point()
                                          and bool((frozen_scale > 0).all())):
@@ -487,7 +490,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
                          f"scale per sequence (final_scale gives it), got {_described(frozen_scale)}")
     V = model.config.vocab_size
     if not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V)):
-        raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V})")
+        raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
+                        f"got {_described(directions)}")
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
     rows = torch.arange(B)
     recorded: dict[str, Tensor] = {}
@@ -618,7 +622,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                     known: dict[frozenset, dict[str, float]] | None = None, incremental: bool = False,
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
-    ``within(numbers)`` first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
+    ``within(numbers)`` (a bool) first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
     returns them); ``len(order)`` if it never fails.
 
     The orders advance together one head at a time; each distinct set of switched-off heads
@@ -687,7 +691,11 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
         for part, numbers in zip(parts, results, strict=True):
             measured.update(zip(part, numbers, strict=True))
         for i in alive:
-            if not within(measured[frozenset(orders[i][:k])]):
+            ok = within(measured[frozenset(orders[i][:k])])
+            if not isinstance(ok, bool | np.bool_):
+                raise TypeError(f"prunable_counts: within must return a bool (True: still within bounds), "
+                                f"got {type(ok).__name__} {ok!r}")
+            if not ok:
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
@@ -892,6 +900,9 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
     orders = [_check_heads(order, model) for order in orders]
+    if not orders:
+        raise ValueError("orders must hold at least one order of heads (a list of (layer, head) lists), "
+                         "got an empty list")
     shortest = min(map(len, orders), default=0)
     if not check_int(most, "most", minimum=0) <= shortest:
         raise ValueError(f"most must be an int in 0..{shortest} (the shortest order), got {most}")

@@ -74,6 +74,9 @@ class Explorer:
                              f"least one control, got {type(controls).__name__} {controls!r:.60}")
         if not isinstance(title, str):
             raise TypeError(f"title must be a str, got {type(title).__name__}")
+        if draw is not None and not callable(draw):
+            raise TypeError(f"draw must be None or a function result -> None that shows each result, "
+                            f"got {type(draw).__name__} {draw!r:.60}")
         for name, control in controls.items():
             if not isinstance(control, widgets.ValueWidget):
                 raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
@@ -164,23 +167,32 @@ def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, nu
 
     ``d_model`` moves in steps of 8 and h from 1 to 16, so some combinations do not
     divide: the explorer then says so instead of drawing a table. A starting value that
-    is not on its slider is reported in a printed line and replaced by the default.
+    is not on its slider is refused with a message, not an error: the message is printed and
+    shown in the explorer's place of the table (``last_text``), and the slider starts from
+    the default; moving any slider draws the table for the values shown.
     """
     requested = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
     ranges = {"batch": ("batch B", 1, 8, 1), "seq_len": ("sequence T", 1, 64, 1),
               "d_model": ("d_model", 8, 1024, 8), "num_heads": ("heads h", 1, 16, 1)}
     controls = {}
+    refused = []
     for name, (label, low, high, step) in ranges.items():
         value = requested[name]
         usable = (not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value <= high
                   and (value - low) % step == 0)  # a NumPy integer is an int too (check_int's rule)
         start = int(value) if usable else _DIMENSION_DEFAULTS[name]
         if not usable:  # a message, not an error: the explorer starts from the default
-            print(f"{name}={value!r} is not on the slider (whole numbers {low}..{high}"
-                  f"{f' in steps of {step}' if step > 1 else ''}); starting from {start}.")
+            refused.append(f"{name}={value!r} is not on the slider (whole numbers {low}..{high}"
+                           f"{f' in steps of {step}' if step > 1 else ''}); starting from {start}.")
+            print(refused[-1])
         controls[name] = _slider(label, start, low, high, step=step)
-    return Explorer(dimension_report, controls,
-                    title="Multi-head attention: shapes, parameters and multiply-adds")
+    explorer = Explorer(dimension_report, controls,
+                        title="Multi-head attention: shapes, parameters and multiply-adds")
+    if refused:  # no table for values nobody asked for: the message stands until a slider moves
+        message = "\n".join([*refused, "Move a slider to draw the table for the values shown."])
+        explorer.last_result = explorer.last_text = message
+        explorer.draw(message)
+    return explorer
 
 
 def show_dimension_explorer(**defaults: int) -> Explorer:

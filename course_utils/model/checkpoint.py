@@ -78,15 +78,17 @@ def sha256_of(path: str | Path) -> str:
 
 
 def available_checkpoints(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
-    """Names of the checkpoints (JSON sidecars) in ``directory``; a ``directory`` that is
-    missing or not a folder is an error naming it (not an empty list)."""
+    """Names of the checkpoints in ``directory``: each JSON sidecar with its ``.safetensors``
+    weights beside it (a stray ``.json`` alone is no checkpoint and is not listed); a
+    ``directory`` that is missing or not a folder is an error naming it (not an empty list)."""
     if not isinstance(directory, str | Path):
         raise TypeError(f"directory must be a str or Path naming a folder, got {type(directory).__name__}")
     found = _what_is_there(Path(directory))
     if found != "a directory":
         raise NotADirectoryError(f"directory must be a folder of checkpoints, got {str(directory)!r}, "
                                  f"which is {found or 'a file'}")
-    return sorted(p.stem for p in Path(directory).glob("*.json") if p.is_file())
+    return sorted(p.stem for p in Path(directory).glob("*.json")
+                  if p.is_file() and p.with_suffix(".safetensors").is_file())
 
 
 def checkpoint_paths(name_or_path: str | Path) -> tuple[Path, Path]:

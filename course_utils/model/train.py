@@ -401,9 +401,20 @@ def _check_model_for_task(model: object, task, needed_len: int, name: str) -> No
     _check_fits_task(model.config, task, needed_len, name, "the model's config")
 
 
+def _check_accuracy_target(target: object) -> None:
+    """The task trainers' targets are accuracies: a number in 0..1 (above 1 is never reached,
+    so ``steps_to_target`` would stay None and ``stop_at_target`` would never stop)."""
+    if isinstance(target, bool) or not isinstance(target, numbers.Real) or not math.isfinite(target):
+        raise TypeError(f"target must be an accuracy, a number in 0..1, got {type(target).__name__} "
+                        f"{target!r}")
+    if not 0.0 <= target <= 1.0:
+        raise ValueError(f"target must be an accuracy in 0..1 (a fraction of answers right), got {target!r}")
+
+
 def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_size, evaluate,
                    eval_every, target_metric, target, stop_at_target, progress, name, num_threads):
     """Shared body of the task trainers: check the config fits the task, build, train."""
+    _check_accuracy_target(target)
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a ModelConfig or None (a dict converts with "
                         f"ModelConfig.from_dict(d)), got {type(config).__name__}")
@@ -557,6 +568,7 @@ def train_mixture(
 
     ``history.eval_metrics`` holds :func:`evaluate_mixture` every ``eval_every`` steps.
     """
+    _check_accuracy_target(target)
     config = config or mixture_model_config()
     if config.vocab_size != task.vocab_size or config.max_len < task.seq_len:
         raise ValueError(

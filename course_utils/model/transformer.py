@@ -42,6 +42,7 @@ from ..attention.shapes import count_parameters  # re-exported: one parameter co
 from ..attention.validation import (
     check_callable,
     check_edited_heads,
+    check_fits_in_memory,
     check_flag,
     check_head_dims,
     check_int,
@@ -227,6 +228,15 @@ class Block(nn.Module):
         return self.hook_resid_post(x), weights, kv
 
 
+def _weight_bytes(config: ModelConfig) -> int:
+    """Bytes of the float32 weights a config builds (the big matrices; biases and norms left
+    out, so a slight underestimate), to refuse a model too large before torch allocates it."""
+    d = config.d_model
+    mlp = 2 * d * (config.d_mlp or 4 * d) if config.mlp else 0
+    per_layer = 4 * d * d + mlp
+    return 4 * (2 * config.vocab_size * d + config.max_len * d + config.num_layers * per_layer)
+
+
 class TinyTransformer(nn.Module):
     """Decoder-only transformer: token + position embeddings, blocks, LayerNorm, unembedding.
 
@@ -240,6 +250,9 @@ class TinyTransformer(nn.Module):
         super().__init__()
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        check_fits_in_memory(_weight_bytes(config), "TinyTransformer(config)",
+                             f"float32 weights for vocab_size={config.vocab_size}, max_len={config.max_len}, "
+                             f"d_model={config.d_model}, num_layers={config.num_layers}")
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.position_embedding = nn.Embedding(config.max_len, config.d_model)

@@ -87,6 +87,15 @@ def _check_count(name: str, value: object) -> None:
     check_int(value, name, minimum=1)
 
 
+def _check_period(period: object) -> None:
+    """A period is an int of at least 2, as induction_score and induction_positions ask: with
+    period 1 the next token is the query itself, so nothing is copied from earlier."""
+    _check_count("every period", period)
+    if period == 1:
+        raise ValueError("every period must be at least 2: with period 1 the next token is the "
+                         "query itself, so there is nothing to copy from earlier, got 1")
+
+
 @dataclass(frozen=True)
 class InductionTask:
     """Repeated random sequences with a random period per sequence.
@@ -121,7 +130,7 @@ class InductionTask:
         if overlap:
             raise ValueError(f"train_periods and heldout_periods must be disjoint, both have {overlap}")
         for p in (*self.train_periods, *self.heldout_periods):
-            _check_count("every period", p)
+            _check_period(p)
             if p > self.vocab_size - 1:
                 raise ValueError(
                     f"period {p} needs {p} distinct tokens but vocab_size={self.vocab_size} has only "
@@ -146,7 +155,7 @@ class InductionTask:
         if not periods:
             raise ValueError("periods must not be empty")
         for p in periods:
-            _check_count("every period", p)
+            _check_period(p)
             if p > self.vocab_size - 1 or p + 3 > self.seq_len:
                 raise ValueError(
                     f"period {p} does not fit vocab_size={self.vocab_size}, seq_len={self.seq_len}"
@@ -166,6 +175,7 @@ class InductionTask:
 
     def eval_batch(self, batch_size: int = 512, seed: int = 1234, *, heldout: bool = True) -> InductionBatch:
         """A fixed evaluation batch (same every call): held-out periods by default."""
+        check_flag(heldout, "heldout")
         periods = self.heldout_periods if heldout else self.train_periods
         return self.sample(batch_size, torch.Generator().manual_seed(check_seed(seed)), periods=periods)
 
@@ -206,6 +216,9 @@ def _refuse_nan_where_read(read: Tensor, where: str) -> None:
 
 def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
     """Fraction of scored positions where the argmax prediction is the true next token."""
+    if not isinstance(batch, InductionBatch):
+        raise TypeError(f"batch must be an InductionBatch (from InductionTask.sample or eval_batch), "
+                        f"got {type(batch).__name__}")
     _check_logits(logits, batch.tokens)
     prediction = logits[:, :-1].argmax(-1)  # (B, T-1): predicts tokens[:, 1:]
     correct = prediction == batch.tokens[:, 1:].to(prediction.device)
@@ -394,6 +407,10 @@ class AgreementTask:
             raise ValueError(
                 f"templates must be a non-empty subset of {list(TEMPLATES)}, got {list(self.templates)}"
             )
+        repeated = sorted({t for t in self.templates if self.templates.count(t) > 1})
+        if repeated:  # sampling is uniform over the entries
+            raise ValueError(f"templates must list each template once (a repeated one would be drawn "
+                             f"more often), got {tuple(self.templates)}, which repeats {repeated}")
         for name in ("attractor_p", "adjective_p", "opener_p"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -559,6 +576,12 @@ class MixtureTask:
     def __post_init__(self) -> None:
         if not isinstance(self.induction, InductionTask) or not isinstance(self.agreement, AgreementTask):
             raise TypeError("induction and agreement must be an InductionTask and an AgreementTask")
+        if self.agreement.max_len > self.induction.seq_len:  # the two kinds share one (B, T) batch
+            raise ValueError(
+                f"agreement.max_len must be at most induction.seq_len={self.induction.seq_len} (sentences "
+                f"are padded to the induction length, induction sequences are not), got "
+                f"{self.agreement.max_len}"
+            )
         if not 0.0 < self.induction_share < 1.0:
             raise ValueError(f"induction_share must lie strictly between 0 and 1, got {self.induction_share}")
         if BOS == BOS_ID:

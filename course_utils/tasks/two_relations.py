@@ -74,6 +74,9 @@ def pair_class(symbol_a: Tensor, symbol_b: Tensor, num_symbols: int) -> Tensor:
     V = check_int(num_symbols, "num_symbols", minimum=1)
     check_ids(symbol_a, "symbol_a", V, "symbols")
     check_ids(symbol_b, "symbol_b", V, "symbols")
+    if symbol_a.shape != symbol_b.shape:
+        raise ValueError(f"symbol_a and symbol_b must have the same shape (one pair per entry), got "
+                         f"{tuple(symbol_a.shape)} and {tuple(symbol_b.shape)}")
     return symbol_a * V + symbol_b
 
 
@@ -518,9 +521,16 @@ def _swapped_class(batch: LookupBatch, num_symbols: int) -> Tensor:
     return pair_class(batch.answer_symbols[:, 1], batch.answer_symbols[:, 0], num_symbols)
 
 
+def _check_not_empty(batch: object) -> None:
+    """A fraction over no questions is no number: refuse the empty batch by name."""
+    if isinstance(batch, LookupBatch) and len(batch.target) == 0:
+        raise ValueError("batch must hold at least one question, got an empty LookupBatch (0 questions)")
+
+
 def swap_fraction(model: LookupModel, batch: LookupBatch) -> float:
     """Of the wrongly answered questions, the fraction answered with the two symbols swapped:
     (b's symbol, a's symbol) instead of (a's symbol, b's symbol). NaN if nothing is wrong."""
+    _check_not_empty(batch)
     predicted = _predict_with_weights(model, batch)[0]  # (n,)
     swapped = _swapped_class(batch, model.task.num_symbols)  # (n,)
     wrong = predicted != batch.target
@@ -535,6 +545,7 @@ def swap_chance(model: LookupModel, batch: LookupBatch) -> float:
     probability ``1 / (V**2 - 1)`` when the two symbols differ, and never when they are equal
     (then the swap is the right answer). The mean over the wrongly answered questions; NaN if
     nothing is wrong."""
+    _check_not_empty(batch)
     predicted = _predict_with_weights(model, batch)[0]  # (n,)
     wrong = predicted != batch.target
     if not wrong.any():

@@ -131,6 +131,7 @@ class Table:
 
     def frame(self, decimals: int | None = 3) -> pd.DataFrame:
         """A pandas DataFrame with the labels, rounded to ``decimals`` (None: unrounded)."""
+        decimals = _check_shown_decimals(decimals)
         df = pd.DataFrame(self.values, index=list(self.rows), columns=list(self.cols))
         return df if decimals is None else df.round(decimals)
 
@@ -374,6 +375,18 @@ def _check_decimals(decimals: object) -> int:
     return int(decimals)
 
 
+def _check_shown_decimals(decimals: object) -> int | None:
+    """Decimals for a table shown to a reader: None or an int >= 0 (a negative count rounds
+    these values, all well below 10, to tens, i.e. to zero)."""
+    if decimals is None:
+        return None
+    decimals = _check_decimals(decimals)
+    if decimals < 0:
+        raise ValueError(f"decimals must be None or an int >= 0 (a negative count rounds to tens, "
+                         f"which shows every value here as 0), got {decimals}")
+    return decimals
+
+
 def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
     """Round as people do on paper (0.0105 -> 0.011), not to the nearest even digit."""
     decimals = _check_decimals(decimals)
@@ -474,6 +487,7 @@ def output_rounding_budget(weights: np.ndarray, values: np.ndarray) -> np.ndarra
 def side_by_side(example: WorkedExample, step: str, decimals: int | None = 3) -> pd.DataFrame:
     """The article's table, the exact one and their difference, next to each other,
     rounded to ``decimals`` (None: unrounded, e.g. to format with ``shapes.frame_to_text``)."""
+    decimals = _check_shown_decimals(decimals)
     if step not in example.article:
         raise KeyError(f"the article prints no table {step!r}; choose from {list(PRINTED_STEPS)}")
     printed = example.article[step]
