@@ -89,7 +89,11 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     path = Path(path)
     if not path.is_file() or path.suffix != ".ipynb":
         raise ValueError(f"path must be an existing .ipynb file, got {str(path)!r}")
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (nbformat.reader.NotJSONError, UnicodeDecodeError, ValueError) as err:
+        first = str(err).strip().splitlines()[0][:100] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path} is not a notebook nbformat can read ({first})") from None
     nb.cells.append(nbformat.v4.new_code_cell(_PROBE))
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
@@ -138,6 +142,9 @@ def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
 
 def format_memory_table(rows: list[NotebookMemory]) -> str:
     """A plain-text table, one row per notebook, at most ~90 characters wide."""
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(row, NotebookMemory) for row in rows):
+        raise TypeError(f"rows must be a list of NotebookMemory (what notebook_peak_memory returns), got "
+                        f"{rows!r:.80}")
     lines = [f"{'notebook':<34} {'peak RSS':>10} {'time':>8}  verdict (target {TARGET_MB / 1000:.1f} GB)",
              f"{'-' * 34} {'-' * 10} {'-' * 8}  {'-' * 26}"]
     for row in rows:
@@ -225,7 +232,21 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
         raise ValueError(f"{path} is not a per-test memory report: not UTF-8 JSON ({err})") from None
     if not isinstance(data, dict) or not isinstance(data.get("tests"), dict):
         raise ValueError(f"{path} is not a per-test memory report (expected a 'tests' table)")
-    return data["tests"]
+    return _checked_records(data["tests"], str(path))
+
+
+def _checked_records(tests: object, source: str) -> dict[str, dict]:
+    """``tests`` if it is ``{test id: {"peak_mb": number, ...}}``, else a ValueError or
+    TypeError that names ``source`` and the first record that is not."""
+    if not isinstance(tests, dict):
+        raise TypeError(f"tests must be a dict {{test id: record}} as read_test_report returns, got "
+                        f"{type(tests).__name__}")
+    for nodeid, record in tests.items():
+        peak = record.get("peak_mb") if isinstance(record, dict) else None
+        if isinstance(peak, bool) or not isinstance(peak, (int, float)):
+            raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has no numeric 'peak_mb' (got "
+                             f"{record!r:.80}): expected the JSON file the tests write")
+    return tests
 
 
 def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
@@ -236,6 +257,7 @@ def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
     from ..attention.validation import check_int  # torch only when called
 
     check_int(top, "top", minimum=1)
+    _checked_records(tests, "tests")
 
     def rise_of(record: dict) -> float | None:
         start = record.get("start_mb")

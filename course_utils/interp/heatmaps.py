@@ -8,6 +8,7 @@ is drawn blank rather than as zeros.
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,6 +75,10 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
     """
     matrix = _as_matrix(weights)
     _check_drawing(fontsize, title, colorbar=colorbar)
+    missing = int(np.isnan(matrix).sum())
+    if missing:  # drawn as grey cells, like the blocked ones: say so instead of passing over them
+        warnings.warn(f"weights: {missing} of {matrix.size} entries are NaN; they are drawn as grey cells, "
+                      f"like keys a mask blocks", stacklevel=2)
     if not (isinstance(label_axes, (tuple, list)) and len(label_axes) == 2
             and all(isinstance(flag, bool) for flag in label_axes)):
         raise TypeError(f"label_axes must be a pair of bools (x labels, y labels), got {label_axes!r:.60}")
