@@ -149,3 +149,24 @@ def test_write_secrets_never_follows_a_link_never_blocks_and_is_always_owner_onl
     written = write_secrets(old, ["02"], solutions)
     assert stat.S_IMODE(written.stat().st_mode) == 0o600 and '"salts"' in written.read_text()
     assert sorted(p.name for p in old.iterdir()) == [SECRETS_NAME], "no temporary file left behind"
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"lesson": "lesson99"}, "lesson must be one of the course's lessons"),
+    ({"code": 5}, "code must be the answer's source text"),
+    ({"name": "not a name"}, "name must be the answer function's name"),
+    ({"salt": "x"}, "salt must be an int or None"),
+    ({"solutions_dir": "/nonexistent/solutions"}, "is not a folder"),
+    ({"hide": 5}, "hide must be a list of pathlib.Path"),
+    ({"hide": ["/etc/passwd"]}, "hide must be a list of pathlib.Path"),
+    ({"sandboxed": "yes"}, "sandboxed must be True, False or None"),
+])
+def test_grade_answer_names_a_bad_argument_before_running_anything(kwargs, words):
+    """Battery 6: these reached a ModuleNotFoundError, compile()'s TypeError, int()'s
+    ValueError or a silent truthy flag."""
+    call = {"lesson": "lesson02", "check": "check_softmax_rows",
+            "code": "def softmax_rows(s):\n    return s\n", "name": "softmax_rows", "salt": None,
+            "solutions_dir": None, "hide": (), "sandboxed": None} | kwargs
+    lesson, check, code, name = (call.pop(k) for k in ("lesson", "check", "code", "name"))
+    with pytest.raises((TypeError, ValueError), match=words):
+        autograde.grade_answer(lesson, check, code, name, **call)

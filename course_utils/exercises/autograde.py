@@ -187,7 +187,11 @@ def exercise_of(lesson: str, check: str) -> Any:
 
     if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
         raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
-    module = importlib.import_module(f"course_utils.exercises.{lesson}")
+    try:
+        module = importlib.import_module(f"course_utils.exercises.{lesson}")
+    except ModuleNotFoundError:
+        known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
+        raise ValueError(f"lesson must be one of the course's lessons {known}, got {lesson!r}") from None
     fn = getattr(module, check, None) if isinstance(check, str) and check.startswith("check_") else None
     if not callable(fn):
         known = sorted(n for n in vars(module) if n.startswith("check_"))
@@ -429,6 +433,7 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
 
     exercise = exercise_of(lesson, check)
     _check_per_call(per_call)
+    _check_grading_arguments(code, name, salt, solutions_dir, hide, sandboxed)
     if sandbox.is_stub(code, name):  # the release's stub: the check's own words, no process needed
         def stub(*args: Any, **kwargs: Any) -> Any:
             raise NotImplementedError()
@@ -455,6 +460,26 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
                              memory=memory, sandbox=sandboxed,
                              max_result_bytes=result_cap(exercise, cases, unseen, expected))
     return feedback_from(lesson, check, name, run, cases, unseen, expected)
+
+
+def _check_grading_arguments(code: object, name: object, salt: object, solutions_dir: object,
+                             hide: object, sandboxed: object) -> None:
+    """A TypeError or ValueError naming the first argument of :func:`grade_answer` that cannot
+    be what it says (the grader's own callers pass them; a wrong one is a bug there)."""
+    if not isinstance(code, str):
+        raise TypeError(f"code must be the answer's source text (a str), got {type(code).__name__}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name must be the answer function's name (an identifier), got {name!r:.60}")
+    if salt is not None and (isinstance(salt, bool) or not isinstance(salt, int)):
+        raise TypeError(f"salt must be an int or None, got {salt!r:.60}")
+    if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
+        raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
+                         f"{solutions_dir!r:.100} is not a folder")
+    if isinstance(hide, (str, bytes)) or not isinstance(hide, (list, tuple)) \
+            or not all(isinstance(p, Path) for p in hide):
+        raise TypeError(f"hide must be a list of pathlib.Path to hide from the answer, got {hide!r:.80}")
+    if sandboxed is not None and not isinstance(sandboxed, bool):
+        raise TypeError(f"sandboxed must be True, False or None (choose by platform), got {sandboxed!r:.60}")
 
 
 # -- nbgrader: the preprocessor that takes Execute's place --------------------------------------
