@@ -80,14 +80,9 @@ def _saved() -> tuple[dict[str, dict], list[str]]:
     for lesson in sorted({key.split(".")[0] for key in all_exercises()}):
         path = answers.ANSWERS_DIR / f"{lesson}.pt"
         try:
-            data = torch.load(path, weights_only=True)
-        except (OSError, RuntimeError) as exc:
-            problems.append(f"{path.name} cannot be read ({type(exc).__name__})")
-            continue
-        if data.get("format") != answers.FORMAT:
-            problems.append(f"{path.name} is of format {data.get('format')}, not {answers.FORMAT}")
-            continue
-        saved[lesson] = data["exercises"]
+            saved[lesson] = answers.read_store(path)["exercises"]
+        except (OSError, ValueError) as exc:
+            problems.append(str(exc))
     return saved, problems
 
 

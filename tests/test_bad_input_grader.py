@@ -170,3 +170,15 @@ def test_grade_answer_names_a_bad_argument_before_running_anything(kwargs, words
     lesson, check, code, name = (call.pop(k) for k in ("lesson", "check", "code", "name"))
     with pytest.raises((TypeError, ValueError), match=words):
         autograde.grade_answer(lesson, check, code, name, **call)
+
+
+def test_a_store_that_is_not_one_is_named(tmp_path):
+    """Battery 6: a .pt file of garbage gave a raw UnpicklingError; a lesson without a store
+    gave torch's FileNotFoundError."""
+    garbage = tmp_path / "lesson02.pt"
+    garbage.write_text("garbage")
+    with pytest.raises(ValueError, match=r"lesson02\.pt cannot be read as stored answers"):
+        answers.read_store(garbage)
+    with pytest.raises(FileNotFoundError, match=r"lesson99\.pt: no stored answers"):
+        answers.read_store(tmp_path / "lesson99.pt")
+    assert "exercises" in answers.read_store(answers.ANSWERS_DIR / "lesson02.pt")

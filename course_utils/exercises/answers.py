@@ -194,13 +194,28 @@ def cases_signature(cases: Any) -> list:
     return [(case.label, describe_inputs((tuple(case.args), dict(case.kwargs)))) for case in cases]
 
 
+def read_store(path: Path) -> dict:
+    """The stored answers in ``path`` (``{"format", "exercises"}``); an OSError or ValueError
+    that names the file when it is missing, not a store, or of another format."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{Path(path).name}: no stored answers at {path} (reinstall the course "
+                                "package, or run scripts/exercise_answers.py build in its clone)")
+    try:
+        data = torch.load(path, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure: the file is not a store
+        raise ValueError(f"{Path(path).name} cannot be read as stored answers "
+                         f"({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
+        raise ValueError(f"{Path(path).name} is not a store of answers (no 'exercises' table)")
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{Path(path).name}: stored answers of format {data.get('format')}, "
+                         f"expected {FORMAT}")
+    return data
+
+
 @functools.cache
 def _load(lesson: str) -> dict:
-    path = ANSWERS_DIR / f"{lesson}.pt"
-    data = torch.load(path, weights_only=True)
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path.name}: stored answers of format {data.get('format')}, expected {FORMAT}")
-    return data["exercises"]
+    return read_store(ANSWERS_DIR / f"{lesson}.pt")["exercises"]
 
 
 def stored(lesson: str, name: str) -> dict | None:
