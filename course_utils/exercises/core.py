@@ -468,6 +468,21 @@ def _edited_input(case: Case, args: tuple, kwargs: dict) -> str | None:
     return None
 
 
+def _changes_its_input(fn: Callable[..., Any], cases: list[Case]) -> bool:
+    """True when ``fn`` changes an input it was given in place on one of ``cases`` (run again,
+    under the time limit: a check asks this only of an answer that was already wrong)."""
+    for case in cases:
+        args, kwargs = case.fresh()
+        try:
+            with _Deadline():
+                fn(*args, **kwargs)
+        except BaseException:  # noqa: BLE001 - the check already said what it could
+            return False
+        if _edited_input(case, args, kwargs) is not None:
+            return True
+    return False
+
+
 def _parameter_name(fn: Any, edited: str) -> str:
     """``edited`` as :func:`_edited_input` names it, with the answer's own parameter name when
     it is ``(argument i)`` and ``fn``'s signature can be read: "`x` (argument 1)"."""

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .cases import seen_or_unseen
-from .core import Case, Exercise, Feedback, Mistake, _Deadline, _edited_input
+from .core import Case, Exercise, Feedback, Mistake, _changes_its_input, _Deadline
 from .raising import (  # names answers that raise
     DiagnosesRaisingAnswers,
     DiagnosingExercise,
@@ -169,19 +169,6 @@ def _merge_cases() -> list[Case]:
              label=f"random heads of shape {c}"),
     ]
 
-
-def _changes_its_input(fn, cases: list[Case]) -> bool:
-    """True when ``fn`` changes the tensor it was given in place on one of ``cases``."""
-    for case in cases:
-        args, kwargs = case.fresh()
-        try:
-            with _Deadline():
-                fn(*args, **kwargs)
-        except BaseException:  # noqa: BLE001 - the check already said what it could
-            return False
-        if _edited_input(case, args, kwargs) is not None:
-            return True
-    return False
 
 
 class _MergeExercise(DiagnosesRaisingAnswers):

@@ -18,7 +18,14 @@ from ..interp.scores import (
     induction_positions,
     induction_score,
 )
-from .core import Case, Exercise, Feedback, Mistake, WatchesGivenLists, _Deadline, _edited_input
+from .core import (
+    Case,
+    Exercise,
+    Feedback,
+    Mistake,
+    WatchesGivenLists,
+    _changes_its_input,
+)
 
 __all__ = [
     "PREVIOUS_TOKEN_SCORE",
@@ -62,20 +69,6 @@ def _previous_token_cases() -> list[Case]:
         Case((_random_causal(2, 5, seed=51, causal=False),), label="2 bidirectional heads, T = 5"),
     ]
 
-
-def _changes_its_input(fn: Callable[..., Any], cases: list[Case]) -> bool:
-    """True when ``fn`` changes the pattern it was given in place on one of ``cases`` (run again,
-    under the time limit: a check asks this only of an answer that was already wrong)."""
-    for case in cases:
-        args, kwargs = case.fresh()
-        try:
-            with _Deadline():
-                fn(*args, **kwargs)
-        except BaseException:  # noqa: BLE001 - the check already said what it could
-            return False
-        if _edited_input(case, args, kwargs) is not None:
-            return True
-    return False
 
 
 _EDITED_PATTERN = ("your result is wrong, and your function also changed `pattern`, the tensor it was "
