@@ -318,19 +318,6 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         v = v.view(B, Tk, self.num_heads, self.d_k).transpose(1, 2)  # (B, h, Tk, dk)
         return q, k, v
 
-    def _check_projection_inputs(self, query: object, key: object, value: object) -> None:
-        """What :meth:`project_qkv` needs (called directly, it has not passed :meth:`forward`'s
-        checks): ``(B, T, d_model)`` float tensors, one B, key and value of one length."""
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            if not (isinstance(t, Tensor) and t.ndim == 3 and t.shape[-1] == self.d_model
-                    and t.is_floating_point()):
-                check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={self.d_model})")
-                raise ValueError(f"{name} last dim must be d_model={self.d_model}, got shape "
-                                 f"{describe_shape(t)}")
-        if not query.shape[0] == key.shape[0] == value.shape[0] or key.shape[1] != value.shape[1]:
-            raise ValueError(f"query, key and value must share B, and key and value T, got "
-                             f"{describe_shape(query)}, {describe_shape(key)}, {describe_shape(value)}")
-
     def _weight(self) -> Tensor:
         """A parameter whose dtype and device the inputs must match."""
         return self.in_proj.weight
