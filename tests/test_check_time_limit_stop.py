@@ -55,6 +55,7 @@ print("HANDLER", signal.getsignal(signal.SIGALRM) is mine, sys.gettrace() is Non
 @pytest.mark.parametrize("check", ["lesson02.check_softmax_rows", "lesson04.check_mha_forward",
                                    "lesson07.check_decode_step"])
 @pytest.mark.parametrize("kind", sorted(ANSWERS))
+@pytest.mark.slow
 def test_runaway_answer_is_stopped_with_a_message(check, kind):
     module, name = check.split(".")
     code = DRIVER.format(module=module, check=name, answer=textwrap.dedent(ANSWERS[kind]))

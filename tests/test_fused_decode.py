@@ -119,6 +119,7 @@ def test_every_vector_width_of_the_kernel_agrees_with_pytorch(tmp_path, extra):
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_compiler_given_as_several_words_is_run_as_a_command(fresh_build, monkeypatch):
     real = fused_decode._compiler()
     monkeypatch.setenv("CC", f"env {real[0]}")  # like CC="ccache gcc"
@@ -127,6 +128,7 @@ def test_a_compiler_given_as_several_words_is_run_as_a_command(fresh_build, monk
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_an_unwritable_cache_folder_falls_back_to_the_temp_folder(fresh_build, monkeypatch):
     blocker = fresh_build / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
@@ -235,6 +237,7 @@ def test_a_failed_build_is_reported_not_raised(fresh_build, monkeypatch):
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_compiler_without_openmp_still_builds_a_one_thread_kernel(fresh_build, monkeypatch):
     """Apple's clang has no -fopenmp: the build drops it and the kernel runs on one thread."""
     real = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc") or shutil.which("clang")
@@ -253,6 +256,7 @@ def test_a_compiler_without_openmp_still_builds_a_one_thread_kernel(fresh_build,
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_the_build_is_cached_per_source_compiler_and_cpu(fresh_build):
     assert fused_decode_status() is None
     built = list((fresh_build / "course_utils").glob("fused_decode-*.so"))
@@ -495,6 +499,7 @@ def escaped(fresh_build):
                 pass
 
 
+@pytest.mark.slow
 def test_a_child_that_leaves_the_compilers_session_does_not_outlast_the_timeout(fresh_build, monkeypatch,
                                                                                 escaped):
     """`setsid sleep &` leaves the process group that is killed, holding the compiler's output
@@ -509,6 +514,7 @@ def test_a_child_that_leaves_the_compilers_session_does_not_outlast_the_timeout(
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_compiler_that_leaves_a_server_running_is_not_waited_for(fresh_build, monkeypatch, escaped):
     """A compiler that builds, then leaves a child holding its output (a compile server)."""
     real = fused_decode._compiler()[0]
@@ -554,6 +560,7 @@ def test_a_bad_timeout_setting_is_named(fresh_build, monkeypatch, value):
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_failed_build_can_be_retried_in_the_same_process(fresh_build, monkeypatch):
     """A compiler that fails once (a missing header, installed since): reset_fused_decode()
     forgets the remembered failure and builds."""
@@ -618,6 +625,7 @@ def test_the_self_test_checks_nan_and_infinities_where_pytorch_has_them(tmp_path
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_hidden_finite_math_flag_is_caught_by_the_self_test_and_remembered(fresh_build, monkeypatch):
     """A wrapper adding the flag where CC does not show it: the self-test, in a separate
     process, refuses the build; the verdict is remembered, nothing is kept as a library."""
@@ -648,6 +656,7 @@ print(float("5e-324") * float("1") != 0.0, (torch.tensor(1e-40) * 1).item() != 0
 
 @needs_kernel
 @pytest.mark.parametrize("how", ["in CC", "hidden in a wrapper"])
+@pytest.mark.slow
 def test_a_fast_math_build_leaves_the_process_floating_point_mode_alone(fresh_build, how):
     """GCC links crtfastmath.o into a -ffast-math library: loading it turns on flush-to-zero
     for the whole process (5e-324 * 1.0 == 0.0 afterwards), even if the self-test then refuses
@@ -667,6 +676,7 @@ def test_a_fast_math_build_leaves_the_process_floating_point_mode_alone(fresh_bu
 
 @needs_kernel
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="sets the x86 MXCSR register")
+@pytest.mark.slow
 def test_a_library_that_sets_flush_to_zero_is_refused_even_if_its_results_pass(fresh_build, monkeypatch):
     ftz = fresh_build / "ftz.c"
     ftz.write_text("__attribute__((constructor)) static void ftz(void) {\n"
@@ -679,6 +689,7 @@ def test_a_library_that_sets_flush_to_zero_is_refused_even_if_its_results_pass(f
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_cached_build_without_a_current_record_is_built_again_not_loaded(fresh_build, monkeypatch):
     """A cached library whose record holds its sha256 alone (an older version of this module)
     is not loaded, not even in a separate process to test it: it is built again, quietly (the
@@ -773,6 +784,7 @@ def test_a_miscompiled_8_row_path_is_confined_to_it_and_caught_by_the_self_test(
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_build_that_miscompiles_the_8_row_path_is_not_used_and_the_course_falls_back(fresh_build,
                                                                                      monkeypatch):
     monkeypatch.setenv("CC", str(_cc_breaking_8_rows(fresh_build, native_only=True)))
@@ -826,6 +838,7 @@ def test_a_build_broken_only_at_other_strides_or_more_threads_is_caught_by_the_s
 
 @needs_kernel
 @pytest.mark.parametrize("broken", ["time stride", "more than 8 threads"])
+@pytest.mark.slow
 def test_a_build_broken_at_other_strides_or_more_threads_is_not_used(fresh_build, monkeypatch, broken):
     """Through CC, as the review ran them: the self-test in its separate process refuses the
     library, nothing is kept as good, and the course computes the right result with PyTorch."""

@@ -114,6 +114,7 @@ def _assert_falls_back_to_pytorch():
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_the_directory_is_created_private_and_the_build_recorded(place):
     assert fused_decode_status() is None
     assert stat.S_IMODE(place.cache.stat().st_mode) == 0o700
@@ -127,6 +128,7 @@ def test_the_directory_is_created_private_and_the_build_recorded(place):
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_an_existing_directory_of_yours_readable_by_others_is_made_private(place):
     place.cache.mkdir(mode=0o755)
     place.cache.chmod(0o755)
@@ -136,6 +138,7 @@ def test_an_existing_directory_of_yours_readable_by_others_is_made_private(place
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_planted_library_without_a_record_is_never_loaded(place):
     place.cache.mkdir(mode=0o700)
     planted = _planted_library(place)
@@ -151,6 +154,7 @@ def test_a_planted_library_without_a_record_is_never_loaded(place):
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_library_whose_bytes_changed_is_never_loaded(place):
     assert fused_decode_status() is None
     (library,) = place.cache.glob("fused_decode-*.so")
@@ -167,6 +171,7 @@ def test_a_library_whose_bytes_changed_is_never_loaded(place):
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_truncated_library_is_refused_before_it_is_mapped(place):
     """Loading a library cut to half its size crashes the process with SIGBUS: the hash must be
     checked before dlopen. Run in a fresh process, as a learner's next session would."""
@@ -225,6 +230,7 @@ def test_directories_writable_by_group_or_others_are_refused_and_pytorch_compute
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_refused_cache_directory_falls_back_to_a_private_temp_directory(place):
     place.cache.mkdir()
     place.cache.chmod(0o777)
@@ -239,6 +245,7 @@ def test_a_refused_cache_directory_falls_back_to_a_private_temp_directory(place)
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_symbolic_link_in_place_of_the_directory_is_refused(place):
     elsewhere = place.root / "elsewhere"
     elsewhere.mkdir(mode=0o700)
@@ -253,6 +260,7 @@ def test_a_symbolic_link_in_place_of_the_directory_is_refused(place):
 @needs_kernel
 @needs_posix
 @pytest.mark.parametrize("sticky", [False, True])
+@pytest.mark.slow
 def test_a_parent_writable_by_everyone_needs_the_sticky_bit(place, monkeypatch, sticky):
     """In a world-writable parent without the sticky bit (unlike /tmp), anyone could rename
     the private directory away and put their own in its place."""
@@ -278,6 +286,7 @@ def test_a_parent_writable_by_everyone_needs_the_sticky_bit(place, monkeypatch, 
     'for a; do [ "$prev" = -o ] && printf "half a library" > "$a"; prev=$a; done\nexit 1\n',
     'for a; do [ "$prev" = -o ] && printf "not a library" > "$a"; prev=$a; done\nexit 0\n',
 ], ids=["fails after writing part of its output", "succeeds with a file that is no library"])
+@pytest.mark.slow
 def test_a_broken_build_leaves_nothing_under_the_kernels_name(place, monkeypatch, script):
     """The compiler writes a temporary file; only a build that loads and passes the self-test
     is moved (os.replace) to the name that later processes load."""
@@ -357,6 +366,7 @@ int fused_decode(const float *q, const float *K, const float *V, float *out, lon
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_library_that_crashes_in_its_self_test_leaves_this_process_alive(place, monkeypatch):
     """Self-tested in this process, a library that segfaults killed the learner's kernel."""
     source = place.root / "segv.c"
@@ -378,6 +388,7 @@ def test_a_library_that_crashes_in_its_self_test_leaves_this_process_alive(place
 @needs_kernel
 @needs_posix
 @pytest.mark.parametrize("record", ["sha256 alone", "self-test v3 passed", "self-test v4 passed"])
+@pytest.mark.slow
 def test_a_record_in_an_older_format_is_never_loaded_not_even_to_test_it(place, record):
     """The review: a library planted with a record of its sha256 alone (the format before the
     separate self-test) was loaded in the self-test's process, and its constructor ran there.
@@ -403,6 +414,7 @@ def test_a_record_in_an_older_format_is_never_loaded_not_even_to_test_it(place, 
 @needs_posix
 @pytest.mark.skipif(os.getuid() != 0, reason="gives the parent folder to another user: needs root")
 @pytest.mark.parametrize("mode", [0o1777, 0o755])
+@pytest.mark.slow
 def test_a_parent_owned_by_someone_else_is_refused_whatever_its_mode(place, monkeypatch, mode):
     """The owner of the parent may rename the private directory away (even with the sticky bit)
     and put their own in its place."""
@@ -448,6 +460,7 @@ def test_a_self_test_process_that_hangs_is_stopped_and_not_held_against_the_libr
 @needs_kernel
 @needs_posix
 @pytest.mark.parametrize("by", ["/proc/self/fd", "a private copy"])
+@pytest.mark.slow
 def test_a_library_swapped_in_between_the_hash_and_the_load_is_never_loaded(place, monkeypatch, by):
     """The hash was checked on the name and dlopen looked the name up again: a file swapped in
     between ran. Now the bytes hashed are the bytes loaded (through the descriptor, or from a
@@ -523,6 +536,7 @@ PLANTED_MODULE = 'open({marker!r}, "w").write("planted module ran")\n'
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_module_planted_in_the_working_directory_does_not_run_in_the_self_test(place, monkeypatch):
     """`python -c` puts the working directory first on the module path: a typing_extensions.py
     planted in a shared working directory ran (torch imports it). The child runs with -I, in the
@@ -569,6 +583,7 @@ def test_a_grandparent_writable_by_others_is_refused_with_a_clear_message(place,
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_cache_reached_through_a_link_into_a_shared_folder_is_refused(place, monkeypatch):
     """The review's attack: ~/.cache, a symbolic link into a folder others can write. The folders
     the link leads through are checked too; the private temp folder is used instead."""
@@ -630,6 +645,7 @@ def _read_only(monkeypatch, folder: Path) -> None:
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_read_only_cache_is_named_as_such_and_a_private_temp_folder_used(place, monkeypatch):
     """It blamed "mode 0700" for a read-only filesystem."""
     place.cache.mkdir(mode=0o700)
@@ -729,6 +745,7 @@ def _plant_tools(folder: Path, marker: Path) -> None:
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_compiler_and_an_assembler_in_a_path_folder_everyone_can_write_never_run(place, monkeypatch):
     """A cc and an as planted in a mode-0777 folder first on PATH ran (gcc finds as and ld on
     PATH); a cc there that also compiled in a constructor passed the self-test and was loaded."""
@@ -849,6 +866,7 @@ def _noexec(monkeypatch, folder: Path) -> None:
 @needs_kernel
 @needs_posix
 @pytest.mark.skipif(not hasattr(os, "ST_NOEXEC"), reason="no ST_NOEXEC flag here")
+@pytest.mark.slow
 def test_a_cache_on_a_noexec_filesystem_is_refused_up_front_and_the_temp_folder_used(place, monkeypatch):
     """Three builds were made there, none could be loaded, and each was remembered for an hour
     as the compiler's failure; the temp folder was never tried."""
@@ -932,6 +950,7 @@ def test_the_default_thread_count_is_capped_not_refused(monkeypatch):
 
 @needs_kernel
 @needs_posix
+@pytest.mark.slow
 def test_a_weaker_build_says_which_builds_were_not_used_and_why(place, monkeypatch):
     """A CC wrapper adding -ffinite-math-only: both -march=native builds fail the self-test, the
     generic one passes; fused_decode_build() said only "built with generic CPU"."""

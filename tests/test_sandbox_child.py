@@ -64,6 +64,7 @@ REFUSED = {  # what the answer does: the event its process is ended for
 
 
 @pytest.mark.parametrize("what", sorted(REFUSED))
+@pytest.mark.slow
 def test_the_audit_hook_ends_the_answer_that_does_it_and_names_the_event(what):
     body, event = REFUSED[what]
     feedback, run = _graded(CHEAT.format(body=body))
@@ -110,6 +111,7 @@ def test_a_module_or_class_changed_by_the_answer_ends_the_run_as_tampering(body,
     assert tampered and changed in tampered[0], run
 
 
+@pytest.mark.slow
 def test_the_wall_clock_limit_holds_and_a_forged_result_is_not_read():
     """The answer ignores the per-call alarm, writes a result of its own on every descriptor it
     can find by number, then never returns: the grader kills it at its wall-clock limit and reads
