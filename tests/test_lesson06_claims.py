@@ -282,7 +282,75 @@ def test_l1h2_loss_increase_sits_on_the_verb(agreement, sentences):
     assert (int((~train.plural).sum()), int(train.plural.sum())) == (258, 242)
     by_number = [round(float(at_verb[rows].mean()), 2) for rows in (~train.plural, train.plural)]
     assert by_number == [2.39, 0.28], \
-        "the verb-position loss rises for both numbers, far more for singular subjects (exercise 6.4)"
+        "the verb-position loss rises for both numbers, far more for singular subjects"
+
+
+def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, sentences):
+    """Exercise 6.4's model answer: L0H3's loss increase sits mostly, not wholly, at the verb and
+    it breaks relative-clause attractors only; L1H0's increase is all at the other words, yet the
+    average loss ranks it above L0H0, which the task needs (section 1's table, zero ablation)."""
+    evaluations, means, train = agreement_setup(agreement, sentences)
+    with torch.no_grad():
+        before, _ = agreement(train.tokens)
+    counted = train.targets != -100
+    verb = torch.zeros_like(counted)
+    verb[torch.arange(len(train)), train.predict_pos] = True
+
+    def split(head):
+        after = ablated_logits(agreement, train.tokens, [head])
+        increase = (F.cross_entropy(after.flatten(0, 1), train.targets.flatten(), reduction="none")
+                    - F.cross_entropy(before.flatten(0, 1), train.targets.flatten(), reduction="none")
+                    ).view(counted.shape) * counted
+        at_verb = increase[torch.arange(len(train)), train.predict_pos]
+        return (round(float(increase[verb].sum() / increase.sum()), 3), round(float(increase[verb].mean()), 3),
+                round(float(increase[counted & ~verb].mean()), 4),
+                round(float(at_verb[~train.plural].mean()), 2), round(float(at_verb[train.plural].mean()), 2))
+
+    assert split((0, 3)) == (0.721, 0.363, 0.0215, 0.54, 0.17), "mostly at the verb, some elsewhere"
+    share, at_verb, elsewhere, *_ = split((1, 0))
+    assert share < 0 and at_verb < 0 < elsewhere, "L1H0: the verb gets better, the other words worse"
+    assert (round(share, 3), at_verb, elsewhere) == (-1.203, -0.122, 0.0341)
+    cases = {head_name(*h): [h] for h in all_heads(agreement)}
+    for method in ("zero", "mean"):
+        table = ablation_table(agreement, evaluations, {"none": []} | cases, method=method,
+                               means=means if method == "mean" else None)
+        loss = (table["loss"] - table.loc["none", "loss"]).drop("none")
+        accuracy = table["attractor acc"].drop("none")
+        assert loss.rank(ascending=False)["L1H0"] == 3 and accuracy["L1H0"] == 1.0
+        assert loss["L1H0"] > loss["L0H0"] and accuracy["L0H0"] < 1.0, f"{method}: ranked above a head the task needs"
+    zero = ablation_table(agreement, evaluations, {"none": []} | cases)
+    drop = zero.loc["none", "attractor acc"] - zero["attractor acc"]
+    rise = zero["loss"] - zero.loc["none", "loss"]
+    assert (round(float(rise["L0H3"] / rise["L1H2"]), 2), round(float(drop["L0H3"] / drop["L1H2"]), 2)) == (0.41, 0.16)
+    right = agreement_margins(ablated_logits(agreement, sentences.tokens, [(0, 3)]), sentences) > 0
+    templates = pd.Series(sentences.template)
+    for kinds, expected in ((("prepositional", "two_prepositions"), 1.0),
+                            (("object_relative", "subject_relative"), 0.826)):
+        rows = torch.tensor(templates.isin(kinds).to_numpy()) & sentences.attractor
+        assert round(float(right[rows].float().mean()), 3) == expected
+
+
+def test_exercise_6_4_has_a_self_check_rubric_without_the_model_answer():
+    """The learner's copy of 6.4 (a written answer) runs one cell, then has a blank answer and a
+    rubric to mark it against, one line per point, that leaves the model answer out."""
+    import nbformat
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cells = nbformat.read(root / "student" / "06_head_ablation.ipynb", as_version=4).cells
+    at = next(i for i, c in enumerate(cells) if c.source.startswith("### Exercise 6.4"))
+    run, answer, rubric = cells[at + 1], cells[at + 2], cells[at + 3].source
+    assert run.cell_type == "code" and "loss_increase_by_position" in run.source and not run.outputs
+    assert answer.metadata["nbgrader"]["grade_id"] == "lesson06_ex6_4_answer"
+    assert answer.source.strip() == "YOUR ANSWER HERE"
+    assert rubric.startswith("<details><summary>Mark your answer yourself (4 points")
+    points = [line for line in rubric.splitlines() if line[:2] in {"1.", "2.", "3.", "4."}]
+    assert len(points) == answer.metadata["nbgrader"]["points"] == 4
+    model_answer = next(c.source for c in nbformat.read(root / "notebooks" / "06_head_ablation.ipynb",
+                                                        as_version=4).cells
+                        if c.source.startswith("**Answer (graded by hand, 4 points):**") and "L0H3" in c.source)
+    for giveaway in ("relative clause", "other jobs", "keeps its lead"):  # the model answer's reasons
+        assert giveaway in model_answer and giveaway not in rubric
 
 
 # ------------------------------------------------------------------ section 4: redundancy
