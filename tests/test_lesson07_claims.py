@@ -689,3 +689,21 @@ def test_the_conversion_figure_keeps_its_legend_off_the_bars():
                   if c.cell_type == "code" and "+ 5% uptraining" in c.source)
     assert "fig.legend(" in source and "ax.legend(" not in source and "axes[1].legend(" not in source
     assert "tight_layout(rect=" in source
+
+
+def test_sources_the_learner_can_open():
+    """Section 6 names llama.cpp's q8_0 block (one float16 scale per 32 int8 codes, the
+    34 bytes per 32 numbers of the byte table) with a link; section 4's two-thread slow-down
+    points at the docs/benchmarks.md section that records it, by an anchor that exists."""
+    import re
+
+    kvq = _prose("kvq-intro")
+    assert "[llama.cpp](https://github.com/ggml-org/llama.cpp)" in kvq
+    assert "`block_q8_0`" in kvq and "ggml/src/ggml-common.h" in kvq and "34 bytes" in kvq
+    links = re.findall(r"\(\.\./docs/benchmarks\.md#([^)]+)\)", _prose("ws-read-share"))
+    assert len(links) == 1
+    headings = (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8").splitlines()
+    slugs = {re.sub(r"[^\w\- ]", "", h.lstrip("#").strip().lower()).replace(" ", "-")
+             for h in headings if h.startswith("#")}
+    assert links[0] in slugs, f"no heading in docs/benchmarks.md has the anchor {links[0]!r}"
+    assert "outside reviewer" in _prose("ws-read-share")
