@@ -664,22 +664,51 @@ def test_deepseek_v2_row_of_the_real_scale_table():
 
 
 def test_exercise_7_4_has_a_self_check_rubric_without_the_model_answer():
-    """The learner's copy of 7.4 (a written answer) comes with a rubric to mark it against,
-    one line per point, that leaves the model answer out (only the solution notebook has it)."""
+    """The learner's copy of 7.4 (a written answer: predict, then measure a shape the lesson
+    did not run) has the answer cell, the one measuring cell under it and a rubric to mark the
+    answer against, one line per point, that leaves the model answer out (only the solution
+    notebook has it)."""
     student = NOTEBOOK.parents[1] / "student" / NOTEBOOK.name
     cells = nbformat.read(student, as_version=4).cells
     at = next(i for i, c in enumerate(cells) if c.source.startswith("### Exercise 7.4"))
-    answer = cells[at + 1]
+    answer, run, rubric = cells[at + 1], cells[at + 2], cells[at + 3].source
     assert answer.metadata["nbgrader"]["grade_id"] == "lesson07_ex7_4_answer"
-    assert "softmax" not in answer.source  # the model answer is not in the student copy
-    rubric = cells[at + 2].source
+    assert "1.60" not in answer.source and "weights" not in answer.source  # no model answer here
+    assert run.cell_type == "code" and "nbgrader" not in run.metadata
+    assert "bench_whole_step(shapes=((2, 2048),)" in run.source and not run.outputs
     assert rubric.startswith("<details><summary>Mark your answer yourself (4 points")
     points = [line for line in rubric.splitlines() if line[:2] in {"1.", "2.", "3.", "4."}]
     assert len(points) == answer.metadata["nbgrader"]["points"] == 4
     model_answer = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
                         if c.source.startswith("**Answer (graded by hand, 4 points):**"))
-    for giveaway in ("softmax", "fused kernel", "weights"):  # the model answer's mechanism words
+    for giveaway in ("1.60", "weights", "8-row", "rows"):  # the model answer's count and mechanism
         assert giveaway in model_answer and giveaway not in rubric
+    # what 7.4 asks for is not answered above it: no cell before it runs or counts this shape
+    before = "".join(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells[:at])
+    assert "2, 2048" not in before and "2 × 2048" not in before
+
+
+def test_exercise_7_4_model_answer_agrees_with_its_stored_run():
+    """The model answer of 7.4: '(96 + 64) / (84 + 16) = 1.60, which the cell prints'; 'the
+    share landed between the 8-sequence share and the one-sequence ones, and the weights alone
+    read at a lower share of read-only than at one sequence' (the stored run of the lesson's table and of 7.4's cell, loosely: an order, not
+    a figure); 'the bound (96 + C) / (84 + C/4) stays below 4 for any cache size C'."""
+    text = _stored_text("ex74-run")
+    rows = _whole_step_rows(text)
+    assert set(rows) == {(2, 2048, 16), (2, 2048, 4)}
+    assert (rows[(2, 2048, 16)]["weights"], rows[(2, 2048, 16)]["cache"]) == (96, 64)
+    assert (rows[(2, 2048, 4)]["weights"], rows[(2, 2048, 4)]["cache"]) == (84, 16)
+    assert rows[(2, 2048, 4)]["bound"] == 1.60 == round((96 + 64) / (84 + 16), 2)
+    table = _whole_step_rows(_stored_text("ws-run"))
+    share = rows[(2, 2048, 4)]["share"]
+    assert table[(8, 1024, 4)]["share"] < share < min(table[(1, 1024, 4)]["share"], table[(1, 8192, 4)]["share"])
+    weights = {}
+    for line in (_stored_text("ws-run") + text).splitlines():
+        if "the weights alone" in line:
+            shape = (int(line.split(",")[0].removeprefix("B=")), int(line.split("context ")[1].split(":")[0]))
+            weights[shape] = float(line.split(", ")[-1].split("%")[0])
+    assert weights[(2, 2048)] < min(weights[(1, 1024)], weights[(1, 8192)])
+    assert all((96 + c) / (84 + c / 4) < 4 for c in (1, 10**3, 10**6, 10**9))
 
 
 def test_the_conversion_figure_keeps_its_legend_off_the_bars():
