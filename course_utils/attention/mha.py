@@ -34,6 +34,7 @@ from .validation import (
     check_flag,
     check_head_dims,
     check_heads_to_merge,
+    check_kv_pair,
     check_linear_weights_fit,
     check_mha_inputs,
     check_sdpa_inputs,
@@ -173,8 +174,11 @@ class MultiHeadAttentionBase(nn.Module):
         h, g, dk = self.num_heads, self.num_kv_heads, self.d_k
         q, k, v = self.project_qkv(query, key, value)  # project, split: q (B, h, Tq, dk); k, v (B, g, Tk, dk)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        if past is not None:  # append the cache: the earlier positions' keys and values come first
-            k, v = past(k, v) if callable(past) else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        if past is not None and callable(past):  # a cache's append: it returns every position's k, v
+            k, v = check_kv_pair(past(k, v), "past(k, v)'s result", batch=B, num_kv_heads=g, d_k=dk,
+                                 weight=self._weight(), length="T")
+        elif past is not None:  # the earlier positions' keys and values come first
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
         T = k.shape[2]  # every key, cached ones included
         allowed, causal_only = self._allowed(mask, key_padding_mask, is_causal, B, Tq, T, past is not None)
         if not (need_weights or self.hook_pattern.has_hooks):  # nobody reads the weights: fused kernel

@@ -42,6 +42,7 @@ __all__ = [
     "check_keys_not_empty",
     "check_sdpa_inputs",
     "check_mha_inputs",
+    "check_kv_pair",
     "check_mask_fits",
     "combine_masks",
     "check_edited_heads",
@@ -559,23 +560,38 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
 
 def check_attention_extras(past: object, *, batch: int, num_kv_heads: int, d_k: int,
                            weight: Tensor) -> None:
-    """``past`` is None, a function (a cache's append, checked by its cache), or a ``(k, v)``
-    pair of ``(B, g, T_past, dk)`` tensors fitting the module."""
+    """``past`` is None, a function (its result is checked by :func:`check_kv_pair` once it has
+    run), or a ``(k, v)`` pair of ``(B, g, T_past, dk)`` tensors fitting the module."""
     if past is None or callable(past):
         return
-    if not isinstance(past, (tuple, list)) or len(past) != 2:
-        raise TypeError(f"past must be a (k, v) pair of tensors (B, g, T_past, dk), a cache's append "
-                        f"function or None, got "
-                        f"{type(past).__name__}")
-    expected = f"(B={batch}, g={num_kv_heads}, T_past, dk={d_k})"
-    for name, t in (("past k", past[0]), ("past v", past[1])):
-        check_tensor(t, name, ndim=4, layout=expected)
+    check_kv_pair(past, "past", batch=batch, num_kv_heads=num_kv_heads, d_k=d_k, weight=weight,
+                  alternatives=", a cache's append function or None")
+
+
+def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k: int, weight: Tensor,
+                  length: str = "T_past", alternatives: str = "") -> tuple[Tensor, Tensor]:
+    """``pair`` is a ``(k, v)`` pair of ``(B, g, T, dk)`` tensors of one shape, with the module's
+    batch, K/V heads, head width, dtype and device: the ``past`` pair given to a forward, or what
+    a ``past`` function returned. Otherwise a TypeError or ValueError naming ``name`` (its
+    tensors are ``name k`` and ``name v``), what was expected and what arrived. Returned as a
+    tuple."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        got = type(pair).__name__
+        if isinstance(pair, (tuple, list)):
+            got += f" of {len(pair)} item{'' if len(pair) == 1 else 's'}"
+        hint = " (did the function forget to return them?)" if pair is None else ""
+        raise TypeError(f"{name} must be a (k, v) pair of tensors (B, g, {length}, dk){alternatives}, "
+                        f"got {got}{hint}")
+    expected = f"(B={batch}, g={num_kv_heads}, {length}, dk={d_k})"
+    for part, t in zip(("k", "v"), pair, strict=True):
+        check_tensor(t, f"{name} {part}", ndim=4, layout=expected)
         if t.shape[0] != batch or t.shape[1] != num_kv_heads or t.shape[3] != d_k:
-            raise ValueError(f"{name} must be {expected}, got {describe_shape(t)}")
-        check_matches_module(t, name, weight)
-    if past[0].shape != past[1].shape:
-        raise ValueError(f"past k and v must have one shape, got {describe_shape(past[0])} and "
-                         f"{describe_shape(past[1])}")
+            raise ValueError(f"{name} {part} must be {expected}, got {describe_shape(t)}")
+        check_matches_module(t, f"{name} {part}", weight)
+    if pair[0].shape != pair[1].shape:
+        raise ValueError(f"{name} k and v must have one shape, got {describe_shape(pair[0])} and "
+                         f"{describe_shape(pair[1])}")
+    return pair[0], pair[1]
 
 
 def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") -> Tensor:
