@@ -276,6 +276,27 @@ def test_cache_timing_setup_and_stored_ratios():
     assert "time_cold(" in source and "time_interleaved(" not in source  # flushed, as section 3
 
 
+def test_cache_timing_sentence_states_the_repeats_the_cell_runs():
+    """'times one decoding step with each ... 7 times after 1 warm-up': the counts the sentence
+    gives are the ``repeats=`` and ``warmup=`` of the ``time_cold`` call under it, and the stored
+    progress bar ran that many rounds (a change to either side fails here)."""
+    import ast
+    import re
+
+    words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+    said = re.findall(r"(\w+) times after (\w+) warm-ups?\b", _prose("kvc-same-read"))
+    assert len(said) == 1, f"expected one 'N times after M warm-up(s)' in the sentence, found {said}"
+    said_repeats, said_warmup = (int(w) if w.isdigit() else words[w] for w in said[0])
+    source = _prose("kvc-time")
+    calls = [n for n in ast.walk(ast.parse(source))
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "time_cold"]
+    assert len(calls) == 1
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in calls[0].keywords if k.arg in {"repeats", "warmup"}}
+    assert (said_repeats, said_warmup) == (kwargs["repeats"], kwargs["warmup"]), (said[0], kwargs)
+    rounds = kwargs["repeats"] + kwargs["warmup"]
+    assert f"{rounds}/{rounds} [" in _stored_text("kvc-time")  # the stored bar's last update
+
+
 def test_time_cold_flushes_before_every_call_and_keeps_the_allocator_steady():
     """The cache timing reads the flush buffer before each timed call (section 3's method)."""
     from course_utils.bench import gqa_speed
