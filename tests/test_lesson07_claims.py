@@ -470,6 +470,24 @@ def test_the_shortfall_sentence_reads_a_cpu_time_table():
     assert "differ by a third or more" in _prose("486c1196")
 
 
+def test_every_share_names_the_load_among_its_conditions():
+    """The shares depend on the threads, the wait policy, the machine 'and on a fourth that no
+    line names: how much memory traffic other programs cause' (section 3's details, the share
+    column and the summary); the figures the details quote for it (the probe's spread and one
+    share in two runs) are those docs/benchmarks.md records."""
+    import re
+
+    for cell_id in ("bench-how", "ws-read-share", "7922bd91"):
+        assert "memory traffic" in _prose(cell_id) and "load" in _prose(cell_id), cell_id
+    how = _prose("bench-how")
+    low, high = map(int, re.search(r"have given (\d+) to (\d+) GB/s", how).groups())
+    first, second = re.search(r"one share (\d+)% in one run and (\d+)% in the next", how).groups()
+    docs = " ".join((NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    probe = re.search(r"the read-only probe read (\d+\.\d) to (\d+\.\d) GB/s", docs)
+    assert probe and (round(float(probe[1])), round(float(probe[2]))) == (low, high)
+    assert f"share moved from {first}% to {second}%" in docs
+
+
 def test_the_lesson_runs_the_quick_defaults_with_their_full_runs_named():
     """Lesson 07 stays quick: its heavy cells call the quick defaults (one thread), the prose
     names the full run, and the long cells show progress bars."""
