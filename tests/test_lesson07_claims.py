@@ -488,6 +488,30 @@ def test_every_share_names_the_load_among_its_conditions():
     assert f"share moved from {first}% to {second}%" in docs
 
 
+def test_the_summary_scopes_its_memory_bound_and_whole_step_readings():
+    """Summary: the fused kernel 'gets nearly all of that in time while reading outlasts the
+    arithmetic: in the printed table about 4x at g = 4, but far less than 16x at g = 1'; 'at the
+    benchmark's shape with one sequence of 4096 tokens GQA-4 can be at most 1.6 times faster ...
+    The bound grows with the cache ... (1.93 at 8192 tokens in the whole-step table), but stays
+    below 4' (against the stored runs and the byte count)."""
+    speedup = {}
+    for line in _stored_text("a6cc0e7d").splitlines():
+        if line.startswith("g="):
+            speedup[int(line[2:4])] = float(line.split("fused ")[1].split("x")[0])
+    assert 3.4 <= speedup[4] <= 4.0 and speedup[1] < 8 < 16
+    first, second = _prose("c5100e78"), _prose("7922bd91")
+    assert "about 4x at $g = 4$, but far less than 16x at $g = 1$" in first
+    assert "its time follows the cache's size" not in first
+    assert "with one sequence of 4096 tokens GQA-4 can be at most 1.6 times faster" in second
+    assert "(1.93 at 8192 tokens in the whole-step table)" in second
+    assert _whole_step_rows(_stored_text("ws-run"))[(1, 8192, 4)]["bound"] == 1.93
+    d, layers, h, dk = 1024, 8, 16, 64
+    weights = lambda g: 4 * layers * ((h + 2 * g) * dk * d + 9 * d * d)  # noqa: E731
+    bound = lambda T: (weights(h) + kv_cache_bytes(layers, 1, h, dk, T, 4)) / (  # noqa: E731
+        weights(4) + kv_cache_bytes(layers, 1, 4, dk, T, 4))
+    assert bound(4096) == 1.6 and bound(8192) > bound(4096) and bound(10**7) < 4
+
+
 def test_the_lesson_runs_the_quick_defaults_with_their_full_runs_named():
     """Lesson 07 stays quick: its heavy cells call the quick defaults (one thread), the prose
     names the full run, and the long cells show progress bars."""
