@@ -38,7 +38,7 @@ PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numpr
                         "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
                         "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
                         "--nbval-sanitize-with", "--pythonwarnings", "--color"}
-VENV = Path(os.environ.get("COURSE_VENV", ROOT / ".venv"))
+VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
 STAMP = VENV / ".course-install-stamp"
 INPUTS = ("pyproject.toml", "constraints.txt")
 
@@ -67,6 +67,37 @@ def _venv_is_usable() -> bool:
     return probe.returncode == 0 and probe.stdout.strip() == str(tuple(sys.version_info[:2]))
 
 
+# What a virtual environment holds at its top (venv on Linux, macOS and Windows; uv adds .lock and
+# CACHEDIR.TAG) and what the course adds: a folder with only these may be emptied and made again;
+# anything else is someone's files.
+VENV_ENTRIES = {"bin", "include", "lib", "lib64", "Scripts", "Include", "Lib", "share", "etc",
+                "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", ".course-install-stamp"}
+
+
+def venv_folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` may not be (re)made as the course's virtual environment, or None when it may:
+    it is missing, empty, or holds only what a virtual environment holds. ``venv`` empties the
+    folder it is given, so a folder of other files is refused rather than wiped."""
+    named = f"COURSE_VENV={folder}" if os.environ.get("COURSE_VENV") else str(folder)
+    if folder.is_symlink() and not folder.exists():
+        return f"{named} is a broken symbolic link: point COURSE_VENV at a new or empty folder"
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        return f"{named} is a file, not a folder: point COURSE_VENV at a new or empty folder"
+    try:
+        entries = {entry.name for entry in folder.iterdir()}
+    except OSError as exc:
+        return f"{named} cannot be read ({exc.strerror or exc})"
+    others = sorted(entries - VENV_ENTRIES)
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        return (f"{named} holds files that are not a virtual environment's ({shown}); the course "
+                "would empty it to make one there, so it leaves it alone. Point COURSE_VENV at a new "
+                "or empty folder, or remove that folder yourself")
+    return None
+
+
 def ensure_environment() -> None:
     """Create .venv and install the course into it, once per change of the pins."""
     if sys.version_info < (3, 10):  # noqa: UP036 - this check is for people running older Pythons
@@ -75,16 +106,25 @@ def ensure_environment() -> None:
     if STAMP.exists() and STAMP.read_text() == _fingerprint() and _bin("python").exists():
         return
     if not _venv_is_usable():  # missing, half-made, or made by another Python version
+        problem = venv_folder_problem(VENV)
+        if problem:
+            sys.exit(f"Cannot make the course's virtual environment: {problem}.")
         print(f"Creating a virtual environment in {VENV.name}/ ...", flush=True)
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
-        except Exception as exc:  # e.g. Debian/Ubuntu without python3-venv
-            shutil.rmtree(VENV, ignore_errors=True)  # a half-made .venv would look usable next time
+        except Exception as exc:  # e.g. Debian/Ubuntu without python3-venv, a read-only folder
+            removed = VENV.is_dir() and not VENV.is_symlink() and venv_folder_problem(VENV) is None
+            if removed:  # a half-made .venv would look usable next time
+                shutil.rmtree(VENV, ignore_errors=True)
             said = getattr(exc, "output", None) or getattr(exc, "stderr", None) or ""
             said = said.decode(errors="replace") if isinstance(said, bytes) else str(said)
             cause = (said.strip().splitlines() or [str(exc)])[-1]
-            sys.exit(f"Could not create {VENV.name}/ ({type(exc).__name__}: {cause}); it was removed. "
-                     "On Debian or Ubuntu, install the venv module first: sudo apt install python3-venv")
+            where = f"COURSE_VENV={VENV}" if os.environ.get("COURSE_VENV") else f"{VENV.name}/"
+            advice = ("On Debian or Ubuntu, install the venv module first: sudo apt install python3-venv"
+                      if isinstance(exc, subprocess.CalledProcessError) or "ensurepip" in cause
+                      else "Check that the folder can be written, or point COURSE_VENV at one that can")
+            sys.exit(f"Could not create {where} ({type(exc).__name__}: {cause})"
+                     f"{'; what it made was removed' if removed and VENV != Path() else ''}. {advice}")
     print("Installing the course's packages (first run only) ...", flush=True)
     wanted = ["-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[dev,lab,instructor]"]
     if os.environ.get("COURSE_TORCH_INDEX_URL"):

@@ -481,12 +481,16 @@ def fill_course_source(course: Path) -> list[Path]:
     return written
 
 
-def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path) -> list[str]:
-    """Student notebooks in ``folder`` that differ from ``students``, are missing, or are extra."""
+def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path,
+                   unreadable: dict[str, str] | None = None) -> list[str]:
+    """Student notebooks in ``folder`` that differ from ``students``, are missing, or are extra.
+    Those that cannot be read as notebooks are also put in ``unreadable`` (path -> why)."""
     def current(path: Path, nb: nbformat.NotebookNode) -> bool:
         try:
             return _same(_read(path), nb)
-        except NotebookReadError:  # a broken student copy is stale: release writes it again
+        except NotebookReadError as exc:  # a broken student copy is stale: release writes it again
+            if unreadable is not None:
+                unreadable[str(path)] = str(exc)
             return False
 
     stale = [str(folder / name) for name, nb in students.items()
@@ -504,7 +508,8 @@ def release(*, write: bool = True) -> list[str]:
     for path, original in originals.items():
         converted[path.name] = convert(original, path.name)[0]
     students = student_notebooks(converted)
-    stale_copies = stale_students(students, STUDENT)
+    unreadable: dict[str, str] = {}
+    stale_copies = stale_students(students, STUDENT, unreadable)
     for path, original in originals.items():  # nothing is written before here
         nb = converted[path.name]
         if not _same(nb, original):
@@ -513,9 +518,11 @@ def release(*, write: bool = True) -> list[str]:
                 nbformat.write(nb, path)
     for stale in stale_copies:
         path = Path(stale)
-        changed.append(str(path.relative_to(ROOT)))
         if not write:
+            why = unreadable.get(stale)
+            changed.append(str(path.relative_to(ROOT)) + (f" (unreadable: {why})" if why else ""))
             continue
+        changed.append(str(path.relative_to(ROOT)))
         if path.name in students:
             STUDENT.mkdir(exist_ok=True)
             nbformat.write(students[path.name], path)

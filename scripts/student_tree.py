@@ -225,9 +225,21 @@ def main(argv: list[str]) -> int:
                   "(student notebooks, course_utils, data, set-up)")
             return 0
     except (OSError, RuntimeError, ValueError) as exc:
-        print(f"student-tree: {exc}", file=sys.stderr)
+        print(f"student-tree: {_described(exc)}", file=sys.stderr)
         return 2
     raise AssertionError(f"usage_problem let {argv!r} through")  # every other shape is refused above
+
+
+def _described(exc: BaseException) -> str:
+    """``exc`` in words: shutil.Error (copytree's failures, a list of (source, target, why)) as
+    how many files failed and the first one's reason, not the list's repr."""
+    failures = exc.args[0] if isinstance(exc, shutil.Error) and exc.args else None
+    if isinstance(failures, list) and failures \
+            and all(isinstance(f, tuple) and len(f) == 3 for f in failures):
+        source, _, why = failures[0]
+        return (f"could not copy {len(failures)} file(s) into the tree, the first {source}: {why} "
+                "(a full disk or a file-size limit?); nothing was written")
+    return str(exc)
 
 
 if __name__ == "__main__":

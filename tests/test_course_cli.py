@@ -318,3 +318,82 @@ def test_a_failed_venv_create_removes_the_half_made_venv_and_names_the_cause(tmp
     message = str(exit_info.value.code)
     assert "CalledProcessError: No module named ensurepip" in message and "removed" in message
     assert not venv_dir.exists()
+
+
+def test_an_empty_course_venv_means_the_default_not_the_current_folder():
+    """`COURSE_VENV= python3 course.py setup` once made the current folder the venv and emptied it."""
+    probe = subprocess.run([sys.executable, "-c", "import runpy, sys; sys.argv = ['course.py'];"
+                            "g = runpy.run_path('course.py', run_name='not_main'); print(g['VENV'])"],
+                           cwd=ROOT, env={"COURSE_VENV": "", "PATH": "/usr/bin:/bin"},
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == str(ROOT / ".venv")
+
+
+@pytest.fixture
+def venv_at(tmp_path, monkeypatch):
+    """Point course.py at a venv folder that is not usable, and fail if it would create one."""
+    def point(folder: Path) -> None:
+        monkeypatch.setattr(course, "VENV", folder)
+        monkeypatch.setattr(course, "STAMP", folder / ".course-install-stamp")
+        monkeypatch.setattr(course, "_venv_is_usable", lambda: False)
+        monkeypatch.setenv("COURSE_VENV", str(folder))
+
+        def refuse(self, env_dir):
+            raise AssertionError("course.py went on to empty and create the folder")
+
+        monkeypatch.setattr(course.venv.EnvBuilder, "create", refuse)
+    return point
+
+
+def test_course_venv_at_a_folder_of_other_files_is_refused_and_left_intact(tmp_path, venv_at):
+    work = tmp_path / "thesis"
+    (work / "sub").mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    (work / "sub" / "chapter1.tex").write_text("also mine")
+    venv_at(work)
+    with pytest.raises(SystemExit) as exit_info:
+        course.ensure_environment()
+    message = str(exit_info.value.code)
+    assert f"COURSE_VENV={work}" in message and "notes.txt, sub" in message and "leaves it alone" in message
+    assert (work / "notes.txt").read_text() == "mine"
+    assert (work / "sub" / "chapter1.tex").read_text() == "also mine"
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.write_text("x"), "is a file, not a folder"),
+    (lambda p: p.symlink_to(p.parent / "nowhere"), "broken symbolic link"),
+])
+def test_course_venv_that_is_a_file_or_broken_link_is_named(tmp_path, venv_at, make, words):
+    target = tmp_path / "env"
+    make(target)
+    venv_at(target)
+    with pytest.raises(SystemExit) as exit_info:
+        course.ensure_environment()
+    message = str(exit_info.value.code)
+    assert words in message and f"COURSE_VENV={target}" in message
+    assert "removed" not in message and "python3-venv" not in message
+    assert target.is_symlink() or target.read_text() == "x"
+
+
+def test_a_venv_create_that_cannot_write_does_not_advise_python3_venv(tmp_path, monkeypatch):
+    venv_dir = tmp_path / ".venv"
+    monkeypatch.setattr(course, "VENV", venv_dir)
+    monkeypatch.setattr(course, "STAMP", tmp_path / "stamp")
+    monkeypatch.setattr(course, "_venv_is_usable", lambda: False)
+    monkeypatch.delenv("COURSE_VENV", raising=False)
+
+    def read_only(self, env_dir):
+        raise PermissionError(13, "Permission denied", str(env_dir))
+
+    monkeypatch.setattr(course.venv.EnvBuilder, "create", read_only)
+    with pytest.raises(SystemExit) as exit_info:
+        course.ensure_environment()
+    message = str(exit_info.value.code)
+    assert "PermissionError" in message and "can be written" in message
+    assert "python3-venv" not in message and "removed" not in message
+
+
+def test_a_venv_folder_is_recognised_as_one():
+    assert course.venv_folder_problem(ROOT / "no-such-folder") is None
+    venv_like = {p.name for p in (ROOT / ".venv").iterdir()} if (ROOT / ".venv").is_dir() else set()
+    assert venv_like <= course.VENV_ENTRIES, venv_like - course.VENV_ENTRIES

@@ -302,7 +302,8 @@ def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, se
                     - F.cross_entropy(before.flatten(0, 1), train.targets.flatten(), reduction="none")
                     ).view(counted.shape) * counted
         at_verb = increase[torch.arange(len(train)), train.predict_pos]
-        return (round(float(increase[verb].sum() / increase.sum()), 3), round(float(increase[verb].mean()), 3),
+        return (round(float(increase[verb].sum() / increase.sum()), 3),
+                round(float(increase[verb].mean()), 3),
                 round(float(increase[counted & ~verb].mean()), 4),
                 round(float(at_verb[~train.plural].mean()), 2), round(float(at_verb[train.plural].mean()), 2))
 
@@ -317,11 +318,13 @@ def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, se
         loss = (table["loss"] - table.loc["none", "loss"]).drop("none")
         accuracy = table["attractor acc"].drop("none")
         assert loss.rank(ascending=False)["L1H0"] == 3 and accuracy["L1H0"] == 1.0
-        assert loss["L1H0"] > loss["L0H0"] and accuracy["L0H0"] < 1.0, f"{method}: ranked above a head the task needs"
+        assert loss["L1H0"] > loss["L0H0"] and accuracy["L0H0"] < 1.0, (
+            f"{method}: ranked above a head the task needs")
     zero = ablation_table(agreement, evaluations, {"none": []} | cases)
     drop = zero.loc["none", "attractor acc"] - zero["attractor acc"]
     rise = zero["loss"] - zero.loc["none", "loss"]
-    assert (round(float(rise["L0H3"] / rise["L1H2"]), 2), round(float(drop["L0H3"] / drop["L1H2"]), 2)) == (0.41, 0.16)
+    ratios = (round(float(rise["L0H3"] / rise["L1H2"]), 2), round(float(drop["L0H3"] / drop["L1H2"]), 2))
+    assert ratios == (0.41, 0.16)
     right = agreement_margins(ablated_logits(agreement, sentences.tokens, [(0, 3)]), sentences) > 0
     templates = pd.Series(sentences.template)
     for kinds, expected in ((("prepositional", "two_prepositions"), 1.0),
@@ -333,8 +336,9 @@ def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, se
 def test_exercise_6_4_has_a_self_check_rubric_without_the_model_answer():
     """The learner's copy of 6.4 (a written answer) runs one cell, then has a blank answer and a
     rubric to mark it against, one line per point, that leaves the model answer out."""
-    import nbformat
     from pathlib import Path
+
+    import nbformat
 
     root = Path(__file__).resolve().parents[1]
     cells = nbformat.read(root / "student" / "06_head_ablation.ipynb", as_version=4).cells
@@ -348,7 +352,8 @@ def test_exercise_6_4_has_a_self_check_rubric_without_the_model_answer():
     assert len(points) == answer.metadata["nbgrader"]["points"] == 4
     model_answer = next(c.source for c in nbformat.read(root / "notebooks" / "06_head_ablation.ipynb",
                                                         as_version=4).cells
-                        if c.source.startswith("**Answer (graded by hand, 4 points):**") and "L0H3" in c.source)
+                        if c.source.startswith("**Answer (graded by hand, 4 points):**")
+                        and "L0H3" in c.source)
     for giveaway in ("relative clause", "other jobs", "keeps its lead"):  # the model answer's reasons
         assert giveaway in model_answer and giveaway not in rubric
 

@@ -773,8 +773,9 @@ def test_exercise_7_4_has_a_self_check_rubric_without_the_model_answer():
 def test_exercise_7_4_model_answer_agrees_with_its_stored_run():
     """The model answer of 7.4: '(96 + 64) / (84 + 16) = 1.60, which the cell prints'; 'the
     share landed between the 8-sequence share and the one-sequence ones, and the weights alone
-    read at a lower share of read-only than at one sequence' (the stored run of the lesson's table and of 7.4's cell, loosely: an order, not
-    a figure); 'the bound (96 + C) / (84 + C/4) stays below 4 for any cache size C'."""
+    read at a lower share of read-only than at one sequence' (the stored run of the lesson's table
+    and of 7.4's cell, loosely: an order, not a figure); 'the bound (96 + C) / (84 + C/4) stays
+    below 4 for any cache size C'."""
     text = _stored_text("ex74-run")
     rows = _whole_step_rows(text)
     assert set(rows) == {(2, 2048, 16), (2, 2048, 4)}
@@ -783,7 +784,8 @@ def test_exercise_7_4_model_answer_agrees_with_its_stored_run():
     assert rows[(2, 2048, 4)]["bound"] == 1.60 == round((96 + 64) / (84 + 16), 2)
     table = _whole_step_rows(_stored_text("ws-run"))
     share = rows[(2, 2048, 4)]["share"]
-    assert table[(8, 1024, 4)]["share"] < share < min(table[(1, 1024, 4)]["share"], table[(1, 8192, 4)]["share"])
+    one_sequence = min(table[(1, 1024, 4)]["share"], table[(1, 8192, 4)]["share"])
+    assert table[(8, 1024, 4)]["share"] < share < one_sequence
     weights = {}
     for line in (_stored_text("ws-run") + text).splitlines():
         if "the weights alone" in line:

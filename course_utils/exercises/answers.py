@@ -224,4 +224,10 @@ def stored(lesson: str, name: str) -> dict | None:
     for a lesson that is not "lessonNN" (a path would read outside the store)."""
     if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
         raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
+    known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
+    if lesson not in known:
+        raise ValueError(f"lesson must be one of the course's lessons {known}, got {lesson!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected an exercise's stored name (a str), got "
+                        f"{type(name).__name__} {name!r:.60}")
     return _load(lesson).get(name)

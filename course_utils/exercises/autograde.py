@@ -181,17 +181,39 @@ def unseen_cases(exercise: Any, salt: int) -> list[Any]:
     return cases_of(exercise, salt)
 
 
+def _solutions_folder(solutions_dir: Any) -> Path:
+    """``solutions_dir`` as an absolute Path: a folder named ``solutions`` (it is imported as the
+    package ``solutions`` from its parent); else an error naming it."""
+    if not isinstance(solutions_dir, (str, os.PathLike)) or isinstance(solutions_dir, bytes):
+        raise TypeError(f"solutions_dir: expected the path of the instructor's solutions/ folder, got "
+                        f"{type(solutions_dir).__name__} {solutions_dir!r:.60}")
+    folder = Path(solutions_dir).resolve()
+    if not folder.is_dir():
+        raise ValueError(f"solutions_dir: expected the instructor's solutions/ folder, but "
+                         f"{str(solutions_dir)!r:.100} "
+                         + ("is not a folder" if folder.exists() else "does not exist"))
+    if folder.name != "solutions" or not (folder / "__init__.py").is_file():
+        raise ValueError(f"solutions_dir: expected the clone's solutions/ package (a folder named "
+                         f"'solutions' with an __init__.py), got {str(solutions_dir)!r:.100}")
+    return folder
+
+
+def _lesson_module(lesson: Any) -> Any:
+    """The module course_utils.exercises.<lesson>; a ValueError naming ``lesson`` when there is none."""
+    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
+        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r:.60}")
+    try:
+        return importlib.import_module(f"course_utils.exercises.{lesson}")
+    except ModuleNotFoundError:
+        known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
+        raise ValueError(f"lesson must be one of the course's lessons {known}, got {lesson!r}") from None
+
+
 def exercise_of(lesson: str, check: str) -> Any:
     """The Exercise behind ``lessonNN.check_xxx`` (a bound check, or a wrapper such as 5.3's)."""
     from .core import Exercise
 
-    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
-        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
-    try:
-        module = importlib.import_module(f"course_utils.exercises.{lesson}")
-    except ModuleNotFoundError:
-        known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
-        raise ValueError(f"lesson must be one of the course's lessons {known}, got {lesson!r}") from None
+    module = _lesson_module(lesson)
     fn = getattr(module, check, None) if isinstance(check, str) and check.startswith("check_") else None
     if not callable(fn):
         known = sorted(n for n in vars(module) if n.startswith("check_"))
@@ -214,6 +236,14 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
     (exercise name -> outputs), computed in a separate Python process that imports
     ``solutions/`` from the instructor's clone; cached for this grader's run. Raises
     RuntimeError when that process fails."""
+    folder = _solutions_folder(solutions_dir)
+    _lesson_module(lesson)
+    if isinstance(salt, bool) or not isinstance(salt, int):
+        raise TypeError(f"salt: expected an int, got {type(salt).__name__} {salt!r:.60}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 86400:
+        raise ValueError(f"timeout: expected the seconds the reference run may take, a number in "
+                         f"(0, 86400), got {type(timeout).__name__} {timeout!r:.40}")
+    solutions_dir = str(folder)
     key = (lesson, int(salt), str(solutions_dir))
     if key in _REFERENCES:
         return _REFERENCES[key]
@@ -233,9 +263,13 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
     )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "expected.pt"
-        done = subprocess.run([sys.executable, "-I", "-c", script, str(out), str(Path(solutions_dir).parent),
-                               str(int(salt)), lesson], capture_output=True, text=True, timeout=timeout,
-                              cwd=tmp)
+        try:
+            done = subprocess.run([sys.executable, "-I", "-c", script, str(out), str(folder.parent),
+                                   str(int(salt)), lesson], capture_output=True, text=True, timeout=timeout,
+                                  cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the reference outputs for the unseen cases of {lesson} took longer than "
+                               f"timeout={timeout} s") from None
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"the reference outputs for the unseen cases could not be computed:\n"
                                f"{done.stderr[-2000:]}")
@@ -280,6 +314,17 @@ def replay(name: str, cases: Sequence[Any], outcomes: Sequence[sandbox.Outcome])
     """A function that gives, for each of ``cases``, what the answer's process recorded: a copy of
     the output, the exception it raised, the edits it made to its inputs. No student code runs:
     the exercise's check can then grade the answer here, unchanged."""
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected the answer function's name (a str), got {type(name).__name__}")
+    if isinstance(cases, (str, bytes)) or not isinstance(cases, Sequence) \
+            or not all(isinstance(c, _cases.Case) for c in cases):
+        raise TypeError(f"cases: expected a list of exercise cases (Case), got {cases!r:.80}")
+    if isinstance(outcomes, (str, bytes)) or not isinstance(outcomes, Sequence) \
+            or not all(isinstance(o, sandbox.Outcome) for o in outcomes):
+        raise TypeError(f"outcomes: expected a list of sandbox.Outcome, got {outcomes!r:.80}")
+    if len(cases) != len(outcomes):
+        raise ValueError(f"outcomes: expected one recorded outcome per case, {len(cases)}, "
+                         f"got {len(outcomes)}")
     table = [((c.args, c.kwargs), o) for c, o in zip(cases, outcomes, strict=True)]
 
     def answer(*args: Any, **kwargs: Any) -> Any:
@@ -407,6 +452,16 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
     """The most bytes the grader reads back from an answer's process: 8 times the right outputs
     and the inputs (their copies come back after the call) of every case, and 1 MiB. None (no
     cap) when the exercise's own right outputs cannot be had here."""
+    from .core import Exercise
+
+    if not isinstance(exercise, Exercise):
+        raise TypeError(f"exercise: expected an Exercise (see exercise_of), got {type(exercise).__name__} "
+                        f"{exercise!r:.60}")
+    for label, given in (("cases", cases), ("unseen", unseen)):
+        if given is None and label == "unseen":
+            continue
+        if not isinstance(given, (list, tuple)) or not all(isinstance(c, _cases.Case) for c in given):
+            raise TypeError(f"{label}: expected a list of the exercise's cases (Case), got {given!r:.80}")
     try:
         expected = exercise._expected_outputs(cases)
     except Exception:  # noqa: BLE001 - no stored outputs: grade without a cap
@@ -490,6 +545,13 @@ def _nbgrader_meta(cell: Any) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
+def _need_notebook(nb: Any) -> None:
+    """``nb`` must be a notebook read by nbformat (cells reachable as ``nb.cells``)."""
+    if not isinstance(nb, dict) or not isinstance(getattr(nb, "cells", None), list):
+        raise TypeError(f"nb: expected a notebook read by nbformat.read (a NotebookNode with .cells), got "
+                        f"{type(nb).__name__} {nb!r:.60}")
+
+
 def neutralise_html(nb: Any) -> int:
     """Escape the HTML of every markdown or raw cell of ``nb`` that the student could write (all
     but the locked cells nbgrader has put back from the source), so that the Formgrader shows it
@@ -498,6 +560,7 @@ def neutralise_html(nb: Any) -> int:
     changed."""
     import html
 
+    _need_notebook(nb)
     changed = 0
     for cell in nb.cells:
         if cell.cell_type not in ("markdown", "raw") or _nbgrader_meta(cell).get("locked"):
@@ -632,6 +695,7 @@ def make_inert(nb: Any) -> Any:
     the exporter highlights, escaped) and, for the grader's own test cells only, the verdict's text
     outputs; every other output, all cell metadata but nbgrader's, and notebook metadata but the
     kernel's and nbgrader's, are dropped. Returns ``nb``, changed in place."""
+    _need_notebook(nb)
     for cell in nb.cells:
         nbgrader_meta = _nbgrader_meta(cell)
         cell.metadata = {"nbgrader": nbgrader_meta} if nbgrader_meta else {}
@@ -679,6 +743,12 @@ def __getattr__(name: str) -> Any:  # the preprocessor classes, made on first us
 def configure(c: Any, course_root: str | Path) -> None:
     """Set nbgrader's config ``c`` (in nbgrader_config.py) so that ``nbgrader autograde`` grades
     outside the notebook: :class:`GradeOutside` in place of ``Execute``, the rest as nbgrader has it."""
+    if not isinstance(c, dict):
+        raise TypeError(f"c: expected nbgrader's config object (c = get_config() in nbgrader_config.py), "
+                        f"got {type(c).__name__} {c!r:.60}")
+    if not isinstance(course_root, (str, os.PathLike)) or isinstance(course_root, bytes):
+        raise TypeError(f"course_root: expected the course folder's path (str or Path), got "
+                        f"{type(course_root).__name__} {course_root!r:.60}")
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
         AssignLatePenalties,

@@ -403,6 +403,9 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
                 first, second = fn(*case.fresh()[0]), fn(*case.fresh()[0])
         except BaseException:  # noqa: BLE001 - the plain feedback stands
             return feedback
+        if not all(isinstance(out, (tuple, list)) and len(out) == 3 and isinstance(out[0], Tensor)
+                   for out in (first, second)):
+            return feedback  # not (output, k, v): the plain feedback names what came back instead
         if _larger_than(first, self._expected_outputs([case])[0]):
             return feedback  # too large to compare twice: the wrong-shape feedback stands
         try:

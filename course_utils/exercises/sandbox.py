@@ -281,10 +281,18 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
                             "(an expression of hundreds of levels)") from None
 
 
+def _need_text(label: str, value: Any, what: str) -> None:
+    """``value`` (the argument ``label``) must be a str: else a TypeError naming it."""
+    if not isinstance(value, str):
+        raise TypeError(f"{label}: expected {what} (a str), got {type(value).__name__} {value!r:.60}")
+
+
 def is_stub(code: str, name: str) -> bool:
     """True when function ``name`` in ``code`` is still the release's stub: its body (after a
     docstring) only ``raise NotImplementedError`` (bare, or with the stub's message), no
     decorator. Such an answer needs no process: it is not attempted."""
+    _need_text("code", code, "the answer's source text")
+    _need_text("name", name, "the answer function's name")
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -515,6 +523,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     library's object. Sorted."""
     from .core import LIBRARY_TWINS
 
+    _need_text("code", code, "the answer's source text")
     _check_key_known(check_key)
     twins = {dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
     twins |= set(EXTRA_TWINS.get(check_key, ()))
@@ -581,6 +590,7 @@ CHECK_CALL = re.compile(r"^(?:print\()?(?P<module>lesson\d\d)\.(?P<check>check_\
 
 def check_call(source: str) -> re.Match | None:
     """The check call of a test cell (its only statement besides comments), or None."""
+    _need_text("source", source, "a test cell's source text")
     lines = [line.strip() for line in source.splitlines()
              if line.strip() and not line.strip().startswith("#")]
     return CHECK_CALL.match(lines[0]) if len(lines) == 1 else None
@@ -749,6 +759,10 @@ class Outcome:
 
 # -- 3. the answer's process -----------------------------------------------------------------
 REFUSED_EXIT = 87  # the answer's process ends with this status when its audit hook refuses an event
+# The interpreter itself switches the call watch's profiler off (the event "sys.setprofile") when
+# the profiler cannot be called because the stack is full: an answer that calls itself without
+# end. The hook reports that as this, not as a refused event (no cheat: a learner's mistake).
+ENDLESS_RECURSION = "endless recursion"
 # Audit events the answer's code may not raise (hardening item 1): unpickling by name, new code
 # (exec, compile, code and function objects made from parts, marshal), processes and threads,
 # frames and code objects (sys._getframe, tb_frame, gi_frame, __code__: object.__getattr__),
@@ -840,6 +854,18 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
             resolved = resolved.decode("utf-8", "surrogateescape")
         return resolved == root or resolved.startswith(root + sep)
 
+    limit_of = sys.getrecursionlimit
+
+    def stack_full() -> bool:  # the stack is within a few frames of the recursion limit
+        state["inside"] = ident()
+        try:
+            depth, frame = 0, getframe(1)
+            while frame is not None:
+                depth, frame = depth + 1, frame.f_back
+            return depth >= limit_of() - 60
+        finally:
+            state["inside"] = None
+
     def called_from_trusted() -> bool:
         state["inside"] = ident()  # the frame reads below raise events of their own
         try:
@@ -888,6 +914,8 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
             if event == "object.__getattr__" and len(args) > 1 and args[1] == "f_code" \
                     and called_from_watch():
                 return
+            if event == "sys.setprofile" and stack_full():
+                refuse(ENDLESS_RECURSION)
             refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1
                             and isinstance_(args[1], str_) else ""))
 
@@ -969,6 +997,12 @@ def inputs_after(args: tuple, kwargs: dict) -> list[Any]:
     """What an answer left in its inputs, to send back with its output: each tensor or array
     (it may have edited one in place) and each list of them (it may have grown one), in plain
     form; None for any other input."""
+    if not isinstance(args, tuple):
+        raise TypeError(f"args: expected the tuple of positional inputs, got "
+                        f"{type(args).__name__} {args!r:.60}")
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs: expected the dict of keyword inputs, got "
+                        f"{type(kwargs).__name__} {kwargs!r:.60}")
     after: list[Any] = []
     for given in (*args, *kwargs.values()):
         kept = (type(given) in (torch.Tensor, np.ndarray)
@@ -1054,6 +1088,8 @@ def _child(payload_fd: str, result_fd: str) -> None:
         signal.alarm(per_call)
         exec(compiled, namespace)  # noqa: S102 - the point of this process
         signal.alarm(0)
+        if name not in namespace:  # a KeyError would read as the answer's code failing
+            raise NameError(f"the code defines no function named {name!r} (the name the check is given)")
         fn = namespace[name]
     except BaseException as exc:  # noqa: BLE001
         signal.alarm(0)
@@ -1131,11 +1167,21 @@ WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bw
            "and\nallow user namespaces: see INSTRUCTORS.md, 'Grading outside the notebook'.\n" + "!" * 78)
 
 
+def _folders_to_hide(hide: Any) -> list[Path]:
+    """``hide`` as a list of Paths: a list or tuple of str or os.PathLike items, else a
+    TypeError naming it (one path alone is not read as the list of its characters)."""
+    if isinstance(hide, (str, bytes, os.PathLike)) or not isinstance(hide, (list, tuple)) \
+            or not all(isinstance(p, (str, os.PathLike)) and not isinstance(p, bytes) for p in hide):
+        raise TypeError(f"hide: expected a list of folders (str or pathlib.Path) the answer must not "
+                        f"see, got {type(hide).__name__} {hide!r:.80}")
+    return [Path(p) for p in hide]
+
+
 def hidden_paths(extra: Sequence[Path] = ()) -> list[Path]:
     """What the answer's process must not see even where it lies inside a folder it is shown:
     the instructor's clone and home, nbgrader's default exchange, and ``extra`` (the course
     folder). Outside the folders of :func:`visible_paths` nothing is shown anyway."""
-    paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *extra]
+    paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *_folders_to_hide(extra)]
     return sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
 
 
@@ -1279,12 +1325,25 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
     if isinstance(case_sets, (str, bytes)) or not isinstance(case_sets, Sequence) \
             or not all(isinstance(c, Sequence) and not isinstance(c, (str, bytes)) for c in case_sets):
         raise TypeError(f"case_sets: expected a list of lists of cases, got {type(case_sets).__name__}")
+    from .cases import Case
+
+    strays = [c for cases in case_sets for c in cases if not isinstance(c, Case)]
+    if strays:
+        raise TypeError(f"case_sets: expected lists of exercise cases (course_utils.exercises.cases.Case, "
+                        f"from a check's make_cases()), got a {type(strays[0]).__name__} {strays[0]!r:.60}")
+    hide = _folders_to_hide(hide)
     for label, value, least in (("memory", memory, MIN_MEMORY), ("per_call", per_call, 1),
                                 ("grace", grace, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{label}: expected an int >= {least:,}"
                              + (" (bytes: the answer's process must fit Python and torch)"
                                 if label == "memory" else " (seconds)") + f", got {value!r}")
+    if sandbox is not None and not isinstance(sandbox, bool):
+        raise TypeError(f"sandbox: expected None (bubblewrap where it works), True or False, got "
+                        f"{type(sandbox).__name__} {sandbox!r:.40}")
+    if max_result_bytes is not None and (isinstance(max_result_bytes, bool)
+                                         or not isinstance(max_result_bytes, int) or max_result_bytes < 1):
+        raise ValueError(f"max_result_bytes: expected None or an int >= 1, got {max_result_bytes!r:.40}")
     use_bwrap = isolation() == "bubblewrap" if sandbox is None else sandbox
     if use_bwrap and isolation() != "bubblewrap":
         raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)
@@ -1332,6 +1391,10 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         if status == REFUSED_EXIT:
             event = next((line.removeprefix("refused: ") for line in reversed(_tail(stderr).splitlines())
                           if line.startswith("refused: ")), "an event the grader does not allow")
+            if event.strip() == ENDLESS_RECURSION:
+                return Run([], lost="it called itself without end (RecursionError: maximum recursion depth "
+                                    "exceeded); a recursive function needs a case that returns without "
+                                    "calling itself", isolation=label)
             return Run([], lost=f"refused: {event[:200]} (the answer's process may not do this; "
                                 "see INSTRUCTORS.md, threat model)", isolation=label)
         size = os.fstat(result.fileno()).st_size

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.mha import MultiHeadAttention
-from ..attention.validation import check_axes, check_callable, check_int
+from ..attention.validation import check_axes, check_callable, check_int, check_tensor
 from ..env import torch_threads
 from ..model.checkpoint import load_checkpoint
 from ..model.transformer import TinyTransformer
@@ -38,11 +38,21 @@ __all__ = ["causal_by_prefixes", "forward_with", "ModelRun", "SwapReport", "run_
            "plot_block"]
 
 AttentionFn = Callable[..., Tensor]  # (x, w_in, b_in, w_out, b_out, num_heads) -> (B, T, d)
+MAX_BATCH = 1024  # held-out sequences per run: 32 shows the point; more only costs memory and time
 
 
 def causal_by_prefixes(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> Tensor:
     """Causal self-attention ``(B, T, d) -> (B, T, d)`` from an unmasked ``fn`` with
     ``attn``'s weights: row ``t`` of the result is the last row of ``fn`` on ``x[:, :t + 1]``."""
+    check_callable(fn, "fn", "a function (x, w_in, b_in, w_out, b_out, num_heads) -> (B, T, d_model), "
+                   "such as your mha_forward", nargs=6)
+    if type(attn) is not MultiHeadAttention:
+        raise TypeError(f"attn must be a MultiHeadAttention (whose weights fn uses), got "
+                        f"{type(attn).__name__}")
+    check_tensor(x, "x", ndim=3, layout=f"(B, T, d_model={attn.d_model})")
+    if x.shape[-1] != attn.d_model:
+        raise ValueError(f"x must be (B, T, d_model={attn.d_model}) for this attn, got last dimension "
+                         f"{x.shape[-1]} (shape {tuple(x.shape)})")
     B, T, d = x.shape
     w_in, b_in = attn.in_proj.weight, attn.in_proj.bias
     w_out, b_out = attn.out_proj.weight, attn.out_proj.bias
@@ -54,6 +64,10 @@ def causal_by_prefixes(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> 
         if tuple(out.shape) != (B, t + 1, d):
             raise ValueError(f"on x of shape {(B, t + 1, d)} your function returned shape "
                              f"{tuple(out.shape)}; attention keeps the input's shape")
+        if out.dtype != x.dtype or out.device != x.device:
+            raise TypeError(f"on x of dtype {x.dtype} on {x.device} your function returned dtype "
+                            f"{out.dtype} on {out.device}; attention keeps the input's dtype and device "
+                            "(a float64 constant or .double() somewhere changes it)")
         rows.append(out[:, -1])  # (B, d): position t, which saw tokens 0..t
     return torch.stack(rows, dim=1)  # (B, T, d)
 
@@ -202,8 +216,8 @@ def run_with_your_attention(
 ) -> SwapReport:
     """Run the ``induction`` checkpoint (held-out periods) with the course's attention and
     with ``fn`` (exercise 4.3's ``mha_forward``), and report both. Never raises because of
-    ``fn``; a bad ``checkpoint``, ``batch_size`` or ``seed`` is an error."""
-    check_int(batch_size, "batch_size", minimum=1)
+    ``fn``; a bad ``checkpoint``, ``batch_size`` (1 to :data:`MAX_BATCH`) or ``seed`` is an error."""
+    check_int(batch_size, "batch_size", minimum=1, maximum=MAX_BATCH)
     check_int(seed, "seed", minimum=0)
     model, meta = load_checkpoint(checkpoint)
     if meta.get("task") != "induction":
