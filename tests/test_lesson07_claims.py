@@ -283,7 +283,8 @@ def test_cache_timing_sentence_states_the_repeats_the_cell_runs():
     import ast
     import re
 
-    words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+    words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+             "nine": 9}
     said = re.findall(r"(\w+) times after (\w+) warm-ups?\b", _prose("kvc-same-read"))
     assert len(said) == 1, f"expected one 'N times after M warm-up(s)' in the sentence, found {said}"
     said_repeats, said_warmup = (int(w) if w.isdigit() else words[w] for w in said[0])
