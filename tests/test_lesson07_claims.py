@@ -771,29 +771,119 @@ def test_exercise_7_4_has_a_self_check_rubric_without_the_model_answer():
     assert "2, 2048" not in before and "2 × 2048" not in before
 
 
-def test_exercise_7_4_model_answer_agrees_with_its_stored_run():
-    """The model answer of 7.4: '(96 + 64) / (84 + 16) = 1.60, which the cell prints'; 'the
-    share landed between the 8-sequence share and the one-sequence ones, and the weights alone
-    read at a lower share of read-only than at one sequence' (the stored run of the lesson's table
-    and of 7.4's cell, loosely: an order, not a figure); 'the bound (96 + C) / (84 + C/4) stays
-    below 4 for any cache size C'."""
-    text = _stored_text("ex74-run")
-    rows = _whole_step_rows(text)
-    assert set(rows) == {(2, 2048, 16), (2, 2048, 4)}
-    assert (rows[(2, 2048, 16)]["weights"], rows[(2, 2048, 16)]["cache"]) == (96, 64)
-    assert (rows[(2, 2048, 4)]["weights"], rows[(2, 2048, 4)]["cache"]) == (84, 16)
-    assert rows[(2, 2048, 4)]["bound"] == 1.60 == round((96 + 64) / (84 + 16), 2)
-    table = _whole_step_rows(_stored_text("ws-run"))
-    share = rows[(2, 2048, 4)]["share"]
-    one_sequence = min(table[(1, 1024, 4)]["share"], table[(1, 8192, 4)]["share"])
-    assert table[(8, 1024, 4)]["share"] < share < one_sequence
-    weights = {}
-    for line in (_stored_text("ws-run") + text).splitlines():
+def _weights_alone(text: str) -> dict[tuple[int, int], tuple[str, str]]:
+    """(B, context) -> the printed GB/s and % of read-only of a stored ``weights alone`` line."""
+    found = {}
+    for line in text.splitlines():
         if "the weights alone" in line:
-            shape = (int(line.split(",")[0].removeprefix("B=")), int(line.split("context ")[1].split(":")[0]))
-            weights[shape] = float(line.split(", ")[-1].split("%")[0])
-    assert weights[(2, 2048)] < min(weights[(1, 1024)], weights[(1, 8192)])
-    assert all((96 + c) / (84 + c / 4) < 4 for c in (1, 10**3, 10**6, 10**9))
+            batch, context = line.split(":")[0].removeprefix("B=").split(", context ")
+            rate = line.split(" read at ")[1]
+            found[(int(batch), int(context))] = (rate.split(" GB/s")[0], rate.split(", ")[1].split("%")[0])
+    return found
+
+
+def _probe(text: str) -> str:
+    """The printed read-only bandwidth (GB/s) of a stored whole-step table."""
+    return text.split("read-only bandwidth ")[1].split(" GB/s")[0]
+
+
+def test_exercise_7_4_model_answer_agrees_with_its_stored_run():
+    """Every figure the model answer of 7.4 quotes is printed by the stored run of the lesson's
+    whole-step table (``ws-run``), of its LM-head count (``ws-lm-head``) or of 7.4's cell
+    (``ex74-run``), or is a sum or gap of printed figures; every order it states holds there:
+    the 2 x 2048 share between the 8-sequence row and the one-sequence rows and nearer the
+    former, the weights at 2 rows read at the 8-row rate, half the one-row rate. Rerunning the
+    cells without rewriting the answer (or the reverse) fails here."""
+    import re
+
+    run, table_text, lm_head = _stored_text("ex74-run"), _stored_text("ws-run"), _stored_text("ws-lm-head")
+    rows, table = _whole_step_rows(run), _whole_step_rows(table_text)
+    weights, probe = _weights_alone(table_text + run), (_probe(table_text), _probe(run))
+    answer = " ".join(_prose("b24f7af7").split())
+    assert set(rows) == {(2, 2048, 16), (2, 2048, 4)} and "2 layers" in run and "2 layers" in table_text
+
+    def mib(key, column, source=table):
+        return int(source[key][column])
+
+    # (a) the count, and the LM-head cell's first line at 8 layers: the same ratio
+    w16, w4, c1 = mib((1, 1024, 16), "weights"), mib((1, 1024, 4), "weights"), mib((1, 1024, 16), "cache")
+    mha, gqa = mib((2, 2048, 16), "cache", rows), mib((2, 2048, 4), "cache", rows)
+    assert (mib((2, 2048, 16), "weights", rows), mib((2, 2048, 4), "weights", rows)) == (w16, w4)
+    assert (mha, gqa) == (4 * c1, c1)  # the cache grows with batch x context; a quarter at g = 4
+    bound = f"{rows[(2, 2048, 4)]['bound']:.2f}"
+    assert bound == f"{(w16 + mha) / (w4 + gqa):.2f}"
+    assert (f"{w16} MiB of weights at $g = 16$, {w4} at $g = 4$ and a {c1} MiB MHA cache at 1 × 1024"
+            in answer)
+    assert (f"the MHA cache is {mha} MiB and GQA-4's {gqa} MiB: ({w16} + {mha}) / ({w4} + {gqa}) = {bound}"
+            in answer)
+    first = lm_head.splitlines()[0]
+    lm_mha, lm_gqa = (int(n) for n in re.findall(r"(\d+) against\s+(\d+) MiB", first)[0])
+    assert "no LM head" in first and first.endswith(f"byte bound {bound}")
+    assert lm_mha * (w4 + gqa) == lm_gqa * (w16 + mha) and lm_mha == 4 * (w16 + mha)  # 8 layers, ours 2
+    assert (f"({lm_mha} against {lm_gqa} MiB over 8 layers, {w16 + mha} against {w4 + gqa} over our 2)"
+            in answer)
+    # (b) one row reads the weights about twice as fast as eight
+    one_row = [float(weights[shape][0]) for shape in ((1, 1024), (1, 8192))]
+    eight_rows = float(weights[(8, 1024)][0])
+    assert round(min(one_row) / eight_rows) == 2 and "twice as fast as 8-row ones" in answer
+    rates = f"{weights[(1, 1024)][0]} and {weights[(1, 8192)][0]} against {weights[(8, 1024)][0]} GB/s"
+    assert f"({rates})" in answer
+    big = mib((8, 1024, 16), "cache")
+    assert f"({mha} of {w16 + mha} MiB, against {big} of {w16 + big})" in answer
+    assert mha / (w16 + mha) < big / (w16 + big)  # "a smaller part of the MHA step"
+    # (c) where the share landed, and the reason confirmed
+    share, eight = round(100 * rows[(2, 2048, 4)]["share"]), round(100 * table[(8, 1024, 4)]["share"])
+    one = [round(100 * table[(1, context, 4)]["share"]) for context in (1024, 8192)]
+    assert eight < share < min(one) and share - eight < min(one) - share  # between, nearer the 8-sequence row
+    low, high = sorted(one)
+    assert (f"Stored run: {share}%, {share - eight} points above the 8-sequence row ({eight}%), "
+            f"{low - share} and {high - share} below the one-sequence rows ({low}%, {high}%), as predicted"
+            in answer)
+    assert weights[(2, 2048)][0] == weights[(8, 1024)][0]  # "at 2 rows, the 8-row rate"
+    assert f"{weights[(2, 2048)][0]} GB/s at 2 rows, the 8-row rate" in answer
+    assert probe[0] != probe[1] and f"its own probe ({probe[0]} and {probe[1]} GB/s)" in answer
+    assert (f"so {weights[(8, 1024)][0]} GB/s prints as {weights[(8, 1024)][1]}% in one, "
+            f"{weights[(2, 2048)][1]}% in the other" in answer)
+    # (d) a longer context at one sequence against a larger batch, and why neither reaches 4
+    long, batch = table[(1, 8192, 4)], table[(8, 1024, 4)]
+    assert long["bound"] == batch["bound"] > table[(1, 1024, 4)]["bound"]
+    assert long["speedup"] > table[(1, 1024, 4)]["speedup"] and long["share"] > batch["share"]
+    assert f"the bound rises ({long['bound']:.2f} at 8192 tokens)" in answer
+    assert f"the speed-up follows ({long['speedup']:.2f}x, stored run)" in answer
+    assert f"raises the bound as much ({batch['bound']:.2f} at 8 × 1024)" in answer
+    assert f"reads the weights slowly (share {eight}%)" in answer
+    assert f"({w16} + C) / ({w4} + C/4) < 4" in answer and f"{w16} + C < {4 * w4} + C" in answer
+    assert all((w16 + c) / (w4 + c / 4) < 4 for c in (1, 10**3, 10**6, 10**9))
+    # no other number: each figure the answer quotes is printed above or derived here
+    printed = set(re.findall(r"\d+(?:\.\d+)?", table_text + run + lm_head))
+    derived = {str(n) for n in (w16 + mha, w4 + gqa, w16 + big, 4 * w4, 2 * 2048, 8,
+                                share - eight, low - share, high - share)}
+    quoted = set(re.findall(r"\d+(?:\.\d+)?", answer))
+    assert quoted <= printed | derived, sorted(quoted - printed - derived)
+
+
+def test_instructors_7_4_rubric_quotes_the_stored_run():
+    """INSTRUCTORS.md's rubric for 7.4 quotes the model answer's figures; each is the stored
+    run's, so rerunning the cells without rewriting the rubric fails here."""
+    rubric = (NOTEBOOK.parents[1] / "INSTRUCTORS.md").read_text(encoding="utf-8")
+    rubric = " ".join(rubric.split("**Exercise 7.4,")[1].split("\n## ")[0].split())
+    run, table_text = _stored_text("ex74-run"), _stored_text("ws-run")
+    rows, table = _whole_step_rows(run), _whole_step_rows(table_text)
+    weights = _weights_alone(table_text + run)
+    first = _stored_text("ws-lm-head").splitlines()[0]
+    lm_mha, lm_gqa = first.split(":")[1].split(" MiB")[0].split(" against ")
+    share = {key: round(100 * source[key]["share"]) for source in (rows, table) for key in source}
+    low, high = sorted(share[(1, context, 4)] for context in (1024, 8192))
+    long = table[(1, 8192, 4)]
+    for quoted in (f"(96 + 64) / (84 + 16) = {rows[(2, 2048, 4)]['bound']:.2f}",
+                   f"({int(lm_mha)} against {int(lm_gqa)} MiB over 8 layers)",
+                   f"{weights[(1, 1024)][0]} and {weights[(1, 8192)][0]} against "
+                   f"{weights[(8, 1024)][0]} GB/s",
+                   f"Stored run: {share[(2, 2048, 4)]}%, between {share[(8, 1024, 4)]}% (B = 8) and "
+                   f"{low}-{high}% (B = 1); 2 rows read at {weights[(2, 2048)][0]} GB/s, the 8-row rate",
+                   f"({long['bound']:.2f} and {long['speedup']:.2f}x at 8192 tokens)"):
+        assert quoted in rubric, quoted
+    assert weights[(2, 2048)][0] == weights[(8, 1024)][0]
 
 
 def test_the_conversion_figure_keeps_its_legend_off_the_bars():
