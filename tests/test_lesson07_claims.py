@@ -101,7 +101,7 @@ def test_decoding_with_the_position_offset_forgotten_breaks_copying():
 
 
 def test_gqa_recovers_with_mean_or_first(conversion):
-    """'After 5% uptraining, mean and first are back within 0.02 of the original on both tasks'
+    """'After the uptraining, mean and first are back within 0.021 of the original on both tasks'
     (section 5 and the summary)."""
     for name in TASKS:
         original = conversion[(name, 4, "MHA")][0]
@@ -326,6 +326,13 @@ def test_whole_step_bytes_at_the_benchmark_shape():
     assert cache(h) == 256 * MiB and cache(4) == 64 * MiB
     mha, gqa4 = 384 * MiB + cache(h), 336 * MiB + cache(4)
     assert (mha, gqa4) == (640 * MiB, 400 * MiB) and mha / gqa4 == 1.6
+    assert "640 against 400 MiB (the next cell prints this count, in its first line)" in _prose("ws-md")
+    first_line = _stored_text("ws-lm-head").splitlines()[0]
+    assert first_line.split(": ")[1].split()[:4] == ["640", "against", "400", "MiB,"]
+    # section 1: 'a cache of 4096 tokens, 256 MiB over 8 layers, two thirds as many bytes as the
+    # model's weights'
+    assert "256 MiB over 8 layers, two thirds as many bytes as the model's weights" in _prose("cd75506d")
+    assert cache(h) * 3 == 384 * MiB * 2
 
 
 def test_whole_step_table_in_the_stored_run():
