@@ -150,7 +150,7 @@ def test_load_checkpoint_names_a_folder_and_what_it_holds(tmp_path):
 
 
 def test_save_checkpoint_names_the_path_when_its_folder_cannot_be_made(tmp_path):
-    with pytest.raises(OSError, match=r"cannot make the folder /proc/nope .*'/proc/nope/m'"):
+    with pytest.raises(CK.CheckpointError, match=r"cannot make the folder /proc/nope .*'/proc/nope/m'"):
         CK.save_checkpoint(SM, "/proc/nope/m", task="t", metrics={}, command="c")
 
 

@@ -626,7 +626,7 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
                     "target": history.target, "train_seconds": round(history.train_seconds, 2),
                     "device": history.device}
         path = save_checkpoint(model, args.out, task=args.task, metrics=metrics, command=command,
-                               training=training)
+                               training=training, replace_task=args.replace_task)
         print(f"wrote {path.with_suffix('.safetensors').name} and {path.name} to {path.parent}")
 
 
@@ -643,6 +643,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--out", default=None, help="checkpoint path stem, e.g. data/checkpoints/induction")
+    parser.add_argument("--replace-task", action="store_true",
+                        help="let --out replace a checkpoint of another task (or take another task's name)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     try:  # every option is checked before a step is trained
@@ -669,20 +671,24 @@ def _check_cli_args(args: argparse.Namespace) -> None:
     except (TypeError, ValueError) as err:
         raise ValueError(f"--device {args.device!r}: {err}") from None
     if args.out is not None:
-        _check_out_writable(args.out)
+        _check_out_writable(args.out, args.task, args.replace_task)
 
 
-def _check_out_writable(out: str) -> None:
+def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None:
     """``--out``'s two files can be made: the folder exists or can be created, a file can be
-    written in it, and neither target is a folder or a FIFO. Whatever the probe makes is removed."""
+    written in it, and neither target is a folder or a FIFO; without ``--replace-task``, no
+    checkpoint of another task is there and the name is not another course task's (checked
+    before training, as save_checkpoint checks it after). Whatever the probe makes is removed."""
     import os
     import tempfile
 
-    from .checkpoint import _check_save_targets, checkpoint_paths
+    from .checkpoint import _check_save_targets, _check_task_of_target, checkpoint_paths
 
     try:
         weights_path, meta_path = checkpoint_paths(out)
         _check_save_targets(weights_path, meta_path)
+        if not replace_task:
+            _check_task_of_target(meta_path, task)
     except (TypeError, ValueError) as err:
         raise ValueError(f"--out {out!r}: {err}") from None
     folder = weights_path.parent
