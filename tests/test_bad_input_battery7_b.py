@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bad_input_cases import Case, assert_named
 
 from course_utils.model import checkpoint as CK
 from course_utils.model.transformer import ModelConfig, TinyTransformer
@@ -106,3 +107,47 @@ def test_save_into_a_read_only_folder_names_the_folder_and_keeps_the_old_pair(tm
     assert ".saving" not in message and "left as they were" in message
     monkeypatch.undo()
     assert _files(tmp_path) == before
+
+
+# -- training: warm-up (row 12), the task and the model (rows 13, 14) ----------------------------
+def test_a_warmup_longer_than_the_run_is_refused_and_the_default_fits_the_run():
+    from course_utils.model.train import TrainConfig
+
+    with pytest.raises(ValueError, match=r"warmup_steps must be at most steps=5 .*got 10"):
+        TrainConfig(steps=5, warmup_steps=10)
+    assert TrainConfig(steps=5).warmup_steps == 5 and TrainConfig().warmup_steps == 20
+    assert TrainConfig(steps=5, warmup_steps=5).lr_at(4) == pytest.approx(TrainConfig().lr)
+
+
+def _trainer_cases() -> list[Case]:
+    from course_utils.model import train as TRN
+
+    return [
+        Case("train_induction task=3", lambda: TRN.train_induction(steps=1, task=3, progress=False),
+             TypeError, ["task", "InductionTask", "int 3"]),
+        Case("train_agreement task=induction", lambda: TRN.train_agreement(steps=1, task=TRN.INDUCTION_TASK,
+                                                                           progress=False),
+             TypeError, ["task", "AgreementTask", "InductionTask"]),
+        Case("train_mixture task=None", lambda: TRN.train_mixture(steps=1, task=None, progress=False),
+             TypeError, ["task", "MixtureTask", "NoneType"]),
+        Case("train_mixture config=3", lambda: TRN.train_mixture(steps=1, config=3, progress=False),
+             TypeError, ["config", "ModelConfig", "int"]),
+        Case("train_agreement config={}", lambda: TRN.train_agreement(steps=1, config={}, progress=False),
+             TypeError, ["config", "ModelConfig", "dict"]),
+        Case("train_mixture seed='x'", lambda: TRN.train_mixture(steps=1, seed="x", progress=False),
+             TypeError, ["seed", "int", "'x'"]),
+        Case("evaluate_mixture str", lambda: TRN.evaluate_mixture("induction"),
+             TypeError, ["model", "TinyTransformer", "str 'induction'"]),
+        Case("evaluate_mixture induction model",
+             lambda: TRN.evaluate_mixture(CK.load_checkpoint("induction")[0]),
+             ValueError, ["model's config", "vocab_size=64", "mixture: vocab_size=70"]),
+        Case("evaluate_induction task str", lambda: TRN.evaluate_induction(_model(), task="x"),
+             TypeError, ["task", "InductionTask", "str 'x'"]),
+        Case("evaluate_agreement task 3", lambda: TRN.evaluate_agreement(_model(), task=3),
+             TypeError, ["task", "AgreementTask", "int 3"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _trainer_cases(), ids=lambda c: c.name)
+def test_trainers_and_evaluators_name_a_wrong_task_or_model(case):
+    assert_named(case)
