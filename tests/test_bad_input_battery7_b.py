@@ -151,3 +151,87 @@ def _trainer_cases() -> list[Case]:
 @pytest.mark.parametrize("case", _trainer_cases(), ids=lambda c: c.name)
 def test_trainers_and_evaluators_name_a_wrong_task_or_model(case):
     assert_named(case)
+
+
+# -- task metrics: logits of another vocabulary or of integers (rows 44-47) ----------------------
+def _metric_cases() -> list[Case]:
+    from course_utils.tasks import synthetic as SY
+
+    induction = SY.InductionTask().eval_batch(4)
+    sentences = SY.AgreementTask().eval_batch(4)
+    B, T = sentences.tokens.shape
+    largest = int(induction.tokens.max())
+    return [
+        Case("induction_accuracy V=10", lambda: SY.induction_accuracy(torch.randn(4, 32, 10), induction),
+             ValueError, ["logits", f"up to {largest}", "V = 10"]),
+        Case("induction_accuracy int64",
+             lambda: SY.induction_accuracy(torch.ones(4, 32, 64, dtype=torch.long), induction),
+             TypeError, ["logits", "floating-point", "torch.int64"]),
+        Case("agreement_margins V=5", lambda: SY.agreement_margins(torch.randn(B, T, 5), sentences),
+             ValueError, ["logits", f"up to {len(SY.AGREEMENT_VOCAB) - 1}", "V = 5"]),
+        Case("agreement_accuracy V=5", lambda: SY.agreement_accuracy(torch.randn(B, T, 5), sentences),
+             ValueError, ["logits", "V = 5"]),
+        Case("agreement_accuracy int32",
+             lambda: SY.agreement_accuracy(torch.ones(B, T, 70, dtype=torch.int32), sentences),
+             TypeError, ["logits", "floating-point", "torch.int32"]),
+        Case("agreement_margins batch=3", lambda: SY.agreement_margins(torch.randn(B, T, 70), 3),
+             TypeError, ["batch", "AgreementBatch", "int"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _metric_cases(), ids=lambda c: c.name)
+def test_task_metrics_refuse_logits_that_cannot_score_the_batch(case):
+    assert_named(case)
+
+
+def test_task_metrics_still_score_logits_of_the_right_vocabulary():
+    from course_utils.tasks import synthetic as SY
+
+    induction = SY.InductionTask().eval_batch(4)
+    sentences = SY.AgreementTask().eval_batch(4)
+    perfect = torch.nn.functional.one_hot(induction.tokens.roll(-1, dims=1), 64).float()
+    assert SY.induction_accuracy(perfect, induction) == 1.0
+    assert 0.0 <= SY.agreement_accuracy(torch.randn(*sentences.tokens.shape, 70), sentences)["all"] <= 1.0
+
+
+# -- interp: a score's name, rounding, chance levels (rows 41-43) -------------------------------
+def _interp_cases() -> list[Case]:
+    from course_utils.interp import ablation as AB
+    from course_utils.interp import scores as SC
+
+    tokens = torch.zeros(2, 4, dtype=torch.long)
+    grid = {"previous token": torch.full((2, 4), 0.6)}
+    return [
+        Case("loss_evaluation name=3", lambda: AB.loss_evaluation(tokens, tokens, 3),
+             TypeError, ["name", "non-empty str", "int 3"]),
+        Case("loss_evaluation name=''", lambda: AB.loss_evaluation(tokens, tokens, ""),
+             ValueError, ["name", "non-empty str", "''"]),
+        Case("loss_evaluation float targets", lambda: AB.loss_evaluation(tokens, tokens.float()),
+             TypeError, ["targets", "torch.long", "torch.float32"]),
+        Case("mean_by_group decimals=-1",
+             lambda: SC.mean_by_group({"a": [1.0, 2.0]}, {"g": ["x", "y"]}, decimals=-1),
+             ValueError, ["decimals", ">= 0", "-1"]),
+        Case("mean_by_group values list", lambda: SC.mean_by_group([1.0, 2.0], {"g": ["x", "y"]}),
+             TypeError, ["values", "dict", "list"]),
+        Case("role_verdicts chance 2.0", lambda: SC.role_verdicts(grid, chance={"previous token": 2.0}),
+             ValueError, ["chance['previous token']", "(0, 1]", "2.0"]),
+        Case("role_verdicts chance 0", lambda: SC.role_verdicts(grid, chance={"previous token": 0.0}),
+             ValueError, ["chance['previous token']", "(0, 1]", "0.0"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _interp_cases(), ids=lambda c: c.name)
+def test_interp_helpers_refuse_a_bad_name_rounding_or_chance(case):
+    assert_named(case)
+
+
+def test_interp_helpers_still_take_good_values():
+    from course_utils.interp import ablation as AB
+    from course_utils.interp import scores as SC
+
+    tokens = torch.zeros(2, 4, dtype=torch.long)
+    assert AB.loss_evaluation(tokens, tokens, "loss_copy").score(torch.zeros(2, 4, 3)).keys() == {"loss_copy"}
+    table = SC.mean_by_group({"a": [1.0, 2.0]}, {"g": ["x", "y"]}, decimals=0)
+    assert table["a"].tolist() == [1.0, 2.0] and table["sentences"].tolist() == [1, 1]
+    verdict = SC.role_verdicts({"previous token": torch.full((2, 4), 0.6)}, chance={"previous token": 0.25})
+    assert "2.4x chance" in verdict[0]
