@@ -235,3 +235,68 @@ def test_interp_helpers_still_take_good_values():
     assert table["a"].tolist() == [1.0, 2.0] and table["sentences"].tolist() == [1, 1]
     verdict = SC.role_verdicts({"previous token": torch.full((2, 4), 0.6)}, chance={"previous token": 0.25})
     assert "2.4x chance" in verdict[0]
+
+
+# -- the bench CLI: notebooks that are no notebook files (rows 19, 55), repeated values (row 20) --
+def _bench(argv: list[str], capsys) -> tuple[int, str, str]:
+    from course_utils.bench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are a POSIX thing")
+def test_bench_memory_says_a_fifo_is_a_fifo(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe.ipynb")
+    code, out, err = _bench(["memory", str(tmp_path / "pipe.ipynb")], capsys)
+    assert code == 2 and out == ""
+    assert "pipe.ipynb', which is a FIFO (named pipe)" in err and "no notebook file" not in err
+
+
+def test_bench_memory_refuses_json_that_is_no_notebook_when_parsed(tmp_path, capsys):
+    (tmp_path / "b.ipynb").write_text('{"cells": 3}')
+    code, out, err = _bench(["memory", str(tmp_path / "b.ipynb")], capsys)
+    assert code == 2 and out == "" and "b.ipynb is not a notebook nbformat can read" in err
+
+
+@pytest.mark.parametrize("text", ['{"cells": 3}', '{"cells": [3]}', "[1, 2]",
+                                  '{"cells": [{"cell_type": "code"}], "nbformat": 4, "nbformat_minor": 5, '
+                                  '"metadata": {}}'])
+def test_notebook_peak_memory_names_a_file_that_is_no_notebook(tmp_path, text):
+    from course_utils.bench.memory import notebook_peak_memory
+
+    (tmp_path / "b.ipynb").write_text(text)
+    with pytest.raises(ValueError, match=r"b\.ipynb is not a notebook nbformat can read \("):
+        notebook_peak_memory(tmp_path / "b.ipynb")
+
+
+def test_notebook_peak_memory_names_what_its_path_is(tmp_path):
+    from course_utils.bench.memory import notebook_peak_memory
+
+    with pytest.raises(ValueError, match="which is a directory"):
+        notebook_peak_memory(tmp_path)
+    with pytest.raises(TypeError, match="path must be a str or Path .*got int 3"):
+        notebook_peak_memory(3)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", "--seeds", "0", "0", "--induction-max-steps", "1", "--agreement-steps", "1"],
+     ["--seeds", "distinct", "got 0 more than once"]),
+    (["train", "--seeds", "2", "1", "2", "1"], ["--seeds", "got 2, 1 more than once"]),
+    (["gqa", "--shapes", "1x8", "2x8", "1x8"], ["--shapes", "got 1x8 more than once"]),
+])
+def test_bench_refuses_repeated_values_when_parsed(argv, words, capsys):
+    """Row 20: a usage error (exit 2) before the header is printed, not a traceback after it."""
+    code, out, err = _bench(argv, capsys)
+    assert code == 2 and out == "" and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert all(w in last for w in words), last
+
+
+def test_bench_takes_distinct_seeds():
+    from course_utils.bench.cli import build_parser
+
+    assert build_parser().parse_args(["train", "--seeds", "3", "1"]).seeds == [3, 1]
+

@@ -18,14 +18,12 @@ an error that says what it expected and what it found.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import math
 import numbers
 import os
 import shutil
-import stat
 from pathlib import Path
 
 import torch
@@ -34,6 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from ..env import pick_device
 from ..paths import DATA_DIR
+from ..paths import path_kind as _what_is_there  # None for a regular file, else what it is, in words
 from .transformer import ModelConfig, TinyTransformer
 
 __all__ = [
@@ -341,26 +340,6 @@ def _check_save_targets(weights_path: Path, meta_path: Path) -> None:
         if found not in (None, "missing"):
             raise CheckpointError(f"cannot save over {target} ({role}): it is {found}, not a regular file; "
                                   "remove or rename it, or save under another name")
-
-
-def _what_is_there(path: Path) -> str | None:
-    """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
-    "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
-    (reading a FIFO would wait for a writer forever)."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return "a broken symlink" if path.is_symlink() else "missing"
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            return "a symlink loop"
-        return f"unreadable ({err.strerror or err})"
-    if stat.S_ISREG(mode):
-        return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"))
-    return next((words for test, words in kinds if test(mode)), "not a regular file")
 
 
 def _check_regular(path: Path, role: str) -> None:
