@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from bad_input_cases import Case, assert_named
 
 from course_utils.model import checkpoint as CK
 from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _model(seed: int = 0) -> TinyTransformer:
@@ -300,3 +303,38 @@ def test_bench_takes_distinct_seeds():
 
     assert build_parser().parse_args(["train", "--seeds", "3", "1"]).seeds == [3, 1]
 
+
+# -- scripts/version_matrix.py: a --venv that cannot be written (row 21) -------------------------
+@pytest.mark.parametrize("venv", ["/proc/nope/v", "/proc/v"])
+def test_version_matrix_names_a_venv_folder_it_cannot_write(venv, monkeypatch, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import version_matrix
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("version_matrix.py went on to create a venv or run pip")
+
+    monkeypatch.setattr(version_matrix.venv, "EnvBuilder", refuse)
+    monkeypatch.setattr(version_matrix.subprocess, "run", refuse)
+    assert version_matrix.main(["floor", "--venv", venv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("version_matrix.py: /proc: cannot write there")
+    assert f"--venv {venv}" in err and "Traceback" not in err
+
+
+def test_version_matrix_reports_a_failed_install_on_one_line(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import version_matrix
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+    def disk_full(self, env_dir):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(env_dir))
+
+    monkeypatch.setattr(version_matrix.venv.EnvBuilder, "create", disk_full)
+    assert version_matrix.main(["newest", "--venv", str(tmp_path / "env")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot prepare the environment" in err and "No space left" in err
