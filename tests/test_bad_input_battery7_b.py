@@ -284,6 +284,15 @@ def test_notebook_peak_memory_names_what_its_path_is(tmp_path):
         notebook_peak_memory(3)
 
 
+def test_format_slowest_cells_names_a_row_that_is_no_notebook_memory():
+    from course_utils.bench.memory import CellTime, NotebookMemory, format_slowest_cells
+
+    with pytest.raises(TypeError, match="row must be a NotebookMemory .*got str 'x'"):
+        format_slowest_cells("x")
+    row = NotebookMemory("n.ipynb", 1.0, 1.0, cells=[CellTime(0, 2.0, "x = 1")])
+    assert "n.ipynb: 1 code cells" in format_slowest_cells(row)
+
+
 @pytest.mark.parametrize("argv, words", [
     (["train", "--seeds", "0", "0", "--induction-max-steps", "1", "--agreement-steps", "1"],
      ["--seeds", "distinct", "got 0 more than once"]),

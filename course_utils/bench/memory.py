@@ -153,6 +153,9 @@ def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
     """The ``count`` slowest code cells of one notebook, slowest first, one line each."""
     from ..attention.validation import check_int  # torch only when called
 
+    if not isinstance(row, NotebookMemory):
+        raise TypeError(f"row must be a NotebookMemory (what notebook_peak_memory returns), got "
+                        f"{type(row).__name__} {row!r:.60}")
     check_int(count, "count", minimum=1)
     slowest = sorted(row.cells, key=lambda c: -c.seconds)[:count]
     lines = [f"  {row.name}: {len(row.cells)} code cells, slowest:"]
