@@ -11,6 +11,8 @@ and ships inside the installed package as ``course_utils/data`` (pyproject.toml 
 
 from __future__ import annotations
 
+import errno
+import stat
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -27,4 +29,24 @@ def _data_dir() -> Path:
 DATA_DIR = _data_dir()
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"  # only in a checkout; a wheel carries no lessons
 
-__all__ = ["REPO_ROOT", "DATA_DIR", "NOTEBOOKS_DIR"]
+__all__ = ["REPO_ROOT", "DATA_DIR", "NOTEBOOKS_DIR", "path_kind"]
+
+
+def path_kind(path: Path) -> str | None:
+    """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
+    "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
+    (reading a FIFO would wait for a writer forever)."""
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        return "a broken symlink" if Path(path).is_symlink() else "missing"
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop"
+        return f"unreadable ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")

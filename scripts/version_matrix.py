@@ -12,8 +12,9 @@ release the index offers, no constraints. Both then run pytest on tests/ and not
 (``-m "not slow"``, without the browser tests). docs/developing.md's "Version ranges" section records
 the results.
 
-A wrong command, a ``--venv`` that is a file, or a missing or malformed pyproject.toml or
-constraints.txt is reported on one line on stderr (exit 2) before anything is installed.
+A wrong command, a ``--venv`` that is a file or cannot be written (a read-only mount), or a
+missing or malformed pyproject.toml or constraints.txt is reported on one line on stderr (exit 2)
+before anything is installed; a failure while installing is one line too (exit 1).
 """
 
 from __future__ import annotations
@@ -94,12 +95,43 @@ def floor_constraints(root: Path = ROOT) -> str:
 
 
 def _check_venv(env_dir: Path) -> None:
-    """``env_dir`` is a folder, or a path one can be made at (no file on the way)."""
+    """``env_dir`` is a folder, or a path one can be made at (no file on the way), and the
+    nearest existing folder takes a new file (not a read-only mount, not someone else's)."""
+    import tempfile
+
     for parent in (env_dir, *env_dir.parents):
         if parent.exists():
             if not parent.is_dir():
                 raise InputError(f"{parent}: is a file, expected a folder (for --venv {env_dir})")
+            try:  # a probe, removed at once: os.access says yes to root on a read-only mount
+                handle, probe = tempfile.mkstemp(prefix=".version-matrix-probe-", dir=parent)
+                os.close(handle)
+                os.unlink(probe)
+            except OSError as exc:
+                raise InputError(f"{parent}: cannot write there ({exc.strerror or exc}), so the environment "
+                                 f"for --venv {env_dir} cannot be made; choose a writable folder") from None
             return
+
+
+def _install(env_dir: Path, root: Path, floor: str | None) -> str:
+    """Make the environment at ``env_dir`` (if it has no python yet), install the course into it
+    (at the floors when ``floor`` is given, else the newest releases); return its versions line."""
+    python = env_dir / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-e", f"{root}[dev,lab]"]
+    if floor is not None:
+        constraints = env_dir / "constraints-floor.txt"
+        constraints.write_text(floor)
+        cmd += ["-c", str(constraints)]
+    else:
+        cmd += ["--upgrade", "--upgrade-strategy", "eager"]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    return subprocess.run([str(python), "-c", "import importlib.metadata as m; print(', '.join("
+                           "f'{n} {m.version(n)}' for n in ['torch', 'numpy', 'pandas', 'matplotlib', "
+                           "'seaborn', 'ipywidgets', 'safetensors', 'tqdm']))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def main(argv: list[str], *, root: Path = ROOT) -> int:
@@ -122,22 +154,16 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     except InputError as exc:
         print(f"version_matrix.py: {exc}", file=sys.stderr)
         return 2
+    try:  # a failure past the checks (disk full, pip refusing) is one line too, exit 1
+        versions = _install(env_dir, root, floor)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        if isinstance(exc, subprocess.CalledProcessError):
+            what = f"{' '.join(map(str, exc.cmd[:4]))} ... exited with status {exc.returncode}"
+        else:
+            what = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+        print(f"version_matrix.py: cannot prepare the environment {env_dir}: {what}", file=sys.stderr)
+        return 1
     python = env_dir / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-e", f"{root}[dev,lab]"]
-    if floor is not None:
-        constraints = env_dir / "constraints-floor.txt"
-        constraints.write_text(floor)
-        cmd += ["-c", str(constraints)]
-    else:
-        cmd += ["--upgrade", "--upgrade-strategy", "eager"]
-    print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-    versions = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(', '.join("
-                               "f'{n} {m.version(n)}' for n in ['torch', 'numpy', 'pandas', 'matplotlib', "
-                               "'seaborn', 'ipywidgets', 'safetensors', 'tqdm']))"],
-                              capture_output=True, text=True, check=True).stdout.strip()
     print(f"{args.which}: Python {sys.version.split()[0]}, {versions}", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONHASHSEED="0", MPLBACKEND="Agg")

@@ -137,9 +137,8 @@ def test_grad_clip_zero_means_no_clipping_not_frozen_weights():
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
-def test_a_warmup_longer_than_the_run_is_documented_and_reaches_lr():
-    assert "may exceed ``steps``" in TRN.TrainConfig.__doc__
-    config = TRN.TrainConfig(steps=10, warmup_steps=50, lr=0.1)
+def test_the_default_warmup_of_a_short_run_reaches_lr():
+    config = TRN.TrainConfig(steps=10, lr=0.1)  # the default warm-up (20) is cut to the run
     assert config.lr_at(9) == pytest.approx(0.1) and config.lr_at(0) < config.lr_at(9)
 
 
@@ -150,7 +149,7 @@ def test_load_checkpoint_names_a_folder_and_what_it_holds(tmp_path):
 
 
 def test_save_checkpoint_names_the_path_when_its_folder_cannot_be_made(tmp_path):
-    with pytest.raises(OSError, match=r"cannot make the folder /proc/nope .*'/proc/nope/m'"):
+    with pytest.raises(CK.CheckpointError, match=r"cannot make the folder /proc/nope .*'/proc/nope/m'"):
         CK.save_checkpoint(SM, "/proc/nope/m", task="t", metrics={}, command="c")
 
 

@@ -16,8 +16,10 @@ import re
 import sys
 from pathlib import Path
 
+from ..paths import path_kind
+
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
-           "batch_by_context", "notebook_file", "device_name"]
+           "batch_by_context", "notebook_file", "device_name", "Distinct"]
 
 #: Modules that each add one subcommand with ``add_bench_parser(subparsers)``, imported when the
 #: command line runs.
@@ -113,25 +115,43 @@ def batch_by_context(text: str) -> tuple[int, int]:
 
 
 def notebook_file(text: str) -> str:
-    """An argparse type: an existing ``.ipynb`` file (checked before the first notebook runs)."""
+    """An argparse type: an existing ``.ipynb`` file that nbformat reads as a notebook (checked
+    before the first notebook runs, by :func:`course_utils.bench.memory.read_notebook`)."""
     path = Path(text)
     if path.suffix != ".ipynb":
         raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {text!r}")
-    if not path.is_file():
+    kind = path_kind(path)  # (never opens the path: reading a FIFO would wait forever)
+    if kind == "missing":
         raise argparse.ArgumentTypeError(f"no notebook file {text!r} (relative to {Path.cwd()})")
-    import json
+    if kind is not None:
+        raise argparse.ArgumentTypeError(f"expected a notebook file, got {text!r}, which is {kind}")
+    if path.stat().st_size == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: the file is empty")
+    from .memory import read_notebook
 
     try:
-        content = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: its contents are not JSON text"
-                                         + (" (the file is empty)" if path.stat().st_size == 0 else "")) \
-            from None
-    except OSError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be read ({err.strerror or err})") from None
-    if not isinstance(content, dict) or "cells" not in content:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: expected a JSON object with 'cells'")
+        read_notebook(path)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     return text
+
+
+class Distinct(argparse.Action):
+    """An argparse action for a list option whose values must differ (``--seeds 0 0`` would
+    train the same run twice and take its median as if of two): a repeat is a usage error naming
+    the option, refused when parsed, before anything is printed."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            shown = ", ".join(dict.fromkeys(_shown(v) for v in repeated))
+            raise argparse.ArgumentError(self, f"expected distinct values, got {shown} more than once")
+        setattr(namespace, self.dest, values)
+
+
+def _shown(value: object) -> str:
+    """A value as it was typed: ``1x4096`` for a shape, ``0`` for a seed."""
+    return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:

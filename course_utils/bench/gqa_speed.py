@@ -633,7 +633,7 @@ def _main_gqa(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``python -m course_utils.bench gqa``."""
-    from .cli import batch_by_context, context_length, layer_count, positive_int, thread_count
+    from .cli import Distinct, batch_by_context, context_length, layer_count, positive_int, thread_count
 
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
     p.add_argument("--full", action="store_true",
@@ -649,7 +649,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="also time each stage (one thread, CPU time) with its bytes and GB/s")
     p.add_argument("--whole-step", action=argparse.BooleanOptionalAction, default=True,
                    help="also time whole decode steps (weights + cache) against their byte bound")
-    p.add_argument("--shapes", type=batch_by_context, nargs="+", default=None, metavar="BxT",
+    p.add_argument("--shapes", type=batch_by_context, nargs="+", default=None, metavar="BxT", action=Distinct,
                    help="whole-step shapes, batch x context (default with --context 4096: 1x1024 "
                    "1x4096, and with --full also 1x16384 8x4096)")
     p.add_argument("--bf16", action="store_true",

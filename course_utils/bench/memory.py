@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from ..paths import path_kind
+
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
            "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",
            "reset_peak_rss", "rss_bytes", "TEST_REPORT", "read_test_report", "format_test_report",
-           "add_bench_parser"]
+           "read_notebook", "add_bench_parser"]
 
 TARGET_MB = 1000.0  # the course's target per lesson (1.0 GB)
 BINDER_LIMIT_MB = 2048.0  # mybinder.org's memory limit
@@ -86,14 +88,8 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     import nbformat
     from nbclient import NotebookClient
 
+    nb = read_notebook(path)
     path = Path(path)
-    if not path.is_file() or path.suffix != ".ipynb":
-        raise ValueError(f"path must be an existing .ipynb file, got {str(path)!r}")
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except (nbformat.reader.NotJSONError, UnicodeDecodeError, ValueError) as err:
-        first = str(err).strip().splitlines()[0][:100] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path} is not a notebook nbformat can read ({first})") from None
     nb.cells.append(nbformat.v4.new_code_cell(_PROBE))
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
@@ -109,6 +105,32 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     peak = next(int(line.split()[1]) for line in text.splitlines() if line.startswith(_MARK))
     return NotebookMemory(path.name, peak / 1e6, elapsed, cells=_cell_times(nb.cells[:-1]))
+
+
+def read_notebook(path: str | Path):
+    """The notebook at ``path`` (an ``nbformat`` v4 node), checked against nbformat's schema; a
+    path that is not an existing ``.ipynb`` file (saying what it is: missing, a folder, a FIFO),
+    or a file that is not a notebook (``{"cells": 3}``), is a ValueError naming it."""
+    import nbformat
+
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or Path naming a .ipynb file, got {type(path).__name__} "
+                        f"{path!r:.60}")
+    path = Path(path)
+    kind = path_kind(path)
+    if kind is not None or path.suffix != ".ipynb":
+        raise ValueError(f"path must be an existing .ipynb file, got {str(path)!r}"
+                         + (f", which is {kind}" if kind else ""))
+    try:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+    except OSError as err:
+        raise ValueError(f"{path} cannot be read ({err.strerror or err})") from None
+    except Exception as err:  # nbformat's readers raise anything on JSON of the wrong shape
+        first = str(err).strip().splitlines()[0][:100] if str(err).strip() else ""
+        raise ValueError(f"{path} is not a notebook nbformat can read ({type(err).__name__}"
+                         + (f": {first}" if first else "") + ")") from None
+    return nb
 
 
 def _cell_times(cells) -> list[CellTime]:
@@ -131,6 +153,9 @@ def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
     """The ``count`` slowest code cells of one notebook, slowest first, one line each."""
     from ..attention.validation import check_int  # torch only when called
 
+    if not isinstance(row, NotebookMemory):
+        raise TypeError(f"row must be a NotebookMemory (what notebook_peak_memory returns), got "
+                        f"{type(row).__name__} {row!r:.60}")
     check_int(count, "count", minimum=1)
     slowest = sorted(row.cells, key=lambda c: -c.seconds)[:count]
     lines = [f"  {row.name}: {len(row.cells)} code cells, slowest:"]
@@ -215,15 +240,11 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
     """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
     "seconds": ...}}``."""
     path = Path(path)
-    if os.path.lexists(path) and not path.is_file():
-        import stat
-
-        mode = os.stat(path).st_mode if path.exists() else 0
-        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-                else "a symlink loop or broken link" if not path.exists() else "a special file")
+    kind = path_kind(path)
+    if kind not in (None, "missing"):
         raise ValueError(f"the per-test memory report {path} is {kind}, not a regular file: expected the "
                          "JSON file the tests write")
-    if not path.is_file():
+    if kind == "missing":
         raise FileNotFoundError(f"no per-test memory report at {path}: run the tests first "
                                 f"(python3 course.py test), which write it")
     try:

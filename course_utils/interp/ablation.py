@@ -338,11 +338,19 @@ def _refuse_non_finite_logits(logits: Tensor, counted: Tensor, loss: float) -> N
 
 
 def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:
-    """An :class:`Evaluation` that reports the average next-token loss as ``name``."""
+    """An :class:`Evaluation` that reports the average next-token loss as ``name`` (a non-empty
+    str: the key of the score, and a column of :func:`ablation_table`)."""
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
                          f"{_described(targets)}")
+    if targets.dtype != torch.long:
+        raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not counted), "
+                        f"got {_described(targets)}")
+    if not isinstance(name, str) or not name.strip():
+        raise (TypeError if not isinstance(name, str) else ValueError)(
+            f"name must be a non-empty str (the score's name, such as 'loss'), got "
+            f"{type(name).__name__} {name!r:.60}")
     return Evaluation(tokens, lambda logits: {name: average_loss(logits, targets)})
 
 

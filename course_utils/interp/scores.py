@@ -315,6 +315,11 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     grouping name (``"template"``, ``"subject"``) to ``N`` labels. Returns one row per
     group (sorted by label), a ``"sentences"`` count first, then the mean of each value.
     """
+    for name, given in (("values", values), ("groups", groups)):
+        if not isinstance(given, dict):
+            raise TypeError(f"{name} must be a dict {{column name: one entry per sequence}}, got "
+                            f"{type(given).__name__} {given!r:.60}")
+    check_int(decimals, "decimals", minimum=0)  # a negative one rounds the means (and counts) to tens
     if not values or not groups:
         raise ValueError("mean_by_group needs at least one value column and one grouping")
     columns = {name: np.asarray(torch.as_tensor(v, dtype=torch.float64)) for name, v in values.items()}
@@ -518,7 +523,10 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     if chance is not None and not isinstance(chance, dict):
         raise TypeError(f"chance must be a dict {{role: chance score}} or None, got {type(chance).__name__}")
     for role, value in (chance or {}).items():
-        check_real(value, f"chance[{role!r}]")
+        value = check_real(value, f"chance[{role!r}]")
+        if not 0.0 < value <= 1.0:  # what a uniform head scores: a share of its attention
+            raise ValueError(f"chance[{role!r}] must be a score in (0, 1] (a uniform head's share of "
+                             f"attention, see chance_level), got {value!r}")
     table = head_score_table(scores, decimals=12)
     chance = chance or {}
     _check_roles(list(scores), chance)

@@ -18,14 +18,12 @@ an error that says what it expected and what it found.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import math
 import numbers
 import os
 import shutil
-import stat
 from pathlib import Path
 
 import torch
@@ -34,11 +32,13 @@ from safetensors.torch import load_file, save_file
 
 from ..env import pick_device
 from ..paths import DATA_DIR
+from ..paths import path_kind as _what_is_there  # None for a regular file, else what it is, in words
 from .transformer import ModelConfig, TinyTransformer
 
 __all__ = [
     "CHECKPOINT_DIR",
     "CheckpointError",
+    "COURSE_TASKS",
     "save_checkpoint",
     "load_checkpoint",
     "checkpoint_paths",
@@ -58,8 +58,14 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 _JSON_NAMES = {str: "a string", dict: "an object", int: "an integer"}
 
 
+#: The checkpoints the course ships, each named after the task its model was trained on: a
+#: checkpoint with one of these names must hold that task's model (see :func:`load_checkpoint`).
+COURSE_TASKS = ("induction", "agreement", "mixture")
+
+
 class CheckpointError(ValueError):
-    """A checkpoint exists but cannot be trusted (truncated, corrupted, mismatched)."""
+    """A checkpoint exists but cannot be trusted (truncated, corrupted, mismatched, of another
+    task), or cannot be written where it was asked to go."""
 
 
 def sha256_of(path: str | Path) -> str:
@@ -116,6 +122,7 @@ def save_checkpoint(
     metrics: dict[str, float],
     command: str,
     training: dict | None = None,
+    replace_task: bool = False,
 ) -> Path:
     """Write ``path.safetensors`` and ``path.json``; return the JSON path.
 
@@ -125,7 +132,13 @@ def save_checkpoint(
     ``command`` is the shell command that re-creates it; ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
 
-    A save that fails leaves the files as they were. One killed outright (SIGKILL, power cut)
+    ``task`` (a non-empty name such as ``"induction"``) is recorded in the sidecar. A checkpoint
+    holds the task it is named after: saving over a sidecar that records another task, or
+    under the name of another of the course's tasks (:data:`COURSE_TASKS`, e.g. an agreement
+    model as ``induction``), is a :class:`CheckpointError` unless ``replace_task=True``.
+
+    A save that fails (a read-only or full disk) is a :class:`CheckpointError` naming the folder,
+    and leaves the files as they were. One killed outright (SIGKILL, power cut)
     between its two renames cannot: it leaves the new weights beside the old sidecar, plus the
     old weights as ``.name.safetensors.previous`` and a ``.name.json.saving``. Loading then
     reads the old pair (and warns) without touching the files; the next save under the same
@@ -137,6 +150,12 @@ def save_checkpoint(
                               ("training", training or {}, dict)):
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    if not task.strip():
+        raise ValueError(f"task must name the task the model was trained on, such as 'induction', got "
+                         f"{task!r}")
+    if not isinstance(replace_task, bool):
+        raise TypeError(f"replace_task must be True or False, got {type(replace_task).__name__} "
+                        f"{replace_task!r:.60}")
     for key, value in metrics.items():
         if not isinstance(key, str):
             raise TypeError(f"metrics must be keyed by names (str), got {type(key).__name__} {key!r}")
@@ -151,13 +170,15 @@ def save_checkpoint(
     weights_path, meta_path = checkpoint_paths(path)
     _check_weights_to_save(model)
     _check_save_targets(weights_path, meta_path)
+    if not replace_task:
+        _check_task_of_target(meta_path, task)
     made = [p for p in (weights_path.parent, *weights_path.parent.parents) if not p.exists()]
     try:
         weights_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a read-only or virtual file system: same error type, the path named
+    except OSError as err:  # a read-only or virtual file system: the folder named, not a raw OSError
         _remove_empty(made)
-        raise type(err)(err.errno, f"cannot make the folder {weights_path.parent} for the checkpoint "
-                                   f"path {str(path)!r}: {err.strerror or err}") from None
+        raise CheckpointError(f"cannot make the folder {weights_path.parent} for the checkpoint path "
+                              f"{str(path)!r}: {err.strerror or err}") from err
     config = model.config.to_dict()
     # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
     tensors = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype).contiguous()
@@ -198,14 +219,42 @@ def save_checkpoint(
             else:
                 weights_path.unlink(missing_ok=True)
         for tmp in (weights_tmp, meta_tmp) if committed else (weights_tmp, meta_tmp, previous):
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # a read-only file system refuses even this: there is nothing to remove
+                pass
         _remove_empty(made)
-        if isinstance(exc, SafetensorError):  # (an OSError stays one: callers catch it as such)
-            raise CheckpointError(f"cannot write the checkpoint {weights_path.with_suffix('')} ({exc}; a "
-                                  "full disk or a file-size limit?); the files already there were left as "
-                                  "they were") from exc
+        if isinstance(exc, SafetensorError | OSError):  # the folder named, not a temporary file
+            reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                      else str(exc).split(" at path ")[0])  # safetensors names its own temporary file
+            raise CheckpointError(f"cannot write the checkpoint {weights_path.stem} in the folder "
+                                  f"{weights_path.parent} ({reason}; is it read-only, or the disk full?); "
+                                  "the files already there were left as they were") from exc
         raise
     return meta_path
+
+
+def _check_task_of_target(meta_path: Path, task: str) -> None:
+    """A model of ``task`` may be saved as ``meta_path``: the sidecar there (if any) records the
+    same task, and the name is not that of another of the course's tasks. Else a CheckpointError
+    saying what is there and how to save anyway (``replace_task=True``, ``--replace-task``)."""
+    name = meta_path.stem
+    recorded = None
+    if _what_is_there(meta_path) is None:
+        try:
+            recorded = json.loads(meta_path.read_bytes().decode("utf-8")).get("task")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            recorded = None  # an unreadable sidecar records nothing to keep: it may be replaced
+    if isinstance(recorded, str) and recorded != task:
+        raise CheckpointError(f"{meta_path} holds a model of the task {recorded!r}; saving a model of the "
+                              f"task {task!r} there would replace it, and loading {name!r} would hand back "
+                              f"a model of another task. Save under another name, or pass "
+                              f"replace_task=True (--replace-task) to replace it")
+    if name in COURSE_TASKS and name != task:
+        raise CheckpointError(f"{name!r} is the name of the course's {name} checkpoint, and a checkpoint so "
+                              f"named must hold the {name} model (load_checkpoint checks it); got a model of "
+                              f"the task {task!r} for {meta_path.with_suffix('')}. Save under another "
+                              f"name, or pass replace_task=True (--replace-task)")
 
 
 def _remove_empty(made: list[Path]) -> None:
@@ -293,26 +342,6 @@ def _check_save_targets(weights_path: Path, meta_path: Path) -> None:
                                   "remove or rename it, or save under another name")
 
 
-def _what_is_there(path: Path) -> str | None:
-    """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
-    "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
-    (reading a FIFO would wait for a writer forever)."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return "a broken symlink" if path.is_symlink() else "missing"
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            return "a symlink loop"
-        return f"unreadable ({err.strerror or err})"
-    if stat.S_ISREG(mode):
-        return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"))
-    return next((words for test, words in kinds if test(mode)), "not a regular file")
-
-
 def _check_regular(path: Path, role: str) -> None:
     """``path`` exists as a regular file; otherwise a CheckpointError saying what it is."""
     found = _what_is_there(path)
@@ -396,6 +425,7 @@ def _config_diff(expected: dict, found: dict) -> str:
 def load_checkpoint(
     name_or_path: str | Path,
     *,
+    task: str | None = None,
     expected_config: ModelConfig | None = None,
     device: str | torch.device = "cpu",
 ) -> tuple[TinyTransformer, dict]:
@@ -405,7 +435,10 @@ def load_checkpoint(
     Checks, in order: both files exist; the size and sha256 of the weights match the
     sidecar; the config in the sidecar matches the one in the weights' header (and
     ``expected_config`` when given); every tensor has the name and shape the config
-    implies, and the dtype save_checkpoint wrote (float32). Any failure raises with what was
+    implies, and the dtype save_checkpoint wrote (float32); the sidecar's task is ``task``
+    when given, and otherwise, for a checkpoint named after one of the course's tasks
+    (:data:`COURSE_TASKS`: ``"induction"`` and so on), that task: ``load_checkpoint("induction")``
+    never hands back a model trained on another task. Any failure raises with what was
     expected and what was found: a file that exists but cannot be read as a checkpoint (not
     UTF-8, nested too deeply, a directory, a FIFO, a symlink loop) is a :class:`CheckpointError`
     naming the file and what it is; only a file that is not there at all is a
@@ -414,6 +447,11 @@ def load_checkpoint(
     if expected_config is not None and not isinstance(expected_config, ModelConfig):
         raise TypeError(f"expected_config must be a ModelConfig or None (a dict converts with "
                         f"ModelConfig.from_dict(d)), got {type(expected_config).__name__}")
+    if task is not None and not isinstance(task, str):
+        raise TypeError(f"task must be the name of the task the model was trained on (such as "
+                        f"'induction') or None, got {type(task).__name__} {task!r:.60}")
+    if task is not None and not task.strip():
+        raise ValueError(f"task must name a task, such as 'induction', or be None, got {task!r}")
     device = pick_device(device)
     weights_path, meta_path = checkpoint_paths(name_or_path)
     if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
@@ -421,6 +459,7 @@ def load_checkpoint(
         raise IsADirectoryError(f"name_or_path must name a checkpoint, got the folder {str(name_or_path)!r}; "
                                 f"checkpoints in it: {inside or 'none'} (pass one as folder/name)")
     meta = _read_meta(meta_path, weights_path)
+    _check_task_of_meta(meta, meta_path, task)
     try:
         _verify_bytes(weights_path, meta)
     except CheckpointError:
@@ -494,6 +533,18 @@ def load_checkpoint(
     _check_finite_weights(tensors, weights_path)
     model.load_state_dict(tensors, strict=True)
     return model.to(device).eval(), meta
+
+
+def _check_task_of_meta(meta: dict, meta_path: Path, task: str | None) -> None:
+    """The sidecar records ``task`` (when given), or, for a checkpoint named after a course task,
+    that task; else a CheckpointError naming both."""
+    name = meta_path.stem
+    wanted = task if task is not None else name if name in COURSE_TASKS else None
+    if wanted is None or meta["task"] == wanted:
+        return
+    why = "" if task is not None else f" (a checkpoint named {name!r} must hold the {name} model)"
+    raise CheckpointError(f"{meta_path} holds a model of the task {meta['task']!r}, expected {wanted!r}"
+                          f"{why}; to load it anyway, pass task={meta['task']!r}")
 
 
 def _check_finite_weights(tensors: dict[str, torch.Tensor], weights_path: Path) -> None:

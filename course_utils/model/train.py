@@ -60,25 +60,34 @@ __all__ = [
 ]
 
 
+DEFAULT_WARMUP_STEPS = 20
+
+
 @dataclass
 class TrainConfig:
     """Optimiser settings: AdamW, linear warm-up, then constant or cosine decay to 10 %.
 
     ``grad_clip`` is the largest gradient norm an update may use; ``0`` turns clipping off (the
-    gradients are used as they are, not scaled to zero). ``warmup_steps`` may exceed ``steps``:
-    the warm-up is then cut to the run, so the rate reaches ``lr`` at the last step (see
-    :meth:`lr_at`)."""
+    gradients are used as they are, not scaled to zero). ``warmup_steps`` defaults to 20, or to
+    ``steps`` for a shorter run (the rate then reaches ``lr`` at the last step); a warm-up longer
+    than the run, asked for by name, is refused: the rate would never reach ``lr``."""
 
     steps: int = 600
     lr: float = 1e-2
     weight_decay: float = 0.01
-    warmup_steps: int = 20
+    warmup_steps: int | None = None  # None: min(20, steps)
     decay: bool = True  # cosine decay after the warm-up
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
         check_int(self.steps, "steps", minimum=1)
-        check_int(self.warmup_steps, "warmup_steps", minimum=0)  # beyond steps: cut to steps (lr_at)
+        if self.warmup_steps is None:
+            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps)
+        check_int(self.warmup_steps, "warmup_steps", minimum=0)
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps must be at most steps={self.steps} (the learning rate climbs to "
+                             f"lr over the warm-up, so a longer one never reaches it), got "
+                             f"{self.warmup_steps}; leave it out for min(20, steps)")
         check_flag(self.decay, "decay")
         for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
             value = getattr(self, name)
@@ -89,13 +98,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number {low}, got {value!r}")
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``).
-
-        A warm-up longer than the run (``warmup_steps > steps``, e.g. the default 20 with
-        ``steps=5``) is cut to the run: the rate then climbs to ``lr`` at the last step rather
-        than stopping part-way up."""
+        """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``): a linear
+        climb to ``lr`` over the warm-up, then ``lr`` or a cosine decay to ``lr / 10``."""
         check_int(step, "step", minimum=0, maximum=self.steps - 1)
-        warmup = min(self.warmup_steps, self.steps)
+        warmup = self.warmup_steps
         if step < warmup:
             return self.lr * (step + 1) / warmup
         if not self.decay:
@@ -366,6 +372,7 @@ def evaluate_induction(
     """Induction accuracy on a fixed batch of held-out periods (``heldout``) and of
     training periods (``train_periods``), plus one entry per held-out period."""
     check_int(batch_size, "batch_size", minimum=1)
+    _check_task(task, InductionTask, "induction")
     _check_model_for_task(model, task, task.seq_len, "induction")
     device = next(model.parameters()).device
     was_training = model.training
@@ -394,10 +401,17 @@ def _check_fits_task(config: ModelConfig, task, needed_len: int, name: str, what
         )
 
 
+def _check_task(task: object, kind: type, name: str) -> None:
+    """``task`` is a ``kind`` (InductionTask, ...); else a TypeError naming what arrived."""
+    if not isinstance(task, kind):
+        raise TypeError(f"task must be {'an' if kind.__name__[0] in 'AEIOU' else 'a'} {kind.__name__} (the "
+                        f"{name} task, e.g. {kind.__name__}()), got {type(task).__name__} {task!r:.60}")
+
+
 def _check_model_for_task(model: object, task, needed_len: int, name: str) -> None:
     """``model`` is a TinyTransformer whose config fits the task (checked before any forward pass)."""
     if not isinstance(model, TinyTransformer):
-        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__} {model!r:.60}")
     _check_fits_task(model.config, task, needed_len, name, "the model's config")
 
 
@@ -455,7 +469,8 @@ def train_induction(
     Returns ``(model in eval mode, history)``; ``history.eval_metrics`` holds the
     held-out-period accuracy every ``eval_every`` steps.
     """
-    config = config or induction_model_config()
+    _check_task(task, InductionTask, "induction")
+    config = induction_model_config() if config is None else config
     model, history = _train_on_task(
         config, task, task.seq_len, seed=seed, device=device, steps=steps, lr=lr,
         batch_size=batch_size, evaluate=lambda m: evaluate_induction(m, task), eval_every=eval_every,
@@ -473,6 +488,7 @@ def evaluate_agreement(
     """Agreement accuracy on a fixed evaluation set: overall, with/without attractors,
     per template."""
     check_int(batch_size, "batch_size", minimum=1)
+    _check_task(task, AgreementTask, "agreement")
     _check_model_for_task(model, task, task.max_len, "agreement")
     device = next(model.parameters()).device
     was_training = model.training
@@ -503,7 +519,8 @@ def train_agreement(
     ``history.eval_metrics`` holds agreement accuracy (``all``, ``attractor``,
     ``no_attractor``, per template) every ``eval_every`` steps.
     """
-    config = config or agreement_model_config()
+    _check_task(task, AgreementTask, "agreement")
+    config = agreement_model_config() if config is None else config
     model, history = _train_on_task(
         config, task, task.max_len, seed=seed, device=device, steps=steps, lr=lr,
         batch_size=batch_size, evaluate=lambda m: evaluate_agreement(m, task), eval_every=eval_every,
@@ -535,6 +552,8 @@ def evaluate_mixture(model: TinyTransformer, task: MixtureTask = MIXTURE_TASK) -
     """Both tasks on their fixed evaluation batches: ``induction`` (held-out periods),
     ``agreement`` (all sentences), ``attractor`` (sentences with an attractor) and
     ``both`` (the lower of ``induction`` and ``attractor``)."""
+    _check_task(task, MixtureTask, "mixture")
+    _check_model_for_task(model, task, task.seq_len, "mixture")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -568,27 +587,14 @@ def train_mixture(
 
     ``history.eval_metrics`` holds :func:`evaluate_mixture` every ``eval_every`` steps.
     """
-    _check_accuracy_target(target)
-    config = config or mixture_model_config()
-    if config.vocab_size != task.vocab_size or config.max_len < task.seq_len:
-        raise ValueError(
-            f"config (vocab_size={config.vocab_size}, max_len={config.max_len}) does not fit the "
-            f"mixture task (vocab_size={task.vocab_size}, sequence length {task.seq_len})"
-        )
-    device = pick_device(None if device is None else str(device))
-    model = _build_model(config, seed, device)
-
-    def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = task.sample(batch_size, generator)
-        return batch.tokens, batch.targets
-
-    history = train_model(
-        model, sample, TrainConfig(steps=steps, lr=lr), seed=seed,
-        evaluate=lambda m: evaluate_mixture(m, task), eval_every=eval_every, target_metric="both",
-        target=target, stop_at_target=stop_at_target, progress=progress, task="mixture",
-        num_threads=num_threads,
+    _check_task(task, MixtureTask, "mixture")
+    config = mixture_model_config() if config is None else config
+    return _train_on_task(
+        config, task, task.seq_len, seed=seed, device=device, steps=steps, lr=lr,
+        batch_size=batch_size, evaluate=lambda m: evaluate_mixture(m, task), eval_every=eval_every,
+        target_metric="both", target=target, stop_at_target=stop_at_target, progress=progress,
+        name="mixture", num_threads=num_threads,
     )
-    return model, history
 
 
 TRAINERS = {"induction": train_induction, "agreement": train_agreement, "mixture": train_mixture}
@@ -626,7 +632,7 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
                     "target": history.target, "train_seconds": round(history.train_seconds, 2),
                     "device": history.device}
         path = save_checkpoint(model, args.out, task=args.task, metrics=metrics, command=command,
-                               training=training)
+                               training=training, replace_task=args.replace_task)
         print(f"wrote {path.with_suffix('.safetensors').name} and {path.name} to {path.parent}")
 
 
@@ -643,6 +649,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--out", default=None, help="checkpoint path stem, e.g. data/checkpoints/induction")
+    parser.add_argument("--replace-task", action="store_true",
+                        help="let --out replace a checkpoint of another task (or take another task's name)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     try:  # every option is checked before a step is trained
@@ -669,20 +677,24 @@ def _check_cli_args(args: argparse.Namespace) -> None:
     except (TypeError, ValueError) as err:
         raise ValueError(f"--device {args.device!r}: {err}") from None
     if args.out is not None:
-        _check_out_writable(args.out)
+        _check_out_writable(args.out, args.task, args.replace_task)
 
 
-def _check_out_writable(out: str) -> None:
+def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None:
     """``--out``'s two files can be made: the folder exists or can be created, a file can be
-    written in it, and neither target is a folder or a FIFO. Whatever the probe makes is removed."""
+    written in it, and neither target is a folder or a FIFO; without ``--replace-task``, no
+    checkpoint of another task is there and the name is not another course task's (checked
+    before training, as save_checkpoint checks it after). Whatever the probe makes is removed."""
     import os
     import tempfile
 
-    from .checkpoint import _check_save_targets, checkpoint_paths
+    from .checkpoint import _check_save_targets, _check_task_of_target, checkpoint_paths
 
     try:
         weights_path, meta_path = checkpoint_paths(out)
         _check_save_targets(weights_path, meta_path)
+        if not replace_task:
+            _check_task_of_target(meta_path, task)
     except (TypeError, ValueError) as err:
         raise ValueError(f"--out {out!r}: {err}") from None
     folder = weights_path.parent

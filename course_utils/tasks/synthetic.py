@@ -196,13 +196,22 @@ def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
     return targets
 
 
-def _check_logits(logits: object, tokens: Tensor) -> None:
+def _check_logits(logits: object, tokens: Tensor, largest_id: int) -> None:
+    """``logits`` is a floating ``(B, T, V)`` tensor over the batch's ``tokens`` whose vocabulary
+    holds every id the metric reads (up to ``largest_id``): a smaller one scores a target it
+    cannot name as simply wrong, or indexes past its end."""
     if not isinstance(logits, Tensor):
         raise TypeError(f"logits must be a torch.Tensor (B, T, V), got {type(logits).__name__}")
     if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(tokens.shape):
         raise ValueError(
             f"logits must be (B, T, V) with (B, T) = {tuple(tokens.shape)}, got {tuple(logits.shape)}"
         )
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating-point scores (the model's output), got dtype "
+                        f"{logits.dtype}")
+    if logits.shape[-1] <= largest_id:
+        raise ValueError(f"logits must score every token id this metric reads, up to {largest_id} (so V > "
+                         f"{largest_id}), got V = {logits.shape[-1]}: logits from a model of another task?")
 
 
 def _refuse_nan_where_read(read: Tensor, where: str) -> None:
@@ -219,7 +228,7 @@ def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
     if not isinstance(batch, InductionBatch):
         raise TypeError(f"batch must be an InductionBatch (from InductionTask.sample or eval_batch), "
                         f"got {type(batch).__name__}")
-    _check_logits(logits, batch.tokens)
+    _check_logits(logits, batch.tokens, int(batch.tokens.max()) if batch.tokens.numel() else 0)
     prediction = logits[:, :-1].argmax(-1)  # (B, T-1): predicts tokens[:, 1:]
     correct = prediction == batch.tokens[:, 1:].to(prediction.device)
     scored = batch.scored[:, :-1].to(prediction.device)
@@ -520,7 +529,10 @@ def subject_position(tokens: Tensor) -> int:
 def agreement_margins(logits: Tensor, batch: AgreementBatch) -> Tensor:
     """``(B,)`` logit of the agreeing verb minus the logit of the same verb in the other
     number, read at ``predict_pos``. Positive = the model agrees with the subject."""
-    _check_logits(logits, batch.tokens)
+    if not isinstance(batch, AgreementBatch):
+        raise TypeError(f"batch must be an AgreementBatch (from AgreementTask.sample or eval_batch), "
+                        f"got {type(batch).__name__}")
+    _check_logits(logits, batch.tokens, len(AGREEMENT_VOCAB) - 1)
     rows = torch.arange(len(batch), device=logits.device)
     at_verb = logits[rows, batch.predict_pos.to(logits.device)]  # (B, V)
     _refuse_nan_where_read(at_verb, "predict_pos (the position before the verb)")
