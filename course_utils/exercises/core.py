@@ -138,13 +138,21 @@ class _Deadline:
     """While active, a call that runs past the time limit raises :class:`TimeLimitExceeded`
     where it is (SIGALRM: Unix, main thread; elsewhere no limit, and the check still runs).
 
-    An answer that catches the exception in a loop, switches the alarm off or ignores SIGALRM
-    is stopped anyway, without killing the kernel: from then on the alarm repeats every few
-    milliseconds, puts back its handler when the answer replaced it (a watchdog thread asks the
-    main thread to, through ``Py_AddPendingCall``), and marks every frame of the running answer
-    with a trace function that raises at its next line, so an ``except`` clause that caught
-    the first exception raises again. (An answer blocked inside one C call that ignores the
-    signal, e.g. ``time.sleep`` with SIGALRM ignored, is not reached until that call returns.)
+    An answer that catches the exception in a loop, switches the alarm off, ignores or blocks
+    SIGALRM, or catches it in a recursion that starts again from every ``except`` is stopped
+    anyway, without killing the kernel: from then on the alarm repeats every few milliseconds,
+    puts back its handler and unblocks SIGALRM when the answer changed them (a watchdog thread
+    asks the main thread to, through ``Py_AddPendingCall``), marks every frame of the running
+    answer with a trace function that raises at its next line, so an ``except`` clause that
+    caught the first exception raises again, and gives every function that runs more than once
+    on the answer's stack (a recursion) code that raises at once, so no ``except`` can start
+    the recursion again. On exit the handler, the timer, the signal mask, the trace function
+    and those functions' code are as they were before the check.
+
+    What it cannot stop: ``os._exit()`` or a crash in C ends the kernel (the outside grader
+    runs each answer in its own process and survives it), and an answer blocked inside one C
+    call with SIGALRM ignored or blocked (``time.sleep`` after ``signal.pthread_sigmask``) is
+    not reached until that call returns.
     """
 
     _active: _Deadline | None = None  # the one running now (main thread)
@@ -152,19 +160,24 @@ class _Deadline:
     def __enter__(self) -> _Deadline:
         import signal
 
+        self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
+        self.seconds = _time_limit()
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         if self._armed:
-            self.seconds = _time_limit()
-            self.rounds = 0
+            self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
+            self._seen_codes: set[Any] = set()
+            # SIGALRM unblocked while the answer runs (an earlier cell may have blocked it)
+            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+                          if hasattr(signal, "pthread_sigmask") else None)
             self._boundary = sys._getframe(1)  # the check's frame: the answer runs below it
             self._outer = _Deadline._active
             self._previous_trace = sys.gettrace()
             self._previous = signal.signal(signal.SIGALRM, self._expire)
             self._done = threading.Event()
             _Deadline._active = self
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
             self._watchdog = threading.Thread(target=self._watch, name="course-check-deadline", daemon=True)
             self._watchdog.start()
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)  # last: no stop inside __enter__
         return self
 
     def _expire(self, signum: int, frame: Any) -> None:
@@ -172,15 +185,47 @@ class _Deadline:
 
         if _Deadline._active is not self:
             return
+        if frame is not None and frame.f_code in _OWN_CODES:
+            return  # entering or leaving the time limit: a raise there would leave it half set
         self.rounds += 1
+        signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)  # again soon, until the answer is gone
         if self.rounds >= 2:  # the first stop was caught or ignored: stop it line by line
             while frame is not None and frame is not self._boundary:
                 if frame.f_code.co_filename != __file__ or frame.f_code.co_name == "_tripwire":
                     frame.f_trace, frame.f_trace_lines = self._stop_line, True
                 frame = frame.f_back
             sys.settrace(self._stop_call)
-        signal.setitimer(signal.ITIMER_REAL, 0.01)  # again soon, until the answer is gone
         raise TimeLimitExceeded(self.seconds)
+
+    def _disarm_recursion(self, frame: Any) -> None:
+        """Give each function whose code runs more than once between ``frame`` and the check
+        (a recursion) code that raises :class:`TimeLimitExceeded` at once, until exit.
+
+        Run by the watchdog thread on the main thread's stack. A trace function that raises
+        is switched off by the interpreter, and the alarm's handler cannot even start at the
+        recursion limit, so neither stops ``def r(): try: r() except BaseException: r()``:
+        each caught exception starts the recursion again, down to the limit, an exponential
+        amount of work. With the code swapped, every such ``except`` raises again and the
+        stack unwinds."""
+        import gc
+
+        counts: dict[Any, int] = {}
+        while frame is not None and frame is not self._boundary:
+            counts[frame.f_code] = counts.get(frame.f_code, 0) + 1
+            frame = frame.f_back
+        for code, n in counts.items():
+            if n < 2 or code in self._seen_codes or code.co_filename == __file__:
+                continue
+            self._seen_codes.add(code)
+            stop = _stop_code(len(code.co_freevars))
+            for f in gc.get_referrers(code):
+                if isinstance(f, types.FunctionType) and f.__code__ is code:
+                    self._swapped.append((f, code, f.__kwdefaults__))
+                    try:
+                        f.__code__ = stop
+                        f.__kwdefaults__ = {"_course_stop": (TimeLimitExceeded, (self.seconds,))}
+                    except (ValueError, TypeError):  # (a closure of another size: left running)
+                        pass
 
     def _stop_line(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and _Deadline._active is self:
@@ -203,6 +248,8 @@ class _Deadline:
             return
         if signal.getsignal(signal.SIGALRM) != self._expire:
             signal.signal(signal.SIGALRM, self._expire)
+        if self._mask is not None:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
         if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
             signal.setitimer(signal.ITIMER_REAL, 0.001)
 
@@ -210,9 +257,18 @@ class _Deadline:
         sys.setprofile(None)  # (threading.setprofile of a call watch: nothing to record here)
         if self._done.wait(self.seconds + 0.5):
             return
+        self.rounds = max(self.rounds, 1)
         pending = _pending_call()
-        while pending is not None and not self._done.wait(0.25):
-            pending(self._restore_alarm)
+        main = threading.main_thread().ident
+        while True:
+            frame = sys._current_frames().get(main)
+            if frame is not None:
+                self._disarm_recursion(frame)
+            del frame
+            if pending is not None:
+                pending(self._restore_alarm)
+            if self._done.wait(0.25):
+                return
 
     def __exit__(self, *exc_info: Any) -> None:
         if self._armed:
@@ -224,7 +280,41 @@ class _Deadline:
             signal.setitimer(signal.ITIMER_REAL, 0)
             if self.rounds >= 2:
                 sys.settrace(self._previous_trace)
+            for f, code, kwdefaults in reversed(self._swapped):
+                f.__code__, f.__kwdefaults__ = code, kwdefaults
+            self._swapped.clear()
             signal.signal(signal.SIGALRM, self._previous)
+            if self._mask is not None:  # the answer may have blocked SIGALRM: the mask as it was
+                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        stopped = exc_info[0] is not None and issubclass(exc_info[0], (TimeLimitExceeded, KeyboardInterrupt))
+        if self.rounds and exc_info[0] is not None and not stopped:
+            # what it raised last (a RecursionError, an error of the code that raised at once) is
+            # not the answer's doing: it was stopped
+            raise TimeLimitExceeded(self.seconds) from None
+
+
+# code during which the alarm does not raise: the time limit being set up or taken down
+_OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__}
+
+_STOP_CODES: dict[int, Any] = {}
+
+
+def _stop_code(free: int) -> Any:
+    """The code of a function that raises ``_course_stop[0](*_course_stop[1])`` whatever it is
+    called with, with ``free`` free variables (a closure's code may only be swapped for code
+    with as many)."""
+    if free not in _STOP_CODES:
+        names = [f"_course_free{i}" for i in range(free)]
+        source = "def _outer():\n"
+        source += "".join(f"    {name} = None\n" for name in names)
+        source += "    def _course_stopped(*args, _course_stop=None, **kwargs):\n"
+        source += "        raise _course_stop[0](*_course_stop[1])\n"
+        source += "".join(f"        {name}\n" for name in names)  # (never run: free, not read)
+        source += "    return _course_stopped\n"
+        namespace: dict[str, Any] = {}
+        exec(compile(source, "<course check: stopped>", "exec"), namespace)  # noqa: S102
+        _STOP_CODES[free] = namespace["_outer"]().__code__
+    return _STOP_CODES[free]
 
 
 _PENDING: list[Any] = []  # the ctypes callback, kept alive while the interpreter runs
@@ -246,7 +336,10 @@ def _pending_call() -> Callable[[Callable[[], None]], None] | None:
         queue: list[Callable[[], None]] = []
 
         def run(_: Any) -> int:
-            while queue:
+            # a bounded loop: at the recursion limit even queue.pop raises, and the item stays
+            for _attempt in (1, 2, 3, 4):
+                if not queue:
+                    break
                 try:
                     queue.pop(0)()
                 except BaseException:  # noqa: BLE001 - a pending call must not fail

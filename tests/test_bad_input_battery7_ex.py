@@ -1,0 +1,132 @@
+"""Battery 7's findings on the exercise checks and the grader (rows 15-18, 28-37, 56-64).
+
+The time-limit cases run in a fresh interpreter each (the check's alarm lives in the main
+thread) with a 1 s limit; the subprocess timeout only guards the test run itself.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CHECKS = ["lesson01.check_attend", "lesson02.check_softmax_rows", "lesson07.check_cache_bytes"]
+
+
+def _run(code: str, timeout: float = 120) -> dict[str, str]:
+    """Run ``code`` in a fresh interpreter; its ``KEY value`` lines as a dict."""
+    env = {**os.environ, "MPLBACKEND": "Agg", "COURSE_CHECK_TIMEOUT": "1"}
+    try:
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the check did not return: the answer was never stopped")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+
+
+# -- rows 28-33, 37: the time limit after an answer that blocked SIGALRM ---------------------
+
+MASK_DRIVER = """
+import signal, time
+from course_utils.exercises import {module}
+
+def blocker(*a, **k):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM}})
+    while True:
+        pass
+
+def sleeper(*a, **k):
+    while True:
+        try:
+            time.sleep(30)
+        except BaseException:
+            pass
+
+fb = {module}.{check}(blocker)
+print("FIRST", fb.status, fb.stopped)
+print("BLOCKED", signal.SIGALRM in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+fb = {module}.{check}(sleeper)
+print("SECOND", fb.status, fb.stopped)
+print("MESSAGE", fb.message)
+# a learner who blocked SIGALRM themselves gets their mask back after a check
+signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM}})
+fb = {module}.{check}(lambda *a, **k: time.sleep(30))
+print("THIRD", fb.status, fb.stopped)
+print("KEPT", signal.SIGALRM in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="no signal masks here")
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.slow
+def test_an_answer_that_blocks_sigalrm_leaves_the_next_check_its_time_limit(check):
+    module, name = check.split(".")
+    out = _run(MASK_DRIVER.format(module=module, check=name))
+    assert out["FIRST"] == "error True"
+    assert out["BLOCKED"] == "False"  # the answer's mask did not outlive its check
+    assert out["SECOND"] == "error True", out  # a sleep in a swallowing loop is still stopped
+    assert "ran for more than 1 s" in out["MESSAGE"]
+    assert out["THIRD"] == "error True"  # unblocked while the answer ran ...
+    assert out["KEPT"] == "True"  # ... and the learner's own mask back afterwards
+
+
+# -- rows 29, 31, 33: a recursion that catches every stop and starts again ------------------
+
+RECURSION_DRIVER = """
+import signal, sys
+from course_utils.exercises import {module}
+
+def inner(*a, **k):  # the battery's answer: a closure that calls itself from its except
+    def r():
+        try:
+            r()
+        except BaseException:
+            r()
+    r()
+
+def ping(n):  # a module-level pair that recurse into each other the same way
+    try:
+        pong(n + 1)
+    except BaseException:
+        pong(n + 1)
+
+def pong(n):
+    try:
+        ping(n + 1)
+    except BaseException:
+        ping(n + 1)
+
+def mutual(*a, **k):
+    ping(0)
+
+codes = (ping.__code__, pong.__code__)
+def mine(signum, frame):
+    pass
+signal.signal(signal.SIGALRM, mine)
+for label, answer in (("INNER", inner), ("MUTUAL", mutual)):
+    fb = {module}.{check}(answer)
+    print(label, fb.status, fb.stopped)
+    print(label + "_MESSAGE", fb.message)
+print("CODES", (ping.__code__, pong.__code__) == codes)  # the answer's functions as they were
+print("STATE", signal.getsignal(signal.SIGALRM) is mine, sys.gettrace() is None,
+      signal.getitimer(signal.ITIMER_REAL)[0] == 0)
+def count(n):
+    return 0 if n == 0 else 1 + count(n - 1)
+print("DEPTH", count(500))  # deep recursion still works in this interpreter
+"""
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.slow
+def test_a_recursion_that_swallows_the_stop_is_stopped_without_killing_the_kernel(check):
+    module, name = check.split(".")
+    out = _run(RECURSION_DRIVER.format(module=module, check=name))
+    for label in ("INNER", "MUTUAL"):
+        assert out[label] == "error True", out
+        assert "ran for more than 1 s" in out[label + "_MESSAGE"]
+    assert out["CODES"] == "True"
+    assert out["STATE"] == "True True True"
+    assert out["DEPTH"] == "500"
+
