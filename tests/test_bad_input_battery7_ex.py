@@ -130,3 +130,73 @@ def test_a_recursion_that_swallows_the_stop_is_stopped_without_killing_the_kerne
     assert out["STATE"] == "True True True"
     assert out["DEPTH"] == "500"
 
+
+# -- row 16: an answer that replaces what the comparison uses ---------------------------------
+
+def _patching_answers():
+    """Wrong answers (they return their input) that first replace a comparison the check could
+    use, each with the (owner, name) pairs it replaces."""
+    import builtins
+
+    import numpy
+    import torch
+
+    def allclose(x, *a, **k):
+        numpy.allclose = lambda *a, **k: True
+        numpy.testing.assert_allclose = lambda *a, **k: None
+        return x
+
+    def torch_close(x, *a, **k):
+        torch.allclose = lambda *a, **k: True
+        torch.testing.assert_close = lambda *a, **k: None
+        return x
+
+    def built_ins(x, *a, **k):
+        builtins.abs = lambda v: 0
+        builtins.isinstance = lambda *a: True
+        return x
+
+    return {"numpy.allclose": (allclose, [(numpy, "allclose"), (numpy.testing, "assert_allclose")]),
+            "torch.allclose": (torch_close, [(torch, "allclose"), (torch.testing, "assert_close")]),
+            "builtins": (built_ins, [(builtins, "abs"), (builtins, "isinstance")])}
+
+
+@pytest.mark.parametrize("check", ["lesson02.check_softmax_rows", "lesson02.check_attention_weights",
+                                   "lesson01.check_attend"])
+@pytest.mark.parametrize("kind", ["numpy.allclose", "torch.allclose", "builtins"])
+def test_replacing_the_comparison_inside_the_answer_does_not_pass(check, kind):
+    import importlib
+
+    import numpy.testing  # noqa: F401 - loaded, so that its attribute is there to put back
+    import torch.testing  # noqa: F401
+
+    module, name = check.split(".")
+    run_check = getattr(importlib.import_module(f"course_utils.exercises.{module}"), name)
+    answer, replaced = _patching_answers()[kind]
+    originals = [(owner, attr, getattr(owner, attr)) for owner, attr in replaced]
+    try:
+        feedback = run_check(answer)
+        now = [getattr(owner, attr) is value for owner, attr, value in originals]
+    finally:
+        for owner, attr, value in originals:
+            setattr(owner, attr, value)
+    assert now == [True] * len(originals)  # put back by the check itself
+    assert not feedback.passed
+    assert feedback.mistake == "tampered_with_check", feedback
+    assert f"replaced {replaced[0][0].__name__}.{replaced[0][1]}" in feedback.message
+
+
+def test_a_right_answer_changes_nothing_the_guard_watches():
+    """The guard names nothing for an answer that only computes (no false alarm)."""
+    from course_utils.exercises import lesson02
+
+    def softmax_rows(x):
+        e = numpy.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    import numpy
+
+    feedback = lesson02.check_softmax_rows(softmax_rows)
+    assert feedback.passed, feedback
+
+

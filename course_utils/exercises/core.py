@@ -160,6 +160,7 @@ class _Deadline:
     def __enter__(self) -> _Deadline:
         import signal
 
+        self.changed: str | None = None  # what the answer replaced in the guarded namespaces
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self.seconds = _time_limit()
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
@@ -176,8 +177,11 @@ class _Deadline:
             self._done = threading.Event()
             _Deadline._active = self
             self._watchdog = threading.Thread(target=self._watch, name="course-check-deadline", daemon=True)
+            self._saved_names = _guarded_namespaces()  # after _active above, the check's own change
             self._watchdog.start()
             signal.setitimer(signal.ITIMER_REAL, self.seconds)  # last: no stop inside __enter__
+        else:
+            self._saved_names = _guarded_namespaces()
         return self
 
     def _expire(self, signum: int, frame: Any) -> None:
@@ -271,6 +275,8 @@ class _Deadline:
                 return
 
     def __exit__(self, *exc_info: Any) -> None:
+        self.changed = _put_back(self._saved_names)  # first: even `import` may have been replaced
+        self._saved_names = []
         if self._armed:
             import signal
 
@@ -293,8 +299,69 @@ class _Deadline:
             raise TimeLimitExceeded(self.seconds) from None
 
 
+_MISSING = object()
+_type_setattr = type.__setattr__
+
+
+def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
+    """A copy of each namespace a check's comparison looks names up in, to put back what an
+    answer replaces in them: the built-ins, ``math``, NumPy (and the module behind
+    ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
+    ``torch.Tensor``'s methods, and the course's exercise modules and their classes.
+    Entries ``(label, owner, live mapping, copy)``; owner is a class (put back with
+    ``type.__setattr__``) or None (a module's dict, put back by item)."""
+    import builtins
+
+    spaces: list[tuple[str, Any, Any, dict]] = [
+        ("builtins", None, builtins.__dict__, dict(builtins.__dict__))]
+    modules = [math, np, sys.modules.get("numpy.testing"), torch, torch.nn.functional,
+               sys.modules.get("torch.testing")]
+    modules += [m for name, m in list(sys.modules.items()) if name.startswith(f"{__package__}.")]
+    seen = {id(builtins.__dict__)}
+    numeric = getattr(np.allclose, "__globals__", None)
+    if numeric is not None:
+        seen.add(id(numeric))
+        spaces.append((str(numeric.get("__name__", "numpy")), None, numeric, dict(numeric)))
+    for module in modules:
+        if module is None or id(module.__dict__) in seen:
+            continue
+        seen.add(id(module.__dict__))
+        spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
+        if module.__name__.startswith(f"{__package__}."):
+            for value in list(module.__dict__.values()):
+                if type(value) is type and value.__module__ == module.__name__ and id(value) not in seen:
+                    seen.add(id(value))
+                    spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__,
+                                   dict(value.__dict__)))
+    spaces.append(("torch.Tensor", torch.Tensor, torch.Tensor.__dict__, dict(torch.Tensor.__dict__)))
+    return spaces
+
+
+def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> str | None:
+    """Put back every name of ``spaces`` (:func:`_guarded_namespaces`) that was replaced or
+    deleted since; "replaced numpy.allclose, ..." naming them, or None when none was. Uses
+    no built-in until the built-ins are back (they come first)."""
+    changed = []
+    for label, owner, live, saved in spaces:
+        for key, value in saved.items():
+            if live.get(key, _MISSING) is not value:
+                changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
+                try:
+                    if owner is None:
+                        live[key] = value
+                    else:
+                        _type_setattr(owner, key, value)
+                except Exception:  # noqa: BLE001 - (an attribute that cannot be set again)
+                    pass
+    if not changed:
+        return None
+    shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    return f"replaced {shown} while it ran (the check put back the originals and compares with those)"
+
+
 # code during which the alarm does not raise: the time limit being set up or taken down
-_OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__}
+_OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _put_back.__code__,
+              _guarded_namespaces.__code__}
 
 _STOP_CODES: dict[int, Any] = {}
 
@@ -958,7 +1025,17 @@ class Exercise:
             cls.check = _never_raises(cls.__dict__["check"])
 
     def check(self, fn: Callable[..., Any]) -> Feedback:
-        """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named."""
+        """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named.
+
+        In the notebook this is feedback, not a grade. It resists an answer that replaces what
+        it compares with: a name replaced in the built-ins, ``math``, NumPy, ``numpy.testing``,
+        torch, ``torch.nn.functional``, ``torch.testing``, ``torch.Tensor`` or the course's
+        exercise modules (``numpy.allclose = lambda *a, **k: True``) is put back before any
+        comparison and named (:func:`_put_back`). It cannot resist code that reaches deeper
+        (the private modules of NumPy or torch, the check's own frames, ``ctypes``, a thread
+        that patches after the check), and ``os._exit()`` ends the kernel. The outside grader
+        (:mod:`.autograde`), which runs each answer in a process of its own and compares in
+        another, is the trusted one."""
         feedback = self._check(fn, self._forbidden() if self._guarded else [])
         if feedback.mistake is not None and feedback.hint:
             try:
@@ -1102,8 +1179,9 @@ class Exercise:
         for case in cases:
             args, kwargs = case.fresh()
             feedback_exc: BaseException | None = None
+            deadline = _Deadline()
             try:
-                with watch, _Deadline():
+                with watch, deadline:
                     outputs.append(fn(*args, **kwargs))
                 edited = edited or _edited_input(case, args, kwargs)
             except NotImplementedError as exc:
@@ -1114,14 +1192,18 @@ class Exercise:
                                     "your code, then run this cell again.", "")
                 feedback = self._raised(exc, case)
             except (TimeLimitExceeded, KeyboardInterrupt) as exc:  # never run again after this
+                if deadline.changed is not None:
+                    return self._tampered(deadline.changed)
                 return self._stopped(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
                 feedback_exc = exc
                 feedback = self._raised(exc, case)
             else:
-                if watch.used is None and watch.tampered is None:
+                if watch.used is None and watch.tampered is None and deadline.changed is None:
                     continue
                 feedback = None
+            if deadline.changed is not None:
+                return self._tampered(deadline.changed)
             if watch.tampered is not None and not isinstance(feedback_exc, RecursionError):
                 return self._tampered(watch.tampered)  # (a RecursionError drops the profiler itself)
             if watch.used is not None:  # the call explains the error, or the right answer
@@ -1198,8 +1280,9 @@ class Exercise:
         return Feedback(self.title, "mistake",
                         f"your function {what}: the check cannot grade an answer that interferes "
                         "with it, so it counts as not passed.",
-                        "remove the code that touches the profiler or the course's functions, and "
-                        "write the computation itself.", mistake="tampered_with_check")
+                        "remove the code that touches the profiler, NumPy, torch, the built-ins or "
+                        "the course's functions, and write the computation itself.",
+                        mistake="tampered_with_check")
 
     def _used_reference(self, name: str) -> Feedback:
         return Feedback(self.title, "mistake",
