@@ -200,3 +200,34 @@ def test_a_right_answer_changes_nothing_the_guard_watches():
     assert feedback.passed, feedback
 
 
+
+# -- rows 34-36, 18: the outside grader --------------------------------------------------------
+
+@pytest.mark.parametrize("code, said", [
+    ("def f(x):\n    try:\n        return f(x)\n    except RecursionError:\n        return x\n",
+     "wrong values"),
+    ("def f(x):\n    def r():\n        try: r()\n        except BaseException: r()\n    r()\n",
+     "called itself without end"),
+])
+def test_the_grader_calls_a_recursion_no_refusal(code, said):
+    from course_utils.exercises import autograde
+
+    feedback = autograde.grade_answer("lesson02", "check_softmax_rows", code, "f", salt=None,
+                                      solutions_dir=None, per_call=5)
+    text = str(feedback)
+    assert not feedback.passed and said in text
+    assert "refused" not in text and "setprofile" not in text
+
+
+def test_the_grader_survives_an_answer_that_ends_its_process():
+    """In the notebook os._exit() ends the kernel (nothing in-process can stop it); the outside
+    grader runs the answer in its own process, which ends, and says so."""
+    from course_utils.exercises import autograde, lesson02, sandbox
+
+    cases = autograde.cases_of(lesson02.check_softmax_rows.__self__)
+    run = sandbox.run_answer("import os\ndef f(x):\n    os._exit(7)\n", "f", "lesson02.check_softmax_rows",
+                             [cases], per_call=5)
+    assert run.outcomes == [] and run.lost is not None
+    assert run.lost.startswith("the answer's process ended without results (exit status 7"), run.lost
+    assert not run.lost.endswith("; )")
+
