@@ -231,3 +231,59 @@ def test_the_grader_survives_an_answer_that_ends_its_process():
     assert run.lost.startswith("the answer's process ended without results (exit status 7"), run.lost
     assert not run.lost.endswith("; )")
 
+
+# -- rows 15, 17, 62-64: clear messages --------------------------------------------------------
+
+def test_an_array_of_python_objects_is_named_not_a_float_error():
+    import numpy as np
+    import torch
+
+    from course_utils.exercises import lesson06
+
+    def answer(*args, **kwargs):  # np.asarray of the first argument, a model or a function
+        first = args[0]
+        return np.asarray(first.detach() if isinstance(first, torch.Tensor) else first)
+
+    text = str(lesson06.check_gate_importance(answer))
+    assert "an array of Python objects, not of numbers" in text, text
+    assert "float() argument" not in text and "could not compare" not in text
+
+
+def test_a_count_too_large_for_a_float_is_a_wrong_count():
+    from course_utils.exercises import lesson07
+
+    text = str(lesson07.check_cache_bytes(lambda *a: 10**400))
+    assert "wrong count" in text and "expected 1,073,741,824 bytes, got int 1000" in text, text
+    assert "OverflowError" not in text and "could not compare" not in text
+
+
+def test_outputs_close_on_huge_ints_and_a_list_that_holds_itself():
+    from course_utils.exercises.core import outputs_close
+
+    assert outputs_close(10**400, 10**400) and not outputs_close(10**400, 5)
+    assert not outputs_close(5, 10**400)
+    loop = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="nested more than 100 levels deep"):
+        outputs_close(loop, loop)
+
+
+def test_mistake_needs_a_key_and_a_message():
+    from course_utils.exercises.core import Mistake
+
+    with pytest.raises(ValueError, match="key must be a non-empty str, got str ''"):
+        Mistake("", "m", "h")
+    with pytest.raises(ValueError, match="message must be a non-empty str"):
+        Mistake("k", "  ", "h")
+    with pytest.raises(TypeError, match="hint must be a str, got NoneType"):
+        Mistake("k", "m", None)
+    with pytest.raises(TypeError, match="implementation must be a function or None, got int 3"):
+        Mistake("k", "m", "h", 3)
+
+
+@pytest.mark.parametrize("cells", [3, "x = 1", [1, 2]])
+def test_grading_preview_names_cells_that_are_not_code_cells(cells):
+    from course_utils.exercises import sandbox
+
+    said = sandbox.grading_preview(cells, "f", "lesson02.check_softmax_rows")
+    assert len(said) == 1 and said[0].startswith("cells: expected the notebook's code cells"), said

@@ -437,6 +437,17 @@ class Mistake:
     # and attached for the course's own tests; a check uses the outputs stored from it
     implementation: Callable[..., Any] | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("key", "message"):  # a key names the slip in feedback and the store
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty str, got {describe_value(value)}")
+        if not isinstance(self.hint, str):
+            raise TypeError(f"hint must be a str, got {describe_value(self.hint)}")
+        if self.implementation is not None and not callable(self.implementation):
+            raise TypeError(f"implementation must be a function or None, got "
+                            f"{describe_value(self.implementation)}")
+
 
 @dataclass
 class Feedback:
@@ -530,9 +541,14 @@ def _without_values(x: Any, _depth: int = 0) -> torch.Tensor | None:
 def _as_array(x: Any) -> np.ndarray | None:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().to(torch.float64).numpy()
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ndarray) and _is_numeric(x.dtype):
         return x.astype(np.float64)
     return None
+
+
+def _is_numeric(dtype: Any) -> bool:
+    """False for a NumPy array of Python objects, text, bytes, dates or records."""
+    return not isinstance(dtype, np.dtype) or dtype.kind in "biufc"
 
 
 def as_scalar(x: Any) -> Any:
@@ -552,15 +568,20 @@ def _check_tolerances(rtol: Any, atol: Any) -> None:
             raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r}")
 
 
-def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
+                  _depth: int = 0) -> bool:
     """True when ``got`` matches ``expected``: same structure, same shapes, close values; an
     integer or bool result never matches a floating-point answer, and a str, bool or None
     only matches a value of that very kind (not an object whose ``==`` says yes). NaN matches
     NaN (in a tensor, an array or a plain number).
 
-    Raises ValueError for a tensor on the 'meta' device (it has no values to compare), and
-    TypeError when two objects of another kind cannot be compared (their ``==`` raised)."""
+    Raises ValueError for a tensor on the 'meta' device (it has no values to compare) and for
+    an ``expected`` nested more than 100 lists deep (a list that holds itself), and TypeError
+    when two objects of another kind cannot be compared (their ``==`` raised)."""
     _check_tolerances(rtol, atol)
+    if _depth > 100:
+        raise ValueError("outputs_close: expected is a tuple or list nested more than 100 levels deep "
+                         "(one that holds itself?); expected an output of the exercise's kind")
     for name, value in (("got", got), ("expected", expected)):
         if isinstance(value, torch.Tensor) and value.device.type == "meta":
             raise ValueError(f"outputs_close: {name} is {describe_value(value)}, which has a shape but "
@@ -571,7 +592,8 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
         return (
             isinstance(got, (tuple, list))
             and len(got) == len(expected)
-            and all(outputs_close(g, e, rtol=rtol, atol=atol) for g, e in zip(got, expected, strict=False))
+            and all(outputs_close(g, e, rtol=rtol, atol=atol, _depth=_depth + 1)
+                    for g, e in zip(got, expected, strict=False))
         )
     if isinstance(expected, (torch.Tensor, np.ndarray)):
         if not isinstance(got, (torch.Tensor, np.ndarray)) or tuple(got.shape) != tuple(expected.shape):
@@ -580,6 +602,8 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
             return False
         if _is_complex(got.dtype) and not _is_complex(expected.dtype):
             return False  # converting would drop the imaginary part, with only a warning
+        if not _is_numeric(got.dtype):
+            return False  # Python objects, text: no numbers to compare
         got_arr, exp_arr = _as_array(got), _as_array(expected)
         return bool(np.allclose(got_arr, exp_arr, rtol=rtol, atol=atol, equal_nan=True))
     if expected is None:
@@ -592,9 +616,13 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
         got = as_scalar(got)
         if not isinstance(got, (int, float, np.integer, np.floating)) or isinstance(got, bool):
             return False
-        if math.isnan(float(got)) and math.isnan(float(expected)):
+        try:
+            got_float, expected_float = float(got), float(expected)
+        except OverflowError:  # an int too large for a float: it matches only the very same int
+            return isinstance(got, (int, np.integer)) and isinstance(expected, int) and int(got) == expected
+        if math.isnan(got_float) and math.isnan(expected_float):
             return True  # as in a tensor (equal_nan): the same output twice is the same
-        return math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)
+        return math.isclose(got_float, expected_float, rel_tol=rtol, abs_tol=atol)
     if type(got) is not type(expected):
         return False
     try:
@@ -1436,6 +1464,11 @@ class Exercise:
             return wrong(f"your output{label} is complex ({got.dtype}), and the expected result is real: "
                          "a complex number crept in (a 1j, a complex tensor, or np.sqrt/np.log of a "
                          "complex array). Keep every step real.")
+        if isinstance(got, np.ndarray) and not _is_numeric(got.dtype):
+            return wrong(f"you returned {describe_value(got)}{label}: an array of "
+                         f"{'Python objects' if got.dtype.kind == 'O' else 'text or other non-numbers'}, "
+                         f"not of numbers (np.asarray of something that is not numbers makes one). "
+                         f"Expected {describe_value(exp)}.")
         exp_arr, got_arr = _as_array(exp), _as_array(got)
         if exp_arr is not None and isinstance(got, (tuple, list)) and len(got) > 0:
             try:

@@ -619,6 +619,10 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
     not run. Empty when none. Never raises."""
     import builtins
 
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
+            or not all(isinstance(c, str) for c in cells):
+        return [f"cells: expected the notebook's code cells so far (a list of str), got "
+                f"{type(cells).__name__} {cells!r:.60}"]
     try:
         code = answer_source(cells, name)
     except AnswerProblem as problem:
