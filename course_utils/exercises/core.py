@@ -189,8 +189,9 @@ class _Deadline:
 
         if _Deadline._active is not self:
             return
-        if frame is not None and frame.f_code in _OWN_CODES:
-            return  # entering or leaving the time limit: a raise there would leave it half set
+        if frame is not None and (frame.f_code in _OWN_CODES or (
+                frame.f_code.co_filename == __file__ and frame.f_code.co_name not in _ANSWER_SIDE)):
+            return  # the check's own code (setting up or taking down the limit): not the answer
         self.rounds += 1
         signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)  # again soon, until the answer is gone
         if self.rounds >= 2:  # the first stop was caught or ignored: stop it line by line
@@ -275,12 +276,13 @@ class _Deadline:
                 return
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.changed = _put_back(self._saved_names)  # first: even `import` may have been replaced
+        if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
+            self.__class__._active = self._outer
+        self.changed = _put_back(self._saved_names)  # next: even `import` may have been replaced
         self._saved_names = []
         if self._armed:
             import signal
 
-            _Deadline._active = self._outer
             self._done.set()
             self._watchdog.join()  # no pending call is asked for after this
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -329,7 +331,8 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
         spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
         if module.__name__.startswith(f"{__package__}."):
             for value in list(module.__dict__.values()):
-                if type(value) is type and value.__module__ == module.__name__ and id(value) not in seen:
+                if type(value) is type and value.__module__ == module.__name__ and id(value) not in seen \
+                        and value is not _Deadline:  # (whose _active changes on exit, before the put-back)
                     seen.add(id(value))
                     spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__,
                                    dict(value.__dict__)))
@@ -359,9 +362,11 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> str | None:
     return f"replaced {shown} while it ran (the check put back the originals and compares with those)"
 
 
-# code during which the alarm does not raise: the time limit being set up or taken down
+# code during which the alarm does not raise: the time limit being set up or taken down (and
+# the rest of this module but what runs inside the answer's calls, _ANSWER_SIDE)
+_ANSWER_SIDE = ("_tripwire", "recorded", "_profile", "_stop_line", "_stop_call")
 _OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _put_back.__code__,
-              _guarded_namespaces.__code__}
+              _guarded_namespaces.__code__, _Deadline._restore_alarm.__code__}
 
 _STOP_CODES: dict[int, Any] = {}
 
@@ -414,6 +419,7 @@ def _pending_call() -> Callable[[Callable[[], None]], None] | None:
             return 0
 
         _PENDING.extend([kind(run), queue])
+        _OWN_CODES.add(run.__code__)  # (the alarm does not raise in it: it may run in __exit__)
     callback, queue = _PENDING
 
     def schedule(fn: Callable[[], None]) -> None:
