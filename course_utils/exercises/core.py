@@ -138,13 +138,21 @@ class _Deadline:
     """While active, a call that runs past the time limit raises :class:`TimeLimitExceeded`
     where it is (SIGALRM: Unix, main thread; elsewhere no limit, and the check still runs).
 
-    An answer that catches the exception in a loop, switches the alarm off or ignores SIGALRM
-    is stopped anyway, without killing the kernel: from then on the alarm repeats every few
-    milliseconds, puts back its handler when the answer replaced it (a watchdog thread asks the
-    main thread to, through ``Py_AddPendingCall``), and marks every frame of the running answer
-    with a trace function that raises at its next line, so an ``except`` clause that caught
-    the first exception raises again. (An answer blocked inside one C call that ignores the
-    signal, e.g. ``time.sleep`` with SIGALRM ignored, is not reached until that call returns.)
+    An answer that catches the exception in a loop, switches the alarm off, ignores or blocks
+    SIGALRM, or catches it in a recursion that starts again from every ``except`` is stopped
+    anyway, without killing the kernel: from then on the alarm repeats every few milliseconds,
+    puts back its handler and unblocks SIGALRM when the answer changed them (a watchdog thread
+    asks the main thread to, through ``Py_AddPendingCall``), marks every frame of the running
+    answer with a trace function that raises at its next line, so an ``except`` clause that
+    caught the first exception raises again, and gives every function that runs more than once
+    on the answer's stack (a recursion) code that raises at once, so no ``except`` can start
+    the recursion again. On exit the handler, the timer, the signal mask, the trace function
+    and those functions' code are as they were before the check.
+
+    What it cannot stop: ``os._exit()`` or a crash in C ends the kernel (the outside grader
+    runs each answer in its own process and survives it), and an answer blocked inside one C
+    call with SIGALRM ignored or blocked (``time.sleep`` after ``signal.pthread_sigmask``) is
+    not reached until that call returns.
     """
 
     _active: _Deadline | None = None  # the one running now (main thread)
@@ -152,19 +160,28 @@ class _Deadline:
     def __enter__(self) -> _Deadline:
         import signal
 
+        self.changed: str | None = None  # what the answer replaced in the guarded namespaces
+        self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
+        self.seconds = _time_limit()
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         if self._armed:
-            self.seconds = _time_limit()
-            self.rounds = 0
+            self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
+            self._seen_codes: set[Any] = set()
+            # SIGALRM unblocked while the answer runs (an earlier cell may have blocked it)
+            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+                          if hasattr(signal, "pthread_sigmask") else None)
             self._boundary = sys._getframe(1)  # the check's frame: the answer runs below it
             self._outer = _Deadline._active
             self._previous_trace = sys.gettrace()
             self._previous = signal.signal(signal.SIGALRM, self._expire)
             self._done = threading.Event()
             _Deadline._active = self
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
             self._watchdog = threading.Thread(target=self._watch, name="course-check-deadline", daemon=True)
+            self._saved_names = _guarded_namespaces()  # after _active above, the check's own change
             self._watchdog.start()
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)  # last: no stop inside __enter__
+        else:
+            self._saved_names = _guarded_namespaces()
         return self
 
     def _expire(self, signum: int, frame: Any) -> None:
@@ -172,15 +189,48 @@ class _Deadline:
 
         if _Deadline._active is not self:
             return
+        if frame is not None and (frame.f_code in _OWN_CODES or (
+                frame.f_code.co_filename == __file__ and frame.f_code.co_name not in _ANSWER_SIDE)):
+            return  # the check's own code (setting up or taking down the limit): not the answer
         self.rounds += 1
+        signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)  # again soon, until the answer is gone
         if self.rounds >= 2:  # the first stop was caught or ignored: stop it line by line
             while frame is not None and frame is not self._boundary:
                 if frame.f_code.co_filename != __file__ or frame.f_code.co_name == "_tripwire":
                     frame.f_trace, frame.f_trace_lines = self._stop_line, True
                 frame = frame.f_back
             sys.settrace(self._stop_call)
-        signal.setitimer(signal.ITIMER_REAL, 0.01)  # again soon, until the answer is gone
         raise TimeLimitExceeded(self.seconds)
+
+    def _disarm_recursion(self, frame: Any) -> None:
+        """Give each function whose code runs more than once between ``frame`` and the check
+        (a recursion) code that raises :class:`TimeLimitExceeded` at once, until exit.
+
+        Run by the watchdog thread on the main thread's stack. A trace function that raises
+        is switched off by the interpreter, and the alarm's handler cannot even start at the
+        recursion limit, so neither stops ``def r(): try: r() except BaseException: r()``:
+        each caught exception starts the recursion again, down to the limit, an exponential
+        amount of work. With the code swapped, every such ``except`` raises again and the
+        stack unwinds."""
+        import gc
+
+        counts: dict[Any, int] = {}
+        while frame is not None and frame is not self._boundary:
+            counts[frame.f_code] = counts.get(frame.f_code, 0) + 1
+            frame = frame.f_back
+        for code, n in counts.items():
+            if n < 2 or code in self._seen_codes or code.co_filename == __file__:
+                continue
+            self._seen_codes.add(code)
+            stop = _stop_code(len(code.co_freevars))
+            for f in gc.get_referrers(code):
+                if isinstance(f, types.FunctionType) and f.__code__ is code:
+                    self._swapped.append((f, code, f.__kwdefaults__))
+                    try:
+                        f.__code__ = stop
+                        f.__kwdefaults__ = {"_course_stop": (TimeLimitExceeded, (self.seconds,))}
+                    except (ValueError, TypeError):  # (a closure of another size: left running)
+                        pass
 
     def _stop_line(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and _Deadline._active is self:
@@ -203,6 +253,8 @@ class _Deadline:
             return
         if signal.getsignal(signal.SIGALRM) != self._expire:
             signal.signal(signal.SIGALRM, self._expire)
+        if self._mask is not None:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
         if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
             signal.setitimer(signal.ITIMER_REAL, 0.001)
 
@@ -210,21 +262,131 @@ class _Deadline:
         sys.setprofile(None)  # (threading.setprofile of a call watch: nothing to record here)
         if self._done.wait(self.seconds + 0.5):
             return
+        self.rounds = max(self.rounds, 1)
         pending = _pending_call()
-        while pending is not None and not self._done.wait(0.25):
-            pending(self._restore_alarm)
+        main = threading.main_thread().ident
+        while True:
+            frame = sys._current_frames().get(main)
+            if frame is not None:
+                self._disarm_recursion(frame)
+            del frame
+            if pending is not None:
+                pending(self._restore_alarm)
+            if self._done.wait(0.25):
+                return
 
     def __exit__(self, *exc_info: Any) -> None:
+        if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
+            self.__class__._active = self._outer
+        self.changed = _put_back(self._saved_names)  # next: even `import` may have been replaced
+        self._saved_names = []
         if self._armed:
             import signal
 
-            _Deadline._active = self._outer
             self._done.set()
             self._watchdog.join()  # no pending call is asked for after this
             signal.setitimer(signal.ITIMER_REAL, 0)
             if self.rounds >= 2:
                 sys.settrace(self._previous_trace)
+            for f, code, kwdefaults in reversed(self._swapped):
+                f.__code__, f.__kwdefaults__ = code, kwdefaults
+            self._swapped.clear()
             signal.signal(signal.SIGALRM, self._previous)
+            if self._mask is not None:  # the answer may have blocked SIGALRM: the mask as it was
+                signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        stopped = exc_info[0] is not None and issubclass(exc_info[0], (TimeLimitExceeded, KeyboardInterrupt))
+        if self.rounds and exc_info[0] is not None and not stopped:
+            # what it raised last (a RecursionError, an error of the code that raised at once) is
+            # not the answer's doing: it was stopped
+            raise TimeLimitExceeded(self.seconds) from None
+
+
+_MISSING = object()
+_type_setattr = type.__setattr__
+
+
+def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
+    """A copy of each namespace a check's comparison looks names up in, to put back what an
+    answer replaces in them: the built-ins, ``math``, NumPy (and the module behind
+    ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
+    ``torch.Tensor``'s methods, and the course's exercise modules and their classes.
+    Entries ``(label, owner, live mapping, copy)``; owner is a class (put back with
+    ``type.__setattr__``) or None (a module's dict, put back by item)."""
+    import builtins
+
+    spaces: list[tuple[str, Any, Any, dict]] = [
+        ("builtins", None, builtins.__dict__, dict(builtins.__dict__))]
+    modules = [math, np, sys.modules.get("numpy.testing"), torch, torch.nn.functional,
+               sys.modules.get("torch.testing")]
+    modules += [m for name, m in list(sys.modules.items()) if name.startswith(f"{__package__}.")]
+    seen = {id(builtins.__dict__)}
+    numeric = getattr(np.allclose, "__globals__", None)
+    if numeric is not None:
+        seen.add(id(numeric))
+        spaces.append((str(numeric.get("__name__", "numpy")), None, numeric, dict(numeric)))
+    for module in modules:
+        if module is None or id(module.__dict__) in seen:
+            continue
+        seen.add(id(module.__dict__))
+        spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
+        if module.__name__.startswith(f"{__package__}."):
+            for value in list(module.__dict__.values()):
+                if type(value) is type and value.__module__ == module.__name__ and id(value) not in seen \
+                        and value is not _Deadline:  # (whose _active changes on exit, before the put-back)
+                    seen.add(id(value))
+                    spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__,
+                                   dict(value.__dict__)))
+    spaces.append(("torch.Tensor", torch.Tensor, torch.Tensor.__dict__, dict(torch.Tensor.__dict__)))
+    return spaces
+
+
+def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> str | None:
+    """Put back every name of ``spaces`` (:func:`_guarded_namespaces`) that was replaced or
+    deleted since; "replaced numpy.allclose, ..." naming them, or None when none was. Uses
+    no built-in until the built-ins are back (they come first)."""
+    changed = []
+    for label, owner, live, saved in spaces:
+        for key, value in saved.items():
+            if live.get(key, _MISSING) is not value:
+                changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
+                try:
+                    if owner is None:
+                        live[key] = value
+                    else:
+                        _type_setattr(owner, key, value)
+                except Exception:  # noqa: BLE001 - (an attribute that cannot be set again)
+                    pass
+    if not changed:
+        return None
+    shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    return f"replaced {shown} while it ran (the check put back the originals and compares with those)"
+
+
+# code during which the alarm does not raise: the time limit being set up or taken down (and
+# the rest of this module but what runs inside the answer's calls, _ANSWER_SIDE)
+_ANSWER_SIDE = ("_tripwire", "recorded", "_profile", "_stop_line", "_stop_call")
+_OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _put_back.__code__,
+              _guarded_namespaces.__code__, _Deadline._restore_alarm.__code__}
+
+_STOP_CODES: dict[int, Any] = {}
+
+
+def _stop_code(free: int) -> Any:
+    """The code of a function that raises ``_course_stop[0](*_course_stop[1])`` whatever it is
+    called with, with ``free`` free variables (a closure's code may only be swapped for code
+    with as many)."""
+    if free not in _STOP_CODES:
+        names = [f"_course_free{i}" for i in range(free)]
+        source = "def _outer():\n"
+        source += "".join(f"    {name} = None\n" for name in names)
+        source += "    def _course_stopped(*args, _course_stop=None, **kwargs):\n"
+        source += "        raise _course_stop[0](*_course_stop[1])\n"
+        source += "".join(f"        {name}\n" for name in names)  # (never run: free, not read)
+        source += "    return _course_stopped\n"
+        namespace: dict[str, Any] = {}
+        exec(compile(source, "<course check: stopped>", "exec"), namespace)  # noqa: S102
+        _STOP_CODES[free] = namespace["_outer"]().__code__
+    return _STOP_CODES[free]
 
 
 _PENDING: list[Any] = []  # the ctypes callback, kept alive while the interpreter runs
@@ -246,7 +408,10 @@ def _pending_call() -> Callable[[Callable[[], None]], None] | None:
         queue: list[Callable[[], None]] = []
 
         def run(_: Any) -> int:
-            while queue:
+            # a bounded loop: at the recursion limit even queue.pop raises, and the item stays
+            for _attempt in (1, 2, 3, 4):
+                if not queue:
+                    break
                 try:
                     queue.pop(0)()
                 except BaseException:  # noqa: BLE001 - a pending call must not fail
@@ -254,6 +419,7 @@ def _pending_call() -> Callable[[Callable[[], None]], None] | None:
             return 0
 
         _PENDING.extend([kind(run), queue])
+        _OWN_CODES.add(run.__code__)  # (the alarm does not raise in it: it may run in __exit__)
     callback, queue = _PENDING
 
     def schedule(fn: Callable[[], None]) -> None:
@@ -276,6 +442,17 @@ class Mistake:
     # the slip as code: kept with the reference solutions outside the package (solutions/)
     # and attached for the course's own tests; a check uses the outputs stored from it
     implementation: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("key", "message"):  # a key names the slip in feedback and the store
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty str, got {describe_value(value)}")
+        if not isinstance(self.hint, str):
+            raise TypeError(f"hint must be a str, got {describe_value(self.hint)}")
+        if self.implementation is not None and not callable(self.implementation):
+            raise TypeError(f"implementation must be a function or None, got "
+                            f"{describe_value(self.implementation)}")
 
 
 @dataclass
@@ -370,9 +547,14 @@ def _without_values(x: Any, _depth: int = 0) -> torch.Tensor | None:
 def _as_array(x: Any) -> np.ndarray | None:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().to(torch.float64).numpy()
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ndarray) and _is_numeric(x.dtype):
         return x.astype(np.float64)
     return None
+
+
+def _is_numeric(dtype: Any) -> bool:
+    """False for a NumPy array of Python objects, text, bytes, dates or records."""
+    return not isinstance(dtype, np.dtype) or dtype.kind in "biufc"
 
 
 def as_scalar(x: Any) -> Any:
@@ -392,15 +574,20 @@ def _check_tolerances(rtol: Any, atol: Any) -> None:
             raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r}")
 
 
-def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
+                  _depth: int = 0) -> bool:
     """True when ``got`` matches ``expected``: same structure, same shapes, close values; an
     integer or bool result never matches a floating-point answer, and a str, bool or None
     only matches a value of that very kind (not an object whose ``==`` says yes). NaN matches
     NaN (in a tensor, an array or a plain number).
 
-    Raises ValueError for a tensor on the 'meta' device (it has no values to compare), and
-    TypeError when two objects of another kind cannot be compared (their ``==`` raised)."""
+    Raises ValueError for a tensor on the 'meta' device (it has no values to compare) and for
+    an ``expected`` nested more than 100 lists deep (a list that holds itself), and TypeError
+    when two objects of another kind cannot be compared (their ``==`` raised)."""
     _check_tolerances(rtol, atol)
+    if _depth > 100:
+        raise ValueError("outputs_close: expected is a tuple or list nested more than 100 levels deep "
+                         "(one that holds itself?); expected an output of the exercise's kind")
     for name, value in (("got", got), ("expected", expected)):
         if isinstance(value, torch.Tensor) and value.device.type == "meta":
             raise ValueError(f"outputs_close: {name} is {describe_value(value)}, which has a shape but "
@@ -411,7 +598,8 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
         return (
             isinstance(got, (tuple, list))
             and len(got) == len(expected)
-            and all(outputs_close(g, e, rtol=rtol, atol=atol) for g, e in zip(got, expected, strict=False))
+            and all(outputs_close(g, e, rtol=rtol, atol=atol, _depth=_depth + 1)
+                    for g, e in zip(got, expected, strict=False))
         )
     if isinstance(expected, (torch.Tensor, np.ndarray)):
         if not isinstance(got, (torch.Tensor, np.ndarray)) or tuple(got.shape) != tuple(expected.shape):
@@ -420,6 +608,8 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
             return False
         if _is_complex(got.dtype) and not _is_complex(expected.dtype):
             return False  # converting would drop the imaginary part, with only a warning
+        if not _is_numeric(got.dtype):
+            return False  # Python objects, text: no numbers to compare
         got_arr, exp_arr = _as_array(got), _as_array(expected)
         return bool(np.allclose(got_arr, exp_arr, rtol=rtol, atol=atol, equal_nan=True))
     if expected is None:
@@ -432,9 +622,13 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
         got = as_scalar(got)
         if not isinstance(got, (int, float, np.integer, np.floating)) or isinstance(got, bool):
             return False
-        if math.isnan(float(got)) and math.isnan(float(expected)):
+        try:
+            got_float, expected_float = float(got), float(expected)
+        except OverflowError:  # an int too large for a float: it matches only the very same int
+            return isinstance(got, (int, np.integer)) and isinstance(expected, int) and int(got) == expected
+        if math.isnan(got_float) and math.isnan(expected_float):
             return True  # as in a tensor (equal_nan): the same output twice is the same
-        return math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)
+        return math.isclose(got_float, expected_float, rel_tol=rtol, abs_tol=atol)
     if type(got) is not type(expected):
         return False
     try:
@@ -865,7 +1059,17 @@ class Exercise:
             cls.check = _never_raises(cls.__dict__["check"])
 
     def check(self, fn: Callable[..., Any]) -> Feedback:
-        """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named."""
+        """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named.
+
+        In the notebook this is feedback, not a grade. It resists an answer that replaces what
+        it compares with: a name replaced in the built-ins, ``math``, NumPy, ``numpy.testing``,
+        torch, ``torch.nn.functional``, ``torch.testing``, ``torch.Tensor`` or the course's
+        exercise modules (``numpy.allclose = lambda *a, **k: True``) is put back before any
+        comparison and named (:func:`_put_back`). It cannot resist code that reaches deeper
+        (the private modules of NumPy or torch, the check's own frames, ``ctypes``, a thread
+        that patches after the check), and ``os._exit()`` ends the kernel. The outside grader
+        (:mod:`.autograde`), which runs each answer in a process of its own and compares in
+        another, is the trusted one."""
         feedback = self._check(fn, self._forbidden() if self._guarded else [])
         if feedback.mistake is not None and feedback.hint:
             try:
@@ -1009,8 +1213,9 @@ class Exercise:
         for case in cases:
             args, kwargs = case.fresh()
             feedback_exc: BaseException | None = None
+            deadline = _Deadline()
             try:
-                with watch, _Deadline():
+                with watch, deadline:
                     outputs.append(fn(*args, **kwargs))
                 edited = edited or _edited_input(case, args, kwargs)
             except NotImplementedError as exc:
@@ -1021,14 +1226,18 @@ class Exercise:
                                     "your code, then run this cell again.", "")
                 feedback = self._raised(exc, case)
             except (TimeLimitExceeded, KeyboardInterrupt) as exc:  # never run again after this
+                if deadline.changed is not None:
+                    return self._tampered(deadline.changed)
                 return self._stopped(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
                 feedback_exc = exc
                 feedback = self._raised(exc, case)
             else:
-                if watch.used is None and watch.tampered is None:
+                if watch.used is None and watch.tampered is None and deadline.changed is None:
                     continue
                 feedback = None
+            if deadline.changed is not None:
+                return self._tampered(deadline.changed)
             if watch.tampered is not None and not isinstance(feedback_exc, RecursionError):
                 return self._tampered(watch.tampered)  # (a RecursionError drops the profiler itself)
             if watch.used is not None:  # the call explains the error, or the right answer
@@ -1105,8 +1314,9 @@ class Exercise:
         return Feedback(self.title, "mistake",
                         f"your function {what}: the check cannot grade an answer that interferes "
                         "with it, so it counts as not passed.",
-                        "remove the code that touches the profiler or the course's functions, and "
-                        "write the computation itself.", mistake="tampered_with_check")
+                        "remove the code that touches the profiler, NumPy, torch, the built-ins or "
+                        "the course's functions, and write the computation itself.",
+                        mistake="tampered_with_check")
 
     def _used_reference(self, name: str) -> Feedback:
         return Feedback(self.title, "mistake",
@@ -1260,6 +1470,11 @@ class Exercise:
             return wrong(f"your output{label} is complex ({got.dtype}), and the expected result is real: "
                          "a complex number crept in (a 1j, a complex tensor, or np.sqrt/np.log of a "
                          "complex array). Keep every step real.")
+        if isinstance(got, np.ndarray) and not _is_numeric(got.dtype):
+            return wrong(f"you returned {describe_value(got)}{label}: an array of "
+                         f"{'Python objects' if got.dtype.kind == 'O' else 'text or other non-numbers'}, "
+                         f"not of numbers (np.asarray of something that is not numbers makes one). "
+                         f"Expected {describe_value(exp)}.")
         exp_arr, got_arr = _as_array(exp), _as_array(got)
         if exp_arr is not None and isinstance(got, (tuple, list)) and len(got) > 0:
             try:

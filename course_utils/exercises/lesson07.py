@@ -30,6 +30,7 @@ from .core import (
     _larger_than,
     _safe_str,
     as_scalar,
+    describe_value,
     outputs_close,
 )
 from .raising import DiagnosesRaisingAnswers  # names answers that raise
@@ -192,9 +193,13 @@ class _CacheBytesExercise(Exercise):
             return self._mistake_feedback(unit)
         for case, n, e in zip(cases, numbers, expected, strict=True):
             if type(n) in (int, float) and n != e:  # a number, but not the count: say by how much
+                if abs(n) < 10**24:
+                    got = f"{n:,} (off by {n - e:+,})"
+                else:  # a huge int, inf or NaN: its digits say nothing
+                    got = describe_value(n)
                 return Feedback(self.title, "wrong",
-                                f"wrong count on {case.label}: expected {e:,} bytes, got {n:,} "
-                                f"(off by {n - e:+,}). A byte count is exact: no rounding.", self.hint)
+                                f"wrong count on {case.label}: expected {e:,} bytes, got {got}. "
+                                "A byte count is exact: no rounding.", self.hint)
         return feedback
 
 
@@ -204,7 +209,7 @@ def _unit_slip(numbers: list, expected: list) -> str | None:
     of them 1 or more (an answer of zeros is not in any unit)."""
     for key, unit in (("returned_kib", 2**10), ("returned_mib", 2**20), ("returned_gib", 2**30)):
         pairs = zip(numbers, expected, strict=True)
-        if all(type(n) in (int, float) and abs(n - e / unit) < 1 for n, e in pairs) \
+        if all(type(n) in (int, float) and abs(n * unit - e) < unit for n, e in pairs) \
                 and any(e >= unit for e in expected):
             return key
     return None

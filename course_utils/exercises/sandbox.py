@@ -619,6 +619,10 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
     not run. Empty when none. Never raises."""
     import builtins
 
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
+            or not all(isinstance(c, str) for c in cells):
+        return [f"cells: expected the notebook's code cells so far (a list of str), got "
+                f"{type(cells).__name__} {cells!r:.60}"]
     try:
         code = answer_source(cells, name)
     except AnswerProblem as problem:
@@ -1414,8 +1418,9 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             why = f"exit status {status}" if status is not None else detail
             if status is not None and status != 0:  # the limit may be why it died: say it
                 why += f", under a memory limit of {memory / 2**20:,.0f} MiB"
-            return Run([], lost=f"the answer's process ended without results ({why}; "
-                                f"{detail.strip()[-200:]})", isolation=label)
+            said = detail.strip()[-200:]
+            return Run([], lost=f"the answer's process ended without results ({why}"
+                                + (f"; {said})" if said else ")"), isolation=label)
         if "defined" in data:
             kind, message = (list(data["defined"]) + ["", ""])[:2]
             return Run([], defined=(str(kind), str(message)), isolation=label)
