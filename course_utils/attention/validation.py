@@ -36,6 +36,7 @@ __all__ = [
     "check_tensor",
     "check_same_dtype_and_device",
     "check_device",
+    "check_device_present",
     "check_holds_values",
     "check_finite",
     "check_matches_module",
@@ -390,19 +391,32 @@ def check_device(device: object, name: str = "device") -> torch.device:
     if parsed.type == "meta":
         raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got {device!r}: "
                          "meta tensors have a shape but no numbers, so what is stored there is lost")
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ValueError(f"{name}={device!r} but no CUDA GPU is available here; use 'cpu'")
-        if parsed.index is not None and parsed.index >= count:
-            raise ValueError(f"{name}={device!r} but only {count} CUDA GPU(s) are here "
-                             f"(cuda:0..cuda:{count - 1})")
-    elif parsed.type == "mps":
+    return check_device_present(parsed, name, asked=device, instead="'cpu'")
+
+
+def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
+                         instead: str = "'cpu' or None") -> torch.device:
+    """The parsed ``device`` exists on this machine: the CPU always, a CUDA GPU when torch sees it
+    (and that index), MPS when available; anything else (``xpu``, ...) is refused. The sentences
+    are :func:`course_utils.env.pick_device`'s, naming ``name``, what was ``asked`` for (default:
+    ``device``) and what to use ``instead``, so that a missing GPU is named here rather than by
+    torch's ``AssertionError: Torch not compiled with CUDA enabled`` inside a tensor op. The meta
+    device is the caller's to allow or refuse (it is not a machine's)."""
+    asked = str(device) if asked is None else asked
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name} {asked!r} asked for, but this machine has no usable CUDA GPU "
+                             f"(torch.cuda.is_available() is False); use {instead}")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"{name} {asked!r} asked for, but only {count} CUDA GPU(s) are visible")
+    elif device.type == "mps":
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise ValueError(f"{name}={device!r} but MPS is not available here; use 'cpu'")
-    elif parsed.type != "cpu":
-        raise ValueError(f"{name} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    return parsed
+            raise ValueError(f"{name} {asked!r} asked for, but Apple's MPS backend is not available "
+                             f"here; use {instead}")
+    elif device.type != "cpu":
+        raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {asked!r}")
+    return device
 
 
 def check_holds_values(x: Tensor, name: str) -> None:
