@@ -43,6 +43,7 @@ __all__ = [
     "check_keys_not_empty",
     "check_sdpa_inputs",
     "check_mha_inputs",
+    "check_mha_tensors",
     "check_kv_pair",
     "check_mask_fits",
     "combine_masks",
@@ -485,10 +486,12 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
         check_mask_fits(mask, target, "(..., Tq, Tk)", device=q.device)
 
 
-def check_mha_inputs(query: object, key: object, value: object, *, d_model: int, weight: Tensor,
-                     is_causal: object, need_weights: object) -> None:
-    """Everything :meth:`course_utils.attention.mha.MultiHeadAttention.forward` needs;
-    ``weight`` is one of the module's parameters (its dtype and device must match)."""
+def check_mha_tensors(query: object, key: object, value: object, *, d_model: int,
+                      weight: Tensor) -> None:
+    """The tensors an attention layer projects: ``query``, ``key`` and ``value`` each a float
+    ``(B, T, d_model)`` tensor with the dtype and device of the module whose parameter is
+    ``weight``, one batch size B, and key and value of one length Tk. What
+    :meth:`~course_utils.attention.mha.MultiHeadAttentionBase.forward` and ``project_qkv`` both need."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if (name == "key" and key is query) or (name == "value" and value is key):
             continue  # self-attention passes one tensor three times: check it once
@@ -502,6 +505,13 @@ def check_mha_inputs(query: object, key: object, value: object, *, d_model: int,
     if key.shape[1] != value.shape[1]:
         raise ValueError(f"key and value must have the same length Tk, got key {describe_shape(key)} "
                          f"and value {describe_shape(value)}")
+
+
+def check_mha_inputs(query: object, key: object, value: object, *, d_model: int, weight: Tensor,
+                     is_causal: object, need_weights: object) -> None:
+    """Everything :meth:`course_utils.attention.mha.MultiHeadAttention.forward` needs;
+    ``weight`` is one of the module's parameters (its dtype and device must match)."""
+    check_mha_tensors(query, key, value, d_model=d_model, weight=weight)
     check_keys_not_empty(query.shape[1], key.shape[1], "key")
     check_flag(is_causal, "is_causal")
     check_flag(need_weights, "need_weights")
