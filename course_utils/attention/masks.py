@@ -20,6 +20,7 @@ from torch import Tensor
 
 from .validation import (
     check_bool_mask,
+    check_device_present,
     check_fits_in_memory,
     check_int,
     check_tensor,
@@ -82,17 +83,21 @@ def _check_softmax_inputs(scores: object, allowed: object) -> None:
                          f"{describe_shape(allowed)} and scores {describe_shape(scores)}") from None
 
 
-def _parse_device(device: object) -> torch.device:
-    """A device name parsed, or an error naming ``device`` (the meta device is allowed: a mask
-    there is a shape to check against, e.g. for a model built on meta)."""
-    if not isinstance(device, str):
+def _mask_device(device: object) -> torch.device | None:
+    """``device`` parsed and present on this machine, or an error naming ``device``; ``None``
+    stays ``None`` (the CPU). The meta device is allowed: a mask there is a shape to check
+    against, e.g. for a model built on meta."""
+    if device is None:
+        return None
+    if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be None, a torch.device or a name such as 'cpu' or 'cuda:0', "
                         f"got {type(device).__name__} {device!r:.60}")
     try:
-        return torch.device(device)
+        parsed = torch.device(device)
     except RuntimeError:
         raise ValueError(f"device must be a device name such as 'cpu', 'cuda' or 'cuda:0', got "
                          f"{device!r}") from None
+    return parsed if parsed.type == "meta" else check_device_present(parsed, "device", asked=device)
 
 
 def causal_mask(
@@ -117,8 +122,9 @@ def causal_mask(
     every query see every key, so any larger offset (however large) gives that same mask.
 
     ``device`` is ``None`` (the CPU), a ``torch.device`` or a device name (parsed and named
-    in the error if it is not one, e.g. ``"cpu"``, ``"cuda:0"``); a mask larger than this machine's memory
-    (``num_queries * num_keys`` bytes) is refused before anything is allocated.
+    in the error if it is not one, e.g. ``"cpu"``, ``"cuda:0"``, or if this machine lacks it); a
+    mask larger than this machine's memory (``num_queries * num_keys`` bytes) is refused before
+    anything is allocated.
     """
     if num_keys is None:
         num_keys = num_queries
@@ -135,8 +141,7 @@ def causal_mask(
     # beyond num_keys every query already sees every key: clamping keeps the mask and keeps
     # the positions inside int64 (2**63 would wrap around to a negative offset)
     query_offset = min(query_offset, num_keys)
-    if device is not None and not isinstance(device, torch.device):
-        device = _parse_device(device)
+    device = _mask_device(device)
     if num_queries * num_keys > 2**24:  # one byte per entry; small masks skip the system call
         check_fits_in_memory(num_queries * num_keys, "num_queries x num_keys",
                              f"a bool mask of {num_queries} x {num_keys} = "
@@ -186,11 +191,11 @@ def padding_mask(
 
     ``padding_mask([3, 1], 4)`` gives ``[[T, T, T, F], [T, F, F, F]]``. ``lengths`` is a list
     of ints or an integer tensor ``(B,)``, each ``>= 0``; ``max_len`` an int (not a bool) at
-    least the longest length, or ``None`` for the longest.
+    least the longest length, or ``None`` for the longest. ``device`` (as in :func:`causal_mask`)
+    is where the mask goes; ``None`` leaves it on ``lengths``' device.
     """
     lengths = _lengths_tensor(lengths)
-    if device is not None:
-        lengths = lengths.to(device)
+    device = _mask_device(device)
     if max_len is not None:
         check_int(max_len, "max_len", minimum=0)
     if (lengths < 0).any():
@@ -200,7 +205,8 @@ def padding_mask(
         max_len = longest
     if max_len < longest:
         raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
-    return torch.arange(int(max_len), device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+    mask = torch.arange(int(max_len), device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+    return mask if device is None else mask.to(device)
 
 
 def to_torch_attn_mask(mask: Tensor) -> Tensor:

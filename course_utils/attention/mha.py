@@ -37,10 +37,9 @@ from .validation import (
     check_kv_pair,
     check_linear_weights_fit,
     check_mha_inputs,
+    check_mha_tensors,
     check_sdpa_inputs,
-    check_tensor,
     combine_masks,
-    describe_shape,
 )
 
 __all__ = ["scaled_dot_product_attention", "check_head_dims", "MultiHeadAttentionBase", "MultiHeadAttention"]
@@ -244,17 +243,10 @@ class MultiHeadAttentionBase(nn.Module):
                                d_k=self.d_k, weight=self._weight())
 
     def _check_projection_inputs(self, query: object, key: object, value: object) -> None:
-        """What :meth:`project_qkv` needs (called directly, it has not passed :meth:`forward`'s
-        checks): ``(B, T, d_model)`` float tensors, one B, key and value of one length."""
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            if not (isinstance(t, Tensor) and t.ndim == 3 and t.shape[-1] == self.d_model
-                    and t.is_floating_point()):
-                check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={self.d_model})")
-                raise ValueError(f"{name} last dim must be d_model={self.d_model}, got shape "
-                                 f"{describe_shape(t)}")
-        if not query.shape[0] == key.shape[0] == value.shape[0] or key.shape[1] != value.shape[1]:
-            raise ValueError(f"query, key and value must share B, and key and value T, got "
-                             f"{describe_shape(query)}, {describe_shape(key)}, {describe_shape(value)}")
+        """What :meth:`project_qkv` needs, checked as :meth:`forward` checks it (called directly,
+        it has not passed :meth:`forward`'s checks): ``(B, T, d_model)`` float tensors of the
+        module's dtype and device, one B, key and value of one length."""
+        check_mha_tensors(query, key, value, d_model=self.d_model, weight=self._weight())
 
     def _weight(self) -> Tensor:
         """A parameter whose dtype and device the inputs must match."""
@@ -307,6 +299,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
     # -- the computation ----------------------------------------------------------
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
         """Project and split into heads: each output is ``(B, h, T, dk)``."""
+        self._check_projection_inputs(query, key, value)  # (B, T, d_model), the module's dtype
         B, Tq, _ = query.shape
         Tk = key.shape[1]
         if query is key and key is value:  # self-attention: one fused matmul

@@ -36,12 +36,14 @@ __all__ = [
     "check_tensor",
     "check_same_dtype_and_device",
     "check_device",
+    "check_device_present",
     "check_holds_values",
     "check_finite",
     "check_matches_module",
     "check_keys_not_empty",
     "check_sdpa_inputs",
     "check_mha_inputs",
+    "check_mha_tensors",
     "check_kv_pair",
     "check_mask_fits",
     "combine_masks",
@@ -390,19 +392,32 @@ def check_device(device: object, name: str = "device") -> torch.device:
     if parsed.type == "meta":
         raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got {device!r}: "
                          "meta tensors have a shape but no numbers, so what is stored there is lost")
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ValueError(f"{name}={device!r} but no CUDA GPU is available here; use 'cpu'")
-        if parsed.index is not None and parsed.index >= count:
-            raise ValueError(f"{name}={device!r} but only {count} CUDA GPU(s) are here "
-                             f"(cuda:0..cuda:{count - 1})")
-    elif parsed.type == "mps":
+    return check_device_present(parsed, name, asked=device, instead="'cpu'")
+
+
+def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
+                         instead: str = "'cpu' or None") -> torch.device:
+    """The parsed ``device`` exists on this machine: the CPU always, a CUDA GPU when torch sees it
+    (and that index), MPS when available; anything else (``xpu``, ...) is refused. The sentences
+    are :func:`course_utils.env.pick_device`'s, naming ``name``, what was ``asked`` for (default:
+    ``device``) and what to use ``instead``, so that a missing GPU is named here rather than by
+    torch's ``AssertionError: Torch not compiled with CUDA enabled`` inside a tensor op. The meta
+    device is the caller's to allow or refuse (it is not a machine's)."""
+    asked = str(device) if asked is None else asked
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name} {asked!r} asked for, but this machine has no usable CUDA GPU "
+                             f"(torch.cuda.is_available() is False); use {instead}")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"{name} {asked!r} asked for, but only {count} CUDA GPU(s) are visible")
+    elif device.type == "mps":
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise ValueError(f"{name}={device!r} but MPS is not available here; use 'cpu'")
-    elif parsed.type != "cpu":
-        raise ValueError(f"{name} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    return parsed
+            raise ValueError(f"{name} {asked!r} asked for, but Apple's MPS backend is not available "
+                             f"here; use {instead}")
+    elif device.type != "cpu":
+        raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {asked!r}")
+    return device
 
 
 def check_holds_values(x: Tensor, name: str) -> None:
@@ -471,10 +486,12 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
         check_mask_fits(mask, target, "(..., Tq, Tk)", device=q.device)
 
 
-def check_mha_inputs(query: object, key: object, value: object, *, d_model: int, weight: Tensor,
-                     is_causal: object, need_weights: object) -> None:
-    """Everything :meth:`course_utils.attention.mha.MultiHeadAttention.forward` needs;
-    ``weight`` is one of the module's parameters (its dtype and device must match)."""
+def check_mha_tensors(query: object, key: object, value: object, *, d_model: int,
+                      weight: Tensor) -> None:
+    """The tensors an attention layer projects: ``query``, ``key`` and ``value`` each a float
+    ``(B, T, d_model)`` tensor with the dtype and device of the module whose parameter is
+    ``weight``, one batch size B, and key and value of one length Tk. What
+    :meth:`~course_utils.attention.mha.MultiHeadAttentionBase.forward` and ``project_qkv`` both need."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if (name == "key" and key is query) or (name == "value" and value is key):
             continue  # self-attention passes one tensor three times: check it once
@@ -488,6 +505,13 @@ def check_mha_inputs(query: object, key: object, value: object, *, d_model: int,
     if key.shape[1] != value.shape[1]:
         raise ValueError(f"key and value must have the same length Tk, got key {describe_shape(key)} "
                          f"and value {describe_shape(value)}")
+
+
+def check_mha_inputs(query: object, key: object, value: object, *, d_model: int, weight: Tensor,
+                     is_causal: object, need_weights: object) -> None:
+    """Everything :meth:`course_utils.attention.mha.MultiHeadAttention.forward` needs;
+    ``weight`` is one of the module's parameters (its dtype and device must match)."""
+    check_mha_tensors(query, key, value, d_model=d_model, weight=weight)
     check_keys_not_empty(query.shape[1], key.shape[1], "key")
     check_flag(is_causal, "is_causal")
     check_flag(need_weights, "need_weights")
