@@ -426,8 +426,8 @@ def test_the_sweep_readings_hold_in_the_stored_run():
 
 def test_the_heads_sweep_reading_holds_in_the_stored_run():
     """Section 6's reading of the heads sweep: the loop's extra time is not on a line (its price
-    per head changes with h), the fitted intercept is negative, so no fixed cost, and the extra
-    time grows many times over from h = 1 to h = 64."""
+    per head changes with h), and it grows many times over from h = 1 to h = 64. The intercept's
+    sign moves from run to run (both were stored), so the lesson names no sign for this run."""
     import json
     import re
     from pathlib import Path
@@ -440,5 +440,8 @@ def test_the_heads_sweep_reading_holds_in_the_stored_run():
     per_head, extra = rows["extra per head (µs)"], rows["loop - batched (µs)"]
     assert max(per_head) > 1.5 * min(per_head)  # not one price per head
     assert extra[-1] > 10 * extra[0]
-    sign = re.search(r"per head x h ([+-]) [0-9.]+ µs", text).group(1)
-    assert sign == "-"
+    assert re.search(r"per head x h [+-] [0-9.]+ µs", text)
+    prose = next(c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+                 for c in nb["cells"] if c["cell_type"] == "markdown"
+                 and "The points are not on a line" in "".join(c["source"]))
+    assert "in some runs it comes out negative" in prose and "often comes out negative" not in prose
