@@ -1367,3 +1367,9 @@ def test_greedy_against_random_orders_out_of_sample(mixture, mixture_setup, prun
         losses = sum(losses_along_orders(mixture, t, y, orders, 3, per_run=26) * (y != -100).sum()
                      for t, y in parts) / sum((y != -100).sum() for _, y in parts)
         assert (losses[1:] > losses[0]).sum(0)[1:].tolist() == above, seed
+
+
+def test_verb_position_range():
+    """Section 2: "the verb sits anywhere from position 3 to 14" (BOS at 0)."""
+    batch = AGREEMENT_TASK.sample(4000, torch.Generator().manual_seed(0))
+    assert (int(batch.verb_pos.min()), int(batch.verb_pos.max())) == (3, 14)
