@@ -914,6 +914,7 @@ def test_the_importance_orders_beat_a_typical_random_order_not_a_lucky_one(pruni
     assert named == {"greedy": 4, "layer-normalised": 5, "single-head Δloss": 7, "reverse": 2}
     assert torch.bincount(random).tolist() == [25, 36, 44, 31, 32, 17, 11, 3, 0, 1]
     assert float(random.float().quantile(0.5)) == 2 and round(float(random.float().mean()), 2) == 2.63
+    assert int((random <= 2).sum()) == 105, "the median sits on the 2/3 boundary: 105 of 200 prune 2 or fewer"
     def share(rows):
         return round(float(rows.double().mean()), 3)
 
