@@ -288,7 +288,7 @@ def test_l1h2_loss_increase_sits_on_the_verb(agreement, sentences):
 def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, sentences):
     """Exercise 6.4's model answer: L0H3's loss increase sits mostly, not wholly, at the verb and
     it breaks relative-clause attractors only; L1H0's increase is all at the other words, yet the
-    average loss ranks it above L0H0, which the task needs (section 1's table, zero ablation)."""
+    average loss ranks it above L0H0, which the task needs (section 2's table, zero ablation)."""
     evaluations, means, train = agreement_setup(agreement, sentences)
     with torch.no_grad():
         before, _ = agreement(train.tokens)
