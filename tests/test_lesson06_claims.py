@@ -288,7 +288,7 @@ def test_l1h2_loss_increase_sits_on_the_verb(agreement, sentences):
 def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, sentences):
     """Exercise 6.4's model answer: L0H3's loss increase sits mostly, not wholly, at the verb and
     it breaks relative-clause attractors only; L1H0's increase is all at the other words, yet the
-    average loss ranks it above L0H0, which the task needs (section 1's table, zero ablation)."""
+    average loss ranks it above L0H0, which the task needs (section 2's table, zero ablation)."""
     evaluations, means, train = agreement_setup(agreement, sentences)
     with torch.no_grad():
         before, _ = agreement(train.tokens)
@@ -914,6 +914,7 @@ def test_the_importance_orders_beat_a_typical_random_order_not_a_lucky_one(pruni
     assert named == {"greedy": 4, "layer-normalised": 5, "single-head Δloss": 7, "reverse": 2}
     assert torch.bincount(random).tolist() == [25, 36, 44, 31, 32, 17, 11, 3, 0, 1]
     assert float(random.float().quantile(0.5)) == 2 and round(float(random.float().mean()), 2) == 2.63
+    assert int((random <= 2).sum()) == 105, "the median sits on the 2/3 boundary: 105 of 200 prune 2 or fewer"
     def share(rows):
         return round(float(rows.double().mean()), 3)
 
@@ -1367,3 +1368,9 @@ def test_greedy_against_random_orders_out_of_sample(mixture, mixture_setup, prun
         losses = sum(losses_along_orders(mixture, t, y, orders, 3, per_run=26) * (y != -100).sum()
                      for t, y in parts) / sum((y != -100).sum() for _, y in parts)
         assert (losses[1:] > losses[0]).sum(0)[1:].tolist() == above, seed
+
+
+def test_verb_position_range():
+    """Section 2: "the verb sits anywhere from position 3 to 14" (BOS at 0)."""
+    batch = AGREEMENT_TASK.sample(4000, torch.Generator().manual_seed(0))
+    assert (int(batch.verb_pos.min()), int(batch.verb_pos.max())) == (3, 14)
