@@ -14,12 +14,9 @@ import argparse
 import importlib
 import re
 import sys
-from pathlib import Path
-
-from ..paths import path_kind
 
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
-           "batch_by_context", "notebook_file", "device_name", "Distinct"]
+           "batch_by_context", "device_name", "Distinct"]
 
 #: Modules that each add one subcommand with ``add_bench_parser(subparsers)``, imported when the
 #: command line runs.
@@ -112,28 +109,6 @@ def batch_by_context(text: str) -> tuple[int, int]:
     if shape[0] > MAX_BATCH or shape[1] > MAX_CONTEXT:
         raise argparse.ArgumentTypeError(f"{example} (the KV cache is allocated whole); got {text!r}")
     return shape
-
-
-def notebook_file(text: str) -> str:
-    """An argparse type: an existing ``.ipynb`` file that nbformat reads as a notebook (checked
-    before the first notebook runs, by :func:`course_utils.bench.memory.read_notebook`)."""
-    path = Path(text)
-    if path.suffix != ".ipynb":
-        raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {text!r}")
-    kind = path_kind(path)  # (never opens the path: reading a FIFO would wait forever)
-    if kind == "missing":
-        raise argparse.ArgumentTypeError(f"no notebook file {text!r} (relative to {Path.cwd()})")
-    if kind is not None:
-        raise argparse.ArgumentTypeError(f"expected a notebook file, got {text!r}, which is {kind}")
-    if path.stat().st_size == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: the file is empty")
-    from .memory import read_notebook
-
-    try:
-        read_notebook(path)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return text
 
 
 class Distinct(argparse.Action):

@@ -30,7 +30,7 @@ from ..paths import path_kind
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
            "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",
            "reset_peak_rss", "rss_bytes", "TEST_REPORT", "read_test_report", "format_test_report",
-           "read_notebook", "add_bench_parser"]
+           "read_notebook", "notebook_file", "add_bench_parser"]
 
 TARGET_MB = 1000.0  # the course's target per lesson (1.0 GB)
 BINDER_LIMIT_MB = 2048.0  # mybinder.org's memory limit
@@ -314,9 +314,29 @@ def _main_test_memory(args: argparse.Namespace) -> None:
     print(format_test_report(tests, args.top))
 
 
+def notebook_file(text: str) -> str:
+    """An argparse type: an existing ``.ipynb`` file that nbformat reads as a notebook (checked
+    before the first notebook runs, by :func:`read_notebook`)."""
+    path = Path(text)
+    if path.suffix != ".ipynb":
+        raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {text!r}")
+    kind = path_kind(path)  # (never opens the path: reading a FIFO would wait forever)
+    if kind == "missing":
+        raise argparse.ArgumentTypeError(f"no notebook file {text!r} (relative to {Path.cwd()})")
+    if kind is not None:
+        raise argparse.ArgumentTypeError(f"expected a notebook file, got {text!r}, which is {kind}")
+    if path.stat().st_size == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: the file is empty")
+    try:
+        read_notebook(path)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``memory`` on ``python -m course_utils.bench``."""
-    from .cli import non_negative_int, notebook_file, positive_int
+    from .cli import non_negative_int, positive_int
 
     p = sub.add_parser("memory", help="peak memory of every notebook, each in a fresh kernel")
     p.add_argument("notebooks", nargs="*", type=notebook_file,
