@@ -214,12 +214,31 @@ def _tagged(cell, tag: str) -> bool:
     return tag in cell.get("metadata", {}).get("tags", [])
 
 
+REPOSITORY_FILE_LINK = re.compile(r"https://github\.com/(?P<repo>[^/\s)\"']+/[^/\s)\"']+)/(?P<kind>blob|tree)/"
+                                  r"(?P<ref>[^/\s)\"']+)/")
+# A markdown link from a notebook to a file of the repository by a relative path: it opens in
+# JupyterLab and on GitHub, but not on Colab, which has only the notebook.
+RELATIVE_FILE_LINK = re.compile(r"\]\((?P<path>(?:\.\.?/)?[\w.-]+/[^)\s]*)\)")
+
+
+def _retarget_file_links(text: str, own: set[str], published: Published) -> str:
+    """``text`` with every link to a file of this course's repository (any repository in
+    ``own``, lower case) moved to ``published``'s repository and tag."""
+    def move(m: re.Match) -> str:
+        if m.group("repo").lower() not in own:
+            return m.group(0)  # another project's file
+        return f"https://github.com/{published.repo}/{m.group('kind')}/{published.tag}/"
+    return REPOSITORY_FILE_LINK.sub(move, text)
+
+
 def stamp_notebook(nb, repo_relative_path: str, published: Published | None = None):
     """Give ``nb`` (an nbformat v4 notebook) its badge cell and Colab set-up cell, in place.
 
     ``repo_relative_path`` is where the notebook is committed, e.g.
     ``"student/03_dimension_walkthrough.ipynb"``: the badges open that very file at the
-    release tag. Existing stamped cells (found by their tags) are rewritten, so calling
+    release tag, and markdown links to the repository's files (``https://github.com/REPO/blob/TAG/...``,
+    REPO the configured one or the one the old badges named) move to the release. Existing
+    stamped cells (found by their tags) are rewritten, so calling
     this twice changes nothing. Returns ``nb``.
     """
     import nbformat
@@ -232,6 +251,12 @@ def stamp_notebook(nb, repo_relative_path: str, published: Published | None = No
     cells = [c for c in nb.cells if not (_tagged(c, BADGES_TAG) or _tagged(c, SETUP_TAG))]
     old = {tag: next((c for c in nb.cells if _tagged(c, tag)), None) for tag in (BADGES_TAG, SETUP_TAG)}
 
+    # links to the repository's files follow the release, from the one the badges named
+    old_badges = old[BADGES_TAG].source if old[BADGES_TAG] else ""
+    own = {published.repo.lower()} | {m.group("repo").lower() for m in LINK_PATTERNS[0].finditer(old_badges)}
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            cell.source = _retarget_file_links(cell.source, own, published)
     badges = old[BADGES_TAG] or nbformat.v4.new_markdown_cell()
     badges.source = published.badges_cell(repo_relative_path)
     badges.metadata = {"tags": [BADGES_TAG]}
@@ -376,6 +401,12 @@ def check(root: Path = ROOT, planned: dict[Path, str] | None = None) -> list[str
         code = [c for c in nb.cells if c.cell_type == "code"]
         if not code or code[0].source != published.setup_cell():
             problems.append(f"{rel}: first code cell is not the current Colab set-up cell")
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                for m in RELATIVE_FILE_LINK.finditer(cell.source):
+                    url = f"https://github.com/{published.repo}/blob/{published.tag}/..."
+                    problems.append(f"{rel}: relative link to {m.group('path')}, which does not open "
+                                    f"on Colab: link {url} instead")
         if sum(_tagged(c, SETUP_TAG) for c in nb.cells) != 1 or sum(_tagged(c, BADGES_TAG)
                                                                     for c in nb.cells) != 1:
             problems.append(f"{rel}: expected exactly one badge cell and one set-up cell")

@@ -948,7 +948,11 @@ def test_sources_the_learner_can_open():
     kvq = _prose("kvq-intro")
     assert "[llama.cpp](https://github.com/ggml-org/llama.cpp)" in kvq
     assert "`block_q8_0`" in kvq and "ggml/src/ggml-common.h" in kvq and "34 bytes" in kvq
-    links = re.findall(r"\(\.\./docs/benchmarks\.md#([^)]+)\)", _prose("ws-read-share"))
+    import tomllib
+
+    course = tomllib.loads((NOTEBOOK.parents[1] / "pyproject.toml").read_text())["tool"]["course"]
+    docs_url = f"https://github.com/{course['repository']}/blob/{course['tag']}/docs/benchmarks.md"
+    links = re.findall(rf"\({re.escape(docs_url)}#([^)]+)\)", _prose("ws-read-share"))  # opens on Colab too
     assert len(links) == 1
     headings = (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8").splitlines()
     slugs = {re.sub(r"[^\w\- ]", "", h.lstrip("#").strip().lower()).replace(" ", "-")
@@ -973,7 +977,8 @@ def test_the_grouped_steps_shortfall_and_mla_readings_are_scoped():
     text = {c.get("id"): c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells}
     shortfall = next(s for s in text.values() if "Their step time falls with the KV cache's size" in s)
     assert "fixed costs take over" not in shortfall and "Fixed costs are not the reason" in shortfall
-    anchor = re.search(r"\(\.\./docs/benchmarks\.md#([^)]+)\)", shortfall).group(1)
+    anchor = re.search(r"\(https://github\.com/[^/]+/[^/]+/blob/[^/]+/docs/benchmarks\.md#([^)]+)\)",
+                       shortfall).group(1)  # absolute, so it opens on Colab (test_publish: repo and tag)
     docs = (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     heading = next(h for h in docs.splitlines() if h.startswith("### Lesson 07: what sets"))
     assert re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower()).replace(" ", "-") == anchor

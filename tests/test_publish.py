@@ -17,10 +17,11 @@ import publish  # noqa: E402
 
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
-    """A copy of the files that publish stamps: README, pyproject and the notebooks."""
+    """A copy of the files that publish stamps (README, pyproject and the notebooks) and of
+    docs/, which lessons link to."""
     for name in ("README.md", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for folder in publish.NOTEBOOK_DIRS:
+    for folder in (*publish.NOTEBOOK_DIRS, "docs"):  # docs: the files lessons link to
         if (ROOT / folder).is_dir():
             shutil.copytree(ROOT / folder, tmp_path / folder)
     return tmp_path
@@ -92,6 +93,20 @@ def test_check_names_a_stale_or_missing_notebook_cell(copy):
     assert any("02_single" in p and "badge cell" in p for p in publish.check(copy))
 
 
+def test_lessons_link_repository_files_absolutely_so_they_open_on_colab(copy):
+    """Colab opens one notebook, so a relative link such as ../docs/benchmarks.md leads nowhere
+    there; check names it, and the lessons have none (their links carry the repository and tag)."""
+    lesson = copy / "notebooks" / "07_grouped_query_attention.ipynb"
+    absolute = "https://github.com/mha-course/multi-head-attention/blob/v0.2.0/docs/benchmarks.md#"
+    assert absolute in lesson.read_text() and publish.check(copy) == []
+    _edit(lesson, absolute, "../docs/benchmarks.md#")
+    problems = publish.check(copy)
+    assert any("07_grouped" in p and "relative link to ../docs/benchmarks.md" in p and "Colab" in p
+               for p in problems), problems
+    _edit(lesson, "../docs/benchmarks.md#", absolute.replace("benchmarks.md", "benchmark.md"))
+    assert any("docs/benchmark.md, which does not exist" in p for p in publish.check(copy))
+
+
 def test_publish_moves_every_link_and_is_idempotent(copy):
     new = publish.set_config("course-org/mha", "v1.0.0", root=copy)
     changed = publish.stamp_all(copy, new)
@@ -103,6 +118,10 @@ def test_publish_moves_every_link_and_is_idempotent(copy):
         assert "mha-course/multi-head-attention" not in text, path.name
         assert "v0.2.0" not in text, path.name
     assert 'version = "1.0.0"' in (copy / "pyproject.toml").read_text()  # the package is the release
+    # links to the repository's files move with the badges; other projects' links stay
+    lesson = (copy / "notebooks" / "07_grouped_query_attention.ipynb").read_text()
+    assert "https://github.com/course-org/mha/blob/v1.0.0/docs/benchmarks.md#" in lesson
+    assert "https://github.com/ggml-org/llama.cpp" in lesson
 
 
 def test_the_package_version_is_the_release_tag(copy):
