@@ -400,6 +400,29 @@ MHA_FORWARD = _ForwardExercise(
                 "the heads were split correctly but merged in the wrong order: reshaping (B, h, T, dk) "
                 "straight to (B, T, d) scrambles tokens and heads.",
                 "undo the split in reverse: .transpose(1, 2).reshape(B, T, d) (or .contiguous().view)."),
+        Mistake("split_interleaved",
+                "your heads are interleaved: view(B, T, d_k, h) gives head i the features i, i+h, "
+                "i+2h, ... of each token, where in_proj gives head i a consecutive run of d_k "
+                "features, i*d_k to (i+1)*d_k - 1. The shapes all work; the heads hold the wrong "
+                "features.",
+                "split the last axis as (h, d_k), heads first: .view(B, T, h, dk).transpose(1, 2)."),
+        Mistake("merge_reversed_heads",
+                "you merged the heads in reverse order, the last head first: W_O reads head 0's d_k "
+                "features first, then head 1's, in the order the split made them.",
+                "keep the heads in order: .transpose(1, 2).reshape(B, T, d), with no flip or "
+                "reversed list."),
+        Mistake("merge_interleaved",
+                "you merged the heads interleaved: feature j of every head sits next to feature j of "
+                "the others ((B, T, d_k, h) reshaped), where W_O reads each head's d_k features as "
+                "one consecutive run, head 0's first.",
+                "move the head axis next to the tokens, not last: .transpose(1, 2) gives "
+                "(B, T, h, dk), then .reshape(B, T, d)."),
+        Mistake("split_no_transpose_merge_transposed",
+                "you split into (B, T, h, dk) without the transpose, yet transposed at the merge: "
+                "each token's attention ran across its h heads instead of across the T tokens, and "
+                "the transpose at the merge then mixed tokens and heads.",
+                "transpose at both ends: .view(B, T, h, dk).transpose(1, 2) to split, "
+                ".transpose(1, 2).reshape(B, T, d) to merge."),
         Mistake("no_scaling",
                 "you forgot to divide the scores by sqrt(d_k).",
                 "scores = q @ k.transpose(-2, -1) / math.sqrt(dk)"),
