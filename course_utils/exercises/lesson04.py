@@ -23,6 +23,7 @@ from .core import (
     Feedback,
     Mistake,
     WatchesGivenLists,
+    _changes_its_input,
     _Deadline,
     _edited_input,
     _safe_str,
@@ -518,21 +519,25 @@ _MASK_NAMES = ("attn_mask", "key_padding_mask")
 
 def _edited_argument(exercise: Exercise, fn, names: tuple[str, ...]) -> str | None:
     """The name of the argument that ``fn`` changes in place, on the first case where it does;
-    None when it changes none, or raises."""
-    for case in exercise.cases():
-        args, kwargs = case.fresh()
-        try:
-            with _Deadline():
-                fn(*args, **kwargs)
-        except BaseException:  # noqa: BLE001 - the check already said what it could
-            return None
-        where = _edited_input(case, args, kwargs)  # "(argument 2)" or "`name`"
-        if where is not None:
-            number = where.removeprefix("(argument ").removesuffix(")")
-            if number.isdigit() and int(number) <= len(names):
-                return names[int(number) - 1]
-            return where.strip("`")
-    return None
+    None when it changes none, or raises. Core's :func:`_changes_its_input` runs the cases and
+    stops at that case; the copies it gave ``fn`` last are the ones that were changed."""
+    given: list[tuple[tuple, dict]] = []
+
+    def recorded(*args, **kwargs):
+        given.append((args, kwargs))
+        return fn(*args, **kwargs)
+
+    cases = exercise.cases()
+    if not _changes_its_input(recorded, cases):
+        return None
+    args, kwargs = given[-1]
+    where = _edited_input(cases[len(given) - 1], args, kwargs)  # "(argument 2)" or "`name`"
+    if where is None:
+        return None
+    number = where.removeprefix("(argument ").removesuffix(")")
+    if number.isdigit() and int(number) <= len(names):
+        return names[int(number) - 1]
+    return where.strip("`")
 
 
 class _BoolMaskExercise(Exercise):
