@@ -162,8 +162,10 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
             return t.reshape(B, num_heads, T, dk)  # (view would refuse: t is a column slice)
         if split == "view_as_b_h_t":
             return t.view(B, num_heads, T, dk)  # raises: t is a column slice of qkv
-        if split == "no_transpose":
+        if split in ("no_transpose", "no_transpose_at_split"):
             return t.view(B, T, num_heads, dk)  # (B, T, h, dk): attention across heads
+        if split == "interleaved":
+            return t.view(B, T, dk, num_heads).permute(0, 3, 1, 2)  # head i = features i, i+h, ...
         return t.view(B, T, num_heads, dk).transpose(1, 2)  # (B, h, T, dk)
 
     q, k, v = heads(q), heads(k), heads(v)
@@ -178,6 +180,10 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
     out = weights @ v  # (B, h, T, dk)
     if split == "no_transpose" or merge == "no_transpose":
         concat = out.reshape(B, T, d)
+    elif merge == "reversed":
+        concat = out.flip(1).transpose(1, 2).reshape(B, T, d)  # head h-1 first
+    elif merge == "interleaved":
+        concat = out.permute(0, 2, 3, 1).reshape(B, T, d)  # (B, T, dk, h): features interleaved
     elif merge == "view_without_contiguous":
         concat = out.transpose(1, 2).view(B, T, d)  # raises: the transpose is not contiguous
     else:
@@ -320,6 +326,10 @@ MISTAKES = {
         'float_head_width': _forward_float_head_width,
         'merge_view_without_contiguous': _variant(merge="view_without_contiguous"),
         'merge_no_transpose': _variant(merge="no_transpose"),
+        'split_interleaved': _variant(split="interleaved"),
+        'merge_reversed_heads': _variant(merge="reversed"),
+        'merge_interleaved': _variant(merge="interleaved"),
+        'split_no_transpose_merge_transposed': _variant(split="no_transpose_at_split"),
         'no_scaling': _variant(scale="none"),
         'scaled_by_d_model': _variant(scale="d_model"),
         'scaled_by_d_k': _variant(scale="d_k"),

@@ -249,6 +249,14 @@ def _merge_kept_one_half(out_a, lse_a, out_b, lse_b):
     return torch.where((lse_a >= lse_b)[..., None], out_a, out_b)
 
 
+def _merge_out_a_only(out_a, lse_a, out_b, lse_b):
+    return out_a  # the first range's attention alone: range b's keys dropped
+
+
+def _merge_out_b_only(out_a, lse_a, out_b, lse_b):
+    return out_b  # the second range's attention alone: range a's keys dropped
+
+
 def _merge_not_unsqueezed(out_a, lse_a, out_b, lse_b):
     lse = torch.logaddexp(lse_a, lse_b)
     return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b  # (B, h) * (B, h, dk)
@@ -400,6 +408,8 @@ MISTAKES = {
         'summed': _merge_summed,
         'log_shares': _merge_log_shares,
         'kept_one_half': _merge_kept_one_half,
+        'returned_out_a_only': _merge_out_a_only,
+        'returned_out_b_only': _merge_out_b_only,
         'softmax_over_batch': _merge_softmax_over_batch,
         'softmax_over_heads': _merge_softmax_over_heads,
         'weights_not_unsqueezed': _merge_not_unsqueezed,

@@ -215,6 +215,59 @@ def test_stack_check_names_summed_heads():
     assert not fb.passed and fb.mistake == "summed_heads", fb
 
 
+# -- 4.3 mha_forward: the split and merge slips its hint list promises (trial: issue 35) ---------
+
+
+def _forward_with(split, merge):
+    """A learner's mha_forward whose split (B, T, d) -> (B, h, T, dk) and merge back to
+    (B, T, d) are ``split(t, h, d_head)`` and ``merge(out, B, T, d)``; the rest is right."""
+    def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
+        B, T, d = x.shape
+        d_head = d // num_heads
+        q, k, v = (split(t, num_heads, d_head) for t in (x @ w_in.T + b_in).chunk(3, dim=-1))
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head), dim=-1)
+        return merge(weights @ v, B, T, d) @ w_out.T + b_out
+    return mha_forward
+
+
+def _split(t, h, d_head):
+    return t.view(*t.shape[:2], h, d_head).transpose(1, 2)
+
+
+def _merge(out, B, T, d):
+    return out.transpose(1, 2).reshape(B, T, d)
+
+
+@pytest.mark.parametrize("fn, key, words", [
+    (_forward_with(lambda t, h, dh: t.view(*t.shape[:2], dh, h).permute(0, 3, 1, 2), _merge),
+     "split_interleaved", ["interleaved", "view(B, T, d_k, h)", "i, i+h"]),
+    (_forward_with(lambda t, h, dh: t.reshape(*t.shape[:2], dh, h).transpose(2, 3).transpose(1, 2), _merge),
+     "split_interleaved", ["interleaved", "consecutive run"]),
+    (_forward_with(_split, lambda o, B, T, d: torch.cat(o.unbind(1)[::-1], dim=-1)),
+     "merge_reversed_heads", ["reverse order", "head 0"]),
+    (_forward_with(_split, lambda o, B, T, d: o.flip(1).transpose(1, 2).reshape(B, T, d)),
+     "merge_reversed_heads", ["reverse order", "last head first"]),
+    (_forward_with(_split, lambda o, B, T, d: o.permute(0, 2, 3, 1).reshape(B, T, d)),
+     "merge_interleaved", ["merged the heads interleaved", "consecutive run"]),
+    (_forward_with(_split, lambda o, B, T, d: torch.stack(o.unbind(1), dim=-1).flatten(-2)),
+     "merge_interleaved", ["merged the heads interleaved"]),
+    (_forward_with(lambda t, h, dh: t.view(*t.shape[:2], h, dh), _merge),
+     "split_no_transpose_merge_transposed", ["without the transpose", "transposed at the merge"]),
+])
+def test_forward_check_names_the_split_and_merge_slips_of_its_hint(fn, key, words):
+    fb = lesson04.check_mha_forward(fn)
+    assert not fb.passed and fb.mistake == key, fb
+    assert not [w for w in words if w not in fb.message], fb.message
+    assert "largest difference" not in fb.message and fb.hint
+
+
+def test_forward_check_still_passes_the_split_and_merge_written_these_ways():
+    assert lesson04.check_mha_forward(_forward_with(_split, _merge)).passed
+    assert lesson04.check_mha_forward(_forward_with(
+        lambda t, h, dh: t.unflatten(-1, (h, dh)).permute(0, 2, 1, 3),
+        lambda o, B, T, d: torch.cat(o.unbind(1), dim=-1))).passed
+
+
 # -- 4.4 masks_for_torch -----------------------------------------------------------------------
 
 

@@ -321,6 +321,21 @@ def test_7_5_a_right_formula_cast_to_float32_at_the_end_is_named():
     assert not fb.passed and fb.mistake == "changed_dtype", fb
 
 
+@pytest.mark.parametrize("answer,key,words", [
+    (lambda oa, la, ob, lb: oa, "returned_out_a_only", ["returned out_a", "second range", "dropped"]),
+    (lambda oa, la, ob, lb: oa.clone(), "returned_out_a_only", ["returned out_a", "dropped"]),
+    (lambda oa, la, ob, lb: ob, "returned_out_b_only", ["returned out_b", "first range", "dropped"]),
+    (lambda oa, la, ob, lb: 1.0 * ob + 0 * la[..., None], "returned_out_b_only", ["returned out_b"]),
+])
+def test_7_5_only_one_ranges_output_is_named(answer, key, words):
+    """Issue 35: the hint list promises 'keeping only one range's output' is named; returning
+    out_a (or out_b) untouched got the generic 'wrong values' message."""
+    fb = lesson07.check_merge_halves(answer)
+    assert not fb.passed and fb.mistake == key, fb
+    assert not [w for w in words if w not in fb.message], fb.message
+    assert "largest difference" not in fb.message and fb.hint
+
+
 @pytest.mark.parametrize("answer", [
     lambda oa, la, ob, lb: torch.sigmoid(la - lb)[..., None] * oa + torch.sigmoid(lb - la)[..., None] * ob,
     lambda oa, la, ob, lb: (torch.stack([la, lb], -1).softmax(-1)[..., None]

@@ -23,6 +23,7 @@ from .core import (
     Feedback,
     Mistake,
     WatchesGivenLists,
+    _changes_its_input,
     _Deadline,
     _edited_input,
     _safe_str,
@@ -400,6 +401,29 @@ MHA_FORWARD = _ForwardExercise(
                 "the heads were split correctly but merged in the wrong order: reshaping (B, h, T, dk) "
                 "straight to (B, T, d) scrambles tokens and heads.",
                 "undo the split in reverse: .transpose(1, 2).reshape(B, T, d) (or .contiguous().view)."),
+        Mistake("split_interleaved",
+                "your heads are interleaved: view(B, T, d_k, h) gives head i the features i, i+h, "
+                "i+2h, ... of each token, where in_proj gives head i a consecutive run of d_k "
+                "features, i*d_k to (i+1)*d_k - 1. The shapes all work; the heads hold the wrong "
+                "features.",
+                "split the last axis as (h, d_k), heads first: .view(B, T, h, dk).transpose(1, 2)."),
+        Mistake("merge_reversed_heads",
+                "you merged the heads in reverse order, the last head first: W_O reads head 0's d_k "
+                "features first, then head 1's, in the order the split made them.",
+                "keep the heads in order: .transpose(1, 2).reshape(B, T, d), with no flip or "
+                "reversed list."),
+        Mistake("merge_interleaved",
+                "you merged the heads interleaved: feature j of every head sits next to feature j of "
+                "the others ((B, T, d_k, h) reshaped), where W_O reads each head's d_k features as "
+                "one consecutive run, head 0's first.",
+                "move the head axis next to the tokens, not last: .transpose(1, 2) gives "
+                "(B, T, h, dk), then .reshape(B, T, d)."),
+        Mistake("split_no_transpose_merge_transposed",
+                "you split into (B, T, h, dk) without the transpose, yet transposed at the merge: "
+                "each token's attention ran across its h heads instead of across the T tokens, and "
+                "the transpose at the merge then mixed tokens and heads.",
+                "transpose at both ends: .view(B, T, h, dk).transpose(1, 2) to split, "
+                ".transpose(1, 2).reshape(B, T, d) to merge."),
         Mistake("no_scaling",
                 "you forgot to divide the scores by sqrt(d_k).",
                 "scores = q @ k.transpose(-2, -1) / math.sqrt(dk)"),
@@ -495,21 +519,25 @@ _MASK_NAMES = ("attn_mask", "key_padding_mask")
 
 def _edited_argument(exercise: Exercise, fn, names: tuple[str, ...]) -> str | None:
     """The name of the argument that ``fn`` changes in place, on the first case where it does;
-    None when it changes none, or raises."""
-    for case in exercise.cases():
-        args, kwargs = case.fresh()
-        try:
-            with _Deadline():
-                fn(*args, **kwargs)
-        except BaseException:  # noqa: BLE001 - the check already said what it could
-            return None
-        where = _edited_input(case, args, kwargs)  # "(argument 2)" or "`name`"
-        if where is not None:
-            number = where.removeprefix("(argument ").removesuffix(")")
-            if number.isdigit() and int(number) <= len(names):
-                return names[int(number) - 1]
-            return where.strip("`")
-    return None
+    None when it changes none, or raises. Core's :func:`_changes_its_input` runs the cases and
+    stops at that case; the copies it gave ``fn`` last are the ones that were changed."""
+    given: list[tuple[tuple, dict]] = []
+
+    def recorded(*args, **kwargs):
+        given.append((args, kwargs))
+        return fn(*args, **kwargs)
+
+    cases = exercise.cases()
+    if not _changes_its_input(recorded, cases):
+        return None
+    args, kwargs = given[-1]
+    where = _edited_input(cases[len(given) - 1], args, kwargs)  # "(argument 2)" or "`name`"
+    if where is None:
+        return None
+    number = where.removeprefix("(argument ").removesuffix(")")
+    if number.isdigit() and int(number) <= len(names):
+        return names[int(number) - 1]
+    return where.strip("`")
 
 
 class _BoolMaskExercise(Exercise):

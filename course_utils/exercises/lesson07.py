@@ -697,6 +697,14 @@ MERGE_HALVES = _MergeExercise(
         Mistake("kept_one_half", "you kept the output of the half with the larger lse and dropped "
                 "the other: the other half's keys still hold part of the weight.",
                 "blend both: exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b."),
+        Mistake("returned_out_a_only", "you returned out_a as it is: that is attention over the first "
+                "range of keys alone, and the second range's keys, whose share of the softmax is "
+                "exp(lse_b - lse), are dropped.",
+                "blend both outputs, each weighted by its range's share of the whole softmax sum."),
+        Mistake("returned_out_b_only", "you returned out_b as it is: that is attention over the second "
+                "range of keys alone, and the first range's keys, whose share of the softmax is "
+                "exp(lse_a - lse), are dropped.",
+                "blend both outputs, each weighted by its range's share of the whole softmax sum."),
         Mistake("softmax_over_batch", "your softmax ran over the wrong axis, the batch: each query's "
                 "two weights must be normalised against each other (over the axis that holds lse_a and "
                 "lse_b), so that they add up to 1; yours add up to 1 across the sequences instead.",
