@@ -1374,3 +1374,120 @@ def test_verb_position_range():
     """Section 2: "the verb sits anywhere from position 3 to 14" (BOS at 0)."""
     batch = AGREEMENT_TASK.sample(4000, torch.Generator().manual_seed(0))
     assert (int(batch.verb_pos.min()), int(batch.verb_pos.max())) == (3, 14)
+
+
+# ------------------------------------------------------------------ the summary
+SUMMARY_CELLS = ("7611e039", "6859e862", "summary-06-patching")
+NUMBER = r"(?<![\w.])[+−-]?\d+(?:\.\d+)?%?"  # not the digits of a head's name (L1H7) or of 0.05's tail
+
+
+def _lesson06_cells():
+    from pathlib import Path
+
+    import nbformat
+
+    root = Path(__file__).resolve().parents[1]
+    return nbformat.read(root / "notebooks" / "06_head_ablation.ipynb", as_version=4).cells
+
+
+def _stored(cells, cell_id):
+    """The text a code cell printed, as stored in the notebook."""
+    (cell,) = [c for c in cells if c.get("id") == cell_id]
+    return "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+
+
+def _line(text, start):
+    (line,) = [line for line in text.splitlines() if line.lstrip().startswith(start)]
+    return " ".join(line.split())
+
+
+def test_the_summary_quotes_only_numbers_its_sections_print():
+    """Every summary bullet points to the sections that measure it, and every number it quotes is
+    printed by a code cell of those sections (signed numbers with their sign); the one condition
+    it quotes, the pruning tolerance 0.05, is set in section 6's code. Kept short: at most eight
+    bullets of at most about 60 words."""
+    import re
+
+    cells = _lesson06_cells()
+    section, printed, code = None, {}, {}
+    for cell in cells:
+        heading = re.match(r"## (\d)\. ", cell.source) if cell.cell_type == "markdown" else None
+        if heading:
+            section = heading[1]
+        elif cell.cell_type == "markdown" and cell.source.startswith("## "):
+            section = None  # the summary and the exercises
+        elif cell.cell_type == "code" and section:
+            printed[section] = printed.get(section, "") + _stored(cells, cell.get("id")) + "\n"
+            code[section] = code.get(section, "") + cell.source + "\n"
+    summary = "\n".join(c.source for c in cells if c.get("id") in SUMMARY_CELLS)
+    bullets = [line[2:] for line in summary.splitlines() if line.startswith("- ")]
+    assert summary.startswith("## Summary") and 6 <= len(bullets) <= 8
+    for bullet in bullets:
+        assert len(bullet.split()) <= 62, bullet
+        sections = re.findall(r"section (\d)", bullet)
+        assert sections, bullet
+        quoted = re.findall(NUMBER, re.sub(r"section \d", "", bullet).replace("−", "-"))
+        where = "\n".join(printed.get(s, "") for s in sections)
+        for number in quoted:
+            if number == "0.05":
+                assert "<= 0.05" in code["6"] and "6" in sections
+                continue
+            tokens = re.findall(NUMBER, where)
+            assert number in tokens or number.lstrip("+-") in [t.lstrip("+-") for t in tokens] and \
+                number[0] not in "+-", (number, bullet)
+
+
+def test_the_summary_keeps_its_scoped_readings_against_the_cells_that_print_them():
+    """The readings the summary keeps, each with its condition, against the line that prints it:
+    L0H0 zeroed against mean-ablated; L1H2 zeroed on accuracy and loss; one induction head left,
+    zeroed and resampled in one draw; the previous-token heads off at 0-15 or 16-31; L1H7's 28
+    sentences, 0.002 nats, 58% of the bootstrap and L0H3 ahead on the three fresh batches; the
+    pruning counts on the two samples; the superadditive pair; L2H1's cancelling rescaling and
+    MLP, zeroed, and the rescaling resampled."""
+    cells = _lesson06_cells()
+    summary = " ".join(" ".join(c.source for c in cells if c.get("id") in SUMMARY_CELLS).split())
+    assert "agreement L0H0 zeroed leaves attractor accuracy at 0.960, mean-ablated 0.999" in summary
+    assert ("agreement: largest gap at L0H0: attractor acc 0.960 zeroed vs 0.999 mean-ablated; "
+            "median gap over heads 0.000") in _stored(cells, "09909f5b")
+    assert "zeroing agreement L1H2 takes attractor accuracy to 0.544" in summary
+    assert "by only 0.162 nats" in summary and "plural default belongs to the fill" in summary
+    assert "L1H2 off -> attractor acc 1.000 -> 0.544; average loss +0.162 nats" in _stored(cells, "3e60b343")
+    assert "accuracy is 0.949 zeroed but 0.055 resampled, in one draw" in summary
+    assert _line(_stored(cells, "ecce7bf7"), "all but L1H2 ").split()[3:5] == ["0.949", "0.275"]
+    assert "draw 0" in _stored(cells, "induction-resample")
+    assert _line(_stored(cells, "induction-resample"), "all but L1H2 ").endswith("0.055 / 5.561")
+    assert ("off only at positions 0-15 leave late-key accuracy at 0.155 (zeroed); off at 16-31, nothing"
+            in summary)
+    position = _stored(cells, "0a2000a1")
+    assert _line(position, "zero ablation at 0-15").endswith("0.155 at 16-30")
+    for method in ("zero", "mean"):
+        kept = _line(position, f"{method} ablation at 16-31")
+        assert kept.endswith("1.000 with the nearest key at 1-15, 1.000 at 16-30"), method
+    assert "L1H7 loses the most attractor sentences, 28 of the lesson's 400" in summary
+    assert "by only 0.002 nats" in summary
+    mixture = _stored(cells, "9b4be655")
+    assert "attractor sentences lost (zero): L1H7 28, L0H3 25" in mixture
+    assert "L1H7 -0.070 (Δ loss 0.002" in mixture
+    assert "58% of bootstrap resamples, and L0H3 more on each of three fresh batches" in summary
+    fresh = _stored(cells, "379c15cf")
+    assert "L1H7 loses the most in 58% (alone)" in fresh
+    for seed in (21, 22, 23):
+        assert "L0H3" in _line(fresh, f"seed {seed}:").split("heads losing more:")[1], seed
+    assert "prunes 4 heads on the lesson's 400 sentences, 8 on the other 479" in summary
+    assert _line(_stored(cells, "e72993ca"), "greedy  ").startswith("greedy : 4 heads")
+    other = _stored(cells, "prune-other-sample")
+    assert "the other 479 attractor sentences" in other
+    assert _line(other, "greedy  ").startswith("greedy : 8 heads")
+    assert ("L1H1 and L1H7 together cost 0.74 of the logit difference, against 0.26 + 0.26 one at a time"
+            in summary)
+    assert "together: 0.74 (one at a time 0.26 + 0.26)" in _stored(cells, "b0eaad44")
+    assert "rescaling gives back +0.65, the last MLP takes −0.67" in summary
+    assert "Resampled (one draw), the rescaling gives back only +0.10" in summary
+    repair = _stored(cells, "904881eb")
+    zeroed, resampled = _line(repair, "mixture L2H1 zero"), _line(repair, "mixture L2H1 resample")
+    assert "MLPs -0.67" in zeroed and "LayerNorm scale +0.65" in zeroed
+    assert "LayerNorm scale +0.10" in resampled
+    direct = _line(_stored(cells, "dla-print"), "mixture L1H7's direct term:")
+    assert "L1H7 writes almost nothing straight into the verb's logits" in summary
+    assert abs(float(direct.split()[-1])) < 0.1
+    assert "**One seed, tiny scale**" in summary
