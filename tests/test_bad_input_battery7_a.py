@@ -9,6 +9,8 @@ import torch
 from course_utils.attention.gqa import GroupedQueryAttention
 from course_utils.attention.masks import causal_mask, padding_mask
 from course_utils.attention.mha import MultiHeadAttention
+from course_utils.attention.naive_mha import stack_head_weights
+from course_utils.attention.shapes import peak_allocated_bytes, trace_shapes
 from course_utils.env import pick_device
 
 # a GPU index no machine here has: on a CPU-only torch "no usable CUDA GPU", else "only N GPU(s)"
@@ -39,6 +41,16 @@ CASES = [
      ["key", "value", "Tk", "(1, 4, 8)"]),
     (lambda: GQA.project_qkv(*[torch.ones(1, 3, 8, dtype=torch.float64)] * 3), TypeError,
      ["query", "torch.float64", "torch.float32"]),
+    # row 7: one 2-D tensor where a list of per-head parts belongs is no longer cut into rows
+    (lambda: stack_head_weights(*[torch.ones(4, 8)] * 3), ValueError,
+     ["q_parts", "list of tensors", "3-D", "2-D", "(4, 8)"]),
+    # row 8: fn is called with no arguments
+    (lambda: peak_allocated_bytes(lambda a: a), TypeError, ["fn", "no arguments", "<lambda>(a)"]),
+    # rows 9, 10: int for a bool flag
+    (lambda: trace_shapes(MHA, torch.ones(1, 3, 8), keep_tensors=2), TypeError,
+     ["keep_tensors", "True or False", "int 2"]),
+    (lambda: trace_shapes(MHA, torch.ones(1, 3, 8)).format(code=2), TypeError,
+     ["code", "True or False", "int 2"]),
 ]
 
 
@@ -72,3 +84,11 @@ def test_project_qkv_still_projects():
     q, k, v = MHA.project_qkv(x, x, x)  # self-attention: the fused matmul, same numbers as forward's
     out = MHA.out_proj(MHA.merge_heads(torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1) @ v))
     assert torch.allclose(out, MHA(x)[0], atol=1e-6)
+
+
+def test_stacked_parts_and_flags_still_work():
+    parts = [torch.randn(4, 8), torch.randn(4, 8)]
+    assert stack_head_weights(parts, parts, parts).shape == (24, 8)
+    assert stack_head_weights(torch.stack(parts), torch.stack(parts), torch.stack(parts)).shape == (24, 8)
+    trace = trace_shapes(MHA, torch.ones(1, 3, 8), keep_tensors=False)
+    assert not trace.tensors and "code" not in trace.format(code=False).splitlines()[0]

@@ -172,12 +172,18 @@ def check_axes(ax: object, name: str = "ax") -> None:
                         f"{type(ax).__name__} {ax!r:.60}{hint}")
 
 
-def check_tensor_list(parts: object, name: str) -> list[Tensor]:
+def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None) -> list[Tensor]:
     """A non-empty list or tuple of tensors, or one tensor whose first dim lists them
-    (``(h, ...)`` -> h parts); returned as a list."""
+    (``(h, ...)`` -> h parts); returned as a list. ``stacked_ndim``: the number of dims that one
+    such tensor must have (a tensor of fewer dims is refused, not cut into its rows: one part
+    passed without its list would otherwise pass as parts of one dim less)."""
     if isinstance(parts, Tensor):
         if parts.ndim == 0:
             raise ValueError(f"{name} must be a list of tensors (or one tensor (n, ...)), got a 0-D tensor")
+        if stacked_ndim is not None and parts.ndim != stacked_ndim:
+            raise ValueError(f"{name} must be a list of tensors, or one {stacked_ndim}-D tensor with the "
+                             f"parts on dim 0, got one {parts.ndim}-D tensor of shape "
+                             f"{describe_shape(parts)}: if it is one part, pass it in a list, [part]")
         parts = list(parts.unbind(0))
     if not isinstance(parts, (list, tuple)):
         raise TypeError(f"{name} must be a list of tensors, got {type(parts).__name__}")
