@@ -10,7 +10,14 @@ from course_utils.attention.gqa import GroupedQueryAttention
 from course_utils.attention.masks import causal_mask, padding_mask
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.naive_mha import stack_head_weights
-from course_utils.attention.shapes import peak_allocated_bytes, trace_shapes
+from course_utils.attention.shapes import (
+    mha_macs,
+    mha_parameter_count,
+    peak_allocated_bytes,
+    trace_shapes,
+    validate_dims,
+)
+from course_utils.bench.gqa_speed import make_kv_caches, small_cache_note
 from course_utils.env import pick_device
 
 # a GPU index no machine here has: on a CPU-only torch "no usable CUDA GPU", else "only N GPU(s)"
@@ -92,3 +99,21 @@ def test_stacked_parts_and_flags_still_work():
     assert stack_head_weights(torch.stack(parts), torch.stack(parts), torch.stack(parts)).shape == (24, 8)
     trace = trace_shapes(MHA, torch.ones(1, 3, 8), keep_tensors=False)
     assert not trace.tensors and "code" not in trace.format(code=False).splitlines()[0]
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # an int64 overflow warns: fail on it
+def test_numpy_sizes_give_exact_counts():
+    """Rows 39, 40: NumPy int64 sizes used to wrap (mha_macs gave all zeros)."""
+    big = (2**20, 2**20, 2**12, 1)
+    assert mha_macs(*map(np.int64, big)) == mha_macs(*big)
+    assert mha_macs(*map(np.int64, big)).scores == 2**20 * 2**20 * 2**20 * 2**12
+    assert mha_parameter_count(np.int64(2**32), 1) == mha_parameter_count(2**32, 1) == 4 * 2**64 + 4 * 2**32
+    assert type(validate_dims(np.int64(8), np.int64(2))) is int
+
+
+def test_numpy_sizes_reach_the_memory_check():
+    """Neighbours in the decode benchmark: the byte count that guards the allocation, and the
+    small-cache note, were products of int64 sizes too."""
+    with pytest.raises(ValueError, match="more than this machine"):
+        make_kv_caches(16, np.int64(2**32), np.int64(2**32), 1, [16])
+    assert small_cache_note(np.int64(2**40), np.int64(2**30)) is None  # a huge cache: no note

@@ -71,6 +71,13 @@ def validate_dims(
     return check_head_dims(d_model, num_heads, heads_name="h")
 
 
+def _exact_sizes(*sizes: int) -> tuple[int, ...]:
+    """Checked sizes as Python ints, whose products are exact however large: a product of NumPy
+    int64 sizes wraps around past 2**63 (2**20 * 2**20 * 2**12 * 2**12 gives 0) with only a
+    RuntimeWarning, which a notebook may hide."""
+    return tuple(int(n) for n in sizes)
+
+
 # ---------------------------------------------------------------------------------
 # the shape trace
 # ---------------------------------------------------------------------------------
@@ -284,6 +291,7 @@ def mha_parameter_count(d_model: int, num_heads: int, *, bias: bool = True) -> i
     """
     validate_dims(d_model, num_heads)
     check_flag(bias, "bias")
+    d_model, num_heads = _exact_sizes(d_model, num_heads)
     dk = d_model // num_heads
     per_matrix = num_heads * d_model * dk  # h slices of (d, dk)
     weights = 3 * per_matrix + d_model * d_model  # W_Q, W_K, W_V, W_O
@@ -341,6 +349,7 @@ def mha_macs(
     """
     dk = validate_dims(d_model, num_heads, batch=batch, seq_len=seq_len, kv_len=kv_len)
     tk = seq_len if kv_len is None else kv_len
+    batch, seq_len, tk, d_model, num_heads = _exact_sizes(batch, seq_len, tk, d_model, num_heads)
     per_head = batch * seq_len * tk * dk
     return AttentionMacs(
         qkv_projections=batch * (seq_len + 2 * tk) * d_model * d_model,

@@ -68,8 +68,8 @@ def describe_shape(x: Tensor) -> str:
 def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
     """The one check that ``num_heads`` (both positive ints) divides ``d_model``; returns
     ``d_k = d_model // num_heads``. ``heads_name`` is how the message names the head count."""
-    for name, value in (("d_model", d_model), (heads_name, num_heads)):
-        check_int(value, name, minimum=1)
+    d_model = check_int(d_model, "d_model", minimum=1)  # Python ints: d_k is one too
+    num_heads = check_int(num_heads, heads_name, minimum=1)
     if d_model % num_heads:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
         raise ValueError(
