@@ -19,6 +19,7 @@ from course_utils.attention.shapes import (
 )
 from course_utils.bench.gqa_speed import make_kv_caches, small_cache_note
 from course_utils.env import pick_device
+from course_utils.tasks import worked_example as we
 
 # a GPU index no machine here has: on a CPU-only torch "no usable CUDA GPU", else "only N GPU(s)"
 MISSING_GPU = f"cuda:{torch.cuda.device_count() + 7}"
@@ -58,6 +59,15 @@ CASES = [
      ["keep_tensors", "True or False", "int 2"]),
     (lambda: trace_shapes(MHA, torch.ones(1, 3, 8)).format(code=2), TypeError,
      ["code", "True or False", "int 2"]),
+    # rows 48-50: the worked example's helpers take labelled NumPy matrices
+    (lambda: we.article_matmul([[1.0]], [[1.0]]), TypeError, ["a", "2-D NumPy array", "list"]),
+    (lambda: we.article_matmul(np.ones(3), np.ones((3, 1))), ValueError, ["a", "2-D", "(3,)"]),
+    (lambda: we.output_rounding_budget([[1.0]], [[1.0]]), TypeError, ["weights", "2-D NumPy array", "list"]),
+    (lambda: we.output_rounding_budget(np.ones((2, 2)), [[1.0]]), TypeError, ["values", "list"]),
+    (lambda: we.Table("t", np.ones((2, 2)), ("a",), ("b", "c")), ValueError,
+     ["Table 't'", "one row per row label", "(1, 2)", "(2, 2)"]),
+    (lambda: we.Table("t", np.ones((1, 1)), ["a"], ("b",)), TypeError, ["rows", "tuple of strs", "list"]),
+    (lambda: we.Table("t", np.array([["x"]]), ("a",), ("b",)), TypeError, ["values", "real numbers", "<U1"]),
 ]
 
 
@@ -117,3 +127,9 @@ def test_numpy_sizes_reach_the_memory_check():
     with pytest.raises(ValueError, match="more than this machine"):
         make_kv_caches(16, np.int64(2**32), np.int64(2**32), 1, [16])
     assert small_cache_note(np.int64(2**40), np.int64(2**30)) is None  # a huge cache: no note
+
+
+def test_the_worked_example_still_builds_its_tables():
+    example = we.load_worked_example()
+    assert we.compare_with_article(example)["verdict"].isin(["rounding", "inherited", "slip"]).all()
+    assert we.Table("t", np.ones((1, 2)), ("a",), ("b", "c")).frame().shape == (1, 2)
