@@ -17,6 +17,7 @@ from course_utils.attention.shapes import (
     trace_shapes,
     validate_dims,
 )
+from course_utils.bench import decode_step, gqa_speed, mha_speed, timing
 from course_utils.bench.gqa_speed import make_kv_caches, small_cache_note
 from course_utils.env import pick_device
 from course_utils.tasks import worked_example as we
@@ -133,3 +134,54 @@ def test_the_worked_example_still_builds_its_tables():
     example = we.load_worked_example()
     assert we.compare_with_article(example)["verdict"].isin(["rounding", "inherited", "slip"]).all()
     assert we.Table("t", np.ones((1, 2)), ("a",), ("b", "c")).frame().shape == (1, 2)
+
+
+def _timings():
+    return [timing.Timing("a", 1.0, 1.0, [1.0, 1.0]), timing.Timing("b", 2.0, 2.0, [2.0, 2.0])]
+
+
+def _calls_nothing(**hooks):
+    """interleaved_samples with hooks, and a function that records whether it ran."""
+    ran = []
+    timing.interleaved_samples({"a": lambda: ran.append(1)}, repeats=1, warmup=0, **hooks)
+    return ran
+
+
+ROWS_51_54 = [
+    # row 51: a list of functions (not a mapping), a function or hook that needs an argument
+    (lambda: timing.interleaved_samples([lambda: None], repeats=1, warmup=0), TypeError,
+     ["fns", "mapping", "list"]),
+    (lambda: timing.time_interleaved([lambda: None], baseline="a", repeats=1), TypeError,
+     ["fns", "mapping", "list"]),
+    (lambda: timing.interleaved_samples({"a": lambda x: x}, repeats=1, warmup=0), TypeError,
+     ["fns['a']", "0 positional", "(x)"]),
+    (lambda: _calls_nothing(before_each=lambda x: x), TypeError, ["before_each", "0 positional"]),
+    (lambda: _calls_nothing(sync=lambda x: x), TypeError, ["sync", "0 positional"]),
+    (lambda: _calls_nothing(after_round=lambda x: x), TypeError, ["after_round", "0 positional"]),
+    (lambda: _calls_nothing(clock=lambda x: x), TypeError, ["clock", "0 positional"]),
+    # row 51 neighbour: paired_ratios on something that is not a list of Timing
+    (lambda: timing.paired_ratios({"a": 1}, "a", "a"), ValueError, ["timings", "list of Timing", "dict"]),
+    (lambda: timing.paired_ratios([*_timings(), 3], "a", "b"), TypeError, ["timings[2]", "Timing", "int"]),
+    # row 52: a float seed reached torch.manual_seed / torch.Generator
+    (lambda: mha_speed.lesson_implementations(8, 2, seed=0.5), TypeError, ["seed", "int", "float 0.5"]),
+    (lambda: mha_speed.bench_mha(1, 2, 8, 2, seed=-1), ValueError, ["seed", ">= 0", "-1"]),
+    # row 53: repeats=0 returned inf for every stage
+    (lambda: gqa_speed.stage_times(repeats=0), ValueError, ["repeats", "positive int", "0"]),
+    (lambda: gqa_speed.stage_bandwidth(repeats=0), ValueError, ["repeats", "positive int", "0"]),
+    # row 54: format_whole_step(3) ended in AttributeError
+    (lambda: decode_step.format_whole_step(3),
+     TypeError, ["result", "WholeStep", "int 3"]),
+]
+
+
+@pytest.mark.parametrize("call, error, words", ROWS_51_54)
+def test_rows_51_54_are_named(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    missing = [word for word in words if word not in str(info.value)]
+    assert not missing, f"{missing} not in: {info.value}"
+
+
+def test_timing_still_takes_a_mapping_and_lists_of_timings():
+    assert _calls_nothing(sync=lambda: None, clock=iter(range(100)).__next__) == [1]
+    assert timing.paired_ratios(_timings(), "b", "a") == [2.0, 2.0]

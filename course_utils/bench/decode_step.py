@@ -623,6 +623,9 @@ class WholeStep:
 
 def format_whole_step(result: WholeStep) -> str:
     """The whole-step table as text (lines under 100 characters)."""
+    if not isinstance(result, WholeStep):
+        raise TypeError(f"result must be a WholeStep (from bench_whole_step), got "
+                        f"{type(result).__name__} {result!r:.60}")
     dtype = str(result.weight_dtype).removeprefix("torch.")
     lines = [
         f"whole decode step: d={result.d_model}, h={result.num_heads}, {result.num_layers} layers, "

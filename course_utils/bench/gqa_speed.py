@@ -498,6 +498,7 @@ def stage_times(
     the last-level cache) is read before every
     timed call so that no stage finds its data in the last-level cache. Shows which stage
     keeps the small-``g`` step from shrinking as fast as its cache."""
+    repeats = check_int(repeats, "repeats", minimum=1)
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
     flush = random_buffer(_flush_size(flush_mib), seed=1)
     prepared = {}
