@@ -89,6 +89,17 @@ def test_a_missing_gpu_gets_pick_devices_sentence():
     assert str(ours.value) == str(theirs.value)
 
 
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a machine without MPS")
+def test_an_absent_mps_gets_one_sentence():
+    """pick_device and the masks share check_device_present: one sentence for MPS too."""
+    with pytest.raises(ValueError) as ours:
+        padding_mask([1, 2], device="mps")
+    with pytest.raises(ValueError) as theirs:
+        pick_device("mps")
+    assert str(ours.value) == str(theirs.value)
+    assert "'mps' asked for" in str(theirs.value)
+
+
 def test_masks_still_go_where_asked():
     assert causal_mask(3, device="meta").shape == (3, 3)
     assert padding_mask([1, 2], device="meta").is_meta  # the lengths are read on their own device

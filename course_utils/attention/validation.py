@@ -404,8 +404,9 @@ def check_device(device: object, name: str = "device") -> torch.device:
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
                          instead: str = "'cpu' or None") -> torch.device:
     """The parsed ``device`` exists on this machine: the CPU always, a CUDA GPU when torch sees it
-    (and that index), MPS when available; anything else (``xpu``, ...) is refused. The sentences
-    are :func:`course_utils.env.pick_device`'s, naming ``name``, what was ``asked`` for (default:
+    (and that index), MPS when available; anything else (``xpu``, ...) is refused. One
+    implementation for the course (:func:`course_utils.env.pick_device` and the masks call it
+    too), naming ``name``, what was ``asked`` for (default:
     ``device``) and what to use ``instead``, so that a missing GPU is named here rather than by
     torch's ``AssertionError: Torch not compiled with CUDA enabled`` inside a tensor op. The meta
     device is the caller's to allow or refuse (it is not a machine's)."""
