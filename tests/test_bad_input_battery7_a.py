@@ -196,3 +196,23 @@ def test_rows_51_54_are_named(call, error, words):
 def test_timing_still_takes_a_mapping_and_lists_of_timings():
     assert _calls_nothing(sync=lambda: None, clock=iter(range(100)).__next__) == [1]
     assert timing.paired_ratios(_timings(), "b", "a") == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"shapes": [(1, 64), (2, 64), (1, 64)]}, ValueError, ["shapes", "distinct", "repeats [(1, 64)]"]),
+    ({"shapes": [(1, 64)], "groups": (16, 4, 4)}, ValueError, ["groups", "distinct", "repeats [4]"]),
+    ({"shapes": [(1, 0)]}, ValueError, ["shapes[0] context", "0"]),
+    ({"shapes": [64]}, TypeError, ["shapes[0]", "(batch, context) pair", "int 64"]),
+    ({"shapes": "1x64"}, ValueError, ["shapes", "(batch, context)", "'1x64'"]),
+])
+def test_whole_step_refuses_repeated_or_bad_shapes_before_timing(monkeypatch, kwargs, error, words):
+    """Issue 38: a shape given twice was benchmarked twice and printed twice. Refused before
+    the flush buffers are made (nothing is timed)."""
+    def made(*args, **kwargs):
+        raise AssertionError("a buffer was made before the shapes were checked")
+
+    monkeypatch.setattr(decode_step, "random_buffer", made)
+    with pytest.raises(error) as info:
+        decode_step.bench_whole_step(progress=False, **kwargs)
+    missing = [word for word in words if word not in str(info.value)]
+    assert not missing, f"{missing} not in: {info.value}"
