@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from .attention.validation import check_thread_count
+from .attention.validation import check_device_present, check_thread_count
 
 __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
            "REQUIRED_PACKAGES"]
@@ -73,17 +73,7 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
     if device is None or device.type not in _DEVICE_TYPES:
         raise ValueError(f"device must be one of {list(_DEVICE_TYPES)} (optionally with an index, "
                          f"'cuda:0'), or None for the best available; got {prefer!r}")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {prefer!r} asked for, but this machine has no usable CUDA GPU "
-                             "(torch.cuda.is_available() is False); use 'cpu' or None")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {prefer!r} asked for, but only {torch.cuda.device_count()} "
-                             "CUDA GPU(s) are visible")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {prefer!r} asked for, but Apple's MPS backend is not available "
-                         "here; use 'cpu' or None")
-    return device
+    return check_device_present(device, "device", asked=prefer)
 
 
 @contextlib.contextmanager

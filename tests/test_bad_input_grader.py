@@ -14,6 +14,7 @@ from course_utils.exercises import answers, autograde, sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
+LESSON = "01_why_multiple_heads"  # a course notebook: secrets are written only for those
 ANSWER = "def score_macs(*a):\n    return 0\n"
 
 
@@ -53,10 +54,16 @@ CASES = [
     Case("write_secrets lessons str", lambda: autograde.write_secrets(
         Path("/nonexistent"), "01_x", SOLUTIONS),
          ValueError, ["lessons", "non-empty list", "'01_x'"]),
+    Case("write_secrets unknown lesson", lambda: autograde.write_secrets(
+        Path("/nonexistent"), [LESSON, "09_tiny"], SOLUTIONS),
+         ValueError, ["lessons", "course's notebooks", "'02_single_head_attention'", "got '09_tiny'"]),
+    Case("write_secrets lesson twice", lambda: autograde.write_secrets(
+        Path("/nonexistent"), [LESSON, LESSON], SOLUTIONS),
+         ValueError, ["lessons", "once", f"{LESSON!r} twice"]),
     Case("write_secrets no solutions", lambda: autograde.write_secrets(
-        Path("/nonexistent"), ["01_x"], Path("/nonexistent/nosol")),
+        Path("/nonexistent"), [LESSON], Path("/nonexistent/nosol")),
          FileNotFoundError, ["solutions_dir", "solutions folder", "/nonexistent/nosol", "not a folder"]),
-    Case("write_secrets unwritable", lambda: autograde.write_secrets(Path("/proc/zz"), ["01_x"], SOLUTIONS),
+    Case("write_secrets unwritable", lambda: autograde.write_secrets(Path("/proc/zz"), [LESSON], SOLUTIONS),
          OSError, ["cannot write the grader's secrets", "/proc/zz/.course_grader.json"]),
     Case("decode tensor tag", lambda: answers.decode({"__tensor__": 5}), ValueError,
          ["'__tensor__'", "torch.Tensor", "int 5"]),
@@ -77,7 +84,7 @@ def test_a_secrets_path_that_is_a_folder_is_not_called_missing(tmp_path):
 
 
 def test_write_secrets_refusing_writes_nothing(tmp_path):
-    for lessons, solutions in (([], SOLUTIONS), (["01_x"], tmp_path / "nosol")):
+    for lessons, solutions in (([], SOLUTIONS), ([LESSON], tmp_path / "nosol"), (["09_tiny"], SOLUTIONS)):
         with pytest.raises((ValueError, FileNotFoundError)):
             autograde.write_secrets(tmp_path / "course", lessons, solutions)
     assert not (tmp_path / "course").exists()
@@ -87,7 +94,7 @@ def test_write_secrets_ends_owner_only_over_an_existing_0644_file(tmp_path):
     path = tmp_path / autograde.SECRETS_NAME
     path.write_text("{}")
     path.chmod(0o644)
-    assert autograde.write_secrets(tmp_path, ["01_x"], SOLUTIONS) == path
+    assert autograde.write_secrets(tmp_path, [LESSON], SOLUTIONS) == path
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "salts" in path.read_text()
     assert [p.name for p in tmp_path.iterdir()] == [autograde.SECRETS_NAME]
 
@@ -100,7 +107,7 @@ def test_write_secrets_refuses_a_link_a_pipe_or_a_folder(tmp_path, kind, words):
     {"link": lambda: path.symlink_to(target), "fifo": lambda: os.mkfifo(path),
      "dir": lambda: path.mkdir()}[kind]()
     with pytest.raises(ValueError, match=words):  # a FIFO would block an open(); lstat does not
-        autograde.write_secrets(tmp_path, ["01_x"], SOLUTIONS)
+        autograde.write_secrets(tmp_path, [LESSON], SOLUTIONS)
     assert target.read_text() == "keep" and not list(tmp_path.glob("*.tmp"))
 
 
@@ -135,18 +142,18 @@ def test_write_secrets_never_follows_a_link_never_blocks_and_is_always_owner_onl
     linked.mkdir()
     (linked / SECRETS_NAME).symlink_to(victim)
     with pytest.raises(ValueError, match="symbolic link"):
-        write_secrets(linked, ["02"], solutions)
+        write_secrets(linked, [LESSON], solutions)
     assert victim.read_text() == "keep me"
     piped = tmp_path / "piped"
     piped.mkdir()
     os.mkfifo(piped / SECRETS_NAME)
     with pytest.raises(ValueError, match="not a regular file"):
-        write_secrets(piped, ["02"], solutions)
+        write_secrets(piped, [LESSON], solutions)
     old = tmp_path / "old"
     old.mkdir()
     (old / SECRETS_NAME).write_text("{}")
     os.chmod(old / SECRETS_NAME, 0o644)
-    written = write_secrets(old, ["02"], solutions)
+    written = write_secrets(old, [LESSON], solutions)
     assert stat.S_IMODE(written.stat().st_mode) == 0o600 and '"salts"' in written.read_text()
     assert sorted(p.name for p in old.iterdir()) == [SECRETS_NAME], "no temporary file left behind"
 

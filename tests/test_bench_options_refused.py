@@ -42,3 +42,21 @@ def test_a_test_memory_report_that_is_a_folder_or_fifo_says_which(capsys, tmp_pa
     os.mkfifo(tmp_path / "fifo.json")
     with pytest.raises(ValueError, match=r"fifo\.json is a FIFO"):
         memory.read_test_report(tmp_path / "fifo.json")
+
+
+@pytest.mark.parametrize("second", ["a.ipynb", "./a.ipynb", "sub/../a.ipynb"])
+def test_memory_refuses_a_notebook_named_twice_before_running_any(capsys, tmp_path, monkeypatch, second):
+    """Issue 38: `bench memory a a` ran the same notebook twice. Refused when parsed, naming the
+    repeat (also when spelt another way), with nothing run or written."""
+    import nbformat
+
+    from course_utils.bench import memory
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), "a.ipynb")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    monkeypatch.setattr(memory, "notebook_peak_memory", lambda *a, **k: pytest.fail("a notebook ran"))
+    err = _refusal(capsys, ["memory", "a.ipynb", second])
+    assert "notebooks" in err and f"got {second} more than once" in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

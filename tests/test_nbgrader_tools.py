@@ -259,6 +259,9 @@ def test_each_lesson_scores_in_full_outside_the_notebook_and_its_release_scores_
 
 
 # -- a scripted nbgrader course directory ---------------------------------------------------
+# the tiny lesson's assignment and notebook: a course notebook's name, since the grader's secrets
+# hold salts for the course's notebooks only
+ASSIGNMENT = "03_dimension_walkthrough"
 TINY = [
     ("markdown", "# A tiny lesson\n\nTwo checked exercises and one answer graded by hand."),
     ("code", "import torch\n\nfrom course_utils.exercises import lesson03"),
@@ -334,7 +337,7 @@ def _cheats(course: Path) -> dict[str, dict]:
     solution_cell = ("def parameter_count(d_model, num_heads, bias=True):\n"
                      "    return 4 * d_model * d_model + (4 * d_model if bias else 0)\n")
     pyc = ROOT / "course_utils" / "exercises" / "__pycache__" / f"core.{sys.implementation.cache_tag}.pyc"
-    next_student = course / "submitted" / "zoe_blank_after_planter" / "tiny" / "tiny.ipynb"
+    next_student = course / "submitted" / "zoe_blank_after_planter" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     planted = (_writes(str(pyc), "a bytecode file that passes every check")[0],  # the manifest skips these
                _writes(str(next_student), "{}")[1])
     return {
@@ -436,7 +439,7 @@ def _cheats(course: Path) -> dict[str, dict]:
             "        frame = frame.f_back\n"
             "    raise NotImplementedError()\n", _BLANK[1])},
         "quinn_reads_the_source_notebook": {"answers": tuple(
-            a.replace("SECRET", repr(str(course / "source" / "tiny" / "tiny.ipynb")))
+            a.replace("SECRET", repr(str(course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")))
             for a in _IF_IT_CAN_READ)},
         "rita_reads_the_solutions": {"answers": tuple(
             a.replace("SECRET", repr(str(ROOT / "solutions" / "lesson03.py"))) for a in _IF_IT_CAN_READ)},
@@ -541,7 +544,7 @@ def _ok(result: dict) -> None:
 
 def _test_outputs(course: Path, student: str) -> dict[str, str]:
     """grade_id -> the text of each test cell's outputs in the autograded notebook."""
-    nb = tools._read(course / "autograded" / student / "tiny" / "tiny.ipynb")
+    nb = tools._read(course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
     return {_grader(c)["grade_id"]: "".join(o.get("text", "") + o.get("evalue", "") for o in c.outputs)
             for c in nb.cells if _is_test_cell(c)}
 
@@ -557,18 +560,18 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     course = tmp_path / "course"
-    (course / "source" / "tiny").mkdir(parents=True)
+    (course / "source" / ASSIGNMENT).mkdir(parents=True)
     solution, rows = tools.convert(_tiny_notebook(), "03_tiny.ipynb")
     assert [(r.grade_id, r.points, r.graded) for r in rows] == [
         ("lesson03_parameter_count", 2, "auto"), ("lesson03_merge_heads", 1, "auto"),
         ("lesson03_ex3_5_answer", 3, "manual")]
-    secrets = json.loads(autograde.write_secrets(course, ["tiny"], ROOT / "solutions").read_text())
-    source = course / "source" / "tiny" / "tiny.ipynb"
+    secrets = json.loads(autograde.write_secrets(course, [ASSIGNMENT], ROOT / "solutions").read_text())
+    source = course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     nbformat.write(solution, source)
     api, config = _api(course)
 
-    _ok(api.generate_assignment("tiny", force=True, create=True))
-    released = course / "release" / "tiny" / "tiny.ipynb"
+    _ok(api.generate_assignment(ASSIGNMENT, force=True, create=True))
+    released = course / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     student = tools._read(released)
     assert not _leaks(solution, student)
     validator = Validator(config=config)
@@ -600,12 +603,12 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     order = (("alice", solution), ("bob", student), ("carol", partly), ("sam", slips), *cheaters.items(),
              ("zoe_blank_after_planter", student))
     for name, nb in order:
-        folder = course / "submitted" / name / "tiny"
+        folder = course / "submitted" / name / ASSIGNMENT
         folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, folder / "tiny.ipynb")
+        nbformat.write(nb, folder / f"{ASSIGNMENT}.ipynb")
     logs = {}
     for name, _ in order:
-        result = api.autograde("tiny", name, force=True, create=True)
+        result = api.autograde(ASSIGNMENT, name, force=True, create=True)
         _ok(result)
         logs[name] = result.get("log", "")
     assert "has changed" not in logs["alice"] + logs["bob"]  # no hidden tests: checksums stay the same
@@ -616,7 +619,7 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
         assert not pyc.exists() or b"passes every check" not in pyc.read_bytes()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         names = [name for name, _ in order]
-        scores = {name: gradebook.find_submission("tiny", name) for name in names}
+        scores = {name: gradebook.find_submission(ASSIGNMENT, name) for name in names}
         assert scores["alice"].max_code_score == 3
         expected = {"alice": 3, "bob": 0, "carol": 2, "sam": 0, **{name: 0 for name in cheaters},
                     "zoe_blank_after_planter": 0}
@@ -641,7 +644,7 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
             unseen = sandbox.isolation() == "bubblewrap" and "FileNotFoundError" in text
             assert refused or unseen, (name, text)
     assert "MemoryError" in _test_outputs(course, "wes_lingers_and_floods")["lesson03_merge_heads_test"]
-    zoe = tools._read(course / "submitted" / "zoe_blank_after_planter" / "tiny" / "tiny.ipynb")
+    zoe = tools._read(course / "submitted" / "zoe_blank_after_planter" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
     assert "tiny" in zoe.cells[0].source  # the planter could not overwrite the next submission
     with open(tmp_path / "grades.csv") as f:
         grades = {row["student_id"]: row for row in csv.DictReader(f)}
@@ -650,9 +653,9 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
     # the feedback shows the grader's verdict, and no salt or path of the grader (sara's own
     # code names the secrets file: it is her cell, shown back to her; its contents are not)
     for name in ("alice", "bob", "sara_reads_the_secrets"):
-        _ok(api.generate_feedback("tiny", name))
-        html = (course / "feedback" / name / "tiny" / "tiny.html").read_text()
+        _ok(api.generate_feedback(ASSIGNMENT, name))
+        html = (course / "feedback" / name / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
         assert "Graded outside the notebook" in html
-        assert str(secrets["salts"]["tiny"]) not in html and secrets["release"] not in html
+        assert str(secrets["salts"][ASSIGNMENT]) not in html and secrets["release"] not in html
         if name != "sara_reads_the_secrets":
             assert str(ROOT / "solutions") not in html and ".course_grader" not in html

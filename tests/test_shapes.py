@@ -221,7 +221,7 @@ def test_bad_sizes_get_clear_errors(args, error, match):
 def test_parameter_count_errors():
     with pytest.raises(ValueError, match="not divisible"):
         mha_parameter_count(10, 4)
-    with pytest.raises(TypeError, match="bias must be a bool"):
+    with pytest.raises(TypeError, match="bias must be True or False, got int 1"):
         mha_parameter_count(8, 2, bias=1)
     with pytest.raises(TypeError, match="nn.Module"):
         count_parameters("not a module")
@@ -306,7 +306,7 @@ def test_peak_allocated_bytes_counts_what_a_call_allocates():
 
 
 def test_peak_allocated_bytes_rejects_non_callables():
-    with pytest.raises(TypeError, match="callable"):
+    with pytest.raises(TypeError, match="fn must be a function taking no arguments, got Tensor"):
         peak_allocated_bytes(torch.empty(3))
 
 

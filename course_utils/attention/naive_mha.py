@@ -101,12 +101,13 @@ def stack_head_weights(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: li
     ``in_proj`` of shape ``(3*h*dk, d)`` (or ``(3*h*dk,)``): all query heads in order,
     then all key heads, then all value heads. Head ``i`` of Q lands in rows
     ``i*dk:(i+1)*dk``, which is where :class:`MultiHeadAttention`'s ``view`` looks for it.
-    Each of the three may also be one tensor ``(h, dk, d)`` (the heads stacked on dim 0). Every
-    part must have the same shape, dtype and device.
+    Each of the three may also be one tensor ``(h, dk, d)`` (the heads' weights stacked on dim 0;
+    a 2-D tensor is refused: one head's weight ``(dk, d)`` and h stacked biases ``(h, dk)`` look
+    alike). Every part must have the same shape, dtype and device.
     """
-    q_parts = check_tensor_list(q_parts, "q_parts")
-    k_parts = check_tensor_list(k_parts, "k_parts")
-    v_parts = check_tensor_list(v_parts, "v_parts")
+    q_parts = check_tensor_list(q_parts, "q_parts", stacked_ndim=3)
+    k_parts = check_tensor_list(k_parts, "k_parts", stacked_ndim=3)
+    v_parts = check_tensor_list(v_parts, "v_parts", stacked_ndim=3)
     parts = [*q_parts, *k_parts, *v_parts]
     if not (len(q_parts) == len(k_parts) == len(v_parts)) or not q_parts:
         raise ValueError(

@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
-from .validation import check_distinct, check_head_dims, check_int, check_int_list
+from .validation import check_callable, check_distinct, check_flag, check_head_dims, check_int, check_int_list
 
 __all__ = [
     "TraceStep",
@@ -69,6 +69,13 @@ def validate_dims(
     if kv_len is not None:
         check_int(kv_len, "kv_len", minimum=1)
     return check_head_dims(d_model, num_heads, heads_name="h")
+
+
+def _exact_sizes(*sizes: int) -> tuple[int, ...]:
+    """Checked sizes as Python ints, whose products are exact however large: a product of NumPy
+    int64 sizes wraps around past 2**63 (2**20 * 2**20 * 2**12 * 2**12 gives 0) with only a
+    RuntimeWarning, which a notebook may hide."""
+    return tuple(int(n) for n in sizes)
 
 
 # ---------------------------------------------------------------------------------
@@ -136,6 +143,7 @@ class ShapeTrace:
 
     def format(self, *, code: bool = True) -> str:
         """The trace as an aligned text table (the ``code`` column is optional)."""
+        check_flag(code, "code")
         header = ["step", "code", "symbolic", "shape", "matmul MACs", "contiguous"]
         rows = [[s.name, s.code, s.symbolic_text, str(list(s.shape)), f"{s.macs:,}", _layout(s)]
                 for s in self.steps]
@@ -213,6 +221,7 @@ def trace_shapes(
         raise ValueError(f"query and key_value must share the batch size, got {tuple(query.shape)} "
                          f"and {tuple(kv.shape)}")
     check_int(head, "head", minimum=0)
+    check_flag(keep_tensors, "keep_tensors")
     if head >= h:
         raise ValueError(f"head must be in 0..{h - 1}, got {head}")
     B, Tq, _ = query.shape
@@ -281,8 +290,8 @@ def mha_parameter_count(d_model: int, num_heads: int, *, bias: bool = True) -> i
     matrix; W_O is ``(d, d)``. ``num_heads`` only has to divide ``d_model``.
     """
     validate_dims(d_model, num_heads)
-    if not isinstance(bias, bool):
-        raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+    check_flag(bias, "bias")
+    d_model, num_heads = _exact_sizes(d_model, num_heads)
     dk = d_model // num_heads
     per_matrix = num_heads * d_model * dk  # h slices of (d, dk)
     weights = 3 * per_matrix + d_model * d_model  # W_Q, W_K, W_V, W_O
@@ -340,6 +349,7 @@ def mha_macs(
     """
     dk = validate_dims(d_model, num_heads, batch=batch, seq_len=seq_len, kv_len=kv_len)
     tk = seq_len if kv_len is None else kv_len
+    batch, seq_len, tk, d_model, num_heads = _exact_sizes(batch, seq_len, tk, d_model, num_heads)
     per_head = batch * seq_len * tk * dk
     return AttentionMacs(
         qkv_projections=batch * (seq_len + 2 * tk) * d_model * d_model,
@@ -385,8 +395,7 @@ def peak_allocated_bytes(fn: Callable[[], object]) -> int:
     ``fn`` returns count, as they are allocated inside it. The buffers of some kernels
     scale with the number of threads: fix it (``torch_threads(1)``) to compare runs.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")
+    check_callable(fn, "fn", "a function taking no arguments", nargs=0)
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)

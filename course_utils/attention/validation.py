@@ -68,8 +68,8 @@ def describe_shape(x: Tensor) -> str:
 def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
     """The one check that ``num_heads`` (both positive ints) divides ``d_model``; returns
     ``d_k = d_model // num_heads``. ``heads_name`` is how the message names the head count."""
-    for name, value in (("d_model", d_model), (heads_name, num_heads)):
-        check_int(value, name, minimum=1)
+    d_model = check_int(d_model, "d_model", minimum=1)  # Python ints: d_k is one too
+    num_heads = check_int(num_heads, heads_name, minimum=1)
     if d_model % num_heads:
         divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
         raise ValueError(
@@ -172,12 +172,18 @@ def check_axes(ax: object, name: str = "ax") -> None:
                         f"{type(ax).__name__} {ax!r:.60}{hint}")
 
 
-def check_tensor_list(parts: object, name: str) -> list[Tensor]:
+def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None) -> list[Tensor]:
     """A non-empty list or tuple of tensors, or one tensor whose first dim lists them
-    (``(h, ...)`` -> h parts); returned as a list."""
+    (``(h, ...)`` -> h parts); returned as a list. ``stacked_ndim``: the number of dims that one
+    such tensor must have (a tensor of fewer dims is refused, not cut into its rows: one part
+    passed without its list would otherwise pass as parts of one dim less)."""
     if isinstance(parts, Tensor):
         if parts.ndim == 0:
             raise ValueError(f"{name} must be a list of tensors (or one tensor (n, ...)), got a 0-D tensor")
+        if stacked_ndim is not None and parts.ndim != stacked_ndim:
+            raise ValueError(f"{name} must be a list of tensors, or one {stacked_ndim}-D tensor with the "
+                             f"parts on dim 0, got one {parts.ndim}-D tensor of shape "
+                             f"{describe_shape(parts)}: if it is one part, pass it in a list, [part]")
         parts = list(parts.unbind(0))
     if not isinstance(parts, (list, tuple)):
         raise TypeError(f"{name} must be a list of tensors, got {type(parts).__name__}")
@@ -398,8 +404,9 @@ def check_device(device: object, name: str = "device") -> torch.device:
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
                          instead: str = "'cpu' or None") -> torch.device:
     """The parsed ``device`` exists on this machine: the CPU always, a CUDA GPU when torch sees it
-    (and that index), MPS when available; anything else (``xpu``, ...) is refused. The sentences
-    are :func:`course_utils.env.pick_device`'s, naming ``name``, what was ``asked`` for (default:
+    (and that index), MPS when available; anything else (``xpu``, ...) is refused. One
+    implementation for the course (:func:`course_utils.env.pick_device` and the masks call it
+    too), naming ``name``, what was ``asked`` for (default:
     ``device``) and what to use ``instead``, so that a missing GPU is named here rather than by
     torch's ``AssertionError: Torch not compiled with CUDA enabled`` inside a tensor op. The meta
     device is the caller's to allow or refuse (it is not a machine's)."""

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import re
 import sys
+from collections.abc import Callable
 
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
            "batch_by_context", "device_name", "Distinct"]
@@ -114,10 +115,17 @@ def batch_by_context(text: str) -> tuple[int, int]:
 class Distinct(argparse.Action):
     """An argparse action for a list option whose values must differ (``--seeds 0 0`` would
     train the same run twice and take its median as if of two): a repeat is a usage error naming
-    the option, refused when parsed, before anything is printed."""
+    the option, refused when parsed, before anything is printed. ``key=`` (given to
+    ``add_argument``) says when two values are the same (``os.path.realpath`` for files, so
+    ``a.ipynb`` and ``./a.ipynb`` are one notebook); a repeat is shown as it was typed."""
+
+    def __init__(self, *args, key: Callable[[object], object] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.key = key or (lambda value: value)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        keys = [self.key(v) for v in values]
+        repeated = [v for i, v in enumerate(values) if keys[i] in keys[:i]]
         if repeated:
             shown = ", ".join(dict.fromkeys(_shown(v) for v in repeated))
             raise argparse.ArgumentError(self, f"expected distinct values, got {shown} more than once")

@@ -53,6 +53,7 @@ from tqdm import tqdm
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
 from ..attention.validation import (
+    check_distinct,
     check_fits_in_memory,
     check_float_dtype,
     check_int,
@@ -623,6 +624,9 @@ class WholeStep:
 
 def format_whole_step(result: WholeStep) -> str:
     """The whole-step table as text (lines under 100 characters)."""
+    if not isinstance(result, WholeStep):
+        raise TypeError(f"result must be a WholeStep (from bench_whole_step), got "
+                        f"{type(result).__name__} {result!r:.60}")
     dtype = str(result.weight_dtype).removeprefix("torch.")
     lines = [
         f"whole decode step: d={result.d_model}, h={result.num_heads}, {result.num_layers} layers, "
@@ -677,6 +681,20 @@ WHOLE_STEP_RUNS = {
 }
 
 
+def _check_shapes(shapes: object) -> list[tuple[int, int]]:
+    """``shapes`` is a non-empty list of distinct ``(batch, context)`` pairs of ints >= 1 (a
+    repeated shape would be timed and printed twice); returned as a list of tuples."""
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence) or not shapes:
+        raise ValueError(f"shapes must list at least one (batch, context) pair, got {shapes!r:.60}")
+    for i, shape in enumerate(shapes):
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
+            raise TypeError(f"shapes[{i}] must be a (batch, context) pair of ints, got "
+                            f"{type(shape).__name__} {shape!r:.60}")
+        check_int(shape[0], f"shapes[{i}] batch", minimum=1)
+        check_int(shape[1], f"shapes[{i}] context", minimum=1)
+    return check_distinct([(int(b), int(t)) for b, t in shapes], "shapes", "(batch, context) pairs")
+
+
 def bench_whole_step(
     shapes: Sequence[tuple[int, int]] | None = None,
     groups: Sequence[int] = (16, 4, 1),
@@ -714,8 +732,8 @@ def bench_whole_step(
     warmup = run["warmup"] if warmup is None else warmup
     if num_heads not in groups or any(num_heads % g for g in groups):
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
-    if not shapes:
-        raise ValueError("shapes must list at least one (batch, context)")
+    groups = check_distinct(groups, "groups", "head-group counts")  # a repeat: its rows twice
+    shapes = _check_shapes(shapes)
     check_int(flush_multiple, "flush_multiple", minimum=1)
     release_freed_memory()  # what earlier work freed but kept: this benchmark needs room
     llc = last_level_cache_bytes()

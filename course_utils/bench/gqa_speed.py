@@ -320,15 +320,18 @@ class DecodeBench:
 
 
 def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, batch: int,
-                  groups: Sequence[int]) -> None:
-    for name, value in (("num_heads", num_heads), ("d_head", d_head), ("context", context),
-                        ("num_layers", num_layers), ("batch", batch)):
-        check_int(value, name, minimum=1)
+                  groups: Sequence[int]) -> tuple[int, ...]:
+    """The sizes checked and returned as Python ints (``num_heads, d_head, context, num_layers,
+    batch``), so that the byte counts made from them are exact (NumPy int64 products wrap)."""
+    sizes = tuple(check_int(value, name, minimum=1) for name, value in (
+        ("num_heads", num_heads), ("d_head", d_head), ("context", context), ("num_layers", num_layers),
+        ("batch", batch)))
     bad = [g for g in groups if isinstance(g, bool) or not isinstance(g, int) or g <= 0
            or num_heads % g != 0]
     if not groups or bad or num_heads not in groups:
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including "
                          f"{num_heads} itself (the MHA baseline), got {list(groups)}")
+    return sizes
 
 
 def make_kv_caches(
@@ -339,7 +342,8 @@ def make_kv_caches(
     """Queries ``(B, h, 1, dk)`` per layer and, for each ``g``, per-layer ``(k, v)``
     ``(B, g, T, dk)``. With ``B = 1`` every ``g``'s cache is a contiguous view of the first
     ``g`` heads of the MHA cache, so the caches of all ``g`` together take the MHA's memory."""
-    _check_config(num_heads, d_head, context, num_layers, batch, groups)
+    num_heads, d_head, context, num_layers, batch = _check_config(num_heads, d_head, context, num_layers,
+                                                                  batch, groups)
     check_device(device, "device")
     check_float_dtype(dtype, "dtype")
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -494,6 +498,7 @@ def stage_times(
     the last-level cache) is read before every
     timed call so that no stage finds its data in the last-level cache. Shows which stage
     keeps the small-``g`` step from shrinking as fast as its cache."""
+    repeats = check_int(repeats, "repeats", minimum=1)
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
     flush = random_buffer(_flush_size(flush_mib), seed=1)
     prepared = {}
@@ -593,6 +598,8 @@ def small_cache_note(context: int, num_layers: int, num_heads: int = 16, d_head:
     """A warning when the largest KV cache the command reads (MHA's, float32) is smaller than
     the CPU's last-level cache: each step then costs mostly its fixed per-call work, so its
     time and GB/s say little about reading memory. None when the cache is larger."""
+    context, num_layers, num_heads, d_head = (check_int(value, name, minimum=1) for name, value in (
+        ("context", context), ("num_layers", num_layers), ("num_heads", num_heads), ("d_head", d_head)))
     cache = 2 * num_layers * num_heads * context * d_head * 4  # K and V, every layer, float32
     llc, _ = last_level_cache_bytes()
     if cache >= llc:

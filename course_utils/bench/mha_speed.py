@@ -32,7 +32,7 @@ from ..attention.validation import (
     check_int,
     check_table,
 )
-from ..env import torch_threads
+from ..env import check_seed, torch_threads
 from .timing import (
     Timing,
     _inner_for,
@@ -91,6 +91,7 @@ def lesson_implementations(
     check_head_dims(d_model, num_heads)
     check_device(device, "device")
     check_float_dtype(dtype, "dtype")
+    check_seed(seed)
     torch.manual_seed(seed)
     theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(device, dtype)
     ours = MultiHeadAttention.from_torch(theirs)
@@ -130,6 +131,7 @@ def bench_mha(
     """
     check_int(batch, "batch", minimum=1)
     check_int(seq_len, "seq_len", minimum=1)
+    check_seed(seed)
     if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
             or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
@@ -292,6 +294,7 @@ def compare_on_device(
                            "an NVIDIA GPU and torch >= 2.3, or pass device='cpu'.")
     if dtype not in TOLERANCES:
         raise ValueError(f"dtype must be one of {list(TOLERANCES)}, got {dtype}")
+    check_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     x_cpu = torch.randn(batch, seq_len, d_model, generator=gen)  # (B, T, d) float32
     x = x_cpu.to(device, dtype)

@@ -63,6 +63,17 @@ def _check_duration(value: object, name: str) -> float:
     return value
 
 
+def _check_functions(fns: object) -> None:
+    """``fns`` is a non-empty mapping name -> function of no arguments."""
+    if not isinstance(fns, Mapping):
+        raise TypeError(f"fns must be a mapping name -> function of no arguments (a dict), got "
+                        f"{type(fns).__name__} {fns!r:.60}")
+    if not fns:
+        raise ValueError("fns must name at least one function to time")
+    for key, fn in fns.items():
+        check_callable(fn, f"fns[{key!r}]", "a function of no arguments", nargs=0)
+
+
 def interleaved_samples(
     fns: Mapping[Key, Callable[[], object]],
     *,
@@ -87,21 +98,18 @@ def interleaved_samples(
     programs held the CPU do not count: right for work that runs on this one thread only. The
     loop's variables die with this call, so no function outlives the run here.
     """
-    if not fns:
-        raise ValueError("fns must name at least one function to time")
-    for key, fn in fns.items():
-        check_callable(fn, f"fns[{key!r}]")
+    _check_functions(fns)
     repeats = check_int(repeats, "repeats", minimum=1)
     warmup = check_int(warmup, "warmup", minimum=0)
     inner = check_int(inner, "inner", minimum=1)
     for name, hook in (("before_each", before_each), ("sync", sync), ("after_round", after_round)):
         if hook is not None:
-            check_callable(hook, name, "a function or None")
+            check_callable(hook, name, "a function or None", nargs=0)
     before_each = before_each or (lambda: None)
     sync = sync or (lambda: None)
     after_round = after_round or (lambda: None)
     if clock is not None:
-        check_callable(clock, "clock", "a function returning seconds, or None")
+        check_callable(clock, "clock", "a function returning seconds, or None", nargs=0)
     clock = clock or time.perf_counter
     for _ in range(warmup):
         for fn in fns.values():
@@ -143,6 +151,7 @@ def time_interleaved(
     to ``baseline``'s (see :func:`interleaved_samples` for what is timed). ``progress``: a
     label for a text progress bar (tqdm) over the rounds; None shows none. ``clock``: as in
     :func:`interleaved_samples` (``time.thread_time`` for one-thread work on a busy machine)."""
+    _check_functions(fns)
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
     from tqdm import tqdm
@@ -194,6 +203,7 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
     Repeat ``i`` of every function ran back to back, so a moment when the machine was busy
     slows both sides of ratio ``i``: the ratios are steadier than the times themselves.
     """
+    _check_timings(timings, baseline)
     by_name = {t.name: t for t in timings}
     for n in (name, baseline):
         if n not in by_name:

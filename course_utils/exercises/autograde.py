@@ -70,7 +70,9 @@ def manifest() -> str:
 def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> Path:
     """Write ``course/.course_grader.json`` (owner-only): a new salt for each lesson (notebook
     name without .ipynb), the checks' manifest and the instructor's ``solutions/``. Called by
-    ``nbgrader_tools.py source``: each release gets new salts. Returns the file."""
+    ``nbgrader_tools.py source``: each release gets new salts. Returns the file. Every lesson
+    must be one of the course's notebooks (``notebooks/NN_*.ipynb`` beside ``solutions_dir``),
+    named once: a salt for any other name would never be used."""
     if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
             or not all(isinstance(x, str) and x for x in lessons):
         raise ValueError(f"lessons: expected a non-empty list of lesson names (notebook names without "
@@ -78,6 +80,15 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     if not Path(solutions_dir).is_dir():
         raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ "
                                 f"of the course's clone), but {solutions_dir} is not a folder")
+    notebooks = Path(solutions_dir).parent / "notebooks"
+    known = sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+    unknown = [x for x in lessons if x not in known]
+    if unknown:
+        raise ValueError(f"lessons: expected names of the course's notebooks in {notebooks} (without "
+                         f".ipynb), one of {known}, got {unknown[0]!r}: a salt for it would never be used")
+    twice = next((x for i, x in enumerate(lessons) if x in lessons[:i]), None)
+    if twice is not None:
+        raise ValueError(f"lessons: expected each lesson once, got {twice!r} twice")
     path = Path(course) / SECRETS_NAME
     data = {"release": _secrets.token_hex(8), "manifest": manifest(),
             "solutions_dir": str(Path(solutions_dir).resolve()),

@@ -125,6 +125,9 @@ class Table:
     rows: tuple[str, ...]
     cols: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        _check_table_fields(self)
+
     @property
     def shape(self) -> tuple[int, int]:
         return self.values.shape  # type: ignore[return-value]
@@ -180,6 +183,35 @@ class WorkedExample:
 
 
 # -- validation helpers ---------------------------------------------------------------
+def _check_matrix(x: object, name: str, layout: str) -> np.ndarray:
+    """``x`` is a 2-D NumPy array of real numbers (``layout`` names its dims in the message)."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a 2-D NumPy array {layout}, got {type(x).__name__} {x!r:.60}"
+                        + ("; wrap it in np.array(...)" if isinstance(x, (list, tuple)) else ""))
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D {layout}, got shape {x.shape}")
+    if x.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    return x
+
+
+def _check_table_fields(table: Table) -> None:
+    """A :class:`Table`'s name is a str, its labels tuples of strs, and its values a 2-D array
+    with one row per row label and one column per column label."""
+    if not isinstance(table.name, str):
+        raise TypeError(f"Table name must be a str, got {type(table.name).__name__} {table.name!r:.60}")
+    for field_name in ("rows", "cols"):
+        labels = getattr(table, field_name)
+        if not isinstance(labels, tuple) or not all(isinstance(label, str) for label in labels):
+            raise TypeError(f"Table {table.name!r} {field_name} must be a tuple of strs, got "
+                            f"{type(labels).__name__} {labels!r:.60}")
+    values = _check_matrix(table.values, f"Table {table.name!r} values", "(len(rows), len(cols))")
+    if values.shape != (len(table.rows), len(table.cols)):
+        raise ValueError(f"Table {table.name!r} values must have one row per row label and one column "
+                         f"per column label, {(len(table.rows), len(table.cols))}, got shape {values.shape} "
+                         f"for rows {table.rows!r:.60} and cols {table.cols!r:.60}")
+
+
 def _require(obj: Any, key: str, where: str) -> Any:
     if not isinstance(obj, dict):
         raise WorkedExampleError(f"{where} must be a JSON object, got {type(obj).__name__}")
@@ -401,8 +433,10 @@ def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
 
 def article_matmul(a: np.ndarray, b: np.ndarray, decimals: int = 3) -> np.ndarray:
     """``a @ b`` the way the article does it by hand: every product ``a[i, j] * b[j, k]``
-    rounded to ``decimals`` before the sum. ``(n, m) @ (m, p) -> (n, p)``."""
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+    rounded to ``decimals`` before the sum. ``(n, m) @ (m, p) -> (n, p)``, NumPy arrays."""
+    _check_matrix(a, "a", "(n, m)")
+    _check_matrix(b, "b", "(m, p)")
+    if a.shape[1] != b.shape[0]:
         raise ValueError(f"article_matmul needs (n, m) @ (m, p), got {a.shape} @ {b.shape}")
     return round_half_up(a[:, :, None] * b[None, :, :], decimals).sum(axis=1)
 
@@ -475,8 +509,10 @@ def output_rounding_budget(weights: np.ndarray, values: np.ndarray) -> np.ndarra
     """The largest gap that rounding alone can open in ``Output = A V`` computed by hand,
     per entry, ``(T, T), (T, d_v) -> (T, d_v)``: every printed weight and value off by up
     to ``ROUNDING`` (first order), every product ``A_ij V_jc`` rounded to 3 decimals before
-    the sum (``T`` more times ``ROUNDING``), and the result rounded once more."""
-    if weights.ndim != 2 or values.ndim != 2 or weights.shape[1] != values.shape[0]:
+    the sum (``T`` more times ``ROUNDING``), and the result rounded once more. NumPy arrays."""
+    _check_matrix(weights, "weights", "(T, T)")
+    _check_matrix(values, "values", "(T, d_v)")
+    if weights.shape[1] != values.shape[0]:
         raise ValueError(f"weights (T, T) and values (T, d_v) must chain, got {weights.shape} "
                          f"and {values.shape}")
     T = weights.shape[1]
