@@ -1,6 +1,7 @@
 """Lesson 06 checks against slips written the way a learner would write them (not copies of the
 Mistake implementations, which tests/test_exercises.py feeds to every check)."""
 
+import pytest
 import torch
 
 from course_utils.exercises import lesson06
@@ -190,3 +191,36 @@ def test_6_3_ranks_summed_either_way_are_named_as_summed_ranks():
     assert lesson06.check_narrow_head(loss_first).mistake == "summed_ranks"
     ratio = lambda t: ((1 - t["task accuracy after"]) / t["loss change"].abs()).idxmax()  # noqa: E731
     assert lesson06.check_narrow_head(ratio).mistake == "task_drop_per_loss_change"
+
+
+AUTOGRAD_GRAD = '''import torch
+
+
+def gate_importance(per_sequence_loss, num_sequences, num_layers, num_heads):
+    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(per_sequence_loss(gates).sum(), gates)
+    return grad.abs().mean(dim=0)
+'''
+
+
+@pytest.mark.slow  # grades outside, in a fresh process
+def test_6_2_with_torch_autograd_grad_scores_at_grading_as_in_the_notebook():
+    """6.2's Library use line says "torch autograd yes": `torch.autograd.grad` is as good an
+    answer as `.backward()`, so neither the notebook's preview nor the outside grader refuses
+    it (a learner trial was told it would score 0). The module alone is allowed there: its
+    submodules stay refused, and other exercises keep torch.autograd out."""
+    from pathlib import Path
+
+    from course_utils.exercises import autograde, sandbox
+
+    assert sandbox.rules_broken(AUTOGRAD_GRAD, "lesson06.check_gate_importance") == []
+    assert sandbox.grading_preview([AUTOGRAD_GRAD], "gate_importance", "lesson06.check_gate_importance") == []
+    profiler = AUTOGRAD_GRAD.replace("return grad", "torch.autograd.profiler.profile()\n    return grad")
+    key = "lesson06.check_gate_importance"
+    assert any("torch.autograd.profiler" in r for r in sandbox.rules_broken(profiler, key))
+    elsewhere = sandbox.rules_broken(AUTOGRAD_GRAD, "lesson04.check_mha_forward")
+    assert any("torch.autograd" in r for r in elsewhere)
+    solutions = str(Path(__file__).resolve().parent.parent / "solutions")
+    graded = autograde.grade_answer("lesson06", "check_gate_importance", AUTOGRAD_GRAD, "gate_importance",
+                                    salt=5, solutions_dir=solutions)
+    assert graded.passed, graded

@@ -114,6 +114,12 @@ COURSE_UTILS_ALLOWED: dict[str, frozenset[str]] = {
     "lesson05.check_find_induction_head": frozenset({"course_utils", "course_utils.interp",
                                                      "course_utils.interp.scores"}),
 }
+# Exercises whose Library use line allows a module beyond IMPORTS_ALLOWED: 6.2 computes gradients
+# ("torch autograd yes"), so `torch.autograd.grad` is as good as `.backward()` there (learner
+# trial l12). The module alone: its submodules (profiler, graph) stay refused.
+MODULES_ALSO_ALLOWED: dict[str, frozenset[str]] = {
+    "lesson06.check_gate_importance": frozenset({"torch.autograd"}),
+}
 # Exercises whose Library use line allows fewer modules than IMPORTS_ALLOWED: 2.1 is numpy only
 # (cold trial C12: torch's cross_entropy computes a log-softmax).
 IMPORTS_ONLY: dict[str, frozenset[str]] = {
@@ -318,7 +324,8 @@ def is_stub(code: str, name: str) -> bool:
 def _module_allowed(module: str, check_key: str) -> bool:
     if check_key in IMPORTS_ONLY:
         return module in IMPORTS_ONLY[check_key]
-    return module in IMPORTS_ALLOWED or module in COURSE_UTILS_ALLOWED.get(check_key, ())
+    return (module in IMPORTS_ALLOWED or module in COURSE_UTILS_ALLOWED.get(check_key, ())
+            or module in MODULES_ALSO_ALLOWED.get(check_key, ()))
 
 
 def _bound_module(dotted: str) -> str | None:
@@ -351,7 +358,8 @@ def _module_attribute_names(check_key: str) -> frozenset[str]:
     chain the grader can follow (cold trial C22). A name that an allowed module also binds to
     something else (``np.random.normal``, ``np.copy``), that ends an allowed module's name
     (``functional``, ``random``) or that a tensor or an array has (``grad``) stays allowed."""
-    allowed = IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED) | COURSE_UTILS_ALLOWED.get(check_key, set())
+    allowed = (IMPORTS_ONLY.get(check_key, IMPORTS_ALLOWED) | COURSE_UTILS_ALLOWED.get(check_key, set())
+               | MODULES_ALSO_ALLOWED.get(check_key, set()))
     fine = set(dir(torch.Tensor)) | set(dir(np.ndarray)) | {m.rsplit(".", 1)[-1] for m in allowed}
     held = set()
     for module_name in allowed:
