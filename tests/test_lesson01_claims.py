@@ -36,6 +36,11 @@ from course_utils.tasks.two_relations import (
     weight_on_keys,
 )
 
+# Claims recomputed beyond what the lesson prints (training runs, ablations): minutes
+# of work in all. CI's slow stage runs them, one worker per file (the
+# module fixtures are computed once), and `python3 course.py test --all` runs them here.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lesson01_claims")]
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 TASK = TwoKeyTask(num_items=8, num_keys=16, num_symbols=8, max_repeats=3)
 CONFIG = TrainConfig(d_model=16, hidden=64, steps=400, batch_size=256, lr=3e-3)

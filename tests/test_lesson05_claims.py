@@ -55,6 +55,11 @@ from course_utils.tasks.synthetic import (
     induction_accuracy,
 )
 
+# Claims recomputed beyond what the lesson prints (training runs, ablations): minutes
+# of work in all. CI's slow stage runs them, one worker per file (the
+# module fixtures are computed once), and `python3 course.py test --all` runs them here.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lesson05_claims")]
+
 PERIOD = 10
 PROBE_LEN = 1 + 2 * PERIOD
 PREPOSITIONAL = ("prepositional", "two_prepositions")

@@ -54,6 +54,11 @@ from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TAS
 from course_utils.parallel import parallel_map
 from course_utils.tasks.synthetic import PAD_ID, InductionBatch, agreement_margins, induction_accuracy
 
+# Claims recomputed beyond what the lesson prints (training runs, ablations): minutes
+# of work in all. CI's slow stage runs them, one worker per file (the
+# module fixtures are computed once), and `python3 course.py test --all` runs them here.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lesson06_claims")]
+
 PREVIOUS = [(0, 1), (0, 2), (0, 0)]
 LAYER_1 = [(1, h) for h in range(4)]
 ALL_BUT_L1H2 = [(1, 0), (1, 1), (1, 3)]

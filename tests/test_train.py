@@ -38,6 +38,7 @@ def test_induction_heads_form_within_a_short_schedule():
     assert evaluate_induction(model)["heldout"] == history.final_metrics["heldout"]
 
 
+@pytest.mark.slow  # two training runs
 def test_agreement_is_learned_with_and_without_attractors():
     model, history = train_agreement(steps=300, seed=0, eval_every=100, progress=False)
     final = history.final_metrics
