@@ -205,6 +205,8 @@ def padding_mask(
         max_len = longest
     if max_len < longest:
         raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
+    check_fits_in_memory((8 + len(lengths)) * int(max_len), "max_len",  # int64 positions, then the mask
+                         f"a padding mask of {len(lengths)} rows x {max_len} positions")
     mask = torch.arange(int(max_len), device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
     return mask if device is None else mask.to(device)
 

@@ -470,6 +470,10 @@ class QuantizedCache(_StepOrder):
         self.symmetric = check_flag(symmetric, "symmetric")
         _check_group(tuple(self.per.values()), group)
         n_groups = -(-max_len // group)  # room for max_len tokens, rounded up to whole groups
+        slots = batch * num_kv_heads * n_groups * group * d_head
+        # per layer and tensor: 1-byte codes and a float32 scratch row per slot, before any allocation
+        check_fits_in_memory(2 * num_layers * slots + 2 * 4 * slots, "max_len",
+                             f"{num_layers} layers of 8-bit keys and values for {max_len} tokens")
         code_dtype = torch.int8 if symmetric else torch.uint8
         self.codes, self.scales, self.zeros, self.residual, self.scratch = {}, {}, {}, {}, {}
         for t in ("k", "v"):

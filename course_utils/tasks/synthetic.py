@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_flag, check_int, check_rows
+from ..attention.validation import check_fits_in_memory, check_flag, check_int, check_rows
 from ..env import check_seed
 
 __all__ = [
@@ -161,6 +161,9 @@ class InductionTask:
                     f"period {p} does not fit vocab_size={self.vocab_size}, seq_len={self.seq_len}"
                 )
         B, T = batch_size, self.seq_len
+        # a permutation of the vocabulary per sequence (floats, then int64 ids) and a few (B, T) tensors
+        check_fits_in_memory(B * (12 * self.vocab_size + 48 * T), "batch_size",
+                             f"{B} sequences of {T} tokens")
         choice = torch.randint(len(periods), (B,), generator=generator)
         period = torch.tensor(periods)[choice]  # (B,)
         # p distinct tokens per sequence: a random permutation of 1..V-1, cut to max period
@@ -433,6 +436,9 @@ class AgreementTask:
         """``batch_size`` random sentences, padded to the longest one."""
         _check_generator(generator)
         _check_count("batch_size", batch_size)
+        # the draws become Python floats (about 32 bytes each), then a sentence of Python objects
+        check_fits_in_memory(batch_size * (_DRAWS_PER_SENTENCE + 1) * 64, "batch_size",
+                             f"{batch_size} sentences")
         uniforms = torch.rand(batch_size, _DRAWS_PER_SENTENCE + 1, generator=generator).tolist()
         sentences = []
         for row in uniforms:

@@ -31,6 +31,7 @@ from ..attention.shapes import count_parameters
 from ..attention.validation import (
     check_axes,
     check_distinct,
+    check_fits_in_memory,
     check_ids,
     check_index,
     check_int,
@@ -143,6 +144,7 @@ class TwoKeyTask:
         if generator is None:
             generator = torch.Generator().manual_seed(check_int(seed, "seed", minimum=0))
         g, T, K, V = generator, self.num_items, self.num_keys, self.num_symbols
+        check_fits_in_memory(n * (12 * K + 64 * T), "n", f"{n} examples of {T} items")  # a few (n, K), (n, T)
         asked = torch.rand(n, K, generator=g).argsort(dim=1)[:, :2]  # (n, 2) distinct keys a, b
         copies = torch.randint(1, self.max_repeats + 1, (n, 2), generator=g)  # (n, 2)
         # distractor keys: uniform over the K - 2 keys that were not asked for

@@ -1,0 +1,43 @@
+"""Battery 8 (a cold bad-input pass, protocol 4): sizes that cannot fit are refused by name
+before anything is allocated, as their neighbours (causal_mask, PreallocatedCache) already were.
+Before, each one met PyTorch's allocator ("DefaultCPUAllocator: can't allocate memory") or, on
+a machine with more swap than sense, started to swap."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.attention.masks import padding_mask
+from course_utils.model.kv_cache import QuantizedCache
+from course_utils.model.paged_cache import PagedCache
+from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK
+from course_utils.tasks.two_relations import TwoKeyTask
+
+HUGE = [
+    ("padding_mask max_len", lambda: padding_mask(torch.tensor([3]), max_len=10**10), "max_len"),
+    ("padding_mask lengths", lambda: padding_mask([10**10]), "max_len"),
+    ("QuantizedCache max_len", lambda: QuantizedCache(2, 1, 2, 8, max_len=10**10), "max_len"),
+    ("PagedCache num_blocks", lambda: PagedCache(10**9, 16, 2, 8), "num_blocks"),
+    ("induction eval_batch", lambda: INDUCTION_TASK.eval_batch(10**9), "batch_size"),
+    ("agreement eval_batch", lambda: AGREEMENT_TASK.eval_batch(10**9), "batch_size"),
+    ("TwoKeyTask sample", lambda: TwoKeyTask(num_items=8, num_keys=16, num_symbols=8, max_repeats=3)
+     .sample(10**10, seed=0), "n"),
+]
+
+
+@pytest.mark.parametrize("call, argument", [(c, a) for _, c, a in HUGE], ids=[i for i, _, _ in HUGE])
+def test_a_size_beyond_memory_is_refused_by_name_before_any_allocation(call, argument):
+    with pytest.raises(ValueError) as refused:
+        call()
+    message = str(refused.value)
+    assert message.startswith(f"{argument} asks for ") and "GiB" in message, message
+    assert "of memory" in message, message
+
+
+def test_ordinary_sizes_still_work():
+    assert padding_mask(torch.tensor([2, 3])).tolist() == [[True, True, False], [True, True, True]]
+    assert INDUCTION_TASK.eval_batch(4).tokens.shape[0] == 4
+    assert AGREEMENT_TASK.eval_batch(4).tokens.shape[0] == 4
+    cache = QuantizedCache(1, 1, 2, 8, max_len=64)
+    assert cache.max_len == 64 and PagedCache(4, 16, 2, 8).block_size == 16
