@@ -74,26 +74,32 @@ VENV_ENTRIES = {"bin", "include", "lib", "lib64", "Scripts", "Include", "Lib", "
                 "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", ".course-install-stamp"}
 
 
-def venv_folder_problem(folder: Path) -> str | None:
+def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
+                        also: frozenset = frozenset()) -> str | None:
     """Why ``folder`` may not be (re)made as the course's virtual environment, or None when it may:
-    it is missing, empty, or holds only what a virtual environment holds. ``venv`` empties the
-    folder it is given, so a folder of other files is refused rather than wiped."""
-    named = f"COURSE_VENV={folder}" if os.environ.get("COURSE_VENV") else str(folder)
+    it is missing, empty, or holds only what a virtual environment holds (and the names in
+    ``also``). ``venv`` empties the folder it is given, so a folder of other files is refused
+    rather than wiped. ``option`` is what the user set to choose the folder (COURSE_VENV, or a
+    script's ``--venv``); the messages tell them to point it elsewhere."""
+    if option == "COURSE_VENV":
+        named = f"COURSE_VENV={folder}" if os.environ.get("COURSE_VENV") else str(folder)
+    else:
+        named = f"{option} {folder}"
     if folder.is_symlink() and not folder.exists():
-        return f"{named} is a broken symbolic link: point COURSE_VENV at a new or empty folder"
+        return f"{named} is a broken symbolic link: point {option} at a new or empty folder"
     if not folder.exists():
         return None
     if not folder.is_dir():
-        return f"{named} is a file, not a folder: point COURSE_VENV at a new or empty folder"
+        return f"{named} is a file, not a folder: point {option} at a new or empty folder"
     try:
         entries = {entry.name for entry in folder.iterdir()}
     except OSError as exc:
         return f"{named} cannot be read ({exc.strerror or exc})"
-    others = sorted(entries - VENV_ENTRIES)
+    others = sorted(entries - VENV_ENTRIES - also)
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         return (f"{named} holds files that are not a virtual environment's ({shown}); the course "
-                "would empty it to make one there, so it leaves it alone. Point COURSE_VENV at a new "
+                f"would empty it to make one there, so it leaves it alone. Point {option} at a new "
                 "or empty folder, or remove that folder yourself")
     return None
 

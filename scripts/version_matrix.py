@@ -96,7 +96,8 @@ def floor_constraints(root: Path = ROOT) -> str:
 
 def _check_venv(env_dir: Path) -> None:
     """``env_dir`` is a folder, or a path one can be made at (no file on the way), and the
-    nearest existing folder takes a new file (not a read-only mount, not someone else's)."""
+    nearest existing folder takes a new file (not a read-only mount, not someone else's). A
+    folder that holds anything but a virtual environment is refused: venv would empty it."""
     import tempfile
 
     for parent in (env_dir, *env_dir.parents):
@@ -110,7 +111,18 @@ def _check_venv(env_dir: Path) -> None:
             except OSError as exc:
                 raise InputError(f"{parent}: cannot write there ({exc.strerror or exc}), so the environment "
                                  f"for --venv {env_dir} cannot be made; choose a writable folder") from None
-            return
+            break
+    sys.path.insert(0, str(ROOT))
+    try:
+        from course import venv_folder_problem  # course.py's rule for COURSE_VENV, the one rule
+    finally:
+        sys.path.remove(str(ROOT))
+    if str(env_dir) in ("", "."):
+        raise InputError("--venv '' or '.' names the current folder, which would be emptied to make the "
+                         "environment there: give a new or empty folder")
+    problem = venv_folder_problem(env_dir, "--venv", frozenset({"constraints-floor.txt"}))
+    if problem and not (env_dir / "bin" / "python").exists():  # an environment of ours is reused, not emptied
+        raise InputError(f"{problem}.")
 
 
 def _install(env_dir: Path, root: Path, floor: str | None) -> str:

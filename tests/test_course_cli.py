@@ -266,6 +266,34 @@ def test_version_matrix_venv_that_is_a_file_is_named(tmp_path, no_venv, capsys):
     _one_line(capsys.readouterr().err, f"{tmp_path / 'a_file'}: is a file, expected a folder", "--venv")
 
 
+def _snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("which", ["newest", "floor"])
+def test_version_matrix_never_empties_a_folder_of_other_files(tmp_path, no_venv, capsys, monkeypatch, which):
+    """Battery 8: `--venv` at a folder of the user's files (or '', the current folder: a whole
+    clone once) was emptied by venv's clear=True. It is refused by course.py's own rule, named,
+    and every file stays; an empty folder or our own environment is still used."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    (work / "mywork.txt").write_text("mine")
+    (work / "sub" / "chapter1.tex").write_text("also mine")
+    before = _snapshot(work)
+    assert version_matrix.main([which, "--venv", str(work)]) == 2
+    _one_line(capsys.readouterr().err, "version_matrix.py:", f"--venv {work}", "mywork.txt, sub",
+              "Point --venv at a new or empty folder")
+    monkeypatch.chdir(work)
+    assert version_matrix.main([which, "--venv", ""]) == 2
+    _one_line(capsys.readouterr().err, "version_matrix.py:", "the current folder", "would be emptied")
+    assert _snapshot(work) == before
+    assert version_matrix._check_venv(tmp_path / "empty") is None  # new: allowed
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    (tmp_path / "env" / "constraints-floor.txt").write_text("")
+    assert version_matrix._check_venv(tmp_path / "env") is None  # what it made itself: allowed
+
+
 def test_version_matrix_floor_constraints_of_the_real_project():
     text = version_matrix.floor_constraints()
     assert text.startswith("# generated") and "torch==" in text
