@@ -41,3 +41,31 @@ def test_ordinary_sizes_still_work():
     assert AGREEMENT_TASK.eval_batch(4).tokens.shape[0] == 4
     cache = QuantizedCache(1, 1, 2, 8, max_len=64)
     assert cache.max_len == 64 and PagedCache(4, 16, 2, 8).block_size == 16
+
+
+def test_an_answer_that_changes_process_settings_leaves_the_next_check_as_it_was():
+    """Battery 8: an answer calling np.seterr(all='raise') made the next check fail the
+    reference answer ('your function raised FloatingPointError'), and one calling
+    torch.set_default_dtype(torch.float64) was told it 'replaced torch.Storage'. The check now
+    puts NumPy's error state, torch's default dtype and grad mode back after every answer."""
+    import numpy as np
+
+    from course_utils.exercises import lesson02
+
+    def softmax_rows(scores):
+        shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return shifted / shifted.sum(axis=-1, keepdims=True)
+
+    before = (np.geterr(), torch.get_default_dtype(), torch.is_grad_enabled())
+
+    def meddles(scores):  # right, and leaves the settings changed behind it
+        weights = softmax_rows(scores)
+        np.seterr(all="raise")
+        torch.set_default_dtype(torch.float64)
+        torch.set_grad_enabled(False)
+        return weights
+
+    first = lesson02.check_softmax_rows(meddles)
+    assert first.passed and "torch.Storage" not in first.message, first.message
+    assert (np.geterr(), torch.get_default_dtype(), torch.is_grad_enabled()) == before
+    assert lesson02.check_softmax_rows(softmax_rows).passed  # the next check: no FloatingPointError

@@ -161,6 +161,7 @@ class _Deadline:
         import signal
 
         self.changed: str | None = None  # what the answer replaced in the guarded namespaces
+        self._settings = _process_settings()
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self.seconds = _time_limit()
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
@@ -278,6 +279,7 @@ class _Deadline:
     def __exit__(self, *exc_info: Any) -> None:
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
+        _restore_settings(self._settings)  # before the names: set_default_dtype rebinds torch.Storage
         self.changed = _put_back(self._saved_names)  # next: even `import` may have been replaced
         self._saved_names = []
         if self._armed:
@@ -303,6 +305,25 @@ class _Deadline:
 
 _MISSING = object()
 _type_setattr = type.__setattr__
+
+
+def _process_settings() -> tuple:
+    """Process-wide settings an answer may change (``np.seterr``, ``torch.set_default_dtype``,
+    grad mode), each with the function that puts it back: :func:`_restore_settings` restores
+    them, so that the next check, the reference answer included, runs as it would have
+    (battery 8: after ``np.seterr(all='raise')`` the next check failed the reference)."""
+    return ((np.seterr, np.geterr()), (torch.set_default_dtype, torch.get_default_dtype()),
+            (torch.set_grad_enabled, torch.is_grad_enabled()))
+
+
+def _restore_settings(settings: tuple) -> None:
+    """Put back what :func:`_process_settings` saved, with the functions it saved (not names an
+    answer may have replaced)."""
+    for restore, value in settings:
+        try:
+            restore(**value) if type(value) is dict else restore(value)
+        except Exception:  # noqa: BLE001 - a setting that cannot be put back stays as the answer left it
+            pass
 
 
 def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
@@ -766,12 +787,15 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
 
     @functools.wraps(check)
     def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+        settings = _process_settings()  # also after calls outside the time limit (a probe call)
         try:
             return check(self, fn)
         except BaseException as exc:  # noqa: BLE001 - a check answers with a message, always
             return Feedback(self.title, "error",
                             f"the check could not grade this answer ({type(exc).__name__}: "
                             f"{_safe_str(exc)}).", self.hint)
+        finally:
+            _restore_settings(settings)
 
     return guarded
 
