@@ -316,11 +316,12 @@ def _stamped(nb: nbformat.NotebookNode, repo_path: str, *,
     from notebook_tools import ensure_cell_ids
     from publish import Published, load_config, stamp_notebook
 
-    published = None
+    published = files_tag = None
     if student_tree:
         config = load_config()
         published = Published(config.repo, f"{config.tag}-student")
-    stamp_notebook(nb, repo_path, published)
+        files_tag = config.tag  # docs/ and tests/ are in the release, not the student tree
+    stamp_notebook(nb, repo_path, published, files_tag=files_tag)
     ensure_cell_ids(nb)
     return nb
 

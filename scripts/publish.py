@@ -221,23 +221,25 @@ REPOSITORY_FILE_LINK = re.compile(r"https://github\.com/(?P<repo>[^/\s)\"']+/[^/
 RELATIVE_FILE_LINK = re.compile(r"\]\((?P<path>(?:\.\.?/)?[\w.-]+/[^)\s]*)\)")
 
 
-def _retarget_file_links(text: str, own: set[str], published: Published) -> str:
+def _retarget_file_links(text: str, own: set[str], repo: str, tag: str) -> str:
     """``text`` with every link to a file of this course's repository (any repository in
-    ``own``, lower case) moved to ``published``'s repository and tag."""
+    ``own``, lower case) moved to ``repo`` at ``tag``."""
     def move(m: re.Match) -> str:
         if m.group("repo").lower() not in own:
             return m.group(0)  # another project's file
-        return f"https://github.com/{published.repo}/{m.group('kind')}/{published.tag}/"
+        return f"https://github.com/{repo}/{m.group('kind')}/{tag}/"
     return REPOSITORY_FILE_LINK.sub(move, text)
 
 
-def stamp_notebook(nb, repo_relative_path: str, published: Published | None = None):
+def stamp_notebook(nb, repo_relative_path: str, published: Published | None = None,
+                   files_tag: str | None = None):
     """Give ``nb`` (an nbformat v4 notebook) its badge cell and Colab set-up cell, in place.
 
     ``repo_relative_path`` is where the notebook is committed, e.g.
     ``"student/03_dimension_walkthrough.ipynb"``: the badges open that very file at the
     release tag, and markdown links to the repository's files (``https://github.com/REPO/blob/TAG/...``,
-    REPO the configured one or the one the old badges named) move to the release. Existing
+    REPO the configured one or the one the old badges named) move to the release, or to
+    ``files_tag`` when given (a student tree, whose own tag holds no docs/ or tests/). Existing
     stamped cells (found by their tags) are rewritten, so calling
     this twice changes nothing. Returns ``nb``.
     """
@@ -256,7 +258,7 @@ def stamp_notebook(nb, repo_relative_path: str, published: Published | None = No
     own = {published.repo.lower()} | {m.group("repo").lower() for m in LINK_PATTERNS[0].finditer(old_badges)}
     for cell in cells:
         if cell.cell_type == "markdown":
-            cell.source = _retarget_file_links(cell.source, own, published)
+            cell.source = _retarget_file_links(cell.source, own, published.repo, files_tag or published.tag)
     badges = old[BADGES_TAG] or nbformat.v4.new_markdown_cell()
     badges.source = published.badges_cell(repo_relative_path)
     badges.metadata = {"tags": [BADGES_TAG]}

@@ -138,7 +138,7 @@ def _point_links_at_the_tree(folder: Path) -> None:
             raise ValueError(f"cannot read student/{path.name} as a notebook ({type(exc).__name__}: "
                              f"{text[:200]}); run `python3 course.py release` to make it again "
                              "(nothing was written)") from None
-        stamp_notebook(nb, f"student/{path.name}", published)
+        stamp_notebook(nb, f"student/{path.name}", published, files_tag=config.tag)  # docs/: the release
         nbformat.write(nb, path)
 
 
