@@ -69,3 +69,28 @@ def test_an_answer_that_changes_process_settings_leaves_the_next_check_as_it_was
     assert first.passed and "torch.Storage" not in first.message, first.message
     assert (np.geterr(), torch.get_default_dtype(), torch.is_grad_enabled()) == before
     assert lesson02.check_softmax_rows(softmax_rows).passed  # the next check: no FloatingPointError
+
+
+def test_train_out_at_a_folder_is_refused_before_training(tmp_path, capsys):
+    """Battery 8: `train --out data/checkpoints` (a folder) exited 0 and wrote
+    data/checkpoints.json and .safetensors beside the folder, not in it."""
+    from course_utils.model import train
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    with pytest.raises(SystemExit) as info:
+        train.main(["induction", "--steps", "1", "--no-progress", "--out", str(folder)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "is a folder" in err and f"{folder / 'induction'}" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"] and not any(folder.iterdir())
+
+
+@pytest.mark.parametrize("command", [["mha", "--repeats", str(10**30)], ["gqa", "--repeats", "10001"]])
+def test_bench_repeats_have_a_ceiling(command, capsys):
+    """Battery 8: `bench mha --repeats 10**30` was accepted and ran until killed."""
+    from course_utils.bench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(command)
+    assert info.value.code == 2 and "expected at most 10,000 repeats" in capsys.readouterr().err

@@ -50,6 +50,18 @@ def thread_count(text: str) -> int:
     return value
 
 
+MAX_REPEATS = 10_000
+
+
+def repeat_count(text: str) -> int:
+    """An argparse type: how many times a benchmark repeats, 1..10,000 (each repeat runs every
+    method once, so a mistyped 10**30 would run until killed)."""
+    value = positive_int(text)
+    if value > MAX_REPEATS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_REPEATS:,} repeats, got {text!r}")
+    return value
+
+
 def layer_count(text: str) -> int:
     """An argparse type: a benchmark model's number of layers, 1..1024 (each layer's weights and
     caches are allocated, so a mistyped 10**12 would hang or exhaust memory)."""

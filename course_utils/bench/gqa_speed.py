@@ -640,13 +640,13 @@ def _main_gqa(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``python -m course_utils.bench gqa``."""
-    from .cli import Distinct, batch_by_context, context_length, layer_count, positive_int, thread_count
+    from .cli import Distinct, batch_by_context, context_length, layer_count, repeat_count, thread_count
 
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
     p.add_argument("--full", action="store_true",
                    help="the full run: g = 16, 8, 4, 2, 1 and four whole-step shapes (the default "
                    "is quick: g = 16, 4, 1, 5 repeats, two shapes)")
-    p.add_argument("--repeats", type=positive_int, default=None,
+    p.add_argument("--repeats", type=repeat_count, default=None,
                    help="repeats (default: 5, or 15 with --full)")
     p.add_argument("--context", type=context_length, default=4096)
     p.add_argument("--layers", type=layer_count, default=8)

@@ -335,10 +335,10 @@ def _main_mha(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``mha``: lesson 4's four versions timed side by side."""
-    from .cli import device_name, positive_int, thread_count
+    from .cli import device_name, repeat_count, thread_count
 
     p = subparsers.add_parser("mha", help="loop over heads vs batched vs F.sdpa vs nn.MultiheadAttention")
-    p.add_argument("--repeats", type=positive_int, default=15)
+    p.add_argument("--repeats", type=repeat_count, default=15)
     p.add_argument("--device", default="cpu", type=device_name,
                    help="cpu, cuda or cuda:N (checked when parsed: it must be present here)")
     p.add_argument("--threads", type=thread_count, default=None,

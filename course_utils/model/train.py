@@ -687,9 +687,13 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
     before training, as save_checkpoint checks it after). Whatever the probe makes is removed."""
     import os
     import tempfile
+    from pathlib import Path
 
     from .checkpoint import _check_save_targets, _check_task_of_target, checkpoint_paths
 
+    if Path(out).is_dir():  # a stem names two files; a folder would get them beside it, not in it
+        raise ValueError(f"--out {out!r} is a folder; give a path stem inside it, e.g. "
+                         f"{Path(out) / task} (writes {task}.safetensors and {task}.json there)")
     try:
         weights_path, meta_path = checkpoint_paths(out)
         _check_save_targets(weights_path, meta_path)
