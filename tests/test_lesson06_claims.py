@@ -989,6 +989,26 @@ def test_on_the_other_479_sentences_the_importance_orders_beat_almost_every_rand
                       "single-head Δloss": (0.03, 0.0), "reverse": (0.67, 0.47)}
 
 
+def test_the_papers_task_drop_order_prunes_11_on_both_samples(mixture, mixture_setup):
+    """Section 6's list: Michel et al. compared the importance order with each head's own drop
+    in the task score; ordered by the larger of its zeroed attractor and induction drops (section
+    5's table, smallest first, ties by Δ loss), 11 heads can be switched off on the lesson's 400
+    sentences and on the other 479: more than the importance orders (4/5 and 8/7) or the Δ loss
+    stand-in (7 and 7). Found by a cold review (p1_06h), which the lesson's text cites."""
+    zero, sentences = mixture_setup[2]["zero"], mixture_setup[3]
+    none, rows = zero.loc["none"], zero.drop("none")
+    drop = (none["attractor acc"] - rows["attractor acc"]).clip(lower=0).combine(
+        (none["induction acc"] - rows["induction acc"]).clip(lower=0), max)
+    key = pd.DataFrame({"drop": drop, "dloss": rows["loss"] - none["loss"]})
+    names = {head_name(*h): h for h in all_heads(mixture)}
+    order = [names[n] for n in key.sort_values(["drop", "dloss"]).index]
+    every = attractor_sentences(AGREEMENT_TASK.eval_batch(2000), None)
+    others = every.take(torch.arange(ATTRACTOR_COUNT, len(every)))
+    heldout = MIXTURE_TASK.induction_eval(128)
+    assert count_prunable(mixture, [order], heldout, sentences) == [11]
+    assert count_prunable(mixture, [order], heldout, others, sentence_count=479) == [11]
+
+
 @pytest.mark.slow
 def test_with_200_sentences_the_counts_change(mixture, mixture_setup, pruning_orders):
     named, _ = pruning_orders
@@ -1496,3 +1516,15 @@ def test_the_summary_keeps_its_scoped_readings_against_the_cells_that_print_them
     assert "L1H7 writes almost nothing straight into the verb's logits" in summary
     assert abs(float(direct.split()[-1])) < 0.1
     assert "**One seed, tiny scale**" in summary
+
+
+def test_the_verb_position_mean_shrinks_the_plural_default_without_removing_it():
+    """Section 2 (review p1_06h): the verb-position mean, weighed 1:1, leaves 166 of 427 singular
+    and 369 of 452 plural subjects right, so the plural verb still wins in 630 of 879 sentences
+    (zeroed: 27 and 451 right, the plural verb in 851). The prose's sums follow from the numbers
+    the lesson prints."""
+    prose = next(c.source for c in _lesson06_cells() if c.get("id") == "d6eba6be")
+    assert "(166 and 369: the plural verb still wins in 630 of the 879 sentences, against 851 zeroed)" \
+        in prose
+    assert (427 - 166) + 369 == 630 and (427 - 27) + 451 == 851 and 427 + 452 == 879
+    assert "does (166 and 369)" not in prose
