@@ -94,3 +94,26 @@ def test_bench_repeats_have_a_ceiling(command, capsys):
     with pytest.raises(SystemExit) as info:
         main(command)
     assert info.value.code == 2 and "expected at most 10,000 repeats" in capsys.readouterr().err
+
+
+def test_battery8_helpers_name_their_own_argument():
+    """Battery 8: SlidingWindowCache(window=10**10) was refused as 'max_len';
+    attention_by_copies(digits=-1) rounded every share to 0.0; RelationsConfig(lr=inf) trained
+    to garbage; random_buffer(seed=-1) met torch's generator."""
+    import math
+
+    from course_utils.bench.decode_step import random_buffer
+    from course_utils.model.kv_cache import SlidingWindowCache
+    from course_utils.tasks.two_relations import RelationsConfig, attention_by_copies
+
+    with pytest.raises(ValueError, match=r"^window asks for .* GiB"):
+        SlidingWindowCache(2, 1, 2, 8, window=10**10)
+    assert SlidingWindowCache(2, 1, 2, 8, window=16).window == 16
+    with pytest.raises(ValueError, match="digits must be"):
+        attention_by_copies(None, None, digits=-1)
+    for lr in (math.inf, math.nan, 0.0, True, "0.1"):
+        with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+            RelationsConfig(lr=lr)
+    with pytest.raises(ValueError, match="seed"):
+        random_buffer(64, seed=-1)
+    assert random_buffer(64, seed=0).numel() == 16

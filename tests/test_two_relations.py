@@ -159,7 +159,7 @@ def test_model_rejects_bad_input():
 
 
 def test_bad_training_arguments_raise():
-    with pytest.raises(ValueError, match="lr must be > 0"):
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
         RelationsConfig(lr=0.0)
     with pytest.raises(ValueError, match="steps must be a positive int"):
         RelationsConfig(steps=0)

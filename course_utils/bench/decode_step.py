@@ -60,7 +60,7 @@ from ..attention.validation import (
     check_tensor,
     check_thread_count,
 )
-from ..env import torch_threads
+from ..env import check_seed, torch_threads
 from .timing import interleaved_samples
 
 __all__ = [
@@ -257,6 +257,7 @@ def random_buffer(num_bytes: int, seed: int = 0) -> Tensor:
     ``num_bytes // 4`` numbers, so at least 4 bytes, and no more than the machine's memory."""
     check_int(num_bytes, "num_bytes", minimum=4)
     check_fits_in_memory(num_bytes, "num_bytes", "a float32 buffer")
+    check_seed(seed)
     return torch.rand(num_bytes // 4, generator=torch.Generator().manual_seed(seed))
 
 

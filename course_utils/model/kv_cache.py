@@ -278,6 +278,14 @@ class SlidingWindowCache(_StepOrder):
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, window: int, *,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
         check_int(window, "window", minimum=1)  # named as itself, before the ring (its max_len)
+        for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+                            ("d_head", d_head)):
+            check_int(value, name, minimum=1)
+        check_float_dtype(dtype, "dtype")
+        if str(device).startswith("cpu"):  # the ring's size, refused under the name the caller gave
+            per_number = torch.empty((), dtype=dtype).element_size()
+            ring_bytes = 2 * num_layers * batch * num_kv_heads * window * d_head * per_number
+            check_fits_in_memory(ring_bytes, "window", f"a ring of {window} slots in {num_layers} layers")
         self._ring = PreallocatedCache(num_layers, batch, num_kv_heads, d_head, window, dtype=dtype,
                                        device=device)
         self.num_layers, self.window = num_layers, window

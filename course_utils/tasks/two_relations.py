@@ -17,6 +17,7 @@ Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -226,8 +227,8 @@ class RelationsConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
             check_int(getattr(self, name), name, minimum=1)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be a finite number > 0, got {type(self.lr).__name__} {self.lr!r}")
 
 
 @dataclass
@@ -446,6 +447,7 @@ def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int =
     on all items sum to 1, the rest goes to distractors."""
     import pandas as pd
 
+    check_int(digits, "digits", minimum=0)  # negative digits would round every share to 0
     predicted, weights = _predict_with_weights(model, batch)  # (n,), (n, h, T)
     right = predicted == batch.target  # (n,)
     on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1)  # (n, h)
