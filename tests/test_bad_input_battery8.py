@@ -117,3 +117,19 @@ def test_battery8_helpers_name_their_own_argument():
     with pytest.raises(ValueError, match="seed"):
         random_buffer(64, seed=-1)
     assert random_buffer(64, seed=0).numel() == 16
+
+
+def test_attention_modules_built_from_numpy_ints_run():
+    """Battery 8: MultiHeadAttention(np.int64(8), np.int64(2)) and GroupedQueryAttention(8, 4,
+    np.int64(2)) were built, then failed inside torch's split in forward."""
+    import numpy as np
+
+    from course_utils.attention.gqa import GroupedQueryAttention
+    from course_utils.attention.mha import MultiHeadAttention
+
+    x = torch.randn(1, 3, 8)
+    mha = MultiHeadAttention(np.int64(8), np.int64(2))
+    gqa = GroupedQueryAttention(8, 4, np.int64(2))
+    assert type(mha.d_model) is int and type(gqa.num_kv_heads) is int
+    outputs = [m(x) for m in (mha, gqa)]
+    assert all((out[0] if isinstance(out, tuple) else out).shape == (1, 3, 8) for out in outputs)

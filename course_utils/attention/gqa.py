@@ -247,6 +247,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         super().__init__()
         check_head_dims(d_model, num_heads)
         check_kv_heads(num_kv_heads, num_heads)
+        d_model, num_heads, num_kv_heads = int(d_model), int(num_heads), int(num_kv_heads)  # NumPy ints too
         dropout = check_dropout(dropout, "dropout")
         check_flag(bias, "bias")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads

@@ -277,6 +277,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
     ) -> None:
         super().__init__()
         check_head_dims(d_model, num_heads)
+        d_model, num_heads = int(d_model), int(num_heads)  # NumPy ints too: torch's split needs ints
         check_flag(bias, "bias")
         check_linear_weights_fit(d_model, (3 * d_model, d_model))  # before nn.Linear allocates
         self.d_model = d_model
