@@ -133,3 +133,29 @@ def test_attention_modules_built_from_numpy_ints_run():
     assert type(mha.d_model) is int and type(gqa.num_kv_heads) is int
     outputs = [m(x) for m in (mha, gqa)]
     assert all((out[0] if isinstance(out, tuple) else out).shape == (1, 3, 8) for out in outputs)
+
+
+def test_the_time_limit_lets_an_import_the_answer_started_finish(tmp_path, monkeypatch):
+    """Battery 8: an answer calling torch.use_deterministic_algorithms(True) set off torch's lazy
+    sympy import (7 s on a busy machine); the time limit struck inside it, and the half-imported
+    package broke torch for the rest of the kernel. The limit now waits for an import to finish
+    (up to IMPORT_GRACE seconds in all) before it stops the answer: the module is whole, and an
+    answer that runs on after the import is still stopped."""
+    import sys
+
+    from course_utils.exercises import lesson02
+
+    (tmp_path / "slow_import_b8.py").write_text("import time\ntime.sleep(1.5)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", "0.5")
+    monkeypatch.delitem(sys.modules, "slow_import_b8", raising=False)
+
+    def imports_then_loops(scores):
+        import slow_import_b8  # noqa: F401 - the slow import is the point
+
+        while True:
+            pass
+
+    feedback = lesson02.check_softmax_rows(imports_then_loops)
+    assert sys.modules["slow_import_b8"].DONE is True  # imported whole, not cut off half-way
+    assert not feedback.passed and "more than 0.5 s" in feedback.message, feedback.message
