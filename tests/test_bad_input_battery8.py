@@ -111,9 +111,14 @@ def test_battery8_helpers_name_their_own_argument():
     assert SlidingWindowCache(2, 1, 2, 8, window=16).window == 16
     with pytest.raises(ValueError, match="digits must be"):
         attention_by_copies(None, None, digits=-1)
-    for lr in (math.inf, math.nan, 0.0, True, "0.1"):
-        with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+    for lr, error, words in ((math.inf, ValueError, "lr must be a finite number, got inf"),
+                             (math.nan, ValueError, "lr must be a finite number, got nan"),
+                             (0.0, ValueError, "lr must be a finite number > 0, got 0.0"),
+                             (True, TypeError, "lr must be a real number, got bool True"),
+                             ("0.1", TypeError, "lr must be a real number, got str '0.1'")):
+        with pytest.raises(error) as refused:
             RelationsConfig(lr=lr)
+        assert str(refused.value) == words
     with pytest.raises(ValueError, match="seed"):
         random_buffer(64, seed=-1)
     assert random_buffer(64, seed=0).numel() == 16

@@ -17,7 +17,6 @@ Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -37,6 +36,7 @@ from ..attention.validation import (
     check_index,
     check_int,
     check_int_list,
+    check_real,
     check_rows,
 )
 from ..env import seed_everything, torch_threads
@@ -227,8 +227,8 @@ class RelationsConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
             check_int(getattr(self, name), name, minimum=1)
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
-            raise ValueError(f"lr must be a finite number > 0, got {type(self.lr).__name__} {self.lr!r}")
+        if check_real(self.lr, "lr") <= 0:  # NaN, infinity, bools and strings refused by name there
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
 
 
 @dataclass
