@@ -218,16 +218,18 @@ class PreallocatedCache(_StepOrder):
     in order (see :class:`_StepOrder`)."""
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, max_len: int, *,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                 _length_name: str = "max_len") -> None:
+        # _length_name: what the caller called max_len (SlidingWindowCache's ring: "window")
         for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
-                            ("d_head", d_head), ("max_len", max_len)):
+                            ("d_head", d_head), (_length_name, max_len)):
             check_int(value, name, minimum=1)
         check_float_dtype(dtype, "dtype")
         device = check_device(device, "device")
         shape = (batch, num_kv_heads, max_len, d_head)
         if device.type == "cpu":  # both buffers of every layer, before the allocator fails inside torch
             num_bytes = 2 * num_layers * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-            check_fits_in_memory(num_bytes, "max_len", f"{num_layers} layers x keys and values of shape "
+            check_fits_in_memory(num_bytes, _length_name, f"{num_layers} layers x keys and values of shape "
                                  f"{shape} in {dtype}")
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -277,17 +279,8 @@ class SlidingWindowCache(_StepOrder):
 
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, window: int, *,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
-        check_int(window, "window", minimum=1)  # named as itself, before the ring (its max_len)
-        for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
-                            ("d_head", d_head)):
-            check_int(value, name, minimum=1)
-        check_float_dtype(dtype, "dtype")
-        if str(device).startswith("cpu"):  # the ring's size, refused under the name the caller gave
-            per_number = torch.empty((), dtype=dtype).element_size()
-            ring_bytes = 2 * num_layers * batch * num_kv_heads * window * d_head * per_number
-            check_fits_in_memory(ring_bytes, "window", f"a ring of {window} slots in {num_layers} layers")
         self._ring = PreallocatedCache(num_layers, batch, num_kv_heads, d_head, window, dtype=dtype,
-                                       device=device)
+                                       device=device, _length_name="window")  # refusals name "window"
         self.num_layers, self.window = num_layers, window
         self.length = 0  # tokens seen, including those that have left the window
 
