@@ -650,6 +650,19 @@ def test_counts_and_mean_margins_rank_l0h3_differently(reference_tables):
     assert all(zero[h] > zero["L0H3"] for h in ("L2H6", "L1H1", "L2H1")), "all before L0H3 by the margin"
 
 
+def test_l2h1_and_l2h6_cost_few_sentences_under_every_fixed_fill(reference_tables, mixture_setup):
+    """Section 7's mixture reading: zeroed, or mean-ablated with any of section 5's references, L2H1
+    and L2H6 cost 2 to 5 sentences and lower the mean margin by +1.42 to +1.55."""
+    tables, _, _ = reference_tables
+    count = len(mixture_setup[3])
+    lost = [round(float(drops(table, "attractor acc")[h]) * count) for table in tables.values()
+            for h in ("L2H1", "L2H6")]
+    margin = [round(float(drops(table, "attractor margin")[h]), 2) for table in tables.values()
+              for h in ("L2H1", "L2H6")]
+    assert len(tables) == 4 and (min(lost), max(lost)) == (2, 5), lost
+    assert (min(margin), max(margin)) == (1.42, 1.55), margin
+
+
 def test_l0h4_is_backed_up_by_l0h1_and_l0h3_under_every_reference(reference_tables):
     tables, joint, _ = reference_tables
     induction = {name: drops(table, "induction acc") for name, table in tables.items()}
