@@ -436,7 +436,18 @@ def check(root: Path = ROOT, planned: dict[Path, str] | None = None) -> list[str
                 problems.append(f"{rel}: {m.group(0)} is pinned to {ref}, config says {published.tag}")
             if path is not None and not (root / path).is_file():
                 problems.append(f"{rel}: {m.group(0)} points at {path}, which does not exist")
+            elif path is not None and path.endswith(".md"):
+                fragment = re.match(r"#([\w\-]+)", text[m.end():])
+                if fragment and fragment.group(1) not in markdown_anchors((root / path).read_text(encoding="utf-8")):
+                    problems.append(f"{rel}: {m.group(0)}#{fragment.group(1)} names no heading of {path}")
     return problems
+
+
+def markdown_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown text: lower case, punctuation other
+    than hyphens and underscores dropped, spaces made hyphens (no de-duplication suffixes)."""
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in text.splitlines() if line.startswith("#")}
 
 
 def planned_stamps(root: Path = ROOT, published: Published | None = None) -> dict[Path, str]:

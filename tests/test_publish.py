@@ -107,6 +107,16 @@ def test_lessons_link_repository_files_absolutely_so_they_open_on_colab(copy):
     assert any("docs/benchmark.md, which does not exist" in p for p in publish.check(copy))
 
 
+def test_check_names_a_link_to_a_heading_that_does_not_exist(copy):
+    """An anchor into docs/ must name a heading there, or the link opens at the top of the page."""
+    lesson = copy / "notebooks" / "07_grouped_query_attention.ipynb"
+    absolute = "https://github.com/mha-course/multi-head-attention/blob/v0.2.0/docs/benchmarks.md#lesson-07-"
+    assert absolute in lesson.read_text() and publish.check(copy) == []
+    _edit(lesson, absolute, absolute + "no-such-")
+    assert any("07_grouped" in p and "#lesson-07-no-such-" in p and "names no heading of docs/benchmarks.md" in p
+               for p in publish.check(copy))
+
+
 def test_publish_moves_every_link_and_is_idempotent(copy):
     new = publish.set_config("course-org/mha", "v1.0.0", root=copy)
     changed = publish.stamp_all(copy, new)
