@@ -438,7 +438,8 @@ def check(root: Path = ROOT, planned: dict[Path, str] | None = None) -> list[str
                 problems.append(f"{rel}: {m.group(0)} points at {path}, which does not exist")
             elif path is not None and path.endswith(".md"):
                 fragment = re.match(r"#([\w\-]+)", text[m.end():])
-                if fragment and fragment.group(1) not in markdown_anchors((root / path).read_text(encoding="utf-8")):
+                anchors = markdown_anchors((root / path).read_text(encoding="utf-8"))
+                if fragment and fragment.group(1) not in anchors:
                     problems.append(f"{rel}: {m.group(0)}#{fragment.group(1)} names no heading of {path}")
     return problems
 

@@ -113,8 +113,8 @@ def test_check_names_a_link_to_a_heading_that_does_not_exist(copy):
     absolute = "https://github.com/mha-course/multi-head-attention/blob/v0.2.0/docs/benchmarks.md#lesson-07-"
     assert absolute in lesson.read_text() and publish.check(copy) == []
     _edit(lesson, absolute, absolute + "no-such-")
-    assert any("07_grouped" in p and "#lesson-07-no-such-" in p and "names no heading of docs/benchmarks.md" in p
-               for p in publish.check(copy))
+    assert any("07_grouped" in p and "#lesson-07-no-such-" in p
+               and "names no heading of docs/benchmarks.md" in p for p in publish.check(copy))
 
 
 def test_publish_moves_every_link_and_is_idempotent(copy):
