@@ -18,10 +18,10 @@ import publish  # noqa: E402
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
     """A copy of the files that publish stamps (README, pyproject and the notebooks) and of
-    docs/ and tests/, which lessons link to."""
+    docs/, tests/ and data/, which lessons link to."""
     for name in ("README.md", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests"):  # docs, tests: files lessons link to
+    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests", "data"):  # files lessons link to
         if (ROOT / folder).is_dir():
             shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path

@@ -82,7 +82,7 @@ def test_a_rerun_removes_what_a_killed_write_left_behind(tmp_path):
 def test_publish_leaves_every_file_as_it_was_when_one_cannot_be_written(tmp_path, monkeypatch, capsys):
     for name in ("README.md", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests"):  # docs, tests: files the lessons link to
+    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests", "data"):  # files the lessons link to
         if (ROOT / folder).is_dir():
             shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     before = _files(tmp_path)

@@ -34,10 +34,11 @@ def test_the_tree_holds_the_lessons_and_no_solutions(tmp_path):
                if line.startswith("tag = ")).split('"')[1]
     for path in (out / "student").glob("*.ipynb"):  # every launch link opens the tree, not the full repo
         text = path.read_text()
-        # links to docs/ and tests/, which the tree leaves out, read them in the release
+        # links to repository files (docs/ and tests/, which the tree leaves out; data/) read the release
         elsewhere = re.findall(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/([^)#\s]+)", text)
-        assert all(p.startswith(("docs/", "tests/")) and (ROOT / p).is_file() for p in elsewhere), elsewhere
-        text = re.sub(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/(docs|tests)/", "", text)
+        assert all(p.startswith(("docs/", "tests/", "data/")) and (ROOT / p).is_file()
+                   for p in elsewhere), elsewhere
+        text = re.sub(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/(docs|tests|data)/", "", text)
         assert f"/{tag}-student" in text and f"@{tag}-student" in text and f"/{tag}/" not in text, path
 
 
