@@ -163,6 +163,13 @@ class MultiHeadAttentionBase(nn.Module):
         from a fused kernel (PyTorch's, or :attr:`decode_kernel` for a decoding step), up to
         float rounding.
 
+        NaN or infinity in ``query``, ``key`` or ``value`` is not refused: it spreads, and an
+        all-NaN output is what it looks like (see the module docstring). Checking costs one
+        pass over the inputs on every call: ``check_finite(query)`` measured 10-11% of a forward
+        at lesson 04's sizes ((2, 64, 128), 8 heads; (1, 5, 16), 2 heads) and 9.5% of a decoding
+        step on one CPU thread, and on a GPU it would wait for the device each call. To find
+        such an input, call :func:`~course_utils.attention.validation.check_finite` on it.
+
         Returns ``(output (B, Tq, d), weights (B, h, Tq, Tk) or None)``, then ``(k, v)``
         when ``return_kv``.
         """

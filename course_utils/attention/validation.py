@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -61,8 +62,13 @@ __all__ = [
 
 
 def describe_shape(x: Tensor) -> str:
-    """``(2, 5, 16)``: a shape as text for error messages."""
-    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+    """``(2, 5, 16)``: a shape as text for error messages; ``x`` is a tensor or an array (anything
+    with a ``shape`` tuple), else a TypeError naming what arrived."""
+    shape = getattr(x, "shape", None)
+    if not isinstance(shape, tuple):  # torch.Size is a tuple
+        raise TypeError(f"describe_shape needs a tensor or an array (something with a shape), got "
+                        f"{type(x).__name__} {x!r:.60}")
+    return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
 def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
@@ -173,11 +179,15 @@ def check_axes(ax: object, name: str = "ax") -> None:
 
 
 def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None) -> list[Tensor]:
-    """A non-empty list or tuple of tensors, or one tensor whose first dim lists them
-    (``(h, ...)`` -> h parts); returned as a list. ``stacked_ndim``: the number of dims that one
-    such tensor must have (a tensor of fewer dims is refused, not cut into its rows: one part
-    passed without its list would otherwise pass as parts of one dim less)."""
+    """A non-empty list or tuple of tensors, or, where ``stacked_ndim`` is given, one tensor of
+    that many dims whose first dim lists them (``(h, ...)`` -> h parts); returned as a list.
+    Without ``stacked_ndim`` one tensor is refused, and so is one of another number of dims:
+    one part passed without its list would otherwise be cut into its rows, silently."""
     if isinstance(parts, Tensor):
+        if stacked_ndim is None:
+            raise TypeError(f"{name} must be a list or tuple of tensors, got one tensor of shape "
+                            f"{describe_shape(parts)}: pass [tensor] for one part (its rows are not "
+                            f"read as parts here)")
         if parts.ndim == 0:
             raise ValueError(f"{name} must be a list of tensors (or one tensor (n, ...)), got a 0-D tensor")
         if stacked_ndim is not None and parts.ndim != stacked_ndim:
@@ -299,12 +309,14 @@ def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
     return dtype
 
 
-def check_positive_number(value: object, name: str) -> float:
-    """A real number > 0 (not a bool or str; NaN refused, infinity allowed); returned as a float."""
+def check_positive_number(value: object, name: str, *, allow_inf: bool = False) -> float:
+    """A real number > 0 (not a bool or str; NaN refused, and infinity too unless ``allow_inf``,
+    e.g. a timeout where infinity means "no limit"); returned as a float."""
+    finite = "" if allow_inf else "finite "
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number > 0, got {type(value).__name__} {value!r}")
-    if math.isnan(value) or value <= 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        raise TypeError(f"{name} must be a {finite}number > 0, got {type(value).__name__} {value!r}")
+    if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
+        raise ValueError(f"{name} must be a {finite}number > 0, got {value!r}")
     return float(value)
 
 
@@ -358,8 +370,12 @@ def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int
                  layout: str = "") -> None:
     """``x`` is a floating-point tensor with ``ndim`` dims (or at least ``min_ndim``).
     ``layout`` (e.g. ``"(B, T, d_model=16)"``) is shown in the shape error."""
+    _check_dims_wanted(ndim, min_ndim)
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {x.layout}; convert "
+                        f"with {name}.to_dense()")
     if ndim is not None and x.ndim != ndim:
         hint = " (add a batch dim with x.unsqueeze(0))" if x.ndim == ndim - 1 else ""
         raise ValueError(f"{name} must be {ndim}-D {layout}, got {x.ndim}-D shape "
@@ -371,8 +387,18 @@ def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int
                         f"{x.dtype}; convert with {name}.float()")
 
 
+def _check_dims_wanted(ndim: object, min_ndim: object) -> None:
+    """The caller's ``ndim`` (None or an int >= 0) and ``min_ndim`` (an int >= 0) of :func:`check_tensor`."""
+    if ndim is not None:
+        check_int(ndim, "check_tensor's ndim", minimum=0)
+    check_int(min_ndim, "check_tensor's min_ndim", minimum=0)
+
+
 def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
-    """Every tensor has the same dtype and sits on the same device."""
+    """Every tensor of the dict ``{name: tensor}`` has the same dtype and sits on the same device."""
+    if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
+        raise TypeError(f"tensors must be a dict {{name: tensor}}, got {type(tensors).__name__} "
+                        f"{tensors!r:.60}")
     for what in ("dtype", "device"):
         found = {name: getattr(t, what) for name, t in tensors.items()}
         if len(set(found.values())) > 1:
@@ -424,13 +450,19 @@ def check_device_present(device: torch.device, name: str = "device", *, asked: o
                              f"here; use {instead}")
     elif device.type != "cpu":
         raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {asked!r}")
+    elif device.index not in (None, 0):  # torch.device('cpu', 3) parses, but there is one CPU device
+        raise ValueError(f"{name} {asked!r} asked for, but the CPU is one device: use 'cpu' (an index "
+                         f"picks a GPU, 'cuda:N')")
     return device
 
 
 def check_holds_values(x: Tensor, name: str) -> None:
     """``x`` is not on the meta device (a tensor with a shape and no numbers: copying it into a
-    cache or a model, or reading a score from it, fails deep inside or stores nothing)."""
-    if isinstance(x, Tensor) and x.is_meta:
+    cache or a model, or reading a score from it, fails deep inside or stores nothing); ``x``
+    must be a tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
+    if x.is_meta:
         raise ValueError(f"{name} is on the meta device (a shape without values), got shape "
                          f"{describe_shape(x)}: build or load it on 'cpu' or 'cuda' first")
 
@@ -439,6 +471,8 @@ def check_finite(x: Tensor, name: str, what: str = "") -> None:
     """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
     the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
     for results and small inputs, not for every step of a hot loop."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x)).nonzero()[0].tolist()
         value = x[tuple(bad)].item()
@@ -640,6 +674,9 @@ def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") 
         raise TypeError(f"{name} must return {expected}, got dtype {result.dtype}")
     if result.device != heads.device:
         raise ValueError(f"{name} must return {expected}, got device {result.device}")
+    if result.is_floating_point() and not bool(torch.isfinite(result).all()) \
+            and bool(torch.isfinite(heads).all()):  # the edit made them: every later logit would be NaN
+        check_finite(result, f"{name}'s result", "the heads it got were finite")
     return result
 
 
@@ -647,13 +684,29 @@ def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") 
 def check_distinct(values: object, name: str, what: str = "entries") -> list:
     """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
     ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
-    tabulated twice). Returned as a list."""
+    tabulated twice). NaN counts as equal to NaN, and unhashable entries (lists) are compared by
+    ==. Returned as a list."""
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list, tuple or range of {what}, got {type(values).__name__} "
+                        f"{values!r:.60}")
     items = list(values)
-    repeated = [v for i, v in enumerate(items) if v in items[:i]]
+    repeated = [v for i, v in enumerate(items) if any(_same(v, w) for w in items[:i])]
     if repeated:
-        shown = sorted(set(repeated), key=repeated.index)
+        shown = [v for i, v in enumerate(repeated) if not any(_same(v, w) for w in repeated[:i])]
         raise ValueError(f"{name} must list distinct {what}, got {items!r:.120}, which repeats {shown}")
     return items
+
+
+def _same(a: object, b: object) -> bool:
+    """``a == b`` as a repeat: two NaNs are the same entry, and a comparison that is not a plain
+    True (an array's elementwise ==) counts as different."""
+    if isinstance(a, numbers.Real) and isinstance(b, numbers.Real) and math.isnan(a) and math.isnan(b):
+        return True
+    try:
+        equal = a == b
+        return not hasattr(equal, "__len__") and bool(equal)
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None:
@@ -665,6 +718,10 @@ def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None
         wanted = f" with columns {list(columns)}" if columns else ""
         raise TypeError(f"{name} must be a pandas DataFrame{wanted}, got {type(table).__name__} "
                         f"{table!r:.60}")
+    repeated = table.columns[table.columns.duplicated()].unique().tolist()
+    if repeated:  # table[c] would be a frame of several columns, not one column
+        raise ValueError(f"{name} must have distinct column names, got {list(table.columns)!r:.120}, "
+                         f"which repeats {repeated}")
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise ValueError(f"{name} lacks the columns {missing}; it has {list(table.columns)}")

@@ -195,6 +195,15 @@ def _check_matrix(x: object, name: str, layout: str) -> np.ndarray:
     return x
 
 
+def _check_finite_matrix(x: object, name: str, layout: str) -> np.ndarray:
+    """:func:`_check_matrix`, and every entry finite (else a ValueError naming the first one)."""
+    _check_matrix(x, name, layout)
+    if not np.isfinite(x).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+        raise ValueError(f"{name} must hold finite numbers, got {x[bad]} at index {bad}")
+    return x
+
+
 def _check_table_fields(table: Table) -> None:
     """A :class:`Table`'s name is a str, its labels tuples of strs, and its values a 2-D array
     with one row per row label and one column per column label."""
@@ -510,8 +519,8 @@ def output_rounding_budget(weights: np.ndarray, values: np.ndarray) -> np.ndarra
     per entry, ``(T, T), (T, d_v) -> (T, d_v)``: every printed weight and value off by up
     to ``ROUNDING`` (first order), every product ``A_ij V_jc`` rounded to 3 decimals before
     the sum (``T`` more times ``ROUNDING``), and the result rounded once more. NumPy arrays."""
-    _check_matrix(weights, "weights", "(T, T)")
-    _check_matrix(values, "values", "(T, d_v)")
+    for name, x, layout in (("weights", weights, "(T, T)"), ("values", values, "(T, d_v)")):
+        _check_finite_matrix(x, name, layout)  # a NaN would make the whole budget NaN
     if weights.shape[1] != values.shape[0]:
         raise ValueError(f"weights (T, T) and values (T, d_v) must chain, got {weights.shape} "
                          f"and {values.shape}")
