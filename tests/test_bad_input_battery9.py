@@ -107,3 +107,97 @@ def test_multi_head_attention_with_inf_input_is_documented_not_refused():
     x = torch.full((1, 2, 8), math.inf)
     with pytest.raises(ValueError, match=r"query must hold finite numbers, got inf at index \(0, 0, 0\)"):
         va.check_finite(x, "query")
+
+
+# -- 2. obscure: huge sizes, wrong names, raw torch errors, CLI tracebacks ---------------------
+def _sweep_huge():
+    return mha_speed.sweep_mha("seq_len", [10**7], repeats=1)
+
+
+def _relations_huge():
+    from course_utils.tasks.two_relations import RelationsConfig
+
+    return RelationsConfig(batch_size=10**10)
+
+
+def _time_cold_huge():
+    from course_utils.bench.gqa_speed import time_cold
+
+    return time_cold({"a": lambda: 1}, baseline="a", repeats=2, warmup=0, flush_bytes=2**50)
+
+
+@pytest.mark.parametrize("call, argument", [(_sweep_huge, "seq_len"), (_relations_huge, "batch_size"),
+                                            (_time_cold_huge, "flush_bytes")],
+                         ids=["sweep_mha seq_len", "RelationsConfig batch_size", "time_cold flush_bytes"])
+def test_a_size_beyond_memory_is_refused_under_its_own_name(call, argument):
+    with pytest.raises(ValueError) as refused:
+        call()
+    message = str(refused.value)
+    assert message.startswith(f"{argument} asks for ") and "GiB" in message, message
+    assert "of memory" in message, message
+
+
+def test_train_batch_size_beyond_memory_is_refused_when_parsed(tmp_path, capsys):
+    from course_utils.model import train
+
+    out = tmp_path / "induction"
+    with pytest.raises(SystemExit) as info:
+        train.main(["induction", "--steps", "1", "--no-progress", "--batch-size", "1000000000",
+                    "--out", str(out)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--batch-size asks for" in err and "1,000,000,000 sequences" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_train_seeds_beyond_torch_are_refused_when_parsed(capsys):
+    from course_utils.bench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--seeds", str(2**70), "--induction-max-steps", "1"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "--seeds" in err and "0..2**64-1" in err and str(2**70) in err, err
+
+
+FAST = torch.randn(2, 2, 5, 4)
+FAST_ATTENTION = [
+    ("list q", ([1], [1], [1], None, False), TypeError, ["q must be a torch.Tensor", "got list"]),
+    ("int causal_only", (FAST, FAST, FAST, None, 1), TypeError, ["causal_only", "True or False", "int 1"]),
+    ("mask of other Tq, Tk", (FAST, FAST, FAST, torch.ones(3, 3, dtype=torch.bool), False), ValueError,
+     ["allowed of shape (3, 3)", "(2, 2, 5, 5)"]),
+    ("k of other dk", (FAST, torch.randn(2, 2, 5, 3), FAST, None, False), ValueError,
+     ["k must be (B=2, g=2, Tk, dk=4)", "got (2, 2, 5, 3)"]),
+]
+
+
+@pytest.mark.parametrize("args, error, words", [c[1:] for c in FAST_ATTENTION],
+                         ids=[c[0] for c in FAST_ATTENTION])
+def test_fast_attention_checks_its_inputs_by_name(args, error, words):
+    with pytest.raises(error) as refused:
+        MultiHeadAttention(8, 2).fast_attention(*args)
+    assert all(w in str(refused.value) for w in words), str(refused.value)
+
+
+def test_fast_attention_still_matches_the_step_by_step_heads():
+    m = MultiHeadAttention(8, 2)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+    fused = m.fast_attention(FAST, FAST, FAST, causal.expand(2, 2, 5, 5), False)
+    by_steps = torch.softmax((FAST @ FAST.transpose(-2, -1) / 2).masked_fill(~causal, -math.inf), -1) @ FAST
+    assert torch.allclose(fused, by_steps, atol=1e-5)
+
+
+def test_release_with_a_file_for_student_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """`course.py release` with student/ a file raised FileExistsError, after rewriting the lessons."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "scripts"))
+    import nbgrader_tools as tools
+
+    student = tmp_path / "student"
+    student.write_text("keep\n")
+    monkeypatch.setattr(tools, "STUDENT", student)
+    monkeypatch.setattr(tools, "_lessons", lambda: pytest.fail("a lesson was read before the check"))
+    assert tools.main(["release"]) == 1
+    err = capsys.readouterr().err
+    assert f"{student} is a file, not a folder" in err and "nothing was written" in err, err
+    assert student.read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["student"]

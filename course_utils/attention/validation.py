@@ -45,6 +45,7 @@ __all__ = [
     "check_sdpa_inputs",
     "check_mha_inputs",
     "check_mha_tensors",
+    "check_fast_attention_inputs",
     "check_kv_pair",
     "check_mask_fits",
     "combine_masks",
@@ -558,6 +559,55 @@ def check_mha_inputs(query: object, key: object, value: object, *, d_model: int,
     check_flag(need_weights, "need_weights")
 
 
+def _heads_fit(q: object, k: object, v: object, num_heads: int, num_kv_heads: int, d_k: int) -> bool:
+    """The quick test of :func:`check_fast_attention_inputs`: three dense float 4-D tensors,
+    q ``(B, h, Tq, dk)``, k and v ``(B, g, Tk, dk)`` of one shape, dtype and device."""
+    if not (type(q) is Tensor and type(k) is Tensor and type(v) is Tensor):  # a subclass: the full check
+        return False
+    qs, ks = q.shape, k.shape
+    return (len(qs) == 4 and ks == v.shape and len(ks) == 4 and qs[0] == ks[0]
+            and qs[1] == num_heads and ks[1] == num_kv_heads and qs[3] == d_k == ks[3]
+            and q.dtype == k.dtype == v.dtype and q.dtype.is_floating_point
+            and q.device == k.device == v.device and q.layout == k.layout == v.layout == torch.strided)
+
+
+def _allowed_fits(allowed: object, q: Tensor, k: Tensor) -> bool:
+    """The quick test of a mask: bool ``(B|1, h|1, Tq, Tk)`` on q's device."""
+    if type(allowed) is not Tensor or allowed.dtype != torch.bool or allowed.ndim != 4:
+        return False
+    a = allowed.shape
+    return (a[0] in (1, q.shape[0]) and a[1] in (1, q.shape[1]) and a[2] == q.shape[2]
+            and a[3] == k.shape[2] and allowed.device == q.device)
+
+
+def check_fast_attention_inputs(q: object, k: object, v: object, allowed: object, causal_only: object, *,
+                                num_heads: int, num_kv_heads: int, d_k: int) -> None:
+    """What :meth:`~course_utils.attention.mha.MultiHeadAttentionBase.fast_attention` needs:
+    float heads ``q`` ``(B, h, Tq, dk)`` and ``k``, ``v`` ``(B, g, Tk, dk)`` of one dtype and device,
+    ``allowed`` None or a bool mask that fits ``(B, h, Tq, Tk)``, and ``causal_only`` a bool.
+    Shapes only: no tensor operation. It runs on every forward, so the usual case is
+    recognised first in a few comparisons, and the messages are built only for a misfit."""
+    if _heads_fit(q, k, v, num_heads, num_kv_heads, d_k) and isinstance(causal_only, bool) \
+            and (allowed is None or _allowed_fits(allowed, q, k)):
+        return
+    check_tensor(q, "q", ndim=4, layout=f"(B, h={num_heads}, Tq, dk={d_k})")
+    for name, t in (("k", k), ("v", v)):
+        check_tensor(t, name, ndim=4, layout=f"(B, g={num_kv_heads}, Tk, dk={d_k})")
+    check_same_dtype_and_device({"q": q, "k": k, "v": v})
+    if q.shape[1] != num_heads or q.shape[3] != d_k:
+        raise ValueError(f"q must be (B, h={num_heads}, Tq, dk={d_k}), got {describe_shape(q)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[0] != q.shape[0] or t.shape[1] != num_kv_heads or t.shape[3] != d_k:
+            raise ValueError(f"{name} must be (B={q.shape[0]}, g={num_kv_heads}, Tk, dk={d_k}) like q's "
+                             f"batch, got {describe_shape(t)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {describe_shape(k)} and {describe_shape(v)}")
+    check_flag(causal_only, "causal_only")
+    if allowed is not None:
+        check_mask_fits(allowed, (q.shape[0], num_heads, q.shape[2], k.shape[2]), "(B, h, Tq, Tk)",
+                        device=q.device, name="allowed")
+
+
 def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
     """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model``."""
     layout = f"(B, h={num_heads}, T, dk={d_k})"
@@ -568,11 +618,12 @@ def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
 
 
 def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
-                    device: torch.device | None = None, shown: Tensor | None = None) -> None:
+                    device: torch.device | None = None, shown: Tensor | None = None,
+                    name: str = "mask") -> None:
     """``mask`` is a bool tensor whose last two dims are exactly (Tq, Tk) of ``target``; it
     may have fewer leading dims, each equal to the target's or 1. Nothing else broadcasts.
-    ``shown`` is the mask as the caller passed it (for the error message)."""
-    check_bool_mask(mask, "mask")
+    ``shown`` is the mask as the caller passed it (for the error message), ``name`` its argument."""
+    check_bool_mask(mask, name)
     shown = mask if shown is None else shown
     ok = 2 <= mask.ndim <= len(target) and tuple(mask.shape[-2:]) == tuple(target[-2:])
     if ok:
@@ -581,13 +632,13 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
         ok = all(m in (1, t) for m, t in zip(lead_mask, lead_target, strict=True))
     if not ok:
         raise ValueError(
-            f"mask of shape {describe_shape(shown)} does not fit attention scores of shape "
+            f"{name} of shape {describe_shape(shown)} does not fit attention scores of shape "
             f"{tuple(target)} {target_names}: its last two dims must be exactly "
             f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
             "dim or be 1"
         )
     if device is not None and mask.device != device:
-        raise ValueError(f"mask is on device {mask.device} but the attention inputs are on {device}")
+        raise ValueError(f"{name} is on device {mask.device} but the attention inputs are on {device}")
 
 
 def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_heads: int,
