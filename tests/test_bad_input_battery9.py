@@ -201,3 +201,39 @@ def test_release_with_a_file_for_student_says_so_and_writes_nothing(tmp_path, mo
     err = capsys.readouterr().err
     assert f"{student} is a file, not a folder" in err and "nothing was written" in err, err
     assert student.read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["student"]
+
+
+# -- 3. exercise messages that named the wrong cause ---------------------------------------------
+def test_an_answer_that_calls_a_check_is_told_so_and_the_next_check_works():
+    """It was told "you called the reference: your function uses `answers.stored`"."""
+    from course_utils.exercises import lesson01
+
+    def calls_the_check(scores, values):
+        return lesson01.check_attend(lambda s, v: v)
+
+    feedback = lesson01.check_attend(calls_the_check)
+    assert not feedback.passed and feedback.mistake == "called_a_check", feedback
+    assert "calls a check (Exercise 1.1" in feedback.message and "answers.stored" not in feedback.message
+
+    def attend(scores, values):
+        weights = torch.exp(scores - scores.max(-1, keepdim=True).values)
+        return weights / weights.sum(-1, keepdim=True) @ values
+
+    assert lesson01.check_attend(attend).passed  # nothing of the nested call is left behind
+
+
+def test_a_nested_tensor_answer_is_named_as_one():
+    """It was told "(RuntimeError: Internal error: NestedTensorImpl doesn't support sizes...)"."""
+    import warnings
+
+    from course_utils.exercises import lesson01
+
+    def nested(scores, values):
+        weights = torch.exp(scores) / torch.exp(scores).sum(-1, keepdim=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's "nested tensors are in prototype stage"
+            return torch.nested.nested_tensor([weights @ values])
+
+    feedback = lesson01.check_attend(nested)
+    assert not feedback.passed and "a nested tensor of 1 tensor (torch.float32)" in feedback.message, feedback
+    assert "Internal error" not in feedback.message and "Expected a tensor of shape" in feedback.message
