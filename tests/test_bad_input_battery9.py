@@ -10,13 +10,16 @@ import numpy as np
 import pytest
 import torch
 
+from course_utils import paths
+from course_utils.attention import shapes
 from course_utils.attention import validation as va
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.shapes import parameter_table, trace_shapes
-from course_utils.bench import decode_step, mha_speed, timing
-from course_utils.exercises import sandbox
+from course_utils.bench import decode_step, gqa_speed, mha_speed, timing
+from course_utils.exercises import answers, sandbox
+from course_utils.model import kv_cache
 from course_utils.model.checkpoint import checkpoint_paths
-from course_utils.tasks import worked_example
+from course_utils.tasks import two_relations, worked_example
 
 # -- 1. silent results --------------------------------------------------------------------------
 # (call, error type, words the message must hold: the argument, what was expected, what arrived)
@@ -115,15 +118,11 @@ def _sweep_huge():
 
 
 def _relations_huge():
-    from course_utils.tasks.two_relations import RelationsConfig
-
-    return RelationsConfig(batch_size=10**10)
+    return two_relations.RelationsConfig(batch_size=10**10)
 
 
 def _time_cold_huge():
-    from course_utils.bench.gqa_speed import time_cold
-
-    return time_cold({"a": lambda: 1}, baseline="a", repeats=2, warmup=0, flush_bytes=2**50)
+    return gqa_speed.time_cold({"a": lambda: 1}, baseline="a", repeats=2, warmup=0, flush_bytes=2**50)
 
 
 @pytest.mark.parametrize("call, argument", [(_sweep_huge, "seq_len"), (_relations_huge, "batch_size"),
@@ -237,3 +236,111 @@ def test_a_nested_tensor_answer_is_named_as_one():
     feedback = lesson01.check_attend(nested)
     assert not feedback.passed and "a nested tensor of 1 tensor (torch.float32)" in feedback.message, feedback
     assert "Internal error" not in feedback.message and "Expected a tensor of shape" in feedback.message
+
+
+# -- 4. raw Python errors from public helpers --------------------------------------------------
+def _binary_worked_example(tmp_path):
+    path = tmp_path / "garbage.json"
+    path.write_bytes(bytes([0xC3, 0x28]) * 100)
+    return lambda: worked_example.load_worked_example(path)
+
+
+def _other_tasks_batch():
+    model = two_relations.LookupModel(two_relations.TwoKeyTask(), 16, 2)
+    batch = two_relations.TwoKeyTask(num_keys=40, num_items=8).sample(4, seed=0)
+    return model(batch)
+
+
+def _naive_without_a_head():
+    from course_utils.attention.naive_mha import NaiveMultiHeadAttention
+
+    naive = NaiveMultiHeadAttention(8, 2)
+    del naive.heads[1]
+    return naive.to_batched()
+
+
+RAW = [
+    ("dequantize_kv misfit scale", lambda: kv_cache.dequantize_kv(
+        kv_cache.Quantized(torch.ones(1, 1, 2, 4, dtype=torch.int8), torch.ones(3), None)),
+     ValueError, ["q.scale", "fit the codes (1, 1, 2, 4)", "got (3)"]),
+    ("LookupModel other task's batch", _other_tasks_batch, ValueError,
+     ["batch.item_keys", "keys in 0..15", "max 38", "not from the model's task"]),
+    ("NaiveMHA.to_batched after del heads[1]", _naive_without_a_head, ValueError,
+     ["heads", "num_heads=2", "got 1"]),
+    ("make_read_probe clock=3", lambda: decode_step.make_read_probe(torch.ones(16), clock=3), TypeError,
+     ["clock", "function of no arguments", "int 3"]),
+    ("time_cold progress=3", lambda: gqa_speed.time_cold(
+        {"a": lambda: 1}, baseline="a", repeats=2, warmup=0, progress=3), TypeError,
+     ["progress", "a str", "int 3"]),
+    ("format_spread_table title None", lambda: timing.format_spread_table(
+        None, timing.time_interleaved({"a": lambda: 1}, baseline="a", repeats=3, warmup=0), "a"),
+     TypeError, ["title", "a str", "NoneType None"]),
+    ("peak_allocated_bytes fn of one argument", lambda: shapes.peak_allocated_bytes(lambda a: a),
+     TypeError, ["fn", "no arguments", "<lambda>(a)"]),
+    ("weight_on_keys None", lambda: two_relations.weight_on_keys(
+        None, two_relations.TwoKeyTask().sample(4, seed=0)),
+     TypeError, ["model", "LookupModel", "NoneType"]),
+    ("recompute_from_article dict", lambda: worked_example.recompute_from_article({}), TypeError,
+     ["example", "WorkedExample", "dict {}"]),
+    ("output_rounding_budget lists", lambda: worked_example.output_rounding_budget([[1.0]], [[1.0]]),
+     TypeError, ["weights", "2-D NumPy array", "list"]),
+    ("path_kind None", lambda: paths.path_kind(None), TypeError,
+     ["path", "str or Path", "NoneType"]),
+    ("encode_case None", lambda: answers.encode_case(None), TypeError,
+     ["case", "a Case", "NoneType"]),
+    ("cases_signature 5", lambda: answers.cases_signature(5), TypeError,
+     ["cases", "list of Case", "int 5"]),
+    ("describe_shape list", lambda: va.describe_shape([1, 2]), TypeError,
+     ["describe_shape", "tensor", "list"]),
+    ("describe_shape None", lambda: va.describe_shape(None), TypeError,
+     ["describe_shape", "tensor", "NoneType"]),
+    ("check_holds_values None", lambda: va.check_holds_values(None, "x"), TypeError,
+     ["x", "torch.Tensor", "NoneType"]),
+    ("check_finite ndarray", lambda: va.check_finite(np.ones((2, 2)), "x"), TypeError,
+     ["x", "torch.Tensor", "ndarray"]),
+    ("check_same_dtype_and_device list", lambda: va.check_same_dtype_and_device([torch.ones(1)]), TypeError,
+     ["tensors", "dict", "list"]),
+    ("check_distinct lists", lambda: va.check_distinct([[1], [1]], "xs"), ValueError,
+     ["xs", "distinct", "repeats [[1]]"]),
+    ("check_tensor ndim -1", lambda: va.check_tensor(torch.ones(2), "x", ndim=-1), ValueError,
+     ["ndim", "int >= 0", "-1"]),
+    ("RelationsConfig values 'x'", lambda: two_relations.RelationsConfig(values="x"), ValueError,
+     ["values", "('content', 'tagged')", "'x'"]),
+]
+
+
+@pytest.mark.parametrize("call, error, words", [c[1:] for c in RAW], ids=[c[0] for c in RAW])
+def test_a_raw_python_error_is_now_a_named_refusal(call, error, words):
+    with pytest.raises(error) as refused:
+        call()
+    message = str(refused.value)
+    assert all(w in message for w in words), message
+
+
+def test_load_worked_example_of_a_binary_file_is_named(tmp_path):
+    with pytest.raises(worked_example.WorkedExampleError) as refused:
+        _binary_worked_example(tmp_path)()
+    assert "garbage.json is not a JSON text file (UTF-8)" in str(refused.value), str(refused.value)
+
+
+def test_causal_by_prefixes_of_no_position_is_empty():
+    """T = 0 raised "stack expects a non-empty TensorList"; the empty result is (B, 0, d)."""
+    from course_utils.exercises.your_attention import causal_by_prefixes
+
+    calls = []
+
+    def fn(x, w_in, b_in, w_out, b_out, num_heads):
+        calls.append(x.shape)
+        return x
+
+    out = causal_by_prefixes(fn, torch.ones(2, 0, 8), MultiHeadAttention(8, 2))
+    assert out.shape == (2, 0, 8) and calls == []
+    assert causal_by_prefixes(fn, torch.ones(1, 3, 8), MultiHeadAttention(8, 2)).shape == (1, 3, 8)
+
+
+def test_dequantize_kv_still_reads_what_quantize_kv_makes():
+    x = torch.randn(1, 2, 8, 4)
+    for per in ("token", "channel"):
+        for symmetric in (True, False):
+            back = kv_cache.dequantize_kv(kv_cache.quantize_kv(x, per=per, symmetric=symmetric))
+            assert back.shape == x.shape and (back - x).abs().max() < 0.1

@@ -369,6 +369,9 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise WorkedExampleError(f"{path.name} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:  # a binary file: not text at all
+        raise WorkedExampleError(f"{path.name} is not a JSON text file (UTF-8), it holds bytes that are "
+                                 f"not text: {exc.reason} at byte {exc.start}") from None
     try:
         return parse_worked_example(data)
     except WorkedExampleError as exc:
@@ -376,15 +379,20 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
 
 
 # -- computing ------------------------------------------------------------------------
+def _check_example(example: object) -> None:
+    """``example`` is a :class:`WorkedExample` (what :func:`load_worked_example` returns)."""
+    if not isinstance(example, WorkedExample):
+        raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
+                        f"{type(example).__name__} {example!r:.60}")
+
+
 def compute_steps(example: WorkedExample) -> dict[str, Table]:
     """Every step, exactly (float64), with the course's ``scaled_dot_product_attention``.
 
     Keys: ``Q1 K1 V1 S1 A1 Output1``, the same for head 2 (and further heads),
     ``Concat`` and ``Final``. ``S`` are the scaled scores ``Q K^T / sqrt(d_k)``.
     """
-    if not isinstance(example, WorkedExample):
-        raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
-                        f"{type(example).__name__} {example!r:.60}")
+    _check_example(example)
     people = example.people
     x = torch.tensor(example.x.values, dtype=torch.float64)  # (T, d_model)
     steps: dict[str, Table] = {}
@@ -463,6 +471,7 @@ def recompute_from_article(example: WorkedExample) -> dict[str, Table]:
     this article, so it is the exact value. ``Output1`` uses the printed ``A1`` and ``V1``
     computed the article's way (this article does not print ``V1``).
     """
+    _check_example(example)
     a = {k: t.values for k, t in example.article.items()}
     x, (h1, h2) = example.x.values, example.heads[:2]
     values = {
@@ -533,6 +542,7 @@ def side_by_side(example: WorkedExample, step: str, decimals: int | None = 3) ->
     """The article's table, the exact one and their difference, next to each other,
     rounded to ``decimals`` (None: unrounded, e.g. to format with ``shapes.frame_to_text``)."""
     decimals = _check_shown_decimals(decimals)
+    _check_example(example)
     if step not in example.article:
         raise KeyError(f"the article prints no table {step!r}; choose from {list(PRINTED_STEPS)}")
     printed = example.article[step]
