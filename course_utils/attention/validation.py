@@ -397,9 +397,12 @@ def _check_dims_wanted(ndim: object, min_ndim: object) -> None:
 
 def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
     """Every tensor of the dict ``{name: tensor}`` has the same dtype and sits on the same device."""
-    if not isinstance(tensors, dict) or not all(isinstance(t, Tensor) for t in tensors.values()):
+    if not isinstance(tensors, dict):
         raise TypeError(f"tensors must be a dict {{name: tensor}}, got {type(tensors).__name__} "
                         f"{tensors!r:.60}")
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} {t!r:.60}")
     for what in ("dtype", "device"):
         found = {name: getattr(t, what) for name, t in tensors.items()}
         if len(set(found.values())) > 1:
