@@ -371,7 +371,8 @@ def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int
                  layout: str = "") -> None:
     """``x`` is a floating-point tensor with ``ndim`` dims (or at least ``min_ndim``).
     ``layout`` (e.g. ``"(B, T, d_model=16)"``) is shown in the shape error."""
-    _check_dims_wanted(ndim, min_ndim)
+    if not (ndim is None or type(ndim) is int and ndim >= 0) or type(min_ndim) is not int or min_ndim < 0:
+        _check_dims_wanted(ndim, min_ndim)  # the caller's own values; a message only when they are wrong
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided:
