@@ -89,7 +89,7 @@ def _check_timeout(timeout: object) -> float | None:
     beyond what the waits accept (``threading.TIMEOUT_MAX``, about 292 years) is refused."""
     if timeout is None:
         return None
-    seconds = check_positive_number(timeout, "timeout")
+    seconds = check_positive_number(timeout, "timeout", allow_inf=True)
     if math.isinf(seconds):
         return None
     if seconds > threading.TIMEOUT_MAX:
@@ -209,7 +209,7 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     items = _check_arguments(fn, items, workers, timeout)
     timeout = _check_timeout(timeout)
     if notice_after is not None:
-        notice_after = check_positive_number(notice_after, "notice_after")
+        notice_after = check_positive_number(notice_after, "notice_after", allow_inf=True)
     if timeout is not None:
         notice_after = None  # a call that runs too long is stopped, and says so
     if workers is None:

@@ -12,6 +12,7 @@ and ships inside the installed package as ``course_utils/data`` (pyproject.toml 
 from __future__ import annotations
 
 import errno
+import os
 import stat
 from pathlib import Path
 
@@ -35,7 +36,9 @@ __all__ = ["REPO_ROOT", "DATA_DIR", "NOTEBOOKS_DIR", "path_kind"]
 def path_kind(path: Path) -> str | None:
     """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
     "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
-    (reading a FIFO would wait for a writer forever)."""
+    (reading a FIFO would wait for a writer forever). ``path`` is a str or a path-like object."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or Path, got {type(path).__name__} {path!r:.60}")
     try:
         mode = Path(path).stat().st_mode
     except FileNotFoundError:

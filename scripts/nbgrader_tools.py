@@ -500,9 +500,24 @@ def stale_students(students: dict[str, nbformat.NotebookNode], folder: Path,
     return stale
 
 
+class ReleaseError(Exception):
+    """``release`` cannot write where it must; the message says why. Nothing was written."""
+
+
+def _check_student_folder(folder: Path) -> None:
+    """``folder`` (student/) is a folder or absent: a file or a broken link there would stop the
+    release half-way, after the lessons were rewritten."""
+    if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+        kind = "a broken link" if not folder.exists() else "a file, not a folder"
+        raise ReleaseError(f"{folder} is {kind}; the student notebooks go in that folder: move it "
+                           f"away (or delete it) and release again")
+
+
 def release(*, write: bool = True) -> list[str]:
     """Convert every lesson in place and regenerate student/. Returns the files that changed
-    (with ``write=False``, the files that *would* change, writing nothing)."""
+    (with ``write=False``, the files that *would* change, writing nothing). A student/ that is
+    not a folder is a :class:`ReleaseError` before anything is written."""
+    _check_student_folder(STUDENT)
     changed: list[str] = []
     converted: dict[str, nbformat.NotebookNode] = {}
     originals = {path: _read(path) for path in _lessons()}  # every lesson read before any is written
@@ -651,7 +666,7 @@ def main(argv: list[str]) -> int:
     except FormatError as exc:
         print(f"exercise format: {exc}", file=sys.stderr)
         return 1
-    except NotebookReadError as exc:  # release, check, table: every lesson is read before any write
+    except (NotebookReadError, ReleaseError) as exc:  # release, check, table: all checked before any write
         print(f"{command}: {exc}; nothing was written", file=sys.stderr)
         return 1
     return 0

@@ -78,8 +78,21 @@ class NaiveMultiHeadAttention(nn.Module):
         concat = torch.cat(head_outputs, dim=-1)  # (B, T, d): head 0 in columns 0..dk-1
         return self.out_proj(concat)  # (B, T, d)
 
+    def _check_heads(self) -> None:
+        """``heads`` still holds ``num_heads`` heads of width ``d_k`` (one deleted or appended
+        after construction would meet W_O as a size mismatch deep inside torch)."""
+        if len(self.heads) != self.num_heads:
+            raise ValueError(f"heads must hold num_heads={self.num_heads} heads (W_O reads "
+                             f"{self.num_heads} x d_k={self.d_k} columns), got {len(self.heads)}: was a "
+                             f"head deleted or added after construction?")
+        for i, head in enumerate(self.heads):
+            if tuple(head.w_q.weight.shape) != (self.d_k, self.d_model):
+                raise ValueError(f"heads[{i}] must project d_model={self.d_model} to d_k={self.d_k}, got "
+                                 f"W_Q of shape {tuple(head.w_q.weight.shape)}")
+
     def to_batched(self) -> MultiHeadAttention:
         """A :class:`MultiHeadAttention` holding a *copy* of these weights, stacked."""
+        self._check_heads()
         bias = self.out_proj.bias is not None
         batched = MultiHeadAttention(self.d_model, self.num_heads, bias=bias)
         batched = batched.to(device=self.out_proj.weight.device, dtype=self.out_proj.weight.dtype)

@@ -301,7 +301,9 @@ def mha_parameter_count(d_model: int, num_heads: int, *, bias: bool = True) -> i
 def parameter_table(d_model: int, head_counts: Iterable[int], *, bias: bool = True) -> pd.DataFrame:
     """Per h: one head's W_Q^i, h of them, the formula and the real module's count."""
     rows = []
-    for h in check_int_list(head_counts, "head_counts", minimum=1):
+    head_counts = check_distinct(check_int_list(head_counts, "head_counts", minimum=1), "head_counts",
+                                 "head counts (each is one row of the table, indexed by h)")
+    for h in head_counts:
         dk = validate_dims(d_model, h)
         with torch.random.fork_rng(devices=[]):  # leave the caller's random stream alone
             module = MultiHeadAttention(d_model, h, bias=bias)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -44,6 +45,7 @@ __all__ = [
     "check_sdpa_inputs",
     "check_mha_inputs",
     "check_mha_tensors",
+    "check_fast_attention_inputs",
     "check_kv_pair",
     "check_mask_fits",
     "combine_masks",
@@ -61,8 +63,13 @@ __all__ = [
 
 
 def describe_shape(x: Tensor) -> str:
-    """``(2, 5, 16)``: a shape as text for error messages."""
-    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+    """``(2, 5, 16)``: a shape as text for error messages; ``x`` is a tensor or an array (anything
+    with a ``shape`` tuple), else a TypeError naming what arrived."""
+    shape = getattr(x, "shape", None)
+    if not isinstance(shape, tuple):  # torch.Size is a tuple
+        raise TypeError(f"describe_shape needs a tensor or an array (something with a shape), got "
+                        f"{type(x).__name__} {x!r:.60}")
+    return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
 def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
@@ -173,11 +180,15 @@ def check_axes(ax: object, name: str = "ax") -> None:
 
 
 def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None) -> list[Tensor]:
-    """A non-empty list or tuple of tensors, or one tensor whose first dim lists them
-    (``(h, ...)`` -> h parts); returned as a list. ``stacked_ndim``: the number of dims that one
-    such tensor must have (a tensor of fewer dims is refused, not cut into its rows: one part
-    passed without its list would otherwise pass as parts of one dim less)."""
+    """A non-empty list or tuple of tensors, or, where ``stacked_ndim`` is given, one tensor of
+    that many dims whose first dim lists them (``(h, ...)`` -> h parts); returned as a list.
+    Without ``stacked_ndim`` one tensor is refused, and so is one of another number of dims:
+    one part passed without its list would otherwise be cut into its rows, silently."""
     if isinstance(parts, Tensor):
+        if stacked_ndim is None:
+            raise TypeError(f"{name} must be a list or tuple of tensors, got one tensor of shape "
+                            f"{describe_shape(parts)}: pass [tensor] for one part (its rows are not "
+                            f"read as parts here)")
         if parts.ndim == 0:
             raise ValueError(f"{name} must be a list of tensors (or one tensor (n, ...)), got a 0-D tensor")
         if stacked_ndim is not None and parts.ndim != stacked_ndim:
@@ -299,12 +310,14 @@ def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
     return dtype
 
 
-def check_positive_number(value: object, name: str) -> float:
-    """A real number > 0 (not a bool or str; NaN refused, infinity allowed); returned as a float."""
+def check_positive_number(value: object, name: str, *, allow_inf: bool = False) -> float:
+    """A real number > 0 (not a bool or str; NaN refused, and infinity too unless ``allow_inf``,
+    e.g. a timeout where infinity means "no limit"); returned as a float."""
+    finite = "" if allow_inf else "finite "
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number > 0, got {type(value).__name__} {value!r}")
-    if math.isnan(value) or value <= 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        raise TypeError(f"{name} must be a {finite}number > 0, got {type(value).__name__} {value!r}")
+    if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
+        raise ValueError(f"{name} must be a {finite}number > 0, got {value!r}")
     return float(value)
 
 
@@ -358,8 +371,13 @@ def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int
                  layout: str = "") -> None:
     """``x`` is a floating-point tensor with ``ndim`` dims (or at least ``min_ndim``).
     ``layout`` (e.g. ``"(B, T, d_model=16)"``) is shown in the shape error."""
+    if not (ndim is None or type(ndim) is int and ndim >= 0) or type(min_ndim) is not int or min_ndim < 0:
+        _check_dims_wanted(ndim, min_ndim)  # the caller's own values; a message only when they are wrong
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {x.layout}; convert "
+                        f"with {name}.to_dense()")
     if ndim is not None and x.ndim != ndim:
         hint = " (add a batch dim with x.unsqueeze(0))" if x.ndim == ndim - 1 else ""
         raise ValueError(f"{name} must be {ndim}-D {layout}, got {x.ndim}-D shape "
@@ -371,8 +389,21 @@ def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int
                         f"{x.dtype}; convert with {name}.float()")
 
 
+def _check_dims_wanted(ndim: object, min_ndim: object) -> None:
+    """The caller's ``ndim`` (None or an int >= 0) and ``min_ndim`` (an int >= 0) of :func:`check_tensor`."""
+    if ndim is not None:
+        check_int(ndim, "check_tensor's ndim", minimum=0)
+    check_int(min_ndim, "check_tensor's min_ndim", minimum=0)
+
+
 def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
-    """Every tensor has the same dtype and sits on the same device."""
+    """Every tensor of the dict ``{name: tensor}`` has the same dtype and sits on the same device."""
+    if not isinstance(tensors, dict):
+        raise TypeError(f"tensors must be a dict {{name: tensor}}, got {type(tensors).__name__} "
+                        f"{tensors!r:.60}")
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} {t!r:.60}")
     for what in ("dtype", "device"):
         found = {name: getattr(t, what) for name, t in tensors.items()}
         if len(set(found.values())) > 1:
@@ -424,13 +455,19 @@ def check_device_present(device: torch.device, name: str = "device", *, asked: o
                              f"here; use {instead}")
     elif device.type != "cpu":
         raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {asked!r}")
+    elif device.index not in (None, 0):  # torch.device('cpu', 3) parses, but there is one CPU device
+        raise ValueError(f"{name} {asked!r} asked for, but the CPU is one device: use 'cpu' (an index "
+                         f"picks a GPU, 'cuda:N')")
     return device
 
 
 def check_holds_values(x: Tensor, name: str) -> None:
     """``x`` is not on the meta device (a tensor with a shape and no numbers: copying it into a
-    cache or a model, or reading a score from it, fails deep inside or stores nothing)."""
-    if isinstance(x, Tensor) and x.is_meta:
+    cache or a model, or reading a score from it, fails deep inside or stores nothing); ``x``
+    must be a tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
+    if x.is_meta:
         raise ValueError(f"{name} is on the meta device (a shape without values), got shape "
                          f"{describe_shape(x)}: build or load it on 'cpu' or 'cuda' first")
 
@@ -439,6 +476,8 @@ def check_finite(x: Tensor, name: str, what: str = "") -> None:
     """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
     the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
     for results and small inputs, not for every step of a hot loop."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x)).nonzero()[0].tolist()
         value = x[tuple(bad)].item()
@@ -524,6 +563,55 @@ def check_mha_inputs(query: object, key: object, value: object, *, d_model: int,
     check_flag(need_weights, "need_weights")
 
 
+def _heads_fit(q: object, k: object, v: object, num_heads: int, num_kv_heads: int, d_k: int) -> bool:
+    """The quick test of :func:`check_fast_attention_inputs`: three dense float 4-D tensors,
+    q ``(B, h, Tq, dk)``, k and v ``(B, g, Tk, dk)`` of one shape, dtype and device."""
+    if not (type(q) is Tensor and type(k) is Tensor and type(v) is Tensor):  # a subclass: the full check
+        return False
+    qs, ks = q.shape, k.shape
+    return (len(qs) == 4 and ks == v.shape and len(ks) == 4 and qs[0] == ks[0]
+            and qs[1] == num_heads and ks[1] == num_kv_heads and qs[3] == d_k == ks[3]
+            and q.dtype == k.dtype == v.dtype and q.dtype.is_floating_point
+            and q.device == k.device == v.device and q.layout == k.layout == v.layout == torch.strided)
+
+
+def _allowed_fits(allowed: object, q: Tensor, k: Tensor) -> bool:
+    """The quick test of a mask: bool ``(B|1, h|1, Tq, Tk)`` on q's device."""
+    if type(allowed) is not Tensor or allowed.dtype != torch.bool or allowed.ndim != 4:
+        return False
+    a = allowed.shape
+    return (a[0] in (1, q.shape[0]) and a[1] in (1, q.shape[1]) and a[2] == q.shape[2]
+            and a[3] == k.shape[2] and allowed.device == q.device)
+
+
+def check_fast_attention_inputs(q: object, k: object, v: object, allowed: object, causal_only: object, *,
+                                num_heads: int, num_kv_heads: int, d_k: int) -> None:
+    """What :meth:`~course_utils.attention.mha.MultiHeadAttentionBase.fast_attention` needs:
+    float heads ``q`` ``(B, h, Tq, dk)`` and ``k``, ``v`` ``(B, g, Tk, dk)`` of one dtype and device,
+    ``allowed`` None or a bool mask that fits ``(B, h, Tq, Tk)``, and ``causal_only`` a bool.
+    Shapes only: no tensor operation. It runs on every forward, so the usual case is
+    recognised first in a few comparisons, and the messages are built only for a misfit."""
+    if _heads_fit(q, k, v, num_heads, num_kv_heads, d_k) and isinstance(causal_only, bool) \
+            and (allowed is None or _allowed_fits(allowed, q, k)):
+        return
+    check_tensor(q, "q", ndim=4, layout=f"(B, h={num_heads}, Tq, dk={d_k})")
+    for name, t in (("k", k), ("v", v)):
+        check_tensor(t, name, ndim=4, layout=f"(B, g={num_kv_heads}, Tk, dk={d_k})")
+    check_same_dtype_and_device({"q": q, "k": k, "v": v})
+    if q.shape[1] != num_heads or q.shape[3] != d_k:
+        raise ValueError(f"q must be (B, h={num_heads}, Tq, dk={d_k}), got {describe_shape(q)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[0] != q.shape[0] or t.shape[1] != num_kv_heads or t.shape[3] != d_k:
+            raise ValueError(f"{name} must be (B={q.shape[0]}, g={num_kv_heads}, Tk, dk={d_k}) like q's "
+                             f"batch, got {describe_shape(t)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {describe_shape(k)} and {describe_shape(v)}")
+    check_flag(causal_only, "causal_only")
+    if allowed is not None:
+        check_mask_fits(allowed, (q.shape[0], num_heads, q.shape[2], k.shape[2]), "(B, h, Tq, Tk)",
+                        device=q.device, name="allowed")
+
+
 def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
     """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model``."""
     layout = f"(B, h={num_heads}, T, dk={d_k})"
@@ -534,11 +622,12 @@ def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
 
 
 def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
-                    device: torch.device | None = None, shown: Tensor | None = None) -> None:
+                    device: torch.device | None = None, shown: Tensor | None = None,
+                    name: str = "mask") -> None:
     """``mask`` is a bool tensor whose last two dims are exactly (Tq, Tk) of ``target``; it
     may have fewer leading dims, each equal to the target's or 1. Nothing else broadcasts.
-    ``shown`` is the mask as the caller passed it (for the error message)."""
-    check_bool_mask(mask, "mask")
+    ``shown`` is the mask as the caller passed it (for the error message), ``name`` its argument."""
+    check_bool_mask(mask, name)
     shown = mask if shown is None else shown
     ok = 2 <= mask.ndim <= len(target) and tuple(mask.shape[-2:]) == tuple(target[-2:])
     if ok:
@@ -547,13 +636,13 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
         ok = all(m in (1, t) for m, t in zip(lead_mask, lead_target, strict=True))
     if not ok:
         raise ValueError(
-            f"mask of shape {describe_shape(shown)} does not fit attention scores of shape "
+            f"{name} of shape {describe_shape(shown)} does not fit attention scores of shape "
             f"{tuple(target)} {target_names}: its last two dims must be exactly "
             f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
             "dim or be 1"
         )
     if device is not None and mask.device != device:
-        raise ValueError(f"mask is on device {mask.device} but the attention inputs are on {device}")
+        raise ValueError(f"{name} is on device {mask.device} but the attention inputs are on {device}")
 
 
 def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_heads: int,
@@ -640,6 +729,9 @@ def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") 
         raise TypeError(f"{name} must return {expected}, got dtype {result.dtype}")
     if result.device != heads.device:
         raise ValueError(f"{name} must return {expected}, got device {result.device}")
+    if result.is_floating_point() and not bool(torch.isfinite(result).all()) \
+            and bool(torch.isfinite(heads).all()):  # the edit made them: every later logit would be NaN
+        check_finite(result, f"{name}'s result", "the heads it got were finite")
     return result
 
 
@@ -647,13 +739,29 @@ def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") 
 def check_distinct(values: object, name: str, what: str = "entries") -> list:
     """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
     ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
-    tabulated twice). Returned as a list."""
+    tabulated twice). NaN counts as equal to NaN, and unhashable entries (lists) are compared by
+    ==. Returned as a list."""
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list, tuple or range of {what}, got {type(values).__name__} "
+                        f"{values!r:.60}")
     items = list(values)
-    repeated = [v for i, v in enumerate(items) if v in items[:i]]
+    repeated = [v for i, v in enumerate(items) if any(_same(v, w) for w in items[:i])]
     if repeated:
-        shown = sorted(set(repeated), key=repeated.index)
+        shown = [v for i, v in enumerate(repeated) if not any(_same(v, w) for w in repeated[:i])]
         raise ValueError(f"{name} must list distinct {what}, got {items!r:.120}, which repeats {shown}")
     return items
+
+
+def _same(a: object, b: object) -> bool:
+    """``a == b`` as a repeat: two NaNs are the same entry, and a comparison that is not a plain
+    True (an array's elementwise ==) counts as different."""
+    if isinstance(a, numbers.Real) and isinstance(b, numbers.Real) and math.isnan(a) and math.isnan(b):
+        return True
+    try:
+        equal = a == b
+        return not hasattr(equal, "__len__") and bool(equal)
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None:
@@ -665,6 +773,10 @@ def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None
         wanted = f" with columns {list(columns)}" if columns else ""
         raise TypeError(f"{name} must be a pandas DataFrame{wanted}, got {type(table).__name__} "
                         f"{table!r:.60}")
+    repeated = table.columns[table.columns.duplicated()].unique().tolist()
+    if repeated:  # table[c] would be a frame of several columns, not one column
+        raise ValueError(f"{name} must have distinct column names, got {list(table.columns)!r:.120}, "
+                         f"which repeats {repeated}")
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise ValueError(f"{name} lacks the columns {missing}; it has {list(table.columns)}")

@@ -6,8 +6,8 @@ Subcommands: ``mha`` (lesson 4's four versions), ``gqa`` (decode steps, lesson 7
 Every option is checked when the command line is parsed, before any benchmark runs: the
 argparse types below turn a bad value into a usage error naming the option, what it expects
 and what arrived (``--shapes 0x0``, ``--timeout -5``), and the command exits with status 2.
-A subcommand's integer options use :func:`positive_int` or :func:`non_negative_int`, never a
-bare ``int`` (a test holds every subcommand to that).
+A subcommand's integer options use :func:`positive_int`, :func:`non_negative_int` or a type
+built on them (:func:`seed_number`, ...), never a bare ``int`` (a test holds every subcommand to that).
 """
 
 import argparse
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
-           "batch_by_context", "device_name", "Distinct"]
+           "seed_number", "batch_by_context", "device_name", "Distinct"]
 
 #: Modules that each add one subcommand with ``add_bench_parser(subparsers)``, imported when the
 #: command line runs.
@@ -90,6 +90,18 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return value
+
+
+def seed_number(text: str) -> int:
+    """An argparse type: a seed, a whole number in 0..2**64-1 (what ``torch.manual_seed`` takes,
+    the range ``train --seed`` is held to), so a mistyped ``2**70`` is refused when parsed rather
+    than by a traceback from inside the run."""
+    from ..env import check_seed
+
+    try:
+        return check_seed(non_negative_int(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a seed in 0..2**64-1, got {text!r} ({err})") from None
 
 
 #: The longest context and the largest batch the benchmarks take: their KV caches are allocated

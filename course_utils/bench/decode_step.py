@@ -53,6 +53,7 @@ from tqdm import tqdm
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
 from ..attention.validation import (
+    check_callable,
     check_distinct,
     check_fits_in_memory,
     check_float_dtype,
@@ -306,6 +307,20 @@ def _race(probes: dict[str, Callable[[], object]], clock: Callable[[], float],
     return best
 
 
+def _check_probe_inputs(buffer: object, clock: object) -> None:
+    """What :func:`make_read_probe` reads and times with: a tensor holding at least one number
+    (an empty one reads in no time, and its rate would be "0.0 GB/s"), and a clock of no
+    arguments or None."""
+    if not isinstance(buffer, Tensor):
+        raise TypeError(f"buffer must be a torch.Tensor (contiguous float32 on the CPU, e.g. from "
+                        f"random_buffer(num_bytes)), got {type(buffer).__name__} {buffer!r:.60}")
+    if buffer.numel() == 0:
+        raise ValueError(f"buffer must hold at least one number to read, got shape {tuple(buffer.shape)}")
+    if clock is not None:
+        check_callable(clock, "clock", "None or a function of no arguments returning seconds "
+                       "(e.g. time.perf_counter)", nargs=0)
+
+
 def make_read_probe(buffer: Tensor, threads: int | None = None, *,
                     clock: Callable[[], float] | None = None) -> tuple[Callable[[], object], str]:
     """The read-only yardstick over ``buffer`` (contiguous float32 on the CPU): a function that
@@ -321,9 +336,7 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     CPUs, and 11-18% faster on an AVX-512 AMD EPYC), and a slow yardstick makes every share of
     it read high. Where the compiled sum is unavailable (no compiler, built without OpenMP for
     several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why."""
-    if not isinstance(buffer, Tensor):
-        raise TypeError(f"buffer must be a torch.Tensor (contiguous float32 on the CPU, e.g. from "
-                        f"random_buffer(num_bytes)), got {type(buffer).__name__} {buffer!r:.60}")
+    _check_probe_inputs(buffer, clock)
     threads = torch.get_num_threads() if threads is None else check_int(threads, "threads", minimum=1)
     threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other
     if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():

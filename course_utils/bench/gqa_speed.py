@@ -664,6 +664,23 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_main_gqa)
 
 
+def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progress: object) -> None:
+    """What :func:`time_cold` needs, each refused under its own name before anything is
+    allocated: a non-empty dict of steps holding ``baseline``, a ``flush_bytes`` of None or an
+    int >= 4 that fits in memory, and a ``progress`` label that is a str or None."""
+    if not isinstance(steps, dict) or not steps:
+        raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
+                         f"{type(steps).__name__} {steps!r:.60}")
+    if baseline not in steps:
+        raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
+    if flush_bytes is not None:
+        check_int(flush_bytes, "flush_bytes", minimum=4)
+        check_fits_in_memory(flush_bytes, "flush_bytes", "a float32 buffer read before every timed call")
+    if progress is not None and not isinstance(progress, str):
+        raise TypeError(f"progress must be a str (the progress bar's label) or None (no bar), got "
+                        f"{type(progress).__name__} {progress!r:.60}")
+
+
 def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats: int = 9,
               warmup: int = 2, flush_bytes: int | None = None,
               progress: str | None = "timing steps") -> tuple[list, str]:
@@ -679,13 +696,7 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
     the rounds (None: no bar). Returns the
     timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
     note."""
-    if not isinstance(steps, dict) or not steps:
-        raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
-                         f"{type(steps).__name__} {steps!r:.60}")
-    if baseline not in steps:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
-    if flush_bytes is not None:
-        check_int(flush_bytes, "flush_bytes", minimum=4)
+    _check_time_cold(steps, baseline, flush_bytes, progress)
     allocator = steady_allocator()
     flush = random_buffer(flush_bytes_default() if flush_bytes is None else flush_bytes, seed=1)
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,

@@ -27,9 +27,12 @@ from ..attention.validation import (
     check_axes,
     check_callable,
     check_device,
+    check_distinct,
+    check_fits_in_memory,
     check_float_dtype,
     check_head_dims,
     check_int,
+    check_int_list,
     check_table,
 )
 from ..env import check_seed, torch_threads
@@ -131,6 +134,8 @@ def bench_mha(
     """
     check_int(batch, "batch", minimum=1)
     check_int(seq_len, "seq_len", minimum=1)
+    check_head_dims(d_model, num_heads)
+    _check_working_memory(batch, seq_len, d_model, num_heads, "batch x num_heads x seq_len**2")
     check_seed(seed)
     if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
             or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
@@ -152,6 +157,36 @@ def bench_mha(
 _SWEEPABLE = ("batch", "seq_len", "d_model", "num_heads")
 
 
+def _check_working_memory(batch: int, seq_len: int, d_model: int, num_heads: int, name: str) -> None:
+    """Refuse, before anything is allocated, sizes whose step-by-step versions (the loop over
+    heads, nn.MultiheadAttention's weights) would not fit: scores ``(B, h, T, T)``, the input
+    and its projections, and the weights, in float32."""
+    scores = batch * num_heads * seq_len * seq_len
+    num_bytes = 4 * (scores + 4 * batch * seq_len * d_model + 4 * d_model * d_model)
+    check_fits_in_memory(num_bytes, name, f"float32 attention scores of shape (B, h, T, T) = "
+                                          f"({batch}, {num_heads}, {seq_len}, {seq_len}), and the rest")
+
+
+def _check_sweep(vary: object, values: object, fixed: dict[str, int], statistic: object) -> list[int]:
+    """What :func:`sweep_mha` needs, checked before anything is measured: ``vary`` one of
+    :data:`_SWEEPABLE`; ``values`` distinct positive ints (a repeat would be measured twice and
+    shown once), each of whose sizes fits in memory; ``statistic`` "min" or "median". Returns
+    the values as a list."""
+    if vary not in _SWEEPABLE:
+        raise ValueError(f"vary must be one of {_SWEEPABLE}, got {vary!r}")
+    values = check_distinct(check_int_list(values, "values", minimum=1), "values",
+                            f"sizes (each is one row of the table, indexed by {vary})")
+    if statistic not in ("min", "median"):
+        raise ValueError(f"statistic must be 'min' or 'median', got {statistic!r}")
+    for value in values:
+        sizes = {**fixed, vary: value}
+        for name in ("batch", "seq_len"):
+            check_int(sizes[name], name, minimum=1)
+        check_head_dims(sizes["d_model"], sizes["num_heads"])
+        _check_working_memory(*(sizes[k] for k in _SWEEPABLE), name=vary)
+    return values
+
+
 def sweep_mha(
     vary: str, values: Sequence[int], *, batch: int = 2, seq_len: int = 64, d_model: int = 128,
     num_heads: int = 8, repeats: int = 5, num_threads: int | None = 1,
@@ -167,14 +202,9 @@ def sweep_mha(
     """
     import pandas as pd
 
-    if vary not in _SWEEPABLE:
-        raise ValueError(f"vary must be one of {_SWEEPABLE}, got {vary!r}")
-    if not values:
-        raise ValueError("values must list at least one size to time")
-    if statistic not in ("min", "median"):
-        raise ValueError(f"statistic must be 'min' or 'median', got {statistic!r}")
-    pick = min if statistic == "min" else statistics.median
     fixed = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
+    values = _check_sweep(vary, values, fixed, statistic)
+    pick = min if statistic == "min" else statistics.median
     rows = {}
     for value in values:
         sizes = {**fixed, vary: value}

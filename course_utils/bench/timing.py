@@ -185,10 +185,21 @@ def _check_timings(timings: object, baseline: object) -> Timing:
     return by_name[baseline]
 
 
+def _check_headings(title: object, label: object) -> None:
+    """A table's ``title`` is a str, and ``label`` (the baseline's name in the header) a str or None."""
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str (the table's first line), got {type(title).__name__} "
+                        f"{title!r:.60}")
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a str or None (the baseline's name), got {type(label).__name__} "
+                        f"{label!r:.60}")
+
+
 def format_table(title: str, timings: list[Timing], baseline: str, label: str | None = None) -> str:
     """A text table: each function's median time and its ratio to the median of ``baseline``
     (one of the timings' names); ``label`` names it in the header (default: its name)."""
     base = _check_timings(timings, baseline)
+    _check_headings(title, label)
     width = max(len(t.name) for t in timings)
     lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + (label or baseline):>s}"]
     for t in timings:
@@ -234,6 +245,13 @@ class RatioSpread:
     high: float
     repeats: int
 
+    def __post_init__(self) -> None:
+        """Ratios of times are finite and >= 0, and a spread comes from at least one repeat (a NaN
+        ratio or 0 repeats would otherwise read as "no clear difference")."""
+        for label in ("median", "q1", "q3", "low", "high"):
+            _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}")
+        self.repeats = check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1)
+
     def verdict(self) -> str:
         """One sentence: slower / faster / no clear difference, decided by the middle half."""
         if self.q1 > 1:
@@ -259,6 +277,7 @@ def format_spread_table(title: str, timings: list[Timing], baseline: str, label:
     repeat: the median ratio and, in brackets, the middle half of the ratios (IQR).
     ``label`` names the baseline in the header (default: its name)."""
     _check_timings(timings, baseline)
+    _check_headings(title, label)
     width = max(len(t.name) for t in timings)
     header = f"{'implementation':<{width}}  {'best ms':>8}  {'median ms':>9}  ratio to {label or baseline}"
     lines = [title, header + " (median [middle half])"]

@@ -116,10 +116,10 @@ def _main_bench(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``train`` with ``python -m course_utils.bench``."""
-    from .cli import Distinct, device_name, non_negative_int, positive_int
+    from .cli import Distinct, device_name, positive_int, seed_number
 
     p = subparsers.add_parser("train", help="seconds and steps to train induction heads; agreement accuracy")
-    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2], action=Distinct)
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2], action=Distinct)
     p.add_argument("--induction-max-steps", type=positive_int, default=400)
     p.add_argument("--agreement-steps", type=positive_int, default=500)
     p.add_argument("--device", default="cpu", type=device_name,

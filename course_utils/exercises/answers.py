@@ -147,9 +147,17 @@ def decode(data: Any) -> Any:
     raise ValueError(f"unknown stored value with keys {sorted(data)}")
 
 
+def _check_case(case: object, name: str) -> None:
+    """``case`` is a :class:`~.cases.Case` (what an exercise's ``cases()`` lists)."""
+    if not isinstance(case, Case):
+        raise TypeError(f"{name} must be a Case (from an exercise's cases()), got {type(case).__name__} "
+                        f"{case!r:.60}")
+
+
 def encode_case(case: Any) -> Any:
     """A test case (:class:`~.cases.Case`) as plain data, or None when an input cannot be stored
     (a function made by the case builder): such an exercise builds its cases at check time."""
+    _check_case(case, "case")
     try:
         return {"args": encode(tuple(case.args)), "kwargs": encode(dict(case.kwargs)), "label": case.label}
     except UnstorableValue:
@@ -191,6 +199,11 @@ def describe_inputs(value: Any, depth: int = 0) -> Any:
 
 def cases_signature(cases: Any) -> list:
     """:func:`describe_inputs` of each case with its label: what a store's cases must match."""
+    if isinstance(cases, (str, bytes, dict)) or not isinstance(cases, (list, tuple)):
+        raise TypeError(f"cases must be a list of Case (an exercise's cases()), got {type(cases).__name__} "
+                        f"{cases!r:.60}")
+    for i, case in enumerate(cases):
+        _check_case(case, f"cases[{i}]")
     return [(case.label, describe_inputs((tuple(case.args), dict(case.kwargs)))) for case in cases]
 
 

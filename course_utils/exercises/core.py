@@ -564,7 +564,11 @@ def describe_value(x: Any, _depth: int = 0) -> str:
     try:
         if isinstance(x, torch.Tensor):
             where = "" if x.device.type == "cpu" else f", on the {x.device.type!r} device"
-            return f"a tensor of shape {tuple(x.shape)} ({x.dtype}{where})"
+            if x.is_nested:  # it has no one shape: x.shape raises "Internal error"
+                count = x.size(0)
+                return f"a nested tensor of {count} tensor{'' if count == 1 else 's'} ({x.dtype}{where})"
+            layout = "" if x.layout == torch.strided else f"{str(x.layout).removeprefix('torch.')} "
+            return f"a {layout}tensor of shape {tuple(x.shape)} ({x.dtype}{where})"
         if isinstance(x, np.ndarray):
             return f"an array of shape {x.shape} ({x.dtype})"
         if isinstance(x, (tuple, list)):
@@ -584,11 +588,23 @@ def describe_value(x: Any, _depth: int = 0) -> str:
 def _without_values(x: Any, _depth: int = 0) -> torch.Tensor | None:
     """The first tensor in ``x`` (itself, or inside a tuple or list) on the 'meta' device: it
     has a shape and a dtype but no values, so nothing can compare it; None when there is none."""
+    return _first_tensor_where(x, lambda t: t.device.type == "meta")
+
+
+def _nested(x: Any) -> torch.Tensor | None:
+    """The first nested tensor in ``x`` (``torch.nested``: tensors of several shapes in one,
+    with no one shape to compare); None when there is none."""
+    return _first_tensor_where(x, lambda t: t.is_nested)
+
+
+def _first_tensor_where(x: Any, test: Callable[[torch.Tensor], bool], _depth: int = 0) -> torch.Tensor | None:
+    """The first tensor in ``x`` (itself, or inside a tuple or list, 3 levels deep) that passes
+    ``test``; None when there is none."""
     if isinstance(x, torch.Tensor):
-        return x if x.device.type == "meta" else None
+        return x if test(x) else None
     if isinstance(x, (tuple, list)) and _depth < 3:
         for item in x[:64]:
-            found = _without_values(item, _depth + 1)
+            found = _first_tensor_where(item, test, _depth + 1)
             if found is not None:
                 return found
     return None
@@ -810,12 +826,34 @@ def outcome(fn: Callable[..., Any], case: Case) -> Any:
         return _answers.Raised(type(exc).__name__, _safe_str(exc))
 
 
+# One list per answer being run by a check (innermost last): the titles of the checks that
+# answer called. A check called there grades nothing; the check running the answer names it.
+_CHECKS_INSIDE_ANSWERS: list[list[str]] = []
+
+
+class _AnswerRunning:
+    """While an answer runs: checks it calls are recorded in ``called``, not run."""
+
+    def __init__(self, called: list[str]) -> None:
+        self.called = called
+
+    def __enter__(self) -> None:
+        _CHECKS_INSIDE_ANSWERS.append(self.called)
+
+    def __exit__(self, *exc: object) -> None:
+        _CHECKS_INSIDE_ANSWERS.remove(self.called)
+
+
 def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     """``check`` made to answer every failure of its own with an error Feedback."""
     import functools
 
     @functools.wraps(check)
     def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+        if _CHECKS_INSIDE_ANSWERS:  # called by an answer that a check is running: say so there
+            _CHECKS_INSIDE_ANSWERS[-1].append(self.title)
+            return Feedback(self.title, "error", "a check cannot run inside an answer that is being "
+                            "checked; the outer check says so.")
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
         try:
             return check(self, fn)
@@ -1263,12 +1301,13 @@ class Exercise:
         outputs = []
         edited: str | None = None
         watch = _CallWatch(forbidden, first_is_reference=self.reference is not None)
+        called: list[str] = []  # the checks the answer called (not run: see _never_raises)
         for case in cases:
             args, kwargs = case.fresh()
             feedback_exc: BaseException | None = None
             deadline = _Deadline()
             try:
-                with watch, deadline:
+                with watch, deadline, _AnswerRunning(called):
                     outputs.append(fn(*args, **kwargs))
                 edited = edited or _edited_input(case, args, kwargs)
             except NotImplementedError as exc:
@@ -1283,9 +1322,13 @@ class Exercise:
                     return self._tampered(deadline.changed)
                 return self._stopped(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
+                if called:  # it failed on what the check it called gave back
+                    return self._called_a_check(called[0])
                 feedback_exc = exc
                 feedback = self._raised(exc, case)
             else:
+                if called:
+                    return self._called_a_check(called[0])
                 if watch.used is None and watch.tampered is None and deadline.changed is None:
                     continue
                 feedback = None
@@ -1303,6 +1346,16 @@ class Exercise:
         except _StoreProblem as exc:
             return Feedback(self.title, "error", str(exc))
         for case, got, exp in zip(cases, outputs, expected, strict=False):
+            nested = _nested(got)
+            if nested is not None:
+                where = f" on {case.label}" if case.label else ""
+                inside = "" if nested is got else f" inside {describe_value(got)}"
+                return Feedback(self.title, "wrong",
+                                f"your function returned {describe_value(nested)}{inside}{where}: a "
+                                f"nested tensor (torch.nested) holds several tensors of their own shapes "
+                                f"and has no one shape to compare. Expected {describe_value(exp)}.",
+                                "return one ordinary tensor: compute with the input tensors directly, "
+                                "or torch.stack a list of rows of one shape.")
             meta = _without_values(got)
             if meta is not None:  # nothing to compare: say so, not the comparison's error
                 where = f" on {case.label}" if case.label else ""
@@ -1370,6 +1423,14 @@ class Exercise:
                         "remove the code that touches the profiler, NumPy, torch, the built-ins or "
                         "the course's functions, and write the computation itself.",
                         mistake="tampered_with_check")
+
+    def _called_a_check(self, title: str) -> Feedback:
+        return Feedback(self.title, "mistake",
+                        f"your function calls a check ({title}) inside itself: a check runs your "
+                        "function and grades what it returns, so it cannot be part of the answer "
+                        "(it gave back a Feedback, not a result).",
+                        "remove the check call from the function and write the computation; call the "
+                        "check in the test cell, on your function.", mistake="called_a_check")
 
     def _used_reference(self, name: str) -> Feedback:
         return Feedback(self.title, "mistake",

@@ -604,11 +604,27 @@ def check_call(source: str) -> re.Match | None:
     return CHECK_CALL.match(lines[0]) if len(lines) == 1 else None
 
 
+def _check_note_inputs(cells: object, check_key: object) -> None:
+    """What :func:`grading_note` reads: the code cells as a list (or tuple) of str, and the key
+    of a check that exists."""
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence):
+        raise TypeError(f"cells must be the notebook's code cells so far, a list of str (the test "
+                        f"cell last), got {type(cells).__name__} {cells!r:.60}")
+    wrong = next((i for i, c in enumerate(cells) if not isinstance(c, str)), None)
+    if wrong is not None:
+        raise TypeError(f"cells[{wrong}] must be a cell's source text (a str), got "
+                        f"{type(cells[wrong]).__name__} {cells[wrong]!r:.60}")
+    _check_key_known(check_key)
+
+
 def grading_note(cells: Sequence[str], check_key: str) -> str | None:
     """For a correct answer checked in a kernel: a warning when the outside grader would not run
     it as the kernel did (:func:`grading_preview`). ``cells`` are the code cells run so far, the
     test cell last; None when that last cell is not ``check_key``'s check call (the history is
-    then not the notebook's) or when nothing is wrong."""
+    then not the notebook's) or when nothing is wrong. A ``cells`` that is not a list of str,
+    or a ``check_key`` that names no check, is a TypeError or ValueError (a None there would
+    read as "nothing to note")."""
+    _check_note_inputs(cells, check_key)
     call = check_call(cells[-1]) if cells else None
     if call is None or f"{call['module']}.{call['check']}" != check_key:
         return None

@@ -54,6 +54,8 @@ def causal_by_prefixes(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> 
         raise ValueError(f"x must be (B, T, d_model={attn.d_model}) for this attn, got last dimension "
                          f"{x.shape[-1]} (shape {tuple(x.shape)})")
     B, T, d = x.shape
+    if T == 0:  # no position, so no prefix to run fn on: the empty result
+        return x.new_empty(B, 0, d)
     w_in, b_in = attn.in_proj.weight, attn.in_proj.bias
     w_out, b_out = attn.out_proj.weight, attn.out_proj.bias
     rows = []

@@ -106,6 +106,8 @@ def checkpoint_paths(name_or_path: str | Path) -> tuple[Path, Path]:
     if not str(name_or_path).strip() or Path(name_or_path).name in ("", ".", ".."):
         raise ValueError(f"name_or_path must name a checkpoint, such as 'induction', got "
                          f"{str(name_or_path)!r}")
+    if "\0" in str(name_or_path):  # no file system takes it: open() would fail later, unnamed
+        raise ValueError(f"name_or_path must not hold a NUL character ('\\x00'), got {str(name_or_path)!r}")
     path = Path(name_or_path)
     if path.suffix in (".json", ".safetensors"):
         path = path.with_suffix("")

@@ -405,9 +405,11 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     return Quantized(codes, scale, zero)
 
 
-def dequantize_kv(q: Quantized, dtype: torch.dtype = torch.float32) -> Tensor:
-    """The numbers back from :func:`quantize_kv`: ``codes * scale (+ zero)``, shape of the codes,
-    in the floating ``dtype``."""
+def _check_quantized(q: object, dtype: object) -> None:
+    """What :func:`dequantize_kv` reads: a :class:`Quantized` whose codes are int8 (symmetric) or
+    uint8 (asymmetric), whose scale (and zero) are floating tensors of the codes' number of
+    dims, each dim the codes' or 1 (per token ``(..., T, 1)``, per channel ``(..., 1, dk)``), and
+    a floating ``dtype``."""
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a Quantized (from quantize_kv), got {type(q).__name__}")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -417,6 +419,21 @@ def dequantize_kv(q: Quantized, dtype: torch.dtype = torch.float32) -> Tensor:
         got = q.codes.dtype if isinstance(q.codes, Tensor) else type(q.codes).__name__
         kind = "symmetric" if q.zero is None else "asymmetric"
         raise TypeError(f"q.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}")
+    for name, t in (("q.scale", q.scale), ("q.zero", q.zero)):
+        if t is None and name == "q.zero":
+            continue
+        check_tensor(t, name, layout="(..., T, 1) per token or (..., 1, dk) per channel")
+        codes = q.codes.shape
+        if t.ndim != len(codes) or any(s not in (1, c) for s, c in zip(t.shape, codes, strict=True)):
+            raise ValueError(f"{name} must fit the codes {describe_shape(q.codes)}: as many dims, each the "
+                             f"codes' or 1 (per token (..., T, 1), per channel (..., 1, dk)), got "
+                             f"{describe_shape(t)}")
+
+
+def dequantize_kv(q: Quantized, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The numbers back from :func:`quantize_kv`: ``codes * scale (+ zero)``, shape of the codes,
+    in the floating ``dtype``."""
+    _check_quantized(q, dtype)
     x = q.codes.to(dtype) * q.scale.to(dtype)
     return x if q.zero is None else x + q.zero.to(dtype)
 

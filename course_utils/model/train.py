@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from ..attention.validation import check_flag, check_int
+from ..attention.validation import check_fits_in_memory, check_flag, check_int
 from ..env import check_seed, pick_device, torch_threads
 from ..tasks.synthetic import (
     AgreementBatch,
@@ -672,12 +672,23 @@ def _check_cli_args(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {args.lr!r}")
     check_int(args.batch_size, "--batch-size", minimum=1)
+    _check_batch_fits(args.task, args.batch_size, "--batch-size")
     try:
         pick_device(args.device)
     except (TypeError, ValueError) as err:
         raise ValueError(f"--device {args.device!r}: {err}") from None
     if args.out is not None:
         _check_out_writable(args.out, args.task, args.replace_task)
+
+
+def _check_batch_fits(task: str, batch_size: int, name: str) -> None:
+    """Refuse, before the model is built, a batch whose logits ``(B, T, vocab)`` would not fit in
+    memory in float32 with their gradient and softmax (three such tensors), under ``name``."""
+    task_object = {"induction": INDUCTION_TASK, "agreement": AGREEMENT_TASK, "mixture": MIXTURE_TASK}[task]
+    T = getattr(task_object, "seq_len", None) or task_object.max_len
+    per_sequence = 3 * 4 * T * task_object.vocab_size
+    check_fits_in_memory(batch_size * per_sequence, name, f"{batch_size:,} sequences of {T} tokens: "
+                         f"float32 logits over {task_object.vocab_size} tokens, their gradient and softmax")
 
 
 def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None:

@@ -111,6 +111,13 @@ class LookupBatch(NamedTuple):
         return LookupBatch(*(t[index] for t in self))
 
 
+# What sample(n) allocates per example for the smallest task (num_items=2, num_keys=3):
+# 12 * num_keys + 64 * num_items bytes (see its memory check).
+_MIN_BYTES_PER_EXAMPLE = 12 * 3 + 64 * 2
+# How LookupModel builds the values it reads: the item symbols alone, or tagged by their key.
+VALUE_KINDS = ("content", "tagged")
+
+
 @dataclass(frozen=True)
 class TwoKeyTask:
     """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item."""
@@ -180,7 +187,7 @@ class LookupModel(nn.Module):
         if not isinstance(task, TwoKeyTask):
             raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__}")
         check_int(hidden, "hidden", minimum=1)
-        if values not in ("content", "tagged"):
+        if values not in VALUE_KINDS:
             raise ValueError(f"values must be 'content' or 'tagged', got {values!r}")
         self.task, self.values = task, values
         self.key_embedding = nn.Embedding(task.num_keys, d_model)
@@ -194,12 +201,7 @@ class LookupModel(nn.Module):
     def forward(self, batch: LookupBatch, *, need_weights: bool = False
                 ) -> tuple[Tensor, Tensor | None]:
         """Returns ``(logits (n, V**2), weights (n, h, 1, T) or None)``."""
-        if not isinstance(batch, LookupBatch):
-            raise TypeError(f"expected a LookupBatch, got {type(batch).__name__}")
-        T = batch.item_keys.shape[1]
-        if T != self.task.num_items:
-            raise ValueError(f"batch has {T} items per example, the model's task has "
-                             f"{self.task.num_items}")
+        _check_batch_fits(self, batch)
         a, b = batch.query_keys.unbind(dim=1)  # (n,), (n,)
         query = (self.ask_first(a) + self.ask_second(b)).unsqueeze(1)  # (n, 1, d)
         keys = self.key_embedding(batch.item_keys)  # (n, T, d)
@@ -208,6 +210,28 @@ class LookupModel(nn.Module):
             values = values + keys
         out, weights = self.attention(query, keys, values, need_weights=need_weights)  # (n, 1, d)
         return self.readout(out.squeeze(1)), weights  # (n, V**2)
+
+
+def _check_batch_fits(model: object, batch: object) -> None:
+    """``model`` is a :class:`LookupModel` and ``batch`` a :class:`LookupBatch` of its task: as
+    many items per example, and keys and symbols in the ranges its embeddings know (another
+    task's batch would otherwise fail in an embedding, "index out of range in self")."""
+    if not isinstance(model, LookupModel):
+        raise TypeError(f"model must be a LookupModel, got {type(model).__name__} {model!r:.60}")
+    if not isinstance(batch, LookupBatch):
+        raise TypeError(f"batch must be a LookupBatch (from TwoKeyTask.sample), got "
+                        f"{type(batch).__name__} {batch!r:.60}")
+    task = model.task
+    T = batch.item_keys.shape[1]
+    if T != task.num_items:
+        raise ValueError(f"batch has {T} items per example, the model's task has {task.num_items}")
+    for name, ids, high, what in (("batch.item_keys", batch.item_keys, task.num_keys, "keys"),
+                                  ("batch.query_keys", batch.query_keys, task.num_keys, "keys"),
+                                  ("batch.item_symbols", batch.item_symbols, task.num_symbols, "symbols")):
+        try:
+            check_ids(ids, name, high, what)
+        except ValueError as err:
+            raise ValueError(f"{err}: the batch is not from the model's task {task}") from None
 
 
 @dataclass(frozen=True)
@@ -229,6 +253,12 @@ class RelationsConfig:
             check_int(getattr(self, name), name, minimum=1)
         if check_real(self.lr, "lr") <= 0:  # NaN, infinity, bools and strings refused by name there
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if self.values not in VALUE_KINDS:
+            raise ValueError(f"values must be one of {VALUE_KINDS}, got {self.values!r}")
+        for name in ("batch_size", "eval_size"):  # before training draws the first batch
+            n = getattr(self, name)
+            check_fits_in_memory(n * _MIN_BYTES_PER_EXAMPLE, name, f"{n:,} examples of at least "
+                                 f"{_MIN_BYTES_PER_EXAMPLE} bytes each, the smallest TwoKeyTask's")
 
 
 @dataclass
@@ -433,6 +463,7 @@ def example_table(batch: LookupBatch, index: int = 0):
 @torch.no_grad()
 def _predict_with_weights(model: LookupModel, batch: LookupBatch) -> tuple[Tensor, Tensor]:
     """``(predicted class (n,), attention weights (n, h, T))`` in eval mode."""
+    _check_batch_fits(model, batch)
     was_training = model.training
     model.eval()
     logits, weights = model(batch, need_weights=True)  # (n, V*V), (n, h, 1, T)

@@ -195,6 +195,15 @@ def _check_matrix(x: object, name: str, layout: str) -> np.ndarray:
     return x
 
 
+def _check_finite_matrix(x: object, name: str, layout: str) -> np.ndarray:
+    """:func:`_check_matrix`, and every entry finite (else a ValueError naming the first one)."""
+    _check_matrix(x, name, layout)
+    if not np.isfinite(x).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+        raise ValueError(f"{name} must hold finite numbers, got {x[bad]} at index {bad}")
+    return x
+
+
 def _check_table_fields(table: Table) -> None:
     """A :class:`Table`'s name is a str, its labels tuples of strs, and its values a 2-D array
     with one row per row label and one column per column label."""
@@ -360,6 +369,9 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise WorkedExampleError(f"{path.name} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:  # a binary file: not text at all
+        raise WorkedExampleError(f"{path.name} is not a JSON text file (UTF-8), it holds bytes that are "
+                                 f"not text: {exc.reason} at byte {exc.start}") from None
     try:
         return parse_worked_example(data)
     except WorkedExampleError as exc:
@@ -367,15 +379,20 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
 
 
 # -- computing ------------------------------------------------------------------------
+def _check_example(example: object) -> None:
+    """``example`` is a :class:`WorkedExample` (what :func:`load_worked_example` returns)."""
+    if not isinstance(example, WorkedExample):
+        raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
+                        f"{type(example).__name__} {example!r:.60}")
+
+
 def compute_steps(example: WorkedExample) -> dict[str, Table]:
     """Every step, exactly (float64), with the course's ``scaled_dot_product_attention``.
 
     Keys: ``Q1 K1 V1 S1 A1 Output1``, the same for head 2 (and further heads),
     ``Concat`` and ``Final``. ``S`` are the scaled scores ``Q K^T / sqrt(d_k)``.
     """
-    if not isinstance(example, WorkedExample):
-        raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
-                        f"{type(example).__name__} {example!r:.60}")
+    _check_example(example)
     people = example.people
     x = torch.tensor(example.x.values, dtype=torch.float64)  # (T, d_model)
     steps: dict[str, Table] = {}
@@ -454,6 +471,7 @@ def recompute_from_article(example: WorkedExample) -> dict[str, Table]:
     this article, so it is the exact value. ``Output1`` uses the printed ``A1`` and ``V1``
     computed the article's way (this article does not print ``V1``).
     """
+    _check_example(example)
     a = {k: t.values for k, t in example.article.items()}
     x, (h1, h2) = example.x.values, example.heads[:2]
     values = {
@@ -510,8 +528,8 @@ def output_rounding_budget(weights: np.ndarray, values: np.ndarray) -> np.ndarra
     per entry, ``(T, T), (T, d_v) -> (T, d_v)``: every printed weight and value off by up
     to ``ROUNDING`` (first order), every product ``A_ij V_jc`` rounded to 3 decimals before
     the sum (``T`` more times ``ROUNDING``), and the result rounded once more. NumPy arrays."""
-    _check_matrix(weights, "weights", "(T, T)")
-    _check_matrix(values, "values", "(T, d_v)")
+    for name, x, layout in (("weights", weights, "(T, T)"), ("values", values, "(T, d_v)")):
+        _check_finite_matrix(x, name, layout)  # a NaN would make the whole budget NaN
     if weights.shape[1] != values.shape[0]:
         raise ValueError(f"weights (T, T) and values (T, d_v) must chain, got {weights.shape} "
                          f"and {values.shape}")
@@ -524,6 +542,7 @@ def side_by_side(example: WorkedExample, step: str, decimals: int | None = 3) ->
     """The article's table, the exact one and their difference, next to each other,
     rounded to ``decimals`` (None: unrounded, e.g. to format with ``shapes.frame_to_text``)."""
     decimals = _check_shown_decimals(decimals)
+    _check_example(example)
     if step not in example.article:
         raise KeyError(f"the article prints no table {step!r}; choose from {list(PRINTED_STEPS)}")
     printed = example.article[step]
