@@ -52,7 +52,7 @@ from course_utils.interp.patching import (
 from course_utils.model.checkpoint import load_checkpoint
 from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK, MIXTURE_TASK
 from course_utils.parallel import parallel_map
-from course_utils.tasks.synthetic import PAD_ID, InductionBatch, agreement_margins, induction_accuracy
+from course_utils.tasks.synthetic import BOS_ID, PAD_ID, InductionBatch, agreement_margins, induction_accuracy
 
 # Claims recomputed beyond what the lesson prints (training runs, ablations): minutes
 # of work in all. CI's slow stage runs them, one worker per file (the
@@ -227,7 +227,7 @@ def test_l1h2s_plural_default_comes_from_zero_and_word_level_means(agreement, re
     assert (min(d[1] for d in draws), max(d[1] for d in draws)) == (202, 217)
     for right_singular, right_plural in draws:  # about half of each (why: the donor test below)
         assert abs(right_singular / 427 - 0.5) < 0.06 and abs(right_plural / 452 - 0.5) < 0.06
-    # a mean over every word is not free of number: split by the subject's number it decides the verb
+    # a mean over every token is not free of number: split by the subject's number it decides the verb
     real = reference.tokens != PAD_ID
 
     def number_mean(plural, keep):
@@ -242,8 +242,12 @@ def test_l1h2s_plural_default_comes_from_zero_and_word_level_means(agreement, re
     pooled = mean_head_outputs(agreement, reference.tokens, keep=real)
     assert filled(pooled) == (50, 449), "the pooled word-level mean: the plural default"
     assert filled(words[0]) == (424, 28), "singular subjects only: the default flips to singular"
-    assert filled(sum(words) / 2) == (36, 451), "weighed 1:1 over every word: still the plural default"
+    assert filled(sum(words) / 2) == (36, 451), "weighed 1:1 over every token: still the plural default"
     assert filled(sum(verbs) / 2) == (166, 369), "weighed 1:1 at the verb-predicting position: no default"
+    # the pooled mean keeps <bos> (one real token in eight, the same output in every sentence)
+    assert 0.11 < float(((reference.tokens == BOS_ID) & real).sum() / real.sum()) < 0.13
+    words_only = mean_head_outputs(agreement, reference.tokens, keep=real & (reference.tokens != BOS_ID))
+    assert filled(words_only) == (121, 419), "<bos> left out: weaker, still plural"
 
 
 def test_resampled_l1h2_hands_over_the_donors_number(agreement, resample_setup):
