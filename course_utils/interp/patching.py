@@ -61,6 +61,7 @@ from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
+    _block_inputs,
     _check_evaluations,
     _check_heads,
     _check_importance,
@@ -840,16 +841,6 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
         logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"), dtype=scored.dtype)
         logits[torch.arange(len(at)), at] = scored
         return logits
-
-
-def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
-    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``,
-    read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``."""
-    L = model.config.num_layers
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
-    with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names=names)
-    return [cache[name] for name in names]
 
 
 def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
