@@ -177,6 +177,48 @@ def test_ablation_table_has_one_row_per_case_and_both_methods_run():
     assert zero.loc["L1H2", "loss"] != mean.loc["L1H2", "loss"]
 
 
+@pytest.mark.parametrize("method", ["zero", "mean"])
+def test_table_and_curve_rows_equal_measure_of_each_case(method):
+    # ablation_table and pruning_curve enter each run at the first block its heads change, from a
+    # stream computed before; every row must still be what measure gives for its heads.
+    model = tiny_model()
+    tokens, targets = tokens_and_targets()
+    evaluations = [loss_evaluation(tokens, targets),
+                   Evaluation(tokens[:3, :6], lambda logits: {"mean logit": float(logits.mean())})]
+    means = {0: mean_head_outputs(model, tokens_and_targets(seed=4)[0], per_position=True),
+             1: mean_head_outputs(model, tokens_and_targets(seed=5)[0])} if method == "mean" else None
+    cases = {"none": [], "L1H0": [(1, 0)], "L0H2": [(0, 2)], "L1H2+L0H1": [(1, 2), (0, 1)]}
+    table = ablation_table(model, evaluations, cases, method=method, means=means)
+    order = [(1, 1), (0, 0), (1, 2), (0, 2), (1, 0), (0, 1)]
+    counts = [4, 0, 2, 2, 6, 1]  # out of order, one repeated
+    curve = pruning_curve(model, evaluations, order, counts=counts, method=method, means=means)
+    assert curve["pruned"].tolist() == counts
+    for name, heads in cases.items():
+        expected = measure(model, evaluations, heads, method=method, means=means)
+        assert table.loc[name].to_dict() == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    for row, k in zip(curve.to_dict("records"), counts, strict=True):
+        expected = measure(model, evaluations, order[:k], method=method, means=means)
+        assert {name: row[name] for name in expected} == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_table_and_curve_run_the_blocks_below_the_changed_ones_once():
+    model = tiny_model()
+    tokens, targets = tokens_and_targets()
+    runs = {0: 0, 1: 0}
+
+    def count(x, hook):  # a hook that only records: the forward passes entering each block
+        runs[int(hook.name.split(".")[1])] += 1
+
+    cases = {"none": [], "L1H0": [(1, 0)], "L1H1": [(1, 1)]}
+    with model.hooks([("blocks.0.hook_resid_pre", count), ("blocks.1.hook_resid_pre", count)]):
+        ablation_table(model, loss_evaluation(tokens, targets), cases)
+    assert runs == {0: 1, 1: 3}  # block 0: the intact run only; block 1: it and the two cases
+    runs.update({0: 0, 1: 0})
+    with model.hooks([("blocks.0.hook_resid_pre", count), ("blocks.1.hook_resid_pre", count)]):
+        pruning_curve(model, loss_evaluation(tokens, targets), [(1, 0), (1, 1), (0, 0)])
+    assert runs == {0: 2, 1: 4}  # block 0: intact, then k = 3; block 1: intact, k = 1, 2, 3
+
+
 def test_mixture_batches_hold_both_tasks():
     task = MixtureTask()
     batch = task.sample(8, torch.Generator().manual_seed(0))

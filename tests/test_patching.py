@@ -291,6 +291,30 @@ def test_resampled_outputs_can_reuse_the_reference_run():
         resampled_outputs(model, lengths, reference, reference_lengths, 0, generator=draw())
 
 
+def test_the_patching_table_at_some_positions_enters_each_run_at_its_head():
+    # patching_table starts each patched run at the patched head's block, from the intact run
+    model = tiny_model()
+    tokens, _ = tokens_and_targets(seed=1)
+    source_tokens, _ = tokens_and_targets(seed=2)
+    where = torch.arange(tokens.shape[1]) >= 4
+
+    def metric(logits):
+        return float(logits[:, -1, 3].mean())
+
+    runs = {0: 0, 1: 0}
+
+    def count(x, hook):  # a hook that only records: the passes entering each block
+        runs[int(hook.name.split(".")[1])] += 1
+
+    with model.hooks([("blocks.0.hook_resid_pre", count), ("blocks.1.hook_resid_pre", count)]):
+        table = patching_table(model, tokens, source_tokens, metric, where=where)
+    assert runs == {0: 5, 1: 8}  # the source run, the intact run, then block 0 only for layer-0 heads
+    source = head_outputs(model, source_tokens)
+    for layer, head in all_heads(model):
+        patched = patched_logits(model, tokens, source, [(layer, head)], where=where)
+        assert table[layer, head] == pytest.approx(metric(patched), rel=1e-12, abs=1e-12)
+
+
 def test_the_patching_table_patches_one_head_at_a_time():
     model = tiny_model()
     tokens, _ = tokens_and_targets(seed=1)

@@ -273,11 +273,19 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
     if _check_method(method) == "zero" and means is not None:
         raise ValueError("means is used only by method='mean', but method is 'zero' (the default): pass "
                          "method='mean' to replace the heads' outputs by means, or drop means")
+    head_mask, edit_heads = _switched_off(model, heads, method, means, tokens.shape[1])
+    with torch.no_grad():
+        logits, _ = model(tokens, head_mask=head_mask, edit_heads=edit_heads)
+    return logits
+
+
+def _switched_off(model: TinyTransformer, heads: list[Head], method: str, means: Tensor | None,
+                  seq_len: int) -> tuple[Tensor | None, Callable[[int, Tensor], Tensor] | None]:
+    """The ``head_mask`` (zero) or ``edit_heads`` (mean) that switches ``heads`` off, for
+    sequences of ``seq_len`` tokens; the other of the two is None."""
     if method == "zero":
-        with torch.no_grad():
-            logits, _ = model(tokens, head_mask=gates_without(model, heads))
-        return logits
-    means = _check_means(means, model, tokens.shape[1])
+        return gates_without(model, heads), None
+    means = _check_means(means, model, seq_len)
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
@@ -291,9 +299,32 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
             outputs[:, head] = fill if fill.ndim == 1 else fill[: outputs.shape[2]]
         return outputs
 
+    return None, replace
+
+
+def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
+    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``,
+    read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``."""
+    L = model.config.num_layers
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
     with torch.no_grad():
-        logits, _ = model(tokens, edit_heads=replace)
-    return logits
+        _, cache = model.run_with_cache(tokens, names=names)
+    return [cache[name] for name in names]
+
+
+def _resumed_logits(model: TinyTransformer, inputs: list[Tensor], first: int, head_mask: Tensor | None,
+                    edit_heads: Callable[[int, Tensor], Tensor] | None) -> tuple[Tensor, list[Tensor]]:
+    """``model(tokens, head_mask=..., edit_heads=...)``'s logits, its forward path entered at block
+    ``first`` with ``inputs[first]``: ``inputs`` (as :func:`_block_inputs` gives them) are the
+    input to every block of a run whose blocks below ``first`` compute what this run's do, so the
+    same sums give the same numbers. Returns the logits and this run's ``L + 1`` inputs."""
+    gates = model._check_head_mask(head_mask)  # what forward() hands its hooks
+    x, seen = inputs[first], list(inputs[:first + 1])
+    with torch.no_grad(), model.hooks(model._head_hooks(gates, edit_heads)):
+        for block in model.blocks[first:]:
+            x, _, _ = block(x)
+            seen.append(x)
+        return model.unembed(model.ln_final(x)), seen
 
 
 # -- what to measure ---------------------------------------------------------------------
@@ -387,6 +418,34 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     return result
 
 
+def _measure_resumed(model: TinyTransformer, evaluations: list[Evaluation], heads: list[Head], method: str,
+                     means: dict[int, Tensor] | Tensor | None, streams: list[list[Tensor]], first: int,
+                     ) -> tuple[dict[str, float], list[list[Tensor]]]:
+    """:func:`measure`'s numbers, each evaluation's run entered at block ``first`` from
+    ``streams[i]``, the input to every block of a run that agrees with this one below ``first``
+    (:func:`_resumed_logits`); also returns this run's inputs, per evaluation."""
+    result: dict[str, float] = {}
+    seen = []
+    for i, evaluation in enumerate(evaluations):
+        fill = means.get(i) if isinstance(means, dict) else means
+        head_mask, edit_heads = _switched_off(model, heads, method, fill, evaluation.tokens.shape[1])
+        logits, inputs = _resumed_logits(model, streams[i], first, head_mask, edit_heads)
+        seen.append(inputs)
+        scores = _check_scores(evaluation.score(logits), i)
+        repeated = sorted(set(scores) & set(result))
+        if repeated:
+            raise ValueError(f"evaluations[{i}].score returned {repeated}, which an earlier evaluation "
+                             "also returned: give each evaluation's numbers their own names "
+                             "(e.g. 'loss_induction', 'loss_agreement')")
+        result.update(scores)
+    return result, seen
+
+
+def _lowest_layer(model: TinyTransformer, heads: Sequence[Head]) -> int:
+    """The first block ``heads`` change (``L`` for none): below it the run is the intact one."""
+    return min((layer for layer, _ in heads), default=model.config.num_layers)
+
+
 def _check_scores(scores: object, i: int) -> dict[str, float]:
     """What ``evaluations[i].score`` returned: a dict ``{name (str): number}``."""
     if not isinstance(scores, dict) or not all(isinstance(k, str) for k in scores):
@@ -408,7 +467,17 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     if not isinstance(cases, dict) or not cases:
         raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
                         f"{type(cases).__name__} {cases!r:.60}")
-    rows = {name: measure(model, evaluations, heads, method=method, means=means)
+    evaluations = _check_evaluations(evaluations)
+    _check_model(model)
+    _check_method(method)
+    cases = {name: _check_heads(heads, model) for name, heads in cases.items()}
+    for evaluation in evaluations:
+        _check_tokens(evaluation.tokens, "tokens")
+    # Each case starts at the first block its heads change, from the intact run's stream there
+    # (one intact run per evaluation): the blocks below it would compute the same numbers again.
+    intact = [_block_inputs(model, e.tokens) for e in evaluations]
+    rows = {name: _measure_resumed(model, evaluations, heads, method, means, intact,
+                                   _lowest_layer(model, heads))[0]
             for name, heads in cases.items()}
     return pd.DataFrame.from_dict(rows, orient="index")
 
@@ -513,10 +582,17 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
         raise ValueError(f"order lists a head twice: {', '.join(head_name(*h) for h in twice)} "
                          f"(in an order of {len(order)} heads)")
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
+    evaluations = _check_evaluations(evaluations)
+    _check_method(method)
+    for evaluation in evaluations:
+        _check_tokens(evaluation.tokens, "tokens")
     total = len(all_heads(model))
-    rows = []
-    for k in counts:
-        row = {"pruned": k, "fraction": k / total}
-        row.update(measure(model, evaluations, order[:k], method=method, means=means))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    # k heads off is k' < k heads off plus order[k':k]: the run for k starts at the first block
+    # those change, from the run for k' (the largest k' measured so far; 0: the intact run).
+    streams, done = [_block_inputs(model, e.tokens) for e in evaluations], 0
+    rows = {}
+    for k in sorted(set(counts)):
+        numbers, streams = _measure_resumed(model, evaluations, order[:k], method, means, streams,
+                                            _lowest_layer(model, order[done:k]))
+        rows[k], done = {"pruned": k, "fraction": k / total} | numbers, k
+    return pd.DataFrame([rows[k] for k in counts])

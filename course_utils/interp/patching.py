@@ -61,6 +61,7 @@ from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
+    _block_inputs,
     _check_evaluations,
     _check_heads,
     _check_importance,
@@ -70,6 +71,7 @@ from .ablation import (
     _check_scores,
     _check_tokens,
     _described,
+    _resumed_logits,
     head_name,
     head_outputs,
     importance_order,
@@ -202,6 +204,14 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
     heads = _check_heads(heads, model)
     _check_source_outputs(source_outputs, model, tokens)
     where = None if where is None else _check_where(where, tokens)
+    with torch.no_grad():
+        logits, _ = model(tokens, edit_heads=_patching_edit(source_outputs, heads, where))
+    return logits
+
+
+def _patching_edit(source_outputs: Tensor, heads: list[Head], where: Tensor | None
+                   ) -> Callable[[int, Tensor], Tensor]:
+    """:func:`patched_logits`' ``edit_heads``: ``heads`` output ``source_outputs`` at ``where``."""
     layers = _by_layer(heads)
 
     def edit(layer: int, outputs: Tensor) -> Tensor:  # outputs: (B, h, T, dk)
@@ -214,9 +224,7 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
                                                                         outputs[:, head])
         return outputs
 
-    with torch.no_grad():
-        logits, _ = model(tokens, edit_heads=edit)
-    return logits
+    return edit
 
 
 def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor,
@@ -231,12 +239,15 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     if source_tokens.shape != tokens.shape:
         raise ValueError(f"source_tokens {tuple(source_tokens.shape)} must be shaped like tokens "
                          f"{tuple(tokens.shape)}: the two runs are compared position by position")
+    where = None if where is None else _check_where(where, tokens)
     source = head_outputs(model, source_tokens)  # (L, B, h, T, dk)
+    intact = _block_inputs(model, tokens)  # below a patched head's layer, each run is this one
     cfg = model.config
     table = torch.zeros(cfg.num_layers, cfg.num_heads)
     for layer in range(cfg.num_layers):
         for head in range(cfg.num_heads):
-            value = metric(patched_logits(model, tokens, source, [(layer, head)], where=where))
+            edit = _patching_edit(source, [(layer, head)], where)
+            value = metric(_resumed_logits(model, intact, layer, None, edit)[0])
             table[layer, head] = check_real(value, f"metric(logits) with {head_name(layer, head)} patched")
     return table
 
@@ -840,16 +851,6 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
         logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"), dtype=scored.dtype)
         logits[torch.arange(len(at)), at] = scored
         return logits
-
-
-def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
-    """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``,
-    read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``."""
-    L = model.config.num_layers
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
-    with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names=names)
-    return [cache[name] for name in names]
 
 
 def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
