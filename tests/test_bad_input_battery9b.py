@@ -1,0 +1,123 @@
+"""Battery 9's leftovers in the scripts, CLIs and interp helpers (issue 38): a write through a
+link, hangs, silent commands and helpers that gave a wrong result or a raw error. Each is now
+refused by name (what was expected, what arrived) before anything is written, or done right."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))
+
+import exercise_answers  # noqa: E402
+import nbgrader_tools  # noqa: E402
+
+
+def _tree(folder: Path) -> dict[str, bytes | str]:
+    """Every path under ``folder``: a file's bytes, a link's target, a folder's mark."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        key = str(path.relative_to(folder))
+        found[key] = (f"-> {path.readlink()}" if path.is_symlink() else
+                      "<folder>" if path.is_dir() else path.read_bytes())
+    return found
+
+
+@pytest.fixture
+def course(tmp_path, monkeypatch):
+    """A copy of the lessons, student copies and INSTRUCTORS.md that release works on."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for folder in ("notebooks", "student"):
+        shutil.copytree(ROOT / folder, clone / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copy(ROOT / "INSTRUCTORS.md", clone / "INSTRUCTORS.md")
+    monkeypatch.setattr(nbgrader_tools, "ROOT", clone)
+    monkeypatch.setattr(nbgrader_tools, "NOTEBOOKS", clone / "notebooks")
+    monkeypatch.setattr(nbgrader_tools, "STUDENT", clone / "student")
+    monkeypatch.setattr(nbgrader_tools, "INSTRUCTORS", clone / "INSTRUCTORS.md")
+    return clone
+
+
+# -- 1. data loss and crashes of release, table and build -----------------------------------------
+@pytest.mark.slow
+def test_release_replaces_a_student_link_and_never_writes_through_it(course, tmp_path, capsys):
+    """A link at student/05 pointing outside the clone: release wrote the student notebook into
+    the file outside. Now the link is replaced by the file, as publish and notebook_tools do."""
+    student = sorted((course / "student").glob("05_*.ipynb"))[0]
+    expected = student.read_bytes()
+    outside = tmp_path / "outside.ipynb"
+    outside.write_text("OUTSIDE\n")
+    student.unlink()
+    student.symlink_to(outside)
+    assert nbgrader_tools.main(["release"]) == 0, capsys.readouterr().err
+    assert outside.read_text() == "OUTSIDE\n"
+    assert not student.is_symlink() and student.read_bytes() == expected
+    assert f"wrote student/{student.name}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_release_with_a_folder_for_a_student_notebook_names_it_and_writes_nothing(course, capsys):
+    student = sorted((course / "student").glob("05_*.ipynb"))[0]
+    student.unlink()
+    student.mkdir()
+    lesson = sorted((course / "notebooks").glob("01_*.ipynb"))[0]
+    nb = nbformat.read(lesson, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("an edit that release would write"))
+    nbformat.write(nb, lesson)
+    before = _tree(course)
+    assert nbgrader_tools.main(["release"]) == 1
+    err = capsys.readouterr().err
+    assert str(student) in err and "is a folder" in err and "nothing was written" in err, err
+    assert "Traceback" not in err and _tree(course) == before
+
+
+def test_a_solution_region_with_no_end_is_named_by_file_cell_and_line():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Lesson"),
+                nbformat.v4.new_code_cell("def f(x):\n    ### BEGIN SOLUTION\n    return x\n")]
+    with pytest.raises(nbgrader_tools.FormatError,
+                       match=r"06_x\.ipynb: cell 2, line 2: ### BEGIN SOLUTION with no ### END SOLUTION"):
+        nbgrader_tools.convert(nb, "06_x.ipynb")
+
+
+def test_table_write_with_instructors_a_folder_is_refused_by_name(course, capsys):
+    (course / "INSTRUCTORS.md").unlink()
+    (course / "INSTRUCTORS.md").mkdir()
+    assert nbgrader_tools.main(["table", "--write"]) == 1
+    err = capsys.readouterr().err
+    assert "INSTRUCTORS.md: is a folder, expected a file" in err and "nothing was written" in err, err
+
+
+@pytest.mark.parametrize("drop", [0, 1])
+def test_table_write_without_its_markers_names_the_missing_one(course, capsys, drop):
+    """The markers gone, `table --write` said "INSTRUCTORS.md was current" and wrote nothing."""
+    instructors = course / "INSTRUCTORS.md"
+    marker = nbgrader_tools.TABLE_MARKERS[drop]
+    instructors.write_text(instructors.read_text().replace(marker, ""))
+    before = instructors.read_bytes()
+    assert nbgrader_tools.main(["table", "--write"]) == 1
+    err = capsys.readouterr().err
+    assert f"lacks the marker line(s) {marker}" in err and "nothing was written" in err, err
+    assert instructors.read_bytes() == before
+    assert nbgrader_tools.main(["release"]) == 1  # refused before any lesson is written
+    assert "lacks the marker" in capsys.readouterr().err
+
+
+def test_exercise_answers_build_with_the_store_a_file_is_refused_before_building(tmp_path, monkeypatch,
+                                                                                capsys):
+    store = tmp_path / "answers"
+    store.write_text("not a folder\n")
+    monkeypatch.setattr(exercise_answers.answers, "ANSWERS_DIR", store)
+    monkeypatch.setattr(exercise_answers, "_attached_solutions", lambda: None)
+    monkeypatch.setattr(exercise_answers, "compute", lambda: pytest.fail("built before the check"))
+    assert exercise_answers.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert f"{store} is a file, not a folder" in err and "no stored answer was written" in err, err
+    assert store.read_text() == "not a folder\n"
+
