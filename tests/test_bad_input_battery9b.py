@@ -121,3 +121,39 @@ def test_exercise_answers_build_with_the_store_a_file_is_refused_before_building
     assert f"{store} is a file, not a folder" in err and "no stored answer was written" in err, err
     assert store.read_text() == "not a folder\n"
 
+
+# -- 2. hangs: every count option has a ceiling when parsed ---------------------------------------
+@pytest.mark.parametrize("option", ["--agreement-steps", "--induction-max-steps"])
+def test_bench_train_steps_beyond_the_ceiling_are_refused_when_parsed(option, capsys, monkeypatch):
+    """`bench train --agreement-steps 10**12` was accepted and trained until killed."""
+    from course_utils.bench import train_speed
+    from course_utils.bench.cli import main
+
+    monkeypatch.setattr(train_speed, "bench_training", lambda *a, **k: pytest.fail("it trained"))
+    with pytest.raises(SystemExit) as stop:
+        main(["train", option, str(10**12), "--seeds", "0"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and "at most 100,000 steps" in err and "'1000000000000'" in err, err
+
+
+def test_bench_memory_timeout_has_a_ceiling(capsys):
+    from course_utils.bench.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["memory", "--timeout", str(10**30)])
+    err = capsys.readouterr().err
+    assert "--timeout" in err and "at most 604,800 seconds" in err, err
+    assert build_parser().parse_args(["memory", "--timeout", "60"]).timeout == 60
+
+
+def test_train_steps_beyond_the_ceiling_are_refused_before_training(capsys):
+    from course_utils.model import train
+
+    with pytest.raises(SystemExit) as stop:
+        train.main(["induction", "--steps", str(10**30), "--no-progress"])
+    assert stop.value.code == 2
+    assert f"--steps must be an int in 1..{train.MAX_STEPS}, got {10**30}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"steps must be an int in 1\.\.100000, got 100001"):
+        train.TrainConfig(steps=100_001)
+
