@@ -631,6 +631,19 @@ def write_table() -> bool:
     return new != text
 
 
+def _course_dir_problem(text: str) -> str | None:
+    """Why ``text`` cannot be ``source``'s COURSE_DIR, or None: an empty name (which Path reads as
+    the current folder) or the clone itself would get source/, the grader's secrets and
+    nbgrader_config.py written among the course's own files."""
+    if not text.strip():
+        return (f"COURSE_DIR is empty ({text!r}); give the nbgrader course folder to write, outside "
+                "this clone, e.g. ../mha-course")
+    if Path(text).resolve() == ROOT.resolve():
+        return (f"COURSE_DIR {text!r} is this clone's own folder; give the nbgrader course folder to "
+                "write, outside the clone, e.g. ../mha-course")
+    return None
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -683,6 +696,10 @@ def main(argv: list[str]) -> int:
             if len(args) != 1:
                 print("usage: nbgrader_tools.py source COURSE_DIR (an nbgrader course directory)",
                       file=sys.stderr)
+                return 2
+            problem = _course_dir_problem(args[0])
+            if problem:
+                print(f"source: {problem}; nothing was written", file=sys.stderr)
                 return 2
             course_dir = Path(args[0])
             above = course_dir

@@ -157,3 +157,19 @@ def test_train_steps_beyond_the_ceiling_are_refused_before_training(capsys):
     with pytest.raises(ValueError, match=r"steps must be an int in 1\.\.100000, got 100001"):
         train.TrainConfig(steps=100_001)
 
+
+# -- 3. silent commands -------------------------------------------------------------------------
+@pytest.mark.parametrize("course_dir", ["", "  ", str(ROOT)])
+def test_source_into_an_empty_name_or_the_clone_is_refused(course_dir, capsys, monkeypatch):
+    """`nbgrader_tools source ''` wrote source/, the grader's salts and nbgrader_config.py into
+    the current folder (the clone's root)."""
+    monkeypatch.setattr(nbgrader_tools, "fill_course_source", lambda *a: pytest.fail("it wrote"))
+    assert nbgrader_tools.main(["source", course_dir]) == 2
+    err = capsys.readouterr().err
+    assert "COURSE_DIR" in err and repr(course_dir) in err and "outside" in err, err
+    assert "nothing was written" in err
+
+
+def test_the_graders_secrets_are_ignored_by_git():
+    lines = [line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()]
+    assert ".course_grader.json" in lines
