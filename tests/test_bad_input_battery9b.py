@@ -159,6 +159,23 @@ def test_train_steps_beyond_the_ceiling_are_refused_before_training(capsys):
 
 
 # -- 3. silent commands -------------------------------------------------------------------------
+@pytest.mark.parametrize("ending", ["/", "\\"])
+def test_train_out_with_a_trailing_slash_is_refused_by_name(tmp_path, capsys, ending):
+    """`train --out /tmp/x/` (a new folder meant) wrote /tmp/x.safetensors and /tmp/x.json."""
+    from course_utils.model import train
+    from course_utils.model.checkpoint import checkpoint_paths
+
+    out = f"{tmp_path / 'new'}{ending}"
+    with pytest.raises(SystemExit) as stop:
+        train.main(["induction", "--steps", "1", "--no-progress", "--out", out])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--out {out!r} ends in a slash, so it names a folder" in err and "induction" in err, err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="ends in a slash, so it names a folder"):
+        checkpoint_paths(out)
+
+
 @pytest.mark.parametrize("course_dir", ["", "  ", str(ROOT)])
 def test_source_into_an_empty_name_or_the_clone_is_refused(course_dir, capsys, monkeypatch):
     """`nbgrader_tools source ''` wrote source/, the grader's salts and nbgrader_config.py into

@@ -705,6 +705,9 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
 
     from .checkpoint import _check_save_targets, _check_task_of_target, checkpoint_paths
 
+    if out.endswith(("/", "\\")):  # a new folder meant: the files would land beside it
+        raise ValueError(f"--out {out!r} ends in a slash, so it names a folder; give a path stem inside it, "
+                         f"e.g. {out}{task} (writes {task}.safetensors and {task}.json there)")
     if Path(out).is_dir():  # a stem names two files; a folder would get them beside it, not in it
         raise ValueError(f"--out {out!r} is a folder; give a path stem inside it, e.g. "
                          f"{Path(out) / task} (writes {task}.safetensors and {task}.json there)")
