@@ -190,3 +190,46 @@ def test_source_into_an_empty_name_or_the_clone_is_refused(course_dir, capsys, m
 def test_the_graders_secrets_are_ignored_by_git():
     lines = [line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()]
     assert ".course_grader.json" in lines
+
+
+def _publish_copy(tmp_path: Path) -> Path:
+    import publish
+
+    copy = tmp_path / "published"
+    copy.mkdir()
+    for name in ("README.md", "pyproject.toml"):
+        shutil.copy(ROOT / name, copy / name)
+    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests", "data"):  # files lessons link to
+        shutil.copytree(ROOT / folder, copy / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    return copy
+
+
+def test_publish_with_nothing_changed_writes_nothing(tmp_path, capsys):
+    """`course.py publish` with the config unchanged rewrote all 8 lessons (the set-up cell's
+    execution_count 1 -> null) while `publish --check` said everything agreed."""
+    import publish
+
+    copy = _publish_copy(tmp_path)
+    executed = [p for p in sorted((copy / "notebooks").glob("*.ipynb"))
+                if any(publish._tagged(c, publish.SETUP_TAG) and c.execution_count
+                       for c in nbformat.read(p, as_version=4).cells)]
+    assert executed, "no lesson stores an executed set-up cell: this test checks nothing"
+    assert publish.main(["--check"], root=copy) == 0
+    before = _tree(copy)
+    assert publish.main([], root=copy) == 0
+    assert "nothing to change" in capsys.readouterr().out
+    assert _tree(copy) == before
+
+
+def test_publish_to_a_new_tag_clears_the_old_setup_run(tmp_path):
+    """The set-up cell's source changes with the tag: the old count and outputs belong to the
+    old code, so they go."""
+    import publish
+
+    copy = _publish_copy(tmp_path)
+    assert publish.main(["--repo", "someone/elsewhere", "--tag", "v9.9.9"], root=copy) == 0
+    for path in sorted((copy / "notebooks").glob("*.ipynb")):
+        setup = [c for c in nbformat.read(path, as_version=4).cells if publish._tagged(c, publish.SETUP_TAG)]
+        assert setup and all(c.execution_count is None and c.outputs == [] for c in setup), path.name
+        assert all("v9.9.9" in c.source or "someone/elsewhere" in c.source for c in setup), setup[0].source
