@@ -233,3 +233,117 @@ def test_publish_to_a_new_tag_clears_the_old_setup_run(tmp_path):
         setup = [c for c in nbformat.read(path, as_version=4).cells if publish._tagged(c, publish.SETUP_TAG)]
         assert setup and all(c.execution_count is None and c.outputs == [] for c in setup), path.name
         assert all("v9.9.9" in c.source or "someone/elsewhere" in c.source for c in setup), setup[0].source
+
+
+# -- 4. interp helpers: silent results, sizes beyond memory, raw errors ---------------------------
+def _interp_cases():
+    import math
+
+    import torch
+
+    from course_utils.interp import ablation as A
+    from course_utils.interp import circuits as C
+    from course_utils.interp import heatmaps as H
+    from course_utils.interp import patching as P
+    from course_utils.interp import scores as S
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)
+    model = TinyTransformer(config).eval()
+    tokens = torch.randint(0, 10, (2, 6))
+    targets = torch.randint(0, 10, (2, 6))
+    evaluation = A.loss_evaluation(tokens, targets)
+    weights = torch.softmax(torch.randn(2, 2, 5, 5), -1)
+    grid = [torch.softmax(torch.randn(1, 2, 6, 6), -1)]
+    two_heads = [(0, 0), (0, 1)]
+    inf_diagonal = torch.where(torch.eye(4, dtype=torch.bool), math.inf, 0.0)
+    return [  # (id, call, error, words: the argument, what was expected, what arrived)
+        ("mean_by_group decimals 400",
+         lambda: S.mean_by_group({"a": [1.0, 2.0]}, {"g": ["x", "y"]}, decimals=400),
+         ValueError, ["decimals", "0..15", "400"]),
+        ("head_score_table decimals 400",
+         lambda: S.head_score_table({"induction": torch.rand(2, 2)}, decimals=400),
+         ValueError, ["decimals", "0..15", "400"]),
+        ("mean_by_group NaN label",
+         lambda: S.mean_by_group({"a": [1.0, 2.0, 3.0]}, {"g": ["x", math.nan, None]}),
+         ValueError, ["groups['g']", "label", "NaN or None", "[1, 2]"]),
+        ("mean_by_group str values", lambda: S.mean_by_group({"a": "ab"}, {"g": ["x", "y"]}),
+         TypeError, ["values['a']", "numbers, one per sequence", "str 'ab'"]),
+        ("agreement_score empty positions", lambda: S.agreement_score(weights, [], []),
+         ValueError, ["query_positions", "one position per sequence", "expected 2", "got none"]),
+        ("induction_positions huge", lambda: S.induction_positions(10**12, 2, start=0),
+         ValueError, ["seq_len", "GiB", "memory"]),
+        ("induction_key_mask huge", lambda: S.induction_key_mask(10**12, 2, start=0),
+         ValueError, ["seq_len", "GiB", "1,000,000,000,000"]),
+        ("ideal_pattern huge", lambda: S.ideal_pattern("previous token", 10**6),
+         ValueError, ["seq_len", "GiB", "1,000,000"]),
+        ("chance_level huge", lambda: S.chance_level("previous token", 10**15),
+         ValueError, ["seq_len", "GiB"]),
+        ("chance_level start -1", lambda: S.chance_level("first token", 8, start=-1),
+         ValueError, ["start", ">= 0", "-1"]),
+        ("pruning_curve repeated count", lambda: A.pruning_curve(model, evaluation, two_heads, counts=[1, 1]),
+         ValueError, ["counts", "distinct", "repeats [1]"]),
+        ("pruning_curve no count", lambda: A.pruning_curve(model, evaluation, two_heads, counts=[]),
+         ValueError, ["counts", "at least one", "[]"]),
+        ("prunable_counts repeated head", lambda: P.prunable_counts(model, evaluation, [[(0, 0), (0, 0)]],
+                                                                    lambda numbers: True),
+         ValueError, ["orders[0]", "distinct heads", "repeats [(0, 0)]"]),
+        ("losses_along_orders repeated head", lambda: P.losses_along_orders(model, tokens, targets,
+                                                                            [[(0, 1)], [(1, 0), (1, 0)]], 1),
+         ValueError, ["orders[1]", "distinct heads", "repeats [(1, 0)]"]),
+        ("frozen_final_norm inf stream", lambda: C.frozen_final_norm(model, torch.full((2, 8), math.inf),
+                                                                     torch.ones(2, 8)),
+         ValueError, ["stream", "finite", "inf at index (0, 0)"]),
+        ("plot_head inf weight", lambda: H.plot_head(inf_diagonal, list("abcd")),
+         ValueError, ["weights", "[0, 1]", "inf at (query, key) (0, 0)"]),
+        ("plot_all_heads huge panel", lambda: H.plot_all_heads(grid, list("abcdef"), panel_size=10**6),
+         ValueError, ["panel_size", "pixels", "65,536"]),
+        ("resampled_rows bool lengths", lambda: P.resampled_rows(torch.tensor([True]), torch.tensor([1]),
+                                                                 generator=torch.Generator()),
+         ValueError, ["lengths", "integer tensor", "torch.bool"]),
+        ("resampled_outputs huge seq_len", lambda: P.resampled_outputs(
+            model, torch.tensor([6]), tokens, torch.tensor([6, 6]), 10**9, generator=torch.Generator()),
+         ValueError, ["seq_len", "GiB", "1,000,000,000"]),
+        ("mean_head_outputs keep on meta", lambda: A.mean_head_outputs(
+            model, tokens, keep=torch.ones(2, 6, dtype=torch.bool, device="meta")),
+         ValueError, ["keep", "meta device", "(2, 6)"]),
+        ("direct_logit_attribution edit_heads 3", lambda: P.direct_logit_attribution(
+            model, tokens, torch.tensor([1, 2]), torch.ones(10), edit_heads=3),
+         TypeError, ["edit_heads", "a function (layer, heads)", "int 3"]),
+        ("resampled_one_at_a_time positions 99", lambda: P.resampled_one_at_a_time(
+            model, tokens, A.head_outputs(model, tokens), torch.zeros(1, 2, dtype=torch.long), [(0, 0)],
+            positions=torch.tensor([99, 0])),
+         ValueError, ["positions", "0..5", "99"]),
+    ]
+
+
+INTERP = _interp_cases()
+
+
+@pytest.mark.parametrize("call, error, words", [c[1:] for c in INTERP], ids=[c[0] for c in INTERP])
+def test_an_interp_helper_refuses_by_name(call, error, words):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with pytest.raises(error) as caught:
+        call()
+    missing = [w for w in words if w not in str(caught.value)]
+    assert not missing, f"{missing} not in {caught.value}"
+
+
+def test_the_bounded_interp_helpers_still_take_what_they_should():
+    import math
+
+    import torch
+
+    from course_utils.interp import scores as S
+
+    table = S.mean_by_group({"a": [1.0, 2.0, 4.0]}, {"g": ["x", "y", "y"]}, decimals=15)
+    assert table.loc["y", "a"] == 3.0 and table.loc["y", "sentences"] == 2
+    assert S.mean_by_group({"a": [1.0, 2.0]}, {"g": (g for g in (0, 0))}).loc[0, "a"] == 1.5  # any iterable
+    assert 0 < S.chance_level("first token", 8, start=0) < 1
+    queries, keys = S.induction_positions(9, 3, start=1)
+    assert queries.tolist() == [4, 5, 6, 7, 8] and keys.tolist() == [2, 3, 4, 5, 6]
+    table = S.head_score_table({"induction": torch.rand(2, 2)}, decimals=15)
+    assert not math.isnan(table["top score"].iloc[0])
