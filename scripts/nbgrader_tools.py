@@ -117,7 +117,10 @@ def _split_legacy_cell(cell: nbformat.NotebookNode) -> nbformat.NotebookNode | N
     solution cell holds no check.
     """
     lines = cell.source.rstrip().splitlines()
-    end = max(i for i, line in enumerate(lines) if line.strip().startswith(END))
+    ends = [i for i, line in enumerate(lines) if line.strip().startswith(END)]
+    if not ends:  # unpaired markers: convert names the cell ("unmatched solution markers")
+        return None
+    end = ends[-1]
     tail = [line for line in lines[end + 1:] if line.strip() and not line.startswith((" ", "\t"))]
     calls = [line for line in tail if CHECK_CALL.match(line.strip())]
     if not calls:

@@ -347,3 +347,12 @@ def test_the_bounded_interp_helpers_still_take_what_they_should():
     assert queries.tolist() == [4, 5, 6, 7, 8] and keys.tolist() == [2, 3, 4, 5, 6]
     table = S.head_score_table({"induction": torch.rand(2, 2)}, decimals=15)
     assert not math.isnan(table["top score"].iloc[0])
+
+
+def test_a_solution_marker_after_code_with_no_end_is_named_too():
+    """A BEGIN that is not at the start of its line passes the line check, and met max() of an
+    empty sequence when the check call was split off."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("def f(x):\n    y = x  ### BEGIN SOLUTION\n    return y\n")]
+    with pytest.raises(nbgrader_tools.FormatError, match=r"06_x\.ipynb, cell 0: unmatched solution markers"):
+        nbgrader_tools.convert(nb, "06_x.ipynb")
