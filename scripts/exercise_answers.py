@@ -190,6 +190,21 @@ def _attached_solutions() -> None:
         raise SolutionsProblem(f"solutions/ cannot be attached ({type(exc).__name__}: {exc})") from None
 
 
+def _unwritable_store() -> str | None:
+    """Why the store cannot be written (its folder a file or a broken link, a lessonNN.pt a
+    folder), checked before the slow build; None when it can."""
+    folder = answers.ANSWERS_DIR
+    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+        kind = "a broken link" if not folder.exists() else "a file, not a folder"
+        return f"{shown} is {kind}; the stored answers go in that folder: move it away and build again"
+    for lesson in sorted({key.split(".")[0] for key in all_exercises()}):
+        path = folder / f"{lesson}.pt"
+        if path.is_dir() and not path.is_symlink():
+            return f"{shown / path.name} is a folder, expected a file to replace: move it away"
+    return None
+
+
 def main(argv: list[str]) -> int:
     if argv in (["build"], ["check"]):
         try:
@@ -198,6 +213,10 @@ def main(argv: list[str]) -> int:
             print(f"exercise_answers {argv[0]}: {exc}; no stored answer was written", file=sys.stderr)
             return 1
     if argv == ["build"]:
+        problem = _unwritable_store()
+        if problem:
+            print(f"exercise_answers build: {problem}; no stored answer was written", file=sys.stderr)
+            return 1
         for lesson, data in compute().items():
             path = answers.ANSWERS_DIR / f"{lesson}.pt"
             _write_atomically(path, data)

@@ -117,7 +117,10 @@ def _split_legacy_cell(cell: nbformat.NotebookNode) -> nbformat.NotebookNode | N
     solution cell holds no check.
     """
     lines = cell.source.rstrip().splitlines()
-    end = max(i for i, line in enumerate(lines) if line.strip().startswith(END))
+    ends = [i for i, line in enumerate(lines) if line.strip().startswith(END)]
+    if not ends:  # unpaired markers: convert names the cell ("unmatched solution markers")
+        return None
+    end = ends[-1]
     tail = [line for line in lines[end + 1:] if line.strip() and not line.startswith((" ", "\t"))]
     calls = [line for line in tail if CHECK_CALL.match(line.strip())]
     if not calls:
@@ -151,6 +154,10 @@ def convert(nb: nbformat.NotebookNode, name: str = "notebook",
     Every other cell loses any nbgrader metadata, so the result depends only on the
     cells' text: converting twice gives the same notebook. Raises :class:`FormatError`.
     """
+    try:  # an unpaired marker: named by cell and line before any splitting
+        _notebook_tools().check_solution_markers(nb, name)
+    except _notebook_tools().ToolError as exc:
+        raise FormatError(str(exc)) from None
     nb = copy.deepcopy(nb)
     lesson = re.match(r"(\d\d)", name)
     lesson_id = f"lesson{lesson.group(1)}" if lesson else "lesson"
@@ -526,25 +533,44 @@ def release(*, write: bool = True) -> list[str]:
     students = student_notebooks(converted)
     unreadable: dict[str, str] = {}
     stale_copies = stale_students(students, STUDENT, unreadable)
+    texts: dict[Path, str] = {}
+    removed: list[Path] = []
     for path, original in originals.items():  # nothing is written before here
         nb = converted[path.name]
         if not _same(nb, original):
             changed.append(_shown(path))
-            if write:
-                nbformat.write(nb, path)
+            texts[path] = _notebook_tools().notebook_text(nb)
     for stale in stale_copies:
         path = Path(stale)
-        if not write:
-            why = unreadable.get(stale)
-            changed.append(str(path.relative_to(ROOT)) + (f" (unreadable: {why})" if why else ""))
-            continue
-        changed.append(str(path.relative_to(ROOT)))
+        why = None if write else unreadable.get(stale)
+        changed.append(_shown(path) + (f" (unreadable: {why})" if why else ""))
         if path.name in students:
-            STUDENT.mkdir(exist_ok=True)
-            nbformat.write(students[path.name], path)
+            texts[path] = _notebook_tools().notebook_text(students[path.name])
         else:  # a lesson that was renamed or removed
-            path.unlink()
+            removed.append(path)
+    if write:
+        _write_release(texts, removed)
     return changed
+
+
+def _write_release(texts: dict[Path, str], removed: list[Path]) -> None:
+    """Write the lessons and student copies all or nothing, through the writer publish and
+    notebook_tools use: a link at a student copy is replaced by the file, never written through
+    (it may point outside the clone); a folder there is a :class:`ReleaseError`, every file as
+    it was."""
+    tools = _notebook_tools()
+    for path in removed:
+        if path.is_dir() and not path.is_symlink():
+            raise ReleaseError(f"{_shown(path)} is a folder where release removes an old student notebook; "
+                               "move it away and release again")
+    if any(path.parent == STUDENT for path in texts):
+        STUDENT.mkdir(exist_ok=True)
+    try:
+        tools.write_all_atomically(texts)
+    except tools.ToolError as exc:
+        raise ReleaseError(str(exc)) from None
+    for path in removed:
+        path.unlink()  # a file or a link: a folder named *.ipynb was refused before writing
 
 
 def exercise_rows() -> list[ExerciseRow]:
@@ -568,14 +594,57 @@ def table() -> str:
     return "\n".join(lines)
 
 
+TABLE_MARKERS = ("<!-- exercise-table -->", "<!-- /exercise-table -->")
+
+
+TABLE_REGION = re.compile(r"(<!-- exercise-table -->\n).*?(<!-- /exercise-table -->)", re.DOTALL)
+
+
+def instructors_text() -> str:
+    """INSTRUCTORS.md's text, checked to hold the exercise table's markers. A
+    :class:`ReleaseError` when it cannot be read (a folder, a link to nothing) or lacks a
+    marker: the table would otherwise be left out without a word."""
+    tools = _notebook_tools()
+    try:
+        text = tools.read_text(INSTRUCTORS, "file")
+    except tools.ToolError as exc:
+        raise ReleaseError(f"{exc}; the exercise table goes in that file") from None
+    if not TABLE_REGION.search(text):
+        missing = [m for m in TABLE_MARKERS if m not in text]
+        fault = (f"lacks the marker line(s) {' and '.join(missing)}" if missing else
+                 f"does not have {TABLE_MARKERS[0]} on a line of its own before {TABLE_MARKERS[1]}")
+        raise ReleaseError(f"{_shown(INSTRUCTORS)} {fault}; the exercise table goes between them: "
+                           "put them back")
+    return text
+
+
+def table_texts() -> tuple[str, str]:
+    """INSTRUCTORS.md's text now and with its exercise table made anew (see
+    :func:`instructors_text` for what is refused)."""
+    text = instructors_text()
+    return text, TABLE_REGION.sub(lambda m: m[1] + table() + "\n" + m[2], text)
+
+
 def write_table() -> bool:
-    """Replace the table between INSTRUCTORS.md's markers; True when the file changed."""
-    text = INSTRUCTORS.read_text()
-    new = re.sub(r"(<!-- exercise-table -->\n).*?(<!-- /exercise-table -->)",
-                 lambda m: m[1] + table() + "\n" + m[2], text, flags=re.DOTALL)
+    """Replace the table between INSTRUCTORS.md's markers; True when the file changed.
+    Refused (a :class:`ReleaseError`, nothing written) as :func:`table_texts` says."""
+    text, new = table_texts()
     if new != text:
-        INSTRUCTORS.write_text(new)
+        _notebook_tools().write_atomically(INSTRUCTORS, new)
     return new != text
+
+
+def _course_dir_problem(text: str) -> str | None:
+    """Why ``text`` cannot be ``source``'s COURSE_DIR, or None: an empty name (which Path reads as
+    the current folder) or the clone itself would get source/, the grader's secrets and
+    nbgrader_config.py written among the course's own files."""
+    if not text.strip():
+        return (f"COURSE_DIR is empty ({text!r}); give the nbgrader course folder to write, outside "
+                "this clone, e.g. ../mha-course")
+    if Path(text).resolve() == ROOT.resolve():
+        return (f"COURSE_DIR {text!r} is this clone's own folder; give the nbgrader course folder to "
+                "write, outside the clone, e.g. ../mha-course")
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -611,13 +680,16 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)
             return 2
         elif command == "release":
+            has_table = INSTRUCTORS.exists() or INSTRUCTORS.is_symlink()
+            if has_table:
+                instructors_text()  # a broken INSTRUCTORS.md is refused before any lesson is written
             changed = release()
-            if INSTRUCTORS.exists() and write_table():
+            if has_table and write_table():
                 changed.append("INSTRUCTORS.md")
             print("\n".join(f"wrote {c}" for c in changed) or "everything was current")
         elif command == "check":
             stale = release(write=False)
-            if INSTRUCTORS.exists() and INSTRUCTORS.read_text().count(table()) == 0:
+            if (INSTRUCTORS.exists() or INSTRUCTORS.is_symlink()) and len(set(table_texts())) > 1:
                 stale.append("INSTRUCTORS.md (exercise table)")
             if stale:
                 print("stale (run `python3 course.py release`):\n  " + "\n  ".join(stale))
@@ -627,6 +699,10 @@ def main(argv: list[str]) -> int:
             if len(args) != 1:
                 print("usage: nbgrader_tools.py source COURSE_DIR (an nbgrader course directory)",
                       file=sys.stderr)
+                return 2
+            problem = _course_dir_problem(args[0])
+            if problem:
+                print(f"source: {problem}; nothing was written", file=sys.stderr)
                 return 2
             course_dir = Path(args[0])
             above = course_dir

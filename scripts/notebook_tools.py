@@ -162,7 +162,7 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
                 handle, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
                 os.close(handle)
                 os.unlink(aside)
-                os.link(path, aside)
+                os.link(path, aside, follow_symlinks=False)  # a link is kept (and put back) as a link
                 kept[path] = aside
         for path in texts:
             current = path

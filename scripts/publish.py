@@ -264,9 +264,10 @@ def stamp_notebook(nb, repo_relative_path: str, published: Published | None = No
     badges.metadata = {"tags": [BADGES_TAG]}
     badges["id"] = BADGES_TAG
     setup = old[SETUP_TAG] or nbformat.v4.new_code_cell()
-    setup.source = published.setup_cell()
+    if setup.source != published.setup_cell():  # a run of other code: its count and outputs go
+        setup.source = published.setup_cell()
+        setup.outputs, setup.execution_count = [], None
     setup.metadata = {"tags": [SETUP_TAG]}
-    setup.outputs, setup.execution_count = [], None
     setup["id"] = SETUP_TAG
 
     first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells))

@@ -154,7 +154,7 @@ def test_save_checkpoint_names_the_path_when_its_folder_cannot_be_made(tmp_path)
 
 
 @pytest.mark.parametrize("options, words", [
-    (["--steps", "0"], "--steps must be a positive int, got 0"),
+    (["--steps", "0"], "--steps must be an int in 1..100000, got 0"),
     (["--batch-size", "0"], "--batch-size must be a positive int, got 0"),
     (["--device", "tpu"], "--device 'tpu'"),
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
@@ -221,7 +221,7 @@ BENCH_CASES = [
     Case("bench_training/seeds empty", lambda: TS.bench_training(()), ValueError, ["seeds", "at least one"]),
     Case("bench_training/seeds dup", lambda: TS.bench_training((1, 1)), ValueError, ["seeds", "distinct"]),
     Case("bench_training/steps 0", lambda: TS.bench_training((0,), induction_max_steps=0), ValueError,
-         ["induction_max_steps", "positive", "0"]),
+         ["induction_max_steps", "1..100000", "got 0"]),
     Case("format_training_table/bad rows", lambda: TS.format_training_table([{"x": 1}]), ValueError,
          ["rows[0]", "'seed'", "['x']"]),
     Case("format_training_table/empty", lambda: TS.format_training_table([]), ValueError,

@@ -213,7 +213,7 @@ def _interp_cases() -> list[Case]:
              TypeError, ["targets", "torch.long", "torch.float32"]),
         Case("mean_by_group decimals=-1",
              lambda: SC.mean_by_group({"a": [1.0, 2.0]}, {"g": ["x", "y"]}, decimals=-1),
-             ValueError, ["decimals", ">= 0", "-1"]),
+             ValueError, ["decimals", "0..15", "-1"]),
         Case("mean_by_group values list", lambda: SC.mean_by_group([1.0, 2.0], {"g": ["x", "y"]}),
              TypeError, ["values", "dict", "list"]),
         Case("role_verdicts chance 2.0", lambda: SC.role_verdicts(grid, chance={"previous token": 2.0}),

@@ -62,6 +62,29 @@ def repeat_count(text: str) -> int:
     return value
 
 
+def step_count(text: str) -> int:
+    """An argparse type: how many training steps, 1..MAX_STEPS (100,000; the course's runs take
+    500-800), the bound ``TrainConfig`` holds every run to, so a mistyped 10**12 is refused when
+    parsed instead of training until killed."""
+    from ..model.train import MAX_STEPS
+
+    value = positive_int(text)
+    if value > MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_STEPS:,} steps, got {text!r}")
+    return value
+
+
+MAX_SECONDS = 7 * 24 * 3600
+
+
+def seconds(text: str) -> int:
+    """An argparse type: a time limit in whole seconds, 1..MAX_SECONDS (a week)."""
+    value = positive_int(text)
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_SECONDS:,} seconds (a week), got {text!r}")
+    return value
+
+
 def layer_count(text: str) -> int:
     """An argparse type: a benchmark model's number of layers, 1..1024 (each layer's weights and
     caches are allocated, so a mistyped 10**12 would hang or exhaust memory)."""

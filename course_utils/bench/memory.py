@@ -336,12 +336,12 @@ def notebook_file(text: str) -> str:
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``memory`` on ``python -m course_utils.bench``."""
-    from .cli import Distinct, non_negative_int, positive_int
+    from .cli import Distinct, non_negative_int, positive_int, seconds
 
     p = sub.add_parser("memory", help="peak memory of every notebook, each in a fresh kernel")
     p.add_argument("notebooks", nargs="*", type=notebook_file, action=Distinct, key=os.path.realpath,
                    help="notebooks to measure, each once (default: every lesson)")
-    p.add_argument("--timeout", type=positive_int, default=900, help="seconds allowed per cell")
+    p.add_argument("--timeout", type=seconds, default=900, help="seconds allowed per cell")
     p.add_argument("--slowest", type=non_negative_int, default=3, metavar="N",
                    help="list each notebook's N slowest cells (0: none)")
     p.set_defaults(run=_main_memory)

@@ -13,7 +13,7 @@ import statistics
 import torch
 
 from ..attention.validation import check_distinct, check_int, check_int_list
-from ..model.train import INDUCTION_TASK, train_agreement, train_induction
+from ..model.train import INDUCTION_TASK, MAX_STEPS, train_agreement, train_induction
 
 __all__ = ["bench_training", "format_training_table", "add_bench_parser"]
 
@@ -32,8 +32,8 @@ def bench_training(
     every 50 steps) and the accuracy after ``agreement_steps`` steps. Seconds count
     making batches and optimiser steps, not evaluations."""
     seeds = check_distinct(check_int_list(seeds, "seeds", minimum=0), "seeds")
-    check_int(induction_max_steps, "induction_max_steps", minimum=1)
-    check_int(agreement_steps, "agreement_steps", minimum=1)
+    check_int(induction_max_steps, "induction_max_steps", minimum=1, maximum=MAX_STEPS)
+    check_int(agreement_steps, "agreement_steps", minimum=1, maximum=MAX_STEPS)
     rows = []
     for seed in seeds:
         _, ind = train_induction(steps=induction_max_steps, seed=seed, eval_every=10, stop_at_target=True,
@@ -116,12 +116,12 @@ def _main_bench(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``train`` with ``python -m course_utils.bench``."""
-    from .cli import Distinct, device_name, positive_int, seed_number
+    from .cli import Distinct, device_name, seed_number, step_count
 
     p = subparsers.add_parser("train", help="seconds and steps to train induction heads; agreement accuracy")
     p.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2], action=Distinct)
-    p.add_argument("--induction-max-steps", type=positive_int, default=400)
-    p.add_argument("--agreement-steps", type=positive_int, default=500)
+    p.add_argument("--induction-max-steps", type=step_count, default=400)
+    p.add_argument("--agreement-steps", type=step_count, default=500)
     p.add_argument("--device", default="cpu", type=device_name,
                    help="cpu, cuda or cuda:N (checked when parsed: it must be present here)")
     p.set_defaults(run=_main_bench)

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ..attention.validation import (
     check_callable,
+    check_distinct,
     check_flag,
     check_holds_values,
     check_int,
@@ -213,14 +214,7 @@ def mean_head_outputs(model: TinyTransformer, reference_tokens: Tensor, *, keep:
     _check_tokens(reference_tokens, "reference_tokens")
     check_flag(per_position, "per_position")
     if keep is not None:
-        if per_position:
-            raise ValueError("keep= is for per_position=False (one mean over the kept tokens)")
-        if not isinstance(keep, Tensor) or keep.dtype != torch.bool or keep.shape != reference_tokens.shape:
-            raise TypeError(f"keep must be a bool tensor shaped like reference_tokens "
-                            f"{tuple(reference_tokens.shape)}, got {type(keep).__name__}"
-                            + (f" {keep.dtype} {tuple(keep.shape)}" if isinstance(keep, Tensor) else ""))
-        if not keep.any():
-            raise ValueError("keep marks no token: the reference batch is empty")
+        _check_keep(keep, reference_tokens, per_position)
     outputs = head_outputs(model, reference_tokens)  # (L, B, h, T, dk)
     if per_position:
         return outputs.mean(dim=1)  # (L, h, T, dk)
@@ -228,6 +222,20 @@ def mean_head_outputs(model: TinyTransformer, reference_tokens: Tensor, *, keep:
         return outputs.mean(dim=(1, 3))  # (L, h, dk)
     weights = keep.to(outputs.dtype)[None, :, None, :, None]  # (1, B, 1, T, 1)
     return (outputs * weights).sum(dim=(1, 3)) / weights.sum(dim=(1, 3))  # (L, h, dk)
+
+
+def _check_keep(keep: object, reference_tokens: Tensor, per_position: bool) -> None:
+    """``keep``: a bool ``(B, T)`` tensor like ``reference_tokens``, with values (not on the meta
+    device) and at least one kept token; only for one mean over the kept tokens."""
+    if per_position:
+        raise ValueError("keep= is for per_position=False (one mean over the kept tokens)")
+    if not isinstance(keep, Tensor) or keep.dtype != torch.bool or keep.shape != reference_tokens.shape:
+        raise TypeError(f"keep must be a bool tensor shaped like reference_tokens "
+                        f"{tuple(reference_tokens.shape)}, got {type(keep).__name__}"
+                        + (f" {keep.dtype} {tuple(keep.shape)}" if isinstance(keep, Tensor) else ""))
+    check_holds_values(keep, "keep")
+    if not keep.any():
+        raise ValueError("keep marks no token: the reference batch is empty")
 
 
 def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
@@ -563,12 +571,14 @@ def _check_counts(counts: object, most: int) -> list[int]:
         raise TypeError(f"counts must be a list of ints in 0..{most} (how many heads to switch off), "
                         f"or None for every count; got {type(counts).__name__} {counts!r}")
     counts = list(counts)
+    if not counts:
+        raise ValueError(f"counts must list at least one head count in 0..{most} (None: every count), got []")
     for k in counts:
         if isinstance(k, bool) or not isinstance(k, int):
             raise TypeError(f"counts must be ints in 0..{most}, got {type(k).__name__} {k!r} in {counts}")
     if any(not 0 <= k <= most for k in counts):
         raise ValueError(f"counts must be ints in 0..{most}, got {counts}")
-    return counts
+    return check_distinct(counts, "counts", "head counts")  # a repeat would measure and tabulate twice
 
 
 def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],

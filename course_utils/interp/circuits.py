@@ -282,6 +282,8 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
         if t.shape[-1] != d:
             raise ValueError(f"{name} must end in d_model={d}, got shape {describe_shape(t)}")
         _check_on_model_device(t, name, model)
+        check_finite(t, name, "an infinite entry makes the LayerNorm's scale or mean infinite, and the "
+                              "output NaN")
     try:
         torch.broadcast_shapes(stream.shape[:-1], component.shape[:-1])
     except RuntimeError:

@@ -21,7 +21,13 @@ from IPython.display import Pretty, display
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..attention.validation import check_callable, check_flag, check_int, check_positive_number
+from ..attention.validation import (
+    check_callable,
+    check_fits_in_memory,
+    check_flag,
+    check_int,
+    check_positive_number,
+)
 from .widgets import Explorer, close_figure
 
 __all__ = ["plot_head", "plot_all_heads", "AttentionExplorer", "model_attention", "sentence_attention_fn"]
@@ -44,7 +50,29 @@ def _as_matrix(weights: object) -> np.ndarray:
                         f"{weights.dtype}")
     if weights.size and np.isnan(weights).all():
         raise ValueError(f"weights are all NaN (shape {weights.shape}): nothing to draw")
+    infinite = np.argwhere(np.isinf(weights))
+    if len(infinite):  # the colour scale would clip it to 0 or 1 without a word
+        where = tuple(int(i) for i in infinite[0])
+        raise ValueError(f"weights must be attention weights in [0, 1], got {weights[where]} at (query, key) "
+                         f"{where} ({len(infinite)} infinite entries)")
     return weights
+
+
+#: matplotlib refuses an image of 2**16 pixels or more on a side, when it draws.
+MAX_PIXELS_PER_SIDE = 2**16
+
+
+def _check_figure_size(width: float, height: float, name: str) -> None:
+    """A figure of ``width`` x ``height`` inches can be drawn: under matplotlib's pixel limit and
+    in memory (RGBA), refused under ``name`` before matplotlib fails when it renders."""
+    dpi = float(plt.rcParams["figure.dpi"])
+    pixels = (width * dpi, height * dpi)
+    if max(pixels) >= MAX_PIXELS_PER_SIDE:
+        raise ValueError(f"{name} makes a figure of {width:,.1f} x {height:,.1f} inches, "
+                         f"{pixels[0]:,.0f} x {pixels[1]:,.0f} pixels at {dpi:g} dpi; matplotlib draws fewer "
+                         f"than {MAX_PIXELS_PER_SIDE:,} pixels a side")
+    check_fits_in_memory(int(4 * pixels[0] * pixels[1]), name,
+                         f"a {pixels[0]:,.0f} x {pixels[1]:,.0f} RGBA image")
 
 
 def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
@@ -153,8 +181,10 @@ def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Seq
     grid = _layer_head_grid(attention, batch_index)  # (L, h, T, T)
     num_layers, num_heads, seq_len, _ = grid.shape
     labels = _check_tokens(tokens, seq_len, "query")
+    figsize = (panel_size * num_heads + 1.2, panel_size * num_layers + 0.6)
+    _check_figure_size(*figsize, "panel_size")
     fig, axes = plt.subplots(num_layers, num_heads, squeeze=False,
-                             figsize=(panel_size * num_heads + 1.2, panel_size * num_layers + 0.6),
+                             figsize=figsize,
                              constrained_layout=True)
     for layer in range(num_layers):
         for head in range(num_heads):

@@ -51,7 +51,9 @@ from torch import Tensor
 
 from ..attention.validation import (
     check_callable,
+    check_distinct,
     check_finite,
+    check_fits_in_memory,
     check_holds_values,
     check_ids,
     check_int,
@@ -312,14 +314,16 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     _check_model(model)
     _check_tokens(reference, "reference")
     check_int(seq_len, "seq_len", minimum=1)
-    if not (isinstance(lengths, Tensor) and lengths.ndim == 1) or lengths.is_floating_point():
-        raise ValueError(f"lengths must be a (B,) integer tensor of sequence lengths, got "
-                         f"{_described(lengths)}")
+    _check_lengths(lengths, "lengths", "(B,)")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
         raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths")
     cfg = model.config
     expected = (cfg.num_layers, reference.shape[0], cfg.num_heads, reference.shape[1],
                 cfg.d_model // cfg.num_heads)
+    itemsize = model.token_embedding.weight.element_size()
+    check_fits_in_memory(cfg.num_layers * len(lengths) * cfg.d_model * seq_len * itemsize, "seq_len",
+                         f"every head's output (L, B, h, seq_len, dk) = ({cfg.num_layers}, {len(lengths)}, "
+                         f"{cfg.num_heads}, {seq_len:,}, {cfg.d_model // cfg.num_heads})")
     if reference_outputs is None:
         reference_outputs = head_outputs(model, reference)
     elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
@@ -332,17 +336,20 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     return source.contiguous()
 
 
+def _check_lengths(lengths: object, name: str, layout: str) -> None:
+    """A 1-D integer tensor of lengths: not float, and not bool (True would read as length 1)."""
+    if not (isinstance(lengths, Tensor) and lengths.ndim == 1) or lengths.is_floating_point() \
+            or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise ValueError(f"{name} must be a {layout} integer tensor of sequence lengths, got "
+                         f"{_described(lengths)}")
+
+
 def resampled_rows(lengths: Tensor, reference_lengths: Tensor, *, generator: torch.Generator) -> Tensor:
     """The reference row each sequence draws: ``(B,)``, one uniform draw from ``generator`` per
     sequence among the references of its length (what :func:`resampled_outputs` and
     :func:`resampled_logits` copy from, for the same generator state)."""
-    if not (isinstance(lengths, Tensor) and lengths.ndim == 1) or lengths.is_floating_point():
-        raise ValueError(f"lengths must be a (B,) integer tensor of sequence lengths, got "
-                         f"{_described(lengths)}")
-    if not (isinstance(reference_lengths, Tensor) and reference_lengths.ndim == 1) \
-            or reference_lengths.is_floating_point():
-        raise ValueError(f"reference_lengths must be a (R,) integer tensor of lengths, got "
-                         f"{_described(reference_lengths)}")
+    _check_lengths(lengths, "lengths", "(B,)")
+    _check_lengths(reference_lengths, "reference_lengths", "(R,)")
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if len(lengths) and not len(reference_lengths):
@@ -418,6 +425,8 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
                                   or positions.dtype != torch.long):
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, got "
                         f"{_described(positions)}")
+    if positions is not None:
+        check_ids(positions, "positions", T, f"positions of the {T} tokens")
     source = reference_outputs[..., :T, :]  # (L, R, h, min(T, T_ref), dk)
     if source.shape[3] < T:
         source = torch.nn.functional.pad(source, (0, 0, 0, T - source.shape[3]))
@@ -487,6 +496,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
+    if edit_heads is not None:  # it is called inside this function's own hook, before the model's check
+        check_callable(edit_heads, "edit_heads", "a function (layer, heads) -> heads or None", nargs=2)
     B, T = tokens.shape
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
@@ -659,7 +670,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     _check_method(method)
     if not callable(within):
         raise TypeError(f"within must be a function (numbers: dict) -> bool, got {type(within).__name__}")
-    orders = [_check_heads(order, model) for order in orders]
+    orders = _check_orders(orders, model)
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
         raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
                         f"result), got {type(known).__name__} {known!r:.60}")
@@ -710,6 +721,18 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
+
+
+def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
+    """Each order a list of the model's heads, each head once: a repeated head would be counted
+    as one more head switched off while the set stays the same."""
+    if isinstance(orders, (str, bytes, dict)) or not hasattr(orders, "__iter__"):
+        raise TypeError(f"orders must be a list of orders, each a list of (layer, head) pairs, got "
+                        f"{type(orders).__name__} {orders!r:.60}")
+    checked = [_check_heads(order, model) for order in orders]
+    for i, order in enumerate(checked):
+        check_distinct(order, f"orders[{i}]", "heads (layer, head)")
+    return checked
 
 
 def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
@@ -900,7 +923,7 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
-    orders = [_check_heads(order, model) for order in orders]
+    orders = _check_orders(orders, model)
     if not orders:
         raise ValueError("orders must hold at least one order of heads (a list of (layer, head) lists), "
                          "got an empty list")

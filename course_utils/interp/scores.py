@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 
 from ..attention.masks import causal_mask
-from ..attention.validation import check_flag, check_holds_values, check_int, check_real
+from ..attention.validation import check_fits_in_memory, check_flag, check_holds_values, check_int, check_real
 
 __all__ = [
     "previous_token_score",
@@ -58,6 +58,21 @@ __all__ = [
 ]
 
 AttentionInput = torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndarray]
+
+#: The most decimals a table is rounded to: float64 holds about 15 significant digits, and
+#: pandas' round gives NaN beyond ~300 (10**decimals overflows).
+MAX_DECIMALS = 15
+
+
+def _check_decimals(decimals: object) -> int:
+    return check_int(decimals, "decimals", minimum=0, maximum=MAX_DECIMALS)
+
+
+def _check_square_fits(seq_len: int, name: str, itemsize: int, copies: int, what: str) -> None:
+    """A ``(T, T)`` tensor (``copies`` of them, ``itemsize`` bytes an entry) must fit in memory:
+    refused under ``name`` before the allocator fails with a raw error."""
+    check_fits_in_memory(copies * itemsize * seq_len * seq_len, name,
+                         f"{copies} (T, T) {what} at T = {seq_len:,}")
 
 
 def _to_tensor(x: object, what: str) -> torch.Tensor:
@@ -167,6 +182,8 @@ def induction_positions(seq_len: int, period: int, *, start: int) -> tuple[torch
     more such keys, one per earlier copy: :func:`induction_key_mask` marks them all.)
     """
     _check_induction_layout(seq_len, period, start)
+    check_fits_in_memory(2 * 8 * (seq_len - start - period), "seq_len",
+                         f"two int64 position lists of {seq_len - start - period:,} queries")
     queries = torch.arange(start + period, seq_len)
     return queries, queries - period + 1
 
@@ -179,6 +196,7 @@ def induction_key_mask(seq_len: int, period: int, *, start: int) -> torch.Tensor
     Rows of the first copy (``q < start + period``) are all False: nothing to copy yet.
     """
     _check_induction_layout(seq_len, period, start)
+    _check_square_fits(seq_len, "seq_len", 8, 3, "int64 distances and bool masks")
     q = torch.arange(seq_len).unsqueeze(1)  # (T, 1)
     k = torch.arange(seq_len).unsqueeze(0)  # (1, T)
     distance = q - (k - 1)  # how far back the occurrence k - 1 lies
@@ -242,6 +260,9 @@ def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_le
                         f"{positions!r:.60}") from None
     check_holds_values(tensor, name)
     tensor = tensor.cpu()  # the weights are stacked on the CPU
+    if tensor.numel() == 0 and batch:
+        raise ValueError(f"{name} must hold one position per sequence: expected {batch}, got none "
+                         f"(an empty {type(positions).__name__})")
     if tensor.is_floating_point() or tensor.dtype == torch.bool:
         raise TypeError(f"{name} must be integers, got dtype {tensor.dtype}")
     if tensor.ndim != 1 or tensor.numel() != batch:
@@ -319,11 +340,11 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
         if not isinstance(given, dict):
             raise TypeError(f"{name} must be a dict {{column name: one entry per sequence}}, got "
                             f"{type(given).__name__} {given!r:.60}")
-    check_int(decimals, "decimals", minimum=0)  # a negative one rounds the means (and counts) to tens
+    _check_decimals(decimals)  # a negative one rounds the means (and counts) to tens
     if not values or not groups:
         raise ValueError("mean_by_group needs at least one value column and one grouping")
-    columns = {name: np.asarray(torch.as_tensor(v, dtype=torch.float64)) for name, v in values.items()}
-    labels = {name: list(g) for name, g in groups.items()}
+    columns = {name: _value_column(v, f"values[{name!r}]") for name, v in values.items()}
+    labels = {name: _label_column(g, f"groups[{name!r}]") for name, g in groups.items()}
     lengths = {len(v) for v in columns.values()} | {len(g) for g in labels.values()}
     if len(lengths) != 1:
         raise ValueError("every value and every grouping needs one entry per sequence; got lengths "
@@ -336,6 +357,37 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     table = grouped[list(columns)].mean()
     table.insert(0, "sentences", grouped.size())
     return table.round(decimals)
+
+
+def _value_column(given: object, name: str) -> np.ndarray:
+    """One number per sequence as float64, or a TypeError naming ``name`` and what arrived."""
+    if isinstance(given, (str, bytes, dict)):
+        raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
+                        f"{type(given).__name__} {given!r:.60}")
+    try:
+        return np.asarray(torch.as_tensor(given, dtype=torch.float64))
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
+                        f"{type(given).__name__} {given!r:.60} ({err})") from None
+
+
+def _label_column(given: object, name: str) -> list:
+    """One label per sequence; a missing label (NaN, None) is refused by position: pandas would
+    drop its rows from every group without a word."""
+    wrong = TypeError(f"{name} must be a sequence of labels, one per sequence, got "
+                      f"{type(given).__name__} {given!r:.60}")
+    if isinstance(given, (str, bytes, dict)):
+        raise wrong
+    try:
+        labels = given.tolist() if isinstance(given, np.ndarray | pd.Series | torch.Tensor) else list(given)
+    except TypeError:  # not iterable
+        raise wrong from None
+    missing = [i for i, label in enumerate(labels) if pd.api.types.is_scalar(label) and pd.isna(label)]
+    if missing:
+        raise ValueError(f"{name} has no label (NaN or None) at positions {missing[:6]}"
+                         f"{' ...' if len(missing) > 6 else ''}: those sequences would be left out of "
+                         "every group; give each sequence a label")
+    return labels
 
 
 def _refuse_nan(grid: torch.Tensor, name: str) -> None:
@@ -356,7 +408,7 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
     """
     if not isinstance(scores, dict) or not scores:
         raise ValueError("scores must be a non-empty dict {role name: (L, h) tensor}")
-    check_int(decimals, "decimals", minimum=0)
+    _check_decimals(decimals)
     grids = {}
     for role, value in scores.items():
         grid = _as_grid(value, f"scores[{role!r}]")
@@ -428,6 +480,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     if role not in IDEAL_ROLES:
         raise ValueError(f"role must be one of {IDEAL_ROLES}, got {role!r}")
     check_int(seq_len, "seq_len", minimum=2)
+    _check_square_fits(seq_len, "seq_len", 8, 2, "float64 patterns")
     pattern = torch.zeros(seq_len, seq_len, dtype=torch.float64)
     rows = torch.arange(seq_len)
     if role == "previous token":
@@ -462,6 +515,7 @@ def chance_level(role: str, seq_len: int, *, period: int | None = None, start: i
     """
     if role not in SCORED_ROLES:
         raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {role!r}")
+    check_int(start, "start", minimum=0)  # used by "induction" only, but never negative
     uniform = ideal_pattern("uniform", seq_len)[None]  # (1, T, T): one head
     if role == "induction":
         if period is None:
@@ -519,7 +573,7 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own).
     """
     _check_threshold(threshold)
-    check_int(decimals, "decimals", minimum=0)
+    _check_decimals(decimals)
     if chance is not None and not isinstance(chance, dict):
         raise TypeError(f"chance must be a dict {{role: chance score}} or None, got {type(chance).__name__}")
     for role, value in (chance or {}).items():

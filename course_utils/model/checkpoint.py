@@ -108,6 +108,9 @@ def checkpoint_paths(name_or_path: str | Path) -> tuple[Path, Path]:
                          f"{str(name_or_path)!r}")
     if "\0" in str(name_or_path):  # no file system takes it: open() would fail later, unnamed
         raise ValueError(f"name_or_path must not hold a NUL character ('\\x00'), got {str(name_or_path)!r}")
+    if str(name_or_path).endswith(("/", "\\")):  # Path() would drop the slash: x.safetensors beside x/
+        raise ValueError(f"name_or_path ends in a slash, so it names a folder; give a path stem inside it, "
+                         f"such as {str(name_or_path) + 'induction'!r}, got {str(name_or_path)!r}")
     path = Path(name_or_path)
     if path.suffix in (".json", ".safetensors"):
         path = path.with_suffix("")

@@ -61,6 +61,9 @@ __all__ = [
 
 
 DEFAULT_WARMUP_STEPS = 20
+#: The most optimiser steps one run takes (the course's runs take 500-800): a mistyped 10**12
+#: would train until killed, so it is refused before the model is built.
+MAX_STEPS = 100_000
 
 
 @dataclass
@@ -80,7 +83,7 @@ class TrainConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        check_int(self.steps, "steps", minimum=1)
+        check_int(self.steps, "steps", minimum=1, maximum=MAX_STEPS)
         if self.warmup_steps is None:
             self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps)
         check_int(self.warmup_steps, "warmup_steps", minimum=0)
@@ -668,7 +671,7 @@ def _check_cli_args(args: argparse.Namespace) -> None:
     read as "the default", and an ``--out`` that cannot be written is found before training."""
     check_seed(args.seed, "--seed")
     if args.steps is not None:
-        check_int(args.steps, "--steps", minimum=1)
+        check_int(args.steps, "--steps", minimum=1, maximum=MAX_STEPS)
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {args.lr!r}")
     check_int(args.batch_size, "--batch-size", minimum=1)
@@ -702,6 +705,9 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
 
     from .checkpoint import _check_save_targets, _check_task_of_target, checkpoint_paths
 
+    if out.endswith(("/", "\\")):  # a new folder meant: the files would land beside it
+        raise ValueError(f"--out {out!r} ends in a slash, so it names a folder; give a path stem inside it, "
+                         f"e.g. {out}{task} (writes {task}.safetensors and {task}.json there)")
     if Path(out).is_dir():  # a stem names two files; a folder would get them beside it, not in it
         raise ValueError(f"--out {out!r} is a folder; give a path stem inside it, e.g. "
                          f"{Path(out) / task} (writes {task}.safetensors and {task}.json there)")
