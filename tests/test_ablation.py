@@ -190,7 +190,7 @@ def test_table_and_curve_rows_equal_measure_of_each_case(method):
     cases = {"none": [], "L1H0": [(1, 0)], "L0H2": [(0, 2)], "L1H2+L0H1": [(1, 2), (0, 1)]}
     table = ablation_table(model, evaluations, cases, method=method, means=means)
     order = [(1, 1), (0, 0), (1, 2), (0, 2), (1, 0), (0, 1)]
-    counts = [4, 0, 2, 2, 6, 1]  # out of order, one repeated
+    counts = [4, 0, 2, 6, 1]  # out of order (a repeated count is refused: battery 9)
     curve = pruning_curve(model, evaluations, order, counts=counts, method=method, means=means)
     assert curve["pruned"].tolist() == counts
     for name, heads in cases.items():
