@@ -333,6 +333,7 @@ class _Deadline:
 
 
 _MISSING = object()
+_INSTANCE = object()  # the owner of an exercise's own attributes in _guarded_namespaces
 _type_setattr = type.__setattr__
 
 
@@ -359,9 +360,11 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
     """A copy of each namespace a check's comparison looks names up in, to put back what an
     answer replaces in them: the built-ins, ``math``, NumPy (and the module behind
     ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
-    ``torch.Tensor``'s methods, and the course's exercise modules and their classes.
+    ``torch.Tensor``'s methods, and the course's exercise modules, their classes and their
+    exercises' own attributes (``PREVIOUS_TOKEN_SCORE.__dict__.clear()``, battery 9).
     Entries ``(label, owner, live mapping, copy)``; owner is a class (put back with
-    ``type.__setattr__``) or None (a module's dict, put back by item)."""
+    ``type.__setattr__``), :data:`_INSTANCE` (an exercise's ``__dict__``: put back by item, and
+    what the answer added is removed) or None (a module's dict, put back by item)."""
     import builtins
 
     spaces: list[tuple[str, Any, Any, dict]] = [
@@ -386,6 +389,11 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
                     seen.add(id(value))
                     spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__,
                                    dict(value.__dict__)))
+                elif isinstance(value, Exercise) and id(value) not in seen:  # what its check reads
+                    seen.add(id(value))
+                    name = next((k for k, v in module.__dict__.items() if v is value), "exercise")
+                    spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__,
+                                   dict(value.__dict__)))
     spaces.append(("torch.Tensor", torch.Tensor, torch.Tensor.__dict__, dict(torch.Tensor.__dict__)))
     return spaces
 
@@ -400,12 +408,16 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> str | None:
             if live.get(key, _MISSING) is not value:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
-                    if owner is None:
+                    if owner is None or owner is _INSTANCE:
                         live[key] = value
                     else:
                         _type_setattr(owner, key, value)
                 except Exception:  # noqa: BLE001 - (an attribute that cannot be set again)
                     pass
+        if owner is _INSTANCE:  # an attribute the answer gave an exercise (`_expected`): removed
+            for key in [k for k in live if k not in saved]:
+                changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
+                live.pop(key, None)
     if not changed:
         return None
     shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
