@@ -4,6 +4,7 @@ check puts back what it changed, and the next check grades a right answer as rig
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from course_utils.exercises import lesson05
@@ -38,3 +39,96 @@ def test_an_answer_that_clears_the_exercise_is_named_and_the_check_keeps_working
     assert not second.passed and "PREVIOUS_TOKEN_SCORE._expected" in second.message, second
     assert right.passed, right
     assert "_expected" not in exercise.__dict__
+
+
+# -- row 4: state an answer leaves behind is put back and named -----------------------------------
+
+def _tampering_answers():
+    """(label, code run inside a right 5.1 answer, words the Feedback must hold)."""
+    return [
+        ("default device", "torch.set_default_device('meta')", "changed the default device to 'meta'"),
+        ("global hook", "torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o * 0)",
+         "global module hook"),
+        ("Module.__call__", "torch.nn.Module.__call__ = lambda self, *a: 0", "torch.nn.Module.__call__"),
+        ("Linear.forward", "torch.nn.Linear.forward = lambda self, x: x * 0", "torch.nn.Linear.forward"),
+        ("reset_parameters", "torch.nn.Linear.reset_parameters = lambda self: None",
+         "torch.nn.Linear.reset_parameters"),
+        ("nn.init", "torch.nn.init.kaiming_uniform_ = lambda *a, **k: None",
+         "torch.nn.init.kaiming_uniform_"),
+        ("autograd.backward", "torch.autograd.backward = lambda *a, **k: None", "torch.autograd.backward"),
+        ("saved_tensors_hooks",
+         "torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t * 0).__enter__()",
+         "saved_tensors_hooks entered"),
+        ("pandas", "pandas.Series.idxmin = lambda self, *a, **k: 'L0H0'", "pandas.Series.idxmin"),
+        ("time limit", "os.environ['COURSE_CHECK_TIMEOUT'] = '0.0001'", "os.environ['COURSE_CHECK_TIMEOUT']"),
+        ("course module", "validation.check_tensor = lambda *a, **k: 1 / 0",
+         "course_utils.attention.validation.check_tensor"),
+    ]
+
+
+@pytest.mark.parametrize("label, code, words", _tampering_answers(), ids=[t[0] for t in _tampering_answers()])
+def test_state_an_answer_leaves_behind_is_put_back_and_named(label, code, words):
+    import os
+
+    import pandas
+
+    from course_utils.attention import validation
+    from course_utils.exercises import lesson06
+    from solutions import lesson06 as s6
+
+    hooks = torch.nn.modules.module
+    before = {"device": torch.get_default_device(), "hooks": dict(hooks._global_forward_hooks),
+              "saved": torch._C._autograd._top_saved_tensors_default_hooks(False),
+              "timeout": os.environ.get("COURSE_CHECK_TIMEOUT")}
+    names = [(torch.nn.Module, "__call__"), (torch.nn.Linear, "forward"),
+             (torch.nn.Linear, "reset_parameters"),
+             (torch.nn.init, "kaiming_uniform_"), (torch.autograd, "backward"), (pandas.Series, "idxmin"),
+             (validation, "check_tensor")]
+    originals = [(owner, attr, getattr(owner, attr)) for owner, attr in names]
+    scope = {"torch": torch, "os": os, "pandas": pandas, "validation": validation, "right": _previous_token}
+    exec(f"def answer(pattern):\n    {code}\n    return right(pattern)", scope)  # noqa: S102
+    try:
+        feedback = lesson05.check_previous_token_score(scope["answer"])
+        after = {"device": torch.get_default_device(), "hooks": dict(hooks._global_forward_hooks),
+                 "saved": torch._C._autograd._top_saved_tensors_default_hooks(False),
+                 "timeout": os.environ.get("COURSE_CHECK_TIMEOUT")}
+        still = [f"{owner.__name__}.{attr}" for owner, attr, value in originals
+                 if getattr(owner, attr) is not value]
+        references = [lesson05.check_previous_token_score(_previous_token),
+                      lesson06.MEAN_ABLATION.check_trusted(s6._mean_reference),
+                      lesson06.GATE_IMPORTANCE.check_trusted(s6._importance_reference),
+                      lesson06.NARROW_HEAD.check_trusted(s6._narrow_reference)]
+    finally:  # whatever the check did, the next test starts clean
+        torch.set_default_device(None)
+        hooks._global_forward_hooks.clear()
+        hooks._global_forward_hooks.update(before["hooks"])
+        autograd = torch._C._autograd
+        while before["saved"] is None and autograd._top_saved_tensors_default_hooks(False) is not None:
+            autograd._pop_saved_tensors_default_hooks()
+        for owner, attr, value in originals:
+            setattr(owner, attr, value)
+        if before["timeout"] is None:
+            os.environ.pop("COURSE_CHECK_TIMEOUT", None)
+        else:
+            os.environ["COURSE_CHECK_TIMEOUT"] = before["timeout"]
+    assert not feedback.passed and feedback.mistake == "tampered_with_check", feedback
+    assert words in feedback.message, feedback.message
+    assert after == before and still == []  # put back by the check itself
+    assert [r.passed for r in references] == [True] * 4, references
+
+
+def test_a_time_limit_changed_inside_the_answer_does_not_shorten_its_own_calls(monkeypatch):
+    """The limit is read once per check, before the answer runs."""
+    import os
+    import time
+
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", "5")
+
+    def slow_after_shortening(pattern):
+        os.environ["COURSE_CHECK_TIMEOUT"] = "0.0001"
+        time.sleep(0.01)
+        return _previous_token(pattern)
+
+    feedback = lesson05.check_previous_token_score(slow_after_shortening)
+    assert "ran for more than" not in feedback.message, feedback
+    assert "COURSE_CHECK_TIMEOUT" in feedback.message and os.environ["COURSE_CHECK_TIMEOUT"] == "5"

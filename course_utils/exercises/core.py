@@ -138,12 +138,22 @@ def _inside_import(frame: Any, boundary: Any) -> bool:
     return False
 
 
+_ENVIRON = os.environ  # (an answer may replace os.environ: the check reads the one of import time)
+
+
 def _time_limit() -> float:
+    """The time limit of one call: COURSE_CHECK_TIMEOUT, read once per check before the answer
+    runs (:func:`_never_raises`), so that an answer changing it changes nothing."""
+    if _CHECK_LIMITS:
+        return _CHECK_LIMITS[-1]
     try:
-        seconds = float(os.environ.get("COURSE_CHECK_TIMEOUT", CALL_TIME_LIMIT))
+        seconds = float(_ENVIRON.get("COURSE_CHECK_TIMEOUT", CALL_TIME_LIMIT))
     except ValueError:
         return CALL_TIME_LIMIT
     return seconds if math.isfinite(seconds) and seconds > 0 else CALL_TIME_LIMIT
+
+
+_CHECK_LIMITS: list[float] = []  # the time limit of each check running now (innermost last)
 
 
 class _Deadline:
@@ -308,8 +318,9 @@ class _Deadline:
     def __exit__(self, *exc_info: Any) -> None:
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
-        _restore_settings(self._settings)  # before the names: set_default_dtype rebinds torch.Storage
-        self.changed = _put_back(self._saved_names)  # next: even `import` may have been replaced
+        settings = _restore_settings(self._settings)  # before the names: set_default_dtype rebinds
+        # torch.Storage; next the names: even `import` may have been replaced
+        self.changed = _changes(settings, _put_back(self._saved_names))
         self._saved_names = []
         if self._armed:
             import signal
@@ -337,23 +348,127 @@ _INSTANCE = object()  # the owner of an exercise's own attributes in _guarded_na
 _type_setattr = type.__setattr__
 
 
-def _process_settings() -> tuple:
-    """Process-wide settings an answer may change (``np.seterr``, ``torch.set_default_dtype``,
-    grad mode), each with the function that puts it back: :func:`_restore_settings` restores
-    them, so that the next check, the reference answer included, runs as it would have
-    (battery 8: after ``np.seterr(all='raise')`` the next check failed the reference)."""
-    return ((np.seterr, np.geterr()), (torch.set_default_dtype, torch.get_default_dtype()),
-            (torch.set_grad_enabled, torch.is_grad_enabled()))
+def _global_module_hooks() -> dict[str, Any]:
+    """torch.nn's global module hooks (``register_module_forward_hook`` and friends): each
+    ``_global_*`` of ``torch.nn.modules.module``, a dict as a list of its items."""
+    module = sys.modules.get("torch.nn.modules.module")
+    return {name: list(value.items()) if isinstance(value, dict) else value
+            for name, value in vars(module).items() if name.startswith("_global_")} if module else {}
 
 
-def _restore_settings(settings: tuple) -> None:
-    """Put back what :func:`_process_settings` saved, with the functions it saved (not names an
-    answer may have replaced)."""
-    for restore, value in settings:
+def _put_global_module_hooks(saved: dict[str, Any]) -> None:
+    module = sys.modules.get("torch.nn.modules.module")
+    for name, value in saved.items():
+        live = getattr(module, name, None)
+        if isinstance(live, dict) and isinstance(value, list):
+            live.clear()
+            live.update(value)
+        else:
+            setattr(module, name, value)
+
+
+def _saved_tensors_hooks() -> Any:
+    """The innermost ``torch.autograd.graph.saved_tensors_hooks`` entered (None: none)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return None if top is None else top(False)
+
+
+def _leave_saved_tensors_hooks(saved: Any) -> None:
+    """Leave the ``saved_tensors_hooks`` entered since ``saved`` was the innermost."""
+    for _ in range(1000):
+        if _same(_saved_tensors_hooks(), saved):
+            return
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+
+
+def _default_device_context() -> Any:
+    return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+
+
+def _put_default_device(context: Any) -> None:
+    _set_default_device(None if context is None else context.device)
+
+
+def _check_timeout() -> str | None:
+    return _ENVIRON.get("COURSE_CHECK_TIMEOUT")
+
+
+def _put_check_timeout(value: str | None) -> None:
+    if value is None:
+        _ENVIRON.pop("COURSE_CHECK_TIMEOUT", None)
+    else:
+        _ENVIRON["COURSE_CHECK_TIMEOUT"] = value
+
+
+def _described(x: Any) -> str:
+    return f"{getattr(x, 'device', 'cpu')}" if x is not None else "cpu"
+
+
+_set_default_device = torch.set_default_device
+_seterr = np.seterr
+_deterministic = torch.use_deterministic_algorithms
+
+# Process-wide settings an answer may change, one row each: (what the Feedback says when an
+# answer changed it, or None to put it back without a word; read it; put it back). The
+# functions are bound here, at import, not looked up when a check runs (an answer may have
+# replaced them). :func:`_process_settings` reads them all before an answer runs and
+# :func:`_restore_settings` puts back each that changed, so the next check, the reference
+# answer included, runs as it would have (battery 8: after ``np.seterr(all='raise')`` the next
+# check failed the reference; battery 9: ``torch.set_default_device('meta')``, a global
+# forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001).
+_SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
+    (None, np.geterr, lambda v: _seterr(**v)),
+    (None, torch.get_default_dtype, torch.set_default_dtype),
+    (None, torch.is_grad_enabled, torch.set_grad_enabled),
+    (None, lambda: (torch.are_deterministic_algorithms_enabled(),
+                    torch.is_deterministic_algorithms_warn_only_enabled()),
+     lambda v: _deterministic(v[0], warn_only=v[1])),
+    (lambda was, now: f"changed the default device to {_described(now)!r} (torch.set_default_device)",
+     _default_device_context, _put_default_device),
+    (lambda was, now: "left a global module hook of torch.nn registered "
+                      "(torch.nn.modules.module.register_module_*_hook)",
+     _global_module_hooks, _put_global_module_hooks),
+    (lambda was, now: "left torch.autograd.graph.saved_tensors_hooks entered",
+     _saved_tensors_hooks, _leave_saved_tensors_hooks),
+    (lambda was, now: f"changed os.environ['COURSE_CHECK_TIMEOUT'] from {was!r} to {now!r}",
+     _check_timeout, _put_check_timeout),
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """True when ``a`` and ``b`` are the same object or equal (never raises)."""
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _process_settings() -> list[tuple[Any, Any]]:
+    """Each row of :data:`_SETTINGS` with its value now (see :func:`_restore_settings`)."""
+    read = []
+    for row in _SETTINGS:
         try:
-            restore(**value) if type(value) is dict else restore(value)
+            read.append((row, row[1]()))
+        except Exception:  # noqa: BLE001 - a setting that cannot be read is not guarded
+            pass
+    return read
+
+
+def _restore_settings(settings: list[tuple[Any, Any]]) -> list[str]:
+    """Put back each setting :func:`_process_settings` read that has changed since, with the
+    functions bound at import; what the Feedback says of those that name a change."""
+    said = []
+    for (describe, read, restore), value in settings:
+        try:
+            now = read()
+            if _same(now, value):
+                continue
+            restore(value)
+            if describe is not None:
+                said.append(describe(value, now))
         except Exception:  # noqa: BLE001 - a setting that cannot be put back stays as the answer left it
             pass
+    return said
 
 
 def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
@@ -369,9 +484,8 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
 
     spaces: list[tuple[str, Any, Any, dict]] = [
         ("builtins", None, builtins.__dict__, dict(builtins.__dict__))]
-    modules = [math, np, sys.modules.get("numpy.testing"), torch, torch.nn.functional,
-               sys.modules.get("torch.testing")]
-    modules += [m for name, m in list(sys.modules.items()) if name.startswith(f"{__package__}.")]
+    modules = [math, os, np, *map(sys.modules.get, _GUARDED_MODULES)]
+    modules += [m for name, m in list(sys.modules.items()) if name.startswith(_COURSE)]
     seen = {id(builtins.__dict__)}
     numeric = getattr(np.allclose, "__globals__", None)
     if numeric is not None:
@@ -382,9 +496,9 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
             continue
         seen.add(id(module.__dict__))
         spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
-        if module.__name__.startswith(f"{__package__}."):
+        if module.__name__.startswith(_COURSE):
             for value in list(module.__dict__.values()):
-                if type(value) is type and value.__module__ == module.__name__ and id(value) not in seen \
+                if isinstance(value, type) and value.__module__ == module.__name__ and id(value) not in seen \
                         and value is not _Deadline:  # (whose _active changes on exit, before the put-back)
                     seen.add(id(value))
                     spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__,
@@ -394,18 +508,42 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
                     name = next((k for k, v in module.__dict__.items() if v is value), "exercise")
                     spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__,
                                    dict(value.__dict__)))
-    spaces.append(("torch.Tensor", torch.Tensor, torch.Tensor.__dict__, dict(torch.Tensor.__dict__)))
+    classes = [("torch.Tensor", torch.Tensor)]
+    classes += [(f"torch.nn.{name}", value) for name, value in list(vars(torch.nn).items())
+                if isinstance(value, type) and issubclass(value, torch.nn.Module)]
+    pandas = sys.modules.get("pandas")
+    if pandas is not None:
+        classes += [(f"pandas.{name}", getattr(pandas, name, None)) for name in _PANDAS_CLASSES]
+        generic = sys.modules.get("pandas.core.generic")
+        classes.append(("pandas.NDFrame", getattr(generic, "NDFrame", None)))
+    for label, value in classes:
+        if isinstance(value, type) and id(value) not in seen:
+            seen.add(id(value))
+            spaces.append((label, value, value.__dict__, dict(value.__dict__)))
     return spaces
 
 
-def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> str | None:
+_COURSE = f"{__package__.split('.')[0]}."  # every module of the course ("course_utils.")
+# The namespaces a check's comparison, its reference code or its inputs' code look names up in,
+# besides the built-ins, math, os, NumPy and the course's modules (the guarded names: see
+# :func:`_guarded_namespaces`); one that is not imported is left out.
+_GUARDED_MODULES = ("numpy.testing", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init",
+                    "torch.nn.modules.module", "torch.autograd", "torch.autograd.graph", "torch.testing",
+                    "pandas")
+_PANDAS_CLASSES = ("Series", "DataFrame", "Index")
+
+
+def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
     """Put back every name of ``spaces`` (:func:`_guarded_namespaces`) that was replaced or
-    deleted since; "replaced numpy.allclose, ..." naming them, or None when none was. Uses
-    no built-in until the built-ins are back (they come first)."""
+    deleted since; the names ("numpy.allclose", ...). Uses no built-in until the built-ins are
+    back (they come first). A name torch itself rebinds to a wrapper of the same function when
+    one of its modules is first imported (``torch._dynamo`` wraps ``torch.manual_seed``, and
+    ``use_deterministic_algorithms(True, warn_only=True)`` imports it) is left as torch made it."""
     changed = []
     for label, owner, live, saved in spaces:
         for key, value in saved.items():
-            if live.get(key, _MISSING) is not value:
+            now = live.get(key, _MISSING)
+            if now is not value and not _torch_wrapped(now, value):
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
                     if owner is None or owner is _INSTANCE:
@@ -418,10 +556,34 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> str | None:
             for key in [k for k in live if k not in saved]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
-    if not changed:
+    return changed
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _torch_wrapped(now: Any, original: Any) -> bool:
+    """True when ``now`` is torch's own wrapper of ``original`` (its ``__wrapped__``, with code
+    in torch's own files)."""
+    try:
+        code = getattr(now, "__code__", None)
+        return (getattr(now, "__wrapped__", None) is original and code is not None
+                and code.co_filename.startswith(_TORCH_DIR))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _changes(settings: list[str], names: list[str]) -> str | None:
+    """What an answer changed, in words ("changed the default device ..., replaced numpy.allclose
+    ... while it ran"), or None: ``settings`` from :func:`_restore_settings`, ``names`` from
+    :func:`_put_back`."""
+    parts = list(settings)
+    if names:
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        parts.append("replaced " + ", ".join(names[:6]) + more)
+    if not parts:
         return None
-    shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-    return f"replaced {shown} while it ran (the check put back the originals and compares with those)"
+    return f"{', '.join(parts)} while it ran (the check put back the originals and compares with those)"
 
 
 # code during which the alarm does not raise: the time limit being set up or taken down (and
@@ -867,6 +1029,7 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
             return Feedback(self.title, "error", "a check cannot run inside an answer that is being "
                             "checked; the outer check says so.")
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
+        _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
         try:
             return check(self, fn)
         except BaseException as exc:  # noqa: BLE001 - a check answers with a message, always
@@ -874,6 +1037,7 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                             f"the check could not grade this answer ({type(exc).__name__}: "
                             f"{_safe_str(exc)}).", self.hint)
         finally:
+            _CHECK_LIMITS.pop()
             _restore_settings(settings)
 
     return guarded
@@ -1165,12 +1329,16 @@ class Exercise:
         """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named.
 
         In the notebook this is feedback, not a grade. It resists an answer that replaces what
-        it compares with: a name replaced in the built-ins, ``math``, NumPy, ``numpy.testing``,
-        torch, ``torch.nn.functional``, ``torch.testing``, ``torch.Tensor`` or the course's
-        exercise modules (``numpy.allclose = lambda *a, **k: True``) is put back before any
-        comparison and named (:func:`_put_back`). It cannot resist code that reaches deeper
-        (the private modules of NumPy or torch, the check's own frames, ``ctypes``, a thread
-        that patches after the check), and ``os._exit()`` ends the kernel. The outside grader
+        it compares with: a name replaced in the built-ins, ``math``, ``os``, NumPy,
+        ``numpy.testing``, torch, ``torch.nn`` (its module classes and ``init``),
+        ``torch.autograd``, ``torch.testing``, ``torch.Tensor``, pandas' Series, DataFrame and
+        Index, the course's modules and classes or an exercise's own attributes
+        (``numpy.allclose = lambda *a, **k: True``) is put back before any comparison and named
+        (:func:`_put_back`), and so is a process setting of :data:`_SETTINGS` it left changed
+        (the default device, a global module hook, COURSE_CHECK_TIMEOUT, ...). It cannot resist
+        code that reaches deeper (the private modules of NumPy or torch, the check's own frames,
+        ``ctypes``, a thread that patches after the check), and ``os._exit()`` ends the kernel.
+        The outside grader
         (:mod:`.autograde`), which runs each answer in a process of its own and compares in
         another, is the trusted one."""
         feedback = self._check(fn, self._forbidden() if self._guarded else [])
