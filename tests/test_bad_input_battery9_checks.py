@@ -132,3 +132,66 @@ def test_a_time_limit_changed_inside_the_answer_does_not_shorten_its_own_calls(m
     feedback = lesson05.check_previous_token_score(slow_after_shortening)
     assert "ran for more than" not in feedback.message, feedback
     assert "COURSE_CHECK_TIMEOUT" in feedback.message and os.environ["COURSE_CHECK_TIMEOUT"] == "5"
+
+
+# -- row 4b: patches made outside the answer's run ------------------------------------------------
+
+def _merge_first_half(out_a, lse_a, out_b, lse_b):  # wrong: drops the second range
+    return out_a
+
+
+def test_a_patch_made_before_the_check_is_put_back_and_blamed_on_the_kernel():
+    import numpy as np
+
+    from course_utils.exercises import core, lesson07
+
+    originals = (np.allclose, core.Feedback.__dict__["passed"])
+    try:
+        np.allclose = lambda *a, **k: True  # a cell (or a leftover thread) before the check
+        core.Feedback.passed = property(lambda self: True)
+        feedback = lesson07.check_merge_halves(_merge_first_half)
+        restored = (np.allclose is originals[0], core.Feedback.__dict__["passed"] is originals[1])
+    finally:
+        np.allclose = originals[0]
+        core.Feedback.passed = originals[1]
+    assert feedback.status != "correct" and not feedback.passed and not bool(feedback), feedback
+    assert restored == (True, True)
+    assert "Something in this kernel replaced numpy.allclose" in feedback.message, feedback.message
+    assert "core.Feedback.passed" in feedback.message and "your function replaced" not in feedback.message
+
+
+def test_a_thread_that_keeps_patching_is_not_blamed_on_an_innocent_answer():
+    import threading
+    import time
+
+    original = torch.allclose
+    stop = threading.Event()
+
+    def keeps_patching():  # a thread an earlier cell started
+        while not stop.is_set():
+            torch.allclose = lambda *a, **k: True
+            time.sleep(0.0005)
+
+    thread = threading.Thread(target=keeps_patching, name="patcher", daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.02)
+        feedback = lesson05.check_previous_token_score(_previous_token)
+    finally:
+        stop.set()
+        thread.join()
+        torch.allclose = original
+    assert feedback.status == "error" and "your function replaced" not in feedback.message, feedback
+    assert "something in this kernel" in feedback.message and "torch.allclose" in feedback.message
+    assert lesson05.check_previous_token_score(_previous_token).passed  # thread gone: graded again
+
+
+def test_feedback_verdict_does_not_follow_a_replaced_passed_property(monkeypatch):
+    from course_utils.exercises import core
+
+    feedback = core.Feedback("Exercise x", "wrong", "the answer does not match.")
+    monkeypatch.setattr(core.Feedback, "passed", property(lambda self: True))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert not bool(feedback)
+    with pytest.raises(AssertionError):
+        feedback.assert_passed()

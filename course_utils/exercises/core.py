@@ -19,6 +19,23 @@ A check never raises at the learner: every failure becomes a message, even
 ``sys.exit()`` or ``KeyboardInterrupt`` from inside the learner's function. For
 autograding, :meth:`Feedback.assert_passed` prints the same feedback and raises
 ``AssertionError`` carrying it when the answer is not correct.
+
+What a check guards (one table each): the names its comparison and the reference code look
+up (:func:`_guarded_namespaces`) and the process settings of :data:`_SETTINGS`. Around each
+call of the answer they are copied, and afterwards put back and named ("your function
+replaced torch.allclose ..."). The names are also compared with their originals, captured
+when ``course_utils.exercises`` was imported (or when the first check saw a module imported
+later), at the start and at the end of every check: a patch made before the check (by a
+cell, or a thread an earlier cell started) is put back and named as the kernel's, not the
+answer's; one that appears while the check compares makes the check answer "cannot be
+trusted, run it again" instead of a verdict. A change seen right after the answer's call is
+blamed on the answer unless a thread that was alive before the check is still running
+notebook code (then on the kernel). Limits: a thread that patches and restores a name
+between two of these comparisons, or patches after the last one, is not seen; a module
+imported and patched before any check ran is taken as it was found; nothing here resists
+code that reaches the check's own frames, ``ctypes`` or NumPy's and torch's private modules.
+The outside grader (:mod:`.autograde`), which runs each answer in a process of its own, is
+the trusted one.
 """
 
 from __future__ import annotations
@@ -322,6 +339,9 @@ class _Deadline:
         # torch.Storage; next the names: even `import` may have been replaced
         self.changed = _changes(settings, _put_back(self._saved_names))
         self._saved_names = []
+        # a thread an earlier cell started, still running: it may have made the change, not the answer
+        self.threads = (_threads_running_user_code(_THREADS_AT_START[-1])
+                        if self.changed is not None and _THREADS_AT_START else [])
         if self._armed:
             import signal
 
@@ -543,7 +563,7 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
     for label, owner, live, saved in spaces:
         for key, value in saved.items():
             now = live.get(key, _MISSING)
-            if now is not value and not _torch_wrapped(now, value):
+            if now is not value and not _torch_wrapped(now, value) and not _same_method(now, value):
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
                     if owner is None or owner is _INSTANCE:
@@ -571,6 +591,65 @@ def _torch_wrapped(now: Any, original: Any) -> bool:
                 and code.co_filename.startswith(_TORCH_DIR))
     except Exception:  # noqa: BLE001
         return False
+
+
+def _same_method(now: Any, original: Any) -> bool:
+    """True when ``now`` and ``original`` are the same method of the same object, bound twice
+    (IPython binds ``builtins.get_ipython`` and ``input`` afresh for every cell)."""
+    return (type(now) is types.MethodType and type(original) is types.MethodType
+            and now.__func__ is original.__func__ and now.__self__ is original.__self__)
+
+
+# The guarded names as they were when first seen (course_utils.exercises' import, or the first
+# check after a module's import), by id of the namespace: each check starts by putting these
+# back (:func:`_restore_originals`). An exercise's own attributes are not among them (the
+# outside grader and the course's tests set its cases on purpose), nor are names that change
+# without anyone tampering: the built-ins IPython sets for each cell and the REPL's ``_``, and
+# torch.Storage, which torch.set_default_dtype rebinds.
+_ORIGINALS: dict[int, tuple[str, Any, Any, dict]] = {}  # by id of the module's dict or the class
+_VOLATILE = {"builtins": ("_", "exit", "quit", "get_ipython", "display", "input"), "torch": ("Storage",)}
+
+
+def _capture_originals() -> None:
+    """Remember the guarded names of each namespace not seen before, as they are now."""
+    for label, owner, live, saved in _guarded_namespaces():
+        key = id(live) if owner is None else id(owner)  # (a class's __dict__ is a new proxy each time)
+        if owner is _INSTANCE or key in _ORIGINALS:
+            continue
+        for name in _VOLATILE.get(label, ()):
+            saved.pop(name, None)
+        _ORIGINALS[key] = (label, owner, live, saved)
+
+
+def _restore_originals() -> list[str]:
+    """Put back each guarded name that differs from its original (:data:`_ORIGINALS`); the names."""
+    _capture_originals()
+    return _put_back(list(_ORIGINALS.values()))
+
+
+_LIBRARY_DIRS = tuple({os.path.join(p, "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+                      | {os.path.join(os.path.dirname(os.path.dirname(__file__)), "")})
+
+
+def _threads_running_user_code(idents: set[int]) -> list[str]:
+    """The names of the threads among ``idents`` (those alive when the check started) that are
+    still alive and run code of the notebook's own (a frame outside Python's, the installed
+    packages' and the course's files): a thread an earlier cell started."""
+    names = []
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident) if thread.ident in idents else None
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<frozen"):
+                names.append(thread.name)
+                break
+            frame = frame.f_back
+    del frames
+    return names
+
+
+_THREADS_AT_START: list[set[int]] = []  # per check running now: the threads alive when it started
 
 
 def _changes(settings: list[str], names: list[str]) -> str | None:
@@ -716,11 +795,11 @@ class Feedback:
         separate process and records the points itself.
         """
         print(self)
-        if not self.passed and os.environ.get("NBGRADER_EXECUTION"):
-            raise AssertionError(str(self))
+        if self.status != "correct" and _ENVIRON.get("NBGRADER_EXECUTION"):  # (not self.passed:
+            raise AssertionError(str(self))  # a thread may have replaced the property since)
 
     def __bool__(self) -> bool:
-        return self.passed
+        return self.status == "correct"
 
     def __repr__(self) -> str:
         icon = {"correct": "✅", "not attempted": "✏️"}.get(self.status, "❌")
@@ -1028,19 +1107,57 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
             _CHECKS_INSIDE_ANSWERS[-1].append(self.title)
             return Feedback(self.title, "error", "a check cannot run inside an answer that is being "
                             "checked; the outer check says so.")
+        outermost = not _THREADS_AT_START
+        if outermost:  # a patch made before this check (a cell, a leftover thread): put back, named
+            try:
+                before = _restore_originals()
+            except Exception:  # noqa: BLE001 - (the per-answer guard still runs)
+                before = []
+            _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
         _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
         try:
-            return check(self, fn)
+            feedback = check(self, fn)
         except BaseException as exc:  # noqa: BLE001 - a check answers with a message, always
-            return Feedback(self.title, "error",
-                            f"the check could not grade this answer ({type(exc).__name__}: "
-                            f"{_safe_str(exc)}).", self.hint)
+            feedback = Feedback(self.title, "error",
+                                f"the check could not grade this answer ({type(exc).__name__}: "
+                                f"{_safe_str(exc)}).", self.hint)
         finally:
             _CHECK_LIMITS.pop()
             _restore_settings(settings)
+            if outermost:
+                _THREADS_AT_START.pop()
+        if outermost:
+            try:
+                during = _restore_originals()
+            except Exception:  # noqa: BLE001
+                during = []
+            return _kernel_feedback(self, feedback, before, during)
+        return feedback
 
     return guarded
+
+
+def _names_text(names: list[str]) -> str:
+    names = [n.replace("course_utils.exercises.", "") for n in names]
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def _kernel_feedback(exercise: Exercise, feedback: Feedback, before: list[str],
+                     during: list[str]) -> Feedback:
+    """``feedback``, told what something else in the kernel replaced: ``before`` the check ran
+    (put back: the check graded with the originals), or ``during`` it, after the answer's
+    own calls (a thread: the comparison itself may have used the replacement, so no verdict)."""
+    if during:
+        return Feedback(exercise.title, "error",
+                        f"something in this kernel replaced {_names_text(during)} while the check was "
+                        "comparing (a thread an earlier cell started?), so this check's verdict "
+                        "cannot be trusted; the check put back the originals. Run the check again, "
+                        "and restart the kernel (Kernel > Restart) if this happens again.", exercise.hint)
+    if before:
+        feedback.message += (f" (Something in this kernel replaced {_names_text(before)} before this "
+                             "check ran; the check put back the originals and graded with those.)")
+    return feedback
 
 
 class _StoreProblem(Exception):
@@ -1499,7 +1616,7 @@ class Exercise:
                 feedback = self._raised(exc, case)
             except (TimeLimitExceeded, KeyboardInterrupt) as exc:  # never run again after this
                 if deadline.changed is not None:
-                    return self._tampered(deadline.changed)
+                    return self._tampered(deadline.changed, deadline.threads)
                 return self._stopped(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
                 if called:  # it failed on what the check it called gave back
@@ -1513,7 +1630,7 @@ class Exercise:
                     continue
                 feedback = None
             if deadline.changed is not None:
-                return self._tampered(deadline.changed)
+                return self._tampered(deadline.changed, deadline.threads)
             if watch.tampered is not None and not isinstance(feedback_exc, RecursionError):
                 return self._tampered(watch.tampered)  # (a RecursionError drops the profiler itself)
             if watch.used is not None:  # the call explains the error, or the right answer
@@ -1596,7 +1713,16 @@ class Exercise:
         return Feedback(self.title, "error",
                         f"your function raised {type(exc).__name__}{where}{detail}{origin}", self.hint)
 
-    def _tampered(self, what: str) -> Feedback:
+    def _tampered(self, what: str, threads: Sequence[str] = ()) -> Feedback:
+        if threads:  # a thread an earlier cell started may have done it: not the answer's doing
+            what = what.replace(" while it ran", " while your function ran", 1)
+            return Feedback(self.title, "error",
+                            f"something in this kernel {what}. "
+                            f"A thread started before this check is still running code of this "
+                            f"notebook ({', '.join(threads[:3])}): it may have made that change, so "
+                            "the check does not blame your function and does not grade it. Restart the "
+                            "kernel (Kernel > Restart), run the cells your function needs, and check again.",
+                            self.hint)
         return Feedback(self.title, "mistake",
                         f"your function {what}: the check cannot grade an answer that interferes "
                         "with it, so it counts as not passed.",
