@@ -195,3 +195,60 @@ def test_feedback_verdict_does_not_follow_a_replaced_passed_property(monkeypatch
     assert not bool(feedback)
     with pytest.raises(AssertionError):
         feedback.assert_passed()
+
+
+# -- row 9: in-place edits of a torch module or a pandas table -----------------------------------
+
+def _edits_after_computing():
+    """(exercise name, an answer that computes the right result, then edits an input)."""
+    from solutions import lesson06 as s6
+
+    def zeroes_weight(heads, reference_heads, head, out_proj):
+        out = s6._mean_reference(heads, reference_heads, head, out_proj)
+        with torch.no_grad():
+            out_proj.weight.zero_()
+        return out
+
+    def leaves_hook(heads, reference_heads, head, out_proj):
+        out = s6._mean_reference(heads, reference_heads, head, out_proj)
+        out_proj.register_forward_hook(lambda module, inputs, output: output * 0)
+        return out
+
+    def drops_rows(table):
+        name = s6._narrow_reference(table)
+        table.drop(index=table.index.copy(), inplace=True)
+        return name
+
+    def renames_index(table):
+        name = s6._narrow_reference(table)
+        table.index = ["x" + str(label) for label in table.index]
+        return name
+
+    return [("MEAN_ABLATION", zeroes_weight, "`out_proj`"), ("MEAN_ABLATION", leaves_hook, "`out_proj`"),
+            ("NARROW_HEAD", drops_rows, "`table`"), ("NARROW_HEAD", renames_index, "`table`")]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("index", range(4), ids=["zeroed weight", "hook", "dropped rows", "renamed index"])
+def test_an_edit_of_a_module_or_table_input_is_named(index):
+    import warnings
+
+    from course_utils.exercises import lesson06
+
+    name, answer, words = _edits_after_computing()[index]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (pandas' notice about inplace=True)
+        feedback = getattr(lesson06, name).check_trusted(answer)
+    assert feedback.mistake == "edited_input_in_place" and not feedback.passed, feedback
+    assert f"changed its input {words}" in feedback.message
+
+
+def test_inputs_given_as_modules_and_tables_are_copies_for_each_call():
+    from course_utils.exercises import lesson06
+
+    case = lesson06.MEAN_ABLATION.cases()[0]
+    (_, _, _, out_proj), _ = case.fresh()
+    assert out_proj is not case.args[3] and out_proj.weight.data_ptr() != case.args[3].weight.data_ptr()
+    table_case = lesson06.NARROW_HEAD.cases()[0]
+    (table,), _ = table_case.fresh()
+    assert table is not table_case.args[0] and table.equals(table_case.args[0])

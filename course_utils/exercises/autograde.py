@@ -294,7 +294,8 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
 # -- replaying an answer's recorded outcomes through the exercise's own check ---------------------
 def _same_inputs(a: Any, b: Any) -> bool:
     """True when ``b`` is a copy of the case input ``a`` made in this process (``Case.fresh``):
-    the same bytes for tensors and arrays, equal plain values, the very object otherwise (a case
+    the same bytes for tensors and arrays, the same parameters for a torch module, the same
+    table for pandas, equal plain values, the very object otherwise (a case
     builder's closure). Used to find which recorded outcome a call asks for, not to grade."""
     if isinstance(a, torch.Tensor):
         return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
@@ -308,6 +309,12 @@ def _same_inputs(a: Any, b: Any) -> bool:
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same_inputs(a[k], b[k]) for k in a)
     if isinstance(a, (int, float, str, bool, type(None))):
         return type(a) is type(b) and a == b
+    if isinstance(a, torch.nn.Module) or _cases._is_pandas(a):  # Case.fresh copies these too
+        from .core import _same_module, _same_table
+
+        if isinstance(a, torch.nn.Module):
+            return isinstance(b, torch.nn.Module) and _same_module(a, b)
+        return _same_table(a, b)
     return a is b
 
 

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from . import answers as _answers
-from .cases import Case
+from .cases import Case, _is_pandas
 
 __all__ = ["Case", "Mistake", "Exercise", "Feedback", "LIBRARY_TWINS", "outputs_close", "describe_value"]
 
@@ -974,11 +974,50 @@ def _edited_input(case: Case, args: tuple, kwargs: dict) -> str | None:
                     and bool(torch.equal(original.nan_to_num(), passed.detach().nan_to_num())))
         elif isinstance(original, np.ndarray) and isinstance(passed, np.ndarray):
             same = original.shape == passed.shape and bool(np.array_equal(original, passed, equal_nan=True))
+        elif isinstance(original, torch.nn.Module) and isinstance(passed, torch.nn.Module):
+            same = _same_module(original, passed)
+        elif _is_pandas(original):
+            same = _same_table(original, passed)
         else:
             continue
         if not same:
             return name
     return None
+
+
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                 "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def _same_module(original: torch.nn.Module, passed: torch.nn.Module) -> bool:
+    """True when the copy of a torch module the answer was given (:meth:`Case.fresh`) still has
+    the original's parameters and buffers, values included, and no hook the original lacks."""
+    try:
+        mine, theirs = original.state_dict(), passed.state_dict()
+        if list(mine) != list(theirs):
+            return False
+        for key, value in mine.items():
+            other = theirs[key]
+            if not (isinstance(other, torch.Tensor) and other.shape == value.shape
+                    and other.dtype == value.dtype
+                    and bool(torch.equal(value.nan_to_num(), other.detach().nan_to_num()))):
+                return False
+        pairs = zip(original.modules(), passed.modules(), strict=False)
+        return all(len(getattr(a, name, {}) or {}) == len(getattr(b, name, {}) or {})
+                   for a, b in pairs for name in _MODULE_HOOKS)
+    except Exception:  # noqa: BLE001 - a module too broken to read: changed
+        return False
+
+
+def _same_table(original: Any, passed: Any) -> bool:
+    """True when ``passed`` is a pandas table (or Series) of the same type, values, row labels
+    and columns as ``original``."""
+    try:
+        return (type(passed) is type(original) and bool(original.equals(passed))
+                and bool(original.index.equals(passed.index))
+                and (not hasattr(original, "columns") or bool(original.columns.equals(passed.columns))))
+    except Exception:  # noqa: BLE001 - a table too broken to compare: changed
+        return False
 
 
 def _changes_its_input(fn: Callable[..., Any], cases: list[Case]) -> bool:
