@@ -252,3 +252,19 @@ def test_inputs_given_as_modules_and_tables_are_copies_for_each_call():
     table_case = lesson06.NARROW_HEAD.cases()[0]
     (table,), _ = table_case.fresh()
     assert table is not table_case.args[0] and table.equals(table_case.args[0])
+
+
+# -- row 10: two halves with equal log-sum-exp ------------------------------------------------------
+
+def test_a_merge_that_gives_nan_on_a_tie_fails_on_the_equal_lse_case():
+    from course_utils.exercises import lesson07
+    from solutions import lesson07 as s7
+
+    def nan_on_tie(out_a, lse_a, out_b, lse_b):
+        merged = s7._merge_halves(out_a, lse_a, out_b, lse_b)
+        return torch.where((lse_a == lse_b)[..., None], torch.nan, merged)
+
+    feedback = lesson07.MERGE_HALVES.check_trusted(nan_on_tie)
+    assert not feedback.passed, feedback
+    assert "NaN" in feedback.message and "equal lse" in feedback.message, feedback.message
+    assert lesson07.MERGE_HALVES.check_trusted(s7._merge_halves).passed
