@@ -268,3 +268,40 @@ def test_a_merge_that_gives_nan_on_a_tie_fails_on_the_equal_lse_case():
     assert not feedback.passed, feedback
     assert "NaN" in feedback.message and "equal lse" in feedback.message, feedback.message
     assert lesson07.MERGE_HALVES.check_trusted(s7._merge_halves).passed
+
+
+# -- row 14: what the answer did, named as it is --------------------------------------------------
+
+def test_deterministic_mode_set_by_a_right_answer_passes_and_is_put_back():
+    from course_utils.exercises import lesson07
+    from solutions import lesson07 as s7
+
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+
+    def deterministic(*args):
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        return s7._decode_step(*args)
+
+    try:
+        feedback = lesson07.DECODE_STEP.check_trusted(deterministic)
+        after = (torch.are_deterministic_algorithms_enabled(),
+                 torch.is_deterministic_algorithms_warn_only_enabled())
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    assert feedback.passed and "manual_seed" not in feedback.message, feedback
+    assert after == before
+
+
+def test_an_input_zeroed_before_computing_is_named_before_the_mistake_it_looks_like():
+    from course_utils.exercises import lesson06
+    from solutions import lesson06 as s6
+
+    def zeroes_reference_first(heads, reference_heads, head, out_proj):
+        reference_heads.zero_()
+        return s6._mean_reference(heads, reference_heads, head, out_proj)
+
+    feedback = lesson06.MEAN_ABLATION.check_trusted(zeroes_reference_first)
+    assert feedback.mistake == "edited_input_in_place", feedback
+    assert feedback.message.startswith(
+        "your function changed its input `reference_heads` (argument 2) in place"), feedback.message

@@ -1704,6 +1704,22 @@ class Exercise:
                                 "do not create it with device='meta'.")
         try:
             feedback = self._grade(cases, outputs, expected)
+            slip = feedback.mistake
+            if edited is not None and slip is not None and not slip.endswith("_in_place"):
+                # named first: an edit made before computing explains the output that looks like a
+                # known slip (battery 9: zeroed reference_heads was called "zero ablation"). A
+                # lesson's own in-place slip (edited_pattern_in_place) already says so, and a
+                # plain wrong answer is left to the lessons' own in-place diagnoses (3.1, 5.1)
+                name = _parameter_name(fn, edited)
+                return Feedback(self.title, "mistake",
+                                f"your function changed its input {name} in place, and its output is "
+                                f"wrong too. An edit made before computing changes what the function "
+                                f"computes from, so fix the edit first; then, if the output is still "
+                                f"wrong, the check says: {feedback.message}",
+                                "work on a copy and change only the copy: x.clone() for a tensor, "
+                                "x.copy() for a NumPy array or a pandas table (and no +=, [...] = or "
+                                "*_() methods on the input itself).",
+                                mistake="edited_input_in_place")
             if feedback.passed and edited is not None:
                 name = _parameter_name(fn, edited)
                 return Feedback(self.title, "mistake",
