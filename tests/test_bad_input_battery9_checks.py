@@ -305,3 +305,43 @@ def test_an_input_zeroed_before_computing_is_named_before_the_mistake_it_looks_l
     assert feedback.mistake == "edited_input_in_place", feedback
     assert feedback.message.startswith(
         "your function changed its input `reference_heads` (argument 2) in place"), feedback.message
+
+
+# -- row 15: the grader's helpers name a bad argument ---------------------------------------------
+
+@pytest.mark.parametrize("call, words", [
+    (lambda ag: ag.write_secrets(None, ["01_x"], "solutions"), "course: expected the course folder"),
+    (lambda ag: ag.read_secrets(None), "course: expected the course folder"),
+    (lambda ag: ag.read_secrets(""), "got str ''"),
+], ids=["write_secrets None", "read_secrets None", "read_secrets empty"])
+def test_secrets_helpers_name_a_course_that_is_not_a_path(call, words):
+    from course_utils.exercises import autograde
+
+    with pytest.raises(TypeError, match="course") as info:
+        call(autograde)
+    assert words in str(info.value), info.value
+
+
+def test_a_numpy_int_salt_builds_the_same_cases_as_a_python_int():
+    import numpy as np
+
+    from course_utils.exercises import autograde
+
+    exercise = autograde.exercise_of("lesson07", "check_merge_halves")  # (torch.Generator seeds)
+    plain, numpy_int = autograde.cases_of(exercise, 7), autograde.cases_of(exercise, np.int64(7))
+    assert len(plain) == len(numpy_int)
+    for a, b in zip(plain, numpy_int, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a.args, b.args, strict=True))
+
+
+def test_neutralise_html_names_a_cell_whose_source_is_a_list():
+    import nbformat
+
+    from course_utils.exercises import autograde
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("<b>ok</b>"),
+                                         nbformat.v4.new_markdown_cell("x")])
+    nb.cells[1].source = ["<img src=x ", "onerror=alert(1)>"]
+    with pytest.raises(TypeError, match=r"nb\.cells\[1\]\.source is list"):
+        autograde.neutralise_html(nb)
+    assert nb.cells[0].source == "<b>ok</b>"  # nothing changed before the refusal
