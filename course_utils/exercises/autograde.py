@@ -73,6 +73,8 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     ``nbgrader_tools.py source``: each release gets new salts. Returns the file. Every lesson
     must be one of the course's notebooks (``notebooks/NN_*.ipynb`` beside ``solutions_dir``),
     named once: a salt for any other name would never be used."""
+    _need_path("course", course, "the course folder nbgrader works in")
+    _need_path("solutions_dir", solutions_dir, "the instructor's solutions folder")
     if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
             or not all(isinstance(x, str) and x for x in lessons):
         raise ValueError(f"lessons: expected a non-empty list of lesson names (notebook names without "
@@ -122,8 +124,16 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     return path
 
 
+def _need_path(name: str, value: Any, what: str) -> None:
+    """``value`` must be a path (a non-empty str or a path-like object)."""
+    if isinstance(value, os.PathLike) or (isinstance(value, str) and value):
+        return
+    raise TypeError(f"{name}: expected {what} as a str or Path, got {type(value).__name__} {value!r:.60}")
+
+
 def read_secrets(course: Path) -> dict:
     """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run."""
+    _need_path("course", course, "the course folder nbgrader works in")
     path = Path(course) / SECRETS_NAME
     if path.exists() and not path.is_file():
         raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'not a regular file'}, expected the "
@@ -152,6 +162,7 @@ def salted_seeds(salt: int) -> Iterator[None]:
     if isinstance(salt, bool) or not isinstance(salt, (int, np.integer)):
         raise TypeError(f"salt: expected an int (a lesson's salt from the grader's secrets), got "
                         f"{type(salt).__name__} {salt!r:.60}")
+    salt = int(salt)  # a NumPy int as a Python one: no int64 overflow in the mixing below
     mixed = lambda seed: (int(seed) * 1_000_003 + salt) % 2**62  # noqa: E731
 
     class SaltedGenerator(torch.Generator):
@@ -294,7 +305,8 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
 # -- replaying an answer's recorded outcomes through the exercise's own check ---------------------
 def _same_inputs(a: Any, b: Any) -> bool:
     """True when ``b`` is a copy of the case input ``a`` made in this process (``Case.fresh``):
-    the same bytes for tensors and arrays, equal plain values, the very object otherwise (a case
+    the same bytes for tensors and arrays, the same parameters for a torch module, the same
+    table for pandas, equal plain values, the very object otherwise (a case
     builder's closure). Used to find which recorded outcome a call asks for, not to grade."""
     if isinstance(a, torch.Tensor):
         return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
@@ -308,6 +320,12 @@ def _same_inputs(a: Any, b: Any) -> bool:
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same_inputs(a[k], b[k]) for k in a)
     if isinstance(a, (int, float, str, bool, type(None))):
         return type(a) is type(b) and a == b
+    if isinstance(a, torch.nn.Module) or _cases._is_pandas(a):  # Case.fresh copies these too
+        from .core import _same_module, _same_table
+
+        if isinstance(a, torch.nn.Module):
+            return isinstance(b, torch.nn.Module) and _same_module(a, b)
+        return _same_table(a, b)
     return a is b
 
 
@@ -572,6 +590,12 @@ def neutralise_html(nb: Any) -> int:
     import html
 
     _need_notebook(nb)
+    for i, cell in enumerate(nb.cells):  # all checked before any cell changes
+        if not isinstance(cell, dict) or not isinstance(cell.get("source"), str):
+            got = cell.get("source") if isinstance(cell, dict) else cell
+            raise TypeError(f"nb: expected every cell's source as one str (as nbformat.read gives it), "
+                            f"but nb.cells[{i}]{'.source' if isinstance(cell, dict) else ''} is "
+                            f"{type(got).__name__} {got!r:.60}")
     changed = 0
     for cell in nb.cells:
         if cell.cell_type not in ("markdown", "raw") or _nbgrader_meta(cell).get("locked"):

@@ -4,6 +4,7 @@ stored answers (:mod:`.answers`) both use it without importing each other in a l
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -30,15 +31,33 @@ class Case:
             raise TypeError(f"label must be a str, got {type(self.label).__name__} {self.label!r}")
 
     def fresh(self) -> tuple[tuple, dict]:
-        """Copies of the inputs, so an in-place edit by one call cannot leak into the next."""
+        """Copies of the inputs, so an in-place edit by one call cannot leak into the next (a
+        tensor, an array, a torch module such as an ``nn.Linear``, a pandas table)."""
         def copy(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
                 return x.clone()
             if isinstance(x, np.ndarray):
                 return x.copy()
+            if isinstance(x, torch.nn.Module):
+                return copy_module(x)
+            if _is_pandas(x):
+                return x.copy(deep=True)
             return x
 
         return tuple(copy(a) for a in self.args), {k: copy(v) for k, v in self.kwargs.items()}
+
+
+def _is_pandas(x: Any) -> bool:
+    """True for a pandas DataFrame or Series (pandas is not imported for this)."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(x, (pandas.DataFrame, pandas.Series))
+
+
+def copy_module(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``module`` with its own parameters and buffers (``copy.deepcopy``)."""
+    import copy
+
+    return copy.deepcopy(module)
 
 
 _T = TypeVar("_T")

@@ -19,6 +19,23 @@ A check never raises at the learner: every failure becomes a message, even
 ``sys.exit()`` or ``KeyboardInterrupt`` from inside the learner's function. For
 autograding, :meth:`Feedback.assert_passed` prints the same feedback and raises
 ``AssertionError`` carrying it when the answer is not correct.
+
+What a check guards (one table each): the names its comparison and the reference code look
+up (:func:`_guarded_namespaces`) and the process settings of :data:`_SETTINGS`. Around each
+call of the answer they are copied, and afterwards put back and named ("your function
+replaced torch.allclose ..."). The names are also compared with their originals, captured
+when ``course_utils.exercises`` was imported (or when the first check saw a module imported
+later), at the start and at the end of every check: a patch made before the check (by a
+cell, or a thread an earlier cell started) is put back and named as the kernel's, not the
+answer's; one that appears while the check compares makes the check answer "cannot be
+trusted, run it again" instead of a verdict. A change seen right after the answer's call is
+blamed on the answer unless a thread that was alive before the check is still running
+notebook code (then on the kernel). Limits: a thread that patches and restores a name
+between two of these comparisons, or patches after the last one, is not seen; a module
+imported and patched before any check ran is taken as it was found; nothing here resists
+code that reaches the check's own frames, ``ctypes`` or NumPy's and torch's private modules.
+The outside grader (:mod:`.autograde`), which runs each answer in a process of its own, is
+the trusted one.
 """
 
 from __future__ import annotations
@@ -38,7 +55,7 @@ import numpy as np
 import torch
 
 from . import answers as _answers
-from .cases import Case
+from .cases import Case, _is_pandas
 
 __all__ = ["Case", "Mistake", "Exercise", "Feedback", "LIBRARY_TWINS", "outputs_close", "describe_value"]
 
@@ -138,12 +155,22 @@ def _inside_import(frame: Any, boundary: Any) -> bool:
     return False
 
 
+_ENVIRON = os.environ  # (an answer may replace os.environ: the check reads the one of import time)
+
+
 def _time_limit() -> float:
+    """The time limit of one call: COURSE_CHECK_TIMEOUT, read once per check before the answer
+    runs (:func:`_never_raises`), so that an answer changing it changes nothing."""
+    if _CHECK_LIMITS:
+        return _CHECK_LIMITS[-1]
     try:
-        seconds = float(os.environ.get("COURSE_CHECK_TIMEOUT", CALL_TIME_LIMIT))
+        seconds = float(_ENVIRON.get("COURSE_CHECK_TIMEOUT", CALL_TIME_LIMIT))
     except ValueError:
         return CALL_TIME_LIMIT
     return seconds if math.isfinite(seconds) and seconds > 0 else CALL_TIME_LIMIT
+
+
+_CHECK_LIMITS: list[float] = []  # the time limit of each check running now (innermost last)
 
 
 class _Deadline:
@@ -308,9 +335,13 @@ class _Deadline:
     def __exit__(self, *exc_info: Any) -> None:
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
-        _restore_settings(self._settings)  # before the names: set_default_dtype rebinds torch.Storage
-        self.changed = _put_back(self._saved_names)  # next: even `import` may have been replaced
+        settings = _restore_settings(self._settings)  # before the names: set_default_dtype rebinds
+        # torch.Storage; next the names: even `import` may have been replaced
+        self.changed = _changes(settings, _put_back(self._saved_names))
         self._saved_names = []
+        # a thread an earlier cell started, still running: it may have made the change, not the answer
+        self.threads = (_threads_running_user_code(_THREADS_AT_START[-1])
+                        if self.changed is not None and _THREADS_AT_START else [])
         if self._armed:
             import signal
 
@@ -333,42 +364,148 @@ class _Deadline:
 
 
 _MISSING = object()
+_INSTANCE = object()  # the owner of an exercise's own attributes in _guarded_namespaces
 _type_setattr = type.__setattr__
 
 
-def _process_settings() -> tuple:
-    """Process-wide settings an answer may change (``np.seterr``, ``torch.set_default_dtype``,
-    grad mode), each with the function that puts it back: :func:`_restore_settings` restores
-    them, so that the next check, the reference answer included, runs as it would have
-    (battery 8: after ``np.seterr(all='raise')`` the next check failed the reference)."""
-    return ((np.seterr, np.geterr()), (torch.set_default_dtype, torch.get_default_dtype()),
-            (torch.set_grad_enabled, torch.is_grad_enabled()))
+def _global_module_hooks() -> dict[str, Any]:
+    """torch.nn's global module hooks (``register_module_forward_hook`` and friends): each
+    ``_global_*`` of ``torch.nn.modules.module``, a dict as a list of its items."""
+    module = sys.modules.get("torch.nn.modules.module")
+    return {name: list(value.items()) if isinstance(value, dict) else value
+            for name, value in vars(module).items() if name.startswith("_global_")} if module else {}
 
 
-def _restore_settings(settings: tuple) -> None:
-    """Put back what :func:`_process_settings` saved, with the functions it saved (not names an
-    answer may have replaced)."""
-    for restore, value in settings:
+def _put_global_module_hooks(saved: dict[str, Any]) -> None:
+    module = sys.modules.get("torch.nn.modules.module")
+    for name, value in saved.items():
+        live = getattr(module, name, None)
+        if isinstance(live, dict) and isinstance(value, list):
+            live.clear()
+            live.update(value)
+        else:
+            setattr(module, name, value)
+
+
+def _saved_tensors_hooks() -> Any:
+    """The innermost ``torch.autograd.graph.saved_tensors_hooks`` entered (None: none)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return None if top is None else top(False)
+
+
+def _leave_saved_tensors_hooks(saved: Any) -> None:
+    """Leave the ``saved_tensors_hooks`` entered since ``saved`` was the innermost."""
+    for _ in range(1000):
+        if _same(_saved_tensors_hooks(), saved):
+            return
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+
+
+def _default_device_context() -> Any:
+    return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+
+
+def _put_default_device(context: Any) -> None:
+    _set_default_device(None if context is None else context.device)
+
+
+def _check_timeout() -> str | None:
+    return _ENVIRON.get("COURSE_CHECK_TIMEOUT")
+
+
+def _put_check_timeout(value: str | None) -> None:
+    if value is None:
+        _ENVIRON.pop("COURSE_CHECK_TIMEOUT", None)
+    else:
+        _ENVIRON["COURSE_CHECK_TIMEOUT"] = value
+
+
+def _described(x: Any) -> str:
+    return f"{getattr(x, 'device', 'cpu')}" if x is not None else "cpu"
+
+
+_set_default_device = torch.set_default_device
+_seterr = np.seterr
+_deterministic = torch.use_deterministic_algorithms
+
+# Process-wide settings an answer may change, one row each: (what the Feedback says when an
+# answer changed it, or None to put it back without a word; read it; put it back). The
+# functions are bound here, at import, not looked up when a check runs (an answer may have
+# replaced them). :func:`_process_settings` reads them all before an answer runs and
+# :func:`_restore_settings` puts back each that changed, so the next check, the reference
+# answer included, runs as it would have (battery 8: after ``np.seterr(all='raise')`` the next
+# check failed the reference; battery 9: ``torch.set_default_device('meta')``, a global
+# forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001).
+_SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
+    (None, np.geterr, lambda v: _seterr(**v)),
+    (None, torch.get_default_dtype, torch.set_default_dtype),
+    (None, torch.is_grad_enabled, torch.set_grad_enabled),
+    (None, lambda: (torch.are_deterministic_algorithms_enabled(),
+                    torch.is_deterministic_algorithms_warn_only_enabled()),
+     lambda v: _deterministic(v[0], warn_only=v[1])),
+    (lambda was, now: f"changed the default device to {_described(now)!r} (torch.set_default_device)",
+     _default_device_context, _put_default_device),
+    (lambda was, now: "left a global module hook of torch.nn registered "
+                      "(torch.nn.modules.module.register_module_*_hook)",
+     _global_module_hooks, _put_global_module_hooks),
+    (lambda was, now: "left torch.autograd.graph.saved_tensors_hooks entered",
+     _saved_tensors_hooks, _leave_saved_tensors_hooks),
+    (lambda was, now: f"changed os.environ['COURSE_CHECK_TIMEOUT'] from {was!r} to {now!r}",
+     _check_timeout, _put_check_timeout),
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """True when ``a`` and ``b`` are the same object or equal (never raises)."""
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _process_settings() -> list[tuple[Any, Any]]:
+    """Each row of :data:`_SETTINGS` with its value now (see :func:`_restore_settings`)."""
+    read = []
+    for row in _SETTINGS:
         try:
-            restore(**value) if type(value) is dict else restore(value)
+            read.append((row, row[1]()))
+        except Exception:  # noqa: BLE001 - a setting that cannot be read is not guarded
+            pass
+    return read
+
+
+def _restore_settings(settings: list[tuple[Any, Any]]) -> list[str]:
+    """Put back each setting :func:`_process_settings` read that has changed since, with the
+    functions bound at import; what the Feedback says of those that name a change."""
+    said = []
+    for (describe, read, restore), value in settings:
+        try:
+            now = read()
+            if _same(now, value):
+                continue
+            restore(value)
+            if describe is not None:
+                said.append(describe(value, now))
         except Exception:  # noqa: BLE001 - a setting that cannot be put back stays as the answer left it
             pass
+    return said
 
 
 def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
     """A copy of each namespace a check's comparison looks names up in, to put back what an
     answer replaces in them: the built-ins, ``math``, NumPy (and the module behind
     ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
-    ``torch.Tensor``'s methods, and the course's exercise modules and their classes.
+    ``torch.Tensor``'s methods, and the course's exercise modules, their classes and their
+    exercises' own attributes (``PREVIOUS_TOKEN_SCORE.__dict__.clear()``, battery 9).
     Entries ``(label, owner, live mapping, copy)``; owner is a class (put back with
-    ``type.__setattr__``) or None (a module's dict, put back by item)."""
+    ``type.__setattr__``), :data:`_INSTANCE` (an exercise's ``__dict__``: put back by item, and
+    what the answer added is removed) or None (a module's dict, put back by item)."""
     import builtins
 
     spaces: list[tuple[str, Any, Any, dict]] = [
         ("builtins", None, builtins.__dict__, dict(builtins.__dict__))]
-    modules = [math, np, sys.modules.get("numpy.testing"), torch, torch.nn.functional,
-               sys.modules.get("torch.testing")]
-    modules += [m for name, m in list(sys.modules.items()) if name.startswith(f"{__package__}.")]
+    modules = [math, os, np, *map(sys.modules.get, _GUARDED_MODULES)]
+    modules += [m for name, m in list(sys.modules.items()) if name.startswith(_COURSE)]
     seen = {id(builtins.__dict__)}
     numeric = getattr(np.allclose, "__globals__", None)
     if numeric is not None:
@@ -379,37 +516,153 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
             continue
         seen.add(id(module.__dict__))
         spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
-        if module.__name__.startswith(f"{__package__}."):
+        if module.__name__.startswith(_COURSE):
             for value in list(module.__dict__.values()):
-                if type(value) is type and value.__module__ == module.__name__ and id(value) not in seen \
+                if isinstance(value, type) and value.__module__ == module.__name__ and id(value) not in seen \
                         and value is not _Deadline:  # (whose _active changes on exit, before the put-back)
                     seen.add(id(value))
                     spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__,
                                    dict(value.__dict__)))
-    spaces.append(("torch.Tensor", torch.Tensor, torch.Tensor.__dict__, dict(torch.Tensor.__dict__)))
+                elif isinstance(value, Exercise) and id(value) not in seen:  # what its check reads
+                    seen.add(id(value))
+                    name = next((k for k, v in module.__dict__.items() if v is value), "exercise")
+                    spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__,
+                                   dict(value.__dict__)))
+    classes = [("torch.Tensor", torch.Tensor)]
+    classes += [(f"torch.nn.{name}", value) for name, value in list(vars(torch.nn).items())
+                if isinstance(value, type) and issubclass(value, torch.nn.Module)]
+    pandas = sys.modules.get("pandas")
+    if pandas is not None:
+        classes += [(f"pandas.{name}", getattr(pandas, name, None)) for name in _PANDAS_CLASSES]
+        generic = sys.modules.get("pandas.core.generic")
+        classes.append(("pandas.NDFrame", getattr(generic, "NDFrame", None)))
+    for label, value in classes:
+        if isinstance(value, type) and id(value) not in seen:
+            seen.add(id(value))
+            spaces.append((label, value, value.__dict__, dict(value.__dict__)))
     return spaces
 
 
-def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> str | None:
+_COURSE = f"{__package__.split('.')[0]}."  # every module of the course ("course_utils.")
+# The namespaces a check's comparison, its reference code or its inputs' code look names up in,
+# besides the built-ins, math, os, NumPy and the course's modules (the guarded names: see
+# :func:`_guarded_namespaces`); one that is not imported is left out.
+_GUARDED_MODULES = ("numpy.testing", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init",
+                    "torch.nn.modules.module", "torch.autograd", "torch.autograd.graph", "torch.testing",
+                    "pandas")
+_PANDAS_CLASSES = ("Series", "DataFrame", "Index")
+
+
+def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
     """Put back every name of ``spaces`` (:func:`_guarded_namespaces`) that was replaced or
-    deleted since; "replaced numpy.allclose, ..." naming them, or None when none was. Uses
-    no built-in until the built-ins are back (they come first)."""
+    deleted since; the names ("numpy.allclose", ...). Uses no built-in until the built-ins are
+    back (they come first). A name torch itself rebinds to a wrapper of the same function when
+    one of its modules is first imported (``torch._dynamo`` wraps ``torch.manual_seed``, and
+    ``use_deterministic_algorithms(True, warn_only=True)`` imports it) is left as torch made it."""
     changed = []
     for label, owner, live, saved in spaces:
         for key, value in saved.items():
-            if live.get(key, _MISSING) is not value:
+            now = live.get(key, _MISSING)
+            if now is not value and not _torch_wrapped(now, value) and not _same_method(now, value):
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
-                    if owner is None:
+                    if owner is None or owner is _INSTANCE:
                         live[key] = value
                     else:
                         _type_setattr(owner, key, value)
                 except Exception:  # noqa: BLE001 - (an attribute that cannot be set again)
                     pass
-    if not changed:
+        if owner is _INSTANCE:  # an attribute the answer gave an exercise (`_expected`): removed
+            for key in [k for k in live if k not in saved]:
+                changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
+                live.pop(key, None)
+    return changed
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _torch_wrapped(now: Any, original: Any) -> bool:
+    """True when ``now`` is torch's own wrapper of ``original`` (its ``__wrapped__``, with code
+    in torch's own files)."""
+    try:
+        code = getattr(now, "__code__", None)
+        return (getattr(now, "__wrapped__", None) is original and code is not None
+                and code.co_filename.startswith(_TORCH_DIR))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _same_method(now: Any, original: Any) -> bool:
+    """True when ``now`` and ``original`` are the same method of the same object, bound twice
+    (IPython binds ``builtins.get_ipython`` and ``input`` afresh for every cell)."""
+    return (type(now) is types.MethodType and type(original) is types.MethodType
+            and now.__func__ is original.__func__ and now.__self__ is original.__self__)
+
+
+# The guarded names as they were when first seen (course_utils.exercises' import, or the first
+# check after a module's import), by id of the namespace: each check starts by putting these
+# back (:func:`_restore_originals`). An exercise's own attributes are not among them (the
+# outside grader and the course's tests set its cases on purpose), nor are names that change
+# without anyone tampering: the built-ins IPython sets for each cell and the REPL's ``_``, and
+# torch.Storage, which torch.set_default_dtype rebinds.
+_ORIGINALS: dict[int, tuple[str, Any, Any, dict]] = {}  # by id of the module's dict or the class
+_VOLATILE = {"builtins": ("_", "exit", "quit", "get_ipython", "display", "input"), "torch": ("Storage",)}
+
+
+def _capture_originals() -> None:
+    """Remember the guarded names of each namespace not seen before, as they are now."""
+    for label, owner, live, saved in _guarded_namespaces():
+        key = id(live) if owner is None else id(owner)  # (a class's __dict__ is a new proxy each time)
+        if owner is _INSTANCE or key in _ORIGINALS:
+            continue
+        for name in _VOLATILE.get(label, ()):
+            saved.pop(name, None)
+        _ORIGINALS[key] = (label, owner, live, saved)
+
+
+def _restore_originals() -> list[str]:
+    """Put back each guarded name that differs from its original (:data:`_ORIGINALS`); the names."""
+    _capture_originals()
+    return _put_back(list(_ORIGINALS.values()))
+
+
+_LIBRARY_DIRS = tuple({os.path.join(p, "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+                      | {os.path.join(os.path.dirname(os.path.dirname(__file__)), "")})
+
+
+def _threads_running_user_code(idents: set[int]) -> list[str]:
+    """The names of the threads among ``idents`` (those alive when the check started) that are
+    still alive and run code of the notebook's own (a frame outside Python's, the installed
+    packages' and the course's files): a thread an earlier cell started."""
+    names = []
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident) if thread.ident in idents else None
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<frozen"):
+                names.append(thread.name)
+                break
+            frame = frame.f_back
+    del frames
+    return names
+
+
+_THREADS_AT_START: list[set[int]] = []  # per check running now: the threads alive when it started
+
+
+def _changes(settings: list[str], names: list[str]) -> str | None:
+    """What an answer changed, in words ("changed the default device ..., replaced numpy.allclose
+    ... while it ran"), or None: ``settings`` from :func:`_restore_settings`, ``names`` from
+    :func:`_put_back`."""
+    parts = list(settings)
+    if names:
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        parts.append("replaced " + ", ".join(names[:6]) + more)
+    if not parts:
         return None
-    shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-    return f"replaced {shown} while it ran (the check put back the originals and compares with those)"
+    return f"{', '.join(parts)} while it ran (the check put back the originals and compares with those)"
 
 
 # code during which the alarm does not raise: the time limit being set up or taken down (and
@@ -542,11 +795,11 @@ class Feedback:
         separate process and records the points itself.
         """
         print(self)
-        if not self.passed and os.environ.get("NBGRADER_EXECUTION"):
-            raise AssertionError(str(self))
+        if self.status != "correct" and _ENVIRON.get("NBGRADER_EXECUTION"):  # (not self.passed:
+            raise AssertionError(str(self))  # a thread may have replaced the property since)
 
     def __bool__(self) -> bool:
-        return self.passed
+        return self.status == "correct"
 
     def __repr__(self) -> str:
         icon = {"correct": "✅", "not attempted": "✏️"}.get(self.status, "❌")
@@ -721,11 +974,50 @@ def _edited_input(case: Case, args: tuple, kwargs: dict) -> str | None:
                     and bool(torch.equal(original.nan_to_num(), passed.detach().nan_to_num())))
         elif isinstance(original, np.ndarray) and isinstance(passed, np.ndarray):
             same = original.shape == passed.shape and bool(np.array_equal(original, passed, equal_nan=True))
+        elif isinstance(original, torch.nn.Module) and isinstance(passed, torch.nn.Module):
+            same = _same_module(original, passed)
+        elif _is_pandas(original):
+            same = _same_table(original, passed)
         else:
             continue
         if not same:
             return name
     return None
+
+
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                 "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def _same_module(original: torch.nn.Module, passed: torch.nn.Module) -> bool:
+    """True when the copy of a torch module the answer was given (:meth:`Case.fresh`) still has
+    the original's parameters and buffers, values included, and no hook the original lacks."""
+    try:
+        mine, theirs = original.state_dict(), passed.state_dict()
+        if list(mine) != list(theirs):
+            return False
+        for key, value in mine.items():
+            other = theirs[key]
+            if not (isinstance(other, torch.Tensor) and other.shape == value.shape
+                    and other.dtype == value.dtype
+                    and bool(torch.equal(value.nan_to_num(), other.detach().nan_to_num()))):
+                return False
+        pairs = zip(original.modules(), passed.modules(), strict=False)
+        return all(len(getattr(a, name, {}) or {}) == len(getattr(b, name, {}) or {})
+                   for a, b in pairs for name in _MODULE_HOOKS)
+    except Exception:  # noqa: BLE001 - a module too broken to read: changed
+        return False
+
+
+def _same_table(original: Any, passed: Any) -> bool:
+    """True when ``passed`` is a pandas table (or Series) of the same type, values, row labels
+    and columns as ``original``."""
+    try:
+        return (type(passed) is type(original) and bool(original.equals(passed))
+                and bool(original.index.equals(passed.index))
+                and (not hasattr(original, "columns") or bool(original.columns.equals(passed.columns))))
+    except Exception:  # noqa: BLE001 - a table too broken to compare: changed
+        return False
 
 
 def _changes_its_input(fn: Callable[..., Any], cases: list[Case]) -> bool:
@@ -854,17 +1146,57 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
             _CHECKS_INSIDE_ANSWERS[-1].append(self.title)
             return Feedback(self.title, "error", "a check cannot run inside an answer that is being "
                             "checked; the outer check says so.")
+        outermost = not _THREADS_AT_START
+        if outermost:  # a patch made before this check (a cell, a leftover thread): put back, named
+            try:
+                before = _restore_originals()
+            except Exception:  # noqa: BLE001 - (the per-answer guard still runs)
+                before = []
+            _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
+        _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
         try:
-            return check(self, fn)
+            feedback = check(self, fn)
         except BaseException as exc:  # noqa: BLE001 - a check answers with a message, always
-            return Feedback(self.title, "error",
-                            f"the check could not grade this answer ({type(exc).__name__}: "
-                            f"{_safe_str(exc)}).", self.hint)
+            feedback = Feedback(self.title, "error",
+                                f"the check could not grade this answer ({type(exc).__name__}: "
+                                f"{_safe_str(exc)}).", self.hint)
         finally:
+            _CHECK_LIMITS.pop()
             _restore_settings(settings)
+            if outermost:
+                _THREADS_AT_START.pop()
+        if outermost:
+            try:
+                during = _restore_originals()
+            except Exception:  # noqa: BLE001
+                during = []
+            return _kernel_feedback(self, feedback, before, during)
+        return feedback
 
     return guarded
+
+
+def _names_text(names: list[str]) -> str:
+    names = [n.replace("course_utils.exercises.", "") for n in names]
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def _kernel_feedback(exercise: Exercise, feedback: Feedback, before: list[str],
+                     during: list[str]) -> Feedback:
+    """``feedback``, told what something else in the kernel replaced: ``before`` the check ran
+    (put back: the check graded with the originals), or ``during`` it, after the answer's
+    own calls (a thread: the comparison itself may have used the replacement, so no verdict)."""
+    if during:
+        return Feedback(exercise.title, "error",
+                        f"something in this kernel replaced {_names_text(during)} while the check was "
+                        "comparing (a thread an earlier cell started?), so this check's verdict "
+                        "cannot be trusted; the check put back the originals. Run the check again, "
+                        "and restart the kernel (Kernel > Restart) if this happens again.", exercise.hint)
+    if before:
+        feedback.message += (f" (Something in this kernel replaced {_names_text(before)} before this "
+                             "check ran; the check put back the originals and graded with those.)")
+    return feedback
 
 
 class _StoreProblem(Exception):
@@ -1153,12 +1485,16 @@ class Exercise:
         """Grade ``fn``; never raises. Calling the reference or a ready-made twin is named.
 
         In the notebook this is feedback, not a grade. It resists an answer that replaces what
-        it compares with: a name replaced in the built-ins, ``math``, NumPy, ``numpy.testing``,
-        torch, ``torch.nn.functional``, ``torch.testing``, ``torch.Tensor`` or the course's
-        exercise modules (``numpy.allclose = lambda *a, **k: True``) is put back before any
-        comparison and named (:func:`_put_back`). It cannot resist code that reaches deeper
-        (the private modules of NumPy or torch, the check's own frames, ``ctypes``, a thread
-        that patches after the check), and ``os._exit()`` ends the kernel. The outside grader
+        it compares with: a name replaced in the built-ins, ``math``, ``os``, NumPy,
+        ``numpy.testing``, torch, ``torch.nn`` (its module classes and ``init``),
+        ``torch.autograd``, ``torch.testing``, ``torch.Tensor``, pandas' Series, DataFrame and
+        Index, the course's modules and classes or an exercise's own attributes
+        (``numpy.allclose = lambda *a, **k: True``) is put back before any comparison and named
+        (:func:`_put_back`), and so is a process setting of :data:`_SETTINGS` it left changed
+        (the default device, a global module hook, COURSE_CHECK_TIMEOUT, ...). It cannot resist
+        code that reaches deeper (the private modules of NumPy or torch, the check's own frames,
+        ``ctypes``, a thread that patches after the check), and ``os._exit()`` ends the kernel.
+        The outside grader
         (:mod:`.autograde`), which runs each answer in a process of its own and compares in
         another, is the trusted one."""
         feedback = self._check(fn, self._forbidden() if self._guarded else [])
@@ -1319,7 +1655,7 @@ class Exercise:
                 feedback = self._raised(exc, case)
             except (TimeLimitExceeded, KeyboardInterrupt) as exc:  # never run again after this
                 if deadline.changed is not None:
-                    return self._tampered(deadline.changed)
+                    return self._tampered(deadline.changed, deadline.threads)
                 return self._stopped(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
                 if called:  # it failed on what the check it called gave back
@@ -1333,7 +1669,7 @@ class Exercise:
                     continue
                 feedback = None
             if deadline.changed is not None:
-                return self._tampered(deadline.changed)
+                return self._tampered(deadline.changed, deadline.threads)
             if watch.tampered is not None and not isinstance(feedback_exc, RecursionError):
                 return self._tampered(watch.tampered)  # (a RecursionError drops the profiler itself)
             if watch.used is not None:  # the call explains the error, or the right answer
@@ -1368,6 +1704,22 @@ class Exercise:
                                 "do not create it with device='meta'.")
         try:
             feedback = self._grade(cases, outputs, expected)
+            slip = feedback.mistake
+            if edited is not None and slip is not None and not slip.endswith("_in_place"):
+                # named first: an edit made before computing explains the output that looks like a
+                # known slip (battery 9: zeroed reference_heads was called "zero ablation"). A
+                # lesson's own in-place slip (edited_pattern_in_place) already says so, and a
+                # plain wrong answer is left to the lessons' own in-place diagnoses (3.1, 5.1)
+                name = _parameter_name(fn, edited)
+                return Feedback(self.title, "mistake",
+                                f"your function changed its input {name} in place, and its output is "
+                                f"wrong too. An edit made before computing changes what the function "
+                                f"computes from, so fix the edit first; then, if the output is still "
+                                f"wrong, the check says: {feedback.message}",
+                                "work on a copy and change only the copy: x.clone() for a tensor, "
+                                "x.copy() for a NumPy array or a pandas table (and no +=, [...] = or "
+                                "*_() methods on the input itself).",
+                                mistake="edited_input_in_place")
             if feedback.passed and edited is not None:
                 name = _parameter_name(fn, edited)
                 return Feedback(self.title, "mistake",
@@ -1416,7 +1768,16 @@ class Exercise:
         return Feedback(self.title, "error",
                         f"your function raised {type(exc).__name__}{where}{detail}{origin}", self.hint)
 
-    def _tampered(self, what: str) -> Feedback:
+    def _tampered(self, what: str, threads: Sequence[str] = ()) -> Feedback:
+        if threads:  # a thread an earlier cell started may have done it: not the answer's doing
+            what = what.replace(" while it ran", " while your function ran", 1)
+            return Feedback(self.title, "error",
+                            f"something in this kernel {what}. "
+                            f"A thread started before this check is still running code of this "
+                            f"notebook ({', '.join(threads[:3])}): it may have made that change, so "
+                            "the check does not blame your function and does not grade it. Restart the "
+                            "kernel (Kernel > Restart), run the cells your function needs, and check again.",
+                            self.hint)
         return Feedback(self.title, "mistake",
                         f"your function {what}: the check cannot grade an answer that interferes "
                         "with it, so it counts as not passed.",

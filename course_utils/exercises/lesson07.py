@@ -588,9 +588,11 @@ def _halves(scores: Tensor, v: Tensor, cut: int) -> tuple[Tensor, ...]:
 
 
 def _merge_cases() -> list[Case]:
-    """Attention of one query per head over T keys, split after ``cut`` keys. The last two
-    cases have scores in the hundreds: near a thousand (mixed signs), then every score near
-    750, so that both lse are above 709, where exp(lse) overflows even float64."""
+    """Attention of one query per head over T keys, split after ``cut`` keys. Cases 3 and 4
+    have scores in the hundreds: near a thousand (mixed signs), then every score near 750, so
+    that both lse are above 709, where exp(lse) overflows even float64. The last case's two
+    halves hold the same keys' scores and values, so lse_a == lse_b exactly: an answer that
+    divides by lse_a - lse_b, or otherwise gives NaN on a tie, fails there (battery 9)."""
     cases = []
     for i, (B, h, dk, T, cut, spread) in enumerate([(2, 3, 4, 9, 2, 1.0), (1, 2, 5, 6, 3, 2.0),
                                                    (2, 3, 4, 7, 4, 600.0)]):
@@ -604,6 +606,11 @@ def _merge_cases() -> list[Case]:
     scores = 750.0 + _randn(1, 2, 6, seed=795)  # (B, h, T): every score near 750
     halves = _halves(scores, _randn(1, 2, 6, 3, seed=796), 2)
     cases.append(Case(halves, label="B=1, h=2, dk=3, keys split 2 + 4, scores near 750 (both lse > 709)"))
+    # the same scores and values in both halves (so out_a == out_b too: which half a slip keeps
+    # on a tie, > or >=, gives the same output)
+    half, values = _randn(2, 2, 3, seed=797), _randn(2, 2, 3, 4, seed=798)  # (B, h, T/2), (B, h, T/2, dk)
+    halves = _halves(torch.cat([half, half], dim=-1), torch.cat([values, values], dim=2), 3)
+    cases.append(Case(halves, label="B=2, h=2, dk=4, keys split 3 + 3, both halves with equal lse"))
     return cases
 
 
