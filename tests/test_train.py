@@ -82,7 +82,7 @@ def test_models_that_do_not_fit_the_task_are_refused():
 
 @pytest.mark.parametrize(
     "kwargs, error, message",
-    [({"steps": 0}, ValueError, "steps must be a positive int, got 0"),
+    [({"steps": 0}, ValueError, "steps must be an int in 1..100000, got 0"),
      ({"steps": 2.5}, TypeError, "steps must be an int, got float 2.5"),
      ({"lr": 0.0}, ValueError, "lr"), ({"warmup_steps": -1}, ValueError, "warmup_steps must be an int >= 0")],
 )
