@@ -1594,6 +1594,15 @@ class Exercise:
                 "from two releases. Reinstall the course package at the release the lesson names.")
         return cases
 
+    def _uncomparable(self, case: Any, got: Any, found: Any, expected: Any, why: str, hint: str) -> Feedback:
+        """The Feedback for an output (``found``, inside the answer's ``got``) that holds no values
+        a comparison can read: what it is, where, why, and what was expected."""
+        where = f" on {case.label}" if case.label else ""
+        inside = "" if found is got else f" inside {describe_value(got)}"
+        return Feedback(self.title, "wrong",
+                        f"your function returned {describe_value(found)}{inside}{where}: {why}. "
+                        f"Expected {describe_value(expected)}.", hint)
+
     def _expected_outputs(self, cases: Sequence[Case]) -> list[Any]:
         if "_expected" in self.__dict__:  # unseen cases at autograde: outputs computed apart
             return list(self.__dict__["_expected"])
@@ -1684,24 +1693,18 @@ class Exercise:
         for case, got, exp in zip(cases, outputs, expected, strict=False):
             nested = _nested(got)
             if nested is not None:
-                where = f" on {case.label}" if case.label else ""
-                inside = "" if nested is got else f" inside {describe_value(got)}"
-                return Feedback(self.title, "wrong",
-                                f"your function returned {describe_value(nested)}{inside}{where}: a "
-                                f"nested tensor (torch.nested) holds several tensors of their own shapes "
-                                f"and has no one shape to compare. Expected {describe_value(exp)}.",
-                                "return one ordinary tensor: compute with the input tensors directly, "
-                                "or torch.stack a list of rows of one shape.")
+                return self._uncomparable(case, got, nested, exp,
+                                          "a nested tensor (torch.nested) holds several tensors of their own "
+                                          "shapes and has no one shape to compare",
+                                          "return one ordinary tensor: compute with the input tensors "
+                                          "directly, or torch.stack a list of rows of one shape.")
             meta = _without_values(got)
             if meta is not None:  # nothing to compare: say so, not the comparison's error
-                where = f" on {case.label}" if case.label else ""
-                inside = "" if meta is got else f" inside {describe_value(got)}"
-                return Feedback(self.title, "wrong",
-                                f"your function returned {describe_value(meta)}{inside}{where}: a tensor "
-                                f"on the 'meta' device has a shape but no values, so it cannot be "
-                                f"checked. Expected {describe_value(exp)}.",
-                                "compute the result from the inputs (it then lives on their device); "
-                                "do not create it with device='meta'.")
+                return self._uncomparable(case, got, meta, exp,
+                                          "a tensor on the 'meta' device has a shape but no values, so it "
+                                          "cannot be checked",
+                                          "compute the result from the inputs (it then lives on their "
+                                          "device); do not create it with device='meta'.")
         try:
             feedback = self._grade(cases, outputs, expected)
             slip = feedback.mistake
