@@ -954,6 +954,16 @@ def test_the_conversion_figure_keeps_its_legend_off_the_bars():
     assert "tight_layout(rect=" in source
 
 
+def _markdown_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of ``text``: publish.check's rule, not a second one."""
+    import sys
+
+    sys.path.insert(0, str(NOTEBOOK.parents[1] / "scripts"))
+    import publish
+
+    return publish.markdown_anchors(text)
+
+
 def test_sources_the_learner_can_open():
     """Section 6 names llama.cpp's q8_0 block (one float16 scale per 32 int8 codes, the
     34 bytes per 32 numbers of the byte table) with a link; section 4's two-thread slow-down
@@ -969,9 +979,7 @@ def test_sources_the_learner_can_open():
     docs_url = f"https://github.com/{course['repository']}/blob/{course['tag']}/docs/benchmarks.md"
     links = re.findall(rf"\({re.escape(docs_url)}#([^)]+)\)", _prose("ws-read-share"))  # opens on Colab too
     assert len(links) == 1
-    headings = (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8").splitlines()
-    slugs = {re.sub(r"[^\w\- ]", "", h.lstrip("#").strip().lower()).replace(" ", "-")
-             for h in headings if h.startswith("#")}
+    slugs = _markdown_anchors((NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8"))
     assert links[0] in slugs, f"no heading in docs/benchmarks.md has the anchor {links[0]!r}"
     assert "outside reviewers' runs" in _prose("ws-read-share") and "Xeon" not in _prose("ws-read-share")
     # the two-thread slow-downs the sentence quotes are the ones the linked section records
@@ -996,7 +1004,7 @@ def test_the_grouped_steps_shortfall_and_mla_readings_are_scoped():
                        shortfall).group(1)  # absolute, so it opens on Colab (test_publish: repo and tag)
     docs = (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     heading = next(h for h in docs.splitlines() if h.startswith("### Lesson 07: what sets"))
-    assert re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower()).replace(" ", "-") == anchor
+    assert _markdown_anchors(heading) == {anchor}
     assert "4 / 6 / 12%" in docs.split(heading)[1].split("\n### ")[0]
     limit = next(s for s in text.values() if s.startswith("And its speed, read off the benchmark table"))
     assert "one thread's read-only bandwidth" in limit
