@@ -3,6 +3,7 @@ its own diagnosis, an unattempted stub is reported as not attempted, and a learn
 hands in the reference itself, or a wrapper of it, is told so."""
 
 import pytest
+import torch
 
 from course_utils.exercises import all_exercises
 
@@ -59,3 +60,39 @@ def test_an_answer_that_exits_gets_feedback_not_an_exit(name, exit_with):
 
     fb = EXERCISES[name].check(exits)
     assert fb.status == "error" and not fb.passed, fb
+
+
+def _as_numpy(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().numpy()
+    if isinstance(x, (tuple, list)):
+        return type(x)(_as_numpy(v) for v in x)
+    return x
+
+
+def _returns_a_tensor(ex) -> bool:
+    args, kwargs = ex.cases()[0].fresh()
+    out = ex.reference(*args, **kwargs)
+    return isinstance(out, torch.Tensor) or (isinstance(out, (tuple, list))
+                                             and any(isinstance(v, torch.Tensor) for v in out))
+
+
+TENSOR_EXERCISES = [name for name in sorted(EXERCISES) if _returns_a_tensor(EXERCISES[name])]
+
+
+def test_the_tensor_exercises_are_found():
+    assert {"lesson01.ATTEND", "lesson01.HEAD_SCORES", "lesson07.DECODE_STEP"} <= set(TENSOR_EXERCISES)
+
+
+@pytest.mark.parametrize("name", TENSOR_EXERCISES)
+def test_the_right_numbers_as_a_numpy_array_are_named(name):
+    """Every exercise whose answer is a tensor names a NumPy array with the right numbers
+    (lesson 01's learner trial: 1.1 and 1.2 passed one, 2.2 named it)."""
+    ex = EXERCISES[name]
+    reference = ex.reference
+    fb = ex.check_trusted(lambda *args, **kwargs: _as_numpy(reference(*args, **kwargs)))
+    assert not fb.passed
+    expected = "numpy_masks" if name == "lesson04.MASKS_FOR_TORCH" else "returned_numpy"
+    assert fb.mistake == expected, fb
+    if expected == "returned_numpy":
+        assert fb.message.startswith("the numbers are right, but"), fb

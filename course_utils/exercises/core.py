@@ -871,6 +871,24 @@ def _as_array(x: Any) -> np.ndarray | None:
     return None
 
 
+def _array_for_tensor(got: Any, expected: Any, _depth: int = 0) -> bool:
+    """True when ``got`` holds a NumPy array of real numbers or bools where ``expected`` holds a
+    torch tensor (also inside tuples and lists of the same length). Complex and object arrays are
+    left to their own, more specific diagnoses."""
+    if isinstance(expected, torch.Tensor):
+        return isinstance(got, np.ndarray) and got.dtype.kind in "biuf"
+    if _depth < 8 and isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list)) \
+            and len(got) == len(expected):
+        return any(_array_for_tensor(g, e, _depth + 1) for g, e in zip(got, expected, strict=True))
+    return False
+
+
+_RETURNED_NUMPY = ("you returned a NumPy array where this exercise asks for a torch tensor (the torch "
+                   "code that uses the result needs one).",
+                   "stay in torch: use the tensors you are given with torch operations, and drop the "
+                   ".numpy() / np.* calls.")
+
+
 def _is_numeric(dtype: Any) -> bool:
     """False for a NumPy array of Python objects, text, bytes, dates or records."""
     return not isinstance(dtype, np.dtype) or dtype.kind in "biufc"
@@ -1829,6 +1847,9 @@ class Exercise:
         wrong_kind = self._wrong_kind(outputs)
         if wrong_kind is not None:
             return wrong_kind
+        numpy_answer = self._returned_numpy(outputs, expected)
+        if numpy_answer is not None:
+            return numpy_answer
         precision = self._precision_slip(cases, outputs, expected)
         if precision is not None:
             return precision
@@ -1902,6 +1923,31 @@ class Exercise:
         """Hook, run before any comparison: name an answer of the wrong kind whose values would
         still compare equal (a NumPy array for a tensor, a pandas Index for a str)."""
         return None
+
+    def _returned_numpy(self, outputs, expected) -> Feedback | None:
+        """Name a NumPy array returned where the answer is a torch tensor, even with the right
+        numbers (the code the lesson runs next needs a tensor): with the exercise's own
+        ``returned_numpy`` Mistake when it has one, else with :meth:`_numpy_advice`."""
+        if not any(_array_for_tensor(g, e) for g, e in zip(outputs, expected, strict=True)):
+            return None
+        if any(m.key == "returned_numpy" for m in self.mistakes):
+            named = self._mistake_feedback("returned_numpy")
+        else:
+            named = Feedback(self.title, "mistake", *self._numpy_advice(), mistake="returned_numpy")
+        try:
+            right = all(self._close(g, e) for g, e in zip(outputs, expected, strict=True))
+        except Exception:  # noqa: BLE001 - values that cannot be compared are not right
+            right = False
+        if right:
+            named.message = "the numbers are right, but " + named.message
+        else:
+            named.message += " Its numbers do not match the answer either."
+        return named
+
+    def _numpy_advice(self) -> tuple[str, str]:
+        """Message and hint for an answer that returned NumPy arrays (a subclass may say why its
+        answer must be a tensor)."""
+        return _RETURNED_NUMPY
 
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
         """Hook, run when the answer is wrong and no Mistake reproduced it: name a slip by a

@@ -192,16 +192,6 @@ class _TorchExercise(DiagnosingExercise):
             named = None
         return feedback if named is None else named
 
-    def _grade(self, cases, outputs, expected) -> Feedback:
-        if not any(isinstance(got, np.ndarray) for got in outputs):
-            return super()._grade(cases, outputs, expected)
-        named = self._mistake_feedback("returned_numpy")
-        if all(self._close(g, e) for g, e in zip(outputs, expected, strict=True)):
-            named.message = "the numbers are right, but " + named.message
-        else:
-            named.message += " Its numbers do not match the answer either."
-        return named
-
     def _numpy_then_raised(self, fn) -> Feedback | None:
         """``returned_numpy`` when ``fn`` returned an array on a case before one it raised on."""
         gave_array = False

@@ -64,15 +64,9 @@ class _TensorAnswers(Exercise):
     """4.1 and 4.2: the answer goes into a torch module, so numpy arrays holding the right numbers
     are named instead of passing (the values compare equal)."""
 
-    def _wrong_kind(self, outputs) -> Feedback | None:
-        parts = [t for o in outputs for t in (o if isinstance(o, (tuple, list)) else (o,))]
-        if not any(isinstance(t, np.ndarray) for t in parts):
-            return None
-        return Feedback(self.title, "mistake",
-                        "you returned numpy arrays: the weights go into a torch module "
-                        "(in_proj.weight), so return torch tensors.",
-                        "keep the torch operations (slicing, torch.cat) and skip .numpy().",
-                        mistake="returned_numpy")
+    def _numpy_advice(self) -> tuple[str, str]:
+        return ("you returned numpy arrays: the weights go into a torch module (in_proj.weight), so "
+                "return torch tensors.", "keep the torch operations (slicing, torch.cat) and skip .numpy().")
 
 
 class _HeadWeightsExercise(DiagnosesRaisingAnswers, _TensorAnswers):
