@@ -46,6 +46,10 @@ def _attend_ignores_scores(scores: Tensor, values: Tensor) -> Tensor:
     return values.mean(dim=0, keepdim=True).expand(scores.shape[0], -1)
 
 
+def _attend_returned_weights(scores: Tensor, values: Tensor) -> Tensor:
+    return torch.softmax(scores, dim=-1)  # (Tq, Tk): the weights, not the blend
+
+
 def _attend_scaled_by_value_width(scores: Tensor, values: Tensor) -> Tensor:
     return torch.softmax(scores / math.sqrt(values.shape[-1]), dim=-1) @ values  # 1/sqrt(dv)
 
@@ -197,6 +201,7 @@ MISTAKES = {
         'scaled_by_num_keys': _attend_scaled_by_num_keys,
         'scaled_by_value_width': _attend_scaled_by_value_width,
         'whole_matrix': _attend_whole_matrix,
+        'returned_weights': _attend_returned_weights,
     },
     'HEAD_SCORES': {
         'in_out_layout': _head_scores_in_out_layout,

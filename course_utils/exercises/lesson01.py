@@ -73,6 +73,10 @@ ATTEND = Exercise(
                 "softmax over every entry leaves each query with only a slice of the weight.",
                 "one softmax per query row: torch.softmax(scores, dim=-1), not over the flattened "
                 "matrix."),
+        Mistake("returned_weights",
+                "you returned the weights, softmax(scores), one row per query and one column per "
+                "key: the exercise asks for what they blend, the weighted average of the value rows.",
+                "finish with the product: torch.softmax(scores, dim=-1) @ values, of shape (Tq, dv)."),
     ],
     hint="turn each row of scores (one query) into weights that are positive and sum to 1, then "
          "take the weighted average of the value rows: a (Tq, Tk) by (Tk, dv) product.",
