@@ -527,3 +527,40 @@ def test_the_good_inputs_next_to_the_bad_still_work():
     out, weights = scaled_dot_product_attention(q, q, q, dropout_p=0, is_causal=True)
     assert out.shape == q.shape and torch.allclose(weights.sum(-1), torch.ones(2, 4, 3))
     assert pick_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("values, refused", [
+    ([math.inf], True),  # the sum is infinite
+    ([math.inf, -math.inf], True),  # the sum is NaN
+    ([math.nan, 1.0], True),
+    ([3e38, 3e38], False),  # finite numbers whose float32 sum overflows: checked one by one, accepted
+    ([1.0, -2.0], False),
+])
+def test_check_edited_heads_finds_every_non_finite_result(values, refused):
+    """check_edited_heads tests a result for NaN and infinity by its sum first: a sum that is
+    not finite must still end in a number-by-number check, which refuses only real NaN or inf."""
+    from course_utils.attention.validation import check_edited_heads
+
+    heads = torch.ones(1, 2, 3, 4)
+    result = heads.clone()
+    result.view(-1)[:len(values)] = torch.tensor(values)
+    if refused:
+        with pytest.raises(ValueError, match="edit_heads's result must hold finite numbers"):
+            check_edited_heads(result, heads)
+    else:
+        assert check_edited_heads(result, heads) is result
+    assert check_edited_heads(result, result.clone()) is result  # non-finite heads in: not the edit's doing
+
+
+def test_check_edited_heads_leaves_no_warning_or_graph_behind_with_gradients():
+    """Heads that carry gradients (head_importance's gates): the finiteness check reads a number
+    from them without a 'requires_grad to a scalar' warning, and the result is the edit's own."""
+    import warnings
+
+    from course_utils.attention.validation import check_edited_heads
+
+    heads = torch.ones(1, 2, 3, 4, requires_grad=True)
+    result = heads * 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check_edited_heads(result, heads) is result
