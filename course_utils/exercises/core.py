@@ -493,26 +493,28 @@ def _restore_settings(settings: list[tuple[Any, Any]]) -> list[str]:
 
 def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
     """A copy of each namespace a check's comparison looks names up in, to put back what an
-    answer replaces in them: the built-ins, ``math``, NumPy (and the module behind
-    ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
+    answer replaces in them: the built-ins, ``math``, NumPy (and ``numpy._core.numeric``, the
+    module behind ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
     ``torch.Tensor``'s methods, and the course's exercise modules, their classes and their
     exercises' own attributes (``PREVIOUS_TOKEN_SCORE.__dict__.clear()``, battery 9).
     Entries ``(label, owner, live mapping, copy)``; owner is a class (put back with
     ``type.__setattr__``), :data:`_INSTANCE` (an exercise's ``__dict__``: put back by item, and
-    what the answer added is removed) or None (a module's dict, put back by item)."""
+    what the answer added is removed) or None (a module's dict, put back by item).
+
+    Every namespace is taken by module name (``sys.modules``), never from a live attribute
+    (``np.allclose.__globals__`` is the notebook's globals once a cell assigns
+    ``np.allclose = my_close``), and the notebook's own namespaces (:func:`_notebook_namespaces`)
+    are never among them: a check never rolls back the learner's variables (battery 10)."""
     import builtins
 
     spaces: list[tuple[str, Any, Any, dict]] = [
         ("builtins", None, builtins.__dict__, dict(builtins.__dict__))]
     modules = [math, os, np, *map(sys.modules.get, _GUARDED_MODULES)]
     modules += [m for name, m in list(sys.modules.items()) if name.startswith(_COURSE)]
-    seen = {id(builtins.__dict__)}
-    numeric = getattr(np.allclose, "__globals__", None)
-    if numeric is not None:
-        seen.add(id(numeric))
-        spaces.append((str(numeric.get("__name__", "numpy")), None, numeric, dict(numeric)))
+    seen = {id(builtins.__dict__)} | _notebook_namespaces()
     for module in modules:
-        if module is None or id(module.__dict__) in seen:
+        if not isinstance(module, types.ModuleType) or id(module.__dict__) in seen \
+                or module.__dict__.get("__name__") == "__main__":
             continue
         seen.add(id(module.__dict__))
         spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
@@ -543,13 +545,28 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
     return spaces
 
 
+def _notebook_namespaces() -> set[int]:
+    """The ids of the learner's namespaces: ``__main__``'s globals and, in IPython, the
+    kernel's ``user_ns`` and ``user_global_ns`` (never guarded, never put back)."""
+    ids = set()
+    main = sys.modules.get("__main__")
+    if main is not None:
+        ids.add(id(getattr(main, "__dict__", None)))
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    for name in ("user_ns", "user_global_ns"):
+        ns = getattr(shell, name, None) if shell is not None else None
+        if ns is not None:
+            ids.add(id(ns))
+    return ids
+
+
 _COURSE = f"{__package__.split('.')[0]}."  # every module of the course ("course_utils.")
 # The namespaces a check's comparison, its reference code or its inputs' code look names up in,
 # besides the built-ins, math, os, NumPy and the course's modules (the guarded names: see
 # :func:`_guarded_namespaces`); one that is not imported is left out.
-_GUARDED_MODULES = ("numpy.testing", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init",
-                    "torch.nn.modules.module", "torch.autograd", "torch.autograd.graph", "torch.testing",
-                    "pandas")
+_GUARDED_MODULES = ("numpy._core.numeric", "numpy.core.numeric", "numpy.testing", "torch", "torch.nn",
+                    "torch.nn.functional", "torch.nn.init", "torch.nn.modules.module", "torch.autograd",
+                    "torch.autograd.graph", "torch.testing", "pandas")
 _PANDAS_CLASSES = ("Series", "DataFrame", "Index")
 
 
