@@ -59,3 +59,92 @@ def test_no_guarded_namespace_is_the_notebooks(monkeypatch):
     spaces = core._guarded_namespaces()
     assert all(live is not notebook.__dict__ for _, _, live, _ in spaces)
     assert any(label == "numpy._core.numeric" or label == "numpy.core.numeric" for label, *_ in spaces)
+
+
+# -- finding 2: an answer that replays the shipped stored answers ---------------------------------
+
+_LOOKUP = '''
+from course_utils.exercises import answers
+S = answers.stored("lesson02", "SOFTMAX_ROWS")
+CASES_ = [answers.decode(c["args"]) for c in S["cases"]]
+EXP_ = [answers.decode(e) for e in S["expected"]]
+'''
+_LOOKUP_ANSWER = '''
+def fn(s):  # no computation: the stored output whose stored input is this one
+    for args, expected in zip(CASES_, EXP_):
+        if args[0].shape == s.shape and (args[0] == s).all():
+            return expected
+    return EXP_[0]
+'''
+_REPLAY = '''
+import itertools
+from course_utils.exercises import answers
+OUTS = itertools.cycle([answers.decode(e) for e in answers.stored("lesson03", "PARAMETER_COUNT")["expected"]])
+'''
+_REPLAY_ANSWER = '''
+def fn(*args, **kwargs):  # the stored outputs in call order
+    return next(OUTS)
+'''
+
+
+class _Shell:
+    def __init__(self, cells):
+        self.user_ns = {"In": cells}
+        self.user_global_ns = self.user_ns
+
+
+def _kernel(monkeypatch, cells):
+    """Pretend to be an IPython kernel whose input history is ``cells``."""
+    ipython = types.ModuleType("IPython")
+    shell = _Shell(cells)
+    ipython.get_ipython = lambda: shell
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+
+
+def test_a_lookup_of_the_stored_answers_read_in_an_earlier_cell_is_not_graded(monkeypatch):
+    namespace: dict = {}
+    exec(_LOOKUP + _LOOKUP_ANSWER, namespace)
+    _kernel(monkeypatch, ["", _LOOKUP, _LOOKUP_ANSWER, "lesson02.check_softmax_rows(fn)"])
+    feedback = lesson02.check_softmax_rows(namespace["fn"])
+    assert not feedback.passed, feedback
+    assert feedback.message.startswith("not graded: this kernel read the stored answers"), feedback
+    assert "`answers`" in feedback.message
+
+
+def test_a_replay_of_the_stored_outputs_in_call_order_is_not_graded(monkeypatch):
+    from course_utils.exercises import lesson03
+
+    namespace: dict = {}
+    exec(_REPLAY + _REPLAY_ANSWER, namespace)
+    _kernel(monkeypatch, ["", _REPLAY + _REPLAY_ANSWER, "lesson03.check_parameter_count(fn)"])
+    feedback = lesson03.check_parameter_count(namespace["fn"])
+    assert not feedback.passed and feedback.message.startswith("not graded"), feedback
+
+
+def test_an_answer_holding_the_store_reader_is_not_graded_outside_ipython():
+    from course_utils.exercises import answers, lesson03
+
+    expected = [answers.decode(e) for e in answers.stored("lesson03", "PARAMETER_COUNT")["expected"]]
+    outputs = iter(expected * 4)
+
+    def fn(*args, reader=answers.decode, **kwargs):  # holds the reader; no history, no call of it
+        return next(outputs)
+
+    feedback = lesson03.check_parameter_count(fn)
+    assert not feedback.passed and feedback.message.startswith("not graded"), feedback
+
+
+def test_the_kernel_rule_is_the_graders_and_the_lessons_do_not_trip_it():
+    from course_utils.exercises import sandbox
+
+    broken = sandbox.rules_broken(_REPLAY + _REPLAY_ANSWER, "lesson03.check_parameter_count")
+    assert "`answers` (the course's stored answers)" in broken, broken
+    assert sandbox.store_reads([_LOOKUP]) and sandbox.store_reads(["open('answers/lesson02.pt', 'rb')"])
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")) + sorted((root / "student").glob("*.ipynb")):
+        cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
+                 if c["cell_type"] == "code"]
+        assert sandbox.store_reads(cells) == [], notebook.name

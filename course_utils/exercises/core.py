@@ -34,8 +34,18 @@ notebook code (then on the kernel). Limits: a thread that patches and restores a
 between two of these comparisons, or patches after the last one, is not seen; a module
 imported and patched before any check ran is taken as it was found; nothing here resists
 code that reaches the check's own frames, ``ctypes`` or NumPy's and torch's private modules.
-The outside grader (:mod:`.autograde`), which runs each answer in a process of its own, is
-the trusted one.
+
+A check says "correct" only for an answer that did not replay the shipped stored answers
+(``answers/lessonNN.pt``, the outputs every check compares with): when the kernel's input
+history (IPython's ``In``), the answer's own code or the functions, defaults and closure it
+reaches name the store's reader (``answers.stored`` / ``decode``, ``read_store``) or one of its
+files, the check answers "not graded" instead, by the grader's own rule
+(:func:`.sandbox.store_reads`). What it cannot see: a read by other means (``torch.load`` of
+a path built at run time, a copy of the file, a script run outside the kernel, a kernel whose
+history was cleared), and outside IPython a read in code whose source is gone. The outside
+grader (:mod:`.autograde`), which runs each answer in a process of its own with the store
+out of reach, refuses such code (and, given a salt, grades on cases the store does not
+hold): it is the trusted one.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -1131,6 +1142,59 @@ def _safe_str(exc: BaseException, limit: int = 2000) -> str:
 GRADING_NOTE: Callable[[Sequence[str], str], str | None] | None = None
 
 
+# code cells -> what in them reads the course's stored answers (sorted; empty when nothing
+# does), by the grader's own rule (:func:`.sandbox.store_reads`); set by the grader's module
+STORE_READS: Callable[[Sequence[str]], list[str]] | None = None
+
+
+def _answer_functions(fn: Any, limit: int = 64) -> list[Any]:
+    """``fn`` (unwrapped) and the functions it reaches through the globals its code names and
+    its closure, transitively, leaving out the course's, the libraries' and the standard
+    library's own functions (files under :data:`_LIBRARY_DIRS`)."""
+    found: list[Any] = []
+    todo, seen = [_unwrap(fn)], set()
+    while todo and len(found) < limit:
+        f = todo.pop()
+        code = getattr(f, "__code__", None)
+        if id(f) in seen or not isinstance(code, types.CodeType) \
+                or code.co_filename.startswith(_LIBRARY_DIRS):
+            continue
+        seen.add(id(f))
+        found.append(f)
+        names, codes = set(), [code]
+        while codes:
+            current = codes.pop()
+            names |= set(current.co_names)
+            codes += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+        namespace = getattr(f, "__globals__", None)
+        values = [namespace.get(n) for n in names] if isinstance(namespace, dict) else []
+        values += list(getattr(f, "__defaults__", None) or ())
+        values += list((getattr(f, "__kwdefaults__", None) or {}).values())
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                values.append(cell.cell_contents)
+            except ValueError:  # (an empty cell)
+                pass
+        todo += [_unwrap(v) for v in values if callable(v)]
+        found += [v for v in values if v is _answers or getattr(v, "__module__", None) == _answers.__name__]
+    return found
+
+
+def _store_reads(fn: Any, cells: Sequence[str] | None) -> list[str]:
+    """What this kernel did that reads the course's stored answers: the code cells run so far
+    (``cells``, None outside IPython), the answer's own code and the functions it reaches
+    (:func:`_answer_functions`), by the grader's rule (:data:`STORE_READS`); empty when none."""
+    if STORE_READS is None:
+        return []
+    sources, found = list(cells or ()), set()
+    for f in _answer_functions(fn):
+        if f is _answers or getattr(f, "__module__", None) == _answers.__name__:
+            found.add(f"`{getattr(f, '__name__', 'answers')}` (the course's stored answers)")
+        else:
+            sources.append(textwrap.dedent(_source_text(f)))  # (a nested def is indented)
+    return sorted(found | set(STORE_READS([s for s in sources if isinstance(s, str) and s])))
+
+
 def _kernel_cells() -> list[str] | None:
     """The code cells run so far in this IPython kernel, the current one (the test cell) last;
     None outside IPython or when its history cannot be read."""
@@ -1539,7 +1603,14 @@ class Exercise:
             except Exception:  # noqa: BLE001 - the general hint stands
                 pass
         if feedback.passed:
-            note = self._grading_note(fn, _kernel_cells())
+            cells = _kernel_cells()
+            reads = _store_reads(fn, cells)
+            if reads:  # a replay of the shipped outputs passes every case: no verdict (battery 10)
+                return Feedback(self.title, "error", "not graded: this kernel read the stored answers "
+                                f"({', '.join(reads[:4])}), so a match with them says nothing about your "
+                                "code. Restart the kernel (Kernel > Restart), run your own cells without "
+                                "that read, and check again.", self.hint, mistake="read_stored_answers")
+            note = self._grading_note(fn, cells)
             if note:
                 feedback.message += " " + note
         return feedback

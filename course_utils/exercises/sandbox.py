@@ -64,9 +64,15 @@ NOT_IN_AN_ANSWER = {
     "_getframe", "f_back", "f_globals", "f_locals", "gc", "inspect", "ctypes", "sys", "os",
     "subprocess", "shutil", "pickle", "marshal", "builtins", "sqlite3", "signal", "socket",
     "atexit", "threading", "multiprocessing", "posix", "nt", "_posixsubprocess", "resource", "mmap",
-    "answers", "solutions", "REFERENCES", "ops", "aten",
+    "solutions", "REFERENCES", "ops", "aten",
     "_C", "NBGRADER_EXECUTION", "__instancecheck__", "__subclasshook__", "__match_args__",
 }
+# What reads the course's stored answers (course_utils/exercises/answers/*.pt): the module that
+# reads them, its readers, its folder and its files. An answer that names one is refused
+# (:func:`rules_broken`), and a kernel whose cells name one gets no "correct" from a check
+# (:func:`store_reads`, read by core's checks: battery 10, finding 2).
+STORE_NAMES = frozenset({"answers", "_answers", "read_store", "decode_case", "ANSWERS_DIR"})
+STORE_FILES = re.compile(r"answers[/\\]|lesson\d\d\.pt\b")
 # Hooks that make ``isinstance`` or a ``match`` class pattern read attributes by a built name.
 NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_args__"}
 # Ready-made twins of an exercise, by check, besides the last part of each name in
@@ -211,6 +217,31 @@ def _names_in(node: ast.AST) -> set[str]:
         elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.isidentifier():
             found.add(sub.value)  # a name spelled as a string: getattr(torch, "softmax")
     return found
+
+
+def _store_reads(tree: ast.AST) -> set[str]:
+    """What in ``tree`` reads the course's stored answers (:data:`STORE_NAMES`, a string naming
+    one of its files: :data:`STORE_FILES`)."""
+    found = {f"`{n}` (the course's stored answers)" for n in _names_in(tree) & STORE_NAMES}
+    found |= {f"{node.value!r:.60} (a file of the course's stored answers)" for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and STORE_FILES.search(node.value)}
+    return found
+
+
+def store_reads(cells: Sequence[str]) -> list[str]:
+    """What in ``cells`` (code cells of a notebook or the kernel's history) reads the course's
+    stored answers, by the grader's own rule (:func:`_store_reads`); sorted, empty when nothing
+    does. A cell that is not valid Python is skipped."""
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
+            or not all(isinstance(c, str) for c in cells):
+        raise TypeError(f"cells must be a list of code cells (str), got {type(cells).__name__} {cells!r:.60}")
+    found: set[str] = set()
+    for source in cells:
+        tree = _parsed(source)
+        if tree is not None:
+            found |= _store_reads(tree)
+    return sorted(found)
 
 
 def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = None) -> str:
@@ -557,6 +588,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
+    found |= _store_reads(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Match):  # `case object(__globals__=g)` reads any attribute
             found.add("`match` (a class pattern reads attributes apart from the code's names; "
@@ -1504,3 +1536,4 @@ def _outcome(record: Any) -> Outcome:
 from . import core as _core  # noqa: E402
 
 _core.GRADING_NOTE = grading_note
+_core.STORE_READS = store_reads
