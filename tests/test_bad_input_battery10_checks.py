@@ -8,6 +8,8 @@ import sys
 import types
 
 import numpy as np
+import pytest
+import torch
 
 from course_utils.exercises import core, lesson02
 
@@ -148,3 +150,20 @@ def test_the_kernel_rule_is_the_graders_and_the_lessons_do_not_trip_it():
         cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
                  if c["cell_type"] == "code"]
         assert sandbox.store_reads(cells) == [], notebook.name
+
+
+# -- finding 7: one rule for every int answer ------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["lesson03.PARAMETER_COUNT", "lesson03.SCORE_MACS", "lesson07.CACHE_BYTES"])
+@pytest.mark.parametrize("wrap", [torch.tensor, np.array], ids=["0-d tensor", "0-d array"])
+def test_a_tensor_where_the_answer_is_an_int_is_named_in_every_int_exercise(key, wrap):
+    import solutions
+    from course_utils.exercises import all_exercises
+
+    lesson, name = key.split(".")
+    reference = solutions.solutions_of(lesson).REFERENCES[name]
+    exercise = all_exercises()[key]
+    feedback = exercise.check_trusted(lambda *a, **k: wrap(reference(*a, **k)))
+    assert feedback.mistake == "returned_tensor", feedback
+    assert "the value is right but you returned a" in feedback.message and "not an int" in feedback.message
+    assert exercise.check_trusted(lambda *a, **k: np.int64(reference(*a, **k))).passed  # NumPy ints are ints

@@ -1935,6 +1935,9 @@ class Exercise:
         wrong_kind = self._wrong_kind(outputs)
         if wrong_kind is not None:
             return wrong_kind
+        tensor = self._returned_tensor(outputs, expected)
+        if tensor is not None:
+            return tensor
         numpy_answer = self._returned_numpy(outputs, expected)
         if numpy_answer is not None:
             return numpy_answer
@@ -2011,6 +2014,29 @@ class Exercise:
         """Hook, run before any comparison: name an answer of the wrong kind whose values would
         still compare equal (a NumPy array for a tensor, a pandas Index for a str)."""
         return None
+
+    # what an int answer counts, for the message of :meth:`_returned_tensor` ("a number of bytes")
+    int_answer = "a whole number"
+
+    def _returned_tensor(self, outputs, expected) -> Feedback | None:
+        """The one rule of every exercise whose answer is an int (3.3, 3.4, 7.2: battery 10): a
+        tensor or an array returned there is named (``returned_tensor``), right value or not,
+        before any comparison (a 0-d tensor compares equal to the right int). A NumPy int is an
+        int."""
+        if not expected or not all(type(e) is int for e in expected):
+            return None
+        got = next((g for g in outputs if isinstance(g, (torch.Tensor, np.ndarray))), None)
+        if got is None:
+            return None
+        right = all(type(n) in (int, float) and n == e
+                    for n, e in zip(map(as_scalar, outputs), expected, strict=True))
+        return Feedback(self.title, "mistake",
+                        ("the value is right but " if right else "") + "you returned a "
+                        f"{type(got).__module__.split('.')[0]} {type(got).__name__}, not an int: the "
+                        f"exercise asks for a Python int ({self.int_answer}).",
+                        "Compute with plain Python ints (the arguments are ints already), or turn a "
+                        "one-element tensor into a number with int(x) or x.item().",
+                        mistake="returned_tensor")
 
     def _returned_numpy(self, outputs, expected) -> Feedback | None:
         """Name a NumPy array returned where the answer is a torch tensor, even with the right
