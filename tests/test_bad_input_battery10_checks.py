@@ -167,3 +167,36 @@ def test_a_tensor_where_the_answer_is_an_int_is_named_in_every_int_exercise(key,
     assert feedback.mistake == "returned_tensor", feedback
     assert "the value is right but you returned a" in feedback.message and "not an int" in feedback.message
     assert exercise.check_trusted(lambda *a, **k: np.int64(reference(*a, **k))).passed  # NumPy ints are ints
+
+
+# -- finding 5: the exercises' helpers name a bad argument -----------------------------------------
+
+def _helper_calls():
+    from course_utils.exercises import answers, raising, sandbox
+    from course_utils.exercises.cases import Case
+
+    return [
+        ("read_store(5)", lambda: answers.read_store(5), TypeError, "path"),
+        ("read_store(None)", lambda: answers.read_store(None), TypeError, "path"),
+        ("decode_case(None)", lambda: answers.decode_case(None), TypeError, "data"),
+        ("decode_case(5)", lambda: answers.decode_case(5), TypeError, "data"),
+        ("describe_inputs(depth='3')", lambda: answers.describe_inputs(1, depth="3"), TypeError, "depth"),
+        ("describe_inputs(depth=-1)", lambda: answers.describe_inputs(1, depth=-1), ValueError, "depth"),
+        ("failed_operation(None, case)", lambda: raising.failed_operation(None, Case((1,))), TypeError, "fn"),
+        ("failed_operation(fn, None)", lambda: raising.failed_operation(len, None), TypeError, "case"),
+        ("requested_shape(5)", lambda: raising.requested_shape(5), TypeError, "args"),
+        ("accept(depth='3')", lambda: sandbox.accept(1, depth="3"), TypeError, "depth"),
+        ("to_plain(depth='3')", lambda: sandbox.to_plain(1, depth="3"), TypeError, "depth"),
+        ("answer_source(cells=5)", lambda: sandbox.answer_source(5, "f"), TypeError, "cells"),
+        ("answer_source(cells=None)", lambda: sandbox.answer_source(None, "f"), TypeError, "cells"),
+        ("answer_source(name=None)", lambda: sandbox.answer_source(["def f():\n    pass\n"], None),
+         TypeError, "name"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(14), ids=[c[0] for c in _helper_calls()])
+def test_the_exercise_helpers_name_a_bad_argument(index):
+    label, call, kind, name = _helper_calls()[index]
+    with pytest.raises(kind) as raised:
+        call()
+    assert str(raised.value).startswith(name), (label, raised.value)

@@ -50,6 +50,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..attention.validation import check_int
+
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
 
@@ -249,9 +251,11 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     the last top-level ``def name`` (in ``cells[answer_cell]`` when that cell defines it), the
     functions and classes it names, transitively, and the imports that bind a name they use.
     No other statement is kept. Raises :class:`AnswerProblem`."""
-    if isinstance(cells, (str, bytes)) or not all(isinstance(c, str) for c in cells):
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
+            or not all(isinstance(c, str) for c in cells):
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
                         + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
+    _need_text("name", name, "the answer's function name")
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
@@ -739,6 +743,7 @@ def _type_name(value: Any) -> str:
 def to_plain(value: Any, depth: int = 0) -> Any:
     """``value`` as plain data ``torch.load(weights_only=True)`` reads back, accepting only exact
     types (see the module's docstring); raises :class:`Refused`. Runs in the answer's process."""
+    check_int(depth, "depth", minimum=0)
     kind = type(value)
     if depth > 8:
         raise Refused("an output nested more than 8 levels deep")
@@ -771,6 +776,7 @@ def to_plain(value: Any, depth: int = 0) -> Any:
 def accept(data: Any, depth: int = 0) -> Any:
     """The inverse of :func:`to_plain`, run in the grader on what the answer's process wrote
     (which the answer may have forged): every value checked again. Raises :class:`Refused`."""
+    check_int(depth, "depth", minimum=0)
     kind = type(data)
     if depth > 10:
         raise Refused("an output nested too deep")
