@@ -200,3 +200,12 @@ def test_the_exercise_helpers_name_a_bad_argument(index):
     with pytest.raises(kind) as raised:
         call()
     assert str(raised.value).startswith(name), (label, raised.value)
+
+
+def test_a_notebook_class_put_into_torch_nn_is_not_guarded(monkeypatch):
+    notebook = types.ModuleType("__main__")
+    exec("import torch\nclass MyLayer(torch.nn.Module):\n    pass\n", notebook.__dict__)
+    layer = notebook.__dict__["MyLayer"]
+    monkeypatch.setattr(torch.nn, "MyLayer", layer, raising=False)
+    monkeypatch.setattr(torch, "Tensor", layer)  # (put back by monkeypatch, as a check would)
+    assert all(owner is not layer for _, owner, _, _ in core._guarded_namespaces())

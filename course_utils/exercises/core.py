@@ -549,8 +549,9 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
         classes += [(f"pandas.{name}", getattr(pandas, name, None)) for name in _PANDAS_CLASSES]
         generic = sys.modules.get("pandas.core.generic")
         classes.append(("pandas.NDFrame", getattr(generic, "NDFrame", None)))
-    for label, value in classes:
-        if isinstance(value, type) and id(value) not in seen:
+    for label, value in classes:  # (read through live attributes: only torch's and pandas' own classes)
+        if isinstance(value, type) and id(value) not in seen \
+                and str(getattr(value, "__module__", "")).split(".")[0] in ("torch", "pandas"):
             seen.add(id(value))
             spaces.append((label, value, value.__dict__, dict(value.__dict__)))
     return spaces
