@@ -18,6 +18,7 @@ strings, lists, dicts), so loading the file runs no code.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..attention.validation import check_int
 from .cases import Case
 
 ANSWERS_DIR = Path(__file__).resolve().parent / "answers"
@@ -166,6 +168,9 @@ def encode_case(case: Any) -> Any:
 
 def decode_case(data: Any) -> Any:
     """The inverse of :func:`encode_case`: a fresh :class:`~.cases.Case`."""
+    if not isinstance(data, dict) or not {"args", "kwargs", "label"} <= set(data):
+        raise TypeError(f"data: expected a stored case (a dict with 'args', 'kwargs' and 'label', made by "
+                        f"encode_case), got {type(data).__name__} {data!r:.60}")
     return Case(decode(data["args"]), decode(data["kwargs"]), data["label"])
 
 
@@ -174,6 +179,7 @@ def describe_inputs(value: Any, depth: int = 0) -> Any:
 
     Two builds of the same cases on different machines describe the same, even where float
     maths moved a last bit; a changed case builder (another shape, one case more) does not."""
+    check_int(depth, "depth", minimum=0)
     if depth > 20:
         return "<deep>"
     if isinstance(value, torch.nn.Module):
@@ -207,9 +213,18 @@ def cases_signature(cases: Any) -> list:
     return [(case.label, describe_inputs((tuple(case.args), dict(case.kwargs)))) for case in cases]
 
 
+def _need_path(name: str, value: Any, what: str) -> None:
+    """``value`` must be a path (a non-empty str or a path-like object): else a TypeError
+    naming the argument ``name``."""
+    if isinstance(value, os.PathLike) or (isinstance(value, str) and value):
+        return
+    raise TypeError(f"{name}: expected {what} as a str or Path, got {type(value).__name__} {value!r:.60}")
+
+
 def read_store(path: Path) -> dict:
     """The stored answers in ``path`` (``{"format", "exercises"}``); an OSError or ValueError
     that names the file when it is missing, not a store, or of another format."""
+    _need_path("path", path, "the stored answers' file (answers/lessonNN.pt)")
     if not Path(path).is_file():
         raise FileNotFoundError(f"{Path(path).name}: no stored answers at {path} (reinstall the course "
                                 "package, or run scripts/exercise_answers.py build in its clone)")

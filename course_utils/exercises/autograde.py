@@ -48,6 +48,7 @@ import torch
 
 from . import cases as _cases
 from . import sandbox
+from .answers import _need_path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 SECRETS_NAME = ".course_grader.json"  # in the nbgrader course folder, beside gradebook.db
@@ -122,13 +123,6 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
         tmp.unlink(missing_ok=True)
         raise
     return path
-
-
-def _need_path(name: str, value: Any, what: str) -> None:
-    """``value`` must be a path (a non-empty str or a path-like object)."""
-    if isinstance(value, os.PathLike) or (isinstance(value, str) and value):
-        return
-    raise TypeError(f"{name}: expected {what} as a str or Path, got {type(value).__name__} {value!r:.60}")
 
 
 def read_secrets(course: Path) -> dict:

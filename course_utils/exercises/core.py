@@ -34,8 +34,18 @@ notebook code (then on the kernel). Limits: a thread that patches and restores a
 between two of these comparisons, or patches after the last one, is not seen; a module
 imported and patched before any check ran is taken as it was found; nothing here resists
 code that reaches the check's own frames, ``ctypes`` or NumPy's and torch's private modules.
-The outside grader (:mod:`.autograde`), which runs each answer in a process of its own, is
-the trusted one.
+
+A check says "correct" only for an answer that did not replay the shipped stored answers
+(``answers/lessonNN.pt``, the outputs every check compares with): when the kernel's input
+history (IPython's ``In``), the answer's own code or the functions, defaults and closure it
+reaches name the store's reader (``answers.stored`` / ``decode``, ``read_store``) or one of its
+files, the check answers "not graded" instead, by the grader's own rule
+(:func:`.sandbox.store_reads`). What it cannot see: a read by other means (``torch.load`` of
+a path built at run time, a copy of the file, a script run outside the kernel, a kernel whose
+history was cleared), and outside IPython a read in code whose source is gone. The outside
+grader (:mod:`.autograde`), which runs each answer in a process of its own with the store
+out of reach, refuses such code (and, given a salt, grades on cases the store does not
+hold): it is the trusted one.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -493,26 +504,28 @@ def _restore_settings(settings: list[tuple[Any, Any]]) -> list[str]:
 
 def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
     """A copy of each namespace a check's comparison looks names up in, to put back what an
-    answer replaces in them: the built-ins, ``math``, NumPy (and the module behind
-    ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
+    answer replaces in them: the built-ins, ``math``, NumPy (and ``numpy._core.numeric``, the
+    module behind ``np.allclose``), ``numpy.testing``, torch, ``torch.nn.functional``, ``torch.testing``,
     ``torch.Tensor``'s methods, and the course's exercise modules, their classes and their
     exercises' own attributes (``PREVIOUS_TOKEN_SCORE.__dict__.clear()``, battery 9).
     Entries ``(label, owner, live mapping, copy)``; owner is a class (put back with
     ``type.__setattr__``), :data:`_INSTANCE` (an exercise's ``__dict__``: put back by item, and
-    what the answer added is removed) or None (a module's dict, put back by item)."""
+    what the answer added is removed) or None (a module's dict, put back by item).
+
+    Every namespace is taken by module name (``sys.modules``), never from a live attribute
+    (``np.allclose.__globals__`` is the notebook's globals once a cell assigns
+    ``np.allclose = my_close``), and the notebook's own namespaces (:func:`_notebook_namespaces`)
+    are never among them: a check never rolls back the learner's variables (battery 10)."""
     import builtins
 
     spaces: list[tuple[str, Any, Any, dict]] = [
         ("builtins", None, builtins.__dict__, dict(builtins.__dict__))]
     modules = [math, os, np, *map(sys.modules.get, _GUARDED_MODULES)]
     modules += [m for name, m in list(sys.modules.items()) if name.startswith(_COURSE)]
-    seen = {id(builtins.__dict__)}
-    numeric = getattr(np.allclose, "__globals__", None)
-    if numeric is not None:
-        seen.add(id(numeric))
-        spaces.append((str(numeric.get("__name__", "numpy")), None, numeric, dict(numeric)))
+    seen = {id(builtins.__dict__)} | _notebook_namespaces()
     for module in modules:
-        if module is None or id(module.__dict__) in seen:
+        if not isinstance(module, types.ModuleType) or id(module.__dict__) in seen \
+                or module.__dict__.get("__name__") == "__main__":
             continue
         seen.add(id(module.__dict__))
         spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
@@ -536,20 +549,36 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
         classes += [(f"pandas.{name}", getattr(pandas, name, None)) for name in _PANDAS_CLASSES]
         generic = sys.modules.get("pandas.core.generic")
         classes.append(("pandas.NDFrame", getattr(generic, "NDFrame", None)))
-    for label, value in classes:
-        if isinstance(value, type) and id(value) not in seen:
+    for label, value in classes:  # (read through live attributes: only torch's and pandas' own classes)
+        if isinstance(value, type) and id(value) not in seen \
+                and str(getattr(value, "__module__", "")).split(".")[0] in ("torch", "pandas"):
             seen.add(id(value))
             spaces.append((label, value, value.__dict__, dict(value.__dict__)))
     return spaces
+
+
+def _notebook_namespaces() -> set[int]:
+    """The ids of the learner's namespaces: ``__main__``'s globals and, in IPython, the
+    kernel's ``user_ns`` and ``user_global_ns`` (never guarded, never put back)."""
+    ids = set()
+    main = sys.modules.get("__main__")
+    if main is not None:
+        ids.add(id(getattr(main, "__dict__", None)))
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    for name in ("user_ns", "user_global_ns"):
+        ns = getattr(shell, name, None) if shell is not None else None
+        if ns is not None:
+            ids.add(id(ns))
+    return ids
 
 
 _COURSE = f"{__package__.split('.')[0]}."  # every module of the course ("course_utils.")
 # The namespaces a check's comparison, its reference code or its inputs' code look names up in,
 # besides the built-ins, math, os, NumPy and the course's modules (the guarded names: see
 # :func:`_guarded_namespaces`); one that is not imported is left out.
-_GUARDED_MODULES = ("numpy.testing", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init",
-                    "torch.nn.modules.module", "torch.autograd", "torch.autograd.graph", "torch.testing",
-                    "pandas")
+_GUARDED_MODULES = ("numpy._core.numeric", "numpy.core.numeric", "numpy.testing", "torch", "torch.nn",
+                    "torch.nn.functional", "torch.nn.init", "torch.nn.modules.module", "torch.autograd",
+                    "torch.autograd.graph", "torch.testing", "pandas")
 _PANDAS_CLASSES = ("Series", "DataFrame", "Index")
 
 
@@ -1114,6 +1143,59 @@ def _safe_str(exc: BaseException, limit: int = 2000) -> str:
 GRADING_NOTE: Callable[[Sequence[str], str], str | None] | None = None
 
 
+# code cells -> what in them reads the course's stored answers (sorted; empty when nothing
+# does), by the grader's own rule (:func:`.sandbox.store_reads`); set by the grader's module
+STORE_READS: Callable[[Sequence[str]], list[str]] | None = None
+
+
+def _answer_functions(fn: Any, limit: int = 64) -> list[Any]:
+    """``fn`` (unwrapped) and the functions it reaches through the globals its code names and
+    its closure, transitively, leaving out the course's, the libraries' and the standard
+    library's own functions (files under :data:`_LIBRARY_DIRS`)."""
+    found: list[Any] = []
+    todo, seen = [_unwrap(fn)], set()
+    while todo and len(found) < limit:
+        f = todo.pop()
+        code = getattr(f, "__code__", None)
+        if id(f) in seen or not isinstance(code, types.CodeType) \
+                or code.co_filename.startswith(_LIBRARY_DIRS):
+            continue
+        seen.add(id(f))
+        found.append(f)
+        names, codes = set(), [code]
+        while codes:
+            current = codes.pop()
+            names |= set(current.co_names)
+            codes += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+        namespace = getattr(f, "__globals__", None)
+        values = [namespace.get(n) for n in names] if isinstance(namespace, dict) else []
+        values += list(getattr(f, "__defaults__", None) or ())
+        values += list((getattr(f, "__kwdefaults__", None) or {}).values())
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                values.append(cell.cell_contents)
+            except ValueError:  # (an empty cell)
+                pass
+        todo += [_unwrap(v) for v in values if callable(v)]
+        found += [v for v in values if v is _answers or getattr(v, "__module__", None) == _answers.__name__]
+    return found
+
+
+def _store_reads(fn: Any, cells: Sequence[str] | None) -> list[str]:
+    """What this kernel did that reads the course's stored answers: the code cells run so far
+    (``cells``, None outside IPython), the answer's own code and the functions it reaches
+    (:func:`_answer_functions`), by the grader's rule (:data:`STORE_READS`); empty when none."""
+    if STORE_READS is None:
+        return []
+    sources, found = list(cells or ()), set()
+    for f in _answer_functions(fn):
+        if f is _answers or getattr(f, "__module__", None) == _answers.__name__:
+            found.add(f"`{getattr(f, '__name__', 'answers')}` (the course's stored answers)")
+        else:
+            sources.append(textwrap.dedent(_source_text(f)))  # (a nested def is indented)
+    return sorted(found | set(STORE_READS([s for s in sources if isinstance(s, str) and s])))
+
+
 def _kernel_cells() -> list[str] | None:
     """The code cells run so far in this IPython kernel, the current one (the test cell) last;
     None outside IPython or when its history cannot be read."""
@@ -1522,7 +1604,14 @@ class Exercise:
             except Exception:  # noqa: BLE001 - the general hint stands
                 pass
         if feedback.passed:
-            note = self._grading_note(fn, _kernel_cells())
+            cells = _kernel_cells()
+            reads = _store_reads(fn, cells)
+            if reads:  # a replay of the shipped outputs passes every case: no verdict (battery 10)
+                return Feedback(self.title, "error", "not graded: this kernel read the stored answers "
+                                f"({', '.join(reads[:4])}), so a match with them says nothing about your "
+                                "code. Restart the kernel (Kernel > Restart), run your own cells without "
+                                "that read, and check again.", self.hint, mistake="read_stored_answers")
+            note = self._grading_note(fn, cells)
             if note:
                 feedback.message += " " + note
         return feedback
@@ -1847,6 +1936,9 @@ class Exercise:
         wrong_kind = self._wrong_kind(outputs)
         if wrong_kind is not None:
             return wrong_kind
+        tensor = self._returned_tensor(outputs, expected)
+        if tensor is not None:
+            return tensor
         numpy_answer = self._returned_numpy(outputs, expected)
         if numpy_answer is not None:
             return numpy_answer
@@ -1923,6 +2015,29 @@ class Exercise:
         """Hook, run before any comparison: name an answer of the wrong kind whose values would
         still compare equal (a NumPy array for a tensor, a pandas Index for a str)."""
         return None
+
+    # what an int answer counts, for the message of :meth:`_returned_tensor` ("a number of bytes")
+    int_answer = "a whole number"
+
+    def _returned_tensor(self, outputs, expected) -> Feedback | None:
+        """The one rule of every exercise whose answer is an int (3.3, 3.4, 7.2: battery 10): a
+        tensor or an array returned there is named (``returned_tensor``), right value or not,
+        before any comparison (a 0-d tensor compares equal to the right int). A NumPy int is an
+        int."""
+        if not expected or not all(type(e) is int for e in expected):
+            return None
+        got = next((g for g in outputs if isinstance(g, (torch.Tensor, np.ndarray))), None)
+        if got is None:
+            return None
+        right = all(type(n) in (int, float) and n == e
+                    for n, e in zip(map(as_scalar, outputs), expected, strict=True))
+        return Feedback(self.title, "mistake",
+                        ("the value is right but " if right else "") + "you returned a "
+                        f"{type(got).__module__.split('.')[0]} {type(got).__name__}, not an int: the "
+                        f"exercise asks for a Python int ({self.int_answer}).",
+                        "Compute with plain Python ints (the arguments are ints already), or turn a "
+                        "one-element tensor into a number with int(x) or x.item().",
+                        mistake="returned_tensor")
 
     def _returned_numpy(self, outputs, expected) -> Feedback | None:
         """Name a NumPy array returned where the answer is a torch tensor, even with the right

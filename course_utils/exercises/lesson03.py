@@ -305,7 +305,10 @@ _WEIGHT_SLIPS = {
 
 class _CountExercise(Exercise):
     """3.3 and 3.4 ask for a count, an int: a float holding the right number (d_k taken as
-    d_model / num_heads) compares equal to it, so it is named here instead of passing."""
+    d_model / num_heads) compares equal to it, so it is named here instead of passing (and a
+    tensor, by core's rule for int answers: :meth:`~.core.Exercise._returned_tensor`)."""
+
+    int_answer = "a count"
 
     def _grade(self, cases, outputs, expected) -> Feedback:
         feedback = super()._grade(cases, outputs, expected)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -165,17 +164,12 @@ class _CacheBytesExercise(Exercise):
     tolerance (a learner's float arithmetic may round differently), but only the exact
     count passes, a wrong count is told by how much, and a right float is named."""
 
+    int_answer = "a number of bytes"
+
     def _grade(self, cases, outputs, expected) -> Feedback:
-        if any(isinstance(g, (Tensor, np.ndarray)) for g in outputs):  # (a NumPy int is an int)
-            numbers = [as_scalar(g) for g in outputs]
-            right = all(type(n) in (int, float) and n == e for n, e in zip(numbers, expected, strict=True))
-            return Feedback(self.title, "mistake",
-                            ("the value is right but " if right else "") + "you returned a "
-                            f"{type(outputs[0]).__module__.split('.')[0]} {type(outputs[0]).__name__}, "
-                            "not an int: the exercise asks for a Python int (a number of bytes).",
-                            "Compute with plain Python ints (the arguments are ints already), or "
-                            "turn a one-element tensor into a number with int(x) or x.item().",
-                            mistake="returned_tensor")
+        tensor = self._returned_tensor(outputs, expected)  # (core's one rule for int answers)
+        if tensor is not None:
+            return tensor
         numbers = [as_scalar(g) for g in outputs]
         if all(type(n) in (int, float) and n == e for n, e in zip(numbers, expected, strict=True)):
             if any(isinstance(n, float) for n in numbers):

@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from .answers import Raised, same_raise
+from ..attention.validation import check_callable
+from .answers import Raised, _check_case, same_raise
 from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str
 
 __all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "requested_shape", "failed_operation",
@@ -119,6 +120,9 @@ class RecordFailure(TorchFunctionMode):
 
 def requested_shape(args: list) -> tuple:
     """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple."""
+    if not isinstance(args, (list, tuple)) or not args:
+        raise TypeError(f"args: expected the arguments of a view or reshape call (a list or tuple: the "
+                        f"tensor, then the shape), got {type(args).__name__} {args!r:.60}")
     rest = args[1:]
     if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
         return tuple(rest[0])
@@ -127,6 +131,8 @@ def requested_shape(args: list) -> tuple:
 
 def failed_operation(fn, case: Case) -> tuple[str, list] | None:
     """Run ``fn`` on ``case`` again and return the tensor operation that raised, if any."""
+    check_callable(fn, "fn", "the answer (a function)")
+    _check_case(case, "case")
     args, kwargs = case.fresh()
     recorder = RecordFailure()
     try:

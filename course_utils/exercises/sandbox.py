@@ -50,6 +50,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..attention.validation import check_int
+
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
 
@@ -64,9 +66,15 @@ NOT_IN_AN_ANSWER = {
     "_getframe", "f_back", "f_globals", "f_locals", "gc", "inspect", "ctypes", "sys", "os",
     "subprocess", "shutil", "pickle", "marshal", "builtins", "sqlite3", "signal", "socket",
     "atexit", "threading", "multiprocessing", "posix", "nt", "_posixsubprocess", "resource", "mmap",
-    "answers", "solutions", "REFERENCES", "ops", "aten",
+    "solutions", "REFERENCES", "ops", "aten",
     "_C", "NBGRADER_EXECUTION", "__instancecheck__", "__subclasshook__", "__match_args__",
 }
+# What reads the course's stored answers (course_utils/exercises/answers/*.pt): the module that
+# reads them, its readers, its folder and its files. An answer that names one is refused
+# (:func:`rules_broken`), and a kernel whose cells name one gets no "correct" from a check
+# (:func:`store_reads`, read by core's checks: battery 10, finding 2).
+STORE_NAMES = frozenset({"answers", "_answers", "read_store", "decode_case", "ANSWERS_DIR"})
+STORE_FILES = re.compile(r"answers[/\\]|lesson\d\d\.pt\b")
 # Hooks that make ``isinstance`` or a ``match`` class pattern read attributes by a built name.
 NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_args__"}
 # Ready-made twins of an exercise, by check, besides the last part of each name in
@@ -213,14 +221,47 @@ def _names_in(node: ast.AST) -> set[str]:
     return found
 
 
+def _store_reads(tree: ast.AST) -> set[str]:
+    """What in ``tree`` reads the course's stored answers (:data:`STORE_NAMES`, a string naming
+    one of its files: :data:`STORE_FILES`)."""
+    found = {f"`{n}` (the course's stored answers)" for n in _names_in(tree) & STORE_NAMES}
+    found |= {f"{node.value!r:.60} (a file of the course's stored answers)" for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and STORE_FILES.search(node.value)}
+    return found
+
+
+def store_reads(cells: Sequence[str]) -> list[str]:
+    """What in ``cells`` (code cells of a notebook or the kernel's history) reads the course's
+    stored answers, by the grader's own rule (:func:`_store_reads`); sorted, empty when nothing
+    does. A cell that is not valid Python is skipped."""
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
+            or not all(isinstance(c, str) for c in cells):
+        raise TypeError(f"cells must be a list of code cells (str), got {type(cells).__name__} {cells!r:.60}")
+    found: set[str] = set()
+    for source in cells:
+        found |= _cell_store_reads(source)
+    return sorted(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cell_store_reads(source: str) -> frozenset[str]:
+    """:func:`_store_reads` of one cell, remembered: a kernel's history is read again at every
+    check, and only its newest cells are new (a notebook's 50 cells cost 20 ms to parse)."""
+    tree = _parsed(source)
+    return frozenset(_store_reads(tree)) if tree is not None else frozenset()
+
+
 def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = None) -> str:
     """The code of answer ``name`` from a notebook's code cells (those before its test cell):
     the last top-level ``def name`` (in ``cells[answer_cell]`` when that cell defines it), the
     functions and classes it names, transitively, and the imports that bind a name they use.
     No other statement is kept. Raises :class:`AnswerProblem`."""
-    if isinstance(cells, (str, bytes)) or not all(isinstance(c, str) for c in cells):
+    if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
+            or not all(isinstance(c, str) for c in cells):
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
                         + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
+    _need_text("name", name, "the answer's function name")
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
@@ -557,6 +598,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
+    found |= _store_reads(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Match):  # `case object(__globals__=g)` reads any attribute
             found.add("`match` (a class pattern reads attributes apart from the code's names; "
@@ -707,6 +749,7 @@ def _type_name(value: Any) -> str:
 def to_plain(value: Any, depth: int = 0) -> Any:
     """``value`` as plain data ``torch.load(weights_only=True)`` reads back, accepting only exact
     types (see the module's docstring); raises :class:`Refused`. Runs in the answer's process."""
+    check_int(depth, "depth", minimum=0)
     kind = type(value)
     if depth > 8:
         raise Refused("an output nested more than 8 levels deep")
@@ -739,6 +782,7 @@ def to_plain(value: Any, depth: int = 0) -> Any:
 def accept(data: Any, depth: int = 0) -> Any:
     """The inverse of :func:`to_plain`, run in the grader on what the answer's process wrote
     (which the answer may have forged): every value checked again. Raises :class:`Refused`."""
+    check_int(depth, "depth", minimum=0)
     kind = type(data)
     if depth > 10:
         raise Refused("an output nested too deep")
@@ -1504,3 +1548,4 @@ def _outcome(record: Any) -> Outcome:
 from . import core as _core  # noqa: E402
 
 _core.GRADING_NOTE = grading_note
+_core.STORE_READS = store_reads
