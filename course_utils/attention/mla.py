@@ -34,6 +34,7 @@ from .masks import causal_mask, masked_softmax
 from .validation import (
     check_flag,
     check_int,
+    check_linear_weights_fit,
     check_matches_module,
     check_positive_number,
     check_tensor,
@@ -137,6 +138,9 @@ class MultiHeadLatentAttention(nn.Module):
         if d_rope % 2:
             raise ValueError(f"d_rope must be even (RoPE rotates pairs), got {d_rope}")
         h = num_heads
+        sizes = {"d_model": d_model, "num_heads": h, "d_head": d_head, "d_latent": d_latent, "d_rope": d_rope}
+        check_linear_weights_fit(d_model, (d_latent, d_rope, h * d_head, h * d_rope, h * d_head),
+                                 also=((d_latent, 2 * h * d_head),), sizes=sizes)  # before allocating
         self.num_heads, self.d_head, self.d_latent, self.d_rope = h, d_head, d_latent, d_rope
         self.w_dkv = nn.Linear(d_model, d_latent, bias=False)  # x -> c (the cached latent)
         self.w_uk = nn.Linear(d_latent, h * d_head, bias=False)  # c -> every head's key

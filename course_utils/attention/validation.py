@@ -787,15 +787,38 @@ __all__ += ["check_distinct", "check_table"]
 
 # -- battery 6 additions (helper b6b): kept in one block ------------------------------------------
 def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_model",
-                             dtype: torch.dtype | None = None) -> None:
+                             dtype: torch.dtype | None = None, *,
+                             also: tuple[tuple[int, int], ...] = (),
+                             sizes: dict[str, int] | None = None) -> None:
     """Refuse, before allocating, linear layers of ``d_in`` inputs and the given output
     ``widths`` whose weights would not fit in this machine's memory (PyTorch's allocator would
     otherwise fail with an "enforce fail" that names no argument): a ValueError naming
-    ``name`` and the bytes. ``dtype`` defaults to torch's default dtype."""
+    ``name`` and the bytes. ``dtype`` defaults to torch's default dtype. ``also`` lists more
+    layers as ``(d_in, d_out)`` pairs (a module whose layers read other widths). ``sizes``, the
+    module's ``{argument: value}`` that set the widths, are listed in the message, which then
+    names the largest of them rather than ``name``."""
+    if sizes is not None:
+        if not isinstance(sizes, dict) or not sizes:
+            raise TypeError(f"check_linear_weights_fit's sizes must be a non-empty dict {{argument: size}}, "
+                            f"got {type(sizes).__name__} {sizes!r:.60}")
+        name = max(sizes, key=lambda k: check_int(sizes[k], str(k)))
+    if not isinstance(name, str):
+        raise TypeError(f"check_linear_weights_fit's name must be a str (the argument it names), got "
+                        f"{type(name).__name__} {name!r:.60}")
+    d_in = check_int(d_in, name, minimum=0)
+    widths = check_int_list(widths, f"check_linear_weights_fit's widths (the layers' outputs for {name})",
+                            minimum=0, allow_empty=True)
+    if not isinstance(also, (tuple, list)) or not all(isinstance(p, (tuple, list)) and len(p) == 2
+                                                      for p in also):
+        raise TypeError(f"check_linear_weights_fit's also must be (d_in, d_out) pairs, got "
+                        f"{type(also).__name__} {also!r:.60}")
+    pairs = [check_int_list(pair, f"check_linear_weights_fit's also[{i}]", minimum=0)
+             for i, pair in enumerate(also)]
     itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
-    num_bytes = d_in * sum(widths) * itemsize
-    check_fits_in_memory(num_bytes, name, f"{name}={d_in}: weights of {len(widths)} linear layers, "
-                                          f"{num_bytes:,} bytes")
+    num_bytes = (d_in * sum(widths) + sum(a * b for a, b in pairs)) * itemsize
+    shown = ", ".join(f"{k}={v:,}" for k, v in sizes.items()) if sizes else f"{name}={d_in}"
+    check_fits_in_memory(num_bytes, name, f"{shown}: weights of "
+                                          f"{len(widths) + len(pairs)} linear layers, {num_bytes:,} bytes")
 
 
 __all__ += ["check_linear_weights_fit"]

@@ -33,6 +33,7 @@ from ..attention.validation import (
     check_head_dims,
     check_int,
     check_int_list,
+    check_linear_weights_fit,
     check_table,
 )
 from ..env import check_seed, torch_threads
@@ -95,6 +96,9 @@ def lesson_implementations(
     check_device(device, "device")
     check_float_dtype(dtype, "dtype")
     check_seed(seed)
+    # three copies of the weights (torch's module, the course's, the step-by-step one), refused
+    # before allocating when they would not fit
+    check_linear_weights_fit(d_model, (3 * d_model, d_model) * 3, dtype=dtype)
     torch.manual_seed(seed)
     theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(device, dtype)
     ours = MultiHeadAttention.from_torch(theirs)
