@@ -5,11 +5,17 @@ was expected and what arrived."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from course_utils.attention import validation as va
-from course_utils.attention.mla import MultiHeadLatentAttention
+from course_utils.attention.mha import MultiHeadAttention
+from course_utils.attention.mla import MultiHeadLatentAttention, rope
 from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
+from course_utils.attention.shapes import trace_shapes
 from course_utils.bench import mha_speed
+from course_utils.interp.heatmaps import model_attention
+from course_utils.tasks import two_relations as tr
+from course_utils.tasks.synthetic import AgreementTask, MixtureTask, detokenize
 
 HUGE = 10**12
 
@@ -53,3 +59,75 @@ def test_small_modules_still_build():
     assert MultiHeadLatentAttention(16, 2, 4, 4, 2).w_uk.weight.shape == (8, 4)
     assert AttentionHead(8, 4).w_q.weight.shape == (4, 8)
     assert len(NaiveMultiHeadAttention(8, 2).heads) == 2
+
+
+# -- 2. learner-facing helpers name the argument, what they expected and what arrived ------------
+TASK = tr.TwoKeyTask()
+MODEL = tr.LookupModel(TASK, 16, 2)
+BATCH = TASK.sample(4, seed=0)
+INT_TENSOR = torch.ones(2, 4, 8, dtype=torch.long)
+
+LEARNER = [
+    ("AgreementTask templates int", lambda: AgreementTask(templates=5), TypeError,
+     ["templates", "tuple of template names", "int 5"]),
+    ("AgreementTask templates None", lambda: AgreementTask(templates=None), TypeError,
+     ["templates", "tuple of template names", "NoneType None"]),
+    ("AgreementTask attractor_p str", lambda: AgreementTask(attractor_p="x"), TypeError,
+     ["attractor_p", "probability in [0, 1]", "str 'x'"]),
+    ("AgreementTask attractor_p None", lambda: AgreementTask(attractor_p=None), TypeError,
+     ["attractor_p", "real number", "NoneType None"]),
+    ("AgreementTask attractor_p True", lambda: AgreementTask(attractor_p=True), TypeError,
+     ["attractor_p", "real number", "bool True"]),
+    ("AgreementTask adjective_p str", lambda: AgreementTask(adjective_p="x"), TypeError,
+     ["adjective_p", "probability", "str 'x'"]),
+    ("MixtureTask induction_share str", lambda: MixtureTask(induction_share="x"), TypeError,
+     ["induction_share", "strictly between 0 and 1", "str 'x'"]),
+    ("MixtureTask induction_share None", lambda: MixtureTask(induction_share=None), TypeError,
+     ["induction_share", "real number", "NoneType"]),
+    ("detokenize None", lambda: detokenize(None), TypeError, ["tokens", "integer ids", "NoneType None"]),
+    ("evaluate model None", lambda: tr.evaluate(None, BATCH), TypeError,
+     ["model", "LookupModel", "NoneType"]),
+    ("evaluate model str", lambda: tr.evaluate("x", BATCH), TypeError, ["model", "LookupModel", "str 'x'"]),
+    ("evaluate batch int", lambda: tr.evaluate(MODEL, 5), TypeError, ["batch", "LookupBatch", "int 5"]),
+    ("accuracy_table str", lambda: tr.accuracy_table("abc"), TypeError,
+     ["results", "list of RunResult", "str"]),
+    ("accuracy_table [None]", lambda: tr.accuracy_table([None]), TypeError,
+     ["results[0]", "RunResult", "NoneType"]),
+    ("accuracy_table int", lambda: tr.accuracy_table(5), TypeError, ["results", "list of RunResult", "int"]),
+    ("example_table batch None", lambda: tr.example_table(None), TypeError,
+     ["batch", "LookupBatch", "NoneType"]),
+    ("example_table index str", lambda: tr.example_table(BATCH, "3"), TypeError, ["index", "int", "str '3'"]),
+    ("example_table index 9", lambda: tr.example_table(BATCH, 9), IndexError, ["index", "0..3", "got 9"]),
+    ("share_on_a model int", lambda: tr.share_on_a(5, BATCH), TypeError, ["model", "LookupModel", "int 5"]),
+    ("accuracy_by_share model None", lambda: tr.accuracy_by_share(None, BATCH), TypeError,
+     ["model", "LookupModel", "NoneType"]),
+    ("plot_item_attention batch str", lambda: tr.plot_item_attention(MODEL, "x"), TypeError,
+     ["batch", "LookupBatch", "str 'x'"]),
+    ("model_attention of one layer",
+     lambda: model_attention(MultiHeadAttention(8, 2), torch.zeros(1, 3).long()), TypeError,
+     ["model", "return_attention=True", "TinyTransformer", "MultiHeadAttention", "need_weights=True"]),
+    ("trace_shapes integer query", lambda: trace_shapes(MultiHeadAttention(8, 2), INT_TENSOR), TypeError,
+     ["query", "floating-point", "torch.int64"]),
+    ("trace_shapes integer key_value", lambda: trace_shapes(MultiHeadAttention(8, 2), torch.ones(2, 4, 8),
+                                                            INT_TENSOR), TypeError,
+     ["key_value", "floating-point", "torch.int64"]),
+    ("trace_shapes float64 query", lambda: trace_shapes(MultiHeadAttention(8, 2), INT_TENSOR.double()),
+     TypeError, ["query", "torch.float64", "module's parameters are torch.float32"]),
+    ("rope positions on another device", lambda: rope(torch.ones(3, 4, device="meta"), torch.arange(3)),
+     ValueError, ["positions", "x's device meta", "got device cpu"]),
+]
+
+
+@pytest.mark.parametrize("call, error, words", [c[1:] for c in LEARNER], ids=[c[0] for c in LEARNER])
+def test_learner_facing_helpers_name_a_wrong_argument(call, error, words):
+    refused(call, error, words)
+
+
+def test_learner_facing_helpers_still_accept_good_input():
+    assert AgreementTask(attractor_p=1, adjective_p=0.0).attractor_p == 1
+    assert MixtureTask(induction_share=0.25).induction_share == 0.25
+    assert detokenize((0, 1)) == detokenize(torch.tensor([0, 1]))
+    assert len(tr.evaluate(MODEL, BATCH)) == 3
+    assert len(tr.example_table(BATCH, 3)) == TASK.num_items
+    assert tr.share_on_a(MODEL, BATCH).shape == (4,)
+    assert trace_shapes(MultiHeadAttention(8, 2), torch.ones(2, 4, 8)).steps

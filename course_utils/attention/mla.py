@@ -113,6 +113,9 @@ def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     if tuple(positions.shape) != (x.shape[-2],):
         raise ValueError(f"positions must be (T,) = ({x.shape[-2]},), one per token of x "
                          f"{describe_shape(x)}, got shape {describe_shape(positions)}")
+    if positions.device != x.device:
+        raise ValueError(f"positions must be on x's device {x.device}, got device {positions.device}: "
+                         f"move it with positions.to(x.device)")
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
     freqs = base ** (-torch.arange(0, d // 2, dtype=x.dtype) * 2 / d)  # (d/2,)
