@@ -603,8 +603,9 @@ def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, 
     """
     import matplotlib.pyplot as plt
 
-    _check_batch_fits(model, batch)
+    _check_batch(batch)
     index = check_index(index, "index", batch.num_examples, "examples in the batch")
+    _check_batch_fits(model, batch)
     check_axes(ax)
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3))
