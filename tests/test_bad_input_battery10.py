@@ -4,6 +4,10 @@ was expected and what arrived."""
 
 from __future__ import annotations
 
+import argparse
+import math
+
+import pandas as pd
 import pytest
 import torch
 
@@ -12,7 +16,7 @@ from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.mla import MultiHeadLatentAttention, rope
 from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.shapes import trace_shapes
-from course_utils.bench import mha_speed
+from course_utils.bench import cli, gqa_speed, memory, mha_speed, train_speed
 from course_utils.interp.heatmaps import model_attention
 from course_utils.tasks import two_relations as tr
 from course_utils.tasks.synthetic import AgreementTask, MixtureTask, detokenize
@@ -131,3 +135,82 @@ def test_learner_facing_helpers_still_accept_good_input():
     assert len(tr.example_table(BATCH, 3)) == TASK.num_items
     assert tr.share_on_a(MODEL, BATCH).shape == (4,)
     assert trace_shapes(MultiHeadAttention(8, 2), torch.ones(2, 4, 8)).steps
+
+
+# -- 3. developer-facing helpers: the same, for calls by hand ----------------------------------
+W = torch.ones(2, 2)
+X = torch.ones(1, 2, 2)
+
+DEVELOPER = [
+    ("check_kv_heads num_heads str", lambda: va.check_kv_heads(1, "3"), TypeError,
+     ["num_heads", "int", "str '3'"]),
+    ("check_kv_heads num_heads nan", lambda: va.check_kv_heads(1, math.nan), TypeError,
+     ["num_heads", "int", "float nan"]),
+    ("check_index size str", lambda: va.check_index(1, "i", "3"), TypeError, ["size", "int", "str '3'"]),
+    ("check_device_present bogus str", lambda: va.check_device_present("gpu9"), ValueError,
+     ["device", "'cpu', 'cuda' or 'cuda:0'", "'gpu9'"]),
+    ("check_device_present float", lambda: va.check_device_present(3.5), TypeError,
+     ["device", "torch.device or a str", "float 3.5"]),
+    ("check_matches_module x None", lambda: va.check_matches_module(None, "x", W), TypeError,
+     ["x", "torch.Tensor", "NoneType"]),
+    ("check_matches_module weight None", lambda: va.check_matches_module(W, "x", None), TypeError,
+     ["weight", "torch.Tensor", "NoneType"]),
+    ("check_mha_inputs key None",
+     lambda: va.check_mha_inputs(X, None, X, d_model=2, weight=W, is_causal=False, need_weights=False),
+     TypeError,
+     ["key", "torch.Tensor", "NoneType"]),
+    ("check_mha_tensors value None", lambda: va.check_mha_tensors(X, X, None, d_model=2, weight=W), TypeError,
+     ["value", "torch.Tensor", "NoneType"]),
+    ("check_table columns int", lambda: va.check_table(pd.DataFrame(), "t", 5), TypeError,
+     ["columns", "tuple of column names", "int 5"]),
+    ("check_linear_weights_fit widths str", lambda: va.check_linear_weights_fit(2, "abc"), TypeError,
+     ["widths", "list of ints", "str 'abc'"]),
+    ("check_linear_weights_fit widths [None]", lambda: va.check_linear_weights_fit(2, [None]), TypeError,
+     ["widths[0]", "int", "NoneType"]),
+    ("check_linear_weights_fit widths int", lambda: va.check_linear_weights_fit(2, 5), TypeError,
+     ["widths", "list of ints", "int 5"]),
+    ("positive_int int", lambda: cli.positive_int(5), TypeError, ["positive_int", "a str", "int 5"]),
+    ("non_negative_int None", lambda: cli.non_negative_int(None), TypeError,
+     ["non_negative_int", "a str", "NoneType"]),
+    ("seed_number int", lambda: cli.seed_number(5), TypeError, ["seed_number", "a str", "int 5"]),
+    ("device_name None", lambda: cli.device_name(None), TypeError, ["device_name", "a str", "NoneType"]),
+    ("batch_by_context int", lambda: cli.batch_by_context(5), TypeError,
+     ["batch_by_context", "a str", "int 5"]),
+    ("Distinct key int", lambda: cli.Distinct(key=5), TypeError, ["Distinct's key", "function", "int 5"]),
+    ("gqa add_bench_parser None", lambda: gqa_speed.add_bench_parser(None), TypeError,
+     ["subparsers", "add_subparsers()", "'gqa'", "NoneType"]),
+    ("memory add_bench_parser str", lambda: memory.add_bench_parser("x"), TypeError,
+     ["subparsers", "'memory'", "str 'x'"]),
+    ("mha add_bench_parser int", lambda: mha_speed.add_bench_parser(5), TypeError,
+     ["subparsers", "'mha'", "int 5"]),
+    ("train add_bench_parser None", lambda: train_speed.add_bench_parser(None), TypeError,
+     ["subparsers", "'train'", "NoneType"]),
+    ("forward_callables modules int", lambda: mha_speed.forward_callables(5, X), TypeError,
+     ["modules", "dict {label: nn.Module}", "int 5"]),
+    ("forward_callables x None", lambda: mha_speed.forward_callables({}, None), TypeError,
+     ["x", "torch.Tensor", "NoneType"]),
+    ("read_test_report int", lambda: memory.read_test_report(5), TypeError, ["path", "file path", "int 5"]),
+    ("notebook_file None", lambda: memory.notebook_file(None), TypeError, ["text", "file path", "NoneType"]),
+]
+
+
+@pytest.mark.parametrize("call, error, words", [c[1:] for c in DEVELOPER], ids=[c[0] for c in DEVELOPER])
+def test_developer_facing_helpers_name_a_wrong_argument(call, error, words):
+    refused(call, error, words)
+
+
+def test_a_huge_head_count_lists_a_few_divisors_at_once():
+    """The divisor list in the message scans at most a million candidates (10**12 + 1 looped for hours)."""
+    refused(lambda: va.check_kv_heads(3, 10**12 + 1), ValueError, ["num_heads=1000000000001", "[1, 73, 137"])
+    refused(lambda: va.check_head_dims(10**12 + 1, 2), ValueError, ["Heads that divide", "[1, 73, 137"])
+
+
+def test_developer_facing_helpers_still_accept_good_input():
+    assert va.check_kv_heads(2, 4) == 2
+    assert va.check_device_present("cpu") == torch.device("cpu")
+    assert cli.positive_int("4") == 4 and cli.batch_by_context("1x8") == (1, 8)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", nargs="+", action=cli.Distinct, key=str)
+    assert parser.parse_args(["--n", "1", "2"]).n == ["1", "2"]
+    memory.add_bench_parser(argparse.ArgumentParser().add_subparsers())
+    assert set(mha_speed.forward_callables({"a": MultiHeadAttention(2, 1)}, X)) == {"a"}

@@ -640,7 +640,17 @@ def _main_gqa(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``python -m course_utils.bench gqa``."""
-    from .cli import Distinct, batch_by_context, context_length, layer_count, repeat_count, thread_count
+    from .cli import (
+        Distinct,
+        batch_by_context,
+        check_subparsers,
+        context_length,
+        layer_count,
+        repeat_count,
+        thread_count,
+    )
+
+    check_subparsers(subparsers, "gqa")
 
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
     p.add_argument("--full", action="store_true",

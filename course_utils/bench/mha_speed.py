@@ -35,6 +35,7 @@ from ..attention.validation import (
     check_int_list,
     check_linear_weights_fit,
     check_table,
+    check_tensor,
 )
 from ..env import check_seed, torch_threads
 from .timing import (
@@ -114,6 +115,10 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
     ``nn.MultiheadAttention`` is called with ``need_weights=False``, which (in eval mode,
     without gradients, with an even head count) lets it take its fused fast path.
     """
+    if not isinstance(modules, dict) or not all(isinstance(m, nn.Module) for m in modules.values()):
+        raise TypeError(f"modules must be a dict {{label: nn.Module}} (what lesson_implementations returns), "
+                        f"got {type(modules).__name__} {modules!r:.60}")
+    check_tensor(x, "x", ndim=3, layout="(B, T, d_model)")
 
     def call(m: nn.Module) -> Callable[[], Tensor]:
         if isinstance(m, nn.MultiheadAttention):
@@ -369,7 +374,9 @@ def _main_mha(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``mha``: lesson 4's four versions timed side by side."""
-    from .cli import device_name, repeat_count, thread_count
+    from .cli import check_subparsers, device_name, repeat_count, thread_count
+
+    check_subparsers(subparsers, "mha")
 
     p = subparsers.add_parser("mha", help="loop over heads vs batched vs F.sdpa vs nn.MultiheadAttention")
     p.add_argument("--repeats", type=repeat_count, default=15)
