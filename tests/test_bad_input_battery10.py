@@ -214,3 +214,33 @@ def test_developer_facing_helpers_still_accept_good_input():
     assert parser.parse_args(["--n", "1", "2"]).n == ["1", "2"]
     memory.add_bench_parser(argparse.ArgumentParser().add_subparsers())
     assert set(mha_speed.forward_callables({"a": MultiHeadAttention(2, 1)}, X)) == {"a"}
+
+
+# -- 4. the shared validators check their own int arguments -----------------------------------
+OWN_INTS = [
+    ("check_keys_not_empty num_queries str", lambda: va.check_keys_not_empty("3", 0), TypeError,
+     ["num_queries", "int", "str '3'"]),
+    ("check_keys_not_empty num_queries bool", lambda: va.check_keys_not_empty(True, 0), TypeError,
+     ["num_queries", "int", "bool True"]),
+    ("check_keys_not_empty num_queries -1", lambda: va.check_keys_not_empty(-1, 0), ValueError,
+     ["num_queries", ">= 0", "-1"]),
+    ("check_keys_not_empty num_queries nan", lambda: va.check_keys_not_empty(math.nan, 0), TypeError,
+     ["num_queries", "int", "nan"]),
+    ("check_keys_not_empty num_keys -1", lambda: va.check_keys_not_empty(2, -1), ValueError,
+     ["num_keys", ">= 0", "-1"]),
+    ("check_kv_heads num_heads bool", lambda: va.check_kv_heads(1, True), TypeError,
+     ["num_heads", "int", "bool True"]),
+    ("check_kv_heads num_heads -1", lambda: va.check_kv_heads(1, -1), ValueError,
+     ["num_heads", "positive int", "-1"]),
+]
+
+
+@pytest.mark.parametrize("call, error, words", [c[1:] for c in OWN_INTS], ids=[c[0] for c in OWN_INTS])
+def test_validators_check_their_own_int_arguments(call, error, words):
+    refused(call, error, words)
+
+
+def test_keys_not_empty_still_refuses_queries_without_keys():
+    va.check_keys_not_empty(0, 0)
+    va.check_keys_not_empty(torch.ones(2, 3).shape[1], 5)
+    refused(lambda: va.check_keys_not_empty(3, 0), ValueError, ["Tk = 0", "3 queries"])

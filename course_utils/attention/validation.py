@@ -524,7 +524,12 @@ def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
 
 
 def check_keys_not_empty(num_queries: int, num_keys: int, name: str = "k") -> None:
-    """Queries with no key at all have nothing to average: refuse ``Tk = 0`` when ``Tq > 0``."""
+    """Queries with no key at all have nothing to average: refuse ``Tk = 0`` when ``Tq > 0``.
+    ``num_queries`` and ``num_keys`` are counts (ints >= 0), checked here too; the usual case,
+    two Python ints from a shape, is recognised in one comparison (this runs on every forward)."""
+    if not (type(num_queries) is int and type(num_keys) is int and num_queries >= 0 and num_keys >= 0):
+        num_queries = check_int(num_queries, "num_queries (Tq)", minimum=0)
+        num_keys = check_int(num_keys, "num_keys (Tk)", minimum=0)
     if num_keys == 0 and num_queries > 0:
         raise ValueError(
             f"{name} has no positions (Tk = 0) for {num_queries} queries: each query needs at "
