@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from course_utils.attention import validation as va
+from course_utils.attention.gqa import PublishedConfig
 from course_utils.attention.mha import MultiHeadAttention
-from course_utils.attention.mla import MultiHeadLatentAttention, rope
+from course_utils.attention.mla import DEEPSEEK_V2, MLAConfig, MultiHeadLatentAttention, rope
 from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
 from course_utils.attention.shapes import trace_shapes
 from course_utils.bench import cli, gqa_speed, memory, mha_speed, train_speed
@@ -244,3 +245,33 @@ def test_keys_not_empty_still_refuses_queries_without_keys():
     va.check_keys_not_empty(0, 0)
     va.check_keys_not_empty(torch.ones(2, 3).shape[1], 5)
     refused(lambda: va.check_keys_not_empty(3, 0), ValueError, ["Tk = 0", "3 queries"])
+
+
+# -- 5. MLAConfig is checked as its twin PublishedConfig is -------------------------------------
+CONFIGS = [
+    ("MLAConfig name None", lambda: MLAConfig(None, 60, 128, 128, 512, 64, "s"), TypeError,
+     ["MLAConfig name", "str", "NoneType None"]),
+    ("MLAConfig source int", lambda: MLAConfig("n", 60, 128, 128, 512, 64, 5), TypeError,
+     ["MLAConfig source", "str", "int 5"]),
+    ("MLAConfig num_layers -1", lambda: MLAConfig("n", -1, 128, 128, 512, 64, "s"), ValueError,
+     ["num_layers", "positive int", "-1"]),
+    ("MLAConfig d_head str", lambda: MLAConfig("n", 60, 128, "3", 512, 64, "s"), TypeError,
+     ["d_head", "int", "str '3'"]),
+    ("MLAConfig d_rope -2", lambda: MLAConfig("n", 60, 128, 128, 512, -2, "s"), ValueError,
+     ["d_rope", ">= 0", "-2"]),
+    ("PublishedConfig name None", lambda: PublishedConfig(None, 32, 32, 8, 128, "s"), TypeError,
+     ["PublishedConfig name", "str", "NoneType None"]),
+]
+
+
+@pytest.mark.parametrize("call, error, words", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])
+def test_published_configs_check_their_fields(call, error, words):
+    refused(call, error, words)
+
+
+def test_the_released_mla_config_still_builds():
+    import numpy as np
+
+    assert DEEPSEEK_V2.d_latent == 512
+    config = MLAConfig("n", np.int64(2), 4, 8, 16, 0, "s")
+    assert type(config.num_layers) is int and config.d_rope == 0

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from .masks import causal_mask, masked_softmax
 from .validation import (
+    check_config_fields,
     check_flag,
     check_int,
     check_linear_weights_fit,
@@ -47,7 +48,9 @@ __all__ = ["MLAConfig", "DEEPSEEK_V2", "cache_elements_per_token", "rope",
 
 @dataclasses.dataclass(frozen=True)
 class MLAConfig:
-    """The attention shape of a released MLA model, with where it was read."""
+    """The attention shape of a released MLA model, with where it was read. Checked when built,
+    as :class:`~course_utils.attention.gqa.PublishedConfig` is: ``name`` and ``source`` are strs,
+    the counts positive ints (``d_rope`` an int >= 0: a model may have no RoPE key)."""
 
     name: str
     num_layers: int
@@ -56,6 +59,10 @@ class MLAConfig:
     d_latent: int
     d_rope: int
     source: str
+
+    def __post_init__(self) -> None:
+        check_config_fields(self, ("name", "source"), {"num_layers": 1, "num_heads": 1, "d_head": 1,
+                                                        "d_latent": 1, "d_rope": 0})
 
 
 DEEPSEEK_V2 = MLAConfig(

@@ -853,3 +853,21 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
 
 
 __all__ += ["check_linear_weights_fit"]
+
+
+# -- battery 10 additions (helper fix40b) ---------------------------------------------------------
+def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str, int]) -> None:
+    """The fields of a frozen config dataclass (:class:`~course_utils.attention.gqa.PublishedConfig`,
+    :class:`~course_utils.attention.mla.MLAConfig`): each of ``texts`` a str, each of ``counts``
+    an int of at least its given minimum, stored back as a Python int. Raised errors name the
+    config's class and the field."""
+    kind = type(config).__name__
+    for field in texts:
+        value = getattr(config, field)
+        if not isinstance(value, str):
+            raise TypeError(f"{kind} {field} must be a str, got {type(value).__name__} {value!r:.60}")
+    for field, minimum in counts.items():
+        object.__setattr__(config, field, check_int(getattr(config, field), field, minimum=minimum))
+
+
+__all__ += ["check_config_fields"]
