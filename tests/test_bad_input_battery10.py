@@ -13,6 +13,7 @@ import torch
 
 from course_utils.attention import validation as va
 from course_utils.attention.gqa import PublishedConfig
+from course_utils.attention.kv_figure import plot_kv_sharing
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.mla import DEEPSEEK_V2, MLAConfig, MultiHeadLatentAttention, rope
 from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
@@ -275,3 +276,8 @@ def test_the_released_mla_config_still_builds():
     assert DEEPSEEK_V2.d_latent == 512
     config = MLAConfig("n", np.int64(2), 4, 8, 16, 0, "s")
     assert type(config.num_layers) is int and config.d_rope == 0
+
+
+def test_plot_kv_sharing_refuses_a_repeated_design():
+    """kv_heads=[1, 1] drew the same panel twice."""
+    refused(lambda: plot_kv_sharing(8, [1, 1]), ValueError, ["kv_heads", "distinct", "repeats [1]"])
