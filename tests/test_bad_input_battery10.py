@@ -281,3 +281,15 @@ def test_the_released_mla_config_still_builds():
 def test_plot_kv_sharing_refuses_a_repeated_design():
     """kv_heads=[1, 1] drew the same panel twice."""
     refused(lambda: plot_kv_sharing(8, [1, 1]), ValueError, ["kv_heads", "distinct", "repeats [1]"])
+
+
+@pytest.mark.parametrize("task, words", [
+    (tr.TwoKeyTask(num_keys=HUGE), ["task.num_keys asks for", "GiB"]),
+    (tr.TwoKeyTask(num_symbols=10**7), ["task.num_symbols asks for", "GiB"]),
+], ids=["num_keys", "num_symbols"])
+def test_lookup_model_refuses_a_task_beyond_memory_before_allocating(task, words):
+    refused(lambda: tr.LookupModel(task, 16, 2), ValueError, words)
+
+
+def test_lookup_model_refuses_a_width_beyond_memory():
+    refused(lambda: tr.LookupModel(TASK, HUGE, 2), ValueError, ["d_model asks for", "GiB"])

@@ -106,6 +106,9 @@ class InductionTask:
     scored position: ``BOS`` + one copy + 2 more tokens fit in ``seq_len``. A long period
     may therefore repeat only partly (period 16 in 32 tokens: one copy and 15 tokens of the
     second), while a short one repeats many times (period 2: 15 copies and a half).
+
+    Sizes beyond this machine's memory (``vocab_size`` or ``seq_len`` of 10**12) are refused
+    where they would be allocated, by :meth:`sample` before it draws a batch, not here.
     """
 
     vocab_size: int = 64

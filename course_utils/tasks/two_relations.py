@@ -36,6 +36,7 @@ from ..attention.validation import (
     check_index,
     check_int,
     check_int_list,
+    check_linear_weights_fit,
     check_real,
     check_rows,
 )
@@ -120,7 +121,9 @@ VALUE_KINDS = ("content", "tagged")
 
 @dataclass(frozen=True)
 class TwoKeyTask:
-    """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item."""
+    """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item. Sizes
+    beyond this machine's memory are refused where they would be allocated, not here: the
+    number of examples by :meth:`sample`, ``num_keys`` and ``num_symbols`` by :class:`LookupModel`."""
 
     num_items: int = 8
     num_keys: int = 16
@@ -189,6 +192,12 @@ class LookupModel(nn.Module):
         check_int(hidden, "hidden", minimum=1)
         if values not in VALUE_KINDS:
             raise ValueError(f"values must be 'content' or 'tagged', got {values!r}")
+        check_int(d_model, "d_model", minimum=1)
+        check_linear_weights_fit(  # the embeddings, attention and readout, before allocating
+            d_model, (3 * task.num_keys, task.num_symbols, 4 * d_model, hidden),
+            also=((hidden, task.num_classes),),
+            sizes={"d_model": d_model, "hidden": hidden, "task.num_keys": task.num_keys,
+                   "task.num_symbols": task.num_symbols})
         self.task, self.values = task, values
         self.key_embedding = nn.Embedding(task.num_keys, d_model)
         self.symbol_embedding = nn.Embedding(task.num_symbols, d_model)
@@ -242,7 +251,9 @@ def _check_batch_fits(model: object, batch: object) -> None:
 @dataclass(frozen=True)
 class RelationsConfig:
     """The lookup model's width and the training settings shared by every run of a comparison
-    (named apart from :class:`course_utils.model.train.TrainConfig`, which trains TinyTransformers)."""
+    (named apart from :class:`course_utils.model.train.TrainConfig`, which trains TinyTransformers).
+    ``batch_size`` and ``eval_size`` beyond this machine's memory are refused here; ``d_model``
+    and ``hidden`` where they are allocated, by :class:`LookupModel`."""
 
     d_model: int = 16
     hidden: int = 64
