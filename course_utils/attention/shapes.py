@@ -9,6 +9,10 @@ equals the module's own forward pass.
 Symbols: B batch, T sequence length (Tq, Tk for cross-attention), d = d_model,
 h heads, dk = d_model // h. Weights are written as in the formulas (``x @ W``), so
 W_Q is ``(d, d)``; ``nn.Linear`` stores the transpose, ``(out, in)``.
+
+:class:`TraceStep`, :class:`ShapeTrace`, :class:`AttentionMacs` are plain records (a dataclass
+or NamedTuple) filled by this module's validated functions: they do not check their fields, so
+build them with those functions rather than by hand.
 """
 
 from __future__ import annotations

@@ -39,6 +39,10 @@ the way a caching allocator (PyTorch's on a GPU, or an inference server's) behav
 under 32 MiB come from the heap and, once freed, stay there to be reused; the heap is not
 trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
 ``repeat`` pays for what copying costs, not for the operating system's page mapping.
+
+:class:`DecodeRow`, :class:`DecodeBench`, :class:`StageRow` are plain records (a dataclass or
+NamedTuple) filled by this module's validated functions: they do not check their fields, so
+build them with those functions rather than by hand.
 """
 
 from __future__ import annotations

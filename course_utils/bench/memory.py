@@ -12,6 +12,10 @@ and after the run is printed, since the times depend on what else the machine ru
 course's pytest plugin (``tests/conftest.py``) records into ``artifacts/test_peak_rss.json``:
 before each test the process's peak (``VmHWM``) is reset to its current size through
 ``/proc/self/clear_refs``, and read again when the test's setup, call and teardown are over.
+
+:class:`CellTime`, :class:`NotebookMemory` are plain records (a dataclass or NamedTuple) filled
+by this module's validated functions: they do not check their fields, so build them with those
+functions rather than by hand.
 """
 
 from __future__ import annotations

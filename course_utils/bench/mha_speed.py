@@ -6,6 +6,10 @@ the batched module, the batched module with ``F.scaled_dot_product_attention`` a
 :mod:`course_utils.bench.timing`; :func:`sweep_mha` times them across sizes for a plot;
 :func:`count_dispatched_ops` counts the tensor operations of one forward pass; on a CUDA GPU,
 :func:`compare_on_device` compares the SDPA backends (:mod:`course_utils.attention.sdpa_backends`).
+
+:class:`DeviceComparison` is a plain record (a dataclass or NamedTuple) filled by this module's
+validated functions: it does not check its fields, so build it with those functions rather than
+by hand.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ may contain an *attractor* noun of the opposite number ("the keys near the door 
 
 *Mixture.* Both tasks for one model (lesson 6): each batch holds induction sequences and
 sentences (right-padded), so one model must learn both and its heads may split the work.
+
+:class:`AgreementBatch`, :class:`InductionBatch`, :class:`MixtureBatch` are plain records (a
+dataclass or NamedTuple) filled by this module's validated functions: they do not check their
+fields, so build them with those functions rather than by hand.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ values from the item symbols only), and reads the answer out with a small MLP. A
 with 1 head and one with h heads have exactly the same parameters in number and shape.
 
 Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
+
+:class:`LookupBatch`, :class:`RunResult` are plain records (a dataclass or NamedTuple) filled by
+this module's validated functions: they do not check their fields, so build them with those
+functions rather than by hand.
 """
 
 from __future__ import annotations
