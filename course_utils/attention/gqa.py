@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from .masks import causal_mask, masked_softmax
 from .mha import MultiHeadAttention, MultiHeadAttentionBase
 from .validation import (
+    check_config_fields,
     check_dropout,
     check_flag,
     check_generator,
@@ -95,12 +96,7 @@ class PublishedConfig:
     source: str
 
     def __post_init__(self) -> None:
-        for field in ("name", "source"):
-            if not isinstance(getattr(self, field), str):
-                raise TypeError(f"PublishedConfig {field} must be a str, got "
-                                f"{type(getattr(self, field)).__name__} {getattr(self, field)!r:.60}")
-        for field in ("num_layers", "num_heads", "d_head"):
-            object.__setattr__(self, field, check_int(getattr(self, field), field, minimum=1))
+        check_config_fields(self, ("name", "source"), {"num_layers": 1, "num_heads": 1, "d_head": 1})
         object.__setattr__(self, "num_kv_heads", check_kv_heads(self.num_kv_heads, self.num_heads))
 
 

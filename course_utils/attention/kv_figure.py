@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .validation import check_axes, check_int, check_kv_heads
+from .validation import check_axes, check_distinct, check_int, check_kv_heads
 
 __all__ = ["plot_kv_sharing", "plot_kv_cache_growth", "design_name"]
 
@@ -28,7 +28,8 @@ def design_name(num_heads: int, num_kv_heads: int) -> str:
 
 def plot_kv_sharing(num_heads: int = 8, kv_heads: Sequence[int] = (8, 2, 1), ax=None):
     """One row per entry of ``kv_heads``: the ``num_heads`` query heads on top, the ``g`` key/value
-    heads below, and a line from each query head to the K/V head it reads. Returns the Axes."""
+    heads below, and a line from each query head to the K/V head it reads. Returns the Axes.
+    ``kv_heads`` lists distinct counts that divide ``num_heads``."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
@@ -38,6 +39,7 @@ def plot_kv_sharing(num_heads: int = 8, kv_heads: Sequence[int] = (8, 2, 1), ax=
         raise TypeError(f"kv_heads must be a non-empty sequence of ints (key/value heads per design), "
                         f"got {kv_heads!r}")
     groups = [check_int(g, f"kv_heads[{i}]", minimum=1) for i, g in enumerate(kv_heads)]
+    check_distinct(groups, "kv_heads", "K/V head counts (one row each: a repeat draws one design twice)")
     for i, g in enumerate(groups):
         if h % g:
             raise ValueError(f"kv_heads[{i}] must divide num_heads={h} (each group holds h // g query "

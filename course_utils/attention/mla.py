@@ -32,8 +32,10 @@ from torch import Tensor
 
 from .masks import causal_mask, masked_softmax
 from .validation import (
+    check_config_fields,
     check_flag,
     check_int,
+    check_linear_weights_fit,
     check_matches_module,
     check_positive_number,
     check_tensor,
@@ -46,7 +48,9 @@ __all__ = ["MLAConfig", "DEEPSEEK_V2", "cache_elements_per_token", "rope",
 
 @dataclasses.dataclass(frozen=True)
 class MLAConfig:
-    """The attention shape of a released MLA model, with where it was read."""
+    """The attention shape of a released MLA model, with where it was read. Checked when built,
+    as :class:`~course_utils.attention.gqa.PublishedConfig` is: ``name`` and ``source`` are strs,
+    the counts positive ints (``d_rope`` an int >= 0: a model may have no RoPE key)."""
 
     name: str
     num_layers: int
@@ -55,6 +59,10 @@ class MLAConfig:
     d_latent: int
     d_rope: int
     source: str
+
+    def __post_init__(self) -> None:
+        check_config_fields(self, ("name", "source"), {"num_layers": 1, "num_heads": 1, "d_head": 1,
+                                                        "d_latent": 1, "d_rope": 0})
 
 
 DEEPSEEK_V2 = MLAConfig(
@@ -112,6 +120,9 @@ def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     if tuple(positions.shape) != (x.shape[-2],):
         raise ValueError(f"positions must be (T,) = ({x.shape[-2]},), one per token of x "
                          f"{describe_shape(x)}, got shape {describe_shape(positions)}")
+    if positions.device != x.device:
+        raise ValueError(f"positions must be on x's device {x.device}, got device {positions.device}: "
+                         f"move it with positions.to(x.device)")
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
     freqs = base ** (-torch.arange(0, d // 2, dtype=x.dtype) * 2 / d)  # (d/2,)
@@ -137,6 +148,9 @@ class MultiHeadLatentAttention(nn.Module):
         if d_rope % 2:
             raise ValueError(f"d_rope must be even (RoPE rotates pairs), got {d_rope}")
         h = num_heads
+        sizes = {"d_model": d_model, "num_heads": h, "d_head": d_head, "d_latent": d_latent, "d_rope": d_rope}
+        check_linear_weights_fit(d_model, (d_latent, d_rope, h * d_head, h * d_rope, h * d_head),
+                                 also=((d_latent, 2 * h * d_head),), sizes=sizes)  # before allocating
         self.num_heads, self.d_head, self.d_latent, self.d_rope = h, d_head, d_latent, d_rope
         self.w_dkv = nn.Linear(d_model, d_latent, bias=False)  # x -> c (the cached latent)
         self.w_uk = nn.Linear(d_latent, h * d_head, bias=False)  # c -> every head's key

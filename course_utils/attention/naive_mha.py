@@ -22,6 +22,7 @@ from .validation import (
     check_flag,
     check_head_dims,
     check_int,
+    check_linear_weights_fit,
     check_matches_module,
     check_same_dtype_and_device,
     check_tensor,
@@ -39,6 +40,7 @@ class AttentionHead(nn.Module):
         check_int(d_model, "d_model", minimum=1)
         check_int(d_k, "d_k", minimum=1)
         check_flag(bias, "bias")
+        check_linear_weights_fit(d_model, (d_k,) * 3, sizes={"d_model": d_model, "d_k": d_k})  # W_Q, W_K, W_V
         self.w_q = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_Q^i)^T
         self.w_k = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_K^i)^T
         self.w_v = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_V^i)^T
@@ -64,6 +66,7 @@ class NaiveMultiHeadAttention(nn.Module):
         check_head_dims(d_model, num_heads)
         check_flag(bias, "bias")
         self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        check_linear_weights_fit(d_model, (3 * d_model, d_model))  # every head's W_Q, W_K, W_V and W_O
         self.heads = nn.ModuleList(AttentionHead(d_model, self.d_k, bias=bias) for _ in range(num_heads))
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
 

@@ -9,6 +9,10 @@ equals the module's own forward pass.
 Symbols: B batch, T sequence length (Tq, Tk for cross-attention), d = d_model,
 h heads, dk = d_model // h. Weights are written as in the formulas (``x @ W``), so
 W_Q is ``(d, d)``; ``nn.Linear`` stores the transpose, ``(out, in)``.
+
+:class:`TraceStep`, :class:`ShapeTrace`, :class:`AttentionMacs` are plain records (a dataclass
+or NamedTuple) filled by this module's validated functions: they do not check their fields, so
+build them with those functions rather than by hand.
 """
 
 from __future__ import annotations
@@ -29,7 +33,16 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
-from .validation import check_callable, check_distinct, check_flag, check_head_dims, check_int, check_int_list
+from .validation import (
+    check_callable,
+    check_distinct,
+    check_flag,
+    check_head_dims,
+    check_int,
+    check_int_list,
+    check_matches_module,
+    check_tensor,
+)
 
 __all__ = [
     "TraceStep",
@@ -217,6 +230,8 @@ def trace_shapes(
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.ndim != 3 or t.shape[-1] != d:
             raise ValueError(f"{name} must have shape (B, T, d_model={d}), got {tuple(t.shape)}")
+        check_tensor(t, name, ndim=3)  # floating point: an integer tensor would fail inside the projection
+        check_matches_module(t, name, module._weight())
     if kv.shape[0] != query.shape[0]:
         raise ValueError(f"query and key_value must share the batch size, got {tuple(query.shape)} "
                          f"and {tuple(kv.shape)}")

@@ -78,7 +78,7 @@ def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_head
     d_model = check_int(d_model, "d_model", minimum=1)  # Python ints: d_k is one too
     num_heads = check_int(num_heads, heads_name, minimum=1)
     if d_model % num_heads:
-        divisors = [h for h in range(1, d_model + 1) if d_model % h == 0][:10]
+        divisors = _first_divisors(d_model)
         raise ValueError(
             f"d_model = {d_model} is not divisible by {heads_name} = {num_heads}: every head needs the "
             f"same whole width d_k = d_model / {heads_name}, and {d_model} / {num_heads} = "
@@ -87,13 +87,21 @@ def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_head
     return d_model // num_heads
 
 
+def _first_divisors(n: int, count: int = 10) -> list[int]:
+    """The smallest ``count`` divisors of ``n`` >= 1, for error messages. Only 1..1,000,000 is
+    scanned (a size of 10**12 lists its small divisors at once instead of looping for hours)."""
+    return [d for d in range(1, min(n, 1_000_000) + 1) if n % d == 0][:count]
+
+
 def check_kv_heads(num_kv_heads: object, num_heads: int, name: str = "num_kv_heads") -> int:
     """The one check that ``num_kv_heads`` (g, a positive int) divides ``num_heads`` (h), so that
-    each K/V head serves ``h // g`` query heads; returns g."""
+    each K/V head serves ``h // g`` query heads; returns g. ``num_heads`` is checked too (a
+    positive int): a str would otherwise be read by ``%`` as a format string."""
+    num_heads = check_int(num_heads, "num_heads", minimum=1)
     g = check_int(num_kv_heads, name, minimum=1)
     if num_heads % g:
         raise ValueError(f"{name} must be a positive int dividing num_heads={num_heads} (one of "
-                         f"{[d for d in range(1, num_heads + 1) if num_heads % d == 0]}), got {g!r}")
+                         f"{_first_divisors(num_heads, 20)}), got {g!r}")
     return g
 
 
@@ -280,6 +288,7 @@ def check_index(value: object, name: str, size: int, what: str = "") -> int:
     """An int in ``0..size-1`` (``what``, e.g. ``"layers in the model"``, says what ``size``
     counts); negative indices are refused rather than read from the end. Out of range raises
     :class:`IndexOutOfRange`, both an ``IndexError`` and a ``ValueError``."""
+    size = check_int(size, f"check_index's size (how many {what or 'entries'} {name} indexes)", minimum=0)
     if size < 1:
         raise IndexOutOfRange(f"{name}: there is nothing to index{f' (no {what})' if what else ''}, "
                               f"got {value!r}")
@@ -440,7 +449,16 @@ def check_device_present(device: torch.device, name: str = "device", *, asked: o
     too), naming ``name``, what was ``asked`` for (default:
     ``device``) and what to use ``instead``, so that a missing GPU is named here rather than by
     torch's ``AssertionError: Torch not compiled with CUDA enabled`` inside a tensor op. The meta
-    device is the caller's to allow or refuse (it is not a machine's)."""
+    device is the caller's to allow or refuse (it is not a machine's). A str is parsed first."""
+    if isinstance(device, str):
+        try:
+            device, asked = torch.device(device), device if asked is None else asked
+        except RuntimeError:
+            raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
+                             f"got {device!r}") from None
+    if not isinstance(device, torch.device):
+        raise TypeError(f"{name} must be a torch.device or a str such as 'cpu' or 'cuda:0', got "
+                        f"{type(device).__name__} {device!r:.60}")
     asked = str(device) if asked is None else asked
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -486,7 +504,12 @@ def check_finite(x: Tensor, name: str, what: str = "") -> None:
 
 
 def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
-    """``x`` has the dtype and device of the module whose parameter is ``weight``."""
+    """``x`` has the dtype and device of the module whose parameter is ``weight`` (both tensors)."""
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"weight must be one of the module's parameters (a torch.Tensor) to compare {name} "
+                        f"with, got {type(weight).__name__} {weight!r:.60}")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
     if x.dtype != weight.dtype:
         raise TypeError(
             f"{name} has dtype {x.dtype} but the module's parameters are {weight.dtype} "
@@ -501,7 +524,12 @@ def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
 
 
 def check_keys_not_empty(num_queries: int, num_keys: int, name: str = "k") -> None:
-    """Queries with no key at all have nothing to average: refuse ``Tk = 0`` when ``Tq > 0``."""
+    """Queries with no key at all have nothing to average: refuse ``Tk = 0`` when ``Tq > 0``.
+    ``num_queries`` and ``num_keys`` are counts (ints >= 0), checked here too; the usual case,
+    two Python ints from a shape, is recognised in one comparison (this runs on every forward)."""
+    if not (type(num_queries) is int and type(num_keys) is int and num_queries >= 0 and num_keys >= 0):
+        num_queries = check_int(num_queries, "num_queries (Tq)", minimum=0)
+        num_keys = check_int(num_keys, "num_keys (Tk)", minimum=0)
     if num_keys == 0 and num_queries > 0:
         raise ValueError(
             f"{name} has no positions (Tk = 0) for {num_queries} queries: each query needs at "
@@ -778,6 +806,10 @@ def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None
     ``name``, the columns wanted and the ones it has."""
     import pandas as pd
 
+    if isinstance(columns, (str, bytes)) or not isinstance(columns, (tuple, list)):
+        raise TypeError(f"check_table's columns must be a tuple of column names, got "
+                        f"{type(columns).__name__} {columns!r:.60}")
+
     if not isinstance(table, pd.DataFrame):
         wanted = f" with columns {list(columns)}" if columns else ""
         raise TypeError(f"{name} must be a pandas DataFrame{wanted}, got {type(table).__name__} "
@@ -796,15 +828,55 @@ __all__ += ["check_distinct", "check_table"]
 
 # -- battery 6 additions (helper b6b): kept in one block ------------------------------------------
 def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_model",
-                             dtype: torch.dtype | None = None) -> None:
+                             dtype: torch.dtype | None = None, *,
+                             also: tuple[tuple[int, int], ...] = (),
+                             sizes: dict[str, int] | None = None) -> None:
     """Refuse, before allocating, linear layers of ``d_in`` inputs and the given output
     ``widths`` whose weights would not fit in this machine's memory (PyTorch's allocator would
     otherwise fail with an "enforce fail" that names no argument): a ValueError naming
-    ``name`` and the bytes. ``dtype`` defaults to torch's default dtype."""
+    ``name`` and the bytes. ``dtype`` defaults to torch's default dtype. ``also`` lists more
+    layers as ``(d_in, d_out)`` pairs (a module whose layers read other widths). ``sizes``, the
+    module's ``{argument: value}`` that set the widths, are listed in the message, which then
+    names the largest of them rather than ``name``."""
+    if sizes is not None:
+        if not isinstance(sizes, dict) or not sizes:
+            raise TypeError(f"check_linear_weights_fit's sizes must be a non-empty dict {{argument: size}}, "
+                            f"got {type(sizes).__name__} {sizes!r:.60}")
+        name = max(sizes, key=lambda k: check_int(sizes[k], str(k)))
+    if not isinstance(name, str):
+        raise TypeError(f"check_linear_weights_fit's name must be a str (the argument it names), got "
+                        f"{type(name).__name__} {name!r:.60}")
+    d_in = check_int(d_in, name, minimum=0)
+    widths = check_int_list(widths, "check_linear_weights_fit's widths", minimum=0, allow_empty=True)
+    if not isinstance(also, (tuple, list)) or not all(isinstance(p, (tuple, list)) and len(p) == 2
+                                                      for p in also):
+        raise TypeError(f"check_linear_weights_fit's also must be (d_in, d_out) pairs, got "
+                        f"{type(also).__name__} {also!r:.60}")
+    pairs = [check_int_list(pair, f"check_linear_weights_fit's also[{i}]", minimum=0)
+             for i, pair in enumerate(also)]
     itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
-    num_bytes = d_in * sum(widths) * itemsize
-    check_fits_in_memory(num_bytes, name, f"{name}={d_in}: weights of {len(widths)} linear layers, "
-                                          f"{num_bytes:,} bytes")
+    num_bytes = (d_in * sum(widths) + sum(a * b for a, b in pairs)) * itemsize
+    shown = ", ".join(f"{k}={v:,}" for k, v in sizes.items()) if sizes else f"{name}={d_in}"
+    check_fits_in_memory(num_bytes, name, f"{shown}: weights of "
+                                          f"{len(widths) + len(pairs)} linear layers, {num_bytes:,} bytes")
 
 
 __all__ += ["check_linear_weights_fit"]
+
+
+# -- battery 10 additions (helper fix40b) ---------------------------------------------------------
+def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str, int]) -> None:
+    """The fields of a frozen config dataclass (:class:`~course_utils.attention.gqa.PublishedConfig`,
+    :class:`~course_utils.attention.mla.MLAConfig`): each of ``texts`` a str, each of ``counts``
+    an int of at least its given minimum, stored back as a Python int. Raised errors name the
+    config's class and the field."""
+    kind = type(config).__name__
+    for field in texts:
+        value = getattr(config, field)
+        if not isinstance(value, str):
+            raise TypeError(f"{kind} {field} must be a str, got {type(value).__name__} {value!r:.60}")
+    for field, minimum in counts.items():
+        object.__setattr__(config, field, check_int(getattr(config, field), field, minimum=minimum))
+
+
+__all__ += ["check_config_fields"]

@@ -25,6 +25,23 @@ SUBCOMMANDS: tuple[str, ...] = ("course_utils.bench.mha_speed", "course_utils.be
                                 "course_utils.bench.memory", "course_utils.bench.train_speed")
 
 
+def check_text(text: object, what: str) -> str:
+    """``text`` is the str argparse hands to a type function (``what`` names the type for the
+    message); a type function called by hand with an int or None says so instead of failing on
+    ``.strip()``."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} is an argparse type: it takes the option's text (a str, as typed), got "
+                        f"{type(text).__name__} {text!r:.60}")
+    return text
+
+
+def check_subparsers(subparsers: object, command: str) -> None:
+    """``subparsers`` is what ``parser.add_subparsers()`` returned (where ``command`` is added)."""
+    if not isinstance(subparsers, argparse._SubParsersAction):
+        raise TypeError(f"subparsers must be what argparse's parser.add_subparsers() returns (to add the "
+                        f"{command!r} subcommand to), got {type(subparsers).__name__} {subparsers!r:.60}")
+
+
 def _whole_number(text: str, wanted: str) -> int:
     try:
         return int(text.strip().replace("_", ""))
@@ -34,6 +51,7 @@ def _whole_number(text: str, wanted: str) -> int:
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 (a count, a size, seconds)."""
+    check_text(text, "positive_int")
     value = _whole_number(text, "a whole number >= 1")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
@@ -101,6 +119,7 @@ def device_name(text: str) -> str:
     and ``meta``, whose tensors hold no numbers (its timings would be meaningless ratios)."""
     from ..attention.validation import check_device  # imports torch: only when a --device is given
 
+    check_text(text, "device_name")
     try:
         return str(check_device(text.strip(), "--device"))
     except (TypeError, ValueError) as err:  # says what was expected and what arrived
@@ -109,6 +128,7 @@ def device_name(text: str) -> str:
 
 def non_negative_int(text: str) -> int:
     """An argparse type: a whole number >= 0 (a seed)."""
+    check_text(text, "non_negative_int")
     value = _whole_number(text, "a whole number >= 0")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
@@ -121,6 +141,7 @@ def seed_number(text: str) -> int:
     than by a traceback from inside the run."""
     from ..env import check_seed
 
+    check_text(text, "seed_number")
     try:
         return check_seed(non_negative_int(text))
     except ValueError as err:
@@ -145,7 +166,7 @@ def context_length(text: str) -> int:
 def batch_by_context(text: str) -> tuple[int, int]:
     """An argparse type: ``BATCHxCONTEXT`` such as ``1x4096``, BATCH in 1..MAX_BATCH and CONTEXT
     in 1..MAX_CONTEXT."""
-    batch, sep, context = text.lower().partition("x")
+    batch, sep, context = check_text(text, "batch_by_context").lower().partition("x")
     example = (f"a shape is BATCHxCONTEXT with BATCH in 1..{MAX_BATCH} and CONTEXT in 1..{MAX_CONTEXT}, "
                "e.g. 1x4096")
     if not sep:
@@ -167,6 +188,9 @@ class Distinct(argparse.Action):
     ``a.ipynb`` and ``./a.ipynb`` are one notebook); a repeat is shown as it was typed."""
 
     def __init__(self, *args, key: Callable[[object], object] | None = None, **kwargs) -> None:
+        if key is not None and not callable(key):  # named before argparse's own arguments are checked
+            raise TypeError(f"Distinct's key must be a function of one value (such as os.path.realpath) "
+                            f"or None, got {type(key).__name__} {key!r:.60}")
         super().__init__(*args, **kwargs)
         self.key = key or (lambda value: value)
 

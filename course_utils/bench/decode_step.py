@@ -25,6 +25,10 @@ query and output projections. This module gives the yardstick and the step:
 * :func:`bench_whole_step` times MHA and GQA steps side by side and compares each speed-up
   with its byte bound: ``bytes(g = h) / bytes(g)``, what the speed-up would be if every byte
   were read at the same rate.
+
+:class:`StepRow`, :class:`WholeStep` are plain records (a dataclass or NamedTuple) filled by
+this module's validated functions: they do not check their fields, so build them with those
+functions rather than by hand.
 """
 
 from __future__ import annotations

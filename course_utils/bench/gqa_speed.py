@@ -39,6 +39,10 @@ the way a caching allocator (PyTorch's on a GPU, or an inference server's) behav
 under 32 MiB come from the heap and, once freed, stay there to be reused; the heap is not
 trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
 ``repeat`` pays for what copying costs, not for the operating system's page mapping.
+
+:class:`DecodeRow`, :class:`DecodeBench`, :class:`StageRow` are plain records (a dataclass or
+NamedTuple) filled by this module's validated functions: they do not check their fields, so
+build them with those functions rather than by hand.
 """
 
 from __future__ import annotations
@@ -640,7 +644,17 @@ def _main_gqa(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``python -m course_utils.bench gqa``."""
-    from .cli import Distinct, batch_by_context, context_length, layer_count, repeat_count, thread_count
+    from .cli import (
+        Distinct,
+        batch_by_context,
+        check_subparsers,
+        context_length,
+        layer_count,
+        repeat_count,
+        thread_count,
+    )
+
+    check_subparsers(subparsers, "gqa")
 
     p = subparsers.add_parser("gqa", help="decode step through KV caches: MHA vs GQA vs MQA")
     p.add_argument("--full", action="store_true",

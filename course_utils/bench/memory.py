@@ -12,6 +12,10 @@ and after the run is printed, since the times depend on what else the machine ru
 course's pytest plugin (``tests/conftest.py``) records into ``artifacts/test_peak_rss.json``:
 before each test the process's peak (``VmHWM``) is reset to its current size through
 ``/proc/self/clear_refs``, and read again when the test's setup, call and teardown are over.
+
+:class:`CellTime`, :class:`NotebookMemory` are plain records (a dataclass or NamedTuple) filled
+by this module's validated functions: they do not check their fields, so build them with those
+functions rather than by hand.
 """
 
 from __future__ import annotations
@@ -236,9 +240,17 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def _check_path(path: object, name: str) -> None:
+    """``path`` is a str or a ``pathlib.Path`` (anything else would fail inside pathlib)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a file path (a str or pathlib.Path), got {type(path).__name__} "
+                        f"{path!r:.60}")
+
+
 def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
     """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
     "seconds": ...}}``."""
+    _check_path(path, "path")
     path = Path(path)
     kind = path_kind(path)
     if kind not in (None, "missing"):
@@ -317,6 +329,7 @@ def _main_test_memory(args: argparse.Namespace) -> None:
 def notebook_file(text: str) -> str:
     """An argparse type: an existing ``.ipynb`` file that nbformat reads as a notebook (checked
     before the first notebook runs, by :func:`read_notebook`)."""
+    _check_path(text, "notebook_file's text")
     path = Path(text)
     if path.suffix != ".ipynb":
         raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {text!r}")
@@ -336,7 +349,9 @@ def notebook_file(text: str) -> str:
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``memory`` on ``python -m course_utils.bench``."""
-    from .cli import Distinct, non_negative_int, positive_int, seconds
+    from .cli import Distinct, check_subparsers, non_negative_int, positive_int, seconds
+
+    check_subparsers(sub, "memory")
 
     p = sub.add_parser("memory", help="peak memory of every notebook, each in a fresh kernel")
     p.add_argument("notebooks", nargs="*", type=notebook_file, action=Distinct, key=os.path.realpath,

@@ -6,6 +6,10 @@ the batched module, the batched module with ``F.scaled_dot_product_attention`` a
 :mod:`course_utils.bench.timing`; :func:`sweep_mha` times them across sizes for a plot;
 :func:`count_dispatched_ops` counts the tensor operations of one forward pass; on a CUDA GPU,
 :func:`compare_on_device` compares the SDPA backends (:mod:`course_utils.attention.sdpa_backends`).
+
+:class:`DeviceComparison` is a plain record (a dataclass or NamedTuple) filled by this module's
+validated functions: it does not check its fields, so build it with those functions rather than
+by hand.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from ..attention.validation import (
     check_head_dims,
     check_int,
     check_int_list,
+    check_linear_weights_fit,
     check_table,
+    check_tensor,
 )
 from ..env import check_seed, torch_threads
 from .timing import (
@@ -95,6 +101,9 @@ def lesson_implementations(
     check_device(device, "device")
     check_float_dtype(dtype, "dtype")
     check_seed(seed)
+    # three copies of the weights (torch's module, the course's, the step-by-step one), refused
+    # before allocating when they would not fit
+    check_linear_weights_fit(d_model, (3 * d_model, d_model) * 3, dtype=dtype)
     torch.manual_seed(seed)
     theirs = nn.MultiheadAttention(d_model, num_heads, batch_first=True).to(device, dtype)
     ours = MultiHeadAttention.from_torch(theirs)
@@ -110,6 +119,10 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
     ``nn.MultiheadAttention`` is called with ``need_weights=False``, which (in eval mode,
     without gradients, with an even head count) lets it take its fused fast path.
     """
+    if not isinstance(modules, dict) or not all(isinstance(m, nn.Module) for m in modules.values()):
+        raise TypeError(f"modules must be a dict {{label: nn.Module}} (what lesson_implementations returns), "
+                        f"got {type(modules).__name__} {modules!r:.60}")
+    check_tensor(x, "x", ndim=3, layout="(B, T, d_model)")
 
     def call(m: nn.Module) -> Callable[[], Tensor]:
         if isinstance(m, nn.MultiheadAttention):
@@ -365,7 +378,9 @@ def _main_mha(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``mha``: lesson 4's four versions timed side by side."""
-    from .cli import device_name, repeat_count, thread_count
+    from .cli import check_subparsers, device_name, repeat_count, thread_count
+
+    check_subparsers(subparsers, "mha")
 
     p = subparsers.add_parser("mha", help="loop over heads vs batched vs F.sdpa vs nn.MultiheadAttention")
     p.add_argument("--repeats", type=repeat_count, default=15)

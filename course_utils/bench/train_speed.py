@@ -116,7 +116,9 @@ def _main_bench(args: argparse.Namespace) -> None:
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``train`` with ``python -m course_utils.bench``."""
-    from .cli import Distinct, device_name, seed_number, step_count
+    from .cli import Distinct, check_subparsers, device_name, seed_number, step_count
+
+    check_subparsers(subparsers, "train")
 
     p = subparsers.add_parser("train", help="seconds and steps to train induction heads; agreement accuracy")
     p.add_argument("--seeds", type=seed_number, nargs="+", default=[0, 1, 2], action=Distinct)

@@ -6,6 +6,10 @@ the residual stream of a TinyTransformer: :func:`trace_heads` records every head
 pushes each head's output through the final LayerNorm (scale frozen) and the unembedding;
 :func:`ov_copying_score` asks whether a head's OV circuit copies tokens; :func:`next_token_loss`
 and :func:`in_context_mass` score the predictions.
+
+:class:`HeadTrace` is a plain record (a dataclass or NamedTuple) filled by this module's
+validated functions: it does not check its fields, so build it with those functions rather than
+by hand.
 """
 
 from __future__ import annotations

@@ -371,6 +371,7 @@ def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.
         raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a TinyTransformer), got {type(model).__name__}")
+    _check_returns_attention(model)
     if tokens.ndim == 1:
         tokens = tokens.unsqueeze(0)  # (1, T)
     was_training = model.training
@@ -379,6 +380,24 @@ def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.
     _, attention = model(tokens.to(device), return_attention=True)
     model.train(was_training)
     return [w.detach().cpu() for w in attention]
+
+
+def _check_returns_attention(model: torch.nn.Module) -> None:
+    """``model.forward`` takes ``return_attention`` (a whole model such as TinyTransformer, not one
+    attention layer, whose forward takes query, key and value)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return  # a signature Python cannot read: let the call say
+    if "return_attention" not in parameters and not any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        hint = (" (one attention layer: call it with need_weights=True for its weights)"
+                if "query" in parameters else "")
+        raise TypeError(f"model must be a model whose forward(tokens, return_attention=True) returns "
+                        f"(logits, per-layer weights), such as a TinyTransformer, got "
+                        f"{type(model).__name__}, whose forward takes ({', '.join(parameters)}){hint}")
 
 
 def sentence_attention_fn(model: torch.nn.Module) -> AttentionFn:

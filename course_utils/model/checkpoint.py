@@ -133,7 +133,10 @@ def save_checkpoint(
 
     ``path`` is resolved like :func:`load_checkpoint`'s argument: a bare ``str`` name goes
     to ``data/checkpoints/``, so ``load_checkpoint(name)`` finds what ``save_checkpoint(model,
-    name)`` wrote. ``metrics`` are the scores the checkpoint must reproduce when evaluated again;
+    name)`` wrote. ``metrics`` are the scores the checkpoint must reproduce when evaluated again
+    (an empty dict is accepted and records that there is nothing to reproduce: the tests' toy
+    models save so; ``python -m course_utils.model.train --out`` always passes the scores of the
+    last step's evaluation, which every training run makes);
     ``command`` is the shell command that re-creates it; ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
 

@@ -12,6 +12,9 @@ From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.model.checkp
     python -m course_utils.model.train mixture --seed 0 --steps 800 --out data/checkpoints/mixture
 
 ``python -m course_utils.bench train`` times both (:mod:`course_utils.bench.train_speed`).
+
+:class:`History` is a plain record (a dataclass or NamedTuple) filled by this module's validated
+functions: it does not check its fields, so build it with those functions rather than by hand.
 """
 
 from __future__ import annotations

@@ -59,7 +59,10 @@ __all__ = [
 
 @dataclass
 class ModelConfig:
-    """Hyper-parameters of :class:`TinyTransformer` (JSON-serialisable via :meth:`to_dict`)."""
+    """Hyper-parameters of :class:`TinyTransformer` (JSON-serialisable via :meth:`to_dict`). Sizes
+    beyond this machine's memory (``vocab_size=10**12``) are refused where they would be
+    allocated, by :class:`TinyTransformer` before it builds a layer, not here: a config is also
+    read from a checkpoint made on a larger machine."""
 
     vocab_size: int
     max_len: int

@@ -15,6 +15,10 @@ may contain an *attractor* noun of the opposite number ("the keys near the door 
 
 *Mixture.* Both tasks for one model (lesson 6): each batch holds induction sequences and
 sentences (right-padded), so one model must learn both and its heads may split the work.
+
+:class:`AgreementBatch`, :class:`InductionBatch`, :class:`MixtureBatch` are plain records (a
+dataclass or NamedTuple) filled by this module's validated functions: they do not check their
+fields, so build them with those functions rather than by hand.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_fits_in_memory, check_flag, check_int, check_rows
+from ..attention.validation import check_fits_in_memory, check_flag, check_int, check_real, check_rows
 from ..env import check_seed
 
 __all__ = [
@@ -106,6 +110,9 @@ class InductionTask:
     scored position: ``BOS`` + one copy + 2 more tokens fit in ``seq_len``. A long period
     may therefore repeat only partly (period 16 in 32 tokens: one copy and 15 tokens of the
     second), while a short one repeats many times (period 2: 15 copies and a half).
+
+    Sizes beyond this machine's memory (``vocab_size`` or ``seq_len`` of 10**12) are refused
+    where they would be allocated, by :meth:`sample` before it draws a batch, not here.
     """
 
     vocab_size: int = 64
@@ -414,6 +421,9 @@ class AgreementTask:
     max_len: int = 16  # longest: <bos> she says the old S prep the old A prep the old A V = 15
 
     def __post_init__(self) -> None:
+        if isinstance(self.templates, (str, bytes)) or not isinstance(self.templates, (tuple, list)):
+            raise TypeError(f"templates must be a tuple of template names from {list(TEMPLATES)}, got "
+                            f"{type(self.templates).__name__} {self.templates!r:.60}")
         unknown = [t for t in self.templates if t not in TEMPLATES]
         if unknown or not self.templates:
             raise ValueError(
@@ -424,7 +434,7 @@ class AgreementTask:
             raise ValueError(f"templates must list each template once (a repeated one would be drawn "
                              f"more often), got {tuple(self.templates)}, which repeats {repeated}")
         for name in ("attractor_p", "adjective_p", "opener_p"):
-            value = getattr(self, name)
+            value = check_real(getattr(self, name), f"{name} (a probability in [0, 1])")
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {value}")
 
@@ -511,6 +521,9 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
                                        or tokens.dtype.is_complex or tokens.dtype == torch.bool):
         raise ValueError(f"tokens must be one sentence of integer ids (T,), got a {tokens.dtype} "
                          f"tensor of shape {tuple(tokens.shape)}")
+    if not isinstance(tokens, (Tensor, list, tuple, range)):
+        raise TypeError(f"tokens must be one sentence of integer ids: a (T,) tensor or a list of ints, "
+                        f"got {type(tokens).__name__} {tokens!r:.60}")
     ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
     wrong_kind = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
     if wrong_kind:
@@ -600,6 +613,7 @@ class MixtureTask:
                 f"are padded to the induction length, induction sequences are not), got "
                 f"{self.agreement.max_len}"
             )
+        check_real(self.induction_share, "induction_share (a share strictly between 0 and 1)")
         if not 0.0 < self.induction_share < 1.0:
             raise ValueError(f"induction_share must lie strictly between 0 and 1, got {self.induction_share}")
         if BOS == BOS_ID:

@@ -13,6 +13,10 @@ values from the item symbols only), and reads the answer out with a small MLP. A
 with 1 head and one with h heads have exactly the same parameters in number and shape.
 
 Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
+
+:class:`LookupBatch`, :class:`RunResult` are plain records (a dataclass or NamedTuple) filled by
+this module's validated functions: they do not check their fields, so build them with those
+functions rather than by hand.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..attention.validation import (
     check_index,
     check_int,
     check_int_list,
+    check_linear_weights_fit,
     check_real,
     check_rows,
 )
@@ -120,7 +125,9 @@ VALUE_KINDS = ("content", "tagged")
 
 @dataclass(frozen=True)
 class TwoKeyTask:
-    """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item."""
+    """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item. Sizes
+    beyond this machine's memory are refused where they would be allocated, not here: the
+    number of examples by :meth:`sample`, ``num_keys`` and ``num_symbols`` by :class:`LookupModel`."""
 
     num_items: int = 8
     num_keys: int = 16
@@ -189,6 +196,12 @@ class LookupModel(nn.Module):
         check_int(hidden, "hidden", minimum=1)
         if values not in VALUE_KINDS:
             raise ValueError(f"values must be 'content' or 'tagged', got {values!r}")
+        check_int(d_model, "d_model", minimum=1)
+        check_linear_weights_fit(  # the embeddings, attention and readout, before allocating
+            d_model, (3 * task.num_keys, task.num_symbols, 4 * d_model, hidden),
+            also=((hidden, task.num_classes),),
+            sizes={"d_model": d_model, "hidden": hidden, "task.num_keys": task.num_keys,
+                   "task.num_symbols": task.num_symbols})
         self.task, self.values = task, values
         self.key_embedding = nn.Embedding(task.num_keys, d_model)
         self.symbol_embedding = nn.Embedding(task.num_symbols, d_model)
@@ -212,15 +225,20 @@ class LookupModel(nn.Module):
         return self.readout(out.squeeze(1)), weights  # (n, V**2)
 
 
+def _check_batch(batch: object) -> None:
+    """``batch`` is a :class:`LookupBatch`."""
+    if not isinstance(batch, LookupBatch):
+        raise TypeError(f"batch must be a LookupBatch (from TwoKeyTask.sample), got "
+                        f"{type(batch).__name__} {batch!r:.60}")
+
+
 def _check_batch_fits(model: object, batch: object) -> None:
     """``model`` is a :class:`LookupModel` and ``batch`` a :class:`LookupBatch` of its task: as
     many items per example, and keys and symbols in the ranges its embeddings know (another
     task's batch would otherwise fail in an embedding, "index out of range in self")."""
     if not isinstance(model, LookupModel):
         raise TypeError(f"model must be a LookupModel, got {type(model).__name__} {model!r:.60}")
-    if not isinstance(batch, LookupBatch):
-        raise TypeError(f"batch must be a LookupBatch (from TwoKeyTask.sample), got "
-                        f"{type(batch).__name__} {batch!r:.60}")
+    _check_batch(batch)
     task = model.task
     T = batch.item_keys.shape[1]
     if T != task.num_items:
@@ -237,7 +255,9 @@ def _check_batch_fits(model: object, batch: object) -> None:
 @dataclass(frozen=True)
 class RelationsConfig:
     """The lookup model's width and the training settings shared by every run of a comparison
-    (named apart from :class:`course_utils.model.train.TrainConfig`, which trains TinyTransformers)."""
+    (named apart from :class:`course_utils.model.train.TrainConfig`, which trains TinyTransformers).
+    ``batch_size`` and ``eval_size`` beyond this machine's memory are refused here; ``d_model``
+    and ``hidden`` where they are allocated, by :class:`LookupModel`."""
 
     d_model: int = 16
     hidden: int = 64
@@ -281,6 +301,7 @@ class RunResult:
 @torch.no_grad()
 def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, float]:
     """Accuracy of the whole answer, of symbol a alone and of symbol b alone."""
+    _check_batch_fits(model, batch)
     was_training = model.training
     model.eval()
     predicted = model(batch)[0].argmax(dim=-1)  # (n,)
@@ -391,8 +412,7 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
 
     if which not in ("final", "a", "b"):
         raise ValueError(f"which must be 'final', 'a' or 'b', got {which!r}")
-    if not results:
-        raise ValueError("no results to tabulate")
+    _check_results(results)
     pick = {"final": lambda r: r.final_accuracy, "a": lambda r: r.relation_accuracy[0],
             "b": lambda r: r.relation_accuracy[1]}[which]
     d_model = results[0].model.attention.d_model
@@ -411,7 +431,7 @@ def _check_results(results: object) -> None:
                         f"{type(results).__name__}")
     if not results:
         raise ValueError("results must hold at least one RunResult (what compare_heads returns), got an "
-                         "empty list: nothing to plot")
+                         "empty list: nothing to show")
     wrong = next((i for i, r in enumerate(results) if not isinstance(r, RunResult)), None)
     if wrong is not None:
         raise TypeError(f"results[{wrong}] must be a RunResult, got {type(results[wrong]).__name__}")
@@ -450,9 +470,8 @@ def example_table(batch: LookupBatch, index: int = 0):
     """One example as a pandas table: one row per item (key, symbol, which key it answers)."""
     import pandas as pd
 
-    if not 0 <= index < batch.num_examples:
-        raise IndexError(f"index {index} is out of range for a batch of {batch.num_examples} "
-                         "examples")
+    _check_batch(batch)
+    index = check_index(index, "index", batch.num_examples, "examples in the batch")
     return pd.DataFrame({
         "key": batch.item_keys[index].tolist(),
         "symbol": batch.item_symbols[index].tolist(),
@@ -504,6 +523,7 @@ def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int =
 def share_on_a(model: LookupModel, batch: LookupBatch, head: int = 0) -> Tensor:
     """Of the weight one head puts on the asked-for items, the share on key a's items:
     ``w_a / (w_a + w_b)``, shape (n,). 1 = only a, 0 = only b."""
+    _check_batch_fits(model, batch)
     check_int(head, "head", minimum=0)
     if head >= model.attention.num_heads:
         raise ValueError(f"head must be < {model.attention.num_heads} (the model's heads), got {head}")
@@ -598,7 +618,9 @@ def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, 
     """
     import matplotlib.pyplot as plt
 
+    _check_batch(batch)
     index = check_index(index, "index", batch.num_examples, "examples in the batch")
+    _check_batch_fits(model, batch)
     check_axes(ax)
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3))

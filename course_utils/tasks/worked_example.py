@@ -15,6 +15,10 @@ The article prints its inputs (``X`` 3x6, two heads' ``W_Q``, ``W_K``, ``W_V``, 
 The two heads have different value widths (d_v = 3 and 2), so the concatenation is 5 wide
 and ``W_O`` is 5x6. Standard multi-head attention (``MultiHeadAttention``) uses equal
 widths d_k = d_v = d_model / h; that is why this example is computed head by head.
+
+:class:`CheapExpansion`, :class:`Head`, :class:`WorkedExample` are plain records (a dataclass or
+NamedTuple) filled by this module's validated functions: they do not check their fields, so
+build them with those functions rather than by hand.
 """
 
 from __future__ import annotations
