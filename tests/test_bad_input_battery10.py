@@ -293,3 +293,12 @@ def test_lookup_model_refuses_a_task_beyond_memory_before_allocating(task, words
 
 def test_lookup_model_refuses_a_width_beyond_memory():
     refused(lambda: tr.LookupModel(TASK, HUGE, 2), ValueError, ["d_model asks for", "GiB"])
+
+
+def test_two_key_task_refuses_more_symbols_than_an_int64_class_holds():
+    """A class is a * V + b in torch.int64: V = 10**12 would wrap around silently."""
+    from course_utils.tasks.two_relations import TwoKeyTask
+
+    with pytest.raises(ValueError, match=r"num_symbols must be an int in 2\.\.3037000499, got 1000000000000"):
+        TwoKeyTask(num_symbols=10**12)
+    assert TwoKeyTask(num_symbols=3037000499).num_classes <= 2**63 - 1

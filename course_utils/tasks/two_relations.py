@@ -21,6 +21,7 @@ functions rather than by hand.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -137,7 +138,8 @@ class TwoKeyTask:
     def __post_init__(self) -> None:
         check_int(self.num_items, "num_items", minimum=2)
         check_int(self.num_keys, "num_keys", minimum=3)  # a, b and at least one distractor key
-        check_int(self.num_symbols, "num_symbols", minimum=2)
+        # a class is a * V + b, a torch.int64: V * V must fit in it (3,037,000,499 squared does)
+        check_int(self.num_symbols, "num_symbols", minimum=2, maximum=math.isqrt(2**63 - 1))
         check_int(self.max_repeats, "max_repeats", minimum=1)
         if 2 * self.max_repeats > self.num_items:
             raise ValueError(
