@@ -136,6 +136,19 @@ def test_an_answer_holding_the_store_reader_is_not_graded_outside_ipython():
     assert not feedback.passed and feedback.message.startswith("not graded"), feedback
 
 
+@pytest.mark.parametrize("cell", ["answers = [1, 2]", "for answers in range(3):\n    pass",
+                                  "note = 'my answers/notes'"])
+def test_a_learners_own_variable_called_answers_is_no_read_of_the_store(monkeypatch, cell):
+    """The kernel rule counts the store module, its readers and its files, not the word: an honest
+    learner who calls a list `answers` (or writes the word in a string) is graded as usual."""
+    from course_utils.exercises import lesson01, sandbox
+
+    assert sandbox.store_reads([cell]) == []
+    _kernel(monkeypatch, ["", cell, "lesson01.check_attend(attend)"])
+    feedback = lesson01.check_attend(lambda scores, values: torch.softmax(scores, dim=-1) @ values)
+    assert feedback.passed, feedback
+
+
 def test_the_kernel_rule_is_the_graders_and_the_lessons_do_not_trip_it():
     from course_utils.exercises import sandbox
 

@@ -73,8 +73,11 @@ NOT_IN_AN_ANSWER = {
 # reads them, its readers, its folder and its files. An answer that names one is refused
 # (:func:`rules_broken`), and a kernel whose cells name one gets no "correct" from a check
 # (:func:`store_reads`, read by core's checks: battery 10, finding 2).
-STORE_NAMES = frozenset({"answers", "_answers", "read_store", "decode_case", "ANSWERS_DIR"})
-STORE_FILES = re.compile(r"answers[/\\]|lesson\d\d\.pt\b")
+# A learner's own variable called `answers` is not a read: in a notebook's cells only the module
+# itself (imported, or reached as `exercises.answers`), its readers and its files count; the
+# answer's own code (rules_broken) may not name `answers` at all.
+STORE_NAMES = frozenset({"_answers", "read_store", "decode_case", "ANSWERS_DIR"})
+STORE_FILES = re.compile(r"exercises[/\\.]answers\b|\blesson\d\d\.pt\b")
 # Hooks that make ``isinstance`` or a ``match`` class pattern read attributes by a built name.
 NOT_DEFINED_IN_AN_ANSWER = {"__instancecheck__", "__subclasshook__", "__match_args__"}
 # Ready-made twins of an exercise, by check, besides the last part of each name in
@@ -221,10 +224,27 @@ def _names_in(node: ast.AST) -> set[str]:
     return found
 
 
-def _store_reads(tree: ast.AST) -> set[str]:
-    """What in ``tree`` reads the course's stored answers (:data:`STORE_NAMES`, a string naming
-    one of its files: :data:`STORE_FILES`)."""
-    found = {f"`{n}` (the course's stored answers)" for n in _names_in(tree) & STORE_NAMES}
+def _names_the_store_module(node: ast.AST) -> bool:
+    """``node`` imports ``course_utils.exercises.answers`` or reaches it as ``exercises.answers``."""
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return node.module.endswith("exercises.answers") or (
+            node.module.split(".")[-1] == "exercises" and any(a.name == "answers" for a in node.names))
+    if isinstance(node, ast.Import):
+        return any(a.name.endswith("exercises.answers") for a in node.names)
+    if isinstance(node, ast.Attribute) and node.attr == "answers":
+        return getattr(node.value, "id", getattr(node.value, "attr", None)) == "exercises"
+    return False
+
+
+def _store_reads(tree: ast.AST, *, any_answers_name: bool = False) -> set[str]:
+    """What in ``tree`` reads the course's stored answers: the module (imported or reached as
+    ``exercises.answers``), its readers (:data:`STORE_NAMES`), a string naming one of its files
+    (:data:`STORE_FILES`) and, with ``any_answers_name`` (an answer's own code), any name
+    ``answers``."""
+    names = _names_in(tree)
+    found = {f"`{n}` (the course's stored answers)" for n in names & STORE_NAMES}
+    if (any_answers_name and "answers" in names) or any(map(_names_the_store_module, ast.walk(tree))):
+        found.add("`answers` (the course's stored answers)")
     found |= {f"{node.value!r:.60} (a file of the course's stored answers)" for node in ast.walk(tree)
               if isinstance(node, ast.Constant) and isinstance(node.value, str)
               and STORE_FILES.search(node.value)}
@@ -598,7 +618,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     if check_key not in COURSE_UTILS_ALLOWED and "course_utils" in mentioned:
         found.add("`course_utils` (this exercise asks for your own code, not the course's)")
     found |= _policy_broken(tree, check_key)
-    found |= _store_reads(tree)
+    found |= _store_reads(tree, any_answers_name=True)
     for node in ast.walk(tree):
         if isinstance(node, ast.Match):  # `case object(__globals__=g)` reads any attribute
             found.add("`match` (a class pattern reads attributes apart from the code's names; "
