@@ -30,15 +30,22 @@ def _data_dir() -> Path:
 DATA_DIR = _data_dir()
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"  # only in a checkout; a wheel carries no lessons
 
-__all__ = ["REPO_ROOT", "DATA_DIR", "NOTEBOOKS_DIR", "path_kind"]
+__all__ = ["REPO_ROOT", "DATA_DIR", "NOTEBOOKS_DIR", "check_path", "path_kind"]
+
+
+def check_path(value: object, name: str, what: str = "a file") -> None:
+    """The package's one path rule: ``value`` is a non-empty str or a path-like object, else a
+    TypeError naming the argument ``name``, what it should name (``what``) and what arrived."""
+    if isinstance(value, os.PathLike) or (isinstance(value, str) and value):
+        return
+    raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} {value!r:.60}")
 
 
 def path_kind(path: Path) -> str | None:
     """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
     "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
     (reading a FIFO would wait for a writer forever). ``path`` is a str or a path-like object."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or Path, got {type(path).__name__} {path!r:.60}")
+    check_path(path, "path")
     try:
         mode = Path(path).stat().st_mode
     except FileNotFoundError:

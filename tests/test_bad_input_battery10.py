@@ -191,8 +191,10 @@ DEVELOPER = [
      ["modules", "dict {label: nn.Module}", "int 5"]),
     ("forward_callables x None", lambda: mha_speed.forward_callables({}, None), TypeError,
      ["x", "torch.Tensor", "NoneType"]),
-    ("read_test_report int", lambda: memory.read_test_report(5), TypeError, ["path", "file path", "int 5"]),
-    ("notebook_file None", lambda: memory.notebook_file(None), TypeError, ["text", "file path", "NoneType"]),
+    ("read_test_report int", lambda: memory.read_test_report(5), TypeError,
+     ["path", "str or Path naming the per-test memory report", "int 5"]),
+    ("notebook_file None", lambda: memory.notebook_file(None), TypeError,
+     ["text", "str or Path naming a lesson notebook", "NoneType"]),
 ]
 
 

@@ -310,8 +310,9 @@ def test_an_input_zeroed_before_computing_is_named_before_the_mistake_it_looks_l
 # -- row 15: the grader's helpers name a bad argument ---------------------------------------------
 
 @pytest.mark.parametrize("call, words", [
-    (lambda ag: ag.write_secrets(None, ["01_x"], "solutions"), "course: expected the course folder"),
-    (lambda ag: ag.read_secrets(None), "course: expected the course folder"),
+    (lambda ag: ag.write_secrets(None, ["01_x"], "solutions"),
+     "course must be a str or Path naming the course folder"),
+    (lambda ag: ag.read_secrets(None), "course must be a str or Path naming the course folder"),
     (lambda ag: ag.read_secrets(""), "got str ''"),
 ], ids=["write_secrets None", "read_secrets None", "read_secrets empty"])
 def test_secrets_helpers_name_a_course_that_is_not_a_path(call, words):

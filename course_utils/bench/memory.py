@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ..paths import path_kind
+from ..paths import check_path, path_kind
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
            "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",
@@ -117,9 +117,7 @@ def read_notebook(path: str | Path):
     or a file that is not a notebook (``{"cells": 3}``), is a ValueError naming it."""
     import nbformat
 
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a str or Path naming a .ipynb file, got {type(path).__name__} "
-                        f"{path!r:.60}")
+    check_path(path, "path", "a .ipynb file")
     path = Path(path)
     kind = path_kind(path)
     if kind is not None or path.suffix != ".ipynb":
@@ -240,17 +238,11 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def _check_path(path: object, name: str) -> None:
-    """``path`` is a str or a ``pathlib.Path`` (anything else would fail inside pathlib)."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a file path (a str or pathlib.Path), got {type(path).__name__} "
-                        f"{path!r:.60}")
-
 
 def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
     """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
     "seconds": ...}}``."""
-    _check_path(path, "path")
+    check_path(path, "path", "the per-test memory report (JSON)")
     path = Path(path)
     kind = path_kind(path)
     if kind not in (None, "missing"):
@@ -329,7 +321,7 @@ def _main_test_memory(args: argparse.Namespace) -> None:
 def notebook_file(text: str) -> str:
     """An argparse type: an existing ``.ipynb`` file that nbformat reads as a notebook (checked
     before the first notebook runs, by :func:`read_notebook`)."""
-    _check_path(text, "notebook_file's text")
+    check_path(text, "notebook_file's text", "a lesson notebook")
     path = Path(text)
     if path.suffix != ".ipynb":
         raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {text!r}")

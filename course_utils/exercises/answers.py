@@ -18,7 +18,6 @@ strings, lists, dicts), so loading the file runs no code.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from ..attention.validation import check_int
+from ..paths import check_path
 from .cases import Case
 
 ANSWERS_DIR = Path(__file__).resolve().parent / "answers"
@@ -213,18 +213,11 @@ def cases_signature(cases: Any) -> list:
     return [(case.label, describe_inputs((tuple(case.args), dict(case.kwargs)))) for case in cases]
 
 
-def _need_path(name: str, value: Any, what: str) -> None:
-    """``value`` must be a path (a non-empty str or a path-like object): else a TypeError
-    naming the argument ``name``."""
-    if isinstance(value, os.PathLike) or (isinstance(value, str) and value):
-        return
-    raise TypeError(f"{name}: expected {what} as a str or Path, got {type(value).__name__} {value!r:.60}")
-
 
 def read_store(path: Path) -> dict:
     """The stored answers in ``path`` (``{"format", "exercises"}``); an OSError or ValueError
     that names the file when it is missing, not a store, or of another format."""
-    _need_path("path", path, "the stored answers' file (answers/lessonNN.pt)")
+    check_path(path, "path", "the stored answers' file (answers/lessonNN.pt)")
     if not Path(path).is_file():
         raise FileNotFoundError(f"{Path(path).name}: no stored answers at {path} (reinstall the course "
                                 "package, or run scripts/exercise_answers.py build in its clone)")

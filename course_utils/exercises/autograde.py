@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..paths import check_path
 from . import cases as _cases
 from . import sandbox
-from .answers import _need_path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 SECRETS_NAME = ".course_grader.json"  # in the nbgrader course folder, beside gradebook.db
@@ -74,8 +74,8 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     ``nbgrader_tools.py source``: each release gets new salts. Returns the file. Every lesson
     must be one of the course's notebooks (``notebooks/NN_*.ipynb`` beside ``solutions_dir``),
     named once: a salt for any other name would never be used."""
-    _need_path("course", course, "the course folder nbgrader works in")
-    _need_path("solutions_dir", solutions_dir, "the instructor's solutions folder")
+    check_path(course, "course", "the course folder nbgrader works in")
+    check_path(solutions_dir, "solutions_dir", "the instructor's solutions folder")
     if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
             or not all(isinstance(x, str) and x for x in lessons):
         raise ValueError(f"lessons: expected a non-empty list of lesson names (notebook names without "
@@ -127,7 +127,7 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
 
 def read_secrets(course: Path) -> dict:
     """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run."""
-    _need_path("course", course, "the course folder nbgrader works in")
+    check_path(course, "course", "the course folder nbgrader works in")
     path = Path(course) / SECRETS_NAME
     if path.exists() and not path.is_file():
         raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'not a regular file'}, expected the "

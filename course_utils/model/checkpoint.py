@@ -31,7 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..env import pick_device
-from ..paths import DATA_DIR
+from ..paths import DATA_DIR, check_path
 from ..paths import path_kind as _what_is_there  # None for a regular file, else what it is, in words
 from .transformer import ModelConfig, TinyTransformer
 
@@ -87,8 +87,7 @@ def available_checkpoints(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
     """Names of the checkpoints in ``directory``: each JSON sidecar with its ``.safetensors``
     weights beside it (a stray ``.json`` alone is no checkpoint and is not listed); a
     ``directory`` that is missing or not a folder is an error naming it (not an empty list)."""
-    if not isinstance(directory, str | Path):
-        raise TypeError(f"directory must be a str or Path naming a folder, got {type(directory).__name__}")
+    check_path(directory, "directory", "a folder")
     found = _what_is_there(Path(directory))
     if found != "a directory":
         raise NotADirectoryError(f"directory must be a folder of checkpoints, got {str(directory)!r}, "
