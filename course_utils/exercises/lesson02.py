@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ..tasks.worked_example import load_worked_example
+from . import core as _core
 from .core import Case, Feedback, Mistake, _Deadline
 from .raising import DiagnosingExercise, RaisingMistake
 
@@ -166,8 +167,7 @@ check_softmax_rows = SOFTMAX_ROWS.check
 
 
 # -- 2.2-2.4: torch exercises ----------------------------------------------------------
-_RETURNED_NUMPY = ("you returned a NumPy array where this torch exercise asks for a tensor (the torch "
-                   "code that takes the result further needs one).")
+_RETURNED_NUMPY = _core._RETURNED_NUMPY[0]  # the message every tensor exercise gives; 2.2-2.4's hint
 _RETURNED_NUMPY_HINT = ("stay in torch: use @, .transpose(-2, -1) and torch.softmax on the tensors you "
                         "are given, and drop the .numpy() / np.* calls.")
 
