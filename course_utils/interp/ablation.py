@@ -416,14 +416,19 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
         fill = means.get(i) if isinstance(means, dict) else means
         logits = ablated_logits(model, evaluation.tokens, heads, method=method,
                                 means=fill if method == "mean" else None)  # "zero" leaves means unused
-        scores = _check_scores(evaluation.score(logits), i)
-        repeated = sorted(set(scores) & set(result))
-        if repeated:  # merging would keep only the later evaluation's number
-            raise ValueError(f"evaluations[{i}].score returned {repeated}, which an earlier evaluation "
-                             "also returned: give each evaluation's numbers their own names "
-                             "(e.g. 'loss_induction', 'loss_agreement')")
-        result.update(scores)
+        _add_scores(result, _check_scores(evaluation.score(logits), i), i)
     return result
+
+
+def _add_scores(result: dict[str, float], scores: dict[str, float], i: int) -> None:
+    """Add evaluation ``i``'s ``scores`` to ``result``; a name an earlier evaluation already gave
+    is refused (merging would keep only the later evaluation's number)."""
+    repeated = sorted(set(scores) & set(result))
+    if repeated:
+        raise ValueError(f"evaluations[{i}].score returned {repeated}, which an earlier evaluation "
+                         "also returned: give each evaluation's numbers their own names "
+                         "(e.g. 'loss_induction', 'loss_agreement')")
+    result.update(scores)
 
 
 def _measure_resumed(model: TinyTransformer, evaluations: list[Evaluation], heads: list[Head], method: str,
@@ -439,13 +444,7 @@ def _measure_resumed(model: TinyTransformer, evaluations: list[Evaluation], head
         head_mask, edit_heads = _switched_off(model, heads, method, fill, evaluation.tokens.shape[1])
         logits, inputs = _resumed_logits(model, streams[i], first, head_mask, edit_heads)
         seen.append(inputs)
-        scores = _check_scores(evaluation.score(logits), i)
-        repeated = sorted(set(scores) & set(result))
-        if repeated:
-            raise ValueError(f"evaluations[{i}].score returned {repeated}, which an earlier evaluation "
-                             "also returned: give each evaluation's numbers their own names "
-                             "(e.g. 'loss_induction', 'loss_agreement')")
-        result.update(scores)
+        _add_scores(result, _check_scores(evaluation.score(logits), i), i)
     return result, seen
 
 
