@@ -1181,7 +1181,7 @@ def _answer_functions(fn: Any, limit: int = 64) -> list[Any]:
     return found
 
 
-def _store_reads(fn: Any, cells: Sequence[str] | None) -> list[str]:
+def _kernel_store_reads(fn: Any, cells: Sequence[str] | None) -> list[str]:
     """What this kernel did that reads the course's stored answers: the code cells run so far
     (``cells``, None outside IPython), the answer's own code and the functions it reaches
     (:func:`_answer_functions`), by the grader's rule (:data:`STORE_READS`); empty when none."""
@@ -1605,7 +1605,7 @@ class Exercise:
                 pass
         if feedback.passed:
             cells = _kernel_cells()
-            reads = _store_reads(fn, cells)
+            reads = _kernel_store_reads(fn, cells)
             if reads:  # a replay of the shipped outputs passes every case: no verdict (battery 10)
                 return Feedback(self.title, "error", "not graded: this kernel read the stored answers "
                                 f"({', '.join(reads[:4])}), so a match with them says nothing about your "
