@@ -63,3 +63,27 @@ def test_relation_accuracy_names_true_division_and_the_error_rate():
         b = (guess % num_symbols != target % num_symbols).float().mean()
         return torch.stack([a, b])
     assert lesson01.check_relation_accuracy(errors).mistake == "error_rate"
+
+
+def _integer_counts(logits, target, num_symbols):
+    guess, V = logits.argmax(-1), num_symbols
+    return torch.stack([(guess // V == target // V).sum(), (guess % V == target % V).sum()])  # int64
+
+
+def test_relation_accuracy_names_integer_counts_as_counts():
+    """l19: counts from .sum() of a comparison are int64; the exercise's own "counts" Mistake
+    (whose implementation returns floats) names them, not the core's dtype message."""
+    feedback = lesson01.check_relation_accuracy(_integer_counts)
+    assert feedback.mistake == "counts"
+    assert "how many answers" in feedback.message and "torch.int64" in feedback.message
+
+
+def test_relation_accuracy_integer_message_names_the_result_and_spares_decoding():
+    """An integer result no Mistake reproduces (count // n) gets the core's dtype message: it says
+    the answer returned whole numbers, and does not rule out the // that decodes a class."""
+    def floor_mean(logits, target, num_symbols):
+        return _integer_counts(logits, target, num_symbols) // len(target)
+    feedback = lesson01.check_relation_accuracy(floor_mean)
+    assert not feedback.passed and feedback.mistake is None
+    assert "returned whole numbers (dtype torch.int64)" in feedback.message
+    assert "decodes indices is fine" in feedback.message

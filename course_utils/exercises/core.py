@@ -1099,6 +1099,16 @@ def _parameter_name(fn: Any, edited: str) -> str:
     return f"`{params[index].name}` {edited}" if index < len(params) else edited
 
 
+def _ints_as_floats(got: Any, expected: Any) -> Any:
+    """``got`` as float64 when it is an integer (not bool) tensor or array of ``expected``'s
+    shape and ``expected`` is floating point; otherwise ``got`` itself."""
+    if not (isinstance(got, (torch.Tensor, np.ndarray)) and isinstance(expected, (torch.Tensor, np.ndarray))
+            and tuple(got.shape) == tuple(expected.shape) and _is_integral(got.dtype)
+            and not _is_integral(expected.dtype) and str(got.dtype).removeprefix("torch.") != "bool"):
+        return got
+    return _as_array(got)
+
+
 def _is_integral(dtype: Any) -> bool:
     """True for an integer or bool dtype of torch or NumPy."""
     if isinstance(dtype, torch.dtype):
@@ -1957,6 +1967,9 @@ class Exercise:
             if all(self._close(g, w) for g, w in zip(outputs, wrong, strict=True)):
                 return Feedback(self.title, "mistake", mistake.message, mistake.hint,
                                 mistake=mistake.key)
+        whole = self._whole_number_slip(cases, outputs, expected)
+        if whole is not None:
+            return whole
         if oversized is not None:
             return oversized
         unmatched = self._unmatched_slip(cases, outputs, expected)
@@ -1996,6 +2009,29 @@ class Exercise:
                                     "keep the inputs' dtype: build any new tensor with dtype=x.dtype "
                                     "(or torch.*_like(x)) and drop the .double().",
                                     mistake="widened_to_float64")
+        return None
+
+    def _whole_number_slip(self, cases, outputs, expected) -> Feedback | None:
+        """A Mistake that an integer answer reproduces once its whole numbers are read as floats
+        (counts from ``.sum()`` of a comparison where the slip's implementation returns them as
+        floats): the exercise's own name for the slip wins over the core's dtype message, which
+        :meth:`_describe_difference` gives when no Mistake matches. Bool answers are left out
+        (True/False read as 1/0 would match too much)."""
+        widened = [_ints_as_floats(g, e) for g, e in zip(outputs, expected, strict=True)]
+        if all(w is g for w, g in zip(widened, outputs, strict=True)):
+            return None  # no integer output where a floating one is expected
+        if all(self._close(w, e) for w, e in zip(widened, expected, strict=True)):
+            return None  # right numbers in the wrong dtype: the dtype message says so
+        for mistake in self.mistakes:
+            wrong = self._mistake_outputs(mistake, cases)
+            if wrong is None or any(isinstance(w, _answers.Raised) for w in wrong):
+                continue
+            if all(self._close(g, w) for g, w in zip(widened, wrong, strict=True)):
+                dtype = next(g.dtype for g, w in zip(outputs, widened, strict=True) if w is not g)
+                return Feedback(self.title, "mistake",
+                                f"{mistake.message} (Your result also comes back as whole numbers, "
+                                f"dtype {dtype}; the answer is floating point.)", mistake.hint,
+                                mistake=mistake.key)
         return None
 
     def _oversized_answer(self, cases, outputs, expected) -> Feedback | None:
@@ -2131,11 +2167,16 @@ class Exercise:
         if exp_arr is not None and got_arr is not None and got_arr.shape == exp_arr.shape:
             got_dtype, exp_dtype = getattr(got, "dtype", None), getattr(exp, "dtype", None)
             if _is_integral(got_dtype) and not _is_integral(exp_dtype):
-                return wrong(f"your output{label} has the right shape {exp_arr.shape} but dtype "
-                             f"{got_dtype}, and the expected result is {exp_dtype}: whole numbers "
-                             "cannot hold these values (an int tensor truncates them). Keep the "
-                             "computation in floating point: no .long(), .int(), // or an integer "
-                             "torch.zeros(...) buffer.")
+                same = bool(np.allclose(got_arr, exp_arr, rtol=self.rtol, atol=self.atol, equal_nan=True))
+                values = ("the values are right" if same else
+                          "whole numbers cannot hold the expected values (an integer result drops "
+                          "every fraction)")
+                return wrong(f"your output{label} has the right shape {exp_arr.shape}, but you "
+                             f"returned whole numbers (dtype {got_dtype}) where the answer is "
+                             f"{exp_dtype}: {values}. Make the result floating point before the "
+                             "last step: .float() on a comparison or a count before .mean() or a "
+                             "division with / (not //), no .long() or .int() on the result, a "
+                             "float torch.zeros(...) buffer. Integer // that decodes indices is fine.")
             finite = np.isfinite(got_arr)
             if not finite.all():
                 bad = np.argwhere(~finite)[0]
