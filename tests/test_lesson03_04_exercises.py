@@ -138,8 +138,18 @@ def _rows_from_one(w_in, num_heads, head):
     return tuple(block[(head - 1) * dk:head * dk] for block in w_in.chunk(3))
 
 
+def _offsets_from_one(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    head = head - 1  # "heads 1 ... h", as the formula numbers them
+    start = head * dk  # for head 0: -dk, so the key and value slices read the block above
+    return (w_in[start:start + dk], w_in[d + start:d + start + dk],
+            w_in[2 * d + start:2 * d + start + dk])
+
+
 @pytest.mark.parametrize("fn,key", [(_rows_inclusive, "inclusive_end"),
-                                    (_rows_from_one, "heads_counted_from_one")])
+                                    (_rows_from_one, "heads_counted_from_one"),
+                                    (_offsets_from_one, "heads_counted_from_one")])
 def test_head_weights_check_names_indexing_slips(fn, key):
     assert lesson04.check_head_weights(fn).mistake == key
 
@@ -510,3 +520,14 @@ def test_first_split_slip_does_not_print_the_code_answer():
     fb = lesson03.check_split_heads(_split_copied_from_the_trace)
     assert fb.mistake == "batch_axis_assumed"
     assert "x.view(" not in fb.hint and "transpose(-3, -2)" not in fb.hint
+
+
+def test_head_weights_does_not_call_the_next_head_counted_from_one():
+    """The from-1 comparison covers only the cases where head - 1 is a head, and an answer must
+    match the slip on all of them: rows of the head after (head + 1) are not named so."""
+    def next_head(w_in, num_heads, head):
+        d = w_in.shape[1]
+        dk = d // num_heads
+        return tuple(block[(head + 1) * dk:(head + 2) * dk] for block in w_in.chunk(3))
+    feedback = lesson04.check_head_weights(next_head)
+    assert not feedback.passed and feedback.mistake != "heads_counted_from_one"

@@ -82,6 +82,24 @@ class _HeadWeightsExercise(DiagnosesRaisingAnswers, _TensorAnswers):
             return "one_block_from_split"
         return None
 
+    def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
+        """Heads numbered from 1, written in a way the stored slip does not reproduce at head 0
+        (l19: offsets into the whole w_in, where head - 1 = -1 reads rows of the block above):
+        "head - 1" is a head only for head >= 1, so the answer is compared with the slip on
+        those cases alone, and named when it matches them all."""
+        mistake = next(m for m in self.mistakes if m.key == "heads_counted_from_one")
+        wrong = self._mistake_outputs(mistake, cases)
+        if wrong is None:
+            return None
+        defined = [(got, slip) for case, got, slip in zip(cases, outputs, wrong, strict=True)
+                   if case.args[2] >= 1]  # (w_in, num_heads, head)
+        if not defined or not all(self._close(got, slip) for got, slip in defined):
+            return None
+        named = self._mistake_feedback(mistake.key)
+        named.message += (" (For head 0 there is no head before: head - 1 = -1 gives empty slices, "
+                          "or rows of the wrong block.)")
+        return named
+
 
 HEAD_WEIGHTS = _HeadWeightsExercise(
     title="Exercise 4.1: one head's weights inside in_proj",
