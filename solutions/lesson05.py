@@ -216,6 +216,11 @@ def _find_last_layer_only(attention: list[torch.Tensor], period: int) -> tuple[i
     return len(attention) - 1, int(scores.argmax())
 
 
+def _find_last_layer_renumbered(attention: list[torch.Tensor], period: int) -> tuple[int, int]:
+    scores = induction_score(attention[-1:], period, start=1, check_rows=False)  # (1, h): a list of its own
+    return best_head(scores)  # layer 0 of that list, not the model's last layer
+
+
 def _find_flat_index(attention: list[torch.Tensor], period: int) -> int:
     scores = induction_score(attention, period, start=1, check_rows=False)  # (L, h)
     return int(scores.argmax())  # an index into the flattened (L * h) scores
@@ -274,6 +279,7 @@ MISTAKES = {
         'duplicate_token_head': _find_duplicate,
         'swapped_layer_head': _find_swapped,
         'last_layer_only': _find_last_layer_only,
+        'last_layer_renumbered': _find_last_layer_renumbered,
         'forgot_bos': _find_forgot_bos,
         'flat_index': _find_flat_index,
         'one_based': _find_one_based,

@@ -264,3 +264,13 @@ def test_find_head_names_an_answer_that_edits_the_callers_attention():
             pattern[..., 0] = 0.0
         return best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in copies]))
     assert lesson05.check_find_induction_head(on_a_copy).passed
+
+
+def test_find_head_names_the_last_layer_searched_alone_and_renumbered():
+    """Learner trial l19: searching attention[-1:] gives the pair (0, head), the last layer
+    renumbered 0; it got a generic 'expected int 1, got int 0'."""
+    def last_layer(attention, period):
+        return best_head(torch.stack([_own_score(p, period, period + 1, 2) for p in attention[-1:]]))
+    feedback = lesson05.check_find_induction_head(last_layer)
+    assert feedback.mistake == "last_layer_renumbered"
+    assert "only the last layer" in feedback.message and "layer 0" in feedback.message

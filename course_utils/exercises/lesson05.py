@@ -408,6 +408,13 @@ FIND_INDUCTION_HEAD = _FindHeadExercise(
         Mistake("last_layer_only", "you searched only the last layer. Induction heads often sit there, but "
                 "not always: in some of the tests the best induction head is in an earlier layer.",
                 "score every head of every layer and take the best of them all."),
+        Mistake("last_layer_renumbered", "you searched only the last layer, and your pair numbers it "
+                "layer 0: attention[-1:] (or attention[-1]) is a list or tensor of its own, whose "
+                "first layer counts as 0, so the layer index you returned is not the model's (the "
+                "last layer is len(attention) - 1). Induction heads often sit in the last layer, but "
+                "not always: in some of the tests the best induction head is in an earlier layer.",
+                "score every head of every layer, for layer, pattern in enumerate(attention), and "
+                "return the (layer, head) of the best of them all."),
         Mistake("forgot_bos", "your score forgot that BOS sits at position 0 (start=0): it counts the last "
                 "token of the first copy as a repeat, and the token right after BOS as something to copy, so "
                 "a head that looks at position 1 from there wins.",
