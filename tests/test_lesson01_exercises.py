@@ -87,3 +87,11 @@ def test_relation_accuracy_integer_message_names_the_result_and_spares_decoding(
     assert not feedback.passed and feedback.mistake is None
     assert "returned whole numbers (dtype torch.int64)" in feedback.message
     assert "decodes indices is fine" in feedback.message
+
+
+def test_relation_accuracy_names_a_bool_result_as_true_false_values():
+    def any_right(logits, target, num_symbols):
+        guess, V = logits.argmax(-1), num_symbols
+        return torch.stack([(guess // V == target // V).any(), (guess % V == target % V).any()])
+    feedback = lesson01.check_relation_accuracy(any_right)
+    assert not feedback.passed and "returned True/False values (dtype torch.bool)" in feedback.message

@@ -2171,8 +2171,10 @@ class Exercise:
                 values = ("the values are right" if same else
                           "whole numbers cannot hold the expected values (an integer result drops "
                           "every fraction)")
+                kind = ("True/False values" if str(got_dtype).removeprefix("torch.") == "bool"
+                        else "whole numbers")
                 return wrong(f"your output{label} has the right shape {exp_arr.shape}, but you "
-                             f"returned whole numbers (dtype {got_dtype}) where the answer is "
+                             f"returned {kind} (dtype {got_dtype}) where the answer is "
                              f"{exp_dtype}: {values}. Make the result floating point before the "
                              "last step: .float() on a comparison or a count before .mean() or a "
                              "division with / (not //), no .long() or .int() on the result, a "
