@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
     check_distinct,
@@ -320,19 +321,22 @@ def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     return [cache[name] for name in names]
 
 
+def _stream_keepers(kept: list[Tensor], layers: range) -> list[tuple[str, HookFn]]:
+    """Hooks that append to ``kept`` the stream leaving each block of ``layers`` ``(B, T, d)``
+    (``blocks.{i}.hook_resid_post``, the input to block ``i + 1``), in the order the blocks run."""
+    return [(f"blocks.{i}.hook_resid_post", lambda x, hook: kept.append(x)) for i in layers]
+
+
 def _resumed_logits(model: TinyTransformer, inputs: list[Tensor], first: int, head_mask: Tensor | None,
                     edit_heads: Callable[[int, Tensor], Tensor] | None) -> tuple[Tensor, list[Tensor]]:
     """``model(tokens, head_mask=..., edit_heads=...)``'s logits, its forward path entered at block
     ``first`` with ``inputs[first]``: ``inputs`` (as :func:`_block_inputs` gives them) are the
     input to every block of a run whose blocks below ``first`` compute what this run's do, so the
     same sums give the same numbers. Returns the logits and this run's ``L + 1`` inputs."""
-    gates = model._check_head_mask(head_mask)  # what forward() hands its hooks
-    x, seen = inputs[first], list(inputs[:first + 1])
-    with torch.no_grad(), model.hooks(model._head_hooks(gates, edit_heads)):
-        for block in model.blocks[first:]:
-            x, _, _ = block(x)
-            seen.append(x)
-        return model.unembed(model.ln_final(x)), seen
+    seen = list(inputs[:first + 1])
+    with torch.no_grad(), model.hooks(_stream_keepers(seen, range(first, model.config.num_layers))):
+        logits, _ = model(resid=inputs[first], start_block=first, head_mask=head_mask, edit_heads=edit_heads)
+    return logits, seen
 
 
 # -- what to measure ---------------------------------------------------------------------

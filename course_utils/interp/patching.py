@@ -49,6 +49,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
     check_distinct,
@@ -74,6 +75,7 @@ from .ablation import (
     _check_tokens,
     _described,
     _resumed_logits,
+    _stream_keepers,
     head_name,
     head_outputs,
     importance_order,
@@ -453,13 +455,15 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
                 return z
 
             x = inputs[first].repeat(n, 1, 1)  # (n*B, T, d)
-            for layer in range(first, cfg.num_layers if positions is None else last):
-                change = (lambda z, hook, layer=layer, refill=refill: refill(z, layer))
-                with model.hooks([(f"blocks.{layer}.attn.hook_z", change)]):
-                    x, _, _ = model.blocks[layer](x)
-            if positions is None:
-                logits = model.unembed(model.ln_final(x))  # (n*B, T, V)
-            else:
+            stop = cfg.num_layers if positions is None else last  # the last layer: see _last_layer_at
+            changes = [(f"blocks.{layer}.attn.hook_z", lambda z, hook, layer=layer, fn=refill: fn(z, layer))
+                       for layer in range(first, stop)]
+            with model.hooks(changes):
+                if positions is None:
+                    logits, _ = model(resid=x, start_block=first)  # (n*B, T, V)
+                else:
+                    x, _ = model.run_blocks(x, first, stop)
+            if positions is not None:
                 logits = _last_layer_at(model, x, None, positions.repeat(n),
                                         edit=lambda z, refill=refill: refill(z, last, positions))  # (n*B, V)
             if out is None:
@@ -762,19 +766,14 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
                     for layer, head in jobs[j][0]:
                         gates[row, layer, head] = 0.0
                 rows = gates.repeat_interleave(batch, 0)  # (n*B, L, h)
-                with torch.no_grad():
+                kept: list[Tensor] = []  # this run's inputs to blocks layer0 + 1, layer0 + 2, ...
+                with torch.no_grad(), model.hooks(_gate_hooks(rows, range(layer0, full))
+                                                  + _stream_keepers(kept, range(layer0, full))):
                     x = torch.cat([source[layer0] for source in sources])  # (n*B, T, d)
-                    kept = {}  # layer -> this run's input to it
-                    for layer in range(layer0, full):
-                        gate = rows[:, layer, :, None, None]
-                        gated = [(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]
-                        with model.hooks(gated):
-                            x, _, _ = model.blocks[layer](x)
-                        if layer + 1 < L:
-                            kept[layer + 1] = x
                     if positions is None:
-                        logits = model.unembed(model.ln_final(x))
+                        logits, _ = model(resid=x, start_block=layer0)
                     else:
+                        x, _ = model.run_blocks(x, layer0, full)
                         at = positions.repeat(len(some))
                         scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
                         logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"),
@@ -784,7 +783,7 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
                     results[j].update(_check_scores(evaluation.score(chunk), e))
                     rows_of = slice(row * batch, (row + 1) * batch)
                     new_streams[jobs[j][0]].append(
-                        [sources[row][layer] if layer <= layer0 else kept[layer][rows_of]
+                        [sources[row][layer] if layer <= layer0 else kept[layer - layer0 - 1][rows_of]
                          for layer in range(L)])
     return results, new_streams
 
@@ -835,6 +834,13 @@ def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor | None, posit
     return model.unembed(model.ln_final(y))[:, 0]  # (N, V)
 
 
+def _gate_hooks(rows: Tensor, layers: range) -> list[tuple[str, HookFn]]:
+    """Hooks that scale each head output by its row's gate in ``layers``: ``rows`` ``(N, L, h)``,
+    one row of gates per sequence of the batch (``hook_z`` is ``(N, h, T, dk)``)."""
+    return [(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=rows[:, layer, :, None, None]: z * gate)
+            for layer in layers]
+
+
 def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[Head]],
                  inputs: Sequence[Tensor] | None = None, positions: Tensor | None = None) -> Tensor:
     """Logits ``(n*B, T, V)``: ``tokens`` ``(B, T)`` repeated once per set, each copy with its
@@ -859,14 +865,11 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
         return logits
     first = min((layer for heads in head_sets for layer, _ in heads), default=cfg.num_layers)
     last = cfg.num_layers if positions is None else cfg.num_layers - 1  # layers run at every position
-    with torch.no_grad():
+    with torch.no_grad(), model.hooks(_gate_hooks(rows, range(first, last))):
         x = inputs[min(first, last)].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to there
-        for layer in range(first, last):
-            gate = rows[:, layer, :, None, None]
-            with model.hooks([(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]):
-                x, _, _ = model.blocks[layer](x)
         if positions is None:
-            return model.unembed(model.ln_final(x))
+            return model(resid=x, start_block=first)[0]
+        x, _ = model.run_blocks(x, min(first, last), last)
         at = positions.repeat(n)  # (n*B,)
         if first < cfg.num_layers:
             scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
