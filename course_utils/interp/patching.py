@@ -64,7 +64,6 @@ from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
-    _block_inputs,
     _check_evaluations,
     _check_heads,
     _check_importance,
@@ -76,6 +75,7 @@ from .ablation import (
     _described,
     _resumed_logits,
     _stream_keepers,
+    block_inputs,
     head_name,
     head_outputs,
     importance_order,
@@ -245,7 +245,7 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
                          f"{tuple(tokens.shape)}: the two runs are compared position by position")
     where = None if where is None else _check_where(where, tokens)
     source = head_outputs(model, source_tokens)  # (L, B, h, T, dk)
-    intact = _block_inputs(model, tokens)  # below a patched head's layer, each run is this one
+    intact = block_inputs(model, tokens)  # below a patched head's layer, each run is this one
     cfg = model.config
     table = torch.zeros(cfg.num_layers, cfg.num_heads)
     for layer in range(cfg.num_layers):
@@ -434,7 +434,7 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
         source = torch.nn.functional.pad(source, (0, 0, 0, T - source.shape[3]))
     pairs = [(s, i) for i in range(len(heads)) for s in range(rows.shape[0])]  # grouped by head, then layer
     pairs.sort(key=lambda pair: heads[pair[1]][0])
-    inputs = _block_inputs(model, tokens)
+    inputs = block_inputs(model, tokens)
     last = cfg.num_layers - 1
     out: Tensor | None = None
     with torch.no_grad():
@@ -688,7 +688,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     counts: list[int | None] = [None] * len(orders)
     if incremental:
         evaluations = _check_evaluations(evaluations)
-        intact = [_block_inputs(model, e.tokens) for e in evaluations]
+        intact = [block_inputs(model, e.tokens) for e in evaluations]
         streams: dict[frozenset, list[list[Tensor]]] = {}  # a set -> per evaluation, its input to each layer
     for k in range(1, max((len(o) for o in orders), default=0) + 1):
         alive = [i for i, count in enumerate(counts) if count is None and k <= len(orders[i])]
@@ -747,7 +747,7 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
     """Zero ablation of each ``(heads, parent, new head)`` job, ``heads = parent | {new head}``:
     where ``streams`` holds the parent's input to every layer, the run starts at the new head's
     layer from it; otherwise at the lowest layer of ``heads`` from the ``intact`` stream
-    (:func:`_block_inputs`). Returns each job's numbers and the new sets' streams."""
+    (:func:`block_inputs`). Returns each job's numbers and the new sets' streams."""
     L = model.config.num_layers
     start = [new[0] if parent in streams else min(layer for layer, _ in heads) for heads, parent, new in jobs]
     results: list[dict[str, float]] = [{} for _ in jobs]
@@ -846,7 +846,7 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
     """Logits ``(n*B, T, V)``: ``tokens`` ``(B, T)`` repeated once per set, each copy with its
     set's heads gated to 0 (through ``edit_heads``, as ``head_mask`` does for one set).
 
-    ``inputs`` (:func:`_block_inputs`), when given, holds the intact run's input to every block;
+    ``inputs`` (:func:`block_inputs`), when given, holds the intact run's input to every block;
     the copies then start at the lowest layer any of the sets touches, since nothing below it
     changes. ``positions`` ``(B,)`` (with ``inputs``): the last layer runs at those positions
     only, and the logits elsewhere are NaN."""
@@ -898,7 +898,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     results: list[dict[str, float]] = [{} for _ in head_sets]
     for e, evaluation in enumerate(evaluations):
         batch = evaluation.tokens.shape[0]
-        inputs = _block_inputs(model, evaluation.tokens)
+        inputs = block_inputs(model, evaluation.tokens)
         positions = evaluation.positions if isinstance(evaluation, EvaluationAt) else None
         for group in groups:
             for start in range(0, len(group), per_run):
@@ -939,7 +939,7 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
         raise ValueError("targets count nothing (all -100)")
     evaluation = loss_evaluation(tokens, targets)
     loss = {frozenset(): measure_zeroed_sets(model, evaluation, [[]])[0]["loss"]}
-    intact, streams = [_block_inputs(model, tokens)], {}
+    intact, streams = [block_inputs(model, tokens)], {}
     for k in range(1, most + 1):  # each new set starts from its parent's stream at its new head's layer
         parent: dict[frozenset, tuple[frozenset, Head]] = {}
         for order in orders:
