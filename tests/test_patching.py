@@ -619,7 +619,7 @@ def test_block_inputs_are_read_at_the_hook_points():
     """The intact stream the batched zero ablation starts from is read through the model's hook
     points (issue 36): a hook that edits blocks.1.hook_resid_pre is seen, and without hooks the
     streams are each block's input and the final stream."""
-    from course_utils.interp.patching import block_inputs
+    from course_utils.interp.ablation import block_inputs
 
     model = tiny_model()
     tokens, _ = tokens_and_targets()
