@@ -11,6 +11,7 @@ from course_utils.interp.ablation import (
     ablated_logits,
     ablation_table,
     all_heads,
+    block_inputs,
     gates_without,
     head_importance,
     head_outputs,
@@ -269,3 +270,37 @@ def test_bad_inputs_are_named():
 def test_one_gate_for_the_whole_batch_is_named_as_the_absolute_of_the_average():
     feedback = lesson06.GATE_IMPORTANCE.check_trusted(lesson06._importance_shared_gate)
     assert feedback.mistake == "absolute_of_average"
+
+
+@pytest.mark.parametrize("heads", [[(1, 2)], [(0, 1)], [(0, 0), (1, 1)], []])
+@pytest.mark.parametrize("method", ["zero", "mean"])
+def test_ablated_logits_from_the_intact_streams_match_the_full_run(heads, method):
+    """Entered at the lowest layer the heads touch from block_inputs' streams: the full run's
+    logits; a stream the run does not read (below that layer) changes nothing, one it reads does."""
+    model = tiny_model()
+    tokens, _ = tokens_and_targets()
+    means = mean_head_outputs(model, tokens) if method == "mean" else None
+    streams = block_inputs(model, tokens)
+
+    def run(streams=None):
+        return ablated_logits(model, tokens, heads, method=method, means=means, streams=streams)
+
+    full = run()
+    torch.testing.assert_close(run(streams), full)
+    first = min((layer for layer, _ in heads), default=2)
+    shift = torch.linspace(-1.0, 1.0, 12, dtype=torch.float64)  # not constant: LayerNorm would remove that
+    torch.testing.assert_close(run([x + shift if i < first else x for i, x in enumerate(streams)]), full)
+    assert not torch.allclose(run([x + shift if i == first else x for i, x in enumerate(streams)]), full)
+
+
+@pytest.mark.parametrize("streams, error, message", [
+    (torch.zeros(3, 5, 9, 12), TypeError, "streams must be a list or tuple of tensors"),
+    ([torch.zeros(5, 9, 12)] * 2, ValueError, r"3 tensors \(5, 9, 12\).*got 2"),
+    ([torch.zeros(5, 8, 12)] * 3, ValueError, r"streams must be block_inputs.*\(5, 8, 12\)"),
+    ([torch.zeros(5, 9, 12)] * 2 + ["x"], TypeError, r"streams\[2\] must be a torch.Tensor"),
+])
+def test_ablated_logits_refuses_streams_of_another_batch(streams, error, message):
+    model = tiny_model()
+    tokens, _ = tokens_and_targets()
+    with pytest.raises(error, match=message):
+        ablated_logits(model, tokens, [(1, 0)], streams=streams)

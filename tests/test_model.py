@@ -99,6 +99,103 @@ def test_gating_one_head_equals_zeroing_its_slice_of_w_o():
     assert not torch.allclose(gated, model(tokens)[0])
 
 
+def _recorded_run(model, *args, **kwargs):
+    """``model(*args, **kwargs)``'s logits, the names of the hook points in the order they fired,
+    and the stream entering each block (and ``ln_final``): ``L + 1`` tensors."""
+    fired, streams = [], {}
+
+    def record(x, hook):
+        fired.append(hook.name)
+        if hook.name.endswith("hook_resid_pre"):
+            streams[int(hook.name.split(".")[1])] = x
+        if hook.name == f"blocks.{model.config.num_layers - 1}.hook_resid_post":
+            streams[model.config.num_layers] = x
+
+    with torch.no_grad(), model.hooks([(lambda name: True, record)]):
+        logits, _ = model(*args, **kwargs)
+    return logits, fired, streams
+
+
+@pytest.mark.parametrize("mlp", [False, True])
+def test_entering_at_every_block_gives_the_full_forward(mlp):
+    model = make_model(mlp, num_layers=3)
+    tokens = random_tokens()
+    gates = torch.ones(3, 4)
+    gates[1, 2] = gates[2, 0] = 0.0
+    for head_mask in (None, gates):
+        full, fired, streams = _recorded_run(model, tokens, head_mask=head_mask)
+        assert fired[0] == "hook_embed" and len(fired) > 3 * 4
+        for k in range(4):  # k = 3: no block left, only ln_final and the unembedding
+            resumed, fired_k, _ = _recorded_run(model, resid=streams[k], start_block=k, head_mask=head_mask)
+            torch.testing.assert_close(resumed, full, atol=1e-5, rtol=1e-5)
+            tail = [name for name in fired if name.startswith("blocks.") and int(name.split(".")[1]) >= k]
+            assert fired_k == tail, f"entering at block {k}"
+    assert not torch.allclose(model(tokens, head_mask=gates)[0], model(tokens)[0])
+
+
+def test_entering_at_a_block_sees_a_changed_stream_and_edits():
+    model = make_model(mlp=True)
+    tokens = random_tokens()
+    _, _, streams = _recorded_run(model, tokens)
+    changed = streams[1] + 1.0
+    resumed, _ = model(resid=changed, start_block=1)
+    with model.hooks([("blocks.1.hook_resid_pre", lambda x, hook: x + 1.0)]):
+        expected, _ = model(tokens)
+    torch.testing.assert_close(resumed, expected, atol=1e-5, rtol=1e-5)
+
+    def silence(layer, heads):
+        return heads * 0 if layer == 1 else heads
+
+    with torch.no_grad():
+        edited, weights = model(resid=streams[1], start_block=1, edit_heads=silence, return_attention=True)
+    torch.testing.assert_close(edited, model(tokens, head_mask=torch.tensor([[1.0] * 4, [0.0] * 4]))[0],
+                               atol=1e-5, rtol=1e-5)
+    assert len(weights) == 1 and weights[0].shape == (3, 4, 12, 12)  # only block 1 ran
+
+
+def test_run_blocks_is_the_forward_loop_in_parts():
+    model = make_model(mlp=True, num_layers=3)
+    tokens = random_tokens()
+    _, _, streams = _recorded_run(model, tokens)
+    with torch.no_grad():
+        middle, weights = model.run_blocks(streams[0], 0, 2, need_weights=True)
+        torch.testing.assert_close(middle, streams[2], atol=1e-5, rtol=1e-5)
+        assert len(weights) == 2
+        same, none = model.run_blocks(streams[1], 1, 1)
+    assert same is streams[1] and none is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"start_block": 1}, ValueError, r"start_block=1 needs resid"),
+        ({"resid": torch.zeros(3, 12, 32), "tokens": random_tokens()}, ValueError, "not both"),
+        ({"resid": torch.zeros(3, 12, 32), "start_block": 3}, ValueError, r"start_block must be .*2"),
+        ({"resid": torch.zeros(3, 12, 32), "start_block": -1}, ValueError, "start_block"),
+        ({"resid": torch.zeros(3, 12, 32), "start_block": 1.0}, TypeError, "start_block must be an int"),
+        ({"resid": torch.zeros(3, 12, 16), "start_block": 1}, ValueError,
+         r"resid must have shape \(B, T, d_model=32\).*entering block 1.*got \(3, 12, 16\)"),
+        ({"resid": torch.zeros(12, 32)}, ValueError, r"resid must be 3-D"),
+        ({"resid": torch.zeros(3, 17, 32)}, ValueError, "17 positions, more than max_len=16"),
+        ({"resid": torch.zeros(3, 0, 32)}, ValueError, "at least 1"),
+        ({"resid": torch.zeros(3, 12, 32, dtype=torch.float64)}, TypeError, r"resid.*float64"),
+        ({"resid": torch.zeros(3, 12, 32, dtype=torch.long)}, TypeError, "resid must hold floating-point"),
+        ({"resid": [[0.0] * 32]}, TypeError, "resid must be a torch.Tensor"),
+    ],
+)
+def test_bad_entries_at_a_block_are_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        make_model()(**kwargs)
+
+
+def test_run_blocks_refuses_bad_bounds():
+    model = make_model()
+    with pytest.raises(ValueError, match="stop_block"):
+        model.run_blocks(torch.zeros(1, 2, 32), 2, 1)
+    with pytest.raises(TypeError, match="need_weights"):
+        model.run_blocks(torch.zeros(1, 2, 32), need_weights="yes")
+
+
 @pytest.mark.parametrize("mlp", [False, True])
 def test_kv_cache_one_token_at_a_time_equals_full_forward(mlp):
     model = make_model(mlp)

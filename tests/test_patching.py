@@ -619,11 +619,11 @@ def test_block_inputs_are_read_at_the_hook_points():
     """The intact stream the batched zero ablation starts from is read through the model's hook
     points (issue 36): a hook that edits blocks.1.hook_resid_pre is seen, and without hooks the
     streams are each block's input and the final stream."""
-    from course_utils.interp.patching import _block_inputs
+    from course_utils.interp.ablation import block_inputs
 
     model = tiny_model()
     tokens, _ = tokens_and_targets()
-    inputs = _block_inputs(model, tokens)
+    inputs = block_inputs(model, tokens)
     assert len(inputs) == model.config.num_layers + 1
     with torch.no_grad():
         x = model.token_embedding(tokens) + model.position_embedding(torch.arange(tokens.shape[1]))
@@ -632,7 +632,7 @@ def test_block_inputs_are_read_at_the_hook_points():
             x, _, _ = block(x)
     torch.testing.assert_close(inputs[-1], x)
     with model.hooks([("blocks.1.hook_resid_pre", lambda x, hook: x * 0)]):
-        edited = _block_inputs(model, tokens)
+        edited = block_inputs(model, tokens)
     assert float(edited[1].abs().max()) == 0.0, "the hook point's edit reaches the recorded stream"
 
 

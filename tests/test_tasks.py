@@ -14,6 +14,7 @@ from course_utils.tasks.synthetic import (
     AgreementTask,
     InductionBatch,
     InductionTask,
+    MixtureTask,
     agreement_accuracy,
     agreement_margins,
     detokenize,
@@ -256,3 +257,27 @@ def test_agreement_batch_take_keeps_every_field_row_for_row():
         else:
             assert torch.equal(taken, whole[rows]), f.name
     assert torch.equal(part.predict_pos, batch.predict_pos[rows])
+
+
+def test_a_mixture_batchs_task_parts_keep_every_counted_target_and_cut_the_padding():
+    """task_parts: the induction rows whole, the sentence rows cut after the longest sentence;
+    the parts' losses weighed by their counted targets are the whole batch's loss."""
+    batch = MixtureTask().sample(40, gen(3))
+    (ind_tokens, ind_targets), (sent_tokens, sent_targets) = batch.task_parts()
+    n, T = batch.num_induction, batch.tokens.shape[1]
+    assert torch.equal(ind_tokens, batch.tokens[:n]) and torch.equal(ind_targets, batch.targets[:n])
+    cut = sent_tokens.shape[1]
+    assert cut < T, "the sentences are padded to the induction length: some columns go"
+    assert batch.real[n:, cut - 1].any() and not batch.real[n:, cut:].any()
+    assert torch.equal(sent_tokens, batch.tokens[n:, :cut])
+    assert torch.equal(sent_targets, batch.targets[n:, :cut])
+    counted = sum(int((targets != -100).sum()) for _, targets in batch.task_parts())
+    assert counted == int((batch.targets != -100).sum()), "no counted target is cut off"
+    logits = torch.randn(*batch.tokens.shape, 200, generator=gen(4), dtype=torch.float64)
+
+    def loss(logits, targets):
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    parts = [(loss(logits[:n], ind_targets), int((ind_targets != -100).sum())),
+             (loss(logits[n:, :cut], sent_targets), int((sent_targets != -100).sum()))]
+    torch.testing.assert_close(sum(value * k for value, k in parts) / counted, loss(logits, batch.targets))

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
     check_distinct,
@@ -35,6 +36,7 @@ from ..attention.validation import (
     check_holds_values,
     check_int,
     check_tensor,
+    check_tensor_list,
     describe_shape,
 )
 from ..env import check_seed
@@ -48,6 +50,7 @@ __all__ = [
     "head_outputs",
     "mean_head_outputs",
     "ablated_logits",
+    "block_inputs",
     "average_loss",
     "sequence_losses",
     "loss_evaluation",
@@ -265,7 +268,8 @@ def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
 
 
 def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head], *,
-                   method: str = "zero", means: Tensor | None = None) -> Tensor:
+                   method: str = "zero", means: Tensor | None = None,
+                   streams: Sequence[Tensor] | None = None) -> Tensor:
     """Logits ``(B, T, V)`` with ``heads`` switched off.
 
     ``method="zero"`` gates them to 0 (``head_mask``); ``method="mean"`` replaces each one's
@@ -274,17 +278,38 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
     ``method="mean"`` would pass for a mean ablation. (:func:`measure`, :func:`ablation_table`
     and :func:`~course_utils.interp.patching.position_ablated_logits` take ``means`` with either
     method, so one call can loop over both; ``"zero"`` leaves it unused.)
+
+    ``streams``: the intact run's input to every block on ``tokens`` (:func:`block_inputs`),
+    for several runs on one batch: each run then enters at the lowest layer ``heads`` touch,
+    since below it nothing changes. The same logits (the same sums), less compute.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
     heads = _check_heads(heads, model)
+    if streams is not None:
+        streams = _check_streams(streams, model, tokens)
     if _check_method(method) == "zero" and means is not None:
         raise ValueError("means is used only by method='mean', but method is 'zero' (the default): pass "
                          "method='mean' to replace the heads' outputs by means, or drop means")
     head_mask, edit_heads = _switched_off(model, heads, method, means, tokens.shape[1])
+    if streams is not None:
+        return _resumed_logits(model, streams, _lowest_layer(model, heads), head_mask, edit_heads)[0]
     with torch.no_grad():
         logits, _ = model(tokens, head_mask=head_mask, edit_heads=edit_heads)
     return logits
+
+
+def _check_streams(streams: object, model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
+    """``streams`` as :func:`block_inputs` gives them for ``tokens`` ``(B, T)``: ``L + 1``
+    tensors ``(B, T, d_model)``."""
+    streams = check_tensor_list(streams, "streams")
+    cfg = model.config
+    expected = (*tokens.shape, cfg.d_model)
+    if len(streams) != cfg.num_layers + 1 or any(tuple(x.shape) != expected for x in streams):
+        raise ValueError(f"streams must be block_inputs(model, tokens): {cfg.num_layers + 1} tensors "
+                         f"{expected} (B, T, d_model), the input to each block and the final stream, got "
+                         f"{len(streams)} of shapes {[tuple(x.shape) for x in streams][:4]}")
+    return streams
 
 
 def _switched_off(model: TinyTransformer, heads: list[Head], method: str, means: Tensor | None,
@@ -310,9 +335,12 @@ def _switched_off(model: TinyTransformer, heads: list[Head], method: str, means:
     return None, replace
 
 
-def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
+def block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     """The intact run's input to each block and the final stream: ``L + 1`` tensors ``(B, T, d)``,
-    read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``."""
+    read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``.
+    Given to :func:`ablated_logits` as ``streams``, runs that change only later layers start there."""
+    _check_model(model)
+    _check_tokens(tokens, "tokens")
     L = model.config.num_layers
     names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
     with torch.no_grad():
@@ -320,19 +348,22 @@ def _block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     return [cache[name] for name in names]
 
 
+def _stream_keepers(kept: list[Tensor], layers: range) -> list[tuple[str, HookFn]]:
+    """Hooks that append to ``kept`` the stream leaving each block of ``layers`` ``(B, T, d)``
+    (``blocks.{i}.hook_resid_post``, the input to block ``i + 1``), in the order the blocks run."""
+    return [(f"blocks.{i}.hook_resid_post", lambda x, hook: kept.append(x)) for i in layers]
+
+
 def _resumed_logits(model: TinyTransformer, inputs: list[Tensor], first: int, head_mask: Tensor | None,
                     edit_heads: Callable[[int, Tensor], Tensor] | None) -> tuple[Tensor, list[Tensor]]:
     """``model(tokens, head_mask=..., edit_heads=...)``'s logits, its forward path entered at block
-    ``first`` with ``inputs[first]``: ``inputs`` (as :func:`_block_inputs` gives them) are the
+    ``first`` with ``inputs[first]``: ``inputs`` (as :func:`block_inputs` gives them) are the
     input to every block of a run whose blocks below ``first`` compute what this run's do, so the
     same sums give the same numbers. Returns the logits and this run's ``L + 1`` inputs."""
-    gates = model._check_head_mask(head_mask)  # what forward() hands its hooks
-    x, seen = inputs[first], list(inputs[:first + 1])
-    with torch.no_grad(), model.hooks(model._head_hooks(gates, edit_heads)):
-        for block in model.blocks[first:]:
-            x, _, _ = block(x)
-            seen.append(x)
-        return model.unembed(model.ln_final(x)), seen
+    seen = list(inputs[:first + 1])
+    with torch.no_grad(), model.hooks(_stream_keepers(seen, range(first, model.config.num_layers))):
+        logits, _ = model(resid=inputs[first], start_block=first, head_mask=head_mask, edit_heads=edit_heads)
+    return logits, seen
 
 
 # -- what to measure ---------------------------------------------------------------------
@@ -482,7 +513,7 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
         _check_tokens(evaluation.tokens, "tokens")
     # Each case starts at the first block its heads change, from the intact run's stream there
     # (one intact run per evaluation): the blocks below it would compute the same numbers again.
-    intact = [_block_inputs(model, e.tokens) for e in evaluations]
+    intact = [block_inputs(model, e.tokens) for e in evaluations]
     rows = {name: _measure_resumed(model, evaluations, heads, method, means, intact,
                                    _lowest_layer(model, heads))[0]
             for name, heads in cases.items()}
@@ -598,7 +629,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     total = len(all_heads(model))
     # k heads off is k' < k heads off plus order[k':k]: the run for k starts at the first block
     # those change, from the run for k' (the largest k' measured so far; 0: the intact run).
-    streams, done = [_block_inputs(model, e.tokens) for e in evaluations], 0
+    streams, done = [block_inputs(model, e.tokens) for e in evaluations], 0
     rows = {}
     for k in sorted(set(counts)):
         numbers, streams = _measure_resumed(model, evaluations, order[:k], method, means, streams,

@@ -10,14 +10,11 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 import torch
-from IPython.display import Pretty, display
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -28,7 +25,14 @@ from ..attention.validation import (
     check_int,
     check_positive_number,
 )
-from .widgets import Explorer, close_figure
+
+if TYPE_CHECKING:
+    import ipywidgets as widgets
+
+    from .widgets import Explorer
+
+# seaborn, ipywidgets and IPython's display are imported where a drawing or an explorer needs
+# them: a lesson that only reads attention weights (model_attention) does not pay for them.
 
 __all__ = ["plot_head", "plot_all_heads", "AttentionExplorer", "model_attention", "sentence_attention_fn"]
 
@@ -117,6 +121,8 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
     if ax is None:
         size = min(6.0, 1.5 + 0.3 * matrix.shape[1])
         _, ax = plt.subplots(figsize=(size + 1, size))
+    import seaborn as sns
+
     blank = None
     if matrix.shape[0] == matrix.shape[1] and np.all(np.triu(matrix, 1) == 0):
         blank = np.triu(np.ones_like(matrix, dtype=bool), 1)  # causal: nothing to draw up there
@@ -316,6 +322,10 @@ class AttentionExplorer:
         """Sentence box, layer and head pickers wired to :meth:`render` by a
         :class:`course_utils.interp.widgets.Explorer`, which draws the starting choice at once
         (in its own output area, or through ``draw``) and redraws on every change."""
+        import ipywidgets as widgets
+
+        from .widgets import Explorer
+
         sentence = widgets.Combobox(options=self.sentences, value=text,
                                     placeholder="pick or type a sentence, then Enter",
                                     description="sentence", ensure_option=False,
@@ -344,6 +354,10 @@ class AttentionExplorer:
         shows it); in Jupyter the controls replace that same output on every change, so
         there is only ever one heatmap.
         """
+        from IPython.display import Pretty, display
+
+        from .widgets import close_figure
+
         handle = None
 
         def draw(result: Figure | str) -> None:

@@ -49,6 +49,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
     check_distinct,
@@ -63,7 +64,6 @@ from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
-    _block_inputs,
     _check_evaluations,
     _check_heads,
     _check_importance,
@@ -74,6 +74,8 @@ from .ablation import (
     _check_tokens,
     _described,
     _resumed_logits,
+    _stream_keepers,
+    block_inputs,
     head_name,
     head_outputs,
     importance_order,
@@ -243,7 +245,7 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
                          f"{tuple(tokens.shape)}: the two runs are compared position by position")
     where = None if where is None else _check_where(where, tokens)
     source = head_outputs(model, source_tokens)  # (L, B, h, T, dk)
-    intact = _block_inputs(model, tokens)  # below a patched head's layer, each run is this one
+    intact = block_inputs(model, tokens)  # below a patched head's layer, each run is this one
     cfg = model.config
     table = torch.zeros(cfg.num_layers, cfg.num_heads)
     for layer in range(cfg.num_layers):
@@ -432,7 +434,7 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
         source = torch.nn.functional.pad(source, (0, 0, 0, T - source.shape[3]))
     pairs = [(s, i) for i in range(len(heads)) for s in range(rows.shape[0])]  # grouped by head, then layer
     pairs.sort(key=lambda pair: heads[pair[1]][0])
-    inputs = _block_inputs(model, tokens)
+    inputs = block_inputs(model, tokens)
     last = cfg.num_layers - 1
     out: Tensor | None = None
     with torch.no_grad():
@@ -453,13 +455,15 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
                 return z
 
             x = inputs[first].repeat(n, 1, 1)  # (n*B, T, d)
-            for layer in range(first, cfg.num_layers if positions is None else last):
-                change = (lambda z, hook, layer=layer, refill=refill: refill(z, layer))
-                with model.hooks([(f"blocks.{layer}.attn.hook_z", change)]):
-                    x, _, _ = model.blocks[layer](x)
-            if positions is None:
-                logits = model.unembed(model.ln_final(x))  # (n*B, T, V)
-            else:
+            stop = cfg.num_layers if positions is None else last  # the last layer: see _last_layer_at
+            changes = [(f"blocks.{layer}.attn.hook_z", lambda z, hook, layer=layer, fn=refill: fn(z, layer))
+                       for layer in range(first, stop)]
+            with model.hooks(changes):
+                if positions is None:
+                    logits, _ = model(resid=x, start_block=first)  # (n*B, T, V)
+                else:
+                    x, _ = model.run_blocks(x, first, stop)
+            if positions is not None:
                 logits = _last_layer_at(model, x, None, positions.repeat(n),
                                         edit=lambda z, refill=refill: refill(z, last, positions))  # (n*B, V)
             if out is None:
@@ -684,7 +688,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     counts: list[int | None] = [None] * len(orders)
     if incremental:
         evaluations = _check_evaluations(evaluations)
-        intact = [_block_inputs(model, e.tokens) for e in evaluations]
+        intact = [block_inputs(model, e.tokens) for e in evaluations]
         streams: dict[frozenset, list[list[Tensor]]] = {}  # a set -> per evaluation, its input to each layer
     for k in range(1, max((len(o) for o in orders), default=0) + 1):
         alive = [i for i, count in enumerate(counts) if count is None and k <= len(orders[i])]
@@ -743,7 +747,7 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
     """Zero ablation of each ``(heads, parent, new head)`` job, ``heads = parent | {new head}``:
     where ``streams`` holds the parent's input to every layer, the run starts at the new head's
     layer from it; otherwise at the lowest layer of ``heads`` from the ``intact`` stream
-    (:func:`_block_inputs`). Returns each job's numbers and the new sets' streams."""
+    (:func:`block_inputs`). Returns each job's numbers and the new sets' streams."""
     L = model.config.num_layers
     start = [new[0] if parent in streams else min(layer for layer, _ in heads) for heads, parent, new in jobs]
     results: list[dict[str, float]] = [{} for _ in jobs]
@@ -762,19 +766,14 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
                     for layer, head in jobs[j][0]:
                         gates[row, layer, head] = 0.0
                 rows = gates.repeat_interleave(batch, 0)  # (n*B, L, h)
-                with torch.no_grad():
+                kept: list[Tensor] = []  # this run's inputs to blocks layer0 + 1, layer0 + 2, ...
+                with torch.no_grad(), model.hooks(_gate_hooks(rows, range(layer0, full))
+                                                  + _stream_keepers(kept, range(layer0, full))):
                     x = torch.cat([source[layer0] for source in sources])  # (n*B, T, d)
-                    kept = {}  # layer -> this run's input to it
-                    for layer in range(layer0, full):
-                        gate = rows[:, layer, :, None, None]
-                        gated = [(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]
-                        with model.hooks(gated):
-                            x, _, _ = model.blocks[layer](x)
-                        if layer + 1 < L:
-                            kept[layer + 1] = x
                     if positions is None:
-                        logits = model.unembed(model.ln_final(x))
+                        logits, _ = model(resid=x, start_block=layer0)
                     else:
+                        x, _ = model.run_blocks(x, layer0, full)
                         at = positions.repeat(len(some))
                         scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
                         logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"),
@@ -784,7 +783,7 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
                     results[j].update(_check_scores(evaluation.score(chunk), e))
                     rows_of = slice(row * batch, (row + 1) * batch)
                     new_streams[jobs[j][0]].append(
-                        [sources[row][layer] if layer <= layer0 else kept[layer][rows_of]
+                        [sources[row][layer] if layer <= layer0 else kept[layer - layer0 - 1][rows_of]
                          for layer in range(L)])
     return results, new_streams
 
@@ -835,12 +834,19 @@ def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor | None, posit
     return model.unembed(model.ln_final(y))[:, 0]  # (N, V)
 
 
+def _gate_hooks(rows: Tensor, layers: range) -> list[tuple[str, HookFn]]:
+    """Hooks that scale each head output by its row's gate in ``layers``: ``rows`` ``(N, L, h)``,
+    one row of gates per sequence of the batch (``hook_z`` is ``(N, h, T, dk)``)."""
+    return [(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=rows[:, layer, :, None, None]: z * gate)
+            for layer in layers]
+
+
 def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Sequence[Head]],
                  inputs: Sequence[Tensor] | None = None, positions: Tensor | None = None) -> Tensor:
     """Logits ``(n*B, T, V)``: ``tokens`` ``(B, T)`` repeated once per set, each copy with its
     set's heads gated to 0 (through ``edit_heads``, as ``head_mask`` does for one set).
 
-    ``inputs`` (:func:`_block_inputs`), when given, holds the intact run's input to every block;
+    ``inputs`` (:func:`block_inputs`), when given, holds the intact run's input to every block;
     the copies then start at the lowest layer any of the sets touches, since nothing below it
     changes. ``positions`` ``(B,)`` (with ``inputs``): the last layer runs at those positions
     only, and the logits elsewhere are NaN."""
@@ -859,14 +865,11 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
         return logits
     first = min((layer for heads in head_sets for layer, _ in heads), default=cfg.num_layers)
     last = cfg.num_layers if positions is None else cfg.num_layers - 1  # layers run at every position
-    with torch.no_grad():
+    with torch.no_grad(), model.hooks(_gate_hooks(rows, range(first, last))):
         x = inputs[min(first, last)].repeat(n, 1, 1)  # (n*B, T, d): the intact stream up to there
-        for layer in range(first, last):
-            gate = rows[:, layer, :, None, None]
-            with model.hooks([(f"blocks.{layer}.attn.hook_z", lambda z, hook, gate=gate: z * gate)]):
-                x, _, _ = model.blocks[layer](x)
         if positions is None:
-            return model.unembed(model.ln_final(x))
+            return model(resid=x, start_block=first)[0]
+        x, _ = model.run_blocks(x, min(first, last), last)
         at = positions.repeat(n)  # (n*B,)
         if first < cfg.num_layers:
             scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
@@ -895,7 +898,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     results: list[dict[str, float]] = [{} for _ in head_sets]
     for e, evaluation in enumerate(evaluations):
         batch = evaluation.tokens.shape[0]
-        inputs = _block_inputs(model, evaluation.tokens)
+        inputs = block_inputs(model, evaluation.tokens)
         positions = evaluation.positions if isinstance(evaluation, EvaluationAt) else None
         for group in groups:
             for start in range(0, len(group), per_run):
@@ -936,7 +939,7 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
         raise ValueError("targets count nothing (all -100)")
     evaluation = loss_evaluation(tokens, targets)
     loss = {frozenset(): measure_zeroed_sets(model, evaluation, [[]])[0]["loss"]}
-    intact, streams = [_block_inputs(model, tokens)], {}
+    intact, streams = [block_inputs(model, tokens)], {}
     for k in range(1, most + 1):  # each new set starts from its parent's stream at its new head's layer
         parent: dict[frozenset, tuple[frozenset, Head]] = {}
         for order in orders:

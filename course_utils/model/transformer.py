@@ -392,34 +392,81 @@ class TinyTransformer(nn.Module):
         pos = self.hook_pos_embed(self.position_embedding(positions).expand_as(tok))  # (B, T, d)
         return tok + pos  # (B, T, d)
 
+    def run_blocks(self, resid: Tensor, start_block: int = 0, stop_block: int | None = None, *,
+                   need_weights: bool = False) -> tuple[Tensor, list[Tensor] | None]:
+        """Blocks ``start_block .. stop_block - 1`` (``stop_block`` None: to the last) on ``resid``
+        ``(B, T, d)``, the residual stream entering block ``start_block``.
+
+        Returns ``(the stream leaving the last block run (B, T, d), [weights (B, h, T, T)] per
+        block run | None)``: ``need_weights`` asks for the attention weights. This is the one
+        loop over the blocks that :meth:`forward` runs; every block's hook points fire as there,
+        and hooks installed with :meth:`hooks` apply. ``start_block == stop_block`` runs no block
+        and returns ``resid``.
+        """
+        L = self.config.num_layers
+        start_block = check_int(start_block, "start_block", minimum=0, maximum=L)
+        stop_block = L if stop_block is None else check_int(stop_block, "stop_block", minimum=start_block,
+                                                            maximum=L)
+        check_flag(need_weights, "need_weights")
+        self._check_resid(resid, start_block)
+        attention = [] if need_weights else None
+        for block in self.blocks[start_block:stop_block]:
+            resid, weights, _ = block(resid, need_weights=need_weights)
+            if attention is not None:
+                attention.append(weights)
+        return resid, attention
+
+    def _check_resid(self, resid: object, start_block: int) -> None:
+        """``resid`` is a residual stream ``(B, T, d_model)`` this model's blocks can take."""
+        cfg = self.config
+        layout = f"(B, T, d_model={cfg.d_model}): the residual stream entering block {start_block}"
+        check_tensor(resid, "resid", ndim=3, layout=layout)
+        if resid.shape[2] != cfg.d_model or resid.shape[0] == 0 or resid.shape[1] == 0:
+            raise ValueError(f"resid must have shape {layout}, with B and T at least 1, got "
+                             f"{describe_shape(resid)}")
+        if resid.shape[1] > cfg.max_len:
+            raise ValueError(f"resid holds {resid.shape[1]} positions, more than max_len={cfg.max_len}")
+        weight = self.token_embedding.weight
+        check_same_dtype_and_device({"resid": resid, "the model's parameters": weight})
+
     def forward(
         self,
-        tokens: Tensor,
+        tokens: Tensor | None = None,
         *,
         return_attention: bool = False,
         head_mask: Tensor | None = None,
         edit_heads: Callable[[int, Tensor], Tensor] | None = None,
+        start_block: int = 0,
+        resid: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor] | None]:
         """``tokens`` ``(B, T)`` long -> ``(logits (B, T, V), [weights (B, h, T, T)] * L | None)``.
 
         ``edit_heads(layer, heads (B, h, T, dk)) -> (B, h, T, dk)``, when given, is called in
         every layer on the gated head outputs just before they are merged.
+
+        Entering at a block: ``forward(resid=x, start_block=k)`` (no ``tokens``) runs blocks
+        ``k .. L - 1`` on ``x`` ``(B, T, d)``, the residual stream entering block ``k`` (e.g.
+        cached at ``blocks.{k}.hook_resid_pre``; ``k = L``: the stream entering ``ln_final``),
+        then the final LayerNorm and the unembedding. Given the stream of a full run, the logits
+        are that run's (up to float rounding) and the hook points of blocks ``k ..`` fire in the
+        same order; the embedding's and those of blocks below ``k`` do not fire. The attention
+        weights, when asked for, are those of the blocks run.
         """
-        self._check_tokens(tokens)
         check_flag(return_attention, "return_attention")
+        if resid is None:
+            if start_block != 0:
+                raise ValueError(f"start_block={start_block!r} needs resid, the residual stream entering "
+                                 "that block (B, T, d_model); tokens always enter at block 0")
+            self._check_tokens(tokens)
+        elif tokens is not None:
+            raise ValueError("pass tokens (to run from the embedding) or resid (to enter at start_block), "
+                             "not both")
         if edit_heads is not None:  # the arity too: a one-argument function fails inside a hook
             check_callable(edit_heads, "edit_heads", "a function (layer, heads) -> heads or None", nargs=2)
         gates = self._check_head_mask(head_mask)
-        if edit_heads is not None and not callable(edit_heads):
-            raise TypeError(f"edit_heads must be a function (layer, heads) -> heads or None, "
-                            f"got {type(edit_heads).__name__}")
-        x = self.embed(tokens)  # (B, T, d)
-        attention = [] if return_attention else None
+        x = self.embed(tokens) if resid is None else resid  # (B, T, d); run_blocks checks resid
         with self.hooks(self._head_hooks(gates, edit_heads)):
-            for block in self.blocks:
-                x, weights, _ = block(x, need_weights=return_attention)
-                if attention is not None:
-                    attention.append(weights)
+            x, attention = self.run_blocks(x, start_block, need_weights=return_attention)
         return self.unembed(self.ln_final(x)), attention  # (B, T, V)
 
     def forward_with_cache(

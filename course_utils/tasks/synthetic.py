@@ -588,6 +588,19 @@ class MixtureBatch:
     real: Tensor
     num_induction: int
 
+    def task_parts(self) -> list[tuple[Tensor, Tensor]]:
+        """The batch as ``[(tokens, targets)]`` per task: the induction rows ``(n, T)``, then the
+        sentence rows ``(B - n, T')`` cut after the longest sentence (``T'`` its real tokens), so
+        the padding columns after it are not computed. Every counted target stays: the parts'
+        mean losses weighed by their counted targets give the batch's mean loss (up to float
+        rounding). A part with no rows is left out."""
+        n = self.num_induction
+        sentences = slice(n, self.tokens.shape[0])
+        cut = int(self.real[sentences].sum(1).max()) if self.tokens.shape[0] > n else 0
+        parts = [(self.tokens[:n], self.targets[:n]),
+                 (self.tokens[sentences, :cut], self.targets[sentences, :cut])]
+        return [(tokens, targets) for tokens, targets in parts if tokens.numel()]
+
 
 @dataclass(frozen=True)
 class MixtureTask:
