@@ -419,19 +419,24 @@ def test_plain_outputs_come_back_as_they_were_and_forged_ones_are_refused():
 
 
 # -- the answer's process: isolated, limited, ended -----------------------------------------------
-def _run(code: str, *, per_call: int = 30, memory: int = 4 * 2**30, hide=()) -> list:
+def _run(code: str, *, per_call: int = 30, memory: int = 4 * 2**30, hide=(), cases: int = 1) -> list:
     run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
-                             [lesson03.SCORE_MACS.make_cases()[:1]],
+                             [lesson03.SCORE_MACS.make_cases()[:cases]],
                              per_call=per_call, memory=memory, hide=hide)
     assert run.lost is None and run.defined is None, run
     return run.outcomes[0]
 
 
 def test_the_answer_process_has_time_and_memory_limits():
-    slow = _run("def score_macs(*a):\n    while True:\n        pass\n", per_call=2)
-    assert slow[0].kind == "raised" and slow[0].error[0] == "TimeoutError", slow
-    greedy = _run("def score_macs(*a):\n    return len(bytearray(8 * 2**30))\n", memory=3 * 2**30)
-    assert greedy[0].kind == "raised" and greedy[0].error[0] == "MemoryError", greedy
+    """One process, two calls: the first never returns (stopped at its time limit), the second
+    asks for more memory than the process may have; each call's own outcome is asserted."""
+    first, second = (c.args for c in lesson03.SCORE_MACS.make_cases()[:2])
+    assert first != second
+    code = (f"def score_macs(*a):\n    if a == {first!r}:\n        while True:\n            pass\n"
+            "    return len(bytearray(8 * 2**30))\n")
+    slow, greedy = _run(code, per_call=1, memory=3 * 2**30, cases=2)
+    assert slow.kind == "raised" and slow.error[0] == "TimeoutError", slow
+    assert greedy.kind == "raised" and greedy.error[0] == "MemoryError", greedy
 
 
 def test_an_answer_that_starts_a_process_is_refused_and_leaves_none_behind():
