@@ -261,6 +261,32 @@ def test_an_answer_far_too_large_is_refused_by_its_shape_first():
 
 
 # -- unseen cases at autograde ------------------------------------------------------------
+def _graded_here(lesson: str, check: str, code: str, name: str, salt: int):
+    """grade_answer's verdict under ``salt``, with the answer run here instead of in its own
+    process and the references' outputs on the unseen cases computed here instead of in the
+    reference process: the grader's comparison of both case sets, in a fraction of a second."""
+    from course_utils.exercises.core import _call
+
+    exercise = autograde.exercise_of(lesson, check)
+    namespace: dict = {}
+    exec(code, namespace)
+    cases, unseen = autograde.cases_of(exercise), autograde.cases_of(exercise, salt)
+    expected = [_call(exercise.reference, case) for case in unseen]
+    run = _recorded(namespace[name], cases, unseen)
+    return autograde.feedback_from(lesson, check, name, run, cases, unseen, expected)
+
+
+def _graded_outside(lesson: str, check: str, code: str, name: str, salt: int):
+    return autograde.grade_answer(lesson, check, code, name, salt=salt, solutions_dir=str(ROOT / "solutions"))
+
+
+# The quick suite compares here; CI's slow step also grades end to end (answer and references
+# in processes of their own). test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases grades
+# end to end in the quick suite too.
+GRADERS = [pytest.param(_graded_here, id="compared-here"),
+           pytest.param(_graded_outside, id="outside", marks=pytest.mark.slow)]
+
+
 def test_unseen_cases_differ_from_the_shipped_ones_for_nearly_every_exercise():
     from course_utils.exercises import answers
 
@@ -301,21 +327,20 @@ def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases():
     assert not wrong.passed and "not seen" in wrong.message, wrong
 
 
-def test_the_feedback_on_unseen_cases_shows_nothing_of_them():
+@pytest.mark.parametrize("grade", GRADERS)
+def test_the_feedback_on_unseen_cases_shows_nothing_of_them(grade):
     """C15 of the cold trial: an answer that raises its inputs as a message, or returns a wrong
     value, learns nothing of an unseen case from its feedback (not its label, inputs, expected
     output or the message it raised), so it cannot look them up at the next grading."""
     import re
 
-    solutions_dir = str(ROOT / "solutions")
     table = {c.args for c in lesson03.SCORE_MACS.make_cases()}
     for body in ("    raise ValueError(repr((seq_len, d_model, num_heads)))",
                  "    return -12345"):
         code = (f"def score_macs(seq_len, d_model, num_heads):\n"
                 f"    if (seq_len, d_model, num_heads) in {table!r}:\n"
                 f"        return num_heads * seq_len * seq_len * (d_model // num_heads)\n{body}\n")
-        feedback = autograde.grade_answer("lesson03", "check_score_macs", code, "score_macs", salt=77,
-                                          solutions_dir=solutions_dir)
+        feedback = grade("lesson03", "check_score_macs", code, "score_macs", 77)
         assert not feedback.passed and "not seen" in feedback.message, feedback
         assert not re.search(r"\d", feedback.message), feedback.message  # no number of the case at all
 
@@ -484,8 +509,13 @@ def test_the_answer_process_sees_neither_the_course_nor_the_clone(tmp_path):
 
 
 # -- the grader's verdict: the exercise's own check, replayed ------------------------------------
-def _recorded(fn, cases) -> sandbox.Run:
-    """What the answer's process would record for ``fn`` (run here: the course's own slips)."""
+def _recorded(fn, *case_sets) -> sandbox.Run:
+    """What the answer's process would record for ``fn`` on each list of cases (run here: the
+    course's own slips, or answers whose grading alone a test is about)."""
+    return sandbox.Run([_outcomes(fn, cases) for cases in case_sets])
+
+
+def _outcomes(fn, cases) -> list:
     from course_utils.exercises.core import _is_stub
 
     outcomes = []
@@ -500,7 +530,7 @@ def _recorded(fn, cases) -> sandbox.Run:
         except BaseException as exc:  # noqa: BLE001
             stub = isinstance(exc, NotImplementedError) and _is_stub(fn, exc)
             outcomes.append(sandbox.Outcome("raised", error=(type(exc).__name__, str(exc)), stub=stub))
-    return sandbox.Run([outcomes])
+    return outcomes
 
 
 @pytest.mark.parametrize("name", sorted(all_exercises()))
@@ -555,7 +585,8 @@ def test_unseen_cases_draw_their_sizes_too(lesson, exercise):
         assert len(unseen) == len(seen) and not set(unseen) & set(seen), (salt, unseen, seen)
 
 
-def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen():
+@pytest.mark.parametrize("grade", GRADERS)
+def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen(grade):
     """An answer that copies entries by a table keyed on the seen cases' sizes (the trial's 7.1
     cheat) passes the notebook's own check and fails the grader; the honest answer passes both."""
     from solutions.lesson07 import _repeat_kv as reference
@@ -574,12 +605,9 @@ def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen():
     namespace: dict = {}
     exec(looked_up, namespace)
     assert lesson07.check_repeat_kv(namespace["repeat_kv"]).passed  # what the student sees
-    solutions_dir = str(ROOT / "solutions")
-    right = autograde.grade_answer("lesson07", "check_repeat_kv", honest, "repeat_kv", salt=77,
-                                   solutions_dir=solutions_dir)
+    right = grade("lesson07", "check_repeat_kv", honest, "repeat_kv", 77)
     assert right.passed, right
-    wrong = autograde.grade_answer("lesson07", "check_repeat_kv", looked_up, "repeat_kv", salt=77,
-                                   solutions_dir=solutions_dir)
+    wrong = grade("lesson07", "check_repeat_kv", looked_up, "repeat_kv", 77)
     assert not wrong.passed and "not seen" in wrong.message, wrong
 
 
