@@ -28,6 +28,7 @@ from course_utils.exercises.core import Feedback
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import exercise_answers  # noqa: E402
+from graded_here import graded_here, graded_outside, recorded  # noqa: E402
 
 
 def _cat(cache, new):
@@ -261,30 +262,12 @@ def test_an_answer_far_too_large_is_refused_by_its_shape_first():
 
 
 # -- unseen cases at autograde ------------------------------------------------------------
-def _graded_here(lesson: str, check: str, code: str, name: str, salt: int):
-    """grade_answer's verdict under ``salt``, with the answer run here instead of in its own
-    process and the references' outputs on the unseen cases computed here instead of in the
-    reference process: the grader's comparison of both case sets, in a fraction of a second."""
-    from course_utils.exercises.core import _call
-
-    exercise = autograde.exercise_of(lesson, check)
-    namespace: dict = {}
-    exec(code, namespace)
-    cases, unseen = autograde.cases_of(exercise), autograde.cases_of(exercise, salt)
-    expected = [_call(exercise.reference, case) for case in unseen]
-    run = _recorded(namespace[name], cases, unseen)
-    return autograde.feedback_from(lesson, check, name, run, cases, unseen, expected)
-
-
-def _graded_outside(lesson: str, check: str, code: str, name: str, salt: int):
-    return autograde.grade_answer(lesson, check, code, name, salt=salt, solutions_dir=str(ROOT / "solutions"))
-
-
 # The quick suite compares here; CI's slow step also grades end to end (answer and references
 # in processes of their own). test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases grades
 # end to end in the quick suite too.
-GRADERS = [pytest.param(_graded_here, id="compared-here"),
-           pytest.param(_graded_outside, id="outside", marks=pytest.mark.slow)]
+GRADERS = [pytest.param(graded_here, id="compared-here"),
+           pytest.param(lambda *a: graded_outside(*a, solutions_dir=str(ROOT / "solutions")), id="outside",
+                        marks=pytest.mark.slow)]
 
 
 def test_unseen_cases_differ_from_the_shipped_ones_for_nearly_every_exercise():
@@ -509,30 +492,6 @@ def test_the_answer_process_sees_neither_the_course_nor_the_clone(tmp_path):
 
 
 # -- the grader's verdict: the exercise's own check, replayed ------------------------------------
-def _recorded(fn, *case_sets) -> sandbox.Run:
-    """What the answer's process would record for ``fn`` on each list of cases (run here: the
-    course's own slips, or answers whose grading alone a test is about)."""
-    return sandbox.Run([_outcomes(fn, cases) for cases in case_sets])
-
-
-def _outcomes(fn, cases) -> list:
-    from course_utils.exercises.core import _is_stub
-
-    outcomes = []
-    for case in cases:
-        args, kwargs = case.fresh()
-        try:
-            value = sandbox.to_plain(fn(*args, **kwargs))
-            after = sandbox.inputs_after(args, kwargs)
-            outcomes.append(sandbox._outcome({"kind": "value", "value": value, "after": after}))
-        except sandbox.Refused as exc:
-            outcomes.append(sandbox.Outcome("refused", error=("Refused", str(exc))))
-        except BaseException as exc:  # noqa: BLE001
-            stub = isinstance(exc, NotImplementedError) and _is_stub(fn, exc)
-            outcomes.append(sandbox.Outcome("raised", error=(type(exc).__name__, str(exc)), stub=stub))
-    return outcomes
-
-
 @pytest.mark.parametrize("name", sorted(all_exercises()))
 def test_the_grader_gives_the_notebooks_verdict_on_the_reference_and_each_slip(name):
     """Replaying recorded outputs through the exercise's check gives the status and the named
@@ -547,7 +506,7 @@ def test_the_grader_gives_the_notebooks_verdict_on_the_reference_and_each_slip(n
     cases = autograde.cases_of(exercise)
     for fn in (exercise.reference, *(m.implementation for m in exercise.mistakes if m.implementation)):
         in_the_notebook = exercise.check_trusted(fn)
-        run = _recorded(fn, cases)
+        run = recorded(fn, cases)
         outside = autograde.feedback_from(lesson, check, "answer", run, cases)
         assert outside.passed == in_the_notebook.passed, (name, outside, in_the_notebook)
         raised = any(o.kind == "raised" for o in run.outcomes[0])
