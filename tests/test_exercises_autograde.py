@@ -28,7 +28,7 @@ from course_utils.exercises.core import Feedback
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import exercise_answers  # noqa: E402
-from graded_here import graded_here, graded_outside, recorded  # noqa: E402
+from graded_here import graded_here, graded_outside  # noqa: E402
 
 
 def _cat(cache, new):
@@ -492,27 +492,10 @@ def test_the_answer_process_sees_neither_the_course_nor_the_clone(tmp_path):
 
 
 # -- the grader's verdict: the exercise's own check, replayed ------------------------------------
-@pytest.mark.parametrize("name", sorted(all_exercises()))
-def test_the_grader_gives_the_notebooks_verdict_on_the_reference_and_each_slip(name):
-    """Replaying recorded outputs through the exercise's check gives the status and the named
-    mistake the check gives in the notebook: slips keep their names, scores stay as they were.
-    (A slip that raises is named in the notebook by running it again under a record of its
-    tensor operations; outside, it is reported as the error it raised, for no points either.)"""
-    exercise = all_exercises()[name]
-    lesson, exercise_name = name.split(".")
-    module = __import__(f"course_utils.exercises.{lesson}", fromlist=["_"])
-    check = next(k for k, v in vars(module).items() if k.startswith("check_") and callable(v)
-                 and autograde.exercise_of(lesson, k) is exercise)
-    cases = autograde.cases_of(exercise)
-    for fn in (exercise.reference, *(m.implementation for m in exercise.mistakes if m.implementation)):
-        in_the_notebook = exercise.check_trusted(fn)
-        run = recorded(fn, cases)
-        outside = autograde.feedback_from(lesson, check, "answer", run, cases)
-        assert outside.passed == in_the_notebook.passed, (name, outside, in_the_notebook)
-        raised = any(o.kind == "raised" for o in run.outcomes[0])
-        if not (raised and outside.status == "error"):
-            assert (outside.status, outside.mistake) == (in_the_notebook.status, in_the_notebook.mistake), (
-                name, getattr(fn, "__name__", fn), outside, in_the_notebook)
+# The grader's verdict on the reference and on each slip (replaying their recorded outputs
+# through the exercise's check gives the notebook's verdict) is asserted in tests/test_exercises.py,
+# next to the notebook's own verdict on each, which it reuses (test_reference_passes,
+# test_each_mistake_is_named).
 
 
 def test_secrets_are_new_for_each_release_and_the_instructors_only(tmp_path):
