@@ -166,7 +166,7 @@ def test_notebook_tools_student_refuses_an_unpaired_solution_marker(tmp_path, ca
 
 @pytest.mark.parametrize("source, argv, words", [
     ("raise ValueError('broken cell')", [], ["a cell raised ValueError: broken cell"]),
-    ("import time\ntime.sleep(30)", ["--timeout", "2"], ["longer than the 2 s cell timeout"]),
+    ("import time\ntime.sleep(30)", ["--timeout", "1"], ["longer than the 1 s cell timeout"]),
 ])
 def test_notebook_tools_execute_failure_is_one_line_exit_2(tmp_path, source, argv, words):
     path = _notebook(tmp_path / "bad.ipynb", source)

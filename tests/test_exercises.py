@@ -1,14 +1,46 @@
 """Every exercise: the reference passes (on the trusted path), each known mistake gets
-its own diagnosis, an unattempted stub is reported as not attempted, and a learner who
-hands in the reference itself, or a wrapper of it, is told so."""
+its own diagnosis, and the outside grader gives both the notebook's verdict; an unattempted
+stub is reported as not attempted, and a learner who hands in the reference itself, or a
+wrapper of it, is told so."""
+
+import functools
 
 import pytest
 import torch
+from graded_here import recorded
 
-from course_utils.exercises import all_exercises
+from course_utils.exercises import all_exercises, autograde
 
 EXERCISES = all_exercises()
 MISTAKES = [(name, m) for name, ex in EXERCISES.items() for m in ex.mistakes]
+
+
+@functools.cache
+def _check_and_cases(name: str) -> tuple[str, list]:
+    """The name of exercise ``name``'s check in its lesson module, and the cases the grader uses."""
+    exercise = EXERCISES[name]
+    lesson = name.split(".")[0]
+    module = __import__(f"course_utils.exercises.{lesson}", fromlist=["_"])
+    check = next(k for k, v in vars(module).items() if k.startswith("check_") and callable(v)
+                 and autograde.exercise_of(lesson, k) is exercise)
+    return check, autograde.cases_of(exercise)
+
+
+def _the_grader_agrees(name: str, fn, in_the_notebook) -> None:
+    """Replaying ``fn``'s recorded outputs through the exercise's check, as the outside grader
+    does, gives the status and the named mistake the check gives in the notebook
+    (``in_the_notebook``): slips keep their names, scores stay as they were. (A slip that raises
+    is named in the notebook by running it again under a record of its tensor operations;
+    outside, it is reported as the error it raised, for no points either.)"""
+    lesson = name.split(".")[0]
+    check, cases = _check_and_cases(name)
+    run = recorded(fn, cases)
+    outside = autograde.feedback_from(lesson, check, "answer", run, cases)
+    assert outside.passed == in_the_notebook.passed, (name, outside, in_the_notebook)
+    raised = any(o.kind == "raised" for o in run.outcomes[0])
+    if not (raised and outside.status == "error"):
+        assert (outside.status, outside.mistake) == (in_the_notebook.status, in_the_notebook.mistake), (
+            name, getattr(fn, "__name__", fn), outside, in_the_notebook)
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
@@ -16,6 +48,7 @@ def test_reference_passes(name):
     ex = EXERCISES[name]
     fb = ex.check_trusted(ex.reference)
     assert fb.passed, fb
+    _the_grader_agrees(name, ex.reference, fb)
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
@@ -42,6 +75,7 @@ def test_each_mistake_is_named(name, mistake):
     fb = EXERCISES[name].check_trusted(mistake.implementation)
     assert not fb.passed
     assert fb.mistake == mistake.key, f"expected diagnosis {mistake.key!r}, got {fb}"
+    _the_grader_agrees(name, mistake.implementation, fb)
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))

@@ -28,6 +28,7 @@ from course_utils.exercises.core import Feedback
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import exercise_answers  # noqa: E402
+from graded_here import graded_here, graded_outside  # noqa: E402
 
 
 def _cat(cache, new):
@@ -261,6 +262,14 @@ def test_an_answer_far_too_large_is_refused_by_its_shape_first():
 
 
 # -- unseen cases at autograde ------------------------------------------------------------
+# The quick suite compares here; CI's slow step also grades end to end (answer and references
+# in processes of their own). test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases grades
+# end to end in the quick suite too.
+GRADERS = [pytest.param(graded_here, id="compared-here"),
+           pytest.param(lambda *a: graded_outside(*a, solutions_dir=str(ROOT / "solutions")), id="outside",
+                        marks=pytest.mark.slow)]
+
+
 def test_unseen_cases_differ_from_the_shipped_ones_for_nearly_every_exercise():
     from course_utils.exercises import answers
 
@@ -301,21 +310,20 @@ def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases():
     assert not wrong.passed and "not seen" in wrong.message, wrong
 
 
-def test_the_feedback_on_unseen_cases_shows_nothing_of_them():
+@pytest.mark.parametrize("grade", GRADERS)
+def test_the_feedback_on_unseen_cases_shows_nothing_of_them(grade):
     """C15 of the cold trial: an answer that raises its inputs as a message, or returns a wrong
     value, learns nothing of an unseen case from its feedback (not its label, inputs, expected
     output or the message it raised), so it cannot look them up at the next grading."""
     import re
 
-    solutions_dir = str(ROOT / "solutions")
     table = {c.args for c in lesson03.SCORE_MACS.make_cases()}
     for body in ("    raise ValueError(repr((seq_len, d_model, num_heads)))",
                  "    return -12345"):
         code = (f"def score_macs(seq_len, d_model, num_heads):\n"
                 f"    if (seq_len, d_model, num_heads) in {table!r}:\n"
                 f"        return num_heads * seq_len * seq_len * (d_model // num_heads)\n{body}\n")
-        feedback = autograde.grade_answer("lesson03", "check_score_macs", code, "score_macs", salt=77,
-                                          solutions_dir=solutions_dir)
+        feedback = grade("lesson03", "check_score_macs", code, "score_macs", 77)
         assert not feedback.passed and "not seen" in feedback.message, feedback
         assert not re.search(r"\d", feedback.message), feedback.message  # no number of the case at all
 
@@ -419,19 +427,24 @@ def test_plain_outputs_come_back_as_they_were_and_forged_ones_are_refused():
 
 
 # -- the answer's process: isolated, limited, ended -----------------------------------------------
-def _run(code: str, *, per_call: int = 30, memory: int = 4 * 2**30, hide=()) -> list:
+def _run(code: str, *, per_call: int = 30, memory: int = 4 * 2**30, hide=(), cases: int = 1) -> list:
     run = sandbox.run_answer(code, "score_macs", "lesson03.check_score_macs",
-                             [lesson03.SCORE_MACS.make_cases()[:1]],
+                             [lesson03.SCORE_MACS.make_cases()[:cases]],
                              per_call=per_call, memory=memory, hide=hide)
     assert run.lost is None and run.defined is None, run
     return run.outcomes[0]
 
 
 def test_the_answer_process_has_time_and_memory_limits():
-    slow = _run("def score_macs(*a):\n    while True:\n        pass\n", per_call=2)
-    assert slow[0].kind == "raised" and slow[0].error[0] == "TimeoutError", slow
-    greedy = _run("def score_macs(*a):\n    return len(bytearray(8 * 2**30))\n", memory=3 * 2**30)
-    assert greedy[0].kind == "raised" and greedy[0].error[0] == "MemoryError", greedy
+    """One process, two calls: the first never returns (stopped at its time limit), the second
+    asks for more memory than the process may have; each call's own outcome is asserted."""
+    first, second = (c.args for c in lesson03.SCORE_MACS.make_cases()[:2])
+    assert first != second
+    code = (f"def score_macs(*a):\n    if a == {first!r}:\n        while True:\n            pass\n"
+            "    return len(bytearray(8 * 2**30))\n")
+    slow, greedy = _run(code, per_call=1, memory=3 * 2**30, cases=2)
+    assert slow.kind == "raised" and slow.error[0] == "TimeoutError", slow
+    assert greedy.kind == "raised" and greedy.error[0] == "MemoryError", greedy
 
 
 def test_an_answer_that_starts_a_process_is_refused_and_leaves_none_behind():
@@ -479,46 +492,10 @@ def test_the_answer_process_sees_neither_the_course_nor_the_clone(tmp_path):
 
 
 # -- the grader's verdict: the exercise's own check, replayed ------------------------------------
-def _recorded(fn, cases) -> sandbox.Run:
-    """What the answer's process would record for ``fn`` (run here: the course's own slips)."""
-    from course_utils.exercises.core import _is_stub
-
-    outcomes = []
-    for case in cases:
-        args, kwargs = case.fresh()
-        try:
-            value = sandbox.to_plain(fn(*args, **kwargs))
-            after = sandbox.inputs_after(args, kwargs)
-            outcomes.append(sandbox._outcome({"kind": "value", "value": value, "after": after}))
-        except sandbox.Refused as exc:
-            outcomes.append(sandbox.Outcome("refused", error=("Refused", str(exc))))
-        except BaseException as exc:  # noqa: BLE001
-            stub = isinstance(exc, NotImplementedError) and _is_stub(fn, exc)
-            outcomes.append(sandbox.Outcome("raised", error=(type(exc).__name__, str(exc)), stub=stub))
-    return sandbox.Run([outcomes])
-
-
-@pytest.mark.parametrize("name", sorted(all_exercises()))
-def test_the_grader_gives_the_notebooks_verdict_on_the_reference_and_each_slip(name):
-    """Replaying recorded outputs through the exercise's check gives the status and the named
-    mistake the check gives in the notebook: slips keep their names, scores stay as they were.
-    (A slip that raises is named in the notebook by running it again under a record of its
-    tensor operations; outside, it is reported as the error it raised, for no points either.)"""
-    exercise = all_exercises()[name]
-    lesson, exercise_name = name.split(".")
-    module = __import__(f"course_utils.exercises.{lesson}", fromlist=["_"])
-    check = next(k for k, v in vars(module).items() if k.startswith("check_") and callable(v)
-                 and autograde.exercise_of(lesson, k) is exercise)
-    cases = autograde.cases_of(exercise)
-    for fn in (exercise.reference, *(m.implementation for m in exercise.mistakes if m.implementation)):
-        in_the_notebook = exercise.check_trusted(fn)
-        run = _recorded(fn, cases)
-        outside = autograde.feedback_from(lesson, check, "answer", run, cases)
-        assert outside.passed == in_the_notebook.passed, (name, outside, in_the_notebook)
-        raised = any(o.kind == "raised" for o in run.outcomes[0])
-        if not (raised and outside.status == "error"):
-            assert (outside.status, outside.mistake) == (in_the_notebook.status, in_the_notebook.mistake), (
-                name, getattr(fn, "__name__", fn), outside, in_the_notebook)
+# The grader's verdict on the reference and on each slip (replaying their recorded outputs
+# through the exercise's check gives the notebook's verdict) is asserted in tests/test_exercises.py,
+# next to the notebook's own verdict on each, which it reuses (test_reference_passes,
+# test_each_mistake_is_named).
 
 
 def test_secrets_are_new_for_each_release_and_the_instructors_only(tmp_path):
@@ -550,7 +527,8 @@ def test_unseen_cases_draw_their_sizes_too(lesson, exercise):
         assert len(unseen) == len(seen) and not set(unseen) & set(seen), (salt, unseen, seen)
 
 
-def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen():
+@pytest.mark.parametrize("grade", GRADERS)
+def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen(grade):
     """An answer that copies entries by a table keyed on the seen cases' sizes (the trial's 7.1
     cheat) passes the notebook's own check and fails the grader; the honest answer passes both."""
     from solutions.lesson07 import _repeat_kv as reference
@@ -569,12 +547,9 @@ def test_an_index_map_from_the_shipped_outputs_scores_nothing_unseen():
     namespace: dict = {}
     exec(looked_up, namespace)
     assert lesson07.check_repeat_kv(namespace["repeat_kv"]).passed  # what the student sees
-    solutions_dir = str(ROOT / "solutions")
-    right = autograde.grade_answer("lesson07", "check_repeat_kv", honest, "repeat_kv", salt=77,
-                                   solutions_dir=solutions_dir)
+    right = grade("lesson07", "check_repeat_kv", honest, "repeat_kv", 77)
     assert right.passed, right
-    wrong = autograde.grade_answer("lesson07", "check_repeat_kv", looked_up, "repeat_kv", salt=77,
-                                   solutions_dir=solutions_dir)
+    wrong = grade("lesson07", "check_repeat_kv", looked_up, "repeat_kv", 77)
     assert not wrong.passed and "not seen" in wrong.message, wrong
 
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from course_utils.exercises import lesson02, sandbox
 
 CHECK = "lesson02.check_softmax_rows"
@@ -67,32 +69,44 @@ def test_the_note_joins_a_correct_verdict_only_with_the_cells_given():
     assert lesson02.check_softmax_rows(answer).passed  # not IPython here: the verdict alone
 
 
-def test_in_an_ipython_kernel_the_check_reads_the_cells_run_so_far():
-    """A real IPython shell, in its own process (the shell is a process-wide singleton)."""
-    script = textwrap.dedent(f"""
-        from IPython.core.interactiveshell import InteractiveShell
-        shell = InteractiveShell.instance()
-        for cell in [{IMPORTS!r}, "from course_utils.exercises import lesson02", "AXIS = -1",
-                     {WITH_A_VARIABLE!r}, "lesson02.check_softmax_rows(softmax_rows).assert_passed()",
-                     {RIGHT!r}, "lesson02.check_softmax_rows(softmax_rows).assert_passed()"]:
-            assert shell.run_cell(cell, store_history=True).success
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+# Both IPython scenarios run in one fresh process (torch and IPython are imported once): the
+# shell keeping no history first, exactly as in a process of its own; then that shell is
+# dropped and a new one made, whose history holds only its own cells (the first stored none).
+SHELLS = textwrap.dedent(f"""
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    for cell in [{IMPORTS!r}, "from course_utils.exercises import lesson02", {RIGHT!r},
+                 "lesson02.check_softmax_rows(softmax_rows).assert_passed()"]:
+        assert shell.run_cell(cell).success
+    print("=== with history", flush=True)
+    InteractiveShell.clear_instance()
+    shell = InteractiveShell.instance()
+    for cell in [{IMPORTS!r}, "from course_utils.exercises import lesson02", "AXIS = -1",
+                 {WITH_A_VARIABLE!r}, "lesson02.check_softmax_rows(softmax_rows).assert_passed()",
+                 {RIGHT!r}, "lesson02.check_softmax_rows(softmax_rows).assert_passed()"]:
+        assert shell.run_cell(cell, store_history=True).success
+""")
+
+
+@pytest.fixture(scope="module")
+def shells() -> dict[str, str]:
+    """What each IPython scenario printed: "no history" and "history"."""
+    out = subprocess.run([sys.executable, "-c", SHELLS], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    verdicts = [line for line in out.stdout.splitlines() if "2." in line and ":" in line]
-    assert len(verdicts) == 2, out.stdout
+    assert out.stdout.count("=== with history\n") == 1, out.stdout
+    without, with_history = out.stdout.split("=== with history\n")
+    return {"no history": without, "history": with_history}
+
+
+def test_in_an_ipython_kernel_the_check_reads_the_cells_run_so_far(shells):
+    """A real IPython shell, in a fresh process (the shell is a process-wide singleton)."""
+    verdicts = [line for line in shells["history"].splitlines() if "2." in line and ":" in line]
+    assert len(verdicts) == 2, shells["history"]
     assert "correct" in verdicts[0] and "score 0" in verdicts[0] and "`AXIS`" in verdicts[0]
     assert "correct" in verdicts[1] and "score 0" not in verdicts[1]
 
 
-def test_a_history_without_the_answer_says_nothing():
+def test_a_history_without_the_answer_says_nothing(shells):
     """A shell that keeps no history (store_history=False) must not warn a right answer."""
-    script = textwrap.dedent(f"""
-        from IPython.core.interactiveshell import InteractiveShell
-        shell = InteractiveShell.instance()
-        for cell in [{IMPORTS!r}, "from course_utils.exercises import lesson02", {RIGHT!r},
-                     "lesson02.check_softmax_rows(softmax_rows).assert_passed()"]:
-            assert shell.run_cell(cell).success
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "correct" in out.stdout and "score 0" not in out.stdout, out
+    out = shells["no history"]
+    assert "correct" in out and "score 0" not in out, out

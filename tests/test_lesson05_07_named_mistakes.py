@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from graded_here import graded_here, graded_outside
 
-from course_utils.exercises import autograde, lesson05, lesson06, lesson07
+from course_utils.exercises import lesson05, lesson06, lesson07
+
+# "The grader names it too": the quick suite records the answer here and hands the outcomes to
+# the grader's own comparison; CI's slow step also runs it in a process of its own.
+GRADERS = [pytest.param(graded_here, id="recorded-here"),
+           pytest.param(lambda *a: graded_outside(*a, sandboxed=False), id="own-process",
+                        marks=pytest.mark.slow)]
 
 
 # -- 5.1 / 5.2: an edited pattern, one diagonal --------------------------------------------------
@@ -49,13 +56,13 @@ def test_5_1_right_answers_pass(answer):
     assert lesson05.check_previous_token_score(answer).passed
 
 
-def test_5_1_the_grader_names_the_edited_pattern_too():
+@pytest.mark.parametrize("grade", GRADERS)
+def test_5_1_the_grader_names_the_edited_pattern_too(grade):
     code = ("def previous_token_score(pattern):\n"
             "    below = pattern.diagonal(offset=-1, dim1=-2, dim2=-1)\n"
             "    pattern.zero_()\n"
             "    return below.mean(-1)\n")
-    fb = autograde.grade_answer("lesson05", "check_previous_token_score", code, "previous_token_score",
-                                salt=None, solutions_dir=None, sandboxed=False)
+    fb = grade("lesson05", "check_previous_token_score", code, "previous_token_score")
     assert not fb.passed and fb.mistake == "edited_pattern_in_place", fb
 
 
@@ -163,10 +170,10 @@ def test_6_3_a_number_instead_of_the_heads_name_is_named(answer):
     assert "not the head's name" in fb.message and "idxmin" not in fb.hint
 
 
-def test_6_3_the_grader_names_the_value_too():
+@pytest.mark.parametrize("grade", GRADERS)
+def test_6_3_the_grader_names_the_value_too(grade):
     code = "def head_the_task_needs(table):\n    return table['task accuracy after'].min()\n"
-    fb = autograde.grade_answer("lesson06", "check_narrow_head", code, "head_the_task_needs", salt=None,
-                                solutions_dir=None, sandboxed=False)
+    fb = grade("lesson06", "check_narrow_head", code, "head_the_task_needs")
     assert not fb.passed and fb.mistake == "value_not_name", fb
 
 
@@ -283,14 +290,14 @@ def test_7_3_caches_that_dropped_their_oldest_token_are_named():
         assert not fb.passed and fb.mistake == "dropped_oldest_token", fb
 
 
-def test_7_3_the_grader_names_float32_caches_too():
+@pytest.mark.parametrize("grade", GRADERS)
+def test_7_3_the_grader_names_float32_caches_too(grade):
     code = ("import torch\nimport torch.nn.functional as F\n\n"
             "def decode_step(q_new, k_new, v_new, k_cache, v_cache):\n"
             "    q, kn, vn, kc, vc = (t.float() for t in (q_new, k_new, v_new, k_cache, v_cache))\n"
             "    k, v = torch.cat([kc, kn], dim=2), torch.cat([vc, vn], dim=2)\n"
             "    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v\n")
-    fb = autograde.grade_answer("lesson07", "check_decode_step", code, "decode_step", salt=None,
-                                solutions_dir=None, sandboxed=False)
+    fb = grade("lesson07", "check_decode_step", code, "decode_step")
     assert not fb.passed and fb.mistake == "changed_dtype", fb
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "student_tree.py"
 
@@ -17,10 +19,17 @@ def _run(*args: str, cwd: Path = ROOT, script: Path = SCRIPT) -> subprocess.Comp
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, cwd=cwd)
 
 
-def test_the_tree_holds_the_lessons_and_no_solutions(tmp_path):
-    out = tmp_path / "tree"
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """One tree for the tests that only read it (and run the package from it)."""
+    out = tmp_path_factory.mktemp("student_tree") / "tree"
     done = _run(str(out))
     assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_tree_holds_the_lessons_and_no_solutions(tree):
+    out = tree
     names = {p.name for p in out.iterdir()}
     assert {"student", "course_utils", "data", "course.py", "pyproject.toml", "README.md"} <= names
     assert not names & {"notebooks", "solutions", "tests", "scripts", "INSTRUCTORS.md", ".ci"}
@@ -42,9 +51,8 @@ def test_the_tree_holds_the_lessons_and_no_solutions(tmp_path):
         assert f"/{tag}-student" in text and f"@{tag}-student" in text and f"/{tag}/" not in text, path
 
 
-def test_the_checks_work_from_the_tree_without_any_reference(tmp_path):
-    out = tmp_path / "tree"
-    assert _run(str(out)).returncode == 0
+def test_the_checks_work_from_the_tree_without_any_reference(tree):
+    out = tree
     probe = (
         "import sys; sys.path.insert(0, '.')\n"
         "import course_utils, inspect\n"
