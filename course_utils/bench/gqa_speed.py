@@ -79,7 +79,7 @@ from .decode_step import (
     time_flushed,
 )
 from .decode_step import flush_bytes as flush_bytes_default
-from .timing import Timing, interleaved_samples
+from .timing import Timing, check_round_counts, interleaved_samples
 
 __all__ = [
     "SHARING_METHODS",
@@ -409,6 +409,7 @@ def bench_decode(
     groups = run["groups"] if groups is None else groups
     repeats = run["repeats"] if repeats is None else repeats
     warmup = run["warmup"] if warmup is None else warmup
+    repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the caches and the bar
     unknown = [m for m in methods if m not in SHARING_METHODS]
     if unknown or "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
@@ -502,7 +503,7 @@ def stage_times(
     the last-level cache) is read before every
     timed call so that no stage finds its data in the last-level cache. Shows which stage
     keeps the small-``g`` step from shrinking as fast as its cache."""
-    repeats = check_int(repeats, "repeats", minimum=1)
+    repeats = check_round_counts(repeats)[0]
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
     flush = random_buffer(_flush_size(flush_mib), seed=1)
     prepared = {}
@@ -711,6 +712,7 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
     timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
     note."""
     _check_time_cold(steps, baseline, flush_bytes, progress)
+    repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the bar adds them
     allocator = steady_allocator()
     flush = random_buffer(flush_bytes_default() if flush_bytes is None else flush_bytes, seed=1)
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
