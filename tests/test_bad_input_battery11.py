@@ -80,3 +80,62 @@ def test_the_cli_and_the_functions_share_one_cap():
         cli.repeat_count(str(timing.MAX_REPEATS + 1))
     assert timing.check_round_counts(timing.MAX_REPEATS, timing.MAX_REPEATS, timing.MAX_REPEATS) == (
         timing.MAX_REPEATS, timing.MAX_REPEATS, timing.MAX_REPEATS)
+
+
+# -- item 2: sizes are refused before anything is allocated, naming the argument -----------------
+def _sizes_cases():
+    from course_utils.attention.shapes import cost_table
+    from course_utils.bench.mha_speed import compare_on_device
+    from course_utils.model.kv_cache import CatCache
+    from course_utils.tasks.synthetic import InductionTask
+    from course_utils.tasks.two_relations import attention_by_copies
+    from course_utils.tasks.worked_example import round_half_up
+
+    def compare(**kwargs):
+        return lambda: compare_on_device("cpu", **{"batch": 1, "seq_len": 4, "d_model": 8, "num_heads": 2,
+                                                   "dtype": torch.float32, "repeats": 1, **kwargs})
+
+    cases = [
+        ("cost_table batch", lambda: cost_table(HUGE, 16, 64, [1, 2, 4]), ValueError, ["batch", "GiB"]),
+        ("cost_table seq_len", lambda: cost_table(2, HUGE, 64, [1, 2, 4]), ValueError, ["seq_len", "GiB"]),
+        ("cost_table d_model", lambda: cost_table(2, 16, 2**40, [1, 2, 4]), ValueError, ["d_model", "GiB"]),
+        ("cost_table scores beyond memory", lambda: cost_table(2, 10**6, 64, [1, 2]), ValueError,
+         ["seq_len", "GiB", "more than this machine"]),
+        ("compare device 3", lambda: compare_on_device(3), TypeError,
+         ["device", "int"]),
+        ("compare device bogus", lambda: compare_on_device("bogus"), ValueError, ["device", "bogus"]),
+        ("compare device empty", lambda: compare_on_device(""), ValueError, ["device"]),
+        ("compare device None", lambda: compare_on_device(None), TypeError, ["device", "NoneType"]),
+        ("compare device meta", lambda: compare_on_device("meta"), ValueError, ["device", "meta"]),
+        ("CatCache num_layers", lambda: CatCache(HUGE), ValueError, ["num_layers", "GiB"]),
+        ("InductionTask vocab_size", lambda: InductionTask(vocab_size=HUGE), ValueError,
+         ["vocab_size", "GiB"]),
+        ("InductionTask seq_len", lambda: InductionTask(seq_len=HUGE), ValueError, ["seq_len", "GiB"]),
+        ("round_half_up decimals", lambda: round_half_up(0.5, decimals=HUGE), ValueError,
+         ["decimals", "15", str(HUGE)]),
+        ("round_half_up decimals negative", lambda: round_half_up(0.5, decimals=-HUGE), ValueError,
+         ["decimals"]),
+        ("attention_by_copies digits", lambda: attention_by_copies(None, None, digits=HUGE), ValueError,
+         ["digits", "15"]),
+    ]
+    for name in ("batch", "seq_len", "d_model"):
+        cases += [(f"compare {name} {value!r}", compare(**{name: value}), error, [name])
+                  for value, error in ((-1, ValueError), (0, ValueError), (2.5, TypeError), ("3", TypeError),
+                                       (None, TypeError), (True, TypeError))]
+        cases.append((f"compare {name} huge", compare(**{name: HUGE}), ValueError, ["GiB"]))
+    return cases
+
+
+SIZES = _sizes_cases()
+
+
+@pytest.mark.parametrize("label, call, error, words", SIZES, ids=[c[0] for c in SIZES])
+def test_sizes_are_refused_before_allocating(label, call, error, words):
+    refused(call, error, words)
+
+
+def test_a_task_that_fits_still_blames_batch_size():
+    from course_utils.tasks.synthetic import InductionTask
+
+    task = InductionTask(vocab_size=10**6)
+    refused(lambda: task.sample(HUGE, torch.Generator().manual_seed(0)), ValueError, ["batch_size", "GiB"])

@@ -34,6 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
 from .validation import (
+    check_attention_fits,
     check_callable,
     check_distinct,
     check_flag,
@@ -439,6 +440,8 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
                                  "head counts (each is one row of the table, indexed by h)")
     for h in head_counts:
         mha_macs(batch, seq_len, d_model, h)  # checks every size before any tensor is made
+    batch, seq_len, d_model = (int(v) for v in (batch, seq_len, d_model))  # exact products below
+    check_attention_fits(batch, seq_len, d_model, max(head_counts))  # the measured column's forward pass
     x = torch.zeros(batch, seq_len, d_model)
     for h in head_counts:
         macs = mha_macs(batch, seq_len, d_model, h)

@@ -58,6 +58,7 @@ __all__ = [
     "check_rows",
     "check_ids",
     "check_fits_in_memory",
+    "check_attention_fits",
     "physical_memory_bytes",
 ]
 
@@ -263,6 +264,22 @@ def check_fits_in_memory(num_bytes: int, name: str, what: str = "") -> None:
     if total is not None and num_bytes > total:
         raise ValueError(f"{name} asks for {num_bytes / 2**30:,.1f} GiB{f' ({what})' if what else ''}, "
                          f"more than this machine's {total / 2**30:,.1f} GiB of memory")
+
+
+def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
+                         name: str | None = None) -> None:
+    """Refuse, before anything is allocated, a self-attention forward pass whose float32 working
+    memory does not fit here: scores ``(B, h, T, T)``, the input and its projections, and the
+    weights. The sizes must already be checked ints. ``name`` is blamed in the message (default:
+    the sizes of the largest of the three parts, e.g. ``"batch x num_heads x seq_len**2"``)."""
+    parts = {"batch x num_heads x seq_len**2": batch * num_heads * seq_len * seq_len,
+             "batch x seq_len x d_model": 4 * batch * seq_len * d_model,
+             "d_model**2": 4 * d_model * d_model}
+    name = max(parts, key=parts.__getitem__) if name is None else name
+    check_fits_in_memory(4 * sum(parts.values()), name,
+                         f"float32 attention scores of shape (B, h, T, T) = ({batch}, {num_heads}, "
+                         f"{seq_len}, {seq_len}), the input (B, T, d_model) and its projections, "
+                         f"and the weights")
 
 
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:

@@ -46,6 +46,7 @@ from ..attention.validation import (
     check_rows,
 )
 from ..env import seed_everything, torch_threads
+from ..interp.scores import MAX_DECIMALS
 from ..parallel import default_workers, parallel_map
 
 __all__ = [
@@ -499,7 +500,8 @@ def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int =
     on all items sum to 1, the rest goes to distractors."""
     import pandas as pd
 
-    check_int(digits, "digits", minimum=0)  # negative digits would round every share to 0
+    # negative digits would round every share to 0; beyond MAX_DECIMALS pandas' round overflows
+    check_int(digits, "digits", minimum=0, maximum=MAX_DECIMALS)
     predicted, weights = _predict_with_weights(model, batch)  # (n,), (n, h, T)
     right = predicted == batch.target  # (n,)
     on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1)  # (n, h)
