@@ -139,3 +139,20 @@ def test_a_task_that_fits_still_blames_batch_size():
 
     task = InductionTask(vocab_size=10**6)
     refused(lambda: task.sample(HUGE, torch.Generator().manual_seed(0)), ValueError, ["batch_size", "GiB"])
+
+
+# -- item 6: repeated head-group counts are refused by every decode benchmark, by one helper ------
+DUPLICATES = [
+    ("stage_times", lambda: gqa_speed.stage_times((2, 2), num_heads=2, d_head=8, context=16, num_layers=1)),
+    ("stage_bandwidth", lambda: gqa_speed.stage_bandwidth((2, 1, 1), num_heads=2, d_head=8, context=16,
+                                                          num_layers=1)),
+    ("bench_decode", lambda: gqa_speed.bench_decode(2, 8, 16, 1, [2, 2], repeats=1, progress=False)),
+    ("make_kv_caches", lambda: gqa_speed.make_kv_caches(2, 8, 16, 1, (2, 1, 1))),
+    ("bench_whole_step", lambda: decode_step.bench_whole_step([(1, 16)], (2, 2), d_model=16, num_heads=2,
+                                                              num_layers=1, repeats=1, progress=False)),
+]
+
+
+@pytest.mark.parametrize("label, call", DUPLICATES, ids=[c[0] for c in DUPLICATES])
+def test_repeated_groups_are_refused(label, call):
+    refused(call, ValueError, ["groups must list distinct head-group counts", "which repeats"])

@@ -64,7 +64,13 @@ from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
-from ..attention.validation import check_device, check_fits_in_memory, check_float_dtype, check_int
+from ..attention.validation import (
+    check_device,
+    check_distinct,
+    check_fits_in_memory,
+    check_float_dtype,
+    check_int,
+)
 from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
@@ -335,6 +341,7 @@ def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, ba
     if not groups or bad or num_heads not in groups:
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including "
                          f"{num_heads} itself (the MHA baseline), got {list(groups)}")
+    check_distinct(groups, "groups", "head-group counts")  # as bench_whole_step: a repeat, its rows twice
     return sizes
 
 
