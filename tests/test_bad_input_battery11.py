@@ -5,13 +5,21 @@ by name, before any work: the argument, what was expected and what arrived."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
 from course_utils.bench import cli, decode_step, gqa_speed, timing
 
 HUGE = 10**12
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def refused(call, error, words):
@@ -156,3 +164,51 @@ DUPLICATES = [
 @pytest.mark.parametrize("label, call", DUPLICATES, ids=[c[0] for c in DUPLICATES])
 def test_repeated_groups_are_refused(label, call):
     refused(call, ValueError, ["groups must list distinct head-group counts", "which repeats"])
+
+
+# -- item 8: notebook_tools.py interrupted says so on one line, exits non-zero, writes nothing ----
+def _notebook(path: Path, source: str) -> bytes:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, str(path))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_notebook_tools_interrupted_between_files_says_so(tmp_path, monkeypatch, capsys, signum):
+    """The signal arrives as the tool works on a file (here: upgrade, in this process)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import notebook_tools
+
+    path = tmp_path / "a.ipynb"
+    before = _notebook(path, "1 + 1")
+    monkeypatch.setattr(notebook_tools, "upgrade", lambda p: os.kill(os.getpid(), signum))
+    previous = signal.getsignal(signum)
+    assert notebook_tools.main(["upgrade", str(path)]) == 128 + signum
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"interrupted by {signal.Signals(signum).name}" in err, err
+    assert "Traceback" not in err and path.read_bytes() == before
+    assert signal.getsignal(signum) is previous, "main leaves the signal handlers as it found them"
+
+
+@pytest.mark.slow
+def test_notebook_tools_execute_interrupted_by_sigterm_writes_nothing(tmp_path):
+    """Battery 11 item 8: SIGTERM during a run gave exit 1 and nbclient's traceback."""
+    started = tmp_path / "started"
+    path = tmp_path / "slow.ipynb"
+    before = _notebook(path, f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(60)")
+    tool = str(ROOT / "scripts" / "notebook_tools.py")
+    run = subprocess.Popen([sys.executable, tool, "execute", str(path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.1)
+    assert started.exists(), "the cell never started"
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, (out, err)
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("notebook_tools.py: interrupted by SIGTERM"), err
+    assert str(path) in err and "was not changed" in err
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.ipynb", "started"], "no temporary file left"
