@@ -212,3 +212,78 @@ def test_notebook_tools_execute_interrupted_by_sigterm_writes_nothing(tmp_path):
     assert str(path) in err and "was not changed" in err
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.ipynb", "started"], "no temporary file left"
+
+
+# -- items 9, 10, 14, 16 and check_seed: arguments of the wrong kind are named when given ---------
+def _kinds_cases():
+    import numpy as np
+
+    from course_utils.attention import validation as va
+    from course_utils.attention.hooks import HookPoint
+    from course_utils.attention.shapes import measured_macs
+    from course_utils.tasks import two_relations as tr
+
+    task = tr.TwoKeyTask()
+    model, batch = tr.LookupModel(task, 16, 1), task.sample(8, seed=0)
+    return [
+        ("add_hook module", lambda: HookPoint().add_hook(torch.nn.Linear(4, 4)), TypeError,
+         ["a hook must be", "Linear.forward", "cannot take 2"]),
+        ("measured_macs Linear", lambda: measured_macs(torch.nn.Linear(8, 8), torch.zeros(1, 2, 8)),
+         TypeError, ["module must be", "MultiHeadAttention", "Linear"]),
+        ("measured_macs torch MHA", lambda: measured_macs(torch.nn.MultiheadAttention(8, 2),
+                                                          torch.zeros(1, 2, 8)),
+         TypeError, ["module must be", "MultiheadAttention"]),
+        ("accuracy_by_share edges None", lambda: tr.accuracy_by_share(model, batch, edges=None), TypeError,
+         ["edges must be a list or tuple of numbers", "NoneType"]),
+        ("accuracy_by_share edges str", lambda: tr.accuracy_by_share(model, batch, edges="ab"), TypeError,
+         ["edges must be a list or tuple of numbers", "'ab'"]),
+        ("accuracy_by_share edges item", lambda: tr.accuracy_by_share(model, batch, edges=(0.0, "a", 1.0)),
+         TypeError, ["edges[1] must be a real number"]),
+        ("check_int minimum str", lambda: va.check_int(3, "n", minimum="1"), TypeError,
+         ["check_int's minimum", "n", "'1'"]),
+        ("check_int maximum str", lambda: va.check_int(3, "n", maximum="10"), TypeError,
+         ["check_int's maximum", "'10'"]),
+        ("check_int minimum float", lambda: va.check_int(3, "n", minimum=0.5), TypeError,
+         ["check_int's minimum", "0.5"]),
+        ("check_int_list minimum str", lambda: va.check_int_list([1, 2], "xs", minimum="0"), TypeError,
+         ["check_int's minimum", "xs"]),
+        ("check_int_list empty, maximum str",
+         lambda: va.check_int_list([], "xs", maximum="0", allow_empty=True), TypeError,
+         ["check_int's maximum", "xs"]),
+        ("check_seed np.float64", lambda: __import__("course_utils.env").env.check_seed(np.float64(1)),
+         TypeError, ["seed must be an int"]),
+    ]
+
+
+KINDS = _kinds_cases()
+
+
+@pytest.mark.parametrize("label, call, error, words", KINDS, ids=[c[0] for c in KINDS])
+def test_wrong_kinds_are_named_when_given(label, call, error, words):
+    refused(call, error, words)
+
+
+def test_a_module_taking_tensor_and_hook_is_still_a_hook():
+    from course_utils.attention.hooks import HookPoint
+
+    class Double(torch.nn.Module):
+        def forward(self, x, hook):
+            return 2 * x
+
+    point = HookPoint()
+    point.add_hook(Double())
+    x = torch.ones(1, 2, 3, 4)
+    assert torch.equal(point(x), 2 * x)
+
+
+def test_check_seed_takes_numpy_ints_as_check_int_does():
+    import numpy as np
+
+    from course_utils.attention.validation import check_int
+    from course_utils.env import check_seed
+
+    for seed in (np.int64(7), np.uint8(7), np.int32(7)):
+        assert check_seed(seed) == check_int(seed, "seed") == 7
+        assert type(check_seed(seed)) is int
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        check_seed(np.int64(-1))

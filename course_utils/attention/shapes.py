@@ -380,8 +380,9 @@ def mha_macs(
 def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
     """Multiply-adds PyTorch actually performs in ``module(x, need_weights=True)``,
     counted by ``torch.utils.flop_counter.FlopCounterMode`` (matrix products only)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+    if not isinstance(module, MultiHeadAttention):  # it is called with need_weights=True
+        raise TypeError(f"module must be the course's MultiHeadAttention (it is called as module(x, "
+                        f"need_weights=True)), got {type(module).__name__}")
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         module(x, need_weights=True)
     return counter.get_total_flops() // 2

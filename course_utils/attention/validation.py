@@ -142,6 +142,8 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
+    if not (minimum is None or _is_int(minimum)) or not (maximum is None or _is_int(maximum)):
+        _check_bounds(minimum, maximum, name)  # the caller's bounds; a message only when they are wrong
     if maximum is not None and minimum is not None and minimum > maximum:
         raise ValueError(f"{name} has no allowed value: its range {minimum}..{maximum} is empty (the "
                          f"lower bound is above the upper one), so {value} cannot be checked against it")
@@ -155,11 +157,24 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     return value
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_bounds(minimum: object, maximum: object, name: str) -> None:
+    """The ``minimum`` and ``maximum`` a caller gave :func:`check_int` for ``name``: None or ints."""
+    for label, bound in (("minimum", minimum), ("maximum", maximum)):
+        if bound is not None and not _is_int(bound):
+            raise TypeError(f"check_int's {label} (the bound for {name}) must be an int or None, got "
+                            f"{type(bound).__name__} {bound!r:.60}")
+
+
 def check_int_list(values: object, name: str, *, minimum: int | None = None,
                    maximum: int | None = None, allow_empty: bool = False) -> list[int]:
     """A list, tuple, range or 1-D array of ints, each passing :func:`check_int` (named
     ``name[i]`` in the message); a lone int, a str or a set is refused, and so is an empty
     sequence unless ``allow_empty``. Returned as a list of Python ints (a generator is read once)."""
+    _check_bounds(minimum, maximum, name)  # before the list: an empty one would never reach check_int
     if isinstance(values, Tensor):
         if values.ndim != 1 or values.is_floating_point() or values.dtype == torch.bool:
             raise TypeError(f"{name} must be a list of ints (or a 1-D integer tensor), got a "
@@ -359,14 +374,17 @@ def check_callable(value: object, name: str, what: str = "a function", *,
         return
     import inspect
 
+    # a module is called through nn.Module.__call__(*args, **kwargs), which binds anything: its
+    # forward says what it takes
+    target = value.forward if isinstance(value, torch.nn.Module) else value
     try:
-        signature = inspect.signature(value)
+        signature = inspect.signature(target)
     except (TypeError, ValueError):
         return
     try:
         signature.bind(*([None] * nargs))
     except TypeError:
-        label = getattr(value, "__name__", type(value).__name__)
+        label = getattr(value, "__name__", None) or f"{type(value).__name__}.forward"
         raise TypeError(f"{name} must be {what}, called with {nargs} positional argument"
                         f"{'s' if nargs != 1 else ''}, but {label}{signature} cannot take "
                         f"{nargs}") from None

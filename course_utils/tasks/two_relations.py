@@ -554,7 +554,10 @@ def accuracy_by_share(model: LookupModel, batch: LookupBatch, *, head: int = 0,
     (see :func:`swap_fraction`)."""
     import pandas as pd
 
-    edges = [float(e) for e in edges]
+    if isinstance(edges, (str, bytes, dict, set, frozenset)) or not isinstance(edges, Sequence):
+        raise TypeError(f"edges must be a list or tuple of numbers rising from 0 to 1, such as "
+                        f"(0.0, 0.5, 1.0), got {type(edges).__name__} {edges!r:.60}")
+    edges = [check_real(e, f"edges[{i}]") for i, e in enumerate(edges)]
     if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or edges != sorted(set(edges)):
         raise ValueError(f"edges must rise strictly from 0 to 1, got {edges}")
     share = share_on_a(model, batch, head)  # (n,)
