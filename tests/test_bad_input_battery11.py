@@ -287,3 +287,55 @@ def test_check_seed_takes_numpy_ints_as_check_int_does():
         assert type(check_seed(seed)) is int
     with pytest.raises(ValueError, match="seed must be >= 0"):
         check_seed(np.int64(-1))
+
+
+# -- items 11-13: a tensor on the meta device is named before its values are read ------------------
+def _meta_cases():
+    from course_utils.attention.masks import causal_mask, masked_softmax
+    from course_utils.interp.heatmaps import model_attention, plot_head
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+    from course_utils.tasks import two_relations as tr
+
+    scores, allowed = torch.zeros(1, 3, 3), causal_mask(3)
+    a = torch.tensor([1, 2])
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=8, max_len=8, d_model=8, num_heads=2, num_layers=1)
+    model = TinyTransformer(config)
+    with torch.device("meta"):
+        meta_model = TinyTransformer(config)
+    tokens = torch.tensor([[1, 2, 3]])
+    return [
+        ("masked_softmax scores meta", lambda: masked_softmax(scores.to("meta"), allowed), ValueError,
+         ["scores and allowed must be on one device", "meta (a shape without values)", "cpu"]),
+        ("masked_softmax allowed meta", lambda: masked_softmax(scores, allowed.to("meta")), ValueError,
+         ["allowed on device meta (a shape without values)"]),
+        ("model_attention tokens meta", lambda: model_attention(model, tokens.to("meta")), ValueError,
+         ["tokens is on the meta device"]),
+        ("model_attention model meta", lambda: model_attention(meta_model, tokens), ValueError,
+         ["model's", "meta device"]),
+        ("plot_head weights meta", lambda: plot_head(torch.eye(2).to("meta"), ["a", "b"]), ValueError,
+         ["weights is on the meta device"]),
+        ("pair_class a meta", lambda: tr.pair_class(a.to("meta"), a, 8), ValueError,
+         ["symbol_a is on the meta device"]),
+        ("pair_class b meta", lambda: tr.pair_class(a, a.to("meta"), 8), ValueError,
+         ["symbol_b is on the meta device"]),
+        ("split_pair_class meta", lambda: tr.split_pair_class(a.to("meta"), 8), ValueError,
+         ["classes is on the meta device"]),
+    ]
+
+
+META = _meta_cases()
+
+
+@pytest.mark.parametrize("label, call, error, words", META, ids=[c[0] for c in META])
+def test_meta_tensors_are_named_before_use(label, call, error, words):
+    refused(call, error, words)
+
+
+def test_masked_softmax_still_computes_shapes_on_meta():
+    from course_utils.attention.masks import causal_mask, masked_softmax
+
+    weights = masked_softmax(torch.zeros(2, 3, 3, device="meta"), causal_mask(3).to("meta"))
+    assert weights.shape == (2, 3, 3) and weights.is_meta
+    on_cpu = masked_softmax(torch.zeros(2, 3, 3), torch.tensor(True))  # a 0-D mask broadcasts from the CPU
+    assert torch.allclose(on_cpu.sum(-1), torch.ones(2, 3))

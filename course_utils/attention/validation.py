@@ -20,6 +20,7 @@ from torch import Tensor
 
 __all__ = [
     "describe_shape",
+    "describe_device",
     "check_head_dims",
     "check_kv_heads",
     "check_dropout",
@@ -71,6 +72,12 @@ def describe_shape(x: Tensor) -> str:
         raise TypeError(f"describe_shape needs a tensor or an array (something with a shape), got "
                         f"{type(x).__name__} {x!r:.60}")
     return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def describe_device(x: Tensor) -> str:
+    """``"device cpu"``, or for a meta tensor ``"device meta (a shape without values)"``: the words
+    the messages use for a tensor with no data, the same as :func:`check_holds_values`'s."""
+    return f"device {x.device}" + (" (a shape without values)" if x.is_meta else "")
 
 
 def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
@@ -302,6 +309,7 @@ def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
     what they are, e.g. ``"symbols"``); returned unchanged."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer {what}, got {type(x).__name__}")
+    check_holds_values(x, name)  # its entries are read below
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer {what} (torch.long), got dtype {x.dtype}")
     if x.numel() and (int(x.min()) < 0 or int(x.max()) >= high):
