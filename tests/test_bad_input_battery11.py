@@ -339,3 +339,26 @@ def test_masked_softmax_still_computes_shapes_on_meta():
     assert weights.shape == (2, 3, 3) and weights.is_meta
     on_cpu = masked_softmax(torch.zeros(2, 3, 3), torch.tensor(True))  # a 0-D mask broadcasts from the CPU
     assert torch.allclose(on_cpu.sum(-1), torch.ones(2, 3))
+
+
+# -- the NaN policy of the attention modules is written down, and holds ---------------------------
+def _nan_cases():
+    from course_utils.attention import mla, naive_mha
+    from course_utils.attention.mha import MultiHeadAttention
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8)
+    x[0, 1, 0] = float("nan")
+    return [
+        ("MultiHeadAttention", MultiHeadAttention.__doc__,
+         lambda: MultiHeadAttention(8, 2)(x, x, x, need_weights=True)[0]),
+        ("naive_mha", naive_mha.__doc__, lambda: naive_mha.NaiveMultiHeadAttention(8, 2)(x)),
+        ("mla", mla.__doc__, lambda: mla.MultiHeadLatentAttention(8, 2, 4, 4, 2)(x)),
+        ("rope", mla.__doc__, lambda: mla.rope(x, torch.arange(4))),
+    ]
+
+
+@pytest.mark.parametrize("label, doc, run", _nan_cases(), ids=[c[0] for c in _nan_cases()])
+def test_nan_in_is_documented_as_propagating_and_does(label, doc, run):
+    assert "Non-finite inputs" in doc and "propagates to NaN" in doc, f"{label}: no NaN policy written"
+    assert bool(run().isnan().any()), f"{label}: a NaN in the input gave no NaN out, as its docstring says"
