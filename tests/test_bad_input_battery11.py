@@ -362,3 +362,14 @@ def _nan_cases():
 def test_nan_in_is_documented_as_propagating_and_does(label, doc, run):
     assert "Non-finite inputs" in doc and "propagates to NaN" in doc, f"{label}: no NaN policy written"
     assert bool(run().isnan().any()), f"{label}: a NaN in the input gave no NaN out, as its docstring says"
+
+
+# -- every table of the two-key task rounds to 0..MAX_DECIMALS digits, checked first ---------------
+@pytest.mark.parametrize("digits, error", [(HUGE, ValueError), (-1, ValueError), ("3", TypeError)])
+def test_two_relations_tables_check_digits(digits, error):
+    from course_utils.tasks import two_relations as tr
+
+    task = tr.TwoKeyTask()
+    model, batch = tr.LookupModel(task, 16, 1), task.sample(8, seed=0)
+    refused(lambda: tr.accuracy_by_share(model, batch, digits=digits), error, ["digits"])
+    refused(lambda: tr.accuracy_table([], digits=digits), error, ["digits"])  # before the results
