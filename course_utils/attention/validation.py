@@ -149,7 +149,7 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
-    if not (minimum is None or _is_int(minimum)) or not (maximum is None or _is_int(maximum)):
+    if type(minimum) not in _PLAIN_BOUNDS or type(maximum) not in _PLAIN_BOUNDS:  # cheap: runs often
         _check_bounds(minimum, maximum, name)  # the caller's bounds; a message only when they are wrong
     if maximum is not None and minimum is not None and minimum > maximum:
         raise ValueError(f"{name} has no allowed value: its range {minimum}..{maximum} is empty (the "
@@ -162,6 +162,9 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be an int <= {maximum}, got {value}")
     return value
+
+
+_PLAIN_BOUNDS = (int, type(None))  # bounds that need no further look (NumPy ints get one)
 
 
 def _is_int(value: object) -> bool:
