@@ -28,6 +28,7 @@ __all__ = [
     "check_int",
     "check_thread_count",
     "MAX_THREADS",
+    "MAX_DECIMALS",
     "check_index",
     "IndexOutOfRange",
     "check_real",
@@ -127,6 +128,11 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
+
+
+#: The most decimals a table of the course is rounded to: float64 holds about 15 significant
+#: digits, and pandas' round gives NaN beyond ~300 (10**decimals overflows).
+MAX_DECIMALS = 15
 
 
 # The most threads any function of the course starts: beyond it OpenMP and torch run out of

@@ -34,6 +34,7 @@ from tqdm import tqdm  # the text bar: no widget state is stored in executed not
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters
 from ..attention.validation import (
+    MAX_DECIMALS,
     check_axes,
     check_distinct,
     check_fits_in_memory,
@@ -46,7 +47,6 @@ from ..attention.validation import (
     check_rows,
 )
 from ..env import seed_everything, torch_threads
-from ..interp.scores import MAX_DECIMALS
 from ..parallel import default_workers, parallel_map
 
 __all__ = [

@@ -34,8 +34,7 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
-from ..attention.validation import check_int
-from ..interp.scores import MAX_DECIMALS
+from ..attention.validation import MAX_DECIMALS, check_int
 from ..paths import DATA_DIR
 
 __all__ = [
@@ -425,7 +424,7 @@ def compute_steps(example: WorkedExample) -> dict[str, Table]:
 
 
 def _check_decimals(decimals: object) -> int:
-    """An int within :data:`~course_utils.interp.scores.MAX_DECIMALS` of 0 (float64 holds about 15
+    """An int within :data:`~course_utils.attention.validation.MAX_DECIMALS` of 0 (float64 holds about 15
     significant digits; 10.0**decimals overflows beyond ~300). Negative counts round to tens."""
     return check_int(decimals, "decimals", minimum=-MAX_DECIMALS, maximum=MAX_DECIMALS)
 
