@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import numbers
 import platform
 import random
 from collections.abc import Iterator
@@ -31,10 +32,12 @@ REQUIRED_PACKAGES: dict[str, str] = {
 
 
 def check_seed(seed: object, name: str = "seed") -> int:
-    """``seed`` must be an int (not a bool, str or float) with ``0 <= seed < 2**64``, the range
-    ``torch.manual_seed`` accepts; returned unchanged."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    """``seed`` must be a Python or NumPy int (not a bool, str or float), as
+    :func:`~course_utils.attention.validation.check_int` takes, with ``0 <= seed < 2**64``, the
+    range ``torch.manual_seed`` accepts; returned as a Python int."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"{name} must be an int such as 0, got {type(seed).__name__} {seed!r}")
+    seed = int(seed)
     if seed < 0:
         raise ValueError(f"{name} must be >= 0, got {seed}")
     if seed >= 2**64:

@@ -32,17 +32,24 @@ A wrong command line or input file (an unknown command or option, a missing file
 that is not a notebook, a file where a folder is expected, a draft without cells) is
 reported on one line on stderr, naming the file and what is wrong, with exit status 2;
 every input is read and checked before anything is written.
+
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
+was left as it was, and exits 128 + the signal's number (130, 143): ``execute`` shuts the
+kernel down and does not write the notebook it was running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import platform
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -60,6 +67,24 @@ COMMANDS = ("build", "execute", "student", "upgrade")
 
 class ToolError(Exception):
     """A wrong command line or input file: the scripts print it on one line and exit 2."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived: :func:`main` prints the message on one line and returns
+    128 + the signal's number, as a shell reports a program the signal stopped."""
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        self.signum = int(signum)
+        name = signal.Signals(self.signum).name
+        super().__init__(f"interrupted by {name}" + (f": {message}" if message else ""))
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum, "a file being written is never left half-written; files finished "
+                              "before the signal were written")
 
 
 def read_text(path: Path, what: str = "file") -> str:
@@ -350,27 +375,68 @@ def upgrade(path: Path) -> bool:
 CELL_TIMEOUT = 600
 
 
+def _explain_failure(exc: Exception, path: Path, timeout: int, kernel_log=None) -> None:
+    """Raise a one-line :class:`ToolError` for a failed run of ``path`` (a cell's error, a
+    timeout, a dead kernel: then ``kernel_log``, the kernel's stderr, is shown first, as it may
+    say why); any other exception is re-raised as it is."""
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    if isinstance(exc, CellTimeoutError):
+        raise ToolError(f"{path}: a cell ran longer than the {timeout} s cell timeout "
+                        "(raise it with --timeout SECONDS); the notebook was not changed") from None
+    if isinstance(exc, CellExecutionError):
+        name = getattr(exc, "ename", "") or "error"
+        value = (getattr(exc, "evalue", "") or "").splitlines()
+        raise ToolError(f"{path}: a cell raised {name}: {value[0] if value else ''}; "
+                        "the notebook was not changed") from None
+    if isinstance(exc, DeadKernelError):
+        if kernel_log is not None:  # what the kernel said as it died (a fatal error, a signal)
+            kernel_log.seek(0)
+            sys.stderr.write(kernel_log.read())
+        raise ToolError(f"{path}: the kernel died ({exc}); the notebook was not changed") from None
+    raise exc
+
+
 def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = read_notebook(path)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
+    received: list[int] = []
+
+    class NotingLoop(asyncio.SelectorEventLoop):
+        """nbclient stops its kernel on SIGINT/SIGTERM through the running loop's signal
+        handlers, then fails with whatever the dead kernel gives (AttributeError, AssertionError);
+        this loop notes the signal so that it is reported as an interruption."""
+
+        def add_signal_handler(self, sig: int, callback, *args) -> None:
+            def noted(*given) -> None:
+                received.append(sig)
+                callback(*given)
+            super().add_signal_handler(sig, noted, *args)
+
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # the loop resets them when done
+    loop = NotingLoop()
     start = time.perf_counter()
-    try:
-        client.execute()
-    except CellTimeoutError:
-        raise ToolError(f"{path}: a cell ran longer than the {timeout} s cell timeout "
-                        "(raise it with --timeout SECONDS); the notebook was not changed") from None
-    except CellExecutionError as exc:
-        name = getattr(exc, "ename", "") or "error"
-        value = (getattr(exc, "evalue", "") or "").splitlines()
-        raise ToolError(f"{path}: a cell raised {name}: {value[0] if value else ''}; "
-                        "the notebook was not changed") from None
-    except DeadKernelError as exc:
-        raise ToolError(f"{path}: the kernel died ({exc}); the notebook was not changed") from None
+    kernel_log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+    try:  # the kernel's stderr (its start-up warning, its log as it is stopped) goes to kernel_log
+        loop.run_until_complete(client.async_execute(stderr=kernel_log))
+    except Exception as exc:
+        if received:
+            raise Interrupted(received[0], f"the kernel was shut down; {path} was not changed") from None
+        _explain_failure(exc, path, timeout, kernel_log)
+    finally:
+        kernel_log.close()
+        if received:  # let nbclient's kernel clean-ups finish (they race; one fails on the other's None)
+            pending = asyncio.all_tasks(loop)
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if received:  # the last cell had finished: still, nothing of an interrupted run is written
+        raise Interrupted(received[0], f"the kernel was shut down; {path} was not changed")
     elapsed = time.perf_counter() - start
     clean(nb)
     write_atomically(path, notebook_text(nb))
@@ -456,11 +522,22 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     try:
+        if threading.current_thread() is threading.main_thread():  # only it may set handlers
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, _raise_interrupted)
         return _run(*_parse(argv))
     except ToolError as exc:
         print(f"notebook_tools.py: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        print(f"notebook_tools.py: {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
 
 
 def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
@@ -469,8 +546,13 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
     elif command == "execute":
         for name in args:
             read_notebook(Path(name))  # every notebook readable before the first (slow) run
-        for name in args:
-            print(f"{name}: {execute(Path(name), timeout):.1f} s", flush=True)
+        for done, name in enumerate(args):
+            try:
+                print(f"{name}: {execute(Path(name), timeout):.1f} s", flush=True)
+            except Interrupted as exc:
+                if done:  # the notebooks run before it were written, each whole
+                    exc.args = (f"{exc}; the {done} notebook(s) before it were executed and written",)
+                raise
     elif command == "upgrade":
         for name in args:
             read_notebook(Path(name))

@@ -24,6 +24,7 @@ from .validation import (
     check_fits_in_memory,
     check_int,
     check_tensor,
+    describe_device,
     describe_shape,
 )
 
@@ -81,6 +82,10 @@ def _check_softmax_inputs(scores: object, allowed: object) -> None:
     except RuntimeError:
         raise ValueError(f"allowed must broadcast against scores (..., Tq, Tk), got allowed "
                          f"{describe_shape(allowed)} and scores {describe_shape(scores)}") from None
+    # both on meta is a shape computation (a model built on meta); a 0-D mask may stay on the CPU
+    if allowed.device != scores.device and (allowed.ndim or scores.is_meta or allowed.is_meta):
+        raise ValueError(f"scores and allowed must be on one device, got scores on "
+                         f"{describe_device(scores)} and allowed on {describe_device(allowed)}")
 
 
 def _mask_device(device: object) -> torch.device | None:

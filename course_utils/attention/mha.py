@@ -274,6 +274,11 @@ class MultiHeadAttention(MultiHeadAttentionBase):
     splits d_model into ``h`` heads of width ``dk``, a ``transpose`` that moves heads
     next to the batch, attention, then the reverse and the output projection W_O.
 
+    Non-finite inputs: NaN or infinity in ``query``, ``key`` or ``value`` is not checked (a
+    check is one more pass over the data on every call; shapes, dtypes and devices are
+    checked) and propagates to NaN in the output as the module docstring describes. The
+    scores and hooks of :mod:`course_utils.interp` refuse NaN where they read it.
+
     Args:
         d_model: width of every token vector; must be divisible by ``num_heads``.
         num_heads: number of heads h; each head has width ``d_k = d_model // num_heads``.

@@ -19,6 +19,10 @@ Two facts make that pay at decoding time:
 Per token and layer the cache holds ``d_c + d_h^R`` numbers, against ``2 n_h d_h`` for MHA and
 ``2 g d_h`` for GQA. (DeepSeek-V2 also compresses the queries through a latent of its own,
 which saves activations in training, not cache; it is left out here.)
+
+Non-finite inputs: :func:`rope` and :class:`MultiHeadLatentAttention` check shapes, dtypes and
+devices, not values (a check is one more pass over the data on every call): NaN or infinity
+in ``x`` propagates to NaN in the output, as in :mod:`course_utils.attention.mha`.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ This module exists to be read and compared, not to be fast: lesson 4 shows that 
 computes the same function as the batched :class:`~course_utils.attention.mha.MultiHeadAttention`
 once the per-head weights are stacked (:func:`stack_head_weights`), and measures what
 the loop over heads costs.
+
+Non-finite inputs: as in :mod:`course_utils.attention.mha`, whose
+:func:`~course_utils.attention.mha.scaled_dot_product_attention` every head calls, NaN or
+infinity in ``x`` is not checked (only shapes, dtypes and devices are) and propagates to NaN
+in the output.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
 from .validation import (
+    check_attention_fits,
     check_callable,
     check_distinct,
     check_flag,
@@ -379,8 +380,9 @@ def mha_macs(
 def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
     """Multiply-adds PyTorch actually performs in ``module(x, need_weights=True)``,
     counted by ``torch.utils.flop_counter.FlopCounterMode`` (matrix products only)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+    if not isinstance(module, MultiHeadAttention):  # it is called with need_weights=True
+        raise TypeError(f"module must be the course's MultiHeadAttention (it is called as module(x, "
+                        f"need_weights=True)), got {type(module).__name__}")
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         module(x, need_weights=True)
     return counter.get_total_flops() // 2
@@ -439,6 +441,8 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
                                  "head counts (each is one row of the table, indexed by h)")
     for h in head_counts:
         mha_macs(batch, seq_len, d_model, h)  # checks every size before any tensor is made
+    batch, seq_len, d_model = (int(v) for v in (batch, seq_len, d_model))  # exact products below
+    check_attention_fits(batch, seq_len, d_model, max(head_counts))  # the measured column's forward pass
     x = torch.zeros(batch, seq_len, d_model)
     for h in head_counts:
         macs = mha_macs(batch, seq_len, d_model, h)

@@ -20,6 +20,7 @@ from torch import Tensor
 
 __all__ = [
     "describe_shape",
+    "describe_device",
     "check_head_dims",
     "check_kv_heads",
     "check_dropout",
@@ -27,6 +28,7 @@ __all__ = [
     "check_int",
     "check_thread_count",
     "MAX_THREADS",
+    "MAX_DECIMALS",
     "check_index",
     "IndexOutOfRange",
     "check_real",
@@ -58,6 +60,7 @@ __all__ = [
     "check_rows",
     "check_ids",
     "check_fits_in_memory",
+    "check_attention_fits",
     "physical_memory_bytes",
 ]
 
@@ -70,6 +73,12 @@ def describe_shape(x: Tensor) -> str:
         raise TypeError(f"describe_shape needs a tensor or an array (something with a shape), got "
                         f"{type(x).__name__} {x!r:.60}")
     return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def describe_device(x: Tensor) -> str:
+    """``"device cpu"``, or for a meta tensor ``"device meta (a shape without values)"``: the words
+    the messages use for a tensor with no data, the same as :func:`check_holds_values`'s."""
+    return f"device {x.device}" + (" (a shape without values)" if x.is_meta else "")
 
 
 def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
@@ -121,6 +130,11 @@ def check_flag(value: object, name: str) -> bool:
     return value
 
 
+#: The most decimals a table of the course is rounded to: float64 holds about 15 significant
+#: digits, and pandas' round gives NaN beyond ~300 (10**decimals overflows).
+MAX_DECIMALS = 15
+
+
 # The most threads any function of the course starts: beyond it OpenMP and torch run out of
 # memory or kill the interpreter (100,000 did), and a 2**31 wraps to 1.
 MAX_THREADS = max(256, os.cpu_count() or 1)
@@ -141,6 +155,8 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
+    if type(minimum) not in _PLAIN_BOUNDS or type(maximum) not in _PLAIN_BOUNDS:  # cheap: runs often
+        _check_bounds(minimum, maximum, name)  # the caller's bounds; a message only when they are wrong
     if maximum is not None and minimum is not None and minimum > maximum:
         raise ValueError(f"{name} has no allowed value: its range {minimum}..{maximum} is empty (the "
                          f"lower bound is above the upper one), so {value} cannot be checked against it")
@@ -154,11 +170,27 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     return value
 
 
+_PLAIN_BOUNDS = (int, type(None))  # bounds that need no further look (NumPy ints get one)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_bounds(minimum: object, maximum: object, name: str) -> None:
+    """The ``minimum`` and ``maximum`` a caller gave :func:`check_int` for ``name``: None or ints."""
+    for label, bound in (("minimum", minimum), ("maximum", maximum)):
+        if bound is not None and not _is_int(bound):
+            raise TypeError(f"check_int's {label} (the bound for {name}) must be an int or None, got "
+                            f"{type(bound).__name__} {bound!r:.60}")
+
+
 def check_int_list(values: object, name: str, *, minimum: int | None = None,
                    maximum: int | None = None, allow_empty: bool = False) -> list[int]:
     """A list, tuple, range or 1-D array of ints, each passing :func:`check_int` (named
     ``name[i]`` in the message); a lone int, a str or a set is refused, and so is an empty
     sequence unless ``allow_empty``. Returned as a list of Python ints (a generator is read once)."""
+    _check_bounds(minimum, maximum, name)  # before the list: an empty one would never reach check_int
     if isinstance(values, Tensor):
         if values.ndim != 1 or values.is_floating_point() or values.dtype == torch.bool:
             raise TypeError(f"{name} must be a list of ints (or a 1-D integer tensor), got a "
@@ -265,11 +297,28 @@ def check_fits_in_memory(num_bytes: int, name: str, what: str = "") -> None:
                          f"more than this machine's {total / 2**30:,.1f} GiB of memory")
 
 
+def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
+                         name: str | None = None) -> None:
+    """Refuse, before anything is allocated, a self-attention forward pass whose float32 working
+    memory does not fit here: scores ``(B, h, T, T)``, the input and its projections, and the
+    weights. The sizes must already be checked ints. ``name`` is blamed in the message (default:
+    the sizes of the largest of the three parts, e.g. ``"batch x num_heads x seq_len**2"``)."""
+    parts = {"batch x num_heads x seq_len**2": batch * num_heads * seq_len * seq_len,
+             "batch x seq_len x d_model": 4 * batch * seq_len * d_model,
+             "d_model**2": 4 * d_model * d_model}
+    name = max(parts, key=parts.__getitem__) if name is None else name
+    check_fits_in_memory(4 * sum(parts.values()), name,
+                         f"float32 attention scores of shape (B, h, T, T) = ({batch}, {num_heads}, "
+                         f"{seq_len}, {seq_len}), the input (B, T, d_model) and its projections, "
+                         f"and the weights")
+
+
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
     """An integer tensor (not bool, not float) whose entries lie in ``0..high-1`` (``what`` says
     what they are, e.g. ``"symbols"``); returned unchanged."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer {what}, got {type(x).__name__}")
+    check_holds_values(x, name)  # its entries are read below
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer {what} (torch.long), got dtype {x.dtype}")
     if x.numel() and (int(x.min()) < 0 or int(x.max()) >= high):
@@ -342,14 +391,17 @@ def check_callable(value: object, name: str, what: str = "a function", *,
         return
     import inspect
 
+    # a module is called through nn.Module.__call__(*args, **kwargs), which binds anything: its
+    # forward says what it takes
+    target = value.forward if isinstance(value, torch.nn.Module) else value
     try:
-        signature = inspect.signature(value)
+        signature = inspect.signature(target)
     except (TypeError, ValueError):
         return
     try:
         signature.bind(*([None] * nargs))
     except TypeError:
-        label = getattr(value, "__name__", type(value).__name__)
+        label = getattr(value, "__name__", None) or f"{type(value).__name__}.forward"
         raise TypeError(f"{name} must be {what}, called with {nargs} positional argument"
                         f"{'s' if nargs != 1 else ''}, but {label}{signature} cannot take "
                         f"{nargs}") from None

@@ -68,12 +68,11 @@ def thread_count(text: str) -> int:
     return value
 
 
-MAX_REPEATS = 10_000
-
-
 def repeat_count(text: str) -> int:
     """An argparse type: how many times a benchmark repeats, 1..10,000 (each repeat runs every
     method once, so a mistyped 10**30 would run until killed)."""
+    from .timing import MAX_REPEATS
+
     value = positive_int(text)
     if value > MAX_REPEATS:
         raise argparse.ArgumentTypeError(f"expected at most {MAX_REPEATS:,} repeats, got {text!r}")

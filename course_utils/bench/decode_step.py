@@ -66,7 +66,7 @@ from ..attention.validation import (
     check_thread_count,
 )
 from ..env import check_seed, torch_threads
-from .timing import interleaved_samples
+from .timing import check_round_counts, interleaved_samples
 
 __all__ = [
     "FALLBACK_LLC_BYTES",
@@ -370,6 +370,7 @@ def read_bandwidth(buffer: Tensor | None = None, *, repeats: int = 7, flush: Ten
     """Bytes per second (GB/s, 10^9) of the fastest of ``repeats`` reads of ``buffer`` by
     :func:`make_read_probe`, each after a read of ``flush``. Default buffers: random float32,
     :func:`flush_bytes` (4 times the last-level cache, capped)."""
+    repeats = check_round_counts(repeats)[0]  # before the buffers are made
     for name, given in (("buffer", buffer), ("flush", flush)):
         if given is not None:
             check_tensor(given, name, min_ndim=1, layout="(n,)")
@@ -748,6 +749,7 @@ def bench_whole_step(
     num_layers = run["num_layers"] if num_layers is None else num_layers
     repeats = run["repeats"] if repeats is None else repeats
     warmup = run["warmup"] if warmup is None else warmup
+    repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the bar adds them
     if num_heads not in groups or any(num_heads % g for g in groups):
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     groups = check_distinct(groups, "groups", "head-group counts")  # a repeat: its rows twice

@@ -64,7 +64,13 @@ from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention
-from ..attention.validation import check_device, check_fits_in_memory, check_float_dtype, check_int
+from ..attention.validation import (
+    check_device,
+    check_distinct,
+    check_fits_in_memory,
+    check_float_dtype,
+    check_int,
+)
 from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
@@ -79,7 +85,7 @@ from .decode_step import (
     time_flushed,
 )
 from .decode_step import flush_bytes as flush_bytes_default
-from .timing import Timing, interleaved_samples
+from .timing import Timing, check_round_counts, interleaved_samples
 
 __all__ = [
     "SHARING_METHODS",
@@ -335,6 +341,7 @@ def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, ba
     if not groups or bad or num_heads not in groups:
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including "
                          f"{num_heads} itself (the MHA baseline), got {list(groups)}")
+    check_distinct(groups, "groups", "head-group counts")  # as bench_whole_step: a repeat, its rows twice
     return sizes
 
 
@@ -409,6 +416,7 @@ def bench_decode(
     groups = run["groups"] if groups is None else groups
     repeats = run["repeats"] if repeats is None else repeats
     warmup = run["warmup"] if warmup is None else warmup
+    repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the caches and the bar
     unknown = [m for m in methods if m not in SHARING_METHODS]
     if unknown or "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
@@ -502,7 +510,7 @@ def stage_times(
     the last-level cache) is read before every
     timed call so that no stage finds its data in the last-level cache. Shows which stage
     keeps the small-``g`` step from shrinking as fast as its cache."""
-    repeats = check_int(repeats, "repeats", minimum=1)
+    repeats = check_round_counts(repeats)[0]
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
     flush = random_buffer(_flush_size(flush_mib), seed=1)
     prepared = {}
@@ -711,6 +719,7 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
     timings (for :func:`~course_utils.bench.format_spread_table`) and the allocator's one-line
     note."""
     _check_time_cold(steps, baseline, flush_bytes, progress)
+    repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the bar adds them
     allocator = steady_allocator()
     flush = random_buffer(flush_bytes_default() if flush_bytes is None else flush_bytes, seed=1)
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,

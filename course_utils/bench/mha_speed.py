@@ -28,11 +28,11 @@ from ..attention.mha import MultiHeadAttention
 from ..attention.naive_mha import naive_from_batched
 from ..attention.sdpa_backends import cuda_unavailable_reason, precision_notes, sdpa_backend_callables
 from ..attention.validation import (
+    check_attention_fits,
     check_axes,
     check_callable,
     check_device,
     check_distinct,
-    check_fits_in_memory,
     check_float_dtype,
     check_head_dims,
     check_int,
@@ -46,6 +46,7 @@ from .timing import (
     Timing,
     _inner_for,
     _sync_for,
+    check_round_counts,
     format_spread_table,
     format_table,
     ratio_spread,
@@ -148,7 +149,7 @@ def bench_mha(
     check_int(batch, "batch", minimum=1)
     check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
-    _check_working_memory(batch, seq_len, d_model, num_heads, "batch x num_heads x seq_len**2")
+    check_attention_fits(batch, seq_len, d_model, num_heads)
     check_seed(seed)
     if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
             or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
@@ -170,16 +171,6 @@ def bench_mha(
 _SWEEPABLE = ("batch", "seq_len", "d_model", "num_heads")
 
 
-def _check_working_memory(batch: int, seq_len: int, d_model: int, num_heads: int, name: str) -> None:
-    """Refuse, before anything is allocated, sizes whose step-by-step versions (the loop over
-    heads, nn.MultiheadAttention's weights) would not fit: scores ``(B, h, T, T)``, the input
-    and its projections, and the weights, in float32."""
-    scores = batch * num_heads * seq_len * seq_len
-    num_bytes = 4 * (scores + 4 * batch * seq_len * d_model + 4 * d_model * d_model)
-    check_fits_in_memory(num_bytes, name, f"float32 attention scores of shape (B, h, T, T) = "
-                                          f"({batch}, {num_heads}, {seq_len}, {seq_len}), and the rest")
-
-
 def _check_sweep(vary: object, values: object, fixed: dict[str, int], statistic: object) -> list[int]:
     """What :func:`sweep_mha` needs, checked before anything is measured: ``vary`` one of
     :data:`_SWEEPABLE`; ``values`` distinct positive ints (a repeat would be measured twice and
@@ -196,7 +187,7 @@ def _check_sweep(vary: object, values: object, fixed: dict[str, int], statistic:
         for name in ("batch", "seq_len"):
             check_int(sizes[name], name, minimum=1)
         check_head_dims(sizes["d_model"], sizes["num_heads"])
-        _check_working_memory(*(sizes[k] for k in _SWEEPABLE), name=vary)
+        check_attention_fits(*(sizes[k] for k in _SWEEPABLE), name=vary)
     return values
 
 
@@ -331,12 +322,18 @@ def compare_on_device(
     ``batch * num_heads * seq_len**2`` for the versions that build the score tensor; an
     out-of-memory error is PyTorch's ``torch.cuda.OutOfMemoryError``.
     """
-    device = torch.device(device)
-    if device.type == "cuda" and (why := cuda_unavailable_reason()) is not None:
+    wants_cuda = isinstance(device, (str, torch.device)) and str(device).startswith("cuda")
+    if wants_cuda and (why := cuda_unavailable_reason()) is not None:
         raise RuntimeError(f"compare_on_device('cuda') cannot run: {why}. Run it on a machine with "
                            "an NVIDIA GPU and torch >= 2.3, or pass device='cpu'.")
+    device = check_device(device, "device")
     if dtype not in TOLERANCES:
         raise ValueError(f"dtype must be one of {list(TOLERANCES)}, got {dtype}")
+    check_int(batch, "batch", minimum=1)
+    check_int(seq_len, "seq_len", minimum=1)
+    check_head_dims(d_model, num_heads)
+    check_attention_fits(batch, seq_len, d_model, num_heads)  # the float32 reference runs on the CPU
+    check_round_counts(repeats)
     check_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     x_cpu = torch.randn(batch, seq_len, d_model, generator=gen)  # (B, T, d) float32

@@ -24,6 +24,8 @@ Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a 
 
 __all__ = [
     "Timing",
+    "MAX_REPEATS",
+    "check_round_counts",
     "interleaved_samples",
     "time_interleaved",
     "format_table",
@@ -74,6 +76,23 @@ def _check_functions(fns: object) -> None:
         check_callable(fn, f"fns[{key!r}]", "a function of no arguments", nargs=0)
 
 
+#: The most timed rounds (``repeats``), warm-up rounds (``warmup``) or calls per sample
+#: (``inner``) any timing of the course runs: every round calls every function, so a mistyped
+#: 10**12 would run until killed. One cap for the Python functions and the command lines'
+#: ``--repeats`` (:func:`course_utils.bench.cli.repeat_count`).
+MAX_REPEATS = 10_000
+
+
+def check_round_counts(repeats: object, warmup: object = 0, inner: object = 1) -> tuple[int, int, int]:
+    """A timing's counts: ``repeats`` in 1..:data:`MAX_REPEATS`, ``warmup`` in 0..MAX_REPEATS,
+    ``inner`` in 1..MAX_REPEATS; returned as Python ints, checked before anything is built or run
+    (a progress bar's total, a buffer)."""
+    counts = {"repeats": (repeats, 1), "warmup": (warmup, 0), "inner": (inner, 1)}
+    # the lower bound first, so that 0 reads "must be a positive int", 10**12 "must be an int <= 10000"
+    return tuple(check_int(check_int(value, name, minimum=low), name, maximum=MAX_REPEATS)
+                 for name, (value, low) in counts.items())
+
+
 def interleaved_samples(
     fns: Mapping[Key, Callable[[], object]],
     *,
@@ -99,9 +118,7 @@ def interleaved_samples(
     loop's variables die with this call, so no function outlives the run here.
     """
     _check_functions(fns)
-    repeats = check_int(repeats, "repeats", minimum=1)
-    warmup = check_int(warmup, "warmup", minimum=0)
-    inner = check_int(inner, "inner", minimum=1)
+    repeats, warmup, inner = check_round_counts(repeats, warmup, inner)
     for name, hook in (("before_each", before_each), ("sync", sync), ("after_round", after_round)):
         if hook is not None:
             check_callable(hook, name, "a function or None", nargs=0)
@@ -154,6 +171,7 @@ def time_interleaved(
     _check_functions(fns)
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
+    repeats, warmup, inner = check_round_counts(repeats, warmup, inner)  # before the bar adds them
     from tqdm import tqdm
 
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,

@@ -22,6 +22,7 @@ from ..attention.validation import (
     check_callable,
     check_fits_in_memory,
     check_flag,
+    check_holds_values,
     check_int,
     check_positive_number,
 )
@@ -41,6 +42,7 @@ AttentionFn = Callable[[str], tuple[list[str], list[torch.Tensor]]]
 
 def _as_matrix(weights: object) -> np.ndarray:
     if isinstance(weights, torch.Tensor):
+        check_holds_values(weights, "weights")  # before it is copied to the CPU
         if weights.dtype == torch.bool or weights.is_complex():
             raise TypeError(f"weights must hold real numbers (attention weights in [0, 1]), got dtype "
                             f"{weights.dtype}")
@@ -386,6 +388,9 @@ def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a TinyTransformer), got {type(model).__name__}")
     _check_returns_attention(model)
+    check_holds_values(tokens, "tokens")  # before it is copied to the model's device
+    for name, parameter in list(model.named_parameters())[:1]:  # its weights come back to the CPU
+        check_holds_values(parameter, f"model's {name}")
     if tokens.ndim == 1:
         tokens = tokens.unsqueeze(0)  # (1, T)
     was_training = model.training

@@ -36,7 +36,14 @@ import pandas as pd
 import torch
 
 from ..attention.masks import causal_mask
-from ..attention.validation import check_fits_in_memory, check_flag, check_holds_values, check_int, check_real
+from ..attention.validation import (
+    MAX_DECIMALS,
+    check_fits_in_memory,
+    check_flag,
+    check_holds_values,
+    check_int,
+    check_real,
+)
 
 __all__ = [
     "previous_token_score",
@@ -58,10 +65,6 @@ __all__ = [
 ]
 
 AttentionInput = torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndarray]
-
-#: The most decimals a table is rounded to: float64 holds about 15 significant digits, and
-#: pandas' round gives NaN beyond ~300 (10**decimals overflows).
-MAX_DECIMALS = 15
 
 
 def _check_decimals(decimals: object) -> int:

@@ -165,6 +165,7 @@ class CatCache(_StepOrder):
 
     def __init__(self, num_layers: int, *, window: int | None = None) -> None:
         num_layers = check_int(num_layers, "num_layers", minimum=1)
+        check_fits_in_memory(8 * num_layers, "num_layers", "one list slot of 8 bytes per layer")
         if window is not None:
             window = check_int(window, "window", minimum=1)
         self.num_layers, self.window = num_layers, window

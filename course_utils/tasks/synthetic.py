@@ -125,6 +125,11 @@ class InductionTask:
     def __post_init__(self) -> None:
         _check_count("vocab_size", self.vocab_size)
         _check_count("seq_len", self.seq_len)
+        # one sequence of sample(): a permutation of the vocabulary (12 bytes a token) and its rows
+        per_sequence = {"vocab_size": 12 * int(self.vocab_size), "seq_len": 48 * int(self.seq_len)}
+        check_fits_in_memory(sum(per_sequence.values()), max(per_sequence, key=per_sequence.__getitem__),
+                             f"one sequence of {self.seq_len} tokens drawn from {self.vocab_size:,} "
+                             f"(a permutation of the vocabulary per sequence)")
         if not self.train_periods or not self.heldout_periods:
             raise ValueError("train_periods and heldout_periods must both be non-empty")
         for name in ("train_periods", "heldout_periods"):  # sampling is uniform over the entries

@@ -34,6 +34,7 @@ from tqdm import tqdm  # the text bar: no widget state is stored in executed not
 from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters
 from ..attention.validation import (
+    MAX_DECIMALS,
     check_axes,
     check_distinct,
     check_fits_in_memory,
@@ -414,6 +415,7 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
 
     if which not in ("final", "a", "b"):
         raise ValueError(f"which must be 'final', 'a' or 'b', got {which!r}")
+    _check_digits(digits)
     _check_results(results)
     pick = {"final": lambda r: r.final_accuracy, "a": lambda r: r.relation_accuracy[0],
             "b": lambda r: r.relation_accuracy[1]}[which]
@@ -424,6 +426,13 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
     table = pd.DataFrame(rows).T
     table.loc["mean"] = table.mean()
     return table.round(digits)
+
+
+def _check_digits(digits: object) -> None:
+    """The decimals a table is rounded to: an int in 0..MAX_DECIMALS (a negative count rounds the
+    accuracies and shares, all in [0, 1], to tens, i.e. to 0; beyond MAX_DECIMALS pandas' round
+    overflows)."""
+    check_int(digits, "digits", minimum=0, maximum=MAX_DECIMALS)
 
 
 def _check_results(results: object) -> None:
@@ -499,7 +508,7 @@ def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int =
     on all items sum to 1, the rest goes to distractors."""
     import pandas as pd
 
-    check_int(digits, "digits", minimum=0)  # negative digits would round every share to 0
+    _check_digits(digits)
     predicted, weights = _predict_with_weights(model, batch)  # (n,), (n, h, T)
     right = predicted == batch.target  # (n,)
     on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1)  # (n, h)
@@ -552,7 +561,11 @@ def accuracy_by_share(model: LookupModel, batch: LookupBatch, *, head: int = 0,
     (see :func:`swap_fraction`)."""
     import pandas as pd
 
-    edges = [float(e) for e in edges]
+    _check_digits(digits)
+    if isinstance(edges, (str, bytes, dict, set, frozenset)) or not isinstance(edges, Sequence):
+        raise TypeError(f"edges must be a list or tuple of numbers rising from 0 to 1, such as "
+                        f"(0.0, 0.5, 1.0), got {type(edges).__name__} {edges!r:.60}")
+    edges = [check_real(e, f"edges[{i}]") for i, e in enumerate(edges)]
     if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or edges != sorted(set(edges)):
         raise ValueError(f"edges must rise strictly from 0 to 1, got {edges}")
     share = share_on_a(model, batch, head)  # (n,)

@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
+from ..attention.validation import MAX_DECIMALS, check_int
 from ..paths import DATA_DIR
 
 __all__ = [
@@ -423,9 +424,9 @@ def compute_steps(example: WorkedExample) -> dict[str, Table]:
 
 
 def _check_decimals(decimals: object) -> int:
-    if isinstance(decimals, bool) or not isinstance(decimals, int | np.integer):
-        raise TypeError(f"decimals must be an int, got {type(decimals).__name__} {decimals!r}")
-    return int(decimals)
+    """An int within :data:`~course_utils.attention.validation.MAX_DECIMALS` of 0 (float64 holds about 15
+    significant digits; 10.0**decimals overflows beyond ~300). Negative counts round to tens."""
+    return check_int(decimals, "decimals", minimum=-MAX_DECIMALS, maximum=MAX_DECIMALS)
 
 
 def _check_shown_decimals(decimals: object) -> int | None:
