@@ -435,6 +435,12 @@ def _run(code: str, *, per_call: int = 30, memory: int = 4 * 2**30, hide=(), cas
     return run.outcomes[0]
 
 
+# A memory limit other than the default (4 GiB), to show the argument is applied. Not lower: the
+# answer's process imports torch, and PyPI's CUDA build alone maps 3.0-3.2 GiB of address space
+# (torch 2.5.1+cu124 to 2.15.0+cu132; Colab has such a build), so under 3 GiB it dies importing.
+OTHER_MEMORY = 6 * 2**30
+
+
 def test_the_answer_process_has_time_and_memory_limits():
     """One process, two calls: the first never returns (stopped at its time limit), the second
     asks for more memory than the process may have; each call's own outcome is asserted."""
@@ -442,7 +448,7 @@ def test_the_answer_process_has_time_and_memory_limits():
     assert first != second
     code = (f"def score_macs(*a):\n    if a == {first!r}:\n        while True:\n            pass\n"
             "    return len(bytearray(8 * 2**30))\n")
-    slow, greedy = _run(code, per_call=1, memory=3 * 2**30, cases=2)
+    slow, greedy = _run(code, per_call=1, memory=OTHER_MEMORY, cases=2)
     assert slow.kind == "raised" and slow.error[0] == "TimeoutError", slow
     assert greedy.kind == "raised" and greedy.error[0] == "MemoryError", greedy
 
