@@ -414,6 +414,9 @@ def test_course_student_tree_reads_out_dir_from_where_you_are(tmp_path):
         text=True,
         cwd=tmp_path,
         timeout=300,
+        # the environment this test runs in: under another Python (scripts/version_matrix.py)
+        # course.py would otherwise judge the checkout's .venv unusable and rebuild it
+        env={**os.environ, "COURSE_VENV": sys.prefix},
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "here" / "tree" / "course_utils").is_dir() and not (ROOT / "here").exists()
