@@ -203,9 +203,16 @@ def test_a_right_answer_changes_nothing_the_guard_watches():
 
 # -- rows 34-36, 18: the outside grader --------------------------------------------------------
 
+# An answer that catches its own RecursionError: on Python 3.11 the catch runs and the answer is
+# graded on what it returns; on 3.12 the grader reports the recursion itself (seen in the version
+# run of 2026-11-29 with torch 2.13 and 2.15: the overflow reaches the call watch's profiler).
+# Either way the answer fails for a true reason and nothing calls it a cheat.
+_CAUGHT_RECURSION = "wrong values" if sys.version_info < (3, 12) else "called itself without end"
+
+
 @pytest.mark.parametrize("code, said", [
     ("def f(x):\n    try:\n        return f(x)\n    except RecursionError:\n        return x\n",
-     "wrong values"),
+     _CAUGHT_RECURSION),
     ("def f(x):\n    def r():\n        try: r()\n        except BaseException: r()\n    r()\n",
      "called itself without end"),
 ])
