@@ -389,8 +389,9 @@ def model_attention(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.
         raise TypeError(f"model must be a torch.nn.Module (a TinyTransformer), got {type(model).__name__}")
     _check_returns_attention(model)
     check_holds_values(tokens, "tokens")  # before it is copied to the model's device
-    for name, parameter in list(model.named_parameters())[:1]:  # its weights come back to the CPU
-        check_holds_values(parameter, f"model's {name}")
+    first = next(model.named_parameters(), None)  # its weights come back to the CPU
+    if first is not None:
+        check_holds_values(first[1], f"model's {first[0]}")
     if tokens.ndim == 1:
         tokens = tokens.unsqueeze(0)  # (1, T)
     was_training = model.training
