@@ -35,7 +35,8 @@ every input is read and checked before anything is written.
 
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
 was left as it was, and exits 128 + the signal's number (130, 143): ``execute`` shuts the
-kernel down and does not write the notebook it was running.
+kernel down and does not write the notebook it was running; ``student`` writes its copies all
+or nothing, so an interrupted (or failed) run leaves the student folder as it was.
 """
 
 from __future__ import annotations
@@ -191,19 +192,20 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
                 kept[path] = aside
         for path in texts:
             current = path
+            done.append(path)  # before the rename: a signal handled as os.replace returns is undone too
             os.replace(temporaries[path], path)
-            done.append(path)
     except BaseException as exc:
-        for path in reversed(done):  # put back what was there
-            try:
-                if path in kept:
-                    os.replace(kept.pop(path), path)
-                else:
-                    path.unlink(missing_ok=True)
-            except OSError:
-                pass
-        for leftover in [*temporaries.values(), *kept.values()]:
-            Path(leftover).unlink(missing_ok=True)
+        with _signals_held():  # a second Ctrl-C does not stop the putting back half-way
+            for path in reversed(done):  # put back what was there
+                try:  # (onto a rename not yet made, this does nothing; the link is removed below)
+                    if path in kept:
+                        os.replace(kept[path], path)
+                    elif not Path(temporaries[path]).exists():  # renamed into place: a new file
+                        path.unlink(missing_ok=True)
+                except OSError:
+                    kept.pop(path, None)  # could not be put back: its kept-aside copy stays
+            for leftover in [*temporaries.values(), *kept.values()]:
+                Path(leftover).unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise ToolError(f"{current}: cannot be written "
                             f"({exc.strerror or exc}); every file was left as it was") from None
@@ -212,6 +214,18 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
         Path(aside).unlink(missing_ok=True)
     for path in texts:  # what an earlier, killed run left beside each file
         remove_leftovers(path)
+
+
+class _signals_held:
+    """Hold SIGINT/SIGTERM back while a block runs (delivered, if any came, when it ends)."""
+
+    def __enter__(self) -> None:
+        held = hasattr(signal, "pthread_sigmask")  # not on Windows: there the block runs unguarded
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if held else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
 
 
 def notebook_text(nb: nbformat.NotebookNode) -> str:
@@ -573,25 +587,20 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ToolError(f"{out_dir}: cannot make the student folder ({exc.strerror or exc})") from None
-        done: list[tuple[Path, bytes | None]] = []  # (written file, its old bytes) to undo a failure
-        for src, original in originals:
-            blanks = sum(len(SOLUTION.findall(c.source)) for c in original.cells if c.cell_type == "code")
-            target = out_dir / src.name
-            old = target.read_bytes() if target.is_file() else None
-            try:
-                write_atomically(target, notebook_text(student_version(original)))
-            except OSError as exc:
-                for path, before in reversed(done):  # all or nothing: no half-updated student folder
-                    if before is None:
-                        path.unlink(missing_ok=True)
-                    else:
-                        path.write_bytes(before)
-                if made:
-                    shutil.rmtree(out_dir, ignore_errors=True)
-                raise ToolError(f"{target}: cannot be written ({exc.strerror or exc}); the student "
-                                "folder was left as it was") from None
-            done.append((target, old))
-            print(f"{target}: {blanks} solution(s) blanked")
+        blanks = {out_dir / src.name: sum(len(SOLUTION.findall(c.source)) for c in original.cells
+                                          if c.cell_type == "code") for src, original in originals}
+        texts = {out_dir / src.name: notebook_text(student_version(original)) for src, original in originals}
+        try:  # all or nothing: an interrupted or failed run leaves the student folder as it was
+            write_all_atomically(texts)
+        except BaseException as exc:
+            if made:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            if isinstance(exc, Interrupted):
+                raise Interrupted(exc.signum, f"{out_dir}/ was left as it was (no student copy "
+                                              "written)") from None
+            raise
+        for target, count in blanks.items():
+            print(f"{target}: {count} solution(s) blanked")
     return 0
 
 

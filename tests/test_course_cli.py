@@ -7,8 +7,11 @@ Every case runs on temporary files; none installs, runs pytest or touches the re
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -181,24 +184,103 @@ def test_notebook_tools_execute_failure_is_one_line_exit_2(tmp_path, source, arg
     assert path.read_bytes() == before
 
 
+def _student_inputs(tmp_path: Path, existing: bool) -> tuple[Path, Path, Path]:
+    """Two lessons and the student folder (absent, or holding an old copy of each)."""
+    first, second, out = _notebook(tmp_path / "a.ipynb"), _notebook(tmp_path / "b.ipynb"), tmp_path / "out"
+    if existing:
+        out.mkdir()
+        (out / "a.ipynb").write_text("old a")
+        (out / "b.ipynb").write_text("old b")
+    return first, second, out
+
+
+def _after_renames(monkeypatch, into: Path, count: int, then) -> None:
+    """Call ``then(destination)`` once ``count`` files have been renamed into ``into``."""
+    original, renamed = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        if Path(dst).parent == into and Path(src).name.endswith(".tmp"):
+            renamed.append(dst)
+            if len(renamed) > count:
+                then(dst)
+        return original(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
 @pytest.mark.parametrize("existing", [False, True])
 def test_notebook_tools_student_failure_leaves_no_half_folder(tmp_path, capsys, monkeypatch, existing):
-    first, second = _notebook(tmp_path / "a.ipynb"), _notebook(tmp_path / "b.ipynb")
-    if existing:
-        (tmp_path / "out").mkdir()
-        (tmp_path / "out" / "a.ipynb").write_text("old a")
+    """The second copy cannot be written once the first is in place: the first is put back."""
+    first, second, out = _student_inputs(tmp_path, existing)
     before = _snapshot(tmp_path)
-    real = notebook_tools.write_atomically
 
-    def fail_on_b(path, text):
-        if path.name == "b.ipynb":
-            raise OSError(28, "No space left on device")
-        real(path, text)
+    def no_space(dst):
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(notebook_tools, "write_atomically", fail_on_b)
-    assert notebook_tools.main(["student", str(tmp_path / "out"), str(first), str(second)]) == 2
+    _after_renames(monkeypatch, out, 1, no_space)
+    assert notebook_tools.main(["student", str(out), str(first), str(second)]) == 2
     _one_line(capsys.readouterr().err, "b.ipynb: cannot be written", "No space left", "left as it was")
-    assert _snapshot(tmp_path) == before and (tmp_path / "out").exists() == existing
+    assert _snapshot(tmp_path) == before and out.exists() == existing
+
+
+def test_notebook_tools_student_with_a_folder_at_a_target_writes_nothing(tmp_path, capsys):
+    first, second, out = _student_inputs(tmp_path, True)
+    (out / "b.ipynb").unlink()
+    (out / "b.ipynb").mkdir()
+    before = _snapshot(tmp_path)
+    assert notebook_tools.main(["student", str(out), str(first), str(second)]) == 2
+    _one_line(capsys.readouterr().err, str(out / "b.ipynb"), "is a folder")
+    assert _snapshot(tmp_path) == before and (out / "b.ipynb").is_dir()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("existing", [False, True])
+def test_notebook_tools_student_interrupted_leaves_every_file_as_it_was(tmp_path, capsys, monkeypatch,
+                                                                         existing, signum):
+    """Issue 38: a signal once the first copy was written left that copy written."""
+    first, second, out = _student_inputs(tmp_path, existing)
+    before, handler = _snapshot(tmp_path), signal.getsignal(signum)
+    _after_renames(monkeypatch, out, 1, lambda dst: os.kill(os.getpid(), signum))
+    assert notebook_tools.main(["student", str(out), str(first), str(second)]) == 128 + signum
+    captured = capsys.readouterr()
+    _one_line(captured.err, f"interrupted by {signal.Signals(signum).name}", f"{out}/ was left as it was")
+    assert "Traceback" not in captured.err and "blanked" not in captured.out
+    assert _snapshot(tmp_path) == before and out.exists() == existing
+    assert signal.getsignal(signum) is handler
+
+
+def test_notebook_tools_student_killed_by_another_process_writes_nothing(tmp_path):
+    """A real SIGTERM from outside while the tool holds (sleeping) after its first copy's rename."""
+    first, second, out = _student_inputs(tmp_path, True)
+    started = tmp_path / "started"
+    before = _snapshot(tmp_path)
+    child = f"""
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, {str(ROOT / "scripts")!r})
+import notebook_tools
+original = os.replace
+def replace(src, dst, *args, **kwargs):
+    original(src, dst, *args, **kwargs)
+    if Path(dst).parent == Path({str(out)!r}) and src.endswith(".tmp"):
+        Path({str(started)!r}).touch()
+        time.sleep(60)
+os.replace = replace
+sys.exit(notebook_tools.main(["student", {str(out)!r}, {str(first)!r}, {str(second)!r}]))
+"""
+    run = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    assert started.exists(), run.communicate(timeout=60)
+    assert (out / "a.ipynb").read_text() != "old a", "the first copy was in place when the signal came"
+    run.send_signal(signal.SIGTERM)
+    stdout, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, (stdout, err)
+    _one_line(err, "interrupted by SIGTERM", "was left as it was")
+    started.unlink()
+    assert _snapshot(tmp_path) == before
 
 
 def test_notebook_tools_good_inputs_still_work(files, capsys):

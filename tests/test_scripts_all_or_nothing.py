@@ -51,6 +51,32 @@ def test_write_all_atomically_puts_every_file_back_when_one_fails(tmp_path, monk
     assert _files(tmp_path) == before
 
 
+class _Stop(BaseException):
+    """What a signal handler raises (notebook_tools.Interrupted is an Exception; any will do)."""
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_write_all_atomically_undoes_a_rename_a_signal_follows(tmp_path, monkeypatch, nth):
+    """A signal is handled as os.replace returns, before the writer notes the rename: the
+    file renamed into place is put back too (and one made new is removed)."""
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(f"old {name}\n")
+    before = _files(tmp_path)
+    original, calls = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        original(src, dst, *args, **kwargs)
+        calls.append(dst)
+        if len(calls) == nth:
+            raise _Stop
+
+    texts = {tmp_path / n: f"new {n}\n" for n in ("a.txt", "b.txt", "new.txt")}
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(_Stop):
+        notebook_tools.write_all_atomically(texts)
+    assert _files(tmp_path) == before
+
+
 def test_a_rerun_removes_what_a_killed_write_left_behind(tmp_path):
     # battery 5: publish SIGKILLed in its rename phase left 32 .tmp/.old files that no rerun removed
     texts = {tmp_path / n: f"new {n}\n" for n in ("a.txt", "b.txt", "c.txt")}
