@@ -76,6 +76,13 @@ def _head_counted_from_one(w_in, num_heads, head):
     return tuple(block[rows] for block in w_in.split(d, dim=0))
 
 
+def _head_one_too_far(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    rows = slice((head + 1) * dk, (head + 2) * dk)  # the head after: empty past the last head
+    return tuple(block[rows] for block in w_in.split(d, dim=0))
+
+
 def _head_d_from_rows(w_in, num_heads, head):
     d = w_in.shape[0]  # 3 * d_model, taken for d_model
     dk = d // num_heads
@@ -301,6 +308,7 @@ MISTAKES = {
         'whole_blocks': _head_whole_blocks,
         'inclusive_end': _head_inclusive_end,
         'heads_counted_from_one': _head_counted_from_one,
+        'one_head_too_far': _head_one_too_far,
         'd_model_from_rows': _head_d_from_rows,
         'float_head_width': _head_float_width,
         'one_block_from_split': _head_one_block,

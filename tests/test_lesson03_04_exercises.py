@@ -530,4 +530,54 @@ def test_head_weights_does_not_call_the_next_head_counted_from_one():
         dk = d // num_heads
         return tuple(block[(head + 1) * dk:(head + 2) * dk] for block in w_in.chunk(3))
     feedback = lesson04.check_head_weights(next_head)
-    assert not feedback.passed and feedback.mistake != "heads_counted_from_one"
+    assert not feedback.passed and feedback.mistake == "one_head_too_far", feedback
+
+
+def _offsets_one_too_far(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    start = (head + 1) * dk  # for the last head: d, so Q and K read the next block, V nothing
+    return (w_in[start:start + dk], w_in[d + start:d + start + dk],
+            w_in[2 * d + start:2 * d + start + dk])
+
+
+def _view_wrapped_one_too_far(w_in, num_heads, head):
+    d = w_in.shape[1]
+    return tuple(w_in.view(3, num_heads, d // num_heads, d)[:, (head + 1) % num_heads].unbind(0))
+
+
+@pytest.mark.parametrize("fn", [_offsets_one_too_far, _view_wrapped_one_too_far])
+def test_head_weights_names_one_head_too_far_from_the_other_heads(fn):
+    """Issue 35: head i + 1's rows got the generic 'wrong values' message when the answer
+    differs from the stored slip at the last head; it is named from the heads that exist."""
+    feedback = lesson04.check_head_weights(fn)
+    assert not feedback.passed and feedback.mistake == "one_head_too_far", feedback
+    assert "head after (head + 1)" in feedback.message
+    assert "For the last head there is no head after" in feedback.message
+
+
+def _one_head_too_far_on(head_to_skip):
+    """Rows of head i + 1 on every case but those with head ``head_to_skip`` (there: head i)."""
+    def fn(w_in, num_heads, head):
+        d = w_in.shape[1]
+        dk = d // num_heads
+        taken = head if head == head_to_skip else head + 1
+        return tuple(block[taken * dk:(taken + 1) * dk] for block in w_in.chunk(3))
+    return fn
+
+
+def test_head_weights_names_one_head_too_far_only_when_every_case_agrees():
+    """One case right among the wrong ones is not 'one head too far' (nor a pass)."""
+    feedback = lesson04.check_head_weights(_one_head_too_far_on(0))
+    assert not feedback.passed and feedback.mistake != "one_head_too_far", feedback
+
+
+@pytest.mark.parametrize("style", ["split", "view"])
+def test_head_weights_right_answers_pass_beside_the_head_comparisons(style):
+    def right(w_in, num_heads, head):
+        d = w_in.shape[1]
+        if style == "view":
+            return tuple(w_in.view(3, num_heads, d // num_heads, d)[:, head].unbind(0))
+        dk = d // num_heads
+        return tuple(block[head * dk:(head + 1) * dk] for block in w_in.split(d, dim=0))
+    assert lesson04.check_head_weights(right).passed

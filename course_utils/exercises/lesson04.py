@@ -82,23 +82,36 @@ class _HeadWeightsExercise(DiagnosesRaisingAnswers, _TensorAnswers):
             return "one_block_from_split"
         return None
 
+    # the head an answer took instead of head i, named by comparing it with that head's rows
+    # where that head exists (for head 0 there is none before it, for head h-1 none after it),
+    # and the clause that says what it gave where that head does not exist
+    _OTHER_HEADS = (
+        ("heads_counted_from_one", -1,
+         " (For head 0 there is no head before: head - 1 = -1 gives empty slices, or rows of the "
+         "wrong block.)"),
+        ("one_head_too_far", +1,
+         " (For the last head there is no head after: (head + 1) * d_k = d_model is past the end "
+         "of each block.)"),
+    )
+
     def _unmatched_slip(self, cases, outputs, expected) -> Feedback | None:
-        """Heads numbered from 1, written in a way the stored slip does not reproduce at head 0
-        (l19: offsets into the whole w_in, where head - 1 = -1 reads rows of the block above):
-        "head - 1" is a head only for head >= 1, so the answer is compared with the slip on
-        those cases alone, and named when it matches them all."""
-        mistake = next(m for m in self.mistakes if m.key == "heads_counted_from_one")
-        wrong = self._mistake_outputs(mistake, cases)
-        if wrong is None:
-            return None
-        defined = [(got, slip) for case, got, slip in zip(cases, outputs, wrong, strict=True)
-                   if case.args[2] >= 1]  # (w_in, num_heads, head)
-        if not defined or not all(self._close(got, slip) for got, slip in defined):
-            return None
-        named = self._mistake_feedback(mistake.key)
-        named.message += (" (For head 0 there is no head before: head - 1 = -1 gives empty slices, "
-                          "or rows of the wrong block.)")
-        return named
+        """Head i - 1 (heads numbered from 1) or head i + 1 (one head too far), written in a way
+        the stored slip does not reproduce where that head does not exist (l19: offsets into
+        the whole w_in, where head - 1 = -1 reads rows of the block above; issue 35: head + 1
+        past the last head reads the next block): the answer is compared with the slip on the
+        cases where that head exists alone, and named when it matches them all."""
+        for key, step, clause in self._OTHER_HEADS:
+            mistake = next(m for m in self.mistakes if m.key == key)
+            wrong = self._mistake_outputs(mistake, cases)
+            if wrong is None:
+                continue
+            defined = [(got, slip) for case, got, slip in zip(cases, outputs, wrong, strict=True)
+                       if 0 <= case.args[2] + step < case.args[1]]  # (w_in, num_heads, head)
+            if defined and all(self._close(got, slip) for got, slip in defined):
+                named = self._mistake_feedback(mistake.key)
+                named.message += clause
+                return named
+        return None
 
 
 HEAD_WEIGHTS = _HeadWeightsExercise(
@@ -147,6 +160,10 @@ HEAD_WEIGHTS = _HeadWeightsExercise(
                 "you took the rows of the head before (head - 1): the formula numbers heads 1 ... h, "
                 "but the code, and this exercise, count from 0, so head 0 owns the first d_k rows.",
                 "rows head * d_k to (head + 1) * d_k, without subtracting 1 from head."),
+        Mistake("one_head_too_far",
+                "you took the rows of the head after (head + 1): head i's rows START at i * d_k "
+                "(head 0 at row 0) and stop before (i + 1) * d_k, where the next head begins.",
+                "rows head * d_k to (head + 1) * d_k: the start is head * d_k, not (head + 1) * d_k."),
         Mistake("d_model_from_rows",
                 "you took d_model from w_in.shape[0], but w_in is (3 * d_model, d_model): its row "
                 "count is all three blocks together. Every size built from it (d_k, the offsets of "
