@@ -502,6 +502,14 @@ def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def _holds(path: Path, text: str) -> bool:
+    """Whether ``path`` is a file holding ``text``."""
+    try:
+        return path.is_file() and path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _parse(argv: list[str]) -> tuple[str, list[str], int]:
     """The command and its arguments, or a :class:`ToolError` naming what is wrong."""
     command, args = argv[0], argv[1:]
@@ -593,6 +601,9 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
         try:  # all or nothing: an interrupted or failed run leaves the student folder as it was
             write_all_atomically(texts)
         except BaseException as exc:
+            if isinstance(exc, Interrupted) and all(_holds(path, text) for path, text in texts.items()):
+                raise Interrupted(exc.signum, f"it came once every student copy was written to {out_dir}/ "
+                                              "(clearing up)") from None
             if made:
                 shutil.rmtree(out_dir, ignore_errors=True)
             if isinstance(exc, Interrupted):

@@ -249,6 +249,18 @@ def test_notebook_tools_student_interrupted_leaves_every_file_as_it_was(tmp_path
     assert signal.getsignal(signum) is handler
 
 
+def test_notebook_tools_student_interrupted_once_all_is_written_keeps_it_and_says_so(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """A signal while the writer clears up after the last rename: every copy is in place, so
+    nothing is undone (a new folder is not removed) and the line says they were written."""
+    first, second, out = _student_inputs(tmp_path, False)
+    monkeypatch.setattr(notebook_tools, "remove_leftovers", lambda path: os.kill(os.getpid(), signal.SIGTERM))
+    assert notebook_tools.main(["student", str(out), str(first), str(second)]) == 128 + signal.SIGTERM
+    _one_line(capsys.readouterr().err, "interrupted by SIGTERM", f"every student copy was written to {out}/")
+    assert sorted(p.name for p in out.iterdir()) == ["a.ipynb", "b.ipynb"]
+    assert all("raise NotImplementedError" in (out / name).read_text() for name in ("a.ipynb", "b.ipynb"))
+
+
 def test_notebook_tools_student_killed_by_another_process_writes_nothing(tmp_path):
     """A real SIGTERM from outside while the tool holds (sleeping) after its first copy's rename."""
     first, second, out = _student_inputs(tmp_path, True)
