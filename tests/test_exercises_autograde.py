@@ -296,18 +296,22 @@ def test_a_lookup_of_the_stored_outputs_fails_on_unseen_cases():
                                                        strict=True)}
     looked_up = (f"def score_macs(seq_len, d_model, num_heads):\n"
                  f"    return {table!r}.get((seq_len, d_model, num_heads), 0)\n")
-    honest = ("def score_macs(seq_len, d_model, num_heads):\n"
-              "    return num_heads * seq_len * seq_len * (d_model // num_heads)\n")
     namespace: dict = {}
     exec(looked_up, namespace)
     assert lesson03.check_score_macs(namespace["score_macs"]).passed  # what the student sees
-    solutions_dir = str(ROOT / "solutions")
-    right = autograde.grade_answer("lesson03", "check_score_macs", honest, "score_macs", salt=77,
-                                   solutions_dir=solutions_dir)
-    assert right.passed and "5 of them unseen" in right.message, right
+    # end to end, in the README's test command too: the answer's process and the references'
     wrong = autograde.grade_answer("lesson03", "check_score_macs", looked_up, "score_macs", salt=77,
-                                   solutions_dir=solutions_dir)
+                                   solutions_dir=str(ROOT / "solutions"))
     assert not wrong.passed and "not seen" in wrong.message, wrong
+
+
+@pytest.mark.parametrize("grade", GRADERS)
+def test_an_honest_answer_passes_the_unseen_cases_too(grade):
+    """The other side of the lookup above: an answer that computes, under the same salt."""
+    honest = ("def score_macs(seq_len, d_model, num_heads):\n"
+              "    return num_heads * seq_len * seq_len * (d_model // num_heads)\n")
+    right = grade("lesson03", "check_score_macs", honest, "score_macs", 77)
+    assert right.passed and "5 of them unseen" in right.message, right
 
 
 @pytest.mark.parametrize("grade", GRADERS)
