@@ -388,16 +388,27 @@ def test_stage_bandwidth_counts_the_bytes_each_stage_moves():
     assert math.isfinite(copy_gb_per_s) and copy_gb_per_s > 0
 
 
-def test_cli_gqa_stages(capsys):
-    bench_main(["gqa", "--repeats", "1", "--context", "64", "--layers", "1", "--stages"])
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def gqa_cli_output() -> str:
+    """What `python -m course_utils.bench gqa --stages` prints, run once for the two tests below:
+    --stages only appends its table to the plain command's output (_main_gqa)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench_main(["gqa", "--repeats", "1", "--context", "64", "--layers", "1", "--stages"])
+    return out.getvalue()
+
+
+def test_cli_gqa_stages(gqa_cli_output):
+    out = gqa_cli_output
     assert "read K and V" in out and "GB/s" in out
     assert max(len(line) for line in out.splitlines()) <= 100
 
 
-def test_cli_runs_gqa(capsys):
-    bench_main(["gqa", "--repeats", "1", "--context", "64", "--layers", "1"])
-    out = capsys.readouterr().out
+def test_cli_runs_gqa(gqa_cli_output):
+    out = gqa_cli_output.split("\nstages, one thread")[0]  # the plain command's output
     assert "one decode step" in out and "enable_gqa" in out
     # numbers from different machines are compared by the kernels torch chose, not a guess
     assert f"CPU kernels: {torch.backends.cpu.get_cpu_capability()}" in out.splitlines()[0]
