@@ -32,11 +32,26 @@ CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = ROOT / "artifacts" / "browser"
 LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # Every blank student copy, the one a learner opens (Run All must reach the end, each check
-# printing "not attempted yet" instead of stopping the run), and one solved copy. The solved
-# copies' contents are checked by nbval; their figures and widgets are the student copies',
-# made from the same source, so running all of them here again would only cost CI minutes.
+# printing "not attempted yet" instead of stopping the run), and one solved copy where it runs
+# anything its student copy does not (below). The solved copies' contents are checked by nbval;
+# their figures and widgets are the student copies', made from the same source, so running all
+# of them here again would only cost CI minutes.
 SOLVED_SAMPLE = "00_start_here.ipynb"
-COPIES = [("notebooks", SOLVED_SAMPLE)] + [("student", lesson) for lesson in LESSONS]
+
+
+def _what_a_run_does(path: Path) -> tuple:
+    """The code cells (source and metadata) and the notebook's metadata: what Run All runs and
+    how JupyterLab opens it. The first markdown cell's Colab/Binder links differ by folder."""
+    nb = json.loads(path.read_text())
+    code = [(c["source"], c.get("metadata", {})) for c in nb["cells"] if c["cell_type"] == "code"]
+    return code, nb["metadata"]
+
+
+# The solved sample runs only while it differs in that from its student copy: lesson 00 has no
+# exercise, so today its student copy's run (student/00_start_here.ipynb) is the very same run.
+_SAME_RUN = (_what_a_run_does(ROOT / "notebooks" / SOLVED_SAMPLE)
+             == _what_a_run_does(ROOT / "student" / SOLVED_SAMPLE))
+COPIES = [("notebooks", SOLVED_SAMPLE)] * (not _SAME_RUN) + [("student", lesson) for lesson in LESSONS]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RUN_TIMEOUT_S = 420
