@@ -121,6 +121,32 @@ def _importance_squared(loss_fn, num_sequences, num_layers, num_heads):
     return _gate_grads(loss_fn, num_sequences, num_layers, num_heads).pow(2).mean(0)
 
 
+def _mean_first_grads(loss_fn, num_sequences, num_layers, num_heads) -> torch.Tensor:
+    gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+    loss_fn(gates).mean().backward()  # each sequence's gradient divided by the batch size
+    return gates.grad
+
+
+def _importance_mean_first_signed(loss_fn, num_sequences, num_layers, num_heads):
+    return _mean_first_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0)
+
+
+def _importance_mean_first_negated(loss_fn, num_sequences, num_layers, num_heads):
+    return -_mean_first_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0)
+
+
+def _importance_mean_first_abs_of_mean(loss_fn, num_sequences, num_layers, num_heads):
+    return _mean_first_grads(loss_fn, num_sequences, num_layers, num_heads).mean(0).abs()
+
+
+def _importance_mean_first_squared(loss_fn, num_sequences, num_layers, num_heads):
+    return _mean_first_grads(loss_fn, num_sequences, num_layers, num_heads).pow(2).mean(0)
+
+
+def _importance_mean_first_max(loss_fn, num_sequences, num_layers, num_heads):
+    return _mean_first_grads(loss_fn, num_sequences, num_layers, num_heads).abs().max(0).values
+
+
 def _narrow_reference(table: pd.DataFrame) -> str:
     return str(table["task accuracy after"].idxmin())
 
@@ -298,6 +324,11 @@ MISTAKES = {
         'ablation_difference': _importance_ablation_difference,
         'max_over_sequences': _importance_max,
         'gates_without_grad': _importance_no_requires_grad,
+        'mean_before_backward_signed': _importance_mean_first_signed,
+        'mean_before_backward_negated': _importance_mean_first_negated,
+        'mean_before_backward_abs_of_average': _importance_mean_first_abs_of_mean,
+        'mean_before_backward_squared': _importance_mean_first_squared,
+        'mean_before_backward_max': _importance_mean_first_max,
     },
     'NARROW_HEAD': {
         'biggest_average_loss_change': _narrow_biggest_loss,

@@ -422,3 +422,28 @@ def test_an_in_place_edit_is_named_by_the_answers_own_parameter():
     fb = EX.check(doubled_in_place)
     assert fb.mistake == "edited_input_in_place" and "`values` (argument 1)" in fb.message
     assert "head outputs" not in fb.message and "x.clone()" in fb.hint
+
+
+def test_a_name_never_defined_gets_a_hint_that_names_it():
+    def with_numpy_alias(x):  # the grader rebuilds the exception from its text: no .name
+        raise NameError("name 'np' is not defined")
+
+    fb = EX.check(with_numpy_alias)
+    assert fb.status == "error" and "NameError" in fb.message
+    assert "`import numpy as np`" in fb.hint and fb.hint != EX.hint
+
+    def misspelt(x):
+        return 2 * X  # noqa: F821 - the slip under test
+
+    fb = EX.check(misspelt)
+    assert "`X`" in fb.hint and "spelling" in fb.hint and "import" not in fb.hint
+
+
+def test_a_local_read_before_it_is_set_keeps_the_exercise_hint():
+    def unbound(x):
+        if x.sum() > 100:
+            y = x
+        return 2 * y
+
+    fb = EX.check(unbound)
+    assert fb.status == "error" and "UnboundLocalError" in fb.message and fb.hint == EX.hint

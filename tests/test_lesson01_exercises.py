@@ -95,3 +95,19 @@ def test_relation_accuracy_names_a_bool_result_as_true_false_values():
         return torch.stack([(guess // V == target // V).any(), (guess % V == target % V).any()])
     feedback = lesson01.check_relation_accuracy(any_right)
     assert not feedback.passed and "returned True/False values (dtype torch.bool)" in feedback.message
+
+
+def test_head_scores_with_math_never_imported_says_to_import_it():
+    # learner trial l21: lesson 01 imports no math, and an answer's `math.sqrt(dk)` raised a
+    # NameError whose hint was the exercise's general one; it now names the import (or dk ** 0.5)
+    namespace = {"torch": torch}  # the lesson's kernel: torch, no math
+    exec(
+        "def head_scores(x, w_q, w_k, num_heads):\n"
+        "    T, d = x.shape\n"
+        "    dk = d // num_heads\n"
+        "    q = (x @ w_q.T).view(T, num_heads, dk).transpose(0, 1)\n"
+        "    k = (x @ w_k.T).view(T, num_heads, dk).transpose(0, 1)\n"
+        "    return q @ k.transpose(-2, -1) / math.sqrt(dk)\n", namespace)
+    feedback = lesson01.check_head_scores(namespace["head_scores"])
+    assert feedback.status == "error" and "NameError" in feedback.message
+    assert "`import math`" in feedback.hint and "dk ** 0.5" in feedback.hint

@@ -40,6 +40,35 @@ def test_gate_importance_names_a_mean_before_backward_and_a_shared_summed_gate()
     assert lesson06.check_gate_importance(shared).mistake == "shared_gate_summed"
 
 
+def test_gate_importance_names_both_slips_of_a_mean_backward_without_abs():
+    # learner trial l21: backward on the mean AND no abs, with gates of the right shape, got
+    # the general hint asking what shape the gates must have
+    def mean_and_signed(per_sequence_loss, num_sequences, num_layers, num_heads):
+        gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+        per_sequence_loss(gates).mean().backward()
+        return gates.grad.mean(0)
+    feedback = lesson06.check_gate_importance(mean_and_signed)
+    assert feedback.mistake == "mean_before_backward_signed"
+    assert "two slips" in feedback.message and "mean" in feedback.message and "abs" in feedback.hint
+    assert "shape" not in feedback.hint
+
+    def mean_and_squared(per_sequence_loss, num_sequences, num_layers, num_heads):
+        gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+        (grad,) = torch.autograd.grad(per_sequence_loss(gates).mean(), gates)
+        return (grad ** 2).mean(0)
+    assert lesson06.check_gate_importance(mean_and_squared).mistake == "mean_before_backward_squared"
+
+
+def test_gate_importance_general_hint_does_not_presume_the_gates_shape():
+    def halved(per_sequence_loss, num_sequences, num_layers, num_heads):  # no slip it can name
+        gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
+        per_sequence_loss(gates).sum().backward()
+        return gates.grad.abs().mean(0) / 2
+    feedback = lesson06.check_gate_importance(halved)
+    assert feedback.status == "wrong" and feedback.mistake is None
+    assert "what shape must" not in feedback.hint and ".abs()" in feedback.hint
+
+
 def test_narrow_head_names_pandas_objects_and_a_combined_score():
     def as_index(table):
         accuracy = table["task accuracy after"]

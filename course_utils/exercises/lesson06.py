@@ -171,6 +171,12 @@ def _importance_cases() -> list[Case]:
     return cases
 
 
+# the first of two slips that the 6.2 mistakes below name together
+_SUM_THEN_ABS = "backward() on the sum of the losses, then .abs() of each sequence's gradient before mean(0)"
+_MEAN_FIRST = ("two slips: you called backward() on the *mean* of the sequences' losses, so each sequence's "
+               "gradient came out divided by the number of sequences, and ")
+
+
 class _GateExercise(Exercise):
     """6.2: gates made without ``requires_grad=True`` have no ``.grad`` (None) after backward;
     the AttributeError that follows is named instead of reported raw. The scores are read and
@@ -227,9 +233,29 @@ GATE_IMPORTANCE = _GateExercise(
         Mistake("gates_without_grad", "gates.grad is None, so .abs() raised AttributeError: the gates "
                 "were made without requires_grad=True, so backward() computed no gradient for them.",
                 "torch.ones(num_sequences, L, h, dtype=torch.float64, requires_grad=True)."),
+        # two slips at once, each named (learner trial l21: the mean and no abs got the general hint)
+        Mistake("mean_before_backward_signed", _MEAN_FIRST + "you averaged the signed gradients, without "
+                ".abs(): gradients of opposite signs cancel, and scores can be negative.",
+                _SUM_THEN_ABS + "."),
+        Mistake("mean_before_backward_negated", _MEAN_FIRST + "your scores are the negated average of the "
+                "signed gradients: a sign flip does not replace the absolute value.",
+                _SUM_THEN_ABS + "; no minus sign."),
+        Mistake("mean_before_backward_abs_of_average", _MEAN_FIRST + "the absolute value came after "
+                "averaging over the sequences (|E dL/dxi|, not E |dL/dxi|): gradients of opposite signs "
+                "cancel before it sees them.",
+                _SUM_THEN_ABS + "."),
+        Mistake("mean_before_backward_squared", _MEAN_FIRST + "you averaged squared gradients (a "
+                "Fisher-style score) where Michel et al.'s importance averages absolute values.",
+                "backward() on the sum of the losses, then .abs() (not .pow(2)) and mean(0)."),
+        Mistake("mean_before_backward_max", _MEAN_FIRST + "you took the largest absolute gradient over the "
+                "sequences, where the score is their mean.",
+                "backward() on the sum of the losses, then .abs() and .mean(0), not .max(0)."),
     ],
-    hint="I_h averages, over the sequences, the size of each sequence's own gradient: what shape must the "
-         "gates have for every sequence to get one?",
+    # not a question about one step: a wrong answer the check cannot name may have any of them right
+    hint="I_h averages, over the sequences, the size of each sequence's own gradient at gates of 1. Check "
+         "each step: every sequence has its own gates, shaped (num_sequences, L, h), with "
+         "requires_grad=True; backward() runs on the sum of the losses (not their mean); .abs() comes "
+         "before mean(0).",
 )
 check_gate_importance = GATE_IMPORTANCE.check
 
