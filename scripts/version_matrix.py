@@ -8,7 +8,9 @@ Not part of the default CI run: each run installs torch from scratch (several GB
 PyPI, whose Linux wheel is the CUDA build). ``floor`` installs every runtime dependency at
 exactly the lowest version pyproject.toml allows (``name>=X`` -> ``name==X``), with the
 lab/dev tools at their constraints.txt pins; ``newest`` installs everything at the newest
-release the index offers, no constraints. Both then run pytest on tests/ and notebooks/
+release the index offers, no constraints. Both first install the build requirements
+([build-system] requires: the packaging tests build the wheel without build isolation, and a
+new venv's setuptools can be older than they need). Both then run pytest on tests/ and notebooks/
 (``-m "not slow"``, without the browser tests). docs/developing.md's "Version ranges" section records
 the results.
 
@@ -25,6 +27,7 @@ import re
 import subprocess
 import sys
 import venv
+from collections.abc import Sequence
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -73,6 +76,21 @@ def read_project(root: Path = ROOT) -> dict:
             raise InputError(f"{path}: [project] needs {key} as a {kind.__name__}, got "
                              f"{type(project.get(key)).__name__}")
     return project
+
+
+def build_requires(root: Path = ROOT) -> list[str]:
+    """``[build-system] requires`` of pyproject.toml (none: an empty list). Installed into the
+    environment before the course: tests build the wheel without build isolation, and a venv
+    brings the setuptools of its Python (66 on Python 3.11.2), older than the project needs."""
+    path = root / "pyproject.toml"
+    try:
+        data = tomllib.loads(_read(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    requires = data.get("build-system", {}).get("requires", [])
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise InputError(f"{path}: [build-system] requires should be a list of strings, got {requires!r:.80}")
+    return requires
 
 
 def floor_constraints(root: Path = ROOT) -> str:
@@ -125,12 +143,18 @@ def _check_venv(env_dir: Path) -> None:
         raise InputError(f"{problem}.")
 
 
-def _install(env_dir: Path, root: Path, floor: str | None) -> str:
-    """Make the environment at ``env_dir`` (if it has no python yet), install the course into it
-    (at the floors when ``floor`` is given, else the newest releases); return its versions line."""
+def _install(env_dir: Path, root: Path, floor: str | None, build: Sequence[str] = ()) -> str:
+    """Make the environment at ``env_dir`` (if it has no python yet), install ``build`` (the
+    project's build requirements) and the course into it (at the floors when ``floor`` is
+    given, else the newest releases); return its versions line."""
     python = env_dir / "bin" / "python"
     if not python.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    if build:
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *build]
+        cmd += [] if floor is not None else ["--upgrade"]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-e", f"{root}[dev,lab]"]
     if floor is not None:
         constraints = env_dir / "constraints-floor.txt"
@@ -163,11 +187,12 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
         floor = floor_constraints(root) if args.which == "floor" else None
         if floor is None:
             read_project(root)  # pip install -e reads it too: a broken one fails here, clearly
+        build = build_requires(root)
     except InputError as exc:
         print(f"version_matrix.py: {exc}", file=sys.stderr)
         return 2
     try:  # a failure past the checks (disk full, pip refusing) is one line too, exit 1
-        versions = _install(env_dir, root, floor)
+        versions = _install(env_dir, root, floor, build)
     except (OSError, subprocess.CalledProcessError) as exc:
         if isinstance(exc, subprocess.CalledProcessError):
             what = f"{' '.join(map(str, exc.cmd[:4]))} ... exited with status {exc.returncode}"

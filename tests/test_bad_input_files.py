@@ -406,19 +406,40 @@ def test_a_failed_student_tree_removes_the_parent_folders_it_made(tmp_path, monk
     assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not list((tmp_path / "kept").iterdir())
 
 
+def _installed_stand_in(folder: Path) -> Path:
+    """A folder course.py takes for its environment, installed for the current pins, whose
+    python is the interpreter running this test: course.py then neither makes nor installs
+    an environment. (With the checkout's .venv, a run under another Python emptied and rebuilt
+    it; with COURSE_VENV=sys.prefix it began installing constraints.txt's pins, torch 2.13,
+    into the environment of the floor run, scripts/version_matrix.py's, until the timeout.)"""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import course
+    finally:
+        sys.path.remove(str(ROOT))
+    (folder / "bin").mkdir(parents=True)
+    python = folder / "bin" / "python"
+    python.write_text(f"#!/bin/sh\nexec '{sys.executable}' \"$@\"\n")
+    python.chmod(0o755)
+    (folder / course.STAMP.name).write_text(course._fingerprint())
+    return folder
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in's python is a shell script")
 def test_course_student_tree_reads_out_dir_from_where_you_are(tmp_path):
     """course.py runs the script from the repository; OUT_DIR is still relative to the caller."""
+    venv = _installed_stand_in(tmp_path / "venv")
+    before = sorted(p.name for p in venv.rglob("*"))
     done = subprocess.run(
         [sys.executable, str(ROOT / "course.py"), "student-tree", "here/tree"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         timeout=300,
-        # the environment this test runs in: under another Python (scripts/version_matrix.py)
-        # course.py would otherwise judge the checkout's .venv unusable and rebuild it
-        env={**os.environ, "COURSE_VENV": sys.prefix},
+        env={**os.environ, "COURSE_VENV": str(venv)},
     )
     assert done.returncode == 0, done.stderr
+    assert "Installing" not in done.stdout and sorted(p.name for p in venv.rglob("*")) == before
     assert (tmp_path / "here" / "tree" / "course_utils").is_dir() and not (ROOT / "here").exists()
 
 

@@ -342,6 +342,8 @@ def test_version_matrix_unknown_command_is_named(no_venv, capsys):
     ('[project]\ndependencies = ["torch>=2"]\n', "", "floor", ["optional-dependencies", "dict"]),
     ('[project]\ndependencies = ["torch>=2"]\n[project.optional-dependencies]\n', None, "floor",
      ["constraints.txt: no such file"]),
+    ('[build-system]\nrequires = "setuptools"\n[project]\ndependencies = ["torch>=2"]\n'
+     '[project.optional-dependencies]\n', "", "floor", ["[build-system] requires", "list of strings"]),
 ])
 def test_version_matrix_bad_files_are_named_before_installing(tmp_path, no_venv, capsys, pyproject,
                                                                constraints, which, words):
@@ -386,6 +388,30 @@ def test_version_matrix_never_empties_a_folder_of_other_files(tmp_path, no_venv,
     (tmp_path / "env" / "bin").mkdir(parents=True)
     (tmp_path / "env" / "constraints-floor.txt").write_text("")
     assert version_matrix._check_venv(tmp_path / "env") is None  # what it made itself: allowed
+
+
+@pytest.mark.parametrize("which", ["floor", "newest"])
+def test_version_matrix_installs_the_build_requirements_first(tmp_path, monkeypatch, capsys, which):
+    """The floor run of 2026-11-29: the venv's setuptools was 66 (Python 3.11.2's), the
+    packaging tests build the wheel without isolation, and pyproject.toml needs setuptools>=77:
+    [build-system] requires goes into the environment before the course."""
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").write_text("")  # an environment of ours, reused: no venv made
+    ran = []
+
+    def run(cmd, **kwargs):
+        ran.append([str(c) for c in cmd])
+        return subprocess.CompletedProcess(cmd, 0, stdout="torch 0\n", stderr="")
+
+    monkeypatch.setattr(version_matrix.subprocess, "run", run)
+    monkeypatch.setattr(version_matrix.subprocess, "call", lambda cmd, **kwargs: ran.append(cmd) or 0)
+    assert version_matrix.main([which, "--venv", str(env)]) == 0
+    requires = version_matrix.tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    first, install = ran[0], ran[1]
+    assert first[1:4] == ["-m", "pip", "install"] and all(r in first for r in requires), first
+    assert "-e" in install and "-e" not in first  # the build requirements first, on their own
+    assert ("--upgrade" in first) == (which == "newest")
 
 
 def test_version_matrix_floor_constraints_of_the_real_project():

@@ -407,6 +407,27 @@ def test_stack_check_names_the_lists_given_as_separate_arguments(fn):
     assert "ONE flat sequence of tensors" in feedback.message
 
 
+def test_stack_check_names_lists_from_the_call_not_from_torchs_message():
+    """torch's message for torch.cat(q, k, v) changed between versions (2.5.1: "received an
+    invalid combination of arguments"; 2.13: "takes from 1 to 2 positional arguments"), so
+    the slip is named from the arguments torch.cat refused: under another message too, and
+    not for a TypeError of the answer's own that happens to read like torch's."""
+    def reworded(q, k, v):
+        try:
+            return torch.cat(q, k, v)
+        except TypeError:
+            raise TypeError("a message no torch writes") from None
+
+    def own_error(q, k, v):
+        raise TypeError("expected Tensor as element 0 in argument 0, but got list")
+
+    cat = torch.cat
+    assert lesson04.check_stack_head_weights(reworded).mistake == "lists_not_unpacked"
+    assert torch.cat is cat  # the recording wrapper is gone again
+    feedback = lesson04.check_stack_head_weights(own_error)
+    assert feedback.status == "error" and feedback.mistake != "lists_not_unpacked", feedback
+
+
 def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
     """Batched multi-head self-attention: (B, T, d) -> (B, T, d)."""
     raise NotImplementedError()  # the release's stub, as the student copy has it

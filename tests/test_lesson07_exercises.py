@@ -136,6 +136,24 @@ def test_decode_step_names_a_cache_left_without_the_new_token():
     assert lesson07.check_decode_step(both_kept_old).mistake == "returned_old_cache"
 
 
+def test_decode_step_names_a_cache_left_behind_when_attention_refuses_it():
+    """torch 2.5.1's attention with enable_gqa=True raises on T keys and T+1 values, where
+    2.13's returns: the failed call's shapes (recorded on 2.5.1) name which cache was left
+    behind, never forgot_enable_gqa; with equal lengths, unequal head counts still name that."""
+    def key_for(q, k, v):
+        return lesson07._DecodeExercise._key_for(("scaled_dot_product_attention", [q, k, v]))
+
+    assert key_for((2, 4, 1, 8), (2, 2, 5, 8), (2, 2, 6, 8)) == "key_not_appended"
+    assert key_for((2, 4, 1, 8), (2, 2, 6, 8), (2, 2, 5, 8)) == "value_not_appended"
+    assert key_for((2, 4, 1, 8), (2, 2, 6, 8), (2, 2, 6, 8)) == "forgot_enable_gqa"
+
+    def value_forgotten(q, k_new, v_new, k_cache, v_cache):
+        k = _cat(k_cache, k_new)
+        return F.scaled_dot_product_attention(q, k, v_cache, enable_gqa=True), k, v_cache
+    feedback = lesson07.check_decode_step(value_forgotten)
+    assert feedback.mistake == "value_not_appended" and "v_new" in feedback.message, feedback
+
+
 def test_decode_step_names_caches_returned_as_none():
     def no_caches(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)

@@ -310,9 +310,10 @@ def test_the_patching_table_at_some_positions_enters_each_run_at_its_head():
         table = patching_table(model, tokens, source_tokens, metric, where=where)
     assert runs == {0: 5, 1: 8}  # the source run, the intact run, then block 0 only for layer-0 heads
     source = head_outputs(model, source_tokens)
-    for layer, head in all_heads(model):
+    for layer, head in all_heads(model):  # the same run in float32, only entered later: its last
+        # bits may differ (2e-8 relative measured); one head's value is 1e-3 from the next head's
         patched = patched_logits(model, tokens, source, [(layer, head)], where=where)
-        assert table[layer, head] == pytest.approx(metric(patched), rel=1e-12, abs=1e-12)
+        assert float(table[layer, head]) == pytest.approx(metric(patched), rel=1e-6, abs=0)
 
 
 def test_the_patching_table_patches_one_head_at_a_time():

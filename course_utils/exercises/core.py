@@ -398,10 +398,48 @@ def _put_global_module_hooks(saved: dict[str, Any]) -> None:
             setattr(module, name, value)
 
 
-def _saved_tensors_hooks() -> Any:
-    """The innermost ``torch.autograd.graph.saved_tensors_hooks`` entered (None: none)."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    return None if top is None else top(False)
+# torch's stack of saved_tensors_hooks: read with a private function that torch 2.5.1 (the
+# floor) lacks and 2.13 has; popped with one that both have. Bound at import, as below.
+_top_saved_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+_pop_saved_hooks = torch._C._autograd._pop_saved_tensors_default_hooks
+_inference_mode, _enable_grad, _zeros, _sin = torch.inference_mode, torch.enable_grad, torch.zeros, torch.sin
+
+
+def _saved_tensors_hooks(top: Callable[[bool], Any] | None = _top_saved_hooks) -> Any:
+    """The innermost ``torch.autograd.graph.saved_tensors_hooks`` entered (None: none), read
+    with ``top``, torch's reader (a test passes None to stand in for torch 2.5.1).
+
+    A torch that cannot read its stack (2.5.1) answers True or None: whether any are entered
+    (:func:`_saved_tensors_hooks_entered`). The guard is weaker there: hooks an answer leaves
+    entered are named and left when none were entered before the check (in a lesson, always);
+    inside hooks entered before the check, it cannot tell which the answer added, so it names
+    and leaves none (it never pops hooks that were there before)."""
+    if top is not None:
+        return top(False)
+    return True if _saved_tensors_hooks_entered() else None
+
+
+def _saved_tensors_hooks_entered() -> bool:
+    """Whether a tensor saved for backward now goes through ``saved_tensors_hooks``, read
+    through torch's documented API: it saves one (calling the innermost pack hook, the only
+    outside code this runs, outside the time limit) and asks the saved tensor to take a pair of hooks, which
+    it refuses when it already has one ("Hooks for saved tensors", autograd mechanics)."""
+    with _inference_mode(False), _enable_grad():
+        x = _zeros((), dtype=torch.float32, device="cpu", requires_grad=True)
+        try:
+            y = _sin(x)  # (kept: its grad_fn holds the saved tensor)
+            saved = y.grad_fn._raw_saved_self
+        except Exception:  # noqa: BLE001 - a pack hook that raises: there is one
+            return True
+        try:
+            saved.register_hooks(_unchanged, _unchanged)
+        except RuntimeError:
+            return True
+    return False
+
+
+def _unchanged(x: Any) -> Any:
+    return x
 
 
 def _leave_saved_tensors_hooks(saved: Any) -> None:
@@ -409,7 +447,7 @@ def _leave_saved_tensors_hooks(saved: Any) -> None:
     for _ in range(1000):
         if _same(_saved_tensors_hooks(), saved):
             return
-        torch._C._autograd._pop_saved_tensors_default_hooks()
+        _pop_saved_hooks()
 
 
 def _default_device_context() -> Any:

@@ -224,16 +224,16 @@ class _StackExercise(WatchesGivenLists, DiagnosesRaisingAnswers, _TensorAnswers)
         m.message = m.message.replace("{list}", f"`{changed}`")
         return m
 
+    refusable = ("cat", "concat", "concatenate")
+
     @staticmethod
-    def _key_for_error(error: BaseException) -> str | None:
-        if not isinstance(error, TypeError):
-            return None
-        text = _safe_str(error)
-        if "but got list" in text:
-            return "lists_not_unpacked"  # torch.cat rejects a list of lists while reading its arguments
-        if text.startswith("cat()") and ("positional arguments but" in text or "not list" in text):
-            return "lists_not_unpacked"  # torch.cat(q, k, v), or torch.cat(q, k): a list where dim goes
-        return None
+    def _key_for_refused(name: str, args: tuple, kwargs: dict) -> str | None:
+        """torch.cat refused a list of lists, or lists as separate arguments (torch.cat(q, k, v),
+        torch.cat(q, k): a list where dim goes), named from the arguments, not torch's message."""
+        sequences = [a for a in args if isinstance(a, (list, tuple))]
+        nested = bool(args) and isinstance(args[0], (list, tuple)) \
+            and any(isinstance(t, (list, tuple)) for t in args[0])
+        return "lists_not_unpacked" if nested or len(sequences) >= 2 else None
 
 
 STACK_HEAD_WEIGHTS = _StackExercise(

@@ -4,7 +4,8 @@
   its stored outcome raised (type and message, or a pattern).
 * :class:`DiagnosesRaisingAnswers`: the answer is run again under :class:`RecordFailure`,
   which remembers the tensor operation that raised and its arguments' shapes, and
-  :meth:`~DiagnosesRaisingAnswers._key_for` says which slip that is.
+  :meth:`~DiagnosesRaisingAnswers._key_for` says which slip that is (a builtin that refused
+  its arguments before any operation ran: :class:`RecordRefusedCall`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..attention.validation import check_callable
 from .answers import Raised, _check_case, same_raise
-from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str
+from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str, _where_bound
 
-__all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "requested_shape", "failed_operation",
-           "DiagnosesRaisingAnswers"]
+__all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "RecordRefusedCall", "requested_shape",
+           "failed_operation", "DiagnosesRaisingAnswers"]
 
 
 @dataclass
@@ -148,10 +149,54 @@ def _named(exercise: Exercise, key: str) -> Feedback:
     return Feedback(exercise.title, "mistake", m.message, m.hint, mistake=m.key)
 
 
+class RecordRefusedCall:
+    """Remembers the first call the answer made to one of torch's builtins ``names`` (such as
+    ``"cat"``) that refused its arguments with a TypeError, as ``(name, args, kwargs)`` given.
+
+    torch reads a builtin's arguments before any TorchFunctionMode sees the call, so
+    :class:`RecordFailure` never sees such a call, and torch's message for it differs from
+    version to version (torch.cat(q, k, v): "cat() received an invalid combination of
+    arguments" in 2.5.1, "takes from 1 to 2 positional arguments" in 2.13). While active, each
+    place torch binds the builtin (``torch.cat``) holds a wrapper that records the call."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._bound: list[tuple[Any, str, Any]] = []
+        self.refused: tuple[str, tuple, dict] | None = None
+
+    def _wrapped(self, name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        def refusing(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return f(*args, **kwargs)
+            except TypeError:
+                if self.refused is None:
+                    self.refused = (name, args, kwargs)
+                raise
+        return refusing
+
+    def __enter__(self) -> RecordRefusedCall:
+        for name in self._names:
+            f = getattr(torch, name, None)
+            if f is None or hasattr(f, "__code__"):  # (not a builtin: a TorchFunctionMode sees it)
+                continue
+            for module, attr in _where_bound(f):
+                self._bound.append((module, attr, f))
+                setattr(module, attr, self._wrapped(name, f))
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for module, attr, f in reversed(self._bound):
+            setattr(module, attr, f)
+        self._bound.clear()
+
+
 class DiagnosesRaisingAnswers(Exercise):
     """An exercise whose check also names an answer that *raises*: it runs the answer again,
     case by case under :class:`RecordFailure`, up to the first case that raises, and asks
-    :meth:`_key_for` which slip that failure is."""
+    :meth:`_key_for` which slip that failure is; a call to one of torch's builtins in
+    :attr:`refusable` that refused its arguments goes to :meth:`_key_for_refused`."""
+
+    refusable: tuple[str, ...] = ()  # torch builtins (names) whose refused calls are recorded
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
@@ -159,25 +204,32 @@ class DiagnosesRaisingAnswers(Exercise):
             return feedback
         for case in self.cases():
             args, kwargs = case.fresh()
-            recorder, error = RecordFailure(), None
+            recorder, refused, error = RecordFailure(), RecordRefusedCall(self.refusable), None
             try:
-                with recorder, _Deadline():
+                with refused, recorder, _Deadline():
                     fn(*args, **kwargs)
             except BaseException as exc:  # the same error again: now we know which operation raised
                 error = exc
             if error is not None:
                 break
         key = self._key_for(recorder.failed)
+        if key is None and refused.refused is not None:
+            key = self._key_for_refused(*refused.refused)
         if key is None and error is not None:
             key = self._key_for_error(error)  # e.g. raised while torch parsed the arguments
         if key is None:
             return feedback
-        m = next(m for m in self.mistakes if m.key == key)
-        return Feedback(self.title, "mistake", m.message, m.hint, mistake=m.key)
+        return self._mistake_feedback(key)
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
         """The key of the Mistake that ``failed`` (operation name, its args) shows, or None."""
+        return None
+
+    @staticmethod
+    def _key_for_refused(name: str, args: tuple, kwargs: dict) -> str | None:
+        """The key of the Mistake that a refused call ``name(*args, **kwargs)`` to one of the
+        :attr:`refusable` builtins shows, or None."""
         return None
 
     @staticmethod
