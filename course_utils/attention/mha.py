@@ -196,15 +196,9 @@ class MultiHeadAttentionBase(nn.Module):
             weights = self.hook_pattern(masked_softmax(scores, allowed))  # (B, h, Tq, T), rows sum to 1
             dropped = F.dropout(weights, self.dropout) if self.training and self.dropout > 0 else weights
             z = (dropped.view(B, g, rows, T) @ v).view(B, h, Tq, dk)  # weights @ V: (B, h, Tq, dk)
-        out = self.output(z)  # (B, Tq, d)
+        z = self.hook_z(z)  # each head's output
+        out = self.out_proj(self.merge_heads(z))  # merge the heads, W_O: (B, Tq, d)
         return (out, weights if need_weights else None, *([(k, v)] if return_kv else []))
-
-    def output(self, heads: Tensor) -> Tensor:
-        """The end of :meth:`forward`: each head's output ``heads`` ``(B, h, T, dk)`` passes
-        ``hook_z``, then the heads are merged and mapped by W_O -> ``(B, T, d)``. A block entered
-        at its head outputs (:meth:`~course_utils.model.TinyTransformer.run_blocks`' ``heads``)
-        continues here."""
-        return self.out_proj(self.merge_heads(self.hook_z(heads)))  # hook, merge the heads, W_O
 
     def fast_attention(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None,
                        causal_only: bool) -> Tensor:

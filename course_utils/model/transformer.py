@@ -229,8 +229,9 @@ class Block(nn.Module):
         if heads is None:
             attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
                                               past=past, return_kv=True)
-        else:  # q, k, v and the weights would be that run's: only what follows hook_z is computed
-            attended, weights, kv = self.attn.output(heads), None, None
+        else:  # q, k, v and the weights would be that run's: only the end of attn.forward runs
+            attn = self.attn  # hook_z, merge the heads, W_O: as attn.forward ends (lesson 04 prints it)
+            attended, weights, kv = attn.out_proj(attn.merge_heads(attn.hook_z(heads))), None, None
         x = self.hook_resid_mid(x + self.hook_attn_out(attended))  # (B, T, d)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
