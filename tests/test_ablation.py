@@ -202,6 +202,27 @@ def test_table_and_curve_rows_equal_measure_of_each_case(method):
         assert {name: row[name] for name in expected} == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
+def test_table_and_curve_enter_the_first_changed_block_at_its_head_outputs():
+    # A run that changes block k first has the input the earlier run had there, so the same q, k, v
+    # and attention: it enters block k at that run's head outputs, and only later blocks attend.
+    model = tiny_model()
+    tokens, targets = tokens_and_targets()
+    attended = {0: 0, 1: 0}
+
+    def count(q, hook):  # the attention computations of each block
+        attended[int(hook.name.split(".")[1])] += 1
+
+    watch = [("blocks.0.attn.hook_q", count), ("blocks.1.attn.hook_q", count)]
+    cases, means = {"none": [], "L1H0": [(1, 0)], "L0H1": [(0, 1)]}, mean_head_outputs(model, tokens)
+    with model.hooks(watch):
+        ablation_table(model, loss_evaluation(tokens, targets), cases, method="mean", means=means)
+    assert attended == {0: 1, 1: 2}  # block 0: the intact run; block 1: it and the L0H1 case
+    attended.update({0: 0, 1: 0})
+    with model.hooks(watch):
+        pruning_curve(model, loss_evaluation(tokens, targets), [(1, 0), (1, 1), (0, 0)])
+    assert attended == {0: 1, 1: 2}  # block 0: intact; block 1: intact and k = 3 (block 0 changed)
+
+
 def test_table_and_curve_run_the_blocks_below_the_changed_ones_once():
     model = tiny_model()
     tokens, targets = tokens_and_targets()

@@ -165,6 +165,51 @@ def test_run_blocks_is_the_forward_loop_in_parts():
     assert same is streams[1] and none is None
 
 
+@pytest.mark.parametrize("mlp", [False, True])
+def test_entering_a_block_at_its_head_outputs_gives_the_full_forward(mlp):
+    """heads= (block k's head outputs, read at hook_z) enters block k after its attention: the
+    logits are the full run's, with or without gates, and block k's q, k, v and pattern hook
+    points do not fire, since nothing computes them."""
+    model = make_model(mlp, num_layers=3)
+    tokens = random_tokens()
+    gates = torch.ones(3, 4)
+    gates[1, 2] = gates[2, 0] = 0.0
+    wanted = lambda name: name.endswith(("hook_z", "hook_resid_pre"))  # noqa: E731
+    with torch.no_grad():
+        for head_mask in (None, gates):  # the cache reads hook_z before the gates (added after it)
+            _, cache = model.run_with_cache(tokens, names=wanted, head_mask=head_mask)
+            full, fired, _ = _recorded_run(model, tokens, head_mask=head_mask)
+            for k in range(3):
+                resumed, fired_k, _ = _recorded_run(model, resid=cache[f"blocks.{k}.hook_resid_pre"],
+                                                    start_block=k, heads=cache[f"blocks.{k}.attn.hook_z"],
+                                                    head_mask=head_mask)
+                torch.testing.assert_close(resumed, full, atol=1e-5, rtol=1e-5)
+                skipped = {f"blocks.{k}.attn.hook_{p}" for p in ("q", "k", "v", "pattern")}
+                tail = [name for name in fired if name.startswith("blocks.") and int(name.split(".")[1]) >= k
+                        and name not in skipped]
+                assert fired_k == tail, f"entering block {k} at its heads"
+        gated, _ = model(resid=cache["blocks.1.hook_resid_pre"], start_block=1,
+                         heads=cache["blocks.1.attn.hook_z"], head_mask=gates)
+    assert not torch.allclose(gated, model(tokens)[0])
+
+
+def test_bad_head_outputs_entering_a_block_are_refused():
+    model = make_model(num_layers=2)
+    resid, heads = torch.zeros(3, 12, 32), torch.zeros(3, 4, 12, 8)
+    for kwargs, error, message in (
+            ({"heads": torch.zeros(3, 4, 11, 8)}, ValueError,
+             r"heads must have shape \(B=3, h=4, T=12, dk=8\).*block 1.*got \(3, 4, 11, 8\)"),
+            ({"heads": torch.zeros(3, 12, 32)}, ValueError, "heads must be 4-D"),
+            ({"heads": heads.double()}, TypeError, r"heads.*float64"),
+            ({"heads": heads.tolist()}, TypeError, "heads must be a torch.Tensor"),
+            ({"heads": heads, "stop_block": 1}, ValueError, "no block runs"),
+            ({"heads": heads, "need_weights": True}, ValueError, "need_weights=True.*one or the other")):
+        with pytest.raises(error, match=message):
+            model.run_blocks(resid, 1, **kwargs)
+    with pytest.raises(ValueError, match="heads must have shape"):
+        model(resid=resid, start_block=1, heads=torch.zeros(2, 4, 12, 8))
+
+
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [

@@ -22,6 +22,7 @@ import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 import torch
@@ -348,6 +349,24 @@ def block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     return [cache[name] for name in names]
 
 
+class KeptRun(NamedTuple):
+    """What a run leaves for the runs that extend it (one more head switched off), on one batch:
+    ``inputs``, the stream entering each block ``(B, T, d)``, and ``heads``, each block's head
+    outputs ``(B, h, T, dk)`` before its gates and edits (read at ``attn.hook_z``). A run that
+    differs only from block ``k`` on enters there with both (``run_blocks(..., heads=)``): block
+    ``k``'s q, k, v and attention would be these again."""
+
+    inputs: list[Tensor]
+    heads: list[Tensor]
+
+
+def _head_keepers(kept: list[Tensor], layers: range) -> list[tuple[str, HookFn]]:
+    """Hooks that append to ``kept`` each block's head outputs in ``layers`` as they reach
+    ``attn.hook_z`` ``(B, h, T, dk)``; installed before any gate or edit there, they see them
+    unedited."""
+    return [(f"blocks.{i}.attn.hook_z", lambda z, hook: kept.append(z)) for i in layers]
+
+
 def _stream_keepers(kept: list[Tensor], layers: range) -> list[tuple[str, HookFn]]:
     """Hooks that append to ``kept`` the stream leaving each block of ``layers`` ``(B, T, d)``
     (``blocks.{i}.hook_resid_post``, the input to block ``i + 1``), in the order the blocks run."""
@@ -355,15 +374,34 @@ def _stream_keepers(kept: list[Tensor], layers: range) -> list[tuple[str, HookFn
 
 
 def _resumed_logits(model: TinyTransformer, inputs: list[Tensor], first: int, head_mask: Tensor | None,
-                    edit_heads: Callable[[int, Tensor], Tensor] | None) -> tuple[Tensor, list[Tensor]]:
+                    edit_heads: Callable[[int, Tensor], Tensor] | None, heads: list[Tensor] | None = None,
+                    ) -> tuple[Tensor, KeptRun]:
     """``model(tokens, head_mask=..., edit_heads=...)``'s logits, its forward path entered at block
     ``first`` with ``inputs[first]``: ``inputs`` (as :func:`block_inputs` gives them) are the
     input to every block of a run whose blocks below ``first`` compute what this run's do, so the
-    same sums give the same numbers. Returns the logits and this run's ``L + 1`` inputs."""
-    seen = list(inputs[:first + 1])
-    with torch.no_grad(), model.hooks(_stream_keepers(seen, range(first, model.config.num_layers))):
-        logits, _ = model(resid=inputs[first], start_block=first, head_mask=head_mask, edit_heads=edit_heads)
-    return logits, seen
+    same sums give the same numbers. ``heads``, that run's head outputs per block (a
+    :class:`KeptRun`'s), enter block ``first`` at them: its attention is skipped. Returns the
+    logits and this run's ``L + 1`` inputs and (with ``heads``) its head outputs."""
+    L = model.config.num_layers
+    seen, seen_heads = list(inputs[:first + 1]), [] if heads is None else list(heads[:first + 1])
+    keepers = _stream_keepers(seen, range(first, L))
+    if heads is not None:
+        keepers += _head_keepers(seen_heads, range(first + 1, L))
+    with torch.no_grad(), model.hooks(keepers):
+        logits, _ = model(resid=inputs[first], start_block=first, head_mask=head_mask, edit_heads=edit_heads,
+                          heads=None if heads is None or first == L else heads[first])
+    return logits, KeptRun(seen, seen_heads)
+
+
+def _intact_kept(model: TinyTransformer, tokens: Tensor) -> KeptRun:
+    """The intact run on ``tokens`` as a :class:`KeptRun`: :func:`block_inputs` (``L + 1``
+    streams) and each block's head outputs."""
+    L = model.config.num_layers
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
+    heads = [f"blocks.{i}.attn.hook_z" for i in range(L)]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names=names + heads)
+    return KeptRun([cache[name] for name in names], [cache[name] for name in heads])
 
 
 # -- what to measure ---------------------------------------------------------------------
@@ -463,18 +501,19 @@ def _add_scores(result: dict[str, float], scores: dict[str, float], i: int) -> N
 
 
 def _measure_resumed(model: TinyTransformer, evaluations: list[Evaluation], heads: list[Head], method: str,
-                     means: dict[int, Tensor] | Tensor | None, streams: list[list[Tensor]], first: int,
-                     ) -> tuple[dict[str, float], list[list[Tensor]]]:
+                     means: dict[int, Tensor] | Tensor | None, streams: list[KeptRun], first: int,
+                     ) -> tuple[dict[str, float], list[KeptRun]]:
     """:func:`measure`'s numbers, each evaluation's run entered at block ``first`` from
-    ``streams[i]``, the input to every block of a run that agrees with this one below ``first``
-    (:func:`_resumed_logits`); also returns this run's inputs, per evaluation."""
+    ``streams[i]``, a run that agrees with this one below ``first`` and in block ``first``'s
+    attention (:func:`_resumed_logits`); also returns this run, per evaluation."""
     result: dict[str, float] = {}
     seen = []
     for i, evaluation in enumerate(evaluations):
         fill = means.get(i) if isinstance(means, dict) else means
         head_mask, edit_heads = _switched_off(model, heads, method, fill, evaluation.tokens.shape[1])
-        logits, inputs = _resumed_logits(model, streams[i], first, head_mask, edit_heads)
-        seen.append(inputs)
+        source = streams[i]
+        logits, kept = _resumed_logits(model, source.inputs, first, head_mask, edit_heads, source.heads)
+        seen.append(kept)
         _add_scores(result, _check_scores(evaluation.score(logits), i), i)
     return result, seen
 
@@ -511,9 +550,10 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     cases = {name: _check_heads(heads, model) for name, heads in cases.items()}
     for evaluation in evaluations:
         _check_tokens(evaluation.tokens, "tokens")
-    # Each case starts at the first block its heads change, from the intact run's stream there
-    # (one intact run per evaluation): the blocks below it would compute the same numbers again.
-    intact = [block_inputs(model, e.tokens) for e in evaluations]
+    # Each case enters the first block its heads change at the intact run's stream and head
+    # outputs there (one intact run per evaluation): the blocks below it, and that block's
+    # attention, would compute the same numbers again.
+    intact = [_intact_kept(model, e.tokens) for e in evaluations]
     rows = {name: _measure_resumed(model, evaluations, heads, method, means, intact,
                                    _lowest_layer(model, heads))[0]
             for name, heads in cases.items()}
@@ -627,9 +667,10 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     for evaluation in evaluations:
         _check_tokens(evaluation.tokens, "tokens")
     total = len(all_heads(model))
-    # k heads off is k' < k heads off plus order[k':k]: the run for k starts at the first block
-    # those change, from the run for k' (the largest k' measured so far; 0: the intact run).
-    streams, done = [block_inputs(model, e.tokens) for e in evaluations], 0
+    # k heads off is k' < k heads off plus order[k':k]: the run for k enters the first block
+    # those change at the run for k' (the largest k' measured so far; 0: the intact run): its
+    # stream and head outputs there.
+    streams, done = [_intact_kept(model, e.tokens) for e in evaluations], 0
     rows = {}
     for k in sorted(set(counts)):
         numbers, streams = _measure_resumed(model, evaluations, order[:k], method, means, streams,

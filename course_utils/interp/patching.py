@@ -64,6 +64,7 @@ from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
+    KeptRun,
     _check_evaluations,
     _check_heads,
     _check_importance,
@@ -73,6 +74,8 @@ from .ablation import (
     _check_scores,
     _check_tokens,
     _described,
+    _head_keepers,
+    _intact_kept,
     _resumed_logits,
     _stream_keepers,
     block_inputs,
@@ -245,13 +248,13 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
                          f"{tuple(tokens.shape)}: the two runs are compared position by position")
     where = None if where is None else _check_where(where, tokens)
     source = head_outputs(model, source_tokens)  # (L, B, h, T, dk)
-    intact = block_inputs(model, tokens)  # below a patched head's layer, each run is this one
+    intact = _intact_kept(model, tokens)  # below a patched head's layer and in its attention: this run
     cfg = model.config
     table = torch.zeros(cfg.num_layers, cfg.num_heads)
     for layer in range(cfg.num_layers):
         for head in range(cfg.num_heads):
             edit = _patching_edit(source, [(layer, head)], where)
-            value = metric(_resumed_logits(model, intact, layer, None, edit)[0])
+            value = metric(_resumed_logits(model, intact.inputs, layer, None, edit, intact.heads)[0])
             table[layer, head] = check_real(value, f"metric(logits) with {head_name(layer, head)} patched")
     return table
 
@@ -662,10 +665,12 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
 
     ``incremental=True`` (zero ablation, measured in this process: ``map_fn`` and ``chunks``
     left at their defaults) keeps each measured set's residual stream at the input of every
-    layer until the next step, so a set one head larger starts at that head's layer from its
-    parent's stream instead of at its lowest layer from the intact one. Same numbers up to
-    float rounding, about half the compute; it holds about ``B * T * d * (L - 1)`` floats per
-    set of a step. To use several cores, split the orders and call it once per part.
+    layer and its head outputs there until the next step, so a set one head larger enters that
+    head's block at its parent's head outputs (the same input gives the same q, k, v and
+    attention; only the gates differ) instead of starting at its lowest layer from the intact
+    stream. Same numbers up to float rounding (on lesson 06's batches the same bits), about a
+    third of the compute; it holds up to ``2 * B * T * d * L`` floats per set of a step. To use
+    several cores, split the orders and call it once per part.
     """
     _check_model(model)
     check_int(chunks, "chunks", minimum=1)
@@ -688,8 +693,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     counts: list[int | None] = [None] * len(orders)
     if incremental:
         evaluations = _check_evaluations(evaluations)
-        intact = [block_inputs(model, e.tokens) for e in evaluations]
-        streams: dict[frozenset, list[list[Tensor]]] = {}  # a set -> per evaluation, its input to each layer
+        intact = [_intact_run(model, e) for e in evaluations]
+        streams: dict[frozenset, list[KeptRun]] = {}  # a set -> per evaluation, its kept run
     for k in range(1, max((len(o) for o in orders), default=0) + 1):
         alive = [i for i, count in enumerate(counts) if count is None and k <= len(orders[i])]
         for i, count in enumerate(counts):
@@ -699,7 +704,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
             break
         wanted = list(dict.fromkeys(frozenset(orders[i][:k]) for i in alive if frozenset(orders[i][:k])
                                     not in measured))
-        if incremental:  # each new set starts from its parent's stream at its new head's layer
+        if incremental:  # each new set enters its new head's block at its parent's head outputs
             parent = {}
             for i in alive:
                 parent.setdefault(frozenset(orders[i][:k]), (frozenset(orders[i][:k - 1]), orders[i][k - 1]))
@@ -741,51 +746,81 @@ def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
 
 
 def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
-                        intact: list[list[Tensor]], jobs: list[tuple[frozenset, frozenset, Head]],
-                        streams: dict[frozenset, list[list[Tensor]]], per_run: int,
-                        ) -> tuple[list[dict[str, float]], dict[frozenset, list[list[Tensor]]]]:
+                        intact: list[KeptRun], jobs: list[tuple[frozenset, frozenset, Head]],
+                        streams: dict[frozenset, list[KeptRun]], per_run: int,
+                        ) -> tuple[list[dict[str, float]], dict[frozenset, list[KeptRun]]]:
     """Zero ablation of each ``(heads, parent, new head)`` job, ``heads = parent | {new head}``:
-    where ``streams`` holds the parent's input to every layer, the run starts at the new head's
-    layer from it; otherwise at the lowest layer of ``heads`` from the ``intact`` stream
-    (:func:`block_inputs`). Returns each job's numbers and the new sets' streams."""
+    where the parent's run is kept (``streams``, or ``intact`` for the empty set, per evaluation
+    as :func:`_intact_run` keeps it), the run enters the new head's block at its head outputs,
+    the parent's there (same input, so the same q, k, v and attention; only the gates differ);
+    otherwise it starts at the lowest layer of ``heads`` from the intact stream. Returns each
+    job's numbers and the new sets' kept runs."""
     L = model.config.num_layers
-    start = [new[0] if parent in streams else min(layer for layer, _ in heads) for heads, parent, new in jobs]
+    runs = {frozenset(): intact} | streams
+    entered = [parent in runs for _, parent, _ in jobs]  # at the parent's head outputs, or from intact
+    start = [new[0] if enter else min(layer for layer, _ in heads)
+             for (heads, _, new), enter in zip(jobs, entered, strict=True)]
     results: list[dict[str, float]] = [{} for _ in jobs]
-    new_streams: dict[frozenset, list[list[Tensor]]] = {heads: [] for heads, _, _ in jobs}
+    new_streams: dict[frozenset, list[KeptRun]] = {heads: [] for heads, _, _ in jobs}
     for e, evaluation in enumerate(evaluations):
         batch = evaluation.tokens.shape[0]
         positions = evaluation.positions if isinstance(evaluation, EvaluationAt) else None
         full = L if positions is None else L - 1  # layers run at every position
         for layer0 in range(L):
-            group = [j for j in range(len(jobs)) if start[j] == layer0]
-            for begin in range(0, len(group), per_run):
-                some = group[begin:begin + per_run]
-                sources = [streams[jobs[j][1]][e] if jobs[j][1] in streams else intact[e] for j in some]
-                gates = torch.ones(len(some), L, model.config.num_heads, dtype=model.unembed.weight.dtype)
-                for row, j in enumerate(some):
-                    for layer, head in jobs[j][0]:
-                        gates[row, layer, head] = 0.0
-                rows = gates.repeat_interleave(batch, 0)  # (n*B, L, h)
-                kept: list[Tensor] = []  # this run's inputs to blocks layer0 + 1, layer0 + 2, ...
-                with torch.no_grad(), model.hooks(_gate_hooks(rows, range(layer0, full))
-                                                  + _stream_keepers(kept, range(layer0, full))):
-                    x = torch.cat([source[layer0] for source in sources])  # (n*B, T, d)
-                    if positions is None:
-                        logits, _ = model(resid=x, start_block=layer0)
-                    else:
-                        x, _ = model.run_blocks(x, layer0, full)
-                        at = positions.repeat(len(some))
-                        scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
-                        logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"),
-                                            dtype=scored.dtype)
-                        logits[torch.arange(len(at)), at] = scored
-                for row, (j, chunk) in enumerate(zip(some, logits.split(batch), strict=True)):
-                    results[j].update(_check_scores(evaluation.score(chunk), e))
-                    rows_of = slice(row * batch, (row + 1) * batch)
-                    new_streams[jobs[j][0]].append(
-                        [sources[row][layer] if layer <= layer0 else kept[layer - layer0 - 1][rows_of]
-                         for layer in range(L)])
+            for enter in (True, False):
+                group = [j for j in range(len(jobs)) if (start[j], entered[j]) == (layer0, enter)]
+                for begin in range(0, len(group), per_run):
+                    some = group[begin:begin + per_run]
+                    sources = [runs[jobs[j][1]][e] if enter else intact[e] for j in some]
+                    gates = torch.ones(len(some), L, model.config.num_heads, dtype=model.unembed.weight.dtype)
+                    for row, j in enumerate(some):
+                        for layer, head in jobs[j][0]:
+                            gates[row, layer, head] = 0.0
+                    rows = gates.repeat_interleave(batch, 0)  # (n*B, L, h)
+                    first = layer0 + 1 if enter else layer0  # the first block whose heads this run computes
+                    kept: list[Tensor] = []  # this run's inputs to blocks layer0 + 1, layer0 + 2, ...
+                    heads: list[Tensor] = []  # its head outputs in blocks first, first + 1, ...
+                    with torch.no_grad(), model.hooks(_head_keepers(heads, range(first, L))
+                                                      + _gate_hooks(rows, range(layer0, full))
+                                                      + _stream_keepers(kept, range(layer0, full))):
+                        x = torch.cat([source.inputs[layer0] for source in sources])  # (n*B, T, d)
+                        given = torch.cat([source.heads[layer0] for source in sources]) if enter else None
+                        if positions is None:
+                            logits, _ = model(resid=x, start_block=layer0, heads=given)
+                        else:
+                            if layer0 < full:
+                                x, _ = model.run_blocks(x, layer0, full, heads=given)
+                                given = None
+                            at = positions.repeat(len(some))
+                            scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at, heads=given)
+                            logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"),
+                                                dtype=scored.dtype)
+                            logits[torch.arange(len(at)), at] = scored
+                    for row, (j, chunk) in enumerate(zip(some, logits.split(batch), strict=True)):
+                        results[j].update(_check_scores(evaluation.score(chunk), e))
+                        rows_of, source = slice(row * batch, (row + 1) * batch), sources[row]
+                        new_streams[jobs[j][0]].append(KeptRun(
+                            [source.inputs[layer] if layer <= layer0 else kept[layer - layer0 - 1][rows_of]
+                             for layer in range(L)],
+                            [source.heads[layer] if layer < first else heads[layer - first][rows_of]
+                             for layer in range(L)]))
     return results, new_streams
+
+
+def _intact_run(model: TinyTransformer, evaluation: Evaluation) -> KeptRun:
+    """The intact run on ``evaluation``'s tokens, kept as :func:`_measure_extensions` keeps its
+    runs: the input to every block and every block's head outputs (for an :class:`EvaluationAt`,
+    the last block's at its positions only, ``(B, h, 1, dk)``, as :func:`_last_layer_at` runs it)."""
+    if not isinstance(evaluation, EvaluationAt):
+        return _intact_kept(model, evaluation.tokens)
+    L = model.config.num_layers
+    heads: list[Tensor] = []
+    inputs: list[Tensor] = []  # the embedding, then what each block but the last passes on
+    with torch.no_grad(), model.hooks(_head_keepers(heads, range(L)) + _stream_keepers(inputs, range(L - 1))):
+        inputs.append(model.embed(evaluation.tokens))
+        x, _ = model.run_blocks(inputs[0], 0, L - 1)
+        _last_layer_at(model, x, None, evaluation.positions)
+    return KeptRun(inputs, heads)
 
 
 @dataclass
@@ -816,17 +851,25 @@ class EvaluationAt(Evaluation):
 
 
 def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor | None, positions: Tensor,
-                   edit: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+                   edit: Callable[[Tensor], Tensor] | None = None, heads: Tensor | None = None) -> Tensor:
     """The last block, the final LayerNorm and the unembedding at one position per row:
-    ``x`` ``(N, T, d)`` the last block's input, ``gate`` ``(N, h, 1, 1)``, ``positions`` ``(N,)``
-    -> logits ``(N, V)``. The block's own modules run in the block's order: its attention
+    ``x`` ``(N, T, d)`` the last block's input, ``gate`` ``(N, h, 1, 1)`` or None, ``positions``
+    ``(N,)`` -> logits ``(N, V)``. The block's own modules run in the block's order: its attention
     attends from the one query to the keys up to it (causal), each head scaled by ``gate``,
-    or its outputs at the query, ``(N, h, 1, dk)``, mapped by ``edit`` instead."""
+    or its outputs at the query, ``(N, h, 1, dk)``, mapped by ``edit`` instead. ``heads``
+    ``(N, h, 1, dk)``: those outputs as a run with this ``x`` computed them; the block then
+    starts at ``attn.hook_z`` (the block's ``heads`` entry)."""
     block, rows = model.blocks[-1], torch.arange(x.shape[0])
+    change = [] if gate is None and edit is None else [
+        (f"blocks.{len(model.blocks) - 1}.attn.hook_z", (lambda z, hook: z * gate) if edit is None
+         else (lambda z, hook: edit(z)))]
+    if heads is not None:
+        with model.hooks(change):
+            y, _, _ = block(x[rows, positions][:, None], heads=heads)  # (N, 1, d)
+        return model.unembed(model.ln_final(y))[:, 0]  # (N, V)
     normed = block.ln_attn(x)  # (N, T, d): every position is a key
     allowed = (torch.arange(x.shape[1]) <= positions[:, None])[:, None, :]  # (N, 1, T)
-    change = (lambda z, hook: z * gate) if edit is None else (lambda z, hook: edit(z))
-    with model.hooks([(f"blocks.{len(model.blocks) - 1}.attn.hook_z", change)]):
+    with model.hooks(change):
         attended, _ = block.attn(normed[rows, positions][:, None], normed, normed, mask=allowed)  # (N, 1, d)
     y = x[rows, positions][:, None] + attended
     if block.mlp is not None:
@@ -920,8 +963,8 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     ``per_run`` sets sharing one forward pass, so orders with the same first ``k`` heads get the
     same number; each equals :func:`~course_utils.interp.ablation.measure` with that order's
     first ``k`` heads off, up to float rounding. As in :func:`prunable_counts` with
-    ``incremental=True``, a set one head larger than its parent starts from the parent's stream
-    at the new head's layer; it holds about ``B * T * d * (L - 1)`` floats per set of a step.
+    ``incremental=True``, a set one head larger than its parent enters the new head's block at
+    the parent's head outputs there; it holds up to ``2 * B * T * d * L`` floats per set of a step.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
@@ -939,8 +982,8 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
         raise ValueError("targets count nothing (all -100)")
     evaluation = loss_evaluation(tokens, targets)
     loss = {frozenset(): measure_zeroed_sets(model, evaluation, [[]])[0]["loss"]}
-    intact, streams = [block_inputs(model, tokens)], {}
-    for k in range(1, most + 1):  # each new set starts from its parent's stream at its new head's layer
+    intact, streams = [_intact_run(model, evaluation)], {}
+    for k in range(1, most + 1):  # each new set enters its new head's block at its parent's head outputs
         parent: dict[frozenset, tuple[frozenset, Head]] = {}
         for order in orders:
             if frozenset(order[:k]) not in loss:

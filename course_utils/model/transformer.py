@@ -219,12 +219,19 @@ class Block(nn.Module):
         *,
         need_weights: bool = False,
         past: tuple[Tensor, Tensor] | Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
-    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        heads: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor] | None]:
         """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``;
-        ``past`` is the attention layer's KV cache (a ``(k, v)`` pair or a cache's append)."""
+        ``past`` is the attention layer's KV cache (a ``(k, v)`` pair or a cache's append).
+        ``heads`` ``(B, h, T, dk)``: the head outputs a run with this same ``x`` computed (before
+        ``attn.hook_z``); the attention then starts at ``hook_z`` (no weights, no ``(k, v)``)."""
         x = self.hook_resid_pre(x)
-        attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
-                                          past=past, return_kv=True)
+        if heads is None:
+            attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
+                                              past=past, return_kv=True)
+        else:  # q, k, v and the weights would be that run's: only the end of attn.forward runs
+            attn = self.attn  # hook_z, merge the heads, W_O: as attn.forward ends (lesson 04 prints it)
+            attended, weights, kv = attn.out_proj(attn.merge_heads(attn.hook_z(heads))), None, None
         x = self.hook_resid_mid(x + self.hook_attn_out(attended))  # (B, T, d)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
@@ -393,9 +400,15 @@ class TinyTransformer(nn.Module):
         return tok + pos  # (B, T, d)
 
     def run_blocks(self, resid: Tensor, start_block: int = 0, stop_block: int | None = None, *,
-                   need_weights: bool = False) -> tuple[Tensor, list[Tensor] | None]:
+                   need_weights: bool = False, heads: Tensor | None = None,
+                   ) -> tuple[Tensor, list[Tensor] | None]:
         """Blocks ``start_block .. stop_block - 1`` (``stop_block`` None: to the last) on ``resid``
         ``(B, T, d)``, the residual stream entering block ``start_block``.
+
+        ``heads`` ``(B, h, T, dk)``, when given, are block ``start_block``'s head outputs as a run
+        with the same ``resid`` computed them (read at ``blocks.{k}.attn.hook_z`` before any edit
+        there): that block starts at its ``attn.hook_z``, whose hooks (gates, edits) apply, and
+        skips its LayerNorm, q/k/v projections and attention, which would compute them again.
 
         Returns ``(the stream leaving the last block run (B, T, d), [weights (B, h, T, T)] per
         block run | None)``: ``need_weights`` asks for the attention weights. This is the one
@@ -409,9 +422,12 @@ class TinyTransformer(nn.Module):
                                                             maximum=L)
         check_flag(need_weights, "need_weights")
         self._check_resid(resid, start_block)
+        if heads is not None:
+            self._check_heads(heads, resid, start_block, stop_block, need_weights)
         attention = [] if need_weights else None
         for block in self.blocks[start_block:stop_block]:
-            resid, weights, _ = block(resid, need_weights=need_weights)
+            resid, weights, _ = block(resid, need_weights=need_weights, heads=heads)
+            heads = None  # the next blocks compute their own
             if attention is not None:
                 attention.append(weights)
         return resid, attention
@@ -429,6 +445,24 @@ class TinyTransformer(nn.Module):
         weight = self.token_embedding.weight
         check_same_dtype_and_device({"resid": resid, "the model's parameters": weight})
 
+    def _check_heads(self, heads: object, resid: Tensor, start_block: int, stop_block: int,
+                     need_weights: bool) -> None:
+        """``heads`` fit block ``start_block``'s head outputs for ``resid`` ``(B, T, d)``."""
+        cfg = self.config
+        B, T, _ = resid.shape
+        layout = f"(B={B}, h={cfg.num_heads}, T={T}, dk={cfg.d_head}): block {start_block}'s head outputs"
+        check_tensor(heads, "heads", ndim=4, layout=layout)
+        if tuple(heads.shape) != (B, cfg.num_heads, T, cfg.d_head):
+            raise ValueError(f"heads must have shape {layout}, got {describe_shape(heads)}")
+        check_same_dtype_and_device({"heads": heads, "resid": resid})
+        if start_block == stop_block:
+            raise ValueError(f"heads enter block {start_block}, but no block runs "
+                             f"(start_block == stop_block == {start_block})")
+        if need_weights:
+            raise ValueError("need_weights=True (forward's return_attention=True) needs every block's "
+                             f"attention weights; heads skip block {start_block}'s attention: pass one or "
+                             "the other")
+
     def forward(
         self,
         tokens: Tensor | None = None,
@@ -438,6 +472,7 @@ class TinyTransformer(nn.Module):
         edit_heads: Callable[[int, Tensor], Tensor] | None = None,
         start_block: int = 0,
         resid: Tensor | None = None,
+        heads: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor] | None]:
         """``tokens`` ``(B, T)`` long -> ``(logits (B, T, V), [weights (B, h, T, T)] * L | None)``.
 
@@ -450,7 +485,8 @@ class TinyTransformer(nn.Module):
         then the final LayerNorm and the unembedding. Given the stream of a full run, the logits
         are that run's (up to float rounding) and the hook points of blocks ``k ..`` fire in the
         same order; the embedding's and those of blocks below ``k`` do not fire. The attention
-        weights, when asked for, are those of the blocks run.
+        weights, when asked for, are those of the blocks run. ``heads``: block ``k``'s head
+        outputs from such a run, entering it at ``attn.hook_z`` (see :meth:`run_blocks`).
         """
         check_flag(return_attention, "return_attention")
         if resid is None:
@@ -466,7 +502,7 @@ class TinyTransformer(nn.Module):
         gates = self._check_head_mask(head_mask)
         x = self.embed(tokens) if resid is None else resid  # (B, T, d); run_blocks checks resid
         with self.hooks(self._head_hooks(gates, edit_heads)):
-            x, attention = self.run_blocks(x, start_block, need_weights=return_attention)
+            x, attention = self.run_blocks(x, start_block, need_weights=return_attention, heads=heads)
         return self.unembed(self.ln_final(x)), attention  # (B, T, V)
 
     def forward_with_cache(
