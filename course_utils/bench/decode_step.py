@@ -62,6 +62,7 @@ from ..attention.validation import (
     check_fits_in_memory,
     check_float_dtype,
     check_int,
+    check_record,
     check_tensor,
     check_thread_count,
 )
@@ -526,6 +527,9 @@ class StepRow:
     weight_bytes: int
     cache_bytes: int
     samples_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     @property
     def bytes_read(self) -> int:

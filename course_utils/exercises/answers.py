@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_int
+from ..attention.validation import check_int, check_record
 from ..paths import check_path
 from .cases import Case
 
@@ -40,6 +40,9 @@ class Raised:
 
     kind: str
     message: str
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
 
 # NotImplementedError is a RuntimeError: torch 2.15 raises it where 2.13 raised RuntimeError

@@ -1,0 +1,108 @@
+"""Battery 12's silent and obscure cases in the Python API (issue 38): each bad call now raises
+with the argument's (or field's) name, what was expected and what arrived, and the valid call
+beside it still works."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from bad_input_cases import Case, assert_named
+
+from course_utils.attention import shapes
+from course_utils.bench import decode_step as DS
+from course_utils.bench import gqa_speed as GS
+from course_utils.bench import memory as MEM
+from course_utils.bench import timing as TI
+from course_utils.exercises import answers as ANS
+from course_utils.exercises import sandbox as SB
+from course_utils.exercises import your_attention as YA
+from course_utils.model import train as TRN
+
+NAN = float("nan")
+
+# -- 1. result records: one shared check (validation.check_record) ------------------------------
+RECORD_CASES = [
+    Case("AttentionMacs/neg", lambda: shapes.AttentionMacs(-3, 3, 3, 3), ValueError,
+         ["AttentionMacs.qkv_projections", "int >= 0", "-3"]),
+    Case("AttentionMacs/str", lambda: shapes.AttentionMacs(3, "3", 3, 3), TypeError,
+         ["AttentionMacs.scores", "int", "str '3'"]),
+    Case("AttentionMacs/none", lambda: shapes.AttentionMacs(3, 3, None, 3), TypeError,
+         ["AttentionMacs.attend", "int", "NoneType"]),
+    Case("AttentionMacs/nan", lambda: shapes.AttentionMacs(3, 3, 3, NAN), TypeError,
+         ["AttentionMacs.output_projection", "int", "float nan"]),
+    Case("ShapeTrace/sizes int", lambda: shapes.ShapeTrace(3), TypeError,
+         ["ShapeTrace.sizes", "dict", "int 3"]),
+    Case("ShapeTrace/diff bool", lambda: shapes.ShapeTrace({"B": 1}, max_abs_diff=True), TypeError,
+         ["ShapeTrace.max_abs_diff", "real number", "bool True"]),
+    Case("ShapeTrace/tensors", lambda: shapes.ShapeTrace({"B": 1}, tensors={"x": 3}), TypeError,
+         ["ShapeTrace.tensors['x']", "Tensor", "int 3"]),
+    Case("StepRow/bool", lambda: DS.StepRow(True, 16, 1, 3, 3), TypeError,
+         ["StepRow.batch", "int", "bool True"]),
+    Case("StepRow/str", lambda: DS.StepRow(1, "3", 1, 3, 3), TypeError, ["StepRow.context", "str '3'"]),
+    Case("StepRow/sample neg", lambda: DS.StepRow(1, 3, 1, 3, 3, [0.1, -1.0]), ValueError,
+         ["StepRow.samples_s[1]", ">= 0", "-1.0"]),
+    Case("DecodeRow/bool", lambda: GS.DecodeRow(1, True), TypeError, ["DecodeRow.cache_bytes", "bool"]),
+    Case("DecodeRow/samples nan", lambda: GS.DecodeRow(1, 3, {"sdpa": [NAN]}), ValueError,
+         ["DecodeRow.samples_s['sdpa'][0]", "finite", "nan"]),
+    Case("DecodeRow/samples list", lambda: GS.DecodeRow(1, 3, [0.1]), TypeError,
+         ["DecodeRow.samples_s", "dict", "list"]),
+    Case("NotebookMemory/str", lambda: MEM.NotebookMemory("x", "0.1", 1.0), TypeError,
+         ["NotebookMemory.peak_mb", "real number", "str '0.1'"]),
+    Case("NotebookMemory/neg", lambda: MEM.NotebookMemory("x", 0.1, -1.0), ValueError,
+         ["NotebookMemory.seconds", ">= 0", "-1.0"]),
+    Case("NotebookMemory/cells", lambda: MEM.NotebookMemory("x", 0.1, 1.0, cells="abc"), TypeError,
+         ["NotebookMemory.cells", "list of CellTime", "str 'abc'"]),
+    Case("NotebookMemory/cells bools", lambda: MEM.NotebookMemory("x", 0.1, 1.0, cells=[True]), TypeError,
+         ["NotebookMemory.cells[0]", "CellTime", "bool True"]),
+    Case("NotebookMemory/error", lambda: MEM.NotebookMemory("x", 0.1, 1.0, error=None), TypeError,
+         ["NotebookMemory.error", "str", "NoneType"]),
+    Case("CellTime/bool", lambda: MEM.CellTime(True, 0.5, "x"), TypeError, ["CellTime.index", "bool"]),
+    Case("CellTime/nan", lambda: MEM.CellTime(1, NAN, "x"), ValueError,
+         ["CellTime.seconds", "finite", "nan"]),
+    Case("History/task", lambda: TRN.History(task=5), TypeError, ["History.task", "str", "int 5"]),
+    Case("History/steps str", lambda: TRN.History("t", steps="3"), TypeError,
+         ["History.steps", "list of int", "str '3'"]),
+    Case("History/loss nan", lambda: TRN.History("t", loss=[NAN]), ValueError,
+         ["History.loss[0]", "finite", "nan"]),
+    Case("ModelRun/accuracy", lambda: YA.ModelRun(torch.zeros(1, 2, 3), "x", 1.0), TypeError,
+         ["ModelRun.accuracy", "real number", "str 'x'"]),
+    Case("ModelRun/logits none", lambda: YA.ModelRun(None, 1.0, 1.0), TypeError,
+         ["ModelRun.logits", "Tensor", "NoneType"]),
+    Case("ModelRun/logits 1-D", lambda: YA.ModelRun(torch.zeros(3), 1.0, 1.0), ValueError,
+         ["ModelRun.logits", "3-D", "(3)"]),
+    Case("ModelRun/logits meta", lambda: YA.ModelRun(torch.zeros(1, 2, 3, device="meta"), 1.0, 1.0),
+         ValueError, ["ModelRun.logits", "meta"]),
+    Case("Outcome/kind", lambda: SB.Outcome(5), ValueError,
+         ["Outcome.kind", "'value', 'raised', 'refused', 'lost'", "int 5"]),
+    Case("Outcome/stub", lambda: SB.Outcome("value", stub="yes"), TypeError,
+         ["Outcome.stub", "True or False", "str 'yes'"]),
+    Case("Outcome/error", lambda: SB.Outcome("raised", error=None), TypeError,
+         ["Outcome.error", "tuple (str, str)", "NoneType"]),
+    Case("Outcome/used", lambda: SB.Outcome("value", used=b"x"), TypeError, ["Outcome.used", "bytes"]),
+    Case("Run/outcomes", lambda: SB.Run(None), TypeError, ["Run.outcomes", "list", "NoneType"]),
+    Case("Run/defined", lambda: SB.Run([], defined=5), TypeError, ["Run.defined", "tuple", "int 5"]),
+    Case("Raised/kind", lambda: ANS.Raised(5, "m"), TypeError, ["Raised.kind", "str", "int 5"]),
+    Case("RatioSpread/baseline", lambda: TI.RatioSpread("x", None, 1.0, 0.9, 1.1, 0.8, 1.2, 1), TypeError,
+         ["RatioSpread.baseline", "str", "NoneType"]),
+]
+
+
+@pytest.mark.parametrize("case", RECORD_CASES, ids=lambda c: c.name)
+def test_result_records_refuse_bad_fields(case):
+    assert_named(case)
+
+
+def test_result_records_keep_valid_values():
+    """NumPy numbers, None where the annotation allows it, and the NaN a field documents still go in."""
+    assert shapes.AttentionMacs(np.int64(3), 3, 0, 3).total == 9
+    assert math.isnan(shapes.ShapeTrace({"B": 1}).max_abs_diff)  # not compared yet
+    assert DS.StepRow(1, 16, 1, 3, 3, [np.float64(0.5), 1]).best_s == 0.5
+    assert MEM.NotebookMemory("x", None, 0.5, cells=[MEM.CellTime(0, 0.1, "")]).verdict == "not measured"
+    history = TRN.History("t", eval_steps=[1], eval_metrics=[{"acc": NAN, "logit_diff": -1.0}], target=-0.5)
+    assert history.metric("logit_diff") == [-1.0]
+    assert math.isnan(YA.ModelRun(torch.zeros(1, 2, 3), 0.5, NAN).loss)  # a learner's NaN output
+    run = SB.Run([[SB.Outcome("raised", error=["ValueError", "m"])]], lost=None)
+    assert run.outcomes[0][0].kind == "raised"
