@@ -20,6 +20,7 @@ from course_utils.exercises import answers as ANS
 from course_utils.exercises import sandbox as SB
 from course_utils.exercises import your_attention as YA
 from course_utils.model import train as TRN
+from course_utils.tasks import synthetic as SY
 
 NAN = float("nan")
 
@@ -106,3 +107,39 @@ def test_result_records_keep_valid_values():
     assert math.isnan(YA.ModelRun(torch.zeros(1, 2, 3), 0.5, NAN).loss)  # a learner's NaN output
     run = SB.Run([[SB.Outcome("raised", error=["ValueError", "m"])]], lost=None)
     assert run.outcomes[0][0].kind == "raised"
+
+
+
+# -- 2. AgreementTask.max_len, InductionTask periods, subject_position ---------------------------
+TASK_CASES = [
+    *(Case(f"AgreementTask/max_len {v!r}", lambda v=v: SY.AgreementTask(max_len=v), error,
+           ["max_len", "int", repr(v)])
+      for v, error in ((-3, ValueError), (True, TypeError), (2.5, TypeError), ("3", TypeError),
+                       (NAN, TypeError), (None, TypeError))),
+    *(Case(f"InductionTask/{name} {v!r}", lambda name=name, v=v: SY.InductionTask(**{name: v}), TypeError,
+           [name, "list of ints", shown])
+      for name in ("train_periods", "heldout_periods")
+      for v, shown in ((3, "int 3"), (True, "bool True"), (2.5, "float 2.5"), (np.int64(3), "int64"),
+                       (torch.tensor(2), "shape ()"))),
+    Case("subject_position/float", lambda: SY.subject_position(torch.zeros(3)), ValueError,
+         ["tokens", "1-D tensor of token ids", "torch.float32", "(3)"]),
+    Case("subject_position/2-D", lambda: SY.subject_position(torch.zeros(2, 3, dtype=torch.long)), ValueError,
+         ["tokens", "1-D", "(2, 3)"]),
+    Case("subject_position/str", lambda: SY.subject_position("the cat is"), TypeError,
+         ["tokens", "1-D tensor", "str 'the cat is'"]),
+    Case("subject_position/meta",
+         lambda: SY.subject_position(torch.zeros(3, dtype=torch.long, device="meta")), ValueError,
+         ["tokens", "meta"]),
+]
+
+
+@pytest.mark.parametrize("case", TASK_CASES, ids=lambda c: c.name)
+def test_task_fields_refused_when_made(case):
+    assert_named(case)
+
+
+def test_task_controls_still_work():
+    assert SY.AgreementTask(max_len=np.int64(20)).max_len == 20
+    task = SY.InductionTask(train_periods=[2, 3], heldout_periods=np.array([5]))
+    assert list(task.heldout_periods) == [5]
+    assert SY.subject_position(SY.tokenize("the cat is")) == 2
