@@ -12,6 +12,7 @@ import torch
 from bad_input_cases import Case, assert_named
 
 from course_utils.attention import shapes
+from course_utils.attention import validation as V
 from course_utils.bench import decode_step as DS
 from course_utils.bench import gqa_speed as GS
 from course_utils.bench import memory as MEM
@@ -143,3 +144,14 @@ def test_task_controls_still_work():
     task = SY.InductionTask(train_periods=[2, 3], heldout_periods=np.array([5]))
     assert list(task.heldout_periods) == [5]
     assert SY.subject_position(SY.tokenize("the cat is")) == 2
+
+
+# -- 3. validators' own flags ---------------------------------------------------------------------
+@pytest.mark.parametrize("flag", [1, "yes", None, torch.tensor(True)], ids=repr)
+def test_validator_flags_must_be_bools(flag):
+    with pytest.raises(TypeError, match="check_real's finite .for x. must be True or False"):
+        V.check_real(3.0, "x", finite=flag)
+    with pytest.raises(TypeError, match="check_positive_number's allow_inf .for x. must be True or False"):
+        V.check_positive_number(3.0, "x", allow_inf=flag)
+    assert V.check_real(float("inf"), "x", finite=False) == float("inf")
+    assert V.check_positive_number(float("inf"), "x", allow_inf=True) == float("inf")

@@ -351,6 +351,8 @@ def check_index(value: object, name: str, size: int, what: str = "") -> int:
 def check_real(value: object, name: str, *, finite: bool = True) -> float:
     """A real number (not a bool, str or tensor of several numbers); NaN refused, and
     infinity too when ``finite``; returned as a float."""
+    if type(finite) is not bool:  # the caller's flag: 1 or "yes" would be silently truthy
+        check_flag(finite, f"check_real's finite (for {name})")
     if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -372,6 +374,8 @@ def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
 def check_positive_number(value: object, name: str, *, allow_inf: bool = False) -> float:
     """A real number > 0 (not a bool or str; NaN refused, and infinity too unless ``allow_inf``,
     e.g. a timeout where infinity means "no limit"); returned as a float."""
+    if type(allow_inf) is not bool:  # the caller's flag: 1 or "yes" would be silently truthy
+        check_flag(allow_inf, f"check_positive_number's allow_inf (for {name})")
     finite = "" if allow_inf else "finite "
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a {finite}number > 0, got {type(value).__name__} {value!r}")
