@@ -18,6 +18,7 @@ from course_utils.bench import gqa_speed as GS
 from course_utils.bench import memory as MEM
 from course_utils.bench import timing as TI
 from course_utils.exercises import answers as ANS
+from course_utils.exercises import cases as CASES
 from course_utils.exercises import sandbox as SB
 from course_utils.exercises import your_attention as YA
 from course_utils.model import train as TRN
@@ -155,3 +156,22 @@ def test_validator_flags_must_be_bools(flag):
         V.check_positive_number(3.0, "x", allow_inf=flag)
     assert V.check_real(float("inf"), "x", finite=False) == float("inf")
     assert V.check_positive_number(float("inf"), "x", allow_inf=True) == float("inf")
+
+
+# -- 4. copy_module, flush_note's multiple -------------------------------------------------------
+@pytest.mark.parametrize("value", [5, None, "model"], ids=repr)
+def test_copy_module_refuses_a_non_module(value):
+    with pytest.raises(TypeError, match=r"module must be a torch.nn.Module to copy, got "):
+        CASES.copy_module(value)
+    layer = torch.nn.Linear(2, 2)
+    assert CASES.copy_module(layer).weight is not layer.weight
+
+
+def test_flush_multiple_is_bounded_everywhere():
+    for call in (lambda: DS.flush_note(2**20, multiple=10**13), lambda: DS.flush_bytes(10**13)):
+        with pytest.raises(ValueError, match=rf"multiple must be an int in 1..{DS.MAX_FLUSH_MULTIPLE}, "
+                                             r"got 10000000000000"):
+            call()
+    llc = DS.last_level_cache_bytes()[0]
+    note = DS.flush_note(2**10, multiple=4)  # 1 KiB: no longer shown as "0 MiB"
+    assert note is None if 2**10 >= 4 * llc else "flush capped at 0.000977 MiB" in note
