@@ -22,6 +22,7 @@ from course_utils.exercises import cases as CASES
 from course_utils.exercises import sandbox as SB
 from course_utils.exercises import your_attention as YA
 from course_utils.model import train as TRN
+from course_utils.model import transformer as TF
 from course_utils.tasks import synthetic as SY
 
 NAN = float("nan")
@@ -175,3 +176,17 @@ def test_flush_multiple_is_bounded_everywhere():
     llc = DS.last_level_cache_bytes()[0]
     note = DS.flush_note(2**10, multiple=4)  # 1 KiB: no longer shown as "0 MiB"
     assert note is None if 2**10 >= 4 * llc else "flush capped at 0.000977 MiB" in note
+
+
+# -- 5. MLP sizes, refused before allocating -----------------------------------------------------
+@pytest.mark.parametrize("d_model, d_mlp, error, words", [
+    (-3, 8, ValueError, ["d_model", "positive int", "-3"]),
+    (True, 8, TypeError, ["d_model", "int", "bool True"]),
+    (8, 2.5, TypeError, ["d_mlp", "int", "float 2.5"]),
+    (8, "3", TypeError, ["d_mlp", "int", "str '3'"]),
+    (8, None, TypeError, ["d_mlp", "int", "NoneType"]),
+    (8, 10**13, ValueError, ["d_mlp", "GiB", "more than this machine"]),
+], ids=lambda v: repr(v)[:12])
+def test_mlp_sizes_checked(d_model, d_mlp, error, words):
+    assert_named(Case("MLP", lambda: TF.MLP(d_model, d_mlp), error, words))
+    assert TF.MLP(np.int64(4), 8).fc_in.out_features == 8

@@ -47,6 +47,7 @@ from ..attention.validation import (
     check_head_dims,
     check_int,
     check_kv_heads,
+    check_linear_weights_fit,
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
@@ -186,6 +187,9 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, d_mlp: int) -> None:
         super().__init__()
+        d_model, d_mlp = check_int(d_model, "d_model", minimum=1), check_int(d_mlp, "d_mlp", minimum=1)
+        check_linear_weights_fit(d_model, (d_mlp,), also=((d_mlp, d_model),),  # refused before allocating
+                                 sizes={"d_model": d_model, "d_mlp": d_mlp})
         self.fc_in = nn.Linear(d_model, d_mlp)
         self.fc_out = nn.Linear(d_mlp, d_model)
 
