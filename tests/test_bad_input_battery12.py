@@ -190,3 +190,16 @@ def test_flush_multiple_is_bounded_everywhere():
 def test_mlp_sizes_checked(d_model, d_mlp, error, words):
     assert_named(Case("MLP", lambda: TF.MLP(d_model, d_mlp), error, words))
     assert TF.MLP(np.int64(4), 8).fc_in.out_features == 8
+
+
+# -- 8. NumPy seeds -----------------------------------------------------------------------------
+def test_numpy_seeds_accepted_like_python_ints():
+    model = TF.TinyTransformer(TF.ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1))
+    converted = TF.convert_model(model, 1, seed=np.int64(2))
+    again = TF.convert_model(model, 1, seed=2)
+    assert all(torch.equal(a, b) for a, b in zip(converted.state_dict().values(),
+                                                 again.state_dict().values(), strict=True))
+    decoder = DS.SmallDecoder(64, 2, 1, 1, context=8, seed=np.int64(2), attention="course")
+    assert decoder.d_model == 64
+    with pytest.raises(TypeError, match="seed must be an int"):
+        DS.SmallDecoder(64, 2, 1, 1, context=8, seed=2.0, attention="course")

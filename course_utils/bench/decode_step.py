@@ -425,6 +425,7 @@ class SmallDecoder:
         if attention not in ("auto", "fused", "course"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {attention!r}")
         check_float_dtype(weight_dtype, "weight_dtype")
+        seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
         if share_from is not None and not isinstance(share_from, SmallDecoder):
             raise TypeError(f"share_from must be None or a SmallDecoder whose weights this one "
                             f"shares, got {type(share_from).__name__} {share_from!r:.60}")

@@ -553,7 +553,7 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     if not isinstance(method, str) or method not in CONVERSION_METHODS:
         raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
     check_kv_heads(num_kv_heads, model.config.num_heads)
-    check_seed(seed, "seed")
+    seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
     weight = model.token_embedding.weight
     if weight.is_meta:
         raise ValueError("model is on the meta device (its parameters hold no values, e.g. built "
