@@ -18,12 +18,14 @@ from course_utils.bench import gqa_speed as GS
 from course_utils.bench import memory as MEM
 from course_utils.bench import timing as TI
 from course_utils.exercises import answers as ANS
+from course_utils.exercises import autograde as AG
 from course_utils.exercises import cases as CASES
 from course_utils.exercises import sandbox as SB
 from course_utils.exercises import your_attention as YA
 from course_utils.model import train as TRN
 from course_utils.model import transformer as TF
 from course_utils.tasks import synthetic as SY
+from course_utils.tasks import worked_example as WE
 
 NAN = float("nan")
 
@@ -203,3 +205,56 @@ def test_numpy_seeds_accepted_like_python_ints():
     assert decoder.d_model == 64
     with pytest.raises(TypeError, match="seed must be an int"):
         DS.SmallDecoder(64, 2, 1, 1, context=8, seed=2.0, attention="course")
+
+
+# -- 9. describe_device, Block(config), head_sets, subject_position, check_rows/check_ids bounds --
+HELPER_CASES = [
+    *(Case(f"describe_device/{v!r}", lambda v=v: V.describe_device(v), TypeError,
+           ["describe_device needs a tensor", type(v).__name__]) for v in ([1, 2], None, "x")),
+    *(Case(f"Block/{v!r}", lambda v=v: TF.Block(v), TypeError, ["config", "ModelConfig", type(v).__name__])
+      for v in (5, None, "x")),
+    Case("check_rows/size str", lambda: V.check_rows([0, 1], "rows", size="3"), TypeError,
+         ["check_rows's size", "int", "str '3'"]),
+    Case("check_rows/size nan", lambda: V.check_rows([0, 1], "rows", size=NAN), TypeError,
+         ["check_rows's size", "float nan"]),
+    Case("check_ids/high str", lambda: V.check_ids(torch.tensor([1]), "ids", high="3"), TypeError,
+         ["check_ids's high", "int", "str '3'"]),
+    Case("check_ids/high nan", lambda: V.check_ids(torch.tensor([1]), "ids", high=NAN), TypeError,
+         ["check_ids's high", "float nan"]),
+    *(Case(f"check_tensor_list/stacked_ndim {v!r}",
+           lambda v=v: V.check_tensor_list([torch.ones(2)], "parts", stacked_ndim=v), error,
+           ["check_tensor_list's stacked_ndim (for parts)", repr(v)])
+      for v, error in (("3", TypeError), (NAN, TypeError), (-3, ValueError), (True, TypeError))),
+    Case("unseen_cases/salt None",
+         lambda: AG.unseen_cases(AG.exercise_of("lesson02", "check_softmax_rows"), None), TypeError,
+         ["salt", "int", "None"]),
+    Case("same_raise/loose 1",
+         lambda: ANS.same_raise(ANS.Raised("ValueError", "m"), "ValueError", "m", loose=1), TypeError,
+         ["loose", "True or False", "int 1"]),
+    Case("round_half_up/True", lambda: WE.round_half_up(True), TypeError, ["x", "number", "bool"]),
+]
+
+
+@pytest.mark.parametrize("case", HELPER_CASES, ids=lambda c: c.name)
+def test_helpers_name_what_arrived(case):
+    assert_named(case)
+
+
+def test_helpers_controls():
+    assert V.describe_device(torch.zeros(1)) == "device cpu"
+    assert V.check_rows([0, 2], "rows", size=np.int64(3)).tolist() == [0, 2]
+    assert V.check_ids(torch.tensor([0, 2]), "ids", high=3).tolist() == [0, 2]
+    assert len(V.check_tensor_list(torch.ones(2, 3), "parts", stacked_ndim=2)) == 2
+    assert ANS.same_raise(ANS.Raised("ValueError", "m"), "ValueError", "other", loose=True)
+    assert WE.round_half_up(0.0105) == pytest.approx(0.011)
+
+
+def test_measure_zeroed_sets_names_head_sets():
+    from course_utils.interp import patching as P
+
+    model = TF.TinyTransformer(TF.ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1))
+    tokens = torch.randint(0, 10, (2, 6), generator=torch.Generator().manual_seed(0))
+    evaluation = P.Evaluation(tokens, lambda logits: {"mean": float(logits.mean())})
+    with pytest.raises(TypeError, match=r"head_sets must be a list of head sets, .* got NoneType None"):
+        P.measure_zeroed_sets(model, evaluation, None)
+    assert len(P.measure_zeroed_sets(model, evaluation, [[(0, 1)], []])) == 2

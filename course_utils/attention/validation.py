@@ -78,7 +78,10 @@ def describe_shape(x: Tensor) -> str:
 
 def describe_device(x: Tensor) -> str:
     """``"device cpu"``, or for a meta tensor ``"device meta (a shape without values)"``: the words
-    the messages use for a tensor with no data, the same as :func:`check_holds_values`'s."""
+    the messages use for a tensor with no data, the same as :func:`check_holds_values`'s; ``x`` is a
+    tensor, else a TypeError naming what arrived (as :func:`describe_shape` does)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"describe_device needs a tensor, got {type(x).__name__} {x!r:.60}")
     return f"device {x.device}" + (" (a shape without values)" if x.is_meta else "")
 
 
@@ -225,6 +228,8 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
     that many dims whose first dim lists them (``(h, ...)`` -> h parts); returned as a list.
     Without ``stacked_ndim`` one tensor is refused, and so is one of another number of dims:
     one part passed without its list would otherwise be cut into its rows, silently."""
+    if stacked_ndim is not None:  # the caller's own value; checked even where a list makes it unused
+        check_int(stacked_ndim, f"check_tensor_list's stacked_ndim (for {name})", minimum=1)
     if isinstance(parts, Tensor):
         if stacked_ndim is None:
             raise TypeError(f"{name} must be a list or tuple of tensors, got one tensor of shape "
@@ -250,6 +255,7 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
     indices it keeps). A bool mask of another length, float indices and negative indices (which
     would silently count from the end) are refused; a slice is left for the caller (None back)."""
+    size = check_int(size, f"check_rows's size (how many {what} {name} selects from)", minimum=0)
     if isinstance(rows, Tensor):
         tensor = rows
     elif isinstance(rows, (list, tuple, range)) or (hasattr(rows, "__array__") and not isinstance(rows, str)):
@@ -317,6 +323,7 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
     """An integer tensor (not bool, not float) whose entries lie in ``0..high-1`` (``what`` says
     what they are, e.g. ``"symbols"``); returned unchanged."""
+    high = check_int(high, f"check_ids's high (how many {what} {name} may name)", minimum=0)
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer {what}, got {type(x).__name__}")
     check_holds_values(x, name)  # its entries are read below

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_int, check_record
+from ..attention.validation import check_flag, check_int, check_record
 from ..paths import check_path
 from .cases import Case
 
@@ -66,6 +66,7 @@ def same_raise(stored: Raised, kind: str, message: str, *, loose: bool = False) 
     if not isinstance(kind, str) or not isinstance(message, str):
         raise TypeError(f"kind and message: expected the exception's class name and text (str), got "
                         f"{type(kind).__name__} and {type(message).__name__}")
+    check_flag(loose, "loose")
     if stored.kind != kind and _SAME_KIND.get(kind) != stored.kind and _SAME_KIND.get(stored.kind) != kind:
         return False
     return loose or stored.message == message or _message_core(stored.message) == _message_core(message)

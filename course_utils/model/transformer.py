@@ -206,6 +206,8 @@ class Block(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__} {config!r:.60}")
         self.ln_attn = nn.LayerNorm(config.d_model)
         self.grouped = config.num_kv_heads != config.num_heads
         if self.grouped:
