@@ -258,3 +258,14 @@ def test_measure_zeroed_sets_names_head_sets():
     with pytest.raises(TypeError, match=r"head_sets must be a list of head sets, .* got NoneType None"):
         P.measure_zeroed_sets(model, evaluation, None)
     assert len(P.measure_zeroed_sets(model, evaluation, [[(0, 1)], []])) == 2
+
+
+# -- 10. explorers answer an unknown keyword with a message --------------------------------------
+@pytest.mark.slow  # the first explorer of a process takes seconds (ipywidgets)
+def test_dimension_explorer_names_its_sliders(capsys):
+    from course_utils.interp import widgets as W
+
+    explorer = W.show_dimension_explorer(zzz=3, batch=2)
+    message = explorer.last_text
+    assert "zzz=3" in message and all(k in message for k in ("batch", "seq_len", "d_model", "num_heads"))
+    assert "zzz=3 is not a slider" in capsys.readouterr().out
