@@ -4,7 +4,9 @@ beside it still works."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -269,3 +271,15 @@ def test_dimension_explorer_names_its_sliders(capsys):
     message = explorer.last_text
     assert "zzz=3" in message and all(k in message for k in ("batch", "seq_len", "d_model", "num_heads"))
     assert "zzz=3 is not a slider" in capsys.readouterr().out
+
+
+# -- 11. parallel_map with an endless or huge iterable -------------------------------------------
+@pytest.mark.parametrize("items, shown", [(itertools.count(), "more (a count"),
+                                          (range(10**13), "10,000,000,000,000")], ids=["endless", "huge"])
+def test_parallel_map_refuses_too_many_jobs(items, shown):
+    from course_utils.parallel import MAX_JOBS, parallel_map
+
+    wanted = rf"items must hold at most {MAX_JOBS:,} jobs, got {re.escape(shown)}"
+    with pytest.raises(ValueError, match=wanted):
+        parallel_map(abs, items, timeout=2)
+    assert parallel_map(abs, (x for x in (-1, -2)), workers=1) == [1, 2]
