@@ -283,3 +283,55 @@ def test_parallel_map_refuses_too_many_jobs(items, shown):
     with pytest.raises(ValueError, match=wanted):
         parallel_map(abs, items, timeout=2)
     assert parallel_map(abs, (x for x in (-1, -2)), workers=1) == [1, 2]
+
+
+# -- 12. an answer returning a Tensor subclass is not compared as if plain -----------------------
+class _Liar(torch.Tensor):
+    """Battery 12's answer: every allclose/equal/isclose says "equal"."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        name = getattr(func, "__name__", "")
+        if name in ("allclose", "equal"):
+            return True
+        if name == "isclose":
+            return torch.ones_like(args[0], dtype=torch.bool)
+        return result
+
+
+def _attention_weights(q, k):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+
+
+def test_tensor_subclass_answer_2_2_is_named_not_misdiagnosed():
+    from course_utils.exercises import lesson02
+
+    assert lesson02.check_attention_weights(_attention_weights).passed
+    for answer in (lambda q, k: (_attention_weights(q, k) * 0 + 7).as_subclass(_Liar),
+                   lambda q, k: _attention_weights(q, k).as_subclass(_Liar)):  # right values, still a liar
+        feedback = lesson02.check_attention_weights(answer)
+        assert not feedback.passed and feedback.mistake is None
+        assert "class _Liar, a subclass of torch.Tensor" in feedback.message
+        assert "sqrt(d_k)" not in feedback.message
+    parameter = lesson02.check_attention_weights(lambda q, k: torch.nn.Parameter(_attention_weights(q, k)))
+    assert parameter.passed  # nn.Parameter does not redefine the comparisons
+
+
+def test_tensor_subclass_answer_4_3_and_inside_a_tuple():
+    from course_utils.exercises import lesson04
+
+    feedback = lesson04.check_mha_forward(lambda *a, **k: (torch.full((2,), 7.0).as_subclass(_Liar), None))
+    assert not feedback.passed
+    assert "class _Liar, a subclass of torch.Tensor inside the tuple" in feedback.message
+
+
+@pytest.mark.slow
+def test_tensor_subclass_answer_named_by_every_check():
+    import importlib
+
+    for n in range(1, 8):
+        module = importlib.import_module(f"course_utils.exercises.lesson0{n}")
+        for name in sorted(k for k in vars(module) if k.startswith("check_")):
+            feedback = getattr(module, name)(lambda *a, **k: torch.full((2,), 7.0).as_subclass(_Liar))
+            assert not feedback.passed and "a subclass of torch.Tensor" in feedback.message, (name, feedback)

@@ -879,6 +879,18 @@ def _nested(x: Any) -> torch.Tensor | None:
     return _first_tensor_where(x, lambda t: t.is_nested)
 
 
+#: The tensor classes an answer may return: a Tensor subclass of its own can redefine what every
+#: comparison says (its ``__torch_function__`` sees allclose, equal and ``==``); nn.Parameter does not.
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _tensor_subclass(x: Any) -> torch.Tensor | None:
+    """The first tensor in ``x`` whose class is a subclass of ``torch.Tensor`` of its own (not
+    :data:`_PLAIN_TENSORS`); None when there is none. Its class is read with ``type``, which
+    the subclass cannot redefine."""
+    return _first_tensor_where(x, lambda t: type(t) not in _PLAIN_TENSORS)
+
+
 def _first_tensor_where(x: Any, test: Callable[[torch.Tensor], bool], _depth: int = 0) -> torch.Tensor | None:
     """The first tensor in ``x`` (itself, or inside a tuple or list, 3 levels deep) that passes
     ``test``; None when there is none."""
@@ -1146,48 +1158,6 @@ def _safe_str(exc: BaseException, limit: int = 2000) -> str:
     if not isinstance(text, str):
         return f"a {type(exc).__name__} whose message is not text"
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
-
-
-# A name an answer uses without importing it: the import that binds it, and (for math) the torch
-# form that needs none (learner trial l21: `math.sqrt(dk)` in lesson 01, which imports no math).
-_IMPORTS_FOR = {
-    "math": ("import math", "or use the torch form, which needs no import: `dk ** 0.5` for a number, "
-             "`torch.sqrt(t)` for a tensor, `torch.exp`, `torch.log`, `torch.pi`"),
-    "np": ("import numpy as np", "or stay with torch: a tensor has the same operations"),
-    "numpy": ("import numpy", "or stay with torch: a tensor has the same operations"),
-    "F": ("import torch.nn.functional as F", ""),
-    "nn": ("from torch import nn", ""),
-    "torch": ("import torch", ""),
-    "einops": ("import einops", "or use `view`, `reshape` and `transpose`"),
-    "itertools": ("import itertools", ""),
-    "functools": ("import functools", ""),
-    "collections": ("import collections", ""),
-}
-
-
-def _undefined_name(exc: BaseException) -> str | None:
-    """The name a ``NameError`` says is not defined (a local read before it is set, an
-    ``UnboundLocalError``, is another slip: None); read from the message too, since the grader
-    rebuilds the exception from its type and text."""
-    import re
-
-    if not isinstance(exc, NameError) or isinstance(exc, UnboundLocalError):
-        return None
-    name = getattr(exc, "name", None)
-    if isinstance(name, str) and name.isidentifier():
-        return name
-    found = re.match(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined", _safe_str(exc))
-    return found.group(1) if found else None
-
-
-def _undefined_name_hint(name: str) -> str:
-    """What to do about ``name``, which an answer used but nothing defined."""
-    if name in _IMPORTS_FOR:
-        line, other = _IMPORTS_FOR[name]
-        return (f"`{name}` is a module this notebook has not imported: add `{line}` to your answer "
-                f"cell, above the `def` line" + (f" ({other})" if other else "") + ".")
-    return (f"nothing in this kernel defines `{name}`: check its spelling (Python tells `Dk` from "
-            f"`dk`), set it inside your function, or run the cell that defines it first.")
 
 
 # (cells run so far, "lessonNN.check_xxx") -> a warning or None; set by the grader's module
@@ -1850,6 +1820,17 @@ class Exercise:
         except _StoreProblem as exc:
             return Feedback(self.title, "error", str(exc))
         for case, got, exp in zip(cases, outputs, expected, strict=False):
+            subclass = _tensor_subclass(got)  # first: its own methods could answer every test below
+            if subclass is not None:
+                where = f" on {case.label}" if case.label else ""
+                inside = "" if subclass is got else f" inside the {type(got).__name__} it returned"
+                return Feedback(self.title, "wrong",
+                                f"your function returned a tensor of class {type(subclass).__qualname__}, "
+                                f"a subclass of torch.Tensor{inside}{where}: a subclass's own methods can "
+                                "change what any comparison says, so the check compares only plain "
+                                "tensors and this output is not graded as right.",
+                                "return an ordinary torch.Tensor, computed from the inputs (no "
+                                ".as_subclass(...) and no Tensor subclass of your own).")
             nested = _nested(got)
             if nested is not None:
                 return self._uncomparable(case, got, nested, exp,
@@ -1920,10 +1901,6 @@ class Exercise:
         if isinstance(exc, SystemExit):
             what = f"your function called sys.exit() / exit(){where}; return a value instead"
             return Feedback(self.title, "error", what + ".", self.hint)
-        missing = _undefined_name(exc)
-        if missing is not None:  # the hint says what defines it, not the exercise's general hint
-            return Feedback(self.title, "error", f"your function raised NameError{where}{detail}",
-                            _undefined_name_hint(missing))
         origin = ""
         if isinstance(exc, NotImplementedError):  # not the stub's own raise: say where it came from
             tb = exc.__traceback__
