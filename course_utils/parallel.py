@@ -8,6 +8,7 @@ processes, one thread each, and returns exactly what ``[fn(x) for x in items]`` 
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
@@ -32,6 +33,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_WORKERS = 8
+#: The most jobs one call takes: each is a forked process's work (a training run, a sweep point),
+#: so more is a slip, such as an endless iterator, which would otherwise be listed until the
+#: machine's memory ran out.
+MAX_JOBS = 1_000_000
 
 
 def _fork_available() -> bool:
@@ -81,7 +86,18 @@ def _check_arguments(fn: object, items: object, workers: object, timeout: object
                         f"{type(items).__name__} {items!r}") from None
     if workers is not None:
         check_int(workers, "workers", minimum=1)
-    return list(items)
+    if hasattr(items, "__len__"):  # a list, a range: counted without listing (range(10**13) too)
+        _check_job_count(len(items), f"{len(items):,}")
+        return list(items)
+    jobs = list(itertools.islice(items, MAX_JOBS + 1))  # an endless iterator is read this far only
+    _check_job_count(len(jobs), f"more (a {type(items).__name__} that had not ended by then)")
+    return jobs
+
+
+def _check_job_count(count: int, shown: str) -> None:
+    if count > MAX_JOBS:
+        raise ValueError(f"items must hold at most {MAX_JOBS:,} jobs, got {shown}: each job is a "
+                         f"worker's task, so this is likely an endless or mistaken iterable")
 
 
 def _check_timeout(timeout: object) -> float | None:

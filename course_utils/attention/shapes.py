@@ -42,6 +42,7 @@ from .validation import (
     check_int,
     check_int_list,
     check_matches_module,
+    check_record,
     check_tensor,
 )
 
@@ -124,6 +125,9 @@ class ShapeTrace:
     steps: list[TraceStep] = field(default_factory=list)
     tensors: dict[str, Tensor] = field(default_factory=dict)
     max_abs_diff: float = float("nan")
+
+    def __post_init__(self) -> None:
+        check_record(self, nan_ok=("max_abs_diff",))  # NaN: not compared yet
 
     def __getitem__(self, name: str) -> TraceStep:
         for step in self.steps:
@@ -347,6 +351,9 @@ class AttentionMacs:
     scores: int
     attend: int
     output_projection: int
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     @property
     def total(self) -> int:

@@ -62,6 +62,7 @@ __all__ = [
     "check_fits_in_memory",
     "check_attention_fits",
     "physical_memory_bytes",
+    "check_record",
 ]
 
 
@@ -77,7 +78,10 @@ def describe_shape(x: Tensor) -> str:
 
 def describe_device(x: Tensor) -> str:
     """``"device cpu"``, or for a meta tensor ``"device meta (a shape without values)"``: the words
-    the messages use for a tensor with no data, the same as :func:`check_holds_values`'s."""
+    the messages use for a tensor with no data, the same as :func:`check_holds_values`'s; ``x`` is a
+    tensor, else a TypeError naming what arrived (as :func:`describe_shape` does)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"describe_device needs a tensor, got {type(x).__name__} {x!r:.60}")
     return f"device {x.device}" + (" (a shape without values)" if x.is_meta else "")
 
 
@@ -224,6 +228,8 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
     that many dims whose first dim lists them (``(h, ...)`` -> h parts); returned as a list.
     Without ``stacked_ndim`` one tensor is refused, and so is one of another number of dims:
     one part passed without its list would otherwise be cut into its rows, silently."""
+    if stacked_ndim is not None:  # the caller's own value; checked even where a list makes it unused
+        check_int(stacked_ndim, f"check_tensor_list's stacked_ndim (for {name})", minimum=1)
     if isinstance(parts, Tensor):
         if stacked_ndim is None:
             raise TypeError(f"{name} must be a list or tuple of tensors, got one tensor of shape "
@@ -249,6 +255,7 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
     indices it keeps). A bool mask of another length, float indices and negative indices (which
     would silently count from the end) are refused; a slice is left for the caller (None back)."""
+    size = check_int(size, f"check_rows's size (how many {what} {name} selects from)", minimum=0)
     if isinstance(rows, Tensor):
         tensor = rows
     elif isinstance(rows, (list, tuple, range)) or (hasattr(rows, "__array__") and not isinstance(rows, str)):
@@ -316,6 +323,7 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
     """An integer tensor (not bool, not float) whose entries lie in ``0..high-1`` (``what`` says
     what they are, e.g. ``"symbols"``); returned unchanged."""
+    high = check_int(high, f"check_ids's high (how many {what} {name} may name)", minimum=0)
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer {what}, got {type(x).__name__}")
     check_holds_values(x, name)  # its entries are read below
@@ -350,6 +358,8 @@ def check_index(value: object, name: str, size: int, what: str = "") -> int:
 def check_real(value: object, name: str, *, finite: bool = True) -> float:
     """A real number (not a bool, str or tensor of several numbers); NaN refused, and
     infinity too when ``finite``; returned as a float."""
+    if type(finite) is not bool:  # the caller's flag: 1 or "yes" would be silently truthy
+        check_flag(finite, f"check_real's finite (for {name})")
     if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -371,6 +381,8 @@ def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
 def check_positive_number(value: object, name: str, *, allow_inf: bool = False) -> float:
     """A real number > 0 (not a bool or str; NaN refused, and infinity too unless ``allow_inf``,
     e.g. a timeout where infinity means "no limit"); returned as a float."""
+    if type(allow_inf) is not bool:  # the caller's flag: 1 or "yes" would be silently truthy
+        check_flag(allow_inf, f"check_positive_number's allow_inf (for {name})")
     finite = "" if allow_inf else "finite "
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a {finite}number > 0, got {type(value).__name__} {value!r}")
@@ -932,3 +944,139 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
 
 
 __all__ += ["check_config_fields"]
+
+
+# -- result records ---------------------------------------------------------------------------
+_RECORD_CHECKS: dict[type, list] = {}
+
+
+def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[str, ...] = (),
+                 positive: tuple[str, ...] = ()) -> None:
+    """The one check of a result record (a dataclass the package fills in), run from its
+    ``__post_init__``: every field holds what its annotation says, named in the message as
+    ``Record.field``. ``int``: a Python or NumPy int >= 0 (not a bool: records hold counts, sizes
+    and indices; at least 1 for the fields in ``positive``); ``float``: a real number >= 0 (times,
+    sizes, losses, differences), finite and not NaN, except that ``signed`` fields may be negative
+    and ``nan_ok`` fields may be NaN or infinite (e.g. a difference not measured yet); ``str``,
+    ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
+    ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
+    take anything. The annotations are read once per class, so a record made in a loop pays
+    only for the isinstance tests."""
+    cls = type(record)
+    checks = _RECORD_CHECKS.get(cls)
+    if checks is None:
+        checks = _RECORD_CHECKS[cls] = _record_checks(cls, nan_ok, signed, positive)
+    for name, check in checks:
+        check(getattr(record, name), f"{cls.__name__}.{name}")
+
+
+def _record_checks(cls: type, nan_ok: tuple[str, ...], signed: tuple[str, ...],
+                   positive: tuple[str, ...]) -> list:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return [(f.name, _type_check(hints[f.name], f.name in nan_ok, f.name in signed, f.name in positive))
+            for f in dataclasses.fields(cls)]
+
+
+def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # noqa: C901 (one case per kind)
+    """A function ``(value, label) -> None`` that refuses what ``hint`` does not describe."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any or hint is object:
+        return lambda value, label: None
+    if origin in (typing.Union, types.UnionType):
+        inner = [_type_check(a, nan_ok, signed, positive) for a in args if a is not type(None)]
+        wanted = " or ".join(_describe_hint(a) for a in args)
+
+        def union(value: object, label: str) -> None:
+            if value is None and type(None) in args:
+                return
+            for check in inner:
+                try:
+                    return check(value, label)
+                except (TypeError, ValueError):
+                    pass
+            if len(inner) == 1:
+                inner[0](value, label)  # its own message
+            raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
+        return union
+    if origin is typing.Literal:
+        def literal(value: object, label: str) -> None:
+            if type(value) is not str or value not in args:
+                raise ValueError(f"{label} must be one of {', '.join(map(repr, args))}, got "
+                                 f"{type(value).__name__} {value!r:.60}")
+        return literal
+    if hint is int:
+        low = 1 if positive else 0
+        return lambda value, label: check_int(value, label, minimum=low)
+    if hint is float:
+        def real(value: object, label: str) -> None:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r:.60}")
+            if nan_ok and not math.isfinite(value):
+                return
+            if not math.isfinite(value) or (not signed and value < 0):
+                raise ValueError(f"{label} must be a finite number{'' if signed else ' >= 0'}, got {value!r}")
+        return real
+    if hint is bool:
+        return lambda value, label: check_flag(value, label) and None
+    if origin in (list, tuple):
+        fixed = origin is tuple and not (len(args) == 2 and args[1] is Ellipsis)
+        items = [_type_check(a, nan_ok, signed, positive) for a in args] if fixed else \
+            [_type_check(args[0] if args else typing.Any, nan_ok, signed, positive)]
+        wanted = _describe_hint(hint)
+
+        def sequence(value: object, label: str) -> None:
+            if not isinstance(value, (list, tuple)) or (fixed and len(value) != len(items)):
+                raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
+            for i, item in enumerate(value):
+                items[i if fixed else 0](item, f"{label}[{i}]")
+        return sequence
+    if origin is dict:
+        key_check, value_check = (_type_check(a, nan_ok, signed, positive) for a in args or (object, object))
+
+        def mapping(value: object, label: str) -> None:
+            if not isinstance(value, dict):
+                raise TypeError(f"{label} must be {_describe_hint(hint)}, got {type(value).__name__} "
+                                f"{value!r:.60}")
+            for key, item in value.items():
+                key_check(key, f"{label} key {key!r:.40}")
+                value_check(item, f"{label}[{key!r:.40}]")
+        return mapping
+    if isinstance(hint, type):
+        if hint is str:
+            def text(value: object, label: str) -> None:
+                if type(value) is not str:
+                    raise TypeError(f"{label} must be a str, got {type(value).__name__} {value!r:.60}")
+            return text
+
+        def instance(value: object, label: str) -> None:
+            if not isinstance(value, hint):
+                raise TypeError(f"{label} must be {_describe_hint(hint)}, got {type(value).__name__} "
+                                f"{value!r:.60}")
+        return instance
+    raise TypeError(f"check_record cannot check the annotation {hint!r}")  # a new kind: add a case
+
+
+def _describe_hint(hint: object, top: bool = True) -> str:
+    """``list[int]`` -> ``"a list of int"``: an annotation in words, for messages."""
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return "None"
+    if origin in (list, tuple) and args:
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            words = f"a tuple ({', '.join(_describe_hint(a, False) for a in args)})"
+        else:
+            words = f"a list of {_describe_hint(args[0], False)}"
+    elif origin is dict and args:
+        words = f"a dict {_describe_hint(args[0], False)} -> {_describe_hint(args[1], False)}"
+    else:
+        words = getattr(hint, "__name__", str(hint))
+        return (("an " if words[0] in "aeiouAEIOU" else "a ") + words) if top else words
+    return words if top else f"({words})"

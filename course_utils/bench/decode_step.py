@@ -62,6 +62,7 @@ from ..attention.validation import (
     check_fits_in_memory,
     check_float_dtype,
     check_int,
+    check_record,
     check_tensor,
     check_thread_count,
 )
@@ -71,6 +72,7 @@ from .timing import check_round_counts, interleaved_samples
 __all__ = [
     "FALLBACK_LLC_BYTES",
     "FLUSH_CAP_BYTES",
+    "MAX_FLUSH_MULTIPLE",
     "LLC_ENV",
     "last_level_cache_bytes",
     "flush_bytes",
@@ -100,6 +102,9 @@ FALLBACK_LLC_BYTES = 64 * MiB
 #: reliably; but servers report up to a whole socket's L3 (300 MiB and more), and four times
 #: that, twice over (flush and probe), would put a lesson or a test past Binder's 2 GB.
 FLUSH_CAP_BYTES = 256 * MiB
+#: The largest multiple of the last-level cache a flush may be asked for: 4 evicts it; 64 times
+#: even a 64 MiB cache is already 4 GiB, far past the cap, so a larger one is a slip.
+MAX_FLUSH_MULTIPLE = 64
 #: Environment variable that overrides the last-level cache found (in MiB): to fake a large
 #: cache in a test, or to set the real share of a virtual machine's cache.
 LLC_ENV = "COURSE_UTILS_LLC_MIB"
@@ -183,7 +188,7 @@ def flush_bytes(multiple: int = 4, *, cap: int = FLUSH_CAP_BYTES) -> int:
     """Bytes of a buffer that evicts the last-level cache when read: ``multiple`` times it (a
     cache keeps some lines through one pass, so once its size is not enough), but at most
     ``cap`` (:data:`FLUSH_CAP_BYTES`; see :func:`flush_note` for what the cap costs)."""
-    multiple = check_int(multiple, "multiple", minimum=1)
+    multiple = check_int(multiple, "multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)
     return min(multiple * last_level_cache_bytes()[0], check_int(cap, "cap", minimum=1))
 
 
@@ -194,13 +199,13 @@ def flush_note(size: int, multiple: int = 4) -> str | None:
     cache beside it: a step whose data (and the flush) fit in the cache can run partly warm,
     faster than memory allows, and its speed-up and share read high."""
     check_int(size, "size", minimum=1)
-    check_int(multiple, "multiple", minimum=1)
+    check_int(multiple, "multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)
     llc, _ = last_level_cache_bytes()
     if size >= multiple * llc:
         return None
     room = max(0, llc - size)
-    return (f"flush capped at {size // MiB} MiB, under {multiple}x the {llc // MiB} MiB last-level "
-            f"cache: steps whose data fit in the {room // MiB} MiB the flush leaves (small g, short "
+    return (f"flush capped at {size / MiB:.3g} MiB, under {multiple}x the {llc / MiB:.3g} MiB last-level "
+            f"cache: steps whose data fit in the {room / MiB:.3g} MiB the flush leaves (small g, short "
             "contexts) may run partly from the cache, so their speed-ups and shares can read high")
 
 
@@ -420,6 +425,7 @@ class SmallDecoder:
         if attention not in ("auto", "fused", "course"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {attention!r}")
         check_float_dtype(weight_dtype, "weight_dtype")
+        seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
         if share_from is not None and not isinstance(share_from, SmallDecoder):
             raise TypeError(f"share_from must be None or a SmallDecoder whose weights this one "
                             f"shares, got {type(share_from).__name__} {share_from!r:.60}")
@@ -526,6 +532,9 @@ class StepRow:
     weight_bytes: int
     cache_bytes: int
     samples_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     @property
     def bytes_read(self) -> int:
@@ -754,7 +763,7 @@ def bench_whole_step(
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     groups = check_distinct(groups, "groups", "head-group counts")  # a repeat: its rows twice
     shapes = _check_shapes(shapes)
-    check_int(flush_multiple, "flush_multiple", minimum=1)
+    check_int(flush_multiple, "flush_multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)
     release_freed_memory()  # what earlier work freed but kept: this benchmark needs room
     llc = last_level_cache_bytes()
     size = flush_bytes(flush_multiple)

@@ -70,6 +70,7 @@ from ..attention.validation import (
     check_fits_in_memory,
     check_float_dtype,
     check_int,
+    check_record,
 )
 from ..env import torch_threads
 from .decode_step import (
@@ -163,6 +164,9 @@ class DecodeRow:
     num_kv_heads: int
     cache_bytes: int
     samples_s: dict[str, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     def _samples(self, method: object) -> list[float]:
         """This row's samples of ``method``; a clear error naming the methods timed if none."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from ..attention.validation import check_record
 from ..paths import check_path, path_kind
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
@@ -62,6 +63,9 @@ class CellTime:
     seconds: float
     first_line: str
 
+    def __post_init__(self) -> None:
+        check_record(self)
+
 
 @dataclass
 class NotebookMemory:
@@ -70,6 +74,9 @@ class NotebookMemory:
     seconds: float
     error: str = ""
     cells: list[CellTime] = field(default_factory=list)  # code cells that ran, in notebook order
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     @property
     def verdict(self) -> str:

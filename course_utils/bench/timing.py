@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import torch
 
-from ..attention.validation import check_callable, check_int
+from ..attention.validation import check_callable, check_int, check_record
 
 Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
 
@@ -46,6 +46,9 @@ class Timing:
     def __post_init__(self) -> None:
         """Times are durations: finite and >= 0 (a clock that ran backwards or returned NaN
         would otherwise rank as the fastest, or as nothing)."""
+        if not isinstance(self.samples_s, list | tuple):
+            raise TypeError(f"Timing({self.name!r}).samples_s must be a list of seconds (every repeat), "
+                            f"got {type(self.samples_s).__name__} {self.samples_s!r:.60}")
         for label, value in (("median_s", self.median_s), ("ratio", self.ratio),
                              *((f"samples_s[{i}]", v) for i, v in enumerate(self.samples_s))):
             _check_duration(value, f"Timing({self.name!r}).{label}")
@@ -269,6 +272,7 @@ class RatioSpread:
         for label in ("median", "q1", "q3", "low", "high"):
             _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}")
         self.repeats = check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1)
+        check_record(self)  # the rest: name and baseline are str
 
     def verdict(self) -> str:
         """One sentence: slower / faster / no clear difference, decided by the middle half."""

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_int
+from ..attention.validation import check_flag, check_int, check_record
 from ..paths import check_path
 from .cases import Case
 
@@ -40,6 +40,9 @@ class Raised:
 
     kind: str
     message: str
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
 
 # NotImplementedError is a RuntimeError: torch 2.15 raises it where 2.13 raised RuntimeError
@@ -63,6 +66,7 @@ def same_raise(stored: Raised, kind: str, message: str, *, loose: bool = False) 
     if not isinstance(kind, str) or not isinstance(message, str):
         raise TypeError(f"kind and message: expected the exception's class name and text (str), got "
                         f"{type(kind).__name__} and {type(message).__name__}")
+    check_flag(loose, "loose")
     if stored.kind != kind and _SAME_KIND.get(kind) != stored.kind and _SAME_KIND.get(stored.kind) != kind:
         return False
     return loose or stored.message == message or _message_core(stored.message) == _message_core(message)

@@ -193,7 +193,11 @@ def cases_of(exercise: Any, salt: int | None = None) -> list[Any]:
 
 
 def unseen_cases(exercise: Any, salt: int) -> list[Any]:
-    """The exercise's test cases built under :func:`salted_seeds`."""
+    """The exercise's test cases built under :func:`salted_seeds` (``salt`` is required here: None
+    would give the seen cases, whose outputs ship with the package)."""
+    if salt is None:
+        raise TypeError("salt: expected an int (a lesson's salt from the grader's secrets), got None; "
+                        "cases_of(exercise) gives the seen cases")
     return cases_of(exercise, salt)
 
 

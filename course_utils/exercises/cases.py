@@ -57,6 +57,10 @@ def copy_module(module: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``module`` with its own parameters and buffers (``copy.deepcopy``)."""
     import copy
 
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module to copy, got {type(module).__name__} "
+                        f"{module!r:.60}")
+
     return copy.deepcopy(module)
 
 

@@ -917,6 +917,18 @@ def _nested(x: Any) -> torch.Tensor | None:
     return _first_tensor_where(x, lambda t: t.is_nested)
 
 
+#: The tensor classes an answer may return: a Tensor subclass of its own can redefine what every
+#: comparison says (its ``__torch_function__`` sees allclose, equal and ``==``); nn.Parameter does not.
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _tensor_subclass(x: Any) -> torch.Tensor | None:
+    """The first tensor in ``x`` whose class is a subclass of ``torch.Tensor`` of its own (not
+    :data:`_PLAIN_TENSORS`); None when there is none. Its class is read with ``type``, which
+    the subclass cannot redefine."""
+    return _first_tensor_where(x, lambda t: type(t) not in _PLAIN_TENSORS)
+
+
 def _first_tensor_where(x: Any, test: Callable[[torch.Tensor], bool], _depth: int = 0) -> torch.Tensor | None:
     """The first tensor in ``x`` (itself, or inside a tuple or list, 3 levels deep) that passes
     ``test``; None when there is none."""
@@ -1888,6 +1900,17 @@ class Exercise:
         except _StoreProblem as exc:
             return Feedback(self.title, "error", str(exc))
         for case, got, exp in zip(cases, outputs, expected, strict=False):
+            subclass = _tensor_subclass(got)  # first: its own methods could answer every test below
+            if subclass is not None:
+                where = f" on {case.label}" if case.label else ""
+                inside = "" if subclass is got else f" inside the {type(got).__name__} it returned"
+                return Feedback(self.title, "wrong",
+                                f"your function returned a tensor of class {type(subclass).__qualname__}, "
+                                f"a subclass of torch.Tensor{inside}{where}: a subclass's own methods can "
+                                "change what any comparison says, so the check compares only plain "
+                                "tensors and this output is not graded as right.",
+                                "return an ordinary torch.Tensor, computed from the inputs (no "
+                                ".as_subclass(...) and no Tensor subclass of your own).")
             nested = _nested(got)
             if nested is not None:
                 return self._uncomparable(case, got, nested, exp,

@@ -45,12 +45,12 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from ..attention.validation import check_int
+from ..attention.validation import check_int, check_record
 
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
@@ -840,13 +840,16 @@ class Outcome:
     (``error`` = (exception type name, message), ``stub`` when it is the stub's own raise),
     "refused" (``error`` = ("Refused", what it returned)) or "lost" (the process ended first)."""
 
-    kind: str
+    kind: Literal["value", "raised", "refused", "lost"]
     value: Any = None
     error: tuple[str, str] = ("", "")
     stub: bool = False
     inputs_after: list[Any] = field(default_factory=list)  # the tensor/array inputs after the call
     used: str | None = None  # a watched twin it called (the call watch of core, in its process)
     tampered: str | None = None
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
 
 # -- 3. the answer's process -----------------------------------------------------------------
@@ -1385,6 +1388,9 @@ class Run:
     defined: tuple[str, str] | None = None  # defining the answer raised (type, message)
     lost: str | None = None  # the process died, ran out of time or wrote nothing usable
     isolation: str = ""
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
 
 def _tail(f: Any) -> str:

@@ -27,7 +27,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.mha import MultiHeadAttention
-from ..attention.validation import check_axes, check_callable, check_int, check_tensor
+from ..attention.validation import (
+    check_axes,
+    check_callable,
+    check_holds_values,
+    check_int,
+    check_record,
+    check_tensor,
+)
 from ..env import torch_threads
 from ..model.checkpoint import load_checkpoint
 from ..model.transformer import TinyTransformer
@@ -118,6 +125,11 @@ class ModelRun:
     logits: Tensor
     accuracy: float
     loss: float
+
+    def __post_init__(self) -> None:
+        check_record(self, nan_ok=("loss",))  # NaN logits (a learner's NaN output) give a NaN loss
+        check_tensor(self.logits, "ModelRun.logits", ndim=3, layout="(B, T, V)")
+        check_holds_values(self.logits, "ModelRun.logits")
 
 
 def _score(logits: Tensor, tokens: Tensor, scored: Tensor) -> ModelRun:

@@ -933,6 +933,9 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     An :class:`EvaluationAt` gets its last layer computed at its positions only."""
     _check_model(model)
     evaluations = _check_evaluations(evaluations)
+    if not isinstance(head_sets, (list, tuple)):  # a lone set of heads would be read set by set
+        raise TypeError(f"head_sets must be a list of head sets, e.g. [[(0, 1)], [(0, 1), (1, 0)]], got "
+                        f"{type(head_sets).__name__} {head_sets!r:.60}")
     head_sets = [_check_heads(heads, model) for heads in head_sets]
     check_int(per_run, "per_run", minimum=1)
     lowest = [min((layer for layer, _ in heads), default=model.config.num_layers) for heads in head_sets]

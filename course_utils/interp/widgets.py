@@ -162,20 +162,25 @@ def _slider(description: str, value: int, low: int, high: int, step: int = 1) ->
 _DIMENSION_DEFAULTS = {"batch": 2, "seq_len": 10, "d_model": 512, "num_heads": 8}
 
 
-def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, num_heads: int = 8) -> Explorer:
+def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, num_heads: int = 8,
+                       **unknown: object) -> Explorer:
     """Sliders for B, T, d_model and h; shows :func:`course_utils.attention.shapes.dimension_report`.
 
     ``d_model`` moves in steps of 8 and h from 1 to 16, so some combinations do not
     divide: the explorer then says so instead of drawing a table. A starting value that
     is not on its slider is refused with a message, not an error: the message is printed and
     shown in the explorer's place of the table (``last_text``), and the slider starts from
-    the default; moving any slider draws the table for the values shown.
+    the default; moving any slider draws the table for the values shown. A keyword that is
+    not a slider (a typo) gets the same kind of message, naming the four sliders.
     """
     requested = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
     ranges = {"batch": ("batch B", 1, 8, 1), "seq_len": ("sequence T", 1, 64, 1),
               "d_model": ("d_model", 8, 1024, 8), "num_heads": ("heads h", 1, 16, 1)}
     controls = {}
-    refused = []
+    refused = [f"{name}={value!r:.40} is not a slider of this explorer (its sliders: "
+               f"{', '.join(ranges)}); ignored." for name, value in unknown.items()]
+    for line in refused:
+        print(line)
     for name, (label, low, high, step) in ranges.items():
         value = requested[name]
         usable = (not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value <= high

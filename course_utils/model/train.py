@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from ..attention.validation import check_fits_in_memory, check_flag, check_int
+from ..attention.validation import check_fits_in_memory, check_flag, check_int, check_record
 from ..env import check_seed, pick_device, torch_threads
 from ..tasks.synthetic import (
     AgreementBatch,
@@ -138,6 +138,10 @@ class History:
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        # an evaluation metric may be NaN (train warns) or negative
+        check_record(self, nan_ok=("eval_metrics",), signed=("eval_metrics", "target"))
 
     @property
     def final_metrics(self) -> dict[str, float]:

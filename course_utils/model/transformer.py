@@ -47,6 +47,7 @@ from ..attention.validation import (
     check_head_dims,
     check_int,
     check_kv_heads,
+    check_linear_weights_fit,
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
@@ -186,6 +187,9 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, d_mlp: int) -> None:
         super().__init__()
+        d_model, d_mlp = check_int(d_model, "d_model", minimum=1), check_int(d_mlp, "d_mlp", minimum=1)
+        check_linear_weights_fit(d_model, (d_mlp,), also=((d_mlp, d_model),),  # refused before allocating
+                                 sizes={"d_model": d_model, "d_mlp": d_mlp})
         self.fc_in = nn.Linear(d_model, d_mlp)
         self.fc_out = nn.Linear(d_mlp, d_model)
 
@@ -202,6 +206,8 @@ class Block(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__} {config!r:.60}")
         self.ln_attn = nn.LayerNorm(config.d_model)
         self.grouped = config.num_kv_heads != config.num_heads
         if self.grouped:
@@ -585,7 +591,7 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     if not isinstance(method, str) or method not in CONVERSION_METHODS:
         raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
     check_kv_heads(num_kv_heads, model.config.num_heads)
-    check_seed(seed, "seed")
+    seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
     weight = model.token_embedding.weight
     if weight.is_meta:
         raise ValueError("model is on the meta device (its parameters hold no values, e.g. built "

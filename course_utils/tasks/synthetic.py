@@ -30,7 +30,16 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-from ..attention.validation import check_fits_in_memory, check_flag, check_int, check_real, check_rows
+from ..attention.validation import (
+    check_fits_in_memory,
+    check_flag,
+    check_holds_values,
+    check_int,
+    check_int_list,
+    check_real,
+    check_rows,
+    describe_shape,
+)
 from ..env import check_seed
 
 __all__ = [
@@ -130,8 +139,8 @@ class InductionTask:
         check_fits_in_memory(sum(per_sequence.values()), max(per_sequence, key=per_sequence.__getitem__),
                              f"one sequence of {self.seq_len} tokens drawn from {self.vocab_size:,} "
                              f"(a permutation of the vocabulary per sequence)")
-        if not self.train_periods or not self.heldout_periods:
-            raise ValueError("train_periods and heldout_periods must both be non-empty")
+        for name in ("train_periods", "heldout_periods"):  # a lone int or a str is not a list of periods
+            check_int_list(getattr(self, name), name)
         for name in ("train_periods", "heldout_periods"):  # sampling is uniform over the entries
             periods = list(getattr(self, name))
             repeated = sorted({p for p in periods if periods.count(p) > 1})
@@ -442,6 +451,7 @@ class AgreementTask:
             value = check_real(getattr(self, name), f"{name} (a probability in [0, 1])")
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        check_int(self.max_len, "max_len (the longest sentence, in tokens)", minimum=1)
 
     @property
     def vocab_size(self) -> int:
@@ -542,8 +552,13 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
 def subject_position(tokens: Tensor) -> int:
     """Index of the subject noun in one sentence ``(T,)``: the first noun (in this grammar
     the subject is always the first noun)."""
-    if not isinstance(tokens, Tensor) or tokens.ndim != 1:
-        raise ValueError("subject_position expects one sentence as a 1-D tensor (T,), e.g. tokenize(...)")
+    wanted = "one sentence as a 1-D tensor of token ids (T,), e.g. tokenize(...)"
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be {wanted}, got {type(tokens).__name__} {tokens!r:.60}")
+    if tokens.ndim != 1 or tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens must be {wanted}, got a {tokens.dtype} tensor of shape "
+                         f"{describe_shape(tokens)}")
+    check_holds_values(tokens, "tokens")
     for i, t in enumerate(tokens.tolist()):
         if t in _NOUN_IDS:
             return i

@@ -445,9 +445,9 @@ def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
     """Round as people do on paper (0.0105 -> 0.011), not to the nearest even digit."""
     decimals = _check_decimals(decimals)
     array = np.asarray(x)
-    if array.dtype == object or array.dtype.kind not in "biuf":
+    if array.dtype == object or array.dtype.kind not in "iuf":
         raise TypeError(f"x must be a number or an array of numbers, got {type(x).__name__} {x!r:.60} "
-                        f"(dtype {array.dtype}); a str is not parsed")
+                        f"(dtype {array.dtype}); a str is not parsed, and a bool is not a number here")
     scale = 10.0**decimals
     x = array.astype(np.float64)
     return np.sign(x) * np.floor(np.abs(x) * scale + 0.5 + 1e-9) / scale
