@@ -18,8 +18,8 @@ import publish  # noqa: E402
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
     """A copy of the files that publish stamps (README, pyproject and the notebooks) and of
-    docs/, tests/ and data/, which lessons link to."""
-    for name in ("README.md", "pyproject.toml"):
+    docs/, tests/, data/ and INSTRUCTORS.md, which lessons link to."""
+    for name in ("README.md", "pyproject.toml", "INSTRUCTORS.md"):
         shutil.copy(ROOT / name, tmp_path / name)
     for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests", "data"):  # files lessons link to
         if (ROOT / folder).is_dir():
