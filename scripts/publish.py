@@ -20,7 +20,8 @@ for other tools (the student-notebook release step calls it on each notebook it 
 ``--repo`` must be a GitHub ``owner/name`` (owner: letters, digits and ``-``, 1-39, not
 starting or ending with ``-``, no ``--``; name: letters, digits, ``.``, ``_``, ``-``, 1-100,
 not ``.`` or ``..``, not ending in ``.git``) and ``--tag`` a release tag
-``vMAJOR.MINOR.PATCH`` without leading zeros. Both are checked, every new file content is
+``vMAJOR.MINOR.PATCH`` without leading zeros, at most 64 characters (git stores a tag as a
+file named after it). Both are checked, every new file content is
 computed, and ``--check`` is run on the new contents in memory, before anything is written;
 each file is then replaced atomically (a temporary file and ``os.replace``), so a failed
 publish leaves the tree as it was. A bad value, a missing or unreadable file, or a notebook
@@ -52,6 +53,9 @@ REPO_FORMAT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}/"
                          r"(?!\.\.?\Z)(?!.*(?i:\.git)\Z)[A-Za-z0-9._-]{1,100}")
 # semantic versioning: no leading zeros (v01.0.0 is not v1.0.0)
 TAG_FORMAT = re.compile(r"v(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)")
+# git keeps a tag as the file .git/refs/tags/<tag>, whose name a file system caps at 255 bytes;
+# TAG_FORMAT's characters (v, digits, dots) pass every other `git check-ref-format` rule
+TAG_MAX = 64
 BADGES_TAG, SETUP_TAG = "launch-badges", "colab-setup"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
@@ -141,6 +145,9 @@ def validate(repo: str, tag: str) -> None:
     if not isinstance(tag, str) or not TAG_FORMAT.fullmatch(tag):
         raise ValueError(f"tag must be a release tag vMAJOR.MINOR.PATCH such as 'v0.2.0' (numbers "
                          f"without leading zeros; never a branch), got {tag!r}")
+    if len(tag) > TAG_MAX:
+        raise ValueError(f"tag must be at most {TAG_MAX} characters (git stores a tag as a file named "
+                         f"after it), got {len(tag)}: {tag[:24]!r}...")
     if PLACEHOLDERS.search(repo):
         raise ValueError(f"repo {repo!r} is a placeholder, not a published repository")
 
