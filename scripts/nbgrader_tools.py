@@ -17,7 +17,8 @@
         at the student copy (student/), so the released notebooks never link to solutions;
         write new grading salts (COURSE_DIR/.course_grader.json, one per lesson) and the
         lines in COURSE_DIR/nbgrader_config.py that make `nbgrader autograde` grade outside
-        the notebook (course_utils/exercises/autograde.py).
+        the notebook (course_utils/exercises/autograde.py). COURSE_DIR must be outside this
+        clone: the clone or any folder inside it (links followed) is refused, nothing written.
     python scripts/nbgrader_tools.py table
         Print the exercise table (Markdown) that INSTRUCTORS.md holds; ``table --write``
         replaces it between INSTRUCTORS.md's ``<!-- exercise-table -->`` markers.
@@ -636,14 +637,19 @@ def write_table() -> bool:
 
 def _course_dir_problem(text: str) -> str | None:
     """Why ``text`` cannot be ``source``'s COURSE_DIR, or None: an empty name (which Path reads as
-    the current folder) or the clone itself would get source/, the grader's secrets and
-    nbgrader_config.py written among the course's own files."""
+    the current folder), the clone itself or any folder inside it (notebooks/, student/, ...; links
+    followed) would get source/, the grader's secrets and nbgrader_config.py written among the
+    course's own files."""
     if not text.strip():
         return (f"COURSE_DIR is empty ({text!r}); give the nbgrader course folder to write, outside "
                 "this clone, e.g. ../mha-course")
-    if Path(text).resolve() == ROOT.resolve():
+    course, root = Path(text).resolve(), ROOT.resolve()  # links followed: a link into the clone too
+    if course == root:
         return (f"COURSE_DIR {text!r} is this clone's own folder; give the nbgrader course folder to "
                 "write, outside the clone, e.g. ../mha-course")
+    if root in course.parents:
+        return (f"COURSE_DIR {text!r} is inside this clone ({course.relative_to(root).as_posix()}/); "
+                "give the nbgrader course folder to write, outside the clone, e.g. ../mha-course")
     return None
 
 
