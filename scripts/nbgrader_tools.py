@@ -28,11 +28,15 @@ a heading ``### Exercise N.K: title`` with a ``> **Difficulty** ★★☆☆☆ 
 one code cell whose function body holds ``### BEGIN SOLUTION`` ... ``### END SOLUTION``;
 the next code cell ``# NBVAL_CHECK_OUTPUT`` + ``print(lessonNN.check_xxx(fn))``; and
 hand-graded answers as markdown cells starting ``**Answer (graded by hand, N points):**``.
+
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
+was left as it was (every write is all or nothing), and exits 130 or 143.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import re
 import shutil
@@ -41,7 +45,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
+cli = sys.modules.get("course_utils.cli")  # Ctrl-C and SIGTERM: one line (course_utils/cli.py),
+if cli is None:  # loaded by its path, before any slow import: the course_utils package imports torch
+    _spec = importlib.util.spec_from_file_location(
+        "course_utils.cli", Path(__file__).resolve().parent.parent / "course_utils" / "cli.py")
+    cli = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(cli)
+if __name__ == "__main__":
+    cli.stop_at_once("nbgrader_tools.py")  # a signal during the imports: one line, at once
+
+import nbformat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -654,6 +667,13 @@ def _course_dir_problem(text: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    """The command line; interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line what was left
+    as it was and returns 128 + the signal's number (course_utils/cli.py)."""
+    cli.leaving(cli.NOTHING_WRITTEN)
+    return cli.run(_main, argv, "nbgrader_tools.py")
+
+
+def _main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
@@ -679,6 +699,7 @@ def main(argv: list[str]) -> int:
             except tools.ToolError as exc:
                 print(f"convert: {exc}", file=sys.stderr)
                 return 1
+            cli.leaving("every notebook was converted and written")
             for name, _path, _nb, rows in converted:
                 print(f"{name}: {len(rows)} graded exercise(s)")
         elif command in ("release", "check") and args:
@@ -689,9 +710,13 @@ def main(argv: list[str]) -> int:
             has_table = INSTRUCTORS.exists() or INSTRUCTORS.is_symlink()
             if has_table:
                 instructors_text()  # a broken INSTRUCTORS.md is refused before any lesson is written
-            changed = release()
+            changed = release()  # the lessons and student copies: all or nothing
+            if changed:
+                cli.leaving("the lessons and student copies were written, INSTRUCTORS.md's exercise "
+                            "table was left as it was (release again to write it)")
             if has_table and write_table():
                 changed.append("INSTRUCTORS.md")
+            cli.leaving("every file was written" if changed else cli.NOTHING_WRITTEN)
             print("\n".join(f"wrote {c}" for c in changed) or "everything was current")
         elif command == "check":
             stale = release(write=False)
@@ -724,6 +749,7 @@ def main(argv: list[str]) -> int:
             except SourceError as exc:
                 print(f"source: {exc}; nothing in {course_dir} was changed", file=sys.stderr)
                 return 1
+            cli.leaving(f"every file of {course_dir} was written")
             for written in written_files:
                 print(f"wrote {written}")
             print(f"wrote {Path(args[0]) / '.course_grader.json'} (new salts: run generate_assignment again)")
@@ -734,7 +760,9 @@ def main(argv: list[str]) -> int:
                 print(sandbox.WARNING, file=sys.stderr)
         elif command == "table":
             if args == ["--write"]:
-                print("INSTRUCTORS.md updated" if write_table() else "INSTRUCTORS.md was current")
+                written = write_table()  # one file, replaced atomically
+                cli.leaving("INSTRUCTORS.md was written" if written else cli.NOTHING_WRITTEN)
+                print("INSTRUCTORS.md updated" if written else "INSTRUCTORS.md was current")
             elif args:
                 print(f"table: unknown arguments {' '.join(args)}; the only option is --write",
                       file=sys.stderr)

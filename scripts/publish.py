@@ -27,6 +27,8 @@ each file is then replaced atomically (a temporary file and ``os.replace``), so 
 publish leaves the tree as it was. A bad value, a missing or unreadable file, or a notebook
 that is not one is reported on one line on stderr with exit status 2; new contents that
 would fail the check are listed on stderr with exit status 1, and nothing is written.
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), it says on one line whether the files were written
+(all or none) and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -537,6 +539,7 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     except _tools().ToolError as exc:
         print(f"publish: {exc}", file=sys.stderr)
         return 1
+    _tools().cli.leaving("every stamped file was written")
     changed = [p.relative_to(root).as_posix() for p in planned if p.name != "pyproject.toml"]
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
@@ -545,5 +548,7 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143; the writes
+    cli = _tools().cli  # are all or nothing (course_utils/cli.py)
+    cli.leaving(cli.NOTHING_WRITTEN)
+    sys.exit(cli.run(main, sys.argv[1:], "publish.py"))
