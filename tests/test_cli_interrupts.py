@@ -43,7 +43,10 @@ def _copy_clone(tmp_path: Path, *more: str) -> Path:
     clone = tmp_path / "clone"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
     for folder in ("course_utils", "scripts", "solutions", "notebooks", "student", "data", *more):
-        shutil.copytree(ROOT / folder, clone / folder, ignore=ignore)
+        if (ROOT / folder).is_file():
+            shutil.copy2(ROOT / folder, clone / folder)
+        else:
+            shutil.copytree(ROOT / folder, clone / folder, ignore=ignore)
     for name in ("INSTRUCTORS.md", "pyproject.toml", "constraints.txt", "README.md"):
         shutil.copy2(ROOT / name, clone / name)
     shutil.copy2(ROOT / "course.py", clone / "course.py")
@@ -209,3 +212,13 @@ def test_publish_interrupted_between_two_renames_writes_nothing(tmp_path):
     done = _interrupt(tmp_path, clone, command, f"os.rename|{clone}{os.sep}|2", signal.SIGTERM)
     _one_line(done, signal.SIGTERM, "publish.py: ", "nothing was written")
     assert _files(clone) == before
+
+
+@pytest.mark.slow
+def test_student_tree_interrupted_while_copying_leaves_no_out_dir(tmp_path):
+    clone = _copy_clone(tmp_path, "binder", "environment.yml", "LICENSE", ".gitignore")
+    before, out = _files(clone), tmp_path / "new" / "tree"
+    done = _interrupt(tmp_path, clone, [sys.executable, "scripts/student_tree.py", str(out)],
+                      f"shutil.copyfile|{os.sep}data{os.sep}|2", signal.SIGINT)
+    _one_line(done, signal.SIGINT, "student_tree.py: ", f"{out} was not made")
+    assert _files(clone) == before and not out.parent.exists()
