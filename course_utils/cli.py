@@ -126,11 +126,11 @@ def _report(prog: str, exc: Interrupted) -> int:
 
 def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, **kwargs) -> int:
     """Run a child tool (``subprocess.Popen(command, **kwargs)``) and return its exit status. The
-    signals in ``relay`` sent to this process are passed on to the child, which stops with its own
-    one line (as :func:`run` makes it); this process then returns 128 + the signal's number, and
-    says one line itself only when the child died of the signal without a word. The other stop
-    signals are not relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out:
-    the child's own status is returned, as a shell does."""
+    signals in ``relay`` sent to this process are passed on to the child (on Windows, Ctrl-C reaches
+    the child's console itself), which stops with its own one line and status 128 + the signal's
+    number (as :func:`run` makes it); this process says one line itself only when the child died of
+    the signal without a word, and returns 128 + its number then. The other stop signals are not
+    relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does."""
     child = subprocess.Popen(command, **kwargs)
     received: list[int] = []
 
@@ -138,15 +138,13 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
         if signum not in relay:
             return
         received.append(signum)
-        if child.poll() is None:
+        if child.poll() is None and os.name != "nt":  # Windows: Ctrl-C reaches the child's console too
             try:
                 child.send_signal(signum)
             except OSError:  # it had just ended
                 pass
 
-    previous = {}
-    if _main_thread() and os.name != "nt":  # Windows: Ctrl-C reaches the child's console directly
-        previous = {sig: signal.signal(sig, relayed) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, relayed) for sig in STOP_SIGNALS} if _main_thread() else {}
     try:
         code = child.wait()
     finally:

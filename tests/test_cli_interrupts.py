@@ -38,6 +38,37 @@ if os.environ.get("COURSE_TEST_HOLD"):
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 
 
+def test_run_reports_a_signal_a_library_turned_into_its_own_error(capsys):
+    """nbgrader's capture_log catches everything and returns a failure; the tool then raises its
+    own error. Once a signal came, that is still reported as the interruption, on one line."""
+    from course_utils import cli
+
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except BaseException:  # noqa: BLE001 - what nbgrader does
+            pass
+        raise RuntimeError("generate_assignment refused")
+
+    handler = signal.getsignal(signal.SIGINT)
+    cli.leaving("nothing was written")
+    assert cli.run(main, [], "tool.py") == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["tool.py: interrupted by SIGINT: nothing was written"], err
+    assert signal.getsignal(signal.SIGINT) is handler
+
+
+def test_call_says_one_line_for_a_child_the_signal_killed_silently(capsys):
+    from course_utils import cli
+
+    child = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    assert cli.call(child, "course.py release") == 143
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("course.py release: interrupted by SIGTERM: "), err
+    assert cli.call([sys.executable, "-c", "raise SystemExit(3)"], "course.py release") == 3
+
+
 def _copy_clone(tmp_path: Path, *more: str) -> Path:
     """The files the tools read and write, copied (the tools write beside themselves)."""
     clone = tmp_path / "clone"
