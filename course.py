@@ -59,6 +59,8 @@ def _load_cli():
 
 
 cli = _load_cli()
+if __name__ == "__main__":
+    cli.stop_at_once("course.py")
 
 
 def _bin(name: str) -> Path:

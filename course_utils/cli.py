@@ -34,6 +34,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NOTHING_WRITTEN = "nothing was written"
 _left = [NOTHING_WRITTEN]  # what an interruption now would leave: set with leaving()
 _received: list[int] = []  # the signal that arrived, once one did
+_script: list[bool] = []  # stop_at_once was called: this process is a tool run from the command line
 
 
 class Interrupted(BaseException):
@@ -64,8 +65,8 @@ def _ignore_more() -> None:
 
 def stop_at_once(prog: str) -> None:
     """Until :func:`run` starts ``main``: a signal prints one line and exits at once (the script is
-    still importing; it has written nothing). Once ``main`` was interrupted and :func:`run` put
-    this handler back, a late second signal only ends the process, quietly, with the same status."""
+    still importing; it has written nothing). Marks the process as a command-line tool: when
+    ``main`` is done, :func:`run` leaves the signals ignored (see there)."""
     def stop(signum: int, frame: object) -> None:
         _ignore_more()
         if not _received:
@@ -78,6 +79,7 @@ def stop_at_once(prog: str) -> None:
         os._exit(128 + (_received[0] if _received else signum))
 
     if _main_thread():
+        _script.append(True)
         for sig in STOP_SIGNALS:
             signal.signal(sig, stop)
 
@@ -94,7 +96,10 @@ def run(main, argv: list[str], prog: str) -> int:
     on one line, ``prog: interrupted by SIGINT: <what was left>``, and gives 128 + its number.
     A library that catches everything (nbgrader does) turns the signal into its own error: once a
     signal arrived, any exception is reported as the interruption, and so is a normal return.
-    The handlers in place before are put back when it returns."""
+    The handlers in place before are put back when it returns; in a tool run from the command line
+    (:func:`stop_at_once` was called) the signals are ignored instead: its work is done or reported,
+    and a signal while the interpreter shuts down (Jupyter's clean-ups can take a second) would
+    otherwise end it silently with the signal's status, or with a wrong line."""
     _received.clear()
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
     try:
@@ -113,7 +118,7 @@ def run(main, argv: list[str], prog: str) -> int:
         return code
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if _script else handler)
 
 
 def _report(prog: str, exc: Interrupted) -> int:

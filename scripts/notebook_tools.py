@@ -449,7 +449,8 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
         kernel_log.close()
         if received:  # let nbclient's kernel clean-ups finish (they race; one fails on the other's None)
             pending = asyncio.all_tasks(loop)
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

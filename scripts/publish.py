@@ -550,5 +550,6 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
 
 if __name__ == "__main__":  # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143; the writes
     cli = _tools().cli  # are all or nothing (course_utils/cli.py)
+    cli.stop_at_once("publish.py")
     cli.leaving(cli.NOTHING_WRITTEN)
     sys.exit(cli.run(main, sys.argv[1:], "publish.py"))

@@ -269,4 +269,5 @@ def _described(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
+    _cli().stop_at_once("student_tree.py")
     sys.exit(main(sys.argv[1:]))

@@ -31,7 +31,13 @@ def _hold(event, args):
         if _seen[0] == int(_nth):
             open(_marker, "w").close()
             time.sleep(60)
-if os.environ.get("COURSE_TEST_HOLD"):
+def _hold_at_exit():
+    open(_marker, "w").close()
+    time.sleep(3)
+if _event == "atexit":  # registered first, so it runs last, as the interpreter shuts down
+    import atexit
+    atexit.register(_hold_at_exit)
+elif os.environ.get("COURSE_TEST_HOLD"):
     sys.addaudithook(_hold)
 """
 
@@ -253,3 +259,15 @@ def test_student_tree_interrupted_while_copying_leaves_no_out_dir(tmp_path):
                       f"shutil.copyfile|{os.sep}data{os.sep}|2", signal.SIGINT)
     _one_line(done, signal.SIGINT, "student_tree.py: ", f"{out} was not made")
     assert _files(clone) == before and not out.parent.exists()
+
+
+@pytest.mark.slow
+def test_a_signal_once_the_work_is_done_is_ignored(tmp_path):
+    """A signal as the tool exits (its atexit clean-ups; Jupyter's take a moment) neither kills it
+    silently nor prints a line about an interruption that stopped nothing: exit 0, stderr empty."""
+    clone = _copy_clone(tmp_path)
+    lessons = sorted(str(p.relative_to(clone)) for p in (clone / "notebooks").glob("0*.ipynb"))
+    done = _interrupt(tmp_path, clone, [sys.executable, "scripts/notebook_tools.py", "upgrade", *lessons],
+                      "atexit|-|1", signal.SIGINT)
+    assert (done.returncode, done.stderr) == (0, ""), done
+    assert done.stdout.count("already nbformat 4.5") == len(lessons)

@@ -749,4 +749,5 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
 if __name__ == "__main__":
     from .. import cli
 
+    cli.stop_at_once("python -m course_utils.model.train")
     sys.exit(cli.run(main, sys.argv[1:], "python -m course_utils.model.train"))
