@@ -16,7 +16,8 @@ Set COURSE_TORCH_INDEX_URL to an extra package index (for example PyTorch's CPU-
 wheel index) to avoid a large CUDA build of torch on Linux.
 
 An unknown command, or a test path that does not exist, is named on stderr (exit 2)
-before anything is installed or run.
+before anything is installed or run. Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops
+with one line on stderr saying what was left as it was, and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import venv
@@ -41,6 +43,24 @@ PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numpr
 VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
 STAMP = VENV / ".course-install-stamp"
 INPUTS = ("pyproject.toml", "constraints.txt")
+
+
+def _load_cli():
+    """course_utils/cli.py (Ctrl-C and SIGTERM: one line, exit 130/143), by its path: it needs only
+    the standard library, and importing the course_utils package would need .venv's torch."""
+    module = sys.modules.get("course_utils.cli")
+    if module is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("course_utils.cli", ROOT / "course_utils" / "cli.py")
+        module = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+cli = _load_cli()
+if __name__ == "__main__":
+    cli.stop_at_once("course.py")
 
 
 def _bin(name: str) -> Path:
@@ -116,6 +136,7 @@ def ensure_environment() -> None:
         if problem:
             sys.exit(f"Cannot make the course's virtual environment: {problem}.")
         print(f"Creating a virtual environment in {VENV.name}/ ...", flush=True)
+        cli.leaving(f"{VENV} was left half-made; the next python3 course.py makes it again")
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
         except Exception as exc:  # e.g. Debian/Ubuntu without python3-venv, a read-only folder
@@ -132,6 +153,8 @@ def ensure_environment() -> None:
             sys.exit(f"Could not create {where} ({type(exc).__name__}: {cause})"
                      f"{'; what it made was removed' if removed and VENV != Path() else ''}. {advice}")
     print("Installing the course's packages (first run only) ...", flush=True)
+    cli.leaving(f"the packages were left half-installed in {VENV}; the next python3 course.py "
+                "installs them again")
     wanted = ["-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[dev,lab,instructor]"]
     if os.environ.get("COURSE_TORCH_INDEX_URL"):
         wanted += ["--extra-index-url", os.environ["COURSE_TORCH_INDEX_URL"]]
@@ -139,6 +162,7 @@ def ensure_environment() -> None:
         subprocess.run([str(_bin("python")), "-m", "pip", "install", "--disable-pip-version-check",
                         *wanted], check=True)
     STAMP.write_text(_fingerprint())
+    cli.leaving(f"the course's packages were installed in {VENV}")
 
 
 def _install_with_uv(wanted: list[str]) -> bool:
@@ -188,7 +212,8 @@ def pip_sources_for_uv(listing: str) -> tuple[list[str], dict[str, str]]:
 
 def publish(args: list[str]) -> int:
     """Stamp every Colab/Binder badge and link from [tool.course] (see scripts/publish.py)."""
-    return subprocess.call([str(_bin("python")), str(ROOT / "scripts" / "publish.py"), *args], cwd=ROOT)
+    return cli.call([str(_bin("python")), str(ROOT / "scripts" / "publish.py"), *args], "course.py publish",
+                    cwd=ROOT)
 
 
 def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
@@ -238,6 +263,14 @@ def student_tree_problem(args: list[str]) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    """The command line. Interrupted (Ctrl-C, SIGINT, SIGTERM), it stops with one line on stderr
+    saying what was left as it was and exits 130 or 143; a tool it runs (release's
+    nbgrader_tools.py, publish.py, student_tree.py) gets the signal too and says that line itself."""
+    cli.leaving(cli.NOTHING_WRITTEN)
+    return cli.run(_main, argv, "course.py")
+
+
+def _main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
@@ -274,12 +307,13 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "release":  # convert the lessons in place, regenerate student/ and the table
         tools = ROOT / "scripts" / "nbgrader_tools.py"
-        return subprocess.call([str(_bin("python")), str(tools), "release", *rest], cwd=ROOT, env=env)
+        return cli.call([str(_bin("python")), str(tools), "release", *rest], "course.py release",
+                        cwd=ROOT, env=env)
     if command == "student-tree":  # the tree a class receives: student/, the package, no solutions
         tools = ROOT / "scripts" / "student_tree.py"
         if len(rest) == 1 and not rest[0].startswith("-"):  # OUT_DIR: relative to where you are,
             rest = [os.path.abspath(rest[0])]  # not to the repository the script runs in
-        return subprocess.call([str(_bin("python")), str(tools), *rest], cwd=ROOT, env=env)
+        return cli.call([str(_bin("python")), str(tools), *rest], "course.py student-tree", cwd=ROOT, env=env)
     if command == "lab":
         env.pop("MPLBACKEND")
         args = list(rest)
@@ -288,13 +322,17 @@ def main(argv: list[str]) -> int:
             args.append(str(first if first.exists() else ROOT / "notebooks" / "00_start_here.ipynb"))
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
             args.append("--allow-root")
-        return subprocess.call([str(_bin("jupyter")), "lab", *args], cwd=ROOT, env=env)
+        # Ctrl-C is Jupyter's to answer (it asks before it stops): only SIGTERM is relayed
+        return cli.call([str(_bin("jupyter")), "lab", *args], "course.py lab", (signal.SIGTERM,),
+                        cwd=ROOT, env=env)
     if "--all" in rest:  # everything, including the slow checks .ci/run adds
         rest = [a for a in rest if a != "--all"]
     elif "-m" not in rest:  # the quick suite: every unit test and every lesson under nbval
         rest = ["-m", "not slow", *rest]
     rest, env = spread_over_cores(rest, os.cpu_count() or 1, env)
-    return subprocess.call([str(_bin("python")), "-m", "pytest", *rest], cwd=ROOT, env=env)
+    # pytest answers Ctrl-C with its summary (the terminal sends it the signal): only SIGTERM is relayed
+    return cli.call([str(_bin("python")), "-m", "pytest", *rest], "course.py test", (signal.SIGTERM,),
+                    cwd=ROOT, env=env)
 
 
 def spread_over_cores(rest: list[str], cores: int, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:

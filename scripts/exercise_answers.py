@@ -9,10 +9,14 @@ reference solution as code. The cases are stored too, so every machine feeds the
 inputs. Run ``build`` after changing a reference, a mistake or a case builder, and commit
 the .pt files with that change. ``check`` compares with tolerances, never by last bits: on
 another CPU (MKL's AVX2 or AVX-512 path) the case builders' float maths may differ there.
+
+Interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line which files it wrote (each whole;
+the rest were left as they were) and exits 130 or 143.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import sys
@@ -22,6 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+cli = sys.modules.get("course_utils.cli")  # Ctrl-C and SIGTERM: one line (course_utils/cli.py),
+if cli is None:  # loaded by its path, before any slow import: the course_utils package imports torch
+    _spec = importlib.util.spec_from_file_location("course_utils.cli", ROOT / "course_utils" / "cli.py")
+    cli = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(cli)
+
+if __name__ == "__main__":
+    cli.stop_at_once("exercise_answers.py")  # a signal during the (slow) imports: one line, at once
 
 import torch  # noqa: E402
 
@@ -206,6 +218,13 @@ def _unwritable_store() -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    """The command line; interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line which stored
+    answers were written (each file is replaced whole) and returns 130 or 143."""
+    cli.leaving("no stored answer was written")
+    return cli.run(_main, argv, "exercise_answers.py")
+
+
+def _main(argv: list[str]) -> int:
     if argv in (["build"], ["check"]):
         try:
             _attached_solutions()
@@ -217,9 +236,12 @@ def main(argv: list[str]) -> int:
         if problem:
             print(f"exercise_answers build: {problem}; no stored answer was written", file=sys.stderr)
             return 1
+        written = []
         for lesson, data in compute().items():
             path = answers.ANSWERS_DIR / f"{lesson}.pt"
             _write_atomically(path, data)
+            written.append(path.name)
+            cli.leaving(f"{', '.join(written)} written, the other stored answers left as they were")
             print(f"wrote {path.relative_to(ROOT)} ({len(data['exercises'])} exercises)")
         return 0
     if argv == ["check"]:

@@ -17,7 +17,8 @@
         at the student copy (student/), so the released notebooks never link to solutions;
         write new grading salts (COURSE_DIR/.course_grader.json, one per lesson) and the
         lines in COURSE_DIR/nbgrader_config.py that make `nbgrader autograde` grade outside
-        the notebook (course_utils/exercises/autograde.py).
+        the notebook (course_utils/exercises/autograde.py). COURSE_DIR must be outside this
+        clone: the clone or any folder inside it (links followed) is refused, nothing written.
     python scripts/nbgrader_tools.py table
         Print the exercise table (Markdown) that INSTRUCTORS.md holds; ``table --write``
         replaces it between INSTRUCTORS.md's ``<!-- exercise-table -->`` markers.
@@ -27,11 +28,15 @@ a heading ``### Exercise N.K: title`` with a ``> **Difficulty** ★★☆☆☆ 
 one code cell whose function body holds ``### BEGIN SOLUTION`` ... ``### END SOLUTION``;
 the next code cell ``# NBVAL_CHECK_OUTPUT`` + ``print(lessonNN.check_xxx(fn))``; and
 hand-graded answers as markdown cells starting ``**Answer (graded by hand, N points):**``.
+
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
+was left as it was (every write is all or nothing), and exits 130 or 143.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import re
 import shutil
@@ -40,7 +45,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
+cli = sys.modules.get("course_utils.cli")  # Ctrl-C and SIGTERM: one line (course_utils/cli.py),
+if cli is None:  # loaded by its path, before any slow import: the course_utils package imports torch
+    _spec = importlib.util.spec_from_file_location(
+        "course_utils.cli", Path(__file__).resolve().parent.parent / "course_utils" / "cli.py")
+    cli = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(cli)
+if __name__ == "__main__":
+    cli.stop_at_once("nbgrader_tools.py")  # a signal during the imports: one line, at once
+
+import nbformat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -636,18 +650,30 @@ def write_table() -> bool:
 
 def _course_dir_problem(text: str) -> str | None:
     """Why ``text`` cannot be ``source``'s COURSE_DIR, or None: an empty name (which Path reads as
-    the current folder) or the clone itself would get source/, the grader's secrets and
-    nbgrader_config.py written among the course's own files."""
+    the current folder), the clone itself or any folder inside it (notebooks/, student/, ...; links
+    followed) would get source/, the grader's secrets and nbgrader_config.py written among the
+    course's own files."""
     if not text.strip():
         return (f"COURSE_DIR is empty ({text!r}); give the nbgrader course folder to write, outside "
                 "this clone, e.g. ../mha-course")
-    if Path(text).resolve() == ROOT.resolve():
+    course, root = Path(text).resolve(), ROOT.resolve()  # links followed: a link into the clone too
+    if course == root:
         return (f"COURSE_DIR {text!r} is this clone's own folder; give the nbgrader course folder to "
                 "write, outside the clone, e.g. ../mha-course")
+    if root in course.parents:
+        return (f"COURSE_DIR {text!r} is inside this clone ({course.relative_to(root).as_posix()}/); "
+                "give the nbgrader course folder to write, outside the clone, e.g. ../mha-course")
     return None
 
 
 def main(argv: list[str]) -> int:
+    """The command line; interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line what was left
+    as it was and returns 128 + the signal's number (course_utils/cli.py)."""
+    cli.leaving(cli.NOTHING_WRITTEN)
+    return cli.run(_main, argv, "nbgrader_tools.py")
+
+
+def _main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
@@ -673,6 +699,7 @@ def main(argv: list[str]) -> int:
             except tools.ToolError as exc:
                 print(f"convert: {exc}", file=sys.stderr)
                 return 1
+            cli.leaving("every notebook was converted and written")
             for name, _path, _nb, rows in converted:
                 print(f"{name}: {len(rows)} graded exercise(s)")
         elif command in ("release", "check") and args:
@@ -683,9 +710,13 @@ def main(argv: list[str]) -> int:
             has_table = INSTRUCTORS.exists() or INSTRUCTORS.is_symlink()
             if has_table:
                 instructors_text()  # a broken INSTRUCTORS.md is refused before any lesson is written
-            changed = release()
+            changed = release()  # the lessons and student copies: all or nothing
+            if changed:
+                cli.leaving("the lessons and student copies were written, INSTRUCTORS.md's exercise "
+                            "table was left as it was (release again to write it)")
             if has_table and write_table():
                 changed.append("INSTRUCTORS.md")
+            cli.leaving("every file was written" if changed else cli.NOTHING_WRITTEN)
             print("\n".join(f"wrote {c}" for c in changed) or "everything was current")
         elif command == "check":
             stale = release(write=False)
@@ -718,6 +749,7 @@ def main(argv: list[str]) -> int:
             except SourceError as exc:
                 print(f"source: {exc}; nothing in {course_dir} was changed", file=sys.stderr)
                 return 1
+            cli.leaving(f"every file of {course_dir} was written")
             for written in written_files:
                 print(f"wrote {written}")
             print(f"wrote {Path(args[0]) / '.course_grader.json'} (new salts: run generate_assignment again)")
@@ -728,7 +760,9 @@ def main(argv: list[str]) -> int:
                 print(sandbox.WARNING, file=sys.stderr)
         elif command == "table":
             if args == ["--write"]:
-                print("INSTRUCTORS.md updated" if write_table() else "INSTRUCTORS.md was current")
+                written = write_table()  # one file, replaced atomically
+                cli.leaving("INSTRUCTORS.md was written" if written else cli.NOTHING_WRITTEN)
+                print("INSTRUCTORS.md updated" if written else "INSTRUCTORS.md was current")
             elif args:
                 print(f"table: unknown arguments {' '.join(args)}; the only option is --write",
                       file=sys.stderr)

@@ -50,11 +50,29 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import nbformat
+
+def load_cli():
+    """course_utils/cli.py (Ctrl-C and SIGTERM: one line, exit 130/143), loaded by its path as
+    ``course_utils.cli``: importing the course_utils package would import torch."""
+    module = sys.modules.get("course_utils.cli")
+    if module is None:
+        import importlib.util
+
+        path = Path(__file__).resolve().parent.parent / "course_utils" / "cli.py"
+        spec = importlib.util.spec_from_file_location("course_utils.cli", path)
+        module = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+cli = load_cli()
+if __name__ == "__main__":
+    cli.stop_at_once("notebook_tools.py")  # a signal during the imports: one line, at once
+
+import nbformat  # noqa: E402
 
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 SOLUTION = re.compile(
@@ -70,22 +88,8 @@ class ToolError(Exception):
     """A wrong command line or input file: the scripts print it on one line and exit 2."""
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived: :func:`main` prints the message on one line and returns
-    128 + the signal's number, as a shell reports a program the signal stopped."""
-
-    def __init__(self, signum: int, message: str = "") -> None:
-        self.signum = int(signum)
-        name = signal.Signals(self.signum).name
-        super().__init__(f"interrupted by {name}" + (f": {message}" if message else ""))
-
-
-def _raise_interrupted(signum: int, frame: object) -> None:
-    raise Interrupted(signum, "a file being written is never left half-written; files finished "
-                              "before the signal were written")
+STOP_SIGNALS = cli.STOP_SIGNALS
+Interrupted = cli.Interrupted  # SIGINT or SIGTERM arrived (one class for every course tool)
 
 
 def read_text(path: Path, what: str = "file") -> str:
@@ -445,7 +449,8 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
         kernel_log.close()
         if received:  # let nbclient's kernel clean-ups finish (they race; one fails on the other's None)
             pending = asyncio.all_tasks(loop)
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -544,22 +549,13 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    cli.leaving("a file being written is never left half-written; files finished before the "
+                "signal were written")
     try:
-        if threading.current_thread() is threading.main_thread():  # only it may set handlers
-            for sig in STOP_SIGNALS:
-                signal.signal(sig, _raise_interrupted)
-        return _run(*_parse(argv))
+        return cli.run(lambda args: _run(*_parse(args)), argv, "notebook_tools.py")
     except ToolError as exc:
         print(f"notebook_tools.py: {exc}", file=sys.stderr)
         return 2
-    except Interrupted as exc:
-        print(f"notebook_tools.py: {exc}", file=sys.stderr)
-        return 128 + exc.signum
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
 
 
 def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:

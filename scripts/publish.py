@@ -20,12 +20,15 @@ for other tools (the student-notebook release step calls it on each notebook it 
 ``--repo`` must be a GitHub ``owner/name`` (owner: letters, digits and ``-``, 1-39, not
 starting or ending with ``-``, no ``--``; name: letters, digits, ``.``, ``_``, ``-``, 1-100,
 not ``.`` or ``..``, not ending in ``.git``) and ``--tag`` a release tag
-``vMAJOR.MINOR.PATCH`` without leading zeros. Both are checked, every new file content is
+``vMAJOR.MINOR.PATCH`` without leading zeros, at most 64 characters (git stores a tag as a
+file named after it). Both are checked, every new file content is
 computed, and ``--check`` is run on the new contents in memory, before anything is written;
 each file is then replaced atomically (a temporary file and ``os.replace``), so a failed
 publish leaves the tree as it was. A bad value, a missing or unreadable file, or a notebook
 that is not one is reported on one line on stderr with exit status 2; new contents that
 would fail the check are listed on stderr with exit status 1, and nothing is written.
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), it says on one line whether the files were written
+(all or none) and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ REPO_FORMAT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}/"
                          r"(?!\.\.?\Z)(?!.*(?i:\.git)\Z)[A-Za-z0-9._-]{1,100}")
 # semantic versioning: no leading zeros (v01.0.0 is not v1.0.0)
 TAG_FORMAT = re.compile(r"v(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)")
+# git keeps a tag as the file .git/refs/tags/<tag>, whose name a file system caps at 255 bytes;
+# TAG_FORMAT's characters (v, digits, dots) pass every other `git check-ref-format` rule
+TAG_MAX = 64
 BADGES_TAG, SETUP_TAG = "launch-badges", "colab-setup"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
@@ -141,6 +147,9 @@ def validate(repo: str, tag: str) -> None:
     if not isinstance(tag, str) or not TAG_FORMAT.fullmatch(tag):
         raise ValueError(f"tag must be a release tag vMAJOR.MINOR.PATCH such as 'v0.2.0' (numbers "
                          f"without leading zeros; never a branch), got {tag!r}")
+    if len(tag) > TAG_MAX:
+        raise ValueError(f"tag must be at most {TAG_MAX} characters (git stores a tag as a file named "
+                         f"after it), got {len(tag)}: {tag[:24]!r}...")
     if PLACEHOLDERS.search(repo):
         raise ValueError(f"repo {repo!r} is a placeholder, not a published repository")
 
@@ -530,6 +539,7 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     except _tools().ToolError as exc:
         print(f"publish: {exc}", file=sys.stderr)
         return 1
+    _tools().cli.leaving("every stamped file was written")
     changed = [p.relative_to(root).as_posix() for p in planned if p.name != "pyproject.toml"]
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
@@ -538,5 +548,8 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143; the writes
+    cli = _tools().cli  # are all or nothing (course_utils/cli.py)
+    cli.stop_at_once("publish.py")
+    cli.leaving(cli.NOTHING_WRITTEN)
+    sys.exit(cli.run(main, sys.argv[1:], "publish.py"))

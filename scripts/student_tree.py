@@ -15,6 +15,8 @@ last commit when it exists); push that branch, tag it, and point nbgitpuller, Bi
 the student links at it (INSTRUCTORS.md, "Publishing the student tree").
 A failure leaves OUT_DIR absent (and no parent folder it created) and the branch where it
 was. OUT_DIR may not lie inside a folder the tree copies (course_utils/, student/, ...).
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), it says so on one line and exits 130 or 143, leaving
+OUT_DIR absent or the branch where it was.
 """
 
 from __future__ import annotations
@@ -175,6 +177,7 @@ def commit_to_branch(branch: str) -> str:
         args[2:2] = ["-p", parent]
     commit = _git(*args)
     _git("update-ref", f"refs/heads/{branch}", commit, *([parent] if parent else []))
+    _cli().leaving(f"the branch {branch} was moved to {commit[:12]}")
     return commit
 
 
@@ -214,6 +217,28 @@ def main(argv: list[str]) -> int:
     if problem is not None:
         print(f"student-tree: {problem}\n{USAGE}", file=sys.stderr)
         return 2
+    cli = _cli()
+    if len(argv) == 2 and argv[0] == "--branch":  # interrupted: one line, exit 130/143 (cli.run)
+        cli.leaving(f"the branch {argv[1]} was left where it was (and the checkout as it was)")
+    else:  # build() removes what it made when it is stopped
+        cli.leaving(f"{argv[0]} was not made" if argv else cli.NOTHING_WRITTEN)
+    return cli.run(_main, argv, "student_tree.py")
+
+
+def _cli():
+    """course_utils/cli.py (Ctrl-C and SIGTERM: one line), loaded by its path: this script needs
+    only the standard library until it stamps the notebooks."""
+    module = sys.modules.get("course_utils.cli")
+    if module is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("course_utils.cli", ROOT / "course_utils" / "cli.py")
+        module = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+def _main(argv: list[str]) -> int:
     try:
         if len(argv) == 2 and argv[0] == "--branch":
             commit = commit_to_branch(argv[1])
@@ -221,6 +246,7 @@ def main(argv: list[str]) -> int:
             return 0
         if len(argv) == 1 and not argv[0].startswith("-"):
             written = build(Path(argv[0]))
+            _cli().leaving(f"{argv[0]} was written")
             print(f"wrote {len(written)} files into {argv[0]} "
                   "(student notebooks, course_utils, data, set-up)")
             return 0
@@ -243,4 +269,5 @@ def _described(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
+    _cli().stop_at_once("student_tree.py")
     sys.exit(main(sys.argv[1:]))

@@ -659,3 +659,25 @@ def test_release_validate_autograde_export_on_a_scripted_course(tmp_path, monkey
         assert str(secrets["salts"][ASSIGNMENT]) not in html and secrets["release"] not in html
         if name != "sara_reads_the_secrets":
             assert str(ROOT / "solutions") not in html and ".course_grader" not in html
+
+
+@pytest.mark.parametrize("inside", ["notebooks", "student", "student/new/course", "docs/..", "tests/./x"])
+def test_source_into_a_folder_inside_the_clone_is_refused(inside, tmp_path, capsys, monkeypatch):
+    """`source notebooks` or `source student` wrote source/NN_topic/, nbgrader_config.py and the
+    grader's secret salts among the lessons or the learners' copies (battery 12, items 4b/4c):
+    every folder inside the clone is refused, like the clone itself, also through a link."""
+    monkeypatch.setattr(tools, "fill_course_source", lambda *a: pytest.fail("it wrote"))
+    link = tmp_path / "course-link"
+    link.symlink_to(ROOT / inside.split("/")[0])
+    for course_dir in (str(ROOT / inside), str(link)):
+        assert tools.main(["source", course_dir]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "inside this clone" in err or "this clone's own folder" in err, err
+        assert "outside the clone, e.g. ../mha-course" in err and "nothing was written" in err, err
+
+
+def test_source_beside_the_clone_is_not_refused():
+    """A sibling whose name starts like the clone's (../mha-course-2 beside ../mha-course) is outside."""
+    assert tools._course_dir_problem(str(ROOT.parent / (ROOT.name + "-course"))) is None
+    assert tools._course_dir_problem(str(ROOT.parent / "mha-course")) is None

@@ -196,6 +196,8 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     ("a--b/c", "v1.0.0", ["repo", "no '--'", "'a--b/c'"]),
     ("a/b", "v01.0.0", ["tag", "leading zeros", "'v01.0.0'"]),
     ("a/b", "v1.00.0", ["tag", "'v1.00.0'"]),
+    # git cannot make a 406-character ref (its file name is capped at 255 bytes)
+    ("a/b", "v" + "9" * 401 + ".0.0", ["tag", "at most 64 characters", "got 406"]),
 ])
 def test_a_bad_repo_or_tag_is_refused_before_any_file_is_written(copy, capsys, repo, tag, words):
     before = _snapshot(copy)

@@ -52,7 +52,7 @@ def test_write_all_atomically_puts_every_file_back_when_one_fails(tmp_path, monk
 
 
 class _Stop(BaseException):
-    """What a signal handler raises (notebook_tools.Interrupted is an Exception; any will do)."""
+    """What a signal handler raises (like course_utils.cli.Interrupted, a BaseException)."""
 
 
 @pytest.mark.parametrize("nth", [1, 2, 3])

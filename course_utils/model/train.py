@@ -667,10 +667,18 @@ def main(argv: list[str] | None = None) -> None:
         _check_cli_args(args)
     except (TypeError, ValueError, OSError) as err:
         parser.error(str(err))
+    from .. import cli
+
+    # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143 (__main__ runs this under cli.run);
+    # save_checkpoint is all or nothing, so until it returns no checkpoint file was changed
+    cli.leaving(f"no checkpoint was written, {args.out!r} was left as it was" if args.out
+                else cli.NOTHING_WRITTEN)
     try:
         _main_train(args, argv)
     except (FloatingPointError, ValueError, OSError) as err:  # diverged, or the save failed
         parser.exit(1, f"{parser.prog}: error: {err}\n")
+    if args.out:
+        cli.leaving(f"the checkpoint {args.out!r} was written")
 
 
 def _check_cli_args(args: argparse.Namespace) -> None:
@@ -743,4 +751,7 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
 
 
 if __name__ == "__main__":
-    main()
+    from .. import cli
+
+    cli.stop_at_once("python -m course_utils.model.train")
+    sys.exit(cli.run(main, sys.argv[1:], "python -m course_utils.model.train"))

@@ -1,0 +1,164 @@
+"""Ctrl-C and SIGTERM for the course's command-line tools: one line, never a traceback.
+
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), a tool stops with one line on stderr saying what was
+left as it was, and exits 128 + the signal's number (130, 143), as a shell reports a program
+the signal stopped::
+
+    if __name__ == "__main__":
+        sys.exit(cli.run(main, sys.argv[1:], "exercise_answers.py"))
+
+:func:`run` turns the signal into :class:`Interrupted` inside ``main``, so ``finally`` blocks and
+all-or-nothing writers put things back; ``main`` says what an interruption at each stage would
+leave with :func:`leaving`. Call :func:`stop_at_once` first thing in a script, before its slow
+imports: a signal while it starts stops it at once (nothing has been written yet). After the first
+signal, further SIGINT/SIGTERM are ignored, so a second Ctrl-C (or a parent relaying the one the
+terminal already sent) cannot break a clean-up half-way. :func:`call` runs a child tool the same
+way: a signal is relayed to it, and the child's one line is all that is printed.
+
+Standard library only: course.py loads this file before the virtual environment exists, and the
+scripts that never need torch load it by its path as the module ``course_utils.cli`` (``import
+course_utils`` imports torch), so that it is one module, and :class:`Interrupted` one class,
+however it is reached.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+NOTHING_WRITTEN = "nothing was written"
+_left = [NOTHING_WRITTEN]  # what an interruption now would leave: set with leaving()
+_received: list[int] = []  # the signal that arrived, once one did
+_script: list[bool] = []  # stop_at_once was called: this process is a tool run from the command line
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that no ``except
+    Exception`` takes it for an error; :func:`run` prints it on one line and returns 128 + the
+    signal's number."""
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        self.signum = int(signum)
+        name = signal.Signals(self.signum).name
+        super().__init__(f"interrupted by {name}" + (f": {message}" if message else ""))
+
+
+def leaving(text: str) -> None:
+    """Say what an interruption from now on would leave, e.g. ``"lesson01.pt was written, the
+    others were left as they were"``; it is the end of the one line :func:`run` prints."""
+    _left[0] = text
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()  # only it may set handlers
+
+
+def _ignore_more() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def stop_at_once(prog: str) -> None:
+    """Until :func:`run` starts ``main``: a signal prints one line and exits at once (the script is
+    still importing; it has written nothing). Marks the process as a command-line tool: when
+    ``main`` is done, :func:`run` leaves the signals ignored (see there)."""
+    def stop(signum: int, frame: object) -> None:
+        _ignore_more()
+        if not _received:
+            print(f"{prog}: interrupted by {signal.Signals(signum).name} while starting; {NOTHING_WRITTEN}",
+                  file=sys.stderr, flush=True)
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(128 + (_received[0] if _received else signum))
+
+    if _main_thread():
+        _script.append(True)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, stop)
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """The handler :func:`run` sets: note the signal, ignore any more, raise :class:`Interrupted`."""
+    _received.append(signum)
+    _ignore_more()
+    raise Interrupted(signum, _left[0])
+
+
+def run(main, argv: list[str], prog: str) -> int:
+    """``main(argv)`` with SIGINT/SIGTERM raising :class:`Interrupted`; an interruption is printed
+    on one line, ``prog: interrupted by SIGINT: <what was left>``, and gives 128 + its number.
+    A library that catches everything (nbgrader does) turns the signal into its own error: once a
+    signal arrived, any exception is reported as the interruption, and so is a normal return.
+    The handlers in place before are put back when it returns; in a tool run from the command line
+    (:func:`stop_at_once` was called) the signals are ignored instead: its work is done or reported,
+    and a signal while the interpreter shuts down (Jupyter's clean-ups can take a second) would
+    otherwise end it silently with the signal's status, or with a wrong line."""
+    _received.clear()
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
+    try:
+        for sig in previous:
+            signal.signal(sig, raise_interrupted)
+        try:
+            code = main(argv)
+        except Interrupted as exc:
+            return _report(prog, exc)
+        except BaseException:
+            if not _received:
+                raise
+            return _report(prog, Interrupted(_received[0], _left[0]))
+        if _received:
+            return _report(prog, Interrupted(_received[0], _left[0]))
+        return code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if _script else handler)
+
+
+def _report(prog: str, exc: Interrupted) -> int:
+    _ignore_more()
+    if not _received:
+        _received.append(exc.signum)
+    print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+    return 128 + exc.signum
+
+
+def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, **kwargs) -> int:
+    """Run a child tool (``subprocess.Popen(command, **kwargs)``) and return its exit status. The
+    signals in ``relay`` sent to this process are passed on to the child (on Windows, Ctrl-C reaches
+    the child's console itself), which stops with its own one line and status 128 + the signal's
+    number (as :func:`run` makes it); this process says one line itself only when the child died of
+    the signal without a word, and returns 128 + its number then. The other stop signals are not
+    relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does."""
+    child = subprocess.Popen(command, **kwargs)
+    received: list[int] = []
+
+    def relayed(signum: int, frame: object) -> None:
+        if signum not in relay:
+            return
+        received.append(signum)
+        if child.poll() is None and os.name != "nt":  # Windows: Ctrl-C reaches the child's console too
+            try:
+                child.send_signal(signum)
+            except OSError:  # it had just ended
+                pass
+
+    previous = {sig: signal.signal(sig, relayed) for sig in STOP_SIGNALS} if _main_thread() else {}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if code < 0 and -code in STOP_SIGNALS:
+        signum = received[0] if received else -code
+        name = next((Path(c).name for c in command[1:] if not c.startswith("-")), Path(command[0]).name)
+        print(f"{prog}: interrupted by {signal.Signals(signum).name}: {name} was stopped before it "
+              "could say what it left", file=sys.stderr, flush=True)
+        return 128 + signum
+    return code
