@@ -46,16 +46,14 @@ INPUTS = ("pyproject.toml", "constraints.txt")
 
 
 def _load_cli():
-    """course_utils/cli.py (Ctrl-C and SIGTERM: one line, exit 130/143), by its path: it needs only
-    the standard library, and importing the course_utils package would need .venv's torch."""
-    module = sys.modules.get("course_utils.cli")
-    if module is None:
-        import importlib.util
+    """course_utils/cli.py (Ctrl-C and SIGTERM: one line, exit 130/143), through
+    scripts/course_cli.py: it needs only the standard library, and importing the course_utils
+    package would need .venv's torch."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.append(str(ROOT / "scripts"))
+    from course_cli import load_cli
 
-        spec = importlib.util.spec_from_file_location("course_utils.cli", ROOT / "course_utils" / "cli.py")
-        module = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+    return load_cli()
 
 
 cli = _load_cli()

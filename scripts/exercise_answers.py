@@ -16,7 +16,6 @@ the rest were left as they were) and exits 130 or 143.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import sys
@@ -26,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-cli = sys.modules.get("course_utils.cli")  # Ctrl-C and SIGTERM: one line (course_utils/cli.py),
-if cli is None:  # loaded by its path, before any slow import: the course_utils package imports torch
-    _spec = importlib.util.spec_from_file_location("course_utils.cli", ROOT / "course_utils" / "cli.py")
-    cli = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(cli)
+if str(ROOT / "scripts") not in sys.path:  # for course_cli
+    sys.path.append(str(ROOT / "scripts"))
+from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the slow imports)
+
+cli = load_cli()
 
 if __name__ == "__main__":
     cli.stop_at_once("exercise_answers.py")  # a signal during the (slow) imports: one line, at once

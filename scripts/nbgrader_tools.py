@@ -36,7 +36,6 @@ was left as it was (every write is all or nothing), and exits 130 or 143.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import re
 import shutil
@@ -45,12 +44,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-cli = sys.modules.get("course_utils.cli")  # Ctrl-C and SIGTERM: one line (course_utils/cli.py),
-if cli is None:  # loaded by its path, before any slow import: the course_utils package imports torch
-    _spec = importlib.util.spec_from_file_location(
-        "course_utils.cli", Path(__file__).resolve().parent.parent / "course_utils" / "cli.py")
-    cli = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(cli)
+if str(Path(__file__).resolve().parent) not in sys.path:  # scripts/, for course_cli
+    sys.path.append(str(Path(__file__).resolve().parent))
+from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the slow imports)
+
+cli = load_cli()
 if __name__ == "__main__":
     cli.stop_at_once("nbgrader_tools.py")  # a signal during the imports: one line, at once
 

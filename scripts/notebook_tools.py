@@ -53,20 +53,9 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def load_cli():
-    """course_utils/cli.py (Ctrl-C and SIGTERM: one line, exit 130/143), loaded by its path as
-    ``course_utils.cli``: importing the course_utils package would import torch."""
-    module = sys.modules.get("course_utils.cli")
-    if module is None:
-        import importlib.util
-
-        path = Path(__file__).resolve().parent.parent / "course_utils" / "cli.py"
-        spec = importlib.util.spec_from_file_location("course_utils.cli", path)
-        module = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
-
+if str(Path(__file__).resolve().parent) not in sys.path:  # scripts/, for course_cli
+    sys.path.append(str(Path(__file__).resolve().parent))
+from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the slow imports)
 
 cli = load_cli()
 if __name__ == "__main__":

@@ -226,16 +226,14 @@ def main(argv: list[str]) -> int:
 
 
 def _cli():
-    """course_utils/cli.py (Ctrl-C and SIGTERM: one line), loaded by its path: this script needs
-    only the standard library until it stamps the notebooks."""
-    module = sys.modules.get("course_utils.cli")
-    if module is None:
-        import importlib.util
+    """course_utils/cli.py (Ctrl-C and SIGTERM: one line), through scripts/course_cli.py: this
+    script needs only the standard library until it stamps the notebooks."""
+    scripts = str(Path(__file__).resolve().parent)
+    if scripts not in sys.path:
+        sys.path.append(scripts)
+    from course_cli import load_cli
 
-        spec = importlib.util.spec_from_file_location("course_utils.cli", ROOT / "course_utils" / "cli.py")
-        module = sys.modules["course_utils.cli"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+    return load_cli()
 
 
 def _main(argv: list[str]) -> int:
