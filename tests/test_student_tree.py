@@ -130,7 +130,7 @@ def test_course_lab_opens_the_learners_copy(monkeypatch):
     spec.loader.exec_module(course)
     calls = []
     monkeypatch.setattr(course, "ensure_environment", lambda: None)
-    monkeypatch.setattr(course.subprocess, "call", lambda args, **kw: calls.append(args) or 0)
+    monkeypatch.setattr(course.cli, "call", lambda args, *rest, **kw: calls.append(args) or 0)
     assert course.main(["lab"]) == 0
     assert calls[0][-1].endswith("student/00_start_here.ipynb") or calls[0][-2].endswith(
         "student/00_start_here.ipynb"), calls
