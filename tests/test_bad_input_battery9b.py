@@ -193,16 +193,11 @@ def test_the_graders_secrets_are_ignored_by_git():
 
 
 def _publish_copy(tmp_path: Path) -> Path:
-    import publish
+    from publish_copy import copy_for_publish
 
     copy = tmp_path / "published"
     copy.mkdir()
-    for name in ("README.md", "pyproject.toml"):
-        shutil.copy(ROOT / name, copy / name)
-    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests", "data"):  # files lessons link to
-        shutil.copytree(ROOT / folder, copy / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-    return copy
+    return copy_for_publish(copy)
 
 
 def test_publish_with_nothing_changed_writes_nothing(tmp_path, capsys):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -13,18 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import publish  # noqa: E402
+from publish_copy import copy_for_publish  # noqa: E402
 
 
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
-    """A copy of the files that publish stamps (README, pyproject and the notebooks) and of
-    docs/, tests/, data/ and INSTRUCTORS.md, which lessons link to."""
-    for name in ("README.md", "pyproject.toml", "INSTRUCTORS.md"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests", "data"):  # files lessons link to
-        if (ROOT / folder).is_dir():
-            shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path
+    """A copy of what publish reads and what the lessons link to (tests/publish_copy.py)."""
+    return copy_for_publish(tmp_path)
 
 
 def _edit(path: Path, old: str, new: str) -> None:

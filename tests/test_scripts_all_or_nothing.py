@@ -106,11 +106,9 @@ def test_a_rerun_removes_what_a_killed_write_left_behind(tmp_path):
 
 
 def test_publish_leaves_every_file_as_it_was_when_one_cannot_be_written(tmp_path, monkeypatch, capsys):
-    for name in ("README.md", "pyproject.toml"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    for folder in (*publish.NOTEBOOK_DIRS, "docs", "tests", "data"):  # files the lessons link to
-        if (ROOT / folder).is_dir():
-            shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    from publish_copy import copy_for_publish
+
+    copy_for_publish(tmp_path)
     before = _files(tmp_path)
     _failing_replace(monkeypatch, 4)
     assert publish.main(["--repo", "x/y", "--tag", "v9.9.9"], root=tmp_path) == 1
