@@ -69,3 +69,15 @@ def test_prunable_counts_at_positions_enter_the_last_block_at_its_heads():
     assert attended == {0: 1, 1: 2}
     for heads, numbers in found.items():
         assert numbers["picked"] == pytest.approx(measure(model, at, sorted(heads))["picked"], rel=1e-12)
+
+
+def test_a_grouped_query_model_refuses_heads_by_name():
+    """Grouped-query blocks have no ``attn.hook_z``: entering one at head outputs is refused with
+    the reason, not an AttributeError from inside the block."""
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=13, max_len=10, d_model=12, num_heads=4, num_kv_heads=2,
+                         num_layers=2, mlp=True)
+    model = TinyTransformer(config).eval()
+    resid = torch.zeros(2, 5, 12)
+    with pytest.raises(ValueError, match=r"grouped-query \(num_kv_heads=2, num_heads=4\)"):
+        model.run_blocks(resid, 1, heads=torch.zeros(2, 4, 5, 3))

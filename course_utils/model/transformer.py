@@ -455,6 +455,10 @@ class TinyTransformer(nn.Module):
                      need_weights: bool) -> None:
         """``heads`` fit block ``start_block``'s head outputs for ``resid`` ``(B, T, d)``."""
         cfg = self.config
+        if self.blocks[start_block].grouped:  # grouped-query attention has no hook_z to enter at
+            raise ValueError(f"heads enter a block at attn.hook_z, which only multi-head blocks have; "
+                             f"this model's blocks are grouped-query (num_kv_heads={cfg.num_kv_heads}, "
+                             f"num_heads={cfg.num_heads}): run block {start_block} from resid alone")
         B, T, _ = resid.shape
         layout = f"(B={B}, h={cfg.num_heads}, T={T}, dk={cfg.d_head}): block {start_block}'s head outputs"
         check_tensor(heads, "heads", ndim=4, layout=layout)
