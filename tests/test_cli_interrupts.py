@@ -176,25 +176,23 @@ def test_course_release_relays_the_interruption_on_one_line(tmp_path, signum, gr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_exercise_answers_build_interrupted_at_its_first_write_writes_nothing(tmp_path, signum):
-    """The signal as the first stored answer file is renamed into place."""
+@pytest.mark.parametrize("script, args, hold, signum, said", [
+    # exercise_answers build: as the first stored answer file is renamed into place
+    ("exercise_answers.py", ["build"], "os.rename|.pt|1", signal.SIGINT, "no stored answer was written"),
+    ("exercise_answers.py", ["build"], "os.rename|.pt|1", signal.SIGTERM, "no stored answer was written"),
+    # exercise_answers build: while it imports solutions/ (before the slow computing)
+    ("exercise_answers.py", ["build"], f"open|{os.sep}solutions{os.sep}|1", signal.SIGINT,
+     "no stored answer was written"),
+    # nbgrader_tools release: while it imports (traitlets, nbgrader's first)
+    ("nbgrader_tools.py", ["release"], f"open|{os.sep}traitlets{os.sep}|1", signal.SIGTERM,
+     "nothing was written"),
+], ids=["answers-first-write-INT", "answers-first-write-TERM", "answers-computing", "nbgrader-importing"])
+def test_a_script_interrupted_says_one_line_and_writes_nothing(tmp_path, script, args, hold, signum, said):
+    """A signal at the moment ``hold`` names: one line on stderr, exit 128 + the signal, no file changed."""
     clone = _copy_clone(tmp_path)
     before = _files(clone)
-    done = _interrupt(tmp_path, clone, [sys.executable, "scripts/exercise_answers.py", "build"],
-                      "os.rename|.pt|1", signum)
-    _one_line(done, signum, "exercise_answers.py: ", "no stored answer was written")
-    assert _files(clone) == before
-
-
-@pytest.mark.slow
-def test_exercise_answers_build_interrupted_while_it_computes_writes_nothing(tmp_path):
-    """The signal while it imports solutions/ (before the slow computing)."""
-    clone = _copy_clone(tmp_path)
-    before = _files(clone)
-    done = _interrupt(tmp_path, clone, [sys.executable, "scripts/exercise_answers.py", "build"],
-                      f"open|{os.sep}solutions{os.sep}|1", signal.SIGINT)
-    _one_line(done, signal.SIGINT, "exercise_answers.py: ", "no stored answer was written")
+    done = _interrupt(tmp_path, clone, [sys.executable, f"scripts/{script}", *args], hold, signum)
+    _one_line(done, signum, f"{script}: ", said)
     assert _files(clone) == before
 
 
@@ -228,16 +226,6 @@ def test_notebook_tools_upgrade_interrupted_says_so(tmp_path, hold, said):
     done = _interrupt(tmp_path, clone, [sys.executable, "scripts/notebook_tools.py", "upgrade", *lessons],
                       hold, signal.SIGINT)
     _one_line(done, signal.SIGINT, "notebook_tools.py: ", said)
-    assert _files(clone) == before
-
-
-@pytest.mark.slow
-def test_nbgrader_tools_interrupted_while_importing_says_one_line(tmp_path):
-    clone = _copy_clone(tmp_path)
-    before = _files(clone)
-    done = _interrupt(tmp_path, clone, [sys.executable, "scripts/nbgrader_tools.py", "release"],
-                      f"open|{os.sep}traitlets{os.sep}|1", signal.SIGTERM)
-    _one_line(done, signal.SIGTERM, "nbgrader_tools.py: ", "nothing was written")
     assert _files(clone) == before
 
 
