@@ -1532,7 +1532,7 @@ def test_the_summary_keeps_its_scoped_readings_against_the_cells_that_print_them
     assert "L1H7 -0.070 (Δ loss 0.002" in mixture
     assert "58% of bootstrap resamples, and L0H3 more on each of three fresh batches" in summary
     fresh = _stored(cells, "379c15cf")
-    assert "L1H7 loses the most in 58% (alone)" in fresh
+    assert "L1H7 loses the most in 58% (alone)" in _stored(cells, "fresh-bootstrap")
     for seed in (21, 22, 23):
         assert "L0H3" in _line(fresh, f"seed {seed}:").split("heads losing more:")[1], seed
     assert "prunes 4 heads on the lesson's 400 sentences, 8 on the other 479" in summary

@@ -612,6 +612,8 @@ def test_quantized_cache_bytes_as_printed():
                    "0.508", "0.539"):
         assert number in text, number
     assert text.rstrip().endswith("True")
+    # the printed line names the unrounded newest tokens as the prose does: the float32 tail
+    assert "float32 tail" in text and "float32 tail" in _prose("kvq-error-intro")
 
 
 def _quantization_error() -> tuple[dict[tuple[str, str], tuple[float, float, float, float]], torch.Tensor,

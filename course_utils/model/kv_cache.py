@@ -471,7 +471,7 @@ class QuantizedCache(_StepOrder):
 
     Per layer it holds codes ``(B, g, max_len, dk)`` for K and for V, their float16 scales
     (``(B, g, n_groups, group, 1)`` per token, ``(B, g, n_groups, 1, dk)`` per channel) and a
-    float32 residual of ``group`` tokens: the newest tokens wait there until their group is full,
+    float32 tail of ``group`` tokens: the newest tokens wait there until their group is full,
     since a per-channel scale needs all the group's tokens. ``keys="channel", values="token"``
     with ``symmetric=False`` is KIVI's scheme; ``"token", "token"`` with ``group=1`` quantizes
     each token as it arrives, one scale per token and head (llama.cpp's ``q8_0`` has one per 32
