@@ -230,6 +230,20 @@ def test_version_matrix_interrupted_while_making_the_venv_removes_it(tmp_path, s
     assert _files(clone) == before and not env_dir.exists()
 
 
+@pytest.mark.parametrize("module, args", [("course_utils.model.train", ["induction", "--steps", "2"]),
+                                          ("course_utils.bench", ["mha"])], ids=["train", "bench"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_python_m_interrupted_while_torch_imports_says_one_line(tmp_path, module, args, signum):
+    """`python -m course_utils.X` stopped as it imports torch (the package's __init__ runs before
+    X's own handler is set): one line, 130/143, not KeyboardInterrupt's traceback (or -15)."""
+    clone = _copy_clone(tmp_path)
+    before = _files(clone)
+    done = _interrupt(tmp_path, clone, [sys.executable, "-m", module, *args],
+                      f"open|{os.sep}torch{os.sep}|1", signum)
+    _one_line(done, signum, f"python -m {module}: ", "while starting; nothing was written")
+    assert _files(clone) == before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("nth, said", [(1, "nothing was written"), (2, "no checkpoint was written")])
 def test_train_interrupted_writes_no_checkpoint(tmp_path, nth, said):
