@@ -90,6 +90,12 @@ RECORD_CASES = [
     Case("Outcome/error", lambda: SB.Outcome("raised", error=None), TypeError,
          ["Outcome.error", "tuple (str, str)", "NoneType"]),
     Case("Outcome/used", lambda: SB.Outcome("value", used=b"x"), TypeError, ["Outcome.used", "bytes"]),
+    Case("Outcome/inputs_after str", lambda: SB.Outcome("value", inputs_after="ab"), TypeError,
+         ["Outcome.inputs_after", "list", "str 'ab'"]),
+    Case("Outcome/inputs_after int item", lambda: SB.Outcome("value", inputs_after=[5]), TypeError,
+         ["Outcome.inputs_after[0]", "Tensor", "ndarray", "int 5"]),
+    Case("Outcome/inputs_after list of str", lambda: SB.Outcome("value", inputs_after=[["x"]]), TypeError,
+         ["Outcome.inputs_after[0]", "a list of", "list ['x']"]),
     Case("Run/outcomes", lambda: SB.Run(None), TypeError, ["Run.outcomes", "list", "NoneType"]),
     Case("Run/defined", lambda: SB.Run([], defined=5), TypeError, ["Run.defined", "tuple", "int 5"]),
     Case("Raised/kind", lambda: ANS.Raised(5, "m"), TypeError, ["Raised.kind", "str", "int 5"]),
@@ -112,6 +118,11 @@ def test_result_records_keep_valid_values():
     history = TRN.History("t", eval_steps=[1], eval_metrics=[{"acc": NAN, "logit_diff": -1.0}], target=-0.5)
     assert history.metric("logit_diff") == [-1.0]
     assert math.isnan(YA.ModelRun(torch.zeros(1, 2, 3), 0.5, NAN).loss)  # a learner's NaN output
+    after = [torch.ones(2), np.zeros(2), [torch.ones(1)], None]
+    assert SB.Outcome("value", inputs_after=after).inputs_after is after
+    forged = SB._outcome({"kind": "value", "value": 1, "after": [5, "x", [1], {"__tensor__": torch.ones(2)}]})
+    assert forged.inputs_after[:3] == [None, None, None]  # what the answer's process forged: dropped
+    assert torch.equal(forged.inputs_after[3], torch.ones(2))
     run = SB.Run([[SB.Outcome("raised", error=["ValueError", "m"])]], lost=None)
     assert run.outcomes[0][0].kind == "raised"
 
