@@ -6,14 +6,15 @@ until NAME itself runs; the tool's own ``cli.stop_at_once`` (in its ``__main__``
 only after torch. So while ``course_utils.X`` is being found, the course's handler is set here:
 a signal then prints ``python -m course_utils.X: interrupted by SIGINT while starting; nothing was
 written`` and exits 130 (143 for SIGTERM). In any other process (a notebook, pytest, a script)
-this does nothing.
+this does nothing, and so does ``python -m`` of a module that is no tool (``course_utils.cli``:
+importing it here first would make runpy warn).
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import cli  # the standard library only
+ENTRIES = ("course_utils.model.train", "course_utils.bench", "course_utils.bench.__main__")
 
 
 def _module_starting() -> str | None:
@@ -30,5 +31,7 @@ def _module_starting() -> str | None:
 
 
 _name = _module_starting()
-if _name is not None and _name.startswith("course_utils."):
-    cli.stop_at_once(f"python -m {_name}")
+if _name in ENTRIES:
+    from . import cli  # the standard library only
+
+    cli.stop_at_once(f"python -m {_name.removesuffix('.__main__')}")

@@ -230,6 +230,14 @@ def test_version_matrix_interrupted_while_making_the_venv_removes_it(tmp_path, s
     assert _files(clone) == before and not env_dir.exists()
 
 
+def test_python_m_of_a_module_that_is_no_tool_is_left_alone():
+    """course_utils/_starting.py sets the handler for the tools only: importing cli there for
+    `python -m course_utils.cli` made runpy warn that it was imported before it ran."""
+    done = subprocess.run([sys.executable, "-m", "course_utils.cli"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, ""), done
+
+
 @pytest.mark.parametrize("module, args", [("course_utils.model.train", ["induction", "--steps", "2"]),
                                           ("course_utils.bench", ["mha"])], ids=["train", "bench"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
