@@ -182,7 +182,8 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["floor", "newest"])
     parser.add_argument("--venv", type=Path, default=None, help="default: .venv-floor or .venv-newest")
-    parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest instead of the default")
+    parser.add_argument("pytest_args", nargs="*", default=[],  # without one, argparse calls it required
+                        help="after --: passed to pytest instead of the default")
     # everything after the first `--` goes to pytest, wherever --venv stands (argparse alone
     # refuses `newest --venv DIR -- ARGS`: its positional was already filled)
     own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
