@@ -230,6 +230,20 @@ def test_version_matrix_interrupted_while_making_the_venv_removes_it(tmp_path, s
     assert _files(clone) == before and not env_dir.exists()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="holds as it reads /proc/cpuinfo (Linux)")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_bench_interrupted_while_it_runs_says_one_line(tmp_path, signum):
+    """`python -m course_utils.bench gqa` stopped once started (as it reads the CPU's name for its
+    header): one line, 130/143; it was KeyboardInterrupt's traceback (or -15), then a line that
+    said "while starting" (the early handler was never replaced by cli.run's)."""
+    clone = _copy_clone(tmp_path)
+    done = _interrupt(tmp_path, clone, [sys.executable, "-m", "course_utils.bench", "gqa", "--repeats", "1",
+                                        "--context", "32", "--layers", "1"], "open|/proc/cpuinfo|1", signum)
+    _one_line(done, signum, "python -m course_utils.bench: ", "nothing was written")
+    assert "while starting" not in done.stderr
+
+
 def test_python_m_of_a_module_that_is_no_tool_is_left_alone():
     """course_utils/_starting.py sets the handler for the tools only: importing cli there for
     `python -m course_utils.cli` made runpy warn that it was imported before it ran."""
