@@ -32,6 +32,7 @@ from course_utils.tasks import worked_example as WE
 NAN = float("nan")
 
 # -- 1. result records: one shared check (validation.check_record) ------------------------------
+RUN = YA.ModelRun(torch.zeros(1, 2, 3), 1.0, 1.0)  # a valid run, for the records that hold one
 RECORD_CASES = [
     Case("AttentionMacs/neg", lambda: shapes.AttentionMacs(-3, 3, 3, 3), ValueError,
          ["AttentionMacs.qkv_projections", "int >= 0", "-3"]),
@@ -83,6 +84,10 @@ RECORD_CASES = [
          ["ModelRun.logits", "3-D", "(3)"]),
     Case("ModelRun/logits meta", lambda: YA.ModelRun(torch.zeros(1, 2, 3, device="meta"), 1.0, 1.0),
          ValueError, ["ModelRun.logits", "meta"]),
+    Case("SwapReport/tokens", lambda: YA.SwapReport(None, "ab", torch.ones(1, 2), RUN, None),
+         TypeError, ["SwapReport.tokens", "Tensor", "str 'ab'"]),
+    Case("SwapReport/yours", lambda: YA.SwapReport(None, torch.zeros(1, 2), torch.ones(1, 2), RUN, "x"),
+         TypeError, ["SwapReport.yours", "ModelRun", "str 'x'"]),
     Case("Outcome/kind", lambda: SB.Outcome(5), ValueError,
          ["Outcome.kind", "'value', 'raised', 'refused', 'lost'", "int 5"]),
     Case("Outcome/stub", lambda: SB.Outcome("value", stub="yes"), TypeError,
