@@ -3,6 +3,7 @@
 Masks everywhere use ``True`` = may attend (see :mod:`course_utils.attention.masks`).
 """
 
+from . import _starting  # noqa: F401  (first, before torch: `python -m course_utils.X` stopped while starting)
 from .attention.fused_decode import fused_decode_attention
 from .attention.gqa import GroupedQueryAttention, grouped_query_attention
 from .attention.masks import (

@@ -252,7 +252,8 @@ def _main(argv: list[str]) -> int:
         print("stored answers current")
         return 0
     print(__doc__.strip(), file=sys.stderr)
-    print(f"\nunknown arguments: {' '.join(argv) or '(none)'}; expected 'build' or 'check'", file=sys.stderr)
+    given = f"unknown arguments: {' '.join(argv)}" if argv else "no command given"
+    print(f"\n{given}; expected 'build' or 'check'", file=sys.stderr)
     return 2
 
 

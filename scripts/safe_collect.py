@@ -22,6 +22,12 @@ links, and checked on the descriptor, so a swap after the check is caught too):
   ``timestamp.txt`` that differs from the name, or more than ``--max-mb`` MB: refused;
 - the submission time is the time the student wrote, but never earlier than the latest status change
   (``st_ctime``, which the owner cannot set back) of the record and its files less ``--slack`` seconds.
+
+Interrupted (Ctrl-C, SIGINT, or SIGTERM) while it reads and copies the records, it says so on one
+line, exits 130 or 143 and removes its private copy: nothing was written. Once ``nbgrader collect``
+runs, the signal reaches nbgrader too, which stops as nbgrader does: the records it had already
+collected stay in the course's ``submitted/`` folder (running this again collects the rest), and
+this script's last line says that nbgrader was stopped.
 """
 from __future__ import annotations
 
@@ -33,7 +39,6 @@ import pwd
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -246,10 +251,26 @@ def main(argv: list[str]) -> int:
             print(f"REFUSED {name}: {why}")
         print(f"{len(taken)} records copied, {len(refused)} refused; running nbgrader collect on the copy")
         nbgrader = shutil.which("nbgrader") or "nbgrader"
-        done = subprocess.run([nbgrader, "collect", args.lesson, f"--Exchange.root={private}",
-                               f"--CourseDirectory.course_id={args.course}"], check=False)
-    return done.returncode or (1 if refused else 0)
+        cli = _cli()
+        cli.leaving("nbgrader collect was stopped: the records it had collected stay in submitted/, "
+                    "run this again to collect the rest")
+        code = cli.call([nbgrader, "collect", args.lesson, f"--Exchange.root={private}",
+                         f"--CourseDirectory.course_id={args.course}"], "safe_collect.py")
+    return code or (1 if refused else 0)
+
+
+def _cli():
+    """course_utils/cli.py (Ctrl-C and SIGTERM: one line), through scripts/course_cli.py: this
+    script needs only the standard library."""
+    scripts = str(Path(__file__).resolve().parent)
+    if scripts not in sys.path:
+        sys.path.append(scripts)
+    from course_cli import load_cli
+
+    return load_cli()
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _cli().stop_at_once("safe_collect.py")
+    _cli().leaving("nothing was written (the private copy of the records was removed)")
+    sys.exit(_cli().run(main, sys.argv[1:], "safe_collect.py"))

@@ -17,6 +17,12 @@ the results.
 A wrong command, a ``--venv`` that is a file or cannot be written (a read-only mount), or a
 missing or malformed pyproject.toml or constraints.txt is reported on one line on stderr (exit 2)
 before anything is installed; a failure while installing is one line too (exit 1).
+
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), it says so on one line and exits 130 or 143. Before the
+environment is made nothing was written; while it is made or installed into, a new ``--venv``
+folder is removed again, and one that was there before (it is reused) is left to a rerun, which
+finishes the installation; while pytest runs, the signal reaches pytest too, which stops as it
+does, and the environment stays.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -175,7 +182,8 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["floor", "newest"])
     parser.add_argument("--venv", type=Path, default=None, help="default: .venv-floor or .venv-newest")
-    parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest instead of the default")
+    parser.add_argument("pytest_args", nargs="*", default=[],  # without one, argparse calls it required
+                        help="after --: passed to pytest instead of the default")
     # everything after the first `--` goes to pytest, wherever --venv stands (argparse alone
     # refuses `newest --venv DIR -- ARGS`: its positional was already filled)
     own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -191,8 +199,16 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     except InputError as exc:
         print(f"version_matrix.py: {exc}", file=sys.stderr)
         return 2
+    cli, new = _cli(), not env_dir.exists()
+    cli.leaving(f"{env_dir} was removed (it was new)" if new else
+                f"{env_dir} was left part-installed: run this again to finish it")
     try:  # a failure past the checks (disk full, pip refusing) is one line too, exit 1
-        versions = _install(env_dir, root, floor, build)
+        try:
+            versions = _install(env_dir, root, floor, build)
+        except (KeyboardInterrupt, cli.Interrupted):
+            if new:
+                shutil.rmtree(env_dir, ignore_errors=True)
+            raise
     except (OSError, subprocess.CalledProcessError) as exc:
         if isinstance(exc, subprocess.CalledProcessError):
             what = f"{' '.join(map(str, exc.cmd[:4]))} ... exited with status {exc.returncode}"
@@ -201,6 +217,7 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
         print(f"version_matrix.py: cannot prepare the environment {env_dir}: {what}", file=sys.stderr)
         return 1
     python = env_dir / "bin" / "python"
+    cli.leaving(f"pytest was stopped; the environment {env_dir} is ready")
     print(f"{args.which}: Python {sys.version.split()[0]}, {versions}", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONHASHSEED="0", MPLBACKEND="Agg")
@@ -208,5 +225,17 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
                            cwd=root, env=env)
 
 
+def _cli():
+    """course_utils/cli.py (Ctrl-C and SIGTERM: one line), through scripts/course_cli.py."""
+    scripts = str(Path(__file__).resolve().parent)
+    if scripts not in sys.path:
+        sys.path.append(scripts)
+    from course_cli import load_cli
+
+    return load_cli()
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _cli().stop_at_once("version_matrix.py")
+    _cli().leaving(_cli().NOTHING_WRITTEN)
+    sys.exit(_cli().run(main, sys.argv[1:], "version_matrix.py"))

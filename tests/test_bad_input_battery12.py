@@ -32,6 +32,7 @@ from course_utils.tasks import worked_example as WE
 NAN = float("nan")
 
 # -- 1. result records: one shared check (validation.check_record) ------------------------------
+RUN = YA.ModelRun(torch.zeros(1, 2, 3), 1.0, 1.0)  # a valid run, for the records that hold one
 RECORD_CASES = [
     Case("AttentionMacs/neg", lambda: shapes.AttentionMacs(-3, 3, 3, 3), ValueError,
          ["AttentionMacs.qkv_projections", "int >= 0", "-3"]),
@@ -83,6 +84,10 @@ RECORD_CASES = [
          ["ModelRun.logits", "3-D", "(3)"]),
     Case("ModelRun/logits meta", lambda: YA.ModelRun(torch.zeros(1, 2, 3, device="meta"), 1.0, 1.0),
          ValueError, ["ModelRun.logits", "meta"]),
+    Case("SwapReport/tokens", lambda: YA.SwapReport(None, "ab", torch.ones(1, 2), RUN, None),
+         TypeError, ["SwapReport.tokens", "Tensor", "str 'ab'"]),
+    Case("SwapReport/yours", lambda: YA.SwapReport(None, torch.zeros(1, 2), torch.ones(1, 2), RUN, "x"),
+         TypeError, ["SwapReport.yours", "ModelRun", "str 'x'"]),
     Case("Outcome/kind", lambda: SB.Outcome(5), ValueError,
          ["Outcome.kind", "'value', 'raised', 'refused', 'lost'", "int 5"]),
     Case("Outcome/stub", lambda: SB.Outcome("value", stub="yes"), TypeError,
@@ -90,6 +95,12 @@ RECORD_CASES = [
     Case("Outcome/error", lambda: SB.Outcome("raised", error=None), TypeError,
          ["Outcome.error", "tuple (str, str)", "NoneType"]),
     Case("Outcome/used", lambda: SB.Outcome("value", used=b"x"), TypeError, ["Outcome.used", "bytes"]),
+    Case("Outcome/inputs_after str", lambda: SB.Outcome("value", inputs_after="ab"), TypeError,
+         ["Outcome.inputs_after", "list", "str 'ab'"]),
+    Case("Outcome/inputs_after int item", lambda: SB.Outcome("value", inputs_after=[5]), TypeError,
+         ["Outcome.inputs_after[0]", "Tensor", "ndarray", "int 5"]),
+    Case("Outcome/inputs_after list of str", lambda: SB.Outcome("value", inputs_after=[["x"]]), TypeError,
+         ["Outcome.inputs_after[0]", "a list of", "list ['x']"]),
     Case("Run/outcomes", lambda: SB.Run(None), TypeError, ["Run.outcomes", "list", "NoneType"]),
     Case("Run/defined", lambda: SB.Run([], defined=5), TypeError, ["Run.defined", "tuple", "int 5"]),
     Case("Raised/kind", lambda: ANS.Raised(5, "m"), TypeError, ["Raised.kind", "str", "int 5"]),
@@ -112,6 +123,11 @@ def test_result_records_keep_valid_values():
     history = TRN.History("t", eval_steps=[1], eval_metrics=[{"acc": NAN, "logit_diff": -1.0}], target=-0.5)
     assert history.metric("logit_diff") == [-1.0]
     assert math.isnan(YA.ModelRun(torch.zeros(1, 2, 3), 0.5, NAN).loss)  # a learner's NaN output
+    after = [torch.ones(2), np.zeros(2), [torch.ones(1)], None]
+    assert SB.Outcome("value", inputs_after=after).inputs_after is after
+    forged = SB._outcome({"kind": "value", "value": 1, "after": [5, "x", [1], {"__tensor__": torch.ones(2)}]})
+    assert forged.inputs_after[:3] == [None, None, None]  # what the answer's process forged: dropped
+    assert torch.equal(forged.inputs_after[3], torch.ones(2))
     run = SB.Run([[SB.Outcome("raised", error=["ValueError", "m"])]], lost=None)
     assert run.outcomes[0][0].kind == "raised"
 

@@ -122,6 +122,15 @@ def test_exercise_answers_build_with_the_store_a_file_is_refused_before_building
     assert store.read_text() == "not a folder\n"
 
 
+@pytest.mark.parametrize("argv, said", [([], "no command given; expected 'build' or 'check'"),
+                                        (["--bogus"], "unknown arguments: --bogus; expected")])
+def test_exercise_answers_without_a_command_says_so(capsys, argv, said):
+    """Issue 38 hunt: with no arguments it said "unknown arguments: (none)"."""
+    assert exercise_answers.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(said), err
+
+
 # -- 2. hangs: every count option has a ceiling when parsed ---------------------------------------
 @pytest.mark.parametrize("option", ["--agreement-steps", "--induction-max-steps"])
 def test_bench_train_steps_beyond_the_ceiling_are_refused_when_parsed(option, capsys, monkeypatch):

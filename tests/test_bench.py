@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import course_utils.attention.sdpa_backends as sdpa_backends
+import course_utils.bench.mha_speed as mha_speed
 import course_utils.bench.timing as timing
 from course_utils.attention.sdpa_backends import (
     SDPA_BACKENDS,
@@ -219,6 +220,31 @@ def test_gpu_comparison_without_cuda_says_why():
     assert why and ("CPU-only" in why or "sees no GPU" in why)
     with pytest.raises(RuntimeError, match="cannot run: this PyTorch"):
         compare_on_device("cuda", batch=1, seq_len=4, d_model=8, num_heads=2)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", torch.device("cuda", 0)], ids=str)
+def test_gpu_comparison_without_cuda_names_the_device(monkeypatch, device):
+    """Issue 38: the message named 'cuda' whatever was asked for, and never the argument."""
+    monkeypatch.setattr(mha_speed, "cuda_unavailable_reason", lambda: "no GPU here (a test)")
+    with pytest.raises(RuntimeError) as info:
+        compare_on_device(device, batch=1, seq_len=4, d_model=8, num_heads=2)
+    assert f"compare_on_device(device={str(device)!r}) cannot run: no GPU here" in str(info.value)
+
+
+@pytest.mark.parametrize("device, error, words", [
+    ("cuda:x", ValueError, ["device", "'cuda:x'", "'cuda:0'"]),
+    ("cuda:-1", ValueError, ["device", "'cuda:-1'"]),
+    ("tpu", ValueError, ["device", "'tpu'"]),
+    (3, TypeError, ["device", "str or torch.device", "int 3"]),
+    (None, TypeError, ["device", "NoneType"]),
+])
+def test_gpu_comparison_names_a_malformed_device_before_asking_for_cuda(monkeypatch, device, error, words):
+    """'cuda:x' was reported as "CUDA is not available" on a machine without a GPU, and would
+    have been torch's own error on one with a GPU: it is named as malformed on both."""
+    monkeypatch.setattr(mha_speed, "cuda_unavailable_reason", lambda: "no GPU here (a test)")
+    with pytest.raises(error) as info:
+        compare_on_device(device, batch=1, seq_len=4, d_model=8, num_heads=2)
+    assert all(w in str(info.value) for w in words) and "no GPU here" not in str(info.value), info.value
 
 
 def test_old_torch_without_sdpa_kernel_is_a_reason_not_a_crash(monkeypatch):

@@ -21,6 +21,9 @@ def _refusal(capsys, argv) -> str:
     (["gqa", "--shapes", "5000x8"], ["--shapes", "BATCH in 1..1024"]),
     (["gqa", "--context", "1000000"], ["--context", "at most 65536 tokens"]),
     ([], ["choose a subcommand", "gqa", "memory", "test-memory"]),
+    (["--bogus"], ["choose a subcommand", "gqa", "got '--bogus'"]),  # was "required: which"
+    (["--repeats", "1", "mha"], ["choose a subcommand", "got '--repeats'"]),
+    (["mah"], ["choose a subcommand", "mha", "got 'mah'"]),
 ])
 def test_options_out_of_range_are_refused_when_parsed(capsys, argv, words):
     err = _refusal(capsys, argv)

@@ -96,7 +96,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def _interrupt(tmp_path: Path, clone: Path, command: list[str], hold: str, signum: int, *,
-               group: bool = False) -> subprocess.CompletedProcess:
+               group: bool = False, **more_env: str) -> subprocess.CompletedProcess:
     """Run ``command`` in ``clone`` until it holds at ``hold`` ("event|needle|nth"), then send
     ``signum`` to it (``group``: to its whole process group, as a terminal's Ctrl-C does)."""
     hook = tmp_path / "hook"
@@ -104,7 +104,8 @@ def _interrupt(tmp_path: Path, clone: Path, command: list[str], hold: str, signu
     (hook / "sitecustomize.py").write_text(HOLD)
     marker = tmp_path / "holding"
     env = dict(os.environ, PYTHONPATH=str(hook), COURSE_TEST_HOLD=f"{hold}|{marker}",
-               COURSE_VENV=str(Path(sys.executable).parent.parent), PYTHONHASHSEED="0", MPLBACKEND="Agg")
+               COURSE_VENV=str(Path(sys.executable).parent.parent), PYTHONHASHSEED="0", MPLBACKEND="Agg",
+               **more_env)
     run = subprocess.Popen(command, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -193,6 +194,75 @@ def test_a_script_interrupted_says_one_line_and_writes_nothing(tmp_path, script,
     before = _files(clone)
     done = _interrupt(tmp_path, clone, [sys.executable, f"scripts/{script}", *args], hold, signum)
     _one_line(done, signum, f"{script}: ", said)
+    assert _files(clone) == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_safe_collect_interrupted_while_copying_leaves_no_private_copy(tmp_path, signum):
+    """safe_collect.py stopped as it copies the first record into its private inbound: one line,
+    exit 130/143, the exchange as it was and the private copy removed (it ended in a traceback,
+    or silently with -15, and left nothing to tell what it had done)."""
+    clone = _copy_clone(tmp_path)
+    record = clone / "exchange" / "c" / "inbound" / "me+01_x+2026-01-02 03:04:05.000000 UTC"
+    record.mkdir(parents=True)
+    (record / "01_x.ipynb").write_text('{"cells": []}')
+    (record / "timestamp.txt").write_text("2026-01-02 03:04:05.000000 UTC")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    before = _files(clone)
+    command = [sys.executable, "scripts/safe_collect.py", "01_x", "--exchange", "exchange", "--course", "c",
+               "--owner", "off"]
+    done = _interrupt(tmp_path, clone, command, f"open|{os.sep}safe_collect_|1", signum, TMPDIR=str(temp))
+    _one_line(done, signum, "safe_collect.py: ", "nothing was written")
+    assert _files(clone) == before and list(temp.iterdir()) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_version_matrix_interrupted_while_making_the_venv_removes_it(tmp_path, signum):
+    """version_matrix.py stopped as it makes a new --venv: one line, exit 130/143, no half-made
+    environment left (a rerun would have taken it for one of ours and reused it)."""
+    clone = _copy_clone(tmp_path)
+    env_dir = tmp_path / "env"
+    before = _files(clone)
+    done = _interrupt(tmp_path, clone, [sys.executable, "scripts/version_matrix.py", "newest", "--venv",
+                                        str(env_dir)], f"os.mkdir|{env_dir}|2", signum)
+    _one_line(done, signum, "version_matrix.py: ", f"{env_dir} was removed")
+    assert _files(clone) == before and not env_dir.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="holds as it reads /proc/cpuinfo (Linux)")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_bench_interrupted_while_it_runs_says_one_line(tmp_path, signum):
+    """`python -m course_utils.bench gqa` stopped once started (as it reads the CPU's name for its
+    header): one line, 130/143; it was KeyboardInterrupt's traceback (or -15), then a line that
+    said "while starting" (the early handler was never replaced by cli.run's)."""
+    clone = _copy_clone(tmp_path)
+    done = _interrupt(tmp_path, clone, [sys.executable, "-m", "course_utils.bench", "gqa", "--repeats", "1",
+                                        "--context", "32", "--layers", "1"], "open|/proc/cpuinfo|1", signum)
+    _one_line(done, signum, "python -m course_utils.bench: ", "nothing was written")
+    assert "while starting" not in done.stderr
+
+
+def test_python_m_of_a_module_that_is_no_tool_is_left_alone():
+    """course_utils/_starting.py sets the handler for the tools only: importing cli there for
+    `python -m course_utils.cli` made runpy warn that it was imported before it ran."""
+    done = subprocess.run([sys.executable, "-m", "course_utils.cli"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, ""), done
+
+
+@pytest.mark.parametrize("module, args", [("course_utils.model.train", ["induction", "--steps", "2"]),
+                                          ("course_utils.bench", ["mha"])], ids=["train", "bench"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_python_m_interrupted_while_torch_imports_says_one_line(tmp_path, module, args, signum):
+    """`python -m course_utils.X` stopped as it imports torch (the package's __init__ runs before
+    X's own handler is set): one line, 130/143, not KeyboardInterrupt's traceback (or -15)."""
+    clone = _copy_clone(tmp_path)
+    before = _files(clone)
+    done = _interrupt(tmp_path, clone, [sys.executable, "-m", module, *args],
+                      f"open|{os.sep}torch{os.sep}|1", signum)
+    _one_line(done, signum, f"python -m {module}: ", "while starting; nothing was written")
     assert _files(clone) == before
 
 

@@ -332,6 +332,17 @@ def test_version_matrix_unknown_command_is_named(no_venv, capsys):
     assert info.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [[], ["--venv", "x"]])
+def test_version_matrix_without_a_command_asks_for_it_alone(no_venv, capsys, argv):
+    """Issue 38 hunt: it said "the following arguments are required: which, pytest_args", but
+    the pytest arguments are optional."""
+    with pytest.raises(SystemExit) as info:
+        version_matrix.main(argv)
+    err = capsys.readouterr().err
+    last = err.splitlines()[-1]
+    assert info.value.code == 2 and "required: which" in last and "pytest_args" not in last, err
+
+
 @pytest.mark.parametrize("pyproject, constraints, which, words", [
     (None, "", "floor", ["pyproject.toml: no such file"]),
     (None, "", "newest", ["pyproject.toml: no such file"]),

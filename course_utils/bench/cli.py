@@ -221,8 +221,11 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        parser.error("choose a subcommand: " + ", ".join(_subcommand_names(parser))
+    names = _subcommand_names(parser)
+    if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help")):
+        # argparse names an unknown first word by the subparsers' dest ("required: which")
+        parser.error("choose a subcommand: " + ", ".join(names)
+                     + (f"; got {argv[0]!r}" if argv else "")
                      + " (python -m course_utils.bench SUBCOMMAND --help shows its options)")
     # argparse reads "-1x1024" as an unknown option and reports a missing value instead; a
     # negative shape is refused here with the rule it breaks

@@ -317,16 +317,17 @@ def compare_on_device(
     """Lesson 4's versions plus each SDPA backend, timed on ``device`` in ``dtype``, and
     each output compared with nn.MultiheadAttention run on the CPU in float32.
 
-    Raises ``RuntimeError`` for a CUDA device when :func:`cuda_unavailable_reason` gives a
-    reason. Works on the CPU too (fewer backends run there). On a GPU, memory grows with
-    ``batch * num_heads * seq_len**2`` for the versions that build the score tensor; an
-    out-of-memory error is PyTorch's ``torch.cuda.OutOfMemoryError``.
+    Raises ``RuntimeError`` naming ``device`` for a CUDA device when :func:`cuda_unavailable_reason`
+    gives a reason; a ``device`` that is not one (``'cuda:x'``, ``'tpu'``, ``3``, ``None``) is a
+    ``ValueError`` or ``TypeError`` naming it, on any machine. Works on the CPU too (fewer
+    backends run there). On a GPU, memory grows with ``batch * num_heads * seq_len**2`` for the
+    versions that build the score tensor; an out-of-memory error is PyTorch's
+    ``torch.cuda.OutOfMemoryError``.
     """
-    wants_cuda = isinstance(device, (str, torch.device)) and str(device).startswith("cuda")
-    if wants_cuda and (why := cuda_unavailable_reason()) is not None:
-        raise RuntimeError(f"compare_on_device('cuda') cannot run: {why}. Run it on a machine with "
-                           "an NVIDIA GPU and torch >= 2.3, or pass device='cpu'.")
-    device = check_device(device, "device")
+    if _is_cuda(device) and (why := cuda_unavailable_reason()) is not None:
+        raise RuntimeError(f"compare_on_device(device={str(device)!r}) cannot run: {why}. Run it on a "
+                           "machine with an NVIDIA GPU and torch >= 2.3, or pass device='cpu'.")
+    device = check_device(device, "device")  # a malformed one ('cuda:x') is named here
     if dtype not in TOLERANCES:
         raise ValueError(f"dtype must be one of {list(TOLERANCES)}, got {dtype}")
     check_int(batch, "batch", minimum=1)
@@ -357,6 +358,14 @@ def compare_on_device(
     title = (f"{device.type}, {str(dtype).replace('torch.', '')}: B={batch}, T={seq_len}, "
              f"d_model={d_model}, h={num_heads}")
     return DeviceComparison(title, timings, diffs, tolerance, std, agree, skipped, notes)
+
+
+def _is_cuda(device: object) -> bool:
+    """``device`` is a well-formed CUDA device (``'cuda'``, ``'cuda:1'``, ``torch.device('cuda')``)."""
+    try:
+        return isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda"
+    except RuntimeError:  # not a device at all: check_device names it
+        return False
 
 
 def _main_mha(args: argparse.Namespace) -> None:

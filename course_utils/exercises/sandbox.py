@@ -844,7 +844,9 @@ class Outcome:
     value: Any = None
     error: tuple[str, str] = ("", "")
     stub: bool = False
-    inputs_after: list[Any] = field(default_factory=list)  # the tensor/array inputs after the call
+    # each input after the call: a tensor or array (edited in place?), a list of them (grown?), else None
+    inputs_after: list[torch.Tensor | np.ndarray | list[torch.Tensor | np.ndarray] | None] = \
+        field(default_factory=list)
     used: str | None = None  # a watched twin it called (the call watch of core, in its process)
     tampered: str | None = None
 
@@ -1100,14 +1102,19 @@ def inputs_after(args: tuple, kwargs: dict) -> list[Any]:
                         f"{type(kwargs).__name__} {kwargs!r:.60}")
     after: list[Any] = []
     for given in (*args, *kwargs.values()):
-        kept = (type(given) in (torch.Tensor, np.ndarray)
-                or (type(given) is list and len(given) <= 256
-                    and all(type(t) in (torch.Tensor, np.ndarray) for t in given)))
         try:
-            after.append(to_plain(given) if kept else None)
+            after.append(to_plain(given) if _kept_input(given) else None)
         except Refused:
             after.append(None)
     return after
+
+
+def _kept_input(value: Any) -> bool:
+    """Whether an input is sent back after the call (:attr:`Outcome.inputs_after`): a tensor, an
+    array, or a list of at most 256 of them."""
+    return (type(value) in (torch.Tensor, np.ndarray)
+            or (type(value) is list and len(value) <= 256
+                and all(type(t) in (torch.Tensor, np.ndarray) for t in value)))
 
 
 def _alarm(signum: int, frame: Any) -> None:
@@ -1545,9 +1552,10 @@ def _outcome(record: Any) -> Outcome:
     after = []
     for item in record.get("after", []) if type(record.get("after")) is list else []:
         try:
-            after.append(None if item is None else accept(item))
+            value = None if item is None else accept(item)
         except Refused:
-            after.append(None)
+            value = None
+        after.append(value if _kept_input(value) else None)  # the answer's process may send anything
     kind = record.get("kind")
     if kind == "value":
         try:

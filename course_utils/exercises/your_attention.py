@@ -152,6 +152,9 @@ class SwapReport:
     yours: ModelRun | None  # None when the function could not run the model
     error: str = ""  # why it could not, in words
 
+    def __post_init__(self) -> None:
+        check_record(self)
+
     @property
     def same_predictions(self) -> bool:
         """Every scored position's argmax agrees between the two runs."""
