@@ -15,6 +15,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,3 +118,48 @@ def pytest_sessionfinish(session, exitstatus):
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(report, indent=1))
     tmp.replace(path)
+
+
+_BUILT: dict[tuple, bytes] = {}  # (compiler, flags, PATH, source): the bytes gcc gave, in this process
+_PASSED: set[tuple[str, str | None]] = set()  # (sha256, PATH) of builds whose self-test passed here
+
+
+@pytest.fixture
+def shared_builds(monkeypatch):
+    """For the fused kernel's tests about where its files go and which are loaded, not about
+    compiling or the self-test (in tests/test_fused_decode_security.py and test_fused_decode.py):
+    a build with the compiler, flags, PATH and source of one compiled earlier in this process
+    gets a copy of its bytes in a temporary file of the folder (as the compiler would write it),
+    and a library whose bytes passed the self-test under the same PATH passes again without
+    starting another Python. The first of each runs for real, and everything around them
+    (folders, records, hashes, loading) runs as it is. The tests of the compiler and of the
+    self-test's process (a plain first build, a broken or wrapped compiler, a crashing library,
+    a planted module, planted tools on PATH) do not use this: each build is ~1 s of gcc and
+    ~2 s of a Python that imports torch."""
+    from course_utils.attention import fused_decode
+
+    real_compile, real_self_test = fused_decode._compile, fused_decode._self_test_elsewhere
+
+    def compile_(cc, flags, folder, name, timeout_s, path=None):
+        key = (tuple(cc), tuple(flags), path, fused_decode._SOURCE.read_bytes())
+        if key not in _BUILT:
+            built, error, outcome = real_compile(cc, flags, folder, name, timeout_s, path)
+            if built is not None:
+                _BUILT[key] = built.read_bytes()
+            return built, error, outcome
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".so.tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(_BUILT[key])
+        os.chmod(tmp, 0o700)
+        return Path(tmp), "", "built"
+
+    def self_test(library, digest, timeout_s, path=None):
+        if (digest, path) in _PASSED:
+            return None, "passed"
+        verdict = real_self_test(library, digest, timeout_s, path)
+        if verdict == (None, "passed"):
+            _PASSED.add((digest, path))
+        return verdict
+
+    monkeypatch.setattr(fused_decode, "_compile", compile_)
+    monkeypatch.setattr(fused_decode, "_self_test_elsewhere", self_test)

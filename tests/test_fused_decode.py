@@ -129,7 +129,7 @@ def test_a_compiler_given_as_several_words_is_run_as_a_command(fresh_build, monk
 
 @needs_kernel
 @pytest.mark.slow
-def test_an_unwritable_cache_folder_falls_back_to_the_temp_folder(fresh_build, monkeypatch):
+def test_an_unwritable_cache_folder_falls_back_to_the_temp_folder(fresh_build, shared_builds, monkeypatch):
     blocker = fresh_build / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
@@ -690,7 +690,8 @@ def test_a_library_that_sets_flush_to_zero_is_refused_even_if_its_results_pass(f
 
 @needs_kernel
 @pytest.mark.slow
-def test_a_cached_build_without_a_current_record_is_built_again_not_loaded(fresh_build, monkeypatch):
+def test_a_cached_build_without_a_current_record_is_built_again_not_loaded(fresh_build, shared_builds,
+                                                                           monkeypatch):
     """A cached library whose record holds its sha256 alone (an older version of this module)
     is not loaded, not even in a separate process to test it: it is built again, quietly (the
     build notes say why). Here the cached bytes are a -ffast-math build that would fail."""

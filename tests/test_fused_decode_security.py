@@ -129,7 +129,7 @@ def test_the_directory_is_created_private_and_the_build_recorded(place):
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_an_existing_directory_of_yours_readable_by_others_is_made_private(place):
+def test_an_existing_directory_of_yours_readable_by_others_is_made_private(place, shared_builds):
     place.cache.mkdir(mode=0o755)
     place.cache.chmod(0o755)
     assert fused_decode_status() is None
@@ -139,7 +139,7 @@ def test_an_existing_directory_of_yours_readable_by_others_is_made_private(place
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_a_planted_library_without_a_record_is_never_loaded(place):
+def test_a_planted_library_without_a_record_is_never_loaded(place, shared_builds):
     place.cache.mkdir(mode=0o700)
     planted = _planted_library(place)
     _plant(place.cache, planted, with_record=False)
@@ -155,7 +155,7 @@ def test_a_planted_library_without_a_record_is_never_loaded(place):
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_a_library_whose_bytes_changed_is_never_loaded(place):
+def test_a_library_whose_bytes_changed_is_never_loaded(place, shared_builds):
     assert fused_decode_status() is None
     (library,) = place.cache.glob("fused_decode-*.so")
     built = library.read_bytes()
@@ -172,7 +172,7 @@ def test_a_library_whose_bytes_changed_is_never_loaded(place):
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_a_truncated_library_is_refused_before_it_is_mapped(place):
+def test_a_truncated_library_is_refused_before_it_is_mapped(place, shared_builds):
     """Loading a library cut to half its size crashes the process with SIGBUS: the hash must be
     checked before dlopen. Run in a fresh process, as a learner's next session would."""
     assert fused_decode_status() is None
@@ -231,7 +231,7 @@ def test_directories_writable_by_group_or_others_are_refused_and_pytorch_compute
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_a_refused_cache_directory_falls_back_to_a_private_temp_directory(place):
+def test_a_refused_cache_directory_falls_back_to_a_private_temp_directory(place, shared_builds):
     place.cache.mkdir()
     place.cache.chmod(0o777)
     _plant(place.cache, _planted_library(place), with_record=True)
@@ -246,7 +246,7 @@ def test_a_refused_cache_directory_falls_back_to_a_private_temp_directory(place)
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_a_symbolic_link_in_place_of_the_directory_is_refused(place):
+def test_a_symbolic_link_in_place_of_the_directory_is_refused(place, shared_builds):
     elsewhere = place.root / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     _plant(elsewhere, _planted_library(place), with_record=True)
@@ -261,7 +261,7 @@ def test_a_symbolic_link_in_place_of_the_directory_is_refused(place):
 @needs_posix
 @pytest.mark.parametrize("sticky", [False, True])
 @pytest.mark.slow
-def test_a_parent_writable_by_everyone_needs_the_sticky_bit(place, monkeypatch, sticky):
+def test_a_parent_writable_by_everyone_needs_the_sticky_bit(place, shared_builds, monkeypatch, sticky):
     """In a world-writable parent without the sticky bit (unlike /tmp), anyone could rename
     the private directory away and put their own in its place."""
     parent = place.root / "open"
@@ -389,7 +389,7 @@ def test_a_library_that_crashes_in_its_self_test_leaves_this_process_alive(place
 @needs_posix
 @pytest.mark.parametrize("record", ["sha256 alone", "self-test v3 passed", "self-test v4 passed"])
 @pytest.mark.slow
-def test_a_record_in_an_older_format_is_never_loaded_not_even_to_test_it(place, record):
+def test_a_record_in_an_older_format_is_never_loaded_not_even_to_test_it(place, shared_builds, record):
     """The review: a library planted with a record of its sha256 alone (the format before the
     separate self-test) was loaded in the self-test's process, and its constructor ran there.
     A record of an older self-test is treated alike: the library is built again, unloaded."""
@@ -415,7 +415,7 @@ def test_a_record_in_an_older_format_is_never_loaded_not_even_to_test_it(place, 
 @pytest.mark.skipif(os.getuid() != 0, reason="gives the parent folder to another user: needs root")
 @pytest.mark.parametrize("mode", [0o1777, 0o755])
 @pytest.mark.slow
-def test_a_parent_owned_by_someone_else_is_refused_whatever_its_mode(place, monkeypatch, mode):
+def test_a_parent_owned_by_someone_else_is_refused_whatever_its_mode(place, shared_builds, monkeypatch, mode):
     """The owner of the parent may rename the private directory away (even with the sticky bit)
     and put their own in its place."""
     parent = place.root / "theirs"
@@ -461,7 +461,8 @@ def test_a_self_test_process_that_hangs_is_stopped_and_not_held_against_the_libr
 @needs_posix
 @pytest.mark.parametrize("by", ["/proc/self/fd", "a private copy"])
 @pytest.mark.slow
-def test_a_library_swapped_in_between_the_hash_and_the_load_is_never_loaded(place, monkeypatch, by):
+def test_a_library_swapped_in_between_the_hash_and_the_load_is_never_loaded(place, shared_builds, monkeypatch,
+                                                                           by):
     """The hash was checked on the name and dlopen looked the name up again: a file swapped in
     between ran. Now the bytes hashed are the bytes loaded (through the descriptor, or from a
     private copy where there is no /proc, as on macOS)."""
@@ -584,7 +585,7 @@ def test_a_grandparent_writable_by_others_is_refused_with_a_clear_message(place,
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_a_cache_reached_through_a_link_into_a_shared_folder_is_refused(place, monkeypatch):
+def test_a_cache_reached_through_a_link_into_a_shared_folder_is_refused(place, shared_builds, monkeypatch):
     """The review's attack: ~/.cache, a symbolic link into a folder others can write. The folders
     the link leads through are checked too; the private temp folder is used instead."""
     home, shared = place.root / "home", place.root / "shared"
@@ -646,7 +647,7 @@ def _read_only(monkeypatch, folder: Path) -> None:
 @needs_kernel
 @needs_posix
 @pytest.mark.slow
-def test_a_read_only_cache_is_named_as_such_and_a_private_temp_folder_used(place, monkeypatch):
+def test_a_read_only_cache_is_named_as_such_and_a_private_temp_folder_used(place, shared_builds, monkeypatch):
     """It blamed "mode 0700" for a read-only filesystem."""
     place.cache.mkdir(mode=0o700)
     _read_only(monkeypatch, place.cache)
@@ -867,7 +868,8 @@ def _noexec(monkeypatch, folder: Path) -> None:
 @needs_posix
 @pytest.mark.skipif(not hasattr(os, "ST_NOEXEC"), reason="no ST_NOEXEC flag here")
 @pytest.mark.slow
-def test_a_cache_on_a_noexec_filesystem_is_refused_up_front_and_the_temp_folder_used(place, monkeypatch):
+def test_a_cache_on_a_noexec_filesystem_is_refused_up_front_and_the_temp_folder_used(place, shared_builds,
+                                                                                    monkeypatch):
     """Three builds were made there, none could be loaded, and each was remembered for an hour
     as the compiler's failure; the temp folder was never tried."""
     place.cache.mkdir(mode=0o700)

@@ -51,7 +51,9 @@ hold): it is the trusted one.
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
+import operator
 import os
 import re
 import sys
@@ -229,11 +231,12 @@ class _Deadline:
             self._done = threading.Event()
             _Deadline._active = self
             self._watchdog = threading.Thread(target=self._watch, name="course-check-deadline", daemon=True)
-            self._saved_names = _guarded_namespaces()  # after _active above, the check's own change
+            # after _active above, the check's own change
+            self._saved_names = _unprofiled(_guarded_namespaces)
             self._watchdog.start()
             signal.setitimer(signal.ITIMER_REAL, self.seconds)  # last: no stop inside __enter__
         else:
-            self._saved_names = _guarded_namespaces()
+            self._saved_names = _unprofiled(_guarded_namespaces)
         return self
 
     def _expire(self, signum: int, frame: Any) -> None:
@@ -346,6 +349,9 @@ class _Deadline:
     def __exit__(self, *exc_info: Any) -> None:
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
+        _unprofiled(self._exit, exc_info)
+
+    def _exit(self, exc_info: tuple) -> None:
         settings = _restore_settings(self._settings)  # before the names: set_default_dtype rebinds
         # torch.Storage; next the names: even `import` may have been replaced
         self.changed = _changes(settings, _put_back(self._saved_names))
@@ -372,6 +378,27 @@ class _Deadline:
             # what it raised last (a RecursionError, an error of the code that raised at once) is
             # not the answer's doing: it was stopped
             raise TimeLimitExceeded(self.seconds) from None
+
+
+_getprofile, _setprofile = sys.getprofile, sys.setprofile  # (bound at import, like the names below)
+
+
+def _unprofiled(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with this thread's profiler off, then the profiler as it was (the one of a
+    :class:`_CallWatch`, or whatever the answer left in its place, for the watch to judge).
+
+    For the check's own bookkeeping around each call of the answer (copying and putting back
+    the guarded names: some 15,000 calls of C functions): a call watch's profiler would run
+    for each of them, several times the work of the bookkeeping itself, and could record
+    nothing there, as none of the watched functions is called by it."""
+    profiler = _getprofile()
+    if profiler is None:
+        return fn(*args)
+    _setprofile(None)
+    try:
+        return fn(*args)
+    finally:
+        _setprofile(profiler)
 
 
 _MISSING = object()
@@ -554,10 +581,15 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
     (``np.allclose.__globals__`` is the notebook's globals once a cell assigns
     ``np.allclose = my_close``), and the notebook's own namespaces (:func:`_notebook_namespaces`)
     are never among them: a check never rolls back the learner's variables (battery 10)."""
+    return [(label, owner, live, dict(live)) for label, owner, live in _guarded_spaces()]
+
+
+def _guarded_spaces() -> list[tuple[str, Any, Any]]:
+    """The namespaces of :func:`_guarded_namespaces`, ``(label, owner, live mapping)``, not
+    copied (:func:`_capture_originals` copies only those it has not seen)."""
     import builtins
 
-    spaces: list[tuple[str, Any, Any, dict]] = [
-        ("builtins", None, builtins.__dict__, dict(builtins.__dict__))]
+    spaces: list[tuple[str, Any, Any]] = [("builtins", None, builtins.__dict__)]
     modules = [math, os, np, *map(sys.modules.get, _GUARDED_MODULES)]
     modules += [m for name, m in list(sys.modules.items()) if name.startswith(_COURSE)]
     seen = {id(builtins.__dict__)} | _notebook_namespaces()
@@ -566,19 +598,17 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
                 or module.__dict__.get("__name__") == "__main__":
             continue
         seen.add(id(module.__dict__))
-        spaces.append((module.__name__, None, module.__dict__, dict(module.__dict__)))
+        spaces.append((module.__name__, None, module.__dict__))
         if module.__name__.startswith(_COURSE):
             for value in list(module.__dict__.values()):
                 if isinstance(value, type) and value.__module__ == module.__name__ and id(value) not in seen \
                         and value is not _Deadline:  # (whose _active changes on exit, before the put-back)
                     seen.add(id(value))
-                    spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__,
-                                   dict(value.__dict__)))
+                    spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__))
                 elif isinstance(value, Exercise) and id(value) not in seen:  # what its check reads
                     seen.add(id(value))
                     name = next((k for k, v in module.__dict__.items() if v is value), "exercise")
-                    spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__,
-                                   dict(value.__dict__)))
+                    spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__))
     classes = [("torch.Tensor", torch.Tensor)]
     classes += [(f"torch.nn.{name}", value) for name, value in list(vars(torch.nn).items())
                 if isinstance(value, type) and issubclass(value, torch.nn.Module)]
@@ -591,7 +621,7 @@ def _guarded_namespaces() -> list[tuple[str, Any, Any, dict]]:
         if isinstance(value, type) and id(value) not in seen \
                 and str(getattr(value, "__module__", "")).split(".")[0] in ("torch", "pandas"):
             seen.add(id(value))
-            spaces.append((label, value, value.__dict__, dict(value.__dict__)))
+            spaces.append((label, value, value.__dict__))
     return spaces
 
 
@@ -628,6 +658,9 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
     ``use_deterministic_algorithms(True, warn_only=True)`` imports it) is left as torch made it."""
     changed = []
     for label, owner, live, saved in spaces:
+        if _all(_map(_is, _map(live.get, saved, _repeat(_MISSING)), saved.values())) \
+                and (owner is not _INSTANCE or _len(live) == _len(saved)):
+            continue  # every name as saved (compared in C: no profiler event per name)
         for key, value in saved.items():
             now = live.get(key, _MISSING)
             if now is not value and not _torch_wrapped(now, value) and not _same_method(now, value):
@@ -646,6 +679,8 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
     return changed
 
 
+# _put_back's comparison of a whole namespace, bound at import (the built-ins may be replaced)
+_all, _map, _len, _is, _repeat = all, map, len, operator.is_, itertools.repeat
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
@@ -679,10 +714,11 @@ _VOLATILE = {"builtins": ("_", "exit", "quit", "get_ipython", "display", "input"
 
 def _capture_originals() -> None:
     """Remember the guarded names of each namespace not seen before, as they are now."""
-    for label, owner, live, saved in _guarded_namespaces():
+    for label, owner, live in _guarded_spaces():
         key = id(live) if owner is None else id(owner)  # (a class's __dict__ is a new proxy each time)
         if owner is _INSTANCE or key in _ORIGINALS:
             continue
+        saved = dict(live)
         for name in _VOLATILE.get(label, ()):
             saved.pop(name, None)
         _ORIGINALS[key] = (label, owner, live, saved)
@@ -735,8 +771,9 @@ def _changes(settings: list[str], names: list[str]) -> str | None:
 # code during which the alarm does not raise: the time limit being set up or taken down (and
 # the rest of this module but what runs inside the answer's calls, _ANSWER_SIDE)
 _ANSWER_SIDE = ("_tripwire", "recorded", "_profile", "_stop_line", "_stop_call")
-_OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _put_back.__code__,
-              _guarded_namespaces.__code__, _Deadline._restore_alarm.__code__}
+_OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _Deadline._exit.__code__,
+              _unprofiled.__code__, _put_back.__code__, _guarded_namespaces.__code__,
+              _guarded_spaces.__code__, _Deadline._restore_alarm.__code__}
 
 _STOP_CODES: dict[int, Any] = {}
 
