@@ -50,6 +50,7 @@ hold): it is the trusted one.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import itertools
 import math
@@ -404,6 +405,7 @@ def _unprofiled(fn: Callable[..., Any], *args: Any) -> Any:
 _MISSING = object()
 _INSTANCE = object()  # the owner of an exercise's own attributes in _guarded_namespaces
 _type_setattr = type.__setattr__
+_type_delattr = type.__delattr__
 
 
 def _global_module_hooks() -> dict[str, Any]:
@@ -659,8 +661,8 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
     changed = []
     for label, owner, live, saved in spaces:
         if _all(_map(_is, _map(live.get, saved, _repeat(_MISSING)), saved.values())) \
-                and (owner is not _INSTANCE or _len(live) == _len(saved)):
-            continue  # every name as saved (compared in C: no profiler event per name)
+                and _len(live) == _len(saved):
+            continue  # every name as saved, none added (compared in C: no profiler event per name)
         for key, value in saved.items():
             now = live.get(key, _MISSING)
             if now is not value and not _torch_wrapped(now, value) and not _same_method(now, value):
@@ -676,11 +678,25 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
             for key in [k for k in live if k not in saved]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
+        elif label != "builtins":  # what an added name can change: a built-in it shadows in a
+            # module (`core.abs = ...`), an inherited attribute it hides in a course class
+            added = [k for k in live if k not in saved and (
+                k in _BUILTIN_NAMES if owner is None else label.startswith(_COURSE))]
+            for key in added:
+                changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
+                try:
+                    if owner is None:
+                        live.pop(key, None)
+                    else:
+                        _type_delattr(owner, key)
+                except Exception:  # noqa: BLE001 - (an attribute that cannot be removed)
+                    pass
     return changed
 
 
 # _put_back's comparison of a whole namespace, bound at import (the built-ins may be replaced)
 _all, _map, _len, _is, _repeat = all, map, len, operator.is_, itertools.repeat
+_BUILTIN_NAMES = frozenset(vars(builtins))
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 

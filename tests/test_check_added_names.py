@@ -1,0 +1,42 @@
+"""An answer that adds a name where the check looks names up (a built-in's name in a course
+module, an attribute on a course class that hides an inherited one) is named, and the name is
+removed: the next check in the same kernel answers as if nothing had happened."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from course_utils.exercises import core, lesson02
+
+
+def _wrong_rows(scores):
+    return np.zeros_like(scores)
+
+
+def _shadowing(scores):
+    """Adds built-ins' names to every course module: `all` says True, `max` says 0."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("course_utils"):
+            vars(module)["all"] = lambda *a, **k: True
+            vars(module)["max"] = lambda *a, **k: 0.0
+            vars(module)["abs"] = lambda x: 0 * x
+    return np.zeros_like(scores)
+
+
+def _hiding(scores):
+    """Gives a course class its own __format__ (inherited from object before)."""
+    assert "__format__" not in vars(core.Feedback)
+    core.Feedback.__format__ = lambda self, spec: "passed"
+    return np.zeros_like(scores)
+
+
+@pytest.mark.parametrize("answer, where", [(_shadowing, "core.all"), (_hiding, "core.Feedback.__format__")])
+def test_an_added_name_is_named_and_removed_before_the_next_check(answer, where):
+    before = str(lesson02.check_softmax_rows(_wrong_rows))
+    feedback = lesson02.check_softmax_rows(answer)
+    assert not feedback.passed and "replaced" in str(feedback), feedback
+    assert where in str(feedback) or " more" in str(feedback), feedback  # (six names, then a count)
+    assert "all" not in vars(core) and "max" not in vars(core) and "abs" not in vars(core)
+    assert "__format__" not in vars(core.Feedback)
+    assert str(lesson02.check_softmax_rows(_wrong_rows)) == before  # as if nothing had happened
