@@ -351,7 +351,8 @@ class _ForwardExercise(DiagnosesRaisingAnswers):
             return feedback
         return Feedback(self.title, "not attempted",
                         f"your function `{stub}` is still the stub: write it (exercise 4.3), run its "
-                        "cell, then run this cell again.", "")  # no hint before an attempt
+                        "cell, then run this cell again. (The stub is the placeholder the notebook gives "
+                        "you: its body only raises NotImplementedError.)", "")  # no hint before an attempt
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:

@@ -434,7 +434,9 @@ FIND_INDUCTION_HEAD = _FindHeadExercise(
                 "score as in exercise 5.2: for each query sum over k = q - period + 1, q - 2*period + 1, "
                 "... while k >= 2, then average over the queries."),
     ],
-    hint="score every head with induction_score-style stripes and return the (layer, head) of the largest.",
+    hint="score every head as in exercise 5.2, by its weight on the stripes period - 1, 2*period - 1, ... "
+         "keys before each query (the token right after each earlier copy of the query's token), and "
+         "return the (layer, head) of the largest.",
     forbidden=[induction_score],  # the library's score: the exercise asks for the learner's own
 )
 _LIBRARY_SCORE = f"`{induction_score.__module__}.{induction_score.__qualname__}`"  # as the watch names it
