@@ -90,29 +90,32 @@ MEAN_ABLATION = _MeanAblationExercise(
         Mistake("merged_without_transpose", "the head is replaced correctly, but you merged the heads "
                 "with reshape(B, T, h*dk) straight from (B, h, T, dk): without transpose(1, 2) the reshape "
                 "runs through each head's positions first, so every row mixes positions and heads.",
-                "merge with edited.transpose(1, 2).reshape(B, T, h * dk), as the model does."),
-        Mistake("indexed_batch_axis", "you wrote edited[head] = ...: the first index of (B, h, T, dk) is "
-                "the batch, so you replaced every head of sequence number `head` instead of head `head` "
-                "in every sequence.", "index the head axis: edited[:, head] = ..."),
+                "merge your edited copy of heads (B, h, T, dk) with .transpose(1, 2)"
+                ".reshape(B, T, h * dk), as the model does."),
+        Mistake("indexed_batch_axis", "you indexed the first axis with the head number (x[head] = ...): "
+                "in (B, h, T, dk) that axis is the batch, so you replaced every head of sequence number "
+                "`head` instead of head `head` in every sequence.",
+                "index the head axis, dim 1: x[:, head] = ..., on a copy x = heads.clone()."),
         Mistake("forgot_output_projection", "the head is replaced correctly, but you returned the merged "
                 "heads without the output projection W_O.", "finish with out_proj(merged)."),
         Mistake("subtracted_mean", "you subtracted the reference mean from the head's output (mean-"
                 "centring it) instead of replacing the output with the mean: the head's own, "
                 "input-dependent part is still there.",
-                "assign the mean to the head's slice: edited[:, head] = mean."),
+                "on a copy x = heads.clone(), assign the mean to the head's slice: x[:, head] = mean."),
         Mistake("added_mean", "you added the reference mean to the head's output instead of replacing "
-                "the output with it.", "assign the mean to the head's slice: edited[:, head] = mean."),
+                "the output with it.", "on a copy x = heads.clone(), assign the mean to the head's slice: "
+                "x[:, head] = mean."),
         Mistake("scalar_mean", "your mean is one number: you averaged over the head's dk features too. "
                 "Mean ablation keeps a vector of dk numbers, one per feature.",
                 "average over the sequences and positions only: .mean(dim=(0, 1)) of a "
                 "(B_ref, T, dk) slice."),
         Mistake("position_axis_as_head", "you indexed dim 2 with the head number: in (B, h, T, dk) that "
                 "axis is the position, so you replaced position `head` of every head.",
-                "the head axis is dim 1: edited[:, head] and reference_heads[:, head]."),
+                "the head axis is dim 1: x[:, head] on your copy of heads, and reference_heads[:, head]."),
         Mistake("merged_features_first", "you merged with a permute that puts dk before h, "
                 "(B, T, dk, h): each token's vector then interleaves the heads' features, where the model "
                 "places the heads side by side.",
-                "merge with edited.transpose(1, 2).reshape(B, T, h * dk)."),
+                "merge your edited copy of heads with .transpose(1, 2).reshape(B, T, h * dk)."),
         Mistake("projection_without_bias", "you multiplied by out_proj.weight but left out its bias: "
                 "the layer's output projection adds the bias too.",
                 "call the layer itself, out_proj(merged), which applies weight and bias."),
