@@ -376,8 +376,8 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "not divided by sqrt(d_k).",
                 "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax."),
         Mistake("mask_not_applied", "your weights are those of attention without any mask: every "
-                "query sees the future. masked_fill returns a new tensor; it does not change "
-                "scores unless you assign the result.",
+                "query sees the future. (One way to get there: masked_fill returns a new tensor "
+                "and leaves scores unchanged unless you keep its result.)",
                 "masked_fill gives back a new tensor and leaves scores as they were: keep what it "
                 "returns, and take the softmax of that."),
         Mistake("softmax_over_queries", "each column of your weights sums to 1: the softmax ran over "

@@ -233,8 +233,9 @@ GATE_IMPORTANCE = _GateExercise(
                 "one backward pass with gates of ones that require gradients, then abs and mean(0)."),
         Mistake("max_over_sequences", "you took the largest absolute gradient over the sequences; the "
                 "score is their mean.", "use .mean(0) after .abs(), not .max(0)."),
-        Mistake("gates_without_grad", "gates.grad is None, so .abs() raised AttributeError: the gates "
-                "were made without requires_grad=True, so backward() computed no gradient for them.",
+        Mistake("gates_without_grad", "the gates' .grad is None, so .abs() raised AttributeError: "
+                "the gates were made without requires_grad=True, so backward() computed no gradient "
+                "for them.",
                 "torch.ones(num_sequences, L, h, dtype=torch.float64, requires_grad=True)."),
         # two slips at once, each named (learner trial l21: the mean and no abs got the general hint)
         Mistake("mean_before_backward_signed", _MEAN_FIRST + "you averaged the signed gradients, without "

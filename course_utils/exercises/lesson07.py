@@ -124,15 +124,15 @@ REPEAT_KV = _RepeatExercise(
                 "K/V heads must make exactly h.",
                 "The repeat count is num_heads // g, not num_heads."),
         Mistake("flattened_no_dim",
-                "your answer is a flat 1-D tensor: repeat_interleave without dim= flattens its "
-                "input first.", "Pass dim=1 (the head axis)."),
+                "your answer is a flat 1-D tensor, as repeat_interleave without dim= gives "
+                "(it flattens its input first).", "Pass dim=1 (the head axis)."),
         Mistake("repeated_feature_axis",
                 "you repeated along the last axis (dk), so each vector grew h/g times longer and "
                 "the head count stayed g.",
                 "Heads are dim 1 of (B, g, T, dk), not dim -1."),
         Mistake("expanded_not_reshaped",
-                "your answer is 5-D, (B, g, h/g, T, dk): expand made the copies as a new axis, "
-                "but they were never merged into the head axis.",
+                "your answer is 5-D, (B, g, h/g, T, dk): the copies sit on an axis of their own "
+                "(as expand or unsqueeze make them), never merged into the head axis.",
                 "Finish with .reshape(B, h, T, dk): group-major order keeps the grouping blocked."),
         Mistake("float_repeat_count",
                 "your repeat count is a float: h / g is true division in Python (6 / 2 == 3.0), "
