@@ -137,7 +137,7 @@ def test_causal_hints_point_to_the_idea_not_the_answer_line():
         return torch.softmax(s, dim=-1)
     feedback = lesson02.check_causal_attention_weights(not_assigned)
     assert feedback.mistake == "mask_not_applied", feedback
-    assert "assign" in feedback.message and "returns" in feedback.hint
+    assert "keep its result" in feedback.message and "returns" in feedback.hint
     for mistake in lesson02.CAUSAL_ATTENTION_WEIGHTS.mistakes:  # no hint is a line to paste
         assert "masked_fill(~" not in mistake.hint and ".tril()" not in mistake.hint, mistake.key
 
