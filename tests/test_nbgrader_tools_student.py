@@ -1,8 +1,9 @@
 """Student versions: solutions are blanked cleanly, and no later cell leans on them.
 
 The lessons' rule is that an unfinished exercise must not break the lesson: after an
-exercise cell, only the check may call the learner's function; everything else uses
-course_utils' reference code. This is checked statically on every notebook.
+exercise cell, only the check may call the learner's function (or code that runs only once the
+check has passed it: `if check_x(fn).passed:`); everything else uses course_utils' reference
+code. This is checked statically on every notebook.
 """
 
 from __future__ import annotations
@@ -70,6 +71,15 @@ def _uses_outside_checks(source: str, names: set[str]) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name in handed:
             inside.update(id(n) for n in ast.walk(node))
+    # the body of `if check_x(fn).passed:` may call fn: it runs only once fn has passed its check
+    # (lesson 07's GQA cell, which copies K/V with the learner's repeat_kv when it passes 7.1)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            passed = {arg.id for call in ast.walk(node.test) if isinstance(call, ast.Call)
+                      and (getattr(call.func, "attr", "") or getattr(call.func, "id", "")).startswith("check")
+                      for arg in call.args if isinstance(arg, ast.Name)}
+            inside.update(id(n) for stmt in node.body for n in ast.walk(stmt)
+                          if isinstance(n, ast.Name) and n.id in passed)
     bad = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
@@ -101,3 +111,14 @@ def test_student_version_compiles(path):
             continue
         compile(source, path.name, "exec")
         assert "### BEGIN SOLUTION" not in source
+
+
+def test_a_learners_function_may_run_only_under_its_passed_check():
+    """The static rule itself: a call under `if check(fn).passed:` is allowed, one beside it is
+    not, and one under an `if` on anything else is not."""
+    names, call = {"repeat_kv"}, "y = repeat_kv(k, 8)\n"
+    assert _uses_outside_checks("if check_repeat_kv(repeat_kv).passed:\n    " + call, names) == []
+    assert _uses_outside_checks("if check_repeat_kv(repeat_kv).passed:\n    pass\n" + call,
+                                names) == ["repeat_kv"]
+    assert _uses_outside_checks("if ready:\n    " + call, names) == ["repeat_kv"]
+    assert _uses_outside_checks("if check_other(f).passed:\n    " + call, names) == ["repeat_kv"]
