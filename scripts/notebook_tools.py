@@ -8,8 +8,9 @@
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
         Each cell may run for --timeout seconds (default 600); a cell that fails or
-        runs longer is reported on one line (notebook, cell, error), exit 2, and the
-        notebook is left as it was.
+        runs longer is reported on one line (notebook, cell, error), exit 2. All or
+        nothing: the notebooks are written only once every one has run, so a failed or
+        interrupted run leaves every notebook as it was.
     python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
         Write student versions: every ``### BEGIN SOLUTION`` ... ``### END SOLUTION``
         block becomes ``raise NotImplementedError`` and outputs are cleared.
@@ -35,8 +36,8 @@ every input is read and checked before anything is written.
 
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
 was left as it was, and exits 128 + the signal's number (130, 143): ``execute`` shuts the
-kernel down and does not write the notebook it was running; ``student`` writes its copies all
-or nothing, so an interrupted (or failed) run leaves the student folder as it was.
+kernel down and writes no notebook; ``student`` writes its copies all or nothing, so an
+interrupted (or failed) run leaves the student folder as it was.
 """
 
 from __future__ import annotations
@@ -404,7 +405,9 @@ def _explain_failure(exc: Exception, path: Path, timeout: int, kernel_log=None) 
     raise exc
 
 
-def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
+def execute(path: Path, timeout: int = CELL_TIMEOUT) -> tuple[float, str]:
+    """Run ``path`` top to bottom in a fresh kernel; its runtime and the cleaned notebook's text.
+    Nothing is written here: the ``execute`` command writes every notebook it ran at once."""
     from nbclient import NotebookClient
 
     nb = read_notebook(path)
@@ -447,8 +450,7 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
         raise Interrupted(received[0], f"the kernel was shut down; {path} was not changed")
     elapsed = time.perf_counter() - start
     clean(nb)
-    write_atomically(path, notebook_text(nb))
-    return elapsed
+    return elapsed, notebook_text(nb)
 
 
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION", re.MULTILINE)
@@ -551,15 +553,26 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
     if command == "build":
         build(Path(args[0]), Path(args[1]))
     elif command == "execute":
-        for name in args:
-            read_notebook(Path(name))  # every notebook readable before the first (slow) run
-        for done, name in enumerate(args):
+        paths = list(dict.fromkeys(Path(name) for name in args))
+        for path in paths:
+            read_notebook(path)  # every notebook readable before the first (slow) run
+        cli.leaving("no notebook was changed")
+        texts: dict[Path, str] = {}  # all or nothing: written once every notebook has run
+        for path in paths:
             try:
-                print(f"{name}: {execute(Path(name), timeout):.1f} s", flush=True)
-            except Interrupted as exc:
-                if done:  # the notebooks run before it were written, each whole
-                    exc.args = (f"{exc}; the {done} notebook(s) before it were executed and written",)
+                elapsed, texts[path] = execute(path, timeout)
+            except (Interrupted, ToolError) as exc:
+                if texts:
+                    exc.args = (f"{exc}; the {len(texts)} notebook(s) run before it were not written "
+                                "either",)
                 raise
+            print(f"{path}: {elapsed:.1f} s", flush=True)
+        try:
+            write_all_atomically(texts)
+        except Interrupted as exc:
+            if all(_holds(path, text) for path, text in texts.items()):
+                raise Interrupted(exc.signum, "it came once every notebook was written") from None
+            raise Interrupted(exc.signum, "no notebook was changed") from None
     elif command == "upgrade":
         for name in args:
             read_notebook(Path(name))
