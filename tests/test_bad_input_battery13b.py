@@ -66,3 +66,100 @@ def test_execute_of_two_good_notebooks_writes_both(tmp_path):
     assert done.returncode == 0, done
     outputs = [nbformat.read(p, as_version=4).cells[0].outputs for p in paths]
     assert [o[0]["text"] for o in outputs] == ["first\n", "second\n"]
+
+
+# --- grading: the grade_id, not the submitted source, says which check grades a test cell ----
+
+SOFTMAX = ("import torch\n\n\ndef softmax_rows(scores):\n    ### BEGIN SOLUTION\n"
+           "    e = (scores - scores.max(dim=-1, keepdim=True).values).exp()\n"
+           "    return e / e.sum(dim=-1, keepdim=True)\n    ### END SOLUTION\n")
+STUB = "def attention_weights(q, k):\n    raise NotImplementedError('your code here')\n"
+
+
+def _graded_cell(source: str, grade_id: str, *, test: bool) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade": test, "grade_id": grade_id, "locked": test, "solution": not test,
+                                 "schema_version": 3, **({"points": 1} if test else {})}
+    return cell
+
+
+def _submission(*cells: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=list(cells))
+
+
+def test_a_test_cell_edited_to_call_another_exercises_check_gets_no_points():
+    """b13 gradenb2:swap-check-to-easier-done-one: attention_weights' test cell, edited to call the
+    (solved) softmax_rows check, gave lesson02_attention_weights_test (True, 'correct')."""
+    from course_utils.exercises import autograde
+
+    nb = _submission(_graded_cell(SOFTMAX, "lesson02_softmax_rows", test=False),
+                     _graded_cell(STUB, "lesson02_attention_weights", test=False),
+                     _graded_cell("lesson02.check_softmax_rows(softmax_rows).assert_passed()",
+                                  "lesson02_attention_weights_test", test=True))
+    results = autograde.grade_notebook(nb, salt=None, solutions_dir=None)
+    feedback = results["lesson02_attention_weights_test"]
+    assert not feedback.passed, str(feedback)
+    assert "lesson02.check_softmax_rows" in str(feedback) and "released test cell" in str(feedback)
+    assert nb.cells[2].outputs[0]["output_type"] == "error"
+
+
+@pytest.mark.parametrize("grade_id, call", [
+    ("lesson02_softmax_rows_test", "lesson02.check_softmax_rows"),
+    ("lesson02_softmax_rows_2_test", "lesson02.check_softmax_rows"),
+    ("lesson02_softmax_rows_test_2", "lesson02.check_softmax_rows"),
+])
+def test_a_test_cell_calling_its_own_check_is_its_exercise(grade_id, call):
+    from course_utils.exercises import autograde, sandbox
+
+    assert autograde._checks_its_own_exercise(grade_id, sandbox.check_call(f"{call}(f)"))
+    assert not autograde._checks_its_own_exercise("lesson02_attention_weights_test",
+                                                  sandbox.check_call(f"{call}(f)"))
+    assert not autograde._checks_its_own_exercise("lesson03_softmax_rows_test",
+                                                  sandbox.check_call(f"{call}(f)"))
+
+
+def test_a_grade_id_on_two_cells_is_named():
+    """b13 gradenb2:grade-id-dup-with-work: the second cell's verdict replaced the first's, no word."""
+    from course_utils.exercises import autograde
+
+    nb = _submission(_graded_cell(SOFTMAX, "lesson02_softmax_rows", test=False),
+                     _graded_cell("lesson02.check_softmax_rows(softmax_rows).assert_passed()",
+                                  "lesson02_softmax_rows_test", test=True),
+                     _graded_cell(STUB, "lesson02_attention_weights", test=False),
+                     _graded_cell("lesson02.check_attention_weights(attention_weights).assert_passed()",
+                                  "lesson02_softmax_rows_test", test=True))
+    with pytest.raises(ValueError, match=r"cells 1 and 3 both carry grade_id 'lesson02_softmax_rows_test'"):
+        autograde.grade_notebook(nb, salt=None, solutions_dir=None)
+
+
+@pytest.mark.parametrize("cells, said", [
+    (None, "it has no 'cells'"),
+    ("x", "its 'cells' is str"),
+])
+def test_a_notebook_without_a_cells_list_says_what_is_missing(cells, said):
+    """b13 gradenb:nb-no-cells-key / nb-cells-not-list: "got NotebookNode", the missing cells unnamed."""
+    from course_utils.exercises import autograde
+
+    nb = nbformat.v4.new_notebook()
+    if cells is None:
+        del nb["cells"]
+    else:
+        nb["cells"] = cells
+    with pytest.raises(TypeError, match="cells") as raised:
+        autograde.grade_notebook(nb, salt=None, solutions_dir=None)
+    assert said in str(raised.value)
+
+
+@pytest.mark.parametrize("salt, solutions_dir, said", [
+    (3, None, "salt was given without solutions_dir"),
+    (None, "SOLUTIONS", "solutions_dir was given without salt"),
+])
+def test_a_salt_without_its_solutions_folder_is_refused(salt, solutions_dir, said):
+    """b13 grade-args:salt-without-dir: graded with "0 of them unseen", the salt ignored."""
+    from course_utils.exercises import autograde
+
+    folder = str(ROOT / "solutions") if solutions_dir else None
+    with pytest.raises(ValueError, match=said):
+        autograde.grade_answer("lesson02", "check_softmax_rows", SOFTMAX, "softmax_rows", salt=salt,
+                               solutions_dir=folder)
+
