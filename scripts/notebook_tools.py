@@ -3,7 +3,8 @@
 
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
-        whose lines start with ``# ``) into a notebook.
+        whose lines start with ``# ``) into a notebook. A draft that breaks these rules
+        is refused (file and line named) and OUT.ipynb is left as it was.
     python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
@@ -286,12 +287,17 @@ def build(draft: Path, out: Path) -> None:
         else:
             cells.append(nbformat.v4.new_code_cell(text))
 
-    for line in text.splitlines():
+    start = 0
+    for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("# %%"):
             flush()
-            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
-        else:
-            lines.append(line)
+            kind, lines, start = ("markdown" if "[markdown]" in line else "code"), [], number
+            continue
+        if kind != "code" and line.strip() and not line.startswith("#"):  # it would be lost or garbled
+            where = (f"a markdown cell (from line {start}) must start with '# '" if kind else
+                     "text before the first '# %%' cell marker would be lost; it must be a '#' comment")
+            raise ToolError(f"{draft}, line {number}: {where}, got {line!r:.60}; {out} was not written")
+        lines.append(line)
     flush()
     for cell in cells:
         cell.pop("id", None)  # random ids from nbformat; ensure_cell_ids derives stable ones

@@ -163,3 +163,32 @@ def test_a_salt_without_its_solutions_folder_is_refused(salt, solutions_dir, sai
         autograde.grade_answer("lesson02", "check_softmax_rows", SOFTMAX, "softmax_rows", salt=salt,
                                solutions_dir=folder)
 
+
+# --- CLI ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("draft, said", [
+    ("# %% [markdown]\n# # Title\nnot a comment\n\n# %%\nx = 1\n", "line 3: a markdown cell (from line 1)"),
+    ("x = 1\n# %%\ny = 2\n", "line 1: text before the first '# %%'"),
+])
+def test_build_of_a_malformed_draft_leaves_the_notebook_as_it_was(tmp_path, draft, said):
+    """b13 cli:notebook_tools build-overwrite-lesson-bad-draft: exit 0, the lesson overwritten."""
+    lesson = tmp_path / "02_lesson.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("kept")]), lesson)
+    before = lesson.read_bytes()
+    (tmp_path / "d.py").write_text(draft)
+    done = _tool(str(NOTEBOOK_TOOLS), "build", str(tmp_path / "d.py"), str(lesson))
+    assert done.returncode == 2 and said in done.stderr and "was not written" in done.stderr, done
+    assert lesson.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_lesson.ipynb", "d.py"]
+
+
+def test_build_of_a_good_draft_still_replaces_the_notebook(tmp_path):
+    lesson = tmp_path / "02_lesson.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("old")]), lesson)
+    (tmp_path / "d.py").write_text("#!/usr/bin/env python\n# %% [markdown]\n# # Title\n#\n# text\n\n"
+                                   "# %%\nx = 1\n")
+    done = _tool(str(NOTEBOOK_TOOLS), "build", str(tmp_path / "d.py"), str(lesson))
+    assert done.returncode == 0, done
+    cells = nbformat.read(lesson, as_version=4).cells
+    assert [(c.cell_type, c.source) for c in cells] == [("markdown", "# Title\n\ntext"), ("code", "x = 1")]
+
