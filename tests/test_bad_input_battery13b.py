@@ -192,3 +192,35 @@ def test_build_of_a_good_draft_still_replaces_the_notebook(tmp_path):
     cells = nbformat.read(lesson, as_version=4).cells
     assert [(c.cell_type, c.source) for c in cells] == [("markdown", "# Title\n\ntext"), ("code", "x = 1")]
 
+
+def _inside_the_clone(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """An OUT_DIR inside the clone (a new folder, removed by the caller), directly or through a link."""
+    inside = ROOT / f".b13b-student-tree-{os.getpid()}"
+    if how == "direct":
+        return inside, inside / "tree"
+    (tmp_path / "ln").symlink_to(ROOT)
+    return inside, tmp_path / "ln" / inside.name / "tree"
+
+
+@pytest.mark.parametrize("how", ["direct", "symlink"])
+def test_student_tree_into_the_clone_is_refused_before_writing(tmp_path, how):
+    """b13 cli:course.py student-tree-inside / student_tree.py out-symlink-into-clone: 92 files
+    written inside the clone."""
+    inside, out = _inside_the_clone(tmp_path, how)
+    try:
+        done = _tool(str(ROOT / "scripts" / "student_tree.py"), str(out), cwd=tmp_path)
+        assert done.returncode == 2 and "inside this clone" in done.stderr, done
+        assert len(done.stderr.strip().splitlines()) == 1 and "nothing was written" in done.stderr
+        assert not inside.exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(inside, ignore_errors=True)
+
+
+def test_student_tree_through_a_symlink_loop_says_so(tmp_path):
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    done = _tool(str(ROOT / "scripts" / "student_tree.py"), str(tmp_path / "l1" / "tree"), cwd=tmp_path)
+    assert done.returncode == 2 and "loops" in done.stderr and "Traceback" not in done.stderr, done
+
