@@ -224,3 +224,13 @@ def test_student_tree_through_a_symlink_loop_says_so(tmp_path):
     done = _tool(str(ROOT / "scripts" / "student_tree.py"), str(tmp_path / "l1" / "tree"), cwd=tmp_path)
     assert done.returncode == 2 and "loops" in done.stderr and "Traceback" not in done.stderr, done
 
+
+def test_nbgrader_tools_source_on_a_symlink_loop_says_so_in_one_line(tmp_path):
+    """b13 cli:nbgrader_tools source-symlink-loop: exit 1 and a Python traceback."""
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    done = _tool(str(ROOT / "scripts" / "nbgrader_tools.py"), "source", str(tmp_path / "l1"), cwd=tmp_path)
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "loops" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l1", "l2"]
+
