@@ -229,7 +229,8 @@ def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
         path = arg.split("::", 1)[0]
         if not path:
             continue
-        if "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb")):
+        if "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb")) \
+                or not path.isprintable():  # a control character: no option value, no test name
             found.append((arg, path))
     return found
 
@@ -284,6 +285,7 @@ def _main(argv: list[str]) -> int:
     if argv[0] == "test":
         missing = missing_test_paths(argv[1:])
         if missing:
+            missing = [arg if arg.isprintable() else repr(arg) for arg in missing]
             print(f"course.py test: no such test file or folder: {', '.join(missing)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
             return 2

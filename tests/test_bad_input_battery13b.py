@@ -234,3 +234,12 @@ def test_nbgrader_tools_source_on_a_symlink_loop_says_so_in_one_line(tmp_path):
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "loops" in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l1", "l2"]
 
+
+def test_course_test_refuses_a_path_with_a_control_character_before_running_anything(tmp_path):
+    """b13 cli:course.py test-nul: `course.py test 'a\\x01b'` started pytest -n 2 (exit 5)."""
+    done = _tool(str(ROOT / "course.py"), "test", "a\x01b", cwd=tmp_path)
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == (f"course.py test: no such test file or folder: 'a\\x01b' (paths are "
+                                   f"relative to {ROOT}; nothing was run)"), done.stderr
+    assert done.stdout == ""
+
