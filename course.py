@@ -16,8 +16,9 @@ Set COURSE_TORCH_INDEX_URL to an extra package index (for example PyTorch's CPU-
 wheel index) to avoid a large CUDA build of torch on Linux.
 
 An unknown command, or a test path that does not exist, is named on stderr (exit 2)
-before anything is installed or run. Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops
-with one line on stderr saying what was left as it was, and exits 130 or 143.
+before anything is installed or run; an option JupyterLab does not know, before it starts.
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
+was left as it was, and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -261,6 +262,23 @@ def student_tree_problem(args: list[str]) -> str | None:
     return None if problem is None else f"course.py student-tree: {problem}\n{module.USAGE}"
 
 
+def unknown_lab_options(args: list[str]) -> list[str]:
+    """The options among ``lab``'s arguments that JupyterLab does not know (it would start anyway,
+    with a warning lost in its log): its flags and aliases, asked of the installed JupyterLab, and
+    any ``--Class.trait=VALUE`` setting are known."""
+    names = {arg: arg.lstrip("-").split("=", 1)[0] for arg in args if arg.startswith("-") and arg != "-"}
+    names = {arg: name for arg, name in names.items() if "." not in name}  # a traitlets setting
+    if not names:
+        return []
+    ask = ("from jupyterlab.labapp import LabApp\n"
+           "print(' '.join(n for n in [*LabApp.flags, *LabApp.aliases] if isinstance(n, str)))")
+    done = subprocess.run([str(_bin("python")), "-c", ask], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:  # cannot ask: JupyterLab will say what it makes of them
+        return []
+    known = set(done.stdout.split())
+    return [arg for arg, name in names.items() if name not in known]
+
+
 def main(argv: list[str]) -> int:
     """The command line. Interrupted (Ctrl-C, SIGINT, SIGTERM), it stops with one line on stderr
     saying what was left as it was and exits 130 or 143; a tool it runs (release's
@@ -317,6 +335,12 @@ def _main(argv: list[str]) -> int:
     if command == "lab":
         env.pop("MPLBACKEND")
         args = list(rest)
+        unknown = unknown_lab_options(args)
+        if unknown:
+            print(f"course.py lab: unknown option{'s' if len(unknown) > 1 else ''} {' '.join(unknown)} "
+                  "(JupyterLab's options are listed by `.venv/bin/jupyter lab --help`; any setting also as "
+                  "--Class.trait=VALUE); JupyterLab was not started", file=sys.stderr)
+            return 2
         if not any(not a.startswith("-") for a in args):  # only options: the learner's copy of lesson 00
             first = ROOT / "student" / "00_start_here.ipynb"
             args.append(str(first if first.exists() else ROOT / "notebooks" / "00_start_here.ipynb"))

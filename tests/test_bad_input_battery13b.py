@@ -243,3 +243,32 @@ def test_course_test_refuses_a_path_with_a_control_character_before_running_anyt
                                    f"relative to {ROOT}; nothing was run)"), done.stderr
     assert done.stdout == ""
 
+
+@pytest.mark.slow
+def test_course_lab_refuses_an_unknown_option_by_name(tmp_path):
+    """b13 cli:course.py lab-bogus: JupyterLab started with --bogus (an orphan server to kill)."""
+    run = subprocess.Popen([sys.executable, str(ROOT / "course.py"), "lab", "--bogus", "--no-browser",
+                            "--ServerApp.token=x"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env=dict(os.environ, COURSE_VENV=str(Path(sys.executable).parent.parent)))
+    try:
+        out, err = run.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        pytest.fail("JupyterLab was started: the unknown option was not refused")
+    assert run.returncode == 2, (out, err)
+    assert "unknown option --bogus" in err and "--no-browser" not in err and "not started" in err, err
+
+
+@pytest.mark.slow  # it asks the installed JupyterLab (2-3 s)
+def test_course_lab_knows_jupyterlabs_own_options():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_course_13b", ROOT / "course.py")
+    course = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(course)
+    if not course._bin("python").exists():
+        pytest.skip("no .venv with JupyterLab here")
+    args = ["--no-browser", "--port=8899", "--ip", "0.0.0.0", "--ServerApp.token=x", "--LabApp.x=1",
+            "--bogus", "-q", "notebooks/00_start_here.ipynb"]
+    assert course.unknown_lab_options(args) == ["--bogus", "-q"]
