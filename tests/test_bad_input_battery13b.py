@@ -272,3 +272,24 @@ def test_course_lab_knows_jupyterlabs_own_options():
     args = ["--no-browser", "--port=8899", "--ip", "0.0.0.0", "--ServerApp.token=x", "--LabApp.x=1",
             "--bogus", "-q", "notebooks/00_start_here.ipynb"]
     assert course.unknown_lab_options(args) == ["--bogus", "-q"]
+
+
+def test_bench_gqa_refuses_a_shape_too_large_for_memory_when_parsed(capsys):
+    """b13 cli:bench gqa-shapes-huge: the decode benchmark ran 13 s, then a traceback from
+    check_fits_in_memory in SmallDecoder.__init__ (exit 1)."""
+    from course_utils.bench import cli
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["gqa", "--shapes", "1x64", "1024x65536"])
+    err = capsys.readouterr()
+    assert stopped.value.code == 2 and err.out == "", err
+    assert "--shapes 1024x65536 asks for" in err.err and "more than this machine's" in err.err, err.err
+    assert "Traceback" not in err.err
+
+
+def test_bench_gqa_default_options_pass_the_memory_check():
+    from course_utils.bench import cli
+
+    for argv in (["gqa"], ["gqa", "--full"], ["gqa", "--shapes", "1x1024", "8x4096"]):
+        args = cli.build_parser().parse_args(argv)
+        assert args.check(args) is None

@@ -6,6 +6,8 @@ Subcommands: ``mha`` (lesson 4's four versions), ``gqa`` (decode steps, lesson 7
 Every option is checked when the command line is parsed, before any benchmark runs: the
 argparse types below turn a bad value into a usage error naming the option, what it expects
 and what arrived (``--shapes 0x0``, ``--timeout -5``), and the command exits with status 2.
+A subcommand whose options together ask for more memory than the machine has (``gqa --shapes
+1024x65536``) sets ``check`` (``set_defaults(check=...)``), run once they are parsed, the same way.
 A subcommand's integer options use :func:`positive_int`, :func:`non_negative_int` or a type
 built on them (:func:`seed_number`, ...), never a bare ``int`` (a test holds every subcommand to that).
 """
@@ -236,6 +238,12 @@ def main(argv: list[str] | None = None) -> None:
             except argparse.ArgumentTypeError as err:
                 parser.error(f"--shapes: {err}")
     args = parser.parse_args(argv)
+    check = getattr(args, "check", None)  # what no single option's type can see: the memory they ask for
+    if check is not None:
+        try:
+            check(args)
+        except ValueError as err:
+            parser.error(str(err))
     args.run(args)
 
 
