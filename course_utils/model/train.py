@@ -266,6 +266,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     check_seed(seed)
     check_int(eval_every, "eval_every", minimum=1)
     check_flag(stop_at_target, "stop_at_target")
+    check_flag(progress, "progress")
     if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
                                or not math.isfinite(target)):
         raise ValueError(f"target must be a finite number (the level target_metric must reach) or None, "
