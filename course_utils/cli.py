@@ -162,3 +162,44 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
               "could say what it left", file=sys.stderr, flush=True)
         return 128 + signum
     return code
+
+
+def run_kernel(work, message: str):
+    """Run the coroutine ``work`` (nbclient's ``client.async_execute()``) on a fresh event loop
+    and return its result; a SIGINT/SIGTERM that arrives meanwhile raises :class:`Interrupted`
+    with ``message`` (say what was left, e.g. ``"the kernel was shut down; 02.ipynb was not
+    changed"``), whatever the run then returned or raised. nbclient stops its kernel on those
+    signals through the running loop's handlers, after which the run fails with whatever the dead
+    kernel gives (``AttributeError``, ``AssertionError``): without this, a caller's ``except
+    Exception`` would report an interrupted run as a failed one and carry on. The signal handlers
+    in place before (:func:`run`'s) are put back afterwards. One implementation for every tool
+    that runs a notebook (``notebook_tools.py execute``, ``python -m course_utils.bench memory``)."""
+    import asyncio
+
+    received: list[int] = []
+
+    class NotingLoop(asyncio.SelectorEventLoop):
+        def add_signal_handler(self, sig: int, callback, *args) -> None:
+            def noted(*given) -> None:
+                received.append(sig)
+                callback(*given)
+            super().add_signal_handler(sig, noted, *args)
+
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
+    loop = NotingLoop()
+    try:
+        result = loop.run_until_complete(work)
+    except Exception:
+        if not received:
+            raise
+    finally:
+        if received:  # let nbclient's kernel clean-ups finish (they race; one fails on the other's None)
+            pending = asyncio.all_tasks(loop)
+            if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+        for sig, handler in handlers.items():  # the loop reset them to the defaults as it closed
+            signal.signal(sig, handler)
+    if received:  # the run had finished (or failed) as the signal came: still an interruption
+        raise Interrupted(received[0], message) from None
+    return result

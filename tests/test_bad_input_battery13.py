@@ -22,3 +22,71 @@ TRAIN_CASES = [
 @pytest.mark.parametrize("case", TRAIN_CASES, ids=lambda c: c.name)
 def test_training_refuses_a_progress_that_is_no_bool(case):
     assert_named(case)
+
+
+# -- fix38e left 1: an interrupted notebook run stops the tool (bench memory exited 0) ---------
+class _ClientStoppedBySignal:
+    """nbclient without a kernel: it sets the loop's SIGINT/SIGTERM handlers (they shut its kernel
+    down), a signal arrives while a cell runs, and the dead kernel then fails the run with an
+    AssertionError, as the real one does."""
+
+    def __init__(self, nb, **kwargs) -> None:
+        self.nb = nb
+
+    async def async_execute(self, **kwargs):
+        import asyncio
+        import os
+        import signal
+
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopped.set)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(stopped.wait(), 5)
+        raise AssertionError  # what the shut kernel gives
+
+
+def _notebook(tmp_path):
+    import nbformat
+
+    path = tmp_path / "01_lesson.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
+    return path
+
+
+@pytest.mark.skipif(__import__("os").name == "nt", reason="POSIX signals")
+def test_bench_memory_interrupted_stops_with_one_line(tmp_path, monkeypatch, capsys):
+    import signal
+
+    import nbclient
+
+    from course_utils import cli
+    from course_utils.bench import cli as bench_cli
+
+    monkeypatch.setattr(nbclient, "NotebookClient", _ClientStoppedBySignal)
+    handler = signal.getsignal(signal.SIGTERM)
+    code = cli.run(bench_cli.main, ["memory", str(_notebook(tmp_path))], "python -m course_utils.bench")
+    err = capsys.readouterr().err
+    assert code == 143, err
+    assert err.strip().splitlines() == ["python -m course_utils.bench: interrupted by SIGTERM: the kernel "
+                                        "running 01_lesson.ipynb was shut down; nothing was written"], err
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+@pytest.mark.skipif(__import__("os").name == "nt", reason="POSIX signals")
+def test_notebook_peak_memory_raises_interrupted_not_a_row(tmp_path, monkeypatch):
+    import signal
+
+    import nbclient
+
+    from course_utils import cli
+    from course_utils.bench import memory
+
+    monkeypatch.setattr(nbclient, "NotebookClient", _ClientStoppedBySignal)
+    previous = signal.signal(signal.SIGTERM, lambda *a: pytest.fail("the loop's handler did not run"))
+    try:
+        with pytest.raises(cli.Interrupted, match="SIGTERM: the kernel running 01_lesson.ipynb"):
+            memory.notebook_peak_memory(_notebook(tmp_path))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
