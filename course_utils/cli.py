@@ -23,6 +23,7 @@ however it is reached.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -203,3 +204,45 @@ def run_kernel(work, message: str):
     if received:  # the run had finished (or failed) as the signal came: still an interruption
         raise Interrupted(received[0], message) from None
     return result
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser for the course's tools, except that an option it does not know is named
+    first: argparse reports missing required arguments before unknown options, so ``train
+    --bogus`` said "the following arguments are required: task", hiding the typo. ``parse_args``
+    first parses with every required argument made optional (its own, its subcommands'); an
+    option left over is refused as argparse would refuse it, ``unrecognized arguments: --bogus``;
+    otherwise the arguments are parsed as usual."""
+
+    def parse_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        relaxed = [action for parser in _parsers(self) for action in parser._actions if action.required]
+        for action in relaxed:
+            action.required = False
+        try:
+            _, extras = self.parse_known_args(args, argparse.Namespace())
+        finally:
+            for action in relaxed:
+                action.required = True
+        unknown = [a for a in extras if a.startswith("-") and len(a) > 1 and not _is_number(a)]
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_args(args, namespace)
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and the parsers of its subcommands, and theirs."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                found += _parsers(sub)
+    return found
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

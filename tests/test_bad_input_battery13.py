@@ -90,3 +90,38 @@ def test_notebook_peak_memory_raises_interrupted_not_a_row(tmp_path, monkeypatch
             memory.notebook_peak_memory(_notebook(tmp_path))
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# -- fix38e left 4: an unknown option typed alone is named, not hidden by "required: ..." ------
+def _tool_main(name):
+    import sys
+    from pathlib import Path
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    return __import__(name).main
+
+
+@pytest.mark.parametrize("tool, argv", [
+    ("train", ["--bogus"]),
+    ("train", ["--seed", "1", "--bogus"]),
+    ("safe_collect", ["--bogus"]),
+    ("version_matrix", ["--bogus"]),
+])
+def test_an_unknown_option_is_named_before_missing_arguments(tool, argv, capsys):
+    main = TRN.main if tool == "train" else _tool_main(tool)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "unrecognized arguments: --bogus" in err, err
+    assert "required" not in err, err
+
+
+@pytest.mark.parametrize("tool", ["train", "safe_collect", "version_matrix"])
+def test_missing_arguments_are_still_named(tool, capsys):
+    main = TRN.main if tool == "train" else _tool_main(tool)
+    with pytest.raises(SystemExit):
+        main([])
+    err = capsys.readouterr().err
+    assert "the following arguments are required" in err and "unrecognized" not in err, err

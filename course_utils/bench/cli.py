@@ -16,6 +16,8 @@ import re
 import sys
 from collections.abc import Callable
 
+from .. import cli
+
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
            "seed_number", "batch_by_context", "device_name", "Distinct"]
 
@@ -209,7 +211,7 @@ def _shown(value: object) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
+    parser = cli.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest="which", required=True)
     for module in SUBCOMMANDS:

@@ -649,8 +649,10 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.model.train induction|agreement|mixture --seed S --steps N --out PATH``."""
+    from .. import cli
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m course_utils.model.train", description=__doc__,
+    parser = cli.ArgumentParser(prog="python -m course_utils.model.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TRAINERS))
     parser.add_argument("--seed", type=int, default=0)
@@ -668,7 +670,6 @@ def main(argv: list[str] | None = None) -> None:
         _check_cli_args(args)
     except (TypeError, ValueError, OSError) as err:
         parser.error(str(err))
-    from .. import cli
 
     # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143 (__main__ runs this under cli.run);
     # save_checkpoint is all or nothing, so until it returns no checkpoint file was changed
