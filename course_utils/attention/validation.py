@@ -1000,8 +1000,11 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
                     return check(value, label)
                 except (TypeError, ValueError):
                     pass
-            if len(inner) == 1:
-                inner[0](value, label)  # its own message
+            if len(inner) == 1:  # its own message (with its range), saying None would do too
+                try:
+                    inner[0](value, label)
+                except (TypeError, ValueError) as err:
+                    raise type(err)(_or_none(str(err), label) if type(None) in args else str(err)) from None
             raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
         return union
     if origin is typing.Literal:
@@ -1062,13 +1065,29 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
     raise TypeError(f"check_record cannot check the annotation {hint!r}")  # a new kind: add a case
 
 
+def _or_none(message: str, label: str) -> str:
+    """A check's message about ``label`` itself (``"X must be an int >= 0, got -3"``), saying that
+    None is allowed too (``"... >= 0 or None, got -3"``); a message about an item is left as it is."""
+    head = f"{label} must be "
+    if message.startswith(head) and ", got " in message:
+        return message.replace(", got ", " or None, got ", 1)
+    return message
+
+
 def _describe_hint(hint: object, top: bool = True) -> str:
-    """``list[int]`` -> ``"a list of int"``: an annotation in words, for messages."""
+    """``list[int]`` -> ``"a list of int"``, ``list[Tensor | None]`` -> ``"a list of (Tensor or
+    None)"``: an annotation in words, for messages."""
+    import types
     import typing
 
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is type(None):
         return "None"
+    if origin in (typing.Union, types.UnionType):
+        words = " or ".join(_describe_hint(a, top) for a in args)
+        return words if top else f"({words})"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
     if origin in (list, tuple) and args:
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             words = f"a tuple ({', '.join(_describe_hint(a, False) for a in args)})"
