@@ -158,3 +158,32 @@ def test_check_record_names_optional_fields_and_unions_in_words(fields, error, w
     record = _optional_record()
     assert_named(Case("record", lambda: record(**{"count": 1, "items": [], **fields}), error, words))
     assert record(None, [None]).count is None  # None is what the words say it is: allowed
+
+
+# -- b13 silent: role scores and the arguments a role ignores ----------------------------------
+def _scores_cases():
+    from course_utils.interp import scores as S
+
+    return [
+        Case("verdict above 1", lambda: S.verdict(3.0), ValueError, ["score", "[0, 1]", "3.0"]),
+        Case("verdict negative", lambda: S.verdict(-0.5), ValueError, ["score", "[0, 1]", "-0.5"]),
+        Case("ideal_pattern period str", lambda: S.ideal_pattern("self", 4, period="4"), TypeError,
+             ["period", "int", "str '4'"]),
+        Case("ideal_pattern start float", lambda: S.ideal_pattern("first token", 4, start=1.5), TypeError,
+             ["start", "int", "float 1.5"]),
+        Case("chance_level period float", lambda: S.chance_level("previous token", 8, period=2.0),
+             TypeError, ["period", "int", "float 2.0"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _scores_cases(), ids=lambda c: c.name)
+def test_scores_refuse_what_they_would_have_ignored(case):
+    assert_named(case)
+
+
+def test_scores_controls():
+    from course_utils.interp import scores as S
+
+    assert S.verdict(1.0) == "present" and S.verdict(0.0) == "absent"
+    assert S.ideal_pattern("induction", 6, period=3).shape == (6, 6)
+    assert 0.0 < S.chance_level("previous token", 8, period=None) < 1.0
