@@ -51,7 +51,12 @@ class Interrupted(BaseException):
 
 def leaving(text: str) -> None:
     """Say what an interruption from now on would leave, e.g. ``"lesson01.pt was written, the
-    others were left as they were"``; it is the end of the one line :func:`run` prints."""
+    others were left as they were"``; it is the end of the one line :func:`run` prints. ``text``
+    is a non-empty str (the line is printed when a signal comes: a wrong one is refused now)."""
+    if type(text) is not str or not text.strip():
+        raise (TypeError if type(text) is not str else ValueError)(
+            f"text must be a non-empty str saying what an interruption would leave, got "
+            f"{type(text).__name__} {text!r:.60}")
     _left[0] = text
 
 

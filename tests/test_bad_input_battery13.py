@@ -187,3 +187,13 @@ def test_scores_controls():
     assert S.verdict(1.0) == "present" and S.verdict(0.0) == "absent"
     assert S.ideal_pattern("induction", 6, period=3).shape == (6, 6)
     assert 0.0 < S.chance_level("previous token", 8, period=None) < 1.0
+
+
+# -- b13 silent: cli.leaving took None, an int or bytes (printed later, as the signal came) ------
+@pytest.mark.parametrize("text, error", [(None, TypeError), (3, TypeError), (b"x", TypeError),
+                                         ("", ValueError), ("  ", ValueError)], ids=repr)
+def test_leaving_refuses_what_is_no_text(text, error):
+    from course_utils import cli
+
+    assert_named(Case("leaving", lambda: cli.leaving(text), error, ["text", "non-empty str", repr(text)]))
+    cli.leaving(cli.NOTHING_WRITTEN)  # the control
