@@ -197,3 +197,13 @@ def test_leaving_refuses_what_is_no_text(text, error):
 
     assert_named(Case("leaving", lambda: cli.leaving(text), error, ["text", "non-empty str", repr(text)]))
     cli.leaving(cli.NOTHING_WRITTEN)  # the control
+
+
+# -- b13 silent: a negative salt (write_secrets makes them in 1..2**31 - 1) was used as given -----
+def test_a_negative_salt_is_refused():
+    from course_utils.exercises import autograde as AG
+
+    exercise = AG.exercise_of("lesson02", "check_softmax_rows")
+    for call in (lambda: AG.cases_of(exercise, -3), lambda: AG.unseen_cases(exercise, -3)):
+        assert_named(Case("salt", call, ValueError, ["salt", "int >= 0", "-3"]))
+    assert AG.unseen_cases(exercise, 3)  # the control

@@ -157,6 +157,9 @@ def salted_seeds(salt: int) -> Iterator[None]:
         raise TypeError(f"salt: expected an int (a lesson's salt from the grader's secrets), got "
                         f"{type(salt).__name__} {salt!r:.60}")
     salt = int(salt)  # a NumPy int as a Python one: no int64 overflow in the mixing below
+    if salt < 0:  # write_secrets makes them in 1..2**31 - 1: a negative one is a mistake
+        raise ValueError(f"salt: expected an int >= 0 (a lesson's salt from the grader's secrets), "
+                         f"got {salt}")
     mixed = lambda seed: (int(seed) * 1_000_003 + salt) % 2**62  # noqa: E731
 
     class SaltedGenerator(torch.Generator):
