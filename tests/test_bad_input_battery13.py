@@ -207,3 +207,21 @@ def test_a_negative_salt_is_refused():
     for call in (lambda: AG.cases_of(exercise, -3), lambda: AG.unseen_cases(exercise, -3)):
         assert_named(Case("salt", call, ValueError, ["salt", "int >= 0", "-3"]))
     assert AG.unseen_cases(exercise, 3)  # the control
+
+
+# -- b13 silent: RecordRefusedCall(names) took None, a str, an int, unknown and repeated names ---
+@pytest.mark.parametrize("names, error, words", [
+    (None, TypeError, ["names", "tuple", "NoneType"]),
+    ("cat", TypeError, ["names", "tuple", "str 'cat'"]),
+    (3, TypeError, ["names", "tuple", "int 3"]),
+    (("nope",), ValueError, ["names", "no function 'nope'"]),
+    (("cat", "cat"), ValueError, ["names", "distinct", "['cat']"]),
+], ids=["none", "str", "int", "unknown", "repeated"])
+def test_record_refused_call_checks_its_names(names, error, words):
+    from course_utils.exercises.raising import RecordRefusedCall
+
+    assert_named(Case("names", lambda: RecordRefusedCall(names), error, words))
+    with RecordRefusedCall(("cat",)) as recorder:  # the control
+        with pytest.raises(TypeError):
+            torch.cat(1, 2)
+    assert recorder.refused[0] == "cat"
