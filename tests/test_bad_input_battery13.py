@@ -225,3 +225,13 @@ def test_record_refused_call_checks_its_names(names, error, words):
         with pytest.raises(TypeError):
             torch.cat(1, 2)
     assert recorder.refused[0] == "cat"
+
+
+# -- b13 precision_notes('cuda:9'/'meta') -> []: documented (the device is only parsed) ----------
+def test_precision_notes_only_parses_the_device(monkeypatch):
+    from course_utils.attention import sdpa_backends as SB
+
+    assert "only parsed" in SB.precision_notes.__doc__
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert SB.precision_notes("cuda:9", torch.float32)  # any CUDA device gets the note, GPU or none
+    assert SB.precision_notes("meta", torch.float32) == [] and SB.precision_notes("cpu", torch.float32) == []
