@@ -235,3 +235,28 @@ def test_precision_notes_only_parses_the_device(monkeypatch):
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     assert SB.precision_notes("cuda:9", torch.float32)  # any CUDA device gets the note, GPU or none
     assert SB.precision_notes("meta", torch.float32) == [] and SB.precision_notes("cpu", torch.float32) == []
+
+
+# -- b13 obscure: MLP.forward and Block.forward had no input check (raw torch errors) ------------
+def _stream_layers():
+    from course_utils.model.transformer import MLP, Block, ModelConfig
+
+    return {"MLP": MLP(8, 16), "Block": Block(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2,
+                                                          mlp=True))}
+
+
+@pytest.mark.parametrize("layer", ["MLP", "Block"])
+@pytest.mark.parametrize("x, error, words", [
+    ([1.0], TypeError, ["x must be a torch.Tensor", "list"]),
+    (np.zeros((1, 2, 8)), TypeError, ["x must be a torch.Tensor", "ndarray"]),
+    (torch.zeros(1, 2, 8, dtype=torch.long), TypeError, ["x must hold floating-point", "torch.int64"]),
+    (torch.zeros(1, 2, 8, dtype=torch.float16), TypeError, ["x has dtype torch.float16", "torch.float32"]),
+    (torch.zeros(1, 2, 8, device="meta"), ValueError, ["x is on device meta", "cpu"]),
+    (torch.zeros(2, 8), ValueError, ["x must be 3-D", "d_model=8", "(2, 8)"]),
+    (torch.zeros(1, 2, 5), ValueError, ["x last dim must be d_model=8", "(1, 2, 5)"]),
+], ids=["list", "numpy", "int64", "float16", "meta", "2-D", "width"])
+def test_stream_layers_check_their_input(layer, x, error, words):
+    module = _stream_layers()[layer]
+    assert_named(Case(layer, lambda: module(x), error, words))
+    out = module(torch.zeros(1, 2, 8))  # the control
+    assert (out if layer == "MLP" else out[0]).shape == (1, 2, 8)

@@ -42,6 +42,7 @@ __all__ = [
     "check_device_present",
     "check_holds_values",
     "check_finite",
+    "check_stream",
     "check_matches_module",
     "check_keys_not_empty",
     "check_sdpa_inputs",
@@ -624,6 +625,16 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
         check_mask_fits(mask, target, "(..., Tq, Tk)", device=q.device)
 
 
+def check_stream(x: object, name: str, *, d_model: int, weight: Tensor) -> None:
+    """The one input check of a layer on the residual stream (attention's query, key and value,
+    a block, an MLP): ``x`` a float ``(B, T, d_model)`` tensor with the dtype and device of the
+    module whose parameter is ``weight``."""
+    check_tensor(x, name, ndim=3, layout=f"(B, T, d_model={d_model})")
+    if x.shape[-1] != d_model:
+        raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(x)}")
+    check_matches_module(x, name, weight)
+
+
 def check_mha_tensors(query: object, key: object, value: object, *, d_model: int,
                       weight: Tensor) -> None:
     """The tensors an attention layer projects: ``query``, ``key`` and ``value`` each a float
@@ -633,10 +644,7 @@ def check_mha_tensors(query: object, key: object, value: object, *, d_model: int
     for name, t in (("query", query), ("key", key), ("value", value)):
         if (name == "key" and key is query) or (name == "value" and value is key):
             continue  # self-attention passes one tensor three times: check it once
-        check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={d_model})")
-        if t.shape[-1] != d_model:
-            raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(t)}")
-        check_matches_module(t, name, weight)
+        check_stream(t, name, d_model=d_model, weight=weight)
     if not (query.shape[0] == key.shape[0] == value.shape[0]):
         raise ValueError(f"query, key and value must share the batch size B, got "
                          f"{describe_shape(query)}, {describe_shape(key)}, {describe_shape(value)}")
