@@ -260,3 +260,16 @@ def test_stream_layers_check_their_input(layer, x, error, words):
     assert_named(Case(layer, lambda: module(x), error, words))
     out = module(torch.zeros(1, 2, 8))  # the control
     assert (out if layer == "MLP" else out[0]).shape == (1, 2, 8)
+
+
+# -- b13: StageRow(seconds=0).gb_per_s raised ZeroDivisionError; seconds=-1 gave -1e-06 GB/s ------
+@pytest.mark.parametrize("seconds, error, words", [
+    (0.0, ValueError, ["StageRow.seconds", "> 0", "0.0"]),
+    (-1.0, ValueError, ["StageRow.seconds", "> 0", "-1.0"]),
+    ("1", TypeError, ["StageRow.seconds", "real number", "str '1'"]),
+], ids=["zero", "negative", "str"])
+def test_stage_row_needs_a_time_above_zero(seconds, error, words):
+    from course_utils.bench import gqa_speed as GS
+
+    assert_named(Case("StageRow", lambda: GS.StageRow("read K and V", 4, seconds, 1000), error, words))
+    assert GS.StageRow("read K and V", 4, 1e-6, 1000).gb_per_s == pytest.approx(1.0)  # the control

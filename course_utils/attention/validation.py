@@ -964,7 +964,8 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     ``__post_init__``: every field holds what its annotation says, named in the message as
     ``Record.field``. ``int``: a Python or NumPy int >= 0 (not a bool: records hold counts, sizes
     and indices; at least 1 for the fields in ``positive``); ``float``: a real number >= 0 (times,
-    sizes, losses, differences), finite and not NaN, except that ``signed`` fields may be negative
+    sizes, losses, differences; > 0 for the fields in ``positive``, such as a time divided by), finite
+    and not NaN, except that ``signed`` fields may be negative
     and ``nan_ok`` fields may be NaN or infinite (e.g. a difference not measured yet); ``str``,
     ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
     ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
@@ -1030,8 +1031,9 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
                 raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r:.60}")
             if nan_ok and not math.isfinite(value):
                 return
-            if not math.isfinite(value) or (not signed and value < 0):
-                raise ValueError(f"{label} must be a finite number{'' if signed else ' >= 0'}, got {value!r}")
+            if not math.isfinite(value) or (not signed and value < 0) or (positive and value <= 0):
+                bound = " > 0" if positive else "" if signed else " >= 0"
+                raise ValueError(f"{label} must be a finite number{bound}, got {value!r}")
         return real
     if hint is bool:
         return lambda value, label: check_flag(value, label) and None

@@ -40,9 +40,9 @@ under 32 MiB come from the heap and, once freed, stay there to be reused; the he
 trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
 ``repeat`` pays for what copying costs, not for the operating system's page mapping.
 
-:class:`DecodeRow`, :class:`DecodeBench`, :class:`StageRow` are plain records (a dataclass or
-NamedTuple) filled by this module's validated functions: they do not check their fields, so
-build them with those functions rather than by hand.
+:class:`DecodeRow` and :class:`StageRow` check their fields when made (``check_record``);
+:class:`DecodeBench` is a plain record filled by this module's validated functions: it does not
+check its fields, so build it with :func:`bench_decode` rather than by hand.
 """
 
 from __future__ import annotations
@@ -551,6 +551,9 @@ class StageRow:
     num_kv_heads: int
     seconds: float
     bytes_moved: int  # bytes read + written by the stage, summed over layers
+
+    def __post_init__(self) -> None:
+        check_record(self, positive=("seconds",))  # gb_per_s divides by it
 
     @property
     def gb_per_s(self) -> float:
