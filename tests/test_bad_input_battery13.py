@@ -273,3 +273,20 @@ def test_stage_row_needs_a_time_above_zero(seconds, error, words):
 
     assert_named(Case("StageRow", lambda: GS.StageRow("read K and V", 4, seconds, 1000), error, words))
     assert GS.StageRow("read K and V", 4, 1e-6, 1000).gb_per_s == pytest.approx(1.0)  # the control
+
+
+# -- b13: Raised(kind='') was kept (it would never match a raise); Timing without samples ---------
+@pytest.mark.parametrize("kind", ["", "Value Error", "3"], ids=repr)
+def test_raised_kind_must_name_an_exception_class(kind):
+    from course_utils.exercises.answers import Raised
+
+    assert_named(Case("Raised", lambda: Raised(kind, "m"), ValueError, ["Raised.kind", "exception class",
+                                                                         repr(kind)]))
+    assert Raised("MyOwnError", "").kind == "MyOwnError"  # an answer may raise its own class
+
+
+def test_timing_without_samples_documents_its_best():
+    from course_utils.bench.timing import Timing
+
+    assert "median" in Timing.best_s.__doc__
+    assert Timing("x", 2.0, 1.0).best_s == 2.0 and Timing("x", 2.0, 1.0, [3.0, 1.5]).best_s == 1.5
