@@ -290,3 +290,14 @@ def test_timing_without_samples_documents_its_best():
 
     assert "median" in Timing.best_s.__doc__
     assert Timing("x", 2.0, 1.0).best_s == 2.0 and Timing("x", 2.0, 1.0, [3.0, 1.5]).best_s == 1.5
+
+
+# -- b13: forward_callables took an x of another dtype than the modules (refused only when called) --
+def test_forward_callables_refuse_an_x_the_modules_cannot_take():
+    from course_utils.bench import mha_speed as MS
+
+    modules = {"torch": torch.nn.MultiheadAttention(8, 2, batch_first=True)}
+    x16 = torch.zeros(1, 3, 8, dtype=torch.float16)
+    assert_named(Case("dtype", lambda: MS.forward_callables(modules, x16), TypeError,
+                      ["x (for modules['torch'])", "torch.float16", "torch.float32"]))
+    assert MS.forward_callables(modules, torch.zeros(1, 3, 8))["torch"]().shape == (1, 3, 8)  # control
