@@ -301,3 +301,14 @@ def test_forward_callables_refuse_an_x_the_modules_cannot_take():
     assert_named(Case("dtype", lambda: MS.forward_callables(modules, x16), TypeError,
                       ["x (for modules['torch'])", "torch.float16", "torch.float32"]))
     assert MS.forward_callables(modules, torch.zeros(1, 3, 8))["torch"]().shape == (1, 3, 8)  # control
+
+
+# -- b13: grading_preview(cells, 123, key) -> [] (no problem) for a name no answer can have --------
+@pytest.mark.parametrize("name", [123, None, "", "not a name"], ids=repr)
+def test_grading_preview_names_a_bad_name(name):
+    from course_utils.exercises import sandbox as SB
+
+    cells = ["def f(x):\n    return x\n"]
+    problems = SB.grading_preview(cells, name, "lesson02.check_softmax_rows")
+    assert len(problems) == 1 and "name" in problems[0] and repr(name)[:20] in problems[0], problems
+    assert SB.grading_preview(cells, "f", "lesson02.check_softmax_rows") == []  # the control

@@ -709,6 +709,9 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
             or not all(isinstance(c, str) for c in cells):
         return [f"cells: expected the notebook's code cells so far (a list of str), got "
                 f"{type(cells).__name__} {cells!r:.60}"]
+    if type(name) is not str or not name.isidentifier():  # no answer can be found under it
+        return [f"name: expected the answer's function name (a str such as 'softmax_rows'), got "
+                f"{type(name).__name__} {name!r:.60}"]
     try:
         code = answer_source(cells, name)
     except AnswerProblem as problem:
