@@ -312,3 +312,15 @@ def test_grading_preview_names_a_bad_name(name):
     problems = SB.grading_preview(cells, name, "lesson02.check_softmax_rows")
     assert len(problems) == 1 and "name" in problems[0] and repr(name)[:20] in problems[0], problems
     assert SB.grading_preview(cells, "f", "lesson02.check_softmax_rows") == []  # the control
+
+
+# -- b13: grade_answer(salt=3, solutions_dir=None) graded without the unseen cases, without a word --
+@pytest.mark.parametrize("salt, given, lacking", [(3, "salt=3", "solutions_dir=None"),
+                                                  (None, "solutions_dir=", "salt=None")], ids=["salt", "dir"])
+def test_grade_answer_wants_salt_and_solutions_dir_together(salt, given, lacking, tmp_path):
+    from course_utils.exercises import autograde as AG
+
+    folder = None if salt is not None else str(tmp_path)
+    call = lambda: AG.grade_answer("lesson02", "check_softmax_rows", "def f(s):\n    return s\n", "f",  # noqa: E731
+                                   salt=salt, solutions_dir=folder)
+    assert_named(Case("pair", call, ValueError, ["salt and solutions_dir go together", given, lacking]))

@@ -513,7 +513,7 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
                  memory: int = 4 * 2**30, sandboxed: bool | None = None) -> Any:
     """Grade the answer ``name`` whose source is ``code`` (:func:`.sandbox.answer_source`) with
     ``lessonNN.check_xxx``: run apart, compared here. With ``salt`` and ``solutions_dir``
-    also on unseen cases. Returns the Feedback."""
+    also on unseen cases (both or neither). Returns the Feedback."""
     from .core import Feedback
 
     exercise = exercise_of(lesson, check)
@@ -560,6 +560,10 @@ def _check_grading_arguments(code: object, name: object, salt: object, solutions
     if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
         raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
                          f"{solutions_dir!r:.100} is not a folder")
+    if (salt is None) != (solutions_dir is None):  # the unseen cases need both: one alone was ignored
+        given, lacking = ("salt", "solutions_dir") if solutions_dir is None else ("solutions_dir", "salt")
+        raise ValueError(f"salt and solutions_dir go together (the unseen cases need both), got {given}="
+                         f"{salt if given == 'salt' else solutions_dir!r:.100} and {lacking}=None")
     if isinstance(hide, (str, bytes)) or not isinstance(hide, (list, tuple)) \
             or not all(isinstance(p, Path) for p in hide):
         raise TypeError(f"hide must be a list of pathlib.Path to hide from the answer, got {hide!r:.80}")
