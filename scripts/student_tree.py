@@ -52,13 +52,20 @@ time, unfinished exercises just say "not attempted yet". This copy holds no solu
 
 def _check_outside_the_copied_folders(out: Path) -> None:
     """``out`` must not lie inside a folder the tree copies: the copy would then hold its own
-    staging folder, and copy it again inside itself ("File name too long")."""
+    staging folder, and copy it again inside itself ("File name too long"); nor anywhere else
+    inside the repository (``notebooks/out``), where its tests and tools would pick the copy up."""
     where = out.resolve()
     for name in KEEP:
         source = (ROOT / name).resolve()
         if source.is_dir() and (where == source or source in where.parents):
             raise ValueError(f"{out} lies inside {name}/, which the tree copies (it would copy itself): "
                              "choose a folder outside it (nothing was written)")
+    root = ROOT.resolve()
+    if where == root or root in where.parents:  # notebooks/out: pytest, git and release would see it
+        inside = where.relative_to(root).as_posix()
+        raise ValueError(f"{out} lies inside this repository ({inside}/ of {root}): its tests, git and "
+                         "the release would take the copy for course files; choose a folder outside it "
+                         "(nothing was written)")
 
 
 def _make_parents(folder: Path) -> list[Path]:

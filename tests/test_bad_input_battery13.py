@@ -324,3 +324,20 @@ def test_grade_answer_wants_salt_and_solutions_dir_together(salt, given, lacking
     call = lambda: AG.grade_answer("lesson02", "check_softmax_rows", "def f(s):\n    return s\n", "f",  # noqa: E731
                                    salt=salt, solutions_dir=folder)
     assert_named(Case("pair", call, ValueError, ["salt and solutions_dir go together", given, lacking]))
+
+
+# -- b13: `course.py student-tree notebooks/out` wrote 92 files inside the clone ------------------
+def test_student_tree_inside_the_repository_is_refused():
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import student_tree
+    finally:
+        sys.path.remove(str(root / "scripts"))
+    target = root / "notebooks" / "out_by_test13"
+    with pytest.raises(ValueError, match="inside this repository") as info:
+        student_tree.build(target)
+    assert "notebooks/out_by_test13/" in str(info.value) and not target.exists()
