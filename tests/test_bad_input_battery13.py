@@ -341,3 +341,24 @@ def test_student_tree_inside_the_repository_is_refused():
     with pytest.raises(ValueError, match="inside this repository") as info:
         student_tree.build(target)
     assert "notebooks/out_by_test13/" in str(info.value) and not target.exists()
+
+
+# -- b13: `course.py test 'a\x01b'` (a bare word, no such path) ran the whole collection ------------
+def _course():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("course_cli13", Path(__file__).resolve().parent.parent
+                                                  / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_course_test_refuses_a_bare_word_that_is_no_path(capsys):
+    course = _course()
+    assert course.missing_test_paths(["a\x01b"]) == ["a\x01b"]
+    assert course.missing_test_paths(["tests", "--maxfail", "3", "-p", "no:cacheprovider"]) == []  # control
+    assert course._main(["test", "a\x01b"]) == 2
+    err = capsys.readouterr().err
+    assert "no such test file or folder: 'a\\x01b'" in err and "nothing was run" in err, err
