@@ -3,7 +3,8 @@
 
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
-        whose lines start with ``# ``) into a notebook.
+        whose lines start with ``# ``) into a notebook, replacing OUT when it exists.
+        A markdown line that is no comment is refused (file and line named).
     python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
@@ -284,11 +285,15 @@ def build(draft: Path, out: Path) -> None:
         else:
             cells.append(nbformat.v4.new_code_cell(text))
 
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("# %%"):
             flush()
             kind, lines = ("markdown" if "[markdown]" in line else "code"), []
         else:
+            if kind == "markdown" and line.strip() and not line.startswith("#"):
+                raise ToolError(f"{draft}: line {number} is in a markdown cell but does not start with "
+                                f"'# ': {line[:60]!r} (a markdown cell's lines are comments; start a "
+                                "code cell with '# %%'); nothing was written")
             lines.append(line)
     flush()
     for cell in cells:

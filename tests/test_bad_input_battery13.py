@@ -362,3 +362,18 @@ def test_course_test_refuses_a_bare_word_that_is_no_path(capsys):
     assert course._main(["test", "a\x01b"]) == 2
     err = capsys.readouterr().err
     assert "no such test file or folder: 'a\\x01b'" in err and "nothing was run" in err, err
+
+
+# -- b13: `notebook_tools build` of a draft whose markdown cell holds a bare line overwrote the lesson --
+def test_build_refuses_a_markdown_line_that_is_no_comment(tmp_path, capsys):
+    notebook_tools = _tool_main("notebook_tools").__globals__  # the script's module namespace
+    draft, out = tmp_path / "draft.py", tmp_path / "out.ipynb"
+    out.write_text("kept")
+    draft.write_text("# %% [markdown]\n# # Title\nnot a comment\n# %%\nx = 1\n")
+    assert notebook_tools["main"](["build", str(draft), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "line 3" in err and "'not a comment'" in err and "does not start with '# '" in err, err
+    assert out.read_text() == "kept"
+    draft.write_text("# %% [markdown]\n# # Title\n#\n\n# %%\nx = 1\n")  # the control
+    assert notebook_tools["main"](["build", str(draft), str(out)]) == 0
+    assert '"x = 1"' in out.read_text()
