@@ -377,3 +377,24 @@ def test_build_refuses_a_markdown_line_that_is_no_comment(tmp_path, capsys):
     draft.write_text("# %% [markdown]\n# # Title\n#\n\n# %%\nx = 1\n")  # the control
     assert notebook_tools["main"](["build", str(draft), str(out)]) == 0
     assert '"x = 1"' in out.read_text()
+
+
+# -- b13 obscure: messages named another argument than the one given -----------------------------
+def _wrong_name_cases():
+    from course_utils.attention.mha import MultiHeadAttention
+    from course_utils.attention.shapes import measured_macs
+    from course_utils.env import pick_device
+
+    return [
+        Case("pick_device prefer", lambda: pick_device("tpu"), ValueError, ["prefer must be", "'tpu'"]),
+        Case("pick_device prefer int", lambda: pick_device(3), TypeError, ["prefer must be", "int"]),
+        Case("train device", lambda: TRN.train_induction(steps=1, device="tpu"), ValueError,
+             ["device must be", "'tpu'"]),
+        Case("measured_macs x", lambda: measured_macs(MultiHeadAttention(8, 2), [1.0]), TypeError,
+             ["x must be a torch.Tensor", "list"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _wrong_name_cases(), ids=lambda c: c.name)
+def test_messages_name_the_argument_given(case):
+    assert_named(case)

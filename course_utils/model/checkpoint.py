@@ -459,7 +459,7 @@ def load_checkpoint(
                         f"'induction') or None, got {type(task).__name__} {task!r:.60}")
     if task is not None and not task.strip():
         raise ValueError(f"task must name a task, such as 'induction', or be None, got {task!r}")
-    device = pick_device(device)
+    device = pick_device(device, "device")
     weights_path, meta_path = checkpoint_paths(name_or_path)
     if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
         inside = available_checkpoints(name_or_path)

@@ -445,7 +445,7 @@ def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_s
                         f"ModelConfig.from_dict(d)), got {type(config).__name__}")
     _check_fits_task(config, task, needed_len, name, "config")
     check_seed(seed)
-    device = pick_device(device)
+    device = pick_device(device, "device")
     model = _build_model(config, seed, device)
 
     def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -694,7 +694,7 @@ def _check_cli_args(args: argparse.Namespace) -> None:
     check_int(args.batch_size, "--batch-size", minimum=1)
     _check_batch_fits(args.task, args.batch_size, "--batch-size")
     try:
-        pick_device(args.device)
+        pick_device(args.device, "device")
     except (TypeError, ValueError) as err:
         raise ValueError(f"--device {args.device!r}: {err}") from None
     if args.out is not None:
