@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -384,6 +385,8 @@ def _wrong_name_cases():
     from course_utils.attention.mha import MultiHeadAttention
     from course_utils.attention.shapes import measured_macs
     from course_utils.env import pick_device
+    from course_utils.exercises import sandbox as SBX
+    from course_utils.exercises import your_attention as YA
 
     return [
         Case("pick_device prefer", lambda: pick_device("tpu"), ValueError, ["prefer must be", "'tpu'"]),
@@ -392,6 +395,11 @@ def _wrong_name_cases():
              ["device must be", "'tpu'"]),
         Case("measured_macs x", lambda: measured_macs(MultiHeadAttention(8, 2), [1.0]), TypeError,
              ["x must be a torch.Tensor", "list"]),
+        Case("hidden_paths extra", lambda: SBX.hidden_paths(3), TypeError, ["extra: expected a list", "int"]),
+        Case("hidden_paths extra path", lambda: SBX.hidden_paths(Path("/tmp")), TypeError,
+             ["extra: expected a list", "PosixPath"]),
+        Case("run_with_your_attention checkpoint", lambda: YA.run_with_your_attention(lambda *a: None, 3),
+             TypeError, ["checkpoint must be a str or Path", "int"]),
     ]
 
 
