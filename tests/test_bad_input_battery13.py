@@ -406,3 +406,27 @@ def _wrong_name_cases():
 @pytest.mark.parametrize("case", _wrong_name_cases(), ids=lambda c: c.name)
 def test_messages_name_the_argument_given(case):
     assert_named(case)
+
+
+# -- b13 obscure: raw Python errors from validators given the wrong kind -------------------------
+def _raw_error_cases():
+    from course_utils.attention import validation as V
+    from course_utils.bench import gqa_speed as GS
+
+    return [
+        Case("check_attention_fits batch str", lambda: V.check_attention_fits("3", 4, 8, 2), TypeError,
+             ["batch must be an int", "str '3'"]),
+        Case("check_attention_fits num_heads str", lambda: V.check_attention_fits(3, 4, 8, "2"), TypeError,
+             ["num_heads must be an int", "str '2'"]),
+        Case("stage_times groups None", lambda: GS.stage_times(None), TypeError,
+             ["groups must be a list of ints", "NoneType"]),
+        Case("stage_bandwidth groups None", lambda: GS.stage_bandwidth(None), TypeError,
+             ["groups must be a list of ints", "NoneType"]),
+        Case("make_kv_caches groups float", lambda: GS.make_kv_caches(4, 2, 8, 1, [4, 2.0]), TypeError,
+             ["groups[1] must be an int", "float 2.0"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _raw_error_cases(), ids=lambda c: c.name)
+def test_validators_name_a_wrong_kind(case):
+    assert_named(case)

@@ -309,8 +309,11 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
                          name: str | None = None) -> None:
     """Refuse, before anything is allocated, a self-attention forward pass whose float32 working
     memory does not fit here: scores ``(B, h, T, T)``, the input and its projections, and the
-    weights. The sizes must already be checked ints. ``name`` is blamed in the message (default:
-    the sizes of the largest of the three parts, e.g. ``"batch x num_heads x seq_len**2"``)."""
+    weights. Each size must be an int >= 1 (checked here too, by its name). ``name`` is blamed in
+    the message (default: the sizes of the largest of the three parts, e.g.
+    ``"batch x num_heads x seq_len**2"``)."""
+    batch, seq_len, d_model, num_heads = (check_int(v, n, minimum=1) for n, v in (
+        ("batch", batch), ("seq_len", seq_len), ("d_model", d_model), ("num_heads", num_heads)))
     parts = {"batch x num_heads x seq_len**2": batch * num_heads * seq_len * seq_len,
              "batch x seq_len x d_model": 4 * batch * seq_len * d_model,
              "d_model**2": 4 * d_model * d_model}

@@ -70,6 +70,7 @@ from ..attention.validation import (
     check_fits_in_memory,
     check_float_dtype,
     check_int,
+    check_int_list,
     check_record,
 )
 from ..env import torch_threads
@@ -340,6 +341,7 @@ def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, ba
     sizes = tuple(check_int(value, name, minimum=1) for name, value in (
         ("num_heads", num_heads), ("d_head", d_head), ("context", context), ("num_layers", num_layers),
         ("batch", batch)))
+    groups = check_int_list(groups, "groups", minimum=1)  # None, a str or floats: named here
     bad = [g for g in groups if isinstance(g, bool) or not isinstance(g, int) or g <= 0
            or num_heads % g != 0]
     if not groups or bad or num_heads not in groups:
