@@ -97,6 +97,18 @@ def raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted(signum, _left[0])
 
 
+def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True) -> list[str]:
+    """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
+    ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
+    object is not iterable")."""
+    argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) \
+            or not all(type(word) is str for word in argv):
+        raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
+                        f"got {type(argv).__name__} {argv!r:.80}")
+    return list(argv)
+
+
 def run(main, argv: list[str], prog: str) -> int:
     """``main(argv)`` with SIGINT/SIGTERM raising :class:`Interrupted`; an interruption is printed
     on one line, ``prog: interrupted by SIGINT: <what was left>``, and gives 128 + its number.
@@ -106,6 +118,12 @@ def run(main, argv: list[str], prog: str) -> int:
     (:func:`stop_at_once` was called) the signals are ignored instead: its work is done or reported,
     and a signal while the interpreter shuts down (Jupyter's clean-ups can take a second) would
     otherwise end it silently with the signal's status, or with a wrong line."""
+    if not callable(main):
+        raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
+                        f"{main!r:.60}")
+    argv = words(argv)
+    if type(prog) is not str or not prog:
+        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got {prog!r:.60}")
     _received.clear()
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
     try:
@@ -142,6 +160,8 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     number (as :func:`run` makes it); this process says one line itself only when the child died of
     the signal without a word, and returns 128 + its number then. The other stop signals are not
     relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does."""
+    if not words(command, "command", none_reads_sys_argv=False):
+        raise ValueError("command must hold at least the program to run, got []")
     child = subprocess.Popen(command, **kwargs)
     received: list[int] = []
 

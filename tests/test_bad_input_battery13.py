@@ -430,3 +430,28 @@ def _raw_error_cases():
 @pytest.mark.parametrize("case", _raw_error_cases(), ids=lambda c: c.name)
 def test_validators_name_a_wrong_kind(case):
     assert_named(case)
+
+
+# -- b13 obscure: cli.run/cli.call and the tools' main(argv) given no command line ---------------
+def _command_line_cases():
+    from course_utils import cli
+    from course_utils.bench import cli as bench_cli
+
+    return [
+        Case("run main None", lambda: cli.run(None, [], "tool.py"), TypeError, ["main must be", "NoneType"]),
+        Case("run main str", lambda: cli.run("main", [], "tool.py"), TypeError, ["main must be", "str"]),
+        Case("run argv int", lambda: cli.run(lambda a: 0, 3, "tool.py"), TypeError,
+             ["argv must be a list of str", "int 3"]),
+        Case("call command empty", lambda: cli.call([], "tool.py"), ValueError, ["command must hold", "[]"]),
+        Case("call command None", lambda: cli.call(None, "tool.py"), TypeError,
+             ["command must be a list of str", "NoneType"]),
+        Case("call command str", lambda: cli.call("ls -l", "tool.py"), TypeError,
+             ["command must be a list of str", "str 'ls -l'"]),
+        Case("bench main int", lambda: bench_cli.main(3), TypeError, ["argv must be a list of str", "int 3"]),
+        Case("train main int", lambda: TRN.main(3), TypeError, ["argv must be a list of str", "int 3"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _command_line_cases(), ids=lambda c: c.name)
+def test_command_line_helpers_name_what_is_no_command_line(case):
+    assert_named(case)

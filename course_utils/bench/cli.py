@@ -13,7 +13,6 @@ built on them (:func:`seed_number`, ...), never a bare ``int`` (a test holds eve
 import argparse
 import importlib
 import re
-import sys
 from collections.abc import Callable
 
 from .. import cli
@@ -222,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = cli.words(argv)
     names = _subcommand_names(parser)
     if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help")):
         # argparse names an unknown first word by the subparsers' dest ("required: which")

@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.model.train induction|agreement|mixture --seed S --steps N --out PATH``."""
     from .. import cli
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = cli.words(argv)
     parser = cli.ArgumentParser(prog="python -m course_utils.model.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TRAINERS))
