@@ -218,21 +218,22 @@ def publish(args: list[str]) -> int:
 def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
     """(argument, path) for each argument of ``course.py test`` that names a file or folder to
     test (a path, or a ``path::test`` node id). Options and their values (``-k expr``,
-    ``-m "not slow"``) are not paths."""
-    found, skip = [], False
+    ``-m "not slow"``) are not paths. A bare word (``tests``, ``a_typo``) is a path too unless an
+    option stands right before it (``--maxfail 3``: it may be that option's value)."""
+    found, skip, after_option = [], False, False
     for arg in args:
         if skip:
-            skip = False
+            skip = after_option = False
             continue
         if arg.startswith("-"):
             skip = arg in PYTEST_VALUE_OPTIONS  # "--opt=value" carries its value
+            after_option = True
             continue
         path = arg.split("::", 1)[0]
-        if not path:
-            continue
-        if "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb")) \
-                or not path.isprintable():  # a control character: no option value, no test name
+        if path and ("::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb"))
+                     or not after_option or not path.isprintable()):  # a control character: no value
             found.append((arg, path))
+        after_option = False
     return found
 
 
@@ -303,8 +304,8 @@ def _main(argv: list[str]) -> int:
     if argv[0] == "test":
         missing = missing_test_paths(argv[1:])
         if missing:
-            missing = [arg if arg.isprintable() else repr(arg) for arg in missing]
-            print(f"course.py test: no such test file or folder: {', '.join(missing)} (paths are "
+            shown = [arg if arg.isprintable() else repr(arg) for arg in missing]  # a control character
+            print(f"course.py test: no such test file or folder: {', '.join(shown)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
             return 2
         special = special_test_paths(argv[1:])

@@ -3,8 +3,9 @@
 
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
-        whose lines start with ``# ``) into a notebook. A draft that breaks these rules
-        is refused (file and line named) and OUT.ipynb is left as it was.
+        whose lines start with ``# ``) into a notebook, replacing OUT when it exists. A draft
+        that breaks these rules (a markdown line that is no comment, text before the first
+        ``# %%``) is refused (file and line named) and OUT is left as it was.
     python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
@@ -43,7 +44,6 @@ interrupted (or failed) run leaves the student folder as it was.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import platform
@@ -294,7 +294,7 @@ def build(draft: Path, out: Path) -> None:
             kind, lines, start = ("markdown" if "[markdown]" in line else "code"), [], number
             continue
         if kind != "code" and line.strip() and not line.startswith("#"):  # it would be lost or garbled
-            where = (f"a markdown cell (from line {start}) must start with '# '" if kind else
+            where = (f"in a markdown cell (from line {start}) but does not start with '# '" if kind else
                      "text before the first '# %%' cell marker would be lost; it must be a '#' comment")
             raise ToolError(f"{draft}, line {number}: {where}, got {line!r:.60}; {out} was not written")
         lines.append(line)
@@ -420,40 +420,15 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT) -> tuple[float, str]:
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
-    received: list[int] = []
-
-    class NotingLoop(asyncio.SelectorEventLoop):
-        """nbclient stops its kernel on SIGINT/SIGTERM through the running loop's signal
-        handlers, then fails with whatever the dead kernel gives (AttributeError, AssertionError);
-        this loop notes the signal so that it is reported as an interruption."""
-
-        def add_signal_handler(self, sig: int, callback, *args) -> None:
-            def noted(*given) -> None:
-                received.append(sig)
-                callback(*given)
-            super().add_signal_handler(sig, noted, *args)
-
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # the loop resets them when done
-    loop = NotingLoop()
     start = time.perf_counter()
     kernel_log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
     try:  # the kernel's stderr (its start-up warning, its log as it is stopped) goes to kernel_log
-        loop.run_until_complete(client.async_execute(stderr=kernel_log))
-    except Exception as exc:
-        if received:
-            raise Interrupted(received[0], f"the kernel was shut down; {path} was not changed") from None
+        cli.run_kernel(client.async_execute(stderr=kernel_log),
+                       f"the kernel was shut down; {path} was not changed")
+    except Exception as exc:  # a signal is cli.Interrupted, no Exception: it passes
         _explain_failure(exc, path, timeout, kernel_log)
     finally:
         kernel_log.close()
-        if received:  # let nbclient's kernel clean-ups finish (they race; one fails on the other's None)
-            pending = asyncio.all_tasks(loop)
-            if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if received:  # the last cell had finished: still, nothing of an interrupted run is written
-        raise Interrupted(received[0], f"the kernel was shut down; {path} was not changed")
     elapsed = time.perf_counter() - start
     clean(nb)
     return elapsed, notebook_text(nb)

@@ -64,10 +64,12 @@ def _check_outside_the_copied_folders(out: Path) -> None:
         if source.is_dir() and (where == source or source in where.parents):
             raise ValueError(f"{out} lies inside {name}/, which the tree copies (it would copy itself): "
                              "choose a folder outside it (nothing was written)")
-    if where == root or root in where.parents:
-        raise ValueError(f"{out} lies inside this clone ({root}): the tree's files would be written "
-                         "among the course's own; choose a folder outside the clone, e.g. "
-                         "../mha-student (nothing was written)")
+    root = ROOT.resolve()
+    if where == root or root in where.parents:  # notebooks/out: pytest, git and release would see it
+        inside = where.relative_to(root).as_posix()
+        raise ValueError(f"{out} lies inside this repository ({inside}/ of {root}): its tests, git and "
+                         "the release would take the copy for course files; choose a folder outside it "
+                         "(nothing was written)")
 
 
 def _make_parents(folder: Path) -> list[Path]:

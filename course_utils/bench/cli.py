@@ -15,8 +15,9 @@ built on them (:func:`seed_number`, ...), never a bare ``int`` (a test holds eve
 import argparse
 import importlib
 import re
-import sys
 from collections.abc import Callable
+
+from .. import cli
 
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
            "seed_number", "batch_by_context", "device_name", "Distinct"]
@@ -211,7 +212,7 @@ def _shown(value: object) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
+    parser = cli.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest="which", required=True)
     for module in SUBCOMMANDS:
@@ -222,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = cli.words(argv)
     names = _subcommand_names(parser)
     if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help")):
         # argparse names an unknown first word by the subparsers' dest ("required: which")

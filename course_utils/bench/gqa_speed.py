@@ -40,9 +40,9 @@ under 32 MiB come from the heap and, once freed, stay there to be reused; the he
 trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
 ``repeat`` pays for what copying costs, not for the operating system's page mapping.
 
-:class:`DecodeRow`, :class:`DecodeBench`, :class:`StageRow` are plain records (a dataclass or
-NamedTuple) filled by this module's validated functions: they do not check their fields, so
-build them with those functions rather than by hand.
+:class:`DecodeRow` and :class:`StageRow` check their fields when made (``check_record``);
+:class:`DecodeBench` is a plain record filled by this module's validated functions: it does not
+check its fields, so build it with :func:`bench_decode` rather than by hand.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ from ..attention.validation import (
     check_fits_in_memory,
     check_float_dtype,
     check_int,
+    check_int_list,
     check_record,
 )
 from ..env import torch_threads
@@ -341,6 +342,7 @@ def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, ba
     sizes = tuple(check_int(value, name, minimum=1) for name, value in (
         ("num_heads", num_heads), ("d_head", d_head), ("context", context), ("num_layers", num_layers),
         ("batch", batch)))
+    groups = check_int_list(groups, "groups", minimum=1)  # None, a str or floats: named here
     bad = [g for g in groups if isinstance(g, bool) or not isinstance(g, int) or g <= 0
            or num_heads % g != 0]
     if not groups or bad or num_heads not in groups:
@@ -552,6 +554,9 @@ class StageRow:
     num_kv_heads: int
     seconds: float
     bytes_moved: int  # bytes read + written by the stage, summed over layers
+
+    def __post_init__(self) -> None:
+        check_record(self, positive=("seconds",))  # gb_per_s divides by it
 
     @property
     def gb_per_s(self) -> float:

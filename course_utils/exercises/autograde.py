@@ -157,6 +157,9 @@ def salted_seeds(salt: int) -> Iterator[None]:
         raise TypeError(f"salt: expected an int (a lesson's salt from the grader's secrets), got "
                         f"{type(salt).__name__} {salt!r:.60}")
     salt = int(salt)  # a NumPy int as a Python one: no int64 overflow in the mixing below
+    if salt < 0:  # write_secrets makes them in 1..2**31 - 1: a negative one is a mistake
+        raise ValueError(f"salt: expected an int >= 0 (a lesson's salt from the grader's secrets), "
+                         f"got {salt}")
     mixed = lambda seed: (int(seed) * 1_000_003 + salt) % 2**62  # noqa: E731
 
     class SaltedGenerator(torch.Generator):
@@ -510,7 +513,7 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
                  memory: int = 4 * 2**30, sandboxed: bool | None = None) -> Any:
     """Grade the answer ``name`` whose source is ``code`` (:func:`.sandbox.answer_source`) with
     ``lessonNN.check_xxx``: run apart, compared here. With ``salt`` and ``solutions_dir``
-    also on unseen cases. Returns the Feedback."""
+    also on unseen cases (both or neither). Returns the Feedback."""
     from .core import Feedback
 
     exercise = exercise_of(lesson, check)
@@ -552,11 +555,10 @@ def _check_salt_and_solutions(salt: object, solutions_dir: object) -> None:
     if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
         raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
                          f"{solutions_dir!r:.100} is not a folder")
-    if (salt is None) != (solutions_dir is None):  # one without the other would be ignored
-        given, missing = ("salt", "solutions_dir") if solutions_dir is None else ("solutions_dir", "salt")
-        raise ValueError(f"{given} was given without {missing}: the unseen cases need both (the lesson's "
-                         f"salt and the instructor's solutions folder), or neither for the exercise's own "
-                         f"cases only; got salt={salt!r:.30}, solutions_dir={solutions_dir!r:.100}")
+    if (salt is None) != (solutions_dir is None):  # the unseen cases need both: one alone was ignored
+        given, lacking = ("salt", "solutions_dir") if solutions_dir is None else ("solutions_dir", "salt")
+        raise ValueError(f"salt and solutions_dir go together (the unseen cases need both), got {given}="
+                         f"{salt if given == 'salt' else solutions_dir!r:.100} and {lacking}=None")
 
 
 def _check_grading_arguments(code: object, name: object, salt: object, solutions_dir: object,
