@@ -16,8 +16,9 @@ Set COURSE_TORCH_INDEX_URL to an extra package index (for example PyTorch's CPU-
 wheel index) to avoid a large CUDA build of torch on Linux.
 
 An unknown command, or a test path that does not exist, is named on stderr (exit 2)
-before anything is installed or run. Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops
-with one line on stderr saying what was left as it was, and exits 130 or 143.
+before anything is installed or run; an option JupyterLab does not know, before it starts.
+Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
+was left as it was, and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -217,20 +218,22 @@ def publish(args: list[str]) -> int:
 def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
     """(argument, path) for each argument of ``course.py test`` that names a file or folder to
     test (a path, or a ``path::test`` node id). Options and their values (``-k expr``,
-    ``-m "not slow"``) are not paths."""
-    found, skip = [], False
+    ``-m "not slow"``) are not paths. A bare word (``tests``, ``a_typo``) is a path too unless an
+    option stands right before it (``--maxfail 3``: it may be that option's value)."""
+    found, skip, after_option = [], False, False
     for arg in args:
         if skip:
-            skip = False
+            skip = after_option = False
             continue
         if arg.startswith("-"):
             skip = arg in PYTEST_VALUE_OPTIONS  # "--opt=value" carries its value
+            after_option = True
             continue
         path = arg.split("::", 1)[0]
-        if not path:
-            continue
-        if "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb")):
+        if path and ("::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb"))
+                     or not after_option or not path.isprintable()):  # a control character: no value
             found.append((arg, path))
+        after_option = False
     return found
 
 
@@ -260,6 +263,23 @@ def student_tree_problem(args: list[str]) -> str | None:
     return None if problem is None else f"course.py student-tree: {problem}\n{module.USAGE}"
 
 
+def unknown_lab_options(args: list[str]) -> list[str]:
+    """The options among ``lab``'s arguments that JupyterLab does not know (it would start anyway,
+    with a warning lost in its log): its flags and aliases, asked of the installed JupyterLab, and
+    any ``--Class.trait=VALUE`` setting are known."""
+    names = {arg: arg.lstrip("-").split("=", 1)[0] for arg in args if arg.startswith("-") and arg != "-"}
+    names = {arg: name for arg, name in names.items() if "." not in name}  # a traitlets setting
+    if not names:
+        return []
+    ask = ("from jupyterlab.labapp import LabApp\n"
+           "print(' '.join(n for n in [*LabApp.flags, *LabApp.aliases] if isinstance(n, str)))")
+    done = subprocess.run([str(_bin("python")), "-c", ask], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:  # cannot ask: JupyterLab will say what it makes of them
+        return []
+    known = set(done.stdout.split())
+    return [arg for arg, name in names.items() if name not in known]
+
+
 def main(argv: list[str]) -> int:
     """The command line. Interrupted (Ctrl-C, SIGINT, SIGTERM), it stops with one line on stderr
     saying what was left as it was and exits 130 or 143; a tool it runs (release's
@@ -284,7 +304,8 @@ def _main(argv: list[str]) -> int:
     if argv[0] == "test":
         missing = missing_test_paths(argv[1:])
         if missing:
-            print(f"course.py test: no such test file or folder: {', '.join(missing)} (paths are "
+            shown = [arg if arg.isprintable() else repr(arg) for arg in missing]  # a control character
+            print(f"course.py test: no such test file or folder: {', '.join(shown)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
             return 2
         special = special_test_paths(argv[1:])
@@ -315,6 +336,12 @@ def _main(argv: list[str]) -> int:
     if command == "lab":
         env.pop("MPLBACKEND")
         args = list(rest)
+        unknown = unknown_lab_options(args)
+        if unknown:
+            print(f"course.py lab: unknown option{'s' if len(unknown) > 1 else ''} {' '.join(unknown)} "
+                  "(JupyterLab's options are listed by `.venv/bin/jupyter lab --help`; any setting also as "
+                  "--Class.trait=VALUE); JupyterLab was not started", file=sys.stderr)
+            return 2
         if not any(not a.startswith("-") for a in args):  # only options: the learner's copy of lesson 00
             first = ROOT / "student" / "00_start_here.ipynb"
             args.append(str(first if first.exists() else ROOT / "notebooks" / "00_start_here.ipynb"))

@@ -23,6 +23,7 @@ however it is reached.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -50,7 +51,12 @@ class Interrupted(BaseException):
 
 def leaving(text: str) -> None:
     """Say what an interruption from now on would leave, e.g. ``"lesson01.pt was written, the
-    others were left as they were"``; it is the end of the one line :func:`run` prints."""
+    others were left as they were"``; it is the end of the one line :func:`run` prints. ``text``
+    is a non-empty str (the line is printed when a signal comes: a wrong one is refused now)."""
+    if type(text) is not str or not text.strip():
+        raise (TypeError if type(text) is not str else ValueError)(
+            f"text must be a non-empty str saying what an interruption would leave, got "
+            f"{type(text).__name__} {text!r:.60}")
     _left[0] = text
 
 
@@ -91,6 +97,18 @@ def raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted(signum, _left[0])
 
 
+def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True) -> list[str]:
+    """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
+    ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
+    object is not iterable")."""
+    argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) \
+            or not all(type(word) is str for word in argv):
+        raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
+                        f"got {type(argv).__name__} {argv!r:.80}")
+    return list(argv)
+
+
 def run(main, argv: list[str], prog: str) -> int:
     """``main(argv)`` with SIGINT/SIGTERM raising :class:`Interrupted`; an interruption is printed
     on one line, ``prog: interrupted by SIGINT: <what was left>``, and gives 128 + its number.
@@ -100,6 +118,12 @@ def run(main, argv: list[str], prog: str) -> int:
     (:func:`stop_at_once` was called) the signals are ignored instead: its work is done or reported,
     and a signal while the interpreter shuts down (Jupyter's clean-ups can take a second) would
     otherwise end it silently with the signal's status, or with a wrong line."""
+    if not callable(main):
+        raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
+                        f"{main!r:.60}")
+    argv = words(argv)
+    if type(prog) is not str or not prog:
+        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got {prog!r:.60}")
     _received.clear()
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
     try:
@@ -136,6 +160,8 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     number (as :func:`run` makes it); this process says one line itself only when the child died of
     the signal without a word, and returns 128 + its number then. The other stop signals are not
     relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does."""
+    if not words(command, "command", none_reads_sys_argv=False):
+        raise ValueError("command must hold at least the program to run, got []")
     child = subprocess.Popen(command, **kwargs)
     received: list[int] = []
 
@@ -162,3 +188,86 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
               "could say what it left", file=sys.stderr, flush=True)
         return 128 + signum
     return code
+
+
+def run_kernel(work, message: str):
+    """Run the coroutine ``work`` (nbclient's ``client.async_execute()``) on a fresh event loop
+    and return its result; a SIGINT/SIGTERM that arrives meanwhile raises :class:`Interrupted`
+    with ``message`` (say what was left, e.g. ``"the kernel was shut down; 02.ipynb was not
+    changed"``), whatever the run then returned or raised. nbclient stops its kernel on those
+    signals through the running loop's handlers, after which the run fails with whatever the dead
+    kernel gives (``AttributeError``, ``AssertionError``): without this, a caller's ``except
+    Exception`` would report an interrupted run as a failed one and carry on. The signal handlers
+    in place before (:func:`run`'s) are put back afterwards. One implementation for every tool
+    that runs a notebook (``notebook_tools.py execute``, ``python -m course_utils.bench memory``)."""
+    import asyncio
+
+    received: list[int] = []
+
+    class NotingLoop(asyncio.SelectorEventLoop):
+        def add_signal_handler(self, sig: int, callback, *args) -> None:
+            def noted(*given) -> None:
+                received.append(sig)
+                callback(*given)
+            super().add_signal_handler(sig, noted, *args)
+
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
+    loop = NotingLoop()
+    try:
+        result = loop.run_until_complete(work)
+    except Exception:
+        if not received:
+            raise
+    finally:
+        if received:  # let nbclient's kernel clean-ups finish (they race; one fails on the other's None)
+            pending = asyncio.all_tasks(loop)
+            if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+        for sig, handler in handlers.items():  # the loop reset them to the defaults as it closed
+            signal.signal(sig, handler)
+    if received:  # the run had finished (or failed) as the signal came: still an interruption
+        raise Interrupted(received[0], message) from None
+    return result
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser for the course's tools, except that an option it does not know is named
+    first: argparse reports missing required arguments before unknown options, so ``train
+    --bogus`` said "the following arguments are required: task", hiding the typo. ``parse_args``
+    first parses with every required argument made optional (its own, its subcommands'); an
+    option left over is refused as argparse would refuse it, ``unrecognized arguments: --bogus``;
+    otherwise the arguments are parsed as usual."""
+
+    def parse_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        relaxed = [action for parser in _parsers(self) for action in parser._actions if action.required]
+        for action in relaxed:
+            action.required = False
+        try:
+            _, extras = self.parse_known_args(args, argparse.Namespace())
+        finally:
+            for action in relaxed:
+                action.required = True
+        unknown = [a for a in extras if a.startswith("-") and len(a) > 1 and not _is_number(a)]
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_args(args, namespace)
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and the parsers of its subcommands, and theirs."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                found += _parsers(sub)
+    return found
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

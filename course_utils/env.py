@@ -60,23 +60,24 @@ def seed_everything(seed: int) -> torch.Generator:
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
-def pick_device(prefer: str | torch.device | None = None) -> torch.device:
+def pick_device(prefer: str | torch.device | None = None, name: str = "prefer") -> torch.device:
     """CUDA when present, else CPU. ``prefer`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``
     or a ``torch.device``) asks for one device, and is refused with a clear ``ValueError``
-    when this machine does not have it (rather than failing later, inside a tensor op)."""
+    when this machine does not have it (rather than failing later, inside a tensor op). ``name``
+    is the argument the messages name: a caller passing its own ``device=`` on says ``"device"``."""
     if prefer is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not isinstance(prefer, str | torch.device):
-        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', a torch.device or None, "
+        raise TypeError(f"{name} must be a str such as 'cpu' or 'cuda', a torch.device or None, "
                         f"got {type(prefer).__name__}")
     try:
         device = torch.device(prefer)
     except RuntimeError:
         device = None
     if device is None or device.type not in _DEVICE_TYPES:
-        raise ValueError(f"device must be one of {list(_DEVICE_TYPES)} (optionally with an index, "
+        raise ValueError(f"{name} must be one of {list(_DEVICE_TYPES)} (optionally with an index, "
                          f"'cuda:0'), or None for the best available; got {prefer!r}")
-    return check_device_present(device, "device", asked=prefer)
+    return check_device_present(device, name, asked=prefer)
 
 
 @contextlib.contextmanager

@@ -654,7 +654,11 @@ def _course_dir_problem(text: str) -> str | None:
     if not text.strip():
         return (f"COURSE_DIR is empty ({text!r}); give the nbgrader course folder to write, outside "
                 "this clone, e.g. ../mha-course")
-    course, root = Path(text).resolve(), ROOT.resolve()  # links followed: a link into the clone too
+    try:
+        course, root = Path(text).resolve(), ROOT.resolve()  # links followed: a link into the clone too
+    except (OSError, RuntimeError):  # Python 3.11/3.12 raise RuntimeError on a loop, 3.13 OSError
+        return (f"COURSE_DIR {text!r}: a symbolic link on this path loops (or never ends); give a real "
+                "folder outside this clone, e.g. ../mha-course")
     if course == root:
         return (f"COURSE_DIR {text!r} is this clone's own folder; give the nbgrader course folder to "
                 "write, outside the clone, e.g. ../mha-course")

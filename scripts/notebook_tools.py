@@ -3,13 +3,16 @@
 
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
-        whose lines start with ``# ``) into a notebook.
+        whose lines start with ``# ``) into a notebook, replacing OUT when it exists. A draft
+        that breaks these rules (a markdown line that is no comment, text before the first
+        ``# %%``) is refused (file and line named) and OUT is left as it was.
     python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
         Each cell may run for --timeout seconds (default 600); a cell that fails or
-        runs longer is reported on one line (notebook, cell, error), exit 2, and the
-        notebook is left as it was.
+        runs longer is reported on one line (notebook, cell, error), exit 2. All or
+        nothing: the notebooks are written only once every one has run, so a failed or
+        interrupted run leaves every notebook as it was.
     python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
         Write student versions: every ``### BEGIN SOLUTION`` ... ``### END SOLUTION``
         block becomes ``raise NotImplementedError`` and outputs are cleared.
@@ -35,13 +38,12 @@ every input is read and checked before anything is written.
 
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
 was left as it was, and exits 128 + the signal's number (130, 143): ``execute`` shuts the
-kernel down and does not write the notebook it was running; ``student`` writes its copies all
-or nothing, so an interrupted (or failed) run leaves the student folder as it was.
+kernel down and writes no notebook; ``student`` writes its copies all or nothing, so an
+interrupted (or failed) run leaves the student folder as it was.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import platform
@@ -285,12 +287,17 @@ def build(draft: Path, out: Path) -> None:
         else:
             cells.append(nbformat.v4.new_code_cell(text))
 
-    for line in text.splitlines():
+    start = 0
+    for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("# %%"):
             flush()
-            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
-        else:
-            lines.append(line)
+            kind, lines, start = ("markdown" if "[markdown]" in line else "code"), [], number
+            continue
+        if kind != "code" and line.strip() and not line.startswith("#"):  # it would be lost or garbled
+            where = (f"in a markdown cell (from line {start}) but does not start with '# '" if kind else
+                     "text before the first '# %%' cell marker would be lost; it must be a '#' comment")
+            raise ToolError(f"{draft}, line {number}: {where}, got {line!r:.60}; {out} was not written")
+        lines.append(line)
     flush()
     for cell in cells:
         cell.pop("id", None)  # random ids from nbformat; ensure_cell_ids derives stable ones
@@ -404,51 +411,27 @@ def _explain_failure(exc: Exception, path: Path, timeout: int, kernel_log=None) 
     raise exc
 
 
-def execute(path: Path, timeout: int = CELL_TIMEOUT) -> float:
+def execute(path: Path, timeout: int = CELL_TIMEOUT) -> tuple[float, str]:
+    """Run ``path`` top to bottom in a fresh kernel; its runtime and the cleaned notebook's text.
+    Nothing is written here: the ``execute`` command writes every notebook it ran at once."""
     from nbclient import NotebookClient
 
     nb = read_notebook(path)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
-    received: list[int] = []
-
-    class NotingLoop(asyncio.SelectorEventLoop):
-        """nbclient stops its kernel on SIGINT/SIGTERM through the running loop's signal
-        handlers, then fails with whatever the dead kernel gives (AttributeError, AssertionError);
-        this loop notes the signal so that it is reported as an interruption."""
-
-        def add_signal_handler(self, sig: int, callback, *args) -> None:
-            def noted(*given) -> None:
-                received.append(sig)
-                callback(*given)
-            super().add_signal_handler(sig, noted, *args)
-
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # the loop resets them when done
-    loop = NotingLoop()
     start = time.perf_counter()
     kernel_log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
     try:  # the kernel's stderr (its start-up warning, its log as it is stopped) goes to kernel_log
-        loop.run_until_complete(client.async_execute(stderr=kernel_log))
-    except Exception as exc:
-        if received:
-            raise Interrupted(received[0], f"the kernel was shut down; {path} was not changed") from None
+        cli.run_kernel(client.async_execute(stderr=kernel_log),
+                       f"the kernel was shut down; {path} was not changed")
+    except Exception as exc:  # a signal is cli.Interrupted, no Exception: it passes
         _explain_failure(exc, path, timeout, kernel_log)
     finally:
         kernel_log.close()
-        if received:  # let nbclient's kernel clean-ups finish (they race; one fails on the other's None)
-            pending = asyncio.all_tasks(loop)
-            if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if received:  # the last cell had finished: still, nothing of an interrupted run is written
-        raise Interrupted(received[0], f"the kernel was shut down; {path} was not changed")
     elapsed = time.perf_counter() - start
     clean(nb)
-    write_atomically(path, notebook_text(nb))
-    return elapsed
+    return elapsed, notebook_text(nb)
 
 
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION", re.MULTILINE)
@@ -551,15 +534,26 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
     if command == "build":
         build(Path(args[0]), Path(args[1]))
     elif command == "execute":
-        for name in args:
-            read_notebook(Path(name))  # every notebook readable before the first (slow) run
-        for done, name in enumerate(args):
+        paths = list(dict.fromkeys(Path(name) for name in args))
+        for path in paths:
+            read_notebook(path)  # every notebook readable before the first (slow) run
+        cli.leaving("no notebook was changed")
+        texts: dict[Path, str] = {}  # all or nothing: written once every notebook has run
+        for path in paths:
             try:
-                print(f"{name}: {execute(Path(name), timeout):.1f} s", flush=True)
-            except Interrupted as exc:
-                if done:  # the notebooks run before it were written, each whole
-                    exc.args = (f"{exc}; the {done} notebook(s) before it were executed and written",)
+                elapsed, texts[path] = execute(path, timeout)
+            except (Interrupted, ToolError) as exc:
+                if texts:
+                    exc.args = (f"{exc}; the {len(texts)} notebook(s) run before it were not written "
+                                "either",)
                 raise
+            print(f"{path}: {elapsed:.1f} s", flush=True)
+        try:
+            write_all_atomically(texts)
+        except Interrupted as exc:
+            if all(_holds(path, text) for path, text in texts.items()):
+                raise Interrupted(exc.signum, "it came once every notebook was written") from None
+            raise Interrupted(exc.signum, "no notebook was changed") from None
     elif command == "upgrade":
         for name in args:
             read_notebook(Path(name))

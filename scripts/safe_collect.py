@@ -226,7 +226,7 @@ def _number(least: float, *, above: bool, unit: str):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _cli().ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("lesson", type=_simple_name("a lesson name"))
     parser.add_argument("--exchange", required=True, type=Path, help="the exchange root (c.Exchange.root)")
     parser.add_argument("--course", required=True, type=_simple_name("a course id"),

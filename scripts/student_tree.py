@@ -14,7 +14,7 @@ tag, ``<tag>-student``. It leaves out ``notebooks/`` (the solved lessons),
 last commit when it exists); push that branch, tag it, and point nbgitpuller, Binder and
 the student links at it (INSTRUCTORS.md, "Publishing the student tree").
 A failure leaves OUT_DIR absent (and no parent folder it created) and the branch where it
-was. OUT_DIR may not lie inside a folder the tree copies (course_utils/, student/, ...).
+was. OUT_DIR must lie outside this clone (links followed).
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), it says so on one line and exits 130 or 143, leaving
 OUT_DIR absent or the branch where it was.
 """
@@ -51,14 +51,25 @@ time, unfinished exercises just say "not attempted yet". This copy holds no solu
 
 
 def _check_outside_the_copied_folders(out: Path) -> None:
-    """``out`` must not lie inside a folder the tree copies: the copy would then hold its own
-    staging folder, and copy it again inside itself ("File name too long")."""
-    where = out.resolve()
+    """``out`` must lie outside this clone (links followed): inside it, the tree's files would be
+    written among the course's own (and inside a folder the tree copies, the copy would hold its
+    own staging folder and copy it again inside itself, "File name too long")."""
+    try:
+        where, root = out.resolve(), ROOT.resolve()
+    except (OSError, RuntimeError):  # a symlink loop on the way
+        raise ValueError(f"{out}: a symbolic link on this path loops (or never ends): choose a real "
+                         "folder outside this clone (nothing was written)") from None
     for name in KEEP:
         source = (ROOT / name).resolve()
         if source.is_dir() and (where == source or source in where.parents):
             raise ValueError(f"{out} lies inside {name}/, which the tree copies (it would copy itself): "
                              "choose a folder outside it (nothing was written)")
+    root = ROOT.resolve()
+    if where == root or root in where.parents:  # notebooks/out: pytest, git and release would see it
+        inside = where.relative_to(root).as_posix()
+        raise ValueError(f"{out} lies inside this repository ({inside}/ of {root}): its tests, git and "
+                         "the release would take the copy for course files; choose a folder outside it "
+                         "(nothing was written)")
 
 
 def _make_parents(folder: Path) -> list[Path]:

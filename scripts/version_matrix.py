@@ -178,7 +178,7 @@ def _install(env_dir: Path, root: Path, floor: str | None, build: Sequence[str] 
 
 
 def main(argv: list[str], *, root: Path = ROOT) -> int:
-    parser = argparse.ArgumentParser(prog="version_matrix.py", description=__doc__,
+    parser = _cli().ArgumentParser(prog="version_matrix.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["floor", "newest"])
     parser.add_argument("--venv", type=Path, default=None, help="default: .venv-floor or .venv-newest")

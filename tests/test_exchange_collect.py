@@ -156,7 +156,7 @@ def test_a_bad_lesson_or_limit_is_refused_before_anything_runs(tmp_path, capsys,
     (tmp_path / "ex" / "c" / "inbound").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     ran = []
-    monkeypatch.setattr(safe_collect, "_cli", lambda *a, **k: ran.append(a))  # reached to run nbgrader
+    monkeypatch.setattr(safe_collect._cli(), "call", lambda *a, **k: ran.append(a))  # runs nbgrader
     with pytest.raises(SystemExit) as info:
         safe_collect.main([*argv, "--exchange", str(tmp_path / "ex"), "--course", "c"])
     err = capsys.readouterr().err

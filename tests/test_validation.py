@@ -434,8 +434,8 @@ CASES: list[Case] = [
     Case("loss becomes NaN", train_tiny(steps=6, lr=1e9, warmup_steps=0, grad_clip=0.0),
          FloatingPointError, ["diverged", "at step", "last finite loss", "lr"]),
     # 6. devices and seeds
-    Case("pick_device tpu", lambda: pick_device("tpu"), ValueError, ["device", "'cpu'", "'tpu'"]),
-    Case("pick_device int", lambda: pick_device(0), TypeError, ["device", "int"]),
+    Case("pick_device tpu", lambda: pick_device("tpu"), ValueError, ["prefer must be", "'cpu'", "'tpu'"]),
+    Case("pick_device int", lambda: pick_device(0), TypeError, ["prefer must be", "int"]),
     Case("train_induction device tpu", lambda: train_induction(steps=1, device="tpu", progress=False),
          ValueError, ["device", "'tpu'"]),
     Case("load_checkpoint device tpu", lambda: load_checkpoint("induction", device="tpu"), ValueError,

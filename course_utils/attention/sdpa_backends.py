@@ -188,7 +188,9 @@ def sdpa_backend_callables(
 
 def precision_notes(device: str | torch.device, dtype: torch.dtype) -> list[str]:
     """A warning line when float32 matmuls on a CUDA device may run in TF32. ``dtype`` is a
-    floating ``torch.dtype`` (attention has no integer form), not its name as a str."""
+    floating ``torch.dtype`` (attention has no integer form), not its name as a str. ``device`` is
+    only parsed, not looked for (a note about ``"cuda:1"`` needs no GPU here): any CUDA device may
+    get the note, and every other kind (``"cpu"``, ``"meta"``) gets none, so ``[]``."""
     check_float_dtype(dtype, "dtype")
     if not isinstance(device, str | torch.device):
         raise TypeError(f"device must be a str or torch.device such as 'cuda', got {type(device).__name__}")

@@ -43,6 +43,7 @@ from .validation import (
     check_int_list,
     check_matches_module,
     check_record,
+    check_stream,
     check_tensor,
 )
 
@@ -390,6 +391,7 @@ def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
     if not isinstance(module, MultiHeadAttention):  # it is called with need_weights=True
         raise TypeError(f"module must be the course's MultiHeadAttention (it is called as module(x, "
                         f"need_weights=True)), got {type(module).__name__}")
+    check_stream(x, "x", d_model=module.d_model, weight=module._weight())  # named x, not query
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         module(x, need_weights=True)
     return counter.get_total_flops() // 2

@@ -42,6 +42,7 @@ __all__ = [
     "check_device_present",
     "check_holds_values",
     "check_finite",
+    "check_stream",
     "check_matches_module",
     "check_keys_not_empty",
     "check_sdpa_inputs",
@@ -308,8 +309,11 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
                          name: str | None = None) -> None:
     """Refuse, before anything is allocated, a self-attention forward pass whose float32 working
     memory does not fit here: scores ``(B, h, T, T)``, the input and its projections, and the
-    weights. The sizes must already be checked ints. ``name`` is blamed in the message (default:
-    the sizes of the largest of the three parts, e.g. ``"batch x num_heads x seq_len**2"``)."""
+    weights. Each size must be an int >= 1 (checked here too, by its name). ``name`` is blamed in
+    the message (default: the sizes of the largest of the three parts, e.g.
+    ``"batch x num_heads x seq_len**2"``)."""
+    batch, seq_len, d_model, num_heads = (check_int(v, n, minimum=1) for n, v in (
+        ("batch", batch), ("seq_len", seq_len), ("d_model", d_model), ("num_heads", num_heads)))
     parts = {"batch x num_heads x seq_len**2": batch * num_heads * seq_len * seq_len,
              "batch x seq_len x d_model": 4 * batch * seq_len * d_model,
              "d_model**2": 4 * d_model * d_model}
@@ -624,6 +628,16 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
         check_mask_fits(mask, target, "(..., Tq, Tk)", device=q.device)
 
 
+def check_stream(x: object, name: str, *, d_model: int, weight: Tensor) -> None:
+    """The one input check of a layer on the residual stream (attention's query, key and value,
+    a block, an MLP): ``x`` a float ``(B, T, d_model)`` tensor with the dtype and device of the
+    module whose parameter is ``weight``."""
+    check_tensor(x, name, ndim=3, layout=f"(B, T, d_model={d_model})")
+    if x.shape[-1] != d_model:
+        raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(x)}")
+    check_matches_module(x, name, weight)
+
+
 def check_mha_tensors(query: object, key: object, value: object, *, d_model: int,
                       weight: Tensor) -> None:
     """The tensors an attention layer projects: ``query``, ``key`` and ``value`` each a float
@@ -633,10 +647,7 @@ def check_mha_tensors(query: object, key: object, value: object, *, d_model: int
     for name, t in (("query", query), ("key", key), ("value", value)):
         if (name == "key" and key is query) or (name == "value" and value is key):
             continue  # self-attention passes one tensor three times: check it once
-        check_tensor(t, name, ndim=3, layout=f"(B, T, d_model={d_model})")
-        if t.shape[-1] != d_model:
-            raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(t)}")
-        check_matches_module(t, name, weight)
+        check_stream(t, name, d_model=d_model, weight=weight)
     if not (query.shape[0] == key.shape[0] == value.shape[0]):
         raise ValueError(f"query, key and value must share the batch size B, got "
                          f"{describe_shape(query)}, {describe_shape(key)}, {describe_shape(value)}")
@@ -956,7 +967,8 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     ``__post_init__``: every field holds what its annotation says, named in the message as
     ``Record.field``. ``int``: a Python or NumPy int >= 0 (not a bool: records hold counts, sizes
     and indices; at least 1 for the fields in ``positive``); ``float``: a real number >= 0 (times,
-    sizes, losses, differences), finite and not NaN, except that ``signed`` fields may be negative
+    sizes, losses, differences; > 0 for the fields in ``positive``, such as a time divided by), finite
+    and not NaN, except that ``signed`` fields may be negative
     and ``nan_ok`` fields may be NaN or infinite (e.g. a difference not measured yet); ``str``,
     ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
     ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
@@ -1000,8 +1012,11 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
                     return check(value, label)
                 except (TypeError, ValueError):
                     pass
-            if len(inner) == 1:
-                inner[0](value, label)  # its own message
+            if len(inner) == 1:  # its own message (with its range), saying None would do too
+                try:
+                    inner[0](value, label)
+                except (TypeError, ValueError) as err:
+                    raise type(err)(_or_none(str(err), label) if type(None) in args else str(err)) from None
             raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
         return union
     if origin is typing.Literal:
@@ -1019,8 +1034,9 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
                 raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r:.60}")
             if nan_ok and not math.isfinite(value):
                 return
-            if not math.isfinite(value) or (not signed and value < 0):
-                raise ValueError(f"{label} must be a finite number{'' if signed else ' >= 0'}, got {value!r}")
+            if not math.isfinite(value) or (not signed and value < 0) or (positive and value <= 0):
+                bound = " > 0" if positive else "" if signed else " >= 0"
+                raise ValueError(f"{label} must be a finite number{bound}, got {value!r}")
         return real
     if hint is bool:
         return lambda value, label: check_flag(value, label) and None
@@ -1062,13 +1078,29 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
     raise TypeError(f"check_record cannot check the annotation {hint!r}")  # a new kind: add a case
 
 
+def _or_none(message: str, label: str) -> str:
+    """A check's message about ``label`` itself (``"X must be an int >= 0, got -3"``), saying that
+    None is allowed too (``"... >= 0 or None, got -3"``); a message about an item is left as it is."""
+    head = f"{label} must be "
+    if message.startswith(head) and ", got " in message:
+        return message.replace(", got ", " or None, got ", 1)
+    return message
+
+
 def _describe_hint(hint: object, top: bool = True) -> str:
-    """``list[int]`` -> ``"a list of int"``: an annotation in words, for messages."""
+    """``list[int]`` -> ``"a list of int"``, ``list[Tensor | None]`` -> ``"a list of (Tensor or
+    None)"``: an annotation in words, for messages."""
+    import types
     import typing
 
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is type(None):
         return "None"
+    if origin in (typing.Union, types.UnionType):
+        words = " or ".join(_describe_hint(a, top) for a in args)
+        return words if top else f"({words})"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
     if origin in (list, tuple) and args:
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             words = f"a tuple ({', '.join(_describe_hint(a, False) for a in args)})"

@@ -6,6 +6,8 @@ Subcommands: ``mha`` (lesson 4's four versions), ``gqa`` (decode steps, lesson 7
 Every option is checked when the command line is parsed, before any benchmark runs: the
 argparse types below turn a bad value into a usage error naming the option, what it expects
 and what arrived (``--shapes 0x0``, ``--timeout -5``), and the command exits with status 2.
+A subcommand whose options together ask for more memory than the machine has (``gqa --shapes
+1024x65536``) sets ``check`` (``set_defaults(check=...)``), run once they are parsed, the same way.
 A subcommand's integer options use :func:`positive_int`, :func:`non_negative_int` or a type
 built on them (:func:`seed_number`, ...), never a bare ``int`` (a test holds every subcommand to that).
 """
@@ -13,8 +15,9 @@ built on them (:func:`seed_number`, ...), never a bare ``int`` (a test holds eve
 import argparse
 import importlib
 import re
-import sys
 from collections.abc import Callable
+
+from .. import cli
 
 __all__ = ["SUBCOMMANDS", "main", "build_parser", "positive_int", "non_negative_int",
            "seed_number", "batch_by_context", "device_name", "Distinct"]
@@ -209,7 +212,7 @@ def _shown(value: object) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
+    parser = cli.ArgumentParser(prog="python -m course_utils.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest="which", required=True)
     for module in SUBCOMMANDS:
@@ -220,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = cli.words(argv)
     names = _subcommand_names(parser)
     if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help")):
         # argparse names an unknown first word by the subparsers' dest ("required: which")
@@ -236,6 +239,12 @@ def main(argv: list[str] | None = None) -> None:
             except argparse.ArgumentTypeError as err:
                 parser.error(f"--shapes: {err}")
     args = parser.parse_args(argv)
+    check = getattr(args, "check", None)  # what no single option's type can see: the memory they ask for
+    if check is not None:
+        try:
+            check(args)
+        except ValueError as err:
+            parser.error(str(err))
     args.run(args)
 
 

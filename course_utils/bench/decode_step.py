@@ -87,6 +87,7 @@ __all__ = [
     "random_buffer",
     "release_freed_memory",
     "SmallDecoder",
+    "check_decoder_fits",
     "StepRow",
     "WholeStep",
     "bench_whole_step",
@@ -401,6 +402,23 @@ def _attend_course(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return grouped_query_attention(q, k, v)[0]
 
 
+def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_layers: int, *,
+                       context: int, batch: int, mlp_ratio: int = 4,
+                       names: tuple[str, str] = ("d_model", "context")) -> None:
+    """Refuse a :class:`SmallDecoder` whose float32 weights or cache would not fit in memory, before
+    anything is allocated (its constructor, and the ``gqa`` command line when it is parsed). The
+    sizes must already be checked ints; ``names`` are blamed for the weights and for the cache."""
+    # the weights are drawn in float32 first: d_model x ((h + 2g) dk + d + 2 mlp d) per layer
+    weight_bytes = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * (d_model // num_heads)
+                                           + d_model + 2 * mlp_ratio * d_model) * 4
+    check_fits_in_memory(weight_bytes, names[0], f"float32 weights of {num_layers} layers of "
+                                                 f"width {d_model}: {weight_bytes:,} bytes")
+    dk_ = d_model // num_heads
+    cache_bytes = 2 * num_layers * batch * num_kv_heads * (context + 1) * dk_ * 4
+    check_fits_in_memory(cache_bytes, names[1], f"a float32 cache of {batch} x {context + 1} positions x "
+                         f"{num_layers} layers x {num_kv_heads} K/V heads of width {dk_}, K and V")
+
+
 class SmallDecoder:
     """``num_layers`` pre-LayerNorm blocks of random weights with ``g`` key/value heads and a
     preallocated cache of ``context`` random keys and values (plus one slot for the new token).
@@ -429,15 +447,8 @@ class SmallDecoder:
         if share_from is not None and not isinstance(share_from, SmallDecoder):
             raise TypeError(f"share_from must be None or a SmallDecoder whose weights this one "
                             f"shares, got {type(share_from).__name__} {share_from!r:.60}")
-        # the weights are drawn in float32 first: d_model x ((h + 2g) dk + d + 2 mlp d) per layer
-        weight_bytes = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * (d_model // num_heads)
-                                               + d_model + 2 * mlp_ratio * d_model) * 4
-        check_fits_in_memory(weight_bytes, "d_model", f"float32 weights of {num_layers} layers of "
-                                                      f"width {d_model}: {weight_bytes:,} bytes")
-        dk_ = d_model // num_heads
-        cache_bytes = 2 * num_layers * batch * num_kv_heads * (context + 1) * dk_ * 4
-        check_fits_in_memory(cache_bytes, "context", f"a float32 cache of {context + 1} positions x "
-                             f"{num_layers} layers x {num_kv_heads} K/V heads of width {dk_}, K and V")
+        check_decoder_fits(d_model, num_heads, num_kv_heads, num_layers, context=context, batch=batch,
+                           mlp_ratio=mlp_ratio)
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_head, self.num_layers = d_model // num_heads, num_layers
         self.context, self.batch = context, batch

@@ -40,9 +40,9 @@ under 32 MiB come from the heap and, once freed, stay there to be reused; the he
 trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
 ``repeat`` pays for what copying costs, not for the operating system's page mapping.
 
-:class:`DecodeRow`, :class:`DecodeBench`, :class:`StageRow` are plain records (a dataclass or
-NamedTuple) filled by this module's validated functions: they do not check their fields, so
-build them with those functions rather than by hand.
+:class:`DecodeRow` and :class:`StageRow` check their fields when made (``check_record``);
+:class:`DecodeBench` is a plain record filled by this module's validated functions: it does not
+check its fields, so build it with :func:`bench_decode` rather than by hand.
 """
 
 from __future__ import annotations
@@ -70,11 +70,13 @@ from ..attention.validation import (
     check_fits_in_memory,
     check_float_dtype,
     check_int,
+    check_int_list,
     check_record,
 )
 from ..env import torch_threads
 from .decode_step import (
     bench_whole_step,
+    check_decoder_fits,
     clock_for,
     flush_bytes,
     flush_note,
@@ -340,6 +342,7 @@ def _check_config(num_heads: int, d_head: int, context: int, num_layers: int, ba
     sizes = tuple(check_int(value, name, minimum=1) for name, value in (
         ("num_heads", num_heads), ("d_head", d_head), ("context", context), ("num_layers", num_layers),
         ("batch", batch)))
+    groups = check_int_list(groups, "groups", minimum=1)  # None, a str or floats: named here
     bad = [g for g in groups if isinstance(g, bool) or not isinstance(g, int) or g <= 0
            or num_heads % g != 0]
     if not groups or bad or num_heads not in groups:
@@ -552,6 +555,9 @@ class StageRow:
     seconds: float
     bytes_moved: int  # bytes read + written by the stage, summed over layers
 
+    def __post_init__(self) -> None:
+        check_record(self, positive=("seconds",))  # gb_per_s divides by it
+
     @property
     def gb_per_s(self) -> float:
         return self.bytes_moved / self.seconds / 1e9
@@ -626,6 +632,27 @@ def small_cache_note(context: int, num_layers: int, num_heads: int = 16, d_head:
     return textwrap.fill(text, width=96, subsequent_indent="  ") + "\n\n"
 
 
+def _check_gqa_fits(args: argparse.Namespace) -> None:
+    """The memory the ``gqa`` command's options ask for, checked when they are parsed (a
+    ValueError naming the option): the MHA cache :func:`bench_decode` reads at ``--context``, and
+    each whole-step shape's largest decoder (g = h). Without this a shape too large for the
+    machine was refused only when its turn came, after the other benchmarks had run."""
+    num_bytes = 2 * args.layers * 16 * args.context * 64 * 4  # bench_decode's MHA cache, float32
+    check_fits_in_memory(num_bytes, f"--context {args.context}", f"{args.layers} layers of float32 keys "
+                         f"and values of 16 heads of width 64: {num_bytes:,} bytes")
+    if args.whole_step:
+        for batch, context in _whole_step_shapes(args):  # the g = h decoder: the largest cache
+            blamed = (f"--layers {args.layers}", f"--context {args.context}") if args.shapes is None \
+                else (f"--shapes {batch}x{context}",) * 2
+            check_decoder_fits(1024, 16, 16, args.layers, context=context, batch=batch, names=blamed)
+
+
+def _whole_step_shapes(args: argparse.Namespace) -> tuple[tuple[int, int], ...]:
+    """The whole-step shapes the command times: ``--shapes``, else :data:`WHOLE_STEP_SHAPES`."""
+    default = WHOLE_STEP_SHAPES if args.full else WHOLE_STEP_SHAPES[:2]
+    return tuple(args.shapes or ((b, max(1, int(m * args.context))) for b, m in default))
+
+
 def _main_gqa(args: argparse.Namespace) -> None:
     args.repeats = args.repeats or DECODE_RUNS["full" if args.full else "quick"]["repeats"]
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
@@ -643,8 +670,7 @@ def _main_gqa(args: argparse.Namespace) -> None:
         print()
         _print_stages((16, 4), args.context, args.layers, args.repeats)
     if args.whole_step:
-        default = WHOLE_STEP_SHAPES if args.full else WHOLE_STEP_SHAPES[:2]
-        shapes = tuple(args.shapes or ((b, max(1, int(m * args.context))) for b, m in default))
+        shapes = _whole_step_shapes(args)
         print("\nWHOLE STEP: weights (d=1024, 4d MLP, no LM head) + KV cache, one token per sequence\n")
         for dtype in (torch.float32, *([torch.bfloat16] if args.bf16 else [])):
             whole = bench_whole_step(shapes, (16, 8, 4, 1) if args.full else (16, 4, 1),
@@ -687,7 +713,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
                    "1x4096, and with --full also 1x16384 8x4096)")
     p.add_argument("--bf16", action="store_true",
                    help="also time the whole step with bfloat16 weights (half the weight bytes)")
-    p.set_defaults(run=_main_gqa)
+    p.set_defaults(run=_main_gqa, check=_check_gqa_fits)
 
 
 def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progress: object) -> None:

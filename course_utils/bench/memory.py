@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from .. import cli
 from ..attention.validation import check_record
 from ..paths import check_path, path_kind
 
@@ -91,7 +92,9 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     """Run one notebook in a fresh kernel and return its kernel's peak RSS in MB (10**6 bytes).
 
     A notebook that raises is reported with ``peak_mb=None`` and the error's first line,
-    never by raising. A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
+    never by raising; a SIGINT/SIGTERM meanwhile shuts the kernel down and raises
+    :class:`course_utils.cli.Interrupted` (the benchmark stops with one line, exit 130/143).
+    A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
     """
     from ..attention.validation import check_int  # torch only when called
 
@@ -105,8 +108,9 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    try:
-        client.execute()
+    try:  # a signal stops the run: cli.Interrupted (no Exception) reaches the tool's cli.run
+        cli.run_kernel(client.async_execute(), f"the kernel running {path.name} was shut down; "
+                       "nothing was written")
     except Exception as err:  # a failing lesson is a row of the table, not a crash
         message = str(err).strip().splitlines()
         return NotebookMemory(path.name, None, time.perf_counter() - start,

@@ -38,6 +38,7 @@ from ..attention.validation import (
     check_int,
     check_int_list,
     check_linear_weights_fit,
+    check_matches_module,
     check_table,
     check_tensor,
 )
@@ -124,6 +125,10 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
         raise TypeError(f"modules must be a dict {{label: nn.Module}} (what lesson_implementations returns), "
                         f"got {type(modules).__name__} {modules!r:.60}")
     check_tensor(x, "x", ndim=3, layout="(B, T, d_model)")
+    for name, m in modules.items():  # refused now, not when the benchmark calls it
+        weight = next(m.parameters(), None)
+        if weight is not None:
+            check_matches_module(x, f"x (for modules[{name!r}])", weight)
 
     def call(m: nn.Module) -> Callable[[], Tensor]:
         if isinstance(m, nn.MultiheadAttention):

@@ -55,7 +55,8 @@ class Timing:
 
     @property
     def best_s(self) -> float:
-        """The fastest repeat: other work on the machine can only ever add time."""
+        """The fastest repeat: other work on the machine can only ever add time. A Timing made
+        without its samples (``samples_s=[]``) has only its median, returned instead."""
         return min(self.samples_s) if self.samples_s else self.median_s
 
 

@@ -43,6 +43,9 @@ class Raised:
 
     def __post_init__(self) -> None:
         check_record(self)
+        if not self.kind.isidentifier():  # '' or 'Value Error' would never match a raise
+            raise ValueError(f"Raised.kind must be the name of an exception class such as 'ValueError', "
+                             f"got {self.kind!r:.60}")
 
 
 # NotImplementedError is a RuntimeError: torch 2.15 raises it where 2.13 raised RuntimeError

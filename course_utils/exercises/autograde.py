@@ -157,6 +157,9 @@ def salted_seeds(salt: int) -> Iterator[None]:
         raise TypeError(f"salt: expected an int (a lesson's salt from the grader's secrets), got "
                         f"{type(salt).__name__} {salt!r:.60}")
     salt = int(salt)  # a NumPy int as a Python one: no int64 overflow in the mixing below
+    if salt < 0:  # write_secrets makes them in 1..2**31 - 1: a negative one is a mistake
+        raise ValueError(f"salt: expected an int >= 0 (a lesson's salt from the grader's secrets), "
+                         f"got {salt}")
     mixed = lambda seed: (int(seed) * 1_000_003 + salt) % 2**62  # noqa: E731
 
     class SaltedGenerator(torch.Generator):
@@ -510,7 +513,7 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
                  memory: int = 4 * 2**30, sandboxed: bool | None = None) -> Any:
     """Grade the answer ``name`` whose source is ``code`` (:func:`.sandbox.answer_source`) with
     ``lessonNN.check_xxx``: run apart, compared here. With ``salt`` and ``solutions_dir``
-    also on unseen cases. Returns the Feedback."""
+    also on unseen cases (both or neither). Returns the Feedback."""
     from .core import Feedback
 
     exercise = exercise_of(lesson, check)
@@ -544,6 +547,20 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
     return feedback_from(lesson, check, name, run, cases, unseen, expected)
 
 
+def _check_salt_and_solutions(salt: object, solutions_dir: object) -> None:
+    """``salt`` and ``solutions_dir`` (the unseen cases) come together or not at all: one alone
+    would be ignored without a word."""
+    if salt is not None and (isinstance(salt, bool) or not isinstance(salt, int)):
+        raise TypeError(f"salt must be an int or None, got {salt!r:.60}")
+    if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
+        raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
+                         f"{solutions_dir!r:.100} is not a folder")
+    if (salt is None) != (solutions_dir is None):  # the unseen cases need both: one alone was ignored
+        given, lacking = ("salt", "solutions_dir") if solutions_dir is None else ("solutions_dir", "salt")
+        raise ValueError(f"salt and solutions_dir go together (the unseen cases need both), got {given}="
+                         f"{salt if given == 'salt' else solutions_dir!r:.100} and {lacking}=None")
+
+
 def _check_grading_arguments(code: object, name: object, salt: object, solutions_dir: object,
                              hide: object, sandboxed: object) -> None:
     """A TypeError or ValueError naming the first argument of :func:`grade_answer` that cannot
@@ -552,11 +569,7 @@ def _check_grading_arguments(code: object, name: object, salt: object, solutions
         raise TypeError(f"code must be the answer's source text (a str), got {type(code).__name__}")
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be the answer function's name (an identifier), got {name!r:.60}")
-    if salt is not None and (isinstance(salt, bool) or not isinstance(salt, int)):
-        raise TypeError(f"salt must be an int or None, got {salt!r:.60}")
-    if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
-        raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
-                         f"{solutions_dir!r:.100} is not a folder")
+    _check_salt_and_solutions(salt, solutions_dir)
     if isinstance(hide, (str, bytes)) or not isinstance(hide, (list, tuple)) \
             or not all(isinstance(p, Path) for p in hide):
         raise TypeError(f"hide must be a list of pathlib.Path to hide from the answer, got {hide!r:.80}")
@@ -608,6 +621,31 @@ def neutralise_html(nb: Any) -> int:
     return changed
 
 
+def _checks_its_own_exercise(grade_id: str, call: Any) -> bool:
+    """Whether a test cell's check call is the one its ``grade_id`` was released with:
+    ``lessonNN.check_xxx`` grades ``lessonNN_xxx_test`` (``nbgrader_tools.convert``: a repeated id
+    gets ``_2``, ``_3``... before or after ``_test``). A call of another exercise's check would give
+    this grade_id that exercise's points."""
+    base = re.escape(f"{call['module']}_{call['check'].removeprefix('check_')}")
+    return re.fullmatch(rf"{base}(_\d+)?_test(_\d+)?", grade_id) is not None
+
+
+def _unique_grade_ids(nb: Any) -> None:
+    """A ValueError naming a grade_id that two cells of ``nb`` carry: the released notebook's are
+    unique (nbgrader refuses such a notebook too), and grading both would let one cell's verdict
+    replace the other's without a word."""
+    seen: dict[str, int] = {}
+    for index, cell in enumerate(nb.cells):
+        grade_id = _nbgrader_meta(cell).get("grade_id") if isinstance(cell, dict) else None
+        if grade_id is None:
+            continue
+        if grade_id in seen:
+            raise ValueError(f"nb: cells {seen[grade_id]} and {index} both carry grade_id {grade_id!r}; "
+                             "a notebook's grade_ids are unique (the released notebook's), so this one "
+                             "was edited: put the released cells back before grading")
+        seen[grade_id] = index
+
+
 def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide: Sequence[Path] = (),
                    per_call: int = 60, memory: int = 4 * 2**30, sandboxed: bool | None = None,
                    log: Any = None) -> dict[str, Any]:
@@ -615,15 +653,23 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
     ``lessonNN_xxx``, test cell ``lessonNN_xxx_test`` whose source calls ``lessonNN.check_xxx(fn)``),
     returning grade_id of the test cell -> Feedback, and set each test cell's outputs to the
     grader's verdict alone; the student's markdown and raw cells keep no live HTML
-    (:func:`neutralise_html`)."""
+    (:func:`neutralise_html`). The grade_id says which check grades a test cell: one edited to call
+    another exercise's check gets no points, and two cells with one grade_id are a ValueError."""
     import nbformat
 
     from .core import Feedback
 
-    if not isinstance(nb, nbformat.NotebookNode) or not isinstance(nb.get("cells"), list):
+    if not isinstance(nb, nbformat.NotebookNode):
         raise TypeError(f"nb must be a notebook read with nbformat.read(path, as_version=4), "
                         f"got {type(nb).__name__}")
+    if not isinstance(nb.get("cells"), list):
+        got = "it has no 'cells'" if "cells" not in nb else \
+            f"its 'cells' is {type(nb['cells']).__name__} {nb['cells']!r:.40}"
+        raise TypeError(f"nb must be a notebook read with nbformat.read(path, as_version=4), with a "
+                        f"list of cells, but {got}")
     _check_per_call(per_call)
+    _check_salt_and_solutions(salt, solutions_dir)  # before any cell is graded
+    _unique_grade_ids(nb)
     neutralise_html(nb)
     results: dict[str, Any] = {}
     ids = {_nbgrader_meta(c).get("grade_id"): i for i, c in enumerate(nb.cells) if _nbgrader_meta(c)}
@@ -635,6 +681,11 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
         call = _check_call(cell.source)
         if call is None:
             feedback = Feedback(grade_id, "error", "this test cell is not a course check; it gets no points.")
+        elif not _checks_its_own_exercise(grade_id, call):
+            feedback = Feedback(grade_id, "error",
+                                f"this test cell calls {call['module']}.{call['check']}, which is not the "
+                                f"check of {grade_id} (the test cells are locked: an edited one gets no "
+                                "points). Put the released test cell back.")
         else:
             before = [c for c in nb.cells[:index] if c.cell_type == "code"]
             answer_index = ids.get(grade_id.removesuffix("_test"))

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..attention.validation import check_callable
+from ..attention.validation import check_callable, check_distinct
 from .answers import Raised, _check_case, same_raise
 from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str, _where_bound
 
@@ -160,7 +160,14 @@ class RecordRefusedCall:
     place torch binds the builtin (``torch.cat``) holds a wrapper that records the call."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
-        self._names = names
+        if not isinstance(names, tuple | list) or not all(type(n) is str for n in names):
+            raise TypeError(f"names must be a tuple of the names of torch's builtins (such as 'cat'), got "
+                            f"{type(names).__name__} {names!r:.60}")
+        unknown = [n for n in names if getattr(torch, n, None) is None]
+        if unknown:
+            raise ValueError(f"names: torch has no function {unknown[0]!r} (names must be torch builtins "
+                             f"such as 'cat', 'stack'), got {tuple(names)!r:.80}")
+        self._names = tuple(check_distinct(names, "names", "torch builtins' names"))
         self._bound: list[tuple[Any, str, Any]] = []
         self.refused: tuple[str, tuple, dict] | None = None
 

@@ -709,6 +709,9 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
             or not all(isinstance(c, str) for c in cells):
         return [f"cells: expected the notebook's code cells so far (a list of str), got "
                 f"{type(cells).__name__} {cells!r:.60}"]
+    if type(name) is not str or not name.isidentifier():  # no answer can be found under it
+        return [f"name: expected the answer's function name (a str such as 'softmax_rows'), got "
+                f"{type(name).__name__} {name!r:.60}"]
     try:
         code = answer_source(cells, name)
     except AnswerProblem as problem:
@@ -1269,12 +1272,12 @@ WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bw
            "and\nallow user namespaces: see INSTRUCTORS.md, 'Grading outside the notebook'.\n" + "!" * 78)
 
 
-def _folders_to_hide(hide: Any) -> list[Path]:
+def _folders_to_hide(hide: Any, name: str = "hide") -> list[Path]:
     """``hide`` as a list of Paths: a list or tuple of str or os.PathLike items, else a
-    TypeError naming it (one path alone is not read as the list of its characters)."""
+    TypeError naming it as ``name`` (one path alone is not read as the list of its characters)."""
     if isinstance(hide, (str, bytes, os.PathLike)) or not isinstance(hide, (list, tuple)) \
             or not all(isinstance(p, (str, os.PathLike)) and not isinstance(p, bytes) for p in hide):
-        raise TypeError(f"hide: expected a list of folders (str or pathlib.Path) the answer must not "
+        raise TypeError(f"{name}: expected a list of folders (str or pathlib.Path) the answer must not "
                         f"see, got {type(hide).__name__} {hide!r:.80}")
     return [Path(p) for p in hide]
 
@@ -1283,7 +1286,7 @@ def hidden_paths(extra: Sequence[Path] = ()) -> list[Path]:
     """What the answer's process must not see even where it lies inside a folder it is shown:
     the instructor's clone and home, nbgrader's default exchange, and ``extra`` (the course
     folder). Outside the folders of :func:`visible_paths` nothing is shown anyway."""
-    paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *_folders_to_hide(extra)]
+    paths = [CLONE, Path.home(), Path("/srv/nbgrader"), *_folders_to_hide(extra, "extra")]
     return sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
 
 

@@ -36,7 +36,7 @@ from ..attention.validation import (
     check_tensor,
 )
 from ..env import torch_threads
-from ..model.checkpoint import load_checkpoint
+from ..model.checkpoint import checkpoint_paths, load_checkpoint
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import InductionTask
 from .lesson04 import check_mha_forward
@@ -236,6 +236,7 @@ def run_with_your_attention(
     ``fn``; a bad ``checkpoint``, ``batch_size`` (1 to :data:`MAX_BATCH`) or ``seed`` is an error."""
     check_int(batch_size, "batch_size", minimum=1, maximum=MAX_BATCH)
     check_int(seed, "seed", minimum=0)
+    checkpoint_paths(checkpoint, "checkpoint")  # a wrong one named as this argument
     model, meta = load_checkpoint(checkpoint)
     if meta.get("task") != "induction":
         raise ValueError(f"checkpoint must hold an induction model, got task {meta.get('task')!r} "

@@ -483,6 +483,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     if role not in IDEAL_ROLES:
         raise ValueError(f"role must be one of {IDEAL_ROLES}, got {role!r}")
     check_int(seq_len, "seq_len", minimum=2)
+    _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     _check_square_fits(seq_len, "seq_len", 8, 2, "float64 patterns")
     pattern = torch.zeros(seq_len, seq_len, dtype=torch.float64)
     rows = torch.arange(seq_len)
@@ -518,13 +519,25 @@ def chance_level(role: str, seq_len: int, *, period: int | None = None, start: i
     """
     if role not in SCORED_ROLES:
         raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {role!r}")
-    check_int(start, "start", minimum=0)  # used by "induction" only, but never negative
+    _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     uniform = ideal_pattern("uniform", seq_len)[None]  # (1, T, T): one head
     if role == "induction":
         if period is None:
             raise ValueError("the induction chance level needs period= (the length of one copy)")
         return float(induction_score(uniform, period, start=start))
     return float(SCORED_ROLES[role](uniform))
+
+
+def _check_period_start(period: object, start: object) -> None:
+    """``period`` (None or an int >= 1) and ``start`` (an int >= 0), also for the roles that do not
+    read them: a ``period="4"`` passed with ``role="previous token"`` is a mistake all the same."""
+    if period is not None:
+        check_int(period, "period", minimum=1)
+    check_int(start, "start", minimum=0)
+
+
+#: How far a role score may stray outside [0, 1] by float rounding (a sum of shares of attention).
+SCORE_SLACK = 1e-6
 
 
 def _check_threshold(threshold: object) -> float:
@@ -536,8 +549,11 @@ def _check_threshold(threshold: object) -> float:
 
 def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> str:
     """``"present"`` (score >= threshold + margin), ``"absent"`` (< threshold - margin), else
-    ``"borderline"``: a score within ``margin`` of the line is too close to call."""
+    ``"borderline"``: a score within ``margin`` of the line is too close to call. ``score`` is a
+    role score (a share of attention, in [0, 1]); a number outside is refused, as NaN is."""
     score = check_real(score, "score")  # NaN is refused: it is neither present nor absent
+    if not -SCORE_SLACK <= score <= 1.0 + SCORE_SLACK:
+        raise ValueError(f"score must be a role score in [0, 1] (a share of attention), got {score!r}")
     _check_threshold(threshold)
     margin = check_real(margin, "margin")
     if not 0.0 <= margin < threshold:

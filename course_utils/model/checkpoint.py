@@ -96,19 +96,20 @@ def available_checkpoints(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
                   if p.is_file() and p.with_suffix(".safetensors").is_file())
 
 
-def checkpoint_paths(name_or_path: str | Path) -> tuple[Path, Path]:
+def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tuple[Path, Path]:
     """``(weights .safetensors, metadata .json)`` for a bare ``str`` name (``"induction"``,
     in ``data/checkpoints/``), a path stem, or a path to either file. A ``Path`` is always
-    taken as a path (``Path("toy")`` is ``./toy``)."""
+    taken as a path (``Path("toy")`` is ``./toy``). ``name`` is the argument the messages name
+    (a caller passing its own ``checkpoint=`` on says ``"checkpoint"``)."""
     if not isinstance(name_or_path, str | Path):
-        raise TypeError(f"name_or_path must be a str or Path, got {type(name_or_path).__name__}")
+        raise TypeError(f"{name} must be a str or Path, got {type(name_or_path).__name__}")
     if not str(name_or_path).strip() or Path(name_or_path).name in ("", ".", ".."):
-        raise ValueError(f"name_or_path must name a checkpoint, such as 'induction', got "
+        raise ValueError(f"{name} must name a checkpoint, such as 'induction', got "
                          f"{str(name_or_path)!r}")
     if "\0" in str(name_or_path):  # no file system takes it: open() would fail later, unnamed
-        raise ValueError(f"name_or_path must not hold a NUL character ('\\x00'), got {str(name_or_path)!r}")
+        raise ValueError(f"{name} must not hold a NUL character ('\\x00'), got {str(name_or_path)!r}")
     if str(name_or_path).endswith(("/", "\\")):  # Path() would drop the slash: x.safetensors beside x/
-        raise ValueError(f"name_or_path ends in a slash, so it names a folder; give a path stem inside it, "
+        raise ValueError(f"{name} ends in a slash, so it names a folder; give a path stem inside it, "
                          f"such as {str(name_or_path) + 'induction'!r}, got {str(name_or_path)!r}")
     path = Path(name_or_path)
     if path.suffix in (".json", ".safetensors"):
@@ -459,7 +460,7 @@ def load_checkpoint(
                         f"'induction') or None, got {type(task).__name__} {task!r:.60}")
     if task is not None and not task.strip():
         raise ValueError(f"task must name a task, such as 'induction', or be None, got {task!r}")
-    device = pick_device(device)
+    device = pick_device(device, "device")
     weights_path, meta_path = checkpoint_paths(name_or_path)
     if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
         inside = available_checkpoints(name_or_path)

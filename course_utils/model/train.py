@@ -266,6 +266,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     check_seed(seed)
     check_int(eval_every, "eval_every", minimum=1)
     check_flag(stop_at_target, "stop_at_target")
+    check_flag(progress, "progress")
     if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
                                or not math.isfinite(target)):
         raise ValueError(f"target must be a finite number (the level target_metric must reach) or None, "
@@ -444,7 +445,7 @@ def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_s
                         f"ModelConfig.from_dict(d)), got {type(config).__name__}")
     _check_fits_task(config, task, needed_len, name, "config")
     check_seed(seed)
-    device = pick_device(device)
+    device = pick_device(device, "device")
     model = _build_model(config, seed, device)
 
     def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -648,8 +649,10 @@ def _main_train(args: argparse.Namespace, argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m course_utils.model.train induction|agreement|mixture --seed S --steps N --out PATH``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m course_utils.model.train", description=__doc__,
+    from .. import cli
+
+    argv = cli.words(argv)
+    parser = cli.ArgumentParser(prog="python -m course_utils.model.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TRAINERS))
     parser.add_argument("--seed", type=int, default=0)
@@ -667,7 +670,6 @@ def main(argv: list[str] | None = None) -> None:
         _check_cli_args(args)
     except (TypeError, ValueError, OSError) as err:
         parser.error(str(err))
-    from .. import cli
 
     # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143 (__main__ runs this under cli.run);
     # save_checkpoint is all or nothing, so until it returns no checkpoint file was changed
@@ -692,7 +694,7 @@ def _check_cli_args(args: argparse.Namespace) -> None:
     check_int(args.batch_size, "--batch-size", minimum=1)
     _check_batch_fits(args.task, args.batch_size, "--batch-size")
     try:
-        pick_device(args.device)
+        pick_device(args.device, "device")
     except (TypeError, ValueError) as err:
         raise ValueError(f"--device {args.device!r}: {err}") from None
     if args.out is not None:

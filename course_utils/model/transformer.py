@@ -49,6 +49,7 @@ from ..attention.validation import (
     check_kv_heads,
     check_linear_weights_fit,
     check_same_dtype_and_device,
+    check_stream,
     check_tensor,
     describe_shape,
 )
@@ -194,6 +195,8 @@ class MLP(nn.Module):
         self.fc_out = nn.Linear(d_mlp, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x`` ``(B, T, d_model)`` -> ``(B, T, d_model)``, each position on its own."""
+        check_stream(x, "x", d_model=self.fc_in.in_features, weight=self.fc_in.weight)
         return self.fc_out(F.gelu(self.fc_in(x)))
 
 
@@ -231,6 +234,7 @@ class Block(nn.Module):
         ``past`` is the attention layer's KV cache (a ``(k, v)`` pair or a cache's append).
         ``heads`` ``(B, h, T, dk)``: the head outputs a run with this same ``x`` computed (before
         ``attn.hook_z``); the attention then starts at ``hook_z`` (no weights, no ``(k, v)``)."""
+        check_stream(x, "x", d_model=self.ln_attn.normalized_shape[0], weight=self.ln_attn.weight)
         x = self.hook_resid_pre(x)
         if heads is None:
             attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
