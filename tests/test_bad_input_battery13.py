@@ -455,3 +455,12 @@ def _command_line_cases():
 @pytest.mark.parametrize("case", _command_line_cases(), ids=lambda c: c.name)
 def test_command_line_helpers_name_what_is_no_command_line(case):
     assert_named(case)
+
+
+# -- b13 obscure: feedback_from(run=None) raised "'NoneType' object has no attribute 'lost'" -------
+@pytest.mark.parametrize("run", [None, [], "run"], ids=repr)
+def test_feedback_from_names_a_run_that_is_none(run):
+    from course_utils.exercises import autograde as AG
+
+    assert_named(Case("run", lambda: AG.feedback_from("lesson02", "check_softmax_rows", "f", run, []),
+                      TypeError, ["run must be the answer's recorded run", type(run).__name__]))

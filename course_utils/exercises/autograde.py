@@ -420,6 +420,9 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
 
     exercise = exercise_of(lesson, check)
     title = exercise.title
+    if not isinstance(run, sandbox.Run):
+        raise TypeError(f"run must be the answer's recorded run (a sandbox.Run from run_answer), got "
+                        f"{type(run).__name__} {run!r:.60}")
     if run.lost is not None:
         return Feedback(title, "error", f"the grader could not run your function: {run.lost}.", exercise.hint)
     if run.defined is not None:
