@@ -464,3 +464,21 @@ def test_feedback_from_names_a_run_that_is_none(run):
 
     assert_named(Case("run", lambda: AG.feedback_from("lesson02", "check_softmax_rows", "f", run, []),
                       TypeError, ["run must be the answer's recorded run", type(run).__name__]))
+
+
+# -- b13 obscure: load_worked_example said "file not found" for a symlink loop -------------------
+def test_load_worked_example_names_a_symlink_loop_and_a_broken_link(tmp_path):
+    import os
+
+    from course_utils.tasks import worked_example as WE
+
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    os.symlink(tmp_path / "gone", tmp_path / "broken")
+    assert_named(Case("loop", lambda: WE.load_worked_example(tmp_path / "loop1"), WE.WorkedExampleError,
+                      ["regular JSON file", "loop1", "a symlink loop"]))
+    assert_named(Case("broken", lambda: WE.load_worked_example(tmp_path / "broken"), WE.WorkedExampleError,
+                      ["regular JSON file", "broken", "a broken symlink"]))
+    with pytest.raises(FileNotFoundError, match="not found"):  # the control: a plain missing file
+        WE.load_worked_example(tmp_path / "nope.json")
+    assert WE.load_worked_example().x.shape[0] > 0
