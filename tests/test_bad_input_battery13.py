@@ -482,3 +482,13 @@ def test_load_worked_example_names_a_symlink_loop_and_a_broken_link(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):  # the control: a plain missing file
         WE.load_worked_example(tmp_path / "nope.json")
     assert WE.load_worked_example().x.shape[0] > 0
+
+
+# -- b13 obscure: a meta tensor of rows raised torch's "Tensor.item() cannot be called on meta" ------
+def test_check_rows_names_a_meta_tensor():
+    from course_utils.attention import validation as V
+
+    meta = torch.tensor([0, 1], device="meta")
+    assert_named(Case("rows meta", lambda: V.check_rows(meta, "rows", 4), ValueError,
+                      ["rows is on the meta device", "(2)"]))
+    assert V.check_rows(torch.tensor([0, 3]), "rows", 4).tolist() == [0, 3]  # the control

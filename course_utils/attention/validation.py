@@ -270,6 +270,7 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
     else:
         raise TypeError(f"{name} must be an integer tensor, a list of ints or a bool mask of {size} "
                         f"{what}, got {type(rows).__name__} {rows!r:.60}")
+    check_holds_values(tensor, name)  # its entries are read below
     if tensor.is_floating_point() or tensor.is_complex():
         raise TypeError(f"{name} must hold integer indices (or be a bool mask), got dtype {tensor.dtype}")
     if tensor.dtype == torch.bool:
