@@ -492,3 +492,14 @@ def test_check_rows_names_a_meta_tensor():
     assert_named(Case("rows meta", lambda: V.check_rows(meta, "rows", 4), ValueError,
                       ["rows is on the meta device", "(2)"]))
     assert V.check_rows(torch.tensor([0, 3]), "rows", 4).tolist() == [0, 3]  # the control
+
+
+# -- b13 obscure: AttentionExplorer unpacked a list of two layers as (labels, one layer), miscounting --
+def test_attention_explorer_names_a_function_that_returns_no_pair():
+    from course_utils.interp.heatmaps import AttentionExplorer
+
+    two_layers = lambda text: [torch.rand(1, 4, 2, 2)] * 2  # noqa: E731 - weights alone, no labels
+    assert_named(Case("explorer", lambda: AttentionExplorer(two_layers, ["the cat"], 2, 4), ValueError,
+                      ["attention_for must return a pair", "list of 2 item(s), the first a Tensor"]))
+    pair = lambda text: (["the", "cat"], [torch.rand(1, 4, 2, 2)] * 2)  # noqa: E731 - the control
+    assert AttentionExplorer(pair, ["the cat"], 2, 4).num_layers == 2
