@@ -522,3 +522,16 @@ def test_grade_notebook_says_what_is_wrong_with_a_notebook(change, words):
                       ["nb must be a notebook", "NotebookNode", words]))
     assert_named(Case("nb int", lambda: AG.grade_notebook(3, salt=None, solutions_dir=None), TypeError,
                       ["nb must be a notebook", "got int"]))
+
+
+# -- b13: combine_masks(device='cpu') said "mask is on device cpu but the attention inputs are on cpu" --
+def test_combine_masks_takes_a_device_name():
+    from course_utils.attention import validation as V
+
+    mask, padding = torch.ones(3, 3, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)
+    for device in ("cpu", torch.device("cpu")):
+        out = V.combine_masks(mask, padding, batch=2, num_heads=1, num_queries=3, num_keys=3, device=device)
+        assert out.shape == (2, 1, 3, 3) and bool(out.all())
+    assert_named(Case("meta", lambda: V.combine_masks(mask, None, batch=2, num_heads=1, num_queries=3,
+                                                      num_keys=3, device="meta"), ValueError,
+                      ["mask is on device cpu", "inputs are on meta"]))

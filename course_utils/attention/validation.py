@@ -745,7 +745,7 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
             f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
             "dim or be 1"
         )
-    if device is not None and mask.device != device:
+    if device is not None and mask.device != torch.device(device):  # "cpu" as a str is torch.device("cpu")
         raise ValueError(f"{name} is on device {mask.device} but the attention inputs are on {device}")
 
 
@@ -772,7 +772,7 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
                 f"key_padding_mask must have shape (B, Tk) = {(batch, num_keys)} with True = real "
                 f"token, got {describe_shape(key_padding_mask)}"
             )
-        if key_padding_mask.device != device:
+        if key_padding_mask.device != torch.device(device):
             raise ValueError(f"key_padding_mask is on device {key_padding_mask.device} but the "
                              f"inputs are on {device}")
         padding = key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
