@@ -535,3 +535,26 @@ def test_combine_masks_takes_a_device_name():
     assert_named(Case("meta", lambda: V.combine_masks(mask, None, batch=2, num_heads=1, num_queries=3,
                                                       num_keys=3, device="meta"), ValueError,
                       ["mask is on device cpu", "inputs are on meta"]))
+
+
+# -- b13 obscure: check_config_fields(texts=None / config='x') raised raw attribute errors ---------
+def _config_cases():
+    from course_utils.attention import validation as V
+    from course_utils.attention.mla import MLAConfig
+
+    config = MLAConfig("tiny", 1, 2, 4, 8, 2, "a test")
+    return [
+        Case("config str", lambda: V.check_config_fields("x", ("name",), {}), TypeError,
+             ["config must be a config dataclass", "str 'x'"]),
+        Case("texts None", lambda: V.check_config_fields(config, None, {}), TypeError,
+             ["texts must be a tuple", "NoneType"]),
+        Case("texts str", lambda: V.check_config_fields(config, "name", {}), TypeError,
+             ["texts must be a tuple", "str 'name'"]),
+        Case("unknown field", lambda: V.check_config_fields(config, ("nope",), {}), ValueError,
+             ["MLAConfig has no field 'nope'"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _config_cases(), ids=lambda c: c.name)
+def test_check_config_fields_names_its_own_arguments(case):
+    assert_named(case)

@@ -946,6 +946,19 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     :class:`~course_utils.attention.mla.MLAConfig`): each of ``texts`` a str, each of ``counts``
     an int of at least its given minimum, stored back as a Python int. Raised errors name the
     config's class and the field."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"config must be a config dataclass instance (PublishedConfig, MLAConfig), got "
+                        f"{type(config).__name__} {config!r:.60}")
+    if isinstance(texts, str) or not isinstance(texts, tuple | list) or not isinstance(counts, dict):
+        raise TypeError(f"texts must be a tuple of field names and counts a dict field -> minimum, got "
+                        f"{type(texts).__name__} {texts!r:.40} and {type(counts).__name__} {counts!r:.40}")
+    fields = {f.name for f in dataclasses.fields(config)}
+    unknown = [f for f in (*texts, *counts) if f not in fields]
+    if unknown:
+        raise ValueError(f"{type(config).__name__} has no field {unknown[0]!r} (texts and counts name "
+                         f"its fields: {sorted(fields)})")
     kind = type(config).__name__
     for field in texts:
         value = getattr(config, field)
