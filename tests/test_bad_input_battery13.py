@@ -505,25 +505,6 @@ def test_attention_explorer_names_a_function_that_returns_no_pair():
     assert AttentionExplorer(pair, ["the cat"], 2, 4).num_layers == 2
 
 
-# -- b13 obscure: grade_notebook(nb without a cells list) said "got NotebookNode", a notebook --------
-@pytest.mark.parametrize("change, words", [("pop", "whose 'cells' is missing"),
-                                           ("dict", "whose 'cells' is a NotebookNode, not a list")])
-def test_grade_notebook_says_what_is_wrong_with_a_notebook(change, words):
-    import nbformat
-
-    from course_utils.exercises import autograde as AG
-
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
-    if change == "pop":
-        nb.pop("cells")
-    else:
-        nb["cells"] = {}
-    assert_named(Case("nb", lambda: AG.grade_notebook(nb, salt=None, solutions_dir=None), TypeError,
-                      ["nb must be a notebook", "NotebookNode", words]))
-    assert_named(Case("nb int", lambda: AG.grade_notebook(3, salt=None, solutions_dir=None), TypeError,
-                      ["nb must be a notebook", "got int"]))
-
-
 # -- b13: combine_masks(device='cpu') said "mask is on device cpu but the attention inputs are on cpu" --
 def test_combine_masks_takes_a_device_name():
     from course_utils.attention import validation as V
