@@ -539,3 +539,19 @@ def _config_cases():
 @pytest.mark.parametrize("case", _config_cases(), ids=lambda c: c.name)
 def test_check_config_fields_names_its_own_arguments(case):
     assert_named(case)
+
+
+# -- b13: save_checkpoint replaced a .json that is no checkpoint's sidecar without a word -----------
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe binary", b"[1, 2, 3]", b'{"notes": "mine"}'],
+                         ids=["empty", "binary", "json-array", "other-object"])
+def test_save_checkpoint_keeps_a_json_that_is_no_sidecar(tmp_path, content):
+    from course_utils.model import checkpoint as CK
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1))
+    (tmp_path / "mine.json").write_bytes(content)
+    with pytest.raises(CK.CheckpointError, match="is not a checkpoint's sidecar"):
+        CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c")
+    assert (tmp_path / "mine.json").read_bytes() == content and not (tmp_path / "mine.safetensors").exists()
+    CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c", replace_task=True)
+    CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c")  # over its own: fine
