@@ -555,3 +555,20 @@ def test_save_checkpoint_keeps_a_json_that_is_no_sidecar(tmp_path, content):
     assert (tmp_path / "mine.json").read_bytes() == content and not (tmp_path / "mine.safetensors").exists()
     CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c", replace_task=True)
     CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c")  # over its own: fine
+
+
+# -- b13: read_secrets said "is missing" for a .course_grader.json that is a symlink loop ---------
+def test_read_secrets_names_a_symlink_loop(tmp_path):
+    import os
+
+    from course_utils.exercises import autograde as AG
+
+    secrets = tmp_path / AG.SECRETS_NAME
+    os.symlink(tmp_path / "other", secrets)
+    os.symlink(secrets, tmp_path / "other")
+    assert_named(Case("loop", lambda: AG.read_secrets(tmp_path), ValueError, ["is a symlink loop", "source"]))
+    (tmp_path / "other").unlink()
+    secrets.unlink()
+    assert_named(Case("missing", lambda: AG.read_secrets(tmp_path), FileNotFoundError, ["is missing"]))
+    secrets.mkdir()
+    assert_named(Case("folder", lambda: AG.read_secrets(tmp_path), ValueError, ["is a folder"]))
