@@ -572,3 +572,17 @@ def test_read_secrets_names_a_symlink_loop(tmp_path):
     assert_named(Case("missing", lambda: AG.read_secrets(tmp_path), FileNotFoundError, ["is missing"]))
     secrets.mkdir()
     assert_named(Case("folder", lambda: AG.read_secrets(tmp_path), ValueError, ["is a folder"]))
+
+
+# -- b13: NaN/inf and 1e38 in the model's float streams: documented (they spread, unchecked) --------
+def test_model_streams_document_that_non_finite_values_spread():
+    from course_utils.attention import mha
+    from course_utils.model import transformer as TF
+
+    assert "Non-finite values" in TF.__doc__ and "1e38" in TF.__doc__ and "1e38" in mha.__doc__
+    model = TF.TinyTransformer(TF.ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1,
+                                              mlp=True))
+    out, _ = model.run_blocks(torch.full((1, 3, 8), float("nan")))
+    assert out.isnan().all()  # as documented: no refusal, NaN out
+    mlp = TF.MLP(8, 16)
+    assert mlp(torch.full((1, 2, 8), float("nan"))).isnan().all()
