@@ -455,3 +455,134 @@ def _command_line_cases():
 @pytest.mark.parametrize("case", _command_line_cases(), ids=lambda c: c.name)
 def test_command_line_helpers_name_what_is_no_command_line(case):
     assert_named(case)
+
+
+# -- b13 obscure: feedback_from(run=None) raised "'NoneType' object has no attribute 'lost'" -------
+@pytest.mark.parametrize("run", [None, [], "run"], ids=repr)
+def test_feedback_from_names_a_run_that_is_none(run):
+    from course_utils.exercises import autograde as AG
+
+    assert_named(Case("run", lambda: AG.feedback_from("lesson02", "check_softmax_rows", "f", run, []),
+                      TypeError, ["run must be the answer's recorded run", type(run).__name__]))
+
+
+# -- b13 obscure: load_worked_example said "file not found" for a symlink loop -------------------
+def test_load_worked_example_names_a_symlink_loop_and_a_broken_link(tmp_path):
+    import os
+
+    from course_utils.tasks import worked_example as WE
+
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    os.symlink(tmp_path / "gone", tmp_path / "broken")
+    assert_named(Case("loop", lambda: WE.load_worked_example(tmp_path / "loop1"), WE.WorkedExampleError,
+                      ["regular JSON file", "loop1", "a symlink loop"]))
+    assert_named(Case("broken", lambda: WE.load_worked_example(tmp_path / "broken"), WE.WorkedExampleError,
+                      ["regular JSON file", "broken", "a broken symlink"]))
+    with pytest.raises(FileNotFoundError, match="not found"):  # the control: a plain missing file
+        WE.load_worked_example(tmp_path / "nope.json")
+    assert WE.load_worked_example().x.shape[0] > 0
+
+
+# -- b13 obscure: a meta tensor of rows raised torch's "Tensor.item() cannot be called on meta" ------
+def test_check_rows_names_a_meta_tensor():
+    from course_utils.attention import validation as V
+
+    meta = torch.tensor([0, 1], device="meta")
+    assert_named(Case("rows meta", lambda: V.check_rows(meta, "rows", 4), ValueError,
+                      ["rows is on the meta device", "(2)"]))
+    assert V.check_rows(torch.tensor([0, 3]), "rows", 4).tolist() == [0, 3]  # the control
+
+
+# -- b13 obscure: AttentionExplorer unpacked a list of two layers as (labels, one layer), miscounting --
+def test_attention_explorer_names_a_function_that_returns_no_pair():
+    from course_utils.interp.heatmaps import AttentionExplorer
+
+    two_layers = lambda text: [torch.rand(1, 4, 2, 2)] * 2  # noqa: E731 - weights alone, no labels
+    assert_named(Case("explorer", lambda: AttentionExplorer(two_layers, ["the cat"], 2, 4), ValueError,
+                      ["attention_for must return a pair", "list of 2 item(s), the first a Tensor"]))
+    pair = lambda text: (["the", "cat"], [torch.rand(1, 4, 2, 2)] * 2)  # noqa: E731 - the control
+    assert AttentionExplorer(pair, ["the cat"], 2, 4).num_layers == 2
+
+
+# -- b13: combine_masks(device='cpu') said "mask is on device cpu but the attention inputs are on cpu" --
+def test_combine_masks_takes_a_device_name():
+    from course_utils.attention import validation as V
+
+    mask, padding = torch.ones(3, 3, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool)
+    for device in ("cpu", torch.device("cpu")):
+        out = V.combine_masks(mask, padding, batch=2, num_heads=1, num_queries=3, num_keys=3, device=device)
+        assert out.shape == (2, 1, 3, 3) and bool(out.all())
+    assert_named(Case("meta", lambda: V.combine_masks(mask, None, batch=2, num_heads=1, num_queries=3,
+                                                      num_keys=3, device="meta"), ValueError,
+                      ["mask is on device cpu", "inputs are on meta"]))
+
+
+# -- b13 obscure: check_config_fields(texts=None / config='x') raised raw attribute errors ---------
+def _config_cases():
+    from course_utils.attention import validation as V
+    from course_utils.attention.mla import MLAConfig
+
+    config = MLAConfig("tiny", 1, 2, 4, 8, 2, "a test")
+    return [
+        Case("config str", lambda: V.check_config_fields("x", ("name",), {}), TypeError,
+             ["config must be a config dataclass", "str 'x'"]),
+        Case("texts None", lambda: V.check_config_fields(config, None, {}), TypeError,
+             ["texts must be a tuple", "NoneType"]),
+        Case("texts str", lambda: V.check_config_fields(config, "name", {}), TypeError,
+             ["texts must be a tuple", "str 'name'"]),
+        Case("unknown field", lambda: V.check_config_fields(config, ("nope",), {}), ValueError,
+             ["MLAConfig has no field 'nope'"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _config_cases(), ids=lambda c: c.name)
+def test_check_config_fields_names_its_own_arguments(case):
+    assert_named(case)
+
+
+# -- b13: save_checkpoint replaced a .json that is no checkpoint's sidecar without a word -----------
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe binary", b"[1, 2, 3]", b'{"notes": "mine"}'],
+                         ids=["empty", "binary", "json-array", "other-object"])
+def test_save_checkpoint_keeps_a_json_that_is_no_sidecar(tmp_path, content):
+    from course_utils.model import checkpoint as CK
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1))
+    (tmp_path / "mine.json").write_bytes(content)
+    with pytest.raises(CK.CheckpointError, match="is not a checkpoint's sidecar"):
+        CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c")
+    assert (tmp_path / "mine.json").read_bytes() == content and not (tmp_path / "mine.safetensors").exists()
+    CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c", replace_task=True)
+    CK.save_checkpoint(model, tmp_path / "mine", task="toy", metrics={}, command="c")  # over its own: fine
+
+
+# -- b13: read_secrets said "is missing" for a .course_grader.json that is a symlink loop ---------
+def test_read_secrets_names_a_symlink_loop(tmp_path):
+    import os
+
+    from course_utils.exercises import autograde as AG
+
+    secrets = tmp_path / AG.SECRETS_NAME
+    os.symlink(tmp_path / "other", secrets)
+    os.symlink(secrets, tmp_path / "other")
+    assert_named(Case("loop", lambda: AG.read_secrets(tmp_path), ValueError, ["is a symlink loop", "source"]))
+    (tmp_path / "other").unlink()
+    secrets.unlink()
+    assert_named(Case("missing", lambda: AG.read_secrets(tmp_path), FileNotFoundError, ["is missing"]))
+    secrets.mkdir()
+    assert_named(Case("folder", lambda: AG.read_secrets(tmp_path), ValueError, ["is a folder"]))
+
+
+# -- b13: NaN/inf and 1e38 in the model's float streams: documented (they spread, unchecked) --------
+def test_model_streams_document_that_non_finite_values_spread():
+    from course_utils.attention import mha
+    from course_utils.model import transformer as TF
+
+    assert "Non-finite values" in TF.__doc__ and "1e38" in TF.__doc__ and "1e38" in mha.__doc__
+    model = TF.TinyTransformer(TF.ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1,
+                                              mlp=True))
+    out, _ = model.run_blocks(torch.full((1, 3, 8), float("nan")))
+    assert out.isnan().all()  # as documented: no refusal, NaN out
+    mlp = TF.MLP(8, 16)
+    assert mlp(torch.full((1, 2, 8), float("nan"))).isnan().all()

@@ -108,7 +108,7 @@ def test_the_controls_beside_the_refused_calls_still_work():
 
 
 def test_load_worked_example_names_a_fifo_without_reading_it(tmp_path):
-    with pytest.raises(WE.WorkedExampleError, match="exists but is not one"):
+    with pytest.raises(WE.WorkedExampleError, match=r"which is a FIFO \(named pipe\)"):
         WE.load_worked_example(_mkfifo(tmp_path))
 
 

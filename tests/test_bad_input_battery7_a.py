@@ -89,7 +89,7 @@ def test_a_missing_gpu_gets_pick_devices_sentence():
     with pytest.raises(ValueError) as ours:
         causal_mask(3, device=MISSING_GPU)
     with pytest.raises(ValueError) as theirs:
-        pick_device(MISSING_GPU)
+        pick_device(MISSING_GPU, "device")  # named as the masks' argument (its own is prefer)
     assert str(ours.value) == str(theirs.value)
 
 
@@ -99,7 +99,7 @@ def test_an_absent_mps_gets_one_sentence():
     with pytest.raises(ValueError) as ours:
         padding_mask([1, 2], device="mps")
     with pytest.raises(ValueError) as theirs:
-        pick_device("mps")
+        pick_device("mps", "device")  # named as the masks' argument (its own is prefer)
     assert str(ours.value) == str(theirs.value)
     assert "'mps' asked for" in str(theirs.value)
 

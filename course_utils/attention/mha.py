@@ -14,7 +14,8 @@ gives NaN heads only on the step-by-step path (``need_weights=True``); on the fu
 PyTorch's CPU kernel returns zeros for it (``nn.MultiheadAttention`` does the same), so the
 output looks finite. To find such a query, run with ``need_weights=True`` or check the input
 with ``torch.isfinite``. (Putting the NaN back would add operations to every forward pass,
-which lesson 04 counts.)
+which lesson 04 counts.) A finite input far beyond the activations' range (``1e38``) can
+overflow float32 in a projection and give NaN the same way, unchecked.
 """
 
 from __future__ import annotations

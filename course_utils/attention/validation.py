@@ -270,6 +270,7 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
     else:
         raise TypeError(f"{name} must be an integer tensor, a list of ints or a bool mask of {size} "
                         f"{what}, got {type(rows).__name__} {rows!r:.60}")
+    check_holds_values(tensor, name)  # its entries are read below
     if tensor.is_floating_point() or tensor.is_complex():
         raise TypeError(f"{name} must hold integer indices (or be a bool mask), got dtype {tensor.dtype}")
     if tensor.dtype == torch.bool:
@@ -744,7 +745,7 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
             f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
             "dim or be 1"
         )
-    if device is not None and mask.device != device:
+    if device is not None and mask.device != torch.device(device):  # "cpu" as a str is torch.device("cpu")
         raise ValueError(f"{name} is on device {mask.device} but the attention inputs are on {device}")
 
 
@@ -771,7 +772,7 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
                 f"key_padding_mask must have shape (B, Tk) = {(batch, num_keys)} with True = real "
                 f"token, got {describe_shape(key_padding_mask)}"
             )
-        if key_padding_mask.device != device:
+        if key_padding_mask.device != torch.device(device):
             raise ValueError(f"key_padding_mask is on device {key_padding_mask.device} but the "
                              f"inputs are on {device}")
         padding = key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
@@ -945,6 +946,19 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     :class:`~course_utils.attention.mla.MLAConfig`): each of ``texts`` a str, each of ``counts``
     an int of at least its given minimum, stored back as a Python int. Raised errors name the
     config's class and the field."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"config must be a config dataclass instance (PublishedConfig, MLAConfig), got "
+                        f"{type(config).__name__} {config!r:.60}")
+    if isinstance(texts, str) or not isinstance(texts, tuple | list) or not isinstance(counts, dict):
+        raise TypeError(f"texts must be a tuple of field names and counts a dict field -> minimum, got "
+                        f"{type(texts).__name__} {texts!r:.40} and {type(counts).__name__} {counts!r:.40}")
+    fields = {f.name for f in dataclasses.fields(config)}
+    unknown = [f for f in (*texts, *counts) if f not in fields]
+    if unknown:
+        raise ValueError(f"{type(config).__name__} has no field {unknown[0]!r} (texts and counts name "
+                         f"its fields: {sorted(fields)})")
     kind = type(config).__name__
     for field in texts:
         value = getattr(config, field)

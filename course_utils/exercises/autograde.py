@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..paths import check_path
+from ..paths import check_path, path_kind
 from . import cases as _cases
 from . import sandbox
 
@@ -129,11 +129,12 @@ def read_secrets(course: Path) -> dict:
     """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run."""
     check_path(course, "course", "the course folder nbgrader works in")
     path = Path(course) / SECRETS_NAME
-    if path.exists() and not path.is_file():
-        raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'not a regular file'}, expected the "
-                         f"grader's secrets file: remove it and run `python scripts/nbgrader_tools.py "
-                         f"source {course}`")
-    if not path.is_file():
+    kind = path_kind(path)  # the package's one description of what a path is (a loop is not "missing")
+    if kind not in (None, "missing"):
+        kind = "a folder" if kind == "a directory" else kind
+        raise ValueError(f"{path} is {kind}, expected the grader's secrets file: remove it and run "
+                         f"`python scripts/nbgrader_tools.py source {course}`")
+    if kind == "missing":
         raise FileNotFoundError(f"{path} is missing: run `python scripts/nbgrader_tools.py source "
                                 f"{course}` in the course's clone (it writes the grader's salts)")
     try:
@@ -420,6 +421,9 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
 
     exercise = exercise_of(lesson, check)
     title = exercise.title
+    if not isinstance(run, sandbox.Run):
+        raise TypeError(f"run must be the answer's recorded run (a sandbox.Run from run_answer), got "
+                        f"{type(run).__name__} {run!r:.60}")
     if run.lost is not None:
         return Feedback(title, "error", f"the grader could not run your function: {run.lost}.", exercise.hint)
     if run.defined is not None:

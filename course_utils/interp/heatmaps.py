@@ -243,7 +243,7 @@ class AttentionExplorer:
         self.last: Figure | str | None = None  # what the explorer drew last (for tests)
         self.controls: dict[str, Any] = {}
         try:  # the attention of the first example must have the promised (L, h)
-            _, attention = attention_for(self.sentences[0])
+            _, attention = self._labels_and_weights(self.sentences[0])
             grid_shape = _layer_head_grid(attention, 0).shape  # (L, h, T, T)
         except Exception as err:
             raise ValueError(f"attention_for cannot draw the first example {self.sentences[0]!r}: "
@@ -252,6 +252,19 @@ class AttentionExplorer:
             raise ValueError(f"num_layers={num_layers}, num_heads={num_heads} do not match the "
                              f"attention, which has {grid_shape[0]} layer(s) of {grid_shape[1]} "
                              "head(s)")
+
+    def _labels_and_weights(self, text: str) -> tuple[list[str], object]:
+        """``attention_for(text)``, checked to be a pair ``(token labels, per-layer weights)``: a
+        list of weights returned alone would be unpacked as labels and one layer, and miscounted."""
+        result = self.attention_for(text)
+        if not isinstance(result, tuple | list) or len(result) != 2 or isinstance(result[0], torch.Tensor) \
+                or not all(isinstance(label, str) for label in result[0]):
+            shown = (f"a {type(result).__name__} of {len(result)} item(s), the first a "
+                     f"{type(result[0]).__name__}" if isinstance(result, tuple | list) and result
+                     else f"{type(result).__name__} {result!r:.40}")
+            raise ValueError(f"attention_for must return a pair (token labels: a list of str, per-layer "
+                             f"weights), got {shown}")
+        return list(result[0]), result[1]
 
     # -- checking a choice ------------------------------------------------------------
     def choice_problem(self, layer: object, head: object) -> str | None:
@@ -296,7 +309,7 @@ class AttentionExplorer:
         if not text:
             return "Type a sentence first."
         try:
-            tokens, attention = self.attention_for(text)
+            tokens, attention = self._labels_and_weights(text)
             grid = _layer_head_grid(attention, 0)  # (L, h, T, T)
         except Exception as err:  # unknown words, too long, a broken attention function
             return f"Cannot draw this sentence: {err}"

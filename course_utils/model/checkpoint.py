@@ -143,7 +143,8 @@ def save_checkpoint(
     ``task`` (a non-empty name such as ``"induction"``) is recorded in the sidecar. A checkpoint
     holds the task it is named after: saving over a sidecar that records another task, or
     under the name of another of the course's tasks (:data:`COURSE_TASKS`, e.g. an agreement
-    model as ``induction``), is a :class:`CheckpointError` unless ``replace_task=True``.
+    model as ``induction``), is a :class:`CheckpointError` unless ``replace_task=True``; so is
+    saving over a ``.json`` that is no checkpoint's sidecar (empty, binary, other JSON).
 
     A save that fails (a read-only or full disk) is a :class:`CheckpointError` naming the folder,
     and leaves the files as they were. One killed outright (SIGKILL, power cut)
@@ -250,9 +251,14 @@ def _check_task_of_target(meta_path: Path, task: str) -> None:
     recorded = None
     if _what_is_there(meta_path) is None:
         try:
-            recorded = json.loads(meta_path.read_bytes().decode("utf-8")).get("task")
-        except (OSError, ValueError, AttributeError, RecursionError):
-            recorded = None  # an unreadable sidecar records nothing to keep: it may be replaced
+            data = json.loads(meta_path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
+            data = None
+        if not (isinstance(data, dict) and "config" in data):  # empty, binary, another JSON: not ours
+            raise CheckpointError(f"{meta_path} exists and is not a checkpoint's sidecar (no JSON object "
+                                  f"with a 'config'); saving would replace it. Save under another name, or "
+                                  f"pass replace_task=True (--replace-task) to replace it")
+        recorded = data.get("task")
     if isinstance(recorded, str) and recorded != task:
         raise CheckpointError(f"{meta_path} holds a model of the task {recorded!r}; saving a model of the "
                               f"task {task!r} there would replace it, and loading {name!r} would hand back "

@@ -22,6 +22,13 @@ easiest to read). What the later lessons use:
   the blocks use grouped-query attention and the cache holds only ``g`` K/V heads.
 
 Shapes: B batch, T sequence length, d = d_model, h heads, dk = d // h, V vocabulary.
+
+Non-finite values: token ids and ``head_mask`` (finite gates) are checked; the float streams
+given to :meth:`TinyTransformer.run_blocks`, a :class:`Block` or an :class:`MLP` are checked
+for shape, dtype and device only. NaN or infinity there, or a finite value so large (``1e38``,
+also as a gate) that a projection overflows float32, is not refused (checking would cost a
+pass over the data on every call) and spreads to NaN outputs, as in
+:mod:`course_utils.attention.mha`.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import torch
 
 from ..attention.mha import scaled_dot_product_attention
 from ..attention.validation import MAX_DECIMALS, check_int
-from ..paths import DATA_DIR
+from ..paths import DATA_DIR, path_kind
 
 __all__ = [
     "WORKED_EXAMPLE_PATH",
@@ -363,13 +363,13 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
     if not isinstance(path, str | Path):
         raise TypeError(f"path must be a str or Path naming a JSON file, got {type(path).__name__}")
     path = Path(path)
-    if not path.exists():
+    kind = path_kind(path)  # never opens it: a FIFO would block the read forever
+    if kind == "missing":
         raise FileNotFoundError(f"worked-example file not found: {path}")
-    if path.is_dir():
+    if kind == "a directory":
         raise IsADirectoryError(f"path must name the worked-example JSON file, got {path}, which is a folder")
-    if not path.is_file():  # a FIFO would block the read forever; a device is not a file either
-        raise WorkedExampleError(f"path must name a regular JSON file, got {path}, which exists but is not "
-                                 "one (a FIFO, socket or device)")
+    if kind is not None:  # a broken link, a symlink loop, a FIFO, a socket, a device, unreadable
+        raise WorkedExampleError(f"path must name a regular JSON file, got {path}, which is {kind}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
