@@ -257,7 +257,8 @@ ATTENTION_WEIGHTS = _WeightsExercise(
                 "queries (dim=-2) instead of the keys.",
                 "every query distributes its attention over the keys: torch.softmax(scores, dim=-1)."),
         Mistake("missing_scale", "your weights are too peaked: the scores were not divided by sqrt(d_k).",
-                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])."),
+                "divide the scores by the square root of d_k, the size of q's last axis, before the "
+                "softmax."),
         Mistake("divided_by_dk", "your weights are too flat: you divided the scores by d_k "
                 "instead of sqrt(d_k).", "use math.sqrt(d_k), the standard deviation of a dot "
                 "product of d_k random unit-variance entries."),
@@ -374,7 +375,8 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "opposite (~) of your 'may attend' mask."),
         Mistake("missing_scale", "the mask is right, but your weights are too peaked: the scores were "
                 "not divided by sqrt(d_k).",
-                "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), then mask, then softmax."),
+                "divide the scores by the square root of d_k (q's last axis), then mask, then take the "
+                "softmax."),
         Mistake("mask_not_applied", "your weights are those of attention without any mask: every "
                 "query sees the future. (One way to get there: masked_fill returns a new tensor "
                 "and leaves scores unchanged unless you keep its result.)",

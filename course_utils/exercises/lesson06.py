@@ -176,8 +176,9 @@ def _importance_cases() -> list[Case]:
 
 # the first of two slips that the 6.2 mistakes below name together
 _SUM_THEN_ABS = "backward() on the sum of the losses, then .abs() of each sequence's gradient before mean(0)"
-_MEAN_FIRST = ("two slips: you called backward() on the *mean* of the sequences' losses, so each sequence's "
-               "gradient came out divided by the number of sequences, and ")
+_MEAN_FIRST = ("two slips: your gradients are those of the *mean* of the sequences' losses (backward() "
+               "or autograd.grad on the mean), so each sequence's gradient came out divided by the number "
+               "of sequences, and ")
 
 
 class _GateExercise(Exercise):
@@ -205,9 +206,9 @@ GATE_IMPORTANCE = _GateExercise(
                 "cancel before the absolute value sees them.",
                 "give every sequence its own gates, shaped (num_sequences, L, h), sum the losses, then "
                 "take abs before mean(0)."),
-        Mistake("mean_before_backward", "you called backward() on the *mean* of the sequences' losses "
-                "and then averaged the gradients again: each sequence's gradient came out divided by the "
-                "number of sequences, so your scores are that many times too small.",
+        Mistake("mean_before_backward", "your gradients are those of the *mean* of the sequences' losses "
+                "(backward() or autograd.grad on the mean), averaged again: each sequence's gradient came "
+                "out divided by the number of sequences, so your scores are that many times too small.",
                 "backward() on the sum of the losses (sequence x's loss depends on its own gates only), "
                 "then abs and mean(0)."),
         Mistake("shared_gate_summed", "one gate per head served the whole batch and you summed the losses: "
