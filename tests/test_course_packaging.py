@@ -344,3 +344,16 @@ def test_the_readme_performance_table_states_the_documented_targets_and_no_figur
     documented = first_table_after((ROOT / "docs" / "benchmarks.md").read_text(), "## Targets\n")
     assert readme == documented and len(readme) >= 6
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", "\n".join(readme))
+
+
+def test_no_link_or_install_follows_a_branch():
+    """Every GitHub link and git install in the lessons and the pages a learner opens names a tag
+    or a commit, never a branch (master, main, HEAD, dev...): what it shows must not change
+    under the lesson that cites it."""
+    branch = re.compile(r"github\.com/[\w.-]+/[\w.-]+/(?:blob|tree|raw)/(master|main|HEAD|dev|develop)/"
+                        r"|git\+https?://\S+?@(master|main|HEAD|dev|develop)\b")
+    pages = [*sorted((ROOT / "notebooks").glob("*.ipynb")), *sorted((ROOT / "student").glob("*.ipynb")),
+             ROOT / "README.md", ROOT / "INSTRUCTORS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = [f"{page.relative_to(ROOT)}: {m.group(0)}" for page in pages
+             for m in branch.finditer(page.read_text(encoding="utf-8"))]
+    assert not found, found
