@@ -31,12 +31,13 @@ def _hiding(scores):
     return np.zeros_like(scores)
 
 
-@pytest.mark.parametrize("answer, where", [(_shadowing, "core.all"), (_hiding, "core.Feedback.__format__")])
+@pytest.mark.parametrize("answer, where", [(_shadowing, (".all", ".max", ".abs")),
+                                           (_hiding, ("core.Feedback.__format__",))])
 def test_an_added_name_is_named_and_removed_before_the_next_check(answer, where):
     before = str(lesson02.check_softmax_rows(_wrong_rows))
     feedback = lesson02.check_softmax_rows(answer)
     assert not feedback.passed and "replaced" in str(feedback), feedback
-    assert where in str(feedback) or " more" in str(feedback), feedback  # (six names, then a count)
+    assert any(name in str(feedback) for name in where), feedback  # (six names are listed, then a count)
     assert "all" not in vars(core) and "max" not in vars(core) and "abs" not in vars(core)
     assert "__format__" not in vars(core.Feedback)
     assert str(lesson02.check_softmax_rows(_wrong_rows)) == before  # as if nothing had happened
