@@ -15,20 +15,23 @@ from course_utils.exercises.your_attention import (
 from course_utils.model.checkpoint import load_checkpoint
 
 
-def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
+def mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     """A right answer to exercise 4.3, written here so that the test does not lean on solutions/."""
     B, T, d = x.shape
     dk = d // num_heads
     q, k, v = (x @ w_in.T + b_in).split(d, dim=-1)
     q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(dk)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
     return (weights @ v).transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
 
 
-def keys_values_swapped(x, w_in, b_in, w_out, b_out, num_heads):
+def keys_values_swapped(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     q, k, v = w_in.chunk(3)
     bq, bk, bv = b_in.chunk(3)
-    return mha_forward(x, torch.cat([q, v, k]), torch.cat([bq, bv, bk]), w_out, b_out, num_heads)
+    return mha_forward(x, torch.cat([q, v, k]), torch.cat([bq, bv, bk]), w_out, b_out, num_heads, causal)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,7 @@ def test_a_right_answer_runs_the_trained_model():
 
 
 def test_the_stub_is_reported_not_raised():
-    def stub(x, w_in, b_in, w_out, b_out, num_heads):
+    def stub(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
         raise NotImplementedError()
 
     report = run_with_your_attention(stub, batch_size=4)
