@@ -147,8 +147,9 @@ def _stack_summed_heads(q_parts, k_parts, v_parts) -> Tensor:
 
 def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="ok", scale="ok",
                  softmax_dim=-1, project=True, w_in_t=True, w_out_t=True, biases=(True, True),
-                 causal=False, qkv_layout="blocks", qkv_order="qkv", heads_used=None) -> Tensor:
-    """Reference (all options at their defaults) and every mistake, one switch each."""
+                 causal=False, mask="ok", qkv_layout="blocks", qkv_order="qkv", heads_used=None) -> Tensor:
+    """Reference (all options at their defaults) and every mistake, one switch each. ``causal``
+    is the exercise's own argument; ``mask`` the slips of its mask."""
     B, T, d = x.shape
     dk = d // num_heads
     qkv = x @ (w_in.T if w_in_t else w_in)  # (B, T, 3d); without .T this raises (d vs 3d)
@@ -159,9 +160,12 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
         q, k, v = qkv.split(d, dim=-1)  # 3 x (B, T, d)
     if qkv_order == "qvk":  # the second block read as V and the third as K
         k, v = v, k
+    # (T, T) bool, or None: no mask. split_no_transpose's (T, T) mask does not fit its (B, T, h, h)
+    # scores and raises; the one with a transpose at the merge sizes its mask from the scores
+    allowed = _allowed(num_heads if split == "no_transpose_at_split" else T, causal, mask)
     if heads_used == 1:  # no split at all: one head of width d, scaled by sqrt(d)
         scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (B, T, T)
-        concat = torch.softmax(scores, dim=-1) @ v  # (B, T, d)
+        concat = _softmax_masked(scores, allowed, mask, -1) @ v  # (B, T, d)
         return concat @ w_out.T + b_out
 
     def heads(t: Tensor) -> Tensor:
@@ -179,9 +183,7 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
     divisor = {"ok": math.sqrt(dk), "none": 1.0, "d_model": math.sqrt(d), "d_k": dk,
                "after_softmax": 1.0, "times_sqrt": 1 / math.sqrt(dk)}[scale]
     scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
-    if causal:  # a mask the exercise never asked for
-        scores = scores.masked_fill(~causal_mask(T), float("-inf"))
-    weights = torch.softmax(scores, dim=softmax_dim)
+    weights = _softmax_masked(scores, allowed, mask, softmax_dim)
     if scale == "after_softmax":  # the weights, not the scores, divided by sqrt(dk)
         weights = weights / math.sqrt(dk)
     out = weights @ v  # (B, h, T, dk)
@@ -201,16 +203,34 @@ def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, *, split="ok", merge="o
     return y + b_out if biases[1] else y
 
 
-def _reference_forward(x, w_in, b_in, w_out, b_out, num_heads):
-    return _mha_forward(x, w_in, b_in, w_out, b_out, num_heads)
+def _allowed(T: int, causal: bool, mask: str) -> Tensor | None:
+    """The (T, T) mask, True = may attend, that a switch ``mask`` builds; None for no mask."""
+    if mask == "ignored" or not (causal or mask == "always"):
+        return None
+    ones = torch.ones(T, T, dtype=torch.bool)
+    return {"diagonal": ones.tril(-1), "one_ahead": ones.tril(1), "transposed": ones.triu()}.get(
+        mask, ones.tril())
+
+
+def _softmax_masked(scores: Tensor, allowed: Tensor | None, mask: str, dim: int) -> Tensor:
+    if allowed is None:
+        return torch.softmax(scores, dim=dim)
+    if mask == "after_softmax":  # the blocked weights zeroed, the rest left as they were
+        return torch.softmax(scores, dim=dim) * allowed
+    fill = 0.0 if mask == "zero" else float("-inf")
+    return torch.softmax(scores.masked_fill(~allowed, fill), dim=dim)
+
+
+def _reference_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+    return _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=causal)
 
 
 def _variant(**switch):
-    return lambda x, w_in, b_in, w_out, b_out, num_heads: _mha_forward(
-        x, w_in, b_in, w_out, b_out, num_heads, **switch)
+    return lambda x, w_in, b_in, w_out, b_out, num_heads, causal=False: _mha_forward(
+        x, w_in, b_in, w_out, b_out, num_heads, causal=causal, **switch)
 
 
-def _forward_k_dot_t(x, w_in, b_in, w_out, b_out, num_heads):
+def _forward_k_dot_t(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     B, T, d = x.shape
     dk = d // num_heads
     q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
@@ -219,7 +239,7 @@ def _forward_k_dot_t(x, w_in, b_in, w_out, b_out, num_heads):
     return scores
 
 
-def _forward_k_swap_1_2(x, w_in, b_in, w_out, b_out, num_heads):
+def _forward_k_swap_1_2(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     B, T, d = x.shape
     dk = d // num_heads
     q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
@@ -227,7 +247,7 @@ def _forward_k_swap_1_2(x, w_in, b_in, w_out, b_out, num_heads):
     return q @ k.transpose(1, 2) / math.sqrt(dk)  # (B, T, h, dk): raises
 
 
-def _forward_not_merged(x, w_in, b_in, w_out, b_out, num_heads):
+def _forward_not_merged(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     B, T, d = x.shape
     dk = d // num_heads
     q, k, v = ((x @ w_in.T + b_in).split(d, dim=-1))
@@ -236,7 +256,7 @@ def _forward_not_merged(x, w_in, b_in, w_out, b_out, num_heads):
     return heads @ w_out.T + b_out  # raises: (B, h, T, dk) @ (d, d)
 
 
-def _forward_float_head_width(x, w_in, b_in, w_out, b_out, num_heads) -> Tensor:
+def _forward_float_head_width(x, w_in, b_in, w_out, b_out, num_heads, causal=False) -> Tensor:
     B, T, d = x.shape
     q = (x @ w_in.T + b_in).split(d, dim=-1)[0]  # (B, T, d)
     return q.view(B, T, num_heads, d / num_heads)  # d / h is a float: view refuses it
@@ -351,7 +371,13 @@ MISTAKES = {
         'no_biases': _variant(biases=(False, False)),
         'no_in_bias': _variant(biases=(False, True)),
         'no_out_bias': _variant(biases=(True, False)),
-        'causal_mask_added': _variant(causal=True),
+        'causal_mask_added': _variant(mask="always"),
+        'causal_ignored': _variant(mask="ignored"),
+        'causal_diagonal_masked': _variant(mask="diagonal"),
+        'causal_one_token_ahead': _variant(mask="one_ahead"),
+        'causal_mask_transposed': _variant(mask="transposed"),
+        'causal_mask_after_softmax': _variant(mask="after_softmax"),
+        'causal_filled_with_zero': _variant(mask="zero"),
         'qkv_interleaved_per_head': _variant(qkv_layout="per_head"),
         'k_T_reverses_all_axes': _forward_k_dot_t,
         'k_transposed_wrong_axes': _forward_k_swap_1_2,

@@ -17,7 +17,7 @@ from bad_input_cases import Case, assert_named
 
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.exercises import answers, autograde, lesson02, lesson07, sandbox
-from course_utils.exercises.your_attention import MAX_BATCH, causal_by_prefixes, run_with_your_attention
+from course_utils.exercises.your_attention import MAX_BATCH, causal_attention_with, run_with_your_attention
 
 ROOT = Path(__file__).resolve().parent.parent
 SOFTMAX = ("def softmax_rows(scores):\n    import numpy as np\n"
@@ -37,7 +37,7 @@ def _script(name: str):
     return module
 
 
-def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
+def _mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     B, T, d = x.shape
     dk = d // num_heads
     q, k, v = (x @ w_in.T + b_in).split(d, -1)
@@ -107,14 +107,14 @@ CASES = [
     Case("run_with_your_attention batch 10**7",
          lambda: run_with_your_attention(_mha_forward, batch_size=10**7),
          ValueError, ["batch_size", f"1..{MAX_BATCH}", "10000000"]),
-    Case("causal_by_prefixes x width 8", lambda: causal_by_prefixes(
+    Case("causal_attention_with x width 8", lambda: causal_attention_with(
         _mha_forward, torch.randn(1, 3, 8), MultiHeadAttention(16, 4)), ValueError, ["x", "d_model=16", "8"]),
-    Case("causal_by_prefixes x 2-D", lambda: causal_by_prefixes(
+    Case("causal_attention_with x 2-D", lambda: causal_attention_with(
         _mha_forward, torch.randn(3, 16), MultiHeadAttention(16, 4)), ValueError, ["x", "3-D", "2-D"]),
-    Case("causal_by_prefixes attn Linear", lambda: causal_by_prefixes(
+    Case("causal_attention_with attn Linear", lambda: causal_attention_with(
         _mha_forward, torch.randn(1, 3, 16), torch.nn.Linear(2, 2)), TypeError,
          ["attn", "MultiHeadAttention", "Linear"]),
-    Case("causal_by_prefixes fn 5", lambda: causal_by_prefixes(
+    Case("causal_attention_with fn 5", lambda: causal_attention_with(
         5, torch.randn(1, 3, 16), MultiHeadAttention(16, 4)), TypeError, ["fn", "int"]),
 ]
 
@@ -135,7 +135,7 @@ def test_good_calls_still_pass():
     assert isinstance(autograde.result_cap(lesson02.SOFTMAX_ROWS, cases), int)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("<b>x</b>")])
     assert autograde.neutralise_html(nb) == 1
-    out = causal_by_prefixes(_mha_forward, torch.randn(1, 3, 16), MultiHeadAttention(16, 4))
+    out = causal_attention_with(_mha_forward, torch.randn(1, 3, 16), MultiHeadAttention(16, 4))
     assert out.shape == (1, 3, 16)
 
 
@@ -170,7 +170,7 @@ def test_a_generator_answer_to_7_3_is_not_called_dropout():
 def test_a_float64_mha_forward_is_named_not_the_hook():
     """It said "the hook at blocks.0.hook_attn_out must return ... float32", a name the learner
     never wrote."""
-    report = run_with_your_attention(lambda *a: _mha_forward(*a).double(), batch_size=2)
+    report = run_with_your_attention(lambda *a, **k: _mha_forward(*a, **k).double(), batch_size=2)
     assert report.yours is None
     assert "your function returned dtype torch.float64" in report.error and "hook" not in report.error
 

@@ -318,19 +318,21 @@ def test_load_worked_example_of_a_binary_file_is_named(tmp_path):
     assert "garbage.json is not a JSON text file (UTF-8)" in str(refused.value), str(refused.value)
 
 
-def test_causal_by_prefixes_of_no_position_is_empty():
-    """T = 0 raised "stack expects a non-empty TensorList"; the empty result is (B, 0, d)."""
-    from course_utils.exercises.your_attention import causal_by_prefixes
+def test_causal_attention_with_no_position_is_empty():
+    """T = 0 raised "stack expects a non-empty TensorList" (when the payoff ran each prefix); the
+    empty result is (B, 0, d), without calling the learner's function on no tokens."""
+    from course_utils.exercises.your_attention import causal_attention_with
 
     calls = []
 
-    def fn(x, w_in, b_in, w_out, b_out, num_heads):
-        calls.append(x.shape)
+    def fn(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+        calls.append((x.shape, causal))
         return x
 
-    out = causal_by_prefixes(fn, torch.ones(2, 0, 8), MultiHeadAttention(8, 2))
+    out = causal_attention_with(fn, torch.ones(2, 0, 8), MultiHeadAttention(8, 2))
     assert out.shape == (2, 0, 8) and calls == []
-    assert causal_by_prefixes(fn, torch.ones(1, 3, 8), MultiHeadAttention(8, 2)).shape == (1, 3, 8)
+    assert causal_attention_with(fn, torch.ones(1, 3, 8), MultiHeadAttention(8, 2)).shape == (1, 3, 8)
+    assert calls == [((1, 3, 8), True)]
 
 
 def test_dequantize_kv_still_reads_what_quantize_kv_makes():

@@ -307,7 +307,7 @@ def test_run_with_your_attention_answers_a_base_exception_of_the_learner(raise_i
     run and end the kernel: it becomes the report's error line."""
     from course_utils.exercises.your_attention import run_with_your_attention
 
-    def mha_forward(x, w_in, b_in, w_out, b_out, n_heads):
+    def mha_forward(x, w_in, b_in, w_out, b_out, n_heads, causal=False):
         raise_it()
 
     report = run_with_your_attention(mha_forward, batch_size=2)

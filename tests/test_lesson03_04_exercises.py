@@ -170,13 +170,15 @@ def test_stack_check_names_stack_and_nested_lists(fn, key):
 # -- 4.3 mha_forward ---------------------------------------------------------------------------
 
 
-def _forward(x, w_in, b_in, w_out, b_out, num_heads, *, transpose_k, divisor=None, softmax_dim=-1,
-             merge=True):
+def _forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False, *, transpose_k, divisor=None,
+             softmax_dim=-1, merge=True):
     B, T, d = x.shape
     dk = d // num_heads
     q, k, v = (x @ w_in.T + b_in).chunk(3, dim=-1)
     q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))
     scores = q @ transpose_k(k) / (math.sqrt(dk) if divisor is None else divisor(dk))
+    if causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
     heads = torch.softmax(scores, dim=softmax_dim) @ v  # (B, h, T, dk)
     if merge:
         heads = heads.transpose(1, 2).reshape(B, T, d)
@@ -184,7 +186,7 @@ def _forward(x, w_in, b_in, w_out, b_out, num_heads, *, transpose_k, divisor=Non
 
 
 def _learner(**options):
-    return lambda *args: _forward(*args, **options)
+    return lambda *args, causal=False: _forward(*args, causal, **options)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # .T on a 4-D tensor is deprecated
@@ -249,10 +251,13 @@ def test_forward_check_names_scores_multiplied_by_sqrt_dk():
 def test_forward_check_accepts_mT_and_the_qkv_view_of_nanogpt():
     assert lesson04.check_mha_forward(_learner(transpose_k=lambda k: k.mT)).passed
 
-    def nanogpt_style(x, w_in, b_in, w_out, b_out, num_heads):
+    def nanogpt_style(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
         B, T, d = x.shape
         q, k, v = (x @ w_in.T + b_in).view(B, T, 3, num_heads, d // num_heads).permute(2, 0, 3, 1, 4)
-        heads = torch.softmax(q @ k.mT / math.sqrt(d // num_heads), dim=-1) @ v
+        att = q @ k.mT / math.sqrt(d // num_heads)
+        if causal:  # nanoGPT's bias buffer: the lower triangle, 0 where a token may not look
+            att = att.masked_fill(torch.tril(torch.ones(T, T)).view(1, 1, T, T) == 0, float("-inf"))
+        heads = torch.softmax(att, dim=-1) @ v
         return heads.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
 
     assert lesson04.check_mha_forward(nanogpt_style).passed
@@ -428,16 +433,17 @@ def test_stack_check_names_lists_from_the_call_not_from_torchs_message():
     assert feedback.status == "error" and feedback.mistake != "lists_not_unpacked", feedback
 
 
-def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
+def mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     """Batched multi-head self-attention: (B, T, d) -> (B, T, d)."""
     raise NotImplementedError()  # the release's stub, as the student copy has it
 
 
-def _keys_values_swapped(x, w_in, b_in, w_out, b_out, num_heads):
+def _keys_values_swapped(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     """The lesson's demo: the learner's mha_forward called with W_K and W_V exchanged."""
     w_q, w_k, w_v = w_in.chunk(3)
     b_q, b_k, b_v = b_in.chunk(3)
-    return mha_forward(x, torch.cat([w_q, w_v, w_k]), torch.cat([b_q, b_v, b_k]), w_out, b_out, num_heads)
+    return mha_forward(x, torch.cat([w_q, w_v, w_k]), torch.cat([b_q, b_v, b_k]), w_out, b_out, num_heads,
+                       causal)
 
 
 def test_forward_check_says_plainly_that_a_called_stub_is_still_to_write():

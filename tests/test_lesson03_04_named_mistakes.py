@@ -222,11 +222,15 @@ def test_stack_check_names_summed_heads():
 def _forward_with(split, merge):
     """A learner's mha_forward whose split (B, T, d) -> (B, h, T, dk) and merge back to
     (B, T, d) are ``split(t, h, d_head)`` and ``merge(out, B, T, d)``; the rest is right."""
-    def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
+    def mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
         B, T, d = x.shape
         d_head = d // num_heads
         q, k, v = (split(t, num_heads, d_head) for t in (x @ w_in.T + b_in).chunk(3, dim=-1))
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head), dim=-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+        if causal:  # sized from the scores, so a split slip shows in the values, not an error
+            n = scores.shape[-1]
+            scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
         return merge(weights @ v, B, T, d) @ w_out.T + b_out
     return mha_forward
 
@@ -301,3 +305,113 @@ def test_the_grader_names_the_mask_slips_that_raise(code, key, grade):
     named from the error's text."""
     fb = grade("lesson04", "check_masks_for_torch", code, "masks_for_torch")
     assert not fb.passed and fb.mistake == key, fb
+
+
+# -- 4.3 mha_forward with causal=True: the masking slips (cold trial: issue 35) ------------------
+
+
+def _forward_masked(block):
+    """A learner's mha_forward, right except for ``block(T)``: the (T, T) table, True where a
+    query may NOT look, used with torch.where before the softmax; ``after`` applies it after."""
+    def mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+        B, T, d = x.shape
+        dk = d // num_heads
+        q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (x @ w_in.T + b_in).chunk(3, -1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(dk)
+        if causal:
+            scores = torch.where(block(T), torch.tensor(float("-inf"), dtype=scores.dtype), scores)
+        out = torch.softmax(scores, dim=-1) @ v
+        return out.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+    return mha_forward
+
+
+def _future(T):
+    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+
+
+def _zeroed_after_softmax(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (x @ w_in.T + b_in).chunk(3, -1))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1)
+    if causal:
+        weights = weights * torch.tril(torch.ones(T, T))  # the future zeroed, rows not renormalised
+    return (weights @ v).transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+
+def _zero_filled(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+    B, T, d = x.shape
+    dk = d // num_heads
+    q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (x @ w_in.T + b_in).chunk(3, -1))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(dk)
+    if causal:
+        scores = scores.masked_fill(_future(T), 0.0)
+    return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+
+def _always_masked(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+    return _forward_masked(_future)(x, w_in, b_in, w_out, b_out, num_heads, causal=True)
+
+
+def _causal_ignored(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+    return _forward_masked(_future)(x, w_in, b_in, w_out, b_out, num_heads)
+
+
+@pytest.mark.parametrize("fn, key, words", [
+    (_forward_masked(_future), None, []),
+    (_causal_ignored, "causal_ignored", ["plain attention over all T tokens"]),
+    (_always_masked, "causal_mask_added", ["causal=False too"]),
+    (_forward_masked(lambda T: torch.triu(torch.ones(T, T, dtype=torch.bool))), "causal_diagonal_masked",
+     ["diagonal", "NaN"]),
+    (_forward_masked(lambda T: torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=2)),
+     "causal_one_token_ahead", ["shifted by one", "t + 1"]),
+    (_forward_masked(lambda T: torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)),
+     "causal_mask_transposed", ["upper triangle", "future"]),
+    (_zeroed_after_softmax, "causal_mask_after_softmax", ["after the softmax", "sum to 1"]),
+    (_zero_filled, "causal_filled_with_zero", ["0, not -inf"]),
+])
+def test_forward_check_names_the_masking_slips(fn, key, words):
+    fb = lesson04.check_mha_forward(fn)
+    if key is None:
+        assert fb.passed, fb
+        return
+    assert not fb.passed and fb.mistake == key, fb
+    assert not [w for w in words if w not in fb.message], fb.message
+    assert "largest difference" not in fb.message and fb.hint
+    # the hint says what to do, not which call the learner made (these use torch.where, *, triu)
+    assert "masked_fill" not in fb.hint and "torch.where" not in fb.hint
+
+
+def test_forward_check_tells_an_answer_for_the_old_signature_what_to_add():
+    def old(x, w_in, b_in, w_out, b_out, num_heads):  # right, without causal
+        return _forward_masked(_future)(x, w_in, b_in, w_out, b_out, num_heads)
+
+    fb = lesson04.check_mha_forward(old)
+    assert not fb.passed and fb.mistake == "no_causal_parameter", fb
+    assert "takes no `causal` argument" in fb.message and "causal=False" in fb.hint
+
+    def old_unscaled(x, w_in, b_in, w_out, b_out, num_heads):  # a slip of its own: still named
+        B, T, d = x.shape
+        dk = d // num_heads
+        q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (x @ w_in.T + b_in).chunk(3, -1))
+        out = torch.softmax(q @ k.transpose(-2, -1), -1) @ v
+        return out.transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
+
+    fb = lesson04.check_mha_forward(old_unscaled)
+    assert fb.mistake == "no_scaling" and "takes no `causal` argument" in fb.message, fb
+
+
+def test_forward_check_names_a_split_without_transpose_whose_mask_does_not_fit():
+    """With the heads split as (B, T, h, dk) the scores are (B, T, h, h), and a (T, T) mask
+    raises: the check names the split, not the shape error."""
+    def no_transpose(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+        B, T, d = x.shape
+        dk = d // num_heads
+        q, k, v = (t.view(B, T, num_heads, dk) for t in (x @ w_in.T + b_in).split(d, -1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(dk)
+        if causal:
+            scores = scores.masked_fill(_future(T), float("-inf"))
+        return (torch.softmax(scores, -1) @ v).reshape(B, T, d) @ w_out.T + b_out
+
+    fb = lesson04.check_mha_forward(no_transpose)
+    assert fb.mistake == "split_no_transpose", fb

@@ -99,14 +99,14 @@ def test_mask_check_accepts_bool_and_names_float_masks():
 
 def test_forward_check_names_a_wrapper_of_the_course_module():
     """The course module computes the same function, so handing it in is named (issue 12)."""
-    def via_module(x, w_in, b_in, w_out, b_out, num_heads):
+    def via_module(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
         mha = MultiHeadAttention(x.shape[-1], num_heads).double()
         with torch.no_grad():
             mha.in_proj.weight.copy_(w_in)
             mha.in_proj.bias.copy_(b_in)
             mha.out_proj.weight.copy_(w_out)
             mha.out_proj.bias.copy_(b_out)
-            return mha(x)[0]
+            return mha(x, is_causal=causal)[0]
 
     assert lesson04.MHA_FORWARD.check_trusted(via_module).passed
     assert lesson04.check_mha_forward(via_module).mistake == "called_reference"

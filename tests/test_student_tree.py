@@ -46,11 +46,15 @@ def test_the_tree_holds_the_lessons_and_no_solutions(tree):
         # links to repository files (docs/, tests/ and INSTRUCTORS.md, which the tree leaves out; data/
         # and README.md) read the release; course_utils/ is in the tree, so lessons name no link there
         elsewhere = re.findall(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/([^)#\s]+)", text)
-        assert all(p.startswith(("docs/", "tests/", "data/")) or p in ("INSTRUCTORS.md", "README.md")
+        # and a lesson names another lesson by its learner's copy (student/), never by the solutions
+        # in notebooks/, except the one the 6.4 rubric names for those learning on their own
+        assert all(p.startswith(("docs/", "tests/", "data/", "student/"))
+                   or p in ("INSTRUCTORS.md", "README.md", "notebooks/06_head_ablation.ipynb")
                    for p in elsewhere), elsewhere
         assert all((ROOT / p).is_file() for p in elsewhere), elsewhere
         text = re.sub(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/"
-                      r"(docs/|tests/|data/|INSTRUCTORS\.md|README\.md)", "", text)
+                      r"(docs/|tests/|data/|student/|notebooks/06_head_ablation\.ipynb|INSTRUCTORS\.md|README\.md)",
+                      "", text)
         assert f"/{tag}-student" in text and f"@{tag}-student" in text and f"/{tag}/" not in text, path
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from course_utils.exercises.your_attention import (
-    causal_by_prefixes,
+    causal_attention_with,
     forward_with,
     plot_block,
     run_with_your_attention,
@@ -15,20 +15,23 @@ from course_utils.exercises.your_attention import (
 from course_utils.model.checkpoint import load_checkpoint
 
 
-def mha_forward(x, w_in, b_in, w_out, b_out, num_heads):
+def mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     """A right answer to exercise 4.3, written here so that the test does not lean on solutions/."""
     B, T, d = x.shape
     dk = d // num_heads
     q, k, v = (x @ w_in.T + b_in).split(d, dim=-1)
     q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (q, k, v))
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dk), dim=-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(dk)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
     return (weights @ v).transpose(1, 2).reshape(B, T, d) @ w_out.T + b_out
 
 
-def keys_values_swapped(x, w_in, b_in, w_out, b_out, num_heads):
+def keys_values_swapped(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
     q, k, v = w_in.chunk(3)
     bq, bk, bv = b_in.chunk(3)
-    return mha_forward(x, torch.cat([q, v, k]), torch.cat([bq, bv, bk]), w_out, b_out, num_heads)
+    return mha_forward(x, torch.cat([q, v, k]), torch.cat([bq, bv, bk]), w_out, b_out, num_heads, causal)
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +53,45 @@ def test_forward_written_out_equals_the_model(model):
     assert torch.allclose(forward_with(model, tokens), model(tokens)[0], atol=1e-5)
 
 
-def test_prefixes_give_causal_attention(model):
+def test_one_causal_call_gives_the_models_attention(model):
     x = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(1))
     attn = model.blocks[0].attn
+    calls = []
+
+    def recorded(*args, causal=False):
+        calls.append(causal)
+        return mha_forward(*args, causal=causal)
+
     with torch.no_grad():
         expected = attn(x, is_causal=True)[0]
-        got = causal_by_prefixes(mha_forward, x, attn)
+        got = causal_attention_with(recorded, x, attn)
         unmasked = mha_forward(x, attn.in_proj.weight, attn.in_proj.bias, attn.out_proj.weight,
                                attn.out_proj.bias, attn.num_heads)
+    assert calls == [True]  # one call for the whole sequence, with the mask asked for
     assert torch.allclose(got, expected, atol=1e-5)
     assert not torch.allclose(unmasked, expected, atol=1e-3)  # the mask matters on this input
+
+
+def test_an_answer_without_causal_is_told_what_to_add(model):
+    def old_signature(x, w_in, b_in, w_out, b_out, num_heads):
+        return mha_forward(x, w_in, b_in, w_out, b_out, num_heads)
+
+    report = run_with_your_attention(old_signature, batch_size=2)
+    assert report.yours is None and report.error.startswith("TypeError")
+    assert "takes no `causal` argument" in report.error
+    assert report.feedback.mistake == "no_causal_parameter"
+    assert "causal=False" in report.feedback.hint
+    with pytest.raises(TypeError, match="takes no `causal` argument"):
+        causal_attention_with(old_signature, torch.ones(1, 3, 64), model.blocks[0].attn)
+
+
+def test_a_causal_slip_is_named_and_changes_the_predictions():
+    def mask_ignored(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+        return mha_forward(x, w_in, b_in, w_out, b_out, num_heads)
+
+    report = run_with_your_attention(mask_ignored, batch_size=8)
+    assert report.feedback.mistake == "causal_ignored"
+    assert report.yours is not None and not report.matches
 
 
 def test_a_right_answer_runs_the_trained_model():
@@ -74,7 +106,7 @@ def test_a_right_answer_runs_the_trained_model():
 
 
 def test_the_stub_is_reported_not_raised():
-    def stub(x, w_in, b_in, w_out, b_out, num_heads):
+    def stub(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
         raise NotImplementedError()
 
     report = run_with_your_attention(stub, batch_size=4)
@@ -94,10 +126,10 @@ def test_a_slip_is_named_and_changes_the_predictions():
 
 
 def test_errors_and_wrong_shapes_in_the_function_are_reported():
-    def wrong_shape(x, w_in, b_in, w_out, b_out, num_heads):
+    def wrong_shape(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
         return x[:, :1]
 
-    def fails(x, w_in, b_in, w_out, b_out, num_heads):
+    def fails(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
         return x @ w_in  # (B, T, d) @ (3d, d): a shape error
 
     shape = run_with_your_attention(wrong_shape, batch_size=2)

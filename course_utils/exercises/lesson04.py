@@ -2,7 +2,7 @@
 
 * :data:`HEAD_WEIGHTS`: head i's ``(dk, d)`` slices of W_Q, W_K, W_V inside ``in_proj.weight``.
 * :data:`STACK_HEAD_WEIGHTS`: per-head ``nn.Linear`` weights -> one stacked ``in_proj``.
-* :data:`MHA_FORWARD`: a whole batched multi-head self-attention forward pass.
+* :data:`MHA_FORWARD`: a whole batched multi-head self-attention forward pass, plain or causal.
 * :data:`MASKS_FOR_TORCH`: course masks -> ``nn.MultiheadAttention``'s convention.
 """
 
@@ -305,7 +305,36 @@ def _forward_cases() -> list[Case]:
                 _randn(3 * d, seed=s + 2), _randn(d, d, seed=s + 3) / math.sqrt(d),
                 _randn(d, seed=s + 4), h)
         cases.append(Case(args, label=f"B={B}, T={T}, d_model={d}, {h} heads"))
+    # causal=True: token t attends to tokens 0..t. T >= 4, so a mask shifted by one, transposed
+    # or applied after the softmax changes rows that a shorter sequence would leave alone
+    for seed, (B, T, d, h) in enumerate([(2, 5, 8, 2), (1, 6, 12, 3), (2, 4, 18, 2)]):
+        s = 300 + 10 * seed
+        args = (_randn(B, T, d, seed=s), _randn(3 * d, d, seed=s + 1) / math.sqrt(d),
+                _randn(3 * d, seed=s + 2), _randn(d, d, seed=s + 3) / math.sqrt(d),
+                _randn(d, seed=s + 4), h)
+        cases.append(Case(args, {"causal": True}, label=f"B={B}, T={T}, d_model={d}, {h} heads, causal=True"))
     return cases
+
+
+def _takes_causal(fn) -> bool:
+    """Whether ``fn`` can be called as exercise 4.3 asks, with ``causal=True`` after the six
+    inputs (True when Python cannot read its signature: the call itself then says)."""
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(*([None] * 6), causal=True)
+    except ValueError:  # no signature to read
+        return True
+    except TypeError:
+        return False
+    return True
+
+
+_OLD_SIGNATURE = ("your mha_forward takes no `causal` argument: exercise 4.3 asks for "
+                  "mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False), and with "
+                  "causal=True token t attends to tokens 0..t only.")
+_OLD_SIGNATURE_HINT = ("add `causal=False` after num_heads in the def line; when causal is True, set the "
+                       "scores of the later tokens to -inf before the softmax (lesson 02, exercise 2.3).")
 
 
 def _stub_it_calls(fn, case: Case) -> str | None:
@@ -340,6 +369,8 @@ class _ForwardExercise(DiagnosesRaisingAnswers):
     the stub is still to be written."""
 
     def check(self, fn) -> Feedback:
+        if callable(fn) and not _takes_causal(fn):
+            return self._check_old_signature(fn)
         feedback = super().check(fn)
         if feedback.status != "error" or feedback.stopped:
             return feedback
@@ -353,6 +384,50 @@ class _ForwardExercise(DiagnosesRaisingAnswers):
                         f"your function `{stub}` is still the stub: write it (exercise 4.3), run its "
                         "cell, then run this cell again. (The stub is the placeholder the notebook gives "
                         "you: its body only raises NotImplementedError.)", "")  # no hint before an attempt
+
+    def _check_old_signature(self, fn) -> Feedback:
+        """An answer written for the signature without ``causal``: graded on the cases without it,
+        so that a slip there is still named, and told what to add."""
+        self.__dict__["_plain_only"] = True
+        try:
+            feedback = super().check(fn)
+        finally:
+            del self.__dict__["_plain_only"]
+        if feedback.passed:
+            return Feedback(self.title, "mistake", _OLD_SIGNATURE + " Without a mask your function is "
+                            "right on the test cases that use none.", _OLD_SIGNATURE_HINT,
+                            mistake="no_causal_parameter")
+        if feedback.status in ("not attempted",) or feedback.stopped:
+            return feedback
+        feedback.message += " Also, " + _OLD_SIGNATURE
+        return feedback
+
+    def _plain(self, items: list, cases: list[Case]) -> list:
+        """``items`` (one per case), kept only for the cases without ``causal`` while an answer
+        written for the old signature is graded."""
+        if not self.__dict__.get("_plain_only"):
+            return items
+        return [item for item, case in zip(items, cases, strict=True) if "causal" not in case.kwargs]
+
+    def cases(self) -> list[Case]:
+        cases = super().cases()
+        return self._plain(cases, cases)
+
+    def _expected_outputs(self, cases) -> list:
+        if not self.__dict__.get("_plain_only"):
+            return super()._expected_outputs(cases)
+        every = self._every_case()
+        return self._plain(super()._expected_outputs(every), every)
+
+    def _mistake_outputs(self, mistake: Mistake, cases) -> list | None:
+        if not self.__dict__.get("_plain_only"):
+            return super()._mistake_outputs(mistake, cases)
+        every = self._every_case()
+        outputs = super()._mistake_outputs(mistake, every)
+        return None if outputs is None else self._plain(outputs, every)
+
+    def _every_case(self) -> list[Case]:
+        return super().cases()  # the base class's: every case, whatever the flag
 
     @staticmethod
     def _key_for(failed: tuple[str, list] | None) -> str | None:
@@ -369,7 +444,17 @@ class _ForwardExercise(DiagnosesRaisingAnswers):
             if (len(source) == 4 and len(target) == 3 and target[:2] == source[:2]
                     and target[2] in (source[2] * source[3], -1)):  # (B, T, h, dk) -> (B, T, d)
                 return "merge_view_without_contiguous"
-        return _ForwardExercise._key_for_matmul(name, args)
+        return _ForwardExercise._key_for_matmul(name, args) or _ForwardExercise._key_for_mask(args)
+
+    @staticmethod
+    def _key_for_mask(args: list) -> str | None:
+        """A (T, T) mask that does not fit scores of shape (B, T, h, h): the heads were split
+        without the transpose, so the scores compare heads, not tokens."""
+        shapes = [a for a in args if isinstance(a, tuple)]
+        for scores in (s for s in shapes if len(s) == 4 and s[-1] == s[-2] != s[1]):
+            if any(len(m) == 2 and m[0] == m[1] == scores[1] for m in shapes):
+                return "split_no_transpose"
+        return None
 
     @staticmethod
     def _key_for_error(error: BaseException) -> str | None:
@@ -505,10 +590,39 @@ MHA_FORWARD = _ForwardExercise(
                 "you left out b_out, the bias of the output projection.",
                 "finish with concat @ w_out.T + b_out."),
         Mistake("causal_mask_added",
-                "you applied a causal mask: each token attended only to itself and earlier tokens. "
-                "This exercise is plain self-attention with no mask, where every token sees every "
-                "token (a causal mask belongs to decoders, and is passed in, not built in).",
-                "drop the mask: softmax over all T keys."),
+                "you applied the causal mask with causal=False too: each token attended only to "
+                "itself and earlier tokens even where every token should see every token. The mask "
+                "belongs only to the calls that pass causal=True.",
+                "build and apply the mask inside `if causal:`; with causal=False (the default) the "
+                "softmax runs over all T keys."),
+        Mistake("causal_ignored",
+                "with causal=True your output is plain attention over all T tokens: the argument was "
+                "taken but nothing changed, so each token still saw the tokens after it.",
+                "when causal is True, set the scores of the keys after each query to -inf before the "
+                "softmax (the lower triangle of a (T, T) table is what stays; lesson 02, exercise 2.3)."),
+        Mistake("causal_diagonal_masked",
+                "with causal=True you blocked the diagonal too: token t saw only tokens before it, not "
+                "itself, so token 0 had nothing to attend to and its row came out NaN.",
+                "keep the diagonal: the lower triangle including it (token t sees 0..t), as in "
+                "lesson 02's exercise 2.3."),
+        Mistake("causal_one_token_ahead",
+                "with causal=True your mask is shifted by one: token t also saw token t + 1, one step "
+                "into the future.",
+                "the allowed keys of query t are 0..t: the lower triangle with the diagonal, and "
+                "nothing above it."),
+        Mistake("causal_mask_transposed",
+                "with causal=True your mask is the upper triangle (transposed): token t saw itself and "
+                "the tokens AFTER it, the future, instead of the ones before it.",
+                "rows are queries, columns are keys: query t keeps the keys 0..t, the lower triangle."),
+        Mistake("causal_mask_after_softmax",
+                "with causal=True you removed the later tokens after the softmax: the weights that "
+                "are left no longer sum to 1 in each row (each query's weights must still add up to 1).",
+                "mask the scores before the softmax (-inf where a key is blocked), so that the softmax "
+                "spreads each row's weight over the allowed keys only."),
+        Mistake("causal_filled_with_zero",
+                "with causal=True you set the blocked scores to 0, not -inf: exp(0) = 1, so every "
+                "later token still got a share of the weight.",
+                "fill the blocked scores with float('-inf'), whose exp is 0."),
         Mistake("qkv_interleaved_per_head",
                 "you split the projection as if in_proj stored q_0, k_0, v_0, q_1, k_1, v_1, ... "
                 "(view(B, T, h, 3 * d_k) then split): some libraries use that layout, but w_in "
@@ -528,8 +642,8 @@ MHA_FORWARD = _ForwardExercise(
                 "by w_out, which expects each token's d_model features in one row.",
                 "merge first: .transpose(1, 2).reshape(B, T, d), then @ w_out.T + b_out."),
     ],
-    hint="project with w_in (x @ w_in.T + b_in), split q, k, v into heads, attend, merge the heads, "
-         "project with w_out.",
+    hint="project with w_in (x @ w_in.T + b_in), split q, k, v into heads, attend (with causal=True, "
+         "the scores of later tokens set to -inf before the softmax), merge the heads, project with w_out.",
 )
 check_mha_forward = MHA_FORWARD.check
 

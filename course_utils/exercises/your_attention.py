@@ -1,15 +1,13 @@
 """Lesson 4's payoff: run a trained :class:`TinyTransformer` with the learner's attention.
 
-Exercise 4.3 asks for ``mha_forward(x, w_in, b_in, w_out, b_out, num_heads)``, plain
-multi-head self-attention with no mask. :func:`run_with_your_attention` loads a shipped
-checkpoint, runs it once with the course's :class:`MultiHeadAttention` and once with that
-function in every block (same weights), and reports both runs side by side: next-token
+Exercise 4.3 asks for ``mha_forward(x, w_in, b_in, w_out, b_out, num_heads, causal=False)``,
+multi-head self-attention, causal when ``causal=True``. :func:`run_with_your_attention` loads a
+shipped checkpoint, runs it once with the course's :class:`MultiHeadAttention` and once with
+that function in every block (same weights), and reports both runs side by side: next-token
 predictions, accuracy and loss.
 
-The trained model is a decoder, so its attention is causal, while ``mha_forward`` takes no
-mask. Causal attention is the same thing as unmasked attention over each prefix: the output
-at position ``t`` is the last row of ``mha_forward(x[:, :t + 1], ...)``.
-:func:`causal_by_prefixes` computes it that way, so an unchanged answer to 4.3 runs the model.
+The trained model is a decoder, so its attention is causal: :func:`causal_attention_with`
+calls the learner's function once per layer with ``causal=True``.
 
 Nothing here raises because of the learner's function: a stub, an error inside it or a
 wrong shape becomes a line of the report, together with the feedback of exercise 4.3's
@@ -39,20 +37,23 @@ from ..env import torch_threads
 from ..model.checkpoint import checkpoint_paths, load_checkpoint
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import InductionTask
-from .lesson04 import check_mha_forward
+from .lesson04 import _OLD_SIGNATURE, _takes_causal, check_mha_forward
 
-__all__ = ["causal_by_prefixes", "forward_with", "ModelRun", "SwapReport", "run_with_your_attention",
+__all__ = ["causal_attention_with", "forward_with", "ModelRun", "SwapReport", "run_with_your_attention",
            "plot_block"]
 
-AttentionFn = Callable[..., Tensor]  # (x, w_in, b_in, w_out, b_out, num_heads) -> (B, T, d)
+AttentionFn = Callable[..., Tensor]  # (x, w_in, b_in, w_out, b_out, num_heads, causal=False) -> (B, T, d)
 MAX_BATCH = 1024  # held-out sequences per run: 32 shows the point; more only costs memory and time
 
 
-def causal_by_prefixes(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> Tensor:
-    """Causal self-attention ``(B, T, d) -> (B, T, d)`` from an unmasked ``fn`` with
-    ``attn``'s weights: row ``t`` of the result is the last row of ``fn`` on ``x[:, :t + 1]``."""
-    check_callable(fn, "fn", "a function (x, w_in, b_in, w_out, b_out, num_heads) -> (B, T, d_model), "
-                   "such as your mha_forward", nargs=6)
+_FN = ("a function (x, w_in, b_in, w_out, b_out, num_heads, causal=False) -> (B, T, d_model), such as "
+       "your mha_forward")
+
+
+def causal_attention_with(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> Tensor:
+    """Causal self-attention ``(B, T, d) -> (B, T, d)``: ``fn`` with ``attn``'s weights, called
+    once with ``causal=True``."""
+    check_callable(fn, "fn", _FN, nargs=6)
     if type(attn) is not MultiHeadAttention:
         raise TypeError(f"attn must be a MultiHeadAttention (whose weights fn uses), got "
                         f"{type(attn).__name__}")
@@ -60,25 +61,22 @@ def causal_by_prefixes(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> 
     if x.shape[-1] != attn.d_model:
         raise ValueError(f"x must be (B, T, d_model={attn.d_model}) for this attn, got last dimension "
                          f"{x.shape[-1]} (shape {tuple(x.shape)})")
-    B, T, d = x.shape
-    if T == 0:  # no position, so no prefix to run fn on: the empty result
-        return x.new_empty(B, 0, d)
-    w_in, b_in = attn.in_proj.weight, attn.in_proj.bias
-    w_out, b_out = attn.out_proj.weight, attn.out_proj.bias
-    rows = []
-    for t in range(T):
-        out = fn(x[:, : t + 1], w_in, b_in, w_out, b_out, attn.num_heads)
-        if not isinstance(out, Tensor):
-            raise TypeError(f"your function returned {type(out).__name__}, not a torch.Tensor")
-        if tuple(out.shape) != (B, t + 1, d):
-            raise ValueError(f"on x of shape {(B, t + 1, d)} your function returned shape "
-                             f"{tuple(out.shape)}; attention keeps the input's shape")
-        if out.dtype != x.dtype or out.device != x.device:
-            raise TypeError(f"on x of dtype {x.dtype} on {x.device} your function returned dtype "
-                            f"{out.dtype} on {out.device}; attention keeps the input's dtype and device "
-                            "(a float64 constant or .double() somewhere changes it)")
-        rows.append(out[:, -1])  # (B, d): position t, which saw tokens 0..t
-    return torch.stack(rows, dim=1)  # (B, T, d)
+    if not _takes_causal(fn):
+        raise TypeError(_OLD_SIGNATURE)
+    if x.shape[1] == 0:  # no position: the empty result, without asking fn about no tokens
+        return x.new_empty(x.shape)
+    out = fn(x, attn.in_proj.weight, attn.in_proj.bias, attn.out_proj.weight, attn.out_proj.bias,
+             attn.num_heads, causal=True)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"your function returned {type(out).__name__}, not a torch.Tensor")
+    if out.shape != x.shape:
+        raise ValueError(f"on x of shape {tuple(x.shape)} your function returned shape "
+                         f"{tuple(out.shape)}; attention keeps the input's shape")
+    if out.dtype != x.dtype or out.device != x.device:
+        raise TypeError(f"on x of dtype {x.dtype} on {x.device} your function returned dtype "
+                        f"{out.dtype} on {out.device}; attention keeps the input's dtype and device "
+                        "(a float64 constant or .double() somewhere changes it)")
+    return out
 
 
 def _check_model(model: object) -> TinyTransformer:
@@ -96,21 +94,20 @@ def forward_with(model: TinyTransformer, tokens: Tensor, fn: AttentionFn | None 
 
     Each block adds attention, then (if it has one) its MLP, to the residual stream, each
     reading a LayerNorm of it. ``fn=None`` uses the course's module (causal); otherwise, in
-    each block, ``fn`` (made causal by :func:`causal_by_prefixes`) on the LayerNorm of the
-    block's input (read at ``hook_resid_pre``) replaces what attention adds (at ``hook_attn_out``).
+    each block, ``fn`` with ``causal=True`` (:func:`causal_attention_with`) on the LayerNorm of
+    the block's input (read at ``hook_resid_pre``) replaces what attention adds (at ``hook_attn_out``).
     """
     _check_model(model)
     model._check_tokens(tokens)
     if fn is not None:
-        check_callable(fn, "fn", "None or a function (x, w_in, b_in, w_out, b_out, num_heads) -> "
-                       "(B, T, d_model), such as your mha_forward", nargs=6)
+        check_callable(fn, "fn", "None or " + _FN, nargs=6)
     if fn is None:
         return model(tokens)[0]
     streams = []  # each block's input (B, T, d), recorded on the way
 
     def yours(attended: Tensor, hook: object) -> Tensor:  # (B, T, d)
         block = model.blocks[len(streams) - 1]
-        return causal_by_prefixes(fn, block.ln_attn(streams[-1]), block.attn)
+        return causal_attention_with(fn, block.ln_attn(streams[-1]), block.attn)
 
     with model.hooks([(lambda name: name.endswith("hook_resid_pre"), lambda x, hook: streams.append(x)),
                       (lambda name: name.endswith("hook_attn_out"), yours)]):
