@@ -41,3 +41,32 @@ def test_an_added_name_is_named_and_removed_before_the_next_check(answer, where)
     assert "all" not in vars(core) and "max" not in vars(core) and "abs" not in vars(core)
     assert "__format__" not in vars(core.Feedback)
     assert str(lesson02.check_softmax_rows(_wrong_rows)) == before  # as if nothing had happened
+
+
+def _copy_a_case():
+    """What the outside grader does before a check: copy (pickle) a lesson's case, which makes
+    copyreg cache ``__slotnames__`` on the Case class."""
+    import copy
+
+    from course_utils.exercises import cases
+    copy.copy(cases.Case(args=(1,)))
+    assert "__slotnames__" in vars(cases.Case)
+
+
+def test_copyregs_own_cache_of_slot_names_is_nobodys_tampering():
+    _copy_a_case()  # (after the check's originals were captured at import)
+    feedback = lesson02.check_softmax_rows(_wrong_rows)
+    assert not feedback.passed and "replaced" not in str(feedback) and "__slotnames__" not in str(feedback)
+
+
+def _false_slot_names(scores):
+    from course_utils.exercises import cases
+    cases.Case.__slotnames__ = ["args"]  # (Case has no slots: copyreg caches [])
+    return np.zeros_like(scores)
+
+
+def test_a_false_cache_of_slot_names_is_named_and_removed():
+    from course_utils.exercises import cases
+    feedback = lesson02.check_softmax_rows(_false_slot_names)
+    assert not feedback.passed and "Case.__slotnames__" in str(feedback), feedback
+    assert vars(cases.Case).get("__slotnames__") in (None, [])

@@ -51,6 +51,7 @@ hold): it is the trusted one.
 from __future__ import annotations
 
 import builtins
+import copyreg
 import importlib
 import itertools
 import math
@@ -665,7 +666,8 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
             continue  # every name as saved, none added (compared in C: no profiler event per name)
         for key, value in saved.items():
             now = live.get(key, _MISSING)
-            if now is not value and not _torch_wrapped(now, value) and not _same_method(now, value):
+            if now is not value and not _torch_wrapped(now, value) and not _same_method(now, value) \
+                    and not (key == "__slotnames__" and now == value):  # (copyreg's cache, made again)
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
                     if owner is None or owner is _INSTANCE:
@@ -680,8 +682,9 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
                 live.pop(key, None)
         elif label != "builtins":  # what an added name can change: a built-in it shadows in a
             # module (`core.abs = ...`), an inherited attribute it hides in a course class
-            added = [k for k in live if k not in saved and (
-                k in _BUILTIN_NAMES if owner is None else label.startswith(_COURSE))]
+            added = [k for k in list(live) if k not in saved and (
+                k in _BUILTIN_NAMES if owner is None else label.startswith(_COURSE)
+                and not _slot_names_cache(owner, k))]
             for key in added:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
@@ -694,8 +697,24 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
     return changed
 
 
+def _slot_names_cache(owner: type, key: str) -> bool:
+    """Whether ``owner.<key>`` is copyreg's cache of the class's slot names, as copyreg makes it:
+    ``copy.copy`` or ``pickle`` of an instance adds ``__slotnames__`` to its class (the outside
+    grader pickles a lesson's cases), which is nobody's tampering. Recomputed to tell: a cache
+    that holds other names (an answer's ``Case.__slotnames__ = ["args"]``) is named and removed."""
+    if key != "__slotnames__":
+        return False
+    held = owner.__dict__.get(key)
+    try:
+        _type_delattr(owner, key)
+        return held == _copyreg_slotnames(owner)  # (which caches the true names again)
+    except Exception:  # noqa: BLE001 - (a class whose slots cannot be read: named, as any added name)
+        return False
+
+
 # _put_back's comparison of a whole namespace, bound at import (the built-ins may be replaced)
 _all, _map, _len, _is, _repeat = all, map, len, operator.is_, itertools.repeat
+_copyreg_slotnames = copyreg._slotnames
 _BUILTIN_NAMES = frozenset(vars(builtins))
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
