@@ -822,6 +822,9 @@ def test_exercise_7_4_has_a_self_check_rubric_without_the_model_answer():
                         if c.source.startswith("**Answer (graded by hand, 4 points):**"))
     for giveaway in ("1.60", "weights", "8-row", "rows"):  # the model answer's count and mechanism
         assert giveaway in model_answer and giveaway not in rubric
+    # where the model answer is, as a link the learner can open (pinned, as the lesson's other links)
+    assert ("[notebooks/07_grouped_query_attention.ipynb](https://github.com/mha-course/multi-head-attention"
+            "/blob/v0.2.0/notebooks/07_grouped_query_attention.ipynb)") in rubric
     # what 7.4 asks for is not answered above it: no cell before it runs or counts this shape
     before = "".join(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells[:at])
     assert "2, 2048" not in before and "2 × 2048" not in before

@@ -43,14 +43,15 @@ def test_the_tree_holds_the_lessons_and_no_solutions(tree):
                if line.startswith("tag = ")).split('"')[1]
     for path in (out / "student").glob("*.ipynb"):  # every launch link opens the tree, not the full repo
         text = path.read_text()
-        # links to repository files (docs/, tests/ and INSTRUCTORS.md, which the tree leaves out; data/
-        # and README.md) read the release; course_utils/ is in the tree, so lessons name no link there
+        # links to repository files (docs/, tests/, INSTRUCTORS.md and the solution notebooks/, which the
+        # tree leaves out; data/ and README.md) read the release; course_utils/ is in the tree, so
+        # lessons name no link there
         elsewhere = re.findall(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/([^)#\s]+)", text)
-        assert all(p.startswith(("docs/", "tests/", "data/")) or p in ("INSTRUCTORS.md", "README.md")
-                   for p in elsewhere), elsewhere
+        assert all(p.startswith(("docs/", "tests/", "data/", "notebooks/"))
+                   or p in ("INSTRUCTORS.md", "README.md") for p in elsewhere), elsewhere
         assert all((ROOT / p).is_file() for p in elsewhere), elsewhere
         text = re.sub(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/"
-                      r"(docs/|tests/|data/|INSTRUCTORS\.md|README\.md)", "", text)
+                      r"(docs/|tests/|data/|notebooks/|INSTRUCTORS\.md|README\.md)", "", text)
         assert f"/{tag}-student" in text and f"@{tag}-student" in text and f"/{tag}/" not in text, path
 
 
