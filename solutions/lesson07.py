@@ -107,10 +107,14 @@ def _cache_gib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits
 
 def _decode_step(q_new: Tensor, k_new: Tensor, v_new: Tensor, k_cache: Tensor,
                  v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    k = torch.cat([k_cache, k_new], dim=2)  # (B, g, T+1, dk)
+    k = torch.cat([k_cache, k_new], dim=2)  # (B, g, T+1, dk): append first, then attend
     v = torch.cat([v_cache, v_new], dim=2)
-    out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True)  # (B, h, 1, dk)
-    return out, k, v
+    B, h, _, dk = q_new.shape
+    g = k.shape[1]
+    q = q_new.reshape(B, g, h // g, dk)  # group j: query heads j*h/g .. (j+1)*h/g - 1 (blocked)
+    scores = q @ k.transpose(-2, -1) / dk**0.5  # (B, g, h/g, T+1): each group reads its K once
+    out = torch.softmax(scores, dim=-1) @ v  # (B, g, h/g, dk)
+    return out.reshape(B, h, 1, dk), k, v
 
 
 def _decode_prepended(q_new, k_new, v_new, k_cache, v_cache):

@@ -527,7 +527,7 @@ def _shapes(cases):
 
 @pytest.mark.parametrize("lesson, exercise", [
     ("lesson03", "SPLIT_HEADS"), ("lesson03", "MERGE_HEADS"), ("lesson04", "HEAD_WEIGHTS"),
-    ("lesson04", "STACK_HEAD_WEIGHTS"), ("lesson07", "REPEAT_KV")])
+    ("lesson04", "STACK_HEAD_WEIGHTS"), ("lesson07", "REPEAT_KV"), ("lesson07", "DECODE_STEP")])
 def test_unseen_cases_draw_their_sizes_too(lesson, exercise):
     """C18 of the cold trial: with only the values salted, an index map read off the shipped
     outputs (which input entry lands where) passed the unseen cases of these copying exercises.

@@ -218,9 +218,16 @@ def test_7_2_a_count_off_by_a_little_is_still_told_by_how_much():
 
 
 # -- 7.3: caches of another dtype, a sliding window ----------------------------------------------
+def _grouped(q_new, k, v, scale=None):
+    """Attention of one query per head, the h heads viewed as g groups: no K/V copy."""
+    B, h, _, dk = q_new.shape
+    scores = q_new.reshape(B, k.shape[1], -1, dk) @ k.transpose(-2, -1) * (scale or dk**-0.5)
+    return (torch.softmax(scores, dim=-1) @ v).reshape(B, h, 1, dk)
+
+
 def _decode_right(q_new, k_new, v_new, k_cache, v_cache):
     k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+    return _grouped(q_new, k, v), k, v
 
 
 def _decode_grouped_matmul(q_new, k_new, v_new, k_cache, v_cache):
@@ -235,6 +242,30 @@ def _decode_grouped_matmul(q_new, k_new, v_new, k_cache, v_cache):
 @pytest.mark.parametrize("answer", [_decode_right, _decode_grouped_matmul])
 def test_7_3_right_answers_pass(answer):
     assert lesson07.check_decode_step(answer).passed
+
+
+def test_7_3_refuses_f_scaled_dot_product_attention_and_names_it():
+    """Cell 47 prints F.scaled_dot_product_attention(q, k, v, enable_gqa=True) on a decode step's
+    shapes (issue 35): 7.3 asks for the grouped attention by hand, so the check refuses that call."""
+    def with_sdpa(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+        return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+    fb = lesson07.check_decode_step(with_sdpa)
+    assert not fb.passed and fb.mistake == "called_reference", fb
+    assert "scaled_dot_product_attention" in fb.message
+    assert lesson07.DECODE_STEP.check_trusted(with_sdpa).passed  # the same output: only the call is refused
+
+
+@pytest.mark.slow
+def test_7_3_the_grader_refuses_f_scaled_dot_product_attention_too():
+    """In the answer's own process (the call watch runs there; recording here has none)."""
+    code = ("import torch\nimport torch.nn.functional as F\n\n"
+            "def decode_step(q_new, k_new, v_new, k_cache, v_cache):\n"
+            "    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)\n"
+            "    return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v\n")
+    fb = graded_outside("lesson07", "check_decode_step", code, "decode_step", sandboxed=False)
+    assert not fb.passed and fb.mistake == "called_reference", fb
 
 
 def test_7_3_caches_cast_to_float32_are_named_not_passed():
@@ -268,7 +299,7 @@ def test_7_3_half_precision_is_named_by_its_dtype(dtype):
 def test_7_3_a_wrong_answer_in_half_precision_is_not_blamed_on_the_dtype():
     def unscaled_half(q_new, k_new, v_new, k_cache, v_cache):
         k, v = torch.cat([k_cache, k_new], dim=2).half(), torch.cat([v_cache, v_new], dim=2).half()
-        out = F.scaled_dot_product_attention(q_new, k.double(), v.double(), enable_gqa=True, scale=1.0)
+        out = _grouped(q_new, k.double(), v.double(), scale=1.0)
         return out.half(), k, v
 
     assert lesson07.check_decode_step(unscaled_half).mistake != "half_precision"
@@ -279,7 +310,7 @@ def test_7_3_caches_that_dropped_their_oldest_token_are_named():
         T = k_cache.shape[-2]
         k = torch.cat((k_cache, k_new), -2)[..., -T:, :]
         v = torch.cat((v_cache, v_new), -2)[..., -T:, :]
-        return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+        return _grouped(q_new, k, v), k, v
 
     def attends_then_trims(q_new, k_new, v_new, k_cache, v_cache):
         out, k, v = _decode_right(q_new, k_new, v_new, k_cache, v_cache)
@@ -292,11 +323,13 @@ def test_7_3_caches_that_dropped_their_oldest_token_are_named():
 
 @pytest.mark.parametrize("grade", GRADERS)
 def test_7_3_the_grader_names_float32_caches_too(grade):
-    code = ("import torch\nimport torch.nn.functional as F\n\n"
+    code = ("import torch\n\n"
             "def decode_step(q_new, k_new, v_new, k_cache, v_cache):\n"
             "    q, kn, vn, kc, vc = (t.float() for t in (q_new, k_new, v_new, k_cache, v_cache))\n"
             "    k, v = torch.cat([kc, kn], dim=2), torch.cat([vc, vn], dim=2)\n"
-            "    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v\n")
+            "    B, h, _, dk = q.shape\n"
+            "    scores = q.reshape(B, k.shape[1], -1, dk) @ k.transpose(-2, -1) / dk ** 0.5\n"
+            "    return (scores.softmax(-1) @ v).reshape(B, h, 1, dk), k, v\n")
     fb = grade("lesson07", "check_decode_step", code, "decode_step")
     assert not fb.passed and fb.mistake == "changed_dtype", fb
 

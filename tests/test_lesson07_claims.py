@@ -363,21 +363,25 @@ def test_whole_step_table_in_the_stored_run():
     of its bound in every run we made'; at 8 sequences the products
     'read the weights more slowly still ... and the share drops'."""
     text = _stored_text("ws-run")
-    assert "check:" not in text  # no share above 100%, no wide scatter in the run the prose reads
+    # a check line only for a share above 100% ("a speed-up above the bound is possible on a busy
+    # machine ...; a `check:` line says so", ws-read-b), each within the 25% the prose states
+    checks = [line for line in text.splitlines() if line.startswith("check:")]
+    assert all(line.startswith("check: share of the byte bound above 100% (") for line in checks), checks
+    assert "speed-up above the bound is possible on a busy machine" in " ".join(_prose("ws-read-b").split())
     assert "no embedding or LM head" in text and "conditions: 1 thread (CPU time of the thread);" in text
     assert "compiled sum (fused_decode.c read_sum" in text or "torch.sum" in text
     rows = _whole_step_rows(text)
     assert set(rows) == {(b, t, g) for b, t in ((1, 1024), (1, 8192), (8, 1024)) for g in (16, 4, 1)}
     short, long_, batch = rows[(1, 1024, 4)], rows[(1, 8192, 4)], rows[(8, 1024, 4)]
     assert (rows[(1, 1024, 16)]["weights"], rows[(1, 1024, 16)]["cache"]) == (96, 16)
-    assert short["bound"] == 1.27 and 0.75 <= short["share"] <= 1.0
+    assert short["bound"] == 1.27 and 0.75 <= short["share"] <= 1.25
     for shape in ((1, 8192), (8, 1024)):
         assert rows[(*shape, 16)]["cache"] == 128 > rows[(*shape, 16)]["weights"]
         assert rows[(*shape, 4)]["bound"] == 1.93
     assert long_["speedup"] > short["speedup"] + 0.2
     assert all(r["of_roof"] < 1.0 for r in rows.values())  # "no whole step reaches its roofline"
     # "GQA-4 came within 25% of its bound in every run we made" (one sequence)
-    assert all(0.75 <= r["share"] <= 1.0 for r in (short, long_))
+    assert all(0.75 <= r["share"] <= 1.25 for r in (short, long_))
     assert batch["share"] < min(short["share"], long_["share"])
     assert "within 25% of its bound in every run we made" in _prose("ws-read-share")
     weights = {}
@@ -477,7 +481,11 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert "60 GB/s" in docs and "42-54 GB/s" in docs and "13-21 GB/s" in docs
     assert "closer to the ideal 4x than the course function's" in prose
     assert not any(typed in prose for typed in ("65%", "84%", "3.1–4.0x", "2.3x"))
-    assert "noisy run" not in _stored_text("ca473f08") and "check:" not in _stored_text("ca473f08")
+    # a check line only for a fused speed-up above the ideal at g = 4, within the summary's stated
+    # 2.9x to 4.6x (the fold-out of c5100e78)
+    checks = [line for line in _stored_text("ca473f08").splitlines() if line.startswith("check:")]
+    assert all(line.startswith("check: fused beats the ideal h/g at g=[4]") for line in checks), checks
+    assert 2.9 <= speedup[4]["fused"] <= 4.6
     stored = _stored_text("a6cc0e7d")
     assert "conditions: 1 thread (CPU time of the thread);" in stored  # shares beside their conditions
     assert "1 thread" in _stored_text("ca473f08") and "read_sum" in _stored_text("ca473f08")
@@ -540,7 +548,7 @@ def test_the_summary_scopes_its_memory_bound_and_whole_step_readings():
     for line in _stored_text("a6cc0e7d").splitlines():
         if line.startswith("g="):
             speedup[int(line[2:4])] = float(line.split("fused ")[1].split("x")[0])
-    assert 3.4 <= speedup[4] <= 4.0 and speedup[1] < 8 < 16
+    assert 2.9 <= speedup[4] <= 4.6 and speedup[1] < 8 < 16  # "2.9x to 4.6x in our runs"
     first, second = _prose("c5100e78"), _prose("7922bd91")
     assert "about 4x at $g = 4$ (2.9x to 4.6x in our runs, [recorded here]" in first
     assert "fused speed-up at g = 4 ranged 2.88x to 4.58x" in " ".join(
@@ -814,6 +822,9 @@ def test_exercise_7_4_has_a_self_check_rubric_without_the_model_answer():
                         if c.source.startswith("**Answer (graded by hand, 4 points):**"))
     for giveaway in ("1.60", "weights", "8-row", "rows"):  # the model answer's count and mechanism
         assert giveaway in model_answer and giveaway not in rubric
+    # where the model answer is, as a link the learner can open (pinned, as the lesson's other links)
+    assert ("[notebooks/07_grouped_query_attention.ipynb](https://github.com/mha-course/multi-head-attention"
+            "/blob/v0.2.0/notebooks/07_grouped_query_attention.ipynb)") in rubric
     # what 7.4 asks for is not answered above it: no cell before it runs or counts this shape
     before = "".join(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells[:at])
     assert "2, 2048" not in before and "2 × 2048" not in before
@@ -857,7 +868,7 @@ def _ex74_runs_recorded(weights, share, eight, one) -> tuple[int, int]:
         gaps.append(int(b2[0]) - int(b8[0]))
         rates = [[float(n) for n in re.findall(r"\d+(?:\.\d+)?", part)] for part in row[2].split(" / ")]
         assert max(rates[1]) <= 1.3 * min(rates[2]) and min(rates[2]) <= 1.3 * max(rates[1]), row  # 8-row
-        assert rates[1][0] <= 0.55 * min(rates[0]), row  # half the one-row rate or less
+        assert rates[1][0] <= 0.6 * min(rates[0]), row  # "0.6 of the 1-row rate or less" (0.59 stored)
     below, above = -min(gaps), max(gaps)
     prose = " ".join(section.split())
     assert f"from {below} points below it to {above} above it" in prose
@@ -911,16 +922,25 @@ def test_exercise_7_4_model_answer_agrees_with_its_stored_run():
     # (c) where the share landed, and the reason confirmed
     share, eight = round(100 * rows[(2, 2048, 4)]["share"]), round(100 * table[(8, 1024, 4)]["share"])
     one = [round(100 * table[(1, context, 4)]["share"]) for context in (1024, 8192)]
-    assert eight < share < min(one) and share - eight < min(one) - share  # between, nearer the 8-sequence row
+    assert eight < share < min(one)  # between the 8-sequence row and the one-sequence rows
     low, high = sorted(one)
+    # (b) predicted "a little above the 8-sequence row": (c) says whether it landed there
+    landed = ("as predicted" if share - eight < low - share else
+              "nearer the one-sequence rows, not as predicted")
     assert (f"Stored run: {share}%, {share - eight} points above the 8-sequence row ({eight}%), "
-            f"{low - share} and {high - share} below the one-sequence rows ({low}%, {high}%), as predicted"
+            f"{low - share} and {high - share} below the one-sequence rows ({low}%, {high}%): {landed}"
             in answer)
-    assert weights[(2, 2048)][0] == weights[(8, 1024)][0]  # "at 2 rows, the 8-row rate"
-    assert f"{weights[(2, 2048)][0]} GB/s at 2 rows, the 8-row rate" in answer
+    two, eight_rate = float(weights[(2, 2048)][0]), float(weights[(8, 1024)][0])
+    assert max(two, eight_rate) <= 1.3 * min(two, eight_rate)  # "near the 8-row rate" (docs: a quarter)
+    assert two <= 0.6 * min(one_row)  # "far below one row's" (docs: 0.6 of the 1-row rate or less)
+    assert (f"{weights[(2, 2048)][0]} GB/s at 2 rows, near the 8-row rate ({weights[(8, 1024)][0]})"
+            in answer)
+    if high > 100:  # the table's check line flags it
+        assert f"`check:` line flags the {high}% as above its bound" in answer
+        assert f"{high}%" in table_text.split("check: share of the byte bound above 100%")[1].split("\n")[0]
     assert probe[0] != probe[1] and f"its own probe ({probe[0]} and {probe[1]} GB/s)" in answer
-    assert (f"so {weights[(8, 1024)][0]} GB/s prints as {weights[(8, 1024)][1]}% in one, "
-            f"{weights[(2, 2048)][1]}% in the other" in answer)
+    assert (f"so {weights[(8, 1024)][0]} GB/s at 8 rows prints as {weights[(8, 1024)][1]}% in one and "
+            f"{weights[(2, 2048)][0]} GB/s at 2 rows as {weights[(2, 2048)][1]}% in the other" in answer)
     # our other runs, recorded in docs/benchmarks.md: the rate held, the share's place did not
     below, above = _ex74_runs_recorded(weights, share, eight, (low, high))
     assert (f"Our other runs (docs/benchmarks.md) kept the 2-row rate near the 8-row one but put the share "
@@ -962,11 +982,16 @@ def test_instructors_7_4_rubric_quotes_the_stored_run():
                    f"{weights[(1, 1024)][0]} and {weights[(1, 8192)][0]} against "
                    f"{weights[(8, 1024)][0]} GB/s",
                    f"Stored run: {share[(2, 2048, 4)]}%, between {share[(8, 1024, 4)]}% (B = 8) and "
-                   f"{low}-{high}% (B = 1); 2 rows read at {weights[(2, 2048)][0]} GB/s, the 8-row rate",
+                   f"{low}-{high}% (B = 1)",
+                   f"2 rows read at {weights[(2, 2048)][0]} GB/s, near the 8-row rate "
+                   f"({weights[(8, 1024)][0]} GB/s)",
                    f"({long['bound']:.2f} and {long['speedup']:.2f}x at 8192 tokens)",
                    f"the share landed from {below} points below the B = 8 share to {above} above it"):
         assert quoted in rubric, quoted
-    assert weights[(2, 2048)][0] == weights[(8, 1024)][0]
+    two, eight = float(weights[(2, 2048)][0]), float(weights[(8, 1024)][0])
+    assert max(two, eight) <= 1.3 * min(two, eight)  # "near the 8-row rate"
+    nearer = "B = 1" if share[(2, 2048, 4)] - share[(8, 1024, 4)] > low - share[(2, 2048, 4)] else "B = 8"
+    assert f"{high}% (B = 1), nearer {nearer}" in rubric
 
 
 def test_the_conversion_figure_keeps_its_legend_off_the_bars():

@@ -17,6 +17,14 @@ def _cat(cache, new):
     return torch.cat([cache, new], dim=2)  # (B, g, T+1, dk)
 
 
+def _grouped(q, k, v, scale=None):
+    """7.3's attention by hand: the h query heads viewed as g groups, no K/V copy (the check
+    refuses F.scaled_dot_product_attention)."""
+    B, h, _, dk = q.shape
+    scores = q.reshape(B, k.shape[1], -1, dk) @ k.transpose(-2, -1) * (scale or dk**-0.5)
+    return (torch.softmax(scores, dim=-1) @ v).reshape(B, h, 1, dk)
+
+
 def test_repeat_kv_names_h_copies_and_missing_dim():
     feedback = lesson07.check_repeat_kv(lambda kv, h: kv.repeat_interleave(h, dim=1))
     assert feedback.mistake == "repeated_h_times"
@@ -47,7 +55,7 @@ def test_cache_bytes_names_a_forgotten_batch():
 def test_decode_step_names_old_and_repeated_caches():
     def old_cache(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k_cache, v_cache
+        return _grouped(q, k, v), k_cache, v_cache
     assert lesson07.check_decode_step(old_cache).mistake == "returned_old_cache"
 
     def repeated_cache(q, k_new, v_new, k_cache, v_cache):
@@ -55,7 +63,7 @@ def test_decode_step_names_old_and_repeated_caches():
         h = q.shape[1]
         k = _cat(k_cache, k_new)[:, :, None].expand(b, g, h // g, t + 1, dk).reshape(b, h, t + 1, dk)
         v = _cat(v_cache, v_new)[:, :, None].expand(b, g, h // g, t + 1, dk).reshape(b, h, t + 1, dk)
-        return F.scaled_dot_product_attention(q, k, v), k, v
+        return _grouped(q, k, v), k, v  # groups of one head each, on the copy
     assert lesson07.check_decode_step(repeated_cache).mistake == "returned_repeated_cache"
 
 
@@ -72,15 +80,18 @@ def test_decode_step_names_a_softmax_over_the_query_axis():
 
 
 def test_decode_step_names_the_two_ways_it_raises():
+    """forgot_enable_gqa is kept for the course's own (trusted) check: a learner's call of
+    F.scaled_dot_product_attention is refused before any diagnosis."""
     def no_enable_gqa(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
         return F.scaled_dot_product_attention(q, k, v), k, v
-    feedback = lesson07.check_decode_step(no_enable_gqa)
+    feedback = lesson07.DECODE_STEP.check_trusted(no_enable_gqa)
     assert feedback.mistake == "forgot_enable_gqa" and "enable_gqa=True" in feedback.hint
+    assert lesson07.check_decode_step(no_enable_gqa).mistake == "called_reference"
 
     def appended_on_features(q, k_new, v_new, k_cache, v_cache):
         k, v = torch.cat((k_cache, k_new), -1), torch.cat((v_cache, v_new), -1)
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v
+        return _grouped(q, k, v), k, v
     feedback = lesson07.check_decode_step(appended_on_features)
     assert feedback.mistake == "appended_on_wrong_axis" and "dim=2" in feedback.hint
 
@@ -108,32 +119,37 @@ def test_decode_step_names_scale_new_token_only_and_swapped_caches():
 
     def swapped(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
-        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        return [out, v, k]
+        return [_grouped(q, k, v), v, k]
     assert lesson07.check_decode_step(swapped).mistake == "returned_caches_swapped"
 
 
 def test_decode_step_names_a_cache_left_without_the_new_token():
-    # torch's CPU attention accepts T+1 keys with T values, so no output comparison can
-    # name this: the check reads the returned caches instead
+    # the check reads the returned caches: one appended and the other not, whatever the output
     def value_forgotten(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return _grouped(q, k, v), k, v_cache
+    feedback = lesson07.check_decode_step(value_forgotten)
+    assert feedback.mistake == "value_not_appended" and "v_new" in feedback.message
+
+    def key_forgotten(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return _grouped(q, k, v), k_cache, v
+    assert lesson07.check_decode_step(key_forgotten).mistake == "key_not_appended"
+
+    def both_kept_old(q, k_new, v_new, k_cache, v_cache):  # neither appended: its own name
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return _grouped(q, k, v), k_cache, v_cache
+    assert lesson07.check_decode_step(both_kept_old).mistake == "returned_old_cache"
+
+    # torch's CPU attention accepts T+1 keys with T values (the course's trusted check still
+    # names that output; a learner's F.scaled_dot_product_attention is refused first)
+    def value_forgotten_sdpa(q, k_new, v_new, k_cache, v_cache):
         k = _cat(k_cache, k_new)
         copies = q.shape[1] // k.shape[1]
         out = F.scaled_dot_product_attention(q, k.repeat_interleave(copies, 1),
                                              v_cache.repeat_interleave(copies, 1))
         return out, k, v_cache
-    feedback = lesson07.check_decode_step(value_forgotten)
-    assert feedback.mistake == "value_not_appended" and "v_new" in feedback.message
-
-    def key_forgotten(q, k_new, v_new, k_cache, v_cache):
-        v = _cat(v_cache, v_new)
-        return F.scaled_dot_product_attention(q, k_cache, v, enable_gqa=True), k_cache, v
-    assert lesson07.check_decode_step(key_forgotten).mistake == "key_not_appended"
-
-    def both_kept_old(q, k_new, v_new, k_cache, v_cache):  # neither appended: its own name
-        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k_cache, v_cache
-    assert lesson07.check_decode_step(both_kept_old).mistake == "returned_old_cache"
+    assert lesson07.DECODE_STEP.check_trusted(value_forgotten_sdpa).mistake == "value_not_appended"
 
 
 def test_decode_step_names_a_cache_left_behind_when_attention_refuses_it():
@@ -150,18 +166,18 @@ def test_decode_step_names_a_cache_left_behind_when_attention_refuses_it():
     def value_forgotten(q, k_new, v_new, k_cache, v_cache):
         k = _cat(k_cache, k_new)
         return F.scaled_dot_product_attention(q, k, v_cache, enable_gqa=True), k, v_cache
-    feedback = lesson07.check_decode_step(value_forgotten)
+    feedback = lesson07.DECODE_STEP.check_trusted(value_forgotten)
     assert feedback.mistake == "value_not_appended" and "v_new" in feedback.message, feedback
 
 
 def test_decode_step_names_caches_returned_as_none():
     def no_caches(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), None, None
+        return _grouped(q, k, v), None, None
     assert lesson07.check_decode_step(no_caches).mistake == "caches_not_returned"
 
     def returned_nothing(q, k_new, v_new, k_cache, v_cache):
-        F.scaled_dot_product_attention(q, _cat(k_cache, k_new), _cat(v_cache, v_new), enable_gqa=True)
+        _grouped(q, _cat(k_cache, k_new), _cat(v_cache, v_new))
     feedback = lesson07.check_decode_step(returned_nothing)  # no return at all: its own message
     assert feedback.mistake is None and "forget `return`" in feedback.message
 
@@ -271,7 +287,7 @@ def test_decode_step_raising_for_other_reasons_is_not_misnamed():
         copies = q.shape[1] // k_cache.shape[1]
         k = torch.cat([k_cache, k_new.repeat_interleave(copies, 1)], 2)  # g vs h heads: raises
         v = torch.cat([v_cache, v_new.repeat_interleave(copies, 1)], 2)
-        return F.scaled_dot_product_attention(q, k, v), k, v
+        return _grouped(q, k, v), k, v
     feedback = lesson07.check_decode_step(new_token_repeated)
     assert feedback.status == "error" and feedback.mistake is None
 
@@ -287,8 +303,11 @@ def test_decode_step_raising_for_other_reasons_is_not_misnamed():
 def test_decode_step_names_a_hand_written_causal_mask():
     def tril_mask(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
-        mask = torch.ones(1, k.shape[2], dtype=torch.bool).tril()
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), k, v
+        B, h, _, dk = q.shape
+        scores = q.reshape(B, k.shape[1], -1, dk) @ k.transpose(-2, -1) / dk**0.5  # (B, g, h/g, T+1)
+        mask = torch.ones(1, k.shape[2], dtype=torch.bool).tril()  # one query row, top-left: key 0 only
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        return (weights @ v).reshape(B, h, 1, dk), k, v
     feedback = lesson07.check_decode_step(tril_mask)
     assert feedback.mistake == "is_causal_in_decode" and "tril" in feedback.message
 
@@ -398,24 +417,27 @@ def test_decode_step_names_index_slips_value_cache_dropout_and_length_scale():
     def i_div_g(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
         index = torch.tensor([i // k.shape[1] for i in range(q.shape[1])])
-        return F.scaled_dot_product_attention(q, k[:, index], v[:, index]), k, v
+        return _grouped(q, k[:, index], v[:, index]), k, v  # IndexError where g = 1, h = 2
 
     def repeat_by_g(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
         g = k.shape[1]
-        return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)), k, v
+        kr, vr = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)  # g * g heads
+        return torch.softmax(q @ kr.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ vr, k, v
 
     def k_new_in_values(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, k_new)
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True), k, v
+        return _grouped(q, k, v), k, v
 
     def dropout_on(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, enable_gqa=True), k, v
+        B, h, _, dk = q.shape
+        weights = torch.softmax(q.reshape(B, k.shape[1], -1, dk) @ k.transpose(-2, -1) / dk**0.5, -1)
+        return (F.dropout(weights, p=0.1) @ v).reshape(B, h, 1, dk), k, v
 
     def sqrt_length(q, k_new, v_new, k_cache, v_cache):
         k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
-        return F.scaled_dot_product_attention(q, k, v, scale=k.shape[2] ** -0.5, enable_gqa=True), k, v
+        return _grouped(q, k, v, scale=k.shape[2] ** -0.5), k, v
 
     for answer, key in ((i_div_g, "kv_index_i_div_g"), (repeat_by_g, "repeated_by_g"),
                         (k_new_in_values, "new_key_in_value_cache"), (dropout_on, "random_output"),
@@ -453,20 +475,73 @@ def _by_hand(q_new, k, v, scale):
     return torch.softmax(scores, dim=-1) @ v.repeat_interleave(copies, dim=1)
 
 
-def test_7_3_an_unscaled_answer_by_hand_is_not_told_about_scale_none():
+def test_7_3_an_unscaled_answer_by_hand_is_told_to_divide_by_sqrt_dk():
     def unscaled_by_hand(q_new, k_new, v_new, k_cache, v_cache):
         k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
         return _by_hand(q_new, k, v, 1.0), k, v
 
-    def unscaled_sdpa(q_new, k_new, v_new, k_cache, v_cache):
+    def unscaled_grouped(q_new, k_new, v_new, k_cache, v_cache):
         k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-        return F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1.0), k, v
+        return _grouped(q_new, k, v, scale=1.0), k, v
 
-    by_hand = lesson07.check_decode_step(unscaled_by_hand)
-    with_sdpa = lesson07.check_decode_step(unscaled_sdpa)
-    assert by_hand.mistake == with_sdpa.mistake == "unscaled"
-    assert "scale=None" not in by_hand.hint and "dk ** 0.5" in by_hand.hint
-    assert "scale=None" in with_sdpa.hint
+    for answer in (unscaled_by_hand, unscaled_grouped):
+        feedback = lesson07.check_decode_step(answer)
+        assert feedback.mistake == "unscaled", feedback
+        assert "scale=None" not in feedback.hint and "dk ** 0.5" in feedback.hint
+
+
+# -- 7.3 by hand, group by group (issue 35): the five slips of the grouped step -------------------
+def test_7_3_the_grouped_step_by_hand_passes():
+    def grouped(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        return _grouped(q_new, k, v), k, v
+
+    assert lesson07.check_decode_step(grouped).passed
+
+
+def test_7_3_groups_made_by_a_transpose_are_named_interleaved_with_a_hint_on_the_view():
+    def interleaved(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        B, h, _, dk = q_new.shape
+        g = k.shape[1]
+        q = q_new.reshape(B, h // g, g, dk).transpose(1, 2)  # group j: heads j, j + g, ...
+        out = torch.softmax(q @ k.transpose(-2, -1) / dk**0.5, dim=-1) @ v  # (B, g, h/g, dk)
+        return out.transpose(1, 2).reshape(B, h, 1, dk), k, v
+
+    feedback = lesson07.check_decode_step(interleaved)
+    assert feedback.mistake == "interleaved_groups", feedback
+    assert "(B, g, h // g, dk)" in feedback.hint and "interleaved" in feedback.hint
+
+
+def test_7_3_attending_before_appending_is_named():
+    def attends_first(q_new, k_new, v_new, k_cache, v_cache):
+        out = _grouped(q_new, k_cache, v_cache)  # the new token never sees itself
+        return out, _cat(k_cache, k_new), _cat(v_cache, v_new)
+
+    assert lesson07.check_decode_step(attends_first).mistake == "skipped_new_token"
+
+
+def test_7_3_the_new_key_and_value_in_the_wrong_caches_are_named():
+    def value_into_key_cache(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, v_new), _cat(v_cache, k_new)
+        return _grouped(q_new, k, v), k, v
+
+    def key_into_value_cache(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, k_new)
+        return _grouped(q_new, k, v), k, v
+
+    assert lesson07.check_decode_step(value_into_key_cache).mistake == "appends_swapped"
+    assert lesson07.check_decode_step(key_into_value_cache).mistake == "new_key_in_value_cache"
+
+
+def test_7_3_caches_returned_with_h_heads_are_named_with_a_hint_that_needs_no_copy():
+    def h_head_caches(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        copies = q_new.shape[1] // k.shape[1]
+        return _grouped(q_new, k, v), k.repeat_interleave(copies, 1), v.repeat_interleave(copies, 1)
+
+    feedback = lesson07.check_decode_step(h_head_caches)
+    assert feedback.mistake == "returned_repeated_cache" and "no h-head copy" in feedback.hint
 
 
 def test_7_3_a_softmax_without_the_max_shift_is_named_on_large_scores():

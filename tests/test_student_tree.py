@@ -43,17 +43,19 @@ def test_the_tree_holds_the_lessons_and_no_solutions(tree):
                if line.startswith("tag = ")).split('"')[1]
     for path in (out / "student").glob("*.ipynb"):  # every launch link opens the tree, not the full repo
         text = path.read_text()
-        # links to repository files (docs/, tests/ and INSTRUCTORS.md, which the tree leaves out; data/
-        # and README.md) read the release; course_utils/ is in the tree, so lessons name no link there
+        # links to repository files (docs/, tests/, INSTRUCTORS.md and the solution notebooks/, which the
+        # tree leaves out; data/ and README.md) read the release; course_utils/ is in the tree, so
+        # lessons name no link there
         elsewhere = re.findall(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/([^)#\s]+)", text)
         # and a lesson names another lesson by its learner's copy (student/), never by the solutions
-        # in notebooks/, except the one the 6.4 rubric names for those learning on their own
+        # in notebooks/, except the two whose written exercises' model answers (6.4, 7.4) the rubrics
+        # point those learning on their own to
+        answers = ("notebooks/06_head_ablation.ipynb", "notebooks/07_grouped_query_attention.ipynb")
         assert all(p.startswith(("docs/", "tests/", "data/", "student/"))
-                   or p in ("INSTRUCTORS.md", "README.md", "notebooks/06_head_ablation.ipynb")
-                   for p in elsewhere), elsewhere
+                   or p in ("INSTRUCTORS.md", "README.md", *answers) for p in elsewhere), elsewhere
         assert all((ROOT / p).is_file() for p in elsewhere), elsewhere
         text = re.sub(rf"https://github\.com/[^/]+/[^/]+/blob/{re.escape(tag)}/"
-                      r"(docs/|tests/|data/|student/|notebooks/06_head_ablation\.ipynb|INSTRUCTORS\.md|README\.md)",
+                      r"(docs/|tests/|data/|student/|notebooks/0[67]_[a-z_]+\.ipynb|INSTRUCTORS\.md|README\.md)",
                       "", text)
         assert f"/{tag}-student" in text and f"@{tag}-student" in text and f"/{tag}/" not in text, path
 

@@ -3,7 +3,11 @@
 * :data:`REPEAT_KV`: expand ``g`` key/value heads to ``h`` (query head i reads K/V head
   ``i // (h // g)``), the copy that the no-copy function avoids.
 * :data:`CACHE_BYTES`: the size of a KV cache from a model's shape.
-* :data:`DECODE_STEP`: one decoding step with a grouped KV cache.
+* :data:`DECODE_STEP`: one decoding step with a grouped KV cache, attended by hand: the h query
+  heads viewed as g groups, each group against its own cached K/V, without
+  ``F.scaled_dot_product_attention`` (refused). A copy of K/V per head is not refused: the call
+  watch cannot tell a Tensor method's call (``k.repeat_interleave``), an ``expand`` + ``reshape``
+  or a notebook's own ``repeat_kv`` from their other uses, and the outputs are the same.
 * :data:`MERGE_HALVES`: one query's attention over two key ranges, merged (flash decoding).
 
 7.1, 7.3 and 7.5 return tensors that the next step stores or reuses (the copied heads feed
@@ -17,6 +21,7 @@ from __future__ import annotations
 import re
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .cases import seen_or_unseen
@@ -424,13 +429,20 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
         return None
 
     def _hint_for(self, mistake: str, source: str) -> str | None:
-        by_hand = "scaled_dot_product_attention" not in source
-        if mistake in ("unscaled", "scaled_by_dk", "scaled_by_sqrt_length") and by_hand:
+        if mistake in ("unscaled", "scaled_by_dk", "scaled_by_sqrt_length"):
             return ("divide the scores q @ k^T by dk ** 0.5, the square root of a head's width "
                     "(q_new.shape[-1]), before the softmax.")
-        if mistake == "interleaved_groups" and by_hand:
-            return ("query head i reads K/V head i // (h // g): k.repeat_interleave(h // g, dim=1), "
-                    "not k.repeat(...), which tiles the whole head axis.")
+        if mistake == "interleaved_groups":
+            if ".repeat(" in source:
+                return ("k.repeat(...) tiles the whole head axis (0, 1, 0, 1, ...); no copy is needed: "
+                        "view the queries as q_new.reshape(B, g, h // g, dk), so that group j holds "
+                        "query heads j * h/g .. (j + 1) * h/g - 1 and meets K/V head j.")
+            if "transpose" in source or "permute" in source or ".mT" in source:
+                return ("you grouped the heads as (h/g, g) and swapped the axes, so group j holds query "
+                        "heads j, j + g, j + 2g, ... (interleaved). View them as (B, g, h // g, dk) "
+                        "directly: the h heads are g blocks of h/g neighbours.")
+            return ("query head i reads K/V head i // (h // g): view the queries as "
+                    "q_new.reshape(B, g, h // g, dk), g blocks of h/g neighbouring heads.")
         return None
 
     @staticmethod
@@ -486,9 +498,13 @@ _CACHE_SLIPS = {
 def _decode_cases() -> list[Case]:
     """Three decode steps, then one whose scores reach about +-1000 (a query 400 times larger):
     exp(1000) overflows even float64, so a softmax that does not subtract each row's maximum
-    gives NaN there."""
+    gives NaN there. The grader's unseen cases draw other sizes of the same kinds
+    (:func:`.cases.seen_or_unseen`): groups of 2 and 3, MQA (g = 1), large scores."""
     cases = []
-    shapes = [(2, 4, 2, 5, 8, 3.0), (1, 6, 3, 3, 4, 3.0), (1, 2, 1, 4, 16, 3.0), (1, 4, 2, 6, 4, 400.0)]
+    shapes = [seen_or_unseen((2, 4, 2, 5, 8, 3.0), (1, 6, 2, 4, 4, 3.0), (2, 8, 4, 3, 6, 3.0)),
+              seen_or_unseen((1, 6, 3, 3, 4, 3.0), (2, 9, 3, 2, 4, 3.0), (1, 12, 4, 5, 2, 3.0)),
+              seen_or_unseen((1, 2, 1, 4, 16, 3.0), (2, 3, 1, 3, 8, 3.0), (1, 4, 1, 6, 4, 3.0)),
+              seen_or_unseen((1, 4, 2, 6, 4, 400.0), (1, 6, 3, 5, 4, 400.0), (2, 4, 1, 4, 4, 400.0))]
     for i, (B, h, g, T, dk, size) in enumerate(shapes):
         s = 730 + 10 * i
         tensors = (size * _randn(B, h, 1, dk, seed=s), _randn(B, g, 1, dk, seed=s + 1),
@@ -513,21 +529,24 @@ DECODE_STEP = _DecodeExercise(
                 "the first key.",
                 "A single newest query may see every cached key: no mask is needed."),
         Mistake("interleaved_groups", "query head i used K/V head i % g (interleaved); the "
-                "convention is i // (h // g).", "Use enable_gqa=True or repeat_interleave."),
+                "convention is i // (h // g): group j is the h/g neighbouring query heads "
+                "j * h/g .. (j + 1) * h/g - 1.",
+                "View the queries as q_new.reshape(B, g, h // g, dk): blocks of neighbours."),
         Mistake("unscaled", "the scores were not divided by sqrt(dk).",
-                "F.scaled_dot_product_attention scales by default; keep scale=None."),
+                "Divide the scores by dk ** 0.5 (dk = q_new.shape[-1]) before the softmax."),
         Mistake("returned_old_cache", "the output is right but you returned the caches you were "
                 "given: the next step would never see this token.",
                 "Return the caches with the new key/value appended (T+1 positions)."),
         Mistake("returned_repeated_cache", "the output is right but your returned caches have h "
                 "heads: you stored the repeated copy, so the cache is h/g times larger, which is "
                 "the memory GQA exists to save.",
-                "Repeat (or use enable_gqa) only for the attention call; return the g-head caches."),
+                "Return the g-head caches you appended to; the grouped attention needs no h-head "
+                "copy at all."),
         Mistake("softmax_over_queries", "your softmax ran over the query axis (dim=-2): with one "
                 "query every weight is 1, so the output is the sum of all values.",
                 "Normalise each query's scores over the keys: softmax(dim=-1)."),
         Mistake("scaled_by_dk", "you divided the scores by dk; the scale is 1 / sqrt(dk).",
-                "Leave scale=None (the default), or divide by dk ** 0.5."),
+                "Divide by dk ** 0.5."),
         Mistake("attended_new_token_only", "the new token attended only to itself: the cached "
                 "keys and values were never used.", "Attend over the appended caches (T+1 keys)."),
         Mistake("returned_caches_swapped", "the output is right but you returned (out, v, k): the "
@@ -545,7 +564,8 @@ DECODE_STEP = _DecodeExercise(
         Mistake("kv_index_i_div_g", "indexing raised IndexError: you sent query head i to K/V head "
                 "i // g, but g is the number of K/V heads, not the size of a group; with h = 2 and "
                 "g = 1, i // 1 asks for K/V head 1 of 1.",
-                "Query head i reads K/V head i // (h // g); or pass enable_gqa=True."),
+                "Query head i reads K/V head i // (h // g): view the queries as "
+                "q_new.reshape(B, g, h // g, dk) and no index is needed."),
         Mistake("new_key_in_value_cache", "you appended k_new to the value cache: the new token's "
                 "value is v_new, so its output blended the wrong vector.",
                 "k_cache gets k_new and v_cache gets v_new."),
@@ -556,7 +576,7 @@ DECODE_STEP = _DecodeExercise(
                 "each new vector goes to the cache of its own kind."),
         Mistake("scaled_by_sqrt_length", "you scaled the scores by 1 / sqrt(T + 1), the number of "
                 "keys: the scale is 1 / sqrt(dk), the width of a head.",
-                "Leave scale=None (F.scaled_dot_product_attention then divides by sqrt(dk))."),
+                "Divide by dk ** 0.5, with dk = q_new.shape[-1]."),
         Mistake("softmax_without_max_shift", "right on ordinary scores, NaN where the scores reach "
                 "about 1000: your softmax computes exp(scores) directly, and exp(1000) overflows to "
                 "inf even in float64, so inf / inf gives NaN.",
@@ -568,12 +588,13 @@ DECODE_STEP = _DecodeExercise(
                 "append without cutting anything off: the caches you return are (B, g, T+1, dk)."),
         Mistake("heads_not_matched", "q @ k.transpose(-2, -1) raised: the query has h heads and the "
                 "key cache only g, so the head axes do not broadcast.",
-                "Repeat each K/V head h // g times (repeat_interleave, dim=1) for the product only; "
-                "keep the g-head caches."),
+                "View the queries as g groups, q_new.reshape(B, g, h // g, dk): the head axes then "
+                "match (g and g), and each group's h/g rows meet their own K/V head, uncopied."),
     ],
     hint="Return (output (B, h, 1, dk), k (B, g, T+1, dk), v (B, g, T+1, dk)); append along "
-         "the time axis (dim 2); with F.scaled_dot_product_attention and g < h, pass "
-         "enable_gqa=True.",
+         "the time axis (dim 2); view the queries as (B, g, h // g, dk), attend each group to its "
+         "own K/V by hand (scores, / dk ** 0.5, softmax, @ v), then reshape to (B, h, 1, dk).",
+    forbidden=[F.scaled_dot_product_attention],  # the exercise asks for the grouped step by hand
 )
 check_decode_step = DECODE_STEP.check
 
