@@ -126,6 +126,7 @@ LIBRARY_TWINS: dict[str, tuple[str, ...]] = {
         "course_utils.attention.naive_mha.naive_from_batched",
     ),
     "lesson04.check_mha_forward": (
+        "course_utils.attention.masks.causal_mask",  # (causal=True: the mask is the learner's to build)
         "course_utils.attention.mha.scaled_dot_product_attention",
         "course_utils.attention.mha.MultiHeadAttention.forward",
         "torch.nn.functional.scaled_dot_product_attention",

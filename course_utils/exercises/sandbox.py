@@ -105,7 +105,7 @@ EXTRA_TWINS: dict[str, tuple[str, ...]] = {
     "lesson03.check_merge_heads": ("merge_heads", "MultiHeadAttention"),
     "lesson03.check_split_heads": ("split_heads", "MultiHeadAttention"),
     "lesson04.check_stack_head_weights": ("naive_mha", "naive_from_batched", "stack_head_weights"),
-    "lesson04.check_mha_forward": ATTENTION_TWINS,
+    "lesson04.check_mha_forward": ATTENTION_TWINS + ("causal_mask",),
     "lesson07.check_repeat_kv": ("repeat_kv", "enable_gqa", "grouped_query_attention"),
     "lesson07.check_decode_step": ("grouped_query_attention", "naive_mha", "worked_example",
                                    "_native_multi_head_attention", "MultiHeadAttention",
