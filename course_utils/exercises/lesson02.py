@@ -391,8 +391,9 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
         Mistake("inf_after_softmax", "you filled the future with -inf *after* the softmax: those "
                 "weights are -inf and the rows do not sum to 1.",
                 "fill the scores with -inf before the softmax: exp(-inf) = 0 turns them into 0 weights."),
-        Mistake("implicit_softmax_dim", "you called the softmax without dim=: PyTorch then picks an axis "
-                "for you (dim=1 on 2-D input, dim=0, the batch, on 3-D) and warns that this is deprecated.",
+        Mistake("implicit_softmax_dim", "your weights sum to 1 over the axis PyTorch picks when a softmax "
+                "names no dim= (dim=1 on 2-D input, dim=0, the batch, on 3-D; it warns that this is "
+                "deprecated), not over the keys.",
                 "always name the axis: torch.softmax(scores, dim=-1)."),
         Mistake("additive_mask_wrong_sign", "almost all of each row's weight sits on the future keys "
                 "(j > i), the very ones the mask should block: your additive mask has the wrong sign. "

@@ -111,10 +111,10 @@ SPLIT_HEADS = _SplitExercise(
                 "width of each head last.",
                 "x.view(*x.shape[:-1], num_heads, d // num_heads), then .transpose(-3, -2)."),
         Mistake("axes_counted_from_the_front",
-                "right for a batch (B, T, d), wrong for the other shapes: .transpose(1, 2) counts "
-                "axes from the front, so on one sentence (T, h, dk) it swaps h and dk, and with "
-                "two leading axes it swaps the second leading axis with T. The head and token axes "
-                "are fixed only when counted from the end.",
+                "right for a batch (B, T, d), wrong for the other shapes: the axes your split swaps "
+                "are counted from the front (as in .transpose(1, 2)), so on one sentence (T, h, dk) "
+                "h and dk are swapped, and with two leading axes the second leading axis and T. "
+                "The head and token axes are fixed only when counted from the end.",
                 "after the view to (..., T, h, dk), swap the third and second axes from the end: "
                 ".transpose(-3, -2)."),
         RaisingMistake("batch_axis_assumed",

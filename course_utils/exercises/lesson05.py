@@ -132,9 +132,10 @@ PREVIOUS_TOKEN_SCORE = _PreviousTokenExercise(
         Mistake("clamped_position_zero", "you counted query 0 by clamping its 'previous' key to 0, so it "
                 "reads A[0, 0]: under a causal mask that is always 1, a free point for every head.",
                 "query 0 has no previous token: leave it out and average over queries 1 .. T-1 only."),
-        Mistake("diagonal_default_dims", "you called pattern.diagonal(-1) with its default dimensions "
-                "(dim1=0, dim2=1): on an (h, T, T) pattern that diagonal runs across the head axis and the "
-                "query axis, pairing head i+1 with query i, so you got one number per key, not per head.",
+        Mistake("diagonal_default_dims", "you got one number per key, not per head: your diagonal runs "
+                "across the head axis and the query axis of the (h, T, T) pattern, pairing head i+1 with "
+                "query i, which is what pattern.diagonal(-1) gives with its default dimensions "
+                "(dim1=0, dim2=1).",
                 "tell diagonal which two axes hold the T x T matrix (the last two), so that the head "
                 "axis stays out of it."),
         Mistake("mean_over_heads", "you averaged over the heads instead of over the positions: you "
