@@ -125,7 +125,6 @@ def test_an_expanded_answer_of_2_to_the_31_entries_is_refused_by_shape_in_every_
         assert status == "wrong" and "no values were compared" in message, (name, message)
 
 
-@pytest.mark.same_on_every_cpu_path  # sets both variables for its process itself
 @pytest.mark.parametrize("env", [{"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"},
                                  {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}],
                          ids=["compatible-default", "avx2"])
