@@ -165,6 +165,24 @@ def _decode_softmax_over_queries(q_new, k_new, v_new, k_cache, v_cache):
     return weights @ v.repeat_interleave(copies, dim=1), k, v
 
 
+def _decode_softmax_over_group_heads(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    B, h, _, dk = q_new.shape
+    g = k.shape[1]
+    scores = q_new.reshape(B, g, h // g, dk) @ k.transpose(-2, -1) / dk**0.5  # (B, g, h/g, T+1)
+    out = torch.softmax(scores, dim=-2) @ v  # over a group's query heads, not the keys
+    return out.reshape(B, h, 1, dk), k, v
+
+
+def _decode_group_axes_swapped(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    B, h, _, dk = q_new.shape
+    g = k.shape[1]
+    q = q_new.reshape(B, h // g, g, dk)  # (h/g, g): raises where h/g != g (and neither is 1)
+    out = torch.softmax(q @ k.transpose(-2, -1) / dk**0.5, dim=-1) @ v
+    return out.reshape(B, h, 1, dk), k, v
+
+
 def _decode_scaled_by_dk(q_new, k_new, v_new, k_cache, v_cache):
     k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
     out = F.scaled_dot_product_attention(q_new, k, v, enable_gqa=True, scale=1 / q_new.shape[-1])
@@ -400,6 +418,8 @@ MISTAKES = {
         'scaled_by_sqrt_length': _decode_scaled_by_sqrt_length,
         'softmax_without_max_shift': _decode_softmax_without_max_shift,
         'heads_not_matched': _decode_manual_unmatched_heads,
+        'softmax_over_group_heads': _decode_softmax_over_group_heads,
+        'group_axes_swapped': _decode_group_axes_swapped,
         'dropped_oldest_token': _decode_dropped_oldest,
     },
     'MERGE_HALVES': {

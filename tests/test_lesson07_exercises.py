@@ -588,3 +588,29 @@ def test_7_3_new_key_and_value_appended_to_each_others_caches_are_named():
     feedback = lesson07.check_decode_step(swapped_appends)
     assert feedback.mistake == "appends_swapped", feedback
     assert "k_new went into the value cache" in feedback.message
+
+
+def test_decode_step_names_groups_viewed_the_other_way_round():
+    """A reading trial's slip: the h query heads viewed as (B, h/g, g, dk), with no transpose.
+    Where h/g = g the view is the right one, elsewhere the product raises: named, not called a
+    repeat the answer never made."""
+    def groups_swapped(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        B, h, _, dk = q.shape
+        g = k.shape[1]
+        weights = torch.softmax(q.reshape(B, h // g, g, dk) @ k.transpose(-2, -1) / dk**0.5, dim=-1)
+        return (weights @ v).reshape(B, h, 1, dk), k, v
+    feedback = lesson07.check_decode_step(groups_swapped)
+    assert feedback.mistake == "group_axes_swapped", feedback
+    assert "repeat" not in feedback.message and "(B, g, h // g, dk)" in feedback.hint
+
+
+def test_decode_step_names_a_softmax_over_a_groups_heads():
+    def over_group_heads(q, k_new, v_new, k_cache, v_cache):
+        k, v = _cat(k_cache, k_new), _cat(v_cache, v_new)
+        B, h, _, dk = q.shape
+        g = k.shape[1]
+        weights = torch.softmax(q.reshape(B, g, h // g, dk) @ k.mT / dk**0.5, dim=2)
+        return (weights @ v).reshape(B, h, 1, dk), k, v
+    feedback = lesson07.check_decode_step(over_group_heads)
+    assert feedback.mistake == "softmax_over_group_heads", feedback

@@ -464,6 +464,8 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
             return "key_not_appended" if shapes[1][2] < shapes[2][2] else "value_not_appended"
         if len(shapes) >= 2 and len(shapes[0]) == len(shapes[1]) == 4 and shapes[0][1] != shapes[1][1]:
             q, k = shapes[0], shapes[1]
+            if q[2] > 1 and q[2] == k[1] and k[0] == q[0] and q[3] == k[2]:  # (B,h/g,g,dk) @ (B,g,dk,T+1)
+                return "group_axes_swapped"  # the queries grouped as (h/g, g): g met the wrong axis
             if k[1] > q[1] and k[0] == q[0] and q[3] in (k[2], k[3]):  # more K/V heads than queries
                 return "repeated_by_g"  # repeated g times, not h // g
             if name == "scaled_dot_product_attention":
@@ -586,6 +588,15 @@ DECODE_STEP = _DecodeExercise(
                 "the newest T positions, as a sliding-window cache does. This exercise's cache keeps "
                 "every token, so it grows to T+1 positions and the new token attends to all of them.",
                 "append without cutting anything off: the caches you return are (B, g, T+1, dk)."),
+        Mistake("group_axes_swapped", "q @ k.transpose(-2, -1) raised: your grouped queries are "
+                "(B, h/g, g, dk), so their second axis, of h/g, met the g K/V heads of the key cache. "
+                "(Where h/g happens to equal g the same view is right, which is why some cases pass.)",
+                "View the queries as (B, g, h // g, dk): g groups, each of h/g neighbouring heads, so "
+                "the group axis comes second and meets the K/V heads."),
+        Mistake("softmax_over_group_heads", "your softmax ran over a group's query heads (dim=-2 of "
+                "the (B, g, h/g, T+1) scores), not over the keys: each key's weights sum to 1 "
+                "across the heads of a group instead of each head's weights across the keys.",
+                "Normalise each query head's scores over the keys: softmax(dim=-1)."),
         Mistake("heads_not_matched", "q @ k.transpose(-2, -1) raised: the query has h heads and the "
                 "key cache only g, so the head axes do not broadcast.",
                 "View the queries as g groups, q_new.reshape(B, g, h // g, dk): the head axes then "
