@@ -43,6 +43,12 @@ def _mean_over_heads_axis(heads, reference_heads, head, out_proj):
     return out_proj(_merge(edited))
 
 
+def _mean_over_every_head(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[:, head] = reference_heads.mean(dim=(0, 1, 2))  # (dk,), but every head's tokens mixed in
+    return out_proj(_merge(edited))
+
+
 def _mean_after_projection(heads, reference_heads, head, out_proj):
     dk = heads.shape[-1]
     out = out_proj(_merge(heads)).clone()  # (B, T, d)
@@ -296,6 +302,7 @@ MISTAKES = {
     'MEAN_ABLATION': {
         'per_position_mean': _mean_per_position,
         'mean_over_head_axis': _mean_over_heads_axis,
+        'mean_over_every_head': _mean_over_every_head,
         'after_output_projection': _mean_after_projection,
         'evaluation_batch_as_reference': _mean_own_batch,
         'zero_instead_of_mean': _zero_instead,

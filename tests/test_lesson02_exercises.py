@@ -99,3 +99,13 @@ def test_causal_names_an_additive_mask_with_the_wrong_sign():
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         return torch.softmax(scores - torch.triu(torch.full((T, T), 1e9), 1), dim=-1)
     assert lesson02.check_causal_attention_weights(minus_1e9).passed
+
+
+def test_softmax_rows_names_a_sum_over_axis_1_after_a_right_shift():
+    """A reading trial's slip: each row's maximum taken along the last axis, the sum along
+    axis 1: right on 2-D input, wrong on the 3-D case."""
+    def sum_axis_1(scores):
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    feedback = lesson02.check_softmax_rows(sum_axis_1)
+    assert feedback.mistake == "sum_axis_1" and "axis=-1" in feedback.hint, feedback

@@ -26,6 +26,17 @@ def test_mean_ablation_names_a_merge_without_transpose_and_the_batch_axis():
     assert lesson06.check_mean_ablation(batch_axis).mistake == "indexed_batch_axis"
 
 
+def test_mean_ablation_names_a_mean_over_every_head_and_token():
+    """A reading trial's slip: reference_heads.mean(1).mean((0, 1)), one dk vector, but every
+    head's outputs averaged in."""
+    def every_head(heads, reference_heads, head, out_proj):
+        edited = heads.clone()
+        edited[:, head] = reference_heads.mean(1).mean((0, 1))
+        return out_proj(_merge(edited))
+    feedback = lesson06.check_mean_ablation(every_head)
+    assert feedback.mistake == "mean_over_every_head" and "reference_heads[:, head]" in feedback.hint
+
+
 def test_gate_importance_names_a_mean_before_backward_and_a_shared_summed_gate():
     def mean_first(per_sequence_loss, num_sequences, num_layers, num_heads):
         gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64).requires_grad_()

@@ -134,6 +134,10 @@ SOFTMAX_ROWS = _SoftmaxExercise(
         Mistake("axis_1", "right on 2-D arrays, wrong on the 3-D one: you used axis=1, which is "
                 "the last axis only when the array has two dims.",
                 "use axis=-1 (the last axis, whatever the number of dims)."),
+        Mistake("sum_axis_1", "right on 2-D arrays, wrong on the 3-D one: each row's maximum is "
+                "right, but the sum you divide by runs along axis=1, which is the last axis only when "
+                "the array has two dims.",
+                "sum along the last axis too: e.sum(axis=-1, keepdims=True)."),
         Mistake("min_shift", "you get NaN on the row [0, -1000, 1000]: you shifted by the row "
                 "minimum, so the largest entry becomes exp(2000), which overflows.",
                 "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow."),

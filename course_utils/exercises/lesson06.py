@@ -78,6 +78,11 @@ MEAN_ABLATION = _MeanAblationExercise(
         Mistake("mean_over_head_axis", "you averaged over the head axis: in (B, h, T, dk) dim 1 is the "
                 "head, so every head's output was mixed into the mean.",
                 "select the head first, reference_heads[:, head] (B_ref, T, dk), then average."),
+        Mistake("mean_over_every_head", "your mean is one vector of dk numbers, as asked, but it averages "
+                "every head's output over every reference token: the reference's head axis (dim 1 of "
+                "(B_ref, h, T, dk)) was averaged too, so the other heads' outputs were mixed in.",
+                "select the head first, reference_heads[:, head] (B_ref, T, dk), then average over "
+                "dims 0 and 1 of that slice."),
         Mistake("after_output_projection", "you replaced columns of the layer's output, after W_O. W_O "
                 "mixes every head into every column, so those columns are not the head's output: replace "
                 "the head's slice of the (B, h, T, dk) tensor before the heads are merged.",
