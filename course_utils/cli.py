@@ -44,9 +44,26 @@ class Interrupted(BaseException):
     signal's number."""
 
     def __init__(self, signum: int, message: str = "") -> None:
-        self.signum = int(signum)
+        self.signum = _stop_signal(signum, "signum")
+        if type(message) is not str:
+            raise TypeError(f"message must be a str saying what the interruption left, got "
+                            f"{type(message).__name__} {message!r:.60}")
         name = signal.Signals(self.signum).name
         super().__init__(f"interrupted by {name}" + (f": {message}" if message else ""))
+
+
+def _stop_signal(value: object, name: str) -> int:
+    """``value`` as one of :data:`STOP_SIGNALS` (an int or a ``signal.Signals``), or a TypeError /
+    ValueError naming ``name``, what is taken and what arrived (``Interrupted('x')`` said "invalid
+    literal for int()"; ``relay=(999,)`` was ignored without a word). Standard library only, like
+    this module, so not validation.check_int (it imports torch)."""
+    taken = ", ".join(f"{sig.name} ({int(sig)})" for sig in STOP_SIGNALS)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a stop signal, one of {taken}, got {type(value).__name__} "
+                        f"{value!r:.60}")
+    if value not in STOP_SIGNALS:
+        raise ValueError(f"{name} must be a stop signal, one of {taken}, got {value!r:.60}")
+    return int(value)
 
 
 def leaving(text: str) -> None:
@@ -162,7 +179,20 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does."""
     if not words(command, "command", none_reads_sys_argv=False):
         raise ValueError("command must hold at least the program to run, got []")
-    child = subprocess.Popen(command, **kwargs)
+    if not isinstance(relay, (tuple, list)):
+        raise TypeError(f"relay must be a tuple of stop signals (a subset of cli.STOP_SIGNALS), got "
+                        f"{type(relay).__name__} {relay!r:.60}")
+    relay = tuple(_stop_signal(sig, "relay") for sig in relay)
+    if type(prog) is not str or not prog:
+        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got {prog!r:.60}")
+    try:
+        child = subprocess.Popen(command, **kwargs)
+    except OSError as err:  # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
+        kind = ("a folder, not a program" if os.path.isdir(command[0]) else
+                "not found" if isinstance(err, FileNotFoundError) else
+                "not runnable" if isinstance(err, PermissionError) else err.strerror or str(err))
+        raise type(err)(err.errno, f"command[0]: {prog} cannot run {command[0]!r}: {kind} "
+                                   f"({err.strerror or err})") from None
     received: list[int] = []
 
     def relayed(signum: int, frame: object) -> None:
