@@ -261,13 +261,37 @@ def run_kernel(work, message: str):
     return result
 
 
+#: Actions whose option may be given more than once: each use adds to the value.
+_ACCUMULATING = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction,
+                 argparse._HelpAction, argparse._VersionAction)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser for the course's tools, except that an option it does not know is named
     first: argparse reports missing required arguments before unknown options, so ``train
     --bogus`` said "the following arguments are required: task", hiding the typo. ``parse_args``
     first parses with every required argument made optional (its own, its subcommands'); an
     option left over is refused as argparse would refuse it, ``unrecognized arguments: --bogus``;
-    otherwise the arguments are parsed as usual."""
+    otherwise the arguments are parsed as usual.
+
+    An option given twice is a usage error too (``bench mha --repeats 1 --repeats 2``: argparse
+    keeps the last without a word), in every subcommand, as :class:`bench.cli.Distinct` refuses a
+    value repeated inside a list option; so are both spellings of one flag (``--whole-step
+    --no-whole-step``). Options that add up (``action="append"``, ``"count"``) may repeat."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = {}  # action -> the words it was given, for this parse (subcommands parse themselves)
+        return super().parse_known_args(args, namespace)
+
+    def _get_values(self, action, arg_strings):
+        if action.option_strings and not isinstance(action, _ACCUMULATING):
+            given = getattr(self, "_given", {})
+            if action in given:
+                both = f" ({' '.join(given[action])}, then {' '.join(arg_strings)})" if arg_strings else ""
+                raise argparse.ArgumentError(action, f"given more than once{both}; give it once "
+                                                     "(argparse would keep the last without a word)")
+            given[action] = list(arg_strings)
+        return super()._get_values(action, arg_strings)
 
     def parse_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)

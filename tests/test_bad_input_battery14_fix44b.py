@@ -11,6 +11,8 @@ import pytest
 from bad_input_cases import Case, assert_named
 
 from course_utils import cli
+from course_utils.bench import cli as bench_cli
+from course_utils.model import train as TRN
 
 # -- cli.call and cli.Interrupted name what they cannot use ---------------------------------
 CLI_CASES = [
@@ -37,3 +39,34 @@ def test_cli_call_and_interrupted_controls():
     assert cli.call([sys.executable, "-c", "raise SystemExit(3)"], "p", relay=[signal.SIGINT]) == 3
 
 
+# -- an option given twice is refused by the shared parser (argparse kept the last) -----------
+@pytest.mark.parametrize("argv, named", [
+    (["mha", "--repeats", "1", "--repeats", "2"], "argument --repeats: given more than once (1, then 2)"),
+    (["mha", "--repeats=1", "--rep", "3"], "argument --repeats: given more than once (1, then 3)"),
+    (["gqa", "--whole-step", "--no-whole-step"],
+     "argument --whole-step/--no-whole-step: given more than once"),
+    (["train", "--seeds", "0", "--seeds", "1"], "argument --seeds: given more than once (0, then 1)"),
+])
+def test_bench_option_given_twice_is_refused(argv, named, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench_cli.build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and named in err, err
+
+
+def test_train_option_given_twice_is_refused(capsys):
+    with pytest.raises(SystemExit) as info:
+        TRN.main(["induction", "--seed", "1", "--seed", "2"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --seed: given more than once (1, then 2)" in err, err
+
+
+def test_options_given_once_and_adding_options_still_parse():
+    args = bench_cli.build_parser().parse_args(["mha", "--repeats", "2"])
+    assert args.repeats == 2
+    parser = cli.ArgumentParser()
+    parser.add_argument("--tag", action="append")
+    parser.add_argument("-v", action="count", default=0)
+    parser.add_argument("--x", type=int)
+    args = parser.parse_args(["--tag", "a", "--tag", "b", "-v", "-v", "--x", "1"])
+    assert (args.tag, args.v, args.x) == (["a", "b"], 2, 1)
