@@ -70,3 +70,29 @@ def test_options_given_once_and_adding_options_still_parse():
     parser.add_argument("--x", type=int)
     args = parser.parse_args(["--tag", "a", "--tag", "b", "-v", "-v", "--x", "1"])
     assert (args.tag, args.v, args.x) == (["a", "b"], 2, 1)
+
+
+# -- options that would be dropped without a word are refused --------------------------------
+@pytest.mark.parametrize("argv, named", [
+    (["gqa", "--bf16", "--no-whole-step"], "--bf16 would be ignored"),
+    (["gqa", "--shapes", "1x64", "--no-whole-step"], "--shapes would be ignored"),
+])
+def test_bench_gqa_refuses_whole_step_options_without_the_whole_step(argv, named, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench_cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and named in err and "--no-whole-step" in err, err
+
+
+def test_bench_gqa_check_takes_bf16_with_the_whole_step():
+    from course_utils.bench import gqa_speed
+
+    args = bench_cli.build_parser().parse_args(["gqa", "--bf16", "--context", "64", "--layers", "1"])
+    gqa_speed._check_gqa_fits(args)  # no error: --bf16 has a whole step to shape
+
+
+def test_train_refuses_replace_task_without_out(capsys):
+    with pytest.raises(SystemExit) as info:
+        TRN.main(["induction", "--steps", "1", "--replace-task", "--no-progress"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "--replace-task" in err and "without --out" in err, err
