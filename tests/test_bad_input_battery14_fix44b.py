@@ -96,3 +96,17 @@ def test_train_refuses_replace_task_without_out(capsys):
         TRN.main(["induction", "--steps", "1", "--replace-task", "--no-progress"])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "--replace-task" in err and "without --out" in err, err
+
+
+# -- save_checkpoint takes any task name (documented): load_checkpoint holds it to that name ---
+def test_save_checkpoint_records_a_task_of_ones_own_and_load_holds_it(tmp_path):
+    from course_utils.model import checkpoint as CK
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    assert "Any name is" in CK.save_checkpoint.__doc__
+    model = TinyTransformer(ModelConfig(vocab_size=11, max_len=8, d_model=8, num_heads=2, num_layers=1))
+    CK.save_checkpoint(model, tmp_path / "m", task="zz", metrics={}, command="c")
+    _, meta = CK.load_checkpoint(tmp_path / "m", task="zz")
+    assert meta["task"] == "zz"
+    with pytest.raises(CK.CheckpointError, match="'zz', expected 'induction'"):
+        CK.load_checkpoint(tmp_path / "m", task="induction")
