@@ -52,6 +52,21 @@ class Interrupted(BaseException):
         super().__init__(f"interrupted by {name}" + (f": {message}" if message else ""))
 
 
+def place_in(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
+    """Where ``path`` lies in the folder ``root``, links followed (a link into ``root`` counts as
+    inside): ``"."`` for ``root`` itself, ``"a/b"`` for a folder inside it, None outside. A symbolic
+    link that loops on the way is a ValueError naming ``path``. The one test the tools that must
+    write outside the course's clone share (``nbgrader_tools.py source``'s COURSE_DIR,
+    ``student_tree.py``'s OUT_DIR, ``autograde.write_secrets``'s course)."""
+    try:
+        where, top = Path(path).resolve(), Path(root).resolve()
+    except (OSError, RuntimeError):  # Python 3.11/3.12 raise RuntimeError on a loop, 3.13 OSError
+        raise ValueError(f"{os.fspath(path)}: a symbolic link on this path loops (or never ends)") from None
+    if where != top and top not in where.parents:
+        return None
+    return where.relative_to(top).as_posix()
+
+
 def _stop_signal(value: object, name: str) -> int:
     """``value`` as one of :data:`STOP_SIGNALS` (an int or a ``signal.Signals``), or a TypeError /
     ValueError naming ``name``, what is taken and what arrived (``Interrupted('x')`` said "invalid

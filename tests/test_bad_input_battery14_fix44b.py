@@ -110,3 +110,35 @@ def test_save_checkpoint_records_a_task_of_ones_own_and_load_holds_it(tmp_path):
     assert meta["task"] == "zz"
     with pytest.raises(CK.CheckpointError, match="'zz', expected 'induction'"):
         CK.load_checkpoint(tmp_path / "m", task="induction")
+
+
+# -- write_secrets: the course folder lies outside the clone (one test, cli.place_in) --------
+
+
+@pytest.mark.parametrize("inside", [".", "battery/zzcourse"])
+def test_write_secrets_refuses_a_course_inside_the_clone(inside, tmp_path):
+    from course_utils.exercises import autograde
+
+    clone = tmp_path / "clone"
+    (clone / "notebooks").mkdir(parents=True)
+    (clone / "solutions").mkdir()
+    (clone / "notebooks" / "02_single_head_attention.ipynb").write_text("{}")
+    course = clone / inside
+    with pytest.raises(ValueError, match=r"course: expected the nbgrader course folder outside"):
+        autograde.write_secrets(course, ["02_single_head_attention"], clone / "solutions")
+    assert not (course / autograde.SECRETS_NAME).exists()
+    link = tmp_path / "link"  # a link into the clone is inside it too
+    link.symlink_to(clone / "notebooks")
+    with pytest.raises(ValueError, match=r"\(notebooks/ of the clone\)"):
+        autograde.write_secrets(link, ["02_single_head_attention"], clone / "solutions")
+    written = autograde.write_secrets(tmp_path / "course", ["02_single_head_attention"], clone / "solutions")
+    assert written.is_file()
+
+
+def test_place_in_names_inside_outside_and_a_loop(tmp_path):
+    assert cli.place_in(tmp_path, tmp_path) == "."
+    assert cli.place_in(tmp_path / "a" / "b", tmp_path) == "a/b"
+    assert cli.place_in(tmp_path.parent, tmp_path) is None
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(ValueError, match="loops"):
+        cli.place_in(tmp_path / "loop" / "x", tmp_path)

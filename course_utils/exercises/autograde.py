@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import cli
 from ..paths import check_path, path_kind
 from . import cases as _cases
 from . import sandbox
@@ -73,7 +74,9 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     name without .ipynb), the checks' manifest and the instructor's ``solutions/``. Called by
     ``nbgrader_tools.py source``: each release gets new salts. Returns the file. Every lesson
     must be one of the course's notebooks (``notebooks/NN_*.ipynb`` beside ``solutions_dir``),
-    named once: a salt for any other name would never be used."""
+    named once: a salt for any other name would never be used. ``course`` must lie outside the
+    clone that holds ``solutions_dir`` (links followed; a ValueError, nothing written), as
+    ``nbgrader_tools.py source`` holds its COURSE_DIR."""
     check_path(course, "course", "the course folder nbgrader works in")
     check_path(solutions_dir, "solutions_dir", "the instructor's solutions folder")
     if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
@@ -85,6 +88,15 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
                                 f"of the course's clone), but {solutions_dir} is not a folder")
     notebooks = Path(solutions_dir).parent / "notebooks"
     known = sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+    clone = Path(solutions_dir).parent
+    try:
+        inside = cli.place_in(course, clone)  # as nbgrader_tools.py source refuses its COURSE_DIR
+    except ValueError as err:
+        raise ValueError(f"course: {err}") from None
+    if inside is not None:
+        raise ValueError(f"course: expected the nbgrader course folder outside the course's clone {clone} "
+                         f"(the secrets would sit among the course's own files, where git and the release "
+                         f"see them), got {course} ({inside}/ of the clone); nothing was written")
     unknown = [x for x in lessons if x not in known]
     if unknown:
         raise ValueError(f"lessons: expected names of the course's notebooks in {notebooks} (without "
