@@ -135,6 +135,17 @@ def test_write_secrets_refuses_a_course_inside_the_clone(inside, tmp_path):
     assert written.is_file()
 
 
+def test_write_secrets_blames_a_solutions_dir_without_notebooks_beside_it(tmp_path):
+    from course_utils.exercises import autograde
+
+    (tmp_path / "solutions").mkdir()
+    with pytest.raises(FileNotFoundError) as info:
+        autograde.write_secrets(tmp_path / "course", ["02_single_head_attention"], tmp_path / "solutions")
+    message = str(info.value)
+    assert message.startswith("solutions_dir:") and "holds no lesson notebooks" in message, message
+    assert "lessons:" not in message
+
+
 def test_place_in_names_inside_outside_and_a_loop(tmp_path):
     assert cli.place_in(tmp_path, tmp_path) == "."
     assert cli.place_in(tmp_path / "a" / "b", tmp_path) == "a/b"

@@ -88,6 +88,10 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
                                 f"of the course's clone), but {solutions_dir} is not a folder")
     notebooks = Path(solutions_dir).parent / "notebooks"
     known = sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+    if not known:  # the folder is the wrong one, not the lessons (which were blamed)
+        raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ of "
+                                f"the course's clone, notebooks/ beside it), but {notebooks} holds no "
+                                f"lesson notebooks (NN_*.ipynb); got {solutions_dir}")
     clone = Path(solutions_dir).parent
     try:
         inside = cli.place_in(course, clone)  # as nbgrader_tools.py source refuses its COURSE_DIR
