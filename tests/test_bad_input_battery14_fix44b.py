@@ -153,3 +153,39 @@ def test_place_in_names_inside_outside_and_a_loop(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(ValueError, match="loops"):
         cli.place_in(tmp_path / "loop" / "x", tmp_path)
+
+
+# -- read_store names what stands at the path (a folder was "no stored answers") --------------
+def _odd(tmp_path, kind):
+    import os
+
+    path = tmp_path / "lesson02.pt"
+    if kind == "a directory":
+        path.mkdir()
+    elif kind == "a FIFO (named pipe)":
+        os.mkfifo(path)
+    elif kind == "a symlink loop":
+        path.symlink_to(path)
+    else:
+        path.symlink_to(tmp_path / "gone.pt")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a FIFO (named pipe)", "a symlink loop", "a broken symlink"])
+def test_read_store_names_what_is_at_the_path(kind, tmp_path):
+    from course_utils.exercises import answers
+
+    if kind.startswith("a FIFO") and not hasattr(__import__("os"), "mkfifo"):
+        pytest.skip("no FIFOs here")
+    with pytest.raises(ValueError) as info:
+        answers.read_store(_odd(tmp_path, kind))
+    message = str(info.value)
+    assert message.startswith("lesson02.pt: expected a file of stored answers") and f"it is {kind}" in message
+
+
+def test_read_store_still_says_missing_and_reads_a_store(tmp_path):
+    from course_utils.exercises import answers
+
+    with pytest.raises(FileNotFoundError, match="no stored answers at"):
+        answers.read_store(tmp_path / "lesson02.pt")
+    assert "exercises" in answers.read_store(answers.ANSWERS_DIR / "lesson02.pt")
