@@ -189,3 +189,32 @@ def test_read_store_still_says_missing_and_reads_a_store(tmp_path):
     with pytest.raises(FileNotFoundError, match="no stored answers at"):
         answers.read_store(tmp_path / "lesson02.pt")
     assert "exercises" in answers.read_store(answers.ANSWERS_DIR / "lesson02.pt")
+
+
+# -- install_audit_hook checks its arguments before it installs anything (for good) -----------
+def _hook_cases():
+    good = {"check_key": "lesson02.check_softmax_rows", "answer": compile("x = 1", "<answer>", "exec"),
+            "harness": [True]}
+    bad = [("work", None, TypeError, "NoneType None"), ("work", "", ValueError, "str ''"),
+           ("work", b"x", TypeError, "bytes b'x'"), ("work", "zz_nonsense", ValueError, "'zz_nonsense'"),
+           ("check_key", b"x", TypeError, "bytes b'x'"), ("check_key", ["x"], TypeError, "list ['x']"),
+           ("check_key", "zz", ValueError, "str 'zz'"), ("answer", -1, TypeError, "int -1"),
+           ("answer", "x", TypeError, "str 'x'"), ("harness", "yes", TypeError, "str 'yes'"),
+           ("harness", 2, TypeError, "int 2"), ("harness", [1], TypeError, "list [1]")]
+    return [(good, name, value, error, got) for name, value, error, got in bad]
+
+
+@pytest.mark.parametrize("good, name, value, error, got", _hook_cases(), ids=lambda v: repr(v)[:20])
+def test_install_audit_hook_names_a_bad_argument(good, name, value, error, got, tmp_path, monkeypatch):
+    from course_utils.exercises import sandbox
+
+    installed = []
+    monkeypatch.setattr(sys, "addaudithook", installed.append)  # never install one in the test process
+    arguments = {"work": str(tmp_path), **good, name: value}
+    with pytest.raises(error) as info:
+        sandbox.install_audit_hook(**arguments)
+    message = str(info.value)
+    assert message.startswith(f"{name}: expected") and got in message, message
+    assert installed == []
+    sandbox.install_audit_hook(**{"work": str(tmp_path), **good})  # the control: installs one
+    assert len(installed) == 1
