@@ -218,3 +218,23 @@ def test_install_audit_hook_names_a_bad_argument(good, name, value, error, got, 
     assert installed == []
     sandbox.install_audit_hook(**{"work": str(tmp_path), **good})  # the control: installs one
     assert len(installed) == 1
+
+
+# -- requested_shape: a first entry that is no tensor or shape is named (it read as ()) --------
+@pytest.mark.parametrize("args", [[-1], [10**12], [float("nan")], ["x", 2]])
+def test_requested_shape_names_a_first_entry_that_is_no_tensor(args):
+    from course_utils.exercises import raising
+
+    with pytest.raises(TypeError, match=r"args: expected the tensor \(or its shape"):
+        raising.requested_shape(args)
+
+
+def test_requested_shape_controls():
+    import torch
+
+    from course_utils.exercises import raising
+
+    assert raising.requested_shape([(2, 3), 6]) == (6,)
+    assert raising.requested_shape([torch.zeros(2, 3), (3, 2)]) == (3, 2)
+    assert raising.requested_shape([(2, 3)]) == ()  # t.view(): no size, as documented
+    assert raising.requested_shape([(2, 6), 2, 3.0]) == (2, 3.0)  # a learner's float slip, as given
