@@ -238,3 +238,28 @@ def test_requested_shape_controls():
     assert raising.requested_shape([torch.zeros(2, 3), (3, 2)]) == (3, 2)
     assert raising.requested_shape([(2, 3)]) == ()  # t.view(): no size, as documented
     assert raising.requested_shape([(2, 6), 2, 3.0]) == (2, 3.0)  # a learner's float slip, as given
+
+
+# -- result_cap: expected_unseen junk was ignored (the cap then left the unseen outputs out) ---
+@pytest.mark.parametrize("junk, error, words", [
+    (float("nan"), TypeError, "float nan"), (object(), TypeError, "object <object"),
+    (-1, TypeError, "int -1"), ([], ValueError, "one right output per unseen case (3), got 0"),
+])
+def test_result_cap_names_expected_unseen_junk(junk, error, words):
+    from course_utils.exercises import autograde, lesson02
+
+    cases = autograde.cases_of(lesson02.SOFTMAX_ROWS)
+    unseen = cases[:3]
+    with pytest.raises(error) as info:
+        autograde.result_cap(lesson02.SOFTMAX_ROWS, cases, unseen, junk)
+    assert str(info.value).startswith("expected_unseen: expected") and words in str(info.value)
+
+
+def test_result_cap_controls():
+    from course_utils.exercises import autograde, lesson02
+
+    cases = autograde.cases_of(lesson02.SOFTMAX_ROWS)
+    plain = autograde.result_cap(lesson02.SOFTMAX_ROWS, cases)
+    assert autograde.result_cap(lesson02.SOFTMAX_ROWS, cases, []) == plain  # no unseen cases: the same cap
+    more = autograde.result_cap(lesson02.SOFTMAX_ROWS, cases, cases[:1], [cases[0].args[0]])
+    assert more > plain

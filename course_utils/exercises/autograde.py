@@ -501,7 +501,8 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
                expected_unseen: list[Any] | None = None) -> int | None:
     """The most bytes the grader reads back from an answer's process: 8 times the right outputs
     and the inputs (their copies come back after the call) of every case, and 1 MiB. None (no
-    cap) when the exercise's own right outputs cannot be had here."""
+    cap) when the exercise's own right outputs cannot be had here. ``unseen`` and
+    ``expected_unseen`` (their right outputs, one per case) come together or not at all."""
     from .core import Exercise
 
     if not isinstance(exercise, Exercise):
@@ -512,6 +513,14 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
             continue
         if not isinstance(given, (list, tuple)) or not all(isinstance(c, _cases.Case) for c in given):
             raise TypeError(f"{label}: expected a list of the exercise's cases (Case), got {given!r:.80}")
+    if expected_unseen is not None:  # was ignored when junk: the cap then left out the unseen outputs
+        if not isinstance(expected_unseen, (list, tuple)):
+            raise TypeError(f"expected_unseen: expected the right outputs of the unseen cases (a list, "
+                            f"one per case) or None, got {type(expected_unseen).__name__} "
+                            f"{expected_unseen!r:.60}")
+        if len(expected_unseen) != len(unseen or []):
+            raise ValueError(f"expected_unseen: expected one right output per unseen case "
+                             f"({len(unseen or [])}), got {len(expected_unseen)}")
     try:
         expected = exercise._expected_outputs(cases)
     except Exception:  # noqa: BLE001 - no stored outputs: grade without a cap
