@@ -159,6 +159,23 @@ def run(main, argv: list[str], prog: str) -> int:
     _received.clear()
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
     try:
+        return _run_main(main, argv, prog, previous)
+    except Interrupted as exc:  # it came as main returned, or as the handlers were being put back
+        code = _report(prog, exc)
+        _put_back(previous)  # the handler ignored any further signal: this finishes undisturbed
+        return code
+
+
+def _put_back(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, signal.SIG_IGN if _script else handler)
+
+
+def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
+    """:func:`run`'s work, the handlers set to ``raise_interrupted`` meanwhile. A signal between
+    ``main``'s return and the end of the ``finally`` raises :class:`Interrupted` out of here (it
+    gave a traceback and exit 1 after every file was written): :func:`run` reports it."""
+    try:
         for sig in previous:
             signal.signal(sig, raise_interrupted)
         try:
@@ -173,8 +190,7 @@ def run(main, argv: list[str], prog: str) -> int:
             return _report(prog, Interrupted(_received[0], _left[0]))
         return code
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_IGN if _script else handler)
+        _put_back(previous)
 
 
 def _report(prog: str, exc: Interrupted) -> int:

@@ -263,3 +263,28 @@ def test_result_cap_controls():
     assert autograde.result_cap(lesson02.SOFTMAX_ROWS, cases, []) == plain  # no unseen cases: the same cap
     more = autograde.result_cap(lesson02.SOFTMAX_ROWS, cases, cases[:1], [cases[0].args[0]])
     assert more > plain
+
+
+# -- cli.run: a signal as main returns is the one line and 130, not a traceback and exit 1 -----
+def test_run_reports_a_signal_that_comes_as_the_handlers_are_put_back(monkeypatch, capsys):
+    import os
+
+    put_back = cli._put_back
+    sent = []
+
+    def signal_first(previous):  # the signal lands after main returned, in run's finally
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        put_back(previous)
+
+    monkeypatch.setattr(cli, "_put_back", signal_first)
+    before = signal.getsignal(signal.SIGINT)
+    cli.leaving("lesson01.pt written")
+    try:
+        code = cli.run(lambda argv: 0, [], "tool.py")
+    finally:
+        cli.leaving(cli.NOTHING_WRITTEN)
+    assert code == 130
+    assert capsys.readouterr().err == "tool.py: interrupted by SIGINT: lesson01.pt written\n"
+    assert signal.getsignal(signal.SIGINT) is before  # put back all the same
