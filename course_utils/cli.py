@@ -255,7 +255,9 @@ def run_kernel(work, message: str):
     """Run the coroutine ``work`` (nbclient's ``client.async_execute()``) on a fresh event loop
     and return its result; a SIGINT/SIGTERM that arrives meanwhile raises :class:`Interrupted`
     with ``message`` (say what was left, e.g. ``"the kernel was shut down; 02.ipynb was not
-    changed"``), whatever the run then returned or raised. nbclient stops its kernel on those
+    changed"``), whatever the run then returned or raised (a kernel still starting is cancelled:
+    CancelledError; a finished task's failure is retrieved, so asyncio prints no "Task exception
+    was never retrieved" after the one line). nbclient stops its kernel on those
     signals through the running loop's handlers, after which the run fails with whatever the dead
     kernel gives (``AttributeError``, ``AssertionError``): without this, a caller's ``except
     Exception`` would report an interrupted run as a failed one and carry on. The signal handlers
@@ -264,8 +266,14 @@ def run_kernel(work, message: str):
     import asyncio
 
     received: list[int] = []
+    made: list[asyncio.Task] = []  # every task run: their failures after a signal are looked at here
 
     class NotingLoop(asyncio.SelectorEventLoop):
+        def create_task(self, coro, **kwargs):
+            task = super().create_task(coro, **kwargs)
+            made.append(task)
+            return task
+
         def add_signal_handler(self, sig: int, callback, *args) -> None:
             def noted(*given) -> None:
                 received.append(sig)
@@ -276,7 +284,7 @@ def run_kernel(work, message: str):
     loop = NotingLoop()
     try:
         result = loop.run_until_complete(work)
-    except Exception:
+    except BaseException:  # CancelledError too: nbclient cancels a kernel still starting
         if not received:
             raise
     finally:
@@ -284,6 +292,9 @@ def run_kernel(work, message: str):
             pending = asyncio.all_tasks(loop)
             if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
                 loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            for task in made:  # a dead kernel's poll fails: retrieved here, or asyncio prints
+                if task.done() and not task.cancelled():  # "Task exception was never retrieved" later
+                    task.exception()
         loop.close()
         for sig, handler in handlers.items():  # the loop reset them to the defaults as it closed
             signal.signal(sig, handler)

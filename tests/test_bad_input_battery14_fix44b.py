@@ -288,3 +288,44 @@ def test_run_reports_a_signal_that_comes_as_the_handlers_are_put_back(monkeypatc
     assert code == 130
     assert capsys.readouterr().err == "tool.py: interrupted by SIGINT: lesson01.pt written\n"
     assert signal.getsignal(signal.SIGINT) is before  # put back all the same
+
+
+# -- run_kernel: a kernel cancelled while starting, a dead kernel's poll: the one interruption --
+def test_run_kernel_turns_a_cancelled_start_into_interrupted():
+    import asyncio
+    import os
+
+    async def starting_kernel():  # nbclient's handler cancels the start (CancelledError, exit 1)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, asyncio.current_task().cancel)
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(5)
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(cli.Interrupted) as info:
+        cli.run_kernel(starting_kernel(), "the kernel was shut down")
+    assert info.value.signum == signal.SIGINT and "the kernel was shut down" in str(info.value)
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_run_kernel_leaves_no_failed_task_unretrieved(caplog):
+    import asyncio
+    import gc
+    import os
+
+    async def poll_dead_kernel():
+        raise AssertionError  # what nbclient's _async_poll_kernel_alive gives once the kernel is gone
+
+    async def cell_running():
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stopped.set)
+        asyncio.ensure_future(poll_dead_kernel())
+        await asyncio.sleep(0.01)  # the poll has failed; nobody awaits it
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(stopped.wait(), 5)
+        raise AssertionError
+
+    with caplog.at_level("ERROR", logger="asyncio"), pytest.raises(cli.Interrupted):
+        cli.run_kernel(cell_running(), "the kernel was shut down")
+    gc.collect()
+    assert "never retrieved" not in caplog.text, caplog.text
