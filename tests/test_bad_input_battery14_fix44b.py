@@ -329,3 +329,17 @@ def test_run_kernel_leaves_no_failed_task_unretrieved(caplog):
         cli.run_kernel(cell_running(), "the kernel was shut down")
     gc.collect()
     assert "never retrieved" not in caplog.text, caplog.text
+
+
+def test_publish_refuses_an_option_given_twice(capsys):
+    import importlib
+    from pathlib import Path
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    publish = importlib.import_module("publish")
+    with pytest.raises(SystemExit) as info:
+        publish.main(["--repo", "a/b", "--repo", "c/d", "--tag", "v1"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --repo: given more than once (a/b, then c/d)" in err, err
