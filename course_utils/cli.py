@@ -44,9 +44,41 @@ class Interrupted(BaseException):
     signal's number."""
 
     def __init__(self, signum: int, message: str = "") -> None:
-        self.signum = int(signum)
+        self.signum = _stop_signal(signum, "signum")
+        if type(message) is not str:
+            raise TypeError(f"message must be a str saying what the interruption left, got "
+                            f"{type(message).__name__} {message!r:.60}")
         name = signal.Signals(self.signum).name
         super().__init__(f"interrupted by {name}" + (f": {message}" if message else ""))
+
+
+def place_in(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
+    """Where ``path`` lies in the folder ``root``, links followed (a link into ``root`` counts as
+    inside): ``"."`` for ``root`` itself, ``"a/b"`` for a folder inside it, None outside. A symbolic
+    link that loops on the way is a ValueError naming ``path``. The one test the tools that must
+    write outside the course's clone share (``nbgrader_tools.py source``'s COURSE_DIR,
+    ``student_tree.py``'s OUT_DIR, ``autograde.write_secrets``'s course)."""
+    try:
+        where, top = Path(path).resolve(), Path(root).resolve()
+    except (OSError, RuntimeError):  # Python 3.11/3.12 raise RuntimeError on a loop, 3.13 OSError
+        raise ValueError(f"{os.fspath(path)}: a symbolic link on this path loops (or never ends)") from None
+    if where != top and top not in where.parents:
+        return None
+    return where.relative_to(top).as_posix()
+
+
+def _stop_signal(value: object, name: str) -> int:
+    """``value`` as one of :data:`STOP_SIGNALS` (an int or a ``signal.Signals``), or a TypeError /
+    ValueError naming ``name``, what is taken and what arrived (``Interrupted('x')`` said "invalid
+    literal for int()"; ``relay=(999,)`` was ignored without a word). Standard library only, like
+    this module, so not validation.check_int (it imports torch)."""
+    taken = ", ".join(f"{sig.name} ({int(sig)})" for sig in STOP_SIGNALS)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a stop signal, one of {taken}, got {type(value).__name__} "
+                        f"{value!r:.60}")
+    if value not in STOP_SIGNALS:
+        raise ValueError(f"{name} must be a stop signal, one of {taken}, got {value!r:.60}")
+    return int(value)
 
 
 def leaving(text: str) -> None:
@@ -127,6 +159,23 @@ def run(main, argv: list[str], prog: str) -> int:
     _received.clear()
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
     try:
+        return _run_main(main, argv, prog, previous)
+    except Interrupted as exc:  # it came as main returned, or as the handlers were being put back
+        code = _report(prog, exc)
+        _put_back(previous)  # the handler ignored any further signal: this finishes undisturbed
+        return code
+
+
+def _put_back(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, signal.SIG_IGN if _script else handler)
+
+
+def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
+    """:func:`run`'s work, the handlers set to ``raise_interrupted`` meanwhile. A signal between
+    ``main``'s return and the end of the ``finally`` raises :class:`Interrupted` out of here (it
+    gave a traceback and exit 1 after every file was written): :func:`run` reports it."""
+    try:
         for sig in previous:
             signal.signal(sig, raise_interrupted)
         try:
@@ -141,8 +190,7 @@ def run(main, argv: list[str], prog: str) -> int:
             return _report(prog, Interrupted(_received[0], _left[0]))
         return code
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_IGN if _script else handler)
+        _put_back(previous)
 
 
 def _report(prog: str, exc: Interrupted) -> int:
@@ -162,7 +210,20 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does."""
     if not words(command, "command", none_reads_sys_argv=False):
         raise ValueError("command must hold at least the program to run, got []")
-    child = subprocess.Popen(command, **kwargs)
+    if not isinstance(relay, (tuple, list)):
+        raise TypeError(f"relay must be a tuple of stop signals (a subset of cli.STOP_SIGNALS), got "
+                        f"{type(relay).__name__} {relay!r:.60}")
+    relay = tuple(_stop_signal(sig, "relay") for sig in relay)
+    if type(prog) is not str or not prog:
+        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got {prog!r:.60}")
+    try:
+        child = subprocess.Popen(command, **kwargs)
+    except OSError as err:  # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
+        kind = ("a folder, not a program" if os.path.isdir(command[0]) else
+                "not found" if isinstance(err, FileNotFoundError) else
+                "not runnable" if isinstance(err, PermissionError) else err.strerror or str(err))
+        raise type(err)(err.errno, f"command[0]: {prog} cannot run {command[0]!r}: {kind} "
+                                   f"({err.strerror or err})") from None
     received: list[int] = []
 
     def relayed(signum: int, frame: object) -> None:
@@ -194,7 +255,9 @@ def run_kernel(work, message: str):
     """Run the coroutine ``work`` (nbclient's ``client.async_execute()``) on a fresh event loop
     and return its result; a SIGINT/SIGTERM that arrives meanwhile raises :class:`Interrupted`
     with ``message`` (say what was left, e.g. ``"the kernel was shut down; 02.ipynb was not
-    changed"``), whatever the run then returned or raised. nbclient stops its kernel on those
+    changed"``), whatever the run then returned or raised (a kernel still starting is cancelled:
+    CancelledError; a finished task's failure is retrieved, so asyncio prints no "Task exception
+    was never retrieved" after the one line). nbclient stops its kernel on those
     signals through the running loop's handlers, after which the run fails with whatever the dead
     kernel gives (``AttributeError``, ``AssertionError``): without this, a caller's ``except
     Exception`` would report an interrupted run as a failed one and carry on. The signal handlers
@@ -203,8 +266,14 @@ def run_kernel(work, message: str):
     import asyncio
 
     received: list[int] = []
+    made: list[asyncio.Task] = []  # every task run: their failures after a signal are looked at here
 
     class NotingLoop(asyncio.SelectorEventLoop):
+        def create_task(self, coro, **kwargs):
+            task = super().create_task(coro, **kwargs)
+            made.append(task)
+            return task
+
         def add_signal_handler(self, sig: int, callback, *args) -> None:
             def noted(*given) -> None:
                 received.append(sig)
@@ -215,7 +284,7 @@ def run_kernel(work, message: str):
     loop = NotingLoop()
     try:
         result = loop.run_until_complete(work)
-    except Exception:
+    except BaseException:  # CancelledError too: nbclient cancels a kernel still starting
         if not received:
             raise
     finally:
@@ -223,6 +292,9 @@ def run_kernel(work, message: str):
             pending = asyncio.all_tasks(loop)
             if pending:  # gather() of nothing is a future of another loop: run_until_complete refuses it
                 loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            for task in made:  # a dead kernel's poll fails: retrieved here, or asyncio prints
+                if task.done() and not task.cancelled():  # "Task exception was never retrieved" later
+                    task.exception()
         loop.close()
         for sig, handler in handlers.items():  # the loop reset them to the defaults as it closed
             signal.signal(sig, handler)
@@ -231,13 +303,37 @@ def run_kernel(work, message: str):
     return result
 
 
+#: Actions whose option may be given more than once: each use adds to the value.
+_ACCUMULATING = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction,
+                 argparse._HelpAction, argparse._VersionAction)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser for the course's tools, except that an option it does not know is named
     first: argparse reports missing required arguments before unknown options, so ``train
     --bogus`` said "the following arguments are required: task", hiding the typo. ``parse_args``
     first parses with every required argument made optional (its own, its subcommands'); an
     option left over is refused as argparse would refuse it, ``unrecognized arguments: --bogus``;
-    otherwise the arguments are parsed as usual."""
+    otherwise the arguments are parsed as usual.
+
+    An option given twice is a usage error too (``bench mha --repeats 1 --repeats 2``: argparse
+    keeps the last without a word), in every subcommand, as :class:`bench.cli.Distinct` refuses a
+    value repeated inside a list option; so are both spellings of one flag (``--whole-step
+    --no-whole-step``). Options that add up (``action="append"``, ``"count"``) may repeat."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = {}  # action -> the words it was given, for this parse (subcommands parse themselves)
+        return super().parse_known_args(args, namespace)
+
+    def _get_values(self, action, arg_strings):
+        if action.option_strings and not isinstance(action, _ACCUMULATING):
+            given = getattr(self, "_given", {})
+            if action in given:
+                both = f" ({' '.join(given[action])}, then {' '.join(arg_strings)})" if arg_strings else ""
+                raise argparse.ArgumentError(action, f"given more than once{both}; give it once "
+                                                     "(argparse would keep the last without a word)")
+            given[action] = list(arg_strings)
+        return super()._get_values(action, arg_strings)
 
     def parse_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)

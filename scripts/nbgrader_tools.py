@@ -655,15 +655,15 @@ def _course_dir_problem(text: str) -> str | None:
         return (f"COURSE_DIR is empty ({text!r}); give the nbgrader course folder to write, outside "
                 "this clone, e.g. ../mha-course")
     try:
-        course, root = Path(text).resolve(), ROOT.resolve()  # links followed: a link into the clone too
-    except (OSError, RuntimeError):  # Python 3.11/3.12 raise RuntimeError on a loop, 3.13 OSError
+        inside = cli.place_in(text, ROOT)  # links followed: a link into the clone too
+    except ValueError:
         return (f"COURSE_DIR {text!r}: a symbolic link on this path loops (or never ends); give a real "
                 "folder outside this clone, e.g. ../mha-course")
-    if course == root:
+    if inside == ".":
         return (f"COURSE_DIR {text!r} is this clone's own folder; give the nbgrader course folder to "
                 "write, outside the clone, e.g. ../mha-course")
-    if root in course.parents:
-        return (f"COURSE_DIR {text!r} is inside this clone ({course.relative_to(root).as_posix()}/); "
+    if inside is not None:
+        return (f"COURSE_DIR {text!r} is inside this clone ({inside}/); "
                 "give the nbgrader course folder to write, outside the clone, e.g. ../mha-course")
     return None
 

@@ -137,6 +137,17 @@ def _tools():
     return importlib.import_module("notebook_tools")
 
 
+def _cli():
+    """course_utils/cli.py (standard library only), through scripts/course_cli.py: its
+    ArgumentParser refuses an option given twice, as every course tool's does."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from course_cli import load_cli
+
+    return load_cli()
+
+
 def validate(repo: str, tag: str) -> None:
     if not isinstance(repo, str) or not REPO_FORMAT.fullmatch(repo):
         raise ValueError(
@@ -502,8 +513,8 @@ def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str
 
 def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     """The command line; ``root`` is the repository to publish (tests pass a copy)."""
-    parser = argparse.ArgumentParser(prog="python3 course.py publish", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _cli().ArgumentParser(prog="python3 course.py publish", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", help="GitHub owner/name the course is published under")
     parser.add_argument("--tag", help="release tag the badges pin to, e.g. v0.2.0")
     parser.add_argument("--check", action="store_true", help="only report disagreements")

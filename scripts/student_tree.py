@@ -54,22 +54,20 @@ def _check_outside_the_copied_folders(out: Path) -> None:
     """``out`` must lie outside this clone (links followed): inside it, the tree's files would be
     written among the course's own (and inside a folder the tree copies, the copy would hold its
     own staging folder and copy it again inside itself, "File name too long")."""
+    cli = _cli()
     try:
-        where, root = out.resolve(), ROOT.resolve()
-    except (OSError, RuntimeError):  # a symlink loop on the way
+        inside = cli.place_in(out, ROOT)
+    except ValueError:  # a symlink loop on the way
         raise ValueError(f"{out}: a symbolic link on this path loops (or never ends): choose a real "
                          "folder outside this clone (nothing was written)") from None
     for name in KEEP:
-        source = (ROOT / name).resolve()
-        if source.is_dir() and (where == source or source in where.parents):
+        if (ROOT / name).resolve().is_dir() and cli.place_in(out, ROOT / name) is not None:
             raise ValueError(f"{out} lies inside {name}/, which the tree copies (it would copy itself): "
                              "choose a folder outside it (nothing was written)")
-    root = ROOT.resolve()
-    if where == root or root in where.parents:  # notebooks/out: pytest, git and release would see it
-        inside = where.relative_to(root).as_posix()
-        raise ValueError(f"{out} lies inside this repository ({inside}/ of {root}): its tests, git and "
-                         "the release would take the copy for course files; choose a folder outside it "
-                         "(nothing was written)")
+    if inside is not None:  # notebooks/out: pytest, git and release would see it
+        raise ValueError(f"{out} lies inside this repository ({inside}/ of {ROOT.resolve()}): its tests, git "
+                         "and the release would take the copy for course files; choose a folder outside "
+                         "it (nothing was written)")
 
 
 def _make_parents(folder: Path) -> list[Path]:

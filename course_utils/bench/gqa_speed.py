@@ -636,7 +636,16 @@ def _check_gqa_fits(args: argparse.Namespace) -> None:
     """The memory the ``gqa`` command's options ask for, checked when they are parsed (a
     ValueError naming the option): the MHA cache :func:`bench_decode` reads at ``--context``, and
     each whole-step shape's largest decoder (g = h). Without this a shape too large for the
-    machine was refused only when its turn came, after the other benchmarks had run."""
+    machine was refused only when its turn came, after the other benchmarks had run. Options that
+    only shape the whole step (``--bf16``, ``--shapes``) are refused with ``--no-whole-step``:
+    there is no whole step for them to change, and the run would drop them without a word."""
+    if not args.whole_step:
+        ignored = [name for name, given in (("--bf16", args.bf16), ("--shapes", args.shapes is not None))
+                   if given]
+        if ignored:
+            names, verb = " and ".join(ignored), "they only shape" if len(ignored) > 1 else "it only shapes"
+            raise ValueError(f"{names} would be ignored: {verb} the whole-step timings, which "
+                             f"--no-whole-step turns off; drop {names} or --no-whole-step")
     num_bytes = 2 * args.layers * 16 * args.context * 64 * 4  # bench_decode's MHA cache, float32
     check_fits_in_memory(num_bytes, f"--context {args.context}", f"{args.layers} layers of float32 keys "
                          f"and values of 16 heads of width 64: {num_bytes:,} bytes")

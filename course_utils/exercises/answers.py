@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..attention.validation import check_flag, check_int, check_record
-from ..paths import check_path
+from ..paths import check_path, path_kind
 from .cases import Case
 
 ANSWERS_DIR = Path(__file__).resolve().parent / "answers"
@@ -223,11 +223,18 @@ def cases_signature(cases: Any) -> list:
 
 def read_store(path: Path) -> dict:
     """The stored answers in ``path`` (``{"format", "exercises"}``); an OSError or ValueError
-    that names the file when it is missing, not a store, or of another format."""
+    that names the file when it is missing, not a store, or of another format. Something else at
+    the path (a folder, a FIFO, a symlink loop or a broken link) is a ValueError naming what it
+    is, as checkpoint.py names it, not "no stored answers"; a FIFO is never opened."""
     check_path(path, "path", "the stored answers' file (answers/lessonNN.pt)")
-    if not Path(path).is_file():
+    found = path_kind(path)
+    if found == "missing":
         raise FileNotFoundError(f"{Path(path).name}: no stored answers at {path} (reinstall the course "
                                 "package, or run scripts/exercise_answers.py build in its clone)")
+    if found is not None:
+        raise ValueError(f"{Path(path).name}: expected a file of stored answers at {path}, but it is "
+                         f"{found}; remove or rename it, then reinstall the course package or run "
+                         "scripts/exercise_answers.py build in its clone")
     try:
         data = torch.load(path, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure: the file is not a store

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import cli
 from ..paths import check_path, path_kind
 from . import cases as _cases
 from . import sandbox
@@ -73,7 +74,9 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     name without .ipynb), the checks' manifest and the instructor's ``solutions/``. Called by
     ``nbgrader_tools.py source``: each release gets new salts. Returns the file. Every lesson
     must be one of the course's notebooks (``notebooks/NN_*.ipynb`` beside ``solutions_dir``),
-    named once: a salt for any other name would never be used."""
+    named once: a salt for any other name would never be used. ``course`` must lie outside the
+    clone that holds ``solutions_dir`` (links followed; a ValueError, nothing written), as
+    ``nbgrader_tools.py source`` holds its COURSE_DIR."""
     check_path(course, "course", "the course folder nbgrader works in")
     check_path(solutions_dir, "solutions_dir", "the instructor's solutions folder")
     if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
@@ -85,6 +88,19 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
                                 f"of the course's clone), but {solutions_dir} is not a folder")
     notebooks = Path(solutions_dir).parent / "notebooks"
     known = sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+    if not known:  # the folder is the wrong one, not the lessons (which were blamed)
+        raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ of "
+                                f"the course's clone, notebooks/ beside it), but {notebooks} holds no "
+                                f"lesson notebooks (NN_*.ipynb); got {solutions_dir}")
+    clone = Path(solutions_dir).parent
+    try:
+        inside = cli.place_in(course, clone)  # as nbgrader_tools.py source refuses its COURSE_DIR
+    except ValueError as err:
+        raise ValueError(f"course: {err}") from None
+    if inside is not None:
+        raise ValueError(f"course: expected the nbgrader course folder outside the course's clone {clone} "
+                         f"(the secrets would sit among the course's own files, where git and the release "
+                         f"see them), got {course} ({inside}/ of the clone); nothing was written")
     unknown = [x for x in lessons if x not in known]
     if unknown:
         raise ValueError(f"lessons: expected names of the course's notebooks in {notebooks} (without "
@@ -485,7 +501,8 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
                expected_unseen: list[Any] | None = None) -> int | None:
     """The most bytes the grader reads back from an answer's process: 8 times the right outputs
     and the inputs (their copies come back after the call) of every case, and 1 MiB. None (no
-    cap) when the exercise's own right outputs cannot be had here."""
+    cap) when the exercise's own right outputs cannot be had here. ``unseen`` and
+    ``expected_unseen`` (their right outputs, one per case) come together or not at all."""
     from .core import Exercise
 
     if not isinstance(exercise, Exercise):
@@ -496,6 +513,14 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
             continue
         if not isinstance(given, (list, tuple)) or not all(isinstance(c, _cases.Case) for c in given):
             raise TypeError(f"{label}: expected a list of the exercise's cases (Case), got {given!r:.80}")
+    if expected_unseen is not None:  # was ignored when junk: the cap then left out the unseen outputs
+        if not isinstance(expected_unseen, (list, tuple)):
+            raise TypeError(f"expected_unseen: expected the right outputs of the unseen cases (a list, "
+                            f"one per case) or None, got {type(expected_unseen).__name__} "
+                            f"{expected_unseen!r:.60}")
+        if len(expected_unseen) != len(unseen or []):
+            raise ValueError(f"expected_unseen: expected one right output per unseen case "
+                             f"({len(unseen or [])}), got {len(expected_unseen)}")
     try:
         expected = exercise._expected_outputs(cases)
     except Exception:  # noqa: BLE001 - no stored outputs: grade without a cap

@@ -120,14 +120,26 @@ class RecordFailure(TorchFunctionMode):
 
 
 def requested_shape(args: list) -> tuple:
-    """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple."""
+    """The target shape of ``t.view(*args[1:])``, whether given as ints or as one tuple.
+    ``args[0]`` is the tensor or its shape (as :class:`RecordFailure` records it); ``()`` when no
+    size follows (``t.view()``, which torch refuses). A first entry that is no tensor or shape is
+    a TypeError naming ``args`` (it was read as ``()``). The sizes are returned as the failed call
+    gave them, a float too (``d / h``): the checks read such a slip from them, so never raise."""
     if not isinstance(args, (list, tuple)) or not args:
         raise TypeError(f"args: expected the arguments of a view or reshape call (a list or tuple: the "
                         f"tensor, then the shape), got {type(args).__name__} {args!r:.60}")
+    if not (isinstance(args[0], torch.Tensor) or _is_shape(args[0])):
+        raise TypeError(f"args: expected the tensor (or its shape, a tuple of ints) first, then the shape, "
+                        f"got {type(args[0]).__name__} {args[0]!r:.60} first")
     rest = args[1:]
     if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
         return tuple(rest[0])
     return tuple(rest)
+
+
+def _is_shape(value: object) -> bool:
+    return isinstance(value, (tuple, list, torch.Size)) and all(
+        isinstance(n, int) and not isinstance(n, bool) for n in value)
 
 
 def failed_operation(fn, case: Case) -> tuple[str, list] | None:

@@ -916,6 +916,26 @@ def _trusted_codes() -> frozenset:
     return frozenset(codes)
 
 
+def _check_hook_arguments(work: object, check_key: object, answer: object, harness: object) -> None:
+    """What :func:`install_audit_hook` takes, each refused under its own name: a hook installed with
+    junk would guard the wrong folder or nothing, for good (audit hooks cannot be removed)."""
+    if type(work) is not str or not work or not os.path.isdir(work):
+        raise (TypeError if type(work) is not str else ValueError)(
+            f"work: expected the answer's work folder (a str naming an existing folder), got "
+            f"{type(work).__name__} {work!r:.80}")
+    # the key's form only: importing its lesson here would make that module importable by the answer
+    if type(check_key) is not str or re.fullmatch(r"lesson\d\d\.check_\w+", check_key) is None:
+        raise (TypeError if type(check_key) is not str else ValueError)(
+            f"check_key: expected a check's key such as 'lesson02.check_softmax_rows', got "
+            f"{type(check_key).__name__} {check_key!r:.80}")
+    if not isinstance(answer, types.CodeType):
+        raise TypeError(f"answer: expected the answer's compiled module (a code object from compile()), "
+                        f"got {type(answer).__name__} {answer!r:.60}")
+    if type(harness) is not list or len(harness) != 1 or type(harness[0]) is not bool:
+        raise TypeError(f"harness: expected a list of one bool (True while the grader's own code runs), "
+                        f"got {type(harness).__name__} {harness!r:.60}")
+
+
 def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harness: list[bool]) -> None:
     """Install, for good (audit hooks cannot be removed), the hook that ends the answer's process
     with status :data:`REFUSED_EXIT` and ``refused: <event>`` on its stderr when the answer raises
@@ -924,7 +944,12 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
     neither loaded now nor allowed for ``check_key``. ``answer``, the answer's compiled module,
     may be run once. While ``harness[0]`` is true (the grader's code between calls) the events of
     :data:`HARNESS_EVENTS` are allowed too. Everything the hook uses is bound here, before any of
-    the answer's code exists: patching a module afterwards changes nothing."""
+    the answer's code exists: patching a module afterwards changes nothing.
+
+    Each argument is checked first (a TypeError or ValueError naming it, no hook installed):
+    ``work`` an existing folder (a str), ``check_key`` a check's key such as
+    ``"lesson02.check_softmax_rows"``, ``answer`` a code object, ``harness`` a list of one bool."""
+    _check_hook_arguments(work, check_key, answer, harness)
     import _thread
 
     exit_, write_, fspath, realpath, getframe = os._exit, os.write, os.fspath, os.path.realpath, sys._getframe

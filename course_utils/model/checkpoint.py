@@ -140,7 +140,11 @@ def save_checkpoint(
     ``command`` is the shell command that re-creates it; ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
 
-    ``task`` (a non-empty name such as ``"induction"``) is recorded in the sidecar. A checkpoint
+    ``task`` (a non-empty name such as ``"induction"``) is recorded in the sidecar. Any name is
+    taken, not only :data:`COURSE_TASKS`: a model trained on a task of one's own (a learner's
+    experiment, the tests' ``"toy"`` models) is saved under that task's name, and
+    ``load_checkpoint(path, task=name)`` then asks for the same name and refuses any other, so an
+    unknown or misspelt name cannot hand back a model of another task. A checkpoint
     holds the task it is named after: saving over a sidecar that records another task, or
     under the name of another of the course's tasks (:data:`COURSE_TASKS`, e.g. an agreement
     model as ``induction``), is a :class:`CheckpointError` unless ``replace_task=True``; so is

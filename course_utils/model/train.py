@@ -685,7 +685,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _check_cli_args(args: argparse.Namespace) -> None:
     """The command line's values, each refused under its option's name: ``--steps 0`` is not
-    read as "the default", and an ``--out`` that cannot be written is found before training."""
+    read as "the default", an ``--out`` that cannot be written is found before training, and
+    ``--replace-task`` without ``--out`` (nothing to replace) is refused, not ignored."""
     check_seed(args.seed, "--seed")
     if args.steps is not None:
         check_int(args.steps, "--steps", minimum=1, maximum=MAX_STEPS)
@@ -697,6 +698,10 @@ def _check_cli_args(args: argparse.Namespace) -> None:
         pick_device(args.device, "device")
     except (TypeError, ValueError) as err:
         raise ValueError(f"--device {args.device!r}: {err}") from None
+    if args.replace_task and args.out is None:  # it would be dropped without a word
+        raise ValueError("--replace-task lets --out replace another task's checkpoint; without --out "
+                         "no checkpoint is written, so it would do nothing: give --out PATH or drop "
+                         "--replace-task")
     if args.out is not None:
         _check_out_writable(args.out, args.task, args.replace_task)
 
