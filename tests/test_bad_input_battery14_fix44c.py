@@ -8,6 +8,7 @@ import pytest
 import torch
 from bad_input_cases import Case, assert_named
 
+from course_utils.attention import sdpa_backends as SB
 from course_utils.attention import validation as V
 from course_utils.bench import timing as TM
 
@@ -44,3 +45,42 @@ def test_validation_checks_still_pass_good_arguments():
     V.check_heads_to_merge(HEADS, 2, 4)
     V.check_mask_fits(torch.ones(3, 3, dtype=torch.bool), (1, 2, 3, 3), "(B, h, Tq, Tk)")
     V.check_record(_timings()[0])
+
+
+# -- timing: names are looked up only once they can be; timings name each function once --------
+TIMING_CASES = [
+    Case("format_table/baseline list", lambda: TM.format_table("t", _timings(), ["a"]), TypeError,
+         ["baseline", "function's name", "list ['a']"]),
+    Case("paired_ratios/name list", lambda: TM.paired_ratios(_timings(), ["b"], "a"), TypeError,
+         ["name", "function's name", "list ['b']"]),
+    Case("ratio_spread/baseline list", lambda: TM.ratio_spread(_timings(), "b", ["a"]), TypeError,
+         ["baseline", "function's name", "list ['a']"]),
+    Case("paired_ratios/timings repeated", lambda: TM.paired_ratios(_timings() + _timings(), "b", "a"),
+         ValueError, ["timings' names", "distinct", "repeats ['a', 'b']"]),
+    Case("format_spread_table/timings repeated",
+         lambda: TM.format_spread_table("t", _timings() + _timings(), "a"), ValueError,
+         ["timings' names", "distinct", "repeats ['a', 'b']"]),
+    Case("time_interleaved/baseline list",
+         lambda: TM.time_interleaved({"a": lambda: None}, baseline=["a"], repeats=1, warmup=0), TypeError,
+         ["baseline", "function's name", "list ['a']"]),
+    Case("time_interleaved/progress object",
+         lambda: TM.time_interleaved({"a": lambda: None}, baseline="a", repeats=1, warmup=0,
+                                     progress=object()),
+         TypeError, ["progress", "str", "or None", "object"]),
+    Case("backend_rejection_reason/label list",
+         lambda: SB.backend_rejection_reason(["flash"], *[torch.zeros(1, 1, 2, 4)] * 3), ValueError,
+         ["label", "one of", "list ['flash']"]),
+]
+
+
+@pytest.mark.parametrize("case", TIMING_CASES, ids=lambda c: c.name)
+def test_timing_refuses_unhashable_names_and_repeated_timings(case):
+    assert_named(case)
+
+
+def test_timing_still_takes_good_names():
+    assert TM.paired_ratios(_timings(), "b", "a") == [2.0, 2.0, 2.0]
+    assert "ratio to a" in TM.format_table("t", _timings(), "a")
+    rows = TM.time_interleaved({"a": lambda: None, ("b", 1): lambda: None}, baseline="a", repeats=2, warmup=0,
+                               progress=None)
+    assert [r.name for r in rows] == ["a", ("b", 1)]
