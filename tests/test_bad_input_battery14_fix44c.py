@@ -11,6 +11,9 @@ from bad_input_cases import Case, assert_named
 from course_utils.attention import sdpa_backends as SB
 from course_utils.attention import validation as V
 from course_utils.bench import timing as TM
+from course_utils.interp import ablation as AB
+from course_utils.interp import patching as PT
+from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 
 def _timings(names=("a", "b")):
@@ -84,3 +87,46 @@ def test_timing_still_takes_good_names():
     rows = TM.time_interleaved({"a": lambda: None, ("b", 1): lambda: None}, baseline="a", repeats=2, warmup=0,
                                progress=None)
     assert [r.name for r in rows] == ["a", ("b", 1)]
+
+
+# -- means given with method='zero': unused as documented (one call loops over both methods), but
+# a means that method='mean' could not use is refused, naming both ------------------------------
+def _ablation_setup():
+    torch.manual_seed(0)
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1))
+    tokens = torch.randint(0, 10, (2, 6))
+    targets = torch.randint(0, 10, (2, 6))
+    return model, tokens, AB.loss_evaluation(tokens, targets)
+
+
+def _zero_with(means):
+    model, tokens, evaluation = _ablation_setup()
+    where = torch.ones(6, dtype=torch.bool)
+    return {
+        "measure": lambda: AB.measure(model, evaluation, [(0, 0)], means=means),
+        "ablation_table": lambda: AB.ablation_table(model, evaluation, {"a": [(0, 0)]}, means=means),
+        "pruning_curve": lambda: AB.pruning_curve(model, evaluation, [(0, 0), (0, 1)], means=means),
+        "prunable_counts": lambda: PT.prunable_counts(model, evaluation, [[(0, 0)]], lambda n: True,
+                                                      means=means),
+        "position_ablated_logits": lambda: PT.position_ablated_logits(model, tokens, [(0, 0)], where,
+                                                                      means=means),
+    }
+
+
+@pytest.mark.parametrize("means", ["x", object(), float("nan"), [], -1],
+                         ids=["str", "obj", "nan", "list", "neg"])
+@pytest.mark.parametrize("function", list(_zero_with(None)))
+def test_zero_ablation_refuses_means_it_could_not_use(function, means):
+    with pytest.raises(TypeError) as info:
+        _zero_with(means)[function]()
+    message = str(info.value)
+    assert "means" in message and "method='zero'" in message and "method='mean'" in message, message
+    assert type(means).__name__ in message, message
+
+
+@pytest.mark.parametrize("function", list(_zero_with(None)))
+def test_zero_ablation_still_takes_real_means_unused(function):
+    model, tokens, _ = _ablation_setup()
+    means = AB.mean_head_outputs(model, tokens)
+    _zero_with(means)[function]()  # the documented loop over both methods with one means
+    _zero_with(None)[function]()
