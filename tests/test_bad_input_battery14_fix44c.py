@@ -130,3 +130,58 @@ def test_zero_ablation_still_takes_real_means_unused(function):
     means = AB.mean_head_outputs(model, tokens)
     _zero_with(means)[function]()  # the documented loop over both methods with one means
     _zero_with(None)[function]()
+
+
+# -- duplicates refused where check_distinct exists (a repeat would be run or drawn twice) -------
+def _pair(text):
+    words = text.split()
+    return words, [torch.rand(1, 2, len(words), len(words))]
+
+
+def _dup_cases():
+    from course_utils.interp.heatmaps import AttentionExplorer
+    from course_utils.tasks.synthetic import InductionTask
+
+    model, tokens, _ = _ablation_setup()
+    where = torch.ones(6, dtype=torch.bool)
+    return [
+        Case("position_ablated_logits/heads repeated",
+             lambda: PT.position_ablated_logits(model, tokens, [(0, 0), (0, 0)], where), ValueError,
+             ["heads", "distinct", "repeats [(0, 0)]"]),
+        Case("InductionTask.sample/periods repeated",
+             lambda: InductionTask().sample(4, torch.Generator().manual_seed(0), periods=(2, 2)), ValueError,
+             ["periods", "distinct", "repeats [2]"]),
+        Case("AttentionExplorer/sentences repeated", lambda: AttentionExplorer(_pair, ["a b", "a b"], 1, 2),
+             ValueError, ["sentences", "distinct", "repeats ['a b']"]),
+        Case("AttentionExplorer/sentence an int", lambda: AttentionExplorer(_pair, [10**12], 1, 2),
+             TypeError, ["sentences[0]", "str", "int 1000000000000"]),
+        Case("AttentionExplorer/sentences an int", lambda: AttentionExplorer(_pair, 3, 1, 2),
+             TypeError, ["sentences", "list of example texts", "int 3"]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_repeated_entries_and_wrong_sentences_are_refused(index):
+    assert_named(_dup_cases()[index])
+
+
+def test_distinct_entries_still_pass():
+    from course_utils.interp.heatmaps import AttentionExplorer
+    from course_utils.tasks.synthetic import InductionTask
+
+    model, tokens, _ = _ablation_setup()
+    logits = PT.position_ablated_logits(model, tokens, [(0, 0), (0, 1)], torch.ones(6, dtype=torch.bool))
+    assert logits.shape == (2, 6, 10)
+    batch = InductionTask().sample(4, torch.Generator().manual_seed(0), periods=(2, 3))
+    assert set(batch.periods.tolist()) <= {2, 3}
+    assert AttentionExplorer(_pair, ["a b", "a c"], 1, 2).sentences == ["a b", "a c"]
+
+
+def test_prunable_counts_counts_a_repeated_order_as_documented():
+    model, _, evaluation = _ablation_setup()
+    order = [(0, 1), (0, 0)]
+    calls = []
+    counts, measured = PT.prunable_counts(model, evaluation, [order, order],
+                                          lambda n: calls.append(n) or True)
+    assert counts == [2, 2] and len(measured) == 2 and len(calls) == 4
+    assert "repeat an order" in PT.prunable_counts.__doc__

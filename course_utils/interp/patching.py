@@ -172,7 +172,7 @@ def position_ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Seque
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    heads = _check_heads(heads, model)
+    heads = check_distinct(_check_heads(heads, model), "heads", "heads (layer, head)")
     where = _check_where(where, tokens)  # (B, T)
     method = _check_method(method)
     if method == "mean":
@@ -656,7 +656,9 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
     ``within(numbers)`` (a bool) first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
-    returns them); ``len(order)`` if it never fails.
+    returns them); ``len(order)`` if it never fails. ``orders`` may repeat an order (each heads
+    once; :func:`~course_utils.interp.ablation.random_orders` over a few heads often draws one
+    twice): each repeat gets its own count, the same as the first, and is measured once.
 
     The orders advance together one head at a time; each distinct set of switched-off heads
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ..attention.validation import (
+    check_distinct,
     check_fits_in_memory,
     check_flag,
     check_holds_values,
@@ -169,12 +170,15 @@ class InductionTask:
     def sample(
         self, batch_size: int, generator: torch.Generator, *, periods: tuple[int, ...] | None = None
     ) -> InductionBatch:
-        """A batch whose periods are drawn uniformly from ``periods`` (default: training)."""
+        """A batch whose periods are drawn uniformly from ``periods`` (default: training; each
+        period once)."""
         _check_generator(generator)
         _check_count("batch_size", batch_size)
         periods = self.train_periods if periods is None else tuple(periods)
         if not periods:
             raise ValueError("periods must not be empty")
+        check_distinct(periods, "periods", "periods (they are drawn uniformly: a repeated one would be "
+                       "drawn more often)")
         for p in periods:
             _check_period(p)
             if p > self.vocab_size - 1 or p + 3 > self.seq_len:
