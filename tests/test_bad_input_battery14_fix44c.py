@@ -185,3 +185,21 @@ def test_prunable_counts_counts_a_repeated_order_as_documented():
                                           lambda n: calls.append(n) or True)
     assert counts == [2, 2] and len(measured) == 2 and len(calls) == 4
     assert "repeat an order" in PT.prunable_counts.__doc__
+
+
+# -- core.outcome: a case that is no Case is the caller's mistake, not the answer's raise -------
+@pytest.mark.parametrize("case", ["x", -1, float("nan"), [], object()],
+                         ids=["str", "neg", "nan", "list", "obj"])
+def test_outcome_refuses_a_case_that_is_no_case(case):
+    from course_utils.exercises import core
+
+    assert_named(Case("outcome", lambda: core.outcome(abs, case), TypeError,
+                      ["case", "must be a Case", type(case).__name__]))
+
+
+def test_outcome_still_reports_what_the_answer_raised():
+    from course_utils.exercises import core
+
+    assert core.outcome(abs, core.Case((-2,))) == 2
+    raised = core.outcome(lambda x: 1 / 0, core.Case((1,)))
+    assert raised.kind == "ZeroDivisionError"

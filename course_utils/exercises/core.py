@@ -1382,8 +1382,14 @@ def _kernel_cells() -> list[str] | None:
 
 
 def outcome(fn: Callable[..., Any], case: Case) -> Any:
-    """``fn``'s output on ``case``, or :class:`~.answers.Raised` describing what it raised."""
+    """``fn``'s output on ``case``, or :class:`~.answers.Raised` describing what it raised.
+    ``case`` must be a :class:`Case` (checked before ``fn`` runs: anything else is the caller's
+    mistake, not something the answer raised)."""
     import warnings
+
+    if not isinstance(case, Case):
+        raise TypeError(f"outcome: case must be a Case (the inputs to call fn with), got "
+                        f"{type(case).__name__} {case!r:.60}")
 
     try:
         with warnings.catch_warnings():
