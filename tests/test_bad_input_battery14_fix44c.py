@@ -203,3 +203,28 @@ def test_outcome_still_reports_what_the_answer_raised():
     assert core.outcome(abs, core.Case((-2,))) == 2
     raised = core.outcome(lambda x: 1 / 0, core.Case((1,)))
     assert raised.kind == "ZeroDivisionError"
+
+
+# -- task configs: a max_len no sentence fits is refused; fewer keys than items is documented --
+def test_agreement_task_refuses_a_max_len_its_sentences_cannot_fit():
+    from course_utils.tasks.synthetic import AgreementTask
+
+    assert_named(Case("AgreementTask/max_len 3", lambda: AgreementTask(max_len=3), ValueError,
+                      ["max_len=3", "longest sentence", "15 tokens", "max_len >= 15"]))
+    assert_named(Case("AgreementTask/simple 6", lambda: AgreementTask(templates=("simple",), max_len=6),
+                      ValueError, ["max_len=6", "7 tokens", "'simple'"]))
+    task = AgreementTask(templates=("simple",), max_len=7)  # the bound is exact: the longest fits
+    assert int(task.sample(500, torch.Generator().manual_seed(0)).lengths.max()) <= 7
+    assert AgreementTask(templates=("simple",), adjective_p=0.0, opener_p=0.0, max_len=4).max_len == 4
+
+
+def test_two_key_task_with_fewer_keys_than_items_does_what_its_docstring_says():
+    from course_utils.tasks.two_relations import TwoKeyTask
+
+    task = TwoKeyTask(num_items=8, num_keys=4)
+    assert "num_keys`` may be below ``num_items" in TwoKeyTask.__doc__
+    batch = task.sample(64, seed=0)
+    asked_a, asked_b = batch.query_keys[:, :1], batch.query_keys[:, 1:]
+    is_asked = (batch.item_keys == asked_a) | (batch.item_keys == asked_b)
+    assert torch.equal(is_asked, batch.relation >= 0)  # asked-for keys only in their own copies
+    assert int(batch.item_keys.max()) < 4

@@ -456,6 +456,20 @@ class AgreementTask:
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {value}")
         check_int(self.max_len, "max_len (the longest sentence, in tokens)", minimum=1)
+        longest = max(self.templates, key=self._longest)
+        if self.max_len < self._longest(longest):
+            raise ValueError(f"max_len={self.max_len} is shorter than the longest sentence these templates "
+                             f"can make: {self._longest(longest)} tokens ({longest!r}: <bos>, "
+                             f"{TEMPLATES[longest]!r}, with an opener and every optional adjective, as "
+                             f"opener_p and adjective_p allow); pass max_len >= {self._longest(longest)}")
+
+    def _longest(self, template: str) -> int:
+        """The most tokens a sentence of ``template`` can have: ``<bos>``, its words, every
+        ``[adj]`` (if ``adjective_p`` > 0) and the longest opener (if ``opener_p`` > 0)."""
+        words = TEMPLATES[template].split()
+        adjectives = words.count("[adj]")
+        return (1 + len(words) - adjectives + (adjectives if self.adjective_p > 0 else 0)
+                + (max(map(len, OPENERS)) if self.opener_p > 0 else 0))
 
     @property
     def vocab_size(self) -> int:
