@@ -228,3 +228,49 @@ def test_two_key_task_with_fewer_keys_than_items_does_what_its_docstring_says():
     is_asked = (batch.item_keys == asked_a) | (batch.item_keys == asked_b)
     assert torch.equal(is_asked, batch.relation >= 0)  # asked-for keys only in their own copies
     assert int(batch.item_keys.max()) < 4
+
+
+# -- decode_step: sizes, x and the flush buffer are checked before they are used ---------------
+def _decoder():
+    from course_utils.bench.decode_step import SmallDecoder
+
+    return SmallDecoder(d_model=16, num_heads=2, num_kv_heads=2, num_layers=1, context=4, attention="course")
+
+
+def _decode_cases():
+    from course_utils.bench import decode_step as DS
+
+    sizes = dict(context=4, batch=1)
+    return [
+        Case("check_decoder_fits/d_model None", lambda: DS.check_decoder_fits(None, 2, 2, 1, **sizes),
+             TypeError, ["d_model", "int", "NoneType None"]),
+        Case("check_decoder_fits/num_heads None", lambda: DS.check_decoder_fits(16, None, 2, 1, **sizes),
+             TypeError, ["num_heads", "int", "NoneType None"]),
+        Case("check_decoder_fits/names one",
+             lambda: DS.check_decoder_fits(16, 2, 2, 1, **sizes, names=["a"]), TypeError,
+             ["names", "pair of str", "list ['a']"]),
+        *(Case(f"weights_pass/x {label}", lambda x=x: _decoder().weights_pass(x), error, ["x", shown])
+          for label, x, error, shown in (("str", "x", TypeError, "str"), ("neg", -1, TypeError, "int"),
+                                         ("nan", float("nan"), TypeError, "float"),
+                                         ("list", [], TypeError, "list"),
+                                         ("wrong shape", torch.zeros(3, 16), ValueError, "(3, 16)"))),
+        Case("time_flushed/flush None", lambda: DS.time_flushed({"a": lambda: None}, None, 0, 1), TypeError,
+             ["flush", "tensor", "NoneType None"]),
+        Case("time_flushed/flush meta",
+             lambda: DS.time_flushed({"a": lambda: None}, torch.ones(4, device="meta"), 0, 1), ValueError,
+             ["flush", "meta device"]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_decode_step_checks_sizes_x_and_flush(index):
+    assert_named(_decode_cases()[index])
+
+
+def test_decode_step_still_runs_good_calls():
+    from course_utils.bench import decode_step as DS
+
+    DS.check_decoder_fits(16, 2, 2, 1, context=4, batch=1)
+    decoder = _decoder()
+    assert decoder.weights_pass().shape == decoder.weights_pass(torch.zeros(1, 16)).shape == (1, 16)
+    assert list(DS.time_flushed({"a": lambda: None}, torch.ones(4), 0, 2)) == ["a"]
