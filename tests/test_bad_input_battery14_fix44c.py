@@ -274,3 +274,55 @@ def test_decode_step_still_runs_good_calls():
     decoder = _decoder()
     assert decoder.weights_pass().shape == decoder.weights_pass(torch.zeros(1, 16)).shape == (1, 16)
     assert list(DS.time_flushed({"a": lambda: None}, torch.ones(4), 0, 2)) == ["a"]
+
+
+# -- env, widgets, training: each argument checked where it arrives -----------------------------
+def _explorer(**kwargs):
+    import ipywidgets as widgets
+
+    from course_utils.interp.widgets import Explorer
+
+    return Explorer(lambda n: f"n={n}", {"n": widgets.IntSlider(value=1, min=0, max=3)}, **kwargs)
+
+
+def _train(**kwargs):
+    from course_utils.model.train import TrainConfig, train_model
+
+    model = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1))
+    batch = lambda g: (torch.randint(0, 10, (2, 6), generator=g),) * 2  # noqa: E731
+    return train_model(model, batch, TrainConfig(steps=1), progress=False, **kwargs)
+
+
+MISC_CASES = [
+    Case("Explorer/rows nan", lambda: _explorer(rows=float("nan")), TypeError,
+         ["rows", "list of rows", "float nan"]),
+    Case("Explorer/rows object", lambda: _explorer(rows=object()), TypeError,
+         ["rows", "list of rows", "object"]),
+    Case("Explorer/note int", lambda: _explorer(note=123), TypeError, ["note", "str", "int 123"]),
+    Case("train_model/evaluate -1", lambda: _train(evaluate=-1), TypeError,
+         ["evaluate", "function model", "int -1"]),
+]
+
+
+@pytest.mark.parametrize("case", MISC_CASES, ids=lambda c: c.name)
+def test_misc_arguments_checked_where_they_arrive(case):
+    assert_named(case)
+
+
+def test_seed_everything_takes_a_numpy_int_as_check_seed_does():
+    import random
+
+    import numpy as np
+
+    from course_utils.env import seed_everything
+
+    drawn = torch.randn(3, generator=seed_everything(np.int64(2)))
+    first = random.random()
+    assert torch.equal(drawn, torch.randn(3, generator=seed_everything(2)))
+    assert random.random() == first  # Python's generator seeded from the same int
+
+
+def test_misc_good_arguments_still_work():
+    assert _explorer(rows=[["n"]], note="no widgets here").note == "no widgets here"
+    history = _train(evaluate=lambda model: {"x": 1.0}, eval_every=1)
+    assert history is not None
