@@ -326,3 +326,49 @@ def test_misc_good_arguments_still_work():
     assert _explorer(rows=[["n"]], note="no widgets here").note == "no widgets here"
     history = _train(evaluate=lambda model: {"x": 1.0}, eval_every=1)
     assert history is not None
+
+
+# -- meta-device inputs named; the attention base class and run_with_cache say what is missing --
+def _model():
+    torch.manual_seed(0)
+    return TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=1))
+
+
+def _meta_and_base_cases():
+    from course_utils.attention.hooks import run_with_cache
+    from course_utils.attention.mha import MultiHeadAttention, MultiHeadAttentionBase
+    from course_utils.interp.circuits import ov_copying_score
+    from course_utils.tasks.synthetic import InductionTask, induction_accuracy
+    from course_utils.tasks.worked_example import round_half_up
+
+    batch = InductionTask().sample(4, torch.Generator().manual_seed(0))
+    return [
+        Case("ov_copying_score/meta model", lambda: ov_copying_score(_model().to("meta"), 0, [1, 2]),
+             ValueError, ["model's weights", "meta device"]),
+        Case("induction_accuracy/meta logits",
+             lambda: induction_accuracy(torch.randn(4, batch.tokens.shape[1], 64, device="meta"), batch),
+             ValueError, ["logits", "meta device"]),
+        Case("round_half_up/meta", lambda: round_half_up(torch.ones(3, device="meta")), ValueError,
+             ["x", "meta device"]),
+        Case("MultiHeadAttentionBase()", lambda: MultiHeadAttentionBase(), TypeError,
+             ["MultiHeadAttentionBase", "not a layer", "MultiHeadAttention(d_model, num_heads)"]),
+        Case("run_with_cache/no inputs", lambda: run_with_cache(MultiHeadAttention(8, 2)), TypeError,
+             ["run_with_cache", "MultiHeadAttention.forward", "query"]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_meta_inputs_and_the_base_class_are_named(index):
+    assert_named(_meta_and_base_cases()[index])
+
+
+def test_meta_and_base_good_calls_still_work():
+    from course_utils.attention.hooks import run_with_cache
+    from course_utils.attention.mha import MultiHeadAttention
+    from course_utils.interp.circuits import ov_copying_score
+    from course_utils.tasks.worked_example import round_half_up
+
+    assert ov_copying_score(_model(), 0, [1, 2]).shape == (2,)
+    assert round_half_up(torch.tensor([0.25], dtype=torch.float64), 1).tolist() == pytest.approx([0.3])
+    out, cache = run_with_cache(MultiHeadAttention(8, 2), torch.zeros(1, 3, 8))
+    assert out[0].shape == (1, 3, 8) and "hook_pattern" in cache

@@ -237,6 +237,7 @@ def _check_logits(logits: object, tokens: Tensor, largest_id: int) -> None:
     if not logits.is_floating_point():
         raise TypeError(f"logits must be floating-point scores (the model's output), got dtype "
                         f"{logits.dtype}")
+    check_holds_values(logits, "logits")  # a meta tensor has no argmax to score
     if logits.shape[-1] <= largest_id:
         raise ValueError(f"logits must score every token id this metric reads, up to {largest_id} (so V > "
                          f"{largest_id}), got V = {logits.shape[-1]}: logits from a model of another task?")
