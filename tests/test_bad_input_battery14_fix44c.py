@@ -372,3 +372,33 @@ def test_meta_and_base_good_calls_still_work():
     assert round_half_up(torch.tensor([0.25], dtype=torch.float64), 1).tolist() == pytest.approx([0.3])
     out, cache = run_with_cache(MultiHeadAttention(8, 2), torch.zeros(1, 3, 8))
     assert out[0].shape == (1, 3, 8) and "hook_pattern" in cache
+
+
+# -- documented instead of refused: what the docstring says is what happens ---------------------
+def test_frozen_final_norm_takes_a_component_with_extra_leading_dims_as_documented():
+    from course_utils.interp.circuits import frozen_final_norm
+
+    model, stream = _model(), torch.randn(2, 6, 8)
+    parts = torch.randn(3, 2, 6, 8)  # one part per "head"
+    each = torch.stack([frozen_final_norm(model, stream, p) for p in parts])
+    assert torch.allclose(frozen_final_norm(model, stream, parts), each)
+    assert frozen_final_norm(model, stream, parts[:1]).shape == (1, 2, 6, 8)
+    assert "leading dims" in frozen_final_norm.__doc__
+
+
+def test_loss_evaluation_leaves_the_vocabulary_check_to_the_model_as_documented():
+    big = torch.full((2, 6), 10**6)
+    evaluation = AB.loss_evaluation(big, big)
+    assert "checked against a vocabulary where the evaluation meets one" in AB.loss_evaluation.__doc__
+    assert_named(Case("measure/out of vocabulary", lambda: AB.measure(_model(), evaluation), ValueError,
+                      ["tokens", "vocab_size=10", "1000000"]))
+
+
+def test_paged_cache_stores_nan_as_documented():
+    from course_utils.model.paged_cache import PagedCache
+
+    cache = PagedCache(4, 2, 1, 4)
+    cache.add_sequence("a")
+    cache.append("a", torch.full((1, 1, 4), float("nan")), torch.randn(1, 1, 4))
+    assert "NaN and infinity\n        are stored as given" in PagedCache.append.__doc__
+    assert cache.lengths["a"] == 1

@@ -475,7 +475,10 @@ def _refuse_non_finite_logits(logits: Tensor, counted: Tensor, loss: float) -> N
 
 def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:
     """An :class:`Evaluation` that reports the average next-token loss as ``name`` (a non-empty
-    str: the key of the score, and a column of :func:`ablation_table`)."""
+    str: the key of the score, and a column of :func:`ablation_table`). No model is given here,
+    so ``tokens`` are checked against a vocabulary where the evaluation meets one
+    (:func:`measure`, :func:`ablation_table`, ...: an id outside ``0..vocab_size - 1`` is refused
+    there, naming the range)."""
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
