@@ -402,3 +402,40 @@ def test_paged_cache_stores_nan_as_documented():
     cache.append("a", torch.full((1, 1, 4), float("nan")), torch.randn(1, 1, 4))
     assert "NaN and infinity\n        are stored as given" in PagedCache.append.__doc__
     assert cache.lengths["a"] == 1
+
+
+# -- Exercise: reference, forbidden and make_cases checked when it is made, or named at check --
+def _exercise(**kwargs):
+    from course_utils.exercises import core
+
+    fields = dict(title="t", make_cases=lambda: [core.Case((-2,))]) | kwargs
+    return core.Exercise(**fields)
+
+
+EXERCISE_CASES = [
+    Case("Exercise/reference object", lambda: _exercise(reference=object()), TypeError,
+         ["reference", "None or the ready-made function", "object"]),
+    Case("Exercise/reference -1", lambda: _exercise(reference=-1), TypeError, ["reference", "int -1"]),
+    Case("Exercise/forbidden -1", lambda: _exercise(forbidden=-1), TypeError,
+         ["forbidden", "list of the functions", "int -1"]),
+    Case("Exercise/make_cases arity", lambda: _exercise(make_cases=lambda n: []), TypeError,
+         ["make_cases", "no arguments", "(n)"]),
+]
+
+
+@pytest.mark.parametrize("case", EXERCISE_CASES, ids=lambda c: c.name)
+def test_exercise_checks_its_functions_when_made(case):
+    assert_named(case)
+
+
+def test_exercise_names_a_make_cases_that_returns_no_cases_at_check():
+    def make_cases():
+        return "xy"
+
+    def own_abs(x):
+        return x if x >= 0 else -x
+
+    feedback = _exercise(make_cases=make_cases).check(own_abs)
+    assert feedback.status == "error" and "make_cases" in feedback.message, feedback.message
+    assert "list of Case" in feedback.message, feedback.message
+    assert _exercise(reference=abs, forbidden=[max]).check(own_abs).passed
