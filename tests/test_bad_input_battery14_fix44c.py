@@ -439,3 +439,13 @@ def test_exercise_names_a_make_cases_that_returns_no_cases_at_check():
     assert feedback.status == "error" and "make_cases" in feedback.message, feedback.message
     assert "list of Case" in feedback.message, feedback.message
     assert _exercise(reference=abs, forbidden=[max]).check(own_abs).passed
+
+
+def test_exercise_still_takes_cases_made_by_a_generator():
+    from course_utils.exercises import core
+
+    def own_abs(x):
+        return x if x >= 0 else -x
+
+    exercise = _exercise(make_cases=lambda: (core.Case((v,)) for v in (-2, 3)), reference=abs)
+    assert exercise.check(own_abs).passed

@@ -1896,7 +1896,8 @@ class Exercise:
         if entry is not None and entry["cases"] is not None:
             return [_answers.decode_case(c) for c in entry["cases"]]
         made = self.make_cases()
-        cases = list(made) if isinstance(made, list | tuple) else made
+        iterable = hasattr(made, "__iter__") and not isinstance(made, str | bytes | dict)
+        cases = list(made) if iterable else made  # a list, tuple or generator of cases
         if not isinstance(cases, list) or not all(isinstance(c, Case) for c in cases):
             raise _StoreProblem(f"this exercise's make_cases, "
                                 f"{getattr(self.make_cases, '__name__', 'the case builder')}, must return a "
