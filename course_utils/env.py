@@ -47,8 +47,10 @@ def check_seed(seed: object, name: str = "seed") -> int:
 
 
 def seed_everything(seed: int) -> torch.Generator:
-    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a seeded torch Generator."""
-    check_seed(seed)
+    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a seeded torch Generator. ``seed``
+    is a Python or NumPy int (:func:`check_seed`), used as a Python int (``random.seed`` refuses
+    NumPy's)."""
+    seed = check_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -123,11 +123,29 @@ def hooks(module: nn.Module, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> Itera
             remove()
 
 
+def _check_inputs_fit(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """``module(*args, **kwargs)`` can bind to ``module.forward`` (a signature Python cannot read passes)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise TypeError(f"run_with_cache runs module(*args, **kwargs), but the inputs given do not fit "
+                        f"{type(module).__name__}.forward{signature}: {error} (pass the module's inputs "
+                        f"after it, e.g. run_with_cache(model, tokens))") from None
+
+
 def run_with_cache(module: nn.Module, *args: object, names: Sequence[Where] | Where | None = None,
                    **kwargs: object) -> tuple[object, dict[str, Tensor]]:
     """``module(*args, **kwargs)`` and the tensors that passed its hook points, by name: all of
-    them, those in ``names``, or those whose name passes ``names`` when it is a function."""
+    them, those in ``names``, or those whose name passes ``names`` when it is a function. The
+    inputs must fit ``module.forward`` (checked before any hook is added)."""
     points = hook_points(module)
+    _check_inputs_fit(module, args, kwargs)
     if names is None:
         wanted = list(points)
     elif callable(names) or isinstance(names, str):

@@ -116,6 +116,13 @@ class MultiHeadAttentionBase(nn.Module):
     # hands every unmasked decoding step to (see fast_attention); None: F.sdpa does them too.
     decode_kernel: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
 
+    def __init__(self) -> None:
+        if type(self) is MultiHeadAttentionBase:  # it has no sizes, weights or project_qkv
+            raise TypeError("MultiHeadAttentionBase is the shared forward path, not a layer: build "
+                            "MultiHeadAttention(d_model, num_heads) or GroupedQueryAttention(...), which "
+                            "set d_model, num_heads, the weights and project_qkv")
+        super().__init__()
+
     def _add_hook_points(self) -> None:
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_pattern, self.hook_z = HookPoint(), HookPoint()

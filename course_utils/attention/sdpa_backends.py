@@ -93,7 +93,7 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     reason is the debug warnings it raised (without PyTorch's "Triggered internally" tail),
     or, if a build prints them elsewhere, a sentence naming the check that said no.
     """
-    if label not in SDPA_BACKENDS:
+    if not isinstance(label, str) or label not in SDPA_BACKENDS:
         raise ValueError(f"label must be one of {list(SDPA_BACKENDS)}, got {type(label).__name__} "
                          f"{label!r:.60}")
     check_tensor(q, "q", ndim=4, layout="(B, h, T, dk)")

@@ -10,6 +10,7 @@ they propagate (see :mod:`course_utils.attention.mha`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
@@ -718,6 +719,8 @@ def check_fast_attention_inputs(q: object, k: object, v: object, allowed: object
 
 def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
     """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model``."""
+    check_int(num_heads, "num_heads", minimum=1)  # before the message is computed from them
+    check_int(d_k, "d_k", minimum=1)
     layout = f"(B, h={num_heads}, T, dk={d_k})"
     check_tensor(heads, "heads", ndim=4, layout=layout)
     if heads.shape[1] * heads.shape[3] != num_heads * d_k:
@@ -731,6 +734,13 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
     """``mask`` is a bool tensor whose last two dims are exactly (Tq, Tk) of ``target``; it
     may have fewer leading dims, each equal to the target's or 1. Nothing else broadcasts.
     ``shown`` is the mask as the caller passed it (for the error message), ``name`` its argument."""
+    if isinstance(target, Tensor) or not isinstance(target, (tuple, list, torch.Size)):
+        raise TypeError(f"check_mask_fits: target must be the scores' shape, a tuple of ints such as "
+                        f"(B, h, Tq, Tk), got {type(target).__name__} {target!r:.60}")
+    target = tuple(check_int_list(target, "check_mask_fits: target", minimum=0))
+    if len(target) < 2 or not isinstance(target_names, str) or not isinstance(name, str):
+        raise TypeError(f"check_mask_fits: target needs at least (Tq, Tk), got {target}; target_names and "
+                        f"name must be str, got {type(target_names).__name__} and {type(name).__name__}")
     check_bool_mask(mask, name)
     shown = mask if shown is None else shown
     ok = 2 <= mask.ndim <= len(target) and tuple(mask.shape[-2:]) == tuple(target[-2:])
@@ -946,7 +956,6 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     :class:`~course_utils.attention.mla.MLAConfig`): each of ``texts`` a str, each of ``counts``
     an int of at least its given minimum, stored back as a Python int. Raised errors name the
     config's class and the field."""
-    import dataclasses
 
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"config must be a config dataclass instance (PublishedConfig, MLAConfig), got "
@@ -988,6 +997,9 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
     take anything. The annotations are read once per class, so a record made in a loop pays
     only for the isinstance tests."""
+    if not dataclasses.is_dataclass(record) or isinstance(record, type):
+        raise TypeError(f"check_record checks a record, an instance of a dataclass (called from its "
+                        f"__post_init__), got {type(record).__name__} {record!r:.60}")
     cls = type(record)
     checks = _RECORD_CHECKS.get(cls)
     if checks is None:
@@ -998,7 +1010,6 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
 
 def _record_checks(cls: type, nan_ok: tuple[str, ...], signed: tuple[str, ...],
                    positive: tuple[str, ...]) -> list:
-    import dataclasses
     import typing
 
     hints = typing.get_type_hints(cls)

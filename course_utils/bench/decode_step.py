@@ -61,6 +61,7 @@ from ..attention.validation import (
     check_distinct,
     check_fits_in_memory,
     check_float_dtype,
+    check_holds_values,
     check_int,
     check_record,
     check_tensor,
@@ -407,7 +408,14 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
                        names: tuple[str, str] = ("d_model", "context")) -> None:
     """Refuse a :class:`SmallDecoder` whose float32 weights or cache would not fit in memory, before
     anything is allocated (its constructor, and the ``gqa`` command line when it is parsed). The
-    sizes must already be checked ints; ``names`` are blamed for the weights and for the cache."""
+    sizes are ints >= 1 (checked); ``names`` (two str) are blamed for the weights and for the cache."""
+    for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
+                        ("num_layers", num_layers), ("context", context), ("batch", batch),
+                        ("mlp_ratio", mlp_ratio)):
+        check_int(value, name, minimum=1)
+    if not (isinstance(names, tuple | list) and len(names) == 2 and all(isinstance(n, str) for n in names)):
+        raise TypeError(f"names must be a pair of str (the arguments blamed for the weights and for the "
+                        f"cache, such as ('d_model', 'context')), got {type(names).__name__} {names!r:.60}")
     # the weights are drawn in float32 first: d_model x ((h + 2g) dk + d + 2 mlp d) per layer
     weight_bytes = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * (d_model // num_heads)
                                            + d_model + 2 * mlp_ratio * d_model) * 4
@@ -496,8 +504,9 @@ class SmallDecoder:
 
     def weights_pass(self, x: Tensor | None = None) -> Tensor:
         """The step's four matrix-vector products per layer and nothing else (no attention, no
-        LayerNorm): how fast PyTorch reads the weights alone. Returns the last product."""
-        x = (self.x if x is None else x).to(self.weight_dtype)
+        LayerNorm): how fast PyTorch reads the weights alone. Returns the last product. A given
+        ``x`` is checked as :meth:`step` checks it."""
+        x = self._checked_x(x).to(self.weight_dtype)
         out = x
         for w_qkv, w_o, w_up, w_down in self.layers:
             F.linear(x, w_qkv)
@@ -505,16 +514,21 @@ class SmallDecoder:
             out = F.linear(F.linear(x, w_up), w_down)
         return out
 
-    def step(self, x: Tensor | None = None) -> Tensor:
-        """One decoding step: ``x`` ``(B, d)`` (default: a fixed random input) -> ``(B, d)``.
-        A given ``x`` must be a float tensor ``(batch, d_model)`` (checked)."""
+    def _checked_x(self, x: object) -> Tensor:
+        """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)``."""
         if x is None:
-            x = self.x
-        elif not (isinstance(x, Tensor) and x.is_floating_point()
-                  and tuple(x.shape) == (self.batch, self.d_model)):
+            return self.x
+        if not (isinstance(x, Tensor) and x.is_floating_point()
+                and tuple(x.shape) == (self.batch, self.d_model)):
             check_tensor(x, "x", ndim=2, layout=f"(batch={self.batch}, d_model={self.d_model})")
             raise ValueError(f"x must be (batch={self.batch}, d_model={self.d_model}), one new token "
                              f"per sequence, got shape {tuple(x.shape)}")
+        return x
+
+    def step(self, x: Tensor | None = None) -> Tensor:
+        """One decoding step: ``x`` ``(B, d)`` (default: a fixed random input) -> ``(B, d)``.
+        A given ``x`` must be a float tensor ``(batch, d_model)`` (checked)."""
+        x = self._checked_x(x)
         B, d, h, g, dk = x.shape[0], self.d_model, self.num_heads, self.num_kv_heads, self.d_head
         pos = self.context  # the new token's slot: after the cached ones
         for (w_qkv, w_o, w_up, w_down), (k_cache, v_cache) in zip(self.layers, self.cache, strict=True):
@@ -708,7 +722,14 @@ def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int,
     """Every function's time, interleaved repeat by repeat, each call after reading ``flush``
     (outside the timing) to evict the last-level cache: every call starts cold.
     ``after_round`` is called after every round (a progress bar's update); ``clock`` reads the
-    time (default: the wall clock; see :func:`clock_for`)."""
+    time (default: the wall clock; see :func:`clock_for`). ``flush`` is a tensor with values (one
+    on the meta device reads nothing, and the times would be labelled flushed), or anything whose
+    ``sum()`` reads the memory to evict."""
+    if isinstance(flush, Tensor):
+        check_holds_values(flush, "flush")
+    elif not callable(getattr(flush, "sum", None)):
+        raise TypeError(f"flush must be a tensor to read before each call (larger than the last-level "
+                        f"cache), got {type(flush).__name__} {flush!r:.60}")
     return interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum,
                                after_round=after_round, clock=clock)
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import torch
 
-from ..attention.validation import check_callable, check_int, check_record
+from ..attention.validation import check_callable, check_distinct, check_int, check_record
 
 Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
 
@@ -173,9 +173,13 @@ def time_interleaved(
     label for a text progress bar (tqdm) over the rounds; None shows none. ``clock``: as in
     :func:`interleaved_samples` (``time.thread_time`` for one-thread work on a busy machine)."""
     _check_functions(fns)
+    _check_key(baseline, "baseline")
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
     repeats, warmup, inner = check_round_counts(repeats, warmup, inner)  # before the bar adds them
+    if progress is not None and not isinstance(progress, str):
+        raise TypeError(f"progress must be a str (the progress bar's label) or None (no bar), got "
+                        f"{type(progress).__name__} {progress!r:.60}")
     from tqdm import tqdm
 
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
@@ -192,6 +196,16 @@ def time_interleaved(
     return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
 
+def _check_key(value: object, name: str) -> None:
+    """``value`` names a function (a str, or another hashable key such as a tuple): a list
+    cannot be looked up among the names."""
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a function's name (a str such as 'naive', or a tuple), got "
+                        f"{type(value).__name__} {value!r:.60}") from None
+
+
 def _check_timings(timings: object, baseline: object) -> Timing:
     """``timings`` is a non-empty list of :class:`Timing` and ``baseline`` one of their names;
     returns the baseline's Timing."""
@@ -201,6 +215,8 @@ def _check_timings(timings: object, baseline: object) -> Timing:
     wrong = next((i for i, t in enumerate(timings) if not isinstance(t, Timing)), None)
     if wrong is not None:
         raise TypeError(f"timings[{wrong}] must be a Timing, got {type(timings[wrong]).__name__}")
+    check_distinct([t.name for t in timings], "the timings' names", "names (one Timing per function)")
+    _check_key(baseline, "baseline")
     by_name = {t.name: t for t in timings}
     if baseline not in by_name:
         raise ValueError(f"baseline {baseline!r} is not one of the timings {list(by_name)}")
@@ -237,6 +253,7 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
     slows both sides of ratio ``i``: the ratios are steadier than the times themselves.
     """
     _check_timings(timings, baseline)
+    _check_key(name, "name")
     by_name = {t.name: t for t in timings}
     for n in (name, baseline):
         if n not in by_name:

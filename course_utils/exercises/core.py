@@ -1382,8 +1382,14 @@ def _kernel_cells() -> list[str] | None:
 
 
 def outcome(fn: Callable[..., Any], case: Case) -> Any:
-    """``fn``'s output on ``case``, or :class:`~.answers.Raised` describing what it raised."""
+    """``fn``'s output on ``case``, or :class:`~.answers.Raised` describing what it raised.
+    ``case`` must be a :class:`Case` (checked before ``fn`` runs: anything else is the caller's
+    mistake, not something the answer raised)."""
     import warnings
+
+    if not isinstance(case, Case):
+        raise TypeError(f"outcome: case must be a Case (the inputs to call fn with), got "
+                        f"{type(case).__name__} {case!r:.60}")
 
     try:
         with warnings.catch_warnings():
@@ -1472,6 +1478,22 @@ def _kernel_feedback(exercise: Exercise, feedback: Feedback, before: list[str],
         feedback.message += (f" (Something in this kernel replaced {_names_text(before)} before this "
                              "check ran; the check put back the originals and graded with those.)")
     return feedback
+
+
+def _check_no_arguments(make_cases: Callable[..., Any]) -> None:
+    """``make_cases`` can be called with no arguments (a signature Python cannot read passes):
+    a wrong one would otherwise be found only when a check first builds the cases."""
+    import inspect
+
+    try:
+        signature = inspect.signature(make_cases)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind()
+    except TypeError:
+        raise TypeError(f"make_cases must be a function of no arguments that returns the cases, got "
+                        f"{getattr(make_cases, '__name__', type(make_cases).__name__)}{signature}") from None
 
 
 class _StoreProblem(Exception):
@@ -1719,7 +1741,10 @@ class Exercise:
 
     Args:
         title: shown in feedback, e.g. "Exercise 2.1: attention weights".
-        make_cases: builds the inputs (deterministically) the check runs on.
+        make_cases: builds the inputs (deterministically) the check runs on: a function of no
+            arguments (checked here) returning a list of :class:`Case` (checked when a check
+            first builds them; one that raises or returns anything else becomes the check's
+            error Feedback, as the check never raises).
         mistakes: known-wrong implementations, tried in order.
         hint: a general hint for answers that match no known mistake.
         rtol, atol: tolerances for comparing outputs.
@@ -1744,8 +1769,15 @@ class Exercise:
         if not callable(self.make_cases):
             raise TypeError(f"make_cases must be a function that returns the cases, got "
                             f"{type(self.make_cases).__name__} {self.make_cases!r}")
+        _check_no_arguments(self.make_cases)
         if not isinstance(self.mistakes, list) or not all(isinstance(m, Mistake) for m in self.mistakes):
             raise TypeError(f"mistakes must be a list of Mistake, got {type(self.mistakes).__name__}")
+        if not isinstance(self.forbidden, list | tuple) or not all(callable(f) for f in self.forbidden):
+            raise TypeError(f"forbidden must be a list of the functions an answer may not call, got "
+                            f"{type(self.forbidden).__name__} {self.forbidden!r:.60}")
+        if self.reference is not None and not callable(self.reference):
+            raise TypeError(f"reference must be None or the ready-made function the exercise asks the "
+                            f"learner to write, got {type(self.reference).__name__} {self.reference!r:.60}")
         _check_tolerances(self.rtol, self.atol)
 
     def _close(self, got: Any, expected: Any) -> bool:
@@ -1863,7 +1895,13 @@ class Exercise:
         entry = self._entry()
         if entry is not None and entry["cases"] is not None:
             return [_answers.decode_case(c) for c in entry["cases"]]
-        cases = list(self.make_cases())
+        made = self.make_cases()
+        iterable = hasattr(made, "__iter__") and not isinstance(made, str | bytes | dict)
+        cases = list(made) if iterable else made  # a list, tuple or generator of cases
+        if not isinstance(cases, list) or not all(isinstance(c, Case) for c in cases):
+            raise _StoreProblem(f"this exercise's make_cases, "
+                                f"{getattr(self.make_cases, '__name__', 'the case builder')}, must return a "
+                                f"list of Case, got {describe_value(made)}, so it cannot check any answer.")
         if not cases:  # no case at all would pass every answer
             raise _StoreProblem(f"this exercise has no test cases (its make_cases, "
                                 f"{getattr(self.make_cases, '__name__', 'the case builder')}, returned "

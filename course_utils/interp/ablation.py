@@ -268,6 +268,34 @@ def _check_means(means: object, model: TinyTransformer, seq_len: int) -> Tensor:
     return means
 
 
+def _check_unused_means(means: object, model: TinyTransformer, seq_lens: Sequence[int], *,
+                        per_evaluation: bool = True) -> None:
+    """``means`` given with ``method="zero"`` to :func:`measure`, :func:`ablation_table`,
+    :func:`pruning_curve` or ``prunable_counts`` (each evaluation's sequences ``seq_lens[i]``
+    long): the zero run leaves it unused, as documented, so that one call can loop over both
+    methods; but it must be what ``method="mean"`` would take (one tensor, or ``{index: tensor}``
+    per evaluation unless ``per_evaluation`` is False), or a mistyped means would pass unnoticed.
+    A refusal names both."""
+    if means is None:
+        return
+    if isinstance(means, dict) and per_evaluation:
+        fills = list(means.items())
+    else:
+        fills = [(i, means) for i in range(len(seq_lens))]
+    for i, fill in fills:
+        label = f"means[{i!r}]" if isinstance(means, dict) and per_evaluation else "means"
+        try:
+            if isinstance(means, dict) and per_evaluation and (not isinstance(i, int) or isinstance(i, bool)
+                                            or not 0 <= i < len(seq_lens)):
+                raise ValueError(f"a dict means is keyed by evaluation index 0..{len(seq_lens) - 1}, got key "
+                                 f"{type(i).__name__} {i!r:.40}")
+            _check_means(fill, model, seq_lens[i])
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{label} is given with method='zero', which leaves it unused (only "
+                              f"method='mean' reads it), but it is not means that method='mean' could "
+                              f"use: {error}") from None
+
+
 def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head], *,
                    method: str = "zero", means: Tensor | None = None,
                    streams: Sequence[Tensor] | None = None) -> Tensor:
@@ -447,7 +475,10 @@ def _refuse_non_finite_logits(logits: Tensor, counted: Tensor, loss: float) -> N
 
 def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:
     """An :class:`Evaluation` that reports the average next-token loss as ``name`` (a non-empty
-    str: the key of the score, and a column of :func:`ablation_table`)."""
+    str: the key of the score, and a column of :func:`ablation_table`). No model is given here,
+    so ``tokens`` are checked against a vocabulary where the evaluation meets one
+    (:func:`measure`, :func:`ablation_table`, ...: an id outside ``0..vocab_size - 1`` is refused
+    there, naming the range)."""
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
@@ -478,10 +509,14 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     """Every evaluation's numbers with ``heads`` switched off, merged into one dict.
 
     ``means`` is one tensor for every evaluation, or ``{index: tensor}`` per evaluation
-    (batches whose means differ, e.g. per-position means of different lengths).
+    (batches whose means differ, e.g. per-position means of different lengths). With
+    ``method="zero"`` it is unused, but still checked (:func:`_check_unused_means`).
     """
+    evaluations = _check_evaluations(evaluations)
+    if _check_method(method) == "zero":
+        _check_unused_means(means, _check_model(model), [e.tokens.shape[1] for e in evaluations])
     result: dict[str, float] = {}
-    for i, evaluation in enumerate(_check_evaluations(evaluations)):
+    for i, evaluation in enumerate(evaluations):
         fill = means.get(i) if isinstance(means, dict) else means
         logits = ablated_logits(model, evaluation.tokens, heads, method=method,
                                 means=fill if method == "mean" else None)  # "zero" leaves means unused
@@ -540,7 +575,8 @@ def _check_scores(scores: object, i: int) -> dict[str, float]:
 def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
                    cases: dict[str, Sequence[Head]], *, method: str = "zero",
                    means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
-    """One row per case (name -> heads to switch off), one column per measured number."""
+    """One row per case (name -> heads to switch off), one column per measured number.
+    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
     if not isinstance(cases, dict) or not cases:
         raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
                         f"{type(cases).__name__} {cases!r:.60}")
@@ -550,6 +586,8 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     cases = {name: _check_heads(heads, model) for name, heads in cases.items()}
     for evaluation in evaluations:
         _check_tokens(evaluation.tokens, "tokens")
+    if method == "zero":
+        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     # Each case enters the first block its heads change at the intact run's stream and head
     # outputs there (one intact run per evaluation): the blocks below it, and that block's
     # attention, would compute the same numbers again.
@@ -655,7 +693,8 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
                   order: Sequence[Head], *, counts: Sequence[int] | None = None, method: str = "zero",
                   means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
-    0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns."""
+    0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns.
+    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
     order = _check_heads(order, _check_model(model))
     twice = sorted({head for head in order if order.count(head) > 1})
     if twice:
@@ -666,6 +705,8 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     _check_method(method)
     for evaluation in evaluations:
         _check_tokens(evaluation.tokens, "tokens")
+    if method == "zero":
+        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     total = len(all_heads(model))
     # k heads off is k' < k heads off plus order[k':k]: the run for k enters the first block
     # those change at the run for k' (the largest k' measured so far; 0: the intact run): its

@@ -57,6 +57,7 @@ def _check_model(model: object) -> None:
 
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    check_holds_values(model.token_embedding.weight, "model's weights")  # a meta model has none
 
 
 def _check_head_keys(keys: object, num_layers: int, num_heads: int, what: str) -> list[HeadKey]:
@@ -278,7 +279,10 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
     """A part ``component`` ``(..., d)`` of the residual stream through the final LayerNorm with
     its scale frozen at the whole ``stream``'s (broadcast against ``component``):
     ``(c - mean(c)) / s * gamma``. Linear in ``c``, so the parts of a stream add up; ``beta`` is
-    left out (a term of its own). Both lessons' direct logit attributions rest on this."""
+    left out (a term of its own). Both lessons' direct logit attributions rest on this.
+    ``component`` may carry leading dims ``stream`` lacks (one part per head, ``(h, B, T, d)``
+    against a ``(B, T, d)`` stream; a ``(1, B, T, d)`` one gives a ``(1, B, T, d)`` result): each
+    slice is scaled by the stream at its position. Shapes that do not broadcast are refused."""
     _check_model(model)
     d = model.config.d_model
     for name, t in (("stream", stream), ("component", component)):

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from ..attention.validation import (
     check_callable,
+    check_distinct,
     check_fits_in_memory,
     check_flag,
     check_holds_values,
@@ -232,9 +233,15 @@ class AttentionExplorer:
         if not callable(attention_for):
             raise TypeError(f"attention_for must be a function text -> (tokens, per-layer weights), got "
                             f"{type(attention_for).__name__} {attention_for!r:.60}")
-        if isinstance(sentences, str) or not sentences:
-            raise ValueError(f"sentences must be a non-empty list of example texts, got "
-                             f"{type(sentences).__name__} {sentences!r:.60}")
+        if isinstance(sentences, str) or not isinstance(sentences, Sequence) or not sentences:
+            raise (ValueError if isinstance(sentences, str | Sequence) else TypeError)(
+                f"sentences must be a non-empty list of example texts, got "
+                f"{type(sentences).__name__} {sentences!r:.60}")
+        wrong = next((i for i, text in enumerate(sentences) if not isinstance(text, str)), None)
+        if wrong is not None:
+            raise TypeError(f"sentences[{wrong}] must be an example text (a str), got "
+                            f"{type(sentences[wrong]).__name__} {sentences[wrong]!r:.60}")
+        check_distinct(sentences, "sentences", "example texts (the menu would offer one twice)")
         for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
             check_int(value, name, minimum=1)
         self.attention_for = attention_for

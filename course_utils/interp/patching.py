@@ -73,6 +73,7 @@ from .ablation import (
     _check_model,
     _check_scores,
     _check_tokens,
+    _check_unused_means,
     _described,
     _head_keepers,
     _intact_kept,
@@ -165,16 +166,19 @@ def position_ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Seque
 
     ``method="zero"`` writes 0 there, ``method="mean"`` the head's mean output (``means``
     from :func:`~course_utils.interp.ablation.mean_head_outputs`, ``(L, h, dk)`` or ``(L, h, T, dk)``;
-    ``"zero"`` leaves ``means`` unused, so one call can loop over both methods). Switching a head
+    ``"zero"`` leaves ``means`` unused, so one call can loop over both methods, but checks it: a
+    means ``"mean"`` could not use is refused with either method). Switching a head
     off at every position gives :func:`~course_utils.interp.ablation.ablated_logits`.
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    heads = _check_heads(heads, model)
+    heads = check_distinct(_check_heads(heads, model), "heads", "heads (layer, head)")
     where = _check_where(where, tokens)  # (B, T)
     method = _check_method(method)
     if method == "mean":
         means = _check_means(means, model, tokens.shape[1])
+    else:
+        _check_unused_means(means, model, [tokens.shape[1]], per_evaluation=False)
     layers = _by_layer(heads)
     T = tokens.shape[1]
 
@@ -652,7 +656,9 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                     ) -> tuple[list[int], dict[frozenset, dict[str, float]]]:
     """For each order, how many of its heads can be switched off, first to last, before
     ``within(numbers)`` (a bool) first fails (``numbers`` as :func:`~course_utils.interp.ablation.measure`
-    returns them); ``len(order)`` if it never fails.
+    returns them); ``len(order)`` if it never fails. ``orders`` may repeat an order (each heads
+    once; :func:`~course_utils.interp.ablation.random_orders` over a few heads often draws one
+    twice): each repeat gets its own count, the same as the first, and is measured once.
 
     The orders advance together one head at a time; each distinct set of switched-off heads
     is measured once, the sets of one step split into ``chunks`` lists handed to ``map_fn``
@@ -676,7 +682,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     check_int(chunks, "chunks", minimum=1)
     check_int(per_run, "per_run", minimum=1)
     check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results")
-    _check_method(method)
+    if _check_method(method) == "zero":  # unused, but checked as measure checks it
+        _check_unused_means(means, model, [e.tokens.shape[1] for e in _check_evaluations(evaluations)])
     if not callable(within):
         raise TypeError(f"within must be a function (numbers: dict) -> bool, got {type(within).__name__}")
     orders = _check_orders(orders, model)

@@ -81,6 +81,14 @@ class Explorer:
             if not isinstance(control, widgets.ValueWidget):
                 raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
                                 f"got {type(control).__name__}")
+        if not isinstance(note, str):
+            raise TypeError(f"note must be a str (what a page without a widget front end shows), got "
+                            f"{type(note).__name__} {note!r:.60}")
+        if rows is not None and (isinstance(rows, str) or not isinstance(rows, Sequence) or not all(
+                isinstance(row, Sequence) and not isinstance(row, str)
+                and all(isinstance(name, str) for name in row) for row in rows)):
+            raise TypeError(f"rows must be None or a list of rows, each a list of control names (str), "
+                            f"such as [['layer', 'head']], got {type(rows).__name__} {rows!r:.60}")
         rows = [list(controls)] if rows is None else [list(row) for row in rows]
         placed = [name for row in rows for name in row]
         if sorted(placed) != sorted(controls) or not all(rows):

@@ -102,7 +102,10 @@ class PagedCache:
     def append(self, seq: object, k: Tensor, v: Tensor) -> None:
         """Add keys and values ``(g, T_new, dk)`` to the end of ``seq``, taking new blocks as the
         last one fills; a shared last block is first copied (copy on write). All or nothing: when
-        the pool has too few free blocks for the new tokens, nothing is written."""
+        the pool has too few free blocks for the new tokens, nothing is written. NaN and infinity
+        are stored as given, as the contiguous caches of :mod:`~course_utils.model.kv_cache` store
+        them (they propagate, as in attention; checking every append would cost a pass over the
+        new tokens)."""
         self._check_seq(seq)
         for name, t in (("k", k), ("v", v)):
             check_tensor(t, name, ndim=3, layout="(g, T_new, dk)")

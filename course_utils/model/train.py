@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from ..attention.validation import check_fits_in_memory, check_flag, check_int, check_record
+from ..attention.validation import check_callable, check_fits_in_memory, check_flag, check_int, check_record
 from ..env import check_seed, pick_device, torch_threads
 from ..tasks.synthetic import (
     AgreementBatch,
@@ -267,6 +267,8 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     check_int(eval_every, "eval_every", minimum=1)
     check_flag(stop_at_target, "stop_at_target")
     check_flag(progress, "progress")
+    if evaluate is not None:  # before the progress bar starts, not at the first evaluation
+        check_callable(evaluate, "evaluate", "None or a function model -> {metric name: number}", nargs=1)
     if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
                                or not math.isfinite(target)):
         raise ValueError(f"target must be a finite number (the level target_metric must reach) or None, "

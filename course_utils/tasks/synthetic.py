@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ..attention.validation import (
+    check_distinct,
     check_fits_in_memory,
     check_flag,
     check_holds_values,
@@ -169,12 +170,15 @@ class InductionTask:
     def sample(
         self, batch_size: int, generator: torch.Generator, *, periods: tuple[int, ...] | None = None
     ) -> InductionBatch:
-        """A batch whose periods are drawn uniformly from ``periods`` (default: training)."""
+        """A batch whose periods are drawn uniformly from ``periods`` (default: training; each
+        period once)."""
         _check_generator(generator)
         _check_count("batch_size", batch_size)
         periods = self.train_periods if periods is None else tuple(periods)
         if not periods:
             raise ValueError("periods must not be empty")
+        check_distinct(periods, "periods", "periods (they are drawn uniformly: a repeated one would be "
+                       "drawn more often)")
         for p in periods:
             _check_period(p)
             if p > self.vocab_size - 1 or p + 3 > self.seq_len:
@@ -233,6 +237,7 @@ def _check_logits(logits: object, tokens: Tensor, largest_id: int) -> None:
     if not logits.is_floating_point():
         raise TypeError(f"logits must be floating-point scores (the model's output), got dtype "
                         f"{logits.dtype}")
+    check_holds_values(logits, "logits")  # a meta tensor has no argmax to score
     if logits.shape[-1] <= largest_id:
         raise ValueError(f"logits must score every token id this metric reads, up to {largest_id} (so V > "
                          f"{largest_id}), got V = {logits.shape[-1]}: logits from a model of another task?")
@@ -452,6 +457,20 @@ class AgreementTask:
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {value}")
         check_int(self.max_len, "max_len (the longest sentence, in tokens)", minimum=1)
+        longest = max(self.templates, key=self._longest)
+        if self.max_len < self._longest(longest):
+            raise ValueError(f"max_len={self.max_len} is shorter than the longest sentence these templates "
+                             f"can make: {self._longest(longest)} tokens ({longest!r}: <bos>, "
+                             f"{TEMPLATES[longest]!r}, with an opener and every optional adjective, as "
+                             f"opener_p and adjective_p allow); pass max_len >= {self._longest(longest)}")
+
+    def _longest(self, template: str) -> int:
+        """The most tokens a sentence of ``template`` can have: ``<bos>``, its words, every
+        ``[adj]`` (if ``adjective_p`` > 0) and the longest opener (if ``opener_p`` > 0)."""
+        words = TEMPLATES[template].split()
+        adjectives = words.count("[adj]")
+        return (1 + len(words) - adjectives + (adjectives if self.adjective_p > 0 else 0)
+                + (max(map(len, OPENERS)) if self.opener_p > 0 else 0))
 
     @property
     def vocab_size(self) -> int:

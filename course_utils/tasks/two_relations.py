@@ -127,7 +127,10 @@ VALUE_KINDS = ("content", "tagged")
 
 @dataclass(frozen=True)
 class TwoKeyTask:
-    """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item. Sizes
+    """The two-key lookup. ``max_repeats=1`` gives every asked-for key exactly one item. The
+    distractors' keys are drawn with replacement from the ``num_keys - 2`` keys not asked for,
+    so ``num_keys`` may be below ``num_items`` (distractor keys then repeat more often; the
+    asked-for keys still appear only in their own copies). Sizes
     beyond this machine's memory are refused where they would be allocated, not here: the
     number of examples by :meth:`sample`, ``num_keys`` and ``num_symbols`` by :class:`LookupModel`."""
 

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
-from ..attention.validation import MAX_DECIMALS, check_int
+from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int
 from ..paths import DATA_DIR, path_kind
 
 __all__ = [
@@ -444,6 +444,8 @@ def _check_shown_decimals(decimals: object) -> int | None:
 def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
     """Round as people do on paper (0.0105 -> 0.011), not to the nearest even digit."""
     decimals = _check_decimals(decimals)
+    if isinstance(x, torch.Tensor):
+        check_holds_values(x, "x")  # a meta tensor has no numbers to round
     array = np.asarray(x)
     if array.dtype == object or array.dtype.kind not in "iuf":
         raise TypeError(f"x must be a number or an array of numbers, got {type(x).__name__} {x!r:.60} "
