@@ -70,10 +70,25 @@ TIMING_CASES = [
          lambda: TM.time_interleaved({"a": lambda: None}, baseline="a", repeats=1, warmup=0,
                                      progress=object()),
          TypeError, ["progress", "str", "or None", "object"]),
+    Case("bench_mha/baseline list", lambda: _bench_mha()(1, 4, 8, 2, repeats=1, baseline=["batched"]),
+         TypeError,
+         ["baseline", "function's name", "list ['batched']"]),
+    Case("time_cold/baseline list", lambda: _time_cold()({"a": lambda: None}, baseline=["a"]), TypeError,
+         ["baseline", "function's name", "list ['a']"]),
     Case("backend_rejection_reason/label list",
          lambda: SB.backend_rejection_reason(["flash"], *[torch.zeros(1, 1, 2, 4)] * 3), ValueError,
          ["label", "one of", "list ['flash']"]),
 ]
+
+
+def _bench_mha():
+    from course_utils.bench.mha_speed import bench_mha
+    return bench_mha
+
+
+def _time_cold():
+    from course_utils.bench.gqa_speed import time_cold
+    return time_cold
 
 
 @pytest.mark.parametrize("case", TIMING_CASES, ids=lambda c: c.name)

@@ -88,7 +88,7 @@ from .decode_step import (
     time_flushed,
 )
 from .decode_step import flush_bytes as flush_bytes_default
-from .timing import Timing, check_round_counts, interleaved_samples
+from .timing import Timing, check_function_name, check_round_counts, interleaved_samples
 
 __all__ = [
     "SHARING_METHODS",
@@ -732,6 +732,7 @@ def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progr
     if not isinstance(steps, dict) or not steps:
         raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
                          f"{type(steps).__name__} {steps!r:.60}")
+    check_function_name(baseline, "baseline")
     if baseline not in steps:
         raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
     if flush_bytes is not None:

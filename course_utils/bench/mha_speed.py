@@ -47,6 +47,7 @@ from .timing import (
     Timing,
     _inner_for,
     _sync_for,
+    check_function_name,
     check_round_counts,
     format_spread_table,
     format_table,
@@ -160,6 +161,7 @@ def bench_mha(
             or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
                          f"sample), got {type(target_sample_s).__name__} {target_sample_s!r}")
+    check_function_name(baseline, "baseline")
     modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
     if baseline not in modules:
         raise ValueError(f"baseline {baseline!r} is not one of {list(modules)}")

@@ -26,6 +26,7 @@ __all__ = [
     "Timing",
     "MAX_REPEATS",
     "check_round_counts",
+    "check_function_name",
     "interleaved_samples",
     "time_interleaved",
     "format_table",
@@ -173,7 +174,7 @@ def time_interleaved(
     label for a text progress bar (tqdm) over the rounds; None shows none. ``clock``: as in
     :func:`interleaved_samples` (``time.thread_time`` for one-thread work on a busy machine)."""
     _check_functions(fns)
-    _check_key(baseline, "baseline")
+    check_function_name(baseline, "baseline")
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
     repeats, warmup, inner = check_round_counts(repeats, warmup, inner)  # before the bar adds them
@@ -196,7 +197,7 @@ def time_interleaved(
     return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
 
 
-def _check_key(value: object, name: str) -> None:
+def check_function_name(value: object, name: str) -> None:
     """``value`` names a function (a str, or another hashable key such as a tuple): a list
     cannot be looked up among the names."""
     try:
@@ -216,7 +217,7 @@ def _check_timings(timings: object, baseline: object) -> Timing:
     if wrong is not None:
         raise TypeError(f"timings[{wrong}] must be a Timing, got {type(timings[wrong]).__name__}")
     check_distinct([t.name for t in timings], "the timings' names", "names (one Timing per function)")
-    _check_key(baseline, "baseline")
+    check_function_name(baseline, "baseline")
     by_name = {t.name: t for t in timings}
     if baseline not in by_name:
         raise ValueError(f"baseline {baseline!r} is not one of the timings {list(by_name)}")
@@ -253,7 +254,7 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
     slows both sides of ratio ``i``: the ratios are steadier than the times themselves.
     """
     _check_timings(timings, baseline)
-    _check_key(name, "name")
+    check_function_name(name, "name")
     by_name = {t.name: t for t in timings}
     for n in (name, baseline):
         if n not in by_name:
