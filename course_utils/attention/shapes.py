@@ -109,6 +109,9 @@ class TraceStep:
     contiguous: bool
     is_parameter: bool = False
 
+    def __post_init__(self) -> None:
+        check_record(self)
+
     @property
     def symbolic_text(self) -> str:
         return "(" + ", ".join(self.symbolic) + ")"

@@ -581,6 +581,9 @@ class WholeStep:
     conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
+    def __post_init__(self) -> None:
+        check_record(self)
+
     def weights_gb_per_s(self, batch: int, context: int) -> float:
         """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""
         mha = self.row(batch, context, self.num_heads)

@@ -215,6 +215,9 @@ class DecodeBench:
     conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
+    def __post_init__(self) -> None:
+        check_record(self)
+
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
             if r.num_kv_heads == num_kv_heads:

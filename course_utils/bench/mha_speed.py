@@ -39,6 +39,7 @@ from ..attention.validation import (
     check_int_list,
     check_linear_weights_fit,
     check_matches_module,
+    check_record,
     check_table,
     check_tensor,
 )
@@ -295,6 +296,9 @@ class DeviceComparison:
     agree: dict[str, bool]
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     @property
     def atol(self) -> float:

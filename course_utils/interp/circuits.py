@@ -26,6 +26,7 @@ from ..attention.validation import (
     check_index,
     check_int,
     check_real,
+    check_record,
     check_tensor,
     describe_shape,
 )
@@ -50,6 +51,9 @@ class HeadTrace:
     attention: list[torch.Tensor]
     head_outputs: list[torch.Tensor]
     residual: list[torch.Tensor]
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
 
 def _check_model(model: object) -> None:

@@ -37,6 +37,7 @@ from ..attention.validation import (
     check_int,
     check_int_list,
     check_real,
+    check_record,
     check_rows,
     describe_shape,
 )
@@ -81,6 +82,9 @@ class InductionBatch:
     tokens: Tensor
     periods: Tensor
     scored: Tensor
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     @property
     def targets(self) -> Tensor:
@@ -331,6 +335,9 @@ class AgreementBatch:
     correct_id: Tensor
     wrong_id: Tensor
     template: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
@@ -607,6 +614,9 @@ class MixtureBatch:
     targets: Tensor
     real: Tensor
     num_induction: int
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     def task_parts(self) -> list[tuple[Tensor, Tensor]]:
         """The batch as ``[(tokens, targets)]`` per task: the induction rows ``(n, T)``, then the

@@ -44,6 +44,7 @@ from ..attention.validation import (
     check_int_list,
     check_linear_weights_fit,
     check_real,
+    check_record,
     check_rows,
 )
 from ..env import seed_everything, torch_threads
@@ -295,6 +296,9 @@ class RunResult:
     relation_accuracy: tuple[float, float]  # final accuracy of symbol a alone, of symbol b alone
     model: LookupModel = field(repr=False)
     recorded: dict[int, Any] = field(default_factory=dict, repr=False)  # step -> on_eval's result
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
     @property
     def final_accuracy(self) -> float:

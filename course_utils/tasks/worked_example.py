@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
-from ..attention.validation import MAX_DECIMALS, check_int
+from ..attention.validation import MAX_DECIMALS, check_int, check_record
 from ..paths import DATA_DIR, path_kind
 
 __all__ = [
@@ -153,6 +153,9 @@ class Head:
     w_k: Table
     w_v: Table
 
+    def __post_init__(self) -> None:
+        check_record(self)
+
     @property
     def d_k(self) -> int:
         return self.w_q.shape[1]
@@ -173,6 +176,9 @@ class CheapExpansion:
     products: np.ndarray  # (2,) their printed products (1.194, 2.509)
     sum: float  # their printed sum (3.703)
 
+    def __post_init__(self) -> None:
+        check_record(self, signed=("total", "sum"))
+
 
 @dataclass(frozen=True)
 class WorkedExample:
@@ -185,6 +191,9 @@ class WorkedExample:
     w_o: Table  # (sum of d_v, d_model) = (5, 6)
     article: dict[str, Table]  # printed results, keyed by PRINTED_STEPS
     cheap: CheapExpansion
+
+    def __post_init__(self) -> None:
+        check_record(self)
 
 
 # -- validation helpers ---------------------------------------------------------------
