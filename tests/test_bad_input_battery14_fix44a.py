@@ -16,7 +16,7 @@ import torch
 import course_utils
 from course_utils.attention.shapes import TraceStep
 from course_utils.bench.decode_step import StepRow, WholeStep
-from course_utils.bench.gqa_speed import DecodeBench
+from course_utils.bench.gqa_speed import DecodeBench, DecodeRow
 from course_utils.bench.mha_speed import DeviceComparison
 from course_utils.interp.circuits import HeadTrace
 from course_utils.tasks.synthetic import AgreementBatch, InductionBatch, MixtureBatch
@@ -74,7 +74,8 @@ def _step_row() -> StepRow:
                        (0, ""), 0), "WholeStep.rows"),
     (lambda: DecodeBench(4, 16, 8, 1, None, 1, [], [1e-3], [], 0), "DecodeBench.batch"),
     (lambda: DecodeBench(4, 16, 8, 1, 1, 1, None, [1e-3], [], 0), "DecodeBench.rows"),
-    (lambda: DecodeBench(4, 16, 8, 1, 1, 1, [], [1e-3], [], 0, read_one_thread_s=[-1.0]),
+    (lambda: DecodeBench(4, 16, 8, 1, 1, 1, [DecodeRow(4, 100, {"course": [1e-3]})], [1e-3], [], 0,
+                         read_one_thread_s=[-1.0]),
      "DecodeBench.read_one_thread_s[0]"),
     (lambda: DeviceComparison("t", [], {"cpu": float("nan")}, 0.1, 1.0, {}), "DeviceComparison.max_abs_diff"),
     (lambda: DeviceComparison("t", [], {}, 0.1, float("inf"), {}), "DeviceComparison.reference_std"),
@@ -152,3 +153,69 @@ def test_raising_mistake_refuses_loose_and_pattern_of_the_wrong_kind(kwargs: dic
 
     with pytest.raises((TypeError, ValueError), match=re.escape(label)):
         RaisingMistake(**{"key": "k", "message": "m", "hint": "h", **kwargs})
+
+
+# -- fields a method relies on: order, choice, non-empty ------------------------------------------
+def test_ratio_spread_refuses_q1_above_q3() -> None:
+    from course_utils.bench.timing import RatioSpread
+
+    with pytest.raises(ValueError, match=r"RatioSpread\('a'\) must have q1 <= q3"):
+        RatioSpread("a", "b", 1.0, 2.0, 0.5, 0.1, 3.0, 5)
+
+
+def test_ratio_spread_of_equal_ratios_is_accepted() -> None:
+    """The ordering check leaves room for the rounding of statistics.quantiles."""
+    from course_utils.bench.timing import Timing, ratio_spread
+
+    timings = [Timing("a", 0.3, 3.0, [0.3] * 7), Timing("b", 0.1, 1.0, [0.1] * 7)]
+    spread = ratio_spread(timings, "a", "b")
+    assert spread.q1 <= spread.q3 * (1 + 1e-9) and "slower" in spread.verdict()
+
+
+def test_stage_row_refuses_a_stage_it_does_not_time() -> None:
+    from course_utils.bench.gqa_speed import StageRow
+
+    with pytest.raises(ValueError, match=r"StageRow\.stage must be one of 'scores'"):
+        StageRow("zz", 1, 1.0, 100)
+
+
+def test_history_to_dict_names_a_nan_loss_appended_after_construction() -> None:
+    from course_utils.model.train import History
+
+    history = History("induction")
+    history.steps.append(1)
+    history.loss.append(float("nan"))
+    with pytest.raises(ValueError, match=r"History\.loss\[0\]"):
+        history.to_dict()
+
+
+def test_history_task_is_a_free_label_as_documented() -> None:
+    """Documented, not refused: train_model's task is any label ("custom" by default)."""
+    from course_utils.model.train import History
+
+    assert History("zz").to_dict()["task"] == "zz"
+    assert "any str" in History.__doc__
+
+
+def test_step_row_without_samples_names_the_field_in_best_s() -> None:
+    with pytest.raises(ValueError, match=r"StepRow\.samples_s is empty"):
+        StepRow(1, 8, 1, 100, 100).best_s  # noqa: B018 (the property raises)
+
+
+@pytest.mark.parametrize(("make", "label"), [
+    (lambda: WholeStep(64, 4, 2, 4, torch.float32, "fused", 1, [], [1e-3], 10, (0, ""), 0), "WholeStep.rows"),
+    (lambda: WholeStep(64, 4, 2, 4, torch.float32, "fused", 1, [_step_row()], [], 10, (0, ""), 0),
+     "WholeStep.read_s"),
+    (lambda: DecodeBench(4, 16, 8, 1, 1, 1, [], [1e-3], [], 0), "DecodeBench.rows"),
+])
+def test_records_refuse_an_empty_list_their_methods_take_the_best_of(make, label: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(label) + " must hold at least one item"):
+        make()
+
+
+def test_decode_bench_names_a_probe_that_was_not_timed() -> None:
+    bench = DecodeBench(4, 16, 8, 1, 1, 1, [DecodeRow(4, 100, {"course": [1e-3]})], [1e-3], [], 0)
+    with pytest.raises(ValueError, match=r"DecodeBench\.read_s is empty"):
+        bench.read_gb_per_s  # noqa: B018 (the property raises)
+    with pytest.raises(ValueError, match=r"DecodeBench\.copy_s is empty"):
+        bench.copy_gb_per_s  # noqa: B018

@@ -122,7 +122,9 @@ class ShapeTrace:
     """The steps of one multi-head attention forward pass, in order.
 
     ``tensors`` holds every recorded tensor by step name (detached). ``max_abs_diff``
-    compares the traced output and weights with the module's own forward pass.
+    compares the traced output and weights with the module's own forward pass: NaN until
+    compared, and it may be infinite (one side overflowed where the other did not), so the
+    record takes both.
     """
 
     sizes: dict[str, int]

@@ -274,6 +274,11 @@ class RatioSpread:
             _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}")
         self.repeats = check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1)
         check_record(self)  # the rest: name and baseline are str
+        # verdict reads q1 and q3; the slack absorbs the rounding of statistics.quantiles
+        if self.q1 > self.q3 * (1 + 1e-9) or self.low > self.high:
+            raise ValueError(f"RatioSpread({self.name!r}) must have q1 <= q3 and low <= high (quartiles and "
+                             f"range of the ratios), got q1={self.q1!r}, q3={self.q3!r}, low={self.low!r}, "
+                             f"high={self.high!r}")
 
     def verdict(self) -> str:
         """One sentence: slower / faster / no clear difference, decided by the middle half."""

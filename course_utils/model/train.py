@@ -124,7 +124,11 @@ class History:
     ``eval_metrics`` hold the held-out metrics measured every ``eval_every`` steps.
     ``train_seconds`` counts making batches and optimiser steps (not evaluations);
     ``steps_to_target``/``seconds_to_target`` are the first evaluation at which
-    ``target_metric`` reached ``target`` (``None`` if never).
+    ``target_metric`` reached ``target`` (``None`` if never). ``task`` is a label, any str
+    (:func:`train_model`'s ``task``, ``"custom"`` by default), not a choice from a list.
+    :meth:`to_dict` checks the fields again, as they may have been appended to since: a NaN
+    loss (which :func:`train_model` never records: it stops with FloatingPointError) is named
+    there rather than written into the JSON.
     """
 
     task: str
@@ -161,6 +165,7 @@ class History:
         return [m[name] for m in self.eval_metrics]
 
     def to_dict(self) -> dict:
+        self.__post_init__()
         return asdict(self)
 
 
