@@ -1055,7 +1055,7 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
         return lambda value, label: check_int(value, label, minimum=low)
     if hint is float:
         def real(value: object, label: str) -> None:
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
                 raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r:.60}")
             if nan_ok and not math.isfinite(value):
                 return
@@ -1075,7 +1075,11 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
             if not isinstance(value, (list, tuple)) or (fixed and len(value) != len(items)):
                 raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
             for i, item in enumerate(value):
-                items[i if fixed else 0](item, f"{label}[{i}]")
+                check = items[i if fixed else 0]
+                try:
+                    check(item, label)
+                except (TypeError, ValueError):  # again, naming the item (no label built per item)
+                    check(item, f"{label}[{i}]")
         return sequence
     if origin is dict:
         key_check, value_check = (_type_check(a, nan_ok, signed, positive) for a in args or (object, object))
