@@ -75,8 +75,8 @@ class Evaluation:
     score: Callable[[Tensor], dict[str, float]]
 
     def __post_init__(self) -> None:
-        _check_tokens(self.tokens, "Evaluation.tokens")
-        check_callable(self.score, "Evaluation.score",
+        _check_tokens(self.tokens, f"{type(self).__name__}.tokens")  # Evaluation or EvaluationAt
+        check_callable(self.score, f"{type(self).__name__}.score",
                        "a function logits (B, T, V) -> {name: number}, such as lambda logits: "
                        "{'loss': average_loss(logits, targets)}")
 

@@ -136,15 +136,15 @@ class InductionTask:
     heldout_periods: tuple[int, ...] = (5, 10, 13)
 
     def __post_init__(self) -> None:
-        _check_count("vocab_size", self.vocab_size)
-        _check_count("seq_len", self.seq_len)
+        _check_count("InductionTask.vocab_size", self.vocab_size)
+        _check_count("InductionTask.seq_len", self.seq_len)
         # one sequence of sample(): a permutation of the vocabulary (12 bytes a token) and its rows
         per_sequence = {"vocab_size": 12 * int(self.vocab_size), "seq_len": 48 * int(self.seq_len)}
         check_fits_in_memory(sum(per_sequence.values()), max(per_sequence, key=per_sequence.__getitem__),
                              f"one sequence of {self.seq_len} tokens drawn from {self.vocab_size:,} "
                              f"(a permutation of the vocabulary per sequence)")
         for name in ("train_periods", "heldout_periods"):  # a lone int or a str is not a list of periods
-            check_int_list(getattr(self, name), name)
+            check_int_list(getattr(self, name), f"InductionTask.{name}")
         for name in ("train_periods", "heldout_periods"):  # sampling is uniform over the entries
             periods = list(getattr(self, name))
             repeated = sorted({p for p in periods if periods.count(p) > 1})
@@ -443,7 +443,8 @@ class AgreementTask:
 
     def __post_init__(self) -> None:
         if isinstance(self.templates, (str, bytes)) or not isinstance(self.templates, (tuple, list)):
-            raise TypeError(f"templates must be a tuple of template names from {list(TEMPLATES)}, got "
+            raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
+                            f"{list(TEMPLATES)}, got "
                             f"{type(self.templates).__name__} {self.templates!r:.60}")
         unknown = [t for t in self.templates if t not in TEMPLATES]
         if unknown or not self.templates:
@@ -455,10 +456,10 @@ class AgreementTask:
             raise ValueError(f"templates must list each template once (a repeated one would be drawn "
                              f"more often), got {tuple(self.templates)}, which repeats {repeated}")
         for name in ("attractor_p", "adjective_p", "opener_p"):
-            value = check_real(getattr(self, name), f"{name} (a probability in [0, 1])")
+            value = check_real(getattr(self, name), f"AgreementTask.{name} (a probability in [0, 1])")
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {value}")
-        check_int(self.max_len, "max_len (the longest sentence, in tokens)", minimum=1)
+                raise ValueError(f"AgreementTask.{name} must lie in [0, 1], got {value}")
+        check_int(self.max_len, "AgreementTask.max_len (the longest sentence, in tokens)", minimum=1)
 
     @property
     def vocab_size(self) -> int:
@@ -649,16 +650,20 @@ class MixtureTask:
 
     def __post_init__(self) -> None:
         if not isinstance(self.induction, InductionTask) or not isinstance(self.agreement, AgreementTask):
-            raise TypeError("induction and agreement must be an InductionTask and an AgreementTask")
+            raise TypeError(f"MixtureTask.induction and MixtureTask.agreement must be an InductionTask "
+                            f"and an AgreementTask, got {type(self.induction).__name__} and "
+                            f"{type(self.agreement).__name__}")
         if self.agreement.max_len > self.induction.seq_len:  # the two kinds share one (B, T) batch
             raise ValueError(
                 f"agreement.max_len must be at most induction.seq_len={self.induction.seq_len} (sentences "
                 f"are padded to the induction length, induction sequences are not), got "
                 f"{self.agreement.max_len}"
             )
-        check_real(self.induction_share, "induction_share (a share strictly between 0 and 1)")
+        check_real(self.induction_share,
+                   "MixtureTask.induction_share (a share strictly between 0 and 1)")
         if not 0.0 < self.induction_share < 1.0:
-            raise ValueError(f"induction_share must lie strictly between 0 and 1, got {self.induction_share}")
+            raise ValueError(f"MixtureTask.induction_share must lie strictly between 0 and 1, "
+                             f"got {self.induction_share}")
         if BOS == BOS_ID:
             raise ValueError("the two tasks' start tokens must differ")
 

@@ -138,11 +138,11 @@ class TwoKeyTask:
     max_repeats: int = 3
 
     def __post_init__(self) -> None:
-        check_int(self.num_items, "num_items", minimum=2)
-        check_int(self.num_keys, "num_keys", minimum=3)  # a, b and at least one distractor key
+        check_int(self.num_items, "TwoKeyTask.num_items", minimum=2)
+        check_int(self.num_keys, "TwoKeyTask.num_keys", minimum=3)  # a, b and at least one distractor key
         # a class is a * V + b, a torch.int64: V * V must fit in it (3,037,000,499 squared does)
-        check_int(self.num_symbols, "num_symbols", minimum=2, maximum=math.isqrt(2**63 - 1))
-        check_int(self.max_repeats, "max_repeats", minimum=1)
+        check_int(self.num_symbols, "TwoKeyTask.num_symbols", minimum=2, maximum=math.isqrt(2**63 - 1))
+        check_int(self.max_repeats, "TwoKeyTask.max_repeats", minimum=1)
         if 2 * self.max_repeats > self.num_items:
             raise ValueError(
                 f"num_items={self.num_items} cannot hold max_repeats={self.max_repeats} copies of "
@@ -274,11 +274,11 @@ class RelationsConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
-            check_int(getattr(self, name), name, minimum=1)
-        if check_real(self.lr, "lr") <= 0:  # NaN, infinity, bools and strings refused by name there
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+            check_int(getattr(self, name), f"RelationsConfig.{name}", minimum=1)
+        if check_real(self.lr, "RelationsConfig.lr") <= 0:  # NaN, infinity, bools, strings refused there
+            raise ValueError(f"RelationsConfig.lr must be a finite number > 0, got {self.lr!r}")
         if self.values not in VALUE_KINDS:
-            raise ValueError(f"values must be one of {VALUE_KINDS}, got {self.values!r}")
+            raise ValueError(f"RelationsConfig.values must be one of {VALUE_KINDS}, got {self.values!r}")
         for name in ("batch_size", "eval_size"):  # before training draws the first batch
             n = getattr(self, name)
             check_fits_in_memory(n * _MIN_BYTES_PER_EXAMPLE, name, f"{n:,} examples of at least "
