@@ -240,3 +240,46 @@ def test_model_run_keeps_a_nan_loss_as_documented() -> None:
 
     assert math.isnan(ModelRun(torch.zeros(1, 2, 3), 0.5, float("nan")).loss)
     assert "may be NaN" in ModelRun.__doc__
+
+
+# -- task batches: dtype and shape of their tensors -----------------------------------------------
+def _long(*shape: int) -> torch.Tensor:
+    return torch.zeros(shape, dtype=torch.long)
+
+
+def _bool(*shape: int) -> torch.Tensor:
+    return torch.zeros(shape, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(("make", "error", "label"), [
+    (lambda: InductionBatch(torch.zeros(2, 5), _long(2), _bool(2, 5)), TypeError, "InductionBatch.tokens"),
+    (lambda: InductionBatch(_long(2, 5, 1), _long(2), _bool(2, 5)), ValueError, "InductionBatch.tokens"),
+    (lambda: InductionBatch(_long(2, 5), _long(3), _bool(2, 5)), ValueError, "InductionBatch.periods"),
+    (lambda: InductionBatch(_long(2, 5), _long(2), torch.full((2, 5), float("nan"))), TypeError,
+     "InductionBatch.scored"),
+    (lambda: InductionBatch(_long(2, 5), _long(2), _bool(10)), ValueError, "InductionBatch.scored"),
+    (lambda: AgreementBatch(_long(2, 5), _long(2), _long(2), torch.full((2,), float("nan")), _bool(2),
+                            _bool(2), _long(2), _long(2)), TypeError, "AgreementBatch.verb_pos"),
+    (lambda: AgreementBatch(_long(2, 5), _long(2), _long(2, 1), _long(2), _bool(2), _bool(2), _long(2),
+                            _long(2)), ValueError, "AgreementBatch.subject_pos"),
+    (lambda: AgreementBatch(_long(2, 5), _long(2), _long(2), _long(2), _bool(2), _bool(2), _long(2),
+                            _long(2), ["simple"]), ValueError, "AgreementBatch.template"),
+    (lambda: MixtureBatch(_long(10), _long(10), _bool(10), 0), ValueError, "MixtureBatch.tokens"),
+    (lambda: MixtureBatch(_long(2, 5), _long(2, 5, 1), _bool(2, 5), 0), ValueError, "MixtureBatch.targets"),
+    (lambda: MixtureBatch(_long(2, 5), _long(2, 5), _bool(2, 5), 3), ValueError,
+     "MixtureBatch.num_induction"),
+])
+def test_task_batches_refuse_tensors_of_the_wrong_dtype_or_shape(make, error: type, label: str) -> None:
+    with pytest.raises(error, match=re.escape(label)):
+        make()
+
+
+def test_task_batches_sampled_and_taken_pass_their_own_checks() -> None:
+    from course_utils.tasks.synthetic import AgreementTask, InductionTask, MixtureTask
+
+    for task in (InductionTask(), AgreementTask(), MixtureTask()):
+        batch = task.sample(4, torch.Generator().manual_seed(0))
+        assert batch.tokens.shape[0] == 4
+    agreement = AgreementTask().sample(4, torch.Generator().manual_seed(0))
+    assert agreement.take(torch.tensor([0, 2])).tokens.shape[0] == 2
+

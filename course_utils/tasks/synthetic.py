@@ -73,6 +73,25 @@ IGNORE_INDEX = -100  # targets with this value are left out of the loss (F.cross
 BOS = 0  # induction task: token 0 starts every sequence; ordinary tokens are 1 .. vocab_size-1
 
 
+def _check_batch_tensors(batch: object, **fields: tuple[torch.dtype, str]) -> None:
+    """The tensors of a task's batch record: each ``field=(dtype, dims)`` holds that dtype and is
+    ``(B, T)`` (``"BT"``) or ``(B,)`` (``"B"``), B and T read from ``batch.tokens``. Only the
+    dtype and the shape are read (no values): batches are made at every training step."""
+    kind = type(batch).__name__
+    tokens = batch.tokens
+    if tokens.ndim != 2:
+        raise ValueError(f"{kind}.tokens must be (B, T), got shape {tuple(tokens.shape)}")
+    for name, (dtype, dims) in fields.items():
+        value = getattr(batch, name)
+        want = tuple(tokens.shape) if dims == "BT" else tuple(tokens.shape[:1])
+        layout = "(B, T)" if dims == "BT" else "(B,)"
+        if value.dtype != dtype:
+            raise TypeError(f"{kind}.{name} must be a {dtype} tensor {layout}, got dtype {value.dtype}")
+        if tuple(value.shape) != want:
+            raise ValueError(f"{kind}.{name} must be {layout} = {want} (B, T from tokens), got shape "
+                             f"{tuple(value.shape)}")
+
+
 @dataclass
 class InductionBatch:
     """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)``; ``scored`` ``(B, T)`` bool marks the
@@ -85,6 +104,8 @@ class InductionBatch:
 
     def __post_init__(self) -> None:
         check_record(self)
+        _check_batch_tensors(self, tokens=(torch.long, "BT"), periods=(torch.long, "B"),
+                             scored=(torch.bool, "BT"))
 
     @property
     def targets(self) -> Tensor:
@@ -338,6 +359,13 @@ class AgreementBatch:
 
     def __post_init__(self) -> None:
         check_record(self)
+        _check_batch_tensors(self, tokens=(torch.long, "BT"), lengths=(torch.long, "B"),
+                             subject_pos=(torch.long, "B"), verb_pos=(torch.long, "B"),
+                             plural=(torch.bool, "B"), attractor=(torch.bool, "B"),
+                             correct_id=(torch.long, "B"), wrong_id=(torch.long, "B"))
+        if self.template and len(self.template) != self.tokens.shape[0]:
+            raise ValueError(f"AgreementBatch.template must name one template per sentence "
+                             f"({self.tokens.shape[0]}) or be empty, got {len(self.template)} names")
 
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
@@ -618,6 +646,11 @@ class MixtureBatch:
 
     def __post_init__(self) -> None:
         check_record(self)
+        _check_batch_tensors(self, tokens=(torch.long, "BT"), targets=(torch.long, "BT"),
+                             real=(torch.bool, "BT"))
+        if self.num_induction > self.tokens.shape[0]:
+            raise ValueError(f"MixtureBatch.num_induction must be at most the batch's {self.tokens.shape[0]} "
+                             f"rows, got {self.num_induction}")
 
     def task_parts(self) -> list[tuple[Tensor, Tensor]]:
         """The batch as ``[(tokens, targets)]`` per task: the induction rows ``(n, T)``, then the
