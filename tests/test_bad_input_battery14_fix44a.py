@@ -283,3 +283,14 @@ def test_task_batches_sampled_and_taken_pass_their_own_checks() -> None:
     agreement = AgreementTask().sample(4, torch.Generator().manual_seed(0))
     assert agreement.take(torch.tensor([0, 2])).tokens.shape[0] == 2
 
+
+@pytest.mark.parametrize(("steps", "accuracy", "label"), [
+    ([], [], "RunResult.steps must hold at least one item"),
+    ([1, 2], [0.5], "RunResult.accuracy must hold one"),
+])
+def test_run_result_refuses_an_accuracy_curve_final_accuracy_cannot_read(steps, accuracy, label) -> None:
+    from course_utils.tasks.two_relations import LookupModel
+
+    model = LookupModel.__new__(LookupModel)  # the checks before it refuse first; no model is built
+    with pytest.raises(ValueError, match=re.escape(label)):
+        RunResult(2, 0, steps, accuracy, (0.5, 0.5), model)

@@ -298,7 +298,10 @@ class RunResult:
     recorded: dict[int, Any] = field(default_factory=dict, repr=False)  # step -> on_eval's result
 
     def __post_init__(self) -> None:
-        check_record(self)
+        check_record(self, nonempty=("steps", "accuracy"))  # final_accuracy reads the last one
+        if len(self.steps) != len(self.accuracy):
+            raise ValueError(f"RunResult.accuracy must hold one accuracy per step in RunResult.steps "
+                             f"({len(self.steps)}), got {len(self.accuracy)}")
 
     @property
     def final_accuracy(self) -> float:
