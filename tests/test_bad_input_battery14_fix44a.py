@@ -294,3 +294,27 @@ def test_run_result_refuses_an_accuracy_curve_final_accuracy_cannot_read(steps, 
     model = LookupModel.__new__(LookupModel)  # the checks before it refuse first; no model is built
     with pytest.raises(ValueError, match=re.escape(label)):
         RunResult(2, 0, steps, accuracy, (0.5, 0.5), model)
+
+
+def _trace_parts(B: int = 1, T: int = 3, layers: int = 2) -> dict:
+    return {"logits": torch.zeros(B, T, 5), "attention": [torch.zeros(B, 2, T, T) for _ in range(layers)],
+            "head_outputs": [torch.zeros(B, 2, T, 4) for _ in range(layers)],
+            "residual": [torch.zeros(B, T, 4) for _ in range(layers + 1)]}
+
+
+@pytest.mark.parametrize(("change", "label"), [
+    ({"logits": torch.zeros(3, 5)}, "HeadTrace.logits"),
+    ({"residual": [torch.zeros(1, 3, 4)] * 2}, "HeadTrace.residual must hold 3"),
+    ({"attention": [torch.zeros(1, 2, 3, 3)]}, "HeadTrace.attention must be empty"),
+    ({"head_outputs": [torch.zeros(1, 2, 3, 4), torch.zeros(2, 3, 4)]}, "HeadTrace.head_outputs[1]"),
+    ({"head_outputs": [torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 7, 4)]}, "HeadTrace.head_outputs[1]"),
+    ({"residual": [torch.zeros(1, 3, 4), torch.zeros(2, 3, 4), torch.zeros(1, 3, 4)]},
+     "HeadTrace.residual[1]"),
+])
+def test_head_trace_refuses_parts_that_do_not_fit_its_logits(change: dict, label: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=re.escape(label)):
+        HeadTrace(**{**_trace_parts(), **change})
+
+
+def test_head_trace_without_attention_is_accepted() -> None:
+    assert HeadTrace(**{**_trace_parts(), "attention": []}).attention == []
