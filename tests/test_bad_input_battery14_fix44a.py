@@ -318,3 +318,10 @@ def test_head_trace_refuses_parts_that_do_not_fit_its_logits(change: dict, label
 
 def test_head_trace_without_attention_is_accepted() -> None:
     assert HeadTrace(**{**_trace_parts(), "attention": []}).attention == []
+
+
+def test_timing_refuses_a_name_that_is_not_a_str() -> None:
+    from course_utils.bench.timing import Timing
+
+    with pytest.raises(TypeError, match=r"Timing\.name must be a str, got list"):
+        Timing(["a"], 1e-3, 1.0, [1e-3])

@@ -52,6 +52,7 @@ class Timing:
         for label, value in (("median_s", self.median_s), ("ratio", self.ratio),
                              *((f"samples_s[{i}]", v) for i, v in enumerate(self.samples_s))):
             _check_duration(value, f"Timing({self.name!r}).{label}")
+        check_record(self)  # the rest: name is a str
 
     @property
     def best_s(self) -> float:
