@@ -325,3 +325,13 @@ def test_timing_refuses_a_name_that_is_not_a_str() -> None:
 
     with pytest.raises(TypeError, match=r"Timing\.name must be a str, got list"):
         Timing(["a"], 1e-3, 1.0, [1e-3])
+
+
+@pytest.mark.parametrize("cls_name", ["ablation.Evaluation", "patching.EvaluationAt"])
+def test_evaluation_refuses_a_score_of_the_wrong_arity(cls_name: str) -> None:
+    module, name = cls_name.split(".")
+    cls = getattr(importlib.import_module(f"course_utils.interp.{module}"), name)
+    extra = {"positions": torch.zeros(1, dtype=torch.long)} if name == "EvaluationAt" else {}
+    with pytest.raises(TypeError, match=rf"{name}\.score .* cannot take 1"):
+        cls(tokens=torch.zeros(1, 3, dtype=torch.long), score=lambda: {}, **extra)
+    assert "runs when the evaluation does" in " ".join(cls.__doc__.split()) or name == "EvaluationAt"

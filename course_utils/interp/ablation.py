@@ -69,7 +69,11 @@ METHODS = ("zero", "mean")
 
 @dataclass
 class Evaluation:
-    """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``."""
+    """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``.
+
+    ``score`` is checked here for what can be seen without running it (a function of one
+    argument); it runs when the evaluation does, where what it returns is checked and named
+    (``{name: number}``), and an error it raises is its own and reaches the caller as it is."""
 
     tokens: Tensor
     score: Callable[[Tensor], dict[str, float]]
@@ -78,7 +82,7 @@ class Evaluation:
         _check_tokens(self.tokens, f"{type(self).__name__}.tokens")  # Evaluation or EvaluationAt
         check_callable(self.score, f"{type(self).__name__}.score",
                        "a function logits (B, T, V) -> {name: number}, such as lambda logits: "
-                       "{'loss': average_loss(logits, targets)}")
+                       "{'loss': average_loss(logits, targets)}", nargs=1)
 
 
 # -- validation --------------------------------------------------------------------------
