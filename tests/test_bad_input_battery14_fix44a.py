@@ -335,3 +335,28 @@ def test_evaluation_refuses_a_score_of_the_wrong_arity(cls_name: str) -> None:
     with pytest.raises(TypeError, match=rf"{name}\.score .* cannot take 1"):
         cls(tokens=torch.zeros(1, 3, dtype=torch.long), score=lambda: {}, **extra)
     assert "runs when the evaluation does" in " ".join(cls.__doc__.split()) or name == "EvaluationAt"
+
+
+@pytest.mark.parametrize(("change", "label"), [
+    ({"article": {}}, "WorkedExample.article must hold the printed steps"),
+    ({"people": ()}, "WorkedExample.people must hold at least one item"),
+    ({"features": ("a",)}, "WorkedExample.x must be (people, features)"),
+])
+def test_worked_example_refuses_parts_that_do_not_fit(change: dict, label: str) -> None:
+    from course_utils.tasks.worked_example import load_worked_example
+
+    with pytest.raises(ValueError, match=re.escape(label)):
+        dataclasses.replace(load_worked_example(), **change)
+
+
+@pytest.mark.parametrize(("change", "label"), [
+    ({"weights": np.full(5, np.nan)}, "CheapExpansion.weights"),
+    ({"head_outputs": np.zeros((5, 1))}, "CheapExpansion.head_outputs"),
+    ({"products": np.zeros(3)}, "CheapExpansion.products"),
+    ({"positions": (0, 9)}, "CheapExpansion.positions"),
+])
+def test_cheap_expansion_refuses_arrays_that_do_not_fit(change: dict, label: str) -> None:
+    from course_utils.tasks.worked_example import load_worked_example
+
+    with pytest.raises(ValueError, match=re.escape(label)):
+        dataclasses.replace(load_worked_example().cheap, **change)

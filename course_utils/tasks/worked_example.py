@@ -178,6 +178,17 @@ class CheapExpansion:
 
     def __post_init__(self) -> None:
         check_record(self, signed=("total", "sum"))
+        n = self.head_outputs.shape[0] if self.head_outputs.ndim == 1 else -1
+        for name, want in (("head_outputs", (n,)), ("weights", (n,)), ("products", (2,))):
+            value = getattr(self, name)
+            if n < 0 or value.shape != want or not np.issubdtype(value.dtype, np.number) \
+                    or not np.isfinite(value).all():
+                shape = want if n >= 0 else "(n,)"
+                raise ValueError(f"CheapExpansion.{name} must be finite numbers of shape {shape} (n: "
+                                 f"head_outputs' length), got {value.dtype} {value.shape}: {value!r:.60}")
+        if not all(p < n for p in self.positions):
+            raise ValueError(f"CheapExpansion.positions must be indices into the {n} head outputs, got "
+                             f"{self.positions}")
 
 
 @dataclass(frozen=True)
@@ -193,7 +204,13 @@ class WorkedExample:
     cheap: CheapExpansion
 
     def __post_init__(self) -> None:
-        check_record(self)
+        check_record(self, nonempty=("people", "features", "heads"))
+        if set(self.article) != set(PRINTED_STEPS):
+            raise ValueError(f"WorkedExample.article must hold the printed steps {PRINTED_STEPS}, got the "
+                             f"keys {sorted(self.article)}")
+        if self.x.shape != (len(self.people), len(self.features)):
+            raise ValueError(f"WorkedExample.x must be (people, features) = ({len(self.people)}, "
+                             f"{len(self.features)}), got {self.x.shape}")
 
 
 # -- validation helpers ---------------------------------------------------------------
