@@ -14,9 +14,10 @@ with 1 head and one with h heads have exactly the same parameters in number and 
 
 Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
-:class:`LookupBatch`, :class:`RunResult` are plain records (a dataclass or NamedTuple) filled by
-this module's validated functions: they do not check their fields, so build them with those
-functions rather than by hand.
+:class:`LookupBatch` is a NamedTuple filled by :meth:`TwoKeyTask.sample`: it checks nothing when
+built (a NamedTuple cannot), so build it with that method rather than by hand; the functions
+that take one with a model check that its item keys, query keys and symbols fit the model's
+task. :class:`RunResult` checks its fields when built.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def split_pair_class(classes: Tensor, num_symbols: int) -> tuple[Tensor, Tensor]
 
 
 class LookupBatch(NamedTuple):
-    """``n`` examples of the two-key lookup (all int64)."""
+    """``n`` examples of the two-key lookup (all int64). Not checked when built (see the module
+    docstring): :meth:`TwoKeyTask.sample` and :meth:`take` make them."""
 
     item_keys: Tensor  # (n, T) key id of each item
     item_symbols: Tensor  # (n, T) symbol held by each item
