@@ -57,6 +57,19 @@ def test_every_public_dataclass_refuses_a_wrong_typed_field_naming_it(cls: type)
     assert re.search(rf"\b{cls.__name__}(\([^)]*\))?\.({named})\b", str(caught.value)), str(caught.value)
 
 
+def _timing():
+    from course_utils.bench.timing import Timing
+
+    return Timing("nn.MultiheadAttention", 1e-3, 1.0, [1e-3])
+
+
+def test_device_comparison_keeps_a_nan_or_inf_difference_as_measured() -> None:
+    """An output that overflowed gives a NaN or inf max |diff|: reported as DIFFERS, not refused."""
+    for diff in (float("nan"), float("inf")):
+        report = DeviceComparison("t", [_timing()], {"F.sdpa": diff}, 0.1, 1.0, {"F.sdpa": False}).report()
+        assert "DIFFERS" in report
+
+
 def _step_row() -> StepRow:
     return StepRow(1, 8, 1, 100, 100, [1e-3])
 
@@ -78,9 +91,15 @@ def _step_row() -> StepRow:
     (lambda: DecodeBench(4, 16, 8, 1, 1, 1, [DecodeRow(4, 100, {"course": [1e-3]})], [1e-3], [], 0,
                          read_one_thread_s=[-1.0]),
      "DecodeBench.read_one_thread_s[0]"),
-    (lambda: DeviceComparison("t", [], {"cpu": float("nan")}, 0.1, 1.0, {}), "DeviceComparison.max_abs_diff"),
-    (lambda: DeviceComparison("t", [], {}, 0.1, float("inf"), {}), "DeviceComparison.reference_std"),
-    (lambda: DeviceComparison("t", [], {}, 0.1, 1.0, {"cpu": None}), "DeviceComparison.agree"),
+    (lambda: DeviceComparison("t", [_timing()], {"cpu": "x"}, 0.1, 1.0, {"cpu": True}),
+     "DeviceComparison.max_abs_diff"),
+    (lambda: DeviceComparison("t", [_timing()], {"cpu": 0.0}, 0.1, float("inf"), {"cpu": True}),
+     "DeviceComparison.reference_std"),
+    (lambda: DeviceComparison("t", [_timing()], {"cpu": 0.0}, 0.1, 1.0, {"cpu": None}),
+     "DeviceComparison.agree"),
+    (lambda: DeviceComparison("t", [_timing()], {"cpu": 0.0}, 0.1, 1.0, {"gpu": True}),
+     "DeviceComparison.agree"),
+    (lambda: DeviceComparison("t", [], {"cpu": 0.0}, 0.1, 1.0, {"cpu": True}), "DeviceComparison.timings"),
     (lambda: HeadTrace(torch.zeros(1, 2, 3), [], None, []), "HeadTrace.head_outputs"),
     (lambda: HeadTrace(torch.zeros(1, 2, 3), [], [], [[1.0]]), "HeadTrace.residual[0]"),
     (lambda: InductionBatch([[1, 2]], torch.zeros(1), torch.zeros(1, 2)), "InductionBatch.tokens"),

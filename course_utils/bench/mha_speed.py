@@ -298,7 +298,11 @@ class DeviceComparison:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        check_record(self)
+        # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
+        check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"))
+        if set(self.agree) != set(self.max_abs_diff):  # report reads agree[name] for every diff
+            raise ValueError(f"DeviceComparison.agree must have the keys of max_abs_diff "
+                             f"{sorted(self.max_abs_diff)}, got {sorted(self.agree)}")
 
     @property
     def atol(self) -> float:
