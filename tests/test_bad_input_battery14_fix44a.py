@@ -391,3 +391,10 @@ def test_lookup_batch_says_it_is_not_checked_and_a_model_function_names_a_bad_fi
     batch = task.sample(4, generator=torch.Generator().manual_seed(0))
     with pytest.raises((TypeError, ValueError), match=r"batch\.item_keys"):
         tr.evaluate(model, batch._replace(item_keys=batch.item_keys.float()))
+
+
+def test_kept_run_is_internal_as_documented() -> None:
+    from course_utils.interp import ablation
+
+    assert "KeptRun" not in ablation.__all__
+    assert "checks nothing when built" in " ".join(ablation.KeptRun.__doc__.split())

@@ -358,7 +358,10 @@ class KeptRun(NamedTuple):
     ``inputs``, the stream entering each block ``(B, T, d)``, and ``heads``, each block's head
     outputs ``(B, h, T, dk)`` before its gates and edits (read at ``attn.hook_z``). A run that
     differs only from block ``k`` on enters there with both (``run_blocks(..., heads=)``): block
-    ``k``'s q, k, v and attention would be these again."""
+    ``k``'s q, k, v and attention would be these again.
+
+    Internal: made and read only by this module's and :mod:`.patching`'s private functions (not
+    in ``__all__``), so, a NamedTuple, it checks nothing when built."""
 
     inputs: list[Tensor]
     heads: list[Tensor]
