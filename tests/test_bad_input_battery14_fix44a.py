@@ -398,3 +398,9 @@ def test_kept_run_is_internal_as_documented() -> None:
 
     assert "KeptRun" not in ablation.__all__
     assert "checks nothing when built" in " ".join(ablation.KeptRun.__doc__.split())
+
+
+@pytest.mark.parametrize("symbolic", [(), ("B", "T")])
+def test_trace_step_refuses_symbolic_names_that_do_not_match_its_shape(symbolic: tuple) -> None:
+    with pytest.raises(ValueError, match=r"TraceStep\.symbolic must name each of the 1 dims"):
+        TraceStep("x", "x", symbolic, (2,), 0, True)

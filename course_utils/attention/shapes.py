@@ -111,6 +111,9 @@ class TraceStep:
 
     def __post_init__(self) -> None:
         check_record(self)
+        if len(self.symbolic) != len(self.shape):  # symbolic_text names each dim of shape
+            raise ValueError(f"TraceStep.symbolic must name each of the {len(self.shape)} dims of shape "
+                             f"{self.shape}, got {self.symbolic}")
 
     @property
     def symbolic_text(self) -> str:
