@@ -404,3 +404,12 @@ def test_kept_run_is_internal_as_documented() -> None:
 def test_trace_step_refuses_symbolic_names_that_do_not_match_its_shape(symbolic: tuple) -> None:
     with pytest.raises(ValueError, match=r"TraceStep\.symbolic must name each of the 1 dims"):
         TraceStep("x", "x", symbolic, (2,), 0, True)
+
+
+def test_raised_takes_any_exception_class_name_as_documented() -> None:
+    from course_utils.exercises.answers import Raised
+
+    assert Raised("MyOwnError", "m").kind == "MyOwnError"
+    assert "any identifier" in " ".join(Raised.__doc__.split())
+    with pytest.raises(ValueError, match=r"Raised\.kind"):
+        Raised("Value Error", "m")
