@@ -429,10 +429,10 @@ def _exercise(**kwargs):
 
 EXERCISE_CASES = [
     Case("Exercise/reference object", lambda: _exercise(reference=object()), TypeError,
-         ["reference", "None or the ready-made function", "object"]),
+         ["reference", "a function or None", "object"]),
     Case("Exercise/reference -1", lambda: _exercise(reference=-1), TypeError, ["reference", "int -1"]),
     Case("Exercise/forbidden -1", lambda: _exercise(forbidden=-1), TypeError,
-         ["forbidden", "list of the functions", "int -1"]),
+         ["forbidden", "list of functions", "int -1"]),
     Case("Exercise/make_cases arity", lambda: _exercise(make_cases=lambda n: []), TypeError,
          ["make_cases", "no arguments", "(n)"]),
 ]

@@ -109,6 +109,12 @@ class TraceStep:
     contiguous: bool
     is_parameter: bool = False
 
+    def __post_init__(self) -> None:
+        check_record(self)
+        if len(self.symbolic) != len(self.shape):  # symbolic_text names each dim of shape
+            raise ValueError(f"TraceStep.symbolic must name each of the {len(self.shape)} dims of shape "
+                             f"{self.shape}, got {self.symbolic}")
+
     @property
     def symbolic_text(self) -> str:
         return "(" + ", ".join(self.symbolic) + ")"
@@ -119,7 +125,9 @@ class ShapeTrace:
     """The steps of one multi-head attention forward pass, in order.
 
     ``tensors`` holds every recorded tensor by step name (detached). ``max_abs_diff``
-    compares the traced output and weights with the module's own forward pass.
+    compares the traced output and weights with the module's own forward pass: NaN until
+    compared, and it may be infinite (one side overflowed where the other did not), so the
+    record takes both.
     """
 
     sizes: dict[str, int]

@@ -985,7 +985,7 @@ _RECORD_CHECKS: dict[type, list] = {}
 
 
 def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[str, ...] = (),
-                 positive: tuple[str, ...] = ()) -> None:
+                 positive: tuple[str, ...] = (), nonempty: tuple[str, ...] = ()) -> None:
     """The one check of a result record (a dataclass the package fills in), run from its
     ``__post_init__``: every field holds what its annotation says, named in the message as
     ``Record.field``. ``int``: a Python or NumPy int >= 0 (not a bool: records hold counts, sizes
@@ -995,7 +995,8 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     and ``nan_ok`` fields may be NaN or infinite (e.g. a difference not measured yet); ``str``,
     ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
     ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
-    take anything. The annotations are read once per class, so a record made in a loop pays
+    take anything. The fields in ``nonempty`` (a list a method takes the ``min()`` of, ...) hold
+    at least one item. The annotations are read once per class, so a record made in a loop pays
     only for the isinstance tests."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"check_record checks a record, an instance of a dataclass (called from its "
@@ -1003,18 +1004,28 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     cls = type(record)
     checks = _RECORD_CHECKS.get(cls)
     if checks is None:
-        checks = _RECORD_CHECKS[cls] = _record_checks(cls, nan_ok, signed, positive)
+        checks = _RECORD_CHECKS[cls] = _record_checks(cls, nan_ok, signed, positive, nonempty)
     for name, check in checks:
         check(getattr(record, name), f"{cls.__name__}.{name}")
 
 
 def _record_checks(cls: type, nan_ok: tuple[str, ...], signed: tuple[str, ...],
-                   positive: tuple[str, ...]) -> list:
+                   positive: tuple[str, ...], nonempty: tuple[str, ...] = ()) -> list:
     import typing
 
     hints = typing.get_type_hints(cls)
-    return [(f.name, _type_check(hints[f.name], f.name in nan_ok, f.name in signed, f.name in positive))
-            for f in dataclasses.fields(cls)]
+    checks = [(f.name, _type_check(hints[f.name], f.name in nan_ok, f.name in signed, f.name in positive))
+              for f in dataclasses.fields(cls)]
+    return [(name, _not_empty(check) if name in nonempty else check) for name, check in checks]
+
+
+def _not_empty(check):
+    """``check``, then: the value holds at least one item."""
+    def not_empty(value: object, label: str) -> None:
+        check(value, label)
+        if value is not None and len(value) == 0:
+            raise ValueError(f"{label} must hold at least one item, got {type(value).__name__} {value!r:.60}")
+    return not_empty
 
 
 def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # noqa: C901 (one case per kind)
@@ -1055,7 +1066,7 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
         return lambda value, label: check_int(value, label, minimum=low)
     if hint is float:
         def real(value: object, label: str) -> None:
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
                 raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r:.60}")
             if nan_ok and not math.isfinite(value):
                 return
@@ -1075,7 +1086,11 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
             if not isinstance(value, (list, tuple)) or (fixed and len(value) != len(items)):
                 raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
             for i, item in enumerate(value):
-                items[i if fixed else 0](item, f"{label}[{i}]")
+                check = items[i if fixed else 0]
+                try:
+                    check(item, label)
+                except (TypeError, ValueError):  # again, naming the item (no label built per item)
+                    check(item, f"{label}[{i}]")
         return sequence
     if origin is dict:
         key_check, value_check = (_type_check(a, nan_ok, signed, positive) for a in args or (object, object))

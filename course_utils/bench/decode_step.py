@@ -567,6 +567,9 @@ class StepRow:
 
     @property
     def best_s(self) -> float:
+        if not self.samples_s:  # the default: a row made before any repeat was timed
+            raise ValueError(f"StepRow.samples_s is empty (batch={self.batch}, context={self.context}, "
+                             f"g={self.num_kv_heads}): no repeat was timed, so there is no best time")
         return min(self.samples_s)
 
     def gb_per_s(self) -> float:
@@ -594,6 +597,9 @@ class WholeStep:
     yardstick: str = "torch.sum"  # what the read-only probe ran (make_read_probe's phrase)
     conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
+
+    def __post_init__(self) -> None:
+        check_record(self, nonempty=("rows", "read_s"))  # its methods take min() of them
 
     def weights_gb_per_s(self, batch: int, context: int) -> float:
         """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""

@@ -56,6 +56,7 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -215,6 +216,9 @@ class DecodeBench:
     conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
+    def __post_init__(self) -> None:
+        check_record(self, nonempty=("rows", "sdpa_mha_s"))  # mha, format take them
+
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
             if r.num_kv_heads == num_kv_heads:
@@ -273,12 +277,19 @@ class DecodeBench:
 
     @property
     def copy_gb_per_s(self) -> float:
-        return self.copy_bytes / min(self.copy_s) / 1e9
+        return self.copy_bytes / min(self._timed("copy_s")) / 1e9
 
     @property
     def read_gb_per_s(self) -> float:
         """Read-only bandwidth: the probe's fastest repeat (10^9 bytes per GB)."""
-        return self.read_bytes / min(self.read_s) / 1e9
+        return self.read_bytes / min(self._timed("read_s")) / 1e9
+
+    def _timed(self, name: str) -> list[float]:
+        """The repeats of one probe, refused with its name when none ran (an empty default)."""
+        samples = getattr(self, name)
+        if not samples:
+            raise ValueError(f"DecodeBench.{name} is empty: that probe was not timed in this run")
+        return samples
 
     def read_share(self, num_kv_heads: int, method: str = "course") -> float:
         """The step's best cache GB/s as a share of the read-only bandwidth (1 = the limit)."""
@@ -550,7 +561,7 @@ def stage_times(
 class StageRow:
     """One stage of the decode step at one ``g``: best one-thread CPU time and bytes moved."""
 
-    stage: str
+    stage: Literal["scores", "softmax", "weights @ V", "read K and V"]  # stage_bandwidth's stages
     num_kv_heads: int
     seconds: float
     bytes_moved: int  # bytes read + written by the stage, summed over layers

@@ -39,6 +39,7 @@ from ..attention.validation import (
     check_int_list,
     check_linear_weights_fit,
     check_matches_module,
+    check_record,
     check_table,
     check_tensor,
 )
@@ -297,6 +298,13 @@ class DeviceComparison:
     agree: dict[str, bool]
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
+        check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"))
+        if set(self.agree) != set(self.max_abs_diff):  # report reads agree[name] for every diff
+            raise ValueError(f"DeviceComparison.agree must have the keys of max_abs_diff "
+                             f"{sorted(self.max_abs_diff)}, got {sorted(self.agree)}")
 
     @property
     def atol(self) -> float:

@@ -39,7 +39,7 @@ __all__ = [
 
 @dataclass
 class Timing:
-    name: str
+    name: str | tuple  # a label, or a tuple of settings (lesson 07 times (N, cached) pairs)
     median_s: float
     ratio: float  # median / baseline median
     samples_s: list[float] = field(default_factory=list, repr=False)  # every repeat, in order
@@ -53,6 +53,7 @@ class Timing:
         for label, value in (("median_s", self.median_s), ("ratio", self.ratio),
                              *((f"samples_s[{i}]", v) for i, v in enumerate(self.samples_s))):
             _check_duration(value, f"Timing({self.name!r}).{label}")
+        check_record(self)  # the rest: name is a str
 
     @property
     def best_s(self) -> float:
@@ -292,6 +293,11 @@ class RatioSpread:
             _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}")
         self.repeats = check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1)
         check_record(self)  # the rest: name and baseline are str
+        # verdict reads q1 and q3; the slack absorbs the rounding of statistics.quantiles
+        if self.q1 > self.q3 * (1 + 1e-9) or self.low > self.high:
+            raise ValueError(f"RatioSpread({self.name!r}) must have q1 <= q3 and low <= high (quartiles and "
+                             f"range of the ratios), got q1={self.q1!r}, q3={self.q3!r}, low={self.low!r}, "
+                             f"high={self.high!r}")
 
     def verdict(self) -> str:
         """One sentence: slower / faster / no clear difference, decided by the middle half."""

@@ -36,7 +36,9 @@ FORMAT = 2
 
 @dataclass(frozen=True)
 class Raised:
-    """A stored outcome: the mistake's implementation raised ``kind`` with ``message``."""
+    """A stored outcome: the mistake's implementation raised ``kind`` with ``message``. ``kind``
+    is ``type(exc).__name__``: any identifier, not one from a list (an answer may raise a class
+    of its own), so only a name that could never match a raise ('' or 'Value Error') is refused."""
 
     kind: str
     message: str

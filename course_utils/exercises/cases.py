@@ -21,14 +21,16 @@ class Case:
     label: str = ""
 
     def __post_init__(self) -> None:
+        kind = type(self).__name__  # Case or ListCopyCase: messages name Class.field
         if not isinstance(self.args, tuple):
-            raise TypeError(f"args must be a tuple of the positional inputs, got {type(self.args).__name__} "
+            raise TypeError(f"{kind}.args must be a tuple of the positional inputs, got "
+                            f"{type(self.args).__name__} "
                             f"(write args=(x, y), or tuple(your_list))")
         if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
-            raise TypeError(f"kwargs must be a dict from argument names to inputs, "
+            raise TypeError(f"{kind}.kwargs must be a dict from argument names to inputs, "
                             f"got {type(self.kwargs).__name__}")
         if not isinstance(self.label, str):
-            raise TypeError(f"label must be a str, got {type(self.label).__name__} {self.label!r}")
+            raise TypeError(f"{kind}.label must be a str, got {type(self.label).__name__} {self.label!r}")
 
     def fresh(self) -> tuple[tuple, dict]:
         """Copies of the inputs, so an in-place edit by one call cannot leak into the next (a

@@ -887,14 +887,15 @@ class Mistake:
     implementation: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
+        kind = type(self).__name__  # Mistake, RaisingMistake: messages name Class.field
         for name in ("key", "message"):  # a key names the slip in feedback and the store
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{name} must be a non-empty str, got {describe_value(value)}")
+                raise ValueError(f"{kind}.{name} must be a non-empty str, got {describe_value(value)}")
         if not isinstance(self.hint, str):
-            raise TypeError(f"hint must be a str, got {describe_value(self.hint)}")
+            raise TypeError(f"{kind}.hint must be a str, got {describe_value(self.hint)}")
         if self.implementation is not None and not callable(self.implementation):
-            raise TypeError(f"implementation must be a function or None, got "
+            raise TypeError(f"{kind}.implementation must be a function or None, got "
                             f"{describe_value(self.implementation)}")
 
 
@@ -913,12 +914,17 @@ class Feedback:
     STATUSES = ("correct", "not attempted", "mistake", "wrong", "error")
 
     def __post_init__(self) -> None:
-        if self.status not in self.STATUSES:
-            raise ValueError(f"status must be one of {', '.join(map(repr, self.STATUSES))}, got "
+        if not isinstance(self.status, str) or self.status not in self.STATUSES:
+            raise ValueError(f"Feedback.status must be one of {', '.join(map(repr, self.STATUSES))}, got "
                              f"{describe_value(self.status)}")
         for name in ("exercise", "message", "hint"):
             if not isinstance(getattr(self, name), str):
-                raise TypeError(f"{name} must be a str, got {describe_value(getattr(self, name))}")
+                raise TypeError(f"Feedback.{name} must be a str, got {describe_value(getattr(self, name))}")
+        if self.mistake is not None and (not isinstance(self.mistake, str) or not self.mistake.strip()):
+            raise TypeError(f"Feedback.mistake must be a Mistake's key (a non-empty str) or None, got "
+                            f"{describe_value(self.mistake)}")
+        if not isinstance(self.stopped, bool):  # a truthy "no" would stop every later diagnosis
+            raise TypeError(f"Feedback.stopped must be True or False, got {describe_value(self.stopped)}")
 
     @property
     def passed(self) -> bool:
@@ -1764,21 +1770,28 @@ class Exercise:
     _guarded: bool = field(default=True, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        kind = type(self).__name__  # Exercise or a subclass: messages name Class.field
         if not isinstance(self.title, str) or not self.title:
-            raise TypeError(f"title must be a non-empty str, got {type(self.title).__name__} {self.title!r}")
+            raise TypeError(f"{kind}.title must be a non-empty str, got {type(self.title).__name__} "
+                            f"{self.title!r:.60}")
         if not callable(self.make_cases):
-            raise TypeError(f"make_cases must be a function that returns the cases, got "
-                            f"{type(self.make_cases).__name__} {self.make_cases!r}")
+            raise TypeError(f"{kind}.make_cases must be a function that returns the cases, got "
+                            f"{type(self.make_cases).__name__} {self.make_cases!r:.60}")
         _check_no_arguments(self.make_cases)
         if not isinstance(self.mistakes, list) or not all(isinstance(m, Mistake) for m in self.mistakes):
-            raise TypeError(f"mistakes must be a list of Mistake, got {type(self.mistakes).__name__}")
+            raise TypeError(f"{kind}.mistakes must be a list of Mistake, got {describe_value(self.mistakes)}")
+        if not isinstance(self.hint, str):
+            raise TypeError(f"{kind}.hint must be a str, got {describe_value(self.hint)}")
+        try:
+            _check_tolerances(self.rtol, self.atol)
+        except ValueError as err:
+            raise ValueError(f"{kind}.{err}") from None
         if not isinstance(self.forbidden, list | tuple) or not all(callable(f) for f in self.forbidden):
-            raise TypeError(f"forbidden must be a list of the functions an answer may not call, got "
-                            f"{type(self.forbidden).__name__} {self.forbidden!r:.60}")
+            raise TypeError(f"{kind}.forbidden must be a list of functions (ready-made twins an answer "
+                            f"may not call), got {describe_value(self.forbidden)}")
         if self.reference is not None and not callable(self.reference):
-            raise TypeError(f"reference must be None or the ready-made function the exercise asks the "
-                            f"learner to write, got {type(self.reference).__name__} {self.reference!r:.60}")
-        _check_tolerances(self.rtol, self.atol)
+            raise TypeError(f"{kind}.reference must be a function or None, got "
+                            f"{describe_value(self.reference)}")
 
     def _close(self, got: Any, expected: Any) -> bool:
         return outputs_close(got, expected, rtol=self.rtol, atol=self.atol)
@@ -1895,13 +1908,14 @@ class Exercise:
         entry = self._entry()
         if entry is not None and entry["cases"] is not None:
             return [_answers.decode_case(c) for c in entry["cases"]]
-        made = self.make_cases()
-        iterable = hasattr(made, "__iter__") and not isinstance(made, str | bytes | dict)
-        cases = list(made) if iterable else made  # a list, tuple or generator of cases
-        if not isinstance(cases, list) or not all(isinstance(c, Case) for c in cases):
-            raise _StoreProblem(f"this exercise's make_cases, "
-                                f"{getattr(self.make_cases, '__name__', 'the case builder')}, must return a "
-                                f"list of Case, got {describe_value(made)}, so it cannot check any answer.")
+        built = self.make_cases()
+        if not isinstance(built, (str, bytes, dict)) and hasattr(built, "__iter__"):
+            built = list(built)  # a generator of cases too
+        if not isinstance(built, list) or not all(isinstance(c, Case) for c in built):
+            builder = getattr(self.make_cases, "__name__", "the case builder")
+            raise _StoreProblem(f"this exercise's make_cases, {builder}, returned {describe_value(built)}, "
+                                "not a list of Case, so it cannot check any answer.")
+        cases = list(built)
         if not cases:  # no case at all would pass every answer
             raise _StoreProblem(f"this exercise has no test cases (its make_cases, "
                                 f"{getattr(self.make_cases, '__name__', 'the case builder')}, returned "

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..attention.validation import check_callable, check_distinct
+from ..attention.validation import check_callable, check_distinct, check_flag
 from .answers import Raised, _check_case, same_raise
 from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str, _where_bound
 
@@ -36,6 +36,13 @@ class RaisingMistake(Mistake):
 
     loose: bool = False
     pattern: str = ""  # also named when the error has the same type and contains this text
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_flag(self.loose, "RaisingMistake.loose")
+        if not isinstance(self.pattern, str):
+            raise TypeError(f"RaisingMistake.pattern must be a str (\"\" for none), got "
+                            f"{type(self.pattern).__name__} {self.pattern!r:.60}")
 
 
 def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
@@ -55,6 +62,10 @@ class DiagnosingExercise(Exercise):
     with ``numpy_output=True``, an answer that returns a torch tensor instead of an array."""
 
     numpy_output: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_flag(self.numpy_output, "DiagnosingExercise.numpy_output")
 
     def check(self, fn: Callable[..., Any]) -> Feedback:
         """Grade ``fn``; never raises."""
@@ -216,6 +227,12 @@ class DiagnosesRaisingAnswers(Exercise):
     :attr:`refusable` that refused its arguments goes to :meth:`_key_for_refused`."""
 
     refusable: tuple[str, ...] = ()  # torch builtins (names) whose refused calls are recorded
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.refusable, tuple) or not all(isinstance(n, str) for n in self.refusable):
+            raise TypeError(f"{type(self).__name__}.refusable must be a tuple of torch builtin names, got "
+                            f"{type(self.refusable).__name__} {self.refusable!r:.60}")
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)

@@ -117,7 +117,9 @@ def forward_with(model: TinyTransformer, tokens: Tensor, fn: AttentionFn | None 
 @dataclass
 class ModelRun:
     """One run over the batch: logits ``(B, T, V)``, accuracy and mean loss on the scored
-    positions (those whose next token the task fixes)."""
+    positions (those whose next token the task fixes). ``loss`` may be NaN (NaN logits give a
+    NaN mean loss): the record keeps a run as measured rather than refusing it; the swap
+    report names non-finite logits in its ``error`` instead of scoring them."""
 
     logits: Tensor
     accuracy: float

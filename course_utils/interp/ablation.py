@@ -69,16 +69,20 @@ METHODS = ("zero", "mean")
 
 @dataclass
 class Evaluation:
-    """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``."""
+    """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``.
+
+    ``score`` is checked here for what can be seen without running it (a function of one
+    argument); it runs when the evaluation does, where what it returns is checked and named
+    (``{name: number}``), and an error it raises is its own and reaches the caller as it is."""
 
     tokens: Tensor
     score: Callable[[Tensor], dict[str, float]]
 
     def __post_init__(self) -> None:
-        _check_tokens(self.tokens, "Evaluation.tokens")
-        check_callable(self.score, "Evaluation.score",
+        _check_tokens(self.tokens, f"{type(self).__name__}.tokens")  # Evaluation or EvaluationAt
+        check_callable(self.score, f"{type(self).__name__}.score",
                        "a function logits (B, T, V) -> {name: number}, such as lambda logits: "
-                       "{'loss': average_loss(logits, targets)}")
+                       "{'loss': average_loss(logits, targets)}", nargs=1)
 
 
 # -- validation --------------------------------------------------------------------------
@@ -382,7 +386,10 @@ class KeptRun(NamedTuple):
     ``inputs``, the stream entering each block ``(B, T, d)``, and ``heads``, each block's head
     outputs ``(B, h, T, dk)`` before its gates and edits (read at ``attn.hook_z``). A run that
     differs only from block ``k`` on enters there with both (``run_blocks(..., heads=)``): block
-    ``k``'s q, k, v and attention would be these again."""
+    ``k``'s q, k, v and attention would be these again.
+
+    Internal: made and read only by this module's and :mod:`.patching`'s private functions (not
+    in ``__all__``), so, a NamedTuple, it checks nothing when built."""
 
     inputs: list[Tensor]
     heads: list[Tensor]

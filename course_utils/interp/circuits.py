@@ -26,6 +26,7 @@ from ..attention.validation import (
     check_index,
     check_int,
     check_real,
+    check_record,
     check_tensor,
     describe_shape,
 )
@@ -50,6 +51,27 @@ class HeadTrace:
     attention: list[torch.Tensor]
     head_outputs: list[torch.Tensor]
     residual: list[torch.Tensor]
+
+    def __post_init__(self) -> None:
+        check_record(self)
+        check_tensor(self.logits, "HeadTrace.logits", ndim=3, layout="(B, T, V)")
+        B, T, _ = self.logits.shape
+        layers = len(self.head_outputs)
+        if len(self.residual) != layers + 1:
+            raise ValueError(f"HeadTrace.residual must hold {layers + 1} streams (one entering each of the "
+                             f"{layers} layers of head_outputs, one entering the final LayerNorm), got "
+                             f"{len(self.residual)}")
+        if self.attention and len(self.attention) != layers:
+            raise ValueError(f"HeadTrace.attention must be empty (not kept) or hold one tensor per layer "
+                             f"({layers}), got {len(self.attention)}")
+        shapes = (("head_outputs", 4, 2, "(B, h, T, d)"), ("residual", 3, 1, "(B, T, d)"),
+                  ("attention", 4, 2, "(B, h, T, T)"))  # name, dims, the dim that is T, layout
+        for name, ndim, time_dim, layout in shapes:
+            for layer, t in enumerate(getattr(self, name)):
+                check_tensor(t, f"HeadTrace.{name}[{layer}]", ndim=ndim, layout=layout)
+                if t.shape[0] != B or t.shape[time_dim] != T:
+                    raise ValueError(f"HeadTrace.{name}[{layer}] must be {layout} with B={B}, T={T} (the "
+                                     f"logits'), got shape {tuple(t.shape)}")
 
 
 def _check_model(model: object) -> None:

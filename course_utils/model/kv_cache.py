@@ -336,7 +336,11 @@ class Quantized(NamedTuple):
 
     ``codes``: int8 in [-127, 127] (symmetric) or uint8 in [0, 255] (asymmetric), shaped as the
     input ``(..., T, dk)``; ``scale`` and ``zero`` (``None`` when symmetric): float16, ``(..., T, 1)``
-    per token or ``(..., 1, dk)`` per channel."""
+    per token or ``(..., 1, dk)`` per channel.
+
+    A NamedTuple checks nothing when it is built (it cannot run a ``__post_init__``):
+    :func:`dequantize_kv`, the function that reads one, checks every field first and names it
+    (``q.codes``, ``q.scale``, ``q.zero``)."""
 
     codes: Tensor
     scale: Tensor

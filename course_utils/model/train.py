@@ -86,22 +86,23 @@ class TrainConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        check_int(self.steps, "steps", minimum=1, maximum=MAX_STEPS)
+        check_int(self.steps, "TrainConfig.steps", minimum=1, maximum=MAX_STEPS)
         if self.warmup_steps is None:
             self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps)
-        check_int(self.warmup_steps, "warmup_steps", minimum=0)
+        check_int(self.warmup_steps, "TrainConfig.warmup_steps", minimum=0)
         if self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps must be at most steps={self.steps} (the learning rate climbs to "
+            raise ValueError(f"TrainConfig.warmup_steps must be at most steps={self.steps} (the learning "
+                             f"rate climbs to "
                              f"lr over the warm-up, so a longer one never reaches it), got "
                              f"{self.warmup_steps}; leave it out for min(20, steps)")
-        check_flag(self.decay, "decay")
+        check_flag(self.decay, "TrainConfig.decay")
         for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"{name} must be a number such as 0.01, got {type(value).__name__} "
-                                f"{value!r}")
+                raise TypeError(f"TrainConfig.{name} must be a number such as 0.01, got "
+                                f"{type(value).__name__} {value!r}")
             if not math.isfinite(value) or value < 0 or (low == "> 0" and value == 0):
-                raise ValueError(f"{name} must be a finite number {low}, got {value!r}")
+                raise ValueError(f"TrainConfig.{name} must be a finite number {low}, got {value!r}")
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``): a linear
@@ -124,7 +125,11 @@ class History:
     ``eval_metrics`` hold the held-out metrics measured every ``eval_every`` steps.
     ``train_seconds`` counts making batches and optimiser steps (not evaluations);
     ``steps_to_target``/``seconds_to_target`` are the first evaluation at which
-    ``target_metric`` reached ``target`` (``None`` if never).
+    ``target_metric`` reached ``target`` (``None`` if never). ``task`` is a label, any str
+    (:func:`train_model`'s ``task``, ``"custom"`` by default), not a choice from a list.
+    :meth:`to_dict` checks the fields again, as they may have been appended to since: a NaN
+    loss (which :func:`train_model` never records: it stops with FloatingPointError) is named
+    there rather than written into the JSON.
     """
 
     task: str
@@ -161,6 +166,7 @@ class History:
         return [m[name] for m in self.eval_metrics]
 
     def to_dict(self) -> dict:
+        self.__post_init__()
         return asdict(self)
 
 

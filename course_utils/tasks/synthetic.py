@@ -38,6 +38,7 @@ from ..attention.validation import (
     check_int,
     check_int_list,
     check_real,
+    check_record,
     check_rows,
     describe_shape,
 )
@@ -73,6 +74,25 @@ IGNORE_INDEX = -100  # targets with this value are left out of the loss (F.cross
 BOS = 0  # induction task: token 0 starts every sequence; ordinary tokens are 1 .. vocab_size-1
 
 
+def _check_batch_tensors(batch: object, **fields: tuple[torch.dtype, str]) -> None:
+    """The tensors of a task's batch record: each ``field=(dtype, dims)`` holds that dtype and is
+    ``(B, T)`` (``"BT"``) or ``(B,)`` (``"B"``), B and T read from ``batch.tokens``. Only the
+    dtype and the shape are read (no values): batches are made at every training step."""
+    kind = type(batch).__name__
+    tokens = batch.tokens
+    if tokens.ndim != 2:
+        raise ValueError(f"{kind}.tokens must be (B, T), got shape {tuple(tokens.shape)}")
+    for name, (dtype, dims) in fields.items():
+        value = getattr(batch, name)
+        want = tuple(tokens.shape) if dims == "BT" else tuple(tokens.shape[:1])
+        layout = "(B, T)" if dims == "BT" else "(B,)"
+        if value.dtype != dtype:
+            raise TypeError(f"{kind}.{name} must be a {dtype} tensor {layout}, got dtype {value.dtype}")
+        if tuple(value.shape) != want:
+            raise ValueError(f"{kind}.{name} must be {layout} = {want} (B, T from tokens), got shape "
+                             f"{tuple(value.shape)}")
+
+
 @dataclass
 class InductionBatch:
     """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)``; ``scored`` ``(B, T)`` bool marks the
@@ -82,6 +102,11 @@ class InductionBatch:
     tokens: Tensor
     periods: Tensor
     scored: Tensor
+
+    def __post_init__(self) -> None:
+        check_record(self)
+        _check_batch_tensors(self, tokens=(torch.long, "BT"), periods=(torch.long, "B"),
+                             scored=(torch.bool, "BT"))
 
     @property
     def targets(self) -> Tensor:
@@ -133,15 +158,15 @@ class InductionTask:
     heldout_periods: tuple[int, ...] = (5, 10, 13)
 
     def __post_init__(self) -> None:
-        _check_count("vocab_size", self.vocab_size)
-        _check_count("seq_len", self.seq_len)
+        _check_count("InductionTask.vocab_size", self.vocab_size)
+        _check_count("InductionTask.seq_len", self.seq_len)
         # one sequence of sample(): a permutation of the vocabulary (12 bytes a token) and its rows
         per_sequence = {"vocab_size": 12 * int(self.vocab_size), "seq_len": 48 * int(self.seq_len)}
         check_fits_in_memory(sum(per_sequence.values()), max(per_sequence, key=per_sequence.__getitem__),
                              f"one sequence of {self.seq_len} tokens drawn from {self.vocab_size:,} "
                              f"(a permutation of the vocabulary per sequence)")
         for name in ("train_periods", "heldout_periods"):  # a lone int or a str is not a list of periods
-            check_int_list(getattr(self, name), name)
+            check_int_list(getattr(self, name), f"InductionTask.{name}")
         for name in ("train_periods", "heldout_periods"):  # sampling is uniform over the entries
             periods = list(getattr(self, name))
             repeated = sorted({p for p in periods if periods.count(p) > 1})
@@ -337,6 +362,16 @@ class AgreementBatch:
     wrong_id: Tensor
     template: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        check_record(self)
+        _check_batch_tensors(self, tokens=(torch.long, "BT"), lengths=(torch.long, "B"),
+                             subject_pos=(torch.long, "B"), verb_pos=(torch.long, "B"),
+                             plural=(torch.bool, "B"), attractor=(torch.bool, "B"),
+                             correct_id=(torch.long, "B"), wrong_id=(torch.long, "B"))
+        if self.template and len(self.template) != self.tokens.shape[0]:
+            raise ValueError(f"AgreementBatch.template must name one template per sentence "
+                             f"({self.tokens.shape[0]}) or be empty, got {len(self.template)} names")
+
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
         ``B`` entries), as a batch of their own."""
@@ -441,7 +476,8 @@ class AgreementTask:
 
     def __post_init__(self) -> None:
         if isinstance(self.templates, (str, bytes)) or not isinstance(self.templates, (tuple, list)):
-            raise TypeError(f"templates must be a tuple of template names from {list(TEMPLATES)}, got "
+            raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
+                            f"{list(TEMPLATES)}, got "
                             f"{type(self.templates).__name__} {self.templates!r:.60}")
         unknown = [t for t in self.templates if t not in TEMPLATES]
         if unknown or not self.templates:
@@ -453,14 +489,15 @@ class AgreementTask:
             raise ValueError(f"templates must list each template once (a repeated one would be drawn "
                              f"more often), got {tuple(self.templates)}, which repeats {repeated}")
         for name in ("attractor_p", "adjective_p", "opener_p"):
-            value = check_real(getattr(self, name), f"{name} (a probability in [0, 1])")
+            value = check_real(getattr(self, name), f"AgreementTask.{name} (a probability in [0, 1])")
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {value}")
-        check_int(self.max_len, "max_len (the longest sentence, in tokens)", minimum=1)
+                raise ValueError(f"AgreementTask.{name} must lie in [0, 1], got {value}")
+        check_int(self.max_len, "AgreementTask.max_len (the longest sentence, in tokens)", minimum=1)
         longest = max(self.templates, key=self._longest)
         if self.max_len < self._longest(longest):
-            raise ValueError(f"max_len={self.max_len} is shorter than the longest sentence these templates "
-                             f"can make: {self._longest(longest)} tokens ({longest!r}: <bos>, "
+            raise ValueError(f"AgreementTask.max_len={self.max_len} is shorter than the longest sentence "
+                             f"these templates can make: {self._longest(longest)} tokens "
+                             f"({longest!r}: <bos>, "
                              f"{TEMPLATES[longest]!r}, with an opener and every optional adjective, as "
                              f"opener_p and adjective_p allow); pass max_len >= {self._longest(longest)}")
 
@@ -627,6 +664,14 @@ class MixtureBatch:
     real: Tensor
     num_induction: int
 
+    def __post_init__(self) -> None:
+        check_record(self)
+        _check_batch_tensors(self, tokens=(torch.long, "BT"), targets=(torch.long, "BT"),
+                             real=(torch.bool, "BT"))
+        if self.num_induction > self.tokens.shape[0]:
+            raise ValueError(f"MixtureBatch.num_induction must be at most the batch's {self.tokens.shape[0]} "
+                             f"rows, got {self.num_induction}")
+
     def task_parts(self) -> list[tuple[Tensor, Tensor]]:
         """The batch as ``[(tokens, targets)]`` per task: the induction rows ``(n, T)``, then the
         sentence rows ``(B - n, T')`` cut after the longest sentence (``T'`` its real tokens), so
@@ -658,16 +703,20 @@ class MixtureTask:
 
     def __post_init__(self) -> None:
         if not isinstance(self.induction, InductionTask) or not isinstance(self.agreement, AgreementTask):
-            raise TypeError("induction and agreement must be an InductionTask and an AgreementTask")
+            raise TypeError(f"MixtureTask.induction and MixtureTask.agreement must be an InductionTask "
+                            f"and an AgreementTask, got {type(self.induction).__name__} and "
+                            f"{type(self.agreement).__name__}")
         if self.agreement.max_len > self.induction.seq_len:  # the two kinds share one (B, T) batch
             raise ValueError(
                 f"agreement.max_len must be at most induction.seq_len={self.induction.seq_len} (sentences "
                 f"are padded to the induction length, induction sequences are not), got "
                 f"{self.agreement.max_len}"
             )
-        check_real(self.induction_share, "induction_share (a share strictly between 0 and 1)")
+        check_real(self.induction_share,
+                   "MixtureTask.induction_share (a share strictly between 0 and 1)")
         if not 0.0 < self.induction_share < 1.0:
-            raise ValueError(f"induction_share must lie strictly between 0 and 1, got {self.induction_share}")
+            raise ValueError(f"MixtureTask.induction_share must lie strictly between 0 and 1, "
+                             f"got {self.induction_share}")
         if BOS == BOS_ID:
             raise ValueError("the two tasks' start tokens must differ")
 

@@ -14,9 +14,10 @@ with 1 head and one with h heads have exactly the same parameters in number and 
 
 Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
-:class:`LookupBatch`, :class:`RunResult` are plain records (a dataclass or NamedTuple) filled by
-this module's validated functions: they do not check their fields, so build them with those
-functions rather than by hand.
+:class:`LookupBatch` is a NamedTuple filled by :meth:`TwoKeyTask.sample`: it checks nothing when
+built (a NamedTuple cannot), so build it with that method rather than by hand; the functions
+that take one with a model check that its item keys, query keys and symbols fit the model's
+task. :class:`RunResult` checks its fields when built.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ..attention.validation import (
     check_int_list,
     check_linear_weights_fit,
     check_real,
+    check_record,
     check_rows,
 )
 from ..env import seed_everything, torch_threads
@@ -97,7 +99,8 @@ def split_pair_class(classes: Tensor, num_symbols: int) -> tuple[Tensor, Tensor]
 
 
 class LookupBatch(NamedTuple):
-    """``n`` examples of the two-key lookup (all int64)."""
+    """``n`` examples of the two-key lookup (all int64). Not checked when built (see the module
+    docstring): :meth:`TwoKeyTask.sample` and :meth:`take` make them."""
 
     item_keys: Tensor  # (n, T) key id of each item
     item_symbols: Tensor  # (n, T) symbol held by each item
@@ -140,11 +143,11 @@ class TwoKeyTask:
     max_repeats: int = 3
 
     def __post_init__(self) -> None:
-        check_int(self.num_items, "num_items", minimum=2)
-        check_int(self.num_keys, "num_keys", minimum=3)  # a, b and at least one distractor key
+        check_int(self.num_items, "TwoKeyTask.num_items", minimum=2)
+        check_int(self.num_keys, "TwoKeyTask.num_keys", minimum=3)  # a, b and at least one distractor key
         # a class is a * V + b, a torch.int64: V * V must fit in it (3,037,000,499 squared does)
-        check_int(self.num_symbols, "num_symbols", minimum=2, maximum=math.isqrt(2**63 - 1))
-        check_int(self.max_repeats, "max_repeats", minimum=1)
+        check_int(self.num_symbols, "TwoKeyTask.num_symbols", minimum=2, maximum=math.isqrt(2**63 - 1))
+        check_int(self.max_repeats, "TwoKeyTask.max_repeats", minimum=1)
         if 2 * self.max_repeats > self.num_items:
             raise ValueError(
                 f"num_items={self.num_items} cannot hold max_repeats={self.max_repeats} copies of "
@@ -276,11 +279,11 @@ class RelationsConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
-            check_int(getattr(self, name), name, minimum=1)
-        if check_real(self.lr, "lr") <= 0:  # NaN, infinity, bools and strings refused by name there
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+            check_int(getattr(self, name), f"RelationsConfig.{name}", minimum=1)
+        if check_real(self.lr, "RelationsConfig.lr") <= 0:  # NaN, infinity, bools, strings refused there
+            raise ValueError(f"RelationsConfig.lr must be a finite number > 0, got {self.lr!r}")
         if self.values not in VALUE_KINDS:
-            raise ValueError(f"values must be one of {VALUE_KINDS}, got {self.values!r}")
+            raise ValueError(f"RelationsConfig.values must be one of {VALUE_KINDS}, got {self.values!r}")
         for name in ("batch_size", "eval_size"):  # before training draws the first batch
             n = getattr(self, name)
             check_fits_in_memory(n * _MIN_BYTES_PER_EXAMPLE, name, f"{n:,} examples of at least "
@@ -298,6 +301,12 @@ class RunResult:
     relation_accuracy: tuple[float, float]  # final accuracy of symbol a alone, of symbol b alone
     model: LookupModel = field(repr=False)
     recorded: dict[int, Any] = field(default_factory=dict, repr=False)  # step -> on_eval's result
+
+    def __post_init__(self) -> None:
+        check_record(self, nonempty=("steps", "accuracy"))  # final_accuracy reads the last one
+        if len(self.steps) != len(self.accuracy):
+            raise ValueError(f"RunResult.accuracy must hold one accuracy per step in RunResult.steps "
+                             f"({len(self.steps)}), got {len(self.accuracy)}")
 
     @property
     def final_accuracy(self) -> float:

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
-from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int
+from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int, check_record
 from ..paths import DATA_DIR, path_kind
 
 __all__ = [
@@ -153,6 +153,9 @@ class Head:
     w_k: Table
     w_v: Table
 
+    def __post_init__(self) -> None:
+        check_record(self)
+
     @property
     def d_k(self) -> int:
         return self.w_q.shape[1]
@@ -173,6 +176,20 @@ class CheapExpansion:
     products: np.ndarray  # (2,) their printed products (1.194, 2.509)
     sum: float  # their printed sum (3.703)
 
+    def __post_init__(self) -> None:
+        check_record(self, signed=("total", "sum"))
+        n = self.head_outputs.shape[0] if self.head_outputs.ndim == 1 else -1
+        for name, want in (("head_outputs", (n,)), ("weights", (n,)), ("products", (2,))):
+            value = getattr(self, name)
+            if n < 0 or value.shape != want or not np.issubdtype(value.dtype, np.number) \
+                    or not np.isfinite(value).all():
+                shape = want if n >= 0 else "(n,)"
+                raise ValueError(f"CheapExpansion.{name} must be finite numbers of shape {shape} (n: "
+                                 f"head_outputs' length), got {value.dtype} {value.shape}: {value!r:.60}")
+        if not all(p < n for p in self.positions):
+            raise ValueError(f"CheapExpansion.positions must be indices into the {n} head outputs, got "
+                             f"{self.positions}")
+
 
 @dataclass(frozen=True)
 class WorkedExample:
@@ -185,6 +202,15 @@ class WorkedExample:
     w_o: Table  # (sum of d_v, d_model) = (5, 6)
     article: dict[str, Table]  # printed results, keyed by PRINTED_STEPS
     cheap: CheapExpansion
+
+    def __post_init__(self) -> None:
+        check_record(self, nonempty=("people", "features", "heads"))
+        if set(self.article) != set(PRINTED_STEPS):
+            raise ValueError(f"WorkedExample.article must hold the printed steps {PRINTED_STEPS}, got the "
+                             f"keys {sorted(self.article)}")
+        if self.x.shape != (len(self.people), len(self.features)):
+            raise ValueError(f"WorkedExample.x must be (people, features) = ({len(self.people)}, "
+                             f"{len(self.features)}), got {self.x.shape}")
 
 
 # -- validation helpers ---------------------------------------------------------------
