@@ -78,7 +78,11 @@ def test_large_scores_stay_finite_across_blocks_and_threads():
     k[:, :, 900] *= 3  # the largest score sits in the last thread's last blocks
     out = fused_decode_attention(q, k, v, num_threads=2)
     assert torch.isfinite(out).all()
-    torch.testing.assert_close(out, _reference(q, k, v), atol=1e-5, rtol=1e-5)
+    # float32 rounds a score near 500 by about 500 * 6e-8 = 3e-5, and a weight exp(s - max) moves
+    # by that fraction: two correct kernels summing in other orders (ATen's plain path against its
+    # AVX-512 one) differ by up to that much here, so the tolerance is 1e-4, not 1e-5. A kernel
+    # that lost the rescaling is off by far more, or NaN.
+    torch.testing.assert_close(out, _reference(q, k, v), atol=1e-4, rtol=1e-4)
 
 
 @needs_kernel
