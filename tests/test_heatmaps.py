@@ -144,7 +144,7 @@ def test_explorer_odd_sentence_becomes_a_message():
     assert "must be a str" in make_explorer().render(42, 0, 0)
 
 
-@pytest.mark.parametrize("method", ["widget", "show"])
+@pytest.mark.parametrize("method", ["widget", "show", "explorer"])
 @pytest.mark.parametrize("layer,head,start",
                          [(5, 0, (1, 0)), (-1, 3, (0, 1)), ("1", 1, (0, 1)), (True, 1.0, (0, 0))])
 def test_explorer_controls_start_from_a_valid_choice(method, layer, head, start, capsys):

@@ -343,10 +343,14 @@ class AttentionExplorer:
                  draw: Callable[[Figure | str], None] | None = None) -> Explorer:
         """Sentence box, layer and head pickers wired to :meth:`render` by a
         :class:`course_utils.interp.widgets.Explorer`, which draws the starting choice at once
-        (in its own output area, or through ``draw``) and redraws on every change."""
+        (in its own output area, or through ``draw``) and redraws on every change. A starting
+        choice that is not among the pickers' is reported and replaced (:meth:`_valid_start`),
+        as in :meth:`widget` and :meth:`show`: nothing here raises at the learner."""
         import ipywidgets as widgets
 
         from .widgets import Explorer
+
+        text, layer, head = self._valid_start(text, layer, head)
 
         sentence = widgets.Combobox(options=self.sentences, value=text,
                                     placeholder="pick or type a sentence, then Enter",
