@@ -119,6 +119,14 @@ def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tu
     return Path(f"{path}.safetensors"), Path(f"{path}.json")
 
 
+def _write_new(path: Path, text: str) -> None:
+    """Write ``text`` to a file created at ``path`` by this call (``O_EXCL``: an existing file,
+    link or FIFO there is an error, never followed or written through)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
 def save_checkpoint(
     model: TinyTransformer,
     path: str | Path,
@@ -209,10 +217,14 @@ def save_checkpoint(
     previous = _previous_weights(weights_path)
     kept_old = swapped = committed = False
     try:
+        # the temporary names are the save's own: whatever is there (a killed save's leftover, or a
+        # link or FIFO someone placed) is removed, never written through, and each file is created new
+        for tmp in (weights_tmp, meta_tmp):
+            tmp.unlink(missing_ok=True)
         save_file(tensors, str(weights_tmp), metadata=header)
         weights_tmp.chmod(0o644)  # safetensors creates it owner-only; checkpoints are shared files
-        meta_tmp.write_text(json.dumps(_sidecar(task, config, metrics, command, training, weights_path.name,
-                                                weights_tmp), indent=2, sort_keys=False) + "\n")
+        _write_new(meta_tmp, json.dumps(_sidecar(task, config, metrics, command, training, weights_path.name,
+                                                 weights_tmp), indent=2, sort_keys=False) + "\n")
         previous.unlink(missing_ok=True)
         if weights_path.exists():
             try:
