@@ -70,3 +70,28 @@ def test_a_false_cache_of_slot_names_is_named_and_removed():
     feedback = lesson02.check_softmax_rows(_false_slot_names)
     assert not feedback.passed and "Case.__slotnames__" in str(feedback), feedback
     assert vars(cases.Case).get("__slotnames__") in (None, [])
+
+
+def _tensor_protocols_patched(scores):
+    """Battery 15: names added to torch.Tensor that hide TensorBase's methods."""
+    import torch
+
+    torch.Tensor.__eq__ = lambda x, y: torch.tensor(True)
+    torch.Tensor.__sub__ = lambda x, y: torch.zeros(())
+    torch.Tensor.__array_ufunc__ = None
+    return np.zeros_like(scores)
+
+
+def test_names_added_to_torchs_tensor_are_removed_before_the_next_check():
+    import torch
+
+    from course_utils.exercises import lesson07
+
+    def repeat_kv(kv, num_heads):  # a right 7.1, written out (the check compares torch tensors)
+        B, g, T, dk = kv.shape
+        return kv[:, :, None].expand(B, g, num_heads // g, T, dk).reshape(B, num_heads, T, dk)
+
+    feedback = lesson02.check_softmax_rows(_tensor_protocols_patched)
+    assert not feedback.passed and "torch.Tensor.__eq__" in str(feedback), feedback
+    assert not {"__eq__", "__sub__", "__array_ufunc__"} & set(vars(torch.Tensor))
+    assert lesson07.check_repeat_kv(repeat_kv).passed  # graded as if nothing had happened

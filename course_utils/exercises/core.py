@@ -682,9 +682,12 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
         elif label != "builtins":  # what an added name can change: a built-in it shadows in a
-            # module (`core.abs = ...`), an inherited attribute it hides in a course class
+            # module (`core.abs = ...`), an inherited attribute it hides in a course class, and in
+            # torch's and pandas' classes an inherited method it hides or a protocol (`__x__`) it
+            # adds (`torch.Tensor.__eq__ = ...`, inherited from TensorBase: battery 15)
             added = [k for k in list(live) if k not in saved and (
-                k in _BUILTIN_NAMES if owner is None else label.startswith(_COURSE)
+                k in _BUILTIN_NAMES if owner is None else
+                (label.startswith(_COURSE) or _hides_or_dunder(owner, k))
                 and not _slot_names_cache(owner, k))]
             for key in added:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
@@ -696,6 +699,13 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
                 except Exception:  # noqa: BLE001 - (an attribute that cannot be removed)
                     pass
     return changed
+
+
+def _hides_or_dunder(owner: type, key: str) -> bool:
+    """Whether a name added to a library class (torch's, pandas') can change what the check
+    computes: it hides an attribute of a base class, or it is a protocol name (``__x__``)."""
+    return (key.startswith("__") and key.endswith("__")) or _any(
+        key in _vars(base) for base in owner.__mro__[1:])
 
 
 def _slot_names_cache(owner: type, key: str) -> bool:
@@ -715,6 +725,7 @@ def _slot_names_cache(owner: type, key: str) -> bool:
 
 # _put_back's comparison of a whole namespace, bound at import (the built-ins may be replaced)
 _all, _map, _len, _is, _repeat = all, map, len, operator.is_, itertools.repeat
+_any, _vars = any, vars
 _copyreg_slotnames = copyreg._slotnames
 _BUILTIN_NAMES = frozenset(vars(builtins))
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
