@@ -189,24 +189,6 @@ def _learner(**options):
     return lambda *args, causal=False: _forward(*args, causal, **options)
 
 
-def test_forward_check_names_the_courses_causal_mask_where_the_mask_is_the_learners():
-    from course_utils.attention.masks import causal_mask
-
-    def with_the_courses_mask(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
-        B, T, d = x.shape
-        dk = d // num_heads
-        q, k, v = (t.reshape(B, T, num_heads, dk).transpose(1, 2) for t in (x @ w_in.T + b_in).chunk(3, -1))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(dk)
-        if causal:
-            scores = scores.masked_fill(~causal_mask(T).bool(), float("-inf"))
-        heads = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, T, d)
-        return heads @ w_out.T + b_out
-
-    feedback = lesson04.check_mha_forward(with_the_courses_mask)
-    assert not feedback.passed and feedback.mistake == "called_reference", feedback
-    assert "causal_mask" in feedback.message, feedback
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")  # .T on a 4-D tensor is deprecated
 @pytest.mark.parametrize("fn,key", [
     (_learner(transpose_k=lambda k: k.T), "k_T_reverses_all_axes"),

@@ -325,6 +325,14 @@ def _forward_masked(block):
     return mha_forward
 
 
+def test_forward_check_names_the_courses_causal_mask_where_the_mask_is_the_learners():
+    from course_utils.attention.masks import causal_mask
+
+    feedback = lesson04.check_mha_forward(_forward_masked(lambda T: ~causal_mask(T)))
+    assert not feedback.passed and feedback.mistake == "called_reference", feedback
+    assert "causal_mask" in feedback.message, feedback
+
+
 def _future(T):
     return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
 
