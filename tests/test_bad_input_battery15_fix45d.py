@@ -37,3 +37,14 @@ def test_from_torch_of_an_eval_module_with_dropout_computes_what_it_computes():
 def test_from_torch_names_kdim_and_vdim_it_got():
     with pytest.raises(ValueError, match=r"kdim=8, vdim=8, embed_dim=16"):
         MultiHeadAttention.from_torch(nn.MultiheadAttention(16, 2, kdim=8, vdim=8, batch_first=True))
+
+
+# -- 4. frame_to_text: decimals within MAX_DECIMALS -------------------------------------------------
+@pytest.mark.parametrize("decimals", [16, 10**6])
+def test_frame_to_text_refuses_decimals_beyond_max_decimals(decimals):
+    import pandas as pd
+
+    from course_utils.attention.shapes import frame_to_text
+    with pytest.raises(ValueError, match=rf"decimals.*{decimals}"):
+        frame_to_text(pd.DataFrame({"a": [1.5]}), decimals=decimals)
+    assert frame_to_text(pd.DataFrame({"a": [1.5]}), decimals=15).split()[-1] == "1.500000000000000"
