@@ -48,3 +48,24 @@ def test_frame_to_text_refuses_decimals_beyond_max_decimals(decimals):
     with pytest.raises(ValueError, match=rf"decimals.*{decimals}"):
         frame_to_text(pd.DataFrame({"a": [1.5]}), decimals=decimals)
     assert frame_to_text(pd.DataFrame({"a": [1.5]}), decimals=15).split()[-1] == "1.500000000000000"
+
+
+# -- 5. NaiveMultiHeadAttention.to_batched: a mix of biased and unbiased projections --------------
+def _naive_with_mixed_biases(bias: bool):
+    from course_utils.attention.naive_mha import NaiveMultiHeadAttention
+    naive = NaiveMultiHeadAttention(8, 2, bias=bias)
+    if bias:
+        naive.heads[1].w_q.bias = None
+    else:
+        naive.heads[0].w_k.bias = nn.Parameter(torch.ones(4))
+    return naive
+
+
+def test_to_batched_names_the_heads_with_and_without_bias():
+    with pytest.raises(ValueError, match=r"heads\[0\]\.w_q.*have a bias.*heads\[1\]\.w_q do not"):
+        _naive_with_mixed_biases(True).to_batched()
+
+
+def test_to_batched_does_not_drop_one_heads_bias():
+    with pytest.raises(ValueError, match=r"heads\[0\]\.w_k have a bias.*out_proj do not"):
+        _naive_with_mixed_biases(False).to_batched()
