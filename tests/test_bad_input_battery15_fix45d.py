@@ -92,3 +92,53 @@ def test_dequantize_kv_refuses_a_nan_zero_point_and_meta_fields():
         dequantize_kv(Quantized(q.codes, q.scale, zero))
     with pytest.raises(ValueError, match=r"q\.scale.*meta"):
         dequantize_kv(Quantized(q.codes, q.scale.to("meta"), q.zero))
+
+
+# -- 3. meta tensors: refused naming the argument and the device ----------------------------------
+def test_check_finite_refuses_a_meta_tensor_naming_it():
+    from course_utils.attention.validation import check_finite
+    with pytest.raises(ValueError, match=r"scores is on the meta device"):
+        check_finite(torch.ones(3, device="meta"), "scores")
+
+
+def _tiny():
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+    torch.manual_seed(0)
+    model = TinyTransformer(ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1))
+    return model.eval(), torch.randint(0, 12, (2, 5))
+
+
+@pytest.mark.parametrize("meta", ["model", "tokens", "lengths", "reference", "reference_lengths"])
+def test_resampled_logits_refuses_meta_naming_the_argument(meta):
+    from course_utils.interp.patching import resampled_logits
+    model, tokens = _tiny()
+    args = {"model": model, "tokens": tokens, "lengths": torch.tensor([5, 5]), "reference": tokens,
+            "reference_lengths": torch.tensor([5, 5])}
+    args[meta] = args[meta].to("meta")
+    with pytest.raises(ValueError, match=rf"{meta}.* is on the meta device"):
+        resampled_logits(*args.values(), [(0, 0)], generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("meta", ["model", "tokens", "positions", "directions", "frozen_scale"])
+def test_patching_direct_logit_attribution_refuses_meta_naming_the_argument(meta):
+    from course_utils.interp.patching import direct_logit_attribution
+    model, tokens = _tiny()
+    args = {"model": model, "tokens": tokens, "positions": torch.tensor([4, 4]),
+            "directions": torch.randn(12), "frozen_scale": torch.ones(2)}
+    args[meta] = args[meta].to("meta")
+    with pytest.raises(ValueError, match=rf"{meta}.* is on the meta device"):
+        direct_logit_attribution(*list(args.values())[:4], frozen_scale=args["frozen_scale"])
+
+
+@pytest.mark.parametrize("field", ["logits", "head_outputs", "residual"])
+def test_a_head_trace_on_the_meta_device_is_refused_naming_the_field(field):
+    import dataclasses
+
+    from course_utils.interp.circuits import trace_heads
+    model, tokens = _tiny()
+    trace = trace_heads(model, tokens)
+    value = getattr(trace, field)
+    value = value.to("meta") if isinstance(value, torch.Tensor) else [t.to("meta") for t in value]
+    with pytest.raises(ValueError, match=rf"HeadTrace\.{field}.* is on the meta device"):
+        dataclasses.replace(trace, **{field: value})
+

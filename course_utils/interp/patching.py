@@ -351,6 +351,7 @@ def _check_lengths(lengths: object, name: str, layout: str) -> None:
             or lengths.is_complex() or lengths.dtype == torch.bool:
         raise ValueError(f"{name} must be a {layout} integer tensor of sequence lengths, got "
                          f"{_described(lengths)}")
+    check_holds_values(lengths, name)
 
 
 def resampled_rows(lengths: Tensor, reference_lengths: Tensor, *, generator: torch.Generator) -> Tensor:
@@ -513,6 +514,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
                         f"got {_described(positions)}")
+    for name, t in (("positions", positions), ("directions", directions), ("frozen_scale", frozen_scale),
+                    ("head_mask", head_mask)):
+        if isinstance(t, Tensor):  # a meta tensor has no numbers to read (the checks below read them)
+            check_holds_values(t, name)
     if int(positions.min()) < 0 or int(positions.max()) >= T:
         raise ValueError(f"positions must lie in 0..{T - 1} (tokens have {T} columns), "
                          f"got {int(positions.min())}..{int(positions.max())}")
