@@ -142,3 +142,27 @@ def test_a_head_trace_on_the_meta_device_is_refused_naming_the_field(field):
     with pytest.raises(ValueError, match=rf"HeadTrace\.{field}.* is on the meta device"):
         dataclasses.replace(trace, **{field: value})
 
+
+# -- 6. functions passed in are checked against the arguments they will get -----------------------
+def test_patching_table_refuses_a_metric_that_cannot_take_the_logits():
+    from course_utils.interp.patching import patching_table
+    model, tokens = _tiny()
+    with pytest.raises(TypeError, match=r"metric must be a function logits .* cannot take 1"):
+        patching_table(model, tokens, tokens, lambda: 1.0)
+
+
+def test_prunable_counts_refuses_within_and_map_fn_of_the_wrong_arity():
+    from course_utils.interp.ablation import loss_evaluation
+    from course_utils.interp.patching import prunable_counts
+    model, tokens = _tiny()
+    evaluation = loss_evaluation(tokens[:, :-1], tokens[:, 1:])
+    with pytest.raises(TypeError, match=r"within must be a function .* cannot take 1"):
+        prunable_counts(model, evaluation, [[(0, 0)]], lambda: True)
+    with pytest.raises(TypeError, match=r"map_fn must be a function like map .* cannot take 2"):
+        prunable_counts(model, evaluation, [[(0, 0)]], lambda numbers: True, map_fn=lambda parts: parts)
+
+
+def test_plot_all_heads_refuses_head_titles_of_the_wrong_arity():
+    from course_utils.interp.heatmaps import plot_all_heads
+    with pytest.raises(TypeError, match=r"head_titles must be a function \(layer, head\).* cannot take 2"):
+        plot_all_heads(torch.full((1, 1, 2, 2), 0.5), ["a", "b"], head_titles=lambda head: "x")
