@@ -166,3 +166,30 @@ def test_plot_all_heads_refuses_head_titles_of_the_wrong_arity():
     from course_utils.interp.heatmaps import plot_all_heads
     with pytest.raises(TypeError, match=r"head_titles must be a function \(layer, head\).* cannot take 2"):
         plot_all_heads(torch.full((1, 1, 2, 2), 0.5), ["a", "b"], head_titles=lambda head: "x")
+
+
+# -- 2. a query whose every score is NaN: what each path gives, and what the docstrings say ------
+@pytest.mark.parametrize("num_keys", [3, 40])
+def test_every_key_nan_gives_nan_on_the_step_by_step_path_and_as_documented_on_the_fast_one(num_keys):
+    import course_utils.attention.mha as mha
+    assert "every key it may attend to NaN" in mha.__doc__  # the rule below, stated
+    torch.manual_seed(0)
+    module = MultiHeadAttention(32, 2, bias=False).eval()
+    x, keys = torch.randn(1, 2, 32), torch.full((1, num_keys, 32), float("nan"))
+    values = torch.randn(1, num_keys, 32)
+    with torch.no_grad():
+        slow = module(x, keys, values, need_weights=True)[0]
+        fast = module(x, keys, values)[0]
+    assert slow.isnan().all()
+    # PyTorch's kernel: zero heads (output = 0 without bias) over few keys, NaN over more (torch
+    # 2.13 on CPU switches at 16 keys; the module docstring says so): one or the other, never a mix
+    assert bool(fast.isnan().all()) or not bool(fast.abs().max())
+
+
+def test_every_key_masked_gives_zeros_on_both_paths():
+    torch.manual_seed(0)
+    module = MultiHeadAttention(32, 2, bias=False).eval()
+    x, blocked = torch.randn(1, 3, 32), torch.zeros(3, 3, dtype=torch.bool)
+    with torch.no_grad():
+        for need_weights in (False, True):
+            assert module(x, mask=blocked, need_weights=need_weights)[0].abs().max() == 0

@@ -9,13 +9,18 @@ at the end of the class.
 NaN or infinity in an input is not refused (checking would cost a pass over the data),
 and it spreads: a NaN in a key makes the output NaN for every query that may attend to
 that key; a NaN in a value reaches every query of the sequence, masked or not (a blocked
-key gets weight 0, and 0 x NaN is NaN). One exception: a *query* holding NaN or infinity
-gives NaN heads only on the step-by-step path (``need_weights=True``); on the fused path
-PyTorch's CPU kernel returns zeros for it (``nn.MultiheadAttention`` does the same), so the
-output looks finite. To find such a query, run with ``need_weights=True`` or check the input
-with ``torch.isfinite``. (Putting the NaN back would add operations to every forward pass,
-which lesson 04 counts.) A finite input far beyond the activations' range (``1e38``) can
-overflow float32 in a projection and give NaN the same way, unchecked.
+key gets weight 0, and 0 x NaN is NaN). One exception, where *every* score of a query's head
+is NaN (a NaN or infinity in the query, or every key it may attend to NaN): the step-by-step
+path (``need_weights=True``) and the fused C decode kernel
+(:func:`~course_utils.attention.fused_decode.fused_decode_attention`) give NaN heads, but
+PyTorch's fused CPU kernel, the default path, returns zeros for them over a short key sequence
+(fewer than 16 keys in torch 2.13; ``nn.MultiheadAttention`` does the same) and NaN over a
+longer one, so the output can look finite. To find such an input, run with
+``need_weights=True`` or check it with ``torch.isfinite``. (Putting the NaN back would add
+operations to every forward pass, which lesson 04 counts.) A query with nothing to attend to
+(every key masked, or every score ``-inf``) is no such case: it gets zeros on every path. A
+finite input far beyond the activations' range (``1e38``) can overflow float32 in a
+projection and give NaN the same way, unchecked.
 """
 
 from __future__ import annotations
@@ -173,7 +178,9 @@ class MultiHeadAttentionBase(nn.Module):
         float rounding.
 
         NaN or infinity in ``query``, ``key`` or ``value`` is not refused: it spreads, and an
-        all-NaN output is what it looks like (see the module docstring). Checking costs one
+        all-NaN output is what it looks like; but a query whose every score is NaN (NaN in it,
+        or in every key it may attend to) can come back as zero heads from the fast branch over
+        fewer than 16 keys (see the module docstring). Checking costs one
         pass over the inputs on every call: ``check_finite(query)`` measured 10-11% of a forward
         at lesson 04's sizes ((2, 64, 128), 8 heads; (1, 5, 16), 2 heads) and 9.5% of a decoding
         step on one CPU thread, and on a GPU it would wait for the device each call. To find
