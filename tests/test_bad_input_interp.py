@@ -343,7 +343,7 @@ CASES = [
         "patched_logits meta tokens",
         lambda: patched_logits(MODEL, TOKENS.to("meta"), SOURCE, [(0, 0)]),
         ValueError,
-        ["tokens", "meta", "model is on cpu"],
+        ["tokens", "meta device", "'cpu'"],
     ),
     Case(
         "average_loss NaN logits",

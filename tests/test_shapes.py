@@ -194,7 +194,7 @@ def test_frame_to_text_formats_floats_without_negative_zero():
     assert "1.235" in text and "1,000" in text and "False" in text
     assert "-0.000" not in text and text.count("0.000") == 2
     assert "1.2346" in frame_to_text(frame, decimals=4)
-    with pytest.raises(ValueError, match="decimals must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"decimals must be an int in 0\.\.15, got -1"):
         frame_to_text(frame, decimals=-1)
 
 

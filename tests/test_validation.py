@@ -322,7 +322,10 @@ CASES: list[Case] = [
       for what, call in (
           ("forward", lambda: MHA_MODEL(PROMPT.to("meta"))),
           ("forward_with_cache", lambda: MHA_MODEL.forward_with_cache(PROMPT.to("meta"))),
-          ("generate", lambda: MHA_MODEL.generate(PROMPT.to("meta"), 2)),
+          ("generate", lambda: MHA_MODEL.generate(PROMPT.to("meta"), 2)))],
+    # the interp functions refuse meta tokens before the model sees them, naming the argument
+    *[Case(f"{what} with tokens on meta", call, ValueError, ["tokens", "meta device", "'cpu'"])
+      for what, call in (
           ("ablated_logits", lambda: ablation.ablated_logits(MHA_MODEL, PROMPT.to("meta"), [(0, 0)])),
           ("head_importance", lambda: ablation.head_importance(MHA_MODEL, PROMPT.to("meta"),
                                                                PROMPT.to("meta"))))],

@@ -1229,8 +1229,11 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
     heads finite; a NaN in query head ``i`` makes head ``i``'s output NaN, and only it. One
     difference: where every score of a head is NaN (a NaN in its query, or every cached key
     NaN) over a short cache (fewer than about 8 to 16 tokens on CPU), PyTorch returns 0 for
-    that head, and the kernel NaN; over longer caches both give NaN. A score of +inf gives
-    NaN in both (inf - inf).
+    that head, and the kernel NaN, as the course's step-by-step path
+    (:func:`~course_utils.grouped_query_attention`) does; over longer caches all give NaN. A
+    score of +inf gives NaN in all (inf - inf). The rule of the course's paths is the kernel's:
+    every score NaN gives NaN, every score ``-inf`` gives 0 (see
+    :mod:`course_utils.attention.mha`, whose default path is PyTorch's).
 
     Where the kernel cannot be built or loaded (:func:`fused_decode_status` says why), the
     result is computed with :func:`~course_utils.grouped_query_attention` instead, with a

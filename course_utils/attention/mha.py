@@ -9,13 +9,18 @@ at the end of the class.
 NaN or infinity in an input is not refused (checking would cost a pass over the data),
 and it spreads: a NaN in a key makes the output NaN for every query that may attend to
 that key; a NaN in a value reaches every query of the sequence, masked or not (a blocked
-key gets weight 0, and 0 x NaN is NaN). One exception: a *query* holding NaN or infinity
-gives NaN heads only on the step-by-step path (``need_weights=True``); on the fused path
-PyTorch's CPU kernel returns zeros for it (``nn.MultiheadAttention`` does the same), so the
-output looks finite. To find such a query, run with ``need_weights=True`` or check the input
-with ``torch.isfinite``. (Putting the NaN back would add operations to every forward pass,
-which lesson 04 counts.) A finite input far beyond the activations' range (``1e38``) can
-overflow float32 in a projection and give NaN the same way, unchecked.
+key gets weight 0, and 0 x NaN is NaN). One exception, where *every* score of a query's head
+is NaN (a NaN or infinity in the query, or every key it may attend to NaN): the step-by-step
+path (``need_weights=True``) and the fused C decode kernel
+(:func:`~course_utils.attention.fused_decode.fused_decode_attention`) give NaN heads, but
+PyTorch's fused CPU kernel, the default path, returns zeros for them over a short key sequence
+(fewer than 16 keys in torch 2.13; ``nn.MultiheadAttention`` does the same) and NaN over a
+longer one, so the output can look finite. To find such an input, run with
+``need_weights=True`` or check it with ``torch.isfinite``. (Putting the NaN back would add
+operations to every forward pass, which lesson 04 counts.) A query with nothing to attend to
+(every key masked, or every score ``-inf``) is no such case: it gets zeros on every path. A
+finite input far beyond the activations' range (``1e38``) can overflow float32 in a
+projection and give NaN the same way, unchecked.
 """
 
 from __future__ import annotations
@@ -173,7 +178,9 @@ class MultiHeadAttentionBase(nn.Module):
         float rounding.
 
         NaN or infinity in ``query``, ``key`` or ``value`` is not refused: it spreads, and an
-        all-NaN output is what it looks like (see the module docstring). Checking costs one
+        all-NaN output is what it looks like; but a query whose every score is NaN (NaN in it,
+        or in every key it may attend to) can come back as zero heads from the fast branch over
+        fewer than 16 keys (see the module docstring). Checking costs one
         pass over the inputs on every call: ``check_finite(query)`` measured 10-11% of a forward
         at lesson 04's sizes ((2, 64, 128), 8 heads; (1, 5, 16), 2 heads) and 9.5% of a decoding
         step on one CPU thread, and on a GPU it would wait for the device each call. To find
@@ -350,18 +357,18 @@ class MultiHeadAttention(MultiHeadAttentionBase):
     # -- conversion to and from PyTorch -------------------------------------------
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Copy an ``nn.MultiheadAttention(batch_first=True)``'s weights into a new module."""
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"expected nn.MultiheadAttention, got {type(module).__name__}")
-        if not module.batch_first:
-            raise ValueError("from_torch expects nn.MultiheadAttention(batch_first=True)")
-        if not module._qkv_same_embed_dim or module.in_proj_weight is None:
-            raise ValueError("from_torch needs kdim == vdim == embed_dim (one in_proj_weight)")
-        if module.bias_k is not None or module.bias_v is not None:
-            raise ValueError("from_torch does not support add_bias_kv=True")
+        """Copy an ``nn.MultiheadAttention(batch_first=True)``'s weights into a new module.
+
+        The copy computes what ``module`` computes: its weights, biases, ``dropout`` and its
+        train/eval mode are carried over. A setting this class has no counterpart for is
+        refused, naming it, rather than dropped: ``batch_first=False``, ``kdim``/``vdim`` other
+        than ``embed_dim``, ``add_bias_kv=True`` and ``add_zero_attn=True`` (an extra key and
+        value of zeros that every query may attend to)."""
+        _check_torch_module(module)
         bias = module.in_proj_bias is not None
         ours = cls(module.embed_dim, module.num_heads, bias=bias, dropout=module.dropout)
         ours = ours.to(device=module.in_proj_weight.device, dtype=module.in_proj_weight.dtype)
+        ours.train(module.training)  # dropout > 0 acts in training mode only: the same mode as module
         with torch.no_grad():
             ours.in_proj.weight.copy_(module.in_proj_weight)
             ours.out_proj.weight.copy_(module.out_proj.weight)
@@ -371,12 +378,14 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         return ours
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """A new ``nn.MultiheadAttention(batch_first=True)`` with these weights."""
+        """A new ``nn.MultiheadAttention(batch_first=True)`` with these weights, ``dropout`` and
+        train/eval mode."""
         bias = self.in_proj.bias is not None
         w = self.in_proj.weight
         theirs = nn.MultiheadAttention(
             self.d_model, self.num_heads, dropout=self.dropout, bias=bias, batch_first=True
         ).to(device=w.device, dtype=w.dtype)
+        theirs.train(self.training)  # dropout > 0 acts in training mode only: the same mode as self
         with torch.no_grad():
             theirs.in_proj_weight.copy_(self.in_proj.weight)
             theirs.out_proj.weight.copy_(self.out_proj.weight)
@@ -387,3 +396,24 @@ class MultiHeadAttention(MultiHeadAttentionBase):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}"
+
+
+def _check_torch_module(module: object) -> None:
+    """``module`` is an ``nn.MultiheadAttention`` whose every setting :class:`MultiHeadAttention`
+    can reproduce (what :meth:`MultiHeadAttention.from_torch` copies); otherwise an error naming
+    the setting, what it has and what the course's module supports."""
+    if not isinstance(module, nn.MultiheadAttention):
+        raise TypeError(f"expected nn.MultiheadAttention, got {type(module).__name__}")
+    if not module.batch_first:
+        raise ValueError("from_torch expects nn.MultiheadAttention(batch_first=True), got batch_first=False "
+                         "(the course's module is batch-first)")
+    if not module._qkv_same_embed_dim or module.in_proj_weight is None:
+        raise ValueError(f"from_torch needs kdim == vdim == embed_dim (one in_proj_weight), got "
+                         f"kdim={module.kdim}, vdim={module.vdim}, embed_dim={module.embed_dim}")
+    if module.bias_k is not None or module.bias_v is not None:
+        raise ValueError("from_torch does not support add_bias_kv=True (a learned extra key and value: "
+                         "the course's module has none), got add_bias_kv=True")
+    if module.add_zero_attn:
+        raise ValueError("from_torch does not support add_zero_attn=True (an extra key and value of zeros "
+                         "every query attends to: the course's module has none, so its outputs would "
+                         "differ), got add_zero_attn=True")

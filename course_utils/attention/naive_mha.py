@@ -97,6 +97,20 @@ class NaiveMultiHeadAttention(nn.Module):
             if tuple(head.w_q.weight.shape) != (self.d_k, self.d_model):
                 raise ValueError(f"heads[{i}] must project d_model={self.d_model} to d_k={self.d_k}, got "
                                  f"W_Q of shape {tuple(head.w_q.weight.shape)}")
+        self._check_biases()
+
+    def _check_biases(self) -> None:
+        """Every projection has a bias, or none has (:class:`MultiHeadAttention` has one ``bias``
+        flag for all of them): a mix, e.g. a head's bias set to None after construction, would be
+        copied wrong or dropped, so the error lists which have a bias and which do not."""
+        layers = {f"heads[{i}].{name}": getattr(head, name)
+                  for i, head in enumerate(self.heads) for name in ("w_q", "w_k", "w_v")}
+        layers["out_proj"] = self.out_proj
+        with_bias = [name for name, layer in layers.items() if layer.bias is not None]
+        if 0 < len(with_bias) < len(layers):
+            without = [name for name in layers if name not in with_bias]
+            raise ValueError(f"every projection must have a bias or none may (MultiHeadAttention has one "
+                             f"bias flag): {_listed(with_bias)} have a bias, {_listed(without)} do not")
 
     def to_batched(self) -> MultiHeadAttention:
         """A :class:`MultiHeadAttention` holding a *copy* of these weights, stacked."""
@@ -115,6 +129,12 @@ class NaiveMultiHeadAttention(nn.Module):
                     [h.w_v.bias for h in self.heads]))
                 batched.out_proj.bias.copy_(self.out_proj.bias)
         return batched
+
+
+def _listed(names: list[str], limit: int = 8) -> str:
+    """``a, b, c`` for a message, the first ``limit`` names and how many more."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 def stack_head_weights(q_parts: list[Tensor], k_parts: list[Tensor], v_parts: list[Tensor]) -> Tensor:

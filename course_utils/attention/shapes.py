@@ -34,6 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
 from .validation import (
+    MAX_DECIMALS,
     check_attention_fits,
     check_callable,
     check_distinct,
@@ -475,11 +476,13 @@ def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int
 
 def frame_to_text(frame: pd.DataFrame, decimals: int = 3) -> str:
     """A table as text for printed, checked output: integers with thousands separators,
-    floats with ``decimals`` decimals (never ``-0.000``), booleans and strings as they are."""
+    floats with ``decimals`` decimals (never ``-0.000``), booleans and strings as they are.
+    ``decimals``: an int in 0..:data:`~course_utils.attention.validation.MAX_DECIMALS` (15: a
+    float64 holds about 15 significant digits, so more decimals print rounding noise)."""
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"frame must be a pandas DataFrame (such as parameter_table returns), got "
                         f"{type(frame).__name__} {frame!r:.60}")
-    check_int(decimals, "decimals", minimum=0)
+    check_int(decimals, "decimals", minimum=0, maximum=MAX_DECIMALS)
 
     def fmt(value: object) -> str:
         if isinstance(value, (bool, np.bool_)):

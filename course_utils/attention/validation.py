@@ -563,9 +563,9 @@ def check_holds_values(x: Tensor, name: str) -> None:
 def check_finite(x: Tensor, name: str, what: str = "") -> None:
     """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
     the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
-    for results and small inputs, not for every step of a hot loop."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
+    for results and small inputs, not for every step of a hot loop. A meta tensor (no values to
+    check) is refused by :func:`check_holds_values`, naming ``name`` and the device."""
+    check_holds_values(x, name)  # a tensor with values: the TypeError and the meta device
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x)).nonzero()[0].tolist()
         value = x[tuple(bad)].item()

@@ -87,8 +87,11 @@ class Evaluation:
 
 # -- validation --------------------------------------------------------------------------
 def _check_model(model: object) -> TinyTransformer:
+    """A TinyTransformer whose weights hold values (a model on the meta device has shapes only:
+    running it fails deep inside torch, or answers with a device mismatch)."""
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    check_holds_values(model.token_embedding.weight, "model's weights (token_embedding.weight)")
     return model
 
 
@@ -119,6 +122,7 @@ def _check_tokens(tokens: object, name: str) -> Tensor:
                                                        if isinstance(tokens, Tensor) else ""))
     if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty (B, T) batch, got shape {tuple(tokens.shape)}")
+    check_holds_values(tokens, name)
     return tokens
 
 

@@ -55,6 +55,7 @@ class HeadTrace:
     def __post_init__(self) -> None:
         check_record(self)
         check_tensor(self.logits, "HeadTrace.logits", ndim=3, layout="(B, T, V)")
+        check_holds_values(self.logits, "HeadTrace.logits")  # a trace records numbers: not the meta device
         B, T, _ = self.logits.shape
         layers = len(self.head_outputs)
         if len(self.residual) != layers + 1:
@@ -69,6 +70,7 @@ class HeadTrace:
         for name, ndim, time_dim, layout in shapes:
             for layer, t in enumerate(getattr(self, name)):
                 check_tensor(t, f"HeadTrace.{name}[{layer}]", ndim=ndim, layout=layout)
+                check_holds_values(t, f"HeadTrace.{name}[{layer}]")
                 if t.shape[0] != B or t.shape[time_dim] != T:
                     raise ValueError(f"HeadTrace.{name}[{layer}] must be {layout} with B={B}, T={T} (the "
                                      f"logits'), got shape {tuple(t.shape)}")

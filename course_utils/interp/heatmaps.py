@@ -186,7 +186,7 @@ def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Seq
     _check_drawing(fontsize, title)
     check_positive_number(panel_size, "panel_size")
     if head_titles is not None:
-        check_callable(head_titles, "head_titles", "a function (layer, head) -> str, or None")
+        check_callable(head_titles, "head_titles", "a function (layer, head) -> str, or None", nargs=2)
     grid = _layer_head_grid(attention, batch_index)  # (L, h, T, T)
     num_layers, num_heads, seq_len, _ = grid.shape
     labels = _check_tokens(tokens, seq_len, "query")

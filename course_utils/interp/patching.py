@@ -246,7 +246,7 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     _check_model(model)
     _check_tokens(tokens, "tokens")
     _check_tokens(source_tokens, "source_tokens")
-    check_callable(metric, "metric", "a function logits (B, T, V) -> float")
+    check_callable(metric, "metric", "a function logits (B, T, V) -> float", nargs=1)
     if source_tokens.shape != tokens.shape:
         raise ValueError(f"source_tokens {tuple(source_tokens.shape)} must be shaped like tokens "
                          f"{tuple(tokens.shape)}: the two runs are compared position by position")
@@ -351,6 +351,7 @@ def _check_lengths(lengths: object, name: str, layout: str) -> None:
             or lengths.is_complex() or lengths.dtype == torch.bool:
         raise ValueError(f"{name} must be a {layout} integer tensor of sequence lengths, got "
                          f"{_described(lengths)}")
+    check_holds_values(lengths, name)
 
 
 def resampled_rows(lengths: Tensor, reference_lengths: Tensor, *, generator: torch.Generator) -> Tensor:
@@ -513,6 +514,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
                         f"got {_described(positions)}")
+    for name, t in (("positions", positions), ("directions", directions), ("frozen_scale", frozen_scale),
+                    ("head_mask", head_mask)):
+        if isinstance(t, Tensor):  # a meta tensor has no numbers to read (the checks below read them)
+            check_holds_values(t, name)
     if int(positions.min()) < 0 or int(positions.max()) >= T:
         raise ValueError(f"positions must lie in 0..{T - 1} (tokens have {T} columns), "
                          f"got {int(positions.min())}..{int(positions.max())}")
@@ -681,11 +686,10 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     _check_model(model)
     check_int(chunks, "chunks", minimum=1)
     check_int(per_run, "per_run", minimum=1)
-    check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results")
+    check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results", nargs=2)
     if _check_method(method) == "zero":  # unused, but checked as measure checks it
         _check_unused_means(means, model, [e.tokens.shape[1] for e in _check_evaluations(evaluations)])
-    if not callable(within):
-        raise TypeError(f"within must be a function (numbers: dict) -> bool, got {type(within).__name__}")
+    check_callable(within, "within", "a function (numbers: dict) -> bool", nargs=1)
     orders = _check_orders(orders, model)
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
         raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "

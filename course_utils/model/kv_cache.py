@@ -49,6 +49,7 @@ from torch import Tensor
 
 from ..attention.validation import (
     check_device,
+    check_finite,
     check_fits_in_memory,
     check_flag,
     check_float_dtype,
@@ -414,7 +415,10 @@ def _check_quantized(q: object, dtype: object) -> None:
     """What :func:`dequantize_kv` reads: a :class:`Quantized` whose codes are int8 (symmetric) or
     uint8 (asymmetric), whose scale (and zero) are floating tensors of the codes' number of
     dims, each dim the codes' or 1 (per token ``(..., T, 1)``, per channel ``(..., 1, dk)``), and
-    a floating ``dtype``."""
+    a floating ``dtype``. Every field holds values (not the meta device), on the codes' device;
+    the scale's numbers are finite and above 0 and the zero point's finite, as
+    :func:`quantize_kv` makes them (a NaN, infinite, zero or negative scale would come back as
+    NaN, infinite, all-zero or sign-flipped keys and values, with no error)."""
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a Quantized (from quantize_kv), got {type(q).__name__}")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -433,6 +437,26 @@ def _check_quantized(q: object, dtype: object) -> None:
             raise ValueError(f"{name} must fit the codes {describe_shape(q.codes)}: as many dims, each the "
                              f"codes' or 1 (per token (..., T, 1), per channel (..., 1, dk)), got "
                              f"{describe_shape(t)}")
+    _check_quantized_values(q)
+
+
+def _check_quantized_values(q: Quantized) -> None:
+    """The numbers of a :class:`Quantized` whose fields have the right types and shapes: values
+    on one device, a finite scale above 0, a finite zero point (see :func:`_check_quantized`)."""
+    fields = {"q.codes": q.codes, "q.scale": q.scale, **({} if q.zero is None else {"q.zero": q.zero})}
+    for name, t in fields.items():
+        check_holds_values(t, name)
+        if t.device != q.codes.device:
+            raise ValueError(f"{name} must be on the codes' device {q.codes.device}, got device {t.device}")
+    why = "quantize_kv never makes one; the keys or values would come back NaN or infinite"
+    check_finite(q.scale, "q.scale", why)
+    if q.zero is not None:
+        check_finite(q.zero, "q.zero", why)
+    if q.scale.numel() and not bool((q.scale > 0).all()):
+        low = float(q.scale.min())
+        raise ValueError(f"q.scale must be above 0 (quantize_kv's scales are at least float16's smallest "
+                         f"normal number), got {low}: a zero scale turns every code into 0, a negative "
+                         "one flips the signs")
 
 
 def dequantize_kv(q: Quantized, dtype: torch.dtype = torch.float32) -> Tensor:
