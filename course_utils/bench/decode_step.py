@@ -26,9 +26,9 @@ query and output projections. This module gives the yardstick and the step:
   with its byte bound: ``bytes(g = h) / bytes(g)``, what the speed-up would be if every byte
   were read at the same rate.
 
-:class:`StepRow`, :class:`WholeStep` are plain records (a dataclass or NamedTuple) filled by
-this module's validated functions: they do not check their fields, so build them with those
-functions rather than by hand.
+:class:`StepRow` and :class:`WholeStep` check their fields when made (``check_record``): sizes,
+counts and thread counts >= 1, times divided by > 0, and a WholeStep's rows consistent with one
+another (see :meth:`WholeStep.__post_init__`).
 """
 
 from __future__ import annotations
@@ -559,7 +559,9 @@ class StepRow:
     samples_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        check_record(self)
+        # every size >= 1 (a step reads weights and a cache); a step of 0 s is no time: gb_per_s divides
+        check_record(self, positive=("batch", "context", "num_kv_heads", "weight_bytes", "cache_bytes",
+                                     "samples_s"))
 
     @property
     def bytes_read(self) -> int:
@@ -599,7 +601,28 @@ class WholeStep:
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
     def __post_init__(self) -> None:
-        check_record(self, nonempty=("rows", "read_s"))  # its methods take min() of them
+        """Sizes, counts and ``threads`` >= 1 and every time > 0 (they are divided by); then the
+        rows agree with one another, as the methods read them: one row per ``(batch, context,
+        g)``, each ``g`` a divisor of ``num_heads``, every shape with its ``g = num_heads`` row (the
+        MHA baseline of its speed-ups) and one sample count (they are paired repeat by repeat), and
+        ``weights_s`` only for shapes that have rows."""
+        check_record(self, nonempty=("rows", "read_s"),  # its methods take min() of them
+                     positive=("d_model", "num_heads", "num_layers", "mlp_ratio", "threads", "read_s",
+                               "read_bytes", "flush_bytes", "weights_s"))
+        keys = [(r.batch, r.context, r.num_kv_heads) for r in self.rows]
+        if len(set(keys)) != len(keys) or any(self.num_heads % g for _, _, g in keys):
+            raise ValueError(f"WholeStep.rows must be one row per (batch, context, g), each g a divisor "
+                             f"of num_heads={self.num_heads}, got {keys}")
+        for shape in self.shapes():
+            counts = {r.num_kv_heads: len(r.samples_s) for r in self.rows if (r.batch, r.context) == shape}
+            if self.num_heads not in counts or len(set(counts.values())) != 1:
+                raise ValueError(f"WholeStep.rows of batch={shape[0]}, context={shape[1]} must include "
+                                 f"g={self.num_heads} (the MHA baseline) and have one sample count, got "
+                                 f"g -> samples {counts}")
+        stray = [shape for shape in self.weights_s if shape not in self.shapes()]
+        if stray:
+            raise ValueError(f"WholeStep.weights_s must time only shapes that have rows {self.shapes()}, "
+                             f"got {stray}")
 
     def weights_gb_per_s(self, batch: int, context: int) -> float:
         """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""

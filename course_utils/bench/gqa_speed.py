@@ -40,9 +40,9 @@ under 32 MiB come from the heap and, once freed, stay there to be reused; the he
 trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
 ``repeat`` pays for what copying costs, not for the operating system's page mapping.
 
-:class:`DecodeRow` and :class:`StageRow` check their fields when made (``check_record``);
-:class:`DecodeBench` is a plain record filled by this module's validated functions: it does not
-check its fields, so build it with :func:`bench_decode` rather than by hand.
+:class:`DecodeRow`, :class:`StageRow` and :class:`DecodeBench` check their fields when made
+(``check_record``): sizes, counts and thread counts >= 1, times divided by > 0, and a
+DecodeBench's rows consistent with one another (see :meth:`DecodeBench.__post_init__`).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ from .decode_step import (
     time_flushed,
 )
 from .decode_step import flush_bytes as flush_bytes_default
-from .timing import Timing, check_function_name, check_round_counts, interleaved_samples
+from .timing import check_function_name, check_round_counts, interleaved_samples, timings_from_samples
 
 __all__ = [
     "SHARING_METHODS",
@@ -169,7 +169,8 @@ class DecodeRow:
     samples_s: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_record(self)
+        # a g, a cache of 0 bytes or a step of 0 s is no measurement: gb_per_s divides by the time
+        check_record(self, positive=("num_kv_heads", "cache_bytes", "samples_s"))
 
     def _samples(self, method: object) -> list[float]:
         """This row's samples of ``method``; a clear error naming the methods timed if none."""
@@ -217,7 +218,33 @@ class DecodeBench:
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
     def __post_init__(self) -> None:
-        check_record(self, nonempty=("rows", "sdpa_mha_s"))  # mha, format take them
+        """Sizes, counts and ``threads`` >= 1 and every time > 0 (they are divided by); then the
+        rows agree with one another, as the methods read them: distinct ``g`` that divide
+        ``num_heads``, one of them ``num_heads`` itself (the MHA baseline), each timing the same
+        methods, ``course`` among them, with one sample per repeat (as many as ``sdpa_mha_s``:
+        speed-ups pair them repeat by repeat); a probe timed has its bytes."""
+        check_record(self, nonempty=("rows", "sdpa_mha_s"),  # mha, format take them
+                     positive=("num_heads", "d_head", "context", "num_layers", "batch", "threads",
+                               "sdpa_mha_s", "copy_s", "read_s", "read_one_thread_s"))
+        groups = [r.num_kv_heads for r in self.rows]
+        if len(set(groups)) != len(groups) or self.num_heads not in groups \
+                or any(self.num_heads % g for g in groups):
+            raise ValueError(f"DecodeBench.rows must be one row per g, each g a divisor of num_heads="
+                             f"{self.num_heads} and one of them {self.num_heads} itself (the MHA "
+                             f"baseline), got g = {groups}")
+        repeats = len(self.sdpa_mha_s)
+        methods = list(self.rows[0].samples_s)
+        for r in self.rows:
+            counts = {m: len(s) for m, s in r.samples_s.items()}
+            if list(counts) != methods or "course" not in counts or set(counts.values()) != {repeats}:
+                raise ValueError(f"DecodeBench.rows[g={r.num_kv_heads}].samples_s must time the methods "
+                                 f"{methods or ['course']} (course among them) with {repeats} samples each "
+                                 f"(one per repeat, as sdpa_mha_s), got {counts}")
+        for times, size in (("copy_s", "copy_bytes"), ("read_s", "read_bytes"),
+                            ("read_one_thread_s", "read_bytes")):
+            if getattr(self, times) and getattr(self, size) < 1:
+                raise ValueError(f"DecodeBench.{size} must be > 0 when {times} holds times (bytes per "
+                                 f"second divide it by them), got {getattr(self, size)}")
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         for r in self.rows:
@@ -567,7 +594,8 @@ class StageRow:
     bytes_moved: int  # bytes read + written by the stage, summed over layers
 
     def __post_init__(self) -> None:
-        check_record(self, positive=("seconds",))  # gb_per_s divides by it
+        # gb_per_s divides by seconds; a g or a stage that moved 0 bytes is no measurement
+        check_record(self, positive=("num_kv_heads", "seconds", "bytes_moved"))
 
     @property
     def gb_per_s(self) -> float:
@@ -779,6 +807,4 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
                                clock=clock_for(torch.get_num_threads()))
     del flush
     release_freed_memory()
-    base = statistics.median(samples[baseline])
-    return ([Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()],
-            allocator)
+    return timings_from_samples(samples, baseline), allocator

@@ -13,9 +13,7 @@ course's pytest plugin (``tests/conftest.py``) records into ``artifacts/test_pea
 before each test the process's peak (``VmHWM``) is reset to its current size through
 ``/proc/self/clear_refs``, and read again when the test's setup, call and teardown are over.
 
-:class:`CellTime`, :class:`NotebookMemory` are plain records (a dataclass or NamedTuple) filled
-by this module's validated functions: they do not check their fields, so build them with those
-functions rather than by hand.
+:class:`CellTime` and :class:`NotebookMemory` check their fields when made (``check_record``).
 """
 
 from __future__ import annotations
@@ -58,7 +56,9 @@ print("{_MARK}", _peak)
 
 @dataclass(frozen=True)
 class CellTime:
-    """One code cell's run time: its index in the notebook and its first line."""
+    """One code cell's run time: its index in the notebook and its first line. ``seconds`` is
+    finite and >= 0, and may be 0: it is the difference of the kernel's two timestamps, which
+    coincide for a cell quicker than their resolution, and nothing divides by it."""
 
     index: int
     seconds: float
@@ -70,6 +70,9 @@ class CellTime:
 
 @dataclass
 class NotebookMemory:
+    """One notebook's run: its kernel's peak resident memory (> 0 MB: a process holds memory;
+    None when it was not measured) and its wall time (finite, >= 0; nothing divides by it)."""
+
     name: str
     peak_mb: float | None  # None when the notebook failed before the probe ran
     seconds: float
@@ -77,7 +80,7 @@ class NotebookMemory:
     cells: list[CellTime] = field(default_factory=list)  # code cells that ran, in notebook order
 
     def __post_init__(self) -> None:
-        check_record(self)
+        check_record(self, positive=("peak_mb",))
 
     @property
     def verdict(self) -> str:

@@ -7,9 +7,7 @@ the batched module, the batched module with ``F.scaled_dot_product_attention`` a
 :func:`count_dispatched_ops` counts the tensor operations of one forward pass; on a CUDA GPU,
 :func:`compare_on_device` compares the SDPA backends (:mod:`course_utils.attention.sdpa_backends`).
 
-:class:`DeviceComparison` is a plain record (a dataclass or NamedTuple) filled by this module's
-validated functions: it does not check its fields, so build it with those functions rather than
-by hand.
+:class:`DeviceComparison` checks its fields when made (``check_record``).
 """
 
 from __future__ import annotations
@@ -301,7 +299,9 @@ class DeviceComparison:
 
     def __post_init__(self) -> None:
         # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
-        check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"))
+        # tolerance > 0: a share of reference_std (0 would demand bit-identical outputs)
+        check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"),
+                     positive=("tolerance",))
         if set(self.agree) != set(self.max_abs_diff):  # report reads agree[name] for every diff
             raise ValueError(f"DeviceComparison.agree must have the keys of max_abs_diff "
                              f"{sorted(self.max_abs_diff)}, got {sorted(self.agree)}")

@@ -1,0 +1,118 @@
+"""Battery 15's findings in the benchmarks (issue 38, helper fix45b): each bad call now raises
+with the argument's (or the record field's) name, what was expected and what arrived; the valid
+call beside it still works."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from bad_input_cases import Case, assert_named
+
+from course_utils.bench import decode_step as DS
+from course_utils.bench import gqa_speed as GS
+from course_utils.bench import memory as MEM
+from course_utils.bench import mha_speed as MS
+from course_utils.bench import timing as TM
+
+MiB = 2**20
+
+
+def _decode_row(g: int = 4, samples=(2e-3, 3e-3)) -> GS.DecodeRow:
+    return GS.DecodeRow(g, 100 * g, {"course": list(samples)})
+
+
+def _decode_bench(**changes) -> GS.DecodeBench:
+    """A consistent DecodeBench, h = 4: rows at g = 4 and g = 1, two repeats; ``changes`` replace fields."""
+    fields = dict(num_heads=4, d_head=16, context=8, num_layers=1, batch=1, threads=1,
+                  rows=[_decode_row(4), _decode_row(1, (1e-3, 1.5e-3))], sdpa_mha_s=[2e-3, 2e-3], copy_s=[],
+                  copy_bytes=0, read_s=[1e-3], read_bytes=MiB)
+    return GS.DecodeBench(**{**fields, **changes})
+
+
+def _step_row(g: int = 4, batch: int = 1, context: int = 8, samples=(1e-3, 2e-3)) -> DS.StepRow:
+    return DS.StepRow(batch, context, g, 100, 10 * g, list(samples))
+
+
+def _whole_step(**changes) -> DS.WholeStep:
+    """A consistent WholeStep, h = 4: one shape, rows at g = 4 and g = 1; ``changes`` replace fields."""
+    fields = dict(d_model=64, num_heads=4, num_layers=1, mlp_ratio=4, weight_dtype=torch.float32,
+                  attention="course", threads=1, rows=[_step_row(4), _step_row(1)], read_s=[1e-3],
+                  read_bytes=MiB, llc=(MiB, "test"), flush_bytes=4 * MiB, weights_s={(1, 8): [1e-3]})
+    return DS.WholeStep(**{**fields, **changes})
+
+
+# -- 1. result records refuse zero and absurd sizes, counts, thread counts and times ------------------
+RECORD_CASES = [
+    Case("DecodeBench context 0", lambda: _decode_bench(context=0), ValueError,
+         ["DecodeBench.context", "positive int", "got 0"]),
+    Case("DecodeBench threads 0", lambda: _decode_bench(threads=0), ValueError,
+         ["DecodeBench.threads", "positive int", "got 0"]),
+    Case("DecodeBench sdpa time 0", lambda: _decode_bench(sdpa_mha_s=[2e-3, 0.0]), ValueError,
+         ["DecodeBench.sdpa_mha_s[1]", "> 0", "0.0"]),
+    Case("DecodeBench read probe of 0 bytes", lambda: _decode_bench(read_bytes=0), ValueError,
+         ["DecodeBench.read_bytes", "> 0", "read_s", "got 0"]),
+    Case("DecodeBench no g = h row", lambda: _decode_bench(rows=[_decode_row(1)]), ValueError,
+         ["DecodeBench.rows", "num_heads=4", "got g = [1]"]),
+    Case("DecodeBench g not a divisor", lambda: _decode_bench(rows=[_decode_row(4), _decode_row(3)]),
+         ValueError, ["DecodeBench.rows", "divisor", "[4, 3]"]),
+    Case("DecodeBench repeats disagree", lambda: _decode_bench(rows=[_decode_row(4), _decode_row(1, (1e-3,))]),
+         ValueError, ["DecodeBench.rows[g=1].samples_s", "2 samples", "{'course': 1}"]),
+    Case("DecodeRow g 0", lambda: GS.DecodeRow(0, 100), ValueError,
+         ["DecodeRow.num_kv_heads", "positive int", "got 0"]),
+    Case("DecodeRow cache 0 bytes", lambda: GS.DecodeRow(4, 0), ValueError,
+         ["DecodeRow.cache_bytes", "positive int", "got 0"]),
+    Case("DecodeRow step of 0 s", lambda: _decode_row(4, (1e-3, 0.0)), ValueError,
+         ["DecodeRow.samples_s['course'][1]", "> 0", "0.0"]),
+    Case("StageRow g 0", lambda: GS.StageRow("scores", 0, 1e-3, 100), ValueError,
+         ["StageRow.num_kv_heads", "positive int", "got 0"]),
+    Case("StageRow 0 bytes", lambda: GS.StageRow("scores", 4, 1e-3, 0), ValueError,
+         ["StageRow.bytes_moved", "positive int", "got 0"]),
+    Case("StepRow batch 0", lambda: DS.StepRow(0, 8, 4, 100, 100), ValueError,
+         ["StepRow.batch", "positive int", "got 0"]),
+    Case("StepRow cache 0 bytes", lambda: DS.StepRow(1, 8, 4, 100, 0), ValueError,
+         ["StepRow.cache_bytes", "positive int", "got 0"]),
+    Case("StepRow step of 0 s", lambda: _step_row(samples=(0.0,)), ValueError,
+         ["StepRow.samples_s[0]", "> 0", "0.0"]),
+    Case("WholeStep threads 0", lambda: _whole_step(threads=0), ValueError,
+         ["WholeStep.threads", "positive int", "got 0"]),
+    Case("WholeStep mlp_ratio 0", lambda: _whole_step(mlp_ratio=0), ValueError,
+         ["WholeStep.mlp_ratio", "positive int", "got 0"]),
+    Case("WholeStep probe of 0 s", lambda: _whole_step(read_s=[0.0]), ValueError,
+         ["WholeStep.read_s[0]", "> 0", "0.0"]),
+    Case("WholeStep weights of 0 s", lambda: _whole_step(weights_s={(1, 8): [0.0]}), ValueError,
+         ["WholeStep.weights_s[(1, 8)]", "> 0", "0.0"]),
+    Case("WholeStep shape without g = h", lambda: _whole_step(rows=[_step_row(1)]), ValueError,
+         ["WholeStep.rows", "batch=1, context=8", "g=4", "{1: 2}"]),
+    Case("WholeStep weights of a shape not run", lambda: _whole_step(weights_s={(2, 8): [1e-3]}), ValueError,
+         ["WholeStep.weights_s", "(2, 8)"]),
+    Case("Timing ratio 0", lambda: TM.Timing("a", 1e-3, 0.0, [1e-3]), ValueError,
+         ["Timing('a').ratio", "> 0", "0.0"]),
+    Case("Timing median 0", lambda: TM.Timing("a", 0.0, 1.0, [0.0]), ValueError,
+         ["Timing('a').median_s", "> 0", "0.0"]),
+    Case("NotebookMemory peak 0 MB", lambda: MEM.NotebookMemory("n.ipynb", 0.0, 1.0), ValueError,
+         ["NotebookMemory.peak_mb", "> 0", "0.0"]),
+    Case("DeviceComparison tolerance 0", lambda: MS.DeviceComparison(
+        "t", [TM.Timing("nn.MultiheadAttention", 1e-3, 1.0, [1e-3])], {"x": 0.0}, 0.0, 1.0, {"x": True}),
+         ValueError, ["DeviceComparison.tolerance", "> 0", "0.0"]),
+]
+
+
+@pytest.mark.parametrize("case", RECORD_CASES, ids=lambda c: c.name)
+def test_records_refuse_zero_sizes_counts_and_times(case: Case) -> None:
+    assert_named(case)
+
+
+def test_the_valid_records_beside_them_are_made() -> None:
+    bench, whole = _decode_bench(), _whole_step()
+    assert bench.speedup(1) == pytest.approx(2.0) and whole.speedup(1, 8, 1) == pytest.approx(1.0)
+    assert TM.Timing("a", 1e-3, 1.0, [0.0, 1e-3, 2e-3]).best_s == 0.0  # one sample may read 0 s
+    assert MEM.CellTime(0, 0.0, "x = 1").seconds == 0.0 and MEM.NotebookMemory("n", None, 0.5).verdict
+
+
+def test_a_timing_run_whose_clock_never_advanced_names_the_function() -> None:
+    """time_interleaved refused a zero baseline median; another function's zero median now too
+    (its Timing would refuse it with a less helpful message)."""
+    clock = iter([0.0, 1.0, 5.0, 5.0] * 3)  # a: 1 s per call, b: 0 s
+    with pytest.raises(ValueError, match=r"'b' took a median of 0\.0 s over 3 repeats"):
+        TM.time_interleaved({"a": lambda: None, "b": lambda: None}, baseline="a", repeats=3, warmup=0,
+                            progress=None, clock=lambda: next(clock))
