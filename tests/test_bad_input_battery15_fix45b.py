@@ -116,3 +116,53 @@ def test_a_timing_run_whose_clock_never_advanced_names_the_function() -> None:
     with pytest.raises(ValueError, match=r"'b' took a median of 0\.0 s over 3 repeats"):
         TM.time_interleaved({"a": lambda: None, "b": lambda: None}, baseline="a", repeats=3, warmup=0,
                             progress=None, clock=lambda: next(clock))
+
+
+# -- 3. WholeStep's lookups take ints and a StepRow -----------------------------------------------
+LOOKUP_CASES = [
+    Case("speedup batch True", lambda: _whole_step().speedup(True, 8, 1), TypeError, ["batch", "int", "bool True"]),
+    Case("speedup batch 1.0", lambda: _whole_step().speedup(1.0, 8, 1), TypeError, ["batch", "int", "float 1.0"]),
+    Case("weights_gb_per_s batch True", lambda: _whole_step().weights_gb_per_s(True, 8), TypeError,
+         ["batch", "int", "bool True"]),
+    Case("weights_gb_per_s context 8.0", lambda: _whole_step().weights_gb_per_s(1, 8.0), TypeError,
+         ["context", "int", "float 8.0"]),
+    Case("weights_gb_per_s shape without weights", lambda: _whole_step(weights_s={}).weights_gb_per_s(1, 8),
+         ValueError, ["batch=1, context=8", "none"]),
+    Case("byte_bound g True", lambda: _whole_step().byte_bound(1, 8, True), TypeError,
+         ["num_kv_heads", "int", "bool True"]),
+    Case("row not measured", lambda: _whole_step().row(1, 8, 2), ValueError, ["g=2", "(1, 8, 4)", "(1, 8, 1)"]),
+    Case("read_share of an int", lambda: _whole_step().read_share(3), TypeError, ["row", "StepRow", "int 3"]),
+    Case("read_share of a tuple", lambda: _whole_step().read_share((1, 8, 4)), TypeError,
+         ["row", "StepRow", "tuple"]),
+]
+
+
+@pytest.mark.parametrize("case", LOOKUP_CASES, ids=lambda c: c.name)
+def test_whole_step_lookups_are_checked(case: Case) -> None:
+    assert_named(case)
+
+
+# -- 4. DecodeBench's lookups name the method or g asked for and those measured -----------------------
+DECODE_LOOKUP_CASES = [
+    Case("ratio_to_sdpa method", lambda: _decode_bench().ratio_to_sdpa("fused"), ValueError,
+         ["method", "['course']", "'fused'"]),
+    Case("speedup method", lambda: _decode_bench().speedup(1, "repeat"), ValueError,
+         ["method", "['course']", "'repeat'"]),
+    Case("speedup g", lambda: _decode_bench().speedup(2), ValueError, ["num_kv_heads", "[4, 1]", "got 2"]),
+    Case("speedup g bool", lambda: _decode_bench().speedup(True), TypeError, ["num_kv_heads", "int", "bool"]),
+    Case("speedup_over_fastest_mha method", lambda: _decode_bench().speedup_over_fastest_mha(1, "fused"),
+         ValueError, ["method", "['course']", "'fused'"]),
+    Case("read_share method", lambda: _decode_bench().read_share(1, "enable_gqa"), ValueError,
+         ["method", "['course']", "'enable_gqa'"]),
+]
+
+
+@pytest.mark.parametrize("case", DECODE_LOOKUP_CASES, ids=lambda c: c.name)
+def test_decode_bench_lookups_name_what_was_measured(case: Case) -> None:
+    assert_named(case)
+
+
+def test_decode_bench_lookups_still_answer() -> None:
+    bench = _decode_bench()
+    assert bench.ratio_to_sdpa() == pytest.approx(1.25)
+    assert bench.speedup_over_fastest_mha(1, "course") == pytest.approx(5 / 3)  # medians of 2 and 4/3

@@ -627,6 +627,9 @@ class WholeStep:
     def weights_gb_per_s(self, batch: int, context: int) -> float:
         """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""
         mha = self.row(batch, context, self.num_heads)
+        if (batch, context) not in self.weights_s:
+            raise ValueError(f"the weights alone were not timed at batch={batch}, context={context}; "
+                             f"timed: {list(self.weights_s) or 'none'}")
         return mha.weight_bytes / min(self.weights_s[(batch, context)]) / 1e9
 
     @property
@@ -635,10 +638,16 @@ class WholeStep:
         return self.read_bytes / min(self.read_s) / 1e9
 
     def row(self, batch: int, context: int, num_kv_heads: int) -> StepRow:
+        """The row of one ``(batch, context, g)``, each an int >= 1 (checked: ``True`` or ``1.0``
+        would find row 1 as if named); a ValueError naming the rows measured if none."""
+        key = tuple(check_int(value, name, minimum=1) for name, value in (
+            ("batch", batch), ("context", context), ("num_kv_heads", num_kv_heads)))
         for r in self.rows:
-            if (r.batch, r.context, r.num_kv_heads) == (batch, context, num_kv_heads):
+            if (r.batch, r.context, r.num_kv_heads) == key:
                 return r
-        raise ValueError(f"no row for batch={batch}, context={context}, g={num_kv_heads}")
+        measured = [(r.batch, r.context, r.num_kv_heads) for r in self.rows]
+        raise ValueError(f"no row for batch={batch}, context={context}, g={num_kv_heads}; measured "
+                         f"(batch, context, g): {measured}")
 
     def shapes(self) -> list[tuple[int, int]]:
         return list(dict.fromkeys((r.batch, r.context) for r in self.rows))
@@ -663,7 +672,11 @@ class WholeStep:
         return self.speedup(batch, context, num_kv_heads) / self.byte_bound(batch, context, num_kv_heads)
 
     def read_share(self, row: StepRow) -> float:
-        """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline)."""
+        """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline); ``row``
+        is a :class:`StepRow` (one of :attr:`rows`, or :meth:`row`'s)."""
+        if not isinstance(row, StepRow):
+            raise TypeError(f"row must be a StepRow (one of WholeStep.rows, or WholeStep.row(batch, "
+                            f"context, g)), got {type(row).__name__} {row!r:.60}")
         return row.gb_per_s() / self.read_gb_per_s
 
     def noise_warnings(self) -> list[str]:

@@ -247,10 +247,13 @@ class DecodeBench:
                                  f"second divide it by them), got {getattr(self, size)}")
 
     def row(self, num_kv_heads: int) -> DecodeRow:
+        """The row of ``g = num_kv_heads`` (an int; a ValueError naming the measured g if none)."""
+        check_int(num_kv_heads, "num_kv_heads", minimum=1)
         for r in self.rows:
             if r.num_kv_heads == num_kv_heads:
                 return r
-        raise ValueError(f"no row for g={num_kv_heads}; measured g: {[r.num_kv_heads for r in self.rows]}")
+        raise ValueError(f"num_kv_heads must be one of the g measured {[r.num_kv_heads for r in self.rows]}, "
+                         f"got {num_kv_heads}")
 
     @property
     def mha(self) -> DecodeRow:
@@ -258,14 +261,14 @@ class DecodeBench:
 
     def speedup(self, num_kv_heads: int, method: str = "course") -> float:
         """Median over repeats of ``time(g = h) / time(g)``, both with ``method``."""
-        mha, row = self.mha.samples_s[method], self.row(num_kv_heads).samples_s[method]
+        mha, row = self.mha._samples(method), self.row(num_kv_heads)._samples(method)
         return statistics.median(a / b for a, b in zip(mha, row, strict=True))
 
     def speedup_over_fastest_mha(self, num_kv_heads: int, method: str) -> float:
         """Median over repeats of ``min over methods of time(g = h) / time(method, g)``: the
         speed-up against whichever method was fastest at ``g = h`` in that repeat."""
+        row = self.row(num_kv_heads)._samples(method)
         mha = [min(times) for times in zip(*self.mha.samples_s.values(), self.sdpa_mha_s, strict=True)]
-        row = self.row(num_kv_heads).samples_s[method]
         return statistics.median(a / b for a, b in zip(mha, row, strict=True))
 
     def noise_warnings(self) -> list[str]:
@@ -299,7 +302,7 @@ class DecodeBench:
 
     def ratio_to_sdpa(self, method: str = "course") -> float:
         """Median over repeats of ``time(method, g = h) / time(plain F.sdpa, g = h)``."""
-        mine = self.mha.samples_s[method]
+        mine = self.mha._samples(method)
         return statistics.median(a / b for a, b in zip(mine, self.sdpa_mha_s, strict=True))
 
     @property
