@@ -118,6 +118,42 @@ def test_a_timing_run_whose_clock_never_advanced_names_the_function() -> None:
                             progress=None, clock=lambda: next(clock))
 
 
+# -- 2. bool flags of the bench functions refuse a truthy string ---------------------------------------
+FLAG_CASES = [
+    Case("bench_decode full 'yes'", lambda: GS.bench_decode(full="yes"), TypeError,
+         ["full", "True or False", "str 'yes'"]),
+    Case("bench_decode progress 1", lambda: GS.bench_decode(progress=1), TypeError,
+         ["progress", "True or False", "int 1"]),
+    Case("bench_whole_step full 'yes'", lambda: DS.bench_whole_step(full="yes"), TypeError,
+         ["full", "True or False", "str 'yes'"]),
+    Case("bench_whole_step progress 'no'", lambda: DS.bench_whole_step(progress="no"), TypeError,
+         ["progress", "True or False", "str 'no'"]),
+    Case("bench_mha lesson 'no'", lambda: MS.bench_mha(1, 4, 8, 2, lesson="no"), TypeError,
+         ["lesson", "True or False", "str 'no'"]),
+    Case("plot_sweep logy 'no'", lambda: _plot_sweep(logy="no"), TypeError, ["logy", "True or False", "str 'no'"]),
+]
+
+
+def _plot_sweep(**kwargs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    fig, ax = plt.subplots()
+    try:
+        return MS.plot_sweep(pd.DataFrame({"a": [1.0, 2.0]}, index=pd.Index([1, 2], name="batch")), ax,
+                             title="t", **kwargs)
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("case", FLAG_CASES, ids=lambda c: c.name)
+def test_bench_flags_refuse_what_is_not_a_bool(case: Case) -> None:
+    assert_named(case)
+
+
 # -- 3. WholeStep's lookups take ints and a StepRow -----------------------------------------------
 LOOKUP_CASES = [
     Case("speedup batch True", lambda: _whole_step().speedup(True, 8, 1), TypeError, ["batch", "int", "bool True"]),

@@ -60,6 +60,7 @@ from ..attention.validation import (
     check_callable,
     check_distinct,
     check_fits_in_memory,
+    check_flag,
     check_float_dtype,
     check_holds_values,
     check_int,
@@ -826,7 +827,10 @@ def bench_whole_step(
     ``WHOLE_STEP_RUNS["quick"]`` (3 shapes, 2 layers, 1 + 7 rounds: seconds, the lesson's) or,
     with ``full=True``, ``["full"]`` (contexts up to 16384 at B=1 and 8 x 4096, 8 layers, 2 + 15
     rounds).
-    ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    ``progress`` shows a text progress bar (tqdm) over the rounds. ``full`` and ``progress`` are
+    bools (a string such as ``"no"`` is refused, not taken as True)."""
+    check_flag(full, "full")
+    check_flag(progress, "progress")
     run = WHOLE_STEP_RUNS["full" if full else "quick"]
     shapes = run["shapes"] if shapes is None else shapes
     num_layers = run["num_layers"] if num_layers is None else num_layers

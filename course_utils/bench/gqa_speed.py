@@ -69,6 +69,7 @@ from ..attention.validation import (
     check_device,
     check_distinct,
     check_fits_in_memory,
+    check_flag,
     check_float_dtype,
     check_int,
     check_int_list,
@@ -458,7 +459,10 @@ def bench_decode(
 
     ``groups``, ``repeats`` and ``warmup`` left as None come from ``DECODE_RUNS["quick"]``
     (g = 16, 4, 1; 1 + 5 rounds: the lesson's) or, with ``full=True``, ``["full"]`` (g = 16, 8,
-    4, 2, 1; 2 + 15 rounds). ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    4, 2, 1; 2 + 15 rounds). ``progress`` shows a text progress bar (tqdm) over the rounds.
+    ``full`` and ``progress`` are bools (a string such as ``"no"`` is refused, not taken as True)."""
+    check_flag(full, "full")
+    check_flag(progress, "progress")
     check_int(copy_mib, "copy_mib", minimum=0)
     run = DECODE_RUNS["full" if full else "quick"]
     groups = run["groups"] if groups is None else groups

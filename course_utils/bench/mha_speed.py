@@ -31,6 +31,7 @@ from ..attention.validation import (
     check_callable,
     check_device,
     check_distinct,
+    check_flag,
     check_float_dtype,
     check_head_dims,
     check_int,
@@ -149,8 +150,9 @@ def bench_mha(
 
     ``num_threads``: see :func:`torch_threads`. ``target_sample_s > 0`` repeats short calls
     inside each sample. ``lesson`` is ignored (every benchmark times the lesson's versions);
-    it is accepted so that lesson 4's ``lesson=True`` keeps working.
+    it is accepted so that lesson 4's ``lesson=True`` keeps working (a bool: ``"no"`` is refused).
     """
+    check_flag(lesson, "lesson")
     check_int(batch, "batch", minimum=1)
     check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
@@ -228,11 +230,13 @@ def sweep_mha(
 
 
 def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (ms)", logy: bool = True):
-    """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis."""
+    """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis (``logy``, a
+    bool: a log y axis too)."""
     check_table(table, "table")
     check_axes(ax, "ax")
     if ax is None:
         raise TypeError("ax must be a matplotlib Axes to draw on (e.g. plt.gca()), got None")
+    check_flag(logy, "logy")
     for name in table.columns:
         ax.plot(table.index, table[name], marker="o", label=name)
     ax.set_xscale("log", base=2)
