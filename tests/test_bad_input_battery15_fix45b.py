@@ -202,3 +202,16 @@ def test_decode_bench_lookups_still_answer() -> None:
     bench = _decode_bench()
     assert bench.ratio_to_sdpa() == pytest.approx(1.25)
     assert bench.speedup_over_fastest_mha(1, "course") == pytest.approx(5 / 3)  # medians of 2 and 4/3
+
+
+# -- 5. forward_callables checks x's width against every module's, before anything is timed -----------
+def test_forward_callables_refuses_x_of_the_wrong_width_up_front() -> None:
+    modules = MS.lesson_implementations(32, 4)
+    with pytest.raises(ValueError) as info:
+        MS.forward_callables(modules, torch.randn(1, 3, 16))
+    assert "x (for modules['loop over heads'])" in str(info.value) and "d_model=32" in str(info.value)
+    assert "(1, 3, 16)" in str(info.value)
+    with pytest.raises(ValueError, match=r"modules\['nn.MultiheadAttention'\].*d_model=32"):
+        MS.forward_callables({"nn.MultiheadAttention": modules["nn.MultiheadAttention"]}, torch.randn(1, 3, 16))
+    calls = MS.forward_callables(modules, torch.randn(1, 3, 32))  # the right width still runs
+    assert all(fn().shape == (1, 3, 32) for fn in calls.values())

@@ -39,6 +39,7 @@ from ..attention.validation import (
     check_linear_weights_fit,
     check_matches_module,
     check_record,
+    check_stream,
     check_table,
     check_tensor,
 )
@@ -84,6 +85,11 @@ class _NaiveAsTuple(nn.Module):
         super().__init__()
         self.naive = naive_from_batched(batched)
 
+    @property
+    def d_model(self) -> int:
+        """The width it takes (as the course module and ``nn.MultiheadAttention.embed_dim`` say)."""
+        return self.naive.d_model
+
     def forward(self, query, key=None, value=None, **_):
         return self.naive(query), None
 
@@ -121,6 +127,11 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
 
     ``nn.MultiheadAttention`` is called with ``need_weights=False``, which (in eval mode,
     without gradients, with an even head count) lets it take its fused fast path.
+
+    ``x`` is checked against every module now, not when the benchmark first calls it: its dtype
+    and device against the module's parameters and, for a module that says its width
+    (``d_model``, as the course's modules do, or ``embed_dim``, as ``nn.MultiheadAttention``
+    does), its last dimension against that width.
     """
     if not isinstance(modules, dict) or not all(isinstance(m, nn.Module) for m in modules.values()):
         raise TypeError(f"modules must be a dict {{label: nn.Module}} (what lesson_implementations returns), "
@@ -128,7 +139,10 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
     check_tensor(x, "x", ndim=3, layout="(B, T, d_model)")
     for name, m in modules.items():  # refused now, not when the benchmark calls it
         weight = next(m.parameters(), None)
-        if weight is not None:
+        width = _width(m)
+        if weight is not None and width is not None:
+            check_stream(x, f"x (for modules[{name!r}])", d_model=width, weight=weight)
+        elif weight is not None:
             check_matches_module(x, f"x (for modules[{name!r}])", weight)
 
     def call(m: nn.Module) -> Callable[[], Tensor]:
@@ -137,6 +151,15 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
         return lambda: m(x)[0]
 
     return {name: call(m) for name, m in modules.items()}
+
+
+def _width(module: nn.Module) -> int | None:
+    """The width a module takes, where it says (``d_model`` or ``embed_dim``, an int), else None."""
+    for attribute in ("d_model", "embed_dim"):
+        width = getattr(module, attribute, None)
+        if isinstance(width, int) and not isinstance(width, bool):
+            return width
+    return None
 
 
 def bench_mha(
