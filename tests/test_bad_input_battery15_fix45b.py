@@ -55,8 +55,9 @@ RECORD_CASES = [
          ["DecodeBench.rows", "num_heads=4", "got g = [1]"]),
     Case("DecodeBench g not a divisor", lambda: _decode_bench(rows=[_decode_row(4), _decode_row(3)]),
          ValueError, ["DecodeBench.rows", "divisor", "[4, 3]"]),
-    Case("DecodeBench repeats disagree", lambda: _decode_bench(rows=[_decode_row(4), _decode_row(1, (1e-3,))]),
-         ValueError, ["DecodeBench.rows[g=1].samples_s", "2 samples", "{'course': 1}"]),
+    Case("DecodeBench repeats disagree",
+         lambda: _decode_bench(rows=[_decode_row(4), _decode_row(1, (1e-3,))]), ValueError,
+         ["DecodeBench.rows[g=1].samples_s", "2 samples", "{'course': 1}"]),
     Case("DecodeRow g 0", lambda: GS.DecodeRow(0, 100), ValueError,
          ["DecodeRow.num_kv_heads", "positive int", "got 0"]),
     Case("DecodeRow cache 0 bytes", lambda: GS.DecodeRow(4, 0), ValueError,
@@ -130,7 +131,8 @@ FLAG_CASES = [
          ["progress", "True or False", "str 'no'"]),
     Case("bench_mha lesson 'no'", lambda: MS.bench_mha(1, 4, 8, 2, lesson="no"), TypeError,
          ["lesson", "True or False", "str 'no'"]),
-    Case("plot_sweep logy 'no'", lambda: _plot_sweep(logy="no"), TypeError, ["logy", "True or False", "str 'no'"]),
+    Case("plot_sweep logy 'no'", lambda: _plot_sweep(logy="no"), TypeError,
+         ["logy", "True or False", "str 'no'"]),
 ]
 
 
@@ -156,8 +158,10 @@ def test_bench_flags_refuse_what_is_not_a_bool(case: Case) -> None:
 
 # -- 3. WholeStep's lookups take ints and a StepRow -----------------------------------------------
 LOOKUP_CASES = [
-    Case("speedup batch True", lambda: _whole_step().speedup(True, 8, 1), TypeError, ["batch", "int", "bool True"]),
-    Case("speedup batch 1.0", lambda: _whole_step().speedup(1.0, 8, 1), TypeError, ["batch", "int", "float 1.0"]),
+    Case("speedup batch True", lambda: _whole_step().speedup(True, 8, 1), TypeError,
+         ["batch", "int", "bool True"]),
+    Case("speedup batch 1.0", lambda: _whole_step().speedup(1.0, 8, 1), TypeError,
+         ["batch", "int", "float 1.0"]),
     Case("weights_gb_per_s batch True", lambda: _whole_step().weights_gb_per_s(True, 8), TypeError,
          ["batch", "int", "bool True"]),
     Case("weights_gb_per_s context 8.0", lambda: _whole_step().weights_gb_per_s(1, 8.0), TypeError,
@@ -166,7 +170,8 @@ LOOKUP_CASES = [
          ValueError, ["batch=1, context=8", "none"]),
     Case("byte_bound g True", lambda: _whole_step().byte_bound(1, 8, True), TypeError,
          ["num_kv_heads", "int", "bool True"]),
-    Case("row not measured", lambda: _whole_step().row(1, 8, 2), ValueError, ["g=2", "(1, 8, 4)", "(1, 8, 1)"]),
+    Case("row not measured", lambda: _whole_step().row(1, 8, 2), ValueError,
+         ["g=2", "(1, 8, 4)", "(1, 8, 1)"]),
     Case("read_share of an int", lambda: _whole_step().read_share(3), TypeError, ["row", "StepRow", "int 3"]),
     Case("read_share of a tuple", lambda: _whole_step().read_share((1, 8, 4)), TypeError,
          ["row", "StepRow", "tuple"]),
@@ -211,7 +216,32 @@ def test_forward_callables_refuses_x_of_the_wrong_width_up_front() -> None:
         MS.forward_callables(modules, torch.randn(1, 3, 16))
     assert "x (for modules['loop over heads'])" in str(info.value) and "d_model=32" in str(info.value)
     assert "(1, 3, 16)" in str(info.value)
-    with pytest.raises(ValueError, match=r"modules\['nn.MultiheadAttention'\].*d_model=32"):
-        MS.forward_callables({"nn.MultiheadAttention": modules["nn.MultiheadAttention"]}, torch.randn(1, 3, 16))
+    with pytest.raises(ValueError, match=r"modules\[\"torch's\"\].*d_model=32"):
+        MS.forward_callables({"torch's": modules["nn.MultiheadAttention"]}, torch.randn(1, 3, 16))
     calls = MS.forward_callables(modules, torch.randn(1, 3, 32))  # the right width still runs
     assert all(fn().shape == (1, 3, 32) for fn in calls.values())
+
+
+# -- 6. the command line names an empty or white-space word as one, in every subcommand ---------------
+@pytest.mark.parametrize(("argv", "named"), [
+    ([""], "choose a subcommand"),
+    ([" "], "choose a subcommand"),
+    (["mha", ""], "mha takes no such argument"),
+    (["gqa", " "], "gqa takes no such argument"),
+    (["train", ""], "train takes no such argument"),
+    (["mha", "--device", " "], "argument --device"),
+    (["train", "--device="], "argument --device"),
+    (["memory", ""], "argument notebooks"),
+    (["memory", " "], "argument notebooks"),
+    (["test-memory", ""], "argument report"),
+    (["test-memory", "\t"], "argument report"),
+], ids=repr)
+def test_bench_command_line_names_an_empty_word(argv: list[str], named: str, capsys) -> None:
+    from course_utils.bench import cli as bench_cli
+
+    word = argv[-1].partition("=")[2] if "=" in argv[-1] else argv[-1]
+    with pytest.raises(SystemExit) as info:
+        bench_cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert named in err and f"an empty word {word!r}" in err, err

@@ -334,7 +334,10 @@ def _main_test_memory(args: argparse.Namespace) -> None:
 
 def notebook_file(text: str) -> str:
     """An argparse type: an existing ``.ipynb`` file that nbformat reads as a notebook (checked
-    before the first notebook runs, by :func:`read_notebook`)."""
+    before the first notebook runs, by :func:`read_notebook`); an empty word is refused as one."""
+    from .cli import not_blank
+
+    not_blank(text, "a notebook file (.ipynb)")
     check_path(text, "notebook_file's text", "a lesson notebook")
     path = Path(text)
     if path.suffix != ".ipynb":
@@ -353,6 +356,16 @@ def notebook_file(text: str) -> str:
     return text
 
 
+def report_file(text: str) -> str:
+    """An argparse type: the per-test memory report's path, not an empty word (``''`` or ``' '``
+    names no file); whether it exists and holds a report is said by :func:`read_test_report`."""
+    from .cli import not_blank
+
+    not_blank(text, "the per-test memory report (a JSON file the tests write)")
+    check_path(text, "report_file's text", "the per-test memory report (JSON)")
+    return text
+
+
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``memory`` on ``python -m course_utils.bench``."""
     from .cli import Distinct, check_subparsers, non_negative_int, positive_int, seconds
@@ -367,7 +380,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="list each notebook's N slowest cells (0: none)")
     p.set_defaults(run=_main_memory)
     t = sub.add_parser("test-memory", help="the largest per-test peak memory of the last test runs")
-    t.add_argument("report", nargs="?", default=str(TEST_REPORT),
+    t.add_argument("report", nargs="?", default=str(TEST_REPORT), type=report_file,
                    help=f"the report the tests wrote (default: {TEST_REPORT})")
     t.add_argument("--top", type=positive_int, default=10, help="how many tests to list")
     t.set_defaults(run=_main_test_memory)
