@@ -245,3 +245,61 @@ def test_bench_command_line_names_an_empty_word(argv: list[str], named: str, cap
     err = capsys.readouterr().err
     assert info.value.code == 2, err
     assert named in err and f"an empty word {word!r}" in err, err
+
+
+# -- 7. bench memory interrupted once its kernel runs says one line, and leaves no file -------------
+def _children(pid: int) -> list[str]:
+    try:
+        return open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        return []
+
+
+def _wait_for(condition, proc, seconds: float = 180.0) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"the benchmark never got there (exit {proc.returncode}): {out} {err}")
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="/proc, POSIX signals")
+@pytest.mark.parametrize("when", ["kernel started", "cell running"])
+def test_bench_memory_interrupted_prints_only_its_one_line(tmp_path, when: str) -> None:
+    """The shutdown after SIGINT interrupts the kernel, whose own traceback (KeyboardInterrupt
+    while it imports, a ZMQError once a cell runs) used to reach the terminal before the tool's
+    one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import nbformat
+
+    cell = "open('started', 'w').close()\nimport time\ntime.sleep(120)"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), tmp_path / "slow.ipynb")
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's course_utils, from tmp_path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "course_utils.bench", "memory", "slow.ipynb", "--slowest", "0"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    if when == "kernel started":
+        _wait_for(lambda: _children(proc.pid), proc)  # the kernel process exists, still importing
+    else:
+        _wait_for((tmp_path / "started").exists, proc)
+    os.kill(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running 120 s after SIGINT: {proc.communicate()}")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines() == ["python -m course_utils.bench: interrupted by SIGINT: the kernel "
+                                        "running slow.ipynb was shut down; nothing was written"], err
+    assert {p.name for p in tmp_path.iterdir()} - {"started"} == {"slow.ipynb"}  # the cell's marker only

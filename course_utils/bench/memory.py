@@ -19,13 +19,17 @@ before each test the process's peak (``VmHWM``) is reset to its current size thr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 from .. import cli
 from ..attention.validation import check_record
@@ -98,6 +102,12 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     never by raising; a SIGINT/SIGTERM meanwhile shuts the kernel down and raises
     :class:`course_utils.cli.Interrupted` (the benchmark stops with one line, exit 130/143).
     A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
+
+    The kernel process's own stderr (not the cells' output, which comes back as messages) is
+    held by :func:`_kernel_stderr` and written to this process's stderr once the notebook has
+    run; after a signal it is dropped: the shutdown that follows interrupts the kernel, which
+    then prints a traceback of its own (a KeyboardInterrupt while it imports, a ZMQError from a
+    message handler whose socket closed), and the tool's one line must stay the only one.
     """
     from ..attention.validation import check_int  # torch only when called
 
@@ -111,18 +121,43 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    try:  # a signal stops the run: cli.Interrupted (no Exception) reaches the tool's cli.run
-        cli.run_kernel(client.async_execute(), f"the kernel running {path.name} was shut down; "
-                       "nothing was written")
-    except Exception as err:  # a failing lesson is a row of the table, not a crash
-        message = str(err).strip().splitlines()
-        return NotebookMemory(path.name, None, time.perf_counter() - start,
-                              f"{type(err).__name__}: {message[-1] if message else ''}"[:100],
-                              _cell_times(nb.cells[:-1]))
+    with _kernel_stderr() as kernel_stderr:
+        try:  # a signal stops the run: cli.Interrupted (no Exception) reaches the tool's cli.run
+            cli.run_kernel(client.async_execute(stderr=kernel_stderr), f"the kernel running {path.name} "
+                           "was shut down; nothing was written")
+        except Exception as err:  # a failing lesson is a row of the table, not a crash
+            message = str(err).strip().splitlines()
+            return NotebookMemory(path.name, None, time.perf_counter() - start,
+                                  f"{type(err).__name__}: {message[-1] if message else ''}"[:100],
+                                  _cell_times(nb.cells[:-1]))
     elapsed = time.perf_counter() - start
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     peak = next(int(line.split()[1]) for line in text.splitlines() if line.startswith(_MARK))
     return NotebookMemory(path.name, peak / 1e6, elapsed, cells=_cell_times(nb.cells[:-1]))
+
+
+@contextlib.contextmanager
+def _kernel_stderr() -> Iterator[IO[bytes]]:
+    """A file for a kernel process's stderr: an anonymous temporary file (removed from the disk as
+    it is made, so nothing is left even if this process is killed). When the block ends normally,
+    or with an ``Exception`` (a failed notebook), what the kernel wrote is copied to
+    ``sys.stderr``; when it ends with anything else (:class:`course_utils.cli.Interrupted`,
+    ``KeyboardInterrupt``) it is dropped, with the kernel's dying words."""
+    with tempfile.TemporaryFile() as held:
+        try:
+            yield held
+        except Exception:
+            _copy_to_stderr(held)
+            raise
+        _copy_to_stderr(held)
+
+
+def _copy_to_stderr(held: IO[bytes]) -> None:
+    held.seek(0)
+    text = held.read().decode("utf-8", errors="replace")
+    if text:
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 def read_notebook(path: str | Path):
