@@ -52,7 +52,7 @@ RECORD_CASES = [
          ["StepRow.batch", "int", "bool True"]),
     Case("StepRow/str", lambda: DS.StepRow(1, "3", 1, 3, 3), TypeError, ["StepRow.context", "str '3'"]),
     Case("StepRow/sample neg", lambda: DS.StepRow(1, 3, 1, 3, 3, [0.1, -1.0]), ValueError,
-         ["StepRow.samples_s[1]", ">= 0", "-1.0"]),
+         ["StepRow.samples_s[1]", "> 0", "-1.0"]),
     Case("DecodeRow/bool", lambda: GS.DecodeRow(1, True), TypeError, ["DecodeRow.cache_bytes", "bool"]),
     Case("DecodeRow/samples nan", lambda: GS.DecodeRow(1, 3, {"sdpa": [NAN]}), ValueError,
          ["DecodeRow.samples_s['sdpa'][0]", "finite", "nan"]),

@@ -161,7 +161,8 @@ CASES = [
     Case("format_table []", lambda: timing.format_table("t", [], "a"), ValueError,
          ["timings", "non-empty", "[]"]),
     Case("ratio_spread zero baseline sample", lambda: timing.ratio_spread(
-        [timing.Timing("a", 0.0, 1.0, [0.0]), timing.Timing("b", 0.0, 1.0, [0.0])], "b", "a"), ValueError,
+        [timing.Timing("a", 1.0, 1.0, [0.0, 1.0, 2.0]), timing.Timing("b", 1.0, 1.0, [1.0] * 3)], "b", "a"),
+         ValueError,
          ["baseline 'a'", "0.0 s", "positive"]),
     Case("format_slowest_cells count -1",
          lambda: memory.format_slowest_cells(memory.NotebookMemory("x", 1.0, 1.0), -1), ValueError,

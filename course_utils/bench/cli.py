@@ -38,6 +38,16 @@ def check_text(text: object, what: str) -> str:
     return text
 
 
+def not_blank(text: object, wanted: str) -> object:
+    """A str ``text`` (an option's text) holds more than white space; else a usage error saying
+    what was ``wanted`` and that an empty word arrived (a quoted shell variable that was empty,
+    ``--device=``): ``''`` and ``' '`` name no file or device. Anything else is returned as it is,
+    for the type's own check to name."""
+    if isinstance(text, str) and not text.strip():
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got an empty word {text!r}")
+    return text
+
+
 def check_subparsers(subparsers: object, command: str) -> None:
     """``subparsers`` is what ``parser.add_subparsers()`` returned (where ``command`` is added)."""
     if not isinstance(subparsers, argparse._SubParsersAction):
@@ -121,7 +131,7 @@ def device_name(text: str) -> str:
     and ``meta``, whose tensors hold no numbers (its timings would be meaningless ratios)."""
     from ..attention.validation import check_device  # imports torch: only when a --device is given
 
-    check_text(text, "device_name")
+    not_blank(check_text(text, "device_name"), "a device such as 'cpu', 'cuda' or 'cuda:0'")
     try:
         return str(check_device(text.strip(), "--device"))
     except (TypeError, ValueError) as err:  # says what was expected and what arrived
@@ -228,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help")):
         # argparse names an unknown first word by the subparsers' dest ("required: which")
         parser.error("choose a subcommand: " + ", ".join(names)
-                     + (f"; got {argv[0]!r}" if argv else "")
+                     + (f"; got {_word(argv[0])}" if argv else "")
                      + " (python -m course_utils.bench SUBCOMMAND --help shows its options)")
     # argparse reads "-1x1024" as an unknown option and reports a missing value instead; a
     # negative shape is refused here with the rule it breaks
@@ -238,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
                 batch_by_context(text)
             except argparse.ArgumentTypeError as err:
                 parser.error(f"--shapes: {err}")
+    _refuse_stray_blank_words(parser, argv)
     args = parser.parse_args(argv)
     check = getattr(args, "check", None)  # what no single option's type can see: the memory they ask for
     if check is not None:
@@ -246,6 +257,27 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:
             parser.error(str(err))
     args.run(args)
+
+
+def _word(text: str) -> str:
+    """A word of the command line as it arrived, saying so when it is empty or white space only
+    (``''`` would otherwise read as a typo of nothing)."""
+    return f"an empty word {text!r}" if not text.strip() else repr(text)
+
+
+def _refuse_stray_blank_words(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An empty or white-space word that no option or argument of the subcommand takes (``mha
+    ''``) is refused naming it as one; argparse's own "unrecognized arguments: " shows nothing.
+    Only a command line holding such a word is parsed here first (a blank value an option's type
+    refuses is named by that type, as usual)."""
+    if all(text.strip() for text in argv[1:]):
+        return
+    _, extras = parser.parse_known_args(argv)
+    blank = [text for text in extras if not text.strip()]
+    if blank:
+        parser.error(f"{argv[0]} takes no such argument: got {', '.join(map(_word, blank))} (a quoted "
+                     f"variable that was empty?); python -m course_utils.bench {argv[0]} --help shows "
+                     "its options")
 
 
 def _subcommand_names(parser: argparse.ArgumentParser) -> list[str]:

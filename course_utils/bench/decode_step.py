@@ -26,9 +26,9 @@ query and output projections. This module gives the yardstick and the step:
   with its byte bound: ``bytes(g = h) / bytes(g)``, what the speed-up would be if every byte
   were read at the same rate.
 
-:class:`StepRow`, :class:`WholeStep` are plain records (a dataclass or NamedTuple) filled by
-this module's validated functions: they do not check their fields, so build them with those
-functions rather than by hand.
+:class:`StepRow` and :class:`WholeStep` check their fields when made (``check_record``): sizes,
+counts and thread counts >= 1, times divided by > 0, and a WholeStep's rows consistent with one
+another (see :meth:`WholeStep.__post_init__`).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from ..attention.validation import (
     check_callable,
     check_distinct,
     check_fits_in_memory,
+    check_flag,
     check_float_dtype,
     check_holds_values,
     check_int,
@@ -559,7 +560,9 @@ class StepRow:
     samples_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        check_record(self)
+        # every size >= 1 (a step reads weights and a cache); a step of 0 s is no time: gb_per_s divides
+        check_record(self, positive=("batch", "context", "num_kv_heads", "weight_bytes", "cache_bytes",
+                                     "samples_s"))
 
     @property
     def bytes_read(self) -> int:
@@ -599,11 +602,35 @@ class WholeStep:
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
     def __post_init__(self) -> None:
-        check_record(self, nonempty=("rows", "read_s"))  # its methods take min() of them
+        """Sizes, counts and ``threads`` >= 1 and every time > 0 (they are divided by); then the
+        rows agree with one another, as the methods read them: one row per ``(batch, context,
+        g)``, each ``g`` a divisor of ``num_heads``, every shape with its ``g = num_heads`` row (the
+        MHA baseline of its speed-ups) and one sample count (they are paired repeat by repeat), and
+        ``weights_s`` only for shapes that have rows."""
+        check_record(self, nonempty=("rows", "read_s"),  # its methods take min() of them
+                     positive=("d_model", "num_heads", "num_layers", "mlp_ratio", "threads", "read_s",
+                               "read_bytes", "flush_bytes", "weights_s"))
+        keys = [(r.batch, r.context, r.num_kv_heads) for r in self.rows]
+        if len(set(keys)) != len(keys) or any(self.num_heads % g for _, _, g in keys):
+            raise ValueError(f"WholeStep.rows must be one row per (batch, context, g), each g a divisor "
+                             f"of num_heads={self.num_heads}, got {keys}")
+        for shape in self.shapes():
+            counts = {r.num_kv_heads: len(r.samples_s) for r in self.rows if (r.batch, r.context) == shape}
+            if self.num_heads not in counts or len(set(counts.values())) != 1:
+                raise ValueError(f"WholeStep.rows of batch={shape[0]}, context={shape[1]} must include "
+                                 f"g={self.num_heads} (the MHA baseline) and have one sample count, got "
+                                 f"g -> samples {counts}")
+        stray = [shape for shape in self.weights_s if shape not in self.shapes()]
+        if stray:
+            raise ValueError(f"WholeStep.weights_s must time only shapes that have rows {self.shapes()}, "
+                             f"got {stray}")
 
     def weights_gb_per_s(self, batch: int, context: int) -> float:
         """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""
         mha = self.row(batch, context, self.num_heads)
+        if (batch, context) not in self.weights_s:
+            raise ValueError(f"the weights alone were not timed at batch={batch}, context={context}; "
+                             f"timed: {list(self.weights_s) or 'none'}")
         return mha.weight_bytes / min(self.weights_s[(batch, context)]) / 1e9
 
     @property
@@ -612,10 +639,16 @@ class WholeStep:
         return self.read_bytes / min(self.read_s) / 1e9
 
     def row(self, batch: int, context: int, num_kv_heads: int) -> StepRow:
+        """The row of one ``(batch, context, g)``, each an int >= 1 (checked: ``True`` or ``1.0``
+        would find row 1 as if named); a ValueError naming the rows measured if none."""
+        key = tuple(check_int(value, name, minimum=1) for name, value in (
+            ("batch", batch), ("context", context), ("num_kv_heads", num_kv_heads)))
         for r in self.rows:
-            if (r.batch, r.context, r.num_kv_heads) == (batch, context, num_kv_heads):
+            if (r.batch, r.context, r.num_kv_heads) == key:
                 return r
-        raise ValueError(f"no row for batch={batch}, context={context}, g={num_kv_heads}")
+        measured = [(r.batch, r.context, r.num_kv_heads) for r in self.rows]
+        raise ValueError(f"no row for batch={batch}, context={context}, g={num_kv_heads}; measured "
+                         f"(batch, context, g): {measured}")
 
     def shapes(self) -> list[tuple[int, int]]:
         return list(dict.fromkeys((r.batch, r.context) for r in self.rows))
@@ -640,7 +673,11 @@ class WholeStep:
         return self.speedup(batch, context, num_kv_heads) / self.byte_bound(batch, context, num_kv_heads)
 
     def read_share(self, row: StepRow) -> float:
-        """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline)."""
+        """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline); ``row``
+        is a :class:`StepRow` (one of :attr:`rows`, or :meth:`row`'s)."""
+        if not isinstance(row, StepRow):
+            raise TypeError(f"row must be a StepRow (one of WholeStep.rows, or WholeStep.row(batch, "
+                            f"context, g)), got {type(row).__name__} {row!r:.60}")
         return row.gb_per_s() / self.read_gb_per_s
 
     def noise_warnings(self) -> list[str]:
@@ -790,7 +827,10 @@ def bench_whole_step(
     ``WHOLE_STEP_RUNS["quick"]`` (3 shapes, 2 layers, 1 + 7 rounds: seconds, the lesson's) or,
     with ``full=True``, ``["full"]`` (contexts up to 16384 at B=1 and 8 x 4096, 8 layers, 2 + 15
     rounds).
-    ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    ``progress`` shows a text progress bar (tqdm) over the rounds. ``full`` and ``progress`` are
+    bools (a string such as ``"no"`` is refused, not taken as True)."""
+    check_flag(full, "full")
+    check_flag(progress, "progress")
     run = WHOLE_STEP_RUNS["full" if full else "quick"]
     shapes = run["shapes"] if shapes is None else shapes
     num_layers = run["num_layers"] if num_layers is None else num_layers

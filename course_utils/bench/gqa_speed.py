@@ -40,9 +40,9 @@ under 32 MiB come from the heap and, once freed, stay there to be reused; the he
 trimmed (unless 1 GiB lies free at its top). No call pays for another's memory, and
 ``repeat`` pays for what copying costs, not for the operating system's page mapping.
 
-:class:`DecodeRow` and :class:`StageRow` check their fields when made (``check_record``);
-:class:`DecodeBench` is a plain record filled by this module's validated functions: it does not
-check its fields, so build it with :func:`bench_decode` rather than by hand.
+:class:`DecodeRow`, :class:`StageRow` and :class:`DecodeBench` check their fields when made
+(``check_record``): sizes, counts and thread counts >= 1, times divided by > 0, and a
+DecodeBench's rows consistent with one another (see :meth:`DecodeBench.__post_init__`).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ from ..attention.validation import (
     check_device,
     check_distinct,
     check_fits_in_memory,
+    check_flag,
     check_float_dtype,
     check_int,
     check_int_list,
@@ -89,7 +90,7 @@ from .decode_step import (
     time_flushed,
 )
 from .decode_step import flush_bytes as flush_bytes_default
-from .timing import Timing, check_function_name, check_round_counts, interleaved_samples
+from .timing import check_function_name, check_round_counts, interleaved_samples, timings_from_samples
 
 __all__ = [
     "SHARING_METHODS",
@@ -169,7 +170,8 @@ class DecodeRow:
     samples_s: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_record(self)
+        # a g, a cache of 0 bytes or a step of 0 s is no measurement: gb_per_s divides by the time
+        check_record(self, positive=("num_kv_heads", "cache_bytes", "samples_s"))
 
     def _samples(self, method: object) -> list[float]:
         """This row's samples of ``method``; a clear error naming the methods timed if none."""
@@ -217,13 +219,42 @@ class DecodeBench:
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
 
     def __post_init__(self) -> None:
-        check_record(self, nonempty=("rows", "sdpa_mha_s"))  # mha, format take them
+        """Sizes, counts and ``threads`` >= 1 and every time > 0 (they are divided by); then the
+        rows agree with one another, as the methods read them: distinct ``g`` that divide
+        ``num_heads``, one of them ``num_heads`` itself (the MHA baseline), each timing the same
+        methods, ``course`` among them, with one sample per repeat (as many as ``sdpa_mha_s``:
+        speed-ups pair them repeat by repeat); a probe timed has its bytes."""
+        check_record(self, nonempty=("rows", "sdpa_mha_s"),  # mha, format take them
+                     positive=("num_heads", "d_head", "context", "num_layers", "batch", "threads",
+                               "sdpa_mha_s", "copy_s", "read_s", "read_one_thread_s"))
+        groups = [r.num_kv_heads for r in self.rows]
+        if len(set(groups)) != len(groups) or self.num_heads not in groups \
+                or any(self.num_heads % g for g in groups):
+            raise ValueError(f"DecodeBench.rows must be one row per g, each g a divisor of num_heads="
+                             f"{self.num_heads} and one of them {self.num_heads} itself (the MHA "
+                             f"baseline), got g = {groups}")
+        repeats = len(self.sdpa_mha_s)
+        methods = list(self.rows[0].samples_s)
+        for r in self.rows:
+            counts = {m: len(s) for m, s in r.samples_s.items()}
+            if list(counts) != methods or "course" not in counts or set(counts.values()) != {repeats}:
+                raise ValueError(f"DecodeBench.rows[g={r.num_kv_heads}].samples_s must time the methods "
+                                 f"{methods or ['course']} (course among them) with {repeats} samples each "
+                                 f"(one per repeat, as sdpa_mha_s), got {counts}")
+        for times, size in (("copy_s", "copy_bytes"), ("read_s", "read_bytes"),
+                            ("read_one_thread_s", "read_bytes")):
+            if getattr(self, times) and getattr(self, size) < 1:
+                raise ValueError(f"DecodeBench.{size} must be > 0 when {times} holds times (bytes per "
+                                 f"second divide it by them), got {getattr(self, size)}")
 
     def row(self, num_kv_heads: int) -> DecodeRow:
+        """The row of ``g = num_kv_heads`` (an int; a ValueError naming the measured g if none)."""
+        check_int(num_kv_heads, "num_kv_heads", minimum=1)
         for r in self.rows:
             if r.num_kv_heads == num_kv_heads:
                 return r
-        raise ValueError(f"no row for g={num_kv_heads}; measured g: {[r.num_kv_heads for r in self.rows]}")
+        raise ValueError(f"num_kv_heads must be one of the g measured {[r.num_kv_heads for r in self.rows]}, "
+                         f"got {num_kv_heads}")
 
     @property
     def mha(self) -> DecodeRow:
@@ -231,14 +262,14 @@ class DecodeBench:
 
     def speedup(self, num_kv_heads: int, method: str = "course") -> float:
         """Median over repeats of ``time(g = h) / time(g)``, both with ``method``."""
-        mha, row = self.mha.samples_s[method], self.row(num_kv_heads).samples_s[method]
+        mha, row = self.mha._samples(method), self.row(num_kv_heads)._samples(method)
         return statistics.median(a / b for a, b in zip(mha, row, strict=True))
 
     def speedup_over_fastest_mha(self, num_kv_heads: int, method: str) -> float:
         """Median over repeats of ``min over methods of time(g = h) / time(method, g)``: the
         speed-up against whichever method was fastest at ``g = h`` in that repeat."""
+        row = self.row(num_kv_heads)._samples(method)
         mha = [min(times) for times in zip(*self.mha.samples_s.values(), self.sdpa_mha_s, strict=True)]
-        row = self.row(num_kv_heads).samples_s[method]
         return statistics.median(a / b for a, b in zip(mha, row, strict=True))
 
     def noise_warnings(self) -> list[str]:
@@ -272,7 +303,7 @@ class DecodeBench:
 
     def ratio_to_sdpa(self, method: str = "course") -> float:
         """Median over repeats of ``time(method, g = h) / time(plain F.sdpa, g = h)``."""
-        mine = self.mha.samples_s[method]
+        mine = self.mha._samples(method)
         return statistics.median(a / b for a, b in zip(mine, self.sdpa_mha_s, strict=True))
 
     @property
@@ -428,7 +459,10 @@ def bench_decode(
 
     ``groups``, ``repeats`` and ``warmup`` left as None come from ``DECODE_RUNS["quick"]``
     (g = 16, 4, 1; 1 + 5 rounds: the lesson's) or, with ``full=True``, ``["full"]`` (g = 16, 8,
-    4, 2, 1; 2 + 15 rounds). ``progress`` shows a text progress bar (tqdm) over the rounds."""
+    4, 2, 1; 2 + 15 rounds). ``progress`` shows a text progress bar (tqdm) over the rounds.
+    ``full`` and ``progress`` are bools (a string such as ``"no"`` is refused, not taken as True)."""
+    check_flag(full, "full")
+    check_flag(progress, "progress")
     check_int(copy_mib, "copy_mib", minimum=0)
     run = DECODE_RUNS["full" if full else "quick"]
     groups = run["groups"] if groups is None else groups
@@ -567,7 +601,8 @@ class StageRow:
     bytes_moved: int  # bytes read + written by the stage, summed over layers
 
     def __post_init__(self) -> None:
-        check_record(self, positive=("seconds",))  # gb_per_s divides by it
+        # gb_per_s divides by seconds; a g or a stage that moved 0 bytes is no measurement
+        check_record(self, positive=("num_kv_heads", "seconds", "bytes_moved"))
 
     @property
     def gb_per_s(self) -> float:
@@ -779,6 +814,4 @@ def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats:
                                clock=clock_for(torch.get_num_threads()))
     del flush
     release_freed_memory()
-    base = statistics.median(samples[baseline])
-    return ([Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()],
-            allocator)
+    return timings_from_samples(samples, baseline), allocator

@@ -13,21 +13,23 @@ course's pytest plugin (``tests/conftest.py``) records into ``artifacts/test_pea
 before each test the process's peak (``VmHWM``) is reset to its current size through
 ``/proc/self/clear_refs``, and read again when the test's setup, call and teardown are over.
 
-:class:`CellTime`, :class:`NotebookMemory` are plain records (a dataclass or NamedTuple) filled
-by this module's validated functions: they do not check their fields, so build them with those
-functions rather than by hand.
+:class:`CellTime` and :class:`NotebookMemory` check their fields when made (``check_record``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 
 from .. import cli
 from ..attention.validation import check_record
@@ -58,7 +60,9 @@ print("{_MARK}", _peak)
 
 @dataclass(frozen=True)
 class CellTime:
-    """One code cell's run time: its index in the notebook and its first line."""
+    """One code cell's run time: its index in the notebook and its first line. ``seconds`` is
+    finite and >= 0, and may be 0: it is the difference of the kernel's two timestamps, which
+    coincide for a cell quicker than their resolution, and nothing divides by it."""
 
     index: int
     seconds: float
@@ -70,6 +74,9 @@ class CellTime:
 
 @dataclass
 class NotebookMemory:
+    """One notebook's run: its kernel's peak resident memory (> 0 MB: a process holds memory;
+    None when it was not measured) and its wall time (finite, >= 0; nothing divides by it)."""
+
     name: str
     peak_mb: float | None  # None when the notebook failed before the probe ran
     seconds: float
@@ -77,7 +84,7 @@ class NotebookMemory:
     cells: list[CellTime] = field(default_factory=list)  # code cells that ran, in notebook order
 
     def __post_init__(self) -> None:
-        check_record(self)
+        check_record(self, positive=("peak_mb",))
 
     @property
     def verdict(self) -> str:
@@ -95,6 +102,12 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     never by raising; a SIGINT/SIGTERM meanwhile shuts the kernel down and raises
     :class:`course_utils.cli.Interrupted` (the benchmark stops with one line, exit 130/143).
     A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
+
+    The kernel process's own stderr (not the cells' output, which comes back as messages) is
+    held by :func:`_kernel_stderr` and written to this process's stderr once the notebook has
+    run; after a signal it is dropped: the shutdown that follows interrupts the kernel, which
+    then prints a traceback of its own (a KeyboardInterrupt while it imports, a ZMQError from a
+    message handler whose socket closed), and the tool's one line must stay the only one.
     """
     from ..attention.validation import check_int  # torch only when called
 
@@ -108,18 +121,43 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=False, resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    try:  # a signal stops the run: cli.Interrupted (no Exception) reaches the tool's cli.run
-        cli.run_kernel(client.async_execute(), f"the kernel running {path.name} was shut down; "
-                       "nothing was written")
-    except Exception as err:  # a failing lesson is a row of the table, not a crash
-        message = str(err).strip().splitlines()
-        return NotebookMemory(path.name, None, time.perf_counter() - start,
-                              f"{type(err).__name__}: {message[-1] if message else ''}"[:100],
-                              _cell_times(nb.cells[:-1]))
+    with _kernel_stderr() as kernel_stderr:
+        try:  # a signal stops the run: cli.Interrupted (no Exception) reaches the tool's cli.run
+            cli.run_kernel(client.async_execute(stderr=kernel_stderr), f"the kernel running {path.name} "
+                           "was shut down; nothing was written")
+        except Exception as err:  # a failing lesson is a row of the table, not a crash
+            message = str(err).strip().splitlines()
+            return NotebookMemory(path.name, None, time.perf_counter() - start,
+                                  f"{type(err).__name__}: {message[-1] if message else ''}"[:100],
+                                  _cell_times(nb.cells[:-1]))
     elapsed = time.perf_counter() - start
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     peak = next(int(line.split()[1]) for line in text.splitlines() if line.startswith(_MARK))
     return NotebookMemory(path.name, peak / 1e6, elapsed, cells=_cell_times(nb.cells[:-1]))
+
+
+@contextlib.contextmanager
+def _kernel_stderr() -> Iterator[IO[bytes]]:
+    """A file for a kernel process's stderr: an anonymous temporary file (removed from the disk as
+    it is made, so nothing is left even if this process is killed). When the block ends normally,
+    or with an ``Exception`` (a failed notebook), what the kernel wrote is copied to
+    ``sys.stderr``; when it ends with anything else (:class:`course_utils.cli.Interrupted`,
+    ``KeyboardInterrupt``) it is dropped, with the kernel's dying words."""
+    with tempfile.TemporaryFile() as held:
+        try:
+            yield held
+        except Exception:
+            _copy_to_stderr(held)
+            raise
+        _copy_to_stderr(held)
+
+
+def _copy_to_stderr(held: IO[bytes]) -> None:
+    held.seek(0)
+    text = held.read().decode("utf-8", errors="replace")
+    if text:
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 def read_notebook(path: str | Path):
@@ -331,7 +369,10 @@ def _main_test_memory(args: argparse.Namespace) -> None:
 
 def notebook_file(text: str) -> str:
     """An argparse type: an existing ``.ipynb`` file that nbformat reads as a notebook (checked
-    before the first notebook runs, by :func:`read_notebook`)."""
+    before the first notebook runs, by :func:`read_notebook`); an empty word is refused as one."""
+    from .cli import not_blank
+
+    not_blank(text, "a notebook file (.ipynb)")
     check_path(text, "notebook_file's text", "a lesson notebook")
     path = Path(text)
     if path.suffix != ".ipynb":
@@ -350,6 +391,16 @@ def notebook_file(text: str) -> str:
     return text
 
 
+def report_file(text: str) -> str:
+    """An argparse type: the per-test memory report's path, not an empty word (``''`` or ``' '``
+    names no file); whether it exists and holds a report is said by :func:`read_test_report`."""
+    from .cli import not_blank
+
+    not_blank(text, "the per-test memory report (a JSON file the tests write)")
+    check_path(text, "report_file's text", "the per-test memory report (JSON)")
+    return text
+
+
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``memory`` on ``python -m course_utils.bench``."""
     from .cli import Distinct, check_subparsers, non_negative_int, positive_int, seconds
@@ -364,7 +415,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="list each notebook's N slowest cells (0: none)")
     p.set_defaults(run=_main_memory)
     t = sub.add_parser("test-memory", help="the largest per-test peak memory of the last test runs")
-    t.add_argument("report", nargs="?", default=str(TEST_REPORT),
+    t.add_argument("report", nargs="?", default=str(TEST_REPORT), type=report_file,
                    help=f"the report the tests wrote (default: {TEST_REPORT})")
     t.add_argument("--top", type=positive_int, default=10, help="how many tests to list")
     t.set_defaults(run=_main_test_memory)

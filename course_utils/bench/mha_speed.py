@@ -7,9 +7,7 @@ the batched module, the batched module with ``F.scaled_dot_product_attention`` a
 :func:`count_dispatched_ops` counts the tensor operations of one forward pass; on a CUDA GPU,
 :func:`compare_on_device` compares the SDPA backends (:mod:`course_utils.attention.sdpa_backends`).
 
-:class:`DeviceComparison` is a plain record (a dataclass or NamedTuple) filled by this module's
-validated functions: it does not check its fields, so build it with those functions rather than
-by hand.
+:class:`DeviceComparison` checks its fields when made (``check_record``).
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from ..attention.validation import (
     check_callable,
     check_device,
     check_distinct,
+    check_flag,
     check_float_dtype,
     check_head_dims,
     check_int,
@@ -40,6 +39,7 @@ from ..attention.validation import (
     check_linear_weights_fit,
     check_matches_module,
     check_record,
+    check_stream,
     check_table,
     check_tensor,
 )
@@ -85,6 +85,11 @@ class _NaiveAsTuple(nn.Module):
         super().__init__()
         self.naive = naive_from_batched(batched)
 
+    @property
+    def d_model(self) -> int:
+        """The width it takes (as the course module and ``nn.MultiheadAttention.embed_dim`` say)."""
+        return self.naive.d_model
+
     def forward(self, query, key=None, value=None, **_):
         return self.naive(query), None
 
@@ -122,6 +127,11 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
 
     ``nn.MultiheadAttention`` is called with ``need_weights=False``, which (in eval mode,
     without gradients, with an even head count) lets it take its fused fast path.
+
+    ``x`` is checked against every module now, not when the benchmark first calls it: its dtype
+    and device against the module's parameters and, for a module that says its width
+    (``d_model``, as the course's modules do, or ``embed_dim``, as ``nn.MultiheadAttention``
+    does), its last dimension against that width.
     """
     if not isinstance(modules, dict) or not all(isinstance(m, nn.Module) for m in modules.values()):
         raise TypeError(f"modules must be a dict {{label: nn.Module}} (what lesson_implementations returns), "
@@ -129,7 +139,10 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
     check_tensor(x, "x", ndim=3, layout="(B, T, d_model)")
     for name, m in modules.items():  # refused now, not when the benchmark calls it
         weight = next(m.parameters(), None)
-        if weight is not None:
+        width = _width(m)
+        if weight is not None and width is not None:
+            check_stream(x, f"x (for modules[{name!r}])", d_model=width, weight=weight)
+        elif weight is not None:
             check_matches_module(x, f"x (for modules[{name!r}])", weight)
 
     def call(m: nn.Module) -> Callable[[], Tensor]:
@@ -138,6 +151,15 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
         return lambda: m(x)[0]
 
     return {name: call(m) for name, m in modules.items()}
+
+
+def _width(module: nn.Module) -> int | None:
+    """The width a module takes, where it says (``d_model`` or ``embed_dim``, an int), else None."""
+    for attribute in ("d_model", "embed_dim"):
+        width = getattr(module, attribute, None)
+        if isinstance(width, int) and not isinstance(width, bool):
+            return width
+    return None
 
 
 def bench_mha(
@@ -151,8 +173,9 @@ def bench_mha(
 
     ``num_threads``: see :func:`torch_threads`. ``target_sample_s > 0`` repeats short calls
     inside each sample. ``lesson`` is ignored (every benchmark times the lesson's versions);
-    it is accepted so that lesson 4's ``lesson=True`` keeps working.
+    it is accepted so that lesson 4's ``lesson=True`` keeps working (a bool: ``"no"`` is refused).
     """
+    check_flag(lesson, "lesson")
     check_int(batch, "batch", minimum=1)
     check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
@@ -230,11 +253,13 @@ def sweep_mha(
 
 
 def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (ms)", logy: bool = True):
-    """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis."""
+    """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis (``logy``, a
+    bool: a log y axis too)."""
     check_table(table, "table")
     check_axes(ax, "ax")
     if ax is None:
         raise TypeError("ax must be a matplotlib Axes to draw on (e.g. plt.gca()), got None")
+    check_flag(logy, "logy")
     for name in table.columns:
         ax.plot(table.index, table[name], marker="o", label=name)
     ax.set_xscale("log", base=2)
@@ -301,7 +326,9 @@ class DeviceComparison:
 
     def __post_init__(self) -> None:
         # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
-        check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"))
+        # tolerance > 0: a share of reference_std (0 would demand bit-identical outputs)
+        check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"),
+                     positive=("tolerance",))
         if set(self.agree) != set(self.max_abs_diff):  # report reads agree[name] for every diff
             raise ValueError(f"DeviceComparison.agree must have the keys of max_abs_diff "
                              f"{sorted(self.max_abs_diff)}, got {sorted(self.agree)}")

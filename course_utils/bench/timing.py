@@ -29,6 +29,7 @@ __all__ = [
     "check_function_name",
     "interleaved_samples",
     "time_interleaved",
+    "timings_from_samples",
     "format_table",
     "paired_ratios",
     "RatioSpread",
@@ -39,20 +40,30 @@ __all__ = [
 
 @dataclass
 class Timing:
+    """One function's timing: its median time per call and its ratio to the baseline's median.
+
+    ``median_s`` and ``ratio`` are finite and > 0: a table divides by the median (a ratio to it,
+    GB/s), and a median of 0 s means the clock did not advance around the calls, no time at all.
+    One sample may be 0 s (``samples_s`` items are finite and >= 0): a clock coarser than one
+    call (:func:`time.thread_time` on Windows ticks every 15.6 ms) reads 0 for some repeats of a
+    fast call and not for others, and only the median is divided by here
+    (:func:`paired_ratios` refuses a zero baseline sample itself, naming its repeat)."""
+
     name: str | tuple  # a label, or a tuple of settings (lesson 07 times (N, cached) pairs)
     median_s: float
     ratio: float  # median / baseline median
     samples_s: list[float] = field(default_factory=list, repr=False)  # every repeat, in order
 
     def __post_init__(self) -> None:
-        """Times are durations: finite and >= 0 (a clock that ran backwards or returned NaN
-        would otherwise rank as the fastest, or as nothing)."""
+        """Times are durations: finite, the median and the ratio > 0, each sample >= 0 (a clock
+        that ran backwards or returned NaN would otherwise rank as the fastest, or as nothing)."""
         if not isinstance(self.samples_s, list | tuple):
             raise TypeError(f"Timing({self.name!r}).samples_s must be a list of seconds (every repeat), "
                             f"got {type(self.samples_s).__name__} {self.samples_s!r:.60}")
-        for label, value in (("median_s", self.median_s), ("ratio", self.ratio),
-                             *((f"samples_s[{i}]", v) for i, v in enumerate(self.samples_s))):
-            _check_duration(value, f"Timing({self.name!r}).{label}")
+        for label, value in (("median_s", self.median_s), ("ratio", self.ratio)):
+            _check_duration(value, f"Timing({self.name!r}).{label}", positive=True)
+        for i, value in enumerate(self.samples_s):
+            _check_duration(value, f"Timing({self.name!r}).samples_s[{i}]")
         check_record(self)  # the rest: name is a str
 
     @property
@@ -62,12 +73,13 @@ class Timing:
         return min(self.samples_s) if self.samples_s else self.median_s
 
 
-def _check_duration(value: object, name: str) -> float:
-    """A time (or a ratio of times): a real number, finite and >= 0."""
+def _check_duration(value: object, name: str, *, positive: bool = False) -> float:
+    """A time (or a ratio of times): a real number, finite and >= 0 (> 0 when ``positive``: one
+    that is divided by)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r:.60}")
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
     return value
 
 
@@ -189,13 +201,24 @@ def time_interleaved(
         samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner,
                                       before_each=before_each, sync=sync, after_round=bar.update,
                                       clock=clock)
-    base = statistics.median(samples[baseline])
-    if not base > 0:
-        raise ValueError(f"baseline {baseline!r} took a median of {base!r} s over {repeats} repeats, so "
-                         "no ratio to it exists: the clock did not advance around its calls (a clock "
-                         "too coarse for the call, or one that returns a constant? use "
-                         "time.perf_counter, or time more calls per sample with inner=)")
-    return [Timing(n, statistics.median(s), statistics.median(s) / base, s) for n, s in samples.items()]
+    return timings_from_samples(samples, baseline)
+
+
+def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> list[Timing]:
+    """One :class:`Timing` per function of ``samples`` (name -> seconds of every repeat, as
+    :func:`interleaved_samples` returns), its ratio taken to ``baseline``'s median. A median of
+    0 s is refused here, naming the function (the baseline first: no ratio to it exists): the
+    clock did not advance around its calls, and a Timing's median is divided by."""
+    medians = {name: statistics.median(s) for name, s in samples.items()}
+    for name in (baseline, *medians):
+        if not medians[name] > 0:
+            role = "baseline " if name == baseline else ""
+            raise ValueError(f"{role}{name!r} took a median of {medians[name]!r} s over "
+                             f"{len(samples[name])} repeats, so no ratio {'to' if role else 'of'} it "
+                             "exists: the clock did not advance around its calls (a clock too coarse "
+                             "for the call, or one that returns a constant? use time.perf_counter, or "
+                             "time more calls per sample with inner=)")
+    return [Timing(n, medians[n], medians[n] / medians[baseline], s) for n, s in samples.items()]
 
 
 def check_function_name(value: object, name: str) -> None:
@@ -243,7 +266,7 @@ def format_table(title: str, timings: list[Timing], baseline: str, label: str | 
     width = max(len(t.name) for t in timings)
     lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + (label or baseline):>s}"]
     for t in timings:
-        ratio = t.median_s / base.median_s if base.median_s > 0 else math.nan
+        ratio = t.median_s / base.median_s  # > 0: a Timing's median is
         lines.append(f"{t.name:<{width}}  {t.median_s * 1e3:>10.3f}  {ratio:>8.2f}x")
     return "\n".join(lines)
 
