@@ -224,9 +224,7 @@ def unseen_cases(exercise: Any, salt: int) -> list[Any]:
 def _solutions_folder(solutions_dir: Any) -> Path:
     """``solutions_dir`` as an absolute Path: a folder named ``solutions`` (it is imported as the
     package ``solutions`` from its parent); else an error naming it."""
-    if not isinstance(solutions_dir, (str, os.PathLike)) or isinstance(solutions_dir, bytes):
-        raise TypeError(f"solutions_dir: expected the path of the instructor's solutions/ folder, got "
-                        f"{type(solutions_dir).__name__} {solutions_dir!r:.60}")
+    check_path(solutions_dir, "solutions_dir", "the instructor's solutions/ folder")
     folder = Path(solutions_dir).resolve()
     if not folder.is_dir():
         raise ValueError(f"solutions_dir: expected the instructor's solutions/ folder, but "
@@ -859,9 +857,7 @@ def configure(c: Any, course_root: str | Path) -> None:
     if not isinstance(c, dict):
         raise TypeError(f"c: expected nbgrader's config object (c = get_config() in nbgrader_config.py), "
                         f"got {type(c).__name__} {c!r:.60}")
-    if not isinstance(course_root, (str, os.PathLike)) or isinstance(course_root, bytes):
-        raise TypeError(f"course_root: expected the course folder's path (str or Path), got "
-                        f"{type(course_root).__name__} {course_root!r:.60}")
+    check_path(course_root, "course_root", "the course folder (the path of nbgrader's course)")
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
         AssignLatePenalties,

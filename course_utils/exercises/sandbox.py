@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from ..attention.validation import check_int, check_record
+from ..paths import check_path
 
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
@@ -1304,6 +1305,8 @@ def _folders_to_hide(hide: Any, name: str = "hide") -> list[Path]:
             or not all(isinstance(p, (str, os.PathLike)) and not isinstance(p, bytes) for p in hide):
         raise TypeError(f"{name}: expected a list of folders (str or pathlib.Path) the answer must not "
                         f"see, got {type(hide).__name__} {hide!r:.80}")
+    for i, p in enumerate(hide):
+        check_path(p, f"{name}[{i}]", "a folder the answer must not see")
     return [Path(p) for p in hide]
 
 

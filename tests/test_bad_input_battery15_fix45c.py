@@ -1,0 +1,93 @@
+"""Battery 15's findings in the command-line helpers, the path rule and the exercises (issue 38,
+helper fix45c): each bad call now raises (or, for an exercise check, answers) naming the argument,
+what was expected and what arrived; the valid call beside it still works."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from pathlib import Path
+
+import pytest
+from bad_input_cases import Case, assert_named
+
+from course_utils import cli, paths
+from course_utils.bench import decode_step, memory
+from course_utils.exercises import answers, autograde, sandbox
+from course_utils.model import checkpoint
+from course_utils.tasks.worked_example import load_worked_example
+
+
+async def _nothing() -> int:
+    return 7
+
+
+# -- cli.py's helpers look at their arguments' types before using them ----------------------------
+CLI_CASES = [
+    Case("run_kernel/work not awaitable", lambda: cli.run_kernel(3, "left"), TypeError,
+         ["work", "coroutine", "int 3"]),
+    Case("run_kernel/work not called", lambda: cli.run_kernel(_nothing, "left"), TypeError,
+         ["work", "call it", "function"]),
+    Case("run_kernel/message not str", lambda: cli.run_kernel(asyncio.sleep(0), 3), TypeError,
+         ["message", "str", "int 3"]),
+    Case("stop_at_once/prog int", lambda: cli.stop_at_once(3), TypeError, ["prog", "str", "int 3"]),
+    Case("place_in/path int", lambda: cli.place_in(3, "/tmp"), TypeError, ["path", "str or Path", "int 3"]),
+    Case("place_in/root None", lambda: cli.place_in("/tmp", None), TypeError,
+         ["root", "str or Path", "NoneType None"]),
+    Case("parse_args/int items", lambda: cli.ArgumentParser().parse_args([1, 2]), TypeError,
+         ["args", "list of str", "[1, 2]"]),
+    Case("parse_known_args/int items", lambda: cli.ArgumentParser().parse_known_args(["a", 2]), TypeError,
+         ["args", "list of str", "['a', 2]"]),
+]
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=lambda c: c.name)
+def test_cli_helpers_refuse_wrong_argument_types_by_name(case):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a refused coroutine is closed, never left un-awaited
+        assert_named(case)
+
+
+def test_cli_helpers_still_take_good_arguments(tmp_path):
+    assert cli.run_kernel(_nothing(), "nothing was written") == 7
+    assert cli.place_in(tmp_path / "a", tmp_path) == "a"
+    parser = cli.ArgumentParser(prog="t")
+    parser.add_argument("--n", type=int)
+    assert parser.parse_args(("--n", "2")).n == 2
+
+
+# -- a NUL character in a path is refused by the one path rule, in every path-taking function ----
+NUL = "/tmp/fix45c\0x"
+PATH_CASES = [
+    Case("check_path/str", lambda: paths.check_path(NUL, "where"), ValueError, ["where", "NUL", repr(NUL)]),
+    Case("check_path/Path", lambda: paths.check_path(Path(NUL), "where"), ValueError, ["where", "NUL"]),
+    Case("path_kind", lambda: paths.path_kind(NUL), ValueError, ["path", "NUL"]),
+    Case("place_in/path", lambda: cli.place_in(NUL, "/tmp"), ValueError, ["path", "NUL"]),
+    Case("place_in/root", lambda: cli.place_in("/tmp", NUL), ValueError, ["root", "NUL"]),
+    Case("sha256_of", lambda: checkpoint.sha256_of(NUL), ValueError, ["path", "NUL"]),
+    Case("available_checkpoints", lambda: checkpoint.available_checkpoints(NUL), ValueError,
+         ["directory", "NUL"]),
+    Case("load_checkpoint", lambda: checkpoint.load_checkpoint(NUL), ValueError, ["name_or_path", "NUL"]),
+    Case("load_worked_example", lambda: load_worked_example(NUL), ValueError, ["path", "NUL"]),
+    Case("read_store", lambda: answers.read_store(NUL), ValueError, ["path", "NUL"]),
+    Case("read_secrets", lambda: autograde.read_secrets(NUL), ValueError, ["course", "NUL"]),
+    Case("reference_outputs", lambda: autograde.reference_outputs(NUL, "lesson01", 1), ValueError,
+         ["solutions_dir", "NUL"]),
+    Case("hidden_paths", lambda: sandbox.hidden_paths([NUL]), ValueError, ["extra[0]", "NUL"]),
+    Case("last_level_cache_bytes", lambda: decode_step.last_level_cache_bytes(NUL), ValueError,
+         ["sysfs", "NUL"]),
+    Case("read_notebook", lambda: memory.read_notebook(NUL), ValueError, ["path", "NUL"]),
+    Case("read_test_report", lambda: memory.read_test_report(NUL), ValueError, ["path", "NUL"]),
+]
+
+
+@pytest.mark.parametrize("case", PATH_CASES, ids=lambda c: c.name)
+def test_paths_with_a_nul_character_are_refused_by_name(case):
+    assert_named(case)
+
+
+def test_path_rule_still_takes_good_paths(tmp_path):
+    paths.check_path(tmp_path, "where")
+    paths.check_path(str(tmp_path), "where")
+    assert paths.path_kind(tmp_path) == "a directory"
+
