@@ -91,3 +91,17 @@ def test_path_rule_still_takes_good_paths(tmp_path):
     paths.check_path(str(tmp_path), "where")
     assert paths.path_kind(tmp_path) == "a directory"
 
+
+# -- autograde.configure wants nbgrader's config, not a plain dict --------------------------------
+def test_configure_refuses_a_plain_dict_naming_c():
+    assert_named(Case("configure/plain dict", lambda: autograde.configure({}, "."), TypeError,
+                      ["c", "nbgrader's config", "plain dict", "dict {}"]))
+
+
+def test_configure_still_takes_a_traitlets_config(tmp_path):
+    pytest.importorskip("nbgrader")
+    from traitlets.config import Config
+
+    c = Config()
+    autograde.configure(c, tmp_path)
+    assert c.GradeOutside.course_root == str(tmp_path.resolve())

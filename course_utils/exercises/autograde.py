@@ -851,13 +851,26 @@ def __getattr__(name: str) -> Any:  # the preprocessor classes, made on first us
     raise AttributeError(name)
 
 
+def _check_config(c: object) -> None:
+    """``c`` is nbgrader's config: a dict whose attributes are its sections (``c.Autograde``), as
+    traitlets' ``Config`` makes them on first use; else a TypeError naming ``c``."""
+    try:
+        sections = isinstance(c, dict) and isinstance(c.GradeOutside, dict)
+    except AttributeError:
+        sections = False
+    if not sections:
+        plain = " (a plain dict has no sections as attributes)" if isinstance(c, dict) else ""
+        raise TypeError(f"c: expected nbgrader's config object (c = get_config() in nbgrader_config.py, a "
+                        f"traitlets Config){plain}, got {type(c).__name__} {c!r:.60}")
+
+
 def configure(c: Any, course_root: str | Path) -> None:
     """Set nbgrader's config ``c`` (in nbgrader_config.py) so that ``nbgrader autograde`` grades
-    outside the notebook: :class:`GradeOutside` in place of ``Execute``, the rest as nbgrader has it."""
-    if not isinstance(c, dict):
-        raise TypeError(f"c: expected nbgrader's config object (c = get_config() in nbgrader_config.py), "
-                        f"got {type(c).__name__} {c!r:.60}")
+    outside the notebook: :class:`GradeOutside` in place of ``Execute``, the rest as nbgrader has it.
+    ``c`` is a traitlets ``Config`` (or a dict like it, whose attributes are its sections); a plain
+    dict is refused naming ``c`` (it failed later with "'dict' object has no attribute 'Autograde'")."""
     check_path(course_root, "course_root", "the course folder (the path of nbgrader's course)")
+    _check_config(c)
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
         AssignLatePenalties,
