@@ -14,6 +14,8 @@ from bad_input_cases import Case, assert_named
 from course_utils import cli, paths
 from course_utils.bench import decode_step, memory
 from course_utils.exercises import answers, autograde, sandbox
+from course_utils.exercises.core import Exercise, Mistake
+from course_utils.exercises.raising import DiagnosingExercise, RaisingMistake
 from course_utils.model import checkpoint
 from course_utils.tasks.worked_example import load_worked_example
 
@@ -105,3 +107,22 @@ def test_configure_still_takes_a_traitlets_config(tmp_path):
     c = Config()
     autograde.configure(c, tmp_path)
     assert c.GradeOutside.course_root == str(tmp_path.resolve())
+
+
+# -- an exercise's mistakes have distinct keys; a RaisingMistake's pattern is plain text ----------
+def _mistake(key: str) -> Mistake:
+    return Mistake(key, "a message", "a hint")
+
+
+@pytest.mark.parametrize("kind", [Exercise, DiagnosingExercise])
+def test_exercise_refuses_two_mistakes_with_one_key(kind):
+    assert_named(Case("mistakes/repeated key", lambda: kind("Exercise 9.9: twice", list,
+                                                             [_mistake("a"), _mistake("b"), _mistake("a")]),
+                      ValueError, [kind.__name__, "Exercise 9.9: twice", "mistakes", "distinct", "['a']"]))
+
+
+def test_exercise_still_takes_distinct_keys_and_a_literal_pattern():
+    exercise = DiagnosingExercise("Exercise 9.9: once", list,
+                                  [_mistake("a"), RaisingMistake("b", "m", "h", pattern="[(*")])
+    assert [m.key for m in exercise.mistakes] == ["a", "b"]
+

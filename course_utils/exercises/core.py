@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..attention.validation import check_distinct
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -1791,6 +1792,10 @@ class Exercise:
         _check_no_arguments(self.make_cases)
         if not isinstance(self.mistakes, list) or not all(isinstance(m, Mistake) for m in self.mistakes):
             raise TypeError(f"{kind}.mistakes must be a list of Mistake, got {describe_value(self.mistakes)}")
+        try:  # a key names its slip in feedback and in the store: a second one would never be reached
+            check_distinct([m.key for m in self.mistakes], "mistakes", "keys (Mistake.key)")
+        except ValueError as err:
+            raise ValueError(f"{kind} {self.title!r}: {err}") from None
         if not isinstance(self.hint, str):
             raise TypeError(f"{kind}.hint must be a str, got {describe_value(self.hint)}")
         try:
