@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from bad_input_cases import Case, assert_named
 
 from course_utils import cli, paths
@@ -126,3 +127,28 @@ def test_exercise_still_takes_distinct_keys_and_a_literal_pattern():
                                   [_mistake("a"), RaisingMistake("b", "m", "h", pattern="[(*")])
     assert [m.key for m in exercise.mistakes] == ["a", "b"]
 
+
+# -- the sandbox's Refused says what was refused, where in the output, and what is taken ----------
+REFUSED_CASES = [
+    Case("to_plain/object in a list", lambda: sandbox.to_plain([1, object()]), sandbox.Refused,
+         ["object", "output[1]", "plain data", "torch.Tensor"]),
+    Case("to_plain/complex tensor deep", lambda: sandbox.to_plain(([torch.zeros(1, dtype=torch.complex64)],)),
+         sandbox.Refused, ["complex64", "output[0][0]", "plain data"]),
+    Case("to_plain/int key", lambda: sandbox.to_plain({"a": {1: 2}}), sandbox.Refused,
+         ["key that is not a str", "output['a']", "str-keyed dicts"]),
+    Case("accept/forged tensor", lambda: sandbox.accept([1, {"__tensor__": 3}]), sandbox.Refused,
+         ["not a plain real tensor", "output[1]", "plain data"]),
+    Case("accept/unknown dict", lambda: sandbox.accept({"__dict__": {"k": {"x": 1}}}), sandbox.Refused,
+         ["['x']", "output['k']", "plain data"]),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED_CASES, ids=lambda c: c.name)
+def test_refused_outputs_are_named_with_their_place(case):
+    assert_named(case)
+
+
+def test_plain_outputs_still_come_back():
+    value = {"a": [torch.arange(3.0), (1, "x", None)]}
+    back = sandbox.accept(sandbox.to_plain(value))
+    assert back["a"][1] == (1, "x", None) and torch.equal(back["a"][0], value["a"][0])

@@ -454,9 +454,8 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
         for case, outcome in zip(set_cases, outcomes, strict=True):
             if outcome.kind == "refused":
                 where = f" on {case.label}" if case.label and index == 0 else ""  # unseen: not named
-                return Feedback(title, "wrong", "the grader accepts only plain outputs (an exact "
-                                "torch.Tensor or numpy.ndarray of a real dtype, Python numbers, str, None, "
-                                f"tuples, lists); you returned {outcome.error[1]}{where}.", exercise.hint)
+                return Feedback(title, "wrong", f"the grader refused what your function returned{where}: "
+                                f"{outcome.error[1]}.", exercise.hint)
             if outcome.kind == "lost":
                 return Feedback(title, "error", f"the grader got no output of your function "
                                 f"({outcome.error[1]}).", exercise.hint)
