@@ -5,6 +5,7 @@ what was expected and what arrived; the valid call beside it still works."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import warnings
 from pathlib import Path
 
@@ -152,3 +153,31 @@ def test_plain_outputs_still_come_back():
     value = {"a": [torch.arange(3.0), (1, "x", None)]}
     back = sandbox.accept(sandbox.to_plain(value))
     assert back["a"][1] == (1, "x", None) and torch.equal(back["a"][0], value["a"][0])
+
+
+# -- notebook_tools.py execute takes --timeout anywhere among the notebooks ------------------------
+def _notebook_tools():
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import notebook_tools
+
+    return notebook_tools
+
+
+@pytest.mark.parametrize("argv", [["execute", "a.ipynb", "--timeout", "5"],
+                                  ["execute", "a.ipynb", "--timeout=5"],
+                                  ["execute", "--timeout", "5", "a.ipynb"]])
+def test_execute_takes_its_timeout_before_or_after_the_notebooks(argv):
+    assert _notebook_tools()._parse(argv) == ("execute", ["a.ipynb"], 5)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["execute", "a.ipynb", "--timeout"], ["--timeout", "got nothing"]),
+    (["execute", "a.ipynb", "--timeout", "x"], ["--timeout", "whole number", "'x'"]),
+    (["execute", "--timeout", "5", "a.ipynb", "--timeout=6"], ["--timeout", "more than once", "5, 6"]),
+    (["execute", "a.ipynb", "--bogus"], ["--bogus", "--timeout SECONDS and file names"]),
+])
+def test_execute_refuses_a_wrong_timeout_by_name(argv, words):
+    tools = _notebook_tools()
+    assert_named(Case(" ".join(argv), lambda: tools._parse(argv), tools.ToolError, words))
