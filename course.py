@@ -243,6 +243,13 @@ def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     return [arg for arg, path in _test_path_args(args) if not (root / path).exists()]
 
 
+def outside_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
+    """The arguments of ``course.py test`` that name a file or folder outside ``root`` (links
+    followed): ``test /etc/passwd`` ran pytest with /etc as its rootdir, collecting what it found
+    there. Call it once :func:`missing_test_paths` is empty (a symlink loop is missing there)."""
+    return [arg for arg, path in _test_path_args(args) if cli.place_in(root / path, root) is None]
+
+
 def special_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     """The arguments of ``course.py test`` that name something neither a file nor a folder (a
     FIFO, a socket, a device): pytest would skip it after collecting everything else."""
@@ -307,6 +314,13 @@ def _main(argv: list[str]) -> int:
             shown = [arg if arg.isprintable() else repr(arg) for arg in missing]  # a control character
             print(f"course.py test: no such test file or folder: {', '.join(shown)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
+            return 2
+        outside = outside_test_paths(argv[1:])
+        if outside:
+            shown = [arg if arg.isprintable() else repr(arg) for arg in outside]
+            print(f"course.py test: outside the repository: {', '.join(shown)} (test paths must lie in "
+                  f"{ROOT}; pytest would take the folder outside as its rootdir; nothing was run)",
+                  file=sys.stderr)
             return 2
         special = special_test_paths(argv[1:])
         if special:

@@ -21,6 +21,8 @@ from course_utils.exercises.raising import DiagnosingExercise, RaisingMistake
 from course_utils.model import checkpoint
 from course_utils.tasks.worked_example import load_worked_example
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 async def _nothing() -> int:
     return 7
@@ -157,7 +159,7 @@ def test_plain_outputs_still_come_back():
 
 # -- notebook_tools.py execute takes --timeout anywhere among the notebooks ------------------------
 def _notebook_tools():
-    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    scripts = str(ROOT / "scripts")
     if scripts not in sys.path:
         sys.path.insert(0, scripts)
     import notebook_tools
@@ -181,3 +183,29 @@ def test_execute_takes_its_timeout_before_or_after_the_notebooks(argv):
 def test_execute_refuses_a_wrong_timeout_by_name(argv, words):
     tools = _notebook_tools()
     assert_named(Case(" ".join(argv), lambda: tools._parse(argv), tools.ToolError, words))
+
+
+# -- course.py test refuses paths outside the repository before running anything -----------------
+def _course():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_fix45c", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_course_test_refuses_a_path_outside_the_repository(monkeypatch, capsys, tmp_path):
+    course = _course()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("course.py went on to install or run something")
+
+    monkeypatch.setattr(course, "ensure_environment", refuse)
+    outside = tmp_path / "test_elsewhere.py"
+    outside.write_text("def test_x():\n    pass\n")
+    for path in ("/etc/passwd", str(outside)):
+        assert course.main(["test", "-q", path]) == 2
+        err = capsys.readouterr().err
+        assert path in err and "outside the repository" in err and "nothing was run" in err
+    assert course.outside_test_paths(["tests/test_ablation.py", "-k", "x"]) == []
