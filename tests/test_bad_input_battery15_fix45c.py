@@ -9,6 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from bad_input_cases import Case, assert_named
@@ -209,3 +210,41 @@ def test_course_test_refuses_a_path_outside_the_repository(monkeypatch, capsys, 
         err = capsys.readouterr().err
         assert path in err and "outside the repository" in err and "nothing was run" in err
     assert course.outside_test_paths(["tests/test_ablation.py", "-k", "x"]) == []
+
+
+# -- an ndarray subclass that says "equal" to everything is never graded as right -----------------
+class _AlwaysEqual(np.ndarray):
+    """Its comparisons all say yes: ==, np.isclose / np.equal, np.allclose / np.array_equal."""
+
+    def __eq__(self, other):
+        return np.ones(self.shape, dtype=bool)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return True if ufunc.__name__ in ("isclose", "equal") else NotImplemented
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func.__name__ in ("allclose", "isclose", "array_equal", "all"):
+            return True
+        return super().__array_function__(func, types, args, kwargs)
+
+
+def test_ndarray_subclass_answer_is_named_not_passed_on_2_1_and_1_1():
+    from course_utils.exercises import lesson01, lesson02
+
+    for check, answer in (
+            (lesson02.check_softmax_rows, lambda s: np.zeros(np.shape(s)).view(_AlwaysEqual)),
+            (lesson01.check_attend, lambda s, v: np.zeros((s.shape[0], v.shape[1])).view(_AlwaysEqual)),
+            (lesson01.check_attend, lambda s, v: (np.zeros((s.shape[0], v.shape[1])).view(_AlwaysEqual),))):
+        feedback = check(answer)
+        assert not feedback.passed and feedback.status == "wrong", feedback
+        assert "class _AlwaysEqual, a subclass of numpy.ndarray" in feedback.message
+
+
+def test_plain_array_answer_still_passes_2_1():
+    from course_utils.exercises import lesson02
+
+    def softmax_rows(scores):
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    assert lesson02.check_softmax_rows(softmax_rows).passed
