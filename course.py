@@ -23,27 +23,10 @@ was left as it was, and exits 130 or 143.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-COMMANDS = ("lab", "test", "setup", "release", "publish", "student-tree")
-# pytest options whose next argument is a value, not a path to test
-PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numprocesses", "--dist",
-                        "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
-                        "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
-                        "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
-                        "--nbval-sanitize-with", "--pythonwarnings", "--color"}
-VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
-STAMP = VENV / ".course-install-stamp"
-INPUTS = ("pyproject.toml", "constraints.txt")
 
 
 def _load_cli():
@@ -59,7 +42,28 @@ def _load_cli():
 
 cli = _load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("course.py")
+    cli.stop_at_once("course.py")  # before its other imports: a signal while it starts gets one line
+
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import venv  # noqa: E402
+
+COMMANDS = ("lab", "test", "setup", "release", "publish", "student-tree")
+# pytest options whose next argument is a value, not a path to test
+PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numprocesses", "--dist",
+                        "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
+                        "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
+                        "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
+                        "--nbval-sanitize-with", "--pythonwarnings", "--color"}
+VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
+STAMP = VENV / ".course-install-stamp"
+INPUTS = ("pyproject.toml", "constraints.txt")
+
+
 
 
 def _bin(name: str) -> Path:

@@ -131,7 +131,13 @@ def stop_at_once(prog: str) -> None:
     """Until :func:`run` starts ``main``: a signal prints one line and exits at once (the script is
     still importing; it has written nothing). Marks the process as a command-line tool: when
     ``main`` is done, :func:`run` leaves the signals ignored (see there). ``prog`` (the tool's name
-    for the line) is checked now: a wrong one would only fail inside the signal handler."""
+    for the line) is checked now: a wrong one would only fail inside the signal handler.
+
+    A tool calls it before any import but those it needs to reach this module (``sys``,
+    ``pathlib``, ``course_cli``). A signal earlier still, while the interpreter itself starts (its
+    ``site`` and ``.pth`` files) or while this module loads, comes before any handler of the
+    course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
+    written by then either."""
     _check_prog(prog)
     def stop(signum: int, frame: object) -> None:
         _ignore_more()

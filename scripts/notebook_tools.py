@@ -45,15 +45,7 @@ interrupted (or failed) run leaves the student folder as it was.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import platform
-import re
-import shutil
-import signal
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # scripts/, for course_cli
@@ -62,7 +54,16 @@ from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the 
 
 cli = load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("notebook_tools.py")  # a signal during the imports: one line, at once
+    cli.stop_at_once("notebook_tools.py")  # before its other imports: a signal then gets one line
+
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
 import nbformat  # noqa: E402
 

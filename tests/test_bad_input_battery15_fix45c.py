@@ -4,6 +4,7 @@ what was expected and what arrived; the valid call beside it still works."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import sys
 import warnings
@@ -248,3 +249,32 @@ def test_plain_array_answer_still_passes_2_1():
         return e / e.sum(axis=-1, keepdims=True)
 
     assert lesson02.check_softmax_rows(softmax_rows).passed
+
+
+# -- every tool sets its one-line signal guard before its other imports -----------------------------
+_BEFORE_GUARD = {"__future__", "sys", "pathlib", "course_cli"}  # what the guard itself needs
+
+
+def _imported(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {alias.name.split(".")[0] for alias in node.names}
+    if isinstance(node, ast.ImportFrom):
+        return {(node.module or "").split(".")[0]}
+    return set()
+
+
+_TOOLS = ["course.py"] + sorted(f"scripts/{p.name}" for p in (ROOT / "scripts").glob("*.py")
+                               if "stop_at_once(" in p.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("script", _TOOLS)
+def test_each_tool_guards_signals_before_its_other_imports(script):
+    """A SIGINT while notebook_tools.py student imported its modules (before stop_at_once) gave a
+    KeyboardInterrupt traceback: the guard comes first, before any import but what it needs."""
+    tree = ast.parse((ROOT / script).read_text(encoding="utf-8"))
+    guarded = False
+    for node in tree.body:
+        guarded = guarded or "stop_at_once(" in ast.unparse(node)
+        early = _imported(node) - _BEFORE_GUARD
+        assert guarded or not early, f"{script}: imports {sorted(early)} before cli.stop_at_once"
+    assert guarded, f"{script}: calls stop_at_once only inside a function, after its imports"
