@@ -23,27 +23,10 @@ was left as it was, and exits 130 or 143.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-COMMANDS = ("lab", "test", "setup", "release", "publish", "student-tree")
-# pytest options whose next argument is a value, not a path to test
-PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numprocesses", "--dist",
-                        "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
-                        "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
-                        "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
-                        "--nbval-sanitize-with", "--pythonwarnings", "--color"}
-VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
-STAMP = VENV / ".course-install-stamp"
-INPUTS = ("pyproject.toml", "constraints.txt")
 
 
 def _load_cli():
@@ -59,7 +42,28 @@ def _load_cli():
 
 cli = _load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("course.py")
+    cli.stop_at_once("course.py")  # before its other imports: a signal while it starts gets one line
+
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import venv  # noqa: E402
+
+COMMANDS = ("lab", "test", "setup", "release", "publish", "student-tree")
+# pytest options whose next argument is a value, not a path to test
+PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numprocesses", "--dist",
+                        "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
+                        "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
+                        "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
+                        "--nbval-sanitize-with", "--pythonwarnings", "--color"}
+VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
+STAMP = VENV / ".course-install-stamp"
+INPUTS = ("pyproject.toml", "constraints.txt")
+
+
 
 
 def _bin(name: str) -> Path:
@@ -243,6 +247,13 @@ def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     return [arg for arg, path in _test_path_args(args) if not (root / path).exists()]
 
 
+def outside_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
+    """The arguments of ``course.py test`` that name a file or folder outside ``root`` (links
+    followed): ``test /etc/passwd`` ran pytest with /etc as its rootdir, collecting what it found
+    there. Call it once :func:`missing_test_paths` is empty (a symlink loop is missing there)."""
+    return [arg for arg, path in _test_path_args(args) if cli.place_in(root / path, root) is None]
+
+
 def special_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     """The arguments of ``course.py test`` that name something neither a file nor a folder (a
     FIFO, a socket, a device): pytest would skip it after collecting everything else."""
@@ -307,6 +318,13 @@ def _main(argv: list[str]) -> int:
             shown = [arg if arg.isprintable() else repr(arg) for arg in missing]  # a control character
             print(f"course.py test: no such test file or folder: {', '.join(shown)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
+            return 2
+        outside = outside_test_paths(argv[1:])
+        if outside:
+            shown = [arg if arg.isprintable() else repr(arg) for arg in outside]
+            print(f"course.py test: outside the repository: {', '.join(shown)} (test paths must lie in "
+                  f"{ROOT}; pytest would take the folder outside as its rootdir; nothing was run)",
+                  file=sys.stderr)
             return 2
         special = special_test_paths(argv[1:])
         if special:

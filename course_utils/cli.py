@@ -58,6 +58,8 @@ def place_in(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
     link that loops on the way is a ValueError naming ``path``. The one test the tools that must
     write outside the course's clone share (``nbgrader_tools.py source``'s COURSE_DIR,
     ``student_tree.py``'s OUT_DIR, ``autograde.write_secrets``'s course)."""
+    check_path(path, "path", "a file or folder")
+    check_path(root, "root", "a folder")
     try:
         where, top = Path(path).resolve(), Path(root).resolve()
     except (OSError, RuntimeError):  # Python 3.11/3.12 raise RuntimeError on a loop, 3.13 OSError
@@ -65,6 +67,30 @@ def place_in(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
     if where != top and top not in where.parents:
         return None
     return where.relative_to(top).as_posix()
+
+
+def check_path(value: object, name: str, what: str = "a file") -> None:
+    """The package's one path rule (:func:`course_utils.paths.check_path` is this function; it
+    lives here, in the standard-library-only module, so that the tools loading this file before
+    torch share it): ``value`` is a non-empty str or a path-like object, else a TypeError naming
+    the argument ``name``, what it should name (``what``) and what arrived; a path holding a NUL
+    character (no file system takes one: ``open`` and ``stat`` said only "embedded null byte") is a
+    ValueError naming it."""
+    if not (isinstance(value, os.PathLike) or (isinstance(value, str) and value)):
+        raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} "
+                        f"{value!r:.60}")
+    text = os.fspath(value)
+    if ("\0" if isinstance(text, str) else b"\0") in text:
+        raise ValueError(f"{name} must be a str or Path naming {what}, without a NUL character ('\\x00', "
+                         f"which no file system takes), got {text!r:.80}")
+
+
+def _check_prog(prog: object) -> str:
+    """``prog``, the tool's name for its messages: a non-empty str, else a TypeError naming it."""
+    if type(prog) is not str or not prog:
+        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got "
+                        f"{type(prog).__name__} {prog!r:.60}")
+    return prog
 
 
 def _stop_signal(value: object, name: str) -> int:
@@ -104,7 +130,15 @@ def _ignore_more() -> None:
 def stop_at_once(prog: str) -> None:
     """Until :func:`run` starts ``main``: a signal prints one line and exits at once (the script is
     still importing; it has written nothing). Marks the process as a command-line tool: when
-    ``main`` is done, :func:`run` leaves the signals ignored (see there)."""
+    ``main`` is done, :func:`run` leaves the signals ignored (see there). ``prog`` (the tool's name
+    for the line) is checked now: a wrong one would only fail inside the signal handler.
+
+    A tool calls it before any import but those it needs to reach this module (``sys``,
+    ``pathlib``, ``course_cli``). A signal earlier still, while the interpreter itself starts (its
+    ``site`` and ``.pth`` files) or while this module loads, comes before any handler of the
+    course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
+    written by then either."""
+    _check_prog(prog)
     def stop(signum: int, frame: object) -> None:
         _ignore_more()
         if not _received:
@@ -154,8 +188,7 @@ def run(main, argv: list[str], prog: str) -> int:
         raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
                         f"{main!r:.60}")
     argv = words(argv)
-    if type(prog) is not str or not prog:
-        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got {prog!r:.60}")
+    _check_prog(prog)
     _received.clear()
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if _main_thread() else {}
     try:
@@ -214,8 +247,7 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
         raise TypeError(f"relay must be a tuple of stop signals (a subset of cli.STOP_SIGNALS), got "
                         f"{type(relay).__name__} {relay!r:.60}")
     relay = tuple(_stop_signal(sig, "relay") for sig in relay)
-    if type(prog) is not str or not prog:
-        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got {prog!r:.60}")
+    _check_prog(prog)
     try:
         child = subprocess.Popen(command, **kwargs)
     except OSError as err:  # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
@@ -265,6 +297,7 @@ def run_kernel(work, message: str):
     that runs a notebook (``notebook_tools.py execute``, ``python -m course_utils.bench memory``)."""
     import asyncio
 
+    _check_kernel_work(work, message)
     received: list[int] = []
     made: list[asyncio.Task] = []  # every task run: their failures after a signal are looked at here
 
@@ -303,6 +336,24 @@ def run_kernel(work, message: str):
     return result
 
 
+def _check_kernel_work(work: object, message: object) -> None:
+    """:func:`run_kernel`'s arguments: ``work`` an awaitable (the coroutine
+    ``client.async_execute()``, called), ``message`` a str; else a TypeError naming the argument
+    (asyncio said only "An asyncio.Future, a coroutine or an awaitable is required"). A coroutine
+    refused for its message is closed, so Python prints no "was never awaited" after the error."""
+    import inspect
+
+    if not inspect.isawaitable(work):
+        hint = " (call it: client.async_execute(), not client.async_execute)" if callable(work) else ""
+        raise TypeError(f"work must be the coroutine to run, such as nbclient's client.async_execute()"
+                        f"{hint}, got {type(work).__name__} {work!r:.60}")
+    if type(message) is not str:
+        if inspect.iscoroutine(work):
+            work.close()
+        raise TypeError(f"message must be a str saying what an interruption leaves, got "
+                        f"{type(message).__name__} {message!r:.60}")
+
+
 #: Actions whose option may be given more than once: each use adds to the value.
 _ACCUMULATING = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction,
                  argparse._HelpAction, argparse._VersionAction)
@@ -322,6 +373,8 @@ class ArgumentParser(argparse.ArgumentParser):
     --no-whole-step``). Options that add up (``action="append"``, ``"count"``) may repeat."""
 
     def parse_known_args(self, args=None, namespace=None):
+        if args is not None:  # argparse failed on an int with "'int' object is not subscriptable"
+            args = words(args, "args", none_reads_sys_argv=False)
         self._given = {}  # action -> the words it was given, for this parse (subcommands parse themselves)
         return super().parse_known_args(args, namespace)
 
@@ -336,7 +389,7 @@ class ArgumentParser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
     def parse_args(self, args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
+        args = words(args, "args")  # a list of str, or a TypeError naming args
         relaxed = [action for parser in _parsers(self) for action in parser._actions if action.required]
         for action in relaxed:
             action.required = False

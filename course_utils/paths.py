@@ -12,7 +12,6 @@ and ships inside the installed package as ``course_utils/data`` (pyproject.toml 
 from __future__ import annotations
 
 import errno
-import os
 import stat
 from pathlib import Path
 
@@ -34,11 +33,14 @@ __all__ = ["REPO_ROOT", "DATA_DIR", "NOTEBOOKS_DIR", "check_path", "path_kind"]
 
 
 def check_path(value: object, name: str, what: str = "a file") -> None:
-    """The package's one path rule: ``value`` is a non-empty str or a path-like object, else a
-    TypeError naming the argument ``name``, what it should name (``what``) and what arrived."""
-    if isinstance(value, os.PathLike) or (isinstance(value, str) and value):
-        return
-    raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} {value!r:.60}")
+    """The package's one path rule: ``value`` is a non-empty str or a path-like object without a
+    NUL character, else a TypeError / ValueError naming the argument ``name``, what it should name
+    (``what``) and what arrived. It is :func:`course_utils.cli.check_path`, which lives in the
+    standard-library module the tools load before torch; imported when first called, so that
+    ``import course_utils`` does not load cli.py (``python -m course_utils.cli`` would warn)."""
+    from .cli import check_path as rule
+
+    rule(value, name, what)
 
 
 def path_kind(path: Path) -> str | None:

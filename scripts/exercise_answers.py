@@ -19,10 +19,7 @@ nothing was left undone (course_utils/cli.py, run).
 
 from __future__ import annotations
 
-import io
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +33,10 @@ cli = load_cli()
 
 if __name__ == "__main__":
     cli.stop_at_once("exercise_answers.py")  # a signal during the (slow) imports: one line, at once
+
+import io  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
 
 import torch  # noqa: E402
 

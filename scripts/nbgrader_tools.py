@@ -35,13 +35,7 @@ was left as it was (every write is all or nothing), and exits 130 or 143.
 
 from __future__ import annotations
 
-import copy
-import os
-import re
-import shutil
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # scripts/, for course_cli
@@ -50,7 +44,14 @@ from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the 
 
 cli = load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("nbgrader_tools.py")  # a signal during the imports: one line, at once
+    cli.stop_at_once("nbgrader_tools.py")  # before its other imports: a signal then gets one line
+
+import copy  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import nbformat  # noqa: E402
 

@@ -9,8 +9,9 @@
     python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
         Restart-and-run-all in place, then clean the stored state: no timings, no
         widget state, no machine-specific metadata. Prints each notebook's runtime.
-        Each cell may run for --timeout seconds (default 600); a cell that fails or
-        runs longer is reported on one line (notebook, cell, error), exit 2. All or
+        Each cell may run for --timeout seconds (default 600; the option may stand before,
+        between or after the notebooks); a cell that fails or runs longer is reported
+        on one line (notebook, cell, error), exit 2. All or
         nothing: the notebooks are written only once every one has run, so a failed or
         interrupted run leaves every notebook as it was.
     python scripts/notebook_tools.py student OUT_DIR notebooks/*.ipynb
@@ -44,15 +45,7 @@ interrupted (or failed) run leaves the student folder as it was.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import platform
-import re
-import shutil
-import signal
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # scripts/, for course_cli
@@ -61,7 +54,16 @@ from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the 
 
 cli = load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("notebook_tools.py")  # a signal during the imports: one line, at once
+    cli.stop_at_once("notebook_tools.py")  # before its other imports: a signal then gets one line
+
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
 import nbformat  # noqa: E402
 
@@ -487,28 +489,42 @@ def _holds(path: Path, text: str) -> bool:
         return False
 
 
+def _take_timeout(args: list[str]) -> tuple[list[str], int]:
+    """``execute``'s arguments without its ``--timeout SECONDS`` (or ``--timeout=SECONDS``),
+    which may stand anywhere among the notebooks, and the timeout (:data:`CELL_TIMEOUT` when not
+    given); a :class:`ToolError` for a value that is missing or not a whole number >= 1, or for
+    the option given twice."""
+    rest, given = [], []
+    words = iter(args)
+    for word in words:
+        if word.split("=")[0] != "--timeout":
+            rest.append(word)
+            continue
+        value = word.split("=", 1)[1] if "=" in word else next(words, None)
+        if value is None:
+            raise ToolError("--timeout takes a number of seconds, got nothing")
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
+            raise ToolError(f"--timeout takes a whole number of seconds >= 1, got {value!r}")
+        given.append(value)
+    if len(given) > 1:
+        raise ToolError(f"--timeout given more than once ({', '.join(given)}); give it once")
+    return rest, int(given[0]) if given else CELL_TIMEOUT
+
+
 def _parse(argv: list[str]) -> tuple[str, list[str], int]:
     """The command and its arguments, or a :class:`ToolError` naming what is wrong."""
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
         raise ToolError(f"unknown command {command!r}: expected one of {', '.join(COMMANDS)} "
                         "(run with no arguments for help)")
-    if command == "execute" and args and args[0].split("=")[0] == "--timeout":
-        if "=" in args[0]:
-            value, args = args[0].split("=", 1)[1], args[1:]
-        elif len(args) > 1:
-            value, args = args[1], args[2:]
-        else:
-            raise ToolError("--timeout takes a number of seconds, got nothing")
-        if not (value.isascii() and value.isdigit()) or int(value) < 1:
-            raise ToolError(f"--timeout takes a whole number of seconds >= 1, got {value!r}")
-        timeout = int(value)
-    else:
-        timeout = CELL_TIMEOUT
+    timeout = CELL_TIMEOUT
+    if command == "execute":
+        args, timeout = _take_timeout(args)
     options = [a for a in args if a.startswith("-") and a != "-"]
     if options:
+        takes = "--timeout SECONDS and file names" if command == "execute" else "file names"
         raise ToolError(f"unknown option{'s' if len(options) > 1 else ''} {' '.join(options)} for "
-                        f"{command}: it takes file names only (run with no arguments for help)")
+                        f"{command}: it takes {takes} only (run with no arguments for help)")
     wanted = {"build": "DRAFT.py OUT.ipynb", "execute": "[--timeout SECONDS] NOTEBOOK.ipynb [...]",
               "student": "OUT_DIR NOTEBOOK.ipynb [...]", "upgrade": "NOTEBOOK.ipynb [...]"}[command]
     if (command == "build" and len(args) != 2) or (command == "student" and len(args) < 2) or not args:

@@ -33,12 +33,19 @@ Interrupted (Ctrl-C, SIGINT, or SIGTERM), it says on one line whether the files 
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+if __name__ == "__main__":  # first thing: a signal while it starts gets one line (course_utils/cli.py)
+    sys.path.append(str(Path(__file__).resolve().parent))  # scripts/, for course_cli
+    from course_cli import load_cli
+
+    load_cli().stop_at_once("publish.py")
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import re  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -561,6 +568,5 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
 
 if __name__ == "__main__":  # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143; the writes
     cli = _tools().cli  # are all or nothing (course_utils/cli.py)
-    cli.stop_at_once("publish.py")
     cli.leaving(cli.NOTHING_WRITTEN)
     sys.exit(cli.run(main, sys.argv[1:], "publish.py"))

@@ -31,18 +31,25 @@ this script's last line says that nbgrader was stopped.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import math
-import os
-import pwd
-import re
-import shutil
-import stat
 import sys
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
+
+if __name__ == "__main__":  # first thing: a signal while it starts gets one line (course_utils/cli.py)
+    sys.path.append(str(Path(__file__).resolve().parent))  # scripts/, for course_cli
+    from course_cli import load_cli
+
+    load_cli().stop_at_once("safe_collect.py")
+
+import argparse  # noqa: E402
+import datetime as dt  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import pwd  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import stat  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 
 NAME = re.compile(r"^(?P<student>[A-Za-z0-9_.@-]{1,64})\+(?P<lesson>[A-Za-z0-9_.-]{1,100})\+"
                   r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? UTC)(?:\+[A-Za-z0-9_-]{0,64})?$")
@@ -271,6 +278,5 @@ def _cli():
 
 
 if __name__ == "__main__":
-    _cli().stop_at_once("safe_collect.py")
     _cli().leaving("nothing was written (the private copy of the records was removed)")
     sys.exit(_cli().run(main, sys.argv[1:], "safe_collect.py"))

@@ -21,13 +21,20 @@ OUT_DIR absent or the branch where it was.
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+if __name__ == "__main__":  # first thing: a signal while it starts gets one line (course_utils/cli.py)
+    sys.path.append(str(Path(__file__).resolve().parent))  # scripts/, for course_cli
+    from course_cli import load_cli
+
+    load_cli().stop_at_once("student_tree.py")
+
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KEEP = ["student", "course_utils", "data", "binder", "course.py", "pyproject.toml", "constraints.txt",
@@ -276,5 +283,4 @@ def _described(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    _cli().stop_at_once("student_tree.py")
     sys.exit(main(sys.argv[1:]))

@@ -27,15 +27,22 @@ does, and the environment stays.
 
 from __future__ import annotations
 
-import argparse
-import os
-import re
-import shutil
-import subprocess
 import sys
-import venv
-from collections.abc import Sequence
 from pathlib import Path
+
+if __name__ == "__main__":  # first thing: a signal while it starts gets one line (course_utils/cli.py)
+    sys.path.append(str(Path(__file__).resolve().parent))  # scripts/, for course_cli
+    from course_cli import load_cli
+
+    load_cli().stop_at_once("version_matrix.py")
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import venv  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -236,6 +243,5 @@ def _cli():
 
 
 if __name__ == "__main__":
-    _cli().stop_at_once("version_matrix.py")
     _cli().leaving(_cli().NOTHING_WRITTEN)
     sys.exit(_cli().run(main, sys.argv[1:], "version_matrix.py"))

@@ -69,6 +69,7 @@ from ..attention.validation import (
     check_thread_count,
 )
 from ..env import check_seed, torch_threads
+from ..paths import check_path
 from .timing import check_round_counts, interleaved_samples
 
 __all__ = [
@@ -175,6 +176,7 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
     if not isinstance(sysfs, (str, os.PathLike)):
         raise TypeError(f"sysfs must be a path to a folder like {_SYSFS_CACHE}, got "
                         f"{type(sysfs).__name__} {sysfs!r:.80}")
+    check_path(sysfs, "sysfs", f"a folder like {_SYSFS_CACHE}")
     sysfs = Path(sysfs)
     if (text := os.environ.get(LLC_ENV)) is not None:
         if not text.strip().isdigit() or int(text) < 1:

@@ -224,9 +224,7 @@ def unseen_cases(exercise: Any, salt: int) -> list[Any]:
 def _solutions_folder(solutions_dir: Any) -> Path:
     """``solutions_dir`` as an absolute Path: a folder named ``solutions`` (it is imported as the
     package ``solutions`` from its parent); else an error naming it."""
-    if not isinstance(solutions_dir, (str, os.PathLike)) or isinstance(solutions_dir, bytes):
-        raise TypeError(f"solutions_dir: expected the path of the instructor's solutions/ folder, got "
-                        f"{type(solutions_dir).__name__} {solutions_dir!r:.60}")
+    check_path(solutions_dir, "solutions_dir", "the instructor's solutions/ folder")
     folder = Path(solutions_dir).resolve()
     if not folder.is_dir():
         raise ValueError(f"solutions_dir: expected the instructor's solutions/ folder, but "
@@ -456,9 +454,8 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
         for case, outcome in zip(set_cases, outcomes, strict=True):
             if outcome.kind == "refused":
                 where = f" on {case.label}" if case.label and index == 0 else ""  # unseen: not named
-                return Feedback(title, "wrong", "the grader accepts only plain outputs (an exact "
-                                "torch.Tensor or numpy.ndarray of a real dtype, Python numbers, str, None, "
-                                f"tuples, lists); you returned {outcome.error[1]}{where}.", exercise.hint)
+                return Feedback(title, "wrong", f"the grader refused what your function returned{where}: "
+                                f"{outcome.error[1]}.", exercise.hint)
             if outcome.kind == "lost":
                 return Feedback(title, "error", f"the grader got no output of your function "
                                 f"({outcome.error[1]}).", exercise.hint)
@@ -853,15 +850,26 @@ def __getattr__(name: str) -> Any:  # the preprocessor classes, made on first us
     raise AttributeError(name)
 
 
+def _check_config(c: object) -> None:
+    """``c`` is nbgrader's config: a dict whose attributes are its sections (``c.Autograde``), as
+    traitlets' ``Config`` makes them on first use; else a TypeError naming ``c``."""
+    try:
+        sections = isinstance(c, dict) and isinstance(c.GradeOutside, dict)
+    except AttributeError:
+        sections = False
+    if not sections:
+        plain = " (a plain dict has no sections as attributes)" if isinstance(c, dict) else ""
+        raise TypeError(f"c: expected nbgrader's config object (c = get_config() in nbgrader_config.py, a "
+                        f"traitlets Config){plain}, got {type(c).__name__} {c!r:.60}")
+
+
 def configure(c: Any, course_root: str | Path) -> None:
     """Set nbgrader's config ``c`` (in nbgrader_config.py) so that ``nbgrader autograde`` grades
-    outside the notebook: :class:`GradeOutside` in place of ``Execute``, the rest as nbgrader has it."""
-    if not isinstance(c, dict):
-        raise TypeError(f"c: expected nbgrader's config object (c = get_config() in nbgrader_config.py), "
-                        f"got {type(c).__name__} {c!r:.60}")
-    if not isinstance(course_root, (str, os.PathLike)) or isinstance(course_root, bytes):
-        raise TypeError(f"course_root: expected the course folder's path (str or Path), got "
-                        f"{type(course_root).__name__} {course_root!r:.60}")
+    outside the notebook: :class:`GradeOutside` in place of ``Execute``, the rest as nbgrader has it.
+    ``c`` is a traitlets ``Config`` (or a dict like it, whose attributes are its sections); a plain
+    dict is refused naming ``c`` (it failed later with "'dict' object has no attribute 'Autograde'")."""
+    check_path(course_root, "course_root", "the course folder (the path of nbgrader's course)")
+    _check_config(c)
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
         AssignLatePenalties,

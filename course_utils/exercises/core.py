@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..attention.validation import check_distinct
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -1012,21 +1013,26 @@ def _nested(x: Any) -> torch.Tensor | None:
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-def _tensor_subclass(x: Any) -> torch.Tensor | None:
-    """The first tensor in ``x`` whose class is a subclass of ``torch.Tensor`` of its own (not
-    :data:`_PLAIN_TENSORS`); None when there is none. Its class is read with ``type``, which
-    the subclass cannot redefine."""
-    return _first_tensor_where(x, lambda t: type(t) not in _PLAIN_TENSORS)
+def _own_subclass(x: Any) -> torch.Tensor | np.ndarray | None:
+    """The first tensor or NumPy array in ``x`` whose class is a subclass of ``torch.Tensor`` (not
+    :data:`_PLAIN_TENSORS`) or of ``numpy.ndarray``; None when there is none. Its class is read
+    with ``type``, which the subclass cannot redefine: an ndarray subclass's ``__eq__``,
+    ``__array_ufunc__`` or ``__array_function__`` can make ``np.allclose`` say yes to anything,
+    as a Tensor subclass's ``__torch_function__`` can (the outside grader refuses both)."""
+    tensor = _first_tensor_where(x, lambda t: type(t) not in _PLAIN_TENSORS)
+    return tensor if tensor is not None else \
+        _first_tensor_where(x, lambda a: type(a) is not np.ndarray, kind=np.ndarray)
 
 
-def _first_tensor_where(x: Any, test: Callable[[torch.Tensor], bool], _depth: int = 0) -> torch.Tensor | None:
-    """The first tensor in ``x`` (itself, or inside a tuple or list, 3 levels deep) that passes
-    ``test``; None when there is none."""
-    if isinstance(x, torch.Tensor):
+def _first_tensor_where(x: Any, test: Callable[[Any], bool], _depth: int = 0, *,
+                        kind: type = torch.Tensor) -> Any:
+    """The first tensor (or object of ``kind``, e.g. ``np.ndarray``) in ``x`` (itself, or inside
+    a tuple or list, 3 levels deep) that passes ``test``; None when there is none."""
+    if isinstance(x, kind):
         return x if test(x) else None
     if isinstance(x, (tuple, list)) and _depth < 3:
         for item in x[:64]:
-            found = _first_tensor_where(item, test, _depth + 1)
+            found = _first_tensor_where(item, test, _depth + 1, kind=kind)
             if found is not None:
                 return found
     return None
@@ -1791,6 +1797,10 @@ class Exercise:
         _check_no_arguments(self.make_cases)
         if not isinstance(self.mistakes, list) or not all(isinstance(m, Mistake) for m in self.mistakes):
             raise TypeError(f"{kind}.mistakes must be a list of Mistake, got {describe_value(self.mistakes)}")
+        try:  # a key names its slip in feedback and in the store: a second one would never be reached
+            check_distinct([m.key for m in self.mistakes], "mistakes", "keys (Mistake.key)")
+        except ValueError as err:
+            raise ValueError(f"{kind} {self.title!r}: {err}") from None
         if not isinstance(self.hint, str):
             raise TypeError(f"{kind}.hint must be a str, got {describe_value(self.hint)}")
         try:
@@ -2036,17 +2046,9 @@ class Exercise:
         except _StoreProblem as exc:
             return Feedback(self.title, "error", str(exc))
         for case, got, exp in zip(cases, outputs, expected, strict=False):
-            subclass = _tensor_subclass(got)  # first: its own methods could answer every test below
+            subclass = _own_subclass(got)  # first: its own methods could answer every test below
             if subclass is not None:
-                where = f" on {case.label}" if case.label else ""
-                inside = "" if subclass is got else f" inside the {type(got).__name__} it returned"
-                return Feedback(self.title, "wrong",
-                                f"your function returned a tensor of class {type(subclass).__qualname__}, "
-                                f"a subclass of torch.Tensor{inside}{where}: a subclass's own methods can "
-                                "change what any comparison says, so the check compares only plain "
-                                "tensors and this output is not graded as right.",
-                                "return an ordinary torch.Tensor, computed from the inputs (no "
-                                ".as_subclass(...) and no Tensor subclass of your own).")
+                return self._subclass_returned(case, got, subclass)
             nested = _nested(got)
             if nested is not None:
                 return self._uncomparable(case, got, nested, exp,
@@ -2095,6 +2097,24 @@ class Exercise:
                             f"could not compare your answer with the expected one: you returned "
                             f"{describe_value(outputs[0])} ({type(exc).__name__}: {_safe_str(exc)}).",
                             self.hint)
+
+    def _subclass_returned(self, case: Case, got: Any, subclass: torch.Tensor | np.ndarray) -> Feedback:
+        """Feedback for an output that is (or holds) a tensor or array of a subclass: its own
+        methods can change what any comparison says, so it is never compared (never right)."""
+        where = f" on {case.label}" if case.label else ""
+        inside = "" if subclass is got else f" inside the {type(got).__name__} it returned"
+        tensor = isinstance(subclass, torch.Tensor)
+        base, plain = ("torch.Tensor", "an ordinary torch.Tensor") if tensor else \
+            ("numpy.ndarray", "an ordinary numpy.ndarray")
+        return Feedback(self.title, "wrong",
+                        f"your function returned {'a tensor' if tensor else 'an array'} of class "
+                        f"{type(subclass).__qualname__}, a subclass of {base}"
+                        f"{inside}{where}: a subclass's own methods can change what any comparison "
+                        f"says, so the check compares only plain {'tensors' if tensor else 'arrays'} "
+                        "and this output is not graded as right.",
+                        f"return {plain}, computed from the inputs " + (
+                            "(no .as_subclass(...) and no Tensor subclass of your own)." if tensor else
+                            "(no .view(...) to a class of your own, no np.matrix or masked array)."))
 
     def _stopped(self, exc: BaseException, case: Case) -> Feedback:
         """Feedback for an answer that was interrupted or ran out of time: the check does not

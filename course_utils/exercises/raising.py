@@ -32,7 +32,12 @@ class RaisingMistake(Mistake):
     """A slip that makes the function raise instead of returning a wrong value. It is named
     when the learner's function raises the same exception (type and message) on the first
     test case it fails on; with ``loose=True`` the same exception type is enough, and with a
-    ``pattern`` the same type with that text in its message (another function, same slip)."""
+    ``pattern`` the same type with that text in its message (another function, same slip).
+
+    ``pattern`` is plain text, found in the message as a substring (``pattern in message``), not a
+    regular expression: ``"["`` or ``"(*"`` match themselves, so no pattern is invalid and there is
+    nothing to compile at construction (the messages it matches, such as ``"values to unpack"`` or
+    ``"subscripts in the equation"``, are quoted as they read)."""
 
     loose: bool = False
     pattern: str = ""  # also named when the error has the same type and contains this text

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from ..attention.validation import check_int, check_record
+from ..paths import check_path
 
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
@@ -758,8 +759,19 @@ class _CasePickler(pickle.Pickler):
         return NotImplemented
 
 
+#: What :func:`to_plain` and :func:`accept` take, for their messages and the grader's feedback.
+PLAIN_OUTPUTS = ("an exact torch.Tensor or numpy.ndarray of a real dtype on the CPU, Python numbers, str, "
+                 "None, and tuples, lists and str-keyed dicts of those")
+
+
 class Refused(TypeError):
-    """An output of a kind the grader does not accept; the message names the kind."""
+    """An output of a kind the grader does not accept. The message says what was refused
+    (``what``: its type, dtype or size), where in the output it sits (``where``:
+    ``output[1]['a']``), and what is taken instead (:data:`PLAIN_OUTPUTS`)."""
+
+    def __init__(self, what: str, where: str = "output") -> None:
+        self.what, self.where = what, where
+        super().__init__(f"{what} at {where} (the grader takes only plain data: {PLAIN_OUTPUTS})")
 
 
 _REAL_KINDS = "biuf"  # bool, signed and unsigned integers, floating point
@@ -769,72 +781,89 @@ def _type_name(value: Any) -> str:
     return f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
 
 
-def to_plain(value: Any, depth: int = 0) -> Any:
+def _check_where(where: object) -> None:
+    """``where`` (the place in the output that :class:`Refused` names) is a str."""
+    if type(where) is not str:
+        raise TypeError(f"where must be a str naming the place in the output, such as 'output[1]', got "
+                        f"{type(where).__name__} {where!r:.60}")
+
+
+def to_plain(value: Any, depth: int = 0, where: str = "output") -> Any:
     """``value`` as plain data ``torch.load(weights_only=True)`` reads back, accepting only exact
-    types (see the module's docstring); raises :class:`Refused`. Runs in the answer's process."""
+    types (see the module's docstring); raises :class:`Refused` naming the refused value's type and
+    its place in the output (``where``, then ``output[1]['a']`` inside). Runs in the answer's process."""
     check_int(depth, "depth", minimum=0)
+    _check_where(where)
     kind = type(value)
     if depth > 8:
-        raise Refused("an output nested more than 8 levels deep")
+        raise Refused("an output nested more than 8 levels deep", where)
     if kind is torch.Tensor:
         if value.layout != torch.strided or value.is_nested or value.device.type != "cpu":
-            raise Refused(f"a tensor with layout {value.layout} on {value.device}")
+            raise Refused(f"a tensor with layout {value.layout} on {value.device}", where)
         if value.is_complex() or value.is_quantized or value.dtype.itemsize == 0:
-            raise Refused(f"a tensor of dtype {value.dtype}")
+            raise Refused(f"a tensor of dtype {value.dtype}", where)
         return {"__tensor__": value.detach().clone()}
     if kind is np.ndarray:
         if value.dtype.kind not in _REAL_KINDS:
-            raise Refused(f"a NumPy array of dtype {value.dtype}")
+            raise Refused(f"a NumPy array of dtype {value.dtype}", where)
         return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(value).copy()), "dtype": value.dtype.str}
     if isinstance(value, np.generic) and kind in {np.dtype(c).type for c in "?bhilqBHILQefdg"}:
         if np.dtype(kind).kind not in _REAL_KINDS or kind is np.longdouble:
-            raise Refused(f"a NumPy {kind.__name__}")
+            raise Refused(f"a NumPy {kind.__name__}", where)
         return {"__npscalar__": value.item(), "dtype": np.dtype(kind).str}
     if value is None or kind in (bool, int, float, str):
         return value
     if kind in (tuple, list):
         if len(value) > 10_000:
-            raise Refused(f"a {kind.__name__} of {len(value)} items")
-        items = [to_plain(v, depth + 1) for v in value]
+            raise Refused(f"a {kind.__name__} of {len(value)} items", where)
+        items = [to_plain(v, depth + 1, f"{where}[{i}]") for i, v in enumerate(value)]
         return {"__tuple__": items} if kind is tuple else items
     if kind is dict and all(type(k) is str for k in value) and len(value) <= 10_000:
-        return {"__dict__": {k: to_plain(v, depth + 1) for k, v in value.items()}}
-    raise Refused(f"an object of type {_type_name(value)}")
+        return {"__dict__": {k: to_plain(v, depth + 1, f"{where}[{k!r:.40}]") for k, v in value.items()}}
+    if kind is dict:
+        odd = [k for k in value if type(k) is not str][:1]
+        raise Refused(f"a dict with a key that is not a str ({odd[0]!r:.40})" if odd else
+                      f"a dict of {len(value)} items", where)
+    raise Refused(f"an object of type {_type_name(value)}", where)
 
 
-def accept(data: Any, depth: int = 0) -> Any:
+def accept(data: Any, depth: int = 0, where: str = "output") -> Any:
     """The inverse of :func:`to_plain`, run in the grader on what the answer's process wrote
-    (which the answer may have forged): every value checked again. Raises :class:`Refused`."""
+    (which the answer may have forged): every value checked again. Raises :class:`Refused`
+    naming what was refused and where (as :func:`to_plain` does)."""
     check_int(depth, "depth", minimum=0)
+    _check_where(where)
     kind = type(data)
     if depth > 10:
-        raise Refused("an output nested too deep")
+        raise Refused("an output nested too deep", where)
     if data is None or kind in (bool, int, float, str):
         return data
     if kind is list:
-        return [accept(v, depth + 1) for v in data]
+        return [accept(v, depth + 1, f"{where}[{i}]") for i, v in enumerate(data)]
     if kind is not dict:
-        raise Refused(f"an object of type {_type_name(data)}")
+        raise Refused(f"an object of type {_type_name(data)}", where)
     if set(data) == {"__tensor__"}:
         t = data["__tensor__"]
         if type(t) is not torch.Tensor or t.layout != torch.strided or t.is_complex() or t.is_quantized:
-            raise Refused("a tensor that is not a plain real tensor")
+            raise Refused("a tensor that is not a plain real tensor", where)
         return t
     if set(data) == {"__ndarray__", "dtype"} and type(data["dtype"]) is str:
         t, dtype = data["__ndarray__"], np.dtype(data["dtype"])
         if type(t) is not torch.Tensor or t.is_complex() or dtype.kind not in _REAL_KINDS:
-            raise Refused(f"a NumPy array of dtype {dtype}")
+            raise Refused(f"a NumPy array of dtype {dtype}", where)
         return t.numpy().astype(dtype, copy=True)
     if set(data) == {"__npscalar__", "dtype"} and type(data["dtype"]) is str:
         dtype = np.dtype(data["dtype"])
         if dtype.kind not in _REAL_KINDS or type(data["__npscalar__"]) not in (bool, int, float):
-            raise Refused(f"a NumPy scalar of dtype {dtype}")
+            raise Refused(f"a NumPy scalar of dtype {dtype}", where)
         return dtype.type(data["__npscalar__"])
     if set(data) == {"__tuple__"} and type(data["__tuple__"]) is list:
-        return tuple(accept(v, depth + 1) for v in data["__tuple__"])
+        return tuple(accept(v, depth + 1, f"{where}[{i}]") for i, v in enumerate(data["__tuple__"]))
     if set(data) == {"__dict__"} and type(data["__dict__"]) is dict:
-        return {str(k): accept(v, depth + 1) for k, v in data["__dict__"].items() if type(k) is str}
-    raise Refused("an output the grader does not recognise")
+        return {str(k): accept(v, depth + 1, f"{where}[{k!r:.40}]") for k, v in data["__dict__"].items()
+                if type(k) is str}
+    raise Refused(f"a dict with keys {sorted(map(str, data))!r:.80} (not an encoded output the grader "
+                  "knows)", where)
 
 
 @dataclass
@@ -1304,6 +1333,8 @@ def _folders_to_hide(hide: Any, name: str = "hide") -> list[Path]:
             or not all(isinstance(p, (str, os.PathLike)) and not isinstance(p, bytes) for p in hide):
         raise TypeError(f"{name}: expected a list of folders (str or pathlib.Path) the answer must not "
                         f"see, got {type(hide).__name__} {hide!r:.80}")
+    for i, p in enumerate(hide):
+        check_path(p, f"{name}[{i}]", "a folder the answer must not see")
     return [Path(p) for p in hide]
 
 

@@ -71,8 +71,7 @@ class CheckpointError(ValueError):
 def sha256_of(path: str | Path) -> str:
     """Hex sha256 of a file's bytes. A path that is not a regular file (a folder, a FIFO, which
     would block the read forever) is a ValueError naming it."""
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a str or Path naming a file, got {type(path).__name__} {path!r:.60}")
+    check_path(path, "path", "a file")
     if not Path(path).is_file():
         raise ValueError(f"path must be a regular file to hash, got {str(path)!r}, which is "
                          + ("missing" if not os.path.lexists(path) else "not a regular file"))

@@ -35,7 +35,7 @@ import torch
 
 from ..attention.mha import scaled_dot_product_attention
 from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int, check_record
-from ..paths import DATA_DIR, path_kind
+from ..paths import DATA_DIR, check_path, path_kind
 
 __all__ = [
     "WORKED_EXAMPLE_PATH",
@@ -386,8 +386,7 @@ def parse_worked_example(data: Any) -> WorkedExample:
 
 def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample:
     """Read and validate the worked example (default: ``data/worked_example_004.json``)."""
-    if not isinstance(path, str | Path):
-        raise TypeError(f"path must be a str or Path naming a JSON file, got {type(path).__name__}")
+    check_path(path, "path", "a JSON file")
     path = Path(path)
     kind = path_kind(path)  # never opens it: a FIFO would block the read forever
     if kind == "missing":
