@@ -73,13 +73,16 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     """The package's one path rule (:func:`course_utils.paths.check_path` is this function; it
     lives here, in the standard-library-only module, so that the tools loading this file before
     torch share it): ``value`` is a non-empty str or a path-like object, else a TypeError naming
-    the argument ``name``, what it should name (``what``) and what arrived; a path holding a NUL
+    the argument ``name``, what it should name (``what``) and what arrived; an empty path is a
+    ValueError saying so (it was a TypeError calling '' not a str); a path holding a NUL
     character (no file system takes one: ``open`` and ``stat`` said only "embedded null byte") is a
     ValueError naming it."""
-    if not (isinstance(value, os.PathLike) or (isinstance(value, str) and value)):
+    if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} "
                         f"{value!r:.60}")
     text = os.fspath(value)
+    if not text:
+        raise ValueError(f"{name} must name {what}, got an empty path {text!r}")
     if ("\0" if isinstance(text, str) else b"\0") in text:
         raise ValueError(f"{name} must be a str or Path naming {what}, without a NUL character ('\\x00', "
                          f"which no file system takes), got {text!r:.80}")

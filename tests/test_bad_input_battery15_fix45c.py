@@ -278,3 +278,11 @@ def test_each_tool_guards_signals_before_its_other_imports(script):
         early = _imported(node) - _BEFORE_GUARD
         assert guarded or not early, f"{script}: imports {sorted(early)} before cli.stop_at_once"
     assert guarded, f"{script}: calls stop_at_once only inside a function, after its imports"
+
+
+def test_an_empty_path_is_called_empty_not_the_wrong_type() -> None:
+    """``''`` is a str: the message said "must be a str or Path ..., got str ''"; it says empty."""
+    from course_utils.paths import check_path
+
+    with pytest.raises(ValueError, match=r"^report must name a file, got an empty path ''$"):
+        check_path("", "report")
