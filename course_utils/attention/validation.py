@@ -225,13 +225,17 @@ def check_axes(ax: object, name: str = "ax") -> None:
                         f"{type(ax).__name__} {ax!r:.60}{hint}")
 
 
-def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None) -> list[Tensor]:
+def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None,
+                      allow_empty: bool = False) -> list[Tensor]:
     """A non-empty list or tuple of tensors, or, where ``stacked_ndim`` is given, one tensor of
     that many dims whose first dim lists them (``(h, ...)`` -> h parts); returned as a list.
     Without ``stacked_ndim`` one tensor is refused, and so is one of another number of dims:
-    one part passed without its list would otherwise be cut into its rows, silently."""
+    one part passed without its list would otherwise be cut into its rows, silently. An empty
+    list (or a stacked tensor of 0 parts) is a ValueError naming ``name``, unless ``allow_empty``
+    (as :func:`check_int_list`)."""
     if stacked_ndim is not None:  # the caller's own value; checked even where a list makes it unused
         check_int(stacked_ndim, f"check_tensor_list's stacked_ndim (for {name})", minimum=1)
+    check_flag(allow_empty, f"check_tensor_list's allow_empty (for {name})")
     if isinstance(parts, Tensor):
         if stacked_ndim is None:
             raise TypeError(f"{name} must be a list or tuple of tensors, got one tensor of shape "
@@ -246,6 +250,8 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
         parts = list(parts.unbind(0))
     if not isinstance(parts, (list, tuple)):
         raise TypeError(f"{name} must be a list of tensors, got {type(parts).__name__}")
+    if not parts and not allow_empty:
+        raise ValueError(f"{name} must hold at least one tensor, got an empty {type(parts).__name__}")
     for i, p in enumerate(parts):
         if not isinstance(p, Tensor):
             raise TypeError(f"{name}[{i}] must be a torch.Tensor, got {type(p).__name__}")
