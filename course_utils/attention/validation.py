@@ -961,7 +961,8 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     """The fields of a frozen config dataclass (:class:`~course_utils.attention.gqa.PublishedConfig`,
     :class:`~course_utils.attention.mla.MLAConfig`): each of ``texts`` a str, each of ``counts``
     an int of at least its given minimum, stored back as a Python int. Raised errors name the
-    config's class and the field."""
+    field as ``Class.field``. A text that is empty or only spaces is refused: a config is shown
+    and cited by its name and source."""
 
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"config must be a config dataclass instance (PublishedConfig, MLAConfig), got "
@@ -978,9 +979,11 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     for field in texts:
         value = getattr(config, field)
         if not isinstance(value, str):
-            raise TypeError(f"{kind} {field} must be a str, got {type(value).__name__} {value!r:.60}")
+            raise TypeError(f"{kind}.{field} must be a str, got {type(value).__name__} {value!r:.60}")
+        if not value.strip():  # a config is shown and cited by its name and source
+            raise ValueError(f"{kind}.{field} must be a non-empty str, got {value!r:.60}")
     for field, minimum in counts.items():
-        object.__setattr__(config, field, check_int(getattr(config, field), field, minimum=minimum))
+        object.__setattr__(config, field, check_int(getattr(config, field), f"{kind}.{field}", minimum=minimum))
 
 
 __all__ += ["check_config_fields"]
