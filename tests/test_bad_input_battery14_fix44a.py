@@ -38,15 +38,7 @@ def _public_dataclasses() -> list[type]:
     return found
 
 
-# Messages that name "Class field" or only "field": their checks are shared functions outside the
-# class bodies (validation.check_config_fields, worked_example._check_table_fields); see fix44a.md.
-_NOT_YET = {"PublishedConfig", "MLAConfig", "Table"}
-
-
-@pytest.mark.parametrize("cls", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="names no Class.field yet"))
-    if c.__name__ in _NOT_YET else c for c in _public_dataclasses()],
-    ids=lambda c: f"{c.__module__}.{c.__name__}")
+@pytest.mark.parametrize("cls", _public_dataclasses(), ids=lambda c: f"{c.__module__}.{c.__name__}")
 def test_every_public_dataclass_refuses_a_wrong_typed_field_naming_it(cls: type) -> None:
     """Every field set to a bare object(): the constructor refuses, naming the class and a field
     (``Class.field``, or ``Class(name).field`` for the timing records that carry a name)."""

@@ -1,0 +1,140 @@
+"""Battery 15, fix pass fix45a (issue 38): records that refuse cross-field inconsistencies,
+check_record's field-name lists, check_tensor_list([]), the task helpers' ids and periods, the
+worked example's NaN and deep JSON, and train_model's target without target_metric."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils.attention import validation as V
+from course_utils.attention.gqa import PublishedConfig
+from course_utils.attention.mla import MLAConfig
+from course_utils.tasks import worked_example as we
+
+
+def _raises(error: type, words: list[str], call) -> str:
+    """``call()`` raises ``error`` whose message holds every one of ``words``; returns it."""
+    with pytest.raises(error) as caught:
+        call()
+    message = str(caught.value)
+    missing = [w for w in words if w not in message]
+    assert not missing, f"{missing} not in: {message}"
+    return message
+
+
+# -- 2. empty config names and sources -------------------------------------------------------------
+@pytest.mark.parametrize(("make", "label"), [
+    (lambda: PublishedConfig("", 32, 32, 8, 128, "s"), "PublishedConfig.name"),
+    (lambda: PublishedConfig("n", 32, 32, 8, 128, "  "), "PublishedConfig.source"),
+    (lambda: MLAConfig("", 60, 128, 128, 512, 64, "s"), "MLAConfig.name"),
+    (lambda: MLAConfig("n", 60, 128, 128, 512, 64, ""), "MLAConfig.source"),
+])
+def test_configs_refuse_an_empty_name_or_source(make, label: str) -> None:
+    _raises(ValueError, [label, "non-empty"], make)
+
+
+def test_published_config_names_num_kv_heads_as_its_field() -> None:
+    _raises(ValueError, ["PublishedConfig.num_kv_heads", "3"], lambda: PublishedConfig("n", 2, 32, 3, 8, "s"))
+
+
+# -- 3. check_record refuses a name that is not a field ----------------------------------------------
+@pytest.mark.parametrize("option", ["nan_ok", "signed", "positive", "nonempty", "fractions"])
+def test_check_record_refuses_an_option_naming_no_field(option: str) -> None:
+    @dataclasses.dataclass
+    class Rec:
+        value: float
+
+        def __post_init__(self) -> None:
+            V.check_record(self, **{option: ("valeu",)})
+
+    _raises(ValueError, [option, "'valeu'", "Rec", "value"], lambda: Rec(1.0))
+
+
+def test_check_record_refuses_a_bare_str_as_a_list_of_names() -> None:
+    @dataclasses.dataclass
+    class Rec2:
+        loss: float
+
+        def __post_init__(self) -> None:
+            V.check_record(self, nan_ok="loss")
+
+    _raises(TypeError, ["nan_ok", "Rec2", "tuple of field names", "'loss'"], lambda: Rec2(1.0))
+
+
+def test_check_record_fractions_lie_in_zero_one() -> None:
+    @dataclasses.dataclass
+    class Share:
+        accuracy: list[float]
+
+        def __post_init__(self) -> None:
+            V.check_record(self, fractions=("accuracy",))
+
+    assert Share([0.0, 1.0]).accuracy == [0.0, 1.0]
+    _raises(ValueError, ["Share.accuracy[1]", "[0, 1]", "1.5"], lambda: Share([0.5, 1.5]))
+
+
+# -- 4. check_tensor_list([]) -----------------------------------------------------------------------
+def test_check_tensor_list_refuses_an_empty_list_as_its_docstring_says() -> None:
+    _raises(ValueError, ["parts", "at least one tensor", "empty list"], lambda: V.check_tensor_list([], "parts"))
+    _raises(ValueError, ["parts", "at least one tensor"],
+            lambda: V.check_tensor_list(torch.ones(0, 2, 2), "parts", stacked_ndim=3))
+    assert V.check_tensor_list((), "parts", allow_empty=True) == []
+
+
+# -- 1. worked example: Table and Head ----------------------------------------------------------------
+@pytest.mark.parametrize(("field", "rows", "cols"), [("rows", ("a", "a"), ("b", "c")),
+                                                       ("cols", ("a", "b"), ("c", "c"))])
+def test_table_refuses_repeated_labels(field: str, rows, cols) -> None:
+    _raises(ValueError, [f"Table('t').{field}", "distinct", "repeats"],
+            lambda: we.Table("t", np.zeros((2, 2)), rows, cols))
+
+
+def test_table_refuses_nan_values_naming_the_entry() -> None:
+    values = np.zeros((2, 2))
+    values[1, 0] = math.nan
+    _raises(ValueError, ["Table('t').values", "finite", "(1, 0)"], lambda: we.Table("t", values, ("a", "b"), ("c", "d")))
+
+
+def test_head_refuses_projections_that_disagree() -> None:
+    head = we.load_worked_example().heads[0]
+    other_rows = we.Table("k", head.w_k.values, tuple(f"r{i}" for i in range(len(head.w_k.rows))), head.w_k.cols)
+    _raises(ValueError, ["Head(", ").w_k", "rows of Head.w_q"], lambda: replace(head, w_k=other_rows))
+    narrow = we.Table("k", head.w_k.values[:, :1], head.w_k.rows, head.w_k.cols[:1])
+    _raises(ValueError, [").w_k", "d_k", str(head.w_q.shape[1]), "got 1"], lambda: replace(head, w_k=narrow))
+
+
+def test_worked_example_refuses_heads_and_w_o_that_disagree_with_features() -> None:
+    example = we.load_worked_example()
+    w_o = example.w_o
+    short = we.Table("W_O", w_o.values[:-1], w_o.rows[:-1], w_o.cols)
+    _raises(ValueError, ["WorkedExample.w_o", "sum of the heads' d_v", str(w_o.shape[0])],
+            lambda: replace(example, w_o=short))
+
+
+# -- 8. worked example: NaN after loading, deep JSON ----------------------------------------------------
+@pytest.mark.parametrize("call", [we.compute_steps, we.recompute_from_article, we.compare_with_article])
+def test_a_worked_example_changed_to_nan_is_named(call) -> None:
+    example = we.load_worked_example()
+    example.heads[1].w_v.values[2, 1] = math.nan
+    _raises(we.WorkedExampleError, ["heads[1].w_v", "finite", "nan", "(2, 1)"], lambda: call(example))
+
+
+def test_load_worked_example_refuses_json_nested_too_deep(tmp_path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    _raises(we.WorkedExampleError, ["deep.json", "too deeply"], lambda: we.load_worked_example(path))
+
+
+def test_the_real_worked_example_still_loads() -> None:
+    example = we.load_worked_example()
+    assert json.loads(we.WORKED_EXAMPLE_PATH.read_text())["people"] == list(example.people)
+    assert set(we.compute_steps(example)) >= set(we.PRINTED_STEPS)
+    assert re.search(r"slip", " ".join(we.compare_with_article(example)["verdict"]))
