@@ -138,3 +138,68 @@ def test_the_real_worked_example_still_loads() -> None:
     assert json.loads(we.WORKED_EXAMPLE_PATH.read_text())["people"] == list(example.people)
     assert set(we.compute_steps(example)) >= set(we.PRINTED_STEPS)
     assert re.search(r"slip", " ".join(we.compare_with_article(example)["verdict"]))
+
+
+# -- 1, 5, 6, 7. synthetic tasks ------------------------------------------------------------------------
+def _agreement_batch():
+    from course_utils.tasks.synthetic import AgreementTask
+
+    return AgreementTask().sample(4, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (lambda b: {"lengths": b.lengths + 50}, ["AgreementBatch.lengths", "row 0"]),
+    (lambda b: {"verb_pos": b.lengths + 3}, ["AgreementBatch.verb_pos", "AgreementBatch.lengths", "row 0"]),
+    (lambda b: {"verb_pos": torch.zeros_like(b.verb_pos)}, ["AgreementBatch.verb_pos", "1..", "got 0"]),
+    (lambda b: {"subject_pos": b.subject_pos - 50}, ["AgreementBatch.subject_pos", "AgreementBatch.lengths"]),
+    (lambda b: {"correct_id": b.correct_id + 1000}, ["AgreementBatch.correct_id", "0..69"]),
+    (lambda b: {"wrong_id": -b.wrong_id}, ["AgreementBatch.wrong_id", "0..69"]),
+    (lambda b: {"tokens": b.tokens + 1000}, ["AgreementBatch.tokens", "0..69"]),
+])
+def test_agreement_batch_refuses_fields_that_do_not_fit_each_other(change, words: list[str]) -> None:
+    batch = _agreement_batch()
+    _raises(ValueError, words, lambda: replace(batch, **change(batch)))
+
+
+def test_agreement_batch_still_takes_and_pads() -> None:
+    from course_utils.tasks.synthetic import MixtureTask
+
+    batch = _agreement_batch()
+    assert len(batch.take([0, 2])) == 2
+    assert MixtureTask().pad(batch).tokens.shape[1] == MixtureTask().seq_len
+
+
+def test_induction_and_mixture_batches_refuse_negative_token_ids() -> None:
+    from course_utils.tasks.synthetic import InductionTask, MixtureTask
+
+    generator = torch.Generator().manual_seed(0)
+    induction = InductionTask().sample(2, generator)
+    _raises(ValueError, ["InductionBatch.tokens", ">= 0", "-3"], lambda: replace(induction, tokens=induction.tokens - 3))
+    mixture = MixtureTask().sample(4, generator)
+    _raises(ValueError, ["MixtureBatch.tokens", ">= 0"], lambda: replace(mixture, tokens=-mixture.tokens - 1))
+
+
+@pytest.mark.parametrize("bad", [-100, -5])
+def test_next_token_targets_refuses_negative_ids(bad: int) -> None:
+    from course_utils.tasks.synthetic import next_token_targets
+
+    _raises(ValueError, ["tokens", ">= 0", str(bad), "position 1"],
+            lambda: next_token_targets(torch.tensor([[1, bad, 2]])))
+
+
+def test_induction_sample_refuses_an_int_as_periods() -> None:
+    from course_utils.tasks.synthetic import InductionTask
+
+    _raises(TypeError, ["periods", "list of ints", "int 5"],
+            lambda: InductionTask().sample(2, torch.Generator(), periods=5))
+    assert InductionTask().sample(2, torch.Generator(), periods=[5]).periods.tolist() == [5, 5]
+
+
+def test_agreement_accuracy_names_verb_ids_beyond_the_logits() -> None:
+    from course_utils.tasks.synthetic import AGREEMENT_VOCAB, agreement_accuracy
+
+    batch = _agreement_batch()
+    batch.correct_id[1] = 500  # changed in place, after the batch checked itself
+    logits = torch.zeros(4, batch.tokens.shape[1], len(AGREEMENT_VOCAB))
+    _raises(ValueError, ["batch.correct_id", "logits", f"V = {len(AGREEMENT_VOCAB)}", "500"],
+            lambda: agreement_accuracy(logits, batch))
