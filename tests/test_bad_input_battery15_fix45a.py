@@ -203,3 +203,44 @@ def test_agreement_accuracy_names_verb_ids_beyond_the_logits() -> None:
     logits = torch.zeros(4, batch.tokens.shape[1], len(AGREEMENT_VOCAB))
     _raises(ValueError, ["batch.correct_id", "logits", f"V = {len(AGREEMENT_VOCAB)}", "500"],
             lambda: agreement_accuracy(logits, batch))
+
+
+# -- 1. two_relations: LookupBatch, RunResult -----------------------------------------------------------
+def _lookup_batch():
+    from course_utils.tasks.two_relations import TwoKeyTask
+
+    return TwoKeyTask().sample(4, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(("field", "cut"), [("item_symbols", lambda t: t[:2]), ("relation", lambda t: t[:, :3]),
+                                            ("target", lambda t: t[:3]), ("query_keys", lambda t: t[:, :1])])
+def test_lookup_batch_refuses_fields_of_other_sizes(field: str, cut) -> None:
+    from course_utils.tasks.two_relations import LookupBatch
+
+    batch = _lookup_batch()
+    parts = batch._asdict()
+    parts[field] = cut(parts[field])
+    _raises(ValueError, [f"LookupBatch.{field}", "item_keys", str(tuple(parts[field].shape))],
+            lambda: LookupBatch(**parts))
+
+
+def test_lookup_batch_refuses_a_float_field_and_still_takes() -> None:
+    from course_utils.tasks.two_relations import LookupBatch
+
+    batch = _lookup_batch()
+    _raises(TypeError, ["LookupBatch.target", "int64", "float32"],
+            lambda: LookupBatch(*batch[:5], batch.target.float()))
+    assert batch.take([1, 3]).num_examples == 2
+
+
+@pytest.mark.parametrize(("accuracy", "relation", "label", "value"), [
+    ([0.5, 1.5], (0.5, 0.5), "RunResult.accuracy[1]", "1.5"),
+    ([-0.25], (0.5, 0.5), "RunResult.accuracy[0]", "-0.25"),
+    ([0.5], (0.5, 2.0), "RunResult.relation_accuracy", "2.0"),
+])
+def test_run_result_accuracies_are_fractions(accuracy, relation, label: str, value: str) -> None:
+    from course_utils.tasks.two_relations import RunResult
+
+    steps = list(range(len(accuracy)))
+    _raises(ValueError, [label, value],
+            lambda: RunResult(2, 0, steps, accuracy, relation, torch.nn.Linear(1, 1)))
