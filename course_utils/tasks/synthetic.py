@@ -421,20 +421,25 @@ class AgreementBatch:
 
 
 def _check_agreement_positions(batch: AgreementBatch) -> None:
-    """Each sentence's ``lengths`` fits its row (at least ``<bos>`` and the verb: 2..T) and its
-    positions lie inside it: ``verb_pos`` in 1..length-1 (``predict_pos`` = verb_pos - 1 is then
-    a position) and ``subject_pos`` in 0..length-1. The first row that breaks a rule is named."""
+    """Each sentence ends with its verb: ``verb_pos`` = ``lengths - 1``, in 1..T (``predict_pos``
+    = verb_pos - 1 is then a column of ``tokens``), and ``subject_pos`` lies before it, in
+    0..verb_pos - 1. A sentence may be longer than T: a batch cut after its last ``predict_pos``
+    (:func:`course_utils.interp.patching.trimmed_by_length`) keeps every sentence's length and
+    positions. The first row that breaks a rule is named."""
     T = batch.tokens.shape[1]
-    rules = (("lengths", batch.lengths, 2, torch.full_like(batch.lengths, T), "AgreementBatch.tokens' T"),
-             ("verb_pos", batch.verb_pos, 1, batch.lengths - 1, "its AgreementBatch.lengths - 1"),
-             ("subject_pos", batch.subject_pos, 0, batch.lengths - 1, "its AgreementBatch.lengths - 1"))
-    for name, value, low, high, bound in rules:
-        bad = ((value < low) | (value > high)).nonzero()
+    rules = (("verb_pos", batch.verb_pos != batch.lengths - 1, "AgreementBatch.lengths - 1 (the verb ends "
+              "the sentence)"),
+             ("verb_pos", (batch.verb_pos < 1) | (batch.verb_pos > T), f"in 1..T = 1..{T} (predict_pos = "
+              f"verb_pos - 1 must be a column of AgreementBatch.tokens)"),
+             ("subject_pos", (batch.subject_pos < 0) | (batch.subject_pos >= batch.verb_pos),
+              "in 0..AgreementBatch.verb_pos - 1 (the subject comes before the verb)"))
+    for name, broken, wanted in rules:
+        bad = broken.nonzero()
         if bad.numel():
             row = int(bad[0, 0])
-            raise ValueError(f"AgreementBatch.{name} must lie in {low}..{bound} for every sentence, got "
-                             f"{int(value[row])} at row {row}, where AgreementBatch.lengths is "
-                             f"{int(batch.lengths[row])} and T is {T}")
+            raise ValueError(f"AgreementBatch.{name} must be {wanted}, got {int(getattr(batch, name)[row])} "
+                             f"at row {row}, where AgreementBatch.lengths is {int(batch.lengths[row])}, "
+                             f"verb_pos {int(batch.verb_pos[row])} and T is {T}")
 
 
 class _Draws:
