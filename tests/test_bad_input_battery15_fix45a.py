@@ -150,7 +150,9 @@ def _agreement_batch():
 @pytest.mark.parametrize(("change", "words"), [
     (lambda b: {"lengths": b.lengths + 50}, ["AgreementBatch.lengths", "row 0"]),
     (lambda b: {"verb_pos": b.lengths + 3}, ["AgreementBatch.verb_pos", "AgreementBatch.lengths", "row 0"]),
-    (lambda b: {"verb_pos": torch.zeros_like(b.verb_pos)}, ["AgreementBatch.verb_pos", "1..", "got 0"]),
+    (lambda b: {"verb_pos": torch.zeros_like(b.verb_pos), "lengths": torch.ones_like(b.lengths)},
+     ["AgreementBatch.verb_pos", "1..T", "got 0"]),
+    (lambda b: {"tokens": b.tokens[:, :2]}, ["AgreementBatch.verb_pos", "1..T = 1..2", "predict_pos"]),
     (lambda b: {"subject_pos": b.subject_pos - 50}, ["AgreementBatch.subject_pos", "AgreementBatch.lengths"]),
     (lambda b: {"correct_id": b.correct_id + 1000}, ["AgreementBatch.correct_id", "0..69"]),
     (lambda b: {"wrong_id": -b.wrong_id}, ["AgreementBatch.wrong_id", "0..69"]),
@@ -166,6 +168,8 @@ def test_agreement_batch_still_takes_and_pads() -> None:
 
     batch = _agreement_batch()
     assert len(batch.take([0, 2])) == 2
+    cut = replace(batch, tokens=batch.tokens[:, : int(batch.predict_pos.max()) + 1])  # as trimmed_by_length
+    assert cut.lengths.tolist() == batch.lengths.tolist()
     assert MixtureTask().pad(batch).tokens.shape[1] == MixtureTask().seq_len
 
 
@@ -244,3 +248,48 @@ def test_run_result_accuracies_are_fractions(accuracy, relation, label: str, val
     steps = list(range(len(accuracy)))
     _raises(ValueError, [label, value],
             lambda: RunResult(2, 0, steps, accuracy, relation, torch.nn.Linear(1, 1)))
+
+
+# -- 1, 9. train: History and train_model's target ----------------------------------------------------
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"steps": [1, 2], "loss": [1.0]}, ["History.loss", "History.steps has 2", "History.loss has 1"]),
+    ({"eval_steps": [25], "eval_metrics": []}, ["History.eval_metrics", "History.eval_steps has 1"]),
+    ({"target_metric": "acc", "target": 0.9, "steps_to_target": 25},
+     ["History.steps_to_target", "History.seconds_to_target", "None"]),
+    ({"steps_to_target": 25, "seconds_to_target": 1.0}, ["History.steps_to_target", "History.target_metric"]),
+])
+def test_history_refuses_fields_that_do_not_pair_up(fields: dict, words: list[str]) -> None:
+    from course_utils.model.train import History
+
+    _raises(ValueError, words, lambda: History("t", **fields))
+
+
+def test_history_to_dict_rechecks_lists_appended_out_of_step() -> None:
+    from course_utils.model.train import History
+
+    history = History("t")
+    history.steps.append(1)
+    _raises(ValueError, ["History.loss", "History.steps has 1"], history.to_dict)
+
+
+def _tiny_model():
+    from course_utils.model.train import induction_model_config
+    from course_utils.model.transformer import TinyTransformer
+
+    return TinyTransformer(induction_model_config(d_model=8, num_heads=2, num_layers=1))
+
+
+def _never_called(generator):  # the arguments are refused before the first batch
+    raise AssertionError("sample_batch was called")
+
+
+@pytest.mark.parametrize(("arguments", "error", "words"), [
+    ({"evaluate": lambda m: {"acc": 1.0}, "target": 0.9}, ValueError, ["target=0.9", "target_metric", "None"]),
+    ({"target_metric": "acc"}, ValueError, ["target_metric='acc'", "evaluate", "None"]),
+    ({"evaluate": lambda m: {"acc": 1.0}, "target_metric": 5, "target": 0.9}, TypeError, ["target_metric", "int 5"]),
+])
+def test_train_model_refuses_a_target_it_could_not_measure(arguments: dict, error: type, words: list[str]) -> None:
+    from course_utils.model.train import TrainConfig, train_model
+
+    _raises(error, words, lambda: train_model(_tiny_model(), _never_called, TrainConfig(steps=1), progress=False,
+                                              **arguments))
