@@ -83,7 +83,8 @@ def test_check_record_fractions_lie_in_zero_one() -> None:
 
 # -- 4. check_tensor_list([]) -----------------------------------------------------------------------
 def test_check_tensor_list_refuses_an_empty_list_as_its_docstring_says() -> None:
-    _raises(ValueError, ["parts", "at least one tensor", "empty list"], lambda: V.check_tensor_list([], "parts"))
+    _raises(ValueError, ["parts", "at least one tensor", "empty list"],
+            lambda: V.check_tensor_list([], "parts"))
     _raises(ValueError, ["parts", "at least one tensor"],
             lambda: V.check_tensor_list(torch.ones(0, 2, 2), "parts", stacked_ndim=3))
     assert V.check_tensor_list((), "parts", allow_empty=True) == []
@@ -100,12 +101,14 @@ def test_table_refuses_repeated_labels(field: str, rows, cols) -> None:
 def test_table_refuses_nan_values_naming_the_entry() -> None:
     values = np.zeros((2, 2))
     values[1, 0] = math.nan
-    _raises(ValueError, ["Table('t').values", "finite", "(1, 0)"], lambda: we.Table("t", values, ("a", "b"), ("c", "d")))
+    _raises(ValueError, ["Table('t').values", "finite", "(1, 0)"],
+            lambda: we.Table("t", values, ("a", "b"), ("c", "d")))
 
 
 def test_head_refuses_projections_that_disagree() -> None:
     head = we.load_worked_example().heads[0]
-    other_rows = we.Table("k", head.w_k.values, tuple(f"r{i}" for i in range(len(head.w_k.rows))), head.w_k.cols)
+    renamed = tuple(f"r{i}" for i in range(len(head.w_k.rows)))
+    other_rows = we.Table("k", head.w_k.values, renamed, head.w_k.cols)
     _raises(ValueError, ["Head(", ").w_k", "rows of Head.w_q"], lambda: replace(head, w_k=other_rows))
     narrow = we.Table("k", head.w_k.values[:, :1], head.w_k.rows, head.w_k.cols[:1])
     _raises(ValueError, [").w_k", "d_k", str(head.w_q.shape[1]), "got 1"], lambda: replace(head, w_k=narrow))
@@ -178,7 +181,8 @@ def test_induction_and_mixture_batches_refuse_negative_token_ids() -> None:
 
     generator = torch.Generator().manual_seed(0)
     induction = InductionTask().sample(2, generator)
-    _raises(ValueError, ["InductionBatch.tokens", ">= 0", "-3"], lambda: replace(induction, tokens=induction.tokens - 3))
+    _raises(ValueError, ["InductionBatch.tokens", ">= 0", "-3"],
+            lambda: replace(induction, tokens=induction.tokens - 3))
     mixture = MixtureTask().sample(4, generator)
     _raises(ValueError, ["MixtureBatch.tokens", ">= 0"], lambda: replace(mixture, tokens=-mixture.tokens - 1))
 
@@ -216,7 +220,8 @@ def _lookup_batch():
     return TwoKeyTask().sample(4, generator=torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize(("field", "cut"), [("item_symbols", lambda t: t[:2]), ("relation", lambda t: t[:, :3]),
+@pytest.mark.parametrize(("field", "cut"), [("item_symbols", lambda t: t[:2]),
+                                            ("relation", lambda t: t[:, :3]),
                                             ("target", lambda t: t[:3]), ("query_keys", lambda t: t[:, :1])])
 def test_lookup_batch_refuses_fields_of_other_sizes(field: str, cut) -> None:
     from course_utils.tasks.two_relations import LookupBatch
@@ -284,12 +289,15 @@ def _never_called(generator):  # the arguments are refused before the first batc
 
 
 @pytest.mark.parametrize(("arguments", "error", "words"), [
-    ({"evaluate": lambda m: {"acc": 1.0}, "target": 0.9}, ValueError, ["target=0.9", "target_metric", "None"]),
+    ({"evaluate": lambda m: {"acc": 1.0}, "target": 0.9}, ValueError,
+     ["target=0.9", "target_metric", "None"]),
     ({"target_metric": "acc"}, ValueError, ["target_metric='acc'", "evaluate", "None"]),
-    ({"evaluate": lambda m: {"acc": 1.0}, "target_metric": 5, "target": 0.9}, TypeError, ["target_metric", "int 5"]),
+    ({"evaluate": lambda m: {"acc": 1.0}, "target_metric": 5, "target": 0.9}, TypeError,
+     ["target_metric", "int 5"]),
 ])
-def test_train_model_refuses_a_target_it_could_not_measure(arguments: dict, error: type, words: list[str]) -> None:
+def test_train_model_refuses_a_target_it_could_not_measure(arguments: dict, error: type,
+                                                           words: list[str]) -> None:
     from course_utils.model.train import TrainConfig, train_model
 
-    _raises(error, words, lambda: train_model(_tiny_model(), _never_called, TrainConfig(steps=1), progress=False,
-                                              **arguments))
+    _raises(error, words, lambda: train_model(_tiny_model(), _never_called, TrainConfig(steps=1),
+                                              progress=False, **arguments))

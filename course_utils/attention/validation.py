@@ -983,7 +983,8 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
         if not value.strip():  # a config is shown and cited by its name and source
             raise ValueError(f"{kind}.{field} must be a non-empty str, got {value!r:.60}")
     for field, minimum in counts.items():
-        object.__setattr__(config, field, check_int(getattr(config, field), f"{kind}.{field}", minimum=minimum))
+        value = check_int(getattr(config, field), f"{kind}.{field}", minimum=minimum)
+        object.__setattr__(config, field, value)
 
 
 __all__ += ["check_config_fields"]
@@ -1131,7 +1132,8 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
                     check(item, f"{label}[{i}]")
         return sequence
     if origin is dict:
-        key_check, value_check = (_type_check(a, nan_ok, signed, positive, fraction) for a in args or (object, object))
+        key_check, value_check = (_type_check(a, nan_ok, signed, positive, fraction)
+                                  for a in args or (object, object))
 
         def mapping(value: object, label: str) -> None:
             if not isinstance(value, dict):

@@ -185,9 +185,9 @@ def _check_history_fields(history: History) -> None:
         raise ValueError(f"History.steps_to_target and History.seconds_to_target are both set (the target "
                          f"was reached) or both None, got {reached}")
     if history.steps_to_target is not None and (history.target_metric is None or history.target is None):
-        raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but History.target_metric "
-                         f"is {history.target_metric!r} and History.target {history.target!r}: a target is "
-                         f"reached by a named metric reaching a level")
+        raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but "
+                         f"History.target_metric is {history.target_metric!r} and History.target "
+                         f"{history.target!r}: a target is reached by a named metric reaching a level")
 
 
 def _build_model(config: ModelConfig, seed: int, device: torch.device) -> TinyTransformer:
@@ -277,14 +277,14 @@ def _check_target_arguments(evaluate: object, target_metric: object, target: obj
     """``target`` needs ``target_metric`` (the metric that must reach it), which needs ``evaluate``
     (what returns it); ``target_metric`` is None or a str."""
     if target_metric is not None and not isinstance(target_metric, str):
-        raise TypeError(f"target_metric must be None or the name (a str) of a metric evaluate(model) returns, "
-                        f"got {type(target_metric).__name__} {target_metric!r:.60}")
+        raise TypeError(f"target_metric must be None or the name (a str) of a metric evaluate(model) "
+                        f"returns, got {type(target_metric).__name__} {target_metric!r:.60}")
     if target is not None and target_metric is None:
-        raise ValueError(f"target={target!r} needs target_metric (the metric of evaluate(model) that must reach "
-                         f"it), but target_metric is None; pass both, or neither")
+        raise ValueError(f"target={target!r} needs target_metric (the metric of evaluate(model) that must "
+                         f"reach it), but target_metric is None; pass both, or neither")
     if target_metric is not None and evaluate is None:
-        raise ValueError(f"target_metric={target_metric!r} names a metric of evaluate(model), but evaluate is "
-                         f"None; pass evaluate=..., or leave target_metric (and target) None")
+        raise ValueError(f"target_metric={target_metric!r} names a metric of evaluate(model), but evaluate "
+                         f"is None; pass evaluate=..., or leave target_metric (and target) None")
 
 
 def _warn_nan_metrics(metrics: dict, step: int, warned: set[str]) -> None:

@@ -141,7 +141,8 @@ def _check_lookup_fields(batch: LookupBatch) -> None:
     for name in _LOOKUP_LAYOUT:
         value = getattr(batch, name)
         if not isinstance(value, Tensor) or value.dtype != torch.int64:
-            got = f"dtype {value.dtype}" if isinstance(value, Tensor) else f"{type(value).__name__} {value!r:.40}"
+            got = (f"dtype {value.dtype}" if isinstance(value, Tensor)
+                   else f"{type(value).__name__} {value!r:.40}")
             raise TypeError(f"LookupBatch.{name} must be an int64 tensor, got {got}")
     if batch.item_keys.ndim != 2:
         raise ValueError(f"LookupBatch.item_keys must be (n, T), got shape {tuple(batch.item_keys.shape)}")

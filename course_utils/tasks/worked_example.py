@@ -211,8 +211,9 @@ class WorkedExample:
                              f"keys {sorted(self.article)}")
         if self.x.rows != self.people or self.x.cols != self.features:
             raise ValueError(f"WorkedExample.x must be (people, features) = ({len(self.people)}, "
-                             f"{len(self.features)}), labelled {self.people!r:.60} and {self.features!r:.80}, "
-                             f"got shape {self.x.shape}, rows {self.x.rows!r:.60}, cols {self.x.cols!r:.80}")
+                             f"{len(self.features)}), labelled {self.people!r:.60} and "
+                             f"{self.features!r:.80}, got shape {self.x.shape}, rows {self.x.rows!r:.60}, "
+                             f"cols {self.x.cols!r:.80}")
         for i, head in enumerate(self.heads):
             if head.w_q.rows != self.features:
                 raise ValueError(f"WorkedExample.heads[{i}] must read the {len(self.features)} features "
