@@ -16,9 +16,10 @@ The two heads have different value widths (d_v = 3 and 2), so the concatenation 
 and ``W_O`` is 5x6. Standard multi-head attention (``MultiHeadAttention``) uses equal
 widths d_k = d_v = d_model / h; that is why this example is computed head by head.
 
-:class:`CheapExpansion`, :class:`Head`, :class:`WorkedExample` are plain records (a dataclass or
-NamedTuple) filled by this module's validated functions: they do not check their fields, so
-build them with those functions rather than by hand.
+:class:`Table`, :class:`Head`, :class:`CheapExpansion`, :class:`WorkedExample` are records filled
+by this module's functions; each checks its fields when built (kinds, shapes, labels, finite
+numbers, and that the parts fit each other). Their NumPy arrays stay mutable, so the functions
+that compute from an example check its numbers again.
 """
 
 from __future__ import annotations
