@@ -253,9 +253,9 @@ def test_keys_not_empty_still_refuses_queries_without_keys():
 # -- 5. MLAConfig is checked as its twin PublishedConfig is -------------------------------------
 CONFIGS = [
     ("MLAConfig name None", lambda: MLAConfig(None, 60, 128, 128, 512, 64, "s"), TypeError,
-     ["MLAConfig name", "str", "NoneType None"]),
+     ["MLAConfig.name", "str", "NoneType None"]),
     ("MLAConfig source int", lambda: MLAConfig("n", 60, 128, 128, 512, 64, 5), TypeError,
-     ["MLAConfig source", "str", "int 5"]),
+     ["MLAConfig.source", "str", "int 5"]),
     ("MLAConfig num_layers -1", lambda: MLAConfig("n", -1, 128, 128, 512, 64, "s"), ValueError,
      ["num_layers", "positive int", "-1"]),
     ("MLAConfig d_head str", lambda: MLAConfig("n", 60, 128, "3", 512, 64, "s"), TypeError,
@@ -263,7 +263,7 @@ CONFIGS = [
     ("MLAConfig d_rope -2", lambda: MLAConfig("n", 60, 128, 128, 512, -2, "s"), ValueError,
      ["d_rope", ">= 0", "-2"]),
     ("PublishedConfig name None", lambda: PublishedConfig(None, 32, 32, 8, 128, "s"), TypeError,
-     ["PublishedConfig name", "str", "NoneType None"]),
+     ["PublishedConfig.name", "str", "NoneType None"]),
 ]
 
 

@@ -38,15 +38,7 @@ def _public_dataclasses() -> list[type]:
     return found
 
 
-# Messages that name "Class field" or only "field": their checks are shared functions outside the
-# class bodies (validation.check_config_fields, worked_example._check_table_fields); see fix44a.md.
-_NOT_YET = {"PublishedConfig", "MLAConfig", "Table"}
-
-
-@pytest.mark.parametrize("cls", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="names no Class.field yet"))
-    if c.__name__ in _NOT_YET else c for c in _public_dataclasses()],
-    ids=lambda c: f"{c.__module__}.{c.__name__}")
+@pytest.mark.parametrize("cls", _public_dataclasses(), ids=lambda c: f"{c.__module__}.{c.__name__}")
 def test_every_public_dataclass_refuses_a_wrong_typed_field_naming_it(cls: type) -> None:
     """Every field set to a bare object(): the constructor refuses, naming the class and a field
     (``Class.field``, or ``Class(name).field`` for the timing records that carry a name)."""
@@ -382,11 +374,12 @@ def test_cheap_expansion_refuses_arrays_that_do_not_fit(change: dict, label: str
         dataclasses.replace(load_worked_example().cheap, **change)
 
 
-def test_lookup_batch_says_it_is_not_checked_and_a_model_function_names_a_bad_field() -> None:
-    """LookupBatch is a NamedTuple (documented: not checked when built); evaluate names the field."""
+def test_lookup_batch_documents_its_check_and_a_model_function_names_a_bad_field() -> None:
+    """LookupBatch checks its dtypes and shapes when built (fix45a), not its values; _replace
+    skips that check, and evaluate still names the field."""
     from course_utils.tasks import two_relations as tr
 
-    assert "checks nothing when built" in " ".join(tr.__doc__.split())
+    assert "int64 and of shapes that fit each other" in " ".join(tr.__doc__.split())
     task = tr.TwoKeyTask()
     model = tr.LookupModel(task, num_heads=1, d_model=8, hidden=8)
     batch = task.sample(4, generator=torch.Generator().manual_seed(0))

@@ -66,7 +66,7 @@ CASES = [
     (lambda: we.output_rounding_budget([[1.0]], [[1.0]]), TypeError, ["weights", "2-D NumPy array", "list"]),
     (lambda: we.output_rounding_budget(np.ones((2, 2)), [[1.0]]), TypeError, ["values", "list"]),
     (lambda: we.Table("t", np.ones((2, 2)), ("a",), ("b", "c")), ValueError,
-     ["Table 't'", "one row per row label", "(1, 2)", "(2, 2)"]),
+     ["Table('t').values", "one row per row label", "(1, 2)", "(2, 2)"]),
     (lambda: we.Table("t", np.ones((1, 1)), ["a"], ("b",)), TypeError, ["rows", "tuple of strs", "list"]),
     (lambda: we.Table("t", np.array([["x"]]), ("a",), ("b",)), TypeError, ["values", "real numbers", "<U1"]),
 ]

@@ -44,7 +44,7 @@ SILENT = [
                                                            keep_tensors="yes"),
      TypeError, ["keep_tensors", "True or False", "str 'yes'"]),
     ("Table values vs row labels", lambda: worked_example.Table("t", np.ones((2, 2)), ("a",), ("b", "c")),
-     ValueError, ["Table 't' values", "one row per row label", "(1, 2)", "(2, 2)"]),
+     ValueError, ["Table('t').values", "one row per row label", "(1, 2)", "(2, 2)"]),
     ("output_rounding_budget nan", lambda: worked_example.output_rounding_budget(
         np.full((2, 2), np.nan), np.ones((2, 2))), ValueError, ["weights", "finite", "nan at index (0, 0)"]),
     ("checkpoint_paths NUL", lambda: checkpoint_paths("ind\x00uction"), ValueError,

@@ -77,7 +77,7 @@ def test_stack_head_weights_errors():
     a, b = torch.zeros(2, 8), torch.zeros(3, 8)
     with pytest.raises(ValueError, match="same non-zero number"):
         stack_head_weights([a], [a, a], [a])
-    with pytest.raises(ValueError, match="same non-zero number"):
+    with pytest.raises(ValueError, match="q_parts must hold at least one tensor"):
         stack_head_weights([], [], [])
     with pytest.raises(ValueError, match="same shape"):
         stack_head_weights([a], [b], [a])

@@ -85,7 +85,7 @@ def kv_cache_bytes(num_layers: int, batch: int, num_kv_heads: int, d_head: int, 
 @dataclasses.dataclass(frozen=True)
 class PublishedConfig:
     """The attention shape of a released model, with where it was read. Checked when built:
-    ``name`` and ``source`` are strs, the counts positive ints (stored as Python ints), and
+    ``name`` and ``source`` are non-empty strs, the counts positive ints (stored as Python ints), and
     ``num_kv_heads`` divides ``num_heads`` (each K/V head serves ``h / g`` query heads)."""
 
     name: str
@@ -97,7 +97,8 @@ class PublishedConfig:
 
     def __post_init__(self) -> None:
         check_config_fields(self, ("name", "source"), {"num_layers": 1, "num_heads": 1, "d_head": 1})
-        object.__setattr__(self, "num_kv_heads", check_kv_heads(self.num_kv_heads, self.num_heads))
+        object.__setattr__(self, "num_kv_heads", check_kv_heads(self.num_kv_heads, self.num_heads,
+                                                                "PublishedConfig.num_kv_heads"))
 
 
 # Read from each model's config.json (num_hidden_layers, num_attention_heads,

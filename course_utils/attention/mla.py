@@ -53,7 +53,7 @@ __all__ = ["MLAConfig", "DEEPSEEK_V2", "cache_elements_per_token", "rope",
 @dataclasses.dataclass(frozen=True)
 class MLAConfig:
     """The attention shape of a released MLA model, with where it was read. Checked when built,
-    as :class:`~course_utils.attention.gqa.PublishedConfig` is: ``name`` and ``source`` are strs,
+    as :class:`~course_utils.attention.gqa.PublishedConfig` is: ``name`` and ``source`` are non-empty strs,
     the counts positive ints (``d_rope`` an int >= 0: a model may have no RoPE key)."""
 
     name: str

@@ -225,13 +225,17 @@ def check_axes(ax: object, name: str = "ax") -> None:
                         f"{type(ax).__name__} {ax!r:.60}{hint}")
 
 
-def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None) -> list[Tensor]:
+def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None,
+                      allow_empty: bool = False) -> list[Tensor]:
     """A non-empty list or tuple of tensors, or, where ``stacked_ndim`` is given, one tensor of
     that many dims whose first dim lists them (``(h, ...)`` -> h parts); returned as a list.
     Without ``stacked_ndim`` one tensor is refused, and so is one of another number of dims:
-    one part passed without its list would otherwise be cut into its rows, silently."""
+    one part passed without its list would otherwise be cut into its rows, silently. An empty
+    list (or a stacked tensor of 0 parts) is a ValueError naming ``name``, unless ``allow_empty``
+    (as :func:`check_int_list`)."""
     if stacked_ndim is not None:  # the caller's own value; checked even where a list makes it unused
         check_int(stacked_ndim, f"check_tensor_list's stacked_ndim (for {name})", minimum=1)
+    check_flag(allow_empty, f"check_tensor_list's allow_empty (for {name})")
     if isinstance(parts, Tensor):
         if stacked_ndim is None:
             raise TypeError(f"{name} must be a list or tuple of tensors, got one tensor of shape "
@@ -246,6 +250,8 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
         parts = list(parts.unbind(0))
     if not isinstance(parts, (list, tuple)):
         raise TypeError(f"{name} must be a list of tensors, got {type(parts).__name__}")
+    if not parts and not allow_empty:
+        raise ValueError(f"{name} must hold at least one tensor, got an empty {type(parts).__name__}")
     for i, p in enumerate(parts):
         if not isinstance(p, Tensor):
             raise TypeError(f"{name}[{i}] must be a torch.Tensor, got {type(p).__name__}")
@@ -955,7 +961,8 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     """The fields of a frozen config dataclass (:class:`~course_utils.attention.gqa.PublishedConfig`,
     :class:`~course_utils.attention.mla.MLAConfig`): each of ``texts`` a str, each of ``counts``
     an int of at least its given minimum, stored back as a Python int. Raised errors name the
-    config's class and the field."""
+    field as ``Class.field``. A text that is empty or only spaces is refused: a config is shown
+    and cited by its name and source."""
 
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"config must be a config dataclass instance (PublishedConfig, MLAConfig), got "
@@ -972,9 +979,12 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     for field in texts:
         value = getattr(config, field)
         if not isinstance(value, str):
-            raise TypeError(f"{kind} {field} must be a str, got {type(value).__name__} {value!r:.60}")
+            raise TypeError(f"{kind}.{field} must be a str, got {type(value).__name__} {value!r:.60}")
+        if not value.strip():  # a config is shown and cited by its name and source
+            raise ValueError(f"{kind}.{field} must be a non-empty str, got {value!r:.60}")
     for field, minimum in counts.items():
-        object.__setattr__(config, field, check_int(getattr(config, field), field, minimum=minimum))
+        value = check_int(getattr(config, field), f"{kind}.{field}", minimum=minimum)
+        object.__setattr__(config, field, value)
 
 
 __all__ += ["check_config_fields"]
@@ -985,7 +995,8 @@ _RECORD_CHECKS: dict[type, list] = {}
 
 
 def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[str, ...] = (),
-                 positive: tuple[str, ...] = (), nonempty: tuple[str, ...] = ()) -> None:
+                 positive: tuple[str, ...] = (), nonempty: tuple[str, ...] = (),
+                 fractions: tuple[str, ...] = ()) -> None:
     """The one check of a result record (a dataclass the package fills in), run from its
     ``__post_init__``: every field holds what its annotation says, named in the message as
     ``Record.field``. ``int``: a Python or NumPy int >= 0 (not a bool: records hold counts, sizes
@@ -996,40 +1007,66 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
     ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
     take anything. The fields in ``nonempty`` (a list a method takes the ``min()`` of, ...) hold
-    at least one item. The annotations are read once per class, so a record made in a loop pays
-    only for the isinstance tests."""
+    at least one item (a str: at least one character). The ``float`` fields in ``fractions`` (an
+    accuracy, a share), or the floats they hold, lie in [0, 1]. Each name in ``nan_ok``,
+    ``signed``, ``positive``, ``nonempty`` and ``fractions`` must be a field of the record (a
+    misspelt one would silently check nothing): else a ValueError naming it. The annotations are
+    read once per class, so a record made in a loop pays only for the isinstance tests."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"check_record checks a record, an instance of a dataclass (called from its "
                         f"__post_init__), got {type(record).__name__} {record!r:.60}")
     cls = type(record)
     checks = _RECORD_CHECKS.get(cls)
     if checks is None:
-        checks = _RECORD_CHECKS[cls] = _record_checks(cls, nan_ok, signed, positive, nonempty)
+        options = {"nan_ok": nan_ok, "signed": signed, "positive": positive, "nonempty": nonempty,
+                   "fractions": fractions}
+        _check_record_options(cls, options)
+        checks = _RECORD_CHECKS[cls] = _record_checks(cls, **options)
     for name, check in checks:
         check(getattr(record, name), f"{cls.__name__}.{name}")
 
 
+def _check_record_options(cls: type, options: dict[str, object]) -> None:
+    """The field-name lists a record's ``__post_init__`` gave :func:`check_record`: tuples (or
+    lists) of names of its fields."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    for option, names in options.items():
+        if isinstance(names, str) or not isinstance(names, (tuple, list)) \
+                or not all(isinstance(n, str) for n in names):
+            raise TypeError(f"check_record's {option} (for {cls.__name__}) must be a tuple of field names, "
+                            f"got {type(names).__name__} {names!r:.60}")
+        unknown = [n for n in names if n not in fields]
+        if unknown:
+            raise ValueError(f"check_record's {option} names {unknown[0]!r}, which is not a field of "
+                             f"{cls.__name__} (its fields: {fields})")
+
+
 def _record_checks(cls: type, nan_ok: tuple[str, ...], signed: tuple[str, ...],
-                   positive: tuple[str, ...], nonempty: tuple[str, ...] = ()) -> list:
+                   positive: tuple[str, ...], nonempty: tuple[str, ...] = (),
+                   fractions: tuple[str, ...] = ()) -> list:
     import typing
 
     hints = typing.get_type_hints(cls)
-    checks = [(f.name, _type_check(hints[f.name], f.name in nan_ok, f.name in signed, f.name in positive))
+    checks = [(f.name, _type_check(hints[f.name], f.name in nan_ok, f.name in signed, f.name in positive,
+                                   f.name in fractions))
               for f in dataclasses.fields(cls)]
     return [(name, _not_empty(check) if name in nonempty else check) for name, check in checks]
 
 
 def _not_empty(check):
-    """``check``, then: the value holds at least one item."""
+    """``check``, then: the value holds at least one item (a str, one character)."""
     def not_empty(value: object, label: str) -> None:
         check(value, label)
         if value is not None and len(value) == 0:
-            raise ValueError(f"{label} must hold at least one item, got {type(value).__name__} {value!r:.60}")
+            wanted = "be a non-empty str" if isinstance(value, str) else "hold at least one item"
+            raise ValueError(f"{label} must {wanted}, got {type(value).__name__} {value!r:.60}")
     return not_empty
 
 
-def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # noqa: C901 (one case per kind)
-    """A function ``(value, label) -> None`` that refuses what ``hint`` does not describe."""
+def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noqa: C901 (one case per kind)
+                fraction: bool = False):
+    """A function ``(value, label) -> None`` that refuses what ``hint`` does not describe
+    (``fraction``: its floats lie in [0, 1])."""
     import types
     import typing
 
@@ -1037,7 +1074,7 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
     if hint is typing.Any or hint is object:
         return lambda value, label: None
     if origin in (typing.Union, types.UnionType):
-        inner = [_type_check(a, nan_ok, signed, positive) for a in args if a is not type(None)]
+        inner = [_type_check(a, nan_ok, signed, positive, fraction) for a in args if a is not type(None)]
         wanted = " or ".join(_describe_hint(a) for a in args)
 
         def union(value: object, label: str) -> None:
@@ -1073,13 +1110,15 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
             if not math.isfinite(value) or (not signed and value < 0) or (positive and value <= 0):
                 bound = " > 0" if positive else "" if signed else " >= 0"
                 raise ValueError(f"{label} must be a finite number{bound}, got {value!r}")
+            if fraction and not 0 <= value <= 1:
+                raise ValueError(f"{label} must be a fraction in [0, 1], got {value!r}")
         return real
     if hint is bool:
         return lambda value, label: check_flag(value, label) and None
     if origin in (list, tuple):
         fixed = origin is tuple and not (len(args) == 2 and args[1] is Ellipsis)
-        items = [_type_check(a, nan_ok, signed, positive) for a in args] if fixed else \
-            [_type_check(args[0] if args else typing.Any, nan_ok, signed, positive)]
+        items = [_type_check(a, nan_ok, signed, positive, fraction) for a in args] if fixed else \
+            [_type_check(args[0] if args else typing.Any, nan_ok, signed, positive, fraction)]
         wanted = _describe_hint(hint)
 
         def sequence(value: object, label: str) -> None:
@@ -1093,7 +1132,8 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool):  # no
                     check(item, f"{label}[{i}]")
         return sequence
     if origin is dict:
-        key_check, value_check = (_type_check(a, nan_ok, signed, positive) for a in args or (object, object))
+        key_check, value_check = (_type_check(a, nan_ok, signed, positive, fraction)
+                                  for a in args or (object, object))
 
         def mapping(value: object, label: str) -> None:
             if not isinstance(value, dict):

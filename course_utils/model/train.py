@@ -147,6 +147,7 @@ class History:
     def __post_init__(self) -> None:
         # an evaluation metric may be NaN (train warns) or negative
         check_record(self, nan_ok=("eval_metrics",), signed=("eval_metrics", "target"))
+        _check_history_fields(self)
 
     @property
     def final_metrics(self) -> dict[str, float]:
@@ -168,6 +169,25 @@ class History:
     def to_dict(self) -> dict:
         self.__post_init__()
         return asdict(self)
+
+
+def _check_history_fields(history: History) -> None:
+    """The per-step lists of a :class:`History` pair up (one loss per step, one set of metrics
+    per evaluation step), and a target is reached with both a step and a time, for a named
+    ``target_metric``."""
+    for steps, values in (("steps", "loss"), ("eval_steps", "eval_metrics")):
+        n, m = len(getattr(history, steps)), len(getattr(history, values))
+        if n != m:
+            raise ValueError(f"History.{values} must hold one entry per step in History.{steps}: "
+                             f"History.{steps} has {n}, History.{values} has {m}")
+    reached = {"steps_to_target": history.steps_to_target, "seconds_to_target": history.seconds_to_target}
+    if (history.steps_to_target is None) != (history.seconds_to_target is None):
+        raise ValueError(f"History.steps_to_target and History.seconds_to_target are both set (the target "
+                         f"was reached) or both None, got {reached}")
+    if history.steps_to_target is not None and (history.target_metric is None or history.target is None):
+        raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but "
+                         f"History.target_metric is {history.target_metric!r} and History.target "
+                         f"{history.target!r}: a target is reached by a named metric reaching a level")
 
 
 def _build_model(config: ModelConfig, seed: int, device: torch.device) -> TinyTransformer:
@@ -202,6 +222,12 @@ def train_model(
     use meanwhile (restored afterwards); one is fastest for a model this small and stays
     fast on a busy machine, where several threads can be many times slower. ``None``
     keeps torch's setting.
+
+    ``target`` is the level ``target_metric`` (a key of ``evaluate``'s dict) must reach: a
+    ``target`` without ``target_metric``, or a ``target_metric`` without ``evaluate``, measures
+    nothing and is refused, naming both. ``target_metric`` without ``target`` is allowed: that
+    metric is then shown in the progress bar and checked to be returned, and no step to target
+    is recorded.
     """
     with torch_threads(num_threads):
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
@@ -247,6 +273,20 @@ def _check_metrics(metrics: object, step: int, target_metric: str | None) -> Non
                          "it must be a number to compare with target (a mean over an empty set?)")
 
 
+def _check_target_arguments(evaluate: object, target_metric: object, target: object) -> None:
+    """``target`` needs ``target_metric`` (the metric that must reach it), which needs ``evaluate``
+    (what returns it); ``target_metric`` is None or a str."""
+    if target_metric is not None and not isinstance(target_metric, str):
+        raise TypeError(f"target_metric must be None or the name (a str) of a metric evaluate(model) "
+                        f"returns, got {type(target_metric).__name__} {target_metric!r:.60}")
+    if target is not None and target_metric is None:
+        raise ValueError(f"target={target!r} needs target_metric (the metric of evaluate(model) that must "
+                         f"reach it), but target_metric is None; pass both, or neither")
+    if target_metric is not None and evaluate is None:
+        raise ValueError(f"target_metric={target_metric!r} names a metric of evaluate(model), but evaluate "
+                         f"is None; pass evaluate=..., or leave target_metric (and target) None")
+
+
 def _warn_nan_metrics(metrics: dict, step: int, warned: set[str]) -> None:
     """Name, once per run, each metric that came back NaN (e.g. an accuracy over a subset the
     evaluation batch does not hold): it is recorded, but a curve of it is empty, and
@@ -286,6 +326,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
             raise ValueError(f"stop_at_target=True stops when evaluate(model)[target_metric] reaches "
                              f"target, but {' and '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} "
                              f"None; pass {', '.join(lacking)} or leave stop_at_target False")
+    _check_target_arguments(evaluate, target_metric, target)
     device = next(model.parameters()).device
     history = History(task=task, target_metric=target_metric, target=target, device=str(device))
     generator = torch.Generator().manual_seed(seed)

@@ -16,9 +16,10 @@ may contain an *attractor* noun of the opposite number ("the keys near the door 
 *Mixture.* Both tasks for one model (lesson 6): each batch holds induction sequences and
 sentences (right-padded), so one model must learn both and its heads may split the work.
 
-:class:`AgreementBatch`, :class:`InductionBatch`, :class:`MixtureBatch` are plain records (a
-dataclass or NamedTuple) filled by this module's validated functions: they do not check their
-fields, so build them with those functions rather than by hand.
+:class:`AgreementBatch`, :class:`InductionBatch`, :class:`MixtureBatch` are records filled by
+this module's functions; each checks its fields when built (dtypes, shapes, and that the token
+ids and positions fit each other), so a hand-made batch that does not hang together is refused
+by name.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..attention.validation import (
     check_fits_in_memory,
     check_flag,
     check_holds_values,
+    check_ids,
     check_int,
     check_int_list,
     check_real,
@@ -93,6 +95,18 @@ def _check_batch_tensors(batch: object, **fields: tuple[torch.dtype, str]) -> No
                              f"{tuple(value.shape)}")
 
 
+def _check_token_ids(batch: object, name: str, vocab_size: int | None = None) -> None:
+    """``batch.<name>`` holds token ids >= 0 (below ``vocab_size`` where the task fixes one): a
+    negative id is no token (and -100 would be read as "ignore" by the loss)."""
+    label = f"{type(batch).__name__}.{name}"
+    ids = getattr(batch, name)
+    check_holds_values(ids, label)
+    if vocab_size is not None:
+        check_ids(ids, label, vocab_size, "token ids")
+    elif ids.numel() and int(ids.min()) < 0:
+        raise ValueError(f"{label} must hold token ids >= 0, got {int(ids.min())}")
+
+
 @dataclass
 class InductionBatch:
     """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)``; ``scored`` ``(B, T)`` bool marks the
@@ -107,6 +121,7 @@ class InductionBatch:
         check_record(self)
         _check_batch_tensors(self, tokens=(torch.long, "BT"), periods=(torch.long, "B"),
                              scored=(torch.bool, "BT"))
+        _check_token_ids(self, "tokens")
 
     @property
     def targets(self) -> Tensor:
@@ -199,9 +214,7 @@ class InductionTask:
         period once)."""
         _check_generator(generator)
         _check_count("batch_size", batch_size)
-        periods = self.train_periods if periods is None else tuple(periods)
-        if not periods:
-            raise ValueError("periods must not be empty")
+        periods = self.train_periods if periods is None else tuple(check_int_list(periods, "periods"))
         check_distinct(periods, "periods", "periods (they are drawn uniformly: a repeated one would be "
                        "drawn more often)")
         for p in periods:
@@ -234,12 +247,18 @@ class InductionTask:
 
 
 def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
-    """``targets[:, t] = tokens[:, t + 1]``; the last column (and padding) is ``-100``."""
+    """``targets[:, t] = tokens[:, t + 1]``; the last column (and padding) is ``-100``.
+    Token ids must be >= 0: a ``-100`` among them would silently become "ignore" in the loss."""
     if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
         got = f"dtype {tokens.dtype}" if isinstance(tokens, Tensor) else type(tokens).__name__
         raise TypeError(f"tokens must be a torch.long tensor (B, T) of token ids, got {got}")
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be 2-D (B, T), got shape {tuple(tokens.shape)}")
+    check_holds_values(tokens, "tokens")
+    if tokens.numel() and int(tokens.min()) < 0:
+        row, col = (int(i) for i in (tokens < 0).nonzero()[0])
+        raise ValueError(f"tokens must hold token ids >= 0 (a target of {IGNORE_INDEX} is read as 'ignore' "
+                         f"by the loss), got {int(tokens[row, col])} at row {row}, position {col}")
     if pad_id is not None:
         check_int(pad_id, "pad_id", minimum=0)
     targets = torch.full_like(tokens, IGNORE_INDEX)
@@ -371,6 +390,9 @@ class AgreementBatch:
         if self.template and len(self.template) != self.tokens.shape[0]:
             raise ValueError(f"AgreementBatch.template must name one template per sentence "
                              f"({self.tokens.shape[0]}) or be empty, got {len(self.template)} names")
+        for name in ("tokens", "correct_id", "wrong_id"):
+            _check_token_ids(self, name, len(AGREEMENT_VOCAB))
+        _check_agreement_positions(self)
 
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
@@ -396,6 +418,28 @@ class AgreementBatch:
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
+
+
+def _check_agreement_positions(batch: AgreementBatch) -> None:
+    """Each sentence ends with its verb: ``verb_pos`` = ``lengths - 1``, in 1..T (``predict_pos``
+    = verb_pos - 1 is then a column of ``tokens``), and ``subject_pos`` lies before it, in
+    0..verb_pos - 1. A sentence may be longer than T: a batch cut after its last ``predict_pos``
+    (:func:`course_utils.interp.patching.trimmed_by_length`) keeps every sentence's length and
+    positions. The first row that breaks a rule is named."""
+    T = batch.tokens.shape[1]
+    rules = (("verb_pos", batch.verb_pos != batch.lengths - 1, "AgreementBatch.lengths - 1 (the verb ends "
+              "the sentence)"),
+             ("verb_pos", (batch.verb_pos < 1) | (batch.verb_pos > T), f"in 1..T = 1..{T} (predict_pos = "
+              f"verb_pos - 1 must be a column of AgreementBatch.tokens)"),
+             ("subject_pos", (batch.subject_pos < 0) | (batch.subject_pos >= batch.verb_pos),
+              "in 0..AgreementBatch.verb_pos - 1 (the subject comes before the verb)"))
+    for name, broken, wanted in rules:
+        bad = broken.nonzero()
+        if bad.numel():
+            row = int(bad[0, 0])
+            raise ValueError(f"AgreementBatch.{name} must be {wanted}, got {int(getattr(batch, name)[row])} "
+                             f"at row {row}, where AgreementBatch.lengths is {int(batch.lengths[row])}, "
+                             f"verb_pos {int(batch.verb_pos[row])} and T is {T}")
 
 
 class _Draws:
@@ -628,6 +672,9 @@ def agreement_margins(logits: Tensor, batch: AgreementBatch) -> Tensor:
         raise TypeError(f"batch must be an AgreementBatch (from AgreementTask.sample or eval_batch), "
                         f"got {type(batch).__name__}")
     _check_logits(logits, batch.tokens, len(AGREEMENT_VOCAB) - 1)
+    for name in ("correct_id", "wrong_id"):  # re-read: the batch's tensors may be changed in place
+        check_ids(getattr(batch, name), f"batch.{name} (verb ids, read as columns of logits, V = "
+                  f"{logits.shape[-1]})", logits.shape[-1], "ids")
     rows = torch.arange(len(batch), device=logits.device)
     at_verb = logits[rows, batch.predict_pos.to(logits.device)]  # (B, V)
     _refuse_nan_where_read(at_verb, "predict_pos (the position before the verb)")
@@ -668,6 +715,7 @@ class MixtureBatch:
         check_record(self)
         _check_batch_tensors(self, tokens=(torch.long, "BT"), targets=(torch.long, "BT"),
                              real=(torch.bool, "BT"))
+        _check_token_ids(self, "tokens")
         if self.num_induction > self.tokens.shape[0]:
             raise ValueError(f"MixtureBatch.num_induction must be at most the batch's {self.tokens.shape[0]} "
                              f"rows, got {self.num_induction}")

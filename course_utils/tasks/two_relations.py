@@ -14,10 +14,10 @@ with 1 head and one with h heads have exactly the same parameters in number and 
 
 Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
-:class:`LookupBatch` is a NamedTuple filled by :meth:`TwoKeyTask.sample`: it checks nothing when
-built (a NamedTuple cannot), so build it with that method rather than by hand; the functions
-that take one with a model check that its item keys, query keys and symbols fit the model's
-task. :class:`RunResult` checks its fields when built.
+:class:`LookupBatch` is a NamedTuple filled by :meth:`TwoKeyTask.sample`: when built it checks that
+its six tensors are int64 and of shapes that fit each other (its values are not read: the
+functions that take one with a model check that its item keys, query keys and symbols fit the
+model's task). :class:`RunResult` checks its fields when built, its accuracies in [0, 1].
 """
 
 from __future__ import annotations
@@ -98,16 +98,31 @@ def split_pair_class(classes: Tensor, num_symbols: int) -> tuple[Tensor, Tensor]
     return classes // V, classes % V
 
 
-class LookupBatch(NamedTuple):
-    """``n`` examples of the two-key lookup (all int64). Not checked when built (see the module
-    docstring): :meth:`TwoKeyTask.sample` and :meth:`take` make them."""
-
+class _LookupFields(NamedTuple):
     item_keys: Tensor  # (n, T) key id of each item
     item_symbols: Tensor  # (n, T) symbol held by each item
     query_keys: Tensor  # (n, 2) the two keys asked for, (a, b), a != b
     answer_symbols: Tensor  # (n, 2) symbol under a, symbol under b
     relation: Tensor  # (n, T) 0 = an item with key a, 1 = key b, -1 = distractor
     target: Tensor  # (n,) pair_class(answer a, answer b)
+
+
+# each field's shape, in the dims n (examples) and T (items) that item_keys fixes
+_LOOKUP_LAYOUT = {"item_keys": "nT", "item_symbols": "nT", "query_keys": "n2", "answer_symbols": "n2",
+                  "relation": "nT", "target": "n"}
+
+
+class LookupBatch(_LookupFields):
+    """``n`` examples of the two-key lookup (all int64), made by :meth:`TwoKeyTask.sample` and
+    :meth:`take`. Checked when built: six int64 tensors, ``item_keys`` ``(n, T)`` fixing n and T
+    for the others (a ValueError names ``LookupBatch.field`` and both shapes)."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Tensor, **kwargs: Tensor) -> LookupBatch:
+        self = super().__new__(cls, *args, **kwargs)
+        _check_lookup_fields(self)
+        return self
 
     @property
     def num_examples(self) -> int:
@@ -119,6 +134,25 @@ class LookupBatch(NamedTuple):
         if not isinstance(index, slice):
             index = check_rows(index, "index", self.num_examples, "examples in the batch")
         return LookupBatch(*(t[index] for t in self))
+
+
+def _check_lookup_fields(batch: LookupBatch) -> None:
+    """The shapes of :class:`LookupBatch`'s fields against each other (their dtypes too)."""
+    for name in _LOOKUP_LAYOUT:
+        value = getattr(batch, name)
+        if not isinstance(value, Tensor) or value.dtype != torch.int64:
+            got = (f"dtype {value.dtype}" if isinstance(value, Tensor)
+                   else f"{type(value).__name__} {value!r:.40}")
+            raise TypeError(f"LookupBatch.{name} must be an int64 tensor, got {got}")
+    if batch.item_keys.ndim != 2:
+        raise ValueError(f"LookupBatch.item_keys must be (n, T), got shape {tuple(batch.item_keys.shape)}")
+    n, T = batch.item_keys.shape
+    for name, layout in _LOOKUP_LAYOUT.items():
+        want = {"nT": (n, T), "n2": (n, 2), "n": (n,)}[layout]
+        got = tuple(getattr(batch, name).shape)
+        if got != want:
+            raise ValueError(f"LookupBatch.{name} must be {want} (n = {n} examples, T = {T} items, from "
+                             f"LookupBatch.item_keys {(n, T)}), got shape {got}")
 
 
 # What sample(n) allocates per example for the smallest task (num_items=2, num_keys=3):
@@ -303,7 +337,8 @@ class RunResult:
     recorded: dict[int, Any] = field(default_factory=dict, repr=False)  # step -> on_eval's result
 
     def __post_init__(self) -> None:
-        check_record(self, nonempty=("steps", "accuracy"))  # final_accuracy reads the last one
+        # final_accuracy reads the last accuracy; accuracies are fractions of answers right
+        check_record(self, nonempty=("steps", "accuracy"), fractions=("accuracy", "relation_accuracy"))
         if len(self.steps) != len(self.accuracy):
             raise ValueError(f"RunResult.accuracy must hold one accuracy per step in RunResult.steps "
                              f"({len(self.steps)}), got {len(self.accuracy)}")

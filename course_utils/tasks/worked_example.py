@@ -16,9 +16,10 @@ The two heads have different value widths (d_v = 3 and 2), so the concatenation 
 and ``W_O`` is 5x6. Standard multi-head attention (``MultiHeadAttention``) uses equal
 widths d_k = d_v = d_model / h; that is why this example is computed head by head.
 
-:class:`CheapExpansion`, :class:`Head`, :class:`WorkedExample` are plain records (a dataclass or
-NamedTuple) filled by this module's validated functions: they do not check their fields, so
-build them with those functions rather than by hand.
+:class:`Table`, :class:`Head`, :class:`CheapExpansion`, :class:`WorkedExample` are records filled
+by this module's functions; each checks its fields when built (kinds, shapes, labels, finite
+numbers, and that the parts fit each other). Their NumPy arrays stay mutable, so the functions
+that compute from an example check its numbers again.
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ class Head:
 
     def __post_init__(self) -> None:
         check_record(self)
+        _check_head_fields(self)
 
     @property
     def d_k(self) -> int:
@@ -208,9 +210,20 @@ class WorkedExample:
         if set(self.article) != set(PRINTED_STEPS):
             raise ValueError(f"WorkedExample.article must hold the printed steps {PRINTED_STEPS}, got the "
                              f"keys {sorted(self.article)}")
-        if self.x.shape != (len(self.people), len(self.features)):
+        if self.x.rows != self.people or self.x.cols != self.features:
             raise ValueError(f"WorkedExample.x must be (people, features) = ({len(self.people)}, "
-                             f"{len(self.features)}), got {self.x.shape}")
+                             f"{len(self.features)}), labelled {self.people!r:.60} and "
+                             f"{self.features!r:.80}, got shape {self.x.shape}, rows {self.x.rows!r:.60}, "
+                             f"cols {self.x.cols!r:.80}")
+        for i, head in enumerate(self.heads):
+            if head.w_q.rows != self.features:
+                raise ValueError(f"WorkedExample.heads[{i}] must read the {len(self.features)} features "
+                                 f"{self.features!r:.80} (its rows), got {head.w_q.rows!r:.80}")
+        d_concat = sum(head.d_v for head in self.heads)
+        if self.w_o.shape[0] != d_concat or self.w_o.cols != self.features:
+            raise ValueError(f"WorkedExample.w_o must be (sum of the heads' d_v, features) = ({d_concat}, "
+                             f"{len(self.features)}) with the features as columns, got shape "
+                             f"{self.w_o.shape}, cols {self.w_o.cols!r:.80}")
 
 
 # -- validation helpers ---------------------------------------------------------------
@@ -236,20 +249,40 @@ def _check_finite_matrix(x: object, name: str, layout: str) -> np.ndarray:
 
 
 def _check_table_fields(table: Table) -> None:
-    """A :class:`Table`'s name is a str, its labels tuples of strs, and its values a 2-D array
-    with one row per row label and one column per column label."""
+    """A :class:`Table`'s name is a str, its labels tuples of distinct strs (a frame indexed by a
+    repeated label gives several rows for one), and its values a 2-D array of finite numbers with
+    one row per row label and one column per column label. Messages name ``Table(name).field``."""
     if not isinstance(table.name, str):
-        raise TypeError(f"Table name must be a str, got {type(table.name).__name__} {table.name!r:.60}")
+        raise TypeError(f"Table.name must be a str, got {type(table.name).__name__} {table.name!r:.60}")
+    label = f"Table({table.name!r})"
     for field_name in ("rows", "cols"):
         labels = getattr(table, field_name)
-        if not isinstance(labels, tuple) or not all(isinstance(label, str) for label in labels):
-            raise TypeError(f"Table {table.name!r} {field_name} must be a tuple of strs, got "
+        if not isinstance(labels, tuple) or not all(isinstance(item, str) for item in labels):
+            raise TypeError(f"{label}.{field_name} must be a tuple of strs, got "
                             f"{type(labels).__name__} {labels!r:.60}")
-    values = _check_matrix(table.values, f"Table {table.name!r} values", "(len(rows), len(cols))")
+        repeated = sorted({item for item in labels if labels.count(item) > 1})
+        if repeated:
+            raise ValueError(f"{label}.{field_name} must be distinct labels, got {labels!r:.80}, which "
+                             f"repeats {repeated}")
+    values = _check_finite_matrix(table.values, f"{label}.values", "(len(rows), len(cols))")
     if values.shape != (len(table.rows), len(table.cols)):
-        raise ValueError(f"Table {table.name!r} values must have one row per row label and one column "
+        raise ValueError(f"{label}.values must have one row per row label and one column "
                          f"per column label, {(len(table.rows), len(table.cols))}, got shape {values.shape} "
                          f"for rows {table.rows!r:.60} and cols {table.cols!r:.60}")
+
+
+def _check_head_fields(head: Head) -> None:
+    """A :class:`Head`'s three projections read the same inputs (the same row labels, d_model of
+    them), and ``w_q``, ``w_k`` have the same column labels (d_k), as ``Q K^T`` needs."""
+    for name in ("w_k", "w_v"):
+        table = getattr(head, name)
+        if table.rows != head.w_q.rows:
+            raise ValueError(f"Head({head.name!r}).{name} must have the rows of Head.w_q (one per input "
+                             f"feature, {len(head.w_q.rows)}), got {len(table.rows)} rows {table.rows!r:.60} "
+                             f"against w_q's {head.w_q.rows!r:.60}")
+    if head.w_k.shape[1] != head.w_q.shape[1]:
+        raise ValueError(f"Head({head.name!r}).w_k must have as many columns as Head.w_q (d_k = "
+                         f"{head.w_q.shape[1]}: Q K^T pairs them), got {head.w_k.shape[1]}")
 
 
 def _require(obj: Any, key: str, where: str) -> Any:
@@ -399,6 +432,9 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise WorkedExampleError(f"{path.name} is not valid JSON: {exc}") from exc
+    except RecursionError:  # arrays or objects nested thousands deep: no worked example is
+        raise WorkedExampleError(f"{path.name} nests its JSON arrays or objects too deeply to read (the "
+                                 f"worked example is a few levels deep)") from None
     except UnicodeDecodeError as exc:  # a binary file: not text at all
         raise WorkedExampleError(f"{path.name} is not a JSON text file (UTF-8), it holds bytes that are "
                                  f"not text: {exc.reason} at byte {exc.start}") from None
@@ -410,10 +446,24 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
 
 # -- computing ------------------------------------------------------------------------
 def _check_example(example: object) -> None:
-    """``example`` is a :class:`WorkedExample` (what :func:`load_worked_example` returns)."""
+    """``example`` is a :class:`WorkedExample` (what :func:`load_worked_example` returns) whose
+    numbers are still finite: its arrays are mutable, so a value set to NaN after loading is
+    found here (a :class:`WorkedExampleError` naming the field and the entry), not as a failed
+    comparison deep inside the computation."""
     if not isinstance(example, WorkedExample):
         raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
                         f"{type(example).__name__} {example!r:.60}")
+    tables = {"x": example.x, "w_o": example.w_o,
+              **{f"heads[{i}].{name}": getattr(head, name) for i, head in enumerate(example.heads)
+                 for name in ("w_q", "w_k", "w_v")},
+              **{f"article[{step!r}]": table for step, table in example.article.items()}}
+    arrays = {**{f"{field}.values": table.values for field, table in tables.items()},
+              **{f"cheap.{name}": getattr(example.cheap, name) for name in ("head_outputs", "weights")}}
+    for field, values in arrays.items():
+        try:
+            _check_finite_matrix(np.atleast_2d(values), f"example.{field}", "")
+        except (TypeError, ValueError) as err:
+            raise WorkedExampleError(f"{err} (changed after loading? load_worked_example() again)") from None
 
 
 def compute_steps(example: WorkedExample) -> dict[str, Table]:
