@@ -160,3 +160,21 @@ def test_the_bool_mean_slip_is_named_as_newer_torch_raises_it(kind, prefix):
 
     fb = lesson01.check_relation_accuracy(bool_mean_like_torch_2_15)
     assert fb.mistake == "bool_mean", fb
+
+
+def test_rounding_at_a_near_zero_entry_is_judged_against_the_outputs_scale() -> None:
+    """A matrix product's near-zero entry carries rounding of the size of the terms summed into it:
+    3.8e-6 apart on an Intel CPU's AVX2 path and an AMD CPU for exercise 1.2's (5, 8) @ (8, 5)
+    scores of size ~29. Judged entry by entry (1e-6 + 1e-5 * |entry|) that was "wrong"; against the
+    output's scale it is right, and a real slip at that entry still is not."""
+    from course_utils.exercises.core import outputs_close
+
+    expected = torch.tensor([[28.649, -12.5], [0.1601, 3.0]])
+    rounded = expected.clone()
+    rounded[1, 0] += 3.8e-6
+    slipped = expected.clone()
+    slipped[1, 0] += 1e-2
+    assert outputs_close(rounded, expected)
+    assert outputs_close(rounded.numpy(), expected.numpy())
+    assert not outputs_close(slipped, expected)
+    assert not outputs_close(expected * 1.001, expected)
