@@ -37,6 +37,7 @@ from torch import Tensor
 from .masks import causal_mask, masked_softmax
 from .validation import (
     check_config_fields,
+    check_dims_not_empty,
     check_flag,
     check_int,
     check_linear_weights_fit,
@@ -181,8 +182,7 @@ class MultiHeadLatentAttention(nn.Module):
         if x.shape[-1] != self.w_q.in_features:
             raise ValueError(f"{name} last dim must be d_model={self.w_q.in_features}, got shape "
                              f"{describe_shape(x)}")
-        if x.shape[1] == 0:
-            raise ValueError(f"{name} must hold at least one token (T >= 1), got shape {describe_shape(x)}")
+        check_dims_not_empty(x, name, ("B", "T"))
         check_matches_module(x, name, self.w_q.weight)
 
     def _check_cache(self, cache: object, x_new: Tensor) -> None:

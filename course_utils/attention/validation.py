@@ -65,6 +65,7 @@ __all__ = [
     "check_attention_fits",
     "physical_memory_bytes",
     "check_record",
+    "check_dims_not_empty",
 ]
 
 
@@ -450,6 +451,17 @@ def check_bool_mask(mask: object, name: str) -> None:
             "kept keys (e.g. a tokenizer's attention_mask) -> `mask != 0` (or `mask.bool()`); "
             "an additive mask with 0 for kept and -inf for blocked keys -> `mask == 0`."
         )
+
+
+def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T")) -> None:
+    """The leading dims of ``x`` named by ``dims`` (``"B"`` sequences, ``"T"`` tokens) each hold at
+    least one entry: an empty batch or sequence has nothing to attend over, and would otherwise
+    fail inside a reshape or a reduction with torch's words."""
+    words = {"B": "sequence", "T": "token"}
+    for i, label in enumerate(dims):
+        if x.shape[i] == 0:
+            raise ValueError(f"{name} must hold at least one {words.get(label, 'entry')} ({label} >= 1), "
+                             f"got shape {describe_shape(x)}")
 
 
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,

@@ -1,0 +1,42 @@
+"""Battery 16a's attention cases (helper fix46p), each failing before its fix: empty batches,
+unchecked helper arguments (nargs, combine_masks' sizes, allow_empty, check_table's columns,
+check_edited_heads' heads), a names test answering "yes", an odd MLAConfig.d_rope, and the
+documented GQA behaviours (NaN keys on the fused path, a generator with method="mean")."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from course_utils.attention import gqa as gqa_module
+from course_utils.attention.gqa import GroupedQueryAttention
+from course_utils.attention.hooks import hooks, run_with_cache
+from course_utils.attention.mha import MultiHeadAttention
+from course_utils.attention.mla import MLAConfig, MultiHeadLatentAttention
+from course_utils.attention.shapes import trace_shapes
+from course_utils.attention.validation import (
+    check_callable,
+    check_edited_heads,
+    check_int_list,
+    check_table,
+    combine_masks,
+)
+
+
+# -- an empty batch is refused before a reshape or a reduction --------------------------------
+def _mla():
+    torch.manual_seed(0)
+    return MultiHeadLatentAttention(16, 4, 4, 8, 4)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: _mla()(torch.randn(0, 5, 16)), "x"),
+    (lambda: _mla().decode(torch.randn(0, 1, 16)), "x_new"),
+    (lambda: trace_shapes(MultiHeadAttention(16, 4), torch.randn(0, 5, 16)), "query"),
+    (lambda: trace_shapes(MultiHeadAttention(16, 4), torch.randn(2, 5, 16), torch.randn(2, 0, 16)),
+     "key_value"),
+])
+def test_an_empty_batch_or_sequence_is_refused_by_name(call, name):
+    with pytest.raises(ValueError, match=rf"^{name} must hold at least one .*got shape \("):
+        call()
