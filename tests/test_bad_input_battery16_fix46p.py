@@ -40,3 +40,18 @@ def _mla():
 def test_an_empty_batch_or_sequence_is_refused_by_name(call, name):
     with pytest.raises(ValueError, match=rf"^{name} must hold at least one .*got shape \("):
         call()
+
+
+# -- check_callable's nargs ------------------------------------------------------------------
+@pytest.mark.parametrize("nargs, error", [(-1, ValueError), (2.5, TypeError), ("2", TypeError),
+                                          (math.nan, TypeError), (10**13, ValueError),
+                                          (True, TypeError)])
+def test_check_callable_checks_nargs_itself(nargs, error):
+    with pytest.raises(error, match=rf"^nargs must be an int.*got .*{str(nargs)[:3]}"):
+        check_callable(lambda a: a, "fn", nargs=nargs)
+
+
+def test_check_callable_still_checks_the_arity_with_a_good_nargs():
+    check_callable(lambda: 0, "fn", nargs=0)
+    with pytest.raises(TypeError, match="fn must be"):
+        check_callable(lambda a: a, "fn", nargs=0)

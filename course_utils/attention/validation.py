@@ -66,6 +66,7 @@ __all__ = [
     "physical_memory_bytes",
     "check_record",
     "check_dims_not_empty",
+    "MAX_NARGS",
 ]
 
 
@@ -404,12 +405,20 @@ def check_positive_number(value: object, name: str, *, allow_inf: bool = False) 
     return float(value)
 
 
+#: The most positional arguments :func:`check_callable` tries a function with (the course's
+#: callbacks take up to 6; a count like 10**13 would build a list too large for memory).
+MAX_NARGS = 255
+
+
 def check_callable(value: object, name: str, what: str = "a function", *,
                    nargs: int | None = None) -> None:
     """``value`` can be called (``what`` describes the expected signature for the message) and,
     when ``nargs`` is given, with that many positional arguments (a function of the wrong
     arity is refused here, not by a ``TypeError`` from deep inside the caller). A callable whose
-    signature Python cannot read (some built-ins) passes the arity check."""
+    signature Python cannot read (some built-ins) passes the arity check. ``nargs`` is None or
+    an int in 0..:data:`MAX_NARGS` (0: a function called with no arguments)."""
+    if nargs is not None:
+        nargs = check_int(nargs, "nargs", minimum=0, maximum=MAX_NARGS)
     if not callable(value):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r:.80}")
     if nargs is None:
