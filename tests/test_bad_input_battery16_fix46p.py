@@ -55,3 +55,17 @@ def test_check_callable_still_checks_the_arity_with_a_good_nargs():
     check_callable(lambda: 0, "fn", nargs=0)
     with pytest.raises(TypeError, match="fn must be"):
         check_callable(lambda a: a, "fn", nargs=0)
+
+
+# -- combine_masks names its own size arguments ------------------------------------------------
+SIZES = {"batch": 2, "num_heads": 4, "num_queries": 5, "num_keys": 5}
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+@pytest.mark.parametrize("value, error", [(-1, ValueError), (True, TypeError), (2.5, TypeError),
+                                          ("2", TypeError), (math.nan, TypeError), (None, TypeError)])
+def test_combine_masks_names_the_size_argument(name, value, error):
+    sizes = {**SIZES, name: value}
+    with pytest.raises(error, match=rf"^{name} must be an int.*got .*{str(value)[:3]}"):
+        combine_masks(torch.ones(5, 5, dtype=torch.bool), torch.ones(2, 5, dtype=torch.bool),
+                      device=torch.device("cpu"), **sizes)

@@ -791,7 +791,8 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
     """Check ``mask`` (``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1, Tq, Tk)``) and
     ``key_padding_mask`` (``(B, Tk)``, ``True`` = real token), and merge them into one bool
     view ``(B|1, h|1, Tq, Tk)``, ``True`` = may attend; ``None`` if neither is given."""
-    target = (batch, num_heads, num_queries, num_keys)
+    sizes = {"batch": batch, "num_heads": num_heads, "num_queries": num_queries, "num_keys": num_keys}
+    target = tuple(check_int(size, label, minimum=0) for label, size in sizes.items())
     combined = None
     if mask is not None:
         check_bool_mask(mask, "mask")
