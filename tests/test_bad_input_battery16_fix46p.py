@@ -69,3 +69,11 @@ def test_combine_masks_names_the_size_argument(name, value, error):
     with pytest.raises(error, match=rf"^{name} must be an int.*got .*{str(value)[:3]}"):
         combine_masks(torch.ones(5, 5, dtype=torch.bool), torch.ones(2, 5, dtype=torch.bool),
                       device=torch.device("cpu"), **sizes)
+
+
+# -- check_edited_heads' heads -----------------------------------------------------------------
+@pytest.mark.parametrize("heads", [[[1.0]], None, "tensor"])
+def test_check_edited_heads_names_heads(heads):
+    wanted = rf"heads must be the tensor the hook got, got {type(heads).__name__}"
+    with pytest.raises(TypeError, match=wanted):
+        check_edited_heads(torch.ones(2, 4, 5, 4), heads)

@@ -859,7 +859,11 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
 def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") -> Tensor:
     """What the ``edit_heads`` hook returned for ``heads`` ``(B, h, T, dk)``: a tensor of the same
     shape, dtype and device (anything else would be merged into a wrong output, or fail deep
-    inside ``out_proj``); returned unchanged."""
+    inside ``out_proj``); returned unchanged. ``heads`` must be a tensor (a TypeError naming it
+    otherwise)."""
+    if not isinstance(heads, Tensor):
+        raise TypeError(f"check_edited_heads: heads must be the tensor the hook got, got "
+                        f"{type(heads).__name__} {heads!r:.60}")
     expected = (f"heads of the shape {describe_shape(heads)}, dtype {heads.dtype} and device "
                 f"{heads.device} it got")
     if not isinstance(result, Tensor):
