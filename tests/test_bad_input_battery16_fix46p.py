@@ -77,3 +77,10 @@ def test_check_edited_heads_names_heads(heads):
     wanted = rf"heads must be the tensor the hook got, got {type(heads).__name__}"
     with pytest.raises(TypeError, match=wanted):
         check_edited_heads(torch.ones(2, 4, 5, 4), heads)
+
+
+# -- check_table's columns ---------------------------------------------------------------------
+def test_check_table_names_an_unhashable_column():
+    with pytest.raises(TypeError, match=r"columns\[1\] must be a column name.*got list \['b'\]"):
+        check_table(pd.DataFrame({"a": [1], "b": [2]}), "table", ("a", ["b"]))
+    check_table(pd.DataFrame({"a": [1], 3: [2]}), "table", ("a", 3))  # an int name is still fine

@@ -921,12 +921,19 @@ def _same(a: object, b: object) -> bool:
 
 def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None:
     """``table`` is a pandas DataFrame holding ``columns``; else a TypeError or ValueError naming
-    ``name``, the columns wanted and the ones it has."""
+    ``name``, the columns wanted and the ones it has. ``columns`` is a tuple (or list) of
+    column names, each hashable as pandas needs (a str such as ``"layer"``, or an int)."""
     import pandas as pd
 
     if isinstance(columns, (str, bytes)) or not isinstance(columns, (tuple, list)):
         raise TypeError(f"check_table's columns must be a tuple of column names, got "
                         f"{type(columns).__name__} {columns!r:.60}")
+    for i, column in enumerate(columns):
+        try:
+            hash(column)
+        except TypeError:
+            raise TypeError(f"check_table's columns[{i}] must be a column name (a str such as 'layer'), "
+                            f"got {type(column).__name__} {column!r:.60}") from None
 
     if not isinstance(table, pd.DataFrame):
         wanted = f" with columns {list(columns)}" if columns else ""
