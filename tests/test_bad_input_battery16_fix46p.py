@@ -84,3 +84,10 @@ def test_check_table_names_an_unhashable_column():
     with pytest.raises(TypeError, match=r"columns\[1\] must be a column name.*got list \['b'\]"):
         check_table(pd.DataFrame({"a": [1], "b": [2]}), "table", ("a", ["b"]))
     check_table(pd.DataFrame({"a": [1], 3: [2]}), "table", ("a", 3))  # an int name is still fine
+
+
+# -- allow_empty is a real bool ----------------------------------------------------------------
+@pytest.mark.parametrize("flag", [1, "yes", None, 1.0])
+def test_check_int_list_allow_empty_must_be_a_bool(flag):
+    with pytest.raises(TypeError, match=rf"^allow_empty must be True or False, got {type(flag).__name__}"):
+        check_int_list([1, 2], "sizes", allow_empty=flag)

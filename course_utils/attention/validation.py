@@ -197,7 +197,9 @@ def check_int_list(values: object, name: str, *, minimum: int | None = None,
                    maximum: int | None = None, allow_empty: bool = False) -> list[int]:
     """A list, tuple, range or 1-D array of ints, each passing :func:`check_int` (named
     ``name[i]`` in the message); a lone int, a str or a set is refused, and so is an empty
-    sequence unless ``allow_empty``. Returned as a list of Python ints (a generator is read once)."""
+    sequence unless ``allow_empty`` (a real bool). Returned as a list of Python ints (a generator
+    is read once)."""
+    check_flag(allow_empty, "allow_empty")
     _check_bounds(minimum, maximum, name)  # before the list: an empty one would never reach check_int
     if isinstance(values, Tensor):
         if values.ndim != 1 or values.is_floating_point() or values.dtype == torch.bool:
