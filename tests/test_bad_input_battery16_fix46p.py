@@ -91,3 +91,22 @@ def test_check_table_names_an_unhashable_column():
 def test_check_int_list_allow_empty_must_be_a_bool(flag):
     with pytest.raises(TypeError, match=rf"^allow_empty must be True or False, got {type(flag).__name__}"):
         check_int_list([1, 2], "sizes", allow_empty=flag)
+
+
+# -- a names test must answer True or False ---------------------------------------------------
+@pytest.mark.parametrize("answer", ["yes", 1, None])
+def test_a_names_test_answering_a_non_bool_is_refused(answer):
+    mha = MultiHeadAttention(16, 4)
+    with pytest.raises(TypeError, match=rf"^names \(a test on hook point names\).*'hook_q'.*"
+                                        rf"must be True or False, got {type(answer).__name__}"):
+        run_with_cache(mha, torch.randn(2, 5, 16), names=lambda name: answer)
+    with pytest.raises(TypeError, match=r"^fwd_hooks\[0\]\[0\] \(a test"):
+        with hooks(mha, [(lambda name: answer, lambda x, hook: None)]):
+            pass
+    assert not any(p.has_hooks for p in mha.modules() if hasattr(p, "has_hooks"))
+
+
+def test_a_names_test_answering_a_bool_still_works():
+    _, cache = run_with_cache(MultiHeadAttention(16, 4), torch.randn(2, 5, 16),
+                              names=lambda name: name.endswith("hook_z"))
+    assert list(cache) == ["hook_z"]
