@@ -110,3 +110,10 @@ def test_a_names_test_answering_a_bool_still_works():
     _, cache = run_with_cache(MultiHeadAttention(16, 4), torch.randn(2, 5, 16),
                               names=lambda name: name.endswith("hook_z"))
     assert list(cache) == ["hook_z"]
+
+
+# -- MLAConfig.d_rope is even ------------------------------------------------------------------
+def test_mla_config_refuses_an_odd_d_rope():
+    with pytest.raises(ValueError, match=r"d_rope must be even.*got 63"):
+        MLAConfig("x", 60, 128, 128, 512, 63, "src")
+    MLAConfig("x", 60, 128, 128, 512, 0, "src")  # no RoPE key at all is still allowed
