@@ -117,3 +117,21 @@ def test_mla_config_refuses_an_odd_d_rope():
     with pytest.raises(ValueError, match=r"d_rope must be even.*got 63"):
         MLAConfig("x", 60, 128, 128, 512, 63, "src")
     MLAConfig("x", 60, 128, 128, 512, 0, "src")  # no RoPE key at all is still allowed
+
+
+# -- documented instead of refused -------------------------------------------------------------
+def test_gqa_docstring_states_the_fused_path_all_nan_exception():
+    doc = " ".join(gqa_module.__doc__.split())
+    assert "every* score of a query's head is NaN" in doc and "need_weights=False" in doc
+    x, nan_keys = torch.randn(2, 5, 16), torch.full((2, 5, 16), float("nan"))
+    out, _ = GroupedQueryAttention(16, 4, 2).eval()(x, nan_keys, x, need_weights=True)
+    assert torch.isnan(out).all()  # the step-by-step path gives NaN, as the docstring says
+
+
+def test_from_multi_head_documents_and_keeps_the_unused_generator():
+    doc = " ".join(GroupedQueryAttention.from_multi_head.__doc__.split())
+    assert '``generator`` (None or a ``torch.Generator``) is read by ``"random"`` only' in doc
+    generator = torch.Generator().manual_seed(0)
+    state = generator.get_state()
+    GroupedQueryAttention.from_multi_head(MultiHeadAttention(16, 4), 2, "mean", generator=generator)
+    assert torch.equal(generator.get_state(), state)  # untouched, as documented
