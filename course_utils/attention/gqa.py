@@ -18,7 +18,13 @@ cost a pass over the data), and it spreads: a NaN in ``q`` makes that query's we
 output NaN in its own head only (zeros if all its keys are blocked); a NaN in a key makes
 the weights and output NaN for every query, of every head in that key's group, that may
 attend to that key; a NaN in a value reaches the output of every query of every head in
-its group, masked or not (a blocked key gets weight 0, and 0 x NaN is NaN). A key scoring
+its group, masked or not (a blocked key gets weight 0, and 0 x NaN is NaN). One exception,
+as in :mod:`course_utils.attention.mha`: where *every* score of a query's head is NaN (a NaN
+or infinity in the query, or every key it may attend to NaN), the step-by-step path
+(``need_weights=True``) gives NaN, but the default path (PyTorch's fused kernel,
+``need_weights=False``) returns zeros for that head over a short key sequence (fewer than 16
+keys in torch 2.13) and NaN over a longer one, so the output can look finite; run with
+``need_weights=True`` or check the input with ``torch.isfinite`` to find such an input. A key scoring
 ``+inf`` makes NaN of the weights and outputs of every query that may attend to it
 (``inf - inf``), as in PyTorch for keys the mask allows; a key scoring ``-inf`` gets
 weight 0, and a query whose every score is ``-inf`` (all its keys blocked, or ``-inf`` in
@@ -289,6 +295,12 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         ``"mean"`` averages those heads' K (V) projection rows and biases, ``"first"``
         keeps the group's first head, ``"random"`` draws a fresh init (from ``generator``).
         With ``num_kv_heads == num_heads`` every method but ``"random"`` reproduces ``mha``.
+
+        ``generator`` (None or a ``torch.Generator``) is read by ``"random"`` only; ``"mean"``
+        and ``"first"`` draw nothing and leave it untouched. It is accepted with them rather
+        than refused so that one call can serve every method:
+        :func:`~course_utils.model.transformer.convert_model` passes its seeded generator
+        whatever the method.
         """
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"mha must be a course_utils MultiHeadAttention, got {type(mha).__name__}")

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from torch import Tensor, nn
 
-from .validation import check_callable, check_edited_heads
+from .validation import check_callable, check_edited_heads, check_flag
 
 __all__ = ["HookFn", "HookPoint", "hook_points", "name_hook_points", "hooks", "run_with_cache"]
 
@@ -76,9 +76,14 @@ def name_hook_points(module: nn.Module) -> None:
         point.name = name
 
 
-def _matching(points: dict[str, HookPoint], where: Where) -> dict[str, HookPoint]:
+def _matching(points: dict[str, HookPoint], where: Where, name: str = "names") -> dict[str, HookPoint]:
+    """The hook points named ``where``, or whose name passes the test ``where``; ``name`` is the
+    argument ``where`` came from, for the messages. A test must answer True or False: ``"yes"``,
+    ``1`` or a ``re.Match`` would be taken as True without a word (wrap it in ``bool(...)``)."""
     if callable(where):
-        found = {name: p for name, p in points.items() if where(name)}
+        found = {point_name: p for point_name, p in points.items()
+                 if check_flag(where(point_name), f"{name} (a test on hook point names), asked about "
+                                                  f"{point_name!r},")}
     else:
         found = {where: points[where]} if isinstance(where, str) and where in points else {}
     if not found:
@@ -115,8 +120,9 @@ def hooks(module: nn.Module, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> Itera
     _check_fwd_hooks(fwd_hooks)
     removers = []
     try:
-        for where, fn in fwd_hooks:
-            removers += [point.add_hook(fn) for point in _matching(points, where).values()]
+        for i, (where, fn) in enumerate(fwd_hooks):
+            found = _matching(points, where, f"fwd_hooks[{i}][0]")
+            removers += [point.add_hook(fn) for point in found.values()]
         yield
     finally:
         for remove in reversed(removers):
@@ -156,7 +162,7 @@ def run_with_cache(module: nn.Module, *args: object, names: Sequence[Where] | Wh
                             f"of names, got {type(names).__name__} {names!r:.60}")
         for i, where in enumerate(names):
             _check_where(where, f"names[{i}]")
-        wanted = [name for where in names for name in _matching(points, where)]
+        wanted = [name for i, where in enumerate(names) for name in _matching(points, where, f"names[{i}]")]
     cache: dict[str, Tensor] = {}
 
     def keep(name: str) -> HookFn:

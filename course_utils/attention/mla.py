@@ -37,6 +37,7 @@ from torch import Tensor
 from .masks import causal_mask, masked_softmax
 from .validation import (
     check_config_fields,
+    check_dims_not_empty,
     check_flag,
     check_int,
     check_linear_weights_fit,
@@ -54,7 +55,8 @@ __all__ = ["MLAConfig", "DEEPSEEK_V2", "cache_elements_per_token", "rope",
 class MLAConfig:
     """The attention shape of a released MLA model, with where it was read. Checked when built,
     as :class:`~course_utils.attention.gqa.PublishedConfig` is: ``name`` and ``source`` are non-empty strs,
-    the counts positive ints (``d_rope`` an int >= 0: a model may have no RoPE key)."""
+    the counts positive ints (``d_rope`` an even int >= 0: a model may have no RoPE key, and
+    :func:`rope` rotates pairs of numbers)."""
 
     name: str
     num_layers: int
@@ -67,6 +69,8 @@ class MLAConfig:
     def __post_init__(self) -> None:
         check_config_fields(self, ("name", "source"), {"num_layers": 1, "num_heads": 1, "d_head": 1,
                                                         "d_latent": 1, "d_rope": 0})
+        if self.d_rope % 2:
+            raise ValueError(f"d_rope must be even (RoPE rotates pairs of numbers), got {self.d_rope}")
 
 
 DEEPSEEK_V2 = MLAConfig(
@@ -181,8 +185,7 @@ class MultiHeadLatentAttention(nn.Module):
         if x.shape[-1] != self.w_q.in_features:
             raise ValueError(f"{name} last dim must be d_model={self.w_q.in_features}, got shape "
                              f"{describe_shape(x)}")
-        if x.shape[1] == 0:
-            raise ValueError(f"{name} must hold at least one token (T >= 1), got shape {describe_shape(x)}")
+        check_dims_not_empty(x, name, ("B", "T"))
         check_matches_module(x, name, self.w_q.weight)
 
     def _check_cache(self, cache: object, x_new: Tensor) -> None:

@@ -37,6 +37,7 @@ from .validation import (
     MAX_DECIMALS,
     check_attention_fits,
     check_callable,
+    check_dims_not_empty,
     check_distinct,
     check_flag,
     check_head_dims,
@@ -246,6 +247,7 @@ def trace_shapes(
         if t.ndim != 3 or t.shape[-1] != d:
             raise ValueError(f"{name} must have shape (B, T, d_model={d}), got {tuple(t.shape)}")
         check_tensor(t, name, ndim=3)  # floating point: an integer tensor would fail inside the projection
+        check_dims_not_empty(t, name)  # an empty batch or sequence would fail in the last max()
         check_matches_module(t, name, module._weight())
     if kv.shape[0] != query.shape[0]:
         raise ValueError(f"query and key_value must share the batch size, got {tuple(query.shape)} "

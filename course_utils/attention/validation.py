@@ -65,6 +65,8 @@ __all__ = [
     "check_attention_fits",
     "physical_memory_bytes",
     "check_record",
+    "check_dims_not_empty",
+    "MAX_NARGS",
 ]
 
 
@@ -195,7 +197,9 @@ def check_int_list(values: object, name: str, *, minimum: int | None = None,
                    maximum: int | None = None, allow_empty: bool = False) -> list[int]:
     """A list, tuple, range or 1-D array of ints, each passing :func:`check_int` (named
     ``name[i]`` in the message); a lone int, a str or a set is refused, and so is an empty
-    sequence unless ``allow_empty``. Returned as a list of Python ints (a generator is read once)."""
+    sequence unless ``allow_empty`` (a real bool). Returned as a list of Python ints (a generator
+    is read once)."""
+    check_flag(allow_empty, "allow_empty")
     _check_bounds(minimum, maximum, name)  # before the list: an empty one would never reach check_int
     if isinstance(values, Tensor):
         if values.ndim != 1 or values.is_floating_point() or values.dtype == torch.bool:
@@ -403,12 +407,20 @@ def check_positive_number(value: object, name: str, *, allow_inf: bool = False) 
     return float(value)
 
 
+#: The most positional arguments :func:`check_callable` tries a function with (the course's
+#: callbacks take up to 6; a count like 10**13 would build a list too large for memory).
+MAX_NARGS = 255
+
+
 def check_callable(value: object, name: str, what: str = "a function", *,
                    nargs: int | None = None) -> None:
     """``value`` can be called (``what`` describes the expected signature for the message) and,
     when ``nargs`` is given, with that many positional arguments (a function of the wrong
     arity is refused here, not by a ``TypeError`` from deep inside the caller). A callable whose
-    signature Python cannot read (some built-ins) passes the arity check."""
+    signature Python cannot read (some built-ins) passes the arity check. ``nargs`` is None or
+    an int in 0..:data:`MAX_NARGS` (0: a function called with no arguments)."""
+    if nargs is not None:
+        nargs = check_int(nargs, "nargs", minimum=0, maximum=MAX_NARGS)
     if not callable(value):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r:.80}")
     if nargs is None:
@@ -450,6 +462,17 @@ def check_bool_mask(mask: object, name: str) -> None:
             "kept keys (e.g. a tokenizer's attention_mask) -> `mask != 0` (or `mask.bool()`); "
             "an additive mask with 0 for kept and -inf for blocked keys -> `mask == 0`."
         )
+
+
+def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T")) -> None:
+    """The leading dims of ``x`` named by ``dims`` (``"B"`` sequences, ``"T"`` tokens) each hold at
+    least one entry: an empty batch or sequence has nothing to attend over, and would otherwise
+    fail inside a reshape or a reduction with torch's words."""
+    words = {"B": "sequence", "T": "token"}
+    for i, label in enumerate(dims):
+        if x.shape[i] == 0:
+            raise ValueError(f"{name} must hold at least one {words.get(label, 'entry')} ({label} >= 1), "
+                             f"got shape {describe_shape(x)}")
 
 
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,
@@ -770,7 +793,8 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
     """Check ``mask`` (``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1, Tq, Tk)``) and
     ``key_padding_mask`` (``(B, Tk)``, ``True`` = real token), and merge them into one bool
     view ``(B|1, h|1, Tq, Tk)``, ``True`` = may attend; ``None`` if neither is given."""
-    target = (batch, num_heads, num_queries, num_keys)
+    sizes = {"batch": batch, "num_heads": num_heads, "num_queries": num_queries, "num_keys": num_keys}
+    target = tuple(check_int(size, label, minimum=0) for label, size in sizes.items())
     combined = None
     if mask is not None:
         check_bool_mask(mask, "mask")
@@ -837,7 +861,11 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
 def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") -> Tensor:
     """What the ``edit_heads`` hook returned for ``heads`` ``(B, h, T, dk)``: a tensor of the same
     shape, dtype and device (anything else would be merged into a wrong output, or fail deep
-    inside ``out_proj``); returned unchanged."""
+    inside ``out_proj``); returned unchanged. ``heads`` must be a tensor (a TypeError naming it
+    otherwise)."""
+    if not isinstance(heads, Tensor):
+        raise TypeError(f"check_edited_heads: heads must be the tensor the hook got, got "
+                        f"{type(heads).__name__} {heads!r:.60}")
     expected = (f"heads of the shape {describe_shape(heads)}, dtype {heads.dtype} and device "
                 f"{heads.device} it got")
     if not isinstance(result, Tensor):
@@ -895,12 +923,19 @@ def _same(a: object, b: object) -> bool:
 
 def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None:
     """``table`` is a pandas DataFrame holding ``columns``; else a TypeError or ValueError naming
-    ``name``, the columns wanted and the ones it has."""
+    ``name``, the columns wanted and the ones it has. ``columns`` is a tuple (or list) of
+    column names, each hashable as pandas needs (a str such as ``"layer"``, or an int)."""
     import pandas as pd
 
     if isinstance(columns, (str, bytes)) or not isinstance(columns, (tuple, list)):
         raise TypeError(f"check_table's columns must be a tuple of column names, got "
                         f"{type(columns).__name__} {columns!r:.60}")
+    for i, column in enumerate(columns):
+        try:
+            hash(column)
+        except TypeError:
+            raise TypeError(f"check_table's columns[{i}] must be a column name (a str such as 'layer'), "
+                            f"got {type(column).__name__} {column!r:.60}") from None
 
     if not isinstance(table, pd.DataFrame):
         wanted = f" with columns {list(columns)}" if columns else ""
