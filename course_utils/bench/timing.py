@@ -333,7 +333,7 @@ class RatioSpread:
         check_record(self)  # the rest: name and baseline are str
         # verdict reads q1 and q3; the slack absorbs the rounding of statistics.quantiles
         order = ("low", "q1", "median", "q3", "high")
-        for lower, upper in zip(order, order[1:]):
+        for lower, upper in zip(order, order[1:], strict=False):
             if getattr(self, lower) > getattr(self, upper) * (1 + 1e-9):
                 raise ValueError(f"RatioSpread({self.name!r}) must have low <= q1 <= median <= q3 <= high "
                                  f"(range, quartiles and median of the ratios), got {lower}="
