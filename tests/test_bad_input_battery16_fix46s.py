@@ -192,3 +192,37 @@ def test_consistent_bench_records_are_kept() -> None:
     assert _decode_bench().copy_gb_per_s > 0
     assert _whole_step(weights_s={}).speedup(1, 8, 1) == pytest.approx(1.0)
     assert _whole_step(attention="fused").attention == "fused"
+
+
+# -- bench.memory: NotebookMemory and the per-test report accepted inconsistent or NaN values --
+def _memory():
+    from course_utils.bench import memory
+
+    return memory
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda: _memory().NotebookMemory("x", None, 1.0), ["NotebookMemory('x')", "peak_mb=None", "error=''"]),
+    (lambda: _memory().NotebookMemory("x", 1.0, 1.0, "KeyError: k"), ["NotebookMemory('x')", "peak_mb=1.0"]),
+    (lambda: _memory().NotebookMemory("x", 1.0, 3.0, cells=[_memory().CellTime(0, 1.0, "a")] * 2),
+     ["NotebookMemory('x').cells", "[0, 0]"]),
+    (lambda: _memory().NotebookMemory("x", 1.0, 1.0, cells=[_memory().CellTime(0, 50.0, "a")]),
+     ["NotebookMemory('x').cells", "seconds=1.0", "50.0"]),
+    (lambda: _memory().format_test_report({"a": {"peak_mb": math.nan}}), ["'a'", "peak_mb=nan"]),
+    (lambda: _memory().format_test_report({"a": {"peak_mb": 5.0, "start_mb": math.inf}}),
+     ["'a'", "start_mb=inf"]),
+    (lambda: _memory().format_test_report({"a": {"peak_mb": 0.0}}), ["'a'", "peak_mb=0.0", "> 0"]),
+])
+def test_inconsistent_memory_records_are_refused(make, words) -> None:
+    _raises(make, ValueError, words)
+
+
+def test_read_test_report_refuses_a_nan_peak(tmp_path) -> None:
+    report = tmp_path / "peaks.json"
+    report.write_text('{"tests": {"a": {"peak_mb": NaN}}}', encoding="utf-8")  # what json.dumps writes
+    before = report.read_bytes()
+    _raises(lambda: _memory().read_test_report(report), ValueError, [str(report), "'a'", "peak_mb=nan"])
+    assert report.read_bytes() == before
+    report.write_text('{"tests": {"a": {"peak_mb": 12.5, "start_mb": null, "seconds": 0.5}}}',
+                      encoding="utf-8")
+    assert "12 MB" in _memory().format_test_report(_memory().read_test_report(report))
