@@ -107,7 +107,8 @@ def test_the_valid_records_beside_them_are_made() -> None:
     bench, whole = _decode_bench(), _whole_step()
     assert bench.speedup(1) == pytest.approx(2.0) and whole.speedup(1, 8, 1) == pytest.approx(1.0)
     assert TM.Timing("a", 1e-3, 1.0, [0.0, 1e-3, 2e-3]).best_s == 0.0  # one sample may read 0 s
-    assert MEM.CellTime(0, 0.0, "x = 1").seconds == 0.0 and MEM.NotebookMemory("n", None, 0.5, "KeyError: k").verdict
+    assert MEM.CellTime(0, 0.0, "x = 1").seconds == 0.0
+    assert MEM.NotebookMemory("n", None, 0.5, "KeyError: k").verdict
 
 
 def test_a_timing_run_whose_clock_never_advanced_names_the_function() -> None:
