@@ -118,8 +118,9 @@ def test_result_records_keep_valid_values():
     """NumPy numbers, None where the annotation allows it, and the NaN a field documents still go in."""
     assert shapes.AttentionMacs(np.int64(3), 3, 0, 3).total == 9
     assert math.isnan(shapes.ShapeTrace({"B": 1}).max_abs_diff)  # not compared yet
-    assert DS.StepRow(1, 16, 1, 3, 3, [np.float64(0.5), 1]).best_s == 0.5
-    assert MEM.NotebookMemory("x", None, 0.5, cells=[MEM.CellTime(0, 0.1, "")]).verdict == "not measured"
+    assert DS.StepRow(1, 16, 1, 3, 64, [np.float64(0.5), 1]).best_s == 0.5
+    failed = MEM.NotebookMemory("x", None, 0.5, "RuntimeError: x", [MEM.CellTime(0, 0.1, "")])
+    assert failed.verdict == "not measured"
     history = TRN.History("t", eval_steps=[1], eval_metrics=[{"acc": NAN, "logit_diff": -1.0}], target=-0.5)
     assert history.metric("logit_diff") == [-1.0]
     assert math.isnan(YA.ModelRun(torch.zeros(1, 2, 3), 0.5, NAN).loss)  # a learner's NaN output

@@ -25,19 +25,19 @@ def _decode_bench(**changes) -> GS.DecodeBench:
     """A consistent DecodeBench, h = 4: rows at g = 4 and g = 1, two repeats; ``changes`` replace fields."""
     fields = dict(num_heads=4, d_head=16, context=8, num_layers=1, batch=1, threads=1,
                   rows=[_decode_row(4), _decode_row(1, (1e-3, 1.5e-3))], sdpa_mha_s=[2e-3, 2e-3], copy_s=[],
-                  copy_bytes=0, read_s=[1e-3], read_bytes=MiB)
+                  copy_bytes=0, read_s=[1e-3, 1e-3], read_bytes=MiB)
     return GS.DecodeBench(**{**fields, **changes})
 
 
 def _step_row(g: int = 4, batch: int = 1, context: int = 8, samples=(1e-3, 2e-3)) -> DS.StepRow:
-    return DS.StepRow(batch, context, g, 100, 10 * g, list(samples))
+    return DS.StepRow(batch, context, g, 100, 100 * g, list(samples))  # K, V of 9 positions: >= 18 g
 
 
 def _whole_step(**changes) -> DS.WholeStep:
     """A consistent WholeStep, h = 4: one shape, rows at g = 4 and g = 1; ``changes`` replace fields."""
     fields = dict(d_model=64, num_heads=4, num_layers=1, mlp_ratio=4, weight_dtype=torch.float32,
                   attention="course", threads=1, rows=[_step_row(4), _step_row(1)], read_s=[1e-3],
-                  read_bytes=MiB, llc=(MiB, "test"), flush_bytes=4 * MiB, weights_s={(1, 8): [1e-3]})
+                  read_bytes=MiB, llc=(MiB, "test"), flush_bytes=4 * MiB, weights_s={(1, 8): [1e-3, 1e-3]})
     return DS.WholeStep(**{**fields, **changes})
 
 
@@ -107,7 +107,8 @@ def test_the_valid_records_beside_them_are_made() -> None:
     bench, whole = _decode_bench(), _whole_step()
     assert bench.speedup(1) == pytest.approx(2.0) and whole.speedup(1, 8, 1) == pytest.approx(1.0)
     assert TM.Timing("a", 1e-3, 1.0, [0.0, 1e-3, 2e-3]).best_s == 0.0  # one sample may read 0 s
-    assert MEM.CellTime(0, 0.0, "x = 1").seconds == 0.0 and MEM.NotebookMemory("n", None, 0.5).verdict
+    assert MEM.CellTime(0, 0.0, "x = 1").seconds == 0.0
+    assert MEM.NotebookMemory("n", None, 0.5, "KeyError: k").verdict
 
 
 def test_a_timing_run_whose_clock_never_advanced_names_the_function() -> None:

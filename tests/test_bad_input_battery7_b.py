@@ -289,7 +289,7 @@ def test_format_slowest_cells_names_a_row_that_is_no_notebook_memory():
 
     with pytest.raises(TypeError, match="row must be a NotebookMemory .*got str 'x'"):
         format_slowest_cells("x")
-    row = NotebookMemory("n.ipynb", 1.0, 1.0, cells=[CellTime(0, 2.0, "x = 1")])
+    row = NotebookMemory("n.ipynb", 1.0, 3.0, cells=[CellTime(0, 2.0, "x = 1")])
     assert "n.ipynb: 1 code cells" in format_slowest_cells(row)
 
 

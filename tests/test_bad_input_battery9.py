@@ -27,7 +27,7 @@ SILENT = [
     ("parameter_table duplicate head count", lambda: parameter_table(8, [2, 2]), ValueError,
      ["head_counts", "distinct", "[2, 2]", "repeats [2]"]),
     ("RatioSpread nan ratio", lambda: timing.RatioSpread("a", "b", math.nan, 1, 1, 1, 1, 3), ValueError,
-     ["RatioSpread('a').median", "finite number >= 0", "nan"]),
+     ["RatioSpread('a').median", "finite number > 0", "nan"]),
     ("RatioSpread 0 repeats", lambda: timing.RatioSpread("a", "b", 1.0, 1, 1, 1, 1, 0), ValueError,
      ["RatioSpread('a').repeats", "positive int", "got 0"]),
     ("make_read_probe empty buffer", lambda: decode_step.make_read_probe(torch.empty(0)), ValueError,

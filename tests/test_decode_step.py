@@ -217,8 +217,8 @@ def test_the_probe_is_checked_against_its_one_thread_figure():
 
     def bench(two_thread_s: float) -> DecodeBench:
         row = DecodeRow(16, 256 * MiB, {"course": [0.01, 0.01]})
-        return DecodeBench(16, 64, 4096, 8, 1, 2, [row], [0.01, 0.01], [], 0, read_s=[two_thread_s],
-                           read_bytes=128 * MiB, read_one_thread_s=[0.005])  # 26.8 GB/s
+        return DecodeBench(16, 64, 4096, 8, 1, 2, [row], [0.01, 0.01], [], 0, read_s=[two_thread_s] * 2,
+                           read_bytes=128 * MiB, read_one_thread_s=[0.005] * 2)  # 26.8 GB/s
     assert PROBE_SANITY == 1.6
     assert not any("probe" in w for w in bench(0.0035).noise_warnings())  # 38 GB/s: 1.4x
     high = bench(0.0019).noise_warnings()  # 71 GB/s: 2.6x the one-thread figure
@@ -373,7 +373,7 @@ def test_a_share_above_the_read_only_bandwidth_gets_a_check_line():
     from course_utils.bench.gqa_speed import DecodeBench, DecodeRow
 
     row = DecodeRow(16, 256 * MiB, {"course": [0.002, 0.002]})  # 134 GB/s against a 33.6 GB/s probe
-    attention = DecodeBench(16, 64, 4096, 8, 1, 1, [row], [0.01, 0.01], [], 0, read_s=[0.004],
+    attention = DecodeBench(16, 64, 4096, 8, 1, 1, [row], [0.01, 0.01], [], 0, read_s=[0.004] * 2,
                             read_bytes=128 * MiB, conditions="1 thread; test")
     assert any(w.startswith("check: share of the read-only bandwidth above 100% (course g=16 400%")
                for w in attention.noise_warnings())

@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +65,7 @@ from ..attention.validation import (
     check_float_dtype,
     check_holds_values,
     check_int,
+    check_int_list,
     check_record,
     check_tensor,
     check_thread_count,
@@ -272,7 +274,7 @@ def random_buffer(num_bytes: int, seed: int = 0) -> Tensor:
     ``num_bytes // 4`` numbers, so at least 4 bytes, and no more than the machine's memory."""
     check_int(num_bytes, "num_bytes", minimum=4)
     check_fits_in_memory(num_bytes, "num_bytes", "a float32 buffer")
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     return torch.rand(num_bytes // 4, generator=torch.Generator().manual_seed(seed))
 
 
@@ -328,6 +330,7 @@ def _check_probe_inputs(buffer: object, clock: object) -> None:
     if not isinstance(buffer, Tensor):
         raise TypeError(f"buffer must be a torch.Tensor (contiguous float32 on the CPU, e.g. from "
                         f"random_buffer(num_bytes)), got {type(buffer).__name__} {buffer!r:.60}")
+    check_holds_values(buffer, "buffer")  # a meta buffer "reads" in no time: a meaningless rate
     if buffer.numel() == 0:
         raise ValueError(f"buffer must hold at least one number to read, got shape {tuple(buffer.shape)}")
     if clock is not None:
@@ -384,6 +387,7 @@ def read_bandwidth(buffer: Tensor | None = None, *, repeats: int = 7, flush: Ten
     for name, given in (("buffer", buffer), ("flush", flush)):
         if given is not None:
             check_tensor(given, name, min_ndim=1, layout="(n,)")
+            check_holds_values(given, name)  # a meta tensor has no bytes to read
             if given.numel() == 0:
                 raise ValueError(f"{name} must hold at least one number to read, got shape "
                                  f"{tuple(given.shape)}")
@@ -565,6 +569,11 @@ class StepRow:
         # every size >= 1 (a step reads weights and a cache); a step of 0 s is no time: gb_per_s divides
         check_record(self, positive=("batch", "context", "num_kv_heads", "weight_bytes", "cache_bytes",
                                      "samples_s"))
+        # a step reads K and V of context + 1 positions per sequence and KV head: a byte each at least
+        least = 2 * self.batch * self.num_kv_heads * (self.context + 1)
+        if self.cache_bytes < least:
+            raise ValueError(f"StepRow.cache_bytes must be at least 2 x batch x num_kv_heads x (context + 1) "
+                             f"= {least} (K and V of every position read), got {self.cache_bytes}")
 
     @property
     def bytes_read(self) -> int:
@@ -591,7 +600,7 @@ class WholeStep:
     num_layers: int
     mlp_ratio: int
     weight_dtype: torch.dtype
-    attention: str  # "fused" or "course"
+    attention: Literal["fused", "course"]  # what the steps ran (bench_whole_step's "auto" resolved)
     threads: int
     rows: list[StepRow]
     read_s: list[float]  # the read-only probe, every repeat
@@ -612,6 +621,7 @@ class WholeStep:
         check_record(self, nonempty=("rows", "read_s"),  # its methods take min() of them
                      positive=("d_model", "num_heads", "num_layers", "mlp_ratio", "threads", "read_s",
                                "read_bytes", "flush_bytes", "weights_s"))
+        check_float_dtype(self.weight_dtype, "WholeStep.weight_dtype")
         keys = [(r.batch, r.context, r.num_kv_heads) for r in self.rows]
         if len(set(keys)) != len(keys) or any(self.num_heads % g for _, _, g in keys):
             raise ValueError(f"WholeStep.rows must be one row per (batch, context, g), each g a divisor "
@@ -626,6 +636,19 @@ class WholeStep:
         if stray:
             raise ValueError(f"WholeStep.weights_s must time only shapes that have rows {self.shapes()}, "
                              f"got {stray}")
+        self._check_weights_timed()
+
+    def _check_weights_timed(self) -> None:
+        """``weights_s`` is empty (not timed) or times every shape, as many repeats as its rows
+        (bench_whole_step times the weights pass alongside every shape's steps)."""
+        if not self.weights_s:
+            return
+        for shape in self.shapes():
+            repeats = len(self.row(*shape, self.num_heads).samples_s)
+            if shape not in self.weights_s or len(self.weights_s[shape]) != repeats:
+                raise ValueError(f"WholeStep.weights_s must time every shape {self.shapes()} with {repeats} "
+                                 f"samples at batch={shape[0]}, context={shape[1]} (as its rows), got "
+                                 f"{ {k: len(v) for k, v in self.weights_s.items()} }")
 
     def weights_gb_per_s(self, batch: int, context: int) -> float:
         """Weight bytes per second of :meth:`SmallDecoder.weights_pass` (g = h), fastest repeat."""
@@ -839,6 +862,7 @@ def bench_whole_step(
     repeats = run["repeats"] if repeats is None else repeats
     warmup = run["warmup"] if warmup is None else warmup
     repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the bar adds them
+    groups = check_int_list(groups, "groups", minimum=1)  # None, a str, nested lists: named here
     if num_heads not in groups or any(num_heads % g for g in groups):
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     groups = check_distinct(groups, "groups", "head-group counts")  # a repeat: its rows twice

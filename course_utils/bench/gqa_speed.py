@@ -75,8 +75,9 @@ from ..attention.validation import (
     check_int_list,
     check_record,
 )
-from ..env import torch_threads
+from ..env import check_seed, torch_threads
 from .decode_step import (
+    MAX_FLUSH_MULTIPLE,
     bench_whole_step,
     check_decoder_fits,
     clock_for,
@@ -223,7 +224,8 @@ class DecodeBench:
         rows agree with one another, as the methods read them: distinct ``g`` that divide
         ``num_heads``, one of them ``num_heads`` itself (the MHA baseline), each timing the same
         methods, ``course`` among them, with one sample per repeat (as many as ``sdpa_mha_s``:
-        speed-ups pair them repeat by repeat); a probe timed has its bytes."""
+        speed-ups pair them repeat by repeat); a probe or copy timed has its bytes and one sample per
+        repeat (timed in the same run), and a copy sized (``copy_bytes`` > 0) was timed."""
         check_record(self, nonempty=("rows", "sdpa_mha_s"),  # mha, format take them
                      positive=("num_heads", "d_head", "context", "num_layers", "batch", "threads",
                                "sdpa_mha_s", "copy_s", "read_s", "read_one_thread_s"))
@@ -246,6 +248,12 @@ class DecodeBench:
             if getattr(self, times) and getattr(self, size) < 1:
                 raise ValueError(f"DecodeBench.{size} must be > 0 when {times} holds times (bytes per "
                                  f"second divide it by them), got {getattr(self, size)}")
+            if len(getattr(self, times)) not in (0, repeats):  # timed in the same interleaved run
+                raise ValueError(f"DecodeBench.{times} must hold {repeats} samples (one per repeat, as "
+                                 f"sdpa_mha_s) or none, got {len(getattr(self, times))}")
+        if self.copy_bytes and not self.copy_s:  # bench_decode times the copy it sizes
+            raise ValueError(f"DecodeBench.copy_s must hold the copy's times when copy_bytes="
+                             f"{self.copy_bytes} (0 when no copy was timed), got []")
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         """The row of ``g = num_kv_heads`` (an int; a ValueError naming the measured g if none)."""
@@ -406,6 +414,7 @@ def make_kv_caches(
                                                                   batch, groups)
     check_device(device, "device")
     check_float_dtype(dtype, "dtype")
+    seed = check_seed(seed)  # before torch.manual_seed: a bool, float or str is named here
     itemsize = torch.empty((), dtype=dtype).element_size()
     # at least the MHA cache (the caches of the other g are views of it when batch = 1)
     num_bytes = 2 * num_layers * batch * num_heads * context * d_head * itemsize
@@ -464,16 +473,18 @@ def bench_decode(
     check_flag(full, "full")
     check_flag(progress, "progress")
     check_int(copy_mib, "copy_mib", minimum=0)
+    check_int(flush_multiple, "flush_multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)  # flush_bytes's
+    device = check_device(device, "device")  # '' or b'cpu' named here, not by torch.device
     run = DECODE_RUNS["full" if full else "quick"]
     groups = run["groups"] if groups is None else groups
     repeats = run["repeats"] if repeats is None else repeats
     warmup = run["warmup"] if warmup is None else warmup
     repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the caches and the bar
-    unknown = [m for m in methods if m not in SHARING_METHODS]
+    methods = check_distinct(methods, "methods", "method names such as 'course'")  # None, 'course'
+    unknown = [m for m in methods if not isinstance(m, str) or m not in SHARING_METHODS]
     if unknown or "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
-                         f"got {list(methods)}")
-    device = torch.device(device)
+                         f"got {methods!r:.120}")
     notes = []
     if "fused" in methods and (why := _fused_unavailable(d_head, device, dtype)):
         methods, notes = [m for m in methods if m != "fused"], [why]

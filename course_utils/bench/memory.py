@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -75,7 +76,11 @@ class CellTime:
 @dataclass
 class NotebookMemory:
     """One notebook's run: its kernel's peak resident memory (> 0 MB: a process holds memory;
-    None when it was not measured) and its wall time (finite, >= 0; nothing divides by it)."""
+    None when it was not measured, which happens when and only when the run failed: ``error``
+    then says why) and its wall time (finite, >= 0; nothing divides by it). ``cells`` are in
+    notebook order (increasing indices), and their times add up to no more than the notebook's
+    (give or take the two clocks' resolution: the kernel stamps the cells, this process times
+    the whole run)."""
 
     name: str
     peak_mb: float | None  # None when the notebook failed before the probe ran
@@ -85,6 +90,17 @@ class NotebookMemory:
 
     def __post_init__(self) -> None:
         check_record(self, positive=("peak_mb",))
+        if (self.peak_mb is None) != bool(self.error):
+            raise ValueError(f"NotebookMemory({self.name!r}) must have peak_mb None exactly when error says "
+                             f"why the run failed, got peak_mb={self.peak_mb!r} and error={self.error!r:.60}")
+        indices = [c.index for c in self.cells]
+        if any(a >= b for a, b in zip(indices, indices[1:], strict=False)):
+            raise ValueError(f"NotebookMemory({self.name!r}).cells must be in notebook order (increasing "
+                             f"indices, each cell once), got indices {indices}")
+        total = sum(c.seconds for c in self.cells)
+        if total > self.seconds * 1.01 + 0.1:  # the slack: two clocks, each with its resolution
+            raise ValueError(f"NotebookMemory({self.name!r}).cells must take no longer than the notebook's "
+                             f"seconds={self.seconds!r}, got {total!r} s in all")
 
     @property
     def verdict(self) -> str:
@@ -320,6 +336,15 @@ def _checked_records(tests: object, source: str) -> dict[str, dict]:
         if isinstance(peak, bool) or not isinstance(peak, (int, float)):
             raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has no numeric 'peak_mb' (got "
                              f"{record!r:.80}): expected the JSON file the tests write")
+        # JSON reads NaN and Infinity: a peak (> 0: a process holds memory) and the optional sizes
+        # and time must be real amounts, else they sort and print as "nan MB"
+        for key in ("peak_mb", "start_mb", "children_mb", "seconds"):
+            value = record.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value < 0
+                                      or (key == "peak_mb" and value == 0)):
+                raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has {key}={value!r}: "
+                                 f"expected a finite number {'> 0' if key == 'peak_mb' else '>= 0 or null'}")
     return tests
 
 

@@ -254,12 +254,16 @@ def sweep_mha(
 
 def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (ms)", logy: bool = True):
     """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis (``logy``, a
-    bool: a log y axis too)."""
+    bool: a log y axis too); ``title`` and ``ylabel`` are str."""
     check_table(table, "table")
     check_axes(ax, "ax")
     if ax is None:
         raise TypeError("ax must be a matplotlib Axes to draw on (e.g. plt.gca()), got None")
     check_flag(logy, "logy")
+    for label, text in (("title", title), ("ylabel", ylabel)):
+        if not isinstance(text, str):  # matplotlib would draw str() of anything: b'...', 123
+            raise TypeError(f"{label} must be a str (the plot's {label}), got {type(text).__name__} "
+                            f"{text!r:.60}")
     for name in table.columns:
         ax.plot(table.index, table[name], marker="o", label=name)
     ax.set_xscale("log", base=2)
@@ -328,10 +332,31 @@ class DeviceComparison:
         # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
         # tolerance > 0: a share of reference_std (0 would demand bit-identical outputs)
         check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"),
-                     positive=("tolerance",))
+                     positive=("tolerance", "reference_std"))
         if set(self.agree) != set(self.max_abs_diff):  # report reads agree[name] for every diff
             raise ValueError(f"DeviceComparison.agree must have the keys of max_abs_diff "
                              f"{sorted(self.max_abs_diff)}, got {sorted(self.agree)}")
+        self._check_consistent()
+
+    def _check_consistent(self) -> None:
+        """One Timing per function, nn.MultiheadAttention among them (report's baseline), a max |diff|
+        only for a timed function, and each ``agree`` what its max |diff| and :attr:`atol` say."""
+        names = check_distinct([t.name for t in self.timings], "DeviceComparison.timings' names",
+                               "names (one Timing per function)")
+        if "nn.MultiheadAttention" not in names:
+            raise ValueError(f"DeviceComparison.timings must include 'nn.MultiheadAttention' (the report's "
+                             f"baseline), got names {names}")
+        untimed = [n for n in self.max_abs_diff if n not in names]
+        if untimed:
+            raise ValueError(f"DeviceComparison.max_abs_diff names {untimed[0]!r}, which is not one of the "
+                             f"timings' names {names}")
+        for name, diff in self.max_abs_diff.items():
+            # only a clear contradiction: a diff within rounding of atol may read either way
+            if self.agree[name] and not diff <= self.atol * (1 + 1e-9) or \
+                    not self.agree[name] and diff <= self.atol * (1 - 1e-9):
+                raise ValueError(f"DeviceComparison.agree[{name!r}] must say whether max_abs_diff "
+                                 f"{diff!r} <= atol {self.atol!r} (tolerance x reference_std), got "
+                                 f"{self.agree[name]!r}")
 
     @property
     def atol(self) -> float:

@@ -65,6 +65,11 @@ class Timing:
         for i, value in enumerate(self.samples_s):
             _check_duration(value, f"Timing({self.name!r}).samples_s[{i}]")
         check_record(self)  # the rest: name is a str
+        # a table prints median_s and best_s side by side: they describe the same samples
+        if self.samples_s and not _close(self.median_s, statistics.median(self.samples_s)):
+            raise ValueError(f"Timing({self.name!r}).median_s must be the median of its samples_s "
+                             f"({statistics.median(self.samples_s)!r} s over {len(self.samples_s)} "
+                             f"repeats), got {self.median_s!r}")
 
     @property
     def best_s(self) -> float:
@@ -81,6 +86,11 @@ def _check_duration(value: object, name: str, *, positive: bool = False) -> floa
     if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
     return value
+
+
+def _close(a: float, b: float, rel: float = 1e-9) -> bool:
+    """``a`` and ``b`` agree but for rounding (a record's field recomputed from its others)."""
+    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 
 
 def _check_functions(fns: object) -> None:
@@ -298,7 +308,11 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
 
 @dataclass
 class RatioSpread:
-    """How ``name / baseline`` varied over the repeats of one run."""
+    """How ``name / baseline`` varied over the repeats of one run.
+
+    The five ratios are ordered ``low <= q1 <= median <= q3 <= high`` and the median is > 0 (the
+    median of the ratios of two Timings, each with a median > 0). ``name`` may equal
+    ``baseline``: :func:`format_spread_table` prints the baseline's own row (every ratio 1)."""
 
     name: str
     baseline: str
@@ -313,14 +327,17 @@ class RatioSpread:
         """Ratios of times are finite and >= 0, and a spread comes from at least one repeat (a NaN
         ratio or 0 repeats would otherwise read as "no clear difference")."""
         for label in ("median", "q1", "q3", "low", "high"):
-            _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}")
+            _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}",
+                            positive=label == "median")
         self.repeats = check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1)
         check_record(self)  # the rest: name and baseline are str
         # verdict reads q1 and q3; the slack absorbs the rounding of statistics.quantiles
-        if self.q1 > self.q3 * (1 + 1e-9) or self.low > self.high:
-            raise ValueError(f"RatioSpread({self.name!r}) must have q1 <= q3 and low <= high (quartiles and "
-                             f"range of the ratios), got q1={self.q1!r}, q3={self.q3!r}, low={self.low!r}, "
-                             f"high={self.high!r}")
+        order = ("low", "q1", "median", "q3", "high")
+        for lower, upper in zip(order, order[1:], strict=False):
+            if getattr(self, lower) > getattr(self, upper) * (1 + 1e-9):
+                raise ValueError(f"RatioSpread({self.name!r}) must have low <= q1 <= median <= q3 <= high "
+                                 f"(range, quartiles and median of the ratios), got {lower}="
+                                 f"{getattr(self, lower)!r} > {upper}={getattr(self, upper)!r}")
 
     def verdict(self) -> str:
         """One sentence: slower / faster / no clear difference, decided by the middle half."""
