@@ -117,6 +117,9 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
                          f"dimensions (T, T); got {tuple(first.shape[-2:])}")
     if first.shape[-1] < 2:
         raise ValueError(f"need at least 2 positions to score a head, got T = {first.shape[-1]}")
+    if first.numel() == 0:  # B = 0 or h = 0: every mean below would be over nothing
+        raise ValueError(f"weights must hold at least one sequence and one head, got shape "
+                         f"{tuple(first.shape)} ((B, h, T, T) or (h, T, T)): a score averages over them")
     stack = torch.stack([w if w.ndim == 4 else w.unsqueeze(0) for w in layers])  # (L, B, h, T, T)
     if check_rows:
         if not torch.isfinite(stack).all():
