@@ -355,9 +355,6 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     if len(lengths) != 1:
         raise ValueError("every value and every grouping needs one entry per sequence; got lengths "
                          + ", ".join(f"{k}={len(v)}" for k, v in (columns | labels).items()))
-    for name, v in columns.items():
-        if v.ndim != 1:
-            raise ValueError(f"values[{name!r}] must be 1-D (one number per sequence), got shape {v.shape}")
     frame = pd.DataFrame({**labels, **columns})
     grouped = frame.groupby(list(labels), sort=True)
     table = grouped[list(columns)].mean()
@@ -371,10 +368,17 @@ def _value_column(given: object, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
                         f"{type(given).__name__} {given!r:.60}")
     try:
-        return np.asarray(torch.as_tensor(given, dtype=torch.float64))
+        column = np.asarray(torch.as_tensor(given, dtype=torch.float64))
     except (TypeError, ValueError, RuntimeError) as err:
         raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
                         f"{type(given).__name__} {given!r:.60} ({err})") from None
+    if column.ndim != 1:  # a lone number has no length to match the groupings against
+        raise ValueError(f"{name} must be 1-D (one number per sequence), got shape {column.shape} "
+                         f"from {type(given).__name__} {given!r:.60}")
+    if np.isnan(column).any():  # pandas' mean skips NaN: the group's mean and count would disagree
+        raise ValueError(f"{name} must hold numbers, got NaN at sequence {int(np.isnan(column).argmax())} "
+                         f"(pandas would leave it out of its group's mean, but count it as a sentence)")
+    return column
 
 
 def _label_column(given: object, name: str) -> list:
