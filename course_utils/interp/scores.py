@@ -596,7 +596,8 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     A role is *present* when its top head scores at least ``threshold + margin``, *absent*
     below ``threshold - margin`` and *borderline* in between. The distance to the threshold
     is printed, and with ``chance`` (role -> score of a uniform head) the multiple of chance.
-    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own).
+    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own);
+    a chance level must lie below ``threshold`` (else a uniform head would pass it).
     """
     _check_threshold(threshold)
     _check_decimals(decimals)
@@ -607,6 +608,10 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
         if not 0.0 < value <= 1.0:  # what a uniform head scores: a share of its attention
             raise ValueError(f"chance[{role!r}] must be a score in (0, 1] (a uniform head's share of "
                              f"attention, see chance_level), got {value!r}")
+        if value >= threshold:  # a uniform head would be called present: the verdict says nothing
+            raise ValueError(f"chance[{role!r}] = {value!r} is at or above threshold = {threshold}: a head "
+                             f"spreading its attention evenly would already pass the line; raise threshold "
+                             f"above the chance level")
     table = head_score_table(scores, decimals=12)
     chance = chance or {}
     _check_roles(list(scores), chance)
