@@ -137,18 +137,27 @@ def _check_source_outputs(source_outputs: object, model: TinyTransformer, tokens
                else type(source_outputs).__name__)
         raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
                          f"(L, B, h, T, dk) = {expected}, got {got}")
+    _check_head_output_values(source_outputs, "source_outputs", "source_tokens", model)
     weight = model.token_embedding.weight
-    if source_outputs.dtype != weight.dtype:
-        raise TypeError(f"source_outputs must be head_outputs(model, source_tokens), of the model's dtype "
-                        f"{weight.dtype}, got dtype {source_outputs.dtype}")
-    check_holds_values(source_outputs, "source_outputs")
-    if source_outputs.device != weight.device:
-        raise ValueError(f"source_outputs is on {source_outputs.device} but the model is on {weight.device}: "
-                         f"move it with source_outputs.to({str(weight.device)!r})")
-    check_finite(source_outputs, "source_outputs", "a NaN head output makes every later logit NaN")
     if tokens.device != weight.device:
         raise ValueError(f"tokens are on {tokens.device} but the model is on {weight.device}: move them with "
                          f"tokens.to({str(weight.device)!r})")
+
+
+def _check_head_output_values(outputs: Tensor, name: str, of: str, model: TinyTransformer) -> None:
+    """Head outputs copied into a run (``head_outputs(model, of)``, shape checked by the caller):
+    of the model's dtype (an integer tensor would be cast silently), holding values (not the meta
+    device), on the model's device and finite (a NaN or infinite head output makes every later
+    logit NaN)."""
+    weight = model.token_embedding.weight
+    if outputs.dtype != weight.dtype:
+        raise TypeError(f"{name} must be head_outputs(model, {of}), of the model's dtype "
+                        f"{weight.dtype}, got dtype {outputs.dtype}")
+    check_holds_values(outputs, name)
+    if outputs.device != weight.device:
+        raise ValueError(f"{name} is on {outputs.device} but the model is on {weight.device}: "
+                         f"move it with {name}.to({str(weight.device)!r})")
+    check_finite(outputs, name, "a NaN or infinite head output makes every later logit NaN")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
@@ -338,6 +347,8 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
                          f"(L, R, h, T_ref, dk) = {expected}")
+    else:
+        _check_head_output_values(reference_outputs, "reference_outputs", "reference", model)
     rows = resampled_rows(lengths, reference_lengths, generator=generator)
     source = reference_outputs[:, rows, :, :seq_len]  # (L, B, h, min(T, T_ref), dk)
     if source.shape[3] < seq_len:
@@ -424,6 +435,7 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
                          f"(L, R, h, T_ref, dk) with L, h, dk = {cfg.num_layers}, {cfg.num_heads}, {dk}, "
                          f"got {_described(reference_outputs)}")
+    _check_head_output_values(reference_outputs, "reference_outputs", "reference", model)
     R = reference_outputs.shape[1]
     if not isinstance(rows, Tensor) or rows.ndim != 2 or rows.shape[1] != B or rows.dtype != torch.long:
         raise ValueError(f"rows must be a long tensor (S, B) = (draws, {B}) of reference rows, got "
