@@ -71,9 +71,12 @@ METHODS = ("zero", "mean")
 class Evaluation:
     """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``.
 
-    ``score`` is checked here for what can be seen without running it (a function of one
-    argument); it runs when the evaluation does, where what it returns is checked and named
-    (``{name: number}``), and an error it raises is its own and reaches the caller as it is."""
+    ``tokens`` are checked here for what can be seen without a model (a non-empty long
+    ``(B, T)`` tensor holding values, no id below 0); an id beyond the vocabulary is refused where
+    the evaluation meets a model (:func:`measure`, ...). ``score`` is checked here for what can be
+    seen without running it (a function of one argument); it runs when the evaluation does, where
+    what it returns is checked and named (``{name: number}``, no NaN), and an error it raises is
+    its own and reaches the caller as it is."""
 
     tokens: Tensor
     score: Callable[[Tensor], dict[str, float]]
@@ -123,6 +126,9 @@ def _check_tokens(tokens: object, name: str) -> Tensor:
     if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty (B, T) batch, got shape {tuple(tokens.shape)}")
     check_holds_values(tokens, name)
+    if int(tokens.min()) < 0:  # the upper end needs the vocabulary: checked where a model meets them
+        raise ValueError(f"{name} must be token ids >= 0, got {int(tokens.min())} at (batch, position) "
+                         f"{tuple((tokens < 0).nonzero()[0].tolist())}")
     return tokens
 
 
@@ -487,9 +493,9 @@ def _refuse_non_finite_logits(logits: Tensor, counted: Tensor, loss: float) -> N
 def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:
     """An :class:`Evaluation` that reports the average next-token loss as ``name`` (a non-empty
     str: the key of the score, and a column of :func:`ablation_table`). No model is given here,
-    so ``tokens`` are checked against a vocabulary where the evaluation meets one
-    (:func:`measure`, :func:`ablation_table`, ...: an id outside ``0..vocab_size - 1`` is refused
-    there, naming the range)."""
+    so ``tokens`` and ``targets`` are checked against a vocabulary where the evaluation meets one
+    (:func:`measure`, :func:`ablation_table`, ...: an id ``>= vocab_size`` is refused there,
+    naming the range); here a negative id is refused (but ``-100`` in ``targets``, not counted)."""
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
@@ -497,6 +503,12 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
     if targets.dtype != torch.long:
         raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not counted), "
                         f"got {_described(targets)}")
+    check_holds_values(targets, "targets")
+    wrong = (targets < 0) & (targets != -100)
+    if wrong.any():
+        where = tuple(wrong.nonzero()[0].tolist())
+        raise ValueError(f"targets must be next-token ids >= 0 or -100 (not counted), got "
+                         f"{int(targets[where])} at (batch, position) {where}")
     if not isinstance(name, str) or not name.strip():
         raise (TypeError if not isinstance(name, str) else ValueError)(
             f"name must be a non-empty str (the score's name, such as 'loss'), got "
