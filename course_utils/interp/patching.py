@@ -440,6 +440,7 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
     if not isinstance(rows, Tensor) or rows.ndim != 2 or rows.shape[1] != B or rows.dtype != torch.long:
         raise ValueError(f"rows must be a long tensor (S, B) = (draws, {B}) of reference rows, got "
                          f"{_described(rows)}")
+    check_holds_values(rows, "rows")
     if rows.numel() and (rows.min() < 0 or rows.max() >= R):
         raise ValueError(f"rows must lie in [0, {R}) (the reference has {R} sequences), got "
                          f"{int(rows.min())} to {int(rows.max())}")
@@ -868,6 +869,7 @@ class EvaluationAt(Evaluation):
             raise ValueError(f"EvaluationAt.positions must be a long tensor ({B},), one position per "
                              f"sequence of tokens {tuple(self.tokens.shape)}, "
                              f"got {_described(self.positions)}")
+        check_holds_values(self.positions, "EvaluationAt.positions")
         if B and not (0 <= int(self.positions.min()) and int(self.positions.max()) < T):
             raise ValueError(f"EvaluationAt.positions must lie in 0..{T - 1} (tokens have {T} columns), "
                              f"got {int(self.positions.min())}..{int(self.positions.max())}")
@@ -1004,9 +1006,9 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     if not check_int(most, "most", minimum=0) <= shortest:
         raise ValueError(f"most must be an int in 0..{shortest} (the shortest order), got {most}")
     check_int(per_run, "per_run", minimum=1)
+    evaluation = loss_evaluation(tokens, targets)  # checks targets' dtype and values
     if not (targets != -100).any():
         raise ValueError("targets count nothing (all -100)")
-    evaluation = loss_evaluation(tokens, targets)
     loss = {frozenset(): measure_zeroed_sets(model, evaluation, [[]])[0]["loss"]}
     intact, streams = [_intact_run(model, evaluation)], {}
     for k in range(1, most + 1):  # each new set enters its new head's block at its parent's head outputs
