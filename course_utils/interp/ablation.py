@@ -391,18 +391,47 @@ def block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     return [cache[name] for name in names]
 
 
-class KeptRun(NamedTuple):
+class _KeptFields(NamedTuple):
+    inputs: list[Tensor]
+    heads: list[Tensor]
+
+
+class KeptRun(_KeptFields):
     """What a run leaves for the runs that extend it (one more head switched off), on one batch:
     ``inputs``, the stream entering each block ``(B, T, d)``, and ``heads``, each block's head
     outputs ``(B, h, T, dk)`` before its gates and edits (read at ``attn.hook_z``). A run that
     differs only from block ``k`` on enters there with both (``run_blocks(..., heads=)``): block
     ``k``'s q, k, v and attention would be these again.
 
-    Internal: made and read only by this module's and :mod:`.patching`'s private functions (not
-    in ``__all__``), so, a NamedTuple, it checks nothing when built."""
+    Internal (made and read by this module's and :mod:`.patching`'s private functions), but
+    checked when built (:func:`_check_kept_fields`): ``inputs`` a non-empty list of ``(B, T, d)``
+    tensors, ``heads`` a list of ``(B, h, T', dk)`` tensors of the same ``B``, one per block
+    (``len(inputs) - 1`` or ``len(inputs)`` of them: with or without the stream leaving the last
+    block), or empty for a run kept without its head outputs (:func:`_resumed_logits` with
+    ``heads=None``)."""
 
-    inputs: list[Tensor]
-    heads: list[Tensor]
+    __slots__ = ()
+
+    def __new__(cls, inputs: list[Tensor], heads: list[Tensor]) -> KeptRun:
+        self = super().__new__(cls, inputs, heads)
+        _check_kept_fields(self)
+        return self
+
+
+def _check_kept_fields(run: KeptRun) -> None:
+    """:class:`KeptRun`'s fields: lists of tensors of the layouts and counts its docstring gives."""
+    inputs = check_tensor_list(run.inputs, "KeptRun.inputs")
+    heads = check_tensor_list(run.heads, "KeptRun.heads", allow_empty=True)
+    if heads and not len(inputs) - 1 <= len(heads) <= len(inputs):
+        raise ValueError(f"KeptRun.heads must hold one tensor per block, len(inputs) - 1 or len(inputs) = "
+                         f"{len(inputs) - 1} or {len(inputs)} (or none), got {len(heads)}")
+    batch = inputs[0].shape[0] if inputs[0].ndim else None
+    layouts = (("inputs", inputs, 3, "(B, T, d)"), ("heads", heads, 4, "(B, h, T, dk)"))
+    for name, parts, ndim, layout in layouts:
+        for i, part in enumerate(parts):
+            if part.ndim != ndim or part.shape[0] != batch:
+                raise ValueError(f"KeptRun.{name}[{i}] must be {layout} with B = {batch} (inputs[0]'s), "
+                                 f"got shape {describe_shape(part)}")
 
 
 def _head_keepers(kept: list[Tensor], layers: range) -> list[tuple[str, HookFn]]:
