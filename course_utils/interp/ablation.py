@@ -611,16 +611,26 @@ def _lowest_layer(model: TinyTransformer, heads: Sequence[Head]) -> int:
 
 
 def _check_scores(scores: object, i: int) -> dict[str, float]:
-    """What ``evaluations[i].score`` returned: a dict ``{name (str): number}``."""
+    """What ``evaluations[i].score`` returned: a dict ``{name (str): number}``, no number NaN."""
+    return _check_numbers(scores, f"evaluations[{i}].score must return")
+
+
+def _check_numbers(scores: object, must: str) -> dict[str, float]:
+    """A dict ``{name (str): number}`` with no NaN (a NaN compares False with every bound, so it
+    would read as a verdict); ``must`` starts the message (``"evaluations[0].score must return"``,
+    ``"known[...] must be"``)."""
     if not isinstance(scores, dict) or not all(isinstance(k, str) for k in scores):
-        raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
-                        f"{{'loss': 2.3}}, got {type(scores).__name__} {scores!r}")
+        raise TypeError(f"{must} a dict {{name: number}} such as {{'loss': 2.3}}, got "
+                        f"{type(scores).__name__} {scores!r:.200}")
     for name, value in scores.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             hint = " (turn a one-number tensor into a number with float(t))" \
                 if isinstance(value, Tensor) else ""
-            raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
-                            f"{{'loss': 2.3}}, got {name!r}: {_described(value)}{hint}")
+            raise TypeError(f"{must} a dict {{name: number}} such as {{'loss': 2.3}}, got "
+                            f"{name!r}: {_described(value)}{hint}")
+        if math.isnan(value):
+            raise ValueError(f"{must} a dict {{name: number}} with no NaN, got {name!r}: nan (a score "
+                             f"reading logits an EvaluationAt does not compute gets NaN)")
     return scores
 
 
