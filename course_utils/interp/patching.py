@@ -71,6 +71,7 @@ from .ablation import (
     _check_means,
     _check_method,
     _check_model,
+    _check_numbers,
     _check_scores,
     _check_tokens,
     _check_unused_means,
@@ -707,6 +708,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
         raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
                         f"result), got {type(known).__name__} {known!r:.60}")
+    for heads, numbers in (known or {}).items():  # what measure returned for them
+        _check_numbers(numbers, f"known[{set(heads)}] must be")
     if not isinstance(incremental, bool):
         raise TypeError(f"incremental must be True or False, got {incremental!r:.60}")
     if incremental and (method != "zero" or map_fn is not map or chunks != 1):
