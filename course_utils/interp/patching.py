@@ -746,7 +746,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
         else:
             results = map_fn(lambda part: [measure(model, evaluations, sorted(heads), method=method,
                                                    means=means) for heads in part], parts)
-        for part, numbers in zip(parts, results, strict=True):
+        for part, numbers in _check_mapped(results, parts):
             measured.update(zip(part, numbers, strict=True))
         for i in alive:
             ok = within(measured[frozenset(orders[i][:k])])
@@ -757,6 +757,25 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
+
+
+def _check_mapped(results: object, parts: list[list[frozenset]]) -> list[tuple[list[frozenset], object]]:
+    """What ``map_fn`` returned for ``parts``: one list of numbers per part, one per set in it,
+    paired with its part (a missing or extra result would pair numbers with the wrong sets)."""
+    try:
+        results = list(results)
+    except TypeError:
+        raise TypeError(f"map_fn must return an iterable of results like map, got "
+                        f"{type(results).__name__} {results!r:.60}") from None
+    if len(results) != len(parts):
+        raise ValueError(f"map_fn must return one result per part, as map does: got {len(results)} "
+                         f"results for {len(parts)} parts")
+    for i, (part, numbers) in enumerate(zip(parts, results, strict=True)):
+        if not isinstance(numbers, (list, tuple)) or len(numbers) != len(part):
+            got = f"{len(numbers)} entries" if isinstance(numbers, (list, tuple)) else type(numbers).__name__
+            raise ValueError(f"map_fn's result {i} must be a list of {len(part)} measurements (one per set "
+                             f"of heads in its part), got {got}")
+    return list(zip(parts, results, strict=True))
 
 
 def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
