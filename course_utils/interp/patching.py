@@ -878,7 +878,8 @@ class EvaluationAt(Evaluation):
     (:func:`measure_zeroed_sets`, :func:`prunable_counts`) computes the last layer, the final
     LayerNorm and the unembedding at these positions only (the layers below still run at every
     position, since the last layer's keys need them), and hands ``score`` logits that are NaN
-    everywhere else: a score that reads another position gets NaN, not a number.
+    everywhere else: a score that reads another position gets NaN, and a NaN it returns is
+    refused, naming the evaluation and the score.
     """
 
     positions: Tensor
