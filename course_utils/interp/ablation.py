@@ -71,9 +71,12 @@ METHODS = ("zero", "mean")
 class Evaluation:
     """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``.
 
-    ``score`` is checked here for what can be seen without running it (a function of one
-    argument); it runs when the evaluation does, where what it returns is checked and named
-    (``{name: number}``), and an error it raises is its own and reaches the caller as it is."""
+    ``tokens`` are checked here for what can be seen without a model (a non-empty long
+    ``(B, T)`` tensor holding values, no id below 0); an id beyond the vocabulary is refused where
+    the evaluation meets a model (:func:`measure`, ...). ``score`` is checked here for what can be
+    seen without running it (a function of one argument); it runs when the evaluation does, where
+    what it returns is checked and named (``{name: number}``, no NaN), and an error it raises is
+    its own and reaches the caller as it is."""
 
     tokens: Tensor
     score: Callable[[Tensor], dict[str, float]]
@@ -123,6 +126,9 @@ def _check_tokens(tokens: object, name: str) -> Tensor:
     if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty (B, T) batch, got shape {tuple(tokens.shape)}")
     check_holds_values(tokens, name)
+    if int(tokens.min()) < 0:  # the upper end needs the vocabulary: checked where a model meets them
+        raise ValueError(f"{name} must be token ids >= 0, got {int(tokens.min())} at (batch, position) "
+                         f"{tuple((tokens < 0).nonzero()[0].tolist())}")
     return tokens
 
 
@@ -385,18 +391,47 @@ def block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     return [cache[name] for name in names]
 
 
-class KeptRun(NamedTuple):
+class _KeptFields(NamedTuple):
+    inputs: list[Tensor]
+    heads: list[Tensor]
+
+
+class KeptRun(_KeptFields):
     """What a run leaves for the runs that extend it (one more head switched off), on one batch:
     ``inputs``, the stream entering each block ``(B, T, d)``, and ``heads``, each block's head
     outputs ``(B, h, T, dk)`` before its gates and edits (read at ``attn.hook_z``). A run that
     differs only from block ``k`` on enters there with both (``run_blocks(..., heads=)``): block
     ``k``'s q, k, v and attention would be these again.
 
-    Internal: made and read only by this module's and :mod:`.patching`'s private functions (not
-    in ``__all__``), so, a NamedTuple, it checks nothing when built."""
+    Internal (made and read by this module's and :mod:`.patching`'s private functions), but
+    checked when built (:func:`_check_kept_fields`): ``inputs`` a non-empty list of ``(B, T, d)``
+    tensors, ``heads`` a list of ``(B, h, T', dk)`` tensors of the same ``B``, one per block
+    (``len(inputs) - 1`` or ``len(inputs)`` of them: with or without the stream leaving the last
+    block), or empty for a run kept without its head outputs (:func:`_resumed_logits` with
+    ``heads=None``)."""
 
-    inputs: list[Tensor]
-    heads: list[Tensor]
+    __slots__ = ()
+
+    def __new__(cls, inputs: list[Tensor], heads: list[Tensor]) -> KeptRun:
+        self = super().__new__(cls, inputs, heads)
+        _check_kept_fields(self)
+        return self
+
+
+def _check_kept_fields(run: KeptRun) -> None:
+    """:class:`KeptRun`'s fields: lists of tensors of the layouts and counts its docstring gives."""
+    inputs = check_tensor_list(run.inputs, "KeptRun.inputs")
+    heads = check_tensor_list(run.heads, "KeptRun.heads", allow_empty=True)
+    if heads and not len(inputs) - 1 <= len(heads) <= len(inputs):
+        raise ValueError(f"KeptRun.heads must hold one tensor per block, len(inputs) - 1 or len(inputs) = "
+                         f"{len(inputs) - 1} or {len(inputs)} (or none), got {len(heads)}")
+    batch = inputs[0].shape[0] if inputs[0].ndim else None
+    layouts = (("inputs", inputs, 3, "(B, T, d)"), ("heads", heads, 4, "(B, h, T, dk)"))
+    for name, parts, ndim, layout in layouts:
+        for i, part in enumerate(parts):
+            if part.ndim != ndim or part.shape[0] != batch:
+                raise ValueError(f"KeptRun.{name}[{i}] must be {layout} with B = {batch} (inputs[0]'s), "
+                                 f"got shape {describe_shape(part)}")
 
 
 def _head_keepers(kept: list[Tensor], layers: range) -> list[tuple[str, HookFn]]:
@@ -487,9 +522,9 @@ def _refuse_non_finite_logits(logits: Tensor, counted: Tensor, loss: float) -> N
 def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Evaluation:
     """An :class:`Evaluation` that reports the average next-token loss as ``name`` (a non-empty
     str: the key of the score, and a column of :func:`ablation_table`). No model is given here,
-    so ``tokens`` are checked against a vocabulary where the evaluation meets one
-    (:func:`measure`, :func:`ablation_table`, ...: an id outside ``0..vocab_size - 1`` is refused
-    there, naming the range)."""
+    so ``tokens`` and ``targets`` are checked against a vocabulary where the evaluation meets one
+    (:func:`measure`, :func:`ablation_table`, ...: an id ``>= vocab_size`` is refused there,
+    naming the range); here a negative id is refused (but ``-100`` in ``targets``, not counted)."""
     _check_tokens(tokens, "tokens")
     if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
         raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
@@ -497,6 +532,12 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
     if targets.dtype != torch.long:
         raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not counted), "
                         f"got {_described(targets)}")
+    check_holds_values(targets, "targets")
+    wrong = (targets < 0) & (targets != -100)
+    if wrong.any():
+        where = tuple(wrong.nonzero()[0].tolist())
+        raise ValueError(f"targets must be next-token ids >= 0 or -100 (not counted), got "
+                         f"{int(targets[where])} at (batch, position) {where}")
     if not isinstance(name, str) or not name.strip():
         raise (TypeError if not isinstance(name, str) else ValueError)(
             f"name must be a non-empty str (the score's name, such as 'loss'), got "
@@ -570,16 +611,26 @@ def _lowest_layer(model: TinyTransformer, heads: Sequence[Head]) -> int:
 
 
 def _check_scores(scores: object, i: int) -> dict[str, float]:
-    """What ``evaluations[i].score`` returned: a dict ``{name (str): number}``."""
+    """What ``evaluations[i].score`` returned: a dict ``{name (str): number}``, no number NaN."""
+    return _check_numbers(scores, f"evaluations[{i}].score must return")
+
+
+def _check_numbers(scores: object, must: str) -> dict[str, float]:
+    """A dict ``{name (str): number}`` with no NaN (a NaN compares False with every bound, so it
+    would read as a verdict); ``must`` starts the message (``"evaluations[0].score must return"``,
+    ``"known[...] must be"``)."""
     if not isinstance(scores, dict) or not all(isinstance(k, str) for k in scores):
-        raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
-                        f"{{'loss': 2.3}}, got {type(scores).__name__} {scores!r}")
+        raise TypeError(f"{must} a dict {{name: number}} such as {{'loss': 2.3}}, got "
+                        f"{type(scores).__name__} {scores!r:.200}")
     for name, value in scores.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             hint = " (turn a one-number tensor into a number with float(t))" \
                 if isinstance(value, Tensor) else ""
-            raise TypeError(f"evaluations[{i}].score must return a dict {{name: number}} such as "
-                            f"{{'loss': 2.3}}, got {name!r}: {_described(value)}{hint}")
+            raise TypeError(f"{must} a dict {{name: number}} such as {{'loss': 2.3}}, got "
+                            f"{name!r}: {_described(value)}{hint}")
+        if math.isnan(value):
+            raise ValueError(f"{must} a dict {{name: number}} with no NaN, got {name!r}: nan (a score "
+                             f"reading logits an EvaluationAt does not compute gets NaN)")
     return scores
 
 

@@ -7,9 +7,8 @@ pushes each head's output through the final LayerNorm (scale frozen) and the une
 :func:`ov_copying_score` asks whether a head's OV circuit copies tokens; :func:`next_token_loss`
 and :func:`in_context_mass` score the predictions.
 
-:class:`HeadTrace` is a plain record (a dataclass or NamedTuple) filled by this module's
-validated functions: it does not check its fields, so build it with those functions rather than
-by hand.
+:class:`HeadTrace` is the record :func:`trace_heads` fills; it checks its fields when built
+(shapes against the logits', every number finite), so one built by hand is checked too.
 """
 
 from __future__ import annotations
@@ -37,14 +36,19 @@ __all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm",
 HeadKey = tuple[int, int]
 
 
+_TRACED = "a trace records a forward pass: NaN or infinity there means broken weights or an overflow"
+
+
 @dataclass
 class HeadTrace:
     """One forward pass, opened up (B batch, T positions, h heads, d = d_model, V vocabulary).
 
-    ``logits`` ``(B, T, V)``; ``attention[l]`` ``(B, h, T, T)`` (empty if not kept); ``head_outputs[l]``
+    ``logits`` ``(B, T, V)``; ``attention[l]`` ``(B, h, T, T)`` (empty if not kept:
+    ``trace_heads(keep_attention=False)``, so an empty list is accepted); ``head_outputs[l]``
     ``(B, h, T, d)``: what head ``h`` of layer ``l`` adds to the residual stream (its slice of
     W_O applied to its output; the shared W_O bias is left out); ``residual[l]`` ``(B, T, d)``:
     the stream entering layer ``l``, and ``residual[L]`` the one entering the final LayerNorm.
+    Every tensor must hold finite numbers (a NaN or infinite trace reads as a measurement).
     """
 
     logits: torch.Tensor
@@ -55,7 +59,7 @@ class HeadTrace:
     def __post_init__(self) -> None:
         check_record(self)
         check_tensor(self.logits, "HeadTrace.logits", ndim=3, layout="(B, T, V)")
-        check_holds_values(self.logits, "HeadTrace.logits")  # a trace records numbers: not the meta device
+        check_finite(self.logits, "HeadTrace.logits", _TRACED)  # numbers: not the meta device, no NaN
         B, T, _ = self.logits.shape
         layers = len(self.head_outputs)
         if len(self.residual) != layers + 1:
@@ -70,7 +74,7 @@ class HeadTrace:
         for name, ndim, time_dim, layout in shapes:
             for layer, t in enumerate(getattr(self, name)):
                 check_tensor(t, f"HeadTrace.{name}[{layer}]", ndim=ndim, layout=layout)
-                check_holds_values(t, f"HeadTrace.{name}[{layer}]")
+                check_finite(t, f"HeadTrace.{name}[{layer}]", _TRACED)
                 if t.shape[0] != B or t.shape[time_dim] != T:
                     raise ValueError(f"HeadTrace.{name}[{layer}] must be {layout} with B={B}, T={T} (the "
                                      f"logits'), got shape {tuple(t.shape)}")

@@ -62,7 +62,16 @@ def _as_matrix(weights: object) -> np.ndarray:
         where = tuple(int(i) for i in infinite[0])
         raise ValueError(f"weights must be attention weights in [0, 1], got {weights[where]} at (query, key) "
                          f"{where} ({len(infinite)} infinite entries)")
+    outside = np.argwhere((weights < -WEIGHT_SLACK) | (weights > 1 + WEIGHT_SLACK))  # NaN compares False
+    if len(outside):  # the colour scale would clip it to 0 or 1 and draw it as attention
+        where = tuple(int(i) for i in outside[0])
+        raise ValueError(f"weights must be attention weights in [0, 1], got {weights[where]:.4g} at (query, "
+                         f"key) {where} ({len(outside)} entries outside): scores before the softmax?")
     return weights
+
+
+#: How far outside [0, 1] a weight may lie and still be drawn (float rounding of a softmax).
+WEIGHT_SLACK = 1e-3
 
 
 #: matplotlib refuses an image of 2**16 pixels or more on a side, when it draws.
@@ -91,11 +100,15 @@ def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
         check_flag(value, name)
 
 
-def _check_tokens(tokens: Sequence[str], n: int, axis: str) -> list[str]:
+def _check_tokens(tokens: Sequence[str], n: int, axis: str, name: str = "tokens") -> list[str]:
     if isinstance(tokens, str) or not isinstance(tokens, Sequence):
-        raise TypeError(f"tokens must be a list of strings, one per position, got {type(tokens).__name__}")
+        raise TypeError(f"{name} must be a list of strings, one per position, got {type(tokens).__name__}")
     if len(tokens) != n:
         raise ValueError(f"got {len(tokens)} token labels for {n} {axis} positions")
+    for i, token in enumerate(tokens):  # str() would draw None or a number as if it were a token
+        if not isinstance(token, str):
+            raise TypeError(f"{name} must be a list of strings, one per position, got {type(token).__name__} "
+                            f"{token!r:.40} at index {i}")
     return [str(t) for t in tokens]
 
 
@@ -120,7 +133,8 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
     if ax is not None and not isinstance(ax, Axes):
         raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
     rows = _check_tokens(tokens, matrix.shape[0], "query")
-    cols = _check_tokens(rows if key_tokens is None else key_tokens, matrix.shape[1], "key")
+    cols = (_check_tokens(rows, matrix.shape[1], "key") if key_tokens is None
+            else _check_tokens(key_tokens, matrix.shape[1], "key", "key_tokens"))
     if ax is None:
         size = min(6.0, 1.5 + 0.3 * matrix.shape[1])
         _, ax = plt.subplots(figsize=(size + 1, size))

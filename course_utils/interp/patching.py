@@ -71,6 +71,7 @@ from .ablation import (
     _check_means,
     _check_method,
     _check_model,
+    _check_numbers,
     _check_scores,
     _check_tokens,
     _check_unused_means,
@@ -137,18 +138,27 @@ def _check_source_outputs(source_outputs: object, model: TinyTransformer, tokens
                else type(source_outputs).__name__)
         raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
                          f"(L, B, h, T, dk) = {expected}, got {got}")
+    _check_head_output_values(source_outputs, "source_outputs", "source_tokens", model)
     weight = model.token_embedding.weight
-    if source_outputs.dtype != weight.dtype:
-        raise TypeError(f"source_outputs must be head_outputs(model, source_tokens), of the model's dtype "
-                        f"{weight.dtype}, got dtype {source_outputs.dtype}")
-    check_holds_values(source_outputs, "source_outputs")
-    if source_outputs.device != weight.device:
-        raise ValueError(f"source_outputs is on {source_outputs.device} but the model is on {weight.device}: "
-                         f"move it with source_outputs.to({str(weight.device)!r})")
-    check_finite(source_outputs, "source_outputs", "a NaN head output makes every later logit NaN")
     if tokens.device != weight.device:
         raise ValueError(f"tokens are on {tokens.device} but the model is on {weight.device}: move them with "
                          f"tokens.to({str(weight.device)!r})")
+
+
+def _check_head_output_values(outputs: Tensor, name: str, of: str, model: TinyTransformer) -> None:
+    """Head outputs copied into a run (``head_outputs(model, of)``, shape checked by the caller):
+    of the model's dtype (an integer tensor would be cast silently), holding values (not the meta
+    device), on the model's device and finite (a NaN or infinite head output makes every later
+    logit NaN)."""
+    weight = model.token_embedding.weight
+    if outputs.dtype != weight.dtype:
+        raise TypeError(f"{name} must be head_outputs(model, {of}), of the model's dtype "
+                        f"{weight.dtype}, got dtype {outputs.dtype}")
+    check_holds_values(outputs, name)
+    if outputs.device != weight.device:
+        raise ValueError(f"{name} is on {outputs.device} but the model is on {weight.device}: "
+                         f"move it with {name}.to({str(weight.device)!r})")
+    check_finite(outputs, name, "a NaN or infinite head output makes every later logit NaN")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
@@ -338,6 +348,8 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
                          f"(L, R, h, T_ref, dk) = {expected}")
+    else:
+        _check_head_output_values(reference_outputs, "reference_outputs", "reference", model)
     rows = resampled_rows(lengths, reference_lengths, generator=generator)
     source = reference_outputs[:, rows, :, :seq_len]  # (L, B, h, min(T, T_ref), dk)
     if source.shape[3] < seq_len:
@@ -424,10 +436,12 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
                          f"(L, R, h, T_ref, dk) with L, h, dk = {cfg.num_layers}, {cfg.num_heads}, {dk}, "
                          f"got {_described(reference_outputs)}")
+    _check_head_output_values(reference_outputs, "reference_outputs", "reference", model)
     R = reference_outputs.shape[1]
     if not isinstance(rows, Tensor) or rows.ndim != 2 or rows.shape[1] != B or rows.dtype != torch.long:
         raise ValueError(f"rows must be a long tensor (S, B) = (draws, {B}) of reference rows, got "
                          f"{_described(rows)}")
+    check_holds_values(rows, "rows")
     if rows.numel() and (rows.min() < 0 or rows.max() >= R):
         raise ValueError(f"rows must lie in [0, {R}) (the reference has {R} sequences), got "
                          f"{int(rows.min())} to {int(rows.max())}")
@@ -694,6 +708,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
         raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
                         f"result), got {type(known).__name__} {known!r:.60}")
+    for heads, numbers in (known or {}).items():  # what measure returned for them
+        _check_numbers(numbers, f"known[{set(heads)}] must be")
     if not isinstance(incremental, bool):
         raise TypeError(f"incremental must be True or False, got {incremental!r:.60}")
     if incremental and (method != "zero" or map_fn is not map or chunks != 1):
@@ -730,7 +746,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
         else:
             results = map_fn(lambda part: [measure(model, evaluations, sorted(heads), method=method,
                                                    means=means) for heads in part], parts)
-        for part, numbers in zip(parts, results, strict=True):
+        for part, numbers in _check_mapped(results, parts):
             measured.update(zip(part, numbers, strict=True))
         for i in alive:
             ok = within(measured[frozenset(orders[i][:k])])
@@ -741,6 +757,25 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
+
+
+def _check_mapped(results: object, parts: list[list[frozenset]]) -> list[tuple[list[frozenset], object]]:
+    """What ``map_fn`` returned for ``parts``: one list of numbers per part, one per set in it,
+    paired with its part (a missing or extra result would pair numbers with the wrong sets)."""
+    try:
+        results = list(results)
+    except TypeError:
+        raise TypeError(f"map_fn must return an iterable of results like map, got "
+                        f"{type(results).__name__} {results!r:.60}") from None
+    if len(results) != len(parts):
+        raise ValueError(f"map_fn must return one result per part, as map does: got {len(results)} "
+                         f"results for {len(parts)} parts")
+    for i, (part, numbers) in enumerate(zip(parts, results, strict=True)):
+        if not isinstance(numbers, (list, tuple)) or len(numbers) != len(part):
+            got = f"{len(numbers)} entries" if isinstance(numbers, (list, tuple)) else type(numbers).__name__
+            raise ValueError(f"map_fn's result {i} must be a list of {len(part)} measurements (one per set "
+                             f"of heads in its part), got {got}")
+    return list(zip(parts, results, strict=True))
 
 
 def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
@@ -843,7 +878,8 @@ class EvaluationAt(Evaluation):
     (:func:`measure_zeroed_sets`, :func:`prunable_counts`) computes the last layer, the final
     LayerNorm and the unembedding at these positions only (the layers below still run at every
     position, since the last layer's keys need them), and hands ``score`` logits that are NaN
-    everywhere else: a score that reads another position gets NaN, not a number.
+    everywhere else: a score that reads another position gets NaN, and a NaN it returns is
+    refused, naming the evaluation and the score.
     """
 
     positions: Tensor
@@ -856,6 +892,7 @@ class EvaluationAt(Evaluation):
             raise ValueError(f"EvaluationAt.positions must be a long tensor ({B},), one position per "
                              f"sequence of tokens {tuple(self.tokens.shape)}, "
                              f"got {_described(self.positions)}")
+        check_holds_values(self.positions, "EvaluationAt.positions")
         if B and not (0 <= int(self.positions.min()) and int(self.positions.max()) < T):
             raise ValueError(f"EvaluationAt.positions must lie in 0..{T - 1} (tokens have {T} columns), "
                              f"got {int(self.positions.min())}..{int(self.positions.max())}")
@@ -992,9 +1029,9 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     if not check_int(most, "most", minimum=0) <= shortest:
         raise ValueError(f"most must be an int in 0..{shortest} (the shortest order), got {most}")
     check_int(per_run, "per_run", minimum=1)
+    evaluation = loss_evaluation(tokens, targets)  # checks targets' dtype and values
     if not (targets != -100).any():
         raise ValueError("targets count nothing (all -100)")
-    evaluation = loss_evaluation(tokens, targets)
     loss = {frozenset(): measure_zeroed_sets(model, evaluation, [[]])[0]["loss"]}
     intact, streams = [_intact_run(model, evaluation)], {}
     for k in range(1, most + 1):  # each new set enters its new head's block at its parent's head outputs

@@ -117,6 +117,9 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
                          f"dimensions (T, T); got {tuple(first.shape[-2:])}")
     if first.shape[-1] < 2:
         raise ValueError(f"need at least 2 positions to score a head, got T = {first.shape[-1]}")
+    if first.numel() == 0:  # B = 0 or h = 0: every mean below would be over nothing
+        raise ValueError(f"weights must hold at least one sequence and one head, got shape "
+                         f"{tuple(first.shape)} ((B, h, T, T) or (h, T, T)): a score averages over them")
     stack = torch.stack([w if w.ndim == 4 else w.unsqueeze(0) for w in layers])  # (L, B, h, T, T)
     if check_rows:
         if not torch.isfinite(stack).all():
@@ -352,9 +355,6 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     if len(lengths) != 1:
         raise ValueError("every value and every grouping needs one entry per sequence; got lengths "
                          + ", ".join(f"{k}={len(v)}" for k, v in (columns | labels).items()))
-    for name, v in columns.items():
-        if v.ndim != 1:
-            raise ValueError(f"values[{name!r}] must be 1-D (one number per sequence), got shape {v.shape}")
     frame = pd.DataFrame({**labels, **columns})
     grouped = frame.groupby(list(labels), sort=True)
     table = grouped[list(columns)].mean()
@@ -368,10 +368,17 @@ def _value_column(given: object, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
                         f"{type(given).__name__} {given!r:.60}")
     try:
-        return np.asarray(torch.as_tensor(given, dtype=torch.float64))
+        column = np.asarray(torch.as_tensor(given, dtype=torch.float64))
     except (TypeError, ValueError, RuntimeError) as err:
         raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
                         f"{type(given).__name__} {given!r:.60} ({err})") from None
+    if column.ndim != 1:  # a lone number has no length to match the groupings against
+        raise ValueError(f"{name} must be 1-D (one number per sequence), got shape {column.shape} "
+                         f"from {type(given).__name__} {given!r:.60}")
+    if np.isnan(column).any():  # pandas' mean skips NaN: the group's mean and count would disagree
+        raise ValueError(f"{name} must hold numbers, got NaN at sequence {int(np.isnan(column).argmax())} "
+                         f"(pandas would leave it out of its group's mean, but count it as a sentence)")
+    return column
 
 
 def _label_column(given: object, name: str) -> list:
@@ -589,7 +596,8 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     A role is *present* when its top head scores at least ``threshold + margin``, *absent*
     below ``threshold - margin`` and *borderline* in between. The distance to the threshold
     is printed, and with ``chance`` (role -> score of a uniform head) the multiple of chance.
-    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own).
+    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own);
+    a chance level must lie below ``threshold`` (else a uniform head would pass it).
     """
     _check_threshold(threshold)
     _check_decimals(decimals)
@@ -600,6 +608,10 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
         if not 0.0 < value <= 1.0:  # what a uniform head scores: a share of its attention
             raise ValueError(f"chance[{role!r}] must be a score in (0, 1] (a uniform head's share of "
                              f"attention, see chance_level), got {value!r}")
+        if value >= threshold:  # a uniform head would be called present: the verdict says nothing
+            raise ValueError(f"chance[{role!r}] = {value!r} is at or above threshold = {threshold}: a head "
+                             f"spreading its attention evenly would already pass the line; raise threshold "
+                             f"above the chance level")
     table = head_score_table(scores, decimals=12)
     chance = chance or {}
     _check_roles(list(scores), chance)
