@@ -84,3 +84,75 @@ def test_a_weights_write_that_fails_midway_leaves_the_folder_as_it_was(tmp_path,
         C.save_checkpoint(_model(1), tmp_path / "toy", task="t", metrics={}, command="c")
     assert seen == [".toy.safetensors.saving"]  # the weights go through the module's own writer
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+# -- batch records: meta tensors and value ranges (silent) ------------------------------------------
+def _induction():
+    from course_utils.tasks.synthetic import InductionTask
+
+    task = InductionTask(vocab_size=20, seq_len=16, train_periods=(2, 3, 4))
+    return task.sample(4, torch.Generator().manual_seed(0))
+
+
+def _agreement():
+    from course_utils.tasks.synthetic import AgreementTask
+
+    return AgreementTask().sample(6, torch.Generator().manual_seed(0))
+
+
+def _mixture():
+    from course_utils.tasks.synthetic import MixtureTask
+
+    return MixtureTask().sample(4, torch.Generator().manual_seed(0))
+
+
+def _meta(t):
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def _set(t, value):
+    t = t.clone()
+    t.view(-1)[0] = value
+    return t
+
+
+@pytest.mark.parametrize("make, field, change, words", [
+    (_induction, "periods", _meta, ["InductionBatch.periods", "meta"]),
+    (_induction, "scored", _meta, ["InductionBatch.scored", "meta"]),
+    (_induction, "periods", lambda t: _set(t, -1), ["InductionBatch.periods", "2..16", "-1"]),
+    (_induction, "periods", lambda t: _set(t, 0), ["InductionBatch.periods", "2..16", "got 0"]),
+    (_induction, "periods", lambda t: _set(t, 10**6), ["InductionBatch.periods", "1000000"]),
+    (_agreement, "lengths", _meta, ["AgreementBatch.lengths", "meta"]),
+    (_agreement, "subject_pos", _meta, ["AgreementBatch.subject_pos", "meta"]),
+    (_agreement, "verb_pos", _meta, ["AgreementBatch.verb_pos", "meta"]),
+    (_agreement, "plural", _meta, ["AgreementBatch.plural", "meta"]),
+    (_agreement, "attractor", _meta, ["AgreementBatch.attractor", "meta"]),
+    (_mixture, "targets", _meta, ["MixtureBatch.targets", "meta"]),
+    (_mixture, "real", _meta, ["MixtureBatch.real", "meta"]),
+    (_mixture, "targets", lambda t: _set(t, -1), ["MixtureBatch.targets", "next token", "got -1"]),
+    (_mixture, "targets", lambda t: _set(t, 10**6), ["MixtureBatch.targets", "got 1000000"]),
+])
+def test_batch_records_refuse_meta_tensors_and_values_out_of_range(make, field, change, words):
+    from dataclasses import replace
+
+    batch = make()
+    with pytest.raises(ValueError) as info:
+        replace(batch, **{field: change(getattr(batch, field))})
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_agreement_batch_refuses_the_same_verb_as_correct_and_wrong():
+    from dataclasses import replace
+
+    batch = _agreement()
+    with pytest.raises(ValueError, match=r"AgreementBatch.correct_id and AgreementBatch.wrong_id must"):
+        replace(batch, wrong_id=batch.correct_id.clone())
+
+
+def test_the_batches_the_tasks_make_still_pass():
+    from course_utils.tasks.synthetic import MixtureTask
+
+    for make in (_induction, _agreement, _mixture):
+        make()
+    MixtureTask().induction_eval(64)
+    MixtureTask().agreement_eval(64)
