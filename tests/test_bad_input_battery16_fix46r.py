@@ -156,3 +156,51 @@ def test_the_batches_the_tasks_make_still_pass():
         make()
     MixtureTask().induction_eval(64)
     MixtureTask().agreement_eval(64)
+
+
+# -- Quantized: a NamedTuple that checks its fields (silent) ----------------------------------------
+def _codes(dtype=torch.int8, shape=(2, 3)):
+    return torch.zeros(shape, dtype=dtype)
+
+
+_SCALE = torch.ones(2, 1)
+
+
+@pytest.mark.parametrize("codes, scale, zero, error, words", [
+    (_codes().to("meta"), _SCALE, None, ValueError, ["Quantized.codes", "meta"]),
+    (torch.zeros(2, 3), _SCALE, None, TypeError, ["Quantized.codes", "torch.int8", "float32"]),
+    (_codes(torch.bool), _SCALE, None, TypeError, ["Quantized.codes", "torch.bool"]),
+    (_codes(shape=(1, 2, 3)), _SCALE, None, ValueError, ["Quantized.scale", "fit the codes", "(1, 2, 3)"]),
+    (_codes(shape=(3,)), _SCALE, None, ValueError, ["Quantized.codes", "2-D", "(3)"]),
+    (None, _SCALE, None, TypeError, ["Quantized.codes", "NoneType"]),
+    ("tensor", _SCALE, None, TypeError, ["Quantized.codes", "str"]),
+    (torch.full((2, 3), -128, dtype=torch.int8), _SCALE, None, ValueError, ["Quantized.codes", "-128"]),
+    (_codes(), torch.empty(2, 1, device="meta"), None, ValueError, ["Quantized.scale", "meta"]),
+    (_codes(), torch.full((2, 1), float("nan")), None, ValueError, ["Quantized.scale", "nan"]),
+    (_codes(), torch.tensor([[1.0], [float("inf")]]), None, ValueError, ["Quantized.scale", "inf"]),
+    (_codes(), torch.ones(2, 1, dtype=torch.long), None, TypeError, ["Quantized.scale", "int64"]),
+    (_codes(), _SCALE.numpy(), None, TypeError, ["Quantized.scale", "ndarray"]),
+    (_codes(), torch.ones(1, 2, 1), None, ValueError, ["Quantized.scale", "(1, 2, 1)"]),
+    (_codes(), torch.ones(1), None, ValueError, ["Quantized.scale", "(1)"]),
+    (_codes(), None, None, TypeError, ["Quantized.scale", "NoneType"]),
+    (_codes(), -_SCALE, None, ValueError, ["Quantized.scale", "above 0", "-1.0"]),
+    (_codes(torch.uint8), _SCALE, object(), TypeError, ["Quantized.zero", "object"]),
+    (_codes(torch.uint8), _SCALE, "x", TypeError, ["Quantized.zero", "'x'"]),
+])
+def test_quantized_checks_its_fields_when_built(codes, scale, zero, error, words):
+    from course_utils.model.kv_cache import Quantized
+
+    with pytest.raises(error) as info:
+        Quantized(codes, scale, zero)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_quantized_from_quantize_kv_still_round_trips():
+    from course_utils.model.kv_cache import Quantized, dequantize_kv, quantize_kv
+
+    x = torch.randn(2, 5, 4)
+    for symmetric in (True, False):
+        q = quantize_kv(x, "token", symmetric=symmetric)
+        codes, scale, zero = q  # still a tuple
+        assert isinstance(q, Quantized) and (zero is None) == symmetric
+        assert torch.allclose(dequantize_kv(Quantized(codes, scale, zero)), x, atol=0.05)
