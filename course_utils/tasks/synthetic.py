@@ -549,6 +549,10 @@ class AgreementTask:
             raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
                             f"{list(TEMPLATES)}, got "
                             f"{type(self.templates).__name__} {self.templates!r:.60}")
+        not_names = [t for t in self.templates if not isinstance(t, str)]
+        if not_names:  # a list inside would reach `in TEMPLATES` as an unhashable key
+            raise TypeError(f"AgreementTask.templates must hold template names (str) from {list(TEMPLATES)}, "
+                            f"got {type(not_names[0]).__name__} {not_names[0]!r:.60}")
         unknown = [t for t in self.templates if t not in TEMPLATES]
         if unknown or not self.templates:
             raise ValueError(
@@ -665,6 +669,8 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
     if not isinstance(tokens, (Tensor, list, tuple, range)):
         raise TypeError(f"tokens must be one sentence of integer ids: a (T,) tensor or a list of ints, "
                         f"got {type(tokens).__name__} {tokens!r:.60}")
+    if isinstance(tokens, Tensor):
+        check_holds_values(tokens, "tokens")
     ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
     wrong_kind = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
     if wrong_kind:
@@ -684,7 +690,7 @@ def subject_position(tokens: Tensor) -> int:
     if tokens.ndim != 1 or tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise ValueError(f"tokens must be {wanted}, got a {tokens.dtype} tensor of shape "
                          f"{describe_shape(tokens)}")
-    check_holds_values(tokens, "tokens")
+    check_ids(tokens, "tokens", len(AGREEMENT_VOCAB), "token ids of the agreement grammar")
     for i, t in enumerate(tokens.tolist()):
         if t in _NOUN_IDS:
             return i
