@@ -204,3 +204,140 @@ def test_quantized_from_quantize_kv_still_round_trips():
         codes, scale, zero = q  # still a tuple
         assert isinstance(q, Quantized) and (zero is None) == symmetric
         assert torch.allclose(dequantize_kv(Quantized(codes, scale, zero)), x, atol=0.05)
+
+
+# -- the two-key lookup: records, empty batches, labels, callbacks, meta models ---------------------
+def _lookup_run():
+    from course_utils.tasks.two_relations import RelationsConfig, TwoKeyTask, train_lookup
+
+    return train_lookup(TwoKeyTask(), 2, seed=0, config=RelationsConfig(steps=4, eval_every=2, eval_size=64))
+
+
+@pytest.fixture(scope="module")
+def lookup_run():
+    return _lookup_run()
+
+
+@pytest.mark.parametrize("num_heads", [0, 10**13, 7])
+def test_run_result_num_heads_must_be_the_models(lookup_run, num_heads):
+    from dataclasses import replace
+
+    with pytest.raises(ValueError) as info:
+        replace(lookup_run, num_heads=num_heads)
+    assert "RunResult.num_heads" in str(info.value) and str(num_heads) in str(info.value)
+
+
+def test_evaluate_refuses_an_empty_batch(lookup_run):
+    from course_utils.tasks.two_relations import TwoKeyTask, evaluate
+
+    empty = TwoKeyTask().sample(4, seed=0).take(slice(0, 0))
+    with pytest.raises(ValueError, match=r"batch must hold at least one example.*0 examples"):
+        evaluate(lookup_run.model, empty)
+
+
+def test_lookup_batch_relation_must_follow_the_keys():
+    from course_utils.tasks.two_relations import LookupBatch, TwoKeyTask
+
+    batch = TwoKeyTask().sample(4, seed=0)
+    relation = batch.relation.clone()
+    relation[0, 0] = 5
+    with pytest.raises(ValueError, match=r"LookupBatch.relation .*got 5"):
+        LookupBatch(*batch[:4], relation, batch.target)
+
+
+@pytest.mark.parametrize("title", [123, b"t", None])
+@pytest.mark.parametrize("plot", ["plot_learning_curves", "plot_item_attention"])
+def test_plot_titles_must_be_text(lookup_run, plot, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_utils.tasks import two_relations as R
+
+    args = (([lookup_run],) if plot == "plot_learning_curves"
+            else (lookup_run.model, R.TwoKeyTask().sample(4, seed=0)))
+    with pytest.raises(TypeError) as info:
+        getattr(R, plot)(*args, title=title)
+    assert "title must be a str" in str(info.value) and type(title).__name__ in str(info.value)
+
+
+def test_train_lookup_checks_on_eval_arity_before_training():
+    from course_utils.tasks.two_relations import RelationsConfig, TwoKeyTask, train_lookup
+
+    with pytest.raises(TypeError, match=r"on_eval must be .*4 positional arguments.*<lambda>\(a\)"):
+        train_lookup(TwoKeyTask(), 1, seed=0, config=RelationsConfig(steps=1, eval_every=1, eval_size=8),
+                     on_eval=lambda a: a)
+
+
+def test_train_model_checks_sample_batch_arity():
+    from course_utils.model.train import TrainConfig, train_model
+
+    with pytest.raises(TypeError, match=r"sample_batch must be .*1 positional argument.*<lambda>\(\)"):
+        train_model(_model(0), lambda: None, TrainConfig(steps=1), seed=0)
+
+
+def _meta_copy(model):
+    import copy
+
+    return copy.deepcopy(model).to("meta")
+
+
+@pytest.mark.parametrize("call", ["attention_by_copies", "share_on_a", "weight_on_keys", "accuracy_by_share",
+                                  "swap_fraction", "swap_chance", "plot_item_attention", "evaluate"])
+def test_lookup_functions_refuse_a_meta_model(lookup_run, call):
+    from course_utils.tasks import two_relations as R
+
+    with pytest.raises(ValueError, match=r"model is on the meta device"):
+        getattr(R, call)(_meta_copy(lookup_run.model), R.TwoKeyTask().sample(8, seed=0))
+
+
+def test_tiny_transformer_and_train_model_refuse_a_meta_model():
+    from course_utils.model.train import TrainConfig, train_model
+
+    meta = _meta_copy(_model(0))
+    with pytest.raises(ValueError, match=r"model is on the meta device"):
+        meta(torch.zeros(1, 3, dtype=torch.long, device="meta"))
+
+    def batch(generator):
+        return torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long)
+
+    with pytest.raises(ValueError, match=r"model is on the meta device"):
+        train_model(meta, batch, TrainConfig(steps=1), seed=0)
+
+
+# -- the agreement grammar's helpers and task ---------------------------------------------------------
+@pytest.mark.parametrize("bad", [-1, 10**6])
+def test_subject_position_refuses_ids_outside_the_vocabulary(bad):
+    from course_utils.tasks.synthetic import subject_position, tokenize
+
+    tokens = tokenize("the keys on the table are")
+    tokens[0] = bad
+    with pytest.raises(ValueError) as info:
+        subject_position(tokens)
+    assert "tokens must hold" in str(info.value) and str(bad) in str(info.value)
+
+
+def test_detokenize_refuses_a_meta_tensor():
+    from course_utils.tasks.synthetic import detokenize
+
+    with pytest.raises(ValueError, match=r"tokens is on the meta device"):
+        detokenize(torch.zeros(4, dtype=torch.long, device="meta"))
+
+
+def test_agreement_task_templates_must_be_names():
+    from course_utils.tasks.synthetic import AgreementTask
+
+    with pytest.raises(TypeError, match=r"AgreementTask.templates must hold template names .*got list"):
+        AgreementTask(templates=(["simple", "prepositional"],))
+
+
+# -- the worked example's written-out sum ------------------------------------------------------------
+@pytest.mark.parametrize("field, value", [("total", -1.0), ("sum", -1.0), ("total", 104.001)])
+def test_cheap_expansion_sums_must_agree_with_its_terms(field, value):
+    from dataclasses import replace
+
+    from course_utils.tasks.worked_example import load_worked_example
+
+    cheap = load_worked_example().cheap
+    with pytest.raises(ValueError) as info:
+        replace(cheap, **{field: value})
+    assert f"CheapExpansion.{field}" in str(info.value) and str(value) in str(info.value)
