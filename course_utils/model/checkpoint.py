@@ -270,7 +270,7 @@ def save_checkpoint(
     weights_tmp = weights_path.with_name(f".{weights_path.name}.saving")
     meta_tmp = meta_path.with_name(f".{meta_path.name}.saving")
     previous = _previous_weights(weights_path)
-    kept_old = swapped = committed = False
+    kept_old = renaming = swapped = committed = False
     with _sigterm_rolls_back():  # SIGTERM, like Ctrl-C, rolls the save back before ending us
         try:
             # the temporary names are the save's own: whatever is there (a killed save's leftover, or a
@@ -287,18 +287,23 @@ def save_checkpoint(
                 except OSError:  # a file system without hard links: a copy does the same here
                     shutil.copyfile(weights_path, previous)
                 kept_old = True
+            renaming = True  # from here on, a temporary file that is gone was renamed into place
             weights_tmp.replace(weights_path)
             swapped = True
             meta_tmp.replace(meta_path)
             committed = True
             previous.unlink(missing_ok=True)
         except BaseException as exc:
+            # Ctrl-C or SIGTERM may land just after a rename, before its flag was set: the files say
+            # which renames happened (else a new sidecar would be rolled back onto the old weights)
+            swapped = swapped or (renaming and not weights_tmp.exists())
+            committed = committed or (swapped and not meta_tmp.exists())
             if swapped and not committed:  # the new weights went in, the new sidecar did not: undo
                 if kept_old:
                     os.replace(previous, weights_path)
                 else:
                     weights_path.unlink(missing_ok=True)
-            for tmp in (weights_tmp, meta_tmp) if committed else (weights_tmp, meta_tmp, previous):
+            for tmp in (weights_tmp, meta_tmp, previous):  # committed or rolled back: all stale now
                 try:
                     tmp.unlink(missing_ok=True)
                 except OSError:  # a read-only file system refuses even this: there is nothing to remove
