@@ -75,23 +75,23 @@ def test_to_batched_does_not_drop_one_heads_bias():
 @pytest.mark.parametrize(("bad", "words"), [(float("nan"), "nan"), (float("inf"), "inf"),
                                             (0.0, "above 0"), (-1.0, "above 0")])
 def test_dequantize_kv_refuses_a_non_finite_or_non_positive_scale(bad, words):
-    from course_utils.model.kv_cache import Quantized, dequantize_kv, quantize_kv
+    from course_utils.model.kv_cache import dequantize_kv, quantize_kv
     q = quantize_kv(torch.randn(2, 3, 4))
     scale = q.scale.clone()
     scale[0, 1, 0] = bad
     with pytest.raises(ValueError, match=rf"q\.scale.*{words}"):
-        dequantize_kv(Quantized(q.codes, scale, None))
+        dequantize_kv(q._replace(scale=scale))  # _replace: no check when built
 
 
 def test_dequantize_kv_refuses_a_nan_zero_point_and_meta_fields():
-    from course_utils.model.kv_cache import Quantized, dequantize_kv, quantize_kv
+    from course_utils.model.kv_cache import dequantize_kv, quantize_kv
     q = quantize_kv(torch.randn(2, 3, 4), symmetric=False)
     zero = q.zero.clone()
     zero[1, 0, 0] = float("nan")
     with pytest.raises(ValueError, match=r"q\.zero.*nan"):
-        dequantize_kv(Quantized(q.codes, q.scale, zero))
+        dequantize_kv(q._replace(zero=zero))
     with pytest.raises(ValueError, match=r"q\.scale.*meta"):
-        dequantize_kv(Quantized(q.codes, q.scale.to("meta"), q.zero))
+        dequantize_kv(q._replace(scale=q.scale.to("meta")))
 
 
 # -- 3. meta tensors: refused naming the argument and the device ----------------------------------

@@ -253,7 +253,7 @@ def _naive_without_a_head():
 
 RAW = [
     ("dequantize_kv misfit scale", lambda: kv_cache.dequantize_kv(
-        kv_cache.Quantized(torch.ones(1, 1, 2, 4, dtype=torch.int8), torch.ones(3), None)),
+        kv_cache.Quantized._make((torch.ones(1, 1, 2, 4, dtype=torch.int8), torch.ones(3), None))),
      ValueError, ["q.scale", "fit the codes (1, 1, 2, 4)", "got (3)"]),
     ("LookupModel other task's batch", _other_tasks_batch, ValueError,
      ["batch.item_keys", "keys in 0..15", "max 38", "not from the model's task"]),

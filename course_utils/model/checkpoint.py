@@ -24,11 +24,16 @@ import math
 import numbers
 import os
 import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as _tensors_to_bytes
 
 from ..env import pick_device
 from ..paths import DATA_DIR, check_path
@@ -118,12 +123,58 @@ def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tu
     return Path(f"{path}.safetensors"), Path(f"{path}.json")
 
 
-def _write_new(path: Path, text: str) -> None:
-    """Write ``text`` to a file created at ``path`` by this call (``O_EXCL``: an existing file,
-    link or FIFO there is an error, never followed or written through)."""
+def _write_new(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text, or bytes as they are) to a file created at ``path`` by this call
+    (``O_EXCL``: an existing file, link or FIFO there is an error, never followed or written
+    through), readable by all (``0o644``: checkpoints are shared files)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
+    if isinstance(data, bytes):
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+    else:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(data)
+
+
+def save_file(tensors: dict[str, torch.Tensor], filename: str | Path, metadata: dict[str, str]) -> None:
+    """safetensors' ``save_file``, but written by :func:`_write_new` to ``filename`` itself.
+
+    safetensors' own ``save_file`` writes through an anonymous temporary file (``.tmpXXXXXX``)
+    that a save killed outright leaves in the folder forever; serialised to bytes here, the
+    only temporary file is save_checkpoint's own ``.name.safetensors.saving``, which the next
+    save removes."""
+    _write_new(Path(filename), _tensors_to_bytes(tensors, metadata=metadata))
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while a checkpoint was being written (see :func:`_sigterm_rolls_back`)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+@contextmanager
+def _sigterm_rolls_back() -> Iterator[None]:
+    """While the block runs, SIGTERM is handled like Ctrl-C: it raises, so the save's clean-up
+    removes its temporary files, and the process then ends by SIGTERM as it would have.
+
+    Only where SIGTERM has its default action (the process dying at once, no clean-up) and in
+    the main thread (the only one Python lets set a handler); a handler of the caller's own is
+    left alone."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action, now that the files are tidy
+        raise SystemExit(128 + signal.SIGTERM) from None  # not reached where the signal ends us
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def save_checkpoint(
@@ -158,11 +209,16 @@ def save_checkpoint(
     saving over a ``.json`` that is no checkpoint's sidecar (empty, binary, other JSON).
 
     A save that fails (a read-only or full disk) is a :class:`CheckpointError` naming the folder,
-    and leaves the files as they were. One killed outright (SIGKILL, power cut)
-    between its two renames cannot: it leaves the new weights beside the old sidecar, plus the
+    and leaves the files as they were; so does one stopped by Ctrl-C (SIGINT) or by SIGTERM
+    (while it writes, SIGTERM is handled like Ctrl-C: the save is rolled back, then the process
+    ends by SIGTERM as it would have; a SIGTERM handler of the caller's own is left in charge).
+    One killed outright (SIGKILL, power cut) cannot clean up. Killed while writing, it leaves
+    only its own temporary files, ``.name.safetensors.saving`` and ``.name.json.saving`` (every
+    byte goes through them: no other temporary name is ever made), beside the untouched old pair.
+    Killed between its two renames, it leaves the new weights beside the old sidecar, plus the
     old weights as ``.name.safetensors.previous`` and a ``.name.json.saving``. Loading then
     reads the old pair (and warns) without touching the files; the next save under the same
-    name removes both leftovers.
+    name removes all these leftovers.
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
@@ -214,47 +270,52 @@ def save_checkpoint(
     weights_tmp = weights_path.with_name(f".{weights_path.name}.saving")
     meta_tmp = meta_path.with_name(f".{meta_path.name}.saving")
     previous = _previous_weights(weights_path)
-    kept_old = swapped = committed = False
-    try:
-        # the temporary names are the save's own: whatever is there (a killed save's leftover, or a
-        # link or FIFO someone placed) is removed, never written through, and each file is created new
-        for tmp in (weights_tmp, meta_tmp):
-            tmp.unlink(missing_ok=True)
-        save_file(tensors, str(weights_tmp), metadata=header)
-        weights_tmp.chmod(0o644)  # safetensors creates it owner-only; checkpoints are shared files
-        _write_new(meta_tmp, json.dumps(_sidecar(task, config, metrics, command, training, weights_path.name,
-                                                 weights_tmp), indent=2, sort_keys=False) + "\n")
-        previous.unlink(missing_ok=True)
-        if weights_path.exists():
-            try:
-                os.link(weights_path, previous)
-            except OSError:  # a file system without hard links: a copy does the same here
-                shutil.copyfile(weights_path, previous)
-            kept_old = True
-        weights_tmp.replace(weights_path)
-        swapped = True
-        meta_tmp.replace(meta_path)
-        committed = True
-        previous.unlink(missing_ok=True)
-    except BaseException as exc:
-        if swapped and not committed:  # the new weights went in, the new sidecar did not: undo
-            if kept_old:
-                os.replace(previous, weights_path)
-            else:
-                weights_path.unlink(missing_ok=True)
-        for tmp in (weights_tmp, meta_tmp) if committed else (weights_tmp, meta_tmp, previous):
-            try:
+    kept_old = renaming = swapped = committed = False
+    with _sigterm_rolls_back():  # SIGTERM, like Ctrl-C, rolls the save back before ending us
+        try:
+            # the temporary names are the save's own: whatever is there (a killed save's leftover, or a
+            # link or FIFO someone placed) is removed, never written through, and each file is created new
+            for tmp in (weights_tmp, meta_tmp):
                 tmp.unlink(missing_ok=True)
-            except OSError:  # a read-only file system refuses even this: there is nothing to remove
-                pass
-        _remove_empty(made)
-        if isinstance(exc, SafetensorError | OSError):  # the folder named, not a temporary file
-            reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
-                      else str(exc).split(" at path ")[0])  # safetensors names its own temporary file
-            raise CheckpointError(f"cannot write the checkpoint {weights_path.stem} in the folder "
-                                  f"{weights_path.parent} ({reason}; is it read-only, or the disk full?); "
-                                  "the files already there were left as they were") from exc
-        raise
+            save_file(tensors, weights_tmp, metadata=header)
+            sidecar = _sidecar(task, config, metrics, command, training, weights_path.name, weights_tmp)
+            _write_new(meta_tmp, json.dumps(sidecar, indent=2, sort_keys=False) + "\n")
+            previous.unlink(missing_ok=True)
+            if weights_path.exists():
+                try:
+                    os.link(weights_path, previous)
+                except OSError:  # a file system without hard links: a copy does the same here
+                    shutil.copyfile(weights_path, previous)
+                kept_old = True
+            renaming = True  # from here on, a temporary file that is gone was renamed into place
+            weights_tmp.replace(weights_path)
+            swapped = True
+            meta_tmp.replace(meta_path)
+            committed = True
+            previous.unlink(missing_ok=True)
+        except BaseException as exc:
+            # Ctrl-C or SIGTERM may land just after a rename, before its flag was set: the files say
+            # which renames happened (else a new sidecar would be rolled back onto the old weights)
+            swapped = swapped or (renaming and not weights_tmp.exists())
+            committed = committed or (swapped and not meta_tmp.exists())
+            if swapped and not committed:  # the new weights went in, the new sidecar did not: undo
+                if kept_old:
+                    os.replace(previous, weights_path)
+                else:
+                    weights_path.unlink(missing_ok=True)
+            for tmp in (weights_tmp, meta_tmp, previous):  # committed or rolled back: all stale now
+                try:
+                    tmp.unlink(missing_ok=True)
+                except OSError:  # a read-only file system refuses even this: there is nothing to remove
+                    pass
+            _remove_empty(made)
+            if isinstance(exc, SafetensorError | OSError):  # the folder named, not a temporary file
+                reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                          else str(exc).split(" at path ")[0])  # safetensors names its own temporary file
+                raise CheckpointError(f"cannot write the checkpoint {weights_path.stem} in the folder "
+                                      f"{weights_path.parent} ({reason}; is it read-only, or the disk "
+                                      "full?); the files already there were left as they were") from exc
+            raise
     return meta_path
 
 

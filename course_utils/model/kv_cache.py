@@ -332,20 +332,31 @@ class SlidingWindowCache(_StepOrder):
 _AXES = ("token", "channel")
 
 
-class Quantized(NamedTuple):
-    """8-bit codes and what turns them back into numbers: ``x ~ codes * scale (+ zero)``.
-
-    ``codes``: int8 in [-127, 127] (symmetric) or uint8 in [0, 255] (asymmetric), shaped as the
-    input ``(..., T, dk)``; ``scale`` and ``zero`` (``None`` when symmetric): float16, ``(..., T, 1)``
-    per token or ``(..., 1, dk)`` per channel.
-
-    A NamedTuple checks nothing when it is built (it cannot run a ``__post_init__``):
-    :func:`dequantize_kv`, the function that reads one, checks every field first and names it
-    (``q.codes``, ``q.scale``, ``q.zero``)."""
-
+class _QuantizedFields(NamedTuple):
     codes: Tensor
     scale: Tensor
     zero: Tensor | None
+
+
+class Quantized(_QuantizedFields):
+    """8-bit codes and what turns them back into numbers: ``x ~ codes * scale (+ zero)``.
+
+    ``codes``: int8 in [-127, 127] (symmetric) or uint8 in [0, 255] (asymmetric), shaped as the
+    input ``(..., T, dk)``; ``scale`` and ``zero`` (``None`` when symmetric): floating (float16
+    from :func:`quantize_kv`), ``(..., T, 1)`` per token or ``(..., 1, dk)`` per channel.
+
+    A tuple (it unpacks as ``codes, scale, zero``) that checks its fields when it is built, as
+    :func:`dequantize_kv` does when it reads one, and names the field (``Quantized.codes``, ...).
+    Any shape the scale fits is a valid record: codes ``(2, 2)`` with a scale ``(2, 1)`` is two
+    tokens of two channels, whatever tensor it was cut from. ``_make`` and ``_replace`` (tuple
+    machinery) build without the check; :func:`dequantize_kv` checks again before reading."""
+
+    __slots__ = ()
+
+    def __new__(cls, codes: Tensor, scale: Tensor, zero: Tensor | None) -> Quantized:
+        record = super().__new__(cls, codes, scale, zero)
+        _check_quantized_fields(record, "Quantized")
+        return record
 
 
 def _check_axis(value: object, name: str) -> str:
@@ -412,51 +423,67 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
 
 
 def _check_quantized(q: object, dtype: object) -> None:
-    """What :func:`dequantize_kv` reads: a :class:`Quantized` whose codes are int8 (symmetric) or
-    uint8 (asymmetric), whose scale (and zero) are floating tensors of the codes' number of
-    dims, each dim the codes' or 1 (per token ``(..., T, 1)``, per channel ``(..., 1, dk)``), and
-    a floating ``dtype``. Every field holds values (not the meta device), on the codes' device;
-    the scale's numbers are finite and above 0 and the zero point's finite, as
-    :func:`quantize_kv` makes them (a NaN, infinite, zero or negative scale would come back as
-    NaN, infinite, all-zero or sign-flipped keys and values, with no error)."""
+    """What :func:`dequantize_kv` reads: a :class:`Quantized` with valid fields (see
+    :func:`_check_quantized_fields`) and a floating ``dtype``."""
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a Quantized (from quantize_kv), got {type(q).__name__}")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32), got {dtype!r}")
+    _check_quantized_fields(q, "q")
+
+
+def _check_quantized_fields(q: Quantized, label: str) -> None:
+    """The fields of a :class:`Quantized` (``label`` names it in messages: ``q`` or ``Quantized``):
+    codes int8 in [-127, 127] (symmetric) or uint8 (asymmetric), ``(..., T, dk)``; the scale (and
+    zero) floating tensors of the codes' number of dims, each dim the codes' or 1 (per token
+    ``(..., T, 1)``, per channel ``(..., 1, dk)``). Every field holds values (not the meta device),
+    on the codes' device; the scale's numbers are finite and above 0 and the zero point's finite,
+    as :func:`quantize_kv` makes them (a NaN, infinite, zero or negative scale would come back as
+    NaN, infinite, all-zero or sign-flipped keys and values, with no error)."""
+    if not (q.zero is None or isinstance(q.zero, Tensor)):  # it decides which codes are wanted
+        raise TypeError(f"{label}.zero must be None (symmetric) or a tensor of zero points (asymmetric), "
+                        f"got {type(q.zero).__name__} {q.zero!r:.40}")
     wanted = torch.int8 if q.zero is None else torch.uint8
+    kind = "symmetric" if q.zero is None else "asymmetric"
     if not isinstance(q.codes, Tensor) or q.codes.dtype != wanted:
-        got = q.codes.dtype if isinstance(q.codes, Tensor) else type(q.codes).__name__
-        kind = "symmetric" if q.zero is None else "asymmetric"
-        raise TypeError(f"q.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}")
-    for name, t in (("q.scale", q.scale), ("q.zero", q.zero)):
-        if t is None and name == "q.zero":
+        got = q.codes.dtype if isinstance(q.codes, Tensor) else f"{type(q.codes).__name__} {q.codes!r:.40}"
+        raise TypeError(f"{label}.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}")
+    if q.codes.ndim < 2:
+        raise ValueError(f"{label}.codes must be at least 2-D (..., T, dk), got shape "
+                         f"{describe_shape(q.codes)}")
+    for name, t in ((f"{label}.scale", q.scale), (f"{label}.zero", q.zero)):
+        if t is None and name.endswith(".zero"):
             continue
-        check_tensor(t, name, layout="(..., T, 1) per token or (..., 1, dk) per channel")
+        check_tensor(t, name, layout="(..., T, 1) per token or (..., 1, dk) per channel")  # floating
         codes = q.codes.shape
         if t.ndim != len(codes) or any(s not in (1, c) for s, c in zip(t.shape, codes, strict=True)):
             raise ValueError(f"{name} must fit the codes {describe_shape(q.codes)}: as many dims, each the "
                              f"codes' or 1 (per token (..., T, 1), per channel (..., 1, dk)), got "
                              f"{describe_shape(t)}")
-    _check_quantized_values(q)
+    _check_quantized_values(q, label)
+    if q.zero is None and q.codes.numel() and int(q.codes.min()) < -127:
+        raise ValueError(f"{label}.codes must lie in [-127, 127] ({kind}: quantize_kv never makes -128), "
+                         f"got {int(q.codes.min())}")
 
 
-def _check_quantized_values(q: Quantized) -> None:
+def _check_quantized_values(q: Quantized, label: str) -> None:
     """The numbers of a :class:`Quantized` whose fields have the right types and shapes: values
-    on one device, a finite scale above 0, a finite zero point (see :func:`_check_quantized`)."""
-    fields = {"q.codes": q.codes, "q.scale": q.scale, **({} if q.zero is None else {"q.zero": q.zero})}
+    on one device, a finite scale above 0, a finite zero point (see :func:`_check_quantized_fields`)."""
+    fields = {"codes": q.codes, "scale": q.scale, **({} if q.zero is None else {"zero": q.zero})}
     for name, t in fields.items():
-        check_holds_values(t, name)
+        check_holds_values(t, f"{label}.{name}")
         if t.device != q.codes.device:
-            raise ValueError(f"{name} must be on the codes' device {q.codes.device}, got device {t.device}")
+            raise ValueError(f"{label}.{name} must be on the codes' device {q.codes.device}, got device "
+                             f"{t.device}")
     why = "quantize_kv never makes one; the keys or values would come back NaN or infinite"
-    check_finite(q.scale, "q.scale", why)
+    check_finite(q.scale, f"{label}.scale", why)
     if q.zero is not None:
-        check_finite(q.zero, "q.zero", why)
+        check_finite(q.zero, f"{label}.zero", why)
     if q.scale.numel() and not bool((q.scale > 0).all()):
         low = float(q.scale.min())
-        raise ValueError(f"q.scale must be above 0 (quantize_kv's scales are at least float16's smallest "
-                         f"normal number), got {low}: a zero scale turns every code into 0, a negative "
-                         "one flips the signs")
+        raise ValueError(f"{label}.scale must be above 0 (quantize_kv's scales are at least float16's "
+                         f"smallest normal number), got {low}: a zero scale turns every code into 0, a "
+                         "negative one flips the signs")
 
 
 def dequantize_kv(q: Quantized, dtype: torch.dtype = torch.float32) -> Tensor:

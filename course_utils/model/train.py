@@ -44,7 +44,7 @@ from ..tasks.synthetic import (
     agreement_accuracy,
     induction_accuracy,
 )
-from .transformer import ModelConfig, TinyTransformer
+from .transformer import ModelConfig, TinyTransformer, check_model_holds_values
 
 __all__ = [
     "TrainConfig",
@@ -304,9 +304,8 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
                  stop_at_target, progress, task) -> History:
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
-    if not callable(sample_batch):
-        raise TypeError(f"sample_batch must be a function generator -> (tokens, targets), got "
-                        f"{type(sample_batch).__name__}")
+    check_callable(sample_batch, "sample_batch", "a function generator -> (tokens, targets)", nargs=1)
+    check_model_holds_values(model)  # before the first batch and evaluation read from it
     if not isinstance(train_config, TrainConfig):
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     check_seed(seed)

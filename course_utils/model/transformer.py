@@ -63,7 +63,19 @@ from ..attention.validation import (
 from ..env import check_seed
 
 __all__ = [
-    "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]
+    "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model",
+    "check_model_holds_values"]
+
+
+def check_model_holds_values(model: nn.Module, name: str = "model") -> None:
+    """``model``'s parameters hold numbers: a model on the meta device (shapes without values,
+    e.g. built under ``torch.device("meta")``) is a ValueError naming ``name``, before a value is
+    read from it deep inside torch (``.item()``, a device mismatch)."""
+    for param_name, param in model.named_parameters():
+        if param.is_meta:
+            raise ValueError(f"{name} is on the meta device (shapes without values; its parameter "
+                             f"{param_name} has shape {describe_shape(param)}): build or load it on 'cpu' "
+                             "or 'cuda' first, e.g. model.to_empty(device='cpu') and then load its weights")
 
 
 @dataclass
@@ -331,6 +343,7 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"tokens must be 2-D (B, T), got shape {describe_shape(tokens)}{hint}")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"tokens must hold at least one token, got shape {describe_shape(tokens)}")
+        check_model_holds_values(self)
         device = self.token_embedding.weight.device
         if tokens.device != device:
             raise ValueError(f"tokens are on device {tokens.device} but the model's parameters are on "

@@ -77,11 +77,14 @@ BOS = 0  # induction task: token 0 starts every sequence; ordinary tokens are 1 
 
 
 def _check_batch_tensors(batch: object, **fields: tuple[torch.dtype, str]) -> None:
-    """The tensors of a task's batch record: each ``field=(dtype, dims)`` holds that dtype and is
-    ``(B, T)`` (``"BT"``) or ``(B,)`` (``"B"``), B and T read from ``batch.tokens``. Only the
-    dtype and the shape are read (no values): batches are made at every training step."""
+    """The tensors of a task's batch record: each ``field=(dtype, dims)`` holds values (not on
+    the meta device) of that dtype and is ``(B, T)`` (``"BT"``) or ``(B,)`` (``"B"``), B and T
+    read from ``batch.tokens``. Only the device, dtype and shape are read here (no values):
+    batches are made at every training step; the records read the few values they range-check."""
     kind = type(batch).__name__
     tokens = batch.tokens
+    for name in ("tokens", *fields):
+        check_holds_values(getattr(batch, name), f"{kind}.{name}")
     if tokens.ndim != 2:
         raise ValueError(f"{kind}.tokens must be (B, T), got shape {tuple(tokens.shape)}")
     for name, (dtype, dims) in fields.items():
@@ -107,11 +110,26 @@ def _check_token_ids(batch: object, name: str, vocab_size: int | None = None) ->
         raise ValueError(f"{label} must hold token ids >= 0, got {int(ids.min())}")
 
 
+def _check_in_range(batch: object, name: str, low: int, high: int, what: str) -> None:
+    """Every entry of ``batch.<name>`` lies in ``low..high``; else a ValueError naming the field,
+    the first row out of range and its value."""
+    values = getattr(batch, name)
+    bad = ((values < low) | (values > high)).nonzero()
+    if bad.numel():
+        row = int(bad[0, 0])
+        raise ValueError(f"{type(batch).__name__}.{name} must hold {what}, in {low}..{high}, got "
+                         f"{int(values[row])} at row {row}")
+
+
 @dataclass
 class InductionBatch:
-    """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)``; ``scored`` ``(B, T)`` bool marks the
-    positions whose *next* token is fixed by an earlier occurrence (the logits at position
-    ``t`` predict ``tokens[:, t + 1]``; the last column is never scored)."""
+    """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)`` in ``2..T``; ``scored`` ``(B, T)`` bool
+    marks the positions whose *next* token is fixed by an earlier occurrence (the logits at
+    position ``t`` predict ``tokens[:, t + 1]``; the last column is never scored).
+
+    ``tokens`` must be ids >= 0; their upper bound is the model's vocabulary, which the batch does
+    not know (an :class:`InductionTask` may have any ``vocab_size``): an id beyond it is refused
+    by the model that reads the batch (TinyTransformer names ``tokens`` and its vocab_size)."""
 
     tokens: Tensor
     periods: Tensor
@@ -122,6 +140,8 @@ class InductionBatch:
         _check_batch_tensors(self, tokens=(torch.long, "BT"), periods=(torch.long, "B"),
                              scored=(torch.bool, "BT"))
         _check_token_ids(self, "tokens")
+        _check_in_range(self, "periods", 2, self.tokens.shape[1],
+                        "a period of at least 2 (see InductionTask) that fits in the T tokens")
 
     @property
     def targets(self) -> Tensor:
@@ -392,6 +412,12 @@ class AgreementBatch:
                              f"({self.tokens.shape[0]}) or be empty, got {len(self.template)} names")
         for name in ("tokens", "correct_id", "wrong_id"):
             _check_token_ids(self, name, len(AGREEMENT_VOCAB))
+        same = (self.correct_id == self.wrong_id).nonzero()
+        if same.numel():  # the margin between a verb and itself is 0 whatever the model does
+            row = int(same[0, 0])
+            raise ValueError(f"AgreementBatch.correct_id and AgreementBatch.wrong_id must differ (the verb "
+                             f"in the subject's number and in the other), both are {int(self.wrong_id[row])} "
+                             f"at row {row}")
         _check_agreement_positions(self)
 
     def take(self, rows: Tensor) -> AgreementBatch:
@@ -523,6 +549,10 @@ class AgreementTask:
             raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
                             f"{list(TEMPLATES)}, got "
                             f"{type(self.templates).__name__} {self.templates!r:.60}")
+        not_names = [t for t in self.templates if not isinstance(t, str)]
+        if not_names:  # a list inside would reach `in TEMPLATES` as an unhashable key
+            raise TypeError(f"AgreementTask.templates must hold template names (str) from {list(TEMPLATES)}, "
+                            f"got {type(not_names[0]).__name__} {not_names[0]!r:.60}")
         unknown = [t for t in self.templates if t not in TEMPLATES]
         if unknown or not self.templates:
             raise ValueError(
@@ -639,6 +669,8 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
     if not isinstance(tokens, (Tensor, list, tuple, range)):
         raise TypeError(f"tokens must be one sentence of integer ids: a (T,) tensor or a list of ints, "
                         f"got {type(tokens).__name__} {tokens!r:.60}")
+    if isinstance(tokens, Tensor):
+        check_holds_values(tokens, "tokens")
     ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
     wrong_kind = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
     if wrong_kind:
@@ -658,7 +690,7 @@ def subject_position(tokens: Tensor) -> int:
     if tokens.ndim != 1 or tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise ValueError(f"tokens must be {wanted}, got a {tokens.dtype} tensor of shape "
                          f"{describe_shape(tokens)}")
-    check_holds_values(tokens, "tokens")
+    check_ids(tokens, "tokens", len(AGREEMENT_VOCAB), "token ids of the agreement grammar")
     for i, t in enumerate(tokens.tolist()):
         if t in _NOUN_IDS:
             return i
@@ -700,11 +732,28 @@ def agreement_accuracy(logits: Tensor, batch: AgreementBatch) -> dict[str, float
 # =====================================================================================
 # Mixture: induction and agreement in one model (lesson 6)
 # =====================================================================================
+def _check_next_token_targets(batch: MixtureBatch) -> None:
+    """Each of ``batch.targets`` is ``IGNORE_INDEX`` (-100) or the next token (``tokens[:, t + 1]``;
+    the last column has none, so it is ignored); else a ValueError naming the first bad entry."""
+    targets, tokens = batch.targets, batch.tokens
+    nxt = torch.full_like(tokens, IGNORE_INDEX)
+    nxt[:, :-1] = tokens[:, 1:]
+    bad = ((targets != IGNORE_INDEX) & (targets != nxt)).nonzero()
+    if bad.numel():
+        row, col = (int(i) for i in bad[0])
+        raise ValueError(f"MixtureBatch.targets must hold the next token (tokens[:, t + 1], "
+                         f"{int(nxt[row, col])} here) or {IGNORE_INDEX} (not scored), got "
+                         f"{int(targets[row, col])} at row {row}, column {col}")
+
+
 @dataclass
 class MixtureBatch:
     """``tokens`` ``(B, T)`` long: the first ``num_induction`` rows are induction sequences,
-    the rest agreement sentences (right-padded with ``<pad>``); ``targets`` ``(B, T)`` with
-    ``-100`` where nothing is predicted; ``real`` ``(B, T)`` bool: not padding."""
+    the rest agreement sentences (right-padded with ``<pad>``); ``targets`` ``(B, T)``: the next
+    token, or ``-100`` where nothing is predicted; ``real`` ``(B, T)`` bool: not padding.
+
+    ``tokens`` must be ids >= 0; their upper bound is the model's vocabulary, which the batch does
+    not know: an id beyond it is refused by the model that reads the batch."""
 
     tokens: Tensor
     targets: Tensor
@@ -719,6 +768,7 @@ class MixtureBatch:
         if self.num_induction > self.tokens.shape[0]:
             raise ValueError(f"MixtureBatch.num_induction must be at most the batch's {self.tokens.shape[0]} "
                              f"rows, got {self.num_induction}")
+        _check_next_token_targets(self)
 
     def task_parts(self) -> list[tuple[Tensor, Tensor]]:
         """The batch as ``[(tokens, targets)]`` per task: the induction rows ``(n, T)``, then the

@@ -37,8 +37,10 @@ from ..attention.shapes import count_parameters
 from ..attention.validation import (
     MAX_DECIMALS,
     check_axes,
+    check_callable,
     check_distinct,
     check_fits_in_memory,
+    check_holds_values,
     check_ids,
     check_index,
     check_int,
@@ -49,6 +51,7 @@ from ..attention.validation import (
     check_rows,
 )
 from ..env import seed_everything, torch_threads
+from ..model.transformer import check_model_holds_values
 from ..parallel import default_workers, parallel_map
 
 __all__ = [
@@ -153,6 +156,17 @@ def _check_lookup_fields(batch: LookupBatch) -> None:
         if got != want:
             raise ValueError(f"LookupBatch.{name} must be {want} (n = {n} examples, T = {T} items, from "
                              f"LookupBatch.item_keys {(n, T)}), got shape {got}")
+    for name in _LOOKUP_LAYOUT:  # the relation check below reads values
+        check_holds_values(getattr(batch, name), f"LookupBatch.{name}")
+    asked_a, asked_b = batch.query_keys[:, :1], batch.query_keys[:, 1:]
+    wanted = torch.where(batch.item_keys == asked_a, 0, torch.where(batch.item_keys == asked_b, 1, -1))
+    bad = (batch.relation != wanted).nonzero()
+    if bad.numel():
+        row, col = (int(i) for i in bad[0])
+        raise ValueError(f"LookupBatch.relation must be 0 where an item holds the key a, 1 where it holds "
+                         f"b and -1 for a distractor (from item_keys and query_keys), so "
+                         f"{int(wanted[row, col])} at row {row}, item {col}; got "
+                         f"{int(batch.relation[row, col])}")
 
 
 # What sample(n) allocates per example for the smallest task (num_items=2, num_keys=3):
@@ -281,6 +295,7 @@ def _check_batch_fits(model: object, batch: object) -> None:
     task's batch would otherwise fail in an embedding, "index out of range in self")."""
     if not isinstance(model, LookupModel):
         raise TypeError(f"model must be a LookupModel, got {type(model).__name__} {model!r:.60}")
+    check_model_holds_values(model)
     _check_batch(batch)
     task = model.task
     T = batch.item_keys.shape[1]
@@ -342,6 +357,10 @@ class RunResult:
         if len(self.steps) != len(self.accuracy):
             raise ValueError(f"RunResult.accuracy must hold one accuracy per step in RunResult.steps "
                              f"({len(self.steps)}), got {len(self.accuracy)}")
+        heads = self.model.attention.num_heads
+        if self.num_heads != heads:
+            raise ValueError(f"RunResult.num_heads must be the number of heads of RunResult.model ({heads}), "
+                             f"got {self.num_heads}")
 
     @property
     def final_accuracy(self) -> float:
@@ -350,8 +369,12 @@ class RunResult:
 
 @torch.no_grad()
 def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, float]:
-    """Accuracy of the whole answer, of symbol a alone and of symbol b alone."""
+    """Accuracy of the whole answer, of symbol a alone and of symbol b alone (``batch`` must hold
+    at least one example: the share of none right is no number)."""
     _check_batch_fits(model, batch)
+    if batch.num_examples == 0:
+        raise ValueError("batch must hold at least one example to score (an accuracy over none is NaN), "
+                         f"got a LookupBatch of 0 examples, shape {tuple(batch.item_keys.shape)}")
     was_training = model.training
     model.eval()
     predicted = model(batch)[0].argmax(dim=-1)  # (n,)
@@ -380,6 +403,9 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     check_int(seed, "seed", minimum=0)
     if not isinstance(config, RelationsConfig):
         raise TypeError(f"config must be a RelationsConfig, got {type(config).__name__}")
+    if on_eval is not None:  # called at every evaluation with four arguments
+        check_callable(on_eval, "on_eval", "callable or None: a function on_eval(num_heads, seed, step, "
+                       "model)", nargs=4)
     with torch_threads(1):
         seed_everything(seed)
         model = LookupModel(task, config.d_model, num_heads, hidden=config.hidden,
@@ -387,8 +413,6 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
         data = torch.Generator().manual_seed(seed)
         held_out = task.sample(config.eval_size, seed=EVAL_SEED)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-        if on_eval is not None and not callable(on_eval):
-            raise TypeError(f"on_eval must be callable or None, got {type(on_eval).__name__}")
         steps, accuracy = [0], [evaluate(model, held_out)[0]]
         recorded: dict[int, Any] = {}
 
@@ -495,11 +519,20 @@ def _check_results(results: object) -> None:
         raise TypeError(f"results[{wrong}] must be a RunResult, got {type(results[wrong]).__name__}")
 
 
+def _check_title(title: object) -> None:
+    """A plot's ``title`` is text (``""`` for the default): an int or bytes would be drawn as its
+    repr (``b'...'``) or silently replaced by the default (``b""``)."""
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str ('' for the default title), got {type(title).__name__} "
+                        f"{title!r:.60}")
+
+
 def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = ""):
     """Held-out accuracy against training step: thin lines per seed, thick line per mean."""
     import matplotlib.pyplot as plt
 
     check_axes(ax)
+    _check_title(title)
     _check_results(results)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
@@ -684,6 +717,7 @@ def plot_item_attention(model: LookupModel, batch: LookupBatch, index: int = 0, 
     index = check_index(index, "index", batch.num_examples, "examples in the batch")
     _check_batch_fits(model, batch)
     check_axes(ax)
+    _check_title(title)
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3))
     one = batch.take(slice(index, index + 1))

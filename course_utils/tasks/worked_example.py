@@ -191,6 +191,24 @@ class CheapExpansion:
         if not all(p < n for p in self.positions):
             raise ValueError(f"CheapExpansion.positions must be indices into the {n} head outputs, got "
                              f"{self.positions}")
+        _check_cheap_sums(self)
+
+
+def _check_cheap_sums(cheap: CheapExpansion) -> None:
+    """The printed results agree with the printed inputs: ``total`` = sum of head_outputs *
+    weights, ``products`` = the terms at ``positions``, ``sum`` = their sum. The article prints
+    rounded numbers (3 and 2 decimals), so each must agree within 1% of the terms' absolute sum
+    (at least 0.01), not to the last bit; a sign or a digit off is refused, naming the field."""
+    terms = cheap.head_outputs * cheap.weights
+    tolerance = 0.01 * max(1.0, float(np.abs(terms).sum()))
+    picked = terms[list(cheap.positions)]
+    checks = (("total", cheap.total, terms.sum()), ("products[0]", cheap.products[0], picked[0]),
+              ("products[1]", cheap.products[1], picked[1]), ("sum", cheap.sum, picked.sum()))
+    for name, got, want in checks:
+        if abs(float(got) - float(want)) > tolerance:
+            raise ValueError(f"CheapExpansion.{name} must agree with head_outputs * weights (about "
+                             f"{float(want):.4g}, within {tolerance:.3g} for the printed rounding), got "
+                             f"{got}")
 
 
 @dataclass(frozen=True)
