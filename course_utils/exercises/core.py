@@ -73,6 +73,29 @@ from ..attention.validation import check_distinct
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
+# This module's own globals as imported (filled by the package's first _capture_originals, once
+# sandbox has set GRADING_NOTE and STORE_READS): the check's put-back looks its helpers up here
+# (``_put_back``, ``_same_method``, ``outputs_close``, ...), so an answer that rebinds one would
+# make every later comparison and put-back its own (battery 16).
+_OWN_GLOBALS: dict[str, Any] = {}
+_OWN_LIVE = globals()
+_OWN_MISSING = object()
+
+
+def _put_back_own(live: dict[str, Any] = _OWN_LIVE, items: Callable[[], Any] = _OWN_GLOBALS.items,
+                  get: Callable[..., Any] = _OWN_LIVE.get, is_: Callable[[Any, Any], bool] = operator.is_,
+                  missing: Any = _OWN_MISSING) -> list[str]:
+    """Put back each of this module's own globals an answer rebound or deleted, first of all
+    (before any helper is looked up); the names ("core._same_method", ...). Everything it uses
+    is bound here, at import, as its defaults: it looks up no global and no built-in."""
+    changed = []
+    for key, value in items():
+        if not is_(get(key, missing), value):
+            live[key] = value
+            changed.append("core." + key)
+    return changed
+
+
 __all__ = ["Case", "Mistake", "Exercise", "Feedback", "LIBRARY_TWINS", "outputs_close", "describe_value"]
 
 # Ready-made implementations of what an exercise asks for, by check name. While the
@@ -350,15 +373,16 @@ class _Deadline:
             if self._done.wait(0.25):
                 return
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: Any, _own: Callable[[], list[str]] = _put_back_own) -> None:
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
-        _unprofiled(self._exit, exc_info)
+        own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
+        _unprofiled(self._exit, exc_info, own)
 
-    def _exit(self, exc_info: tuple) -> None:
+    def _exit(self, exc_info: tuple, own: list[str]) -> None:
         settings = _restore_settings(self._settings)  # before the names: set_default_dtype rebinds
         # torch.Storage; next the names: even `import` may have been replaced
-        self.changed = _changes(settings, _put_back(self._saved_names))
+        self.changed = _changes(settings, own + _put_back(self._saved_names))
         self._saved_names = []
         # a thread an earlier cell started, still running: it may have made the change, not the answer
         self.threads = (_threads_running_user_code(_THREADS_AT_START[-1])
@@ -761,7 +785,10 @@ _VOLATILE = {"builtins": ("_", "exit", "quit", "get_ipython", "display", "input"
 
 
 def _capture_originals() -> None:
-    """Remember the guarded names of each namespace not seen before, as they are now."""
+    """Remember the guarded names of each namespace not seen before, as they are now (and, the
+    first time, this module's own globals: :func:`_put_back_own`)."""
+    if not _OWN_GLOBALS:
+        _OWN_GLOBALS.update(globals())
     for label, owner, live in _guarded_spaces():
         key = id(live) if owner is None else id(owner)  # (a class's __dict__ is a new proxy each time)
         if owner is _INSTANCE or key in _ORIGINALS:
@@ -820,7 +847,7 @@ def _changes(settings: list[str], names: list[str]) -> str | None:
 # the rest of this module but what runs inside the answer's calls, _ANSWER_SIDE)
 _ANSWER_SIDE = ("_tripwire", "recorded", "_profile", "_stop_line", "_stop_call")
 _OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _Deadline._exit.__code__,
-              _unprofiled.__code__, _put_back.__code__, _guarded_namespaces.__code__,
+              _unprofiled.__code__, _put_back.__code__, _put_back_own.__code__, _guarded_namespaces.__code__,
               _guarded_spaces.__code__, _Deadline._restore_alarm.__code__}
 
 _STOP_CODES: dict[int, Any] = {}
@@ -1456,8 +1483,11 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     """``check`` made to answer every failure of its own with an error Feedback."""
     import functools
 
+    own = _put_back_own  # (bound here: an answer may rebind the module's name)
+
     @functools.wraps(check)
     def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+        replaced = own()  # an earlier cell's rebinding of this module's helpers: put back, named
         if _CHECKS_INSIDE_ANSWERS:  # called by an answer that a check is running: say so there
             _CHECKS_INSIDE_ANSWERS[-1].append(self.title)
             return Feedback(self.title, "error", "a check cannot run inside an answer that is being "
@@ -1465,9 +1495,9 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
         outermost = not _THREADS_AT_START
         if outermost:  # a patch made before this check (a cell, a leftover thread): put back, named
             try:
-                before = _restore_originals()
+                before = replaced + _restore_originals()
             except Exception:  # noqa: BLE001 - (the per-answer guard still runs)
-                before = []
+                before = replaced
             _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
         _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
@@ -1478,15 +1508,16 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                                 f"the check could not grade this answer ({type(exc).__name__}: "
                                 f"{_safe_str(exc)}).", self.hint)
         finally:
+            replaced = own()  # rebound outside the time limit (a probe call): named below
             _CHECK_LIMITS.pop()
             _restore_settings(settings)
             if outermost:
                 _THREADS_AT_START.pop()
         if outermost:
             try:
-                during = _restore_originals()
+                during = replaced + _restore_originals()
             except Exception:  # noqa: BLE001
-                during = []
+                during = replaced
             return _kernel_feedback(self, feedback, before, during)
         return feedback
 

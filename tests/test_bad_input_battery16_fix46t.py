@@ -1,0 +1,40 @@
+"""Battery 16b's findings in the exercises, the command-line helpers and the scripts, each
+failing before its fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import course_utils.exercises.core as core
+from course_utils.exercises import lesson01, lesson02, lesson03
+
+
+def _returns_none(*args, **kwargs):
+    return None
+
+
+# -- 1: an answer that rebinds the check's own helpers (core's module globals) -------------------
+
+@pytest.mark.parametrize("check", [lesson01.check_attend, lesson02.check_softmax_rows,
+                                   lesson03.check_split_heads], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("helper", ["_same_method", "_torch_wrapped", "_put_back"])
+def test_rebinding_the_checks_helpers_is_named_and_put_back(check, helper):
+    original, close = getattr(core, helper), core.outputs_close
+
+    def cheat(*args, **kwargs):
+        setattr(core, helper, (lambda *a, **k: []) if helper == "_put_back" else (lambda *a, **k: True))
+        core.outputs_close = lambda *a, **k: True
+        return torch.zeros(1)
+
+    try:
+        feedback = check(cheat)
+        assert not feedback.passed
+        assert f"core.{helper}" in feedback.message and "core.outputs_close" in feedback.message
+        assert getattr(core, helper) is original and core.outputs_close is close
+        later = lesson01.check_attend(_returns_none)
+        assert not later.passed and "None" in later.message
+    finally:
+        setattr(core, helper, original)
+        core.outputs_close = close
+
