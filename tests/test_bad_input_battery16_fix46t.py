@@ -38,3 +38,23 @@ def test_rebinding_the_checks_helpers_is_named_and_put_back(check, helper):
         setattr(core, helper, original)
         core.outputs_close = close
 
+
+# -- 3: sys.setrecursionlimit changed by an answer -----------------------------------------------
+
+@pytest.mark.parametrize("check", [lesson01.check_attend, lesson02.check_attention_weights],
+                         ids=lambda c: c.__name__)
+def test_an_answers_recursion_limit_is_put_back(check):
+    import sys
+
+    before = sys.getrecursionlimit()
+
+    def answer(*args, **kwargs):
+        sys.setrecursionlimit(before + 54321)
+        return torch.zeros(1)
+
+    try:
+        feedback = check(answer)
+        assert not feedback.passed
+        assert sys.getrecursionlimit() == before, f"recursion limit left at {sys.getrecursionlimit()}"
+    finally:
+        sys.setrecursionlimit(before)

@@ -540,11 +540,15 @@ _deterministic = torch.use_deterministic_algorithms
 # :func:`_restore_settings` puts back each that changed, so the next check, the reference
 # answer included, runs as it would have (battery 8: after ``np.seterr(all='raise')`` the next
 # check failed the reference; battery 9: ``torch.set_default_device('meta')``, a global
-# forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001).
+# forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001;
+# battery 16: ``sys.setrecursionlimit(100000)``).
 _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
     (None, np.geterr, lambda v: _seterr(**v)),
     (None, torch.get_default_dtype, torch.set_default_dtype),
     (None, torch.is_grad_enabled, torch.set_grad_enabled),
+    # (an answer's high limit left behind lets a later deep recursion crash the kernel instead
+    # of raising RecursionError: battery 16)
+    (None, sys.getrecursionlimit, sys.setrecursionlimit),
     (None, lambda: (torch.are_deterministic_algorithms_enabled(),
                     torch.is_deterministic_algorithms_warn_only_enabled()),
      lambda v: _deterministic(v[0], warn_only=v[1])),
