@@ -58,3 +58,30 @@ def test_an_answers_recursion_limit_is_put_back(check):
         assert sys.getrecursionlimit() == before, f"recursion limit left at {sys.getrecursionlimit()}"
     finally:
         sys.setrecursionlimit(before)
+
+
+# -- 2: a time-limit stop that left an entry in _CHECKS_INSIDE_ANSWERS ---------------------------
+
+def _split_heads(x, h):  # a correct answer
+    *lead, t, d = x.shape
+    return x.reshape(*lead, t, h, d // h).transpose(-3, -2)
+
+
+def test_an_entry_left_by_a_stopped_answer_does_not_block_later_checks():
+    core._CHECKS_INSIDE_ANSWERS.append([])  # what the stop left while the answer was being left
+    try:
+        feedback = lesson03.check_split_heads(_split_heads)
+        assert feedback.passed, feedback.message
+        assert core._CHECKS_INSIDE_ANSWERS == []
+    finally:
+        core._CHECKS_INSIDE_ANSWERS.clear()
+
+
+def test_a_check_called_by_an_answer_is_still_named():
+    def answer(x, h):
+        lesson01.check_attend(_returns_none)
+        return _split_heads(x, h)
+
+    feedback = lesson03.check_split_heads(answer)
+    assert not feedback.passed and "check" in feedback.message
+    assert core._CHECKS_INSIDE_ANSWERS == []

@@ -1480,7 +1480,12 @@ class _AnswerRunning:
         _CHECKS_INSIDE_ANSWERS.append(self.called)
 
     def __exit__(self, *exc: object) -> None:
-        _CHECKS_INSIDE_ANSWERS.remove(self.called)
+        # by identity (another answer's list may be equal); an entry a stop left behind is
+        # cleared by the outermost check (_never_raises)
+        for i in range(len(_CHECKS_INSIDE_ANSWERS) - 1, -1, -1):
+            if _CHECKS_INSIDE_ANSWERS[i] is self.called:
+                del _CHECKS_INSIDE_ANSWERS[i]
+                break
 
 
 def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
@@ -1492,11 +1497,13 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     @functools.wraps(check)
     def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
         replaced = own()  # an earlier cell's rebinding of this module's helpers: put back, named
+        outermost = not _THREADS_AT_START
+        if outermost:  # no check runs an answer now: an entry is one a time-limit stop left behind
+            _CHECKS_INSIDE_ANSWERS.clear()  # while its answer was being left (battery 16)
         if _CHECKS_INSIDE_ANSWERS:  # called by an answer that a check is running: say so there
             _CHECKS_INSIDE_ANSWERS[-1].append(self.title)
             return Feedback(self.title, "error", "a check cannot run inside an answer that is being "
                             "checked; the outer check says so.")
-        outermost = not _THREADS_AT_START
         if outermost:  # a patch made before this check (a cell, a leftover thread): put back, named
             try:
                 before = replaced + _restore_originals()
@@ -1517,6 +1524,7 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
             _restore_settings(settings)
             if outermost:
                 _THREADS_AT_START.pop()
+                _CHECKS_INSIDE_ANSWERS.clear()
         if outermost:
             try:
                 during = replaced + _restore_originals()
