@@ -85,3 +85,32 @@ def test_a_check_called_by_an_answer_is_still_named():
     feedback = lesson03.check_split_heads(answer)
     assert not feedback.passed and "check" in feedback.message
     assert core._CHECKS_INSIDE_ANSWERS == []
+
+
+# -- 4: the outside grader named torch.Storage for torch.set_default_dtype -----------------------
+
+def test_the_grader_names_a_changed_default_dtype_not_torch_storage():
+    from course_utils.exercises import sandbox
+
+    snapshot = sandbox._modules_and_classes()
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64 if before is not torch.float64 else torch.float32)
+    try:
+        changed = sandbox._changed(snapshot)
+    finally:
+        torch.set_default_dtype(before)
+    assert changed is not None and "default dtype" in changed and "set_default_dtype" in changed
+    assert "Storage" not in changed and str(before) in changed
+
+
+def test_the_grader_still_names_a_replaced_module_attribute():
+    from course_utils.exercises import sandbox
+
+    snapshot = sandbox._modules_and_classes()
+    original = torch.allclose
+    torch.allclose = lambda *a, **k: True
+    try:
+        changed = sandbox._changed(snapshot)
+    finally:
+        torch.allclose = original
+    assert changed == "`torch.allclose` changed"
