@@ -114,3 +114,20 @@ def test_the_grader_still_names_a_replaced_module_attribute():
     finally:
         torch.allclose = original
     assert changed == "`torch.allclose` changed"
+
+
+# -- 5: safe_collect.py run as documented, the venv not activated --------------------------------
+
+def test_safe_collect_runs_this_interpreters_nbgrader_without_the_venv_on_path(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "safe_collect.py"
+    (tmp_path / "exchange" / "c" / "inbound").mkdir(parents=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(script), "01_x", "--exchange", str(tmp_path / "exchange"),
+                           "--course", "c"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert "Traceback" not in done.stderr, done.stderr[-800:]
+    assert done.returncode == 0, (done.returncode, done.stderr[-800:])
