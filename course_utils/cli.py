@@ -254,6 +254,11 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     try:
         child = subprocess.Popen(command, **kwargs)
     except OSError as err:  # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
+        cwd = kwargs.get("cwd")
+        if cwd is not None and not os.path.isdir(cwd):  # not the program's fault (battery 16)
+            raise type(err)(err.errno, f"cwd: {prog} cannot run {command[0]!r} in {os.fsdecode(cwd)!r}: "
+                                       f"{'not a folder' if os.path.exists(cwd) else 'no such folder'} "
+                                       f"({err.strerror or err})") from None
         kind = ("a folder, not a program" if os.path.isdir(command[0]) else
                 "not found" if isinstance(err, FileNotFoundError) else
                 "not runnable" if isinstance(err, PermissionError) else err.strerror or str(err))

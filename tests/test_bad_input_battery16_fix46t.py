@@ -131,3 +131,19 @@ def test_safe_collect_runs_this_interpreters_nbgrader_without_the_venv_on_path(t
                           timeout=300)
     assert "Traceback" not in done.stderr, done.stderr[-800:]
     assert done.returncode == 0, (done.returncode, done.stderr[-800:])
+
+
+# -- 7: cli.call blamed the program for a missing cwd --------------------------------------------
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_call_names_a_bad_cwd_not_the_program(tmp_path, kind):
+    from course_utils import cli
+
+    cwd = tmp_path / "nope"
+    if kind == "a file":
+        cwd.write_text("x")
+    with pytest.raises(OSError) as info:
+        cli.call(["true"], "p", cwd=str(cwd))
+    assert "cwd" in str(info.value) and str(cwd) in str(info.value)
+    assert "not found" not in str(info.value)
+
