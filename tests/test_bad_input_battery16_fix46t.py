@@ -147,3 +147,27 @@ def test_call_names_a_bad_cwd_not_the_program(tmp_path, kind):
     assert "cwd" in str(info.value) and str(cwd) in str(info.value)
     assert "not found" not in str(info.value)
 
+
+def test_call_gives_128_plus_the_signal_of_a_killed_child():
+    from course_utils import cli
+
+    assert cli.call(["sh", "-c", "kill -KILL $$"], "p") == 128 + 9
+
+
+# -- 8: cli.run passed main's bool or out-of-range status through --------------------------------
+
+@pytest.mark.parametrize(("returned", "error"), [(True, TypeError), (False, TypeError), (999, ValueError),
+                                                 (-1, ValueError)])
+def test_run_refuses_a_status_sys_exit_would_misread(returned, error):
+    from course_utils import cli
+
+    with pytest.raises(error) as info:
+        cli.run(lambda argv: returned, [], "p")
+    assert "main(argv) returned" in str(info.value) and repr(returned) in str(info.value)
+
+
+@pytest.mark.parametrize("returned", [None, 0, 3, 255, "a message"])
+def test_run_passes_a_status_sys_exit_reads_right(returned):
+    from course_utils import cli
+
+    assert cli.run(lambda argv: returned, [], "p") == returned
