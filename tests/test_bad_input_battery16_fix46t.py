@@ -171,3 +171,19 @@ def test_run_passes_a_status_sys_exit_reads_right(returned):
     from course_utils import cli
 
     assert cli.run(lambda argv: returned, [], "p") == returned
+
+
+# -- 6: nbgrader_tools.py source with an extra COURSE_DIR ----------------------------------------
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["c1", "c2"], "extra: c2"), (["c1", "c2", "c3"], "extra: c2 c3"), ([], "missing COURSE_DIR")])
+def test_nbgrader_tools_source_names_what_is_extra_or_missing(tmp_path, args, named):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "nbgrader_tools.py"
+    done = subprocess.run([sys.executable, str(script), "source", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and named in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
