@@ -187,3 +187,30 @@ def test_nbgrader_tools_source_names_what_is_extra_or_missing(tmp_path, args, na
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and named in done.stderr, done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# -- 9: sandbox.answer_source with a name that is not an identifier ------------------------------
+
+@pytest.mark.parametrize("name", ["not an id", "", "1abc", "f()"])
+def test_answer_source_names_a_name_that_is_not_an_identifier(name):
+    from course_utils.exercises import sandbox
+
+    with pytest.raises(ValueError) as info:
+        sandbox.answer_source(["def f(): pass"], name)
+    assert "name" in str(info.value) and "identifier" in str(info.value) and repr(name) in str(info.value)
+
+
+def test_the_grader_answers_a_test_cell_whose_argument_is_not_a_name():
+    import nbformat
+
+    from course_utils.exercises import autograde
+
+    answer = nbformat.v4.new_code_cell("def attend(q, k, v):\n    return q\n")
+    answer.metadata["nbgrader"] = {"grade_id": "lesson01_attend", "solution": True, "grade": False}
+    test = nbformat.v4.new_code_cell("lesson01.check_attend(1)")
+    test.metadata["nbgrader"] = {"grade_id": "lesson01_attend_test", "grade": True, "solution": False,
+                                 "points": 1}
+    notebook = nbformat.v4.new_notebook(cells=[answer, test])
+    results = autograde.grade_notebook(notebook, salt=None, solutions_dir=None)
+    feedback = next(iter(results.values()))
+    assert not feedback.passed and "identifier" in feedback.message and "'1'" in feedback.message

@@ -282,7 +282,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
             or not all(isinstance(c, str) for c in cells):
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
                         + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
-    _need_text("name", name, "the answer's function name")
+    _need_identifier("name", name, "the answer's function name")
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
@@ -353,6 +353,14 @@ def _need_text(label: str, value: Any, what: str) -> None:
     """``value`` (the argument ``label``) must be a str: else a TypeError naming it."""
     if not isinstance(value, str):
         raise TypeError(f"{label}: expected {what} (a str), got {type(value).__name__} {value!r:.60}")
+
+
+def _need_identifier(label: str, value: Any, what: str) -> None:
+    """``value`` (the argument ``label``) must be a str that is a Python identifier: else a
+    TypeError or ValueError naming it (no function could be found under another name)."""
+    _need_text(label, value, what)
+    if not value.isidentifier():
+        raise ValueError(f"{label}: expected {what} (a Python identifier), got {value!r:.60}")
 
 
 def is_stub(code: str, name: str) -> bool:
