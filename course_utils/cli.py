@@ -186,7 +186,11 @@ def run(main, argv: list[str], prog: str) -> int:
     The handlers in place before are put back when it returns; in a tool run from the command line
     (:func:`stop_at_once` was called) the signals are ignored instead: its work is done or reported,
     and a signal while the interpreter shuts down (Jupyter's clean-ups can take a second) would
-    otherwise end it silently with the signal's status, or with a wrong line."""
+    otherwise end it silently with the signal's status, or with a wrong line.
+
+    ``main`` returns what ``sys.exit`` takes: None (0), an exit status 0..255 or a message str
+    (printed, status 1); a bool or an int outside 0..255 is refused with a TypeError/ValueError
+    after ``main`` ran (``True`` read as 1 and 999 as 231, by accident)."""
     if not callable(main):
         raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
                         f"{main!r:.60}")
@@ -224,9 +228,22 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
             return _report(prog, Interrupted(_received[0], _left[0]))
         if _received:
             return _report(prog, Interrupted(_received[0], _left[0]))
-        return code
+        return _exit_status(code)
     finally:
         _put_back(previous)
+
+
+def _exit_status(code: object) -> object:
+    """``code``, what ``main`` returned for ``sys.exit``, refused when it is a bool (True gave
+    exit status 1 by accident) or an int outside 0..255 (``sys.exit(999)`` exits 231): None, an
+    int 0..255, or a message str (``sys.exit`` prints it and exits 1) pass (battery 16)."""
+    if isinstance(code, bool):
+        raise TypeError(f"main(argv) returned {code!r}: expected an exit status (an int 0..255, "
+                        "or None for 0), not a bool")
+    if isinstance(code, int) and not 0 <= code <= 255:
+        raise ValueError(f"main(argv) returned {code!r}: expected an exit status 0..255 "
+                         f"(sys.exit takes it modulo 256: {code % 256})")
+    return code
 
 
 def _report(prog: str, exc: Interrupted) -> int:
@@ -243,7 +260,9 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     the child's console itself), which stops with its own one line and status 128 + the signal's
     number (as :func:`run` makes it); this process says one line itself only when the child died of
     the signal without a word, and returns 128 + its number then. The other stop signals are not
-    relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does."""
+    relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does.
+    A child killed by any other signal gives 128 + its number too (an exit status :func:`run`
+    accepts), not Popen's negative number."""
     if not words(command, "command", none_reads_sys_argv=False):
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
@@ -254,6 +273,11 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     try:
         child = subprocess.Popen(command, **kwargs)
     except OSError as err:  # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
+        cwd = kwargs.get("cwd")
+        if cwd is not None and not os.path.isdir(cwd):  # not the program's fault (battery 16)
+            raise type(err)(err.errno, f"cwd: {prog} cannot run {command[0]!r} in {os.fsdecode(cwd)!r}: "
+                                       f"{'not a folder' if os.path.exists(cwd) else 'no such folder'} "
+                                       f"({err.strerror or err})") from None
         kind = ("a folder, not a program" if os.path.isdir(command[0]) else
                 "not found" if isinstance(err, FileNotFoundError) else
                 "not runnable" if isinstance(err, PermissionError) else err.strerror or str(err))
@@ -283,7 +307,7 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
         print(f"{prog}: interrupted by {signal.Signals(signum).name}: {name} was stopped before it "
               "could say what it left", file=sys.stderr, flush=True)
         return 128 + signum
-    return code
+    return 128 - code if code < 0 else code  # killed by another signal: 128 + its number, as a shell
 
 
 def run_kernel(work, message: str):

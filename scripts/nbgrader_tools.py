@@ -730,9 +730,11 @@ def _main(argv: list[str]) -> int:
                 return 1
             print("lessons converted, student notebooks and INSTRUCTORS.md current")
         elif command == "source":
-            if len(args) != 1:
-                print("usage: nbgrader_tools.py source COURSE_DIR (an nbgrader course directory)",
-                      file=sys.stderr)
+            if len(args) != 1:  # what is missing or extra, named (battery 16)
+                got = (f"expected one COURSE_DIR, got {len(args)}: {' '.join(args)} (extra: "
+                       f"{' '.join(args[1:])})" if args else "missing COURSE_DIR")
+                print(f"usage: nbgrader_tools.py source COURSE_DIR (an nbgrader course directory)\n"
+                      f"source: {got}; nothing was written", file=sys.stderr)
                 return 2
             problem = _course_dir_problem(args[0])
             if problem:

@@ -46,7 +46,6 @@ import math  # noqa: E402
 import os  # noqa: E402
 import pwd  # noqa: E402
 import re  # noqa: E402
-import shutil  # noqa: E402
 import stat  # noqa: E402
 import tempfile  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -257,12 +256,21 @@ def main(argv: list[str]) -> int:
         for name, why in refused:
             print(f"REFUSED {name}: {why}")
         print(f"{len(taken)} records copied, {len(refused)} refused; running nbgrader collect on the copy")
-        nbgrader = shutil.which("nbgrader") or "nbgrader"
+        # the nbgrader of this interpreter, with its bin folder first on PATH (nbgrader runs
+        # `alembic` by name): run as documented (`.venv/bin/python scripts/...`, the venv not
+        # activated), neither is on PATH (battery 16)
+        bin_dir = str(Path(sys.executable).parent)
+        env = dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", os.defpath)]))
         cli = _cli()
         cli.leaving("nbgrader collect was stopped: the records it had collected stay in submitted/, "
                     "run this again to collect the rest")
-        code = cli.call([nbgrader, "collect", args.lesson, f"--Exchange.root={private}",
-                         f"--CourseDirectory.course_id={args.course}"], "safe_collect.py")
+        try:
+            code = cli.call([sys.executable, "-m", "nbgrader", "collect", args.lesson,
+                             f"--Exchange.root={private}", f"--CourseDirectory.course_id={args.course}"],
+                            "safe_collect.py", env=env)
+        except OSError as exc:  # one line, not a traceback (the private copy is removed on the way out)
+            print(f"safe_collect.py: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     return code or (1 if refused else 0)
 
 

@@ -228,8 +228,9 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     print(f"{args.which}: Python {sys.version.split()[0]}, {versions}", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONHASHSEED="0", MPLBACKEND="Agg")
-    return subprocess.call([str(python), "-m", "pytest", *(args.pytest_args or DEFAULT_PYTEST)],
+    code = subprocess.call([str(python), "-m", "pytest", *(args.pytest_args or DEFAULT_PYTEST)],
                            cwd=root, env=env)
+    return 128 - code if code < 0 else code  # killed by a signal: 128 + its number (cli.run takes 0..255)
 
 
 def _cli():

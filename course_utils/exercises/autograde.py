@@ -719,7 +719,8 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
                                 and c is nb.cells[answer_index]), None)
             try:
                 code = sandbox.answer_source([c.source for c in before], call["arg"], answer_cell)
-            except sandbox.AnswerProblem as exc:
+            except (sandbox.AnswerProblem, ValueError) as exc:  # (ValueError: an edited test cell's
+                # `check_x(1)`, a name no function can have)
                 title = exercise_of(call["module"], call["check"]).title
                 feedback = Feedback(title, "not attempted" if "no function" in str(exc) else "error",
                                     f"{exc}.", "")

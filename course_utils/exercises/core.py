@@ -73,6 +73,29 @@ from ..attention.validation import check_distinct
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
+# This module's own globals as imported (filled by the package's first _capture_originals, once
+# sandbox has set GRADING_NOTE and STORE_READS): the check's put-back looks its helpers up here
+# (``_put_back``, ``_same_method``, ``outputs_close``, ...), so an answer that rebinds one would
+# make every later comparison and put-back its own (battery 16).
+_OWN_GLOBALS: dict[str, Any] = {}
+_OWN_LIVE = globals()
+_OWN_MISSING = object()
+
+
+def _put_back_own(live: dict[str, Any] = _OWN_LIVE, items: Callable[[], Any] = _OWN_GLOBALS.items,
+                  get: Callable[..., Any] = _OWN_LIVE.get, is_: Callable[[Any, Any], bool] = operator.is_,
+                  missing: Any = _OWN_MISSING) -> list[str]:
+    """Put back each of this module's own globals an answer rebound or deleted, first of all
+    (before any helper is looked up); the names ("core._same_method", ...). Everything it uses
+    is bound here, at import, as its defaults: it looks up no global and no built-in."""
+    changed = []
+    for key, value in items():
+        if not is_(get(key, missing), value):
+            live[key] = value
+            changed.append("core." + key)
+    return changed
+
+
 __all__ = ["Case", "Mistake", "Exercise", "Feedback", "LIBRARY_TWINS", "outputs_close", "describe_value"]
 
 # Ready-made implementations of what an exercise asks for, by check name. While the
@@ -350,15 +373,16 @@ class _Deadline:
             if self._done.wait(0.25):
                 return
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: Any, _own: Callable[[], list[str]] = _put_back_own) -> None:
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
-        _unprofiled(self._exit, exc_info)
+        own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
+        _unprofiled(self._exit, exc_info, own)
 
-    def _exit(self, exc_info: tuple) -> None:
+    def _exit(self, exc_info: tuple, own: list[str]) -> None:
         settings = _restore_settings(self._settings)  # before the names: set_default_dtype rebinds
         # torch.Storage; next the names: even `import` may have been replaced
-        self.changed = _changes(settings, _put_back(self._saved_names))
+        self.changed = _changes(settings, own + _put_back(self._saved_names))
         self._saved_names = []
         # a thread an earlier cell started, still running: it may have made the change, not the answer
         self.threads = (_threads_running_user_code(_THREADS_AT_START[-1])
@@ -516,11 +540,15 @@ _deterministic = torch.use_deterministic_algorithms
 # :func:`_restore_settings` puts back each that changed, so the next check, the reference
 # answer included, runs as it would have (battery 8: after ``np.seterr(all='raise')`` the next
 # check failed the reference; battery 9: ``torch.set_default_device('meta')``, a global
-# forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001).
+# forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001;
+# battery 16: ``sys.setrecursionlimit(100000)``).
 _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
     (None, np.geterr, lambda v: _seterr(**v)),
     (None, torch.get_default_dtype, torch.set_default_dtype),
     (None, torch.is_grad_enabled, torch.set_grad_enabled),
+    # (an answer's high limit left behind lets a later deep recursion crash the kernel instead
+    # of raising RecursionError: battery 16)
+    (None, sys.getrecursionlimit, sys.setrecursionlimit),
     (None, lambda: (torch.are_deterministic_algorithms_enabled(),
                     torch.is_deterministic_algorithms_warn_only_enabled()),
      lambda v: _deterministic(v[0], warn_only=v[1])),
@@ -761,7 +789,10 @@ _VOLATILE = {"builtins": ("_", "exit", "quit", "get_ipython", "display", "input"
 
 
 def _capture_originals() -> None:
-    """Remember the guarded names of each namespace not seen before, as they are now."""
+    """Remember the guarded names of each namespace not seen before, as they are now (and, the
+    first time, this module's own globals: :func:`_put_back_own`)."""
+    if not _OWN_GLOBALS:
+        _OWN_GLOBALS.update(globals())
     for label, owner, live in _guarded_spaces():
         key = id(live) if owner is None else id(owner)  # (a class's __dict__ is a new proxy each time)
         if owner is _INSTANCE or key in _ORIGINALS:
@@ -820,7 +851,7 @@ def _changes(settings: list[str], names: list[str]) -> str | None:
 # the rest of this module but what runs inside the answer's calls, _ANSWER_SIDE)
 _ANSWER_SIDE = ("_tripwire", "recorded", "_profile", "_stop_line", "_stop_call")
 _OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _Deadline._exit.__code__,
-              _unprofiled.__code__, _put_back.__code__, _guarded_namespaces.__code__,
+              _unprofiled.__code__, _put_back.__code__, _put_back_own.__code__, _guarded_namespaces.__code__,
               _guarded_spaces.__code__, _Deadline._restore_alarm.__code__}
 
 _STOP_CODES: dict[int, Any] = {}
@@ -1449,25 +1480,35 @@ class _AnswerRunning:
         _CHECKS_INSIDE_ANSWERS.append(self.called)
 
     def __exit__(self, *exc: object) -> None:
-        _CHECKS_INSIDE_ANSWERS.remove(self.called)
+        # by identity (another answer's list may be equal); an entry a stop left behind is
+        # cleared by the outermost check (_never_raises)
+        for i in range(len(_CHECKS_INSIDE_ANSWERS) - 1, -1, -1):
+            if _CHECKS_INSIDE_ANSWERS[i] is self.called:
+                del _CHECKS_INSIDE_ANSWERS[i]
+                break
 
 
 def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     """``check`` made to answer every failure of its own with an error Feedback."""
     import functools
 
+    own = _put_back_own  # (bound here: an answer may rebind the module's name)
+
     @functools.wraps(check)
     def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+        replaced = own()  # an earlier cell's rebinding of this module's helpers: put back, named
+        outermost = not _THREADS_AT_START
+        if outermost:  # no check runs an answer now: an entry is one a time-limit stop left behind
+            _CHECKS_INSIDE_ANSWERS.clear()  # while its answer was being left (battery 16)
         if _CHECKS_INSIDE_ANSWERS:  # called by an answer that a check is running: say so there
             _CHECKS_INSIDE_ANSWERS[-1].append(self.title)
             return Feedback(self.title, "error", "a check cannot run inside an answer that is being "
                             "checked; the outer check says so.")
-        outermost = not _THREADS_AT_START
         if outermost:  # a patch made before this check (a cell, a leftover thread): put back, named
             try:
-                before = _restore_originals()
+                before = replaced + _restore_originals()
             except Exception:  # noqa: BLE001 - (the per-answer guard still runs)
-                before = []
+                before = replaced
             _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
         _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
@@ -1478,15 +1519,17 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                                 f"the check could not grade this answer ({type(exc).__name__}: "
                                 f"{_safe_str(exc)}).", self.hint)
         finally:
+            replaced = own()  # rebound outside the time limit (a probe call): named below
             _CHECK_LIMITS.pop()
             _restore_settings(settings)
             if outermost:
                 _THREADS_AT_START.pop()
+                _CHECKS_INSIDE_ANSWERS.clear()
         if outermost:
             try:
-                during = _restore_originals()
+                during = replaced + _restore_originals()
             except Exception:  # noqa: BLE001
-                during = []
+                during = replaced
             return _kernel_feedback(self, feedback, before, during)
         return feedback
 

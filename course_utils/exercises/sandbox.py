@@ -282,7 +282,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
             or not all(isinstance(c, str) for c in cells):
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
                         + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
-    _need_text("name", name, "the answer's function name")
+    _need_identifier("name", name, "the answer's function name")
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
@@ -353,6 +353,14 @@ def _need_text(label: str, value: Any, what: str) -> None:
     """``value`` (the argument ``label``) must be a str: else a TypeError naming it."""
     if not isinstance(value, str):
         raise TypeError(f"{label}: expected {what} (a str), got {type(value).__name__} {value!r:.60}")
+
+
+def _need_identifier(label: str, value: Any, what: str) -> None:
+    """``value`` (the argument ``label``) must be a str that is a Python identifier: else a
+    TypeError or ValueError naming it (no function could be found under another name)."""
+    _need_text(label, value, what)
+    if not value.isidentifier():
+        raise ValueError(f"{label}: expected {what} (a Python identifier), got {value!r:.60}")
 
 
 def is_stub(code: str, name: str) -> bool:
@@ -1106,7 +1114,9 @@ def _modules_and_classes() -> list[tuple[Any, dict]]:
         table = getattr(sys.modules.get(module_name), name, None)
         if type(table) is dict:
             seen[id(table)] = (_Registry(f"{module_name}.{name}", table), dict(table))
-    return list(seen.values())
+    # settings first: :func:`_changed` names the first difference, and a changed default dtype
+    # also rebinds torch.Storage, which would otherwise be named (battery 16)
+    return [(setting, _namespace(setting)) for setting in SETTINGS] + list(seen.values())
 
 
 # Tables the grader's own code in the answer's process reads (pickling the result goes through
@@ -1121,7 +1131,20 @@ class _Registry:
     table: dict
 
 
+@dataclass(frozen=True)
+class _Setting:
+    """A process setting the grader's comparison depends on, compared by value: ``what`` (the
+    words for it) and ``read`` (bound at import: the answer may replace torch's function)."""
+    what: str
+    read: Any
+
+
+SETTINGS = (_Setting("the default dtype (torch.set_default_dtype)", torch.get_default_dtype),)
+
+
 def _namespace(owner: Any) -> dict:
+    if type(owner) is _Setting:
+        return {"value": owner.read()}
     return owner.table if type(owner) is _Registry else vars(owner)
 
 
@@ -1134,16 +1157,31 @@ def _owner_name(owner: Any) -> str:
 
 
 def _changed(snapshot: list[tuple[Any, dict]]) -> str | None:
-    """The first attribute of a module or class that is not what :func:`_modules_and_classes`
-    saw (changed, deleted or added), as ``module.name``; None when all are as they were."""
+    """The first setting or attribute of a module or class that is not what
+    :func:`_modules_and_classes` saw (changed, deleted or added), in words ("changed the default
+    dtype (...) from torch.float32 to torch.float64", "`module.name` changed"); None when all
+    are as they were."""
     for owner, before in snapshot:
-        now = _namespace(owner)
-        if len(now) != len(before) + ("__warningregistry__" in now) - ("__warningregistry__" in before):
-            added = sorted(set(now) - set(before) - {"__warningregistry__"}) or sorted(set(before) - set(now))
-            return f"{_owner_name(owner)}.{(added or ['?'])[0]}"
-        for key, value in before.items():
-            if key != "__warningregistry__" and now.get(key, before) is not value:
-                return f"{_owner_name(owner)}.{key}"
+        if type(owner) is _Setting:
+            now = _namespace(owner)["value"]
+            if now is not before["value"]:
+                return f"changed {owner.what} from {before['value']} to {now}"
+            continue
+        name = _changed_name(owner, before)
+        if name is not None:
+            return f"`{name}` changed"
+    return None
+
+
+def _changed_name(owner: Any, before: dict) -> str | None:
+    """The first attribute of ``owner`` that is not as in ``before``, as ``module.name``."""
+    now = _namespace(owner)
+    if len(now) != len(before) + ("__warningregistry__" in now) - ("__warningregistry__" in before):
+        added = sorted(set(now) - set(before) - {"__warningregistry__"}) or sorted(set(before) - set(now))
+        return f"{_owner_name(owner)}.{(added or ['?'])[0]}"
+    for key, value in before.items():
+        if key != "__warningregistry__" and now.get(key, before) is not value:
+            return f"{_owner_name(owner)}.{key}"
     return None
 
 
@@ -1265,7 +1303,7 @@ def _child(payload_fd: str, result_fd: str) -> None:
         for case in cases:
             if tampered is not None:
                 outcomes.append({"kind": "raised", "error": ["Tampered", tampered], "after": [],
-                                 "used": None, "tampered": f"`{tampered}` changed"})
+                                 "used": None, "tampered": tampered})
                 break
             harness[0] = True
             args, kwargs = case.fresh()
@@ -1295,7 +1333,7 @@ def _child(payload_fd: str, result_fd: str) -> None:
             tampered = _changed(snapshot) or watch.tampered  # before any lookup in a module again
             if tampered is not None:
                 outcomes.append({"kind": "raised", "error": ["Tampered", tampered], "after": [],
-                                 "used": watch.used, "tampered": f"`{tampered}` changed"})
+                                 "used": watch.used, "tampered": tampered})
                 break
             if record["kind"] == "value":
                 try:
