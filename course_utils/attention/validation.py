@@ -950,7 +950,7 @@ def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None
         raise ValueError(f"{name} lacks the columns {missing}; it has {list(table.columns)}")
 
 
-__all__ += ["check_distinct", "check_table"]
+__all__ += ["check_distinct", "check_table", "check_model_holds_values"]
 
 
 # -- battery 6 additions (helper b6b): kept in one block ------------------------------------------
@@ -1227,3 +1227,14 @@ def _describe_hint(hint: object, top: bool = True) -> str:
         words = getattr(hint, "__name__", str(hint))
         return (("an " if words[0] in "aeiouAEIOU" else "a ") + words) if top else words
     return words if top else f"({words})"
+
+
+def check_model_holds_values(model: torch.nn.Module, name: str = "model") -> None:
+    """``model``'s parameters hold numbers: a model on the meta device (shapes without values,
+    e.g. built under ``torch.device("meta")``) is a ValueError naming ``name``, before a value is
+    read from it deep inside torch (``.item()``, a device mismatch)."""
+    for param_name, param in model.named_parameters():
+        if param.is_meta:
+            raise ValueError(f"{name} is on the meta device (shapes without values; its parameter "
+                             f"{param_name} has shape {describe_shape(param)}): build or load it on 'cpu' "
+                             "or 'cuda' first, e.g. model.to_empty(device='cpu') and then load its weights")

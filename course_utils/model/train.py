@@ -33,7 +33,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # the text bar: no widget state is stored in executed notebooks
 
-from ..attention.validation import check_callable, check_fits_in_memory, check_flag, check_int, check_record
+from ..attention.validation import (
+    check_callable,
+    check_fits_in_memory,
+    check_flag,
+    check_int,
+    check_model_holds_values,
+    check_record,
+)
 from ..env import check_seed, pick_device, torch_threads
 from ..tasks.synthetic import (
     AgreementBatch,
@@ -44,7 +51,7 @@ from ..tasks.synthetic import (
     agreement_accuracy,
     induction_accuracy,
 )
-from .transformer import ModelConfig, TinyTransformer, check_model_holds_values
+from .transformer import ModelConfig, TinyTransformer
 
 __all__ = [
     "TrainConfig",

@@ -55,6 +55,7 @@ from ..attention.validation import (
     check_int,
     check_kv_heads,
     check_linear_weights_fit,
+    check_model_holds_values,
     check_same_dtype_and_device,
     check_stream,
     check_tensor,
@@ -63,19 +64,7 @@ from ..attention.validation import (
 from ..env import check_seed
 
 __all__ = [
-    "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model",
-    "check_model_holds_values"]
-
-
-def check_model_holds_values(model: nn.Module, name: str = "model") -> None:
-    """``model``'s parameters hold numbers: a model on the meta device (shapes without values,
-    e.g. built under ``torch.device("meta")``) is a ValueError naming ``name``, before a value is
-    read from it deep inside torch (``.item()``, a device mismatch)."""
-    for param_name, param in model.named_parameters():
-        if param.is_meta:
-            raise ValueError(f"{name} is on the meta device (shapes without values; its parameter "
-                             f"{param_name} has shape {describe_shape(param)}): build or load it on 'cpu' "
-                             "or 'cuda' first, e.g. model.to_empty(device='cpu') and then load its weights")
+    "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]
 
 
 @dataclass

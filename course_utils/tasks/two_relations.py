@@ -46,12 +46,12 @@ from ..attention.validation import (
     check_int,
     check_int_list,
     check_linear_weights_fit,
+    check_model_holds_values,
     check_real,
     check_record,
     check_rows,
 )
 from ..env import seed_everything, torch_threads
-from ..model.transformer import check_model_holds_values
 from ..parallel import default_workers, parallel_map
 
 __all__ = [
