@@ -214,3 +214,32 @@ def test_the_grader_answers_a_test_cell_whose_argument_is_not_a_name():
     results = autograde.grade_notebook(notebook, salt=None, solutions_dir=None)
     feedback = next(iter(results.values()))
     assert not feedback.passed and "identifier" in feedback.message and "'1'" in feedback.message
+
+
+def test_the_answer_runs_on_the_package_the_grader_imported(tmp_path) -> None:
+    """Graded from a checkout named by PYTHONPATH, the answer's process (``python -I``, which drops
+    PYTHONPATH) imported the installed course_utils: other code than the grader's, or under
+    bubblewrap (which shows only the grader's package folder) none, so every honest answer got
+    "No module named 'course_utils'" (battery 16, re-run). It imports the grader's package now."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "course_utils", tmp_path / "course_utils",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    child = tmp_path / "course_utils" / "exercises" / "sandbox.py"
+    child.write_text(child.read_text() + (  # this copy's answer process says which code it is
+        "\n\ndef _child(*args):\n"
+        "    sys.stderr.write('refused: the answer ran on the grader copy\\n')\n"
+        "    sys.stderr.flush()\n"
+        "    os._exit(REFUSED_EXIT)\n"))
+    code = ("from course_utils.exercises import autograde\n"
+            "print(autograde.grade_answer('lesson03', 'check_parameter_count', "
+            "'def parameter_count(d_model, h, bias=True):\\n    return 4 * d_model * d_model\\n', "
+            "'parameter_count', salt=None, solutions_dir=None).message)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the answer ran on the grader copy" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -1560,10 +1560,13 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
              "per_call": int(per_call), "work": str(work), "stub": is_stub(code, name)})
         payload.flush()
         payload.seek(0)
+        # the package this grader imported, first on the answer's path: with -I (no PYTHONPATH) the
+        # child found the installed course_utils, not a checkout named by PYTHONPATH: it ran other
+        # code than the grader's, or (under bubblewrap, which shows only PACKAGE) none at all
         python = [sys.executable, "-I", "-c",
-                  "import sys; from course_utils.exercises.sandbox import _child; "
-                  "_child(sys.argv[1], sys.argv[2])",
-                  str(payload.fileno()), str(result.fileno())]
+                  "import sys; sys.path.insert(0, sys.argv[3]); "
+                  "from course_utils.exercises.sandbox import _child; _child(sys.argv[1], sys.argv[2])",
+                  str(payload.fileno()), str(result.fileno()), str(PACKAGE.parent)]
         if use_bwrap:
             argv, env = _bwrap_argv(work, hidden_paths(hide)) + python, None
         else:
