@@ -896,11 +896,14 @@ def pruning_batches(heldout, sentences, induction_count=32, sentence_count=400):
     return agreement_check, induction_check, first, subset
 
 
-def prunable_stages(mixture, orders, heldout, sentences, by_agreement=None, **sizes):
+def prunable_stages(mixture, orders, heldout, sentences, by_agreement=None, known=None, **sizes):
     """The notebook's count in its two stages: (how many heads of each order go, first to last,
-    before agreement or induction drops more than 0.05; how many before agreement alone does).
+    before agreement or induction drops more than 0.05; how many before agreement alone does;
+    the induction stage's measurements, keyed by set of heads).
     ``by_agreement``: the second result of an earlier call with the same orders, sentences and
-    ``sentence_count``, reused rather than measured again (that stage never reads ``heldout``)."""
+    ``sentence_count``, reused rather than measured again (that stage never reads ``heldout``).
+    ``known``: the third result of an earlier call with the same ``heldout`` and ``induction_count``:
+    the sets it measured are not measured again (as the notebook reuses them for its second sample)."""
     agreement_check, induction_check, _, subset = pruning_batches(heldout, sentences, **sizes)
     if by_agreement is None:
         intact_right = sum(measure(mixture, agreement_check).values())
@@ -911,10 +914,10 @@ def prunable_stages(mixture, orders, heldout, sentences, by_agreement=None, **si
     assert len(by_agreement) == len(orders), "by_agreement: one count per order"
     intact_induction = measure(mixture, induction_check)["induction acc"]
     truncated = [o[:k] for o, k in zip(orders, by_agreement, strict=True)]
-    counts, _ = prunable_counts(mixture, induction_check, truncated,
-                                lambda n: round(intact_induction - n["induction acc"], 4) <= 0.05,
-                                map_fn=parallel_map, chunks=2)
-    return counts, by_agreement
+    counts, found = prunable_counts(mixture, induction_check, truncated,
+                                    lambda n: round(intact_induction - n["induction acc"], 4) <= 0.05,
+                                    map_fn=parallel_map, chunks=2, known=known)
+    return counts, by_agreement, found
 
 
 def count_prunable(mixture, orders, heldout, sentences, **sizes):
@@ -996,23 +999,25 @@ def test_all_128_induction_sequences_give_the_same_counts(mixture, mixture_setup
     order the same count. Only the induction stage changes with the sequences, so the agreement
     stage is the notebook count's own (``pruning_stages``), not measured a second time."""
     named, random = pruning_orders
-    counts, _ = prunable_stages(mixture, [*named.values(), *random], MIXTURE_TASK.induction_eval(128),
-                                mixture_setup[3], by_agreement=pruning_stages[1], induction_count=128)
+    counts = prunable_stages(mixture, [*named.values(), *random], MIXTURE_TASK.induction_eval(128),
+                             mixture_setup[3], by_agreement=pruning_stages[1], induction_count=128)[0]
     assert counts == [*pruning[0].values(), *pruning[1].tolist()]
 
 
 @pytest.mark.slow
 def test_on_the_other_479_sentences_the_importance_orders_beat_almost_every_random_order(
-        mixture, pruning_orders):
+        mixture, pruning_orders, pruning_stages):
     """The notebook's second sample: the same count with agreement scored on the other 479
     attractor sentences of the 2000 (up to 23 may be lost), the named orders and the first 100
-    random ones (seeds 0 to 99), and the same induction check."""
+    random ones (seeds 0 to 99), and the same induction check. As in the notebook, the induction
+    stage reuses the first sample's measurements (``pruning_stages``): the same check on the same
+    32 sequences, so a set already measured there is not measured a second time."""
     named, random = pruning_orders
     every = attractor_sentences(AGREEMENT_TASK.eval_batch(2000), None)
     others = every.take(torch.arange(ATTRACTOR_COUNT, len(every)))
     assert len(others) == 479
-    counts = count_prunable(mixture, [*named.values(), *random[:100]], MIXTURE_TASK.induction_eval(128),
-                            others, sentence_count=479)
+    counts = prunable_stages(mixture, [*named.values(), *random[:100]], MIXTURE_TASK.induction_eval(128),
+                             others, known=pruning_stages[2], sentence_count=479)[0]
     assert dict(zip(named, counts[:4], strict=True)) == {"greedy": 8, "layer-normalised": 7,
                                                          "single-head Δloss": 7, "reverse": 2}
     other = torch.tensor(counts[4:])
