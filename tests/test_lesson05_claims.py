@@ -464,15 +464,21 @@ def test_ablation_losses_and_mean_ablation(induction, agreement, sentences, held
     means = {"induction": mean_head_outputs(induction, heldout_batch.tokens, per_position=True),
              "agreement": mean_head_outputs(agreement, batch.tokens, keep=batch.tokens != PAD_ID)}
 
+    computed = {}  # (name, heads, how) -> logits: a case read twice is computed once
+
     @torch.no_grad()
     def logits(name, off, how):
-        model, tokens = models[name]
-        if how == "zero":
-            gates = torch.ones(2, 4)
-            for layer, head in off:
-                gates[layer, head] = 0.0
-            return model(tokens, head_mask=gates)[0]
-        return ablated_logits(model, tokens, off, method="mean", means=means[name])
+        key = (name, tuple(off), how)
+        if key not in computed:
+            model, tokens = models[name]
+            if how == "zero":
+                gates = torch.ones(2, 4)
+                for layer, head in off:
+                    gates[layer, head] = 0.0
+                computed[key] = model(tokens, head_mask=gates)[0]
+            else:
+                computed[key] = ablated_logits(model, tokens, off, method="mean", means=means[name])
+        return computed[key]
 
     def ind_loss(off, how="zero"):
         return next_token_loss(logits("induction", off, how), heldout_batch.tokens, heldout_batch.scored)

@@ -150,7 +150,9 @@ def test_single_head_accuracies_match_lesson05s_table(induction, heldout):
 
 
 # ------------------------------------------------------------------ section 2: zero vs mean
+@pytest.fixture(scope="module")
 def agreement_setup(agreement, sentences):
+    """Section 2's loss batch and attractor check, and its mean head outputs (the reference)."""
     train = AGREEMENT_TASK.sample(500, torch.Generator().manual_seed(11))  # the notebook's loss batch
     reference = AGREEMENT_TASK.sample(1000, torch.Generator().manual_seed(12)).tokens
     means = mean_head_outputs(agreement, reference, keep=reference != PAD_ID)
@@ -163,11 +165,22 @@ def agreement_setup(agreement, sentences):
     return evaluations, means, train
 
 
-def test_the_two_methods_mostly_agree_with_two_exceptions(agreement, sentences):
-    evaluations, means, _ = agreement_setup(agreement, sentences)
-    cases = {head_name(*h): [h] for h in all_heads(agreement)}
-    zero = ablation_table(agreement, evaluations, cases)["attractor acc"]
-    mean = ablation_table(agreement, evaluations, cases, method="mean", means=means)["attractor acc"]
+@pytest.fixture(scope="module")
+def agreement_tables(agreement, agreement_setup):
+    """Section 2's table, one head off at a time and none, zeroed and mean-ablated: computed once for
+    the tests that read it (each row is measured on its own, so a row is the same with or without
+    the others)."""
+    evaluations, means, _ = agreement_setup
+    cases = {"none": []} | {head_name(*h): [h] for h in all_heads(agreement)}
+    return {method: ablation_table(agreement, evaluations, cases, method=method,
+                                   means=means if method == "mean" else None) for method in ("zero", "mean")}
+
+
+def test_the_two_methods_mostly_agree_with_two_exceptions(agreement, sentences, agreement_setup,
+                                                          agreement_tables):
+    _, means, _ = agreement_setup
+    zero = agreement_tables["zero"].drop("none")["attractor acc"]
+    mean = agreement_tables["mean"].drop("none")["attractor acc"]
     gap = (zero - mean).abs()
     assert gap.median() < 0.001 and gap.idxmax() == "L0H0"
     assert zero["L0H0"] < 0.97 and mean["L0H0"] > 0.99, "L0H0: the two methods disagree"
@@ -268,8 +281,8 @@ def test_resampled_l1h2_hands_over_the_donors_number(agreement, resample_setup):
 
 
 # ------------------------------------------------------------------ section 3: narrow drop
-def test_l1h2_loss_increase_sits_on_the_verb(agreement, sentences):
-    evaluations, _, train = agreement_setup(agreement, sentences)
+def test_l1h2_loss_increase_sits_on_the_verb(agreement, sentences, agreement_setup):
+    evaluations, _, train = agreement_setup
     intact, ablated = measure(agreement, evaluations), measure(agreement, evaluations, [(1, 2)])
     assert ablated["attractor acc"] < 0.6 and ablated["loss"] - intact["loss"] < 0.2
     with torch.no_grad():
@@ -294,11 +307,12 @@ def test_l1h2_loss_increase_sits_on_the_verb(agreement, sentences):
         "the verb-position loss rises for both numbers, far more for singular subjects"
 
 
-def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, sentences):
+def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, sentences, agreement_setup,
+                                                                   agreement_tables):
     """Exercise 6.4's model answer: L0H3's loss increase sits mostly, not wholly, at the verb and
     it breaks relative-clause attractors only; L1H0's increase is all at the other words, yet the
     average loss ranks it above L0H0, which the task needs (section 2's table, zero ablation)."""
-    evaluations, means, train = agreement_setup(agreement, sentences)
+    _, _, train = agreement_setup
     with torch.no_grad():
         before, _ = agreement(train.tokens)
     counted = train.targets != -100
@@ -320,16 +334,13 @@ def test_exercise_6_4_l0h3_and_l1h0_split_their_loss_the_other_way(agreement, se
     share, at_verb, elsewhere, *_ = split((1, 0))
     assert share < 0 and at_verb < 0 < elsewhere, "L1H0: the verb gets better, the other words worse"
     assert (round(share, 3), at_verb, elsewhere) == (-1.203, -0.122, 0.0341)
-    cases = {head_name(*h): [h] for h in all_heads(agreement)}
-    for method in ("zero", "mean"):
-        table = ablation_table(agreement, evaluations, {"none": []} | cases, method=method,
-                               means=means if method == "mean" else None)
+    for method, table in agreement_tables.items():  # zero, then mean
         loss = (table["loss"] - table.loc["none", "loss"]).drop("none")
         accuracy = table["attractor acc"].drop("none")
         assert loss.rank(ascending=False)["L1H0"] == 3 and accuracy["L1H0"] == 1.0
         assert loss["L1H0"] > loss["L0H0"] and accuracy["L0H0"] < 1.0, (
             f"{method}: ranked above a head the task needs")
-    zero = ablation_table(agreement, evaluations, {"none": []} | cases)
+    zero = agreement_tables["zero"]
     drop = zero.loc["none", "attractor acc"] - zero["attractor acc"]
     rise = zero["loss"] - zero.loc["none", "loss"]
     ratios = (round(float(rise["L0H3"] / rise["L1H2"]), 2), round(float(drop["L0H3"] / drop["L1H2"]), 2))
@@ -896,11 +907,14 @@ def pruning_batches(heldout, sentences, induction_count=32, sentence_count=400):
     return agreement_check, induction_check, first, subset
 
 
-def prunable_stages(mixture, orders, heldout, sentences, by_agreement=None, **sizes):
+def prunable_stages(mixture, orders, heldout, sentences, by_agreement=None, known=None, **sizes):
     """The notebook's count in its two stages: (how many heads of each order go, first to last,
-    before agreement or induction drops more than 0.05; how many before agreement alone does).
+    before agreement or induction drops more than 0.05; how many before agreement alone does;
+    the induction stage's measurements, keyed by set of heads).
     ``by_agreement``: the second result of an earlier call with the same orders, sentences and
-    ``sentence_count``, reused rather than measured again (that stage never reads ``heldout``)."""
+    ``sentence_count``, reused rather than measured again (that stage never reads ``heldout``).
+    ``known``: the third result of an earlier call with the same ``heldout`` and ``induction_count``:
+    the sets it measured are not measured again (as the notebook reuses them for its second sample)."""
     agreement_check, induction_check, _, subset = pruning_batches(heldout, sentences, **sizes)
     if by_agreement is None:
         intact_right = sum(measure(mixture, agreement_check).values())
@@ -911,10 +925,10 @@ def prunable_stages(mixture, orders, heldout, sentences, by_agreement=None, **si
     assert len(by_agreement) == len(orders), "by_agreement: one count per order"
     intact_induction = measure(mixture, induction_check)["induction acc"]
     truncated = [o[:k] for o, k in zip(orders, by_agreement, strict=True)]
-    counts, _ = prunable_counts(mixture, induction_check, truncated,
-                                lambda n: round(intact_induction - n["induction acc"], 4) <= 0.05,
-                                map_fn=parallel_map, chunks=2)
-    return counts, by_agreement
+    counts, found = prunable_counts(mixture, induction_check, truncated,
+                                    lambda n: round(intact_induction - n["induction acc"], 4) <= 0.05,
+                                    map_fn=parallel_map, chunks=2, known=known)
+    return counts, by_agreement, found
 
 
 def count_prunable(mixture, orders, heldout, sentences, **sizes):
@@ -996,23 +1010,25 @@ def test_all_128_induction_sequences_give_the_same_counts(mixture, mixture_setup
     order the same count. Only the induction stage changes with the sequences, so the agreement
     stage is the notebook count's own (``pruning_stages``), not measured a second time."""
     named, random = pruning_orders
-    counts, _ = prunable_stages(mixture, [*named.values(), *random], MIXTURE_TASK.induction_eval(128),
-                                mixture_setup[3], by_agreement=pruning_stages[1], induction_count=128)
+    counts = prunable_stages(mixture, [*named.values(), *random], MIXTURE_TASK.induction_eval(128),
+                             mixture_setup[3], by_agreement=pruning_stages[1], induction_count=128)[0]
     assert counts == [*pruning[0].values(), *pruning[1].tolist()]
 
 
 @pytest.mark.slow
 def test_on_the_other_479_sentences_the_importance_orders_beat_almost_every_random_order(
-        mixture, pruning_orders):
+        mixture, pruning_orders, pruning_stages):
     """The notebook's second sample: the same count with agreement scored on the other 479
     attractor sentences of the 2000 (up to 23 may be lost), the named orders and the first 100
-    random ones (seeds 0 to 99), and the same induction check."""
+    random ones (seeds 0 to 99), and the same induction check. As in the notebook, the induction
+    stage reuses the first sample's measurements (``pruning_stages``): the same check on the same
+    32 sequences, so a set already measured there is not measured a second time."""
     named, random = pruning_orders
     every = attractor_sentences(AGREEMENT_TASK.eval_batch(2000), None)
     others = every.take(torch.arange(ATTRACTOR_COUNT, len(every)))
     assert len(others) == 479
-    counts = count_prunable(mixture, [*named.values(), *random[:100]], MIXTURE_TASK.induction_eval(128),
-                            others, sentence_count=479)
+    counts = prunable_stages(mixture, [*named.values(), *random[:100]], MIXTURE_TASK.induction_eval(128),
+                             others, known=pruning_stages[2], sentence_count=479)[0]
     assert dict(zip(named, counts[:4], strict=True)) == {"greedy": 8, "layer-normalised": 7,
                                                          "single-head Δloss": 7, "reverse": 2}
     other = torch.tensor(counts[4:])
