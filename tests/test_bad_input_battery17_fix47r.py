@@ -1,0 +1,37 @@
+"""Battery 17 (b17a) fixes of helper fix47r: groups S6, S8, O2 and O6.
+
+S6: an unknown top-level key of the worked-example JSON was ignored; S8: History took steps that
+go backwards; O2: compare_heads checked task/config only inside its worker processes (a
+RuntimeError wrapping a child traceback); O6: the caches' memory refusals blamed max_len (or
+num_blocks) whatever argument was too large, without its value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+HUGE = 10**12
+
+
+# -- S6: the worked example's top-level keys --------------------------------------------------------
+@pytest.mark.parametrize("key", ["zz_bogus", "w_o", "Heads"])
+def test_worked_example_refuses_an_unknown_top_level_key(key):
+    from course_utils.tasks.worked_example import (
+        WORKED_EXAMPLE_PATH,
+        WorkedExampleError,
+        parse_worked_example,
+    )
+
+    data = json.loads(WORKED_EXAMPLE_PATH.read_text(encoding="utf-8"))
+    data[key] = 1
+    with pytest.raises(WorkedExampleError) as err:
+        parse_worked_example(data)
+    assert "unknown keys" in str(err.value) and repr(key) in str(err.value)
+    assert "'people'" in str(err.value)  # what was expected
+
+
+def test_shipped_worked_example_still_loads():
+    from course_utils.tasks.worked_example import load_worked_example
+
+    assert load_worked_example().people  # its optional "description" key is a known one
