@@ -35,3 +35,27 @@ def test_shipped_worked_example_still_loads():
     from course_utils.tasks.worked_example import load_worked_example
 
     assert load_worked_example().people  # its optional "description" key is a known one
+
+
+# -- S8: History's steps go forward -----------------------------------------------------------------
+@pytest.mark.parametrize("fields, name, shown", [
+    ({"steps": [2, 1], "loss": [1.0, 0.5]}, "History.steps", "= 2 then"),
+    ({"steps": [1, 1], "loss": [1.0, 0.5]}, "History.steps", "= 1 then"),
+    ({"eval_steps": [4, 2], "eval_metrics": [{"acc": 0.1}, {"acc": 0.2}]}, "History.eval_steps", "= 4 then"),
+])
+def test_history_refuses_steps_out_of_order(fields, name, shown):
+    from course_utils.model.train import History
+
+    with pytest.raises(ValueError) as err:
+        History(task="t", **fields)
+    assert name in str(err.value) and "strictly increase" in str(err.value) and shown in str(err.value)
+
+
+def test_history_to_dict_checks_steps_appended_out_of_order():
+    from course_utils.model.train import History
+
+    history = History(task="t", steps=[1, 2], loss=[1.0, 0.5])
+    history.steps.append(2)
+    history.loss.append(0.4)
+    with pytest.raises(ValueError, match=r"History\.steps must strictly increase"):
+        history.to_dict()
