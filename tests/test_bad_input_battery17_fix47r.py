@@ -59,3 +59,30 @@ def test_history_to_dict_checks_steps_appended_out_of_order():
     history.loss.append(0.4)
     with pytest.raises(ValueError, match=r"History\.steps must strictly increase"):
         history.to_dict()
+
+
+# -- O2: compare_heads checks its shared arguments in the parent ------------------------------------
+def _config():
+    from course_utils.tasks.two_relations import RelationsConfig
+
+    return RelationsConfig(steps=2, batch_size=8, eval_every=1, eval_size=16)
+
+
+@pytest.mark.parametrize("argument, value, error, shown", [
+    ("task", None, TypeError, "NoneType"),
+    ("task", "abc", TypeError, "'abc'"),
+    ("task", 7, TypeError, "int 7"),
+    ("config", True, TypeError, "bool True"),
+    ("config", [], TypeError, "list []"),
+    ("on_eval", 7, TypeError, "int"),
+    ("heads", (1, 3), ValueError, "heads = 3"),
+])
+def test_compare_heads_checks_before_the_workers_start(argument, value, error, shown):
+    from course_utils.tasks.two_relations import TwoKeyTask, compare_heads
+
+    kwargs = {"task": TwoKeyTask(), "heads": (1, 2), "seeds": range(1), "config": _config(), "workers": 2}
+    kwargs[argument] = value
+    with pytest.raises(error) as err:  # not a RuntimeError carrying a worker's traceback
+        compare_heads(**kwargs)
+    assert argument in str(err.value) and shown in str(err.value)
+    assert "worker" not in str(err.value)
