@@ -86,3 +86,30 @@ def test_compare_heads_checks_before_the_workers_start(argument, value, error, s
         compare_heads(**kwargs)
     assert argument in str(err.value) and shown in str(err.value)
     assert "worker" not in str(err.value)
+
+
+# -- O6: the caches' memory refusals name the argument that is too large -----------------------------
+def _caches():
+    from course_utils.model.kv_cache import PreallocatedCache, QuantizedCache
+    from course_utils.model.paged_cache import PagedCache
+
+    sizes = {"num_layers": 2, "batch": 1, "num_kv_heads": 2, "d_head": 32}
+    return {
+        "QuantizedCache": (lambda **kw: QuantizedCache(**{**sizes, "max_len": 8, **kw}),
+                           ["batch", "num_kv_heads", "d_head", "group", "max_len"]),
+        "PreallocatedCache": (lambda **kw: PreallocatedCache(**{**sizes, "max_len": 8, **kw}),
+                              ["batch", "num_kv_heads", "d_head", "max_len"]),
+        "PagedCache": (lambda **kw: PagedCache(**{"num_blocks": 4, "block_size": 16, "num_kv_heads": 2,
+                                                  "d_head": 32, **kw}),
+                       ["num_blocks", "block_size", "num_kv_heads", "d_head"]),
+    }
+
+
+@pytest.mark.parametrize("cache, argument", [(c, a) for c, (_, args) in _caches().items() for a in args])
+def test_cache_memory_refusal_names_the_argument_too_large(cache, argument):
+    make, _ = _caches()[cache]
+    with pytest.raises(ValueError) as err:
+        make(**{argument: HUGE})
+    message = str(err.value)
+    assert message.startswith(f"{argument} asks for") and f"{argument}={HUGE:,}" in message
+    assert "GiB" in message
