@@ -212,6 +212,15 @@ class CatCache(_StepOrder):
         return k, v
 
 
+def _check_cache_fits(num_bytes: int, sizes: dict[str, int], what: str) -> None:
+    """Refuse a cache of ``num_bytes`` beyond this machine's memory, before allocating: the
+    ValueError names the largest of the cache's ``sizes`` (``{argument: value}``, the factors of
+    its shape), the argument most likely to be wrong, and lists them all with their values."""
+    name = max(sizes, key=sizes.__getitem__)
+    shown = ", ".join(f"{key}={value:,}" for key, value in sizes.items())
+    check_fits_in_memory(num_bytes, name, f"{shown}: {what}")
+
+
 class PreallocatedCache(_StepOrder):
     """Room for ``max_len`` tokens per layer, allocated once and filled in place.
 
@@ -231,8 +240,10 @@ class PreallocatedCache(_StepOrder):
         shape = (batch, num_kv_heads, max_len, d_head)
         if device.type == "cpu":  # both buffers of every layer, before the allocator fails inside torch
             num_bytes = 2 * num_layers * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-            check_fits_in_memory(num_bytes, _length_name, f"{num_layers} layers x keys and values of shape "
-                                 f"{shape} in {dtype}")
+            sizes = {"num_layers": num_layers, "batch": batch, "num_kv_heads": num_kv_heads, "d_head": d_head,
+                     _length_name: max_len}
+            _check_cache_fits(num_bytes, sizes, f"{num_layers} layers x keys and values of shape {shape} "
+                                                f"in {dtype}")
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.num_layers, self.max_len = num_layers, max_len
@@ -546,8 +557,10 @@ class QuantizedCache(_StepOrder):
         n_groups = -(-max_len // group)  # room for max_len tokens, rounded up to whole groups
         slots = batch * num_kv_heads * n_groups * group * d_head
         # per layer and tensor: 1-byte codes and a float32 scratch row per slot, before any allocation
-        check_fits_in_memory(2 * num_layers * slots + 2 * 4 * slots, "max_len",
-                             f"{num_layers} layers of 8-bit keys and values for {max_len} tokens")
+        _check_cache_fits(2 * num_layers * slots + 2 * 4 * slots,
+                         {"num_layers": num_layers, "batch": batch, "num_kv_heads": num_kv_heads,
+                          "d_head": d_head, "max_len": max_len, "group": group},
+                         f"{num_layers} layers of 8-bit keys and values and a float32 scratch buffer")
         code_dtype = torch.int8 if symmetric else torch.uint8
         self.codes, self.scales, self.zeros, self.residual, self.scratch = {}, {}, {}, {}, {}
         for t in ("k", "v"):

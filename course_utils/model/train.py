@@ -180,13 +180,15 @@ class History:
 
 def _check_history_fields(history: History) -> None:
     """The per-step lists of a :class:`History` pair up (one loss per step, one set of metrics
-    per evaluation step), and a target is reached with both a step and a time, for a named
-    ``target_metric``."""
+    per evaluation step), their steps strictly increase (a curve goes forward in time, and
+    :func:`train_model` records each step once), and a target is reached with both a step and a
+    time, for a named ``target_metric``."""
     for steps, values in (("steps", "loss"), ("eval_steps", "eval_metrics")):
         n, m = len(getattr(history, steps)), len(getattr(history, values))
         if n != m:
             raise ValueError(f"History.{values} must hold one entry per step in History.{steps}: "
                              f"History.{steps} has {n}, History.{values} has {m}")
+        _check_increasing(getattr(history, steps), f"History.{steps}")
     reached = {"steps_to_target": history.steps_to_target, "seconds_to_target": history.seconds_to_target}
     if (history.steps_to_target is None) != (history.seconds_to_target is None):
         raise ValueError(f"History.steps_to_target and History.seconds_to_target are both set (the target "
@@ -195,6 +197,14 @@ def _check_history_fields(history: History) -> None:
         raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but "
                          f"History.target_metric is {history.target_metric!r} and History.target "
                          f"{history.target!r}: a target is reached by a named metric reaching a level")
+
+
+def _check_increasing(steps: list[int], name: str) -> None:
+    """``steps`` strictly increase; else a ValueError naming the first pair out of order."""
+    back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
+    if back is not None:
+        raise ValueError(f"{name} must strictly increase (one entry per step, in order), got "
+                         f"{name}[{back - 1}] = {steps[back - 1]} then {name}[{back}] = {steps[back]}")
 
 
 def _build_model(config: ModelConfig, seed: int, device: torch.device) -> TinyTransformer:

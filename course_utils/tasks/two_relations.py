@@ -40,6 +40,7 @@ from ..attention.validation import (
     check_callable,
     check_distinct,
     check_fits_in_memory,
+    check_head_dims,
     check_holds_values,
     check_ids,
     check_index,
@@ -387,6 +388,18 @@ def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, floa
     )
 
 
+def _check_run_settings(task: object, config: object, on_eval: object) -> None:
+    """The arguments every run of :func:`train_lookup` shares: checked once in the parent by
+    :func:`compare_heads`, so a bad one is named here rather than inside a worker's traceback."""
+    if not isinstance(task, TwoKeyTask):
+        raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__} {task!r:.60}")
+    if not isinstance(config, RelationsConfig):
+        raise TypeError(f"config must be a RelationsConfig, got {type(config).__name__} {config!r:.60}")
+    if on_eval is not None:  # called at every evaluation with four arguments
+        check_callable(on_eval, "on_eval", "callable or None: a function on_eval(num_heads, seed, step, "
+                       "model)", nargs=4)
+
+
 def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
                  config: RelationsConfig = RelationsConfig(), *,
                  on_eval: Callable[[int, int, int, LookupModel], Any] | None = None) -> RunResult:
@@ -401,11 +414,7 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     """
     check_int(num_heads, "num_heads", minimum=1)
     check_int(seed, "seed", minimum=0)
-    if not isinstance(config, RelationsConfig):
-        raise TypeError(f"config must be a RelationsConfig, got {type(config).__name__}")
-    if on_eval is not None:  # called at every evaluation with four arguments
-        check_callable(on_eval, "on_eval", "callable or None: a function on_eval(num_heads, seed, step, "
-                       "model)", nargs=4)
+    _check_run_settings(task, config, on_eval)
     with torch_threads(1):
         seed_everything(seed)
         model = LookupModel(task, config.d_model, num_heads, hidden=config.hidden,
@@ -454,6 +463,9 @@ def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequen
     of ``workers`` (runs of one config take about equally long, so little time is lost waiting)."""
     heads = check_distinct(check_int_list(heads, "heads", minimum=1), "heads", "head counts")
     seeds = check_distinct(check_int_list(seeds, "seeds", minimum=0), "seeds")
+    _check_run_settings(task, config, on_eval)  # here, before any worker starts
+    for num_heads in heads:  # as the model's attention will, before the workers start
+        check_head_dims(config.d_model, num_heads, heads_name="heads")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {type(progress).__name__} {progress!r}")
     jobs = [(h, s) for h in heads for s in seeds]

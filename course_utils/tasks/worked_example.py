@@ -65,6 +65,8 @@ __all__ = [
 WORKED_EXAMPLE_PATH = DATA_DIR / "worked_example_004.json"
 
 #: The article's printed tables, in the order the article computes them.
+# the keys a worked-example file holds at its top level ("description" is optional prose)
+TOP_LEVEL_KEYS = ("description", "people", "features", "X", "heads", "W_O", "article_printed")
 PRINTED_STEPS = ("Q2", "K2", "V2", "S2", "A1", "A2", "Output1", "Output2", "Concat", "Final")
 
 #: A value printed with 3 decimals is within half a unit of the last digit of the truth.
@@ -311,6 +313,16 @@ def _require(obj: Any, key: str, where: str) -> Any:
     return obj[key]
 
 
+def _refuse_unknown_keys(obj: Any, known: tuple[str, ...], where: str) -> None:
+    """``obj`` is a JSON object holding only keys from ``known``: a misspelt key (``"W_o"``) would
+    otherwise be ignored while the real one is reported missing, or silently left out if optional."""
+    if not isinstance(obj, dict):
+        raise WorkedExampleError(f"{where} must be a JSON object, got {type(obj).__name__}")
+    unknown = sorted(str(key) for key in obj if key not in known)
+    if unknown:
+        raise WorkedExampleError(f"{where} has unknown keys {unknown}; expected keys from {sorted(known)}")
+
+
 def _labels(obj: Any, where: str) -> tuple[str, ...]:
     if not isinstance(obj, list) or not obj or not all(isinstance(s, str) and s for s in obj):
         raise WorkedExampleError(f"{where} must be a non-empty list of non-empty strings, got {obj!r}")
@@ -371,7 +383,9 @@ def _table(
 
 # -- loading --------------------------------------------------------------------------
 def parse_worked_example(data: Any) -> WorkedExample:
-    """Validate the decoded JSON ``data`` and build a :class:`WorkedExample`."""
+    """Validate the decoded JSON ``data`` and build a :class:`WorkedExample`. A top-level key
+    outside :data:`TOP_LEVEL_KEYS` is refused by name, as :meth:`ModelConfig.from_dict` does."""
+    _refuse_unknown_keys(data, TOP_LEVEL_KEYS, "the file")
     people = _labels(_require(data, "people", "the file"), "people")
     features = _labels(_require(data, "features", "the file"), "features")
     T, d_model = len(people), len(features)
