@@ -1,0 +1,40 @@
+"""Battery 17a (issue 38), fix47p: the attention package's meta-device cases (S1), and two
+validation helpers that failed with a bare Python error on their own arguments (O5, O8)."""
+
+import pytest
+import torch
+
+from course_utils.attention import validation as V
+
+
+def refused(call, error, words):
+    with pytest.raises(error) as caught:
+        call()
+    for word in words:
+        assert word in str(caught.value), (word, str(caught.value))
+
+
+# -- O5: check_dims_not_empty's own arguments ------------------------------------------------------
+@pytest.mark.parametrize("x, dims, error, words", [
+    (None, ("B", "T"), TypeError, ["x must be a torch.Tensor", "NoneType"]),
+    ([[[0.5]]], ("B", "T"), TypeError, ["x must be a torch.Tensor", "list"]),
+    (torch.ones(160), ("B", "T"), ValueError, ["x must be at least 2-D", "(160)"]),
+    (torch.ones(2, 3), None, TypeError, ["dims", "NoneType None"]),
+    (torch.ones(2, 3), True, TypeError, ["dims", "bool True"]),
+    (torch.ones(2, 3), ("B", 1), TypeError, ["dims", "('B', 1)"]),
+], ids=["x None", "x list", "x 1-D", "dims None", "dims True", "dims bad entry"])
+def test_check_dims_not_empty_checks_its_arguments(x, dims, error, words):
+    refused(lambda: V.check_dims_not_empty(x, "x", dims), error, words)
+
+
+def test_check_dims_not_empty_still_refuses_an_empty_batch():
+    V.check_dims_not_empty(torch.ones(2, 3), "x")
+    refused(lambda: V.check_dims_not_empty(torch.ones(0, 3), "x"), ValueError, ["x must hold at least one",
+                                                                               "B >= 1"])
+
+
+# -- O8: check_model_holds_values refuses a non-Module ---------------------------------------------
+@pytest.mark.parametrize("model", [None, "abc", True, []], ids=["None", "str", "bool", "list"])
+def test_check_model_holds_values_refuses_a_non_module(model):
+    refused(lambda: V.check_model_holds_values(model, "my_model"), TypeError,
+            ["my_model must be a torch.nn.Module", type(model).__name__])
