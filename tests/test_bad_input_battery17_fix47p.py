@@ -4,6 +4,7 @@ validation helpers that failed with a bare Python error on their own arguments (
 import pytest
 import torch
 
+from course_utils.attention import sdpa_backends as SB
 from course_utils.attention import validation as V
 
 
@@ -12,6 +13,34 @@ def refused(call, error, words):
         call()
     for word in words:
         assert word in str(caught.value), (word, str(caught.value))
+
+
+# -- S1: meta q/k/v and a meta device are refused where nothing computes on them ------------------
+QKV = torch.randn(2, 4, 5, 4)
+
+
+@pytest.mark.parametrize("label", ["math", "flash"])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_backend_rejection_reason_refuses_meta_tensors(label, which):
+    tensors = {"q": QKV, "k": QKV, "v": QKV, which: QKV.to("meta")}
+    refused(lambda: SB.backend_rejection_reason(label, **tensors), ValueError,
+            [f"{which} is on the meta device", "(2, 4, 5, 4)"])
+
+
+@pytest.mark.parametrize("device", ["meta", torch.device("meta")], ids=["str", "torch.device"])
+def test_precision_notes_refuses_meta(device):
+    refused(lambda: SB.precision_notes(device, torch.float32), ValueError, ["device", "'meta'"])
+
+
+def test_precision_notes_still_only_parses_other_devices(monkeypatch):
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert SB.precision_notes("cuda:9", torch.float32)  # a note about a GPU needs no GPU here
+    assert SB.precision_notes("cpu", torch.float32) == []
+
+
+def test_check_device_keeps_its_meta_message():
+    refused(lambda: V.check_device("meta", "where"), ValueError, ["where must be a device that holds values",
+                                                                  "'meta'"])
 
 
 # -- O5: check_dims_not_empty's own arguments ------------------------------------------------------

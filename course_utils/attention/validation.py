@@ -548,10 +548,18 @@ def check_device(device: object, name: str = "device") -> torch.device:
     except RuntimeError:
         raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
                          f"got {device!r}") from None
-    if parsed.type == "meta":
-        raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got {device!r}: "
-                         "meta tensors have a shape but no numbers, so what is stored there is lost")
+    check_not_meta_device(parsed, name, asked=device)
     return check_device_present(parsed, name, asked=device, instead="'cpu'")
+
+
+def check_not_meta_device(device: torch.device, name: str = "device", *, asked: object = None) -> None:
+    """The parsed ``device`` is not the meta device (its tensors have a shape but no values): the
+    rule of :func:`check_device`, for a caller that only parses its device (``asked``, default
+    ``device``, is what the message shows)."""
+    if device.type == "meta":
+        raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got "
+                         f"{(str(device) if asked is None else asked)!r}: meta tensors have a shape but "
+                         "no numbers, so what is stored there is lost")
 
 
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
