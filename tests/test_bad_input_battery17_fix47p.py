@@ -4,8 +4,11 @@ validation helpers that failed with a bare Python error on their own arguments (
 import pytest
 import torch
 
+from course_utils.attention import masks as M
 from course_utils.attention import sdpa_backends as SB
 from course_utils.attention import validation as V
+from course_utils.attention.gqa import GroupedQueryAttention
+from course_utils.attention.mha import MultiHeadAttention, MultiHeadAttentionBase
 
 
 def refused(call, error, words):
@@ -41,6 +44,38 @@ def test_precision_notes_still_only_parses_other_devices(monkeypatch):
 def test_check_device_keeps_its_meta_message():
     refused(lambda: V.check_device("meta", "where"), ValueError, ["where must be a device that holds values",
                                                                   "'meta'"])
+
+
+# -- S1 documented: the masks and merge_heads keep meta, the shape computation of a meta layer -----
+@pytest.mark.parametrize("function", [M.causal_mask, M.padding_mask, M.to_torch_attn_mask,
+                                      M.to_torch_key_padding_mask, MultiHeadAttentionBase],
+                         ids=lambda f: f.__name__)
+def test_meta_kept_on_purpose_is_documented(function):
+    """merge_heads is documented in its class: lesson 04 prints merge_heads' own source."""
+    doc = " ".join(function.__doc__.split())
+    assert "meta" in doc and "on purpose" in doc, doc
+    if function is MultiHeadAttentionBase:
+        assert "merge_heads" in doc
+
+
+@pytest.mark.parametrize("layer", ["mha", "gqa"])
+def test_a_layer_built_on_meta_still_computes_shapes(layer):
+    with torch.device("meta"):
+        module = MultiHeadAttention(16, 4) if layer == "mha" else GroupedQueryAttention(16, 4, 2)
+    x = torch.empty(2, 5, 16, device="meta")
+    assert module(x, is_causal=True)[0].shape == (2, 5, 16)
+    out = module(x, key_padding_mask=M.padding_mask([5, 3], device="meta"))[0]
+    assert out.shape == (2, 5, 16) and out.is_meta
+    with torch.device("meta"):
+        theirs = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    out = theirs(x, x, x, attn_mask=M.to_torch_attn_mask(M.causal_mask(5, device="meta")),
+                 key_padding_mask=M.to_torch_key_padding_mask(M.padding_mask([5, 3], device="meta")))[0]
+    assert out.shape == (2, 5, 16)
+
+
+def test_a_meta_mask_for_inputs_with_values_is_still_refused():
+    refused(lambda: MultiHeadAttention(16, 4)(torch.randn(1, 3, 16), mask=M.causal_mask(3, device="meta")),
+            ValueError, ["mask", "meta"])
 
 
 # -- O5: check_dims_not_empty's own arguments ------------------------------------------------------
