@@ -559,7 +559,7 @@ def check_not_meta_device(device: torch.device, name: str = "device", *, asked: 
     if device.type == "meta":
         raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got "
                          f"{(str(device) if asked is None else asked)!r}: meta tensors have a shape but "
-                         "no numbers, so what is stored there is lost")
+                         "no numbers to store or compute with")
 
 
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
