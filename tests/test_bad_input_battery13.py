@@ -228,14 +228,15 @@ def test_record_refused_call_checks_its_names(names, error, words):
     assert recorder.refused[0] == "cat"
 
 
-# -- b13 precision_notes('cuda:9'/'meta') -> []: documented (the device is only parsed) ----------
+# -- b13 precision_notes('cuda:9') -> note: documented (the device is only parsed); 'meta' is
+# refused since battery 17 (tests/test_bad_input_battery17_fix47p.py) ----------------------------
 def test_precision_notes_only_parses_the_device(monkeypatch):
     from course_utils.attention import sdpa_backends as SB
 
     assert "only parsed" in SB.precision_notes.__doc__
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     assert SB.precision_notes("cuda:9", torch.float32)  # any CUDA device gets the note, GPU or none
-    assert SB.precision_notes("meta", torch.float32) == [] and SB.precision_notes("cpu", torch.float32) == []
+    assert SB.precision_notes("cpu", torch.float32) == []
 
 
 # -- b13 obscure: MLP.forward and Block.forward had no input check (raw torch errors) ------------

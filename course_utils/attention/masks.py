@@ -129,7 +129,12 @@ def causal_mask(
     ``device`` is ``None`` (the CPU), a ``torch.device`` or a device name (parsed and named
     in the error if it is not one, e.g. ``"cpu"``, ``"cuda:0"``, or if this machine lacks it); a
     mask larger than this machine's memory (``num_queries * num_keys`` bytes) is refused before
-    anything is allocated.
+    anything is allocated. ``device="meta"`` is allowed on purpose (unlike
+    :func:`~course_utils.attention.validation.check_device`) and gives a meta mask, a shape
+    without values: the attention layers build their causal mask on their input's device, so a
+    layer built under ``torch.device("meta")`` (lesson 03's GPT-3-sized layer) can run on meta
+    inputs to compute output shapes without memory. A meta mask given to a layer whose inputs
+    hold values is refused by name (the mask and the inputs must share a device).
     """
     if num_keys is None:
         num_keys = num_queries
@@ -197,7 +202,10 @@ def padding_mask(
     ``padding_mask([3, 1], 4)`` gives ``[[T, T, T, F], [T, F, F, F]]``. ``lengths`` is a list
     of ints or an integer tensor ``(B,)``, each ``>= 0``; ``max_len`` an int (not a bool) at
     least the longest length, or ``None`` for the longest. ``device`` (as in :func:`causal_mask`)
-    is where the mask goes; ``None`` leaves it on ``lengths``' device.
+    is where the mask goes; ``None`` leaves it on ``lengths``' device. ``device="meta"`` is allowed
+    on purpose, as in :func:`causal_mask`: the lengths are read on their own device and the mask
+    becomes a meta shape, the ``key_padding_mask`` that a layer built on meta needs (a mask on
+    another device than its inputs is refused).
     """
     lengths = _lengths_tensor(lengths)
     device = _mask_device(device)
@@ -218,7 +226,8 @@ def padding_mask(
 
 def to_torch_attn_mask(mask: Tensor) -> Tensor:
     """Course mask (``True`` = may attend) -> ``nn.MultiheadAttention`` ``attn_mask``
-    (``True`` = blocked)."""
+    (``True`` = blocked). The result stays on ``mask``'s device; a meta mask (allowed on purpose, as
+    in :func:`causal_mask`) gives a meta one, for an ``nn.MultiheadAttention`` built on meta."""
     check_bool_mask(mask, "mask")
     if mask.ndim < 2:
         raise ValueError(f"mask must be at least 2-D (Tq, Tk) or (B*h, Tq, Tk), got shape "
@@ -229,7 +238,8 @@ def to_torch_attn_mask(mask: Tensor) -> Tensor:
 
 def to_torch_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
     """Course padding mask ``(B, Tk)`` (``True`` = real token) -> ``nn.MultiheadAttention``
-    ``key_padding_mask`` (``True`` = ignore this key)."""
+    ``key_padding_mask`` (``True`` = ignore this key). The result stays on the input's device; a
+    meta mask (allowed on purpose, as in :func:`padding_mask`) gives a meta one."""
     check_bool_mask(key_padding_mask, "key_padding_mask")
     if key_padding_mask.ndim != 2:
         raise ValueError(f"key_padding_mask must be 2-D (B, Tk), True = real token, got shape "

@@ -109,6 +109,12 @@ class MultiHeadAttentionBase(nn.Module):
     ``hook_v`` (the heads, before a cache is appended), ``hook_pattern`` (the attention weights
     ``(B, h, Tq, Tk)``) and ``hook_z`` (each head's output ``(B, h, Tq, dk)``, before the heads
     are merged: ablation and patching edit here).
+
+    The meta device is kept on purpose on this path: a layer built under
+    ``torch.device("meta")`` (lesson 03's GPT-3-sized layer) runs on meta inputs to compute output
+    shapes without memory, so :meth:`merge_heads` takes meta heads and gives a meta result, and the
+    causal mask is built on the input's device (see :func:`~course_utils.attention.masks.causal_mask`).
+    (:meth:`merge_heads`' own docstring stays short: lesson 04 prints its source.)
     """
 
     d_model: int

@@ -18,7 +18,13 @@ import torch
 from torch import Tensor
 
 from .mha import MultiHeadAttention
-from .validation import check_float_dtype, check_matches_module, check_tensor
+from .validation import (
+    check_float_dtype,
+    check_holds_values,
+    check_matches_module,
+    check_not_meta_device,
+    check_tensor,
+)
 
 __all__ = [
     "SDPA_BACKENDS",
@@ -91,14 +97,16 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     when the backend accepts the inputs, when this PyTorch lacks the function (e.g.
     ``can_use_cudnn_attention`` before 2.4) or its check cannot run. When it refuses, the
     reason is the debug warnings it raised (without PyTorch's "Triggered internally" tail),
-    or, if a build prints them elsewhere, a sentence naming the check that said no.
+    or, if a build prints them elsewhere, a sentence naming the check that said no. A
+    ``q``, ``k`` or ``v`` on the meta device (a shape without values, which no backend runs on) is
+    a ValueError naming it, not a ``None`` that would read as "accepted".
     """
     if not isinstance(label, str) or label not in SDPA_BACKENDS:
         raise ValueError(f"label must be one of {list(SDPA_BACKENDS)}, got {type(label).__name__} "
                          f"{label!r:.60}")
-    check_tensor(q, "q", ndim=4, layout="(B, h, T, dk)")
-    check_tensor(k, "k", ndim=4, layout="(B, h, T, dk)")
-    check_tensor(v, "v", ndim=4, layout="(B, h, T, dk)")
+    for tensor_name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(t, tensor_name, ndim=4, layout="(B, h, T, dk)")
+        check_holds_values(t, tensor_name)  # a meta tensor (no values) is no run to ask about
     name = _CAN_USE.get(label, "")
     checker = getattr(torch.backends.cuda, name, None)
     params = _sdpa_params(q, k, v) if checker is not None else None
@@ -190,15 +198,18 @@ def precision_notes(device: str | torch.device, dtype: torch.dtype) -> list[str]
     """A warning line when float32 matmuls on a CUDA device may run in TF32. ``dtype`` is a
     floating ``torch.dtype`` (attention has no integer form), not its name as a str. ``device`` is
     only parsed, not looked for (a note about ``"cuda:1"`` needs no GPU here): any CUDA device may
-    get the note, and every other kind (``"cpu"``, ``"meta"``) gets none, so ``[]``."""
+    get the note, and the CPU (or MPS) gets none, so ``[]``. The meta device is refused (ValueError
+    naming ``device``): it computes no numbers, so it has no precision to note."""
     check_float_dtype(dtype, "dtype")
     if not isinstance(device, str | torch.device):
         raise TypeError(f"device must be a str or torch.device such as 'cuda', got {type(device).__name__}")
     try:
-        kind = torch.device(device).type  # only parsed: a note about "cuda" needs no GPU here
+        parsed = torch.device(device)  # only parsed: a note about "cuda" needs no GPU here
     except RuntimeError:
         raise ValueError(f"device must be a device name such as 'cpu', 'cuda' or 'cuda:0', got "
                          f"{device!r}") from None
+    check_not_meta_device(parsed, "device", asked=device)
+    kind = parsed.type
     precision = torch.get_float32_matmul_precision()
     if kind != "cuda" or dtype != torch.float32 or precision == "highest":
         return []

@@ -467,12 +467,26 @@ def check_bool_mask(mask: object, name: str) -> None:
 def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T")) -> None:
     """The leading dims of ``x`` named by ``dims`` (``"B"`` sequences, ``"T"`` tokens) each hold at
     least one entry: an empty batch or sequence has nothing to attend over, and would otherwise
-    fail inside a reshape or a reduction with torch's words."""
+    fail inside a reshape or a reduction with torch's words. ``x`` must be a tensor with at least
+    ``len(dims)`` dims; ``dims`` (this helper's own argument) a tuple or list of str labels."""
+    _check_dims_labels(dims)
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
+    if x.ndim < len(dims):
+        raise ValueError(f"{name} must be at least {len(dims)}-D ({', '.join(dims)}, ...), got shape "
+                         f"{describe_shape(x)}")
     words = {"B": "sequence", "T": "token"}
     for i, label in enumerate(dims):
         if x.shape[i] == 0:
             raise ValueError(f"{name} must hold at least one {words.get(label, 'entry')} ({label} >= 1), "
                              f"got shape {describe_shape(x)}")
+
+
+def _check_dims_labels(dims: object) -> None:
+    """The ``dims`` of :func:`check_dims_not_empty`: a tuple or list of str labels such as ``("B", "T")``."""
+    if not isinstance(dims, (tuple, list)) or not all(isinstance(d, str) for d in dims):
+        raise TypeError(f"check_dims_not_empty's dims must be a tuple of str labels such as ('B', 'T'), "
+                        f"got {type(dims).__name__} {dims!r:.60}")
 
 
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,
@@ -534,10 +548,18 @@ def check_device(device: object, name: str = "device") -> torch.device:
     except RuntimeError:
         raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
                          f"got {device!r}") from None
-    if parsed.type == "meta":
-        raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got {device!r}: "
-                         "meta tensors have a shape but no numbers, so what is stored there is lost")
+    check_not_meta_device(parsed, name, asked=device)
     return check_device_present(parsed, name, asked=device, instead="'cpu'")
+
+
+def check_not_meta_device(device: torch.device, name: str = "device", *, asked: object = None) -> None:
+    """The parsed ``device`` is not the meta device (its tensors have a shape but no values): the
+    rule of :func:`check_device`, for a caller that only parses its device (``asked``, default
+    ``device``, is what the message shows)."""
+    if device.type == "meta":
+        raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got "
+                         f"{(str(device) if asked is None else asked)!r}: meta tensors have a shape but "
+                         "no numbers to store or compute with")
 
 
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
@@ -1232,7 +1254,11 @@ def _describe_hint(hint: object, top: bool = True) -> str:
 def check_model_holds_values(model: torch.nn.Module, name: str = "model") -> None:
     """``model``'s parameters hold numbers: a model on the meta device (shapes without values,
     e.g. built under ``torch.device("meta")``) is a ValueError naming ``name``, before a value is
-    read from it deep inside torch (``.item()``, a device mismatch)."""
+    read from it deep inside torch (``.item()``, a device mismatch). Anything but a
+    ``torch.nn.Module`` is a TypeError naming ``name`` and what arrived."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module (a model), got {type(model).__name__} "
+                        f"{model!r:.60}")
     for param_name, param in model.named_parameters():
         if param.is_meta:
             raise ValueError(f"{name} is on the meta device (shapes without values; its parameter "
