@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from course_utils import cli
 from course_utils.parallel import parallel_map
 
 # -- 2: a parallel_map job that ignores SIGTERM is killed soon after its timeout -----------------
@@ -25,3 +26,14 @@ def test_parallel_map_timeout_kills_a_job_that_ignores_sigterm():
     took = time.monotonic() - started
     assert "items[0]" in str(info.value) and "timeout=1" in str(info.value)
     assert took < 15, f"the TimeoutError came after {took:.1f} s"
+
+
+# -- 3: cli.run refuses an exit status of another type (a float read as 1 by sys.exit) ----------
+
+@pytest.mark.parametrize("returned", [2.0, 0.0, [1], b"x"], ids=repr)
+def test_run_refuses_a_status_that_is_not_an_int_none_or_str(returned):
+    with pytest.raises(TypeError) as info:
+        cli.run(lambda argv: returned, [], "p")
+    message = str(info.value)
+    assert "main(argv) returned" in message and repr(returned) in message
+    assert type(returned).__name__ in message
