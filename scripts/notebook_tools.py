@@ -234,8 +234,18 @@ def notebook_text(nb: nbformat.NotebookNode) -> str:
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and
     ``os.replace``: a reader (or a failure half-way) sees the old file or the new one,
-    never a part. The file keeps its permissions."""
+    never a part. The file keeps its permissions. A file that cannot be written (a folder one
+    cannot write to, a full disk) is a :class:`ToolError` naming ``path``, not the temporary file
+    (battery 17: a traceback naming ``/proc/.x.ipynb.XXXX.tmp``)."""
     path = Path(path)
+    try:
+        _write_atomically(path, text)
+    except OSError as exc:
+        raise ToolError(f"{path}: cannot be written ({exc.strerror or exc}); nothing was written") from None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """:func:`write_atomically`'s work; an OSError comes out as it is."""
     if path.exists() and not path.is_file():
         raise ToolError(f"{path}: is a folder or a special file, expected a file to write; "
                         "nothing was written")

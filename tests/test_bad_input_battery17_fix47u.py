@@ -4,12 +4,25 @@ each failing before its fix."""
 from __future__ import annotations
 
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from course_utils import cli
 from course_utils.parallel import parallel_map
+
+ROOT = Path(__file__).resolve().parent.parent
+
+def _notebook_tools():
+    scripts = str(ROOT / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import notebook_tools
+
+    return notebook_tools
+
 
 # -- 2: a parallel_map job that ignores SIGTERM is killed soon after its timeout -----------------
 
@@ -37,3 +50,22 @@ def test_run_refuses_a_status_that_is_not_an_int_none_or_str(returned):
     message = str(info.value)
     assert "main(argv) returned" in message and repr(returned) in message
     assert type(returned).__name__ in message
+
+
+# -- 4: notebook_tools.py build into a folder that cannot be written: one line naming OUT, exit 2 -
+
+def test_build_into_an_unwritable_folder_names_out_on_one_line(tmp_path, capsys):
+    draft = tmp_path / "draft.py"
+    draft.write_text("# %%\nx = 1\n", encoding="utf-8")
+    out = "/proc/fix47u_no_such.ipynb"
+    assert _notebook_tools().main(["build", str(draft), out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"notebook_tools.py: {out}: cannot be written" in err and ".tmp" not in err, err
+
+
+def test_write_atomically_names_the_file_it_cannot_write():
+    tools = _notebook_tools()
+    with pytest.raises(tools.ToolError) as info:
+        tools.write_atomically(Path("/proc/fix47u_no_such.txt"), "text")
+    assert "/proc/fix47u_no_such.txt: cannot be written" in str(info.value)
