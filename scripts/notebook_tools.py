@@ -267,6 +267,23 @@ def _umask() -> int:
     return mask
 
 
+def _first_missing(folder: Path) -> Path | None:
+    """The topmost folder ``folder.mkdir(parents=True)`` would make, or None when ``folder`` exists."""
+    if folder.exists():
+        return None
+    while not folder.parent.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def make_folder(folder: Path, what: str = "output folder") -> None:
+    """``folder`` (and its missing parents) made, or a :class:`ToolError` naming it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolError(f"{folder}: cannot make the {what} ({exc.strerror or exc})") from None
+
+
 def output_folder(folder: Path, what: str = "output folder") -> Path:
     """``folder``, checked to be a folder or a path one can be made at (not a file)."""
     folder = Path(folder)
@@ -595,22 +612,20 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
         originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
         for src, original in originals:
             check_solution_markers(original, src)
-        made = not out_dir.exists()
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ToolError(f"{out_dir}: cannot make the student folder ({exc.strerror or exc})") from None
         blanks = {out_dir / src.name: sum(len(SOLUTION.findall(c.source)) for c in original.cells
                                           if c.cell_type == "code") for src, original in originals}
         texts = {out_dir / src.name: notebook_text(student_version(original)) for src, original in originals}
+        made = _first_missing(out_dir)  # the top folder this run makes (None: out_dir exists)
         try:  # all or nothing: an interrupted or failed run leaves the student folder as it was
+            # made inside the try (battery 17): an interruption just after mkdir removes it too
+            make_folder(out_dir, "student folder")
             write_all_atomically(texts)
         except BaseException as exc:
             if isinstance(exc, Interrupted) and all(_holds(path, text) for path, text in texts.items()):
                 raise Interrupted(exc.signum, f"it came once every student copy was written to {out_dir}/ "
                                               "(clearing up)") from None
-            if made:
-                shutil.rmtree(out_dir, ignore_errors=True)
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
             if isinstance(exc, Interrupted):
                 raise Interrupted(exc.signum, f"{out_dir}/ was left as it was (no student copy "
                                               "written)") from None

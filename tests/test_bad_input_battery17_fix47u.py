@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from course_utils import cli
@@ -69,3 +70,23 @@ def test_write_atomically_names_the_file_it_cannot_write():
     with pytest.raises(tools.ToolError) as info:
         tools.write_atomically(Path("/proc/fix47u_no_such.txt"), "text")
     assert "/proc/fix47u_no_such.txt: cannot be written" in str(info.value)
+
+
+# -- 6: notebook_tools.py student interrupted at any moment leaves no new folder ----------------
+
+@pytest.mark.parametrize("stage", ["student_version", "write_all_atomically"])
+def test_an_interrupted_student_run_leaves_no_new_folder(stage, tmp_path, monkeypatch):
+    tools = _notebook_tools()
+    src = tmp_path / "src" / "01_x.ipynb"
+    src.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), src)
+    new_top = tmp_path / "new"
+    out_dir = new_top / "deeper" / "student"
+
+    def interrupted(*args, **kwargs):
+        raise tools.Interrupted(signal.SIGINT, "test")
+
+    monkeypatch.setattr(tools, stage, interrupted)  # the signal arrives during that stage
+    with pytest.raises(tools.Interrupted):
+        tools._run("student", [str(out_dir), str(src)])
+    assert not new_top.exists(), f"{stage}: left {sorted(p.name for p in new_top.rglob('*'))}"
