@@ -16,6 +16,7 @@ from course_utils.parallel import parallel_map
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
 def _notebook_tools():
     scripts = str(ROOT / "scripts")
     if scripts not in sys.path:
@@ -90,3 +91,31 @@ def test_an_interrupted_student_run_leaves_no_new_folder(stage, tmp_path, monkey
     with pytest.raises(tools.Interrupted):
         tools._run("student", [str(out_dir), str(src)])
     assert not new_top.exists(), f"{stage}: left {sorted(p.name for p in new_top.rglob('*'))}"
+
+
+# -- 5: safe_collect.py refuses a student id nbgrader collect would drop ('.', '..', hidden) ----
+
+def _safe_collect():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("safe_collect_fix47u", ROOT / "scripts" / "safe_collect.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("student", [".", "..", ".hidden"])
+def test_safe_collect_refuses_a_student_nbgrader_would_drop(student, tmp_path):
+    safe_collect = _safe_collect()
+    inbound = tmp_path / "inbound"
+    name = f"{student}+01_x+2026-11-29 10:00:00 UTC"
+    (inbound / name).mkdir(parents=True)
+    (inbound / name / "01_x.ipynb").write_text("{}")
+    dest = tmp_path / "private"
+    dest.mkdir()
+    taken, refused = safe_collect.stage(inbound, "01_x", dest, owner_check="off", slack=1e12)
+    assert taken == [] and len(refused) == 1
+    record, why = refused[0]
+    assert record == name and repr(student) in why and "starts with '.'" in why
+    assert list(dest.iterdir()) == []
