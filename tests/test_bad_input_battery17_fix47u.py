@@ -95,19 +95,20 @@ def test_an_interrupted_student_run_leaves_no_new_folder(stage, tmp_path, monkey
 
 # -- 5: safe_collect.py refuses a student id nbgrader collect would drop ('.', '..', hidden) ----
 
-def _safe_collect():
+def _load_script(name: str):
+    """scripts/NAME.py loaded as its own module (``NAME_fix47u``)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("safe_collect_fix47u", ROOT / "scripts" / "safe_collect.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_fix47u", ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
 @pytest.mark.parametrize("student", [".", "..", ".hidden"])
 def test_safe_collect_refuses_a_student_nbgrader_would_drop(student, tmp_path):
-    safe_collect = _safe_collect()
+    safe_collect = _load_script("safe_collect")
     inbound = tmp_path / "inbound"
     name = f"{student}+01_x+2026-11-29 10:00:00 UTC"
     (inbound / name).mkdir(parents=True)
@@ -119,3 +120,16 @@ def test_safe_collect_refuses_a_student_nbgrader_would_drop(student, tmp_path):
     record, why = refused[0]
     assert record == name and repr(student) in why and "starts with '.'" in why
     assert list(dest.iterdir()) == []
+
+
+# -- 4 (sibling): nbgrader_tools.py table --write into a file that cannot be written -------------
+
+def test_nbgrader_tools_table_write_failure_is_one_line(monkeypatch, capsys):
+    tools = _load_script("nbgrader_tools")
+    target = Path("/proc/fix47u_no_such/INSTRUCTORS.md")
+    monkeypatch.setattr(tools, "INSTRUCTORS", target)
+    monkeypatch.setattr(tools, "table_texts", lambda: ("old table", "new table"))
+    assert tools.main(["table", "--write"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"table: {target}: cannot be written" in err, err
