@@ -18,7 +18,15 @@ wheel index) to avoid a large CUDA build of torch on Linux.
 An unknown command, or a test path that does not exist, is named on stderr (exit 2)
 before anything is installed or run; an option JupyterLab does not know, before it starts.
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
-was left as it was, and exits 130 or 143.
+was left as it was, and exits 130 or 143. One exception: ``test`` and ``lab`` pass a SIGTERM on
+to pytest / JupyterLab, but not a SIGINT sent to course.py's pid alone (``kill -INT PID``): that
+one is waited out (they run on, and their exit status is course.py's). A Ctrl-C reaches them
+directly (the terminal signals the whole process group), so a relayed copy would be a second
+SIGINT: pytest then prints a KeyboardInterrupt traceback in the middle of its summary (seen with
+and without xdist, the copy 0-0.3 s after the first), and JupyterLab stops without asking. A
+SIGINT sent to the group (``kill -INT -PGID``) cannot be told apart from one sent to course.py
+alone, so no rule could relay only the latter. From another shell, stop them with SIGTERM
+(``kill PID``: exit 143) or with SIGINT to the group.
 """
 
 from __future__ import annotations
@@ -294,7 +302,9 @@ def unknown_lab_options(args: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     """The command line. Interrupted (Ctrl-C, SIGINT, SIGTERM), it stops with one line on stderr
     saying what was left as it was and exits 130 or 143; a tool it runs (release's
-    nbgrader_tools.py, publish.py, student_tree.py) gets the signal too and says that line itself."""
+    nbgrader_tools.py, publish.py, student_tree.py) gets the signal too and says that line itself.
+    ``test`` and ``lab`` relay only SIGTERM: a SIGINT sent to this pid alone is waited out, as the
+    module docstring says why (a relayed Ctrl-C would reach pytest or JupyterLab twice)."""
     cli.leaving(cli.NOTHING_WRITTEN)
     return cli.run(_main, argv, "course.py")
 
@@ -365,7 +375,8 @@ def _main(argv: list[str]) -> int:
             args.append(str(first if first.exists() else ROOT / "notebooks" / "00_start_here.ipynb"))
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
             args.append("--allow-root")
-        # Ctrl-C is Jupyter's to answer (it asks before it stops): only SIGTERM is relayed
+        # Ctrl-C is Jupyter's to answer (it asks before it stops): only SIGTERM is relayed (a relayed
+        # SIGINT would be its second, which stops it without asking; see the module docstring)
         return cli.call([str(_bin("jupyter")), "lab", *args], "course.py lab", (signal.SIGTERM,),
                         cwd=ROOT, env=env)
     if "--all" in rest:  # everything, including the slow checks .ci/run adds
@@ -373,7 +384,8 @@ def _main(argv: list[str]) -> int:
     elif "-m" not in rest:  # the quick suite: every unit test and every lesson under nbval
         rest = ["-m", "not slow", *rest]
     rest, env = spread_over_cores(rest, os.cpu_count() or 1, env)
-    # pytest answers Ctrl-C with its summary (the terminal sends it the signal): only SIGTERM is relayed
+    # pytest answers Ctrl-C with its summary (the terminal sends it the signal): only SIGTERM is
+    # relayed (a second SIGINT breaks that summary with a traceback; see the module docstring)
     return cli.call([str(_bin("python")), "-m", "pytest", *rest], "course.py test", (signal.SIGTERM,),
                     cwd=ROOT, env=env)
 

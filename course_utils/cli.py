@@ -189,8 +189,9 @@ def run(main, argv: list[str], prog: str) -> int:
     otherwise end it silently with the signal's status, or with a wrong line.
 
     ``main`` returns what ``sys.exit`` takes: None (0), an exit status 0..255 or a message str
-    (printed, status 1); a bool or an int outside 0..255 is refused with a TypeError/ValueError
-    after ``main`` ran (``True`` read as 1 and 999 as 231, by accident)."""
+    (printed, status 1); any other type (a bool, a float) or an int outside 0..255 is refused with
+    a TypeError/ValueError after ``main`` ran (``True`` read as 1, 999 as 231 and 2.0 as 1, by
+    accident)."""
     if not callable(main):
         raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
                         f"{main!r:.60}")
@@ -236,10 +237,11 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
 def _exit_status(code: object) -> object:
     """``code``, what ``main`` returned for ``sys.exit``, refused when it is a bool (True gave
     exit status 1 by accident) or an int outside 0..255 (``sys.exit(999)`` exits 231): None, an
-    int 0..255, or a message str (``sys.exit`` prints it and exits 1) pass (battery 16)."""
-    if isinstance(code, bool):
-        raise TypeError(f"main(argv) returned {code!r}: expected an exit status (an int 0..255, "
-                        "or None for 0), not a bool")
+    int 0..255, or a message str (``sys.exit`` prints it and exits 1) pass (battery 16). Any other
+    type (a float: ``sys.exit(2.0)`` printed "2.0" and exited 1) is a TypeError too (battery 17)."""
+    if isinstance(code, bool) or not (code is None or isinstance(code, (int, str))):
+        raise TypeError(f"main(argv) returned {type(code).__name__} {code!r:.60}: expected an exit "
+                        "status (an int 0..255, None for 0, or a message str)")
     if isinstance(code, int) and not 0 <= code <= 255:
         raise ValueError(f"main(argv) returned {code!r}: expected an exit status 0..255 "
                          f"(sys.exit takes it modulo 256: {code % 256})")

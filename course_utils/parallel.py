@@ -211,7 +211,8 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
 
     ``timeout``: seconds one call of ``fn`` may take (``None``, the default, or ``inf``: no
     limit; at most ``threading.TIMEOUT_MAX``). A call still running after ``timeout``
-    seconds is stopped (its worker is terminated, the other workers too) and
+    seconds is stopped (its worker is terminated, the other workers too; one still running
+    2 s later, such as a job that ignores SIGTERM, is killed) and
     ``TimeoutError`` names the item. With a timeout the jobs always run in forked workers
     (``workers=1``: one at a time), so that a job that never returns can be stopped; without
     ``fork`` a SIGALRM timer interrupts the plain loop (main thread of a Unix process only).
@@ -285,11 +286,28 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
                     index, process, _ = running.pop(conn)
                     results[index] = _receive(conn, process, index)
     finally:
-        for conn, (_, process, _) in running.items():
-            process.terminate()
-            process.join()
+        _stop_workers([process for _, process, _ in running.values()])
+        for conn in running:
             conn.close()
     return results
+
+
+_STOP_GRACE = 2.0  # seconds a terminated worker has to end before it is killed
+
+
+def _stop_workers(processes: list[multiprocessing.Process]) -> None:
+    """Terminate ``processes`` (SIGTERM), give them :data:`_STOP_GRACE` seconds together, then kill
+    (SIGKILL) any still running: a job that ignores SIGTERM kept the ``TimeoutError`` waiting until
+    it ended by itself (battery 17)."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + _STOP_GRACE
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _receive(conn: Connection, process: multiprocessing.Process, index: int) -> object:

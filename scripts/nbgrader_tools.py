@@ -784,6 +784,9 @@ def _main(argv: list[str]) -> int:
     except (NotebookReadError, ReleaseError) as exc:  # release, check, table: all checked before any write
         print(f"{command}: {exc}; nothing was written", file=sys.stderr)
         return 1
+    except _notebook_tools().ToolError as exc:  # a file that cannot be written (INSTRUCTORS.md's table)
+        print(f"{command}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -234,8 +234,18 @@ def notebook_text(nb: nbformat.NotebookNode) -> str:
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and
     ``os.replace``: a reader (or a failure half-way) sees the old file or the new one,
-    never a part. The file keeps its permissions."""
+    never a part. The file keeps its permissions. A file that cannot be written (a folder one
+    cannot write to, a full disk) is a :class:`ToolError` naming ``path``, not the temporary file
+    (battery 17: a traceback naming ``/proc/.x.ipynb.XXXX.tmp``)."""
     path = Path(path)
+    try:
+        _write_atomically(path, text)
+    except OSError as exc:
+        raise ToolError(f"{path}: cannot be written ({exc.strerror or exc}); nothing was written") from None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """:func:`write_atomically`'s work; an OSError comes out as it is."""
     if path.exists() and not path.is_file():
         raise ToolError(f"{path}: is a folder or a special file, expected a file to write; "
                         "nothing was written")
@@ -255,6 +265,23 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The topmost folder ``folder.mkdir(parents=True)`` would make, or None when ``folder`` exists."""
+    if folder.exists():
+        return None
+    while not folder.parent.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def make_folder(folder: Path, what: str = "output folder") -> None:
+    """``folder`` (and its missing parents) made, or a :class:`ToolError` naming it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolError(f"{folder}: cannot make the {what} ({exc.strerror or exc})") from None
 
 
 def output_folder(folder: Path, what: str = "output folder") -> Path:
@@ -585,22 +612,20 @@ def _run(command: str, args: list[str], timeout: int = CELL_TIMEOUT) -> int:
         originals = [(src, read_notebook(src)) for src in sources]  # all read before any write
         for src, original in originals:
             check_solution_markers(original, src)
-        made = not out_dir.exists()
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ToolError(f"{out_dir}: cannot make the student folder ({exc.strerror or exc})") from None
         blanks = {out_dir / src.name: sum(len(SOLUTION.findall(c.source)) for c in original.cells
                                           if c.cell_type == "code") for src, original in originals}
         texts = {out_dir / src.name: notebook_text(student_version(original)) for src, original in originals}
+        made = _first_missing(out_dir)  # the top folder this run makes (None: out_dir exists)
         try:  # all or nothing: an interrupted or failed run leaves the student folder as it was
+            # made inside the try (battery 17): an interruption just after mkdir removes it too
+            make_folder(out_dir, "student folder")
             write_all_atomically(texts)
         except BaseException as exc:
             if isinstance(exc, Interrupted) and all(_holds(path, text) for path, text in texts.items()):
                 raise Interrupted(exc.signum, f"it came once every student copy was written to {out_dir}/ "
                                               "(clearing up)") from None
-            if made:
-                shutil.rmtree(out_dir, ignore_errors=True)
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
             if isinstance(exc, Interrupted):
                 raise Interrupted(exc.signum, f"{out_dir}/ was left as it was (no student copy "
                                               "written)") from None

@@ -18,7 +18,8 @@ links, and checked on the descriptor, so a swap after the check is caught too):
   default, for a server where each student is an operating-system user); with ``--owner off`` (one
   shared account, a container where everyone is root) the exchange cannot tell who wrote a record,
   and the report says so for every record;
-- a name that is not ``STUDENT+LESSON+YYYY-mm-dd HH:MM:SS[.ffffff] UTC[+anything]``, a
+- a name that is not ``STUDENT+LESSON+YYYY-mm-dd HH:MM:SS[.ffffff] UTC[+anything]`` (a STUDENT
+  starting with ``.``, such as ``..``, included: ``nbgrader collect`` would drop it silently), a
   ``timestamp.txt`` that differs from the name, or more than ``--max-mb`` MB: refused;
 - the submission time is the time the student wrote, but never earlier than the latest status change
   (``st_ctime``, which the owner cannot set back) of the record and its files less ``--slack`` seconds.
@@ -132,6 +133,9 @@ def read_record(inbound: Path, name: str, lesson: str, *, owner_check: str = "na
     match = NAME.match(name)
     if match is None:
         raise Refused("the name is not STUDENT+LESSON+YYYY-mm-dd HH:MM:SS.ffffff UTC")
+    if match["student"].startswith("."):  # '.', '..', '.x': nbgrader's glob('*+...') never sees it
+        raise Refused(f"the student {match['student']!r} starts with '.': nbgrader collect skips such a "
+                      "hidden name without a word")
     if match["lesson"] != lesson:
         raise Refused(f"the record is for {match['lesson']!r}, not {lesson!r}")
     try:
