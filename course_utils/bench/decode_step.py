@@ -522,7 +522,9 @@ class SmallDecoder:
         return out
 
     def _checked_x(self, x: object) -> Tensor:
-        """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)``."""
+        """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)`` that holds
+        values (not on the meta device: a step over it would return a meta result, or fail
+        writing it into the cache)."""
         if x is None:
             return self.x
         if not (isinstance(x, Tensor) and x.is_floating_point()
@@ -530,6 +532,7 @@ class SmallDecoder:
             check_tensor(x, "x", ndim=2, layout=f"(batch={self.batch}, d_model={self.d_model})")
             raise ValueError(f"x must be (batch={self.batch}, d_model={self.d_model}), one new token "
                              f"per sequence, got shape {tuple(x.shape)}")
+        check_holds_values(x, "x")
         return x
 
     def step(self, x: Tensor | None = None) -> Tensor:

@@ -1,0 +1,33 @@
+"""Battery 17a's bench cases (issue 38): a meta ``x`` in SmallDecoder, the varied size's fixed value
+in sweep_mha, make_read_probe's thread bound, timings_from_samples / paired_ratios / ratio_spread
+naming the argument, and check_decoder_fits naming the size that is too large, with its value."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.bench import decode_step, mha_speed, timing
+
+
+def _raises(make, error: type[Exception], words: list[str]) -> None:
+    """``make()`` raises ``error`` whose message holds every one of ``words``."""
+    with pytest.raises(error) as info:
+        make()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def _decoder() -> decode_step.SmallDecoder:
+    return decode_step.SmallDecoder(32, 4, 2, 1, context=16, attention="course")
+
+
+def _timings() -> list[timing.Timing]:
+    return timing.timings_from_samples({"a": [1.0, 1.1, 1.2], "b": [2.0, 2.1, 2.2]}, "a")
+
+
+# -- S1: a meta x went through weights_pass (a meta result) and step --
+@pytest.mark.parametrize("method", ["weights_pass", "step"])
+def test_small_decoder_refuses_a_meta_x(method) -> None:
+    x = torch.randn(1, 32, device="meta")
+    _raises(lambda: getattr(_decoder(), method)(x), ValueError, ["x", "meta device", "(1, 32)"])
