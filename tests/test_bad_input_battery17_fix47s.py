@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_utils.attention.validation import MAX_THREADS
 from course_utils.bench import decode_step, mha_speed, timing
 
 
@@ -31,3 +32,12 @@ def _timings() -> list[timing.Timing]:
 def test_small_decoder_refuses_a_meta_x(method) -> None:
     x = torch.randn(1, 32, device="meta")
     _raises(lambda: getattr(_decoder(), method)(x), ValueError, ["x", "meta device", "(1, 32)"])
+
+
+# -- S7: make_read_probe clamped a huge thread count to the CPU count; read_bandwidth refuses it --
+@pytest.mark.parametrize("threads", [10**12, 10**6, MAX_THREADS + 1])
+def test_make_read_probe_bounds_threads_like_read_bandwidth(threads) -> None:
+    _raises(lambda: decode_step.make_read_probe(torch.ones(1024), threads=threads), ValueError,
+            ["threads must be an int in 1..", str(threads)])
+    _raises(lambda: decode_step.read_bandwidth(torch.ones(1024), repeats=1, num_threads=threads), ValueError,
+            ["num_threads must be an int in 1..", str(threads)])

@@ -346,7 +346,9 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     Two sums race, each read :data:`PROBE_RACE_READS` times in turn over ``buffer`` (a buffer
     several times the last-level cache, read front to back, starts cold each time) and timed
     by ``clock`` (default :func:`clock_for` ``(threads)``): ``read_sum`` from ``fused_decode.c``
-    (compiled as the kernel is, split over ``threads``, default ``torch.get_num_threads()``;
+    (compiled as the kernel is, split over ``threads``, default ``torch.get_num_threads()``, else
+    an int in 1..:data:`~course_utils.attention.validation.MAX_THREADS` as everywhere in the course,
+    and no more than the CPU count are used;
     its sum checked once against ``torch.sum`` to 1e-4 relative), and ``torch.sum`` on as many
     threads. The faster is the yardstick, and the phrase names it with both rates: neither is
     the faster everywhere (``torch.sum`` read about a fifth slower than the compiled sum on some
@@ -354,7 +356,7 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     it read high. Where the compiled sum is unavailable (no compiler, built without OpenMP for
     several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why."""
     _check_probe_inputs(buffer, clock)
-    threads = torch.get_num_threads() if threads is None else check_int(threads, "threads", minimum=1)
+    threads = torch.get_num_threads() if threads is None else check_thread_count(threads, "threads")
     threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other
     if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
         return buffer.sum, "torch.sum (the buffer is not contiguous float32 on the CPU)"
