@@ -41,3 +41,24 @@ def test_make_read_probe_bounds_threads_like_read_bandwidth(threads) -> None:
             ["threads must be an int in 1..", str(threads)])
     _raises(lambda: decode_step.read_bandwidth(torch.ones(1024), repeats=1, num_threads=threads), ValueError,
             ["num_threads must be an int in 1..", str(threads)])
+
+
+# -- O7: the memory refusal blamed d_model, whatever size was too large, and showed no value --
+@pytest.mark.parametrize(("size", "call"), [
+    ("mlp_ratio", lambda: decode_step.check_decoder_fits(32, 4, 2, 1, context=16, batch=1, mlp_ratio=10**12)),
+    ("num_kv_heads", lambda: decode_step.check_decoder_fits(32, 4, 10**12, 1, context=16, batch=1)),
+    ("num_layers", lambda: decode_step.check_decoder_fits(32, 4, 2, 10**12, context=16, batch=1)),
+    ("context", lambda: decode_step.check_decoder_fits(32, 4, 2, 1, context=10**12, batch=1)),
+    ("batch", lambda: decode_step.check_decoder_fits(32, 4, 2, 1, context=16, batch=10**12)),
+    ("mlp_ratio", lambda: decode_step.SmallDecoder(32, 4, 2, 1, context=16, mlp_ratio=10**12,
+                                                   attention="course")),
+])
+def test_check_decoder_fits_blames_the_size_that_is_too_large(size, call) -> None:
+    _raises(call, ValueError, [f"{size}=1,000,000,000,000", "GiB"])
+
+
+def test_check_decoder_fits_still_blames_the_names_given() -> None:
+    _raises(lambda: decode_step.check_decoder_fits(32, 4, 2, 1, context=10**12, batch=1,
+                                                   names=("--layers 1", "--context 10**12")),
+            ValueError, ["--context 10**12 asks for"])
+    decode_step.check_decoder_fits(32, 4, 2, 1, context=16, batch=1)
