@@ -43,6 +43,41 @@ def test_make_read_probe_bounds_threads_like_read_bandwidth(threads) -> None:
             ["num_threads must be an int in 1..", str(threads)])
 
 
+# -- O3: timings_from_samples read samples and baseline unchecked (bare AttributeError, KeyError) --
+@pytest.mark.parametrize(("samples", "error", "words"), [
+    ([("a", [1.0]), ("b", [2.0])], TypeError, ["samples", "mapping", "list"]),
+    (None, TypeError, ["samples", "mapping", "NoneType None"]),
+    (True, TypeError, ["samples", "mapping", "bool True"]),
+    ({}, ValueError, ["samples", "non-empty", "dict {}"]),
+    ({"a": [1.0], "b": 1}, TypeError, ["samples['b']", "list of seconds", "int 1"]),
+    ({"a": [1.0], "b": []}, ValueError, ["samples['b']", "non-empty", "[]"]),
+    ({"a": [1.0], "b": [2.0, "x"]}, TypeError, ["samples['b'][1]", "str 'x'"]),
+    ({"a": [1.0], "b": [2.0, -1.0]}, ValueError, ["samples['b'][1]", "-1.0"]),
+])
+def test_timings_from_samples_names_bad_samples(samples, error, words) -> None:
+    _raises(lambda: timing.timings_from_samples(samples, "a"), error, words)
+
+
+@pytest.mark.parametrize("baseline", [7, "", "bogus", None, True])
+def test_timings_from_samples_names_an_unknown_baseline(baseline) -> None:
+    _raises(lambda: timing.timings_from_samples({"a": [1.0], "b": [2.0]}, baseline), ValueError,
+            [f"baseline {baseline!r} ({type(baseline).__name__}) is not one of", "['a', 'b']"])
+
+
+# -- O4: "'bogus' is not one of ['a', 'b']" did not say which argument (name or baseline) --
+@pytest.mark.parametrize("function", [timing.paired_ratios, timing.ratio_spread])
+@pytest.mark.parametrize("name", ["", "bogus", None, True, 7])
+def test_paired_ratios_and_ratio_spread_name_the_unknown_name(function, name) -> None:
+    _raises(lambda: function(_timings(), name, "a"), ValueError,
+            [f"name {name!r} ({type(name).__name__}) is not one of the timings' names", "['a', 'b']"])
+
+
+@pytest.mark.parametrize("function", [timing.paired_ratios, timing.ratio_spread])
+def test_paired_ratios_and_ratio_spread_name_the_unknown_baseline(function) -> None:
+    _raises(lambda: function(_timings(), "a", "bogus"), ValueError,
+            ["baseline 'bogus' (str) is not one of the timings' names"])
+
+
 # -- O7: the memory refusal blamed d_model, whatever size was too large, and showed no value --
 @pytest.mark.parametrize(("size", "call"), [
     ("mlp_ratio", lambda: decode_step.check_decoder_fits(32, 4, 2, 1, context=16, batch=1, mlp_ratio=10**12)),

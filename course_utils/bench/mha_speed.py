@@ -185,10 +185,8 @@ def bench_mha(
             or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
                          f"sample), got {type(target_sample_s).__name__} {target_sample_s!r}")
-    check_function_name(baseline, "baseline")
+    check_function_name(baseline, "baseline", IMPLEMENTATIONS, "the lesson's implementations")
     modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
-    if baseline not in modules:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(modules)}")
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, seq_len, d_model, generator=gen).to(device, dtype)
     sync = _sync_for(device)
