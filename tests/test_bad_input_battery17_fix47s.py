@@ -34,6 +34,29 @@ def test_small_decoder_refuses_a_meta_x(method) -> None:
     _raises(lambda: getattr(_decoder(), method)(x), ValueError, ["x", "meta device", "(1, 32)"])
 
 
+# -- S2: sweep_mha ignored whatever was passed for the size it varies --
+@pytest.mark.parametrize("vary", ["seq_len", "batch", "d_model", "num_heads"])
+@pytest.mark.parametrize("bad", [-1, True, 2.5, "3", 10**12, __import__("numpy").float64(2.0), 4])
+def test_sweep_mha_refuses_a_value_for_the_varied_size(vary, bad) -> None:
+    sizes = {"batch": 1, "seq_len": 4, "d_model": 16, "num_heads": 4, vary: bad}
+    _raises(lambda: mha_speed.sweep_mha(vary, [4], repeats=1, target_sample_s=0.0, **sizes), ValueError,
+            [vary, f"vary={vary!r}", repr(bad), "ignored"])
+
+
+@pytest.mark.parametrize(("name", "bad", "error"), [("batch", "3", TypeError), ("d_model", 2.5, TypeError),
+                                                    ("num_heads", True, TypeError), ("batch", 0, ValueError)])
+def test_sweep_mha_checks_every_fixed_size(name, bad, error) -> None:
+    sizes = {"batch": 1, "d_model": 16, "num_heads": 4, name: bad}
+    _raises(lambda: mha_speed.sweep_mha("seq_len", [4], repeats=1, target_sample_s=0.0, **sizes), error,
+            [name, repr(bad)])
+
+
+def test_sweep_mha_still_runs_with_the_varied_size_left_out() -> None:
+    table = mha_speed.sweep_mha("seq_len", [4, 8], batch=1, d_model=16, num_heads=4, repeats=1,
+                                target_sample_s=0.0)
+    assert list(table.index) == [4, 8] and table.index.name == "seq_len"
+
+
 # -- S7: make_read_probe clamped a huge thread count to the CPU count; read_bandwidth refuses it --
 @pytest.mark.parametrize("threads", [10**12, 10**6, MAX_THREADS + 1])
 def test_make_read_probe_bounds_threads_like_read_bandwidth(threads) -> None:
