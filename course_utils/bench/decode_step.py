@@ -346,7 +346,9 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     Two sums race, each read :data:`PROBE_RACE_READS` times in turn over ``buffer`` (a buffer
     several times the last-level cache, read front to back, starts cold each time) and timed
     by ``clock`` (default :func:`clock_for` ``(threads)``): ``read_sum`` from ``fused_decode.c``
-    (compiled as the kernel is, split over ``threads``, default ``torch.get_num_threads()``;
+    (compiled as the kernel is, split over ``threads``, default ``torch.get_num_threads()``, else
+    an int in 1..:data:`~course_utils.attention.validation.MAX_THREADS` as everywhere in the course,
+    and no more than the CPU count are used;
     its sum checked once against ``torch.sum`` to 1e-4 relative), and ``torch.sum`` on as many
     threads. The faster is the yardstick, and the phrase names it with both rates: neither is
     the faster everywhere (``torch.sum`` read about a fifth slower than the compiled sum on some
@@ -354,7 +356,7 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     it read high. Where the compiled sum is unavailable (no compiler, built without OpenMP for
     several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why."""
     _check_probe_inputs(buffer, clock)
-    threads = torch.get_num_threads() if threads is None else check_int(threads, "threads", minimum=1)
+    threads = torch.get_num_threads() if threads is None else check_thread_count(threads, "threads")
     threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other
     if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
         return buffer.sum, "torch.sum (the buffer is not contiguous float32 on the CPU)"
@@ -412,26 +414,42 @@ def _attend_course(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_layers: int, *,
                        context: int, batch: int, mlp_ratio: int = 4,
-                       names: tuple[str, str] = ("d_model", "context")) -> None:
+                       names: tuple[str, str] | None = None) -> None:
     """Refuse a :class:`SmallDecoder` whose float32 weights or cache would not fit in memory, before
     anything is allocated (its constructor, and the ``gqa`` command line when it is parsed). The
-    sizes are ints >= 1 (checked); ``names`` (two str) are blamed for the weights and for the cache."""
-    for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
-                        ("num_layers", num_layers), ("context", context), ("batch", batch),
-                        ("mlp_ratio", mlp_ratio)):
+    sizes are ints >= 1 (checked). The refusal blames ``names`` (two str: the arguments blamed for
+    the weights and for the cache, e.g. a command line's options); by default (None) the largest of
+    the sizes the weights (or the cache) grow with, by name and value, such as
+    ``mlp_ratio=1,000,000``, and lists the others."""
+    sizes = {"d_model": d_model, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
+             "num_layers": num_layers, "context": context, "batch": batch, "mlp_ratio": mlp_ratio}
+    for name, value in sizes.items():
         check_int(value, name, minimum=1)
-    if not (isinstance(names, tuple | list) and len(names) == 2 and all(isinstance(n, str) for n in names)):
-        raise TypeError(f"names must be a pair of str (the arguments blamed for the weights and for the "
-                        f"cache, such as ('d_model', 'context')), got {type(names).__name__} {names!r:.60}")
+    if names is not None and not (isinstance(names, tuple | list) and len(names) == 2
+                                  and all(isinstance(n, str) for n in names)):
+        raise TypeError(f"names must be None or a pair of str (the arguments blamed for the weights and "
+                        f"for the cache, such as ('--layers 8', '--context 4096')), got "
+                        f"{type(names).__name__} {names!r:.60}")
+    weights_by = _largest_of(sizes, ("d_model", "num_kv_heads", "num_layers", "mlp_ratio"))
+    cache_by = _largest_of(sizes, ("context", "batch", "num_layers", "num_kv_heads", "d_model"))
+    blamed = (weights_by, cache_by) if names is None else tuple(names)
     # the weights are drawn in float32 first: d_model x ((h + 2g) dk + d + 2 mlp d) per layer
     weight_bytes = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * (d_model // num_heads)
                                            + d_model + 2 * mlp_ratio * d_model) * 4
-    check_fits_in_memory(weight_bytes, names[0], f"float32 weights of {num_layers} layers of "
-                                                 f"width {d_model}: {weight_bytes:,} bytes")
+    check_fits_in_memory(weight_bytes, blamed[0], f"float32 weights of {num_layers} layers of "
+                                                  f"width {d_model}: {weight_bytes:,} bytes")
     dk_ = d_model // num_heads
     cache_bytes = 2 * num_layers * batch * num_kv_heads * (context + 1) * dk_ * 4
-    check_fits_in_memory(cache_bytes, names[1], f"a float32 cache of {batch} x {context + 1} positions x "
+    check_fits_in_memory(cache_bytes, blamed[1], f"a float32 cache of {batch} x {context + 1} positions x "
                          f"{num_layers} layers x {num_kv_heads} K/V heads of width {dk_}, K and V")
+
+
+def _largest_of(sizes: dict[str, int], grow: tuple[str, ...]) -> str:
+    """``'mlp_ratio=1,000,000 (with d_model=32, ...)'``: the largest of the ``grow`` sizes (the
+    arguments a memory need grows with), to blame in a refusal, and the others' values."""
+    largest = max(grow, key=sizes.__getitem__)
+    others = ", ".join(f"{k}={sizes[k]:,}" for k in grow if k != largest)
+    return f"{largest}={sizes[largest]:,} (with {others})"
 
 
 class SmallDecoder:
@@ -522,7 +540,9 @@ class SmallDecoder:
         return out
 
     def _checked_x(self, x: object) -> Tensor:
-        """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)``."""
+        """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)`` that holds
+        values (not on the meta device: a step over it would return a meta result, or fail
+        writing it into the cache)."""
         if x is None:
             return self.x
         if not (isinstance(x, Tensor) and x.is_floating_point()
@@ -530,6 +550,7 @@ class SmallDecoder:
             check_tensor(x, "x", ndim=2, layout=f"(batch={self.batch}, d_model={self.d_model})")
             raise ValueError(f"x must be (batch={self.batch}, d_model={self.d_model}), one new token "
                              f"per sequence, got shape {tuple(x.shape)}")
+        check_holds_values(x, "x")
         return x
 
     def step(self, x: Tensor | None = None) -> Tensor:

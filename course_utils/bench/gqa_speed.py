@@ -789,9 +789,7 @@ def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progr
     if not isinstance(steps, dict) or not steps:
         raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
                          f"{type(steps).__name__} {steps!r:.60}")
-    check_function_name(baseline, "baseline")
-    if baseline not in steps:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(steps)}")
+    check_function_name(baseline, "baseline", steps, "the names of steps")
     if flush_bytes is not None:
         check_int(flush_bytes, "flush_bytes", minimum=4)
         check_fits_in_memory(flush_bytes, "flush_bytes", "a float32 buffer read before every timed call")

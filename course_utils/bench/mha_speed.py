@@ -62,6 +62,7 @@ __all__ = [
     "forward_callables",
     "bench_mha",
     "sweep_mha",
+    "SWEEP_DEFAULTS",
     "plot_sweep",
     "count_dispatched_ops",
     "TOLERANCES",
@@ -185,10 +186,8 @@ def bench_mha(
             or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
                          f"sample), got {type(target_sample_s).__name__} {target_sample_s!r}")
-    check_function_name(baseline, "baseline")
+    check_function_name(baseline, "baseline", IMPLEMENTATIONS, "the lesson's implementations")
     modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
-    if baseline not in modules:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(modules)}")
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, seq_len, d_model, generator=gen).to(device, dtype)
     sync = _sync_for(device)
@@ -200,45 +199,57 @@ def bench_mha(
 
 
 _SWEEPABLE = ("batch", "seq_len", "d_model", "num_heads")
+#: :func:`sweep_mha`'s fixed sizes when not given (each but the varied one).
+SWEEP_DEFAULTS = {"batch": 2, "seq_len": 64, "d_model": 128, "num_heads": 8}
 
 
-def _check_sweep(vary: object, values: object, fixed: dict[str, int], statistic: object) -> list[int]:
+def _check_sweep(vary: object, values: object, given: dict[str, object],
+                 statistic: object) -> tuple[list[int], dict[str, int]]:
     """What :func:`sweep_mha` needs, checked before anything is measured: ``vary`` one of
-    :data:`_SWEEPABLE`; ``values`` distinct positive ints (a repeat would be measured twice and
-    shown once), each of whose sizes fits in memory; ``statistic`` "min" or "median". Returns
-    the values as a list."""
+    :data:`_SWEEPABLE`, and no size given for it (``values`` sets it row by row: a value given
+    for it would be ignored); ``values`` distinct positive ints (a repeat would be measured twice
+    and shown once), each of whose sizes fits in memory; the fixed sizes ints >= 1 (None: the
+    default of :data:`SWEEP_DEFAULTS`); ``statistic`` "min" or "median". Returns the values as
+    a list and the fixed sizes."""
     if vary not in _SWEEPABLE:
         raise ValueError(f"vary must be one of {_SWEEPABLE}, got {vary!r}")
+    if given[vary] is not None:
+        raise ValueError(f"{vary} must be left out (None) when vary={vary!r}: values sets it row by "
+                         f"row, so the {type(given[vary]).__name__} {given[vary]!r:.60} given for it "
+                         "would be ignored")
+    fixed = {name: check_int(SWEEP_DEFAULTS[name] if value is None else value, name, minimum=1)
+             for name, value in given.items() if name != vary}
     values = check_distinct(check_int_list(values, "values", minimum=1), "values",
                             f"sizes (each is one row of the table, indexed by {vary})")
     if statistic not in ("min", "median"):
         raise ValueError(f"statistic must be 'min' or 'median', got {statistic!r}")
     for value in values:
         sizes = {**fixed, vary: value}
-        for name in ("batch", "seq_len"):
-            check_int(sizes[name], name, minimum=1)
         check_head_dims(sizes["d_model"], sizes["num_heads"])
         check_attention_fits(*(sizes[k] for k in _SWEEPABLE), name=vary)
-    return values
+    return values, fixed
 
 
 def sweep_mha(
-    vary: str, values: Sequence[int], *, batch: int = 2, seq_len: int = 64, d_model: int = 128,
-    num_heads: int = 8, repeats: int = 5, num_threads: int | None = 1,
-    target_sample_s: float = 2e-3, baseline: str = "batched", seed: int = 0,
-    statistic: str = "min",
+    vary: str, values: Sequence[int], *, batch: int | None = None, seq_len: int | None = None,
+    d_model: int | None = None, num_heads: int | None = None, repeats: int = 5,
+    num_threads: int | None = 1, target_sample_s: float = 2e-3, baseline: str = "batched",
+    seed: int = 0, statistic: str = "min",
 ):
     """Lesson 4's four versions timed at each value of one size parameter.
 
     ``vary`` is one of ``batch``, ``seq_len``, ``d_model``, ``num_heads``; the others stay
-    fixed. Returns a ``pandas.DataFrame``: one row per value, one column per
+    fixed, at the value given or else their default (:data:`SWEEP_DEFAULTS`: ``batch=2``,
+    ``seq_len=64``, ``d_model=128``, ``num_heads=8``). The varied one must not be given
+    (``values`` sets it; a value given for it is refused, naming it, rather than ignored).
+    Returns a ``pandas.DataFrame``: one row per value, one column per
     implementation, milliseconds per forward pass (``statistic`` ``"min"``, the best of
     the interleaved repeats, or ``"median"``); each row is measured in one run.
     """
     import pandas as pd
 
-    fixed = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
-    values = _check_sweep(vary, values, fixed, statistic)
+    given = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
+    values, fixed = _check_sweep(vary, values, given, statistic)
     pick = min if statistic == "min" else statistics.median
     rows = {}
     for value in values:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -197,9 +197,7 @@ def time_interleaved(
     label for a text progress bar (tqdm) over the rounds; None shows none. ``clock``: as in
     :func:`interleaved_samples` (``time.thread_time`` for one-thread work on a busy machine)."""
     _check_functions(fns)
-    check_function_name(baseline, "baseline")
-    if baseline not in fns:
-        raise ValueError(f"baseline {baseline!r} is not one of {list(fns)}")
+    check_function_name(baseline, "baseline", fns, "the names of fns")
     repeats, warmup, inner = check_round_counts(repeats, warmup, inner)  # before the bar adds them
     if progress is not None and not isinstance(progress, str):
         raise TypeError(f"progress must be a str (the progress bar's label) or None (no bar), got "
@@ -218,7 +216,11 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
     """One :class:`Timing` per function of ``samples`` (name -> seconds of every repeat, as
     :func:`interleaved_samples` returns), its ratio taken to ``baseline``'s median. A median of
     0 s is refused here, naming the function (the baseline first: no ratio to it exists): the
-    clock did not advance around its calls, and a Timing's median is divided by."""
+    clock did not advance around its calls, and a Timing's median is divided by. ``samples`` is
+    checked first (a non-empty mapping of non-empty lists of seconds, each named
+    ``samples[name][i]``), and ``baseline`` must be one of its names."""
+    _check_samples(samples)
+    check_function_name(baseline, "baseline", samples, "the names of samples")
     medians = {name: statistics.median(s) for name, s in samples.items()}
     for name in (baseline, *medians):
         if not medians[name] > 0:
@@ -231,14 +233,35 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
     return [Timing(n, medians[n], medians[n] / medians[baseline], s) for n, s in samples.items()]
 
 
-def check_function_name(value: object, name: str) -> None:
+def _check_samples(samples: object) -> None:
+    """``samples`` is what :func:`interleaved_samples` returns: a non-empty mapping name -> a
+    non-empty list (or tuple) of seconds, each finite and >= 0; errors name ``samples[name]``."""
+    if not isinstance(samples, Mapping) or not samples:
+        error = ValueError if isinstance(samples, Mapping) else TypeError
+        raise error(f"samples must be a non-empty mapping name -> seconds of every repeat (as "
+                    f"interleaved_samples returns), got {type(samples).__name__} {samples!r:.60}")
+    for key, seconds in samples.items():
+        if not isinstance(seconds, list | tuple) or not seconds:
+            error = ValueError if isinstance(seconds, list | tuple) else TypeError
+            raise error(f"samples[{key!r}] must be a non-empty list of seconds (one per repeat), got "
+                        f"{type(seconds).__name__} {seconds!r:.60}")
+        for i, value in enumerate(seconds):
+            _check_duration(value, f"samples[{key!r}][{i}]")
+
+
+def check_function_name(value: object, name: str, among: Iterable[Hashable] | None = None,
+                        what: str = "the functions") -> None:
     """``value`` names a function (a str, or another hashable key such as a tuple): a list
-    cannot be looked up among the names."""
+    cannot be looked up among the names. With ``among`` (the names there are, e.g. a dict of
+    functions), ``value`` must be one of them: a ValueError naming the argument ``name``, what
+    arrived and the names there are (``what`` says whose)."""
     try:
         hash(value)
     except TypeError:
         raise TypeError(f"{name} must be a function's name (a str such as 'naive', or a tuple), got "
                         f"{type(value).__name__} {value!r:.60}") from None
+    if among is not None and value not in (names := list(among)):
+        raise ValueError(f"{name} {value!r:.60} ({type(value).__name__}) is not one of {what} {names}")
 
 
 def _check_timings(timings: object, baseline: object) -> Timing:
@@ -251,10 +274,8 @@ def _check_timings(timings: object, baseline: object) -> Timing:
     if wrong is not None:
         raise TypeError(f"timings[{wrong}] must be a Timing, got {type(timings[wrong]).__name__}")
     check_distinct([t.name for t in timings], "the timings' names", "names (one Timing per function)")
-    check_function_name(baseline, "baseline")
     by_name = {t.name: t for t in timings}
-    if baseline not in by_name:
-        raise ValueError(f"baseline {baseline!r} is not one of the timings {list(by_name)}")
+    check_function_name(baseline, "baseline", by_name, "the timings' names")
     return by_name[baseline]
 
 
@@ -288,11 +309,8 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
     slows both sides of ratio ``i``: the ratios are steadier than the times themselves.
     """
     _check_timings(timings, baseline)
-    check_function_name(name, "name")
     by_name = {t.name: t for t in timings}
-    for n in (name, baseline):
-        if n not in by_name:
-            raise ValueError(f"{n!r} is not one of {list(by_name)}")
+    check_function_name(name, "name", by_name, "the timings' names")
     top, bottom = by_name[name].samples_s, by_name[baseline].samples_s
     if not top or len(top) != len(bottom):
         raise ValueError(f"need the same non-zero number of samples for {name!r} and {baseline!r} "
