@@ -305,9 +305,25 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
-def check_fits_in_memory(num_bytes: int, name: str, what: str = "") -> None:
+def check_fits_in_memory(num_bytes: int, name: str | None, what: str = "", *,
+                         sizes: dict[str, int] | None = None) -> None:
     """Refuse an allocation of ``num_bytes`` larger than this machine's physical memory, before
-    PyTorch's allocator fails with an "enforce fail" (or the system starts swapping)."""
+    PyTorch's allocator fails with an "enforce fail" (or the system starts swapping). The
+    ValueError blames ``name``; given ``sizes`` (``{argument: value}``, the sizes the allocation
+    grows with) and no ``name``, it blames the largest of them, the one most likely to be wrong,
+    and lists them all with their values."""
+    if sizes is not None:
+        if not isinstance(sizes, dict) or not sizes:
+            raise TypeError(f"check_fits_in_memory's sizes must be a non-empty dict {{argument: size}}, "
+                            f"got {type(sizes).__name__} {sizes!r:.60}")
+        for key, value in sizes.items():
+            check_int(value, str(key), minimum=0)
+        name = max(sizes, key=sizes.__getitem__) if name is None else name
+        shown = ", ".join(f"{key}={value:,}" for key, value in sizes.items())
+        what = f"{shown}: {what}" if what else shown
+    if not isinstance(name, str):
+        raise TypeError(f"check_fits_in_memory's name must be a str (the argument it blames), got "
+                        f"{type(name).__name__} {name!r:.60}")
     if isinstance(num_bytes, bool) or not isinstance(num_bytes, numbers.Integral) or num_bytes < 0:
         raise ValueError(f"{name}: the size to check must be a byte count (an int >= 0), got "
                          f"{type(num_bytes).__name__} {num_bytes!r}")
@@ -991,7 +1007,7 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
         if not isinstance(sizes, dict) or not sizes:
             raise TypeError(f"check_linear_weights_fit's sizes must be a non-empty dict {{argument: size}}, "
                             f"got {type(sizes).__name__} {sizes!r:.60}")
-        name = max(sizes, key=lambda k: check_int(sizes[k], str(k)))
+        name = max(sizes, key=lambda k: check_int(sizes[k], str(k)))  # d_in's name below
     if not isinstance(name, str):
         raise TypeError(f"check_linear_weights_fit's name must be a str (the argument it names), got "
                         f"{type(name).__name__} {name!r:.60}")
@@ -1005,9 +1021,8 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
              for i, pair in enumerate(also)]
     itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
     num_bytes = (d_in * sum(widths) + sum(a * b for a, b in pairs)) * itemsize
-    shown = ", ".join(f"{k}={v:,}" for k, v in sizes.items()) if sizes else f"{name}={d_in}"
-    check_fits_in_memory(num_bytes, name, f"{shown}: weights of "
-                                          f"{len(widths) + len(pairs)} linear layers, {num_bytes:,} bytes")
+    check_fits_in_memory(num_bytes, name, f"weights of {len(widths) + len(pairs)} linear layers, "
+                                          f"{num_bytes:,} bytes", sizes=sizes or {name: d_in})
 
 
 __all__ += ["check_linear_weights_fit"]

@@ -420,7 +420,7 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
     sizes are ints >= 1 (checked). The refusal blames ``names`` (two str: the arguments blamed for
     the weights and for the cache, e.g. a command line's options); by default (None) the largest of
     the sizes the weights (or the cache) grow with, by name and value, such as
-    ``mlp_ratio=1,000,000``, and lists the others."""
+    ``mlp_ratio``, and lists them all with their values (:func:`check_fits_in_memory`)."""
     sizes = {"d_model": d_model, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
              "num_layers": num_layers, "context": context, "batch": batch, "mlp_ratio": mlp_ratio}
     for name, value in sizes.items():
@@ -430,26 +430,20 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
         raise TypeError(f"names must be None or a pair of str (the arguments blamed for the weights and "
                         f"for the cache, such as ('--layers 8', '--context 4096')), got "
                         f"{type(names).__name__} {names!r:.60}")
-    weights_by = _largest_of(sizes, ("d_model", "num_kv_heads", "num_layers", "mlp_ratio"))
-    cache_by = _largest_of(sizes, ("context", "batch", "num_layers", "num_kv_heads", "d_model"))
-    blamed = (weights_by, cache_by) if names is None else tuple(names)
+    weights_grow = {k: sizes[k] for k in ("d_model", "num_kv_heads", "num_layers", "mlp_ratio")}
+    cache_grow = {k: sizes[k] for k in ("context", "batch", "num_layers", "num_kv_heads", "d_model")}
+    blamed = (None, None) if names is None else tuple(names)
     # the weights are drawn in float32 first: d_model x ((h + 2g) dk + d + 2 mlp d) per layer
     weight_bytes = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * (d_model // num_heads)
                                            + d_model + 2 * mlp_ratio * d_model) * 4
     check_fits_in_memory(weight_bytes, blamed[0], f"float32 weights of {num_layers} layers of "
-                                                  f"width {d_model}: {weight_bytes:,} bytes")
+                                                  f"width {d_model}: {weight_bytes:,} bytes",
+                         sizes=weights_grow)
     dk_ = d_model // num_heads
     cache_bytes = 2 * num_layers * batch * num_kv_heads * (context + 1) * dk_ * 4
     check_fits_in_memory(cache_bytes, blamed[1], f"a float32 cache of {batch} x {context + 1} positions x "
-                         f"{num_layers} layers x {num_kv_heads} K/V heads of width {dk_}, K and V")
-
-
-def _largest_of(sizes: dict[str, int], grow: tuple[str, ...]) -> str:
-    """``'mlp_ratio=1,000,000 (with d_model=32, ...)'``: the largest of the ``grow`` sizes (the
-    arguments a memory need grows with), to blame in a refusal, and the others' values."""
-    largest = max(grow, key=sizes.__getitem__)
-    others = ", ".join(f"{k}={sizes[k]:,}" for k in grow if k != largest)
-    return f"{largest}={sizes[largest]:,} (with {others})"
+                         f"{num_layers} layers x {num_kv_heads} K/V heads of width {dk_}, K and V",
+                         sizes=cache_grow)
 
 
 class SmallDecoder:

@@ -212,15 +212,6 @@ class CatCache(_StepOrder):
         return k, v
 
 
-def _check_cache_fits(num_bytes: int, sizes: dict[str, int], what: str) -> None:
-    """Refuse a cache of ``num_bytes`` beyond this machine's memory, before allocating: the
-    ValueError names the largest of the cache's ``sizes`` (``{argument: value}``, the factors of
-    its shape), the argument most likely to be wrong, and lists them all with their values."""
-    name = max(sizes, key=sizes.__getitem__)
-    shown = ", ".join(f"{key}={value:,}" for key, value in sizes.items())
-    check_fits_in_memory(num_bytes, name, f"{shown}: {what}")
-
-
 class PreallocatedCache(_StepOrder):
     """Room for ``max_len`` tokens per layer, allocated once and filled in place.
 
@@ -242,8 +233,8 @@ class PreallocatedCache(_StepOrder):
             num_bytes = 2 * num_layers * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
             sizes = {"num_layers": num_layers, "batch": batch, "num_kv_heads": num_kv_heads, "d_head": d_head,
                      _length_name: max_len}
-            _check_cache_fits(num_bytes, sizes, f"{num_layers} layers x keys and values of shape {shape} "
-                                                f"in {dtype}")
+            check_fits_in_memory(num_bytes, None, f"{num_layers} layers x keys and values of shape {shape} "
+                                                  f"in {dtype}", sizes=sizes)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.num_layers, self.max_len = num_layers, max_len
@@ -557,10 +548,10 @@ class QuantizedCache(_StepOrder):
         n_groups = -(-max_len // group)  # room for max_len tokens, rounded up to whole groups
         slots = batch * num_kv_heads * n_groups * group * d_head
         # per layer and tensor: 1-byte codes and a float32 scratch row per slot, before any allocation
-        _check_cache_fits(2 * num_layers * slots + 2 * 4 * slots,
-                         {"num_layers": num_layers, "batch": batch, "num_kv_heads": num_kv_heads,
-                          "d_head": d_head, "max_len": max_len, "group": group},
-                         f"{num_layers} layers of 8-bit keys and values and a float32 scratch buffer")
+        check_fits_in_memory(2 * num_layers * slots + 2 * 4 * slots, None,
+                             f"{num_layers} layers of 8-bit keys and values and a float32 scratch buffer",
+                             sizes={"num_layers": num_layers, "batch": batch, "num_kv_heads": num_kv_heads,
+                                    "d_head": d_head, "max_len": max_len, "group": group})
         code_dtype = torch.int8 if symmetric else torch.uint8
         self.codes, self.scales, self.zeros, self.residual, self.scratch = {}, {}, {}, {}, {}
         for t in ("k", "v"):

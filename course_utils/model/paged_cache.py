@@ -23,13 +23,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.validation import (
+    check_fits_in_memory,
     check_float_dtype,
     check_holds_values,
     check_int,
     check_tensor,
     describe_shape,
 )
-from .kv_cache import _check_cache_fits
 
 __all__ = ["PagedCache", "blocks_needed"]
 
@@ -69,9 +69,10 @@ class PagedCache:
             check_int(value, name, minimum=1)
         check_float_dtype(dtype, "dtype")  # as PreallocatedCache: integers would truncate the keys
         shape = (num_blocks, num_kv_heads, block_size, d_head)
-        _check_cache_fits(2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size(),
-                         {"num_blocks": num_blocks, "block_size": block_size, "num_kv_heads": num_kv_heads,
-                          "d_head": d_head}, f"key and value pools of shape {shape} in {dtype}")
+        check_fits_in_memory(2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size(), None,
+                             f"key and value pools of shape {shape} in {dtype}",
+                             sizes={"num_blocks": num_blocks, "block_size": block_size,
+                                    "num_kv_heads": num_kv_heads, "d_head": d_head})
         self.k_pool, self.v_pool = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
         self.block_size = block_size
         self.free = list(range(num_blocks - 1, -1, -1))  # pop() hands out block 0 first
