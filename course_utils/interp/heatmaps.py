@@ -359,12 +359,21 @@ class AttentionExplorer:
         :class:`course_utils.interp.widgets.Explorer`, which draws the starting choice at once
         (in its own output area, or through ``draw``) and redraws on every change. A starting
         choice that is not among the pickers' is reported and replaced (:meth:`_valid_start`),
-        as in :meth:`widget` and :meth:`show`: nothing here raises at the learner."""
+        as in :meth:`widget` and :meth:`show`: nothing here raises at the learner. A ``draw``
+        that is not a function of one result is reported too, and the explorer draws in its
+        own output area instead."""
         import ipywidgets as widgets
 
         from .widgets import Explorer
 
         text, layer, head = self._valid_start(text, layer, head)
+        if draw is not None:
+            try:
+                check_callable(draw, "draw", "None or a function result -> None that shows each result",
+                               nargs=1)
+            except TypeError as err:
+                print(f"{err}; drawing in the explorer's own output area instead.")
+                draw = None
 
         sentence = widgets.Combobox(options=self.sentences, value=text,
                                     placeholder="pick or type a sentence, then Enter",

@@ -1,0 +1,60 @@
+"""Battery 17 (issue 38), helper Q: explorer calls answer with a message instead of raising,
+unused role arguments, the fontsize bound, direction dtypes, messages that say what arrived."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import ipywidgets  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from course_utils.interp.heatmaps import AttentionExplorer  # noqa: E402
+from course_utils.interp.widgets import Explorer, dimension_explorer, show  # noqa: E402
+
+
+def _uniform_attention(text: str) -> tuple[list[str], list[torch.Tensor]]:
+    words = text.split()
+    n = len(words)
+    weights = torch.ones(n, n).tril()
+    weights = weights / weights.sum(-1, keepdim=True)
+    return words, [weights.expand(1, 2, n, n).clone() for _ in range(2)]
+
+
+# -- C1: explorer calls never raise at a bad draw / explorer / fallback --------------------
+@pytest.mark.parametrize("draw", ["abc", 7, True, lambda: None])
+def test_attention_explorer_answers_a_bad_draw_with_a_message(draw, capsys):
+    explorer = AttentionExplorer(_uniform_attention, ["the cat sat"], 2, 2)
+    result = explorer.explorer("the cat sat", 0, 0, draw=draw)
+    out = capsys.readouterr().out
+    assert isinstance(result, Explorer)
+    assert "draw must be None or a function" in out and type(draw).__name__ in out
+    assert result.output in result.widget.children  # drawn in its own output area instead
+
+
+@pytest.mark.parametrize("bad", [None, "abc", True, 7, []])
+def test_show_answers_a_non_explorer_with_a_message(bad, capsys):
+    assert show(bad) is None
+    out = capsys.readouterr().out
+    assert "explorer must be an Explorer" in out and f"got {type(bad).__name__} {bad!r}" in out
+
+
+@pytest.mark.parametrize("bad", [True, 7])
+def test_show_answers_a_bad_fallback_with_a_message(bad, capsys):
+    explorer = dimension_explorer()
+    capsys.readouterr()
+    show(explorer, fallback=bad)
+    out = capsys.readouterr().out
+    assert f"fallback must be a str (the text to print) or None, got {type(bad).__name__} {bad!r}" in out
+    assert explorer.last_text in out  # the explorer's own text instead
+
+
+# -- C2: an exception in a draw callback becomes a message -------------------------------
+def test_explorer_answers_a_failing_draw_with_a_message():
+    explorer = Explorer(lambda **kw: "x", {"a": ipywidgets.IntSlider(1)}, draw=lambda r: 1 / 0)
+    explorer.refresh()
+    assert "draw raised ZeroDivisionError" in explorer.last_text
+    assert explorer.output in explorer.widget.children  # shown under the controls
+    assert "ZeroDivisionError" in explorer.output.outputs[0]["text"]
