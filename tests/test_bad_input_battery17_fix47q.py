@@ -58,3 +58,18 @@ def test_explorer_answers_a_failing_draw_with_a_message():
     assert "draw raised ZeroDivisionError" in explorer.last_text
     assert explorer.output in explorer.widget.children  # shown under the controls
     assert "ZeroDivisionError" in explorer.output.outputs[0]["text"]
+
+
+# -- S4 / O10: fontsize has an upper bound, checked before anything is drawn ---------------
+@pytest.mark.parametrize("plot", ["plot_head", "plot_all_heads"])
+@pytest.mark.parametrize("fontsize", [10**12, 1e6, 101])
+def test_plots_refuse_a_huge_fontsize_by_name(plot, fontsize):
+    import matplotlib.pyplot as plt
+
+    from course_utils.interp import heatmaps
+
+    weights = torch.full((4, 4), 0.25)
+    args = (weights, list("abcd")) if plot == "plot_head" else ([weights.expand(1, 2, 4, 4)], list("abcd"))
+    with pytest.raises(ValueError, match=f"fontsize must be .*got {fontsize!r}"):
+        getattr(heatmaps, plot)(*args, fontsize=fontsize)
+    plt.close("all")

@@ -91,9 +91,17 @@ def _check_figure_size(width: float, height: float, name: str) -> None:
                          f"a {pixels[0]:,.0f} x {pixels[1]:,.0f} RGBA image")
 
 
+#: The largest ``fontsize`` (points) a plot takes: the lessons use 6.5 to 11 (titles 4 more); a
+#: far larger size only fails later, deep in matplotlib's font code, when the figure is drawn.
+MAX_FONTSIZE = 100
+
+
 def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
-    """The drawing options every plot takes: ``fontsize`` > 0, ``title`` a str or None, flags bools."""
-    check_positive_number(fontsize, "fontsize")
+    """The drawing options every plot takes: ``fontsize`` in (0, :data:`MAX_FONTSIZE`], ``title`` a
+    str or None, flags bools."""
+    if check_positive_number(fontsize, "fontsize") > MAX_FONTSIZE:
+        raise ValueError(f"fontsize must be a number of points in (0, {MAX_FONTSIZE}] (the lessons use "
+                         f"about 8), got {fontsize!r}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__} {title!r:.60}")
     for name, value in flags.items():
