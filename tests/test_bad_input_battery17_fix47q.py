@@ -73,3 +73,25 @@ def test_plots_refuse_a_huge_fontsize_by_name(plot, fontsize):
     with pytest.raises(ValueError, match=f"fontsize must be .*got {fontsize!r}"):
         getattr(heatmaps, plot)(*args, fontsize=fontsize)
     plt.close("all")
+
+
+# -- S5: direct_logit_attribution's directions must hold floats --------------------------
+def _model_and_tokens():
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=20, max_len=16, d_model=16, num_heads=2, num_layers=2)
+    model = TinyTransformer(config).eval()
+    tokens = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(1))
+    return model, tokens
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_direct_logit_attribution_refuses_non_float_directions(dtype):
+    from course_utils.interp.patching import direct_logit_attribution
+
+    model, tokens = _model_and_tokens()
+    directions = torch.ones(2, 20, dtype=dtype)
+    wanted = rf"directions must be a float tensor.*got a {dtype} tensor of shape \(2, 20\)"
+    with pytest.raises(TypeError, match=wanted):
+        direct_logit_attribution(model, tokens, torch.tensor([7, 7]), directions)

@@ -541,7 +541,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
         raise ValueError(f"frozen_scale must be a positive float tensor (B,) = ({B},), one final-LayerNorm "
                          f"scale per sequence (final_scale gives it), got {_described(frozen_scale)}")
     V = model.config.vocab_size
-    if not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V)):
+    if (not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V))
+            or not directions.is_floating_point()):
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
                         f"got {_described(directions)}")
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
