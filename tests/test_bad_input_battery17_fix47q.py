@@ -95,3 +95,36 @@ def test_direct_logit_attribution_refuses_non_float_directions(dtype):
     wanted = rf"directions must be a float tensor.*got a {dtype} tensor of shape \(2, 20\)"
     with pytest.raises(TypeError, match=wanted):
         direct_logit_attribution(model, tokens, torch.tensor([7, 7]), directions)
+
+
+# -- O9: a bad list of heads names the argument or entry it came from --------------------
+def _evaluation():
+    from course_utils.interp.ablation import Evaluation
+
+    _, tokens = _model_and_tokens()
+    return Evaluation(tokens, lambda logits: {"mean": float(logits.mean())})
+
+
+def _heads_call(where: str, bad: object):
+    from course_utils.interp import ablation, patching
+
+    model, tokens = _model_and_tokens()
+    calls = {
+        "cases['zz_bogus']": lambda: ablation.ablation_table(model, _evaluation(),
+                                                             {"none": [], "zz_bogus": bad}),
+        "order": lambda: ablation.pruning_curve(model, _evaluation(), bad),
+        "head_sets[1]": lambda: patching.measure_zeroed_sets(model, _evaluation(), [[], bad]),
+        "orders[0]": lambda: patching.losses_along_orders(model, tokens, tokens, [bad], 0),
+        "receivers": lambda: patching.path_patched_logits(model, tokens, None, [(0, 0)], bad),
+    }
+    return calls[where]
+
+
+@pytest.mark.parametrize("where", ["cases['zz_bogus']", "order", "head_sets[1]", "orders[0]", "receivers"])
+@pytest.mark.parametrize("bad, error, arrived", [(1, TypeError, "got int 1"),
+                                                 ([(0, 1.5)], TypeError, "got (0, 1.5)"),
+                                                 ([(5, 0)], ValueError, "head (5, 0)")])
+def test_a_bad_list_of_heads_names_where_it_came_from(where, bad, error, arrived):
+    with pytest.raises(error) as raised:
+        _heads_call(where, bad)()
+    assert where in str(raised.value) and arrived in str(raised.value)

@@ -98,22 +98,25 @@ def _check_model(model: object) -> TinyTransformer:
     return model
 
 
-def _check_heads(heads: object, model: TinyTransformer) -> list[Head]:
-    """A list of ``(layer, head)`` pairs inside the model, or a clear error."""
+def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> list[Head]:
+    """A list of ``(layer, head)`` pairs inside the model, or a clear error naming ``name`` (the
+    argument, or the entry of one such as ``cases['prev']``) and what arrived."""
     cfg = model.config
     if isinstance(heads, (str, Tensor)) or not isinstance(heads, Sequence):
-        raise TypeError(f"heads must be a list of (layer, head) pairs such as [(1, 2)], "
-                        f"got {type(heads).__name__}")
+        raise TypeError(f"{name} must be a list of (layer, head) pairs such as [(1, 2)], "
+                        f"got {type(heads).__name__} {heads!r:.60}")
+    of = "" if name == "heads" else f" of {name}"
     checked = []
     for pair in heads:
         ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
             isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in pair)
         if not ok:
-            raise TypeError(f"each head must be a (layer, head) pair of ints such as (1, 2), got {pair!r}")
+            raise TypeError(f"each head{of} must be a (layer, head) pair of ints such as (1, 2), "
+                            f"got {pair!r}")
         layer, head = int(pair[0]), int(pair[1])  # NumPy integers are ints too (check_int's rule)
         if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
-            raise ValueError(f"head {tuple(pair)} is out of range: expected layer in 0..{cfg.num_layers - 1} "
-                             f"and head in 0..{cfg.num_heads - 1}")
+            raise ValueError(f"head {tuple(pair)}{of} is out of range: expected layer in "
+                             f"0..{cfg.num_layers - 1} and head in 0..{cfg.num_heads - 1}")
         checked.append((layer, head))
     return checked
 
@@ -645,7 +648,7 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     evaluations = _check_evaluations(evaluations)
     _check_model(model)
     _check_method(method)
-    cases = {name: _check_heads(heads, model) for name, heads in cases.items()}
+    cases = {name: _check_heads(heads, model, f"cases[{name!r}]") for name, heads in cases.items()}
     for evaluation in evaluations:
         _check_tokens(evaluation.tokens, "tokens")
     if method == "zero":
@@ -757,7 +760,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
     0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns.
     ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
-    order = _check_heads(order, _check_model(model))
+    order = _check_heads(order, _check_model(model), "order")
     twice = sorted({head for head in order if order.count(head) > 1})
     if twice:
         raise ValueError(f"order lists a head twice: {', '.join(head_name(*h) for h in twice)} "

@@ -288,7 +288,7 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    senders, receivers = _check_heads(senders, model), _check_heads(receivers, model)
+    senders, receivers = _check_heads(senders, model, "senders"), _check_heads(receivers, model, "receivers")
     if not senders or not receivers:
         raise ValueError("senders and receivers must each name at least one (layer, head) pair")
     if min(layer for layer, _ in receivers) <= max(layer for layer, _ in senders):
@@ -785,7 +785,7 @@ def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
     if isinstance(orders, (str, bytes, dict)) or not hasattr(orders, "__iter__"):
         raise TypeError(f"orders must be a list of orders, each a list of (layer, head) pairs, got "
                         f"{type(orders).__name__} {orders!r:.60}")
-    checked = [_check_heads(order, model) for order in orders]
+    checked = [_check_heads(order, model, f"orders[{i}]") for i, order in enumerate(orders)]
     for i, order in enumerate(checked):
         if len(set(order)) < len(order):  # (layer, head) int pairs: a set finds a repeat in one pass
             check_distinct(order, f"orders[{i}]", "heads (layer, head)")  # which one, in its words
@@ -985,7 +985,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     if not isinstance(head_sets, (list, tuple)):  # a lone set of heads would be read set by set
         raise TypeError(f"head_sets must be a list of head sets, e.g. [[(0, 1)], [(0, 1), (1, 0)]], got "
                         f"{type(head_sets).__name__} {head_sets!r:.60}")
-    head_sets = [_check_heads(heads, model) for heads in head_sets]
+    head_sets = [_check_heads(heads, model, f"head_sets[{i}]") for i, heads in enumerate(head_sets)]
     check_int(per_run, "per_run", minimum=1)
     lowest = [min((layer for layer, _ in heads), default=model.config.num_layers) for heads in head_sets]
     groups = [[i for i in range(len(head_sets)) if lowest[i] == layer]
