@@ -128,3 +128,61 @@ def test_a_bad_list_of_heads_names_where_it_came_from(where, bad, error, arrived
     with pytest.raises(error) as raised:
         _heads_call(where, bad)()
     assert where in str(raised.value) and arrived in str(raised.value)
+
+
+# -- O1: patching/scores messages also say what arrived -----------------------------------
+def _arrived_call(target: str, bad: object):
+    from course_utils.interp import patching, scores
+
+    model, tokens = _model_and_tokens()
+    lengths = torch.tensor([8, 6])
+
+    def gen() -> torch.Generator:
+        return torch.Generator().manual_seed(0)
+
+    calls = {
+        "resampled_outputs reference_lengths": lambda: patching.resampled_outputs(
+            model, lengths, tokens, bad, 8, generator=gen()),
+        "resampled_outputs reference_outputs": lambda: patching.resampled_outputs(
+            model, lengths, tokens, lengths, 8, generator=gen(), reference_outputs=bad),
+        "resampled_logits reference_lengths": lambda: patching.resampled_logits(
+            model, tokens, lengths, tokens, bad, [(0, 0)], generator=gen()),
+        "resampled_logits reference_outputs": lambda: patching.resampled_logits(
+            model, tokens, lengths, tokens, lengths, [(0, 0)], generator=gen(), reference_outputs=bad),
+        "losses_along_orders targets": lambda: patching.losses_along_orders(
+            model, tokens, bad, [[(0, 0)]], 1),
+        "sequence_gate_gradients targets": lambda: patching.sequence_gate_gradients(model, tokens, bad),
+        "final_scale positions": lambda: patching.final_scale(model, tokens, bad),
+        "head_score_table scores": lambda: scores.head_score_table(bad),
+        "role_verdicts scores": lambda: scores.role_verdicts(bad),
+    }
+    return calls[target]
+
+
+_TENSOR_ARGS = ["resampled_outputs reference_lengths", "resampled_logits reference_lengths",
+                "resampled_outputs reference_outputs", "resampled_logits reference_outputs",
+                "losses_along_orders targets", "sequence_gate_gradients targets", "final_scale positions"]
+
+
+@pytest.mark.parametrize("target", _TENSOR_ARGS)
+@pytest.mark.parametrize("bad, arrived", [
+    (None, "got NoneType"), ([8, 6], "got list"), ("abc", "got str"),
+    (torch.zeros(1, 2, dtype=torch.long), "got a torch.int64 tensor of shape (1, 2)"),
+    (torch.zeros(0, dtype=torch.float32), "got a torch.float32 tensor of shape (0)"),
+])
+def test_patching_messages_say_what_arrived(target, bad, arrived):
+    if bad is None and target.endswith("reference_outputs"):
+        pytest.skip("reference_outputs=None is the default: the outputs are computed")
+    with pytest.raises((TypeError, ValueError)) as raised:
+        _arrived_call(target, bad)()
+    message = str(raised.value)
+    assert f"{target.split()[1]} must be" in message and arrived in message
+
+
+@pytest.mark.parametrize("target", ["head_score_table scores", "role_verdicts scores"])
+@pytest.mark.parametrize("bad", [None, [], {}, True])
+def test_score_tables_say_what_arrived(target, bad):
+    with pytest.raises(ValueError) as raised:
+        _arrived_call(target, bad)()
+    assert "scores must be a non-empty dict" in str(raised.value)
+    assert f"got {type(bad).__name__} {bad!r}" in str(raised.value)

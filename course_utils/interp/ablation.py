@@ -142,6 +142,13 @@ def _described(x: object) -> str:
     return type(x).__name__
 
 
+def _check_targets_like(targets: object, tokens: Tensor) -> None:
+    """``targets`` is a tensor shaped like ``tokens`` ``(B, T)``, else a ValueError saying what arrived."""
+    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
+        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
+                         f"{_described(targets)}")
+
+
 def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, Tensor]:
     """``logits`` ``(B, T, V)`` floating point and ``targets`` ``(B, T)`` long, each id in
     ``[0, V)`` or ``-100`` (not counted)."""
@@ -529,9 +536,7 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
     (:func:`measure`, :func:`ablation_table`, ...: an id ``>= vocab_size`` is refused there,
     naming the range); here a negative id is refused (but ``-100`` in ``targets``, not counted)."""
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
-                         f"{_described(targets)}")
+    _check_targets_like(targets, tokens)
     if targets.dtype != torch.long:
         raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not counted), "
                         f"got {_described(targets)}")
@@ -675,9 +680,7 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
-                         f"{_described(targets)}")
+    _check_targets_like(targets, tokens)
     check_int(chunk_size, "chunk_size", minimum=1)
     cfg = model.config
     total = torch.zeros(cfg.num_layers, cfg.num_heads)

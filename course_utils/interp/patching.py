@@ -73,6 +73,7 @@ from .ablation import (
     _check_model,
     _check_numbers,
     _check_scores,
+    _check_targets_like,
     _check_tokens,
     _check_unused_means,
     _described,
@@ -335,7 +336,8 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     check_int(seq_len, "seq_len", minimum=1)
     _check_lengths(lengths, "lengths", "(B,)")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
-        raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths")
+        raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths, "
+                         f"got {_described(reference_lengths)}")
     cfg = model.config
     expected = (cfg.num_layers, reference.shape[0], cfg.num_heads, reference.shape[1],
                 cfg.d_model // cfg.num_heads)
@@ -347,7 +349,7 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
         reference_outputs = head_outputs(model, reference)
     elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
-                         f"(L, R, h, T_ref, dk) = {expected}")
+                         f"(L, R, h, T_ref, dk) = {expected}, got {_described(reference_outputs)}")
     else:
         _check_head_output_values(reference_outputs, "reference_outputs", "reference", model)
     rows = resampled_rows(lengths, reference_lengths, generator=generator)
@@ -612,7 +614,8 @@ def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, he
     _check_tokens(tokens, "tokens")
     B = tokens.shape[0]
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
-        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
+                        f"got {_described(positions)}")
     check_ids(positions, "positions", tokens.shape[1], f"positions of the {tokens.shape[1]} tokens")
     seen: list[Tensor] = []
     handle = model.ln_final.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].detach()))
@@ -635,8 +638,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+    _check_targets_like(targets, tokens)
     cfg = model.config
     flags = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
@@ -1020,8 +1022,7 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+    _check_targets_like(targets, tokens)
     orders = _check_orders(orders, model)
     if not orders:
         raise ValueError("orders must hold at least one order of heads (a list of (layer, head) lists), "

@@ -417,7 +417,8 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
     is sorted by that top score, highest first, and rounded to ``decimals``.
     """
     if not isinstance(scores, dict) or not scores:
-        raise ValueError("scores must be a non-empty dict {role name: (L, h) tensor}")
+        raise ValueError(f"scores must be a non-empty dict {{role name: (L, h) tensor}}, got "
+                         f"{type(scores).__name__} {scores!r:.60}")
     _check_decimals(decimals)
     grids = {}
     for role, value in scores.items():
