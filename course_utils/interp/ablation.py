@@ -98,22 +98,25 @@ def _check_model(model: object) -> TinyTransformer:
     return model
 
 
-def _check_heads(heads: object, model: TinyTransformer) -> list[Head]:
-    """A list of ``(layer, head)`` pairs inside the model, or a clear error."""
+def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> list[Head]:
+    """A list of ``(layer, head)`` pairs inside the model, or a clear error naming ``name`` (the
+    argument, or the entry of one such as ``cases['prev']``) and what arrived."""
     cfg = model.config
     if isinstance(heads, (str, Tensor)) or not isinstance(heads, Sequence):
-        raise TypeError(f"heads must be a list of (layer, head) pairs such as [(1, 2)], "
-                        f"got {type(heads).__name__}")
+        raise TypeError(f"{name} must be a list of (layer, head) pairs such as [(1, 2)], "
+                        f"got {type(heads).__name__} {heads!r:.60}")
+    of = "" if name == "heads" else f" of {name}"
     checked = []
     for pair in heads:
         ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
             isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in pair)
         if not ok:
-            raise TypeError(f"each head must be a (layer, head) pair of ints such as (1, 2), got {pair!r}")
+            raise TypeError(f"each head{of} must be a (layer, head) pair of ints such as (1, 2), "
+                            f"got {pair!r}")
         layer, head = int(pair[0]), int(pair[1])  # NumPy integers are ints too (check_int's rule)
         if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
-            raise ValueError(f"head {tuple(pair)} is out of range: expected layer in 0..{cfg.num_layers - 1} "
-                             f"and head in 0..{cfg.num_heads - 1}")
+            raise ValueError(f"head {tuple(pair)}{of} is out of range: expected layer in "
+                             f"0..{cfg.num_layers - 1} and head in 0..{cfg.num_heads - 1}")
         checked.append((layer, head))
     return checked
 
@@ -137,6 +140,13 @@ def _described(x: object) -> str:
     if isinstance(x, Tensor):
         return f"a {x.dtype} tensor of shape {describe_shape(x)}"
     return type(x).__name__
+
+
+def _check_targets_like(targets: object, tokens: Tensor) -> None:
+    """``targets`` is a tensor shaped like ``tokens`` ``(B, T)``, else a ValueError saying what arrived."""
+    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
+        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
+                         f"{_described(targets)}")
 
 
 def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, Tensor]:
@@ -526,9 +536,7 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
     (:func:`measure`, :func:`ablation_table`, ...: an id ``>= vocab_size`` is refused there,
     naming the range); here a negative id is refused (but ``-100`` in ``targets``, not counted)."""
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
-                         f"{_described(targets)}")
+    _check_targets_like(targets, tokens)
     if targets.dtype != torch.long:
         raise TypeError(f"targets must be a torch.long tensor (B, T) of next-token ids (-100 = not counted), "
                         f"got {_described(targets)}")
@@ -645,7 +653,7 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     evaluations = _check_evaluations(evaluations)
     _check_model(model)
     _check_method(method)
-    cases = {name: _check_heads(heads, model) for name, heads in cases.items()}
+    cases = {name: _check_heads(heads, model, f"cases[{name!r}]") for name, heads in cases.items()}
     for evaluation in evaluations:
         _check_tokens(evaluation.tokens, "tokens")
     if method == "zero":
@@ -672,9 +680,7 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}, got "
-                         f"{_described(targets)}")
+    _check_targets_like(targets, tokens)
     check_int(chunk_size, "chunk_size", minimum=1)
     cfg = model.config
     total = torch.zeros(cfg.num_layers, cfg.num_heads)
@@ -757,7 +763,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
     0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns.
     ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
-    order = _check_heads(order, _check_model(model))
+    order = _check_heads(order, _check_model(model), "order")
     twice = sorted({head for head in order if order.count(head) > 1})
     if twice:
         raise ValueError(f"order lists a head twice: {', '.join(head_name(*h) for h in twice)} "

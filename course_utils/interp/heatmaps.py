@@ -91,9 +91,17 @@ def _check_figure_size(width: float, height: float, name: str) -> None:
                          f"a {pixels[0]:,.0f} x {pixels[1]:,.0f} RGBA image")
 
 
+#: The largest ``fontsize`` (points) a plot takes: the lessons use 6.5 to 11 (titles 4 more); a
+#: far larger size only fails later, deep in matplotlib's font code, when the figure is drawn.
+MAX_FONTSIZE = 100
+
+
 def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
-    """The drawing options every plot takes: ``fontsize`` > 0, ``title`` a str or None, flags bools."""
-    check_positive_number(fontsize, "fontsize")
+    """The drawing options every plot takes: ``fontsize`` in (0, :data:`MAX_FONTSIZE`], ``title`` a
+    str or None, flags bools."""
+    if check_positive_number(fontsize, "fontsize") > MAX_FONTSIZE:
+        raise ValueError(f"fontsize must be a number of points in (0, {MAX_FONTSIZE}] (the lessons use "
+                         f"about 8), got {fontsize!r}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__} {title!r:.60}")
     for name, value in flags.items():
@@ -359,12 +367,21 @@ class AttentionExplorer:
         :class:`course_utils.interp.widgets.Explorer`, which draws the starting choice at once
         (in its own output area, or through ``draw``) and redraws on every change. A starting
         choice that is not among the pickers' is reported and replaced (:meth:`_valid_start`),
-        as in :meth:`widget` and :meth:`show`: nothing here raises at the learner."""
+        as in :meth:`widget` and :meth:`show`: nothing here raises at the learner. A ``draw``
+        that is not a function of one result is reported too, and the explorer draws in its
+        own output area instead."""
         import ipywidgets as widgets
 
         from .widgets import Explorer
 
         text, layer, head = self._valid_start(text, layer, head)
+        if draw is not None:
+            try:
+                check_callable(draw, "draw", "None or a function result -> None that shows each result",
+                               nargs=1)
+            except TypeError as err:
+                print(f"{err}; drawing in the explorer's own output area instead.")
+                draw = None
 
         sentence = widgets.Combobox(options=self.sentences, value=text,
                                     placeholder="pick or type a sentence, then Enter",

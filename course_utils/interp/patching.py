@@ -73,6 +73,7 @@ from .ablation import (
     _check_model,
     _check_numbers,
     _check_scores,
+    _check_targets_like,
     _check_tokens,
     _check_unused_means,
     _described,
@@ -288,7 +289,7 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    senders, receivers = _check_heads(senders, model), _check_heads(receivers, model)
+    senders, receivers = _check_heads(senders, model, "senders"), _check_heads(receivers, model, "receivers")
     if not senders or not receivers:
         raise ValueError("senders and receivers must each name at least one (layer, head) pair")
     if min(layer for layer, _ in receivers) <= max(layer for layer, _ in senders):
@@ -335,7 +336,8 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     check_int(seq_len, "seq_len", minimum=1)
     _check_lengths(lengths, "lengths", "(B,)")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
-        raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths")
+        raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths, "
+                         f"got {_described(reference_lengths)}")
     cfg = model.config
     expected = (cfg.num_layers, reference.shape[0], cfg.num_heads, reference.shape[1],
                 cfg.d_model // cfg.num_heads)
@@ -347,7 +349,7 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
         reference_outputs = head_outputs(model, reference)
     elif not isinstance(reference_outputs, Tensor) or tuple(reference_outputs.shape) != expected:
         raise ValueError(f"reference_outputs must be head_outputs(model, reference), shaped "
-                         f"(L, R, h, T_ref, dk) = {expected}")
+                         f"(L, R, h, T_ref, dk) = {expected}, got {_described(reference_outputs)}")
     else:
         _check_head_output_values(reference_outputs, "reference_outputs", "reference", model)
     rows = resampled_rows(lengths, reference_lengths, generator=generator)
@@ -541,7 +543,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
         raise ValueError(f"frozen_scale must be a positive float tensor (B,) = ({B},), one final-LayerNorm "
                          f"scale per sequence (final_scale gives it), got {_described(frozen_scale)}")
     V = model.config.vocab_size
-    if not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V)):
+    if (not isinstance(directions, Tensor) or directions.shape not in ((V,), (B, V))
+            or not directions.is_floating_point()):
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
                         f"got {_described(directions)}")
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
@@ -611,7 +614,8 @@ def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, he
     _check_tokens(tokens, "tokens")
     B = tokens.shape[0]
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
-        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence")
+        raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
+                        f"got {_described(positions)}")
     check_ids(positions, "positions", tokens.shape[1], f"positions of the {tokens.shape[1]} tokens")
     seen: list[Tensor] = []
     handle = model.ln_final.register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].detach()))
@@ -634,8 +638,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+    _check_targets_like(targets, tokens)
     cfg = model.config
     flags = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
@@ -784,7 +787,7 @@ def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
     if isinstance(orders, (str, bytes, dict)) or not hasattr(orders, "__iter__"):
         raise TypeError(f"orders must be a list of orders, each a list of (layer, head) pairs, got "
                         f"{type(orders).__name__} {orders!r:.60}")
-    checked = [_check_heads(order, model) for order in orders]
+    checked = [_check_heads(order, model, f"orders[{i}]") for i, order in enumerate(orders)]
     for i, order in enumerate(checked):
         if len(set(order)) < len(order):  # (layer, head) int pairs: a set finds a repeat in one pass
             check_distinct(order, f"orders[{i}]", "heads (layer, head)")  # which one, in its words
@@ -984,7 +987,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     if not isinstance(head_sets, (list, tuple)):  # a lone set of heads would be read set by set
         raise TypeError(f"head_sets must be a list of head sets, e.g. [[(0, 1)], [(0, 1), (1, 0)]], got "
                         f"{type(head_sets).__name__} {head_sets!r:.60}")
-    head_sets = [_check_heads(heads, model) for heads in head_sets]
+    head_sets = [_check_heads(heads, model, f"head_sets[{i}]") for i, heads in enumerate(head_sets)]
     check_int(per_run, "per_run", minimum=1)
     lowest = [min((layer for layer, _ in heads), default=model.config.num_layers) for heads in head_sets]
     groups = [[i for i in range(len(head_sets)) if lowest[i] == layer]
@@ -1019,8 +1022,7 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     """
     _check_model(model)
     _check_tokens(tokens, "tokens")
-    if not isinstance(targets, Tensor) or targets.shape != tokens.shape:
-        raise ValueError(f"targets must be shaped like tokens {tuple(tokens.shape)}")
+    _check_targets_like(targets, tokens)
     orders = _check_orders(orders, model)
     if not orders:
         raise ValueError("orders must hold at least one order of heads (a list of (layer, head) lists), "

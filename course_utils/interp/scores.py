@@ -417,7 +417,8 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
     is sorted by that top score, highest first, and rounded to ``decimals``.
     """
     if not isinstance(scores, dict) or not scores:
-        raise ValueError("scores must be a non-empty dict {role name: (L, h) tensor}")
+        raise ValueError(f"scores must be a non-empty dict {{role name: (L, h) tensor}}, got "
+                         f"{type(scores).__name__} {scores!r:.60}")
     _check_decimals(decimals)
     grids = {}
     for role, value in scores.items():
@@ -486,6 +487,11 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     (a query in a repeated copy -> ``q - period + 1``, the token after its nearest earlier
     occurrence; queries of the first copy -> 0), ``"uniform"``
     (1/(i+1) on every allowed key) and ``"self"`` (i -> i). Row 0 always attends to itself.
+
+    ``period`` and ``start`` are read by ``"induction"`` only; the other roles ignore them (they
+    are still checked to be of the right kind). They are accepted, not refused, because lesson 5
+    builds every role's pattern in one loop with the same keywords
+    (``ideal_pattern(role, T, period=5, start=1) for role in ROLES``).
     """
     if role not in IDEAL_ROLES:
         raise ValueError(f"role must be one of {IDEAL_ROLES}, got {role!r}")
@@ -523,6 +529,10 @@ def chance_level(role: str, seq_len: int, *, period: int | None = None, start: i
     ``role`` is ``"previous token"``, ``"first token"`` or ``"induction"`` (which needs
     ``period`` and uses ``start``). Compare a trained head's score with this baseline:
     0.3 means little when chance is 0.25, and a lot when chance is 0.05.
+
+    The other roles ignore ``period`` and ``start`` (still checked to be of the right kind):
+    they are accepted, not refused, because lesson 5 asks every role's chance level in one
+    loop with the same keywords (``chance_level(role, T, period=PERIOD) for role in ...``).
     """
     if role not in SCORED_ROLES:
         raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {role!r}")

@@ -60,7 +60,9 @@ class Explorer:
         title: optional heading shown above the controls.
         rows: the controls' layout, as rows of names (default: one row that wraps).
         draw: called with each result instead of showing it in the explorer's own
-            output area (e.g. to update a figure displayed above the controls).
+            output area (e.g. to update a figure displayed above the controls). An
+            exception it raises becomes a one-line message in that output area, which is
+            then shown under the controls.
         note: what a page without a widget front end shows in the explorer's place.
     """
 
@@ -123,7 +125,22 @@ class Explorer:
             result = f"Could not render these values: {type(err).__name__}: {err}"
         self.last_result = result
         self.last_text = result if isinstance(result, str) else ""
-        self.draw(result)
+        if self.draw is not self._draw_in_output:
+            self.output.outputs = ()  # a problem shown by an earlier failed draw is over
+        try:
+            self.draw(result)
+        except Exception as err:  # a broken draw callback: a message under the controls, not a traceback
+            self._show_draw_problem(result, err)
+
+    def _show_draw_problem(self, result: Any, err: Exception) -> None:
+        """Show why ``draw`` failed on ``result`` in the explorer's own output area (added under
+        the controls when ``draw`` replaced it), and keep it as ``last_text`` for :func:`show`."""
+        close_figure(result)
+        message = f"Could not draw this result: draw raised {type(err).__name__}: {err}"
+        self.last_result = self.last_text = message
+        if self.output not in self.widget.children:
+            self.widget.children = (*self.widget.children, self.output)
+        self._draw_in_output(message)
 
     def _draw_in_output(self, result: Any) -> None:
         if isinstance(result, str):
@@ -149,11 +166,19 @@ def close_figure(result: object) -> None:
 
 def show(explorer: Explorer, fallback: str | None = None) -> None:
     """Print ``fallback`` (default: the explorer's current text), then display the
-    widget if a Jupyter kernel is running. Works the same under nbval and in scripts."""
+    widget if a Jupyter kernel is running. Works the same under nbval and in scripts.
+
+    Like the explorers, it never raises at the learner: an ``explorer`` that is not an
+    :class:`Explorer` is answered with a printed message (and nothing is displayed), a
+    ``fallback`` that is not a str with a printed message (and the explorer's own text)."""
     if not isinstance(explorer, Explorer):
-        raise TypeError(f"explorer must be an Explorer, got {type(explorer).__name__}")
+        print(f"explorer must be an Explorer (e.g. dimension_explorer()), got {type(explorer).__name__} "
+              f"{explorer!r:.60}; nothing to show.")
+        return
     if fallback is not None and not isinstance(fallback, str):
-        raise TypeError(f"fallback must be a str (the text to print) or None, got {type(fallback).__name__}")
+        print(f"fallback must be a str (the text to print) or None, got {type(fallback).__name__} "
+              f"{fallback!r:.60}; printing the explorer's own text instead.")
+        fallback = None
     text = explorer.last_text if fallback is None else fallback
     if text:
         print(text)
