@@ -1962,6 +1962,8 @@ class Exercise:
             return None
         try:
             entry = _answers.stored(*key)
+        except _answers.StoreChanged as exc:
+            raise _StoreProblem(str(exc)) from exc
         except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
             raise _StoreProblem(f"the stored answers of {key[0]} could not be read ({exc}); "
                                 "reinstall the course package.") from exc
