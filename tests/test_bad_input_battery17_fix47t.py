@@ -164,3 +164,30 @@ def test_an_answer_that_writes_into_the_stored_bytes_gets_a_named_error(lesson, 
     finally:
         answers._load.cache_clear()
 
+
+def _hide_an_input_edit() -> Any:
+    """A right softmax over rows that then zeroes its input in place and, through ``gc``, the
+    check's own copies of that input too, so that the check's comparison sees no edit."""
+    def answer(scores: np.ndarray) -> np.ndarray:
+        shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        out = shifted / shifted.sum(axis=-1, keepdims=True)
+        original = scores.copy()
+        scores[...] = 0
+        for o in gc.get_objects():  # the check's Case objects (an args tuple of arrays is untracked)
+            if type(o).__name__ == "Case" and isinstance(getattr(o, "args", None), tuple):
+                for v in o.args:
+                    if (isinstance(v, np.ndarray) and v.shape == original.shape and v.flags.writeable
+                            and np.array_equal(v, original)):
+                        v[...] = 0
+        return out
+
+    return answer
+
+
+def test_an_answer_cannot_hide_an_edit_of_its_input_by_editing_the_checks_copy():
+    from course_utils.exercises import lesson02
+
+    feedback = lesson02.SOFTMAX_ROWS.check_trusted(_hide_an_input_edit())
+    assert not feedback.passed, feedback.message
+    assert feedback.mistake == "edited_input_in_place"
+    assert "in place" in feedback.message
