@@ -18,6 +18,7 @@ strings, lists, dicts), so loading the file runs no code.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,15 +251,84 @@ def read_store(path: Path) -> dict:
     return data
 
 
+class StoreChanged(ValueError):
+    """The stored answers held in memory were changed in place after they were read."""
+
+
+class _FrozenList(tuple):
+    """A stored list, kept as a tuple: nothing can append to it or replace an item."""
+
+    __slots__ = ()
+
+
+class _FrozenDict(tuple):
+    """A stored dict, kept as a tuple of (key, value) pairs: nothing can add or replace a key."""
+
+    __slots__ = ()
+
+
+class _FrozenTensor(tuple):
+    """A stored tensor kept as ``bytes``: (dtype, storage bytes, offset, size, stride, digest).
+    The layout is kept too, so a non-contiguous stored input comes back non-contiguous. The
+    digest (SHA-256 of the stored bytes, never of computed floats) catches code that writes
+    into the bytes anyway (``torch.frombuffer`` gives a writable view of a ``bytes``)."""
+
+    __slots__ = ()
+
+
+def _freeze(value: Any) -> Any:
+    """``value`` (what :func:`read_store` loads) with every tensor as bytes and every list and dict
+    as a tuple: an answer that finds it (``gc.get_objects()``) cannot change it in place."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        raw = torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage()).numpy().tobytes()
+        return _FrozenTensor((tensor.dtype, raw, tensor.storage_offset(), tuple(tensor.size()),
+                              tuple(tensor.stride()), hashlib.sha256(raw).hexdigest()))
+    if isinstance(value, dict):
+        return _FrozenDict((k, _freeze(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return _FrozenList(_freeze(v) for v in value)
+    if isinstance(value, tuple):
+        return tuple(_freeze(v) for v in value)
+    return value  # a number, a string, None: immutable already
+
+
+def _thaw(value: Any) -> Any:
+    """The inverse of :func:`_freeze`: fresh tensors, lists and dicts that no earlier caller saw."""
+    if isinstance(value, _FrozenTensor):
+        dtype, raw, offset, size, stride, digest = value
+        if hashlib.sha256(raw).hexdigest() != digest:
+            _load.cache_clear()  # the next check reads the file again
+            raise StoreChanged("the check's stored answers changed while they were loaded (code that "
+                               "ran in this kernel, such as the function being checked, wrote into "
+                               "them), so this check cannot say whether your function is right; "
+                               "they are read again from the file at the next check")
+        storage = (torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw
+                   else torch.empty(0, dtype=torch.uint8)).untyped_storage()
+        return torch.empty(0, dtype=dtype).set_(storage, offset, size, stride)
+    if isinstance(value, _FrozenDict):
+        return {k: _thaw(v) for k, v in value}
+    if isinstance(value, _FrozenList):
+        return [_thaw(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_thaw(v) for v in value)
+    return value
+
+
 @functools.cache
-def _load(lesson: str) -> dict:
-    return read_store(ANSWERS_DIR / f"{lesson}.pt")["exercises"]
+def _load(lesson: str) -> _FrozenDict:
+    """A lesson's stored exercises, frozen (:func:`_freeze`). The cache holds no tensor, list or
+    dict: the checks decode the expected outputs after the answer has run, from bytes the answer
+    could not edit (battery 17: an answer zeroed the cached expected tensors through ``gc`` and
+    then returned zeros, and was told it was right)."""
+    return _freeze(read_store(ANSWERS_DIR / f"{lesson}.pt")["exercises"])
 
 
 def stored(lesson: str, name: str) -> dict | None:
-    """The stored entry of exercise ``name`` of ``lesson`` ("lesson02"), or None when the store
-    has none; raises OSError / ValueError when the file is missing or unreadable, and ValueError
-    for a lesson that is not "lessonNN" (a path would read outside the store)."""
+    """The stored entry of exercise ``name`` of ``lesson`` ("lesson02"), a fresh copy on each call
+    (so an edit to one copy never reaches the next check), or None when the store has none;
+    raises OSError / ValueError when the file is missing or unreadable, and ValueError for a
+    lesson that is not "lessonNN" (a path would read outside the store)."""
     if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
         raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
     known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
@@ -267,4 +337,7 @@ def stored(lesson: str, name: str) -> dict | None:
     if not isinstance(name, str):
         raise TypeError(f"name: expected an exercise's stored name (a str), got "
                         f"{type(name).__name__} {name!r:.60}")
-    return _load(lesson).get(name)
+    for key, entry in _load(lesson):
+        if key == name:
+            return _thaw(entry)  # a fresh copy on each call: no caller shares it with another
+    return None

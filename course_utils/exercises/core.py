@@ -1962,6 +1962,8 @@ class Exercise:
             return None
         try:
             entry = _answers.stored(*key)
+        except _answers.StoreChanged as exc:
+            raise _StoreProblem(str(exc)) from exc
         except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
             raise _StoreProblem(f"the stored answers of {key[0]} could not be read ({exc}); "
                                 "reinstall the course package.") from exc
@@ -2003,6 +2005,18 @@ class Exercise:
                 "labels or number of cases) than this package's case builder makes: its files come "
                 "from two releases. Reinstall the course package at the release the lesson names.")
         return cases
+
+    def _stored_case(self, index: int, case: Case) -> Case:
+        """Case ``index`` decoded afresh from the store when the cases are stored, else ``case``:
+        what the inputs the answer was given are compared with after it ran, so that an answer
+        that also edited the check's own copy of the case (found through ``gc``) cannot hide an
+        in-place edit of its input (battery 17)."""
+        if "_cases" in self.__dict__ or "_expected" in self.__dict__:
+            return case  # the grader's cases, or unseen ones built under a salt
+        entry = self._entry()  # _StoreProblem when the stored answers changed while it ran
+        if entry is None or entry["cases"] is None or index >= len(entry["cases"]):
+            return case
+        return _answers.decode_case(entry["cases"][index])
 
     def _uncomparable(self, case: Any, got: Any, found: Any, expected: Any, why: str, hint: str) -> Feedback:
         """The Feedback for an output (``found``, inside the answer's ``got``) that holds no values
@@ -2057,14 +2071,17 @@ class Exercise:
         edited: str | None = None
         watch = _CallWatch(forbidden, first_is_reference=self.reference is not None)
         called: list[str] = []  # the checks the answer called (not run: see _never_raises)
-        for case in cases:
+        for index, case in enumerate(cases):
             args, kwargs = case.fresh()
             feedback_exc: BaseException | None = None
             deadline = _Deadline()
             try:
                 with watch, deadline, _AnswerRunning(called):
                     outputs.append(fn(*args, **kwargs))
-                edited = edited or _edited_input(case, args, kwargs)
+                # compared with the stored case decoded now, after the answer ran
+                edited = edited or _edited_input(self._stored_case(index, case), args, kwargs)
+            except _StoreProblem as exc:  # the stored answers changed while it ran
+                return Feedback(self.title, "error", str(exc))
             except NotImplementedError as exc:
                 feedback_exc = exc
                 if watch.used is None and _is_stub(fn, exc):
@@ -2547,8 +2564,12 @@ class WatchesGivenLists:
         ran = self.__dict__.pop("_last_cases", [])
         if not feedback.passed:
             return feedback
-        for case in ran:
-            edited = self._list_edit(case.args, case.__dict__.get("given"))
+        for index, case in enumerate(ran):
+            try:  # the case as stored, not the check's copy that the answer could reach
+                original = self._stored_case(index, case).args  # type: ignore[attr-defined]
+            except _StoreProblem as exc:
+                return Feedback(feedback.exercise, "error", str(exc))
+            edited = self._list_edit(original, case.__dict__.get("given"))
             if edited is not None:
                 return edited
         return feedback
