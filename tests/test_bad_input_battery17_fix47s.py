@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from course_utils.attention.validation import MAX_THREADS
-from course_utils.bench import decode_step, mha_speed, timing
+from course_utils.bench import decode_step, gqa_speed, mha_speed, timing
 
 
 def _raises(make, error: type[Exception], words: list[str]) -> None:
@@ -120,3 +120,19 @@ def test_check_decoder_fits_still_blames_the_names_given() -> None:
                                                    names=("--layers 1", "--context 10**12")),
             ValueError, ["--context 10**12 asks for"])
     decode_step.check_decoder_fits(32, 4, 2, 1, context=16, batch=1)
+
+
+# battery 17's re-run: two more memory refusals blamed a fixed name (sweep_mha's varied size,
+# make_kv_caches' context) whatever was too large; they now name the argument and its value
+@pytest.mark.parametrize("call, named", [
+    (lambda: mha_speed.sweep_mha("seq_len", [4, 8], batch=10**12, d_model=16, num_heads=4),
+     "batch=1,000,000,000,000"),
+    (lambda: mha_speed.sweep_mha("seq_len", [4, 8], batch=2, d_model=10**9, num_heads=4),
+     "d_model=1,000,000,000"),
+    (lambda: gqa_speed.make_kv_caches(4, 8, 16, 2, [1, 2, 4], batch=10**12), "batch asks for"),
+    (lambda: gqa_speed.make_kv_caches(4, 8, 16, 10**9, [1, 2, 4]), "num_layers asks for"),
+])
+def test_sweep_and_cache_memory_refusals_name_the_size_that_is_too_large(call, named):
+    with pytest.raises(ValueError, match="more than this machine") as raised:
+        call()
+    assert named in str(raised.value)

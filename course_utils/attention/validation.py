@@ -338,18 +338,18 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
     """Refuse, before anything is allocated, a self-attention forward pass whose float32 working
     memory does not fit here: scores ``(B, h, T, T)``, the input and its projections, and the
     weights. Each size must be an int >= 1 (checked here too, by its name). ``name`` is blamed in
-    the message (default: the sizes of the largest of the three parts, e.g.
-    ``"batch x num_heads x seq_len**2"``)."""
+    the message (default: the largest of the four sizes, by :func:`check_fits_in_memory`'s
+    rule); the message lists all four with their values."""
     batch, seq_len, d_model, num_heads = (check_int(v, n, minimum=1) for n, v in (
         ("batch", batch), ("seq_len", seq_len), ("d_model", d_model), ("num_heads", num_heads)))
     parts = {"batch x num_heads x seq_len**2": batch * num_heads * seq_len * seq_len,
              "batch x seq_len x d_model": 4 * batch * seq_len * d_model,
              "d_model**2": 4 * d_model * d_model}
-    name = max(parts, key=parts.__getitem__) if name is None else name
     check_fits_in_memory(4 * sum(parts.values()), name,
-                         f"float32 attention scores of shape (B, h, T, T) = ({batch}, {num_heads}, "
-                         f"{seq_len}, {seq_len}), the input (B, T, d_model) and its projections, "
-                         f"and the weights")
+                         "float32 attention scores of shape (B, h, T, T), the input (B, T, d_model) "
+                         "and its projections, and the weights",
+                         sizes={"batch": batch, "seq_len": seq_len, "d_model": d_model,
+                                "num_heads": num_heads})
 
 
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:

@@ -418,9 +418,10 @@ def make_kv_caches(
     itemsize = torch.empty((), dtype=dtype).element_size()
     # at least the MHA cache (the caches of the other g are views of it when batch = 1)
     num_bytes = 2 * num_layers * batch * num_heads * context * d_head * itemsize
-    check_fits_in_memory(num_bytes, "context", f"{num_layers} layers of keys and values "
-                                               f"(B={batch}, h={num_heads}, T={context}, "
-                                               f"dk={d_head}) in {dtype}: {num_bytes:,} bytes")
+    check_fits_in_memory(num_bytes, None, f"{num_layers} layers of keys and values in {dtype}: "
+                                          f"{num_bytes:,} bytes",
+                         sizes={"num_layers": num_layers, "batch": batch, "num_heads": num_heads,
+                                "context": context, "d_head": d_head})
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape: int) -> Tensor:

@@ -226,7 +226,7 @@ def _check_sweep(vary: object, values: object, given: dict[str, object],
     for value in values:
         sizes = {**fixed, vary: value}
         check_head_dims(sizes["d_model"], sizes["num_heads"])
-        check_attention_fits(*(sizes[k] for k in _SWEEPABLE), name=vary)
+        check_attention_fits(*(sizes[k] for k in _SWEEPABLE))  # blames the largest part, by its sizes
     return values, fixed
 
 
