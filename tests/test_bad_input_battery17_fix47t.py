@@ -191,3 +191,36 @@ def test_an_answer_cannot_hide_an_edit_of_its_input_by_editing_the_checks_copy()
     assert not feedback.passed, feedback.message
     assert feedback.mistake == "edited_input_in_place"
     assert "in place" in feedback.message
+
+
+# -- a SIGALRM the answer leaves pending must not end the kernel --------------------------------
+# Seen once in CI under load 7-9 (test_bad_input_battery7_ex: the process killed by SIGALRM):
+# the answer blocked SIGALRM, the interval timer struck after the watchdog thread had ended, so
+# the signal stayed pending, and the check unblocked it after putting back the default handler.
+# An answer that blocks SIGALRM and sends one to its own thread makes the same state at once.
+PENDING_ALARM = """
+import signal, threading
+from course_utils.exercises import lesson02
+
+def answer(x):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)  # pending on this thread
+    return x
+
+print("STATUS", lesson02.check_softmax_rows(answer).status, flush=True)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # a learner's own mask, kept
+signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)  # pending before the check
+print("STATUS", lesson02.check_softmax_rows(lambda x: x).status, flush=True)
+print("KEPT", signal.SIGALRM in signal.pthread_sigmask(signal.SIG_BLOCK, set()), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_kill"), reason="no signal masks here")
+def test_a_sigalrm_left_pending_by_the_answer_does_not_end_the_kernel():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", PENDING_ALARM], capture_output=True, text=True,
+                          timeout=120, env={**__import__("os").environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    assert proc.stdout.splitlines() == ["STATUS wrong", "STATUS wrong", "KEPT True"], proc.stdout

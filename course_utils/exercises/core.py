@@ -226,7 +226,9 @@ class _Deadline:
     caught the first exception raises again, and gives every function that runs more than once
     on the answer's stack (a recursion) code that raises at once, so no ``except`` can start
     the recursion again. On exit the handler, the timer, the signal mask, the trace function
-    and those functions' code are as they were before the check.
+    and those functions' code are as they were before the check; a SIGALRM left pending under
+    a mask the answer blocked (or one pending when the check starts) is taken by the check's
+    handler and dropped, never by the default action, which would end the kernel.
 
     What it cannot stop: ``os._exit()`` or a crash in C ends the kernel (the outside grader
     runs each answer in its own process and survives it), and an answer blocked inside one C
@@ -247,14 +249,16 @@ class _Deadline:
         if self._armed:
             self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
             self._seen_codes: set[Any] = set()
-            # SIGALRM unblocked while the answer runs (an earlier cell may have blocked it)
-            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
-                          if hasattr(signal, "pthread_sigmask") else None)
             self._boundary = sys._getframe(1)  # the check's frame: the answer runs below it
             self._import_grace = IMPORT_GRACE
             self._outer = _Deadline._active
             self._previous_trace = sys.gettrace()
+            # the handler first: a SIGALRM left pending under a blocked mask reaches it (it
+            # ignores a signal while this limit is not active), not the default action (exit)
             self._previous = signal.signal(signal.SIGALRM, self._expire)
+            # SIGALRM unblocked while the answer runs (an earlier cell may have blocked it)
+            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+                          if hasattr(signal, "pthread_sigmask") else None)
             self._done = threading.Event()
             _Deadline._active = self
             self._watchdog = threading.Thread(target=self._watch, name="course-check-deadline", daemon=True)
@@ -393,14 +397,19 @@ class _Deadline:
             self._done.set()
             self._watchdog.join()  # no pending call is asked for after this
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._mask is not None:
+                # a SIGALRM the answer left pending under its blocked mask (the timer struck after
+                # the watchdog ended, or the answer sent one) is delivered now, to this limit's
+                # handler, which ignores it: under the default handler it would end the kernel
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
             if self.rounds >= 2:
                 sys.settrace(self._previous_trace)
             for f, code, kwdefaults in reversed(self._swapped):
                 f.__code__, f.__kwdefaults__ = code, kwdefaults
             self._swapped.clear()
-            signal.signal(signal.SIGALRM, self._previous)
             if self._mask is not None:  # the answer may have blocked SIGALRM: the mask as it was
                 signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+            signal.signal(signal.SIGALRM, self._previous)
         stopped = exc_info[0] is not None and issubclass(exc_info[0], (TimeLimitExceeded, KeyboardInterrupt))
         if self.rounds and exc_info[0] is not None and not stopped:
             # what it raised last (a RecursionError, an error of the code that raised at once) is
