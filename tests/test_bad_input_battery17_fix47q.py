@@ -189,3 +189,23 @@ def test_score_tables_say_what_arrived(target, bad):
         _arrived_call(target, bad)()
     assert "scores must be a non-empty dict" in str(raised.value)
     assert f"got {type(bad).__name__} {bad!r}" in str(raised.value)
+
+
+# battery 18: an error whose str() itself raises escaped refresh (explorers never raise)
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no str")
+
+
+@pytest.mark.parametrize("broken", ["render", "draw"])
+def test_an_error_whose_message_cannot_be_shown_is_still_a_message(broken):
+    from course_utils.interp import widgets
+
+    def fail(*args, **kwargs):
+        raise _Unprintable()
+
+    explorer = widgets.Explorer(fail if broken == "render" else (lambda x: x),
+                                controls={"x": __import__("ipywidgets").IntSlider(value=1)},
+                                **({"draw": fail} if broken == "draw" else {}))
+    explorer.refresh()
+    assert "_Unprintable (its message could not be shown)" in explorer.last_text

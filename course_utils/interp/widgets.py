@@ -49,6 +49,15 @@ def in_jupyter_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def _describe_error(err: BaseException) -> str:
+    """``"ValueError: its message"``; an error whose ``str()`` itself raises is named by its type
+    alone (an explorer shows a message and never raises)."""
+    try:
+        return f"{type(err).__name__}: {err}"
+    except Exception:  # noqa: BLE001 - its message is the broken part; say so instead
+        return f"{type(err).__name__} (its message could not be shown)"
+
+
 class Explorer:
     """Controls wired to a render function; the result updates whenever a value changes.
 
@@ -122,7 +131,7 @@ class Explorer:
         try:
             result = self.render(**self.values())
         except Exception as err:  # shown as a message, never as a traceback
-            result = f"Could not render these values: {type(err).__name__}: {err}"
+            result = f"Could not render these values: {_describe_error(err)}"
         self.last_result = result
         self.last_text = result if isinstance(result, str) else ""
         if self.draw is not self._draw_in_output:
@@ -136,7 +145,7 @@ class Explorer:
         """Show why ``draw`` failed on ``result`` in the explorer's own output area (added under
         the controls when ``draw`` replaced it), and keep it as ``last_text`` for :func:`show`."""
         close_figure(result)
-        message = f"Could not draw this result: draw raised {type(err).__name__}: {err}"
+        message = f"Could not draw this result: draw raised {_describe_error(err)}"
         self.last_result = self.last_text = message
         if self.output not in self.widget.children:
             self.widget.children = (*self.widget.children, self.output)
