@@ -40,15 +40,22 @@ MAX_JOBS = 1_000_000
 
 
 def _fork_available() -> bool:
-    # fork is only safe for this on Linux (macOS system libraries can break in a forked child)
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    """Whether jobs may run in forked children here: on Linux only (macOS system libraries can
+    break in a forked child), and only where PyTorch sees no CUDA GPU. CUDA does not survive
+    fork, and once a backward pass has run on a machine with a GPU, PyTorch's autograd device
+    threads make every backward in a forked child fail ("Unable to handle autograd's threading
+    in combination with fork-based multiprocessing"; torch's optimizers also query the GPU at
+    each step, which fails there with "CUDA error: initialization error"). Seen on an H200
+    machine with torch 2.11: lessons 01, 05 and 07 failed at their first parallel_map."""
+    return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+            and not torch.cuda.is_available())
 
 
 def default_workers(num_jobs: int) -> int:
     """Worker processes :func:`parallel_map` uses by default; 1 (a plain loop) where fork is
-    unavailable or there is one core. Up to twice as many jobs as cores all start at once
-    (3 equal jobs on 2 cores then take 1.5 job-times, not 2); more go one per core. At most
-    ``MAX_WORKERS``. ``num_jobs``: an int >= 0."""
+    unavailable (no Linux fork, or a CUDA GPU that PyTorch sees) or there is one core. Up to
+    twice as many jobs as cores all start at once (3 equal jobs on 2 cores then take 1.5
+    job-times, not 2); more go one per core. At most ``MAX_WORKERS``. ``num_jobs``: an int >= 0."""
     check_int(num_jobs, "num_jobs", minimum=0)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if not _fork_available() or cores == 1:
@@ -199,9 +206,11 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
 
     For independent jobs that seed themselves, such as training runs: each result is the one
     the plain loop gives (each worker uses one torch thread), in the order of ``items``.
-    ``workers=None`` uses :func:`default_workers`; ``1``, a single item, or a system without
-    ``fork`` (macOS, Windows) runs the plain loop in this process. ``fn`` may be any callable,
-    a lambda or a notebook function included (it is not pickled); its result must pickle.
+    ``workers=None`` uses :func:`default_workers`; ``1``, a single item, a system without
+    ``fork`` (macOS, Windows) or a machine where PyTorch sees a CUDA GPU (CUDA and autograd's
+    GPU threads do not survive fork) runs the plain loop in this process, whatever ``workers``
+    says. ``fn`` may be any callable, a lambda or a notebook function included (it is not
+    pickled); its result must pickle.
     Side effects of ``fn`` (appending to a list, printing) stay in the worker: return what you need.
 
     Errors: an exception in a worker, a result that cannot be pickled or unpickled, or a
@@ -236,8 +245,9 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     if not _fork_available():
         if timeout is not None and (not hasattr(signal, "setitimer")
                                     or threading.current_thread() is not threading.main_thread()):
-            raise ValueError("timeout needs forked workers (Linux) or a SIGALRM timer (Unix, main "
-                             "thread); neither is available here: pass timeout=None")
+            raise ValueError("timeout needs forked workers (Linux, no CUDA GPU visible to PyTorch) or a "
+                             "SIGALRM timer (Unix, main thread); neither is available here: pass "
+                             "timeout=None")
         return _plain_loop(fn, items, timeout, notice_after)
     if timeout is None and (workers == 1 or len(items) <= 1):
         return _plain_loop(fn, items, None, notice_after)
