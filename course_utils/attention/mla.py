@@ -133,7 +133,7 @@ def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
                          f"move it with positions.to(x.device)")
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
-    freqs = base ** (-torch.arange(0, d // 2, dtype=x.dtype) * 2 / d)  # (d/2,)
+    freqs = base ** (-torch.arange(0, d // 2, dtype=x.dtype, device=x.device) * 2 / d)  # (d/2,)
     angles = positions.to(x.dtype)[:, None] * freqs  # (T, d/2)
     cos, sin = angles.cos(), angles.sin()
     first, second = x[..., :d // 2], x[..., d // 2:]
@@ -175,7 +175,7 @@ class MultiHeadLatentAttention(nn.Module):
         return x.view(B, T, self.num_heads, width).transpose(1, 2)
 
     def _queries(self, x: Tensor, start: int) -> tuple[Tensor, Tensor]:
-        positions = torch.arange(start, start + x.shape[1])
+        positions = torch.arange(start, start + x.shape[1], device=x.device)
         q = self._heads(self.w_q(x), self.d_head)  # (B, h, T, d_h)
         q_rope = rope(self._heads(self.w_qr(x), self.d_rope), positions)  # (B, h, T, d_R)
         return q, q_rope
