@@ -77,3 +77,24 @@ def test_mla_runs_on_cuda_as_on_cpu():
     torch.testing.assert_close(on_gpu.cpu(), expected, rtol=1e-4, atol=1e-5)
     out, (latents, rope_keys) = module.decode(x.cuda()[:, :1])
     assert out.device.type == latents.device.type == rope_keys.device.type == "cuda"
+
+
+def test_printed_cxx_warnings_become_the_reason():
+    from course_utils.attention.sdpa_backends import _printed_warnings
+
+    text = ("[W1130 01:32:38.403618741 sdp_utils_cpp.h:91] Warning: Expected query, key and value to all "
+            "be of dtype: {Half, BFloat16}. Got Query dtype: float. (function check_tensor_dtype)\n"
+            "unrelated line\n")
+    assert _printed_warnings(text) == [
+        "Expected query, key and value to all be of dtype: {Half, BFloat16}. Got Query dtype: float."]
+
+
+@needs_cuda
+def test_backend_rejection_reason_names_the_cause_and_prints_nothing(capfd):
+    from course_utils.attention.sdpa_backends import backend_rejection_reason
+
+    q = torch.randn(1, 2, 8, 64, device="cuda")  # float32: FlashAttention takes half precision only
+    reason = backend_rejection_reason("flash", q, q, q)
+    printed = capfd.readouterr().err
+    assert reason and "returned False" not in reason and "dtype" in reason, reason
+    assert "sdp_utils" not in printed and "Warning:" not in printed, printed

@@ -11,6 +11,10 @@ functions say so rather than fail.
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 
@@ -96,8 +100,9 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     Calls ``torch.backends.cuda.can_use_<backend>(SDPAParams(...), debug=True)``. ``None``
     when the backend accepts the inputs, when this PyTorch lacks the function (e.g.
     ``can_use_cudnn_attention`` before 2.4) or its check cannot run. When it refuses, the
-    reason is the debug warnings it raised (without PyTorch's "Triggered internally" tail),
-    or, if a build prints them elsewhere, a sentence naming the check that said no. A
+    reason is the debug warnings it raised (without PyTorch's "Triggered internally" tail) or
+    printed to stderr from C++ (caught here, so none reaches the learner's output), or, failing
+    both, a sentence naming the check that said no. A
     ``q``, ``k`` or ``v`` on the meta device (a shape without values, which no backend runs on) is
     a ValueError naming it, not a ``None`` that would read as "accepted".
     """
@@ -115,13 +120,40 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            usable = checker(params, True)
+            usable, printed = _with_stderr_captured(lambda: checker(params, True))
         except Exception:  # a check that cannot run tells us nothing
             return None
     if usable:
         return None
     reasons = [str(w.message).split("(Triggered internally")[0].strip() for w in caught]
+    reasons += _printed_warnings(printed)
     return "; ".join(r for r in reasons if r) or f"torch.backends.cuda.{name} returned False"
+
+
+def _with_stderr_captured(call: Callable[[], object]) -> tuple[object, str]:
+    """``call()`` and what it wrote to file descriptor 2 meanwhile. Some PyTorch builds print
+    the debug reasons of ``can_use_*`` from C++ straight to stderr (seen with torch 2.11 on an
+    H200), as ``[W1130 01:32:38.403618741 sdp_utils_cpp.h:91] Warning: ...`` lines that would
+    land, timestamped, in the learner's output instead of in the reason."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        try:
+            os.dup2(sink.fileno(), 2)
+            result = call()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        sink.seek(0)
+        return result, sink.read().decode(errors="replace")
+
+
+_PRINTED_WARNING = re.compile(r"\] Warning: (.*?)(?: \(function \w+\))?\s*$")
+
+
+def _printed_warnings(text: str) -> list[str]:
+    """The messages of C++ warning lines (``[W... file:line] Warning: MESSAGE (function f)``)."""
+    return [m.group(1).strip() for m in map(_PRINTED_WARNING.search, text.splitlines()) if m]
 
 
 def sdpa_backend_callables(
