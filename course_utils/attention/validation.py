@@ -14,7 +14,8 @@ import dataclasses
 import math
 import numbers
 import os
-from collections.abc import Iterable
+import types
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -65,6 +66,7 @@ __all__ = [
     "check_attention_fits",
     "physical_memory_bytes",
     "check_record",
+    "freeze_fields",
     "check_dims_not_empty",
     "MAX_NARGS",
 ]
@@ -1077,7 +1079,8 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     and not NaN, except that ``signed`` fields may be negative
     and ``nan_ok`` fields may be NaN or infinite (e.g. a difference not measured yet); ``str``,
     ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
-    ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
+    ``dict[K, V]``, ``Mapping[K, V]`` (any mapping: the read-only view :func:`freeze_fields`
+    stores) and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
     take anything. The fields in ``nonempty`` (a list a method takes the ``min()`` of, ...) hold
     at least one item (a str: at least one character). The ``float`` fields in ``fractions`` (an
     accuracy, a share), or the floats they hold, lie in [0, 1]. Each name in ``nan_ok``,
@@ -1096,6 +1099,34 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
         checks = _RECORD_CHECKS[cls] = _record_checks(cls, **options)
     for name, check in checks:
         check(getattr(record, name), f"{cls.__name__}.{name}")
+
+
+def freeze_fields(record: object, *names: str) -> None:
+    """Store the fields ``names`` of the frozen dataclass ``record`` read-only, from its
+    ``__post_init__`` *before* :func:`check_record` (so the check sees what is kept): a list
+    becomes a tuple, a dict a ``types.MappingProxyType`` over a copy whose list values are tuples.
+    A record checked once then stays valid: nothing can append to, or assign into, what its
+    methods read. Anything else (a tuple, a read-only mapping, a wrong type) is left as it is, for
+    :func:`check_record` to take or refuse. Annotate such fields ``tuple[X, ...]`` and
+    ``Mapping[K, V]``. A name that is not a field is a ValueError naming it."""
+    if not dataclasses.is_dataclass(record) or isinstance(record, type):
+        raise TypeError(f"freeze_fields freezes a record, an instance of a dataclass (called from its "
+                        f"__post_init__), got {type(record).__name__} {record!r:.60}")
+    fields = [f.name for f in dataclasses.fields(record)]
+    for name in names:
+        if name not in fields:
+            raise ValueError(f"freeze_fields names {name!r}, which is not a field of "
+                             f"{type(record).__name__} (its fields: {fields})")
+        object.__setattr__(record, name, _read_only(getattr(record, name)))
+
+
+def _read_only(value: object) -> object:
+    """A list as a tuple, a dict as a read-only view of a copy (list values as tuples)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+    return value
 
 
 def _check_record_options(cls: type, options: dict[str, object]) -> None:
@@ -1203,12 +1234,12 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
                 except (TypeError, ValueError):  # again, naming the item (no label built per item)
                     check(item, f"{label}[{i}]")
         return sequence
-    if origin is dict:
+    if origin in (dict, Mapping):  # Mapping: a frozen record's read-only view (see freeze_fields)
         key_check, value_check = (_type_check(a, nan_ok, signed, positive, fraction)
                                   for a in args or (object, object))
 
         def mapping(value: object, label: str) -> None:
-            if not isinstance(value, dict):
+            if not isinstance(value, origin):
                 raise TypeError(f"{label} must be {_describe_hint(hint)}, got {type(value).__name__} "
                                 f"{value!r:.60}")
             for key, item in value.items():
@@ -1258,8 +1289,9 @@ def _describe_hint(hint: object, top: bool = True) -> str:
             words = f"a tuple ({', '.join(_describe_hint(a, False) for a in args)})"
         else:
             words = f"a list of {_describe_hint(args[0], False)}"
-    elif origin is dict and args:
-        words = f"a dict {_describe_hint(args[0], False)} -> {_describe_hint(args[1], False)}"
+    elif origin in (dict, Mapping) and args:
+        kind = "a dict" if origin is dict else "a dict (or a read-only mapping)"
+        words = f"{kind} {_describe_hint(args[0], False)} -> {_describe_hint(args[1], False)}"
     else:
         words = getattr(hint, "__name__", str(hint))
         return (("an " if words[0] in "aeiouAEIOU" else "a ") + words) if top else words
