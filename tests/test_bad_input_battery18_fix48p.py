@@ -9,8 +9,72 @@ import types
 from collections.abc import Mapping
 
 import pytest
+import torch
 
+from course_utils.attention.mha import MultiHeadAttention
+from course_utils.attention.shapes import ShapeTrace, TraceStep, trace_shapes
 from course_utils.attention.validation import check_record, freeze_fields
+
+
+def _trace() -> ShapeTrace:
+    return trace_shapes(MultiHeadAttention(16, 2), torch.randn(2, 5, 16))
+
+
+# -- g06 / g07: a ShapeTrace checked once stays valid --------------------------------------
+MUTATIONS = [
+    pytest.param(lambda t: t.steps.append("junk"), id="steps.append"),
+    pytest.param(lambda t: setattr(t, "steps", None), id="steps=None"),
+    pytest.param(lambda t: t.sizes.__setitem__("B", -1), id="sizes[B]=-1"),
+    pytest.param(lambda t: t.tensors.__setitem__("input", torch.zeros(1)), id="tensors[input]"),
+    pytest.param(lambda t: setattr(t, "max_abs_diff", -5.0), id="max_abs_diff=-5"),
+]
+
+
+@pytest.mark.parametrize("mutate", MUTATIONS)
+def test_shape_trace_cannot_be_changed_after_its_check(mutate):
+    trace = _trace()
+    before = trace.format()
+    with pytest.raises((TypeError, AttributeError)):
+        mutate(trace)
+    assert trace.format() == before and list(trace.to_frame()["step"]) == trace.names
+
+
+def test_shape_trace_keeps_copies_of_what_it_was_given():
+    trace = _trace()
+    steps, sizes, tensors = list(trace.steps), dict(trace.sizes), dict(trace.tensors)
+    copy = ShapeTrace(sizes, steps, tensors, trace.max_abs_diff)
+    steps.append("junk")
+    sizes["B"] = -1
+    tensors.clear()
+    assert isinstance(copy.steps, tuple) and isinstance(copy.sizes, types.MappingProxyType)
+    assert copy.format() == trace.format() and set(copy.tensors) == set(trace.tensors)
+
+
+def _step(name: str = "input", shape: tuple[int, ...] = (2, 5, 16)) -> TraceStep:
+    return TraceStep(name, "x", ("B", "T", "d"), shape, 0, True)
+
+
+SIZES = {"B": 2, "T": 5, "d": 16}
+INCONSISTENT = [
+    pytest.param(lambda: ShapeTrace(SIZES, [_step(shape=(3, 5, 16))]), ["ShapeTrace.steps[0]", "(3, 5, 16)",
+                                                                        "(2, 5, 16)"], id="step shape"),
+    pytest.param(lambda: ShapeTrace({"B": 2, "T": 5}, [_step()]), ["ShapeTrace.steps[0]", "'d'"],
+                 id="unknown symbol"),
+    pytest.param(lambda: ShapeTrace(SIZES, [_step(), _step()]), ["ShapeTrace.steps[1]", "'input'"],
+                 id="repeated name"),
+    pytest.param(lambda: ShapeTrace(SIZES, [_step()], {"input": torch.zeros(2, 5)}),
+                 ["ShapeTrace.tensors['input']", "(2, 5)"], id="tensor shape"),
+    pytest.param(lambda: ShapeTrace(SIZES, [_step()], {"other": torch.zeros(2, 5, 16)}),
+                 ["ShapeTrace.tensors['other']", "no step"], id="tensor of no step"),
+]
+
+
+@pytest.mark.parametrize(("build", "words"), INCONSISTENT)
+def test_shape_trace_fields_must_agree(build, words):
+    with pytest.raises(ValueError) as err:
+        build()
+    for word in words:
+        assert word in str(err.value)
 
 
 # -- check_record takes read-only mappings; freeze_fields ------------------------------------
