@@ -10,7 +10,9 @@ from collections.abc import Mapping
 
 import pytest
 import torch
+from torch import nn
 
+from course_utils.attention import masks as M
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.shapes import ShapeTrace, TraceStep, trace_shapes
 from course_utils.attention.validation import check_record, freeze_fields
@@ -119,3 +121,33 @@ def test_freeze_fields_names_an_unknown_field():
 
     with pytest.raises(ValueError, match=r"'itmes'.*not a field of Bad"):
         Bad([1])
+
+
+# -- g28: the mask converters take the ranks nn.MultiheadAttention takes ---------------------
+def _bool(*shape: int) -> torch.Tensor:
+    return torch.ones(shape, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(("convert", "name", "shape"), [
+    pytest.param(M.to_torch_attn_mask, "mask", (), id="attn 0-D"),
+    pytest.param(M.to_torch_attn_mask, "mask", (4,), id="attn 1-D"),
+    pytest.param(M.to_torch_attn_mask, "mask", (2, 2, 4, 4), id="attn 4-D"),
+    pytest.param(M.to_torch_attn_mask, "mask", (2, 2, 2, 2, 2), id="attn 5-D"),
+    pytest.param(M.to_torch_key_padding_mask, "key_padding_mask", (4,), id="padding 1-D"),
+    pytest.param(M.to_torch_key_padding_mask, "key_padding_mask", (2, 1, 4), id="padding 3-D"),
+    pytest.param(M.to_torch_key_padding_mask, "key_padding_mask", (2, 1, 1, 4), id="padding 4-D"),
+])
+def test_torch_mask_converters_refuse_other_ranks(convert, name, shape):
+    with pytest.raises(ValueError) as err:
+        convert(_bool(*shape))
+    message = str(err.value)
+    assert message.startswith(f"{name} must be 2-D") and f"{len(shape)}-D shape {shape}" in message
+
+
+def test_torch_attn_mask_takes_a_per_head_mask():
+    theirs = nn.MultiheadAttention(8, 2, batch_first=True)
+    allowed = M.causal_mask(5).expand(2 * 2, 5, 5)  # (B*h, Tq, Tk)
+    x = torch.randn(2, 5, 8)
+    out = theirs(x, x, x, attn_mask=M.to_torch_attn_mask(allowed))[0]
+    ref = theirs(x, x, x, attn_mask=M.to_torch_attn_mask(M.causal_mask(5)))[0]
+    torch.testing.assert_close(out, ref)
