@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from course_utils.attention import masks as M
+from course_utils.attention.gqa import GroupedQueryAttention
 from course_utils.attention.mha import MultiHeadAttention
+from course_utils.attention.naive_mha import naive_from_batched
 from course_utils.attention.shapes import ShapeTrace, TraceStep, trace_shapes
 from course_utils.attention.validation import check_record, freeze_fields
 
@@ -151,3 +153,49 @@ def test_torch_attn_mask_takes_a_per_head_mask():
     out = theirs(x, x, x, attn_mask=M.to_torch_attn_mask(allowed))[0]
     ref = theirs(x, x, x, attn_mask=M.to_torch_attn_mask(M.causal_mask(5)))[0]
     torch.testing.assert_close(out, ref)
+
+
+# -- g29: copying a MultiHeadAttention whose layers were changed after construction ----------
+def _set(name: str, value: object):
+    def change(module: MultiHeadAttention) -> None:
+        owner, _, attr = name.rpartition(".")
+        setattr(module.get_submodule(owner) if owner else module, attr, value)
+    return change
+
+
+CHANGES = [
+    pytest.param(_set("in_proj", nn.Linear(16, 40)), ValueError,
+                 ["MultiHeadAttention.in_proj.weight", "(40, 16)"], id="in_proj 40 wide"),
+    pytest.param(_set("out_proj", nn.Linear(16, 8)), ValueError,
+                 ["MultiHeadAttention.out_proj.weight", "(8, 16)"], id="out_proj 8 wide"),
+    pytest.param(_set("in_proj", nn.Identity()), TypeError, ["MultiHeadAttention.in_proj", "Identity"],
+                 id="in_proj not Linear"),
+    pytest.param(_set("out_proj.bias", None), ValueError, ["MultiHeadAttention.out_proj", "bias=None"],
+                 id="out_proj bias dropped"),
+    pytest.param(_set("out_proj", nn.Linear(16, 16).double()), TypeError,
+                 ["MultiHeadAttention.out_proj.weight", "torch.float64"], id="out_proj float64"),
+    pytest.param(_set("num_heads", 3), ValueError, ["MultiHeadAttention.num_heads", "3"], id="num_heads 3"),
+    pytest.param(_set("d_model", 8), ValueError, ["MultiHeadAttention.d_model", "d_model=8"], id="d_model 8"),
+    pytest.param(_set("dropout", 2.0), ValueError, ["MultiHeadAttention.dropout", "2.0"], id="dropout 2"),
+]
+COPIES = [
+    pytest.param(lambda m: m.to_torch(), id="to_torch"),
+    pytest.param(lambda m: GroupedQueryAttention.from_multi_head(m, 2), id="from_multi_head"),
+    pytest.param(lambda m: naive_from_batched(m), id="naive_from_batched"),
+]
+
+
+@pytest.mark.parametrize("copy", COPIES)
+@pytest.mark.parametrize(("change", "error", "words"), CHANGES)
+def test_copies_name_the_layer_changed_after_construction(change, error, words, copy):
+    module = MultiHeadAttention(16, 2)
+    change(module)
+    with pytest.raises(error) as err:
+        copy(module)
+    for word in words:
+        assert word in str(err.value)
+
+
+@pytest.mark.parametrize("copy", COPIES)
+def test_copies_of_an_unchanged_module_still_work(copy):
+    assert copy(MultiHeadAttention(16, 2, bias=False).double()) is not None

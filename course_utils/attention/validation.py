@@ -1030,6 +1030,33 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
 __all__ += ["check_linear_weights_fit"]
 
 
+def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias: bool | None = None,
+                       why: str = "") -> None:
+    """``layer``, the module attribute ``name``, is an ``nn.Linear`` from ``d_in`` to ``d_out``
+    features: weight ``(d_out, d_in)`` and a bias ``(d_out,)`` or none (``bias`` True: it must
+    have one, False: it must not, None: either). For a method that copies a module's layers (a
+    layer replaced or changed after construction would otherwise fail inside torch's ``copy_``
+    as a size mismatch naming nothing): a TypeError or ValueError naming ``name``, what it should
+    be and what it is, ending with ``why`` (e.g. ``"to_torch copies it"``) when given."""
+    tail = f" ({why})" if why else ""
+    if not isinstance(layer, torch.nn.Linear):
+        raise TypeError(f"{name} must be an nn.Linear({d_in}, {d_out}){tail}, got {type(layer).__name__} "
+                        f"{layer!r:.60}")
+    if tuple(layer.weight.shape) != (d_out, d_in):
+        raise ValueError(f"{name}.weight must have shape ({d_out}, {d_in}), an nn.Linear({d_in}, {d_out})"
+                         f"{tail}, got shape {tuple(layer.weight.shape)}: was {name} replaced or changed "
+                         f"after construction?")
+    has_bias = layer.bias is not None
+    if has_bias and tuple(layer.bias.shape) != (d_out,):
+        raise ValueError(f"{name}.bias must have shape ({d_out},){tail}, got shape {tuple(layer.bias.shape)}")
+    if bias is not None and has_bias != bias:
+        raise ValueError(f"{name} must {'have a bias' if bias else 'have no bias'}, as the module's other "
+                         f"projections{tail}, got bias={'a tensor' if has_bias else 'None'}")
+
+
+__all__ += ["check_linear_layer"]
+
+
 # -- battery 10 additions (helper fix40b) ---------------------------------------------------------
 def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str, int]) -> None:
     """The fields of a frozen config dataclass (:class:`~course_utils.attention.gqa.PublishedConfig`,
