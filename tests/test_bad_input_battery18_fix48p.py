@@ -4,7 +4,9 @@ after its projections were replaced (g29)."""
 
 from __future__ import annotations
 
+import copy as copy_module
 import dataclasses
+import pickle
 import types
 from collections.abc import Mapping
 
@@ -199,3 +201,15 @@ def test_copies_name_the_layer_changed_after_construction(change, error, words, 
 @pytest.mark.parametrize("copy", COPIES)
 def test_copies_of_an_unchanged_module_still_work(copy):
     assert copy(MultiHeadAttention(16, 2, bias=False).double()) is not None
+
+
+@pytest.mark.parametrize("copy", [
+    pytest.param(lambda t: pickle.loads(pickle.dumps(t)), id="pickle"),
+    pytest.param(copy_module.deepcopy, id="deepcopy"),
+])
+def test_a_frozen_trace_pickles_and_deep_copies(copy):
+    trace = _trace()
+    again = copy(trace)
+    assert all(isinstance(m, types.MappingProxyType) for m in (again.sizes, again.tensors))
+    assert again.format() == trace.format() and again.sizes == trace.sizes
+    assert all(torch.equal(again.tensors[name], trace.tensors[name]) for name in trace.tensors)

@@ -10,6 +10,7 @@ they propagate (see :mod:`course_utils.attention.mha`).
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import math
 import numbers
@@ -1135,7 +1136,8 @@ def freeze_fields(record: object, *names: str) -> None:
     A record checked once then stays valid: nothing can append to, or assign into, what its
     methods read. Anything else (a tuple, a read-only mapping, a wrong type) is left as it is, for
     :func:`check_record` to take or refuse. Annotate such fields ``tuple[X, ...]`` and
-    ``Mapping[K, V]``. A name that is not a field is a ValueError naming it."""
+    ``Mapping[K, V]``. Such a record pickles and deep-copies as before (a view is rebuilt over a
+    copy of its items). A name that is not a field is a ValueError naming it."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"freeze_fields freezes a record, an instance of a dataclass (called from its "
                         f"__post_init__), got {type(record).__name__} {record!r:.60}")
@@ -1145,6 +1147,16 @@ def freeze_fields(record: object, *names: str) -> None:
             raise ValueError(f"freeze_fields names {name!r}, which is not a field of "
                              f"{type(record).__name__} (its fields: {fields})")
         object.__setattr__(record, name, _read_only(getattr(record, name)))
+
+
+def _read_only_mapping(items: dict) -> types.MappingProxyType:
+    """A read-only view of ``items``: how a pickled (or deep-copied) view is rebuilt."""
+    return types.MappingProxyType(items)
+
+
+# A frozen record holding a read-only view pickles (parallel.py sends results between processes)
+# and deep-copies as one holding a dict did; Python itself refuses to pickle a mappingproxy.
+copyreg.pickle(types.MappingProxyType, lambda view: (_read_only_mapping, (dict(view),)))
 
 
 def _read_only(value: object) -> object:
