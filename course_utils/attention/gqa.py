@@ -308,6 +308,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
             raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
         check_int(num_kv_heads, "num_kv_heads", minimum=1)
         check_generator(generator, "generator")
+        mha._check_projections("from_multi_head")  # a layer replaced since mha was built is named
         bias = mha.in_proj.bias is not None
         gqa = cls(mha.d_model, mha.num_heads, num_kv_heads, bias=bias, dropout=mha.dropout)
         w = mha.in_proj.weight

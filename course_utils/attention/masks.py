@@ -226,13 +226,18 @@ def padding_mask(
 
 def to_torch_attn_mask(mask: Tensor) -> Tensor:
     """Course mask (``True`` = may attend) -> ``nn.MultiheadAttention`` ``attn_mask``
-    (``True`` = blocked). The result stays on ``mask``'s device; a meta mask (allowed on purpose, as
-    in :func:`causal_mask`) gives a meta one, for an ``nn.MultiheadAttention`` built on meta."""
+    (``True`` = blocked). ``mask`` has one of the two shapes ``nn.MultiheadAttention`` takes,
+    ``(Tq, Tk)`` or ``(B*h, Tq, Tk)``; any other rank is refused, naming the shape (the course's
+    broadcastable ``(B, 1, Tq, Tk)`` or ``(B, h, Tq, Tk)`` masks must be expanded and reshaped to
+    ``(B*h, Tq, Tk)`` first). The result stays on ``mask``'s device; a meta mask (allowed on purpose,
+    as in :func:`causal_mask`) gives a meta one, for an ``nn.MultiheadAttention`` built on meta."""
     check_bool_mask(mask, "mask")
-    if mask.ndim < 2:
-        raise ValueError(f"mask must be at least 2-D (Tq, Tk) or (B*h, Tq, Tk), got shape "
-                         f"{tuple(mask.shape)}: a per-key mask (Tk,) is a key padding mask, "
-                         "see to_torch_key_padding_mask")
+    if mask.ndim not in (2, 3):
+        hint = (": a per-key mask (Tk,) is a key padding mask, see to_torch_key_padding_mask"
+                if mask.ndim < 2 else ": reshape a (B, h, Tq, Tk) mask to (B*h, Tq, Tk) first")
+        raise ValueError(f"mask must be 2-D (Tq, Tk) or 3-D (B*h, Tq, Tk), the shapes "
+                         f"nn.MultiheadAttention's attn_mask takes, got {mask.ndim}-D shape "
+                         f"{tuple(mask.shape)}{hint}")
     return ~mask
 
 
@@ -242,6 +247,6 @@ def to_torch_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
     meta mask (allowed on purpose, as in :func:`padding_mask`) gives a meta one."""
     check_bool_mask(key_padding_mask, "key_padding_mask")
     if key_padding_mask.ndim != 2:
-        raise ValueError(f"key_padding_mask must be 2-D (B, Tk), True = real token, got shape "
-                         f"{tuple(key_padding_mask.shape)}")
+        raise ValueError(f"key_padding_mask must be 2-D (B, Tk), True = real token, got "
+                         f"{key_padding_mask.ndim}-D shape {tuple(key_padding_mask.shape)}")
     return ~key_padding_mask

@@ -41,10 +41,13 @@ from .validation import (
     check_flag,
     check_head_dims,
     check_heads_to_merge,
+    check_int,
     check_kv_pair,
+    check_linear_layer,
     check_linear_weights_fit,
     check_mha_inputs,
     check_mha_tensors,
+    check_same_dtype_and_device,
     check_sdpa_inputs,
     combine_masks,
 )
@@ -360,6 +363,29 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         """A parameter whose dtype and device the inputs must match."""
         return self.in_proj.weight
 
+    def _check_projections(self, caller: str) -> None:
+        """What ``caller`` (a method or function that copies this module's weights) reads is still
+        what the constructor built: ``d_model``, ``num_heads`` and ``d_k`` agree, ``in_proj`` is an
+        ``nn.Linear(d_model, 3*d_model)`` and ``out_proj`` an ``nn.Linear(d_model, d_model)``, both
+        with a bias or neither, all on one dtype and device, and ``dropout`` is in [0, 1). An
+        attribute replaced or changed since is named (``MultiHeadAttention.in_proj``) rather than
+        failing inside torch's ``copy_`` as a size mismatch."""
+        label = type(self).__name__
+        d = check_int(self.d_model, f"{label}.d_model", minimum=1)
+        check_int(self.num_heads, f"{label}.num_heads", minimum=1)
+        dk = check_head_dims(d, self.num_heads, heads_name=f"{label}.num_heads")
+        if self.d_k != dk:
+            raise ValueError(f"{label}.d_model, .num_heads and .d_k must agree (d_k = d_model // num_heads), "
+                             f"got d_model={d}, num_heads={self.num_heads}, d_k={self.d_k!r}: was one "
+                             f"changed after construction?")
+        check_dropout(self.dropout, f"{label}.dropout")
+        why = f"{caller} copies it"
+        check_linear_layer(self.in_proj, f"{label}.in_proj", d, 3 * d, why=why)
+        check_linear_layer(self.out_proj, f"{label}.out_proj", d, d, bias=self.in_proj.bias is not None,
+                           why=why)
+        check_same_dtype_and_device({f"{label}.{name}": p for name, p in self.named_parameters()
+                                     if name.split(".")[0] in ("in_proj", "out_proj")})
+
     # -- conversion to and from PyTorch -------------------------------------------
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -385,7 +411,9 @@ class MultiHeadAttention(MultiHeadAttentionBase):
 
     def to_torch(self) -> nn.MultiheadAttention:
         """A new ``nn.MultiheadAttention(batch_first=True)`` with these weights, ``dropout`` and
-        train/eval mode."""
+        train/eval mode. The module's sizes and projections are checked first (see
+        :meth:`_check_projections`): one replaced after construction is named, not copied."""
+        self._check_projections("to_torch")
         bias = self.in_proj.bias is not None
         w = self.in_proj.weight
         theirs = nn.MultiheadAttention(

@@ -173,6 +173,7 @@ def naive_from_batched(module: MultiHeadAttention) -> NaiveMultiHeadAttention:
     ``in_proj`` into per-head layers (copies), so both compute the same function."""
     if not isinstance(module, MultiHeadAttention):
         raise TypeError(f"expected a course MultiHeadAttention, got {type(module).__name__}")
+    module._check_projections("naive_from_batched")  # a layer replaced since module was built is named
     bias = module.in_proj.bias is not None
     w = module.in_proj.weight
     naive = NaiveMultiHeadAttention(module.d_model, module.num_heads, bias=bias).to(w.device, w.dtype)

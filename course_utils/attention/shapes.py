@@ -10,9 +10,9 @@ Symbols: B batch, T sequence length (Tq, Tk for cross-attention), d = d_model,
 h heads, dk = d_model // h. Weights are written as in the formulas (``x @ W``), so
 W_Q is ``(d, d)``; ``nn.Linear`` stores the transpose, ``(out, in)``.
 
-:class:`TraceStep`, :class:`ShapeTrace`, :class:`AttentionMacs` are plain records (a dataclass
-or NamedTuple) filled by this module's validated functions: they do not check their fields, so
-build them with those functions rather than by hand.
+:class:`TraceStep`, :class:`ShapeTrace`, :class:`AttentionMacs` are frozen records filled by
+this module's validated functions: each checks its fields when it is built and cannot be changed
+afterwards, so what its methods read is what was checked.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import contextlib
 import math
 import numbers
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,6 +47,7 @@ from .validation import (
     check_record,
     check_stream,
     check_tensor,
+    freeze_fields,
 )
 
 __all__ = [
@@ -122,23 +123,31 @@ class TraceStep:
         return "(" + ", ".join(self.symbolic) + ")"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ShapeTrace:
     """The steps of one multi-head attention forward pass, in order.
 
-    ``tensors`` holds every recorded tensor by step name (detached). ``max_abs_diff``
-    compares the traced output and weights with the module's own forward pass: NaN until
-    compared, and it may be infinite (one side overflowed where the other did not), so the
-    record takes both.
+    ``sizes`` gives each symbol's size (``{"B": 2, "T": 10, ...}``). ``tensors`` holds every
+    recorded tensor by step name (detached). ``max_abs_diff`` compares the traced output and
+    weights with the module's own forward pass: NaN until compared, and it may be infinite (one
+    side overflowed where the other did not), so the record takes both.
+
+    The record is frozen and checked whole when built (:func:`trace_shapes` builds it at the
+    end): ``steps`` is kept as a tuple and ``sizes`` / ``tensors`` as read-only mappings (a list or
+    dict given is copied), every step's shape must be what ``sizes`` says its symbols are, and
+    every tensor must belong to a step of its shape, so :meth:`format` and :meth:`to_frame`
+    never answer from a trace changed after its check.
     """
 
-    sizes: dict[str, int]
-    steps: list[TraceStep] = field(default_factory=list)
-    tensors: dict[str, Tensor] = field(default_factory=dict)
+    sizes: Mapping[str, int]
+    steps: tuple[TraceStep, ...] = ()
+    tensors: Mapping[str, Tensor] = field(default_factory=dict)
     max_abs_diff: float = float("nan")
 
     def __post_init__(self) -> None:
+        freeze_fields(self, "sizes", "steps", "tensors")  # before the check: it sees what is kept
         check_record(self, nan_ok=("max_abs_diff",))  # NaN: not compared yet
+        _check_trace_consistent(self)
 
     def __getitem__(self, name: str) -> TraceStep:
         for step in self.steps:
@@ -182,6 +191,31 @@ class ShapeTrace:
         return _format_rows(header, rows, right_align={header.index("matmul MACs")})
 
 
+def _check_trace_consistent(trace: ShapeTrace) -> None:
+    """The steps of ``trace`` have distinct names and the shapes ``trace.sizes`` gives their
+    symbols; each of its tensors belongs to a step and has that step's shape."""
+    seen: set[str] = set()
+    for i, step in enumerate(trace.steps):
+        if step.name in seen:  # __getitem__ would only ever find the first
+            raise ValueError(f"ShapeTrace.steps[{i}] repeats the step name {step.name!r}")
+        seen.add(step.name)
+        unknown = [s for s in step.symbolic if s not in trace.sizes]
+        if unknown:
+            raise ValueError(f"ShapeTrace.steps[{i}] ({step.name!r}) uses the symbol {unknown[0]!r}, which "
+                             f"ShapeTrace.sizes does not give (it gives {sorted(trace.sizes)})")
+        expected = tuple(trace.sizes[s] for s in step.symbolic)
+        if step.shape != expected:
+            raise ValueError(f"ShapeTrace.steps[{i}] ({step.name!r}) has shape {step.shape}, but "
+                             f"ShapeTrace.sizes makes {step.symbolic_text} = {expected}")
+    shapes = {step.name: step.shape for step in trace.steps}
+    for name, tensor in trace.tensors.items():
+        if name not in shapes:
+            raise ValueError(f"ShapeTrace.tensors[{name!r}] belongs to no step (steps: {list(shapes)})")
+        if tuple(tensor.shape) != shapes[name]:
+            raise ValueError(f"ShapeTrace.tensors[{name!r}] has shape {tuple(tensor.shape)}, but its step "
+                             f"has shape {shapes[name]}")
+
+
 def _layout(step: TraceStep) -> str:
     if step.is_parameter:
         return "(weight)"
@@ -201,21 +235,26 @@ def _format_rows(header: list[str], rows: list[list[str]], right_align: set[int]
 
 
 class _Recorder:
-    def __init__(self, trace: ShapeTrace, keep: bool) -> None:
-        self.trace, self.keep = trace, keep
+    """Runs and records the steps of :func:`trace_shapes`; its ``steps`` and ``tensors`` become the
+    (frozen) :class:`ShapeTrace` at the end."""
+
+    def __init__(self, sizes: dict[str, int], keep: bool) -> None:
+        self.sizes, self.keep = sizes, keep
+        self.steps: list[TraceStep] = []
+        self.tensors: dict[str, Tensor] = {}
 
     def __call__(self, name: str, code: str, symbolic: tuple[str, ...], run: Callable[[], Tensor],
                  *, is_parameter: bool = False) -> Tensor:
         with FlopCounterMode(display=False) as counter:
             t = run()
-        expected = tuple(self.trace.sizes[s] for s in symbolic)
+        expected = tuple(self.sizes[s] for s in symbolic)
         if tuple(t.shape) != expected:  # the explanation and the tensor disagree: a bug
             raise RuntimeError(f"step {name}: expected {symbolic} = {expected}, got {tuple(t.shape)}")
-        self.trace.steps.append(TraceStep(name, code, symbolic, tuple(t.shape),
+        self.steps.append(TraceStep(name, code, symbolic, tuple(t.shape),
                                           counter.get_total_flops() // 2, t.is_contiguous(),
                                           is_parameter))
         if self.keep:
-            self.trace.tensors[name] = t.detach()
+            self.tensors[name] = t.detach()
         return t
 
 
@@ -260,8 +299,7 @@ def trace_shapes(
     Tk = kv.shape[1]
     T, S = ("Tq", "Tk") if cross else ("T", "T")
     sizes = {"B": B, "T": Tq, "Tq": Tq, "Tk": Tk, "d": d, "h": h, "dk": dk}
-    trace = ShapeTrace(sizes)
-    rec = _Recorder(trace, keep_tensors)
+    rec = _Recorder(sizes, keep_tensors)
     src = "c" if cross else "x"
 
     w_q, w_k, w_v = module.in_proj.weight.split(d, dim=0)  # (d, d) each, stored (out, in)
@@ -301,8 +339,8 @@ def trace_shapes(
             module.train(was_training)
     pairs = [(q_h, seen["hook_q"]), (k_h, seen["hook_k"]), (v_h, seen["hook_v"]),
              (weights, seen["hook_pattern"]), (attend, seen["hook_z"]), (out, ref_out)]
-    trace.max_abs_diff = max((mine - theirs).abs().max().item() for mine, theirs in pairs)
-    return trace
+    max_abs_diff = max((mine - theirs).abs().max().item() for mine, theirs in pairs)
+    return ShapeTrace(sizes, rec.steps, rec.tensors, max_abs_diff)
 
 
 # ---------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ they propagate (see :mod:`course_utils.attention.mha`).
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import math
 import numbers
 import os
-from collections.abc import Iterable
+import types
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -65,6 +67,7 @@ __all__ = [
     "check_attention_fits",
     "physical_memory_bytes",
     "check_record",
+    "freeze_fields",
     "check_dims_not_empty",
     "MAX_NARGS",
 ]
@@ -1028,6 +1031,33 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
 __all__ += ["check_linear_weights_fit"]
 
 
+def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias: bool | None = None,
+                       why: str = "") -> None:
+    """``layer``, the module attribute ``name``, is an ``nn.Linear`` from ``d_in`` to ``d_out``
+    features: weight ``(d_out, d_in)`` and a bias ``(d_out,)`` or none (``bias`` True: it must
+    have one, False: it must not, None: either). For a method that copies a module's layers (a
+    layer replaced or changed after construction would otherwise fail inside torch's ``copy_``
+    as a size mismatch naming nothing): a TypeError or ValueError naming ``name``, what it should
+    be and what it is, ending with ``why`` (e.g. ``"to_torch copies it"``) when given."""
+    tail = f" ({why})" if why else ""
+    if not isinstance(layer, torch.nn.Linear):
+        raise TypeError(f"{name} must be an nn.Linear({d_in}, {d_out}){tail}, got {type(layer).__name__} "
+                        f"{layer!r:.60}")
+    if tuple(layer.weight.shape) != (d_out, d_in):
+        raise ValueError(f"{name}.weight must have shape ({d_out}, {d_in}), an nn.Linear({d_in}, {d_out})"
+                         f"{tail}, got shape {tuple(layer.weight.shape)}: was {name} replaced or changed "
+                         f"after construction?")
+    has_bias = layer.bias is not None
+    if has_bias and tuple(layer.bias.shape) != (d_out,):
+        raise ValueError(f"{name}.bias must have shape ({d_out},){tail}, got shape {tuple(layer.bias.shape)}")
+    if bias is not None and has_bias != bias:
+        raise ValueError(f"{name} must {'have a bias' if bias else 'have no bias'}, as the module's other "
+                         f"projections{tail}, got bias={'a tensor' if has_bias else 'None'}")
+
+
+__all__ += ["check_linear_layer"]
+
+
 # -- battery 10 additions (helper fix40b) ---------------------------------------------------------
 def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str, int]) -> None:
     """The fields of a frozen config dataclass (:class:`~course_utils.attention.gqa.PublishedConfig`,
@@ -1077,7 +1107,8 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     and not NaN, except that ``signed`` fields may be negative
     and ``nan_ok`` fields may be NaN or infinite (e.g. a difference not measured yet); ``str``,
     ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
-    ``dict[K, V]`` and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
+    ``dict[K, V]``, ``Mapping[K, V]`` (any mapping: the read-only view :func:`freeze_fields`
+    stores) and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
     take anything. The fields in ``nonempty`` (a list a method takes the ``min()`` of, ...) hold
     at least one item (a str: at least one character). The ``float`` fields in ``fractions`` (an
     accuracy, a share), or the floats they hold, lie in [0, 1]. Each name in ``nan_ok``,
@@ -1096,6 +1127,45 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
         checks = _RECORD_CHECKS[cls] = _record_checks(cls, **options)
     for name, check in checks:
         check(getattr(record, name), f"{cls.__name__}.{name}")
+
+
+def freeze_fields(record: object, *names: str) -> None:
+    """Store the fields ``names`` of the frozen dataclass ``record`` read-only, from its
+    ``__post_init__`` *before* :func:`check_record` (so the check sees what is kept): a list
+    becomes a tuple, a dict a ``types.MappingProxyType`` over a copy whose list values are tuples.
+    A record checked once then stays valid: nothing can append to, or assign into, what its
+    methods read. Anything else (a tuple, a read-only mapping, a wrong type) is left as it is, for
+    :func:`check_record` to take or refuse. Annotate such fields ``tuple[X, ...]`` and
+    ``Mapping[K, V]``. Such a record pickles and deep-copies as before (a view is rebuilt over a
+    copy of its items). A name that is not a field is a ValueError naming it."""
+    if not dataclasses.is_dataclass(record) or isinstance(record, type):
+        raise TypeError(f"freeze_fields freezes a record, an instance of a dataclass (called from its "
+                        f"__post_init__), got {type(record).__name__} {record!r:.60}")
+    fields = [f.name for f in dataclasses.fields(record)]
+    for name in names:
+        if name not in fields:
+            raise ValueError(f"freeze_fields names {name!r}, which is not a field of "
+                             f"{type(record).__name__} (its fields: {fields})")
+        object.__setattr__(record, name, _read_only(getattr(record, name)))
+
+
+def _read_only_mapping(items: dict) -> types.MappingProxyType:
+    """A read-only view of ``items``: how a pickled (or deep-copied) view is rebuilt."""
+    return types.MappingProxyType(items)
+
+
+# A frozen record holding a read-only view pickles (parallel.py sends results between processes)
+# and deep-copies as one holding a dict did; Python itself refuses to pickle a mappingproxy.
+copyreg.pickle(types.MappingProxyType, lambda view: (_read_only_mapping, (dict(view),)))
+
+
+def _read_only(value: object) -> object:
+    """A list as a tuple, a dict as a read-only view of a copy (list values as tuples)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+    return value
 
 
 def _check_record_options(cls: type, options: dict[str, object]) -> None:
@@ -1203,12 +1273,12 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
                 except (TypeError, ValueError):  # again, naming the item (no label built per item)
                     check(item, f"{label}[{i}]")
         return sequence
-    if origin is dict:
+    if origin in (dict, Mapping):  # Mapping: a frozen record's read-only view (see freeze_fields)
         key_check, value_check = (_type_check(a, nan_ok, signed, positive, fraction)
                                   for a in args or (object, object))
 
         def mapping(value: object, label: str) -> None:
-            if not isinstance(value, dict):
+            if not isinstance(value, origin):
                 raise TypeError(f"{label} must be {_describe_hint(hint)}, got {type(value).__name__} "
                                 f"{value!r:.60}")
             for key, item in value.items():
@@ -1258,8 +1328,9 @@ def _describe_hint(hint: object, top: bool = True) -> str:
             words = f"a tuple ({', '.join(_describe_hint(a, False) for a in args)})"
         else:
             words = f"a list of {_describe_hint(args[0], False)}"
-    elif origin is dict and args:
-        words = f"a dict {_describe_hint(args[0], False)} -> {_describe_hint(args[1], False)}"
+    elif origin in (dict, Mapping) and args:
+        kind = "a dict" if origin is dict else "a dict (or a read-only mapping)"
+        words = f"{kind} {_describe_hint(args[0], False)} -> {_describe_hint(args[1], False)}"
     else:
         words = getattr(hint, "__name__", str(hint))
         return (("an " if words[0] in "aeiouAEIOU" else "a ") + words) if top else words
