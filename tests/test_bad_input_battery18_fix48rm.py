@@ -1,0 +1,51 @@
+"""Battery 18 (b18a) fixes of helper fix48rm, in course_utils/model.
+
+g01: train_model's sample_batch output was checked by the model's forward, named 'tokens';
+g03: checkpoint.save_file handed bad tensors / filename to safetensors and pathlib; g07: a
+History changed after it was built answered from the changed fields; g24: QuantizedCache took a
+group longer than max_len (nothing ever quantized); g25: train_model kept an infinite evaluate()
+metric without a word; g26: the task model configs took a vocab_size / max_len the task cannot fit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+SMALL = ModelConfig(vocab_size=16, max_len=12, d_model=16, num_heads=2, num_layers=2)
+
+
+def _model() -> TinyTransformer:
+    torch.manual_seed(0)
+    return TinyTransformer(SMALL)
+
+
+def _raises(error: type[BaseException], words: list[str], call) -> str:
+    with pytest.raises(error) as info:
+        call()
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{word!r} not in {message!r}"
+    return message
+
+
+# -- g24: QuantizedCache's group fits in max_len ------------------------------------------------------
+@pytest.mark.parametrize("max_len, group", [(10, 32), (10, 11), (1, 2), (31, 32)])
+def test_quantized_cache_refuses_a_group_longer_than_max_len(max_len, group):
+    from course_utils.model.kv_cache import QuantizedCache
+
+    options = {} if group == 32 else {"group": group}  # 32 is the default
+    _raises(ValueError, ["group", f"max_len={max_len}", f"group={group}", "never fill"],
+            lambda: QuantizedCache(1, 1, 2, 8, max_len, **options))
+
+
+@pytest.mark.parametrize("max_len, group", [(10, 10), (32, 32), (10, 8)])
+def test_quantized_cache_takes_a_group_up_to_max_len(max_len, group):
+    from course_utils.model.kv_cache import QuantizedCache
+
+    cache = QuantizedCache(1, 1, 2, 8, max_len, group=group)
+    x = torch.randn(1, 2, max_len, 8, generator=torch.Generator().manual_seed(0))
+    k, _ = cache.append(0, x, x)
+    assert not torch.equal(k[:, :, :group], x[:, :, :group])  # the first group was quantized
