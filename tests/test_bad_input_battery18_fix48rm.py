@@ -49,3 +49,34 @@ def test_quantized_cache_takes_a_group_up_to_max_len(max_len, group):
     x = torch.randn(1, 2, max_len, 8, generator=torch.Generator().manual_seed(0))
     k, _ = cache.append(0, x, x)
     assert not torch.equal(k[:, :, :group], x[:, :, :group])  # the first group was quantized
+
+
+# -- g26: the task model configs fit their task -------------------------------------------------------
+def _task_configs():
+    from course_utils.model import train as TRN
+
+    return {"induction_model_config": (TRN.induction_model_config, TRN.INDUCTION_TASK.vocab_size,
+                                       TRN.INDUCTION_TASK.seq_len),
+            "agreement_model_config": (TRN.agreement_model_config, TRN.AGREEMENT_TASK.vocab_size,
+                                       TRN.AGREEMENT_TASK.max_len),
+            "mixture_model_config": (TRN.mixture_model_config, TRN.MIXTURE_TASK.vocab_size,
+                                     TRN.MIXTURE_TASK.seq_len)}
+
+
+@pytest.mark.parametrize("function", ["induction_model_config", "agreement_model_config",
+                                      "mixture_model_config"])
+@pytest.mark.parametrize("field", ["vocab_size", "max_len"])
+def test_task_model_config_refuses_an_override_the_task_cannot_fit(function, field):
+    make, vocab_size, seq_len = _task_configs()[function]
+    needed = {"vocab_size": vocab_size, "max_len": seq_len}[field]
+    _raises(ValueError, [function, f"{field}=4", f"{field} >= {needed}", "does not fit the task"],
+            lambda: make(**{field: 4}))
+
+
+@pytest.mark.parametrize("function", ["induction_model_config", "agreement_model_config",
+                                      "mixture_model_config"])
+def test_task_model_config_takes_the_task_sizes_and_room_to_spare(function):
+    make, vocab_size, seq_len = _task_configs()[function]
+    assert make().vocab_size == vocab_size and make().max_len == seq_len
+    roomy = make(vocab_size=vocab_size + 1, max_len=seq_len + 1)
+    assert (roomy.vocab_size, roomy.max_len) == (vocab_size + 1, seq_len + 1)

@@ -425,20 +425,39 @@ def _cached_agreement_eval(task: AgreementTask, batch_size: int, seed: int) -> A
     return task.eval_batch(batch_size, seed)
 
 
+def _task_model_config(function: str, task: object, needed_len: int, base: dict, overrides: dict
+                       ) -> ModelConfig:
+    """``ModelConfig(**base, **overrides)`` for one of the course's tasks, built by ``function``
+    (``"induction_model_config"``, ...): an override of ``vocab_size`` below the task's
+    vocabulary (its ids would not fit the embedding) or of ``max_len`` below its sequence length
+    ``needed_len`` is a ValueError naming the override and what the task needs. A larger one is
+    taken (a model may have room to spare); the task trainers ask for the task's exact
+    vocabulary."""
+    config = ModelConfig(**{**base, **overrides})
+    need = {"vocab_size": (task.vocab_size, f"its token ids go up to {task.vocab_size - 1}"),
+            "max_len": (needed_len, f"its sequences are {needed_len} tokens long")}
+    for name, (needed, why) in need.items():
+        if getattr(config, name) < needed:
+            raise ValueError(f"{function}'s override {name}={getattr(config, name)} does not fit the task "
+                             f"{type(task).__name__}: it needs {name} >= {needed} ({why}); leave {name} "
+                             f"out for {needed}")
+    return config
+
+
 def induction_model_config(**overrides) -> ModelConfig:
-    """The course's induction model: 2 layers, attention only, d=64, 4 heads."""
+    """The course's induction model: 2 layers, attention only, d=64, 4 heads. ``overrides`` are
+    :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's is refused."""
     base = dict(vocab_size=INDUCTION_TASK.vocab_size, max_len=INDUCTION_TASK.seq_len,
                 d_model=64, num_heads=4, num_layers=2, mlp=False)
-    base.update(overrides)
-    return ModelConfig(**base)
+    return _task_model_config("induction_model_config", INDUCTION_TASK, INDUCTION_TASK.seq_len, base, overrides)
 
 
 def agreement_model_config(**overrides) -> ModelConfig:
-    """The course's agreement model: 2 layers with an MLP, d=64, 4 heads."""
+    """The course's agreement model: 2 layers with an MLP, d=64, 4 heads. ``overrides`` are
+    :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's is refused."""
     base = dict(vocab_size=AGREEMENT_TASK.vocab_size, max_len=AGREEMENT_TASK.max_len,
                 d_model=64, num_heads=4, num_layers=2, mlp=True)
-    base.update(overrides)
-    return ModelConfig(**base)
+    return _task_model_config("agreement_model_config", AGREEMENT_TASK, AGREEMENT_TASK.max_len, base, overrides)
 
 
 @torch.no_grad()
@@ -611,11 +630,12 @@ MIXTURE_TASK = MixtureTask()
 
 
 def mixture_model_config(**overrides) -> ModelConfig:
-    """Lesson 6's model: 3 layers x 8 heads (24 heads), MLPs of width 128, d=64 (dk=8), both tasks."""
+    """Lesson 6's model: 3 layers x 8 heads (24 heads), MLPs of width 128, d=64 (dk=8), both tasks.
+    ``overrides`` are :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's
+    is refused."""
     base = dict(vocab_size=MIXTURE_TASK.vocab_size, max_len=MIXTURE_TASK.seq_len,
                 d_model=64, num_heads=8, num_layers=3, mlp=True, d_mlp=128)
-    base.update(overrides)
-    return ModelConfig(**base)
+    return _task_model_config("mixture_model_config", MIXTURE_TASK, MIXTURE_TASK.seq_len, base, overrides)
 
 
 @functools.lru_cache(maxsize=4)
