@@ -80,3 +80,28 @@ def test_task_model_config_takes_the_task_sizes_and_room_to_spare(function):
     assert make().vocab_size == vocab_size and make().max_len == seq_len
     roomy = make(vocab_size=vocab_size + 1, max_len=seq_len + 1)
     assert (roomy.vocab_size, roomy.max_len) == (vocab_size + 1, seq_len + 1)
+
+
+# -- g01: train_model names sample_batch's tokens, not the model's 'tokens' ---------------------------
+@pytest.mark.parametrize("tokens, words", [
+    (torch.randint(0, 16, (4, 8)) + 50, ["ids in [0, vocab_size=16)", "min 50"]),
+    (torch.full((4, 8), -1), ["ids in [0, vocab_size=16)", "min -1"]),
+    (torch.zeros(4, 20, dtype=torch.long), ["20 tokens", "max_len=12"]),
+    (torch.zeros(4, 0, dtype=torch.long), ["at least one token", "(4, 0)"]),
+])
+def test_train_model_names_sample_batch_for_tokens_the_model_cannot_read(tokens, words):
+    from course_utils.model.train import TrainConfig, train_model
+
+    targets = torch.zeros_like(tokens)
+    _raises(ValueError, ["sample_batch(generator)'s tokens at step 1", *words],
+            lambda: train_model(_model(), lambda g: (tokens, targets), TrainConfig(steps=2), progress=False))
+
+
+def test_train_model_takes_the_integer_batches_its_check_accepts():
+    """int32 tokens and targets passed _check_batch but then failed in the model ('tokens must have
+    dtype torch.long') or inside cross_entropy (a bare RuntimeError): now read as long."""
+    from course_utils.model.train import TrainConfig, train_model
+
+    tokens = torch.randint(0, 16, (4, 8), generator=torch.Generator().manual_seed(0)).int()
+    history = train_model(_model(), lambda g: (tokens, tokens), TrainConfig(steps=2), progress=False)
+    assert history.steps == [1, 2]

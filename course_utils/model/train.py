@@ -251,9 +251,11 @@ def train_model(
                             target_metric, target, stop_at_target, progress, task)
 
 
-def _check_batch(batch: object, step: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_batch(batch: object, step: int, model: TinyTransformer) -> tuple[torch.Tensor, torch.Tensor]:
     """``sample_batch``'s result must be a pair of integer tensors ``(tokens, targets)`` of one
-    shape (B, T), with targets in ``0..vocab_size-1`` or ``-100`` (ignored)."""
+    shape (B, T), with targets in ``0..vocab_size-1`` or ``-100`` (ignored); returned as long
+    tensors on the model's device. The tokens are checked as the model's forward pass would
+    check them (ids, length, at least one token), but named as ``sample_batch``'s output."""
     if not (isinstance(batch, tuple | list) and len(batch) == 2
             and all(isinstance(t, torch.Tensor) for t in batch)):
         found = (f"a Tensor of shape {tuple(batch.shape)}" if isinstance(batch, torch.Tensor)
@@ -268,11 +270,15 @@ def _check_batch(batch: object, step: int, vocab_size: int) -> tuple[torch.Tenso
     if tokens.ndim != 2 or tokens.shape != targets.shape:
         raise ValueError(f"sample_batch(generator) must return tokens and targets of one shape (B, T); "
                          f"at step {step} they are {tuple(tokens.shape)} and {tuple(targets.shape)}")
+    vocab_size = model.config.vocab_size
     bad = (targets != -100) & ((targets < 0) | (targets >= vocab_size))
     if bool(bad.any()):
         value = int(targets[bad][0])
         raise ValueError(f"sample_batch(generator) returned targets outside the vocabulary at step {step}: "
                          f"{value} (expected 0..{vocab_size - 1}, or -100 for a position to ignore)")
+    device = next(model.parameters()).device
+    tokens, targets = tokens.to(device, torch.long), targets.to(device, torch.long)  # any int: lossless
+    model._check_tokens(tokens, name=f"sample_batch(generator)'s tokens at step {step}")
     return tokens, targets
 
 
@@ -377,11 +383,11 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     for step in bar:
         sync()
         start = time.perf_counter()  # the clock covers making the batch and the update
-        tokens, targets = _check_batch(sample_batch(generator), step, model.config.vocab_size)
+        tokens, targets = _check_batch(sample_batch(generator), step, model)
         for group in optimizer.param_groups:
             group["lr"] = train_config.lr_at(step - 1)
-        logits, _ = model(tokens.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())
+        logits, _ = model(tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         loss_value = loss.item()  # also waits for the device
         if not math.isfinite(loss_value):
             bar.close()

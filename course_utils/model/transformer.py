@@ -321,31 +321,37 @@ class TinyTransformer(nn.Module):
         return added
 
     # -- input checks -------------------------------------------------------------
-    def _check_tokens(self, tokens: object, past_len: int = 0) -> None:
+    def _check_tokens(self, tokens: object, past_len: int = 0, *, name: str = "tokens") -> None:
+        """``tokens`` fit this model: a 2-D long tensor ``(B, T)`` of at least one token, on the
+        model's device, with ``past_len + T <= max_len`` and ids in ``0..vocab_size-1``. ``name``
+        is how the messages name it: a caller whose own argument is read as the tokens (a
+        ``sample_batch``'s output, ``reference_tokens``) checks it under that name before the
+        forward pass, which would say ``tokens``."""
         cfg = self.config
         if not isinstance(tokens, Tensor):
-            raise TypeError(f"tokens must be a torch.Tensor of dtype torch.long, got {type(tokens).__name__}")
+            raise TypeError(f"{name} must be a torch.Tensor of dtype torch.long, got {type(tokens).__name__}")
         if tokens.dtype != torch.long:
-            raise TypeError(f"tokens must have dtype torch.long (token ids), got {tokens.dtype}")
+            raise TypeError(f"{name} must have dtype torch.long (token ids), got {tokens.dtype}")
         if tokens.ndim != 2:
-            hint = " (add a batch dim with tokens.unsqueeze(0))" if tokens.ndim == 1 else ""
-            raise ValueError(f"tokens must be 2-D (B, T), got shape {describe_shape(tokens)}{hint}")
+            hint = f" (add a batch dim with {name}.unsqueeze(0))" if tokens.ndim == 1 else ""
+            raise ValueError(f"{name} must be 2-D (B, T), got shape {describe_shape(tokens)}{hint}")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-            raise ValueError(f"tokens must hold at least one token, got shape {describe_shape(tokens)}")
+            raise ValueError(f"{name} must hold at least one token, got shape {describe_shape(tokens)}")
         check_model_holds_values(self)
         device = self.token_embedding.weight.device
         if tokens.device != device:
-            raise ValueError(f"tokens are on device {tokens.device} but the model's parameters are on "
-                             f"{device}: move them with tokens.to({str(device)!r})")
+            raise ValueError(f"{name} are on device {tokens.device} but the model's parameters are on "
+                             f"{device}: move them with .to({str(device)!r})")
         if past_len + tokens.shape[1] > cfg.max_len:
             where = f" after {past_len} cached tokens" if past_len else ""
             raise ValueError(
-                f"sequence too long: {tokens.shape[1]} tokens{where} exceed max_len={cfg.max_len}"
+                f"{name} is a sequence too long for the model: {tokens.shape[1]} tokens{where} exceed "
+                f"max_len={cfg.max_len}"
             )
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= cfg.vocab_size:
             raise ValueError(
-                f"tokens must hold ids in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
+                f"{name} must hold ids in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
             )
 
     def _check_head_mask(self, head_mask: object) -> Tensor | None:
