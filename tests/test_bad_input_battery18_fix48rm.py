@@ -105,3 +105,58 @@ def test_train_model_takes_the_integer_batches_its_check_accepts():
     tokens = torch.randint(0, 16, (4, 8), generator=torch.Generator().manual_seed(0)).int()
     history = train_model(_model(), lambda g: (tokens, tokens), TrainConfig(steps=2), progress=False)
     assert history.steps == [1, 2]
+
+
+# -- g07: a History changed after it was built is checked again by its methods ------------------------
+def _history():
+    from course_utils.model.train import History
+
+    return History("t", steps=[1, 2], loss=[1.0, 0.5], eval_steps=[2], eval_metrics=[{"acc": 0.5}])
+
+
+def _set_metrics_none(history) -> None:
+    history.eval_metrics[0] = None
+
+
+def _append_nan_loss(history) -> None:
+    history.steps.append(3)
+    history.loss.append(float("nan"))
+
+
+def _steps_backwards(history) -> None:
+    history.steps[1] = 0
+
+
+def _metric_not_a_number(history) -> None:
+    history.eval_metrics[0]["acc"] = "high"
+
+
+def _eval_step_without_metrics(history) -> None:
+    history.eval_steps.append(3)
+
+
+CHANGES = {
+    "eval_metrics [None]": (_set_metrics_none, TypeError, ["History.eval_metrics[0]", "None"]),
+    "NaN loss appended": (_append_nan_loss, ValueError, ["History.loss[2]", "nan"]),
+    "steps backwards": (_steps_backwards, ValueError, ["History.steps", "= 0"]),
+    "metric a str": (_metric_not_a_number, TypeError, ["History.eval_metrics", "'high'"]),
+    "eval step without metrics": (_eval_step_without_metrics, ValueError,
+                                  ["History.eval_metrics", "History.eval_steps has 2"]),
+}
+
+
+@pytest.mark.parametrize("method", ["final_metrics", "metric", "to_dict"])
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_history_methods_check_fields_changed_after_it_was_built(change, method):
+    mutate, error, words = CHANGES[change]
+    history = _history()
+    mutate(history)
+    read = {"final_metrics": lambda: history.final_metrics, "metric": lambda: history.metric("acc"),
+            "to_dict": history.to_dict}[method]
+    _raises(error, words, read)
+
+
+def test_history_final_metrics_is_a_copy():
+    history = _history()
+    history.final_metrics["acc"] = -1.0
+    assert history.final_metrics == {"acc": 0.5} and "checks them all again" in type(history).__doc__

@@ -13,8 +13,8 @@ From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.model.checkp
 
 ``python -m course_utils.bench train`` times both (:mod:`course_utils.bench.train_speed`).
 
-:class:`History` is a plain record (a dataclass or NamedTuple) filled by this module's validated
-functions: it does not check its fields, so build it with those functions rather than by hand.
+:class:`History` is a record filled step by step by :func:`train_model`: it checks its fields when
+built and again in each of its methods, as they may have been appended to (or changed) since.
 """
 
 from __future__ import annotations
@@ -134,9 +134,14 @@ class History:
     ``steps_to_target``/``seconds_to_target`` are the first evaluation at which
     ``target_metric`` reached ``target`` (``None`` if never). ``task`` is a label, any str
     (:func:`train_model`'s ``task``, ``"custom"`` by default), not a choice from a list.
-    :meth:`to_dict` checks the fields again, as they may have been appended to since: a NaN
-    loss (which :func:`train_model` never records: it stops with FloatingPointError) is named
-    there rather than written into the JSON.
+
+    A metric may be NaN (an accuracy over a subset the evaluation batch does not hold;
+    :func:`train_model` warns). The record is filled step by step during
+    training, so it stays mutable (its lists are appended to): instead of trusting fields that
+    may have changed since it was built, every method (:attr:`final_metrics`, :meth:`metric`,
+    :meth:`to_dict`) checks them all again first, and names a bad one (a NaN loss, which
+    :func:`train_model` never records, a ``None`` in ``eval_metrics``, steps out of order)
+    rather than answering from it.
     """
 
     task: str
@@ -152,18 +157,26 @@ class History:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        self._check()
+
+    def _check(self) -> None:
+        """Every field, and the fields against each other: run when built and by each method."""
         # an evaluation metric may be NaN (train warns) or negative
         check_record(self, nan_ok=("eval_metrics",), signed=("eval_metrics", "target"))
         _check_history_fields(self)
 
     @property
     def final_metrics(self) -> dict[str, float]:
-        return self.eval_metrics[-1] if self.eval_metrics else {}
+        """A copy of the last evaluation's metrics (``{}`` when no evaluation ran), after checking
+        the fields."""
+        self._check()
+        return dict(self.eval_metrics[-1]) if self.eval_metrics else {}  # a copy: the record stays as it is
 
     def metric(self, name: str) -> list[float]:
         """One evaluation metric over time (aligned with ``eval_steps``). A name no evaluation
         recorded (a typo, or a run without ``evaluate``) is a KeyError listing the recorded
         names, not an empty curve."""
+        self._check()
         recorded = sorted({key for m in self.eval_metrics for key in m})
         if name not in recorded:
             raise KeyError(f"name {name!r} is not a metric this history recorded; recorded: "
@@ -174,7 +187,8 @@ class History:
         return [m[name] for m in self.eval_metrics]
 
     def to_dict(self) -> dict:
-        self.__post_init__()
+        """The fields as plain Python (JSON-able), after checking them."""
+        self._check()
         return asdict(self)
 
 
@@ -373,7 +387,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         _check_metrics(metrics, step, target_metric)
         _warn_nan_metrics(metrics, step, warned)
         history.eval_steps.append(step)
-        history.eval_metrics.append(metrics)
+        history.eval_metrics.append(dict(metrics))  # a copy: evaluate may keep and change its dict
         reached = target_metric is not None and target is not None and metrics[target_metric] >= target
         if reached and history.steps_to_target is None:
             history.steps_to_target, history.seconds_to_target = step, history.train_seconds
