@@ -160,3 +160,40 @@ def test_history_final_metrics_is_a_copy():
     history = _history()
     history.final_metrics["acc"] = -1.0
     assert history.final_metrics == {"acc": 0.5} and "checks them all again" in type(history).__doc__
+
+
+# -- g25: train_model refuses an infinite evaluate() metric; NaN is documented -------------------------
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+@pytest.mark.parametrize("target_metric", [None, "acc"])
+def test_train_model_refuses_an_infinite_metric(value, target_metric):
+    from course_utils.model.train import TrainConfig, train_model
+
+    tokens = torch.zeros(4, 8, dtype=torch.long)
+    _raises(ValueError, ["evaluate(model)", repr(value), "'loss'", "step 1"],
+            lambda: train_model(_model(), lambda g: (tokens, tokens), TrainConfig(steps=2), progress=False,
+                                evaluate=lambda m: {"acc": 0.5, "loss": value}, eval_every=1,
+                                target_metric=target_metric))
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_history_refuses_an_infinite_metric(value):
+    from course_utils.model.train import History
+
+    _raises(ValueError, ["History.eval_metrics[0]['loss']", repr(value)],
+            lambda: History("t", eval_steps=[1], eval_metrics=[{"loss": value}]))
+
+
+def test_train_model_documents_why_a_nan_metric_is_kept():
+    """Refusing NaN would break a legitimate run: agreement_accuracy's 'attractor' is NaN at every
+    evaluation of a task without attractor sentences. So it is warned about, kept, and documented."""
+    from course_utils.model.train import train_model
+
+    doc = " ".join(train_model.__doc__.split())
+    assert "recorded as NaN, with a RuntimeWarning" in doc and 'templates=("simple",)' in doc
+    tokens = torch.zeros(4, 8, dtype=torch.long)
+    from course_utils.model.train import TrainConfig
+
+    with pytest.warns(RuntimeWarning, match=r"NaN for \['attractor'\]"):
+        history = train_model(_model(), lambda g: (tokens, tokens), TrainConfig(steps=1), progress=False,
+                              evaluate=lambda m: {"attractor": float("nan")})
+    assert history.final_metrics["attractor"] != history.final_metrics["attractor"]  # NaN, kept

@@ -136,7 +136,7 @@ class History:
     (:func:`train_model`'s ``task``, ``"custom"`` by default), not a choice from a list.
 
     A metric may be NaN (an accuracy over a subset the evaluation batch does not hold;
-    :func:`train_model` warns). The record is filled step by step during
+    :func:`train_model` warns) but not infinite. The record is filled step by step during
     training, so it stays mutable (its lists are appended to): instead of trusting fields that
     may have changed since it was built, every method (:attr:`final_metrics`, :meth:`metric`,
     :meth:`to_dict`) checks them all again first, and names a bad one (a NaN loss, which
@@ -203,6 +203,11 @@ def _check_history_fields(history: History) -> None:
             raise ValueError(f"History.{values} must hold one entry per step in History.{steps}: "
                              f"History.{steps} has {n}, History.{values} has {m}")
         _check_increasing(getattr(history, steps), f"History.{steps}")
+    for i, metrics in enumerate(history.eval_metrics):  # NaN is allowed (a mean over an empty subset)
+        infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
+        if infinite is not None:
+            raise ValueError(f"History.eval_metrics[{i}][{infinite!r}] must be a finite number or NaN, got "
+                             f"{metrics[infinite]!r}")
     reached = {"steps_to_target": history.steps_to_target, "seconds_to_target": history.seconds_to_target}
     if (history.steps_to_target is None) != (history.seconds_to_target is None):
         raise ValueError(f"History.steps_to_target and History.seconds_to_target are both set (the target "
@@ -259,6 +264,13 @@ def train_model(
     nothing and is refused, naming both. ``target_metric`` without ``target`` is allowed: that
     metric is then shown in the progress bar and checked to be returned, and no step to target
     is recorded.
+
+    A metric that comes back NaN is recorded as NaN, with a RuntimeWarning naming it (once per
+    run), not refused: an accuracy over a subset the evaluation batch does not hold is NaN by
+    design (``agreement_accuracy``'s ``"attractor"`` for a task without attractor sentences,
+    e.g. ``train_agreement(task=AgreementTask(templates=("simple",)))``, at every evaluation),
+    and refusing it would make such a run impossible. A NaN ``target_metric`` is refused (it
+    cannot be compared with ``target``), and so is an infinite metric (ValueError naming it).
     """
     with torch_threads(num_threads):
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
@@ -302,6 +314,10 @@ def _check_metrics(metrics: object, step: int, target_metric: str | None) -> Non
             and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in metrics.values())):
         raise TypeError(f"evaluate(model) must return a dict of metric name -> number; at step {step} it "
                         f"returned {type(metrics).__name__} {str(metrics)[:80]}")
+    infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
+    if infinite is not None:  # NaN is warned about and kept (see train_model)
+        raise ValueError(f"evaluate(model) returned {metrics[infinite]!r} for metric {infinite!r} at step "
+                         f"{step}; a metric must be a finite number (or NaN for a mean over an empty subset)")
     if target_metric is not None and target_metric not in metrics:
         raise KeyError(f"target_metric {target_metric!r} is not among the metrics evaluate(model) returned "
                        f"at step {step}: {sorted(metrics)}")
