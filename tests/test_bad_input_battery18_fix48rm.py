@@ -197,3 +197,32 @@ def test_train_model_documents_why_a_nan_metric_is_kept():
         history = train_model(_model(), lambda g: (tokens, tokens), TrainConfig(steps=1), progress=False,
                               evaluate=lambda m: {"attractor": float("nan")})
     assert history.final_metrics["attractor"] != history.final_metrics["attractor"]  # NaN, kept
+
+
+# -- g03: checkpoint.save_file checks its arguments before safetensors and the file system -----------
+@pytest.mark.parametrize("tensors, filename, metadata, error, words", [
+    ({"a": "x"}, "w.safetensors", {}, TypeError, ["tensors['a']", "torch.Tensor", "str"]),
+    ({3: torch.zeros(2)}, "w.safetensors", {}, TypeError, ["tensors' keys", "int 3"]),
+    (None, "w.safetensors", {}, TypeError, ["tensors must be a dict", "NoneType"]),
+    ({"a": torch.zeros(2, device="meta")}, "w.safetensors", {}, ValueError, ["tensors['a']", "meta"]),
+    ({"a": torch.zeros(2)}, None, {}, TypeError, ["filename", "None"]),
+    ({"a": torch.zeros(2)}, 3, {}, TypeError, ["filename", "int"]),
+    ({"a": torch.zeros(2)}, "w.safetensors", {"k": 3}, TypeError, ["metadata", "str -> str", "{'k': 3}"]),
+    ({"a": torch.zeros(2)}, "w.safetensors", None, TypeError, ["metadata", "NoneType"]),
+])
+def test_save_file_names_a_bad_argument_and_writes_nothing(tmp_path, monkeypatch, tensors, filename,
+                                                           metadata, error, words):
+    from course_utils.model.checkpoint import save_file
+
+    monkeypatch.chdir(tmp_path)
+    _raises(error, words, lambda: save_file(tensors, filename, metadata))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_file_still_writes_good_tensors(tmp_path):
+    from safetensors.torch import load_file
+
+    from course_utils.model.checkpoint import save_file
+
+    save_file({"a": torch.arange(3.0)}, tmp_path / "w.safetensors", {"k": "v"})
+    assert torch.equal(load_file(tmp_path / "w.safetensors")["a"], torch.arange(3.0))
