@@ -226,3 +226,37 @@ def test_save_file_still_writes_good_tensors(tmp_path):
 
     save_file({"a": torch.arange(3.0)}, tmp_path / "w.safetensors", {"k": "v"})
     assert torch.equal(load_file(tmp_path / "w.safetensors")["a"], torch.arange(3.0))
+
+
+# -- g07's root cause in model/: the configs a model and train_model check against are frozen ---------
+def _train_config(**fields):
+    from course_utils.model.train import TrainConfig
+
+    return TrainConfig(**fields)
+
+
+@pytest.mark.parametrize("make, field, value", [
+    (lambda: ModelConfig(vocab_size=16, max_len=12), "vocab_size", 1000),
+    (lambda: ModelConfig(vocab_size=16, max_len=12), "num_kv_heads", 3),
+    (lambda: _train_config(steps=5), "steps", 10**9),
+    (_train_config, "lr", float("nan")),
+])
+def test_configs_cannot_be_changed_after_they_were_checked(make, field, value):
+    import dataclasses
+
+    config = make()
+    before = getattr(config, field)
+    _raises(dataclasses.FrozenInstanceError, [field], lambda: setattr(config, field, value))
+    assert getattr(config, field) == before
+    changed = dataclasses.replace(config, **{field: before})  # a copy is the way to change one
+    assert changed == config
+
+
+def test_frozen_configs_still_fill_their_defaults():
+    import dataclasses
+
+    assert _train_config(steps=5).warmup_steps == 5 and _train_config().warmup_steps == 20
+    config = ModelConfig(vocab_size=16, max_len=12, d_model=16, num_heads=4, mlp=True, d_mlp=8)
+    assert config.num_kv_heads == 4 and config.d_mlp == 8
+    _raises(ValueError, ["ModelConfig.num_kv_heads", "3"],
+            lambda: dataclasses.replace(config, num_kv_heads=3))

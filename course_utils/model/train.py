@@ -76,9 +76,11 @@ DEFAULT_WARMUP_STEPS = 20
 MAX_STEPS = 100_000
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """Optimiser settings: AdamW, linear warm-up, then constant or cosine decay to 10 %.
+    Frozen, so the settings checked when it is built are the ones :func:`train_model` uses
+    (``dataclasses.replace(config, steps=100)`` makes a changed copy, checked again).
 
     ``grad_clip`` is the largest gradient norm an update may use; ``0`` turns clipping off (the
     gradients are used as they are, not scaled to zero). ``warmup_steps`` defaults to 20, or to
@@ -95,7 +97,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_int(self.steps, "TrainConfig.steps", minimum=1, maximum=MAX_STEPS)
         if self.warmup_steps is None:
-            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps)
+            object.__setattr__(self, "warmup_steps", min(DEFAULT_WARMUP_STEPS, self.steps))
         check_int(self.warmup_steps, "TrainConfig.warmup_steps", minimum=0)
         if self.warmup_steps > self.steps:
             raise ValueError(f"TrainConfig.warmup_steps must be at most steps={self.steps} (the learning "
@@ -485,7 +487,8 @@ def induction_model_config(**overrides) -> ModelConfig:
     :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's is refused."""
     base = dict(vocab_size=INDUCTION_TASK.vocab_size, max_len=INDUCTION_TASK.seq_len,
                 d_model=64, num_heads=4, num_layers=2, mlp=False)
-    return _task_model_config("induction_model_config", INDUCTION_TASK, INDUCTION_TASK.seq_len, base, overrides)
+    return _task_model_config("induction_model_config", INDUCTION_TASK, INDUCTION_TASK.seq_len, base,
+                              overrides)
 
 
 def agreement_model_config(**overrides) -> ModelConfig:
@@ -493,7 +496,8 @@ def agreement_model_config(**overrides) -> ModelConfig:
     :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's is refused."""
     base = dict(vocab_size=AGREEMENT_TASK.vocab_size, max_len=AGREEMENT_TASK.max_len,
                 d_model=64, num_heads=4, num_layers=2, mlp=True)
-    return _task_model_config("agreement_model_config", AGREEMENT_TASK, AGREEMENT_TASK.max_len, base, overrides)
+    return _task_model_config("agreement_model_config", AGREEMENT_TASK, AGREEMENT_TASK.max_len, base,
+                              overrides)
 
 
 @torch.no_grad()

@@ -67,12 +67,14 @@ __all__ = [
     "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """Hyper-parameters of :class:`TinyTransformer` (JSON-serialisable via :meth:`to_dict`). Sizes
     beyond this machine's memory (``vocab_size=10**12``) are refused where they would be
     allocated, by :class:`TinyTransformer` before it builds a layer, not here: a config is also
-    read from a checkpoint made on a larger machine."""
+    read from a checkpoint made on a larger machine. Frozen: a model checks its inputs against its
+    config, so a config checked once stays as it was checked (``dataclasses.replace(config,
+    num_layers=1)`` makes a changed copy, checked again)."""
 
     vocab_size: int
     max_len: int
@@ -87,17 +89,17 @@ class ModelConfig:
         # check_int returns a Python int: a NumPy integer (np.int64(2)) is accepted and stored as
         # an int, so the config still goes into JSON (save_checkpoint) as itself
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
-            setattr(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
+            object.__setattr__(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
         check_flag(self.mlp, "ModelConfig.mlp")
         if self.d_mlp is not None:
-            self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
+            object.__setattr__(self, "d_mlp", check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1))
             if not self.mlp:
                 raise ValueError(f"ModelConfig.d_mlp={self.d_mlp} sets the MLP's width, but mlp=False builds "
                                  "no MLP; pass mlp=True to get one, or leave d_mlp as None")
         check_head_dims(self.d_model, self.num_heads)
-        if self.num_kv_heads is None:
-            self.num_kv_heads = self.num_heads
-        self.num_kv_heads = check_kv_heads(self.num_kv_heads, self.num_heads, "ModelConfig.num_kv_heads")
+        num_kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        object.__setattr__(self, "num_kv_heads",
+                           check_kv_heads(num_kv_heads, self.num_heads, "ModelConfig.num_kv_heads"))
 
     @property
     def d_head(self) -> int:
