@@ -35,6 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as _tensors_to_bytes
 
+from ..attention.validation import check_holds_values
 from ..env import pick_device
 from ..paths import DATA_DIR, check_path
 from ..paths import path_kind as _what_is_there  # None for a regular file, else what it is, in words
@@ -142,8 +143,27 @@ def save_file(tensors: dict[str, torch.Tensor], filename: str | Path, metadata: 
     safetensors' own ``save_file`` writes through an anonymous temporary file (``.tmpXXXXXX``)
     that a save killed outright leaves in the folder forever; serialised to bytes here, the
     only temporary file is save_checkpoint's own ``.name.safetensors.saving``, which the next
-    save removes."""
+    save removes. ``tensors`` (a dict of str -> tensors holding values, not on the meta device),
+    ``filename`` (a str or path) and ``metadata`` (a dict of str -> str) are checked first, each
+    named: nothing is written for a bad one."""
+    _check_save_file_arguments(tensors, filename, metadata)
     _write_new(Path(filename), _tensors_to_bytes(tensors, metadata=metadata))
+
+
+def _check_save_file_arguments(tensors: object, filename: object, metadata: object) -> None:
+    """:func:`save_file`'s arguments, named, before safetensors or the file system sees them."""
+    if not isinstance(tensors, dict):
+        raise TypeError(f"tensors must be a dict of name (str) -> torch.Tensor, got {type(tensors).__name__} "
+                        f"{tensors!r:.60}")
+    for key, tensor in tensors.items():
+        if not isinstance(key, str):
+            raise TypeError(f"tensors' keys must be names (str), got {type(key).__name__} {key!r:.60}")
+        check_holds_values(tensor, f"tensors[{key!r}]")  # a meta tensor has no bytes to write
+    check_path(filename, "filename", "the .safetensors file to write")
+    if not (isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                               for k, v in metadata.items())):
+        raise TypeError(f"metadata must be a dict of str -> str (the file's header), got "
+                        f"{type(metadata).__name__} {metadata!r:.60}")
 
 
 class _Terminated(BaseException):

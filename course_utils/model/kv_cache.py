@@ -502,6 +502,19 @@ def _check_group(per: dict[str, str] | tuple[str, ...], group: int) -> None:
                          f"group's tokens), got {group}")
 
 
+def _check_group_fits(group: int, max_len: int) -> None:
+    """A :class:`QuantizedCache`'s ``group`` is at most its ``max_len``: tokens are quantized a
+    whole group at a time, so a longer group never fills and every token would stay in the float32
+    tail (nothing quantized, and more bytes than a float32 cache). Checked after the memory check,
+    so a huge ``group`` is named there first."""
+    if group > max_len:
+        raise ValueError(f"group must be at most max_len={max_len} (tokens are quantized a whole group "
+                         f"at a time, so a group of {group} would never fill: nothing would be quantized "
+                         f"and the cache would take more bytes than a float32 one), got group={group} "
+                         f"(the default is 32); pass group={max_len} or less, e.g. group=1 with "
+                         f"keys='token' to quantize each token as it arrives")
+
+
 def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "channel",
                               values: str = "token", symmetric: bool = True, group: int = 32) -> float:
     """Bytes one token's keys and values take in one layer: ``2 g dk`` codes of one byte, plus
@@ -529,7 +542,8 @@ class QuantizedCache(_StepOrder):
     Per layer it holds codes ``(B, g, max_len, dk)`` for K and for V, their float16 scales
     (``(B, g, n_groups, group, 1)`` per token, ``(B, g, n_groups, 1, dk)`` per channel) and a
     float32 tail of ``group`` tokens: the newest tokens wait there until their group is full,
-    since a per-channel scale needs all the group's tokens. ``keys="channel", values="token"``
+    since a per-channel scale needs all the group's tokens (so ``group`` is at most ``max_len``:
+    a longer group would never fill, and nothing would be quantized). ``keys="channel", values="token"``
     with ``symmetric=False`` is KIVI's scheme; ``"token", "token"`` with ``group=1`` quantizes
     each token as it arrives, one scale per token and head (llama.cpp's ``q8_0`` has one per 32
     numbers). :meth:`append` dequantizes into a float32 scratch buffer ``(B, g, max_len, dk)``
@@ -552,6 +566,7 @@ class QuantizedCache(_StepOrder):
                              f"{num_layers} layers of 8-bit keys and values and a float32 scratch buffer",
                              sizes={"num_layers": num_layers, "batch": batch, "num_kv_heads": num_kv_heads,
                                     "d_head": d_head, "max_len": max_len, "group": group})
+        _check_group_fits(group, max_len)
         code_dtype = torch.int8 if symmetric else torch.uint8
         self.codes, self.scales, self.zeros, self.residual, self.scratch = {}, {}, {}, {}, {}
         for t in ("k", "v"):

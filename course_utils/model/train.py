@@ -13,8 +13,8 @@ From a shell (``--out`` writes a checkpoint, see :mod:`course_utils.model.checkp
 
 ``python -m course_utils.bench train`` times both (:mod:`course_utils.bench.train_speed`).
 
-:class:`History` is a plain record (a dataclass or NamedTuple) filled by this module's validated
-functions: it does not check its fields, so build it with those functions rather than by hand.
+:class:`History` is a record filled step by step by :func:`train_model`: it checks its fields when
+built and again in each of its methods, as they may have been appended to (or changed) since.
 """
 
 from __future__ import annotations
@@ -76,9 +76,11 @@ DEFAULT_WARMUP_STEPS = 20
 MAX_STEPS = 100_000
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """Optimiser settings: AdamW, linear warm-up, then constant or cosine decay to 10 %.
+    Frozen, so the settings checked when it is built are the ones :func:`train_model` uses
+    (``dataclasses.replace(config, steps=100)`` makes a changed copy, checked again).
 
     ``grad_clip`` is the largest gradient norm an update may use; ``0`` turns clipping off (the
     gradients are used as they are, not scaled to zero). ``warmup_steps`` defaults to 20, or to
@@ -95,7 +97,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_int(self.steps, "TrainConfig.steps", minimum=1, maximum=MAX_STEPS)
         if self.warmup_steps is None:
-            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps)
+            object.__setattr__(self, "warmup_steps", min(DEFAULT_WARMUP_STEPS, self.steps))
         check_int(self.warmup_steps, "TrainConfig.warmup_steps", minimum=0)
         if self.warmup_steps > self.steps:
             raise ValueError(f"TrainConfig.warmup_steps must be at most steps={self.steps} (the learning "
@@ -134,9 +136,14 @@ class History:
     ``steps_to_target``/``seconds_to_target`` are the first evaluation at which
     ``target_metric`` reached ``target`` (``None`` if never). ``task`` is a label, any str
     (:func:`train_model`'s ``task``, ``"custom"`` by default), not a choice from a list.
-    :meth:`to_dict` checks the fields again, as they may have been appended to since: a NaN
-    loss (which :func:`train_model` never records: it stops with FloatingPointError) is named
-    there rather than written into the JSON.
+
+    A metric may be NaN (an accuracy over a subset the evaluation batch does not hold;
+    :func:`train_model` warns) but not infinite. The record is filled step by step during
+    training, so it stays mutable (its lists are appended to): instead of trusting fields that
+    may have changed since it was built, every method (:attr:`final_metrics`, :meth:`metric`,
+    :meth:`to_dict`) checks them all again first, and names a bad one (a NaN loss, which
+    :func:`train_model` never records, a ``None`` in ``eval_metrics``, steps out of order)
+    rather than answering from it.
     """
 
     task: str
@@ -152,18 +159,26 @@ class History:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        self._check()
+
+    def _check(self) -> None:
+        """Every field, and the fields against each other: run when built and by each method."""
         # an evaluation metric may be NaN (train warns) or negative
         check_record(self, nan_ok=("eval_metrics",), signed=("eval_metrics", "target"))
         _check_history_fields(self)
 
     @property
     def final_metrics(self) -> dict[str, float]:
-        return self.eval_metrics[-1] if self.eval_metrics else {}
+        """A copy of the last evaluation's metrics (``{}`` when no evaluation ran), after checking
+        the fields."""
+        self._check()
+        return dict(self.eval_metrics[-1]) if self.eval_metrics else {}  # a copy: the record stays as it is
 
     def metric(self, name: str) -> list[float]:
         """One evaluation metric over time (aligned with ``eval_steps``). A name no evaluation
         recorded (a typo, or a run without ``evaluate``) is a KeyError listing the recorded
         names, not an empty curve."""
+        self._check()
         recorded = sorted({key for m in self.eval_metrics for key in m})
         if name not in recorded:
             raise KeyError(f"name {name!r} is not a metric this history recorded; recorded: "
@@ -174,7 +189,8 @@ class History:
         return [m[name] for m in self.eval_metrics]
 
     def to_dict(self) -> dict:
-        self.__post_init__()
+        """The fields as plain Python (JSON-able), after checking them."""
+        self._check()
         return asdict(self)
 
 
@@ -189,6 +205,11 @@ def _check_history_fields(history: History) -> None:
             raise ValueError(f"History.{values} must hold one entry per step in History.{steps}: "
                              f"History.{steps} has {n}, History.{values} has {m}")
         _check_increasing(getattr(history, steps), f"History.{steps}")
+    for i, metrics in enumerate(history.eval_metrics):  # NaN is allowed (a mean over an empty subset)
+        infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
+        if infinite is not None:
+            raise ValueError(f"History.eval_metrics[{i}][{infinite!r}] must be a finite number or NaN, got "
+                             f"{metrics[infinite]!r}")
     reached = {"steps_to_target": history.steps_to_target, "seconds_to_target": history.seconds_to_target}
     if (history.steps_to_target is None) != (history.seconds_to_target is None):
         raise ValueError(f"History.steps_to_target and History.seconds_to_target are both set (the target "
@@ -245,15 +266,24 @@ def train_model(
     nothing and is refused, naming both. ``target_metric`` without ``target`` is allowed: that
     metric is then shown in the progress bar and checked to be returned, and no step to target
     is recorded.
+
+    A metric that comes back NaN is recorded as NaN, with a RuntimeWarning naming it (once per
+    run), not refused: an accuracy over a subset the evaluation batch does not hold is NaN by
+    design (``agreement_accuracy``'s ``"attractor"`` for a task without attractor sentences,
+    e.g. ``train_agreement(task=AgreementTask(templates=("simple",)))``, at every evaluation),
+    and refusing it would make such a run impossible. A NaN ``target_metric`` is refused (it
+    cannot be compared with ``target``), and so is an infinite metric (ValueError naming it).
     """
     with torch_threads(num_threads):
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
                             target_metric, target, stop_at_target, progress, task)
 
 
-def _check_batch(batch: object, step: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_batch(batch: object, step: int, model: TinyTransformer) -> tuple[torch.Tensor, torch.Tensor]:
     """``sample_batch``'s result must be a pair of integer tensors ``(tokens, targets)`` of one
-    shape (B, T), with targets in ``0..vocab_size-1`` or ``-100`` (ignored)."""
+    shape (B, T), with targets in ``0..vocab_size-1`` or ``-100`` (ignored); returned as long
+    tensors on the model's device. The tokens are checked as the model's forward pass would
+    check them (ids, length, at least one token), but named as ``sample_batch``'s output."""
     if not (isinstance(batch, tuple | list) and len(batch) == 2
             and all(isinstance(t, torch.Tensor) for t in batch)):
         found = (f"a Tensor of shape {tuple(batch.shape)}" if isinstance(batch, torch.Tensor)
@@ -268,11 +298,15 @@ def _check_batch(batch: object, step: int, vocab_size: int) -> tuple[torch.Tenso
     if tokens.ndim != 2 or tokens.shape != targets.shape:
         raise ValueError(f"sample_batch(generator) must return tokens and targets of one shape (B, T); "
                          f"at step {step} they are {tuple(tokens.shape)} and {tuple(targets.shape)}")
+    vocab_size = model.config.vocab_size
     bad = (targets != -100) & ((targets < 0) | (targets >= vocab_size))
     if bool(bad.any()):
         value = int(targets[bad][0])
         raise ValueError(f"sample_batch(generator) returned targets outside the vocabulary at step {step}: "
                          f"{value} (expected 0..{vocab_size - 1}, or -100 for a position to ignore)")
+    device = next(model.parameters()).device
+    tokens, targets = tokens.to(device, torch.long), targets.to(device, torch.long)  # any int: lossless
+    model._check_tokens(tokens, name=f"sample_batch(generator)'s tokens at step {step}")
     return tokens, targets
 
 
@@ -282,6 +316,10 @@ def _check_metrics(metrics: object, step: int, target_metric: str | None) -> Non
             and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in metrics.values())):
         raise TypeError(f"evaluate(model) must return a dict of metric name -> number; at step {step} it "
                         f"returned {type(metrics).__name__} {str(metrics)[:80]}")
+    infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
+    if infinite is not None:  # NaN is warned about and kept (see train_model)
+        raise ValueError(f"evaluate(model) returned {metrics[infinite]!r} for metric {infinite!r} at step "
+                         f"{step}; a metric must be a finite number (or NaN for a mean over an empty subset)")
     if target_metric is not None and target_metric not in metrics:
         raise KeyError(f"target_metric {target_metric!r} is not among the metrics evaluate(model) returned "
                        f"at step {step}: {sorted(metrics)}")
@@ -367,7 +405,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         _check_metrics(metrics, step, target_metric)
         _warn_nan_metrics(metrics, step, warned)
         history.eval_steps.append(step)
-        history.eval_metrics.append(metrics)
+        history.eval_metrics.append(dict(metrics))  # a copy: evaluate may keep and change its dict
         reached = target_metric is not None and target is not None and metrics[target_metric] >= target
         if reached and history.steps_to_target is None:
             history.steps_to_target, history.seconds_to_target = step, history.train_seconds
@@ -377,11 +415,11 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     for step in bar:
         sync()
         start = time.perf_counter()  # the clock covers making the batch and the update
-        tokens, targets = _check_batch(sample_batch(generator), step, model.config.vocab_size)
+        tokens, targets = _check_batch(sample_batch(generator), step, model)
         for group in optimizer.param_groups:
             group["lr"] = train_config.lr_at(step - 1)
-        logits, _ = model(tokens.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())
+        logits, _ = model(tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         loss_value = loss.item()  # also waits for the device
         if not math.isfinite(loss_value):
             bar.close()
@@ -425,20 +463,41 @@ def _cached_agreement_eval(task: AgreementTask, batch_size: int, seed: int) -> A
     return task.eval_batch(batch_size, seed)
 
 
+def _task_model_config(function: str, task: object, needed_len: int, base: dict, overrides: dict
+                       ) -> ModelConfig:
+    """``ModelConfig(**base, **overrides)`` for one of the course's tasks, built by ``function``
+    (``"induction_model_config"``, ...): an override of ``vocab_size`` below the task's
+    vocabulary (its ids would not fit the embedding) or of ``max_len`` below its sequence length
+    ``needed_len`` is a ValueError naming the override and what the task needs. A larger one is
+    taken (a model may have room to spare); the task trainers ask for the task's exact
+    vocabulary."""
+    config = ModelConfig(**{**base, **overrides})
+    need = {"vocab_size": (task.vocab_size, f"its token ids go up to {task.vocab_size - 1}"),
+            "max_len": (needed_len, f"its sequences are {needed_len} tokens long")}
+    for name, (needed, why) in need.items():
+        if getattr(config, name) < needed:
+            raise ValueError(f"{function}'s override {name}={getattr(config, name)} does not fit the task "
+                             f"{type(task).__name__}: it needs {name} >= {needed} ({why}); leave {name} "
+                             f"out for {needed}")
+    return config
+
+
 def induction_model_config(**overrides) -> ModelConfig:
-    """The course's induction model: 2 layers, attention only, d=64, 4 heads."""
+    """The course's induction model: 2 layers, attention only, d=64, 4 heads. ``overrides`` are
+    :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's is refused."""
     base = dict(vocab_size=INDUCTION_TASK.vocab_size, max_len=INDUCTION_TASK.seq_len,
                 d_model=64, num_heads=4, num_layers=2, mlp=False)
-    base.update(overrides)
-    return ModelConfig(**base)
+    return _task_model_config("induction_model_config", INDUCTION_TASK, INDUCTION_TASK.seq_len, base,
+                              overrides)
 
 
 def agreement_model_config(**overrides) -> ModelConfig:
-    """The course's agreement model: 2 layers with an MLP, d=64, 4 heads."""
+    """The course's agreement model: 2 layers with an MLP, d=64, 4 heads. ``overrides`` are
+    :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's is refused."""
     base = dict(vocab_size=AGREEMENT_TASK.vocab_size, max_len=AGREEMENT_TASK.max_len,
                 d_model=64, num_heads=4, num_layers=2, mlp=True)
-    base.update(overrides)
-    return ModelConfig(**base)
+    return _task_model_config("agreement_model_config", AGREEMENT_TASK, AGREEMENT_TASK.max_len, base,
+                              overrides)
 
 
 @torch.no_grad()
@@ -611,11 +670,12 @@ MIXTURE_TASK = MixtureTask()
 
 
 def mixture_model_config(**overrides) -> ModelConfig:
-    """Lesson 6's model: 3 layers x 8 heads (24 heads), MLPs of width 128, d=64 (dk=8), both tasks."""
+    """Lesson 6's model: 3 layers x 8 heads (24 heads), MLPs of width 128, d=64 (dk=8), both tasks.
+    ``overrides`` are :class:`ModelConfig` fields; a ``vocab_size`` or ``max_len`` below the task's
+    is refused."""
     base = dict(vocab_size=MIXTURE_TASK.vocab_size, max_len=MIXTURE_TASK.seq_len,
                 d_model=64, num_heads=8, num_layers=3, mlp=True, d_mlp=128)
-    base.update(overrides)
-    return ModelConfig(**base)
+    return _task_model_config("mixture_model_config", MIXTURE_TASK, MIXTURE_TASK.seq_len, base, overrides)
 
 
 @functools.lru_cache(maxsize=4)

@@ -67,12 +67,14 @@ __all__ = [
     "ModelConfig", "KVCache", "TinyTransformer", "count_parameters", "convert_model"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """Hyper-parameters of :class:`TinyTransformer` (JSON-serialisable via :meth:`to_dict`). Sizes
     beyond this machine's memory (``vocab_size=10**12``) are refused where they would be
     allocated, by :class:`TinyTransformer` before it builds a layer, not here: a config is also
-    read from a checkpoint made on a larger machine."""
+    read from a checkpoint made on a larger machine. Frozen: a model checks its inputs against its
+    config, so a config checked once stays as it was checked (``dataclasses.replace(config,
+    num_layers=1)`` makes a changed copy, checked again)."""
 
     vocab_size: int
     max_len: int
@@ -87,17 +89,17 @@ class ModelConfig:
         # check_int returns a Python int: a NumPy integer (np.int64(2)) is accepted and stored as
         # an int, so the config still goes into JSON (save_checkpoint) as itself
         for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers"):
-            setattr(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
+            object.__setattr__(self, name, check_int(getattr(self, name), f"ModelConfig.{name}", minimum=1))
         check_flag(self.mlp, "ModelConfig.mlp")
         if self.d_mlp is not None:
-            self.d_mlp = check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1)
+            object.__setattr__(self, "d_mlp", check_int(self.d_mlp, "ModelConfig.d_mlp", minimum=1))
             if not self.mlp:
                 raise ValueError(f"ModelConfig.d_mlp={self.d_mlp} sets the MLP's width, but mlp=False builds "
                                  "no MLP; pass mlp=True to get one, or leave d_mlp as None")
         check_head_dims(self.d_model, self.num_heads)
-        if self.num_kv_heads is None:
-            self.num_kv_heads = self.num_heads
-        self.num_kv_heads = check_kv_heads(self.num_kv_heads, self.num_heads, "ModelConfig.num_kv_heads")
+        num_kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        object.__setattr__(self, "num_kv_heads",
+                           check_kv_heads(num_kv_heads, self.num_heads, "ModelConfig.num_kv_heads"))
 
     @property
     def d_head(self) -> int:
@@ -321,31 +323,37 @@ class TinyTransformer(nn.Module):
         return added
 
     # -- input checks -------------------------------------------------------------
-    def _check_tokens(self, tokens: object, past_len: int = 0) -> None:
+    def _check_tokens(self, tokens: object, past_len: int = 0, *, name: str = "tokens") -> None:
+        """``tokens`` fit this model: a 2-D long tensor ``(B, T)`` of at least one token, on the
+        model's device, with ``past_len + T <= max_len`` and ids in ``0..vocab_size-1``. ``name``
+        is how the messages name it: a caller whose own argument is read as the tokens (a
+        ``sample_batch``'s output, ``reference_tokens``) checks it under that name before the
+        forward pass, which would say ``tokens``."""
         cfg = self.config
         if not isinstance(tokens, Tensor):
-            raise TypeError(f"tokens must be a torch.Tensor of dtype torch.long, got {type(tokens).__name__}")
+            raise TypeError(f"{name} must be a torch.Tensor of dtype torch.long, got {type(tokens).__name__}")
         if tokens.dtype != torch.long:
-            raise TypeError(f"tokens must have dtype torch.long (token ids), got {tokens.dtype}")
+            raise TypeError(f"{name} must have dtype torch.long (token ids), got {tokens.dtype}")
         if tokens.ndim != 2:
-            hint = " (add a batch dim with tokens.unsqueeze(0))" if tokens.ndim == 1 else ""
-            raise ValueError(f"tokens must be 2-D (B, T), got shape {describe_shape(tokens)}{hint}")
+            hint = f" (add a batch dim with {name}.unsqueeze(0))" if tokens.ndim == 1 else ""
+            raise ValueError(f"{name} must be 2-D (B, T), got shape {describe_shape(tokens)}{hint}")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-            raise ValueError(f"tokens must hold at least one token, got shape {describe_shape(tokens)}")
+            raise ValueError(f"{name} must hold at least one token, got shape {describe_shape(tokens)}")
         check_model_holds_values(self)
         device = self.token_embedding.weight.device
         if tokens.device != device:
-            raise ValueError(f"tokens are on device {tokens.device} but the model's parameters are on "
-                             f"{device}: move them with tokens.to({str(device)!r})")
+            raise ValueError(f"{name} are on device {tokens.device} but the model's parameters are on "
+                             f"{device}: move them with .to({str(device)!r})")
         if past_len + tokens.shape[1] > cfg.max_len:
             where = f" after {past_len} cached tokens" if past_len else ""
             raise ValueError(
-                f"sequence too long: {tokens.shape[1]} tokens{where} exceed max_len={cfg.max_len}"
+                f"{name} is a sequence too long for the model: {tokens.shape[1]} tokens{where} exceed "
+                f"max_len={cfg.max_len}"
             )
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= cfg.vocab_size:
             raise ValueError(
-                f"tokens must hold ids in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
+                f"{name} must hold ids in [0, vocab_size={cfg.vocab_size}), got min {low}, max {high}"
             )
 
     def _check_head_mask(self, head_mask: object) -> Tensor | None:
