@@ -36,6 +36,7 @@ NOTHING_WRITTEN = "nothing was written"
 _left = [NOTHING_WRITTEN]  # what an interruption now would leave: set with leaving()
 _received: list[int] = []  # the signal that arrived, once one did
 _script: list[bool] = []  # stop_at_once was called: this process is a tool run from the command line
+_running: list[bool] = []  # run's main is running, its handlers raising Interrupted
 
 
 class Interrupted(BaseException):
@@ -166,6 +167,18 @@ def raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted(signum, _left[0])
 
 
+def check_interrupted() -> None:
+    """Raise :class:`Interrupted` now if a SIGINT/SIGTERM arrived while :func:`run`'s ``main`` runs,
+    even though the :class:`Interrupted` its handler raised never got here. A library may take it:
+    torch's C extension imports numpy as it loads and clears any error that import raised, so a
+    Ctrl-C during ``import torch`` vanished there, the handler had already ignored any further
+    signal, and ``nbgrader_tools.py source`` wrote every file (new salts) before exiting 130
+    (battery 18, finding 1). Every all-or-nothing writer calls this just before its first
+    irreversible step (a rename into place); outside :func:`run` it does nothing."""
+    if _running and _received:
+        raise Interrupted(_received[0], _left[0])
+
+
 def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True) -> list[str]:
     """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
     ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
@@ -216,6 +229,7 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
     """:func:`run`'s work, the handlers set to ``raise_interrupted`` meanwhile. A signal between
     ``main``'s return and the end of the ``finally`` raises :class:`Interrupted` out of here (it
     gave a traceback and exit 1 after every file was written): :func:`run` reports it."""
+    _running.append(True)
     try:
         for sig in previous:
             signal.signal(sig, raise_interrupted)
@@ -231,6 +245,7 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
             return _report(prog, Interrupted(_received[0], _left[0]))
         return _exit_status(code)
     finally:
+        _running.clear()
         _put_back(previous)
 
 

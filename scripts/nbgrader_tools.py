@@ -404,6 +404,7 @@ def _swap_in(staging: Path, course: Path) -> None:
     kept: dict[Path, Path] = {}
     done: list[Path] = []
     current = course
+    cli.check_interrupted()  # a signal some library swallowed: stop before the first change
     try:
         for new in files:
             target = course / new.relative_to(staging)
@@ -464,6 +465,7 @@ def fill_course_source(course: Path) -> list[Path]:
     (no mix of two releases, no half-made folder). Returns the notebooks written."""
     from course_utils.exercises.autograde import write_secrets
 
+    cli.check_interrupted()  # a Ctrl-C during that import (torch) is swallowed there: stop now
     course = Path(course)
     above = course
     while not above.exists() and above != above.parent:

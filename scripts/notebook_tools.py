@@ -187,6 +187,7 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
                 os.unlink(aside)
                 os.link(path, aside, follow_symlinks=False)  # a link is kept (and put back) as a link
                 kept[path] = aside
+        cli.check_interrupted()  # a signal some library swallowed: stop before the first rename
         for path in texts:
             current = path
             done.append(path)  # before the rename: a signal handled as os.replace returns is undone too
@@ -255,6 +256,7 @@ def _write_atomically(path: Path, text: str) -> None:
             f.write(text)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
         os.chmod(temporary, mode)
+        cli.check_interrupted()  # a signal some library swallowed: stop before the rename
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

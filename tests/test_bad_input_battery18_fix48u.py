@@ -1,0 +1,92 @@
+"""Battery 18b's findings in the commands, the command-line helpers and the outside grader's
+configuration (findings 1-7), each failing before its fix."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_utils import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _script(name: str):
+    """scripts/NAME.py, imported from scripts/ (as the tools import each other)."""
+    scripts = str(ROOT / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    return __import__(name)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _swallow_a_signal() -> None:
+    """What torch's C extension does as it imports numpy: the Interrupted the handler raises is
+    taken and cleared (battery 18, finding 1)."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:  # noqa: BLE001 - the library that swallows it
+        pass
+
+
+# -- 1: a signal a library swallowed still stops the command before any file is changed ---------
+
+pytestmark_posix = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+
+
+@pytestmark_posix
+def test_source_stops_before_writing_when_a_library_swallowed_the_signal(tmp_path, monkeypatch, capsys):
+    nbgrader_tools = _script("nbgrader_tools")
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text("c = get_config()\n")
+    before = _files(course)
+    stamped = nbgrader_tools._stamped
+
+    def swallowing(*args, **kwargs):
+        _swallow_a_signal()
+        return stamped(*args, **kwargs)
+
+    monkeypatch.setattr(nbgrader_tools, "_stamped", swallowing)
+    assert nbgrader_tools.main(["source", str(course)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted by SIGINT" in err and "nothing was written" in err, err
+    assert _files(course) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course"]  # no staging folder left
+
+
+@pytestmark_posix
+@pytest.mark.parametrize("writer", ["write_atomically", "write_all_atomically"])
+def test_atomic_writers_stop_before_the_rename_when_a_library_swallowed_the_signal(writer, tmp_path, capsys):
+    tools = _script("notebook_tools")
+    target = tmp_path / "a.txt"
+    target.write_text("old\n")
+
+    def main(argv):
+        _swallow_a_signal()
+        if writer == "write_atomically":
+            tools.write_atomically(target, "new\n")
+        else:
+            tools.write_all_atomically({target: "new\n", tmp_path / "b.txt": "b\n"})
+        return 0
+
+    cli.leaving(cli.NOTHING_WRITTEN)
+    assert cli.run(main, [], "tool.py") == 130
+    assert "interrupted by SIGINT: nothing was written" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["a.txt"] and target.read_text() == "old\n"
+
+
+def test_check_interrupted_does_nothing_outside_run(tmp_path):
+    """After a run that was interrupted, the writers still work when called as a library."""
+    cli.run(lambda argv: _swallow_a_signal(), [], "tool.py")
+    cli.check_interrupted()  # no Interrupted: no run in progress
+    _script("notebook_tools").write_atomically(tmp_path / "x.txt", "x\n")
+    assert (tmp_path / "x.txt").read_text() == "x\n"
