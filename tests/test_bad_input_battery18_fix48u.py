@@ -90,3 +90,25 @@ def test_check_interrupted_does_nothing_outside_run(tmp_path):
     cli.check_interrupted()  # no Interrupted: no run in progress
     _script("notebook_tools").write_atomically(tmp_path / "x.txt", "x\n")
     assert (tmp_path / "x.txt").read_text() == "x\n"
+
+
+# -- 2: course.py test '' is refused naming the empty path (it ran the whole quick suite) -------
+
+def _course():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_cli_fix48u", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("args", [[""], ["tests/test_masks.py", ""], ["::test_x"], ["-x", "", "-q"]],
+                         ids=repr)
+def test_course_test_refuses_an_empty_path(args, capsys, monkeypatch):
+    course = _course()
+    monkeypatch.setattr(course, "ensure_environment", lambda: pytest.fail("it went on past the checks"))
+    assert course.main(["test", *args]) == 2
+    err = capsys.readouterr().err
+    empty = next(a for a in args if not a.split("::", 1)[0] and not a.startswith("-"))
+    assert "empty test path" in err and repr(empty) in err and "nothing was run" in err, err
