@@ -3,7 +3,8 @@
 
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
-        whose lines start with ``# ``) into a notebook, replacing OUT when it exists. A draft
+        whose lines start with ``# ``) into a notebook, replacing OUT when it exists; OUT's
+        folder must exist (a missing one is refused, exit 2, nothing made). A draft
         that breaks these rules (a markdown line that is no comment, text before the first
         ``# %%``) is refused (file and line named) and OUT is left as it was.
     python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
@@ -304,7 +305,10 @@ def build(draft: Path, out: Path) -> None:
                         "starts with '# %%', a markdown cell with '# %% [markdown]')")
     if not str(out).endswith(".ipynb"):
         raise ToolError(f"{out}: the notebook to write must end in .ipynb")
-    output_folder(Path(out).parent)
+    output_folder(Path(out).parent)  # a file where the folder should be: refused, named
+    if not Path(out).parent.is_dir():  # a typo in OUT made the folders without a word (battery 18)
+        raise ToolError(f"{out}: its folder {Path(out).parent} does not exist; make it first (build "
+                        "makes no folders); nothing was written")
     cells, kind, lines = [], None, []
 
     def flush():
@@ -335,7 +339,6 @@ def build(draft: Path, out: Path) -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = cells  # (new_notebook(cells=...) would validate them before they have ids)
     clean(nb)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomically(Path(out), notebook_text(nb))
 
 

@@ -112,3 +112,16 @@ def test_course_test_refuses_an_empty_path(args, capsys, monkeypatch):
     err = capsys.readouterr().err
     empty = next(a for a in args if not a.split("::", 1)[0] and not a.startswith("-"))
     assert "empty test path" in err and repr(empty) in err and "nothing was run" in err, err
+
+
+# -- 3: notebook_tools.py build refuses OUT whose folder is missing (it made them without a word) -
+
+@pytest.mark.parametrize("out", ["no/o.ipynb", "no/such/o.ipynb"])
+def test_build_refuses_a_missing_folder_of_out(out, tmp_path, capsys):
+    draft = tmp_path / "draft.py"
+    draft.write_text("# %%\nx = 1\n")
+    target = tmp_path / out
+    assert _script("notebook_tools").main(["build", str(draft), str(target)]) == 2
+    err = capsys.readouterr().err
+    assert str(target.parent) in err and "does not exist" in err and "nothing was written" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["draft.py"]
