@@ -125,3 +125,37 @@ def test_build_refuses_a_missing_folder_of_out(out, tmp_path, capsys):
     err = capsys.readouterr().err
     assert str(target.parent) in err and "does not exist" in err and "nothing was written" in err, err
     assert sorted(os.listdir(tmp_path)) == ["draft.py"]
+
+
+# -- 4: safe_collect.py never follows a symbolic link at EXCHANGE/COURSE/inbound ---------------
+
+@pytest.fixture
+def linked_inbound(tmp_path):
+    elsewhere = tmp_path / "elsewhere"  # what the link leads to: a record the script would copy
+    record = elsewhere / "alice+01_x+2024-01-01 00:00:00.000000 UTC"
+    record.mkdir(parents=True)
+    (record / "01_x.ipynb").write_text("{}")
+    (tmp_path / "ex" / "c").mkdir(parents=True)
+    (tmp_path / "ex" / "c" / "inbound").symlink_to(elsewhere)
+    return tmp_path / "ex" / "c" / "inbound"
+
+
+@pytest.mark.parametrize("how", ["main", "stage", "read_record"])
+def test_safe_collect_refuses_a_linked_inbound(how, linked_inbound, tmp_path, capsys, monkeypatch):
+    safe_collect = _script("safe_collect")
+    monkeypatch.chdir(tmp_path)  # before the fix, nbgrader collect wrote submitted/ where it ran
+    if how == "main":
+        with pytest.raises(SystemExit) as info:
+            safe_collect.main(["01_x", "--exchange", str(tmp_path / "ex"), "--course", "c", "--owner", "off"])
+        assert info.value.code == 2
+        message = capsys.readouterr().err
+    else:
+        with pytest.raises(safe_collect.Refused) as info:
+            if how == "stage":
+                safe_collect.stage(linked_inbound, "01_x", tmp_path / "dest", owner_check="off", slack=1e12)
+            else:
+                safe_collect.read_record(linked_inbound, "alice+01_x+2024-01-01 00:00:00.000000 UTC", "01_x",
+                                         owner_check="off", slack=1e12)
+        message = str(info.value)
+    assert str(linked_inbound) in message and "symbolic link" in message, message
+    assert not (tmp_path / "dest").exists()
