@@ -159,3 +159,21 @@ def test_safe_collect_refuses_a_linked_inbound(how, linked_inbound, tmp_path, ca
         message = str(info.value)
     assert str(linked_inbound) in message and "symbolic link" in message, message
     assert not (tmp_path / "dest").exists()
+
+
+# -- 5: autograde.configure refuses a course_root that is not an existing folder ------------------
+
+@pytest.mark.parametrize("kind, error", [("missing", FileNotFoundError), ("file", NotADirectoryError)])
+def test_configure_refuses_a_course_root_that_is_no_folder(kind, error, tmp_path):
+    from traitlets.config import Config
+
+    from course_utils.exercises import autograde
+
+    root = tmp_path / "course"
+    if kind == "file":
+        root.write_text("not a folder")
+    c = Config()
+    with pytest.raises(error) as info:
+        autograde.configure(c, root)
+    assert "course_root" in str(info.value) and str(root) in str(info.value)
+    assert "GradeOutside" not in c  # nothing was set
