@@ -77,7 +77,9 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     the argument ``name``, what it should name (``what``) and what arrived; an empty path is a
     ValueError saying so (it was a TypeError calling '' not a str); a path holding a NUL
     character (no file system takes one: ``open`` and ``stat`` said only "embedded null byte") is a
-    ValueError naming it."""
+    ValueError naming it. ``name`` and ``what`` are non-empty str (:func:`check_label`)."""
+    check_label(name, "name", "the name of the argument checked")
+    check_label(what, "what", "what the path should name, e.g. 'a file'")
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} "
                         f"{value!r:.60}")
@@ -89,12 +91,18 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
                          f"which no file system takes), got {text!r:.80}")
 
 
+def check_label(value: object, arg: str, role: str) -> str:
+    """``value``, a word a helper puts in its messages (a ``name``, ``what`` or ``prog``
+    argument): a non-empty str, else a TypeError naming ``arg``, ``role`` and what arrived (a
+    ``name=None`` gave "None must be >= 0", a message naming no argument: battery 18)."""
+    if type(value) is not str or not value:
+        raise TypeError(f"{arg} must be {role} (a non-empty str), got {type(value).__name__} {value!r:.60}")
+    return value
+
+
 def _check_prog(prog: object) -> str:
     """``prog``, the tool's name for its messages: a non-empty str, else a TypeError naming it."""
-    if type(prog) is not str or not prog:
-        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got "
-                        f"{type(prog).__name__} {prog!r:.60}")
-    return prog
+    return check_label(prog, "prog", "the tool's name for its messages")
 
 
 def _stop_signal(value: object, name: str) -> int:

@@ -177,3 +177,27 @@ def test_configure_refuses_a_course_root_that_is_no_folder(kind, error, tmp_path
         autograde.configure(c, root)
     assert "course_root" in str(info.value) and str(root) in str(info.value)
     assert "GradeOutside" not in c  # nothing was set
+
+
+# -- 6: the argument helpers check their own name / what arguments --------------------------------
+
+def _helper_calls():
+    from course_utils import env, paths
+
+    return {
+        "check_path name=None": (lambda: cli.check_path("x", None), "name", "NoneType None"),
+        "check_path name=''": (lambda: cli.check_path("x", ""), "name", "str ''"),
+        "check_path what=3": (lambda: cli.check_path("x", "p", 3), "what", "int 3"),
+        "paths.check_path what=None": (lambda: paths.check_path(None, "p", None), "what", "NoneType None"),
+        "check_seed name=None": (lambda: env.check_seed(-1, None), "name", "NoneType None"),
+        "check_seed name=5": (lambda: env.check_seed(1, 5), "name", "int 5"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_helper_calls()))
+def test_helpers_refuse_a_wrong_name_or_what(case):
+    call, argument, got = _helper_calls()[case]
+    with pytest.raises(TypeError) as info:
+        call()
+    message = str(info.value)
+    assert message.startswith(f"{argument} must be ") and got in message, message
