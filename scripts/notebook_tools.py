@@ -61,10 +61,12 @@ import hashlib  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
+import secrets  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import nbformat  # noqa: E402
 
@@ -174,20 +176,17 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
             current = path
             if path.exists() and not path.is_file():
                 raise ToolError(f"{path}: is a folder or a special file, expected a file to write")
-            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            temporaries[path] = temporary
+            handle = make_beside(path, ".tmp", temporaries, _new_file)
+            temporary = temporaries[path]
             with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
             mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
             os.chmod(temporary, mode)
         for path in texts:
             current = path
-            if path.exists():
-                handle, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
-                os.close(handle)
-                os.unlink(aside)
-                os.link(path, aside, follow_symlinks=False)  # a link is kept (and put back) as a link
-                kept[path] = aside
+            if path.exists():  # kept aside as a hard link (a symbolic link is kept, and put back, as one)
+                make_beside(path, ".old", kept,
+                            lambda name, path=path: os.link(path, name, follow_symlinks=False))
         cli.check_interrupted()  # a signal some library swallowed: stop before the first rename
         for path in texts:
             current = path
@@ -213,6 +212,35 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
         Path(aside).unlink(missing_ok=True)
     for path in texts:  # what an earlier, killed run left beside each file
         remove_leftovers(path)
+
+
+_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # tempfile's, as remove_leftovers expects
+
+
+def make_beside(path: Path, suffix: str, names: dict, make: Callable[[str], object]) -> object:
+    """Make a new file ``.<name>.<8 characters><suffix>`` beside ``path`` with ``make(name)`` (which
+    must refuse a name that exists: ``os.open`` with ``O_EXCL``, ``os.link``) and return what it
+    returns. The name is put in ``names[path]`` *before* the file exists, so a clean-up that
+    removes every name there (missing ones skipped) leaves nothing behind whenever a signal lands:
+    with ``tempfile.mkstemp`` the name was known only once the file existed, and a Ctrl-C as it
+    returned left a ``.NAME.XXXX.tmp`` (battery 18, finding 7; blocking signals around it is not
+    enough: another thread of the process may take the signal). A name already taken (someone
+    else's file) is dropped from ``names`` and another one is tried."""
+    path = Path(path)
+    for _ in range(100):
+        random = "".join(secrets.choice(_NAME_CHARACTERS) for _ in range(8))
+        name = str(path.parent / f".{path.name}.{random}{suffix}")
+        names[path] = name
+        try:
+            return make(name)
+        except FileExistsError:
+            del names[path]  # not ours: the clean-up must leave it
+    raise FileExistsError(f"{path}: no free name for a temporary file beside it")
+
+
+def _new_file(name: str) -> int:
+    """A new, owner-only file at ``name`` (none may be there; a link is not followed), open for writing."""
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
 
 
 class _signals_held:
@@ -251,16 +279,18 @@ def _write_atomically(path: Path, text: str) -> None:
     if path.exists() and not path.is_file():
         raise ToolError(f"{path}: is a folder or a special file, expected a file to write; "
                         "nothing was written")
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    made: dict[Path, str] = {}  # the temporary's name, known before it exists (make_beside)
     try:
+        handle = make_beside(path, ".tmp", made, _new_file)
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
             f.write(text)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
-        os.chmod(temporary, mode)
+        os.chmod(made[path], mode)
         cli.check_interrupted()  # a signal some library swallowed: stop before the rename
-        os.replace(temporary, path)
+        os.replace(made[path], path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        for temporary in made.values():
+            Path(temporary).unlink(missing_ok=True)
         raise
 
 

@@ -201,3 +201,47 @@ def test_helpers_refuse_a_wrong_name_or_what(case):
         call()
     message = str(info.value)
     assert message.startswith(f"{argument} must be ") and got in message, message
+
+
+# -- 7: a signal just as the temporary file is made leaves no .NAME.XXXX.tmp / .old behind --------
+
+@pytestmark_posix
+@pytest.mark.parametrize("writer, suffix", [
+    ("write_atomically", ".tmp"), ("write_all_atomically", ".tmp"), ("write_all_atomically", ".old"),
+    ("nbgrader _swap_in", ".old")])
+def test_a_signal_as_the_temporary_is_made_leaves_none(writer, suffix, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    tools = _script("notebook_tools")
+    target = tmp_path / "a.ipynb"
+    target.write_text("old\n")
+
+    def signalled(real):
+        def call(*args, **kwargs):
+            made = real(*args, **kwargs)
+            names = [a for a in args if isinstance(a, str | Path)] + [kwargs.get("suffix") or ""]
+            if any(str(name).endswith(suffix) for name in names):
+                os.kill(os.getpid(), signal.SIGINT)  # a real signal, as the file was just made
+            return made
+        return call
+
+    def main(argv):
+        for module, name in ((tempfile, "mkstemp"), (os, "open"), (os, "link")):  # whichever makes it
+            monkeypatch.setattr(module, name, signalled(getattr(module, name)))
+        if writer == "write_atomically":
+            tools.write_atomically(target, "new\n")
+        elif writer == "write_all_atomically":
+            tools.write_all_atomically({target: "new\n"})
+        else:
+            staging = tmp_path / "staging"
+            staging.mkdir()
+            (staging / "a.ipynb").write_text("new\n")
+            _script("nbgrader_tools")._swap_in(staging, tmp_path)
+        return 0
+
+    cli.leaving(cli.NOTHING_WRITTEN)
+    assert cli.run(main, [], "tool.py") == 130
+    monkeypatch.undo()
+    assert "interrupted by SIGINT" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "staging") == ["a.ipynb"]
+    assert target.read_text() == "old\n"
