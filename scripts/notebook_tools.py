@@ -261,12 +261,17 @@ def notebook_text(nb: nbformat.NotebookNode) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and
-    ``os.replace``: a reader (or a failure half-way) sees the old file or the new one,
-    never a part. The file keeps its permissions. A file that cannot be written (a folder one
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (a str, written as UTF-8, or bytes, as they are) to ``path`` through a
+    temporary file in the same folder and ``os.replace``: a reader (or a failure half-way) sees
+    the old file or the new one, never a part; interrupted at any moment, it leaves no temporary
+    file. The file keeps its permissions. A file that cannot be written (a folder one
     cannot write to, a full disk) is a :class:`ToolError` naming ``path``, not the temporary file
-    (battery 17: a traceback naming ``/proc/.x.ipynb.XXXX.tmp``)."""
+    (battery 17: a traceback naming ``/proc/.x.ipynb.XXXX.tmp``). The one atomic writer of the
+    scripts (``exercise_answers.py`` writes its .pt stores through it)."""
+    if not isinstance(text, (str, bytes)):
+        raise TypeError(f"text must be the file's contents, a str or bytes, got {type(text).__name__} "
+                        f"{text!r:.60}")
     path = Path(path)
     try:
         _write_atomically(path, text)
@@ -274,7 +279,7 @@ def write_atomically(path: Path, text: str) -> None:
         raise ToolError(f"{path}: cannot be written ({exc.strerror or exc}); nothing was written") from None
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str | bytes) -> None:
     """:func:`write_atomically`'s work; an OSError comes out as it is."""
     if path.exists() and not path.is_file():
         raise ToolError(f"{path}: is a folder or a special file, expected a file to write; "
@@ -282,7 +287,8 @@ def _write_atomically(path: Path, text: str) -> None:
     made: dict[Path, str] = {}  # the temporary's name, known before it exists (make_beside)
     try:
         handle = make_beside(path, ".tmp", made, _new_file)
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
+        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else
+              os.fdopen(handle, "w", encoding="utf-8", newline="")) as f:
             f.write(text)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
         os.chmod(made[path], mode)

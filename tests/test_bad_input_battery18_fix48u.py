@@ -208,7 +208,7 @@ def test_helpers_refuse_a_wrong_name_or_what(case):
 @pytestmark_posix
 @pytest.mark.parametrize("writer, suffix", [
     ("write_atomically", ".tmp"), ("write_all_atomically", ".tmp"), ("write_all_atomically", ".old"),
-    ("nbgrader _swap_in", ".old")])
+    ("nbgrader _swap_in", ".old"), ("exercise_answers", ".tmp")])
 def test_a_signal_as_the_temporary_is_made_leaves_none(writer, suffix, tmp_path, monkeypatch, capsys):
     import tempfile
 
@@ -232,6 +232,8 @@ def test_a_signal_as_the_temporary_is_made_leaves_none(writer, suffix, tmp_path,
             tools.write_atomically(target, "new\n")
         elif writer == "write_all_atomically":
             tools.write_all_atomically({target: "new\n"})
+        elif writer == "exercise_answers":
+            _script("exercise_answers")._write_atomically(target, {"new": 1})
         else:
             staging = tmp_path / "staging"
             staging.mkdir()
@@ -245,3 +247,28 @@ def test_a_signal_as_the_temporary_is_made_leaves_none(writer, suffix, tmp_path,
     assert "interrupted by SIGINT" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "staging") == ["a.ipynb"]
     assert target.read_text() == "old\n"
+
+
+# -- exercise_answers.py writes through notebook_tools.write_atomically (bytes too) ----------------
+
+def test_exercise_answers_build_names_a_store_it_cannot_write(tmp_path, monkeypatch, capsys):
+    answers_script = _script("exercise_answers")
+    store = tmp_path / "answers"
+    (store / "lesson01.pt").mkdir(parents=True)  # os.replace onto a folder fails: an OSError
+    monkeypatch.setattr(answers_script.answers, "ANSWERS_DIR", store)
+    monkeypatch.setattr(answers_script, "_attached_solutions", lambda: None)
+    monkeypatch.setattr(answers_script, "_unwritable_store", lambda: None)  # past the early check
+    monkeypatch.setattr(answers_script, "compute", lambda: {"lesson01": {"exercises": {}}})
+    assert answers_script.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exercise_answers build: " in err, err
+    assert str(store / "lesson01.pt") in err, err
+    assert sorted(os.listdir(store)) == ["lesson01.pt"]
+
+
+@pytest.mark.parametrize("text", [None, 3, ["a"]], ids=repr)
+def test_write_atomically_refuses_contents_that_are_not_str_or_bytes(text, tmp_path):
+    with pytest.raises(TypeError) as info:
+        _script("notebook_tools").write_atomically(tmp_path / "a.txt", text)
+    assert "text must be" in str(info.value) and type(text).__name__ in str(info.value)
+    assert os.listdir(tmp_path) == []
