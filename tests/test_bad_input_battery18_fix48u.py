@@ -92,6 +92,23 @@ def test_check_interrupted_does_nothing_outside_run(tmp_path):
     assert (tmp_path / "x.txt").read_text() == "x\n"
 
 
+@pytestmark_posix
+def test_student_tree_stops_before_the_rename_when_a_library_swallowed_the_signal(tmp_path, monkeypatch,
+                                                                                   capsys):
+    student_tree = _script("student_tree")
+    point = student_tree._point_links_at_the_tree
+
+    def swallowing(folder):
+        _swallow_a_signal()
+        return point(folder)
+
+    monkeypatch.setattr(student_tree, "_point_links_at_the_tree", swallowing)
+    cli.leaving(cli.NOTHING_WRITTEN)
+    assert cli.run(lambda argv: student_tree.build(tmp_path / "tree"), [], "student_tree.py") == 130
+    assert "interrupted by SIGINT: nothing was written" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
 # -- 2: course.py test '' is refused naming the empty path (it ran the whole quick suite) -------
 
 def _course():
