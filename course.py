@@ -231,7 +231,8 @@ def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
     """(argument, path) for each argument of ``course.py test`` that names a file or folder to
     test (a path, or a ``path::test`` node id). Options and their values (``-k expr``,
     ``-m "not slow"``) are not paths. A bare word (``tests``, ``a_typo``) is a path too unless an
-    option stands right before it (``--maxfail 3``: it may be that option's value)."""
+    option stands right before it (``--maxfail 3``: it may be that option's value); an empty word
+    (``''``, no value of an option the course knows) is one too: pytest reads it as a path."""
     found, skip, after_option = [], False, False
     for arg in args:
         if skip:
@@ -242,17 +243,24 @@ def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
             after_option = True
             continue
         path = arg.split("::", 1)[0]
-        if path and ("::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb"))
-                     or not after_option or not path.isprintable()):  # a control character: no value
-            found.append((arg, path))
+        if (not path or "::" in arg or "/" in path or "\\" in path or path.endswith((".py", ".ipynb"))
+                or not after_option or not path.isprintable()):  # a control character: no value
+            found.append((arg, path))  # '' (no option's value: pytest reads it as a path) too
         after_option = False
     return found
 
 
+def empty_test_paths(args: list[str]) -> list[str]:
+    """The arguments of ``course.py test`` that stand where a test path does but name none: ``''``
+    or ``'::test'``. pytest takes ``''`` for the current folder and ran the whole quick suite
+    (battery 18, finding 2); the other checks read it as the repository itself."""
+    return [arg for arg, path in _test_path_args(args) if not path]
+
+
 def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     """The arguments of ``course.py test`` that name a file or folder to test that does not
-    exist under ``root``."""
-    return [arg for arg, path in _test_path_args(args) if not (root / path).exists()]
+    exist under ``root`` (an empty one: :func:`empty_test_paths`)."""
+    return [arg for arg, path in _test_path_args(args) if path and not (root / path).exists()]
 
 
 def outside_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
@@ -323,6 +331,12 @@ def _main(argv: list[str]) -> int:
             print(problem, file=sys.stderr)
             return 2
     if argv[0] == "test":
+        empty = empty_test_paths(argv[1:])
+        if empty:
+            print(f"course.py test: an empty test path: {', '.join(map(repr, empty))} (give a test file or "
+                  "folder, e.g. tests/test_attention.py, or no path for the quick suite; nothing was run)",
+                  file=sys.stderr)
+            return 2
         missing = missing_test_paths(argv[1:])
         if missing:
             shown = [arg if arg.isprintable() else repr(arg) for arg in missing]  # a control character

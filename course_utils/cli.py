@@ -36,6 +36,7 @@ NOTHING_WRITTEN = "nothing was written"
 _left = [NOTHING_WRITTEN]  # what an interruption now would leave: set with leaving()
 _received: list[int] = []  # the signal that arrived, once one did
 _script: list[bool] = []  # stop_at_once was called: this process is a tool run from the command line
+_running: list[bool] = []  # run's main is running, its handlers raising Interrupted
 
 
 class Interrupted(BaseException):
@@ -76,7 +77,9 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     the argument ``name``, what it should name (``what``) and what arrived; an empty path is a
     ValueError saying so (it was a TypeError calling '' not a str); a path holding a NUL
     character (no file system takes one: ``open`` and ``stat`` said only "embedded null byte") is a
-    ValueError naming it."""
+    ValueError naming it. ``name`` and ``what`` are non-empty str (:func:`check_label`)."""
+    check_label(name, "name", "the name of the argument checked")
+    check_label(what, "what", "what the path should name, e.g. 'a file'")
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} "
                         f"{value!r:.60}")
@@ -88,12 +91,18 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
                          f"which no file system takes), got {text!r:.80}")
 
 
+def check_label(value: object, arg: str, role: str) -> str:
+    """``value``, a word a helper puts in its messages (a ``name``, ``what`` or ``prog``
+    argument): a non-empty str, else a TypeError naming ``arg``, ``role`` and what arrived (a
+    ``name=None`` gave "None must be >= 0", a message naming no argument: battery 18)."""
+    if type(value) is not str or not value:
+        raise TypeError(f"{arg} must be {role} (a non-empty str), got {type(value).__name__} {value!r:.60}")
+    return value
+
+
 def _check_prog(prog: object) -> str:
     """``prog``, the tool's name for its messages: a non-empty str, else a TypeError naming it."""
-    if type(prog) is not str or not prog:
-        raise TypeError(f"prog must be the tool's name for its messages (a non-empty str), got "
-                        f"{type(prog).__name__} {prog!r:.60}")
-    return prog
+    return check_label(prog, "prog", "the tool's name for its messages")
 
 
 def _stop_signal(value: object, name: str) -> int:
@@ -166,6 +175,18 @@ def raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted(signum, _left[0])
 
 
+def check_interrupted() -> None:
+    """Raise :class:`Interrupted` now if a SIGINT/SIGTERM arrived while :func:`run`'s ``main`` runs,
+    even though the :class:`Interrupted` its handler raised never got here. A library may take it:
+    torch's C extension imports numpy as it loads and clears any error that import raised, so a
+    Ctrl-C during ``import torch`` vanished there, the handler had already ignored any further
+    signal, and ``nbgrader_tools.py source`` wrote every file (new salts) before exiting 130
+    (battery 18, finding 1). Every all-or-nothing writer calls this just before its first
+    irreversible step (a rename into place); outside :func:`run` it does nothing."""
+    if _running and _received:
+        raise Interrupted(_received[0], _left[0])
+
+
 def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True) -> list[str]:
     """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
     ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
@@ -216,6 +237,7 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
     """:func:`run`'s work, the handlers set to ``raise_interrupted`` meanwhile. A signal between
     ``main``'s return and the end of the ``finally`` raises :class:`Interrupted` out of here (it
     gave a traceback and exit 1 after every file was written): :func:`run` reports it."""
+    _running.append(True)
     try:
         for sig in previous:
             signal.signal(sig, raise_interrupted)
@@ -231,6 +253,7 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
             return _report(prog, Interrupted(_received[0], _left[0]))
         return _exit_status(code)
     finally:
+        _running.clear()
         _put_back(previous)
 
 

@@ -35,9 +35,8 @@ if __name__ == "__main__":
     cli.stop_at_once("exercise_answers.py")  # a signal during the (slow) imports: one line, at once
 
 import io  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
 
+import notebook_tools  # noqa: E402  (scripts/: the one atomic writer)
 import torch  # noqa: E402
 
 from course_utils.exercises import all_exercises, answers  # noqa: E402
@@ -75,18 +74,14 @@ def compute(kept: dict[str, dict] | None = None) -> dict[str, dict]:
 
 
 def _write_atomically(path: Path, data: dict) -> None:
+    """Save ``data`` (torch.save) to ``path``, replaced whole, through the scripts' one atomic
+    writer (:func:`notebook_tools.write_atomically`: no temporary left whenever a signal lands,
+    a signal a library swallowed still stops it before the rename); a file that cannot be
+    written is its ToolError naming ``path``."""
     buffer = io.BytesIO()
     torch.save(data, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getvalue())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    notebook_tools.write_atomically(path, buffer.getvalue())
 
 
 def _saved() -> tuple[dict[str, dict], list[str]]:
@@ -242,7 +237,13 @@ def _main(argv: list[str]) -> int:
         written = []
         for lesson, data in compute().items():
             path = answers.ANSWERS_DIR / f"{lesson}.pt"
-            _write_atomically(path, data)
+            try:
+                _write_atomically(path, data)
+            except notebook_tools.ToolError as exc:  # an OSError gave a traceback
+                before = f"{', '.join(written)} written before it" if written else "no stored answer written"
+                print(f"exercise_answers build: {exc} ({before}; the others left as they were)",
+                      file=sys.stderr)
+                return 1
             written.append(path.name)
             cli.leaving(f"{', '.join(written)} written, the other stored answers left as they were")
             print(f"wrote {path.relative_to(ROOT)} ({len(data['exercises'])} exercises)")

@@ -401,9 +401,10 @@ def _swap_in(staging: Path, course: Path) -> None:
     :class:`SourceError` names the file."""
     files = sorted(p for p in staging.rglob("*") if p.is_file())
     made: list[Path] = []  # folders this made, deepest last
-    kept: dict[Path, Path] = {}
+    kept: dict[Path, str] = {}  # target -> its old file's hard link (make_beside)
     done: list[Path] = []
     current = course
+    cli.check_interrupted()  # a signal some library swallowed: stop before the first change
     try:
         for new in files:
             target = course / new.relative_to(staging)
@@ -415,12 +416,8 @@ def _swap_in(staging: Path, course: Path) -> None:
             if target.is_symlink() or (target.exists() and not target.is_file()):
                 raise SourceError(f"{target} is a folder, a link or a special file; expected a file "
                                   "to replace")
-            if target.exists():
-                handle, aside = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old")
-                os.close(handle)
-                os.unlink(aside)
-                os.link(target, aside)
-                kept[target] = Path(aside)
+            if target.exists():  # kept aside as a hard link, its name known before the link exists
+                _notebook_tools().make_beside(target, ".old", kept, lambda name, t=target: os.link(t, name))
         for new in files:
             current = course / new.relative_to(staging)
             os.replace(new, current)
@@ -435,7 +432,7 @@ def _swap_in(staging: Path, course: Path) -> None:
             except OSError:
                 pass
         for aside in kept.values():
-            aside.unlink(missing_ok=True)
+            Path(aside).unlink(missing_ok=True)
         for folder in reversed(made):
             try:
                 folder.rmdir()
@@ -445,7 +442,7 @@ def _swap_in(staging: Path, course: Path) -> None:
             raise SourceError(f"cannot write {current} ({exc.strerror or exc})") from None
         raise
     for aside in kept.values():
-        aside.unlink(missing_ok=True)
+        Path(aside).unlink(missing_ok=True)
     for new in files:  # what an earlier, killed run left beside each file
         _notebook_tools().remove_leftovers(course / new.relative_to(staging))
 
@@ -464,6 +461,7 @@ def fill_course_source(course: Path) -> list[Path]:
     (no mix of two releases, no half-made folder). Returns the notebooks written."""
     from course_utils.exercises.autograde import write_secrets
 
+    cli.check_interrupted()  # a Ctrl-C during that import (torch) is swallowed there: stop now
     course = Path(course)
     above = course
     while not above.exists() and above != above.parent:

@@ -3,7 +3,8 @@
 
     python scripts/notebook_tools.py build DRAFT.py notebooks/NN_topic.ipynb
         Turn a percent-format draft (``# %%`` code cells, ``# %% [markdown]`` cells
-        whose lines start with ``# ``) into a notebook, replacing OUT when it exists. A draft
+        whose lines start with ``# ``) into a notebook, replacing OUT when it exists; OUT's
+        folder must exist (a missing one is refused, exit 2, nothing made). A draft
         that breaks these rules (a markdown line that is no comment, text before the first
         ``# %%``) is refused (file and line named) and OUT is left as it was.
     python scripts/notebook_tools.py execute [--timeout SECONDS] notebooks/NN_topic.ipynb [...]
@@ -60,10 +61,12 @@ import hashlib  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
+import secrets  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import nbformat  # noqa: E402
 
@@ -173,20 +176,18 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
             current = path
             if path.exists() and not path.is_file():
                 raise ToolError(f"{path}: is a folder or a special file, expected a file to write")
-            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            temporaries[path] = temporary
+            handle = make_beside(path, ".tmp", temporaries, _new_file)
+            temporary = temporaries[path]
             with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
             mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
             os.chmod(temporary, mode)
         for path in texts:
             current = path
-            if path.exists():
-                handle, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
-                os.close(handle)
-                os.unlink(aside)
-                os.link(path, aside, follow_symlinks=False)  # a link is kept (and put back) as a link
-                kept[path] = aside
+            if path.exists():  # kept aside as a hard link (a symbolic link is kept, and put back, as one)
+                make_beside(path, ".old", kept,
+                            lambda name, path=path: os.link(path, name, follow_symlinks=False))
+        cli.check_interrupted()  # a signal some library swallowed: stop before the first rename
         for path in texts:
             current = path
             done.append(path)  # before the rename: a signal handled as os.replace returns is undone too
@@ -213,6 +214,35 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
         remove_leftovers(path)
 
 
+_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # tempfile's, as remove_leftovers expects
+
+
+def make_beside(path: Path, suffix: str, names: dict, make: Callable[[str], object]) -> object:
+    """Make a new file ``.<name>.<8 characters><suffix>`` beside ``path`` with ``make(name)`` (which
+    must refuse a name that exists: ``os.open`` with ``O_EXCL``, ``os.link``) and return what it
+    returns. The name is put in ``names[path]`` *before* the file exists, so a clean-up that
+    removes every name there (missing ones skipped) leaves nothing behind whenever a signal lands:
+    with ``tempfile.mkstemp`` the name was known only once the file existed, and a Ctrl-C as it
+    returned left a ``.NAME.XXXX.tmp`` (battery 18, finding 7; blocking signals around it is not
+    enough: another thread of the process may take the signal). A name already taken (someone
+    else's file) is dropped from ``names`` and another one is tried."""
+    path = Path(path)
+    for _ in range(100):
+        random = "".join(secrets.choice(_NAME_CHARACTERS) for _ in range(8))
+        name = str(path.parent / f".{path.name}.{random}{suffix}")
+        names[path] = name
+        try:
+            return make(name)
+        except FileExistsError:
+            del names[path]  # not ours: the clean-up must leave it
+    raise FileExistsError(f"{path}: no free name for a temporary file beside it")
+
+
+def _new_file(name: str) -> int:
+    """A new, owner-only file at ``name`` (none may be there; a link is not followed), open for writing."""
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+
+
 class _signals_held:
     """Hold SIGINT/SIGTERM back while a block runs (delivered, if any came, when it ends)."""
 
@@ -231,12 +261,17 @@ def notebook_text(nb: nbformat.NotebookNode) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and
-    ``os.replace``: a reader (or a failure half-way) sees the old file or the new one,
-    never a part. The file keeps its permissions. A file that cannot be written (a folder one
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (a str, written as UTF-8, or bytes, as they are) to ``path`` through a
+    temporary file in the same folder and ``os.replace``: a reader (or a failure half-way) sees
+    the old file or the new one, never a part; interrupted at any moment, it leaves no temporary
+    file. The file keeps its permissions. A file that cannot be written (a folder one
     cannot write to, a full disk) is a :class:`ToolError` naming ``path``, not the temporary file
-    (battery 17: a traceback naming ``/proc/.x.ipynb.XXXX.tmp``)."""
+    (battery 17: a traceback naming ``/proc/.x.ipynb.XXXX.tmp``). The one atomic writer of the
+    scripts (``exercise_answers.py`` writes its .pt stores through it)."""
+    if not isinstance(text, (str, bytes)):
+        raise TypeError(f"text must be the file's contents, a str or bytes, got {type(text).__name__} "
+                        f"{text!r:.60}")
     path = Path(path)
     try:
         _write_atomically(path, text)
@@ -244,20 +279,24 @@ def write_atomically(path: Path, text: str) -> None:
         raise ToolError(f"{path}: cannot be written ({exc.strerror or exc}); nothing was written") from None
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str | bytes) -> None:
     """:func:`write_atomically`'s work; an OSError comes out as it is."""
     if path.exists() and not path.is_file():
         raise ToolError(f"{path}: is a folder or a special file, expected a file to write; "
                         "nothing was written")
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    made: dict[Path, str] = {}  # the temporary's name, known before it exists (make_beside)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
+        handle = make_beside(path, ".tmp", made, _new_file)
+        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else
+              os.fdopen(handle, "w", encoding="utf-8", newline="")) as f:
             f.write(text)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        os.chmod(made[path], mode)
+        cli.check_interrupted()  # a signal some library swallowed: stop before the rename
+        os.replace(made[path], path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        for temporary in made.values():
+            Path(temporary).unlink(missing_ok=True)
         raise
 
 
@@ -302,7 +341,10 @@ def build(draft: Path, out: Path) -> None:
                         "starts with '# %%', a markdown cell with '# %% [markdown]')")
     if not str(out).endswith(".ipynb"):
         raise ToolError(f"{out}: the notebook to write must end in .ipynb")
-    output_folder(Path(out).parent)
+    output_folder(Path(out).parent)  # a file where the folder should be: refused, named
+    if not Path(out).parent.is_dir():  # a typo in OUT made the folders without a word (battery 18)
+        raise ToolError(f"{out}: its folder {Path(out).parent} does not exist; make it first (build "
+                        "makes no folders); nothing was written")
     cells, kind, lines = [], None, []
 
     def flush():
@@ -333,7 +375,6 @@ def build(draft: Path, out: Path) -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = cells  # (new_notebook(cells=...) would validate them before they have ids)
     clean(nb)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomically(Path(out), notebook_text(nb))
 
 

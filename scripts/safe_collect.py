@@ -10,7 +10,8 @@ private inbound the instructor alone can reach, and runs ``nbgrader collect`` on
     python3 scripts/safe_collect.py LESSON --exchange /srv/nbgrader/exchange --course mha-course
 
 What it can tell about a record (files are read through descriptors opened without following
-links, and checked on the descriptor, so a swap after the check is caught too):
+links, and checked on the descriptor, so a swap after the check is caught too; an
+``EXCHANGE/COURSE/inbound`` that is itself a symbolic link is refused, exit 2, nothing collected):
 - a symbolic link, or anything but a regular file or a folder, anywhere in it: refused;
 - a file with more than one hard link, or owned by anyone but the record's owner: refused (a hard
   link to the instructor's source notebook is a regular file, but it is the instructor's);
@@ -126,6 +127,19 @@ def _read_tree(dir_fd: int, prefix: str, owner: int, budget: list[int], out: dic
             os.close(fd)
 
 
+def open_inbound(inbound: Path) -> int:
+    """A descriptor of the folder ``inbound``, opened without following a symbolic link (a link
+    there led the collection to whatever folder it names, /etc included: battery 18); a link, or
+    anything but a folder, is :class:`Refused` naming ``inbound`` and what it is."""
+    try:
+        return os.open(inbound, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        kind = ("a symbolic link (never followed: it could lead the collection to any folder)"
+                if os.path.islink(inbound) else f"not a folder one can read ({exc.strerror or exc})")
+        raise Refused(f"the inbound folder {inbound} is {kind}; expected the exchange's own "
+                      "EXCHANGE/COURSE/inbound folder") from None
+
+
 def read_record(inbound: Path, name: str, lesson: str, *, owner_check: str = "name",
                 max_bytes: int = 50 * 2**20, slack: float = 300.0) -> Record:
     """The record ``inbound/name`` of ``lesson``, checked as the module docstring says; raises
@@ -142,7 +156,7 @@ def read_record(inbound: Path, name: str, lesson: str, *, owner_check: str = "na
         claimed = _parse_time(match["time"])
     except ValueError:
         raise Refused(f"the time {match['time']!r} is not a date") from None
-    parent = os.open(inbound, os.O_RDONLY | os.O_DIRECTORY)
+    parent = open_inbound(inbound)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
     except OSError as exc:
@@ -181,10 +195,17 @@ def read_record(inbound: Path, name: str, lesson: str, *, owner_check: str = "na
 
 def stage(inbound: Path, lesson: str, dest: Path, **checks) -> tuple[list[Record], list[tuple[str, str]]]:
     """Copy each good record of ``lesson`` in ``inbound`` into ``dest`` (a private inbound), with
-    its checked time; returns (the records copied, (name, why) of each refused one)."""
+    its checked time; returns (the records copied, (name, why) of each refused one). An
+    ``inbound`` that is a symbolic link (or no folder) is :class:`Refused` as a whole
+    (:func:`open_inbound`)."""
     taken: list[Record] = []
     refused: list[tuple[str, str]] = []
-    for name in sorted(os.listdir(inbound)):
+    folder = open_inbound(inbound)  # a link there: Refused, nothing copied
+    try:
+        names = sorted(os.listdir(folder))
+    finally:
+        os.close(folder)
+    for name in names:
         if f"+{lesson}+" not in name:
             continue
         try:
@@ -247,13 +268,19 @@ def main(argv: list[str]) -> int:
                         help="seconds a copy may take")
     args = parser.parse_args(argv)
     inbound = args.exchange / args.course / "inbound"
+    if inbound.is_symlink():
+        parser.error(f"--exchange/--course: expected the folder {inbound}, found a symbolic link (never "
+                     "followed: it could lead the collection to any folder); nothing was collected")
     if not inbound.is_dir():
         parser.error(f"--exchange/--course: expected a folder {inbound}, found none")
     with tempfile.TemporaryDirectory(prefix="safe_collect_") as private:
         dest = Path(private) / args.course / "inbound"
         dest.mkdir(parents=True)
-        taken, refused = stage(inbound, args.lesson, dest, owner_check=args.owner,
-                               max_bytes=int(args.max_mb * 2**20), slack=args.slack)
+        try:
+            taken, refused = stage(inbound, args.lesson, dest, owner_check=args.owner,
+                                   max_bytes=int(args.max_mb * 2**20), slack=args.slack)
+        except Refused as exc:  # the inbound folder became a link after the check above
+            parser.error(f"--exchange/--course: {exc}; nothing was collected")
         for record in taken:
             for note in record.notes:
                 print(f"note    {record.name}: {note}")

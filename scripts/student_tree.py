@@ -128,6 +128,7 @@ def build(out: Path) -> list[str]:
                  and SOLUTION_MARKS.search(p.read_text(errors="replace"))]
         if leaks:
             raise RuntimeError(f"solution marks found in {leaks}: refusing to publish them")
+        _cli().check_interrupted()  # a signal some library swallowed: stop before the rename
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -868,8 +868,16 @@ def configure(c: Any, course_root: str | Path) -> None:
     """Set nbgrader's config ``c`` (in nbgrader_config.py) so that ``nbgrader autograde`` grades
     outside the notebook: :class:`GradeOutside` in place of ``Execute``, the rest as nbgrader has it.
     ``c`` is a traitlets ``Config`` (or a dict like it, whose attributes are its sections); a plain
-    dict is refused naming ``c`` (it failed later with "'dict' object has no attribute 'Autograde'")."""
+    dict is refused naming ``c`` (it failed later with "'dict' object has no attribute 'Autograde'").
+    ``course_root`` must be an existing folder, else a FileNotFoundError (missing) or a
+    NotADirectoryError naming it (a missing one was kept without a word and failed only at
+    autograde, battery 18)."""
     check_path(course_root, "course_root", "the course folder (the path of nbgrader's course)")
+    if not Path(course_root).is_dir():
+        kind = path_kind(course_root) or "a file"
+        raise (FileNotFoundError if kind == "missing" else NotADirectoryError)(
+            f"course_root: expected the course folder nbgrader works in (an existing folder), got "
+            f"{os.fspath(course_root)!r}, which is {kind}; nbgrader autograde would fail on it later")
     _check_config(c)
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
