@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO
@@ -35,6 +35,7 @@ from typing import IO
 from .. import cli
 from ..attention.validation import check_record
 from ..paths import check_path, path_kind
+from .timing import freeze_fields
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
            "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",
@@ -73,22 +74,23 @@ class CellTime:
         check_record(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NotebookMemory:
     """One notebook's run: its kernel's peak resident memory (> 0 MB: a process holds memory;
     None when it was not measured, which happens when and only when the run failed: ``error``
     then says why) and its wall time (finite, >= 0; nothing divides by it). ``cells`` are in
     notebook order (increasing indices), and their times add up to no more than the notebook's
     (give or take the two clocks' resolution: the kernel stamps the cells, this process times
-    the whole run)."""
+    the whole run). Frozen (``cells`` kept as a tuple), so a row checked once stays valid."""
 
     name: str
     peak_mb: float | None  # None when the notebook failed before the probe ran
     seconds: float
     error: str = ""
-    cells: list[CellTime] = field(default_factory=list)  # code cells that ran, in notebook order
+    cells: tuple[CellTime, ...] = ()  # code cells that ran, in notebook order
 
     def __post_init__(self) -> None:
+        freeze_fields(self)
         check_record(self, positive=("peak_mb",))
         if (self.peak_mb is None) != bool(self.error):
             raise ValueError(f"NotebookMemory({self.name!r}) must have peak_mb None exactly when error says "

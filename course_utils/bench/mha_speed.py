@@ -52,6 +52,7 @@ from .timing import (
     check_round_counts,
     format_spread_table,
     format_table,
+    freeze_fields,
     ratio_spread,
     time_interleaved,
 )
@@ -326,20 +327,22 @@ TOLERANCES: dict[torch.dtype, float] = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeviceComparison:
-    """Timings on one device and how far each output is from the CPU float32 run."""
+    """Timings on one device and how far each output is from the CPU float32 run. Frozen
+    (lists kept as tuples, dicts read-only), so a comparison checked once stays valid."""
 
     title: str
-    timings: list[Timing]
+    timings: tuple[Timing, ...]
     max_abs_diff: dict[str, float]
     tolerance: float  # accepted max |diff|, as a fraction of reference_std
     reference_std: float
     agree: dict[str, bool]
     skipped: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        freeze_fields(self)
         # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
         # tolerance > 0: a share of reference_std (0 would demand bit-identical outputs)
         check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"),
