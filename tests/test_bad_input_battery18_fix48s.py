@@ -141,6 +141,14 @@ def test_frozen_records_still_copy_replace_and_read() -> None:
     assert "course" in bench.mha.samples_s and bench.format()  # lesson 07's reads
 
 
+# -- g02: time_cold names its own argument ------------------------------------------------------
+@pytest.mark.parametrize("steps", [{"a": 3}, {"a": lambda: None, "b": "x"}, {"a": lambda x: x}])
+def test_time_cold_names_steps(steps) -> None:
+    bad = next(k for k, v in steps.items() if not callable(v) or v.__code__.co_argcount)
+    _raises(lambda: gqa_speed.time_cold(steps, baseline="a", repeats=1, warmup=0, flush_bytes=1024,
+                                        progress=None), TypeError, [f"steps[{bad!r}]"])
+
+
 # -- g19: empty or inconsistent record fields ---------------------------------------------------
 @pytest.mark.parametrize(("make", "words"), [
     (lambda: timing.Timing("", 1e-3, 1.0), ["Timing.name", "''"]),

@@ -92,6 +92,7 @@ from .decode_step import (
 )
 from .decode_step import flush_bytes as flush_bytes_default
 from .timing import (
+    _check_functions,
     check_function_name,
     check_round_counts,
     freeze_fields,
@@ -801,11 +802,13 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progress: object) -> None:
     """What :func:`time_cold` needs, each refused under its own name before anything is
-    allocated: a non-empty dict of steps holding ``baseline``, a ``flush_bytes`` of None or an
-    int >= 4 that fits in memory, and a ``progress`` label that is a str or None."""
+    allocated: a non-empty dict of functions of no arguments (``steps``) holding ``baseline``, a
+    ``flush_bytes`` of None or an int >= 4 that fits in memory, and a ``progress`` label that is a
+    str or None."""
     if not isinstance(steps, dict) or not steps:
         raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
                          f"{type(steps).__name__} {steps!r:.60}")
+    _check_functions(steps, "steps")
     check_function_name(baseline, "baseline", steps, "the names of steps")
     if flush_bytes is not None:
         check_int(flush_bytes, "flush_bytes", minimum=4)

@@ -151,15 +151,16 @@ def _close(a: float, b: float, rel: float = 1e-9) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 
 
-def _check_functions(fns: object) -> None:
-    """``fns`` is a non-empty mapping name -> function of no arguments."""
+def _check_functions(fns: object, name: str = "fns") -> None:
+    """``fns`` is a non-empty mapping name -> function of no arguments; errors call it ``name``
+    (a caller's own argument, such as :func:`~course_utils.bench.gqa_speed.time_cold`'s ``steps``)."""
     if not isinstance(fns, Mapping):
-        raise TypeError(f"fns must be a mapping name -> function of no arguments (a dict), got "
+        raise TypeError(f"{name} must be a mapping name -> function of no arguments (a dict), got "
                         f"{type(fns).__name__} {fns!r:.60}")
     if not fns:
-        raise ValueError("fns must name at least one function to time")
+        raise ValueError(f"{name} must name at least one function to time")
     for key, fn in fns.items():
-        check_callable(fn, f"fns[{key!r}]", "a function of no arguments", nargs=0)
+        check_callable(fn, f"{name}[{key!r}]", "a function of no arguments", nargs=0)
 
 
 #: The most timed rounds (``repeats``), warm-up rounds (``warmup``) or calls per sample
