@@ -5,6 +5,7 @@ and the error line of a failed notebook run (g32), each refused by name."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
@@ -147,6 +148,36 @@ def test_time_cold_names_steps(steps) -> None:
     bad = next(k for k, v in steps.items() if not callable(v) or v.__code__.co_argcount)
     _raises(lambda: gqa_speed.time_cold(steps, baseline="a", repeats=1, warmup=0, flush_bytes=1024,
                                         progress=None), TypeError, [f"steps[{bad!r}]"])
+
+
+# -- g18: repeated names, unequal sample counts -------------------------------------------------
+@pytest.mark.parametrize("samples", [{"a": [1.0], "b": [1.0, 2.0]}, {"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0]}])
+def test_timings_from_samples_refuses_unequal_sample_counts(samples) -> None:
+    counts = [f"{k!r}: {len(v)}" for k, v in samples.items()]
+    _raises(lambda: timing.timings_from_samples(samples, "a"), ValueError, ["samples", *counts])
+
+
+@pytest.mark.parametrize("names", [["a.ipynb", "a.ipynb"], ["a.ipynb", "b.ipynb", "a.ipynb"]])
+def test_format_memory_table_refuses_repeated_names(names) -> None:
+    rows = [memory.NotebookMemory(n, 500.0, 10.0) for n in names]
+    _raises(lambda: memory.format_memory_table(rows), ValueError, ["rows' names", "'a.ipynb'"])
+
+
+def test_bench_memory_refuses_notebooks_of_one_file_name_before_running(tmp_path, capsys) -> None:
+    from course_utils.bench.cli import main
+
+    paths = []
+    for folder in ("notebooks", "student"):
+        (tmp_path / folder).mkdir()
+        paths.append(tmp_path / folder / "01_a.ipynb")
+        paths[-1].write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    with pytest.raises(SystemExit) as info:
+        main(["memory", *map(str, paths)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "notebooks" in err and "'01_a.ipynb'" in err
+    _raises(lambda: memory._check_notebook_names(argparse.Namespace(notebooks=list(map(str, paths)))),
+            ValueError, ["notebooks", "01_a.ipynb"])
 
 
 # -- g19: empty or inconsistent record fields ---------------------------------------------------

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from .. import cli
-from ..attention.validation import check_record
+from ..attention.validation import check_distinct, check_record
 from ..paths import check_path, path_kind
 from .timing import freeze_fields
 
@@ -235,10 +235,12 @@ def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
 
 
 def format_memory_table(rows: list[NotebookMemory]) -> str:
-    """A plain-text table, one row per notebook, at most ~90 characters wide."""
+    """A plain-text table, one row per notebook (each name once: the rows are told apart by
+    their names), at most ~90 characters wide."""
     if not isinstance(rows, (list, tuple)) or not all(isinstance(row, NotebookMemory) for row in rows):
         raise TypeError(f"rows must be a list of NotebookMemory (what notebook_peak_memory returns), got "
                         f"{rows!r:.80}")
+    check_distinct([row.name for row in rows], "rows' names", "notebook names (one row per notebook)")
     lines = [f"{'notebook':<34} {'peak RSS':>10} {'time':>8}  verdict (target {TARGET_MB / 1000:.1f} GB)",
              f"{'-' * 34} {'-' * 10} {'-' * 8}  {'-' * 26}"]
     for row in rows:
@@ -251,6 +253,14 @@ def format_memory_table(rows: list[NotebookMemory]) -> str:
 def _load() -> str:
     """The 1-, 5- and 15-minute load averages, as ``uptime`` prints them."""
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _check_notebook_names(args: argparse.Namespace) -> None:
+    """The notebooks named have distinct file names, checked before any runs: the table names each
+    row by its notebook's file name (``notebooks/04_x.ipynb`` and ``student/04_x.ipynb`` would be
+    two rows of one name)."""
+    check_distinct([Path(p).name for p in args.notebooks], "notebooks",
+                   "file names (the table names each notebook by its file name)")
 
 
 def _main_memory(args: argparse.Namespace) -> None:
@@ -440,7 +450,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=seconds, default=900, help="seconds allowed per cell")
     p.add_argument("--slowest", type=non_negative_int, default=3, metavar="N",
                    help="list each notebook's N slowest cells (0: none)")
-    p.set_defaults(run=_main_memory)
+    p.set_defaults(run=_main_memory, check=_check_notebook_names)
     t = sub.add_parser("test-memory", help="the largest per-test peak memory of the last test runs")
     t.add_argument("report", nargs="?", default=str(TEST_REPORT), type=report_file,
                    help=f"the report the tests wrote (default: {TEST_REPORT})")

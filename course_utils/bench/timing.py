@@ -277,7 +277,8 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
     0 s is refused here, naming the function (the baseline first: no ratio to it exists): the
     clock did not advance around its calls, and a Timing's median is divided by. ``samples`` is
     checked first (a non-empty mapping of non-empty lists of seconds, each named
-    ``samples[name][i]``), and ``baseline`` must be one of its names."""
+    ``samples[name][i]``, all of one length: one sample per repeat), and ``baseline`` must be one
+    of its names."""
     _check_samples(samples)
     check_function_name(baseline, "baseline", samples, "the names of samples")
     medians = {name: statistics.median(s) for name, s in samples.items()}
@@ -294,7 +295,8 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
 
 def _check_samples(samples: object) -> None:
     """``samples`` is what :func:`interleaved_samples` returns: a non-empty mapping name -> a
-    non-empty list (or tuple) of seconds, each finite and >= 0; errors name ``samples[name]``."""
+    non-empty list (or tuple) of seconds, each finite and >= 0, as many for every name; errors
+    name ``samples[name]``."""
     if not isinstance(samples, Mapping) or not samples:
         error = ValueError if isinstance(samples, Mapping) else TypeError
         raise error(f"samples must be a non-empty mapping name -> seconds of every repeat (as "
@@ -306,6 +308,11 @@ def _check_samples(samples: object) -> None:
                         f"{type(seconds).__name__} {seconds!r:.60}")
         for i, value in enumerate(seconds):
             _check_duration(value, f"samples[{key!r}][{i}]")
+    counts = {key: len(seconds) for key, seconds in samples.items()}
+    if len(set(counts.values())) > 1:  # one run times every function once per repeat
+        raise ValueError(f"samples must hold one sample per repeat for every function (as "
+                         f"interleaved_samples returns: paired_ratios pairs them), got counts "
+                         f"{counts!r:.120}")
 
 
 def check_function_name(value: object, name: str, among: Iterable[Hashable] | None = None,
