@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -201,5 +202,41 @@ def test_ratio_spread_of_the_baseline_itself_is_documented() -> None:
     assert "may equal" in timing.RatioSpread.__doc__
     timings = timing.timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.2]}, "a")
     assert timing.ratio_spread(timings, "a", "a").median == 1.0
+
+
+# -- g21: plot_sweep checks its table as sweep_mha makes it ------------------------------------
+def _plot(table):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    try:
+        return mha_speed.plot_sweep(table, ax, title="t")
+    finally:
+        plt.close(fig)
+
+
+def _table(values, index=(64, 128)):
+    import pandas as pd
+
+    return pd.DataFrame({"batched": values}, index=pd.Index(list(index), name="seq_len"))
+
+
+@pytest.mark.parametrize(("make", "error", "words"), [
+    (lambda: __import__("pandas").DataFrame(), ValueError, ["table", "at least one row", "(0, 0)"]),
+    (lambda: _table([1.0, 2.0]).iloc[:0], ValueError, ["table", "(0, 1)"]),
+    (lambda: _table([1.0, -1.0]), ValueError, ["table['batched']", "seq_len=128", "-1.0"]),
+    (lambda: _table([float("nan"), 1.0]), ValueError, ["table['batched']", "seq_len=64", "nan"]),
+    (lambda: _table([1.0, math.inf]), ValueError, ["table['batched']", "inf"]),
+    (lambda: _table([0.0, 1.0]), ValueError, ["table['batched']", "0.0"]),
+    (lambda: _table(["1", "2"]), ValueError, ["table['batched']", "str '1'"]),
+    (lambda: _table([1.0, 2.0], (0, 1)), ValueError, ["table.index[0]", "got 0"]),
+    (lambda: _table([1.0, 2.0], (64, 64)), ValueError, ["table.index", "repeats [64]"]),
+    (lambda: _table([1.0, 2.0], ("a", "b")), TypeError, ["table.index[0]", "'a'"]),
+])
+def test_plot_sweep_refuses_a_table_sweep_mha_would_not_make(make, error, words) -> None:
+    _raises(lambda: _plot(make()), error, words)
 
 
