@@ -240,3 +240,13 @@ def test_plot_sweep_refuses_a_table_sweep_mha_would_not_make(make, error, words)
     _raises(lambda: _plot(make()), error, words)
 
 
+# -- g22: SmallDecoder's x has the dtype and device of its stream ------------------------------
+@pytest.mark.parametrize("method", ["step", "weights_pass"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+def test_small_decoder_refuses_an_x_of_another_dtype(method, dtype, weight_dtype) -> None:
+    decoder = decode_step.SmallDecoder(32, 4, 2, 1, context=8, attention="course", weight_dtype=weight_dtype)
+    x = torch.randn(1, 32, dtype=dtype)
+    _raises(lambda: getattr(decoder, method)(x), TypeError, ["x must be torch.float32", str(dtype)])
+
+

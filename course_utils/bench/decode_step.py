@@ -536,7 +536,8 @@ class SmallDecoder:
     def _checked_x(self, x: object) -> Tensor:
         """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)`` that holds
         values (not on the meta device: a step over it would return a meta result, or fail
-        writing it into the cache)."""
+        writing it into the cache), of the dtype and on the device of ``self.x`` (the float32
+        stream the cache is written from; a float64 ``x`` would make the step return float64)."""
         if x is None:
             return self.x
         if not (isinstance(x, Tensor) and x.is_floating_point()
@@ -545,6 +546,11 @@ class SmallDecoder:
             raise ValueError(f"x must be (batch={self.batch}, d_model={self.d_model}), one new token "
                              f"per sequence, got shape {tuple(x.shape)}")
         check_holds_values(x, "x")
+        if (x.dtype, x.device) != (self.x.dtype, self.x.device):  # a dtype is a type, a device a value
+            raise (TypeError if x.dtype != self.x.dtype else ValueError)(
+                f"x must be {self.x.dtype} on {self.x.device}, as the decoder's stream and cache (its "
+                f"weights are {self.weight_dtype}), got {x.dtype} on {x.device}: convert with "
+                f"x.to({self.x.dtype!s}, {str(self.x.device)!r})")
         return x
 
     def step(self, x: Tensor | None = None) -> Tensor:
