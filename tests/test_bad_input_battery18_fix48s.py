@@ -250,3 +250,10 @@ def test_small_decoder_refuses_an_x_of_another_dtype(method, dtype, weight_dtype
     _raises(lambda: getattr(decoder, method)(x), TypeError, ["x must be torch.float32", str(dtype)])
 
 
+# -- g23: an empty flush buffer evicts nothing --------------------------------------------------
+@pytest.mark.parametrize("shape", [(0,), (4, 0)])
+def test_time_flushed_refuses_an_empty_flush(shape) -> None:
+    _raises(lambda: decode_step.time_flushed({"a": lambda: None}, torch.empty(shape), 0, 1), ValueError,
+            ["flush", "at least one element", str(shape)])
+
+

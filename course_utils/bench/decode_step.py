@@ -811,10 +811,13 @@ def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int,
     (outside the timing) to evict the last-level cache: every call starts cold.
     ``after_round`` is called after every round (a progress bar's update); ``clock`` reads the
     time (default: the wall clock; see :func:`clock_for`). ``flush`` is a tensor with values (one
-    on the meta device reads nothing, and the times would be labelled flushed), or anything whose
-    ``sum()`` reads the memory to evict."""
+    on the meta device, or an empty one, reads nothing, and the times would be labelled flushed),
+    or anything whose ``sum()`` reads the memory to evict."""
     if isinstance(flush, Tensor):
         check_holds_values(flush, "flush")
+        if flush.numel() == 0:  # reading nothing evicts nothing: the "cold" calls would run warm
+            raise ValueError(f"flush must hold at least one element (a buffer larger than the last-level "
+                             f"cache), got an empty tensor of shape {tuple(flush.shape)}")
     elif not callable(getattr(flush, "sum", None)):
         raise TypeError(f"flush must be a tensor to read before each call (larger than the last-level "
                         f"cache), got {type(flush).__name__} {flush!r:.60}")
