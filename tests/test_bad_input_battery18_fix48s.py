@@ -257,3 +257,29 @@ def test_time_flushed_refuses_an_empty_flush(shape) -> None:
             ["flush", "at least one element", str(shape)])
 
 
+# -- g32: the error line of a failed notebook run -----------------------------------------------
+def _timeout_error() -> Exception:
+    from nbclient.exceptions import CellTimeoutError
+    from nbformat.v4 import new_code_cell
+
+    return CellTimeoutError.error_from_timeout_and_cell("Cell execution timed out", 2,
+                                                        new_code_cell("while True: pass"))
+
+
+@pytest.mark.parametrize(("make", "wanted"), [
+    (_timeout_error, "CellTimeoutError: A cell timed out while it was being executed, after 2 seconds."),
+    (lambda: RuntimeError("Traceback\n\x1b[0;31mValueError\x1b[0m: boom\n\n-----\n"),
+     "RuntimeError: ValueError: boom"),
+    (lambda: RuntimeError(""), "RuntimeError: "),
+])
+def test_notebook_peak_memory_keeps_the_telling_error_line(tmp_path, monkeypatch, make, wanted) -> None:
+    notebook = tmp_path / "a.ipynb"
+    notebook.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+
+    def failing_run(coroutine, message):
+        coroutine.close()  # never started: no kernel
+        raise make()
+
+    monkeypatch.setattr(memory.cli, "run_kernel", failing_run)
+    row = memory.notebook_peak_memory(notebook, timeout=2)
+    assert row.peak_mb is None and row.error == wanted

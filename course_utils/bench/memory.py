@@ -23,6 +23,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -116,7 +117,8 @@ class NotebookMemory:
 def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory:
     """Run one notebook in a fresh kernel and return its kernel's peak RSS in MB (10**6 bytes).
 
-    A notebook that raises is reported with ``peak_mb=None`` and the error's first line,
+    A notebook that raises is reported with ``peak_mb=None`` and the error's telling line (see
+    :func:`_error_line`),
     never by raising; a SIGINT/SIGTERM meanwhile shuts the kernel down and raises
     :class:`course_utils.cli.Interrupted` (the benchmark stops with one line, exit 130/143).
     A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
@@ -144,14 +146,28 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
             cli.run_kernel(client.async_execute(stderr=kernel_stderr), f"the kernel running {path.name} "
                            "was shut down; nothing was written")
         except Exception as err:  # a failing lesson is a row of the table, not a crash
-            message = str(err).strip().splitlines()
             return NotebookMemory(path.name, None, time.perf_counter() - start,
-                                  f"{type(err).__name__}: {message[-1] if message else ''}"[:100],
+                                  f"{type(err).__name__}: {_error_line(err)}"[:100],
                                   _cell_times(nb.cells[:-1]))
     elapsed = time.perf_counter() - start
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     peak = next(int(line.split()[1]) for line in text.splitlines() if line.startswith(_MARK))
     return NotebookMemory(path.name, peak / 1e6, elapsed, cells=_cell_times(nb.cells[:-1]))
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the colours of a kernel's traceback
+
+
+def _error_line(err: Exception) -> str:
+    """The line of a failed run's error that says what happened, without ANSI colour codes: the
+    first line with words of a timeout (nbclient's ``CellTimeoutError`` says "A cell timed out
+    ... after N seconds", then quotes the cell between rules), else the last one (a traceback ends
+    with the exception); '' if no line has words."""
+    lines = [line.strip() for line in _ANSI_ESCAPE.sub("", str(err)).splitlines()]
+    worded = [line for line in lines if any(c.isalnum() for c in line)]
+    if not worded:
+        return ""
+    return worded[0] if isinstance(err, TimeoutError) else worded[-1]
 
 
 @contextlib.contextmanager
