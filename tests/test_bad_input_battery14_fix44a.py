@@ -213,8 +213,9 @@ def test_history_task_is_a_free_label_as_documented() -> None:
 
 
 def test_step_row_without_samples_names_the_field_in_best_s() -> None:
-    with pytest.raises(ValueError, match=r"StepRow\.samples_s is empty"):
-        StepRow(1, 8, 1, 100, 100).best_s  # noqa: B018 (the property raises)
+    # battery 18: a frozen StepRow can never be filled, so one without samples is refused when made
+    with pytest.raises(ValueError, match=r"StepRow\.samples_s must hold at least one item"):
+        StepRow(1, 8, 1, 100, 100)
 
 
 @pytest.mark.parametrize(("make", "label"), [

@@ -76,8 +76,8 @@ def test_negative_query_offset_is_the_documented_shift():
      ["x", "d_model=64", "(1, 32)"]),
     (lambda: SmallDecoder(10**6, 4, 4, 1, context=8), ValueError, ["d_model", "bytes"]),
     (lambda: make_read_probe(5), TypeError, ["buffer", "int"]),
-    (lambda: DecodeRow(4, 100).best_s("bogus"), ValueError, ["method", "bogus"]),
-    (lambda: DecodeRow(4, 100).gb_per_s(), ValueError, ["method", "course"]),
+    (lambda: DecodeRow(4, 100, {"course": [1e-3]}).best_s("bogus"), ValueError, ["method", "bogus"]),
+    (lambda: DecodeRow(4, 100, {"repeat": [1e-3]}).gb_per_s(), ValueError, ["method", "course"]),
 ])
 def test_battery6_call_is_named(call, error, words):
     with pytest.raises(error) as info:

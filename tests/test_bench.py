@@ -1,6 +1,7 @@
 """The benchmark helpers compute medians and ratios (no timing is asserted); the SDPA
 backend diagnostics say why a backend cannot run."""
 
+import dataclasses
 import re
 import statistics
 import warnings
@@ -278,8 +279,10 @@ def test_float16_tolerance_is_on_the_outputs_scale():
     result = compare_on_device("cpu", batch=1, seq_len=8, d_model=16, num_heads=2,
                                dtype=torch.float32, repeats=1)
     assert TOLERANCES[torch.float16] * result.reference_std < 5e-3
-    result.max_abs_diff = {"made up": 2 * result.atol}
-    result.agree = {"made up": False}
+    name = next(t.name for t in result.timings if t.name != "nn.MultiheadAttention")
+    # a frozen record: a changed copy is checked again (a max |diff| only for a timed function)
+    result = dataclasses.replace(result, max_abs_diff={**result.max_abs_diff, name: 2 * result.atol},
+                                 agree={**result.agree, name: False})
     assert "DIFFERS" in result.report()
 
 

@@ -3,6 +3,7 @@ MHA, the GQA tiny model and its KV cache, the decode benchmark's bookkeeping."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
@@ -292,8 +293,11 @@ def test_bench_decode_bookkeeping_on_a_small_case():
 
 def test_bench_decode_flags_a_noisy_run():
     result = bench_decode(8, 16, 64, 2, groups=(8, 2), repeats=3, warmup=0, copy_mib=1)
-    result.row(8).samples_s["course"] = [1.0, 3.0, 3.0]  # two slow repeats: median 3x the best
-    result.row(2).samples_s["course"] = [0.1, 0.1, 0.1]  # speed-ups 10-30x, the ideal is 4x
+    changed = {8: [1.0, 3.0, 3.0],  # two slow repeats: median 3x the best
+               2: [0.1, 0.1, 0.1]}  # speed-ups 10-30x, the ideal is 4x
+    result = dataclasses.replace(result, rows=[  # a frozen record: a changed copy, checked again
+        dataclasses.replace(r, samples_s={**r.samples_s, "course": changed[r.num_kv_heads]})
+        for r in result.rows])
     warnings = result.noise_warnings()
     assert any(w.startswith("check: course beats the ideal h/g at g=[2]") for w in warnings)
     assert any("median course step took 3.0x the best" in w for w in warnings)

@@ -72,7 +72,7 @@ from ..attention.validation import (
 )
 from ..env import check_seed, torch_threads
 from ..paths import check_path
-from .timing import check_round_counts, interleaved_samples
+from .timing import check_round_counts, freeze_fields, interleaved_samples
 
 __all__ = [
     "FALLBACK_LLC_BYTES",
@@ -536,7 +536,8 @@ class SmallDecoder:
     def _checked_x(self, x: object) -> Tensor:
         """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)`` that holds
         values (not on the meta device: a step over it would return a meta result, or fail
-        writing it into the cache)."""
+        writing it into the cache), of the dtype and on the device of ``self.x`` (the float32
+        stream the cache is written from; a float64 ``x`` would make the step return float64)."""
         if x is None:
             return self.x
         if not (isinstance(x, Tensor) and x.is_floating_point()
@@ -545,6 +546,11 @@ class SmallDecoder:
             raise ValueError(f"x must be (batch={self.batch}, d_model={self.d_model}), one new token "
                              f"per sequence, got shape {tuple(x.shape)}")
         check_holds_values(x, "x")
+        if (x.dtype, x.device) != (self.x.dtype, self.x.device):  # a dtype is a type, a device a value
+            raise (TypeError if x.dtype != self.x.dtype else ValueError)(
+                f"x must be {self.x.dtype} on {self.x.device}, as the decoder's stream and cache (its "
+                f"weights are {self.weight_dtype}), got {x.dtype} on {x.device}: convert with "
+                f"x.to({self.x.dtype!s}, {str(self.x.device)!r})")
         return x
 
     def step(self, x: Tensor | None = None) -> Tensor:
@@ -569,21 +575,23 @@ class SmallDecoder:
 # -- MHA vs GQA, whole steps side by side ---------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepRow:
-    """One ``(batch, context, g)``: bytes a step reads and every repeat's step time."""
+    """One ``(batch, context, g)``: bytes a step reads and every repeat's step time (at least one
+    sample). Frozen (the samples kept as a tuple), so a row checked once stays valid."""
 
     batch: int
     context: int
     num_kv_heads: int
     weight_bytes: int
     cache_bytes: int
-    samples_s: list[float] = field(default_factory=list)
+    samples_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         # every size >= 1 (a step reads weights and a cache); a step of 0 s is no time: gb_per_s divides
+        freeze_fields(self)
         check_record(self, positive=("batch", "context", "num_kv_heads", "weight_bytes", "cache_bytes",
-                                     "samples_s"))
+                                     "samples_s"), nonempty=("samples_s",))
         # a step reads K and V of context + 1 positions per sequence and KV head: a byte each at least
         least = 2 * self.batch * self.num_kv_heads * (self.context + 1)
         if self.cache_bytes < least:
@@ -596,19 +604,17 @@ class StepRow:
 
     @property
     def best_s(self) -> float:
-        if not self.samples_s:  # the default: a row made before any repeat was timed
-            raise ValueError(f"StepRow.samples_s is empty (batch={self.batch}, context={self.context}, "
-                             f"g={self.num_kv_heads}): no repeat was timed, so there is no best time")
-        return min(self.samples_s)
+        return min(self.samples_s)  # one sample at least: checked when made
 
     def gb_per_s(self) -> float:
         """Bytes read per second in the fastest repeat (10^9 bytes per GB)."""
         return self.bytes_read / self.best_s / 1e9
 
 
-@dataclass
+@dataclass(frozen=True)
 class WholeStep:
-    """Result of :func:`bench_whole_step`."""
+    """Result of :func:`bench_whole_step`. Frozen (lists kept as tuples, ``weights_s`` a
+    read-only dict), so a result checked once stays valid."""
 
     d_model: int
     num_heads: int
@@ -617,12 +623,12 @@ class WholeStep:
     weight_dtype: torch.dtype
     attention: Literal["fused", "course"]  # what the steps ran (bench_whole_step's "auto" resolved)
     threads: int
-    rows: list[StepRow]
-    read_s: list[float]  # the read-only probe, every repeat
+    rows: tuple[StepRow, ...]
+    read_s: tuple[float, ...]  # the read-only probe, every repeat
     read_bytes: int
     llc: tuple[int, str]  # last-level cache: bytes, where the figure came from
     flush_bytes: int
-    weights_s: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # per shape, g = h
+    weights_s: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)  # per shape, g = h
     yardstick: str = "torch.sum"  # what the read-only probe ran (make_read_probe's phrase)
     conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
@@ -633,6 +639,7 @@ class WholeStep:
         g)``, each ``g`` a divisor of ``num_heads``, every shape with its ``g = num_heads`` row (the
         MHA baseline of its speed-ups) and one sample count (they are paired repeat by repeat), and
         ``weights_s`` only for shapes that have rows."""
+        freeze_fields(self)
         check_record(self, nonempty=("rows", "read_s"),  # its methods take min() of them
                      positive=("d_model", "num_heads", "num_layers", "mlp_ratio", "threads", "read_s",
                                "read_bytes", "flush_bytes", "weights_s"))
@@ -745,13 +752,11 @@ class WholeStep:
                               f"{self.share_of_bound(b, t, g):.0%}" for b, t, g in beyond)
             warnings.append(f"check: share of the byte bound above 100% ({shown}): a noisy run, or "
                             "g=h steps slower than their bytes allow")
-        timed = [r for r in self.rows if r.samples_s]
-        if timed:
-            r = max(timed, key=lambda r: statistics.median(r.samples_s) / r.best_s)
-            spread = statistics.median(r.samples_s) / r.best_s
-            if spread > SCATTER:
-                warnings.append(f"check: noisy run: a median step (B={r.batch}, context {r.context}, "
-                                f"g={r.num_kv_heads}) took {spread:.1f}x the best one")
+        r = max(self.rows, key=lambda r: statistics.median(r.samples_s) / r.best_s)  # every row timed
+        spread = statistics.median(r.samples_s) / r.best_s
+        if spread > SCATTER:
+            warnings.append(f"check: noisy run: a median step (B={r.batch}, context {r.context}, "
+                            f"g={r.num_kv_heads}) took {spread:.1f}x the best one")
         return warnings
 
     def format(self) -> str:
@@ -806,10 +811,13 @@ def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int,
     (outside the timing) to evict the last-level cache: every call starts cold.
     ``after_round`` is called after every round (a progress bar's update); ``clock`` reads the
     time (default: the wall clock; see :func:`clock_for`). ``flush`` is a tensor with values (one
-    on the meta device reads nothing, and the times would be labelled flushed), or anything whose
-    ``sum()`` reads the memory to evict."""
+    on the meta device, or an empty one, reads nothing, and the times would be labelled flushed),
+    or anything whose ``sum()`` reads the memory to evict."""
     if isinstance(flush, Tensor):
         check_holds_values(flush, "flush")
+        if flush.numel() == 0:  # reading nothing evicts nothing: the "cold" calls would run warm
+            raise ValueError(f"flush must hold at least one element (a buffer larger than the last-level "
+                             f"cache), got an empty tensor of shape {tuple(flush.shape)}")
     elif not callable(getattr(flush, "sum", None)):
         raise TypeError(f"flush must be a tensor to read before each call (larger than the last-level "
                         f"cache), got {type(flush).__name__} {flush!r:.60}")

@@ -91,7 +91,14 @@ from .decode_step import (
     time_flushed,
 )
 from .decode_step import flush_bytes as flush_bytes_default
-from .timing import check_function_name, check_round_counts, interleaved_samples, timings_from_samples
+from .timing import (
+    _check_functions,
+    check_function_name,
+    check_round_counts,
+    freeze_fields,
+    interleaved_samples,
+    timings_from_samples,
+)
 
 __all__ = [
     "SHARING_METHODS",
@@ -162,25 +169,33 @@ def _fused_unavailable(d_head: int, device: torch.device, dtype: torch.dtype) ->
     return None if reason is None else f"fused: not run ({reason})"
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeRow:
-    """One ``g``: cache size and, per method, every repeat's time of one whole decode step."""
+    """One ``g``: cache size and, per method, every repeat's time of one whole decode step.
+
+    ``samples_s`` times at least one method, each one of :data:`SHARING_METHODS` with at least
+    one sample. Frozen (the samples kept as tuples in a read-only dict), so a row checked once
+    stays valid."""
 
     num_kv_heads: int
     cache_bytes: int
-    samples_s: dict[str, list[float]] = field(default_factory=dict)
+    samples_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # a g, a cache of 0 bytes or a step of 0 s is no measurement: gb_per_s divides by the time
-        check_record(self, positive=("num_kv_heads", "cache_bytes", "samples_s"))
+        freeze_fields(self)
+        check_record(self, positive=("num_kv_heads", "cache_bytes", "samples_s"), nonempty=("samples_s",))
+        for method, samples in self.samples_s.items():
+            if method not in SHARING_METHODS or not samples:
+                raise ValueError(f"DecodeRow.samples_s must map methods of {list(SHARING_METHODS)} to at "
+                                 f"least one sample each, got {method!r:.60}: {samples!r:.60}")
 
-    def _samples(self, method: object) -> list[float]:
+    def _samples(self, method: object) -> tuple[float, ...]:
         """This row's samples of ``method``; a clear error naming the methods timed if none."""
         found = self.samples_s.get(method) if isinstance(method, str) else None
         if not found:
-            timed = [m for m, s in self.samples_s.items() if s]
             raise ValueError(f"method must be one of the methods timed for g={self.num_kv_heads} "
-                             f"({timed or 'none yet: samples_s is empty'}), got {method!r:.60}")
+                             f"({list(self.samples_s)}), got {method!r:.60}")
         return found
 
     def best_s(self, method: str) -> float:
@@ -194,9 +209,10 @@ class DecodeRow:
         return self.cache_bytes / self.best_s(method) / 1e9
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeBench:
-    """Result of :func:`bench_decode`."""
+    """Result of :func:`bench_decode`. Frozen (lists kept as tuples), so a result checked once
+    stays valid."""
 
     num_heads: int
     d_head: int
@@ -204,17 +220,17 @@ class DecodeBench:
     num_layers: int
     batch: int
     threads: int
-    rows: list[DecodeRow]
-    sdpa_mha_s: list[float]  # plain F.scaled_dot_product_attention at g = h, every repeat
-    copy_s: list[float]  # copy of the copy buffer into a ready buffer, every repeat ([] if none)
+    rows: tuple[DecodeRow, ...]
+    sdpa_mha_s: tuple[float, ...]  # plain F.scaled_dot_product_attention at g = h, every repeat
+    copy_s: tuple[float, ...]  # copy of the copy buffer into a ready buffer, every repeat ([] if none)
     copy_bytes: int  # bytes read + written by one copy
     allocator: str = ""  # what steady_allocator did
-    notes: list[str] = field(default_factory=list)  # methods left out, and why
-    read_s: list[float] = field(default_factory=list)  # the read-only probe, every repeat
+    notes: tuple[str, ...] = ()  # methods left out, and why
+    read_s: tuple[float, ...] = ()  # the read-only probe, every repeat
     read_bytes: int = 0  # bytes the probe reads
     llc: tuple[int, str] = (0, "")  # last-level cache: bytes, where the figure came from
     flush_bytes: int = 0  # the buffer read before every timed call
-    read_one_thread_s: list[float] = field(default_factory=list)  # the same probe on one thread
+    read_one_thread_s: tuple[float, ...] = ()  # the same probe on one thread
     yardstick: str = "torch.sum"  # what the read-only probe ran (make_read_probe's phrase)
     conditions: str = ""  # threads, OpenMP wait policy, machine (run_conditions)
     flush_note: str | None = None  # what capping the flush costs here, if it was capped
@@ -226,6 +242,7 @@ class DecodeBench:
         methods, ``course`` among them, with one sample per repeat (as many as ``sdpa_mha_s``:
         speed-ups pair them repeat by repeat); a probe or copy timed has its bytes and one sample per
         repeat (timed in the same run), and a copy sized (``copy_bytes`` > 0) was timed."""
+        freeze_fields(self)
         check_record(self, nonempty=("rows", "sdpa_mha_s"),  # mha, format take them
                      positive=("num_heads", "d_head", "context", "num_layers", "batch", "threads",
                                "sdpa_mha_s", "copy_s", "read_s", "read_one_thread_s"))
@@ -323,7 +340,7 @@ class DecodeBench:
         """Read-only bandwidth: the probe's fastest repeat (10^9 bytes per GB)."""
         return self.read_bytes / min(self._timed("read_s")) / 1e9
 
-    def _timed(self, name: str) -> list[float]:
+    def _timed(self, name: str) -> tuple[float, ...]:
         """The repeats of one probe, refused with its name when none ran (an empty default)."""
         samples = getattr(self, name)
         if not samples:
@@ -785,11 +802,13 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progress: object) -> None:
     """What :func:`time_cold` needs, each refused under its own name before anything is
-    allocated: a non-empty dict of steps holding ``baseline``, a ``flush_bytes`` of None or an
-    int >= 4 that fits in memory, and a ``progress`` label that is a str or None."""
+    allocated: a non-empty dict of functions of no arguments (``steps``) holding ``baseline``, a
+    ``flush_bytes`` of None or an int >= 4 that fits in memory, and a ``progress`` label that is a
+    str or None."""
     if not isinstance(steps, dict) or not steps:
         raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
                          f"{type(steps).__name__} {steps!r:.60}")
+    _check_functions(steps, "steps")
     check_function_name(baseline, "baseline", steps, "the names of steps")
     if flush_bytes is not None:
         check_int(flush_bytes, "flush_bytes", minimum=4)

@@ -23,18 +23,20 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 from .. import cli
-from ..attention.validation import check_record
+from ..attention.validation import check_distinct, check_record
 from ..paths import check_path, path_kind
+from .timing import freeze_fields
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
            "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",
@@ -73,22 +75,23 @@ class CellTime:
         check_record(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NotebookMemory:
     """One notebook's run: its kernel's peak resident memory (> 0 MB: a process holds memory;
     None when it was not measured, which happens when and only when the run failed: ``error``
     then says why) and its wall time (finite, >= 0; nothing divides by it). ``cells`` are in
     notebook order (increasing indices), and their times add up to no more than the notebook's
     (give or take the two clocks' resolution: the kernel stamps the cells, this process times
-    the whole run)."""
+    the whole run). Frozen (``cells`` kept as a tuple), so a row checked once stays valid."""
 
     name: str
     peak_mb: float | None  # None when the notebook failed before the probe ran
     seconds: float
     error: str = ""
-    cells: list[CellTime] = field(default_factory=list)  # code cells that ran, in notebook order
+    cells: tuple[CellTime, ...] = ()  # code cells that ran, in notebook order
 
     def __post_init__(self) -> None:
+        freeze_fields(self)
         check_record(self, positive=("peak_mb",))
         if (self.peak_mb is None) != bool(self.error):
             raise ValueError(f"NotebookMemory({self.name!r}) must have peak_mb None exactly when error says "
@@ -114,7 +117,8 @@ class NotebookMemory:
 def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory:
     """Run one notebook in a fresh kernel and return its kernel's peak RSS in MB (10**6 bytes).
 
-    A notebook that raises is reported with ``peak_mb=None`` and the error's first line,
+    A notebook that raises is reported with ``peak_mb=None`` and the error's telling line (see
+    :func:`_error_line`),
     never by raising; a SIGINT/SIGTERM meanwhile shuts the kernel down and raises
     :class:`course_utils.cli.Interrupted` (the benchmark stops with one line, exit 130/143).
     A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
@@ -142,14 +146,28 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
             cli.run_kernel(client.async_execute(stderr=kernel_stderr), f"the kernel running {path.name} "
                            "was shut down; nothing was written")
         except Exception as err:  # a failing lesson is a row of the table, not a crash
-            message = str(err).strip().splitlines()
             return NotebookMemory(path.name, None, time.perf_counter() - start,
-                                  f"{type(err).__name__}: {message[-1] if message else ''}"[:100],
+                                  f"{type(err).__name__}: {_error_line(err)}"[:100],
                                   _cell_times(nb.cells[:-1]))
     elapsed = time.perf_counter() - start
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     peak = next(int(line.split()[1]) for line in text.splitlines() if line.startswith(_MARK))
     return NotebookMemory(path.name, peak / 1e6, elapsed, cells=_cell_times(nb.cells[:-1]))
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the colours of a kernel's traceback
+
+
+def _error_line(err: Exception) -> str:
+    """The line of a failed run's error that says what happened, without ANSI colour codes: the
+    first line with words of a timeout (nbclient's ``CellTimeoutError`` says "A cell timed out
+    ... after N seconds", then quotes the cell between rules), else the last one (a traceback ends
+    with the exception); '' if no line has words."""
+    lines = [line.strip() for line in _ANSI_ESCAPE.sub("", str(err)).splitlines()]
+    worded = [line for line in lines if any(c.isalnum() for c in line)]
+    if not worded:
+        return ""
+    return worded[0] if isinstance(err, TimeoutError) else worded[-1]
 
 
 @contextlib.contextmanager
@@ -233,10 +251,12 @@ def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
 
 
 def format_memory_table(rows: list[NotebookMemory]) -> str:
-    """A plain-text table, one row per notebook, at most ~90 characters wide."""
+    """A plain-text table, one row per notebook (each name once: the rows are told apart by
+    their names), at most ~90 characters wide."""
     if not isinstance(rows, (list, tuple)) or not all(isinstance(row, NotebookMemory) for row in rows):
         raise TypeError(f"rows must be a list of NotebookMemory (what notebook_peak_memory returns), got "
                         f"{rows!r:.80}")
+    check_distinct([row.name for row in rows], "rows' names", "notebook names (one row per notebook)")
     lines = [f"{'notebook':<34} {'peak RSS':>10} {'time':>8}  verdict (target {TARGET_MB / 1000:.1f} GB)",
              f"{'-' * 34} {'-' * 10} {'-' * 8}  {'-' * 26}"]
     for row in rows:
@@ -249,6 +269,14 @@ def format_memory_table(rows: list[NotebookMemory]) -> str:
 def _load() -> str:
     """The 1-, 5- and 15-minute load averages, as ``uptime`` prints them."""
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _check_notebook_names(args: argparse.Namespace) -> None:
+    """The notebooks named have distinct file names, checked before any runs: the table names each
+    row by its notebook's file name (``notebooks/04_x.ipynb`` and ``student/04_x.ipynb`` would be
+    two rows of one name)."""
+    check_distinct([Path(p).name for p in args.notebooks], "notebooks",
+                   "file names (the table names each notebook by its file name)")
 
 
 def _main_memory(args: argparse.Namespace) -> None:
@@ -438,7 +466,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=seconds, default=900, help="seconds allowed per cell")
     p.add_argument("--slowest", type=non_negative_int, default=3, metavar="N",
                    help="list each notebook's N slowest cells (0: none)")
-    p.set_defaults(run=_main_memory)
+    p.set_defaults(run=_main_memory, check=_check_notebook_names)
     t = sub.add_parser("test-memory", help="the largest per-test peak memory of the last test runs")
     t.add_argument("report", nargs="?", default=str(TEST_REPORT), type=report_file,
                    help=f"the report the tests wrote (default: {TEST_REPORT})")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -52,6 +53,7 @@ from .timing import (
     check_round_counts,
     format_spread_table,
     format_table,
+    freeze_fields,
     ratio_spread,
     time_interleaved,
 )
@@ -263,10 +265,29 @@ def sweep_mha(
     return table
 
 
+def _check_sweep_table(table: object) -> None:
+    """``table`` is what :func:`sweep_mha` returns: a DataFrame of at least one row and one column,
+    indexed by distinct sizes >= 1 (the log2 x axis), every time a finite number > 0 ms (a log
+    y axis, and a time at all); else an error naming the table, and the cell."""
+    check_table(table, "table")
+    if table.empty:
+        raise ValueError(f"table must hold at least one row and one column (sweep_mha's: one row per "
+                         f"size, one column per implementation), got shape {table.shape}")
+    check_distinct(check_int_list(list(table.index), "table.index", minimum=1), "table.index", "sizes")
+    for name, column in table.items():
+        for index, value in column.items():
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or not (math.isfinite(value) and value > 0):
+                raise ValueError(f"table[{name!r}] at {table.index.name or 'index'}={index!r} must be a "
+                                 f"finite time > 0 ms (sweep_mha's times), got {type(value).__name__} "
+                                 f"{value!r:.60}")
+
+
 def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (ms)", logy: bool = True):
     """Plot :func:`sweep_mha`'s table: one line per implementation, log2 x axis (``logy``, a
-    bool: a log y axis too); ``title`` and ``ylabel`` are str."""
-    check_table(table, "table")
+    bool: a log y axis too); ``title`` and ``ylabel`` are str. ``table`` is checked as
+    :func:`sweep_mha` makes it (:func:`_check_sweep_table`)."""
+    _check_sweep_table(table)
     check_axes(ax, "ax")
     if ax is None:
         raise TypeError("ax must be a matplotlib Axes to draw on (e.g. plt.gca()), got None")
@@ -326,20 +347,22 @@ TOLERANCES: dict[torch.dtype, float] = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeviceComparison:
-    """Timings on one device and how far each output is from the CPU float32 run."""
+    """Timings on one device and how far each output is from the CPU float32 run. Frozen
+    (lists kept as tuples, dicts read-only), so a comparison checked once stays valid."""
 
     title: str
-    timings: list[Timing]
+    timings: tuple[Timing, ...]
     max_abs_diff: dict[str, float]
     tolerance: float  # accepted max |diff|, as a fraction of reference_std
     reference_std: float
     agree: dict[str, bool]
     skipped: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        freeze_fields(self)
         # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
         # tolerance > 0: a share of reference_std (0 would demand bit-identical outputs)
         check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"),

@@ -8,11 +8,14 @@ much a ratio varied from repeat to repeat, and two formatters print the tables.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import statistics
 import time
+import typing
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -24,6 +27,8 @@ Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a 
 
 __all__ = [
     "Timing",
+    "ReadOnlyDict",
+    "freeze_fields",
     "MAX_REPEATS",
     "check_round_counts",
     "check_function_name",
@@ -38,7 +43,57 @@ __all__ = [
 ]
 
 
-@dataclass
+class ReadOnlyDict(dict):
+    """A dict that refuses every change, naming itself by ``label`` (``"DecodeRow.samples_s"``): a
+    dict field of a frozen result record (see :func:`freeze_fields`). It stays a ``dict``
+    (``check_record`` checks ``dict[K, V]`` fields as dicts, and ``in``, ``[key]``, ``.items()``,
+    ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, items: Mapping = (), label: str = "this dict") -> None:
+        if hasattr(self, "label"):  # made already: d.__init__(other) would fill it again
+            self._refuse()
+        super().__init__(items)
+        self.label = label
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(f"{self.label} is read-only: it was checked when its record was made; make a "
+                        "new record (dataclasses.replace) instead of changing it")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple:  # pickle and copy rebuild it whole (not item by item)
+        return type(self), (dict(self), self.label)
+
+
+def freeze_fields(record: object) -> None:
+    """Called first in a frozen record's ``__post_init__``, before ``check_record``: a list given
+    for a field annotated ``tuple[...]`` becomes a tuple, and a dict given for a ``dict[...]``
+    field a :class:`ReadOnlyDict` copy whose list values are tuples, so that the check sees what
+    the record keeps and a record checked once stays valid (its methods read its fields without
+    checking them again). Other fields are left as given, for the check to judge (a list given
+    as a ``str`` name is refused, not turned into a tuple)."""
+    for name, origin in _container_fields(type(record)):
+        value = getattr(record, name)
+        if origin is tuple and isinstance(value, list):
+            object.__setattr__(record, name, tuple(value))
+        elif origin is dict and isinstance(value, dict):
+            object.__setattr__(record, name, ReadOnlyDict(
+                {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()},
+                f"{type(record).__name__}.{name}"))
+
+
+@functools.cache
+def _container_fields(cls: type) -> tuple[tuple[str, type], ...]:
+    """The fields of the dataclass ``cls`` annotated ``tuple[...]`` or ``dict[...]``, with that
+    origin (read once per class)."""
+    hints = typing.get_type_hints(cls)
+    origins = ((f.name, typing.get_origin(hints[f.name])) for f in dataclasses.fields(cls))
+    return tuple((name, origin) for name, origin in origins if origin in (tuple, dict))
+
+
+@dataclass(frozen=True)
 class Timing:
     """One function's timing: its median time per call and its ratio to the baseline's median.
 
@@ -47,16 +102,19 @@ class Timing:
     One sample may be 0 s (``samples_s`` items are finite and >= 0): a clock coarser than one
     call (:func:`time.thread_time` on Windows ticks every 15.6 ms) reads 0 for some repeats of a
     fast call and not for others, and only the median is divided by here
-    (:func:`paired_ratios` refuses a zero baseline sample itself, naming its repeat)."""
+    (:func:`paired_ratios` refuses a zero baseline sample itself, naming its repeat). ``name`` is a
+    non-empty str or tuple (a table prints it). Frozen: ``samples_s`` is kept as a tuple, so a
+    Timing checked once stays valid."""
 
     name: str | tuple  # a label, or a tuple of settings (lesson 07 times (N, cached) pairs)
     median_s: float
     ratio: float  # median / baseline median
-    samples_s: list[float] = field(default_factory=list, repr=False)  # every repeat, in order
+    samples_s: tuple[float, ...] = dataclasses.field(default=(), repr=False)  # every repeat, in order
 
     def __post_init__(self) -> None:
         """Times are durations: finite, the median and the ratio > 0, each sample >= 0 (a clock
         that ran backwards or returned NaN would otherwise rank as the fastest, or as nothing)."""
+        freeze_fields(self)
         if not isinstance(self.samples_s, list | tuple):
             raise TypeError(f"Timing({self.name!r}).samples_s must be a list of seconds (every repeat), "
                             f"got {type(self.samples_s).__name__} {self.samples_s!r:.60}")
@@ -64,7 +122,7 @@ class Timing:
             _check_duration(value, f"Timing({self.name!r}).{label}", positive=True)
         for i, value in enumerate(self.samples_s):
             _check_duration(value, f"Timing({self.name!r}).samples_s[{i}]")
-        check_record(self)  # the rest: name is a str
+        check_record(self, nonempty=("name",))  # the rest: name is a non-empty str or tuple
         # a table prints median_s and best_s side by side: they describe the same samples
         if self.samples_s and not _close(self.median_s, statistics.median(self.samples_s)):
             raise ValueError(f"Timing({self.name!r}).median_s must be the median of its samples_s "
@@ -93,15 +151,16 @@ def _close(a: float, b: float, rel: float = 1e-9) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 
 
-def _check_functions(fns: object) -> None:
-    """``fns`` is a non-empty mapping name -> function of no arguments."""
+def _check_functions(fns: object, name: str = "fns") -> None:
+    """``fns`` is a non-empty mapping name -> function of no arguments; errors call it ``name``
+    (a caller's own argument, such as :func:`~course_utils.bench.gqa_speed.time_cold`'s ``steps``)."""
     if not isinstance(fns, Mapping):
-        raise TypeError(f"fns must be a mapping name -> function of no arguments (a dict), got "
+        raise TypeError(f"{name} must be a mapping name -> function of no arguments (a dict), got "
                         f"{type(fns).__name__} {fns!r:.60}")
     if not fns:
-        raise ValueError("fns must name at least one function to time")
+        raise ValueError(f"{name} must name at least one function to time")
     for key, fn in fns.items():
-        check_callable(fn, f"fns[{key!r}]", "a function of no arguments", nargs=0)
+        check_callable(fn, f"{name}[{key!r}]", "a function of no arguments", nargs=0)
 
 
 #: The most timed rounds (``repeats``), warm-up rounds (``warmup``) or calls per sample
@@ -218,7 +277,8 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
     0 s is refused here, naming the function (the baseline first: no ratio to it exists): the
     clock did not advance around its calls, and a Timing's median is divided by. ``samples`` is
     checked first (a non-empty mapping of non-empty lists of seconds, each named
-    ``samples[name][i]``), and ``baseline`` must be one of its names."""
+    ``samples[name][i]``, all of one length: one sample per repeat), and ``baseline`` must be one
+    of its names."""
     _check_samples(samples)
     check_function_name(baseline, "baseline", samples, "the names of samples")
     medians = {name: statistics.median(s) for name, s in samples.items()}
@@ -235,7 +295,8 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
 
 def _check_samples(samples: object) -> None:
     """``samples`` is what :func:`interleaved_samples` returns: a non-empty mapping name -> a
-    non-empty list (or tuple) of seconds, each finite and >= 0; errors name ``samples[name]``."""
+    non-empty list (or tuple) of seconds, each finite and >= 0, as many for every name; errors
+    name ``samples[name]``."""
     if not isinstance(samples, Mapping) or not samples:
         error = ValueError if isinstance(samples, Mapping) else TypeError
         raise error(f"samples must be a non-empty mapping name -> seconds of every repeat (as "
@@ -247,6 +308,11 @@ def _check_samples(samples: object) -> None:
                         f"{type(seconds).__name__} {seconds!r:.60}")
         for i, value in enumerate(seconds):
             _check_duration(value, f"samples[{key!r}][{i}]")
+    counts = {key: len(seconds) for key, seconds in samples.items()}
+    if len(set(counts.values())) > 1:  # one run times every function once per repeat
+        raise ValueError(f"samples must hold one sample per repeat for every function (as "
+                         f"interleaved_samples returns: paired_ratios pairs them), got counts "
+                         f"{counts!r:.120}")
 
 
 def check_function_name(value: object, name: str, among: Iterable[Hashable] | None = None,
@@ -324,13 +390,14 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
     return [a / b for a, b in zip(top, bottom, strict=True)]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RatioSpread:
     """How ``name / baseline`` varied over the repeats of one run.
 
     The five ratios are ordered ``low <= q1 <= median <= q3 <= high`` and the median is > 0 (the
     median of the ratios of two Timings, each with a median > 0). ``name`` may equal
-    ``baseline``: :func:`format_spread_table` prints the baseline's own row (every ratio 1)."""
+    ``baseline``: :func:`format_spread_table` prints the baseline's own row (every ratio 1), so
+    that is not refused. Frozen: a spread checked once stays valid."""
 
     name: str
     baseline: str
@@ -347,7 +414,8 @@ class RatioSpread:
         for label in ("median", "q1", "q3", "low", "high"):
             _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}",
                             positive=label == "median")
-        self.repeats = check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1)
+        object.__setattr__(self, "repeats",
+                           check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1))
         check_record(self)  # the rest: name and baseline are str
         # verdict reads q1 and q3; the slack absorbs the rounding of statistics.quantiles
         order = ("low", "q1", "median", "q3", "high")
