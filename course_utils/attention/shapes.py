@@ -21,7 +21,7 @@ import contextlib
 import math
 import numbers
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,13 +139,13 @@ class ShapeTrace:
     never answer from a trace changed after its check.
     """
 
-    sizes: Mapping[str, int]
+    sizes: dict[str, int]
     steps: tuple[TraceStep, ...] = ()
-    tensors: Mapping[str, Tensor] = field(default_factory=dict)
+    tensors: dict[str, Tensor] = field(default_factory=dict)
     max_abs_diff: float = float("nan")
 
     def __post_init__(self) -> None:
-        freeze_fields(self, "sizes", "steps", "tensors")  # before the check: it sees what is kept
+        freeze_fields(self)  # before the check: it sees what is kept
         check_record(self, nan_ok=("max_abs_diff",))  # NaN: not compared yet
         _check_trace_consistent(self)
 

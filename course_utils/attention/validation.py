@@ -10,12 +10,13 @@ they propagate (see :mod:`course_utils.attention.mha`).
 
 from __future__ import annotations
 
-import copyreg
 import dataclasses
+import functools
 import math
 import numbers
 import os
 import types
+import typing
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -68,6 +69,7 @@ __all__ = [
     "physical_memory_bytes",
     "check_record",
     "freeze_fields",
+    "ReadOnlyDict",
     "check_dims_not_empty",
     "MAX_NARGS",
 ]
@@ -1107,8 +1109,8 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     and not NaN, except that ``signed`` fields may be negative
     and ``nan_ok`` fields may be NaN or infinite (e.g. a difference not measured yet); ``str``,
     ``bool``, ``X | None``, ``Literal[...]``, ``list[X]``/``tuple[X, ...]`` (a list or a tuple),
-    ``dict[K, V]``, ``Mapping[K, V]`` (any mapping: the read-only view :func:`freeze_fields`
-    stores) and classes (``Tensor``, another record) as themselves; ``Any`` and ``object``
+    ``dict[K, V]`` (a :class:`ReadOnlyDict` too, what :func:`freeze_fields` stores) and classes
+    (``Tensor``, another record) as themselves; ``Any`` and ``object``
     take anything. The fields in ``nonempty`` (a list a method takes the ``min()`` of, ...) hold
     at least one item (a str: at least one character). The ``float`` fields in ``fractions`` (an
     accuracy, a share), or the floats they hold, lie in [0, 1]. Each name in ``nan_ok``,
@@ -1129,43 +1131,57 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
         check(getattr(record, name), f"{cls.__name__}.{name}")
 
 
-def freeze_fields(record: object, *names: str) -> None:
-    """Store the fields ``names`` of the frozen dataclass ``record`` read-only, from its
-    ``__post_init__`` *before* :func:`check_record` (so the check sees what is kept): a list
-    becomes a tuple, a dict a ``types.MappingProxyType`` over a copy whose list values are tuples.
-    A record checked once then stays valid: nothing can append to, or assign into, what its
-    methods read. Anything else (a tuple, a read-only mapping, a wrong type) is left as it is, for
-    :func:`check_record` to take or refuse. Annotate such fields ``tuple[X, ...]`` and
-    ``Mapping[K, V]``. Such a record pickles and deep-copies as before (a view is rebuilt over a
-    copy of its items). A name that is not a field is a ValueError naming it."""
+class ReadOnlyDict(dict):
+    """A dict that refuses every change, naming itself by ``label`` (``"DecodeRow.samples_s"``): a
+    dict field of a frozen result record (see :func:`freeze_fields`). It stays a ``dict``
+    (``check_record`` checks ``dict[K, V]`` fields as dicts, and ``in``, ``[key]``, ``.items()``,
+    ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, items: Mapping = (), label: str = "this dict") -> None:
+        if hasattr(self, "label"):  # made already: d.__init__(other) would fill it again
+            self._refuse()
+        super().__init__(items)
+        self.label = label
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(f"{self.label} is read-only: it was checked when its record was made; make a "
+                        "new record (dataclasses.replace) instead of changing it")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple:  # pickle and copy rebuild it whole (not item by item)
+        return type(self), (dict(self), self.label)
+
+
+def freeze_fields(record: object) -> None:
+    """Called first in a frozen record's ``__post_init__``, before ``check_record``: a list given
+    for a field annotated ``tuple[...]`` becomes a tuple, and a dict given for a ``dict[...]``
+    field a :class:`ReadOnlyDict` copy whose list values are tuples, so that the check sees what
+    the record keeps and a record checked once stays valid (its methods read its fields without
+    checking them again). Other fields are left as given, for the check to judge (a list given
+    as a ``str`` name is refused, not turned into a tuple)."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"freeze_fields freezes a record, an instance of a dataclass (called from its "
                         f"__post_init__), got {type(record).__name__} {record!r:.60}")
-    fields = [f.name for f in dataclasses.fields(record)]
-    for name in names:
-        if name not in fields:
-            raise ValueError(f"freeze_fields names {name!r}, which is not a field of "
-                             f"{type(record).__name__} (its fields: {fields})")
-        object.__setattr__(record, name, _read_only(getattr(record, name)))
+    for name, origin in _container_fields(type(record)):
+        value = getattr(record, name)
+        if origin is tuple and isinstance(value, list):
+            object.__setattr__(record, name, tuple(value))
+        elif origin is dict and isinstance(value, dict):
+            object.__setattr__(record, name, ReadOnlyDict(
+                {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()},
+                f"{type(record).__name__}.{name}"))
 
 
-def _read_only_mapping(items: dict) -> types.MappingProxyType:
-    """A read-only view of ``items``: how a pickled (or deep-copied) view is rebuilt."""
-    return types.MappingProxyType(items)
-
-
-# A frozen record holding a read-only view pickles (parallel.py sends results between processes)
-# and deep-copies as one holding a dict did; Python itself refuses to pickle a mappingproxy.
-copyreg.pickle(types.MappingProxyType, lambda view: (_read_only_mapping, (dict(view),)))
-
-
-def _read_only(value: object) -> object:
-    """A list as a tuple, a dict as a read-only view of a copy (list values as tuples)."""
-    if isinstance(value, list):
-        return tuple(value)
-    if isinstance(value, dict):
-        return types.MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
-    return value
+@functools.cache
+def _container_fields(cls: type) -> tuple[tuple[str, type], ...]:
+    """The fields of the dataclass ``cls`` annotated ``tuple[...]`` or ``dict[...]``, with that
+    origin (read once per class)."""
+    hints = typing.get_type_hints(cls)
+    origins = ((f.name, typing.get_origin(hints[f.name])) for f in dataclasses.fields(cls))
+    return tuple((name, origin) for name, origin in origins if origin in (tuple, dict))
 
 
 def _check_record_options(cls: type, options: dict[str, object]) -> None:
@@ -1209,7 +1225,6 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
                 fraction: bool = False):
     """A function ``(value, label) -> None`` that refuses what ``hint`` does not describe
     (``fraction``: its floats lie in [0, 1])."""
-    import types
     import typing
 
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -1273,12 +1288,12 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
                 except (TypeError, ValueError):  # again, naming the item (no label built per item)
                     check(item, f"{label}[{i}]")
         return sequence
-    if origin in (dict, Mapping):  # Mapping: a frozen record's read-only view (see freeze_fields)
+    if origin is dict:
         key_check, value_check = (_type_check(a, nan_ok, signed, positive, fraction)
                                   for a in args or (object, object))
 
         def mapping(value: object, label: str) -> None:
-            if not isinstance(value, origin):
+            if not isinstance(value, dict):
                 raise TypeError(f"{label} must be {_describe_hint(hint)}, got {type(value).__name__} "
                                 f"{value!r:.60}")
             for key, item in value.items():
@@ -1312,7 +1327,6 @@ def _or_none(message: str, label: str) -> str:
 def _describe_hint(hint: object, top: bool = True) -> str:
     """``list[int]`` -> ``"a list of int"``, ``list[Tensor | None]`` -> ``"a list of (Tensor or
     None)"``: an annotation in words, for messages."""
-    import types
     import typing
 
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -1328,9 +1342,8 @@ def _describe_hint(hint: object, top: bool = True) -> str:
             words = f"a tuple ({', '.join(_describe_hint(a, False) for a in args)})"
         else:
             words = f"a list of {_describe_hint(args[0], False)}"
-    elif origin in (dict, Mapping) and args:
-        kind = "a dict" if origin is dict else "a dict (or a read-only mapping)"
-        words = f"{kind} {_describe_hint(args[0], False)} -> {_describe_hint(args[1], False)}"
+    elif origin is dict and args:
+        words = f"a dict {_describe_hint(args[0], False)} -> {_describe_hint(args[1], False)}"
     else:
         words = getattr(hint, "__name__", str(hint))
         return (("an " if words[0] in "aeiouAEIOU" else "a ") + words) if top else words

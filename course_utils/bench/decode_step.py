@@ -69,10 +69,11 @@ from ..attention.validation import (
     check_record,
     check_tensor,
     check_thread_count,
+    freeze_fields,
 )
 from ..env import check_seed, torch_threads
 from ..paths import check_path
-from .timing import check_round_counts, freeze_fields, interleaved_samples
+from .timing import check_round_counts, interleaved_samples
 
 __all__ = [
     "FALLBACK_LLC_BYTES",

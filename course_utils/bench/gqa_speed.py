@@ -74,6 +74,7 @@ from ..attention.validation import (
     check_int,
     check_int_list,
     check_record,
+    freeze_fields,
 )
 from ..env import check_seed, torch_threads
 from .decode_step import (
@@ -95,7 +96,6 @@ from .timing import (
     _check_functions,
     check_function_name,
     check_round_counts,
-    freeze_fields,
     interleaved_samples,
     timings_from_samples,
 )

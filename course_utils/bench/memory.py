@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import IO
 
 from .. import cli
-from ..attention.validation import check_distinct, check_record
+from ..attention.validation import check_distinct, check_record, freeze_fields
 from ..paths import check_path, path_kind
-from .timing import freeze_fields
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
            "notebook_peak_memory", "format_memory_table", "format_slowest_cells", "peak_rss_bytes",

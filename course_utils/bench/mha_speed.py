@@ -43,6 +43,7 @@ from ..attention.validation import (
     check_stream,
     check_table,
     check_tensor,
+    freeze_fields,
 )
 from ..env import check_seed, torch_threads
 from .timing import (
@@ -53,7 +54,6 @@ from .timing import (
     check_round_counts,
     format_spread_table,
     format_table,
-    freeze_fields,
     ratio_spread,
     time_interleaved,
 )

@@ -9,26 +9,22 @@ much a ratio varied from repeat to repeat, and two formatters print the tables.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import statistics
 import time
-import typing
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 
-from ..attention.validation import check_callable, check_distinct, check_int, check_record
+from ..attention.validation import check_callable, check_distinct, check_int, check_record, freeze_fields
 
 Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
 
 
 __all__ = [
     "Timing",
-    "ReadOnlyDict",
-    "freeze_fields",
     "MAX_REPEATS",
     "check_round_counts",
     "check_function_name",
@@ -41,56 +37,6 @@ __all__ = [
     "ratio_spread",
     "format_spread_table",
 ]
-
-
-class ReadOnlyDict(dict):
-    """A dict that refuses every change, naming itself by ``label`` (``"DecodeRow.samples_s"``): a
-    dict field of a frozen result record (see :func:`freeze_fields`). It stays a ``dict``
-    (``check_record`` checks ``dict[K, V]`` fields as dicts, and ``in``, ``[key]``, ``.items()``,
-    ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict."""
-
-    __slots__ = ("label",)
-
-    def __init__(self, items: Mapping = (), label: str = "this dict") -> None:
-        if hasattr(self, "label"):  # made already: d.__init__(other) would fill it again
-            self._refuse()
-        super().__init__(items)
-        self.label = label
-
-    def _refuse(self, *args: object, **kwargs: object) -> None:
-        raise TypeError(f"{self.label} is read-only: it was checked when its record was made; make a "
-                        "new record (dataclasses.replace) instead of changing it")
-
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
-
-    def __reduce__(self) -> tuple:  # pickle and copy rebuild it whole (not item by item)
-        return type(self), (dict(self), self.label)
-
-
-def freeze_fields(record: object) -> None:
-    """Called first in a frozen record's ``__post_init__``, before ``check_record``: a list given
-    for a field annotated ``tuple[...]`` becomes a tuple, and a dict given for a ``dict[...]``
-    field a :class:`ReadOnlyDict` copy whose list values are tuples, so that the check sees what
-    the record keeps and a record checked once stays valid (its methods read its fields without
-    checking them again). Other fields are left as given, for the check to judge (a list given
-    as a ``str`` name is refused, not turned into a tuple)."""
-    for name, origin in _container_fields(type(record)):
-        value = getattr(record, name)
-        if origin is tuple and isinstance(value, list):
-            object.__setattr__(record, name, tuple(value))
-        elif origin is dict and isinstance(value, dict):
-            object.__setattr__(record, name, ReadOnlyDict(
-                {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()},
-                f"{type(record).__name__}.{name}"))
-
-
-@functools.cache
-def _container_fields(cls: type) -> tuple[tuple[str, type], ...]:
-    """The fields of the dataclass ``cls`` annotated ``tuple[...]`` or ``dict[...]``, with that
-    origin (read once per class)."""
-    hints = typing.get_type_hints(cls)
-    origins = ((f.name, typing.get_origin(hints[f.name])) for f in dataclasses.fields(cls))
-    return tuple((name, origin) for name, origin in origins if origin in (tuple, dict))
 
 
 @dataclass(frozen=True)
