@@ -157,6 +157,15 @@ def _check_tokens_fit(tokens: Tensor, name: str, model: TinyTransformer) -> None
                          f"move them with .to({str(device)!r})")
 
 
+def _check_label(value: object, name: str, what: str) -> str:
+    """``value`` is a non-empty str (a TypeError for another type, a ValueError for ``''`` or
+    blanks), named ``name``; ``what`` says what it labels (a row or column of a table)."""
+    if not isinstance(value, str) or not value.strip():
+        raise (TypeError if not isinstance(value, str) else ValueError)(
+            f"{name} must be a non-empty str ({what}), got {type(value).__name__} {value!r:.60}")
+    return value
+
+
 def _described(x: object) -> str:
     """What arrived, for a message: a tensor's shape and dtype, else the type's name."""
     if isinstance(x, Tensor):
@@ -568,10 +577,7 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
         where = tuple(wrong.nonzero()[0].tolist())
         raise ValueError(f"targets must be next-token ids >= 0 or -100 (not counted), got "
                          f"{int(targets[where])} at (batch, position) {where}")
-    if not isinstance(name, str) or not name.strip():
-        raise (TypeError if not isinstance(name, str) else ValueError)(
-            f"name must be a non-empty str (the score's name, such as 'loss'), got "
-            f"{type(name).__name__} {name!r:.60}")
+    _check_label(name, "name", "the score's name, such as 'loss'")
     return Evaluation(tokens, lambda logits: {name: average_loss(logits, targets)})
 
 
@@ -673,11 +679,14 @@ def _check_numbers(scores: object, must: str) -> dict[str, float]:
 def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
                    cases: dict[str, Sequence[Head]], *, method: str = "zero",
                    means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
-    """One row per case (name -> heads to switch off), one column per measured number.
-    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
+    """One row per case (name -> heads to switch off), one column per measured number; each name is
+    a non-empty str (the row's label). ``means`` as in :func:`measure` (unused but checked with
+    ``method="zero"``)."""
     if not isinstance(cases, dict) or not cases:
         raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
                         f"{type(cases).__name__} {cases!r:.60}")
+    for name in cases:
+        _check_label(name, f"each name in cases (the key {name!r:.40})", "the row's label, such as 'prev'")
     evaluations = _check_evaluations(evaluations, model)
     _check_method(method)
     cases = {name: _check_heads(heads, model, f"cases[{name!r}]") for name, heads in cases.items()}
