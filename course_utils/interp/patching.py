@@ -507,7 +507,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     """Each residual-stream component's direct contribution to ``directions`` at ``positions``.
 
     ``positions`` ``(B,)``: one position per sequence; ``directions`` ``(B, V)`` or ``(V,)``:
-    the logit combination to explain, e.g. +1 on the agreeing verb and -1 on the other one.
+    the logit combination to explain, e.g. +1 on the agreeing verb and -1 on the other one
+    (finite numbers: a NaN would make every column NaN).
     The final residual ``x`` is a sum of components (token + position embeddings; per layer,
     each head through its slice of ``W_O``, the attention bias and the MLP). The final
     LayerNorm is ``(x - mean(x)) / s * gamma + beta``; with its scale ``s`` held at this run's
@@ -547,6 +548,7 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
             or not directions.is_floating_point()):
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
                         f"got {_described(directions)}")
+    check_finite(directions, "directions", "a NaN or infinite direction makes every column NaN")
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
     rows = torch.arange(B)
     recorded: dict[str, Tensor] = {}
