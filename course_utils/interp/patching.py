@@ -61,7 +61,7 @@ from ..attention.validation import (
     check_real,
 )
 from ..model.transformer import TinyTransformer
-from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
+from ..tasks.synthetic import AGREEMENT_VOCAB, NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
     KeptRun,
@@ -1059,15 +1059,30 @@ def flip_subject_number(batch: AgreementBatch) -> Tensor:
     in subject relative clauses ("the cat that sees the dogs is") the verb agreeing with the
     subject flips too, so every corrupted sentence is grammatical up to the final verb, whose
     agreeing form is now ``batch.wrong_id``. Same length, same positions: patching can compare
-    the two runs position by position."""
+    the two runs position by position. A subject (or relative-clause verb) with no form in the
+    other number (tokens that are not the batch's sentences) is refused, naming its row, position
+    and word."""
     if not isinstance(batch, AgreementBatch):
         raise TypeError(f"batch must be an AgreementBatch, got {type(batch).__name__}")
     tokens = batch.tokens.clone()
     rows = torch.arange(len(batch))
     relative = torch.tensor([t == "subject_relative" for t in batch.template], dtype=torch.bool)
-    for r, p in ((rows, batch.subject_pos), (rows[relative], batch.subject_pos[relative] + 2)):
+    for r, p, what in ((rows, batch.subject_pos, "subject noun"),
+                       (rows[relative], batch.subject_pos[relative] + 2, "relative clause's verb")):
+        _check_flippable(tokens[r, p], r, p, what)
         tokens[r, p] = torch.tensor([_OTHER_NUMBER[int(t)] for t in tokens[r, p]], dtype=torch.long)
     return tokens
+
+
+def _check_flippable(ids: Tensor, rows: Tensor, positions: Tensor, what: str) -> None:
+    """Each of ``ids`` (read at ``batch.tokens[rows, positions]``) is a noun or verb with a form in
+    the other number; else a ValueError naming the first that is not, its word and where."""
+    for i, token in enumerate(ids.tolist()):
+        if token not in _OTHER_NUMBER:
+            word = AGREEMENT_VOCAB[token] if 0 <= token < len(AGREEMENT_VOCAB) else "not a word"
+            raise ValueError(f"batch.tokens[{int(rows[i])}, {int(positions[i])}] (the {what}) is id {token} "
+                             f"({word!r}), which has no form in the other number to flip to: is batch.tokens "
+                             f"the batch's own sentences?")
 
 
 def trimmed_by_length(batch: AgreementBatch, groups: int) -> list[AgreementBatch]:
