@@ -334,7 +334,7 @@ def test_head_trace_refuses_parts_that_do_not_fit_its_logits(change: dict, label
 
 
 def test_head_trace_without_attention_is_accepted() -> None:
-    assert HeadTrace(**{**_trace_parts(), "attention": []}).attention == []
+    assert HeadTrace(**{**_trace_parts(), "attention": []}).attention == ()
 
 
 def test_timing_refuses_a_name_that_is_not_a_str_or_a_tuple() -> None:

@@ -154,7 +154,7 @@ def test_refused_naming_the_argument(call: Callable[[], object], error: type, wo
 def test_documented_uses_still_accepted() -> None:
     """What the docstrings keep: an empty attention list (keep_attention=False), a KeptRun without
     head outputs, and ids beyond a vocabulary no model has given yet."""
-    assert _trace(attention=[]).attention == []
+    assert _trace(attention=[]).attention == ()
     assert A.KeptRun([STREAM, STREAM], []).heads == []
     assert A.KeptRun([STREAM, STREAM], [HEADS_OUT]).inputs[0] is STREAM
     assert A.loss_evaluation(_with(TOKENS, 10**6), _with(TOKENS, -100)).tokens[0, 0] == 10**6

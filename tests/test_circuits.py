@@ -49,7 +49,7 @@ def test_trace_heads_matches_the_model(mlp):
     assert norms.shape == (2, 2, 4, 8)
     assert torch.allclose(norms[1, :, 2], trace.head_outputs[1][:, 2].norm(dim=-1))
     fast = trace_heads(model, TOKENS, keep_attention=False)
-    assert fast.attention == [] and torch.allclose(fast.logits, logits, atol=1e-5)
+    assert fast.attention == () and torch.allclose(fast.logits, logits, atol=1e-5)
 
 
 def test_zero_replacement_is_head_mask_and_mean_replacement_keeps_the_mean():

@@ -228,7 +228,7 @@ def test_bad_induction_arguments(period, start, error, words):
     ([4], [1, 2], ValueError, "query_positions must hold one position per sequence"),
     ([4, 6], [1, 2], ValueError, "0..5"),
     ([4, 5], [-1, 2], ValueError, "0..5"),
-    ([4.0, 5.0], [1, 2], TypeError, "integers"),
+    ([4.0, 5.0], [1, 2], TypeError, "query_positions[0] must be an int, got float 4.0"),
     (True, [1, 2], TypeError, "bool"),
 ])
 def test_bad_agreement_positions(verbs, subjects, error, words):

@@ -121,7 +121,9 @@ def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> 
     return checked
 
 
-def _check_tokens(tokens: object, name: str) -> Tensor:
+def _check_tokens(tokens: object, name: str, model: TinyTransformer | None = None) -> Tensor:
+    """A non-empty long ``(B, T)`` batch of ids ``>= 0`` holding values; with ``model``, also what
+    the model's forward would check (:func:`_check_tokens_fit`), under the caller's ``name``."""
     if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
         raise TypeError(f"{name} must be a torch.long tensor (B, T) of token ids, got "
                         f"{type(tokens).__name__}" + (f" of dtype {tokens.dtype}"
@@ -132,7 +134,36 @@ def _check_tokens(tokens: object, name: str) -> Tensor:
     if int(tokens.min()) < 0:  # the upper end needs the vocabulary: checked where a model meets them
         raise ValueError(f"{name} must be token ids >= 0, got {int(tokens.min())} at (batch, position) "
                          f"{tuple((tokens < 0).nonzero()[0].tolist())}")
+    if model is not None:
+        _check_tokens_fit(tokens, name, model)
     return tokens
+
+
+def _check_tokens_fit(tokens: Tensor, name: str, model: TinyTransformer) -> None:
+    """``tokens`` fit ``model``: ids below its vocabulary, at most ``max_len`` positions, on its
+    device. The model's forward checks the same, but names them ``tokens`` whatever the caller's
+    argument is (``reference_tokens``, ``source_tokens``, ``evaluations[1].tokens``)."""
+    cfg = model.config
+    low, high = int(tokens.min()), int(tokens.max())
+    if high >= cfg.vocab_size:
+        raise ValueError(f"{name} must hold ids in [0, vocab_size={cfg.vocab_size}) (the model's "
+                         f"vocabulary), got min {low}, max {high}")
+    if tokens.shape[1] > cfg.max_len:
+        raise ValueError(f"{name}: sequence too long: {tokens.shape[1]} tokens exceed the model's "
+                         f"max_len={cfg.max_len}")
+    device = model.token_embedding.weight.device
+    if tokens.device != device:
+        raise ValueError(f"{name} are on device {tokens.device} but the model's parameters are on {device}: "
+                         f"move them with .to({str(device)!r})")
+
+
+def _check_label(value: object, name: str, what: str) -> str:
+    """``value`` is a non-empty str (a TypeError for another type, a ValueError for ``''`` or
+    blanks), named ``name``; ``what`` says what it labels (a row or column of a table)."""
+    if not isinstance(value, str) or not value.strip():
+        raise (TypeError if not isinstance(value, str) else ValueError)(
+            f"{name} must be a non-empty str ({what}), got {type(value).__name__} {value!r:.60}")
+    return value
 
 
 def _described(x: object) -> str:
@@ -219,7 +250,7 @@ def gates_without(model: TinyTransformer, heads: Sequence[Head]) -> Tensor:
 def head_outputs(model: TinyTransformer, tokens: Tensor) -> Tensor:
     """Every head's output before the heads are merged: ``(L, B, h, T, dk)``."""
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     recorded: list[Tensor] = []
 
     def record(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
@@ -239,7 +270,7 @@ def mean_head_outputs(model: TinyTransformer, reference_tokens: Tensor, *, keep:
     one mean per position over the sequences, ``(L, h, T, dk)`` (for batches whose positions
     line up, such as the induction task's; ``keep`` is then not allowed).
     """
-    _check_tokens(reference_tokens, "reference_tokens")
+    _check_tokens(reference_tokens, "reference_tokens", _check_model(model))
     check_flag(per_position, "per_position")
     if keep is not None:
         _check_keep(keep, reference_tokens, per_position)
@@ -337,7 +368,7 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
     since below it nothing changes. The same logits (the same sums), less compute.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     heads = _check_heads(heads, model)
     if streams is not None:
         streams = _check_streams(streams, model, tokens)
@@ -393,7 +424,7 @@ def block_inputs(model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     read at the hook points ``blocks.{i}.hook_resid_pre`` and the last block's ``hook_resid_post``.
     Given to :func:`ablated_logits` as ``streams``, runs that change only later layers start there."""
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     L = model.config.num_layers
     names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
     with torch.no_grad():
@@ -546,20 +577,23 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
         where = tuple(wrong.nonzero()[0].tolist())
         raise ValueError(f"targets must be next-token ids >= 0 or -100 (not counted), got "
                          f"{int(targets[where])} at (batch, position) {where}")
-    if not isinstance(name, str) or not name.strip():
-        raise (TypeError if not isinstance(name, str) else ValueError)(
-            f"name must be a non-empty str (the score's name, such as 'loss'), got "
-            f"{type(name).__name__} {name!r:.60}")
+    _check_label(name, "name", "the score's name, such as 'loss'")
     return Evaluation(tokens, lambda logits: {name: average_loss(logits, targets)})
 
 
-def _check_evaluations(evaluations: object) -> list[Evaluation]:
+def _check_evaluations(evaluations: object, model: TinyTransformer) -> list[Evaluation]:
+    """An Evaluation or a non-empty list of them, each one's tokens fitting ``model`` (named
+    ``evaluations.tokens`` or ``evaluations[i].tokens``, before any forward pass)."""
+    _check_model(model)
     if isinstance(evaluations, Evaluation):
+        _check_tokens(evaluations.tokens, "evaluations.tokens", model)
         return [evaluations]
     if not isinstance(evaluations, Sequence) or not evaluations or not all(
             isinstance(e, Evaluation) for e in evaluations):
         raise TypeError(f"evaluations must be an Evaluation or a non-empty list of them, got "
                         f"{type(evaluations).__name__} {evaluations!r:.60}")
+    for i, evaluation in enumerate(evaluations):
+        _check_tokens(evaluation.tokens, f"evaluations[{i}].tokens", model)
     return list(evaluations)
 
 
@@ -572,9 +606,9 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     (batches whose means differ, e.g. per-position means of different lengths). With
     ``method="zero"`` it is unused, but still checked (:func:`_check_unused_means`).
     """
-    evaluations = _check_evaluations(evaluations)
+    evaluations = _check_evaluations(evaluations, model)
     if _check_method(method) == "zero":
-        _check_unused_means(means, _check_model(model), [e.tokens.shape[1] for e in evaluations])
+        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     result: dict[str, float] = {}
     for i, evaluation in enumerate(evaluations):
         fill = means.get(i) if isinstance(means, dict) else means
@@ -645,17 +679,17 @@ def _check_numbers(scores: object, must: str) -> dict[str, float]:
 def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluation],
                    cases: dict[str, Sequence[Head]], *, method: str = "zero",
                    means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
-    """One row per case (name -> heads to switch off), one column per measured number.
-    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
+    """One row per case (name -> heads to switch off), one column per measured number; each name is
+    a non-empty str (the row's label). ``means`` as in :func:`measure` (unused but checked with
+    ``method="zero"``)."""
     if not isinstance(cases, dict) or not cases:
         raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
                         f"{type(cases).__name__} {cases!r:.60}")
-    evaluations = _check_evaluations(evaluations)
-    _check_model(model)
+    for name in cases:
+        _check_label(name, f"each name in cases (the key {name!r:.40})", "the row's label, such as 'prev'")
+    evaluations = _check_evaluations(evaluations, model)
     _check_method(method)
     cases = {name: _check_heads(heads, model, f"cases[{name!r}]") for name, heads in cases.items()}
-    for evaluation in evaluations:
-        _check_tokens(evaluation.tokens, "tokens")
     if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     # Each case enters the first block its heads change at the intact run's stream and head
@@ -679,7 +713,7 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     over the sequences. The model's weights are left untouched (no gradient kept on them).
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     _check_targets_like(targets, tokens)
     check_int(chunk_size, "chunk_size", minimum=1)
     cfg = model.config
@@ -769,10 +803,8 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
         raise ValueError(f"order lists a head twice: {', '.join(head_name(*h) for h in twice)} "
                          f"(in an order of {len(order)} heads)")
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
-    evaluations = _check_evaluations(evaluations)
+    evaluations = _check_evaluations(evaluations, model)
     _check_method(method)
-    for evaluation in evaluations:
-        _check_tokens(evaluation.tokens, "tokens")
     if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     total = len(all_heads(model))

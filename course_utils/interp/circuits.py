@@ -39,25 +39,35 @@ HeadKey = tuple[int, int]
 _TRACED = "a trace records a forward pass: NaN or infinity there means broken weights or an overflow"
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeadTrace:
     """One forward pass, opened up (B batch, T positions, h heads, d = d_model, V vocabulary).
 
     ``logits`` ``(B, T, V)``; ``attention[l]`` ``(B, h, T, T)`` (empty if not kept:
-    ``trace_heads(keep_attention=False)``, so an empty list is accepted); ``head_outputs[l]``
+    ``trace_heads(keep_attention=False)``, so an empty sequence is accepted); ``head_outputs[l]``
     ``(B, h, T, d)``: what head ``h`` of layer ``l`` adds to the residual stream (its slice of
-    W_O applied to its output; the shared W_O bias is left out); ``residual[l]`` ``(B, T, d)``:
-    the stream entering layer ``l``, and ``residual[L]`` the one entering the final LayerNorm.
-    Every tensor must hold finite numbers (a NaN or infinite trace reads as a measurement).
+    W_O applied to its output; the shared W_O bias is left out), one per layer, at least one;
+    ``residual[l]`` ``(B, T, d)``: the stream entering layer ``l``, and ``residual[L]`` the one
+    entering the final LayerNorm. Every layer has the same ``h`` and ``d``. Every tensor must hold
+    finite numbers (a NaN or infinite trace reads as a measurement).
+
+    Frozen, and the three per-layer fields are stored as tuples (lists given are converted), so a
+    trace checked once stays consistent: the functions that read it trust its shapes.
     """
 
     logits: torch.Tensor
-    attention: list[torch.Tensor]
-    head_outputs: list[torch.Tensor]
-    residual: list[torch.Tensor]
+    attention: tuple[torch.Tensor, ...]
+    head_outputs: tuple[torch.Tensor, ...]
+    residual: tuple[torch.Tensor, ...]
 
     def __post_init__(self) -> None:
+        for name in ("attention", "head_outputs", "residual"):  # kept as tuples: what is checked stays
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         check_record(self)
+        if not self.head_outputs:
+            raise ValueError("HeadTrace.head_outputs must hold one tensor per layer of the model (at least "
+                             "one), got none")
         check_tensor(self.logits, "HeadTrace.logits", ndim=3, layout="(B, T, V)")
         check_finite(self.logits, "HeadTrace.logits", _TRACED)  # numbers: not the meta device, no NaN
         B, T, _ = self.logits.shape
@@ -78,6 +88,18 @@ class HeadTrace:
                 if t.shape[0] != B or t.shape[time_dim] != T:
                     raise ValueError(f"HeadTrace.{name}[{layer}] must be {layout} with B={B}, T={T} (the "
                                      f"logits'), got shape {tuple(t.shape)}")
+        self._check_widths()
+
+    def _check_widths(self) -> None:
+        """Every layer's ``h`` and ``d`` are head_outputs[0]'s (a trace of one model)."""
+        _, h, T, d = self.head_outputs[0].shape
+        wanted = (("head_outputs", (None, h, T, d), "(B, h, T, d)"), ("residual", (None, T, d), "(B, T, d)"),
+                  ("attention", (None, h, T, T), "(B, h, T, T)"))
+        for name, sizes, layout in wanted:
+            for layer, t in enumerate(getattr(self, name)):
+                if any(want is not None and got != want for got, want in zip(t.shape, sizes, strict=True)):
+                    raise ValueError(f"HeadTrace.{name}[{layer}] must be {layout} with h={h}, d={d} (those "
+                                     f"of head_outputs[0]: one model's trace), got shape {tuple(t.shape)}")
 
 
 def _check_model(model: object) -> None:
@@ -112,9 +134,21 @@ def _check_head_keys_dict(mapping: dict, num_layers: int, num_heads: int, what: 
     return dict(zip(keys, mapping.values(), strict=True))
 
 
-def _check_trace(trace: object) -> HeadTrace:
+def _check_trace(trace: object, model: torch.nn.Module | None = None) -> HeadTrace:
+    """A :class:`HeadTrace`; with ``model``, one of that model: its layer and head counts, widths
+    and vocabulary, its dtype and device (a trace of another model reads as an answer)."""
     if not isinstance(trace, HeadTrace):
         raise TypeError(f"trace must be a HeadTrace (from trace_heads), got {type(trace).__name__}")
+    if model is not None:
+        cfg = model.config
+        _, h, _, d = trace.head_outputs[0].shape
+        found = {"num_layers": len(trace.head_outputs), "num_heads": h, "d_model": d,
+                 "vocab_size": trace.logits.shape[-1]}
+        wrong = {k: v for k, v in found.items() if v != getattr(cfg, k)}
+        if wrong:
+            raise ValueError("trace must be a trace of model (trace_heads(model, tokens)), got one with "
+                             + ", ".join(f"{k}={v} (model: {getattr(cfg, k)})" for k, v in wrong.items()))
+        _check_on_model_device(trace.residual[-1], "trace.residual[-1]", model)
     return trace
 
 
@@ -345,9 +379,10 @@ def direct_logit_attribution(model: torch.nn.Module, trace: HeadTrace,
 
     Direct path only (head -> final LayerNorm -> unembedding, the LayerNorm's scale frozen
     at its value on the real stream); a head acting through later layers is not counted.
+    ``trace`` must be ``model``'s (its layers, heads, widths, vocabulary, dtype and device).
     """
     _check_model(model)
-    _check_trace(trace)
+    _check_trace(trace, model)
     if isinstance(targets, torch.Tensor) and targets.shape != trace.logits.shape[:2]:
         raise ValueError(f"targets must be a (B, T) tensor of token ids = {tuple(trace.logits.shape[:2])}, "
                          f"got {describe_shape(targets)}")

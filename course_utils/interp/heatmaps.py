@@ -171,7 +171,8 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
 def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
     """Per-layer weights (list of (B, h, T, T) or (h, T, T)) -> (L, h, T, T) for one sequence."""
     batch_index = check_int(batch_index, "batch_index", minimum=0)
-    if isinstance(attention, torch.Tensor) and attention.ndim in (3, 4):
+    single = isinstance(attention, torch.Tensor) and attention.ndim in (3, 4)
+    if single:
         attention = [attention]
     if not isinstance(attention, (list, tuple)) or not attention:
         raise TypeError("attention must be a non-empty list of per-layer weights (B, h, T, T) or "
@@ -180,6 +181,7 @@ def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
     for i, layer in enumerate(attention):
         if not isinstance(layer, torch.Tensor):
             raise TypeError(f"layer {i}'s weights must be a torch.Tensor, got {type(layer).__name__}")
+        check_holds_values(layer, "attention" if single else f"attention[{i}] (layer {i}'s weights)")
         if layer.ndim == 4:
             if not 0 <= batch_index < layer.shape[0]:
                 raise ValueError(f"batch_index {batch_index} is out of range: expected an int in "

@@ -61,7 +61,7 @@ from ..attention.validation import (
     check_real,
 )
 from ..model.transformer import TinyTransformer
-from ..tasks.synthetic import NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
+from ..tasks.synthetic import AGREEMENT_VOCAB, NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
     Evaluation,
     KeptRun,
@@ -182,7 +182,7 @@ def position_ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Seque
     off at every position gives :func:`~course_utils.interp.ablation.ablated_logits`.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     heads = check_distinct(_check_heads(heads, model), "heads", "heads (layer, head)")
     where = _check_where(where, tokens)  # (B, T)
     method = _check_method(method)
@@ -222,7 +222,7 @@ def patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tenso
     Each patched head's output is replaced; everything downstream of it is recomputed.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     heads = _check_heads(heads, model)
     _check_source_outputs(source_outputs, model, tokens)
     where = None if where is None else _check_where(where, tokens)
@@ -255,8 +255,8 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     ``source_tokens``: ``(L, h)``. ``metric(logits (B, T, V)) -> float`` (a finite number: a
     NaN cell could not be compared with the others)."""
     _check_model(model)
-    _check_tokens(tokens, "tokens")
-    _check_tokens(source_tokens, "source_tokens")
+    _check_tokens(tokens, "tokens", model)
+    _check_tokens(source_tokens, "source_tokens", model)
     check_callable(metric, "metric", "a function logits (B, T, V) -> float", nargs=1)
     if source_tokens.shape != tokens.shape:
         raise ValueError(f"source_tokens {tuple(source_tokens.shape)} must be shaped like tokens "
@@ -288,7 +288,7 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
     later layer than every sender. ``outputs`` (``head_outputs(model, tokens)``) saves one run.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     senders, receivers = _check_heads(senders, model, "senders"), _check_heads(receivers, model, "receivers")
     if not senders or not receivers:
         raise ValueError("senders and receivers must each name at least one (layer, head) pair")
@@ -332,7 +332,7 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     when the same reference serves several calls; the draws are the same either way.
     """
     _check_model(model)
-    _check_tokens(reference, "reference")
+    _check_tokens(reference, "reference", model)
     check_int(seq_len, "seq_len", minimum=1)
     _check_lengths(lengths, "lengths", "(B,)")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
@@ -402,7 +402,7 @@ def resampled_logits(model: TinyTransformer, tokens: Tensor, lengths: Tensor, re
     reuse it); see :func:`resampled_outputs` for how positions are matched.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     heads = _check_heads(heads, model)
     B, T = tokens.shape
     if not (isinstance(lengths, Tensor) and lengths.shape == (B,)):
@@ -427,7 +427,7 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
     at the head's layer from the intact run's stream (nothing below it changes) and, with
     ``positions``, runs the last layer at those positions only."""
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     heads = _check_heads(heads, model)
     check_int(per_run, "per_run", minimum=1)
     cfg = model.config
@@ -507,7 +507,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     """Each residual-stream component's direct contribution to ``directions`` at ``positions``.
 
     ``positions`` ``(B,)``: one position per sequence; ``directions`` ``(B, V)`` or ``(V,)``:
-    the logit combination to explain, e.g. +1 on the agreeing verb and -1 on the other one.
+    the logit combination to explain, e.g. +1 on the agreeing verb and -1 on the other one
+    (finite numbers: a NaN would make every column NaN).
     The final residual ``x`` is a sum of components (token + position embeddings; per layer,
     each head through its slice of ``W_O``, the attention bias and the MLP). The final
     LayerNorm is ``(x - mean(x)) / s * gamma + beta``; with its scale ``s`` held at this run's
@@ -523,7 +524,7 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     the rescaling makes, and ``total`` is still the model's own value.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     if edit_heads is not None:  # it is called inside this function's own hook, before the model's check
         check_callable(edit_heads, "edit_heads", "a function (layer, heads) -> heads or None", nargs=2)
     B, T = tokens.shape
@@ -547,6 +548,7 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
             or not directions.is_floating_point()):
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
                         f"got {_described(directions)}")
+    check_finite(directions, "directions", "a NaN or infinite direction makes every column NaN")
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
     rows = torch.arange(B)
     recorded: dict[str, Tensor] = {}
@@ -611,7 +613,7 @@ def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, he
     for the run with ``head_mask`` / ``edit_heads`` (default: intact). The ``frozen_scale`` of
     :func:`direct_logit_attribution`."""
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     B = tokens.shape[0]
     if not isinstance(positions, Tensor) or positions.shape != (B,) or positions.dtype != torch.long:
         raise TypeError(f"positions must be a long tensor (B,) = ({B},), one position per sequence, "
@@ -637,7 +639,7 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
     numbers can be resampled to see how stable the ranking is.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     _check_targets_like(targets, tokens)
     cfg = model.config
     flags = [p.requires_grad for p in model.parameters()]
@@ -704,8 +706,9 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     check_int(chunks, "chunks", minimum=1)
     check_int(per_run, "per_run", minimum=1)
     check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results", nargs=2)
+    evaluations = _check_evaluations(evaluations, model)
     if _check_method(method) == "zero":  # unused, but checked as measure checks it
-        _check_unused_means(means, model, [e.tokens.shape[1] for e in _check_evaluations(evaluations)])
+        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     check_callable(within, "within", "a function (numbers: dict) -> bool", nargs=1)
     orders = _check_orders(orders, model)
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
@@ -722,7 +725,6 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     measured: dict[frozenset, dict[str, float]] = dict(known or {})
     counts: list[int | None] = [None] * len(orders)
     if incremental:
-        evaluations = _check_evaluations(evaluations)
         intact = [_intact_run(model, e) for e in evaluations]
         streams: dict[frozenset, list[KeptRun]] = {}  # a set -> per evaluation, its kept run
     for k in range(1, max((len(o) for o in orders), default=0) + 1):
@@ -982,8 +984,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     Sets are grouped by the lowest layer they touch, and each group's pass starts there from
     the intact run's stream (computed once per evaluation): below that layer nothing changes.
     An :class:`EvaluationAt` gets its last layer computed at its positions only."""
-    _check_model(model)
-    evaluations = _check_evaluations(evaluations)
+    evaluations = _check_evaluations(evaluations, model)
     if not isinstance(head_sets, (list, tuple)):  # a lone set of heads would be read set by set
         raise TypeError(f"head_sets must be a list of head sets, e.g. [[(0, 1)], [(0, 1), (1, 0)]], got "
                         f"{type(head_sets).__name__} {head_sets!r:.60}")
@@ -1021,7 +1022,7 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     the parent's head outputs there; it holds up to ``2 * B * T * d * L`` floats per set of a step.
     """
     _check_model(model)
-    _check_tokens(tokens, "tokens")
+    _check_tokens(tokens, "tokens", model)
     _check_targets_like(targets, tokens)
     orders = _check_orders(orders, model)
     if not orders:
@@ -1058,15 +1059,30 @@ def flip_subject_number(batch: AgreementBatch) -> Tensor:
     in subject relative clauses ("the cat that sees the dogs is") the verb agreeing with the
     subject flips too, so every corrupted sentence is grammatical up to the final verb, whose
     agreeing form is now ``batch.wrong_id``. Same length, same positions: patching can compare
-    the two runs position by position."""
+    the two runs position by position. A subject (or relative-clause verb) with no form in the
+    other number (tokens that are not the batch's sentences) is refused, naming its row, position
+    and word."""
     if not isinstance(batch, AgreementBatch):
         raise TypeError(f"batch must be an AgreementBatch, got {type(batch).__name__}")
     tokens = batch.tokens.clone()
     rows = torch.arange(len(batch))
     relative = torch.tensor([t == "subject_relative" for t in batch.template], dtype=torch.bool)
-    for r, p in ((rows, batch.subject_pos), (rows[relative], batch.subject_pos[relative] + 2)):
+    for r, p, what in ((rows, batch.subject_pos, "subject noun"),
+                       (rows[relative], batch.subject_pos[relative] + 2, "relative clause's verb")):
+        _check_flippable(tokens[r, p], r, p, what)
         tokens[r, p] = torch.tensor([_OTHER_NUMBER[int(t)] for t in tokens[r, p]], dtype=torch.long)
     return tokens
+
+
+def _check_flippable(ids: Tensor, rows: Tensor, positions: Tensor, what: str) -> None:
+    """Each of ``ids`` (read at ``batch.tokens[rows, positions]``) is a noun or verb with a form in
+    the other number; else a ValueError naming the first that is not, its word and where."""
+    for i, token in enumerate(ids.tolist()):
+        if token not in _OTHER_NUMBER:
+            word = AGREEMENT_VOCAB[token] if 0 <= token < len(AGREEMENT_VOCAB) else "not a word"
+            raise ValueError(f"batch.tokens[{int(rows[i])}, {int(positions[i])}] (the {what}) is id {token} "
+                             f"({word!r}), which has no form in the other number to flip to: is batch.tokens "
+                             f"the batch's own sentences?")
 
 
 def trimmed_by_length(batch: AgreementBatch, groups: int) -> list[AgreementBatch]:

@@ -252,10 +252,15 @@ def previous_token_by_position(weights: AttentionInput, *, check_rows: bool = Tr
 
 def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_len: int,
                name: str) -> torch.Tensor:
-    if isinstance(positions, bool):
-        raise TypeError(f"{name} must be an int or a sequence of ints, got bool")
-    if isinstance(positions, numbers.Integral):  # a NumPy int too
-        positions = [int(positions)] * batch
+    """``positions`` (an int for every sequence, or one per sequence) as a long ``(batch,)``
+    tensor in ``0..seq_len-1``. Ints follow :func:`check_int` (a bool, even inside a list, is
+    refused: torch would read True as position 1)."""
+    if isinstance(positions, (bool, numbers.Integral)):  # a NumPy int too
+        positions = [check_int(positions, name)] * batch
+    if isinstance(positions, (list, tuple)):
+        for i, position in enumerate(positions):
+            if not isinstance(position, (list, tuple, np.ndarray, torch.Tensor)):  # nested: the shape check
+                check_int(position, f"{name}[{i}]")
     if isinstance(positions, (str, bytes)):
         raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} "
                         f"{positions!r:.40}")

@@ -65,7 +65,8 @@ class Explorer:
         render: called as ``render(**values)`` with each control's value by name. A
             ``str`` result is shown as text; any other result (e.g. a matplotlib
             figure) is displayed. An exception becomes a one-line message.
-        controls: name -> ipywidgets value widget (slider, dropdown, ...).
+        controls: name -> ipywidgets value widget (slider, dropdown, ...); each name is a
+            non-empty str (``render`` gets the values as keywords).
         title: optional heading shown above the controls.
         rows: the controls' layout, as rows of names (default: one row that wraps).
         draw: called with each result instead of showing it in the explorer's own
@@ -89,6 +90,10 @@ class Explorer:
             raise TypeError(f"draw must be None or a function result -> None that shows each result, "
                             f"got {type(draw).__name__} {draw!r:.60}")
         for name, control in controls.items():
+            if not isinstance(name, str) or not name:  # render is called as render(**values)
+                raise (TypeError if not isinstance(name, str) else ValueError)(
+                    f"controls' names must be non-empty str (render is called with them as keywords), "
+                    f"got {type(name).__name__} {name!r:.60}")
             if not isinstance(control, widgets.ValueWidget):
                 raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
                                 f"got {type(control).__name__}")
