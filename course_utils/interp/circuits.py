@@ -28,6 +28,7 @@ from ..attention.validation import (
     check_record,
     check_tensor,
     describe_shape,
+    freeze_fields,
 )
 
 __all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm", "direct_logit_attribution",
@@ -61,9 +62,7 @@ class HeadTrace:
     residual: tuple[torch.Tensor, ...]
 
     def __post_init__(self) -> None:
-        for name in ("attention", "head_outputs", "residual"):  # kept as tuples: what is checked stays
-            if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+        freeze_fields(self)  # lists kept as tuples: what is checked stays
         check_record(self)
         if not self.head_outputs:
             raise ValueError("HeadTrace.head_outputs must hold one tensor per layer of the model (at least "
