@@ -240,7 +240,7 @@ def all_heads(model: TinyTransformer) -> list[Head]:
 def gates_without(model: TinyTransformer, heads: Sequence[Head]) -> Tensor:
     """``head_mask`` ``(L, h)``: 1 everywhere, 0 on ``heads`` (zero ablation)."""
     cfg = _check_model(model).config
-    gates = torch.ones(cfg.num_layers, cfg.num_heads)
+    gates = torch.ones(cfg.num_layers, cfg.num_heads, device=model.unembed.weight.device)
     for layer, head in _check_heads(heads, model):
         gates[layer, head] = 0.0
     return gates
@@ -717,14 +717,15 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     _check_targets_like(targets, tokens)
     check_int(chunk_size, "chunk_size", minimum=1)
     cfg = model.config
-    total = torch.zeros(cfg.num_layers, cfg.num_heads)
+    total = torch.zeros(cfg.num_layers, cfg.num_heads, device=tokens.device)
     weights = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)
     try:
         for start in range(0, tokens.shape[0], chunk_size):
             chunk, chunk_targets = tokens[start:start + chunk_size], targets[start:start + chunk_size]
-            xi = torch.ones(chunk.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True)  # (B, L, h)
+            xi = torch.ones(chunk.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True,
+                            device=tokens.device)  # (B, L, h)
 
             def gate(layer: int, heads: Tensor, xi: Tensor = xi) -> Tensor:  # heads: (B, h, T, dk)
                 return heads * xi[:, layer, :, None, None]

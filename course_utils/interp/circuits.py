@@ -426,7 +426,8 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     written = torch.einsum("hnk,dhk->hnd", v[0], w_o)  # (h, n, d)
     written = written - written.mean(dim=-1, keepdim=True)
     logits = model.unembed(written * model.ln_final.weight)[..., ids]  # (h, n, n): among token_ids
-    return (logits.argmax(dim=-1) == torch.arange(len(ids))).double().mean(dim=-1)  # (h,)
+    diagonal = torch.arange(len(ids), device=logits.device)  # token i's own column
+    return (logits.argmax(dim=-1) == diagonal).double().mean(dim=-1)  # (h,)
 
 
 def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor, scored: torch.Tensor) -> float:

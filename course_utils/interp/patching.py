@@ -474,7 +474,8 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
             def refill(z: Tensor, layer: int, at: Tensor | None = None, fills: dict = fills) -> Tensor:
                 z = z.clone()  # (n*B, h, T or 1, dk)
                 for c, head, fill in fills.get(layer, []):
-                    part = fill if at is None else fill[torch.arange(B), at][:, None]  # (B, T or 1, dk)
+                    rows_b = torch.arange(B, device=fill.device)
+                    part = fill if at is None else fill[rows_b, at][:, None]  # (B, T or 1, dk)
                     z[c * B:(c + 1) * B, head] = part
                 return z
 
@@ -550,7 +551,7 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
                         f"got {_described(directions)}")
     check_finite(directions, "directions", "a NaN or infinite direction makes every column NaN")
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
-    rows = torch.arange(B)
+    rows = torch.arange(B, device=tokens.device)
     recorded: dict[str, Tensor] = {}
     heads_seen: list[Tensor] = []
 
@@ -604,7 +605,7 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
             columns[f"L{layer} mlp"] = contribution(recorded[f"L{layer} mlp"][rows, positions])
     columns["final bias"] = (model.ln_final.bias * readout).sum(-1)
     columns["total"] = (logits[rows, positions] * directions).sum(-1)
-    return pd.DataFrame({name: value.detach().numpy() for name, value in columns.items()})
+    return pd.DataFrame({name: value.detach().cpu().numpy() for name, value in columns.items()})
 
 
 def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, head_mask: Tensor | None = None,
@@ -626,7 +627,7 @@ def final_scale(model: TinyTransformer, tokens: Tensor, positions: Tensor, *, he
             model(tokens, head_mask=head_mask, edit_heads=edit_heads)
     finally:
         handle.remove()
-    x = seen[0][torch.arange(tokens.shape[0]), positions]
+    x = seen[0][torch.arange(tokens.shape[0], device=seen[0].device), positions]
     return (x.var(dim=-1, unbiased=False) + model.ln_final.eps).sqrt()
 
 
@@ -646,7 +647,8 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
     for p in model.parameters():
         p.requires_grad_(False)
     try:
-        xi = torch.ones(tokens.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True)  # (B, L, h)
+        xi = torch.ones(tokens.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True,
+                        device=tokens.device)  # (B, L, h)
 
         def gate(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
             return heads * xi[:, layer, :, None, None]
@@ -823,7 +825,8 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
                 for begin in range(0, len(group), per_run):
                     some = group[begin:begin + per_run]
                     sources = [runs[jobs[j][1]][e] if enter else intact[e] for j in some]
-                    gates = torch.ones(len(some), L, model.config.num_heads, dtype=model.unembed.weight.dtype)
+                    gates = torch.ones(len(some), L, model.config.num_heads, dtype=model.unembed.weight.dtype,
+                                       device=model.unembed.weight.device)
                     for row, j in enumerate(some):
                         for layer, head in jobs[j][0]:
                             gates[row, layer, head] = 0.0
@@ -845,8 +848,8 @@ def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],
                             at = positions.repeat(len(some))
                             scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at, heads=given)
                             logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"),
-                                                dtype=scored.dtype)
-                            logits[torch.arange(len(at)), at] = scored
+                                                dtype=scored.dtype, device=scored.device)
+                            logits[torch.arange(len(at), device=at.device), at] = scored
                     for row, (j, chunk) in enumerate(zip(some, logits.split(batch), strict=True)):
                         results[j].update(_check_scores(evaluation.score(chunk), e))
                         rows_of, source = slice(row * batch, (row + 1) * batch), sources[row]
@@ -912,7 +915,7 @@ def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor | None, posit
     or its outputs at the query, ``(N, h, 1, dk)``, mapped by ``edit`` instead. ``heads``
     ``(N, h, 1, dk)``: those outputs as a run with this ``x`` computed them; the block then
     starts at ``attn.hook_z`` (the block's ``heads`` entry)."""
-    block, rows = model.blocks[-1], torch.arange(x.shape[0])
+    block, rows = model.blocks[-1], torch.arange(x.shape[0], device=x.device)
     change = [] if gate is None and edit is None else [
         (f"blocks.{len(model.blocks) - 1}.attn.hook_z", (lambda z, hook: z * gate) if edit is None
          else (lambda z, hook: edit(z)))]
@@ -921,7 +924,7 @@ def _last_layer_at(model: TinyTransformer, x: Tensor, gate: Tensor | None, posit
             y, _, _ = block(x[rows, positions][:, None], heads=heads)  # (N, 1, d)
         return model.unembed(model.ln_final(y))[:, 0]  # (N, V)
     normed = block.ln_attn(x)  # (N, T, d): every position is a key
-    allowed = (torch.arange(x.shape[1]) <= positions[:, None])[:, None, :]  # (N, 1, T)
+    allowed = (torch.arange(x.shape[1], device=x.device) <= positions[:, None])[:, None, :]  # (N, 1, T)
     with model.hooks(change):
         attended, _ = block.attn(normed[rows, positions][:, None], normed, normed, mask=allowed)  # (N, 1, d)
     y = x[rows, positions][:, None] + attended
@@ -947,7 +950,8 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
     changes. ``positions`` ``(B,)`` (with ``inputs``): the last layer runs at those positions
     only, and the logits elsewhere are NaN."""
     cfg, n = model.config, len(head_sets)
-    gates = torch.ones(n, cfg.num_layers, cfg.num_heads, dtype=model.unembed.weight.dtype)
+    gates = torch.ones(n, cfg.num_layers, cfg.num_heads, dtype=model.unembed.weight.dtype,
+                       device=model.unembed.weight.device)
     for i, heads in enumerate(head_sets):
         for layer, head in heads:
             gates[i, layer, head] = 0.0
@@ -970,9 +974,11 @@ def _gated_batch(model: TinyTransformer, tokens: Tensor, head_sets: Sequence[Seq
         if first < cfg.num_layers:
             scored = _last_layer_at(model, x, rows[:, -1, :, None, None], at)
         else:  # no set touches any layer: the intact final stream
-            scored = model.unembed(model.ln_final(inputs[-1].repeat(n, 1, 1)[torch.arange(len(at)), at]))
-        logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"), dtype=scored.dtype)
-        logits[torch.arange(len(at)), at] = scored
+            scored = model.unembed(model.ln_final(
+                inputs[-1].repeat(n, 1, 1)[torch.arange(len(at), device=at.device), at]))
+        logits = torch.full((*x.shape[:2], scored.shape[-1]), float("nan"), dtype=scored.dtype,
+                            device=scored.device)
+        logits[torch.arange(len(at), device=at.device), at] = scored
         return logits
 
 
