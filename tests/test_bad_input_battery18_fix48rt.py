@@ -58,3 +58,100 @@ def test_rounding_helpers_still_take_good_input():
 ], ids=["bool values", "int values", "empty name"])
 def test_table_refuses_non_float_values_and_empty_name(name, values, error, words):
     _raises(error, words, lambda: we.Table(name, values, ("a", "b"), ("x", "y", "z")))
+
+
+# -- two_relations: g05, g15, g16, g17, g18 -----------------------------------------------------
+@pytest.fixture(scope="module")
+def lookup():
+    import torch
+
+    from course_utils.tasks import two_relations as tr
+
+    task = tr.TwoKeyTask()
+    torch.manual_seed(0)
+    return tr, task, tr.LookupModel(task, 16, 2), task.sample(8, seed=0)
+
+
+@pytest.mark.parametrize("name", ["attention_by_copies", "weight_on_keys", "accuracy_by_share", "evaluate",
+                                  "swap_fraction"])
+def test_lookup_measures_refuse_an_empty_batch(lookup, name):
+    import torch
+
+    tr, _, model, batch = lookup
+    empty = batch.take(torch.tensor([], dtype=torch.long))
+    _raises(ValueError, ["batch", "at least one example", "0 examples", "(0, 8)"],
+            lambda: getattr(tr, name)(model, empty))
+
+
+@pytest.mark.parametrize("field", ["item_keys", "item_symbols", "query_keys", "answer_symbols", "target"])
+def test_lookup_batch_refuses_negative_ids(lookup, field):
+    tr, _, _, batch = lookup
+    fields = batch._asdict()
+    fields[field] = fields[field].clone()
+    fields[field][1] = -3  # row 1 (all of it for a 2-D field)
+    _raises(ValueError, [f"LookupBatch.{field}", ">= 0", "-3", "row 1"], lambda: tr.LookupBatch(**fields))
+
+
+def test_lookup_batch_answers_follow_the_items(lookup):
+    tr, _, _, batch = lookup
+    answers = batch.answer_symbols.clone()
+    answers[0, 0] = (answers[0, 0] + 1) % 8
+    _raises(ValueError, ["LookupBatch.answer_symbols[:, 0]", "row 0", str(int(answers[0, 0]))],
+            lambda: batch._replace(answer_symbols=answers))
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda b: b._replace(item_keys="x"), ["LookupBatch.item_keys", "int64", "str"]),
+    (lambda b: b._replace(item_symbols=b.item_symbols[:3]), ["LookupBatch.item_symbols", "(8, 8)", "(3, 8)"]),
+    (lambda b: type(b)._make(["x", *b[1:]]), ["LookupBatch.item_keys", "int64", "str"]),
+], ids=["_replace str", "_replace 3 rows", "_make str"])
+def test_lookup_batch_copies_are_checked(lookup, make, words):
+    batch = lookup[3]
+    with pytest.raises((TypeError, ValueError)) as info:
+        make(batch)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_lookup_batch_copies_still_work(lookup):
+    batch = lookup[3]
+    assert batch._replace(target=batch.target.clone()).num_examples == 8
+    assert type(batch)._make(list(batch)).num_examples == 8
+
+
+def test_evaluate_refuses_a_batch_of_another_task(lookup):
+    tr, _, model, _ = lookup
+    other = tr.TwoKeyTask(num_symbols=4).sample(4, seed=0)
+    _raises(ValueError, ["batch.target", "V = 8", "not from the model's task"],
+            lambda: tr.evaluate(model, other))
+
+
+@pytest.mark.parametrize("steps, words", [
+    ([25, 0], ["RunResult.steps", "strictly increase", "= 25 then", "= 0"]),
+    ([0, 0], ["RunResult.steps", "strictly increase", "= 0 then"]),
+])
+def test_run_result_steps_go_forward(lookup, steps, words):
+    tr, _, model, _ = lookup
+    _raises(ValueError, words, lambda: tr.RunResult(2, 0, steps, [0.1, 0.5], (0.5, 0.5), model))
+
+
+def test_run_result_is_frozen_with_tuples(lookup):
+    import dataclasses
+
+    tr, _, model, _ = lookup
+    run = tr.RunResult(2, 0, [0, 25], [0.1, 0.5], [0.5, 0.5], model)
+    assert run.steps == (0, 25) and run.accuracy == (0.1, 0.5) and run.relation_accuracy == (0.5, 0.5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.steps = [25, 0]
+    with pytest.raises(AttributeError):
+        run.accuracy.append(2.0)
+    _raises(ValueError, ["RunResult.steps", "strictly increase"],
+            lambda: dataclasses.replace(run, steps=[3, 1]))
+
+
+def test_accuracy_table_refuses_repeated_runs(lookup):
+    tr, _, model, _ = lookup
+    runs = [tr.RunResult(2, seed, [0, 25], [0.1, 0.5], (0.5, 0.5), model) for seed in (0, 1)]
+    for call in (tr.accuracy_table, tr.plot_learning_curves):
+        _raises(ValueError, ["results", "distinct", "repeats", "(2, 0)"],
+                lambda call=call: call(runs + runs[:1]))
