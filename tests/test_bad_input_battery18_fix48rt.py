@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from course_utils.tasks import worked_example as we
 
@@ -63,8 +64,6 @@ def test_table_refuses_non_float_values_and_empty_name(name, values, error, word
 # -- two_relations: g05, g15, g16, g17, g18 -----------------------------------------------------
 @pytest.fixture(scope="module")
 def lookup():
-    import torch
-
     from course_utils.tasks import two_relations as tr
 
     task = tr.TwoKeyTask()
@@ -75,8 +74,6 @@ def lookup():
 @pytest.mark.parametrize("name", ["attention_by_copies", "weight_on_keys", "accuracy_by_share", "evaluate",
                                   "swap_fraction"])
 def test_lookup_measures_refuse_an_empty_batch(lookup, name):
-    import torch
-
     tr, _, model, batch = lookup
     empty = batch.take(torch.tensor([], dtype=torch.long))
     _raises(ValueError, ["batch", "at least one example", "0 examples", "(0, 8)"],
@@ -155,3 +152,68 @@ def test_accuracy_table_refuses_repeated_runs(lookup):
     for call in (tr.accuracy_table, tr.plot_learning_curves):
         _raises(ValueError, ["results", "distinct", "repeats", "(2, 0)"],
                 lambda call=call: call(runs + runs[:1]))
+
+
+# -- synthetic: g07 (MixtureBatch), g13, g14 and the frozen batch records ----------------------
+def test_induction_batch_refuses_a_scored_last_column():
+    from course_utils.tasks.synthetic import InductionBatch, InductionTask
+
+    b = InductionTask().eval_batch(4)
+    scored = b.scored.clone()
+    scored[2, -1] = True
+    _raises(ValueError, ["InductionBatch.scored", "last column", "row 2"],
+            lambda: InductionBatch(b.tokens, b.periods, scored))
+    assert InductionBatch(b.tokens, b.periods, b.scored).scored is b.scored
+
+
+def test_induction_accuracy_refuses_a_batch_with_nothing_scored():
+    from course_utils.tasks.synthetic import InductionBatch, InductionTask, induction_accuracy
+
+    b = InductionTask().eval_batch(4)
+    none = InductionBatch(b.tokens, b.periods, torch.zeros_like(b.scored))
+    _raises(ValueError, ["batch", "at least one position", "no scored position", "(4, 32)"],
+            lambda: induction_accuracy(torch.randn(4, 32, 64), none))
+
+
+@pytest.mark.parametrize("names, bad", [(["nope"] * 8, "'nope'"), (["simple"] * 7 + [""], "''")])
+def test_agreement_batch_templates_are_templates(names, bad):
+    import dataclasses
+
+    from course_utils.tasks.synthetic import AgreementTask
+
+    batch = AgreementTask().eval_batch(8)
+    _raises(ValueError, ["AgreementBatch.template", "TEMPLATES", bad],
+            lambda: dataclasses.replace(batch, template=names))
+
+
+def _batches():
+    from course_utils.tasks.synthetic import AgreementTask, InductionTask, MixtureTask
+
+    return {"induction": InductionTask().eval_batch(4), "agreement": AgreementTask().eval_batch(4),
+            "mixture": MixtureTask().sample(8, torch.Generator().manual_seed(0))}
+
+
+@pytest.mark.parametrize("kind, field, value", [
+    ("mixture", "num_induction", 9), ("induction", "scored", None), ("agreement", "template", ["nope"] * 4),
+])
+def test_batch_records_are_frozen(kind, field, value):
+    import dataclasses
+
+    batch = _batches()[kind]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(batch, field, value)
+
+
+def test_mixture_task_parts_after_a_replace_is_checked():
+    import dataclasses
+
+    batch = _batches()["mixture"]
+    _raises(ValueError, ["MixtureBatch.num_induction", "9"],
+            lambda: dataclasses.replace(batch, num_induction=9).task_parts())
+    assert [t.shape[0] for t, _ in batch.task_parts()] == [4, 4]
+
+
+def test_agreement_template_is_a_tuple():
+    batch = _batches()["agreement"]
+    assert isinstance(batch.template, tuple) and len(batch.template) == 4
+    assert batch.take([0, 2]).template == (batch.template[0], batch.template[2])
