@@ -381,15 +381,15 @@ def test_cheap_expansion_refuses_arrays_that_do_not_fit(change: dict, label: str
 
 
 def test_lookup_batch_documents_its_check_and_a_model_function_names_a_bad_field() -> None:
-    """LookupBatch checks its dtypes and shapes when built (fix45a), not its values; _replace
-    skips that check, and evaluate still names the field."""
+    """LookupBatch checks its dtypes and shapes when built (fix45a); _replace checks them too
+    (fix48rt), naming the field."""
     from course_utils.tasks import two_relations as tr
 
     assert "int64 and of shapes that fit each other" in " ".join(tr.__doc__.split())
     task = tr.TwoKeyTask()
     model = tr.LookupModel(task, num_heads=1, d_model=8, hidden=8)
     batch = task.sample(4, generator=torch.Generator().manual_seed(0))
-    with pytest.raises((TypeError, ValueError), match=r"batch\.item_keys"):
+    with pytest.raises((TypeError, ValueError), match=r"LookupBatch\.item_keys"):
         tr.evaluate(model, batch._replace(item_keys=batch.item_keys.float()))
 
 

@@ -57,7 +57,7 @@ def test_swap_measures_refuse_an_empty_batch(measure):
     task = TwoKeyTask()
     model = LookupModel(task, 16, 2)
     empty = task.sample(4, seed=0).take(slice(0, 0))
-    with pytest.raises(ValueError, match="batch must hold at least one question.*0 questions"):
+    with pytest.raises(ValueError, match="batch must hold at least one example.*0 examples"):
         measure(model, empty)
 
 

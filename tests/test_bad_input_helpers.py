@@ -254,7 +254,7 @@ def test_a_bool_mask_takes_the_rows_it_keeps_templates_included():
     keep = torch.zeros(8, dtype=torch.bool)
     keep[[2, 5]] = True
     taken = AGREE.take(keep)
-    assert taken.template == [AGREE.template[2], AGREE.template[5]]
+    assert taken.template == (AGREE.template[2], AGREE.template[5])
     assert torch.equal(taken.tokens, AGREE.tokens[[2, 5]])
 
 

@@ -196,7 +196,7 @@ def test_gap_shrinks_without_repeats_and_with_training(runs, section_6):
     gaps = [t.loc["mean"].iloc[1] - t.loc["mean"].iloc[0] for t in (accuracy_table(results), table)]
     assert gaps[0] == pytest.approx(0.094, abs=0.015) and gaps[1] == pytest.approx(0.009, abs=0.006)
     assert gaps[1] < gaps[0] / 3  # "several times smaller"
-    assert long_run.steps[::4] == [0, 400, 800, 1200]
+    assert long_run.steps[::4] == (0, 400, 800, 1200)
     acc = long_run.accuracy[::4]
     assert acc[1] < acc[2] < acc[3] < 0.99  # "keeps climbing, but stays below" two heads' 1.000
     assert acc[3] == pytest.approx(0.971, abs=0.015)

@@ -253,7 +253,7 @@ def test_agreement_batch_take_keeps_every_field_row_for_row():
     for f in dataclasses.fields(batch):
         whole, taken = getattr(batch, f.name), getattr(part, f.name)
         if f.name == "template":
-            assert taken == [whole[i] for i in rows.tolist()]
+            assert taken == tuple(whole[i] for i in rows.tolist())
         else:
             assert torch.equal(taken, whole[rows]), f.name
     assert torch.equal(part.predict_pos, batch.predict_pos[rows])

@@ -195,7 +195,7 @@ def test_short_training_beats_chance_and_is_deterministic():
     first = train_lookup(TASK, 2, seed=0, config=SHORT)
     again = train_lookup(TASK, 2, seed=0, config=SHORT)
     assert first.accuracy == again.accuracy
-    assert first.steps == [0, 50, 100, 150]
+    assert first.steps == (0, 50, 100, 150)
     chance = 1 / TASK.num_classes
     assert first.accuracy[0] < 3 * chance  # untrained: near chance
     assert first.final_accuracy > 0.5  # trained: far above chance (1/64)
@@ -334,7 +334,7 @@ def test_on_eval_sees_every_evaluation_and_weight_on_keys():
     config = RelationsConfig(steps=6, eval_every=3, batch_size=8, eval_size=16)
     result = compare_heads(TASK, heads=(2,), seeds=(0,), config=config,
                            on_eval=lambda h, s, step, model: seen.append((h, s, step)))[0]
-    assert seen == [(2, 0, 0), (2, 0, 3), (2, 0, 6)] and result.steps == [0, 3, 6]
+    assert seen == [(2, 0, 0), (2, 0, 3), (2, 0, 6)] and result.steps == (0, 3, 6)
     batch = TASK.sample(64, seed=4)
     on_keys = weight_on_keys(result.model, batch)
     assert on_keys.shape == (2, 2) and ((on_keys >= 0) & (on_keys <= 1)).all()

@@ -19,14 +19,15 @@ sentences (right-padded), so one model must learn both and its heads may split t
 :class:`AgreementBatch`, :class:`InductionBatch`, :class:`MixtureBatch` are records filled by
 this module's functions; each checks its fields when built (dtypes, shapes, and that the token
 ids and positions fit each other), so a hand-made batch that does not hang together is refused
-by name.
+by name. They are frozen dataclasses (list fields kept as tuples), so no field can be replaced
+after that check; ``dataclasses.replace`` makes a new batch, checked again.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
@@ -45,6 +46,7 @@ from ..attention.validation import (
     describe_shape,
 )
 from ..env import check_seed
+from ._records import lists_to_tuples
 
 __all__ = [
     "BOS",
@@ -121,11 +123,13 @@ def _check_in_range(batch: object, name: str, low: int, high: int, what: str) ->
                          f"{int(values[row])} at row {row}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class InductionBatch:
     """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)`` in ``2..T``; ``scored`` ``(B, T)`` bool
     marks the positions whose *next* token is fixed by an earlier occurrence (the logits at
-    position ``t`` predict ``tokens[:, t + 1]``; the last column is never scored).
+    position ``t`` predict ``tokens[:, t + 1]``; the last column is never scored: there is no
+    next token, and a True there is refused). Frozen, like every batch record here: its fields
+    cannot be replaced after the check (``dataclasses.replace`` makes a new, checked one).
 
     ``tokens`` must be ids >= 0; their upper bound is the model's vocabulary, which the batch does
     not know (an :class:`InductionTask` may have any ``vocab_size``): an id beyond it is refused
@@ -142,6 +146,11 @@ class InductionBatch:
         _check_token_ids(self, "tokens")
         _check_in_range(self, "periods", 2, self.tokens.shape[1],
                         "a period of at least 2 (see InductionTask) that fits in the T tokens")
+        last = self.scored[:, -1].nonzero() if self.tokens.shape[1] else self.scored[:, :0]
+        if last.numel():
+            raise ValueError(f"InductionBatch.scored must be False in the last column (position "
+                             f"{self.tokens.shape[1] - 1} has no next token to predict), got True at row "
+                             f"{int(last[0, 0])}")
 
     @property
     def targets(self) -> Tensor:
@@ -317,10 +326,15 @@ def _refuse_nan_where_read(read: Tensor, where: str) -> None:
 
 
 def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
-    """Fraction of scored positions where the argmax prediction is the true next token."""
+    """Fraction of scored positions where the argmax prediction is the true next token
+    (``batch`` must score at least one position: a fraction of none is NaN)."""
     if not isinstance(batch, InductionBatch):
         raise TypeError(f"batch must be an InductionBatch (from InductionTask.sample or eval_batch), "
                         f"got {type(batch).__name__}")
+    if not bool(batch.scored.any()):
+        raise ValueError(f"batch must score at least one position (an accuracy over none is NaN), got an "
+                         f"InductionBatch of {batch.tokens.shape[0]} rows, shape "
+                         f"{tuple(batch.tokens.shape)}, with no scored position")
     _check_logits(logits, batch.tokens, int(batch.tokens.max()) if batch.tokens.numel() else 0)
     prediction = logits[:, :-1].argmax(-1)  # (B, T-1): predicts tokens[:, 1:]
     correct = prediction == batch.tokens[:, 1:].to(prediction.device)
@@ -378,7 +392,7 @@ TEMPLATES: dict[str, str] = {
 _TEMPLATE_NAMES = tuple(TEMPLATES)
 
 
-@dataclass
+@dataclass(frozen=True)
 class AgreementBatch:
     """Padded sentences and the facts needed to score them.
 
@@ -388,7 +402,9 @@ class AgreementBatch:
     ``predict_pos = verb_pos - 1`` are the ones that predict it. ``plural`` ``(B,)`` bool:
     the subject's number; ``attractor`` ``(B,)`` bool: an intervening noun of the
     opposite number; ``correct_id``/``wrong_id`` ``(B,)``: the verb that agrees and the
-    same verb in the other number; ``template`` names the sentence shape.
+    same verb in the other number; ``template`` names each sentence's shape, one of
+    :data:`TEMPLATES` per row (or nothing), kept as a tuple (a list given is stored as one).
+    Frozen: its fields cannot be replaced after the check.
     """
 
     tokens: Tensor
@@ -399,9 +415,10 @@ class AgreementBatch:
     attractor: Tensor
     correct_id: Tensor
     wrong_id: Tensor
-    template: list[str] = field(default_factory=list)
+    template: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        lists_to_tuples(self, "template")
         check_record(self)
         _check_batch_tensors(self, tokens=(torch.long, "BT"), lengths=(torch.long, "B"),
                              subject_pos=(torch.long, "B"), verb_pos=(torch.long, "B"),
@@ -410,6 +427,10 @@ class AgreementBatch:
         if self.template and len(self.template) != self.tokens.shape[0]:
             raise ValueError(f"AgreementBatch.template must name one template per sentence "
                              f"({self.tokens.shape[0]}) or be empty, got {len(self.template)} names")
+        unknown = next((i for i, name in enumerate(self.template) if name not in TEMPLATES), None)
+        if unknown is not None:
+            raise ValueError(f"AgreementBatch.template must name templates of TEMPLATES "
+                             f"({', '.join(TEMPLATES)}), got {self.template[unknown]!r:.60} at row {unknown}")
         for name in ("tokens", "correct_id", "wrong_id"):
             _check_token_ids(self, name, len(AGREEMENT_VOCAB))
         same = (self.correct_id == self.wrong_id).nonzero()
@@ -746,11 +767,12 @@ def _check_next_token_targets(batch: MixtureBatch) -> None:
                          f"{int(targets[row, col])} at row {row}, column {col}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class MixtureBatch:
     """``tokens`` ``(B, T)`` long: the first ``num_induction`` rows are induction sequences,
     the rest agreement sentences (right-padded with ``<pad>``); ``targets`` ``(B, T)``: the next
     token, or ``-100`` where nothing is predicted; ``real`` ``(B, T)`` bool: not padding.
+    Frozen: ``num_induction``, which :meth:`task_parts` splits at, cannot change after the check.
 
     ``tokens`` must be ids >= 0; their upper bound is the model's vocabulary, which the batch does
     not know: an id beyond it is refused by the model that reads the batch."""

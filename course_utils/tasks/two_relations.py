@@ -14,10 +14,12 @@ with 1 head and one with h heads have exactly the same parameters in number and 
 
 Shapes: n examples, T = num_items, V = num_symbols, d = d_model, h heads.
 
-:class:`LookupBatch` is a NamedTuple filled by :meth:`TwoKeyTask.sample`: when built it checks that
-its six tensors are int64 and of shapes that fit each other (its values are not read: the
-functions that take one with a model check that its item keys, query keys and symbols fit the
-model's task). :class:`RunResult` checks its fields when built, its accuracies in [0, 1].
+:class:`LookupBatch` is a NamedTuple filled by :meth:`TwoKeyTask.sample`: when built (by
+``_replace`` and ``_make`` too) it checks that its six tensors are int64 and of shapes that fit
+each other, its ids >= 0 and its relations and answers consistent with its items (the upper
+bounds belong to the task: the functions that take one with a model check that its keys,
+symbols and classes fit the model's task). :class:`RunResult` is frozen and checks its fields
+when built: its steps strictly increasing, its accuracies in [0, 1].
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ..attention.validation import (
 )
 from ..env import seed_everything, torch_threads
 from ..parallel import default_workers, parallel_map
+from ._records import check_increasing, lists_to_tuples
 
 __all__ = [
     "EVAL_SEED",
@@ -114,12 +117,19 @@ class _LookupFields(NamedTuple):
 # each field's shape, in the dims n (examples) and T (items) that item_keys fixes
 _LOOKUP_LAYOUT = {"item_keys": "nT", "item_symbols": "nT", "query_keys": "n2", "answer_symbols": "n2",
                   "relation": "nT", "target": "n"}
+# the fields that hold ids (>= 0), and what they are
+_LOOKUP_IDS = {"item_keys": "keys", "item_symbols": "symbols", "query_keys": "keys",
+               "answer_symbols": "symbols", "target": "pair classes"}
 
 
 class LookupBatch(_LookupFields):
     """``n`` examples of the two-key lookup (all int64), made by :meth:`TwoKeyTask.sample` and
     :meth:`take`. Checked when built: six int64 tensors, ``item_keys`` ``(n, T)`` fixing n and T
-    for the others (a ValueError names ``LookupBatch.field`` and both shapes)."""
+    for the others (a ValueError names ``LookupBatch.field`` and both shapes); keys, symbols
+    and classes >= 0, ``relation`` following the keys and ``answer_symbols`` the symbols of the
+    asked-for items. Their upper bounds (``num_keys``, ``num_symbols``) belong to the task, which
+    the batch does not know: the model that reads it checks them against its own task. A batch
+    made by ``_replace`` or ``_make`` (the NamedTuple's copies) is checked the same way."""
 
     __slots__ = ()
 
@@ -127,6 +137,12 @@ class LookupBatch(_LookupFields):
         self = super().__new__(cls, *args, **kwargs)
         _check_lookup_fields(self)
         return self
+
+    @classmethod
+    def _make(cls, iterable) -> LookupBatch:
+        """A batch from an iterable of the six fields, checked as :class:`LookupBatch` is (the
+        NamedTuple's own ``_make``, which ``_replace`` calls too, skips ``__new__``)."""
+        return cls(*iterable)
 
     @property
     def num_examples(self) -> int:
@@ -157,8 +173,14 @@ def _check_lookup_fields(batch: LookupBatch) -> None:
         if got != want:
             raise ValueError(f"LookupBatch.{name} must be {want} (n = {n} examples, T = {T} items, from "
                              f"LookupBatch.item_keys {(n, T)}), got shape {got}")
-    for name in _LOOKUP_LAYOUT:  # the relation check below reads values
+    for name in _LOOKUP_LAYOUT:  # the checks below read values
         check_holds_values(getattr(batch, name), f"LookupBatch.{name}")
+    for name in _LOOKUP_IDS:  # ids index embeddings: a negative one reads from the end
+        values = getattr(batch, name)
+        if values.numel() and int(values.min()) < 0:
+            row = int((values < 0).nonzero()[0, 0])
+            raise ValueError(f"LookupBatch.{name} must hold {_LOOKUP_IDS[name]} >= 0, got "
+                             f"{int(values.min())} (first negative entry in row {row})")
     asked_a, asked_b = batch.query_keys[:, :1], batch.query_keys[:, 1:]
     wanted = torch.where(batch.item_keys == asked_a, 0, torch.where(batch.item_keys == asked_b, 1, -1))
     bad = (batch.relation != wanted).nonzero()
@@ -168,6 +190,20 @@ def _check_lookup_fields(batch: LookupBatch) -> None:
                          f"b and -1 for a distractor (from item_keys and query_keys), so "
                          f"{int(wanted[row, col])} at row {row}, item {col}; got "
                          f"{int(batch.relation[row, col])}")
+    _check_answers(batch)
+
+
+def _check_answers(batch: LookupBatch) -> None:
+    """``answer_symbols`` are the symbols the asked-for items hold: ``[:, 0]`` on every item whose
+    ``relation`` is 0 (key a), ``[:, 1]`` on every item whose relation is 1 (key b)."""
+    for column, key in ((0, "a"), (1, "b")):
+        held = batch.relation == column
+        bad = (held & (batch.item_symbols != batch.answer_symbols[:, column:column + 1])).nonzero()
+        if bad.numel():
+            row, col = (int(i) for i in bad[0])
+            raise ValueError(f"LookupBatch.answer_symbols[:, {column}] must be the symbol of the items under "
+                             f"key {key} (relation {column}), {int(batch.item_symbols[row, col])} at row "
+                             f"{row} (item {col}), got {int(batch.answer_symbols[row, column])}")
 
 
 # What sample(n) allocates per example for the smallest task (num_items=2, num_keys=3):
@@ -302,13 +338,21 @@ def _check_batch_fits(model: object, batch: object) -> None:
     T = batch.item_keys.shape[1]
     if T != task.num_items:
         raise ValueError(f"batch has {T} items per example, the model's task has {task.num_items}")
-    for name, ids, high, what in (("batch.item_keys", batch.item_keys, task.num_keys, "keys"),
-                                  ("batch.query_keys", batch.query_keys, task.num_keys, "keys"),
-                                  ("batch.item_symbols", batch.item_symbols, task.num_symbols, "symbols")):
+    for name, high, what in (("item_keys", task.num_keys, "keys"), ("query_keys", task.num_keys, "keys"),
+                             ("item_symbols", task.num_symbols, "symbols"),
+                             ("answer_symbols", task.num_symbols, "symbols")):
         try:
-            check_ids(ids, name, high, what)
+            check_ids(getattr(batch, name), f"batch.{name}", high, what)
         except ValueError as err:
             raise ValueError(f"{err}: the batch is not from the model's task {task}") from None
+    # the class a * V + b depends on V: a batch of another task's V is scored against wrong classes
+    want = pair_class(batch.answer_symbols[:, 0], batch.answer_symbols[:, 1], task.num_symbols)
+    bad = (batch.target != want).nonzero()
+    if bad.numel():
+        row = int(bad[0, 0])
+        raise ValueError(f"batch.target must be the pair class a * V + b of the answer symbols (a, b) with "
+                         f"the model's V = {task.num_symbols}, so {int(want[row])} at row {row}, got "
+                         f"{int(batch.target[row])}: the batch is not from the model's task {task}")
 
 
 @dataclass(frozen=True)
@@ -340,21 +384,26 @@ class RelationsConfig:
                                  f"{_MIN_BYTES_PER_EXAMPLE} bytes each, the smallest TwoKeyTask's")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    """One training run: its learning curve and final held-out accuracies."""
+    """One training run: its learning curve and final held-out accuracies. Frozen, with the
+    curve kept as tuples (lists given are stored as tuples), so a result checked once stays as
+    it was checked: ``steps`` strictly increase, one ``accuracy`` (a fraction) per step.
+    ``recorded`` (what ``on_eval`` returned) is kept as given: no method reads it."""
 
     num_heads: int
     seed: int
-    steps: list[int]
-    accuracy: list[float]  # held-out accuracy of the whole answer, at each step in `steps`
+    steps: tuple[int, ...]
+    accuracy: tuple[float, ...]  # held-out accuracy of the whole answer, at each step in `steps`
     relation_accuracy: tuple[float, float]  # final accuracy of symbol a alone, of symbol b alone
     model: LookupModel = field(repr=False)
     recorded: dict[int, Any] = field(default_factory=dict, repr=False)  # step -> on_eval's result
 
     def __post_init__(self) -> None:
+        lists_to_tuples(self, "steps", "accuracy", "relation_accuracy")
         # final_accuracy reads the last accuracy; accuracies are fractions of answers right
         check_record(self, nonempty=("steps", "accuracy"), fractions=("accuracy", "relation_accuracy"))
+        check_increasing(self.steps, "RunResult.steps")  # a learning curve goes forward in time
         if len(self.steps) != len(self.accuracy):
             raise ValueError(f"RunResult.accuracy must hold one accuracy per step in RunResult.steps "
                              f"({len(self.steps)}), got {len(self.accuracy)}")
@@ -373,9 +422,7 @@ def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, floa
     """Accuracy of the whole answer, of symbol a alone and of symbol b alone (``batch`` must hold
     at least one example: the share of none right is no number)."""
     _check_batch_fits(model, batch)
-    if batch.num_examples == 0:
-        raise ValueError("batch must hold at least one example to score (an accuracy over none is NaN), "
-                         f"got a LookupBatch of 0 examples, shape {tuple(batch.item_keys.shape)}")
+    _check_not_empty(batch)
     was_training = model.training
     model.eval()
     predicted = model(batch)[0].argmax(dim=-1)  # (n,)
@@ -519,7 +566,8 @@ def _check_digits(digits: object) -> None:
 
 
 def _check_results(results: object) -> None:
-    """``results`` is a non-empty list of :class:`RunResult` (what :func:`compare_heads` returns)."""
+    """``results`` is a non-empty list of :class:`RunResult` (what :func:`compare_heads` returns),
+    one per (number of heads, seed)."""
     if isinstance(results, RunResult) or not isinstance(results, Sequence) or isinstance(results, str):
         raise TypeError(f"results must be a list of RunResult (what compare_heads returns), got "
                         f"{type(results).__name__}")
@@ -529,6 +577,8 @@ def _check_results(results: object) -> None:
     wrong = next((i for i, r in enumerate(results) if not isinstance(r, RunResult)), None)
     if wrong is not None:
         raise TypeError(f"results[{wrong}] must be a RunResult, got {type(results[wrong]).__name__}")
+    # a table cell and a curve's mean hold one run per (heads, seed): a repeat would be merged
+    check_distinct([(r.num_heads, r.seed) for r in results], "results", "runs (one per (num_heads, seed))")
 
 
 def _check_title(title: object) -> None:
@@ -601,6 +651,7 @@ def attention_by_copies(model: LookupModel, batch: LookupBatch, *, digits: int =
     import pandas as pd
 
     _check_digits(digits)
+    _check_not_empty(batch)
     predicted, weights = _predict_with_weights(model, batch)  # (n,), (n, h, T)
     right = predicted == batch.target  # (n,)
     on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1)  # (n, h)
@@ -638,7 +689,9 @@ def share_on_a(model: LookupModel, batch: LookupBatch, head: int = 0) -> Tensor:
 
 @torch.no_grad()
 def weight_on_keys(model: LookupModel, batch: LookupBatch) -> Tensor:
-    """Mean weight each head puts on key a's items and on key b's items, shape (h, 2)."""
+    """Mean weight each head puts on key a's items and on key b's items, shape (h, 2)
+    (``batch`` must hold at least one example)."""
+    _check_not_empty(batch)
     weights = _predict_with_weights(model, batch)[1]  # (n, h, T)
     on_a = (weights * (batch.relation == 0)[:, None, :]).sum(-1).mean(0)  # (h,)
     on_b = (weights * (batch.relation == 1)[:, None, :]).sum(-1).mean(0)  # (h,)
@@ -660,6 +713,7 @@ def accuracy_by_share(model: LookupModel, batch: LookupBatch, *, head: int = 0,
     edges = [check_real(e, f"edges[{i}]") for i, e in enumerate(edges)]
     if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or edges != sorted(set(edges)):
         raise ValueError(f"edges must rise strictly from 0 to 1, got {edges}")
+    _check_not_empty(batch)
     share = share_on_a(model, batch, head)  # (n,)
     predicted = _predict_with_weights(model, batch)[0]  # (n,)
     right = predicted == batch.target  # (n,)
@@ -684,9 +738,12 @@ def _swapped_class(batch: LookupBatch, num_symbols: int) -> Tensor:
 
 
 def _check_not_empty(batch: object) -> None:
-    """A fraction over no questions is no number: refuse the empty batch by name."""
-    if isinstance(batch, LookupBatch) and len(batch.target) == 0:
-        raise ValueError("batch must hold at least one question, got an empty LookupBatch (0 questions)")
+    """A mean or a fraction over no questions is no number (NaN, or a table of no rows): refuse
+    the empty batch by name. The one rule of every measure that averages over the batch."""
+    if isinstance(batch, LookupBatch) and batch.num_examples == 0:
+        raise ValueError("batch must hold at least one example (a question) to average over: a mean "
+                         f"over none is NaN; got a LookupBatch of 0 examples, shape "
+                         f"{tuple(batch.item_keys.shape)}")
 
 
 def swap_fraction(model: LookupModel, batch: LookupBatch) -> float:

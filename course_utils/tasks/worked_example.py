@@ -126,7 +126,8 @@ class WorkedExampleError(ValueError):
 # -- data containers ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Table:
-    """A labelled matrix: ``values`` is ``(len(rows), len(cols))`` float64."""
+    """A labelled matrix: ``values`` is ``(len(rows), len(cols))`` floats (float64), finite;
+    ``name`` a non-empty str."""
 
     name: str
     values: np.ndarray
@@ -262,18 +263,26 @@ def _check_matrix(x: object, name: str, layout: str) -> np.ndarray:
 def _check_finite_matrix(x: object, name: str, layout: str) -> np.ndarray:
     """:func:`_check_matrix`, and every entry finite (else a ValueError naming the first one)."""
     _check_matrix(x, name, layout)
-    if not np.isfinite(x).all():
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
-        raise ValueError(f"{name} must hold finite numbers, got {x[bad]} at index {bad}")
+    _check_all_finite(x, name)
     return x
+
+
+def _check_all_finite(x: np.ndarray, name: str) -> None:
+    """Every entry of the numeric array ``x`` (any shape, a 0-d one too) is finite; else a
+    ValueError naming ``name``, the first bad index and its value."""
+    if not np.isfinite(x).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(np.atleast_1d(x)))[0])
+        where = f" at index {bad}" if x.ndim else ""
+        raise ValueError(f"{name} must hold finite numbers, got {np.atleast_1d(x)[bad]}{where}")
 
 
 def _check_table_fields(table: Table) -> None:
     """A :class:`Table`'s name is a str, its labels tuples of distinct strs (a frame indexed by a
     repeated label gives several rows for one), and its values a 2-D array of finite numbers with
     one row per row label and one column per column label. Messages name ``Table(name).field``."""
-    if not isinstance(table.name, str):
-        raise TypeError(f"Table.name must be a str, got {type(table.name).__name__} {table.name!r:.60}")
+    if not isinstance(table.name, str) or not table.name:  # the name labels every message below
+        error = TypeError if not isinstance(table.name, str) else ValueError
+        raise error(f"Table.name must be a non-empty str, got {type(table.name).__name__} {table.name!r:.60}")
     label = f"Table({table.name!r})"
     for field_name in ("rows", "cols"):
         labels = getattr(table, field_name)
@@ -285,6 +294,9 @@ def _check_table_fields(table: Table) -> None:
             raise ValueError(f"{label}.{field_name} must be distinct labels, got {labels!r:.80}, which "
                              f"repeats {repeated}")
     values = _check_finite_matrix(table.values, f"{label}.values", "(len(rows), len(cols))")
+    if values.dtype.kind != "f":  # bools or ints: no weights or products of the worked example
+        raise TypeError(f"{label}.values must be a float array (float64, as the worked example's numbers "
+                        f"are), got dtype {values.dtype}")
     if values.shape != (len(table.rows), len(table.cols)):
         raise ValueError(f"{label}.values must have one row per row label and one column "
                          f"per column label, {(len(table.rows), len(table.cols))}, got shape {values.shape} "
@@ -530,26 +542,27 @@ def compute_steps(example: WorkedExample) -> dict[str, Table]:
     return steps
 
 
-def _check_decimals(decimals: object) -> int:
-    """An int within :data:`~course_utils.attention.validation.MAX_DECIMALS` of 0 (float64 holds about 15
-    significant digits; 10.0**decimals overflows beyond ~300). Negative counts round to tens."""
-    return check_int(decimals, "decimals", minimum=-MAX_DECIMALS, maximum=MAX_DECIMALS)
-
-
-def _check_shown_decimals(decimals: object) -> int | None:
-    """Decimals for a table shown to a reader: None or an int >= 0 (a negative count rounds
-    these values, all well below 10, to tens, i.e. to zero)."""
-    if decimals is None:
-        return None
-    decimals = _check_decimals(decimals)
+def _check_decimals(decimals: object, *, none_ok: bool = False) -> int:
+    """The decimals a value is rounded to: an int in 0..``MAX_DECIMALS`` (15; float64 holds about
+    15 significant digits; 10.0**decimals overflows beyond ~300). A negative count is refused: it
+    rounds to tens, which turns every value of the worked example (all well below 10) into 0, and
+    :meth:`Table.frame` refuses it too. ``none_ok``: the message says None would do too (the
+    caller handles None)."""
+    decimals = check_int(decimals, "decimals", minimum=-MAX_DECIMALS, maximum=MAX_DECIMALS)
     if decimals < 0:
-        raise ValueError(f"decimals must be None or an int >= 0 (a negative count rounds to tens, "
-                         f"which shows every value here as 0), got {decimals}")
+        raise ValueError(f"decimals must be {'None or ' if none_ok else ''}an int >= 0 (a negative count "
+                         f"rounds to tens, which shows every value here as 0), got {decimals}")
     return decimals
 
 
+def _check_shown_decimals(decimals: object) -> int | None:
+    """Decimals for a table shown to a reader: None (unrounded) or :func:`_check_decimals`."""
+    return None if decimals is None else _check_decimals(decimals, none_ok=True)
+
+
 def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
-    """Round as people do on paper (0.0105 -> 0.011), not to the nearest even digit."""
+    """Round as people do on paper (0.0105 -> 0.011), not to the nearest even digit.
+    ``x``: finite numbers; ``decimals``: an int >= 0, as :meth:`Table.frame` takes."""
     decimals = _check_decimals(decimals)
     if isinstance(x, torch.Tensor):
         check_holds_values(x, "x")  # a meta tensor has no numbers to round
@@ -557,6 +570,7 @@ def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
     if array.dtype == object or array.dtype.kind not in "iuf":
         raise TypeError(f"x must be a number or an array of numbers, got {type(x).__name__} {x!r:.60} "
                         f"(dtype {array.dtype}); a str is not parsed, and a bool is not a number here")
+    _check_all_finite(array, "x")  # NaN or infinity would round to itself without a word
     scale = 10.0**decimals
     x = array.astype(np.float64)
     return np.sign(x) * np.floor(np.abs(x) * scale + 0.5 + 1e-9) / scale
@@ -565,8 +579,8 @@ def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
 def article_matmul(a: np.ndarray, b: np.ndarray, decimals: int = 3) -> np.ndarray:
     """``a @ b`` the way the article does it by hand: every product ``a[i, j] * b[j, k]``
     rounded to ``decimals`` before the sum. ``(n, m) @ (m, p) -> (n, p)``, NumPy arrays."""
-    _check_matrix(a, "a", "(n, m)")
-    _check_matrix(b, "b", "(m, p)")
+    _check_finite_matrix(a, "a", "(n, m)")
+    _check_finite_matrix(b, "b", "(m, p)")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"article_matmul needs (n, m) @ (m, p), got {a.shape} @ {b.shape}")
     return round_half_up(a[:, :, None] * b[None, :, :], decimals).sum(axis=1)
@@ -644,12 +658,24 @@ def output_rounding_budget(weights: np.ndarray, values: np.ndarray) -> np.ndarra
     the sum (``T`` more times ``ROUNDING``), and the result rounded once more. NumPy arrays."""
     for name, x, layout in (("weights", weights, "(T, T)"), ("values", values, "(T, d_v)")):
         _check_finite_matrix(x, name, layout)  # a NaN would make the whole budget NaN
+    _check_attention_weights(weights)
     if weights.shape[1] != values.shape[0]:
         raise ValueError(f"weights (T, T) and values (T, d_v) must chain, got {weights.shape} "
                          f"and {values.shape}")
     T = weights.shape[1]
     from_inputs = ROUNDING * (np.abs(values).sum(axis=0)[None, :] + np.abs(weights).sum(axis=1)[:, None])
     return from_inputs + T * ROUNDING + ROUNDING  # (T, d_v)
+
+
+def _check_attention_weights(weights: np.ndarray) -> None:
+    """``weights`` are attention weights, each in [0, 1] (a softmax's outputs, as printed): the
+    budget adds their absolute values, so a weight of 2 or -1 would give a budget for no
+    attention at all. A ValueError names ``weights``, the first entry outside and its index."""
+    outside = (weights < 0) | (weights > 1)
+    if outside.any():
+        bad = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(f"weights must be attention weights in [0, 1] (T, T), got {weights[bad]} at "
+                         f"index {bad}")
 
 
 def side_by_side(example: WorkedExample, step: str, decimals: int | None = 3) -> pd.DataFrame:
