@@ -17,7 +17,7 @@ import numbers
 import os
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -70,6 +70,7 @@ __all__ = [
     "check_record",
     "freeze_fields",
     "ReadOnlyDict",
+    "check_increasing",
     "check_dims_not_empty",
     "MAX_NARGS",
 ]
@@ -1182,6 +1183,15 @@ def _container_fields(cls: type) -> tuple[tuple[str, type], ...]:
     hints = typing.get_type_hints(cls)
     origins = ((f.name, typing.get_origin(hints[f.name])) for f in dataclasses.fields(cls))
     return tuple((name, origin) for name, origin in origins if origin in (tuple, dict))
+
+
+def check_increasing(steps: Sequence[int], name: str) -> None:
+    """``steps`` strictly increase (a learning curve goes forward in time); else a ValueError
+    naming ``name`` and the first pair out of order."""
+    back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
+    if back is not None:
+        raise ValueError(f"{name} must strictly increase (one entry per step, in order), got "
+                         f"{name}[{back - 1}] = {steps[back - 1]} then {name}[{back}] = {steps[back]}")
 
 
 def _check_record_options(cls: type, options: dict[str, object]) -> None:

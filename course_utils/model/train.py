@@ -37,6 +37,7 @@ from ..attention.validation import (
     check_callable,
     check_fits_in_memory,
     check_flag,
+    check_increasing,
     check_int,
     check_model_holds_values,
     check_record,
@@ -204,7 +205,7 @@ def _check_history_fields(history: History) -> None:
         if n != m:
             raise ValueError(f"History.{values} must hold one entry per step in History.{steps}: "
                              f"History.{steps} has {n}, History.{values} has {m}")
-        _check_increasing(getattr(history, steps), f"History.{steps}")
+        check_increasing(getattr(history, steps), f"History.{steps}")
     for i, metrics in enumerate(history.eval_metrics):  # NaN is allowed (a mean over an empty subset)
         infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
         if infinite is not None:
@@ -218,14 +219,6 @@ def _check_history_fields(history: History) -> None:
         raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but "
                          f"History.target_metric is {history.target_metric!r} and History.target "
                          f"{history.target!r}: a target is reached by a named metric reaching a level")
-
-
-def _check_increasing(steps: list[int], name: str) -> None:
-    """``steps`` strictly increase; else a ValueError naming the first pair out of order."""
-    back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
-    if back is not None:
-        raise ValueError(f"{name} must strictly increase (one entry per step, in order), got "
-                         f"{name}[{back - 1}] = {steps[back - 1]} then {name}[{back}] = {steps[back]}")
 
 
 def _build_model(config: ModelConfig, seed: int, device: torch.device) -> TinyTransformer:
@@ -505,7 +498,9 @@ def evaluate_induction(
     model: TinyTransformer, task: InductionTask = INDUCTION_TASK, *, batch_size: int = 512, seed: int = 1234
 ) -> dict[str, float]:
     """Induction accuracy on a fixed batch of held-out periods (``heldout``) and of
-    training periods (``train_periods``), plus one entry per held-out period."""
+    training periods (``train_periods``), plus one entry per held-out period: NaN for a period
+    the batch holds no sequence of (a small ``batch_size`` can miss one), so that every
+    evaluation has the same keys."""
     check_int(batch_size, "batch_size", minimum=1)
     _check_task(task, InductionTask, "induction")
     _check_model_for_task(model, task, task.seq_len, "induction")
@@ -520,6 +515,9 @@ def evaluate_induction(
         if heldout:
             for p in task.heldout_periods:
                 keep = batch.periods == p
+                if not keep.any():
+                    result[f"period_{p}"] = float("nan")
+                    continue
                 sub = InductionBatch(batch.tokens[keep], batch.periods[keep], batch.scored[keep])
                 result[f"period_{p}"] = induction_accuracy(logits[keep.to(device)], sub)
     model.train(was_training)

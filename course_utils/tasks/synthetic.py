@@ -44,9 +44,9 @@ from ..attention.validation import (
     check_record,
     check_rows,
     describe_shape,
+    freeze_fields,
 )
 from ..env import check_seed
-from ._records import lists_to_tuples
 
 __all__ = [
     "BOS",
@@ -418,7 +418,7 @@ class AgreementBatch:
     template: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        lists_to_tuples(self, "template")
+        freeze_fields(self)  # a list of templates is kept as a tuple
         check_record(self)
         _check_batch_tensors(self, tokens=(torch.long, "BT"), lengths=(torch.long, "B"),
                              subject_pos=(torch.long, "B"), verb_pos=(torch.long, "B"),

@@ -45,6 +45,7 @@ from ..attention.validation import (
     check_head_dims,
     check_holds_values,
     check_ids,
+    check_increasing,
     check_index,
     check_int,
     check_int_list,
@@ -53,10 +54,10 @@ from ..attention.validation import (
     check_real,
     check_record,
     check_rows,
+    freeze_fields,
 )
 from ..env import seed_everything, torch_threads
 from ..parallel import default_workers, parallel_map
-from ._records import check_increasing, lists_to_tuples
 
 __all__ = [
     "EVAL_SEED",
@@ -389,7 +390,8 @@ class RunResult:
     """One training run: its learning curve and final held-out accuracies. Frozen, with the
     curve kept as tuples (lists given are stored as tuples), so a result checked once stays as
     it was checked: ``steps`` strictly increase, one ``accuracy`` (a fraction) per step.
-    ``recorded`` (what ``on_eval`` returned) is kept as given: no method reads it."""
+    ``recorded`` (step -> what ``on_eval`` returned) is kept read-only too (a list ``on_eval``
+    returned is kept as a tuple)."""
 
     num_heads: int
     seed: int
@@ -400,7 +402,7 @@ class RunResult:
     recorded: dict[int, Any] = field(default_factory=dict, repr=False)  # step -> on_eval's result
 
     def __post_init__(self) -> None:
-        lists_to_tuples(self, "steps", "accuracy", "relation_accuracy")
+        freeze_fields(self)  # lists kept as tuples, recorded read-only
         # final_accuracy reads the last accuracy; accuracies are fractions of answers right
         check_record(self, nonempty=("steps", "accuracy"), fractions=("accuracy", "relation_accuracy"))
         check_increasing(self.steps, "RunResult.steps")  # a learning curve goes forward in time
