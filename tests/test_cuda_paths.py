@@ -98,3 +98,27 @@ def test_backend_rejection_reason_names_the_cause_and_prints_nothing(capfd):
     printed = capfd.readouterr().err
     assert reason and "returned False" not in reason and "dtype" in reason, reason
     assert "sdp_utils" not in printed and "Warning:" not in printed, printed
+
+
+def test_native_stderr_is_captured_and_restored(capfd):
+    from course_utils.attention.native_output import native_stderr_captured
+
+    with native_stderr_captured() as printed:
+        os.write(2, b"[W1130 sdp_utils_cpp.h:91] Warning: from C++\n")
+    os.write(2, b"after\n")
+    assert "from C++" in printed.text
+    err = capfd.readouterr().err
+    assert "from C++" not in err and "after" in err
+
+
+def test_peak_allocated_bytes_prints_nothing(capfd):
+    # torch 2.11's profiler printed a UserWarning into lesson 04's output on the GPU machine
+    import warnings
+
+    from course_utils.attention.shapes import peak_allocated_bytes
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert peak_allocated_bytes(lambda: torch.zeros(1000)) >= 4000
+    assert not [w for w in caught if "Profiler" in str(w.message)]
+    assert capfd.readouterr().err == ""

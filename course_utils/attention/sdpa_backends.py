@@ -11,10 +11,7 @@ functions say so rather than fail.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
-import tempfile
 import warnings
 from collections.abc import Callable
 
@@ -22,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .mha import MultiHeadAttention
+from .native_output import native_stderr_captured
 from .validation import (
     check_float_dtype,
     check_holds_values,
@@ -120,32 +118,15 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            usable, printed = _with_stderr_captured(lambda: checker(params, True))
+            with native_stderr_captured() as printed:  # some builds print the reasons from C++
+                usable = checker(params, True)
         except Exception:  # a check that cannot run tells us nothing
             return None
     if usable:
         return None
     reasons = [str(w.message).split("(Triggered internally")[0].strip() for w in caught]
-    reasons += _printed_warnings(printed)
+    reasons += _printed_warnings(printed.text)
     return "; ".join(r for r in reasons if r) or f"torch.backends.cuda.{name} returned False"
-
-
-def _with_stderr_captured(call: Callable[[], object]) -> tuple[object, str]:
-    """``call()`` and what it wrote to file descriptor 2 meanwhile. Some PyTorch builds print
-    the debug reasons of ``can_use_*`` from C++ straight to stderr (seen with torch 2.11 on an
-    H200), as ``[W1130 01:32:38.403618741 sdp_utils_cpp.h:91] Warning: ...`` lines that would
-    land, timestamped, in the learner's output instead of in the reason."""
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as sink:
-        saved = os.dup(2)
-        try:
-            os.dup2(sink.fileno(), 2)
-            result = call()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        sink.seek(0)
-        return result, sink.read().decode(errors="replace")
 
 
 _PRINTED_WARNING = re.compile(r"\] Warning: (.*?)(?: \(function \w+\))?\s*$")

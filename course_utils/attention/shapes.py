@@ -17,11 +17,10 @@ afterwards, so what its methods read is what was checked.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import os
-from collections.abc import Callable, Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .hooks import run_with_cache
 from .mha import MultiHeadAttention
+from .native_output import native_stderr_captured
 from .validation import (
     MAX_DECIMALS,
     check_attention_fits,
@@ -446,24 +446,6 @@ def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
     return counter.get_total_flops() // 2
 
 
-@contextlib.contextmanager
-def _c_stderr_silenced() -> Iterator[None]:
-    """Send what C++ code writes to file descriptor 2 to /dev/null for the ``with`` block
-    (Python's own ``sys.stderr`` is untouched). Does nothing where fd 2 cannot be copied."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def peak_allocated_bytes(fn: Callable[[], object]) -> int:
     """Peak of the CPU memory that ``fn()`` allocates beyond what exists before it runs.
 
@@ -476,13 +458,17 @@ def peak_allocated_bytes(fn: Callable[[], object]) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _c_stderr_silenced():  # the profiler's C++ side prints a line with a timestamp
-        prof.start()
-    try:
-        fn()
-    finally:
-        with _c_stderr_silenced():
-            prof.stop()
+    with warnings.catch_warnings():
+        # torch 2.11 warns that the profiler "clears events at the end of each cycle" (one cycle
+        # here); its C++ side prints a line with a timestamp: neither belongs in a lesson's output
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with native_stderr_captured():
+            prof.start()
+        try:
+            fn()
+        finally:
+            with native_stderr_captured():
+                prof.stop()
     records = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     running = peak = 0
     for record in sorted(records, key=lambda e: e.start_ns()):  # in the order they happened
