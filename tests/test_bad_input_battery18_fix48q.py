@@ -77,7 +77,8 @@ def test_sequences_beyond_max_len_are_named_as_the_callers_argument(case: str) -
         name = "tokens"
     with pytest.raises(ValueError) as info:
         call(TOO_LONG)
-    assert str(info.value).startswith(f"{name}: sequence too long: {MAX_LEN + 3} tokens"), str(info.value)
+    assert str(info.value).startswith(f"{name} is a sequence too long for the model: {MAX_LEN + 3} tokens"), \
+        str(info.value)
     assert f"max_len={MAX_LEN}" in str(info.value)
 
 

@@ -140,21 +140,11 @@ def _check_tokens(tokens: object, name: str, model: TinyTransformer | None = Non
 
 
 def _check_tokens_fit(tokens: Tensor, name: str, model: TinyTransformer) -> None:
-    """``tokens`` fit ``model``: ids below its vocabulary, at most ``max_len`` positions, on its
-    device. The model's forward checks the same, but names them ``tokens`` whatever the caller's
-    argument is (``reference_tokens``, ``source_tokens``, ``evaluations[1].tokens``)."""
-    cfg = model.config
-    low, high = int(tokens.min()), int(tokens.max())
-    if high >= cfg.vocab_size:
-        raise ValueError(f"{name} must hold ids in [0, vocab_size={cfg.vocab_size}) (the model's "
-                         f"vocabulary), got min {low}, max {high}")
-    if tokens.shape[1] > cfg.max_len:
-        raise ValueError(f"{name}: sequence too long: {tokens.shape[1]} tokens exceed the model's "
-                         f"max_len={cfg.max_len}")
-    device = model.token_embedding.weight.device
-    if tokens.device != device:
-        raise ValueError(f"{name} are on device {tokens.device} but the model's parameters are on {device}: "
-                         f"move them with .to({str(device)!r})")
+    """``tokens`` fit ``model`` (ids below its vocabulary, at most ``max_len`` positions, on its
+    device), named as the caller's argument (``reference_tokens``, ``source_tokens``,
+    ``evaluations[1].tokens``): the model's own check, which its forward would run under the
+    name ``tokens``."""
+    model._check_tokens(tokens, name=name)
 
 
 def _check_label(value: object, name: str, what: str) -> str:
