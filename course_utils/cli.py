@@ -91,12 +91,17 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
                          f"which no file system takes), got {text!r:.80}")
 
 
-def check_label(value: object, arg: str, role: str) -> str:
-    """``value``, a word a helper puts in its messages (a ``name``, ``what`` or ``prog``
-    argument): a non-empty str, else a TypeError naming ``arg``, ``role`` and what arrived (a
-    ``name=None`` gave "None must be >= 0", a message naming no argument: battery 18)."""
-    if type(value) is not str or not value:
-        raise TypeError(f"{arg} must be {role} (a non-empty str), got {type(value).__name__} {value!r:.60}")
+def check_label(value: object, name: str, what: str) -> str:
+    """``value``, a label (a ``name``, ``what`` or ``prog`` argument a helper puts in its
+    messages, a table's row name): a non-empty str. Else a TypeError (another type) or a
+    ValueError (``''`` or blanks) naming ``name``, saying ``what`` it labels, and what arrived (a
+    ``name=None`` gave "None must be >= 0", a message naming no argument: battery 18). The
+    package's one such rule; here because this module imports nothing but the standard library
+    (the tools load it before torch), so callers elsewhere import it inside their functions:
+    importing it with the package would make ``python -m course_utils.cli`` warn."""
+    if not isinstance(value, str) or not value.strip():
+        raise (TypeError if not isinstance(value, str) else ValueError)(
+            f"{name} must be a non-empty str ({what}), got {type(value).__name__} {value!r:.60}")
     return value
 
 

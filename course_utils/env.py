@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from .attention.validation import check_device_present, check_thread_count
-from .cli import check_label
 
 __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
            "REQUIRED_PACKAGES"]
@@ -37,6 +36,8 @@ def check_seed(seed: object, name: str = "seed") -> int:
     :func:`~course_utils.attention.validation.check_int` takes, with ``0 <= seed < 2**64``, the
     range ``torch.manual_seed`` accepts; returned as a Python int. ``name`` (the argument's name
     in the messages) is a non-empty str, else a TypeError naming ``name``."""
+    from .cli import check_label  # not at import: python -m course_utils.cli would warn
+
     check_label(name, "name", "the name of the argument checked, e.g. 'seed'")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"{name} must be an int such as 0, got {type(seed).__name__} {seed!r}")

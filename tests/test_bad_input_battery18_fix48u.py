@@ -203,12 +203,27 @@ def _helper_calls():
 
     return {
         "check_path name=None": (lambda: cli.check_path("x", None), "name", "NoneType None"),
-        "check_path name=''": (lambda: cli.check_path("x", ""), "name", "str ''"),
         "check_path what=3": (lambda: cli.check_path("x", "p", 3), "what", "int 3"),
         "paths.check_path what=None": (lambda: paths.check_path(None, "p", None), "what", "NoneType None"),
         "check_seed name=None": (lambda: env.check_seed(-1, None), "name", "NoneType None"),
         "check_seed name=5": (lambda: env.check_seed(1, 5), "name", "int 5"),
     }
+
+
+def test_helpers_refuse_an_empty_name():
+    with pytest.raises(ValueError, match=r"^name must be a non-empty str .*got str ''"):
+        cli.check_path("x", "")
+
+
+def test_importing_the_package_leaves_cli_unloaded():
+    # python -m course_utils.cli warns when the package's import already loaded cli.py
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import sys, course_utils.env, course_utils.interp; "
+                           "print('course_utils.cli' in sys.modules)"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "False", done
 
 
 @pytest.mark.parametrize("case", list(_helper_calls()))

@@ -147,15 +147,6 @@ def _check_tokens_fit(tokens: Tensor, name: str, model: TinyTransformer) -> None
     model._check_tokens(tokens, name=name)
 
 
-def _check_label(value: object, name: str, what: str) -> str:
-    """``value`` is a non-empty str (a TypeError for another type, a ValueError for ``''`` or
-    blanks), named ``name``; ``what`` says what it labels (a row or column of a table)."""
-    if not isinstance(value, str) or not value.strip():
-        raise (TypeError if not isinstance(value, str) else ValueError)(
-            f"{name} must be a non-empty str ({what}), got {type(value).__name__} {value!r:.60}")
-    return value
-
-
 def _described(x: object) -> str:
     """What arrived, for a message: a tensor's shape and dtype, else the type's name."""
     if isinstance(x, Tensor):
@@ -567,7 +558,9 @@ def loss_evaluation(tokens: Tensor, targets: Tensor, name: str = "loss") -> Eval
         where = tuple(wrong.nonzero()[0].tolist())
         raise ValueError(f"targets must be next-token ids >= 0 or -100 (not counted), got "
                          f"{int(targets[where])} at (batch, position) {where}")
-    _check_label(name, "name", "the score's name, such as 'loss'")
+    from ..cli import check_label
+
+    check_label(name, "name", "the score's name, such as 'loss'")
     return Evaluation(tokens, lambda logits: {name: average_loss(logits, targets)})
 
 
@@ -675,8 +668,10 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     if not isinstance(cases, dict) or not cases:
         raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
                         f"{type(cases).__name__} {cases!r:.60}")
+    from ..cli import check_label
+
     for name in cases:
-        _check_label(name, f"each name in cases (the key {name!r:.40})", "the row's label, such as 'prev'")
+        check_label(name, f"each name in cases (the key {name!r:.40})", "the row's label, such as 'prev'")
     evaluations = _check_evaluations(evaluations, model)
     _check_method(method)
     cases = {name: _check_heads(heads, model, f"cases[{name!r}]") for name, heads in cases.items()}
