@@ -4,8 +4,11 @@ refused by name."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from course_utils.bench.memory import format_test_report, read_test_report
 from course_utils.bench.timing import check_function_name
 
 
@@ -34,3 +37,23 @@ def test_check_function_name_still_takes_a_dict_and_no_among() -> None:
     check_function_name("a", "baseline", {"a": len, "b": len}, "the names of fns")
     check_function_name(("a", 1), "baseline")
     _raises(lambda: check_function_name("c", "baseline", ("a", "b")), ValueError, ["baseline", "'c'"])
+
+
+# -- g06: a peak below the size a test began with was printed as a negative rise --
+@pytest.mark.parametrize(("peak", "start"), [(5, 50), (1.0, 5.0), (600.0, 620.0)])
+def test_a_peak_below_the_start_is_refused(tmp_path, peak, start) -> None:
+    record = {"peak_mb": peak, "start_mb": start, "children_mb": 0, "seconds": 1}
+    words = ["'t'", f"peak_mb={peak!r}", f"start_mb={start!r}"]
+    _raises(lambda: format_test_report({"t": record}), ValueError, words)
+    report = tmp_path / "peaks.json"
+    report.write_text(json.dumps({"tests": {"t": record}}), encoding="utf-8")
+    before = report.read_bytes()
+    _raises(lambda: read_test_report(report), ValueError, [str(report), *words])
+    assert report.read_bytes() == before
+
+
+def test_a_peak_a_reading_below_the_start_is_kept_and_rises_by_0() -> None:
+    """Linux's per-CPU RSS counters: the course's own reports hold peaks 0.1-0.3 MB below the start."""
+    record = {"peak_mb": 605.0, "start_mb": 605.1, "children_mb": None, "seconds": 0.2}
+    text = format_test_report({"t": record})
+    assert "+0 MB" in text and "-0 MB" not in text
