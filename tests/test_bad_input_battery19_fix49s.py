@@ -5,11 +5,13 @@ refused by name."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from course_utils.bench.memory import format_test_report, read_test_report
 from course_utils.bench.timing import check_function_name
+from course_utils.bench.train_speed import format_training_table
 
 
 def _raises(make, error: type[Exception], words: list[str]) -> None:
@@ -57,3 +59,21 @@ def test_a_peak_a_reading_below_the_start_is_kept_and_rises_by_0() -> None:
     record = {"peak_mb": 605.0, "start_mb": 605.1, "children_mb": None, "seconds": 0.2}
     text = format_test_report({"t": record})
     assert "+0 MB" in text and "-0 MB" not in text
+
+
+# -- g09: format_training_table printed NaN and negative numbers and their medians --
+@pytest.mark.parametrize(("key", "value"), [
+    ("induction_seconds", math.nan), ("agreement_seconds", -1.0), ("agreement_seconds", math.inf),
+    ("induction_steps", -5), ("agreement_accuracy", -0.5),
+])
+def test_training_rows_with_nan_or_negative_numbers_are_refused(key, value) -> None:
+    good = {"seed": 0, "induction_steps": 100, "induction_seconds": 1.0, "agreement_seconds": 2.0,
+            "agreement_accuracy": 0.9}
+    rows = [good, {**good, "seed": 1, key: value}]
+    _raises(lambda: format_training_table(rows), ValueError, [f"rows[1][{key!r}]", ">= 0", repr(value)])
+
+
+def test_training_rows_with_zero_and_none_still_print() -> None:
+    rows = [{"seed": 0, "steps": None, "seconds": 0.0, "acc": 0.0},
+            {"seed": 1, "steps": 10**30, "seconds": 1.0, "acc": 1.0}]
+    assert format_training_table(rows).splitlines()[-1].split()[:2] == ["median", "never"]
