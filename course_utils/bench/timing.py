@@ -266,7 +266,17 @@ def check_function_name(value: object, name: str, among: Iterable[Hashable] | No
     """``value`` names a function (a str, or another hashable key such as a tuple): a list
     cannot be looked up among the names. With ``among`` (the names there are, e.g. a dict of
     functions), ``value`` must be one of them: a ValueError naming the argument ``name``, what
-    arrived and the names there are (``what`` says whose)."""
+    arrived and the names there are (``what`` says whose). Its own arguments are checked too:
+    ``name`` and ``what`` non-empty strs, ``among`` an iterable of names other than a str (whose
+    letters are no names); errors name the argument (``among=3`` said "'int' object is not
+    iterable", ``name=3`` passed without a word: battery 19)."""
+    from ..cli import check_label  # not at import: python -m course_utils.cli would warn
+
+    check_label(name, "name", "the argument's name for the message, such as 'baseline'")
+    check_label(what, "what", "whose names among holds, such as 'the names of fns'")
+    if among is not None and (isinstance(among, str | bytes) or not isinstance(among, Iterable)):
+        raise TypeError(f"among must be None or an iterable of names (a dict of functions, a list of "
+                        f"str), got {type(among).__name__} {among!r:.60}")
     try:
         hash(value)
     except TypeError:

@@ -8,6 +8,7 @@ optimiser steps, not evaluations); :func:`format_training_table` prints them wit
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 
 import torch
@@ -56,7 +57,9 @@ def bench_training(
 
 def _check_rows(rows: object) -> None:
     """``rows`` is a non-empty list of :func:`bench_training`'s dicts: a ``seed`` first, then
-    numbers (or ``None``) under the same keys in every row."""
+    numbers (or ``None``) under the same keys in every row. Every number is finite and >= 0
+    (seeds, steps, seconds and accuracies all are; NaN and -1.0 seconds printed as times and
+    medians: battery 19). A time of 0 is taken: the table divides by nothing, it prints."""
     if not isinstance(rows, list | tuple) or not rows:
         raise ValueError(f"rows must be a non-empty list of bench_training's dicts, got "
                          f"{type(rows).__name__} {rows!r:.60}")
@@ -74,6 +77,11 @@ def _check_rows(rows: object) -> None:
         if bad:
             raise TypeError(f"rows[{i}][{bad[0]!r}] must be a number or None, got "
                             f"{type(row[bad[0]]).__name__}")
+        bad = [k for k, v in row.items()  # (an int is finite: isfinite(10**400) would overflow)
+               if v is not None and ((isinstance(v, float) and not math.isfinite(v)) or v < 0)]
+        if bad:
+            raise ValueError(f"rows[{i}][{bad[0]!r}] must be a finite number >= 0 (a seed, steps, "
+                             f"seconds or an accuracy) or None, got {row[bad[0]]!r}")
 
 
 def format_training_table(rows: list[dict]) -> str:
