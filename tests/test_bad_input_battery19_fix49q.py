@@ -1,0 +1,74 @@
+"""Battery 19 (issue 38), helper Q (course_utils/interp/*): explorers that never raise even at a
+value whose str()/repr() raises, prunable_counts' ``known`` checked against the model and the
+metrics, resampled_outputs' reference_lengths within the reference, mean_by_group's hashable labels."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from course_utils.interp.heatmaps import AttentionExplorer  # noqa: E402
+from course_utils.interp.widgets import dimension_explorer, show  # noqa: E402
+
+# ----------------------------------------------------------------------------- g14: never raise
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class _NoRepr:
+    def __repr__(self) -> str:
+        raise ZeroDivisionError("no repr")
+
+
+def _attention_for(text: str) -> tuple[list[str], list[torch.Tensor]]:
+    if text.startswith("b"):
+        raise _Unprintable()
+    if text.startswith("c"):
+        return _NoRepr()  # type: ignore[return-value]
+    T = len(text.split())
+    w = torch.full((2, T, T), 1.0 / T)
+    return text.split(), [w, w]
+
+
+EXPLORER = AttentionExplorer(_attention_for, ["a b c", "a b"], 2, 2)
+
+
+@pytest.mark.parametrize("text, layer, head, named", [
+    ("b c a b", 0, 0, "_Unprintable"),  # an attention_for error whose str() raises
+    ("c a", 0, 0, "_NoRepr"),  # an attention_for result whose repr raises
+    ("a b", _NoRepr(), 0, "layer"),  # a layer whose repr raises
+    ("a b", 0, _NoRepr(), "head"),
+])
+def test_attention_explorer_static_answers_unprintable_values(text, layer, head, named, capsys):
+    result = EXPLORER.static(text, layer, head)
+    assert isinstance(result, str) and named in result
+    assert named in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["batch", "seq_len", "d_model", "num_heads"])
+def test_dimension_explorer_answers_a_value_whose_repr_raises(name, capsys):
+    explorer = dimension_explorer(**{name: _NoRepr()})
+    assert name in explorer.last_text and "_NoRepr" in explorer.last_text
+    assert name in capsys.readouterr().out
+
+
+def test_dimension_explorer_answers_an_unknown_keyword_whose_repr_raises(capsys):
+    explorer = dimension_explorer(typo=_NoRepr())
+    assert "typo" in explorer.last_text and "_NoRepr" in explorer.last_text
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"explorer": _NoRepr()}, "explorer must be an Explorer"),
+    ({"fallback": _NoRepr()}, "fallback must be a str"),
+])
+def test_show_answers_a_value_whose_repr_raises(kwargs, named, capsys):
+    explorer = kwargs.pop("explorer", None) or dimension_explorer()
+    show(explorer, **kwargs)
+    out = capsys.readouterr().out
+    assert named in out and "_NoRepr" in out
