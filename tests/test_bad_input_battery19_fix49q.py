@@ -11,8 +11,11 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from course_utils.interp.ablation import Evaluation, average_loss  # noqa: E402
 from course_utils.interp.heatmaps import AttentionExplorer  # noqa: E402
+from course_utils.interp.patching import prunable_counts  # noqa: E402
 from course_utils.interp.widgets import dimension_explorer, show  # noqa: E402
+from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
 
 # ----------------------------------------------------------------------------- g14: never raise
 
@@ -72,3 +75,50 @@ def test_show_answers_a_value_whose_repr_raises(kwargs, named, capsys):
     show(explorer, **kwargs)
     out = capsys.readouterr().out
     assert named in out and "_NoRepr" in out
+
+
+# ----------------------------------------------------------------------------- g17: prunable_counts' known
+
+V = 16
+
+
+def _model() -> TinyTransformer:
+    torch.manual_seed(0)
+    return TinyTransformer(ModelConfig(vocab_size=V, max_len=8, d_model=16, num_heads=2, num_layers=2)).eval()
+
+
+MODEL = _model()
+TOKENS = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_seed(1))
+LOSS = Evaluation(TOKENS, lambda logits: {"loss": average_loss(logits, TOKENS)})
+ORDERS = [[(0, 0), (0, 1), (1, 0), (1, 1)]]
+
+
+@pytest.mark.parametrize("known, error, named", [
+    ({frozenset({(9, 9)}): {"loss": 1.0}}, ValueError, "(9, 9)"),  # a head the model lacks
+    ({frozenset({(0, 2)}): {"loss": 1.0}}, ValueError, "(0, 2)"),
+    ({frozenset({7}): {"loss": 1.0}}, TypeError, "7"),  # not a (layer, head) pair
+    ({frozenset(): {}}, ValueError, "loss"),  # a measurement without the evaluations' number
+    ({frozenset({(0, 0)}): {"acc": 1.0}}, ValueError, "acc"),  # another evaluation's number
+    ({frozenset({(0, 0)}): {"loss": 1.0, "acc": 1.0}}, ValueError, "acc"),
+    ({frozenset({(0, 0)}): {"loss": 1.0}, frozenset({(0, 1)}): {"acc": 1.0}}, ValueError, "acc"),
+])
+@pytest.mark.parametrize("incremental", [False, True])
+def test_prunable_counts_refuses_known_it_cannot_use(known, error, named, incremental):
+    with pytest.raises(error, match="known") as caught:
+        prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=known, incremental=incremental)
+    assert named in str(caught.value)
+
+
+def test_prunable_counts_refuses_known_whose_names_disagree_when_nothing_is_measured():
+    known = {frozenset(ORDERS[0][:k]): {"loss": 1.0} for k in range(1, 5)}
+    known[frozenset(ORDERS[0][:2])] = {"acc": 1.0}
+    with pytest.raises(ValueError, match=r"known\[.*acc"):
+        prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=known)
+
+
+def test_prunable_counts_still_reuses_its_own_measurements():
+    counts, measured = prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10)
+    again = prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=measured)
+    assert again == (counts, measured)
+    part = {frozenset(ORDERS[0][:1]): measured[frozenset(ORDERS[0][:1])]}
+    assert prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=part)[0] == counts
