@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 from course_utils.interp.ablation import Evaluation, average_loss  # noqa: E402
 from course_utils.interp.heatmaps import AttentionExplorer  # noqa: E402
-from course_utils.interp.patching import prunable_counts  # noqa: E402
+from course_utils.interp.patching import prunable_counts, resampled_logits, resampled_outputs  # noqa: E402
 from course_utils.interp.widgets import dimension_explorer, show  # noqa: E402
 from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
 
@@ -122,3 +122,27 @@ def test_prunable_counts_still_reuses_its_own_measurements():
     assert again == (counts, measured)
     part = {frozenset(ORDERS[0][:1]): measured[frozenset(ORDERS[0][:1])]}
     assert prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=part)[0] == counts
+
+
+# ------------------------------------------------------------------------ g15: lengths within their batch
+
+REFERENCE = torch.randint(0, V, (4, 6), generator=torch.Generator().manual_seed(2))
+
+
+@pytest.mark.parametrize("target", ["resampled_outputs", "resampled_logits"])
+@pytest.mark.parametrize("name, lengths, reference_lengths, shown", [
+    ("reference_lengths", [6, 6, 6], [9, 6, 6, 6], "max 9"),  # longer than the reference's 6 positions
+    ("reference_lengths", [6, 6, 6], [6, 6, 6, 7], "max 7"),
+    ("reference_lengths", [6, 6, 6], [6, -1, 6, 6], "min -1"),
+    ("lengths", [6, 8, 6], [6, 6, 8, 6], "max 8"),  # longer than the sequences' 6 positions
+])
+def test_resampling_refuses_lengths_beyond_their_batch(target, name, lengths, reference_lengths, shown):
+    lengths, reference_lengths = torch.tensor(lengths), torch.tensor(reference_lengths)
+    generator = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match=name) as caught:
+        if target == "resampled_outputs":
+            resampled_outputs(MODEL, lengths, REFERENCE, reference_lengths, 6, generator=generator)
+        else:
+            resampled_logits(MODEL, TOKENS, lengths, REFERENCE, reference_lengths, [(0, 0)],
+                             generator=generator)
+    assert str(caught.value).startswith(name) and shown in str(caught.value)

@@ -327,7 +327,8 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     per sequence from ``generator`` (``reference_lengths`` ``(R,)`` count real tokens).
 
     The reference's positions beyond ``seq_len`` are dropped and missing ones are zero (they
-    lie past the sequence's end, where causal attention cannot reach). ``reference_outputs``
+    lie past the sequence's end, where causal attention cannot reach). Each length lies in
+    ``0..seq_len`` (``lengths``) or ``0..T_ref`` (``reference_lengths``). ``reference_outputs``
     (``head_outputs(model, reference)``, ``(L, R, h, T_ref, dk)``) saves recomputing them
     when the same reference serves several calls; the draws are the same either way.
     """
@@ -338,6 +339,13 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
         raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths, "
                          f"got {_described(reference_lengths)}")
+    _check_lengths(reference_lengths, "reference_lengths", "(R,)")
+    # a length counts real tokens of its batch: a reference longer than its T_ref positions would
+    # be drawn for a sequence of that length and copied from positions it does not have
+    for name, values, width, of in (("lengths", lengths, seq_len, "the sequences'"),
+                                    ("reference_lengths", reference_lengths, reference.shape[1],
+                                     "the reference's")):
+        check_ids(values, name, width + 1, f"lengths (real tokens among {of} {width} positions)")
     cfg = model.config
     expected = (cfg.num_layers, reference.shape[0], cfg.num_heads, reference.shape[1],
                 cfg.d_model // cfg.num_heads)
