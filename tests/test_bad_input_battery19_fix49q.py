@@ -14,6 +14,7 @@ import torch  # noqa: E402
 from course_utils.interp.ablation import Evaluation, average_loss  # noqa: E402
 from course_utils.interp.heatmaps import AttentionExplorer  # noqa: E402
 from course_utils.interp.patching import prunable_counts, resampled_logits, resampled_outputs  # noqa: E402
+from course_utils.interp.scores import mean_by_group  # noqa: E402
 from course_utils.interp.widgets import dimension_explorer, show  # noqa: E402
 from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
 
@@ -146,3 +147,28 @@ def test_resampling_refuses_lengths_beyond_their_batch(target, name, lengths, re
             resampled_logits(MODEL, TOKENS, lengths, REFERENCE, reference_lengths, [(0, 0)],
                              generator=generator)
     assert str(caught.value).startswith(name) and shown in str(caught.value)
+
+
+# ------------------------------------------------------------------------ g11: mean_by_group's labels
+
+@pytest.mark.parametrize("labels, shown", [
+    ([["a"], "b"], "groups['g'][0]"),  # a list
+    (["a", {"b"}], "groups['g'][1]"),  # a set
+    (["a", ("b", ["c"])], "groups['g'][1]"),  # a tuple holding a list
+    ([{"a": 1}, "b"], "groups['g'][0]"),  # a dict
+])
+def test_mean_by_group_refuses_unhashable_labels_by_position(labels, shown):
+    with pytest.raises(TypeError, match="hashable") as caught:
+        mean_by_group({"v": [1.0, 2.0]}, {"g": labels})
+    assert str(caught.value).startswith(shown)
+
+
+def test_mean_by_group_refuses_labels_it_cannot_sort():
+    with pytest.raises(TypeError, match=r"groups \['g'\] must be sortable"):
+        mean_by_group({"v": [1.0, 2.0]}, {"g": [int, str]})
+
+
+def test_mean_by_group_still_groups_tuples_and_mixed_labels():
+    table = mean_by_group({"v": [1.0, 2.0, 3.0]}, {"g": [(1, "a"), (1, "a"), (2, "b")]})
+    assert table["sentences"].tolist() == [2, 1]
+    assert mean_by_group({"v": [1.0, 2.0]}, {"g": [1, "a"]})["sentences"].tolist() == [1, 1]
