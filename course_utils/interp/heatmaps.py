@@ -290,9 +290,11 @@ class AttentionExplorer:
         result = self.attention_for(text)
         if not isinstance(result, tuple | list) or len(result) != 2 or isinstance(result[0], torch.Tensor) \
                 or not all(isinstance(label, str) for label in result[0]):
+            from .widgets import _safe_repr  # a result whose repr raises is named by its type
+
             shown = (f"a {type(result).__name__} of {len(result)} item(s), the first a "
                      f"{type(result[0]).__name__}" if isinstance(result, tuple | list) and result
-                     else f"{type(result).__name__} {result!r:.40}")
+                     else f"{type(result).__name__} {_safe_repr(result, 40)}")
             raise ValueError(f"attention_for must return a pair (token labels: a list of str, per-layer "
                              f"weights), got {shown}")
         return list(result[0]), result[1]
@@ -302,8 +304,10 @@ class AttentionExplorer:
         """A message if ``layer``/``head`` is not a valid choice (wrong type or range), else None."""
         for name, value, count in (("layer", layer, self.num_layers), ("head", head, self.num_heads)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                from .widgets import _safe_repr  # a message, even for a value whose repr raises
+
                 return (f"The {name} must be a whole number from 0 to {count - 1}, such as 1; "
-                        f"got {value!r} (a {type(value).__name__}).")
+                        f"got {_safe_repr(value)} (a {type(value).__name__}).")
         if not 0 <= int(layer) < self.num_layers or not 0 <= int(head) < self.num_heads:
             return (f"Choose a layer in 0..{self.num_layers - 1} and a head in 0..{self.num_heads - 1} "
                     f"(got layer {layer}, head {head}).")
@@ -343,7 +347,9 @@ class AttentionExplorer:
             tokens, attention = self._labels_and_weights(text)
             grid = _layer_head_grid(attention, 0)  # (L, h, T, T)
         except Exception as err:  # unknown words, too long, a broken attention function
-            return f"Cannot draw this sentence: {err}"
+            from .widgets import _describe_error  # an error whose str() raises is named by type
+
+            return f"Cannot draw this sentence: {_describe_error(err, with_type=False)}"
         if int(layer) >= grid.shape[0] or int(head) >= grid.shape[1]:
             return (f"This sentence's attention has {grid.shape[0]} layer(s) of {grid.shape[1]} "
                     f"head(s); layer {layer}, head {head} is not among them.")
@@ -352,7 +358,9 @@ class AttentionExplorer:
             plot_head(grid[int(layer), int(head)], tokens, ax=ax, title=f"layer {layer}, head {head}")
         except Exception as err:  # e.g. token labels that do not fit: no half-drawn figure
             plt.close(fig)
-            return f"Cannot draw this sentence: {type(err).__name__}: {err}"
+            from .widgets import _describe_error
+
+            return f"Cannot draw this sentence: {_describe_error(err)}"
         return fig
 
     def static(self, text: str | None = None, layer: int = 0, head: int = 0) -> Figure | str:

@@ -327,7 +327,8 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     per sequence from ``generator`` (``reference_lengths`` ``(R,)`` count real tokens).
 
     The reference's positions beyond ``seq_len`` are dropped and missing ones are zero (they
-    lie past the sequence's end, where causal attention cannot reach). ``reference_outputs``
+    lie past the sequence's end, where causal attention cannot reach). Each length lies in
+    ``0..seq_len`` (``lengths``) or ``0..T_ref`` (``reference_lengths``). ``reference_outputs``
     (``head_outputs(model, reference)``, ``(L, R, h, T_ref, dk)``) saves recomputing them
     when the same reference serves several calls; the draws are the same either way.
     """
@@ -338,6 +339,13 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
         raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths, "
                          f"got {_described(reference_lengths)}")
+    _check_lengths(reference_lengths, "reference_lengths", "(R,)")
+    # a length counts real tokens of its batch: a reference longer than its T_ref positions would
+    # be drawn for a sequence of that length and copied from positions it does not have
+    for name, values, width, of in (("lengths", lengths, seq_len, "the sequences'"),
+                                    ("reference_lengths", reference_lengths, reference.shape[1],
+                                     "the reference's")):
+        check_ids(values, name, width + 1, f"lengths (real tokens among {of} {width} positions)")
     cfg = model.config
     expected = (cfg.num_layers, reference.shape[0], cfg.num_heads, reference.shape[1],
                 cfg.d_model // cfg.num_heads)
@@ -692,8 +700,10 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     cores, since it starts one process per item). Zeroed, up to ``per_run`` sets share one
     forward pass (:func:`measure_zeroed_sets`). ``known`` holds measurements already made with
     the same ``evaluations``, ``method`` and ``means`` (the second result of an earlier call):
-    those sets are not measured again. Returns the counts and every measurement made or reused,
-    keyed by the frozen set of heads.
+    those sets are not measured again. Its keys must be sets of the model's heads and each
+    measurement must hold exactly the numbers the evaluations return (found by one run of the
+    intact model): ``within`` would read another evaluation's numbers as these. Returns the counts
+    and every measurement made or reused, keyed by the frozen set of heads.
 
     ``incremental=True`` (zero ablation, measured in this process: ``map_fn`` and ``chunks``
     left at their defaults) keeps each measured set's residual stream at the input of every
@@ -716,7 +726,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
         raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
                         f"result), got {type(known).__name__} {known!r:.60}")
-    for heads, numbers in (known or {}).items():  # what measure returned for them
+    for heads, numbers in (known or {}).items():  # what measure returned for them, on this model's heads
+        _check_heads(list(heads), model, f"known's key {set(heads)}")
         _check_numbers(numbers, f"known[{set(heads)}] must be")
     if not isinstance(incremental, bool):
         raise TypeError(f"incremental must be True or False, got {incremental!r:.60}")
@@ -724,6 +735,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
         raise ValueError(f"incremental=True measures zero ablation in this process: it needs method='zero', "
                          f"map_fn=map and chunks=1, got method={method!r}, chunks={chunks}"
                          + ("" if map_fn is map else ", another map_fn"))
+    if known:  # the evaluations' own names (one intact run): within reads known's measurements by them
+        _check_known_names(known, measure(model, evaluations))
     measured: dict[frozenset, dict[str, float]] = dict(known or {})
     counts: list[int | None] = [None] * len(orders)
     if incremental:
@@ -764,6 +777,18 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
     return counts, measured
+
+
+def _check_known_names(known: dict[frozenset, dict[str, float]], intact: dict[str, float]) -> None:
+    """Each of ``known``'s measurements holds exactly the numbers of ``intact`` (the evaluations'
+    own, measured on the intact model): one measured with other evaluations would be read by
+    ``within`` as these."""
+    wanted = set(intact)
+    for heads, numbers in known.items():
+        if set(numbers) != wanted:
+            raise ValueError(f"known[{set(heads)}] must hold the numbers that the evaluations return, "
+                             f"{sorted(wanted)} (known holds measurements of the same evaluations), "
+                             f"got {sorted(numbers)}")
 
 
 def _check_mapped(results: object, parts: list[list[frozenset]]) -> list[tuple[list[frozenset], object]]:

@@ -345,7 +345,8 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
 
     ``values`` maps a column name to ``(N,)`` numbers (one per sequence); ``groups`` maps a
     grouping name (``"template"``, ``"subject"``) to ``N`` labels. Returns one row per
-    group (sorted by label), a ``"sentences"`` count first, then the mean of each value.
+    group (sorted by label), a ``"sentences"`` count first, then the mean of each value. Each
+    label is hashable (a str, number or tuple) and the labels of a grouping sortable together.
     """
     for name, given in (("values", values), ("groups", groups)):
         if not isinstance(given, dict):
@@ -362,8 +363,12 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
                          + ", ".join(f"{k}={len(v)}" for k, v in (columns | labels).items()))
     frame = pd.DataFrame({**labels, **columns})
     grouped = frame.groupby(list(labels), sort=True)
-    table = grouped[list(columns)].mean()
-    table.insert(0, "sentences", grouped.size())
+    try:  # the rows are sorted by label: pandas sorts what it can, and fails inside on the rest
+        table, counts = grouped[list(columns)].mean(), grouped.size()
+    except TypeError as err:
+        raise TypeError(f"the labels of groups {list(labels)} must be sortable against each other (one row "
+                        f"per group, sorted by label), got {err}") from None
+    table.insert(0, "sentences", counts)
     return table.round(decimals)
 
 
@@ -402,6 +407,12 @@ def _label_column(given: object, name: str) -> list:
         raise ValueError(f"{name} has no label (NaN or None) at positions {missing[:6]}"
                          f"{' ...' if len(missing) > 6 else ''}: those sequences would be left out of "
                          "every group; give each sequence a label")
+    for i, label in enumerate(labels):  # pandas groups by hashing: an unhashable label fails inside it
+        try:
+            hash(label)
+        except TypeError:
+            raise TypeError(f"{name}[{i}] must be a label usable as a group key (hashable: a str, number or "
+                            f"tuple), got {type(label).__name__} {label!r:.60}") from None
     return labels
 
 
