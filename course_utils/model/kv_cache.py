@@ -604,20 +604,52 @@ class QuantizedCache(_StepOrder):
         else:
             torch.addcmul(zero[:, :, :n_groups].float(), grouped, scale, out=out)
 
-    def _quantize_groups(self, t: str, layer: int, start: int, x: Tensor) -> None:
-        """Quantize ``x`` ``(B, g, n * group, dk)``, whole groups starting at position ``start``."""
+    def _quantize_groups(self, t: str, x: Tensor) -> Quantized:
+        """Quantize ``x`` ``(B, g, n * group, dk)``, whole groups of ``t`` ("k" or "v")."""
         B, g, T, dk = x.shape
-        first, n = start // self.group, T // self.group
-        q = quantize_kv(x.reshape(B, g, n, self.group, dk), self.per[t], symmetric=self.symmetric)
-        self.codes[t][layer][:, :, start:start + T] = q.codes.reshape(B, g, T, dk)
+        groups = x.reshape(B, g, T // self.group, self.group, dk)
+        return quantize_kv(groups, self.per[t], symmetric=self.symmetric)
+
+    def _store_groups(self, t: str, layer: int, start: int, q: Quantized) -> None:
+        """Write the groups ``q`` (from :meth:`_quantize_groups`) at position ``start`` of ``layer``."""
+        B, g, n, G, dk = q.codes.shape
+        first = start // G
+        self.codes[t][layer][:, :, start:start + n * G] = q.codes.reshape(B, g, n * G, dk)
         self.scales[t][layer][:, :, first:first + n] = q.scale
         if q.zero is not None:
             self.zeros[t][layer][:, :, first:first + n] = q.zero
 
+    def _plan(self, t: str, layer: int, new: Tensor, start: int) -> list[tuple[int, Tensor | Quantized]]:
+        """The writes that ``new`` (positions ``start..``) makes into ``t``'s residual (a tensor of
+        tokens) and codes (a :class:`Quantized` of whole groups), each with its position; every
+        group is quantized here, before anything is written, so a refusal writes nothing."""
+        G, end = self.group, start + new.shape[2]
+        writes: list[tuple[int, Tensor | Quantized]] = []
+        pos = start
+        while pos < end:
+            if pos % G == 0 and end - pos >= G:  # whole groups: quantize them straight away
+                count = (end - pos) // G * G
+                writes.append((pos, self._quantize_groups(t, new[:, :, pos - start:pos - start + count])))
+            else:  # the newest tokens wait in the residual until their group is full
+                slot = pos % G
+                count = min(G - slot, end - pos)
+                chunk = new[:, :, pos - start:pos - start + count]
+                writes.append((pos, chunk))
+                if slot + count == G:
+                    group = torch.cat([self.residual[t][layer][:, :, :slot], chunk], 2)
+                    writes.append((pos - slot, self._quantize_groups(t, group)))
+            pos += count
+        return writes
+
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return float32 ``(B, g, length +
         T_new, dk)`` keys and values: the quantized groups dequantized, then the residual (views
-        of the scratch buffer, overwritten by the next call)."""
+        of the scratch buffer, overwritten by the next call).
+
+        The cache stores numbers, not a graph: what it holds and returns does not track
+        gradients (``k_new`` may require grad, as in a forward outside ``torch.no_grad``; the
+        8-bit rounding has no gradient to give back). Everything is checked, and every group
+        quantized, before anything is written: a refused append leaves the cache as it was."""
         B, g, dk = self._like()
         _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
         self._check_order(layer, k_new.shape[2])
@@ -625,32 +657,31 @@ class QuantizedCache(_StepOrder):
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
                              f"{k_new.shape[2]} more do not fit")
+        where = f"layer {layer}, positions {start}..{end - 1}"
         for name, new in (("k_new", k_new), ("v_new", v_new)):  # caught here, not when its group fills
             if not torch.isfinite(new).all():
-                raise ValueError(f"{name} holds NaN or infinity (layer {layer}, positions "
-                                 f"{start}..{end - 1}): they have no 8-bit code")
+                raise ValueError(f"{name} holds NaN or infinity ({where}): they have no 8-bit code")
         G = self.group
-        for t, new in (("k", k_new), ("v", v_new)):
-            pos = start
-            while pos < end:
-                if pos % G == 0 and end - pos >= G:  # whole groups: quantize them straight away
-                    count = (end - pos) // G * G
-                    self._quantize_groups(t, layer, pos, new[:, :, pos - start:pos - start + count])
-                else:  # the newest tokens wait in the residual until their group is full
-                    slot = pos % G
-                    count = min(G - slot, end - pos)
-                    chunk = new[:, :, pos - start:pos - start + count]
-                    self.residual[t][layer][:, :, slot:slot + count] = chunk
-                    if slot + count == G:
-                        self._quantize_groups(t, layer, pos - slot, self.residual[t][layer])
-                pos += count
+        with torch.no_grad():  # a cache stores numbers, not a graph (torch.mul(out=...) refuses one)
+            plans = {}
+            for t, name, new in (("k", "k_new", k_new), ("v", "v_new", v_new)):
+                try:
+                    plans[t] = self._plan(t, layer, new, start)
+                except ValueError as err:  # quantize_kv's "x": numbers too large for a float16 scale
+                    raise ValueError(f"{name} ({where}): {err}") from None
+            for t, writes in plans.items():
+                for pos, write in writes:
+                    if isinstance(write, Quantized):
+                        self._store_groups(t, layer, pos, write)
+                    else:
+                        self.residual[t][layer][:, :, pos % G:pos % G + write.shape[2]] = write
+            full, waiting = divmod(end, G)
+            for t in ("k", "v"):  # the groups dequantized, then the residual behind them: no torch.cat
+                self._dequantize(t, layer, full)
+                self.scratch[t][:, :, full * G:end] = self.residual[t][layer][:, :, :waiting]
         self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
             self.length = end
-        full, waiting = divmod(end, G)
-        for t in ("k", "v"):  # the groups dequantized, then the residual behind them: no torch.cat
-            self._dequantize(t, layer, full)
-            self.scratch[t][:, :, full * G:end] = self.residual[t][layer][:, :, :waiting]
         return self.scratch["k"][:, :, :end], self.scratch["v"][:, :, :end]
 
     def _like(self) -> tuple[int, int, int]:
