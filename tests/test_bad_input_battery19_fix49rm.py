@@ -3,6 +3,8 @@
 g24: QuantizedCache under autograd (the default mode) died in its dequantize with torch's
 'out=... arguments don't support automatic differentiation' and was left mid-step; a value
 too large for its float16 scale was refused after part of the step had been written.
+g25: a decode_step that raised (e.g. a hook in the last layer) still advanced the cache, so a
+retry read a duplicated position.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import pytest
 import torch
 
 from course_utils.model.kv_cache import (
+    CatCache,
+    PreallocatedCache,
     QuantizedCache,
+    SlidingWindowCache,
     decode_step,
 )
 from course_utils.model.transformer import ModelConfig, TinyTransformer
@@ -95,3 +100,41 @@ def test_a_quantized_append_refused_for_too_large_numbers_writes_nothing(options
     assert all(torch.equal(a, b) for a, b in zip(before, _state(cache), strict=True))
     cache.append(0, ones, ones)  # still usable
     assert cache.length == 2
+
+
+# -- g25: a decode_step that raises is rolled back ----------------------------------------------------
+CACHES = {
+    "preallocated": lambda: PreallocatedCache(2, 1, 2, 8, 8),
+    "sliding window": lambda: SlidingWindowCache(2, 1, 2, 8, 3),
+    "quantized": lambda: QuantizedCache(2, 1, 2, 8, 8, group=2),
+    "cat": lambda: CatCache(2),
+}
+
+
+class _Boom(Exception):
+    pass
+
+
+def _boom(x, hook):
+    raise _Boom("a hook failed")
+
+
+@pytest.mark.parametrize("hook", ["blocks.1.attn.hook_z", "blocks.0.attn.hook_z"])
+@pytest.mark.parametrize("make", CACHES.values(), ids=CACHES.keys())
+def test_a_decode_step_that_raises_leaves_the_cache_where_it_was(make, hook):
+    """A hook that raises in a layer: the cache keeps its length and step state, and a retry gives
+    the logits of a cache that never saw the failed step."""
+    model = _model()
+    cache, clean = make(), make()
+    tokens = torch.tensor([[3, 1, 4, 1]])
+    with torch.no_grad():
+        for t in range(tokens.shape[1]):  # past the sliding window of 3
+            decode_step(model, tokens[:, t:t + 1], cache)
+            decode_step(model, tokens[:, t:t + 1], clean)
+        with model.hooks([(hook, _boom)]), pytest.raises(_Boom):
+            decode_step(model, TOKEN, cache)
+        assert cache.length == 4 and cache._next_layer == 0
+        if isinstance(cache, CatCache):
+            assert all(k.shape[2] == 4 for k, _ in cache.layers)
+        torch.testing.assert_close(decode_step(model, TOKEN, cache), decode_step(model, TOKEN, clean))
+    assert cache.length == 5

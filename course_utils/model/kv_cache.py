@@ -157,6 +157,16 @@ class _StepOrder:
             self._step_tokens = new_tokens
         self._next_layer = (layer + 1) % self.num_layers
 
+    def _state(self) -> tuple:
+        """What a step moves: ``length`` and the step order (a :class:`CatCache` adds its list of
+        tensors). Slots a step writes past ``length`` need no saving: the next step writes them
+        before reading them."""
+        return self.length, self._next_layer, self._step_tokens
+
+    def _restore(self, state: tuple) -> None:
+        """Put back a :meth:`_state`: the cache is as it was when it was taken."""
+        self.length, self._next_layer, self._step_tokens = state
+
 
 class CatCache(_StepOrder):
     """The ``torch.cat`` append: each call returns new tensors holding every cached token.
@@ -185,6 +195,13 @@ class CatCache(_StepOrder):
     def _device(self) -> torch.device | None:
         """Where the first keys appended live (every later append must be there too)."""
         return next((pair[0].device for pair in self.layers if pair is not None), None)
+
+    def _state(self) -> tuple:
+        return (*super()._state(), list(self.layers))  # the tensors are replaced, not written into
+
+    def _restore(self, state: tuple) -> None:
+        super()._restore(state[:-1])
+        self.layers = list(state[-1])
 
     def _like(self) -> tuple[int, int, int] | None:
         for pair in self.layers:
@@ -752,20 +769,32 @@ def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
 
     Checked before anything runs: ``token`` is a long tensor ``(B, 1)`` of ids in ``[0, V)`` on
     the model's device, its position is below ``max_len``, and ``cache`` was built for this
-    model (layers, batch, K/V heads, head width, dtype) and is between two steps."""
+    model (layers, batch, K/V heads, head width, dtype) and is between two steps.
+
+    A step that raises (a hook, an interrupt) is undone: ``cache`` gets back its length and step
+    state (a :class:`CatCache` its tensors), so a retry does not see the failed token. What the
+    step wrote lies past that length, and the next step writes it again before reading it (in a
+    :class:`SlidingWindowCache` that slot held the token leaving the window, which the next step
+    would drop anyway: saving it would copy a token every step)."""
     if isinstance(token, Tensor) and (token.ndim != 2 or token.shape[1] != 1):
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     _check_decode(model, token, cache, "token")
-    x = model.embed(token, cache.length)  # (B, 1, d), through the model's hook_embed and hook_pos_embed
-    for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v (B, g, 1, dk)
-        x, _, _ = block(x, past=functools.partial(cache.append, i))  # and hands back all T positions'
-    return model.unembed(model.ln_final(x))
+    state = cache._state()
+    try:
+        x = model.embed(token, cache.length)  # (B, 1, d), through the model's hook_embed and hook_pos_embed
+        for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v
+            x, _, _ = block(x, past=functools.partial(cache.append, i))  # (B, g, 1, dk), returns all T
+        return model.unembed(model.ln_final(x))
+    except BaseException:
+        cache._restore(state)
+        raise
 
 
 def decode_tokens(model, tokens: Tensor, cache: Cache) -> Tensor:
     """Feed ``tokens`` ``(B, T)`` one at a time through :func:`decode_step`: logits ``(B, T, V)``.
     The whole of ``tokens`` is checked first (ids, and the ``T`` positions after the cached ones
-    against ``max_len``), so a bad token late in the sequence changes nothing in ``cache``."""
+    against ``max_len``), so a bad token late in the sequence changes nothing in ``cache``. A step
+    that raises is undone (see :func:`decode_step`); the steps before it stay in ``cache``."""
     _check_decode(model, tokens, cache, "tokens")
     with torch.no_grad():
         return torch.cat([decode_step(model, tokens[:, t:t + 1], cache) for t in range(tokens.shape[1])], 1)
@@ -779,15 +808,12 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
     _check_decode(model, token, cache, "token")  # the step would fail the same way, later
     if token.shape[1] != 1:
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
-    length = cache.length
-    saved = list(cache.layers) if isinstance(cache, CatCache) else None
+    state = cache._state()
 
     def run() -> Tensor:
         with torch.no_grad():
             logits = decode_step(model, token, cache)
-        cache.length = length
-        if saved is not None:
-            cache.layers = list(saved)
+        cache._restore(state)
         return logits
 
     return run
