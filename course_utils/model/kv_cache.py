@@ -157,6 +157,16 @@ class _StepOrder:
             self._step_tokens = new_tokens
         self._next_layer = (layer + 1) % self.num_layers
 
+    def _state(self) -> tuple:
+        """What a step moves: ``length`` and the step order (a :class:`CatCache` adds its list of
+        tensors). Slots a step writes past ``length`` need no saving: the next step writes them
+        before reading them."""
+        return self.length, self._next_layer, self._step_tokens
+
+    def _restore(self, state: tuple) -> None:
+        """Put back a :meth:`_state`: the cache is as it was when it was taken."""
+        self.length, self._next_layer, self._step_tokens = state
+
 
 class CatCache(_StepOrder):
     """The ``torch.cat`` append: each call returns new tensors holding every cached token.
@@ -185,6 +195,13 @@ class CatCache(_StepOrder):
     def _device(self) -> torch.device | None:
         """Where the first keys appended live (every later append must be there too)."""
         return next((pair[0].device for pair in self.layers if pair is not None), None)
+
+    def _state(self) -> tuple:
+        return (*super()._state(), list(self.layers))  # the tensors are replaced, not written into
+
+    def _restore(self, state: tuple) -> None:
+        super()._restore(state[:-1])
+        self.layers = list(state[-1])
 
     def _like(self) -> tuple[int, int, int] | None:
         for pair in self.layers:
@@ -604,20 +621,52 @@ class QuantizedCache(_StepOrder):
         else:
             torch.addcmul(zero[:, :, :n_groups].float(), grouped, scale, out=out)
 
-    def _quantize_groups(self, t: str, layer: int, start: int, x: Tensor) -> None:
-        """Quantize ``x`` ``(B, g, n * group, dk)``, whole groups starting at position ``start``."""
+    def _quantize_groups(self, t: str, x: Tensor) -> Quantized:
+        """Quantize ``x`` ``(B, g, n * group, dk)``, whole groups of ``t`` ("k" or "v")."""
         B, g, T, dk = x.shape
-        first, n = start // self.group, T // self.group
-        q = quantize_kv(x.reshape(B, g, n, self.group, dk), self.per[t], symmetric=self.symmetric)
-        self.codes[t][layer][:, :, start:start + T] = q.codes.reshape(B, g, T, dk)
+        groups = x.reshape(B, g, T // self.group, self.group, dk)
+        return quantize_kv(groups, self.per[t], symmetric=self.symmetric)
+
+    def _store_groups(self, t: str, layer: int, start: int, q: Quantized) -> None:
+        """Write the groups ``q`` (from :meth:`_quantize_groups`) at position ``start`` of ``layer``."""
+        B, g, n, G, dk = q.codes.shape
+        first = start // G
+        self.codes[t][layer][:, :, start:start + n * G] = q.codes.reshape(B, g, n * G, dk)
         self.scales[t][layer][:, :, first:first + n] = q.scale
         if q.zero is not None:
             self.zeros[t][layer][:, :, first:first + n] = q.zero
 
+    def _plan(self, t: str, layer: int, new: Tensor, start: int) -> list[tuple[int, Tensor | Quantized]]:
+        """The writes that ``new`` (positions ``start..``) makes into ``t``'s residual (a tensor of
+        tokens) and codes (a :class:`Quantized` of whole groups), each with its position; every
+        group is quantized here, before anything is written, so a refusal writes nothing."""
+        G, end = self.group, start + new.shape[2]
+        writes: list[tuple[int, Tensor | Quantized]] = []
+        pos = start
+        while pos < end:
+            if pos % G == 0 and end - pos >= G:  # whole groups: quantize them straight away
+                count = (end - pos) // G * G
+                writes.append((pos, self._quantize_groups(t, new[:, :, pos - start:pos - start + count])))
+            else:  # the newest tokens wait in the residual until their group is full
+                slot = pos % G
+                count = min(G - slot, end - pos)
+                chunk = new[:, :, pos - start:pos - start + count]
+                writes.append((pos, chunk))
+                if slot + count == G:
+                    group = torch.cat([self.residual[t][layer][:, :, :slot], chunk], 2)
+                    writes.append((pos - slot, self._quantize_groups(t, group)))
+            pos += count
+        return writes
+
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return float32 ``(B, g, length +
         T_new, dk)`` keys and values: the quantized groups dequantized, then the residual (views
-        of the scratch buffer, overwritten by the next call)."""
+        of the scratch buffer, overwritten by the next call).
+
+        The cache stores numbers, not a graph: what it holds and returns does not track
+        gradients (``k_new`` may require grad, as in a forward outside ``torch.no_grad``; the
+        8-bit rounding has no gradient to give back). Everything is checked, and every group
+        quantized, before anything is written: a refused append leaves the cache as it was."""
         B, g, dk = self._like()
         _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
         self._check_order(layer, k_new.shape[2])
@@ -625,32 +674,31 @@ class QuantizedCache(_StepOrder):
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
                              f"{k_new.shape[2]} more do not fit")
+        where = f"layer {layer}, positions {start}..{end - 1}"
         for name, new in (("k_new", k_new), ("v_new", v_new)):  # caught here, not when its group fills
             if not torch.isfinite(new).all():
-                raise ValueError(f"{name} holds NaN or infinity (layer {layer}, positions "
-                                 f"{start}..{end - 1}): they have no 8-bit code")
+                raise ValueError(f"{name} holds NaN or infinity ({where}): they have no 8-bit code")
         G = self.group
-        for t, new in (("k", k_new), ("v", v_new)):
-            pos = start
-            while pos < end:
-                if pos % G == 0 and end - pos >= G:  # whole groups: quantize them straight away
-                    count = (end - pos) // G * G
-                    self._quantize_groups(t, layer, pos, new[:, :, pos - start:pos - start + count])
-                else:  # the newest tokens wait in the residual until their group is full
-                    slot = pos % G
-                    count = min(G - slot, end - pos)
-                    chunk = new[:, :, pos - start:pos - start + count]
-                    self.residual[t][layer][:, :, slot:slot + count] = chunk
-                    if slot + count == G:
-                        self._quantize_groups(t, layer, pos - slot, self.residual[t][layer])
-                pos += count
+        with torch.no_grad():  # a cache stores numbers, not a graph (torch.mul(out=...) refuses one)
+            plans = {}
+            for t, name, new in (("k", "k_new", k_new), ("v", "v_new", v_new)):
+                try:
+                    plans[t] = self._plan(t, layer, new, start)
+                except ValueError as err:  # quantize_kv's "x": numbers too large for a float16 scale
+                    raise ValueError(f"{name} ({where}): {err}") from None
+            for t, writes in plans.items():
+                for pos, write in writes:
+                    if isinstance(write, Quantized):
+                        self._store_groups(t, layer, pos, write)
+                    else:
+                        self.residual[t][layer][:, :, pos % G:pos % G + write.shape[2]] = write
+            full, waiting = divmod(end, G)
+            for t in ("k", "v"):  # the groups dequantized, then the residual behind them: no torch.cat
+                self._dequantize(t, layer, full)
+                self.scratch[t][:, :, full * G:end] = self.residual[t][layer][:, :, :waiting]
         self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
             self.length = end
-        full, waiting = divmod(end, G)
-        for t in ("k", "v"):  # the groups dequantized, then the residual behind them: no torch.cat
-            self._dequantize(t, layer, full)
-            self.scratch[t][:, :, full * G:end] = self.residual[t][layer][:, :, :waiting]
         return self.scratch["k"][:, :, :end], self.scratch["v"][:, :, :end]
 
     def _like(self) -> tuple[int, int, int]:
@@ -721,20 +769,32 @@ def decode_step(model, token: Tensor, cache: Cache) -> Tensor:
 
     Checked before anything runs: ``token`` is a long tensor ``(B, 1)`` of ids in ``[0, V)`` on
     the model's device, its position is below ``max_len``, and ``cache`` was built for this
-    model (layers, batch, K/V heads, head width, dtype) and is between two steps."""
+    model (layers, batch, K/V heads, head width, dtype) and is between two steps.
+
+    A step that raises (a hook, an interrupt) is undone: ``cache`` gets back its length and step
+    state (a :class:`CatCache` its tensors), so a retry does not see the failed token. What the
+    step wrote lies past that length, and the next step writes it again before reading it (in a
+    :class:`SlidingWindowCache` that slot held the token leaving the window, which the next step
+    would drop anyway: saving it would copy a token every step)."""
     if isinstance(token, Tensor) and (token.ndim != 2 or token.shape[1] != 1):
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     _check_decode(model, token, cache, "token")
-    x = model.embed(token, cache.length)  # (B, 1, d), through the model's hook_embed and hook_pos_embed
-    for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v (B, g, 1, dk)
-        x, _, _ = block(x, past=functools.partial(cache.append, i))  # and hands back all T positions'
-    return model.unembed(model.ln_final(x))
+    state = cache._state()
+    try:
+        x = model.embed(token, cache.length)  # (B, 1, d), through the model's hook_embed and hook_pos_embed
+        for i, block in enumerate(model.blocks):  # the model's own blocks; the cache stores k, v
+            x, _, _ = block(x, past=functools.partial(cache.append, i))  # (B, g, 1, dk), returns all T
+        return model.unembed(model.ln_final(x))
+    except BaseException:
+        cache._restore(state)
+        raise
 
 
 def decode_tokens(model, tokens: Tensor, cache: Cache) -> Tensor:
     """Feed ``tokens`` ``(B, T)`` one at a time through :func:`decode_step`: logits ``(B, T, V)``.
     The whole of ``tokens`` is checked first (ids, and the ``T`` positions after the cached ones
-    against ``max_len``), so a bad token late in the sequence changes nothing in ``cache``."""
+    against ``max_len``), so a bad token late in the sequence changes nothing in ``cache``. A step
+    that raises is undone (see :func:`decode_step`); the steps before it stay in ``cache``."""
     _check_decode(model, tokens, cache, "tokens")
     with torch.no_grad():
         return torch.cat([decode_step(model, tokens[:, t:t + 1], cache) for t in range(tokens.shape[1])], 1)
@@ -748,15 +808,12 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
     _check_decode(model, token, cache, "token")  # the step would fail the same way, later
     if token.shape[1] != 1:
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
-    length = cache.length
-    saved = list(cache.layers) if isinstance(cache, CatCache) else None
+    state = cache._state()
 
     def run() -> Tensor:
         with torch.no_grad():
             logits = decode_step(model, token, cache)
-        cache.length = length
-        if saved is not None:
-            cache.layers = list(saved)
+        cache._restore(state)
         return logits
 
     return run
