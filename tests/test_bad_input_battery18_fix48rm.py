@@ -84,7 +84,7 @@ def test_task_model_config_takes_the_task_sizes_and_room_to_spare(function):
 
 # -- g01: train_model names sample_batch's tokens, not the model's 'tokens' ---------------------------
 @pytest.mark.parametrize("tokens, words", [
-    (torch.randint(0, 16, (4, 8)) + 50, ["ids in [0, vocab_size=16)", "min 50"]),
+    (torch.arange(32).view(4, 8) % 16 + 50, ["ids in [0, vocab_size=16)", "min 50", "max 65"]),
     (torch.full((4, 8), -1), ["ids in [0, vocab_size=16)", "min -1"]),
     (torch.zeros(4, 20, dtype=torch.long), ["20 tokens", "max_len=12"]),
     (torch.zeros(4, 0, dtype=torch.long), ["at least one token", "(4, 0)"]),
