@@ -19,6 +19,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -272,11 +273,15 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
     """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
     indices it keeps). A bool mask of another length, float indices and negative indices (which
-    would silently count from the end) are refused; a slice is left for the caller (None back)."""
+    would silently count from the end) are refused, and so is a list mixing bools and ints
+    (``[True, 0]`` would be read as the indices ``[1, 0]``); a slice is left for the caller
+    (None back)."""
     size = check_int(size, f"check_rows's size (how many {what} {name} selects from)", minimum=0)
     if isinstance(rows, Tensor):
         tensor = rows
     elif isinstance(rows, (list, tuple, range)) or (hasattr(rows, "__array__") and not isinstance(rows, str)):
+        if isinstance(rows, (list, tuple)):
+            _check_not_mixed_bools(rows, name)
         try:
             tensor = torch.as_tensor(rows)
         except (TypeError, ValueError, RuntimeError):
@@ -301,6 +306,17 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
         raise IndexOutOfRange(f"{name} must lie in 0..{size - 1} ({size} {what}), got min "
                               f"{int(tensor.min())}, max {int(tensor.max())}")
     return tensor.long()
+
+
+def _check_not_mixed_bools(items: list | tuple, name: str) -> None:
+    """A list of row selectors is all bools (a mask) or holds no bool (indices): torch would read
+    a mix such as ``[True, 0]`` as the indices ``[1, 0]``, silently."""
+    kinds = [isinstance(v, (bool, np.bool_)) for v in items]
+    if any(kinds) and not all(kinds):
+        i = kinds.index(not kinds[0])
+        raise TypeError(f"{name} must be all ints (indices) or all bools (a mask), not a mix: "
+                        f"{name}[0] is {type(items[0]).__name__} {items[0]!r:.30} but {name}[{i}] is "
+                        f"{type(items[i]).__name__} {items[i]!r:.30}")
 
 
 def physical_memory_bytes() -> int | None:
