@@ -1,11 +1,14 @@
-"""Battery 19 (issue 38), fix pass P: row selections mixing bools and ints (g26)."""
+"""Battery 19 (issue 38), fix pass P: row selections mixing bools and ints (g26), check_record's
+options checked on every call and against the kind of field they name (g27)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 
-from course_utils.attention.validation import check_rows
+from course_utils.attention.validation import check_record, check_rows
 from course_utils.tasks.synthetic import AgreementTask
 from course_utils.tasks.two_relations import TwoKeyTask
 
@@ -35,3 +38,45 @@ def test_batch_take_refuses_a_mixed_selection(make, name, size):
         batch.take([True, 0])
     batch.take([1, 0])  # indices alone, and a full mask, still select
     batch.take([True, False] * (size // 2))
+
+
+# -- g27: check_record's options, on every call ---------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Rec:
+    name: str
+    count: int
+    share: float
+    values: tuple[float, ...] = ()
+
+
+BAD_OPTIONS = [
+    pytest.param({"nan_ok": ("colour",)}, ValueError, "colour", id="nan_ok unknown field"),
+    pytest.param({"signed": 3}, TypeError, "signed", id="signed not a tuple"),
+    pytest.param({"positive": ("name",)}, ValueError, "'name'", id="positive a str field"),
+    pytest.param({"fractions": ("name",)}, ValueError, "'name'", id="fractions a str field"),
+    pytest.param({"fractions": ("count",)}, ValueError, "'count'", id="fractions an int field"),
+    pytest.param({"signed": ("count",)}, ValueError, "'count'", id="signed an int field"),
+    pytest.param({"nonempty": ("share",)}, ValueError, "'share'", id="nonempty a float field"),
+]
+
+
+@pytest.mark.parametrize("first_call", [False, True], ids=["first call", "after a first call"])
+@pytest.mark.parametrize("options, error, named", BAD_OPTIONS)
+def test_check_record_checks_its_options_every_call(options, error, named, first_call):
+    record = _Rec("a", 1, 0.5)
+    if first_call:
+        check_record(record)  # a first call without options must not hide later ones
+    with pytest.raises(error) as info:
+        check_record(record, **options)
+    assert named in str(info.value) and next(iter(options)) in str(info.value)
+
+
+def test_check_record_applies_the_options_of_each_call():
+    record = _Rec("a", 0, 2.0)
+    check_record(record)  # count 0 and share 2.0 pass without options
+    with pytest.raises(ValueError, match="_Rec.count"):
+        check_record(record, positive=["count"])  # a list is a fine list of names
+    with pytest.raises(ValueError, match="_Rec.share"):
+        check_record(record, fractions=("share",))
+    check_record(_Rec("a", 1, 0.5, (0.1,)), positive=("count", "share"), fractions=("share", "values"),
+                 nonempty=("name", "values"), signed=("values",))
