@@ -1,5 +1,6 @@
 """Battery 19 (issue 38), fix pass P: row selections mixing bools and ints (g26), check_record's
-options checked on every call and against the kind of field they name (g27)."""
+options checked on every call and against the kind of field they name (g27), hook points
+that pass tensors only (g02)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from course_utils.attention.hooks import HookPoint
 from course_utils.attention.validation import check_record, check_rows
 from course_utils.tasks.synthetic import AgreementTask
 from course_utils.tasks.two_relations import TwoKeyTask
@@ -80,3 +82,16 @@ def test_check_record_applies_the_options_of_each_call():
         check_record(record, fractions=("share",))
     check_record(_Rec("a", 1, 0.5, (0.1,)), positive=("count", "share"), fractions=("share", "values"),
                  nonempty=("name", "values"), signed=("values",))
+
+
+# -- g02: a hook point passes tensors only --------------------------------------------------------
+@pytest.mark.parametrize("x", [[1.0], "text", 3.0, None], ids=["list", "str", "float", "None"])
+def test_hook_point_refuses_a_non_tensor(x):
+    point = HookPoint()
+    point.name = "blocks.0.attn.hook_q"
+    with pytest.raises(TypeError) as info:
+        point(x)
+    message = str(info.value)
+    assert "x " in message and "blocks.0.attn.hook_q" in message and type(x).__name__ in message
+    ids = torch.arange(3)  # any tensor still passes, unchanged
+    assert point(ids) is ids
