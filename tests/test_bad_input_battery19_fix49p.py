@@ -1,6 +1,6 @@
 """Battery 19 (issue 38), fix pass P: row selections mixing bools and ints (g26), check_record's
 options checked on every call and against the kind of field they name (g27), hook points
-that pass tensors only (g02)."""
+that pass tensors only (g02), TraceStep keeping tuples (g28)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from course_utils.attention.hooks import HookPoint
+from course_utils.attention.shapes import TraceStep
 from course_utils.attention.validation import check_record, check_rows
 from course_utils.tasks.synthetic import AgreementTask
 from course_utils.tasks.two_relations import TwoKeyTask
@@ -95,3 +96,17 @@ def test_hook_point_refuses_a_non_tensor(x):
     assert "x " in message and "blocks.0.attn.hook_q" in message and type(x).__name__ in message
     ids = torch.arange(3)  # any tensor still passes, unchanged
     assert point(ids) is ids
+
+
+# -- g28: a TraceStep keeps its shape (and symbols) as tuples -------------------------------------
+@pytest.mark.parametrize("symbolic, shape", [(["B", "T", "d"], [2, 5, 8]), (("B", "T", "d"), [2, 5, 8]),
+                                             (["B", "T", "d"], (2, 5, 8))], ids=["both lists", "shape list",
+                                                                                "symbolic list"])
+def test_trace_step_keeps_tuples(symbolic, shape):
+    step = TraceStep("q", "x @ W", symbolic, shape, 10, True)
+    assert isinstance(step.shape, tuple) and isinstance(step.symbolic, tuple)
+    assert step.shape == tuple(shape) and step.symbolic == tuple(symbolic)
+    with pytest.raises(AttributeError):
+        step.shape.append(3)  # checked once, it stays as checked
+    with pytest.raises(TypeError, match="TraceStep.shape"):
+        TraceStep("q", "x @ W", ("B",), "2", 10, True)  # a str is still refused, not split
