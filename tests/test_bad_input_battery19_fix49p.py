@@ -1,6 +1,7 @@
 """Battery 19 (issue 38), fix pass P: row selections mixing bools and ints (g26), check_record's
 options checked on every call and against the kind of field they name (g27), hook points
-that pass tensors only (g02), TraceStep keeping tuples (g28)."""
+that pass tensors only (g02), TraceStep keeping tuples (g28),
+MultiHeadAttentionBase subclasses without their setup (g29)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from course_utils.attention.hooks import HookPoint
+from course_utils.attention.mha import MultiHeadAttention, MultiHeadAttentionBase
 from course_utils.attention.shapes import TraceStep
 from course_utils.attention.validation import check_record, check_rows
 from course_utils.tasks.synthetic import AgreementTask
@@ -110,3 +112,50 @@ def test_trace_step_keeps_tuples(symbolic, shape):
         step.shape.append(3)  # checked once, it stays as checked
     with pytest.raises(TypeError, match="TraceStep.shape"):
         TraceStep("q", "x @ W", ("B",), "2", 10, True)  # a str is still refused, not split
+
+
+# -- g29: a MultiHeadAttentionBase subclass without its setup --------------------------------------
+class _NoSetup(MultiHeadAttentionBase):
+    pass
+
+
+class _NoHooks(MultiHeadAttentionBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.d_model, self.num_heads, self.num_kv_heads, self.d_k, self.dropout = 8, 2, 2, 4, 0.0
+        self.out_proj = torch.nn.Linear(8, 8)
+
+    def project_qkv(self, query, key, value):
+        return MultiHeadAttention(8, 2).project_qkv(query, key, value)
+
+
+class _NoProjection(MultiHeadAttentionBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.d_model, self.num_heads, self.num_kv_heads, self.d_k, self.dropout = 8, 2, 2, 4, 0.0
+        self.out_proj = torch.nn.Linear(8, 8)
+        self._add_hook_points()
+
+
+ALL_SETUP = ["d_model", "num_heads", "num_kv_heads", "d_k", "dropout", "out_proj", "project_qkv",
+             "hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z"]
+HOOKS = ALL_SETUP[-5:]
+
+
+@pytest.mark.parametrize("cls, missing", [(_NoSetup, ALL_SETUP),
+                                          (_NoHooks, HOOKS),
+                                          (_NoProjection, ["project_qkv"])],
+                         ids=["nothing", "no hook points", "no project_qkv"])
+def test_mha_base_subclass_names_what_its_setup_misses(cls, missing):
+    with pytest.raises(TypeError) as info:
+        cls()(torch.randn(2, 5, 8))
+    message = str(info.value)
+    assert cls.__name__ in message
+    assert message.split("missing ")[1].split(".")[0].split(", ") == missing  # exactly those
+
+
+def test_mha_base_subclass_with_its_setup_runs():
+    layer = _NoHooks()
+    layer._add_hook_points()
+    out, _ = layer(torch.randn(2, 5, 8))
+    assert out.shape == (2, 5, 8)
