@@ -29,7 +29,8 @@ Where = str | Callable[[str], bool]  # a hook point's name, or a test on names
 
 class HookPoint(nn.Module):
     """``forward(x)`` returns ``x``, or what the hooks added with :meth:`add_hook` made of it
-    (each in turn sees the previous one's result)."""
+    (each in turn sees the previous one's result). ``x`` must be a tensor (of any dtype): a list
+    or a number is a TypeError naming the hook point, not passed on as if it were one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,6 +51,9 @@ class HookPoint(nn.Module):
         return bool(self.fns)
 
     def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor):  # any tensor (ids too): the point passes it on unchanged
+            raise TypeError(f"x (what the hook point {self.name or '(unnamed)'} passes on) must be a "
+                            f"torch.Tensor, got {type(x).__name__} {x!r:.60}")
         for fn in list(self.fns):
             result = fn(x, self)
             if result is not None:

@@ -100,6 +100,11 @@ def scaled_dot_product_attention(
     return attended @ v, weights  # (..., Tq, dv), (..., Tq, Tk)
 
 
+# What MultiHeadAttentionBase.forward reads that a subclass provides (checked by _check_setup).
+_SETUP = ("d_model", "num_heads", "num_kv_heads", "d_k", "dropout", "out_proj", "project_qkv",
+          "hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z")
+
+
 class MultiHeadAttentionBase(nn.Module):
     """The one forward path of the course's attention layers (and of the trained models).
 
@@ -107,6 +112,9 @@ class MultiHeadAttentionBase(nn.Module):
     heads are projected, :meth:`project_qkv` (``q`` ``(B, h, T, dk)``, ``k``/``v``
     ``(B, g, T, dk)``): :class:`MultiHeadAttention` has ``g = h``;
     :class:`~course_utils.attention.gqa.GroupedQueryAttention` shares ``g < h`` K/V heads.
+    A subclass's ``__init__`` calls ``super().__init__()``, sets ``d_model``, ``num_heads``,
+    ``num_kv_heads``, ``d_k``, ``dropout`` and ``out_proj``, then calls ``_add_hook_points()``;
+    :meth:`forward` names whatever of these (or ``project_qkv``) is missing in a TypeError.
 
     Hook points (:mod:`course_utils.attention.hooks`) sit on the path: ``hook_q``, ``hook_k``,
     ``hook_v`` (the heads, before a cache is appended), ``hook_pattern`` (the attention weights
@@ -274,11 +282,24 @@ class MultiHeadAttentionBase(nn.Module):
     # -- input checks (the rules are in course_utils.attention.validation) ------------------
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, is_causal: object,
                       need_weights: object, past: object, return_kv: object) -> None:
+        self._check_setup()
         check_mha_inputs(query, key, value, d_model=self.d_model, weight=self._weight(),
                          is_causal=is_causal, need_weights=need_weights)
         check_flag(return_kv, "return_kv")
         check_attention_extras(past, batch=query.shape[0], num_kv_heads=self.num_kv_heads,
                                d_k=self.d_k, weight=self._weight())
+
+    def _check_setup(self) -> None:
+        """What a subclass's ``__init__`` must set for :meth:`forward` (see the class docstring):
+        a TypeError naming what is missing, not an AttributeError from inside torch. Cheap: each
+        name is looked up in the instance's dicts first."""
+        missing = [name for name in _SETUP if name not in self.__dict__ and name not in self._modules
+                   and not hasattr(self, name)]
+        if missing:
+            raise TypeError(f"{type(self).__name__} is a MultiHeadAttentionBase without its setup: "
+                            f"missing {', '.join(missing)}. A subclass's __init__ calls "
+                            f"super().__init__(), sets d_model, num_heads, num_kv_heads, d_k, dropout "
+                            f"and out_proj, then self._add_hook_points(); it defines project_qkv")
 
     def _check_projection_inputs(self, query: object, key: object, value: object) -> None:
         """What :meth:`project_qkv` needs, checked as :meth:`forward` checks it (called directly,

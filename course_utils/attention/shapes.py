@@ -113,6 +113,7 @@ class TraceStep:
     is_parameter: bool = False
 
     def __post_init__(self) -> None:
+        freeze_fields(self)  # a list given for symbolic or shape is kept as a tuple
         check_record(self)
         if len(self.symbolic) != len(self.shape):  # symbolic_text names each dim of shape
             raise ValueError(f"TraceStep.symbolic must name each of the {len(self.shape)} dims of shape "

@@ -19,6 +19,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -272,11 +273,15 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
     """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
     indices it keeps). A bool mask of another length, float indices and negative indices (which
-    would silently count from the end) are refused; a slice is left for the caller (None back)."""
+    would silently count from the end) are refused, and so is a list mixing bools and ints
+    (``[True, 0]`` would be read as the indices ``[1, 0]``); a slice is left for the caller
+    (None back)."""
     size = check_int(size, f"check_rows's size (how many {what} {name} selects from)", minimum=0)
     if isinstance(rows, Tensor):
         tensor = rows
     elif isinstance(rows, (list, tuple, range)) or (hasattr(rows, "__array__") and not isinstance(rows, str)):
+        if isinstance(rows, (list, tuple)):
+            _check_not_mixed_bools(rows, name)
         try:
             tensor = torch.as_tensor(rows)
         except (TypeError, ValueError, RuntimeError):
@@ -301,6 +306,17 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor
         raise IndexOutOfRange(f"{name} must lie in 0..{size - 1} ({size} {what}), got min "
                               f"{int(tensor.min())}, max {int(tensor.max())}")
     return tensor.long()
+
+
+def _check_not_mixed_bools(items: list | tuple, name: str) -> None:
+    """A list of row selectors is all bools (a mask) or holds no bool (indices): torch would read
+    a mix such as ``[True, 0]`` as the indices ``[1, 0]``, silently."""
+    kinds = [isinstance(v, (bool, np.bool_)) for v in items]
+    if any(kinds) and not all(kinds):
+        i = kinds.index(not kinds[0])
+        raise TypeError(f"{name} must be all ints (indices) or all bools (a mask), not a mix: "
+                        f"{name}[0] is {type(items[0]).__name__} {items[0]!r:.30} but {name}[{i}] is "
+                        f"{type(items[i]).__name__} {items[i]!r:.30}")
 
 
 def physical_memory_bytes() -> int | None:
@@ -1096,7 +1112,7 @@ __all__ += ["check_config_fields"]
 
 
 # -- result records ---------------------------------------------------------------------------
-_RECORD_CHECKS: dict[type, list] = {}
+_RECORD_CHECKS: dict[tuple, list] = {}  # (class, its options) -> its checks
 
 
 def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[str, ...] = (),
@@ -1116,18 +1132,26 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     at least one item (a str: at least one character). The ``float`` fields in ``fractions`` (an
     accuracy, a share), or the floats they hold, lie in [0, 1]. Each name in ``nan_ok``,
     ``signed``, ``positive``, ``nonempty`` and ``fractions`` must be a field of the record (a
-    misspelt one would silently check nothing): else a ValueError naming it. The annotations are
-    read once per class, so a record made in a loop pays only for the isinstance tests."""
+    misspelt one would silently check nothing), and a field of a kind the option applies to
+    (``nan_ok``, ``signed``, ``fractions``: one that holds floats; ``positive``: ints or floats;
+    ``nonempty``: a str, list, tuple or dict): else a ValueError naming it. The annotations are
+    read once per class and set of options, so a record made in a loop pays only for the
+    isinstance tests."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"check_record checks a record, an instance of a dataclass (called from its "
                         f"__post_init__), got {type(record).__name__} {record!r:.60}")
     cls = type(record)
-    checks = _RECORD_CHECKS.get(cls)
+    key = (cls, nan_ok, signed, positive, nonempty, fractions)  # the options too: each set is checked
+    try:
+        checks = _RECORD_CHECKS.get(key)
+    except TypeError:  # a list among them (unhashable): checked below, cached under its tuple
+        checks = None
     if checks is None:
         options = {"nan_ok": nan_ok, "signed": signed, "positive": positive, "nonempty": nonempty,
                    "fractions": fractions}
         _check_record_options(cls, options)
-        checks = _RECORD_CHECKS[cls] = _record_checks(cls, **options)
+        options = {option: tuple(names) for option, names in options.items()}
+        checks = _RECORD_CHECKS[(cls, *options.values())] = _record_checks(cls, **options)
     for name, check in checks:
         check(getattr(record, name), f"{cls.__name__}.{name}")
 
@@ -1207,6 +1231,41 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
         if unknown:
             raise ValueError(f"check_record's {option} names {unknown[0]!r}, which is not a field of "
                              f"{cls.__name__} (its fields: {fields})")
+        hints = typing.get_type_hints(cls)
+        kinds, wanted = _OPTION_KINDS[option]
+        for n in names:
+            if option == "nonempty":
+                fits = {typing.get_origin(h) or h for h in _strip_none(hints[n])} <= kinds
+            else:
+                fits = bool(_hint_leaves(hints[n]) & kinds)
+            if not fits:
+                raise ValueError(f"check_record's {option} names {n!r}, a field of {cls.__name__} "
+                                 f"annotated {_describe_hint(hints[n])}: {option} applies to {wanted} "
+                                 f"only (there it would check nothing)")
+
+
+# The fields each option of check_record applies to: (the kinds, in words).
+_OPTION_KINDS = {"nan_ok": ({float}, "fields holding floats"),
+                 "signed": ({float}, "fields holding floats"),
+                 "fractions": ({float}, "fields holding floats"),
+                 "positive": ({int, float}, "fields holding ints or floats"),
+                 "nonempty": ({str, list, tuple, dict}, "str, list, tuple and dict fields")}
+
+
+def _strip_none(hint: object) -> tuple:
+    """The annotations ``hint`` allows besides None (``X | None`` -> ``(X,)``)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(a for a in typing.get_args(hint) if a is not type(None))
+    return (hint,)
+
+
+def _hint_leaves(hint: object) -> set:
+    """The plain types an annotation holds at its leaves (``dict[str, list[float]] | None`` ->
+    ``{str, float}``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType, list, tuple, dict):
+        return set().union(*(_hint_leaves(a) for a in args if a is not Ellipsis), set())
+    return {hint} if isinstance(hint, type) else set()
 
 
 def _record_checks(cls: type, nan_ok: tuple[str, ...], signed: tuple[str, ...],
