@@ -17,10 +17,10 @@ may contain an *attractor* noun of the opposite number ("the keys near the door 
 sentences (right-padded), so one model must learn both and its heads may split the work.
 
 :class:`AgreementBatch`, :class:`InductionBatch`, :class:`MixtureBatch` are records filled by
-this module's functions; each checks its fields when built (dtypes, shapes, and that the token
-ids and positions fit each other), so a hand-made batch that does not hang together is refused
-by name. They are frozen dataclasses (list fields kept as tuples), so no field can be replaced
-after that check; ``dataclasses.replace`` makes a new batch, checked again.
+this module's functions; each checks its fields when built (dtypes, shapes, at least one row, and
+that the token ids and positions fit each other), so a hand-made batch that does not hang
+together is refused by name. They are frozen dataclasses (list fields kept as tuples), so no
+field can be replaced after that check; ``dataclasses.replace`` makes a new batch, checked again.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..attention.validation import (
+    check_dims_not_empty,
     check_distinct,
     check_fits_in_memory,
     check_flag,
@@ -81,14 +82,17 @@ BOS = 0  # induction task: token 0 starts every sequence; ordinary tokens are 1 
 def _check_batch_tensors(batch: object, **fields: tuple[torch.dtype, str]) -> None:
     """The tensors of a task's batch record: each ``field=(dtype, dims)`` holds values (not on
     the meta device) of that dtype and is ``(B, T)`` (``"BT"``) or ``(B,)`` (``"B"``), B and T
-    read from ``batch.tokens``. Only the device, dtype and shape are read here (no values):
-    batches are made at every training step; the records read the few values they range-check."""
+    read from ``batch.tokens``, B at least 1 (a batch of no rows scores as NaN). Only the device,
+    dtype and shape are read here (no values): batches are made at every training step; the records
+    read the few values they range-check."""
     kind = type(batch).__name__
     tokens = batch.tokens
     for name in ("tokens", *fields):
         check_holds_values(getattr(batch, name), f"{kind}.{name}")
     if tokens.ndim != 2:
         raise ValueError(f"{kind}.tokens must be (B, T), got shape {tuple(tokens.shape)}")
+    # B = 0: every accuracy over the batch would be a mean of nothing, NaN
+    check_dims_not_empty(tokens, f"{kind}.tokens", ("B",))
     for name, (dtype, dims) in fields.items():
         value = getattr(batch, name)
         want = tuple(tokens.shape) if dims == "BT" else tuple(tokens.shape[:1])
@@ -443,8 +447,11 @@ class AgreementBatch:
 
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
-        ``B`` entries), as a batch of their own."""
+        ``B`` entries), as a batch of their own; ``rows`` must select at least one sentence."""
         rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch")
+        if not rows.numel():  # an AgreementBatch holds at least one sentence
+            raise ValueError(f"rows must select at least one of the {self.tokens.shape[0]} sentences in the "
+                             f"batch (a batch of none scores as NaN), got an empty selection")
         tensors = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "template"}
         return AgreementBatch(**tensors, template=[self.template[i] for i in rows.tolist()])
 
