@@ -57,6 +57,76 @@ def test_batch_records_refuse_an_empty_batch(make, words):
     _raises(ValueError, words, make)
 
 
+# -- g18: batch records whose facts contradict each other ----------------------------------------
+def _shift_scored(b: syn.InductionBatch) -> dict:
+    scored = b.scored.clone()
+    scored[1] = False
+    return {"scored": scored}
+
+
+def _break_repeat(b: syn.InductionBatch) -> dict:
+    tokens = b.tokens.clone()
+    tokens[2, -1] = (tokens[2, -1] % 15) + 1  # another ordinary token
+    return {"tokens": tokens}
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda b: {"scored": torch.zeros_like(b.scored)},
+     ["InductionBatch.scored", "period", "got False", "row 0"]),
+    (_shift_scored, ["InductionBatch.scored", "got False", "row 1"]),
+    (lambda b: {"periods": b.periods + 1}, ["InductionBatch.", "period", "row 0"]),
+    (_break_repeat, ["InductionBatch.tokens", "repeat with the row's period", "row 2", "position 7"]),
+], ids=["scored none", "scored a row off", "periods off by one", "tokens do not repeat"])
+def test_induction_batch_facts_must_agree(change, words):
+    batch = _induction()
+    _raises(ValueError, words, lambda: dataclasses.replace(batch, **change(batch)))
+
+
+def _subject(b: syn.AgreementBatch) -> torch.Tensor:
+    return b.tokens.gather(1, b.subject_pos[:, None])[:, 0]
+
+
+_NEXT_LEMMA = {a: b for cycle in (("is", "was", "has"), ("are", "were", "have"))
+               for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)}
+
+
+def _other_lemma(b: syn.AgreementBatch) -> dict:
+    """wrong_id in the other number, but of another verb (were for is, ...)."""
+    wrong = [syn.WORD_TO_ID[_NEXT_LEMMA[syn.AGREEMENT_VOCAB[i]]] for i in b.wrong_id.tolist()]
+    return {"wrong_id": torch.tensor(wrong)}
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda b: {"correct_id": _subject(b)}, ["AgreementBatch.correct_id", "final verb", "row 0"]),
+    (lambda b: {"plural": ~b.plural}, ["AgreementBatch.correct_id", "AgreementBatch.plural is", "row 0"]),
+    (_other_lemma, ["AgreementBatch.wrong_id", "other number", "row 0"]),
+], ids=["correct_id a noun", "plural flipped", "wrong_id another verb"])
+def test_agreement_batch_verbs_must_agree_with_plural(change, words):
+    batch = _agreement()
+    _raises(ValueError, words, lambda: dataclasses.replace(batch, **change(batch)))
+
+
+def test_agreement_batch_may_carry_a_twins_sentences():
+    """Documented, not refused: tokens are not checked against the facts (a twin's sentences)."""
+    from course_utils.interp.patching import flip_subject_number
+
+    batch = _agreement()
+    twin = flip_subject_number(batch)
+    dataclasses.replace(batch, tokens=twin)
+    dataclasses.replace(batch, tokens=twin, plural=~batch.plural, correct_id=batch.wrong_id,
+                        wrong_id=batch.correct_id)
+
+
+def test_mixture_batch_real_must_mark_the_padding():
+    batch = _mixture()
+    _raises(ValueError, ["MixtureBatch.real", "induction rows", "got False", "row 0, column 0"],
+            lambda: dataclasses.replace(batch, real=torch.zeros_like(batch.real)))
+    real = batch.real.clone()
+    real[batch.num_induction:] = True  # the sentences' padding marked real
+    _raises(ValueError, ["MixtureBatch.real", "<pad>", "got True", f"row {batch.num_induction}"],
+            lambda: dataclasses.replace(batch, real=real))
+
+
 # -- good input still passes ---------------------------------------------------------------------
 def test_the_batches_the_tasks_make_still_pass():
     generator = torch.Generator().manual_seed(3)
