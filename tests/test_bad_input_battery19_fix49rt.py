@@ -127,6 +127,23 @@ def test_mixture_batch_real_must_mark_the_padding():
             lambda: dataclasses.replace(batch, real=real))
 
 
+def _lookup() -> tr.LookupBatch:
+    return tr.TwoKeyTask(num_items=4, num_keys=8, num_symbols=4, max_repeats=2).sample(6, seed=0)
+
+
+@pytest.mark.parametrize("change", [
+    lambda t: (t + 1) % 16,
+    lambda t: t + 16,
+    lambda t: torch.cat([t[:1], t[1:] + 1]),
+], ids=["target + 1", "target + V * V", "all but the first + 1"])
+def test_lookup_batch_target_must_be_the_pair_class(change):
+    batch = _lookup()
+    target = change(batch.target)
+    row = int((target != batch.target).nonzero()[0, 0])
+    _raises(ValueError, ["LookupBatch.target", "a * V + b", f"got {int(target[row])}"],
+            lambda: batch._replace(target=target))
+
+
 # -- good input still passes ---------------------------------------------------------------------
 def test_the_batches_the_tasks_make_still_pass():
     generator = torch.Generator().manual_seed(3)
