@@ -144,6 +144,16 @@ def test_lookup_batch_target_must_be_the_pair_class(change):
             lambda: batch._replace(target=target))
 
 
+# -- g23: Table of no rows or no columns ---------------------------------------------------------
+@pytest.mark.parametrize("shape, rows, cols, words", [
+    ((0, 0), (), (), ["Table('t').rows", "at least one row", "()"]),
+    ((0, 2), (), ("a", "b"), ["Table('t').rows", "at least one row"]),
+    ((2, 0), ("a", "b"), (), ["Table('t').cols", "at least one column"]),
+], ids=["0 x 0", "0 x 2", "2 x 0"])
+def test_table_refuses_no_rows_or_columns(shape, rows, cols, words):
+    _raises(ValueError, words, lambda: we.Table("t", np.ones(shape), rows, cols))
+
+
 # -- good input still passes ---------------------------------------------------------------------
 def test_the_batches_the_tasks_make_still_pass():
     generator = torch.Generator().manual_seed(3)
