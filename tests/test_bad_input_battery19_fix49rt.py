@@ -144,6 +144,14 @@ def test_lookup_batch_target_must_be_the_pair_class(change):
             lambda: batch._replace(target=target))
 
 
+def test_lookup_batch_target_is_checked_with_no_items():
+    none = torch.zeros(2, 0, dtype=torch.long)  # T = 0: the symbols are only the answers'
+    make = lambda target: tr.LookupBatch(none, none, torch.tensor([[0, 1], [0, 1]]),  # noqa: E731
+                                         torch.tensor([[1, 2], [1, 3]]), none, torch.tensor(target))
+    assert make([6, 7]).target.tolist() == [6, 7]
+    _raises(ValueError, ["LookupBatch.target", "a * V + b", "row 1", "got 7"], lambda: make([7, 7]))
+
+
 # -- g23: Table of no rows or no columns ---------------------------------------------------------
 @pytest.mark.parametrize("shape, rows, cols, words", [
     ((0, 0), (), (), ["Table('t').rows", "at least one row", "()"]),

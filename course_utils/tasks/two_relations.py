@@ -221,7 +221,9 @@ def _check_target(batch: LookupBatch) -> None:
     if has_a.numel():
         first = int(has_a[0, 0])
         V = (int(batch.target[first]) - int(b[first])) // int(a[first])
-        largest = max(int(batch.item_symbols.max()), int(batch.answer_symbols.max()))
+        largest = int(batch.answer_symbols.max())  # the items' symbols may be none (T = 0)
+        if batch.item_symbols.numel():
+            largest = max(largest, int(batch.item_symbols.max()))
         if V <= largest:
             raise ValueError(f"LookupBatch.target must be the pair class a * V + b of answer_symbols (a, b), "
                              f"with V (num_symbols) above every symbol in the batch (up to {largest}), got "
