@@ -169,10 +169,12 @@ def test_induction_batch_refuses_a_scored_last_column():
 def test_induction_accuracy_refuses_a_batch_with_nothing_scored():
     from course_utils.tasks.synthetic import InductionBatch, InductionTask, induction_accuracy
 
-    b = InductionTask().eval_batch(4)
-    none = InductionBatch(b.tokens, b.periods, torch.zeros_like(b.scored))
-    _raises(ValueError, ["batch", "at least one position", "no scored position", "(4, 32)"],
-            lambda: induction_accuracy(torch.randn(4, 32, 64), none))
+    b = InductionTask().sample(4, torch.Generator().manual_seed(0), periods=(5,))
+    # cut to T = 7 (BOS + one copy + 1): period 5 fixes no position with a next token, so
+    # nothing is scored, and the record (which checks scored against the periods) agrees
+    none = InductionBatch(b.tokens[:, :7], b.periods, torch.zeros(4, 7, dtype=torch.bool))
+    _raises(ValueError, ["batch", "at least one position", "no scored position", "(4, 7)"],
+            lambda: induction_accuracy(torch.randn(4, 7, 64), none))
 
 
 @pytest.mark.parametrize("names, bad", [(["nope"] * 8, "'nope'"), (["simple"] * 7 + [""], "''")])

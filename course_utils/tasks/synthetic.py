@@ -17,10 +17,10 @@ may contain an *attractor* noun of the opposite number ("the keys near the door 
 sentences (right-padded), so one model must learn both and its heads may split the work.
 
 :class:`AgreementBatch`, :class:`InductionBatch`, :class:`MixtureBatch` are records filled by
-this module's functions; each checks its fields when built (dtypes, shapes, and that the token
-ids and positions fit each other), so a hand-made batch that does not hang together is refused
-by name. They are frozen dataclasses (list fields kept as tuples), so no field can be replaced
-after that check; ``dataclasses.replace`` makes a new batch, checked again.
+this module's functions; each checks its fields when built (dtypes, shapes, at least one row, and
+that the token ids, positions and facts fit each other), so a hand-made batch that does not hang
+together is refused by name. They are frozen dataclasses (list fields kept as tuples), so no
+field can be replaced after that check; ``dataclasses.replace`` makes a new batch, checked again.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..attention.validation import (
+    check_dims_not_empty,
     check_distinct,
     check_fits_in_memory,
     check_flag,
@@ -81,14 +82,17 @@ BOS = 0  # induction task: token 0 starts every sequence; ordinary tokens are 1 
 def _check_batch_tensors(batch: object, **fields: tuple[torch.dtype, str]) -> None:
     """The tensors of a task's batch record: each ``field=(dtype, dims)`` holds values (not on
     the meta device) of that dtype and is ``(B, T)`` (``"BT"``) or ``(B,)`` (``"B"``), B and T
-    read from ``batch.tokens``. Only the device, dtype and shape are read here (no values):
-    batches are made at every training step; the records read the few values they range-check."""
+    read from ``batch.tokens``, B at least 1 (a batch of no rows scores as NaN). Only the device,
+    dtype and shape are read here (no values): batches are made at every training step; the records
+    read the few values they range-check."""
     kind = type(batch).__name__
     tokens = batch.tokens
     for name in ("tokens", *fields):
         check_holds_values(getattr(batch, name), f"{kind}.{name}")
     if tokens.ndim != 2:
         raise ValueError(f"{kind}.tokens must be (B, T), got shape {tuple(tokens.shape)}")
+    # B = 0: every accuracy over the batch would be a mean of nothing, NaN
+    check_dims_not_empty(tokens, f"{kind}.tokens", ("B",))
     for name, (dtype, dims) in fields.items():
         value = getattr(batch, name)
         want = tuple(tokens.shape) if dims == "BT" else tuple(tokens.shape[:1])
@@ -128,8 +132,10 @@ class InductionBatch:
     """``tokens`` ``(B, T)`` long; ``periods`` ``(B,)`` in ``2..T``; ``scored`` ``(B, T)`` bool
     marks the positions whose *next* token is fixed by an earlier occurrence (the logits at
     position ``t`` predict ``tokens[:, t + 1]``; the last column is never scored: there is no
-    next token, and a True there is refused). Frozen, like every batch record here: its fields
-    cannot be replaced after the check (``dataclasses.replace`` makes a new, checked one).
+    next token, and a True there is refused). The facts are checked against each other: each row
+    repeats with its period, and ``scored`` is exactly ``period + 1 <= t <= T - 2``. Frozen, like
+    every batch record here: its fields cannot be replaced after the check
+    (``dataclasses.replace`` makes a new, checked one).
 
     ``tokens`` must be ids >= 0; their upper bound is the model's vocabulary, which the batch does
     not know (an :class:`InductionTask` may have any ``vocab_size``): an id beyond it is refused
@@ -151,11 +157,35 @@ class InductionBatch:
             raise ValueError(f"InductionBatch.scored must be False in the last column (position "
                              f"{self.tokens.shape[1] - 1} has no next token to predict), got True at row "
                              f"{int(last[0, 0])}")
+        _check_induction_facts(self)
 
     @property
     def targets(self) -> Tensor:
         """Next-token targets ``(B, T)`` for the language-model loss (last column ignored)."""
         return next_token_targets(self.tokens)
+
+
+def _check_induction_facts(batch: InductionBatch) -> None:
+    """Each row repeats with its period (``tokens[t] == tokens[t - p]`` from ``t = p + 1`` on: the
+    first copy starts after ``BOS``) and ``scored`` marks exactly the positions that period fixes:
+    ``p + 1 <= t <= T - 2`` (the query was seen at ``t - p``, and position ``t`` has a next token).
+    Else a ValueError naming the field, the first broken row and position, and that row's period."""
+    T = batch.tokens.shape[1]
+    position = torch.arange(T, device=batch.tokens.device).unsqueeze(0)  # (1, T)
+    period = batch.periods.to(position.device).unsqueeze(1)  # (B, 1)
+    fixed = (position >= period + 1) & (position <= T - 2)
+    earlier = batch.tokens.gather(1, (position - period).clamp(min=0))  # tokens[t - p]
+    broken = (("tokens", (position >= period + 1) & (batch.tokens != earlier),
+               "repeat with the row's period (tokens[t] == tokens[t - period] from t = period + 1 on)"),
+              ("scored", batch.scored.to(position.device) != fixed,
+               "be True exactly where the period fixes the next token (period + 1 <= t <= T - 2)"))
+    for name, bad, wanted in broken:
+        where = bad.nonzero()
+        if where.numel():
+            row, col = (int(i) for i in where[0])
+            value = getattr(batch, name)[row, col].item()
+            raise ValueError(f"InductionBatch.{name} must {wanted}, got {value} at row {row}, position "
+                             f"{col}, where the period is {int(batch.periods[row])}")
 
 
 def _check_generator(generator: object) -> None:
@@ -380,6 +410,12 @@ _NOUN_IDS = {WORD_TO_ID[w] for pair in NOUNS for w in pair}
 _SINGULAR_VERB_IDS = torch.tensor([WORD_TO_ID[s] for s, _ in TARGET_VERBS])
 _PLURAL_VERB_IDS = torch.tensor([WORD_TO_ID[p] for _, p in TARGET_VERBS])
 
+# the final verbs' number (0 singular, 1 plural, -1 not a final verb) and other form (is <-> are)
+_VERB_NUMBER = torch.full((len(AGREEMENT_VOCAB),), -1, dtype=torch.long)
+_VERB_NUMBER[_SINGULAR_VERB_IDS], _VERB_NUMBER[_PLURAL_VERB_IDS] = 0, 1
+_OTHER_VERB = torch.full((len(AGREEMENT_VOCAB),), -1, dtype=torch.long)
+_OTHER_VERB[_SINGULAR_VERB_IDS], _OTHER_VERB[_PLURAL_VERB_IDS] = _PLURAL_VERB_IDS, _SINGULAR_VERB_IDS
+
 # name -> shape; every sentence may start with an opener ("i think", ...); S = subject
 # noun, A = an intervening noun (an attractor when its number differs from S's), V = verb
 TEMPLATES: dict[str, str] = {
@@ -404,7 +440,11 @@ class AgreementBatch:
     opposite number; ``correct_id``/``wrong_id`` ``(B,)``: the verb that agrees and the
     same verb in the other number; ``template`` names each sentence's shape, one of
     :data:`TEMPLATES` per row (or nothing), kept as a tuple (a list given is stored as one).
-    Frozen: its fields cannot be replaced after the check.
+    The verb facts are checked against ``plural``: ``correct_id`` is a final verb in that number,
+    ``wrong_id`` the same verb in the other. They are not checked against ``tokens`` (nor is
+    ``template``): a batch may legitimately carry a twin's sentences, the subject flipped by
+    :func:`course_utils.interp.patching.flip_subject_number`, with the original facts. Frozen: its
+    fields cannot be replaced after the check.
     """
 
     tokens: Tensor
@@ -440,11 +480,15 @@ class AgreementBatch:
                              f"in the subject's number and in the other), both are {int(self.wrong_id[row])} "
                              f"at row {row}")
         _check_agreement_positions(self)
+        _check_agreement_facts(self)
 
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
-        ``B`` entries), as a batch of their own."""
+        ``B`` entries), as a batch of their own; ``rows`` must select at least one sentence."""
         rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch")
+        if not rows.numel():  # an AgreementBatch holds at least one sentence
+            raise ValueError(f"rows must select at least one of the {self.tokens.shape[0]} sentences in the "
+                             f"batch (a batch of none scores as NaN), got an empty selection")
         tensors = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "template"}
         return AgreementBatch(**tensors, template=[self.template[i] for i in rows.tolist()])
 
@@ -487,6 +531,29 @@ def _check_agreement_positions(batch: AgreementBatch) -> None:
             raise ValueError(f"AgreementBatch.{name} must be {wanted}, got {int(getattr(batch, name)[row])} "
                              f"at row {row}, where AgreementBatch.lengths is {int(batch.lengths[row])}, "
                              f"verb_pos {int(batch.verb_pos[row])} and T is {T}")
+
+
+def _check_agreement_facts(batch: AgreementBatch) -> None:
+    """The verb facts agree with ``plural``: ``correct_id`` is a final verb (is/are, was/were,
+    has/have) in the number ``plural`` says and ``wrong_id`` the same verb in the other number.
+    ``tokens`` is not read here: a batch may carry a twin's sentences (the subject in the other
+    number, :func:`course_utils.interp.patching.flip_subject_number`) with the original facts, so
+    the subject noun and the verb in ``tokens`` are not checked against them. The first row that
+    breaks a rule is named, with the words involved."""
+    plural, correct, wrong = batch.plural.cpu().long(), batch.correct_id.cpu(), batch.wrong_id.cpu()
+    rules = (("correct_id", _VERB_NUMBER[correct] != plural, "a final verb (is/are, was/were, has/have) in "
+              "the number AgreementBatch.plural says"),
+             ("wrong_id", wrong != _OTHER_VERB[correct],
+              "AgreementBatch.correct_id's verb in the other number"))
+    for name, broken, wanted in rules:
+        bad = broken.nonzero()
+        if bad.numel():
+            row = int(bad[0, 0])
+            value = int(getattr(batch, name)[row])
+            raise ValueError(f"AgreementBatch.{name} must be {wanted}, got {value} "
+                             f"({AGREEMENT_VOCAB[value]!r}) at row {row}, where AgreementBatch.plural is "
+                             f"{bool(plural[row])} and AgreementBatch.correct_id is "
+                             f"{AGREEMENT_VOCAB[int(correct[row])]!r}")
 
 
 class _Draws:
@@ -767,11 +834,33 @@ def _check_next_token_targets(batch: MixtureBatch) -> None:
                          f"{int(targets[row, col])} at row {row}, column {col}")
 
 
+def _check_mixture_real(batch: MixtureBatch) -> None:
+    """``batch.real`` is True on every induction row (the first ``num_induction``) and on the
+    sentences' tokens other than ``<pad>``, and a target is counted only where the position and
+    its next token are both real; else a ValueError naming the first bad entry."""
+    n, real = batch.num_induction, batch.real
+    expected = torch.ones_like(real)
+    expected[n:] = batch.tokens[n:] != PAD_ID
+    counted = batch.targets[:, :-1] != IGNORE_INDEX
+    rules = (("real", real != expected, real, f"be True on the induction rows (the first num_induction = "
+              f"{n}) and on the sentences' tokens other than <pad> (id {PAD_ID})"),
+             ("targets", counted & ~(real[:, :-1] & real[:, 1:]), batch.targets, f"be {IGNORE_INDEX} (not "
+              "counted) where the position or its next token is padding (MixtureBatch.real False)"))
+    for name, broken, values, wanted in rules:
+        bad = broken.nonzero()
+        if bad.numel():
+            row, col = (int(i) for i in bad[0])
+            raise ValueError(f"MixtureBatch.{name} must {wanted}, got {values[row, col].item()} at row "
+                             f"{row}, column {col}")
+
+
 @dataclass(frozen=True)
 class MixtureBatch:
     """``tokens`` ``(B, T)`` long: the first ``num_induction`` rows are induction sequences,
     the rest agreement sentences (right-padded with ``<pad>``); ``targets`` ``(B, T)``: the next
-    token, or ``-100`` where nothing is predicted; ``real`` ``(B, T)`` bool: not padding.
+    token, or ``-100`` where nothing is predicted (and wherever a position or its next token is
+    padding); ``real`` ``(B, T)`` bool: not padding (every induction token, the sentences' tokens
+    other than ``<pad>``), checked against ``tokens``.
     Frozen: ``num_induction``, which :meth:`task_parts` splits at, cannot change after the check.
 
     ``tokens`` must be ids >= 0; their upper bound is the model's vocabulary, which the batch does
@@ -791,6 +880,7 @@ class MixtureBatch:
             raise ValueError(f"MixtureBatch.num_induction must be at most the batch's {self.tokens.shape[0]} "
                              f"rows, got {self.num_induction}")
         _check_next_token_targets(self)
+        _check_mixture_real(self)
 
     def task_parts(self) -> list[tuple[Tensor, Tensor]]:
         """The batch as ``[(tokens, targets)]`` per task: the induction rows ``(n, T)``, then the

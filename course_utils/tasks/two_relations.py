@@ -127,9 +127,11 @@ class LookupBatch(_LookupFields):
     """``n`` examples of the two-key lookup (all int64), made by :meth:`TwoKeyTask.sample` and
     :meth:`take`. Checked when built: six int64 tensors, ``item_keys`` ``(n, T)`` fixing n and T
     for the others (a ValueError names ``LookupBatch.field`` and both shapes); keys, symbols
-    and classes >= 0, ``relation`` following the keys and ``answer_symbols`` the symbols of the
-    asked-for items. Their upper bounds (``num_keys``, ``num_symbols``) belong to the task, which
-    the batch does not know: the model that reads it checks them against its own task. A batch
+    and classes >= 0, ``relation`` following the keys, ``answer_symbols`` the symbols of the
+    asked-for items and ``target`` their pair class ``a * V + b`` with one ``V`` for the whole
+    batch (read off the batch itself). The upper bounds (``num_keys``, ``num_symbols``) belong to
+    the task, which the batch does not know: the model that reads it checks them against its own
+    task (``V`` included). A batch
     made by ``_replace`` or ``_make`` (the NamedTuple's copies) is checked the same way."""
 
     __slots__ = ()
@@ -192,6 +194,7 @@ def _check_lookup_fields(batch: LookupBatch) -> None:
                          f"{int(wanted[row, col])} at row {row}, item {col}; got "
                          f"{int(batch.relation[row, col])}")
     _check_answers(batch)
+    _check_target(batch)
 
 
 def _check_answers(batch: LookupBatch) -> None:
@@ -205,6 +208,35 @@ def _check_answers(batch: LookupBatch) -> None:
             raise ValueError(f"LookupBatch.answer_symbols[:, {column}] must be the symbol of the items under "
                              f"key {key} (relation {column}), {int(batch.item_symbols[row, col])} at row "
                              f"{row} (item {col}), got {int(batch.answer_symbols[row, column])}")
+
+
+def _check_target(batch: LookupBatch) -> None:
+    """``target`` is the pair class ``a * V + b`` of ``answer_symbols`` (a, b) with one ``V`` for the
+    whole batch, above every symbol in it. The batch does not know its task's ``V`` (num_symbols),
+    so ``V`` is read off the first example with ``a > 0`` (where ``a = 0``, the class is ``b``
+    whatever ``V`` is); the model that reads the batch checks it against its own ``V``."""
+    a, b = batch.answer_symbols.unbind(1)
+    has_a = (a > 0).nonzero()
+    V = None
+    if has_a.numel():
+        first = int(has_a[0, 0])
+        V = (int(batch.target[first]) - int(b[first])) // int(a[first])
+        largest = int(batch.answer_symbols.max())  # the items' symbols may be none (T = 0)
+        if batch.item_symbols.numel():
+            largest = max(largest, int(batch.item_symbols.max()))
+        if V <= largest:
+            raise ValueError(f"LookupBatch.target must be the pair class a * V + b of answer_symbols (a, b), "
+                             f"with V (num_symbols) above every symbol in the batch (up to {largest}), got "
+                             f"{int(batch.target[first])} at row {first}, where (a, b) = "
+                             f"({int(a[first])}, {int(b[first])}): V would be {V}")
+    want = b if V is None else a * V + b
+    bad = (batch.target != want).nonzero()
+    if bad.numel():
+        row = int(bad[0, 0])
+        read = "" if V is None else f" (V = {V}, read off row {first})"
+        raise ValueError(f"LookupBatch.target must be the pair class a * V + b of answer_symbols (a, b), "
+                         f"one V for the whole batch{read}, so {int(want[row])} at row {row}, where (a, b) = "
+                         f"({int(a[row])}, {int(b[row])}); got {int(batch.target[row])}")
 
 
 # What sample(n) allocates per example for the smallest task (num_items=2, num_keys=3):

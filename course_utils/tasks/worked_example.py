@@ -126,8 +126,8 @@ class WorkedExampleError(ValueError):
 # -- data containers ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Table:
-    """A labelled matrix: ``values`` is ``(len(rows), len(cols))`` floats (float64), finite;
-    ``name`` a non-empty str."""
+    """A labelled matrix: ``values`` is ``(len(rows), len(cols))`` floats (float64), finite, with
+    at least one row and one column; ``name`` a non-empty str."""
 
     name: str
     values: np.ndarray
@@ -277,7 +277,7 @@ def _check_all_finite(x: np.ndarray, name: str) -> None:
 
 
 def _check_table_fields(table: Table) -> None:
-    """A :class:`Table`'s name is a str, its labels tuples of distinct strs (a frame indexed by a
+    """A :class:`Table`'s name is a str, its labels non-empty tuples of distinct strs (a frame indexed by a
     repeated label gives several rows for one), and its values a 2-D array of finite numbers with
     one row per row label and one column per column label. Messages name ``Table(name).field``."""
     if not isinstance(table.name, str) or not table.name:  # the name labels every message below
@@ -289,6 +289,9 @@ def _check_table_fields(table: Table) -> None:
         if not isinstance(labels, tuple) or not all(isinstance(item, str) for item in labels):
             raise TypeError(f"{label}.{field_name} must be a tuple of strs, got "
                             f"{type(labels).__name__} {labels!r:.60}")
+        if not labels:  # a table of no rows (or columns) has no number to show or multiply
+            raise ValueError(f"{label}.{field_name} must name at least one "
+                             f"{'row' if field_name == 'rows' else 'column'}, got ()")
         repeated = sorted({item for item in labels if labels.count(item) > 1})
         if repeated:
             raise ValueError(f"{label}.{field_name} must be distinct labels, got {labels!r:.80}, which "
