@@ -57,3 +57,37 @@ def test_source_stopped_after_the_swap_says_what_was_written(moment, tmp_path, m
     assert (course / ".course_grader.json").exists() and (course / "nbgrader_config.py").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".course-source-")] == [], err
 
+
+# -- G5: an empty path argument is refused naming the argument, exit 2 --------------------------
+
+@pytest.mark.parametrize("args, named", [
+    (["student-tree", ""], "OUT_DIR is empty ('')"),
+    (["student-tree", "--branch", ""], "--branch NAME is empty ('')")])
+def test_course_student_tree_refuses_an_empty_path(args, named, tmp_path):
+    import subprocess
+
+    before = sorted(p.name for p in ROOT.iterdir())
+    done = subprocess.run([sys.executable, str(ROOT / "course.py"), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr and "already exists" not in done.stderr, done.stderr
+    assert sorted(p.name for p in ROOT.iterdir()) == before and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script, argv, option", [
+    ("safe_collect", ["03_dimension_walkthrough", "--exchange", "", "--course", "mha-course"], "--exchange"),
+    ("version_matrix", ["floor", "--venv", ""], "--venv")])
+def test_an_empty_path_option_is_refused(script, argv, option, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # '' was read as this folder
+    with pytest.raises(SystemExit) as stopped:
+        _script(script).main(argv)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2, err
+    assert f"argument {option}: " in err and "an empty path ''" in err, err
+
+
+@pytest.mark.parametrize("what", ["", 3])
+def test_path_type_checks_what(what):
+    with pytest.raises(TypeError if what == 3 else ValueError, match="^what must be a non-empty str"):
+        cli.path_type(what)
+
