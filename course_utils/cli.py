@@ -309,7 +309,9 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     the signal without a word, and returns 128 + its number then. The other stop signals are not
     relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does.
     A child killed by any other signal gives 128 + its number too (an exit status :func:`run`
-    accepts), not Popen's negative number."""
+    accepts), not Popen's negative number. A child that stops cleanly on a relayed signal and exits
+    0 (JupyterLab does on SIGTERM) still gives 128 + the signal's number: the command was stopped,
+    it did not finish (``course.py lab`` exited 0 after ``kill PID``: battery 19, G7)."""
     if not words(command, "command", none_reads_sys_argv=False):
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
@@ -354,6 +356,8 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
         print(f"{prog}: interrupted by {signal.Signals(signum).name}: {name} was stopped before it "
               "could say what it left", file=sys.stderr, flush=True)
         return 128 + signum
+    if code == 0 and received:  # it stopped as asked, with status 0: report the stop signal
+        return 128 + received[0]
     return 128 - code if code < 0 else code  # killed by another signal: 128 + its number, as a shell
 
 

@@ -91,3 +91,41 @@ def test_path_type_checks_what(what):
     with pytest.raises(TypeError if what == 3 else ValueError, match="^what must be a non-empty str"):
         cli.path_type(what)
 
+
+# -- G7: a child that exits 0 on a relayed stop signal (JupyterLab on SIGTERM) gives 128 + signum --
+
+_CLEAN_STOPPER = """
+import signal, sys, time
+from pathlib import Path
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # as JupyterLab: stop cleanly, status 0
+signal.signal(signal.SIGINT, lambda *a: sys.exit(0))
+Path(sys.argv[1]).write_text("ready")
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytestmark_posix
+@pytest.mark.parametrize("signum, relay, expected", [
+    (signal.SIGTERM, cli.STOP_SIGNALS, 143), (signal.SIGINT, cli.STOP_SIGNALS, 130),
+    (signal.SIGTERM, (signal.SIGTERM,), 143),
+    (signal.SIGINT, (signal.SIGTERM,), 0)])  # not relayed (course.py lab's Ctrl-C): waited out, the child's 0
+def test_call_reports_a_relayed_stop_the_child_answered_with_0(signum, relay, expected, tmp_path):
+    import threading
+    import time
+
+    ready = tmp_path / "ready"
+
+    def send() -> None:
+        for _ in range(600):
+            if ready.exists():
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signum)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:  # an unrelayed signal: the child ends by itself after 2 s
+        code = cli.call([sys.executable, "-c", _CLEAN_STOPPER, str(ready), "2"], "course.py lab", relay=relay)
+    finally:
+        sender.join()
+    assert code == expected, f"{signal.Signals(signum).name} relayed={relay}: exit {code}"
