@@ -188,8 +188,7 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     parser = _cli().ArgumentParser(prog="version_matrix.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["floor", "newest"])
-    parser.add_argument("--venv", type=_cli().path_type("a virtual environment folder"), default=None,
-                        help="default: .venv-floor or .venv-newest")
+    parser.add_argument("--venv", type=Path, default=None, help="default: .venv-floor or .venv-newest")
     parser.add_argument("pytest_args", nargs="*", default=[],  # without one, argparse calls it required
                         help="after --: passed to pytest instead of the default")
     # everything after the first `--` goes to pytest, wherever --venv stands (argparse alone
