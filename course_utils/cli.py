@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -89,6 +90,22 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     if ("\0" if isinstance(text, str) else b"\0") in text:
         raise ValueError(f"{name} must be a str or Path naming {what}, without a NUL character ('\\x00', "
                          f"which no file system takes), got {text!r:.80}")
+
+
+def path_type(what: str) -> Callable[[str], Path]:
+    """An argparse type for an option naming a file or folder: the text as a Path, refused by
+    :func:`check_path`'s rule when it is empty or holds a NUL character (``type=Path`` turned
+    ``--exchange ''`` into the current folder without a word: battery 19, G5). ``what`` says
+    what the path should name (argparse puts the option's name before the message)."""
+    check_label(what, "what", "what the path should name, e.g. 'a folder'")
+
+    def parse(text: str) -> Path:
+        try:
+            check_path(text, "the value", what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return Path(text)
+    return parse
 
 
 def check_label(value: object, name: str, what: str) -> str:
@@ -292,7 +309,9 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     the signal without a word, and returns 128 + its number then. The other stop signals are not
     relayed (a terminal's Ctrl-C reaches the child anyway) and only waited out, as a shell does.
     A child killed by any other signal gives 128 + its number too (an exit status :func:`run`
-    accepts), not Popen's negative number."""
+    accepts), not Popen's negative number. A child that stops cleanly on a relayed signal and exits
+    0 (JupyterLab does on SIGTERM) still gives 128 + the signal's number: the command was stopped,
+    it did not finish (``course.py lab`` exited 0 after ``kill PID``: battery 19, G7)."""
     if not words(command, "command", none_reads_sys_argv=False):
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
@@ -337,6 +356,8 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
         print(f"{prog}: interrupted by {signal.Signals(signum).name}: {name} was stopped before it "
               "could say what it left", file=sys.stderr, flush=True)
         return 128 + signum
+    if code == 0 and received:  # it stopped as asked, with status 0: report the stop signal
+        return 128 + received[0]
     return 128 - code if code < 0 else code  # killed by another signal: 128 + its number, as a shell
 
 

@@ -398,7 +398,8 @@ def _swap_in(staging: Path, course: Path) -> None:
     """Move every file under ``staging`` to the same place under ``course``, all or nothing:
     the old files are kept aside (hard links) until every new one is in place; if any step
     fails, the old files go back, new files and folders made here are removed, and a
-    :class:`SourceError` names the file."""
+    :class:`SourceError` names the file. Once every new file is in place it says so with
+    :func:`cli.leaving` (an interruption then reports "every file of COURSE was written")."""
     files = sorted(p for p in staging.rglob("*") if p.is_file())
     made: list[Path] = []  # folders this made, deepest last
     kept: dict[Path, str] = {}  # target -> its old file's hard link (make_beside)
@@ -441,6 +442,9 @@ def _swap_in(staging: Path, course: Path) -> None:
         if isinstance(exc, OSError):
             raise SourceError(f"cannot write {current} ({exc.strerror or exc})") from None
         raise
+    # every new file is in place: an interruption from here on must say so, not "nothing was
+    # written" (battery 19, G6: it was said only once fill_course_source had returned)
+    cli.leaving(f"every file of {course} was written")
     for aside in kept.values():
         Path(aside).unlink(missing_ok=True)
     for new in files:  # what an earlier, killed run left beside each file
@@ -496,7 +500,11 @@ def fill_course_source(course: Path) -> list[Path]:
     except OSError as exc:
         raise SourceError(f"cannot write {exc.filename or staging} ({exc.strerror or exc})") from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            shutil.rmtree(staging, ignore_errors=True)
+        except BaseException:  # a signal cut it short, leaving .course-source-XXXX (battery 19, G6):
+            shutil.rmtree(staging, ignore_errors=True)  # run's handler now ignores any further one
+            raise
     return written
 
 
@@ -752,8 +760,7 @@ def _main(argv: list[str]) -> int:
             except SourceError as exc:
                 print(f"source: {exc}; nothing in {course_dir} was changed", file=sys.stderr)
                 return 1
-            cli.leaving(f"every file of {course_dir} was written")
-            for written in written_files:
+            for written in written_files:  # cli.leaving said so in _swap_in, once they were in place
                 print(f"wrote {written}")
             print(f"wrote {Path(args[0]) / '.course_grader.json'} (new salts: run generate_assignment again)")
             print(f"wrote the grading lines in {Path(args[0]) / 'nbgrader_config.py'}")

@@ -259,7 +259,8 @@ def _number(least: float, *, above: bool, unit: str):
 def main(argv: list[str]) -> int:
     parser = _cli().ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("lesson", type=_simple_name("a lesson name"))
-    parser.add_argument("--exchange", required=True, type=Path, help="the exchange root (c.Exchange.root)")
+    parser.add_argument("--exchange", required=True, type=_cli().path_type("the exchange root folder"),
+                        help="the exchange root (c.Exchange.root)")
     parser.add_argument("--course", required=True, type=_simple_name("a course id"),
                         help="the course id (c.CourseDirectory.course_id)")
     parser.add_argument("--owner", choices=("name", "off"), default="name")

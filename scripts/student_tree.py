@@ -214,6 +214,10 @@ def usage_problem(argv: list[str]) -> str | None:
                 f"unexpected arguments: {' '.join(argv)}")
     if not argv:
         return "missing OUT_DIR (a new folder to write the tree into) or --branch NAME"
+    if "" in plain:  # os.path.abspath('') is the current folder: "already exists" (battery 19, G5)
+        name, what = (("--branch NAME", "the local branch to commit the tree to") if options else
+                      ("OUT_DIR", "a new folder to write the tree into"))
+        return f"{name} is empty (''): give {what}; got: {' '.join(map(repr, argv))}"
     if options:
         if argv[0] != "--branch" or len(options) > 1:
             return f"--branch must come first and once, followed by one NAME; got: {' '.join(argv)}"
