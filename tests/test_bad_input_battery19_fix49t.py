@@ -3,8 +3,45 @@ subclass, G3 causal_attention_with on a meta / non-finite x, G4 check_score_macs
 float's range, G1 an answer's thread left running during the in-kernel check."""
 
 import pytest
+import torch
 
 from course_utils.exercises import lesson03
+from course_utils.exercises.your_attention import causal_attention_with, run_with_your_attention
+from course_utils.model.checkpoint import load_checkpoint
+
+
+class _Lie(torch.Tensor):
+    """A tensor subclass whose comparisons always say yes."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "isclose", "eq", "__eq__"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _zeros_as(kind):
+    def fn(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+        return torch.zeros_like(x).as_subclass(kind)
+    return fn
+
+
+@pytest.fixture(scope="module")
+def attn():
+    return load_checkpoint("induction")[0].blocks[0].attn
+
+
+# --- G2 ------------------------------------------------------------------------------
+def test_a_subclass_result_is_reported_not_raised():
+    report = run_with_your_attention(_zeros_as(_Lie), batch_size=4)
+    assert report.yours is None
+    assert "_Lie" in report.error and "subclass" in report.error
+
+
+def test_causal_attention_with_refuses_a_subclass_result(attn):
+    x = torch.randn(1, 3, attn.d_model)
+    with pytest.raises(TypeError, match=r"_Lie.*not a torch.Tensor"):
+        causal_attention_with(_zeros_as(_Lie), x, attn)
 
 
 # --- G4 ------------------------------------------------------------------------------
