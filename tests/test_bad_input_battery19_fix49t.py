@@ -44,6 +44,20 @@ def test_causal_attention_with_refuses_a_subclass_result(attn):
         causal_attention_with(_zeros_as(_Lie), x, attn)
 
 
+# --- G3 ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("bad", "shown"), [
+    (lambda d: torch.empty(1, 3, d, device="meta"), "meta"),
+    (lambda d: torch.full((1, 3, d), float("nan")), "nan"),
+    (lambda d: torch.zeros(1, 3, d).index_fill_(2, torch.tensor([1]), float("inf")), "inf"),
+])
+def test_causal_attention_with_refuses_an_x_without_finite_values(attn, bad, shown):
+    def never(*args, causal=False):
+        raise AssertionError("fn must not be called on a bad x")
+    with pytest.raises(ValueError, match=r"\bx\b") as info:
+        causal_attention_with(never, bad(attn.d_model), attn)
+    assert shown in str(info.value)
+
+
 # --- G4 ------------------------------------------------------------------------------
 @pytest.mark.parametrize("huge", [10**400, -(10**400)], ids=["huge", "minus_huge"])
 def test_score_macs_names_an_int_beyond_float_range(huge):
@@ -52,3 +66,10 @@ def test_score_macs_names_an_int_beyond_float_range(huge):
     text = str(feedback)
     assert "OverflowError" not in text
     assert "expected int" in text and f"got int {str(huge)[:20]}" in text
+
+
+def test_a_nan_answer_is_blamed_on_the_answer_not_on_x():
+    def nan_answer(x, w_in, b_in, w_out, b_out, num_heads, causal=False):
+        return torch.full_like(x, float("nan"))
+    report = run_with_your_attention(nan_answer, batch_size=4)
+    assert report.yours is None and "nan" in report.error and "x must" not in report.error
