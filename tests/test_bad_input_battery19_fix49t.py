@@ -2,10 +2,13 @@
 subclass, G3 causal_attention_with on a meta / non-finite x, G4 check_score_macs on an int beyond
 float's range, G1 an answer's thread left running during the in-kernel check."""
 
+import threading
+
+import numpy as np
 import pytest
 import torch
 
-from course_utils.exercises import lesson03
+from course_utils.exercises import core, lesson02, lesson03
 from course_utils.exercises.your_attention import causal_attention_with, run_with_your_attention
 from course_utils.model.checkpoint import load_checkpoint
 
@@ -73,3 +76,67 @@ def test_a_nan_answer_is_blamed_on_the_answer_not_on_x():
         return torch.full_like(x, float("nan"))
     report = run_with_your_attention(nan_answer, batch_size=4)
     assert report.yours is None and "nan" in report.error and "x must" not in report.error
+
+
+# --- G1 ------------------------------------------------------------------------------
+def _softmax(scores):
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class _Patcher(threading.Thread):
+    def __init__(self, stop):
+        super().__init__(name="patcher-subclass", daemon=True)
+        self.stop = stop
+
+    def run(self):
+        if not self.stop.wait(30):
+            core.outputs_close = lambda *a, **k: True
+
+
+def _timer(stop):
+    return threading.Timer(30, lambda: setattr(core, "outputs_close", lambda *a, **k: True))
+
+
+def _builtin_timer(stop):  # a Timer whose function is a built-in, with no code of its own
+    return threading.Timer(30, setattr, (core, "outputs_close", lambda *a, **k: True))
+
+
+def _target_thread(stop):
+    def later():
+        if not stop.wait(30):
+            core.outputs_close = lambda *a, **k: True
+    return threading.Thread(target=later, name="patcher-target", daemon=True)
+
+
+@pytest.mark.parametrize("make", [_timer, _builtin_timer, _target_thread, _Patcher],
+                         ids=["timer", "builtin_timer", "target", "subclass"])
+def test_an_answer_that_leaves_its_thread_running_is_not_graded(make):
+    original, stop, started = core.outputs_close, threading.Event(), []
+
+    def answer(scores):  # right values, zeros would be as good: nothing is compared
+        if not started:
+            started.append(make(stop))
+            started[0].daemon = True
+            started[0].start()
+        return _softmax(scores)
+    try:
+        feedback = lesson02.check_softmax_rows(answer)
+    finally:
+        stop.set()
+        if hasattr(started[0], "cancel"):
+            started[0].cancel()
+        started[0].join(5)
+        core.outputs_close = original
+    assert not feedback.passed and feedback.mistake == "left_a_thread", feedback
+    assert started[0].name in feedback.message and "0 points" in feedback.message
+
+
+def test_an_answer_whose_thread_ends_before_it_returns_is_graded():
+    def answer(scores):
+        out = []
+        worker = threading.Thread(target=lambda: out.append(_softmax(scores)))
+        worker.start()
+        worker.join()
+        return out[0]
+    assert lesson02.check_softmax_rows(answer).passed
