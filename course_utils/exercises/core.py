@@ -831,8 +831,7 @@ def _threads_running_user_code(idents: set[int]) -> list[str]:
     for thread in threading.enumerate():
         frame = frames.get(thread.ident) if thread.ident in idents else None
         while frame is not None:
-            filename = frame.f_code.co_filename
-            if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<frozen"):
+            if _users_file(frame.f_code.co_filename):
                 names.append(thread.name)
                 break
             frame = frame.f_back
@@ -841,6 +840,42 @@ def _threads_running_user_code(idents: set[int]) -> list[str]:
 
 
 _THREADS_AT_START: list[set[int]] = []  # per check running now: the threads alive when it started
+
+
+def _threads_the_answer_left() -> list[str]:
+    """The names of the threads started since the outermost check began (not in
+    :data:`_THREADS_AT_START`) that are still alive and are the answer's: their target (a
+    ``threading.Timer``'s function, a ``Thread`` subclass's ``run``) or a frame they run now is
+    the notebook's own code, or a built-in (a library's own worker thread is left alone).
+    Empty when no check runs (a check called directly, without :func:`_never_raises`)."""
+    if not _THREADS_AT_START:
+        return []
+    started = _THREADS_AT_START[0]
+    mine = threading.get_ident()
+    frames = sys._current_frames()
+    names = []
+    for thread in threading.enumerate():
+        if thread.ident in started or thread.ident == mine:
+            continue
+        target = (getattr(thread, "_target", None) or getattr(thread, "function", None)
+                  or getattr(type(thread).run, "__func__", type(thread).run))
+        code = getattr(getattr(target, "__func__", target), "__code__", None)
+        if code is None or _users_file(code.co_filename):
+            names.append(thread.name)
+            continue
+        frame = frames.get(thread.ident)
+        while frame is not None and not _users_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            names.append(thread.name)
+        del frame
+    del frames
+    return names
+
+
+def _users_file(filename: str) -> bool:
+    """``filename`` is none of Python's, the installed packages' or the course's files."""
+    return not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<frozen")
 
 
 def _changes(settings: list[str], names: list[str]) -> str | None:
@@ -2110,6 +2145,9 @@ class Exercise:
             else:
                 if called:
                     return self._called_a_check(called[0])
+                threads = _threads_the_answer_left()  # before any comparison: it may patch one
+                if threads:
+                    return self._left_threads(threads)
                 if watch.used is None and watch.tampered is None and deadline.changed is None:
                     continue
                 feedback = None
@@ -2248,6 +2286,15 @@ class Exercise:
                         "remove the code that touches the profiler, NumPy, torch, the built-ins or "
                         "the course's functions, and write the computation itself.",
                         mistake="tampered_with_check")
+
+    def _left_threads(self, threads: Sequence[str]) -> Feedback:
+        return Feedback(self.title, "mistake",
+                        f"your function left a thread of its own running after it returned "
+                        f"({', '.join(threads[:3])}): such a thread could change the check while it "
+                        "compares, so the check does not grade this answer and it counts as not "
+                        "passed (the autograder, which runs answers without threads, gives it 0 points).",
+                        "compute the result in the function itself, without starting threads or timers.",
+                        mistake="left_a_thread")
 
     def _called_a_check(self, title: str) -> Feedback:
         return Feedback(self.title, "mistake",

@@ -434,7 +434,10 @@ class _ScoreMacsExercise(_CountExercise):
             T, d, h = case.args[:3]
             if isinstance(got, bool) or not isinstance(got, (int, float, np.integer, np.floating)):
                 return False
-            return abs(float(got) - h * T * T * math.sqrt(d // h)) <= 1
+            try:
+                return abs(float(got) - h * T * T * math.sqrt(d // h)) <= 1
+            except OverflowError:  # an int beyond float's range is no rounded sqrt(d_k) count
+                return False
         if all(near_sqrt(c, g) for c, g in zip(cases, outputs, strict=True)):
             return self._mistake_feedback("sqrt_d_k_per_score")
         return None

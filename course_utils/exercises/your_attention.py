@@ -28,6 +28,7 @@ from ..attention.mha import MultiHeadAttention
 from ..attention.validation import (
     check_axes,
     check_callable,
+    check_finite,
     check_holds_values,
     check_int,
     check_record,
@@ -52,7 +53,7 @@ _FN = ("a function (x, w_in, b_in, w_out, b_out, num_heads, causal=False) -> (B,
 
 def causal_attention_with(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> Tensor:
     """Causal self-attention ``(B, T, d) -> (B, T, d)``: ``fn`` with ``attn``'s weights, called
-    once with ``causal=True``."""
+    once with ``causal=True``. ``x`` must hold finite values (not on the meta device)."""
     check_callable(fn, "fn", _FN, nargs=6)
     if type(attn) is not MultiHeadAttention:
         raise TypeError(f"attn must be a MultiHeadAttention (whose weights fn uses), got "
@@ -61,14 +62,22 @@ def causal_attention_with(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) 
     if x.shape[-1] != attn.d_model:
         raise ValueError(f"x must be (B, T, d_model={attn.d_model}) for this attn, got last dimension "
                          f"{x.shape[-1]} (shape {tuple(x.shape)})")
+    check_finite(x, "x", "attention of NaN or inf has no meaningful output")
+    return _attend(fn, x, attn)
+
+
+def _attend(fn: AttentionFn, x: Tensor, attn: MultiHeadAttention) -> Tensor:
+    """:func:`causal_attention_with` on checked arguments; :func:`forward_with` calls it on the
+    model's own stream, where a NaN comes from fn's earlier output and is reported as such."""
     if not _takes_causal(fn):
         raise TypeError(_OLD_SIGNATURE)
     if x.shape[1] == 0:  # no position: the empty result, without asking fn about no tokens
         return x.new_empty(x.shape)
     out = fn(x, attn.in_proj.weight, attn.in_proj.bias, attn.out_proj.weight, attn.out_proj.bias,
              attn.num_heads, causal=True)
-    if not isinstance(out, Tensor):
-        raise TypeError(f"your function returned {type(out).__name__}, not a torch.Tensor")
+    if type(out) is not Tensor:  # a subclass may answer ==, argmax, isfinite with anything
+        raise TypeError(f"your function returned {type(out).__name__}, not a torch.Tensor (a plain "
+                        "tensor, not a subclass of it)")
     if out.shape != x.shape:
         raise ValueError(f"on x of shape {tuple(x.shape)} your function returned shape "
                          f"{tuple(out.shape)}; attention keeps the input's shape")
@@ -107,7 +116,7 @@ def forward_with(model: TinyTransformer, tokens: Tensor, fn: AttentionFn | None 
 
     def yours(attended: Tensor, hook: object) -> Tensor:  # (B, T, d)
         block = model.blocks[len(streams) - 1]
-        return causal_attention_with(fn, block.ln_attn(streams[-1]), block.attn)
+        return _attend(fn, block.ln_attn(streams[-1]), block.attn)
 
     with model.hooks([(lambda name: name.endswith("hook_resid_pre"), lambda x, hook: streams.append(x)),
                       (lambda name: name.endswith("hook_attn_out"), yours)]):
@@ -257,6 +266,8 @@ def run_with_your_attention(
     try:
         with torch_threads(1):
             logits = forward_with(model, batch.tokens, fn)
+            # scored inside the guard too: whatever fn returned must not make this raise
+            yours = _score(logits, batch.tokens, batch.scored) if torch.isfinite(logits).all() else None
     except NotImplementedError:
         report.error = "it is still the stub (NotImplementedError): write exercise 4.3 first"
         return report
@@ -269,10 +280,10 @@ def run_with_your_attention(
     except BaseException as error:  # noqa: BLE001 - any failure of the learner's code is reported
         report.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return report
-    if not torch.isfinite(logits).all():
+    if yours is None:
         report.error = "the logits came out NaN or infinite"
         return report
-    report.yours = _score(logits, batch.tokens, batch.scored)
+    report.yours = yours
     return report
 
 
