@@ -25,3 +25,13 @@ def assert_named(case: Case) -> None:
     message = str(info.value)
     missing = [w for w in case.words if w not in message]
     assert not missing, f"{case.name}: {missing} not in {message!r}"
+
+
+def raises_naming(error: type[BaseException], words: list[str], call: Callable[[], object]) -> str:
+    """``call()`` raises ``error`` whose message holds every one of ``words``; returns the message."""
+    with pytest.raises(error) as info:
+        call()
+    message = str(info.value)
+    missing = [w for w in words if w not in message]
+    assert not missing, f"{missing} not in {message!r}"
+    return message

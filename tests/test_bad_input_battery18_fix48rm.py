@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bad_input_cases import raises_naming
 
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 
@@ -22,14 +23,7 @@ def _model() -> TinyTransformer:
     return TinyTransformer(SMALL)
 
 
-def _raises(error: type[BaseException], words: list[str], call) -> str:
-    with pytest.raises(error) as info:
-        call()
-    message = str(info.value)
-    for word in words:
-        assert word in message, f"{word!r} not in {message!r}"
-    return message
-
+_raises = raises_naming  # call() raises error naming every one of words
 
 # -- g24: QuantizedCache's group fits in max_len ------------------------------------------------------
 @pytest.mark.parametrize("max_len, group", [(10, 32), (10, 11), (1, 2), (31, 32)])

@@ -7,18 +7,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from bad_input_cases import raises_naming
 
 from course_utils.tasks import worked_example as we
 
-
-def _raises(error: type[Exception], words: list[str], call) -> None:
-    """``call()`` raises ``error`` whose message holds every one of ``words``."""
-    with pytest.raises(error) as info:
-        call()
-    message = str(info.value)
-    for word in words:
-        assert word in message, (word, message)
-
+_raises = raises_naming  # call() raises error naming every one of words
 
 # -- g12 / g20: worked-example rounding helpers -----------------------------------------------
 @pytest.mark.parametrize("call, words", [

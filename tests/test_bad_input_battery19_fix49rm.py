@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bad_input_cases import raises_naming
 
 from course_utils.model.kv_cache import (
     CatCache,
@@ -30,14 +31,7 @@ def _model() -> TinyTransformer:
     return TinyTransformer(SMALL).eval()
 
 
-def _raises(error: type[BaseException], words: list[str], call) -> str:
-    with pytest.raises(error) as info:
-        call()
-    message = str(info.value)
-    for word in words:
-        assert word in message, f"{word!r} not in {message!r}"
-    return message
-
+_raises = raises_naming  # call() raises error naming every one of words
 
 def _state(cache: QuantizedCache) -> list[torch.Tensor]:
     return [x.clone() for part in (cache.codes, cache.scales, cache.residual) for t in ("k", "v")

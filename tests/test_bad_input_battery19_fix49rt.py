@@ -8,20 +8,13 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from bad_input_cases import raises_naming
 
 from course_utils.tasks import synthetic as syn
 from course_utils.tasks import two_relations as tr
 from course_utils.tasks import worked_example as we
 
-
-def _raises(error: type[Exception], words: list[str], call) -> None:
-    """``call()`` raises ``error`` whose message holds every one of ``words``."""
-    with pytest.raises(error) as info:
-        call()
-    message = str(info.value)
-    for word in words:
-        assert word in message, (word, message)
-
+_raises = raises_naming  # call() raises error naming every one of words
 
 def _induction() -> syn.InductionBatch:
     task = syn.InductionTask(vocab_size=16, seq_len=8, train_periods=(2, 3), heldout_periods=(4,))
