@@ -140,3 +140,47 @@ def test_an_answer_whose_thread_ends_before_it_returns_is_graded():
         worker.join()
         return out[0]
     assert lesson02.check_softmax_rows(answer).passed
+
+
+# -- G8: an answer that fills its memory limit ------------------------------------------------
+# When memory runs out while the call watch's profiler is being called, the interpreter switches
+# the profiler off and raises the audit event "sys.setprofile" itself. The grader reported that as
+# the answer's doing ("refused: sys.setprofile"). The answer below fills its address space (bytes()
+# is calloc: no pages touched) and then switches the profiler off, which reaches the same event
+# with memory exhausted every time; the intermittent original reached it from the profiler.
+_FILL_THEN_SETPROFILE = (
+    "import sys\n"
+    "def softmax_rows(scores):\n"
+    "    keep = []\n"
+    "    try:\n"
+    "        size = 1 << 30\n"
+    "        while size >= 64:\n"
+    "            try:\n"
+    "                keep.append(bytes(size))\n"
+    "            except MemoryError:\n"
+    "                size //= 2\n"
+    "    except MemoryError:\n"
+    "        pass\n"
+    "{setprofile}"
+    "    return scores\n")
+
+
+def _run_with_little_memory(code):
+    """The answer's process as the grader runs it, without the grader's reading of the source
+    first (which refuses `import sys` before anything runs)."""
+    from course_utils.exercises import autograde, lesson02, sandbox
+
+    cases = autograde.cases_of(lesson02.check_softmax_rows.__self__)
+    return sandbox.run_answer(code, "softmax_rows", "lesson02.check_softmax_rows", [cases], per_call=20,
+                              memory=1024 * 2**20).lost or ""
+
+
+def test_an_answer_that_runs_out_of_memory_is_told_so_not_refused():
+    lost = _run_with_little_memory(_FILL_THEN_SETPROFILE.format(setprofile="    sys.setprofile(None)\n"))
+    assert lost == "it ran out of memory (MemoryError) under the grader's memory limit of 1,024 MiB", lost
+
+
+def test_switching_the_profiler_off_with_memory_left_is_still_refused():
+    freed = "    del keep\n    sys.setprofile(None)\n"
+    lost = _run_with_little_memory(_FILL_THEN_SETPROFILE.format(setprofile=freed))
+    assert lost.startswith("refused: sys.setprofile"), lost

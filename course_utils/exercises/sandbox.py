@@ -900,6 +900,10 @@ REFUSED_EXIT = 87  # the answer's process ends with this status when its audit h
 # the profiler cannot be called because the stack is full: an answer that calls itself without
 # end. The hook reports that as this, not as a refused event (no cheat: a learner's mistake).
 ENDLESS_RECURSION = "endless recursion"
+# It does the same when the profiler cannot be called because memory ran out (an answer that
+# fills its memory limit): the hook reports that as this when a probe of PROBE_BYTES fails too.
+OUT_OF_MEMORY = "out of memory"
+PROBE_BYTES = 16 * 2**20
 # Audit events the answer's code may not raise (hardening item 1): unpickling by name, new code
 # (exec, compile, code and function objects made from parts, marshal), processes and threads,
 # frames and code objects (sys._getframe, tb_frame, gi_frame, __code__: object.__getattr__),
@@ -1003,9 +1007,25 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
     write_flags = _WRITE_FLAGS
     state = {"answer": answer, "inside": None}  # inside: the thread that runs the hook's own frame reads
 
+    # the two reports the interpreter's own profiler switch-off gets, encoded now: with memory
+    # exhausted, encoding them then could fail
+    said = {reason: ("\nrefused: " + reason + "\n").encode("ascii") for reason in (ENDLESS_RECURSION,
+                                                                                 OUT_OF_MEMORY)}
+    probe_bytes = PROBE_BYTES
+
     def refuse(event: str) -> None:
-        write_(2, ("\nrefused: " + event + "\n").encode("ascii", "replace"))
-        exit_(REFUSED_EXIT)
+        try:
+            write_(2, said.get(event) or ("\nrefused: " + event + "\n").encode("ascii", "replace"))
+        finally:  # the process ends whatever the write did (a MemoryError included)
+            exit_(REFUSED_EXIT)
+
+    def memory_exhausted() -> bool:  # not even a probe of PROBE_BYTES can be allocated now
+        try:
+            probe = bytes_(probe_bytes)  # zeroed by calloc: address space, no pages touched
+        except MemoryError:
+            return True
+        del probe
+        return False
 
     def inside_work(path: Any) -> bool:
         try:
@@ -1078,6 +1098,8 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
                 return
             if event == "sys.setprofile" and stack_full():
                 refuse(ENDLESS_RECURSION)
+            if event == "sys.setprofile" and memory_exhausted():
+                refuse(OUT_OF_MEMORY)
             refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1
                             and isinstance_(args[1], str_) else ""))
 
@@ -1600,6 +1622,9 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
                 return Run([], lost="it called itself without end (RecursionError: maximum recursion depth "
                                     "exceeded); a recursive function needs a case that returns without "
                                     "calling itself", isolation=label)
+            if event.strip() == OUT_OF_MEMORY:
+                return Run([], lost=f"it ran out of memory (MemoryError) under the grader's memory limit "
+                                    f"of {memory / 2**20:,.0f} MiB", isolation=label)
             return Run([], lost=f"refused: {event[:200]} (the answer's process may not do this; "
                                 "see INSTRUCTORS.md, threat model)", isolation=label)
         size = os.fstat(result.fileno()).st_size
