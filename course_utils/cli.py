@@ -212,7 +212,9 @@ def check_interrupted() -> None:
 def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True) -> list[str]:
     """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
     ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
-    object is not iterable")."""
+    object is not iterable"). ``name``, the argument the message names, is a non-empty str, else a
+    TypeError naming ``name`` (``name=None`` said "None must be a list of str": battery 20)."""
+    check_label(name, "name", "the name of the argument checked, e.g. 'argv'")
     argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) \
             or not all(type(word) is str for word in argv):
