@@ -236,7 +236,8 @@ def run(main, argv: list[str], prog: str) -> int:
     ``main`` returns what ``sys.exit`` takes: None (0), an exit status 0..255 or a message str
     (printed, status 1); any other type (a bool, a float) or an int outside 0..255 is refused with
     a TypeError/ValueError after ``main`` ran (``True`` read as 1, 999 as 231 and 2.0 as 1, by
-    accident)."""
+    accident). A ``SystemExit`` that ``main`` raises goes on up, its code checked the same way
+    first (``raise SystemExit(300)`` exited 44 unchecked: battery 20)."""
     if not callable(main):
         raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
                         f"{main!r:.60}")
@@ -269,8 +270,10 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
             code = main(argv)
         except Interrupted as exc:
             return _report(prog, exc)
-        except BaseException:
+        except BaseException as exc:
             if not _received:
+                if isinstance(exc, SystemExit):  # sys.exit(True) inside main: as if returned (battery 20)
+                    _exit_status(exc.code, "raised SystemExit with")
                 raise
             return _report(prog, Interrupted(_received[0], _left[0]))
         if _received:
@@ -281,16 +284,17 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
         _put_back(previous)
 
 
-def _exit_status(code: object) -> object:
-    """``code``, what ``main`` returned for ``sys.exit``, refused when it is a bool (True gave
+def _exit_status(code: object, how: str = "returned") -> object:
+    """``code``, what ``main`` returned for ``sys.exit`` (or the code of the ``SystemExit`` it
+    raised: ``how`` says which in the message), refused when it is a bool (True gave
     exit status 1 by accident) or an int outside 0..255 (``sys.exit(999)`` exits 231): None, an
     int 0..255, or a message str (``sys.exit`` prints it and exits 1) pass (battery 16). Any other
     type (a float: ``sys.exit(2.0)`` printed "2.0" and exited 1) is a TypeError too (battery 17)."""
     if isinstance(code, bool) or not (code is None or isinstance(code, (int, str))):
-        raise TypeError(f"main(argv) returned {type(code).__name__} {code!r:.60}: expected an exit "
+        raise TypeError(f"main(argv) {how} {type(code).__name__} {code!r:.60}: expected an exit "
                         "status (an int 0..255, None for 0, or a message str)")
     if isinstance(code, int) and not 0 <= code <= 255:
-        raise ValueError(f"main(argv) returned {code!r}: expected an exit status 0..255 "
+        raise ValueError(f"main(argv) {how} {code!r}: expected an exit status 0..255 "
                          f"(sys.exit takes it modulo 256: {code % 256})")
     return code
 
