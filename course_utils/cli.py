@@ -24,8 +24,10 @@ however it is reached.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -90,6 +92,30 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     if ("\0" if isinstance(text, str) else b"\0") in text:
         raise ValueError(f"{name} must be a str or Path naming {what}, without a NUL character ('\\x00', "
                          f"which no file system takes), got {text!r:.80}")
+
+
+def path_kind(path: str | os.PathLike) -> str | None:
+    """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
+    "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
+    (reading a FIFO would wait for a writer forever). ``path`` is a str or a path-like object
+    (:func:`check_path`). The package's one such rule (:func:`course_utils.paths.path_kind` is
+    this function), here so that the standard-library tools share it (``version_matrix.py --venv
+    FIFO`` said "is a file": battery 20)."""
+    check_path(path, "path")
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        return "a broken symlink" if Path(path).is_symlink() else "missing"
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop"
+        return f"unreadable ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
 
 
 def path_type(what: str) -> Callable[[str], Path]:
