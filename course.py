@@ -121,7 +121,8 @@ def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
     if not folder.exists():
         return None
     if not folder.is_dir():
-        return f"{named} is a file, not a folder: point {option} at a new or empty folder"
+        return (f"{named} is {cli.path_kind(folder) or 'a file'}, not a folder: point {option} at a new "
+                "or empty folder")  # a FIFO or /dev/null said "is a file" (battery 20)
     try:
         entries = {entry.name for entry in folder.iterdir()}
     except OSError as exc:

@@ -24,8 +24,10 @@ however it is reached.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -90,6 +92,30 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     if ("\0" if isinstance(text, str) else b"\0") in text:
         raise ValueError(f"{name} must be a str or Path naming {what}, without a NUL character ('\\x00', "
                          f"which no file system takes), got {text!r:.80}")
+
+
+def path_kind(path: str | os.PathLike) -> str | None:
+    """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
+    "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
+    (reading a FIFO would wait for a writer forever). ``path`` is a str or a path-like object
+    (:func:`check_path`). The package's one such rule (:func:`course_utils.paths.path_kind` is
+    this function), here so that the standard-library tools share it (``version_matrix.py --venv
+    FIFO`` said "is a file": battery 20)."""
+    check_path(path, "path")
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        return "a broken symlink" if Path(path).is_symlink() else "missing"
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop"
+        return f"unreadable ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
 
 
 def path_type(what: str) -> Callable[[str], Path]:
@@ -212,7 +238,9 @@ def check_interrupted() -> None:
 def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True) -> list[str]:
     """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
     ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
-    object is not iterable")."""
+    object is not iterable"). ``name``, the argument the message names, is a non-empty str, else a
+    TypeError naming ``name`` (``name=None`` said "None must be a list of str": battery 20)."""
+    check_label(name, "name", "the name of the argument checked, e.g. 'argv'")
     argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) \
             or not all(type(word) is str for word in argv):
@@ -234,7 +262,8 @@ def run(main, argv: list[str], prog: str) -> int:
     ``main`` returns what ``sys.exit`` takes: None (0), an exit status 0..255 or a message str
     (printed, status 1); any other type (a bool, a float) or an int outside 0..255 is refused with
     a TypeError/ValueError after ``main`` ran (``True`` read as 1, 999 as 231 and 2.0 as 1, by
-    accident)."""
+    accident). A ``SystemExit`` that ``main`` raises goes on up, its code checked the same way
+    first (``raise SystemExit(300)`` exited 44 unchecked: battery 20)."""
     if not callable(main):
         raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
                         f"{main!r:.60}")
@@ -267,8 +296,10 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
             code = main(argv)
         except Interrupted as exc:
             return _report(prog, exc)
-        except BaseException:
+        except BaseException as exc:
             if not _received:
+                if isinstance(exc, SystemExit):  # sys.exit(True) inside main: as if returned (battery 20)
+                    _exit_status(exc.code, "raised SystemExit with")
                 raise
             return _report(prog, Interrupted(_received[0], _left[0]))
         if _received:
@@ -279,16 +310,17 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
         _put_back(previous)
 
 
-def _exit_status(code: object) -> object:
-    """``code``, what ``main`` returned for ``sys.exit``, refused when it is a bool (True gave
+def _exit_status(code: object, how: str = "returned") -> object:
+    """``code``, what ``main`` returned for ``sys.exit`` (or the code of the ``SystemExit`` it
+    raised: ``how`` says which in the message), refused when it is a bool (True gave
     exit status 1 by accident) or an int outside 0..255 (``sys.exit(999)`` exits 231): None, an
     int 0..255, or a message str (``sys.exit`` prints it and exits 1) pass (battery 16). Any other
     type (a float: ``sys.exit(2.0)`` printed "2.0" and exited 1) is a TypeError too (battery 17)."""
     if isinstance(code, bool) or not (code is None or isinstance(code, (int, str))):
-        raise TypeError(f"main(argv) returned {type(code).__name__} {code!r:.60}: expected an exit "
+        raise TypeError(f"main(argv) {how} {type(code).__name__} {code!r:.60}: expected an exit "
                         "status (an int 0..255, None for 0, or a message str)")
     if isinstance(code, int) and not 0 <= code <= 255:
-        raise ValueError(f"main(argv) returned {code!r}: expected an exit status 0..255 "
+        raise ValueError(f"main(argv) {how} {code!r}: expected an exit status 0..255 "
                          f"(sys.exit takes it modulo 256: {code % 256})")
     return code
 

@@ -70,7 +70,11 @@ def pick_device(prefer: str | torch.device | None = None, name: str = "prefer") 
     """CUDA when present, else CPU. ``prefer`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``
     or a ``torch.device``) asks for one device, and is refused with a clear ``ValueError``
     when this machine does not have it (rather than failing later, inside a tensor op). ``name``
-    is the argument the messages name: a caller passing its own ``device=`` on says ``"device"``."""
+    is the argument the messages name: a caller passing its own ``device=`` on says ``"device"``;
+    a non-empty str, else a TypeError naming ``name`` (``name=5`` said "5 must be one of ...")."""
+    from .cli import check_label  # not at import: python -m course_utils.cli would warn
+
+    check_label(name, "name", "the name of the argument checked, e.g. 'prefer' or 'device'")
     if prefer is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not isinstance(prefer, str | torch.device):

@@ -11,8 +11,6 @@ and ships inside the installed package as ``course_utils/data`` (pyproject.toml 
 
 from __future__ import annotations
 
-import errno
-import stat
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -46,19 +44,9 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
 def path_kind(path: Path) -> str | None:
     """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
     "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
-    (reading a FIFO would wait for a writer forever). ``path`` is a str or a path-like object."""
-    check_path(path, "path")
-    try:
-        mode = Path(path).stat().st_mode
-    except FileNotFoundError:
-        return "a broken symlink" if Path(path).is_symlink() else "missing"
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            return "a symlink loop"
-        return f"unreadable ({err.strerror or err})"
-    if stat.S_ISREG(mode):
-        return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"))
-    return next((words for test, words in kinds if test(mode)), "not a regular file")
+    (reading a FIFO would wait for a writer forever). ``path`` is a str or a path-like object.
+    It is :func:`course_utils.cli.path_kind`, imported when first called, as :func:`check_path`
+    is, so that the tools loading cli.py before torch share the one rule."""
+    from .cli import path_kind as rule
+
+    return rule(path)

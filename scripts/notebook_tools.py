@@ -324,12 +324,13 @@ def make_folder(folder: Path, what: str = "output folder") -> None:
 
 
 def output_folder(folder: Path, what: str = "output folder") -> Path:
-    """``folder``, checked to be a folder or a path one can be made at (not a file)."""
+    """``folder``, checked to be a folder or a path one can be made at (no file, FIFO, ... on the way)."""
     folder = Path(folder)
     for parent in (folder, *folder.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise ToolError(f"{parent}: is a file, expected a folder (for the {what} {folder})")
+                kind = cli.path_kind(parent) or "a file"  # a FIFO or /dev/null is no file (battery 20)
+                raise ToolError(f"{parent}: is {kind}, expected a folder (for the {what} {folder})")
             break
     return folder
 

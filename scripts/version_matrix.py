@@ -14,9 +14,9 @@ new venv's setuptools can be older than they need). Both then run pytest on test
 (``-m "not slow"``, without the browser tests). docs/developing.md's "Version ranges" section records
 the results.
 
-A wrong command, a ``--venv`` that is a file or cannot be written (a read-only mount), or a
-missing or malformed pyproject.toml or constraints.txt is reported on one line on stderr (exit 2)
-before anything is installed; a failure while installing is one line too (exit 1).
+A wrong command, a ``--venv`` that is not a folder (a file, a FIFO, a device) or cannot be written
+(a read-only mount), or a missing or malformed pyproject.toml or constraints.txt is reported on one
+line on stderr (exit 2) before anything is installed; a failure while installing is one line too (exit 1).
 
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), it says so on one line and exits 130 or 143. Before the
 environment is made nothing was written; while it is made or installed into, a new ``--venv``
@@ -127,7 +127,7 @@ def floor_constraints(root: Path = ROOT) -> str:
 
 
 def _check_venv(env_dir: Path) -> None:
-    """``env_dir`` is a folder, or a path one can be made at (no file on the way), and the
+    """``env_dir`` is a folder, or a path one can be made at (no file, FIFO, ... on the way), and the
     nearest existing folder takes a new file (not a read-only mount, not someone else's). A
     folder that holds anything but a virtual environment is refused: venv would empty it."""
     import tempfile
@@ -135,7 +135,8 @@ def _check_venv(env_dir: Path) -> None:
     for parent in (env_dir, *env_dir.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise InputError(f"{parent}: is a file, expected a folder (for --venv {env_dir})")
+                kind = _cli().path_kind(parent) or "a file"  # a FIFO or /dev/null is no file (battery 20)
+                raise InputError(f"{parent}: is {kind}, expected a folder (for --venv {env_dir})")
             try:  # a probe, removed at once: os.access says yes to root on a read-only mount
                 handle, probe = tempfile.mkstemp(prefix=".version-matrix-probe-", dir=parent)
                 os.close(handle)
