@@ -33,7 +33,12 @@ blamed on the answer unless a thread that was alive before the check is still ru
 notebook code (then on the kernel). Limits: a thread that patches and restores a name
 between two of these comparisons, or patches after the last one, is not seen; a module
 imported and patched before any check ran is taken as it was found; nothing here resists
-code that reaches the check's own frames, ``ctypes`` or NumPy's and torch's private modules.
+code that reaches the check's own frames, its functions' closures or defaults, ``ctypes`` or
+NumPy's and torch's private modules. The copies a check puts back and compares with (this
+module's globals as imported, :data:`_OWN_GLOBALS`, and the originals, :data:`_ORIGINALS`) are
+read-only views an answer cannot write; one that rebinds those names, or changes what they hold
+by other means (``gc``), is seen, and from then on every check in the kernel answers that the
+kernel cannot be trusted (restart it) instead of giving a verdict (battery 20).
 
 A check says "correct" only for an answer that did not replay the shipped stored answers
 (``answers/lessonNN.pt``, the outputs every check compares with): when the kernel's input
@@ -62,7 +67,7 @@ import sys
 import textwrap
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,26 +78,99 @@ from ..attention.validation import check_distinct
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
+_OWN_MISSING = object()  # (a name absent from a namespace)
+
+
+def _same_items(mapping: Mapping[Any, Any], items: tuple[tuple[Any, Any], ...],
+                all_: Callable[..., bool] = all, map_: Callable[..., Any] = map,
+                len_: Callable[[Any], int] = len, is_: Callable[[Any, Any], bool] = operator.is_,
+                repeat: Callable[..., Any] = itertools.repeat,
+                key: Callable[[Any], Any] = operator.itemgetter(0),
+                value: Callable[[Any], Any] = operator.itemgetter(1), missing: Any = _OWN_MISSING) -> bool:
+    """Whether ``mapping`` holds exactly ``items``, the same objects (compared by identity, in C;
+    it looks up no global and no built-in)."""
+    return len_(mapping) == len_(items) and all_(
+        map_(is_, map_(mapping.get, map_(key, items), repeat(missing)), map_(value, items)))
+
+
+def _filled_once() -> tuple[Mapping[str, Any], Callable[[Mapping[str, Any]], None],
+                            Callable[[], tuple[tuple[str, Any], ...]], Callable[[], bool]]:
+    """``(view, fill, items, intact)`` over a dict only their closure holds: ``fill(names)`` copies
+    ``names`` in the first time it is called and never again; ``view`` is read-only; ``items()``
+    the copy as an immutable tuple (what to put back); ``intact()`` whether the dict still holds
+    exactly that tuple (False once something reached it by other means, ``gc`` say)."""
+    held: dict[str, Any] = {}
+    snapshot: tuple[tuple[str, Any], ...] = ()
+
+    def fill(names: Mapping[str, Any]) -> None:
+        nonlocal snapshot
+        if not snapshot:
+            snapshot = tuple(names.items())
+            held.update(snapshot)
+
+    def items() -> tuple[tuple[str, Any], ...]:
+        return snapshot
+
+    def intact(same: Callable[..., bool] = _same_items) -> bool:
+        return same(held, snapshot)
+
+    return types.MappingProxyType(held), fill, items, intact
+
+
+def _one_way_flag() -> tuple[Callable[[str], None], Callable[[], tuple[str, ...]]]:
+    """``(mark, marks)``: ``mark(name)`` records that a check saw its own machinery tampered with
+    (``name``), ``marks()`` the names recorded, for good: the list lives in their closure, not in
+    a module attribute an answer could reset, and nothing empties it but a new kernel."""
+    seen: list[str] = []
+
+    def mark(name: str) -> None:
+        if name not in seen:
+            seen.append(name)
+
+    def marks(as_tuple: Callable[[Any], tuple[str, ...]] = tuple) -> tuple[str, ...]:
+        return as_tuple(seen)
+
+    return mark, marks
+
+
 # This module's own globals as imported (filled by the package's first _capture_originals, once
 # sandbox has set GRADING_NOTE and STORE_READS): the check's put-back looks its helpers up here
 # (``_put_back``, ``_same_method``, ``outputs_close``, ...), so an answer that rebinds one would
-# make every later comparison and put-back its own (battery 16).
-_OWN_GLOBALS: dict[str, Any] = {}
+# make every later comparison and put-back its own (battery 16). A read-only view of a dict only
+# _fill_own_globals' closure holds, whose items _put_back_own binds at import: an answer can
+# neither write these golden copies nor, by rebinding the name, change what is put back (battery 20).
+_OWN_GLOBALS, _fill_own_globals, _own_items, _own_intact = _filled_once()
 _OWN_LIVE = globals()
-_OWN_MISSING = object()
+# Once an answer (or a cell) rebinds one of the names that hold or use the golden copies, no later
+# check in the kernel gives a verdict: each says the kernel cannot be trusted (restart it).
+_mark_tampered, _tampered = _one_way_flag()
+# (the names that hold the golden copies or the flag; the helpers that use them, `_put_back`, ..., are
+# put back and named like any other: battery 16)
+_MACHINERY = frozenset({"_OWN_GLOBALS", "_fill_own_globals", "_own_items", "_own_intact", "_OWN_LIVE",
+                        "_OWN_MISSING", "_mark_tampered", "_tampered", "_MACHINERY", "_ORIGINALS",
+                        "_remember_original", "_originals_intact", "_VOLATILE"})
 
 
-def _put_back_own(live: dict[str, Any] = _OWN_LIVE, items: Callable[[], Any] = _OWN_GLOBALS.items,
+def _put_back_own(live: dict[str, Any] = _OWN_LIVE, items: Callable[[], Any] = _own_items,
                   get: Callable[..., Any] = _OWN_LIVE.get, is_: Callable[[Any, Any], bool] = operator.is_,
-                  missing: Any = _OWN_MISSING) -> list[str]:
+                  missing: Any = _OWN_MISSING, machinery: frozenset[str] = _MACHINERY,
+                  mark: Callable[[str], None] = _mark_tampered,
+                  intact: Callable[[], bool] = _own_intact) -> list[str]:
     """Put back each of this module's own globals an answer rebound or deleted, first of all
-    (before any helper is looked up); the names ("core._same_method", ...). Everything it uses
-    is bound here, at import, as its defaults: it looks up no global and no built-in."""
+    (before any helper is looked up), from the immutable copy of :data:`_OWN_GLOBALS`; the names
+    ("core._same_method", ...). One that holds the golden copies (:data:`_MACHINERY`), or those
+    copies changed, is also marked, for good (:func:`_one_way_flag`).
+    Everything it uses is bound here, at import, as its defaults: it looks up no global and no
+    built-in."""
+    if not intact():  # (the read-only view's dict reached by other means: the tuple is put back)
+        mark("core._OWN_GLOBALS")
     changed = []
     for key, value in items():
         if not is_(get(key, missing), value):
             live[key] = value
             changed.append("core." + key)
+            if key in machinery:
+                mark("core." + key)
     return changed
 
 
@@ -793,28 +871,65 @@ def _same_method(now: Any, original: Any) -> bool:
 # outside grader and the course's tests set its cases on purpose), nor are names that change
 # without anyone tampering: the built-ins IPython sets for each cell and the REPL's ``_``, and
 # torch.Storage, which torch.set_default_dtype rebinds.
-_ORIGINALS: dict[int, tuple[str, Any, Any, dict]] = {}  # by id of the module's dict or the class
-_VOLATILE = {"builtins": ("_", "exit", "quit", "get_ipython", "display", "input"), "torch": ("Storage",)}
+_VOLATILE: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
+    {"builtins": ("_", "exit", "quit", "get_ipython", "display", "input"), "torch": ("Storage",)})
+
+
+def _originals_store() -> tuple[Mapping[int, tuple[str, Any, Any, Mapping[str, Any]]], Callable[..., None],
+                               Callable[[], bool]]:
+    """``(view, remember, intact)``: a read-only view of the originals, by id of the module's dict or
+    the class; the only function that adds to them (:func:`_remember_original`); and whether every
+    entry is still the one remembered, holding the names it copied (False once something reached
+    them by other means, ``gc`` say). The dict lives in their closure, and each entry's copy is
+    read-only too: an answer can neither rewrite nor remove an original (battery 20)."""
+    held: dict[int, tuple[str, Any, Any, Mapping[str, Any]]] = {}
+    frozen: dict[int, tuple[tuple[str, Any, Any, Mapping[str, Any]], tuple[tuple[str, Any], ...]]] = {}
+
+    def remember(label: str, owner: Any, live: Any, drop: Sequence[str] = (),
+                 copy: Callable[[Any], dict] = dict, freeze: Callable[[dict], Any] = types.MappingProxyType,
+                 key_of: Callable[[Any], int] = id, as_tuple: Callable[[Any], tuple] = tuple) -> None:
+        """Copy ``live`` (less the names of ``drop``) as its namespace's originals, unless that
+        namespace has some already (an entry is never replaced)."""
+        key = key_of(live) if owner is None else key_of(owner)  # (a class's __dict__: a new proxy each time)
+        if key in held:
+            return
+        saved = copy(live)
+        for name in drop:
+            saved.pop(name, None)
+        entry = (label, owner, live, freeze(saved))
+        held[key] = entry
+        frozen[key] = (entry, as_tuple(saved.items()))
+
+    def intact(same: Callable[..., bool] = _same_items, len_: Callable[[Any], int] = len) -> bool:
+        if len_(held) != len_(frozen):
+            return False
+        for key, (entry, items) in frozen.items():
+            if held.get(key) is not entry or not same(entry[3], items):
+                return False
+        return True
+
+    return types.MappingProxyType(held), remember, intact
+
+
+_ORIGINALS, _remember_original, _originals_intact = _originals_store()
 
 
 def _capture_originals() -> None:
     """Remember the guarded names of each namespace not seen before, as they are now (and, the
     first time, this module's own globals: :func:`_put_back_own`)."""
-    if not _OWN_GLOBALS:
-        _OWN_GLOBALS.update(globals())
+    _fill_own_globals(globals())
     for label, owner, live in _guarded_spaces():
-        key = id(live) if owner is None else id(owner)  # (a class's __dict__ is a new proxy each time)
-        if owner is _INSTANCE or key in _ORIGINALS:
-            continue
-        saved = dict(live)
-        for name in _VOLATILE.get(label, ()):
-            saved.pop(name, None)
-        _ORIGINALS[key] = (label, owner, live, saved)
+        if owner is not _INSTANCE:
+            _remember_original(label, owner, live, _VOLATILE.get(label, ()))
 
 
 def _restore_originals() -> list[str]:
-    """Put back each guarded name that differs from its original (:data:`_ORIGINALS`); the names."""
+    """Put back each guarded name that differs from its original (:data:`_ORIGINALS`); the names.
+    Copies found changed are not used: the kernel is marked untrusted (:func:`_one_way_flag`)."""
     _capture_originals()
+    if not _originals_intact():  # (never put back from copies something rewrote: no check trusts them)
+        _mark_tampered("core._ORIGINALS")
+        return []
     return _put_back(list(_ORIGINALS.values()))
 
 
@@ -1553,6 +1668,9 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                 before = replaced + _restore_originals()
             except Exception:  # noqa: BLE001 - (the per-answer guard still runs)
                 before = replaced
+        if _tampered():  # the check's own machinery was seen tampered with: no verdict, ever again
+            return _untrusted_kernel(self)
+        if outermost:
             _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
         _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
@@ -1574,10 +1692,25 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                 during = replaced + _restore_originals()
             except Exception:  # noqa: BLE001
                 during = replaced
-            return _kernel_feedback(self, feedback, before, during)
+            feedback = _kernel_feedback(self, feedback, before, during)
+        if _tampered():  # seen during this check: a verdict that is not "correct" stands, told so
+            if feedback.passed:
+                return _untrusted_kernel(self)
+            feedback.message += (" No later check in this kernel can be trusted: restart the kernel "
+                                 "(Kernel > Restart).")
         return feedback
 
     return guarded
+
+
+def _untrusted_kernel(exercise: Exercise) -> Feedback:
+    """The answer of every check once one saw its own machinery (the golden copies it puts back
+    and compares with, :data:`_MACHINERY`) tampered with in this kernel (:func:`_one_way_flag`)."""
+    return Feedback(exercise.title, "error",
+                    f"code run in this kernel tampered with {_names_text(list(_tampered()))}, the copies "
+                    "the checks put back and compare with, so no check in this kernel can be trusted any "
+                    "more: restart the kernel (Kernel > Restart), remove that code and run your cells "
+                    "again.", exercise.hint)
 
 
 def _names_text(names: list[str]) -> str:
