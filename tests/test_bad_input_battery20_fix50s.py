@@ -4,9 +4,16 @@ override past 1 TiB, and an accuracy above 1 in the training table, each refused
 
 from __future__ import annotations
 
+import itertools
+import math
+
+import pytest
+import torch
 from bad_input_cases import raises_naming
 
+from course_utils.bench import decode_step
 from course_utils.bench.memory import read_test_report
+from course_utils.bench.timing import interleaved_samples
 
 
 # -- O5: read_test_report let a RecursionError out of json.loads, naming no file --
@@ -15,3 +22,46 @@ def test_a_deeply_nested_test_report_is_refused_naming_the_file(tmp_path) -> Non
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     raises_naming(ValueError, [str(path), "per-test memory report", "nested too deeply"],
                   lambda: read_test_report(path))
+
+
+# -- S6: a clock that never advances gave all-zero samples; one reading NaN raced the probes --
+def _readings(*values: float):
+    """A clock returning ``values`` in turn, then the last one forever."""
+    it = itertools.chain(values, itertools.repeat(values[-1]))
+    return lambda: next(it)
+
+
+def test_interleaved_samples_refuses_a_clock_that_never_advances() -> None:
+    raises_naming(ValueError, ["clock", "advances", "all 6 samples read 0 s"],
+                  lambda: interleaved_samples({"a": lambda: None, "b": lambda: None}, repeats=3,
+                                              warmup=0, clock=lambda: 1.0))
+
+
+def test_interleaved_samples_keeps_a_zero_among_samples_that_advanced() -> None:
+    """A coarse clock can miss one short call: only a clock that never moved is refused."""
+    clock = _readings(0.0, 0.0, 0.0, 1.0)
+    samples = interleaved_samples({"a": lambda: None}, repeats=2, warmup=0, clock=clock)
+    assert samples == {"a": [0.0, 1.0]}
+
+
+def _race_with(monkeypatch, clock):
+    """make_read_probe's race between a (fake) compiled sum and torch.sum, timed by ``clock``."""
+    buffer = torch.ones(1024)
+    total = buffer.sum().item()
+    monkeypatch.setattr(decode_step, "_compiled_read_sum", lambda: (lambda address, n, threads: total, "-O2"))
+    return decode_step.make_read_probe(buffer, 1, clock=clock)
+
+
+@pytest.mark.parametrize(("clock", "words"), [
+    (lambda: math.nan, ["clock", "nan then nan", "a read by compiled sum"]),
+    (lambda: 1.0, ["clock", "advances", "all 6 reads of the race read 0 s"]),
+    (_readings(5.0, 4.0), ["clock", "never decrease", "5.0 then 4.0"]),
+], ids=["nan", "constant", "backwards"])
+def test_make_read_probe_refuses_a_clock_that_reads_nan_or_never_advances(monkeypatch, clock, words) -> None:
+    raises_naming(ValueError, words, lambda: _race_with(monkeypatch, clock))
+
+
+def test_make_read_probe_still_races_on_a_clock_that_advances(monkeypatch) -> None:
+    ticks = itertools.count()
+    _, what = _race_with(monkeypatch, lambda: float(next(ticks)))
+    assert "the faster in a race with" in what

@@ -73,7 +73,7 @@ from ..attention.validation import (
 )
 from ..env import check_seed, torch_threads
 from ..paths import check_path
-from .timing import check_round_counts, interleaved_samples
+from .timing import check_clock_advanced, check_round_counts, clock_elapsed, interleaved_samples
 
 __all__ = [
     "FALLBACK_LLC_BYTES",
@@ -312,16 +312,19 @@ def _torch_sum_on(buffer: Tensor, threads: int) -> Callable[[], object]:
 def _race(probes: dict[str, Callable[[], object]], clock: Callable[[], float],
           reads: int = PROBE_RACE_READS) -> dict[str, float]:
     """Each probe's fastest of ``reads`` timed calls (seconds), the probes taking turns, the
-    order reversed every round, so that neither always runs first after the other."""
-    best = dict.fromkeys(probes, math.inf)
+    order reversed every round, so that neither always runs first after the other. The
+    clock's readings are checked as :func:`~course_utils.bench.timing.interleaved_samples`
+    checks them (finite, never decreasing, not all 0 s)."""
+    seconds: dict[str, list[float]] = {name: [] for name in probes}
     order = list(probes)
     for _ in range(reads):
         for name in order:
             start = clock()
             probes[name]()
-            best[name] = min(best[name], clock() - start)
+            seconds[name].append(clock_elapsed(start, clock(), f"a read by {name}"))
         order.reverse()
-    return best
+    check_clock_advanced(seconds.values(), "reads of the race")
+    return {name: min(s) for name, s in seconds.items()}
 
 
 def _check_probe_inputs(buffer: object, clock: object) -> None:
@@ -355,7 +358,8 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     the faster everywhere (``torch.sum`` read about a fifth slower than the compiled sum on some
     CPUs, and 11-18% faster on an AVX-512 AMD EPYC), and a slow yardstick makes every share of
     it read high. Where the compiled sum is unavailable (no compiler, built without OpenMP for
-    several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why."""
+    several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why. A ``clock``
+    that reads NaN, runs backwards or never advances over the race is a ValueError naming it."""
     _check_probe_inputs(buffer, clock)
     threads = torch.get_num_threads() if threads is None else check_thread_count(threads, "threads")
     threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other
