@@ -65,3 +65,17 @@ def test_make_read_probe_still_races_on_a_clock_that_advances(monkeypatch) -> No
     ticks = itertools.count()
     _, what = _race_with(monkeypatch, lambda: float(next(ticks)))
     assert "the faster in a race with" in what
+
+
+# -- S7: COURSE_UTILS_LLC_MIB=99999999999999999999999 was taken as a 1e29-byte cache --
+@pytest.mark.parametrize("value", [str(2**20 + 1), "99999999999999999999999", "9" * 5000,
+                                   "\u00b2", "0", "-3", "1.5", "nan", "inf"])
+def test_a_last_level_cache_override_out_of_range_is_refused_by_name(monkeypatch, value) -> None:
+    monkeypatch.setenv(decode_step.LLC_ENV, value)
+    raises_naming(ValueError, [decode_step.LLC_ENV, "whole number of MiB", "1 TiB", repr(value)[:20]],
+                  decode_step.last_level_cache_bytes)
+
+
+def test_a_last_level_cache_override_up_to_1_tib_is_taken(monkeypatch) -> None:
+    monkeypatch.setenv(decode_step.LLC_ENV, str(decode_step.MAX_LLC_MIB))
+    assert decode_step.last_level_cache_bytes() == (2**40, decode_step.LLC_ENV)
