@@ -14,6 +14,7 @@ from bad_input_cases import raises_naming
 from course_utils.bench import decode_step
 from course_utils.bench.memory import read_test_report
 from course_utils.bench.timing import interleaved_samples
+from course_utils.bench.train_speed import format_training_table
 
 
 # -- O5: read_test_report let a RecursionError out of json.loads, naming no file --
@@ -79,3 +80,14 @@ def test_a_last_level_cache_override_out_of_range_is_refused_by_name(monkeypatch
 def test_a_last_level_cache_override_up_to_1_tib_is_taken(monkeypatch) -> None:
     monkeypatch.setenv(decode_step.LLC_ENV, str(decode_step.MAX_LLC_MIB))
     assert decode_step.last_level_cache_bytes() == (2**40, decode_step.LLC_ENV)
+
+
+# -- S8: format_training_table printed an accuracy of 1.5 --
+@pytest.mark.parametrize(("key", "value"), [("agreement_acc", 1.5), ("induction_heldout_acc", 2),
+                                            ("agreement_acc_attractor", 1.0000001)])
+def test_an_accuracy_above_one_is_refused_naming_the_row_and_column(key, value) -> None:
+    good = {"seed": 0, "induction_seconds": 1.0, "induction_heldout_acc": 0.9, "agreement_acc": 1.0,
+            "agreement_acc_attractor": 0.0}
+    rows = [good, {**good, "seed": 1, key: value}]
+    raises_naming(ValueError, [f"rows[1][{key!r}]", "accuracy", "[0, 1]", repr(value)],
+                  lambda: format_training_table(rows))
