@@ -149,8 +149,10 @@ def interleaved_samples(
     read. ``after_round()`` runs after every round, warm-up rounds included (e.g. a progress
     bar's ``update``). ``clock`` reads the time (default :func:`time.perf_counter`, the wall
     clock); :func:`time.thread_time` counts only the time this thread ran, so moments when other
-    programs held the CPU do not count: right for work that runs on this one thread only. The
-    loop's variables die with this call, so no function outlives the run here.
+    programs held the CPU do not count: right for work that runs on this one thread only. A
+    clock that reads NaN or runs backwards (:func:`clock_elapsed`), or never advances over the
+    whole run (:func:`check_clock_advanced`), is a ValueError naming ``clock``. The loop's
+    variables die with this call, so no function outlives the run here.
     """
     _check_functions(fns)
     repeats, warmup, inner = check_round_counts(repeats, warmup, inner)
