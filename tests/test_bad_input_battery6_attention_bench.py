@@ -63,7 +63,7 @@ def test_negative_query_offset_is_the_documented_shift():
     (lambda: GroupedQueryAttention(16, 4, 2).project_qkv(*[torch.randn(1, 5, 8)] * 3), ValueError,
      ["query", "d_model=16", "(1, 5, 8)"]),
     (lambda: time_interleaved({"a": lambda: None, "b": lambda: None}, baseline="a", repeats=3, warmup=0,
-                              clock=lambda: 1.0), ValueError, ["baseline 'a'", "clock"]),
+                              clock=lambda: 1.0), ValueError, ["clock", "advances", "0 s"]),
     (lambda: paired_ratios([Timing("a", 1.5, 1.0, [1.0, 2.0]), Timing("b", 1.0, 1.0, [1.0])], "b", "a"),
      ValueError, ["got 1 for 'b' and 2 for 'a'"]),
     (lambda: ratio_spread([Timing("a", 1.0, 1.0, []), Timing("b", 1.0, 1.0, [])], "b", "a"),

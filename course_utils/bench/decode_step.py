@@ -73,7 +73,7 @@ from ..attention.validation import (
 )
 from ..env import check_seed, torch_threads
 from ..paths import check_path
-from .timing import check_round_counts, interleaved_samples
+from .timing import check_clock_advanced, check_round_counts, clock_elapsed, interleaved_samples
 
 __all__ = [
     "FALLBACK_LLC_BYTES",
@@ -115,6 +115,9 @@ MAX_FLUSH_MULTIPLE = 64
 #: Environment variable that overrides the last-level cache found (in MiB): to fake a large
 #: cache in a test, or to set the real share of a virtual machine's cache.
 LLC_ENV = "COURSE_UTILS_LLC_MIB"
+#: The largest :data:`LLC_ENV` taken: 1 TiB in MiB. The largest CPU caches are a few GiB (AMD's
+#: 3D V-Cache EPYCs: 1152 MiB a socket), so a larger figure is a slip (a byte count typed as MiB).
+MAX_LLC_MIB = 2**20
 _SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -172,7 +175,8 @@ def _from_lscpu() -> int | None:
 
 def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
     """``(bytes, where the figure came from)`` for the CPU's largest cache level
-    (``COURSE_UTILS_LLC_MIB``, a whole number of MiB, overrides what the system reports).
+    (``COURSE_UTILS_LLC_MIB``, a whole number of MiB in 1..:data:`MAX_LLC_MIB`, overrides what
+    the system reports; any other value is a ValueError naming it).
     ``sysfs`` is a folder laid out like Linux's ``/sys/devices/system/cpu/cpu0/cache``; a
     ``level``, ``type`` or ``size`` file there that is not a regular file (a FIFO, a device) is
     skipped, never read, so the call cannot hang on it."""
@@ -182,9 +186,12 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
     check_path(sysfs, "sysfs", f"a folder like {_SYSFS_CACHE}")
     sysfs = Path(sysfs)
     if (text := os.environ.get(LLC_ENV)) is not None:
-        if not text.strip().isdigit() or int(text) < 1:
-            raise ValueError(f"{LLC_ENV} must be a whole number of MiB (at least 1), got {text!r}")
-        return int(text) * MiB, LLC_ENV
+        digits = text.strip()  # ASCII digits: "²" passes isdigit but not int(), 5000 digits neither
+        mib = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 12 else 0
+        if not 1 <= mib <= MAX_LLC_MIB:
+            raise ValueError(f"{LLC_ENV} must be a whole number of MiB in 1..{MAX_LLC_MIB} (1 TiB), "
+                             f"got {text!r:.60}")
+        return mib * MiB, LLC_ENV
     if (size := _from_sysfs(sysfs)) is not None:
         return size, str(sysfs)
     if (size := _from_lscpu()) is not None:
@@ -312,16 +319,19 @@ def _torch_sum_on(buffer: Tensor, threads: int) -> Callable[[], object]:
 def _race(probes: dict[str, Callable[[], object]], clock: Callable[[], float],
           reads: int = PROBE_RACE_READS) -> dict[str, float]:
     """Each probe's fastest of ``reads`` timed calls (seconds), the probes taking turns, the
-    order reversed every round, so that neither always runs first after the other."""
-    best = dict.fromkeys(probes, math.inf)
+    order reversed every round, so that neither always runs first after the other. The
+    clock's readings are checked as :func:`~course_utils.bench.timing.interleaved_samples`
+    checks them (finite, never decreasing, not all 0 s)."""
+    seconds: dict[str, list[float]] = {name: [] for name in probes}
     order = list(probes)
     for _ in range(reads):
         for name in order:
             start = clock()
             probes[name]()
-            best[name] = min(best[name], clock() - start)
+            seconds[name].append(clock_elapsed(start, clock(), f"a read by {name}"))
         order.reverse()
-    return best
+    check_clock_advanced(seconds.values(), "reads of the race")
+    return {name: min(s) for name, s in seconds.items()}
 
 
 def _check_probe_inputs(buffer: object, clock: object) -> None:
@@ -355,7 +365,8 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     the faster everywhere (``torch.sum`` read about a fifth slower than the compiled sum on some
     CPUs, and 11-18% faster on an AVX-512 AMD EPYC), and a slow yardstick makes every share of
     it read high. Where the compiled sum is unavailable (no compiler, built without OpenMP for
-    several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why."""
+    several threads, a wrong sum), ``torch.sum`` alone, and the phrase says why. A ``clock``
+    that reads NaN, runs backwards or never advances over the race is a ValueError naming it."""
     _check_probe_inputs(buffer, clock)
     threads = torch.get_num_threads() if threads is None else check_thread_count(threads, "threads")
     threads = min(threads, os.cpu_count() or 1)  # more threads than CPUs only wait on each other

@@ -338,7 +338,8 @@ def reset_peak_rss() -> bool:
 
 def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
     """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
-    "seconds": ...}}``."""
+    "seconds": ...}}``. A file that is not such a report (not UTF-8 JSON, JSON nested too
+    deeply to read, no ``tests`` table) is a ValueError naming it."""
     check_path(path, "path", "the per-test memory report (JSON)")
     path = Path(path)
     kind = path_kind(path)
@@ -350,8 +351,9 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
                                 f"(python3 course.py test), which write it")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} is not a per-test memory report: not UTF-8 JSON ({err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        why = "nested too deeply to read" if isinstance(err, RecursionError) else err
+        raise ValueError(f"{path} is not a per-test memory report: not UTF-8 JSON ({why})") from None
     if not isinstance(data, dict) or not isinstance(data.get("tests"), dict):
         raise ValueError(f"{path} is not a per-test memory report (expected a 'tests' table)")
     return _checked_records(data["tests"], str(path))

@@ -28,6 +28,8 @@ __all__ = [
     "MAX_REPEATS",
     "check_round_counts",
     "check_function_name",
+    "clock_elapsed",
+    "check_clock_advanced",
     "interleaved_samples",
     "time_interleaved",
     "timings_from_samples",
@@ -147,8 +149,10 @@ def interleaved_samples(
     read. ``after_round()`` runs after every round, warm-up rounds included (e.g. a progress
     bar's ``update``). ``clock`` reads the time (default :func:`time.perf_counter`, the wall
     clock); :func:`time.thread_time` counts only the time this thread ran, so moments when other
-    programs held the CPU do not count: right for work that runs on this one thread only. The
-    loop's variables die with this call, so no function outlives the run here.
+    programs held the CPU do not count: right for work that runs on this one thread only. A
+    clock that reads NaN or runs backwards (:func:`clock_elapsed`), or never advances over the
+    whole run (:func:`check_clock_advanced`), is a ValueError naming ``clock``. The loop's
+    variables die with this call, so no function outlives the run here.
     """
     _check_functions(fns)
     repeats, warmup, inner = check_round_counts(repeats, warmup, inner)
@@ -174,15 +178,35 @@ def interleaved_samples(
             for _ in range(inner):
                 fn()
             sync()
-            end = clock()
-            elapsed = end - start if isinstance(end, int | float) and isinstance(start, int | float) else None
-            if elapsed is None or not (math.isfinite(elapsed) and elapsed >= 0):
-                raise ValueError(f"clock must return seconds that never decrease (a finite number), but "
-                                 f"it read {start!r} then {end!r} around {key!r}; use time.perf_counter "
-                                 "or time.thread_time")
-            samples[key].append(elapsed / inner)
+            samples[key].append(clock_elapsed(start, clock(), repr(key)) / inner)
         after_round()
+    check_clock_advanced(samples.values(), "samples")
     return samples
+
+
+def clock_elapsed(start: object, end: object, around: str) -> float:
+    """``end - start``: two readings of a timing's ``clock`` around ``around`` (what was timed,
+    for the message), if both are numbers and the difference is finite and >= 0; else a
+    ValueError naming ``clock`` and the two readings (a clock that runs backwards or returns
+    NaN would give meaningless samples)."""
+    elapsed = end - start if isinstance(end, int | float) and isinstance(start, int | float) else None
+    if elapsed is None or not (math.isfinite(elapsed) and elapsed >= 0):
+        raise ValueError(f"clock must return seconds that never decrease (a finite number), but "
+                         f"it read {start!r} then {end!r} around {around}; use time.perf_counter "
+                         "or time.thread_time")
+    return float(elapsed)
+
+
+def check_clock_advanced(seconds: Iterable[Iterable[float]], what: str) -> None:
+    """A ValueError naming ``clock`` when every one of ``seconds`` (lists of
+    :func:`clock_elapsed` results, called ``what``) is 0: the clock never advanced around any
+    timed call (a constant, or one far too coarse for the work), so no time was measured.
+    Some zeros among others are kept: a coarse clock can miss one short call."""
+    counted = [s for group in seconds for s in group]
+    if counted and not any(counted):
+        raise ValueError(f"clock: expected a clock that advances around the timed calls, but all "
+                         f"{len(counted)} {what} read 0 s (a constant clock, or one too coarse for the "
+                         "work?); use time.perf_counter, or time more calls per sample with inner=")
 
 
 def time_interleaved(

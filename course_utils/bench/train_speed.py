@@ -59,7 +59,8 @@ def _check_rows(rows: object) -> None:
     """``rows`` is a non-empty list of :func:`bench_training`'s dicts: a ``seed`` first, then
     numbers (or ``None``) under the same keys in every row. Every number is finite and >= 0
     (seeds, steps, seconds and accuracies all are; NaN and -1.0 seconds printed as times and
-    medians: battery 19). A time of 0 is taken: the table divides by nothing, it prints."""
+    medians: battery 19), and one in a column whose name holds ``acc`` (an accuracy) is at most
+    1. A time of 0 is taken: the table divides by nothing, it prints."""
     if not isinstance(rows, list | tuple) or not rows:
         raise ValueError(f"rows must be a non-empty list of bench_training's dicts, got "
                          f"{type(rows).__name__} {rows!r:.60}")
@@ -82,6 +83,10 @@ def _check_rows(rows: object) -> None:
         if bad:
             raise ValueError(f"rows[{i}][{bad[0]!r}] must be a finite number >= 0 (a seed, steps, "
                              f"seconds or an accuracy) or None, got {row[bad[0]]!r}")
+        bad = [k for k, v in row.items() if "acc" in k and v is not None and v > 1]
+        if bad:
+            raise ValueError(f"rows[{i}][{bad[0]!r}] is an accuracy (its column names 'acc'): expected "
+                             f"a fraction in [0, 1] or None, got {row[bad[0]]!r}")
 
 
 def format_training_table(rows: list[dict]) -> str:
