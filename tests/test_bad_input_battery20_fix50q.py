@@ -23,6 +23,15 @@ from course_utils.tasks.two_relations import TwoKeyTask
 from tests.bad_input_cases import raises_naming
 
 
+# -- S5: an evaluation whose score returns {} measured nothing ---------------------------------
+def test_measure_refuses_a_score_that_returns_no_number() -> None:
+    model = TinyTransformer(ModelConfig(vocab_size=16, max_len=8, d_model=16, num_heads=2, num_layers=2)).eval()
+    tokens = torch.randint(1, 16, (2, 6))
+    good = Evaluation(tokens, lambda logits: {"m": 1.0})
+    raises_naming(ValueError, ["evaluations[1].score", "at least one number", "{}"],
+                  lambda: measure(model, [good, Evaluation(tokens, lambda logits: {})], [(0, 1)]))
+
+
 # -- S4: +inf / -inf logits are refused where a metric reads them, as NaN is ------------------
 _INDUCTION = InductionTask(vocab_size=16, seq_len=8, train_periods=(2, 3), heldout_periods=(4,))
 _AGREEMENT = AgreementTask()
