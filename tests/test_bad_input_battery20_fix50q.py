@@ -65,3 +65,12 @@ def test_infinite_logits_are_refused_where_read(make, value: float) -> None:
 def test_nan_logits_still_named_as_nan() -> None:
     raises_naming(ValueError, ["logits hold NaN at scored positions"], _induction_call(float("nan")))
 
+
+# -- S2: History.device is a device torch names (present on this machine or not) --------------
+@pytest.mark.parametrize("device", ["gpu9", "", "CPU", "cuda:-1", "meta"])
+def test_history_refuses_a_device_torch_cannot_name(device: str) -> None:
+    raises_naming(ValueError, ["History.device", repr(device)], lambda: History("t", device=device))
+
+
+def test_history_keeps_a_device_of_another_machine() -> None:
+    assert History("t", device="cuda:3").device == "cuda:3"  # a GPU run's history read on a CPU
