@@ -23,6 +23,47 @@ from course_utils.tasks.two_relations import TwoKeyTask
 from tests.bad_input_cases import raises_naming
 
 
+# -- O3: ov_copying_score on a GQA model: each query head reads its group's W_V ---------------
+def _expanded_to_mha(gqa_model: TinyTransformer) -> TinyTransformer:
+    """The same model with its K/V heads repeated to full multi-head attention (query head i
+    gets K/V head i // (h / g), the blocked grouping)."""
+    config = gqa_model.config
+    h, g, dk = config.num_heads, config.num_kv_heads, config.d_head
+    mha = TinyTransformer(ModelConfig(**{**config.to_dict(), "num_kv_heads": h}))
+    state = {}
+    for key, value in gqa_model.state_dict().items():
+        if ".attn.q_proj." in key or ".attn.k_proj." in key or ".attn.v_proj." in key:
+            continue
+        state[key] = value
+    for i, block in enumerate(gqa_model.blocks):
+        attn = block.attn
+
+        def expand(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(g, dk, *t.shape[1:]).repeat_interleave(h // g, dim=0).reshape(h * dk, *t.shape[1:])
+
+        for part in ("weight", "bias"):
+            state[f"blocks.{i}.attn.in_proj.{part}"] = torch.cat([
+                getattr(attn.q_proj, part), expand(getattr(attn.k_proj, part)),
+                expand(getattr(attn.v_proj, part))])
+    mha.load_state_dict(state)
+    return mha.eval()
+
+
+@pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 2), (4, 1), (6, 3)],
+                         ids=["h4 g2", "h4 g1 (MQA)", "h6 g3"])
+def test_ov_copying_score_on_gqa_matches_the_expanded_mha_model(num_heads: int, num_kv_heads: int) -> None:
+    torch.manual_seed(0)
+    gqa = TinyTransformer(ModelConfig(vocab_size=24, max_len=8, d_model=24, num_heads=num_heads,
+                                      num_layers=2, num_kv_heads=num_kv_heads, mlp=True)).eval()
+    mha = _expanded_to_mha(gqa)
+    tokens = torch.randint(0, 24, (2, 8))
+    assert torch.allclose(gqa(tokens)[0], mha(tokens)[0], atol=1e-5)  # the expansion is the same model
+    for layer in range(2):
+        got = ov_copying_score(gqa, layer, range(24))
+        assert got.shape == (num_heads,)
+        assert torch.allclose(got, ov_copying_score(mha, layer, range(24)))
+
+
 # -- S5: an evaluation whose score returns {} measured nothing ---------------------------------
 def test_measure_refuses_a_score_that_returns_no_number() -> None:
     model = TinyTransformer(ModelConfig(vocab_size=16, max_len=8, d_model=16, num_heads=2, num_layers=2)).eval()
