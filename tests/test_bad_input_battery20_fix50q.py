@@ -73,6 +73,21 @@ def test_measure_refuses_a_score_that_returns_no_number() -> None:
                   lambda: measure(model, [good, Evaluation(tokens, lambda logits: {})], [(0, 1)]))
 
 
+# -- O4: TwoKeyTask.sample's seed range is named like InductionTask's ---------------------------
+@pytest.mark.parametrize(("seed", "error", "words"), [
+    (2**64, ValueError, ["seed", "2**64", str(2**64)]),
+    (2**70, ValueError, ["seed", "2**64", str(2**70)]),
+    (-1, ValueError, ["seed", ">= 0", "-1"]),
+], ids=["2**64", "2**70", "-1"])
+def test_twokey_sample_names_a_seed_out_of_range(seed: int, error: type[Exception], words: list[str]) -> None:
+    raises_naming(error, words, lambda: TwoKeyTask().sample(4, seed=seed))
+
+
+def test_twokey_sample_takes_a_numpy_seed_like_an_int() -> None:
+    task = TwoKeyTask()
+    assert torch.equal(task.sample(3, seed=np.int64(5)).item_keys, task.sample(3, seed=5).item_keys)
+
+
 # -- S4: +inf / -inf logits are refused where a metric reads them, as NaN is ------------------
 _INDUCTION = InductionTask(vocab_size=16, seq_len=8, train_periods=(2, 3), heldout_periods=(4,))
 _AGREEMENT = AgreementTask()
