@@ -30,17 +30,15 @@ def _expanded_to_mha(gqa_model: TinyTransformer) -> TinyTransformer:
     config = gqa_model.config
     h, g, dk = config.num_heads, config.num_kv_heads, config.d_head
     mha = TinyTransformer(ModelConfig(**{**config.to_dict(), "num_kv_heads": h}))
-    state = {}
-    for key, value in gqa_model.state_dict().items():
-        if ".attn.q_proj." in key or ".attn.k_proj." in key or ".attn.v_proj." in key:
-            continue
-        state[key] = value
+    state = {key: value for key, value in gqa_model.state_dict().items()
+             if not any(f".attn.{name}_proj." in key for name in "qkv")}
+
+    def expand(t: torch.Tensor) -> torch.Tensor:  # (g * dk, ...) -> (h * dk, ...): group i // (h/g)
+        rest = t.shape[1:]
+        return t.reshape(g, dk, *rest).repeat_interleave(h // g, dim=0).reshape(h * dk, *rest)
+
     for i, block in enumerate(gqa_model.blocks):
         attn = block.attn
-
-        def expand(t: torch.Tensor) -> torch.Tensor:
-            return t.reshape(g, dk, *t.shape[1:]).repeat_interleave(h // g, dim=0).reshape(h * dk, *t.shape[1:])
-
         for part in ("weight", "bias"):
             state[f"blocks.{i}.attn.in_proj.{part}"] = torch.cat([
                 getattr(attn.q_proj, part), expand(getattr(attn.k_proj, part)),
@@ -66,7 +64,8 @@ def test_ov_copying_score_on_gqa_matches_the_expanded_mha_model(num_heads: int, 
 
 # -- S5: an evaluation whose score returns {} measured nothing ---------------------------------
 def test_measure_refuses_a_score_that_returns_no_number() -> None:
-    model = TinyTransformer(ModelConfig(vocab_size=16, max_len=8, d_model=16, num_heads=2, num_layers=2)).eval()
+    config = ModelConfig(vocab_size=16, max_len=8, d_model=16, num_heads=2, num_layers=2)
+    model = TinyTransformer(config).eval()
     tokens = torch.randint(1, 16, (2, 6))
     good = Evaluation(tokens, lambda logits: {"m": 1.0})
     raises_naming(ValueError, ["evaluations[1].score", "at least one number", "{}"],
