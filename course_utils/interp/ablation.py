@@ -636,8 +636,13 @@ def _lowest_layer(model: TinyTransformer, heads: Sequence[Head]) -> int:
 
 
 def _check_scores(scores: object, i: int) -> dict[str, float]:
-    """What ``evaluations[i].score`` returned: a dict ``{name (str): number}``, no number NaN."""
-    return _check_numbers(scores, f"evaluations[{i}].score must return")
+    """What ``evaluations[i].score`` returned: a non-empty dict ``{name (str): number}``, no
+    number NaN (an empty dict would measure nothing, and ``measure`` would answer ``{}``)."""
+    scores = _check_numbers(scores, f"evaluations[{i}].score must return")
+    if not scores:
+        raise ValueError(f"evaluations[{i}].score must return at least one number, such as "
+                         "{'loss': 2.3}, got {}: the evaluation would measure nothing")
+    return scores
 
 
 def _check_numbers(scores: object, must: str) -> dict[str, float]:

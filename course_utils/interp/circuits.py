@@ -403,6 +403,11 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     Weights only: embedding -> that layer's LayerNorm -> W_V, W_O of the head -> final
     LayerNorm's gain (centred, scale left out: it does not change a row's argmax) ->
     unembedding. Chance is ``1 / len(token_ids)``.
+
+    A grouped-query model (``num_kv_heads = g < h``) is scored head by head too: query head i
+    reads the W_V of its key/value group ``i // (h / g)`` (the blocked grouping of
+    :mod:`course_utils.attention.gqa`), so it scores as the same model with its K/V heads
+    repeated to full multi-head attention.
     """
     _check_model(model)
     config = model.config
@@ -421,7 +426,8 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     block = model.blocks[layer]
     attn, h, d = block.attn, config.num_heads, config.d_model
     embedded = block.ln_attn(model.token_embedding.weight[ids])[None]  # (1, n, d)
-    _, _, v = attn.project_qkv(embedded, embedded, embedded)  # (1, h, n, dk)
+    _, _, v = attn.project_qkv(embedded, embedded, embedded)  # (1, g, n, dk), g = num_kv_heads
+    v = v.repeat_interleave(h // v.shape[1], dim=1)  # (1, h, n, dk): head i reads group i // (h/g)
     w_o = attn.out_proj.weight.view(d, h, attn.d_k)  # (d, h, dk)
     written = torch.einsum("hnk,dhk->hnd", v[0], w_o)  # (h, n, d)
     written = written - written.mean(dim=-1, keepdim=True)

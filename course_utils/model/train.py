@@ -40,6 +40,7 @@ from ..attention.validation import (
     check_increasing,
     check_int,
     check_model_holds_values,
+    check_not_meta_device,
     check_record,
 )
 from ..env import check_seed, pick_device, torch_threads
@@ -145,6 +146,10 @@ class History:
     :meth:`to_dict`) checks them all again first, and names a bad one (a NaN loss, which
     :func:`train_model` never records, a ``None`` in ``eval_metrics``, steps out of order)
     rather than answering from it.
+
+    ``device`` is where the run trained: a device string torch parses (``"cpu"``, ``"cuda:0"``;
+    not ``"meta"``, which trains nothing). It need not be present on this machine: a history
+    saved on a GPU machine is read back on a CPU one.
     """
 
     task: str
@@ -199,7 +204,13 @@ def _check_history_fields(history: History) -> None:
     """The per-step lists of a :class:`History` pair up (one loss per step, one set of metrics
     per evaluation step), their steps strictly increase (a curve goes forward in time, and
     :func:`train_model` records each step once), and a target is reached with both a step and a
-    time, for a named ``target_metric``."""
+    time, for a named ``target_metric``; ``device`` is one torch parses (present here or not)."""
+    try:
+        parsed = torch.device(history.device)
+    except RuntimeError:
+        raise ValueError(f"History.device must be the device the run trained on, as torch names it "
+                         f"('cpu', 'cuda', 'cuda:0'), got {history.device!r}") from None
+    check_not_meta_device(parsed, "History.device", asked=history.device)
     for steps, values in (("steps", "loss"), ("eval_steps", "eval_metrics")):
         n, m = len(getattr(history, steps)), len(getattr(history, values))
         if n != m:

@@ -346,13 +346,21 @@ def _check_logits(logits: object, tokens: Tensor, largest_id: int) -> None:
                          f"{largest_id}), got V = {logits.shape[-1]}: logits from a model of another task?")
 
 
-def _refuse_nan_where_read(read: Tensor, where: str) -> None:
-    """The logits a metric reads (``read``, gathered from ``logits``) hold no NaN: an argmax or a
-    margin over NaN is no prediction. Positions a metric does not read may hold NaN (a partial
-    forward pass fills them so)."""
-    if read.is_floating_point() and bool(torch.isnan(read).any()):
-        raise ValueError(f"logits hold NaN at {where} that this metric reads: an argmax or a margin "
-                         "over NaN is no prediction, so no score can be read from them")
+def _refuse_non_finite_where_read(read: Tensor, where: str) -> None:
+    """The logits a metric reads (``read``, gathered from ``logits``) are finite: an argmax or a
+    margin over NaN is no prediction, and one over +-inf is no better (``inf - inf`` is NaN, and an
+    argmax among tied infinities is the first column, not a prediction). No lesson passes
+    infinite logits (the models' outputs are finite; nothing masks logits with -inf before
+    scoring). Positions a metric does not read may hold NaN (a partial forward pass fills them
+    so)."""
+    if not read.is_floating_point():
+        return
+    bad = ~torch.isfinite(read)
+    if bool(bad.any()):
+        value = float(read[bad][0])
+        kind = "NaN" if bool(torch.isnan(read).any()) else ("+inf" if value > 0 else "-inf")
+        raise ValueError(f"logits hold {kind} at {where} that this metric reads: an argmax or a margin "
+                         f"over {kind} is no prediction, so no score can be read from them")
 
 
 def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
@@ -369,7 +377,7 @@ def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
     prediction = logits[:, :-1].argmax(-1)  # (B, T-1): predicts tokens[:, 1:]
     correct = prediction == batch.tokens[:, 1:].to(prediction.device)
     scored = batch.scored[:, :-1].to(prediction.device)
-    _refuse_nan_where_read(logits[:, :-1][scored], "scored positions")
+    _refuse_non_finite_where_read(logits[:, :-1][scored], "scored positions")
     return float(correct[scored].float().mean())
 
 
@@ -797,7 +805,7 @@ def agreement_margins(logits: Tensor, batch: AgreementBatch) -> Tensor:
                   f"{logits.shape[-1]})", logits.shape[-1], "ids")
     rows = torch.arange(len(batch), device=logits.device)
     at_verb = logits[rows, batch.predict_pos.to(logits.device)]  # (B, V)
-    _refuse_nan_where_read(at_verb, "predict_pos (the position before the verb)")
+    _refuse_non_finite_where_read(at_verb, "predict_pos (the position before the verb)")
     correct = at_verb.gather(1, batch.correct_id.to(logits.device).unsqueeze(1)).squeeze(1)
     wrong = at_verb.gather(1, batch.wrong_id.to(logits.device).unsqueeze(1)).squeeze(1)
     return correct - wrong

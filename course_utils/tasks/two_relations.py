@@ -56,7 +56,7 @@ from ..attention.validation import (
     check_rows,
     freeze_fields,
 )
-from ..env import seed_everything, torch_threads
+from ..env import check_seed, seed_everything, torch_threads
 from ..parallel import default_workers, parallel_map
 
 __all__ = [
@@ -284,7 +284,7 @@ class TwoKeyTask:
         if (seed is None) == (generator is None):
             raise ValueError("pass exactly one of seed=... or generator=...")
         if generator is None:
-            generator = torch.Generator().manual_seed(check_int(seed, "seed", minimum=0))
+            generator = torch.Generator().manual_seed(check_seed(seed))  # 0 <= seed < 2**64, named
         g, T, K, V = generator, self.num_items, self.num_keys, self.num_symbols
         check_fits_in_memory(n * (12 * K + 64 * T), "n", f"{n} examples of {T} items")  # a few (n, K), (n, T)
         asked = torch.rand(n, K, generator=g).argsort(dim=1)[:, :2]  # (n, 2) distinct keys a, b
@@ -494,7 +494,7 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     returns, unless ``None``, is kept in ``RunResult.recorded[step]``.
     """
     check_int(num_heads, "num_heads", minimum=1)
-    check_int(seed, "seed", minimum=0)
+    seed = check_seed(seed)  # a Python int in 0 <= seed < 2**64, as manual_seed takes
     _check_run_settings(task, config, on_eval)
     with torch_threads(1):
         seed_everything(seed)
