@@ -1167,7 +1167,11 @@ class ReadOnlyDict(dict):
     def __init__(self, items: Mapping = (), label: str = "this dict") -> None:
         if hasattr(self, "label"):  # made already: d.__init__(other) would fill it again
             self._refuse()
-        super().__init__(items)
+        try:
+            super().__init__(items)
+        except (TypeError, ValueError) as err:  # None, 3, [1]: not a mapping nor (key, value) pairs
+            raise TypeError(f"items (of ReadOnlyDict {label!r:.60}) must be a mapping or an iterable of "
+                            f"(key, value) pairs, got {type(items).__name__} {items!r:.60} ({err})") from None
         self.label = label
 
     def _refuse(self, *args: object, **kwargs: object) -> None:
