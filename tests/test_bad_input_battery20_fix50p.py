@@ -5,8 +5,11 @@ check_record (S1), check_increasing given NaN or a str (S3)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from bad_input_cases import raises_naming
 
+from course_utils.attention.hooks import run_with_cache
+from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.validation import ReadOnlyDict
 
 
@@ -20,3 +23,17 @@ def test_read_only_dict_refuses_a_non_mapping_by_name(items):
 def test_read_only_dict_still_takes_a_mapping_and_pairs():
     assert ReadOnlyDict({"a": 1}) == ReadOnlyDict([("a", 1)]) == {"a": 1}
     assert ReadOnlyDict() == {}
+
+
+# -- O2: run_with_cache on a module with no hook point is refused before it runs -----------------
+@pytest.mark.parametrize("module", [torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Embedding(16, 2))],
+                         ids=["Linear", "Sequential"])
+def test_run_with_cache_refuses_a_module_without_hook_points(module):
+    tokens = torch.randint(1, 16, (2, 6))
+    raises_naming(ValueError, ["module", type(module).__name__, "hook point"],
+                  lambda: run_with_cache(module, tokens))
+
+
+def test_run_with_cache_still_records_a_course_layer():
+    _, cache = run_with_cache(MultiHeadAttention(8, 2), torch.zeros(1, 3, 8))
+    assert "hook_z" in cache
