@@ -10,7 +10,7 @@ from bad_input_cases import raises_naming
 
 from course_utils.attention.hooks import run_with_cache
 from course_utils.attention.mha import MultiHeadAttention
-from course_utils.attention.validation import ReadOnlyDict
+from course_utils.attention.validation import ReadOnlyDict, check_increasing
 
 
 # -- O1: ReadOnlyDict's items must be a mapping or (key, value) pairs -----------------------------
@@ -37,3 +37,20 @@ def test_run_with_cache_refuses_a_module_without_hook_points(module):
 def test_run_with_cache_still_records_a_course_layer():
     _, cache = run_with_cache(MultiHeadAttention(8, 2), torch.zeros(1, 3, 8))
     assert "hook_z" in cache
+
+
+# -- S3: check_increasing reads ints only (NaN or a str would compare "in order") -----------------
+@pytest.mark.parametrize("steps, words", [
+    ([1, float("nan")], ["steps[1]", "int", "nan"]),
+    ("ab", ["steps", "list of ints", "'ab'"]),
+    ([1, "2"], ["steps[1]", "int", "'2'"]),
+    ([1.0, 2.5], ["steps[0]", "int", "1.0"]),
+], ids=["nan", "str", "str entry", "floats"])
+def test_check_increasing_refuses_non_int_steps(steps, words):
+    raises_naming(TypeError, words, lambda: check_increasing(steps, "steps"))
+
+
+def test_check_increasing_still_takes_increasing_ints():
+    check_increasing([], "steps")
+    check_increasing((1, 2, 5), "steps")
+    raises_naming(ValueError, ["steps[0] = 2", "steps[1] = 1"], lambda: check_increasing([2, 1], "steps"))

@@ -1214,8 +1214,11 @@ def _container_fields(cls: type) -> tuple[tuple[str, type], ...]:
 
 
 def check_increasing(steps: Sequence[int], name: str) -> None:
-    """``steps`` strictly increase (a learning curve goes forward in time); else a ValueError
-    naming ``name`` and the first pair out of order."""
+    """``steps``, a list of ints (:func:`check_int_list`, empty allowed: a TypeError naming
+    ``name[i]`` for a NaN or a str entry, which would compare as "in order"), strictly increase (a
+    learning curve goes forward in time); else a ValueError naming ``name`` and the first pair
+    out of order."""
+    steps = check_int_list(steps, name, allow_empty=True)
     back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
     if back is not None:
         raise ValueError(f"{name} must strictly increase (one entry per step, in order), got "
