@@ -4,13 +4,18 @@ check_record (S1), check_increasing given NaN or a str (S3)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from bad_input_cases import raises_naming
 
 from course_utils.attention.hooks import run_with_cache
 from course_utils.attention.mha import MultiHeadAttention
-from course_utils.attention.validation import ReadOnlyDict, check_increasing
+from course_utils.attention.shapes import TraceStep
+from course_utils.attention.validation import ReadOnlyDict, check_increasing, check_record
+from course_utils.bench.memory import NotebookMemory
+from course_utils.bench.timing import RatioSpread
 
 
 # -- O1: ReadOnlyDict's items must be a mapping or (key, value) pairs -----------------------------
@@ -37,6 +42,31 @@ def test_run_with_cache_refuses_a_module_without_hook_points(module):
 def test_run_with_cache_still_records_a_course_layer():
     _, cache = run_with_cache(MultiHeadAttention(8, 2), torch.zeros(1, 3, 8))
     assert "hook_z" in cache
+
+
+# -- S1: a record's name is never empty, whichever record (checked once, in check_record) ---------
+@pytest.mark.parametrize("make, label", [
+    (lambda: TraceStep("", "x", ("B", "T"), (2, 5), 0, True), "TraceStep.name"),
+    (lambda: RatioSpread("", "base", 2.0, 1.9, 2.1, 1.8, 2.2, 3), "RatioSpread.name"),
+    (lambda: NotebookMemory("", 100.0, 1.0), "NotebookMemory.name"),
+], ids=["TraceStep", "RatioSpread", "NotebookMemory"])
+def test_records_refuse_an_empty_name(make, label):
+    raises_naming(ValueError, [label, "non-empty", "''"], make)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    name: str
+    note: str = ""  # another str field: may stay empty
+
+    def __post_init__(self) -> None:
+        check_record(self)
+
+
+def test_check_record_refuses_an_empty_name_without_being_asked():
+    raises_naming(ValueError, ["_Named.name", "non-empty", "''"], lambda: _Named(""))
+    assert _Named("a").note == ""  # only the name is held to it
+    assert NotebookMemory("nb.ipynb", 100.0, 1.0).error == ""
 
 
 # -- S3: check_increasing reads ints only (NaN or a str would compare "in order") -----------------

@@ -1129,7 +1129,9 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     ``dict[K, V]`` (a :class:`ReadOnlyDict` too, what :func:`freeze_fields` stores) and classes
     (``Tensor``, another record) as themselves; ``Any`` and ``object``
     take anything. The fields in ``nonempty`` (a list a method takes the ``min()`` of, ...) hold
-    at least one item (a str: at least one character). The ``float`` fields in ``fractions`` (an
+    at least one item (a str: at least one character), and so does a field called ``name`` (what
+    a record is known by in tables and messages: ``TraceStep('')`` would print a blank row) whether
+    or not ``nonempty`` names it. The ``float`` fields in ``fractions`` (an
     accuracy, a share), or the floats they hold, lie in [0, 1]. Each name in ``nan_ok``,
     ``signed``, ``positive``, ``nonempty`` and ``fractions`` must be a field of the record (a
     misspelt one would silently check nothing), and a field of a kind the option applies to
@@ -1242,7 +1244,7 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
         kinds, wanted = _OPTION_KINDS[option]
         for n in names:
             if option == "nonempty":
-                fits = {typing.get_origin(h) or h for h in _strip_none(hints[n])} <= kinds
+                fits = _holds_items(hints[n])
             else:
                 fits = bool(_hint_leaves(hints[n]) & kinds)
             if not fits:
@@ -1257,6 +1259,17 @@ _OPTION_KINDS = {"nan_ok": ({float}, "fields holding floats"),
                  "fractions": ({float}, "fields holding floats"),
                  "positive": ({int, float}, "fields holding ints or floats"),
                  "nonempty": ({str, list, tuple, dict}, "str, list, tuple and dict fields")}
+
+
+#: Fields a record is known by in tables and messages (``TraceStep.name``, ``RatioSpread.name``):
+#: :func:`check_record` refuses them empty as if ``nonempty`` named them (where they hold a str,
+#: list, tuple or dict), so that no record needs to remember to ask.
+_NAMING_FIELDS = ("name",)
+
+
+def _holds_items(hint: object) -> bool:
+    """``hint`` (besides None) allows only a str, list, tuple or dict: what ``nonempty`` checks."""
+    return {typing.get_origin(h) or h for h in _strip_none(hint)} <= _OPTION_KINDS["nonempty"][0]
 
 
 def _strip_none(hint: object) -> tuple:
@@ -1281,6 +1294,7 @@ def _record_checks(cls: type, nan_ok: tuple[str, ...], signed: tuple[str, ...],
     import typing
 
     hints = typing.get_type_hints(cls)
+    nonempty = (*nonempty, *(n for n in _NAMING_FIELDS if n in hints and _holds_items(hints[n])))
     checks = [(f.name, _type_check(hints[f.name], f.name in nan_ok, f.name in signed, f.name in positive,
                                    f.name in fractions))
               for f in dataclasses.fields(cls)]
