@@ -1162,7 +1162,9 @@ class ReadOnlyDict(dict):
     """A dict that refuses every change, naming itself by ``label`` (``"DecodeRow.samples_s"``): a
     dict field of a frozen result record (see :func:`freeze_fields`). It stays a ``dict``
     (``check_record`` checks ``dict[K, V]`` fields as dicts, and ``in``, ``[key]``, ``.items()``,
-    ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict."""
+    ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict.
+    ``items`` is what ``dict()`` takes: a mapping or (key, value) pairs (else a TypeError naming
+    ``items``)."""
 
     __slots__ = ("label",)
 
