@@ -153,8 +153,14 @@ def run_with_cache(module: nn.Module, *args: object, names: Sequence[Where] | Wh
                    **kwargs: object) -> tuple[object, dict[str, Tensor]]:
     """``module(*args, **kwargs)`` and the tensors that passed its hook points, by name: all of
     them, those in ``names``, or those whose name passes ``names`` when it is a function. The
-    inputs must fit ``module.forward`` (checked before any hook is added)."""
+    inputs must fit ``module.forward`` (checked before any hook is added). A module with no hook
+    point (``nn.Linear``, a model not built from the course's layers) is a ValueError naming
+    ``module`` before it runs: there would be nothing to record."""
     points = hook_points(module)
+    if not points:
+        raise ValueError(f"module ({type(module).__name__}) has no hook point, so run_with_cache would "
+                         f"record nothing: pass a course model or layer (e.g. a TinyTransformer or a "
+                         f"MultiHeadAttention), which pass their tensors through hook points")
     _check_inputs_fit(module, args, kwargs)
     if names is None:
         wanted = list(points)

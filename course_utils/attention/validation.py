@@ -1129,7 +1129,9 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     ``dict[K, V]`` (a :class:`ReadOnlyDict` too, what :func:`freeze_fields` stores) and classes
     (``Tensor``, another record) as themselves; ``Any`` and ``object``
     take anything. The fields in ``nonempty`` (a list a method takes the ``min()`` of, ...) hold
-    at least one item (a str: at least one character). The ``float`` fields in ``fractions`` (an
+    at least one item (a str: at least one character), and so does a field called ``name`` (what
+    a record is known by in tables and messages: ``TraceStep('')`` would print a blank row) whether
+    or not ``nonempty`` names it. The ``float`` fields in ``fractions`` (an
     accuracy, a share), or the floats they hold, lie in [0, 1]. Each name in ``nan_ok``,
     ``signed``, ``positive``, ``nonempty`` and ``fractions`` must be a field of the record (a
     misspelt one would silently check nothing), and a field of a kind the option applies to
@@ -1160,14 +1162,20 @@ class ReadOnlyDict(dict):
     """A dict that refuses every change, naming itself by ``label`` (``"DecodeRow.samples_s"``): a
     dict field of a frozen result record (see :func:`freeze_fields`). It stays a ``dict``
     (``check_record`` checks ``dict[K, V]`` fields as dicts, and ``in``, ``[key]``, ``.items()``,
-    ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict."""
+    ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict.
+    ``items`` is what ``dict()`` takes: a mapping or (key, value) pairs (else a TypeError naming
+    ``items``)."""
 
     __slots__ = ("label",)
 
     def __init__(self, items: Mapping = (), label: str = "this dict") -> None:
         if hasattr(self, "label"):  # made already: d.__init__(other) would fill it again
             self._refuse()
-        super().__init__(items)
+        try:
+            super().__init__(items)
+        except (TypeError, ValueError) as err:  # None, 3, [1]: not a mapping nor (key, value) pairs
+            raise TypeError(f"items (of ReadOnlyDict {label!r:.60}) must be a mapping or an iterable of "
+                            f"(key, value) pairs, got {type(items).__name__} {items!r:.60} ({err})") from None
         self.label = label
 
     def _refuse(self, *args: object, **kwargs: object) -> None:
@@ -1210,8 +1218,11 @@ def _container_fields(cls: type) -> tuple[tuple[str, type], ...]:
 
 
 def check_increasing(steps: Sequence[int], name: str) -> None:
-    """``steps`` strictly increase (a learning curve goes forward in time); else a ValueError
-    naming ``name`` and the first pair out of order."""
+    """``steps``, a list of ints (:func:`check_int_list`, empty allowed: a TypeError naming
+    ``name[i]`` for a NaN or a str entry, which would compare as "in order"), strictly increase (a
+    learning curve goes forward in time); else a ValueError naming ``name`` and the first pair
+    out of order."""
+    steps = check_int_list(steps, name, allow_empty=True)
     back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
     if back is not None:
         raise ValueError(f"{name} must strictly increase (one entry per step, in order), got "
@@ -1235,7 +1246,7 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
         kinds, wanted = _OPTION_KINDS[option]
         for n in names:
             if option == "nonempty":
-                fits = {typing.get_origin(h) or h for h in _strip_none(hints[n])} <= kinds
+                fits = _holds_items(hints[n])
             else:
                 fits = bool(_hint_leaves(hints[n]) & kinds)
             if not fits:
@@ -1250,6 +1261,17 @@ _OPTION_KINDS = {"nan_ok": ({float}, "fields holding floats"),
                  "fractions": ({float}, "fields holding floats"),
                  "positive": ({int, float}, "fields holding ints or floats"),
                  "nonempty": ({str, list, tuple, dict}, "str, list, tuple and dict fields")}
+
+
+#: Fields a record is known by in tables and messages (``TraceStep.name``, ``RatioSpread.name``):
+#: :func:`check_record` refuses them empty as if ``nonempty`` named them (where they hold a str,
+#: list, tuple or dict), so that no record needs to remember to ask.
+_NAMING_FIELDS = ("name",)
+
+
+def _holds_items(hint: object) -> bool:
+    """``hint`` (besides None) allows only a str, list, tuple or dict: what ``nonempty`` checks."""
+    return {typing.get_origin(h) or h for h in _strip_none(hint)} <= _OPTION_KINDS["nonempty"][0]
 
 
 def _strip_none(hint: object) -> tuple:
@@ -1274,6 +1296,7 @@ def _record_checks(cls: type, nan_ok: tuple[str, ...], signed: tuple[str, ...],
     import typing
 
     hints = typing.get_type_hints(cls)
+    nonempty = (*nonempty, *(n for n in _NAMING_FIELDS if n in hints and _holds_items(hints[n])))
     checks = [(f.name, _type_check(hints[f.name], f.name in nan_ok, f.name in signed, f.name in positive,
                                    f.name in fractions))
               for f in dataclasses.fields(cls)]
