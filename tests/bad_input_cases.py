@@ -1,11 +1,24 @@
-"""The row type and the assertion the table-driven bad-input tests share (tests/test_bad_input_*.py)."""
+"""What the table-driven bad-input tests share (tests/test_bad_input_*.py): the row type, the
+assertion and the import of a script."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def import_script(name: str) -> ModuleType:
+    """scripts/NAME.py, imported from scripts/ (as the tools import each other)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return __import__(name)
 
 
 @dataclass

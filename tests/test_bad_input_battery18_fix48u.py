@@ -9,18 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from bad_input_cases import import_script
 
 from course_utils import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _script(name: str):
-    """scripts/NAME.py, imported from scripts/ (as the tools import each other)."""
-    scripts = str(ROOT / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    return __import__(name)
+_script = import_script
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -218,7 +214,6 @@ def test_helpers_refuse_an_empty_name():
 def test_importing_the_package_leaves_cli_unloaded():
     # python -m course_utils.cli warns when the package's import already loaded cli.py
     import subprocess
-    import sys
 
     done = subprocess.run([sys.executable, "-c", "import sys, course_utils.env, course_utils.interp; "
                            "print('course_utils.cli' in sys.modules)"], capture_output=True, text=True,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bad_input_cases import import_script
 
 from course_utils import cli
 
@@ -17,12 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark_posix = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 
 
-def _script(name: str):
-    """scripts/NAME.py, imported from scripts/ (as the tools import each other)."""
-    scripts = str(ROOT / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    return __import__(name)
+_script = import_script
 
 
 # -- G6: nbgrader_tools.py source stopped right after the course was swapped in -----------------

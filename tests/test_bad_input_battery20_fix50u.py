@@ -5,23 +5,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
-from bad_input_cases import raises_naming
+from bad_input_cases import import_script, raises_naming
 
 from course_utils import cli, env, paths
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _script(name: str):
-    """scripts/NAME.py, imported from scripts/ (as the tools import each other)."""
-    scripts = str(ROOT / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    return __import__(name)
+_script = import_script
 
 
 def _course():
