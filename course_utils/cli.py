@@ -33,6 +33,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NOTHING_WRITTEN = "nothing was written"
@@ -289,6 +290,8 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
     ``main``'s return and the end of the ``finally`` raises :class:`Interrupted` out of here (it
     gave a traceback and exit 1 after every file was written): :func:`run` reports it."""
     _running.append(True)
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _quiet_interrupted(unraisable)
     try:
         for sig in previous:
             signal.signal(sig, raise_interrupted)
@@ -308,6 +311,18 @@ def _run_main(main, argv: list[str], prog: str, previous: dict) -> int:
     finally:
         _running.clear()
         _put_back(previous)
+        sys.unraisablehook = unraisable
+
+
+def _quiet_interrupted(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A ``sys.unraisablehook`` that drops :class:`Interrupted` and passes anything else on: the
+    handler's Interrupted raised where Python cannot pass it on (a weakref callback, a
+    ``__del__``) printed "Exception ignored in ..." and a traceback before the one line (battery
+    20); the signal is still seen (:func:`check_interrupted`, and :func:`run` after ``main``)."""
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            previous(unraisable)
+    return hook
 
 
 def _exit_status(code: object, how: str = "returned") -> object:
