@@ -59,6 +59,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 STUDENT = ROOT / "student"
 INSTRUCTORS = ROOT / "INSTRUCTORS.md"
+# what an interruption reports once release has written the lessons and student copies
+RELEASED = ("the lessons and student copies were written, INSTRUCTORS.md's exercise table was left as "
+            "it was (release again to write it)")
 
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -585,7 +588,7 @@ def _write_release(texts: dict[Path, str], removed: list[Path]) -> None:
     if any(path.parent == STUDENT for path in texts):
         STUDENT.mkdir(exist_ok=True)
     try:
-        tools.write_all_atomically(texts)
+        tools.write_all_atomically(texts, written=RELEASED)
     except tools.ToolError as exc:
         raise ReleaseError(str(exc)) from None
     for path in removed:
@@ -704,11 +707,11 @@ def _main(argv: list[str]) -> int:
                 converted.append((name, path, *convert(nb, path.name)))
             tools = _notebook_tools()
             try:  # all or nothing: one file that cannot be written leaves every file as it was
-                tools.write_all_atomically({path: tools.notebook_text(nb) for _, path, nb, _ in converted})
+                tools.write_all_atomically({path: tools.notebook_text(nb) for _, path, nb, _ in converted},
+                                           written="every notebook was converted and written")
             except tools.ToolError as exc:
                 print(f"convert: {exc}", file=sys.stderr)
                 return 1
-            cli.leaving("every notebook was converted and written")
             for name, _path, _nb, rows in converted:
                 print(f"{name}: {len(rows)} graded exercise(s)")
         elif command in ("release", "check") and args:
@@ -721,8 +724,7 @@ def _main(argv: list[str]) -> int:
                 instructors_text()  # a broken INSTRUCTORS.md is refused before any lesson is written
             changed = release()  # the lessons and student copies: all or nothing
             if changed:
-                cli.leaving("the lessons and student copies were written, INSTRUCTORS.md's exercise "
-                            "table was left as it was (release again to write it)")
+                cli.leaving(RELEASED)
             if has_table and write_table():
                 changed.append("INSTRUCTORS.md")
             cli.leaving("every file was written" if changed else cli.NOTHING_WRITTEN)

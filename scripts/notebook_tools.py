@@ -161,11 +161,14 @@ def remove_leftovers(path: Path) -> list[Path]:
     return removed
 
 
-def write_all_atomically(texts: dict[Path, str]) -> None:
+def write_all_atomically(texts: dict[Path, str], written: str | None = None) -> None:
     """Write every ``path -> text``, all or nothing: each text goes to a temporary file beside
     its target first, the old files are kept aside, and only then is each renamed into place.
     If any step fails, every file is put back as it was (new ones removed) and a
-    :class:`ToolError` names the file that could not be written."""
+    :class:`ToolError` names the file that could not be written. Once every file is in place,
+    ``written`` (the caller's words, e.g. "every stamped file was written") is what an
+    interruption from then on reports (:func:`cli.leaving`); one during the clearing up here
+    says so even without it (it said "nothing was written": battery 20)."""
     texts = {Path(p): t for p, t in texts.items()}
     temporaries: dict[Path, str] = {}
     kept: dict[Path, str] = {}
@@ -208,10 +211,16 @@ def write_all_atomically(texts: dict[Path, str]) -> None:
             raise ToolError(f"{current}: cannot be written "
                             f"({exc.strerror or exc}); every file was left as it was") from None
         raise
-    for aside in kept.values():
-        Path(aside).unlink(missing_ok=True)
-    for path in texts:  # what an earlier, killed run left beside each file
-        remove_leftovers(path)
+    try:  # every file is in place: an interruption from here on reports that
+        if written is not None and texts:
+            cli.leaving(written)
+        for aside in kept.values():
+            Path(aside).unlink(missing_ok=True)
+        for path in texts:  # what an earlier, killed run left beside each file
+            remove_leftovers(path)
+    except Interrupted as exc:
+        said = written or "it came once every file was written (clearing up)"
+        raise Interrupted(exc.signum, said) from None
 
 
 _NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # tempfile's, as remove_leftovers expects

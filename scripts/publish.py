@@ -507,7 +507,7 @@ def planned_stamps(root: Path = ROOT, published: Published | None = None) -> dic
 def write_all(planned: dict[Path, str]) -> None:
     """Write every planned file, all or nothing: when one cannot be written (an immutable
     file or folder, a full disk) every file is left as it was, and a ToolError says which."""
-    _tools().write_all_atomically(planned)
+    _tools().write_all_atomically(planned, written="every stamped file was written")
 
 
 def stamp_all(root: Path = ROOT, published: Published | None = None) -> list[str]:
@@ -557,7 +557,6 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     except _tools().ToolError as exc:
         print(f"publish: {exc}", file=sys.stderr)
         return 1
-    _tools().cli.leaving("every stamped file was written")
     changed = [p.relative_to(root).as_posix() for p in planned if p.name != "pyproject.toml"]
     print(f"published location: {published.repo} at {published.tag}")
     print(f"stamped: {', '.join(changed)}" if changed else "nothing to change")
