@@ -292,8 +292,8 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
                 if not ready:  # the oldest job ran out of time
                     index = min(running.values(), key=lambda job: job[2])[0]
                     raise TimeoutError(_timeout_message(index, timeout))
-                for conn in ready:
-                    index, process, _ = running.pop(conn)
+                for conn in sorted(ready, key=lambda c: running[c][0]):  # by item: of two failures
+                    index, process, _ = running.pop(conn)  # seen at once, the earlier item's is raised
                     results[index] = _receive(conn, process, index)
     finally:
         _stop_workers([process for _, process, _ in running.values()])
