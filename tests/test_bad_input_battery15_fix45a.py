@@ -13,21 +13,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from bad_input_cases import raises_naming
 
 from course_utils.attention import validation as V
 from course_utils.attention.gqa import PublishedConfig
 from course_utils.attention.mla import MLAConfig
 from course_utils.tasks import worked_example as we
 
-
-def _raises(error: type, words: list[str], call) -> str:
-    """``call()`` raises ``error`` whose message holds every one of ``words``; returns it."""
-    with pytest.raises(error) as caught:
-        call()
-    message = str(caught.value)
-    missing = [w for w in words if w not in message]
-    assert not missing, f"{missing} not in: {message}"
-    return message
+_raises = raises_naming
 
 
 # -- 2. empty config names and sources -------------------------------------------------------------
