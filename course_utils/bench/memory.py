@@ -352,8 +352,9 @@ def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        why = "nested too deeply to read" if isinstance(err, RecursionError) else err
-        raise ValueError(f"{path} is not a per-test memory report: not UTF-8 JSON ({why})") from None
+        why = ("JSON nested too deeply to read" if isinstance(err, RecursionError)
+               else f"not UTF-8 JSON ({err})")
+        raise ValueError(f"{path} is not a per-test memory report: {why}") from None
     if not isinstance(data, dict) or not isinstance(data.get("tests"), dict):
         raise ValueError(f"{path} is not a per-test memory report (expected a 'tests' table)")
     return _checked_records(data["tests"], str(path))
