@@ -200,13 +200,14 @@ def _check_count(name: str, value: object) -> None:
     check_int(value, name, minimum=1)
 
 
-def _check_period(period: object) -> None:
+def _check_period(period: object, name: str) -> None:
     """A period is an int of at least 2, as induction_score and induction_positions ask: with
-    period 1 the next token is the query itself, so nothing is copied from earlier."""
-    _check_count("every period", period)
+    period 1 the next token is the query itself, so nothing is copied from earlier. ``name`` is
+    the entry checked (``InductionTask.train_periods[0]``), named in the message."""
+    _check_count(name, period)
     if period == 1:
-        raise ValueError("every period must be at least 2: with period 1 the next token is the "
-                         "query itself, so there is nothing to copy from earlier, got 1")
+        raise ValueError(f"{name}: every period must be at least 2: with period 1 the next token is "
+                         f"the query itself, so there is nothing to copy from earlier, got 1")
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,10 @@ class InductionTask:
     (looking back 10 positions would solve period 5). Every period must leave at least one
     scored position: ``BOS`` + one copy + 2 more tokens fit in ``seq_len``. A long period
     may therefore repeat only partly (period 16 in 32 tokens: one copy and 15 tokens of the
-    second), while a short one repeats many times (period 2: 15 copies and a half).
+    second), while a short one repeats many times (period 2: 15 copies and a half). The periods may
+    be given as any list of ints (a range, an array); they are kept as tuples of Python ints, so the
+    task stays hashable (its evaluation batches are cached by task), and a bad entry is named as
+    ``InductionTask.train_periods[i]`` (or ``heldout_periods[i]``).
 
     Sizes beyond this machine's memory (``vocab_size`` or ``seq_len`` of 10**12) are refused
     where they would be allocated, by :meth:`sample` before it draws a batch, not here.
@@ -240,7 +244,9 @@ class InductionTask:
                              f"one sequence of {self.seq_len} tokens drawn from {self.vocab_size:,} "
                              f"(a permutation of the vocabulary per sequence)")
         for name in ("train_periods", "heldout_periods"):  # a lone int or a str is not a list of periods
-            check_int_list(getattr(self, name), f"InductionTask.{name}")
+            # kept as a tuple of ints (a list, range or array too): the task is a cache key when evaluated
+            periods = tuple(check_int_list(getattr(self, name), f"InductionTask.{name}"))
+            object.__setattr__(self, name, periods)
         for name in ("train_periods", "heldout_periods"):  # sampling is uniform over the entries
             periods = list(getattr(self, name))
             repeated = sorted({p for p in periods if periods.count(p) > 1})
@@ -250,15 +256,18 @@ class InductionTask:
         overlap = sorted(set(self.train_periods) & set(self.heldout_periods))
         if overlap:
             raise ValueError(f"train_periods and heldout_periods must be disjoint, both have {overlap}")
-        for p in (*self.train_periods, *self.heldout_periods):
-            _check_period(p)
-            if p > self.vocab_size - 1:
-                raise ValueError(
-                    f"period {p} needs {p} distinct tokens but vocab_size={self.vocab_size} has only "
-                    f"{self.vocab_size - 1} besides BOS"
-                )
-            if 1 + p + 2 > self.seq_len:
-                raise ValueError(f"period {p} is too long for seq_len={self.seq_len}: nothing to score")
+        for name in ("train_periods", "heldout_periods"):
+            for i, p in enumerate(getattr(self, name)):
+                where = f"InductionTask.{name}[{i}]"
+                _check_period(p, where)
+                if p > self.vocab_size - 1:
+                    raise ValueError(
+                        f"{where} = {p}: period {p} needs {p} distinct tokens but vocab_size="
+                        f"{self.vocab_size} has only {self.vocab_size - 1} besides BOS"
+                    )
+                if 1 + p + 2 > self.seq_len:
+                    raise ValueError(f"{where} = {p}: period {p} is too long for seq_len={self.seq_len}: "
+                                     f"nothing to score")
         multiples = sorted((t, h) for t in self.train_periods for h in self.heldout_periods if t % h == 0)
         if multiples:
             raise ValueError(
@@ -276,11 +285,12 @@ class InductionTask:
         periods = self.train_periods if periods is None else tuple(check_int_list(periods, "periods"))
         check_distinct(periods, "periods", "periods (they are drawn uniformly: a repeated one would be "
                        "drawn more often)")
-        for p in periods:
-            _check_period(p)
+        for i, p in enumerate(periods):
+            _check_period(p, f"periods[{i}]")
             if p > self.vocab_size - 1 or p + 3 > self.seq_len:
                 raise ValueError(
-                    f"period {p} does not fit vocab_size={self.vocab_size}, seq_len={self.seq_len}"
+                    f"periods[{i}] = {p}: period {p} does not fit vocab_size={self.vocab_size}, "
+                    f"seq_len={self.seq_len}"
                 )
         B, T = batch_size, self.seq_len
         # a permutation of the vocabulary per sequence (floats, then int64 ids) and a few (B, T) tensors
