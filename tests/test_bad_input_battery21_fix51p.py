@@ -53,3 +53,28 @@ def test_induction_sample_period_errors_name_the_entry():
     task = InductionTask()
     raises_naming(ValueError, ["periods[1]", "40", "seq_len=32"],
                   lambda: task.sample(2, torch.Generator().manual_seed(0), periods=(2, 40)))
+
+
+# -- 5: a head width of 0 is refused by name (0 / sqrt(0) made every weight NaN) ------------------
+@pytest.mark.parametrize("shape", [(1, 2, 3, 0), (3, 0)], ids=["4-D", "2-D"])
+def test_sdpa_refuses_a_zero_head_width(shape):
+    q = torch.randn(shape)
+    v = torch.randn(*shape[:-1], 4)
+    raises_naming(ValueError, ["q and k", "dk", "0", str(shape)],
+                  lambda: scaled_dot_product_attention(q, q.clone(), v))
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: MultiHeadAttention(0, 2), "d_model"),
+    (lambda: GroupedQueryAttention(0, 2, 1), "d_model"),
+    (lambda: MultiHeadLatentAttention(8, 2, 0, 4, 2), "d_head"),
+    (lambda: AttentionHead(4, 0), "d_k"),
+], ids=["mha", "gqa", "mla", "head"])
+def test_attention_layers_refuse_zero_width_heads(make, name):
+    raises_naming(ValueError, [name, "got 0"], make)
+
+
+def test_sdpa_still_takes_a_value_width_of_zero():
+    q = torch.randn(1, 3, 2)
+    out, _ = scaled_dot_product_attention(q, q, torch.randn(1, 3, 0))
+    assert out.shape == (1, 3, 0)

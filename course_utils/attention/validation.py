@@ -705,6 +705,9 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k need the same last dim dk to be compared: q {describe_shape(q)}, "
                          f"k {describe_shape(k)}")
+    if q.shape[-1] == 0:  # scores of 0 / sqrt(0): every weight and output would be NaN
+        raise ValueError(f"q and k need a head width dk of at least 1 (the scores are divided by "
+                         f"sqrt(dk)), got dk = 0: q {describe_shape(q)}, k {describe_shape(k)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length Tk (one value per key): k "
                          f"{describe_shape(k)}, v {describe_shape(v)}")
