@@ -23,6 +23,10 @@ from course_utils.tasks.two_relations import TwoKeyTask
 from course_utils.tasks.worked_example import Table, load_worked_example
 
 
+def _agreement():  # 16 sampled sentences of the mixed templates
+    return AgreementTask().sample(16, torch.Generator().manual_seed(0))
+
+
 # -- 3: periods given as a list (range, array) are kept as a tuple of ints ------------------------
 @pytest.mark.parametrize("make", [list, np.array, torch.tensor], ids=["list", "array", "tensor"])
 def test_induction_task_keeps_periods_as_tuples(make):
@@ -78,3 +82,21 @@ def test_sdpa_still_takes_a_value_width_of_zero():
     q = torch.randn(1, 3, 2)
     out, _ = scaled_dot_product_attention(q, q, torch.randn(1, 3, 0))
     assert out.shape == (1, 3, 0)
+
+
+# -- 11: LookupBatch.take refuses an empty selection, as AgreementBatch.take does --------------------
+@pytest.mark.parametrize("index", [slice(0, 0), slice(3, 1), [], torch.tensor([], dtype=torch.long),
+                                   torch.zeros(4, dtype=torch.bool)],
+                         ids=["slice", "reversed slice", "list", "tensor", "mask"])
+def test_lookup_batch_take_refuses_an_empty_selection(index):
+    batch = TwoKeyTask().sample(4, seed=0)
+    raises_naming(ValueError, ["index", "at least one of the 4 examples", "empty selection"],
+                  lambda: batch.take(index))
+
+
+def test_agreement_and_lookup_take_share_the_rule():
+    agreement = _agreement().take([0, 1])
+    raises_naming(ValueError, ["rows", "at least one of the 2 sentences", "empty selection"],
+                  lambda: agreement.take([]))
+    batch = TwoKeyTask().sample(4, seed=0)
+    assert batch.take(slice(1, 3)).num_examples == 2 and batch.take([3]).num_examples == 1

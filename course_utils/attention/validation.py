@@ -269,14 +269,25 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
     return list(parts)
 
 
-def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor:
+def check_rows(rows: object, name: str, size: int, what: str = "rows", *, nonempty: bool = False) -> Tensor:
     """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
     indices it keeps). A bool mask of another length, float indices and negative indices (which
     would silently count from the end) are refused, and so is a list mixing bools and ints
     (``[True, 0]`` would be read as the indices ``[1, 0]``); a slice is left for the caller
-    (None back)."""
+    (pass ``range(size)[the_slice]``). With ``nonempty`` (a real bool) a selection of no row
+    is a ValueError naming ``name`` (a batch's ``take``: a batch of none scores as NaN)."""
     size = check_int(size, f"check_rows's size (how many {what} {name} selects from)", minimum=0)
+    check_flag(nonempty, f"check_rows's nonempty (for {name})")
+    selected = _selected_rows(rows, name, size, what)
+    if nonempty and not selected.numel():
+        raise ValueError(f"{name} must select at least one of the {size} {what} (a batch of none scores "
+                         f"as NaN), got an empty selection")
+    return selected
+
+
+def _selected_rows(rows: object, name: str, size: int, what: str) -> Tensor:
+    """:func:`check_rows` without the ``nonempty`` rule."""
     if isinstance(rows, Tensor):
         tensor = rows
     elif isinstance(rows, (list, tuple, range)) or (hasattr(rows, "__array__") and not isinstance(rows, str)):

@@ -503,10 +503,8 @@ class AgreementBatch:
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
         ``B`` entries), as a batch of their own; ``rows`` must select at least one sentence."""
-        rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch")
-        if not rows.numel():  # an AgreementBatch holds at least one sentence
-            raise ValueError(f"rows must select at least one of the {self.tokens.shape[0]} sentences in the "
-                             f"batch (a batch of none scores as NaN), got an empty selection")
+        # an AgreementBatch holds at least one sentence
+        rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch", nonempty=True)
         tensors = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "template"}
         return AgreementBatch(**tensors, template=[self.template[i] for i in rows.tolist()])
 
