@@ -84,6 +84,23 @@ def test_sdpa_still_takes_a_value_width_of_zero():
     assert out.shape == (1, 3, 0)
 
 
+# -- 10: AgreementBatch's attractor flags are checked against its sentences ---------------------
+@pytest.mark.parametrize("row", [0, 1, 2, 3])
+def test_agreement_batch_refuses_a_wrong_attractor_flag(row):
+    batch = _agreement()
+    attractor = batch.attractor.clone()
+    attractor[row] = ~attractor[row]
+    raises_naming(ValueError, ["AgreementBatch.attractor", f"got {bool(attractor[row])}", f"row {row}"],
+                  lambda: dataclasses.replace(batch, attractor=attractor))
+
+
+def test_agreement_batch_attractor_rule_leaves_twins_and_odd_tokens_alone():
+    batch = _agreement()
+    dataclasses.replace(batch, tokens=flip_subject_number(batch))  # a twin's sentences, facts kept
+    dataclasses.replace(batch, tokens=torch.zeros_like(batch.tokens))  # no sentence: not read
+    assert AgreementTask().eval_batch(500).attractor.any()  # sampled batches pass
+
+
 # -- 11: LookupBatch.take refuses an empty selection, as AgreementBatch.take does --------------------
 @pytest.mark.parametrize("index", [slice(0, 0), slice(3, 1), [], torch.tensor([], dtype=torch.long),
                                    torch.zeros(4, dtype=torch.bool)],

@@ -425,6 +425,8 @@ AGREEMENT_VOCAB: tuple[str, ...] = (
 WORD_TO_ID: dict[str, int] = {w: i for i, w in enumerate(AGREEMENT_VOCAB)}
 PAD_ID, BOS_ID = WORD_TO_ID[AGREEMENT_PAD], WORD_TO_ID[AGREEMENT_BOS]
 _NOUN_IDS = {WORD_TO_ID[w] for pair in NOUNS for w in pair}
+_NOUN_NUMBER = torch.full((len(AGREEMENT_VOCAB),), -1, dtype=torch.long)  # id -> 0 singular, 1 plural noun
+_NOUN_NUMBER[[WORD_TO_ID[s] for s, _ in NOUNS]], _NOUN_NUMBER[[WORD_TO_ID[p] for _, p in NOUNS]] = 0, 1
 _SINGULAR_VERB_IDS = torch.tensor([WORD_TO_ID[s] for s, _ in TARGET_VERBS])
 _PLURAL_VERB_IDS = torch.tensor([WORD_TO_ID[p] for _, p in TARGET_VERBS])
 
@@ -461,7 +463,11 @@ class AgreementBatch:
     The verb facts are checked against ``plural``: ``correct_id`` is a final verb in that number,
     ``wrong_id`` the same verb in the other. They are not checked against ``tokens`` (nor is
     ``template``): a batch may legitimately carry a twin's sentences, the subject flipped by
-    :func:`course_utils.interp.patching.flip_subject_number`, with the original facts. Frozen: its
+    :func:`course_utils.interp.patching.flip_subject_number`, with the original facts.
+    ``attractor`` is checked against ``tokens`` on the rows that hold their own sentence (the
+    subject noun in the number ``plural`` says): a noun between subject and verb of the other
+    number, or none; a twin's row (subject flipped, facts kept) is not read. A twin batch that
+    flips ``plural`` and the verbs must flip ``attractor`` to the twin's too. Frozen: its
     fields cannot be replaced after the check.
     """
 
@@ -499,6 +505,7 @@ class AgreementBatch:
                              f"at row {row}")
         _check_agreement_positions(self)
         _check_agreement_facts(self)
+        _check_attractor_flags(self)
 
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
@@ -570,6 +577,28 @@ def _check_agreement_facts(batch: AgreementBatch) -> None:
                              f"({AGREEMENT_VOCAB[value]!r}) at row {row}, where AgreementBatch.plural is "
                              f"{bool(plural[row])} and AgreementBatch.correct_id is "
                              f"{AGREEMENT_VOCAB[int(correct[row])]!r}")
+
+
+def _check_attractor_flags(batch: AgreementBatch) -> None:
+    """``attractor`` says whether a noun between the subject and the verb has the other number than
+    ``plural``, on every row whose ``tokens`` are its own sentence (the noun at ``subject_pos`` in
+    the number ``plural`` says). Rows that carry a twin's sentence (the subject flipped, facts
+    kept) or tokens that are no sentence are not read. The first row that breaks the rule is named."""
+    tokens, plural = batch.tokens.cpu(), batch.plural.cpu().long()
+    number = _NOUN_NUMBER[tokens]  # (B, T): 0 singular noun, 1 plural noun, -1 no noun
+    rows, position = torch.arange(len(batch)), torch.arange(tokens.shape[1]).unsqueeze(0)
+    subject_pos, verb_pos = batch.subject_pos.cpu().unsqueeze(1), batch.verb_pos.cpu().unsqueeze(1)
+    between = (position > subject_pos) & (position < verb_pos)
+    expected = (between & (number >= 0) & (number != plural.unsqueeze(1))).any(dim=1)
+    own = number[rows, batch.subject_pos.cpu()] == plural
+    bad = (own & (expected != batch.attractor.cpu())).nonzero()
+    if bad.numel():
+        row = int(bad[0, 0])
+        words = " ".join(detokenize(tokens[row, 1:int(verb_pos[row])]))  # the sentence up to its verb
+        raise ValueError(f"AgreementBatch.attractor must say whether a noun between the subject and the verb "
+                         f"has the other number than AgreementBatch.plural, got {bool(batch.attractor[row])} "
+                         f"at row {row}, whose sentence {words!r} (plural {bool(plural[row])}) has "
+                         f"{'one' if expected[row] else 'none'}")
 
 
 class _Draws:
