@@ -117,3 +117,20 @@ def test_agreement_and_lookup_take_share_the_rule():
                   lambda: agreement.take([]))
     batch = TwoKeyTask().sample(4, seed=0)
     assert batch.take(slice(1, 3)).num_examples == 2 and batch.take([3]).num_examples == 1
+
+
+# -- 12: Table (and CheapExpansion) keep read-only copies of their checked numbers -------------
+def test_table_values_cannot_be_changed_after_the_check():
+    given = np.ones((1, 1))
+    table = Table("t", given, ("a",), ("x",))
+    given[0, 0] = np.nan  # the caller's array: not the table's
+    with pytest.raises(ValueError, match="read-only"):
+        table.values[0, 0] = np.nan
+    assert np.isfinite(table.frame().to_numpy()).all()
+
+
+def test_cheap_expansion_arrays_are_read_only():
+    cheap = load_worked_example().cheap
+    for name in ("head_outputs", "weights", "products"):
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(cheap, name)[0] = np.nan
