@@ -119,7 +119,11 @@ def test_worked_example_refuses_heads_and_w_o_that_disagree_with_features() -> N
 @pytest.mark.parametrize("call", [we.compute_steps, we.recompute_from_article, we.compare_with_article])
 def test_a_worked_example_changed_to_nan_is_named(call) -> None:
     example = we.load_worked_example()
-    example.heads[1].w_v.values[2, 1] = math.nan
+    values = example.heads[1].w_v.values
+    with pytest.raises(ValueError, match="read-only"):  # since battery 21 a Table keeps a read-only copy
+        values[2, 1] = math.nan
+    values.setflags(write=True)  # forced past that: the calls still name it
+    values[2, 1] = math.nan
     _raises(we.WorkedExampleError, ["heads[1].w_v", "finite", "nan", "(2, 1)"], lambda: call(example))
 
 

@@ -228,9 +228,9 @@ def test_run_result_num_heads_must_be_the_models(lookup_run, num_heads):
 
 
 def test_evaluate_refuses_an_empty_batch(lookup_run):
-    from course_utils.tasks.two_relations import TwoKeyTask, evaluate
+    from course_utils.tasks.two_relations import LookupBatch, TwoKeyTask, evaluate
 
-    empty = TwoKeyTask().sample(4, seed=0).take(slice(0, 0))
+    empty = LookupBatch(*(t[:0] for t in TwoKeyTask().sample(4, seed=0)))  # take refuses an empty one
     with pytest.raises(ValueError, match=r"batch must hold at least one example.*0 examples"):
         evaluate(lookup_run.model, empty)
 

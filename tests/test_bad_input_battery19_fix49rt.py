@@ -106,8 +106,13 @@ def test_agreement_batch_may_carry_a_twins_sentences():
     batch = _agreement()
     twin = flip_subject_number(batch)
     dataclasses.replace(batch, tokens=twin)
-    dataclasses.replace(batch, tokens=twin, plural=~batch.plural, correct_id=batch.wrong_id,
-                        wrong_id=batch.correct_id)
+    # with the twin's facts, its attractor flags too (checked against tokens since battery 21):
+    # one intervening noun, so the twin has an attractor where the sentence has none
+    batch = syn.AgreementTask(templates=("simple", "prepositional", "object_relative", "subject_relative")
+                              ).sample(8, torch.Generator().manual_seed(0))
+    twin_attractor = ~batch.attractor & torch.tensor([name != "simple" for name in batch.template])
+    dataclasses.replace(batch, tokens=flip_subject_number(batch), plural=~batch.plural,
+                        correct_id=batch.wrong_id, wrong_id=batch.correct_id, attractor=twin_attractor)
 
 
 def test_mixture_batch_real_must_mark_the_padding():
@@ -168,5 +173,5 @@ def test_the_batches_the_tasks_make_still_pass():
     syn.MixtureTask().agreement_eval(64)
     for seed in range(3):
         tr.TwoKeyTask().sample(32, seed=seed)
-    tr.TwoKeyTask(num_symbols=2).sample(32, seed=0).take(slice(0, 0))  # an empty lookup batch stays valid
+    tr.LookupBatch(*(t[:0] for t in tr.TwoKeyTask(num_symbols=2).sample(32, seed=0)))  # an empty one is valid
     assert we.Table("t", np.ones((1, 1)), ("a",), ("b",)).shape == (1, 1)

@@ -5,7 +5,14 @@ import pytest
 import torch
 
 from course_utils.tasks.synthetic import AgreementTask, InductionTask, MixtureTask, induction_accuracy
-from course_utils.tasks.two_relations import LookupModel, TwoKeyTask, pair_class, swap_chance, swap_fraction
+from course_utils.tasks.two_relations import (
+    LookupBatch,
+    LookupModel,
+    TwoKeyTask,
+    pair_class,
+    swap_chance,
+    swap_fraction,
+)
 from course_utils.tasks.worked_example import compute_steps, load_worked_example, side_by_side
 
 
@@ -56,7 +63,7 @@ def test_pair_class_names_mismatched_shapes():
 def test_swap_measures_refuse_an_empty_batch(measure):
     task = TwoKeyTask()
     model = LookupModel(task, 16, 2)
-    empty = task.sample(4, seed=0).take(slice(0, 0))
+    empty = LookupBatch(*(t[:0] for t in task.sample(4, seed=0)))  # take refuses an empty selection
     with pytest.raises(ValueError, match="batch must hold at least one example.*0 examples"):
         measure(model, empty)
 

@@ -269,14 +269,25 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
     return list(parts)
 
 
-def check_rows(rows: object, name: str, size: int, what: str = "rows") -> Tensor:
+def check_rows(rows: object, name: str, size: int, what: str = "rows", *, nonempty: bool = False) -> Tensor:
     """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
     indices it keeps). A bool mask of another length, float indices and negative indices (which
     would silently count from the end) are refused, and so is a list mixing bools and ints
     (``[True, 0]`` would be read as the indices ``[1, 0]``); a slice is left for the caller
-    (None back)."""
+    (pass ``range(size)[the_slice]``). With ``nonempty`` (a real bool) a selection of no row
+    is a ValueError naming ``name`` (a batch's ``take``: a batch of none scores as NaN)."""
     size = check_int(size, f"check_rows's size (how many {what} {name} selects from)", minimum=0)
+    check_flag(nonempty, f"check_rows's nonempty (for {name})")
+    selected = _selected_rows(rows, name, size, what)
+    if nonempty and not selected.numel():
+        raise ValueError(f"{name} must select at least one of the {size} {what} (a batch of none scores "
+                         f"as NaN), got an empty selection")
+    return selected
+
+
+def _selected_rows(rows: object, name: str, size: int, what: str) -> Tensor:
+    """:func:`check_rows` without the ``nonempty`` rule."""
     if isinstance(rows, Tensor):
         tensor = rows
     elif isinstance(rows, (list, tuple, range)) or (hasattr(rows, "__array__") and not isinstance(rows, str)):
@@ -705,6 +716,9 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k need the same last dim dk to be compared: q {describe_shape(q)}, "
                          f"k {describe_shape(k)}")
+    if q.shape[-1] == 0:  # scores of 0 / sqrt(0): every weight and output would be NaN
+        raise ValueError(f"q and k need a head width dk of at least 1 (the scores are divided by "
+                         f"sqrt(dk)), got dk = 0: q {describe_shape(q)}, k {describe_shape(k)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length Tk (one value per key): k "
                          f"{describe_shape(k)}, v {describe_shape(v)}")

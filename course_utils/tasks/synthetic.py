@@ -200,13 +200,14 @@ def _check_count(name: str, value: object) -> None:
     check_int(value, name, minimum=1)
 
 
-def _check_period(period: object) -> None:
+def _check_period(period: object, name: str) -> None:
     """A period is an int of at least 2, as induction_score and induction_positions ask: with
-    period 1 the next token is the query itself, so nothing is copied from earlier."""
-    _check_count("every period", period)
+    period 1 the next token is the query itself, so nothing is copied from earlier. ``name`` is
+    the entry checked (``InductionTask.train_periods[0]``), named in the message."""
+    _check_count(name, period)
     if period == 1:
-        raise ValueError("every period must be at least 2: with period 1 the next token is the "
-                         "query itself, so there is nothing to copy from earlier, got 1")
+        raise ValueError(f"{name}: every period must be at least 2: with period 1 the next token is "
+                         f"the query itself, so there is nothing to copy from earlier, got 1")
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,10 @@ class InductionTask:
     (looking back 10 positions would solve period 5). Every period must leave at least one
     scored position: ``BOS`` + one copy + 2 more tokens fit in ``seq_len``. A long period
     may therefore repeat only partly (period 16 in 32 tokens: one copy and 15 tokens of the
-    second), while a short one repeats many times (period 2: 15 copies and a half).
+    second), while a short one repeats many times (period 2: 15 copies and a half). The periods may
+    be given as any list of ints (a range, an array); they are kept as tuples of Python ints, so the
+    task stays hashable (its evaluation batches are cached by task), and a bad entry is named as
+    ``InductionTask.train_periods[i]`` (or ``heldout_periods[i]``).
 
     Sizes beyond this machine's memory (``vocab_size`` or ``seq_len`` of 10**12) are refused
     where they would be allocated, by :meth:`sample` before it draws a batch, not here.
@@ -240,7 +244,9 @@ class InductionTask:
                              f"one sequence of {self.seq_len} tokens drawn from {self.vocab_size:,} "
                              f"(a permutation of the vocabulary per sequence)")
         for name in ("train_periods", "heldout_periods"):  # a lone int or a str is not a list of periods
-            check_int_list(getattr(self, name), f"InductionTask.{name}")
+            # kept as a tuple of ints (a list, range or array too): the task is a cache key when evaluated
+            periods = tuple(check_int_list(getattr(self, name), f"InductionTask.{name}"))
+            object.__setattr__(self, name, periods)
         for name in ("train_periods", "heldout_periods"):  # sampling is uniform over the entries
             periods = list(getattr(self, name))
             repeated = sorted({p for p in periods if periods.count(p) > 1})
@@ -250,15 +256,18 @@ class InductionTask:
         overlap = sorted(set(self.train_periods) & set(self.heldout_periods))
         if overlap:
             raise ValueError(f"train_periods and heldout_periods must be disjoint, both have {overlap}")
-        for p in (*self.train_periods, *self.heldout_periods):
-            _check_period(p)
-            if p > self.vocab_size - 1:
-                raise ValueError(
-                    f"period {p} needs {p} distinct tokens but vocab_size={self.vocab_size} has only "
-                    f"{self.vocab_size - 1} besides BOS"
-                )
-            if 1 + p + 2 > self.seq_len:
-                raise ValueError(f"period {p} is too long for seq_len={self.seq_len}: nothing to score")
+        for name in ("train_periods", "heldout_periods"):
+            for i, p in enumerate(getattr(self, name)):
+                where = f"InductionTask.{name}[{i}]"
+                _check_period(p, where)
+                if p > self.vocab_size - 1:
+                    raise ValueError(
+                        f"{where} = {p}: period {p} needs {p} distinct tokens but vocab_size="
+                        f"{self.vocab_size} has only {self.vocab_size - 1} besides BOS"
+                    )
+                if 1 + p + 2 > self.seq_len:
+                    raise ValueError(f"{where} = {p}: period {p} is too long for seq_len={self.seq_len}: "
+                                     f"nothing to score")
         multiples = sorted((t, h) for t in self.train_periods for h in self.heldout_periods if t % h == 0)
         if multiples:
             raise ValueError(
@@ -276,11 +285,12 @@ class InductionTask:
         periods = self.train_periods if periods is None else tuple(check_int_list(periods, "periods"))
         check_distinct(periods, "periods", "periods (they are drawn uniformly: a repeated one would be "
                        "drawn more often)")
-        for p in periods:
-            _check_period(p)
+        for i, p in enumerate(periods):
+            _check_period(p, f"periods[{i}]")
             if p > self.vocab_size - 1 or p + 3 > self.seq_len:
                 raise ValueError(
-                    f"period {p} does not fit vocab_size={self.vocab_size}, seq_len={self.seq_len}"
+                    f"periods[{i}] = {p}: period {p} does not fit vocab_size={self.vocab_size}, "
+                    f"seq_len={self.seq_len}"
                 )
         B, T = batch_size, self.seq_len
         # a permutation of the vocabulary per sequence (floats, then int64 ids) and a few (B, T) tensors
@@ -415,6 +425,8 @@ AGREEMENT_VOCAB: tuple[str, ...] = (
 WORD_TO_ID: dict[str, int] = {w: i for i, w in enumerate(AGREEMENT_VOCAB)}
 PAD_ID, BOS_ID = WORD_TO_ID[AGREEMENT_PAD], WORD_TO_ID[AGREEMENT_BOS]
 _NOUN_IDS = {WORD_TO_ID[w] for pair in NOUNS for w in pair}
+_NOUN_NUMBER = torch.full((len(AGREEMENT_VOCAB),), -1, dtype=torch.long)  # id -> 0 singular, 1 plural noun
+_NOUN_NUMBER[[WORD_TO_ID[s] for s, _ in NOUNS]], _NOUN_NUMBER[[WORD_TO_ID[p] for _, p in NOUNS]] = 0, 1
 _SINGULAR_VERB_IDS = torch.tensor([WORD_TO_ID[s] for s, _ in TARGET_VERBS])
 _PLURAL_VERB_IDS = torch.tensor([WORD_TO_ID[p] for _, p in TARGET_VERBS])
 
@@ -451,7 +463,11 @@ class AgreementBatch:
     The verb facts are checked against ``plural``: ``correct_id`` is a final verb in that number,
     ``wrong_id`` the same verb in the other. They are not checked against ``tokens`` (nor is
     ``template``): a batch may legitimately carry a twin's sentences, the subject flipped by
-    :func:`course_utils.interp.patching.flip_subject_number`, with the original facts. Frozen: its
+    :func:`course_utils.interp.patching.flip_subject_number`, with the original facts.
+    ``attractor`` is checked against ``tokens`` on the rows that hold their own sentence (the
+    subject noun in the number ``plural`` says): a noun between subject and verb of the other
+    number, or none; a twin's row (subject flipped, facts kept) is not read. A twin batch that
+    flips ``plural`` and the verbs must flip ``attractor`` to the twin's too. Frozen: its
     fields cannot be replaced after the check.
     """
 
@@ -489,14 +505,13 @@ class AgreementBatch:
                              f"at row {row}")
         _check_agreement_positions(self)
         _check_agreement_facts(self)
+        _check_attractor_flags(self)
 
     def take(self, rows: Tensor) -> AgreementBatch:
         """The sentences at ``rows`` (an index tensor ``(n,)``, a list of ints or a bool mask of
         ``B`` entries), as a batch of their own; ``rows`` must select at least one sentence."""
-        rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch")
-        if not rows.numel():  # an AgreementBatch holds at least one sentence
-            raise ValueError(f"rows must select at least one of the {self.tokens.shape[0]} sentences in the "
-                             f"batch (a batch of none scores as NaN), got an empty selection")
+        # an AgreementBatch holds at least one sentence
+        rows = check_rows(rows, "rows", self.tokens.shape[0], "sentences in the batch", nonempty=True)
         tensors = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "template"}
         return AgreementBatch(**tensors, template=[self.template[i] for i in rows.tolist()])
 
@@ -562,6 +577,28 @@ def _check_agreement_facts(batch: AgreementBatch) -> None:
                              f"({AGREEMENT_VOCAB[value]!r}) at row {row}, where AgreementBatch.plural is "
                              f"{bool(plural[row])} and AgreementBatch.correct_id is "
                              f"{AGREEMENT_VOCAB[int(correct[row])]!r}")
+
+
+def _check_attractor_flags(batch: AgreementBatch) -> None:
+    """``attractor`` says whether a noun between the subject and the verb has the other number than
+    ``plural``, on every row whose ``tokens`` are its own sentence (the noun at ``subject_pos`` in
+    the number ``plural`` says). Rows that carry a twin's sentence (the subject flipped, facts
+    kept) or tokens that are no sentence are not read. The first row that breaks the rule is named."""
+    tokens, plural = batch.tokens.cpu(), batch.plural.cpu().long()
+    number = _NOUN_NUMBER[tokens]  # (B, T): 0 singular noun, 1 plural noun, -1 no noun
+    rows, position = torch.arange(len(batch)), torch.arange(tokens.shape[1]).unsqueeze(0)
+    subject_pos, verb_pos = batch.subject_pos.cpu().unsqueeze(1), batch.verb_pos.cpu().unsqueeze(1)
+    between = (position > subject_pos) & (position < verb_pos)
+    expected = (between & (number >= 0) & (number != plural.unsqueeze(1))).any(dim=1)
+    own = number[rows, batch.subject_pos.cpu()] == plural
+    bad = (own & (expected != batch.attractor.cpu())).nonzero()
+    if bad.numel():
+        row = int(bad[0, 0])
+        words = " ".join(detokenize(tokens[row, 1:int(verb_pos[row])]))  # the sentence up to its verb
+        raise ValueError(f"AgreementBatch.attractor must say whether a noun between the subject and the verb "
+                         f"has the other number than AgreementBatch.plural, got {bool(batch.attractor[row])} "
+                         f"at row {row}, whose sentence {words!r} (plural {bool(plural[row])}) has "
+                         f"{'one' if expected[row] else 'none'}")
 
 
 class _Draws:

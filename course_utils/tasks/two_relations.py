@@ -153,10 +153,10 @@ class LookupBatch(_LookupFields):
 
     def take(self, index: slice | Tensor) -> LookupBatch:
         """The examples at ``index`` (a slice, an index tensor, a list of ints or a bool mask of
-        ``n`` entries)."""
-        if not isinstance(index, slice):
-            index = check_rows(index, "index", self.num_examples, "examples in the batch")
-        return LookupBatch(*(t[index] for t in self))
+        ``n`` entries); ``index`` must select at least one example, as ``AgreementBatch.take``'s rows."""
+        rows = range(self.num_examples)[index] if isinstance(index, slice) else index  # a slice: its rows
+        rows = check_rows(rows, "index", self.num_examples, "examples in the batch", nonempty=True)
+        return LookupBatch(*(t[rows] for t in self))
 
 
 def _check_lookup_fields(batch: LookupBatch) -> None:

@@ -127,7 +127,8 @@ class WorkedExampleError(ValueError):
 @dataclass(frozen=True)
 class Table:
     """A labelled matrix: ``values`` is ``(len(rows), len(cols))`` floats (float64), finite, with
-    at least one row and one column; ``name`` a non-empty str."""
+    at least one row and one column; ``name`` a non-empty str. ``values`` is kept as a read-only
+    copy: a write into it (or into the array given) cannot put a NaN past the check."""
 
     name: str
     values: np.ndarray
@@ -136,6 +137,7 @@ class Table:
 
     def __post_init__(self) -> None:
         _check_table_fields(self)
+        _keep_read_only_copies(self, "values")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -195,6 +197,17 @@ class CheapExpansion:
             raise ValueError(f"CheapExpansion.positions must be indices into the {n} head outputs, got "
                              f"{self.positions}")
         _check_cheap_sums(self)
+        _keep_read_only_copies(self, "head_outputs", "weights", "products")
+
+
+def _keep_read_only_copies(record: Table | CheapExpansion, *names: str) -> None:
+    """Replace the checked array fields ``names`` of the frozen ``record`` by read-only copies, so
+    that the record stays as checked: a later write raises NumPy's ``ValueError: assignment
+    destination is read-only`` instead of changing a checked number."""
+    for name in names:
+        array = np.array(getattr(record, name), copy=True)
+        array.setflags(write=False)
+        object.__setattr__(record, name, array)
 
 
 def _check_cheap_sums(cheap: CheapExpansion) -> None:
