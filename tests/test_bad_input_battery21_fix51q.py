@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from course_utils.model import checkpoint as C
+from course_utils.model.train import History
 from course_utils.model.transformer import ModelConfig, TinyTransformer
+from tests.bad_input_cases import raises_naming
 
 CFG = ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
 
@@ -41,3 +43,26 @@ def test_an_interrupted_save_removes_the_folders_it_made(tmp_path: Path, monkeyp
         C.save_checkpoint(model, tmp_path / "new" / "deeper" / "m", task="toy", metrics={}, command="c")
     monkeypatch.undo()
     assert sorted(tmp_path.rglob("*")) == []
+
+
+# -- 1: History refuses fields that contradict each other, naming them ---------------------------
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"target": 0.9}, ["History.target", "0.9", "History.target_metric", "None"]),
+    ({"eval_steps": [5], "eval_metrics": [{"a": 1.0}], "target_metric": "a", "target": 0.5,
+      "steps_to_target": 3, "seconds_to_target": 1.0},
+     ["History.steps_to_target", "3", "History.eval_steps", "[5]"]),
+    ({"steps": [1], "loss": [1.0], "eval_steps": [5], "eval_metrics": [{"a": 1.0}]},
+     ["History.eval_steps", "[5]", "History.steps", "(1)"]),
+])
+def test_history_refuses_contradicting_fields(fields: dict, words: list[str]) -> None:
+    raises_naming(ValueError, words, lambda: History("t", **fields))
+
+
+def test_history_keeps_what_train_model_records() -> None:
+    """A target reached at an evaluation, and an evaluation curve without its loss, still go in."""
+    history = History("t", steps=[1, 2], loss=[1.0, 0.5], eval_steps=[1, 2],
+                      eval_metrics=[{"a": 0.1}, {"a": 0.9}], target_metric="a", target=0.5,
+                      steps_to_target=2, seconds_to_target=0.1)
+    assert history.to_dict()["steps_to_target"] == 2
+    assert History("t", eval_steps=[1], eval_metrics=[{"a": 0.5}], target_metric="a").metric("a") == [0.5]
+
