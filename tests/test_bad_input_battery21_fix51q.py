@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from course_utils.model import checkpoint as C
-from course_utils.model.train import History
+from course_utils.model.train import History, TrainConfig, train_model
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 from tests.bad_input_cases import raises_naming
 
@@ -65,4 +66,22 @@ def test_history_keeps_what_train_model_records() -> None:
                       steps_to_target=2, seconds_to_target=0.1)
     assert history.to_dict()["steps_to_target"] == 2
     assert History("t", eval_steps=[1], eval_metrics=[{"a": 0.5}], target_metric="a").metric("a") == [0.5]
+
+
+# -- 2: a NumPy int seed is used as the int it equals --------------------------------------------
+@pytest.mark.parametrize("seed", [np.int64(3), np.int32(3), np.uint8(3)])
+def test_train_model_takes_a_numpy_int_seed(seed: np.integer) -> None:
+    def run(seed: object) -> list[torch.Tensor]:
+        drawn: list[torch.Tensor] = []
+
+        def sample(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+            tokens = torch.randint(0, CFG.vocab_size, (2, 5), generator=generator)
+            drawn.append(tokens)
+            return tokens, tokens
+
+        torch.manual_seed(0)
+        train_model(TinyTransformer(CFG), sample, TrainConfig(steps=2), seed=seed, progress=False)
+        return drawn
+
+    assert all(torch.equal(a, b) for a, b in zip(run(seed), run(int(seed)), strict=True))
 

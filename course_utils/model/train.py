@@ -382,7 +382,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     check_model_holds_values(model)  # before the first batch and evaluation read from it
     if not isinstance(train_config, TrainConfig):
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     check_int(eval_every, "eval_every", minimum=1)
     check_flag(stop_at_target, "stop_at_target")
     check_flag(progress, "progress")
@@ -592,7 +592,7 @@ def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_s
         raise TypeError(f"config must be a ModelConfig or None (a dict converts with "
                         f"ModelConfig.from_dict(d)), got {type(config).__name__}")
     _check_fits_task(config, task, needed_len, name, "config")
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int, for torch and for train_model
     device = pick_device(device, "device")
     model = _build_model(config, seed, device)
 
