@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from course_utils.model import checkpoint as C
+from course_utils.model.kv_cache import QuantizedCache
 from course_utils.model.train import History, TrainConfig, train_model
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 from tests.bad_input_cases import raises_naming
@@ -85,3 +86,14 @@ def test_train_model_takes_a_numpy_int_seed(seed: np.integer) -> None:
 
     assert all(torch.equal(a, b) for a, b in zip(run(seed), run(int(seed)), strict=True))
 
+
+# -- 6: QuantizedCache refuses keys and values of another dtype, as the other caches do ----------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_quantized_cache_refuses_another_dtype(dtype: torch.dtype) -> None:
+    cache = QuantizedCache(2, 2, 4, 4, 8, group=4)
+    k = torch.randn(2, 4, 1, 4).to(dtype)
+    raises_naming(TypeError, ["k_new", str(dtype), "torch.float32"], lambda: cache.append(0, k, k))
+    assert cache.length == 0 and cache._next_layer == 0  # nothing written: the next append goes on
+    assert cache.append(0, k.float(), k.float())[0].shape == (2, 4, 1, 4)
+    raises_naming(TypeError, ["k_new", str(dtype)],
+                  lambda: QuantizedCache.from_layers([(k, k), (k, k)], max_len=8, group=4))
