@@ -121,7 +121,8 @@ def test_result_records_keep_valid_values():
     assert DS.StepRow(1, 16, 1, 3, 64, [np.float64(0.5), 1]).best_s == 0.5
     failed = MEM.NotebookMemory("x", None, 0.5, "RuntimeError: x", [MEM.CellTime(0, 0.1, "")])
     assert failed.verdict == "not measured"
-    history = TRN.History("t", eval_steps=[1], eval_metrics=[{"acc": NAN, "logit_diff": -1.0}], target=-0.5)
+    history = TRN.History("t", eval_steps=[1], eval_metrics=[{"acc": NAN, "logit_diff": -1.0}],
+                          target_metric="logit_diff", target=-0.5)
     assert history.metric("logit_diff") == [-1.0]
     assert math.isnan(YA.ModelRun(torch.zeros(1, 2, 3), 0.5, NAN).loss)  # a learner's NaN output
     after = [torch.ones(2), np.zeros(2), [torch.ones(1)], None]

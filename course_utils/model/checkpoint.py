@@ -269,30 +269,31 @@ def save_checkpoint(
     if not replace_task:
         _check_task_of_target(meta_path, task)
     made = [p for p in (weights_path.parent, *weights_path.parent.parents) if not p.exists()]
-    try:
-        weights_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a read-only or virtual file system: the folder named, not a raw OSError
-        _remove_empty(made)
-        raise CheckpointError(f"cannot make the folder {weights_path.parent} for the checkpoint path "
-                              f"{str(path)!r}: {err.strerror or err}") from err
-    config = model.config.to_dict()
-    # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
-    tensors = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype).contiguous()
-               for k, v in model.state_dict().items()}
-    # One header key only: safetensors writes several keys in no fixed order, which would
-    # make the file's bytes (and so its sha256) differ between identical runs.
-    header = {"config": json.dumps(config, sort_keys=True)}
-    # Both files are written beside their targets under temporary names and renamed into place
-    # only when both are complete: a save that fails leaves whatever was there before untouched.
-    # The old weights stay reachable (a hard link, ``.name.safetensors.previous``) until the new
-    # sidecar is in place: a save stopped between the two renames is rolled back, and one killed
-    # there still loads, as the old pair (see _previous_weights).
+    # The temporary files sit beside their targets and are renamed into place only when both are
+    # complete: a save that fails leaves whatever was there before untouched. The old weights stay
+    # reachable (a hard link, ``.name.safetensors.previous``) until the new sidecar is in place: a
+    # save stopped between the two renames is rolled back, and one killed there still loads, as
+    # the old pair (see _previous_weights).
     weights_tmp = weights_path.with_name(f".{weights_path.name}.saving")
     meta_tmp = meta_path.with_name(f".{meta_path.name}.saving")
     previous = _previous_weights(weights_path)
     kept_old = renaming = swapped = committed = False
     with _sigterm_rolls_back():  # SIGTERM, like Ctrl-C, rolls the save back before ending us
         try:
+            # from the first folder made on, every failure (Ctrl-C too) reaches the clean-up below,
+            # which removes the folders this save made
+            try:
+                weights_path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:  # a read-only or virtual file system: the folder named, not a raw OSError
+                raise CheckpointError(f"cannot make the folder {weights_path.parent} for the checkpoint "
+                                      f"path {str(path)!r}: {err.strerror or err}") from err
+            config = model.config.to_dict()
+            # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
+            tensors = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype)
+                       .contiguous() for k, v in model.state_dict().items()}
+            # One header key only: safetensors writes several keys in no fixed order, which would
+            # make the file's bytes (and so its sha256) differ between identical runs.
+            header = {"config": json.dumps(config, sort_keys=True)}
             # the temporary names are the save's own: whatever is there (a killed save's leftover, or a
             # link or FIFO someone placed) is removed, never written through, and each file is created new
             for tmp in (weights_tmp, meta_tmp):
@@ -368,11 +369,16 @@ def _check_task_of_target(meta_path: Path, task: str) -> None:
 
 
 def _remove_empty(made: list[Path]) -> None:
-    """Remove the folders a failed save made (innermost first), as long as they are empty."""
+    """Remove the folders a failed save made (innermost first), as long as they are empty.
+
+    One not there is skipped: a save stopped inside ``mkdir(parents=True)`` made only the outer
+    ones."""
     for folder in made:
         try:
             folder.rmdir()
-        except OSError:
+        except FileNotFoundError:
+            continue
+        except OSError:  # not empty (or not ours to remove): neither it nor its parents go
             break
 
 

@@ -114,12 +114,14 @@ def _check_layers(layers: object) -> tuple[int, int, int, int]:
     return tuple(first.shape)
 
 
-def _check_dtype(k_new: Tensor, dtype: torch.dtype) -> None:
+def _check_dtype(k_new: Tensor, dtype: torch.dtype, remedy: str | None = None) -> None:
     """New keys and values have the cache's dtype (a float16 cache would silently round float32
-    keys; a float64 model reading float32 keys fails deep inside attention)."""
+    keys; a float64 model reading float32 keys fails deep inside attention). ``remedy`` replaces
+    the advice to build the cache in ``k_new``'s dtype, for a cache whose dtype is fixed."""
     if k_new.dtype != dtype:
-        raise TypeError(f"k_new and v_new have dtype {k_new.dtype} but the cache holds {dtype}: build "
-                        f"the cache with dtype={k_new.dtype} (the model's), or convert with .to({dtype})")
+        remedy = remedy or f"build the cache with dtype={k_new.dtype} (the model's), or"
+        raise TypeError(f"k_new and v_new have dtype {k_new.dtype} but the cache holds {dtype}: {remedy} "
+                        f"convert with .to({dtype})")
 
 
 class _StepOrder:
@@ -665,10 +667,14 @@ class QuantizedCache(_StepOrder):
 
         The cache stores numbers, not a graph: what it holds and returns does not track
         gradients (``k_new`` may require grad, as in a forward outside ``torch.no_grad``; the
-        8-bit rounding has no gradient to give back). Everything is checked, and every group
-        quantized, before anything is written: a refused append leaves the cache as it was."""
+        8-bit rounding has no gradient to give back). ``k_new`` and ``v_new`` are float32, what
+        the cache returns (another dtype is a TypeError, as for the other caches, not a silent
+        cast). Everything is checked, and every group quantized, before anything is written: a
+        refused append leaves the cache as it was."""
         B, g, dk = self._like()
         _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
+        _check_dtype(k_new, self.residual["k"][0].dtype,  # float32, fixed: no silent cast
+                     "a QuantizedCache keeps its newest tokens and returns its keys and values in float32;")
         self._check_order(layer, k_new.shape[2])
         start, end = self.length, self.length + k_new.shape[2]
         if end > self.max_len:

@@ -204,7 +204,10 @@ def _check_history_fields(history: History) -> None:
     """The per-step lists of a :class:`History` pair up (one loss per step, one set of metrics
     per evaluation step), their steps strictly increase (a curve goes forward in time, and
     :func:`train_model` records each step once), and a target is reached with both a step and a
-    time, for a named ``target_metric``; ``device`` is one torch parses (present here or not)."""
+    time, for a named ``target_metric``, at one of ``eval_steps``; a ``target`` has a
+    ``target_metric``; no evaluation comes after the last step in ``steps`` (a history that keeps
+    only its evaluation curve, ``steps`` empty, is accepted: the tests build such a record to
+    read a metric); ``device`` is one torch parses (present here or not)."""
     try:
         parsed = torch.device(history.device)
     except RuntimeError:
@@ -230,6 +233,18 @@ def _check_history_fields(history: History) -> None:
         raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but "
                          f"History.target_metric is {history.target_metric!r} and History.target "
                          f"{history.target!r}: a target is reached by a named metric reaching a level")
+    if history.target is not None and history.target_metric is None:  # as train_model refuses it
+        raise ValueError(f"History.target is {history.target!r} but History.target_metric is None: a target "
+                         f"is the level a named metric must reach (train_model refuses target without "
+                         f"target_metric)")
+    if history.steps_to_target is not None and history.steps_to_target not in history.eval_steps:
+        raise ValueError(f"History.steps_to_target must be one of History.eval_steps (the target is reached "
+                         f"at an evaluation), got {history.steps_to_target!r}; History.eval_steps is "
+                         f"{str(history.eval_steps):.80}")
+    if history.steps and history.eval_steps and history.eval_steps[-1] > history.steps[-1]:
+        raise ValueError(f"History.eval_steps must not go past the last training step in History.steps "
+                         f"({history.steps[-1]}): an evaluation follows the step it measures; got "
+                         f"History.eval_steps {str(history.eval_steps):.80}")
 
 
 def _build_model(config: ModelConfig, seed: int, device: torch.device) -> TinyTransformer:
@@ -367,7 +382,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     check_model_holds_values(model)  # before the first batch and evaluation read from it
     if not isinstance(train_config, TrainConfig):
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     check_int(eval_every, "eval_every", minimum=1)
     check_flag(stop_at_target, "stop_at_target")
     check_flag(progress, "progress")
@@ -577,7 +592,7 @@ def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_s
         raise TypeError(f"config must be a ModelConfig or None (a dict converts with "
                         f"ModelConfig.from_dict(d)), got {type(config).__name__}")
     _check_fits_task(config, task, needed_len, name, "config")
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int, for torch and for train_model
     device = pick_device(device, "device")
     model = _build_model(config, seed, device)
 
