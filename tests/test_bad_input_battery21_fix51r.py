@@ -1,0 +1,68 @@
+"""Battery 21 (issue 38), helper R (course_utils/interp/*): a HeadTrace records the config of
+the model traced (direct_logit_attribution refuses a trace of another model with the same sizes),
+plot_head on very long sequences, AttentionExplorer.show's messages outside a kernel."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from bad_input_cases import raises_naming  # noqa: E402
+
+from course_utils.interp import circuits  # noqa: E402
+from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
+
+V, MAX_LEN = 16, 12
+
+
+def _model(**change: object) -> TinyTransformer:
+    torch.manual_seed(0)
+    config = {"vocab_size": V, "max_len": MAX_LEN, "d_model": 16, "num_heads": 2, "num_layers": 2} | change
+    return TinyTransformer(ModelConfig(**config)).eval()
+
+
+MODEL = _model()
+TOKENS = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_seed(1))
+
+
+# -- group 7: a trace of another model with the same sizes --------------------------------
+@pytest.mark.parametrize("other,wrong", [
+    ({"mlp": True}, "mlp=True (model: False)"),
+    ({"mlp": True, "d_mlp": 8}, "d_mlp=8 (model: None)"),
+    ({"num_kv_heads": 1}, "num_kv_heads=1 (model: 2)"),
+    ({"max_len": MAX_LEN + 4}, f"max_len={MAX_LEN + 4} (model: {MAX_LEN})"),
+])
+def test_dla_refuses_a_trace_of_another_model_of_the_same_sizes(other: dict, wrong: str) -> None:
+    trace = circuits.trace_heads(_model(**other), TOKENS)
+    message = raises_naming(ValueError, ["trace must be a trace of model", wrong],
+                            lambda: circuits.direct_logit_attribution(MODEL, trace, TOKENS))
+    assert message.startswith("trace")
+
+
+def test_trace_records_the_model_config_and_still_reads_its_own_model() -> None:
+    trace = circuits.trace_heads(MODEL, TOKENS)
+    assert trace.config == MODEL.config
+    assert circuits.direct_logit_attribution(MODEL, trace, TOKENS).shape == (2, 2, 3, 6)
+    assert circuits.direct_logit_attribution(_model(), trace, TOKENS).shape == (2, 2, 3, 6)  # same config
+
+
+@pytest.mark.parametrize("config,wrong", [
+    (ModelConfig(V, MAX_LEN, d_model=16, num_heads=2, num_layers=3), "num_layers=2 (config: 3)"),
+    (ModelConfig(V + 1, MAX_LEN, d_model=16, num_heads=2, num_layers=2), f"vocab_size={V} (config: {V + 1})"),
+    (ModelConfig(V, MAX_LEN, d_model=16, num_heads=4, num_layers=2), "num_heads=2 (config: 4)"),
+])
+def test_headtrace_refuses_a_config_its_shapes_contradict(config: ModelConfig, wrong: str) -> None:
+    trace = circuits.trace_heads(MODEL, TOKENS)
+    raises_naming(ValueError, ["HeadTrace.config", wrong], lambda: dataclasses.replace(trace, config=config))
+
+
+def test_headtrace_refuses_a_config_that_is_not_one() -> None:
+    trace = circuits.trace_heads(MODEL, TOKENS)
+    raises_naming(TypeError, ["HeadTrace.config", "dict"],
+                  lambda: dataclasses.replace(trace, config=MODEL.config.to_dict()))
+
