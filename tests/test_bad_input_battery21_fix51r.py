@@ -10,14 +10,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from bad_input_cases import raises_naming  # noqa: E402
 
-from course_utils.interp import circuits  # noqa: E402
+from course_utils.interp import circuits, heatmaps  # noqa: E402
 from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
 
 V, MAX_LEN = 16, 12
+MAX = getattr(heatmaps, "MAX_POSITIONS", 512)  # the limits plot_head states
+LABELLED = getattr(heatmaps, "MAX_LABELLED_POSITIONS", 64)
 
 
 def _model(**change: object) -> TinyTransformer:
@@ -65,4 +68,45 @@ def test_headtrace_refuses_a_config_that_is_not_one() -> None:
     trace = circuits.trace_heads(MODEL, TOKENS)
     raises_naming(TypeError, ["HeadTrace.config", "dict"],
                   lambda: dataclasses.replace(trace, config=MODEL.config.to_dict()))
+
+
+# -- group 8: plot_head on thousands of positions -----------------------------------------
+@pytest.mark.parametrize("shape", [(MAX + 1, MAX + 1), (1, MAX + 1), (MAX + 1, 2)])
+def test_plot_head_refuses_more_positions_than_it_draws(shape: tuple[int, int]) -> None:
+    weights = torch.zeros(shape)
+    rows, cols = [str(i) for i in range(shape[0])], [str(i) for i in range(shape[1])]
+    raises_naming(ValueError, ["weights", str(shape), str(MAX)],
+                  lambda: heatmaps.plot_head(weights, rows, key_tokens=cols))
+
+
+def test_plot_all_heads_refuses_them_before_making_a_figure() -> None:
+    figures = plt.get_fignums()
+    raises_naming(ValueError, ["attention", f"(1, 2, {MAX + 1}, {MAX + 1})", str(MAX)],
+                  lambda: heatmaps.plot_all_heads(torch.zeros(1, 2, MAX + 1, MAX + 1), ["a"] * (MAX + 1)))
+    assert plt.get_fignums() == figures  # no figure left behind
+
+
+@pytest.mark.parametrize("length", [LABELLED + 1, MAX])
+def test_plot_head_labels_every_kth_position_of_a_long_axis(length: int) -> None:
+    labels = [f"t{i}" for i in range(length)]
+    ax = heatmaps.plot_head(torch.eye(length), labels)
+    try:
+        for ticks in (ax.get_xticklabels(), ax.get_yticklabels()):
+            texts = [t.get_text() for t in ticks]
+            assert 1 < len(texts) <= LABELLED and texts[0] == "t0"
+            step = int(texts[1][1:])
+            assert texts == labels[::step]  # each tick names its own position
+            assert list(ax.get_xticks()[:2]) == [0.5, step + 0.5]
+    finally:
+        plt.close(ax.figure)
+
+
+def test_plot_head_labels_every_position_of_a_lesson_sized_axis() -> None:
+    labels = [f"t{i}" for i in range(LABELLED)]
+    ax = heatmaps.plot_head(torch.eye(len(labels)), labels)
+    try:
+        assert [t.get_text() for t in ax.get_xticklabels()] == labels
+        assert [t.get_text() for t in ax.get_yticklabels()] == labels
+    finally:
+        plt.close(ax.figure)
 
