@@ -110,3 +110,37 @@ def test_plot_head_labels_every_position_of_a_lesson_sized_axis() -> None:
     finally:
         plt.close(ax.figure)
 
+
+# -- group 9: AttentionExplorer.show's messages outside a kernel --------------------------
+def _explorer() -> heatmaps.AttentionExplorer:
+    def attention_for(text: str) -> tuple[list[str], list[torch.Tensor]]:
+        words = ["<bos>", *text.split()]
+        return words, [torch.eye(len(words))[None, None].expand(1, 2, -1, -1)] * 2
+
+    return heatmaps.AttentionExplorer(attention_for, ["the cat sat"], num_layers=2, num_heads=2)
+
+
+@pytest.mark.parametrize("text,layer,message", [
+    ("", 0, "Type a sentence first."),
+    ("   ", 1, "Type a sentence first."),
+    (3, 0, "The sentence must be a str"),
+])
+def test_show_prints_its_message_as_text_outside_a_kernel(capsys: pytest.CaptureFixture, text: object,
+                                                          layer: int, message: str) -> None:
+    _explorer().show(text=text, layer=layer)
+    out = capsys.readouterr().out
+    assert message in out and "object>" not in out and "object at 0x" not in out, out
+    assert heatmaps.CONTROLS_NOTE in out
+
+
+def test_show_displays_its_message_in_a_kernel_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+
+    from course_utils.interp import widgets
+
+    shown = []
+    monkeypatch.setattr(widgets, "in_jupyter_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kwargs: shown.append(obj))
+    _explorer().show(text="")
+    assert isinstance(shown[0], IPython.display.Pretty) and shown[0].data == "Type a sentence first."
+    assert isinstance(shown[-1], widgets.Explorer) and len(shown) == 2

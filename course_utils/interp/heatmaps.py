@@ -458,16 +458,22 @@ class AttentionExplorer:
 
         The figure is an ordinary output (so a page without widgets, on GitHub say, still
         shows it); in Jupyter the controls replace that same output on every change, so
-        there is only ever one heatmap.
+        there is only ever one heatmap. Outside a Jupyter kernel (a script, a terminal) a
+        message is printed as text and the controls as :data:`CONTROLS_NOTE`: ``display`` would
+        print the objects' reprs there.
         """
         from IPython.display import Pretty, display
 
-        from .widgets import close_figure
+        from .widgets import close_figure, in_jupyter_kernel
 
+        kernel = in_jupyter_kernel()
         handle = None
 
         def draw(result: Figure | str) -> None:
             nonlocal handle
+            if isinstance(result, str) and not kernel:
+                print(result)
+                return
             shown = Pretty(result) if isinstance(result, str) else result
             if handle is None:  # the starting choice: an ordinary output
                 handle = display(shown, display_id=True)
@@ -475,7 +481,11 @@ class AttentionExplorer:
                 handle.update(shown)
             close_figure(result)
 
-        display(self.explorer(*self._valid_start(text, layer, head), draw=draw))
+        explorer = self.explorer(*self._valid_start(text, layer, head), draw=draw)
+        if kernel:
+            display(explorer)
+        else:
+            print(explorer.note)
 
 
 # ----------------------------------------------------------------------------- model adapters
