@@ -14,7 +14,7 @@ and :func:`in_context_mass` score the predictions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -30,6 +30,7 @@ from ..attention.validation import (
     describe_shape,
     freeze_fields,
 )
+from ..model.transformer import ModelConfig, TinyTransformer
 
 __all__ = ["HeadTrace", "trace_heads", "head_output_norms", "frozen_final_norm", "direct_logit_attribution",
            "ov_copying_score", "next_token_loss", "in_context_mass"]
@@ -54,12 +55,21 @@ class HeadTrace:
 
     Frozen, and the three per-layer fields are stored as tuples (lists given are converted), so a
     trace checked once stays consistent: the functions that read it trust its shapes.
+
+    ``config`` is the :class:`~course_utils.model.ModelConfig` of the model traced
+    (:func:`trace_heads` fills it; ``None`` for a trace built by hand), checked against the
+    shapes here, so that :func:`direct_logit_attribution` can refuse a trace of another model by
+    name: one of the same sizes but, say, with MLPs. What a config cannot tell apart is not
+    detected: a trace of another model with the same config (other weights, e.g. before and after
+    training) is read as this model's, and a hand-built trace (``config=None``) is checked by its
+    shapes only.
     """
 
     logits: torch.Tensor
     attention: tuple[torch.Tensor, ...]
     head_outputs: tuple[torch.Tensor, ...]
     residual: tuple[torch.Tensor, ...]
+    config: ModelConfig | None = None
 
     def __post_init__(self) -> None:
         freeze_fields(self)  # lists kept as tuples: what is checked stays
@@ -88,6 +98,9 @@ class HeadTrace:
                     raise ValueError(f"HeadTrace.{name}[{layer}] must be {layout} with B={B}, T={T} (the "
                                      f"logits'), got shape {tuple(t.shape)}")
         self._check_widths()
+        if self.config is not None:  # the model traced: its sizes are the trace's
+            _check_sizes(self, self.config, "HeadTrace.config must be the config of the model traced, but "
+                         "the trace's sizes differ: ", "config")
 
     def _check_widths(self) -> None:
         """Every layer's ``h`` and ``d`` are head_outputs[0]'s (a trace of one model)."""
@@ -101,9 +114,19 @@ class HeadTrace:
                                      f"of head_outputs[0]: one model's trace), got shape {tuple(t.shape)}")
 
 
-def _check_model(model: object) -> None:
-    from ..model.transformer import TinyTransformer  # local: scores imports no model code
+def _check_sizes(trace: HeadTrace, config: ModelConfig, start: str, source: str) -> None:
+    """``trace``'s layer and head counts, width and vocabulary are ``config``'s: else a ValueError,
+    ``start`` then each size that differs, next to ``source``'s (``"config"``, ``"model"``)."""
+    _, h, _, d = trace.head_outputs[0].shape
+    found = {"num_layers": len(trace.head_outputs), "num_heads": h, "d_model": d,
+             "vocab_size": trace.logits.shape[-1]}
+    wrong = {k: v for k, v in found.items() if v != getattr(config, k)}
+    if wrong:
+        raise ValueError(start + ", ".join(f"{k}={v} ({source}: {getattr(config, k)})"
+                                           for k, v in wrong.items()))
 
+
+def _check_model(model: object) -> None:
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
     check_holds_values(model.token_embedding.weight, "model's weights")  # a meta model has none
@@ -134,19 +157,22 @@ def _check_head_keys_dict(mapping: dict, num_layers: int, num_heads: int, what: 
 
 
 def _check_trace(trace: object, model: torch.nn.Module | None = None) -> HeadTrace:
-    """A :class:`HeadTrace`; with ``model``, one of that model: its layer and head counts, widths
-    and vocabulary, its dtype and device (a trace of another model reads as an answer)."""
+    """A :class:`HeadTrace`; with ``model``, one of that model: its config (when the trace records
+    one: every field, ``mlp`` too), else its layer and head counts, widths and vocabulary; its
+    dtype and device (a trace of another model reads as an answer). Another model with the same
+    config (other weights) cannot be told apart (see :class:`HeadTrace`)."""
     if not isinstance(trace, HeadTrace):
         raise TypeError(f"trace must be a HeadTrace (from trace_heads), got {type(trace).__name__}")
     if model is not None:
         cfg = model.config
-        _, h, _, d = trace.head_outputs[0].shape
-        found = {"num_layers": len(trace.head_outputs), "num_heads": h, "d_model": d,
-                 "vocab_size": trace.logits.shape[-1]}
-        wrong = {k: v for k, v in found.items() if v != getattr(cfg, k)}
-        if wrong:
-            raise ValueError("trace must be a trace of model (trace_heads(model, tokens)), got one with "
-                             + ", ".join(f"{k}={v} (model: {getattr(cfg, k)})" for k, v in wrong.items()))
+        if trace.config is not None and trace.config != cfg:
+            traced = trace.config
+            wrong = [f.name for f in fields(ModelConfig) if getattr(traced, f.name) != getattr(cfg, f.name)]
+            differ = ", ".join(f"{k}={getattr(traced, k)!r} (model: {getattr(cfg, k)!r})" for k in wrong)
+            raise ValueError(f"trace must be a trace of model (trace_heads(model, tokens)), got one of a "
+                             f"model with {differ}")
+        _check_sizes(trace, cfg, "trace must be a trace of model (trace_heads(model, tokens)), got one with ",
+                     "model")
         _check_on_model_device(trace.residual[-1], "trace.residual[-1]", model)
     return trace
 
@@ -327,7 +353,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     fwd_hooks.append((f"blocks.{L - 1}.hook_resid_post", keep_stream))  # the stream entering ln_final
     with model.hooks(fwd_hooks):
         logits, attention = model(tokens, return_attention=keep_attention)  # (B, T, V)
-    return HeadTrace(logits, attention or [], head_outputs, residual)
+    return HeadTrace(logits, attention or [], head_outputs, residual, config)
 
 
 def head_output_norms(trace: HeadTrace) -> torch.Tensor:
@@ -378,7 +404,10 @@ def direct_logit_attribution(model: torch.nn.Module, trace: HeadTrace,
 
     Direct path only (head -> final LayerNorm -> unembedding, the LayerNorm's scale frozen
     at its value on the real stream); a head acting through later layers is not counted.
-    ``trace`` must be ``model``'s (its layers, heads, widths, vocabulary, dtype and device).
+    ``trace`` must be ``model``'s: its config (which :func:`trace_heads` records; every field,
+    ``mlp`` too), or for a hand-built trace its layers, heads, widths and vocabulary; its dtype
+    and device. A trace of another model with the same config (other weights, say before
+    training) cannot be detected and is read as this model's: trace the model you attribute.
     """
     _check_model(model)
     _check_trace(trace, model)

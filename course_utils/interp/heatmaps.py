@@ -91,6 +91,33 @@ def _check_figure_size(width: float, height: float, name: str) -> None:
                          f"a {pixels[0]:,.0f} x {pixels[1]:,.0f} RGBA image")
 
 
+#: The most query or key positions a heatmap draws: the figure is at most 6 inches wide, about
+#: 600 pixels, so past this a cell is smaller than a pixel; drawing 5,000 x 5,000 cells takes
+#: minutes. The lessons draw at most a few dozen.
+MAX_POSITIONS = 512
+
+#: The most tick labels an axis gets: a longer axis labels every k-th position (k the smallest
+#: step that keeps to this many), since each tick costs time to draw and 512 labels would overlap.
+MAX_LABELLED_POSITIONS = 64
+
+
+def _check_positions(shape: tuple[int, ...], name: str) -> None:
+    """A heatmap of ``shape`` ``(..., T_query, T_key)`` has at most :data:`MAX_POSITIONS` positions a
+    side: else a ValueError naming ``name`` and its shape."""
+    if max(shape[-2:], default=0) > MAX_POSITIONS:
+        raise ValueError(f"{name} has shape {tuple(shape)}: a heatmap draws at most {MAX_POSITIONS} query or "
+                         f"key positions (past that a cell is smaller than a pixel, and drawing takes "
+                         f"minutes); plot a window of at most {MAX_POSITIONS} positions, e.g. the last ones")
+
+
+def _thin_labels(ax: Axes, axis: str, labels: list[str]) -> None:
+    """Label every k-th of ``labels`` on ``axis`` (``"x"`` or ``"y"``) of a heatmap, k the smallest
+    step that keeps to :data:`MAX_LABELLED_POSITIONS` labels (ticks at the cells' centres)."""
+    step = -(-len(labels) // MAX_LABELLED_POSITIONS)  # ceil
+    positions = np.arange(0, len(labels), step)
+    getattr(ax, f"set_{axis}ticks")(positions + 0.5, [labels[i] for i in positions])
+
+
 #: The largest ``fontsize`` (points) a plot takes: the lessons use 6.5 to 11 (titles 4 more); a
 #: far larger size only fails later, deep in matplotlib's font code, when the figure is drawn.
 MAX_FONTSIZE = 100
@@ -128,8 +155,15 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
 
     ``tokens`` label the queries (rows); ``key_tokens`` the keys (columns), by default the
     same. ``label_axes=(x, y)`` turns the tick labels of each axis on or off (for grids).
+
+    At most :data:`MAX_POSITIONS` (512) positions a side are drawn (more is refused, naming
+    ``weights`` and its shape: past that a cell is smaller than a pixel and drawing takes
+    minutes; plot a window instead). An axis of more than :data:`MAX_LABELLED_POSITIONS` (64)
+    positions labels every k-th one only, to stay quick and readable; the lessons' heatmaps are
+    shorter and labelled in full.
     """
     matrix = _as_matrix(weights)
+    _check_positions(matrix.shape, "weights")
     _check_drawing(fontsize, title, colorbar=colorbar)
     missing = int(np.isnan(matrix).sum())
     if missing:  # drawn as grey cells, like the blocked ones: say so instead of passing over them
@@ -151,10 +185,14 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
     blank = None
     if matrix.shape[0] == matrix.shape[1] and np.all(np.triu(matrix, 1) == 0):
         blank = np.triu(np.ones_like(matrix, dtype=bool), 1)  # causal: nothing to draw up there
+    many = [len(labels) > MAX_LABELLED_POSITIONS for labels in (cols, rows)]  # labelled below
     sns.heatmap(matrix, mask=blank, vmin=0.0, vmax=1.0, cmap="viridis", square=True, ax=ax,
                 cbar=colorbar, cbar_kws={"label": "attention weight", "shrink": 0.7} if colorbar else None,
-                xticklabels=cols if label_axes[0] else False,
-                yticklabels=rows if label_axes[1] else False)
+                xticklabels=cols if label_axes[0] and not many[0] else False,
+                yticklabels=rows if label_axes[1] and not many[1] else False)
+    for axis, labels, shown, thinned in zip("xy", (cols, rows), label_axes, many, strict=True):
+        if shown and thinned:
+            _thin_labels(ax, axis, labels)
     ax.set_facecolor("#eeeeee")
     ax.tick_params(labelsize=fontsize, length=0)
     if label_axes[0]:
@@ -212,6 +250,7 @@ def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Seq
     if head_titles is not None:
         check_callable(head_titles, "head_titles", "a function (layer, head) -> str, or None", nargs=2)
     grid = _layer_head_grid(attention, batch_index)  # (L, h, T, T)
+    _check_positions(grid.shape, "attention")  # before the figure is made
     num_layers, num_heads, seq_len, _ = grid.shape
     labels = _check_tokens(tokens, seq_len, "query")
     figsize = (panel_size * num_heads + 1.2, panel_size * num_layers + 0.6)
@@ -419,16 +458,22 @@ class AttentionExplorer:
 
         The figure is an ordinary output (so a page without widgets, on GitHub say, still
         shows it); in Jupyter the controls replace that same output on every change, so
-        there is only ever one heatmap.
+        there is only ever one heatmap. Outside a Jupyter kernel (a script, a terminal) a
+        message is printed as text and the controls as :data:`CONTROLS_NOTE`: ``display`` would
+        print the objects' reprs there.
         """
         from IPython.display import Pretty, display
 
-        from .widgets import close_figure
+        from .widgets import close_figure, in_jupyter_kernel
 
+        kernel = in_jupyter_kernel()
         handle = None
 
         def draw(result: Figure | str) -> None:
             nonlocal handle
+            if isinstance(result, str) and not kernel:
+                print(result)
+                return
             shown = Pretty(result) if isinstance(result, str) else result
             if handle is None:  # the starting choice: an ordinary output
                 handle = display(shown, display_id=True)
@@ -436,7 +481,11 @@ class AttentionExplorer:
                 handle.update(shown)
             close_figure(result)
 
-        display(self.explorer(*self._valid_start(text, layer, head), draw=draw))
+        explorer = self.explorer(*self._valid_start(text, layer, head), draw=draw)
+        if kernel:
+            display(explorer)
+        else:
+            print(explorer.note)
 
 
 # ----------------------------------------------------------------------------- model adapters
