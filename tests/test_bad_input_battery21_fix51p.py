@@ -119,6 +119,19 @@ def test_agreement_and_lookup_take_share_the_rule():
     assert batch.take(slice(1, 3)).num_examples == 2 and batch.take([3]).num_examples == 1
 
 
+@pytest.mark.parametrize("index", [slice(0, 4, 0), slice(0.5, 2), slice("a", None)],
+                         ids=["zero step", "float bound", "str bound"])
+def test_lookup_batch_take_names_a_slice_it_cannot_read(index):
+    """Python's own "slice step cannot be zero" named no argument (the battery's re-run)."""
+    batch = TwoKeyTask().sample(4, seed=0)
+    raises_naming(ValueError, ["index as a slice", repr(index)], lambda: batch.take(index))
+
+
+def test_lookup_batch_take_reads_a_negative_step_as_python_does():
+    batch = TwoKeyTask().sample(4, seed=0)
+    assert torch.equal(batch.take(slice(None, None, -1)).item_keys, batch.item_keys.flip(0))
+
+
 # -- 12: Table (and CheapExpansion) keep read-only copies of their checked numbers -------------
 def test_table_values_cannot_be_changed_after_the_check():
     given = np.ones((1, 1))

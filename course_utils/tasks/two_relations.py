@@ -153,10 +153,21 @@ class LookupBatch(_LookupFields):
 
     def take(self, index: slice | Tensor) -> LookupBatch:
         """The examples at ``index`` (a slice, an index tensor, a list of ints or a bool mask of
-        ``n`` entries); ``index`` must select at least one example, as ``AgreementBatch.take``'s rows."""
-        rows = range(self.num_examples)[index] if isinstance(index, slice) else index  # a slice: its rows
+        ``n`` entries); ``index`` must select at least one example, as ``AgreementBatch.take``'s rows.
+        A slice selects what it selects from a Python list of the ``n`` examples (``slice(None,
+        None, -1)`` reverses them); a zero step or non-int bounds are refused by name."""
+        rows = _slice_rows(index, self.num_examples) if isinstance(index, slice) else index
         rows = check_rows(rows, "index", self.num_examples, "examples in the batch", nonempty=True)
         return LookupBatch(*(t[rows] for t in self))
+
+
+def _slice_rows(index: slice, size: int) -> range:
+    """The rows ``index`` selects from ``size`` examples, as Python slices a list of them."""
+    try:
+        return range(size)[index]
+    except (TypeError, ValueError) as err:  # a zero step, float or str bounds
+        raise ValueError(f"index as a slice must have int (or None) bounds and a non-zero step, got "
+                         f"{index!r} ({err})") from None
 
 
 def _check_lookup_fields(batch: LookupBatch) -> None:
