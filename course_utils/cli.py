@@ -240,8 +240,13 @@ def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True)
     """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
     ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
     object is not iterable"). ``name``, the argument the message names, is a non-empty str, else a
-    TypeError naming ``name`` (``name=None`` said "None must be a list of str": battery 20)."""
+    TypeError naming ``name`` (``name=None`` said "None must be a list of str": battery 20).
+    ``none_reads_sys_argv`` is a bool, else a TypeError naming it (``'no'`` read as True and
+    returned ``sys.argv[1:]``: battery 21)."""
     check_label(name, "name", "the name of the argument checked, e.g. 'argv'")
+    if type(none_reads_sys_argv) is not bool:
+        raise TypeError(f"none_reads_sys_argv must be a bool (True: argv=None reads sys.argv[1:]), got "
+                        f"{type(none_reads_sys_argv).__name__} {none_reads_sys_argv!r:.60}")
     argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) \
             or not all(type(word) is str for word in argv):

@@ -35,3 +35,11 @@ def test_no_fork_inside_a_daemonic_process(monkeypatch):
     assert parallel._fork_available() is False
     assert parallel.default_workers(4) == 1
 
+
+# -- group 11: cli.words's none_reads_sys_argv must be a bool -------------------------------------
+
+@pytest.mark.parametrize("flag", ["no", "", 0, 1, None, [False]])
+def test_words_refuses_a_non_bool_flag_naming_it(flag):
+    raises_naming(TypeError, ["none_reads_sys_argv", "bool", type(flag).__name__, repr(flag)[:20]],
+                  lambda: cli.words(None, none_reads_sys_argv=flag))
+
