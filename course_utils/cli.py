@@ -142,7 +142,16 @@ def check_label(value: object, name: str, what: str) -> str:
     ``name=None`` gave "None must be >= 0", a message naming no argument: battery 18). The
     package's one such rule; here because this module imports nothing but the standard library
     (the tools load it before torch), so callers elsewhere import it inside their functions:
-    importing it with the package would make ``python -m course_utils.cli`` warn."""
+    importing it with the package would make ``python -m course_utils.cli`` warn. ``name`` and
+    ``what`` are checked first, by the same rule (``check_label('', None, 'w')`` said "None must be
+    a non-empty str": battery 21)."""
+    _label(name, "name", "the name of the argument checked")
+    _label(what, "what", "what the value labels")
+    return _label(value, name, what)
+
+
+def _label(value: object, name: str, what: str) -> str:
+    """:func:`check_label`'s rule, once ``name`` and ``what`` are known to be labels."""
     if not isinstance(value, str) or not value.strip():
         raise (TypeError if not isinstance(value, str) else ValueError)(
             f"{name} must be a non-empty str ({what}), got {type(value).__name__} {value!r:.60}")

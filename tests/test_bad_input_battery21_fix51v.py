@@ -43,3 +43,21 @@ def test_words_refuses_a_non_bool_flag_naming_it(flag):
     raises_naming(TypeError, ["none_reads_sys_argv", "bool", type(flag).__name__, repr(flag)[:20]],
                   lambda: cli.words(None, none_reads_sys_argv=flag))
 
+
+# -- group 13: cli.check_label checks name and what before the value ------------------------------
+
+@pytest.mark.parametrize("value, name, what, error, words", [
+    ("", None, "w", TypeError, ["name", "NoneType", "None"]),
+    ("x", 3, "w", TypeError, ["name", "int", "3"]),
+    ("x", "  ", "w", ValueError, ["name", "'  '"]),
+    ("x", "label", None, TypeError, ["what", "NoneType"]),
+    ("x", "label", "", ValueError, ["what", "''"]),
+])
+def test_check_label_names_a_wrong_name_or_what(value, name, what, error, words):
+    message = raises_naming(error, words, lambda: cli.check_label(value, name, what))
+    assert message.startswith(("name must", "what must")), message
+
+
+def test_check_label_still_names_the_argument_for_a_wrong_value():
+    raises_naming(ValueError, ["label", "''"], lambda: cli.check_label("", "label", "a row"))
+
