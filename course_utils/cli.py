@@ -41,6 +41,7 @@ _left = [NOTHING_WRITTEN]  # what an interruption now would leave: set with leav
 _received: list[int] = []  # the signal that arrived, once one did
 _script: list[bool] = []  # stop_at_once was called: this process is a tool run from the command line
 _running: list[bool] = []  # run's main is running, its handlers raising Interrupted
+_held: list[int] = []  # a signal course_cli.load_cli held while loading this module: stop_at_once delivers it
 
 
 class Interrupted(BaseException):
@@ -204,9 +205,10 @@ def stop_at_once(prog: str) -> None:
     for the line) is checked now: a wrong one would only fail inside the signal handler.
 
     A tool calls it before any import but those it needs to reach this module (``sys``,
-    ``pathlib``, ``course_cli``). A signal earlier still, while the interpreter itself starts (its
-    ``site`` and ``.pth`` files) or while this module loads, comes before any handler of the
-    course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
+    ``pathlib``, ``course_cli``). A signal while ``course_cli.load_cli`` loads this module is held
+    there and delivered here, once the handlers are set (battery 21). A signal earlier still, while
+    the interpreter itself starts (its ``site`` and ``.pth`` files), comes before any handler of
+    the course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
     written by then either."""
     _check_prog(prog)
     def stop(signum: int, frame: object) -> None:
@@ -224,6 +226,8 @@ def stop_at_once(prog: str) -> None:
         _script.append(True)
         for sig in STOP_SIGNALS:
             signal.signal(sig, stop)
+        if _held:
+            signal.raise_signal(_held.pop())
 
 
 def raise_interrupted(signum: int, frame: object) -> None:

@@ -61,3 +61,49 @@ def test_check_label_names_a_wrong_name_or_what(value, name, what, error, words)
 def test_check_label_still_names_the_argument_for_a_wrong_value():
     raises_naming(ValueError, ["label", "''"], lambda: cli.check_label("", "label", "a row"))
 
+
+# -- group 10: a signal while course_cli.load_cli loads cli.py ------------------------------------
+
+# The child sends itself the signal while cli.py's code runs (an audit hook on its exec), i.e.
+# before any handler of the course's exists: deterministic, unlike a timed kill.
+_LOADING = """
+import os, signal, sys
+sys.path.insert(0, {scripts!r})
+def hook(event, args):
+    if event == "exec" and getattr(args[0], "co_filename", "").endswith("course_utils/cli.py"):
+        os.kill(os.getpid(), signal.{sig})
+sys.addaudithook(hook)
+"""
+
+
+def _child(code: str, sig: str) -> subprocess.CompletedProcess:
+    source = _LOADING.format(scripts=str(ROOT / "scripts"), sig=sig) + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("sig, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_while_a_tool_loads_cli_gives_its_one_line(sig, status):
+    done = _child("""
+        from course_cli import load_cli
+        load_cli().stop_at_once("demo_tool.py")
+        print("went on")
+    """, sig)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"demo_tool.py: interrupted by {sig} while starting; nothing was written"
+    assert done.returncode == status and "went on" not in done.stdout
+
+
+def test_a_signal_while_a_library_loads_cli_reaches_its_handler_afterwards():
+    done = _child("""
+        import signal, sys, types
+        lib = types.ModuleType("lib")  # a caller that is no tool's __main__
+        exec("def get():\\n    from course_cli import load_cli\\n    return load_cli()", lib.__dict__)
+        try:
+            lib.get()
+        except KeyboardInterrupt:
+            print("interrupted after loading:", hasattr(sys.modules["course_utils.cli"], "run"))
+        print("handler put back:", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    """, "SIGINT")
+    assert done.returncode == 0, done.stderr
+    assert "interrupted after loading: True" in done.stdout
+    assert "handler put back: True" in done.stdout
