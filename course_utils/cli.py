@@ -41,6 +41,7 @@ _left = [NOTHING_WRITTEN]  # what an interruption now would leave: set with leav
 _received: list[int] = []  # the signal that arrived, once one did
 _script: list[bool] = []  # stop_at_once was called: this process is a tool run from the command line
 _running: list[bool] = []  # run's main is running, its handlers raising Interrupted
+_held: list[int] = []  # a signal course_cli.load_cli held while loading this module: stop_at_once delivers it
 
 
 class Interrupted(BaseException):
@@ -142,7 +143,16 @@ def check_label(value: object, name: str, what: str) -> str:
     ``name=None`` gave "None must be >= 0", a message naming no argument: battery 18). The
     package's one such rule; here because this module imports nothing but the standard library
     (the tools load it before torch), so callers elsewhere import it inside their functions:
-    importing it with the package would make ``python -m course_utils.cli`` warn."""
+    importing it with the package would make ``python -m course_utils.cli`` warn. ``name`` and
+    ``what`` are checked first, by the same rule (``check_label('', None, 'w')`` said "None must be
+    a non-empty str": battery 21)."""
+    _label(name, "name", "the name of the argument checked")
+    _label(what, "what", "what the value labels")
+    return _label(value, name, what)
+
+
+def _label(value: object, name: str, what: str) -> str:
+    """:func:`check_label`'s rule, once ``name`` and ``what`` are known to be labels."""
     if not isinstance(value, str) or not value.strip():
         raise (TypeError if not isinstance(value, str) else ValueError)(
             f"{name} must be a non-empty str ({what}), got {type(value).__name__} {value!r:.60}")
@@ -195,9 +205,10 @@ def stop_at_once(prog: str) -> None:
     for the line) is checked now: a wrong one would only fail inside the signal handler.
 
     A tool calls it before any import but those it needs to reach this module (``sys``,
-    ``pathlib``, ``course_cli``). A signal earlier still, while the interpreter itself starts (its
-    ``site`` and ``.pth`` files) or while this module loads, comes before any handler of the
-    course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
+    ``pathlib``, ``course_cli``). A signal while ``course_cli.load_cli`` loads this module is held
+    there and delivered here, once the handlers are set (battery 21). A signal earlier still, while
+    the interpreter itself starts (its ``site`` and ``.pth`` files), comes before any handler of
+    the course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
     written by then either."""
     _check_prog(prog)
     def stop(signum: int, frame: object) -> None:
@@ -215,6 +226,8 @@ def stop_at_once(prog: str) -> None:
         _script.append(True)
         for sig in STOP_SIGNALS:
             signal.signal(sig, stop)
+        if _held:
+            signal.raise_signal(_held.pop())
 
 
 def raise_interrupted(signum: int, frame: object) -> None:
@@ -240,8 +253,13 @@ def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True)
     """``argv`` as a list of str: the words of a command line (``sys.argv[1:]`` when None, unless
     ``none_reads_sys_argv`` is False), or a TypeError naming ``name`` (``main(3)`` said "'int'
     object is not iterable"). ``name``, the argument the message names, is a non-empty str, else a
-    TypeError naming ``name`` (``name=None`` said "None must be a list of str": battery 20)."""
+    TypeError naming ``name`` (``name=None`` said "None must be a list of str": battery 20).
+    ``none_reads_sys_argv`` is a bool, else a TypeError naming it (``'no'`` read as True and
+    returned ``sys.argv[1:]``: battery 21)."""
     check_label(name, "name", "the name of the argument checked, e.g. 'argv'")
+    if type(none_reads_sys_argv) is not bool:
+        raise TypeError(f"none_reads_sys_argv must be a bool (True: argv=None reads sys.argv[1:]), got "
+                        f"{type(none_reads_sys_argv).__name__} {none_reads_sys_argv!r:.60}")
     argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) \
             or not all(type(word) is str for word in argv):

@@ -46,9 +46,13 @@ def _fork_available() -> bool:
     threads make every backward in a forked child fail ("Unable to handle autograd's threading
     in combination with fork-based multiprocessing"; torch's optimizers also query the GPU at
     each step, which fails there with "CUDA error: initialization error"). Seen on an H200
-    machine with torch 2.11: lessons 01, 05 and 07 failed at their first parallel_map."""
+    machine with torch 2.11: lessons 01, 05 and 07 failed at their first parallel_map.
+    Nor inside a daemonic process, such as a :func:`parallel_map` worker (a job that calls
+    ``parallel_map`` itself): a daemonic process may not have children (multiprocessing said only
+    "daemonic processes are not allowed to have children": battery 21), so a nested call runs the
+    plain loop inside its worker, which already uses its own core."""
     return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-            and not torch.cuda.is_available())
+            and not multiprocessing.current_process().daemon and not torch.cuda.is_available())
 
 
 def default_workers(num_jobs: int) -> int:
@@ -209,8 +213,9 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     ``workers=None`` uses :func:`default_workers`; ``1``, a single item, a system without
     ``fork`` (macOS, Windows) or a machine where PyTorch sees a CUDA GPU (CUDA and autograd's
     GPU threads do not survive fork) runs the plain loop in this process, whatever ``workers``
-    says. ``fn`` may be any callable, a lambda or a notebook function included (it is not
-    pickled); its result must pickle.
+    says; so does a call inside a worker (a job that calls ``parallel_map`` itself: a worker may not
+    fork workers of its own, and already uses its own core). ``fn`` may be any callable, a lambda
+    or a notebook function included (it is not pickled); its result must pickle.
     Side effects of ``fn`` (appending to a list, printing) stay in the worker: return what you need.
 
     Errors: an exception in a worker, a result that cannot be pickled or unpickled, or a
