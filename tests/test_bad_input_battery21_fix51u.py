@@ -1,0 +1,76 @@
+"""Battery 21 (issue 38, b21b), fixes by fix51u: version_matrix.py, exercise_answers.py, course.py
+and notebook_tools.py (release)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
+
+
+# -- group 2: an interruption while the venv is made leaves no folder behind -------------------------
+
+# A stand-in for the standard library's venv (first on PYTHONPATH, so `import venv` and `python -m
+# venv` both find it): create() starts a grandchild, as ensurepip starts pip, that writes into the
+# new folder for a few seconds, then sleeps. Nothing is installed.
+FAKE_VENV = '''
+import os, subprocess, sys, time
+WRITER = """
+import os, sys, time
+folder, marker = sys.argv[1], sys.argv[2]
+open(marker, "w").close()
+end = time.monotonic() + 6
+while time.monotonic() < end:
+    os.makedirs(os.path.join(folder, "lib"), exist_ok=True)
+    open(os.path.join(folder, "lib", "pip-%d" % time.monotonic_ns()), "w").close()
+    time.sleep(0.02)
+"""
+class EnvBuilder:
+    def __init__(self, **kwargs):
+        pass
+    def create(self, env_dir):
+        os.makedirs(env_dir, exist_ok=True)
+        subprocess.Popen([sys.executable, "-c", WRITER, str(env_dir), os.environ["FAKE_VENV_MARKER"]])
+        time.sleep(30)
+'''
+FAKE_VENV_MAIN = "import sys, venv\nvenv.EnvBuilder(with_pip=True, clear=True).create(sys.argv[-1])\n"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_version_matrix_stopped_while_pip_writes_removes_the_new_venv(tmp_path, signum):
+    fake = tmp_path / "fake" / "venv"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_VENV)
+    (fake / "__main__.py").write_text(FAKE_VENV_MAIN)
+    marker, env_dir = tmp_path / "writing", tmp_path / "new-venv"
+    env = dict(os.environ, PYTHONPATH=f"{fake.parent}{os.pathsep}{ROOT}", FAKE_VENV_MARKER=str(marker))
+    run = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "version_matrix.py"), "floor", "--venv",
+                            str(env_dir)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), run.communicate(timeout=30)
+        time.sleep(0.3)  # the grandchild is writing into env_dir now
+        run.send_signal(signum)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 128 + signum, err
+        assert f"{env_dir} was removed" in err, err
+        time.sleep(1.0)  # a grandchild still running would have made the folder again by now
+        assert not env_dir.exists(), f"{env_dir} holds {sorted(p.name for p in env_dir.rglob('*'))[:5]}"
+    finally:
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        time.sleep(0.1)
