@@ -202,7 +202,10 @@ def _attached_solutions() -> None:
 
 def _unwritable_store() -> str | None:
     """Why the store cannot be written (its folder a file or a broken link, a lessonNN.pt a
-    folder), checked before the slow build; None when it can."""
+    folder, a FIFO, a device: anything but a file, a link to one, or nothing yet, in
+    :func:`cli.path_kind`'s words), checked for every store before the slow build and so before
+    the first write; None when it can. (A FIFO lesson03.pt was found only once lesson01.pt and
+    lesson02.pt had been rewritten: battery 21, b21b group 3.)"""
     folder = answers.ANSWERS_DIR
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
@@ -210,8 +213,9 @@ def _unwritable_store() -> str | None:
         return f"{shown} is {kind}; the stored answers go in that folder: move it away and build again"
     for lesson in sorted({key.split(".")[0] for key in all_exercises()}):
         path = folder / f"{lesson}.pt"
-        if path.is_dir() and not path.is_symlink():
-            return f"{shown / path.name} is a folder, expected a file to replace: move it away"
+        kind = cli.path_kind(path)  # never opens it: reading a FIFO would wait forever
+        if kind not in (None, "missing", "a broken symlink"):  # a link is replaced, not followed
+            return f"{shown / path.name} is {kind}, expected a file to replace: move it away"
     return None
 
 

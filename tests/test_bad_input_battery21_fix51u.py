@@ -74,3 +74,44 @@ def test_version_matrix_stopped_while_pip_writes_removes_the_new_venv(tmp_path, 
         except ProcessLookupError:
             pass
         time.sleep(0.1)
+
+
+# -- group 3: exercise_answers.py build checks every store before it writes the first ------------------
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _folder(path: Path) -> None:
+    path.mkdir()
+
+
+def _link_to_folder(path: Path) -> None:
+    (path.parent / "elsewhere").mkdir()
+    path.symlink_to(path.parent / "elsewhere")
+
+
+@pytest.mark.parametrize("make, words", [(_fifo, "a FIFO"), (_folder, "a directory"),
+                                         (_link_to_folder, "a directory")])
+def test_exercise_answers_build_writes_nothing_when_a_later_store_is_no_file(make, words, tmp_path,
+                                                                              monkeypatch, capsys):
+    from bad_input_cases import import_script
+
+    exercise_answers = import_script("exercise_answers")
+    lessons = sorted({key.split(".")[0] for key in exercise_answers.all_exercises()})
+    assert len(lessons) >= 3
+    store = tmp_path / "answers"
+    store.mkdir()
+    for lesson in lessons[:2]:
+        (store / f"{lesson}.pt").write_bytes(b"old " + lesson.encode())
+    bad = store / f"{lessons[2]}.pt"
+    make(bad)
+    monkeypatch.setattr(exercise_answers.answers, "ANSWERS_DIR", store)
+    monkeypatch.setattr(exercise_answers, "_attached_solutions", lambda: None)
+    monkeypatch.setattr(exercise_answers, "compute", lambda: {lesson: {"format": 1, "exercises": {}}
+                                                              for lesson in lessons})
+    assert exercise_answers.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad.name} is {words}" in err and "no stored answer was written" in err
+    for lesson in lessons[:2]:
+        assert (store / f"{lesson}.pt").read_bytes() == b"old " + lesson.encode()
