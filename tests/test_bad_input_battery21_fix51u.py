@@ -115,3 +115,34 @@ def test_exercise_answers_build_writes_nothing_when_a_later_store_is_no_file(mak
     assert err.count("\n") == 1 and f"{bad.name} is {words}" in err and "no stored answer was written" in err
     for lesson in lessons[:2]:
         assert (store / f"{lesson}.pt").read_bytes() == b"old " + lesson.encode()
+
+
+# -- group 1: course.py checks pyproject.toml and constraints.txt before it reads them -----------------
+
+def _course():
+    """course.py, loaded by its path (it is no package module)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_course_fix51u", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["pyproject.toml", "constraints.txt"])
+@pytest.mark.parametrize("make, words", [(lambda p: None, "missing"), (_folder, "a directory"),
+                                         (_fifo, "a FIFO")])
+def test_course_names_an_input_that_is_no_file_before_reading_it(name, make, words, tmp_path,
+                                                                 monkeypatch, capsys):
+    course = _course()
+    for other in course.INPUTS:
+        if other != name:
+            (tmp_path / other).write_text("")
+    make(tmp_path / name)
+    monkeypatch.setattr(course, "ROOT", tmp_path)
+    monkeypatch.setattr(course, "ensure_environment",
+                        lambda: pytest.fail("went on to read the inputs and install"))
+    assert course.main(["setup"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"course.py setup: {tmp_path / name} is {words}" in err and "nothing was installed" in err, err
