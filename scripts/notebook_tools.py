@@ -66,7 +66,7 @@ import shutil  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
 
 import nbformat  # noqa: E402
 
@@ -205,8 +205,7 @@ def write_all_atomically(texts: dict[Path, str], written: str | None = None) -> 
                         path.unlink(missing_ok=True)
                 except OSError:
                     kept.pop(path, None)  # could not be put back: its kept-aside copy stays
-            for leftover in [*temporaries.values(), *kept.values()]:
-                Path(leftover).unlink(missing_ok=True)
+            _discard([*temporaries.values(), *kept.values()])
         if isinstance(exc, OSError):
             raise ToolError(f"{current}: cannot be written "
                             f"({exc.strerror or exc}); every file was left as it was") from None
@@ -304,9 +303,21 @@ def _write_atomically(path: Path, text: str | bytes) -> None:
         cli.check_interrupted()  # a signal some library swallowed: stop before the rename
         os.replace(made[path], path)
     except BaseException:
-        for temporary in made.values():
-            Path(temporary).unlink(missing_ok=True)
+        _discard(made.values())
         raise
+
+
+def _discard(names: Iterable[str]) -> None:
+    """Remove the temporary or kept-aside files ``names`` a failed write made (missing ones
+    skipped). One that cannot be removed is left, and the write's own failure goes on up: on a
+    read-only folder the name was never made, yet ``unlink`` says "Read-only file system", and
+    that OSError replaced the ToolError naming the file (a bare traceback from
+    ``nbgrader_tools.py release`` with student/ read-only: battery 21, b21b group 9)."""
+    for name in names:
+        try:
+            Path(name).unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _umask() -> int:

@@ -146,3 +146,27 @@ def test_course_names_an_input_that_is_no_file_before_reading_it(name, make, wor
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert f"course.py setup: {tmp_path / name} is {words}" in err and "nothing was installed" in err, err
+
+
+# -- group 9: a read-only folder is the writer's one-line ToolError, not the clean-up's OSError -------
+
+def test_a_write_into_a_read_only_folder_names_the_file(tmp_path, monkeypatch):
+    import errno
+
+    from bad_input_cases import import_script, raises_naming
+
+    notebook_tools = import_script("notebook_tools")
+    folder = tmp_path / "student"
+    folder.mkdir()
+    target = folder / "02_single_head_attention.ipynb"
+    target.write_text("old")
+
+    def read_only(*args, **kwargs):  # what a read-only mount answers, even for a name that is not there
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(args[0]))
+
+    monkeypatch.setattr(notebook_tools, "_new_file", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    raises_naming(notebook_tools.ToolError, [str(target), "cannot be written", "Read-only file system"],
+                  lambda: notebook_tools.write_all_atomically({target: "new"}))
+    monkeypatch.undo()
+    assert target.read_text() == "old" and sorted(p.name for p in folder.iterdir()) == [target.name]
