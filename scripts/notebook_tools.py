@@ -161,9 +161,10 @@ def remove_leftovers(path: Path) -> list[Path]:
     return removed
 
 
-def write_all_atomically(texts: dict[Path, str], written: str | None = None) -> None:
-    """Write every ``path -> text``, all or nothing: each text goes to a temporary file beside
-    its target first, the old files are kept aside, and only then is each renamed into place.
+def write_all_atomically(texts: dict[Path, str | bytes], written: str | None = None) -> None:
+    """Write every ``path -> text`` (a str, written as UTF-8, or bytes, as they are), all or
+    nothing: each text goes to a temporary file beside its target first, the old files are kept
+    aside, and only then is each renamed into place.
     If any step fails, every file is put back as it was (new ones removed) and a
     :class:`ToolError` names the file that could not be written. Once every file is in place,
     ``written`` (the caller's words, e.g. "every stamped file was written") is what an
@@ -179,10 +180,8 @@ def write_all_atomically(texts: dict[Path, str], written: str | None = None) -> 
             current = path
             if path.exists() and not path.is_file():
                 raise ToolError(f"{path}: is a folder or a special file, expected a file to write")
-            handle = make_beside(path, ".tmp", temporaries, _new_file)
+            _fill(make_beside(path, ".tmp", temporaries, _new_file), text)
             temporary = temporaries[path]
-            with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
             mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
             os.chmod(temporary, mode)
         for path in texts:
@@ -294,10 +293,7 @@ def _write_atomically(path: Path, text: str | bytes) -> None:
                         "nothing was written")
     made: dict[Path, str] = {}  # the temporary's name, known before it exists (make_beside)
     try:
-        handle = make_beside(path, ".tmp", made, _new_file)
-        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else
-              os.fdopen(handle, "w", encoding="utf-8", newline="")) as f:
-            f.write(text)
+        _fill(make_beside(path, ".tmp", made, _new_file), text)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
         os.chmod(made[path], mode)
         cli.check_interrupted()  # a signal some library swallowed: stop before the rename
@@ -305,6 +301,13 @@ def _write_atomically(path: Path, text: str | bytes) -> None:
     except BaseException:
         _discard(made.values())
         raise
+
+
+def _fill(handle: int, text: str | bytes) -> None:
+    """Write ``text`` (a str as UTF-8, bytes as they are) to the new file open at ``handle``; close it."""
+    with (os.fdopen(handle, "wb") if isinstance(text, bytes) else
+          os.fdopen(handle, "w", encoding="utf-8", newline="")) as f:
+        f.write(text)
 
 
 def _discard(names: Iterable[str]) -> None:
