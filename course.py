@@ -81,10 +81,25 @@ def _bin(name: str) -> Path:
 
 
 def _fingerprint() -> str:
+    """What the install stamp records: this Python's version and the bytes of ``INPUTS``, which
+    :func:`inputs_problem` has checked to be files (``_main``, before anything is installed)."""
     digest = hashlib.sha256(sys.version.encode())
     for name in INPUTS:
         digest.update((ROOT / name).read_bytes())
     return digest.hexdigest()
+
+
+def inputs_problem(root: Path = ROOT) -> str | None:
+    """Why one of ``INPUTS`` (pyproject.toml, constraints.txt) cannot be read for the install
+    stamp, in :func:`cli.path_kind`'s words (missing, a directory, a FIFO, ...), or None. Never
+    opens them: reading a FIFO waits forever, and a directory or a missing file gave a bare
+    traceback from :func:`_fingerprint` (battery 21, b21b group 1)."""
+    for name in INPUTS:
+        kind = cli.path_kind(root / name)
+        if kind is not None:
+            return (f"{root / name} is {kind}, expected the course's {name} (a file: it says what "
+                    f"is installed; git checkout -- {name} brings it back)")
+    return None
 
 
 def _venv_is_usable() -> bool:
@@ -359,6 +374,10 @@ def _main(argv: list[str]) -> int:
     if argv[0] == "setup" and argv[1:]:
         print(f"course.py setup: takes no arguments, got {' '.join(argv[1:])} (it makes .venv/ and "
               "installs the course; to start again, delete .venv/); nothing was done", file=sys.stderr)
+        return 2
+    problem = inputs_problem(ROOT)
+    if problem:
+        print(f"course.py {argv[0]}: {problem}; nothing was installed or run", file=sys.stderr)
         return 2
     ensure_environment()
     command, rest = argv[0], argv[1:]

@@ -10,8 +10,9 @@ inputs. Run ``build`` after changing a reference, a mistake or a case builder, a
 the .pt files with that change. ``check`` compares with tolerances, never by last bits: on
 another CPU (MKL's AVX2 or AVX-512 path) the case builders' float maths may differ there.
 
-Interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line which files it wrote (each whole;
-the rest were left as they were) and exits 130 or 143, up to the moment its work is done. A
+``build`` writes every store or none (a store that cannot be written leaves all as they were).
+Interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line whether it wrote the stores (all of
+them, or none) and exits 130 or 143, up to the moment its work is done. A
 signal after that, while the interpreter shuts down (about half a second with torch loaded,
 once every store was written and its "wrote" line printed), is ignored and the exit status is 0:
 nothing was left undone (course_utils/cli.py, run).
@@ -73,15 +74,21 @@ def compute(kept: dict[str, dict] | None = None) -> dict[str, dict]:
     return by_lesson
 
 
-def _write_atomically(path: Path, data: dict) -> None:
-    """Save ``data`` (torch.save) to ``path``, replaced whole, through the scripts' one atomic
-    writer (:func:`notebook_tools.write_atomically`: no temporary left whenever a signal lands,
-    a signal a library swallowed still stops it before the rename); a file that cannot be
-    written is its ToolError naming ``path``."""
-    buffer = io.BytesIO()
-    torch.save(data, buffer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    notebook_tools.write_atomically(path, buffer.getvalue())
+def _write_all(stores: dict[Path, dict], written: str | None = None) -> None:
+    """Save each ``path -> data`` (torch.save), all or nothing, through the scripts' one
+    all-or-nothing writer (:func:`notebook_tools.write_all_atomically`: no temporary left whenever
+    a signal lands, a signal a library swallowed still stops it before the first rename, and a
+    store that cannot be written puts every other one back: lesson01.pt and lesson02.pt were
+    rewritten before lesson03.pt failed, battery 21); a store that cannot be written is its
+    ToolError naming it. ``written`` is what an interruption once all are in place reports."""
+    contents = {}
+    for path, data in stores.items():
+        buffer = io.BytesIO()
+        torch.save(data, buffer)
+        contents[path] = buffer.getvalue()
+    for path in stores:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    notebook_tools.write_all_atomically(contents, written)
 
 
 def _saved() -> tuple[dict[str, dict], list[str]]:
@@ -202,7 +209,10 @@ def _attached_solutions() -> None:
 
 def _unwritable_store() -> str | None:
     """Why the store cannot be written (its folder a file or a broken link, a lessonNN.pt a
-    folder), checked before the slow build; None when it can."""
+    folder, a FIFO, a device: anything but a file, a link to one, or nothing yet, in
+    :func:`cli.path_kind`'s words), checked for every store before the slow build and so before
+    the first write; None when it can. (A FIFO lesson03.pt was found only once lesson01.pt and
+    lesson02.pt had been rewritten: battery 21, b21b group 3.)"""
     folder = answers.ANSWERS_DIR
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
@@ -210,14 +220,15 @@ def _unwritable_store() -> str | None:
         return f"{shown} is {kind}; the stored answers go in that folder: move it away and build again"
     for lesson in sorted({key.split(".")[0] for key in all_exercises()}):
         path = folder / f"{lesson}.pt"
-        if path.is_dir() and not path.is_symlink():
-            return f"{shown / path.name} is a folder, expected a file to replace: move it away"
+        kind = cli.path_kind(path)  # never opens it: reading a FIFO would wait forever
+        if kind not in (None, "missing", "a broken symlink"):  # a link is replaced, not followed
+            return f"{shown / path.name} is {kind}, expected a file to replace: move it away"
     return None
 
 
 def main(argv: list[str]) -> int:
-    """The command line; interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line which stored
-    answers were written (each file is replaced whole) and returns 130 or 143."""
+    """The command line; interrupted (Ctrl-C, SIGINT, SIGTERM), it says on one line whether the
+    stored answers were written (all of them or none) and returns 130 or 143."""
     cli.leaving("no stored answer was written")
     return cli.run(_main, argv, "exercise_answers.py")
 
@@ -234,19 +245,15 @@ def _main(argv: list[str]) -> int:
         if problem:
             print(f"exercise_answers build: {problem}; no stored answer was written", file=sys.stderr)
             return 1
-        written = []
-        for lesson, data in compute().items():
-            path = answers.ANSWERS_DIR / f"{lesson}.pt"
-            try:
-                _write_atomically(path, data)
-            except notebook_tools.ToolError as exc:  # an OSError gave a traceback
-                before = f"{', '.join(written)} written before it" if written else "no stored answer written"
-                print(f"exercise_answers build: {exc} ({before}; the others left as they were)",
-                      file=sys.stderr)
-                return 1
-            written.append(path.name)
-            cli.leaving(f"{', '.join(written)} written, the other stored answers left as they were")
-            print(f"wrote {path.relative_to(ROOT)} ({len(data['exercises'])} exercises)")
+        stores = {answers.ANSWERS_DIR / f"{lesson}.pt": data for lesson, data in compute().items()}
+        try:
+            _write_all(stores, "every stored answer was written")
+        except notebook_tools.ToolError as exc:  # an OSError gave a traceback
+            print(f"exercise_answers build: {exc}; no stored answer was written", file=sys.stderr)
+            return 1
+        for path, data in stores.items():
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            print(f"wrote {shown} ({len(data['exercises'])} exercises)")
         return 0
     if argv == ["check"]:
         problems = stale()

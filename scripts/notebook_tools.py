@@ -66,7 +66,7 @@ import shutil  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
 
 import nbformat  # noqa: E402
 
@@ -161,9 +161,10 @@ def remove_leftovers(path: Path) -> list[Path]:
     return removed
 
 
-def write_all_atomically(texts: dict[Path, str], written: str | None = None) -> None:
-    """Write every ``path -> text``, all or nothing: each text goes to a temporary file beside
-    its target first, the old files are kept aside, and only then is each renamed into place.
+def write_all_atomically(texts: dict[Path, str | bytes], written: str | None = None) -> None:
+    """Write every ``path -> text`` (a str, written as UTF-8, or bytes, as they are), all or
+    nothing: each text goes to a temporary file beside its target first, the old files are kept
+    aside, and only then is each renamed into place.
     If any step fails, every file is put back as it was (new ones removed) and a
     :class:`ToolError` names the file that could not be written. Once every file is in place,
     ``written`` (the caller's words, e.g. "every stamped file was written") is what an
@@ -179,10 +180,8 @@ def write_all_atomically(texts: dict[Path, str], written: str | None = None) -> 
             current = path
             if path.exists() and not path.is_file():
                 raise ToolError(f"{path}: is a folder or a special file, expected a file to write")
-            handle = make_beside(path, ".tmp", temporaries, _new_file)
+            _fill(make_beside(path, ".tmp", temporaries, _new_file), text)
             temporary = temporaries[path]
-            with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
             mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
             os.chmod(temporary, mode)
         for path in texts:
@@ -205,8 +204,7 @@ def write_all_atomically(texts: dict[Path, str], written: str | None = None) -> 
                         path.unlink(missing_ok=True)
                 except OSError:
                     kept.pop(path, None)  # could not be put back: its kept-aside copy stays
-            for leftover in [*temporaries.values(), *kept.values()]:
-                Path(leftover).unlink(missing_ok=True)
+            _discard([*temporaries.values(), *kept.values()])
         if isinstance(exc, OSError):
             raise ToolError(f"{current}: cannot be written "
                             f"({exc.strerror or exc}); every file was left as it was") from None
@@ -295,18 +293,34 @@ def _write_atomically(path: Path, text: str | bytes) -> None:
                         "nothing was written")
     made: dict[Path, str] = {}  # the temporary's name, known before it exists (make_beside)
     try:
-        handle = make_beside(path, ".tmp", made, _new_file)
-        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else
-              os.fdopen(handle, "w", encoding="utf-8", newline="")) as f:
-            f.write(text)
+        _fill(make_beside(path, ".tmp", made, _new_file), text)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
         os.chmod(made[path], mode)
         cli.check_interrupted()  # a signal some library swallowed: stop before the rename
         os.replace(made[path], path)
     except BaseException:
-        for temporary in made.values():
-            Path(temporary).unlink(missing_ok=True)
+        _discard(made.values())
         raise
+
+
+def _fill(handle: int, text: str | bytes) -> None:
+    """Write ``text`` (a str as UTF-8, bytes as they are) to the new file open at ``handle``; close it."""
+    with (os.fdopen(handle, "wb") if isinstance(text, bytes) else
+          os.fdopen(handle, "w", encoding="utf-8", newline="")) as f:
+        f.write(text)
+
+
+def _discard(names: Iterable[str]) -> None:
+    """Remove the temporary or kept-aside files ``names`` a failed write made (missing ones
+    skipped). One that cannot be removed is left, and the write's own failure goes on up: on a
+    read-only folder the name was never made, yet ``unlink`` says "Read-only file system", and
+    that OSError replaced the ToolError naming the file (a bare traceback from
+    ``nbgrader_tools.py release`` with student/ read-only: battery 21, b21b group 9)."""
+    for name in names:
+        try:
+            Path(name).unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _umask() -> int:

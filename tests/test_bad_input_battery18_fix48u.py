@@ -260,7 +260,7 @@ def test_a_signal_as_the_temporary_is_made_leaves_none(writer, suffix, tmp_path,
         elif writer == "write_all_atomically":
             tools.write_all_atomically({target: "new\n"})
         elif writer == "exercise_answers":
-            _script("exercise_answers")._write_atomically(target, {"new": 1})
+            _script("exercise_answers")._write_all({target: {"new": 1}})
         else:
             staging = tmp_path / "staging"
             staging.mkdir()
