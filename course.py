@@ -132,7 +132,7 @@ def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
     else:
         named = f"{option} {folder}"
     if folder.is_symlink() and not folder.exists():
-        return f"{named} is a broken symbolic link: point {option} at a new or empty folder"
+        return f"{named} is {cli.path_kind(folder)}: point {option} at a new or empty folder"
     if not folder.exists():
         return None
     if not folder.is_dir():

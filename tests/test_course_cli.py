@@ -520,7 +520,8 @@ def test_course_venv_at_a_folder_of_other_files_is_refused_and_left_intact(tmp_p
 
 @pytest.mark.parametrize("make, words", [
     (lambda p: p.write_text("x"), "is a file, not a folder"),
-    (lambda p: p.symlink_to(p.parent / "nowhere"), "broken symbolic link"),
+    (lambda p: p.symlink_to(p.parent / "nowhere"), "is a broken symlink"),
+    (lambda p: p.symlink_to(p), "is a symlink loop"),  # was "a broken symbolic link" (battery 21)
 ])
 def test_course_venv_that_is_a_file_or_broken_link_is_named(tmp_path, venv_at, make, words):
     target = tmp_path / "env"
