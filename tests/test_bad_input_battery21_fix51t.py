@@ -1,0 +1,83 @@
+"""Battery 21 (b21b, issue 38), groups 4, 5, 6, 7 and 12: outputs_close on lying or non-strided
+values, check_narrow_head's wording for plain containers, the outside grader on async and
+generator answers, grade_notebook on non-dict nbgrader metadata, read_secrets on bad salts.
+Each test fails before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils.exercises import outputs_close
+from tests.bad_input_cases import raises_naming
+
+
+class _LyingArray(np.ndarray):
+    """An ndarray subclass whose comparisons say yes to anything."""
+
+    def __eq__(self, other):
+        return np.ones(self.shape, bool)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func.__name__ in ("allclose", "array_equal"):
+            return True
+        if func.__name__ == "isclose":
+            return np.ones(np.shape(args[0]), bool)
+        return super().__array_function__(func, types, args, kwargs)
+
+
+class _LyingShape(np.ndarray):
+    @property
+    def shape(self):
+        return (2,)
+
+
+class _LyingTensor(torch.Tensor):
+    """A Tensor subclass whose .numpy() hands back zeros."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "numpy":
+            return np.zeros(2)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize("got, expected", [
+    (np.ones(2).view(_LyingArray), np.zeros(2)),
+    (np.ones(1).view(_LyingShape), np.ones(2)),
+    (torch.ones(2).as_subclass(_LyingTensor), torch.zeros(2)),
+], ids=["array_function", "shape", "torch_function"])
+def test_outputs_close_a_lying_subclass_does_not_match(got, expected):
+    assert outputs_close(got, expected) is False
+
+
+def test_outputs_close_an_honest_subclass_still_matches():
+    assert outputs_close(np.ones(2).view(_LyingShape), np.ones(2).view(_LyingArray).view(np.ndarray))
+    assert outputs_close(torch.nn.Parameter(torch.ones(2)), torch.ones(2))
+
+
+class _FakeTensor:
+    @property
+    def __class__(self):
+        return torch.Tensor
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: True
+
+
+@pytest.mark.parametrize("which", ["got", "expected"])
+def test_outputs_close_a_fake_class_is_named(which):
+    args = (_FakeTensor(), torch.zeros(2)) if which == "got" else (torch.zeros(2), _FakeTensor())
+    raises_naming(TypeError, [which, "_FakeTensor", "__class__"], lambda: outputs_close(*args))
+
+
+@pytest.mark.parametrize("make, word", [
+    (lambda: torch.zeros(2, 2).to_sparse(), "sparse_coo"),
+    (lambda: torch.zeros(2, 2).to_sparse_csr(), "sparse_csr"),
+    (lambda: torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)]), "nested"),
+], ids=["coo", "csr", "nested"])
+@pytest.mark.parametrize("which", ["got", "expected"])
+def test_outputs_close_a_non_strided_tensor_is_named(make, word, which):
+    args = (make(), torch.ones(2, 2)) if which == "got" else (torch.ones(2, 2), make())
+    raises_naming(TypeError, [which, word, "dense"], lambda: outputs_close(*args))
