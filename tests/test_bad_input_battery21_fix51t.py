@@ -81,3 +81,23 @@ def test_outputs_close_a_fake_class_is_named(which):
 def test_outputs_close_a_non_strided_tensor_is_named(make, word, which):
     args = (make(), torch.ones(2, 2)) if which == "got" else (torch.ones(2, 2), make())
     raises_naming(TypeError, [which, word, "dense"], lambda: outputs_close(*args))
+
+
+@pytest.mark.parametrize("value, kind", [
+    (("L1H0", "L1H0"), "tuple"), (["L1H0"], "list"), (np.array(["L1H0"]), "array"),
+], ids=["tuple", "list", "ndarray"])
+def test_narrow_head_calls_only_pandas_objects_pandas(value, kind):
+    from course_utils.exercises import lesson06
+
+    feedback = lesson06.check_narrow_head(lambda *args, **kwargs: value)
+    assert not feedback.passed and feedback.mistake == "not_a_name"
+    assert kind in feedback.message and "pandas" not in feedback.message, feedback.message
+
+
+def test_narrow_head_still_names_a_pandas_index():
+    import pandas as pd
+
+    from course_utils.exercises import lesson06
+
+    feedback = lesson06.check_narrow_head(lambda *args, **kwargs: pd.Index(["L1H0"]))
+    assert feedback.mistake == "not_a_name" and "a pandas Index" in feedback.message
