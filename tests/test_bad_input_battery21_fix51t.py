@@ -101,3 +101,28 @@ def test_narrow_head_still_names_a_pandas_index():
 
     feedback = lesson06.check_narrow_head(lambda *args, **kwargs: pd.Index(["L1H0"]))
     assert feedback.mistake == "not_a_name" and "a pandas Index" in feedback.message
+
+
+def _notebook_with_cell_metadata(metadata):
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell("x = 1")
+    cell.metadata = metadata
+    return nbformat.from_dict({"cells": [nbformat.v4.new_markdown_cell("hi"), cell], "metadata": {},
+                               "nbformat": 4, "nbformat_minor": 5})
+
+
+@pytest.mark.parametrize("metadata, where, shown", [
+    ({"nbgrader": 5}, "metadata['nbgrader']", "int 5"),
+    ({"nbgrader": "grade"}, "metadata['nbgrader']", "str 'grade'"),
+    ({"nbgrader": [1]}, "metadata['nbgrader']", "list [1]"),
+    ({"nbgrader": None}, "metadata['nbgrader']", "NoneType None"),
+    (7, "metadata", "int 7"),
+], ids=["int", "str", "list", "none", "metadata_int"])
+def test_grade_notebook_refuses_non_dict_nbgrader_metadata(metadata, where, shown):
+    from course_utils.exercises import autograde
+
+    nb = _notebook_with_cell_metadata(metadata)
+    raises_naming(ValueError, ["nb", f"cells[1].{where}", shown, "dict"],
+                  lambda: autograde.grade_notebook(nb, salt=None, solutions_dir=None))
+    raises_naming(ValueError, [f"cells[1].{where}", shown], lambda: autograde.make_inert(nb))

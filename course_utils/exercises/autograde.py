@@ -616,6 +616,14 @@ def _need_notebook(nb: Any) -> None:
     if not isinstance(nb, dict) or not isinstance(getattr(nb, "cells", None), list):
         raise TypeError(f"nb: expected a notebook read by nbformat.read (a NotebookNode with .cells), got "
                         f"{type(nb).__name__} {nb!r:.60}")
+    for i, cell in enumerate(nb.cells):  # a student can edit a cell's metadata: refuse, never guess
+        metadata = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+        where, got = ("metadata", metadata) if not isinstance(metadata, dict) else \
+            ("metadata['nbgrader']", metadata.get("nbgrader", {}))
+        if not isinstance(got, dict):
+            raise ValueError(f"nb: cells[{i}].{where} is {type(got).__name__} {got!r:.60}, expected a dict "
+                             "(as nbgrader writes it); the notebook was edited: put the released cell back "
+                             "before grading")
 
 
 def neutralise_html(nb: Any) -> int:
@@ -680,7 +688,9 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
     returning grade_id of the test cell -> Feedback, and set each test cell's outputs to the
     grader's verdict alone; the student's markdown and raw cells keep no live HTML
     (:func:`neutralise_html`). The grade_id says which check grades a test cell: one edited to call
-    another exercise's check gets no points, and two cells with one grade_id are a ValueError."""
+    another exercise's check gets no points, and two cells with one grade_id are a ValueError, as is
+    a cell whose metadata or ``metadata['nbgrader']`` is not a dict (a student can edit it: the
+    notebook is refused whole rather than a cell guessed to be no nbgrader cell)."""
     import nbformat
 
     from .core import Feedback
@@ -695,6 +705,7 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
                         f"list of cells, but {got}")
     _check_per_call(per_call)
     _check_salt_and_solutions(salt, solutions_dir)  # before any cell is graded
+    _need_notebook(nb)  # every cell's nbgrader metadata a dict
     _unique_grade_ids(nb)
     neutralise_html(nb)
     results: dict[str, Any] = {}
