@@ -126,3 +126,41 @@ def test_grade_notebook_refuses_non_dict_nbgrader_metadata(metadata, where, show
     raises_naming(ValueError, ["nb", f"cells[1].{where}", shown, "dict"],
                   lambda: autograde.grade_notebook(nb, salt=None, solutions_dir=None))
     raises_naming(ValueError, [f"cells[1].{where}", shown], lambda: autograde.make_inert(nb))
+
+
+def _secrets(tmp_path, salts, solutions_dir=None):
+    import json
+
+    from course_utils.exercises import autograde
+
+    data = {"salts": salts} if solutions_dir is None else {"salts": salts, "solutions_dir": solutions_dir}
+    (tmp_path / autograde.SECRETS_NAME).write_text(json.dumps(data))
+    return autograde.SECRETS_NAME
+
+
+@pytest.mark.parametrize("salt, shown", [
+    ("abc", "str 'abc'"), (True, "bool True"), (1.5, "float 1.5"), (0, "int 0"), (-3, "int -3"),
+    (2**31, f"int {2**31}"), (None, "NoneType None"),
+], ids=["str", "bool", "float", "zero", "negative", "too_big", "none"])
+def test_read_secrets_names_a_bad_salt(tmp_path, salt, shown):
+    from course_utils.exercises import autograde
+
+    name = _secrets(tmp_path, {"02_single_head_attention": salt})
+    raises_naming(ValueError, [name, "salts['02_single_head_attention']", shown, "int"],
+                  lambda: autograde.read_secrets(tmp_path))
+
+
+def test_read_secrets_names_an_unknown_lesson(tmp_path):
+    from course_utils.exercises import autograde
+    from course_utils.paths import REPO_ROOT
+
+    name = _secrets(tmp_path, {"02_single_head_attention": 5, "99_nope": 7}, str(REPO_ROOT / "solutions"))
+    raises_naming(ValueError, [name, "'99_nope'", "notebooks"], lambda: autograde.read_secrets(tmp_path))
+
+
+def test_read_secrets_keeps_a_good_file(tmp_path):
+    from course_utils.exercises import autograde
+    from course_utils.paths import REPO_ROOT
+
+    _secrets(tmp_path, {"02_single_head_attention": 5}, str(REPO_ROOT / "solutions"))
+    assert autograde.read_secrets(tmp_path)["salts"] == {"02_single_head_attention": 5}

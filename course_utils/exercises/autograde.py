@@ -69,6 +69,11 @@ def manifest() -> str:
 
 
 # -- the grader's secrets: in the course folder, never in a notebook -----------------------------
+def _known_lessons(notebooks: Path) -> list[str]:
+    """The lesson names (notebook names without .ipynb) in ``notebooks``: the keys of the salts."""
+    return sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+
+
 def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> Path:
     """Write ``course/.course_grader.json`` (owner-only): a new salt for each lesson (notebook
     name without .ipynb), the checks' manifest and the instructor's ``solutions/``. Called by
@@ -87,7 +92,7 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
         raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ "
                                 f"of the course's clone), but {solutions_dir} is not a folder")
     notebooks = Path(solutions_dir).parent / "notebooks"
-    known = sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+    known = _known_lessons(notebooks)
     if not known:  # the folder is the wrong one, not the lessons (which were blamed)
         raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ of "
                                 f"the course's clone, notebooks/ beside it), but {notebooks} holds no "
@@ -142,7 +147,10 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
 
 
 def read_secrets(course: Path) -> dict:
-    """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run."""
+    """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run, and
+    ValueError naming the file and the entry for a salt that is not an int in 1..2**31 - 1 or a
+    lesson that is not one of the notebooks beside its ``solutions_dir`` (as :func:`write_secrets`
+    makes them; the lessons are not checked where that folder holds no notebooks)."""
     check_path(course, "course", "the course folder nbgrader works in")
     path = Path(course) / SECRETS_NAME
     kind = path_kind(path)  # the package's one description of what a path is (a loop is not "missing")
@@ -161,6 +169,19 @@ def read_secrets(course: Path) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("salts"), dict):
         raise ValueError(f"{path} is not the grader's secrets file (no 'salts' table); write a new one "
                          f"with `python scripts/nbgrader_tools.py source {course}`")
+    solutions = data.get("solutions_dir")
+    known = (_known_lessons(Path(solutions).parent / "notebooks")
+             if isinstance(solutions, str) and "\0" not in solutions else [])
+    for lesson, salt in data["salts"].items():
+        if known and lesson not in known:
+            problem = f"a salt for {lesson!r}, which is not one of the course's notebooks {known}"
+        elif isinstance(salt, bool) or not isinstance(salt, int) or not 1 <= salt < 2**31:
+            problem = (f"salts[{lesson!r}] = {type(salt).__name__} {salt!r:.40}, expected an int in "
+                       "1..2**31 - 1")
+        else:
+            continue
+        raise ValueError(f"{path} holds {problem} (the file was edited); write a new one with "
+                         f"`python scripts/nbgrader_tools.py source {course}`")
     return data
 
 
