@@ -164,3 +164,33 @@ def test_read_secrets_keeps_a_good_file(tmp_path):
 
     _secrets(tmp_path, {"02_single_head_attention": 5}, str(REPO_ROOT / "solutions"))
     assert autograde.read_secrets(tmp_path)["salts"] == {"02_single_head_attention": 5}
+
+
+@pytest.mark.parametrize("code, words", [
+    ("async def softmax_rows(scores):\n    return scores\n", ["coroutine", "async def"]),
+    ("def softmax_rows(scores):\n    yield scores\n", ["generator", "yield"]),
+    ("async def softmax_rows(scores):\n    yield scores\n", ["async generator", "yield"]),
+], ids=["async_def", "generator", "async_generator"])
+def test_the_grader_names_an_answer_whose_call_does_not_run(code, words):
+    from course_utils.exercises import autograde
+
+    feedback = autograde.grade_answer("lesson02", "check_softmax_rows", code, "softmax_rows", salt=None,
+                                      solutions_dir=None, per_call=20)
+    assert not feedback.passed
+    assert all(w in feedback.message for w in words) and "tracemalloc" not in feedback.message, feedback
+
+
+def test_to_plain_closes_a_coroutine_it_refuses():
+    import warnings
+
+    from course_utils.exercises import sandbox
+
+    async def answer():
+        return 1
+
+    coroutine = answer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(sandbox.Refused, match="coroutine"):
+            sandbox.to_plain(coroutine)
+    assert coroutine.cr_frame is None  # closed: no "never awaited" warning when it is collected
