@@ -69,6 +69,11 @@ def manifest() -> str:
 
 
 # -- the grader's secrets: in the course folder, never in a notebook -----------------------------
+def _known_lessons(notebooks: Path) -> list[str]:
+    """The lesson names (notebook names without .ipynb) in ``notebooks``: the keys of the salts."""
+    return sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+
+
 def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> Path:
     """Write ``course/.course_grader.json`` (owner-only): a new salt for each lesson (notebook
     name without .ipynb), the checks' manifest and the instructor's ``solutions/``. Called by
@@ -87,7 +92,7 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
         raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ "
                                 f"of the course's clone), but {solutions_dir} is not a folder")
     notebooks = Path(solutions_dir).parent / "notebooks"
-    known = sorted(p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+    known = _known_lessons(notebooks)
     if not known:  # the folder is the wrong one, not the lessons (which were blamed)
         raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ of "
                                 f"the course's clone, notebooks/ beside it), but {notebooks} holds no "
@@ -142,7 +147,10 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
 
 
 def read_secrets(course: Path) -> dict:
-    """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run."""
+    """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run, and
+    ValueError naming the file and the entry for a salt that is not an int in 1..2**31 - 1 or a
+    lesson that is not one of the notebooks beside its ``solutions_dir`` (as :func:`write_secrets`
+    makes them; the lessons are not checked where that folder holds no notebooks)."""
     check_path(course, "course", "the course folder nbgrader works in")
     path = Path(course) / SECRETS_NAME
     kind = path_kind(path)  # the package's one description of what a path is (a loop is not "missing")
@@ -161,6 +169,19 @@ def read_secrets(course: Path) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("salts"), dict):
         raise ValueError(f"{path} is not the grader's secrets file (no 'salts' table); write a new one "
                          f"with `python scripts/nbgrader_tools.py source {course}`")
+    solutions = data.get("solutions_dir")
+    known = (_known_lessons(Path(solutions).parent / "notebooks")
+             if isinstance(solutions, str) and "\0" not in solutions else [])
+    for lesson, salt in data["salts"].items():
+        if known and lesson not in known:
+            problem = f"a salt for {lesson!r}, which is not one of the course's notebooks {known}"
+        elif isinstance(salt, bool) or not isinstance(salt, int) or not 1 <= salt < 2**31:
+            problem = (f"salts[{lesson!r}] = {type(salt).__name__} {salt!r:.40}, expected an int in "
+                       "1..2**31 - 1")
+        else:
+            continue
+        raise ValueError(f"{path} holds {problem} (the file was edited); write a new one with "
+                         f"`python scripts/nbgrader_tools.py source {course}`")
     return data
 
 
@@ -616,6 +637,14 @@ def _need_notebook(nb: Any) -> None:
     if not isinstance(nb, dict) or not isinstance(getattr(nb, "cells", None), list):
         raise TypeError(f"nb: expected a notebook read by nbformat.read (a NotebookNode with .cells), got "
                         f"{type(nb).__name__} {nb!r:.60}")
+    for i, cell in enumerate(nb.cells):  # a student can edit a cell's metadata: refuse, never guess
+        metadata = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+        where, got = ("metadata", metadata) if not isinstance(metadata, dict) else \
+            ("metadata['nbgrader']", metadata.get("nbgrader", {}))
+        if not isinstance(got, dict):
+            raise ValueError(f"nb: cells[{i}].{where} is {type(got).__name__} {got!r:.60}, expected a dict "
+                             "(as nbgrader writes it); the notebook was edited: put the released cell back "
+                             "before grading")
 
 
 def neutralise_html(nb: Any) -> int:
@@ -680,7 +709,9 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
     returning grade_id of the test cell -> Feedback, and set each test cell's outputs to the
     grader's verdict alone; the student's markdown and raw cells keep no live HTML
     (:func:`neutralise_html`). The grade_id says which check grades a test cell: one edited to call
-    another exercise's check gets no points, and two cells with one grade_id are a ValueError."""
+    another exercise's check gets no points, and two cells with one grade_id are a ValueError, as is
+    a cell whose metadata or ``metadata['nbgrader']`` is not a dict (a student can edit it: the
+    notebook is refused whole rather than a cell guessed to be no nbgrader cell)."""
     import nbformat
 
     from .core import Feedback
@@ -695,6 +726,7 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
                         f"list of cells, but {got}")
     _check_per_call(per_call)
     _check_salt_and_solutions(salt, solutions_dir)  # before any cell is graded
+    _need_notebook(nb)  # every cell's nbgrader metadata a dict
     _unique_grade_ids(nb)
     neutralise_html(nb)
     results: dict[str, Any] = {}

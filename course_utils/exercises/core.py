@@ -1280,6 +1280,41 @@ def as_scalar(x: Any) -> Any:
     return x
 
 
+def _plain_value(name: str, value: Any) -> Any:
+    """``value`` for :func:`outputs_close` to compare: a tensor or NumPy array of a subclass as a
+    plain ``torch.Tensor`` / ``np.ndarray`` of the same memory (a subclass's ``__eq__``,
+    ``__array_function__``, ``__torch_function__`` or ``shape`` could make any answer match);
+    anything else unchanged. Its kind is read with ``type``, which an object cannot redefine.
+
+    Raises TypeError for an object whose ``__class__`` claims to be a tensor or array (it is
+    neither) and for a sparse, nested or other non-strided tensor, and ValueError for a tensor on
+    the 'meta' device (a shape but no values); each names ``name``."""
+    kind = type(value)
+    if isinstance(value, (torch.Tensor, np.ndarray)) and not issubclass(kind, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"outputs_close: {name} is a {kind.__name__} object whose __class__ claims to be "
+                        "a tensor or array; expected a real torch.Tensor or np.ndarray, or a plain value")
+    if issubclass(kind, np.ndarray):
+        return value if kind is np.ndarray else np.asarray(value)  # asarray drops the subclass
+    if not issubclass(kind, torch.Tensor):
+        return value
+    if kind not in _PLAIN_TENSORS:
+        try:
+            with torch._C.DisableTorchFunctionSubclass():  # its __torch_function__ is not asked
+                value = torch.Tensor.as_subclass(value, torch.Tensor)
+        except Exception as exc:  # noqa: BLE001 - a wrapper subclass with no storage of its own
+            raise TypeError(f"outputs_close: {name} is a {kind.__name__} (a Tensor subclass) that cannot "
+                            f"be read as a plain tensor ({type(exc).__name__}); expected a torch.Tensor"
+                            ) from None
+    layout = torch.Tensor.layout.__get__(value)
+    if torch.Tensor.is_nested.__get__(value) or layout != torch.strided:
+        raise TypeError(f"outputs_close: {name} is {describe_value(value)}; expected a dense (strided) "
+                        "tensor, e.g. via .to_dense(), to compare entry by entry")
+    if value.device.type == "meta":
+        raise ValueError(f"outputs_close: {name} is {describe_value(value)}, which has a shape but "
+                         "no values to compare; expected a tensor with values (on the CPU or a GPU)")
+    return value
+
+
 def _check_tolerances(rtol: Any, atol: Any) -> None:
     """Tolerances are finite non-negative real numbers (a negative one matches nothing)."""
     for name, value in (("rtol", rtol), ("atol", atol)):
@@ -1303,10 +1338,7 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
     if _depth > 100:
         raise ValueError("outputs_close: expected is a tuple or list nested more than 100 levels deep "
                          "(one that holds itself?); expected an output of the exercise's kind")
-    for name, value in (("got", got), ("expected", expected)):
-        if isinstance(value, torch.Tensor) and value.device.type == "meta":
-            raise ValueError(f"outputs_close: {name} is {describe_value(value)}, which has a shape but "
-                             "no values to compare; expected a tensor with values (on the CPU or a GPU)")
+    got, expected = _plain_value("got", got), _plain_value("expected", expected)
     if isinstance(expected, _answers.Raised):
         return False
     if isinstance(expected, (tuple, list)):

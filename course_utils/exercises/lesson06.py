@@ -300,13 +300,16 @@ class _HeadNameExercise(Exercise):
 
     def _wrong_kind(self, outputs) -> Feedback | None:
         for got in outputs:
-            if isinstance(got, (pd.Series, pd.DataFrame, pd.Index, np.ndarray, list, tuple)):
-                what = (f"a pandas {type(got).__name__} of {len(got)} item(s)" if hasattr(got, "__len__")
+            pandas = isinstance(got, (pd.Series, pd.DataFrame, pd.Index))
+            if pandas or isinstance(got, (np.ndarray, list, tuple)):
+                # "pandas" only for a pandas object: a tuple or list is described as what it is
+                what = (f"a pandas {type(got).__name__} of {len(got)} item(s)" if pandas
                         else describe_value(got))
+                why = (" A selection such as table.loc[...], nsmallest(1) or table[...].index gives a "
+                       "pandas object;" if pandas else "")
                 return Feedback(self.title, "mistake",
-                                f"you returned {what}, not the head's name. A selection "
-                                "such as table.loc[...], nsmallest(1) or table[...].index gives a pandas "
-                                "object; the check wants the label itself, a str such as 'L1H2'.",
+                                f"you returned {what}, not the head's name.{why} The check wants "
+                                "the label itself, a str such as 'L1H2'.",
                                 "return the row's label itself: a str, not a selection of the "
                                 "table (the first item of a one-element Index is one).",
                                 mistake="not_a_name")

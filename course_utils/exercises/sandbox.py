@@ -832,7 +832,22 @@ def to_plain(value: Any, depth: int = 0, where: str = "output") -> Any:
         odd = [k for k in value if type(k) is not str][:1]
         raise Refused(f"a dict with a key that is not a str ({odd[0]!r:.40})" if odd else
                       f"a dict of {len(value)} items", where)
+    if kind in _UNRUN_RESULTS:
+        if kind is not types.AsyncGeneratorType:
+            value.close()  # a coroutine never awaited warns, and the warning imports tracemalloc
+        raise Refused(_UNRUN_RESULTS[kind], where)
     raise Refused(f"an object of type {_type_name(value)}", where)
+
+
+#: What the call of an ``async def`` or of a function that ``yield``s returns: its body has not run.
+_UNRUN_RESULTS = {
+    types.CoroutineType: "a coroutine (your function is an `async def`: calling it does not run it; "
+                         "define it with plain `def`)",
+    types.GeneratorType: "a generator (your function uses `yield`, so calling it does not run it; "
+                         "`return` the result instead)",
+    types.AsyncGeneratorType: "an async generator (your function is an `async def` that uses `yield`: "
+                              "calling it does not run it; use plain `def` and `return` the result)",
+}
 
 
 def accept(data: Any, depth: int = 0, where: str = "output") -> Any:
