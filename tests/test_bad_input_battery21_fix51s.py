@@ -9,6 +9,7 @@ import pytest
 from bad_input_cases import raises_naming
 
 from course_utils.bench import mha_speed as MS
+from course_utils.bench.timing import clock_elapsed
 
 
 # -- 2: a NumPy int seed (check_seed accepts it) is passed on as the Python int it returns -------
@@ -23,3 +24,16 @@ def test_compare_on_device_takes_a_numpy_int_seed(seed) -> None:
     result = MS.compare_on_device("cpu", batch=1, seq_len=4, d_model=8, num_heads=2,
                                   dtype=MS.torch.float32, repeats=1, seed=seed)
     assert "nn.MultiheadAttention" in result.max_abs_diff
+
+
+# -- 13: a bool is no clock reading (True - 0.5 would time 0.5 s) --------------------------------
+@pytest.mark.parametrize(("start", "end"), [(True, 2.0), (1.0, True), (False, 1.0), (0.5, False)],
+                         ids=["start True", "end True", "start False", "end False"])
+def test_clock_elapsed_refuses_bool_readings(start, end) -> None:
+    raises_naming(ValueError, ["clock", repr(start), repr(end), "around 'f'"],
+                  lambda: clock_elapsed(start, end, "'f'"))
+
+
+def test_clock_elapsed_still_takes_int_and_float_readings() -> None:
+    assert clock_elapsed(1, 3, "f") == 2.0
+    assert clock_elapsed(0.25, 0.75, "f") == pytest.approx(0.5)
