@@ -37,3 +37,43 @@ def test_clock_elapsed_refuses_bool_readings(start, end) -> None:
 def test_clock_elapsed_still_takes_int_and_float_readings() -> None:
     assert clock_elapsed(1, 3, "f") == 2.0
     assert clock_elapsed(0.25, 0.75, "f") == pytest.approx(0.5)
+
+
+# -- 14: bench result records refuse fields that contradict each other ---------------------------
+def _timings():
+    from course_utils.bench.timing import timings_from_samples
+    return tuple(timings_from_samples({"nn.MultiheadAttention": [0.1, 0.2, 0.15], "batched": [0.2, 0.3, 0.25]},
+                                      "nn.MultiheadAttention"))
+
+
+@pytest.mark.parametrize("name", ["batched", "nn.MultiheadAttention"])
+def test_device_comparison_refuses_a_skipped_function_that_was_timed(name: str) -> None:
+    diffs = {"nn.MultiheadAttention": 0.0, "batched": 1e-4}
+    raises_naming(ValueError, ["DeviceComparison.skipped", repr(name)],
+                  lambda: MS.DeviceComparison("t", _timings(), diffs, 1e-3, 1.0, dict.fromkeys(diffs, True),
+                                              skipped={name: "no kernel"}))
+    kept = MS.DeviceComparison("t", _timings(), diffs, 1e-3, 1.0, dict.fromkeys(diffs, True),
+                               skipped={"flash": "no kernel"})  # a function that did not run: kept
+    assert dict(kept.skipped) == {"flash": "no kernel"}
+
+
+@pytest.fixture(scope="module")
+def whole_step():
+    from course_utils.bench import decode_step as DS
+    return DS.bench_whole_step(shapes=[(1, 8)], groups=(4, 1), d_model=32, num_heads=4, num_layers=1,
+                               mlp_ratio=2, repeats=2, warmup=0, num_threads=1, flush_multiple=1,
+                               progress=False)
+
+
+def test_read_share_refuses_a_row_of_another_result(whole_step) -> None:
+    import dataclasses
+
+    from course_utils.bench.decode_step import StepRow
+    for row in whole_step.rows:  # its own rows (also as row() gives them) are taken
+        assert whole_step.read_share(row) == whole_step.read_share(whole_step.row(1, 8, row.num_kv_heads))
+    stranger = StepRow(1, 8, 2, 100, 50, (0.1,))
+    raises_naming(ValueError, ["row must be one of", "batch=1", "context=8", "g=2"],
+                  lambda: whole_step.read_share(stranger))
+    retimed = dataclasses.replace(whole_step.rows[0], samples_s=(123.0,))  # same shape, other times
+    raises_naming(ValueError, ["row must be one of", f"g={retimed.num_kv_heads}"],
+                  lambda: whole_step.read_share(retimed))

@@ -733,10 +733,15 @@ class WholeStep:
 
     def read_share(self, row: StepRow) -> float:
         """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline); ``row``
-        is a :class:`StepRow` (one of :attr:`rows`, or :meth:`row`'s)."""
+        is a :class:`StepRow` (one of :attr:`rows`, or :meth:`row`'s): a row of another result was
+        timed against another probe, so its share of this one's bandwidth would mean nothing."""
         if not isinstance(row, StepRow):
             raise TypeError(f"row must be a StepRow (one of WholeStep.rows, or WholeStep.row(batch, "
                             f"context, g)), got {type(row).__name__} {row!r:.60}")
+        if row not in self.rows:
+            raise ValueError(f"row must be one of this result's rows (WholeStep.rows, or WholeStep.row("
+                             f"batch, context, g)), got a StepRow of batch={row.batch}, context="
+                             f"{row.context}, g={row.num_kv_heads} that is not among them")
         return row.gb_per_s() / self.read_gb_per_s
 
     def noise_warnings(self) -> list[str]:

@@ -374,7 +374,8 @@ class DeviceComparison:
 
     def _check_consistent(self) -> None:
         """One Timing per function, nn.MultiheadAttention among them (report's baseline), a max |diff|
-        only for a timed function, and each ``agree`` what its max |diff| and :attr:`atol` say."""
+        only for a timed function, no timed function among ``skipped`` (one that did not run), and
+        each ``agree`` what its max |diff| and :attr:`atol` say."""
         names = check_distinct([t.name for t in self.timings], "DeviceComparison.timings' names",
                                "names (one Timing per function)")
         if "nn.MultiheadAttention" not in names:
@@ -384,6 +385,10 @@ class DeviceComparison:
         if untimed:
             raise ValueError(f"DeviceComparison.max_abs_diff names {untimed[0]!r}, which is not one of the "
                              f"timings' names {names}")
+        timed_and_skipped = [n for n in self.skipped if n in names]
+        if timed_and_skipped:
+            raise ValueError(f"DeviceComparison.skipped names {timed_and_skipped[0]!r}, which is also "
+                             f"one of the timings' names {names} (a skipped function did not run)")
         for name, diff in self.max_abs_diff.items():
             # only a clear contradiction: a diff within rounding of atol may read either way
             if self.agree[name] and not diff <= self.atol * (1 + 1e-9) or \
