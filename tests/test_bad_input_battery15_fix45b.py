@@ -18,7 +18,7 @@ MiB = 2**20
 
 
 def _decode_row(g: int = 4, samples=(2e-3, 3e-3)) -> GS.DecodeRow:
-    return GS.DecodeRow(g, 100 * g, {"course": list(samples)})
+    return GS.DecodeRow(g, 1024 * g, {"course": list(samples)})
 
 
 def _decode_bench(**changes) -> GS.DecodeBench:

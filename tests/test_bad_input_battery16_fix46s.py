@@ -143,8 +143,8 @@ def test_bench_arguments_are_named(make, error, words) -> None:
 # -- bench records: zero sizes and inconsistent fields (DecodeBench, WholeStep, StepRow) --
 def _decode_bench(**changes):
     gs = _gs()
-    rows = [gs.DecodeRow(4, 4096, {"course": [2e-3, 3e-3, 2e-3]}),
-            gs.DecodeRow(1, 1024, {"course": [1e-3] * 3})]
+    rows = [gs.DecodeRow(4, 65536, {"course": [2e-3, 3e-3, 2e-3]}),
+            gs.DecodeRow(1, 16384, {"course": [1e-3] * 3})]
     fields = dict(num_heads=4, d_head=16, context=64, num_layers=2, batch=1, threads=1, rows=rows,
                   sdpa_mha_s=[2e-3] * 3, copy_s=[1e-3] * 3, copy_bytes=2**20, read_s=[1e-3] * 3,
                   read_bytes=2**20)

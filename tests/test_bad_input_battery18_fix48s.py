@@ -48,7 +48,7 @@ def _whole_step() -> decode_step.WholeStep:
 
 
 def _decode_row(g: int = 4) -> gqa_speed.DecodeRow:
-    return gqa_speed.DecodeRow(g, 1024 * g, {"course": [2e-3, 3e-3, 2e-3]})
+    return gqa_speed.DecodeRow(g, 16384 * g, {"course": [2e-3, 3e-3, 2e-3]})
 
 
 def _decode_bench() -> gqa_speed.DecodeBench:

@@ -42,8 +42,8 @@ def test_clock_elapsed_still_takes_int_and_float_readings() -> None:
 # -- 14: bench result records refuse fields that contradict each other ---------------------------
 def _timings():
     from course_utils.bench.timing import timings_from_samples
-    return tuple(timings_from_samples({"nn.MultiheadAttention": [0.1, 0.2, 0.15], "batched": [0.2, 0.3, 0.25]},
-                                      "nn.MultiheadAttention"))
+    samples = {"nn.MultiheadAttention": [0.1, 0.2, 0.15], "batched": [0.2, 0.3, 0.25]}
+    return tuple(timings_from_samples(samples, "nn.MultiheadAttention"))
 
 
 @pytest.mark.parametrize("name", ["batched", "nn.MultiheadAttention"])
@@ -77,3 +77,33 @@ def test_read_share_refuses_a_row_of_another_result(whole_step) -> None:
     retimed = dataclasses.replace(whole_step.rows[0], samples_s=(123.0,))  # same shape, other times
     raises_naming(ValueError, ["row must be one of", f"g={retimed.num_kv_heads}"],
                   lambda: whole_step.read_share(retimed))
+
+
+def _decode_bench(cache_bytes: dict[int, int]):
+    """h = 4, d_head = 16, context = 8, 2 layers, batch 1: a row per g of ``cache_bytes``."""
+    from course_utils.bench.gqa_speed import DecodeBench, DecodeRow
+    rows = [DecodeRow(g, size, {"course": [2e-3, 3e-3]}) for g, size in cache_bytes.items()]
+    return DecodeBench(4, 16, 8, 2, 1, 1, rows, [2e-3, 2e-3], [], 0)
+
+
+def _kv(g: int, element: int) -> int:
+    from course_utils.attention.gqa import kv_cache_bytes
+    return kv_cache_bytes(2, 1, g, 16, 8, element)  # the formula bench_decode sizes its rows by
+
+
+@pytest.mark.parametrize("sizes", [
+    lambda: {4: 7 * _kv(4, 4), 1: 7 * _kv(1, 4)},  # every row x7: an element of 28 bytes
+    lambda: {4: _kv(4, 4), 1: _kv(1, 2)},  # rows of two dtypes in one run
+    lambda: {4: _kv(4, 4) + 1, 1: _kv(1, 4)},  # one byte off
+    lambda: {4: _kv(1, 4), 1: _kv(4, 4)},  # the rows' sizes swapped
+], ids=["x7", "two element sizes", "one byte off", "swapped"])
+def test_decode_bench_refuses_cache_bytes_that_do_not_match_its_sizes(sizes) -> None:
+    sizes = sizes()
+    raises_naming(ValueError, ["DecodeBench.rows' cache_bytes", "kv_cache_bytes", "g=4", str(sizes[4])],
+                  lambda: _decode_bench(sizes))
+
+
+@pytest.mark.parametrize("element", [2, 4, 8])
+def test_decode_bench_keeps_cache_bytes_of_one_floating_dtype(element: int) -> None:
+    sizes = {4: _kv(4, element), 1: _kv(1, element)}
+    assert {r.num_kv_heads: r.cache_bytes for r in _decode_bench(sizes).rows} == sizes
