@@ -107,3 +107,27 @@ def test_decode_bench_refuses_cache_bytes_that_do_not_match_its_sizes(sizes) -> 
 def test_decode_bench_keeps_cache_bytes_of_one_floating_dtype(element: int) -> None:
     sizes = {4: _kv(4, element), 1: _kv(1, element)}
     assert {r.num_kv_heads: r.cache_bytes for r in _decode_bench(sizes).rows} == sizes
+
+
+@pytest.mark.parametrize(("field", "change"), [
+    ("weight_bytes", lambda n: 1),
+    ("weight_bytes", lambda n: n + 1),
+    ("weight_bytes", lambda n: n // 2),  # float16's weights in a float32 result
+    ("cache_bytes", lambda n: 7 * n),
+    ("cache_bytes", lambda n: n - 1),
+])
+def test_whole_step_refuses_row_bytes_that_do_not_match_its_sizes(whole_step, field: str, change) -> None:
+    import dataclasses
+    first = whole_step.rows[0]
+    bad = dataclasses.replace(first, **{field: change(getattr(first, field))})
+    words = ["WholeStep.rows[", f"g={first.num_kv_heads}", f"{field}={getattr(bad, field)}", "decoder_bytes"]
+    message = raises_naming(ValueError, words,
+                            lambda: dataclasses.replace(whole_step, rows=(bad, *whole_step.rows[1:])))
+    assert f"{field}={getattr(first, field)}" in message  # what the run's sizes give
+
+
+def test_whole_step_keeps_the_bytes_its_decoders_read(whole_step) -> None:
+    from course_utils.bench.decode_step import SmallDecoder
+    for row in whole_step.rows:  # bench_whole_step measured them on real SmallDecoders: accepted
+        decoder = SmallDecoder(32, 4, row.num_kv_heads, 1, context=row.context, batch=row.batch, mlp_ratio=2)
+        assert (row.weight_bytes, row.cache_bytes) == (decoder.weight_bytes, decoder.cache_bytes)
