@@ -27,10 +27,10 @@ def test_compare_on_device_takes_a_numpy_int_seed(seed) -> None:
 
 
 # -- 13: a bool is no clock reading (True - 0.5 would time 0.5 s) --------------------------------
-@pytest.mark.parametrize(("start", "end"), [(True, 2.0), (1.0, True), (False, 1.0), (0.5, False)],
-                         ids=["start True", "end True", "start False", "end False"])
+@pytest.mark.parametrize(("start", "end"), [(True, 2.0), (1.0, True), (False, 1.0), (False, False)],
+                         ids=["start True", "end True", "start False", "both False"])
 def test_clock_elapsed_refuses_bool_readings(start, end) -> None:
-    raises_naming(ValueError, ["clock", repr(start), repr(end), "around 'f'"],
+    raises_naming(ValueError, ["clock", "not a bool", repr(start), repr(end), "around 'f'"],
                   lambda: clock_elapsed(start, end, "'f'"))
 
 

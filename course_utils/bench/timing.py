@@ -193,9 +193,9 @@ def clock_elapsed(start: object, end: object, around: str) -> float:
     numbers_read = all(isinstance(r, int | float) and not isinstance(r, bool) for r in readings)
     elapsed = end - start if numbers_read else None
     if elapsed is None or not (math.isfinite(elapsed) and elapsed >= 0):
-        raise ValueError(f"clock must return seconds that never decrease (a finite number), but "
-                         f"it read {start!r} then {end!r} around {around}; use time.perf_counter "
-                         "or time.thread_time")
+        raise ValueError(f"clock must return seconds that never decrease (a finite int or float, not a "
+                         f"bool), but it read {start!r} then {end!r} around {around}; use "
+                         "time.perf_counter or time.thread_time")
     return float(elapsed)
 
 
