@@ -661,8 +661,9 @@ class WholeStep:
         """Sizes, counts and ``threads`` >= 1 and every time > 0 (they are divided by); then the
         rows agree with one another, as the methods read them: one row per ``(batch, context,
         g)``, each ``g`` a divisor of ``num_heads``, every shape with its ``g = num_heads`` row (the
-        MHA baseline of its speed-ups) and one sample count (they are paired repeat by repeat), and
-        ``weights_s`` only for shapes that have rows."""
+        MHA baseline of its speed-ups) and one sample count (they are paired repeat by repeat), each
+        row's bytes those :func:`decoder_bytes` gives for these sizes, and ``weights_s`` only for
+        shapes that have rows."""
         freeze_fields(self)
         check_record(self, nonempty=("rows", "read_s"),  # its methods take min() of them
                      positive=("d_model", "num_heads", "num_layers", "mlp_ratio", "threads", "read_s",

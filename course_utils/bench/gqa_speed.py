@@ -102,6 +102,7 @@ from .timing import (
 
 __all__ = [
     "SHARING_METHODS",
+    "ELEMENT_SIZES",
     "DecodeRow",
     "DecodeBench",
     "make_kv_caches",
@@ -246,7 +247,9 @@ class DecodeBench:
         ``num_heads``, one of them ``num_heads`` itself (the MHA baseline), each timing the same
         methods, ``course`` among them, with one sample per repeat (as many as ``sdpa_mha_s``:
         speed-ups pair them repeat by repeat); a probe or copy timed has its bytes and one sample per
-        repeat (timed in the same run), and a copy sized (``copy_bytes`` > 0) was timed."""
+        repeat (timed in the same run), a copy sized (``copy_bytes`` > 0) was timed, and every row's
+        ``cache_bytes`` is what :func:`~course_utils.attention.gqa.kv_cache_bytes` gives for these sizes
+        and its ``g`` in one element size."""
         freeze_fields(self)
         check_record(self, nonempty=("rows", "sdpa_mha_s"),  # mha, format take them
                      positive=("num_heads", "d_head", "context", "num_layers", "batch", "threads",
