@@ -83,7 +83,7 @@ def _step_row() -> StepRow:
                        (0, ""), 0), "WholeStep.rows"),
     (lambda: DecodeBench(4, 16, 8, 1, None, 1, [], [1e-3], [], 0), "DecodeBench.batch"),
     (lambda: DecodeBench(4, 16, 8, 1, 1, 1, None, [1e-3], [], 0), "DecodeBench.rows"),
-    (lambda: DecodeBench(4, 16, 8, 1, 1, 1, [DecodeRow(4, 100, {"course": [1e-3]})], [1e-3], [], 0,
+    (lambda: DecodeBench(4, 16, 8, 1, 1, 1, [DecodeRow(4, 4096, {"course": [1e-3]})], [1e-3], [], 0,
                          read_one_thread_s=[-1.0]),
      "DecodeBench.read_one_thread_s[0]"),
     (lambda: DeviceComparison("t", [_timing()], {"cpu": "x"}, 0.1, 1.0, {"cpu": True}),
@@ -230,7 +230,7 @@ def test_records_refuse_an_empty_list_their_methods_take_the_best_of(make, label
 
 
 def test_decode_bench_names_a_probe_that_was_not_timed() -> None:
-    bench = DecodeBench(4, 16, 8, 1, 1, 1, [DecodeRow(4, 100, {"course": [1e-3]})], [1e-3], [], 0)
+    bench = DecodeBench(4, 16, 8, 1, 1, 1, [DecodeRow(4, 4096, {"course": [1e-3]})], [1e-3], [], 0)
     with pytest.raises(ValueError, match=r"DecodeBench\.read_s is empty"):
         bench.read_gb_per_s  # noqa: B018 (the property raises)
     with pytest.raises(ValueError, match=r"DecodeBench\.copy_s is empty"):

@@ -18,7 +18,7 @@ MiB = 2**20
 
 
 def _decode_row(g: int = 4, samples=(2e-3, 3e-3)) -> GS.DecodeRow:
-    return GS.DecodeRow(g, 100 * g, {"course": list(samples)})
+    return GS.DecodeRow(g, 1024 * g, {"course": list(samples)})
 
 
 def _decode_bench(**changes) -> GS.DecodeBench:
@@ -30,7 +30,9 @@ def _decode_bench(**changes) -> GS.DecodeBench:
 
 
 def _step_row(g: int = 4, batch: int = 1, context: int = 8, samples=(1e-3, 2e-3)) -> DS.StepRow:
-    return DS.StepRow(batch, context, g, 100, 100 * g, list(samples))  # K, V of 9 positions: >= 18 g
+    # the bytes a SmallDecoder of _whole_step's sizes reads (WholeStep checks them)
+    sizes = DS.decoder_bytes(64, 4, g, 1, context=context, batch=batch, mlp_ratio=4)
+    return DS.StepRow(batch, context, g, *sizes, list(samples))
 
 
 def _whole_step(**changes) -> DS.WholeStep:

@@ -143,17 +143,23 @@ def test_bench_arguments_are_named(make, error, words) -> None:
 # -- bench records: zero sizes and inconsistent fields (DecodeBench, WholeStep, StepRow) --
 def _decode_bench(**changes):
     gs = _gs()
-    rows = [gs.DecodeRow(4, 4096, {"course": [2e-3, 3e-3, 2e-3]}),
-            gs.DecodeRow(1, 1024, {"course": [1e-3] * 3})]
+    rows = [gs.DecodeRow(4, 65536, {"course": [2e-3, 3e-3, 2e-3]}),
+            gs.DecodeRow(1, 16384, {"course": [1e-3] * 3})]
     fields = dict(num_heads=4, d_head=16, context=64, num_layers=2, batch=1, threads=1, rows=rows,
                   sdpa_mha_s=[2e-3] * 3, copy_s=[1e-3] * 3, copy_bytes=2**20, read_s=[1e-3] * 3,
                   read_bytes=2**20)
     return gs.DecodeBench(**{**fields, **changes})
 
 
+def _step_row(batch: int, g: int):
+    """A row at context 8 with the bytes a SmallDecoder of _whole_step's sizes reads."""
+    sizes = _ds().decoder_bytes(64, 4, g, 1, context=8, batch=batch, mlp_ratio=4)
+    return _ds().StepRow(batch, 8, g, *sizes, [1e-3, 2e-3])
+
+
 def _whole_step(**changes):
     ds = _ds()
-    rows = [ds.StepRow(1, 8, g, 1000, 100 * g, [1e-3, 2e-3]) for g in (4, 1)]
+    rows = [_step_row(1, g) for g in (4, 1)]
     fields = dict(d_model=64, num_heads=4, num_layers=1, mlp_ratio=4,
                   weight_dtype=__import__("torch").float32, attention="course", threads=1, rows=rows,
                   read_s=[1e-3], read_bytes=2**20,
@@ -176,8 +182,7 @@ def _whole_step(**changes):
      ["WholeStep.weight_dtype", "int64"]),
     (lambda: _whole_step(attention=""), ValueError, ["WholeStep.attention", "''"]),
     (lambda: _whole_step(attention="no_such_value"), ValueError, ["WholeStep.attention", "'no_such_value'"]),
-    (lambda: _whole_step(rows=[*_whole_step().rows, *(_ds().StepRow(2, 8, g, 1000, 100 * g, [1e-3, 2e-3])
-                                                       for g in (4, 1))]),
+    (lambda: _whole_step(rows=[*_whole_step().rows, *(_step_row(2, g) for g in (4, 1))]),
      ValueError, ["WholeStep.weights_s", "(2, 8)"]),
     (lambda: _whole_step(weights_s={(1, 8): [1e-3]}), ValueError, ["WholeStep.weights_s", "2 samples"]),
 ])

@@ -39,7 +39,8 @@ def _notebook() -> memory.NotebookMemory:
 
 
 def _step_row(g: int = 4) -> decode_step.StepRow:
-    return decode_step.StepRow(1, 8, g, 1000, 100 * g, [1e-3, 2e-3])
+    sizes = decode_step.decoder_bytes(64, 4, g, 1, context=8, batch=1, mlp_ratio=4)  # _whole_step's
+    return decode_step.StepRow(1, 8, g, *sizes, [1e-3, 2e-3])
 
 
 def _whole_step() -> decode_step.WholeStep:
@@ -48,7 +49,7 @@ def _whole_step() -> decode_step.WholeStep:
 
 
 def _decode_row(g: int = 4) -> gqa_speed.DecodeRow:
-    return gqa_speed.DecodeRow(g, 1024 * g, {"course": [2e-3, 3e-3, 2e-3]})
+    return gqa_speed.DecodeRow(g, 16384 * g, {"course": [2e-3, 3e-3, 2e-3]})
 
 
 def _decode_bench() -> gqa_speed.DecodeBench:

@@ -56,7 +56,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
-from ..attention.gqa import grouped_query_attention
+from ..attention.gqa import grouped_query_attention, kv_cache_bytes
 from ..attention.validation import (
     check_callable,
     check_distinct,
@@ -94,6 +94,7 @@ __all__ = [
     "release_freed_memory",
     "SmallDecoder",
     "check_decoder_fits",
+    "decoder_bytes",
     "StepRow",
     "WholeStep",
     "bench_whole_step",
@@ -424,6 +425,18 @@ def _attend_course(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return grouped_query_attention(q, k, v)[0]
 
 
+def decoder_bytes(d_model: int, num_heads: int, num_kv_heads: int, num_layers: int, *, context: int,
+                  batch: int, mlp_ratio: int, weight_element: int = 4) -> tuple[int, int]:
+    """``(weight bytes, cache bytes)`` of a :class:`SmallDecoder` (the bytes one step reads): per
+    layer ``d x ((h + 2g) dk + d + 2 mlp d)`` weights of ``weight_element`` bytes each, and a
+    float32 cache of K and V of ``context + 1`` positions (:func:`~course_utils.attention.gqa.
+    kv_cache_bytes`). The sizes are ints >= 1 (the caller checks them)."""
+    d_head = d_model // num_heads
+    weights = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * d_head + d_model
+                                      + 2 * mlp_ratio * d_model) * weight_element
+    return weights, kv_cache_bytes(num_layers, batch, num_kv_heads, d_head, context + 1, 4)
+
+
 def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_layers: int, *,
                        context: int, batch: int, mlp_ratio: int = 4,
                        names: tuple[str, str] | None = None) -> None:
@@ -445,14 +458,13 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
     weights_grow = {k: sizes[k] for k in ("d_model", "num_kv_heads", "num_layers", "mlp_ratio")}
     cache_grow = {k: sizes[k] for k in ("context", "batch", "num_layers", "num_kv_heads", "d_model")}
     blamed = (None, None) if names is None else tuple(names)
-    # the weights are drawn in float32 first: d_model x ((h + 2g) dk + d + 2 mlp d) per layer
-    weight_bytes = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * (d_model // num_heads)
-                                           + d_model + 2 * mlp_ratio * d_model) * 4
+    # the weights are drawn in float32 first
+    weight_bytes, cache_bytes = decoder_bytes(d_model, num_heads, num_kv_heads, num_layers, context=context,
+                                              batch=batch, mlp_ratio=mlp_ratio)
     check_fits_in_memory(weight_bytes, blamed[0], f"float32 weights of {num_layers} layers of "
                                                   f"width {d_model}: {weight_bytes:,} bytes",
                          sizes=weights_grow)
     dk_ = d_model // num_heads
-    cache_bytes = 2 * num_layers * batch * num_kv_heads * (context + 1) * dk_ * 4
     check_fits_in_memory(cache_bytes, blamed[1], f"a float32 cache of {batch} x {context + 1} positions x "
                          f"{num_layers} layers x {num_kv_heads} K/V heads of width {dk_}, K and V",
                          sizes=cache_grow)
@@ -649,8 +661,9 @@ class WholeStep:
         """Sizes, counts and ``threads`` >= 1 and every time > 0 (they are divided by); then the
         rows agree with one another, as the methods read them: one row per ``(batch, context,
         g)``, each ``g`` a divisor of ``num_heads``, every shape with its ``g = num_heads`` row (the
-        MHA baseline of its speed-ups) and one sample count (they are paired repeat by repeat), and
-        ``weights_s`` only for shapes that have rows."""
+        MHA baseline of its speed-ups) and one sample count (they are paired repeat by repeat), each
+        row's bytes those :func:`decoder_bytes` gives for these sizes, and ``weights_s`` only for
+        shapes that have rows."""
         freeze_fields(self)
         check_record(self, nonempty=("rows", "read_s"),  # its methods take min() of them
                      positive=("d_model", "num_heads", "num_layers", "mlp_ratio", "threads", "read_s",
@@ -666,11 +679,29 @@ class WholeStep:
                 raise ValueError(f"WholeStep.rows of batch={shape[0]}, context={shape[1]} must include "
                                  f"g={self.num_heads} (the MHA baseline) and have one sample count, got "
                                  f"g -> samples {counts}")
+        self._check_bytes()
         stray = [shape for shape in self.weights_s if shape not in self.shapes()]
         if stray:
             raise ValueError(f"WholeStep.weights_s must time only shapes that have rows {self.shapes()}, "
                              f"got {stray}")
         self._check_weights_timed()
+
+    def _check_bytes(self) -> None:
+        """Every row's ``weight_bytes`` and ``cache_bytes`` are :func:`decoder_bytes` of this run's
+        sizes (``weight_dtype``'s element) and the row's batch, context and ``g``: what its
+        :class:`SmallDecoder` reads, and what the byte bound and GB/s divide by."""
+        element = torch.empty((), dtype=self.weight_dtype).element_size()
+        for r in self.rows:
+            wanted = decoder_bytes(self.d_model, self.num_heads, r.num_kv_heads, self.num_layers,
+                                   context=r.context, batch=r.batch, mlp_ratio=self.mlp_ratio,
+                                   weight_element=element)
+            if (r.weight_bytes, r.cache_bytes) != wanted:
+                raise ValueError(f"WholeStep.rows[batch={r.batch}, context={r.context}, g={r.num_kv_heads}] "
+                                 f"must read weight_bytes={wanted[0]} and cache_bytes={wanted[1]} "
+                                 f"(decoder_bytes of d_model={self.d_model}, num_heads={self.num_heads}, "
+                                 f"num_layers={self.num_layers}, mlp_ratio={self.mlp_ratio}, "
+                                 f"{self.weight_dtype}), got weight_bytes={r.weight_bytes}, "
+                                 f"cache_bytes={r.cache_bytes}")
 
     def _check_weights_timed(self) -> None:
         """``weights_s`` is empty (not timed) or times every shape, as many repeats as its rows
@@ -733,10 +764,15 @@ class WholeStep:
 
     def read_share(self, row: StepRow) -> float:
         """The step's best GB/s as a share of the read-only bandwidth (1 = the roofline); ``row``
-        is a :class:`StepRow` (one of :attr:`rows`, or :meth:`row`'s)."""
+        is a :class:`StepRow` (one of :attr:`rows`, or :meth:`row`'s): a row of another result was
+        timed against another probe, so its share of this one's bandwidth would mean nothing."""
         if not isinstance(row, StepRow):
             raise TypeError(f"row must be a StepRow (one of WholeStep.rows, or WholeStep.row(batch, "
                             f"context, g)), got {type(row).__name__} {row!r:.60}")
+        if row not in self.rows:
+            raise ValueError(f"row must be one of this result's rows (WholeStep.rows, or WholeStep.row("
+                             f"batch, context, g)), got a StepRow of batch={row.batch}, context="
+                             f"{row.context}, g={row.num_kv_heads} that is not among them")
         return row.gb_per_s() / self.read_gb_per_s
 
     def noise_warnings(self) -> list[str]:

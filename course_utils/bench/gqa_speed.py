@@ -64,7 +64,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
-from ..attention.gqa import grouped_query_attention
+from ..attention.gqa import grouped_query_attention, kv_cache_bytes
 from ..attention.validation import (
     check_device,
     check_distinct,
@@ -102,6 +102,7 @@ from .timing import (
 
 __all__ = [
     "SHARING_METHODS",
+    "ELEMENT_SIZES",
     "DecodeRow",
     "DecodeBench",
     "make_kv_caches",
@@ -167,6 +168,11 @@ def _fused_unavailable(d_head: int, device: torch.device, dtype: torch.dtype) ->
                 f"here {str(dtype).removeprefix('torch.')} on {device.type}, width {d_head})")
     reason = fused_decode_status()
     return None if reason is None else f"fused: not run ({reason})"
+
+
+#: Bytes per element of the floating dtypes (float8 variants, float16/bfloat16, float32, float64):
+#: the element sizes a :class:`DecodeBench`'s cache can have.
+ELEMENT_SIZES: tuple[int, ...] = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -241,7 +247,9 @@ class DecodeBench:
         ``num_heads``, one of them ``num_heads`` itself (the MHA baseline), each timing the same
         methods, ``course`` among them, with one sample per repeat (as many as ``sdpa_mha_s``:
         speed-ups pair them repeat by repeat); a probe or copy timed has its bytes and one sample per
-        repeat (timed in the same run), and a copy sized (``copy_bytes`` > 0) was timed."""
+        repeat (timed in the same run), a copy sized (``copy_bytes`` > 0) was timed, and every row's
+        ``cache_bytes`` is what :func:`~course_utils.attention.gqa.kv_cache_bytes` gives for these sizes
+        and its ``g`` in one element size."""
         freeze_fields(self)
         check_record(self, nonempty=("rows", "sdpa_mha_s"),  # mha, format take them
                      positive=("num_heads", "d_head", "context", "num_layers", "batch", "threads",
@@ -271,6 +279,24 @@ class DecodeBench:
         if self.copy_bytes and not self.copy_s:  # bench_decode times the copy it sizes
             raise ValueError(f"DecodeBench.copy_s must hold the copy's times when copy_bytes="
                              f"{self.copy_bytes} (0 when no copy was timed), got []")
+        self._check_cache_bytes()
+
+    def _check_cache_bytes(self) -> None:
+        """Every row's ``cache_bytes`` is :func:`~course_utils.attention.gqa.kv_cache_bytes` of this
+        run's sizes and its ``g``, with one element size for all rows (bench_decode's one ``dtype``,
+        which the record does not keep: a floating dtype's bytes, one of :data:`ELEMENT_SIZES`)."""
+        sizes = [(r.num_kv_heads, r.cache_bytes, kv_cache_bytes(self.num_layers, self.batch, r.num_kv_heads,
+                                                                self.d_head, self.context, 1))
+                 for r in self.rows]
+        elements = {cache // per_element if cache % per_element == 0 else None
+                    for _, cache, per_element in sizes}
+        if len(elements) != 1 or elements - set(ELEMENT_SIZES):
+            got = {f"g={g}": cache for g, cache, _ in sizes}
+            wanted = {f"g={g}": f"{per_element} x element size" for g, _, per_element in sizes}
+            raise ValueError(f"DecodeBench.rows' cache_bytes must be kv_cache_bytes(num_layers, batch, g, "
+                             f"d_head, context) = 2 x {self.num_layers} x {self.batch} x g x {self.d_head} x "
+                             f"{self.context} x one element size of {list(ELEMENT_SIZES)} for every row "
+                             f"({wanted}), got {got}")
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         """The row of ``g = num_kv_heads`` (an int; a ValueError naming the measured g if none)."""
@@ -434,7 +460,7 @@ def make_kv_caches(
     seed = check_seed(seed)  # before torch.manual_seed: a bool, float or str is named here
     itemsize = torch.empty((), dtype=dtype).element_size()
     # at least the MHA cache (the caches of the other g are views of it when batch = 1)
-    num_bytes = 2 * num_layers * batch * num_heads * context * d_head * itemsize
+    num_bytes = kv_cache_bytes(num_layers, batch, num_heads, d_head, context, itemsize)
     check_fits_in_memory(num_bytes, None, f"{num_layers} layers of keys and values in {dtype}: "
                                           f"{num_bytes:,} bytes",
                          sizes={"num_layers": num_layers, "batch": batch, "num_heads": num_heads,
@@ -552,7 +578,7 @@ def bench_decode(
     if device.type == "cpu":
         release_freed_memory()  # the caches are gone: give their memory back
     element = torch.tensor([], dtype=dtype).element_size()
-    rows = [DecodeRow(g, 2 * num_layers * batch * g * context * d_head * element,
+    rows = [DecodeRow(g, kv_cache_bytes(num_layers, batch, g, d_head, context, element),
                       {m: samples[(m, g)] for m in methods}) for g in groups]
     return DecodeBench(num_heads, d_head, context, num_layers, batch, threads, rows,
                        samples[("sdpa", num_heads)], samples.get(("copy", 0), []),

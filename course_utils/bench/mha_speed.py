@@ -112,7 +112,7 @@ def lesson_implementations(
     check_head_dims(d_model, num_heads)
     check_device(device, "device")
     check_float_dtype(dtype, "dtype")
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     # three copies of the weights (torch's module, the course's, the step-by-step one), refused
     # before allocating when they would not fit
     check_linear_weights_fit(d_model, (3 * d_model, d_model) * 3, dtype=dtype)
@@ -183,7 +183,7 @@ def bench_mha(
     check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
     check_attention_fits(batch, seq_len, d_model, num_heads)
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
             or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
@@ -374,7 +374,8 @@ class DeviceComparison:
 
     def _check_consistent(self) -> None:
         """One Timing per function, nn.MultiheadAttention among them (report's baseline), a max |diff|
-        only for a timed function, and each ``agree`` what its max |diff| and :attr:`atol` say."""
+        only for a timed function, no timed function among ``skipped`` (one that did not run), and
+        each ``agree`` what its max |diff| and :attr:`atol` say."""
         names = check_distinct([t.name for t in self.timings], "DeviceComparison.timings' names",
                                "names (one Timing per function)")
         if "nn.MultiheadAttention" not in names:
@@ -384,6 +385,10 @@ class DeviceComparison:
         if untimed:
             raise ValueError(f"DeviceComparison.max_abs_diff names {untimed[0]!r}, which is not one of the "
                              f"timings' names {names}")
+        timed_and_skipped = [n for n in self.skipped if n in names]
+        if timed_and_skipped:
+            raise ValueError(f"DeviceComparison.skipped names {timed_and_skipped[0]!r}, which is also "
+                             f"one of the timings' names {names} (a skipped function did not run)")
         for name, diff in self.max_abs_diff.items():
             # only a clear contradiction: a diff within rounding of atol may read either way
             if self.agree[name] and not diff <= self.atol * (1 + 1e-9) or \
@@ -436,7 +441,7 @@ def compare_on_device(
     check_head_dims(d_model, num_heads)
     check_attention_fits(batch, seq_len, d_model, num_heads)  # the float32 reference runs on the CPU
     check_round_counts(repeats)
-    check_seed(seed)
+    seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     gen = torch.Generator().manual_seed(seed)
     x_cpu = torch.randn(batch, seq_len, d_model, generator=gen)  # (B, T, d) float32
     x = x_cpu.to(device, dtype)

@@ -188,12 +188,14 @@ def clock_elapsed(start: object, end: object, around: str) -> float:
     """``end - start``: two readings of a timing's ``clock`` around ``around`` (what was timed,
     for the message), if both are numbers and the difference is finite and >= 0; else a
     ValueError naming ``clock`` and the two readings (a clock that runs backwards or returns
-    NaN would give meaningless samples)."""
-    elapsed = end - start if isinstance(end, int | float) and isinstance(start, int | float) else None
+    NaN would give meaningless samples). A bool is no reading (``True - 0.5`` would time 0.5 s)."""
+    readings = (start, end)
+    numbers_read = all(isinstance(r, int | float) and not isinstance(r, bool) for r in readings)
+    elapsed = end - start if numbers_read else None
     if elapsed is None or not (math.isfinite(elapsed) and elapsed >= 0):
-        raise ValueError(f"clock must return seconds that never decrease (a finite number), but "
-                         f"it read {start!r} then {end!r} around {around}; use time.perf_counter "
-                         "or time.thread_time")
+        raise ValueError(f"clock must return seconds that never decrease (a finite int or float, not a "
+                         f"bool), but it read {start!r} then {end!r} around {around}; use "
+                         "time.perf_counter or time.thread_time")
     return float(elapsed)
 
 
