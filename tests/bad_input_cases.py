@@ -21,6 +21,18 @@ def import_script(name: str) -> ModuleType:
     return __import__(name)
 
 
+def tiny_model(**change: object):
+    """The small seeded model the interp bad-input tests trace: a TinyTransformer with vocabulary
+    16, max_len 12, d_model 16, 2 heads and 2 layers (``change`` replaces any of them), in eval mode."""
+    import torch
+
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    config = {"vocab_size": 16, "max_len": 12, "d_model": 16, "num_heads": 2, "num_layers": 2} | change
+    return TinyTransformer(ModelConfig(**config)).eval()
+
+
 @dataclass
 class Case:
     """One bad call: ``call()`` must raise ``error`` with every one of ``words`` in its message

@@ -13,21 +13,18 @@ matplotlib.use("Agg")
 import ipywidgets  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from bad_input_cases import tiny_model  # noqa: E402
 
 from course_utils.interp import ablation, circuits, patching  # noqa: E402
 from course_utils.interp.heatmaps import plot_all_heads  # noqa: E402
 from course_utils.interp.scores import agreement_score  # noqa: E402
 from course_utils.interp.widgets import Explorer  # noqa: E402
-from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
 from course_utils.tasks.synthetic import AgreementTask  # noqa: E402
 
 V, MAX_LEN = 16, 12
 
 
-def _model(**change: int) -> TinyTransformer:
-    torch.manual_seed(0)
-    config = {"vocab_size": V, "max_len": MAX_LEN, "d_model": 16, "num_heads": 2, "num_layers": 2} | change
-    return TinyTransformer(ModelConfig(**config)).eval()
+_model = tiny_model  # vocabulary V, max_len MAX_LEN
 
 
 MODEL = _model()

@@ -13,20 +13,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from bad_input_cases import raises_naming  # noqa: E402
+from bad_input_cases import raises_naming, tiny_model  # noqa: E402
 
 from course_utils.interp import circuits, heatmaps  # noqa: E402
-from course_utils.model.transformer import ModelConfig, TinyTransformer  # noqa: E402
+from course_utils.model.transformer import ModelConfig  # noqa: E402
 
 V, MAX_LEN = 16, 12
 MAX = getattr(heatmaps, "MAX_POSITIONS", 512)  # the limits plot_head states
 LABELLED = getattr(heatmaps, "MAX_LABELLED_POSITIONS", 64)
 
 
-def _model(**change: object) -> TinyTransformer:
-    torch.manual_seed(0)
-    config = {"vocab_size": V, "max_len": MAX_LEN, "d_model": 16, "num_heads": 2, "num_layers": 2} | change
-    return TinyTransformer(ModelConfig(**config)).eval()
+_model = tiny_model  # vocabulary V, max_len MAX_LEN
 
 
 MODEL = _model()
