@@ -240,7 +240,7 @@ def pip_sources_for_uv(listing: str) -> tuple[list[str], dict[str, str]]:
 def publish(args: list[str]) -> int:
     """Stamp every Colab/Binder badge and link from [tool.course] (see scripts/publish.py)."""
     return cli.call([str(_bin("python")), str(ROOT / "scripts" / "publish.py"), *args], "course.py publish",
-                    cwd=ROOT)
+                    cwd=ROOT, course_tool=True)
 
 
 def _test_path_args(args: list[str]) -> list[tuple[str, str]]:
@@ -389,12 +389,13 @@ def _main(argv: list[str]) -> int:
     if command == "release":  # convert the lessons in place, regenerate student/ and the table
         tools = ROOT / "scripts" / "nbgrader_tools.py"
         return cli.call([str(_bin("python")), str(tools), "release", *rest], "course.py release",
-                        cwd=ROOT, env=env)
+                        cwd=ROOT, env=env, course_tool=True)
     if command == "student-tree":  # the tree a class receives: student/, the package, no solutions
         tools = ROOT / "scripts" / "student_tree.py"
         if len(rest) == 1 and not rest[0].startswith("-"):  # OUT_DIR: relative to where you are,
             rest = [os.path.abspath(rest[0])]  # not to the repository the script runs in
-        return cli.call([str(_bin("python")), str(tools), *rest], "course.py student-tree", cwd=ROOT, env=env)
+        return cli.call([str(_bin("python")), str(tools), *rest], "course.py student-tree", cwd=ROOT, env=env,
+                        course_tool=True)
     if command == "lab":
         env.pop("MPLBACKEND")
         args = list(rest)

@@ -209,7 +209,9 @@ def stop_at_once(prog: str) -> None:
     there and delivered here, once the handlers are set (battery 21). A signal earlier still, while
     the interpreter itself starts (its ``site`` and ``.pth`` files), comes before any handler of
     the course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
-    written by then either."""
+    written by then either; except for a tool started by :func:`call` with ``course_tool=True``
+    (``course.py``'s commands): it starts with the stop signals held, and they are let through
+    here, once the handlers are set."""
     _check_prog(prog)
     def stop(signum: int, frame: object) -> None:
         _ignore_more()
@@ -228,6 +230,8 @@ def stop_at_once(prog: str) -> None:
             signal.signal(sig, stop)
         if _held:
             signal.raise_signal(_held.pop())
+        if hasattr(signal, "pthread_sigmask"):  # held by call(..., course_tool=True) while we started
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def raise_interrupted(signum: int, frame: object) -> None:
@@ -366,7 +370,8 @@ def _report(prog: str, exc: Interrupted) -> int:
     return 128 + exc.signum
 
 
-def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, **kwargs) -> int:
+def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *,
+         course_tool: bool = False, **kwargs) -> int:
     """Run a child tool (``subprocess.Popen(command, **kwargs)``) and return its exit status. The
     signals in ``relay`` sent to this process are passed on to the child (on Windows, Ctrl-C reaches
     the child's console itself), which stops with its own one line and status 128 + the signal's
@@ -376,7 +381,13 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     A child killed by any other signal gives 128 + its number too (an exit status :func:`run`
     accepts), not Popen's negative number. A child that stops cleanly on a relayed signal and exits
     0 (JupyterLab does on SIGTERM) still gives 128 + the signal's number: the command was stopped,
-    it did not finish (``course.py lab`` exited 0 after ``kill PID``: battery 19, G7)."""
+    it did not finish (``course.py lab`` exited 0 after ``kill PID``: battery 19, G7).
+
+    ``course_tool=True`` says the child is one of the course's tools, which calls
+    :func:`stop_at_once` first thing: it is started with the stop signals blocked (a signal mask
+    survives exec), so that a Ctrl-C while its interpreter starts waits until its handlers are
+    set and then ends it with its one line (it raised Python's KeyboardInterrupt traceback inside
+    ``site``'s start-up: battery 21). Any other child would never unblock them: leave it False."""
     if not words(command, "command", none_reads_sys_argv=False):
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
@@ -384,9 +395,19 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
                         f"{type(relay).__name__} {relay!r:.60}")
     relay = tuple(_stop_signal(sig, "relay") for sig in relay)
     _check_prog(prog)
+    if type(course_tool) is not bool:
+        raise TypeError(f"course_tool must be a bool (True: the child calls stop_at_once), got "
+                        f"{type(course_tool).__name__} {course_tool!r:.60}")
+    held = course_tool and hasattr(signal, "pthread_sigmask")  # not on Windows
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if held else None
     try:
         child = subprocess.Popen(command, **kwargs)
-    except OSError as err:  # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
+    except BaseException as err:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if not isinstance(err, OSError):
+            raise
+        # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
         cwd = kwargs.get("cwd")
         if cwd is not None and not os.path.isdir(cwd):  # not the program's fault (battery 16)
             raise type(err)(err.errno, f"cwd: {prog} cannot run {command[0]!r} in {os.fsdecode(cwd)!r}: "
@@ -410,6 +431,8 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
                 pass
 
     previous = {sig: signal.signal(sig, relayed) for sig in STOP_SIGNALS} if _main_thread() else {}
+    if held:  # a signal that came meanwhile is relayed now: the child holds it until it is ready
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         code = child.wait()
     finally:
