@@ -164,15 +164,16 @@ def ensure_environment() -> None:
             sys.exit(f"Cannot make the course's virtual environment: {problem}.")
         print(f"Creating a virtual environment in {VENV.name}/ ...", flush=True)
         cli.leaving(f"{VENV} was left half-made; the next python3 course.py makes it again")
-        try:
-            venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+        try:  # pip comes from ensurepip in a process group of our own: stopped, nothing of it goes on
+            venv.EnvBuilder(with_pip=False, clear=True).create(VENV)  # writing into what we removed
+            cli.run_in_group([str(_bin("python")), "-Im", "ensurepip", "--upgrade", "--default-pip"])
         except Exception as exc:  # e.g. Debian/Ubuntu without python3-venv, a read-only folder
             removed = VENV.is_dir() and not VENV.is_symlink() and venv_folder_problem(VENV) is None
             if removed:  # a half-made .venv would look usable next time
                 shutil.rmtree(VENV, ignore_errors=True)
             said = getattr(exc, "output", None) or getattr(exc, "stderr", None) or ""
             said = said.decode(errors="replace") if isinstance(said, bytes) else str(said)
-            cause = (said.strip().splitlines() or [str(exc)])[-1]
+            cause = (said.strip().splitlines() or [_failure(exc)])[-1]
             where = f"COURSE_VENV={VENV}" if os.environ.get("COURSE_VENV") else f"{VENV.name}/"
             advice = ("On Debian or Ubuntu, install the venv module first: sudo apt install python3-venv"
                       if isinstance(exc, subprocess.CalledProcessError) or "ensurepip" in cause
@@ -186,10 +187,23 @@ def ensure_environment() -> None:
     if os.environ.get("COURSE_TORCH_INDEX_URL"):
         wanted += ["--extra-index-url", os.environ["COURSE_TORCH_INDEX_URL"]]
     if os.environ.get("COURSE_INSTALLER", "uv") == "pip" or not _install_with_uv(wanted):
-        subprocess.run([str(_bin("python")), "-m", "pip", "install", "--disable-pip-version-check",
-                        *wanted], check=True)
+        try:
+            cli.run_in_group([str(_bin("python")), "-m", "pip", "install", "--disable-pip-version-check",
+                              *wanted])
+        except subprocess.CalledProcessError as exc:  # pip said why above; a traceback would add nothing
+            sys.exit(f"Could not install the course's packages into {VENV} ({_failure(exc)}); the next "
+                     "python3 course.py installs them again")
     STAMP.write_text(_fingerprint())
     cli.leaving(f"the course's packages were installed in {VENV}")
+
+
+def _failure(exc: Exception) -> str:
+    """What a failed step says: for a child that exited non-zero, its program, module and status
+    (its own output is already on the terminal above), else the exception's text."""
+    if isinstance(exc, subprocess.CalledProcessError):
+        what = " ".join(Path(exc.cmd[0]).name if i == 0 else word for i, word in enumerate(exc.cmd[:4]))
+        return f"{what} ... exited with status {exc.returncode}; its output is above"
+    return str(exc)
 
 
 def _install_with_uv(wanted: list[str]) -> bool:
@@ -204,8 +218,8 @@ def _install_with_uv(wanted: list[str]) -> bool:
                "--index-strategy", "unsafe-best-match",  # pip's rule: the best version on any index
                "--compile-bytecode",  # as pip does: else, with PYTHONDONTWRITEBYTECODE=1 (as on CI),
                *sources, *wanted]  # every process compiles torch again (import 9.4 s, not 4.1 s)
-    for cmd in (get_uv, install):
-        if subprocess.run(cmd, env=dict(os.environ, **env)).returncode != 0:
+    for cmd in (get_uv, install):  # in a group of their own, as pip: see ensure_environment
+        if cli.run_in_group(cmd, check=False, env=dict(os.environ, **env)) != 0:
             print("uv could not install the packages; installing with pip instead (slower) ...", flush=True)
             return False
     return True

@@ -31,7 +31,8 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -447,6 +448,53 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     if code == 0 and received:  # it stopped as asked, with status 0: report the stop signal
         return 128 + received[0]
     return 128 - code if code < 0 else code  # killed by another signal: 128 + its number, as a shell
+
+
+def run_in_group(command: Sequence[str], *, check: bool = True, patience: float = 10.0, **kwargs) -> int:
+    """Run ``command`` (``subprocess.Popen(command, start_new_session=True, **kwargs)``) in a
+    process group of its own, wait for it and return its exit status (a non-zero one raises
+    :class:`subprocess.CalledProcessError` when ``check``). Interrupted meanwhile (a signal that
+    :func:`run` turns into :class:`Interrupted`, or Ctrl-C's KeyboardInterrupt), the whole group
+    is SIGKILLed and waited for (up to ``patience`` seconds) before the interruption goes on.
+
+    For installers: venv's ensurepip and pip start children of their own, and such a grandchild
+    went on writing into a folder after the tool had removed it and said so (battery 21). In its
+    own group, a terminal's Ctrl-C reaches only this process, which stops the group itself."""
+    command = words(command, "command", none_reads_sys_argv=False)
+    if not command:
+        raise ValueError("command must hold at least the program to run, got []")
+    if type(check) is not bool:
+        raise TypeError(f"check must be a bool, got {type(check).__name__} {check!r:.60}")
+    if isinstance(patience, bool) or not isinstance(patience, (int, float)) \
+            or not 0 <= patience < float("inf"):
+        raise ValueError(f"patience must be a finite number of seconds >= 0, got "
+                         f"{type(patience).__name__} {patience!r:.60}")
+    child = subprocess.Popen(command, start_new_session=True, **kwargs)
+    try:
+        code = child.wait()
+    except BaseException:
+        _kill_group(child, patience)
+        raise
+    if code and check:
+        raise subprocess.CalledProcessError(code, command)
+    return code
+
+
+def _kill_group(child: subprocess.Popen, patience: float) -> None:
+    """SIGKILL ``child``'s process group, reap ``child``, then wait (up to ``patience`` seconds)
+    until no member of the group is left; a killed grandchild is reaped by init, not by us."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(child.pid, 0)
+        except (ProcessLookupError, PermissionError):  # PermissionError: a member changed its user,
+            return  # it was killed all the same
+        time.sleep(0.05)
 
 
 def run_kernel(work, message: str):

@@ -40,9 +40,7 @@ import argparse  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
 if sys.version_info >= (3, 11):
@@ -159,53 +157,18 @@ def _check_venv(env_dir: Path) -> None:
         raise InputError(f"{problem}.")
 
 
-def _run_in_group(cmd: Sequence[str]) -> None:
-    """Run ``cmd`` in a process group of its own and wait for it (a non-zero status raises
-    :class:`subprocess.CalledProcessError`). Interrupted meanwhile (Ctrl-C, SIGTERM), the whole
-    group is killed and waited for before the interruption goes on: venv's ensurepip and pip start
-    children of their own, and such a grandchild went on writing into a new ``--venv`` folder
-    after it had been removed and reported so (battery 21, b21b group 2)."""
-    child = subprocess.Popen(list(cmd), start_new_session=True)  # Ctrl-C in a terminal: we stop it
-    try:
-        code = child.wait()
-    except BaseException:
-        _kill_group(child)
-        raise
-    if code:
-        raise subprocess.CalledProcessError(code, list(cmd))
-
-
-def _kill_group(child: subprocess.Popen, patience: float = 10.0) -> None:
-    """SIGKILL ``child``'s process group, reap ``child``, then wait (up to ``patience`` seconds)
-    until no member of the group is left; a killed grandchild is reaped by init, not by us."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    child.wait()
-    deadline = time.monotonic() + patience
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(child.pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:  # a member changed its user: it was killed all the same
-            return
-        time.sleep(0.05)
-
-
 def _install(env_dir: Path, root: Path, floor: str | None, build: Sequence[str] = ()) -> str:
     """Make the environment at ``env_dir`` (if it has no python yet), install ``build`` (the
     project's build requirements) and the course into it (at the floors when ``floor`` is
     given, else the newest releases); return its versions line."""
     python = env_dir / "bin" / "python"
     if not python.exists():  # venv as a child, not in this process: its pip grandchild is then ours to stop
-        _run_in_group([sys.executable, "-m", "venv", "--clear", str(env_dir)])
+        _cli().run_in_group([sys.executable, "-m", "venv", "--clear", str(env_dir)])
     if build:
         cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *build]
         cmd += [] if floor is not None else ["--upgrade"]
         print("$", " ".join(cmd), flush=True)
-        _run_in_group(cmd)
+        _cli().run_in_group(cmd)
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-e", f"{root}[dev,lab]"]
     if floor is not None:
         constraints = env_dir / "constraints-floor.txt"
@@ -214,7 +177,7 @@ def _install(env_dir: Path, root: Path, floor: str | None, build: Sequence[str] 
     else:
         cmd += ["--upgrade", "--upgrade-strategy", "eager"]
     print("$", " ".join(cmd), flush=True)
-    _run_in_group(cmd)
+    _cli().run_in_group(cmd)
     return subprocess.run([str(python), "-c", "import importlib.metadata as m; print(', '.join("
                            "f'{n} {m.version(n)}' for n in ['torch', 'numpy', 'pandas', 'matplotlib', "
                            "'seaborn', 'ipywidgets', 'safetensors', 'tqdm']))"],

@@ -21,6 +21,17 @@ def import_script(name: str) -> ModuleType:
     return __import__(name)
 
 
+def load_course() -> ModuleType:
+    """course.py, loaded afresh by its path (it is no package module): each call gives a new copy,
+    so one test file's monkeypatching of its globals never reaches another's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_under_test", SCRIPTS.parent / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny_model(**change: object):
     """The small seeded model the interp bad-input tests trace: a TinyTransformer with vocabulary
     16, max_len 12, d_model 16, 2 heads and 2 layers (``change`` replaces any of them), in eval mode."""

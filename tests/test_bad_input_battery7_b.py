@@ -325,7 +325,7 @@ def test_version_matrix_names_a_venv_folder_it_cannot_write(venv, monkeypatch, c
     def refuse(*args, **kwargs):
         raise AssertionError("version_matrix.py went on to create a venv or run pip")
 
-    monkeypatch.setattr(version_matrix, "_run_in_group", refuse)  # venv and pip both run through it
+    monkeypatch.setattr(version_matrix._cli(), "run_in_group", refuse)  # venv and pip both run through it
     monkeypatch.setattr(version_matrix.subprocess, "run", refuse)
     assert version_matrix.main(["floor", "--venv", venv]) == 2
     err = capsys.readouterr().err
@@ -343,7 +343,7 @@ def test_version_matrix_reports_a_failed_install_on_one_line(tmp_path, monkeypat
     def disk_full(cmd):  # the venv is made first, in a child (battery 21)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(cmd[-1]))
 
-    monkeypatch.setattr(version_matrix, "_run_in_group", disk_full)
+    monkeypatch.setattr(version_matrix._cli(), "run_in_group", disk_full)
     assert version_matrix.main(["newest", "--venv", str(tmp_path / "env")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot prepare the environment" in err and "No space left" in err

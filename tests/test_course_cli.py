@@ -321,7 +321,7 @@ def no_venv(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("version_matrix.py went on to create a venv or run pip")
 
-    monkeypatch.setattr(version_matrix, "_run_in_group", refuse)  # venv and pip both run through it
+    monkeypatch.setattr(version_matrix._cli(), "run_in_group", refuse)  # venv and pip both run through it
     monkeypatch.setattr(version_matrix.subprocess, "run", refuse)
     monkeypatch.setattr(version_matrix.subprocess, "call", refuse)
 
@@ -415,7 +415,7 @@ def test_version_matrix_installs_the_build_requirements_first(tmp_path, monkeypa
         ran.append([str(c) for c in cmd])
         return subprocess.CompletedProcess(cmd, 0, stdout="torch 0\n", stderr="")
 
-    monkeypatch.setattr(version_matrix, "_run_in_group", run)  # venv and pip run through it (battery 21)
+    monkeypatch.setattr(version_matrix._cli(), "run_in_group", run)  # venv and pip run through it
     monkeypatch.setattr(version_matrix.subprocess, "run", run)
     monkeypatch.setattr(version_matrix.subprocess, "call", lambda cmd, **kwargs: ran.append(cmd) or 0)
     assert version_matrix.main([which, "--venv", str(env)]) == 0
@@ -434,7 +434,7 @@ def test_version_matrix_floor_constraints_of_the_real_project():
 def test_version_matrix_passes_what_follows_the_double_dash_to_pytest(tmp_path, monkeypatch):
     """`newest --venv DIR -- ARGS`, as its docstring writes it, reaches pytest with ARGS."""
     calls = []
-    monkeypatch.setattr(version_matrix, "_run_in_group", lambda cmd: calls.append(cmd))  # venv and pip
+    monkeypatch.setattr(version_matrix._cli(), "run_in_group", lambda cmd: calls.append(cmd))  # venv, pip
     monkeypatch.setattr(version_matrix.subprocess, "run", lambda cmd, **kw: calls.append(cmd)
                         or subprocess.CompletedProcess(cmd, 0, "", ""))
     monkeypatch.setattr(version_matrix.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)

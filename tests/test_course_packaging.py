@@ -264,17 +264,16 @@ def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp
     monkeypatch.setattr(course, "_venv_is_usable", lambda: True)
     ran = []
 
-    class Done:
-        def __init__(self, code):
-            self.returncode = code
+    def pip_config(cmd, **kwargs):
+        assert cmd[:4] == [str(course._bin("python")), "-m", "pip", "config"], cmd
+        return type("Out", (), {"returncode": 0, "stdout": ""})()
 
-    def fake_run(cmd, **kwargs):
+    def in_group(cmd, check=True, **kwargs):  # the installers run in a process group of their own
         ran.append(cmd)
-        if cmd[:4] == [str(course._bin("python")), "-m", "pip", "config"]:
-            return type("Out", (), {"returncode": 0, "stdout": ""})()
-        return Done(1 if "uv" in Path(cmd[0]).name else 0)  # uv itself fails
+        return 1 if "uv" in Path(cmd[0]).name else 0  # uv itself fails
 
-    monkeypatch.setattr(course.subprocess, "run", fake_run)
+    monkeypatch.setattr(course.subprocess, "run", pip_config)
+    monkeypatch.setattr(course.cli, "run_in_group", in_group)
     course.ensure_environment()
     get_uv, uv_install, pip_install = ran[-3:]
     assert get_uv[-1] == "uv" and "--only-binary" in get_uv  # a wheel or nothing: never a Rust build
