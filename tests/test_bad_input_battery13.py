@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, assert_named
+from bad_input_cases import Case, assert_named, load_course
 
 from course_utils.bench import train_speed as TS
 from course_utils.model import train as TRN
@@ -346,19 +346,10 @@ def test_student_tree_inside_the_repository_is_refused():
 
 
 # -- b13: `course.py test 'a\x01b'` (a bare word, no such path) ran the whole collection ------------
-def _course():
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("course_cli13", Path(__file__).resolve().parent.parent
-                                                  / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_course_test_refuses_a_bare_word_that_is_no_path(capsys):
-    course = _course()
+    course = load_course()
     assert course.missing_test_paths(["a\x01b"]) == ["a\x01b"]
     assert course.missing_test_paths(["tests", "--maxfail", "3", "-p", "no:cacheprovider"]) == []  # control
     assert course._main(["test", "a\x01b"]) == 2

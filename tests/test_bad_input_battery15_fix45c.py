@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, assert_named
+from bad_input_cases import Case, assert_named, load_course
 
 from course_utils import cli, paths
 from course_utils.bench import decode_step, memory
@@ -188,17 +188,10 @@ def test_execute_refuses_a_wrong_timeout_by_name(argv, words):
 
 
 # -- course.py test refuses paths outside the repository before running anything -----------------
-def _course():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("course_fix45c", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_course_test_refuses_a_path_outside_the_repository(monkeypatch, capsys, tmp_path):
-    course = _course()
+    course = load_course()
 
     def refuse(*args, **kwargs):
         raise AssertionError("course.py went on to install or run something")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bad_input_cases import import_script
+from bad_input_cases import import_script, load_course
 
 from course_utils import cli
 
@@ -107,19 +107,11 @@ def test_student_tree_stops_before_the_rename_when_a_library_swallowed_the_signa
 
 # -- 2: course.py test '' is refused naming the empty path (it ran the whole quick suite) -------
 
-def _course():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("course_cli_fix48u", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.parametrize("args", [[""], ["tests/test_masks.py", ""], ["::test_x"], ["-x", "", "-q"]],
                          ids=repr)
 def test_course_test_refuses_an_empty_path(args, capsys, monkeypatch):
-    course = _course()
+    course = load_course()
     monkeypatch.setattr(course, "ensure_environment", lambda: pytest.fail("it went on past the checks"))
     assert course.main(["test", *args]) == 2
     err = capsys.readouterr().err

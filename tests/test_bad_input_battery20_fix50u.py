@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
 from pathlib import Path
 
 import pytest
-from bad_input_cases import import_script, raises_naming
+from bad_input_cases import import_script, load_course, raises_naming
 
 from course_utils import cli, env, paths
 
@@ -16,14 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 _script = import_script
-
-
-def _course():
-    """course.py, loaded by its path (it is no package module)."""
-    spec = importlib.util.spec_from_file_location("_course_fix50u", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # -- F2: the name label of pick_device and cli.words is checked, as check_seed's is -------------
@@ -103,13 +94,14 @@ def test_notebook_tools_output_folder_names_what_is_there(kind, words, tmp_path)
 @pytest.mark.parametrize("kind, words", _KINDS)
 def test_course_venv_folder_problem_names_what_is_there(kind, words, tmp_path):
     there = _not_a_folder(kind, tmp_path)
-    problem = _course().venv_folder_problem(there, "--venv")
+    problem = load_course().venv_folder_problem(there, "--venv")
     assert problem is not None and f"--venv {there} is {words}, not a folder" in problem, problem
 
 
 def test_a_regular_file_is_still_called_a_file(tmp_path):
     (tmp_path / "a_file").write_text("x")
-    assert "a_file is a file, not a folder" in _course().venv_folder_problem(tmp_path / "a_file", "--venv")
+    problem = load_course().venv_folder_problem(tmp_path / "a_file", "--venv")
+    assert "a_file is a file, not a folder" in problem
     raises_naming(_script("version_matrix").InputError, [f"{tmp_path / 'a_file'}: is a file, expected"],
                   lambda: _script("version_matrix")._check_venv(tmp_path / "a_file"))
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bad_input_cases import load_course
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,22 +126,13 @@ def test_exercise_answers_build_writes_nothing_when_a_later_store_is_no_file(mak
 
 # -- group 1: course.py checks pyproject.toml and constraints.txt before it reads them -----------------
 
-def _course():
-    """course.py, loaded by its path (it is no package module)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_course_fix51u", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.parametrize("name", ["pyproject.toml", "constraints.txt"])
 @pytest.mark.parametrize("make, words", [(lambda p: None, "missing"), (_folder, "a directory"),
                                          (_fifo, "a FIFO")])
 def test_course_names_an_input_that_is_no_file_before_reading_it(name, make, words, tmp_path,
                                                                  monkeypatch, capsys):
-    course = _course()
+    course = load_course()
     for other in course.INPUTS:
         if other != name:
             (tmp_path / other).write_text("")

@@ -6,7 +6,6 @@ Every case runs on temporary files; none installs, runs pytest or touches the re
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from bad_input_cases import load_course
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -24,15 +24,7 @@ import notebook_tools  # noqa: E402
 import publish  # noqa: E402
 import version_matrix  # noqa: E402
 
-
-def _load_course():
-    spec = importlib.util.spec_from_file_location("course_cli", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-course = _load_course()
+course = load_course()
 
 
 def _one_line(err: str, *words: str) -> None:

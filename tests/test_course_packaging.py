@@ -18,6 +18,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 import yaml
+from bad_input_cases import load_course
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
@@ -226,13 +227,6 @@ def test_installed_wheel_loads_a_checkpoint_and_the_worked_example(wheel, tmp_pa
 
 
 # -- course.py installs with uv from the sources pip is configured with ------------------
-def _course_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("course_script", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_uv_installs_from_where_pip_would():
@@ -245,7 +239,7 @@ def test_uv_installs_from_where_pip_would():
         "install.no-index='false'",
         "global.timeout='60'",  # not a package source: left out
     ])
-    course = _course_script()
+    course = load_course()
     args, env = course.pip_sources_for_uv(listing)
     assert args == ["--index-url", "https://index.example/simple",
                     "--extra-index-url", "file:///opt/pypi/simple",
@@ -258,7 +252,7 @@ def test_uv_installs_from_where_pip_would():
 
 def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp_path):
     assert re.search(r"^uv==[\d.]+ ", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
-    course = _course_script()
+    course = load_course()
     monkeypatch.setattr(course, "VENV", tmp_path)
     monkeypatch.setattr(course, "STAMP", tmp_path / "stamp")
     monkeypatch.setattr(course, "_venv_is_usable", lambda: True)
@@ -291,7 +285,7 @@ def test_uv_is_pinned_and_a_failed_uv_install_falls_back_to_pip(monkeypatch, tmp
 
 # -- course.py test: one worker per core, torch threads shared out, nothing oversubscribed --
 def test_workers_get_their_share_of_the_cores_as_torch_threads():
-    spread = _course_script().spread_over_cores
+    spread = load_course().spread_over_cores
     quick = ["-m", "not slow"]
     assert spread(quick, 2, {}) == (["-n", "2", "--dist", "loadfile", *quick], {"OMP_NUM_THREADS": "1"})
     assert spread(quick, 16, {"X": "y"}) == (["-n", "4", "--dist", "loadfile", *quick],
