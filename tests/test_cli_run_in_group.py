@@ -138,39 +138,34 @@ def test_course_setup_stopped_while_ensurepip_writes_leaves_nothing_writing(tmp_
             pass
 
 
-def test_a_failed_ensurepip_names_it_and_advises_python3_venv(tmp_path, monkeypatch):
+def _setup_message(monkeypatch, venv: Path, usable: bool) -> str:
+    """What course.ensure_environment exits with when every child it runs in a group fails (status
+    1), for a venv folder ``venv`` that is (``usable``) or is not made already."""
     course = load_course()
-    monkeypatch.setattr(course, "VENV", tmp_path / ".venv")
-    monkeypatch.setattr(course, "STAMP", tmp_path / "stamp")
-    monkeypatch.setattr(course, "_venv_is_usable", lambda: False)
+    monkeypatch.setattr(course, "VENV", venv)
+    monkeypatch.setattr(course, "STAMP", venv.parent / "stamp")
+    monkeypatch.setattr(course, "_venv_is_usable", lambda: usable)
     monkeypatch.delenv("COURSE_VENV", raising=False)
     monkeypatch.setattr(course.venv.EnvBuilder, "create", lambda self, env_dir: Path(env_dir).mkdir())
 
-    def no_ensurepip(cmd, **kwargs):
+    def fails(cmd, **kwargs):
         raise subprocess.CalledProcessError(1, cmd)
 
-    monkeypatch.setattr(course.cli, "run_in_group", no_ensurepip)
+    monkeypatch.setattr(course.cli, "run_in_group", fails)
     with pytest.raises(SystemExit) as exit_info:
         course.ensure_environment()
-    message = str(exit_info.value.code)
+    assert not (venv.parent / "stamp").exists()
+    return str(exit_info.value.code)
+
+
+def test_a_failed_ensurepip_names_it_and_advises_python3_venv(tmp_path, monkeypatch):
+    message = _setup_message(monkeypatch, tmp_path / ".venv", usable=False)
     assert "python -Im ensurepip" in message and "exited with status 1; its output is above" in message
     assert "python3-venv" in message and "removed" in message and not (tmp_path / ".venv").exists()
 
 
 def test_a_failed_pip_install_is_one_message_not_a_traceback(tmp_path, monkeypatch):
-    course = load_course()
-    monkeypatch.setattr(course, "VENV", tmp_path)
-    monkeypatch.setattr(course, "STAMP", tmp_path / "stamp")
-    monkeypatch.setattr(course, "_venv_is_usable", lambda: True)
     monkeypatch.setenv("COURSE_INSTALLER", "pip")
-
-    def pip_fails(cmd, **kwargs):
-        raise subprocess.CalledProcessError(1, cmd)
-
-    monkeypatch.setattr(course.cli, "run_in_group", pip_fails)
-    with pytest.raises(SystemExit) as exit_info:
-        course.ensure_environment()
-    message = str(exit_info.value.code)
+    message = _setup_message(monkeypatch, tmp_path, usable=True)
     assert "Could not install the course's packages" in message and "python -m pip install" in message
     assert "status 1" in message and "installs them again" in message
-    assert not (tmp_path / "stamp").exists()
