@@ -58,6 +58,7 @@ import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import venv  # noqa: E402
 
 COMMANDS = ("lab", "test", "setup", "release", "publish", "student-tree")
@@ -166,7 +167,7 @@ def ensure_environment() -> None:
         cli.leaving(f"{VENV} was left half-made; the next python3 course.py makes it again")
         try:  # pip comes from ensurepip in a process group of our own: stopped, nothing of it goes on
             venv.EnvBuilder(with_pip=False, clear=True).create(VENV)  # writing into what we removed
-            cli.run_in_group([str(_bin("python")), "-Im", "ensurepip", "--upgrade", "--default-pip"])
+            _ensurepip()
         except Exception as exc:  # e.g. Debian/Ubuntu without python3-venv, a read-only folder
             removed = VENV.is_dir() and not VENV.is_symlink() and venv_folder_problem(VENV) is None
             if removed:  # a half-made .venv would look usable next time
@@ -195,6 +196,18 @@ def ensure_environment() -> None:
                      "python3 course.py installs them again")
     STAMP.write_text(_fingerprint())
     cli.leaving(f"the course's packages were installed in {VENV}")
+
+
+def _ensurepip() -> None:
+    """Put pip into the new venv with ensurepip, in a process group of our own (see
+    cli.run_in_group); its output is kept, as venv keeps it, and a failure raises
+    CalledProcessError carrying it (the caller shows its last line)."""
+    command = [str(_bin("python")), "-Im", "ensurepip", "--upgrade", "--default-pip"]
+    with tempfile.TemporaryFile() as said:
+        code = cli.run_in_group(command, check=False, stdout=said, stderr=subprocess.STDOUT)
+        if code:
+            said.seek(0)
+            raise subprocess.CalledProcessError(code, command, output=said.read())
 
 
 def _failure(exc: Exception) -> str:
