@@ -353,7 +353,8 @@ def _check_probe_inputs(buffer: object, clock: object) -> None:
 def make_read_probe(buffer: Tensor, threads: int | None = None, *,
                     clock: Callable[[], float] | None = None) -> tuple[Callable[[], object], str]:
     """The read-only yardstick over ``buffer`` (contiguous float32 on the CPU): a function that
-    reads every byte once and writes nothing, and a phrase naming it.
+    reads every byte once and writes nothing (it keeps ``buffer`` alive, so it may be called after
+    the caller dropped its own reference), and a phrase naming it.
 
     Two sums race, each read :data:`PROBE_RACE_READS` times in turn over ``buffer`` (a buffer
     several times the last-level cache, read front to back, starts cold each time) and timed
@@ -384,7 +385,12 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     if not abs(got - expected) <= 1e-4 * max(1.0, abs(expected)):
         return torch_sum, f"torch.sum (the compiled sum gave {got:.6g}, torch {expected:.6g})"
     compiled = "compiled sum"
-    probes = {compiled: (lambda: fn(address, n, threads)), "torch.sum": torch_sum}
+
+    def compiled_sum() -> float:
+        # holds ``buffer`` itself, not only its address: the probe outlives the caller's reference
+        return fn(buffer.data_ptr(), n, threads)
+
+    probes = {compiled: compiled_sum, "torch.sum": torch_sum}
     best = _race(probes, clock_for(threads) if clock is None else clock)
     winner, loser = sorted(best, key=best.__getitem__)
     rate = {name: n * 4 / seconds / 1e9 if seconds > 0 else math.inf for name, seconds in best.items()}
