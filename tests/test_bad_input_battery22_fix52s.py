@@ -1,12 +1,15 @@
-"""Battery 22a (issue 38), fix pass S (bench): make_read_probe's probe keeps its buffer alive (1)."""
+"""Battery 22a (issue 38), fix pass S (bench): make_read_probe's probe keeps its buffer alive (1);
+decoder_bytes checks every size under its own name (4)."""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
+import numpy as np
 import pytest
 import torch
+from bad_input_cases import raises_naming
 
 from course_utils.bench import decode_step as DS
 
@@ -45,3 +48,45 @@ def test_make_read_probe_reads_the_right_sum_after_the_caller_dropped_the_buffer
     reuse = torch.full((1024,), 7.0)  # what would take the freed memory's place
     assert probe() == pytest.approx(expected)
     del reuse
+
+
+# -- 4: decoder_bytes checked nothing: mlp_ratio=-3 gave -49152 weight bytes, num_heads=0 a bare
+# ZeroDivisionError, a bad d_model or context was blamed on 'd_head' or 'seq_len' --------------
+_GOOD = {"d_model": 64, "num_heads": 4, "num_kv_heads": 2, "num_layers": 1, "context": 8, "batch": 1,
+         "mlp_ratio": 2, "weight_element": 4}
+_BAD = [(True, TypeError, "bool True"), (2.0, TypeError, "float 2.0"),
+        (np.float64(2.0), TypeError, "float64"), (torch.tensor(2), TypeError, "Tensor"),
+        ("3", TypeError, "str '3'"), (0, ValueError, "got 0"), (-3, ValueError, "got -3")]
+
+
+def _decoder_bytes(**change: object) -> tuple[int, int]:
+    sizes = _GOOD | change
+    positional = [sizes.pop(k) for k in ("d_model", "num_heads", "num_kv_heads", "num_layers")]
+    return DS.decoder_bytes(*positional, **sizes)
+
+
+@pytest.mark.parametrize("name", list(_GOOD))
+@pytest.mark.parametrize(("value", "error", "shown"), _BAD, ids=[repr(v) for v, _, _ in _BAD])
+def test_decoder_bytes_checks_each_size_under_its_own_name(name, value, error, shown) -> None:
+    message = raises_naming(error, [name, shown], lambda: _decoder_bytes(**{name: value}))
+    assert "d_head" not in message and "seq_len" not in message
+
+
+@pytest.mark.parametrize("d_model", [2, 66], ids=repr)
+def test_decoder_bytes_refuses_a_d_model_the_heads_do_not_divide(d_model) -> None:
+    # d_model=2, num_heads=4 was blamed on 'd_head', d_model=66 counted as 64 (a floored head width)
+    message = raises_naming(ValueError, ["d_model must be a multiple of num_heads", f"d_model={d_model}",
+                                         "num_heads=4"], lambda: _decoder_bytes(d_model=d_model))
+    assert "d_head" not in message
+
+
+def test_small_decoder_names_a_num_kv_heads_that_does_not_divide() -> None:
+    raises_naming(ValueError, ["num_kv_heads must divide num_heads", "num_heads=4", "num_kv_heads=3"],
+                  lambda: DS.SmallDecoder(64, 4, 3, 1, context=8, attention="course"))
+
+
+def test_decoder_bytes_still_counts_a_small_decoder_s_bytes() -> None:
+    decoder = DS.SmallDecoder(64, 4, 2, 1, context=8, batch=1, mlp_ratio=2, attention="course")
+    sizes = _decoder_bytes(d_model=np.int64(64), context=np.int32(8))  # NumPy ints are ints
+    assert sizes == (decoder.weight_bytes, decoder.cache_bytes)
+    assert all(type(n) is int for n in sizes)
