@@ -1,8 +1,9 @@
 """Battery 22a (issue 38), fix pass S (bench): make_read_probe's probe keeps its buffer alive (1);
-decoder_bytes checks every size under its own name (4)."""
+decoder_bytes checks every size under its own name (4); StageRow is frozen (8)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import weakref
 
@@ -12,6 +13,7 @@ import torch
 from bad_input_cases import raises_naming
 
 from course_utils.bench import decode_step as DS
+from course_utils.bench import gqa_speed as GS
 
 
 # -- 1: the compiled-sum probe kept only buffer.data_ptr(): called after the caller dropped the
@@ -90,3 +92,11 @@ def test_decoder_bytes_still_counts_a_small_decoder_s_bytes() -> None:
     sizes = _decoder_bytes(d_model=np.int64(64), context=np.int32(8))  # NumPy ints are ints
     assert sizes == (decoder.weight_bytes, decoder.cache_bytes)
     assert all(type(n) is int for n in sizes)
+
+
+# -- 8: StageRow was a mutable dataclass checked only when made (seconds=NaN -> gb_per_s NaN) ---
+@pytest.mark.parametrize("value", [float("nan"), 0.0], ids=["nan", "zero"])
+def test_stage_row_is_frozen(value) -> None:
+    row = GS.StageRow("scores", 4, 0.1, 1000)
+    raises_naming(dataclasses.FrozenInstanceError, ["seconds"], lambda: setattr(row, "seconds", value))
+    assert row.seconds == 0.1
