@@ -1,5 +1,6 @@
 """Battery 22a (issue 38), fix pass S (bench): make_read_probe's probe keeps its buffer alive (1);
-decoder_bytes checks every size under its own name (4); StageRow is frozen (8)."""
+decoder_bytes checks every size under its own name (4); StageRow is frozen (8); RatioSpread's
+baseline and DeviceComparison's title are refused empty (9)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from bad_input_cases import raises_naming
 
 from course_utils.bench import decode_step as DS
 from course_utils.bench import gqa_speed as GS
+from course_utils.bench import mha_speed as MS
+from course_utils.bench import timing as TM
 
 
 # -- 1: the compiled-sum probe kept only buffer.data_ptr(): called after the caller dropped the
@@ -100,3 +103,23 @@ def test_stage_row_is_frozen(value) -> None:
     row = GS.StageRow("scores", 4, 0.1, 1000)
     raises_naming(dataclasses.FrozenInstanceError, ["seconds"], lambda: setattr(row, "seconds", value))
     assert row.seconds == 0.1
+
+
+# -- 9: RatioSpread(baseline='') and DeviceComparison(title='') were accepted (blank labels) ----
+def _device_comparison(title: object) -> MS.DeviceComparison:
+    timings = (TM.Timing("nn.MultiheadAttention", 1.0, 1.0), TM.Timing("b", 2.0, 2.0))
+    return MS.DeviceComparison(title, timings, {"nn.MultiheadAttention": 0.0, "b": 0.1}, 0.01, 1.0,
+                               {"nn.MultiheadAttention": True, "b": False})
+
+
+@pytest.mark.parametrize(("make", "field"), [
+    (lambda: TM.RatioSpread("b", "", 1.0, 0.9, 1.1, 0.8, 1.2, 5), "RatioSpread.baseline"),
+    (lambda: _device_comparison(""), "DeviceComparison.title"),
+], ids=["RatioSpread.baseline", "DeviceComparison.title"])
+def test_an_empty_label_is_refused_by_name(make, field) -> None:
+    raises_naming(ValueError, [field, "non-empty str", "''"], make)
+
+
+def test_non_empty_labels_are_still_taken() -> None:
+    assert "slower than a" in TM.RatioSpread("b", "a", 2.0, 1.9, 2.1, 1.8, 2.2, 5).verdict()
+    assert _device_comparison("cpu").title == "cpu"
