@@ -353,7 +353,8 @@ def _check_probe_inputs(buffer: object, clock: object) -> None:
 def make_read_probe(buffer: Tensor, threads: int | None = None, *,
                     clock: Callable[[], float] | None = None) -> tuple[Callable[[], object], str]:
     """The read-only yardstick over ``buffer`` (contiguous float32 on the CPU): a function that
-    reads every byte once and writes nothing, and a phrase naming it.
+    reads every byte once and writes nothing (it keeps ``buffer`` alive, so it may be called after
+    the caller dropped its own reference), and a phrase naming it.
 
     Two sums race, each read :data:`PROBE_RACE_READS` times in turn over ``buffer`` (a buffer
     several times the last-level cache, read front to back, starts cold each time) and timed
@@ -384,7 +385,12 @@ def make_read_probe(buffer: Tensor, threads: int | None = None, *,
     if not abs(got - expected) <= 1e-4 * max(1.0, abs(expected)):
         return torch_sum, f"torch.sum (the compiled sum gave {got:.6g}, torch {expected:.6g})"
     compiled = "compiled sum"
-    probes = {compiled: (lambda: fn(address, n, threads)), "torch.sum": torch_sum}
+
+    def compiled_sum() -> float:
+        # holds ``buffer`` itself, not only its address: the probe outlives the caller's reference
+        return fn(buffer.data_ptr(), n, threads)
+
+    probes = {compiled: compiled_sum, "torch.sum": torch_sum}
     best = _race(probes, clock_for(threads) if clock is None else clock)
     winner, loser = sorted(best, key=best.__getitem__)
     rate = {name: n * 4 / seconds / 1e9 if seconds > 0 else math.inf for name, seconds in best.items()}
@@ -425,16 +431,35 @@ def _attend_course(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return grouped_query_attention(q, k, v)[0]
 
 
+def _check_decoder_sizes(**sizes: object) -> dict[str, int]:
+    """A :class:`SmallDecoder`'s sizes (``d_model``, ``num_heads``, ...), each an int >= 1 under its
+    own name, and ``num_heads`` dividing ``d_model`` (the head width ``d_model / num_heads``);
+    returned as Python ints (a product of NumPy ints could wrap around)."""
+    checked = {name: check_int(value, name, minimum=1) for name, value in sizes.items()}
+    if checked["d_model"] % checked["num_heads"]:
+        raise ValueError(f"d_model must be a multiple of num_heads (each head is d_model / num_heads "
+                         f"wide), got d_model={checked['d_model']}, num_heads={checked['num_heads']}")
+    return checked
+
+
 def decoder_bytes(d_model: int, num_heads: int, num_kv_heads: int, num_layers: int, *, context: int,
                   batch: int, mlp_ratio: int, weight_element: int = 4) -> tuple[int, int]:
     """``(weight bytes, cache bytes)`` of a :class:`SmallDecoder` (the bytes one step reads): per
     layer ``d x ((h + 2g) dk + d + 2 mlp d)`` weights of ``weight_element`` bytes each, and a
     float32 cache of K and V of ``context + 1`` positions (:func:`~course_utils.attention.gqa.
-    kv_cache_bytes`). The sizes are ints >= 1 (the caller checks them)."""
-    d_head = d_model // num_heads
-    weights = num_layers * d_model * ((num_heads + 2 * num_kv_heads) * d_head + d_model
-                                      + 2 * mlp_ratio * d_model) * weight_element
-    return weights, kv_cache_bytes(num_layers, batch, num_kv_heads, d_head, context + 1, 4)
+    kv_cache_bytes`). The sizes and ``weight_element`` are ints >= 1 (``mlp_ratio`` a whole
+    number too, as :class:`SmallDecoder` takes it) and ``num_heads`` divides ``d_model``: else an
+    error naming the argument and its value. ``num_kv_heads`` need not divide ``num_heads`` here:
+    the bytes are the same formula for any ``g`` (:class:`SmallDecoder` and :class:`WholeStep`
+    refuse such a ``g``; :func:`check_decoder_fits` sizes any)."""
+    sizes = _check_decoder_sizes(d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                 num_layers=num_layers, context=context, batch=batch,
+                                 mlp_ratio=mlp_ratio, weight_element=weight_element)
+    d, h, g, layers, mlp = (sizes[k] for k in ("d_model", "num_heads", "num_kv_heads", "num_layers",
+                                               "mlp_ratio"))
+    d_head = d // h
+    weights = layers * d * ((h + 2 * g) * d_head + d + 2 * mlp * d) * sizes["weight_element"]
+    return weights, kv_cache_bytes(layers, sizes["batch"], g, d_head, sizes["context"] + 1, 4)
 
 
 def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_layers: int, *,
@@ -442,14 +467,13 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
                        names: tuple[str, str] | None = None) -> None:
     """Refuse a :class:`SmallDecoder` whose float32 weights or cache would not fit in memory, before
     anything is allocated (its constructor, and the ``gqa`` command line when it is parsed). The
-    sizes are ints >= 1 (checked). The refusal blames ``names`` (two str: the arguments blamed for
+    sizes are ints >= 1 and ``num_heads`` divides ``d_model`` (checked, as :func:`decoder_bytes`
+    checks them). The refusal blames ``names`` (two str: the arguments blamed for
     the weights and for the cache, e.g. a command line's options); by default (None) the largest of
     the sizes the weights (or the cache) grow with, by name and value, such as
     ``mlp_ratio``, and lists them all with their values (:func:`check_fits_in_memory`)."""
-    sizes = {"d_model": d_model, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
-             "num_layers": num_layers, "context": context, "batch": batch, "mlp_ratio": mlp_ratio}
-    for name, value in sizes.items():
-        check_int(value, name, minimum=1)
+    sizes = _check_decoder_sizes(d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                 num_layers=num_layers, context=context, batch=batch, mlp_ratio=mlp_ratio)
     if names is not None and not (isinstance(names, tuple | list) and len(names) == 2
                                   and all(isinstance(n, str) for n in names)):
         raise TypeError(f"names must be None or a pair of str (the arguments blamed for the weights and "
@@ -484,13 +508,12 @@ class SmallDecoder:
                  num_layers: int = 8, *, context: int = 4096, batch: int = 1, mlp_ratio: int = 4,
                  weight_dtype: torch.dtype = torch.float32, seed: int = 0,
                  attention: str = "auto", share_from: SmallDecoder | None = None) -> None:
-        for name, value in (("d_model", d_model), ("num_heads", num_heads),
-                            ("num_kv_heads", num_kv_heads), ("num_layers", num_layers),
-                            ("context", context), ("batch", batch), ("mlp_ratio", mlp_ratio)):
-            check_int(value, name, minimum=1)
-        if d_model % num_heads or num_heads % num_kv_heads:
-            raise ValueError(f"need num_heads | d_model and num_kv_heads | num_heads, got "
-                             f"d_model={d_model}, num_heads={num_heads}, num_kv_heads={num_kv_heads}")
+        _check_decoder_sizes(d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                             num_layers=num_layers, context=context, batch=batch, mlp_ratio=mlp_ratio)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads must divide num_heads (each K/V head serves num_heads / "
+                             f"num_kv_heads query heads), got num_heads={num_heads}, "
+                             f"num_kv_heads={num_kv_heads}")
         if attention not in ("auto", "fused", "course"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {attention!r}")
         check_float_dtype(weight_dtype, "weight_dtype")

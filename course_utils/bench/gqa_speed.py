@@ -646,9 +646,11 @@ def stage_times(
     return best
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageRow:
-    """One stage of the decode step at one ``g``: best one-thread CPU time and bytes moved."""
+    """One stage of the decode step at one ``g``: best one-thread CPU time and bytes moved. Frozen,
+    as the other bench records: a row checked once stays valid (``gb_per_s`` divides by
+    ``seconds``)."""
 
     stage: Literal["scores", "softmax", "weights @ V", "read K and V"]  # stage_bandwidth's stages
     num_kv_heads: int
@@ -657,6 +659,7 @@ class StageRow:
 
     def __post_init__(self) -> None:
         # gb_per_s divides by seconds; a g or a stage that moved 0 bytes is no measurement
+        freeze_fields(self)
         check_record(self, positive=("num_kv_heads", "seconds", "bytes_moved"))
 
     @property

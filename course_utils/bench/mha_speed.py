@@ -365,7 +365,8 @@ class DeviceComparison:
         freeze_fields(self)
         # a max |diff| may be NaN or inf (an output that overflowed): measured, and agree is False
         # tolerance > 0: a share of reference_std (0 would demand bit-identical outputs)
-        check_record(self, nan_ok=("max_abs_diff",), nonempty=("timings", "max_abs_diff"),
+        # title: the heading of report's table (a blank one would head nothing)
+        check_record(self, nan_ok=("max_abs_diff",), nonempty=("title", "timings", "max_abs_diff"),
                      positive=("tolerance", "reference_std"))
         if set(self.agree) != set(self.max_abs_diff):  # report reads agree[name] for every diff
             raise ValueError(f"DeviceComparison.agree must have the keys of max_abs_diff "

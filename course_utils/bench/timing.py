@@ -398,7 +398,8 @@ class RatioSpread:
                             positive=label == "median")
         object.__setattr__(self, "repeats",
                            check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1))
-        check_record(self)  # the rest: name and baseline are str
+        # the rest: name and baseline are non-empty str (verdict would say "slower than  in this run")
+        check_record(self, nonempty=("baseline",))
         # verdict reads q1 and q3; the slack absorbs the rounding of statistics.quantiles
         order = ("low", "q1", "median", "q3", "high")
         for lower, upper in zip(order, order[1:], strict=False):
