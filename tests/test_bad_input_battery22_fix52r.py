@@ -1,14 +1,16 @@
 """Battery 22 (issue 38), helper R (course_utils/interp/*): the circuits functions that read a
 model's weights refuse NaN or infinite weights, naming the parameter (ov_copying_score turned them
-into finite scores)."""
+into finite scores); Evaluation and EvaluationAt are frozen, so what was checked is what is used."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from bad_input_cases import raises_naming, tiny_model
 
-from course_utils.interp import circuits
+from course_utils.interp import ablation, circuits, patching
 
 V = 16
 TOKENS = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(2))
@@ -60,3 +62,25 @@ def test_attribution_refuses_non_finite_final_weights(call, param: str) -> None:
 def test_finite_weights_still_score() -> None:
     scores = circuits.ov_copying_score(tiny_model(), 0, [1, 2, 3])
     assert scores.shape == (2,) and bool(torch.isfinite(scores).all())
+
+
+# -- group 8: EvaluationAt (and Evaluation) frozen ------------------------------------------
+def _evaluation_at() -> patching.EvaluationAt:
+    return patching.EvaluationAt(TOKENS, lambda logits: {"x": 1.0}, torch.tensor([5, 5]))
+
+
+@pytest.mark.parametrize("make,field,value", [
+    (_evaluation_at, "positions", torch.tensor([99, 99])),
+    (_evaluation_at, "tokens", TOKENS[:, :2]),
+    (lambda: ablation.Evaluation(TOKENS, lambda logits: {"x": 1.0}), "tokens", TOKENS.float()),
+    (lambda: ablation.Evaluation(TOKENS, lambda logits: {"x": 1.0}), "score", None),
+])
+def test_evaluations_cannot_be_changed_after_their_check(make, field: str, value: object) -> None:
+    evaluation = make()
+    raises_naming(dataclasses.FrozenInstanceError, [field], lambda: setattr(evaluation, field, value))
+    assert getattr(evaluation, field) is not value
+
+
+def test_a_changed_copy_is_checked_again() -> None:
+    raises_naming(ValueError, ["EvaluationAt.positions", "0..5", "99"],
+                  lambda: dataclasses.replace(_evaluation_at(), positions=torch.tensor([99, 99])))
