@@ -67,9 +67,13 @@ Head = tuple[int, int]
 METHODS = ("zero", "mean")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluation:
     """``tokens`` ``(B, T)`` and ``score(logits (B, T, V)) -> {name: value}``.
+
+    Frozen, as every record here: checked once when made, it stays as checked (a changed copy is
+    ``dataclasses.replace(evaluation, tokens=...)``, checked again). The checks are its own
+    (``check_record`` reads no ``Callable`` annotation), so ``freeze_fields`` has nothing to do.
 
     ``tokens`` are checked here for what can be seen without a model (a non-empty long
     ``(B, T)`` tensor holding values, no id below 0); an id beyond the vocabulary is refused where

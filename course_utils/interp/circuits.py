@@ -132,6 +132,22 @@ def _check_model(model: object) -> None:
     check_holds_values(model.token_embedding.weight, "model's weights")  # a meta model has none
 
 
+def _check_from_weights(result: torch.Tensor, name: str, model: TinyTransformer) -> None:
+    """``result``, what the function ``name`` computed from ``model``'s weights, holds finite
+    numbers; else a ValueError naming the first of the model's parameters that holds NaN or
+    infinity (a diverged or broken model: its NaN would otherwise turn into a finite-looking
+    score, as an argmax over NaN does), or, the weights being finite, ``name``'s result (an
+    overflow). One reduction over ``result`` when all is well; the parameters are only read once
+    something is wrong."""
+    if bool(torch.isfinite(result).all()):
+        return
+    for param_name, param in model.named_parameters():
+        check_finite(param, f"model's weights ({param_name})",
+                     f"{name} reads them, and a NaN weight makes its result meaningless: did "
+                     "training diverge?")
+    check_finite(result, f"{name}'s result", "the model's weights are finite: an overflow?")
+
+
 def _check_head_keys(keys: object, num_layers: int, num_heads: int, what: str) -> list[HeadKey]:
     if isinstance(keys, (str, bytes, torch.Tensor)) or not isinstance(keys, (list, tuple, set, dict)):
         raise TypeError(f"{what} must be a collection of (layer, head) pairs, got {type(keys).__name__}")
@@ -281,7 +297,9 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     ``keys_without`` / ``queries_without`` recompute ``attn.hook_k`` / ``attn.hook_q``. Lesson 05
     writes the direct logit attribution and the key patch out by hand on ``run_with_cache``'s
     tensors; ``tests/test_lesson05_by_hand.py`` keeps those lines equal to these functions.
-    ``tokens`` are checked by the model's forward, before any hook runs.
+    ``tokens`` are checked by the model's forward, before any hook runs. A model whose weights
+    hold NaN or infinity is refused, naming the first such parameter (as every function here
+    that reads the weights does).
     """
     _check_model(model)
     config = model.config
@@ -353,6 +371,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     fwd_hooks.append((f"blocks.{L - 1}.hook_resid_post", keep_stream))  # the stream entering ln_final
     with model.hooks(fwd_hooks):
         logits, attention = model(tokens, return_attention=keep_attention)  # (B, T, V)
+    _check_from_weights(logits, "trace_heads", model)  # names the weight HeadTrace cannot
     return HeadTrace(logits, attention or [], head_outputs, residual, config)
 
 
@@ -369,7 +388,8 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
     left out (a term of its own). Both lessons' direct logit attributions rest on this.
     ``component`` may carry leading dims ``stream`` lacks (one part per head, ``(h, B, T, d)``
     against a ``(B, T, d)`` stream; a ``(1, B, T, d)`` one gives a ``(1, B, T, d)`` result): each
-    slice is scaled by the stream at its position. Shapes that do not broadcast are refused."""
+    slice is scaled by the stream at its position. Shapes that do not broadcast are refused, and so
+    is a model whose final LayerNorm gain holds NaN or infinity (named)."""
     _check_model(model)
     d = model.config.d_model
     for name, t in (("stream", stream), ("component", component)):
@@ -387,7 +407,9 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
                          "component with leading dims stream lacks)") from None
     ln = model.ln_final
     scale = (stream.var(dim=-1, unbiased=False, keepdim=True) + ln.eps).sqrt()
-    return (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight
+    normed = (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight
+    _check_from_weights(normed, "frozen_final_norm", model)
+    return normed
 
 
 def _final_direction(model: torch.nn.Module, trace: HeadTrace, vectors: torch.Tensor) -> torch.Tensor:
@@ -408,6 +430,7 @@ def direct_logit_attribution(model: torch.nn.Module, trace: HeadTrace,
     ``mlp`` too), or for a hand-built trace its layers, heads, widths and vocabulary; its dtype
     and device. A trace of another model with the same config (other weights, say before
     training) cannot be detected and is read as this model's: trace the model you attribute.
+    A model whose weights hold NaN or infinity is refused, naming the first such parameter.
     """
     _check_model(model)
     _check_trace(trace, model)
@@ -420,7 +443,9 @@ def direct_logit_attribution(model: torch.nn.Module, trace: HeadTrace,
         logits = _final_direction(model, trace, per_head.transpose(0, 1))  # (h, B, T, V)
         target = logits.gather(-1, targets.expand_as(logits[..., 0])[..., None])[..., 0]
         rows.append(target - logits.mean(dim=-1))  # (h, B, T)
-    return torch.stack(rows)
+    attribution = torch.stack(rows)
+    _check_from_weights(attribution, "direct_logit_attribution", model)
+    return attribution
 
 
 @torch.no_grad()
@@ -437,6 +462,9 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     reads the W_V of its key/value group ``i // (h / g)`` (the blocked grouping of
     :mod:`course_utils.attention.gqa`), so it scores as the same model with its K/V heads
     repeated to full multi-head attention.
+
+    A model whose weights hold NaN or infinity is refused, naming the first such parameter: an
+    argmax over NaN logits would otherwise read as a finite score.
     """
     _check_model(model)
     config = model.config
@@ -461,6 +489,7 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     written = torch.einsum("hnk,dhk->hnd", v[0], w_o)  # (h, n, d)
     written = written - written.mean(dim=-1, keepdim=True)
     logits = model.unembed(written * model.ln_final.weight)[..., ids]  # (h, n, n): among token_ids
+    _check_from_weights(logits, "ov_copying_score", model)  # an argmax over NaN looks fine
     diagonal = torch.arange(len(ids), device=logits.device)  # token i's own column
     return (logits.argmax(dim=-1) == diagonal).double().mean(dim=-1)  # (h,)
 

@@ -902,7 +902,7 @@ def _intact_run(model: TinyTransformer, evaluation: Evaluation) -> KeptRun:
     return KeptRun(inputs, heads)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvaluationAt(Evaluation):
     """An :class:`~course_utils.interp.ablation.Evaluation` whose ``score`` reads the logits only at
     ``positions`` ``(B,)``, one position per sequence (an agreement batch's ``predict_pos``).
@@ -913,6 +913,9 @@ class EvaluationAt(Evaluation):
     position, since the last layer's keys need them), and hands ``score`` logits that are NaN
     everywhere else: a score that reads another position gets NaN, and a NaN it returns is
     refused, naming the evaluation and the score.
+
+    Frozen as :class:`~course_utils.interp.ablation.Evaluation` is: the positions checked here
+    against ``tokens`` are the ones the batched ablation indexes with.
     """
 
     positions: Tensor
