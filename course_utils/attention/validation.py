@@ -1178,13 +1178,17 @@ class ReadOnlyDict(dict):
     (``check_record`` checks ``dict[K, V]`` fields as dicts, and ``in``, ``[key]``, ``.items()``,
     ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict.
     ``items`` is what ``dict()`` takes: a mapping or (key, value) pairs (else a TypeError naming
-    ``items``)."""
+    ``items``); ``label``, printed by every refusal, a non-empty str (else a TypeError or a
+    ValueError naming ``label``)."""
 
     __slots__ = ("label",)
 
     def __init__(self, items: Mapping = (), label: str = "this dict") -> None:
+        from ..cli import check_label  # standard library only; not imported with the package
+
         if hasattr(self, "label"):  # made already: d.__init__(other) would fill it again
             self._refuse()
+        check_label(label, "label", "the name of the ReadOnlyDict its refusals print")
         try:
             super().__init__(items)
         except (TypeError, ValueError) as err:  # None, 3, [1]: not a mapping nor (key, value) pairs

@@ -1,0 +1,27 @@
+"""Battery 22 (issue 38), fix pass P: ReadOnlyDict checks its label (10); check_distinct refuses a
+meta tensor and compares a tensor by its values (11); the module type errors name ``module`` (12);
+parse_worked_example names ``data``, not "the file" (13); TwoKeyTask.sample checks its generator
+first (14); native_stderr_captured refuses re-entry and an exit without entry by name (15)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from bad_input_cases import raises_naming
+
+from course_utils.attention.validation import ReadOnlyDict
+
+
+# -- 10: ReadOnlyDict's label (what its refusals print) is a non-empty str --------------------------
+@pytest.mark.parametrize(("label", "error"), [(3, TypeError), (None, TypeError), (b"x", TypeError),
+                                              ("", ValueError), ("  ", ValueError)],
+                         ids=["int", "None", "bytes", "empty", "blank"])
+def test_read_only_dict_refuses_a_bad_label(label, error):
+    raises_naming(error, ["label", repr(label)], lambda: ReadOnlyDict({"a": 1}, label))
+
+
+def test_read_only_dict_with_a_label_still_works():
+    d = ReadOnlyDict({"a": 1}, "Rec.field")
+    assert d == {"a": 1} and pickle.loads(pickle.dumps(d)).label == "Rec.field"
+    raises_naming(TypeError, ["Rec.field", "read-only"], lambda: d.update(b=2))
