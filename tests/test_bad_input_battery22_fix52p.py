@@ -8,9 +8,10 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import torch
 from bad_input_cases import raises_naming
 
-from course_utils.attention.validation import ReadOnlyDict
+from course_utils.attention.validation import ReadOnlyDict, check_distinct
 
 
 # -- 10: ReadOnlyDict's label (what its refusals print) is a non-empty str --------------------------
@@ -25,3 +26,19 @@ def test_read_only_dict_with_a_label_still_works():
     d = ReadOnlyDict({"a": 1}, "Rec.field")
     assert d == {"a": 1} and pickle.loads(pickle.dumps(d)).label == "Rec.field"
     raises_naming(TypeError, ["Rec.field", "read-only"], lambda: d.update(b=2))
+
+
+# -- 11: check_distinct on a tensor: a meta one is refused, others compared by value ---------------
+def test_check_distinct_refuses_a_meta_tensor():
+    raises_naming(ValueError, ["xs", "meta"], lambda: check_distinct(torch.ones(2).to("meta"), "xs"))
+
+
+@pytest.mark.parametrize("values", [torch.tensor([1, 1]), torch.tensor([[1, 2], [1, 2]]),
+                                    torch.tensor([float("nan")] * 2)], ids=["ints", "rows", "nan"])
+def test_check_distinct_compares_a_tensor_by_value(values):
+    raises_naming(ValueError, ["xs", "distinct", "repeats"], lambda: check_distinct(values, "xs"))
+
+
+def test_check_distinct_refuses_a_0d_tensor_and_keeps_distinct_ones():
+    raises_naming(TypeError, ["xs", "Tensor"], lambda: check_distinct(torch.tensor(1), "xs"))
+    assert [int(v) for v in check_distinct(torch.tensor([1, 2]), "xs")] == [1, 2]

@@ -971,12 +971,17 @@ def check_distinct(values: object, name: str, what: str = "entries") -> list:
     """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
     ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
     tabulated twice). NaN counts as equal to NaN, and unhashable entries (lists) are compared by
-    ==. Returned as a list."""
-    if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable):
+    ==. Returned as a list. A tensor (of at least one dimension) is compared by its values, so
+    one on the meta device, which has none, is refused naming ``name`` (a ValueError)."""
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable) or (
+            isinstance(values, Tensor) and values.ndim == 0):
         raise TypeError(f"{name} must be a list, tuple or range of {what}, got {type(values).__name__} "
                         f"{values!r:.60}")
+    if isinstance(values, Tensor):
+        check_holds_values(values, name)  # a meta tensor has no values to compare
     items = list(values)
-    repeated = [v for i, v in enumerate(items) if any(_same(v, w) for w in items[:i])]
+    keys = values.tolist() if isinstance(values, Tensor) else items  # tensors' == is elementwise
+    repeated = [v for i, v in enumerate(keys) if any(_same(v, w) for w in keys[:i])]
     if repeated:
         shown = [v for i, v in enumerate(repeated) if not any(_same(v, w) for w in repeated[:i])]
         raise ValueError(f"{name} must list distinct {what}, got {items!r:.120}, which repeats {shown}")
