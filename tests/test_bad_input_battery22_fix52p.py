@@ -10,7 +10,12 @@ import pickle
 import pytest
 import torch
 from bad_input_cases import raises_naming
+from torch import nn
 
+from course_utils.attention.gqa import GroupedQueryAttention
+from course_utils.attention.mha import MultiHeadAttention
+from course_utils.attention.naive_mha import naive_from_batched
+from course_utils.attention.shapes import count_parameters
 from course_utils.attention.validation import ReadOnlyDict, check_distinct
 
 
@@ -42,3 +47,20 @@ def test_check_distinct_compares_a_tensor_by_value(values):
 def test_check_distinct_refuses_a_0d_tensor_and_keeps_distinct_ones():
     raises_naming(TypeError, ["xs", "Tensor"], lambda: check_distinct(torch.tensor(1), "xs"))
     assert [int(v) for v in check_distinct(torch.tensor([1, 2]), "xs")] == [1, 2]
+
+
+# -- 12: the module type errors name the argument and what arrived ----------------------------------
+@pytest.mark.parametrize("call", [naive_from_batched, MultiHeadAttention.from_torch, count_parameters],
+                         ids=["naive_from_batched", "from_torch", "count_parameters"])
+@pytest.mark.parametrize("bad", [None, 3, "x"], ids=["None", "int", "str"])
+def test_module_type_errors_name_module(call, bad):
+    raises_naming(TypeError, ["module must be", type(bad).__name__], lambda: call(bad))
+
+
+@pytest.mark.parametrize(("call", "bad"), [
+    (naive_from_batched, nn.Linear(4, 4)), (naive_from_batched, nn.MultiheadAttention(16, 4)),
+    (naive_from_batched, GroupedQueryAttention(16, 4, 2)), (MultiHeadAttention.from_torch, nn.Linear(4, 4)),
+    (MultiHeadAttention.from_torch, MultiHeadAttention(16, 4)),
+], ids=["naive-linear", "naive-torch", "naive-gqa", "from_torch-linear", "from_torch-course"])
+def test_module_type_errors_name_module_for_the_wrong_module(call, bad):
+    raises_naming(TypeError, ["module must be", type(bad).__name__], lambda: call(bad))
