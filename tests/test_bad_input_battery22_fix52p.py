@@ -17,6 +17,7 @@ from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.naive_mha import naive_from_batched
 from course_utils.attention.shapes import count_parameters
 from course_utils.attention.validation import ReadOnlyDict, check_distinct
+from course_utils.tasks.worked_example import WorkedExampleError, parse_worked_example
 
 
 # -- 10: ReadOnlyDict's label (what its refusals print) is a non-empty str --------------------------
@@ -64,3 +65,16 @@ def test_module_type_errors_name_module(call, bad):
 ], ids=["naive-linear", "naive-torch", "naive-gqa", "from_torch-linear", "from_torch-course"])
 def test_module_type_errors_name_module_for_the_wrong_module(call, bad):
     raises_naming(TypeError, ["module must be", type(bad).__name__], lambda: call(bad))
+
+
+# -- 13: parse_worked_example names its argument, data, where no file is involved -------------------
+@pytest.mark.parametrize("data", [None, 3, "x", [1]], ids=["None", "int", "str", "list"])
+def test_parse_worked_example_names_data(data):
+    message = raises_naming(WorkedExampleError, ["data", type(data).__name__],
+                            lambda: parse_worked_example(data))
+    assert "the file" not in message
+
+
+def test_parse_worked_example_names_data_for_a_missing_key():
+    message = raises_naming(WorkedExampleError, ["data", "'people'"], lambda: parse_worked_example({}))
+    assert "the file" not in message
