@@ -17,6 +17,7 @@ from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.naive_mha import naive_from_batched
 from course_utils.attention.shapes import count_parameters
 from course_utils.attention.validation import ReadOnlyDict, check_distinct
+from course_utils.tasks.two_relations import TwoKeyTask
 from course_utils.tasks.worked_example import WorkedExampleError, parse_worked_example
 
 
@@ -78,3 +79,10 @@ def test_parse_worked_example_names_data(data):
 def test_parse_worked_example_names_data_for_a_missing_key():
     message = raises_naming(WorkedExampleError, ["data", "'people'"], lambda: parse_worked_example({}))
     assert "the file" not in message
+
+
+# -- 14: TwoKeyTask.sample checks its generator before using it ------------------------------------
+@pytest.mark.parametrize("generator", [3, "g", 1.5, torch.tensor(0)], ids=["int", "str", "float", "tensor"])
+def test_two_key_sample_checks_its_generator(generator):
+    raises_naming(TypeError, ["generator must be a torch.Generator", type(generator).__name__],
+                  lambda: TwoKeyTask().sample(4, generator=generator))
