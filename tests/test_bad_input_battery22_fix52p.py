@@ -12,6 +12,7 @@ import torch
 from bad_input_cases import raises_naming
 from torch import nn
 
+from course_utils.attention import native_output
 from course_utils.attention.gqa import GroupedQueryAttention
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.attention.naive_mha import naive_from_batched
@@ -86,3 +87,31 @@ def test_parse_worked_example_names_data_for_a_missing_key():
 def test_two_key_sample_checks_its_generator(generator):
     raises_naming(TypeError, ["generator must be a torch.Generator", type(generator).__name__],
                   lambda: TwoKeyTask().sample(4, generator=generator))
+
+
+# -- 15: native_stderr_captured used out of order is a RuntimeError naming the misuse --------------
+def test_native_stderr_captured_refuses_entering_twice():
+    block = native_output.native_stderr_captured()
+    block.__enter__()
+    try:
+        raises_naming(RuntimeError, ["native_stderr_captured", "entered twice"], block.__enter__)
+    finally:
+        block.__exit__(None, None, None)  # descriptor 2 given back
+
+
+@pytest.mark.parametrize("entered", [False, True], ids=["never-entered", "exited-already"])
+def test_native_stderr_captured_refuses_exit_out_of_order(entered):
+    block = native_output.native_stderr_captured()
+    if entered:
+        with block:
+            pass
+    word = "exited twice" if entered else "without being entered"
+    raises_naming(RuntimeError, ["native_stderr_captured", word], lambda: block.__exit__(None, None, None))
+
+
+def test_native_stderr_captured_still_captures():
+    import os
+
+    with native_output.native_stderr_captured() as printed:
+        os.write(2, b"from C++\n")
+    assert "from C++" in printed.text
