@@ -458,7 +458,7 @@ def _check_torch_module(module: object) -> None:
     can reproduce (what :meth:`MultiHeadAttention.from_torch` copies); otherwise an error naming
     the setting, what it has and what the course's module supports."""
     if not isinstance(module, nn.MultiheadAttention):
-        raise TypeError(f"expected nn.MultiheadAttention, got {type(module).__name__}")
+        raise TypeError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
     if not module.batch_first:
         raise ValueError("from_torch expects nn.MultiheadAttention(batch_first=True), got batch_first=False "
                          "(the course's module is batch-first)")

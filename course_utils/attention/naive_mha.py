@@ -172,7 +172,7 @@ def naive_from_batched(module: MultiHeadAttention) -> NaiveMultiHeadAttention:
     """The inverse of :meth:`NaiveMultiHeadAttention.to_batched`: cut ``module``'s stacked
     ``in_proj`` into per-head layers (copies), so both compute the same function."""
     if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"expected a course MultiHeadAttention, got {type(module).__name__}")
+        raise TypeError(f"module must be a course MultiHeadAttention, got {type(module).__name__}")
     module._check_projections("naive_from_batched")  # a layer replaced since module was built is named
     bias = module.in_proj.bias is not None
     w = module.in_proj.weight

@@ -24,12 +24,41 @@ class NativeOutput:
     text: str = ""
 
 
-@contextlib.contextmanager
-def native_stderr_captured() -> Iterator[NativeOutput]:
+def native_stderr_captured() -> _NativeStderrCapture:
     """Capture what is written to file descriptor 2 during the ``with`` block (C++ code's
     stderr; Python's ``sys.stderr`` object is flushed first and otherwise untouched) and give it
     as the yielded object's ``text`` once the block ends. Does nothing where descriptor 2
-    cannot be copied."""
+    cannot be copied. Each call gives a one-use context manager: entering it twice, or leaving
+    it without entering, is a RuntimeError saying so (not contextlib's internals)."""
+    return _NativeStderrCapture()
+
+
+class _NativeStderrCapture:
+    """What :func:`native_stderr_captured` returns: :func:`_capture` used once, in order."""
+
+    def __init__(self) -> None:
+        self._block = _capture()
+        self._state = "new"  # then "entered", then "done"
+
+    def __enter__(self) -> NativeOutput:
+        if self._state != "new":
+            raise RuntimeError("native_stderr_captured() was entered twice: each call gives a one-use "
+                               "context manager; call native_stderr_captured() again for another block")
+        self._state = "entered"
+        return self._block.__enter__()
+
+    def __exit__(self, *exc_info: object) -> bool | None:
+        if self._state != "entered":
+            misuse = "exited twice" if self._state == "done" else "exited without being entered"
+            raise RuntimeError(f"native_stderr_captured() was {misuse}: use it as "
+                               "`with native_stderr_captured() as printed:`")
+        self._state = "done"
+        return self._block.__exit__(*exc_info)
+
+
+@contextlib.contextmanager
+def _capture() -> Iterator[NativeOutput]:
+    """:func:`native_stderr_captured`'s work, as a generator."""
     captured = NativeOutput()
     try:
         saved = os.dup(2)

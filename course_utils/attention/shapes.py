@@ -350,7 +350,7 @@ def trace_shapes(
 def count_parameters(module: nn.Module) -> int:
     """Number of scalars in ``module``'s parameters (what an optimiser updates)."""
     if not isinstance(module, nn.Module):
-        raise TypeError(f"expected an nn.Module, got {type(module).__name__}")
+        raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
     return sum(p.numel() for p in module.parameters())
 
 

@@ -971,12 +971,17 @@ def check_distinct(values: object, name: str, what: str = "entries") -> list:
     """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
     ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
     tabulated twice). NaN counts as equal to NaN, and unhashable entries (lists) are compared by
-    ==. Returned as a list."""
-    if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable):
+    ==. Returned as a list. A tensor (of at least one dimension) is compared by its values, so
+    one on the meta device, which has none, is refused naming ``name`` (a ValueError)."""
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable) or (
+            isinstance(values, Tensor) and values.ndim == 0):
         raise TypeError(f"{name} must be a list, tuple or range of {what}, got {type(values).__name__} "
                         f"{values!r:.60}")
+    if isinstance(values, Tensor):
+        check_holds_values(values, name)  # a meta tensor has no values to compare
     items = list(values)
-    repeated = [v for i, v in enumerate(items) if any(_same(v, w) for w in items[:i])]
+    keys = values.tolist() if isinstance(values, Tensor) else items  # tensors' == is elementwise
+    repeated = [v for i, v in enumerate(keys) if any(_same(v, w) for w in keys[:i])]
     if repeated:
         shown = [v for i, v in enumerate(repeated) if not any(_same(v, w) for w in repeated[:i])]
         raise ValueError(f"{name} must list distinct {what}, got {items!r:.120}, which repeats {shown}")
@@ -1178,13 +1183,17 @@ class ReadOnlyDict(dict):
     (``check_record`` checks ``dict[K, V]`` fields as dicts, and ``in``, ``[key]``, ``.items()``,
     ``==``, pandas and json read it as one); ``copy()`` and ``|`` give a plain, changeable dict.
     ``items`` is what ``dict()`` takes: a mapping or (key, value) pairs (else a TypeError naming
-    ``items``)."""
+    ``items``); ``label``, printed by every refusal, a non-empty str (else a TypeError or a
+    ValueError naming ``label``)."""
 
     __slots__ = ("label",)
 
     def __init__(self, items: Mapping = (), label: str = "this dict") -> None:
+        from ..cli import check_label  # standard library only; not imported with the package
+
         if hasattr(self, "label"):  # made already: d.__init__(other) would fill it again
             self._refuse()
+        check_label(label, "label", "the name of the ReadOnlyDict its refusals print")
         try:
             super().__init__(items)
         except (TypeError, ValueError) as err:  # None, 3, [1]: not a mapping nor (key, value) pairs

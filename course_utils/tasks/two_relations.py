@@ -42,6 +42,7 @@ from ..attention.validation import (
     check_callable,
     check_distinct,
     check_fits_in_memory,
+    check_generator,
     check_head_dims,
     check_holds_values,
     check_ids,
@@ -292,6 +293,7 @@ class TwoKeyTask:
                generator: torch.Generator | None = None) -> LookupBatch:
         """``n`` examples, a deterministic function of ``seed`` (or of ``generator``'s state)."""
         check_int(n, "n", minimum=1)
+        check_generator(generator)  # a seed given as generator=3 failed deep in torch.rand
         if (seed is None) == (generator is None):
             raise ValueError("pass exactly one of seed=... or generator=...")
         if generator is None:

@@ -412,14 +412,16 @@ def _table(
 # -- loading --------------------------------------------------------------------------
 def parse_worked_example(data: Any) -> WorkedExample:
     """Validate the decoded JSON ``data`` and build a :class:`WorkedExample`. A top-level key
-    outside :data:`TOP_LEVEL_KEYS` is refused by name, as :meth:`ModelConfig.from_dict` does."""
-    _refuse_unknown_keys(data, TOP_LEVEL_KEYS, "the file")
-    people = _labels(_require(data, "people", "the file"), "people")
-    features = _labels(_require(data, "features", "the file"), "features")
+    outside :data:`TOP_LEVEL_KEYS` is refused by name, as :meth:`ModelConfig.from_dict` does.
+    Errors name ``data`` (:func:`load_worked_example` adds the file's name)."""
+    top = "data (the decoded JSON)"  # the argument: there may be no file
+    _refuse_unknown_keys(data, TOP_LEVEL_KEYS, top)
+    people = _labels(_require(data, "people", top), "people")
+    features = _labels(_require(data, "features", top), "features")
     T, d_model = len(people), len(features)
-    x = _table(_require(data, "X", "the file"), "X", rows=people, cols=features)
+    x = _table(_require(data, "X", top), "X", rows=people, cols=features)
 
-    raw_heads = _require(data, "heads", "the file")
+    raw_heads = _require(data, "heads", top)
     if not isinstance(raw_heads, list) or not raw_heads:
         raise WorkedExampleError(f"heads must be a non-empty list of heads, got {raw_heads!r}")
     heads = []
@@ -433,9 +435,9 @@ def parse_worked_example(data: Any) -> WorkedExample:
         w_v = _table(_require(raw, "W_V", f"head {i}"), f"W_V^{i}", rows=features)
         heads.append(Head(name, w_q, w_k, w_v))
     d_concat = sum(h.d_v for h in heads)
-    w_o = _table(_require(data, "W_O", "the file"), "W_O", cols=features, shape=(d_concat, d_model))
+    w_o = _table(_require(data, "W_O", top), "W_O", cols=features, shape=(d_concat, d_model))
 
-    printed = _require(data, "article_printed", "the file")
+    printed = _require(data, "article_printed", top)
     if len(heads) < 2:
         raise WorkedExampleError(f"the article's tables need at least 2 heads, got {len(heads)}")
     h2 = heads[1]
