@@ -215,7 +215,8 @@ def save_checkpoint(
     (an empty dict is accepted and records that there is nothing to reproduce: the tests' toy
     models save so; ``python -m course_utils.model.train --out`` always passes the scores of the
     last step's evaluation, which every training run makes);
-    ``command`` is the shell command that re-creates it; ``training`` holds anything else
+    ``command`` is the shell command that re-creates it (not empty: it is the sidecar's only
+    record of how the weights were made); ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
 
     ``task`` (a non-empty name such as ``"induction"``) is recorded in the sidecar. Any name is
@@ -249,6 +250,10 @@ def save_checkpoint(
     if not task.strip():
         raise ValueError(f"task must name the task the model was trained on, such as 'induction', got "
                          f"{task!r}")
+    if not command.strip():  # the sidecar's only record of how to re-create the checkpoint
+        raise ValueError(f"command must be the shell command that re-creates the checkpoint, such as "
+                         f"'python -m course_utils.model.train induction --out data/checkpoints/induction',"
+                         f" got {command!r}")
     if not isinstance(replace_task, bool):
         raise TypeError(f"replace_task must be True or False, got {type(replace_task).__name__} "
                         f"{replace_task!r:.60}")
