@@ -29,3 +29,25 @@ def test_save_checkpoint_refuses_an_empty_command(tmp_path: Path, command: str) 
                   lambda: C.save_checkpoint(TinyTransformer(CFG), tmp_path / "m", task="toy", metrics={},
                                             command=command))
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+# -- 7: save_checkpoint refuses a float64 weight instead of narrowing it to float32 ---------------
+def _with_float64(which: str) -> tuple[TinyTransformer, str]:
+    """A model with float64 weights (all, or one parameter), and the name the error must give."""
+    torch.manual_seed(0)
+    model = TinyTransformer(CFG)
+    if which == "all":
+        return model.double(), "token_embedding.weight"
+    name, parameter = next((n, p) for n, p in model.named_parameters() if n.endswith("bias"))
+    parameter.data = parameter.data.double()
+    return model, name
+
+
+@pytest.mark.parametrize("which", ["all", "one"])
+def test_save_checkpoint_refuses_float64_weights(tmp_path: Path, which: str) -> None:
+    model, name = _with_float64(which)
+    raises_naming(TypeError, [name, "torch.float64", "float32", "model.float()"],
+                  lambda: C.save_checkpoint(model, tmp_path / "m", task="toy", metrics={}, command="c"))
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+    C.save_checkpoint(model.float(), tmp_path / "m", task="toy", metrics={}, command="c")  # the way out
+    assert next(C.load_checkpoint(tmp_path / "m")[0].parameters()).dtype == torch.float32

@@ -219,6 +219,10 @@ def save_checkpoint(
     record of how the weights were made); ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
 
+    The weights are stored as float32, what :func:`load_checkpoint` builds: a float16 or bfloat16
+    model is widened (exactly); a float64 one is a TypeError naming the first such tensor and
+    its dtype (narrowing would round every weight silently): call ``model.float()`` first.
+
     ``task`` (a non-empty name such as ``"induction"``) is recorded in the sidecar. Any name is
     taken, not only :data:`COURSE_TASKS`: a model trained on a task of one's own (a learner's
     experiment, the tests' ``"toy"`` models) is saved under that task's name, and
@@ -433,11 +437,17 @@ def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dic
 
 def _check_weights_to_save(model: TinyTransformer) -> None:
     """Every tensor of ``model`` holds values (not the meta device) and, if floating, finite
-    ones: a checkpoint of NaN weights would load and then predict nothing."""
+    ones: a checkpoint of NaN weights would load and then predict nothing. A floating tensor
+    wider than float32 (float64) is refused too: the checkpoint holds float32, and narrowing
+    would round every weight without a word (float16 and bfloat16 widen to float32 exactly)."""
     for name, tensor in model.state_dict().items():
         if tensor.is_meta:
             raise ValueError(f"model's {name} is on the meta device (a shape without values, e.g. built "
                              f"under torch.device('meta')): load or initialise the weights before saving")
+        if tensor.is_complex() or (tensor.is_floating_point() and torch.finfo(tensor.dtype).bits > 32):
+            raise TypeError(f"model's {name} has dtype {tensor.dtype}, but a checkpoint holds float32 "
+                            "(what load_checkpoint builds): saving would round it without a word; call "
+                            "model.float() first if float32 is what you want to keep")
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             count = int((~torch.isfinite(tensor)).sum())
             raise ValueError(f"model's {name} holds {count} NaN or infinite number(s) of {tensor.numel()}: "
