@@ -51,3 +51,26 @@ def test_save_checkpoint_refuses_float64_weights(tmp_path: Path, which: str) -> 
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
     C.save_checkpoint(model.float(), tmp_path / "m", task="toy", metrics={}, command="c")  # the way out
     assert next(C.load_checkpoint(tmp_path / "m")[0].parameters()).dtype == torch.float32
+
+
+# -- 6: repeatable_step refuses to rewind a cache stepped elsewhere -------------------------------
+@pytest.mark.parametrize("kind", ["cat", "preallocated", "window", "quantized"])
+def test_repeatable_step_refuses_a_cache_stepped_elsewhere(kind: str) -> None:
+    from course_utils.model import kv_cache as K
+
+    torch.manual_seed(0)
+    model = TinyTransformer(CFG).eval()
+    token = torch.zeros(2, 1, dtype=torch.long)
+    with torch.no_grad():
+        _, prefix = model.forward_with_cache(torch.zeros(2, 3, dtype=torch.long))
+    layers = list(prefix.layers)
+    cache = {"cat": lambda: K.CatCache.from_layers(layers),
+             "preallocated": lambda: K.PreallocatedCache.from_layers(layers, max_len=8),
+             "window": lambda: K.SlidingWindowCache.from_layers(layers, window=4),
+             "quantized": lambda: K.QuantizedCache.from_layers(layers, max_len=8, group=4)}[kind]()
+    step = K.repeatable_step(model, cache, token)
+    step()  # its own steps leave the cache as it was: no refusal
+    with torch.no_grad():
+        K.decode_step(model, token, cache)  # a step of someone else's
+    raises_naming(ValueError, ["cache", "length 3 then, 4 now"], step)
+    assert cache.length == 4  # the other step's token was kept, not rewound
