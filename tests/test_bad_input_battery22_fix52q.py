@@ -74,3 +74,64 @@ def test_repeatable_step_refuses_a_cache_stepped_elsewhere(kind: str) -> None:
         K.decode_step(model, token, cache)  # a step of someone else's
     raises_naming(ValueError, ["cache", "length 3 then, 4 now"], step)
     assert cache.length == 4  # the other step's token was kept, not rewound
+
+
+# -- 2, 3: saves and loads of one checkpoint from several processes take turns --------------------
+_WRITER = r"""
+import json, pathlib, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+from course_utils.model import checkpoint as C
+from course_utils.model.transformer import ModelConfig, TinyTransformer
+torch.manual_seed(int(sys.argv[3]))
+model = TinyTransformer(ModelConfig(50, 32, d_model=64, num_heads=4, num_layers=2))
+pathlib.Path(sys.argv[2]).with_name("ready" + sys.argv[3]).touch()
+go = pathlib.Path(sys.argv[2]).with_name("go")
+while not go.exists():
+    time.sleep(0.01)
+saves, errors, start = 0, [], time.monotonic()
+while time.monotonic() - start < 2:
+    try:
+        C.save_checkpoint(model, pathlib.Path(sys.argv[2]), task="toy", metrics={}, command="w" + sys.argv[3])
+        saves += 1
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}"[:200])
+print(json.dumps([saves, errors[:3]]))
+"""
+
+
+def test_concurrent_saves_and_loads_of_one_checkpoint_take_turns(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    import warnings
+
+    path = tmp_path / "race"
+    C.save_checkpoint(TinyTransformer(CFG), path, task="toy", metrics={}, command="start")
+    repo = str(Path(__file__).resolve().parents[1])
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, repo, str(path), str(i)], text=True,
+                                stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
+               for i in (1, 2)]
+    deadline = time.monotonic() + 120  # both writers imported torch: their 2 s of saving overlap
+    while not all((tmp_path / f"ready{i}").exists() for i in (1, 2)) and time.monotonic() < deadline:
+        if any(w.poll() is not None for w in writers):
+            break
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    loaded, failed = set(), []
+    while any(w.poll() is None for w in writers):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                loaded.add(C.load_checkpoint(path)[1]["command"])
+            except Exception as error:  # collected, shown by the assert
+                failed.append(f"{type(error).__name__}: {error}"[:200])
+        failed += [str(w.message)[:200] for w in caught]  # e.g. 'half replaced by an interrupted save'
+    results = [json.loads(w.communicate()[0]) for w in writers]
+    assert [errors for _, errors in results] == [[], []] and all(saves > 0 for saves, _ in results)
+    assert failed == [] and loaded <= {"start", "w1", "w2"}
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["go", "race.json", "race.safetensors", "ready1", "ready2"]  # no temporary file
+    assert C.load_checkpoint(path)[1]["command"] in ("w1", "w2")
