@@ -154,7 +154,7 @@ def test_a_bare_name_means_the_same_folder_to_save_and_load(tmp_path, monkeypatc
     monkeypatch.setattr(checkpoint, "CHECKPOINT_DIR", tmp_path)
     monkeypatch.chdir(tmp_path.parent)
     model = TinyTransformer(ModelConfig(vocab_size=12, max_len=8, d_model=16, num_heads=2)).eval()
-    meta_path = save_checkpoint(model, "bare", task="toy", metrics={}, command="")
+    meta_path = save_checkpoint(model, "bare", task="toy", metrics={}, command="c")
     assert meta_path == tmp_path / "bare.json" and not (tmp_path.parent / "bare.json").exists()
     loaded, _ = load_checkpoint("bare")
     tokens = torch.randint(0, 12, (1, 8))

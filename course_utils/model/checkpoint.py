@@ -27,7 +27,7 @@ import shutil
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
@@ -40,6 +40,11 @@ from ..env import pick_device
 from ..paths import DATA_DIR, check_path
 from ..paths import path_kind as _what_is_there  # None for a regular file, else what it is, in words
 from .transformer import ModelConfig, TinyTransformer
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so saves and loads of one checkpoint are not serialised
+    fcntl = None
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -197,6 +202,32 @@ def _sigterm_rolls_back() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@contextmanager
+def _folder_locked(folder: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold an ``flock`` on ``folder`` itself (its own file descriptor: no lock file is made or
+    left behind) while the block runs: ``exclusive`` for a save, temporary files included, shared
+    for a load. So two saves in one folder run one after the other, and a load never reads a
+    pair a save is replacing. Where that is not possible the block runs unlocked: without
+    ``fcntl`` (Windows), a folder that cannot be opened (a missing one: the load then says what is
+    missing), or a file system that refuses locks (some network mounts)."""
+    fd = None
+    if fcntl is not None:
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError:
+            fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            except OSError:  # no locks on this file system: as without fcntl
+                pass
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
 def save_checkpoint(
     model: TinyTransformer,
     path: str | Path,
@@ -215,8 +246,13 @@ def save_checkpoint(
     (an empty dict is accepted and records that there is nothing to reproduce: the tests' toy
     models save so; ``python -m course_utils.model.train --out`` always passes the scores of the
     last step's evaluation, which every training run makes);
-    ``command`` is the shell command that re-creates it; ``training`` holds anything else
+    ``command`` is the shell command that re-creates it (not empty: it is the sidecar's only
+    record of how the weights were made); ``training`` holds anything else
     worth keeping (steps, seed, seconds, device).
+
+    The weights are stored as float32, what :func:`load_checkpoint` builds: a float16 or bfloat16
+    model is widened (exactly); a float64 one is a TypeError naming the first such tensor and
+    its dtype (narrowing would round every weight silently): call ``model.float()`` first.
 
     ``task`` (a non-empty name such as ``"induction"``) is recorded in the sidecar. Any name is
     taken, not only :data:`COURSE_TASKS`: a model trained on a task of one's own (a learner's
@@ -239,6 +275,12 @@ def save_checkpoint(
     old weights as ``.name.safetensors.previous`` and a ``.name.json.saving``. Loading then
     reads the old pair (and warns) without touching the files; the next save under the same
     name removes all these leftovers.
+
+    Saves and loads of checkpoints in one folder may run at once, from several processes: each
+    save holds an exclusive lock on the folder while it writes (so a second save waits for the
+    first, and the last one to finish is what stays) and each load a shared one (so it reads the
+    pair before or after a save, never half of one). Where ``fcntl`` is missing (Windows) there is
+    no such lock: concurrent saves of one checkpoint, or a load during a save, are not supported.
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
@@ -249,6 +291,10 @@ def save_checkpoint(
     if not task.strip():
         raise ValueError(f"task must name the task the model was trained on, such as 'induction', got "
                          f"{task!r}")
+    if not command.strip():  # the sidecar's only record of how to re-create the checkpoint
+        raise ValueError(f"command must be the shell command that re-creates the checkpoint, such as "
+                         f"'python -m course_utils.model.train induction --out data/checkpoints/induction',"
+                         f" got {command!r}")
     if not isinstance(replace_task, bool):
         raise TypeError(f"replace_task must be True or False, got {type(replace_task).__name__} "
                         f"{replace_task!r:.60}")
@@ -278,7 +324,9 @@ def save_checkpoint(
     meta_tmp = meta_path.with_name(f".{meta_path.name}.saving")
     previous = _previous_weights(weights_path)
     kept_old = renaming = swapped = committed = False
-    with _sigterm_rolls_back():  # SIGTERM, like Ctrl-C, rolls the save back before ending us
+    locked = False  # the temporary names are this save's own only while it holds the folder's lock
+    # SIGTERM, like Ctrl-C, rolls the save back before ending us; the lock is released after that
+    with _sigterm_rolls_back(), ExitStack() as lock:
         try:
             # from the first folder made on, every failure (Ctrl-C too) reaches the clean-up below,
             # which removes the folders this save made
@@ -287,6 +335,8 @@ def save_checkpoint(
             except OSError as err:  # a read-only or virtual file system: the folder named, not a raw OSError
                 raise CheckpointError(f"cannot make the folder {weights_path.parent} for the checkpoint "
                                       f"path {str(path)!r}: {err.strerror or err}") from err
+            lock.enter_context(_folder_locked(weights_path.parent, exclusive=True))
+            locked = True
             config = model.config.to_dict()
             # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
             tensors = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype)
@@ -324,8 +374,8 @@ def save_checkpoint(
                     os.replace(previous, weights_path)
                 else:
                     weights_path.unlink(missing_ok=True)
-            for tmp in (weights_tmp, meta_tmp, previous):  # committed or rolled back: all stale now
-                try:
+            for tmp in (weights_tmp, meta_tmp, previous) if locked else ():  # committed or rolled back
+                try:  # (unlocked, they may be another save's, still being written)
                     tmp.unlink(missing_ok=True)
                 except OSError:  # a read-only file system refuses even this: there is nothing to remove
                     pass
@@ -428,11 +478,17 @@ def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dic
 
 def _check_weights_to_save(model: TinyTransformer) -> None:
     """Every tensor of ``model`` holds values (not the meta device) and, if floating, finite
-    ones: a checkpoint of NaN weights would load and then predict nothing."""
+    ones: a checkpoint of NaN weights would load and then predict nothing. A floating tensor
+    wider than float32 (float64) is refused too: the checkpoint holds float32, and narrowing
+    would round every weight without a word (float16 and bfloat16 widen to float32 exactly)."""
     for name, tensor in model.state_dict().items():
         if tensor.is_meta:
             raise ValueError(f"model's {name} is on the meta device (a shape without values, e.g. built "
                              f"under torch.device('meta')): load or initialise the weights before saving")
+        if tensor.is_complex() or (tensor.is_floating_point() and torch.finfo(tensor.dtype).bits > 32):
+            raise TypeError(f"model's {name} has dtype {tensor.dtype}, but a checkpoint holds float32 "
+                            "(what load_checkpoint builds): saving would round it without a word; call "
+                            "model.float() first if float32 is what you want to keep")
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             count = int((~torch.isfinite(tensor)).sum())
             raise ValueError(f"model's {name} holds {count} NaN or infinite number(s) of {tensor.numel()}: "
@@ -558,7 +614,8 @@ def load_checkpoint(
     expected and what was found: a file that exists but cannot be read as a checkpoint (not
     UTF-8, nested too deeply, a directory, a FIFO, a symlink loop) is a :class:`CheckpointError`
     naming the file and what it is; only a file that is not there at all is a
-    ``FileNotFoundError``.
+    ``FileNotFoundError``. A load while another process saves in the same folder waits for that
+    save (or the save for it) and reads a whole pair: see :func:`save_checkpoint`, also for Windows.
     """
     if expected_config is not None and not isinstance(expected_config, ModelConfig):
         raise TypeError(f"expected_config must be a ModelConfig or None (a dict converts with "
@@ -574,6 +631,14 @@ def load_checkpoint(
         inside = available_checkpoints(name_or_path)
         raise IsADirectoryError(f"name_or_path must name a checkpoint, got the folder {str(name_or_path)!r}; "
                                 f"checkpoints in it: {inside or 'none'} (pass one as folder/name)")
+    with _folder_locked(weights_path.parent, exclusive=False):  # a save in the folder waits, or is waited for
+        return _load_pair(weights_path, meta_path, task, expected_config, device)
+
+
+def _load_pair(weights_path: Path, meta_path: Path, task: str | None, expected_config: ModelConfig | None,
+               device: torch.device) -> tuple[TinyTransformer, dict]:
+    """:func:`load_checkpoint` once its arguments are checked and the folder is locked: read the
+    pair, check it, build the model."""
     meta = _read_meta(meta_path, weights_path)
     _check_task_of_meta(meta, meta_path, task)
     try:
@@ -594,7 +659,7 @@ def load_checkpoint(
         warnings.warn(f"{weights_path.name} was half replaced by an interrupted save_checkpoint; loading "
                       f"the previous weights {previous.name}, which match {meta_path.name}. Saving "
                       "under this name again removes the leftovers; to keep the old checkpoint "
-                      f"instead, rename {previous.name} to {weights_path.name}.", stacklevel=2)
+                      f"instead, rename {previous.name} to {weights_path.name}.", stacklevel=3)
         weights_path = previous
     try:
         config = ModelConfig.from_dict(meta["config"])

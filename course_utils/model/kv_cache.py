@@ -810,17 +810,35 @@ def repeatable_step(model, cache: Cache, token: Tensor) -> Callable[[], Tensor]:
     """A function that runs one :func:`decode_step` of ``token`` ``(B, 1)`` and then puts
     ``cache`` back as it was (its length; a :class:`CatCache` also its tensors), so that every
     call times a step at the same cache length. The slot the step wrote is simply written again
-    by the next call."""
+    by the next call.
+
+    The function puts back the state the cache had when it was made, so the cache must be left
+    to it: a call after the cache was stepped elsewhere (a :func:`decode_step` of its own) is a
+    ValueError naming ``cache``, not a silent rewind that would drop that step's token. A step
+    that fails puts the cache back too."""
     _check_decode(model, token, cache, "token")  # the step would fail the same way, later
     if token.shape[1] != 1:
         raise ValueError(f"token must be (B, 1), one new token per sequence; got {tuple(token.shape)}")
     state = cache._state()
 
     def run() -> Tensor:
-        with torch.no_grad():
-            logits = decode_step(model, token, cache)
-        cache._restore(state)
-        return logits
+        if not _same_state(cache._state(), state):
+            raise ValueError(f"cache was changed since repeatable_step was made (length {state[0]} then, "
+                             f"{cache.length} now): running the step would rewind it and drop what was "
+                             "added; make a new repeatable_step for the cache as it is now")
+        try:
+            with torch.no_grad():
+                return decode_step(model, token, cache)
+        finally:
+            cache._restore(state)
 
     return run
+
+
+def _same_state(now: tuple, then: tuple) -> bool:
+    """Two :meth:`_StepOrder._state` tuples describe the same cache: equal numbers, and (for a
+    :class:`CatCache`) the very same tensors in its list of layers."""
+    return len(now) == len(then) and all(
+        len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True)) if isinstance(a, list)
+        else a == b for a, b in zip(now, then, strict=True))
 

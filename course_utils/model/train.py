@@ -170,7 +170,8 @@ class History:
     def _check(self) -> None:
         """Every field, and the fields against each other: run when built and by each method."""
         # an evaluation metric may be NaN (train warns) or negative
-        check_record(self, nan_ok=("eval_metrics",), signed=("eval_metrics", "target"))
+        # task is the label the history is printed and saved under: '' would print a blank name
+        check_record(self, nan_ok=("eval_metrics",), signed=("eval_metrics", "target"), nonempty=("task",))
         _check_history_fields(self)
 
     @property
