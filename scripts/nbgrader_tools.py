@@ -397,6 +397,27 @@ class SourceError(Exception):
     """``source`` could not be made; nothing in the course folder was changed."""
 
 
+def _destination_problem(course: Path, target: Path) -> str | None:
+    """Why ``source`` must not write ``target`` (a file under ``course``), or None: a folder
+    between ``course`` and it that is a symbolic link (``COURSE_DIR/source`` or a lesson folder
+    linked elsewhere), or a place inside the clone, links followed (battery 22, G5: a
+    ``source/02_...`` link to the clone's notebooks/ overwrote the instructor's lesson)."""
+    for folder in [target.parent, *target.parent.parents]:
+        if folder == course or course not in folder.parents:
+            break
+        if folder.is_symlink():
+            return (f"{folder} is a symbolic link (to {os.readlink(folder)}); expected a real folder "
+                    "or none: source writes only into COURSE_DIR's own folders")
+    try:
+        inside = cli.place_in(target, ROOT)
+    except ValueError as exc:  # a link that loops on the way
+        return str(exc)
+    if inside is not None:
+        return (f"{target} lies inside this clone ({inside}), links followed; source writes only "
+                "outside the clone")
+    return None
+
+
 def _swap_in(staging: Path, course: Path) -> None:
     """Move every file under ``staging`` to the same place under ``course``, all or nothing:
     the old files are kept aside (hard links) until every new one is in place; if any step
@@ -404,6 +425,10 @@ def _swap_in(staging: Path, course: Path) -> None:
     :class:`SourceError` names the file. Once every new file is in place it says so with
     :func:`cli.leaving` (an interruption then reports "every file of COURSE was written")."""
     files = sorted(p for p in staging.rglob("*") if p.is_file())
+    for new in files:  # every destination checked before the first change
+        problem = _destination_problem(course, course / new.relative_to(staging))
+        if problem:
+            raise SourceError(problem)
     made: list[Path] = []  # folders this made, deepest last
     kept: dict[Path, str] = {}  # target -> its old file's hard link (make_beside)
     done: list[Path] = []

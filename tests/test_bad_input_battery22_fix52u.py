@@ -5,6 +5,7 @@ repository (G6)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,36 @@ def _tree(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (links not followed) with its bytes."""
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+# -- G5: source never writes through a link below COURSE_DIR, nor inside the clone ------------------
+@pytest.mark.parametrize("case", ["source is a link", "a lesson folder is a link", "course links into clone"])
+def test_swap_in_refuses_a_destination_through_a_link_or_in_the_clone(case, tmp_path, monkeypatch):
+    clone = tmp_path / "clone"
+    (clone / "docs").mkdir(parents=True)
+    (clone / "notebooks").mkdir()
+    (clone / "notebooks" / "02_x.ipynb").write_text("instructor's lesson")
+    monkeypatch.setattr(tools, "ROOT", clone)
+    staging = tmp_path / "staging"
+    (staging / "source" / "02_x").mkdir(parents=True)
+    (staging / "source" / "02_x" / "02_x.ipynb").write_text("student copy")
+    (staging / "nbgrader_config.py").write_text("c = get_config()\n")
+    course = tmp_path / "course"
+    if case == "source is a link":
+        course.mkdir()
+        os.symlink(clone / "docs", course / "source")
+        named = course / "source"
+    elif case == "a lesson folder is a link":
+        (course / "source").mkdir(parents=True)
+        os.symlink(clone / "notebooks", course / "source" / "02_x")
+        named = course / "source" / "02_x"
+    else:
+        os.symlink(clone / "docs", course)
+        named = course
+    before = _tree(clone)
+    raises_naming(tools.SourceError, [str(named)], lambda: tools._swap_in(staging, course))
+    assert _tree(clone) == before
+    assert sorted(p.name for p in (clone / "docs").iterdir()) == []
 
 
 # -- G6: course.py test refuses a --basetemp / --junitxml that would destroy a file of the repo -----
