@@ -21,6 +21,40 @@ def _tree(folder: Path) -> dict[str, bytes]:
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
+# -- G2: a course nbgrader_config.py that does not load is refused, not kept ------------------------
+BROKEN_CONFIGS = {
+    "syntax error": ("c = get_config()\nc.Exchange.course_id = (\n", "SyntaxError", 2),
+    "NameError": ("c = get_config()\nc.Exchange.root = undefined_root\n", "NameError", 2),
+    "raises SystemExit": ("c = get_config()\n\nraise SystemExit(3)\n", "SystemExit", 3),
+    "broken after an old block": ("c = get_config()\n" + tools.grading_config_block()
+                                  + "c.X.y = missing\n", "NameError", 7),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_CONFIGS))
+def test_source_refuses_a_course_config_that_does_not_load(case, tmp_path, capsys):
+    text, error, line = BROKEN_CONFIGS[case]
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(text)
+    raises_naming(tools.SourceError, ["nbgrader_config.py", error, f"line {line}"],
+                  lambda: tools.grading_config_text(course))
+    assert tools.main(["source", str(course)]) == 2
+    err = capsys.readouterr().err
+    assert "nbgrader_config.py" in err and error in err and f"line {line}" in err
+    assert "nothing was written" in err and err.count("\n") == 1
+    assert _tree(course) == {"nbgrader_config.py": text.encode()}  # nothing written
+
+
+def test_a_config_that_loads_is_kept_with_the_grading_block(tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    kept = 'c = get_config()\nc.CourseDirectory.course_id = "mha"\n'
+    (course / "nbgrader_config.py").write_text(kept + tools.grading_config_block())
+    text = tools.grading_config_text(course)
+    assert text.startswith(kept) and text.count(tools.CONFIG_BEGIN) == 1
+
+
 # -- G5: source never writes through a link below COURSE_DIR, nor inside the clone ------------------
 @pytest.mark.parametrize("case", ["source is a link", "a lesson folder is a link", "course links into clone"])
 def test_swap_in_refuses_a_destination_through_a_link_or_in_the_clone(case, tmp_path, monkeypatch):
