@@ -407,7 +407,8 @@ def config_load_problem(path: Path, text: str) -> str | None:
                 line = tb.tb_lineno
             tb = tb.tb_next
         where = f" at line {line}" if line else ""
-        return (f"{path}: nbgrader_config.py does not load{where} ({type(exc).__name__}: {exc}); "
+        said = exc.msg if isinstance(exc, SyntaxError) else exc  # its str repeats the file and line
+        return (f"{path}: nbgrader_config.py does not load{where} ({type(exc).__name__}: {said}); "
                 "nbgrader would ignore the whole file, the grading lines too: fix it and run source again")
     return None
 
