@@ -320,6 +320,53 @@ def special_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
             if (root / path).exists() and not ((root / path).is_file() or (root / path).is_dir())]
 
 
+# pytest options whose value is a file or folder pytest removes or overwrites: --basetemp is
+# emptied before the tests run, a --junitxml file is overwritten after them (battery 22, G6)
+PYTEST_OUTPUT_OPTIONS = ("--basetemp", "--junitxml", "--junit-xml")
+
+
+def _output_option_values(args: list[str]) -> list[tuple[str, str]]:
+    """(option, value) for each :data:`PYTEST_OUTPUT_OPTIONS` in ``args``, written
+    ``--opt=value`` or ``--opt value`` (pytest takes no abbreviation of a long option)."""
+    found, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        option, eq, value = arg.partition("=")
+        if option in PYTEST_OUTPUT_OPTIONS and (eq or i + 1 < len(args)):
+            found.append((option, value if eq else args[i + 1]))
+        skip = arg in PYTEST_VALUE_OPTIONS
+    return found
+
+
+def clobbered_output_paths(args: list[str], root: Path = ROOT) -> list[str]:
+    """One line for each path-valued pytest option of ``course.py test`` that would destroy a file
+    of the repository ``root`` (pytest runs there; links followed): a ``--basetemp`` naming an
+    existing file or folder in it (pytest deletes it: ``--basetemp=docs`` removed the tracked
+    docs/), a ``--junitxml`` naming an existing file in it outside ``artifacts/`` (pytest
+    overwrites it: ``--junitxml=README.md``). A new path, or one outside ``root``, is fine."""
+    problems = []
+    for option, value in _output_option_values(args):
+        written = os.path.expandvars(os.path.expanduser(value)) if option != "--basetemp" else value
+        path = Path(os.path.normpath(root / written))  # as pytest: relative to root, '..' lexical
+        try:
+            where = cli.place_in(path, root) if os.path.lexists(path) else None
+        except ValueError as exc:  # a link that loops, a NUL character
+            problems.append(f"{option} {value!r}: {exc}")
+            continue
+        if where is None:
+            continue
+        if option == "--basetemp":
+            problems.append(f"{option} {value!r}: an existing file or folder of the repository "
+                            f"({where}); pytest deletes its basetemp before the tests: give a new "
+                            "folder or one outside the repository")
+        elif where != "artifacts" and not where.startswith("artifacts/"):
+            problems.append(f"{option} {value!r}: an existing file of the repository ({where}); "
+                            "pytest would overwrite it: give a new file or one under artifacts/")
+    return problems
+
+
 def student_tree_problem(args: list[str]) -> str | None:
     """What is missing or extra in ``student-tree``'s arguments, with the usage (``None``: they
     are fine), asked of scripts/student_tree.py, which needs only the standard library: a bad
@@ -397,6 +444,9 @@ def _main(argv: list[str]) -> int:
         if special:
             print(f"course.py test: not a test file or folder: {', '.join(special)} (a FIFO, socket or "
                   "device; expected a .py or .ipynb file or a folder; nothing was run)", file=sys.stderr)
+            return 2
+        for problem in clobbered_output_paths(argv[1:])[:1]:
+            print(f"course.py test: {problem}; nothing was run", file=sys.stderr)
             return 2
     if argv[0] == "setup" and argv[1:]:
         print(f"course.py setup: takes no arguments, got {' '.join(argv[1:])} (it makes .venv/ and "

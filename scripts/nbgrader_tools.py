@@ -365,16 +365,52 @@ def grading_config_block() -> str:
 
 def grading_config_text(course: Path) -> str:
     """What ``course/nbgrader_config.py`` should hold: the file as it is (or a new one) with
-    :func:`grading_config_block` in it (an older block is replaced, the rest of the file kept)."""
+    :func:`grading_config_block` in it (an older block is replaced, the rest of the file kept).
+    A kept file that does not load is a :class:`SourceError` (:func:`config_load_problem`)."""
     path = Path(course) / "nbgrader_config.py"
     first = "c = get_config()  # noqa: F821 - nbgrader's config object\n"
     text = _notebook_tools().read_text(path, "nbgrader_config.py") if path.exists() else first
     if CONFIG_BEGIN in text and CONFIG_END in text:
         head, rest = text.split(CONFIG_BEGIN, 1)
-        text = head + rest.split(CONFIG_END, 1)[1].lstrip("\n")
+        block, tail = rest.split(CONFIG_END, 1)
+        problem = config_load_problem(path, head + "\n" * block.count("\n") + tail)  # same line numbers
+        text = head + tail.lstrip("\n")
+    else:
+        problem = config_load_problem(path, text) if path.exists() else None
+    if problem:
+        raise SourceError(problem)
     if "get_config()" not in text:
         text = first + text
     return text.rstrip("\n") + "\n\n" + grading_config_block()
+
+
+def config_load_problem(path: Path, text: str) -> str | None:
+    """Why ``text``, the course's ``nbgrader_config.py`` at ``path`` (without the grading block),
+    would not load, or None. nbgrader only logs such a file's error and ignores all of it, the
+    grading lines too, so ``autograde`` would run the notebook's own checks and a cheat in it
+    would get full points (battery 22, G2). The file is compiled and run as nbgrader runs it, with
+    a fresh ``get_config()`` (``c`` given when the file never asks for it: one is put first)."""
+    from traitlets.config import Config
+
+    config = Config()
+    namespace = {"__file__": str(path), "__name__": "__nbgrader_config__", "get_config": lambda: config,
+                 "load_subconfig": lambda *args, **kwargs: None}
+    if "get_config()" not in text:
+        namespace["c"] = config
+    try:
+        exec(compile(text, str(path), "exec"), namespace)  # noqa: S102 - as nbgrader does
+    except (Exception, SystemExit) as exc:
+        line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
+        tb = exc.__traceback__
+        while tb is not None:  # the deepest line of the file itself
+            if tb.tb_frame.f_code.co_filename == str(path):
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        where = f" at line {line}" if line else ""
+        said = exc.msg if isinstance(exc, SyntaxError) else exc  # its str repeats the file and line
+        return (f"{path}: nbgrader_config.py does not load{where} ({type(exc).__name__}: {said}); "
+                "nbgrader would ignore the whole file, the grading lines too: fix it and run source again")
+    return None
 
 
 def write_grading_config(course: Path) -> Path:
@@ -397,6 +433,27 @@ class SourceError(Exception):
     """``source`` could not be made; nothing in the course folder was changed."""
 
 
+def _destination_problem(course: Path, target: Path) -> str | None:
+    """Why ``source`` must not write ``target`` (a file under ``course``), or None: a folder
+    between ``course`` and it that is a symbolic link (``COURSE_DIR/source`` or a lesson folder
+    linked elsewhere), or a place inside the clone, links followed (battery 22, G5: a
+    ``source/02_...`` link to the clone's notebooks/ overwrote the instructor's lesson)."""
+    for folder in [target.parent, *target.parent.parents]:
+        if folder == course or course not in folder.parents:
+            break
+        if folder.is_symlink():
+            return (f"{folder} is a symbolic link (to {os.readlink(folder)}); expected a real folder "
+                    "or none: source writes only into COURSE_DIR's own folders")
+    try:
+        inside = cli.place_in(target, ROOT)
+    except ValueError as exc:  # a link that loops on the way
+        return str(exc)
+    if inside is not None:
+        return (f"{target} lies inside this clone ({inside}), links followed; source writes only "
+                "outside the clone")
+    return None
+
+
 def _swap_in(staging: Path, course: Path) -> None:
     """Move every file under ``staging`` to the same place under ``course``, all or nothing:
     the old files are kept aside (hard links) until every new one is in place; if any step
@@ -404,6 +461,10 @@ def _swap_in(staging: Path, course: Path) -> None:
     :class:`SourceError` names the file. Once every new file is in place it says so with
     :func:`cli.leaving` (an interruption then reports "every file of COURSE was written")."""
     files = sorted(p for p in staging.rglob("*") if p.is_file())
+    for new in files:  # every destination checked before the first change
+        problem = _destination_problem(course, course / new.relative_to(staging))
+        if problem:
+            raise SourceError(problem)
     made: list[Path] = []  # folders this made, deepest last
     kept: dict[Path, str] = {}  # target -> its old file's hard link (make_beside)
     done: list[Path] = []
@@ -756,6 +817,11 @@ def _main(argv: list[str]) -> int:
                 print(f"source: COURSE_DIR must be a folder (or a new one to make), but {above} is "
                       f"{'a file' if above.is_file() else 'not a folder'}; nothing was written",
                       file=sys.stderr)
+                return 2
+            try:  # a course nbgrader_config.py that does not load: refused before anything is made
+                grading_config_text(course_dir)
+            except SourceError as exc:
+                print(f"source: {exc}; nothing was written", file=sys.stderr)
                 return 2
             try:
                 written_files = fill_course_source(course_dir)
