@@ -388,7 +388,14 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     :func:`stop_at_once` first thing: it is started with the stop signals blocked (a signal mask
     survives exec), so that a Ctrl-C while its interpreter starts waits until its handlers are
     set and then ends it with its one line (it raised Python's KeyboardInterrupt traceback inside
-    ``site``'s start-up: battery 21). Any other child would never unblock them: leave it False."""
+    ``site``'s start-up: battery 21). Any other child would never unblock them: leave it False.
+    A course tool's exit status is trusted as it is: its :func:`run` turns a signal into 130/143 with
+    its own line, and ignores one that comes once its work is done, so a 0 means done, even with a
+    relayed signal (``course.py student-tree`` exited 130 without a word after "wrote 94 files":
+    battery 22, G3). For the same reason, inside a tool's :func:`run` (:func:`stop_at_once` was
+    called) the stop signals are left ignored once a course tool has ended, as :func:`run` leaves
+    them once ``main`` is done: the tool was the command's work (``return cli.call(...)``), and a
+    signal just after it would have said "nothing was written" of a tree that was written."""
     if not words(command, "command", none_reads_sys_argv=False):
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
@@ -437,15 +444,16 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     try:
         code = child.wait()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        done = course_tool and child.returncode is not None and bool(_script and _running)
+        for sig, handler in previous.items():  # the command's work ended with the tool: as run() after main
+            signal.signal(sig, signal.SIG_IGN if done else handler)
     if code < 0 and -code in STOP_SIGNALS:
         signum = received[0] if received else -code
         name = next((Path(c).name for c in command[1:] if not c.startswith("-")), Path(command[0]).name)
         print(f"{prog}: interrupted by {signal.Signals(signum).name}: {name} was stopped before it "
               "could say what it left", file=sys.stderr, flush=True)
         return 128 + signum
-    if code == 0 and received:  # it stopped as asked, with status 0: report the stop signal
+    if code == 0 and received and not course_tool:  # it stopped as asked, with status 0: report the signal
         return 128 + received[0]
     return 128 - code if code < 0 else code  # killed by another signal: 128 + its number, as a shell
 
