@@ -148,7 +148,8 @@ _mark_tampered, _tampered = _one_way_flag()
 # put back and named like any other: battery 16)
 _MACHINERY = frozenset({"_OWN_GLOBALS", "_fill_own_globals", "_own_items", "_own_intact", "_OWN_LIVE",
                         "_OWN_MISSING", "_mark_tampered", "_tampered", "_MACHINERY", "_ORIGINALS",
-                        "_remember_original", "_originals_intact", "_VOLATILE"})
+                        "_remember_original", "_originals_intact", "_VOLATILE", "_remember_built",
+                        "_built_fields", "_SETTABLE_FIELDS"})
 
 
 def _put_back_own(live: dict[str, Any] = _OWN_LIVE, items: Callable[[], Any] = _own_items,
@@ -518,6 +519,7 @@ def _unprofiled(fn: Callable[..., Any], *args: Any) -> Any:
 
 _MISSING = object()
 _INSTANCE = object()  # the owner of an exercise's own attributes in _guarded_namespaces
+_FIELDS = object()  # the owner of an exercise's fields as built, in the originals (put back, none removed)
 _type_setattr = type.__setattr__
 _type_delattr = type.__delattr__
 
@@ -787,7 +789,7 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
                     and not (key == "__slotnames__" and now == value):  # (copyreg's cache, made again)
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
-                    if owner is None or owner is _INSTANCE:
+                    if owner is None or owner is _INSTANCE or owner is _FIELDS:
                         live[key] = value
                     else:
                         _type_setattr(owner, key, value)
@@ -797,7 +799,8 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
             for key in [k for k in live if k not in saved]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
-        elif label != "builtins":  # what an added name can change: a built-in it shadows in a
+        elif owner is not _FIELDS and label != "builtins":  # (an exercise's fields: none removed)
+            # what an added name can change: a built-in it shadows in a
             # module (`core.abs = ...`), an inherited attribute it hides in a course class, and in
             # torch's and pandas' classes an inherited method it hides or a protocol (`__x__`) it
             # adds (`torch.Tensor.__eq__ = ...`, inherited from TensorBase: battery 15)
@@ -867,8 +870,9 @@ def _same_method(now: Any, original: Any) -> bool:
 
 # The guarded names as they were when first seen (course_utils.exercises' import, or the first
 # check after a module's import), by id of the namespace: each check starts by putting these
-# back (:func:`_restore_originals`). An exercise's own attributes are not among them (the
-# outside grader and the course's tests set its cases on purpose), nor are names that change
+# back (:func:`_restore_originals`). An exercise's own attributes are there as it was built, less
+# those set on purpose (:data:`_SETTABLE_FIELDS`) and less what is added later (the outside
+# grader's cases, the check's own caches), nor are names that change
 # without anyone tampering: the built-ins IPython sets for each cell and the REPL's ``_``, and
 # torch.Storage, which torch.set_default_dtype rebinds.
 _VOLATILE: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
@@ -890,7 +894,8 @@ def _originals_store() -> tuple[Mapping[int, tuple[str, Any, Any, Mapping[str, A
                  key_of: Callable[[Any], int] = id, as_tuple: Callable[[Any], tuple] = tuple) -> None:
         """Copy ``live`` (less the names of ``drop``) as its namespace's originals, unless that
         namespace has some already (an entry is never replaced)."""
-        key = key_of(live) if owner is None else key_of(owner)  # (a class's __dict__: a new proxy each time)
+        # (a class's __dict__: a new proxy each time; an exercise's fields: by its own __dict__)
+        key = key_of(live) if owner is None or owner is _FIELDS else key_of(owner)
         if key in held:
             return
         saved = copy(live)
@@ -914,12 +919,42 @@ def _originals_store() -> tuple[Mapping[int, tuple[str, Any, Any, Mapping[str, A
 _ORIGINALS, _remember_original, _originals_intact = _originals_store()
 
 
+def _built_fields_store() -> tuple[Callable[[Any], None], Callable[[Any], dict]]:
+    """``(remember, built)``: ``remember(exercise.__dict__)`` copies an exercise's fields as
+    :meth:`Exercise.__post_init__` leaves them; ``built(live)`` answers a copy of those (empty for
+    a namespace never remembered). Held in their closure, as :func:`_originals_store`'s."""
+    held: dict[int, tuple[Any, Mapping[str, Any]]] = {}
+
+    def remember(live: Any) -> None:
+        held.setdefault(id(live), (live, types.MappingProxyType(dict(live))))
+
+    def built(live: Any) -> dict:
+        entry = held.get(id(live))
+        return dict(entry[1]) if entry is not None and entry[0] is live else {}
+
+    return remember, built
+
+
+_remember_built, _built_fields = _built_fields_store()
+# An exercise's fields that are set on purpose, so not put back before a check: ``make_cases``
+# (the outside grader's unseen cases, the course's tests; a lesson's exercise compares the cases
+# built with its store, so a cell's builder is told "other test inputs", never passed),
+# ``reference`` (solutions.attach gives it to the course's tests; a lesson's exercise grades with
+# its stored outputs, never with it) and ``_guarded`` (Exercise.check_trusted, a public method).
+_SETTABLE_FIELDS = ("make_cases", "reference", "_guarded")
+
+
 def _capture_originals() -> None:
     """Remember the guarded names of each namespace not seen before, as they are now (and, the
-    first time, this module's own globals: :func:`_put_back_own`)."""
+    first time, this module's own globals: :func:`_put_back_own`). An exercise's fields are
+    remembered as it was built (:func:`_built_fields`), less :data:`_SETTABLE_FIELDS`: a cell run
+    before the first check that sets its ``rtol`` is put back and named, as a patched module
+    name is (battery 22)."""
     _fill_own_globals(globals())
     for label, owner, live in _guarded_spaces():
-        if owner is not _INSTANCE:
+        if owner is _INSTANCE:
+            _remember_original(label, _FIELDS, live, _SETTABLE_FIELDS, copy=_built_fields)
+        else:
             _remember_original(label, owner, live, _VOLATILE.get(label, ()))
 
 
@@ -2077,6 +2112,7 @@ class Exercise:
         if self.reference is not None and not callable(self.reference):
             raise TypeError(f"{kind}.reference must be a function or None, got "
                             f"{describe_value(self.reference)}")
+        _remember_built(self.__dict__)  # its fields as built: put back before each check
 
     def _close(self, got: Any, expected: Any) -> bool:
         return outputs_close(got, expected, rtol=self.rtol, atol=self.atol)

@@ -1,0 +1,66 @@
+"""Battery 22 (b22b), the exercises' fixes: an exercise's fields set by a cell before its check
+(G1), a time limit's stop that escapes late (G7), and the answer store's unstorable values and
+malformed records (G4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from course_utils.exercises import all_exercises
+
+EXERCISES = sorted(all_exercises())
+
+
+def _write_field(exercise: object, how: str, field: str, value: object) -> None:
+    if how == "attribute":
+        object.__setattr__(exercise, field, value)
+    else:
+        exercise.__dict__[field] = value
+
+
+# -- G1: a cell run before the check sets the exercise's rtol/atol ---------------------------------
+@pytest.mark.parametrize("how", ["attribute", "dict"])
+@pytest.mark.parametrize("name", EXERCISES)
+def test_tolerances_set_before_the_check_are_put_back_and_named(name, how):
+    exercise = all_exercises()[name]
+    built = (exercise.rtol, exercise.atol)
+    wrong = exercise.mistakes[0].implementation  # a known slip: right only under huge tolerances
+    try:
+        _write_field(exercise, how, "rtol", 1e9)
+        _write_field(exercise, how, "atol", 1e9)
+        feedback = exercise.check(wrong)
+        assert not feedback.passed, feedback.message
+        assert f"{name}.rtol" in feedback.message and f"{name}.atol" in feedback.message, feedback.message
+        assert "put back" in feedback.message
+        assert (exercise.rtol, exercise.atol) == built
+    finally:
+        exercise.__dict__["rtol"], exercise.__dict__["atol"] = built
+
+
+@pytest.mark.parametrize("field", ["hint", "title", "mistakes", "forbidden"])
+def test_other_fields_set_before_the_check_are_put_back(field):
+    from course_utils.exercises import lesson02
+
+    exercise = lesson02.SOFTMAX_ROWS
+    built = exercise.__dict__[field]
+    try:
+        exercise.__dict__[field] = "x" if isinstance(built, str) else []
+        feedback = exercise.check(lambda scores: scores)
+        assert not feedback.passed
+        assert f"lesson02.SOFTMAX_ROWS.{field}" in feedback.message, feedback.message
+        assert exercise.__dict__[field] is built
+    finally:
+        exercise.__dict__[field] = built
+
+
+def test_fields_set_on_purpose_are_left_as_set(monkeypatch):
+    """make_cases (the grader's and the tests' cases) and reference (solutions.attach) stay."""
+    from course_utils.exercises import lesson03
+
+    exercise = lesson03.SCORE_MACS
+    cases = exercise.make_cases
+    monkeypatch.setattr(exercise, "make_cases", lambda: cases()[:-1])
+    feedback = exercise.check(lambda *args: 0)
+    assert exercise.make_cases is not cases
+    assert "make_cases" not in feedback.message and "reference" not in feedback.message
+
