@@ -64,3 +64,63 @@ def test_fields_set_on_purpose_are_left_as_set(monkeypatch):
     assert exercise.make_cases is not cases
     assert "make_cases" not in feedback.message and "reference" not in feedback.message
 
+
+# -- G7: a time limit's stop must never escape from a check ----------------------------------------
+def test_an_ended_time_limit_clears_its_trace_functions_and_raises_nothing():
+    import signal
+    import sys
+
+    from course_utils.exercises.core import TimeLimitExceeded, _Deadline
+
+    def answer():  # a generator: its frame outlives the call that ran it
+        while True:
+            yield 1
+
+    running = answer()
+    next(running)
+    trace = sys.gettrace()
+    deadline = _Deadline()
+    with deadline:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # (the repeat alarm waits for exit)
+        deadline.rounds = 1  # the first stop was swallowed: the next one traces the answer's frames
+        try:  # (no pytest.raises: until exit, every new frame outside core.py is stopped too)
+            deadline._expire(signal.SIGALRM, running.gi_frame)
+        except TimeLimitExceeded:
+            stopped = True
+        traced = running.gi_frame.f_trace == deadline._stop_line
+    assert stopped and traced
+    assert running.gi_frame.f_trace is None
+    assert sys.gettrace() is trace
+    _Deadline._active = deadline  # even when found active again, an ended limit raises nothing
+    try:
+        assert deadline._stop_line(running.gi_frame, "line", None) is None
+        assert next(running) == 1
+    finally:
+        _Deadline._active = None
+
+
+def test_a_stop_that_reaches_the_check_late_is_the_time_limit_message():
+    import math
+
+    from course_utils.exercises.core import Case, Exercise, TimeLimitExceeded
+
+    class LateStop:  # what the check returns makes the stop reach the check's own code after it
+        passed = False
+
+        @property
+        def message(self):
+            raise TimeLimitExceeded(3.0)
+
+    class Late(Exercise):
+        def check(self, fn):
+            return LateStop()
+
+    exercise = Late("Exercise 0.1: late stop", lambda: [Case((1,), {}, "one")])
+    tau = math.tau
+    math.tau = 6.0  # put back before the check, which then tells so (adding to the message)
+    try:
+        feedback = exercise.check(lambda x: x)
+    finally:
+        math.tau = tau
+    assert feedback.status == "error" and feedback.stopped
+    assert "ran for more than 3 s" in feedback.message

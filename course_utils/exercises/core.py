@@ -324,6 +324,8 @@ class _Deadline:
         self._settings = _process_settings()
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self.seconds = _time_limit()
+        self._ended = False  # set first on exit: from then on its trace functions raise nothing
+        self._traced: list[Any] = []  # the frames _expire gave a trace function (cleared on exit)
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         if self._armed:
             self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
@@ -370,6 +372,7 @@ class _Deadline:
             while frame is not None and frame is not self._boundary:
                 if frame.f_code.co_filename != __file__ or frame.f_code.co_name == "_tripwire":
                     frame.f_trace, frame.f_trace_lines = self._stop_line, True
+                    self._traced.append(frame)
                 frame = frame.f_back
             sys.settrace(self._stop_call)
         raise TimeLimitExceeded(self.seconds)
@@ -406,7 +409,12 @@ class _Deadline:
                         pass
 
     def _stop_line(self, frame: Any, event: str, arg: Any) -> Any:
-        if event == "line" and _Deadline._active is self:
+        """A frame's trace function: raises at its next line while this limit is the active one;
+        once it is not (it ended, or an inner one runs), it raises nothing and stops tracing the
+        frame (battery 22: a late raise escaped from a check)."""
+        if self._ended or _Deadline._active is not self:
+            return None
+        if event == "line":
             import signal
 
             signal.setitimer(signal.ITIMER_REAL, 0.0001)  # a raise unsets tracing: set it again
@@ -457,6 +465,7 @@ class _Deadline:
                 return
 
     def __exit__(self, *exc_info: Any, _own: Callable[[], list[str]] = _put_back_own) -> None:
+        self._ended = True
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
         own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
@@ -483,6 +492,10 @@ class _Deadline:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
             if self.rounds >= 2:
                 sys.settrace(self._previous_trace)
+            for frame in self._traced:  # no frame keeps this limit's trace function (a generator's
+                if frame.f_trace == self._stop_line:  # frame may run again after the check)
+                    frame.f_trace = None
+            self._traced.clear()
             for f, code, kwdefaults in reversed(self._swapped):
                 f.__code__, f.__kwdefaults__ = code, kwdefaults
             self._swapped.clear()
@@ -1722,6 +1735,14 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
 
     @functools.wraps(check)
     def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+        try:
+            return graded(self, fn)
+        except TimeLimitExceeded as exc:  # a stop that reached the check after the answer's call
+            if _THREADS_AT_START:  # (a check inside an answer: the stop is for that answer)
+                raise
+            return self._stopped(exc, None)  # (its trace function struck late: battery 22)
+
+    def graded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
         replaced = own()  # an earlier cell's rebinding of this module's helpers: put back, named
         outermost = not _THREADS_AT_START
         if outermost:  # no check runs an answer now: an entry is one a time-limit stop left behind
@@ -2436,10 +2457,11 @@ class Exercise:
                             "(no .as_subclass(...) and no Tensor subclass of your own)." if tensor else
                             "(no .view(...) to a class of your own, no np.matrix or masked array)."))
 
-    def _stopped(self, exc: BaseException, case: Case) -> Feedback:
-        """Feedback for an answer that was interrupted or ran out of time: the check does not
-        run it again (no diagnosis reruns it), so one interrupt is enough."""
-        where = f" on {case.label}" if case.label else ""
+    def _stopped(self, exc: BaseException, case: Case | None) -> Feedback:
+        """Feedback for an answer that was interrupted or ran out of time (on ``case``; None: a
+        stop that reached the check after the call): the check does not run it again (no
+        diagnosis reruns it), so one interrupt is enough."""
+        where = f" on {case.label}" if case is not None and case.label else ""
         if isinstance(exc, TimeLimitExceeded):
             message = (f"your function ran for more than {exc.args[0]:g} s{where} and was stopped. The "
                        "test inputs are tiny, so a right answer takes milliseconds: look for a loop "
