@@ -124,3 +124,42 @@ def test_a_stop_that_reaches_the_check_late_is_the_time_limit_message():
         math.tau = tau
     assert feedback.status == "error" and feedback.stopped
     assert "ran for more than 3 s" in feedback.message
+
+
+# -- G4: the answer store's unstorable values and malformed records ---------------------------------
+def test_encoding_a_meta_tensor_is_unstorable_naming_it():
+    import torch
+
+    from course_utils.exercises import answers
+    from tests.bad_input_cases import raises_naming
+
+    raises_naming(answers.UnstorableValue, ["meta", "(2, 3)"],
+                  lambda: answers.encode(torch.ones(2, 3, device="meta")))
+    nested = [1, (torch.ones(1, device="meta"),)]
+    raises_naming(answers.UnstorableValue, ["meta"], lambda: answers.encode(nested))
+
+
+@pytest.mark.parametrize("record, words", [
+    ({"__ndarray__": "not a tensor", "dtype": "float64"},
+     ["'__ndarray__'", "torch.Tensor", "str 'not a tensor'"]),
+    ({"__ndarray__": None, "dtype": "float64"}, ["'__ndarray__'", "torch.Tensor", "NoneType None"]),
+    ({"__ndarray__": [1.0], "dtype": 5}, ["'__ndarray__'", "torch.Tensor", "list [1.0]"]),
+    ({"__tuple__": 5}, ["'__tuple__'", "a list", "int 5"]),
+    ({"__tuple__": "ab"}, ["'__tuple__'", "a list", "str 'ab'"]),
+    ({"__tensor__": 3}, ["'__tensor__'", "torch.Tensor", "int 3"]),
+])
+def test_decoding_a_malformed_record_names_it(record, words):
+    from course_utils.exercises import answers
+    from tests.bad_input_cases import raises_naming
+
+    raises_naming(ValueError, ["data: a stored", "damaged", *words], lambda: answers.decode(record))
+
+
+def test_decoding_an_array_record_with_a_bad_dtype_names_it():
+    import torch
+
+    from course_utils.exercises import answers
+    from tests.bad_input_cases import raises_naming
+
+    record = {"__ndarray__": torch.ones(2), "dtype": 5}
+    raises_naming(ValueError, ["'dtype'", "int 5"], lambda: answers.decode(record))
