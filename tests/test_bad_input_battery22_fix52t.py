@@ -163,3 +163,14 @@ def test_decoding_an_array_record_with_a_bad_dtype_names_it():
 
     record = {"__ndarray__": torch.ones(2), "dtype": 5}
     raises_naming(ValueError, ["'dtype'", "int 5"], lambda: answers.decode(record))
+
+
+# -- notes: lesson04.check_masks_for_torch on what is not a function -------------------------------
+@pytest.mark.parametrize("answer, described", [(None, "NoneType None"), (42, "int 42"), ("x", "str 'x'")])
+def test_masks_check_on_a_non_function_says_expected_a_function(answer, described):
+    from course_utils.exercises import lesson04
+
+    feedback = lesson04.check_masks_for_torch(answer)
+    assert feedback.status == "error"
+    assert f"expected a function, got {described}" in feedback.message, feedback.message
+    assert "could not grade" not in feedback.message
