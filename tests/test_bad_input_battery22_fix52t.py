@@ -174,3 +174,42 @@ def test_masks_check_on_a_non_function_says_expected_a_function(answer, describe
     assert feedback.status == "error"
     assert f"expected a function, got {described}" in feedback.message, feedback.message
     assert "could not grade" not in feedback.message
+
+
+# -- notes: read_secrets on a secrets file others may read, or a link -------------------------------
+def _good_secrets(folder):
+    import json
+
+    from course_utils.exercises import autograde
+
+    path = folder / autograde.SECRETS_NAME
+    path.write_text(json.dumps({"salts": {"02_single_head_attention": 5}}))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_read_secrets_refuses_a_file_others_may_read(tmp_path, mode):
+    from course_utils.exercises import autograde
+    from tests.bad_input_cases import raises_naming
+
+    path = _good_secrets(tmp_path)
+    path.chmod(mode)
+    raises_naming(ValueError, [str(path), f"{mode:04o}", "0600", "chmod 600"],
+                  lambda: autograde.read_secrets(tmp_path))
+    path.chmod(0o600)
+    assert autograde.read_secrets(tmp_path)["salts"] == {"02_single_head_attention": 5}
+
+
+def test_read_secrets_refuses_a_link_to_another_courses_secrets(tmp_path):
+    from course_utils.exercises import autograde
+    from tests.bad_input_cases import raises_naming
+
+    other = tmp_path / "other"
+    other.mkdir()
+    target = _good_secrets(other)
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / autograde.SECRETS_NAME).symlink_to(target)
+    raises_naming(ValueError, [str(course / autograde.SECRETS_NAME), "symbolic link", str(target)],
+                  lambda: autograde.read_secrets(course))
