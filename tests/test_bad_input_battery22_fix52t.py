@@ -65,6 +65,28 @@ def test_fields_set_on_purpose_are_left_as_set(monkeypatch):
     assert "make_cases" not in feedback.message and "reference" not in feedback.message
 
 
+
+@pytest.mark.parametrize("key", ["_expected", "_cases"])
+@pytest.mark.parametrize("name", ["lesson01.ATTEND", "lesson02.SOFTMAX_ROWS", "lesson03.SCORE_MACS"])
+def test_grader_outputs_a_cell_adds_before_the_check_are_removed_and_named(name, key):
+    """A cell that gives the exercise the outside grader's attributes (outputs made to match a
+    wrong answer) is not graded by them: removed before the check, and named."""
+    exercise = all_exercises()[name]
+    wrong = exercise.mistakes[0].implementation
+    cases = exercise.cases()
+    exercise.__dict__["_expected"] = [wrong(*c.args, **c.kwargs) for c in cases]
+    if key == "_cases":
+        exercise.__dict__.pop("_expected")
+        exercise.__dict__["_cases"] = cases[:1]
+    try:
+        feedback = exercise.check(wrong)
+        assert not feedback.passed, feedback.message
+        assert f"{name}.{key}" in feedback.message, feedback.message
+        assert key not in exercise.__dict__
+    finally:
+        exercise.__dict__.pop(key, None)
+
+
 # -- G7: a time limit's stop must never escape from a check ----------------------------------------
 def test_an_ended_time_limit_clears_its_trace_functions_and_raises_nothing():
     import signal

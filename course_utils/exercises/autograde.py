@@ -456,8 +456,11 @@ def _copy(value: Any) -> Any:
 def _these_cases(exercise: Any, cases: list[Any], expected: list[Any] | None) -> Iterator[None]:
     """While active, ``exercise`` builds ``cases`` (the very objects the answer's process was given)
     and, with ``expected``, compares with those outputs (no stored slips: unseen cases)."""
+    from .core import _grading
+
     saved = {k: exercise.__dict__[k] for k in ("make_cases", "_expected", "_cases") if k in exercise.__dict__}
     exercise._store_key()  # remembered before the cases change
+    _grading(exercise.__dict__, True)  # (the check keeps them: not a cell's)
     exercise.__dict__["make_cases"] = lambda: list(cases)
     exercise.__dict__["_cases"] = list(cases)
     if expected is not None:
@@ -468,6 +471,7 @@ def _these_cases(exercise: Any, cases: list[Any], expected: list[Any] | None) ->
         for k in ("make_cases", "_expected", "_cases"):
             exercise.__dict__.pop(k, None)
         exercise.__dict__.update(saved)
+        _grading(exercise.__dict__, False)
 
 
 def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: list[Any],

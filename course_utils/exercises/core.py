@@ -149,7 +149,7 @@ _mark_tampered, _tampered = _one_way_flag()
 _MACHINERY = frozenset({"_OWN_GLOBALS", "_fill_own_globals", "_own_items", "_own_intact", "_OWN_LIVE",
                         "_OWN_MISSING", "_mark_tampered", "_tampered", "_MACHINERY", "_ORIGINALS",
                         "_remember_original", "_originals_intact", "_VOLATILE", "_remember_built",
-                        "_built_fields", "_SETTABLE_FIELDS"})
+                        "_built_fields", "_SETTABLE_FIELDS", "_grading", "_grading_with", "_GRADER_KEYS"})
 
 
 def _put_back_own(live: dict[str, Any] = _OWN_LIVE, items: Callable[[], Any] = _own_items,
@@ -812,7 +812,12 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
             for key in [k for k in live if k not in saved]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
-        elif owner is not _FIELDS and label != "builtins":  # (an exercise's fields: none removed)
+        elif owner is _FIELDS:  # the outside grader's cases and outputs, unless it is grading now
+            if not _grading_with(live):
+                for key in [k for k in _GRADER_KEYS if k in live]:
+                    changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
+                    live.pop(key, None)
+        elif label != "builtins":
             # what an added name can change: a built-in it shadows in a
             # module (`core.abs = ...`), an inherited attribute it hides in a course class, and in
             # torch's and pandas' classes an inherited method it hides or a protocol (`__x__`) it
@@ -949,6 +954,27 @@ def _built_fields_store() -> tuple[Callable[[Any], None], Callable[[Any], dict]]
 
 
 _remember_built, _built_fields = _built_fields_store()
+
+
+def _grading_store() -> tuple[Callable[[Any, bool], None], Callable[[Any], bool]]:
+    """``(grading, grading_with)``: ``grading(exercise.__dict__, on)`` marks an exercise as given
+    the outside grader's cases (:data:`_GRADER_KEYS`, ``autograde._these_cases``) or not any
+    more; ``grading_with(live)`` tells. Held in their closure."""
+    held: set[int] = set()
+
+    def grading(live: Any, on: bool) -> None:
+        (held.add if on else held.discard)(id(live))
+
+    def grading_with(live: Any) -> bool:
+        return id(live) in held
+
+    return grading, grading_with
+
+
+_grading, _grading_with = _grading_store()
+# An exercise's attributes that only the outside grader adds (its very cases, and the outputs of
+# unseen cases): found before a check outside its grading, they are a cell's, removed and named.
+_GRADER_KEYS = ("_cases", "_expected")
 # An exercise's fields that are set on purpose, so not put back before a check: ``make_cases``
 # (the outside grader's unseen cases, the course's tests; a lesson's exercise compares the cases
 # built with its store, so a cell's builder is told "other test inputs", never passed),
