@@ -135,6 +135,7 @@ def _secrets(tmp_path, salts, solutions_dir=None):
 
     data = {"salts": salts} if solutions_dir is None else {"salts": salts, "solutions_dir": solutions_dir}
     (tmp_path / autograde.SECRETS_NAME).write_text(json.dumps(data))
+    (tmp_path / autograde.SECRETS_NAME).chmod(0o600)  # owner-only, as write_secrets makes it
     return autograde.SECRETS_NAME
 
 

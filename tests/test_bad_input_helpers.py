@@ -229,6 +229,7 @@ CASES = [
 
 def test_a_secrets_file_that_is_not_json_is_named(tmp_path):
     (tmp_path / autograde.SECRETS_NAME).write_text("{not json")
+    (tmp_path / autograde.SECRETS_NAME).chmod(0o600)  # owner-only, as write_secrets makes it
     with pytest.raises(ValueError, match="not the grader's secrets file .*nbgrader_tools.py source"):
         autograde.read_secrets(tmp_path)
 

@@ -96,6 +96,9 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, Raised):
         return {"__raised__": [value.kind, value.message]}
     if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            raise UnstorableValue(f"cannot store a tensor on device 'meta' (shape {tuple(value.shape)}, "
+                                  f"{value.dtype}): it holds no values")
         return {"__tensor__": value.detach().cpu().clone()}
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biufc":
@@ -131,17 +134,15 @@ def decode(data: Any) -> Any:
     if "__raised__" in data:
         return Raised(*data["__raised__"])
     if "__tensor__" in data:
-        if not isinstance(data["__tensor__"], torch.Tensor):
-            raise ValueError(f"data: a stored tensor ('__tensor__') must hold a torch.Tensor, got "
-                             f"{type(data['__tensor__']).__name__} {data['__tensor__']!r:.60}: the stored "
-                             "answers are damaged; reinstall the course package")
-        return data["__tensor__"].clone()
+        return _stored_part(data, "__tensor__", "tensor", torch.Tensor, "a torch.Tensor").clone()
     if "__ndarray__" in data:
-        return data["__ndarray__"].numpy().astype(data["dtype"], copy=True)
+        array = _stored_part(data, "__ndarray__", "array", torch.Tensor, "a torch.Tensor")
+        return array.numpy().astype(_stored_part(data, "dtype", "array", str, "its dtype's name (str)"),
+                                    copy=True)
     if "__npscalar__" in data:
         return np.dtype(data["dtype"]).type(data["__npscalar__"])
     if "__tuple__" in data:
-        return tuple(decode(v) for v in data["__tuple__"])
+        return tuple(decode(v) for v in _stored_part(data, "__tuple__", "tuple", list, "a list"))
     if "__linear__" in data:
         in_features, out_features, bias, dtype, state = data["__linear__"]
         layer = torch.nn.Linear(in_features, out_features, bias=bias, dtype=getattr(torch, dtype),
@@ -157,6 +158,17 @@ def decode(data: Any) -> Any:
     if "__dict__" in data:
         return {k: decode(v) for k, v in data["__dict__"].items()}
     raise ValueError(f"unknown stored value with keys {sorted(data)}")
+
+
+def _stored_part(data: dict, key: str, what: str, kind: type, expected: str) -> Any:
+    """``data[key]`` of a stored ``what`` record, checked to be a ``kind`` (``expected`` in words):
+    anything else is a damaged store, named (ValueError), never a bare error from decoding it."""
+    value = data.get(key)
+    if not isinstance(value, kind):
+        raise ValueError(f"data: a stored {what} ('{key}') must hold {expected}, got "
+                         f"{type(value).__name__} {value!r:.60}: the stored answers are damaged; "
+                         "reinstall the course package")
+    return value
 
 
 def _check_case(case: object, name: str) -> None:

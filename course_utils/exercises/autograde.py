@@ -150,7 +150,10 @@ def read_secrets(course: Path) -> dict:
     """The grader's secrets of ``course``; raises FileNotFoundError naming the command to run, and
     ValueError naming the file and the entry for a salt that is not an int in 1..2**31 - 1 or a
     lesson that is not one of the notebooks beside its ``solutions_dir`` (as :func:`write_secrets`
-    makes them; the lessons are not checked where that folder holds no notebooks)."""
+    makes them; the lessons are not checked where that folder holds no notebooks). On POSIX it
+    refuses, as :func:`write_secrets` never makes them, a link (another course's secrets) and a
+    file others may read (its salts let a student compute the unseen cases): ValueError naming
+    the file and its mode."""
     check_path(course, "course", "the course folder nbgrader works in")
     path = Path(course) / SECRETS_NAME
     kind = path_kind(path)  # the package's one description of what a path is (a loop is not "missing")
@@ -161,6 +164,7 @@ def read_secrets(course: Path) -> dict:
     if kind == "missing":
         raise FileNotFoundError(f"{path} is missing: run `python scripts/nbgrader_tools.py source "
                                 f"{course}` in the course's clone (it writes the grader's salts)")
+    _check_secrets_mode(path, course)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -183,6 +187,24 @@ def read_secrets(course: Path) -> dict:
         raise ValueError(f"{path} holds {problem} (the file was edited); write a new one with "
                          f"`python scripts/nbgrader_tools.py source {course}`")
     return data
+
+
+def _check_secrets_mode(path: Path, course: Path) -> None:
+    """``path`` (the secrets file, a regular file or a link to one) is owner-only and no link, as
+    :func:`write_secrets` makes it (POSIX only: elsewhere the mode bits say nothing)."""
+    if os.name != "posix":
+        return
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}), expected the grader's "
+                         "secrets file itself: the secrets are never read through a link (it may be "
+                         f"another course's); remove it and run `python scripts/nbgrader_tools.py source "
+                         f"{course}`")
+    if mode & 0o077:
+        raise ValueError(f"{path} has mode {stat.filemode(mode)} ({mode & 0o777:04o}), expected owner-only "
+                         f"(0600, as `nbgrader_tools.py source` writes it): others could read the salts "
+                         f"that make the unseen cases; run `chmod 600 {path}` or write a new one with "
+                         f"`python scripts/nbgrader_tools.py source {course}`")
 
 
 # -- which cases, which expected outputs ---------------------------------------------------------
@@ -434,8 +456,11 @@ def _copy(value: Any) -> Any:
 def _these_cases(exercise: Any, cases: list[Any], expected: list[Any] | None) -> Iterator[None]:
     """While active, ``exercise`` builds ``cases`` (the very objects the answer's process was given)
     and, with ``expected``, compares with those outputs (no stored slips: unseen cases)."""
+    from .core import _grading
+
     saved = {k: exercise.__dict__[k] for k in ("make_cases", "_expected", "_cases") if k in exercise.__dict__}
     exercise._store_key()  # remembered before the cases change
+    _grading(exercise.__dict__, True)  # (the check keeps them: not a cell's)
     exercise.__dict__["make_cases"] = lambda: list(cases)
     exercise.__dict__["_cases"] = list(cases)
     if expected is not None:
@@ -446,6 +471,7 @@ def _these_cases(exercise: Any, cases: list[Any], expected: list[Any] | None) ->
         for k in ("make_cases", "_expected", "_cases"):
             exercise.__dict__.pop(k, None)
         exercise.__dict__.update(saved)
+        _grading(exercise.__dict__, False)
 
 
 def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: list[Any],

@@ -148,7 +148,8 @@ _mark_tampered, _tampered = _one_way_flag()
 # put back and named like any other: battery 16)
 _MACHINERY = frozenset({"_OWN_GLOBALS", "_fill_own_globals", "_own_items", "_own_intact", "_OWN_LIVE",
                         "_OWN_MISSING", "_mark_tampered", "_tampered", "_MACHINERY", "_ORIGINALS",
-                        "_remember_original", "_originals_intact", "_VOLATILE"})
+                        "_remember_original", "_originals_intact", "_VOLATILE", "_remember_built",
+                        "_built_fields", "_SETTABLE_FIELDS", "_grading", "_grading_with", "_GRADER_KEYS"})
 
 
 def _put_back_own(live: dict[str, Any] = _OWN_LIVE, items: Callable[[], Any] = _own_items,
@@ -323,6 +324,8 @@ class _Deadline:
         self._settings = _process_settings()
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self.seconds = _time_limit()
+        self._ended = False  # set first on exit: from then on its trace functions raise nothing
+        self._traced: list[Any] = []  # the frames _expire gave a trace function (cleared on exit)
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         if self._armed:
             self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
@@ -369,6 +372,7 @@ class _Deadline:
             while frame is not None and frame is not self._boundary:
                 if frame.f_code.co_filename != __file__ or frame.f_code.co_name == "_tripwire":
                     frame.f_trace, frame.f_trace_lines = self._stop_line, True
+                    self._traced.append(frame)
                 frame = frame.f_back
             sys.settrace(self._stop_call)
         raise TimeLimitExceeded(self.seconds)
@@ -405,7 +409,12 @@ class _Deadline:
                         pass
 
     def _stop_line(self, frame: Any, event: str, arg: Any) -> Any:
-        if event == "line" and _Deadline._active is self:
+        """A frame's trace function: raises at its next line while this limit is the active one;
+        once it is not (it ended, or an inner one runs), it raises nothing and stops tracing the
+        frame (battery 22: a late raise escaped from a check)."""
+        if self._ended or _Deadline._active is not self:
+            return None
+        if event == "line":
             import signal
 
             signal.setitimer(signal.ITIMER_REAL, 0.0001)  # a raise unsets tracing: set it again
@@ -456,6 +465,7 @@ class _Deadline:
                 return
 
     def __exit__(self, *exc_info: Any, _own: Callable[[], list[str]] = _put_back_own) -> None:
+        self._ended = True
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
         own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
@@ -482,6 +492,10 @@ class _Deadline:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
             if self.rounds >= 2:
                 sys.settrace(self._previous_trace)
+            for frame in self._traced:  # no frame keeps this limit's trace function (a generator's
+                if frame.f_trace == self._stop_line:  # frame may run again after the check)
+                    frame.f_trace = None
+            self._traced.clear()
             for f, code, kwdefaults in reversed(self._swapped):
                 f.__code__, f.__kwdefaults__ = code, kwdefaults
             self._swapped.clear()
@@ -518,6 +532,7 @@ def _unprofiled(fn: Callable[..., Any], *args: Any) -> Any:
 
 _MISSING = object()
 _INSTANCE = object()  # the owner of an exercise's own attributes in _guarded_namespaces
+_FIELDS = object()  # the owner of an exercise's fields as built, in the originals (put back, none removed)
 _type_setattr = type.__setattr__
 _type_delattr = type.__delattr__
 
@@ -787,7 +802,7 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
                     and not (key == "__slotnames__" and now == value):  # (copyreg's cache, made again)
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 try:
-                    if owner is None or owner is _INSTANCE:
+                    if owner is None or owner is _INSTANCE or owner is _FIELDS:
                         live[key] = value
                     else:
                         _type_setattr(owner, key, value)
@@ -797,7 +812,13 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
             for key in [k for k in live if k not in saved]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
-        elif label != "builtins":  # what an added name can change: a built-in it shadows in a
+        elif owner is _FIELDS:  # the outside grader's cases and outputs, unless it is grading now
+            if not _grading_with(live):
+                for key in [k for k in _GRADER_KEYS if k in live]:
+                    changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
+                    live.pop(key, None)
+        elif label != "builtins":
+            # what an added name can change: a built-in it shadows in a
             # module (`core.abs = ...`), an inherited attribute it hides in a course class, and in
             # torch's and pandas' classes an inherited method it hides or a protocol (`__x__`) it
             # adds (`torch.Tensor.__eq__ = ...`, inherited from TensorBase: battery 15)
@@ -867,8 +888,9 @@ def _same_method(now: Any, original: Any) -> bool:
 
 # The guarded names as they were when first seen (course_utils.exercises' import, or the first
 # check after a module's import), by id of the namespace: each check starts by putting these
-# back (:func:`_restore_originals`). An exercise's own attributes are not among them (the
-# outside grader and the course's tests set its cases on purpose), nor are names that change
+# back (:func:`_restore_originals`). An exercise's own attributes are there as it was built, less
+# those set on purpose (:data:`_SETTABLE_FIELDS`) and less what is added later (the outside
+# grader's cases, the check's own caches), nor are names that change
 # without anyone tampering: the built-ins IPython sets for each cell and the REPL's ``_``, and
 # torch.Storage, which torch.set_default_dtype rebinds.
 _VOLATILE: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
@@ -890,7 +912,8 @@ def _originals_store() -> tuple[Mapping[int, tuple[str, Any, Any, Mapping[str, A
                  key_of: Callable[[Any], int] = id, as_tuple: Callable[[Any], tuple] = tuple) -> None:
         """Copy ``live`` (less the names of ``drop``) as its namespace's originals, unless that
         namespace has some already (an entry is never replaced)."""
-        key = key_of(live) if owner is None else key_of(owner)  # (a class's __dict__: a new proxy each time)
+        # (a class's __dict__: a new proxy each time; an exercise's fields: by its own __dict__)
+        key = key_of(live) if owner is None or owner is _FIELDS else key_of(owner)
         if key in held:
             return
         saved = copy(live)
@@ -914,12 +937,63 @@ def _originals_store() -> tuple[Mapping[int, tuple[str, Any, Any, Mapping[str, A
 _ORIGINALS, _remember_original, _originals_intact = _originals_store()
 
 
+def _built_fields_store() -> tuple[Callable[[Any], None], Callable[[Any], dict]]:
+    """``(remember, built)``: ``remember(exercise.__dict__)`` copies an exercise's fields as
+    :meth:`Exercise.__post_init__` leaves them; ``built(live)`` answers a copy of those (empty for
+    a namespace never remembered). Held in their closure, as :func:`_originals_store`'s."""
+    held: dict[int, tuple[Any, Mapping[str, Any]]] = {}
+
+    def remember(live: Any) -> None:
+        held.setdefault(id(live), (live, types.MappingProxyType(dict(live))))
+
+    def built(live: Any) -> dict:
+        entry = held.get(id(live))
+        return dict(entry[1]) if entry is not None and entry[0] is live else {}
+
+    return remember, built
+
+
+_remember_built, _built_fields = _built_fields_store()
+
+
+def _grading_store() -> tuple[Callable[[Any, bool], None], Callable[[Any], bool]]:
+    """``(grading, grading_with)``: ``grading(exercise.__dict__, on)`` marks an exercise as given
+    the outside grader's cases (:data:`_GRADER_KEYS`, ``autograde._these_cases``) or not any
+    more; ``grading_with(live)`` tells. Held in their closure."""
+    held: set[int] = set()
+
+    def grading(live: Any, on: bool) -> None:
+        (held.add if on else held.discard)(id(live))
+
+    def grading_with(live: Any) -> bool:
+        return id(live) in held
+
+    return grading, grading_with
+
+
+_grading, _grading_with = _grading_store()
+# An exercise's attributes that only the outside grader adds (its very cases, and the outputs of
+# unseen cases): found before a check outside its grading, they are a cell's, removed and named.
+_GRADER_KEYS = ("_cases", "_expected")
+# An exercise's fields that are set on purpose, so not put back before a check: ``make_cases``
+# (the outside grader's unseen cases, the course's tests; a lesson's exercise compares the cases
+# built with its store, so a cell's builder is told "other test inputs", never passed),
+# ``reference`` (solutions.attach gives it to the course's tests; a lesson's exercise grades with
+# its stored outputs, never with it) and ``_guarded`` (Exercise.check_trusted, a public method).
+_SETTABLE_FIELDS = ("make_cases", "reference", "_guarded")
+
+
 def _capture_originals() -> None:
     """Remember the guarded names of each namespace not seen before, as they are now (and, the
-    first time, this module's own globals: :func:`_put_back_own`)."""
+    first time, this module's own globals: :func:`_put_back_own`). An exercise's fields are
+    remembered as it was built (:func:`_built_fields`), less :data:`_SETTABLE_FIELDS`: a cell run
+    before the first check that sets its ``rtol`` is put back and named, as a patched module
+    name is (battery 22)."""
     _fill_own_globals(globals())
     for label, owner, live in _guarded_spaces():
-        if owner is not _INSTANCE:
+        if owner is _INSTANCE:
+            _remember_original(label, _FIELDS, live, _SETTABLE_FIELDS, copy=_built_fields)
+        else:
             _remember_original(label, owner, live, _VOLATILE.get(label, ()))
 
 
@@ -1687,6 +1761,14 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
 
     @functools.wraps(check)
     def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+        try:
+            return graded(self, fn)
+        except TimeLimitExceeded as exc:  # a stop that reached the check after the answer's call
+            if _THREADS_AT_START:  # (a check inside an answer: the stop is for that answer)
+                raise
+            return self._stopped(exc, None)  # (its trace function struck late: battery 22)
+
+    def graded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
         replaced = own()  # an earlier cell's rebinding of this module's helpers: put back, named
         outermost = not _THREADS_AT_START
         if outermost:  # no check runs an answer now: an entry is one a time-limit stop left behind
@@ -2077,6 +2159,7 @@ class Exercise:
         if self.reference is not None and not callable(self.reference):
             raise TypeError(f"{kind}.reference must be a function or None, got "
                             f"{describe_value(self.reference)}")
+        _remember_built(self.__dict__)  # its fields as built: put back before each check
 
     def _close(self, got: Any, expected: Any) -> bool:
         return outputs_close(got, expected, rtol=self.rtol, atol=self.atol)
@@ -2400,10 +2483,11 @@ class Exercise:
                             "(no .as_subclass(...) and no Tensor subclass of your own)." if tensor else
                             "(no .view(...) to a class of your own, no np.matrix or masked array)."))
 
-    def _stopped(self, exc: BaseException, case: Case) -> Feedback:
-        """Feedback for an answer that was interrupted or ran out of time: the check does not
-        run it again (no diagnosis reruns it), so one interrupt is enough."""
-        where = f" on {case.label}" if case.label else ""
+    def _stopped(self, exc: BaseException, case: Case | None) -> Feedback:
+        """Feedback for an answer that was interrupted or ran out of time (on ``case``; None: a
+        stop that reached the check after the call): the check does not run it again (no
+        diagnosis reruns it), so one interrupt is enough."""
+        where = f" on {case.label}" if case is not None and case.label else ""
         if isinstance(exc, TimeLimitExceeded):
             message = (f"your function ran for more than {exc.args[0]:g} s{where} and was stopped. The "
                        "test inputs are tiny, so a right answer takes milliseconds: look for a loop "
