@@ -366,9 +366,10 @@ def _need_identifier(label: str, value: Any, what: str) -> None:
 def is_stub(code: str, name: str) -> bool:
     """True when function ``name`` in ``code`` is still the release's stub: its body (after a
     docstring) only ``raise NotImplementedError`` (bare, or with the stub's message), no
-    decorator. Such an answer needs no process: it is not attempted."""
+    decorator. Such an answer needs no process: it is not attempted. ``name`` must be a Python
+    identifier: no function is named ``''`` (it answered False, "not a stub": battery 22's re-run)."""
     _need_text("code", code, "the answer's source text")
-    _need_text("name", name, "the answer function's name")
+    _need_identifier("name", name, "the answer function's name")
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
