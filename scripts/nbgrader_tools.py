@@ -388,15 +388,14 @@ def config_load_problem(path: Path, text: str) -> str | None:
     """Why ``text``, the course's ``nbgrader_config.py`` at ``path`` (without the grading block),
     would not load, or None. nbgrader only logs such a file's error and ignores all of it, the
     grading lines too, so ``autograde`` would run the notebook's own checks and a cheat in it
-    would get full points (battery 22, G2). The file is compiled and run as nbgrader runs it, with
-    a fresh ``get_config()`` (``c`` given when the file never asks for it: one is put first)."""
+    would get full points (battery 22, G2). The file is compiled and run as nbgrader (traitlets'
+    PyFileConfigLoader) runs it: ``c`` is given, and ``get_config()`` returns that same config, so a
+    file may use ``c`` before (or without) ``c = get_config()``."""
     from traitlets.config import Config
 
     config = Config()
-    namespace = {"__file__": str(path), "__name__": "__nbgrader_config__", "get_config": lambda: config,
-                 "load_subconfig": lambda *args, **kwargs: None}
-    if "get_config()" not in text:
-        namespace["c"] = config
+    namespace = {"__file__": str(path), "__name__": "__nbgrader_config__", "c": config,
+                 "get_config": lambda: config, "load_subconfig": lambda *args, **kwargs: None}
     try:
         exec(compile(text, str(path), "exec"), namespace)  # noqa: S102 - as nbgrader does
     except (Exception, SystemExit) as exc:

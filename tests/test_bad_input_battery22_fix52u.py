@@ -46,13 +46,17 @@ def test_source_refuses_a_course_config_that_does_not_load(case, tmp_path, capsy
     assert _tree(course) == {"nbgrader_config.py": text.encode()}  # nothing written
 
 
-def test_a_config_that_loads_is_kept_with_the_grading_block(tmp_path):
+@pytest.mark.parametrize("kept", [
+    'c = get_config()\nc.CourseDirectory.course_id = "mha"\n',
+    'c.CourseDirectory.course_id = "mha"\n',  # traitlets gives c: no get_config() needed
+    'c.CourseDirectory.course_id = "mha"\nc = get_config()\n',  # c used before it is asked for
+], ids=["get_config first", "c alone", "c before get_config"])
+def test_a_config_that_loads_is_kept_with_the_grading_block(kept, tmp_path):
     course = tmp_path / "course"
     course.mkdir()
-    kept = 'c = get_config()\nc.CourseDirectory.course_id = "mha"\n'
     (course / "nbgrader_config.py").write_text(kept + tools.grading_config_block())
     text = tools.grading_config_text(course)
-    assert text.startswith(kept) and text.count(tools.CONFIG_BEGIN) == 1
+    assert kept in text and text.count(tools.CONFIG_BEGIN) == 1  # c = get_config() put first if missing
 
 
 # -- G5: source never writes through a link below COURSE_DIR, nor inside the clone ------------------
