@@ -154,6 +154,7 @@ def _check_gqa_inputs(q: object, k: object, v: object, mask: object) -> None:
         if not ok:
             raise ValueError(f"mask must be (Tq, Tk) = {(Tq, Tk)}, (h|1, Tq, Tk) or "
                              f"(B|1, h|1, Tq, Tk) with B={q.shape[0]}, h={h}; got {describe_shape(mask)}")
+        check_same_dtype_and_device({"q": q, "k": k, "v": v})  # so a mask is compared with one device
         if mask.device != q.device:
             raise ValueError(f"mask is on device {mask.device} but the attention inputs are on "
                              f"{q.device}: move it with mask.to({str(q.device)!r})")

@@ -802,6 +802,8 @@ def check_fast_attention_inputs(q: object, k: object, v: object, allowed: object
     if _heads_fit(q, k, v, num_heads, num_kv_heads, d_k) and isinstance(causal_only, bool) \
             and (allowed is None or _allowed_fits(allowed, q, k)):
         return
+    for label, size in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("d_k", d_k)):
+        check_int(size, label, minimum=1)  # before the layouts below are written with them
     check_tensor(q, "q", ndim=4, layout=f"(B, h={num_heads}, Tq, dk={d_k})")
     for name, t in (("k", k), ("v", v)):
         check_tensor(t, name, ndim=4, layout=f"(B, g={num_kv_heads}, Tk, dk={d_k})")
@@ -867,6 +869,9 @@ def combine_masks(mask: object, key_padding_mask: object, *, batch: int, num_hea
     """Check ``mask`` (``(Tq, Tk)``, ``(B, Tq, Tk)`` or ``(B|1, h|1, Tq, Tk)``) and
     ``key_padding_mask`` (``(B, Tk)``, ``True`` = real token), and merge them into one bool
     view ``(B|1, h|1, Tq, Tk)``, ``True`` = may attend; ``None`` if neither is given."""
+    if not isinstance(device, torch.device):  # built, a torch.device is valid; anything else is parsed
+        device = torch.device("meta") if isinstance(device, str) and device == "meta" \
+            else check_device_present(device, "device")  # meta stays allowed: a module on meta runs shapes
     sizes = {"batch": batch, "num_heads": num_heads, "num_queries": num_queries, "num_keys": num_keys}
     target = tuple(check_int(size, label, minimum=0) for label, size in sizes.items())
     combined = None

@@ -677,6 +677,9 @@ def output_rounding_budget(weights: np.ndarray, values: np.ndarray) -> np.ndarra
     for name, x, layout in (("weights", weights, "(T, T)"), ("values", values, "(T, d_v)")):
         _check_finite_matrix(x, name, layout)  # a NaN would make the whole budget NaN
     _check_attention_weights(weights)
+    if weights.shape[0] != weights.shape[1] or weights.shape[0] < 1:
+        raise ValueError(f"weights must be square attention weights (T, T) with T >= 1, got shape "
+                         f"{weights.shape}")
     if weights.shape[1] != values.shape[0]:
         raise ValueError(f"weights (T, T) and values (T, d_v) must chain, got {weights.shape} "
                          f"and {values.shape}")
