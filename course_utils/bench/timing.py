@@ -18,7 +18,14 @@ from typing import TypeVar
 
 import torch
 
-from ..attention.validation import check_callable, check_distinct, check_int, check_record, freeze_fields
+from ..attention.validation import (
+    check_callable,
+    check_distinct,
+    check_int,
+    check_real,
+    check_record,
+    freeze_fields,
+)
 
 Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
 
@@ -203,12 +210,29 @@ def check_clock_advanced(seconds: Iterable[Iterable[float]], what: str) -> None:
     """A ValueError naming ``clock`` when every one of ``seconds`` (lists of
     :func:`clock_elapsed` results, called ``what``) is 0: the clock never advanced around any
     timed call (a constant, or one far too coarse for the work), so no time was measured.
-    Some zeros among others are kept: a coarse clock can miss one short call."""
-    counted = [s for group in seconds for s in group]
+    Some zeros among others are kept: a coarse clock can miss one short call. ``seconds`` that
+    is not groups of real numbers (None, a str, a bare number, NaN) is a TypeError / ValueError
+    naming ``seconds``."""
+    counted = _seconds_read(seconds)
     if counted and not any(counted):
         raise ValueError(f"clock: expected a clock that advances around the timed calls, but all "
                          f"{len(counted)} {what} read 0 s (a constant clock, or one too coarse for the "
                          "work?); use time.perf_counter, or time more calls per sample with inner=")
+
+
+def _seconds_read(seconds: object) -> list[float]:
+    """Every number in ``seconds`` (an iterable of groups of real numbers), flattened; a str,
+    a bare number or NaN anywhere is refused naming ``seconds`` and what arrived."""
+    if isinstance(seconds, (str, bytes)) or not isinstance(seconds, Iterable):
+        raise TypeError(f"seconds must be an iterable of groups (lists) of real numbers, got "
+                        f"{type(seconds).__name__} {seconds!r:.60}")
+    counted = []
+    for i, group in enumerate(seconds):
+        if isinstance(group, (str, bytes)) or not isinstance(group, Iterable):
+            raise TypeError(f"seconds[{i}] must be a group (list) of real numbers, got "
+                            f"{type(group).__name__} {group!r:.60}")
+        counted += [check_real(s, f"seconds[{i}][{j}]") for j, s in enumerate(group)]
+    return counted
 
 
 def time_interleaved(
