@@ -529,6 +529,7 @@ def evaluate_induction(
     the batch holds no sequence of (a small ``batch_size`` can miss one), so that every
     evaluation has the same keys."""
     check_int(batch_size, "batch_size", minimum=1)
+    seed = check_seed(seed)  # before the lru_cache: its key takes True as 1
     _check_task(task, InductionTask, "induction")
     _check_model_for_task(model, task, task.seq_len, "induction")
     device = next(model.parameters()).device
@@ -648,6 +649,7 @@ def evaluate_agreement(
     """Agreement accuracy on a fixed evaluation set: overall, with/without attractors,
     per template."""
     check_int(batch_size, "batch_size", minimum=1)
+    seed = check_seed(seed)  # before the lru_cache: its key takes True as 1
     _check_task(task, AgreementTask, "agreement")
     _check_model_for_task(model, task, task.max_len, "agreement")
     device = next(model.parameters()).device
