@@ -345,7 +345,9 @@ def clobbered_output_paths(args: list[str], root: Path = ROOT) -> list[str]:
     of the repository ``root`` (pytest runs there; links followed): a ``--basetemp`` naming an
     existing file or folder in it (pytest deletes it: ``--basetemp=docs`` removed the tracked
     docs/), a ``--junitxml`` naming an existing file in it outside ``artifacts/`` (pytest
-    overwrites it: ``--junitxml=README.md``). A new path, or one outside ``root``, is fine."""
+    overwrites it: ``--junitxml=README.md``). A new path, or one outside ``root``, passes: there
+    pytest's own rule holds (it empties an existing ``--basetemp`` folder and overwrites an
+    existing ``--junitxml`` file: what a rerun with the same options relies on)."""
     problems = []
     for option, value in _output_option_values(args):
         written = os.path.expandvars(os.path.expanduser(value)) if option != "--basetemp" else value
@@ -360,7 +362,7 @@ def clobbered_output_paths(args: list[str], root: Path = ROOT) -> list[str]:
         if option == "--basetemp":
             problems.append(f"{option} {value!r}: an existing file or folder of the repository "
                             f"({where}); pytest deletes its basetemp before the tests: give a new "
-                            "folder or one outside the repository")
+                            "folder (pytest empties any existing one, inside the repository or not)")
         elif where != "artifacts" and not where.startswith("artifacts/"):
             problems.append(f"{option} {value!r}: an existing file of the repository ({where}); "
                             "pytest would overwrite it: give a new file or one under artifacts/")
