@@ -128,18 +128,20 @@ def _check_where(where: object, tokens: Tensor) -> Tensor:
     return where.expand(B, T)
 
 
-def _check_source_outputs(source_outputs: object, model: TinyTransformer, tokens: Tensor) -> None:
+def _check_source_outputs(source_outputs: object, model: TinyTransformer, tokens: Tensor, *,
+                          name: str = "source_outputs", of: str = "source_tokens") -> None:
     """What :func:`patched_logits` copies in: ``head_outputs(model, source_tokens)``, a finite
     tensor ``(L, B, h, T, dk)`` of the model's dtype, on its device (an integer tensor would be
-    cast silently, a NaN one would make every logit downstream NaN)."""
+    cast silently, a NaN one would make every logit downstream NaN); ``name`` and ``of`` are how
+    the messages name the argument and the tokens it was computed on."""
     cfg = model.config
     expected = (cfg.num_layers, tokens.shape[0], cfg.num_heads, tokens.shape[1], cfg.d_model // cfg.num_heads)
     if not isinstance(source_outputs, Tensor) or tuple(source_outputs.shape) != expected:
         got = (tuple(source_outputs.shape) if isinstance(source_outputs, Tensor)
                else type(source_outputs).__name__)
-        raise ValueError(f"source_outputs must be head_outputs(model, source_tokens), shaped "
+        raise ValueError(f"{name} must be head_outputs(model, {of}), shaped "
                          f"(L, B, h, T, dk) = {expected}, got {got}")
-    _check_head_output_values(source_outputs, "source_outputs", "source_tokens", model)
+    _check_head_output_values(source_outputs, name, of, model)
     weight = model.token_embedding.weight
     if tokens.device != weight.device:
         raise ValueError(f"tokens are on {tokens.device} but the model is on {weight.device}: move them with "
@@ -160,6 +162,21 @@ def _check_head_output_values(outputs: Tensor, name: str, of: str, model: TinyTr
         raise ValueError(f"{name} is on {outputs.device} but the model is on {weight.device}: "
                          f"move it with {name}.to({str(weight.device)!r})")
     check_finite(outputs, name, "a NaN or infinite head output makes every later logit NaN")
+
+
+def _check_outputs_of_this_run(outputs: Tensor, cache: dict[str, Tensor], senders: Sequence[Head]) -> None:
+    """``outputs`` (``head_outputs(model, tokens)``, given to save a run) agrees with this run's
+    own outputs of the senders (``cache``: their layers' ``attn.hook_z``, ``(B, h, T, dk)``) to
+    within the square root of the dtype's resolution, relative to their size (a different CPU
+    path moves last bits, not this much); outputs of other tokens are refused."""
+    for layer, head in senders:
+        ours = cache[f"blocks.{layer}.attn.hook_z"][:, head]
+        gap = float((outputs[layer, :, head] - ours).abs().max())
+        scale = max(1.0, float(ours.abs().max()))
+        if not gap <= torch.finfo(ours.dtype).eps ** 0.5 * scale:
+            raise ValueError(f"outputs must be head_outputs(model, tokens) of these tokens: sender "
+                             f"{head_name(layer, head)}'s output in it differs from this run's by up to "
+                             f"{gap:.3g} (head outputs of other tokens?); leave outputs out to compute them")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
@@ -285,7 +302,9 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
     ``W_O`` straight into the input of each receiver (queries, keys and values all read it); no
     other component sees it. The receivers' new outputs then replace theirs in the run on
     ``tokens``, and everything downstream of them is recomputed. Every receiver must lie in a
-    later layer than every sender. ``outputs`` (``head_outputs(model, tokens)``) saves one run.
+    later layer than every sender. ``outputs`` (``head_outputs(model, tokens)``) saves one run;
+    the senders' outputs in it are compared with the first receivers' run, which computes them
+    again, and outputs of other tokens are refused (battery 23: they were used silently).
     """
     _check_model(model)
     _check_tokens(tokens, "tokens", model)
@@ -297,10 +316,11 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
                          f"{[head_name(*h) for h in senders]}, "
                          f"receivers {[head_name(*h) for h in receivers]}")
     _check_source_outputs(source_outputs, model, tokens)
+    given = outputs is not None
     if outputs is None:
         outputs = head_outputs(model, tokens)
     else:
-        _check_source_outputs(outputs, model, tokens)
+        _check_source_outputs(outputs, model, tokens, name="outputs", of="tokens")
     cfg = model.config
     dk = cfg.d_model // cfg.num_heads
     change = sum((source_outputs[layer, :, head] - outputs[layer, :, head])
@@ -309,8 +329,13 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
     received: dict[int, Tensor] = {}
     with torch.no_grad():
         for layer in sorted(_by_layer(receivers)):  # the receivers' outputs, reading the changed stream
+            names = [f"blocks.{layer}.attn.hook_z"]
+            if given and not received:  # the senders' layers run before the change: this run's own
+                names += [f"blocks.{s}.attn.hook_z" for s in sorted(_by_layer(senders))]
             with model.hooks([(f"blocks.{layer}.hook_resid_pre", lambda x, hook: x + change)]):
-                _, cache = model.run_with_cache(tokens, names=f"blocks.{layer}.attn.hook_z")
+                _, cache = model.run_with_cache(tokens, names=names)
+            if given and not received:
+                _check_outputs_of_this_run(outputs, cache, senders)
             received[layer] = cache[f"blocks.{layer}.attn.hook_z"]  # (B, h, T, dk)
     source = outputs.clone()
     for layer, head in receivers:
