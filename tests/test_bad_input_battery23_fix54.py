@@ -58,3 +58,73 @@ def test_path_patching_names_outputs_not_source_outputs_for_a_misshaped_outputs(
                                               outputs=torch.zeros(3, 2, 2, 5, 4)))
 
 
+# -- a check prints an answer's own objects under the time limit ----------------------------------
+SLOW = """
+import os, sys, time
+os.environ["COURSE_CHECK_TIMEOUT"] = "1"
+from course_utils.exercises import lesson02
+class Slow(Exception):
+    def __str__(self):
+        time.sleep(60)
+        return "late"
+    __repr__ = __str__
+{answer}
+start = time.monotonic()
+feedback = lesson02.check_softmax_rows(answer)
+print("SECONDS", round(time.monotonic() - start))
+print("STATUS", feedback.status)
+print("MESSAGE", feedback.message)
+"""
+
+
+LIMIT = "could not be printed within the 1 s time limit"
+
+
+@pytest.mark.parametrize("answer, said", [
+    ("def answer(scores):\n    raise Slow()", f"a Slow that {LIMIT}"),
+    ("def answer(scores):\n    raise ValueError(Slow())", f"a ValueError that {LIMIT}"),
+    ("def answer(scores):\n    return Slow()", f"a Slow object (it {LIMIT})"),
+    ("def answer(scores):\n    return [Slow()]", f"a list object (it {LIMIT})"),
+], ids=["raises, slow __str__", "raises, holding a slow object", "returns, slow __repr__",
+        "returns it in a list"])
+def test_check_prints_an_answers_slow_object_within_the_time_limit(answer, said):
+    """Battery 23: str()/repr() of the answer's objects ran outside the limit (121 s against 3 s).
+    The subprocess timeout (a minute: every sleep is 60 s) only guards the test run."""
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(SLOW).replace("{answer}", answer)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=55)
+    assert run.returncode == 0, run.stderr
+    lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
+    assert lines["STATUS"] == "error" or lines["STATUS"] == "wrong", run.stdout
+    assert said in lines["MESSAGE"], run.stdout
+    assert int(lines["SECONDS"]) < 30, run.stdout  # once per formatting at most, never the 60 s sleep
+
+
+def test_check_prints_plain_answers_as_before():
+    """The plain path runs no limit and says what it said before."""
+    from course_utils.exercises.core import _safe_str, describe_value
+    assert describe_value({"a": 1}) == "dict {'a': 1}"
+    assert describe_value([1, (2.0, "x")]) == "a list of 2 (int 1, a tuple of 2 (float 2.0, str 'x'))"
+    assert _safe_str(ValueError("shape mismatch")) == "shape mismatch"
+    assert _safe_str(KeyError("k")) == "'k'"
+
+
+# -- the trace function is put back after a check -------------------------------------------------
+def test_check_puts_back_the_trace_function_an_answer_installed():
+    """Battery 23: an answer's own sys.settrace stayed installed after the check."""
+    def tracer(*args):
+        return None
+
+    def repeat_kv(kv, num_heads):
+        sys.settrace(tracer)
+        return kv
+
+    before = sys.gettrace()
+    try:
+        feedback = lesson07.check_repeat_kv(repeat_kv)
+        after = sys.gettrace()
+    finally:
+        sys.settrace(before)
+    assert after is before, f"the answer's trace function {after!r} is still installed"
+    assert feedback.status == "wrong", feedback
+
+

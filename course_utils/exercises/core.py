@@ -327,13 +327,13 @@ class _Deadline:
         self._ended = False  # set first on exit: from then on its trace functions raise nothing
         self._traced: list[Any] = []  # the frames _expire gave a trace function (cleared on exit)
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
+        self._previous_trace = _gettrace()  # put back on exit: this limit's, or the answer's own
         if self._armed:
             self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
             self._seen_codes: set[Any] = set()
             self._boundary = sys._getframe(1)  # the check's frame: the answer runs below it
             self._import_grace = IMPORT_GRACE
             self._outer = _Deadline._active
-            self._previous_trace = sys.gettrace()
             # the handler first: a SIGALRM left pending under a blocked mask reaches it (it
             # ignores a signal while this limit is not active), not the default action (exit)
             self._previous = signal.signal(signal.SIGALRM, self._expire)
@@ -472,6 +472,9 @@ class _Deadline:
         _unprofiled(self._exit, exc_info, own)
 
     def _exit(self, exc_info: tuple, own: list[str]) -> None:
+        # the trace function as it was, whether this limit set one or the answer did (battery 23;
+        # bound at import: the answer may have replaced sys.settrace, put back only below)
+        _settrace(self._previous_trace)
         settings = _restore_settings(self._settings)  # before the names: set_default_dtype rebinds
         # torch.Storage; next the names: even `import` may have been replaced
         self.changed = _changes(settings, own + _put_back(self._saved_names))
@@ -490,8 +493,6 @@ class _Deadline:
                 # the watchdog ended, or the answer sent one) is delivered now, to this limit's
                 # handler, which ignores it: under the default handler it would end the kernel
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
-            if self.rounds >= 2:
-                sys.settrace(self._previous_trace)
             for frame in self._traced:  # no frame keeps this limit's trace function (a generator's
                 if frame.f_trace == self._stop_line:  # frame may run again after the check)
                     frame.f_trace = None
@@ -510,6 +511,7 @@ class _Deadline:
 
 
 _getprofile, _setprofile = sys.getprofile, sys.setprofile  # (bound at import, like the names below)
+_gettrace, _settrace = sys.gettrace, sys.settrace
 
 
 def _unprofiled(fn: Callable[..., Any], *args: Any) -> Any:
@@ -1233,9 +1235,48 @@ class Feedback:
     __str__ = __repr__
 
 
+#: The types whose printing runs no code of the answer's (exact types: a subclass may redefine
+#: ``__repr__``, ``__len__`` or ``__str__``); anything else is printed under the time limit.
+_PLAIN_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None), torch.Tensor,
+                          torch.nn.Parameter, np.ndarray, torch.dtype, torch.device, torch.Size,
+                          *np.sctypeDict.values()})
+
+
+def _plain(x: Any, _depth: int = 0) -> bool:
+    """Whether describing ``x`` runs only the course's, torch's and NumPy's code: ``x`` (and
+    what :func:`describe_value` shows of a tuple or list in it) has one of :data:`_PLAIN_TYPES`."""
+    kind = type(x)
+    if kind is tuple or kind is list:
+        return _depth >= 3 or all(_plain(v, _depth + 1) for v in x[:8])
+    return kind in _PLAIN_TYPES
+
+
+def _within_time_limit(make: Callable[[], str]) -> str | None:
+    """``make()``, which runs an answer's own ``__repr__`` or ``__str__``, under the check's time
+    limit; None when it is stopped or raises (battery 23: a ``__str__`` that sleeps held a check
+    with a 3 s limit for 121 s). An interrupt (Ctrl-C) still reaches the learner."""
+    try:
+        if _Deadline._active is not None:  # already under a limit (one per check: never nested)
+            return make()
+        with _Deadline():
+            return make()
+    except (Exception, TimeLimitExceeded):  # noqa: BLE001 - the answer's own code: any error
+        return None
+
+
 def describe_value(x: Any, _depth: int = 0) -> str:
     """A short description of a value for feedback messages; never raises (a value whose
-    ``repr`` fails, or a list that holds itself, is described by its type)."""
+    ``repr`` fails, or a list that holds itself, is described by its type) and takes at most
+    the time limit of one call (a value of the answer's own class is printed under it)."""
+    if _depth == 0 and not _plain(x):
+        text = _within_time_limit(lambda: _describe(x))
+        return text if isinstance(text, str) else \
+            f"a {type(x).__name__} object (it could not be printed within the {_time_limit():g} s time limit)"
+    return _describe(x, _depth)
+
+
+def _describe(x: Any, _depth: int = 0) -> str:
+    """:func:`describe_value`'s text, with no time limit."""
     try:
         if isinstance(x, torch.Tensor):
             where = "" if x.device.type == "cpu" else f", on the {x.device.type!r} device"
@@ -1249,13 +1290,15 @@ def describe_value(x: Any, _depth: int = 0) -> str:
         if isinstance(x, (tuple, list)):
             if _depth >= 3:
                 return f"a {type(x).__name__} of {len(x)}"
-            shown = ", ".join(describe_value(v, _depth + 1) for v in x[:8])
+            shown = ", ".join(_describe(v, _depth + 1) for v in x[:8])
             more = ", ..." if len(x) > 8 else ""
             return f"a {type(x).__name__} of {len(x)} ({shown}{more})"
         text = repr(x)
         if len(text) > 80:
             text = text[:77] + "..."
         return f"{type(x).__name__} {text}"
+    except TimeLimitExceeded:  # stopped under the time limit: describe_value says so
+        raise
     except BaseException:  # noqa: BLE001 - a broken __repr__ / __len__ still gets a description
         return f"a {type(x).__name__} object (it could not be printed)"
 
@@ -1592,14 +1635,36 @@ def _is_complex(dtype: Any) -> bool:
 
 
 def _safe_str(exc: BaseException, limit: int = 2000) -> str:
-    """``str(exc)``, cut to ``limit`` characters; a description when it cannot be printed."""
-    try:
-        text = str(exc)
-    except BaseException:  # noqa: BLE001
-        return f"a {type(exc).__name__} that could not be printed"
+    """``str(exc)``, cut to ``limit`` characters; a description when it cannot be printed. An
+    exception of the answer's own class, or one holding the answer's objects, is printed under
+    the time limit of one call (:func:`_within_time_limit`)."""
+    if type(exc) in _BUILTIN_EXCEPTIONS and all(type(a) in _PLAIN_TYPES for a in exc.args):
+        try:
+            text = str(exc)
+        except BaseException:  # noqa: BLE001
+            return f"a {type(exc).__name__} that could not be printed"
+    elif any(seen is type(exc) for seen in _UNPRINTED):  # (a check may run the answer again)
+        text = None
+    else:
+        text = _within_time_limit(lambda: str(exc))
+    if text is None:
+        if not any(seen is type(exc) for seen in _UNPRINTED):
+            _UNPRINTED[:] = [*_UNPRINTED[-7:], type(exc)]
+        return (f"a {type(exc).__name__} that could not be printed within the "
+                f"{_time_limit():g} s time limit")
     if not isinstance(text, str):
         return f"a {type(exc).__name__} whose message is not text"
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters in all)"
+
+
+#: The last few exception classes whose ``str`` was stopped by the time limit: not tried again
+#: (a check that names a slip runs the answer a second time, for a new exception of that class).
+_UNPRINTED: list[type] = []
+
+#: The built-in exception classes (exact types), whose ``str`` runs no code of the answer's when
+#: their arguments are of :data:`_PLAIN_TYPES`.
+_BUILTIN_EXCEPTIONS = frozenset(v for v in vars(builtins).values()
+                                if isinstance(v, type) and issubclass(v, BaseException))
 
 
 # A name an answer uses without importing it: the import that binds it, and (for math) the torch
