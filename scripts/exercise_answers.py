@@ -194,7 +194,8 @@ class SolutionsProblem(Exception):
 
 def _attached_solutions() -> None:
     """Import solutions/ and attach it, or a :class:`SolutionsProblem` naming the file and line
-    (a SyntaxError or an import error in a solutions module, a missing reference)."""
+    (a SyntaxError, an import error or any other error a solutions module raises, a missing
+    reference)."""
     try:
         import solutions
 
@@ -205,6 +206,22 @@ def _attached_solutions() -> None:
         raise SolutionsProblem(f"{shown}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
     except (ImportError, KeyError, AttributeError) as exc:
         raise SolutionsProblem(f"solutions/ cannot be attached ({type(exc).__name__}: {exc})") from None
+    except Exception as exc:  # noqa: BLE001 - any error a solutions module raises at import
+        raise SolutionsProblem(f"{_solutions_line(exc)}: {type(exc).__name__}: {exc}") from None
+
+
+def _solutions_line(exc: BaseException) -> str:
+    """Where in solutions/ ``exc`` was raised: the innermost frame in that folder, as
+    ``solutions/lessonNN.py, line N`` (``solutions/`` when no frame is there)."""
+    import traceback
+
+    folder = ROOT / "solutions"
+    found = "solutions/"
+    for frame in traceback.extract_tb(exc.__traceback__):
+        where = Path(frame.filename)
+        if where.is_relative_to(folder):
+            found = f"{where.relative_to(ROOT)}, line {frame.lineno}"
+    return found
 
 
 def _unwritable_store() -> str | None:

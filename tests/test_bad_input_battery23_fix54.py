@@ -128,3 +128,20 @@ def test_check_puts_back_the_trace_function_an_answer_installed():
     assert feedback.status == "wrong", feedback
 
 
+# -- exercise_answers.py: a solutions module that raises at import is one line ---------------------
+def test_exercise_answers_names_the_solutions_line_that_raised(monkeypatch, capsys):
+    """Battery 23: ZeroDivisionError at import of solutions/lesson04.py printed a traceback."""
+    script = import_script("exercise_answers")
+    where = ROOT / "solutions" / "lesson04.py"
+    code = compile("\n" * 9 + "def attach():\n    1 / 0\n", str(where), "exec")
+    fake = types.ModuleType("solutions")
+    exec(code, fake.__dict__)
+    monkeypatch.setitem(sys.modules, "solutions", fake)
+    monkeypatch.setattr(script, "compute", lambda: pytest.fail("built past a solutions module that raised"))
+    assert script.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "solutions/lesson04.py, line 11: ZeroDivisionError: division by zero" in err, err
+    assert "no stored answer was written" in err, err
+
+
