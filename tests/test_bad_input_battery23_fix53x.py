@@ -1,5 +1,5 @@
 """Battery 23 (issue 38), fix53x: check_clock_advanced's seconds, evaluate_*'s seed before the
-cache. (path_patched_logits's outputs of other tokens, S2, is left: its check broke lesson 06.)"""
+cache. (path_patched_logits's outputs of other tokens, S2: fix54.)"""
 from __future__ import annotations
 
 import pytest

@@ -145,3 +145,10 @@ def test_exercise_answers_names_the_solutions_line_that_raised(monkeypatch, caps
     assert "no stored answer was written" in err, err
 
 
+# -- check_distinct compares a list of tensors by their values ------------------------------------
+def test_check_distinct_sees_a_repeated_tensor_in_a_list():
+    """Battery 23: two equal tensors in a list were taken as distinct (== is elementwise)."""
+    from course_utils.attention.validation import check_distinct
+    raises_naming(ValueError, ["xs", "repeats", "[1, 2]"],
+                  lambda: check_distinct([torch.tensor([1, 2]), torch.tensor([1, 2])], "xs"))
+    assert len(check_distinct([torch.tensor([1, 2]), torch.tensor([1, 3]), torch.tensor(1)], "xs")) == 3

@@ -985,7 +985,9 @@ def check_distinct(values: object, name: str, what: str = "entries") -> list:
     if isinstance(values, Tensor):
         check_holds_values(values, name)  # a meta tensor has no values to compare
     items = list(values)
-    keys = values.tolist() if isinstance(values, Tensor) else items  # tensors' == is elementwise
+    # tensors' == is elementwise: compared by their values (a list of tensors too; battery 23)
+    keys = values.tolist() if isinstance(values, Tensor) else [
+        v.tolist() if isinstance(v, Tensor) and v.device.type != "meta" else v for v in items]
     repeated = [v for i, v in enumerate(keys) if any(_same(v, w) for w in keys[:i])]
     if repeated:
         shown = [v for i, v in enumerate(repeated) if not any(_same(v, w) for w in repeated[:i])]
