@@ -1242,13 +1242,29 @@ _PLAIN_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None), tor
                           *np.sctypeDict.values()})
 
 
-def _plain(x: Any, _depth: int = 0) -> bool:
+def _plain(x: Any, _depth: int = 0, *, whole: bool = False) -> bool:
     """Whether describing ``x`` runs only the course's, torch's and NumPy's code: ``x`` (and
-    what :func:`describe_value` shows of a tuple or list in it) has one of :data:`_PLAIN_TYPES`."""
+    what :func:`describe_value` shows of a tuple or list in it) has one of :data:`_PLAIN_TYPES`.
+    ``whole``: every item of every tuple, list and dict in it, to any depth up to 6 (what a
+    comparison may read; deeper counts as not plain)."""
     kind = type(x)
     if kind is tuple or kind is list:
+        if whole:
+            return _depth < 6 and all(_plain(v, _depth + 1, whole=True) for v in x)
         return _depth >= 3 or all(_plain(v, _depth + 1) for v in x[:8])
+    if kind is dict and whole:
+        return _depth < 6 and all(_plain(k, _depth + 1, whole=True) and _plain(v, _depth + 1, whole=True)
+                                  for k, v in x.items())
     return kind in _PLAIN_TYPES
+
+
+_EXCEPTION_ARGS = BaseException.__dict__["args"]  # read directly: no __getattribute__ of the answer's
+
+
+def _plain_exception(exc: Any) -> bool:
+    """Whether ``exc`` is an exception of a built-in class (exact type) holding arguments of
+    :data:`_PLAIN_TYPES`: reading or printing it runs no code of the answer's."""
+    return type(exc) in _BUILTIN_EXCEPTIONS and _plain(_EXCEPTION_ARGS.__get__(exc), whole=True)
 
 
 def _within_time_limit(make: Callable[[], str]) -> str | None:
@@ -1634,11 +1650,23 @@ def _is_complex(dtype: Any) -> bool:
     return False
 
 
+def _own_class_name(got: Any) -> str:
+    """The name of the first class in ``got`` (the outputs' list, an output or an exception) that
+    is not one of :data:`_PLAIN_TYPES`, found by ``type`` and exact tuples and lists only (no
+    method of the answer's runs): what :meth:`Exercise._examined` names."""
+    found = type(got)
+    if type(got) is list or type(got) is tuple:
+        for item in got[:64]:
+            if not _plain(item):
+                return _own_class_name(item)
+    return found.__qualname__ if type(found.__dict__.get("__qualname__", "")) is str else found.__name__
+
+
 def _safe_str(exc: BaseException, limit: int = 2000) -> str:
     """``str(exc)``, cut to ``limit`` characters; a description when it cannot be printed. An
     exception of the answer's own class, or one holding the answer's objects, is printed under
     the time limit of one call (:func:`_within_time_limit`)."""
-    if type(exc) in _BUILTIN_EXCEPTIONS and all(type(a) in _PLAIN_TYPES for a in exc.args):
+    if _plain_exception(exc):
         try:
             text = str(exc)
         except BaseException:  # noqa: BLE001
@@ -2445,7 +2473,7 @@ class Exercise:
                     return Feedback(self.title, "not attempted",  # no hint: Run All must not answer it
                                     "not attempted yet: replace `raise NotImplementedError` with "
                                     "your code, then run this cell again.", "")
-                feedback = self._raised(exc, case)
+                feedback = self._examined(exc, lambda exc=exc, case=case: self._raised(exc, case))
             except (TimeLimitExceeded, KeyboardInterrupt) as exc:  # never run again after this
                 if deadline.changed is not None:
                     return self._tampered(deadline.changed, deadline.threads)
@@ -2454,7 +2482,7 @@ class Exercise:
                 if called:  # it failed on what the check it called gave back
                     return self._called_a_check(called[0])
                 feedback_exc = exc
-                feedback = self._raised(exc, case)
+                feedback = self._examined(exc, lambda exc=exc, case=case: self._raised(exc, case))
             else:
                 if called:
                     return self._called_a_check(called[0])
@@ -2477,6 +2505,38 @@ class Exercise:
             expected = self._expected_outputs(cases)
         except _StoreProblem as exc:
             return Feedback(self.title, "error", str(exc))
+        return self._examined(outputs, lambda: self._compared(fn, cases, outputs, expected, edited))
+
+    def _examined(self, got: Any, examine: Callable[[], Feedback]) -> Feedback:
+        """``examine()``, the check's look at what the answer returned or raised (``got``), under
+        the time limit of one call when ``got`` is (or holds) an object of a class that is not a
+        built-in, torch or NumPy one: its own methods (``__class__``, ``__len__``,
+        ``__array_finalize__``, ``__getattribute__``, ...) run whenever the check looks, and one
+        that never returns held the check forever (battery 24 probe). The answer's own limits
+        have ended by then, so this one is never nested in another."""
+        if _plain(got, whole=True) or _plain_exception(got):
+            return examine()
+        deadline = _Deadline()
+        try:
+            with deadline:
+                feedback = examine()
+        except TimeLimitExceeded:
+            feedback = Feedback(
+                self.title, "wrong",
+                f"your function {'raised' if issubclass(type(got), BaseException) else 'returned'} an object "
+                f"of its own class ({_own_class_name(got)}) whose methods ran for more than "
+                f"{deadline.seconds:g} s while the check looked at it (its type, length, items or "
+                "message), so it was stopped and is not graded as right.",
+                "return a plain tensor or array (or the type the exercise asks for), computed from the "
+                "inputs, without a class of your own around it.")
+        if deadline.changed is not None:
+            return self._tampered(deadline.changed, deadline.threads)
+        return feedback
+
+    def _compared(self, fn: Callable[..., Any], cases: list[Case], outputs: list[Any], expected: list[Any],
+                  edited: str | None) -> Feedback:
+        """The feedback for ``outputs``, the answer's return values on ``cases``, against
+        ``expected``; ``edited`` names an input the answer changed in place (None: none)."""
         for case, got, exp in zip(cases, outputs, expected, strict=False):
             subclass = _own_subclass(got)  # first: its own methods could answer every test below
             if subclass is not None:
@@ -2524,6 +2584,8 @@ class Exercise:
                                 "the input itself).",
                                 mistake="edited_input_in_place")
             return feedback
+        except TimeLimitExceeded:  # its own methods ran too long: _examined says so
+            raise
         except BaseException as exc:  # noqa: BLE001 - an answer too odd to compare (sparse, meta, ...)
             return Feedback(self.title, "wrong",
                             f"could not compare your answer with the expected one: you returned "

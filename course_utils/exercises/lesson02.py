@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..tasks.worked_example import load_worked_example
 from . import core as _core
-from .core import Case, Feedback, Mistake, _Deadline
+from .core import Case, Feedback, Mistake, _Deadline, _plain
 from .raising import DiagnosingExercise, RaisingMistake
 
 __all__ = [
@@ -212,6 +212,8 @@ class _TorchExercise(DiagnosingExercise):
                 named = self._mistake_feedback("returned_numpy")
                 named.message += f" (Your function then raised {type(exc).__name__}{where}.)"
                 return named
+            if not _plain(got, whole=True):  # an object of the answer's own class: nothing to name
+                return None
             gave_array = gave_array or isinstance(got, np.ndarray)
         return None
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .cases import seen_or_unseen
-from .core import Case, Exercise, Feedback, Mistake, _changes_its_input, _Deadline
+from .core import Case, Exercise, Feedback, Mistake, _changes_its_input, _Deadline, _plain
 from .raising import (  # names answers that raise
     DiagnosesRaisingAnswers,
     DiagnosingExercise,
@@ -353,6 +353,8 @@ class _ParameterCountExercise(_CountExercise):
         sizes = {tuple(c.args[:2]) for c in self.cases()}
         with _Deadline():
             weights = {(d, h): fn(d, h, bias=False) for d, h in sizes}
+        if not _plain(list(weights.values()), whole=True):  # the answer's own class: its methods could
+            return None  # run without limit in the comparisons below
         for key, count in _WEIGHT_SLIPS.items():
             if all(_same_count(got, count(d, h)) for (d, h), got in weights.items()):
                 return key

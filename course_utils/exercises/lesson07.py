@@ -32,6 +32,7 @@ from .core import (
     Mistake,
     _Deadline,
     _larger_than,
+    _plain,
     _safe_str,
     as_scalar,
     describe_value,
@@ -411,6 +412,8 @@ class _DecodeExercise(DiagnosesRaisingAnswers):
                 first, second = fn(*case.fresh()[0]), fn(*case.fresh()[0])
         except BaseException:  # noqa: BLE001 - the plain feedback stands
             return feedback
+        if not _plain([first, second], whole=True):  # the answer's own class: its methods would run
+            return feedback  # without limit in the comparisons below
         if not all(isinstance(out, (tuple, list)) and len(out) == 3 and isinstance(out[0], Tensor)
                    for out in (first, second)):
             return feedback  # not (output, k, v): the plain feedback names what came back instead
