@@ -1742,6 +1742,11 @@ def _undefined_name_hint(name: str) -> str:
 GRADING_NOTE: Callable[[Sequence[str], str], str | None] | None = None
 
 
+# "lessonNN.check_xxx" -> the names of its ready-made twins (the last part of each name in
+# LIBRARY_TWINS, and the grader's extra ones); set by the grader's module (.sandbox)
+TWIN_NAMES: Callable[[str], frozenset[str]] | None = None
+
+
 # code cells -> what in them reads the course's stored answers (sorted; empty when nothing
 # does), by the grader's own rule (:func:`.sandbox.store_reads`); set by the grader's module
 STORE_READS: Callable[[Sequence[str]], list[str]] | None = None
@@ -2069,8 +2074,16 @@ class _CallWatch:
     a watched function changed, is reported (:attr:`tampered`). Everything is restored on exit.
     """
 
-    def __init__(self, functions: Sequence[Any], *, first_is_reference: bool = False):
+    def __init__(self, functions: Sequence[Any], *, first_is_reference: bool = False,
+                 twin_names: Sequence[str] = ()):
         self._codes: dict[Any, str] = {}
+        # builtins and torch operators seen by name (battery 24: torch.special.softmax, Tensor.softmax
+        # and torch.ops.aten._softmax are other objects than torch.softmax, and were not seen)
+        self._twin_names = frozenset(_bare_name(n) for n in twin_names) | frozenset(
+            _bare_name(f.__name__) for f in map(_unwrap, functions)
+            if getattr(f, "__code__", None) is None and type(getattr(f, "__name__", None)) is str)
+        self._twin_parts = tuple(part for part in _TWIN_NAME_PARTS
+                                 if any(part in name for name in self._twin_names))
         self._builtins: dict[int, str] = {}
         self._swappable: list[tuple[types.FunctionType, str]] = []
         self._attributes: list[tuple[Any, str, Any, str]] = []  # builtins, by where torch binds them
@@ -2110,12 +2123,29 @@ class _CallWatch:
             return
         if event == "call":
             name = self._codes.get(frame.f_code)
+            if name is None and frame.f_code is _OP_OVERLOAD_CALL and self._twin_names:
+                op = frame.f_locals.get("self")  # an OpOverload: torch.ops.aten.NAME.overload
+                opname = op._opname if type(op) is _OP_OVERLOAD else None
+                if type(opname) is str and self._is_twin(opname):
+                    name = f"`torch.ops.aten.{opname}`"
         elif event == "c_call":
             name = self._builtins.get(id(arg))
+            if name is None and self._twin_names:
+                bare = getattr(arg, "__name__", None)  # a builtin's own name: never the answer's
+                if type(bare) is str and self._is_twin(bare):
+                    qualname = getattr(arg, "__qualname__", bare)
+                    name = (f"`torch.ops.aten.{bare}`" if type(qualname) is not str
+                            or qualname.startswith("pybind11") else f"`{qualname}`")
         else:
             return
         if name is not None:
             self.record(name)
+
+    def _is_twin(self, name: str) -> bool:
+        """Whether a builtin's or a torch operator's ``name`` is one of the twins, whatever its
+        prefix (``_softmax``, ``special_softmax``) or a part of one (``scaled_dot_product``)."""
+        bare = _bare_name(name)
+        return bare in self._twin_names or any(part in bare for part in self._twin_parts)
 
     def __enter__(self) -> _CallWatch:
         self._previous = sys.getprofile()
@@ -2158,6 +2188,19 @@ class _CallWatch:
                                              "threading.setprofile)"
         elif changed:
             self.tampered = self.tampered or f"changed the code of {', '.join(changed)} while it ran"
+
+
+def _bare_name(name: str) -> str:
+    """A builtin's or operator's name without the prefixes of its aliases: ``_softmax`` and
+    ``special_softmax`` are ``softmax``."""
+    return name.lstrip("_").removeprefix("special_")
+
+
+#: Parts of a builtin's name that mark one twin of several spellings (the fused attention
+#: kernels: _scaled_dot_product_flash_attention_for_cpu, _native_multi_head_attention).
+_TWIN_NAME_PARTS = ("scaled_dot_product", "multi_head_attention")
+_OP_OVERLOAD = torch._ops.OpOverload
+_OP_OVERLOAD_CALL = torch._ops.OpOverload.__call__.__code__
 
 
 def _size_of(x: Any) -> int | None:
@@ -2322,6 +2365,12 @@ class Exercise:
         return None
 
     # -- what the answer is compared with ----------------------------------------------
+    def _twin_names(self) -> frozenset[str]:
+        """The names of this exercise's ready-made twins, as the outside grader reads them from
+        an answer's code (:data:`TWIN_NAMES`, set by :mod:`.sandbox`); empty outside a lesson."""
+        key = self._store_key()
+        return TWIN_NAMES(f"{key[0]}.{key[1]}") if key and TWIN_NAMES is not None else frozenset()
+
     def _store_key(self) -> tuple[str, str] | None:
         """("lessonNN", "NAME") when this exercise is ``NAME`` of a lesson module, else None."""
         key = self.__dict__.get("_key", False)
@@ -2454,7 +2503,8 @@ class Exercise:
             return Feedback(self.title, "error", str(exc))
         outputs = []
         edited: str | None = None
-        watch = _CallWatch(forbidden, first_is_reference=self.reference is not None)
+        watch = _CallWatch(forbidden, first_is_reference=self.reference is not None,
+                           twin_names=self._twin_names() if forbidden else ())
         called: list[str] = []  # the checks the answer called (not run: see _never_raises)
         for index, case in enumerate(cases):
             args, kwargs = case.fresh()

@@ -32,6 +32,7 @@ import contextlib
 import functools
 import importlib
 import marshal
+import math
 import os
 import pickle
 import re
@@ -593,6 +594,17 @@ def _check_key_known(check_key: Any) -> None:
                          f"'lesson02.check_softmax_rows', got {check_key!r}")
 
 
+def twin_names(check_key: str) -> frozenset[str]:
+    """The names of the ready-made twins of the exercise ``check_key`` ("lessonNN.check_xxx"):
+    the last part of each name in core.LIBRARY_TWINS and :data:`EXTRA_TWINS`; the code rule
+    below reads them in an answer's code, and the kernel's checks watch for builtins and torch
+    operators of these names (core._CallWatch)."""
+    from .core import LIBRARY_TWINS
+
+    return frozenset({dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
+                     | set(EXTRA_TWINS.get(check_key, ())))
+
+
 def rules_broken(code: str, check_key: str) -> list[str]:
     """What in the answer's ``code`` no answer may hold: ways around a reading of the code
     (:data:`NOT_IN_AN_ANSWER`), a private name of another module (``module._helper``), the
@@ -600,12 +612,9 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     :data:`IMPORTS_ALLOWED`, a file reader or string evaluator of an allowed module
     (:data:`NOT_FROM_ALLOWED_MODULES`), and an assignment to an attribute of a module or a
     library's object. Sorted."""
-    from .core import LIBRARY_TWINS
-
     _need_text("code", code, "the answer's source text")
     _check_key_known(check_key)
-    twins = {dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
-    twins |= set(EXTRA_TWINS.get(check_key, ()))
+    twins = set(twin_names(check_key))
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -820,6 +829,10 @@ def to_plain(value: Any, depth: int = 0, where: str = "output") -> Any:
         if np.dtype(kind).kind not in _REAL_KINDS or kind is np.longdouble:
             raise Refused(f"a NumPy {kind.__name__}", where)
         return {"__npscalar__": value.item(), "dtype": np.dtype(kind).str}
+    if kind is int and value.bit_length() > 2000:  # (torch.load(weights_only=True) reads back ints of
+        # at most 255 bytes; battery 24: 10**1000 ended as "the process ended without results")
+        raise Refused(f"an int of about {value.bit_length() * math.log10(2):,.0f} digits (the grader reads "
+                      "back ints of up to 600 digits)", where)
     if value is None or kind in (bool, int, float, str):
         return value
     if kind in (tuple, list):
@@ -1724,3 +1737,4 @@ from . import core as _core  # noqa: E402
 
 _core.GRADING_NOTE = grading_note
 _core.STORE_READS = store_reads
+_core.TWIN_NAMES = twin_names

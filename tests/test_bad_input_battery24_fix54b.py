@@ -1,0 +1,62 @@
+"""Battery 24 (issue 38), commands, files and grading (a development run at 3431e32): twins
+called by another name, a check inside a diagnosis's rerun, an answer's os.chdir, the grader's
+salt and huge ints, run_kernel's empty message."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import numpy as np
+import pytest
+import torch
+from bad_input_cases import raises_naming
+
+from course_utils import cli
+from course_utils.exercises import autograde, lesson02, lesson04, lesson07, sandbox
+
+
+def _rows(scores):
+    return torch.from_numpy(np.asarray(scores))
+
+
+def _eye(q, k):
+    return torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-2], k.shape[-2], k.shape[-2])
+
+
+# -- the kernel's checks see a twin under another name ---------------------------------------------
+@pytest.mark.parametrize("check, answer", [
+    (lesson02.check_softmax_rows, lambda s: _rows(s).softmax(-1).numpy()),
+    (lesson02.check_softmax_rows, lambda s: torch.special.softmax(_rows(s), -1).numpy()),
+    (lesson02.check_softmax_rows, lambda s: torch.ops.aten._softmax(_rows(s), -1, False).numpy()),
+    (lesson02.check_softmax_rows, lambda s: torch.ops.aten._softmax.default(_rows(s), -1, False).numpy()),
+    (lesson02.check_attention_weights,
+     lambda q, k: torch.ops.aten.scaled_dot_product_attention(q, k, _eye(q, k))),
+    (lesson02.check_single_head_attention,
+     lambda x, a, b, c: torch.ops.aten.scaled_dot_product_attention.default(x @ a, x @ b, x @ c)),
+], ids=["Tensor.softmax", "torch.special.softmax", "aten._softmax", "aten._softmax.default",
+        "aten sdpa", "aten sdpa.default"])
+def test_a_twin_called_by_another_name_is_the_reference(check, answer):
+    """Battery 24: these aliases of torch.softmax and F.scaled_dot_product_attention were graded
+    correct by the kernel's check (the outside grader refused them by name already)."""
+    feedback = check(answer)
+    assert feedback.mistake == "called_reference", feedback
+
+
+def _decode_step_by_aten(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    return torch.ops.aten.scaled_dot_product_attention(q_new, k, v, enable_gqa=True), k, v
+
+
+def test_decode_step_by_aten_sdpa_is_the_reference():
+    feedback = lesson07.check_decode_step(_decode_step_by_aten)
+    assert feedback.mistake == "called_reference", feedback
+
+
+def test_a_softmax_where_the_exercise_allows_it_is_still_correct():
+    """No false alarm: 2.2 allows torch.softmax (and so Tensor.softmax): only sdpa is its twin."""
+    def attention_weights(q, k):
+        return (q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5).softmax(-1)
+
+    assert lesson02.check_attention_weights(attention_weights).passed
+
+
