@@ -60,3 +60,15 @@ def test_a_softmax_where_the_exercise_allows_it_is_still_correct():
     assert lesson02.check_attention_weights(attention_weights).passed
 
 
+# -- a check the answer calls inside a diagnosis's rerun answers at once ---------------------------
+def test_an_answer_that_calls_its_own_check_gets_a_verdict_at_once():
+    """Battery 24: 4.4 reran the answer outside the guard, so the inner check ran it again, and
+    again (no verdict within 45 s)."""
+    def masks_for_torch(attn_mask, key_padding_mask):
+        lesson04.check_masks_for_torch(masks_for_torch)
+        return ~attn_mask, ~key_padding_mask
+
+    feedback = lesson04.check_masks_for_torch(masks_for_torch)
+    assert feedback.mistake == "called_a_check", feedback
+
+

@@ -325,6 +325,10 @@ class _Deadline:
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self.seconds = _time_limit()
         self._ended = False  # set first on exit: from then on its trace functions raise nothing
+        # a check the answer calls while this limit runs (a diagnosis's rerun too) answers at once,
+        # never runs it again (battery 24: 4.4's rerun of an answer that calls 4.4 recursed)
+        self._checks_called: list[str] = []
+        _CHECKS_INSIDE_ANSWERS.append(self._checks_called)
         self._traced: list[Any] = []  # the frames _expire gave a trace function (cleared on exit)
         self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         self._previous_trace = _gettrace()  # put back on exit: this limit's, or the answer's own
@@ -469,6 +473,7 @@ class _Deadline:
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
         own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
+        _AnswerRunning(self._checks_called).__exit__()
         _unprofiled(self._exit, exc_info, own)
 
     def _exit(self, exc_info: tuple, own: list[str]) -> None:
