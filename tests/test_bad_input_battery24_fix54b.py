@@ -72,3 +72,20 @@ def test_an_answer_that_calls_its_own_check_gets_a_verdict_at_once():
     assert feedback.mistake == "called_a_check", feedback
 
 
+# -- the working directory is a setting the check puts back ----------------------------------------
+def test_check_puts_back_the_working_directory_and_names_the_change(tmp_path):
+    before = os.getcwd()
+
+    def softmax_rows(scores):
+        os.chdir(tmp_path)
+        return np.zeros_like(scores)
+
+    try:
+        feedback = lesson02.check_softmax_rows(softmax_rows)
+        after = os.getcwd()
+    finally:
+        os.chdir(before)
+    assert after == before
+    assert not feedback.passed and "working directory" in feedback.message, feedback
+
+

@@ -670,6 +670,8 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
      _saved_tensors_hooks, _leave_saved_tensors_hooks),
     (lambda was, now: f"changed os.environ['COURSE_CHECK_TIMEOUT'] from {was!r} to {now!r}",
      _check_timeout, _put_check_timeout),
+    # (relative paths of later cells would read other files: battery 24)
+    (lambda was, now: "changed the working directory (os.chdir)", os.getcwd, os.chdir),
 )
 
 
