@@ -89,3 +89,20 @@ def test_check_puts_back_the_working_directory_and_names_the_change(tmp_path):
     assert not feedback.passed and "working directory" in feedback.message, feedback
 
 
+# -- the outside grader ------------------------------------------------------------------------------
+def test_grade_answer_refuses_a_negative_salt_before_running_anything(tmp_path, monkeypatch):
+    monkeypatch.setattr(autograde, "reference_outputs", lambda *a: pytest.fail("ran the reference"))
+    raises_naming(ValueError, ["salt", ">= 0", "-1"],
+                  lambda: autograde.grade_answer("lesson02", "check_softmax_rows",
+                                                 "def f(s):\n    return s\n", "f", salt=-1,
+                                                 solutions_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("value", [10**1000, -(10**700)], ids=["10**1000", "-10**700"])
+def test_the_answers_process_refuses_an_int_it_could_not_send_back(value):
+    """Battery 24: 10**1000 could not be read back (torch.load reads ints of 255 bytes at most),
+    and the feedback said the process ended without results."""
+    raises_naming(sandbox.Refused, ["int", "digits", "600"], lambda: sandbox.to_plain(value))
+    assert sandbox.to_plain(10**300) == 10**300
+
+

@@ -625,6 +625,9 @@ def _check_salt_and_solutions(salt: object, solutions_dir: object) -> None:
     would be ignored without a word."""
     if salt is not None and (isinstance(salt, bool) or not isinstance(salt, int)):
         raise TypeError(f"salt must be an int or None, got {salt!r:.60}")
+    if salt is not None and salt < 0:  # (salted_seeds's rule, checked before the reference runs)
+        raise ValueError(f"salt must be an int >= 0 (a lesson's salt from the grader's secrets) or "
+                         f"None, got {salt}")
     if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
         raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
                          f"{solutions_dir!r:.100} is not a folder")
