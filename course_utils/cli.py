@@ -560,7 +560,8 @@ def run_kernel(work, message: str):
 
 def _check_kernel_work(work: object, message: object) -> None:
     """:func:`run_kernel`'s arguments: ``work`` an awaitable (the coroutine
-    ``client.async_execute()``, called), ``message`` a str; else a TypeError naming the argument
+    ``client.async_execute()``, called), ``message`` a non-empty str; else a TypeError (a
+    ValueError for an empty message) naming the argument
     (asyncio said only "An asyncio.Future, a coroutine or an awaitable is required"). A coroutine
     refused for its message is closed, so Python prints no "was never awaited" after the error."""
     import inspect
@@ -569,11 +570,12 @@ def _check_kernel_work(work: object, message: object) -> None:
         hint = " (call it: client.async_execute(), not client.async_execute)" if callable(work) else ""
         raise TypeError(f"work must be the coroutine to run, such as nbclient's client.async_execute()"
                         f"{hint}, got {type(work).__name__} {work!r:.60}")
-    if type(message) is not str:
+    if type(message) is not str or not message.strip():  # (leaving's rule: the line says what was left)
         if inspect.iscoroutine(work):
             work.close()
-        raise TypeError(f"message must be a str saying what an interruption leaves, got "
-                        f"{type(message).__name__} {message!r:.60}")
+        raise (TypeError if type(message) is not str else ValueError)(
+            f"message must be a non-empty str saying what an interruption leaves, got "
+            f"{type(message).__name__} {message!r:.60}")
 
 
 #: Actions whose option may be given more than once: each use adds to the value.

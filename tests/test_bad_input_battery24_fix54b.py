@@ -106,3 +106,12 @@ def test_the_answers_process_refuses_an_int_it_could_not_send_back(value):
     assert sandbox.to_plain(10**300) == 10**300
 
 
+# -- run_kernel's message ------------------------------------------------------------------------------
+def test_run_kernel_refuses_an_empty_message_and_closes_the_coroutine():
+    async def work():
+        return 1
+
+    coroutine = work()
+    raises_naming(ValueError, ["message", "non-empty"], lambda: cli.run_kernel(coroutine, " "))
+    assert coroutine.cr_frame is None  # closed: no "never awaited" warning
+    assert asyncio.iscoroutine(coroutine)
