@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import types
 
 import numpy as np
 import pytest
@@ -58,6 +59,37 @@ def test_a_softmax_where_the_exercise_allows_it_is_still_correct():
         return (q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5).softmax(-1)
 
     assert lesson02.check_attention_weights(attention_weights).passed
+
+
+def _copy_of(f):
+    """A function with ``f``'s code under another name (``__code__.replace``): not ``f``."""
+    copy = types.FunctionType(f.__code__.replace(co_name=f.__code__.co_name + "_copy"), f.__globals__, None,
+                              f.__defaults__, f.__closure__)
+    copy.__kwdefaults__ = f.__kwdefaults__
+    return copy
+
+
+def test_a_torch_module_or_a_copy_of_the_courses_code_is_the_reference():
+    """Battery 24: nn.MultiheadAttention's parameters summed, and copies of the course's own
+    functions' code, were graded correct by the kernel's checks."""
+    from course_utils.attention import gqa, shapes
+    from course_utils.exercises import lesson03
+
+    def by_torch(d, h, bias=True):
+        return sum(p.numel() for p in torch.nn.MultiheadAttention(d, h, bias=bias).parameters())
+
+    by_module = lesson03.check_parameter_count(by_torch)
+    count = _copy_of(shapes.mha_parameter_count)
+    by_copy = lesson03.check_parameter_count(lambda d, h, bias=True: count(d, h, bias=bias))
+    kv = _copy_of(gqa.kv_cache_bytes)
+    def cache_bytes(L, B, h, g, dk, T, bits):
+        return kv(L, B, g, dk, T, bits // 8) if bits % 8 == 0 else kv(L, B, g, dk, T, 1) * bits // 8
+
+    by_copy_7 = lesson07.check_cache_bytes(cache_bytes)
+    math_kernel = lesson02.check_single_head_attention(
+        lambda x, a, b, c: torch.ops.aten._scaled_dot_product_attention_math(x @ a, x @ b, x @ c)[0])
+    for feedback in (by_module, by_copy, by_copy_7, math_kernel):
+        assert feedback.mistake == "called_reference", feedback
 
 
 # -- a check the answer calls inside a diagnosis's rerun answers at once ---------------------------

@@ -2091,6 +2091,8 @@ class _CallWatch:
             if getattr(f, "__code__", None) is None and type(getattr(f, "__name__", None)) is str)
         self._twin_parts = tuple(part for part in _TWIN_NAME_PARTS
                                  if any(part in name for name in self._twin_names))
+        self._copies: dict[tuple, str] = {}  # a watched function's code by its content (a copy of it)
+        self._seen: dict[Any, str] = {}  # each other code object run, and what it is ("": nothing)
         self._builtins: dict[int, str] = {}
         self._swappable: list[tuple[types.FunctionType, str]] = []
         self._attributes: list[tuple[Any, str, Any, str]] = []  # builtins, by where torch binds them
@@ -2108,6 +2110,8 @@ class _CallWatch:
             code = getattr(f, "__code__", None)
             if code is not None:
                 self._codes.setdefault(code, name)
+                if isinstance(code, types.CodeType):
+                    self._copies.setdefault(_code_content(code), name)
                 if isinstance(f, types.FunctionType) and not code.co_freevars and f is not _tripwire:
                     self._swappable.append((f, name))
             elif callable(f):
@@ -2130,6 +2134,11 @@ class _CallWatch:
             return
         if event == "call":
             name = self._codes.get(frame.f_code)
+            if name is None:
+                name = self._seen.get(frame.f_code)
+                if name is None:
+                    name = self._seen[frame.f_code] = self._twin_code(frame.f_code)
+                name = name or None
             if name is None and frame.f_code is _OP_OVERLOAD_CALL and self._twin_names:
                 op = frame.f_locals.get("self")  # an OpOverload: torch.ops.aten.NAME.overload
                 opname = op._opname if type(op) is _OP_OVERLOAD else None
@@ -2147,6 +2156,19 @@ class _CallWatch:
             return
         if name is not None:
             self.record(name)
+
+    def _twin_code(self, code: Any) -> str:
+        """What ``code`` is, when it is a watched function's in all but its name (a copy made
+        with ``__code__.replace``), or a library's function or method of a twin's name
+        (``nn.MultiheadAttention.__init__`` where the twins hold ``MultiheadAttention``); "" when
+        neither (battery 24: copies of the course's functions and torch's modules passed)."""
+        copied = self._copies.get(_code_content(code))
+        if copied is not None:
+            return copied
+        if self._twin_names and code.co_filename.startswith(_LIBRARY_DIRS):
+            if any(self._is_twin(part) for part in code.co_qualname.split(".") if part != "<locals>"):
+                return f"`{code.co_qualname}`"
+        return ""
 
     def _is_twin(self, name: str) -> bool:
         """Whether a builtin's or a torch operator's ``name`` is one of the twins, whatever its
@@ -2195,6 +2217,12 @@ class _CallWatch:
                                              "threading.setprofile)"
         elif changed:
             self.tampered = self.tampered or f"changed the code of {', '.join(changed)} while it ran"
+
+
+def _code_content(code: types.CodeType) -> tuple:
+    """What a function's code does, whatever its name: its bytecode, constants, names and local
+    variable names (equal for a copy made with ``code.replace(co_name=...)``)."""
+    return (code.co_code, code.co_consts, code.co_names, code.co_varnames)
 
 
 def _bare_name(name: str) -> str:
@@ -2375,8 +2403,18 @@ class Exercise:
     def _twin_names(self) -> frozenset[str]:
         """The names of this exercise's ready-made twins, as the outside grader reads them from
         an answer's code (:data:`TWIN_NAMES`, set by :mod:`.sandbox`); empty outside a lesson."""
+        key = self._check_key()
+        return TWIN_NAMES(key) if key and TWIN_NAMES is not None else frozenset()
+
+    def _check_key(self) -> str | None:
+        """"lessonNN.check_xxx", the name of the check function of this exercise in its lesson
+        module (the key of :data:`LIBRARY_TWINS`); None outside a lesson."""
         key = self._store_key()
-        return TWIN_NAMES(f"{key[0]}.{key[1]}") if key and TWIN_NAMES is not None else frozenset()
+        module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
+        for name, value in (vars(module).items() if module is not None else ()):
+            if name.startswith("check_") and getattr(value, "__self__", None) is self:
+                return f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
+        return None
 
     def _store_key(self) -> tuple[str, str] | None:
         """("lessonNN", "NAME") when this exercise is ``NAME`` of a lesson module, else None."""
@@ -2758,12 +2796,11 @@ class Exercise:
             found += [v for k, v in vars(module).items()  # its private helpers, not public ones
                       if k.startswith("_") and isinstance(v, types.FunctionType)
                       and v.__module__ == module.__name__]
-            for name, value in vars(module).items():
-                if name.startswith("check_") and getattr(value, "__self__", None) is self:
-                    key = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
-                    found += [f for f in map(_resolve, LIBRARY_TWINS.get(key, ())) if f is not None]
-                    found += [f for dotted in LIBRARY_TWINS.get(key, ()) for copy in OTHER_COPIES
-                              if (f := _resolve_in(copy, dotted)) is not None]
+            check_key = self._check_key()
+            if check_key is not None:
+                found += [f for f in map(_resolve, LIBRARY_TWINS.get(check_key, ())) if f is not None]
+                found += [f for dotted in LIBRARY_TWINS.get(check_key, ()) for copy in OTHER_COPIES
+                          if (f := _resolve_in(copy, dotted)) is not None]
         return found
 
     def _grade(self, cases, outputs, expected) -> Feedback:
