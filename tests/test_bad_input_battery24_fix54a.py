@@ -62,3 +62,70 @@ def test_the_naive_module_documents_its_empty_batch() -> None:
     from course_utils.attention import naive_mha
 
     assert "empty batch" in naive_mha.__doc__ and "lesson 04 prints" in naive_mha.__doc__
+
+
+# -- O1 / S2: Block.forward(x, heads=...) checked neither heads against x nor need_weights ------------
+def _block_and_heads():
+    from course_utils.model.transformer import Block, ModelConfig
+
+    torch.manual_seed(0)
+    block = Block(ModelConfig(vocab_size=8, d_model=16, num_heads=4, num_layers=1, max_len=8))
+    return block, torch.randn(2, 5, 16), torch.randn(2, 4, 5, 4)
+
+
+@pytest.mark.parametrize("heads, error, shown", [
+    (torch.randn(3, 4, 5, 4), ValueError, "(3, 4, 5, 4)"),  # another batch
+    (torch.randn(2, 4, 6, 4), ValueError, "(2, 4, 6, 4)"),  # another length
+    (torch.randn(2, 4, 5, 4, dtype=torch.float64), TypeError, "torch.float64"),
+    (torch.randn(2, 4, 5, 4, device="meta"), ValueError, "meta"),
+    (torch.randn(2, 4, 5), ValueError, "3-D"),
+])
+def test_block_checks_heads_against_x(heads: torch.Tensor, error: type, shown: str) -> None:
+    block, x, good = _block_and_heads()
+    assert block(x, heads=good)[0].shape == x.shape  # the control
+    raises_naming(error, ["heads", shown], lambda: block(x, heads=heads))
+
+
+@pytest.mark.parametrize("bad", ["yes", None, 2, torch.tensor([True, False])])
+def test_block_checks_need_weights_with_heads(bad: object) -> None:
+    block, x, heads = _block_and_heads()
+    raises_naming(TypeError, ["need_weights", type(bad).__name__],
+                  lambda: block(x, heads=heads, need_weights=bad))
+
+
+# -- O2: a module given as a names test was called with a str: torch's "linear(): argument 'input'" --
+def _tiny_model():
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    return TinyTransformer(ModelConfig(vocab_size=8, d_model=16, num_heads=4, num_layers=1, max_len=8))
+
+
+@pytest.mark.parametrize("route", ["run_with_cache", "method", "list", "hooks"])
+def test_a_module_is_no_test_on_hook_names(route: str) -> None:
+    from course_utils.attention.hooks import hooks, run_with_cache
+
+    model, tokens, module = _tiny_model(), torch.zeros(1, 4, dtype=torch.long), torch.nn.Linear(2, 2)
+    calls = {
+        "run_with_cache": (lambda: run_with_cache(model, tokens, names=module), "names"),
+        "method": (lambda: model.run_with_cache(tokens, names=module), "names"),
+        "list": (lambda: run_with_cache(model, tokens, names=[module]), "names[0]"),
+        "hooks": (lambda: hooks(model, [(module, lambda z, hook: z)]).__enter__(), "fwd_hooks[0][0]"),
+    }
+    call, name = calls[route]
+    raises_naming(TypeError, [f"{name} must be", "Linear", "a module is callable"], call)
+    assert "blocks.0.attn.hook_z" in model.run_with_cache(tokens, names=lambda n: n.endswith("hook_z"))[1]
+
+
+# -- O3: Quantized(uint8 codes, scale, zero=None) never named zero, the field left out ---------------
+@pytest.mark.parametrize("symmetric, words", [
+    (False, ["Quantized.codes", "torch.uint8", "Quantized.zero is None", "zero="]),  # zero left out
+    (True, ["Quantized.codes", "torch.int8", "Quantized.zero is a tensor", "zero=None"]),  # zero added
+])
+def test_quantized_names_zero_when_the_codes_are_the_other_kind(symmetric: bool, words: list[str]) -> None:
+    from course_utils.model.kv_cache import Quantized, quantize_kv
+
+    q = quantize_kv(torch.randn(1, 2, 3, 4), symmetric=symmetric)
+    assert Quantized(*q) == q  # the control
+    zero = torch.zeros_like(q.scale) if symmetric else None
+    raises_naming(TypeError, words, lambda: Quantized(q.codes, q.scale, zero))
