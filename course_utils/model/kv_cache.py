@@ -473,7 +473,12 @@ def _check_quantized_fields(q: Quantized, label: str) -> None:
     kind = "symmetric" if q.zero is None else "asymmetric"
     if not isinstance(q.codes, Tensor) or q.codes.dtype != wanted:
         got = q.codes.dtype if isinstance(q.codes, Tensor) else f"{type(q.codes).__name__} {q.codes!r:.40}"
-        raise TypeError(f"{label}.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}")
+        other = {torch.uint8: f": uint8 codes are asymmetric and need their zero points, but {label}.zero "
+                              f"is None (zero=None means symmetric int8 codes); pass zero=...",
+                 torch.int8: f": int8 codes are symmetric and take zero=None, but {label}.zero is a "
+                             f"tensor (zero points go with asymmetric uint8 codes)"}
+        hint = other.get(got, "") if isinstance(q.codes, Tensor) else ""
+        raise TypeError(f"{label}.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}{hint}")
     if q.codes.ndim < 2:
         raise ValueError(f"{label}.codes must be at least 2-D (..., T, dk), got shape "
                          f"{describe_shape(q.codes)}")
