@@ -129,3 +129,62 @@ def test_quantized_names_zero_when_the_codes_are_the_other_kind(symmetric: bool,
     assert Quantized(*q) == q  # the control
     zero = torch.zeros_like(q.scale) if symmetric else None
     raises_naming(TypeError, words, lambda: Quantized(q.codes, q.scale, zero))
+
+
+# -- S3: SmallDecoder.step / weights_pass took NaN or inf in x and returned NaN ------------------------
+@pytest.mark.parametrize("method", ["step", "weights_pass"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_small_decoder_refuses_a_non_finite_x(method: str, bad: float) -> None:
+    from course_utils.bench.decode_step import SmallDecoder
+
+    decoder = SmallDecoder(d_model=16, num_heads=2, num_kv_heads=2, num_layers=1, context=4,
+                           attention="course")
+    run = getattr(decoder, method)
+    x = torch.zeros(1, 16)
+    assert torch.isfinite(run(x)).all()  # the control
+    x[0, 3] = bad
+    raises_naming(ValueError, ["x must hold finite numbers", str(bad), "(0, 3)"], lambda: run(x))
+    assert torch.isfinite(run()).all()  # the default input is not checked again
+
+
+# -- S4: History(target_metric=<a name no evaluation holds>) could never reach its target -------------
+@pytest.mark.parametrize("target_metric", ["bogus_value", "", "ACC"])
+@pytest.mark.parametrize("target", [0.9, None])
+def test_history_target_metric_must_be_an_evaluated_metric(target_metric: str, target: float | None) -> None:
+    from course_utils.model.train import History
+
+    fields = {"task": "t", "steps": [1, 2], "loss": [1.0, 0.5], "eval_steps": [1, 2],
+              "eval_metrics": [{"acc": 0.5}, {"acc": 0.7}], "target": target}
+    assert History(**fields, target_metric="acc").metric("acc") == [0.5, 0.7]  # the control
+    raises_naming(ValueError, ["History.target_metric", repr(target_metric), "['acc']"],
+                  lambda: History(**fields, target_metric=target_metric))
+
+
+def test_history_target_metric_missing_from_one_evaluation() -> None:
+    from course_utils.model.train import History
+
+    raises_naming(ValueError, ["History.target_metric", "'acc'", "History.eval_metrics[1]", "['loss']"],
+                  lambda: History("t", eval_steps=[1, 2], eval_metrics=[{"acc": 0.5}, {"loss": 1.0}],
+                                  target_metric="acc"))
+    assert History("t", target_metric="acc").eval_metrics == []  # as train_model builds it
+
+
+# -- O4: save_file onto an existing path gave a bare "[Errno 17] File exists" ----------------------------
+@pytest.mark.parametrize("kind, shown", [("file", "a regular file"), ("dir", "a directory"),
+                                         ("fifo", "a FIFO"), ("dangling", "a broken symlink")])
+def test_save_file_names_filename_and_what_is_there(tmp_path, kind: str, shown: str) -> None:
+    import os
+
+    from course_utils.model.checkpoint import save_file
+
+    target = tmp_path / "thing"
+    {"file": lambda: target.write_text("keep"), "dir": target.mkdir, "fifo": lambda: os.mkfifo(target),
+     "dangling": lambda: target.symlink_to(tmp_path / "nowhere")}[kind]()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    tensors = {"w": torch.zeros(2)}
+    save_file(tensors, tmp_path / "new.safetensors", {})  # the control
+    raises_naming(FileExistsError, ["filename", str(target), shown, "never overwrites"],
+                  lambda: save_file(tensors, target, {}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "new.safetensors"])
+    if kind == "file":
+        assert target.read_text() == "keep"
