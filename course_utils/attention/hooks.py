@@ -84,6 +84,7 @@ def _matching(points: dict[str, HookPoint], where: Where, name: str = "names") -
     """The hook points named ``where``, or whose name passes the test ``where``; ``name`` is the
     argument ``where`` came from, for the messages. A test must answer True or False: ``"yes"``,
     ``1`` or a ``re.Match`` would be taken as True without a word (wrap it in ``bool(...)``)."""
+    _check_where(where, name)
     if callable(where):
         found = {point_name: p for point_name, p in points.items()
                  if check_flag(where(point_name), f"{name} (a test on hook point names), asked about "
@@ -98,9 +99,14 @@ def _matching(points: dict[str, HookPoint], where: Where, name: str = "names") -
 
 
 def _check_where(where: object, name: str) -> None:
-    if not (isinstance(where, str) or callable(where)):
+    """A hook point's name (str) or a test on names (a function name -> bool). A module is
+    callable but no test: called with a name, it would fail inside its forward, never naming
+    ``name``."""
+    if isinstance(where, nn.Module) or not (isinstance(where, str) or callable(where)):
+        kind = " (a module is callable, but it is not a test on hook point names)" \
+            if isinstance(where, nn.Module) else ""
         raise TypeError(f"{name} must be a hook point's name (str) or a function name -> bool, got "
-                        f"{type(where).__name__} {where!r:.60}")
+                        f"{type(where).__name__} {where!r:.60}{kind}")
 
 
 def _check_fwd_hooks(fwd_hooks: object) -> None:

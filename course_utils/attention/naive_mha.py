@@ -15,6 +15,11 @@ Non-finite inputs: as in :mod:`course_utils.attention.mha`, whose
 :func:`~course_utils.attention.mha.scaled_dot_product_attention` every head calls, NaN or
 infinity in ``x`` is not checked (only shapes, dtypes and devices are) and propagates to NaN
 in the output.
+
+Empty inputs: an empty batch (``x`` of shape ``(0, T, d_model)``) is not refused here, unlike
+:class:`~course_utils.attention.mha.MultiHeadAttention`, and gives an empty output of the same
+leading shape: lesson 04 prints these classes' source as its worked code, so their checks stay
+the few lines it shows.
 """
 
 from __future__ import annotations

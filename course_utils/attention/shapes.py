@@ -437,7 +437,8 @@ def mha_macs(
 
 def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
     """Multiply-adds PyTorch actually performs in ``module(x, need_weights=True)``,
-    counted by ``torch.utils.flop_counter.FlopCounterMode`` (matrix products only)."""
+    counted by ``torch.utils.flop_counter.FlopCounterMode`` (matrix products only). ``x`` is
+    ``(B, T, d_model)`` with ``B >= 1`` (an empty batch is refused, as the module refuses it)."""
     if not isinstance(module, MultiHeadAttention):  # it is called with need_weights=True
         raise TypeError(f"module must be the course's MultiHeadAttention (it is called as module(x, "
                         f"need_weights=True)), got {type(module).__name__}")

@@ -73,6 +73,7 @@ __all__ = [
     "ReadOnlyDict",
     "check_increasing",
     "check_dims_not_empty",
+    "leading_dims",
     "MAX_NARGS",
 ]
 
@@ -531,6 +532,12 @@ def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T"
                              f"got shape {describe_shape(x)}")
 
 
+def leading_dims(x: Tensor, trailing: int = 2) -> tuple[str, ...]:
+    """The labels :func:`check_dims_not_empty` gives the dims of ``x`` before its last ``trailing``
+    (an input ``(..., T, d)``): ``("B", "dim 1", ...)``, the first being the batch; ``()`` for none."""
+    return ("B", *(f"dim {i}" for i in range(1, x.ndim - trailing)))[:max(x.ndim - trailing, 0)]
+
+
 def _check_dims_labels(dims: object) -> None:
     """The ``dims`` of :func:`check_dims_not_empty`: a tuple or list of str labels such as ``("B", "T")``."""
     if not isinstance(dims, (tuple, list)) or not all(isinstance(d, str) for d in dims):
@@ -735,11 +742,13 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
 
 def check_stream(x: object, name: str, *, d_model: int, weight: Tensor) -> None:
     """The one input check of a layer on the residual stream (attention's query, key and value,
-    a block, an MLP): ``x`` a float ``(B, T, d_model)`` tensor with the dtype and device of the
-    module whose parameter is ``weight``."""
+    a block, an MLP): ``x`` a float ``(B, T, d_model)`` tensor of at least one sequence (``B >= 1``:
+    an empty batch would come back as an empty result without a word; ``T = 0`` is left to the
+    layer) with the dtype and device of the module whose parameter is ``weight``."""
     check_tensor(x, name, ndim=3, layout=f"(B, T, d_model={d_model})")
     if x.shape[-1] != d_model:
         raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(x)}")
+    check_dims_not_empty(x, name, ("B",))
     check_matches_module(x, name, weight)
 
 
@@ -823,11 +832,13 @@ def check_fast_attention_inputs(q: object, k: object, v: object, allowed: object
 
 
 def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
-    """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model``."""
+    """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model`` and
+    ``B >= 1`` (an empty batch would merge into an empty output without a word)."""
     check_int(num_heads, "num_heads", minimum=1)  # before the message is computed from them
     check_int(d_k, "d_k", minimum=1)
     layout = f"(B, h={num_heads}, T, dk={d_k})"
     check_tensor(heads, "heads", ndim=4, layout=layout)
+    check_dims_not_empty(heads, "heads", ("B",))
     if heads.shape[1] * heads.shape[3] != num_heads * d_k:
         raise ValueError(f"heads must be {layout} so that h * dk = d_model = {num_heads * d_k}, got "
                          f"shape {describe_shape(heads)}")

@@ -60,6 +60,7 @@ from ..attention.gqa import grouped_query_attention, kv_cache_bytes
 from ..attention.validation import (
     check_callable,
     check_distinct,
+    check_finite,
     check_fits_in_memory,
     check_flag,
     check_float_dtype,
@@ -584,7 +585,10 @@ class SmallDecoder:
         """``x`` (None: the fixed input ``self.x``), a float tensor ``(batch, d_model)`` that holds
         values (not on the meta device: a step over it would return a meta result, or fail
         writing it into the cache), of the dtype and on the device of ``self.x`` (the float32
-        stream the cache is written from; a float64 ``x`` would make the step return float64)."""
+        stream the cache is written from; a float64 ``x`` would make the step return float64),
+        with finite numbers (a NaN or an infinity would come back as a NaN result without a word;
+        one pass over ``batch * d_model`` numbers, and only for a given ``x``: the benchmarks'
+        default ``self.x`` is not checked again)."""
         if x is None:
             return self.x
         if not (isinstance(x, Tensor) and x.is_floating_point()
@@ -598,11 +602,12 @@ class SmallDecoder:
                 f"x must be {self.x.dtype} on {self.x.device}, as the decoder's stream and cache (its "
                 f"weights are {self.weight_dtype}), got {x.dtype} on {x.device}: convert with "
                 f"x.to({self.x.dtype!s}, {str(self.x.device)!r})")
+        check_finite(x, "x", "it would spread to the result as NaN")
         return x
 
     def step(self, x: Tensor | None = None) -> Tensor:
         """One decoding step: ``x`` ``(B, d)`` (default: a fixed random input) -> ``(B, d)``.
-        A given ``x`` must be a float tensor ``(batch, d_model)`` (checked)."""
+        A given ``x`` must be a float tensor ``(batch, d_model)`` of finite numbers (checked)."""
         x = self._checked_x(x)
         B, d, h, g, dk = x.shape[0], self.d_model, self.num_heads, self.num_kv_heads, self.d_head
         pos = self.context  # the new token's slot: after the cached ones

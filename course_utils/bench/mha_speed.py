@@ -31,6 +31,7 @@ from ..attention.validation import (
     check_axes,
     check_callable,
     check_device,
+    check_dims_not_empty,
     check_distinct,
     check_flag,
     check_float_dtype,
@@ -134,12 +135,14 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
     ``x`` is checked against every module now, not when the benchmark first calls it: its dtype
     and device against the module's parameters and, for a module that says its width
     (``d_model``, as the course's modules do, or ``embed_dim``, as ``nn.MultiheadAttention``
-    does), its last dimension against that width.
+    does), its last dimension against that width. ``B >= 1``: an empty batch would time
+    passes over nothing.
     """
     if not isinstance(modules, dict) or not all(isinstance(m, nn.Module) for m in modules.values()):
         raise TypeError(f"modules must be a dict {{label: nn.Module}} (what lesson_implementations returns), "
                         f"got {type(modules).__name__} {modules!r:.60}")
     check_tensor(x, "x", ndim=3, layout="(B, T, d_model)")
+    check_dims_not_empty(x, "x", ("B",))  # an empty batch would time passes over nothing
     for name, m in modules.items():  # refused now, not when the benchmark calls it
         weight = next(m.parameters(), None)
         width = _width(m)

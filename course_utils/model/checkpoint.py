@@ -150,9 +150,18 @@ def save_file(tensors: dict[str, torch.Tensor], filename: str | Path, metadata: 
     only temporary file is save_checkpoint's own ``.name.safetensors.saving``, which the next
     save removes. ``tensors`` (a dict of str -> tensors holding values, not on the meta device),
     ``filename`` (a str or path) and ``metadata`` (a dict of str -> str) are checked first, each
-    named: nothing is written for a bad one."""
+    named: nothing is written for a bad one. It never overwrites: anything already at
+    ``filename`` (a file, a folder, a FIFO, a link, even a broken one) is a FileExistsError naming
+    ``filename`` and what is there, and is left as it was."""
     _check_save_file_arguments(tensors, filename, metadata)
-    _write_new(Path(filename), _tensors_to_bytes(tensors, metadata=metadata))
+    data = _tensors_to_bytes(tensors, metadata=metadata)
+    try:
+        _write_new(Path(filename), data)
+    except FileExistsError:
+        found = _what_is_there(filename) or "a regular file"
+        raise FileExistsError(f"filename {str(filename)!r} is already taken ({found} is there): save_file "
+                              f"never overwrites, it creates a new file; remove or rename what is there, "
+                              f"or give another filename") from None
 
 
 def _check_save_file_arguments(tensors: object, filename: object, metadata: object) -> None:

@@ -49,6 +49,7 @@ from torch import Tensor
 
 from ..attention.validation import (
     check_device,
+    check_dims_not_empty,
     check_finite,
     check_fits_in_memory,
     check_flag,
@@ -59,6 +60,7 @@ from ..attention.validation import (
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
+    leading_dims,
 )
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
@@ -408,15 +410,18 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     rounded to float16. The scale is at least float16's smallest normal number, ``6.1e-5``: rows
     whose largest ``|x|`` is below about ``127 * 6.1e-5 = 7.8e-3`` (symmetric) get steps of
     ``6.1e-5`` rather than ``max|x| / 127``, an absolute error of at most ``3.05e-5``. An
-    all-zero row gives codes 0. Refused: NaN and infinity in ``x``, and numbers too large for the
-    float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above about ``8.3e6``) or
-    zero point (asymmetric: ``|min x| > 65504``, or a range ``(max x - min x) / 255 > 65504``)."""
+    all-zero row gives codes 0. Refused: an empty ``x`` (no token, channel, sequence or head:
+    it would come back as empty codes without a word), NaN and infinity in ``x``, and numbers
+    too large for the float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above
+    about ``8.3e6``) or zero point (asymmetric: ``|min x| > 65504``, or a range
+    ``(max x - min x) / 255 > 65504``)."""
     check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
     check_holds_values(x, "x")
     _check_axis(per, "per")
     check_flag(symmetric, "symmetric")
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"x must hold at least one token and one channel, got shape {describe_shape(x)}")
+    check_dims_not_empty(x, "x", leading_dims(x))
     x = x.float()
     if not torch.isfinite(x).all():
         raise ValueError("x holds NaN or infinity: they have no 8-bit code")
@@ -468,7 +473,12 @@ def _check_quantized_fields(q: Quantized, label: str) -> None:
     kind = "symmetric" if q.zero is None else "asymmetric"
     if not isinstance(q.codes, Tensor) or q.codes.dtype != wanted:
         got = q.codes.dtype if isinstance(q.codes, Tensor) else f"{type(q.codes).__name__} {q.codes!r:.40}"
-        raise TypeError(f"{label}.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}")
+        other = {torch.uint8: f": uint8 codes are asymmetric and need their zero points, but {label}.zero "
+                              f"is None (zero=None means symmetric int8 codes); pass zero=...",
+                 torch.int8: f": int8 codes are symmetric and take zero=None, but {label}.zero is a "
+                             f"tensor (zero points go with asymmetric uint8 codes)"}
+        hint = other.get(got, "") if isinstance(q.codes, Tensor) else ""
+        raise TypeError(f"{label}.codes must be {wanted} as quantize_kv makes them ({kind}), got {got}{hint}")
     if q.codes.ndim < 2:
         raise ValueError(f"{label}.codes must be at least 2-D (..., T, dk), got shape "
                          f"{describe_shape(q.codes)}")

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention.validation import (
+    check_dims_not_empty,
     check_fits_in_memory,
     check_float_dtype,
     check_holds_values,
@@ -175,8 +176,10 @@ class PagedCache:
         return k, v
 
     def attend(self, seq: object, q: Tensor) -> Tensor:
-        """One new query per head, ``q`` ``(h, 1, dk)``, attending over all of ``seq``: ``(h, 1, dk)``."""
+        """One new query per head, ``q`` ``(h, 1, dk)``, attending over all of ``seq``: ``(h, 1, dk)``.
+        ``h >= 1``: no head would come back as an empty result without a word."""
         check_tensor(q, "q", ndim=3, layout="(h, 1, dk)")
+        check_dims_not_empty(q, "q", ("h",))
         check_holds_values(q, "q")
         if q.device != self.k_pool.device:
             raise ValueError(f"q is on {q.device} but the pool is on {self.k_pool.device}: move it with "

@@ -206,7 +206,8 @@ def _check_history_fields(history: History) -> None:
     per evaluation step), their steps strictly increase (a curve goes forward in time, and
     :func:`train_model` records each step once), and a target is reached with both a step and a
     time, for a named ``target_metric``, at one of ``eval_steps``; a ``target`` has a
-    ``target_metric``; no evaluation comes after the last step in ``steps`` (a history that keeps
+    ``target_metric``, which every entry of ``eval_metrics`` holds (a name none holds, or ``''``,
+    could never reach its target); no evaluation comes after the last step in ``steps`` (a history that keeps
     only its evaluation curve, ``steps`` empty, is accepted: the tests build such a record to
     read a metric); ``device`` is one torch parses (present here or not)."""
     try:
@@ -234,6 +235,14 @@ def _check_history_fields(history: History) -> None:
         raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but "
                          f"History.target_metric is {history.target_metric!r} and History.target "
                          f"{history.target!r}: a target is reached by a named metric reaching a level")
+    if history.target_metric is not None:  # train_model checks every evaluation returns it
+        lacking = next((i for i, metrics in enumerate(history.eval_metrics)
+                        if history.target_metric not in metrics), None)
+        if lacking is not None:
+            raise ValueError(f"History.target_metric must be one of the metrics History.eval_metrics "
+                             f"holds (train_model checks every evaluation returns it), got "
+                             f"{history.target_metric!r}; History.eval_metrics[{lacking}] holds "
+                             f"{sorted(history.eval_metrics[lacking])}")
     if history.target is not None and history.target_metric is None:  # as train_model refuses it
         raise ValueError(f"History.target is {history.target!r} but History.target_metric is None: a target "
                          f"is the level a named metric must reach (train_model refuses target without "

@@ -55,6 +55,7 @@ from ..attention.validation import (
     check_int,
     check_kv_heads,
     check_linear_weights_fit,
+    check_matches_module,
     check_model_holds_values,
     check_same_dtype_and_device,
     check_stream,
@@ -243,8 +244,13 @@ class Block(nn.Module):
         """``x`` ``(B, T, d)`` -> ``(x (B, T, d), weights (B, h, T, T_total) | None, (k, v))``;
         ``past`` is the attention layer's KV cache (a ``(k, v)`` pair or a cache's append).
         ``heads`` ``(B, h, T, dk)``: the head outputs a run with this same ``x`` computed (before
-        ``attn.hook_z``); the attention then starts at ``hook_z`` (no weights, no ``(k, v)``)."""
+        ``attn.hook_z``); the attention then starts at ``hook_z`` (no weights, no ``(k, v)``).
+        ``need_weights`` is checked to be a bool either way; ``heads`` is checked against ``x``
+        (its ``B`` and ``T``), the layer's ``h`` and ``dk``, and the block's dtype and device."""
         check_stream(x, "x", d_model=self.ln_attn.normalized_shape[0], weight=self.ln_attn.weight)
+        check_flag(need_weights, "need_weights")  # with heads= too, where no weights are made
+        if heads is not None:
+            self._check_heads(heads, x)
         x = self.hook_resid_pre(x)
         if heads is None:
             attended, weights, kv = self.attn(self.ln_attn(x), is_causal=True, need_weights=need_weights,
@@ -256,6 +262,18 @@ class Block(nn.Module):
         if self.mlp is not None:
             x = x + self.mlp(self.ln_mlp(x))
         return self.hook_resid_post(x), weights, kv
+
+    def _check_heads(self, heads: object, x: Tensor) -> None:
+        """``heads`` fits :meth:`forward`'s ``x`` ``(B, T, d)``: a float ``(B, h, T, dk)`` tensor
+        with this layer's ``h`` and ``dk``, of the block's dtype and on its device (another batch,
+        dtype or device would fail inside ``out_proj`` or the residual sum with torch's words)."""
+        wanted = (x.shape[0], self.attn.num_heads, x.shape[1], self.attn.d_k)
+        layout = f"(B={wanted[0]}, h={wanted[1]}, T={wanted[2]}, dk={wanted[3]})"
+        check_tensor(heads, "heads", ndim=4, layout=layout)
+        if tuple(heads.shape) != wanted:
+            raise ValueError(f"heads must be {layout}, the head outputs of a run with this x "
+                             f"{describe_shape(x)}, got shape {describe_shape(heads)}")
+        check_matches_module(heads, "heads", self.ln_attn.weight)
 
 
 def _weight_bytes(config: ModelConfig) -> int:
