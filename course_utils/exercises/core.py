@@ -2082,7 +2082,7 @@ class _CallWatch:
     """
 
     def __init__(self, functions: Sequence[Any], *, first_is_reference: bool = False,
-                 twin_names: Sequence[str] = ()):
+                 twin_names: Sequence[str] = (), library_twins: Sequence[Any] = ()):
         self._codes: dict[Any, str] = {}
         # builtins and torch operators seen by name (battery 24: torch.special.softmax, Tensor.softmax
         # and torch.ops.aten._softmax are other objects than torch.softmax, and were not seen)
@@ -2110,13 +2110,15 @@ class _CallWatch:
             code = getattr(f, "__code__", None)
             if code is not None:
                 self._codes.setdefault(code, name)
-                if isinstance(code, types.CodeType):
-                    self._copies.setdefault(_code_content(code), name)
                 if isinstance(f, types.FunctionType) and not code.co_freevars and f is not _tripwire:
                     self._swappable.append((f, name))
             elif callable(f):
                 self._builtins.setdefault(id(f), name)
                 self._attributes += [(module, attr, f, name) for module, attr in _where_bound(f)]
+        for f in map(_unwrap, library_twins):  # never the reference or a mistake: a right answer's
+            code = getattr(f, "__code__", None)  # code may well be the reference's, to the letter
+            if isinstance(code, types.CodeType) and code in self._codes:
+                self._copies.setdefault(_code_content(code), self._codes[code])
         self.used: str | None = None
         self.tampered: str | None = None
         self._previous: Any = None
@@ -2548,8 +2550,11 @@ class Exercise:
             return Feedback(self.title, "error", str(exc))
         outputs = []
         edited: str | None = None
+        check_key = self._check_key() if forbidden else None
         watch = _CallWatch(forbidden, first_is_reference=self.reference is not None,
-                           twin_names=self._twin_names() if forbidden else ())
+                           twin_names=self._twin_names() if forbidden else (),
+                           library_twins=[f for f in map(_resolve, LIBRARY_TWINS.get(check_key, ()))
+                                          if f is not None] if check_key else ())
         called: list[str] = []  # the checks the answer called (not run: see _never_raises)
         for index, case in enumerate(cases):
             args, kwargs = case.fresh()
