@@ -13,7 +13,10 @@ returns :class:`Feedback`:
 * wrong shape / wrong values / raised an error: a plain description and a hint;
 * used the reference: the function called the exercise's own reference code, or the
   package's (or torch's) ready-made implementation of the same thing, which the
-  exercise asks you to write (``Exercise.forbidden`` and :data:`LIBRARY_TWINS`).
+  exercise asks you to write (``Exercise.forbidden`` and :data:`LIBRARY_TWINS`), under any
+  alias torch gives it (``Tensor.softmax``, ``torch.special.softmax``, ``torch.ops.aten.*``: by
+  name, the names the outside grader refuses in an answer's code), a torch module of a twin's
+  name (``nn.MultiheadAttention``), or a copy of a library twin's code (``__code__.replace``).
 
 A check never raises at the learner: every failure becomes a message, even
 ``sys.exit()`` or ``KeyboardInterrupt`` from inside the learner's function. For
@@ -2168,8 +2171,9 @@ class _CallWatch:
         if copied is not None:
             return copied
         if self._twin_names and code.co_filename.startswith(_LIBRARY_DIRS):
-            if any(self._is_twin(part) for part in code.co_qualname.split(".") if part != "<locals>"):
-                return f"`{code.co_qualname}`"
+            qualname = getattr(code, "co_qualname", code.co_name)  # (Python 3.10: the name alone)
+            if any(self._is_twin(part) for part in qualname.split(".") if part != "<locals>"):
+                return f"`{qualname}`"
         return ""
 
     def _is_twin(self, name: str) -> bool:
