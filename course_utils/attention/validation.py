@@ -73,7 +73,6 @@ __all__ = [
     "ReadOnlyDict",
     "check_increasing",
     "check_dims_not_empty",
-    "leading_dims",
     "MAX_NARGS",
 ]
 
@@ -530,12 +529,6 @@ def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T"
         if x.shape[i] == 0:
             raise ValueError(f"{name} must hold at least one {words.get(label, 'entry')} ({label} >= 1), "
                              f"got shape {describe_shape(x)}")
-
-
-def leading_dims(x: Tensor, trailing: int = 2) -> tuple[str, ...]:
-    """The labels :func:`check_dims_not_empty` gives the dims of ``x`` before its last ``trailing``
-    (an input ``(..., T, d)``): ``("B", "dim 1", ...)``, the first being the batch; ``()`` for none."""
-    return ("B", *(f"dim {i}" for i in range(1, x.ndim - trailing)))[:max(x.ndim - trailing, 0)]
 
 
 def _check_dims_labels(dims: object) -> None:

@@ -49,7 +49,6 @@ from torch import Tensor
 
 from ..attention.validation import (
     check_device,
-    check_dims_not_empty,
     check_finite,
     check_fits_in_memory,
     check_flag,
@@ -60,7 +59,6 @@ from ..attention.validation import (
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
-    leading_dims,
 )
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
@@ -419,9 +417,9 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     check_holds_values(x, "x")
     _check_axis(per, "per")
     check_flag(symmetric, "symmetric")
-    if x.shape[-1] == 0 or x.shape[-2] == 0:
-        raise ValueError(f"x must hold at least one token and one channel, got shape {describe_shape(x)}")
-    check_dims_not_empty(x, "x", leading_dims(x))
+    if 0 in x.shape:  # an empty batch, head, token or channel: nothing to quantize
+        raise ValueError(f"x must hold at least one token and one channel, in a batch and heads that "
+                         f"are not empty, got shape {describe_shape(x)}")
     x = x.float()
     if not torch.isfinite(x).all():
         raise ValueError("x holds NaN or infinity: they have no 8-bit code")
