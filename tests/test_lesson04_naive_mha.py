@@ -445,3 +445,16 @@ def test_the_heads_sweep_reading_holds_in_the_stored_run():
                  for c in nb["cells"] if c["cell_type"] == "markdown"
                  and "The points are not on a line" in "".join(c["source"]))
     assert "in some runs it comes out negative" in prose and "often comes out negative" not in prose
+
+
+def test_naive_modules_refuse_an_empty_batch_and_keep_an_empty_sequence():
+    import pytest
+    import torch
+
+    from course_utils.attention.naive_mha import AttentionHead, NaiveMultiHeadAttention
+
+    for module in (AttentionHead(8, 4), NaiveMultiHeadAttention(8, 2)):
+        refused = r"x must hold at least one sequence \(B >= 1\), got shape \(0, 3, 8\)"
+        with pytest.raises(ValueError, match=refused):
+            module(torch.randn(0, 3, 8))
+        assert module(torch.randn(2, 0, 8)).shape[:2] == (2, 0)  # T = 0: an empty output, as documented

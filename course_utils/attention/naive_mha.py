@@ -16,10 +16,9 @@ Non-finite inputs: as in :mod:`course_utils.attention.mha`, whose
 infinity in ``x`` is not checked (only shapes, dtypes and devices are) and propagates to NaN
 in the output.
 
-Empty inputs: an empty batch (``x`` of shape ``(0, T, d_model)``) is not refused here, unlike
-:class:`~course_utils.attention.mha.MultiHeadAttention`, and gives an empty output of the same
-leading shape: lesson 04 prints these classes' source as its worked code, so their checks stay
-the few lines it shows.
+Empty inputs: an empty batch (``x`` of shape ``(0, T, d_model)``) is refused, as by
+:class:`~course_utils.attention.mha.MultiHeadAttention`; an empty sequence (``T = 0``) gives an
+empty output.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from .validation import (
     check_linear_weights_fit,
     check_matches_module,
     check_same_dtype_and_device,
+    check_stream,
     check_tensor,
     check_tensor_list,
 )
@@ -62,6 +62,8 @@ class AttentionHead(nn.Module):
         if x.shape[-1] != self.w_q.in_features:
             raise ValueError(f"x must end in d_model={self.w_q.in_features} features, "
                              f"got shape {tuple(x.shape)}")
+        if 0 in x.shape[:-2]:
+            raise ValueError(f"x must hold at least one sequence (B >= 1), got shape {tuple(x.shape)}")
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, T, dk) each
         out, _ = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, T, dk)
         return out
@@ -83,10 +85,7 @@ class NaiveMultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """``x`` ``(B, T, d_model)`` -> ``(B, T, d_model)``. ``mask``: bool ``(T, T)`` or
         ``(B, T, T)``, ``True`` = may attend, shared by every head."""
-        check_tensor(x, "x", ndim=3, layout=f"(B, T, d_model={self.d_model})")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
-        check_matches_module(x, "x", self.out_proj.weight)
+        check_stream(x, "x", d_model=self.d_model, weight=self.out_proj.weight)  # float (B>=1, T, d_model)
         head_outputs = [head(x, mask) for head in self.heads]  # h x (B, T, dk)
         concat = torch.cat(head_outputs, dim=-1)  # (B, T, d): head 0 in columns 0..dk-1
         return self.out_proj(concat)  # (B, T, d)
