@@ -58,12 +58,6 @@ def test_an_empty_sequence_is_still_an_empty_output() -> None:
     assert _mha()(torch.randn(2, 0, 16))[0].shape == (2, 0, 16)
 
 
-def test_the_naive_module_documents_its_empty_batch() -> None:
-    from course_utils.attention import naive_mha
-
-    assert "empty batch" in naive_mha.__doc__ and "lesson 04 prints" in naive_mha.__doc__
-
-
 # -- O1 / S2: Block.forward(x, heads=...) checked neither heads against x nor need_weights ------------
 def _block_and_heads():
     from course_utils.model.transformer import Block, ModelConfig
