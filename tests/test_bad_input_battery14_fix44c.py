@@ -162,7 +162,7 @@ def _dup_cases():
     return [
         Case("position_ablated_logits/heads repeated",
              lambda: PT.position_ablated_logits(model, tokens, [(0, 0), (0, 0)], where), ValueError,
-             ["heads", "distinct", "repeats [(0, 0)]"]),
+             ["heads", "lists a head twice", "L0H0 (0, 0)"]),
         Case("InductionTask.sample/periods repeated",
              lambda: InductionTask().sample(4, torch.Generator().manual_seed(0), periods=(2, 2)), ValueError,
              ["periods", "distinct", "repeats [2]"]),

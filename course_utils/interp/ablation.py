@@ -103,8 +103,8 @@ def _check_model(model: object) -> TinyTransformer:
 
 
 def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> list[Head]:
-    """A list of ``(layer, head)`` pairs inside the model, or a clear error naming ``name`` (the
-    argument, or the entry of one such as ``cases['prev']``) and what arrived."""
+    """A list of distinct ``(layer, head)`` pairs inside the model, or a clear error naming ``name``
+    (the argument, or the entry of one such as ``cases['prev']``) and what arrived."""
     cfg = model.config
     if isinstance(heads, (str, Tensor)) or not isinstance(heads, Sequence):
         raise TypeError(f"{name} must be a list of (layer, head) pairs such as [(1, 2)], "
@@ -122,6 +122,10 @@ def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> 
             raise ValueError(f"head {tuple(pair)}{of} is out of range: expected layer in "
                              f"0..{cfg.num_layers - 1} and head in 0..{cfg.num_heads - 1}")
         checked.append((layer, head))
+    if len(set(checked)) < len(checked):  # a head switched off, patched or counted twice means nothing
+        twice = sorted({h for h in checked if checked.count(h) > 1})
+        raise ValueError(f"{name} lists a head twice: {', '.join(f'{head_name(*h)} {h}' for h in twice)} "
+                         f"(in a list of {len(checked)} heads; each head may appear once)")
     return checked
 
 
@@ -792,11 +796,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
     0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns.
     ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
-    order = _check_heads(order, _check_model(model), "order")
-    twice = sorted({head for head in order if order.count(head) > 1})
-    if twice:
-        raise ValueError(f"order lists a head twice: {', '.join(head_name(*h) for h in twice)} "
-                         f"(in an order of {len(order)} heads)")
+    order = _check_heads(order, _check_model(model), "order")  # each head once
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
     evaluations = _check_evaluations(evaluations, model)
     _check_method(method)

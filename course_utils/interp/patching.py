@@ -52,7 +52,6 @@ from torch import Tensor
 from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
-    check_distinct,
     check_finite,
     check_fits_in_memory,
     check_holds_values,
@@ -200,7 +199,7 @@ def position_ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Seque
     """
     _check_model(model)
     _check_tokens(tokens, "tokens", model)
-    heads = check_distinct(_check_heads(heads, model), "heads", "heads (layer, head)")
+    heads = _check_heads(heads, model)
     where = _check_where(where, tokens)  # (B, T)
     method = _check_method(method)
     if method == "mean":
@@ -841,11 +840,7 @@ def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
     if isinstance(orders, (str, bytes, dict)) or not hasattr(orders, "__iter__"):
         raise TypeError(f"orders must be a list of orders, each a list of (layer, head) pairs, got "
                         f"{type(orders).__name__} {orders!r:.60}")
-    checked = [_check_heads(order, model, f"orders[{i}]") for i, order in enumerate(orders)]
-    for i, order in enumerate(checked):
-        if len(set(order)) < len(order):  # (layer, head) int pairs: a set finds a repeat in one pass
-            check_distinct(order, f"orders[{i}]", "heads (layer, head)")  # which one, in its words
-    return checked
+    return [_check_heads(order, model, f"orders[{i}]") for i, order in enumerate(orders)]
 
 
 def _measure_extensions(model: TinyTransformer, evaluations: list[Evaluation],

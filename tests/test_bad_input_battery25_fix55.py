@@ -1,0 +1,48 @@
+"""Battery 25, fix pass 55: each bad input it found refused by name (or documented)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.bad_input_cases import raises_naming, tiny_model
+
+
+# -- a head listed twice was switched off, patched or counted once, without a word ------------------------
+def _twice_cases():
+    from course_utils.interp import ablation as A
+    from course_utils.interp import patching as P
+
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(0))
+    outputs = A.head_outputs(model, tokens)  # (L, B, h, T, dk)
+    evaluation = A.loss_evaluation(tokens, tokens)
+    lengths = torch.full((2,), 8)
+    twice, other, x = [(0, 1), (0, 1)], [(1, 0)], "L0H1 (0, 1)"
+    return [
+        ("gates_without", lambda: A.gates_without(model, twice), "heads", x),
+        ("ablated_logits", lambda: A.ablated_logits(model, tokens, twice), "heads", x),
+        ("measure", lambda: A.measure(model, evaluation, twice), "heads", x),
+        ("ablation_table", lambda: A.ablation_table(model, evaluation, {"pair": twice}), "cases['pair']", x),
+        ("pruning_curve", lambda: A.pruning_curve(model, evaluation, twice), "order", x),
+        ("patched_logits", lambda: P.patched_logits(model, tokens, outputs, twice), "heads", x),
+        ("position_ablated_logits",
+         lambda: P.position_ablated_logits(model, tokens, twice, torch.ones(8, dtype=torch.bool)),
+         "heads", x),
+        ("path_patched_logits senders", lambda: P.path_patched_logits(model, tokens, outputs, twice, other),
+         "senders", x),
+        ("path_patched_logits receivers",
+         lambda: P.path_patched_logits(model, tokens, outputs, [(0, 0)], [(1, 1), (1, 1)]), "receivers",
+         "L1H1 (1, 1)"),
+        ("resampled_logits", lambda: P.resampled_logits(model, tokens, lengths, tokens, lengths, twice,
+                                                        generator=torch.Generator().manual_seed(0)),
+         "heads", x),
+        ("measure_zeroed_sets", lambda: P.measure_zeroed_sets(model, evaluation, [other, twice]),
+         "head_sets[1]", x),
+    ]
+
+
+@pytest.mark.parametrize("index", range(11))
+def test_a_head_listed_twice_is_refused_by_name(index: int) -> None:
+    """One rule (ablation._check_heads) for every list of heads: each head at most once."""
+    _, call, name, head = _twice_cases()[index]
+    raises_naming(ValueError, [name, "lists a head twice", head], call)
