@@ -46,3 +46,24 @@ def test_a_head_listed_twice_is_refused_by_name(index: int) -> None:
     """One rule (ablation._check_heads) for every list of heads: each head at most once."""
     _, call, name, head = _twice_cases()[index]
     raises_naming(ValueError, [name, "lists a head twice", head], call)
+
+
+# -- tasks: a batch longer than the mixture, and a memory refusal that named only n ----------------------
+def test_a_mixture_refuses_an_agreement_batch_longer_than_its_sequences() -> None:
+    import dataclasses
+
+    from course_utils.tasks.synthetic import AgreementTask, MixtureTask
+
+    mixture, batch = MixtureTask(), AgreementTask().sample(4, torch.Generator().manual_seed(0))
+    extra = torch.zeros(4, mixture.seq_len, dtype=torch.long)  # a batch padded wider than the mixture
+    longer = dataclasses.replace(batch, tokens=torch.cat([batch.tokens, extra], dim=1))
+    raises_naming(ValueError, ["batch", f"seq_len={mixture.seq_len}", f"got {longer.tokens.shape[1]}"],
+                  lambda: mixture.pad(longer))
+    assert mixture.pad(batch).tokens.shape[1] == mixture.seq_len
+
+
+def test_two_key_sampling_names_num_keys_when_it_would_not_fit() -> None:
+    from course_utils.tasks.two_relations import TwoKeyTask
+
+    raises_naming(ValueError, ["n asks for", "num_keys=1,000,000,000,000"],
+                  lambda: TwoKeyTask(num_keys=10**12).sample(2, seed=0))

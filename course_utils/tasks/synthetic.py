@@ -988,9 +988,14 @@ class MixtureTask:
         return PAD_ID
 
     def pad(self, batch: AgreementBatch) -> AgreementBatch:
-        """An agreement batch right-padded to :attr:`seq_len` (ids unchanged)."""
+        """An agreement batch right-padded to :attr:`seq_len` (ids unchanged); a batch longer
+        than :attr:`seq_len` (made by another grammar's task) is refused."""
         if not isinstance(batch, AgreementBatch):
             raise TypeError(f"batch must be an AgreementBatch, got {type(batch).__name__}")
+        if batch.tokens.shape[1] > self.seq_len:
+            raise ValueError(f"batch must be at most this mixture's seq_len={self.seq_len} tokens long, got "
+                             f"{batch.tokens.shape[1]} (tokens of shape {tuple(batch.tokens.shape)}): was it "
+                             f"sampled from another task than this mixture's agreement task?")
         tokens = torch.full((len(batch), self.seq_len), PAD_ID, dtype=torch.long)
         tokens[:, : batch.tokens.shape[1]] = batch.tokens
         return replace(batch, tokens=tokens)

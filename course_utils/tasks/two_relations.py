@@ -299,7 +299,8 @@ class TwoKeyTask:
         if generator is None:
             generator = torch.Generator().manual_seed(check_seed(seed))  # 0 <= seed < 2**64, named
         g, T, K, V = generator, self.num_items, self.num_keys, self.num_symbols
-        check_fits_in_memory(n * (12 * K + 64 * T), "n", f"{n} examples of {T} items")  # a few (n, K), (n, T)
+        # a few (n, K) and (n, T) tensors: a huge num_keys is named with n, since either may be the cause
+        check_fits_in_memory(n * (12 * K + 64 * T), "n", f"{n} examples of {T} items, num_keys={K:,}")
         asked = torch.rand(n, K, generator=g).argsort(dim=1)[:, :2]  # (n, 2) distinct keys a, b
         copies = torch.randint(1, self.max_repeats + 1, (n, 2), generator=g)  # (n, 2)
         # distractor keys: uniform over the K - 2 keys that were not asked for
