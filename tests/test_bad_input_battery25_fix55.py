@@ -67,3 +67,69 @@ def test_two_key_sampling_names_num_keys_when_it_would_not_fit() -> None:
 
     raises_naming(ValueError, ["n asks for", "num_keys=1,000,000,000,000"],
                   lambda: TwoKeyTask(num_keys=10**12).sample(2, seed=0))
+
+
+# -- a check put back neither the warnings filters, torch's thread count nor sys.stdout/stderr -------------
+def _right_softmax_that(change):
+    import numpy as np
+
+    def softmax_rows(scores):
+        change()
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    return softmax_rows
+
+
+def test_check_puts_back_the_warnings_filters_without_a_word() -> None:
+    import warnings
+
+    from course_utils.exercises import lesson02
+
+    with warnings.catch_warnings():
+        before = list(warnings.filters)
+        feedback = lesson02.check_softmax_rows(_right_softmax_that(lambda: warnings.simplefilter("error")))
+        assert warnings.filters == before
+    assert feedback.passed, feedback  # an import inside an answer may set filters: no blame
+
+
+def test_check_puts_back_torchs_thread_count_and_names_it() -> None:
+    from course_utils.exercises import lesson02
+
+    before = torch.get_num_threads()
+    try:
+        feedback = lesson02.check_softmax_rows(_right_softmax_that(lambda: torch.set_num_threads(before + 3)))
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert after == before
+    assert not feedback.passed and f"thread count from {before} to {before + 3}" in feedback.message, feedback
+
+
+def test_check_puts_back_sys_stdout_and_names_it() -> None:
+    import io
+    import sys
+
+    from course_utils.exercises import lesson02
+
+    before = sys.stdout, sys.stderr
+
+    def replace() -> None:
+        sys.stdout = io.StringIO()
+
+    try:
+        feedback = lesson02.check_softmax_rows(_right_softmax_that(replace))
+        after = sys.stdout, sys.stderr
+    finally:
+        sys.stdout, sys.stderr = before
+    assert after == before
+    assert not feedback.passed and "replaced sys.stdout" in feedback.message, feedback
+
+
+def test_check_prints_no_warning_of_its_own_for_a_list_of_arrays(recwarn) -> None:
+    import numpy as np
+
+    from course_utils.exercises import lesson02
+
+    feedback = lesson02.check_softmax_rows(lambda scores: [np.zeros_like(scores), np.ones_like(scores)])
+    assert not feedback.passed
+    assert not [w for w in recwarn if "extremely slow" in str(w.message)], recwarn.list

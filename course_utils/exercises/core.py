@@ -70,6 +70,7 @@ import sys
 import textwrap
 import threading
 import types
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -641,6 +642,29 @@ def _described(x: Any) -> str:
     return f"{getattr(x, 'device', 'cpu')}" if x is not None else "cpu"
 
 
+def _warnings_filters() -> tuple[list, tuple]:
+    """The warnings module's filter list (the object: an answer may rebind it) and its entries."""
+    return _WARNINGS.filters, tuple(_WARNINGS.filters)
+
+
+def _put_warnings_filters(saved: tuple[list, tuple]) -> None:
+    listed, entries = saved
+    _WARNINGS.filters = listed
+    listed[:] = entries
+    _filters_mutated()  # the C side caches the filters by a version number
+
+
+def _streams() -> tuple[Any, Any]:
+    return sys.stdout, sys.stderr
+
+
+def _put_streams(streams: tuple[Any, Any]) -> None:
+    sys.stdout, sys.stderr = streams
+
+
+_WARNINGS = warnings
+_filters_mutated = (getattr(warnings, "_filters_mutated", None)
+                    or getattr(warnings, "_filters_mutated_lock_held", None) or (lambda: None))
 _set_default_device = torch.set_default_device
 _seterr = np.seterr
 _deterministic = torch.use_deterministic_algorithms
@@ -653,7 +677,10 @@ _deterministic = torch.use_deterministic_algorithms
 # answer included, runs as it would have (battery 8: after ``np.seterr(all='raise')`` the next
 # check failed the reference; battery 9: ``torch.set_default_device('meta')``, a global
 # forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001;
-# battery 16: ``sys.setrecursionlimit(100000)``).
+# battery 16: ``sys.setrecursionlimit(100000)``; battery 25: ``warnings.simplefilter('error')``,
+# ``torch.set_num_threads(7)``, ``sys.stdout = io.StringIO()``: later cells raised, ran on other
+# threads or printed nothing). The warnings filters are put back without a word: a module the
+# answer imports for the first time may set its own.
 _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
     (None, np.geterr, lambda v: _seterr(**v)),
     (None, torch.get_default_dtype, torch.set_default_dtype),
@@ -675,6 +702,11 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
      _check_timeout, _put_check_timeout),
     # (relative paths of later cells would read other files: battery 24)
     (lambda was, now: "changed the working directory (os.chdir)", os.getcwd, os.chdir),
+    (None, _warnings_filters, _put_warnings_filters),
+    (lambda was, now: f"changed torch's thread count from {was} to {now} (torch.set_num_threads)",
+     torch.get_num_threads, torch.set_num_threads),
+    (lambda was, now: "replaced sys.stdout or sys.stderr (later output would have gone there)",
+     _streams, _put_streams),
 )
 
 
@@ -3023,7 +3055,9 @@ class Exercise:
         exp_arr, got_arr = _as_array(exp), _as_array(got)
         if exp_arr is not None and isinstance(got, (tuple, list)) and len(got) > 0:
             try:
-                as_tensor = torch.as_tensor(got, dtype=torch.float64)
+                with warnings.catch_warnings():  # torch's advice on lists of arrays is not for the learner
+                    warnings.simplefilter("ignore")
+                    as_tensor = torch.as_tensor(got, dtype=torch.float64)
             except (TypeError, ValueError, RuntimeError):
                 as_tensor = None
             if as_tensor is not None and outputs_close(as_tensor, exp, rtol=self.rtol, atol=self.atol):
