@@ -133,3 +133,19 @@ def test_check_prints_no_warning_of_its_own_for_a_list_of_arrays(recwarn) -> Non
     feedback = lesson02.check_softmax_rows(lambda scores: [np.zeros_like(scores), np.ones_like(scores)])
     assert not feedback.passed
     assert not [w for w in recwarn if "extremely slow" in str(w.message)], recwarn.list
+
+
+# -- a Feedback's fields set after it was made were not checked --------------------------------------------
+@pytest.mark.parametrize(("field", "value", "error", "words"), [
+    ("status", "bogus", ValueError, ["Feedback.status", "'correct'", "'bogus'"]),
+    ("stopped", 1, TypeError, ["Feedback.stopped", "True or False", "int 1"]),
+    ("message", None, TypeError, ["Feedback.message", "str", "None"]),
+])
+def test_a_feedback_field_set_later_is_checked_and_kept(field, value, error, words) -> None:
+    from course_utils.exercises.core import Feedback
+
+    feedback = Feedback("Exercise 9.9", "wrong", "the values differ.")
+    feedback.message += " More."  # what the diagnoses do: still allowed
+    raises_naming(error, words, lambda: setattr(feedback, field, value))
+    kept = (feedback.status, feedback.stopped, feedback.message)
+    assert kept == ("wrong", False, "the values differ. More.")

@@ -1246,6 +1246,20 @@ class Feedback:
         if not isinstance(self.stopped, bool):  # a truthy "no" would stop every later diagnosis
             raise TypeError(f"Feedback.stopped must be True or False, got {describe_value(self.stopped)}")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A field set after the Feedback was made (a diagnosis adds to ``message``) is checked as
+        when it was made; a refused value leaves the field as it was (battery 25: ``status``
+        set to ``'bogus'`` printed as a failure of no kind)."""
+        done = "stopped" in self.__dict__  # __init__ sets the fields in order, stopped last
+        old = self.__dict__.get(name)
+        object.__setattr__(self, name, value)
+        if done:
+            try:
+                self.__post_init__()
+            except (TypeError, ValueError):
+                object.__setattr__(self, name, old)
+                raise
+
     @property
     def passed(self) -> bool:
         return self.status == "correct"
