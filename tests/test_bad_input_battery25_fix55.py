@@ -149,3 +149,19 @@ def test_a_feedback_field_set_later_is_checked_and_kept(field, value, error, wor
     raises_naming(error, words, lambda: setattr(feedback, field, value))
     kept = (feedback.status, feedback.stopped, feedback.message)
     assert kept == ("wrong", False, "the values differ. More.")
+
+
+def test_check_puts_back_the_interrupt_handler_and_names_it() -> None:
+    import signal
+
+    from course_utils.exercises import lesson02
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        feedback = lesson02.check_softmax_rows(
+            _right_softmax_that(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)))
+        after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert after is before
+    assert not feedback.passed and "SIGINT or SIGTERM" in feedback.message, feedback

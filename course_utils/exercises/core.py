@@ -66,6 +66,7 @@ import math
 import operator
 import os
 import re
+import signal
 import sys
 import textwrap
 import threading
@@ -654,6 +655,15 @@ def _put_warnings_filters(saved: tuple[list, tuple]) -> None:
     _filters_mutated()  # the C side caches the filters by a version number
 
 
+def _signal_handlers() -> tuple[Any, ...]:
+    return tuple(_getsignal(number) for number in _INTERRUPTS)
+
+
+def _put_signal_handlers(handlers: tuple[Any, ...]) -> None:
+    for number, handler in zip(_INTERRUPTS, handlers, strict=True):
+        _setsignal(number, handler)
+
+
 def _streams() -> tuple[Any, Any]:
     return sys.stdout, sys.stderr
 
@@ -663,6 +673,8 @@ def _put_streams(streams: tuple[Any, Any]) -> None:
 
 
 _WARNINGS = warnings
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # Kernel > Interrupt sends SIGINT
+_getsignal, _setsignal = signal.getsignal, signal.signal
 _filters_mutated = (getattr(warnings, "_filters_mutated", None)
                     or getattr(warnings, "_filters_mutated_lock_held", None) or (lambda: None))
 _set_default_device = torch.set_default_device
@@ -678,9 +690,9 @@ _deterministic = torch.use_deterministic_algorithms
 # check failed the reference; battery 9: ``torch.set_default_device('meta')``, a global
 # forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001;
 # battery 16: ``sys.setrecursionlimit(100000)``; battery 25: ``warnings.simplefilter('error')``,
-# ``torch.set_num_threads(7)``, ``sys.stdout = io.StringIO()``: later cells raised, ran on other
-# threads or printed nothing). The warnings filters are put back without a word: a module the
-# answer imports for the first time may set its own.
+# ``torch.set_num_threads(7)``, ``sys.stdout = io.StringIO()``, ``signal.signal(SIGINT, SIG_IGN)``:
+# later cells raised, ran on other threads, printed nothing or could not be interrupted). The
+# warnings filters are put back without a word: a module the answer imports first may set its own.
 _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
     (None, np.geterr, lambda v: _seterr(**v)),
     (None, torch.get_default_dtype, torch.set_default_dtype),
@@ -707,6 +719,8 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
      torch.get_num_threads, torch.set_num_threads),
     (lambda was, now: "replaced sys.stdout or sys.stderr (later output would have gone there)",
      _streams, _put_streams),
+    (lambda was, now: "changed what SIGINT or SIGTERM does (signal.signal): Kernel > Interrupt "
+                      "might not have stopped a later cell", _signal_handlers, _put_signal_handlers),
 )
 
 
