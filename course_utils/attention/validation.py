@@ -691,6 +691,13 @@ def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
             f"{name} is on device {x.device} but the module's parameters are on {weight.device}: "
             f"move one of them with .to(device)"
         )
+    # torch cannot keep an inference tensor for backward, and says so naming no argument
+    if x.is_inference() and weight.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"{name} was made under torch.inference_mode() and cannot take part in a computation that "
+            f"tracks gradients for the module's parameters: call the module under torch.no_grad() or "
+            f"torch.inference_mode() too, or pass {name}.clone()"
+        )
 
 
 def check_keys_not_empty(num_queries: int, num_keys: int, name: str = "k") -> None:
