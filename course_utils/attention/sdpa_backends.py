@@ -25,6 +25,7 @@ from .validation import (
     check_holds_values,
     check_matches_module,
     check_not_meta_device,
+    check_sdpa_inputs,
     check_tensor,
 )
 
@@ -101,8 +102,9 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     reason is the debug warnings it raised (without PyTorch's "Triggered internally" tail) or
     printed to stderr from C++ (caught here, so none reaches the learner's output), or, failing
     both, a sentence naming the check that said no. A
-    ``q``, ``k`` or ``v`` on the meta device (a shape without values, which no backend runs on) is
-    a ValueError naming it, not a ``None`` that would read as "accepted".
+    ``q``, ``k`` or ``v`` on the meta device (a shape without values, which no backend runs on), or
+    shapes that do not fit together as one attention call (another ``dk``, ``Tk``, batch or head
+    count; ``dk = 0``), is a ValueError naming it, not a ``None`` that would read as "accepted".
     """
     if not isinstance(label, str) or label not in SDPA_BACKENDS:
         raise ValueError(f"label must be one of {list(SDPA_BACKENDS)}, got {type(label).__name__} "
@@ -110,6 +112,7 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     for tensor_name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(t, tensor_name, ndim=4, layout="(B, h, T, dk)")
         check_holds_values(t, tensor_name)  # a meta tensor (no values) is no run to ask about
+    check_sdpa_inputs(q, k, v, None, False, 0.0)  # shapes no attention takes are no run to ask about either
     name = _CAN_USE.get(label, "")
     checker = getattr(torch.backends.cuda, name, None)
     params = _sdpa_params(q, k, v) if checker is not None else None
