@@ -480,6 +480,10 @@ def _check_quantized_fields(q: Quantized, label: str) -> None:
     if q.codes.ndim < 2:
         raise ValueError(f"{label}.codes must be at least 2-D (..., T, dk), got shape "
                          f"{describe_shape(q.codes)}")
+    if 0 in q.codes.shape:  # quantize_kv's rule: an empty batch, head, token or channel is no record
+        raise ValueError(f"{label}.codes must hold at least one token and one channel, in a batch and "
+                         f"heads that are not empty (as quantize_kv makes them), got shape "
+                         f"{describe_shape(q.codes)}")
     for name, t in ((f"{label}.scale", q.scale), (f"{label}.zero", q.zero)):
         if t is None and name.endswith(".zero"):
             continue
