@@ -520,7 +520,7 @@ def bench_decode(
     check_int(flush_multiple, "flush_multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)  # flush_bytes's
     device = check_device(device, "device")  # '' or b'cpu' named here, not by torch.device
     run = DECODE_RUNS["full" if full else "quick"]
-    groups = run["groups"] if groups is None else groups
+    groups = run["groups"] if groups is None else check_int_list(groups, "groups", minimum=1)  # read once
     repeats = run["repeats"] if repeats is None else repeats
     warmup = run["warmup"] if warmup is None else warmup
     repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the caches and the bar
