@@ -211,8 +211,8 @@ def check_clock_advanced(seconds: Iterable[Iterable[float]], what: str) -> None:
     :func:`clock_elapsed` results, called ``what``) is 0: the clock never advanced around any
     timed call (a constant, or one far too coarse for the work), so no time was measured.
     Some zeros among others are kept: a coarse clock can miss one short call. ``seconds`` that
-    is not groups of real numbers (None, a str, a bare number, NaN) is a TypeError / ValueError
-    naming ``seconds``."""
+    is not groups of real numbers >= 0 (None, a str, a bare number, NaN, -1.0) is a TypeError /
+    ValueError naming ``seconds``."""
     counted = _seconds_read(seconds)
     if counted and not any(counted):
         raise ValueError(f"clock: expected a clock that advances around the timed calls, but all "
@@ -222,7 +222,7 @@ def check_clock_advanced(seconds: Iterable[Iterable[float]], what: str) -> None:
 
 def _seconds_read(seconds: object) -> list[float]:
     """Every number in ``seconds`` (an iterable of groups of real numbers), flattened; a str,
-    a bare number or NaN anywhere is refused naming ``seconds`` and what arrived."""
+    a bare number, NaN or a negative time anywhere is refused naming ``seconds`` and what arrived."""
     if isinstance(seconds, (str, bytes)) or not isinstance(seconds, Iterable):
         raise TypeError(f"seconds must be an iterable of groups (lists) of real numbers, got "
                         f"{type(seconds).__name__} {seconds!r:.60}")
@@ -232,6 +232,11 @@ def _seconds_read(seconds: object) -> list[float]:
             raise TypeError(f"seconds[{i}] must be a group (list) of real numbers, got "
                             f"{type(group).__name__} {group!r:.60}")
         counted += [check_real(s, f"seconds[{i}][{j}]") for j, s in enumerate(group)]
+    backwards = next(((k, s) for k, s in enumerate(counted) if s < 0), None)
+    if backwards is not None:  # what clock_elapsed refuses as it reads them
+        raise ValueError(f"seconds must hold elapsed times >= 0 (clock_elapsed results), got "
+                         f"{backwards[1]!r} as number {backwards[0]} of {len(counted)}: a clock that runs "
+                         f"backwards?")
     return counted
 
 
