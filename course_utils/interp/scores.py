@@ -583,7 +583,8 @@ def _check_threshold(threshold: object) -> float:
 def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> str:
     """``"present"`` (score >= threshold + margin), ``"absent"`` (< threshold - margin), else
     ``"borderline"``: a score within ``margin`` of the line is too close to call. ``score`` is a
-    role score (a share of attention, in [0, 1]); a number outside is refused, as NaN is."""
+    role score (a share of attention, in [0, 1]); a number outside is refused, as NaN is, and so
+    is a ``margin`` that would leave no score "absent" or "present"."""
     score = check_real(score, "score")  # NaN is refused: it is neither present nor absent
     if not -SCORE_SLACK <= score <= 1.0 + SCORE_SLACK:
         raise ValueError(f"score must be a role score in [0, 1] (a share of attention), got {score!r}")
@@ -591,6 +592,9 @@ def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> st
     margin = check_real(margin, "margin")
     if not 0.0 <= margin < threshold:
         raise ValueError(f"margin must lie in [0, threshold={threshold}), got {margin}")
+    if threshold + margin > 1.0:  # no role score (at most 1) could then be "present"
+        raise ValueError(f"margin must keep threshold + margin <= 1 (a role score is at most 1, so no "
+                         f"head could be called present), got threshold={threshold} + margin={margin}")
     if score >= threshold + margin:
         return "present"
     if score < threshold - margin:
