@@ -14,8 +14,8 @@ import torch
 
 from .attention.validation import check_device_present, check_thread_count
 
-__all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "environment_report",
-           "REQUIRED_PACKAGES"]
+__all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "gradients_on",
+           "environment_report", "REQUIRED_PACKAGES"]
 
 # import name -> minimum version: pyproject.toml's floors, the oldest versions the suite has
 # been run on (tests/test_course_packaging.py holds the two lists together)
@@ -108,6 +108,19 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def gradients_on(what: str) -> Iterator[None]:
+    """Run the block with autograd on, as ``what`` (a training run) needs, even when the caller
+    is inside ``torch.no_grad()``; inside ``torch.inference_mode()``, where no gradient can be
+    recorded, a RuntimeError naming ``what`` instead of torch's "element 0 of tensors does not
+    require grad" at the first step."""
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(f"{what} needs gradients and cannot run inside torch.inference_mode(): "
+                           f"call it outside that block")
+    with torch.enable_grad():
+        yield
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

@@ -43,7 +43,7 @@ from ..attention.validation import (
     check_not_meta_device,
     check_record,
 )
-from ..env import check_seed, pick_device, torch_threads
+from ..env import check_seed, gradients_on, pick_device, torch_threads
 from ..tasks.synthetic import (
     AgreementBatch,
     AgreementTask,
@@ -303,7 +303,7 @@ def train_model(
     and refusing it would make such a run impossible. A NaN ``target_metric`` is refused (it
     cannot be compared with ``target``), and so is an infinite metric (ValueError naming it).
     """
-    with torch_threads(num_threads):
+    with torch_threads(num_threads), gradients_on("train_model"):  # a caller's torch.no_grad() too
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
                             target_metric, target, stop_at_target, progress, task)
 

@@ -57,7 +57,7 @@ from ..attention.validation import (
     check_rows,
     freeze_fields,
 )
-from ..env import check_seed, seed_everything, torch_threads
+from ..env import check_seed, gradients_on, seed_everything, torch_threads
 from ..parallel import default_workers, parallel_map
 
 __all__ = [
@@ -510,7 +510,7 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     check_int(num_heads, "num_heads", minimum=1)
     seed = check_seed(seed)  # a Python int in 0 <= seed < 2**64, as manual_seed takes
     _check_run_settings(task, config, on_eval)
-    with torch_threads(1):
+    with torch_threads(1), gradients_on("train_lookup"):  # a caller's torch.no_grad() too
         seed_everything(seed)
         model = LookupModel(task, config.d_model, num_heads, hidden=config.hidden,
                             values=config.values)
