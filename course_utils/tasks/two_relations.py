@@ -407,7 +407,9 @@ class RelationsConfig:
     """The lookup model's width and the training settings shared by every run of a comparison
     (named apart from :class:`course_utils.model.train.TrainConfig`, which trains TinyTransformers).
     ``batch_size`` and ``eval_size`` beyond this machine's memory are refused here; ``d_model``
-    and ``hidden`` where they are allocated, by :class:`LookupModel`."""
+    and ``hidden`` where they are allocated, by :class:`LookupModel`. The held-out accuracy is
+    measured before the first step, every ``eval_every`` steps and after the last, so an
+    ``eval_every`` above ``steps`` gives a learning curve of two points: before and after."""
 
     d_model: int = 16
     hidden: int = 64
