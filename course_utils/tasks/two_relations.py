@@ -646,6 +646,12 @@ def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = 
     check_axes(ax)
     _check_title(title)
     _check_results(results)
+    for h in {r.num_heads for r in results}:  # the mean is taken step by step
+        grids = sorted({r.steps for r in results if r.num_heads == h})
+        if len(grids) > 1:
+            raise ValueError(f"results of {h} heads must share one grid of steps (their mean is taken step "
+                             f"by step), got {len(grids)}: {grids!r:.120} (trained with other steps or "
+                             f"eval_every?)")
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
     d_model = results[0].model.attention.d_model
