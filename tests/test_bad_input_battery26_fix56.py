@@ -60,9 +60,7 @@ def test_verdict_refuses_a_margin_that_leaves_no_score_present() -> None:
 
 
 def test_relations_config_documents_an_eval_every_above_steps() -> None:
-    from course_utils.tasks.two_relations import RelationsConfig
-
-    from course_utils.tasks.two_relations import TwoKeyTask, train_lookup
+    from course_utils.tasks.two_relations import RelationsConfig, TwoKeyTask, train_lookup
 
     assert "``eval_every`` above ``steps`` gives a learning curve of two points" in RelationsConfig.__doc__
     result = train_lookup(TwoKeyTask(), 1, 0, RelationsConfig(steps=3, eval_every=10, eval_size=64))
