@@ -58,6 +58,7 @@ hold): it is the trusted one.
 
 from __future__ import annotations
 
+import _signal
 import builtins
 import copyreg
 import importlib
@@ -674,7 +675,8 @@ def _put_streams(streams: tuple[Any, Any]) -> None:
 
 _WARNINGS = warnings
 _INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # Kernel > Interrupt sends SIGINT
-_getsignal, _setsignal = signal.getsignal, signal.signal
+# the C functions: signal.getsignal's enum conversion calls isinstance, which an answer may replace
+_getsignal, _setsignal = _signal.getsignal, _signal.signal
 _filters_mutated = (getattr(warnings, "_filters_mutated", None)
                     or getattr(warnings, "_filters_mutated_lock_held", None) or (lambda: None))
 _set_default_device = torch.set_default_device
