@@ -665,6 +665,16 @@ def _put_signal_handlers(handlers: tuple[Any, ...]) -> None:
         _setsignal(number, handler)
 
 
+def _course_modules() -> dict[str, Any]:
+    """The course's modules in ``sys.modules``: one deleted or replaced there would be imported
+    afresh by the next cell, and a check made from the old one would find no stored answers."""
+    return {name: module for name, module in list(sys.modules.items()) if name.startswith(_COURSE_PREFIX)}
+
+
+def _put_course_modules(modules: dict[str, Any]) -> None:
+    sys.modules.update(modules)
+
+
 def _streams() -> tuple[Any, Any]:
     return sys.stdout, sys.stderr
 
@@ -674,6 +684,7 @@ def _put_streams(streams: tuple[Any, Any]) -> None:
 
 
 _WARNINGS = warnings
+_COURSE_PREFIX = __name__.split(".")[0] + "."  # "course_utils."
 _INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # Kernel > Interrupt sends SIGINT
 # the C functions: signal.getsignal's enum conversion calls isinstance, which an answer may replace
 _getsignal, _setsignal = _signal.getsignal, _signal.signal
@@ -693,7 +704,8 @@ _deterministic = torch.use_deterministic_algorithms
 # forward hook, a ``saved_tensors_hooks`` left entered, COURSE_CHECK_TIMEOUT set to 0.0001;
 # battery 16: ``sys.setrecursionlimit(100000)``; battery 25: ``warnings.simplefilter('error')``,
 # ``torch.set_num_threads(7)``, ``sys.stdout = io.StringIO()``, ``signal.signal(SIGINT, SIG_IGN)``:
-# later cells raised, ran on other threads, printed nothing or could not be interrupted). The
+# later cells raised, ran on other threads, printed nothing or could not be interrupted; battery 26:
+# ``del sys.modules['course_utils.exercises.core']``, after which a check found no stored answers). The
 # warnings filters are put back without a word: a module the answer imports first may set its own.
 _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
     (None, np.geterr, lambda v: _seterr(**v)),
@@ -723,6 +735,8 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
      _streams, _put_streams),
     (lambda was, now: "changed what SIGINT or SIGTERM does (signal.signal): Kernel > Interrupt "
                       "might not have stopped a later cell", _signal_handlers, _put_signal_handlers),
+    # (without a word: an answer importing one of the course's modules for the first time adds one)
+    (None, _course_modules, _put_course_modules),
 )
 
 
