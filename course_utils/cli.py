@@ -89,7 +89,11 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} "
                         f"{value!r:.60}")
-    text = os.fspath(value)
+    try:
+        text = os.fspath(value)
+    except TypeError as err:  # a path-like whose __fspath__ returns neither str nor bytes
+        raise TypeError(f"{name} must be a str or Path naming {what}, got a {type(value).__name__} "
+                        f"whose __fspath__ failed: {err}") from None
     if not text:
         raise ValueError(f"{name} must name {what}, got an empty path {text!r}")
     if ("\0" if isinstance(text, str) else b"\0") in text:
@@ -266,10 +270,13 @@ def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True)
         raise TypeError(f"none_reads_sys_argv must be a bool (True: argv=None reads sys.argv[1:]), got "
                         f"{type(none_reads_sys_argv).__name__} {none_reads_sys_argv!r:.60}")
     argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
-    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) \
-            or not all(type(word) is str for word in argv):
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
         raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
                         f"got {type(argv).__name__} {argv!r:.80}")
+    odd = next((i for i, word in enumerate(argv) if type(word) is not str), None)  # exactly str, as argv
+    if odd is not None:
+        raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
+                        f"but {name}[{odd}] is {type(argv[odd]).__name__} {argv[odd]!r:.60}, not exactly str")
     return list(argv)
 
 
