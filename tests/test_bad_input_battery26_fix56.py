@@ -93,3 +93,66 @@ def test_training_inside_no_grad_still_trains_and_inference_mode_is_named() -> N
         raises_naming(RuntimeError, ["train_model", "torch.inference_mode()", "outside"],
                       lambda: train_model(model(), lambda g: (tokens, tokens), TrainConfig(steps=2),
                                           progress=False))
+
+
+# -- commands and grading ------------------------------------------------------------------------------
+def test_check_path_names_a_path_like_whose_fspath_is_no_path() -> None:
+    import os
+
+    from course_utils import paths
+    from course_utils.cli import check_path
+
+    class BadFspath(os.PathLike):
+        def __fspath__(self):
+            return 7
+
+    for check in (check_path, paths.check_path):
+        raises_naming(TypeError, ["my_arg", "a notebook", "BadFspath", "__fspath__", "not int"],
+                      lambda check=check: check(BadFspath(), "my_arg", "a notebook"))
+
+
+def test_words_names_the_word_that_is_not_exactly_str() -> None:
+    from course_utils.cli import words
+
+    class StrSub(str):
+        pass
+
+    raises_naming(TypeError, ["my_argv[1]", "StrSub", "'b'", "not exactly str"],
+                  lambda: words(["a", StrSub("b")], "my_argv"))
+
+
+def test_a_check_puts_back_the_course_modules_an_answer_removed() -> None:
+    import sys
+
+    from course_utils.exercises import lesson03
+
+    before = {name: module for name, module in sys.modules.items() if name.startswith("course_utils.")}
+
+    def count(d_model, num_heads, bias=True):
+        for name in [name for name in sys.modules if name.startswith("course_utils.exercises")]:
+            del sys.modules[name]
+        return 4 * d_model * d_model + (4 * d_model if bias else 0)
+
+    feedback = lesson03.check_parameter_count(count)
+    after = {name: sys.modules.get(name) for name in before}
+    assert after == before
+    assert feedback.passed, feedback  # a right answer; its change is undone without a word
+
+
+def test_a_replaced_builtin_is_not_reported_as_a_signal_change() -> None:
+    import builtins
+
+    from course_utils.exercises import lesson03
+
+    real = builtins.isinstance
+
+    def count(d_model, num_heads, bias=True):
+        builtins.isinstance = lambda *args: True
+        return 0
+
+    try:
+        feedback = lesson03.check_parameter_count(count)
+    finally:
+        builtins.isinstance = real
+    assert not feedback.passed and "builtins.isinstance" in feedback.message
+    assert "SIGINT" not in feedback.message, feedback
