@@ -691,12 +691,18 @@ def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
             f"{name} is on device {x.device} but the module's parameters are on {weight.device}: "
             f"move one of them with .to(device)"
         )
-    # torch cannot keep an inference tensor for backward, and says so naming no argument
-    if x.is_inference() and weight.requires_grad and torch.is_grad_enabled():
+    check_not_inference(x, name, tracked=weight.requires_grad)
+
+
+def check_not_inference(x: Tensor, name: str, *, tracked: bool) -> None:
+    """``x`` was not made under ``torch.inference_mode()`` when the computation it enters records
+    gradients (``tracked``: a parameter or input there needs them, and grad mode is on): torch
+    cannot keep an inference tensor for backward, and says so naming no argument."""
+    if tracked and x.is_inference() and torch.is_grad_enabled():
         raise ValueError(
             f"{name} was made under torch.inference_mode() and cannot take part in a computation that "
-            f"tracks gradients for the module's parameters: call the module under torch.no_grad() or "
-            f"torch.inference_mode() too, or pass {name}.clone()"
+            f"records gradients: run it under torch.no_grad() or torch.inference_mode() too, or pass "
+            f"{name}.clone()"
         )
 
 

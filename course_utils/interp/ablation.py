@@ -36,6 +36,7 @@ from ..attention.validation import (
     check_flag,
     check_holds_values,
     check_int,
+    check_not_inference,
     check_tensor,
     check_tensor_list,
     describe_shape,
@@ -189,6 +190,7 @@ def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, 
     if logits.shape[:2] != targets.shape:
         raise ValueError(f"logits must be (B, T, V) with (B, T) = {tuple(targets.shape)} (the "
                          f"targets'), got {describe_shape(logits)}")
+    check_not_inference(targets, "targets", tracked=logits.requires_grad)  # cross_entropy keeps them
     vocab = logits.shape[2]
     wrong = (targets != -100) & ((targets < 0) | (targets >= vocab))
     if wrong.any():

@@ -57,6 +57,7 @@ from ..attention.validation import (
     check_linear_weights_fit,
     check_matches_module,
     check_model_holds_values,
+    check_not_inference,
     check_same_dtype_and_device,
     check_stream,
     check_tensor,
@@ -362,6 +363,7 @@ class TinyTransformer(nn.Module):
         if tokens.device != device:
             raise ValueError(f"{name} are on device {tokens.device} but the model's parameters are on "
                              f"{device}: move them with .to({str(device)!r})")
+        check_not_inference(tokens, name, tracked=self.token_embedding.weight.requires_grad)
         if past_len + tokens.shape[1] > cfg.max_len:
             where = f" after {past_len} cached tokens" if past_len else ""
             raise ValueError(
@@ -403,6 +405,7 @@ class TinyTransformer(nn.Module):
                 f"head_mask must hold finite gates (1 = keep, 0 = ablate), got NaN or infinity at "
                 f"(layer, head) {bad}"
             )
+        check_not_inference(head_mask, "head_mask", tracked=any(p.requires_grad for p in self.parameters()))
         # the gates take the model's dtype (0 and 1 are exact in every float dtype) and device
         return head_mask.to(device=weight.device, dtype=weight.dtype)
 
