@@ -156,3 +156,38 @@ def test_a_replaced_builtin_is_not_reported_as_a_signal_change() -> None:
         builtins.isinstance = real
     assert not feedback.passed and "builtins.isinstance" in feedback.message
     assert "SIGINT" not in feedback.message, feedback
+
+
+# -- library, battery 26's final run ---------------------------------------------------------------------
+def _tiny_transformer():
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    return TinyTransformer(ModelConfig(vocab_size=8, max_len=6, d_model=8, num_heads=2, num_layers=1))
+
+
+def test_inference_tensors_as_ids_gates_or_targets_are_named() -> None:
+    from course_utils.interp.ablation import head_importance
+
+    model = _tiny_transformer()
+    with torch.inference_mode():
+        tokens, gates = torch.randint(0, 8, (2, 6)), torch.ones(1, 2)
+    raises_naming(ValueError, ["tokens", "torch.inference_mode()", "tokens.clone()"],
+                  lambda: model(tokens))
+    raises_naming(ValueError, ["head_mask", "torch.inference_mode()"],
+                  lambda: model(tokens.clone(), head_mask=gates))
+    raises_naming(ValueError, ["targets", "torch.inference_mode()"],
+                  lambda: head_importance(model, tokens.clone(), tokens))
+    with torch.no_grad():
+        assert model(tokens, head_mask=gates)[0].shape == (2, 6, 8)  # where it can run, it runs
+
+
+def test_train_model_names_a_model_with_every_parameter_frozen() -> None:
+    from course_utils.model.train import TrainConfig, train_model
+
+    model = _tiny_transformer()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    tokens = torch.randint(0, 8, (4, 6), generator=torch.Generator().manual_seed(0))
+    raises_naming(ValueError, ["model", "none requires grad", "requires_grad_(True)"],
+                  lambda: train_model(model, lambda g: (tokens, tokens), TrainConfig(steps=2), progress=False))

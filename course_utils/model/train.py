@@ -390,6 +390,9 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
     check_callable(sample_batch, "sample_batch", "a function generator -> (tokens, targets)", nargs=1)
     check_model_holds_values(model)  # before the first batch and evaluation read from it
+    if not any(p.requires_grad for p in model.parameters()):  # else backward fails naming nothing
+        raise ValueError("model must have parameters to train, but none requires grad (all frozen with "
+                         "requires_grad_(False)?): unfreeze those to train with p.requires_grad_(True)")
     if not isinstance(train_config, TrainConfig):
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
