@@ -276,7 +276,8 @@ def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True)
     odd = next((i for i, word in enumerate(argv) if type(word) is not str), None)  # exactly str, as argv
     if odd is not None:
         raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
-                        f"but {name}[{odd}] is {type(argv[odd]).__name__} {argv[odd]!r:.60}, not exactly str")
+                        f"got {type(argv).__name__} {argv!r:.80}, whose {name}[{odd}] is "
+                        f"{type(argv[odd]).__name__} {argv[odd]!r:.60}, not exactly str")
     return list(argv)
 
 
