@@ -190,4 +190,5 @@ def test_train_model_names_a_model_with_every_parameter_frozen() -> None:
         p.requires_grad_(False)
     tokens = torch.randint(0, 8, (4, 6), generator=torch.Generator().manual_seed(0))
     raises_naming(ValueError, ["model", "none requires grad", "requires_grad_(True)"],
-                  lambda: train_model(model, lambda g: (tokens, tokens), TrainConfig(steps=2), progress=False))
+                  lambda: train_model(model, lambda g: (tokens, tokens), TrainConfig(steps=2),
+                                      progress=False))
