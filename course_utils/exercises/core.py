@@ -667,12 +667,20 @@ def _put_signal_handlers(handlers: tuple[Any, ...]) -> None:
 
 def _course_modules() -> dict[str, Any]:
     """The course's modules in ``sys.modules``: one deleted or replaced there would be imported
-    afresh by the next cell, and a check made from the old one would find no stored answers."""
-    return {name: module for name, module in list(sys.modules.items()) if name.startswith(_COURSE_PREFIX)}
+    afresh by the next cell, and a check made from the old one would find no stored answers.
+    Their names are looked for again only when ``sys.modules`` grew or shrank (a scan of its
+    ~1,500 entries took 0.4 ms, and the settings are read around every call of the answer)."""
+    if len(sys.modules) != _COURSE_NAMES[0]:
+        names = tuple(name for name in list(sys.modules) if name.startswith(_COURSE_PREFIX))
+        _COURSE_NAMES[:] = [len(sys.modules), names]
+    return {name: module for name in _COURSE_NAMES[1] if (module := sys.modules.get(name)) is not None}
 
 
 def _put_course_modules(modules: dict[str, Any]) -> None:
     sys.modules.update(modules)
+
+
+_COURSE_NAMES: list = [-1, ()]  # len(sys.modules) when last scanned, and the course's names then
 
 
 def _streams() -> tuple[Any, Any]:
