@@ -964,9 +964,15 @@ HARNESS_EVENTS = frozenset({"sys.setprofile", "object.__getattr__", "object.__se
 HARNESS_ATTRIBUTES = frozenset({"__code__", "__kwdefaults__", "__defaults__", "__globals__", "f_code"})
 # The standard library's own code that compiles generated source (a dataclass's __init__, a
 # namedtuple's __new__), reads its caller's module name or a function's signature (a dataclass's
-# docstring): allowed when its own line raises the event.
+# docstring): allowed when its own line raises the event. Two more that plain torch calls reach
+# and that hand back no frame or code object: ``inspect._has_code_flag`` (a bool; every
+# ``@torch.no_grad()`` decorator asks it) and ``traceback.format_stack`` (strings; every
+# ``torch.manual_seed`` on a CPU-only torch records one). Without them a right answer that seeded
+# or decorated was refused (battery 27).
 TRUSTED_CODE_MODULES = ("dataclasses", "collections", "typing", "enum")
-TRUSTED_FUNCTIONS = (("inspect", "_signature_from_function"),)
+TRUSTED_FUNCTIONS = (("inspect", "_signature_from_function"), ("inspect", "_has_code_flag"),
+                     ("traceback", "format_stack"),
+                     ("traceback", "StackSummary._extract_from_extended_frame_gen"))
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
@@ -980,7 +986,10 @@ def _trusted_codes() -> frozenset:
                 if isinstance(f, types.FunctionType) and f.__module__ == module_name:
                     codes.add(f.__code__)
     for module_name, function in TRUSTED_FUNCTIONS:
-        f = getattr(sys.modules.get(module_name), function, None)
+        f = sys.modules.get(module_name)
+        for part in function.split("."):
+            f = getattr(f, part, None)
+        f = getattr(f, "__func__", f)  # a classmethod, bound to its class
         if isinstance(f, types.FunctionType):
             codes.add(f.__code__)
     return frozenset(codes)
