@@ -92,14 +92,24 @@ def _fingerprint() -> str:
 
 def inputs_problem(root: Path = ROOT) -> str | None:
     """Why one of ``INPUTS`` (pyproject.toml, constraints.txt) cannot be read for the install
-    stamp, in :func:`cli.path_kind`'s words (missing, a directory, a FIFO, ...), or None. Never
-    opens them: reading a FIFO waits forever, and a directory or a missing file gave a bare
-    traceback from :func:`_fingerprint` (battery 21, b21b group 1)."""
+    stamp, in :func:`cli.path_kind`'s words (missing, a directory, a FIFO, ...), or a
+    pyproject.toml that is no TOML (Python 3.11+), or None. Opens nothing before it knows both
+    are regular files: reading a FIFO waits forever, and a directory or a missing file gave a
+    bare traceback from :func:`_fingerprint` (battery 21, b21b group 1)."""
     for name in INPUTS:
         kind = cli.path_kind(root / name)
         if kind is not None:
             return (f"{root / name} is {kind}, expected the course's {name} (a file: it says what "
                     f"is installed; git checkout -- {name} brings it back)")
+    try:  # a pyproject.toml that is no TOML failed inside pip's install (battery 27)
+        import tomllib
+    except ImportError:  # Python 3.10: pip's install names it
+        return None
+    try:
+        tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as err:
+        return (f"{root / 'pyproject.toml'} is not valid TOML ({err}): it says what is installed; "
+                f"git checkout -- pyproject.toml brings it back")
     return None
 
 
