@@ -12,6 +12,7 @@ importing it here first would make runpy warn).
 
 from __future__ import annotations
 
+import os
 import sys
 
 ENTRIES = ("course_utils.model.train", "course_utils.bench", "course_utils.bench.__main__")
@@ -30,8 +31,22 @@ def _module_starting() -> str | None:
     return None
 
 
+def _check_current_folder() -> None:
+    """An ImportError saying why, instead of the process ending inside torch's import: with the
+    current folder deleted, Intel's oneMKL stops it ("Cannot load libtorch_cpu.so", exit 2)."""
+    if "torch" in sys.modules:
+        return
+    try:
+        os.getcwd()
+    except OSError as err:
+        raise ImportError(f"course_utils cannot be imported: the current folder cannot be read "
+                          f"({err.strerror}; was it deleted?), and torch's import would end the "
+                          f"process there; change to an existing folder (os.chdir) first") from None
+
+
 _name = _module_starting()
 if _name in ENTRIES:
     from . import cli  # the standard library only
 
     cli.stop_at_once(f"python -m {_name.removesuffix('.__main__')}")
+_check_current_folder()

@@ -91,7 +91,7 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
                         f"{value!r:.60}")
     try:
         text = os.fspath(value)
-    except TypeError as err:  # a path-like whose __fspath__ returns neither str nor bytes
+    except Exception as err:  # noqa: BLE001 - returned neither str nor bytes, or raised (battery 27)
         raise TypeError(f"{name} must be a str or Path naming {what}, got a {type(value).__name__} "
                         f"whose __fspath__ failed: {err}") from None
     if not text:
@@ -218,6 +218,11 @@ def stop_at_once(prog: str) -> None:
     (``course.py``'s commands): it starts with the stop signals held, and they are let through
     here, once the handlers are set."""
     _check_prog(prog)
+    problem = cwd_problem()
+    if problem is not None:  # torch's MKL ends the process at import there (battery 27)
+        print(f"{prog}: {problem}; {NOTHING_WRITTEN}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
     def stop(signum: int, frame: object) -> None:
         _ignore_more()
         if not _received:
@@ -237,6 +242,18 @@ def stop_at_once(prog: str) -> None:
             signal.raise_signal(_held.pop())
         if hasattr(signal, "pthread_sigmask"):  # held by call(..., course_tool=True) while we started
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def cwd_problem() -> str | None:
+    """None while the current folder exists; else what is wrong, in words. A tool started in a
+    folder deleted after the shell entered it died importing torch ("Intel oneMKL FATAL ERROR:
+    Cannot load libtorch_cpu.so", exit 2) or in ``os.path.abspath`` (battery 27)."""
+    try:
+        os.getcwd()
+    except OSError as err:
+        return (f"the current folder cannot be read ({err.strerror}; was it deleted while the shell "
+                f"was in it?): cd to an existing folder and run the command again")
+    return None
 
 
 def raise_interrupted(signum: int, frame: object) -> None:

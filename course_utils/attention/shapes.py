@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -246,7 +248,7 @@ class _Recorder:
 
     def __call__(self, name: str, code: str, symbolic: tuple[str, ...], run: Callable[[], Tensor],
                  *, is_parameter: bool = False) -> Tensor:
-        with FlopCounterMode(display=False) as counter:
+        with _flop_counter() as counter:
             t = run()
         expected = tuple(self.sizes[s] for s in symbolic)
         if tuple(t.shape) != expected:  # the explanation and the tensor disagree: a bug
@@ -435,6 +437,21 @@ def mha_macs(
     )
 
 
+def _flop_counter() -> FlopCounterMode:
+    """torch's operation counter; a FileNotFoundError saying why when the current folder is gone:
+    its first use imports ``torch._dynamo``, whose config reads the current folder, and failed with
+    a bare "[Errno 2] No such file or directory" (battery 27)."""
+    if "torch._dynamo" not in sys.modules:
+        try:
+            os.getcwd()
+        except OSError as err:
+            raise FileNotFoundError(
+                f"the current folder cannot be read ({err.strerror}; was it deleted?): torch's "
+                f"operation counter (FlopCounterMode) needs it the first time it runs; change to an "
+                f"existing folder (os.chdir) and try again") from None
+    return FlopCounterMode(display=False)
+
+
 def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
     """Multiply-adds PyTorch actually performs in ``module(x, need_weights=True)``,
     counted by ``torch.utils.flop_counter.FlopCounterMode`` (matrix products only). ``x`` is
@@ -443,7 +460,7 @@ def measured_macs(module: MultiHeadAttention, x: Tensor) -> int:
         raise TypeError(f"module must be the course's MultiHeadAttention (it is called as module(x, "
                         f"need_weights=True)), got {type(module).__name__}")
     check_stream(x, "x", d_model=module.d_model, weight=module._weight())  # named x, not query
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), _flop_counter() as counter:
         module(x, need_weights=True)
     return counter.get_total_flops() // 2
 
