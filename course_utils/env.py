@@ -115,7 +115,10 @@ def gradients_on(what: str) -> Iterator[None]:
     """Run the block with autograd on, as ``what`` (a training run) needs, even when the caller
     is inside ``torch.no_grad()``; inside ``torch.inference_mode()``, where no gradient can be
     recorded, a RuntimeError naming ``what`` instead of torch's "element 0 of tensors does not
-    require grad" at the first step."""
+    require grad" at the first step. ``what`` is a non-empty str (:func:`.cli.check_label`)."""
+    from .cli import check_label
+
+    check_label(what, "what", "what needs the gradients, e.g. 'train_model'")
     if torch.is_inference_mode_enabled():
         raise RuntimeError(f"{what} needs gradients and cannot run inside torch.inference_mode(): "
                            f"call it outside that block")

@@ -98,7 +98,12 @@ def _check_arguments(fn: object, items: object, workers: object, timeout: object
     if workers is not None:
         check_int(workers, "workers", minimum=1)
     if hasattr(items, "__len__"):  # a list, a range: counted without listing (range(10**13) too)
-        _check_job_count(len(items), f"{len(items):,}")
+        try:
+            count = len(items)
+        except Exception as err:  # noqa: BLE001 - a __len__ that raises or is negative (battery 27)
+            raise TypeError(f"items must be an iterable of jobs with a working len(), got a "
+                            f"{type(items).__name__} whose len() failed: {err}") from None
+        _check_job_count(count, f"{count:,}")
         return list(items)
     jobs = list(itertools.islice(items, MAX_JOBS + 1))  # an endless iterator is read this far only
     _check_job_count(len(jobs), f"more (a {type(items).__name__} that had not ended by then)")
