@@ -683,6 +683,49 @@ def _put_course_modules(modules: dict[str, Any]) -> None:
 _COURSE_NAMES: list = [-1, ()]  # len(sys.modules) when last scanned, and the course's names then
 
 
+def _environment() -> dict[str, str]:
+    return dict(_ENVIRON)
+
+
+def _put_environment(saved: dict[str, str]) -> None:
+    for name in [name for name in _ENVIRON if name not in saved]:
+        del _ENVIRON[name]
+    for name, value in saved.items():
+        if _ENVIRON.get(name) != value:
+            _ENVIRON[name] = value
+
+
+def _environment_change(was: dict[str, str], now: dict[str, str]) -> str:
+    names = sorted(name for name in set(was) | set(now) if was.get(name) != now.get(name))
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"changed os.environ ({shown})"
+
+
+def _anomaly_mode() -> tuple[bool, bool]:
+    return torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+
+
+def _put_anomaly_mode(saved: tuple[bool, bool]) -> None:
+    torch.set_anomaly_enabled(saved[0], saved[1])
+
+
+def _print_options() -> tuple[dict, dict]:
+    return np.get_printoptions(), dict(vars(torch._tensor_str.PRINT_OPTS))
+
+
+def _put_print_options(saved: tuple[dict, dict]) -> None:
+    np.set_printoptions(**saved[0])
+    vars(torch._tensor_str.PRINT_OPTS).update(saved[1])
+
+
+def _mkldnn_enabled() -> bool:
+    return bool(torch.backends.mkldnn.enabled)
+
+
+def _put_mkldnn_enabled(saved: bool) -> None:
+    torch.backends.mkldnn.enabled = saved
+
+
 def _streams() -> tuple[Any, Any]:
     return sys.stdout, sys.stderr
 
@@ -734,6 +777,16 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
      _saved_tensors_hooks, _leave_saved_tensors_hooks),
     (lambda was, now: f"changed os.environ['COURSE_CHECK_TIMEOUT'] from {was!r} to {now!r}",
      _check_timeout, _put_check_timeout),
+    # (NBGRADER_EXECUTION set would turn every later check into validate mode: battery 27)
+    (_environment_change, _environment, _put_environment),
+    (lambda was, now: "turned on autograd's anomaly detection (torch.autograd.set_detect_anomaly)",
+     _anomaly_mode, _put_anomaly_mode),
+    (lambda was, now: f"changed torch's float32 matmul precision from {was!r} to {now!r}",
+     torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+    (lambda was, now: "changed NumPy's or torch's print options (np.set_printoptions, "
+                      "torch.set_printoptions)", _print_options, _put_print_options),
+    (lambda was, now: f"changed torch.backends.mkldnn.enabled from {was} to {now}",
+     _mkldnn_enabled, _put_mkldnn_enabled),
     # (relative paths of later cells would read other files: battery 24)
     (lambda was, now: "changed the working directory (os.chdir)", os.getcwd, os.chdir),
     (None, _warnings_filters, _put_warnings_filters),
