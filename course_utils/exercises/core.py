@@ -1325,9 +1325,10 @@ class Feedback:
     STATUSES = ("correct", "not attempted", "mistake", "wrong", "error")
 
     def __post_init__(self) -> None:
-        if not isinstance(self.status, str) or self.status not in self.STATUSES:
-            raise ValueError(f"Feedback.status must be one of {', '.join(map(repr, self.STATUSES))}, got "
-                             f"{describe_value(self.status)}")
+        # exactly a str: a subclass whose __eq__ always says yes passed as "wrong" (battery 27)
+        if type(self.status) is not str or self.status not in self.STATUSES:
+            raise ValueError(f"Feedback.status must be one of {', '.join(map(repr, self.STATUSES))} (a "
+                             f"str), got {describe_value(self.status)}")
         for name in ("exercise", "message", "hint"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"Feedback.{name} must be a str, got {describe_value(getattr(self, name))}")
