@@ -384,6 +384,17 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         """A parameter whose dtype and device the inputs must match."""
         return self.in_proj.weight
 
+    def _check_setup(self) -> None:
+        """The base's check, and the projections' sizes (a few attribute reads): a size or layer
+        changed after construction is named by :meth:`_check_projections` before the forward pass,
+        not met as torch's "shape '[1, 3, 4, 4]' is invalid" inside it (battery 27)."""
+        super()._check_setup()
+        d, in_proj, out_proj = self.d_model, self.in_proj, self.out_proj
+        if not (isinstance(in_proj, nn.Linear) and isinstance(out_proj, nn.Linear)
+                and in_proj.weight.shape == (3 * d, d) and out_proj.weight.shape == (d, d)
+                and self.num_heads * self.d_k == d):
+            self._check_projections("forward")
+
     def _check_projections(self, caller: str) -> None:
         """What ``caller`` (a method or function that copies this module's weights) reads is still
         what the constructor built: ``d_model``, ``num_heads`` and ``d_k`` agree, ``in_proj`` is an
@@ -400,7 +411,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
                              f"got d_model={d}, num_heads={self.num_heads}, d_k={self.d_k!r}: was one "
                              f"changed after construction?")
         check_dropout(self.dropout, f"{label}.dropout")
-        why = f"{caller} copies it"
+        why = f"{caller} {'reads' if caller == 'forward' else 'copies'} it"
         check_linear_layer(self.in_proj, f"{label}.in_proj", d, 3 * d, why=why)
         check_linear_layer(self.out_proj, f"{label}.out_proj", d, d, bias=self.in_proj.bias is not None,
                            why=why)
