@@ -281,6 +281,12 @@ CONTROLS_NOTE = ("[interactive controls (sentence, layer, head): they need Jupyt
                  "the figure above is the starting choice]")
 
 
+def _say(text: str) -> None:
+    from .widgets import say  # (widgets imports this module)
+
+    say(text)
+
+
 class AttentionExplorer:
     """Pick a sentence (or type one), a layer and a head; see that head's heatmap.
 
@@ -362,11 +368,11 @@ class AttentionExplorer:
                 return min(max(int(value), 0), count - 1)
 
             layer, head = nearest(layer, self.num_layers), nearest(head, self.num_heads)
-            print(f"{problem} Starting from layer {layer}, head {head} instead.")
+            _say(f"{problem} Starting from layer {layer}, head {head} instead.")
         if text is None:
             text = self.sentences[0]
         elif not isinstance(text, str):
-            print(f"The sentence must be a str, got a {type(text).__name__}; starting from "
+            _say(f"The sentence must be a str, got a {type(text).__name__}; starting from "
                   f"{self.sentences[0]!r} instead.")
             text = self.sentences[0]
         return text, int(layer), int(head)
@@ -407,7 +413,7 @@ class AttentionExplorer:
         is printed and returned as a message."""
         result = self.render(self.sentences[0] if text is None else text, layer, head)
         if isinstance(result, str):
-            print(result)
+            _say(result)
         return result
 
     def explorer(self, text: str, layer: int, head: int,
@@ -429,7 +435,7 @@ class AttentionExplorer:
                 check_callable(draw, "draw", "None or a function result -> None that shows each result",
                                nargs=1)
             except TypeError as err:
-                print(f"{err}; drawing in the explorer's own output area instead.")
+                _say(f"{err}; drawing in the explorer's own output area instead.")
                 draw = None
 
         sentence = widgets.Combobox(options=self.sentences, value=text,
@@ -472,7 +478,7 @@ class AttentionExplorer:
         def draw(result: Figure | str) -> None:
             nonlocal handle
             if isinstance(result, str) and not kernel:
-                print(result)
+                _say(result)
                 return
             shown = Pretty(result) if isinstance(result, str) else result
             if handle is None:  # the starting choice: an ordinary output
@@ -485,7 +491,7 @@ class AttentionExplorer:
         if kernel:
             display(explorer)
         else:
-            print(explorer.note)
+            _say(explorer.note)
 
 
 # ----------------------------------------------------------------------------- model adapters

@@ -19,7 +19,9 @@ fallback is always printed. No widget state is saved in the notebooks.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -188,6 +190,21 @@ def close_figure(result: object) -> None:
         plt.close(result)
 
 
+def say(text: str) -> None:
+    """``print(text)`` that never raises at the learner: a stream that cannot encode a character
+    (an ASCII terminal, ``PYTHONIOENCODING=ascii``) gets it escaped (``\\xe9``; a typo's value
+    with an accent made an explorer raise UnicodeEncodeError: battery 27), and a closed or
+    broken stream gets nothing."""
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+        with contextlib.suppress(Exception):
+            print(text.encode(encoding, "backslashreplace").decode(encoding))
+    except (OSError, ValueError):
+        pass
+
+
 def show(explorer: Explorer, fallback: str | None = None) -> None:
     """Print ``fallback`` (default: the explorer's current text), then display the
     widget if a Jupyter kernel is running. Works the same under nbval and in scripts.
@@ -196,16 +213,16 @@ def show(explorer: Explorer, fallback: str | None = None) -> None:
     :class:`Explorer` is answered with a printed message (and nothing is displayed), a
     ``fallback`` that is not a str with a printed message (and the explorer's own text)."""
     if not isinstance(explorer, Explorer):
-        print(f"explorer must be an Explorer (e.g. dimension_explorer()), got {type(explorer).__name__} "
+        say(f"explorer must be an Explorer (e.g. dimension_explorer()), got {type(explorer).__name__} "
               f"{_safe_repr(explorer)}; nothing to show.")
         return
     if fallback is not None and not isinstance(fallback, str):
-        print(f"fallback must be a str (the text to print) or None, got {type(fallback).__name__} "
+        say(f"fallback must be a str (the text to print) or None, got {type(fallback).__name__} "
               f"{_safe_repr(fallback)}; printing the explorer's own text instead.")
         fallback = None
     text = explorer.last_text if fallback is None else fallback
     if text:
-        print(text)
+        say(text)
     if in_jupyter_kernel():
         display(explorer)
 
@@ -237,7 +254,7 @@ def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, nu
     refused = [f"{name}={_safe_repr(value, 40)} is not a slider of this explorer (its sliders: "
                f"{', '.join(ranges)}); ignored." for name, value in unknown.items()]
     for line in refused:
-        print(line)
+        say(line)
     for name, (label, low, high, step) in ranges.items():
         value = requested[name]
         usable = (not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value <= high
@@ -246,7 +263,7 @@ def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, nu
         if not usable:  # a message, not an error: the explorer starts from the default
             refused.append(f"{name}={_safe_repr(value)} is not on the slider (whole numbers {low}..{high}"
                            f"{f' in steps of {step}' if step > 1 else ''}); starting from {start}.")
-            print(refused[-1])
+            say(refused[-1])
         controls[name] = _slider(label, start, low, high, step=step)
     explorer = Explorer(dimension_report, controls,
                         title="Multi-head attention: shapes, parameters and multiply-adds")
