@@ -41,7 +41,7 @@ from ..attention.validation import (
     check_tensor_list,
     describe_shape,
 )
-from ..env import check_seed
+from ..env import check_seed, gradients_on
 from ..model.transformer import TinyTransformer
 
 __all__ = [
@@ -231,7 +231,8 @@ def all_heads(model: TinyTransformer) -> list[Head]:
 def gates_without(model: TinyTransformer, heads: Sequence[Head]) -> Tensor:
     """``head_mask`` ``(L, h)``: 1 everywhere, 0 on ``heads`` (zero ablation)."""
     cfg = _check_model(model).config
-    gates = torch.ones(cfg.num_layers, cfg.num_heads, device=model.unembed.weight.device)
+    gates = torch.ones(cfg.num_layers, cfg.num_heads, device=model.unembed.weight.device,
+                       dtype=model.unembed.weight.dtype)
     for layer, head in _check_heads(heads, model):
         gates[layer, head] = 0.0
     return gates
@@ -725,12 +726,12 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
         for start in range(0, tokens.shape[0], chunk_size):
             chunk, chunk_targets = tokens[start:start + chunk_size], targets[start:start + chunk_size]
             xi = torch.ones(chunk.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True,
-                            device=tokens.device)  # (B, L, h)
+                            device=tokens.device, dtype=model.token_embedding.weight.dtype)  # (B, L, h)
 
             def gate(layer: int, heads: Tensor, xi: Tensor = xi) -> Tensor:  # heads: (B, h, T, dk)
                 return heads * xi[:, layer, :, None, None]
 
-            with torch.enable_grad():
+            with gradients_on("head_importance"):
                 logits, _ = model(chunk, edit_heads=gate)
                 sequence_losses(logits, chunk_targets).sum().backward()
             total += xi.grad.abs().sum(0)  # (L, h): sum over sequences of |dL(x)/dxi|

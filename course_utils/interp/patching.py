@@ -59,6 +59,7 @@ from ..attention.validation import (
     check_int,
     check_real,
 )
+from ..env import gradients_on
 from ..model.transformer import TinyTransformer
 from ..tasks.synthetic import AGREEMENT_VOCAB, NOUNS, TRANSITIVE_VERBS, WORD_TO_ID, AgreementBatch
 from .ablation import (
@@ -680,12 +681,12 @@ def sequence_gate_gradients(model: TinyTransformer, tokens: Tensor, targets: Ten
         p.requires_grad_(False)
     try:
         xi = torch.ones(tokens.shape[0], cfg.num_layers, cfg.num_heads, requires_grad=True,
-                        device=tokens.device)  # (B, L, h)
+                        device=tokens.device, dtype=model.token_embedding.weight.dtype)  # (B, L, h)
 
         def gate(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
             return heads * xi[:, layer, :, None, None]
 
-        with torch.enable_grad():
+        with gradients_on("sequence_gate_gradients"):
             logits, _ = model(tokens, edit_heads=gate)
             sequence_losses(logits, targets).sum().backward()
     finally:

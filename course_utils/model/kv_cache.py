@@ -608,8 +608,11 @@ class QuantizedCache(_StepOrder):
             self.scales[t] = [torch.zeros(scale_shape, dtype=torch.float16) for _ in range(num_layers)]
             self.zeros[t] = [None if symmetric else torch.zeros(scale_shape, dtype=torch.float16)
                              for _ in range(num_layers)]
-            self.residual[t] = [torch.zeros(batch, num_kv_heads, group, d_head) for _ in range(num_layers)]
-            self.scratch[t] = torch.empty(batch, num_kv_heads, n_groups * group, d_head)  # working space
+            # float32 whatever the default dtype is (its documented dtype: battery 27)
+            self.residual[t] = [torch.zeros(batch, num_kv_heads, group, d_head, dtype=torch.float32)
+                                for _ in range(num_layers)]
+            self.scratch[t] = torch.empty(batch, num_kv_heads, n_groups * group, d_head,
+                                          dtype=torch.float32)  # working space
         self.num_layers, self.max_len, self.group = num_layers, max_len, group
         self.length = 0  # tokens seen (the next token's position)
 
