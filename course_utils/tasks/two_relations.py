@@ -41,6 +41,7 @@ from ..attention.validation import (
     check_axes,
     check_callable,
     check_distinct,
+    check_finite,
     check_fits_in_memory,
     check_generator,
     check_head_dims,
@@ -696,6 +697,9 @@ def _predict_with_weights(model: LookupModel, batch: LookupBatch) -> tuple[Tenso
     model.eval()
     logits, weights = model(batch, need_weights=True)  # (n, V*V), (n, h, 1, T)
     model.train(was_training)
+    why = "does the model hold NaN or infinite weights? every metric over them would be NaN or class 0"
+    check_finite(logits, "model(batch)'s logits", why)  # (a NaN table, no error: battery 27)
+    check_finite(weights, "model(batch)'s attention weights", why)
     return logits.argmax(dim=-1), weights[:, :, 0, :]
 
 
