@@ -455,6 +455,10 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         loss_value = loss.item()  # also waits for the device
         if not math.isfinite(loss_value):
             bar.close()
+            if not bool((targets != -100).any()):  # the mean over no token: NaN (battery 27)
+                raise ValueError(f"sample_batch's targets at step {step} are all -100 (ignored), so the "
+                                 f"batch has no token to learn from and its loss is {loss_value}: give "
+                                 f"each batch at least one target in 0..vocab_size-1")
             last = (f"the last finite loss was {history.loss[-1]:.4g} at step {history.steps[-1]}"
                     if history.loss else "no step had a finite loss")
             raise FloatingPointError(
