@@ -20,12 +20,14 @@ from torch import Tensor
 
 from .validation import (
     check_bool_mask,
+    check_dense,
     check_device_present,
     check_fits_in_memory,
     check_int,
     check_tensor,
     describe_device,
     describe_shape,
+    shown,
 )
 
 __all__ = [
@@ -96,7 +98,7 @@ def _mask_device(device: object) -> torch.device | None:
         return None
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be None, a torch.device or a name such as 'cpu' or 'cuda:0', "
-                        f"got {type(device).__name__} {device!r:.60}")
+                        f"got {type(device).__name__} {shown(device, 60)}")
     try:
         parsed = torch.device(device)
     except RuntimeError:
@@ -170,6 +172,7 @@ def _lengths_tensor(lengths: object) -> Tensor:
         if lengths.dtype not in _INTEGER_DTYPES:
             raise TypeError(f"lengths must be integers (an int tensor or a list of ints), got dtype "
                             f"{lengths.dtype}")
+        check_dense(lengths, "lengths")
         if lengths.is_meta:
             raise ValueError("lengths is on the meta device (a tensor without values): pass the "
                              "lengths on the CPU or the model's device")

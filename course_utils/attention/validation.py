@@ -74,7 +74,19 @@ __all__ = [
     "check_increasing",
     "check_dims_not_empty",
     "MAX_NARGS",
+    "shown",
+    "check_dense",
 ]
+
+
+def shown(value: object, width: int | None = None) -> str:
+    """``repr(value)``, cut to ``width`` characters, for a message; never raises: a value whose
+    ``__repr__`` raises is named by its type (its error replaced the message: battery 27)."""
+    try:
+        text = repr(value)
+    except Exception as err:  # noqa: BLE001
+        text = f"<a {type(value).__name__} whose repr raised {type(err).__name__}>"
+    return text if width is None else text[:width]
 
 
 def describe_shape(x: Tensor) -> str:
@@ -83,7 +95,7 @@ def describe_shape(x: Tensor) -> str:
     shape = getattr(x, "shape", None)
     if not isinstance(shape, tuple):  # torch.Size is a tuple
         raise TypeError(f"describe_shape needs a tensor or an array (something with a shape), got "
-                        f"{type(x).__name__} {x!r:.60}")
+                        f"{type(x).__name__} {shown(x, 60)}")
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
@@ -92,7 +104,7 @@ def describe_device(x: Tensor) -> str:
     the messages use for a tensor with no data, the same as :func:`check_holds_values`'s; ``x`` is a
     tensor, else a TypeError naming what arrived (as :func:`describe_shape` does)."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"describe_device needs a tensor, got {type(x).__name__} {x!r:.60}")
+        raise TypeError(f"describe_device needs a tensor, got {type(x).__name__} {shown(x, 60)}")
     return f"device {x.device}" + (" (a shape without values)" if x.is_meta else "")
 
 
@@ -125,23 +137,35 @@ def check_kv_heads(num_kv_heads: object, num_heads: int, name: str = "num_kv_hea
     g = check_int(num_kv_heads, name, minimum=1)
     if num_heads % g:
         raise ValueError(f"{name} must be a positive int dividing num_heads={num_heads} (one of "
-                         f"{_first_divisors(num_heads, 20)}), got {g!r}")
+                         f"{_first_divisors(num_heads, 20)}), got {shown(g)}")
     return g
 
 
 def check_dropout(value: object, name: str = "dropout_p") -> float:
     """A real number in [0, 1) (NaN is refused); returned as a float."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {value!r}")
-    if math.isnan(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
-    return float(value)
+        raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {shown(value)}")
+    number = _to_float(value, name, "a float in [0, 1)")
+    if math.isnan(number) or not 0.0 <= number < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {shown(value)}")
+    return number
+
+
+def _to_float(value: numbers.Real, name: str, expected: str) -> float:
+    """``float(value)``, or a ValueError naming ``name`` for a real number no float holds (an int
+    such as ``10**400``: Python's own "int too large to convert to float" named nothing: battery
+    27)."""
+    try:
+        return float(value)
+    except (OverflowError, ValueError, TypeError) as err:
+        raise ValueError(f"{name} must be {expected} that fits a float, got {type(value).__name__} "
+                         f"{shown(value, 80)} ({err})") from None
 
 
 def check_flag(value: object, name: str) -> bool:
     """A real ``bool`` (``"no"`` or ``1`` would be silently truthy or falsy)."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {shown(value)}")
     return value
 
 
@@ -168,7 +192,7 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     (``2.0``) is refused too: an index or a count that arrives as a float is usually a bug
     upstream (a mean, a division), not a number to round."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {shown(value)}")
     value = int(value)
     if type(minimum) not in _PLAIN_BOUNDS or type(maximum) not in _PLAIN_BOUNDS:  # cheap: runs often
         _check_bounds(minimum, maximum, name)  # the caller's bounds; a message only when they are wrong
@@ -197,7 +221,7 @@ def _check_bounds(minimum: object, maximum: object, name: str) -> None:
     for label, bound in (("minimum", minimum), ("maximum", maximum)):
         if bound is not None and not _is_int(bound):
             raise TypeError(f"check_int's {label} (the bound for {name}) must be an int or None, got "
-                            f"{type(bound).__name__} {bound!r:.60}")
+                            f"{type(bound).__name__} {shown(bound, 60)}")
 
 
 def check_int_list(values: object, name: str, *, minimum: int | None = None,
@@ -216,7 +240,7 @@ def check_int_list(values: object, name: str, *, minimum: int | None = None,
     if isinstance(values, (str, bytes, set, frozenset, dict)) or isinstance(values, numbers.Number) \
             or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a list of ints such as [1, 2, 4], got "
-                        f"{type(values).__name__} {values!r:.80}")
+                        f"{type(values).__name__} {shown(values, 80)}")
     items = list(values)
     if not items and not allow_empty:
         raise ValueError(f"{name} must hold at least one int, got an empty {type(values).__name__}")
@@ -233,7 +257,7 @@ def check_axes(ax: object, name: str = "ax") -> None:
     if not isinstance(ax, Axes):
         hint = " (pick one, e.g. axes[0])" if hasattr(ax, "__len__") and not isinstance(ax, str) else ""
         raise TypeError(f"{name} must be a matplotlib Axes or None (a new figure), got "
-                        f"{type(ax).__name__} {ax!r:.60}{hint}")
+                        f"{type(ax).__name__} {shown(ax, 60)}{hint}")
 
 
 def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None,
@@ -297,12 +321,12 @@ def _selected_rows(rows: object, name: str, size: int, what: str) -> Tensor:
             tensor = torch.as_tensor(rows)
         except (TypeError, ValueError, RuntimeError):
             raise TypeError(f"{name} must be an integer tensor or a list of ints, got "
-                            f"{type(rows).__name__} {rows!r:.60}") from None
+                            f"{type(rows).__name__} {shown(rows, 60)}") from None
         if tensor.numel() == 0:
             tensor = tensor.long()
     else:
         raise TypeError(f"{name} must be an integer tensor, a list of ints or a bool mask of {size} "
-                        f"{what}, got {type(rows).__name__} {rows!r:.60}")
+                        f"{what}, got {type(rows).__name__} {shown(rows, 60)}")
     check_holds_values(tensor, name)  # its entries are read below
     if tensor.is_floating_point() or tensor.is_complex():
         raise TypeError(f"{name} must hold integer indices (or be a bool mask), got dtype {tensor.dtype}")
@@ -326,8 +350,8 @@ def _check_not_mixed_bools(items: list | tuple, name: str) -> None:
     if any(kinds) and not all(kinds):
         i = kinds.index(not kinds[0])
         raise TypeError(f"{name} must be all ints (indices) or all bools (a mask), not a mix: "
-                        f"{name}[0] is {type(items[0]).__name__} {items[0]!r:.30} but {name}[{i}] is "
-                        f"{type(items[i]).__name__} {items[i]!r:.30}")
+                        f"{name}[0] is {type(items[0]).__name__} {shown(items[0], 30)} but {name}[{i}] is "
+                        f"{type(items[i]).__name__} {shown(items[i], 30)}")
 
 
 def physical_memory_bytes() -> int | None:
@@ -348,18 +372,18 @@ def check_fits_in_memory(num_bytes: int, name: str | None, what: str = "", *,
     if sizes is not None:
         if not isinstance(sizes, dict) or not sizes:
             raise TypeError(f"check_fits_in_memory's sizes must be a non-empty dict {{argument: size}}, "
-                            f"got {type(sizes).__name__} {sizes!r:.60}")
+                            f"got {type(sizes).__name__} {shown(sizes, 60)}")
         for key, value in sizes.items():
             check_int(value, str(key), minimum=0)
         name = max(sizes, key=sizes.__getitem__) if name is None else name
-        shown = ", ".join(f"{key}={value:,}" for key, value in sizes.items())
-        what = f"{shown}: {what}" if what else shown
+        listed = ", ".join(f"{key}={value:,}" for key, value in sizes.items())
+        what = f"{listed}: {what}" if what else listed
     if not isinstance(name, str):
         raise TypeError(f"check_fits_in_memory's name must be a str (the argument it blames), got "
-                        f"{type(name).__name__} {name!r:.60}")
+                        f"{type(name).__name__} {shown(name, 60)}")
     if isinstance(num_bytes, bool) or not isinstance(num_bytes, numbers.Integral) or num_bytes < 0:
         raise ValueError(f"{name}: the size to check must be a byte count (an int >= 0), got "
-                         f"{type(num_bytes).__name__} {num_bytes!r}")
+                         f"{type(num_bytes).__name__} {shown(num_bytes)}")
     total = physical_memory_bytes()
     if total is not None and num_bytes > total:
         raise ValueError(f"{name} asks for {num_bytes / 2**30:,.1f} GiB{f' ({what})' if what else ''}, "
@@ -413,7 +437,7 @@ def check_index(value: object, name: str, size: int, what: str = "") -> int:
     size = check_int(size, f"check_index's size (how many {what or 'entries'} {name} indexes)", minimum=0)
     if size < 1:
         raise IndexOutOfRange(f"{name}: there is nothing to index{f' (no {what})' if what else ''}, "
-                              f"got {value!r}")
+                              f"got {shown(value)}")
     try:
         return check_int(value, name, minimum=0, maximum=size - 1)
     except ValueError as err:
@@ -428,10 +452,10 @@ def check_real(value: object, name: str, *, finite: bool = True) -> float:
     if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r:.80}")
-    value = float(value)
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {shown(value, 80)}")
+    value = _to_float(value, name, f"a {'finite ' if finite else ''}number")
     if math.isnan(value) or (finite and math.isinf(value)):
-        raise ValueError(f"{name} must be a {'finite ' if finite else ''}number, got {value!r}")
+        raise ValueError(f"{name} must be a {'finite ' if finite else ''}number, got {shown(value)}")
     return value
 
 
@@ -439,7 +463,7 @@ def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
     """A floating ``torch.dtype`` (keys, values and weights stored as integers would be truncated)."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating torch.dtype (e.g. torch.float32): numbers stored as "
-                        f"integers or bools would be truncated; got {dtype!r}")
+                        f"integers or bools would be truncated; got {shown(dtype)}")
     return dtype
 
 
@@ -450,10 +474,11 @@ def check_positive_number(value: object, name: str, *, allow_inf: bool = False) 
         check_flag(allow_inf, f"check_positive_number's allow_inf (for {name})")
     finite = "" if allow_inf else "finite "
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a {finite}number > 0, got {type(value).__name__} {value!r}")
-    if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
-        raise ValueError(f"{name} must be a {finite}number > 0, got {value!r}")
-    return float(value)
+        raise TypeError(f"{name} must be a {finite}number > 0, got {type(value).__name__} {shown(value)}")
+    number = _to_float(value, name, f"a {finite}number > 0")
+    if math.isnan(number) or number <= 0 or (math.isinf(number) and not allow_inf):
+        raise ValueError(f"{name} must be a {finite}number > 0, got {shown(value)}")
+    return number
 
 
 #: The most positional arguments :func:`check_callable` tries a function with (the course's
@@ -471,7 +496,7 @@ def check_callable(value: object, name: str, what: str = "a function", *,
     if nargs is not None:
         nargs = check_int(nargs, "nargs", minimum=0, maximum=MAX_NARGS)
     if not callable(value):
-        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r:.80}")
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {shown(value, 80)}")
     if nargs is None:
         return
     import inspect
@@ -496,7 +521,7 @@ def check_generator(value: object, name: str = "generator") -> None:
     """``None`` or a ``torch.Generator`` (a seed is not one: ``torch.Generator().manual_seed(0)``)."""
     if value is not None and not isinstance(value, torch.Generator):
         raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__} "
-                        f"{value!r}; make one with torch.Generator().manual_seed(seed)")
+                        f"{shown(value)}; make one with torch.Generator().manual_seed(seed)")
 
 
 def check_bool_mask(mask: object, name: str) -> None:
@@ -520,7 +545,7 @@ def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T"
     ``len(dims)`` dims; ``dims`` (this helper's own argument) a tuple or list of str labels."""
     _check_dims_labels(dims)
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.ndim < len(dims):
         raise ValueError(f"{name} must be at least {len(dims)}-D ({', '.join(dims)}, ...), got shape "
                          f"{describe_shape(x)}")
@@ -535,7 +560,7 @@ def _check_dims_labels(dims: object) -> None:
     """The ``dims`` of :func:`check_dims_not_empty`: a tuple or list of str labels such as ``("B", "T")``."""
     if not isinstance(dims, (tuple, list)) or not all(isinstance(d, str) for d in dims):
         raise TypeError(f"check_dims_not_empty's dims must be a tuple of str labels such as ('B', 'T'), "
-                        f"got {type(dims).__name__} {dims!r:.60}")
+                        f"got {type(dims).__name__} {shown(dims, 60)}")
 
 
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,
@@ -571,10 +596,10 @@ def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
     """Every tensor of the dict ``{name: tensor}`` has the same dtype and sits on the same device."""
     if not isinstance(tensors, dict):
         raise TypeError(f"tensors must be a dict {{name: tensor}}, got {type(tensors).__name__} "
-                        f"{tensors!r:.60}")
+                        f"{shown(tensors, 60)}")
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} {t!r:.60}")
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} {shown(t, 60)}")
     for what in ("dtype", "device"):
         found = {name: getattr(t, what) for name, t in tensors.items()}
         if len(set(found.values())) > 1:
@@ -591,12 +616,12 @@ def check_device(device: object, name: str = "device") -> torch.device:
     Returned as a ``torch.device``."""
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"{name} must be a str or torch.device such as 'cpu' or 'cuda:0', got "
-                        f"{type(device).__name__} {device!r:.60}")
+                        f"{type(device).__name__} {shown(device, 60)}")
     try:
         parsed = torch.device(device)
     except RuntimeError:
         raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
-                         f"got {device!r}") from None
+                         f"got {shown(device)}") from None
     check_not_meta_device(parsed, name, asked=device)
     return check_device_present(parsed, name, asked=device, instead="'cpu'")
 
@@ -625,39 +650,48 @@ def check_device_present(device: torch.device, name: str = "device", *, asked: o
             device, asked = torch.device(device), device if asked is None else asked
         except RuntimeError:
             raise ValueError(f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', "
-                             f"got {device!r}") from None
+                             f"got {shown(device)}") from None
     if not isinstance(device, torch.device):
         raise TypeError(f"{name} must be a torch.device or a str such as 'cpu' or 'cuda:0', got "
-                        f"{type(device).__name__} {device!r:.60}")
+                        f"{type(device).__name__} {shown(device, 60)}")
     asked = str(device) if asked is None else asked
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{name} {asked!r} asked for, but this machine has no usable CUDA GPU "
+            raise ValueError(f"{name} {shown(asked)} asked for, but this machine has no usable CUDA GPU "
                              f"(torch.cuda.is_available() is False); use {instead}")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise ValueError(f"{name} {asked!r} asked for, but only {count} CUDA GPU(s) are visible")
+            raise ValueError(f"{name} {shown(asked)} asked for, but only {count} CUDA GPU(s) are visible")
     elif device.type == "mps":
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise ValueError(f"{name} {asked!r} asked for, but Apple's MPS backend is not available "
+            raise ValueError(f"{name} {shown(asked)} asked for, but Apple's MPS backend is not available "
                              f"here; use {instead}")
     elif device.type != "cpu":
-        raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {asked!r}")
+        raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {shown(asked)}")
     elif device.index not in (None, 0):  # torch.device('cpu', 3) parses, but there is one CPU device
-        raise ValueError(f"{name} {asked!r} asked for, but the CPU is one device: use 'cpu' (an index "
+        raise ValueError(f"{name} {shown(asked)} asked for, but the CPU is one device: use 'cpu' (an index "
                          f"picks a GPU, 'cuda:N')")
     return device
 
 
 def check_holds_values(x: Tensor, name: str) -> None:
-    """``x`` is not on the meta device (a tensor with a shape and no numbers: copying it into a
-    cache or a model, or reading a score from it, fails deep inside or stores nothing); ``x``
-    must be a tensor."""
+    """``x`` is dense (not sparse) and not on the meta device (a tensor with a shape and no
+    numbers: copying it into a cache or a model, or reading a score from it, fails deep inside or
+    stores nothing); ``x`` must be a tensor."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.is_meta:
         raise ValueError(f"{name} is on the meta device (a shape without values), got shape "
                          f"{describe_shape(x)}: build or load it on 'cpu' or 'cuda' first")
+    check_dense(x, name)
+
+
+def check_dense(x: Tensor, name: str) -> None:
+    """The tensor ``x`` is dense (layout ``torch.strided``): a sparse one failed inside torch with
+    "Could not run 'aten::min' with arguments from the 'SparseCPU' backend" (battery 27)."""
+    if x.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense tensor (layout torch.strided), got a {x.layout} tensor "
+                        f"of shape {describe_shape(x)}: pass {name}.to_dense()")
 
 
 def check_finite(x: Tensor, name: str, what: str = "") -> None:
@@ -677,9 +711,9 @@ def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
     """``x`` has the dtype and device of the module whose parameter is ``weight`` (both tensors)."""
     if not isinstance(weight, Tensor):
         raise TypeError(f"weight must be one of the module's parameters (a torch.Tensor) to compare {name} "
-                        f"with, got {type(weight).__name__} {weight!r:.60}")
+                        f"with, got {type(weight).__name__} {shown(weight, 60)}")
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.dtype != weight.dtype:
         raise TypeError(
             f"{name} has dtype {x.dtype} but the module's parameters are {weight.dtype} "
@@ -858,7 +892,7 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
     ``shown`` is the mask as the caller passed it (for the error message), ``name`` its argument."""
     if isinstance(target, Tensor) or not isinstance(target, (tuple, list, torch.Size)):
         raise TypeError(f"check_mask_fits: target must be the scores' shape, a tuple of ints such as "
-                        f"(B, h, Tq, Tk), got {type(target).__name__} {target!r:.60}")
+                        f"(B, h, Tq, Tk), got {type(target).__name__} {shown(target, 60)}")
     target = tuple(check_int_list(target, "check_mask_fits: target", minimum=0))
     if len(target) < 2 or not isinstance(target_names, str) or not isinstance(name, str):
         raise TypeError(f"check_mask_fits: target needs at least (Tq, Tk), got {target}; target_names and "
@@ -961,7 +995,7 @@ def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") 
     otherwise)."""
     if not isinstance(heads, Tensor):
         raise TypeError(f"check_edited_heads: heads must be the tensor the hook got, got "
-                        f"{type(heads).__name__} {heads!r:.60}")
+                        f"{type(heads).__name__} {shown(heads, 60)}")
     expected = (f"heads of the shape {describe_shape(heads)}, dtype {heads.dtype} and device "
                 f"{heads.device} it got")
     if not isinstance(result, Tensor):
@@ -998,7 +1032,7 @@ def check_distinct(values: object, name: str, what: str = "entries") -> list:
     if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable) or (
             isinstance(values, Tensor) and values.ndim == 0):
         raise TypeError(f"{name} must be a list, tuple or range of {what}, got {type(values).__name__} "
-                        f"{values!r:.60}")
+                        f"{shown(values, 60)}")
     if isinstance(values, Tensor):
         check_holds_values(values, name)  # a meta tensor has no values to compare
     items = list(values)
@@ -1007,8 +1041,9 @@ def check_distinct(values: object, name: str, what: str = "entries") -> list:
         v.tolist() if isinstance(v, Tensor) and v.device.type != "meta" else v for v in items]
     repeated = [v for i, v in enumerate(keys) if any(_same(v, w) for w in keys[:i])]
     if repeated:
-        shown = [v for i, v in enumerate(repeated) if not any(_same(v, w) for w in repeated[:i])]
-        raise ValueError(f"{name} must list distinct {what}, got {items!r:.120}, which repeats {shown}")
+        repeats = [v for i, v in enumerate(repeated) if not any(_same(v, w) for w in repeated[:i])]
+        raise ValueError(f"{name} must list distinct {what}, got {shown(items, 120)}, which repeats "
+                         f"{shown(repeats)}")
     return items
 
 
@@ -1032,18 +1067,18 @@ def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None
 
     if isinstance(columns, (str, bytes)) or not isinstance(columns, (tuple, list)):
         raise TypeError(f"check_table's columns must be a tuple of column names, got "
-                        f"{type(columns).__name__} {columns!r:.60}")
+                        f"{type(columns).__name__} {shown(columns, 60)}")
     for i, column in enumerate(columns):
         try:
             hash(column)
         except TypeError:
             raise TypeError(f"check_table's columns[{i}] must be a column name (a str such as 'layer'), "
-                            f"got {type(column).__name__} {column!r:.60}") from None
+                            f"got {type(column).__name__} {shown(column, 60)}") from None
 
     if not isinstance(table, pd.DataFrame):
         wanted = f" with columns {list(columns)}" if columns else ""
         raise TypeError(f"{name} must be a pandas DataFrame{wanted}, got {type(table).__name__} "
-                        f"{table!r:.60}")
+                        f"{shown(table, 60)}")
     repeated = table.columns[table.columns.duplicated()].unique().tolist()
     if repeated:  # table[c] would be a frame of several columns, not one column
         raise ValueError(f"{name} must have distinct column names, got {list(table.columns)!r:.120}, "
@@ -1071,17 +1106,17 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
     if sizes is not None:
         if not isinstance(sizes, dict) or not sizes:
             raise TypeError(f"check_linear_weights_fit's sizes must be a non-empty dict {{argument: size}}, "
-                            f"got {type(sizes).__name__} {sizes!r:.60}")
+                            f"got {type(sizes).__name__} {shown(sizes, 60)}")
         name = max(sizes, key=lambda k: check_int(sizes[k], str(k)))  # d_in's name below
     if not isinstance(name, str):
         raise TypeError(f"check_linear_weights_fit's name must be a str (the argument it names), got "
-                        f"{type(name).__name__} {name!r:.60}")
+                        f"{type(name).__name__} {shown(name, 60)}")
     d_in = check_int(d_in, name, minimum=0)
     widths = check_int_list(widths, "check_linear_weights_fit's widths", minimum=0, allow_empty=True)
     if not isinstance(also, (tuple, list)) or not all(isinstance(p, (tuple, list)) and len(p) == 2
                                                       for p in also):
         raise TypeError(f"check_linear_weights_fit's also must be (d_in, d_out) pairs, got "
-                        f"{type(also).__name__} {also!r:.60}")
+                        f"{type(also).__name__} {shown(also, 60)}")
     pairs = [check_int_list(pair, f"check_linear_weights_fit's also[{i}]", minimum=0)
              for i, pair in enumerate(also)]
     itemsize = torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
@@ -1104,7 +1139,7 @@ def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias:
     tail = f" ({why})" if why else ""
     if not isinstance(layer, torch.nn.Linear):
         raise TypeError(f"{name} must be an nn.Linear({d_in}, {d_out}){tail}, got {type(layer).__name__} "
-                        f"{layer!r:.60}")
+                        f"{shown(layer, 60)}")
     if tuple(layer.weight.shape) != (d_out, d_in):
         raise ValueError(f"{name}.weight must have shape ({d_out}, {d_in}), an nn.Linear({d_in}, {d_out})"
                          f"{tail}, got shape {tuple(layer.weight.shape)}: was {name} replaced or changed "
@@ -1130,10 +1165,11 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
 
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"config must be a config dataclass instance (PublishedConfig, MLAConfig), got "
-                        f"{type(config).__name__} {config!r:.60}")
+                        f"{type(config).__name__} {shown(config, 60)}")
     if isinstance(texts, str) or not isinstance(texts, tuple | list) or not isinstance(counts, dict):
         raise TypeError(f"texts must be a tuple of field names and counts a dict field -> minimum, got "
-                        f"{type(texts).__name__} {texts!r:.40} and {type(counts).__name__} {counts!r:.40}")
+                        f"{type(texts).__name__} {shown(texts, 40)} and {type(counts).__name__} "
+                        f"{shown(counts, 40)}")
     fields = {f.name for f in dataclasses.fields(config)}
     unknown = [f for f in (*texts, *counts) if f not in fields]
     if unknown:
@@ -1143,9 +1179,9 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     for field in texts:
         value = getattr(config, field)
         if not isinstance(value, str):
-            raise TypeError(f"{kind}.{field} must be a str, got {type(value).__name__} {value!r:.60}")
+            raise TypeError(f"{kind}.{field} must be a str, got {type(value).__name__} {shown(value, 60)}")
         if not value.strip():  # a config is shown and cited by its name and source
-            raise ValueError(f"{kind}.{field} must be a non-empty str, got {value!r:.60}")
+            raise ValueError(f"{kind}.{field} must be a non-empty str, got {shown(value, 60)}")
     for field, minimum in counts.items():
         value = check_int(getattr(config, field), f"{kind}.{field}", minimum=minimum)
         object.__setattr__(config, field, value)
@@ -1184,7 +1220,7 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     isinstance tests."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"check_record checks a record, an instance of a dataclass (called from its "
-                        f"__post_init__), got {type(record).__name__} {record!r:.60}")
+                        f"__post_init__), got {type(record).__name__} {shown(record, 60)}")
     cls = type(record)
     key = (cls, nan_ok, signed, positive, nonempty, fractions)  # the options too: each set is checked
     try:
@@ -1221,8 +1257,9 @@ class ReadOnlyDict(dict):
         try:
             super().__init__(items)
         except (TypeError, ValueError) as err:  # None, 3, [1]: not a mapping nor (key, value) pairs
-            raise TypeError(f"items (of ReadOnlyDict {label!r:.60}) must be a mapping or an iterable of "
-                            f"(key, value) pairs, got {type(items).__name__} {items!r:.60} ({err})") from None
+            raise TypeError(f"items (of ReadOnlyDict {shown(label, 60)}) must be a mapping or an iterable "
+                            f"of (key, value) pairs, got {type(items).__name__} {shown(items, 60)} "
+                            f"({err})") from None
         self.label = label
 
     def _refuse(self, *args: object, **kwargs: object) -> None:
@@ -1244,7 +1281,7 @@ def freeze_fields(record: object) -> None:
     as a ``str`` name is refused, not turned into a tuple)."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"freeze_fields freezes a record, an instance of a dataclass (called from its "
-                        f"__post_init__), got {type(record).__name__} {record!r:.60}")
+                        f"__post_init__), got {type(record).__name__} {shown(record, 60)}")
     for name, origin in _container_fields(type(record)):
         value = getattr(record, name)
         if origin is tuple and isinstance(value, list):
@@ -1284,7 +1321,7 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
         if isinstance(names, str) or not isinstance(names, (tuple, list)) \
                 or not all(isinstance(n, str) for n in names):
             raise TypeError(f"check_record's {option} (for {cls.__name__}) must be a tuple of field names, "
-                            f"got {type(names).__name__} {names!r:.60}")
+                            f"got {type(names).__name__} {shown(names, 60)}")
         unknown = [n for n in names if n not in fields]
         if unknown:
             raise ValueError(f"check_record's {option} names {unknown[0]!r}, which is not a field of "
@@ -1297,7 +1334,7 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
             else:
                 fits = bool(_hint_leaves(hints[n]) & kinds)
             if not fits:
-                raise ValueError(f"check_record's {option} names {n!r}, a field of {cls.__name__} "
+                raise ValueError(f"check_record's {option} names {shown(n)}, a field of {cls.__name__} "
                                  f"annotated {_describe_hint(hints[n])}: {option} applies to {wanted} "
                                  f"only (there it would check nothing)")
 
@@ -1356,7 +1393,7 @@ def _not_empty(check):
         check(value, label)
         if value is not None and len(value) == 0:
             wanted = "be a non-empty str" if isinstance(value, str) else "hold at least one item"
-            raise ValueError(f"{label} must {wanted}, got {type(value).__name__} {value!r:.60}")
+            raise ValueError(f"{label} must {wanted}, got {type(value).__name__} {shown(value, 60)}")
     return not_empty
 
 
@@ -1386,13 +1423,13 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
                     inner[0](value, label)
                 except (TypeError, ValueError) as err:
                     raise type(err)(_or_none(str(err), label) if type(None) in args else str(err)) from None
-            raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
+            raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {shown(value, 60)}")
         return union
     if origin is typing.Literal:
         def literal(value: object, label: str) -> None:
             if type(value) is not str or value not in args:
                 raise ValueError(f"{label} must be one of {', '.join(map(repr, args))}, got "
-                                 f"{type(value).__name__} {value!r:.60}")
+                                 f"{type(value).__name__} {shown(value, 60)}")
         return literal
     if hint is int:
         low = 1 if positive else 0
@@ -1400,14 +1437,16 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
     if hint is float:
         def real(value: object, label: str) -> None:
             if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
-                raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r:.60}")
+                raise TypeError(f"{label} must be a real number, got {type(value).__name__} "
+                                f"{shown(value, 60)}")
+            _to_float(value, label, "a real number")  # 10**400: no float holds it (battery 27)
             if nan_ok and not math.isfinite(value):
                 return
             if not math.isfinite(value) or (not signed and value < 0) or (positive and value <= 0):
                 bound = " > 0" if positive else "" if signed else " >= 0"
-                raise ValueError(f"{label} must be a finite number{bound}, got {value!r}")
+                raise ValueError(f"{label} must be a finite number{bound}, got {shown(value)}")
             if fraction and not 0 <= value <= 1:
-                raise ValueError(f"{label} must be a fraction in [0, 1], got {value!r}")
+                raise ValueError(f"{label} must be a fraction in [0, 1], got {shown(value)}")
         return real
     if hint is bool:
         return lambda value, label: check_flag(value, label) and None
@@ -1419,7 +1458,7 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
 
         def sequence(value: object, label: str) -> None:
             if not isinstance(value, (list, tuple)) or (fixed and len(value) != len(items)):
-                raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {value!r:.60}")
+                raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {shown(value, 60)}")
             for i, item in enumerate(value):
                 check = items[i if fixed else 0]
                 try:
@@ -1434,24 +1473,24 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
         def mapping(value: object, label: str) -> None:
             if not isinstance(value, dict):
                 raise TypeError(f"{label} must be {_describe_hint(hint)}, got {type(value).__name__} "
-                                f"{value!r:.60}")
+                                f"{shown(value, 60)}")
             for key, item in value.items():
-                key_check(key, f"{label} key {key!r:.40}")
-                value_check(item, f"{label}[{key!r:.40}]")
+                key_check(key, f"{label} key {shown(key, 40)}")
+                value_check(item, f"{label}[{shown(key, 40)}]")
         return mapping
     if isinstance(hint, type):
         if hint is str:
             def text(value: object, label: str) -> None:
                 if type(value) is not str:
-                    raise TypeError(f"{label} must be a str, got {type(value).__name__} {value!r:.60}")
+                    raise TypeError(f"{label} must be a str, got {type(value).__name__} {shown(value, 60)}")
             return text
 
         def instance(value: object, label: str) -> None:
             if not isinstance(value, hint):
                 raise TypeError(f"{label} must be {_describe_hint(hint)}, got {type(value).__name__} "
-                                f"{value!r:.60}")
+                                f"{shown(value, 60)}")
         return instance
-    raise TypeError(f"check_record cannot check the annotation {hint!r}")  # a new kind: add a case
+    raise TypeError(f"check_record cannot check the annotation {shown(hint)}")  # a new kind: add a case
 
 
 def _or_none(message: str, label: str) -> str:
@@ -1496,7 +1535,7 @@ def check_model_holds_values(model: torch.nn.Module, name: str = "model") -> Non
     ``torch.nn.Module`` is a TypeError naming ``name`` and what arrived."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"{name} must be a torch.nn.Module (a model), got {type(model).__name__} "
-                        f"{model!r:.60}")
+                        f"{shown(model, 60)}")
     for param_name, param in model.named_parameters():
         if param.is_meta:
             raise ValueError(f"{name} is on the meta device (shapes without values; its parameter "

@@ -41,6 +41,7 @@ from ..attention.validation import (
     check_int,
     check_model_holds_values,
     check_not_meta_device,
+    check_real,
     check_record,
 )
 from ..env import check_seed, gradients_on, pick_device, torch_threads
@@ -112,6 +113,8 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise TypeError(f"TrainConfig.{name} must be a number such as 0.01, got "
                                 f"{type(value).__name__} {value!r}")
+            if isinstance(value, int):  # 10**400 fits no float: named, not an OverflowError (battery 27)
+                check_real(value, f"TrainConfig.{name}")
             if not math.isfinite(value) or value < 0 or (low == "> 0" and value == 0):
                 raise ValueError(f"TrainConfig.{name} must be a finite number {low}, got {value!r}")
 

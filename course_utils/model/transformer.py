@@ -48,6 +48,7 @@ from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
 from ..attention.validation import (
     check_callable,
+    check_dense,
     check_edited_heads,
     check_fits_in_memory,
     check_flag,
@@ -349,8 +350,13 @@ class TinyTransformer(nn.Module):
         ``sample_batch``'s output, ``reference_tokens``) checks it under that name before the
         forward pass, which would say ``tokens``."""
         cfg = self.config
+        if len(self.blocks) != cfg.num_layers:  # (a hook name of a missing block was blamed: battery 27)
+            raise ValueError(f"the model has {len(self.blocks)} blocks but its config says num_layers="
+                             f"{cfg.num_layers}: was a block added or removed after construction? Build "
+                             f"a new TinyTransformer with the config you want")
         if not isinstance(tokens, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of dtype torch.long, got {type(tokens).__name__}")
+        check_dense(tokens, name)
         if tokens.dtype != torch.long:
             raise TypeError(f"{name} must have dtype torch.long (token ids), got {tokens.dtype}")
         if tokens.ndim != 2:
