@@ -269,3 +269,33 @@ def test_an_explorer_prints_on_an_ascii_stdout() -> None:
                             env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING="ascii"))
     assert result.returncode == 0, result.stderr
     assert "heads='\\xe9t\\xe9' is not a slider" in result.stdout, result.stdout
+
+
+# -- the same root cause in the bench helpers and measure (battery 27's final run) ---------------------
+def _huge_int_cases():
+    import pandas as pd
+
+    from course_utils.bench import memory as MEM
+    from course_utils.bench import mha_speed as MS
+    from course_utils.bench import timing as TM
+    from course_utils.interp import ablation as AB
+
+    huge = 10**400
+    tokens = torch.randint(0, 16, (2, 6), generator=torch.Generator().manual_seed(0))
+    record = {"t": {"peak_mb": 1, "start_mb": 1, "children_mb": 0, "seconds": huge}}
+    return [
+        (lambda: MS.bench_mha(1, 4, 8, 2, repeats=1, target_sample_s=huge), "target_sample_s"),
+        (lambda: TM.Timing("a", huge, 1.0, (huge,)), "Timing('a').median_s"),
+        (lambda: TM.clock_elapsed(0, huge, "x"), "clock"),
+        (lambda: MEM.format_test_report(record), "seconds="),
+        (lambda: MS.plot_sweep(pd.DataFrame({"a": [huge]}, index=[1], dtype=object), None, title="t"),
+         "table['a']"),
+        (lambda: AB.measure(tiny_model(), AB.Evaluation(tokens, lambda logits: {"a": huge})),
+         "numbers a float holds"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_an_int_no_float_holds_is_named_by_the_bench_helpers_and_measure(index: int) -> None:
+    call, words = _huge_int_cases()[index]
+    raises_naming(ValueError, [words], call)

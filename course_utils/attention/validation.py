@@ -76,6 +76,7 @@ __all__ = [
     "MAX_NARGS",
     "shown",
     "check_dense",
+    "finite",
 ]
 
 
@@ -149,6 +150,16 @@ def check_dropout(value: object, name: str = "dropout_p") -> float:
     if math.isnan(number) or not 0.0 <= number < 1.0:
         raise ValueError(f"{name} must be a float in [0, 1), got {shown(value)}")
     return number
+
+
+def finite(value: numbers.Real) -> bool:
+    """``math.isfinite(value)`` that never raises: an int no float holds (``10**400``) counts as
+    not finite here, so the caller's own message names it (Python's "int too large to convert to
+    float" named nothing: battery 27)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _to_float(value: numbers.Real, name: str, expected: str) -> float:

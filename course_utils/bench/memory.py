@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from .. import cli
-from ..attention.validation import check_distinct, check_record, freeze_fields
+from ..attention.validation import check_distinct, check_record, finite, freeze_fields
 from ..paths import check_path, path_kind
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
@@ -376,7 +375,7 @@ def _checked_records(tests: object, source: str) -> dict[str, dict]:
         for key in ("peak_mb", "start_mb", "children_mb", "seconds"):
             value = record.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value < 0
+                                      or not finite(value) or value < 0
                                       or (key == "peak_mb" and value == 0)):
                 raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has {key}={value!r}: "
                                  f"expected a finite number {'> 0' if key == 'peak_mb' else '>= 0 or null'}")

@@ -13,7 +13,6 @@ the batched module, the batched module with ``F.scaled_dot_product_attention`` a
 from __future__ import annotations
 
 import argparse
-import math
 import numbers
 import statistics
 from collections import Counter
@@ -44,6 +43,7 @@ from ..attention.validation import (
     check_stream,
     check_table,
     check_tensor,
+    finite,
     freeze_fields,
 )
 from ..env import check_seed, torch_threads
@@ -188,7 +188,7 @@ def bench_mha(
     check_attention_fits(batch, seq_len, d_model, num_heads)
     seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
-            or not (math.isfinite(target_sample_s) and target_sample_s >= 0):
+            or not (finite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
                          f"sample), got {type(target_sample_s).__name__} {target_sample_s!r}")
     check_function_name(baseline, "baseline", IMPLEMENTATIONS, "the lesson's implementations")
@@ -280,7 +280,7 @@ def _check_sweep_table(table: object) -> None:
     for name, column in table.items():
         for index, value in column.items():
             if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                    or not (math.isfinite(value) and value > 0):
+                    or not (finite(value) and value > 0):
                 raise ValueError(f"table[{name!r}] at {table.index.name or 'index'}={index!r} must be a "
                                  f"finite time > 0 ms (sweep_mha's times), got {type(value).__name__} "
                                  f"{value!r:.60}")

@@ -24,6 +24,7 @@ from ..attention.validation import (
     check_int,
     check_real,
     check_record,
+    finite,
     freeze_fields,
 )
 
@@ -96,7 +97,7 @@ def _check_duration(value: object, name: str, *, positive: bool = False) -> floa
     that is divided by)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r:.60}")
-    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+    if not (finite(value) and (value > 0 if positive else value >= 0)):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
     return value
 
@@ -199,7 +200,7 @@ def clock_elapsed(start: object, end: object, around: str) -> float:
     readings = (start, end)
     numbers_read = all(isinstance(r, int | float) and not isinstance(r, bool) for r in readings)
     elapsed = end - start if numbers_read else None
-    if elapsed is None or not (math.isfinite(elapsed) and elapsed >= 0):
+    if elapsed is None or not (finite(elapsed) and elapsed >= 0):
         raise ValueError(f"clock must return seconds that never decrease (a finite int or float, not a "
                          f"bool), but it read {start!r} then {end!r} around {around}; use "
                          "time.perf_counter or time.thread_time")

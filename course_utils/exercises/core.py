@@ -80,7 +80,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_distinct
+from ..attention.validation import check_distinct, finite
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -1600,7 +1600,7 @@ def _check_tolerances(rtol: Any, atol: Any) -> None:
     """Tolerances are finite non-negative real numbers (a negative one matches nothing)."""
     for name, value in (("rtol", rtol), ("atol", atol)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
+                or not finite(value) or value < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r}")
 
 

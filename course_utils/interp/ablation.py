@@ -669,7 +669,12 @@ def _check_numbers(scores: object, must: str) -> dict[str, float]:
                 if isinstance(value, Tensor) else ""
             raise TypeError(f"{must} a dict {{name: number}} such as {{'loss': 2.3}}, got "
                             f"{name!r}: {_described(value)}{hint}")
-        if math.isnan(value):
+        try:
+            nan = math.isnan(value)
+        except OverflowError:  # an int no float holds: Python's message named nothing (battery 27)
+            raise ValueError(f"{must} a dict {{name: number}} of numbers a float holds, got {name!r}: "
+                             f"{_described(value)}") from None
+        if nan:
             raise ValueError(f"{must} a dict {{name: number}} with no NaN, got {name!r}: nan (a score "
                              f"reading logits an EvaluationAt does not compute gets NaN)")
     return scores

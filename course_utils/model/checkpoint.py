@@ -35,7 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as _tensors_to_bytes
 
-from ..attention.validation import check_holds_values
+from ..attention.validation import check_holds_values, finite
 from ..env import pick_device
 from ..paths import DATA_DIR, check_path
 from ..paths import path_kind as _what_is_there  # None for a regular file, else what it is, in words
@@ -310,7 +310,7 @@ def save_checkpoint(
     for key, value in metrics.items():
         if not isinstance(key, str):
             raise TypeError(f"metrics must be keyed by names (str), got {type(key).__name__} {key!r}")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not finite(value):
             raise ValueError(f"metrics[{key!r}] must be a finite number (the score load_checkpoint's user "
                              f"must reproduce; NaN and infinity are not JSON), got "
                              f"{type(value).__name__} {value!r:.60}")
@@ -567,7 +567,7 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
         raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0 and a 64-character sha256, "
                               f"found {meta['size_bytes']} and {meta['sha256']!r:.80}")
     bad_metrics = {k: v for k, v in meta["metrics"].items()
-                   if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)}
+                   if isinstance(v, bool) or not isinstance(v, int | float) or not finite(v)}
     if bad_metrics:
         raise CheckpointError(f"{meta_path.name}: every metric must be a finite number (save_checkpoint "
                               f"writes no NaN or infinity), found {bad_metrics}")

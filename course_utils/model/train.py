@@ -43,6 +43,7 @@ from ..attention.validation import (
     check_not_meta_device,
     check_real,
     check_record,
+    finite,
 )
 from ..env import check_seed, gradients_on, pick_device, torch_threads
 from ..tasks.synthetic import (
@@ -405,7 +406,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     if evaluate is not None:  # before the progress bar starts, not at the first evaluation
         check_callable(evaluate, "evaluate", "None or a function model -> {metric name: number}", nargs=1)
     if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
-                               or not math.isfinite(target)):
+                               or not finite(target)):
         raise ValueError(f"target must be a finite number (the level target_metric must reach) or None, "
                          f"got {type(target).__name__} {target!r}")
     if stop_at_target:
@@ -598,7 +599,7 @@ def _check_model_for_task(model: object, task, needed_len: int, name: str) -> No
 def _check_accuracy_target(target: object) -> None:
     """The task trainers' targets are accuracies: a number in 0..1 (above 1 is never reached,
     so ``steps_to_target`` would stay None and ``stop_at_target`` would never stop)."""
-    if isinstance(target, bool) or not isinstance(target, numbers.Real) or not math.isfinite(target):
+    if isinstance(target, bool) or not isinstance(target, numbers.Real) or not finite(target):
         raise TypeError(f"target must be an accuracy, a number in 0..1, got {type(target).__name__} "
                         f"{target!r}")
     if not 0.0 <= target <= 1.0:

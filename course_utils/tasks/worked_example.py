@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
-from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int, check_record
+from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int, check_record, finite
 from ..paths import DATA_DIR, check_path, path_kind
 
 __all__ = [
@@ -362,7 +362,7 @@ def _labels(obj: Any, where: str) -> tuple[str, ...]:
 def _number(v: Any, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise WorkedExampleError(f"{where} must be a number, got {type(v).__name__} {v!r}")
-    if not math.isfinite(v):
+    if not finite(v):
         raise WorkedExampleError(f"{where} must be a finite number, got {v!r}")
     return float(v)
 
