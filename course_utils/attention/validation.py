@@ -90,6 +90,9 @@ def shown(value: object, width: int | None = None) -> str:
     return text if width is None else text[:width]
 
 
+_shown = shown  # for check_mask_fits, whose argument ``shown`` hides the function
+
+
 def describe_shape(x: Tensor) -> str:
     """``(2, 5, 16)``: a shape as text for error messages; ``x`` is a tensor or an array (anything
     with a ``shape`` tuple), else a TypeError naming what arrived."""
@@ -903,7 +906,7 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
     ``shown`` is the mask as the caller passed it (for the error message), ``name`` its argument."""
     if isinstance(target, Tensor) or not isinstance(target, (tuple, list, torch.Size)):
         raise TypeError(f"check_mask_fits: target must be the scores' shape, a tuple of ints such as "
-                        f"(B, h, Tq, Tk), got {type(target).__name__} {shown(target, 60)}")
+                        f"(B, h, Tq, Tk), got {type(target).__name__} {_shown(target, 60)}")
     target = tuple(check_int_list(target, "check_mask_fits: target", minimum=0))
     if len(target) < 2 or not isinstance(target_names, str) or not isinstance(name, str):
         raise TypeError(f"check_mask_fits: target needs at least (Tq, Tk), got {target}; target_names and "
