@@ -118,7 +118,8 @@ def test_importance_equals_finite_differences():
                 logits, _ = model(tokens, head_mask=gates)
             losses.append(sequence_losses(logits, targets))  # (B,): each sequence's own derivative
         expected[layer, head] = ((losses[0] - losses[1]) / (2 * eps)).abs().mean()
-    torch.testing.assert_close(importance, expected.float(), rtol=1e-4, atol=1e-7)
+    assert importance.dtype == torch.float64  # the model's dtype (float32 before battery 27)
+    torch.testing.assert_close(importance, expected, rtol=1e-4, atol=1e-7)
     assert all(p.grad is None for p in model.parameters()), "no gradient is left on the weights"
     assert all(p.requires_grad for p in model.parameters())
 

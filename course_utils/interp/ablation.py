@@ -723,7 +723,8 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     _check_targets_like(targets, tokens)
     check_int(chunk_size, "chunk_size", minimum=1)
     cfg = model.config
-    total = torch.zeros(cfg.num_layers, cfg.num_heads, device=tokens.device)
+    total = torch.zeros(cfg.num_layers, cfg.num_heads, device=tokens.device,
+                        dtype=model.token_embedding.weight.dtype)
     weights = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)
