@@ -83,6 +83,9 @@ __all__ = [
 def shown(value: object, width: int | None = None) -> str:
     """``repr(value)``, cut to ``width`` characters, for a message; never raises: a value whose
     ``__repr__`` raises is named by its type (its error replaced the message: battery 27)."""
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
+        raise TypeError(f"shown's width must be None or an int >= 0, got {type(width).__name__} "
+                        f"{width!r:.40}")
     try:
         text = repr(value)
     except Exception as err:  # noqa: BLE001
@@ -158,10 +161,10 @@ def check_dropout(value: object, name: str = "dropout_p") -> float:
 def finite(value: numbers.Real) -> bool:
     """``math.isfinite(value)`` that never raises: an int no float holds (``10**400``) counts as
     not finite here, so the caller's own message names it (Python's "int too large to convert to
-    float" named nothing: battery 27)."""
+    float" named nothing: battery 27); so does anything that is no real number (battery 28)."""
     try:
         return math.isfinite(value)
-    except OverflowError:
+    except (OverflowError, TypeError, ValueError):  # also what is no real number: '0.1', None
         return False
 
 
@@ -643,7 +646,11 @@ def check_device(device: object, name: str = "device") -> torch.device:
 def check_not_meta_device(device: torch.device, name: str = "device", *, asked: object = None) -> None:
     """The parsed ``device`` is not the meta device (its tensors have a shape but no values): the
     rule of :func:`check_device`, for a caller that only parses its device (``asked``, default
-    ``device``, is what the message shows)."""
+    ``device``, is what the message shows). ``device`` must be a ``torch.device`` (a TypeError
+    naming ``name`` otherwise: a str gave "'str' object has no attribute 'type'": battery 28)."""
+    if not isinstance(device, torch.device):
+        raise TypeError(f"{name} must be a parsed torch.device (check_device parses a name), got "
+                        f"{type(device).__name__} {shown(device, 60)}")
     if device.type == "meta":
         raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got "
                          f"{(str(device) if asked is None else asked)!r}: meta tensors have a shape but "
@@ -745,7 +752,10 @@ def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
 def check_not_inference(x: Tensor, name: str, *, tracked: bool) -> None:
     """``x`` was not made under ``torch.inference_mode()`` when the computation it enters records
     gradients (``tracked``: a parameter or input there needs them, and grad mode is on): torch
-    cannot keep an inference tensor for backward, and says so naming no argument."""
+    cannot keep an inference tensor for backward, and says so naming no argument. ``tracked`` is
+    a real bool (:func:`check_flag`)."""
+    if type(tracked) is not bool:
+        check_flag(tracked, f"check_not_inference's tracked (for {name})")
     if tracked and x.is_inference() and torch.is_grad_enabled():
         raise ValueError(
             f"{name} was made under torch.inference_mode() and cannot take part in a computation that "
@@ -990,6 +1000,8 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
         hint = " (did the function forget to return them?)" if pair is None else ""
         raise TypeError(f"{name} must be a (k, v) pair of tensors (B, g, {length}, dk){alternatives}, "
                         f"got {got}{hint}")
+    for size, label in ((batch, "batch"), (num_kv_heads, "num_kv_heads"), (d_k, "d_k")):
+        check_int(size, f"check_kv_pair's {label} (for {name})", minimum=1)  # not the tensors' fault
     expected = f"(B={batch}, g={num_kv_heads}, {length}, dk={d_k})"
     for part, t in zip(("k", "v"), pair, strict=True):
         check_tensor(t, f"{name} {part}", ndim=4, layout=expected)
@@ -1151,6 +1163,8 @@ def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias:
     as a size mismatch naming nothing): a TypeError or ValueError naming ``name``, what it should
     be and what it is, ending with ``why`` (e.g. ``"to_torch copies it"``) when given."""
     tail = f" ({why})" if why else ""
+    check_int(d_in, f"check_linear_layer's d_in (for {name})", minimum=1)  # a str "3" blamed the layer
+    check_int(d_out, f"check_linear_layer's d_out (for {name})", minimum=1)
     if not isinstance(layer, torch.nn.Linear):
         raise TypeError(f"{name} must be an nn.Linear({d_in}, {d_out}){tail}, got {type(layer).__name__} "
                         f"{shown(layer, 60)}")
