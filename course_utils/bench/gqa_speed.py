@@ -76,6 +76,7 @@ from ..attention.validation import (
     check_record,
     freeze_fields,
 )
+from ..attention.validation import shown as shown_value
 from ..env import check_seed, torch_threads
 from .decode_step import (
     MAX_FLUSH_MULTIPLE,
@@ -194,14 +195,15 @@ class DecodeRow:
         for method, samples in self.samples_s.items():
             if method not in SHARING_METHODS or not samples:
                 raise ValueError(f"DecodeRow.samples_s must map methods of {list(SHARING_METHODS)} to at "
-                                 f"least one sample each, got {method!r:.60}: {samples!r:.60}")
+                                 f"least one sample each, got {shown_value(method, 60)}: "
+                                 f"{shown_value(samples, 60)}")
 
     def _samples(self, method: object) -> tuple[float, ...]:
         """This row's samples of ``method``; a clear error naming the methods timed if none."""
         found = self.samples_s.get(method) if isinstance(method, str) else None
         if not found:
             raise ValueError(f"method must be one of the methods timed for g={self.num_kv_heads} "
-                             f"({list(self.samples_s)}), got {method!r:.60}")
+                             f"({list(self.samples_s)}), got {shown_value(method, 60)}")
         return found
 
     def best_s(self, method: str) -> float:
@@ -453,6 +455,7 @@ def make_kv_caches(
     """Queries ``(B, h, 1, dk)`` per layer and, for each ``g``, per-layer ``(k, v)``
     ``(B, g, T, dk)``. With ``B = 1`` every ``g``'s cache is a contiguous view of the first
     ``g`` heads of the MHA cache, so the caches of all ``g`` together take the MHA's memory."""
+    groups = check_int_list(groups, "groups", minimum=1)  # read once: a generator (battery 28)
     num_heads, d_head, context, num_layers, batch = _check_config(num_heads, d_head, context, num_layers,
                                                                   batch, groups)
     check_device(device, "device")
@@ -528,7 +531,7 @@ def bench_decode(
     unknown = [m for m in methods if not isinstance(m, str) or m not in SHARING_METHODS]
     if unknown or "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
-                         f"got {methods!r:.120}")
+                         f"got {shown_value(methods, 120)}")
     notes = []
     if "fused" in methods and (why := _fused_unavailable(d_head, device, dtype)):
         methods, notes = [m for m in methods if m != "fused"], [why]
@@ -617,6 +620,7 @@ def stage_times(
     the last-level cache) is read before every
     timed call so that no stage finds its data in the last-level cache. Shows which stage
     keeps the small-``g`` step from shrinking as fast as its cache."""
+    groups = check_int_list(groups, "groups", minimum=1)  # read once: a generator (battery 28)
     repeats = check_round_counts(repeats)[0]
     queries, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
     flush = random_buffer(_flush_size(flush_mib), seed=1)
@@ -677,6 +681,7 @@ def stage_bandwidth(
     the fastest one thread streams it; the copy figure is one thread's ``dst.copy_(src)``
     of ``flush_mib`` MiB. A stage well below the ``read`` row is limited by its kernel,
     not by memory."""
+    groups = check_int_list(groups, "groups", minimum=1)  # read once: a generator (battery 28)
     best = stage_times(groups, num_heads=num_heads, d_head=d_head, context=context,
                        num_layers=num_layers, repeats=repeats, flush_mib=flush_mib)
     _, caches = make_kv_caches(num_heads, d_head, context, num_layers, groups)
@@ -836,7 +841,7 @@ def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progr
     str or None."""
     if not isinstance(steps, dict) or not steps:
         raise ValueError(f"steps must be a non-empty dict name -> function of no arguments, got "
-                         f"{type(steps).__name__} {steps!r:.60}")
+                         f"{type(steps).__name__} {shown_value(steps, 60)}")
     _check_functions(steps, "steps")
     check_function_name(baseline, "baseline", steps, "the names of steps")
     if flush_bytes is not None:
@@ -844,7 +849,7 @@ def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progr
         check_fits_in_memory(flush_bytes, "flush_bytes", "a float32 buffer read before every timed call")
     if progress is not None and not isinstance(progress, str):
         raise TypeError(f"progress must be a str (the progress bar's label) or None (no bar), got "
-                        f"{type(progress).__name__} {progress!r:.60}")
+                        f"{type(progress).__name__} {shown_value(progress, 60)}")
 
 
 def time_cold(steps: dict[str, Callable[[], object]], *, baseline: str, repeats: int = 9,
