@@ -45,6 +45,7 @@ from ..attention.validation import (
     check_tensor,
     finite,
     freeze_fields,
+    shown,
 )
 from ..env import check_seed, torch_threads
 from .timing import (
@@ -140,16 +141,16 @@ def forward_callables(modules: dict[str, nn.Module], x: Tensor) -> dict[str, Cal
     """
     if not isinstance(modules, dict) or not all(isinstance(m, nn.Module) for m in modules.values()):
         raise TypeError(f"modules must be a dict {{label: nn.Module}} (what lesson_implementations returns), "
-                        f"got {type(modules).__name__} {modules!r:.60}")
+                        f"got {type(modules).__name__} {shown(modules, 60)}")
     check_tensor(x, "x", ndim=3, layout="(B, T, d_model)")
     check_dims_not_empty(x, "x", ("B",))  # an empty batch would time passes over nothing
     for name, m in modules.items():  # refused now, not when the benchmark calls it
         weight = next(m.parameters(), None)
         width = _width(m)
         if weight is not None and width is not None:
-            check_stream(x, f"x (for modules[{name!r}])", d_model=width, weight=weight)
+            check_stream(x, f"x (for modules[{shown(name)}])", d_model=width, weight=weight)
         elif weight is not None:
-            check_matches_module(x, f"x (for modules[{name!r}])", weight)
+            check_matches_module(x, f"x (for modules[{shown(name)}])", weight)
 
     def call(m: nn.Module) -> Callable[[], Tensor]:
         if isinstance(m, nn.MultiheadAttention):
@@ -190,7 +191,7 @@ def bench_mha(
     if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
             or not (finite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
-                         f"sample), got {type(target_sample_s).__name__} {target_sample_s!r}")
+                         f"sample), got {type(target_sample_s).__name__} {shown(target_sample_s)}")
     check_function_name(baseline, "baseline", IMPLEMENTATIONS, "the lesson's implementations")
     modules = lesson_implementations(d_model, num_heads, device=device, dtype=dtype, seed=seed)
     gen = torch.Generator().manual_seed(seed)
@@ -217,9 +218,9 @@ def _check_sweep(vary: object, values: object, given: dict[str, object],
     default of :data:`SWEEP_DEFAULTS`); ``statistic`` "min" or "median". Returns the values as
     a list and the fixed sizes."""
     if vary not in _SWEEPABLE:
-        raise ValueError(f"vary must be one of {_SWEEPABLE}, got {vary!r}")
+        raise ValueError(f"vary must be one of {_SWEEPABLE}, got {shown(vary)}")
     if given[vary] is not None:
-        raise ValueError(f"{vary} must be left out (None) when vary={vary!r}: values sets it row by "
+        raise ValueError(f"{vary} must be left out (None) when vary={shown(vary)}: values sets it row by "
                          f"row, so the {type(given[vary]).__name__} {given[vary]!r:.60} given for it "
                          "would be ignored")
     fixed = {name: check_int(SWEEP_DEFAULTS[name] if value is None else value, name, minimum=1)
@@ -227,7 +228,7 @@ def _check_sweep(vary: object, values: object, given: dict[str, object],
     values = check_distinct(check_int_list(values, "values", minimum=1), "values",
                             f"sizes (each is one row of the table, indexed by {vary})")
     if statistic not in ("min", "median"):
-        raise ValueError(f"statistic must be 'min' or 'median', got {statistic!r}")
+        raise ValueError(f"statistic must be 'min' or 'median', got {shown(statistic)}")
     for value in values:
         sizes = {**fixed, vary: value}
         check_head_dims(sizes["d_model"], sizes["num_heads"])
@@ -281,9 +282,10 @@ def _check_sweep_table(table: object) -> None:
         for index, value in column.items():
             if isinstance(value, bool) or not isinstance(value, numbers.Real) \
                     or not (finite(value) and value > 0):
-                raise ValueError(f"table[{name!r}] at {table.index.name or 'index'}={index!r} must be a "
+                raise ValueError(f"table[{shown(name)}] at {table.index.name or 'index'}={shown(index)} "
+                                 f"must be a "
                                  f"finite time > 0 ms (sweep_mha's times), got {type(value).__name__} "
-                                 f"{value!r:.60}")
+                                 f"{shown(value, 60)}")
 
 
 def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (ms)", logy: bool = True):
@@ -298,7 +300,7 @@ def plot_sweep(table, ax, *, title: str, ylabel: str = "time per forward pass (m
     for label, text in (("title", title), ("ylabel", ylabel)):
         if not isinstance(text, str):  # matplotlib would draw str() of anything: b'...', 123
             raise TypeError(f"{label} must be a str (the plot's {label}), got {type(text).__name__} "
-                            f"{text!r:.60}")
+                            f"{shown(text, 60)}")
     for name in table.columns:
         ax.plot(table.index, table[name], marker="o", label=name)
     ax.set_xscale("log", base=2)
@@ -397,8 +399,8 @@ class DeviceComparison:
             # only a clear contradiction: a diff within rounding of atol may read either way
             if self.agree[name] and not diff <= self.atol * (1 + 1e-9) or \
                     not self.agree[name] and diff <= self.atol * (1 - 1e-9):
-                raise ValueError(f"DeviceComparison.agree[{name!r}] must say whether max_abs_diff "
-                                 f"{diff!r} <= atol {self.atol!r} (tolerance x reference_std), got "
+                raise ValueError(f"DeviceComparison.agree[{shown(name)}] must say whether max_abs_diff "
+                                 f"{shown(diff)} <= atol {shown(self.atol)} (tolerance x reference_std), got "
                                  f"{self.agree[name]!r}")
 
     @property
@@ -438,7 +440,7 @@ def compare_on_device(
         raise RuntimeError(f"compare_on_device(device={str(device)!r}) cannot run: {why}. Run it on a "
                            "machine with an NVIDIA GPU and torch >= 2.3, or pass device='cpu'.")
     device = check_device(device, "device")  # a malformed one ('cuda:x') is named here
-    if dtype not in TOLERANCES:
+    if not isinstance(dtype, torch.dtype) or dtype not in TOLERANCES:  # a list: "unhashable" (battery 28)
         raise ValueError(f"dtype must be one of {list(TOLERANCES)}, got {dtype}")
     check_int(batch, "batch", minimum=1)
     check_int(seq_len, "seq_len", minimum=1)
