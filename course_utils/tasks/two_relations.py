@@ -57,6 +57,7 @@ from ..attention.validation import (
     check_record,
     check_rows,
     freeze_fields,
+    shown,
 )
 from ..env import check_seed, gradients_on, seed_everything, torch_threads
 from ..parallel import default_workers, parallel_map
@@ -169,7 +170,7 @@ def _slice_rows(index: slice, size: int) -> range:
         return range(size)[index]
     except (TypeError, ValueError) as err:  # a zero step, float or str bounds
         raise ValueError(f"index as a slice must have int (or None) bounds and a non-zero step, got "
-                         f"{index!r} ({err})") from None
+                         f"{shown(index)} ({err})") from None
 
 
 def _check_lookup_fields(batch: LookupBatch) -> None:
@@ -178,7 +179,7 @@ def _check_lookup_fields(batch: LookupBatch) -> None:
         value = getattr(batch, name)
         if not isinstance(value, Tensor) or value.dtype != torch.int64:
             got = (f"dtype {value.dtype}" if isinstance(value, Tensor)
-                   else f"{type(value).__name__} {value!r:.40}")
+                   else f"{type(value).__name__} {shown(value, 40)}")
             raise TypeError(f"LookupBatch.{name} must be an int64 tensor, got {got}")
     if batch.item_keys.ndim != 2:
         raise ValueError(f"LookupBatch.item_keys must be (n, T), got shape {tuple(batch.item_keys.shape)}")
@@ -219,8 +220,10 @@ def _check_answers(batch: LookupBatch) -> None:
         if bad.numel():
             row, col = (int(i) for i in bad[0])
             raise ValueError(f"LookupBatch.answer_symbols[:, {column}] must be the symbol of the items under "
-                             f"key {key} (relation {column}), {int(batch.item_symbols[row, col])} at row "
-                             f"{row} (item {col}), got {int(batch.answer_symbols[row, column])}")
+                             f"key {key} (relation {column}), but LookupBatch.item_symbols holds "
+                             f"{int(batch.item_symbols[row, col])} at row {row} (item {col}) and "
+                             f"answer_symbols {int(batch.answer_symbols[row, column])}: one of the two "
+                             f"is wrong")
 
 
 def _check_target(batch: LookupBatch) -> None:
@@ -337,7 +340,7 @@ class LookupModel(nn.Module):
             raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__}")
         check_int(hidden, "hidden", minimum=1)
         if values not in VALUE_KINDS:
-            raise ValueError(f"values must be 'content' or 'tagged', got {values!r}")
+            raise ValueError(f"values must be 'content' or 'tagged', got {shown(values)}")
         check_int(d_model, "d_model", minimum=1)
         check_linear_weights_fit(  # the embeddings, attention and readout, before allocating
             d_model, (3 * task.num_keys, task.num_symbols, 4 * d_model, hidden),
@@ -371,7 +374,7 @@ def _check_batch(batch: object) -> None:
     """``batch`` is a :class:`LookupBatch`."""
     if not isinstance(batch, LookupBatch):
         raise TypeError(f"batch must be a LookupBatch (from TwoKeyTask.sample), got "
-                        f"{type(batch).__name__} {batch!r:.60}")
+                        f"{type(batch).__name__} {shown(batch, 60)}")
 
 
 def _check_batch_fits(model: object, batch: object) -> None:
@@ -379,7 +382,7 @@ def _check_batch_fits(model: object, batch: object) -> None:
     many items per example, and keys and symbols in the ranges its embeddings know (another
     task's batch would otherwise fail in an embedding, "index out of range in self")."""
     if not isinstance(model, LookupModel):
-        raise TypeError(f"model must be a LookupModel, got {type(model).__name__} {model!r:.60}")
+        raise TypeError(f"model must be a LookupModel, got {type(model).__name__} {shown(model, 60)}")
     check_model_holds_values(model)
     _check_batch(batch)
     task = model.task
@@ -425,9 +428,9 @@ class RelationsConfig:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
             check_int(getattr(self, name), f"RelationsConfig.{name}", minimum=1)
         if check_real(self.lr, "RelationsConfig.lr") <= 0:  # NaN, infinity, bools, strings refused there
-            raise ValueError(f"RelationsConfig.lr must be a finite number > 0, got {self.lr!r}")
+            raise ValueError(f"RelationsConfig.lr must be a finite number > 0, got {shown(self.lr)}")
         if self.values not in VALUE_KINDS:
-            raise ValueError(f"RelationsConfig.values must be one of {VALUE_KINDS}, got {self.values!r}")
+            raise ValueError(f"RelationsConfig.values must be one of {VALUE_KINDS}, got {shown(self.values)}")
         for name in ("batch_size", "eval_size"):  # before training draws the first batch
             n = getattr(self, name)
             check_fits_in_memory(n * _MIN_BYTES_PER_EXAMPLE, name, f"{n:,} examples of at least "
@@ -490,9 +493,9 @@ def _check_run_settings(task: object, config: object, on_eval: object) -> None:
     """The arguments every run of :func:`train_lookup` shares: checked once in the parent by
     :func:`compare_heads`, so a bad one is named here rather than inside a worker's traceback."""
     if not isinstance(task, TwoKeyTask):
-        raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__} {task!r:.60}")
+        raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__} {shown(task, 60)}")
     if not isinstance(config, RelationsConfig):
-        raise TypeError(f"config must be a RelationsConfig, got {type(config).__name__} {config!r:.60}")
+        raise TypeError(f"config must be a RelationsConfig, got {type(config).__name__} {shown(config, 60)}")
     if on_eval is not None:  # called at every evaluation with four arguments
         check_callable(on_eval, "on_eval", "callable or None: a function on_eval(num_heads, seed, step, "
                        "model)", nargs=4)
@@ -565,7 +568,7 @@ def compare_heads(task: TwoKeyTask, heads: Sequence[int] = (1, 2), seeds: Sequen
     for num_heads in heads:  # as the model's attention will, before the workers start
         check_head_dims(config.d_model, num_heads, heads_name="heads")
     if not isinstance(progress, bool):
-        raise TypeError(f"progress must be True or False, got {type(progress).__name__} {progress!r}")
+        raise TypeError(f"progress must be True or False, got {type(progress).__name__} {shown(progress)}")
     jobs = [(h, s) for h in heads for s in seeds]
 
     def run(job: tuple[int, int]) -> RunResult:
@@ -595,7 +598,7 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
     import pandas as pd
 
     if which not in ("final", "a", "b"):
-        raise ValueError(f"which must be 'final', 'a' or 'b', got {which!r}")
+        raise ValueError(f"which must be 'final', 'a' or 'b', got {shown(which)}")
     _check_digits(digits)
     _check_results(results)
     pick = {"final": lambda r: r.final_accuracy, "a": lambda r: r.relation_accuracy[0],
@@ -637,7 +640,7 @@ def _check_title(title: object) -> None:
     repr (``b'...'``) or silently replaced by the default (``b""``)."""
     if not isinstance(title, str):
         raise TypeError(f"title must be a str ('' for the default title), got {type(title).__name__} "
-                        f"{title!r:.60}")
+                        f"{shown(title, 60)}")
 
 
 def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = ""):
@@ -651,7 +654,7 @@ def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = 
         grids = sorted({r.steps for r in results if r.num_heads == h})
         if len(grids) > 1:
             raise ValueError(f"results of {h} heads must share one grid of steps (their mean is taken step "
-                             f"by step), got {len(grids)}: {grids!r:.120} (trained with other steps or "
+                             f"by step), got {len(grids)}: {shown(grids, 120)} (trained with other steps or "
                              f"eval_every?)")
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
@@ -769,7 +772,7 @@ def accuracy_by_share(model: LookupModel, batch: LookupBatch, *, head: int = 0,
     _check_digits(digits)
     if isinstance(edges, (str, bytes, dict, set, frozenset)) or not isinstance(edges, Sequence):
         raise TypeError(f"edges must be a list or tuple of numbers rising from 0 to 1, such as "
-                        f"(0.0, 0.5, 1.0), got {type(edges).__name__} {edges!r:.60}")
+                        f"(0.0, 0.5, 1.0), got {type(edges).__name__} {shown(edges, 60)}")
     edges = [check_real(e, f"edges[{i}]") for i, e in enumerate(edges)]
     if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or edges != sorted(set(edges)):
         raise ValueError(f"edges must rise strictly from 0 to 1, got {edges}")
