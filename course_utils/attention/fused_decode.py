@@ -122,6 +122,7 @@ from torch import Tensor
 
 from .gqa import _check_gqa_inputs, grouped_query_attention
 from .validation import MAX_THREADS, check_int
+from .validation import shown as shown_value
 
 __all__ = ["HEAD_WIDTH", "MAX_THREADS", "fused_decode_attention", "fused_decode_build", "fused_decode_status",
            "reset_fused_decode"]
@@ -193,7 +194,7 @@ def _trusted_path() -> tuple[str, list[str]]:
             continue
         seen.add(entry)
         if not entry or not os.path.isabs(entry):
-            skipped.append(f"PATH entry {entry!r} skipped: it is relative (the working directory)")
+            skipped.append(f"PATH entry {shown_value(entry)} skipped: it is relative (the working directory)")
             continue
         try:
             why = _unsafe_program_folder(Path(entry))
@@ -268,7 +269,7 @@ def _compiler(path: str | None = None) -> list[str] | str:
     try:
         chosen = shlex.split(raw)
     except ValueError as exc:  # e.g. CC='gcc "': No closing quotation
-        return (f"CC={raw!r} is not a command line the shell could split ({exc}); "
+        return (f"CC={shown_value(raw)} is not a command line the shell could split ({exc}); "
                 "set CC to a compiler command such as CC=gcc or CC='ccache gcc'")
     if chosen:
         first = chosen[0]
@@ -281,7 +282,7 @@ def _compiler(path: str | None = None) -> list[str] | str:
         else:
             found = shutil.which(first, path=path)
             if found is None:
-                return f"CC={raw}: no program {first!r} found on PATH"
+                return f"CC={raw}: no program {shown_value(first)} found on PATH"
         why = _unsafe_program(found)
         if why is not None:
             return f"CC={raw}: {why}"
@@ -320,7 +321,8 @@ def _timeout_s() -> float | str:
     except ValueError:
         value = math.nan
     if not (value > 0 and math.isfinite(value)):
-        return f"{TIMEOUT_ENV}={raw!r}: expected a number of seconds > 0 (default {_DEFAULT_TIMEOUT_S:g})"
+        return (f"{TIMEOUT_ENV}={shown_value(raw)}: expected a number of seconds > 0 (default "
+                f"{_DEFAULT_TIMEOUT_S:g})")
     return value
 
 
@@ -834,7 +836,7 @@ def _disk_full(folder: Path, text: str) -> str | None:
     16 MiB is free in ``folder`` or the temp folder, where compilers write), or None."""
     for words in _DISK_FULL_WORDS:
         if words in text:
-            return f"a disk it writes to is full (it said {words!r})"
+            return f"a disk it writes to is full (it said {shown_value(words)})"
     for where in (folder, Path(tempfile.gettempdir())):
         try:
             fs = os.statvfs(where)
@@ -1027,7 +1029,7 @@ def _cached_or_built(cc: list[str], flags: tuple[str, ...], folder: Path, name: 
             # Recorded by an older version of this module (an older self-test, or none): built
             # again, never loaded, not even in a self-test process (its constructor would run there).
             notes.append(f"rebuilt {library.name}: its record does not say it passed the current "
-                         f"self-test ({_SELF_TEST_PASSED!r}), so it was not loaded")
+                         f"self-test ({shown_value(_SELF_TEST_PASSED)}), so it was not loaded")
         except (_Untrusted, OSError) as exc:
             notes.append(f"rebuilt {library.name}: {exc}")
             warnings.warn(f"fused decode kernel: {exc}; building it again", RuntimeWarning, stacklevel=5)

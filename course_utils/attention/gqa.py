@@ -61,6 +61,7 @@ from .validation import (
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
+    shown,
 )
 
 __all__ = [
@@ -306,7 +307,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"mha must be a course_utils MultiHeadAttention, got {type(mha).__name__}")
         if not isinstance(method, str) or method not in CONVERSION_METHODS:
-            raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
+            raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {shown(method)}")
         check_int(num_kv_heads, "num_kv_heads", minimum=1)
         check_generator(generator, "generator")
         mha._check_projections("from_multi_head")  # a layer replaced since mha was built is named

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from torch import Tensor, nn
 
-from .validation import check_callable, check_edited_heads, check_flag
+from .validation import check_callable, check_edited_heads, check_flag, shown
 
 __all__ = ["HookFn", "HookPoint", "hook_points", "name_hook_points", "hooks", "run_with_cache"]
 
@@ -53,7 +53,7 @@ class HookPoint(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):  # any tensor (ids too): the point passes it on unchanged
             raise TypeError(f"x (what the hook point {self.name or '(unnamed)'} passes on) must be a "
-                            f"torch.Tensor, got {type(x).__name__} {x!r:.60}")
+                            f"torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
         for fn in list(self.fns):
             result = fn(x, self)
             if result is not None:
@@ -88,11 +88,11 @@ def _matching(points: dict[str, HookPoint], where: Where, name: str = "names") -
     if callable(where):
         found = {point_name: p for point_name, p in points.items()
                  if check_flag(where(point_name), f"{name} (a test on hook point names), asked about "
-                                                  f"{point_name!r},")}
+                                                  f"{shown(point_name)},")}
     else:
         found = {where: points[where]} if isinstance(where, str) and where in points else {}
     if not found:
-        what = f"named {where!r}" if isinstance(where, str) else "whose name passes the test given"
+        what = f"named {shown(where)}" if isinstance(where, str) else "whose name passes the test given"
         raise ValueError(f"no hook point {what}; the module has {list(points)[:8]}"
                          + (" ..." if len(points) > 8 else ""))
     return found
@@ -106,18 +106,18 @@ def _check_where(where: object, name: str) -> None:
         kind = " (a module is callable, but it is not a test on hook point names)" \
             if isinstance(where, nn.Module) else ""
         raise TypeError(f"{name} must be a hook point's name (str) or a function name -> bool, got "
-                        f"{type(where).__name__} {where!r:.60}{kind}")
+                        f"{type(where).__name__} {shown(where, 60)}{kind}")
 
 
 def _check_fwd_hooks(fwd_hooks: object) -> None:
     """A list (or tuple) of ``(name or test, fn)`` pairs."""
     if not isinstance(fwd_hooks, list | tuple):
         raise TypeError(f"fwd_hooks must be a list of (name, fn) pairs, got {type(fwd_hooks).__name__} "
-                        f"{fwd_hooks!r:.60}")
+                        f"{shown(fwd_hooks, 60)}")
     for i, pair in enumerate(fwd_hooks):
         if not (isinstance(pair, list | tuple) and len(pair) == 2):
             raise TypeError(f"fwd_hooks[{i}] must be a pair (name, fn), got {type(pair).__name__} "
-                            f"{pair!r:.60}")
+                            f"{shown(pair, 60)}")
         _check_where(pair[0], f"fwd_hooks[{i}][0]")  # the function is checked where it is added
 
 
@@ -175,7 +175,7 @@ def run_with_cache(module: nn.Module, *args: object, names: Sequence[Where] | Wh
     else:
         if not isinstance(names, list | tuple):
             raise TypeError(f"names must be None, a hook point's name, a function name -> bool or a list "
-                            f"of names, got {type(names).__name__} {names!r:.60}")
+                            f"of names, got {type(names).__name__} {shown(names, 60)}")
         for i, where in enumerate(names):
             _check_where(where, f"names[{i}]")
         wanted = [name for i, where in enumerate(names) for name in _matching(points, where, f"names[{i}]")]

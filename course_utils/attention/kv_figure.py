@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .validation import check_axes, check_distinct, check_int, check_kv_heads
+from .validation import check_axes, check_distinct, check_int, check_kv_heads, shown
 
 __all__ = ["plot_kv_sharing", "plot_kv_cache_growth", "design_name"]
 
@@ -37,7 +37,7 @@ def plot_kv_sharing(num_heads: int = 8, kv_heads: Sequence[int] = (8, 2, 1), ax=
     check_axes(ax)
     if isinstance(kv_heads, (str, bytes)) or not isinstance(kv_heads, Sequence) or not kv_heads:
         raise TypeError(f"kv_heads must be a non-empty sequence of ints (key/value heads per design), "
-                        f"got {kv_heads!r}")
+                        f"got {shown(kv_heads)}")
     groups = [check_int(g, f"kv_heads[{i}]", minimum=1) for i, g in enumerate(kv_heads)]
     check_distinct(groups, "kv_heads", "K/V head counts (one row each: a repeat draws one design twice)")
     for i, g in enumerate(groups):

@@ -103,7 +103,7 @@ def _mask_device(device: object) -> torch.device | None:
         parsed = torch.device(device)
     except RuntimeError:
         raise ValueError(f"device must be a device name such as 'cpu', 'cuda' or 'cuda:0', got "
-                         f"{device!r}") from None
+                         f"{shown(device)}") from None
     return parsed if parsed.type == "meta" else check_device_present(parsed, "device", asked=device)
 
 
@@ -180,10 +180,10 @@ def _lengths_tensor(lengths: object) -> Tensor:
     elif isinstance(lengths, (list, tuple)):
         for value in lengths:
             if isinstance(value, (list, tuple)):
-                raise ValueError(f"lengths must be 1-D (B,): one int per sequence, got {lengths!r}")
+                raise ValueError(f"lengths must be 1-D (B,): one int per sequence, got {shown(lengths)}")
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"lengths must be integers (one int per sequence), got "
-                                f"{type(value).__name__} {value!r} in {lengths!r}")
+                                f"{type(value).__name__} {shown(value)} in {shown(lengths)}")
             if not -(2**63) <= value < 2**63:
                 raise ValueError(f"lengths must be ints that fit in int64, got {value}")
         tensor = torch.tensor([int(v) for v in lengths], dtype=torch.long)
@@ -191,7 +191,7 @@ def _lengths_tensor(lengths: object) -> Tensor:
         return _lengths_tensor(torch.as_tensor(lengths))
     else:
         raise TypeError(f"lengths must be a list of ints or an integer tensor (B,), got "
-                        f"{type(lengths).__name__} {lengths!r}")
+                        f"{type(lengths).__name__} {shown(lengths)}")
     if tensor.ndim != 1:
         raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(tensor.shape)}")
     return tensor

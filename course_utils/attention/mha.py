@@ -50,6 +50,7 @@ from .validation import (
     check_same_dtype_and_device,
     check_sdpa_inputs,
     combine_masks,
+    shown,
 )
 
 __all__ = ["scaled_dot_product_attention", "check_head_dims", "MultiHeadAttentionBase", "MultiHeadAttention"]
@@ -408,7 +409,7 @@ class MultiHeadAttention(MultiHeadAttentionBase):
         dk = check_head_dims(d, self.num_heads, heads_name=f"{label}.num_heads")
         if self.d_k != dk:
             raise ValueError(f"{label}.d_model, .num_heads and .d_k must agree (d_k = d_model // num_heads), "
-                             f"got d_model={d}, num_heads={self.num_heads}, d_k={self.d_k!r}: was one "
+                             f"got d_model={d}, num_heads={self.num_heads}, d_k={shown(self.d_k)}: was one "
                              f"changed after construction?")
         check_dropout(self.dropout, f"{label}.dropout")
         why = f"{caller} {'reads' if caller == 'forward' else 'copies'} it"

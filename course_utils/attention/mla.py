@@ -45,6 +45,7 @@ from .validation import (
     check_positive_number,
     check_tensor,
     describe_shape,
+    shown,
 )
 
 __all__ = ["MLAConfig", "DEEPSEEK_V2", "cache_elements_per_token", "rope",
@@ -93,8 +94,8 @@ def cache_elements_per_token(kind: str, *, num_heads: int = 0, d_head: int = 0, 
     if kind in uses:
         unused = {name: value for name, value in given.items() if name not in uses[kind] and value != 0}
         if unused:
-            raise ValueError(f"kind={kind!r} uses only {', '.join(uses[kind])}; got also "
-                             f"{', '.join(f'{n}={v!r}' for n, v in unused.items())}")
+            raise ValueError(f"kind={shown(kind)} uses only {', '.join(uses[kind])}; got also "
+                             f"{', '.join(f'{n}={shown(v)}' for n, v in unused.items())}")
     if kind == "MHA":
         return 2 * check_int(num_heads, "num_heads", minimum=1) * check_int(d_head, "d_head", minimum=1)
     if kind == "GQA":
@@ -103,7 +104,7 @@ def cache_elements_per_token(kind: str, *, num_heads: int = 0, d_head: int = 0, 
         return 2 * check_int(d_head, "d_head", minimum=1)
     if kind == "MLA":
         return check_int(d_latent, "d_latent", minimum=1) + check_int(d_rope, "d_rope", minimum=0)
-    raise ValueError(f"kind must be one of 'MHA', 'GQA', 'MQA', 'MLA', got {kind!r}")
+    raise ValueError(f"kind must be one of 'MHA', 'GQA', 'MQA', 'MLA', got {shown(kind)}")
 
 
 def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:

@@ -27,6 +27,7 @@ from .validation import (
     check_not_meta_device,
     check_sdpa_inputs,
     check_tensor,
+    shown,
 )
 
 __all__ = [
@@ -108,7 +109,7 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     """
     if not isinstance(label, str) or label not in SDPA_BACKENDS:
         raise ValueError(f"label must be one of {list(SDPA_BACKENDS)}, got {type(label).__name__} "
-                         f"{label!r:.60}")
+                         f"{shown(label, 60)}")
     for tensor_name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(t, tensor_name, ndim=4, layout="(B, h, T, dk)")
         check_holds_values(t, tensor_name)  # a meta tensor (no values) is no run to ask about
@@ -158,7 +159,7 @@ def sdpa_backend_callables(
     backends = SDPA_BACKENDS if backends is None else backends
     if not isinstance(backends, dict) or not backends:
         raise TypeError(f"backends must be a non-empty dict label -> SDPBackend member name (like "
-                        f"SDPA_BACKENDS), got {type(backends).__name__} {backends!r:.80}")
+                        f"SDPA_BACKENDS), got {type(backends).__name__} {shown(backends, 80)}")
     api = _sdpa_kernel_api()
     # the course's four (some absent from an older PyTorch: skipped below, with the reason) and
     # whatever this PyTorch has; any other name is a typo, not a backend to report as missing
@@ -166,8 +167,8 @@ def sdpa_backend_callables(
     known = set(SDPA_BACKENDS.values()) | here
     for label, member in backends.items():
         if member not in known:
-            raise ValueError(f"backends[{label!r}] must name an SDPBackend member, one of "
-                             f"{sorted(known)}, got {member!r:.60}")
+            raise ValueError(f"backends[{shown(label)}] must name an SDPBackend member, one of "
+                             f"{sorted(known)}, got {shown(member, 60)}")
     # x is checked here, so that a wrong shape is an error and not "no backend can run it"
     check_tensor(x, "x", ndim=3, layout=f"(B, T, d_model={module.d_model})")
     if x.shape[-1] != module.d_model:
@@ -223,12 +224,12 @@ def precision_notes(device: str | torch.device, dtype: torch.dtype) -> list[str]
         parsed = torch.device(device)  # only parsed: a note about "cuda" needs no GPU here
     except RuntimeError:
         raise ValueError(f"device must be a device name such as 'cpu', 'cuda' or 'cuda:0', got "
-                         f"{device!r}") from None
+                         f"{shown(device)}") from None
     check_not_meta_device(parsed, "device", asked=device)
     kind = parsed.type
     precision = torch.get_float32_matmul_precision()
     if kind != "cuda" or dtype != torch.float32 or precision == "highest":
         return []
-    return [f"note: torch.get_float32_matmul_precision() is {precision!r}, so float32 matmuls may use "
+    return [f"note: torch.get_float32_matmul_precision() is {shown(precision)}, so float32 matmuls may use "
             "TF32 (about 3 significant digits) and differ from the CPU by more than the tolerance; "
             "torch.set_float32_matmul_precision('highest') restores full float32."]

@@ -50,6 +50,7 @@ from .validation import (
     check_stream,
     check_tensor,
     freeze_fields,
+    shown,
 )
 
 __all__ = [
@@ -156,7 +157,7 @@ class ShapeTrace:
         for step in self.steps:
             if step.name == name:
                 return step
-        raise KeyError(f"no step named {name!r}; steps: {self.names}")
+        raise KeyError(f"no step named {shown(name)}; steps: {self.names}")
 
     @property
     def names(self) -> list[str]:
@@ -200,22 +201,24 @@ def _check_trace_consistent(trace: ShapeTrace) -> None:
     seen: set[str] = set()
     for i, step in enumerate(trace.steps):
         if step.name in seen:  # __getitem__ would only ever find the first
-            raise ValueError(f"ShapeTrace.steps[{i}] repeats the step name {step.name!r}")
+            raise ValueError(f"ShapeTrace.steps[{i}] repeats the step name {shown(step.name)}")
         seen.add(step.name)
         unknown = [s for s in step.symbolic if s not in trace.sizes]
         if unknown:
-            raise ValueError(f"ShapeTrace.steps[{i}] ({step.name!r}) uses the symbol {unknown[0]!r}, which "
+            raise ValueError(f"ShapeTrace.steps[{i}] ({shown(step.name)}) uses the symbol "
+                             f"{unknown[0]!r}, which "
                              f"ShapeTrace.sizes does not give (it gives {sorted(trace.sizes)})")
         expected = tuple(trace.sizes[s] for s in step.symbolic)
         if step.shape != expected:
-            raise ValueError(f"ShapeTrace.steps[{i}] ({step.name!r}) has shape {step.shape}, but "
+            raise ValueError(f"ShapeTrace.steps[{i}] ({shown(step.name)}) has shape {step.shape}, but "
                              f"ShapeTrace.sizes makes {step.symbolic_text} = {expected}")
     shapes = {step.name: step.shape for step in trace.steps}
     for name, tensor in trace.tensors.items():
         if name not in shapes:
-            raise ValueError(f"ShapeTrace.tensors[{name!r}] belongs to no step (steps: {list(shapes)})")
+            raise ValueError(f"ShapeTrace.tensors[{shown(name)}] belongs to no step (steps: {list(shapes)})")
         if tuple(tensor.shape) != shapes[name]:
-            raise ValueError(f"ShapeTrace.tensors[{name!r}] has shape {tuple(tensor.shape)}, but its step "
+            raise ValueError(f"ShapeTrace.tensors[{shown(name)}] has shape {tuple(tensor.shape)}, but "
+                             f"its step "
                              f"has shape {shapes[name]}")
 
 
@@ -526,7 +529,7 @@ def frame_to_text(frame: pd.DataFrame, decimals: int = 3) -> str:
     float64 holds about 15 significant digits, so more decimals print rounding noise)."""
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"frame must be a pandas DataFrame (such as parameter_table returns), got "
-                        f"{type(frame).__name__} {frame!r:.60}")
+                        f"{type(frame).__name__} {shown(frame, 60)}")
     check_int(decimals, "decimals", minimum=0, maximum=MAX_DECIMALS)
 
     def fmt(value: object) -> str:

@@ -72,6 +72,7 @@ from ..attention.validation import (
     check_thread_count,
     freeze_fields,
 )
+from ..attention.validation import shown as shown_value
 from ..env import check_seed, torch_threads
 from ..paths import check_path
 from .timing import check_clock_advanced, check_round_counts, clock_elapsed, interleaved_samples
@@ -184,7 +185,7 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
     skipped, never read, so the call cannot hang on it."""
     if not isinstance(sysfs, (str, os.PathLike)):
         raise TypeError(f"sysfs must be a path to a folder like {_SYSFS_CACHE}, got "
-                        f"{type(sysfs).__name__} {sysfs!r:.80}")
+                        f"{type(sysfs).__name__} {shown_value(sysfs, 80)}")
     check_path(sysfs, "sysfs", f"a folder like {_SYSFS_CACHE}")
     sysfs = Path(sysfs)
     if (text := os.environ.get(LLC_ENV)) is not None:
@@ -192,7 +193,7 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
         mib = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 12 else 0
         if not 1 <= mib <= MAX_LLC_MIB:
             raise ValueError(f"{LLC_ENV} must be a whole number of MiB in 1..{MAX_LLC_MIB} (1 TiB), "
-                             f"got {text!r:.60}")
+                             f"got {shown_value(text, 60)}")
         return mib * MiB, LLC_ENV
     if (size := _from_sysfs(sysfs)) is not None:
         return size, str(sysfs)
@@ -342,7 +343,7 @@ def _check_probe_inputs(buffer: object, clock: object) -> None:
     arguments or None."""
     if not isinstance(buffer, Tensor):
         raise TypeError(f"buffer must be a torch.Tensor (contiguous float32 on the CPU, e.g. from "
-                        f"random_buffer(num_bytes)), got {type(buffer).__name__} {buffer!r:.60}")
+                        f"random_buffer(num_bytes)), got {type(buffer).__name__} {shown_value(buffer, 60)}")
     check_holds_values(buffer, "buffer")  # a meta buffer "reads" in no time: a meaningless rate
     if buffer.numel() == 0:
         raise ValueError(f"buffer must hold at least one number to read, got shape {tuple(buffer.shape)}")
@@ -479,7 +480,7 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
                                   and all(isinstance(n, str) for n in names)):
         raise TypeError(f"names must be None or a pair of str (the arguments blamed for the weights and "
                         f"for the cache, such as ('--layers 8', '--context 4096')), got "
-                        f"{type(names).__name__} {names!r:.60}")
+                        f"{type(names).__name__} {shown_value(names, 60)}")
     weights_grow = {k: sizes[k] for k in ("d_model", "num_kv_heads", "num_layers", "mlp_ratio")}
     cache_grow = {k: sizes[k] for k in ("context", "batch", "num_layers", "num_kv_heads", "d_model")}
     blamed = (None, None) if names is None else tuple(names)
@@ -516,12 +517,12 @@ class SmallDecoder:
                              f"num_kv_heads query heads), got num_heads={num_heads}, "
                              f"num_kv_heads={num_kv_heads}")
         if attention not in ("auto", "fused", "course"):
-            raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {attention!r}")
+            raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {shown_value(attention)}")
         check_float_dtype(weight_dtype, "weight_dtype")
         seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
         if share_from is not None and not isinstance(share_from, SmallDecoder):
             raise TypeError(f"share_from must be None or a SmallDecoder whose weights this one "
-                            f"shares, got {type(share_from).__name__} {share_from!r:.60}")
+                            f"shares, got {type(share_from).__name__} {shown_value(share_from, 60)}")
         check_decoder_fits(d_model, num_heads, num_kv_heads, num_layers, context=context, batch=batch,
                            mlp_ratio=mlp_ratio)
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
@@ -796,7 +797,7 @@ class WholeStep:
         timed against another probe, so its share of this one's bandwidth would mean nothing."""
         if not isinstance(row, StepRow):
             raise TypeError(f"row must be a StepRow (one of WholeStep.rows, or WholeStep.row(batch, "
-                            f"context, g)), got {type(row).__name__} {row!r:.60}")
+                            f"context, g)), got {type(row).__name__} {shown_value(row, 60)}")
         if row not in self.rows:
             raise ValueError(f"row must be one of this result's rows (WholeStep.rows, or WholeStep.row("
                              f"batch, context, g)), got a StepRow of batch={row.batch}, context="
@@ -843,7 +844,7 @@ def format_whole_step(result: WholeStep) -> str:
     """The whole-step table as text (lines under 100 characters)."""
     if not isinstance(result, WholeStep):
         raise TypeError(f"result must be a WholeStep (from bench_whole_step), got "
-                        f"{type(result).__name__} {result!r:.60}")
+                        f"{type(result).__name__} {shown_value(result, 60)}")
     dtype = str(result.weight_dtype).removeprefix("torch.")
     lines = [
         f"whole decode step: d={result.d_model}, h={result.num_heads}, {result.num_layers} layers, "
@@ -896,7 +897,7 @@ def time_flushed(fns: dict, flush: Tensor, warmup: int, repeats: int,
                              f"cache), got an empty tensor of shape {tuple(flush.shape)}")
     elif not callable(getattr(flush, "sum", None)):
         raise TypeError(f"flush must be a tensor to read before each call (larger than the last-level "
-                        f"cache), got {type(flush).__name__} {flush!r:.60}")
+                        f"cache), got {type(flush).__name__} {shown_value(flush, 60)}")
     return interleaved_samples(fns, warmup=warmup, repeats=repeats, before_each=flush.sum,
                                after_round=after_round, clock=clock)
 
@@ -912,11 +913,12 @@ def _check_shapes(shapes: object) -> list[tuple[int, int]]:
     """``shapes`` is a non-empty list of distinct ``(batch, context)`` pairs of ints >= 1 (a
     repeated shape would be timed and printed twice); returned as a list of tuples."""
     if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence) or not shapes:
-        raise ValueError(f"shapes must list at least one (batch, context) pair, got {shapes!r:.60}")
+        raise ValueError(f"shapes must list at least one (batch, context) pair, got "
+                         f"{shown_value(shapes, 60)}")
     for i, shape in enumerate(shapes):
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
             raise TypeError(f"shapes[{i}] must be a (batch, context) pair of ints, got "
-                            f"{type(shape).__name__} {shape!r:.60}")
+                            f"{type(shape).__name__} {shown_value(shape, 60)}")
         check_int(shape[0], f"shapes[{i}] batch", minimum=1)
         check_int(shape[1], f"shapes[{i}] context", minimum=1)
     return check_distinct([(int(b), int(t)) for b, t in shapes], "shapes", "(batch, context) pairs")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from .. import cli
-from ..attention.validation import check_distinct, check_record, finite, freeze_fields
+from ..attention.validation import check_distinct, check_record, finite, freeze_fields, shown
 from ..paths import check_path, path_kind
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
@@ -97,16 +97,20 @@ class NotebookMemory:
         freeze_fields(self)
         check_record(self, positive=("peak_mb",))
         if (self.peak_mb is None) != bool(self.error):
-            raise ValueError(f"NotebookMemory({self.name!r}) must have peak_mb None exactly when error says "
-                             f"why the run failed, got peak_mb={self.peak_mb!r} and error={self.error!r:.60}")
+            raise ValueError(f"NotebookMemory({shown(self.name)}) must have peak_mb None exactly when "
+                             f"error says "
+                             f"why the run failed, got peak_mb={shown(self.peak_mb)} and "
+                             f"error={shown(self.error, 60)}")
         indices = [c.index for c in self.cells]
         if any(a >= b for a, b in zip(indices, indices[1:], strict=False)):
-            raise ValueError(f"NotebookMemory({self.name!r}).cells must be in notebook order (increasing "
+            raise ValueError(f"NotebookMemory({shown(self.name)}).cells must be in notebook order "
+                             f"(increasing "
                              f"indices, each cell once), got indices {indices}")
         total = sum(c.seconds for c in self.cells)
         if total > self.seconds * 1.01 + 0.1:  # the slack: two clocks, each with its resolution
-            raise ValueError(f"NotebookMemory({self.name!r}).cells must take no longer than the notebook's "
-                             f"seconds={self.seconds!r}, got {total!r} s in all")
+            raise ValueError(f"NotebookMemory({shown(self.name)}).cells must take no longer than the "
+                             f"notebook's "
+                             f"seconds={shown(self.seconds)}, got {shown(total)} s in all")
 
     @property
     def verdict(self) -> str:
@@ -243,7 +247,7 @@ def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
 
     if not isinstance(row, NotebookMemory):
         raise TypeError(f"row must be a NotebookMemory (what notebook_peak_memory returns), got "
-                        f"{type(row).__name__} {row!r:.60}")
+                        f"{type(row).__name__} {shown(row, 60)}")
     check_int(count, "count", minimum=1)
     slowest = sorted(row.cells, key=lambda c: -c.seconds)[:count]
     lines = [f"  {row.name}: {len(row.cells)} code cells, slowest:"]
@@ -258,7 +262,7 @@ def format_memory_table(rows: list[NotebookMemory]) -> str:
     their names), at most ~90 characters wide."""
     if not isinstance(rows, (list, tuple)) or not all(isinstance(row, NotebookMemory) for row in rows):
         raise TypeError(f"rows must be a list of NotebookMemory (what notebook_peak_memory returns), got "
-                        f"{rows!r:.80}")
+                        f"{shown(rows, 80)}")
     check_distinct([row.name for row in rows], "rows' names", "notebook names (one row per notebook)")
     lines = [f"{'notebook':<34} {'peak RSS':>10} {'time':>8}  verdict (target {TARGET_MB / 1000:.1f} GB)",
              f"{'-' * 34} {'-' * 10} {'-' * 8}  {'-' * 26}"]
@@ -369,7 +373,7 @@ def _checked_records(tests: object, source: str) -> dict[str, dict]:
         peak = record.get("peak_mb") if isinstance(record, dict) else None
         if isinstance(peak, bool) or not isinstance(peak, (int, float)):
             raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has no numeric 'peak_mb' (got "
-                             f"{record!r:.80}): expected the JSON file the tests write")
+                             f"{shown(record, 80)}): expected the JSON file the tests write")
         # JSON reads NaN and Infinity: a peak (> 0: a process holds memory) and the optional sizes
         # and time must be real amounts, else they sort and print as "nan MB"
         for key in ("peak_mb", "start_mb", "children_mb", "seconds"):
@@ -377,12 +381,12 @@ def _checked_records(tests: object, source: str) -> dict[str, dict]:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not finite(value) or value < 0
                                       or (key == "peak_mb" and value == 0)):
-                raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has {key}={value!r}: "
+                raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has {key}={shown(value)}: "
                                  f"expected a finite number {'> 0' if key == 'peak_mb' else '>= 0 or null'}")
         start = record.get("start_mb")  # the peak of a test counts the size it began with
         if start is not None and start - peak > max(_RSS_SLACK_MB, _RSS_SLACK_FRACTION * start):
-            raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has peak_mb={peak!r} below "
-                             f"start_mb={start!r}: expected a peak >= the size the test began with (the "
+            raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has peak_mb={shown(peak)} below "
+                             f"start_mb={shown(start)}: expected a peak >= the size the test began with (the "
                              f"peak counts it)")
     return tests
 
@@ -442,14 +446,14 @@ def notebook_file(text: str) -> str:
     check_path(text, "notebook_file's text", "a lesson notebook")
     path = Path(text)
     if path.suffix != ".ipynb":
-        raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {shown(text)}")
     kind = path_kind(path)  # (never opens the path: reading a FIFO would wait forever)
     if kind == "missing":
-        raise argparse.ArgumentTypeError(f"no notebook file {text!r} (relative to {Path.cwd()})")
+        raise argparse.ArgumentTypeError(f"no notebook file {shown(text)} (relative to {Path.cwd()})")
     if kind is not None:
-        raise argparse.ArgumentTypeError(f"expected a notebook file, got {text!r}, which is {kind}")
+        raise argparse.ArgumentTypeError(f"expected a notebook file, got {shown(text)}, which is {kind}")
     if path.stat().st_size == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a notebook: the file is empty")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a notebook: the file is empty")
     try:
         read_notebook(path)
     except ValueError as err:

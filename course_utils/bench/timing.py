@@ -26,6 +26,7 @@ from ..attention.validation import (
     check_record,
     finite,
     freeze_fields,
+    shown,
 )
 
 Key = TypeVar("Key", bound=Hashable)  # a function's name in a timing: a str, a tuple, ...
@@ -72,18 +73,18 @@ class Timing:
         that ran backwards or returned NaN would otherwise rank as the fastest, or as nothing)."""
         freeze_fields(self)
         if not isinstance(self.samples_s, list | tuple):
-            raise TypeError(f"Timing({self.name!r}).samples_s must be a list of seconds (every repeat), "
-                            f"got {type(self.samples_s).__name__} {self.samples_s!r:.60}")
+            raise TypeError(f"Timing({shown(self.name)}).samples_s must be a list of seconds (every repeat), "
+                            f"got {type(self.samples_s).__name__} {shown(self.samples_s, 60)}")
         for label, value in (("median_s", self.median_s), ("ratio", self.ratio)):
-            _check_duration(value, f"Timing({self.name!r}).{label}", positive=True)
+            _check_duration(value, f"Timing({shown(self.name)}).{label}", positive=True)
         for i, value in enumerate(self.samples_s):
-            _check_duration(value, f"Timing({self.name!r}).samples_s[{i}]")
+            _check_duration(value, f"Timing({shown(self.name)}).samples_s[{i}]")
         check_record(self, nonempty=("name",))  # the rest: name is a non-empty str or tuple
         # a table prints median_s and best_s side by side: they describe the same samples
         if self.samples_s and not _close(self.median_s, statistics.median(self.samples_s)):
-            raise ValueError(f"Timing({self.name!r}).median_s must be the median of its samples_s "
+            raise ValueError(f"Timing({shown(self.name)}).median_s must be the median of its samples_s "
                              f"({statistics.median(self.samples_s)!r} s over {len(self.samples_s)} "
-                             f"repeats), got {self.median_s!r}")
+                             f"repeats), got {shown(self.median_s)}")
 
     @property
     def best_s(self) -> float:
@@ -96,9 +97,10 @@ def _check_duration(value: object, name: str, *, positive: bool = False) -> floa
     """A time (or a ratio of times): a real number, finite and >= 0 (> 0 when ``positive``: one
     that is divided by)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r:.60}")
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {shown(value, 60)}")
     if not (finite(value) and (value > 0 if positive else value >= 0)):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got "
+                         f"{shown(value)}")
     return value
 
 
@@ -112,11 +114,11 @@ def _check_functions(fns: object, name: str = "fns") -> None:
     (a caller's own argument, such as :func:`~course_utils.bench.gqa_speed.time_cold`'s ``steps``)."""
     if not isinstance(fns, Mapping):
         raise TypeError(f"{name} must be a mapping name -> function of no arguments (a dict), got "
-                        f"{type(fns).__name__} {fns!r:.60}")
+                        f"{type(fns).__name__} {shown(fns, 60)}")
     if not fns:
         raise ValueError(f"{name} must name at least one function to time")
     for key, fn in fns.items():
-        check_callable(fn, f"{name}[{key!r}]", "a function of no arguments", nargs=0)
+        check_callable(fn, f"{name}[{shown(key)}]", "a function of no arguments", nargs=0)
 
 
 #: The most timed rounds (``repeats``), warm-up rounds (``warmup``) or calls per sample
@@ -202,7 +204,7 @@ def clock_elapsed(start: object, end: object, around: str) -> float:
     elapsed = end - start if numbers_read else None
     if elapsed is None or not (finite(elapsed) and elapsed >= 0):
         raise ValueError(f"clock must return seconds that never decrease (a finite int or float, not a "
-                         f"bool), but it read {start!r} then {end!r} around {around}; use "
+                         f"bool), but it read {shown(start)} then {shown(end)} around {around}; use "
                          "time.perf_counter or time.thread_time")
     return float(elapsed)
 
@@ -226,12 +228,12 @@ def _seconds_read(seconds: object) -> list[float]:
     a bare number, NaN or a negative time anywhere is refused naming ``seconds`` and what arrived."""
     if isinstance(seconds, (str, bytes)) or not isinstance(seconds, Iterable):
         raise TypeError(f"seconds must be an iterable of groups (lists) of real numbers, got "
-                        f"{type(seconds).__name__} {seconds!r:.60}")
+                        f"{type(seconds).__name__} {shown(seconds, 60)}")
     counted = []
     for i, group in enumerate(seconds):
         if isinstance(group, (str, bytes)) or not isinstance(group, Iterable):
             raise TypeError(f"seconds[{i}] must be a group (list) of real numbers, got "
-                            f"{type(group).__name__} {group!r:.60}")
+                            f"{type(group).__name__} {shown(group, 60)}")
         counted += [check_real(s, f"seconds[{i}][{j}]") for j, s in enumerate(group)]
     backwards = next(((k, s) for k, s in enumerate(counted) if s < 0), None)
     if backwards is not None:  # what clock_elapsed refuses as it reads them
@@ -262,7 +264,7 @@ def time_interleaved(
     repeats, warmup, inner = check_round_counts(repeats, warmup, inner)  # before the bar adds them
     if progress is not None and not isinstance(progress, str):
         raise TypeError(f"progress must be a str (the progress bar's label) or None (no bar), got "
-                        f"{type(progress).__name__} {progress!r:.60}")
+                        f"{type(progress).__name__} {shown(progress, 60)}")
     from tqdm import tqdm
 
     with tqdm(total=warmup + repeats, desc=progress, unit="round", leave=False,
@@ -287,7 +289,7 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
     for name in (baseline, *medians):
         if not medians[name] > 0:
             role = "baseline " if name == baseline else ""
-            raise ValueError(f"{role}{name!r} took a median of {medians[name]!r} s over "
+            raise ValueError(f"{role}{shown(name)} took a median of {medians[name]!r} s over "
                              f"{len(samples[name])} repeats, so no ratio {'to' if role else 'of'} it "
                              "exists: the clock did not advance around its calls (a clock too coarse "
                              "for the call, or one that returns a constant? use time.perf_counter, or "
@@ -302,19 +304,19 @@ def _check_samples(samples: object) -> None:
     if not isinstance(samples, Mapping) or not samples:
         error = ValueError if isinstance(samples, Mapping) else TypeError
         raise error(f"samples must be a non-empty mapping name -> seconds of every repeat (as "
-                    f"interleaved_samples returns), got {type(samples).__name__} {samples!r:.60}")
+                    f"interleaved_samples returns), got {type(samples).__name__} {shown(samples, 60)}")
     for key, seconds in samples.items():
         if not isinstance(seconds, list | tuple) or not seconds:
             error = ValueError if isinstance(seconds, list | tuple) else TypeError
-            raise error(f"samples[{key!r}] must be a non-empty list of seconds (one per repeat), got "
-                        f"{type(seconds).__name__} {seconds!r:.60}")
+            raise error(f"samples[{shown(key)}] must be a non-empty list of seconds (one per repeat), got "
+                        f"{type(seconds).__name__} {shown(seconds, 60)}")
         for i, value in enumerate(seconds):
-            _check_duration(value, f"samples[{key!r}][{i}]")
+            _check_duration(value, f"samples[{shown(key)}][{i}]")
     counts = {key: len(seconds) for key, seconds in samples.items()}
     if len(set(counts.values())) > 1:  # one run times every function once per repeat
         raise ValueError(f"samples must hold one sample per repeat for every function (as "
                          f"interleaved_samples returns: paired_ratios pairs them), got counts "
-                         f"{counts!r:.120}")
+                         f"{shown(counts, 120)}")
 
 
 def check_function_name(value: object, name: str, among: Iterable[Hashable] | None = None,
@@ -332,14 +334,14 @@ def check_function_name(value: object, name: str, among: Iterable[Hashable] | No
     check_label(what, "what", "whose names among holds, such as 'the names of fns'")
     if among is not None and (isinstance(among, str | bytes) or not isinstance(among, Iterable)):
         raise TypeError(f"among must be None or an iterable of names (a dict of functions, a list of "
-                        f"str), got {type(among).__name__} {among!r:.60}")
+                        f"str), got {type(among).__name__} {shown(among, 60)}")
     try:
         hash(value)
     except TypeError:
         raise TypeError(f"{name} must be a function's name (a str such as 'naive', or a tuple), got "
-                        f"{type(value).__name__} {value!r:.60}") from None
+                        f"{type(value).__name__} {shown(value, 60)}") from None
     if among is not None and value not in (names := list(among)):
-        raise ValueError(f"{name} {value!r:.60} ({type(value).__name__}) is not one of {what} {names}")
+        raise ValueError(f"{name} {shown(value, 60)} ({type(value).__name__}) is not one of {what} {names}")
 
 
 def _check_timings(timings: object, baseline: object) -> Timing:
@@ -347,7 +349,7 @@ def _check_timings(timings: object, baseline: object) -> Timing:
     returns the baseline's Timing."""
     if not isinstance(timings, (list, tuple)) or not timings:
         raise ValueError(f"timings must be a non-empty list of Timing (from time_interleaved), got "
-                         f"{type(timings).__name__} {timings!r:.60}")
+                         f"{type(timings).__name__} {shown(timings, 60)}")
     wrong = next((i for i, t in enumerate(timings) if not isinstance(t, Timing)), None)
     if wrong is not None:
         raise TypeError(f"timings[{wrong}] must be a Timing, got {type(timings[wrong]).__name__}")
@@ -361,10 +363,10 @@ def _check_headings(title: object, label: object) -> None:
     """A table's ``title`` is a str, and ``label`` (the baseline's name in the header) a str or None."""
     if not isinstance(title, str):
         raise TypeError(f"title must be a str (the table's first line), got {type(title).__name__} "
-                        f"{title!r:.60}")
+                        f"{shown(title, 60)}")
     if label is not None and not isinstance(label, str):
         raise TypeError(f"label must be a str or None (the baseline's name), got {type(label).__name__} "
-                        f"{label!r:.60}")
+                        f"{shown(label, 60)}")
 
 
 def format_table(title: str, timings: list[Timing], baseline: str, label: str | None = None) -> str:
@@ -391,12 +393,12 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
     check_function_name(name, "name", by_name, "the timings' names")
     top, bottom = by_name[name].samples_s, by_name[baseline].samples_s
     if not top or len(top) != len(bottom):
-        raise ValueError(f"need the same non-zero number of samples for {name!r} and {baseline!r} "
-                         f"(one per repeat of one run), got {len(top)} for {name!r} and "
-                         f"{len(bottom)} for {baseline!r}")
+        raise ValueError(f"need the same non-zero number of samples for {shown(name)} and {shown(baseline)} "
+                         f"(one per repeat of one run), got {len(top)} for {shown(name)} and "
+                         f"{len(bottom)} for {shown(baseline)}")
     zero = next((i for i, b in enumerate(bottom) if not b > 0), None)
     if zero is not None:
-        raise ValueError(f"baseline {baseline!r} has a sample of {bottom[zero]!r} s at repeat {zero}: a "
+        raise ValueError(f"baseline {shown(baseline)} has a sample of {bottom[zero]!r} s at repeat {zero}: a "
                          "ratio needs positive times (a clock too coarse for the call? time more calls "
                          "per sample)")
     return [a / b for a, b in zip(top, bottom, strict=True)]
@@ -424,17 +426,18 @@ class RatioSpread:
         """Ratios of times are finite and >= 0, and a spread comes from at least one repeat (a NaN
         ratio or 0 repeats would otherwise read as "no clear difference")."""
         for label in ("median", "q1", "q3", "low", "high"):
-            _check_duration(getattr(self, label), f"RatioSpread({self.name!r}).{label}",
+            _check_duration(getattr(self, label), f"RatioSpread({shown(self.name)}).{label}",
                             positive=label == "median")
         object.__setattr__(self, "repeats",
-                           check_int(self.repeats, f"RatioSpread({self.name!r}).repeats", minimum=1))
+                           check_int(self.repeats, f"RatioSpread({shown(self.name)}).repeats", minimum=1))
         # the rest: name and baseline are non-empty str (verdict would say "slower than  in this run")
         check_record(self, nonempty=("baseline",))
         # verdict reads q1 and q3; the slack absorbs the rounding of statistics.quantiles
         order = ("low", "q1", "median", "q3", "high")
         for lower, upper in zip(order, order[1:], strict=False):
             if getattr(self, lower) > getattr(self, upper) * (1 + 1e-9):
-                raise ValueError(f"RatioSpread({self.name!r}) must have low <= q1 <= median <= q3 <= high "
+                raise ValueError(f"RatioSpread({shown(self.name)}) must have low <= q1 <= median <= q3 "
+                                 f"<= high "
                                  f"(range, quartiles and median of the ratios), got {lower}="
                                  f"{getattr(self, lower)!r} > {upper}={getattr(self, upper)!r}")
 

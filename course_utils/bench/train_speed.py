@@ -13,7 +13,7 @@ import statistics
 
 import torch
 
-from ..attention.validation import check_distinct, check_int, check_int_list
+from ..attention.validation import check_distinct, check_int, check_int_list, shown
 from ..model.train import INDUCTION_TASK, MAX_STEPS, train_agreement, train_induction
 
 __all__ = ["bench_training", "format_training_table", "add_bench_parser"]
@@ -63,7 +63,7 @@ def _check_rows(rows: object) -> None:
     1. A time of 0 is taken: the table divides by nothing, it prints."""
     if not isinstance(rows, list | tuple) or not rows:
         raise ValueError(f"rows must be a non-empty list of bench_training's dicts, got "
-                         f"{type(rows).__name__} {rows!r:.60}")
+                         f"{type(rows).__name__} {shown(rows, 60)}")
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise TypeError(f"rows[{i}] must be a dict from bench_training, got {type(row).__name__}")

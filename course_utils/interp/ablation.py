@@ -40,6 +40,7 @@ from ..attention.validation import (
     check_tensor,
     check_tensor_list,
     describe_shape,
+    shown,
 )
 from ..env import check_seed, gradients_on
 from ..model.transformer import TinyTransformer
@@ -109,7 +110,7 @@ def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> 
     cfg = model.config
     if isinstance(heads, (str, Tensor)) or not isinstance(heads, Sequence):
         raise TypeError(f"{name} must be a list of (layer, head) pairs such as [(1, 2)], "
-                        f"got {type(heads).__name__} {heads!r:.60}")
+                        f"got {type(heads).__name__} {shown(heads, 60)}")
     of = "" if name == "heads" else f" of {name}"
     checked = []
     for pair in heads:
@@ -117,7 +118,7 @@ def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> 
             isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in pair)
         if not ok:
             raise TypeError(f"each head{of} must be a (layer, head) pair of ints such as (1, 2), "
-                            f"got {pair!r}")
+                            f"got {shown(pair)}")
         layer, head = int(pair[0]), int(pair[1])  # NumPy integers are ints too (check_int's rule)
         if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
             raise ValueError(f"head {tuple(pair)}{of} is out of range: expected layer in "
@@ -202,7 +203,7 @@ def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, 
 
 def _check_method(method: object) -> str:
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"method must be one of {METHODS}, got {shown(method)}")
     return method
 
 
@@ -217,7 +218,7 @@ def head_name(layer: int, head: int) -> str:
             problems.append(err)
     if problems:
         kind = TypeError if any(isinstance(p, TypeError) for p in problems) else ValueError
-        raise kind(f"head_name(layer={layer!r}, head={head!r}): " + "; ".join(map(str, problems)))
+        raise kind(f"head_name(layer={shown(layer)}, head={shown(head)}): " + "; ".join(map(str, problems)))
     return f"L{int(layer)}H{int(head)}"
 
 
@@ -330,12 +331,12 @@ def _check_unused_means(means: object, model: TinyTransformer, seq_lens: Sequenc
     else:
         fills = [(i, means) for i in range(len(seq_lens))]
     for i, fill in fills:
-        label = f"means[{i!r}]" if isinstance(means, dict) and per_evaluation else "means"
+        label = f"means[{shown(i)}]" if isinstance(means, dict) and per_evaluation else "means"
         try:
             if isinstance(means, dict) and per_evaluation and (not isinstance(i, int) or isinstance(i, bool)
                                             or not 0 <= i < len(seq_lens)):
                 raise ValueError(f"a dict means is keyed by evaluation index 0..{len(seq_lens) - 1}, got key "
-                                 f"{type(i).__name__} {i!r:.40}")
+                                 f"{type(i).__name__} {shown(i, 40)}")
             _check_means(fill, model, seq_lens[i])
         except (TypeError, ValueError) as error:
             raise type(error)(f"{label} is given with method='zero', which leaves it unused (only "
@@ -585,7 +586,7 @@ def _check_evaluations(evaluations: object, model: TinyTransformer) -> list[Eval
     if not isinstance(evaluations, Sequence) or not evaluations or not all(
             isinstance(e, Evaluation) for e in evaluations):
         raise TypeError(f"evaluations must be an Evaluation or a non-empty list of them, got "
-                        f"{type(evaluations).__name__} {evaluations!r:.60}")
+                        f"{type(evaluations).__name__} {shown(evaluations, 60)}")
     for i, evaluation in enumerate(evaluations):
         _check_tokens(evaluation.tokens, f"evaluations[{i}].tokens", model)
     return list(evaluations)
@@ -662,20 +663,20 @@ def _check_numbers(scores: object, must: str) -> dict[str, float]:
     ``"known[...] must be"``)."""
     if not isinstance(scores, dict) or not all(isinstance(k, str) for k in scores):
         raise TypeError(f"{must} a dict {{name: number}} such as {{'loss': 2.3}}, got "
-                        f"{type(scores).__name__} {scores!r:.200}")
+                        f"{type(scores).__name__} {shown(scores, 200)}")
     for name, value in scores.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             hint = " (turn a one-number tensor into a number with float(t))" \
                 if isinstance(value, Tensor) else ""
             raise TypeError(f"{must} a dict {{name: number}} such as {{'loss': 2.3}}, got "
-                            f"{name!r}: {_described(value)}{hint}")
+                            f"{shown(name)}: {_described(value)}{hint}")
         try:
             nan = math.isnan(value)
         except OverflowError:  # an int no float holds: Python's message named nothing (battery 27)
-            raise ValueError(f"{must} a dict {{name: number}} of numbers a float holds, got {name!r}: "
+            raise ValueError(f"{must} a dict {{name: number}} of numbers a float holds, got {shown(name)}: "
                              f"{_described(value)}") from None
         if nan:
-            raise ValueError(f"{must} a dict {{name: number}} with no NaN, got {name!r}: nan (a score "
+            raise ValueError(f"{must} a dict {{name: number}} with no NaN, got {shown(name)}: nan (a score "
                              f"reading logits an EvaluationAt does not compute gets NaN)")
     return scores
 
@@ -688,14 +689,15 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     ``method="zero"``)."""
     if not isinstance(cases, dict) or not cases:
         raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
-                        f"{type(cases).__name__} {cases!r:.60}")
+                        f"{type(cases).__name__} {shown(cases, 60)}")
     from ..cli import check_label
 
     for name in cases:
-        check_label(name, f"each name in cases (the key {name!r:.40})", "the row's label, such as 'prev'")
+        check_label(name, f"each name in cases (the key "
+                          f"{shown(name, 40)})", "the row's label, such as 'prev'")
     evaluations = _check_evaluations(evaluations, model)
     _check_method(method)
-    cases = {name: _check_heads(heads, model, f"cases[{name!r}]") for name, heads in cases.items()}
+    cases = {name: _check_heads(heads, model, f"cases[{shown(name)}]") for name, heads in cases.items()}
     if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     # Each case enters the first block its heads change at the intact run's stream and head
@@ -776,7 +778,7 @@ def random_orders(model: TinyTransformer, seeds: Sequence[int]) -> list[list[Hea
     if isinstance(seeds, (str, int)) or not isinstance(seeds, Sequence) or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise TypeError(f"seeds must be a list of ints such as [0, 1, 2], got "
-                        f"{type(seeds).__name__} {seeds!r}")
+                        f"{type(seeds).__name__} {shown(seeds)}")
     for s in seeds:
         check_seed(s, "each seed")
     return [[heads[i] for i in torch.randperm(len(heads), generator=torch.Generator().manual_seed(s))]
@@ -787,13 +789,14 @@ def _check_counts(counts: object, most: int) -> list[int]:
     """``counts``: a list of ints (not bools) in ``0..most``."""
     if isinstance(counts, (str, bytes, Tensor)) or not isinstance(counts, Iterable):
         raise TypeError(f"counts must be a list of ints in 0..{most} (how many heads to switch off), "
-                        f"or None for every count; got {type(counts).__name__} {counts!r}")
+                        f"or None for every count; got {type(counts).__name__} {shown(counts)}")
     counts = list(counts)
     if not counts:
         raise ValueError(f"counts must list at least one head count in 0..{most} (None: every count), got []")
     for k in counts:
         if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"counts must be ints in 0..{most}, got {type(k).__name__} {k!r} in {counts}")
+            raise TypeError(f"counts must be ints in 0..{most}, got {type(k).__name__} {shown(k)} in "
+                            f"{counts}")
     if any(not 0 <= k <= most for k in counts):
         raise ValueError(f"counts must be ints in 0..{most}, got {counts}")
     return check_distinct(counts, "counts", "head counts")  # a repeat would measure and tabulate twice

@@ -29,6 +29,7 @@ from ..attention.validation import (
     check_tensor,
     describe_shape,
     freeze_fields,
+    shown,
 )
 from ..model.transformer import ModelConfig, TinyTransformer
 
@@ -154,10 +155,10 @@ def _check_head_keys(keys: object, num_layers: int, num_heads: int, what: str) -
     checked = []
     for key in keys:
         if not isinstance(key, tuple) or len(key) != 2:
-            raise TypeError(f"{what} must hold (layer, head) pairs of ints, got {key!r}")
+            raise TypeError(f"{what} must hold (layer, head) pairs of ints, got {shown(key)}")
         try:
-            layer = check_int(key[0], f"{what}: the layer of {key!r}")
-            head = check_int(key[1], f"{what}: the head of {key!r}")
+            layer = check_int(key[0], f"{what}: the layer of {shown(key)}")
+            head = check_int(key[1], f"{what}: the head of {shown(key)}")
         except TypeError as err:
             raise TypeError(f"{what} must hold (layer, head) pairs of ints; {err}") from None
         if not (0 <= layer < num_layers and 0 <= head < num_heads):
@@ -311,7 +312,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     for key, value in replace.items():
         if isinstance(value, bool) or not isinstance(value, (torch.Tensor, int, float)):
             raise TypeError(f"replace[{key}] must be a number (0.0: zero ablation) or a tensor "
-                            f"broadcastable to (B, T, d={d}), got {type(value).__name__} {value!r:.60}")
+                            f"broadcastable to (B, T, d={d}), got {type(value).__name__} {shown(value, 60)}")
         if isinstance(value, torch.Tensor):
             try:
                 torch.broadcast_shapes(value.shape, (*tokens.shape, d))
@@ -327,7 +328,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
             raise TypeError(f"{name}_without must be a dict {{layer: [(layer, head), ...]}} or None, got "
                             f"{type(edit).__name__}")
         for layer, heads in (edit or {}).items():
-            layer = check_index(layer, f"{name}_without: the layer {layer!r}", L, "layers in the model")
+            layer = check_index(layer, f"{name}_without: the layer {shown(layer)}", L, "layers in the model")
             heads = _check_head_keys(heads, L, h, f"{name}_without[{layer}]")
             if any(source >= layer for source, _ in heads):
                 raise ValueError(f"{name}_without[{layer}] may only name heads of earlier layers, "
@@ -473,7 +474,7 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
         raise TypeError(f"token_ids must be a list (or range) of token ids, got {type(token_ids).__name__}")
     listed = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
     if len(listed) < 2:
-        raise ValueError(f"token_ids must list at least 2 token ids, got {listed!r:.80}")
+        raise ValueError(f"token_ids must list at least 2 token ids, got {shown(listed, 80)}")
     checked = [check_index(t, f"token_ids[{i}]", config.vocab_size, "token ids in the vocabulary")
                for i, t in enumerate(listed)]
     if len(set(checked)) != len(checked):

@@ -27,6 +27,7 @@ from ..attention.validation import (
     check_int,
     check_positive_number,
 )
+from ..attention.validation import shown as shown_value
 
 if TYPE_CHECKING:
     import ipywidgets as widgets
@@ -128,9 +129,9 @@ def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
     str or None, flags bools."""
     if check_positive_number(fontsize, "fontsize") > MAX_FONTSIZE:
         raise ValueError(f"fontsize must be a number of points in (0, {MAX_FONTSIZE}] (the lessons use "
-                         f"about 8), got {fontsize!r}")
+                         f"about 8), got {shown_value(fontsize)}")
     if title is not None and not isinstance(title, str):
-        raise TypeError(f"title must be a str or None, got {type(title).__name__} {title!r:.60}")
+        raise TypeError(f"title must be a str or None, got {type(title).__name__} {shown_value(title, 60)}")
     for name, value in flags.items():
         check_flag(value, name)
 
@@ -143,7 +144,7 @@ def _check_tokens(tokens: Sequence[str], n: int, axis: str, name: str = "tokens"
     for i, token in enumerate(tokens):  # str() would draw None or a number as if it were a token
         if not isinstance(token, str):
             raise TypeError(f"{name} must be a list of strings, one per position, got {type(token).__name__} "
-                            f"{token!r:.40} at index {i}")
+                            f"{shown_value(token, 40)} at index {i}")
     return [str(t) for t in tokens]
 
 
@@ -171,7 +172,8 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
                       f"like keys a mask blocks", stacklevel=2)
     if not (isinstance(label_axes, (tuple, list)) and len(label_axes) == 2
             and all(isinstance(flag, bool) for flag in label_axes)):
-        raise TypeError(f"label_axes must be a pair of bools (x labels, y labels), got {label_axes!r:.60}")
+        raise TypeError(f"label_axes must be a pair of bools (x labels, y labels), got "
+                        f"{shown_value(label_axes, 60)}")
     if ax is not None and not isinstance(ax, Axes):
         raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
     rows = _check_tokens(tokens, matrix.shape[0], "query")
@@ -266,7 +268,7 @@ def plot_all_heads(attention: Sequence[torch.Tensor] | torch.Tensor, tokens: Seq
                 if not isinstance(extra, str):
                     plt.close(fig)
                     raise TypeError(f"head_titles({layer}, {head}) must return a str, got "
-                                    f"{type(extra).__name__} {extra!r:.60}")
+                                    f"{type(extra).__name__} {shown_value(extra, 60)}")
                 name += extra
             plot_head(grid[layer, head], labels, ax=axes[layer, head], title=name, colorbar=False,
                       label_axes=(layer == num_layers - 1, head == 0), fontsize=fontsize)
@@ -301,11 +303,11 @@ class AttentionExplorer:
                  num_heads: int) -> None:
         if not callable(attention_for):
             raise TypeError(f"attention_for must be a function text -> (tokens, per-layer weights), got "
-                            f"{type(attention_for).__name__} {attention_for!r:.60}")
+                            f"{type(attention_for).__name__} {shown_value(attention_for, 60)}")
         if isinstance(sentences, str) or not isinstance(sentences, Sequence) or not sentences:
             raise (ValueError if isinstance(sentences, str | Sequence) else TypeError)(
                 f"sentences must be a non-empty list of example texts, got "
-                f"{type(sentences).__name__} {sentences!r:.60}")
+                f"{type(sentences).__name__} {shown_value(sentences, 60)}")
         wrong = next((i for i, text in enumerate(sentences) if not isinstance(text, str)), None)
         if wrong is not None:
             raise TypeError(f"sentences[{wrong}] must be an example text (a str), got "

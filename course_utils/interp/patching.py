@@ -58,6 +58,7 @@ from ..attention.validation import (
     check_ids,
     check_int,
     check_real,
+    shown,
 )
 from ..env import gradients_on
 from ..model.transformer import TinyTransformer
@@ -750,15 +751,15 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     orders = _check_orders(orders, model)
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):
         raise TypeError(f"known must be a dict keyed by frozensets of heads (prunable_counts' second "
-                        f"result), got {type(known).__name__} {known!r:.60}")
+                        f"result), got {type(known).__name__} {shown(known, 60)}")
     for heads, numbers in (known or {}).items():  # what measure returned for them, on this model's heads
         _check_heads(list(heads), model, f"known's key {set(heads)}")
         _check_numbers(numbers, f"known[{set(heads)}] must be")
     if not isinstance(incremental, bool):
-        raise TypeError(f"incremental must be True or False, got {incremental!r:.60}")
+        raise TypeError(f"incremental must be True or False, got {shown(incremental, 60)}")
     if incremental and (method != "zero" or map_fn is not map or chunks != 1):
         raise ValueError(f"incremental=True measures zero ablation in this process: it needs method='zero', "
-                         f"map_fn=map and chunks=1, got method={method!r}, chunks={chunks}"
+                         f"map_fn=map and chunks=1, got method={shown(method)}, chunks={chunks}"
                          + ("" if map_fn is map else ", another map_fn"))
     if known:  # the evaluations' own names (one intact run): within reads known's measurements by them
         _check_known_names(known, measure(model, evaluations))
@@ -797,7 +798,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
             ok = within(measured[frozenset(orders[i][:k])])
             if not isinstance(ok, bool | np.bool_):
                 raise TypeError(f"prunable_counts: within must return a bool (True: still within bounds), "
-                                f"got {type(ok).__name__} {ok!r}")
+                                f"got {type(ok).__name__} {shown(ok)}")
             if not ok:
                 counts[i] = k - 1
     counts = [len(o) if c is None else c for o, c in zip(orders, counts, strict=True)]
@@ -823,7 +824,7 @@ def _check_mapped(results: object, parts: list[list[frozenset]]) -> list[tuple[l
         results = list(results)
     except TypeError:
         raise TypeError(f"map_fn must return an iterable of results like map, got "
-                        f"{type(results).__name__} {results!r:.60}") from None
+                        f"{type(results).__name__} {shown(results, 60)}") from None
     if len(results) != len(parts):
         raise ValueError(f"map_fn must return one result per part, as map does: got {len(results)} "
                          f"results for {len(parts)} parts")
@@ -840,7 +841,7 @@ def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
     as one more head switched off while the set stays the same."""
     if isinstance(orders, (str, bytes, dict)) or not hasattr(orders, "__iter__"):
         raise TypeError(f"orders must be a list of orders, each a list of (layer, head) pairs, got "
-                        f"{type(orders).__name__} {orders!r:.60}")
+                        f"{type(orders).__name__} {shown(orders, 60)}")
     return [_check_heads(order, model, f"orders[{i}]") for i, order in enumerate(orders)]
 
 
@@ -1042,7 +1043,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
     evaluations = _check_evaluations(evaluations, model)
     if not isinstance(head_sets, (list, tuple)):  # a lone set of heads would be read set by set
         raise TypeError(f"head_sets must be a list of head sets, e.g. [[(0, 1)], [(0, 1), (1, 0)]], got "
-                        f"{type(head_sets).__name__} {head_sets!r:.60}")
+                        f"{type(head_sets).__name__} {shown(head_sets, 60)}")
     head_sets = [_check_heads(heads, model, f"head_sets[{i}]") for i, heads in enumerate(head_sets)]
     check_int(per_run, "per_run", minimum=1)
     lowest = [min((layer for layer, _ in heads), default=model.config.num_layers) for heads in head_sets]
@@ -1136,7 +1137,8 @@ def _check_flippable(ids: Tensor, rows: Tensor, positions: Tensor, what: str) ->
         if token not in _OTHER_NUMBER:
             word = AGREEMENT_VOCAB[token] if 0 <= token < len(AGREEMENT_VOCAB) else "not a word"
             raise ValueError(f"batch.tokens[{int(rows[i])}, {int(positions[i])}] (the {what}) is id {token} "
-                             f"({word!r}), which has no form in the other number to flip to: is batch.tokens "
+                             f"({shown(word)}), which has no form in the other number to flip to: is "
+                             f"batch.tokens "
                              f"the batch's own sentences?")
 
 

@@ -43,6 +43,7 @@ from ..attention.validation import (
     check_holds_values,
     check_int,
     check_real,
+    shown,
 )
 
 __all__ = [
@@ -227,7 +228,7 @@ def induction_score(weights: AttentionInput, period: int, *, start: int,
     scores only ``(T - start - period) / T``, so a threshold does not carry across the two.
     """
     if average_over not in AVERAGE_OVER:
-        raise ValueError(f"average_over must be one of {AVERAGE_OVER}, got {average_over!r}")
+        raise ValueError(f"average_over must be one of {AVERAGE_OVER}, got {shown(average_over)}")
     stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     queries, _ = induction_positions(stack.shape[-1], period, start=start)
     stripes = induction_key_mask(stack.shape[-1], period, start=start).to(stack.dtype)  # (T, T)
@@ -263,12 +264,12 @@ def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_le
                 check_int(position, f"{name}[{i}]")
     if isinstance(positions, (str, bytes)):
         raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} "
-                        f"{positions!r:.40}")
+                        f"{shown(positions, 40)}")
     try:
         tensor = torch.as_tensor(positions)
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} "
-                        f"{positions!r:.60}") from None
+                        f"{shown(positions, 60)}") from None
     check_holds_values(tensor, name)
     tensor = tensor.cpu()  # the weights are stacked on the CPU
     if tensor.numel() == 0 and batch:
@@ -351,12 +352,12 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     for name, given in (("values", values), ("groups", groups)):
         if not isinstance(given, dict):
             raise TypeError(f"{name} must be a dict {{column name: one entry per sequence}}, got "
-                            f"{type(given).__name__} {given!r:.60}")
+                            f"{type(given).__name__} {shown(given, 60)}")
     _check_decimals(decimals)  # a negative one rounds the means (and counts) to tens
     if not values or not groups:
         raise ValueError("mean_by_group needs at least one value column and one grouping")
-    columns = {name: _value_column(v, f"values[{name!r}]") for name, v in values.items()}
-    labels = {name: _label_column(g, f"groups[{name!r}]") for name, g in groups.items()}
+    columns = {name: _value_column(v, f"values[{shown(name)}]") for name, v in values.items()}
+    labels = {name: _label_column(g, f"groups[{shown(name)}]") for name, g in groups.items()}
     lengths = {len(v) for v in columns.values()} | {len(g) for g in labels.values()}
     if len(lengths) != 1:
         raise ValueError("every value and every grouping needs one entry per sequence; got lengths "
@@ -376,15 +377,15 @@ def _value_column(given: object, name: str) -> np.ndarray:
     """One number per sequence as float64, or a TypeError naming ``name`` and what arrived."""
     if isinstance(given, (str, bytes, dict)):
         raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
-                        f"{type(given).__name__} {given!r:.60}")
+                        f"{type(given).__name__} {shown(given, 60)}")
     try:
         column = np.asarray(torch.as_tensor(given, dtype=torch.float64))
     except (TypeError, ValueError, RuntimeError) as err:
         raise TypeError(f"{name} must be numbers, one per sequence (a tensor or list), got "
-                        f"{type(given).__name__} {given!r:.60} ({err})") from None
+                        f"{type(given).__name__} {shown(given, 60)} ({err})") from None
     if column.ndim != 1:  # a lone number has no length to match the groupings against
         raise ValueError(f"{name} must be 1-D (one number per sequence), got shape {column.shape} "
-                         f"from {type(given).__name__} {given!r:.60}")
+                         f"from {type(given).__name__} {shown(given, 60)}")
     if np.isnan(column).any():  # pandas' mean skips NaN: the group's mean and count would disagree
         raise ValueError(f"{name} must hold numbers, got NaN at sequence {int(np.isnan(column).argmax())} "
                          f"(pandas would leave it out of its group's mean, but count it as a sentence)")
@@ -395,7 +396,7 @@ def _label_column(given: object, name: str) -> list:
     """One label per sequence; a missing label (NaN, None) is refused by position: pandas would
     drop its rows from every group without a word."""
     wrong = TypeError(f"{name} must be a sequence of labels, one per sequence, got "
-                      f"{type(given).__name__} {given!r:.60}")
+                      f"{type(given).__name__} {shown(given, 60)}")
     if isinstance(given, (str, bytes, dict)):
         raise wrong
     try:
@@ -412,7 +413,7 @@ def _label_column(given: object, name: str) -> list:
             hash(label)
         except TypeError:
             raise TypeError(f"{name}[{i}] must be a label usable as a group key (hashable: a str, number or "
-                            f"tuple), got {type(label).__name__} {label!r:.60}") from None
+                            f"tuple), got {type(label).__name__} {shown(label, 60)}") from None
     return labels
 
 
@@ -434,16 +435,16 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
     """
     if not isinstance(scores, dict) or not scores:
         raise ValueError(f"scores must be a non-empty dict {{role name: (L, h) tensor}}, got "
-                         f"{type(scores).__name__} {scores!r:.60}")
+                         f"{type(scores).__name__} {shown(scores, 60)}")
     _check_decimals(decimals)
     grids = {}
     for role, value in scores.items():
-        grid = _as_grid(value, f"scores[{role!r}]")
+        grid = _as_grid(value, f"scores[{shown(role)}]")
         if grid.ndim == 1:
             grid = grid.unsqueeze(0)
         if grid.ndim != 2:
-            raise ValueError(f"scores[{role!r}] must be shaped (L, h) or (h,), got {tuple(grid.shape)}")
-        _refuse_nan(grid, f"scores[{role!r}]")
+            raise ValueError(f"scores[{shown(role)}] must be shaped (L, h) or (h,), got {tuple(grid.shape)}")
+        _refuse_nan(grid, f"scores[{shown(role)}]")
         grids[role] = grid
     shapes = {tuple(g.shape) for g in grids.values()}
     if len(shapes) != 1:
@@ -510,7 +511,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     (``ideal_pattern(role, T, period=5, start=1) for role in ROLES``).
     """
     if role not in IDEAL_ROLES:
-        raise ValueError(f"role must be one of {IDEAL_ROLES}, got {role!r}")
+        raise ValueError(f"role must be one of {IDEAL_ROLES}, got {shown(role)}")
     check_int(seq_len, "seq_len", minimum=2)
     _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     _check_square_fits(seq_len, "seq_len", 8, 2, "float64 patterns")
@@ -551,7 +552,7 @@ def chance_level(role: str, seq_len: int, *, period: int | None = None, start: i
     loop with the same keywords (``chance_level(role, T, period=PERIOD) for role in ...``).
     """
     if role not in SCORED_ROLES:
-        raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {role!r}")
+        raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {shown(role)}")
     _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     uniform = ideal_pattern("uniform", seq_len)[None]  # (1, T, T): one head
     if role == "induction":
@@ -587,7 +588,7 @@ def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> st
     is a ``margin`` that would leave no score "absent" or "present"."""
     score = check_real(score, "score")  # NaN is refused: it is neither present nor absent
     if not -SCORE_SLACK <= score <= 1.0 + SCORE_SLACK:
-        raise ValueError(f"score must be a role score in [0, 1] (a share of attention), got {score!r}")
+        raise ValueError(f"score must be a role score in [0, 1] (a share of attention), got {shown(score)}")
     _check_threshold(threshold)
     margin = check_real(margin, "margin")
     if not 0.0 <= margin < threshold:
@@ -611,7 +612,7 @@ def _check_roles(roles: list, chance: dict) -> None:
     for role in roles:
         if role not in SCORED_ROLES and role not in chance:
             close = difflib.get_close_matches(str(role), list(SCORED_ROLES), n=1, cutoff=0.6)
-            raise ValueError(f"scores has the role {role!r}, which is none of the course's roles "
+            raise ValueError(f"scores has the role {shown(role)}, which is none of the course's roles "
                              f"{tuple(SCORED_ROLES)}" + (f" (did you mean {close[0]!r}?)" if close else "")
                              + "; a role of your own needs its chance level in chance={role: level}")
     extra = [r for r in chance if r not in roles]
@@ -634,12 +635,13 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     if chance is not None and not isinstance(chance, dict):
         raise TypeError(f"chance must be a dict {{role: chance score}} or None, got {type(chance).__name__}")
     for role, value in (chance or {}).items():
-        value = check_real(value, f"chance[{role!r}]")
+        value = check_real(value, f"chance[{shown(role)}]")
         if not 0.0 < value <= 1.0:  # what a uniform head scores: a share of its attention
-            raise ValueError(f"chance[{role!r}] must be a score in (0, 1] (a uniform head's share of "
-                             f"attention, see chance_level), got {value!r}")
+            raise ValueError(f"chance[{shown(role)}] must be a score in (0, 1] (a uniform head's share of "
+                             f"attention, see chance_level), got {shown(value)}")
         if value >= threshold:  # a uniform head would be called present: the verdict says nothing
-            raise ValueError(f"chance[{role!r}] = {value!r} is at or above threshold = {threshold}: a head "
+            raise ValueError(f"chance[{shown(role)}] = {shown(value)} is at or above threshold = "
+                             f"{threshold}: a head "
                              f"spreading its attention evenly would already pass the line; raise threshold "
                              f"above the chance level")
     table = head_score_table(scores, decimals=12)

@@ -31,6 +31,7 @@ from IPython.display import display
 from matplotlib.figure import Figure
 
 from ..attention.shapes import dimension_report
+from ..attention.validation import shown
 
 __all__ = ["in_jupyter_kernel", "Explorer", "close_figure", "show", "dimension_explorer",
            "show_dimension_explorer"]
@@ -95,28 +96,28 @@ class Explorer:
             raise TypeError(f"render must be callable, got {type(render).__name__}")
         if not isinstance(controls, Mapping) or not controls:
             raise ValueError(f"controls must be a non-empty dict {{name: widget}}: an explorer needs at "
-                             f"least one control, got {type(controls).__name__} {controls!r:.60}")
+                             f"least one control, got {type(controls).__name__} {shown(controls, 60)}")
         if not isinstance(title, str):
             raise TypeError(f"title must be a str, got {type(title).__name__}")
         if draw is not None and not callable(draw):
             raise TypeError(f"draw must be None or a function result -> None that shows each result, "
-                            f"got {type(draw).__name__} {draw!r:.60}")
+                            f"got {type(draw).__name__} {shown(draw, 60)}")
         for name, control in controls.items():
             if not isinstance(name, str) or not name:  # render is called as render(**values)
                 raise (TypeError if not isinstance(name, str) else ValueError)(
                     f"controls' names must be non-empty str (render is called with them as keywords), "
-                    f"got {type(name).__name__} {name!r:.60}")
+                    f"got {type(name).__name__} {shown(name, 60)}")
             if not isinstance(control, widgets.ValueWidget):
-                raise TypeError(f"control {name!r} must be an ipywidgets value widget, "
+                raise TypeError(f"control {shown(name)} must be an ipywidgets value widget, "
                                 f"got {type(control).__name__}")
         if not isinstance(note, str):
             raise TypeError(f"note must be a str (what a page without a widget front end shows), got "
-                            f"{type(note).__name__} {note!r:.60}")
+                            f"{type(note).__name__} {shown(note, 60)}")
         if rows is not None and (isinstance(rows, str) or not isinstance(rows, Sequence) or not all(
                 isinstance(row, Sequence) and not isinstance(row, str)
                 and all(isinstance(name, str) for name in row) for row in rows)):
             raise TypeError(f"rows must be None or a list of rows, each a list of control names (str), "
-                            f"such as [['layer', 'head']], got {type(rows).__name__} {rows!r:.60}")
+                            f"such as [['layer', 'head']], got {type(rows).__name__} {shown(rows, 60)}")
         rows = [list(controls)] if rows is None else [list(row) for row in rows]
         placed = [name for row in rows for name in row]
         if sorted(placed) != sorted(controls) or not all(rows):

@@ -36,6 +36,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as _tensors_to_bytes
 
 from ..attention.validation import check_holds_values, finite
+from ..attention.validation import shown as shown_value
 from ..env import pick_device
 from ..paths import DATA_DIR, check_path
 from ..paths import path_kind as _what_is_there  # None for a regular file, else what it is, in words
@@ -168,16 +169,17 @@ def _check_save_file_arguments(tensors: object, filename: object, metadata: obje
     """:func:`save_file`'s arguments, named, before safetensors or the file system sees them."""
     if not isinstance(tensors, dict):
         raise TypeError(f"tensors must be a dict of name (str) -> torch.Tensor, got {type(tensors).__name__} "
-                        f"{tensors!r:.60}")
+                        f"{shown_value(tensors, 60)}")
     for key, tensor in tensors.items():
         if not isinstance(key, str):
-            raise TypeError(f"tensors' keys must be names (str), got {type(key).__name__} {key!r:.60}")
-        check_holds_values(tensor, f"tensors[{key!r}]")  # a meta tensor has no bytes to write
+            raise TypeError(f"tensors' keys must be names (str), got {type(key).__name__} "
+                            f"{shown_value(key, 60)}")
+        check_holds_values(tensor, f"tensors[{shown_value(key)}]")  # a meta tensor has no bytes to write
     check_path(filename, "filename", "the .safetensors file to write")
     if not (isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str)
                                                for k, v in metadata.items())):
         raise TypeError(f"metadata must be a dict of str -> str (the file's header), got "
-                        f"{type(metadata).__name__} {metadata!r:.60}")
+                        f"{type(metadata).__name__} {shown_value(metadata, 60)}")
 
 
 class _Terminated(BaseException):
@@ -299,21 +301,23 @@ def save_checkpoint(
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     if not task.strip():
         raise ValueError(f"task must name the task the model was trained on, such as 'induction', got "
-                         f"{task!r}")
+                         f"{shown_value(task)}")
     if not command.strip():  # the sidecar's only record of how to re-create the checkpoint
         raise ValueError(f"command must be the shell command that re-creates the checkpoint, such as "
                          f"'python -m course_utils.model.train induction --out data/checkpoints/induction',"
-                         f" got {command!r}")
+                         f" got {shown_value(command)}")
     if not isinstance(replace_task, bool):
         raise TypeError(f"replace_task must be True or False, got {type(replace_task).__name__} "
-                        f"{replace_task!r:.60}")
+                        f"{shown_value(replace_task, 60)}")
     for key, value in metrics.items():
         if not isinstance(key, str):
-            raise TypeError(f"metrics must be keyed by names (str), got {type(key).__name__} {key!r}")
+            raise TypeError(f"metrics must be keyed by names (str), got {type(key).__name__} "
+                            f"{shown_value(key)}")
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not finite(value):
-            raise ValueError(f"metrics[{key!r}] must be a finite number (the score load_checkpoint's user "
+            raise ValueError(f"metrics[{shown_value(key)}] must be a finite number (the score "
+                             f"load_checkpoint's user "
                              f"must reproduce; NaN and infinity are not JSON), got "
-                             f"{type(value).__name__} {value!r:.60}")
+                             f"{type(value).__name__} {shown_value(value, 60)}")
     _check_json_field("training", training or {})
     # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
     metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
@@ -416,14 +420,18 @@ def _check_task_of_target(meta_path: Path, task: str) -> None:
                                   f"pass replace_task=True (--replace-task) to replace it")
         recorded = data.get("task")
     if isinstance(recorded, str) and recorded != task:
-        raise CheckpointError(f"{meta_path} holds a model of the task {recorded!r}; saving a model of the "
-                              f"task {task!r} there would replace it, and loading {name!r} would hand back "
+        raise CheckpointError(f"{meta_path} holds a model of the task {shown_value(recorded)}; saving a "
+                              f"model of the "
+                              f"task {shown_value(task)} there would replace it, and loading "
+                              f"{shown_value(name)} would hand back "
                               f"a model of another task. Save under another name, or pass "
                               f"replace_task=True (--replace-task) to replace it")
     if name in COURSE_TASKS and name != task:
-        raise CheckpointError(f"{name!r} is the name of the course's {name} checkpoint, and a checkpoint so "
+        raise CheckpointError(f"{shown_value(name)} is the name of the course's {name} checkpoint, and "
+                              f"a checkpoint so "
                               f"named must hold the {name} model (load_checkpoint checks it); got a model of "
-                              f"the task {task!r} for {meta_path.with_suffix('')}. Save under another "
+                              f"the task {shown_value(task)} for {meta_path.with_suffix('')}. Save "
+                              f"under another "
                               f"name, or pass replace_task=True (--replace-task)")
 
 
@@ -449,14 +457,14 @@ def _check_json_field(name: str, value: object, where: str = "") -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{name} must be keyed by str (it is saved as JSON), got "
-                                f"{type(key).__name__} {key!r} in {where}")
-            _check_json_field(name, item, f"{where}[{key!r}]")
+                                f"{type(key).__name__} {shown_value(key)} in {where}")
+            _check_json_field(name, item, f"{where}[{shown_value(key)}]")
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             _check_json_field(name, item, f"{where}[{i}]")
     elif isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{where} must be a finite number (it is saved as JSON, which has no NaN or "
-                         f"infinity), got {value!r}")
+                         f"infinity), got {shown_value(value)}")
     elif not (value is None or isinstance(value, str | bool | int | float)):
         raise TypeError(f"{where} must be plain JSON (str, int, float, bool, None, list, dict), got "
                         f"{type(value).__name__}; convert it first, e.g. float(t) for a 0-d tensor")
@@ -561,8 +569,9 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
     for key, types in _FIELD_TYPES.items():
         value = meta.get(key)
         if key in meta and (isinstance(value, bool) or not isinstance(value, types)):
-            raise CheckpointError(f"{meta_path.name}: {key!r} must be {_JSON_NAMES[types[0]]}, found "
-                                  f"{type(value).__name__} {value!r:.60}")
+            raise CheckpointError(f"{meta_path.name}: {shown_value(key)} must be "
+                                  f"{_JSON_NAMES[types[0]]}, found "
+                                  f"{type(value).__name__} {shown_value(value, 60)}")
     if meta["size_bytes"] < 0 or len(meta["sha256"]) != 64:
         raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0 and a 64-character sha256, "
                               f"found {meta['size_bytes']} and {meta['sha256']!r:.80}")
@@ -572,7 +581,8 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
         raise CheckpointError(f"{meta_path.name}: every metric must be a finite number (save_checkpoint "
                               f"writes no NaN or infinity), found {bad_metrics}")
     if meta["format"] != FORMAT:
-        raise CheckpointError(f"{meta_path.name}: expected format {FORMAT!r}, found {meta['format']!r}")
+        raise CheckpointError(f"{meta_path.name}: expected format {shown_value(FORMAT)}, found "
+                              f"{meta['format']!r}")
     if _what_is_there(weights_path) == "missing":
         raise FileNotFoundError(f"{meta_path.name} is there but its weights {weights_path} are missing")
     _check_regular(weights_path, "the checkpoint's weights")
@@ -631,9 +641,9 @@ def load_checkpoint(
                         f"ModelConfig.from_dict(d)), got {type(expected_config).__name__}")
     if task is not None and not isinstance(task, str):
         raise TypeError(f"task must be the name of the task the model was trained on (such as "
-                        f"'induction') or None, got {type(task).__name__} {task!r:.60}")
+                        f"'induction') or None, got {type(task).__name__} {shown_value(task, 60)}")
     if task is not None and not task.strip():
-        raise ValueError(f"task must name a task, such as 'induction', or be None, got {task!r}")
+        raise ValueError(f"task must name a task, such as 'induction', or be None, got {shown_value(task)}")
     device = pick_device(device, "device")
     weights_path, meta_path = checkpoint_paths(name_or_path)
     if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
@@ -732,8 +742,9 @@ def _check_task_of_meta(meta: dict, meta_path: Path, task: str | None) -> None:
     wanted = task if task is not None else name if name in COURSE_TASKS else None
     if wanted is None or meta["task"] == wanted:
         return
-    why = "" if task is not None else f" (a checkpoint named {name!r} must hold the {name} model)"
-    raise CheckpointError(f"{meta_path} holds a model of the task {meta['task']!r}, expected {wanted!r}"
+    why = "" if task is not None else f" (a checkpoint named {shown_value(name)} must hold the {name} model)"
+    raise CheckpointError(f"{meta_path} holds a model of the task {meta['task']!r}, expected "
+                          f"{shown_value(wanted)}"
                           f"{why}; to load it anyway, pass task={meta['task']!r}")
 
 

@@ -59,6 +59,7 @@ from ..attention.validation import (
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
+    shown,
 )
 
 __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCache", "Quantized",
@@ -93,7 +94,7 @@ def _check_layers(layers: object) -> tuple[int, int, int, int]:
     holding the same ``T`` tokens; returns the first ``k``'s ``(B, g, T, dk)``."""
     if not isinstance(layers, (list, tuple)) or not layers:
         raise ValueError(f"layers must be a non-empty list of (k, v) pairs, one per layer, each "
-                         f"(B, g, T, dk); got {layers!r:.60}")
+                         f"(B, g, T, dk); got {shown(layers, 60)}")
     for i, pair in enumerate(layers):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise TypeError(f"layers[{i}] must be a (k, v) pair of (B, g, T, dk) tensors, got "
@@ -383,7 +384,7 @@ class Quantized(_QuantizedFields):
 def _check_axis(value: object, name: str) -> str:
     if value not in _AXES:
         raise ValueError(f"{name} must be 'token' (one scale per token, over the head dim) or "
-                         f"'channel' (one scale per head-dim channel, over the tokens), got {value!r}")
+                         f"'channel' (one scale per head-dim channel, over the tokens), got {shown(value)}")
     return value
 
 
@@ -452,7 +453,7 @@ def _check_quantized(q: object, dtype: object) -> None:
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a Quantized (from quantize_kv), got {type(q).__name__}")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32), got {dtype!r}")
+        raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.float32), got {shown(dtype)}")
     _check_quantized_fields(q, "q")
 
 
@@ -466,11 +467,12 @@ def _check_quantized_fields(q: Quantized, label: str) -> None:
     NaN, infinite, all-zero or sign-flipped keys and values, with no error)."""
     if not (q.zero is None or isinstance(q.zero, Tensor)):  # it decides which codes are wanted
         raise TypeError(f"{label}.zero must be None (symmetric) or a tensor of zero points (asymmetric), "
-                        f"got {type(q.zero).__name__} {q.zero!r:.40}")
+                        f"got {type(q.zero).__name__} {shown(q.zero, 40)}")
     wanted = torch.int8 if q.zero is None else torch.uint8
     kind = "symmetric" if q.zero is None else "asymmetric"
     if not isinstance(q.codes, Tensor) or q.codes.dtype != wanted:
-        got = q.codes.dtype if isinstance(q.codes, Tensor) else f"{type(q.codes).__name__} {q.codes!r:.40}"
+        got = (q.codes.dtype if isinstance(q.codes, Tensor)
+               else f"{type(q.codes).__name__} {shown(q.codes, 40)}")
         other = {torch.uint8: f": uint8 codes are asymmetric and need their zero points, but {label}.zero "
                               f"is None (zero=None means symmetric int8 codes); pass zero=...",
                  torch.int8: f": int8 codes are symmetric and take zero=None, but {label}.zero is a "

@@ -30,6 +30,7 @@ from ..attention.validation import (
     check_int,
     check_tensor,
     describe_shape,
+    shown,
 )
 
 __all__ = ["PagedCache", "blocks_needed"]
@@ -49,12 +50,12 @@ def _check_hashable(seq: object, name: str) -> None:
     if isinstance(seq, (bool, float)):
         raise TypeError(f"{name} must be a hashable name for a sequence such as a str or an int (not a "
                         f"float or a bool, which are found again unreliably), got "
-                        f"{type(seq).__name__} {seq!r}")
+                        f"{type(seq).__name__} {shown(seq)}")
     try:
         hash(seq)
     except TypeError:
         raise TypeError(f"{name} must be a hashable name for a sequence (a str or an int, say), got "
-                        f"{type(seq).__name__} {seq!r:.60}") from None
+                        f"{type(seq).__name__} {shown(seq, 60)}") from None
 
 
 class PagedCache:
@@ -84,7 +85,7 @@ class PagedCache:
     def _check_seq(self, seq: object, name: str = "seq") -> None:
         _check_hashable(seq, name)
         if seq not in self.tables:
-            raise KeyError(f"no sequence {seq!r} in the cache; known: {list(self.tables)} "
+            raise KeyError(f"no sequence {shown(seq)} in the cache; known: {list(self.tables)} "
                            "(start one with add_sequence)")
 
     def _take_block(self) -> int:
@@ -99,7 +100,7 @@ class PagedCache:
         """Start an empty sequence named ``seq`` (any hashable name)."""
         _check_hashable(seq, "seq")
         if seq in self.tables:
-            raise ValueError(f"sequence {seq!r} is already in the cache")
+            raise ValueError(f"sequence {shown(seq)} is already in the cache")
         self.tables[seq], self.lengths[seq] = [], 0
 
     def append(self, seq: object, k: Tensor, v: Tensor) -> None:
@@ -129,7 +130,7 @@ class PagedCache:
         if new and length % B and self.refs[table[-1]] > 1:
             wanted += 1  # the shared, partly filled last block is copied before the first write
         if wanted > len(self.free):
-            raise RuntimeError(f"the pool's {len(self.refs)} blocks are all in use: sequence {seq!r} "
+            raise RuntimeError(f"the pool's {len(self.refs)} blocks are all in use: sequence {shown(seq)} "
                                f"needs {wanted} more for {new} tokens, {len(self.free)} are free; nothing "
                                "was appended (free a finished sequence with free_sequence, or make the "
                                "pool larger)")
@@ -189,7 +190,7 @@ class PagedCache:
                             f"q.to({self.k_pool.dtype})")
         k, v = self.gather(seq)
         if k.shape[1] == 0:
-            raise ValueError(f"sequence {seq!r} is empty: append keys and values before attending")
+            raise ValueError(f"sequence {shown(seq)} is empty: append keys and values before attending")
         if q.shape[0] % k.shape[0] or q.shape[2] != k.shape[2]:
             raise ValueError(f"q must be (h, 1, dk={k.shape[2]}) with h a multiple of g={k.shape[0]}, "
                              f"got {describe_shape(q)}")

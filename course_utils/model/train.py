@@ -44,6 +44,7 @@ from ..attention.validation import (
     check_real,
     check_record,
     finite,
+    shown,
 )
 from ..env import check_seed, gradients_on, pick_device, torch_threads
 from ..tasks.synthetic import (
@@ -113,11 +114,11 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise TypeError(f"TrainConfig.{name} must be a number such as 0.01, got "
-                                f"{type(value).__name__} {value!r}")
+                                f"{type(value).__name__} {shown(value)}")
             if isinstance(value, int):  # 10**400 fits no float: named, not an OverflowError (battery 27)
                 check_real(value, f"TrainConfig.{name}")
             if not math.isfinite(value) or value < 0 or (low == "> 0" and value == 0):
-                raise ValueError(f"TrainConfig.{name} must be a finite number {low}, got {value!r}")
+                raise ValueError(f"TrainConfig.{name} must be a finite number {low}, got {shown(value)}")
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``): a linear
@@ -192,11 +193,11 @@ class History:
         self._check()
         recorded = sorted({key for m in self.eval_metrics for key in m})
         if name not in recorded:
-            raise KeyError(f"name {name!r} is not a metric this history recorded; recorded: "
+            raise KeyError(f"name {shown(name)} is not a metric this history recorded; recorded: "
                            f"{recorded or 'none (no evaluation ran: pass evaluate= to train_model)'}")
         missing = [step for step, m in zip(self.eval_steps, self.eval_metrics, strict=False) if name not in m]
         if missing:
-            raise KeyError(f"metric {name!r} is missing from the evaluations at steps {missing[:5]}")
+            raise KeyError(f"metric {shown(name)} is missing from the evaluations at steps {missing[:5]}")
         return [m[name] for m in self.eval_metrics]
 
     def to_dict(self) -> dict:
@@ -218,7 +219,7 @@ def _check_history_fields(history: History) -> None:
         parsed = torch.device(history.device)
     except RuntimeError:
         raise ValueError(f"History.device must be the device the run trained on, as torch names it "
-                         f"('cpu', 'cuda', 'cuda:0'), got {history.device!r}") from None
+                         f"('cpu', 'cuda', 'cuda:0'), got {shown(history.device)}") from None
     check_not_meta_device(parsed, "History.device", asked=history.device)
     for steps, values in (("steps", "loss"), ("eval_steps", "eval_metrics")):
         n, m = len(getattr(history, steps)), len(getattr(history, values))
@@ -229,7 +230,8 @@ def _check_history_fields(history: History) -> None:
     for i, metrics in enumerate(history.eval_metrics):  # NaN is allowed (a mean over an empty subset)
         infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
         if infinite is not None:
-            raise ValueError(f"History.eval_metrics[{i}][{infinite!r}] must be a finite number or NaN, got "
+            raise ValueError(f"History.eval_metrics[{i}][{shown(infinite)}] must be a finite number or "
+                             f"NaN, got "
                              f"{metrics[infinite]!r}")
     reached = {"steps_to_target": history.steps_to_target, "seconds_to_target": history.seconds_to_target}
     if (history.steps_to_target is None) != (history.seconds_to_target is None):
@@ -237,23 +239,24 @@ def _check_history_fields(history: History) -> None:
                          f"was reached) or both None, got {reached}")
     if history.steps_to_target is not None and (history.target_metric is None or history.target is None):
         raise ValueError(f"History.steps_to_target is set ({history.steps_to_target}) but "
-                         f"History.target_metric is {history.target_metric!r} and History.target "
-                         f"{history.target!r}: a target is reached by a named metric reaching a level")
+                         f"History.target_metric is {shown(history.target_metric)} and History.target "
+                         f"{shown(history.target)}: a target is reached by a named metric reaching a level")
     if history.target_metric is not None:  # train_model checks every evaluation returns it
         lacking = next((i for i, metrics in enumerate(history.eval_metrics)
                         if history.target_metric not in metrics), None)
         if lacking is not None:
             raise ValueError(f"History.target_metric must be one of the metrics History.eval_metrics "
                              f"holds (train_model checks every evaluation returns it), got "
-                             f"{history.target_metric!r}; History.eval_metrics[{lacking}] holds "
+                             f"{shown(history.target_metric)}; History.eval_metrics[{lacking}] holds "
                              f"{sorted(history.eval_metrics[lacking])}")
     if history.target is not None and history.target_metric is None:  # as train_model refuses it
-        raise ValueError(f"History.target is {history.target!r} but History.target_metric is None: a target "
+        raise ValueError(f"History.target is {shown(history.target)} but History.target_metric is None: "
+                         f"a target "
                          f"is the level a named metric must reach (train_model refuses target without "
                          f"target_metric)")
     if history.steps_to_target is not None and history.steps_to_target not in history.eval_steps:
         raise ValueError(f"History.steps_to_target must be one of History.eval_steps (the target is reached "
-                         f"at an evaluation), got {history.steps_to_target!r}; History.eval_steps is "
+                         f"at an evaluation), got {shown(history.steps_to_target)}; History.eval_steps is "
                          f"{str(history.eval_steps):.80}")
     if history.steps and history.eval_steps and history.eval_steps[-1] > history.steps[-1]:
         raise ValueError(f"History.eval_steps must not go past the last training step in History.steps "
@@ -351,13 +354,16 @@ def _check_metrics(metrics: object, step: int, target_metric: str | None) -> Non
                         f"returned {type(metrics).__name__} {str(metrics)[:80]}")
     infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
     if infinite is not None:  # NaN is warned about and kept (see train_model)
-        raise ValueError(f"evaluate(model) returned {metrics[infinite]!r} for metric {infinite!r} at step "
+        raise ValueError(f"evaluate(model) returned {metrics[infinite]!r} for metric {shown(infinite)} "
+                         f"at step "
                          f"{step}; a metric must be a finite number (or NaN for a mean over an empty subset)")
     if target_metric is not None and target_metric not in metrics:
-        raise KeyError(f"target_metric {target_metric!r} is not among the metrics evaluate(model) returned "
+        raise KeyError(f"target_metric {shown(target_metric)} is not among the metrics evaluate(model) "
+                       f"returned "
                        f"at step {step}: {sorted(metrics)}")
     if target_metric is not None and math.isnan(metrics[target_metric]):
-        raise ValueError(f"evaluate(model) returned NaN for target_metric {target_metric!r} at step {step}; "
+        raise ValueError(f"evaluate(model) returned NaN for target_metric {shown(target_metric)} at "
+                         f"step {step}; "
                          "it must be a number to compare with target (a mean over an empty set?)")
 
 
@@ -366,12 +372,14 @@ def _check_target_arguments(evaluate: object, target_metric: object, target: obj
     (what returns it); ``target_metric`` is None or a str."""
     if target_metric is not None and not isinstance(target_metric, str):
         raise TypeError(f"target_metric must be None or the name (a str) of a metric evaluate(model) "
-                        f"returns, got {type(target_metric).__name__} {target_metric!r:.60}")
+                        f"returns, got {type(target_metric).__name__} {shown(target_metric, 60)}")
     if target is not None and target_metric is None:
-        raise ValueError(f"target={target!r} needs target_metric (the metric of evaluate(model) that must "
+        raise ValueError(f"target={shown(target)} needs target_metric (the metric of evaluate(model) "
+                         f"that must "
                          f"reach it), but target_metric is None; pass both, or neither")
     if target_metric is not None and evaluate is None:
-        raise ValueError(f"target_metric={target_metric!r} names a metric of evaluate(model), but evaluate "
+        raise ValueError(f"target_metric={shown(target_metric)} names a metric of evaluate(model), but "
+                         f"evaluate "
                          f"is None; pass evaluate=..., or leave target_metric (and target) None")
 
 
@@ -408,7 +416,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
                                or not finite(target)):
         raise ValueError(f"target must be a finite number (the level target_metric must reach) or None, "
-                         f"got {type(target).__name__} {target!r}")
+                         f"got {type(target).__name__} {shown(target)}")
     if stop_at_target:
         lacking = [name for name, value in (("evaluate", evaluate), ("target_metric", target_metric),
                                             ("target", target)) if value is None]
@@ -586,13 +594,13 @@ def _check_task(task: object, kind: type, name: str) -> None:
     """``task`` is a ``kind`` (InductionTask, ...); else a TypeError naming what arrived."""
     if not isinstance(task, kind):
         raise TypeError(f"task must be {'an' if kind.__name__[0] in 'AEIOU' else 'a'} {kind.__name__} (the "
-                        f"{name} task, e.g. {kind.__name__}()), got {type(task).__name__} {task!r:.60}")
+                        f"{name} task, e.g. {kind.__name__}()), got {type(task).__name__} {shown(task, 60)}")
 
 
 def _check_model_for_task(model: object, task, needed_len: int, name: str) -> None:
     """``model`` is a TinyTransformer whose config fits the task (checked before any forward pass)."""
     if not isinstance(model, TinyTransformer):
-        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__} {model!r:.60}")
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__} {shown(model, 60)}")
     _check_fits_task(model.config, task, needed_len, name, "the model's config")
 
 
@@ -601,9 +609,10 @@ def _check_accuracy_target(target: object) -> None:
     so ``steps_to_target`` would stay None and ``stop_at_target`` would never stop)."""
     if isinstance(target, bool) or not isinstance(target, numbers.Real) or not finite(target):
         raise TypeError(f"target must be an accuracy, a number in 0..1, got {type(target).__name__} "
-                        f"{target!r}")
+                        f"{shown(target)}")
     if not 0.0 <= target <= 1.0:
-        raise ValueError(f"target must be an accuracy in 0..1 (a fraction of answers right), got {target!r}")
+        raise ValueError(f"target must be an accuracy in 0..1 (a fraction of answers right), got "
+                         f"{shown(target)}")
 
 
 def _train_on_task(config, task, needed_len, *, seed, device, steps, lr, batch_size, evaluate,
@@ -845,14 +854,14 @@ def main(argv: list[str] | None = None) -> None:
 
     # interrupted (Ctrl-C, SIGTERM): one line, exit 130/143 (__main__ runs this under cli.run);
     # save_checkpoint is all or nothing, so until it returns no checkpoint file was changed
-    cli.leaving(f"no checkpoint was written, {args.out!r} was left as it was" if args.out
+    cli.leaving(f"no checkpoint was written, {shown(args.out)} was left as it was" if args.out
                 else cli.NOTHING_WRITTEN)
     try:
         _main_train(args, argv)
     except (FloatingPointError, ValueError, OSError) as err:  # diverged, or the save failed
         parser.exit(1, f"{parser.prog}: error: {err}\n")
     if args.out:
-        cli.leaving(f"the checkpoint {args.out!r} was written")
+        cli.leaving(f"the checkpoint {shown(args.out)} was written")
 
 
 def _check_cli_args(args: argparse.Namespace) -> None:
@@ -863,13 +872,13 @@ def _check_cli_args(args: argparse.Namespace) -> None:
     if args.steps is not None:
         check_int(args.steps, "--steps", minimum=1, maximum=MAX_STEPS)
     if not (math.isfinite(args.lr) and args.lr > 0):
-        raise ValueError(f"--lr must be a finite number > 0, got {args.lr!r}")
+        raise ValueError(f"--lr must be a finite number > 0, got {shown(args.lr)}")
     check_int(args.batch_size, "--batch-size", minimum=1)
     _check_batch_fits(args.task, args.batch_size, "--batch-size")
     try:
         pick_device(args.device, "device")
     except (TypeError, ValueError) as err:
-        raise ValueError(f"--device {args.device!r}: {err}") from None
+        raise ValueError(f"--device {shown(args.device)}: {err}") from None
     if args.replace_task and args.out is None:  # it would be dropped without a word
         raise ValueError("--replace-task lets --out replace another task's checkpoint; without --out "
                          "no checkpoint is written, so it would do nothing: give --out PATH or drop "
@@ -900,10 +909,11 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
     from .checkpoint import _check_save_targets, _check_task_of_target, checkpoint_paths
 
     if out.endswith(("/", "\\")):  # a new folder meant: the files would land beside it
-        raise ValueError(f"--out {out!r} ends in a slash, so it names a folder; give a path stem inside it, "
+        raise ValueError(f"--out {shown(out)} ends in a slash, so it names a folder; give a path stem "
+                         f"inside it, "
                          f"e.g. {out}{task} (writes {task}.safetensors and {task}.json there)")
     if Path(out).is_dir():  # a stem names two files; a folder would get them beside it, not in it
-        raise ValueError(f"--out {out!r} is a folder; give a path stem inside it, e.g. "
+        raise ValueError(f"--out {shown(out)} is a folder; give a path stem inside it, e.g. "
                          f"{Path(out) / task} (writes {task}.safetensors and {task}.json there)")
     try:
         weights_path, meta_path = checkpoint_paths(out)
@@ -911,7 +921,7 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
         if not replace_task:
             _check_task_of_target(meta_path, task)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"--out {out!r}: {err}") from None
+        raise ValueError(f"--out {shown(out)}: {err}") from None
     folder = weights_path.parent
     made = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
@@ -920,7 +930,8 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
         os.close(handle)
         os.unlink(probe)
     except OSError as err:
-        raise OSError(err.errno, f"--out {out!r}: cannot write in {folder} ({err.strerror or err})") from None
+        raise OSError(err.errno, f"--out {shown(out)}: cannot write in {folder} "
+                                 f"({err.strerror or err})") from None
     finally:
         for path in made:  # innermost first: leave the disk as it was
             try:

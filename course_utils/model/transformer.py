@@ -63,6 +63,7 @@ from ..attention.validation import (
     check_stream,
     check_tensor,
     describe_shape,
+    shown,
 )
 from ..env import check_seed
 
@@ -223,7 +224,7 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if not isinstance(config, ModelConfig):
-            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__} {config!r:.60}")
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__} {shown(config, 60)}")
         self.ln_attn = nn.LayerNorm(config.d_model)
         self.grouped = config.num_kv_heads != config.num_heads
         if self.grouped:
@@ -549,7 +550,8 @@ class TinyTransformer(nn.Module):
         check_flag(return_attention, "return_attention")
         if resid is None:
             if start_block != 0:
-                raise ValueError(f"start_block={start_block!r} needs resid, the residual stream entering "
+                raise ValueError(f"start_block={shown(start_block)} needs resid, the residual stream "
+                                 f"entering "
                                  "that block (B, T, d_model); tokens always enter at block 0")
             self._check_tokens(tokens)
         elif tokens is not None:
@@ -641,7 +643,7 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
         raise ValueError(f"model must use plain multi-head attention (num_kv_heads == num_heads = "
                          f"{model.config.num_heads}), got num_kv_heads={model.config.num_kv_heads}")
     if not isinstance(method, str) or method not in CONVERSION_METHODS:
-        raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {method!r}")
+        raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {shown(method)}")
     check_kv_heads(num_kv_heads, model.config.num_heads)
     seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
     weight = model.token_embedding.weight

@@ -46,6 +46,7 @@ from ..attention.validation import (
     check_rows,
     describe_shape,
     freeze_fields,
+    shown,
 )
 from ..env import check_seed
 
@@ -597,7 +598,7 @@ def _check_attractor_flags(batch: AgreementBatch) -> None:
         words = " ".join(detokenize(tokens[row, 1:int(verb_pos[row])]))  # the sentence up to its verb
         raise ValueError(f"AgreementBatch.attractor must say whether a noun between the subject and the verb "
                          f"has the other number than AgreementBatch.plural, got {bool(batch.attractor[row])} "
-                         f"at row {row}, whose sentence {words!r} (plural {bool(plural[row])}) has "
+                         f"at row {row}, whose sentence {shown(words)} (plural {bool(plural[row])}) has "
                          f"{'one' if expected[row] else 'none'}")
 
 
@@ -681,7 +682,7 @@ class AgreementTask:
         if isinstance(self.templates, (str, bytes)) or not isinstance(self.templates, (tuple, list)):
             raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
                             f"{list(TEMPLATES)}, got "
-                            f"{type(self.templates).__name__} {self.templates!r:.60}")
+                            f"{type(self.templates).__name__} {shown(self.templates, 60)}")
         not_names = [t for t in self.templates if not isinstance(t, str)]
         if not_names:  # a list inside would reach `in TEMPLATES` as an unhashable key
             raise TypeError(f"AgreementTask.templates must hold template names (str) from {list(TEMPLATES)}, "
@@ -704,7 +705,7 @@ class AgreementTask:
         if self.max_len < self._longest(longest):
             raise ValueError(f"AgreementTask.max_len={self.max_len} is shorter than the longest sentence "
                              f"these templates can make: {self._longest(longest)} tokens "
-                             f"({longest!r}: <bos>, "
+                             f"({shown(longest)}: <bos>, "
                              f"{TEMPLATES[longest]!r}, with an opener and every optional adjective, as "
                              f"opener_p and adjective_p allow); pass max_len >= {self._longest(longest)}")
 
@@ -781,11 +782,11 @@ def tokenize(sentence: str, *, add_bos: bool = True) -> Tensor:
         unknown = sorted(set(unknown), key=unknown.index)
         known = AGREEMENT_VOCAB[2:]
         close = {w: difflib.get_close_matches(w, known, n=1, cutoff=0.75) for w in unknown}
-        guesses = [f"{match[0]!r}" + (f" for {w!r}" if len(unknown) > 1 else "")
+        guesses = [f"{match[0]!r}" + (f" for {shown(w)}" if len(unknown) > 1 else "")
                    for w, match in close.items() if match]
         suggestion = f" Did you mean {', '.join(guesses)}?" if guesses else ""
         raise ValueError(
-            f"unknown word(s) {unknown} in {sentence!r}.{suggestion} The grammar knows {len(known)} "
+            f"unknown word(s) {unknown} in {shown(sentence)}.{suggestion} The grammar knows {len(known)} "
             f"words (see course_utils.tasks.AGREEMENT_VOCAB), e.g. nouns such as "
             f"{', '.join(pair[0] for pair in NOUNS[:4])}."
         )
@@ -801,7 +802,7 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
                          f"tensor of shape {tuple(tokens.shape)}")
     if not isinstance(tokens, (Tensor, list, tuple, range)):
         raise TypeError(f"tokens must be one sentence of integer ids: a (T,) tensor or a list of ints, "
-                        f"got {type(tokens).__name__} {tokens!r:.60}")
+                        f"got {type(tokens).__name__} {shown(tokens, 60)}")
     if isinstance(tokens, Tensor):
         check_holds_values(tokens, "tokens")
     ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
@@ -819,7 +820,7 @@ def subject_position(tokens: Tensor) -> int:
     the subject is always the first noun)."""
     wanted = "one sentence as a 1-D tensor of token ids (T,), e.g. tokenize(...)"
     if not isinstance(tokens, Tensor):
-        raise TypeError(f"tokens must be {wanted}, got {type(tokens).__name__} {tokens!r:.60}")
+        raise TypeError(f"tokens must be {wanted}, got {type(tokens).__name__} {shown(tokens, 60)}")
     if tokens.ndim != 1 or tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise ValueError(f"tokens must be {wanted}, got a {tokens.dtype} tensor of shape "
                          f"{describe_shape(tokens)}")

@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
-from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int, check_record, finite
+from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int, check_record, finite, shown
 from ..paths import DATA_DIR, check_path, path_kind
 
 __all__ = [
@@ -192,7 +192,8 @@ class CheapExpansion:
                     or not np.isfinite(value).all():
                 shape = want if n >= 0 else "(n,)"
                 raise ValueError(f"CheapExpansion.{name} must be finite numbers of shape {shape} (n: "
-                                 f"head_outputs' length), got {value.dtype} {value.shape}: {value!r:.60}")
+                                 f"head_outputs' length), got {value.dtype} {value.shape}: "
+                                 f"{shown(value, 60)}")
         if not all(p < n for p in self.positions):
             raise ValueError(f"CheapExpansion.positions must be indices into the {n} head outputs, got "
                              f"{self.positions}")
@@ -246,25 +247,26 @@ class WorkedExample:
                              f"keys {sorted(self.article)}")
         if self.x.rows != self.people or self.x.cols != self.features:
             raise ValueError(f"WorkedExample.x must be (people, features) = ({len(self.people)}, "
-                             f"{len(self.features)}), labelled {self.people!r:.60} and "
-                             f"{self.features!r:.80}, got shape {self.x.shape}, rows {self.x.rows!r:.60}, "
-                             f"cols {self.x.cols!r:.80}")
+                             f"{len(self.features)}), labelled {shown(self.people, 60)} and "
+                             f"{shown(self.features, 80)}, got shape {self.x.shape}, rows "
+                             f"{shown(self.x.rows, 60)}, "
+                             f"cols {shown(self.x.cols, 80)}")
         for i, head in enumerate(self.heads):
             if head.w_q.rows != self.features:
                 raise ValueError(f"WorkedExample.heads[{i}] must read the {len(self.features)} features "
-                                 f"{self.features!r:.80} (its rows), got {head.w_q.rows!r:.80}")
+                                 f"{shown(self.features, 80)} (its rows), got {shown(head.w_q.rows, 80)}")
         d_concat = sum(head.d_v for head in self.heads)
         if self.w_o.shape[0] != d_concat or self.w_o.cols != self.features:
             raise ValueError(f"WorkedExample.w_o must be (sum of the heads' d_v, features) = ({d_concat}, "
                              f"{len(self.features)}) with the features as columns, got shape "
-                             f"{self.w_o.shape}, cols {self.w_o.cols!r:.80}")
+                             f"{self.w_o.shape}, cols {shown(self.w_o.cols, 80)}")
 
 
 # -- validation helpers ---------------------------------------------------------------
 def _check_matrix(x: object, name: str, layout: str) -> np.ndarray:
     """``x`` is a 2-D NumPy array of real numbers (``layout`` names its dims in the message)."""
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a 2-D NumPy array {layout}, got {type(x).__name__} {x!r:.60}"
+        raise TypeError(f"{name} must be a 2-D NumPy array {layout}, got {type(x).__name__} {shown(x, 60)}"
                         + ("; wrap it in np.array(...)" if isinstance(x, (list, tuple)) else ""))
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D {layout}, got shape {x.shape}")
@@ -295,19 +297,20 @@ def _check_table_fields(table: Table) -> None:
     one row per row label and one column per column label. Messages name ``Table(name).field``."""
     if not isinstance(table.name, str) or not table.name:  # the name labels every message below
         error = TypeError if not isinstance(table.name, str) else ValueError
-        raise error(f"Table.name must be a non-empty str, got {type(table.name).__name__} {table.name!r:.60}")
-    label = f"Table({table.name!r})"
+        raise error(f"Table.name must be a non-empty str, got {type(table.name).__name__} "
+                    f"{shown(table.name, 60)}")
+    label = f"Table({shown(table.name)})"
     for field_name in ("rows", "cols"):
         labels = getattr(table, field_name)
         if not isinstance(labels, tuple) or not all(isinstance(item, str) for item in labels):
             raise TypeError(f"{label}.{field_name} must be a tuple of strs, got "
-                            f"{type(labels).__name__} {labels!r:.60}")
+                            f"{type(labels).__name__} {shown(labels, 60)}")
         if not labels:  # a table of no rows (or columns) has no number to show or multiply
             raise ValueError(f"{label}.{field_name} must name at least one "
                              f"{'row' if field_name == 'rows' else 'column'}, got ()")
         repeated = sorted({item for item in labels if labels.count(item) > 1})
         if repeated:
-            raise ValueError(f"{label}.{field_name} must be distinct labels, got {labels!r:.80}, which "
+            raise ValueError(f"{label}.{field_name} must be distinct labels, got {shown(labels, 80)}, which "
                              f"repeats {repeated}")
     values = _check_finite_matrix(table.values, f"{label}.values", "(len(rows), len(cols))")
     if values.dtype.kind != "f":  # bools or ints: no weights or products of the worked example
@@ -316,7 +319,7 @@ def _check_table_fields(table: Table) -> None:
     if values.shape != (len(table.rows), len(table.cols)):
         raise ValueError(f"{label}.values must have one row per row label and one column "
                          f"per column label, {(len(table.rows), len(table.cols))}, got shape {values.shape} "
-                         f"for rows {table.rows!r:.60} and cols {table.cols!r:.60}")
+                         f"for rows {shown(table.rows, 60)} and cols {shown(table.cols, 60)}")
 
 
 def _check_head_fields(head: Head) -> None:
@@ -325,11 +328,12 @@ def _check_head_fields(head: Head) -> None:
     for name in ("w_k", "w_v"):
         table = getattr(head, name)
         if table.rows != head.w_q.rows:
-            raise ValueError(f"Head({head.name!r}).{name} must have the rows of Head.w_q (one per input "
-                             f"feature, {len(head.w_q.rows)}), got {len(table.rows)} rows {table.rows!r:.60} "
-                             f"against w_q's {head.w_q.rows!r:.60}")
+            raise ValueError(f"Head({shown(head.name)}).{name} must have the rows of Head.w_q (one per input "
+                             f"feature, {len(head.w_q.rows)}), got {len(table.rows)} rows "
+                             f"{shown(table.rows, 60)} "
+                             f"against w_q's {shown(head.w_q.rows, 60)}")
     if head.w_k.shape[1] != head.w_q.shape[1]:
-        raise ValueError(f"Head({head.name!r}).w_k must have as many columns as Head.w_q (d_k = "
+        raise ValueError(f"Head({shown(head.name)}).w_k must have as many columns as Head.w_q (d_k = "
                          f"{head.w_q.shape[1]}: Q K^T pairs them), got {head.w_k.shape[1]}")
 
 
@@ -337,7 +341,7 @@ def _require(obj: Any, key: str, where: str) -> Any:
     if not isinstance(obj, dict):
         raise WorkedExampleError(f"{where} must be a JSON object, got {type(obj).__name__}")
     if key not in obj:
-        raise WorkedExampleError(f"{where} is missing the key {key!r} (has {sorted(obj)})")
+        raise WorkedExampleError(f"{where} is missing the key {shown(key)} (has {sorted(obj)})")
     return obj[key]
 
 
@@ -353,23 +357,23 @@ def _refuse_unknown_keys(obj: Any, known: tuple[str, ...], where: str) -> None:
 
 def _labels(obj: Any, where: str) -> tuple[str, ...]:
     if not isinstance(obj, list) or not obj or not all(isinstance(s, str) and s for s in obj):
-        raise WorkedExampleError(f"{where} must be a non-empty list of non-empty strings, got {obj!r}")
+        raise WorkedExampleError(f"{where} must be a non-empty list of non-empty strings, got {shown(obj)}")
     if len(set(obj)) != len(obj):
-        raise WorkedExampleError(f"{where} has duplicate labels: {obj!r}")
+        raise WorkedExampleError(f"{where} has duplicate labels: {shown(obj)}")
     return tuple(obj)
 
 
 def _number(v: Any, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise WorkedExampleError(f"{where} must be a number, got {type(v).__name__} {v!r}")
+        raise WorkedExampleError(f"{where} must be a number, got {type(v).__name__} {shown(v)}")
     if not finite(v):
-        raise WorkedExampleError(f"{where} must be a finite number, got {v!r}")
+        raise WorkedExampleError(f"{where} must be a finite number, got {shown(v)}")
     return float(v)
 
 
 def _vector(obj: Any, length: int, where: str) -> np.ndarray:
     if not isinstance(obj, list) or len(obj) != length:
-        raise WorkedExampleError(f"{where} must be a list of {length} numbers, got {obj!r}")
+        raise WorkedExampleError(f"{where} must be a list of {length} numbers, got {shown(obj)}")
     return np.array([_number(v, f"{where}[{i}]") for i, v in enumerate(obj)])
 
 
@@ -423,12 +427,12 @@ def parse_worked_example(data: Any) -> WorkedExample:
 
     raw_heads = _require(data, "heads", top)
     if not isinstance(raw_heads, list) or not raw_heads:
-        raise WorkedExampleError(f"heads must be a non-empty list of heads, got {raw_heads!r}")
+        raise WorkedExampleError(f"heads must be a non-empty list of heads, got {shown(raw_heads)}")
     heads = []
     for i, raw in enumerate(raw_heads, start=1):
         name = _require(raw, "name", f"heads[{i - 1}]")
         if not isinstance(name, str):
-            raise WorkedExampleError(f"heads[{i - 1}].name must be a string, got {name!r}")
+            raise WorkedExampleError(f"heads[{i - 1}].name must be a string, got {shown(name)}")
         w_q = _table(_require(raw, "W_Q", f"head {i}"), f"W_Q^{i}", rows=features)
         w_k = _table(_require(raw, "W_K", f"head {i}"), f"W_K^{i}", rows=features,
                      shape=(d_model, w_q.shape[1]))
@@ -465,7 +469,7 @@ def parse_worked_example(data: Any) -> WorkedExample:
     if (not isinstance(positions, list) or len(positions) != 2
             or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < n for p in positions)):
         raise WorkedExampleError(
-            f"cheap_expansion positions must be 2 indices in [0, {n}), got {positions!r}"
+            f"cheap_expansion positions must be 2 indices in [0, {n}), got {shown(positions)}"
         )
     cheap = CheapExpansion(
         head_outputs=_vector(_require(raw_cheap, "head_outputs", "cheap_expansion"), n,
@@ -514,11 +518,11 @@ def _check_example(example: object) -> None:
     comparison deep inside the computation."""
     if not isinstance(example, WorkedExample):
         raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
-                        f"{type(example).__name__} {example!r:.60}")
+                        f"{type(example).__name__} {shown(example, 60)}")
     tables = {"x": example.x, "w_o": example.w_o,
               **{f"heads[{i}].{name}": getattr(head, name) for i, head in enumerate(example.heads)
                  for name in ("w_q", "w_k", "w_v")},
-              **{f"article[{step!r}]": table for step, table in example.article.items()}}
+              **{f"article[{shown(step)}]": table for step, table in example.article.items()}}
     arrays = {**{f"{field}.values": table.values for field, table in tables.items()},
               **{f"cheap.{name}": getattr(example.cheap, name) for name in ("head_outputs", "weights")}}
     for field, values in arrays.items():
@@ -586,7 +590,7 @@ def round_half_up(x: np.ndarray | float, decimals: int = 3) -> np.ndarray:
         check_holds_values(x, "x")  # a meta tensor has no numbers to round
     array = np.asarray(x)
     if array.dtype == object or array.dtype.kind not in "iuf":
-        raise TypeError(f"x must be a number or an array of numbers, got {type(x).__name__} {x!r:.60} "
+        raise TypeError(f"x must be a number or an array of numbers, got {type(x).__name__} {shown(x, 60)} "
                         f"(dtype {array.dtype}); a str is not parsed, and a bool is not a number here")
     _check_all_finite(array, "x")  # NaN or infinity would round to itself without a word
     scale = 10.0**decimals
@@ -705,7 +709,7 @@ def side_by_side(example: WorkedExample, step: str, decimals: int | None = 3) ->
     decimals = _check_shown_decimals(decimals)
     _check_example(example)
     if step not in example.article:
-        raise KeyError(f"the article prints no table {step!r}; choose from {list(PRINTED_STEPS)}")
+        raise KeyError(f"the article prints no table {shown(step)}; choose from {list(PRINTED_STEPS)}")
     printed = example.article[step]
     exact = compute_steps(example)[step]
     exact_frame = pd.DataFrame(exact.values, index=list(printed.rows), columns=list(printed.cols))
