@@ -71,6 +71,7 @@ import signal
 import sys
 import textwrap
 import threading
+import time
 import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -329,6 +330,8 @@ class _Deadline:
         self.changed: str | None = None  # what the answer replaced in the guarded namespaces
         self._settings = _process_settings()
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
+        self._raised = False  # whether a stop was raised in the answer
+        self._graced = False  # whether the limit waited for an import the answer started
         self.seconds = _time_limit()
         self._ended = False  # set first on exit: from then on its trace functions raise nothing
         # a check the answer calls while this limit runs (a diagnosis's rerun too) answers at once,
@@ -356,6 +359,7 @@ class _Deadline:
             # after _active above, the check's own change
             self._saved_names = _unprofiled(_guarded_namespaces)
             self._watchdog.start()
+            self._started = _monotonic()
             signal.setitimer(signal.ITIMER_REAL, self.seconds)  # last: no stop inside __enter__
         else:
             self._saved_names = _unprofiled(_guarded_namespaces)
@@ -374,6 +378,7 @@ class _Deadline:
             # (battery 8: torch's lazy sympy import under use_deterministic_algorithms): let
             # the import finish, for up to IMPORT_GRACE seconds in all, then stop the answer
             self._import_grace -= 0.05
+            self._graced = True
             signal.setitimer(signal.ITIMER_REAL, 0.05)
             return
         self.rounds += 1
@@ -385,6 +390,7 @@ class _Deadline:
                     self._traced.append(frame)
                 frame = frame.f_back
             sys.settrace(self._stop_call)
+        self._raised = True
         raise TimeLimitExceeded(self.seconds)
 
     def _disarm_recursion(self, frame: Any) -> None:
@@ -428,6 +434,7 @@ class _Deadline:
             import signal
 
             signal.setitimer(signal.ITIMER_REAL, 0.0001)  # a raise unsets tracing: set it again
+            self._raised = True
             raise TimeLimitExceeded(self.seconds)
         return self._stop_line
 
@@ -460,6 +467,7 @@ class _Deadline:
             del frame
             if not importing:
                 break
+            self._graced = True
             if self._done.wait(0.25):
                 return
         self.rounds = max(self.rounds, 1)
@@ -476,11 +484,18 @@ class _Deadline:
 
     def __exit__(self, *exc_info: Any, _own: Callable[[], list[str]] = _put_back_own) -> None:
         self._ended = True
+        # back after the limit with no stop raised: it ignored or blocked SIGALRM meanwhile
+        # (battery 28: accepted late, then run again for every case); stopped all the same
+        stopped = exc_info[0] is not None and issubclass(exc_info[0], (TimeLimitExceeded, KeyboardInterrupt))
+        allowed = self.seconds + (IMPORT_GRACE if self._graced else 0)
+        late = self._armed and not self._raised and not stopped and _monotonic() - self._started > allowed
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
         own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
         _AnswerRunning(self._checks_called).__exit__()
         _unprofiled(self._exit, exc_info, own)
+        if late:  # (what it returned or raised came after the limit)
+            raise TimeLimitExceeded(self.seconds) from None
 
     def _exit(self, exc_info: tuple, own: list[str]) -> None:
         # the trace function as it was, whether this limit set one or the answer did (battery 23;
@@ -523,6 +538,7 @@ class _Deadline:
 
 _getprofile, _setprofile = sys.getprofile, sys.setprofile  # (bound at import, like the names below)
 _gettrace, _settrace = sys.gettrace, sys.settrace
+_monotonic = time.monotonic  # (bound at import: an answer may replace time.monotonic)
 
 
 def _unprofiled(fn: Callable[..., Any], *args: Any) -> Any:
