@@ -41,7 +41,7 @@ def _right_attend_that(change):
 
 @pytest.mark.parametrize(("change", "read", "named"), [
     (lambda: os.environ.__setitem__("NBGRADER_EXECUTION", "1"), lambda: os.environ.get("NBGRADER_EXECUTION"),
-     "os.environ (NBGRADER_EXECUTION)"),
+     "os.environ['NBGRADER_EXECUTION'] from None to '1'"),
     (lambda: torch.autograd.set_detect_anomaly(True), torch.is_anomaly_enabled, "anomaly detection"),
     (lambda: torch.set_float32_matmul_precision("medium"), torch.get_float32_matmul_precision,
      "float32 matmul precision"),
