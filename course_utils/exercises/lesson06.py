@@ -144,10 +144,17 @@ check_mean_ablation = MEAN_ABLATION.check
 # ---------------------------------------------------------------- 6.2 importance from gate gradients
 def _tiny_loss_fn(seed: int) -> tuple[Callable[[torch.Tensor], torch.Tensor], int, int, int]:
     """A per-sequence loss ``(B, L, h) gates -> (B,)`` on a tiny random model and random tokens."""
+    default_dtype = torch.get_default_dtype()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = TinyTransformer(ModelConfig(vocab_size=11, max_len=8, d_model=12, num_heads=3,
-                                            num_layers=2, mlp=True)).double().eval()
+        # drawn in float32 whatever the learner's default dtype (the stored answers were: under
+        # float64 the same seed draws other weights, and the reference answer was marked wrong)
+        torch.set_default_dtype(torch.float32)
+        try:
+            model = TinyTransformer(ModelConfig(vocab_size=11, max_len=8, d_model=12, num_heads=3,
+                                                num_layers=2, mlp=True)).double().eval()
+        finally:
+            torch.set_default_dtype(default_dtype)
         with torch.no_grad():
             model.unembed.weight.mul_(50.0)  # sharper predictions: gradients of both signs
     gen = torch.Generator().manual_seed(seed + 1)
