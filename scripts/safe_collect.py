@@ -9,6 +9,9 @@ private inbound the instructor alone can reach, and runs ``nbgrader collect`` on
 
     python3 scripts/safe_collect.py LESSON --exchange /srv/nbgrader/exchange --course mha-course
 
+Run it in the course folder, where ``nbgrader_config.py`` is (``nbgrader collect`` writes
+``submitted/`` and ``gradebook.db`` there); anywhere else it collects nothing and exits 2.
+
 What it can tell about a record (files are read through descriptors opened without following
 links, and checked on the descriptor, so a swap after the check is caught too; an
 ``EXCHANGE/COURSE/inbound`` that is itself a symbolic link is refused, exit 2, nothing collected):
@@ -268,6 +271,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slack", type=_number(0, above=False, unit="seconds"), default=300.0,
                         help="seconds a copy may take")
     args = parser.parse_args(argv)
+    if not Path("nbgrader_config.py").is_file():  # nbgrader collect writes its gradebook here
+        parser.error(f"run it in the course folder: expected nbgrader_config.py in {Path.cwd()}, found "
+                     "none (nbgrader collect would write submitted/ and gradebook.db here); nothing was "
+                     "collected")
     inbound = args.exchange / args.course / "inbound"
     if inbound.is_symlink():
         parser.error(f"--exchange/--course: expected the folder {inbound}, found a symbolic link (never "

@@ -125,6 +125,7 @@ def test_safe_collect_runs_this_interpreters_nbgrader_without_the_venv_on_path(t
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "safe_collect.py"
     (tmp_path / "exchange" / "c" / "inbound").mkdir(parents=True)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")  # run in a course folder
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, str(script), "01_x", "--exchange", str(tmp_path / "exchange"),
                            "--course", "c"], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -207,6 +207,7 @@ def test_safe_collect_interrupted_while_copying_leaves_no_private_copy(tmp_path,
     record.mkdir(parents=True)
     (record / "01_x.ipynb").write_text('{"cells": []}')
     (record / "timestamp.txt").write_text("2026-01-02 03:04:05.000000 UTC")
+    (clone / "nbgrader_config.py").write_text("c = get_config()\n")  # run in a course folder
     temp = tmp_path / "temp"
     temp.mkdir()
     before = _files(clone)
