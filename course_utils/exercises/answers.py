@@ -99,7 +99,8 @@ def encode(value: Any, _depth: int = 0) -> Any:
         if value.device.type == "meta":
             raise UnstorableValue(f"cannot store a tensor on device 'meta' (shape {tuple(value.shape)}, "
                                   f"{value.dtype}): it holds no values")
-        return {"__tensor__": value.detach().cpu().clone()}
+        # a plain tensor (a subclass's own methods would come back with it, and may not load)
+        return {"__tensor__": value.detach().cpu().clone().as_subclass(torch.Tensor)}
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biufc":
             raise UnstorableValue(f"cannot store an array of dtype {value.dtype}")
@@ -125,10 +126,17 @@ def encode(value: Any, _depth: int = 0) -> Any:
     raise UnstorableValue(f"cannot store a value of type {type(value).__module__}.{type(value).__qualname__}")
 
 
-def decode(data: Any) -> Any:
-    """The inverse of :func:`encode` (a fresh copy each time, so a caller may edit it)."""
+def decode(data: Any, _depth: int = 0) -> Any:
+    """The inverse of :func:`encode` (a fresh copy each time, so a caller may edit it). Raises
+    ValueError for a damaged store: nested deeper than :data:`MAX_DEPTH`, an array or NumPy
+    scalar of a dtype :func:`encode` refuses (``object``: any Python value), an unknown record."""
+    if _depth > MAX_DEPTH:
+        raise ValueError(f"data: a stored value nested more than {MAX_DEPTH} lists, tuples or dicts deep, "
+                         "which encode never writes: the stored answers are damaged; reinstall the course "
+                         "package")
+    depth = _depth + 1
     if isinstance(data, list):
-        return [decode(v) for v in data]
+        return [decode(v, depth) for v in data]
     if not isinstance(data, dict):
         return data
     if "__raised__" in data:
@@ -137,26 +145,25 @@ def decode(data: Any) -> Any:
         return _stored_part(data, "__tensor__", "tensor", torch.Tensor, "a torch.Tensor").clone()
     if "__ndarray__" in data:
         array = _stored_part(data, "__ndarray__", "array", torch.Tensor, "a torch.Tensor")
-        return array.numpy().astype(_stored_part(data, "dtype", "array", str, "its dtype's name (str)"),
-                                    copy=True)
+        return array.numpy().astype(_stored_dtype(data, "array"), copy=True)
     if "__npscalar__" in data:
-        return np.dtype(data["dtype"]).type(data["__npscalar__"])
+        return _stored_dtype(data, "NumPy scalar").type(data["__npscalar__"])
     if "__tuple__" in data:
-        return tuple(decode(v) for v in _stored_part(data, "__tuple__", "tuple", list, "a list"))
+        return tuple(decode(v, depth) for v in _stored_part(data, "__tuple__", "tuple", list, "a list"))
     if "__linear__" in data:
         in_features, out_features, bias, dtype, state = data["__linear__"]
         layer = torch.nn.Linear(in_features, out_features, bias=bias, dtype=getattr(torch, dtype),
                                 device="meta")  # no random init: the learner's RNG stays as it was
         layer = layer.to_empty(device="cpu")
-        layer.load_state_dict(decode(state))
+        layer.load_state_dict(decode(state, depth))
         return layer
     if "__dataframe__" in data:
         import pandas as pd
 
-        index, columns, values = (decode(v) for v in data["__dataframe__"])
+        index, columns, values = (decode(v, depth) for v in data["__dataframe__"])
         return pd.DataFrame(values, index=index, columns=columns)
     if "__dict__" in data:
-        return {k: decode(v) for k, v in data["__dict__"].items()}
+        return {k: decode(v, depth) for k, v in data["__dict__"].items()}
     raise ValueError(f"unknown stored value with keys {sorted(data)}")
 
 
@@ -169,6 +176,20 @@ def _stored_part(data: dict, key: str, what: str, kind: type, expected: str) -> 
                          f"{type(value).__name__} {value!r:.60}: the stored answers are damaged; "
                          "reinstall the course package")
     return value
+
+
+def _stored_dtype(data: dict, what: str) -> np.dtype:
+    """The NumPy dtype a stored ``what`` names: one of the numeric kinds :func:`encode` writes
+    (``object`` would hand back any Python value), else a damaged store (ValueError)."""
+    name = _stored_part(data, "dtype", what, str, "its dtype's name (str)")
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biufc":
+        raise ValueError(f"data: a stored {what} must name a numeric dtype (bool, int, float, complex), got "
+                         f"{name[:60]!r}: the stored answers are damaged; reinstall the course package")
+    return dtype
 
 
 def _check_case(case: object, name: str) -> None:
