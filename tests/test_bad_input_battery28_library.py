@@ -32,3 +32,36 @@ def test_direct_logit_attribution_names_an_inference_tensor(name: str) -> None:
     kwargs = {"directions": torch.randn(12), name: made}
     raises_naming(ValueError, [name, "torch.inference_mode()", f"{name}.clone()"],
                   lambda: direct_logit_attribution(model, tokens, positions, **kwargs))
+
+
+def test_a_kv_cache_filled_with_gradients_on_can_be_deep_copied() -> None:
+    import copy
+
+    model = _tiny().eval()
+    logits, cache = model.forward_with_cache(torch.randint(0, 12, (2, 3)))
+    assert cache.layers[0][0].grad_fn is not None  # made outside torch.no_grad
+    copied = copy.deepcopy(cache)
+    assert copied.length == 3 and copied.layers[0][0] is not cache.layers[0][0]
+    torch.testing.assert_close(copied.layers[1][1], cache.layers[1][1].detach())
+    _, more = model.forward_with_cache(torch.randint(0, 12, (2, 1)), copied)  # still a cache of the model
+    assert more.length == 4
+
+
+@pytest.mark.parametrize("kind", ["cat", "cat window", "preallocated", "sliding"])
+def test_the_decoding_caches_filled_with_gradients_on_can_be_deep_copied(kind: str) -> None:
+    import copy
+
+    from course_utils.model.kv_cache import CatCache, PreallocatedCache, SlidingWindowCache, decode_step
+
+    model = _tiny().eval()
+    cache = {"cat": lambda: CatCache(2), "cat window": lambda: CatCache(2, window=2),
+             "preallocated": lambda: PreallocatedCache(2, 2, 4, 4, 8),
+             "sliding": lambda: SlidingWindowCache(2, 2, 4, 4, 3)}[kind]()
+    tokens = torch.randint(0, 12, (2, 3))
+    for t in range(3):
+        decode_step(model, tokens[:, t:t + 1], cache)
+    copied = copy.deepcopy(cache)
+    assert copied.length == 3
+    with torch.no_grad():
+        torch.testing.assert_close(decode_step(model, tokens[:, :1], copied),
+                                   decode_step(model, tokens[:, :1], cache))
