@@ -65,3 +65,25 @@ def test_the_decoding_caches_filled_with_gradients_on_can_be_deep_copied(kind: s
     with torch.no_grad():
         torch.testing.assert_close(decode_step(model, tokens[:, :1], copied),
                                    decode_step(model, tokens[:, :1], cache))
+
+
+@pytest.mark.parametrize("second", ["same", "view"])
+def test_save_file_names_tensors_that_share_memory(tmp_path, second: str) -> None:
+    from course_utils.model.checkpoint import save_file
+
+    t = torch.randn(4, 3)
+    tensors = {"a": t, "b": t if second == "same" else t[:2]}
+    raises_naming(ValueError, ["tensors['a']", "tensors['b']", "share memory", ".clone()"],
+                  lambda: save_file(tensors, tmp_path / "x.safetensors", {}))
+    assert not (tmp_path / "x.safetensors").exists()
+    save_file({"a": t[:2], "b": t[2:]}, tmp_path / "y.safetensors", {})  # disjoint slices are fine
+
+
+def test_save_checkpoint_of_a_model_with_tied_weights_writes_them_apart(tmp_path) -> None:
+    from course_utils.model.checkpoint import load_checkpoint, save_checkpoint
+
+    model = _tiny()
+    model.unembed.weight = model.token_embedding.weight  # tied: one tensor under two names
+    save_checkpoint(model, tmp_path / "tied", task="toy", metrics={}, command="tests")
+    loaded = load_checkpoint(tmp_path / "tied", task="toy")[0]
+    torch.testing.assert_close(loaded.unembed.weight, model.token_embedding.weight.detach())
