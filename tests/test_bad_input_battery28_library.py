@@ -87,3 +87,13 @@ def test_save_checkpoint_of_a_model_with_tied_weights_writes_them_apart(tmp_path
     save_checkpoint(model, tmp_path / "tied", task="toy", metrics={}, command="tests")
     loaded = load_checkpoint(tmp_path / "tied", task="toy")[0]
     torch.testing.assert_close(loaded.unembed.weight, model.token_embedding.weight.detach())
+
+
+@pytest.mark.parametrize("value, word", [(float("inf"), "inf"), (float("-inf"), "-inf")])
+def test_best_head_refuses_an_infinite_score(value: float, word: str) -> None:
+    from course_utils.interp.scores import best_head
+
+    grid = torch.tensor([[0.1, 0.2], [0.3, 0.4]])
+    grid[1, 0] = value
+    raises_naming(ValueError, ["scores", f"holds {word} for L1H0", "finite"], lambda: best_head(grid))
+    raises_naming(ValueError, ["scores", f"holds {word} for L0H1"], lambda: best_head(grid[1].flip(0)))
