@@ -97,3 +97,11 @@ def test_best_head_refuses_an_infinite_score(value: float, word: str) -> None:
     grid[1, 0] = value
     raises_naming(ValueError, ["scores", f"holds {word} for L1H0", "finite"], lambda: best_head(grid))
     raises_naming(ValueError, ["scores", f"holds {word} for L0H1"], lambda: best_head(grid[1].flip(0)))
+
+
+@pytest.mark.parametrize("name, item", [(("a", ["b"]), "item [1] is list ['b']"),
+                                        ((1, ("c", {2: 3})), "item [1] is tuple ('c', {2: 3})")])
+def test_timing_refuses_a_name_that_is_not_hashable(name: tuple, item: str) -> None:
+    from course_utils.bench.timing import Timing
+
+    raises_naming(TypeError, ["Timing.name", "hashable", item], lambda: Timing(name, 1.0, 1.0, [1.0]))
