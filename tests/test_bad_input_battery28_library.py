@@ -105,3 +105,23 @@ def test_timing_refuses_a_name_that_is_not_hashable(name: tuple, item: str) -> N
     from course_utils.bench.timing import Timing
 
     raises_naming(TypeError, ["Timing.name", "hashable", item], lambda: Timing(name, 1.0, 1.0, [1.0]))
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize("was_training", [False, True])
+def test_train_model_stopped_early_puts_the_model_back_in_its_mode(stop: type, was_training: bool) -> None:
+    from course_utils.model.train import TrainConfig, train_model
+
+    model = _tiny().train(was_training)
+    calls = []
+
+    def sample_batch(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise stop("stopped")
+        tokens = torch.randint(0, 12, (2, 5), generator=generator)
+        return tokens, tokens
+
+    with pytest.raises(stop):
+        train_model(model, sample_batch, TrainConfig(steps=5), progress=False)
+    assert len(calls) == 3 and model.training is was_training
