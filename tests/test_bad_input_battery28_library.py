@@ -125,3 +125,22 @@ def test_train_model_stopped_early_puts_the_model_back_in_its_mode(stop: type, w
     with pytest.raises(stop):
         train_model(model, sample_batch, TrainConfig(steps=5), progress=False)
     assert len(calls) == 3 and model.training is was_training
+
+
+def test_head_trace_keeps_copies_of_the_tensors_it_was_given() -> None:
+    from course_utils.interp.circuits import HeadTrace, trace_heads
+
+    model = _tiny().eval()
+    tokens = torch.randint(0, 12, (2, 5))
+    traced = trace_heads(model, tokens)
+    given = [traced.logits.clone(), [t.clone() for t in traced.attention],
+             [t.clone() for t in traced.head_outputs], [t.clone() for t in traced.residual]]
+    trace = HeadTrace(*given)
+    before = [trace.logits.clone(), *(t.clone() for t in trace.head_outputs)]
+    given[0].fill_(float("nan"))  # after the check: the trace must not see it
+    given[2][0].mul_(1000.0)
+    given[3][-1].zero_()
+    assert torch.isfinite(trace.logits).all()
+    torch.testing.assert_close(trace.logits, before[0])
+    torch.testing.assert_close(trace.head_outputs[0], before[1])
+    torch.testing.assert_close(trace.residual[-1], traced.residual[-1])
