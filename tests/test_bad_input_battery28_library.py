@@ -144,3 +144,14 @@ def test_head_trace_keeps_copies_of_the_tensors_it_was_given() -> None:
     torch.testing.assert_close(trace.logits, before[0])
     torch.testing.assert_close(trace.head_outputs[0], before[1])
     torch.testing.assert_close(trace.residual[-1], traced.residual[-1])
+
+
+def test_the_explorers_show_a_value_whose_repr_raises_as_validation_shown_does(capsys) -> None:
+    from course_utils.attention.validation import shown
+    from course_utils.interp import widgets
+
+    assert not hasattr(widgets, "_safe_repr")  # one helper for this, validation.shown
+    widgets.show(BadRepr())
+    out = capsys.readouterr().out
+    assert "explorer must be an Explorer" in out and shown(BadRepr()) in out
+    assert "BadRepr whose repr raised RuntimeError" in out
