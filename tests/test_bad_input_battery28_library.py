@@ -146,6 +146,15 @@ def test_head_trace_keeps_copies_of_the_tensors_it_was_given() -> None:
     torch.testing.assert_close(trace.residual[-1], traced.residual[-1])
 
 
+def test_say_prints_a_fallback_for_a_value_whose_str_raises(capsys) -> None:
+    from course_utils.interp.widgets import say
+
+    say(BadRepr())
+    assert capsys.readouterr().out == "<a BadRepr whose str() raised RuntimeError>\n"
+    say(12)  # anything else as print shows it
+    assert capsys.readouterr().out == "12\n"
+
+
 def test_the_explorers_show_a_value_whose_repr_raises_as_validation_shown_does(capsys) -> None:
     from course_utils.attention.validation import shown
     from course_utils.interp import widgets

@@ -186,7 +186,12 @@ def say(text: str) -> None:
     """``print(text)`` that never raises at the learner: a stream that cannot encode a character
     (an ASCII terminal, ``PYTHONIOENCODING=ascii``) gets it escaped (``\\xe9``; a typo's value
     with an accent made an explorer raise UnicodeEncodeError: battery 27), and a closed or
-    broken stream gets nothing."""
+    broken stream gets nothing. Anything else is printed as ``str()`` makes it; one whose ``str()``
+    raises is named by its type and the error instead."""
+    try:
+        text = text if type(text) is str else str(text)
+    except Exception as err:  # noqa: BLE001 - its str is the broken part; say so instead
+        text = f"<a {type(text).__name__} whose str() raised {type(err).__name__}>"
     try:
         print(text)
     except UnicodeEncodeError:
