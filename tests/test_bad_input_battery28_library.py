@@ -164,3 +164,44 @@ def test_the_explorers_show_a_value_whose_repr_raises_as_validation_shown_does(c
     out = capsys.readouterr().out
     assert "explorer must be an Explorer" in out and shown(BadRepr()) in out
     assert "BadRepr whose repr raised RuntimeError" in out
+
+
+def _repr_raising_cases() -> list:
+    from course_utils import cli
+    from course_utils.bench import cli as bench_cli
+    from course_utils.bench.mha_speed import sweep_mha
+
+    bad = BadRepr()
+    return [
+        ("Interrupted message", lambda: cli.Interrupted(2, bad), TypeError, ["message"]),
+        ("check_path", lambda: cli.check_path(bad, "out"), TypeError, ["out"]),
+        ("check_label value", lambda: cli.check_label(bad, "prog", "the tool"), TypeError, ["prog"]),
+        ("check_label name", lambda: cli.check_label("x", bad, "the tool"), TypeError, ["name"]),
+        ("words", lambda: cli.words(bad), TypeError, ["argv"]),
+        ("words item", lambda: cli.words(["a", bad]), TypeError, ["argv[1]"]),
+        ("words flag", lambda: cli.words([], none_reads_sys_argv=bad), TypeError, ["none_reads_sys_argv"]),
+        ("run_in_group check", lambda: cli.run_in_group(["true"], check=bad), TypeError, ["check"]),
+        ("run_in_group patience", lambda: cli.run_in_group(["true"], patience=bad), ValueError, ["patience"]),
+        ("bench check_text", lambda: bench_cli.check_text(bad, "positive_int"), TypeError, ["positive_int"]),
+        ("bench check_subparsers", lambda: bench_cli.check_subparsers(bad, "mha"), TypeError, ["subparsers"]),
+        ("bench Distinct key", lambda: bench_cli.Distinct(["--x"], "x", key=bad), TypeError, ["key"]),
+        ("sweep_mha varied size", lambda: sweep_mha("batch", [1, 2], batch=bad), ValueError, ["batch"]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(13))
+def test_a_value_whose_repr_raises_leaves_the_message_intact(case: int) -> None:
+    label, call, error, words = _repr_raising_cases()[case]
+    raises_naming(error, [*words, "BadRepr whose repr raised RuntimeError"], call)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="names the device only where CUDA cannot run")
+def test_compare_on_device_names_a_device_whose_repr_raises() -> None:
+    from course_utils.bench.mha_speed import compare_on_device
+
+    class BadStr(str):
+        def __repr__(self) -> str:
+            raise RuntimeError("repr raises")
+
+    raises_naming(RuntimeError, ["compare_on_device(device=<a BadStr whose repr raised RuntimeError>)"],
+                  lambda: compare_on_device(BadStr("cuda")))
