@@ -195,6 +195,24 @@ def test_a_value_whose_repr_raises_leaves_the_message_intact(case: int) -> None:
     raises_naming(error, [*words, "BadRepr whose repr raised RuntimeError"], call)
 
 
+@pytest.mark.parametrize("function, call", [
+    ("check_int", lambda v, bad: v.check_int(3, bad)),
+    ("check_flag", lambda v, bad: v.check_flag(True, bad)),
+    ("check_tensor", lambda v, bad: v.check_tensor(torch.ones(2), bad, ndim=3)),
+    ("check_finite", lambda v, bad: v.check_finite(torch.ones(2), bad)),
+    ("check_fits_in_memory", lambda v, bad: v.check_fits_in_memory(8, bad)),
+    ("check_device", lambda v, bad: v.check_device("cpu", bad)),
+])
+@pytest.mark.parametrize("bad", [BadRepr(), 3], ids=["str raises", "not a str"])
+def test_a_validation_name_that_is_no_str_is_refused_naming_the_check(function: str, call, bad) -> None:
+    from course_utils.attention import validation
+
+    words = [f"{function}'s name must be a str", type(bad).__name__]
+    if isinstance(bad, BadRepr):
+        words.append("BadRepr whose repr raised RuntimeError")
+    raises_naming(TypeError, words, lambda: call(validation, bad))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="names the device only where CUDA cannot run")
 def test_compare_on_device_names_a_device_whose_repr_raises() -> None:
     from course_utils.bench.mha_speed import compare_on_device
