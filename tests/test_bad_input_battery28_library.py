@@ -223,3 +223,15 @@ def test_compare_on_device_names_a_device_whose_repr_raises() -> None:
 
     raises_naming(RuntimeError, ["compare_on_device(device=<a BadStr whose repr raised RuntimeError>)"],
                   lambda: compare_on_device(BadStr("cuda")))
+
+
+def test_merge_heads_refuses_a_meta_tensor() -> None:
+    from course_utils.attention.mha import MultiHeadAttention
+
+    module = MultiHeadAttention(8, 2)
+    raises_naming(ValueError, ["heads", "meta device", "(1, 2, 3, 4)"],
+                  lambda: module.merge_heads(torch.ones(1, 2, 3, 4, device="meta")))
+    assert module.merge_heads(torch.ones(1, 2, 3, 4)).shape == (1, 3, 8)
+    with torch.device("meta"):  # a layer built on meta still merges meta heads: it computes shapes
+        on_meta = MultiHeadAttention(8, 2)
+    assert on_meta.merge_heads(torch.ones(1, 2, 3, 4, device="meta")).shape == (1, 3, 8)
