@@ -239,3 +239,15 @@ def test_merge_heads_refuses_a_meta_tensor() -> None:
     with torch.device("meta"):  # a layer built on meta still merges meta heads: it computes shapes
         on_meta = MultiHeadAttention(8, 2)
     assert on_meta.merge_heads(torch.ones(1, 2, 3, 4, device="meta")).shape == (1, 3, 8)
+
+
+def test_check_device_names_a_meta_device_whose_repr_raises() -> None:
+    from course_utils.attention.validation import check_device
+
+    class BadStr(str):
+        def __repr__(self) -> str:
+            raise RuntimeError("repr raises")
+
+    raises_naming(ValueError, ["device must be a device that holds values",
+                               "<a BadStr whose repr raised RuntimeError>"],
+                  lambda: check_device(BadStr("meta")))

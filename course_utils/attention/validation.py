@@ -85,7 +85,7 @@ def shown(value: object, width: int | None = None) -> str:
     ``__repr__`` raises is named by its type (its error replaced the message: battery 27)."""
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
         raise TypeError(f"shown's width must be None or an int >= 0, got {type(width).__name__} "
-                        f"{width!r:.40}")
+                        f"{shown(width, 40)}")
     try:
         text = repr(value)
     except Exception as err:  # noqa: BLE001
@@ -706,7 +706,7 @@ def check_not_meta_device(device: torch.device, name: str = "device", *, asked: 
                         f"{type(device).__name__} {shown(device, 60)}")
     if device.type == "meta":
         raise ValueError(f"{name} must be a device that holds values ('cpu' or 'cuda'), got "
-                         f"{(str(device) if asked is None else asked)!r}: meta tensors have a shape but "
+                         f"{shown(str(device) if asked is None else asked)}: meta tensors have a shape but "
                          "no numbers to store or compute with")
 
 
@@ -1186,7 +1186,7 @@ def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None
                         f"{shown(table, 60)}")
     repeated = table.columns[table.columns.duplicated()].unique().tolist()
     if repeated:  # table[c] would be a frame of several columns, not one column
-        raise ValueError(f"{name} must have distinct column names, got {list(table.columns)!r:.120}, "
+        raise ValueError(f"{name} must have distinct column names, got {shown(list(table.columns), 120)}, "
                          f"which repeats {repeated}")
     missing = [c for c in columns if c not in table.columns]
     if missing:
@@ -1284,7 +1284,7 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
     fields = {f.name for f in dataclasses.fields(config)}
     unknown = [f for f in (*texts, *counts) if f not in fields]
     if unknown:
-        raise ValueError(f"{type(config).__name__} has no field {unknown[0]!r} (texts and counts name "
+        raise ValueError(f"{type(config).__name__} has no field {shown(unknown[0])} (texts and counts name "
                          f"its fields: {sorted(fields)})")
     kind = type(config).__name__
     for field in texts:
@@ -1437,7 +1437,7 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
                             f"got {type(names).__name__} {shown(names, 60)}")
         unknown = [n for n in names if n not in fields]
         if unknown:
-            raise ValueError(f"check_record's {option} names {unknown[0]!r}, which is not a field of "
+            raise ValueError(f"check_record's {option} names {shown(unknown[0])}, which is not a field of "
                              f"{cls.__name__} (its fields: {fields})")
         hints = typing.get_type_hints(cls)
         kinds, wanted = _OPTION_KINDS[option]
