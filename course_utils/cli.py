@@ -45,6 +45,18 @@ _running: list[bool] = []  # run's main is running, its handlers raising Interru
 _held: list[int] = []  # a signal course_cli.load_cli held while loading this module: stop_at_once delivers it
 
 
+def shown(value: object, width: int | None = None) -> str:
+    """``repr(value)``, cut to ``width`` characters, for a message; never raises: a value whose
+    ``__repr__`` raises is named by its type (its error would replace the message). The twin of
+    ``course_utils.attention.validation.shown``, here because this module imports the standard
+    library only (it must start fast, before torch)."""
+    try:
+        text = repr(value)
+    except Exception as err:  # noqa: BLE001 - its repr is the broken part; say so instead
+        text = f"<a {type(value).__name__} whose repr raised {type(err).__name__}>"
+    return text if width is None else text[:width]
+
+
 class Interrupted(BaseException):
     """SIGINT or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that no ``except
     Exception`` takes it for an error; :func:`run` prints it on one line and returns 128 + the
@@ -54,7 +66,7 @@ class Interrupted(BaseException):
         self.signum = _stop_signal(signum, "signum")
         if type(message) is not str:
             raise TypeError(f"message must be a str saying what the interruption left, got "
-                            f"{type(message).__name__} {message!r:.60}")
+                            f"{type(message).__name__} {shown(message, 60)}")
         name = signal.Signals(self.signum).name
         super().__init__(f"interrupted by {name}" + (f": {message}" if message else ""))
 
@@ -88,17 +100,17 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     check_label(what, "what", "what the path should name, e.g. 'a file'")
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or Path naming {what}, got {type(value).__name__} "
-                        f"{value!r:.60}")
+                        f"{shown(value, 60)}")
     try:
         text = os.fspath(value)
     except Exception as err:  # noqa: BLE001 - returned neither str nor bytes, or raised (battery 27)
         raise TypeError(f"{name} must be a str or Path naming {what}, got a {type(value).__name__} "
                         f"whose __fspath__ failed: {err}") from None
     if not text:
-        raise ValueError(f"{name} must name {what}, got an empty path {text!r}")
+        raise ValueError(f"{name} must name {what}, got an empty path {shown(text)}")
     if ("\0" if isinstance(text, str) else b"\0") in text:
         raise ValueError(f"{name} must be a str or Path naming {what}, without a NUL character ('\\x00', "
-                         f"which no file system takes), got {text!r:.80}")
+                         f"which no file system takes), got {shown(text, 80)}")
 
 
 def path_kind(path: str | os.PathLike) -> str | None:
@@ -160,7 +172,7 @@ def _label(value: object, name: str, what: str) -> str:
     """:func:`check_label`'s rule, once ``name`` and ``what`` are known to be labels."""
     if not isinstance(value, str) or not value.strip():
         raise (TypeError if not isinstance(value, str) else ValueError)(
-            f"{name} must be a non-empty str ({what}), got {type(value).__name__} {value!r:.60}")
+            f"{name} must be a non-empty str ({what}), got {type(value).__name__} {shown(value, 60)}")
     return value
 
 
@@ -177,9 +189,9 @@ def _stop_signal(value: object, name: str) -> int:
     taken = ", ".join(f"{sig.name} ({int(sig)})" for sig in STOP_SIGNALS)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a stop signal, one of {taken}, got {type(value).__name__} "
-                        f"{value!r:.60}")
+                        f"{shown(value, 60)}")
     if value not in STOP_SIGNALS:
-        raise ValueError(f"{name} must be a stop signal, one of {taken}, got {value!r:.60}")
+        raise ValueError(f"{name} must be a stop signal, one of {taken}, got {shown(value, 60)}")
     return int(value)
 
 
@@ -190,7 +202,7 @@ def leaving(text: str) -> None:
     if type(text) is not str or not text.strip():
         raise (TypeError if type(text) is not str else ValueError)(
             f"text must be a non-empty str saying what an interruption would leave, got "
-            f"{type(text).__name__} {text!r:.60}")
+            f"{type(text).__name__} {shown(text, 60)}")
     _left[0] = text
 
 
@@ -285,16 +297,16 @@ def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True)
     check_label(name, "name", "the name of the argument checked, e.g. 'argv'")
     if type(none_reads_sys_argv) is not bool:
         raise TypeError(f"none_reads_sys_argv must be a bool (True: argv=None reads sys.argv[1:]), got "
-                        f"{type(none_reads_sys_argv).__name__} {none_reads_sys_argv!r:.60}")
+                        f"{type(none_reads_sys_argv).__name__} {shown(none_reads_sys_argv, 60)}")
     argv = sys.argv[1:] if argv is None and none_reads_sys_argv else argv
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
         raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
-                        f"got {type(argv).__name__} {argv!r:.80}")
+                        f"got {type(argv).__name__} {shown(argv, 80)}")
     odd = next((i for i, word in enumerate(argv) if type(word) is not str), None)  # exactly str, as argv
     if odd is not None:
         raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
-                        f"got {type(argv).__name__} {argv!r:.80}, whose {name}[{odd}] is "
-                        f"{type(argv[odd]).__name__} {argv[odd]!r:.60}, not exactly str")
+                        f"got {type(argv).__name__} {shown(argv, 80)}, whose {name}[{odd}] is "
+                        f"{type(argv[odd]).__name__} {shown(argv[odd], 60)}, not exactly str")
     return list(argv)
 
 
@@ -315,7 +327,7 @@ def run(main, argv: list[str], prog: str) -> int:
     first (``raise SystemExit(300)`` exited 44 unchecked: battery 20)."""
     if not callable(main):
         raise TypeError(f"main must be the tool's function main(argv), got {type(main).__name__} "
-                        f"{main!r:.60}")
+                        f"{shown(main, 60)}")
     argv = words(argv)
     _check_prog(prog)
     _received.clear()
@@ -380,10 +392,10 @@ def _exit_status(code: object, how: str = "returned") -> object:
     int 0..255, or a message str (``sys.exit`` prints it and exits 1) pass (battery 16). Any other
     type (a float: ``sys.exit(2.0)`` printed "2.0" and exited 1) is a TypeError too (battery 17)."""
     if isinstance(code, bool) or not (code is None or isinstance(code, (int, str))):
-        raise TypeError(f"main(argv) {how} {type(code).__name__} {code!r:.60}: expected an exit "
+        raise TypeError(f"main(argv) {how} {type(code).__name__} {shown(code, 60)}: expected an exit "
                         "status (an int 0..255, None for 0, or a message str)")
     if isinstance(code, int) and not 0 <= code <= 255:
-        raise ValueError(f"main(argv) {how} {code!r}: expected an exit status 0..255 "
+        raise ValueError(f"main(argv) {how} {shown(code)}: expected an exit status 0..255 "
                          f"(sys.exit takes it modulo 256: {code % 256})")
     return code
 
@@ -425,12 +437,12 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
         raise TypeError(f"relay must be a tuple of stop signals (a subset of cli.STOP_SIGNALS), got "
-                        f"{type(relay).__name__} {relay!r:.60}")
+                        f"{type(relay).__name__} {shown(relay, 60)}")
     relay = tuple(_stop_signal(sig, "relay") for sig in relay)
     _check_prog(prog)
     if type(course_tool) is not bool:
         raise TypeError(f"course_tool must be a bool (True: the child calls stop_at_once), got "
-                        f"{type(course_tool).__name__} {course_tool!r:.60}")
+                        f"{type(course_tool).__name__} {shown(course_tool, 60)}")
     held = course_tool and hasattr(signal, "pthread_sigmask")  # not on Windows
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if held else None
     try:
@@ -443,13 +455,14 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
         # a bare "[Errno 13] Permission denied: '/x'" did not say it was the program
         cwd = kwargs.get("cwd")
         if cwd is not None and not os.path.isdir(cwd):  # not the program's fault (battery 16)
-            raise type(err)(err.errno, f"cwd: {prog} cannot run {command[0]!r} in {os.fsdecode(cwd)!r}: "
+            raise type(err)(err.errno, f"cwd: {prog} cannot run {shown(command[0])} in "
+                                       f"{shown(os.fsdecode(cwd))}: "
                                        f"{'not a folder' if os.path.exists(cwd) else 'no such folder'} "
                                        f"({err.strerror or err})") from None
         kind = ("a folder, not a program" if os.path.isdir(command[0]) else
                 "not found" if isinstance(err, FileNotFoundError) else
                 "not runnable" if isinstance(err, PermissionError) else err.strerror or str(err))
-        raise type(err)(err.errno, f"command[0]: {prog} cannot run {command[0]!r}: {kind} "
+        raise type(err)(err.errno, f"command[0]: {prog} cannot run {shown(command[0])}: {kind} "
                                    f"({err.strerror or err})") from None
     received: list[int] = []
 
@@ -497,11 +510,11 @@ def run_in_group(command: Sequence[str], *, check: bool = True, patience: float 
     if not command:
         raise ValueError("command must hold at least the program to run, got []")
     if type(check) is not bool:
-        raise TypeError(f"check must be a bool, got {type(check).__name__} {check!r:.60}")
+        raise TypeError(f"check must be a bool, got {type(check).__name__} {shown(check, 60)}")
     if isinstance(patience, bool) or not isinstance(patience, (int, float)) \
             or not 0 <= patience < float("inf"):
         raise ValueError(f"patience must be a finite number of seconds >= 0, got "
-                         f"{type(patience).__name__} {patience!r:.60}")
+                         f"{type(patience).__name__} {shown(patience, 60)}")
     child = subprocess.Popen(command, start_new_session=True, **kwargs)
     try:
         code = child.wait()
@@ -594,13 +607,13 @@ def _check_kernel_work(work: object, message: object) -> None:
     if not inspect.isawaitable(work):
         hint = " (call it: client.async_execute(), not client.async_execute)" if callable(work) else ""
         raise TypeError(f"work must be the coroutine to run, such as nbclient's client.async_execute()"
-                        f"{hint}, got {type(work).__name__} {work!r:.60}")
+                        f"{hint}, got {type(work).__name__} {shown(work, 60)}")
     if type(message) is not str or not message.strip():  # (leaving's rule: the line says what was left)
         if inspect.iscoroutine(work):
             work.close()
         raise (TypeError if type(message) is not str else ValueError)(
             f"message must be a non-empty str saying what an interruption leaves, got "
-            f"{type(message).__name__} {message!r:.60}")
+            f"{type(message).__name__} {shown(message, 60)}")
 
 
 #: Actions whose option may be given more than once: each use adds to the value.

@@ -25,6 +25,7 @@ projection and give NaN the same way, unchecked.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -41,6 +42,7 @@ from .validation import (
     check_flag,
     check_head_dims,
     check_heads_to_merge,
+    check_holds_values,
     check_int,
     check_kv_pair,
     check_linear_layer,
@@ -124,9 +126,12 @@ class MultiHeadAttentionBase(nn.Module):
 
     The meta device is kept on purpose on this path: a layer built under
     ``torch.device("meta")`` (lesson 03's GPT-3-sized layer) runs on meta inputs to compute output
-    shapes without memory, so :meth:`merge_heads` takes meta heads and gives a meta result, and the
-    causal mask is built on the input's device (see :func:`~course_utils.attention.masks.causal_mask`).
-    (:meth:`merge_heads`' own docstring stays short: lesson 04 prints its source.)
+    shapes without memory, so :meth:`merge_heads` of such a layer takes meta heads and gives a meta
+    result, and the causal mask is built on the input's device (see
+    :func:`~course_utils.attention.masks.causal_mask`). A layer whose weights hold values refuses
+    meta heads in :meth:`merge_heads` (a meta result would come back without a word): that rule is
+    added by :func:`_refusing_meta_heads`, outside the method, whose source lesson 04 prints (and
+    whose own docstring stays short for it).
     """
 
     d_model: int
@@ -311,6 +316,21 @@ class MultiHeadAttentionBase(nn.Module):
     def _weight(self) -> Tensor:
         """A parameter whose dtype and device the inputs must match."""
         return self.out_proj.weight
+
+
+def _refusing_meta_heads(merge_heads: Callable[[MultiHeadAttentionBase, Tensor], Tensor]):
+    """``merge_heads`` that also refuses meta heads given to a layer whose weights hold values (a
+    meta-built layer merges them: it computes shapes). Kept out of the method, whose source lesson
+    04 prints: ``inspect.getsource`` follows ``__wrapped__`` to the method as written."""
+    @functools.wraps(merge_heads)
+    def merge_heads_checked(self: MultiHeadAttentionBase, heads: Tensor) -> Tensor:
+        if isinstance(heads, Tensor) and heads.is_meta and not self._weight().is_meta:
+            check_holds_values(heads, "heads")
+        return merge_heads(self, heads)
+    return merge_heads_checked
+
+
+MultiHeadAttentionBase.merge_heads = _refusing_meta_heads(MultiHeadAttentionBase.merge_heads)
 
 
 class MultiHeadAttention(MultiHeadAttentionBase):

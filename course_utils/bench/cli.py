@@ -34,7 +34,7 @@ def check_text(text: object, what: str) -> str:
     ``.strip()``."""
     if not isinstance(text, str):
         raise TypeError(f"{what} is an argparse type: it takes the option's text (a str, as typed), got "
-                        f"{type(text).__name__} {text!r:.60}")
+                        f"{type(text).__name__} {cli.shown(text, 60)}")
     return text
 
 
@@ -44,7 +44,7 @@ def not_blank(text: object, wanted: str) -> object:
     ``--device=``): ``''`` and ``' '`` name no file or device. Anything else is returned as it is,
     for the type's own check to name."""
     if isinstance(text, str) and not text.strip():
-        raise argparse.ArgumentTypeError(f"expected {wanted}, got an empty word {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got an empty word {cli.shown(text)}")
     return text
 
 
@@ -52,14 +52,15 @@ def check_subparsers(subparsers: object, command: str) -> None:
     """``subparsers`` is what ``parser.add_subparsers()`` returned (where ``command`` is added)."""
     if not isinstance(subparsers, argparse._SubParsersAction):
         raise TypeError(f"subparsers must be what argparse's parser.add_subparsers() returns (to add the "
-                        f"{command!r} subcommand to), got {type(subparsers).__name__} {subparsers!r:.60}")
+                        f"{cli.shown(command)} subcommand to), got {type(subparsers).__name__} "
+                        f"{cli.shown(subparsers, 60)}")
 
 
 def _whole_number(text: str, wanted: str) -> int:
     try:
         return int(text.strip().replace("_", ""))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {cli.shown(text)}") from None
 
 
 def positive_int(text: str) -> int:
@@ -67,7 +68,7 @@ def positive_int(text: str) -> int:
     check_text(text, "positive_int")
     value = _whole_number(text, "a whole number >= 1")
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {cli.shown(text)}")
     return value
 
 
@@ -77,7 +78,7 @@ def thread_count(text: str) -> int:
 
     value = positive_int(text)
     if value > MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {cli.shown(text)}")
     return value
 
 
@@ -88,7 +89,7 @@ def repeat_count(text: str) -> int:
 
     value = positive_int(text)
     if value > MAX_REPEATS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_REPEATS:,} repeats, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_REPEATS:,} repeats, got {cli.shown(text)}")
     return value
 
 
@@ -100,7 +101,7 @@ def step_count(text: str) -> int:
 
     value = positive_int(text)
     if value > MAX_STEPS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_STEPS:,} steps, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_STEPS:,} steps, got {cli.shown(text)}")
     return value
 
 
@@ -111,7 +112,8 @@ def seconds(text: str) -> int:
     """An argparse type: a time limit in whole seconds, 1..MAX_SECONDS (a week)."""
     value = positive_int(text)
     if value > MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_SECONDS:,} seconds (a week), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_SECONDS:,} seconds (a week), got "
+                                         f"{cli.shown(text)}")
     return value
 
 
@@ -120,7 +122,7 @@ def layer_count(text: str) -> int:
     caches are allocated, so a mistyped 10**12 would hang or exhaust memory)."""
     value = positive_int(text)
     if value > 1024:
-        raise argparse.ArgumentTypeError(f"expected at most 1024 layers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected at most 1024 layers, got {cli.shown(text)}")
     return value
 
 
@@ -143,7 +145,7 @@ def non_negative_int(text: str) -> int:
     check_text(text, "non_negative_int")
     value = _whole_number(text, "a whole number >= 0")
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {cli.shown(text)}")
     return value
 
 
@@ -157,7 +159,8 @@ def seed_number(text: str) -> int:
     try:
         return check_seed(non_negative_int(text))
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a seed in 0..2**64-1, got {text!r} ({err})") from None
+        raise argparse.ArgumentTypeError(f"expected a seed in 0..2**64-1, got {cli.shown(text)} "
+                                         f"({err})") from None
 
 
 #: The longest context and the largest batch the benchmarks take: their KV caches are allocated
@@ -171,7 +174,7 @@ def context_length(text: str) -> int:
     value = positive_int(text)
     if value > MAX_CONTEXT:
         raise argparse.ArgumentTypeError(f"expected at most {MAX_CONTEXT} tokens (the KV cache is allocated "
-                                         f"whole), got {text!r}")
+                                         f"whole), got {cli.shown(text)}")
     return value
 
 
@@ -182,13 +185,14 @@ def batch_by_context(text: str) -> tuple[int, int]:
     example = (f"a shape is BATCHxCONTEXT with BATCH in 1..{MAX_BATCH} and CONTEXT in 1..{MAX_CONTEXT}, "
                "e.g. 1x4096")
     if not sep:
-        raise argparse.ArgumentTypeError(f"{example}; got {text!r}")
+        raise argparse.ArgumentTypeError(f"{example}; got {cli.shown(text)}")
     try:
         shape = positive_int(batch), positive_int(context)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{example}; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"{example}; got {cli.shown(text)}") from None
     if shape[0] > MAX_BATCH or shape[1] > MAX_CONTEXT:
-        raise argparse.ArgumentTypeError(f"{example} (the KV cache is allocated whole); got {text!r}")
+        raise argparse.ArgumentTypeError(f"{example} (the KV cache is allocated whole); got "
+                                         f"{cli.shown(text)}")
     return shape
 
 
@@ -202,7 +206,7 @@ class Distinct(argparse.Action):
     def __init__(self, *args, key: Callable[[object], object] | None = None, **kwargs) -> None:
         if key is not None and not callable(key):  # named before argparse's own arguments are checked
             raise TypeError(f"Distinct's key must be a function of one value (such as os.path.realpath) "
-                            f"or None, got {type(key).__name__} {key!r:.60}")
+                            f"or None, got {type(key).__name__} {cli.shown(key, 60)}")
         super().__init__(*args, **kwargs)
         self.key = key or (lambda value: value)
 
@@ -216,8 +220,12 @@ class Distinct(argparse.Action):
 
 
 def _shown(value: object) -> str:
-    """A value as it was typed: ``1x4096`` for a shape, ``0`` for a seed."""
-    return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    """A value as it was typed: ``1x4096`` for a shape, ``0`` for a seed (a value of another
+    option's type whose str raises: its repr, or its type, through cli.shown)."""
+    try:
+        return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    except Exception:  # noqa: BLE001 - its str is the broken part
+        return cli.shown(value, 60)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
 def _word(text: str) -> str:
     """A word of the command line as it arrived, saying so when it is empty or white space only
     (``''`` would otherwise read as a typo of nothing)."""
-    return f"an empty word {text!r}" if not text.strip() else repr(text)
+    return f"an empty word {cli.shown(text)}" if not text.strip() else cli.shown(text)
 
 
 def _refuse_stray_blank_words(parser: argparse.ArgumentParser, argv: list[str]) -> None:

@@ -221,7 +221,7 @@ def _check_sweep(vary: object, values: object, given: dict[str, object],
         raise ValueError(f"vary must be one of {_SWEEPABLE}, got {shown(vary)}")
     if given[vary] is not None:
         raise ValueError(f"{vary} must be left out (None) when vary={shown(vary)}: values sets it row by "
-                         f"row, so the {type(given[vary]).__name__} {given[vary]!r:.60} given for it "
+                         f"row, so the {type(given[vary]).__name__} {shown(given[vary], 60)} given for it "
                          "would be ignored")
     fixed = {name: check_int(SWEEP_DEFAULTS[name] if value is None else value, name, minimum=1)
              for name, value in given.items() if name != vary}
@@ -386,22 +386,23 @@ class DeviceComparison:
                                "names (one Timing per function)")
         if "nn.MultiheadAttention" not in names:
             raise ValueError(f"DeviceComparison.timings must include 'nn.MultiheadAttention' (the report's "
-                             f"baseline), got names {names}")
+                             f"baseline), got names {shown(names, 200)}")
         untimed = [n for n in self.max_abs_diff if n not in names]
         if untimed:
-            raise ValueError(f"DeviceComparison.max_abs_diff names {untimed[0]!r}, which is not one of the "
-                             f"timings' names {names}")
+            raise ValueError(f"DeviceComparison.max_abs_diff names {shown(untimed[0])}, which is not one of "
+                             f"the timings' names {shown(names, 200)}")
         timed_and_skipped = [n for n in self.skipped if n in names]
         if timed_and_skipped:
-            raise ValueError(f"DeviceComparison.skipped names {timed_and_skipped[0]!r}, which is also "
-                             f"one of the timings' names {names} (a skipped function did not run)")
+            raise ValueError(f"DeviceComparison.skipped names {shown(timed_and_skipped[0])}, which is also "
+                             f"one of the timings' names {shown(names, 200)} (a skipped function did not "
+                             f"run)")
         for name, diff in self.max_abs_diff.items():
             # only a clear contradiction: a diff within rounding of atol may read either way
             if self.agree[name] and not diff <= self.atol * (1 + 1e-9) or \
                     not self.agree[name] and diff <= self.atol * (1 - 1e-9):
                 raise ValueError(f"DeviceComparison.agree[{shown(name)}] must say whether max_abs_diff "
                                  f"{shown(diff)} <= atol {shown(self.atol)} (tolerance x reference_std), got "
-                                 f"{self.agree[name]!r}")
+                                 f"{shown(self.agree[name])}")
 
     @property
     def atol(self) -> float:
@@ -437,7 +438,8 @@ def compare_on_device(
     ``torch.cuda.OutOfMemoryError``.
     """
     if _is_cuda(device) and (why := cuda_unavailable_reason()) is not None:
-        raise RuntimeError(f"compare_on_device(device={str(device)!r}) cannot run: {why}. Run it on a "
+        asked = shown(device if isinstance(device, str) else str(device))  # 'cuda', not device(type=...)
+        raise RuntimeError(f"compare_on_device(device={asked}) cannot run: {why}. Run it on a "
                            "machine with an NVIDIA GPU and torch >= 2.3, or pass device='cpu'.")
     device = check_device(device, "device")  # a malformed one ('cuda:x') is named here
     if not isinstance(dtype, torch.dtype) or dtype not in TOLERANCES:  # a list: "unhashable" (battery 28)

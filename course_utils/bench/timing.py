@@ -80,6 +80,7 @@ class Timing:
         for i, value in enumerate(self.samples_s):
             _check_duration(value, f"Timing({shown(self.name)}).samples_s[{i}]")
         check_record(self, nonempty=("name",))  # the rest: name is a non-empty str or tuple
+        _check_hashable_name(self.name)
         # a table prints median_s and best_s side by side: they describe the same samples
         if self.samples_s and not _close(self.median_s, statistics.median(self.samples_s)):
             raise ValueError(f"Timing({shown(self.name)}).median_s must be the median of its samples_s "
@@ -91,6 +92,28 @@ class Timing:
         """The fastest repeat: other work on the machine can only ever add time. A Timing made
         without its samples (``samples_s=[]``) has only its median, returned instead."""
         return min(self.samples_s) if self.samples_s else self.median_s
+
+
+def _check_hashable_name(name: str | tuple) -> None:
+    """A Timing's ``name`` labels a row (a table indexes by it, a dict keys on it): a tuple of
+    settings must hold only hashable items, not a list or a dict."""
+    try:
+        hash(name)
+    except TypeError:
+        odd = next((i for i, item in enumerate(name) if not _hashable(item)), None)
+        which = "" if odd is None else (f", whose item [{odd}] is {type(name[odd]).__name__} "
+                                        f"{shown(name[odd], 60)}")
+        raise TypeError(f"Timing.name must be a str or a tuple of hashable settings (a table indexes its "
+                        f"rows by it: str, numbers, tuples of those), got {type(name).__name__} "
+                        f"{shown(name, 80)}{which}") from None
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _check_duration(value: object, name: str, *, positive: bool = False) -> float:

@@ -54,8 +54,10 @@ class HeadTrace:
     entering the final LayerNorm. Every layer has the same ``h`` and ``d``. Every tensor must hold
     finite numbers (a NaN or infinite trace reads as a measurement).
 
-    Frozen, and the three per-layer fields are stored as tuples (lists given are converted), so a
-    trace checked once stays consistent: the functions that read it trust its shapes.
+    Frozen, and the three per-layer fields are stored as tuples (lists given are converted) of
+    copies of the tensors given (so is ``logits``), so a trace checked once stays consistent: the
+    functions that read it trust its shapes and numbers, and editing the tensors given in place
+    afterwards changes nothing here.
 
     ``config`` is the :class:`~course_utils.model.ModelConfig` of the model traced
     (:func:`trace_heads` fills it; ``None`` for a trace built by hand), checked against the
@@ -74,6 +76,7 @@ class HeadTrace:
 
     def __post_init__(self) -> None:
         freeze_fields(self)  # lists kept as tuples: what is checked stays
+        _keep_copies(self)  # and the tensors its own: a caller's in-place edit cannot change them
         check_record(self)
         if not self.head_outputs:
             raise ValueError("HeadTrace.head_outputs must hold one tensor per layer of the model (at least "
@@ -411,6 +414,19 @@ def frozen_final_norm(model: torch.nn.Module, stream: torch.Tensor, component: t
     normed = (component - component.mean(dim=-1, keepdim=True)) / scale * ln.weight
     _check_from_weights(normed, "frozen_final_norm", model)
     return normed
+
+
+def _keep_copies(trace: HeadTrace) -> None:
+    """``trace``'s tensors replaced by clones of them (anything else is left for the check to
+    refuse): the trace holds numbers of its own, not the caller's tensors."""
+    def copied(t: object) -> object:
+        return t.clone() if isinstance(t, torch.Tensor) else t
+
+    object.__setattr__(trace, "logits", copied(trace.logits))
+    for name in ("attention", "head_outputs", "residual"):
+        value = getattr(trace, name)
+        if isinstance(value, tuple):
+            object.__setattr__(trace, name, tuple(copied(t) for t in value))
 
 
 def _final_direction(model: torch.nn.Module, trace: HeadTrace, vectors: torch.Tensor) -> torch.Tensor:

@@ -337,11 +337,9 @@ class AttentionExplorer:
         result = self.attention_for(text)
         if not isinstance(result, tuple | list) or len(result) != 2 or isinstance(result[0], torch.Tensor) \
                 or not all(isinstance(label, str) for label in result[0]):
-            from .widgets import _safe_repr  # a result whose repr raises is named by its type
-
             shown = (f"a {type(result).__name__} of {len(result)} item(s), the first a "
                      f"{type(result[0]).__name__}" if isinstance(result, tuple | list) and result
-                     else f"{type(result).__name__} {_safe_repr(result, 40)}")
+                     else f"{type(result).__name__} {shown_value(result, 40)}")
             raise ValueError(f"attention_for must return a pair (token labels: a list of str, per-layer "
                              f"weights), got {shown}")
         return list(result[0]), result[1]
@@ -351,10 +349,8 @@ class AttentionExplorer:
         """A message if ``layer``/``head`` is not a valid choice (wrong type or range), else None."""
         for name, value, count in (("layer", layer, self.num_layers), ("head", head, self.num_heads)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                from .widgets import _safe_repr  # a message, even for a value whose repr raises
-
                 return (f"The {name} must be a whole number from 0 to {count - 1}, such as 1; "
-                        f"got {_safe_repr(value)} (a {type(value).__name__}).")
+                        f"got {shown_value(value, 60)} (a {type(value).__name__}).")
         if not 0 <= int(layer) < self.num_layers or not 0 <= int(head) < self.num_heads:
             return (f"Choose a layer in 0..{self.num_layers - 1} and a head in 0..{self.num_heads - 1} "
                     f"(got layer {layer}, head {head}).")

@@ -57,6 +57,7 @@ from ..attention.validation import (
     check_holds_values,
     check_ids,
     check_int,
+    check_not_inference,
     check_real,
     shown,
 )
@@ -584,6 +585,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
                         f"got {_described(directions)}")
     check_finite(directions, "directions", "a NaN or infinite direction makes every column NaN")
+    tracked = any(p.requires_grad for p in model.parameters())  # the columns multiply the weights
+    for name, t in (("directions", directions), ("frozen_scale", frozen_scale)):
+        if t is not None:
+            check_not_inference(t, name, tracked=tracked)
     directions = directions.to(model.unembed.weight.dtype).expand(B, V)
     rows = torch.arange(B, device=tokens.device)
     recorded: dict[str, Tensor] = {}

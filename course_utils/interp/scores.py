@@ -418,13 +418,16 @@ def _label_column(given: object, name: str) -> list:
 
 
 def _refuse_nan(grid: torch.Tensor, name: str) -> None:
-    """A ranking of heads cannot place a NaN score: name the heads that hold one."""
-    bad = torch.isnan(grid)
+    """A ranking of heads cannot place a NaN or infinite score: name the heads that hold one."""
+    bad = ~torch.isfinite(grid)
     if bad.any():
         heads = [f"L{layer}H{head}" for layer, head in bad.nonzero().tolist()]
-        raise ValueError(f"{name} holds NaN for {', '.join(heads[:6])}{' ...' if len(heads) > 6 else ''}: a "
-                         "NaN score cannot be ranked (was a head's attention NaN, or a mean taken over "
-                         "no position?)")
+        found = [word for word, held in (("NaN", torch.isnan(grid)), ("inf", torch.isposinf(grid)),
+                                         ("-inf", torch.isneginf(grid))) if held.any()]
+        raise ValueError(f"{name} holds {' and '.join(found)} for {', '.join(heads[:6])}"
+                         f"{' ...' if len(heads) > 6 else ''}: a score must be a finite number to be ranked "
+                         "(a NaN: was a head's attention NaN, or a mean taken over no position? an infinity "
+                         "would rank first or last whatever the other heads score)")
 
 
 def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> pd.DataFrame:
@@ -481,8 +484,8 @@ def _as_grid(value: object, name: str) -> torch.Tensor:
 
 def best_head(scores: torch.Tensor) -> tuple[int, int]:
     """``(layer, head)`` of the highest score in an ``(L, h)`` grid (first one on ties); a
-    single layer's ``(h,)`` scores count as layer 0. A NaN score is refused (naming its head):
-    it would be reported as the best."""
+    single layer's ``(h,)`` scores count as layer 0. A NaN or infinite score is refused (naming
+    its head): it would be reported as the best, or rank first whatever the others score."""
     grid = _as_grid(scores, "scores")
     given = tuple(grid.shape)
     if grid.ndim == 1:  # one layer's (h,) scores

@@ -62,15 +62,6 @@ def _describe_error(err: BaseException, *, with_type: bool = True) -> str:
         return f"{type(err).__name__} (its message could not be shown)"
 
 
-def _safe_repr(value: object, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for a message; a value whose ``repr()`` itself
-    raises is named by its type alone (an explorer shows a message and never raises)."""
-    try:
-        return repr(value)[:limit]
-    except Exception:  # noqa: BLE001 - its repr is the broken part; say so instead
-        return f"<a {type(value).__name__} (its repr could not be shown)>"
-
-
 class Explorer:
     """Controls wired to a render function; the result updates whenever a value changes.
 
@@ -195,7 +186,12 @@ def say(text: str) -> None:
     """``print(text)`` that never raises at the learner: a stream that cannot encode a character
     (an ASCII terminal, ``PYTHONIOENCODING=ascii``) gets it escaped (``\\xe9``; a typo's value
     with an accent made an explorer raise UnicodeEncodeError: battery 27), and a closed or
-    broken stream gets nothing."""
+    broken stream gets nothing. Anything else is printed as ``str()`` makes it; one whose ``str()``
+    raises is named by its type and the error instead."""
+    try:
+        text = text if type(text) is str else str(text)
+    except Exception as err:  # noqa: BLE001 - its str is the broken part; say so instead
+        text = f"<a {type(text).__name__} whose str() raised {type(err).__name__}>"
     try:
         print(text)
     except UnicodeEncodeError:
@@ -215,11 +211,11 @@ def show(explorer: Explorer, fallback: str | None = None) -> None:
     ``fallback`` that is not a str with a printed message (and the explorer's own text)."""
     if not isinstance(explorer, Explorer):
         say(f"explorer must be an Explorer (e.g. dimension_explorer()), got {type(explorer).__name__} "
-              f"{_safe_repr(explorer)}; nothing to show.")
+              f"{shown(explorer, 60)}; nothing to show.")
         return
     if fallback is not None and not isinstance(fallback, str):
         say(f"fallback must be a str (the text to print) or None, got {type(fallback).__name__} "
-              f"{_safe_repr(fallback)}; printing the explorer's own text instead.")
+              f"{shown(fallback, 60)}; printing the explorer's own text instead.")
         fallback = None
     text = explorer.last_text if fallback is None else fallback
     if text:
@@ -252,7 +248,7 @@ def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, nu
     ranges = {"batch": ("batch B", 1, 8, 1), "seq_len": ("sequence T", 1, 64, 1),
               "d_model": ("d_model", 8, 1024, 8), "num_heads": ("heads h", 1, 16, 1)}
     controls = {}
-    refused = [f"{name}={_safe_repr(value, 40)} is not a slider of this explorer (its sliders: "
+    refused = [f"{name}={shown(value, 40)} is not a slider of this explorer (its sliders: "
                f"{', '.join(ranges)}); ignored." for name, value in unknown.items()]
     for line in refused:
         say(line)
@@ -262,7 +258,7 @@ def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, nu
                   and (value - low) % step == 0)  # a NumPy integer is an int too (check_int's rule)
         start = int(value) if usable else _DIMENSION_DEFAULTS[name]
         if not usable:  # a message, not an error: the explorer starts from the default
-            refused.append(f"{name}={_safe_repr(value)} is not on the slider (whole numbers {low}..{high}"
+            refused.append(f"{name}={shown(value, 60)} is not on the slider (whole numbers {low}..{high}"
                            f"{f' in steps of {step}' if step > 1 else ''}); starting from {start}.")
             say(refused[-1])
         controls[name] = _slider(label, start, low, high, step=step)

@@ -175,11 +175,38 @@ def _check_save_file_arguments(tensors: object, filename: object, metadata: obje
             raise TypeError(f"tensors' keys must be names (str), got {type(key).__name__} "
                             f"{shown_value(key, 60)}")
         check_holds_values(tensor, f"tensors[{shown_value(key)}]")  # a meta tensor has no bytes to write
+    shared = _sharing_memory(tensors)
+    if shared is not None:  # safetensors refuses them too, naming neither argument nor remedy
+        first, second = (f"tensors[{shown_value(name)}]" for name in shared)
+        raise ValueError(f"{first} and {second} share memory (one is the other, or a view overlapping it): "
+                         f"a .safetensors file stores each tensor's bytes once, apart; pass "
+                         f"{second}.clone() instead")
     check_path(filename, "filename", "the .safetensors file to write")
     if not (isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str)
                                                for k, v in metadata.items())):
         raise TypeError(f"metadata must be a dict of str -> str (the file's header), got "
                         f"{type(metadata).__name__} {shown_value(metadata, 60)}")
+
+
+def _sharing_memory(tensors: dict[str, torch.Tensor]) -> tuple[str, str] | None:
+    """The names of the first two of ``tensors`` whose bytes overlap (one tensor under two
+    names, or views of one storage that overlap), else None; disjoint slices are fine."""
+    spans = sorted((str(t.device), t.untyped_storage().data_ptr(), t.data_ptr(),
+                    t.data_ptr() + t.numel() * t.element_size(), i, name)
+                   for i, (name, t) in enumerate(tensors.items()) if t.numel() > 0)
+    for before, after in zip(spans, spans[1:], strict=False):
+        if before[:2] == after[:2] and after[2] < before[3]:
+            return tuple(name for *_, name in sorted((before, after), key=lambda span: span[4]))
+    return None
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors``, each one that shares memory with another cloned (tied weights are stored as
+    two copies of their values, which is what :func:`load_checkpoint` builds)."""
+    tensors = dict(tensors)
+    while (shared := _sharing_memory(tensors)) is not None:
+        tensors[shared[1]] = tensors[shared[1]].clone()
+    return tensors
 
 
 class _Terminated(BaseException):
@@ -354,6 +381,7 @@ def save_checkpoint(
             # float32, what load_checkpoint builds and checks (a float16 model is widened: no loss)
             tensors = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype)
                        .contiguous() for k, v in model.state_dict().items()}
+            tensors = _unshared(tensors)  # tied weights (one tensor under two names) written twice
             # One header key only: safetensors writes several keys in no fixed order, which would
             # make the file's bytes (and so its sha256) differ between identical runs.
             header = {"config": json.dumps(config, sort_keys=True)}

@@ -135,7 +135,10 @@ class _StepOrder:
     Also refused before anything is written: keys and values of another dtype or device than the
     cache's, or on the meta device (no values to store). NaN and infinity are stored as given
     (they propagate, as in attention; checking every step would cost a pass over the new
-    tokens): only :class:`QuantizedCache` refuses them, having no 8-bit code for them."""
+    tokens): only :class:`QuantizedCache` refuses them, having no 8-bit code for them.
+
+    A cache stores numbers, not a graph: keys and values that track gradients are stored (and
+    returned) detached, so a cache filled with gradients on can still be ``copy.deepcopy``-ed."""
 
     _next_layer = 0  # the layer the next append must name
     _step_tokens = 0  # tokens appended by layer 0 in the current step
@@ -191,6 +194,7 @@ class CatCache(_StepOrder):
         """A cache already holding ``(k, v)`` ``(B, g, T, dk)`` per layer (kept, not copied)."""
         _check_layers(layers)
         cache = cls(len(layers), window=window)
+        layers = [(k.detach(), v.detach()) for k, v in layers]  # numbers, not a graph (a view: no copy)
         cache.layers = [(k[:, :, -window:], v[:, :, -window:]) if window else (k, v) for k, v in layers]
         cache.length = layers[0][0].shape[2]
         return cache
@@ -217,6 +221,7 @@ class CatCache(_StepOrder):
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
         _check_new(k_new, v_new, layer, self.num_layers, self._like(), self._device())
         self._check_order(layer, k_new.shape[2])
+        k_new, v_new = k_new.detach(), v_new.detach()  # numbers, not a graph (see _StepOrder)
         past = self.layers[layer]
         if past is not None and past[0].dtype != k_new.dtype:
             raise TypeError(f"k_new has dtype {k_new.dtype} but the cache holds {past[0].dtype}: "
@@ -279,8 +284,8 @@ class PreallocatedCache(_StepOrder):
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} tokens; {start} are in it and "
                              f"{k_new.shape[2]} more do not fit")
-        self.k[layer][:, :, start:end] = k_new
-        self.v[layer][:, :, start:end] = v_new
+        self.k[layer][:, :, start:end] = k_new.detach()  # numbers, not a graph (see _StepOrder)
+        self.v[layer][:, :, start:end] = v_new.detach()
         self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
             self.length = end
@@ -318,8 +323,8 @@ class SlidingWindowCache(_StepOrder):
         kept = min(T, window)
         slots = torch.arange(T - kept, T) % window
         for ring_k, ring_v, (k, v) in zip(cache._ring.k, cache._ring.v, layers, strict=True):
-            ring_k[:, :, slots] = k[:, :, T - kept:]
-            ring_v[:, :, slots] = v[:, :, T - kept:]
+            ring_k[:, :, slots] = k[:, :, T - kept:].detach()  # numbers, not a graph (see _StepOrder)
+            ring_v[:, :, slots] = v[:, :, T - kept:].detach()
         cache.length = T
         return cache
 
@@ -334,8 +339,8 @@ class SlidingWindowCache(_StepOrder):
         _check_dtype(k_new, self._ring.k[0].dtype)
         slot = self.length % self.window
         k_ring, v_ring = self._ring.k[layer], self._ring.v[layer]
-        k_ring[:, :, slot] = k_new[:, :, 0]
-        v_ring[:, :, slot] = v_new[:, :, 0]
+        k_ring[:, :, slot] = k_new[:, :, 0].detach()  # numbers, not a graph (see _StepOrder)
+        v_ring[:, :, slot] = v_new[:, :, 0].detach()
         filled = min(self.length + 1, self.window)
         self._advance(layer, 1)
         if layer == self.num_layers - 1:

@@ -26,7 +26,8 @@ import numbers
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -310,9 +311,24 @@ def train_model(
     and refusing it would make such a run impossible. A NaN ``target_metric`` is refused (it
     cannot be compared with ``target``), and so is an infinite metric (ValueError naming it).
     """
-    with torch_threads(num_threads), gradients_on("train_model"):  # a caller's torch.no_grad() too
+    with torch_threads(num_threads), gradients_on("train_model"), _mode_put_back_if_stopped(model):
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
                             target_metric, target, stop_at_target, progress, task)
+
+
+@contextmanager
+def _mode_put_back_if_stopped(model: object) -> Iterator[None]:
+    """Training that stops early (Ctrl-C, an error) leaves ``model`` in the mode it was given in,
+    not in train mode halfway (dropout on in the evaluation that follows); a run that finishes
+    leaves it in eval mode, as documented. (Gradients and threads are put back by their own
+    context managers; a ``model`` that is no module is refused by the training itself.)"""
+    was_training = model.training if isinstance(model, torch.nn.Module) else None
+    try:
+        yield
+    except BaseException:
+        if was_training is not None:
+            model.train(was_training)
+        raise
 
 
 def _check_batch(batch: object, step: int, model: TinyTransformer) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,6 +33,7 @@ pass over the data on every call) and spreads to NaN outputs, as in
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -195,6 +196,17 @@ class KVCache:
     def num_bytes(self) -> int:
         """Memory held by all cached keys and values."""
         return sum(t.numel() * t.element_size() for pair in self.layers for t in pair)
+
+    def __deepcopy__(self, memo: dict) -> KVCache:
+        """A copy holding copies of the keys and values. A cache filled with gradients on holds
+        tensors computed from the weights, which torch refuses to deepcopy (only graph leaves):
+        those are copied detached, numbers only, as a copy of a computed result is."""
+        return KVCache(tuple(tuple(_copied(t, memo) for t in pair) for pair in self.layers))
+
+
+def _copied(t: Tensor, memo: dict) -> Tensor:
+    """``t`` deep-copied: a graph leaf by torch's own deepcopy, a computed tensor detached."""
+    return copy.deepcopy(t, memo) if t.is_leaf else t.detach().clone()
 
 
 class MLP(nn.Module):
