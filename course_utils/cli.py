@@ -302,12 +302,14 @@ def words(argv: object, name: str = "argv", *, none_reads_sys_argv: bool = True)
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
         raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
                         f"got {type(argv).__name__} {shown(argv, 80)}")
-    odd = next((i for i, word in enumerate(argv) if type(word) is not str), None)  # exactly str, as argv
+    # read by iterating, once: list(argv) asks a subclass's __len__, which may lie (-1: battery 28)
+    items = [word for word in argv]
+    odd = next((i for i, word in enumerate(items) if type(word) is not str), None)  # exactly str, as argv
     if odd is not None:
         raise TypeError(f"{name} must be a list of str (the words of a command line, as sys.argv[1:]), "
-                        f"got {type(argv).__name__} {shown(argv, 80)}, whose {name}[{odd}] is "
-                        f"{type(argv[odd]).__name__} {shown(argv[odd], 60)}, not exactly str")
-    return list(argv)
+                        f"got {type(argv).__name__} {shown(items, 80)}, whose {name}[{odd}] is "
+                        f"{type(items[odd]).__name__} {shown(items[odd], 60)}, not exactly str")
+    return items
 
 
 def run(main, argv: list[str], prog: str) -> int:
