@@ -373,6 +373,11 @@ class _Deadline:
         if frame is not None and (frame.f_code in _OWN_CODES or (
                 frame.f_code.co_filename == __file__ and frame.f_code.co_name not in _ANSWER_SIDE)):
             return  # the check's own code (setting up or taking down the limit): not the answer
+        if frame is not None and frame.f_code.co_filename == __file__ and not self._answer_on(frame):
+            # a call watch's profiler or a tripwire with no answer frame below it: the answer has
+            # ended and the check is on its way to __exit__ (raised there, the stop kept __exit__
+            # from running, and this limit's alarm and watchdog outlived the check: battery 29)
+            return
         if self.rounds == 0 and self._import_grace > 0 and _inside_import(frame, self._boundary):
             # a module half-imported stays broken in sys.modules for the rest of the kernel
             # (battery 8: torch's lazy sympy import under use_deterministic_algorithms): let
@@ -392,6 +397,14 @@ class _Deadline:
             sys.settrace(self._stop_call)
         self._raised = True
         raise TimeLimitExceeded(self.seconds)
+
+    def _answer_on(self, frame: Any) -> bool:
+        """True when a frame of code outside this module runs between ``frame`` and the check."""
+        while frame is not None and frame is not self._boundary:
+            if frame.f_code.co_filename != __file__:
+                return True
+            frame = frame.f_back
+        return False
 
     def _disarm_recursion(self, frame: Any) -> None:
         """Give each function whose code runs more than once between ``frame`` and the check
@@ -1230,7 +1243,7 @@ def _changes(settings: list[str], names: list[str]) -> str | None:
 _ANSWER_SIDE = ("_tripwire", "recorded", "_profile", "_stop_line", "_stop_call")
 _OWN_CODES = {_Deadline.__enter__.__code__, _Deadline.__exit__.__code__, _Deadline._exit.__code__,
               _unprofiled.__code__, _put_back.__code__, _put_back_own.__code__, _guarded_namespaces.__code__,
-              _guarded_spaces.__code__, _Deadline._restore_alarm.__code__}
+              _guarded_spaces.__code__, _Deadline._restore_alarm.__code__, _Deadline._answer_on.__code__}
 
 _STOP_CODES: dict[int, Any] = {}
 
