@@ -61,6 +61,7 @@ from __future__ import annotations
 import _signal
 import builtins
 import copyreg
+import gc as _gc
 import importlib
 import itertools
 import math
@@ -769,6 +770,79 @@ _set_default_device = torch.set_default_device
 _seterr = np.seterr
 _deterministic = torch.use_deterministic_algorithms
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _keeps_denormals() -> bool:  # torch.set_flush_denormal has no getter: ask the hardware
+    return bool((torch.tensor([1e-39], dtype=torch.float32) * 1).item() != 0)
+
+
+def _rng_states() -> tuple[Any, Any, Any]:
+    import random
+
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _put_rng_states(saved: tuple[Any, Any, Any]) -> None:
+    import random
+
+    torch.set_rng_state(saved[0])
+    np.random.set_state(saved[1])
+    random.setstate(saved[2])
+
+
+_STANDARD_MODULES = ("math", "builtins", "numpy", "torch", "random", "os", "sys")
+
+
+def _standard_modules() -> dict[str, Any]:
+    return {name: sys.modules.get(name) for name in _STANDARD_MODULES}
+
+
+def _put_standard_modules(saved: dict[str, Any]) -> None:
+    for name, module in saved.items():
+        if module is not None:
+            sys.modules[name] = module
+
+
+def _interpreter_settings() -> tuple[Any, ...]:
+    """The interpreter's and the standard library's own settings, read together (one row)."""
+    import decimal
+    import socket
+
+    return (_gc.isenabled(), _gc.get_threshold(), _umask(), sys.excepthook, sys.displayhook,
+            decimal.getcontext().copy(), socket.getdefaulttimeout(), sys.getswitchinterval(),
+            sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else None)
+
+
+def _put_interpreter_settings(saved: tuple[Any, ...]) -> None:
+    import decimal
+    import socket
+
+    enabled, threshold, mask, excepthook, displayhook, context, timeout, interval, digits = saved
+    (_gc.enable if enabled else _gc.disable)()
+    _gc.set_threshold(*threshold)
+    os.umask(mask)
+    sys.excepthook, sys.displayhook = excepthook, displayhook
+    decimal.setcontext(context.copy())
+    socket.setdefaulttimeout(timeout)
+    sys.setswitchinterval(interval)
+    if digits is not None:
+        sys.set_int_max_str_digits(digits)
+
+
+def _torch_flags() -> tuple[bool, bool, bool]:
+    return _keeps_denormals(), torch.is_warn_always_enabled(), torch.backends.opt_einsum.enabled
+
+
+def _put_torch_flags(saved: tuple[bool, bool, bool]) -> None:
+    torch.set_flush_denormal(not saved[0])
+    torch.set_warn_always(saved[1])
+    torch.backends.opt_einsum.enabled = saved[2]
+
+
 # Process-wide settings an answer may change, one row each: (what the Feedback says when an
 # answer changed it, or None to put it back without a word; read it; put it back). The
 # functions are bound here, at import, not looked up when a check runs (an answer may have
@@ -821,6 +895,13 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
                       "might not have stopped a later cell", _signal_handlers, _put_signal_handlers),
     # (without a word: an answer importing one of the course's modules for the first time adds one)
     (None, _course_modules, _put_course_modules),
+    # (battery 29: put back without a word; none changes what a check compares, but each left
+    # changed would surprise a later cell: gc off, files made unreadable by a umask, a reseeded RNG,
+    # an exception hook that prints nothing, sys.modules['math'] replaced, ...)
+    (None, _interpreter_settings, _put_interpreter_settings),
+    (None, _torch_flags, _put_torch_flags),
+    (None, _rng_states, _put_rng_states),
+    (None, _standard_modules, _put_standard_modules),
 )
 
 
