@@ -62,3 +62,43 @@ def test_mha_macs_names_num_heads_and_cuts_huge_value():
     with pytest.raises(ValueError, match="num_heads") as info:
         mha_macs(2, 4, 8, HUGE)
     assert len(str(info.value)) < 400
+
+
+def test_mla_latents_huge_start_names_start():
+    from course_utils.attention.mla import MultiHeadLatentAttention
+
+    m = MultiHeadLatentAttention(8, 2, 4, 4, 2)
+    with pytest.raises(ValueError, match="start"):
+        m.latents(torch.randn(2, 3, 8), start=HUGE)
+
+
+def test_next_token_targets_huge_pad_names_pad_id():
+    from course_utils.tasks.synthetic import next_token_targets
+
+    with pytest.raises(ValueError, match="pad_id"):
+        next_token_targets(torch.randint(0, 16, (2, 8)), pad_id=HUGE)
+
+
+def test_quantized_bytes_huge_names_num_kv_heads():
+    from course_utils.model.kv_cache import quantized_bytes_per_token
+
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        quantized_bytes_per_token(HUGE, 4)
+    with pytest.raises(ValueError, match="d_head"):
+        quantized_bytes_per_token(4, HUGE)
+
+
+def test_clock_elapsed_huge_names_clock():
+    from course_utils.bench.timing import clock_elapsed
+
+    with pytest.raises(ValueError, match="clock"):
+        clock_elapsed(HUGE, 2.0, "x")
+
+
+def test_pair_class_huge_names_num_symbols():
+    from course_utils.tasks.two_relations import pair_class, split_pair_class
+
+    with pytest.raises(ValueError, match="num_symbols"):
+        pair_class(torch.tensor([0, 1]), torch.tensor([1, 2]), HUGE)
+    with pytest.raises(ValueError, match="num_symbols"):
+        split_pair_class(torch.tensor([0, 1]), HUGE)
