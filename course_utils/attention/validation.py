@@ -10,11 +10,13 @@ they propagate (see :mod:`course_utils.attention.mha`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import numbers
 import os
+import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -77,6 +79,7 @@ __all__ = [
     "shown",
     "check_dense",
     "finite",
+    "say",
 ]
 
 
@@ -91,6 +94,27 @@ def shown(value: object, width: int | None = None) -> str:
     except Exception as err:  # noqa: BLE001
         text = f"<a {type(value).__name__} whose repr raised {type(err).__name__}>"
     return text if width is None else text[:width]
+
+
+def say(text: str) -> None:
+    """``print(text)`` that never raises at the learner (the widgets and ``Feedback.assert_passed``
+    print through it): a stream that cannot encode a character (an ASCII terminal,
+    ``PYTHONIOENCODING=ascii``) gets it escaped (``\\xe9``; a typo's value with an accent made an
+    explorer raise UnicodeEncodeError: battery 27), and a closed, broken or raising stream gets
+    nothing (battery 29). Anything else is printed as ``str()`` makes it; one whose ``str()``
+    raises is named by its type and the error instead."""
+    try:
+        text = text if type(text) is str else str(text)
+    except Exception as err:  # noqa: BLE001 - its str is the broken part; say so instead
+        text = f"<a {type(text).__name__} whose str() raised {type(err).__name__}>"
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+        with contextlib.suppress(Exception):
+            print(text.encode(encoding, "backslashreplace").decode(encoding))
+    except Exception:  # noqa: BLE001 - a closed, broken or raising stream (battery 29): nothing
+        pass
 
 
 def _refuse_name(name: object, function: str, *, none: bool = False) -> None:
