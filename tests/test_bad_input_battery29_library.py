@@ -102,3 +102,38 @@ def test_pair_class_huge_names_num_symbols():
         pair_class(torch.tensor([0, 1]), torch.tensor([1, 2]), HUGE)
     with pytest.raises(ValueError, match="num_symbols"):
         split_pair_class(torch.tensor([0, 1]), HUGE)
+
+
+def test_say_never_raises_on_a_raising_stream(monkeypatch):
+    import sys
+
+    from course_utils.interp.widgets import say
+
+    class BrokenStream:
+        encoding = "utf-8"
+
+        def write(self, s):
+            raise RuntimeError("stream broken")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", BrokenStream())
+    say("x")  # nothing printed, nothing raised
+
+
+def test_assert_passed_prints_on_an_ascii_stdout():
+    import os
+    import subprocess
+    import sys
+
+    code = ("from course_utils.exercises.core import Feedback\n"
+            "Feedback('lesson01.attend', 'correct', 'all cases pass').assert_passed()\n"
+            "Feedback('lesson01.attend', 'wrong', 'rows do not sum to 1').assert_passed()\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONIOENCODING="ascii", PYTHONPATH=root)
+    env.pop("NBGRADER_EXECUTION", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                          text=True, errors="replace", timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "all cases pass" in done.stdout and "rows do not sum to 1" in done.stdout
