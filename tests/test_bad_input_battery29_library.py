@@ -137,3 +137,20 @@ def test_assert_passed_prints_on_an_ascii_stdout():
                           text=True, errors="replace", timeout=120)
     assert done.returncode == 0, done.stderr[-500:]
     assert "all cases pass" in done.stdout and "rows do not sum to 1" in done.stdout
+
+
+def test_config_numpy_ints_stored_as_python_ints():
+    import dataclasses
+    import json
+
+    import numpy as np
+
+    from course_utils.model.train import TrainConfig
+    from course_utils.tasks.two_relations import RelationsConfig
+
+    config = TrainConfig(steps=np.int64(2), warmup_steps=np.int32(1))
+    assert type(config.steps) is int and type(config.warmup_steps) is int
+    json.dumps(dataclasses.asdict(config))
+    relations = RelationsConfig(d_model=np.int64(16))
+    assert type(relations.d_model) is int
+    json.dumps(dataclasses.asdict(relations))

@@ -101,10 +101,13 @@ class TrainConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        check_int(self.steps, "TrainConfig.steps", minimum=1, maximum=MAX_STEPS)
+        # stored back as Python ints: a NumPy int stayed and the config no longer went to JSON (battery 29)
+        object.__setattr__(self, "steps", check_int(self.steps, "TrainConfig.steps", minimum=1,
+                                                    maximum=MAX_STEPS))
         if self.warmup_steps is None:
             object.__setattr__(self, "warmup_steps", min(DEFAULT_WARMUP_STEPS, self.steps))
-        check_int(self.warmup_steps, "TrainConfig.warmup_steps", minimum=0)
+        object.__setattr__(self, "warmup_steps", check_int(self.warmup_steps, "TrainConfig.warmup_steps",
+                                                           minimum=0))
         if self.warmup_steps > self.steps:
             raise ValueError(f"TrainConfig.warmup_steps must be at most steps={self.steps} (the learning "
                              f"rate climbs to "

@@ -430,7 +430,9 @@ class RelationsConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
-            check_int(getattr(self, name), f"RelationsConfig.{name}", minimum=1)
+            # stored back as a Python int: a NumPy int stayed and broke JSON (battery 29)
+            value = check_int(getattr(self, name), f"RelationsConfig.{name}", minimum=1)
+            object.__setattr__(self, name, value)
         if check_real(self.lr, "RelationsConfig.lr") <= 0:  # NaN, infinity, bools, strings refused there
             raise ValueError(f"RelationsConfig.lr must be a finite number > 0, got {shown(self.lr)}")
         if self.values not in VALUE_KINDS:
