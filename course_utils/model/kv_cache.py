@@ -230,6 +230,8 @@ class CatCache(_StepOrder):
                                                     torch.cat([past[1], v_new], 2))
         if self.window is not None:
             k, v = k[:, :, -self.window:], v[:, :, -self.window:]
+        if past is None:  # the first step only (cat copies after it): the caller's own tensor, which
+            k, v = k.clone(), v.clone()  # it may change in place, was kept as the cache (battery 29)
         self.layers[layer] = (k, v)
         self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
