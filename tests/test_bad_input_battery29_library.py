@@ -154,3 +154,30 @@ def test_config_numpy_ints_stored_as_python_ints():
     relations = RelationsConfig(d_model=np.int64(16))
     assert type(relations.d_model) is int
     json.dumps(dataclasses.asdict(relations))
+
+
+def test_catcache_first_step_does_not_keep_the_callers_tensor():
+    from course_utils.model.kv_cache import CatCache
+
+    cache = CatCache(1)
+    k, v = torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4)
+    k_out, v_out = cache.append(0, k, v)
+    assert k_out is not k and v_out is not v
+    k.mul_(5)
+    v.mul_(5)
+    k2, v2 = cache.append(0, torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+    assert float(k2.max()) == 1.0 and float(v2.max()) == 1.0
+
+
+def test_load_checkpoint_under_default_float64():
+    from course_utils.model.checkpoint import load_checkpoint
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model, _ = load_checkpoint("induction")
+        assert next(model.parameters()).dtype == torch.float32
+        with torch.no_grad():
+            model(torch.zeros(1, 4, dtype=torch.long))
+    finally:
+        torch.set_default_dtype(old)
