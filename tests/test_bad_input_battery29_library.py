@@ -181,3 +181,11 @@ def test_load_checkpoint_under_default_float64():
             model(torch.zeros(1, 4, dtype=torch.long))
     finally:
         torch.set_default_dtype(old)
+
+
+def test_train_model_documents_an_interrupted_run():
+    from course_utils.model.train import train_model
+
+    doc = " ".join(train_model.__doc__.split())
+    assert "keeps the steps it took" in doc
+    assert "mode is put back" in doc

@@ -313,6 +313,13 @@ def train_model(
     e.g. ``train_agreement(task=AgreementTask(templates=("simple",)))``, at every evaluation),
     and refusing it would make such a run impossible. A NaN ``target_metric`` is refused (it
     cannot be compared with ``target``), and so is an infinite metric (ValueError naming it).
+
+    Training changes ``model`` in place, step by step: a run that stops early (Ctrl-C, an error in
+    ``sample_batch`` or ``evaluate``) keeps the steps it took: the weights are those after the
+    last finished optimizer step (AdamW's state, made inside the run, is dropped with it; no
+    step is undone). Only the model's mode is put back: train or eval, as it was given, not
+    left halfway. To start again from the weights you had, keep a copy first
+    (``copy.deepcopy(model)``) or reload the checkpoint.
     """
     with torch_threads(num_threads), gradients_on("train_model"), _mode_put_back_if_stopped(model):
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,
