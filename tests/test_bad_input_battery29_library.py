@@ -189,3 +189,13 @@ def test_train_model_documents_an_interrupted_run():
     doc = " ".join(train_model.__doc__.split())
     assert "keeps the steps it took" in doc
     assert "mode is put back" in doc
+
+
+def test_ov_copying_score_0d_token_ids_named():
+    from course_utils.interp.circuits import ov_copying_score
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    model = TinyTransformer(ModelConfig(vocab_size=16, max_len=8, d_model=8, num_heads=2)).eval()
+    with pytest.raises(ValueError, match="token_ids"):
+        ov_copying_score(model, 0, torch.tensor(2))
+    assert ov_copying_score(model, 0, torch.tensor([1, 2, 3])).shape == (2,)
