@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from .attention.validation import check_device_present, check_thread_count
+from .attention.validation import check_device_present, check_thread_count, shown
 
 __all__ = ["seed_everything", "check_seed", "pick_device", "torch_threads", "gradients_on",
            "environment_report", "REQUIRED_PACKAGES"]
@@ -40,7 +40,7 @@ def check_seed(seed: object, name: str = "seed") -> int:
 
     check_label(name, "name", "the name of the argument checked, e.g. 'seed'")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"{name} must be an int such as 0, got {type(seed).__name__} {seed!r}")
+        raise TypeError(f"{name} must be an int such as 0, got {type(seed).__name__} {shown(seed, 60)}")
     seed = int(seed)
     if seed < 0:
         raise ValueError(f"{name} must be >= 0, got {seed}")

@@ -201,7 +201,7 @@ def test_frame_to_text_formats_floats_without_negative_zero():
 @pytest.mark.parametrize(
     "args,error,match",
     [
-        (dict(d_model=500, num_heads=3), ValueError, "not divisible by h = 3"),
+        (dict(d_model=500, num_heads=3), ValueError, "not divisible by num_heads = 3"),
         (dict(d_model=0, num_heads=1), ValueError, "d_model must be a positive int"),
         (dict(d_model=8, num_heads=-2), ValueError, "num_heads must be a positive int"),
         (dict(d_model=8.0, num_heads=2), TypeError, "d_model must be an int"),

@@ -49,7 +49,7 @@ def test_invalid_combination_shows_a_message():
     explorer = dimension_explorer()
     explorer.controls["num_heads"].value = 3  # 512 / 3 is not whole
     assert explorer.last_text.startswith("Invalid combination")
-    assert "not divisible by h = 3" in explorer.output.outputs[0]["text"]
+    assert "not divisible by num_heads = 3" in explorer.output.outputs[0]["text"]
     explorer.controls["num_heads"].value = 16  # back to valid
     assert "d_k = d_v = 32" in explorer.last_text
 

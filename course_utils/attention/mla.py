@@ -213,7 +213,8 @@ class MultiHeadLatentAttention(nn.Module):
         ``(B, T, d_c)`` and the RoPE keys ``(B, T, d_R)``. ``x`` is checked as :meth:`forward`
         checks it, ``start`` is an int >= 0."""
         self._check_x(x, "x")
-        start = check_int(start, "start", minimum=0)
+        # positions start..start+T-1 are int64 (a 10**400 overflowed bare: battery 29)
+        start = check_int(start, "start", minimum=0, maximum=2**63 - 1 - x.shape[1])
         positions = torch.arange(start, start + x.shape[1], device=x.device)
         return self.w_dkv(x), rope(self.w_kr(x), positions)
 

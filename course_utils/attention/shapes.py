@@ -90,7 +90,7 @@ def validate_dims(
         check_int(value, name, minimum=1)
     if kv_len is not None:
         check_int(kv_len, "kv_len", minimum=1)
-    return check_head_dims(d_model, num_heads, heads_name="h")
+    return check_head_dims(d_model, num_heads)  # the argument's own name (battery 29)
 
 
 def _exact_sizes(*sizes: int) -> tuple[int, ...]:

@@ -10,11 +10,13 @@ they propagate (see :mod:`course_utils.attention.mha`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import numbers
 import os
+import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -77,6 +79,7 @@ __all__ = [
     "shown",
     "check_dense",
     "finite",
+    "say",
 ]
 
 
@@ -91,6 +94,27 @@ def shown(value: object, width: int | None = None) -> str:
     except Exception as err:  # noqa: BLE001
         text = f"<a {type(value).__name__} whose repr raised {type(err).__name__}>"
     return text if width is None else text[:width]
+
+
+def say(text: str) -> None:
+    """``print(text)`` that never raises at the learner (the widgets and ``Feedback.assert_passed``
+    print through it): a stream that cannot encode a character (an ASCII terminal,
+    ``PYTHONIOENCODING=ascii``) gets it escaped (``\\xe9``; a typo's value with an accent made an
+    explorer raise UnicodeEncodeError: battery 27), and a closed, broken or raising stream gets
+    nothing (battery 29). Anything else is printed as ``str()`` makes it; one whose ``str()``
+    raises is named by its type and the error instead."""
+    try:
+        text = text if type(text) is str else str(text)
+    except Exception as err:  # noqa: BLE001 - its str is the broken part; say so instead
+        text = f"<a {type(text).__name__} whose str() raised {type(err).__name__}>"
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+        with contextlib.suppress(Exception):
+            print(text.encode(encoding, "backslashreplace").decode(encoding))
+    except Exception:  # noqa: BLE001 - a closed, broken or raising stream (battery 29): nothing
+        pass
 
 
 def _refuse_name(name: object, function: str, *, none: bool = False) -> None:
@@ -129,10 +153,15 @@ def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_head
     num_heads = check_int(num_heads, heads_name, minimum=1)
     if d_model % num_heads:
         divisors = _first_divisors(d_model)
+        d_text, h_text = shown(d_model, 40), shown(num_heads, 40)  # a 10**400 is cut (battery 29)
+        try:
+            ratio = f"{d_model / num_heads:.4g}"
+        except OverflowError:
+            ratio = "more than a float holds"
         raise ValueError(
-            f"d_model = {d_model} is not divisible by {heads_name} = {num_heads}: every head needs the "
-            f"same whole width d_k = d_model / {heads_name}, and {d_model} / {num_heads} = "
-            f"{d_model / num_heads:.4g}. Heads that divide {d_model}: {divisors}"
+            f"d_model = {d_text} is not divisible by {heads_name} = {h_text}: every head needs the "
+            f"same whole width d_k = d_model / {heads_name}, and {d_text} / {h_text} = "
+            f"{ratio}. Heads that divide {d_text}: {divisors}"
         )
     return d_model // num_heads
 
@@ -175,7 +204,7 @@ def finite(value: numbers.Real) -> bool:
     float" named nothing: battery 27); so does anything that is no real number (battery 28)."""
     try:
         return math.isfinite(value)
-    except (OverflowError, TypeError, ValueError):  # also what is no real number: '0.1', None
+    except Exception:  # noqa: BLE001 - also no real number ('0.1', None), a 0-d meta tensor, a raising __float__
         return False
 
 
@@ -430,8 +459,17 @@ def check_fits_in_memory(num_bytes: int, name: str | None, what: str = "", *,
                          f"{type(num_bytes).__name__} {shown(num_bytes)}")
     total = physical_memory_bytes()
     if total is not None and num_bytes > total:
-        raise ValueError(f"{name} asks for {num_bytes / 2**30:,.1f} GiB{f' ({what})' if what else ''}, "
+        raise ValueError(f"{name} asks for {_gib(num_bytes)}{f' ({what})' if what else ''}, "
                          f"more than this machine's {total / 2**30:,.1f} GiB of memory")
+
+
+def _gib(num_bytes: int) -> str:
+    """``num_bytes`` in GiB for a message; a count no float holds (``10**400``: "int too large to
+    convert to float" named nothing: battery 29) is given as a power of two instead."""
+    bits = int(num_bytes).bit_length()
+    if bits > 1000:
+        return f"over 2**{bits - 1} bytes"
+    return f"{num_bytes / 2**30:,.1f} GiB"
 
 
 def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
@@ -769,6 +807,8 @@ def check_dense(x: Tensor, name: str) -> None:
     "Could not run 'aten::min' with arguments from the 'SparseCPU' backend" (battery 27)."""
     if type(name) is not str:
         _refuse_name(name, "check_dense")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.layout != torch.strided:
         raise TypeError(f"{name} must be a dense tensor (layout torch.strided), got a {x.layout} tensor "
                         f"of shape {describe_shape(x)}: pass {name}.to_dense()")

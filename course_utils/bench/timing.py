@@ -224,7 +224,10 @@ def clock_elapsed(start: object, end: object, around: str) -> float:
     NaN would give meaningless samples). A bool is no reading (``True - 0.5`` would time 0.5 s)."""
     readings = (start, end)
     numbers_read = all(isinstance(r, int | float) and not isinstance(r, bool) for r in readings)
-    elapsed = end - start if numbers_read else None
+    try:
+        elapsed = end - start if numbers_read else None
+    except OverflowError:  # an int no float holds minus a float (10**400: battery 29)
+        elapsed = None
     if elapsed is None or not (finite(elapsed) and elapsed >= 0):
         raise ValueError(f"clock must return seconds that never decrease (a finite int or float, not a "
                          f"bool), but it read {shown(start)} then {shown(end)} around {around}; use "

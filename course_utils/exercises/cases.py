@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from ..attention.validation import shown
+
 
 @dataclass
 class Case:
@@ -61,7 +63,7 @@ def copy_module(module: torch.nn.Module) -> torch.nn.Module:
 
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"module must be a torch.nn.Module to copy, got {type(module).__name__} "
-                        f"{module!r:.60}")
+                        f"{shown(module, 60)}")
 
     return copy.deepcopy(module)
 

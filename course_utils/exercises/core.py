@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_distinct, finite
+from ..attention.validation import check_distinct, finite, say
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -1470,7 +1470,7 @@ class Feedback:
         the outside grader (:mod:`.autograde`, :mod:`.sandbox`) runs each answer's code in a
         separate process and records the points itself.
         """
-        print(self)
+        say(self)  # ASCII-safe: an ASCII terminal got UnicodeEncodeError for the icon (battery 29)
         if self.status != "correct" and _ENVIRON.get("NBGRADER_EXECUTION"):  # (not self.passed:
             raise AssertionError(str(self))  # a thread may have replaced the property since)
 

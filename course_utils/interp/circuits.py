@@ -488,6 +488,9 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     layer = check_index(layer, "layer", config.num_layers, "layers in the model")
     if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
         raise TypeError(f"token_ids must be a list (or range) of token ids, got {type(token_ids).__name__}")
+    if isinstance(token_ids, torch.Tensor) and token_ids.ndim != 1:  # a 0-d one listed an int (battery 29)
+        raise ValueError(f"token_ids must be a 1-D tensor (or a list) of token ids, got a tensor of shape "
+                         f"{tuple(token_ids.shape)}")
     listed = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
     if len(listed) < 2:
         raise ValueError(f"token_ids must list at least 2 token ids, got {shown(listed, 80)}")

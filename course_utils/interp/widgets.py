@@ -19,9 +19,7 @@ fallback is always printed. No widget state is saved in the notebooks.
 
 from __future__ import annotations
 
-import contextlib
 import numbers
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,7 +29,7 @@ from IPython.display import display
 from matplotlib.figure import Figure
 
 from ..attention.shapes import dimension_report
-from ..attention.validation import shown
+from ..attention.validation import say, shown
 
 __all__ = ["in_jupyter_kernel", "Explorer", "close_figure", "show", "dimension_explorer",
            "show_dimension_explorer"]
@@ -180,26 +178,6 @@ def close_figure(result: object) -> None:
     """Close ``result`` if it is a matplotlib figure (once displayed, pyplot need not keep it)."""
     if isinstance(result, Figure):
         plt.close(result)
-
-
-def say(text: str) -> None:
-    """``print(text)`` that never raises at the learner: a stream that cannot encode a character
-    (an ASCII terminal, ``PYTHONIOENCODING=ascii``) gets it escaped (``\\xe9``; a typo's value
-    with an accent made an explorer raise UnicodeEncodeError: battery 27), and a closed or
-    broken stream gets nothing. Anything else is printed as ``str()`` makes it; one whose ``str()``
-    raises is named by its type and the error instead."""
-    try:
-        text = text if type(text) is str else str(text)
-    except Exception as err:  # noqa: BLE001 - its str is the broken part; say so instead
-        text = f"<a {type(text).__name__} whose str() raised {type(err).__name__}>"
-    try:
-        print(text)
-    except UnicodeEncodeError:
-        encoding = getattr(sys.stdout, "encoding", None) or "ascii"
-        with contextlib.suppress(Exception):
-            print(text.encode(encoding, "backslashreplace").decode(encoding))
-    except (OSError, ValueError):
-        pass
 
 
 def show(explorer: Explorer, fallback: str | None = None) -> None:

@@ -742,7 +742,9 @@ def _load_pair(weights_path: Path, meta_path: Path, task: str | None, expected_c
             f"{_config_diff(header_config, config.to_dict())} "
             f"(expected = the weights' header, found = the sidecar)"
         )
-    model = TinyTransformer(config)
+    # built in the checkpoint's dtype, float32, whatever torch's default dtype is: under
+    # torch.set_default_dtype(torch.float64) every weight was refused as re-saved (battery 29)
+    model = TinyTransformer(config).float()
     wanted = {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
     found = {k: (tuple(v.shape), v.dtype) for k, v in tensors.items()}
     if wanted != found:

@@ -230,6 +230,8 @@ class CatCache(_StepOrder):
                                                     torch.cat([past[1], v_new], 2))
         if self.window is not None:
             k, v = k[:, :, -self.window:], v[:, :, -self.window:]
+        if past is None:  # the first step only (cat copies after it): the caller's own tensor, which
+            k, v = k.clone(), v.clone()  # it may change in place, was kept as the cache (battery 29)
         self.layers[layer] = (k, v)
         self._advance(layer, k_new.shape[2])
         if layer == self.num_layers - 1:
@@ -561,8 +563,9 @@ def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "ch
     token carries ``1 / group`` of each of the ``g dk`` channel scales. Not counted: the float32
     residual of a :class:`QuantizedCache` (up to ``group - 1`` tokens per layer waiting for their
     group to fill), which does not grow with the context."""
-    check_int(num_kv_heads, "num_kv_heads", minimum=1)
-    check_int(d_head, "d_head", minimum=1)
+    # sizes whose byte count a float holds (a 10**400 overflowed bare: battery 29)
+    check_int(num_kv_heads, "num_kv_heads", minimum=1, maximum=2**53)
+    check_int(d_head, "d_head", minimum=1, maximum=2**53)
     check_int(group, "group", minimum=1)
     check_flag(symmetric, "symmetric")
     axes = (_check_axis(keys, "keys"), _check_axis(values, "values"))

@@ -101,10 +101,13 @@ class TrainConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        check_int(self.steps, "TrainConfig.steps", minimum=1, maximum=MAX_STEPS)
+        # stored back as Python ints: a NumPy int stayed and the config no longer went to JSON (battery 29)
+        object.__setattr__(self, "steps", check_int(self.steps, "TrainConfig.steps", minimum=1,
+                                                    maximum=MAX_STEPS))
         if self.warmup_steps is None:
             object.__setattr__(self, "warmup_steps", min(DEFAULT_WARMUP_STEPS, self.steps))
-        check_int(self.warmup_steps, "TrainConfig.warmup_steps", minimum=0)
+        object.__setattr__(self, "warmup_steps", check_int(self.warmup_steps, "TrainConfig.warmup_steps",
+                                                           minimum=0))
         if self.warmup_steps > self.steps:
             raise ValueError(f"TrainConfig.warmup_steps must be at most steps={self.steps} (the learning "
                              f"rate climbs to "
@@ -310,6 +313,13 @@ def train_model(
     e.g. ``train_agreement(task=AgreementTask(templates=("simple",)))``, at every evaluation),
     and refusing it would make such a run impossible. A NaN ``target_metric`` is refused (it
     cannot be compared with ``target``), and so is an infinite metric (ValueError naming it).
+
+    Training changes ``model`` in place, step by step: a run that stops early (Ctrl-C, an error in
+    ``sample_batch`` or ``evaluate``) keeps the steps it took: the weights are those after the
+    last finished optimizer step (AdamW's state, made inside the run, is dropped with it; no
+    step is undone). Only the model's mode is put back: train or eval, as it was given, not
+    left halfway. To start again from the weights you had, keep a copy first
+    (``copy.deepcopy(model)``) or reload the checkpoint.
     """
     with torch_threads(num_threads), gradients_on("train_model"), _mode_put_back_if_stopped(model):
         return _train_model(model, sample_batch, train_config, seed, evaluate, eval_every,

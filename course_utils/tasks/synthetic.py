@@ -330,7 +330,7 @@ def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
         raise ValueError(f"tokens must hold token ids >= 0 (a target of {IGNORE_INDEX} is read as 'ignore' "
                          f"by the loss), got {int(tokens[row, col])} at row {row}, position {col}")
     if pad_id is not None:
-        check_int(pad_id, "pad_id", minimum=0)
+        check_int(pad_id, "pad_id", minimum=0, maximum=2**63 - 1)  # int64 ids (10**400: battery 29)
     targets = torch.full_like(tokens, IGNORE_INDEX)
     targets[:, :-1] = tokens[:, 1:]
     if pad_id is not None:

@@ -91,9 +91,13 @@ EVAL_SEED = 10_000  # every run is scored on the same held-out examples
 _CHUNK_STEPS = 50  # training batches drawn per call to TwoKeyTask.sample
 
 
+#: The most symbols whose V * V pair classes fit int64 (a 10**400 overflowed bare: battery 29).
+_MAX_SYMBOLS = math.isqrt(2**63 - 1)
+
+
 def pair_class(symbol_a: Tensor, symbol_b: Tensor, num_symbols: int) -> Tensor:
     """The class of the ordered answer (a's symbol, b's symbol): ``a * V + b``, shape kept."""
-    V = check_int(num_symbols, "num_symbols", minimum=1)
+    V = check_int(num_symbols, "num_symbols", minimum=1, maximum=_MAX_SYMBOLS)
     check_ids(symbol_a, "symbol_a", V, "symbols")
     check_ids(symbol_b, "symbol_b", V, "symbols")
     if symbol_a.shape != symbol_b.shape:
@@ -104,7 +108,7 @@ def pair_class(symbol_a: Tensor, symbol_b: Tensor, num_symbols: int) -> Tensor:
 
 def split_pair_class(classes: Tensor, num_symbols: int) -> tuple[Tensor, Tensor]:
     """Inverse of :func:`pair_class`: ``(symbol_a, symbol_b)``, each shaped like ``classes``."""
-    V = check_int(num_symbols, "num_symbols", minimum=1)
+    V = check_int(num_symbols, "num_symbols", minimum=1, maximum=_MAX_SYMBOLS)
     check_ids(classes, "classes", V * V, "pair classes")
     return classes // V, classes % V
 
@@ -426,7 +430,9 @@ class RelationsConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "hidden", "steps", "batch_size", "eval_every", "eval_size"):
-            check_int(getattr(self, name), f"RelationsConfig.{name}", minimum=1)
+            # stored back as a Python int: a NumPy int stayed and broke JSON (battery 29)
+            value = check_int(getattr(self, name), f"RelationsConfig.{name}", minimum=1)
+            object.__setattr__(self, name, value)
         if check_real(self.lr, "RelationsConfig.lr") <= 0:  # NaN, infinity, bools, strings refused there
             raise ValueError(f"RelationsConfig.lr must be a finite number > 0, got {shown(self.lr)}")
         if self.values not in VALUE_KINDS:
