@@ -50,3 +50,53 @@ def test_course_lab_takes_good_ports_and_addresses():
 
 # --- student-tree: a second run at once, and an OUT stdout cannot encode --------------------
 
+def _student_tree():
+    spec = importlib.util.spec_from_file_location("_student_tree_b29", ROOT / "scripts" / "student_tree.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_student_tree_made_meanwhile_by_another_run_is_named_not_an_errno(tmp_path, monkeypatch):
+    """b29 student_tree_two_runs_errno: the slower of two runs at once said "[Errno 39] Directory
+    not empty: '.../.tree.xxxx' -> '.../tree'", naming a staging folder the user never chose."""
+    tree = _student_tree()
+    out = tmp_path / "tree"
+
+    def the_other_run_finishes(folder):  # while this run copies, the other one renames its tree
+        out.mkdir()
+        (out / "README.md").write_text("the other run's tree")
+
+    monkeypatch.setattr(tree, "_point_links_at_the_tree", the_other_run_finishes)
+    with pytest.raises(FileExistsError, match="already exists") as caught:
+        tree.build(out)
+    assert "Errno" not in str(caught.value) and ".tree." not in str(caught.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["tree"]  # no staging folder left
+    assert (out / "README.md").read_text() == "the other run's tree"
+
+
+def test_student_tree_into_a_folder_stdout_cannot_encode_succeeds(tmp_path, monkeypatch):
+    """b29 student_tree_ascii_out_fails_after_writing: with PYTHONIOENCODING=ascii and OUT 'trée',
+    the tree was written, then printing "wrote N files into trée" failed: exit 2, tree left behind."""
+    import io
+
+    tree = _student_tree()
+    out = tmp_path / "tr\u00e9e"
+
+    def build(folder):
+        folder.mkdir()
+        return ["README.md"]
+
+    monkeypatch.setattr(tree, "build", build)
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    code = tree._main([str(out)])
+    stdout.flush()
+    written = stdout.buffer.getvalue().decode("ascii")
+    monkeypatch.undo()
+    assert code == 0 and out.is_dir(), written
+    assert "wrote 1 files into" in written and "tr\\xe9e" in written
+
+
+# --- the grader takes an exact nn.Parameter as its plain tensor -----------------------------
+
