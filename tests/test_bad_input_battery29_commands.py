@@ -100,3 +100,20 @@ def test_student_tree_into_a_folder_stdout_cannot_encode_succeeds(tmp_path, monk
 
 # --- the grader takes an exact nn.Parameter as its plain tensor -----------------------------
 
+def test_grader_takes_a_parameter_output_as_a_plain_tensor():
+    """b29 parameter_output_passes_check_scores_zero: 4.2 answered `return nn.Parameter(torch.cat(...))`
+    got "correct" from the check but 0 points from the grader (sandbox.to_plain refused the type)."""
+    import torch
+
+    from course_utils.exercises import sandbox
+
+    weight = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3))
+    back = sandbox.accept(sandbox.to_plain((weight, [weight])))
+    assert type(back[0]) is torch.Tensor and type(back[1][0]) is torch.Tensor
+    assert torch.equal(back[0], weight.detach()) and not back[0].requires_grad
+
+    class Odd(torch.nn.Parameter):  # still exact: a subclass is refused, whatever it is
+        pass
+
+    with pytest.raises(sandbox.Refused, match="Odd"):
+        sandbox.to_plain(Odd(torch.zeros(2)))
