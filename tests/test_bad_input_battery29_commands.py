@@ -117,3 +117,56 @@ def test_grader_takes_a_parameter_output_as_a_plain_tensor():
 
     with pytest.raises(sandbox.Refused, match="Odd"):
         sandbox.to_plain(Odd(torch.zeros(2)))
+
+
+# --- four common slips are named, not "wrong values" -----------------------------------------
+
+def _per_head_whole_layer(d_model, num_heads, bias=True):
+    return num_heads * (4 * d_model * d_model + (4 * d_model if bias else 0))
+
+
+def _per_head_whole_layer_right_biases(d_model, num_heads, bias=True):
+    return num_heads * 4 * d_model * d_model + (4 * d_model if bias else 0)
+
+
+def _mask_hides_the_diagonal(q, k):
+    import math
+
+    import torch
+
+    T = q.shape[-2]
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1) | (torch.arange(T)[:, None] == 0)
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def _both_decoded_with_mod(logits, target, num_symbols):
+    import torch
+
+    p = logits.argmax(-1)
+    a = (p % num_symbols == target % num_symbols).double().mean()
+    b = (p % num_symbols == target % num_symbols).double().mean()
+    return torch.stack([a, b])
+
+
+def _sigmoid_for_softmax(scores, values):
+    import torch
+
+    return torch.sigmoid(scores) @ values
+
+
+@pytest.mark.parametrize(("check", "answer", "key"), [
+    ("lesson03.check_parameter_count", _per_head_whole_layer, "whole_layer_per_head"),
+    ("lesson03.check_parameter_count", _per_head_whole_layer_right_biases, "whole_layer_per_head"),
+    ("lesson02.check_causal_attention_weights", _mask_hides_the_diagonal, "diagonal_hidden"),
+    ("lesson01.check_relation_accuracy", _both_decoded_with_mod, "both_with_mod"),
+    ("lesson01.check_attend", _sigmoid_for_softmax, "sigmoid_weights"),
+], ids=["3.3-per-head", "3.3-per-head-right-biases", "2.3-diagonal", "1.3-both-mod", "1.1-sigmoid"])
+def test_common_slips_get_a_named_mistake(check, answer, key):
+    """b29 common_slips_get_generic_feedback: these four slips got only "wrong values ... the largest
+    difference is X" (status 'wrong', no mistake named)."""
+    import importlib
+
+    module, name = check.split(".")
+    feedback = getattr(importlib.import_module(f"course_utils.exercises.{module}"), name)(answer)
+    assert feedback.status == "mistake" and feedback.mistake == key, feedback
