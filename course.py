@@ -316,6 +316,25 @@ def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     return [arg for arg, path in _test_path_args(args) if path and not (root / path).exists()]
 
 
+def missing_test_names(args: list[str], root: Path = ROOT) -> list[str]:
+    """The ``path.py::name`` arguments of ``course.py test`` whose test ``name`` (each part of
+    ``Class::test``, a ``[parameter]`` left out) the file never mentions: pytest would collect
+    nothing and end in "no tests ran" (exit 5) without naming it. Read as text, not imported: a
+    test made by a loop or imported from another module still names itself there."""
+    missing = []
+    for arg, path in _test_path_args(args):
+        if "::" not in arg or not path.endswith(".py") or not (root / path).is_file():
+            continue
+        try:
+            text = (root / path).read_text(encoding="utf-8")
+        except (OSError, UnicodeError):
+            continue
+        names = arg.split("::", 1)[1].split("[", 1)[0].split("::")  # a parameter id may hold "::"
+        if any(name and not re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) for name in names):
+            missing.append(arg)
+    return missing
+
+
 def outside_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     """The arguments of ``course.py test`` that name a file or folder outside ``root`` (links
     followed): ``test /etc/passwd`` ran pytest with /etc as its rootdir, collecting what it found
@@ -485,6 +504,12 @@ def _main(argv: list[str]) -> int:
             shown = [arg if arg.isprintable() else repr(arg) for arg in missing]  # a control character
             print(f"course.py test: no such test file or folder: {', '.join(shown)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
+            return 2
+        unnamed = missing_test_names(argv[1:])
+        if unnamed:
+            shown = [arg if arg.isprintable() else repr(arg) for arg in unnamed]
+            print(f"course.py test: no such test: {', '.join(shown)} (the file defines no test of that "
+                  "name; nothing was run)", file=sys.stderr)
             return 2
         outside = outside_test_paths(argv[1:])
         if outside:

@@ -170,3 +170,23 @@ def test_common_slips_get_a_named_mistake(check, answer, key):
     module, name = check.split(".")
     feedback = getattr(importlib.import_module(f"course_utils.exercises.{module}"), name)(answer)
     assert feedback.status == "mistake" and feedback.mistake == key, feedback
+
+
+# --- course.py test names a test id the file does not define ----------------------------------
+
+def test_course_test_names_a_missing_test_id_before_running(monkeypatch, capsys):
+    """b29 test_missing_nodeid_unnamed: `course.py test tests/test_attention.py::no_such_test` ran
+    pytest for 40 s and ended in "no tests ran" (exit 5), naming nothing."""
+    course = _course()
+
+    def never(*args, **kwargs):
+        raise AssertionError("pytest was run: the missing test was not named first")
+
+    monkeypatch.setattr(course, "ensure_environment", never)
+    monkeypatch.setattr(course.cli, "call", never)
+    assert course._main(["test", "tests/test_attention.py::no_such_test"]) == 2
+    err = capsys.readouterr().err
+    assert "no such test: tests/test_attention.py::no_such_test" in err and "nothing was run" in err, err
+    named = ["tests/test_attention.py", "tests/test_attention.py::test_mha_matches_torch",
+             "tests/test_bad_input_battery29_commands.py::test_common_slips_get_a_named_mistake[1.1-sigmoid]"]
+    assert course.missing_test_names(named) == []
