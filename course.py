@@ -316,6 +316,25 @@ def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     return [arg for arg, path in _test_path_args(args) if path and not (root / path).exists()]
 
 
+def missing_test_names(args: list[str], root: Path = ROOT) -> list[str]:
+    """The ``path.py::name`` arguments of ``course.py test`` whose test ``name`` (each part of
+    ``Class::test``, a ``[parameter]`` left out) the file never mentions: pytest would collect
+    nothing and end in "no tests ran" (exit 5) without naming it. Read as text, not imported: a
+    test made by a loop or imported from another module still names itself there."""
+    missing = []
+    for arg, path in _test_path_args(args):
+        if "::" not in arg or not path.endswith(".py") or not (root / path).is_file():
+            continue
+        try:
+            text = (root / path).read_text(encoding="utf-8")
+        except (OSError, UnicodeError):
+            continue
+        names = arg.split("::", 1)[1].split("[", 1)[0].split("::")  # a parameter id may hold "::"
+        if any(name and not re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) for name in names):
+            missing.append(arg)
+    return missing
+
+
 def outside_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     """The arguments of ``course.py test`` that name a file or folder outside ``root`` (links
     followed): ``test /etc/passwd`` ran pytest with /etc as its rootdir, collecting what it found
@@ -392,6 +411,47 @@ def student_tree_problem(args: list[str]) -> str | None:
     return None if problem is None else f"course.py student-tree: {problem}\n{module.USAGE}"
 
 
+def _lab_option_values(args: list[str], names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(option, value)`` for each of ``names`` among ``lab``'s arguments, as ``--name=VALUE`` or
+    ``--name VALUE``."""
+    found = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            if eq:
+                found.append((name, value))
+            elif i + 1 < len(args):
+                found.append((name, args[i + 1]))
+    return found
+
+
+def lab_value_problems(args: list[str]) -> list[str]:
+    """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings):
+    JupyterLab would end in a socket traceback, or start on a port no socket can have. A port
+    lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*': every
+    interface)."""
+    import socket
+
+    problems = []
+    for option, value in _lab_option_values(args, ("--port", "--ServerApp.port")):
+        try:
+            port = int(value.strip())
+        except ValueError:
+            problems.append(f"{option}={value!r} is not a port number (0 to 65535)")
+            continue
+        if not 0 <= port <= 65535:
+            problems.append(f"{option}={value} is out of range (a port is 0 to 65535)")
+    for option, value in _lab_option_values(args, ("--ip", "--ServerApp.ip")):
+        if value in ("", "*"):
+            continue
+        try:
+            socket.getaddrinfo(value, None)
+        except (OSError, UnicodeError, ValueError) as exc:
+            problems.append(f"{option}={value!r} is not an address of this machine's network "
+                            f"({getattr(exc, 'strerror', None) or exc})")
+    return problems
+
+
 def unknown_lab_options(args: list[str]) -> list[str]:
     """The options among ``lab``'s arguments that JupyterLab does not know (it would start anyway,
     with a warning lost in its log): its flags and aliases, asked of the installed JupyterLab, and
@@ -445,6 +505,12 @@ def _main(argv: list[str]) -> int:
             print(f"course.py test: no such test file or folder: {', '.join(shown)} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
             return 2
+        unnamed = missing_test_names(argv[1:])
+        if unnamed:
+            shown = [arg if arg.isprintable() else repr(arg) for arg in unnamed]
+            print(f"course.py test: no such test: {', '.join(shown)} (the file defines no test of that "
+                  "name; nothing was run)", file=sys.stderr)
+            return 2
         outside = outside_test_paths(argv[1:])
         if outside:
             shown = [arg if arg.isprintable() else repr(arg) for arg in outside]
@@ -459,6 +525,11 @@ def _main(argv: list[str]) -> int:
             return 2
         for problem in clobbered_output_paths(argv[1:])[:1]:
             print(f"course.py test: {problem}; nothing was run", file=sys.stderr)
+            return 2
+    if argv[0] == "lab":
+        problems = lab_value_problems(argv[1:])
+        if problems:
+            print(f"course.py lab: {'; '.join(problems)}; JupyterLab was not started", file=sys.stderr)
             return 2
     if argv[0] == "setup" and argv[1:]:
         print(f"course.py setup: takes no arguments, got {' '.join(argv[1:])} (it makes .venv/ and "

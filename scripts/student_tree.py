@@ -129,7 +129,13 @@ def build(out: Path) -> list[str]:
         if leaks:
             raise RuntimeError(f"solution marks found in {leaks}: refusing to publish them")
         _cli().check_interrupted()  # a signal some library swallowed: stop before the rename
-        os.replace(staging, out)
+        try:
+            os.rename(staging, out)
+        except OSError:  # another run made OUT meanwhile (ENOTEMPTY, EEXIST, ENOTDIR)
+            if not (out.exists() or out.is_symlink()):
+                raise
+            raise FileExistsError(f"{out} already exists (made by another run while this one copied): "
+                                  "choose a new folder (nothing was written)") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         _remove_empty(created)
@@ -266,13 +272,20 @@ def _main(argv: list[str]) -> int:
         if len(argv) == 1 and not argv[0].startswith("-"):
             written = build(Path(argv[0]))
             _cli().leaving(f"{argv[0]} was written")
-            print(f"wrote {len(written)} files into {argv[0]} "
-                  "(student notebooks, course_utils, data, set-up)")
+            _say(f"wrote {len(written)} files into {argv[0]} (student notebooks, course_utils, data, set-up)")
             return 0
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"student-tree: {_described(exc)}", file=sys.stderr)
         return 2
     raise AssertionError(f"usage_problem let {argv!r} through")  # every other shape is refused above
+
+
+def _say(line: str) -> None:
+    """Print ``line`` on stdout, a character its encoding lacks (PYTHONIOENCODING=ascii, a folder
+    named trée) as a backslash escape: the tree is written by then, and a codec error would report
+    a failure that left it behind."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(line.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def _described(exc: BaseException) -> str:

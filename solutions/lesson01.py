@@ -33,6 +33,10 @@ def _attend_no_exp(scores: Tensor, values: Tensor) -> Tensor:
     return (scores / scores.sum(dim=-1, keepdim=True)) @ values
 
 
+def _attend_sigmoid(scores: Tensor, values: Tensor) -> Tensor:
+    return torch.sigmoid(scores) @ values  # each weight squashed on its own: rows do not sum to 1
+
+
 def _attend_scaled_by_num_keys(scores: Tensor, values: Tensor) -> Tensor:
     return torch.softmax(scores / math.sqrt(scores.shape[-1]), dim=-1) @ values  # 1/sqrt(Tk)
 
@@ -142,6 +146,13 @@ def _relation_accuracy_whole_answer(logits: Tensor, target: Tensor, num_symbols:
     return torch.stack([whole, whole])
 
 
+def _relation_accuracy_both_with_mod(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
+    predicted = logits.argmax(dim=-1)
+    right_a = predicted % num_symbols == target % num_symbols  # a decoded with % too
+    right_b = predicted % num_symbols == target % num_symbols
+    return torch.stack([right_a.double().mean(), right_b.double().mean()])
+
+
 def _relation_accuracy_mixed_decoding(logits: Tensor, target: Tensor, num_symbols: int) -> Tensor:
     predicted = logits.argmax(dim=-1)
     right_a = predicted % num_symbols == target // num_symbols
@@ -197,6 +208,7 @@ MISTAKES = {
         'wrong_axis': _attend_wrong_axis,
         'no_softmax': _attend_no_softmax,
         'no_exp': _attend_no_exp,
+        'sigmoid_weights': _attend_sigmoid,
         'ignores_scores': _attend_ignores_scores,
         'scaled_by_num_keys': _attend_scaled_by_num_keys,
         'scaled_by_value_width': _attend_scaled_by_value_width,
@@ -220,6 +232,7 @@ MISTAKES = {
         'swapped': _relation_accuracy_swapped,
         'whole_answer': _relation_accuracy_whole_answer,
         'mixed_decoding': _relation_accuracy_mixed_decoding,
+        'both_with_mod': _relation_accuracy_both_with_mod,
         'probabilities': _relation_accuracy_probabilities,
         'per_symbol_argmax': _relation_accuracy_per_symbol,
         'counts': _relation_accuracy_counts,

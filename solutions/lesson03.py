@@ -148,6 +148,10 @@ def _params_full_width_heads(d_model: int, num_heads: int, bias: bool = True) ->
     return (3 * num_heads + 1) * d_model * d_model + ((3 * num_heads + 1) * d_model if bias else 0)
 
 
+def _params_whole_layer_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return num_heads * (4 * d_model * d_model + (4 * d_model if bias else 0))  # a whole layer per head
+
+
 def _params_bias_always(d_model: int, num_heads: int, bias: bool = True) -> int:
     return 4 * d_model * d_model + 4 * d_model  # the bias argument ignored
 
@@ -286,6 +290,7 @@ MISTAKES = {
         'only_three_matrices': _params_three_matrices,
         'w_o_per_head': _params_w_o_per_head,
         'full_width_heads': _params_full_width_heads,
+        'whole_layer_per_head': _params_whole_layer_per_head,
         'bias_always_added': _params_bias_always,
         'forgot_output_bias': _params_no_out_bias,
         'bias_per_head': _params_bias_per_head,

@@ -56,6 +56,10 @@ ATTEND = Exercise(
         Mistake("no_exp",
                 "you divided each row of scores by its sum, without exponentiating first.",
                 "softmax is exp(s) / sum(exp(s)); torch.softmax does it (and is stable)."),
+        Mistake("sigmoid_weights",
+                "you turned the scores into weights with a sigmoid: it squashes each score on its "
+                "own, so a query's weights do not sum to 1 and the output is not an average.",
+                "the keys compete for each query: torch.softmax(scores, dim=-1) makes each row sum to 1."),
         Mistake("ignores_scores",
                 "every query got the plain mean of the values: the scores were not used.",
                 "the scores decide how much of each value a query takes: softmax(scores) @ values."),
@@ -220,6 +224,10 @@ RELATION_ACCURACY = DiagnosingExercise(
                 "you decoded predictions and targets in opposite ways (// for one, % for the "
                 "other), so you compared a's symbol with b's.",
                 "use the same rule for both: a = class // V, b = class % V."),
+        Mistake("both_with_mod",
+                "both numbers are b's accuracy: you decoded a with % as well. class = a * V + b, "
+                "so class % V is b, and a is class // V.",
+                "a = class // V (floor division), b = class % V."),
         Mistake("probabilities",
                 "you averaged the probability the model gives to the right symbol. Accuracy "
                 "counts each prediction (the argmax) as right or wrong, however sure the model is.",

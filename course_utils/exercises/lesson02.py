@@ -368,6 +368,11 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
         Mistake("diagonal_blocked", "the first row is NaN: your mask also blocks each token from "
                 "itself, so token 0 has nothing to attend to.",
                 "keep the diagonal: tril() (not tril(-1))."),
+        Mistake("diagonal_hidden", "each token (but the first) is hidden from itself: your mask keeps "
+                "only the keys before the query, as tril(diagonal=-1) does, and the first row (NaN) "
+                "was patched by letting token 0 see every key. Query i may attend to keys 0 .. i, "
+                "its own token included.",
+                "keep the diagonal: tril() (diagonal=0), which also leaves token 0 its own key."),
         Mistake("sees_next_key", "each query also sees the next key (query i attends to key i + 1): your "
                 "mask keeps one diagonal too many above the main one, as tril(diagonal=1) does, so "
                 "every token but the last peeks one step into the future.",

@@ -295,6 +295,7 @@ _WEIGHT_SLIPS = {
     "only_three_matrices": lambda d, h: 3 * d * d,
     "w_o_per_head": lambda d, h: (3 + h) * d * d,
     "full_width_heads": lambda d, h: (3 * h + 1) * d * d,
+    "whole_layer_per_head": lambda d, h: 4 * h * d * d,
     "one_head_projections": lambda d, h: 3 * d * (d // h) + d * d,
     # (d_k, d_k) squares for all four matrices of every head. (Squares for W_Q, W_K, W_V with one
     # full W_O give 3 * h * d_k^2 + d^2 = 3 * d * d_k + d^2, the count of one_head_projections:
@@ -380,6 +381,12 @@ PARAMETER_COUNT = _ParameterCountExercise(
                 "you gave every head full (d_model, d_model) projections: each head's W_Q^i "
                 "is only (d_model, d_k) with d_k = d_model / h.",
                 "h slices of (d_model, d_k) make h * d_model * d_k = d_model^2 per matrix."),
+        Mistake("whole_layer_per_head",
+                "you counted a whole layer, 4 * d_model^2 (and its biases), for every head, then "
+                "multiplied by h: the heads share the layer's four projections, each head holding a "
+                "(d_model, d_k) slice of W_Q, W_K and W_V, and W_O is one matrix for all of them.",
+                "count the four (d_model, d_model) matrices once: 4 * d_model^2, plus 4 * d_model "
+                "biases; h only decides how they are sliced."),
         Mistake("bias_always_added",
                 "right with bias=True, but with bias=False you still added 4 * d_model biases: the "
                 "bias argument says whether the layer has bias vectors at all.",

@@ -18,9 +18,10 @@ each autograded answer it
    which, and the grader warns loudly;
 3. hands the process the test inputs (never the expected outputs, the salt or any path of
    the course) and reads back its outputs as plain data (:func:`accept`): an exact
-   ``torch.Tensor`` or ``numpy.ndarray`` of a real dtype on the CPU, Python numbers, str,
-   None, and tuples, lists and str-keyed dicts of those. A subclass, a complex number, an
-   object of any other type is refused, whatever its methods say.
+   ``torch.Tensor`` (or exact ``torch.nn.Parameter``, read back as its plain tensor) or
+   ``numpy.ndarray`` of a real dtype on the CPU, Python numbers, str, None, and tuples, lists
+   and str-keyed dicts of those. A subclass, a complex number, an object of any other type is
+   refused, whatever its methods say.
 
 What the answer returns is compared in the grader's process, which the answer never touched.
 """
@@ -778,8 +779,8 @@ class _CasePickler(pickle.Pickler):
 
 
 #: What :func:`to_plain` and :func:`accept` take, for their messages and the grader's feedback.
-PLAIN_OUTPUTS = ("an exact torch.Tensor or numpy.ndarray of a real dtype on the CPU, Python numbers, str, "
-                 "None, and tuples, lists and str-keyed dicts of those")
+PLAIN_OUTPUTS = ("an exact torch.Tensor (or torch.nn.Parameter) or numpy.ndarray of a real dtype on the CPU, "
+                 "Python numbers, str, None, and tuples, lists and str-keyed dicts of those")
 
 
 class Refused(TypeError):
@@ -792,6 +793,8 @@ class Refused(TypeError):
         super().__init__(f"{what} at {where} (the grader takes only plain data: {PLAIN_OUTPUTS})")
 
 
+#: The exact tensor types :func:`to_plain` takes: a right answer may well return ``nn.Parameter(...)``.
+_TENSOR_KINDS = (torch.Tensor, torch.nn.Parameter)
 _REAL_KINDS = "biuf"  # bool, signed and unsigned integers, floating point
 
 
@@ -815,7 +818,7 @@ def to_plain(value: Any, depth: int = 0, where: str = "output") -> Any:
     kind = type(value)
     if depth > 8:
         raise Refused("an output nested more than 8 levels deep", where)
-    if kind is torch.Tensor:
+    if kind in _TENSOR_KINDS:  # a Parameter (the in-kernel check takes it too) as its plain tensor
         if value.layout != torch.strided or value.is_nested or value.device.type != "cpu":
             raise Refused(f"a tensor with layout {value.layout} on {value.device}", where)
         if value.is_complex() or value.is_quantized or value.dtype.itemsize == 0:
