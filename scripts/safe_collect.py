@@ -271,16 +271,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slack", type=_number(0, above=False, unit="seconds"), default=300.0,
                         help="seconds a copy may take")
     args = parser.parse_args(argv)
-    if not Path("nbgrader_config.py").is_file():  # nbgrader collect writes its gradebook here
-        parser.error(f"run it in the course folder: expected nbgrader_config.py in {Path.cwd()}, found "
-                     "none (nbgrader collect would write submitted/ and gradebook.db here); nothing was "
-                     "collected")
     inbound = args.exchange / args.course / "inbound"
     if inbound.is_symlink():
         parser.error(f"--exchange/--course: expected the folder {inbound}, found a symbolic link (never "
                      "followed: it could lead the collection to any folder); nothing was collected")
     if not inbound.is_dir():
         parser.error(f"--exchange/--course: expected a folder {inbound}, found none")
+    if not Path("nbgrader_config.py").is_file():  # nbgrader collect writes its gradebook here
+        parser.error(f"run it in the course folder: expected nbgrader_config.py in {Path.cwd()}, found "
+                     "none (nbgrader collect would write submitted/ and gradebook.db here); nothing was "
+                     "collected")
     with tempfile.TemporaryDirectory(prefix="safe_collect_") as private:
         dest = Path(private) / args.course / "inbound"
         dest.mkdir(parents=True)
