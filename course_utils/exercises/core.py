@@ -776,21 +776,27 @@ def _umask() -> int:
     return mask
 
 
-def _keeps_denormals() -> bool:  # torch.set_flush_denormal has no getter: ask the hardware
-    return bool((torch.tensor([1e-39], dtype=torch.float32) * 1).item() != 0)
+def _keeps_denormals() -> bool:
+    """torch.set_flush_denormal has no getter: ask the CPU, through NumPy (no torch operation
+    here: a check names a slip by the last torch operation that raised)."""
+    return bool(np.multiply(np.array([1e-39], dtype=np.float32), np.float32(1))[0] != 0)
 
 
-def _rng_states() -> tuple[Any, Any, Any]:
+def _rng_states() -> tuple[bytes, tuple, tuple]:
+    """The three generators' states as plain data (bytes, tuples), compared with ``==`` by
+    :func:`_restore_settings` (a tensor's or an array's ``==`` would compare elementwise)."""
     import random
 
-    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+    name, keys, *rest = np.random.get_state()
+    return bytes(torch.get_rng_state().numpy()), (name, keys.tobytes(), *rest), random.getstate()
 
 
-def _put_rng_states(saved: tuple[Any, Any, Any]) -> None:
+def _put_rng_states(saved: tuple[bytes, tuple, tuple]) -> None:
     import random
 
-    torch.set_rng_state(saved[0])
-    np.random.set_state(saved[1])
+    torch.set_rng_state(torch.frombuffer(bytearray(saved[0]), dtype=torch.uint8))
+    name, keys, *rest = saved[1]
+    np.random.set_state((name, np.frombuffer(keys, dtype=np.uint32).copy(), *rest))
     random.setstate(saved[2])
 
 
