@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
 import numbers
 import os
 import sys
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -117,11 +118,28 @@ def say(text: str) -> None:
         pass
 
 
-def _refuse_name(name: object, function: str, *, none: bool = False) -> None:
-    """A check's ``name`` (the argument's name its messages use) that is not a str: refused naming
-    the check, before a message is built from it (a name whose str raises replaced the message)."""
-    raise TypeError(f"{function}'s name must be a str{' or None' if none else ''} (the name of the "
-                    f"argument its messages use), got {type(name).__name__} {shown(name, 60)}")
+def _checks_name(check: Callable) -> Callable:
+    """Refuse, before ``check`` runs, a ``name`` (the argument's name its messages use) that is not
+    a str: a name whose str raises replaced the message it was meant to label (battery 28). ``None``
+    passes where the check allows it (a default of None, or ``str | None``); a missing name is left
+    to Python's own TypeError. The position of ``name`` is read once, here, from the signature."""
+    parameters = inspect.signature(check).parameters
+    parameter = parameters["name"]
+    position = (list(parameters).index("name")
+                if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else None)
+    default, empty = parameter.default, inspect.Parameter.empty
+    none_ok = default is None or "None" in str(parameter.annotation)  # ``str | None``
+    allowed, expected = (None, "a str or None") if none_ok else (empty, "a str")
+
+    @functools.wraps(check)
+    def checked(*args: object, **kwargs: object) -> object:
+        name = args[position] if position is not None and len(args) > position \
+            else kwargs.get("name", default)
+        if type(name) is not str and name is not allowed and name is not empty:
+            raise TypeError(f"{check.__name__}'s name must be {expected} (the name of the argument "
+                            f"its messages use), got {type(name).__name__} {shown(name, 60)}")
+        return check(*args, **kwargs)
+    return checked
 
 
 _shown = shown  # for check_mask_fits, whose argument ``shown`` hides the function
@@ -172,12 +190,11 @@ def _first_divisors(n: int, count: int = 10) -> list[int]:
     return [d for d in range(1, min(n, 1_000_000) + 1) if n % d == 0][:count]
 
 
+@_checks_name
 def check_kv_heads(num_kv_heads: object, num_heads: int, name: str = "num_kv_heads") -> int:
     """The one check that ``num_kv_heads`` (g, a positive int) divides ``num_heads`` (h), so that
     each K/V head serves ``h // g`` query heads; returns g. ``num_heads`` is checked too (a
     positive int): a str would otherwise be read by ``%`` as a format string."""
-    if type(name) is not str:
-        _refuse_name(name, "check_kv_heads")
     num_heads = check_int(num_heads, "num_heads", minimum=1)
     g = check_int(num_kv_heads, name, minimum=1)
     if num_heads % g:
@@ -186,10 +203,9 @@ def check_kv_heads(num_kv_heads: object, num_heads: int, name: str = "num_kv_hea
     return g
 
 
+@_checks_name
 def check_dropout(value: object, name: str = "dropout_p") -> float:
     """A real number in [0, 1) (NaN is refused); returned as a float."""
-    if type(name) is not str:
-        _refuse_name(name, "check_dropout")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {shown(value)}")
     number = _to_float(value, name, "a float in [0, 1)")
@@ -219,10 +235,9 @@ def _to_float(value: numbers.Real, name: str, expected: str) -> float:
                          f"{shown(value, 80)} ({err})") from None
 
 
+@_checks_name
 def check_flag(value: object, name: str) -> bool:
     """A real ``bool`` (``"no"`` or ``1`` would be silently truthy or falsy)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_flag")
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {shown(value)}")
     return value
@@ -238,13 +253,13 @@ MAX_DECIMALS = 15
 MAX_THREADS = max(256, os.cpu_count() or 1)
 
 
+@_checks_name
 def check_thread_count(value: object, name: str = "num_threads") -> int:
     """A thread count: an int in 1..:data:`MAX_THREADS` (256, or the CPU count where larger)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_thread_count")
     return check_int(value, name, minimum=1, maximum=MAX_THREADS)
 
 
+@_checks_name
 def check_int(value: object, name: str, *, minimum: int | None = None,
               maximum: int | None = None) -> int:
     """The package's one integer rule: a Python or NumPy integer (not a bool, float or str),
@@ -252,8 +267,6 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     can go into JSON, ``range`` and error messages as itself). A float that happens to be whole
     (``2.0``) is refused too: an index or a count that arrives as a float is usually a bug
     upstream (a mean, a division), not a number to round."""
-    if type(name) is not str:
-        _refuse_name(name, "check_int")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {shown(value)}")
     value = int(value)
@@ -287,14 +300,13 @@ def _check_bounds(minimum: object, maximum: object, name: str) -> None:
                             f"{type(bound).__name__} {shown(bound, 60)}")
 
 
+@_checks_name
 def check_int_list(values: object, name: str, *, minimum: int | None = None,
                    maximum: int | None = None, allow_empty: bool = False) -> list[int]:
     """A list, tuple, range or 1-D array of ints, each passing :func:`check_int` (named
     ``name[i]`` in the message); a lone int, a str or a set is refused, and so is an empty
     sequence unless ``allow_empty`` (a real bool). Returned as a list of Python ints (a generator
     is read once)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_int_list")
     check_flag(allow_empty, "allow_empty")
     _check_bounds(minimum, maximum, name)  # before the list: an empty one would never reach check_int
     if isinstance(values, Tensor):
@@ -313,10 +325,9 @@ def check_int_list(values: object, name: str, *, minimum: int | None = None,
             for i, v in enumerate(items)]
 
 
+@_checks_name
 def check_axes(ax: object, name: str = "ax") -> None:
     """``None`` or a matplotlib ``Axes`` to draw into (a figure, an array of axes or a str is not one)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_axes")
     if ax is None:
         return
     from matplotlib.axes import Axes
@@ -327,6 +338,7 @@ def check_axes(ax: object, name: str = "ax") -> None:
                         f"{type(ax).__name__} {shown(ax, 60)}{hint}")
 
 
+@_checks_name
 def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = None,
                       allow_empty: bool = False) -> list[Tensor]:
     """A non-empty list or tuple of tensors, or, where ``stacked_ndim`` is given, one tensor of
@@ -335,8 +347,6 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
     one part passed without its list would otherwise be cut into its rows, silently. An empty
     list (or a stacked tensor of 0 parts) is a ValueError naming ``name``, unless ``allow_empty``
     (as :func:`check_int_list`)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_tensor_list")
     if stacked_ndim is not None:  # the caller's own value; checked even where a list makes it unused
         check_int(stacked_ndim, f"check_tensor_list's stacked_ndim (for {name})", minimum=1)
     check_flag(allow_empty, f"check_tensor_list's allow_empty (for {name})")
@@ -362,6 +372,7 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
     return list(parts)
 
 
+@_checks_name
 def check_rows(rows: object, name: str, size: int, what: str = "rows", *, nonempty: bool = False) -> Tensor:
     """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
@@ -370,8 +381,6 @@ def check_rows(rows: object, name: str, size: int, what: str = "rows", *, nonemp
     (``[True, 0]`` would be read as the indices ``[1, 0]``); a slice is left for the caller
     (pass ``range(size)[the_slice]``). With ``nonempty`` (a real bool) a selection of no row
     is a ValueError naming ``name`` (a batch's ``take``: a batch of none scores as NaN)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_rows")
     size = check_int(size, f"check_rows's size (how many {what} {name} selects from)", minimum=0)
     check_flag(nonempty, f"check_rows's nonempty (for {name})")
     selected = _selected_rows(rows, name, size, what)
@@ -433,6 +442,7 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
+@_checks_name
 def check_fits_in_memory(num_bytes: int, name: str | None, what: str = "", *,
                          sizes: dict[str, int] | None = None) -> None:
     """Refuse an allocation of ``num_bytes`` larger than this machine's physical memory, before
@@ -440,8 +450,6 @@ def check_fits_in_memory(num_bytes: int, name: str | None, what: str = "", *,
     ValueError blames ``name``; given ``sizes`` (``{argument: value}``, the sizes the allocation
     grows with) and no ``name``, it blames the largest of them, the one most likely to be wrong,
     and lists them all with their values."""
-    if type(name) is not str and name is not None:
-        _refuse_name(name, "check_fits_in_memory", none=True)
     if sizes is not None:
         if not isinstance(sizes, dict) or not sizes:
             raise TypeError(f"check_fits_in_memory's sizes must be a non-empty dict {{argument: size}}, "
@@ -472,6 +480,7 @@ def _gib(num_bytes: int) -> str:
     return f"{num_bytes / 2**30:,.1f} GiB"
 
 
+@_checks_name
 def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
                          name: str | None = None) -> None:
     """Refuse, before anything is allocated, a self-attention forward pass whose float32 working
@@ -479,8 +488,6 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
     weights. Each size must be an int >= 1 (checked here too, by its name). ``name`` is blamed in
     the message (default: the largest of the four sizes, by :func:`check_fits_in_memory`'s
     rule); the message lists all four with their values."""
-    if type(name) is not str and name is not None:
-        _refuse_name(name, "check_attention_fits", none=True)
     batch, seq_len, d_model, num_heads = (check_int(v, n, minimum=1) for n, v in (
         ("batch", batch), ("seq_len", seq_len), ("d_model", d_model), ("num_heads", num_heads)))
     parts = {"batch x num_heads x seq_len**2": batch * num_heads * seq_len * seq_len,
@@ -493,11 +500,10 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
                                 "num_heads": num_heads})
 
 
+@_checks_name
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
     """An integer tensor (not bool, not float) whose entries lie in ``0..high-1`` (``what`` says
     what they are, e.g. ``"symbols"``); returned unchanged."""
-    if type(name) is not str:
-        _refuse_name(name, "check_ids")
     high = check_int(high, f"check_ids's high (how many {what} {name} may name)", minimum=0)
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer {what}, got {type(x).__name__}")
@@ -516,12 +522,11 @@ class IndexOutOfRange(IndexError, ValueError):
     catches either keeps working (NumPy's ``AxisError`` does the same)."""
 
 
+@_checks_name
 def check_index(value: object, name: str, size: int, what: str = "") -> int:
     """An int in ``0..size-1`` (``what``, e.g. ``"layers in the model"``, says what ``size``
     counts); negative indices are refused rather than read from the end. Out of range raises
     :class:`IndexOutOfRange`, both an ``IndexError`` and a ``ValueError``."""
-    if type(name) is not str:
-        _refuse_name(name, "check_index")
     size = check_int(size, f"check_index's size (how many {what or 'entries'} {name} indexes)", minimum=0)
     if size < 1:
         raise IndexOutOfRange(f"{name}: there is nothing to index{f' (no {what})' if what else ''}, "
@@ -532,11 +537,10 @@ def check_index(value: object, name: str, size: int, what: str = "") -> int:
         raise IndexOutOfRange(f"{err}" + (f" ({size} {what})" if what else "")) from None
 
 
+@_checks_name
 def check_real(value: object, name: str, *, finite: bool = True) -> float:
     """A real number (not a bool, str or tensor of several numbers); NaN refused, and
     infinity too when ``finite``; returned as a float."""
-    if type(name) is not str:
-        _refuse_name(name, "check_real")
     if type(finite) is not bool:  # the caller's flag: 1 or "yes" would be silently truthy
         check_flag(finite, f"check_real's finite (for {name})")
     if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
@@ -549,21 +553,19 @@ def check_real(value: object, name: str, *, finite: bool = True) -> float:
     return value
 
 
+@_checks_name
 def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
     """A floating ``torch.dtype`` (keys, values and weights stored as integers would be truncated)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_float_dtype")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating torch.dtype (e.g. torch.float32): numbers stored as "
                         f"integers or bools would be truncated; got {shown(dtype)}")
     return dtype
 
 
+@_checks_name
 def check_positive_number(value: object, name: str, *, allow_inf: bool = False) -> float:
     """A real number > 0 (not a bool or str; NaN refused, and infinity too unless ``allow_inf``,
     e.g. a timeout where infinity means "no limit"); returned as a float."""
-    if type(name) is not str:
-        _refuse_name(name, "check_positive_number")
     if type(allow_inf) is not bool:  # the caller's flag: 1 or "yes" would be silently truthy
         check_flag(allow_inf, f"check_positive_number's allow_inf (for {name})")
     finite = "" if allow_inf else "finite "
@@ -580,6 +582,7 @@ def check_positive_number(value: object, name: str, *, allow_inf: bool = False) 
 MAX_NARGS = 255
 
 
+@_checks_name
 def check_callable(value: object, name: str, what: str = "a function", *,
                    nargs: int | None = None) -> None:
     """``value`` can be called (``what`` describes the expected signature for the message) and,
@@ -587,8 +590,6 @@ def check_callable(value: object, name: str, what: str = "a function", *,
     arity is refused here, not by a ``TypeError`` from deep inside the caller). A callable whose
     signature Python cannot read (some built-ins) passes the arity check. ``nargs`` is None or
     an int in 0..:data:`MAX_NARGS` (0: a function called with no arguments)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_callable")
     if nargs is not None:
         nargs = check_int(nargs, "nargs", minimum=0, maximum=MAX_NARGS)
     if not callable(value):
@@ -613,19 +614,17 @@ def check_callable(value: object, name: str, what: str = "a function", *,
                         f"{nargs}") from None
 
 
+@_checks_name
 def check_generator(value: object, name: str = "generator") -> None:
     """``None`` or a ``torch.Generator`` (a seed is not one: ``torch.Generator().manual_seed(0)``)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_generator")
     if value is not None and not isinstance(value, torch.Generator):
         raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__} "
                         f"{shown(value)}; make one with torch.Generator().manual_seed(seed)")
 
 
+@_checks_name
 def check_bool_mask(mask: object, name: str) -> None:
     """Raise a clear error unless ``mask`` is a boolean tensor."""
-    if type(name) is not str:
-        _refuse_name(name, "check_bool_mask")
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask)}")
     if mask.dtype != torch.bool:
@@ -638,13 +637,12 @@ def check_bool_mask(mask: object, name: str) -> None:
         )
 
 
+@_checks_name
 def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T")) -> None:
     """The leading dims of ``x`` named by ``dims`` (``"B"`` sequences, ``"T"`` tokens) each hold at
     least one entry: an empty batch or sequence has nothing to attend over, and would otherwise
     fail inside a reshape or a reduction with torch's words. ``x`` must be a tensor with at least
     ``len(dims)`` dims; ``dims`` (this helper's own argument) a tuple or list of str labels."""
-    if type(name) is not str:
-        _refuse_name(name, "check_dims_not_empty")
     _check_dims_labels(dims)
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
@@ -665,12 +663,11 @@ def _check_dims_labels(dims: object) -> None:
                         f"got {type(dims).__name__} {shown(dims, 60)}")
 
 
+@_checks_name
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,
                  layout: str = "") -> None:
     """``x`` is a floating-point tensor with ``ndim`` dims (or at least ``min_ndim``).
     ``layout`` (e.g. ``"(B, T, d_model=16)"``) is shown in the shape error."""
-    if type(name) is not str:
-        _refuse_name(name, "check_tensor")
     if not (ndim is None or type(ndim) is int and ndim >= 0) or type(min_ndim) is not int or min_ndim < 0:
         _check_dims_wanted(ndim, min_ndim)  # the caller's own values; a message only when they are wrong
     if not isinstance(x, Tensor):
@@ -713,13 +710,12 @@ def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
             )
 
 
+@_checks_name
 def check_device(device: object, name: str = "device") -> torch.device:
     """A device that can hold numbers and exists here: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (when
     that GPU is present), ``"mps"`` when available, as a str or ``torch.device``. The meta device
     is refused (its tensors have a shape but no values: whatever is written there is lost).
     Returned as a ``torch.device``."""
-    if type(name) is not str:
-        _refuse_name(name, "check_device")
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"{name} must be a str or torch.device such as 'cpu' or 'cuda:0', got "
                         f"{type(device).__name__} {shown(device, 60)}")
@@ -732,13 +728,12 @@ def check_device(device: object, name: str = "device") -> torch.device:
     return check_device_present(parsed, name, asked=device, instead="'cpu'")
 
 
+@_checks_name
 def check_not_meta_device(device: torch.device, name: str = "device", *, asked: object = None) -> None:
     """The parsed ``device`` is not the meta device (its tensors have a shape but no values): the
     rule of :func:`check_device`, for a caller that only parses its device (``asked``, default
     ``device``, is what the message shows). ``device`` must be a ``torch.device`` (a TypeError
     naming ``name`` otherwise: a str gave "'str' object has no attribute 'type'": battery 28)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_not_meta_device")
     if not isinstance(device, torch.device):
         raise TypeError(f"{name} must be a parsed torch.device (check_device parses a name), got "
                         f"{type(device).__name__} {shown(device, 60)}")
@@ -748,6 +743,7 @@ def check_not_meta_device(device: torch.device, name: str = "device", *, asked: 
                          "no numbers to store or compute with")
 
 
+@_checks_name
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
                          instead: str = "'cpu' or None") -> torch.device:
     """The parsed ``device`` exists on this machine: the CPU always, a CUDA GPU when torch sees it
@@ -757,8 +753,6 @@ def check_device_present(device: torch.device, name: str = "device", *, asked: o
     ``device``) and what to use ``instead``, so that a missing GPU is named here rather than by
     torch's ``AssertionError: Torch not compiled with CUDA enabled`` inside a tensor op. The meta
     device is the caller's to allow or refuse (it is not a machine's). A str is parsed first."""
-    if type(name) is not str:
-        _refuse_name(name, "check_device_present")
     if isinstance(device, str):
         try:
             device, asked = torch.device(device), device if asked is None else asked
@@ -788,12 +782,11 @@ def check_device_present(device: torch.device, name: str = "device", *, asked: o
     return device
 
 
+@_checks_name
 def check_holds_values(x: Tensor, name: str) -> None:
     """``x`` is dense (not sparse) and not on the meta device (a tensor with a shape and no
     numbers: copying it into a cache or a model, or reading a score from it, fails deep inside or
     stores nothing); ``x`` must be a tensor."""
-    if type(name) is not str:
-        _refuse_name(name, "check_holds_values")
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.is_meta:
@@ -802,11 +795,10 @@ def check_holds_values(x: Tensor, name: str) -> None:
     check_dense(x, name)
 
 
+@_checks_name
 def check_dense(x: Tensor, name: str) -> None:
     """The tensor ``x`` is dense (layout ``torch.strided``): a sparse one failed inside torch with
     "Could not run 'aten::min' with arguments from the 'SparseCPU' backend" (battery 27)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_dense")
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.layout != torch.strided:
@@ -814,13 +806,12 @@ def check_dense(x: Tensor, name: str) -> None:
                         f"of shape {describe_shape(x)}: pass {name}.to_dense()")
 
 
+@_checks_name
 def check_finite(x: Tensor, name: str, what: str = "") -> None:
     """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
     the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
     for results and small inputs, not for every step of a hot loop. A meta tensor (no values to
     check) is refused by :func:`check_holds_values`, naming ``name`` and the device."""
-    if type(name) is not str:
-        _refuse_name(name, "check_finite")
     check_holds_values(x, name)  # a tensor with values: the TypeError and the meta device
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x)).nonzero()[0].tolist()
@@ -829,10 +820,9 @@ def check_finite(x: Tensor, name: str, what: str = "") -> None:
                          + (f" ({what})" if what else ""))
 
 
+@_checks_name
 def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
     """``x`` has the dtype and device of the module whose parameter is ``weight`` (both tensors)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_matches_module")
     if not isinstance(weight, Tensor):
         raise TypeError(f"weight must be one of the module's parameters (a torch.Tensor) to compare {name} "
                         f"with, got {type(weight).__name__} {shown(weight, 60)}")
@@ -852,13 +842,12 @@ def check_matches_module(x: Tensor, name: str, weight: Tensor) -> None:
     check_not_inference(x, name, tracked=weight.requires_grad)
 
 
+@_checks_name
 def check_not_inference(x: Tensor, name: str, *, tracked: bool) -> None:
     """``x`` was not made under ``torch.inference_mode()`` when the computation it enters records
     gradients (``tracked``: a parameter or input there needs them, and grad mode is on): torch
     cannot keep an inference tensor for backward, and says so naming no argument. ``tracked`` is
     a real bool (:func:`check_flag`)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_not_inference")
     if type(tracked) is not bool:
         check_flag(tracked, f"check_not_inference's tracked (for {name})")
     if tracked and x.is_inference() and torch.is_grad_enabled():
@@ -869,12 +858,11 @@ def check_not_inference(x: Tensor, name: str, *, tracked: bool) -> None:
         )
 
 
+@_checks_name
 def check_keys_not_empty(num_queries: int, num_keys: int, name: str = "k") -> None:
     """Queries with no key at all have nothing to average: refuse ``Tk = 0`` when ``Tq > 0``.
     ``num_queries`` and ``num_keys`` are counts (ints >= 0), checked here too; the usual case,
     two Python ints from a shape, is recognised in one comparison (this runs on every forward)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_keys_not_empty")
     if not (type(num_queries) is int and type(num_keys) is int and num_queries >= 0 and num_keys >= 0):
         num_queries = check_int(num_queries, "num_queries (Tq)", minimum=0)
         num_keys = check_int(num_keys, "num_keys (Tk)", minimum=0)
@@ -911,13 +899,12 @@ def check_sdpa_inputs(q: object, k: object, v: object, mask: object, is_causal: 
         check_mask_fits(mask, target, "(..., Tq, Tk)", device=q.device)
 
 
+@_checks_name
 def check_stream(x: object, name: str, *, d_model: int, weight: Tensor) -> None:
     """The one input check of a layer on the residual stream (attention's query, key and value,
     a block, an MLP): ``x`` a float ``(B, T, d_model)`` tensor of at least one sequence (``B >= 1``:
     an empty batch would come back as an empty result without a word; ``T = 0`` is left to the
     layer) with the dtype and device of the module whose parameter is ``weight``."""
-    if type(name) is not str:
-        _refuse_name(name, "check_stream")
     check_tensor(x, name, ndim=3, layout=f"(B, T, d_model={d_model})")
     if x.shape[-1] != d_model:
         raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(x)}")
@@ -1017,14 +1004,13 @@ def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
                          f"shape {describe_shape(heads)}")
 
 
+@_checks_name
 def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
                     device: torch.device | None = None, shown: Tensor | None = None,
                     name: str = "mask") -> None:
     """``mask`` is a bool tensor whose last two dims are exactly (Tq, Tk) of ``target``; it
     may have fewer leading dims, each equal to the target's or 1. Nothing else broadcasts.
     ``shown`` is the mask as the caller passed it (for the error message), ``name`` its argument."""
-    if type(name) is not str:
-        _refuse_name(name, "check_mask_fits")
     if isinstance(target, Tensor) or not isinstance(target, (tuple, list, torch.Size)):
         raise TypeError(f"check_mask_fits: target must be the scores' shape, a tuple of ints such as "
                         f"(B, h, Tq, Tk), got {type(target).__name__} {_shown(target, 60)}")
@@ -1097,6 +1083,7 @@ def check_attention_extras(past: object, *, batch: int, num_kv_heads: int, d_k: 
                   alternatives=", a cache's append function or None")
 
 
+@_checks_name
 def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k: int, weight: Tensor,
                   length: str = "T_past", alternatives: str = "") -> tuple[Tensor, Tensor]:
     """``pair`` is a ``(k, v)`` pair of ``(B, g, T, dk)`` tensors of one shape, with the module's
@@ -1104,8 +1091,6 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
     a ``past`` function returned. Otherwise a TypeError or ValueError naming ``name`` (its
     tensors are ``name k`` and ``name v``), what was expected and what arrived. Returned as a
     tuple."""
-    if type(name) is not str:
-        _refuse_name(name, "check_kv_pair")
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         got = type(pair).__name__
         if isinstance(pair, (tuple, list)):
@@ -1127,13 +1112,12 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
     return pair[0], pair[1]
 
 
+@_checks_name
 def check_edited_heads(result: object, heads: Tensor, name: str = "edit_heads") -> Tensor:
     """What the ``edit_heads`` hook returned for ``heads`` ``(B, h, T, dk)``: a tensor of the same
     shape, dtype and device (anything else would be merged into a wrong output, or fail deep
     inside ``out_proj``); returned unchanged. ``heads`` must be a tensor (a TypeError naming it
     otherwise)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_edited_heads")
     if not isinstance(heads, Tensor):
         raise TypeError(f"check_edited_heads: heads must be the tensor the hook got, got "
                         f"{type(heads).__name__} {shown(heads, 60)}")
@@ -1164,14 +1148,13 @@ def _all_finite(x: Tensor) -> bool:
 
 
 # -- battery 5 additions (helper b5b): kept in one block ------------------------------------------
+@_checks_name
 def check_distinct(values: object, name: str, what: str = "entries") -> list:
     """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
     ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
     tabulated twice). NaN counts as equal to NaN, and unhashable entries (lists) are compared by
     ==. Returned as a list. A tensor (of at least one dimension) is compared by its values, so
     one on the meta device, which has none, is refused naming ``name`` (a ValueError)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_distinct")
     if isinstance(values, (str, bytes, dict, set, frozenset)) or not isinstance(values, Iterable) or (
             isinstance(values, Tensor) and values.ndim == 0):
         raise TypeError(f"{name} must be a list, tuple or range of {what}, got {type(values).__name__} "
@@ -1202,12 +1185,11 @@ def _same(a: object, b: object) -> bool:
         return False
 
 
+@_checks_name
 def check_table(table: object, name: str, columns: tuple[str, ...] = ()) -> None:
     """``table`` is a pandas DataFrame holding ``columns``; else a TypeError or ValueError naming
     ``name``, the columns wanted and the ones it has. ``columns`` is a tuple (or list) of
     column names, each hashable as pandas needs (a str such as ``"layer"``, or an int)."""
-    if type(name) is not str:
-        _refuse_name(name, "check_table")
     import pandas as pd
 
     if isinstance(columns, (str, bytes)) or not isinstance(columns, (tuple, list)):
@@ -1237,6 +1219,7 @@ __all__ += ["check_distinct", "check_table", "check_model_holds_values"]
 
 
 # -- battery 6 additions (helper b6b): kept in one block ------------------------------------------
+@_checks_name
 def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_model",
                              dtype: torch.dtype | None = None, *,
                              also: tuple[tuple[int, int], ...] = (),
@@ -1248,8 +1231,6 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
     layers as ``(d_in, d_out)`` pairs (a module whose layers read other widths). ``sizes``, the
     module's ``{argument: value}`` that set the widths, are listed in the message, which then
     names the largest of them rather than ``name``."""
-    if type(name) is not str:
-        _refuse_name(name, "check_linear_weights_fit")
     if sizes is not None:
         if not isinstance(sizes, dict) or not sizes:
             raise TypeError(f"check_linear_weights_fit's sizes must be a non-empty dict {{argument: size}}, "
@@ -1275,6 +1256,7 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
 __all__ += ["check_linear_weights_fit"]
 
 
+@_checks_name
 def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias: bool | None = None,
                        why: str = "") -> None:
     """``layer``, the module attribute ``name``, is an ``nn.Linear`` from ``d_in`` to ``d_out``
@@ -1283,8 +1265,6 @@ def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias:
     layer replaced or changed after construction would otherwise fail inside torch's ``copy_``
     as a size mismatch naming nothing): a TypeError or ValueError naming ``name``, what it should
     be and what it is, ending with ``why`` (e.g. ``"to_torch copies it"``) when given."""
-    if type(name) is not str:
-        _refuse_name(name, "check_linear_layer")
     tail = f" ({why})" if why else ""
     check_int(d_in, f"check_linear_layer's d_in (for {name})", minimum=1)  # a str "3" blamed the layer
     check_int(d_out, f"check_linear_layer's d_out (for {name})", minimum=1)
@@ -1452,13 +1432,12 @@ def _container_fields(cls: type) -> tuple[tuple[str, type], ...]:
     return tuple((name, origin) for name, origin in origins if origin in (tuple, dict))
 
 
+@_checks_name
 def check_increasing(steps: Sequence[int], name: str) -> None:
     """``steps``, a list of ints (:func:`check_int_list`, empty allowed: a TypeError naming
     ``name[i]`` for a NaN or a str entry, which would compare as "in order"), strictly increase (a
     learning curve goes forward in time); else a ValueError naming ``name`` and the first pair
     out of order."""
-    if type(name) is not str:
-        _refuse_name(name, "check_increasing")
     steps = check_int_list(steps, name, allow_empty=True)
     back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
     if back is not None:
@@ -1681,13 +1660,12 @@ def _describe_hint(hint: object, top: bool = True) -> str:
     return words if top else f"({words})"
 
 
+@_checks_name
 def check_model_holds_values(model: torch.nn.Module, name: str = "model") -> None:
     """``model``'s parameters hold numbers: a model on the meta device (shapes without values,
     e.g. built under ``torch.device("meta")``) is a ValueError naming ``name``, before a value is
     read from it deep inside torch (``.item()``, a device mismatch). Anything but a
     ``torch.nn.Module`` is a TypeError naming ``name`` and what arrived."""
-    if type(name) is not str:
-        _refuse_name(name, "check_model_holds_values")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"{name} must be a torch.nn.Module (a model), got {type(model).__name__} "
                         f"{shown(model, 60)}")
