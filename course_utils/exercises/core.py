@@ -507,11 +507,11 @@ class _Deadline:
             self.__class__._active = self._outer
         own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
         _AnswerRunning(self._checks_called).__exit__()
-        _unprofiled(self._exit, exc_info, own)
+        _unprofiled(self._exit, exc_info[0] is not None, stopped, own)
         if late:  # (what it returned or raised came after the limit)
             raise TimeLimitExceeded(self.seconds) from None
 
-    def _exit(self, exc_info: tuple, own: list[str]) -> None:
+    def _exit(self, raised: bool, stopped: bool, own: list[str]) -> None:
         # the trace function as it was, whether this limit set one or the answer did (battery 23;
         # bound at import: the answer may have replaced sys.settrace, put back only below)
         _settrace(self._previous_trace)
@@ -543,8 +543,7 @@ class _Deadline:
             if self._mask is not None:  # the answer may have blocked SIGALRM: the mask as it was
                 signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
             signal.signal(signal.SIGALRM, self._previous)
-        stopped = exc_info[0] is not None and issubclass(exc_info[0], (TimeLimitExceeded, KeyboardInterrupt))
-        if self.rounds and exc_info[0] is not None and not stopped:
+        if self.rounds and raised and not stopped:
             # what it raised last (a RecursionError, an error of the code that raised at once) is
             # not the answer's doing: it was stopped
             raise TimeLimitExceeded(self.seconds) from None
