@@ -88,3 +88,31 @@ def test_a_check_puts_back_the_interpreter_settings_and_rng_an_answer_changed():
     assert feedback.status == "correct", feedback.message
     changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
     assert changed == [], changed
+
+
+def test_one_interpreter_setting_that_cannot_be_put_back_does_not_keep_the_others():
+    """The nine interpreter settings were put back in one go: one that raised (here a replaced
+    socket.setdefaulttimeout) skipped every one after it, the switch interval among them."""
+    import socket
+
+    from course_utils.exercises import lesson02
+
+    interval, real = sys.getswitchinterval(), socket.setdefaulttimeout
+
+    def refuses(timeout):
+        raise OSError("no")
+
+    def softmax_rows(s):
+        import numpy as np
+        socket.setdefaulttimeout = refuses
+        sys.setswitchinterval(1.0)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    try:
+        feedback = lesson02.check_softmax_rows(softmax_rows)
+        assert feedback.status == "correct", feedback.message
+        assert sys.getswitchinterval() == interval
+    finally:
+        socket.setdefaulttimeout = real
+        sys.setswitchinterval(interval)

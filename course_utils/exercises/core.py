@@ -827,15 +827,17 @@ def _put_interpreter_settings(saved: tuple[Any, ...]) -> None:
     import socket
 
     enabled, threshold, mask, excepthook, displayhook, context, timeout, interval, digits = saved
-    (_gc.enable if enabled else _gc.disable)()
-    _gc.set_threshold(*threshold)
-    os.umask(mask)
-    sys.excepthook, sys.displayhook = excepthook, displayhook
-    decimal.setcontext(context.copy())
-    socket.setdefaulttimeout(timeout)
-    sys.setswitchinterval(interval)
+    steps = ((_gc.enable if enabled else _gc.disable,), (_gc.set_threshold, *threshold),
+             (os.umask, mask), (setattr, sys, "excepthook", excepthook),
+             (setattr, sys, "displayhook", displayhook), (decimal.setcontext, context.copy()),
+             (socket.setdefaulttimeout, timeout), (sys.setswitchinterval, interval))
     if digits is not None:
-        sys.set_int_max_str_digits(digits)
+        steps += ((sys.set_int_max_str_digits, digits),)
+    for put, *args in steps:  # each on its own: one the system refuses does not keep the rest
+        try:
+            put(*args)
+        except Exception:  # noqa: BLE001 - left as the answer made it, like a row of _SETTINGS
+            pass
 
 
 def _torch_flags() -> tuple[bool, bool, bool]:
