@@ -92,6 +92,8 @@ def verdicts():
 def test_check_stops_an_answers_slow_object_and_never_passes_it(verdicts, kind, check):
     status, message, seconds = verdicts[f"{kind} | {check}"]
     assert status in ("wrong", "error", "mistake"), (status, message)
-    assert seconds < 30, (seconds, message)  # a few 1 s limits at most, never the 60 s sleep
+    # a few 1 s limits at most, never the 60 s sleep (31.8 s under a load of 8 on 2 cores: the bound
+    # says the sleep was cut short, not how fast the machine is)
+    assert seconds < 50, (seconds, message)
     if "raised" in kind:
         assert "Own" in message, message
