@@ -60,7 +60,7 @@ def default_workers(num_jobs: int) -> int:
     unavailable (no Linux fork, or a CUDA GPU that PyTorch sees) or there is one core. Up to
     twice as many jobs as cores all start at once (3 equal jobs on 2 cores then take 1.5
     job-times, not 2); more go one per core. At most ``MAX_WORKERS``. ``num_jobs``: an int >= 0."""
-    check_int(num_jobs, "num_jobs", minimum=0)
+    num_jobs = check_int(num_jobs, "num_jobs", minimum=0)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if not _fork_available() or cores == 1:
         return 1
@@ -96,7 +96,7 @@ def _check_arguments(fn: object, items: object, workers: object, timeout: object
         raise TypeError(f"items must be an iterable of jobs (a list, a range...), got "
                         f"{type(items).__name__} {items!r}") from None
     if workers is not None:
-        check_int(workers, "workers", minimum=1)
+        workers = check_int(workers, "workers", minimum=1)
     if hasattr(items, "__len__"):  # a list, a range: counted without listing (range(10**13) too)
         try:
             count = len(items)

@@ -308,7 +308,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
             raise TypeError(f"mha must be a course_utils MultiHeadAttention, got {type(mha).__name__}")
         if not isinstance(method, str) or method not in CONVERSION_METHODS:
             raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {shown(method)}")
-        check_int(num_kv_heads, "num_kv_heads", minimum=1)
+        num_kv_heads = check_int(num_kv_heads, "num_kv_heads", minimum=1)
         check_generator(generator, "generator")
         mha._check_projections("from_multi_head")  # a layer replaced since mha was built is named
         bias = mha.in_proj.bias is not None

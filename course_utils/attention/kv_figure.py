@@ -19,7 +19,7 @@ __all__ = ["plot_kv_sharing", "plot_kv_cache_growth", "design_name"]
 def design_name(num_heads: int, num_kv_heads: int) -> str:
     """'MHA' when every query head has its own K/V head, 'MQA' when all share one, else 'GQA'.
     ``num_kv_heads`` must divide ``num_heads`` (each K/V head serves the same number of query heads)."""
-    check_int(num_heads, "num_heads", minimum=1)
+    num_heads = check_int(num_heads, "num_heads", minimum=1)
     check_kv_heads(num_kv_heads, num_heads)
     if num_kv_heads == num_heads:
         return "MHA"

@@ -140,9 +140,9 @@ def causal_mask(
     """
     if num_keys is None:
         num_keys = num_queries
-    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
-        check_int(value, name, minimum=1)
-    check_int(query_offset, "query_offset")
+    num_queries, num_keys = (check_int(value, name, minimum=1)
+                             for name, value in (("num_queries", num_queries), ("num_keys", num_keys)))
+    query_offset = check_int(query_offset, "query_offset")
     if query_offset + num_queries <= 0:
         raise ValueError(
             f"query_offset={query_offset} with num_queries={num_queries} leaves every query "
@@ -213,7 +213,7 @@ def padding_mask(
     lengths = _lengths_tensor(lengths)
     device = _mask_device(device)
     if max_len is not None:
-        check_int(max_len, "max_len", minimum=0)
+        max_len = check_int(max_len, "max_len", minimum=0)
     if (lengths < 0).any():
         raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0

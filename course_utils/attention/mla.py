@@ -151,9 +151,9 @@ class MultiHeadLatentAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, d_head: int, d_latent: int, d_rope: int) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("d_head", d_head),
-                            ("d_latent", d_latent), ("d_rope", d_rope)):
-            check_int(value, name, minimum=1)
+        d_model, num_heads, d_head, d_latent, d_rope = (check_int(value, name, minimum=1) for name, value in (
+            ("d_model", d_model), ("num_heads", num_heads), ("d_head", d_head), ("d_latent", d_latent),
+            ("d_rope", d_rope)))
         if d_rope % 2:
             raise ValueError(f"d_rope must be even (RoPE rotates pairs), got {d_rope}")
         h = num_heads

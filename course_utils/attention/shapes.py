@@ -85,11 +85,10 @@ def validate_dims(
     Raises ``TypeError`` for a non-int and ``ValueError`` for a size < 1 or a
     ``d_model`` that ``num_heads`` does not divide.
     """
-    for name, value in (("batch", batch), ("seq_len", seq_len), ("d_model", d_model),
-                        ("num_heads", num_heads)):
-        check_int(value, name, minimum=1)
+    batch, seq_len, d_model, num_heads = (check_int(value, name, minimum=1) for name, value in (
+        ("batch", batch), ("seq_len", seq_len), ("d_model", d_model), ("num_heads", num_heads)))
     if kv_len is not None:
-        check_int(kv_len, "kv_len", minimum=1)
+        kv_len = check_int(kv_len, "kv_len", minimum=1)
     return check_head_dims(d_model, num_heads)  # the argument's own name (battery 29)
 
 
@@ -297,7 +296,7 @@ def trace_shapes(
     if kv.shape[0] != query.shape[0]:
         raise ValueError(f"query and key_value must share the batch size, got {tuple(query.shape)} "
                          f"and {tuple(kv.shape)}")
-    check_int(head, "head", minimum=0)
+    head = check_int(head, "head", minimum=0)
     check_flag(keep_tensors, "keep_tensors")
     if head >= h:
         raise ValueError(f"head must be in 0..{h - 1}, got {head}")
@@ -530,7 +529,7 @@ def frame_to_text(frame: pd.DataFrame, decimals: int = 3) -> str:
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"frame must be a pandas DataFrame (such as parameter_table returns), got "
                         f"{type(frame).__name__} {shown(frame, 60)}")
-    check_int(decimals, "decimals", minimum=0, maximum=MAX_DECIMALS)
+    decimals = check_int(decimals, "decimals", minimum=0, maximum=MAX_DECIMALS)
 
     def fmt(value: object) -> str:
         if isinstance(value, (bool, np.bool_)):
@@ -558,6 +557,7 @@ def dimension_report(batch: int, seq_len: int, d_model: int, num_heads: int) -> 
         dk = validate_dims(d_model, num_heads, batch=batch, seq_len=seq_len)
     except (TypeError, ValueError) as err:
         return f"Invalid combination: {err}"
+    batch, seq_len, d_model, num_heads = map(int, (batch, seq_len, d_model, num_heads))  # plain, for the text
     elements = batch * seq_len * d_model * 8 + batch * num_heads * seq_len * seq_len * 2
     if elements > MAX_REPORT_ELEMENTS:
         return (f"Too large for a live trace: about {elements:,} numbers would be allocated "

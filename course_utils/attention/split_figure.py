@@ -19,7 +19,7 @@ def plot_split_merge(seq_len: int = 3, d_model: int = 8, num_heads: int = 2, ax=
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
-    check_int(seq_len, "seq_len", minimum=1)
+    seq_len = check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
     check_axes(ax)
     if seq_len > 6 or d_model > 16:

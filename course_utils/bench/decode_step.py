@@ -216,8 +216,8 @@ def flush_note(size: int, multiple: int = 4) -> str | None:
     itself and then evicts little, so data a step read shortly before may still sit in the
     cache beside it: a step whose data (and the flush) fit in the cache can run partly warm,
     faster than memory allows, and its speed-up and share read high."""
-    check_int(size, "size", minimum=1)
-    check_int(multiple, "multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)
+    size = check_int(size, "size", minimum=1)
+    multiple = check_int(multiple, "multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)
     llc, _ = last_level_cache_bytes()
     if size >= multiple * llc:
         return None
@@ -283,7 +283,7 @@ def release_freed_memory() -> bool:
 def random_buffer(num_bytes: int, seed: int = 0) -> Tensor:
     """float32 random numbers filling ``num_bytes`` (every page written now, not when timed):
     ``num_bytes // 4`` numbers, so at least 4 bytes, and no more than the machine's memory."""
-    check_int(num_bytes, "num_bytes", minimum=4)
+    num_bytes = check_int(num_bytes, "num_bytes", minimum=4)
     check_fits_in_memory(num_bytes, "num_bytes", "a float32 buffer")
     seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
     return torch.rand(num_bytes // 4, generator=torch.Generator().manual_seed(seed))
@@ -968,7 +968,7 @@ def bench_whole_step(
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     groups = check_distinct(groups, "groups", "head-group counts")  # a repeat: its rows twice
     shapes = _check_shapes(shapes)
-    check_int(flush_multiple, "flush_multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)
+    flush_multiple = check_int(flush_multiple, "flush_multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)
     release_freed_memory()  # what earlier work freed but kept: this benchmark needs room
     llc = last_level_cache_bytes()
     size = flush_bytes(flush_multiple)

@@ -302,7 +302,7 @@ class DecodeBench:
 
     def row(self, num_kv_heads: int) -> DecodeRow:
         """The row of ``g = num_kv_heads`` (an int; a ValueError naming the measured g if none)."""
-        check_int(num_kv_heads, "num_kv_heads", minimum=1)
+        num_kv_heads = check_int(num_kv_heads, "num_kv_heads", minimum=1)
         for r in self.rows:
             if r.num_kv_heads == num_kv_heads:
                 return r
@@ -519,8 +519,9 @@ def bench_decode(
     ``full`` and ``progress`` are bools (a string such as ``"no"`` is refused, not taken as True)."""
     check_flag(full, "full")
     check_flag(progress, "progress")
-    check_int(copy_mib, "copy_mib", minimum=0)
-    check_int(flush_multiple, "flush_multiple", minimum=1, maximum=MAX_FLUSH_MULTIPLE)  # flush_bytes's
+    copy_mib = check_int(copy_mib, "copy_mib", minimum=0)
+    flush_multiple = check_int(flush_multiple, "flush_multiple", minimum=1,  # flush_bytes's
+                               maximum=MAX_FLUSH_MULTIPLE)
     device = check_device(device, "device")  # '' or b'cpu' named here, not by torch.device
     run = DECODE_RUNS["full" if full else "quick"]
     groups = run["groups"] if groups is None else check_int_list(groups, "groups", minimum=1)  # read once
@@ -845,7 +846,7 @@ def _check_time_cold(steps: object, baseline: object, flush_bytes: object, progr
     _check_functions(steps, "steps")
     check_function_name(baseline, "baseline", steps, "the names of steps")
     if flush_bytes is not None:
-        check_int(flush_bytes, "flush_bytes", minimum=4)
+        flush_bytes = check_int(flush_bytes, "flush_bytes", minimum=4)
         check_fits_in_memory(flush_bytes, "flush_bytes", "a float32 buffer read before every timed call")
     if progress is not None and not isinstance(progress, str):
         raise TypeError(f"progress must be a str (the progress bar's label) or None (no bar), got "

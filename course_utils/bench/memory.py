@@ -138,7 +138,7 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     """
     from ..attention.validation import check_int  # torch only when called
 
-    check_int(timeout, "timeout", minimum=1)
+    timeout = check_int(timeout, "timeout", minimum=1)
     import nbformat
     from nbclient import NotebookClient
 
@@ -248,7 +248,7 @@ def format_slowest_cells(row: NotebookMemory, count: int = 3) -> str:
     if not isinstance(row, NotebookMemory):
         raise TypeError(f"row must be a NotebookMemory (what notebook_peak_memory returns), got "
                         f"{type(row).__name__} {shown(row, 60)}")
-    check_int(count, "count", minimum=1)
+    count = check_int(count, "count", minimum=1)
     slowest = sorted(row.cells, key=lambda c: -c.seconds)[:count]
     lines = [f"  {row.name}: {len(row.cells)} code cells, slowest:"]
     for cell in slowest:
@@ -400,7 +400,7 @@ def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
     below the start) and its rise prints as 0; a peak further below is refused, naming the test."""
     from ..attention.validation import check_int  # torch only when called
 
-    check_int(top, "top", minimum=1)
+    top = check_int(top, "top", minimum=1)
     _checked_records(tests, "tests")
 
     def rise_of(record: dict) -> float | None:

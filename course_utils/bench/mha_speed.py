@@ -183,8 +183,8 @@ def bench_mha(
     it is accepted so that lesson 4's ``lesson=True`` keeps working (a bool: ``"no"`` is refused).
     """
     check_flag(lesson, "lesson")
-    check_int(batch, "batch", minimum=1)
-    check_int(seq_len, "seq_len", minimum=1)
+    batch = check_int(batch, "batch", minimum=1)
+    seq_len = check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
     check_attention_fits(batch, seq_len, d_model, num_heads)
     seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
@@ -444,8 +444,8 @@ def compare_on_device(
     device = check_device(device, "device")  # a malformed one ('cuda:x') is named here
     if not isinstance(dtype, torch.dtype) or dtype not in TOLERANCES:  # a list: "unhashable" (battery 28)
         raise ValueError(f"dtype must be one of {list(TOLERANCES)}, got {dtype}")
-    check_int(batch, "batch", minimum=1)
-    check_int(seq_len, "seq_len", minimum=1)
+    batch = check_int(batch, "batch", minimum=1)
+    seq_len = check_int(seq_len, "seq_len", minimum=1)
     check_head_dims(d_model, num_heads)
     check_attention_fits(batch, seq_len, d_model, num_heads)  # the float32 reference runs on the CPU
     check_round_counts(repeats)

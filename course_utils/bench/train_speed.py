@@ -33,8 +33,8 @@ def bench_training(
     every 50 steps) and the accuracy after ``agreement_steps`` steps. Seconds count
     making batches and optimiser steps, not evaluations."""
     seeds = check_distinct(check_int_list(seeds, "seeds", minimum=0), "seeds")
-    check_int(induction_max_steps, "induction_max_steps", minimum=1, maximum=MAX_STEPS)
-    check_int(agreement_steps, "agreement_steps", minimum=1, maximum=MAX_STEPS)
+    induction_max_steps = check_int(induction_max_steps, "induction_max_steps", minimum=1, maximum=MAX_STEPS)
+    agreement_steps = check_int(agreement_steps, "agreement_steps", minimum=1, maximum=MAX_STEPS)
     rows = []
     for seed in seeds:
         _, ind = train_induction(steps=induction_max_steps, seed=seed, eval_every=10, stop_at_target=True,

@@ -222,7 +222,7 @@ def describe_inputs(value: Any, depth: int = 0) -> Any:
 
     Two builds of the same cases on different machines describe the same, even where float
     maths moved a last bit; a changed case builder (another shape, one case more) does not."""
-    check_int(depth, "depth", minimum=0)
+    depth = check_int(depth, "depth", minimum=0)
     if depth > 20:
         return "<deep>"
     if isinstance(value, torch.nn.Module):

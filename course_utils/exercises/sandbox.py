@@ -813,7 +813,7 @@ def to_plain(value: Any, depth: int = 0, where: str = "output") -> Any:
     """``value`` as plain data ``torch.load(weights_only=True)`` reads back, accepting only exact
     types (see the module's docstring); raises :class:`Refused` naming the refused value's type and
     its place in the output (``where``, then ``output[1]['a']`` inside). Runs in the answer's process."""
-    check_int(depth, "depth", minimum=0)
+    depth = check_int(depth, "depth", minimum=0)
     _check_where(where)
     kind = type(value)
     if depth > 8:
@@ -871,7 +871,7 @@ def accept(data: Any, depth: int = 0, where: str = "output") -> Any:
     """The inverse of :func:`to_plain`, run in the grader on what the answer's process wrote
     (which the answer may have forged): every value checked again. Raises :class:`Refused`
     naming what was refused and where (as :func:`to_plain` does)."""
-    check_int(depth, "depth", minimum=0)
+    depth = check_int(depth, "depth", minimum=0)
     _check_where(where)
     kind = type(data)
     if depth > 10:

@@ -187,8 +187,8 @@ class SwapReport:
     def table(self, sequence: int = 0, positions: int = 12) -> pd.DataFrame:
         """Sequence ``sequence``'s last ``positions`` positions: the token, the true next token
         and each run's prediction (a ``*`` marks a position the task scores)."""
-        check_int(sequence, "sequence", minimum=0)
-        check_int(positions, "positions", minimum=1)
+        sequence = check_int(sequence, "sequence", minimum=0)
+        positions = check_int(positions, "positions", minimum=1)
         if sequence >= self.tokens.shape[0]:
             raise ValueError(f"sequence must be below the batch size {self.tokens.shape[0]}, "
                              f"got {sequence}")
@@ -242,8 +242,8 @@ def run_with_your_attention(
     """Run the ``induction`` checkpoint (held-out periods) with the course's attention and
     with ``fn`` (exercise 4.3's ``mha_forward``), and report both. Never raises because of
     ``fn``; a bad ``checkpoint``, ``batch_size`` (1 to :data:`MAX_BATCH`) or ``seed`` is an error."""
-    check_int(batch_size, "batch_size", minimum=1, maximum=MAX_BATCH)
-    check_int(seed, "seed", minimum=0)
+    batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=MAX_BATCH)
+    seed = check_int(seed, "seed", minimum=0)
     checkpoint_paths(checkpoint, "checkpoint")  # a wrong one named as this argument
     model, meta = load_checkpoint(checkpoint)
     if meta.get("task") != "induction":

@@ -723,7 +723,7 @@ def head_importance(model: TinyTransformer, tokens: Tensor, targets: Tensor, *,
     _check_model(model)
     _check_tokens(tokens, "tokens", model)
     _check_targets_like(targets, tokens)
-    check_int(chunk_size, "chunk_size", minimum=1)
+    chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     cfg = model.config
     total = torch.zeros(cfg.num_layers, cfg.num_heads, device=tokens.device,
                         dtype=model.token_embedding.weight.dtype)

@@ -313,8 +313,8 @@ class AttentionExplorer:
             raise TypeError(f"sentences[{wrong}] must be an example text (a str), got "
                             f"{type(sentences[wrong]).__name__} {sentences[wrong]!r:.60}")
         check_distinct(sentences, "sentences", "example texts (the menu would offer one twice)")
-        for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
-            check_int(value, name, minimum=1)
+        num_layers, num_heads = (check_int(value, name, minimum=1)
+                                 for name, value in (("num_layers", num_layers), ("num_heads", num_heads)))
         self.attention_for = attention_for
         self.sentences = list(sentences)
         self.num_layers, self.num_heads = num_layers, num_heads

@@ -361,7 +361,7 @@ def resampled_outputs(model: TinyTransformer, lengths: Tensor, reference: Tensor
     """
     _check_model(model)
     _check_tokens(reference, "reference", model)
-    check_int(seq_len, "seq_len", minimum=1)
+    seq_len = check_int(seq_len, "seq_len", minimum=1)
     _check_lengths(lengths, "lengths", "(B,)")
     if not (isinstance(reference_lengths, Tensor) and reference_lengths.shape == (reference.shape[0],)):
         raise ValueError(f"reference_lengths must be a (R,) = ({reference.shape[0]},) tensor of lengths, "
@@ -464,7 +464,7 @@ def resampled_one_at_a_time(model: TinyTransformer, tokens: Tensor, reference_ou
     _check_model(model)
     _check_tokens(tokens, "tokens", model)
     heads = _check_heads(heads, model)
-    check_int(per_run, "per_run", minimum=1)
+    per_run = check_int(per_run, "per_run", minimum=1)
     cfg = model.config
     B, T = tokens.shape
     dk = cfg.d_model // cfg.num_heads
@@ -746,8 +746,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     several cores, split the orders and call it once per part.
     """
     _check_model(model)
-    check_int(chunks, "chunks", minimum=1)
-    check_int(per_run, "per_run", minimum=1)
+    chunks = check_int(chunks, "chunks", minimum=1)
+    per_run = check_int(per_run, "per_run", minimum=1)
     check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results", nargs=2)
     evaluations = _check_evaluations(evaluations, model)
     if _check_method(method) == "zero":  # unused, but checked as measure checks it
@@ -1050,7 +1050,7 @@ def measure_zeroed_sets(model: TinyTransformer, evaluations: Evaluation | Sequen
         raise TypeError(f"head_sets must be a list of head sets, e.g. [[(0, 1)], [(0, 1), (1, 0)]], got "
                         f"{type(head_sets).__name__} {shown(head_sets, 60)}")
     head_sets = [_check_heads(heads, model, f"head_sets[{i}]") for i, heads in enumerate(head_sets)]
-    check_int(per_run, "per_run", minimum=1)
+    per_run = check_int(per_run, "per_run", minimum=1)
     lowest = [min((layer for layer, _ in heads), default=model.config.num_layers) for heads in head_sets]
     groups = [[i for i in range(len(head_sets)) if lowest[i] == layer]
               for layer in range(model.config.num_layers + 1)]
@@ -1092,7 +1092,7 @@ def losses_along_orders(model: TinyTransformer, tokens: Tensor, targets: Tensor,
     shortest = min(map(len, orders), default=0)
     if not check_int(most, "most", minimum=0) <= shortest:
         raise ValueError(f"most must be an int in 0..{shortest} (the shortest order), got {most}")
-    check_int(per_run, "per_run", minimum=1)
+    per_run = check_int(per_run, "per_run", minimum=1)
     evaluation = loss_evaluation(tokens, targets)  # checks targets' dtype and values
     if not (targets != -100).any():
         raise ValueError("targets count nothing (all -100)")

@@ -166,9 +166,9 @@ def first_token_score(weights: AttentionInput, *, check_rows: bool = True) -> to
 
 
 def _check_induction_layout(seq_len: int, period: int, start: int) -> None:
-    for name, value in (("seq_len", seq_len), ("period", period), ("start", start)):
-        check_int(value, name)
-    check_int(seq_len, "seq_len", minimum=1)
+    seq_len, period, start = (check_int(value, name)
+                              for name, value in (("seq_len", seq_len), ("period", period), ("start", start)))
+    seq_len = check_int(seq_len, "seq_len", minimum=1)
     if period < 2:
         raise ValueError(f"period must be at least 2 (with period 1 the 'next' token is the query "
                          f"itself), got {period}")
@@ -261,7 +261,7 @@ def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_le
     if isinstance(positions, (list, tuple)):
         for i, position in enumerate(positions):
             if not isinstance(position, (list, tuple, np.ndarray, torch.Tensor)):  # nested: the shape check
-                check_int(position, f"{name}[{i}]")
+                position = check_int(position, f"{name}[{i}]")
     if isinstance(positions, (str, bytes)):
         raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} "
                         f"{shown(positions, 40)}")
@@ -515,7 +515,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     """
     if role not in IDEAL_ROLES:
         raise ValueError(f"role must be one of {IDEAL_ROLES}, got {shown(role)}")
-    check_int(seq_len, "seq_len", minimum=2)
+    seq_len = check_int(seq_len, "seq_len", minimum=2)
     _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     _check_square_fits(seq_len, "seq_len", 8, 2, "float64 patterns")
     pattern = torch.zeros(seq_len, seq_len, dtype=torch.float64)
@@ -569,8 +569,8 @@ def _check_period_start(period: object, start: object) -> None:
     """``period`` (None or an int >= 1) and ``start`` (an int >= 0), also for the roles that do not
     read them: a ``period="4"`` passed with ``role="previous token"`` is a mistake all the same."""
     if period is not None:
-        check_int(period, "period", minimum=1)
-    check_int(start, "start", minimum=0)
+        period = check_int(period, "period", minimum=1)
+    start = check_int(start, "start", minimum=0)
 
 
 #: How far a role score may stray outside [0, 1] by float rounding (a sum of shares of attention).

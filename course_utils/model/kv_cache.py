@@ -250,9 +250,11 @@ class PreallocatedCache(_StepOrder):
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                  _length_name: str = "max_len") -> None:
         # _length_name: what the caller called max_len (SlidingWindowCache's ring: "window")
-        for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
-                            ("d_head", d_head), (_length_name, max_len)):
-            check_int(value, name, minimum=1)
+        # as plain ints: the shapes and messages below are built from them
+        num_layers, batch, num_kv_heads, d_head, max_len = (
+            check_int(value, name, minimum=1) for name, value in (
+                ("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+                ("d_head", d_head), (_length_name, max_len)))
         check_float_dtype(dtype, "dtype")
         device = check_device(device, "device")
         shape = (batch, num_kv_heads, max_len, d_head)
@@ -319,7 +321,7 @@ class SlidingWindowCache(_StepOrder):
     def from_layers(cls, layers: list[tuple[Tensor, Tensor]], window: int) -> SlidingWindowCache:
         """A ring that has seen the ``T`` tokens of ``(k, v)`` ``(B, g, T, dk)`` per layer: it holds
         the latest ``window`` of them, each in slot ``position % window``."""
-        check_int(window, "window", minimum=1)
+        window = check_int(window, "window", minimum=1)
         B, g, T, dk = _check_layers(layers)
         cache = cls(len(layers), B, g, dk, window, dtype=layers[0][0].dtype, device=layers[0][0].device)
         kept = min(T, window)
@@ -564,9 +566,9 @@ def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "ch
     residual of a :class:`QuantizedCache` (up to ``group - 1`` tokens per layer waiting for their
     group to fill), which does not grow with the context."""
     # sizes whose byte count a float holds (a 10**400 overflowed bare: battery 29)
-    check_int(num_kv_heads, "num_kv_heads", minimum=1, maximum=2**53)
-    check_int(d_head, "d_head", minimum=1, maximum=2**53)
-    check_int(group, "group", minimum=1)
+    num_kv_heads = check_int(num_kv_heads, "num_kv_heads", minimum=1, maximum=2**53)
+    d_head = check_int(d_head, "d_head", minimum=1, maximum=2**53)
+    group = check_int(group, "group", minimum=1)
     check_flag(symmetric, "symmetric")
     axes = (_check_axis(keys, "keys"), _check_axis(values, "values"))
     _check_group(axes, group)  # as QuantizedCache refuses it
@@ -594,9 +596,10 @@ class QuantizedCache(_StepOrder):
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, d_head: int, max_len: int, *,
                  keys: str = "channel", values: str = "token", symmetric: bool = True,
                  group: int = 32) -> None:
-        for name, value in (("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
-                            ("d_head", d_head), ("max_len", max_len), ("group", group)):
-            check_int(value, name, minimum=1)
+        num_layers, batch, num_kv_heads, d_head, max_len, group = (  # plain ints, as PreallocatedCache
+            check_int(value, name, minimum=1) for name, value in (
+                ("num_layers", num_layers), ("batch", batch), ("num_kv_heads", num_kv_heads),
+                ("d_head", d_head), ("max_len", max_len), ("group", group)))
         self.per = {"k": _check_axis(keys, "keys"), "v": _check_axis(values, "values")}
         self.symmetric = check_flag(symmetric, "symmetric")
         _check_group(tuple(self.per.values()), group)

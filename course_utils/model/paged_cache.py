@@ -38,8 +38,8 @@ __all__ = ["PagedCache", "blocks_needed"]
 
 def blocks_needed(length: int, block_size: int) -> int:
     """Blocks of ``block_size`` tokens that hold ``length`` tokens: ``ceil(length / block_size)``."""
-    check_int(length, "length", minimum=0)
-    check_int(block_size, "block_size", minimum=1)
+    length = check_int(length, "length", minimum=0)
+    block_size = check_int(block_size, "block_size", minimum=1)
     return -(-length // block_size)
 
 
@@ -66,9 +66,9 @@ class PagedCache:
 
     def __init__(self, num_blocks: int, block_size: int, num_kv_heads: int, d_head: int, *,
                  dtype: torch.dtype = torch.float32) -> None:
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size),
-                            ("num_kv_heads", num_kv_heads), ("d_head", d_head)):
-            check_int(value, name, minimum=1)
+        num_blocks, block_size, num_kv_heads, d_head = (check_int(value, name, minimum=1) for name, value in (
+            ("num_blocks", num_blocks), ("block_size", block_size), ("num_kv_heads", num_kv_heads),
+            ("d_head", d_head)))  # as plain ints: the shapes and messages below are built from them
         check_float_dtype(dtype, "dtype")  # as PreallocatedCache: integers would truncate the keys
         shape = (num_blocks, num_kv_heads, block_size, d_head)
         check_fits_in_memory(2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size(), None,

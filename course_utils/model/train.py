@@ -127,7 +127,7 @@ class TrainConfig:
     def lr_at(self, step: int) -> float:
         """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``): a linear
         climb to ``lr`` over the warm-up, then ``lr`` or a cosine decay to ``lr / 10``."""
-        check_int(step, "step", minimum=0, maximum=self.steps - 1)
+        step = check_int(step, "step", minimum=0, maximum=self.steps - 1)
         warmup = self.warmup_steps
         if step < warmup:
             return self.lr * (step + 1) / warmup
@@ -434,7 +434,7 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
     if not isinstance(train_config, TrainConfig):
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
-    check_int(eval_every, "eval_every", minimum=1)
+    eval_every = check_int(eval_every, "eval_every", minimum=1)
     check_flag(stop_at_target, "stop_at_target")
     check_flag(progress, "progress")
     if evaluate is not None:  # before the progress bar starts, not at the first evaluation
@@ -582,7 +582,7 @@ def evaluate_induction(
     training periods (``train_periods``), plus one entry per held-out period: NaN for a period
     the batch holds no sequence of (a small ``batch_size`` can miss one), so that every
     evaluation has the same keys."""
-    check_int(batch_size, "batch_size", minimum=1)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
     seed = check_seed(seed)  # before the lru_cache: its key takes True as 1
     _check_task(task, InductionTask, "induction")
     _check_model_for_task(model, task, task.seq_len, "induction")
@@ -703,7 +703,7 @@ def evaluate_agreement(
 ) -> dict[str, float]:
     """Agreement accuracy on a fixed evaluation set: overall, with/without attractors,
     per template."""
-    check_int(batch_size, "batch_size", minimum=1)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
     seed = check_seed(seed)  # before the lru_cache: its key takes True as 1
     _check_task(task, AgreementTask, "agreement")
     _check_model_for_task(model, task, task.max_len, "agreement")

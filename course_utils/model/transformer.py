@@ -608,7 +608,7 @@ class TinyTransformer(nn.Module):
     @torch.no_grad()
     def generate(self, tokens: Tensor, num_new: int, *, use_cache: bool = True) -> Tensor:
         """Greedy decoding: append ``num_new`` argmax tokens to ``tokens`` ``(B, T)``."""
-        check_int(num_new, "num_new", minimum=0)
+        num_new = check_int(num_new, "num_new", minimum=0)
         check_flag(use_cache, "use_cache")
         self._check_tokens(tokens)
         if tokens.shape[1] + num_new > self.config.max_len:

@@ -197,8 +197,8 @@ def _check_generator(generator: object) -> None:
         )
 
 
-def _check_count(name: str, value: object) -> None:
-    check_int(value, name, minimum=1)
+def _check_count(name: str, value: object) -> int:
+    return check_int(value, name, minimum=1)
 
 
 def _check_period(period: object, name: str) -> None:
@@ -282,7 +282,7 @@ class InductionTask:
         """A batch whose periods are drawn uniformly from ``periods`` (default: training; each
         period once)."""
         _check_generator(generator)
-        _check_count("batch_size", batch_size)
+        batch_size = _check_count("batch_size", batch_size)
         periods = self.train_periods if periods is None else tuple(check_int_list(periods, "periods"))
         check_distinct(periods, "periods", "periods (they are drawn uniformly: a repeated one would be "
                        "drawn more often)")
@@ -330,7 +330,7 @@ def next_token_targets(tokens: Tensor, pad_id: int | None = None) -> Tensor:
         raise ValueError(f"tokens must hold token ids >= 0 (a target of {IGNORE_INDEX} is read as 'ignore' "
                          f"by the loss), got {int(tokens[row, col])} at row {row}, position {col}")
     if pad_id is not None:
-        check_int(pad_id, "pad_id", minimum=0, maximum=2**63 - 1)  # int64 ids (10**400: battery 29)
+        pad_id = check_int(pad_id, "pad_id", minimum=0, maximum=2**63 - 1)  # int64 ids (10**400: battery 29)
     targets = torch.full_like(tokens, IGNORE_INDEX)
     targets[:, :-1] = tokens[:, 1:]
     if pad_id is not None:
@@ -724,7 +724,7 @@ class AgreementTask:
     def sample(self, batch_size: int, generator: torch.Generator) -> AgreementBatch:
         """``batch_size`` random sentences, padded to the longest one."""
         _check_generator(generator)
-        _check_count("batch_size", batch_size)
+        batch_size = _check_count("batch_size", batch_size)
         # the draws become Python floats (about 32 bytes each), then a sentence of Python objects
         check_fits_in_memory(batch_size * (_DRAWS_PER_SENTENCE + 1) * 64, "batch_size",
                              f"{batch_size} sentences")
@@ -1005,7 +1005,7 @@ class MixtureTask:
         """``round(batch_size * induction_share)`` induction sequences (training periods),
         then sentences."""
         _check_generator(generator)
-        check_int(batch_size, "batch_size", minimum=2)  # some of each task
+        batch_size = check_int(batch_size, "batch_size", minimum=2)  # some of each task
         num_induction = min(max(round(batch_size * self.induction_share), 1), batch_size - 1)
         induction = self.induction.sample(num_induction, generator)
         sentences = self.pad(self.agreement.sample(batch_size - num_induction, generator))

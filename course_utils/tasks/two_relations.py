@@ -300,7 +300,7 @@ class TwoKeyTask:
     def sample(self, n: int, *, seed: int | None = None,
                generator: torch.Generator | None = None) -> LookupBatch:
         """``n`` examples, a deterministic function of ``seed`` (or of ``generator``'s state)."""
-        check_int(n, "n", minimum=1)
+        n = check_int(n, "n", minimum=1)
         check_generator(generator)  # a seed given as generator=3 failed deep in torch.rand
         if (seed is None) == (generator is None):
             raise ValueError("pass exactly one of seed=... or generator=...")
@@ -342,10 +342,10 @@ class LookupModel(nn.Module):
         super().__init__()
         if not isinstance(task, TwoKeyTask):
             raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__}")
-        check_int(hidden, "hidden", minimum=1)
+        hidden = check_int(hidden, "hidden", minimum=1)
         if values not in VALUE_KINDS:
             raise ValueError(f"values must be 'content' or 'tagged', got {shown(values)}")
-        check_int(d_model, "d_model", minimum=1)
+        d_model = check_int(d_model, "d_model", minimum=1)
         check_linear_weights_fit(  # the embeddings, attention and readout, before allocating
             d_model, (3 * task.num_keys, task.num_symbols, 4 * d_model, hidden),
             also=((hidden, task.num_classes),),
@@ -519,7 +519,7 @@ def train_lookup(task: TwoKeyTask, num_heads: int, seed: int,
     (step 0 included), e.g. to record what the heads attend to during training; what it
     returns, unless ``None``, is kept in ``RunResult.recorded[step]``.
     """
-    check_int(num_heads, "num_heads", minimum=1)
+    num_heads = check_int(num_heads, "num_heads", minimum=1)
     seed = check_seed(seed)  # a Python int in 0 <= seed < 2**64, as manual_seed takes
     _check_run_settings(task, config, on_eval)
     with torch_threads(1), gradients_on("train_lookup"):  # a caller's torch.no_grad() too
@@ -622,7 +622,7 @@ def _check_digits(digits: object) -> None:
     """The decimals a table is rounded to: an int in 0..MAX_DECIMALS (a negative count rounds the
     accuracies and shares, all in [0, 1], to tens, i.e. to 0; beyond MAX_DECIMALS pandas' round
     overflows)."""
-    check_int(digits, "digits", minimum=0, maximum=MAX_DECIMALS)
+    digits = check_int(digits, "digits", minimum=0, maximum=MAX_DECIMALS)
 
 
 def _check_results(results: object) -> None:
@@ -747,7 +747,7 @@ def share_on_a(model: LookupModel, batch: LookupBatch, head: int = 0) -> Tensor:
     """Of the weight one head puts on the asked-for items, the share on key a's items:
     ``w_a / (w_a + w_b)``, shape (n,). 1 = only a, 0 = only b."""
     _check_batch_fits(model, batch)
-    check_int(head, "head", minimum=0)
+    head = check_int(head, "head", minimum=0)
     if head >= model.attention.num_heads:
         raise ValueError(f"head must be < {model.attention.num_heads} (the model's heads), got {head}")
     weights = _predict_with_weights(model, batch)[1][:, head]  # (n, T)

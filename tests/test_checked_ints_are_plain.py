@@ -1,0 +1,39 @@
+"""Battery 30: an int the package has checked is used as a plain int from then on. An int subclass
+whose str and repr raise is a valid int, yet the shapes, sizes and messages built from it raised the
+value's own error (check_int's result was thrown away and the argument itself used)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+class Int(int):
+    def __repr__(self) -> str:
+        raise RuntimeError("repr exploded")
+
+    __str__ = __repr__
+
+
+def _calls():
+    from course_utils.attention.masks import causal_mask, padding_mask
+    from course_utils.attention.shapes import dimension_report
+    from course_utils.model.kv_cache import PreallocatedCache, SlidingWindowCache
+    from course_utils.model.paged_cache import PagedCache
+    from course_utils.tasks.synthetic import InductionTask
+
+    return {
+        "padding_mask": lambda: padding_mask([3, 5], Int(6)),
+        "PreallocatedCache": lambda: PreallocatedCache(2, 1, 2, 8, Int(16)),
+        "SlidingWindowCache": lambda: SlidingWindowCache(1, 1, 2, 8, Int(4)),
+        "PagedCache": lambda: PagedCache(8, 4, 2, Int(8)),
+        "InductionTask.sample": lambda: InductionTask().sample(Int(4), torch.Generator().manual_seed(0)),
+        "causal_mask": lambda: causal_mask(Int(3), Int(4)),
+        "dimension_report": lambda: dimension_report(Int(2), 8, 16, 4),
+    }
+
+
+@pytest.mark.parametrize("label", list(_calls()))
+def test_a_valid_int_subclass_is_used_as_a_plain_int(label):
+    result = _calls()[label]()
+    if label == "dimension_report":
+        assert isinstance(result, str) and "Invalid" not in result, result
