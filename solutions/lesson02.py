@@ -50,6 +50,12 @@ def _softmax_sum_axis_1(scores: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)  # the shift per row, the sum over axis 1: 2-D only
 
 
+def _softmax_mean_shift(scores: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores - scores.mean(axis=-1, keepdims=True))  # an entry far above the mean overflows
+        return e / e.sum(axis=-1, keepdims=True)
+
+
 def _softmax_min_shift(scores: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp(scores - scores.min(axis=-1, keepdims=True))  # the largest entry can overflow
@@ -377,6 +383,7 @@ MISTAKES = {
         'axis_1': _softmax_axis_1,
         'sum_axis_1': _softmax_sum_axis_1,
         'min_shift': _softmax_min_shift,
+        'mean_shift': _softmax_mean_shift,
         'global_max_shift': _softmax_global_max_shift,
         'whole_matrix': _softmax_whole_matrix,
         'no_exp': _softmax_without_exp,

@@ -141,6 +141,10 @@ SOFTMAX_ROWS = _SoftmaxExercise(
         Mistake("min_shift", "you get NaN on the row [0, -1000, 1000]: you shifted by the row "
                 "minimum, so the largest entry becomes exp(2000), which overflows.",
                 "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow."),
+        Mistake("mean_shift", "you get NaN on the row [0, -1000, 1000]: you shifted by the row "
+                "mean, which is 0 there, so the largest entry is still exp(1000), which overflows to "
+                "inf, and inf / inf is NaN.",
+                "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow."),
         Mistake("global_max_shift", "you get NaN on the row [-3, 0.5, 2]: you shifted by the maximum of "
                 "the whole array (1001), not of each row, so that row's exp() underflows to 0 and "
                 "you divide 0 by 0.",
