@@ -214,6 +214,14 @@ def _causal_diagonal_hidden_first_row_kept(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
 
 
+def _causal_diagonal_hidden_first_key_kept(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    T = q.shape[-2]
+    strict = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    strict[0, 0] = True  # the NaN row patched (token 0 sees itself); no other token sees itself
+    return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
+
+
 def _causal_sees_next_key(q: Tensor, k: Tensor) -> Tensor:
     scores = _scores(q, k, math.sqrt(q.shape[-1]))
     one_ahead = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril(diagonal=1)  # off by one
@@ -414,6 +422,7 @@ MISTAKES = {
         'masked_with_zero': _causal_masked_with_zero,
         'diagonal_blocked': _causal_diagonal_blocked,
         'diagonal_hidden': _causal_diagonal_hidden_first_row_kept,
+        'diagonal_hidden_first_key_kept': _causal_diagonal_hidden_first_key_kept,
         'sees_next_key': _causal_sees_next_key,
         'inverted_mask': _causal_inverted_mask,
         'missing_scale': _causal_no_scale,

@@ -163,6 +163,18 @@ def _softmax_shifted_by_the_mean(scores):
         return e / e.sum(axis=-1, keepdims=True)
 
 
+def _mask_hides_the_diagonal_but_for_token_0(q, k):
+    import math
+
+    import torch
+
+    T = q.shape[-2]
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)
+    mask[0, 0] = True  # the NaN of row 0 patched
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+
+
 @pytest.mark.parametrize(("check", "answer", "key"), [
     ("lesson03.check_parameter_count", _per_head_whole_layer, "whole_layer_per_head"),
     ("lesson03.check_parameter_count", _per_head_whole_layer_right_biases, "whole_layer_per_head"),
@@ -171,8 +183,10 @@ def _softmax_shifted_by_the_mean(scores):
     ("lesson01.check_attend", _sigmoid_for_softmax, "sigmoid_weights"),
     # the slips battery 29 still met after the four above were named
     ("lesson02.check_softmax_rows", _softmax_shifted_by_the_mean, "mean_shift"),
+    ("lesson02.check_causal_attention_weights", _mask_hides_the_diagonal_but_for_token_0,
+     "diagonal_hidden_first_key_kept"),
 ], ids=["3.3-per-head", "3.3-per-head-right-biases", "2.3-diagonal", "1.3-both-mod", "1.1-sigmoid",
-        "2.1-mean-shift"])
+        "2.1-mean-shift", "2.3-diagonal-first-key-kept"])
 def test_common_slips_get_a_named_mistake(check, answer, key):
     """b29 common_slips_get_generic_feedback: these slips got only "wrong values ... the largest
     difference is X" (status 'wrong', no mistake named)."""

@@ -377,6 +377,11 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "was patched by letting token 0 see every key. Query i may attend to keys 0 .. i, "
                 "its own token included.",
                 "keep the diagonal: tril() (diagonal=0), which also leaves token 0 its own key."),
+        Mistake("diagonal_hidden_first_key_kept", "each token but the first is hidden from itself: "
+                "your mask keeps only the keys before the query, as tril(diagonal=-1) does, and the "
+                "first row (NaN) was patched by letting token 0 see itself. Query i may attend to keys "
+                "0 .. i, its own token included, so the diagonal belongs in the mask for every token.",
+                "keep the diagonal: tril() (diagonal=0); then token 0 needs no patch."),
         Mistake("sees_next_key", "each query also sees the next key (query i attends to key i + 1): your "
                 "mask keeps one diagonal too many above the main one, as tril(diagonal=1) does, so "
                 "every token but the last peeks one step into the future.",
