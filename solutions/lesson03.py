@@ -126,6 +126,10 @@ def _merge_mean_tiled(heads: Tensor) -> Tensor:
     return heads.mean(dim=1).repeat(1, 1, heads.shape[1])  # (B, T, d), every head's block the same
 
 
+def _merge_sum_tiled(heads: Tensor) -> Tensor:
+    return heads.sum(dim=1).repeat(1, 1, heads.shape[1])  # (B, T, d), every head's block the same sum
+
+
 def _params_reference(d_model: int, num_heads: int, bias: bool = True) -> int:
     d_k = d_model // num_heads
     weights = 3 * num_heads * d_model * d_k + d_model * d_model  # W_Q, W_K, W_V in h slices; W_O
@@ -283,6 +287,7 @@ MISTAKES = {
         'concatenated_along_tokens': _merge_along_tokens,
         'last_two_axes_swapped': _merge_last_two_swapped,
         'averaged_then_tiled': _merge_mean_tiled,
+        'summed_then_tiled': _merge_sum_tiled,
         'view_without_contiguous': _merge_view_no_contiguous,
     },
     'PARAMETER_COUNT': {

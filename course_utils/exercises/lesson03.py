@@ -247,6 +247,13 @@ MERGE_HEADS = _MergeExercise(
                 "attention keeps each head's own output, side by side, for W_O to combine.",
                 "no mean and no repeat: bring the token axis in front of the head axis, then flatten "
                 "(h, dk) into h * dk."),
+        Mistake("summed_then_tiled",
+                "you added the heads together and repeated the sum h times to reach width d: the "
+                "shape is right, but every head's block now holds the same numbers, the sum of all "
+                "heads. Multi-head attention keeps each head's own output, side by side, for W_O to "
+                "combine.",
+                "no sum and no repeat: bring the token axis in front of the head axis, then flatten "
+                "(h, dk) into h * dk."),
         Mistake("view_without_contiguous",
                 "your .view raised an error: after .transpose(1, 2) the tensor is not contiguous "
                 "in memory, and .view cannot copy. The order of your steps is right.",
