@@ -169,6 +169,10 @@ def _params_bias_per_head(d_model: int, num_heads: int, bias: bool = True) -> in
     return 4 * d_model * d_model + (per_head if bias else 0)
 
 
+def _params_all_biases_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model + (4 * num_heads * d_model if bias else 0)  # b_O per head too
+
+
 def _params_one_head(d_model: int, num_heads: int, bias: bool = True) -> int:
     d_k = d_model // num_heads  # one head's W_Q^i, W_K^i, W_V^i and their biases, then W_O
     return 3 * d_model * d_k + d_model * d_model + ((3 * d_k + d_model) if bias else 0)
@@ -299,6 +303,7 @@ MISTAKES = {
         'bias_always_added': _params_bias_always,
         'forgot_output_bias': _params_no_out_bias,
         'bias_per_head': _params_bias_per_head,
+        'all_biases_per_head': _params_all_biases_per_head,
         'bias_width_d_k': _params_bias_width_dk,
         'square_head_matrices': _params_square_heads,
         'one_head_projections': _params_one_head,

@@ -180,6 +180,10 @@ def _merge_sums_the_heads_then_tiles(heads):
     return heads.sum(1).repeat(1, 1, h)
 
 
+def _every_bias_per_head(d_model, num_heads, bias=True):
+    return 4 * d_model * d_model + (4 * d_model * num_heads if bias else 0)
+
+
 @pytest.mark.parametrize(("check", "answer", "key"), [
     ("lesson03.check_parameter_count", _per_head_whole_layer, "whole_layer_per_head"),
     ("lesson03.check_parameter_count", _per_head_whole_layer_right_biases, "whole_layer_per_head"),
@@ -191,8 +195,9 @@ def _merge_sums_the_heads_then_tiles(heads):
     ("lesson02.check_causal_attention_weights", _mask_hides_the_diagonal_but_for_token_0,
      "diagonal_hidden_first_key_kept"),
     ("lesson03.check_merge_heads", _merge_sums_the_heads_then_tiles, "summed_then_tiled"),
+    ("lesson03.check_parameter_count", _every_bias_per_head, "all_biases_per_head"),
 ], ids=["3.3-per-head", "3.3-per-head-right-biases", "2.3-diagonal", "1.3-both-mod", "1.1-sigmoid",
-        "2.1-mean-shift", "2.3-diagonal-first-key-kept", "3.2-summed-tiled"])
+        "2.1-mean-shift", "2.3-diagonal-first-key-kept", "3.2-summed-tiled", "3.3-all-biases-per-head"])
 def test_common_slips_get_a_named_mistake(check, answer, key):
     """b29 common_slips_get_generic_feedback: these slips got only "wrong values ... the largest
     difference is X" (status 'wrong', no mistake named)."""
