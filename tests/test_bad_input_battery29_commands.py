@@ -184,6 +184,14 @@ def _every_bias_per_head(d_model, num_heads, bias=True):
     return 4 * d_model * d_model + (4 * d_model * num_heads if bias else 0)
 
 
+def _head_weights_k_block_first(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    wk, wq, wv = w_in.split(d, dim=0)
+    r = slice(head * dk, (head + 1) * dk)
+    return wq[r], wk[r], wv[r]
+
+
 @pytest.mark.parametrize(("check", "answer", "key"), [
     ("lesson03.check_parameter_count", _per_head_whole_layer, "whole_layer_per_head"),
     ("lesson03.check_parameter_count", _per_head_whole_layer_right_biases, "whole_layer_per_head"),
@@ -196,8 +204,10 @@ def _every_bias_per_head(d_model, num_heads, bias=True):
      "diagonal_hidden_first_key_kept"),
     ("lesson03.check_merge_heads", _merge_sums_the_heads_then_tiles, "summed_then_tiled"),
     ("lesson03.check_parameter_count", _every_bias_per_head, "all_biases_per_head"),
+    ("lesson04.check_head_weights", _head_weights_k_block_first, "q_and_k_blocks_swapped"),
 ], ids=["3.3-per-head", "3.3-per-head-right-biases", "2.3-diagonal", "1.3-both-mod", "1.1-sigmoid",
-        "2.1-mean-shift", "2.3-diagonal-first-key-kept", "3.2-summed-tiled", "3.3-all-biases-per-head"])
+        "2.1-mean-shift", "2.3-diagonal-first-key-kept", "3.2-summed-tiled", "3.3-all-biases-per-head",
+        "4.1-q-and-k-swapped"])
 def test_common_slips_get_a_named_mistake(check, answer, key):
     """b29 common_slips_get_generic_feedback: these slips got only "wrong values ... the largest
     difference is X" (status 'wrong', no mistake named)."""
