@@ -192,6 +192,11 @@ def _head_weights_k_block_first(w_in, num_heads, head):
     return wq[r], wk[r], wv[r]
 
 
+def _cache_at_least_a_byte_per_number(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len,
+                                      bits_per_element):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * max(1, bits_per_element // 8)
+
+
 @pytest.mark.parametrize(("check", "answer", "key"), [
     ("lesson03.check_parameter_count", _per_head_whole_layer, "whole_layer_per_head"),
     ("lesson03.check_parameter_count", _per_head_whole_layer_right_biases, "whole_layer_per_head"),
@@ -205,9 +210,10 @@ def _head_weights_k_block_first(w_in, num_heads, head):
     ("lesson03.check_merge_heads", _merge_sums_the_heads_then_tiles, "summed_then_tiled"),
     ("lesson03.check_parameter_count", _every_bias_per_head, "all_biases_per_head"),
     ("lesson04.check_head_weights", _head_weights_k_block_first, "q_and_k_blocks_swapped"),
+    ("lesson07.check_cache_bytes", _cache_at_least_a_byte_per_number, "whole_byte_per_element"),
 ], ids=["3.3-per-head", "3.3-per-head-right-biases", "2.3-diagonal", "1.3-both-mod", "1.1-sigmoid",
         "2.1-mean-shift", "2.3-diagonal-first-key-kept", "3.2-summed-tiled", "3.3-all-biases-per-head",
-        "4.1-q-and-k-swapped"])
+        "4.1-q-and-k-swapped", "7.2-whole-byte-per-number"])
 def test_common_slips_get_a_named_mistake(check, answer, key):
     """b29 common_slips_get_generic_feedback: these slips got only "wrong values ... the largest
     difference is X" (status 'wrong', no mistake named)."""
