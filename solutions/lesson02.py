@@ -50,6 +50,12 @@ def _softmax_sum_axis_1(scores: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)  # the shift per row, the sum over axis 1: 2-D only
 
 
+def _softmax_mean_shift(scores: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores - scores.mean(axis=-1, keepdims=True))  # an entry far above the mean overflows
+        return e / e.sum(axis=-1, keepdims=True)
+
+
 def _softmax_min_shift(scores: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp(scores - scores.min(axis=-1, keepdims=True))  # the largest entry can overflow
@@ -205,6 +211,14 @@ def _causal_diagonal_hidden_first_row_kept(q: Tensor, k: Tensor) -> Tensor:
     T = q.shape[-2]
     strict = torch.ones(T, T, dtype=torch.bool).tril(-1)
     strict[0] = True  # the NaN row patched (token 0 sees every key); no other token sees itself
+    return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
+
+
+def _causal_diagonal_hidden_first_key_kept(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    T = q.shape[-2]
+    strict = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    strict[0, 0] = True  # the NaN row patched (token 0 sees itself); no other token sees itself
     return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
 
 
@@ -377,6 +391,7 @@ MISTAKES = {
         'axis_1': _softmax_axis_1,
         'sum_axis_1': _softmax_sum_axis_1,
         'min_shift': _softmax_min_shift,
+        'mean_shift': _softmax_mean_shift,
         'global_max_shift': _softmax_global_max_shift,
         'whole_matrix': _softmax_whole_matrix,
         'no_exp': _softmax_without_exp,
@@ -407,6 +422,7 @@ MISTAKES = {
         'masked_with_zero': _causal_masked_with_zero,
         'diagonal_blocked': _causal_diagonal_blocked,
         'diagonal_hidden': _causal_diagonal_hidden_first_row_kept,
+        'diagonal_hidden_first_key_kept': _causal_diagonal_hidden_first_key_kept,
         'sees_next_key': _causal_sees_next_key,
         'inverted_mask': _causal_inverted_mask,
         'missing_scale': _causal_no_scale,

@@ -126,6 +126,10 @@ def _merge_mean_tiled(heads: Tensor) -> Tensor:
     return heads.mean(dim=1).repeat(1, 1, heads.shape[1])  # (B, T, d), every head's block the same
 
 
+def _merge_sum_tiled(heads: Tensor) -> Tensor:
+    return heads.sum(dim=1).repeat(1, 1, heads.shape[1])  # (B, T, d), every head's block the same sum
+
+
 def _params_reference(d_model: int, num_heads: int, bias: bool = True) -> int:
     d_k = d_model // num_heads
     weights = 3 * num_heads * d_model * d_k + d_model * d_model  # W_Q, W_K, W_V in h slices; W_O
@@ -163,6 +167,10 @@ def _params_no_out_bias(d_model: int, num_heads: int, bias: bool = True) -> int:
 def _params_bias_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
     per_head = 3 * num_heads * d_model + d_model  # a full-width bias for every head's Q, K, V
     return 4 * d_model * d_model + (per_head if bias else 0)
+
+
+def _params_all_biases_per_head(d_model: int, num_heads: int, bias: bool = True) -> int:
+    return 4 * d_model * d_model + (4 * num_heads * d_model if bias else 0)  # b_O per head too
 
 
 def _params_one_head(d_model: int, num_heads: int, bias: bool = True) -> int:
@@ -283,6 +291,7 @@ MISTAKES = {
         'concatenated_along_tokens': _merge_along_tokens,
         'last_two_axes_swapped': _merge_last_two_swapped,
         'averaged_then_tiled': _merge_mean_tiled,
+        'summed_then_tiled': _merge_sum_tiled,
         'view_without_contiguous': _merge_view_no_contiguous,
     },
     'PARAMETER_COUNT': {
@@ -294,6 +303,7 @@ MISTAKES = {
         'bias_always_added': _params_bias_always,
         'forgot_output_bias': _params_no_out_bias,
         'bias_per_head': _params_bias_per_head,
+        'all_biases_per_head': _params_all_biases_per_head,
         'bias_width_d_k': _params_bias_width_dk,
         'square_head_matrices': _params_square_heads,
         'one_head_projections': _params_one_head,

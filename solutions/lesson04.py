@@ -58,6 +58,14 @@ def _head_per_head_layout(w_in, num_heads, head):
     return w_in[start:start + dk], w_in[start + dk:start + 2 * dk], w_in[start + 2 * dk:start + 3 * dk]
 
 
+def _head_q_and_k_swapped(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    w_k, w_q, w_v = w_in.split(d, dim=0)  # the first block named K: in_proj stores W_Q first
+    rows = slice(head * dk, (head + 1) * dk)
+    return w_q[rows], w_k[rows], w_v[rows]
+
+
 def _head_whole_blocks(w_in, num_heads, head):
     return tuple(w_in.split(w_in.shape[1], dim=0))  # 3 x (d, d): every head at once
 
@@ -325,6 +333,7 @@ MISTAKES = {
         'query_block_only': _head_query_block_only,
         'interleaved_rows': _head_interleaved_rows,
         'per_head_qkv_layout': _head_per_head_layout,
+        'q_and_k_blocks_swapped': _head_q_and_k_swapped,
         'whole_blocks': _head_whole_blocks,
         'inclusive_end': _head_inclusive_end,
         'heads_counted_from_one': _head_counted_from_one,

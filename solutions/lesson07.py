@@ -101,6 +101,10 @@ def _cache_floored_bytes(num_layers, batch, num_heads, num_kv_heads, d_head, seq
     return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * (bits // 8)  # 0 for 4-bit
 
 
+def _cache_whole_byte(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * max(1, bits // 8)  # 1 for 4-bit
+
+
 def _cache_gib(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len, bits):
     return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * bits / 8 / 2**30
 
@@ -390,6 +394,7 @@ MISTAKES = {
         'assumed_float32': _cache_four_bytes,
         'assumed_16_bit': _cache_two_bytes,
         'floored_bytes_per_element': _cache_floored_bytes,
+        'whole_byte_per_element': _cache_whole_byte,
         'forgot_d_head': _cache_no_d_head,
         'returned_gib': _cache_gib,
         'returned_mib': _cache_mib,

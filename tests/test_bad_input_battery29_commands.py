@@ -155,15 +155,67 @@ def _sigmoid_for_softmax(scores, values):
     return torch.sigmoid(scores) @ values
 
 
+def _softmax_shifted_by_the_mean(scores):
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores - scores.mean(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _mask_hides_the_diagonal_but_for_token_0(q, k):
+    import math
+
+    import torch
+
+    T = q.shape[-2]
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)
+    mask[0, 0] = True  # the NaN of row 0 patched
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def _merge_sums_the_heads_then_tiles(heads):
+    B, h, T, dk = heads.shape
+    return heads.sum(1).repeat(1, 1, h)
+
+
+def _every_bias_per_head(d_model, num_heads, bias=True):
+    return 4 * d_model * d_model + (4 * d_model * num_heads if bias else 0)
+
+
+def _head_weights_k_block_first(w_in, num_heads, head):
+    d = w_in.shape[1]
+    dk = d // num_heads
+    wk, wq, wv = w_in.split(d, dim=0)
+    r = slice(head * dk, (head + 1) * dk)
+    return wq[r], wk[r], wv[r]
+
+
+def _cache_at_least_a_byte_per_number(num_layers, batch, num_heads, num_kv_heads, d_head, seq_len,
+                                      bits_per_element):
+    return 2 * num_layers * batch * num_kv_heads * d_head * seq_len * max(1, bits_per_element // 8)
+
+
 @pytest.mark.parametrize(("check", "answer", "key"), [
     ("lesson03.check_parameter_count", _per_head_whole_layer, "whole_layer_per_head"),
     ("lesson03.check_parameter_count", _per_head_whole_layer_right_biases, "whole_layer_per_head"),
     ("lesson02.check_causal_attention_weights", _mask_hides_the_diagonal, "diagonal_hidden"),
     ("lesson01.check_relation_accuracy", _both_decoded_with_mod, "both_with_mod"),
     ("lesson01.check_attend", _sigmoid_for_softmax, "sigmoid_weights"),
-], ids=["3.3-per-head", "3.3-per-head-right-biases", "2.3-diagonal", "1.3-both-mod", "1.1-sigmoid"])
+    # the slips battery 29 still met after the four above were named
+    ("lesson02.check_softmax_rows", _softmax_shifted_by_the_mean, "mean_shift"),
+    ("lesson02.check_causal_attention_weights", _mask_hides_the_diagonal_but_for_token_0,
+     "diagonal_hidden_first_key_kept"),
+    ("lesson03.check_merge_heads", _merge_sums_the_heads_then_tiles, "summed_then_tiled"),
+    ("lesson03.check_parameter_count", _every_bias_per_head, "all_biases_per_head"),
+    ("lesson04.check_head_weights", _head_weights_k_block_first, "q_and_k_blocks_swapped"),
+    ("lesson07.check_cache_bytes", _cache_at_least_a_byte_per_number, "whole_byte_per_element"),
+], ids=["3.3-per-head", "3.3-per-head-right-biases", "2.3-diagonal", "1.3-both-mod", "1.1-sigmoid",
+        "2.1-mean-shift", "2.3-diagonal-first-key-kept", "3.2-summed-tiled", "3.3-all-biases-per-head",
+        "4.1-q-and-k-swapped", "7.2-whole-byte-per-number"])
 def test_common_slips_get_a_named_mistake(check, answer, key):
-    """b29 common_slips_get_generic_feedback: these four slips got only "wrong values ... the largest
+    """b29 common_slips_get_generic_feedback: these slips got only "wrong values ... the largest
     difference is X" (status 'wrong', no mistake named)."""
     import importlib
 

@@ -141,6 +141,10 @@ SOFTMAX_ROWS = _SoftmaxExercise(
         Mistake("min_shift", "you get NaN on the row [0, -1000, 1000]: you shifted by the row "
                 "minimum, so the largest entry becomes exp(2000), which overflows.",
                 "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow."),
+        Mistake("mean_shift", "you get NaN on the row [0, -1000, 1000]: you shifted by the row "
+                "mean, which is 0 there, so the largest entry is still exp(1000), which overflows to "
+                "inf, and inf / inf is NaN.",
+                "shift by each row's maximum: then every exponent is <= 0 and exp cannot overflow."),
         Mistake("global_max_shift", "you get NaN on the row [-3, 0.5, 2]: you shifted by the maximum of "
                 "the whole array (1001), not of each row, so that row's exp() underflows to 0 and "
                 "you divide 0 by 0.",
@@ -373,6 +377,11 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
                 "was patched by letting token 0 see every key. Query i may attend to keys 0 .. i, "
                 "its own token included.",
                 "keep the diagonal: tril() (diagonal=0), which also leaves token 0 its own key."),
+        Mistake("diagonal_hidden_first_key_kept", "each token but the first is hidden from itself: "
+                "your mask keeps only the keys before the query, as tril(diagonal=-1) does, and the "
+                "first row (NaN) was patched by letting token 0 see itself. Query i may attend to keys "
+                "0 .. i, its own token included, so the diagonal belongs in the mask for every token.",
+                "keep the diagonal: tril() (diagonal=0); then token 0 needs no patch."),
         Mistake("sees_next_key", "each query also sees the next key (query i attends to key i + 1): your "
                 "mask keeps one diagonal too many above the main one, as tril(diagonal=1) does, so "
                 "every token but the last peeks one step into the future.",

@@ -247,6 +247,13 @@ MERGE_HEADS = _MergeExercise(
                 "attention keeps each head's own output, side by side, for W_O to combine.",
                 "no mean and no repeat: bring the token axis in front of the head axis, then flatten "
                 "(h, dk) into h * dk."),
+        Mistake("summed_then_tiled",
+                "you added the heads together and repeated the sum h times to reach width d: the "
+                "shape is right, but every head's block now holds the same numbers, the sum of all "
+                "heads. Multi-head attention keeps each head's own output, side by side, for W_O to "
+                "combine.",
+                "no sum and no repeat: bring the token axis in front of the head axis, then flatten "
+                "(h, dk) into h * dk."),
         Mistake("view_without_contiguous",
                 "your .view raised an error: after .transpose(1, 2) the tensor is not contiguous "
                 "in memory, and .view cannot copy. The order of your steps is right.",
@@ -400,6 +407,11 @@ PARAMETER_COUNT = _ParameterCountExercise(
                 "bias is a slice of d_k numbers of b_Q (likewise b_K, b_V), so the h heads together "
                 "hold one bias vector of d_model per projection.",
                 "biases: 4 * d_model in total (b_Q, b_K, b_V sliced into heads, plus b_O), whatever h is."),
+        Mistake("all_biases_per_head",
+                "you counted the four biases once per head: h * 4 * d_model. A head's bias is a "
+                "slice of d_k numbers of b_Q (likewise b_K, b_V), so the h heads together hold one "
+                "bias vector of d_model per projection, and b_O belongs to the whole layer.",
+                "biases: 4 * d_model in total, whatever h is; only the weights' slicing depends on h."),
         Mistake("bias_width_d_k",
                 "you gave each projection a bias of d_k numbers, one head's worth: b_Q, b_K and b_V "
                 "each cover all h heads (a head's slice is d_k of their d_model numbers), and b_O has "

@@ -150,6 +150,11 @@ HEAD_WEIGHTS = _HeadWeightsExercise(
                 "way, but this course and nn.MultiheadAttention store all of W_Q, then all of W_K, "
                 "then all of W_V.",
                 "split w_in into its three (d_model, d_model) blocks, then take head i's rows in each."),
+        Mistake("q_and_k_blocks_swapped",
+                "your query and key slices are swapped: you took the first block of in_proj for W_K "
+                "and the second for W_Q (as in wk, wq, wv = w_in.split(...)). in_proj stores all of "
+                "W_Q first, then W_K, then W_V, and the tuple is returned in that order too.",
+                "unpack the split in the stored order, w_q, w_k, w_v = ..., and return (q, k, v)."),
         Mistake("whole_blocks",
                 "you returned the whole W_Q, W_K and W_V blocks, (d_model, d_model) each: that is "
                 "every head at once.",

@@ -265,6 +265,11 @@ CACHE_BYTES = _CacheBytesExercise(
                 "is 0 for 4-bit numbers, so a 4-bit cache came out empty.",
                 "Multiply by bits_per_element first and divide by 8 last: 4-bit numbers take half a "
                 "byte each."),
+        Mistake("whole_byte_per_element", "right for 8, 16 and 32 bits, but you gave each 4-bit "
+                "number a whole byte (bits_per_element // 8 is 0 for them, and you made it at least 1): "
+                "two 4-bit numbers share one byte, so your 4-bit cache came out twice too large.",
+                "Multiply by bits_per_element first and divide by 8 last: 4-bit numbers take half a "
+                "byte each."),
         Mistake("forgot_d_head", "you counted one number per key/value head and token: each head's "
                 "key (and value) is a vector of d_head numbers.", "Multiply by d_head."),
         Mistake("returned_gib", "your answer is in GiB (divided by 2**30); the exercise asks for bytes.",
