@@ -78,6 +78,7 @@ __all__ = [
     "check_dims_not_empty",
     "MAX_NARGS",
     "shown",
+    "items_of",
     "check_dense",
     "finite",
     "say",
@@ -118,28 +119,53 @@ def say(text: str) -> None:
         pass
 
 
-def _checks_name(check: Callable) -> Callable:
+def _checks_name(check: Callable | None = None, *, labels: tuple[str, ...] = ()) -> Callable:
     """Refuse, before ``check`` runs, a ``name`` (the argument's name its messages use) that is not
     a str: a name whose str raises replaced the message it was meant to label (battery 28). ``None``
     passes where the check allows it (a default of None, or ``str | None``); a missing name is left
-    to Python's own TypeError. The position of ``name`` is read once, here, from the signature."""
+    to Python's own TypeError. ``labels`` names the check's other label parameters (``what``,
+    ``why``, ``length``: words its messages print), refused the same way (a str subclass whose
+    ``str()`` raises replaced the message: battery 29); used as ``@_checks_name(labels=("what",))``.
+    The positions are read once, here, from the signature: a call pays one type test per label."""
+    if check is None:
+        return functools.partial(_checks_name, labels=labels)
     parameters = inspect.signature(check).parameters
-    parameter = parameters["name"]
-    position = (list(parameters).index("name")
-                if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else None)
-    default, empty = parameter.default, inspect.Parameter.empty
-    none_ok = default is None or "None" in str(parameter.annotation)  # ``str | None``
-    allowed, expected = (None, "a str or None") if none_ok else (empty, "a str")
+    empty = inspect.Parameter.empty
+    specs = []  # (label, its position or None, its default, what passes besides a str, expected)
+    for label in ("name", *labels):
+        parameter = parameters[label]
+        position = (list(parameters).index(label)
+                    if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else None)
+        default = parameter.default
+        none_ok = default is None or "None" in str(parameter.annotation)  # ``str | None``
+        allowed, expected = (None, "a str or None") if none_ok else (empty, "a str")
+        specs.append((label, position, default, allowed, expected))
+    specs = tuple(specs)
 
     @functools.wraps(check)
     def checked(*args: object, **kwargs: object) -> object:
-        name = args[position] if position is not None and len(args) > position \
-            else kwargs.get("name", default)
-        if type(name) is not str and name is not allowed and name is not empty:
-            raise TypeError(f"{check.__name__}'s name must be {expected} (the name of the argument "
-                            f"its messages use), got {type(name).__name__} {shown(name, 60)}")
+        for label, position, default, allowed, expected in specs:
+            value = args[position] if position is not None and len(args) > position \
+                else kwargs.get(label, default)
+            if type(value) is not str and value is not allowed and value is not empty:
+                what = "the name of the argument its messages use" if label == "name" \
+                    else "words its messages print"
+                raise TypeError(f"{check.__name__}'s {label} must be {expected} ({what}), got "
+                                f"{type(value).__name__} {shown(value, 60)}")
         return check(*args, **kwargs)
     return checked
+
+
+def items_of(values: object, name: str, expected: str) -> list:
+    """``list(values)``, the one way the checks take the items of a sequence they were given: a
+    value whose ``len()`` or iteration raises (a list subclass whose ``__len__`` raises) is a
+    TypeError naming ``name``, what was ``expected`` and what arrived, instead of its own error
+    naming nothing (battery 29). A plain list or tuple costs one type test and a copy."""
+    try:
+        return list(values)
+    except Exception as err:  # noqa: BLE001 - its len or iteration is the broken part; say so
+        raise TypeError(f"{name} must be {expected}, got {type(values).__name__} {shown(values, 60)} "
+                        f"whose len() or iteration raised {type(err).__name__} (chained below)") from err
 
 
 _shown = shown  # for check_mask_fits, whose argument ``shown`` hides the function
@@ -318,7 +344,7 @@ def check_int_list(values: object, name: str, *, minimum: int | None = None,
             or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a list of ints such as [1, 2, 4], got "
                         f"{type(values).__name__} {shown(values, 80)}")
-    items = list(values)
+    items = items_of(values, name, "a list of ints such as [1, 2, 4]")
     if not items and not allow_empty:
         raise ValueError(f"{name} must hold at least one int, got an empty {type(values).__name__}")
     return [check_int(v, f"{name}[{i}]", minimum=minimum, maximum=maximum)
@@ -364,12 +390,13 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
         parts = list(parts.unbind(0))
     if not isinstance(parts, (list, tuple)):
         raise TypeError(f"{name} must be a list of tensors, got {type(parts).__name__}")
+    kind, parts = type(parts).__name__, items_of(parts, name, "a list of tensors")
     if not parts and not allow_empty:
-        raise ValueError(f"{name} must hold at least one tensor, got an empty {type(parts).__name__}")
+        raise ValueError(f"{name} must hold at least one tensor, got an empty {kind}")
     for i, p in enumerate(parts):
         if not isinstance(p, Tensor):
             raise TypeError(f"{name}[{i}] must be a torch.Tensor, got {type(p).__name__}")
-    return list(parts)
+    return parts
 
 
 @_checks_name
@@ -643,7 +670,7 @@ def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T"
     least one entry: an empty batch or sequence has nothing to attend over, and would otherwise
     fail inside a reshape or a reduction with torch's words. ``x`` must be a tensor with at least
     ``len(dims)`` dims; ``dims`` (this helper's own argument) a tuple or list of str labels."""
-    _check_dims_labels(dims)
+    dims = _check_dims_labels(dims)
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.ndim < len(dims):
@@ -656,11 +683,16 @@ def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T"
                              f"got shape {describe_shape(x)}")
 
 
-def _check_dims_labels(dims: object) -> None:
-    """The ``dims`` of :func:`check_dims_not_empty`: a tuple or list of str labels such as ``("B", "T")``."""
+def _check_dims_labels(dims: object) -> tuple[str, ...]:
+    """The ``dims`` of :func:`check_dims_not_empty`: a tuple or list of str labels such as
+    ``("B", "T")``; returned as it is (a plain tuple or list: the hot path), else as a tuple."""
+    expected = "a tuple of str labels such as ('B', 'T')"
+    if isinstance(dims, (tuple, list)) and type(dims) not in (tuple, list):  # a subclass: its len may raise
+        dims = tuple(items_of(dims, "check_dims_not_empty's dims", expected))
     if not isinstance(dims, (tuple, list)) or not all(isinstance(d, str) for d in dims):
-        raise TypeError(f"check_dims_not_empty's dims must be a tuple of str labels such as ('B', 'T'), "
+        raise TypeError(f"check_dims_not_empty's dims must be {expected}, "
                         f"got {type(dims).__name__} {shown(dims, 60)}")
+    return dims
 
 
 @_checks_name
@@ -1091,6 +1123,8 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
     a ``past`` function returned. Otherwise a TypeError or ValueError naming ``name`` (its
     tensors are ``name k`` and ``name v``), what was expected and what arrived. Returned as a
     tuple."""
+    if isinstance(pair, (tuple, list)) and type(pair) not in (tuple, list):  # a subclass: its len may raise
+        pair = tuple(items_of(pair, name, f"a (k, v) pair of tensors (B, g, {length}, dk)"))
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         got = type(pair).__name__
         if isinstance(pair, (tuple, list)):
@@ -1161,7 +1195,7 @@ def check_distinct(values: object, name: str, what: str = "entries") -> list:
                         f"{shown(values, 60)}")
     if isinstance(values, Tensor):
         check_holds_values(values, name)  # a meta tensor has no values to compare
-    items = list(values)
+    items = items_of(values, name, f"a list, tuple or range of {what}")
     # tensors' == is elementwise: compared by their values (a list of tensors too; battery 23)
     keys = values.tolist() if isinstance(values, Tensor) else [
         v.tolist() if isinstance(v, Tensor) and v.device.type != "meta" else v for v in items]
@@ -1301,6 +1335,7 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
         raise TypeError(f"texts must be a tuple of field names and counts a dict field -> minimum, got "
                         f"{type(texts).__name__} {shown(texts, 40)} and {type(counts).__name__} "
                         f"{shown(counts, 40)}")
+    texts = items_of(texts, "texts", "a tuple of field names")
     fields = {f.name for f in dataclasses.fields(config)}
     unknown = [f for f in (*texts, *counts) if f not in fields]
     if unknown:
@@ -1361,8 +1396,7 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     if checks is None:
         options = {"nan_ok": nan_ok, "signed": signed, "positive": positive, "nonempty": nonempty,
                    "fractions": fractions}
-        _check_record_options(cls, options)
-        options = {option: tuple(names) for option, names in options.items()}
+        options = _check_record_options(cls, options)
         checks = _RECORD_CHECKS[(cls, *options.values())] = _record_checks(cls, **options)
     for name, check in checks:
         check(getattr(record, name), f"{cls.__name__}.{name}")
@@ -1445,15 +1479,19 @@ def check_increasing(steps: Sequence[int], name: str) -> None:
                          f"{name}[{back - 1}] = {steps[back - 1]} then {name}[{back}] = {steps[back]}")
 
 
-def _check_record_options(cls: type, options: dict[str, object]) -> None:
+def _check_record_options(cls: type, options: dict[str, object]) -> dict[str, tuple[str, ...]]:
     """The field-name lists a record's ``__post_init__`` gave :func:`check_record`: tuples (or
-    lists) of names of its fields."""
+    lists) of names of its fields; returned as tuples."""
     fields = [f.name for f in dataclasses.fields(cls)]
-    for option, names in options.items():
+    checked = {}
+    for option, given in options.items():
+        names = tuple(items_of(given, f"check_record's {option} (for {cls.__name__})", "a tuple of field "
+                               "names")) if isinstance(given, (tuple, list)) else given
         if isinstance(names, str) or not isinstance(names, (tuple, list)) \
                 or not all(isinstance(n, str) for n in names):
             raise TypeError(f"check_record's {option} (for {cls.__name__}) must be a tuple of field names, "
-                            f"got {type(names).__name__} {shown(names, 60)}")
+                            f"got {type(given).__name__} {shown(given, 60)}")
+        checked[option] = names
         unknown = [n for n in names if n not in fields]
         if unknown:
             raise ValueError(f"check_record's {option} names {shown(unknown[0])}, which is not a field of "
@@ -1469,6 +1507,7 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
                 raise ValueError(f"check_record's {option} names {shown(n)}, a field of {cls.__name__} "
                                  f"annotated {_describe_hint(hints[n])}: {option} applies to {wanted} "
                                  f"only (there it would check nothing)")
+    return checked
 
 
 # The fields each option of check_record applies to: (the kinds, in words).

@@ -1,0 +1,84 @@
+"""Battery 29's rerun, its obscure cases: a list whose ``len()`` raises, a label whose ``str()``
+raises and a value whose ``repr()`` raises each get a message naming the argument, what was
+expected and what arrived (not their own error, nor a wrong reason)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from course_utils.attention import validation as v
+
+
+class LyingLen(list):
+    def __len__(self) -> int:
+        raise RuntimeError("len lies")
+
+
+class LyingStr(str):
+    def __str__(self) -> str:
+        raise RuntimeError("str raises")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr raises")
+
+
+class BadIndex:
+    def __index__(self) -> int:
+        raise RuntimeError("index raises")
+
+    def __int__(self) -> int:
+        raise RuntimeError("int raises")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr raises")
+
+
+@dataclasses.dataclass
+class _Record:
+    a: float
+
+
+W = torch.zeros(4, 2)
+
+
+# -- 1. a list whose len() raises ----------------------------------------------------------------
+@pytest.mark.parametrize("call, name", [
+    (lambda: v.check_int_list(LyingLen([1, 2]), "sizes"), "sizes"),
+    (lambda: v.check_distinct(LyingLen([1, 2]), "seeds"), "seeds"),
+    (lambda: v.check_tensor_list(LyingLen([W]), "parts"), "parts"),
+    (lambda: v.check_kv_pair(LyingLen([W, W]), "past", batch=1, num_kv_heads=1, d_k=2, weight=W), "past"),
+    (lambda: v.check_record(_Record(1.0), nan_ok=LyingLen(["a"])), "nan_ok"),
+    (lambda: v.check_record(_Record(1.0), fractions=LyingLen(["a"])), "fractions"),
+])
+def test_lying_len_is_named(call, name):
+    with pytest.raises(TypeError, match=f"(?s){name}.*must be.*LyingLen.*len\\(\\) or iteration raised"):
+        call()
+
+
+def test_stack_head_weights_lying_len_names_the_parts():
+    from course_utils.attention.naive_mha import stack_head_weights
+
+    with pytest.raises(TypeError, match="k_parts must be a list of tensors, got LyingLen"):
+        stack_head_weights([W], LyingLen([W]), [W])
+
+
+def test_items_of_keeps_a_plain_list():
+    assert v.items_of((1, 2), "xs", "a list") == [1, 2]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    title: str = "t"
+    width: int = 2
+
+
+def test_check_config_fields_lying_len_names_texts():
+    with pytest.raises(TypeError, match="texts must be a tuple of field names, got LyingLen"):
+        v.check_config_fields(_Config(), LyingLen(["title"]), {"width": 1})
+
+
+def test_check_dims_not_empty_lying_len_names_dims():
+    with pytest.raises(TypeError, match="check_dims_not_empty's dims must be .*LyingLen"):
+        v.check_dims_not_empty(torch.zeros(1, 1, 2), "x", LyingLen(["B", "T"]))
