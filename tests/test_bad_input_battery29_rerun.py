@@ -82,3 +82,35 @@ def test_check_config_fields_lying_len_names_texts():
 def test_check_dims_not_empty_lying_len_names_dims():
     with pytest.raises(TypeError, match="check_dims_not_empty's dims must be .*LyingLen"):
         v.check_dims_not_empty(torch.zeros(1, 1, 2), "x", LyingLen(["B", "T"]))
+
+
+# -- 2. a label whose str() raises, a value whose repr() raises ----------------------------------
+LABEL = LyingStr("x")
+X = torch.zeros(1, 2, 4)
+
+
+@pytest.mark.parametrize("call, label", [
+    (lambda: v.check_ids(torch.tensor([5]), "ids", 3, LABEL), "check_ids's what"),
+    (lambda: v.check_index(7, "i", 3, LABEL), "check_index's what"),
+    (lambda: v.check_rows([7], "rows", 3, LABEL), "check_rows's what"),
+    (lambda: v.check_kv_pair(None, "past", batch=1, num_kv_heads=1, d_k=2, weight=W, length=LABEL),
+     "check_kv_pair's length"),
+    (lambda: v.check_linear_layer(None, "proj", 2, 4, why=LABEL), "check_linear_layer's why"),
+])
+def test_label_not_a_real_str_is_refused(call, label):
+    with pytest.raises(TypeError, match=f"{label} must be a str .*got LyingStr"):
+        call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: v.check_mha_tensors(X, X, X, d_model=BadIndex(), weight=W),
+    lambda: v.check_stream(X, "query", d_model=BadIndex(), weight=W),
+])
+def test_d_model_whose_repr_raises_is_named(call):
+    with pytest.raises(TypeError, match="d_model .*must be an int, got BadIndex"):
+        call()
+
+
+def test_labels_still_pass_as_str():
+    assert v.check_index(1, "i", 3, "layers") == 1
+    assert v.check_distinct([1, 2], "seeds", what="seeds") == [1, 2]

@@ -399,7 +399,7 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
     return parts
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_rows(rows: object, name: str, size: int, what: str = "rows", *, nonempty: bool = False) -> Tensor:
     """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
@@ -469,7 +469,7 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_fits_in_memory(num_bytes: int, name: str | None, what: str = "", *,
                          sizes: dict[str, int] | None = None) -> None:
     """Refuse an allocation of ``num_bytes`` larger than this machine's physical memory, before
@@ -527,7 +527,7 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
                                 "num_heads": num_heads})
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
     """An integer tensor (not bool, not float) whose entries lie in ``0..high-1`` (``what`` says
     what they are, e.g. ``"symbols"``); returned unchanged."""
@@ -549,7 +549,7 @@ class IndexOutOfRange(IndexError, ValueError):
     catches either keeps working (NumPy's ``AxisError`` does the same)."""
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_index(value: object, name: str, size: int, what: str = "") -> int:
     """An int in ``0..size-1`` (``what``, e.g. ``"layers in the model"``, says what ``size``
     counts); negative indices are refused rather than read from the end. Out of range raises
@@ -609,7 +609,7 @@ def check_positive_number(value: object, name: str, *, allow_inf: bool = False) 
 MAX_NARGS = 255
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_callable(value: object, name: str, what: str = "a function", *,
                    nargs: int | None = None) -> None:
     """``value`` can be called (``what`` describes the expected signature for the message) and,
@@ -695,7 +695,7 @@ def _check_dims_labels(dims: object) -> tuple[str, ...]:
     return dims
 
 
-@_checks_name
+@_checks_name(labels=("layout",))
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,
                  layout: str = "") -> None:
     """``x`` is a floating-point tensor with ``ndim`` dims (or at least ``min_ndim``).
@@ -775,7 +775,7 @@ def check_not_meta_device(device: torch.device, name: str = "device", *, asked: 
                          "no numbers to store or compute with")
 
 
-@_checks_name
+@_checks_name(labels=("instead",))
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
                          instead: str = "'cpu' or None") -> torch.device:
     """The parsed ``device`` exists on this machine: the CPU always, a CUDA GPU when torch sees it
@@ -838,7 +838,7 @@ def check_dense(x: Tensor, name: str) -> None:
                         f"of shape {describe_shape(x)}: pass {name}.to_dense()")
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_finite(x: Tensor, name: str, what: str = "") -> None:
     """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
     the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
@@ -936,7 +936,11 @@ def check_stream(x: object, name: str, *, d_model: int, weight: Tensor) -> None:
     """The one input check of a layer on the residual stream (attention's query, key and value,
     a block, an MLP): ``x`` a float ``(B, T, d_model)`` tensor of at least one sequence (``B >= 1``:
     an empty batch would come back as an empty result without a word; ``T = 0`` is left to the
-    layer) with the dtype and device of the module whose parameter is ``weight``."""
+    layer) with the dtype and device of the module whose parameter is ``weight``. ``d_model`` (the
+    module's own width) must be an int >= 1, else a TypeError or ValueError naming it: the messages
+    print it (one whose repr raised replaced them: battery 29)."""
+    if type(d_model) is not int:  # the forward pass pays this type test only
+        d_model = check_int(d_model, f"d_model (the width {name} is checked against)", minimum=1)
     check_tensor(x, name, ndim=3, layout=f"(B, T, d_model={d_model})")
     if x.shape[-1] != d_model:
         raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(x)}")
@@ -1036,7 +1040,7 @@ def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
                          f"shape {describe_shape(heads)}")
 
 
-@_checks_name
+@_checks_name(labels=("target_names",))
 def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
                     device: torch.device | None = None, shown: Tensor | None = None,
                     name: str = "mask") -> None:
@@ -1115,7 +1119,7 @@ def check_attention_extras(past: object, *, batch: int, num_kv_heads: int, d_k: 
                   alternatives=", a cache's append function or None")
 
 
-@_checks_name
+@_checks_name(labels=("length", "alternatives"))
 def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k: int, weight: Tensor,
                   length: str = "T_past", alternatives: str = "") -> tuple[Tensor, Tensor]:
     """``pair`` is a ``(k, v)`` pair of ``(B, g, T, dk)`` tensors of one shape, with the module's
@@ -1182,7 +1186,7 @@ def _all_finite(x: Tensor) -> bool:
 
 
 # -- battery 5 additions (helper b5b): kept in one block ------------------------------------------
-@_checks_name
+@_checks_name(labels=("what",))
 def check_distinct(values: object, name: str, what: str = "entries") -> list:
     """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
     ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
@@ -1290,7 +1294,7 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
 __all__ += ["check_linear_weights_fit"]
 
 
-@_checks_name
+@_checks_name(labels=("why",))
 def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias: bool | None = None,
                        why: str = "") -> None:
     """``layer``, the module attribute ``name``, is an ``nn.Linear`` from ``d_in`` to ``d_out``
