@@ -114,3 +114,9 @@ def test_d_model_whose_repr_raises_is_named(call):
 def test_labels_still_pass_as_str():
     assert v.check_index(1, "i", 3, "layers") == 1
     assert v.check_distinct([1, 2], "seeds", what="seeds") == [1, 2]
+
+
+# -- 3. one-offs -----------------------------------------------------------------------------------
+def test_check_config_fields_nested_texts_named():
+    with pytest.raises(TypeError, match="texts and the keys of counts must be field names"):
+        v.check_config_fields(_Config(), [["title"]], {"width": 1})

@@ -1340,6 +1340,9 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
                         f"{type(texts).__name__} {shown(texts, 40)} and {type(counts).__name__} "
                         f"{shown(counts, 40)}")
     texts = items_of(texts, "texts", "a tuple of field names")
+    if not all(isinstance(f, str) for f in (*texts, *counts)):  # a list among them is unhashable
+        raise TypeError(f"texts and the keys of counts must be field names (str), got {shown(texts, 60)} "
+                        f"and {shown(list(counts), 60)}")
     fields = {f.name for f in dataclasses.fields(config)}
     unknown = [f for f in (*texts, *counts) if f not in fields]
     if unknown:
