@@ -120,3 +120,10 @@ def test_labels_still_pass_as_str():
 def test_check_config_fields_nested_texts_named():
     with pytest.raises(TypeError, match="texts and the keys of counts must be field names"):
         v.check_config_fields(_Config(), [["title"]], {"width": 1})
+
+
+@pytest.mark.parametrize("device", ["", "no such device"])
+def test_check_mask_fits_bad_device_named(device):
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match="check_mask_fits's device .*must be a torch.device"):
+        v.check_mask_fits(mask, (2, 2, 4, 4), "(B, h, Tq, Tk)", device=device)

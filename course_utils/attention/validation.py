@@ -1068,7 +1068,14 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
             f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
             "dim or be 1"
         )
-    if device is not None and mask.device != torch.device(device):  # "cpu" as a str is torch.device("cpu")
+    if device is not None and not isinstance(device, torch.device):  # "cpu" as a str is torch.device("cpu")
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError, ValueError):  # '' gave torch's bare "must not be empty"
+            raise ValueError(f"check_mask_fits's device (for {name}) must be a torch.device or a device "
+                             f"name such as 'cpu', got {type(device).__name__} {_shown(device, 60)}"
+                             ) from None
+    if device is not None and mask.device != device:
         raise ValueError(f"{name} is on device {mask.device} but the attention inputs are on {device}")
 
 
