@@ -127,3 +127,21 @@ def test_check_mask_fits_bad_device_named(device):
     mask = torch.ones(4, 4, dtype=torch.bool)
     with pytest.raises(ValueError, match="check_mask_fits's device .*must be a torch.device"):
         v.check_mask_fits(mask, (2, 2, 4, 4), "(B, h, Tq, Tk)", device=device)
+
+
+@pytest.mark.parametrize("args, name", [
+    (("README.md", LyingStr(".")), "root"),
+    ((LyingStr("README.md"), "."), "path"),
+])
+def test_place_in_path_whose_str_raises_named_not_a_loop(args, name):
+    from course_utils.cli import place_in
+
+    with pytest.raises(TypeError, match=f"{name} must be a str or Path .*whose str\\(\\) raised"):
+        place_in(*args)
+
+
+def test_path_kind_path_whose_str_raises_named():
+    from course_utils.cli import path_kind
+
+    with pytest.raises(TypeError, match="path must be a str or Path .*whose str\\(\\) raised"):
+        path_kind(LyingStr("README.md"))
