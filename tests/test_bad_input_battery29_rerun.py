@@ -145,3 +145,10 @@ def test_path_kind_path_whose_str_raises_named():
 
     with pytest.raises(TypeError, match="path must be a str or Path .*whose str\\(\\) raised"):
         path_kind(LyingStr("README.md"))
+
+
+def test_plot_block_label_whose_str_raises_named():
+    from course_utils.exercises.your_attention import plot_block
+
+    with pytest.raises(TypeError, match="attention_label must be a str, got LyingStr"):
+        plot_block(attention_label=LyingStr("attention"))
