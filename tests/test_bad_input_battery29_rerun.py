@@ -152,3 +152,23 @@ def test_plot_block_label_whose_str_raises_named():
 
     with pytest.raises(TypeError, match="attention_label must be a str, got LyingStr"):
         plot_block(attention_label=LyingStr("attention"))
+
+
+# -- 4. autograde and raising show values through shown ---------------------------------------------
+class BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr raises")
+
+
+def test_exercise_of_lesson_whose_repr_raises_named():
+    from course_utils.exercises.autograde import exercise_of
+
+    with pytest.raises(ValueError, match="lesson must be 'lessonNN'.*whose repr raised"):
+        exercise_of(LyingStr("nope"), "check_x")
+
+
+def test_requested_shape_args_whose_repr_raises_named():
+    from course_utils.exercises.raising import requested_shape
+
+    with pytest.raises(TypeError, match="whose repr raised"):
+        requested_shape(BadRepr())
