@@ -95,7 +95,9 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     the argument ``name``, what it should name (``what``) and what arrived; an empty path is a
     ValueError saying so (it was a TypeError calling '' not a str); a path holding a NUL
     character (no file system takes one: ``open`` and ``stat`` said only "embedded null byte") is a
-    ValueError naming it. ``name`` and ``what`` are non-empty str (:func:`check_label`)."""
+    ValueError naming it; so is a str subclass whose ``str()`` raises (a TypeError: a root that did
+    was reported as a symbolic link loop: battery 29). ``name`` and ``what`` are non-empty str
+    (:func:`check_label`)."""
     check_label(name, "name", "the name of the argument checked")
     check_label(what, "what", "what the path should name, e.g. 'a file'")
     if not isinstance(value, (str, os.PathLike)):
@@ -106,6 +108,12 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
     except Exception as err:  # noqa: BLE001 - returned neither str nor bytes, or raised (battery 27)
         raise TypeError(f"{name} must be a str or Path naming {what}, got a {type(value).__name__} "
                         f"whose __fspath__ failed: {err}") from None
+    if type(text) is not str and type(text) is not bytes:  # a subclass: its str() may raise (battery 29)
+        try:
+            str(text)
+        except Exception as err:  # noqa: BLE001 - its str is the broken part; say so
+            raise TypeError(f"{name} must be a str or Path naming {what}, got a {type(value).__name__} "
+                            f"whose str() raised {type(err).__name__}") from None
     if not text:
         raise ValueError(f"{name} must name {what}, got an empty path {shown(text)}")
     if ("\0" if isinstance(text, str) else b"\0") in text:

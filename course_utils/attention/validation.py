@@ -78,6 +78,7 @@ __all__ = [
     "check_dims_not_empty",
     "MAX_NARGS",
     "shown",
+    "items_of",
     "check_dense",
     "finite",
     "say",
@@ -118,28 +119,53 @@ def say(text: str) -> None:
         pass
 
 
-def _checks_name(check: Callable) -> Callable:
+def _checks_name(check: Callable | None = None, *, labels: tuple[str, ...] = ()) -> Callable:
     """Refuse, before ``check`` runs, a ``name`` (the argument's name its messages use) that is not
     a str: a name whose str raises replaced the message it was meant to label (battery 28). ``None``
     passes where the check allows it (a default of None, or ``str | None``); a missing name is left
-    to Python's own TypeError. The position of ``name`` is read once, here, from the signature."""
+    to Python's own TypeError. ``labels`` names the check's other label parameters (``what``,
+    ``why``, ``length``: words its messages print), refused the same way (a str subclass whose
+    ``str()`` raises replaced the message: battery 29); used as ``@_checks_name(labels=("what",))``.
+    The positions are read once, here, from the signature: a call pays one type test per label."""
+    if check is None:
+        return functools.partial(_checks_name, labels=labels)
     parameters = inspect.signature(check).parameters
-    parameter = parameters["name"]
-    position = (list(parameters).index("name")
-                if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else None)
-    default, empty = parameter.default, inspect.Parameter.empty
-    none_ok = default is None or "None" in str(parameter.annotation)  # ``str | None``
-    allowed, expected = (None, "a str or None") if none_ok else (empty, "a str")
+    empty = inspect.Parameter.empty
+    specs = []  # (label, its position or None, its default, what passes besides a str, expected)
+    for label in ("name", *labels):
+        parameter = parameters[label]
+        position = (list(parameters).index(label)
+                    if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else None)
+        default = parameter.default
+        none_ok = default is None or "None" in str(parameter.annotation)  # ``str | None``
+        allowed, expected = (None, "a str or None") if none_ok else (empty, "a str")
+        specs.append((label, position, default, allowed, expected))
+    specs = tuple(specs)
 
     @functools.wraps(check)
     def checked(*args: object, **kwargs: object) -> object:
-        name = args[position] if position is not None and len(args) > position \
-            else kwargs.get("name", default)
-        if type(name) is not str and name is not allowed and name is not empty:
-            raise TypeError(f"{check.__name__}'s name must be {expected} (the name of the argument "
-                            f"its messages use), got {type(name).__name__} {shown(name, 60)}")
+        for label, position, default, allowed, expected in specs:
+            value = args[position] if position is not None and len(args) > position \
+                else kwargs.get(label, default)
+            if type(value) is not str and value is not allowed and value is not empty:
+                what = "the name of the argument its messages use" if label == "name" \
+                    else "words its messages print"
+                raise TypeError(f"{check.__name__}'s {label} must be {expected} ({what}), got "
+                                f"{type(value).__name__} {shown(value, 60)}")
         return check(*args, **kwargs)
     return checked
+
+
+def items_of(values: object, name: str, expected: str) -> list:
+    """``list(values)``, the one way the checks take the items of a sequence they were given: a
+    value whose ``len()`` or iteration raises (a list subclass whose ``__len__`` raises) is a
+    TypeError naming ``name``, what was ``expected`` and what arrived, instead of its own error
+    naming nothing (battery 29). A plain list or tuple costs one type test and a copy."""
+    try:
+        return list(values)
+    except Exception as err:  # noqa: BLE001 - its len or iteration is the broken part; say so
+        raise TypeError(f"{name} must be {expected}, got {type(values).__name__} {shown(values, 60)} "
+                        f"whose len() or iteration raised {type(err).__name__} (chained below)") from err
 
 
 _shown = shown  # for check_mask_fits, whose argument ``shown`` hides the function
@@ -318,7 +344,7 @@ def check_int_list(values: object, name: str, *, minimum: int | None = None,
             or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a list of ints such as [1, 2, 4], got "
                         f"{type(values).__name__} {shown(values, 80)}")
-    items = list(values)
+    items = items_of(values, name, "a list of ints such as [1, 2, 4]")
     if not items and not allow_empty:
         raise ValueError(f"{name} must hold at least one int, got an empty {type(values).__name__}")
     return [check_int(v, f"{name}[{i}]", minimum=minimum, maximum=maximum)
@@ -364,15 +390,16 @@ def check_tensor_list(parts: object, name: str, *, stacked_ndim: int | None = No
         parts = list(parts.unbind(0))
     if not isinstance(parts, (list, tuple)):
         raise TypeError(f"{name} must be a list of tensors, got {type(parts).__name__}")
+    kind, parts = type(parts).__name__, items_of(parts, name, "a list of tensors")
     if not parts and not allow_empty:
-        raise ValueError(f"{name} must hold at least one tensor, got an empty {type(parts).__name__}")
+        raise ValueError(f"{name} must hold at least one tensor, got an empty {kind}")
     for i, p in enumerate(parts):
         if not isinstance(p, Tensor):
             raise TypeError(f"{name}[{i}] must be a torch.Tensor, got {type(p).__name__}")
-    return list(parts)
+    return parts
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_rows(rows: object, name: str, size: int, what: str = "rows", *, nonempty: bool = False) -> Tensor:
     """A selection of ``size`` rows as a long tensor of indices in ``0..size-1``: an int tensor,
     a list of ints, or a bool mask of exactly ``size`` entries (True = keep, turned into the
@@ -442,7 +469,7 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_fits_in_memory(num_bytes: int, name: str | None, what: str = "", *,
                          sizes: dict[str, int] | None = None) -> None:
     """Refuse an allocation of ``num_bytes`` larger than this machine's physical memory, before
@@ -500,7 +527,7 @@ def check_attention_fits(batch: int, seq_len: int, d_model: int, num_heads: int,
                                 "num_heads": num_heads})
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_ids(x: object, name: str, high: int, what: str = "ids") -> Tensor:
     """An integer tensor (not bool, not float) whose entries lie in ``0..high-1`` (``what`` says
     what they are, e.g. ``"symbols"``); returned unchanged."""
@@ -522,7 +549,7 @@ class IndexOutOfRange(IndexError, ValueError):
     catches either keeps working (NumPy's ``AxisError`` does the same)."""
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_index(value: object, name: str, size: int, what: str = "") -> int:
     """An int in ``0..size-1`` (``what``, e.g. ``"layers in the model"``, says what ``size``
     counts); negative indices are refused rather than read from the end. Out of range raises
@@ -582,7 +609,7 @@ def check_positive_number(value: object, name: str, *, allow_inf: bool = False) 
 MAX_NARGS = 255
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_callable(value: object, name: str, what: str = "a function", *,
                    nargs: int | None = None) -> None:
     """``value`` can be called (``what`` describes the expected signature for the message) and,
@@ -643,7 +670,7 @@ def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T"
     least one entry: an empty batch or sequence has nothing to attend over, and would otherwise
     fail inside a reshape or a reduction with torch's words. ``x`` must be a tensor with at least
     ``len(dims)`` dims; ``dims`` (this helper's own argument) a tuple or list of str labels."""
-    _check_dims_labels(dims)
+    dims = _check_dims_labels(dims)
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__} {shown(x, 60)}")
     if x.ndim < len(dims):
@@ -656,14 +683,19 @@ def check_dims_not_empty(x: Tensor, name: str, dims: tuple[str, ...] = ("B", "T"
                              f"got shape {describe_shape(x)}")
 
 
-def _check_dims_labels(dims: object) -> None:
-    """The ``dims`` of :func:`check_dims_not_empty`: a tuple or list of str labels such as ``("B", "T")``."""
+def _check_dims_labels(dims: object) -> tuple[str, ...]:
+    """The ``dims`` of :func:`check_dims_not_empty`: a tuple or list of str labels such as
+    ``("B", "T")``; returned as it is (a plain tuple or list: the hot path), else as a tuple."""
+    expected = "a tuple of str labels such as ('B', 'T')"
+    if isinstance(dims, (tuple, list)) and type(dims) not in (tuple, list):  # a subclass: its len may raise
+        dims = tuple(items_of(dims, "check_dims_not_empty's dims", expected))
     if not isinstance(dims, (tuple, list)) or not all(isinstance(d, str) for d in dims):
-        raise TypeError(f"check_dims_not_empty's dims must be a tuple of str labels such as ('B', 'T'), "
+        raise TypeError(f"check_dims_not_empty's dims must be {expected}, "
                         f"got {type(dims).__name__} {shown(dims, 60)}")
+    return dims
 
 
-@_checks_name
+@_checks_name(labels=("layout",))
 def check_tensor(x: object, name: str, *, ndim: int | None = None, min_ndim: int = 0,
                  layout: str = "") -> None:
     """``x`` is a floating-point tensor with ``ndim`` dims (or at least ``min_ndim``).
@@ -743,7 +775,7 @@ def check_not_meta_device(device: torch.device, name: str = "device", *, asked: 
                          "no numbers to store or compute with")
 
 
-@_checks_name
+@_checks_name(labels=("instead",))
 def check_device_present(device: torch.device, name: str = "device", *, asked: object = None,
                          instead: str = "'cpu' or None") -> torch.device:
     """The parsed ``device`` exists on this machine: the CPU always, a CUDA GPU when torch sees it
@@ -806,7 +838,7 @@ def check_dense(x: Tensor, name: str) -> None:
                         f"of shape {describe_shape(x)}: pass {name}.to_dense()")
 
 
-@_checks_name
+@_checks_name(labels=("what",))
 def check_finite(x: Tensor, name: str, what: str = "") -> None:
     """Every number in the floating tensor ``x`` is finite; otherwise a ValueError naming ``name``,
     the first bad index and its value (``what`` adds why it matters). One reduction over ``x``:
@@ -904,7 +936,11 @@ def check_stream(x: object, name: str, *, d_model: int, weight: Tensor) -> None:
     """The one input check of a layer on the residual stream (attention's query, key and value,
     a block, an MLP): ``x`` a float ``(B, T, d_model)`` tensor of at least one sequence (``B >= 1``:
     an empty batch would come back as an empty result without a word; ``T = 0`` is left to the
-    layer) with the dtype and device of the module whose parameter is ``weight``."""
+    layer) with the dtype and device of the module whose parameter is ``weight``. ``d_model`` (the
+    module's own width) must be an int >= 1, else a TypeError or ValueError naming it: the messages
+    print it (one whose repr raised replaced them: battery 29)."""
+    if type(d_model) is not int:  # the forward pass pays this type test only
+        d_model = check_int(d_model, f"d_model (the width {name} is checked against)", minimum=1)
     check_tensor(x, name, ndim=3, layout=f"(B, T, d_model={d_model})")
     if x.shape[-1] != d_model:
         raise ValueError(f"{name} last dim must be d_model={d_model}, got shape {describe_shape(x)}")
@@ -1004,7 +1040,7 @@ def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
                          f"shape {describe_shape(heads)}")
 
 
-@_checks_name
+@_checks_name(labels=("target_names",))
 def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
                     device: torch.device | None = None, shown: Tensor | None = None,
                     name: str = "mask") -> None:
@@ -1032,7 +1068,14 @@ def check_mask_fits(mask: object, target: tuple[int, ...], target_names: str, *,
             f"(Tq, Tk) = {tuple(target[-2:])} and any leading dim must equal the scores' "
             "dim or be 1"
         )
-    if device is not None and mask.device != torch.device(device):  # "cpu" as a str is torch.device("cpu")
+    if device is not None and not isinstance(device, torch.device):  # "cpu" as a str is torch.device("cpu")
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError, ValueError):  # '' gave torch's bare "must not be empty"
+            raise ValueError(f"check_mask_fits's device (for {name}) must be a torch.device or a device "
+                             f"name such as 'cpu', got {type(device).__name__} {_shown(device, 60)}"
+                             ) from None
+    if device is not None and mask.device != device:
         raise ValueError(f"{name} is on device {mask.device} but the attention inputs are on {device}")
 
 
@@ -1083,7 +1126,7 @@ def check_attention_extras(past: object, *, batch: int, num_kv_heads: int, d_k: 
                   alternatives=", a cache's append function or None")
 
 
-@_checks_name
+@_checks_name(labels=("length", "alternatives"))
 def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k: int, weight: Tensor,
                   length: str = "T_past", alternatives: str = "") -> tuple[Tensor, Tensor]:
     """``pair`` is a ``(k, v)`` pair of ``(B, g, T, dk)`` tensors of one shape, with the module's
@@ -1091,6 +1134,8 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
     a ``past`` function returned. Otherwise a TypeError or ValueError naming ``name`` (its
     tensors are ``name k`` and ``name v``), what was expected and what arrived. Returned as a
     tuple."""
+    if isinstance(pair, (tuple, list)) and type(pair) not in (tuple, list):  # a subclass: its len may raise
+        pair = tuple(items_of(pair, name, f"a (k, v) pair of tensors (B, g, {length}, dk)"))
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         got = type(pair).__name__
         if isinstance(pair, (tuple, list)):
@@ -1148,7 +1193,7 @@ def _all_finite(x: Tensor) -> bool:
 
 
 # -- battery 5 additions (helper b5b): kept in one block ------------------------------------------
-@_checks_name
+@_checks_name(labels=("what",))
 def check_distinct(values: object, name: str, what: str = "entries") -> list:
     """``values`` (a list, tuple or range) holds each entry once; a repeat is a ValueError naming
     ``name``, the values and the repeats (a repeated seed or head count would be run, averaged or
@@ -1161,7 +1206,7 @@ def check_distinct(values: object, name: str, what: str = "entries") -> list:
                         f"{shown(values, 60)}")
     if isinstance(values, Tensor):
         check_holds_values(values, name)  # a meta tensor has no values to compare
-    items = list(values)
+    items = items_of(values, name, f"a list, tuple or range of {what}")
     # tensors' == is elementwise: compared by their values (a list of tensors too; battery 23)
     keys = values.tolist() if isinstance(values, Tensor) else [
         v.tolist() if isinstance(v, Tensor) and v.device.type != "meta" else v for v in items]
@@ -1256,7 +1301,7 @@ def check_linear_weights_fit(d_in: int, widths: tuple[int, ...], name: str = "d_
 __all__ += ["check_linear_weights_fit"]
 
 
-@_checks_name
+@_checks_name(labels=("why",))
 def check_linear_layer(layer: object, name: str, d_in: int, d_out: int, *, bias: bool | None = None,
                        why: str = "") -> None:
     """``layer``, the module attribute ``name``, is an ``nn.Linear`` from ``d_in`` to ``d_out``
@@ -1301,6 +1346,10 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
         raise TypeError(f"texts must be a tuple of field names and counts a dict field -> minimum, got "
                         f"{type(texts).__name__} {shown(texts, 40)} and {type(counts).__name__} "
                         f"{shown(counts, 40)}")
+    texts = items_of(texts, "texts", "a tuple of field names")
+    if not all(isinstance(f, str) for f in (*texts, *counts)):  # a list among them is unhashable
+        raise TypeError(f"texts and the keys of counts must be field names (str), got {shown(texts, 60)} "
+                        f"and {shown(list(counts), 60)}")
     fields = {f.name for f in dataclasses.fields(config)}
     unknown = [f for f in (*texts, *counts) if f not in fields]
     if unknown:
@@ -1361,8 +1410,7 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
     if checks is None:
         options = {"nan_ok": nan_ok, "signed": signed, "positive": positive, "nonempty": nonempty,
                    "fractions": fractions}
-        _check_record_options(cls, options)
-        options = {option: tuple(names) for option, names in options.items()}
+        options = _check_record_options(cls, options)
         checks = _RECORD_CHECKS[(cls, *options.values())] = _record_checks(cls, **options)
     for name, check in checks:
         check(getattr(record, name), f"{cls.__name__}.{name}")
@@ -1445,15 +1493,19 @@ def check_increasing(steps: Sequence[int], name: str) -> None:
                          f"{name}[{back - 1}] = {steps[back - 1]} then {name}[{back}] = {steps[back]}")
 
 
-def _check_record_options(cls: type, options: dict[str, object]) -> None:
+def _check_record_options(cls: type, options: dict[str, object]) -> dict[str, tuple[str, ...]]:
     """The field-name lists a record's ``__post_init__`` gave :func:`check_record`: tuples (or
-    lists) of names of its fields."""
+    lists) of names of its fields; returned as tuples."""
     fields = [f.name for f in dataclasses.fields(cls)]
-    for option, names in options.items():
+    checked = {}
+    for option, given in options.items():
+        names = tuple(items_of(given, f"check_record's {option} (for {cls.__name__})", "a tuple of field "
+                               "names")) if isinstance(given, (tuple, list)) else given
         if isinstance(names, str) or not isinstance(names, (tuple, list)) \
                 or not all(isinstance(n, str) for n in names):
             raise TypeError(f"check_record's {option} (for {cls.__name__}) must be a tuple of field names, "
-                            f"got {type(names).__name__} {shown(names, 60)}")
+                            f"got {type(given).__name__} {shown(given, 60)}")
+        checked[option] = names
         unknown = [n for n in names if n not in fields]
         if unknown:
             raise ValueError(f"check_record's {option} names {shown(unknown[0])}, which is not a field of "
@@ -1469,6 +1521,7 @@ def _check_record_options(cls: type, options: dict[str, object]) -> None:
                 raise ValueError(f"check_record's {option} names {shown(n)}, a field of {cls.__name__} "
                                  f"annotated {_describe_hint(hints[n])}: {option} applies to {wanted} "
                                  f"only (there it would check nothing)")
+    return checked
 
 
 # The fields each option of check_record applies to: (the kinds, in words).

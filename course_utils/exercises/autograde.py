@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from .. import cli
+from ..attention.validation import shown
 from ..paths import check_path, path_kind
 from . import cases as _cases
 from . import sandbox
@@ -87,7 +88,7 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
             or not all(isinstance(x, str) and x for x in lessons):
         raise ValueError(f"lessons: expected a non-empty list of lesson names (notebook names without "
-                         f".ipynb), got {lessons!r:.80}: without them the grader has no salts")
+                         f".ipynb), got {shown(lessons, 80)}: without them the grader has no salts")
     if not Path(solutions_dir).is_dir():
         raise FileNotFoundError(f"solutions_dir: expected the instructor's solutions folder (solutions/ "
                                 f"of the course's clone), but {solutions_dir} is not a folder")
@@ -109,10 +110,11 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     unknown = [x for x in lessons if x not in known]
     if unknown:
         raise ValueError(f"lessons: expected names of the course's notebooks in {notebooks} (without "
-                         f".ipynb), one of {known}, got {unknown[0]!r}: a salt for it would never be used")
+                         f".ipynb), one of {known}, got {shown(unknown[0])}: a salt for it would never be "
+                         "used")
     twice = next((x for i, x in enumerate(lessons) if x in lessons[:i]), None)
     if twice is not None:
-        raise ValueError(f"lessons: expected each lesson once, got {twice!r} twice")
+        raise ValueError(f"lessons: expected each lesson once, got {shown(twice)} twice")
     path = Path(course) / SECRETS_NAME
     data = {"release": _secrets.token_hex(8), "manifest": manifest(),
             "solutions_dir": str(Path(solutions_dir).resolve()),
@@ -178,9 +180,10 @@ def read_secrets(course: Path) -> dict:
              if isinstance(solutions, str) and "\0" not in solutions else [])
     for lesson, salt in data["salts"].items():
         if known and lesson not in known:
-            problem = f"a salt for {lesson!r}, which is not one of the course's notebooks {known}"
+            problem = f"a salt for {shown(lesson)}, which is not one of the course's notebooks {known}"
         elif isinstance(salt, bool) or not isinstance(salt, int) or not 1 <= salt < 2**31:
-            problem = (f"salts[{lesson!r}] = {type(salt).__name__} {salt!r:.40}, expected an int in "
+            problem = (f"salts[{shown(lesson)}] = {type(salt).__name__} {shown(salt, 40)}, expected an "
+                       f"int in "
                        "1..2**31 - 1")
         else:
             continue
@@ -215,7 +218,7 @@ def salted_seeds(salt: int) -> Iterator[None]:
     builders then make other inputs than the ones whose outputs ship with the package."""
     if isinstance(salt, bool) or not isinstance(salt, (int, np.integer)):
         raise TypeError(f"salt: expected an int (a lesson's salt from the grader's secrets), got "
-                        f"{type(salt).__name__} {salt!r:.60}")
+                        f"{type(salt).__name__} {shown(salt, 60)}")
     salt = int(salt)  # a NumPy int as a Python one: no int64 overflow in the mixing below
     if salt < 0:  # write_secrets makes them in 1..2**31 - 1: a negative one is a mistake
         raise ValueError(f"salt: expected an int >= 0 (a lesson's salt from the grader's secrets), "
@@ -271,23 +274,23 @@ def _solutions_folder(solutions_dir: Any) -> Path:
     folder = Path(solutions_dir).resolve()
     if not folder.is_dir():
         raise ValueError(f"solutions_dir: expected the instructor's solutions/ folder, but "
-                         f"{str(solutions_dir)!r:.100} "
+                         f"{shown(str(solutions_dir), 100)} "
                          + ("is not a folder" if folder.exists() else "does not exist"))
     if folder.name != "solutions" or not (folder / "__init__.py").is_file():
         raise ValueError(f"solutions_dir: expected the clone's solutions/ package (a folder named "
-                         f"'solutions' with an __init__.py), got {str(solutions_dir)!r:.100}")
+                         f"'solutions' with an __init__.py), got {shown(str(solutions_dir), 100)}")
     return folder
 
 
 def _lesson_module(lesson: Any) -> Any:
     """The module course_utils.exercises.<lesson>; a ValueError naming ``lesson`` when there is none."""
     if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
-        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r:.60}")
+        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {shown(lesson, 60)}")
     try:
         return importlib.import_module(f"course_utils.exercises.{lesson}")
     except ModuleNotFoundError:
         known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
-        raise ValueError(f"lesson must be one of the course's lessons {known}, got {lesson!r}") from None
+        raise ValueError(f"lesson must be one of the course's lessons {known}, got {shown(lesson)}") from None
 
 
 def exercise_of(lesson: str, check: str) -> Any:
@@ -298,7 +301,7 @@ def exercise_of(lesson: str, check: str) -> Any:
     fn = getattr(module, check, None) if isinstance(check, str) and check.startswith("check_") else None
     if not callable(fn):
         known = sorted(n for n in vars(module) if n.startswith("check_"))
-        raise ValueError(f"check must be one of {lesson}'s checks {known}, got {check!r}")
+        raise ValueError(f"check must be one of {lesson}'s checks {known}, got {shown(check)}")
     found = getattr(fn, "__self__", None)
     if isinstance(found, Exercise):
         return found
@@ -320,10 +323,10 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
     folder = _solutions_folder(solutions_dir)
     _lesson_module(lesson)
     if isinstance(salt, bool) or not isinstance(salt, int):
-        raise TypeError(f"salt: expected an int, got {type(salt).__name__} {salt!r:.60}")
+        raise TypeError(f"salt: expected an int, got {type(salt).__name__} {shown(salt, 60)}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 86400:
         raise ValueError(f"timeout: expected the seconds the reference run may take, a number in "
-                         f"(0, 86400), got {type(timeout).__name__} {timeout!r:.40}")
+                         f"(0, 86400), got {type(timeout).__name__} {shown(timeout, 40)}")
     solutions_dir = str(folder)
     key = (lesson, int(salt), str(solutions_dir))
     if key in _REFERENCES:
@@ -406,10 +409,10 @@ def replay(name: str, cases: Sequence[Any], outcomes: Sequence[sandbox.Outcome])
         raise TypeError(f"name: expected the answer function's name (a str), got {type(name).__name__}")
     if isinstance(cases, (str, bytes)) or not isinstance(cases, Sequence) \
             or not all(isinstance(c, _cases.Case) for c in cases):
-        raise TypeError(f"cases: expected a list of exercise cases (Case), got {cases!r:.80}")
+        raise TypeError(f"cases: expected a list of exercise cases (Case), got {shown(cases, 80)}")
     if isinstance(outcomes, (str, bytes)) or not isinstance(outcomes, Sequence) \
             or not all(isinstance(o, sandbox.Outcome) for o in outcomes):
-        raise TypeError(f"outcomes: expected a list of sandbox.Outcome, got {outcomes!r:.80}")
+        raise TypeError(f"outcomes: expected a list of sandbox.Outcome, got {shown(outcomes, 80)}")
     if len(cases) != len(outcomes):
         raise ValueError(f"outcomes: expected one recorded outcome per case, {len(cases)}, "
                          f"got {len(outcomes)}")
@@ -484,7 +487,7 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
     title = exercise.title
     if not isinstance(run, sandbox.Run):
         raise TypeError(f"run must be the answer's recorded run (a sandbox.Run from run_answer), got "
-                        f"{type(run).__name__} {run!r:.60}")
+                        f"{type(run).__name__} {shown(run, 60)}")
     if run.lost is not None:
         return Feedback(title, "error", f"the grader could not run your function: {run.lost}.", exercise.hint)
     if run.defined is not None:
@@ -551,17 +554,18 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
 
     if not isinstance(exercise, Exercise):
         raise TypeError(f"exercise: expected an Exercise (see exercise_of), got {type(exercise).__name__} "
-                        f"{exercise!r:.60}")
+                        f"{shown(exercise, 60)}")
     for label, given in (("cases", cases), ("unseen", unseen)):
         if given is None and label == "unseen":
             continue
         if not isinstance(given, (list, tuple)) or not all(isinstance(c, _cases.Case) for c in given):
-            raise TypeError(f"{label}: expected a list of the exercise's cases (Case), got {given!r:.80}")
+            raise TypeError(f"{label}: expected a list of the exercise's cases (Case), got "
+                            f"{shown(given, 80)}")
     if expected_unseen is not None:  # was ignored when junk: the cap then left out the unseen outputs
         if not isinstance(expected_unseen, (list, tuple)):
             raise TypeError(f"expected_unseen: expected the right outputs of the unseen cases (a list, "
                             f"one per case) or None, got {type(expected_unseen).__name__} "
-                            f"{expected_unseen!r:.60}")
+                            f"{shown(expected_unseen, 60)}")
         if len(expected_unseen) != len(unseen or []):
             raise ValueError(f"expected_unseen: expected one right output per unseen case "
                              f"({len(unseen or [])}), got {len(expected_unseen)}")
@@ -578,7 +582,7 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
 def _check_per_call(per_call: Any) -> None:
     if isinstance(per_call, bool) or not isinstance(per_call, (int, float)) or not 0 < per_call < 86400:
         raise ValueError(f"per_call must be the seconds one call of the answer may take, a number in "
-                         f"(0, 86400), got {type(per_call).__name__} {per_call!r}")
+                         f"(0, 86400), got {type(per_call).__name__} {shown(per_call)}")
 
 
 def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | None,
@@ -624,17 +628,17 @@ def _check_salt_and_solutions(salt: object, solutions_dir: object) -> None:
     """``salt`` and ``solutions_dir`` (the unseen cases) come together or not at all: one alone
     would be ignored without a word."""
     if salt is not None and (isinstance(salt, bool) or not isinstance(salt, int)):
-        raise TypeError(f"salt must be an int or None, got {salt!r:.60}")
+        raise TypeError(f"salt must be an int or None, got {shown(salt, 60)}")
     if salt is not None and salt < 0:  # (salted_seeds's rule, checked before the reference runs)
         raise ValueError(f"salt must be an int >= 0 (a lesson's salt from the grader's secrets) or "
                          f"None, got {salt}")
     if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
         raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
-                         f"{solutions_dir!r:.100} is not a folder")
+                         f"{shown(solutions_dir, 100)} is not a folder")
     if (salt is None) != (solutions_dir is None):  # the unseen cases need both: one alone was ignored
         given, lacking = ("salt", "solutions_dir") if solutions_dir is None else ("solutions_dir", "salt")
         raise ValueError(f"salt and solutions_dir go together (the unseen cases need both), got {given}="
-                         f"{salt if given == 'salt' else solutions_dir!r:.100} and {lacking}=None")
+                         f"{shown(salt if given == 'salt' else solutions_dir, 100)} and {lacking}=None")
 
 
 def _check_grading_arguments(code: object, name: object, salt: object, solutions_dir: object,
@@ -644,13 +648,14 @@ def _check_grading_arguments(code: object, name: object, salt: object, solutions
     if not isinstance(code, str):
         raise TypeError(f"code must be the answer's source text (a str), got {type(code).__name__}")
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name must be the answer function's name (an identifier), got {name!r:.60}")
+        raise ValueError(f"name must be the answer function's name (an identifier), got {shown(name, 60)}")
     _check_salt_and_solutions(salt, solutions_dir)
     if isinstance(hide, (str, bytes)) or not isinstance(hide, (list, tuple)) \
             or not all(isinstance(p, Path) for p in hide):
-        raise TypeError(f"hide must be a list of pathlib.Path to hide from the answer, got {hide!r:.80}")
+        raise TypeError(f"hide must be a list of pathlib.Path to hide from the answer, got {shown(hide, 80)}")
     if sandboxed is not None and not isinstance(sandboxed, bool):
-        raise TypeError(f"sandboxed must be True, False or None (choose by platform), got {sandboxed!r:.60}")
+        raise TypeError(f"sandboxed must be True, False or None (choose by platform), got "
+                        f"{shown(sandboxed, 60)}")
 
 
 # -- nbgrader: the preprocessor that takes Execute's place --------------------------------------
@@ -665,13 +670,14 @@ def _need_notebook(nb: Any) -> None:
     """``nb`` must be a notebook read by nbformat (cells reachable as ``nb.cells``)."""
     if not isinstance(nb, dict) or not isinstance(getattr(nb, "cells", None), list):
         raise TypeError(f"nb: expected a notebook read by nbformat.read (a NotebookNode with .cells), got "
-                        f"{type(nb).__name__} {nb!r:.60}")
+                        f"{type(nb).__name__} {shown(nb, 60)}")
     for i, cell in enumerate(nb.cells):  # a student can edit a cell's metadata: refuse, never guess
         metadata = cell.get("metadata", {}) if isinstance(cell, dict) else {}
         where, got = ("metadata", metadata) if not isinstance(metadata, dict) else \
             ("metadata['nbgrader']", metadata.get("nbgrader", {}))
         if not isinstance(got, dict):
-            raise ValueError(f"nb: cells[{i}].{where} is {type(got).__name__} {got!r:.60}, expected a dict "
+            raise ValueError(f"nb: cells[{i}].{where} is {type(got).__name__} {shown(got, 60)}, expected a "
+                             f"dict "
                              "(as nbgrader writes it); the notebook was edited: put the released cell back "
                              "before grading")
 
@@ -690,7 +696,7 @@ def neutralise_html(nb: Any) -> int:
             got = cell.get("source") if isinstance(cell, dict) else cell
             raise TypeError(f"nb: expected every cell's source as one str (as nbformat.read gives it), "
                             f"but nb.cells[{i}]{'.source' if isinstance(cell, dict) else ''} is "
-                            f"{type(got).__name__} {got!r:.60}")
+                            f"{type(got).__name__} {shown(got, 60)}")
     changed = 0
     for cell in nb.cells:
         if cell.cell_type not in ("markdown", "raw") or _nbgrader_meta(cell).get("locked"):
@@ -724,7 +730,7 @@ def _unique_grade_ids(nb: Any) -> None:
         if grade_id is None:
             continue
         if grade_id in seen:
-            raise ValueError(f"nb: cells {seen[grade_id]} and {index} both carry grade_id {grade_id!r}; "
+            raise ValueError(f"nb: cells {seen[grade_id]} and {index} both carry grade_id {shown(grade_id)}; "
                              "a notebook's grade_ids are unique (the released notebook's), so this one "
                              "was edited: put the released cells back before grading")
         seen[grade_id] = index
@@ -750,7 +756,7 @@ def grade_notebook(nb: Any, *, salt: int | None, solutions_dir: str | None, hide
                         f"got {type(nb).__name__}")
     if not isinstance(nb.get("cells"), list):
         got = "it has no 'cells'" if "cells" not in nb else \
-            f"its 'cells' is {type(nb['cells']).__name__} {nb['cells']!r:.40}"
+            f"its 'cells' is {type(nb['cells']).__name__} {shown(nb['cells'], 40)}"
         raise TypeError(f"nb must be a notebook read with nbformat.read(path, as_version=4), with a "
                         f"list of cells, but {got}")
     _check_per_call(per_call)
@@ -831,7 +837,7 @@ def _preprocessor_class() -> type:
             notebook = resources["nbgrader"]["notebook"]
             salt = secrets.get("salts", {}).get(notebook)
             if salt is None:
-                raise RuntimeError(f"no salt for notebook {notebook!r} in {course / SECRETS_NAME}: run "
+                raise RuntimeError(f"no salt for notebook {shown(notebook)} in {course / SECRETS_NAME}: run "
                                    "`nbgrader_tools.py source` for this course again")
             isolated = sandbox.isolation() == "bubblewrap"
             if not isolated:
@@ -922,7 +928,7 @@ def _check_config(c: object) -> None:
     if not sections:
         plain = " (a plain dict has no sections as attributes)" if isinstance(c, dict) else ""
         raise TypeError(f"c: expected nbgrader's config object (c = get_config() in nbgrader_config.py, a "
-                        f"traitlets Config){plain}, got {type(c).__name__} {c!r:.60}")
+                        f"traitlets Config){plain}, got {type(c).__name__} {shown(c, 60)}")
 
 
 def configure(c: Any, course_root: str | Path) -> None:
@@ -938,7 +944,7 @@ def configure(c: Any, course_root: str | Path) -> None:
         kind = path_kind(course_root) or "a file"
         raise (FileNotFoundError if kind == "missing" else NotADirectoryError)(
             f"course_root: expected the course folder nbgrader works in (an existing folder), got "
-            f"{os.fspath(course_root)!r}, which is {kind}; nbgrader autograde would fail on it later")
+            f"{shown(os.fspath(course_root))}, which is {kind}; nbgrader autograde would fail on it later")
     _check_config(c)
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..attention.validation import check_callable, check_distinct, check_flag
+from ..attention.validation import check_callable, check_distinct, check_flag, shown
 from .answers import Raised, _check_case, same_raise
 from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str, _where_bound
 
@@ -47,7 +47,7 @@ class RaisingMistake(Mistake):
         check_flag(self.loose, "RaisingMistake.loose")
         if not isinstance(self.pattern, str):
             raise TypeError(f"RaisingMistake.pattern must be a str (\"\" for none), got "
-                            f"{type(self.pattern).__name__} {self.pattern!r:.60}")
+                            f"{type(self.pattern).__name__} {shown(self.pattern, 60)}")
 
 
 def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
@@ -143,10 +143,10 @@ def requested_shape(args: list) -> tuple:
     gave them, a float too (``d / h``): the checks read such a slip from them, so never raise."""
     if not isinstance(args, (list, tuple)) or not args:
         raise TypeError(f"args: expected the arguments of a view or reshape call (a list or tuple: the "
-                        f"tensor, then the shape), got {type(args).__name__} {args!r:.60}")
+                        f"tensor, then the shape), got {type(args).__name__} {shown(args, 60)}")
     if not (isinstance(args[0], torch.Tensor) or _is_shape(args[0])):
         raise TypeError(f"args: expected the tensor (or its shape, a tuple of ints) first, then the shape, "
-                        f"got {type(args[0]).__name__} {args[0]!r:.60} first")
+                        f"got {type(args[0]).__name__} {shown(args[0], 60)} first")
     rest = args[1:]
     if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
         return tuple(rest[0])
@@ -190,11 +190,11 @@ class RecordRefusedCall:
     def __init__(self, names: tuple[str, ...]) -> None:
         if not isinstance(names, tuple | list) or not all(type(n) is str for n in names):
             raise TypeError(f"names must be a tuple of the names of torch's builtins (such as 'cat'), got "
-                            f"{type(names).__name__} {names!r:.60}")
+                            f"{type(names).__name__} {shown(names, 60)}")
         unknown = [n for n in names if getattr(torch, n, None) is None]
         if unknown:
-            raise ValueError(f"names: torch has no function {unknown[0]!r} (names must be torch builtins "
-                             f"such as 'cat', 'stack'), got {tuple(names)!r:.80}")
+            raise ValueError(f"names: torch has no function {shown(unknown[0])} (names must be torch "
+                             f"builtins such as 'cat', 'stack'), got {shown(tuple(names), 80)}")
         self._names = tuple(check_distinct(names, "names", "torch builtins' names"))
         self._bound: list[tuple[Any, str, Any]] = []
         self.refused: tuple[str, tuple, dict] | None = None
@@ -237,7 +237,7 @@ class DiagnosesRaisingAnswers(Exercise):
         super().__post_init__()
         if not isinstance(self.refusable, tuple) or not all(isinstance(n, str) for n in self.refusable):
             raise TypeError(f"{type(self).__name__}.refusable must be a tuple of torch builtin names, got "
-                            f"{type(self.refusable).__name__} {self.refusable!r:.60}")
+                            f"{type(self.refusable).__name__} {shown(self.refusable, 60)}")
 
     def check(self, fn) -> Feedback:
         feedback = super().check(fn)
