@@ -46,10 +46,14 @@ _held: list[int] = []  # a signal course_cli.load_cli held while loading this mo
 
 
 def shown(value: object, width: int | None = None) -> str:
-    """``repr(value)``, cut to ``width`` characters, for a message; never raises: a value whose
+    """``repr(value)``, cut to ``width`` characters, for a message; never raises for any value: one whose
     ``__repr__`` raises is named by its type (its error would replace the message). The twin of
     ``course_utils.attention.validation.shown``, here because this module imports the standard
-    library only (it must start fast, before torch)."""
+    library only (it must start fast, before torch). Its one error is the same as the twin's: a
+    ``width`` that is not None or an int >= 0 (the caller's mistake, not the value's)."""
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
+        raise TypeError(f"shown's width must be None or an int >= 0, got {type(width).__name__} "
+                        f"{shown(width, 40)}")
     try:
         text = repr(value)
     except Exception as err:  # noqa: BLE001 - its repr is the broken part; say so instead

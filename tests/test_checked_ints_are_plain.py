@@ -37,3 +37,13 @@ def test_a_valid_int_subclass_is_used_as_a_plain_int(label):
     result = _calls()[label]()
     if label == "dimension_report":
         assert isinstance(result, str) and "Invalid" not in result, result
+
+
+@pytest.mark.parametrize("width", [2.5, -1, True])
+def test_cli_shown_refuses_a_bad_width_by_name_as_its_twin_does(width):
+    from course_utils.attention import validation
+    from course_utils.cli import shown
+
+    for twin in (shown, validation.shown):
+        with pytest.raises(TypeError, match="width must be None or an int >= 0"):
+            twin([1, 2, 3], width)

@@ -86,7 +86,7 @@ __all__ = [
 
 
 def shown(value: object, width: int | None = None) -> str:
-    """``repr(value)``, cut to ``width`` characters, for a message; never raises: a value whose
+    """``repr(value)``, cut to ``width`` characters, for a message; never raises for any value: one whose
     ``__repr__`` raises is named by its type (its error replaced the message: battery 27)."""
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
         raise TypeError(f"shown's width must be None or an int >= 0, got {type(width).__name__} "
