@@ -1,0 +1,24 @@
+"""Battery 30, fix pass 60d: the QA battery's findings, one test (or a few) per repro."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+# -- lookup_evaluate_nan_model: evaluate over NaN logits reported accuracies ------------------------
+def test_lookup_evaluate_refuses_a_model_with_nan_weights():
+    from course_utils.tasks.two_relations import LookupModel, TwoKeyTask, evaluate
+
+    torch.manual_seed(0)
+    task = TwoKeyTask()
+    model = LookupModel(task, 16, 2)
+    batch = task.sample(8, seed=0)
+    assert all(0.0 <= a <= 1.0 for a in evaluate(model, batch))  # a finite model is scored
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    model.train()
+    with pytest.raises(ValueError, match="logits must hold finite numbers"):
+        evaluate(model, batch)
+    assert model.training  # the mode is put back before the error
