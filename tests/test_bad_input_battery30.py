@@ -22,3 +22,11 @@ def test_lookup_evaluate_refuses_a_model_with_nan_weights():
     with pytest.raises(ValueError, match="logits must hold finite numbers"):
         evaluate(model, batch)
     assert model.training  # the mode is put back before the error
+
+
+# -- mixture_sample_huge_batch: a bare OverflowError naming no argument -----------------------------
+def test_mixture_sample_refuses_a_huge_batch_size_by_name():
+    from course_utils.tasks.synthetic import MixtureTask
+
+    with pytest.raises(ValueError, match="batch_size must be an int in 2..9007199254740992"):
+        MixtureTask().sample(10 ** 400, torch.Generator().manual_seed(0))
