@@ -30,3 +30,14 @@ def test_mixture_sample_refuses_a_huge_batch_size_by_name():
 
     with pytest.raises(ValueError, match="batch_size must be an int in 2..9007199254740992"):
         MixtureTask().sample(10 ** 400, torch.Generator().manual_seed(0))
+
+
+# -- save_checkpoint_names_path: the message named name_or_path, not save_checkpoint's path ----------
+def test_save_checkpoint_names_its_path_argument(tmp_path):
+    from course_utils.model.checkpoint import save_checkpoint
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    model = TinyTransformer(ModelConfig(vocab_size=8, d_model=8, num_heads=2, num_layers=1, max_len=4))
+    with pytest.raises(TypeError, match=r"^path must be a str or Path, got int"):
+        save_checkpoint(model, 5, task="induction", metrics={"a": 1.0}, command="x")
+
