@@ -41,3 +41,15 @@ def test_save_checkpoint_names_its_path_argument(tmp_path):
     with pytest.raises(TypeError, match=r"^path must be a str or Path, got int"):
         save_checkpoint(model, 5, task="induction", metrics={"a": 1.0}, command="x")
 
+
+# -- run_blocks_names_resid: an inference-mode resid was called x -----------------------------------
+def test_run_blocks_names_an_inference_mode_resid():
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    model = TinyTransformer(ModelConfig(vocab_size=8, d_model=8, num_heads=2, num_layers=1, max_len=4))
+    with torch.inference_mode():
+        resid = torch.randn(1, 3, 8)
+    with pytest.raises(ValueError, match=r"^resid was made under torch.inference_mode\(\)"):
+        model.run_blocks(resid)
+    with torch.no_grad():
+        assert model.run_blocks(resid)[0].shape == (1, 3, 8)
