@@ -53,3 +53,19 @@ def test_run_blocks_names_an_inference_mode_resid():
         model.run_blocks(resid)
     with torch.no_grad():
         assert model.run_blocks(resid)[0].shape == (1, 3, 8)
+
+
+# -- str_subclass_eq_baseline: a str whose == says True passed, then a bare KeyError ----------------
+def test_timings_refuse_a_baseline_equal_to_everything_by_name():
+    from course_utils.bench.timing import timings_from_samples
+
+    class EqAll(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    with pytest.raises(ValueError, match="baseline .* is not one of the names of samples"):
+        timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, EqAll("zzz"))
+    assert [t.name for t in timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, "a")] == ["a", "b"]
+
