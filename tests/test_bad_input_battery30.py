@@ -69,3 +69,17 @@ def test_timings_refuse_a_baseline_equal_to_everything_by_name():
         timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, EqAll("zzz"))
     assert [t.name for t in timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, "a")] == ["a", "b"]
 
+
+# -- next_token_loss_inference_scored: torch's bare refusal of an inference-mode scored -------------
+@pytest.mark.parametrize("metric", ["next_token_loss", "in_context_mass"])
+def test_circuit_metrics_name_an_inference_mode_scored(metric):
+    from course_utils.interp import circuits
+
+    logits = torch.randn(2, 5, 7, requires_grad=True)
+    tokens = torch.randint(0, 7, (2, 5))
+    with torch.inference_mode():
+        scored = torch.ones(2, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"^scored was made under torch.inference_mode\(\)"):
+        getattr(circuits, metric)(logits, tokens, scored)
+    with torch.no_grad():
+        getattr(circuits, metric)(logits, tokens, scored)  # no gradients recorded: fine
