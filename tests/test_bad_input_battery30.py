@@ -83,3 +83,17 @@ def test_circuit_metrics_name_an_inference_mode_scored(metric):
         getattr(circuits, metric)(logits, tokens, scored)
     with torch.no_grad():
         getattr(circuits, metric)(logits, tokens, scored)  # no gradients recorded: fine
+
+
+# -- train_model_nan_weights: a NaN weight was blamed on the lr and the data ------------------------
+def test_train_model_names_a_nan_weight():
+    from course_utils.model.train import TrainConfig, train_model
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    model = TinyTransformer(ModelConfig(vocab_size=8, d_model=8, num_heads=2, num_layers=1, max_len=4))
+    with torch.no_grad():
+        model.blocks[0].ln_attn.weight[0] = float("nan")
+    tokens = torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"model's weights \(blocks\.0\.ln_attn\.weight\) must hold finite"):
+        train_model(model, lambda g: (tokens, tokens), TrainConfig(steps=1))
+
