@@ -97,3 +97,11 @@ def test_train_model_names_a_nan_weight():
     with pytest.raises(ValueError, match=r"model's weights \(blocks\.0\.ln_attn\.weight\) must hold finite"):
         train_model(model, lambda g: (tokens, tokens), TrainConfig(steps=1))
 
+
+# -- notebook_memory_huge_timeout: timeout=10**400 came back as the notebook's error row -------------
+def test_notebook_peak_memory_refuses_a_huge_timeout_by_name(tmp_path):
+    from course_utils.bench.memory import notebook_peak_memory
+
+    with pytest.raises(ValueError, match=r"^timeout must be an int in 1\.\.604800"):
+        notebook_peak_memory(tmp_path / "never_run.ipynb", timeout=10 ** 400)
+
