@@ -105,3 +105,19 @@ def test_notebook_peak_memory_refuses_a_huge_timeout_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"^timeout must be an int in 1\.\.604800"):
         notebook_peak_memory(tmp_path / "never_run.ipynb", timeout=10 ** 400)
 
+
+# -- path_patched_nan_model_blames_source: a NaN in the model's own run blamed source_outputs --------
+def test_path_patched_logits_names_the_model_nan_weight_not_source_outputs():
+    from course_utils.interp.ablation import head_outputs
+    from course_utils.interp.patching import path_patched_logits
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    model = TinyTransformer(ModelConfig(vocab_size=8, d_model=8, num_heads=2, num_layers=2, max_len=4))
+    tokens = torch.randint(0, 8, (2, 4))
+    source = head_outputs(model, tokens)
+    with torch.no_grad():
+        model.token_embedding.weight[0, 0] = float("nan")
+    tokens[:, 0] = 0
+    with pytest.raises(ValueError, match=r"^model's weights \(token_embedding\.weight\) must hold finite"):
+        path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)])
