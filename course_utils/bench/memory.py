@@ -128,7 +128,9 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     :func:`_error_line`),
     never by raising; a SIGINT/SIGTERM meanwhile shuts the kernel down and raises
     :class:`course_utils.cli.Interrupted` (the benchmark stops with one line, exit 130/143).
-    A ``timeout`` (seconds per cell) that is not an int >= 1 is refused.
+    A ``timeout`` (seconds per cell) that is not an int in ``1 .. MAX_SECONDS`` (a week, as the
+    command's ``--timeout`` takes) is refused: ``10**400`` overflowed the kernel client's float
+    clock, which came back as the notebook's own error row.
 
     The kernel process's own stderr (not the cells' output, which comes back as messages) is
     held by :func:`_kernel_stderr` and written to this process's stderr once the notebook has
@@ -137,8 +139,9 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
     message handler whose socket closed), and the tool's one line must stay the only one.
     """
     from ..attention.validation import check_int  # torch only when called
+    from .cli import MAX_SECONDS
 
-    timeout = check_int(timeout, "timeout", minimum=1)
+    timeout = check_int(timeout, "timeout", minimum=1, maximum=MAX_SECONDS)
     import nbformat
     from nbclient import NotebookClient
 

@@ -366,8 +366,18 @@ def check_function_name(value: object, name: str, among: Iterable[Hashable] | No
     except TypeError:
         raise TypeError(f"{name} must be a function's name (a str such as 'naive', or a tuple), got "
                         f"{type(value).__name__} {shown(value, 60)}") from None
-    if among is not None and value not in (names := list(among)):
+    if among is not None and not _is_among(value, names := list(among)):
         raise ValueError(f"{name} {shown(value, 60)} ({type(value).__name__}) is not one of {what} {names}")
+
+
+def _is_among(value: Hashable, names: list) -> bool:
+    """``value`` is one of ``names`` as a dict lookup finds it (hash, then ==): a str subclass whose
+    ``__eq__`` says True to anything passed ``value in names``, then failed the lookup with a bare
+    KeyError (battery 30). Names that cannot be hashed are compared with == alone."""
+    try:
+        return value in set(names)
+    except TypeError:
+        return value in names
 
 
 def _check_timings(timings: object, baseline: object) -> Timing:

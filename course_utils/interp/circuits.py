@@ -24,6 +24,7 @@ from ..attention.validation import (
     check_holds_values,
     check_index,
     check_int,
+    check_not_inference,
     check_real,
     check_record,
     check_tensor,
@@ -236,6 +237,7 @@ def _check_scored(logits: object, tokens: object, scored: object) -> None:
     if not logits.device == tokens.device == scored.device:
         raise ValueError(f"logits, tokens and scored must be on one device, got logits on {logits.device}, "
                          f"tokens on {tokens.device}, scored on {scored.device}")
+    check_not_inference(scored, "scored", tracked=logits.requires_grad)  # torch's refusal names none
 
 
 def _check_logits_values(logits: object) -> None:

@@ -293,6 +293,18 @@ def patching_table(model: TinyTransformer, tokens: Tensor, source_tokens: Tensor
     return table
 
 
+def _check_own_run_finite(outputs: Tensor, model: TinyTransformer) -> None:
+    """The head outputs :func:`path_patched_logits` computed itself are finite; else a ValueError
+    naming the first of ``model``'s parameters that holds NaN or infinity, or (the weights being
+    finite) the run's outputs. One reduction over ``outputs`` when all is well."""
+    if bool(torch.isfinite(outputs).all()):
+        return
+    for param_name, param in model.named_parameters():
+        check_finite(param, f"model's weights ({param_name})", "path patching runs the model on tokens, "
+                     "and a NaN weight makes every patched logit NaN: did training diverge?")
+    check_finite(outputs, "head_outputs(model, tokens)", "the model's weights are finite: an overflow?")
+
+
 def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: Tensor,
                         senders: Sequence[Head], receivers: Sequence[Head], *,
                         outputs: Tensor | None = None) -> Tensor:
@@ -321,6 +333,7 @@ def path_patched_logits(model: TinyTransformer, tokens: Tensor, source_outputs: 
     given = outputs is not None
     if outputs is None:
         outputs = head_outputs(model, tokens)
+        _check_own_run_finite(outputs, model)  # else patched_logits blames the caller's source_outputs
     else:
         _check_source_outputs(outputs, model, tokens, name="outputs", of="tokens")
     cfg = model.config

@@ -349,7 +349,7 @@ def save_checkpoint(
     # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
     metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
                for k, v in metrics.items()}
-    weights_path, meta_path = checkpoint_paths(path)
+    weights_path, meta_path = checkpoint_paths(path, "path")
     _check_weights_to_save(model)
     _check_save_targets(weights_path, meta_path)
     if not replace_task:

@@ -511,6 +511,7 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"resid holds {resid.shape[1]} positions, more than max_len={cfg.max_len}")
         weight = self.token_embedding.weight
         check_same_dtype_and_device({"resid": resid, "the model's parameters": weight})
+        check_not_inference(resid, "resid", tracked=weight.requires_grad)  # else a block names it x
 
     def _check_heads(self, heads: object, resid: Tensor, start_block: int, stop_block: int,
                      need_weights: bool) -> None:

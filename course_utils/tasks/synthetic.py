@@ -1003,9 +1003,9 @@ class MixtureTask:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> MixtureBatch:
         """``round(batch_size * induction_share)`` induction sequences (training periods),
-        then sentences."""
+        then sentences (``batch_size`` at most 2**53: the share is taken in floats, exact up to there)."""
         _check_generator(generator)
-        batch_size = check_int(batch_size, "batch_size", minimum=2)  # some of each task
+        batch_size = check_int(batch_size, "batch_size", minimum=2, maximum=2**53)  # some of each task
         num_induction = min(max(round(batch_size * self.induction_share), 1), batch_size - 1)
         induction = self.induction.sample(num_induction, generator)
         sentences = self.pad(self.agreement.sample(batch_size - num_induction, generator))

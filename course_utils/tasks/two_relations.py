@@ -480,13 +480,17 @@ class RunResult:
 @torch.no_grad()
 def evaluate(model: LookupModel, batch: LookupBatch) -> tuple[float, float, float]:
     """Accuracy of the whole answer, of symbol a alone and of symbol b alone (``batch`` must hold
-    at least one example: the share of none right is no number)."""
+    at least one example: the share of none right is no number; the model's logits must be
+    finite: an argmax over NaN is no prediction)."""
     _check_batch_fits(model, batch)
     _check_not_empty(batch)
     was_training = model.training
     model.eval()
-    predicted = model(batch)[0].argmax(dim=-1)  # (n,)
+    logits = model(batch)[0]  # (n, V*V)
     model.train(was_training)
+    check_finite(logits, "model(batch)'s logits", "does the model hold NaN or infinite weights? an argmax "
+                 "over them is no prediction, so no accuracy can be read")
+    predicted = logits.argmax(dim=-1)  # (n,)
     pred_a, pred_b = split_pair_class(predicted, model.task.num_symbols)
     return (
         (predicted == batch.target).double().mean().item(),
