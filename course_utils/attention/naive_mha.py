@@ -47,8 +47,8 @@ class AttentionHead(nn.Module):
 
     def __init__(self, d_model: int, d_k: int, *, bias: bool = True) -> None:
         super().__init__()
-        d_model = check_int(d_model, "d_model", minimum=1)
-        d_k = check_int(d_k, "d_k", minimum=1)
+        check_int(d_model, "d_model", minimum=1)
+        check_int(d_k, "d_k", minimum=1)
         check_flag(bias, "bias")
         check_linear_weights_fit(d_model, (d_k,) * 3, sizes={"d_model": d_model, "d_k": d_k})  # W_Q, W_K, W_V
         self.w_q = nn.Linear(d_model, d_k, bias=bias)  # weight (dk, d) = (W_Q^i)^T
