@@ -67,7 +67,7 @@ PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numpr
                         "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
                         "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
                         "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
-                        "--nbval-sanitize-with", "--pythonwarnings", "--color"}
+                        "--nbval-sanitize-with", "--pythonwarnings", "--color", "--log-file", "--debug"}
 VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
 STAMP = VENV / ".course-install-stamp"
 INPUTS = ("pyproject.toml", "constraints.txt")
@@ -351,22 +351,52 @@ def special_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
 
 # pytest options whose value is a file or folder pytest removes or overwrites: --basetemp is
 # emptied before the tests run, a --junitxml file is overwritten after them (battery 22, G6)
-PYTEST_OUTPUT_OPTIONS = ("--basetemp", "--junitxml", "--junit-xml")
+# --log-file and --debug (and the log_file ini setting) truncate their file too (battery 30)
+PYTEST_OUTPUT_OPTIONS = ("--basetemp", "--junitxml", "--junit-xml", "--log-file", "--debug")
+# ini settings, given as -o NAME=VALUE, whose value is a file pytest overwrites
+PYTEST_OUTPUT_INI = ("log_file",)
 
 
 def _output_option_values(args: list[str]) -> list[tuple[str, str]]:
     """(option, value) for each :data:`PYTEST_OUTPUT_OPTIONS` in ``args``, written
-    ``--opt=value`` or ``--opt value`` (pytest takes no abbreviation of a long option)."""
+    ``--opt=value`` or ``--opt value`` (pytest takes no abbreviation of a long option), and each
+    :data:`PYTEST_OUTPUT_INI` setting given as ``-o NAME=VALUE`` or ``--override-ini=NAME=VALUE``.
+    A bare ``--debug`` (last, or before an option) writes pytestdebug.log."""
     found, skip = [], False
     for i, arg in enumerate(args):
         if skip:
             skip = False
             continue
         option, eq, value = arg.partition("=")
-        if option in PYTEST_OUTPUT_OPTIONS and (eq or i + 1 < len(args)):
-            found.append((option, value if eq else args[i + 1]))
-        skip = arg in PYTEST_VALUE_OPTIONS
+        following = args[i + 1] if i + 1 < len(args) else None
+        if option == "--debug" and not eq and (following is None or following.startswith("-")):
+            found.append((option, "pytestdebug.log"))
+        elif option in PYTEST_OUTPUT_OPTIONS and (eq or following is not None):
+            found.append((option, value if eq else following))
+        setting = None
+        if arg in ("-o", "--override-ini") and following is not None:
+            setting = following
+        elif option == "--override-ini" and eq:
+            setting = value
+        elif arg.startswith("-o") and not arg.startswith("--") and len(arg) > 2:
+            setting = arg[2:]
+        if setting is not None:
+            name, eq_ini, ini_value = setting.partition("=")
+            if eq_ini and name.strip() in PYTEST_OUTPUT_INI:
+                found.append((f"-o {name.strip()}", ini_value))
+        skip = arg in PYTEST_VALUE_OPTIONS and not (arg == "--debug" and (following or "-").startswith("-"))
     return found
+
+
+def addopts_args(addopts: str) -> list[str]:
+    """The arguments pytest reads from PYTEST_ADDOPTS (split as a shell would; one it cannot split
+    gives none here: pytest itself refuses it)."""
+    import shlex
+
+    try:
+        return shlex.split(addopts)
+    except ValueError:
+        return []
 
 
 def clobbered_output_paths(args: list[str], root: Path = ROOT) -> list[str]:
@@ -374,7 +404,8 @@ def clobbered_output_paths(args: list[str], root: Path = ROOT) -> list[str]:
     of the repository ``root`` (pytest runs there; links followed): a ``--basetemp`` naming an
     existing file or folder in it (pytest deletes it: ``--basetemp=docs`` removed the tracked
     docs/), a ``--junitxml`` naming an existing file in it outside ``artifacts/`` (pytest
-    overwrites it: ``--junitxml=README.md``). A new path, or one outside ``root``, passes: there
+    overwrites it: ``--junitxml=README.md``; so do ``--log-file``, ``--debug`` and
+    ``-o log_file=``). A new path, or one outside ``root``, passes: there
     pytest's own rule holds (it empties an existing ``--basetemp`` folder and overwrites an
     existing ``--junitxml`` file: what a rerun with the same options relies on)."""
     problems = []
@@ -525,6 +556,9 @@ def _main(argv: list[str]) -> int:
             return 2
         for problem in clobbered_output_paths(argv[1:])[:1]:
             print(f"course.py test: {problem}; nothing was run", file=sys.stderr)
+            return 2
+        for problem in clobbered_output_paths(addopts_args(os.environ.get("PYTEST_ADDOPTS", "")))[:1]:
+            print(f"course.py test: PYTEST_ADDOPTS: {problem}; nothing was run", file=sys.stderr)
             return 2
     if argv[0] == "lab":
         problems = lab_value_problems(argv[1:])

@@ -1,0 +1,42 @@
+"""Battery 30 (commands, exercise checks, grading), fix pass F: ``course.py test`` refuses the
+pytest options that would overwrite a tracked file when they come from PYTEST_ADDOPTS, and
+--log-file / --debug / -o log_file= on its own command line."""
+
+from __future__ import annotations
+
+import pytest
+from bad_input_cases import load_course
+
+course_py = load_course()
+
+
+# -- pytest_addopts_clobbers: PYTEST_ADDOPTS is guarded as the command line is -----------------------
+def test_test_refuses_clobbering_options_from_pytest_addopts(monkeypatch, capsys):
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--basetemp=docs --junitxml=README.md")
+    assert course_py._main(["test", "tests/test_attention.py"]) == 2
+    err = capsys.readouterr().err
+    assert "PYTEST_ADDOPTS" in err and "--basetemp" in err and "nothing was run" in err
+
+
+def test_addopts_args_splits_as_a_shell_and_tolerates_a_bad_quote():
+    assert course_py.addopts_args("--junitxml='a b.xml' -x") == ["--junitxml=a b.xml", "-x"]
+    assert course_py.addopts_args("--junitxml='unclosed") == []
+
+
+# -- pytest_log_file_clobbers: --log-file, --debug and -o log_file= overwrite their file -------------
+@pytest.mark.parametrize("args", [["--log-file=README.md"], ["--log-file", "README.md"],
+                                  ["--debug=docs/lessons.md"], ["--debug", "README.md"],
+                                  ["-o", "log_file=LICENSE"], ["-olog_file=LICENSE"],
+                                  ["--override-ini=log_file=LICENSE"],
+                                  ["--override-ini", "log_file=LICENSE"]],
+                         ids=lambda a: " ".join(a))
+def test_test_refuses_a_log_file_over_a_tracked_file(args):
+    problems = course_py.clobbered_output_paths(args)
+    assert len(problems) == 1 and "overwrite" in problems[0]
+
+
+@pytest.mark.parametrize("args", [["--debug"], ["--debug", "-x"], ["--log-file=artifacts/run.log"],
+                                  ["-o", "log_cli=true"], ["--log-file=new-file-here.log"]],
+                         ids=lambda a: " ".join(a))
+def test_test_lets_a_new_log_file_or_other_settings_pass(args):
+    assert course_py.clobbered_output_paths(args) == []
