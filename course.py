@@ -68,7 +68,9 @@ PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numpr
                         "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
                         "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
                         "--nbval-sanitize-with", "--pythonwarnings", "--color", "--log-file", "--debug"}
-VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
+# set but empty: the default, not "."; a leading ~ is the home folder, as a shell would read it
+# (a quoted '~/venvs/mha' made a folder named '~' here, battery 30)
+VENV = Path(os.path.expanduser(os.environ.get("COURSE_VENV") or "") or ROOT / ".venv")
 STAMP = VENV / ".course-install-stamp"
 INPUTS = ("pyproject.toml", "constraints.txt")
 
@@ -129,6 +131,21 @@ def _venv_is_usable() -> bool:
 # anything else is someone's files.
 VENV_ENTRIES = {"bin", "include", "lib", "lib64", "Scripts", "Include", "Lib", "share", "etc",
                 "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", ".course-install-stamp"}
+
+
+def venv_setting_problem(setting: str | None) -> str | None:
+    """Why the COURSE_VENV value ``setting`` names no folder the course may use (None: unset,
+    empty, or fine): a blank one made a folder named ' ', and a ``~`` no home folder expands was
+    made literally (``rm -rf ~`` to clean it up removes the home folder)."""
+    if not setting:
+        return None
+    if not setting.strip():
+        return (f"COURSE_VENV={setting!r} is blank: expected the path of a folder for the course's "
+                "virtual environment, or unset it for .venv/")
+    if os.path.expanduser(setting).startswith("~"):
+        return (f"COURSE_VENV={setting!r} starts with a ~ that names no home folder here: give the "
+                "folder's full path")
+    return None
 
 
 def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
@@ -569,7 +586,7 @@ def _main(argv: list[str]) -> int:
         print(f"course.py setup: takes no arguments, got {' '.join(argv[1:])} (it makes .venv/ and "
               "installs the course; to start again, delete .venv/); nothing was done", file=sys.stderr)
         return 2
-    problem = inputs_problem(ROOT)
+    problem = inputs_problem(ROOT) or venv_setting_problem(os.environ.get("COURSE_VENV"))
     if problem:
         print(f"course.py {argv[0]}: {problem}; nothing was installed or run", file=sys.stderr)
         return 2

@@ -40,3 +40,25 @@ def test_test_refuses_a_log_file_over_a_tracked_file(args):
                          ids=lambda a: " ".join(a))
 def test_test_lets_a_new_log_file_or_other_settings_pass(args):
     assert course_py.clobbered_output_paths(args) == []
+
+
+# -- course_venv_tilde_blank: COURSE_VENV='~/x' is the home folder's x; a blank one is refused --------
+@pytest.mark.parametrize("setting", [" ", "\t", "~no_such_user_b30f/venv"],
+                         ids=["space", "tab", "unknown-user"])
+def test_course_venv_blank_or_unexpandable_is_refused(setting, monkeypatch, capsys):
+    assert "COURSE_VENV" in course_py.venv_setting_problem(setting)
+    monkeypatch.setenv("COURSE_VENV", setting)
+    assert course_py._main(["publish", "--check"]) == 2
+    assert "COURSE_VENV" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", [None, "", "/tmp/some-venv", "~/venvs/mha"])
+def test_course_venv_usable_settings_pass(setting):
+    assert course_py.venv_setting_problem(setting) is None
+
+
+def test_course_venv_tilde_is_the_home_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("COURSE_VENV", "~/venvs/mha")
+    fresh = load_course()
+    assert fresh.VENV == tmp_path / "venvs" / "mha"
