@@ -468,19 +468,28 @@ def _lab_option_values(args: list[str], names: tuple[str, ...]) -> list[tuple[st
         if name in names:
             if eq:
                 found.append((name, value))
-            elif i + 1 < len(args):
+            elif i + 1 < len(args) and not _is_option(args[i + 1]):
                 found.append((name, args[i + 1]))
     return found
+
+
+def _is_option(arg: str) -> bool:
+    """Whether ``arg`` reads as an option, not a value (``-1`` is a value: a port out of range)."""
+    return arg.startswith("-") and not arg[1:].isdigit()
 
 
 def lab_value_problems(args: list[str]) -> list[str]:
     """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings):
     JupyterLab would end in a socket traceback, or start on a port no socket can have. A port
     lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*': every
-    interface)."""
+    interface). One given without its value (last, or before another option) is named: JupyterLab
+    took the lesson's path, appended after the options, as the value."""
     import socket
 
-    problems = []
+    problems = [f"{arg} needs a value (e.g. {arg}={'8888' if arg.endswith('port') else '127.0.0.1'})"
+                for i, arg in enumerate(args)  # last, or before an option: the lesson's path became it
+                if arg in ("--port", "--ServerApp.port", "--ip", "--ServerApp.ip")
+                and (i + 1 == len(args) or _is_option(args[i + 1]))]
     for option, value in _lab_option_values(args, ("--port", "--ServerApp.port")):
         try:
             port = int(value.strip())

@@ -62,3 +62,24 @@ def test_course_venv_tilde_is_the_home_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("COURSE_VENV", "~/venvs/mha")
     fresh = load_course()
     assert fresh.VENV == tmp_path / "venvs" / "mha"
+
+
+# -- lab_port_without_value: `lab --port` (value forgotten) is named, not fed the lesson's path ------
+@pytest.mark.parametrize("args", [["--port"], ["--no-browser", "--port"], ["--port", "--no-browser"],
+                                  ["--ServerApp.port"], ["--ip"], ["--ServerApp.ip", "--no-browser"]],
+                         ids=lambda a: " ".join(a))
+def test_lab_option_without_its_value_is_named(args, capsys):
+    option = next(a for a in args if a != "--no-browser")
+    assert course_py.lab_value_problems(args) == [course_py.lab_value_problems(args)[0]]
+    assert course_py.lab_value_problems(args)[0].startswith(f"{option} needs a value")
+    assert course_py._main(["lab", *args]) == 2
+    assert "needs a value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--port", "8888"], ["--port=0"], ["--ip", "127.0.0.1", "--no-browser"]])
+def test_lab_option_with_its_value_passes(args):
+    assert course_py.lab_value_problems(args) == []
+
+
+def test_lab_negative_port_is_out_of_range_not_missing():
+    assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
