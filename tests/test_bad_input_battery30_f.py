@@ -83,3 +83,24 @@ def test_lab_option_with_its_value_passes(args):
 
 def test_lab_negative_port_is_out_of_range_not_missing():
     assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
+
+
+# -- student_tree_branch_named_like_tag: --branch NAME where NAME is a tag is refused ------------------
+def test_student_tree_refuses_a_branch_named_like_a_tag(tmp_path, monkeypatch):
+    import subprocess
+
+    from bad_input_cases import import_script, raises_naming
+
+    student_tree = import_script("student_tree")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run([*git, "tag", "v9.8.7"], check=True)
+    monkeypatch.setattr(student_tree, "ROOT", repo)
+    monkeypatch.setattr(student_tree, "build", lambda out: pytest.fail("built a tree for a tag's name"))
+    raises_naming(ValueError, ["--branch", "'v9.8.7'", "tag"],
+                  lambda: student_tree.commit_to_branch("v9.8.7"))
+    assert subprocess.run([*git, "for-each-ref", "refs/heads/v9.8.7"], capture_output=True,
+                          text=True).stdout == ""
