@@ -104,3 +104,21 @@ def test_student_tree_refuses_a_branch_named_like_a_tag(tmp_path, monkeypatch):
                   lambda: student_tree.commit_to_branch("v9.8.7"))
     assert subprocess.run([*git, "for-each-ref", "refs/heads/v9.8.7"], capture_output=True,
                           text=True).stdout == ""
+
+
+# -- table_ascii_stdout_traceback: `nbgrader_tools.py table` on an ASCII stdout escapes the stars ----
+def test_table_on_an_ascii_stdout_prints_escaped(monkeypatch, capsys):
+    import io
+    import sys
+
+    from bad_input_cases import import_script
+
+    tools = import_script("nbgrader_tools")
+    if "★" not in tools.table():
+        pytest.skip("the table has no star to escape")
+    out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", out)
+    assert tools._main(["table"]) in (0, None)
+    out.flush()
+    text = out.buffer.getvalue().decode("ascii")
+    assert "\\u2605" in text
