@@ -122,3 +122,18 @@ def test_table_on_an_ascii_stdout_prints_escaped(monkeypatch, capsys):
     out.flush()
     text = out.buffer.getvalue().decode("ascii")
     assert "\\u2605" in text
+
+
+# -- test_memory_default_relative_to_cwd: the default report is the repository's, from any folder ----
+def test_test_memory_default_report_is_the_repositorys(tmp_path, monkeypatch):
+    import argparse
+    from pathlib import Path
+
+    from course_utils.bench import memory
+
+    root = Path(__file__).resolve().parents[1]
+    assert memory.DEFAULT_TEST_REPORT == root / "artifacts" / "test_peak_rss.json"
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    memory.add_bench_parser(parser.add_subparsers(dest="command"))
+    assert Path(parser.parse_args(["test-memory"]).report) == root / "artifacts" / "test_peak_rss.json"
