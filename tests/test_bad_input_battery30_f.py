@@ -5,6 +5,7 @@ pytest options that would overwrite a tracked file when they come from PYTEST_AD
 from __future__ import annotations
 
 import pytest
+import torch
 from bad_input_cases import load_course
 
 course_py = load_course()
@@ -137,3 +138,49 @@ def test_test_memory_default_report_is_the_repositorys(tmp_path, monkeypatch):
     parser = argparse.ArgumentParser()
     memory.add_bench_parser(parser.add_subparsers(dest="command"))
     assert Path(parser.parse_args(["test-memory"]).report) == root / "artifacts" / "test_peak_rss.json"
+
+
+# -- check_leaves_torch_modes: a check leaves the answer's torch modes and autocast ------------------
+def _enters_function_mode(s, v):
+    from torch.overrides import TorchFunctionMode
+
+    TorchFunctionMode().__enter__()
+    return torch.softmax(s, -1) @ v
+
+
+def _enters_dispatch_mode(s, v):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    Passing().__enter__()
+    return torch.softmax(s, -1) @ v
+
+
+def _enters_autocast(s, v):
+    torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+    return torch.softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("answer", [_enters_function_mode, _enters_dispatch_mode, _enters_autocast],
+                         ids=["function-mode", "dispatch-mode", "autocast"])
+def test_a_check_leaves_the_answers_torch_modes(answer, monkeypatch):
+    from course_utils.exercises import lesson01
+
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", "5")
+    before = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(),
+              torch.is_autocast_enabled("cpu"))
+    try:
+        lesson01.check_attend(answer)
+        after = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(),
+                 torch.is_autocast_enabled("cpu"))
+    finally:  # never leave a mode on for the other tests, whatever the check did
+        while torch._C._len_torch_function_stack() > before[0]:
+            torch._C._pop_torch_function_stack()
+        from torch.utils._python_dispatch import _pop_mode
+        while torch._C._len_torch_dispatch_stack() > before[1]:
+            _pop_mode()
+        torch.set_autocast_enabled("cpu", before[2])
+    assert after == before
