@@ -11,6 +11,14 @@ from bad_input_cases import load_course
 course_py = load_course()
 
 
+@pytest.fixture(autouse=True)
+def _nothing_installed(monkeypatch):
+    """A command that gets past its checks fails at once here, rather than installing or running."""
+    def refuse():
+        raise AssertionError("course.py went on to install the environment")
+    monkeypatch.setattr(course_py, "ensure_environment", refuse)
+
+
 # -- pytest_addopts_clobbers: PYTEST_ADDOPTS is guarded as the command line is -----------------------
 def test_test_refuses_clobbering_options_from_pytest_addopts(monkeypatch, capsys):
     monkeypatch.setenv("PYTEST_ADDOPTS", "--basetemp=docs --junitxml=README.md")
