@@ -67,8 +67,10 @@ PYTEST_VALUE_OPTIONS = {"-k", "-m", "-n", "-p", "-c", "-o", "-W", "-r", "--numpr
                         "--maxfail", "--durations", "--tb", "--basetemp", "--rootdir", "--confcutdir",
                         "--junitxml", "--junit-xml", "--override-ini", "--import-mode", "--log-level",
                         "--deselect", "--ignore", "--ignore-glob", "--timeout", "--cov", "--capture",
-                        "--nbval-sanitize-with", "--pythonwarnings", "--color"}
-VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv")  # set but empty: the default, not "."
+                        "--nbval-sanitize-with", "--pythonwarnings", "--color", "--log-file", "--debug"}
+# set but empty: the default, not "."; a leading ~ is the home folder, as a shell would read it
+# (a quoted '~/venvs/mha' made a folder named '~' here, battery 30)
+VENV = Path(os.path.expanduser(os.environ.get("COURSE_VENV") or "") or ROOT / ".venv")
 STAMP = VENV / ".course-install-stamp"
 INPUTS = ("pyproject.toml", "constraints.txt")
 
@@ -129,6 +131,21 @@ def _venv_is_usable() -> bool:
 # anything else is someone's files.
 VENV_ENTRIES = {"bin", "include", "lib", "lib64", "Scripts", "Include", "Lib", "share", "etc",
                 "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", ".course-install-stamp"}
+
+
+def venv_setting_problem(setting: str | None) -> str | None:
+    """Why the COURSE_VENV value ``setting`` names no folder the course may use (None: unset,
+    empty, or fine): a blank one made a folder named ' ', and a ``~`` no home folder expands was
+    made literally (``rm -rf ~`` to clean it up removes the home folder)."""
+    if not setting:
+        return None
+    if not setting.strip():
+        return (f"COURSE_VENV={setting!r} is blank: expected the path of a folder for the course's "
+                "virtual environment, or unset it for .venv/")
+    if os.path.expanduser(setting).startswith("~"):
+        return (f"COURSE_VENV={setting!r} starts with a ~ that names no home folder here: give the "
+                "folder's full path")
+    return None
 
 
 def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
@@ -351,22 +368,52 @@ def special_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
 
 # pytest options whose value is a file or folder pytest removes or overwrites: --basetemp is
 # emptied before the tests run, a --junitxml file is overwritten after them (battery 22, G6)
-PYTEST_OUTPUT_OPTIONS = ("--basetemp", "--junitxml", "--junit-xml")
+# --log-file and --debug (and the log_file ini setting) truncate their file too (battery 30)
+PYTEST_OUTPUT_OPTIONS = ("--basetemp", "--junitxml", "--junit-xml", "--log-file", "--debug")
+# ini settings, given as -o NAME=VALUE, whose value is a file pytest overwrites
+PYTEST_OUTPUT_INI = ("log_file",)
 
 
 def _output_option_values(args: list[str]) -> list[tuple[str, str]]:
     """(option, value) for each :data:`PYTEST_OUTPUT_OPTIONS` in ``args``, written
-    ``--opt=value`` or ``--opt value`` (pytest takes no abbreviation of a long option)."""
+    ``--opt=value`` or ``--opt value`` (pytest takes no abbreviation of a long option), and each
+    :data:`PYTEST_OUTPUT_INI` setting given as ``-o NAME=VALUE`` or ``--override-ini=NAME=VALUE``.
+    A bare ``--debug`` (last, or before an option) writes pytestdebug.log."""
     found, skip = [], False
     for i, arg in enumerate(args):
         if skip:
             skip = False
             continue
         option, eq, value = arg.partition("=")
-        if option in PYTEST_OUTPUT_OPTIONS and (eq or i + 1 < len(args)):
-            found.append((option, value if eq else args[i + 1]))
-        skip = arg in PYTEST_VALUE_OPTIONS
+        following = args[i + 1] if i + 1 < len(args) else None
+        if option == "--debug" and not eq and (following is None or following.startswith("-")):
+            found.append((option, "pytestdebug.log"))
+        elif option in PYTEST_OUTPUT_OPTIONS and (eq or following is not None):
+            found.append((option, value if eq else following))
+        setting = None
+        if arg in ("-o", "--override-ini") and following is not None:
+            setting = following
+        elif option == "--override-ini" and eq:
+            setting = value
+        elif arg.startswith("-o") and not arg.startswith("--") and len(arg) > 2:
+            setting = arg[2:]
+        if setting is not None:
+            name, eq_ini, ini_value = setting.partition("=")
+            if eq_ini and name.strip() in PYTEST_OUTPUT_INI:
+                found.append((f"-o {name.strip()}", ini_value))
+        skip = arg in PYTEST_VALUE_OPTIONS and not (arg == "--debug" and (following or "-").startswith("-"))
     return found
+
+
+def addopts_args(addopts: str) -> list[str]:
+    """The arguments pytest reads from PYTEST_ADDOPTS (split as a shell would; one it cannot split
+    gives none here: pytest itself refuses it)."""
+    import shlex
+
+    try:
+        return shlex.split(addopts)
+    except ValueError:
+        return []
 
 
 def clobbered_output_paths(args: list[str], root: Path = ROOT) -> list[str]:
@@ -374,7 +421,8 @@ def clobbered_output_paths(args: list[str], root: Path = ROOT) -> list[str]:
     of the repository ``root`` (pytest runs there; links followed): a ``--basetemp`` naming an
     existing file or folder in it (pytest deletes it: ``--basetemp=docs`` removed the tracked
     docs/), a ``--junitxml`` naming an existing file in it outside ``artifacts/`` (pytest
-    overwrites it: ``--junitxml=README.md``). A new path, or one outside ``root``, passes: there
+    overwrites it: ``--junitxml=README.md``; so do ``--log-file``, ``--debug`` and
+    ``-o log_file=``). A new path, or one outside ``root``, passes: there
     pytest's own rule holds (it empties an existing ``--basetemp`` folder and overwrites an
     existing ``--junitxml`` file: what a rerun with the same options relies on)."""
     problems = []
@@ -420,19 +468,28 @@ def _lab_option_values(args: list[str], names: tuple[str, ...]) -> list[tuple[st
         if name in names:
             if eq:
                 found.append((name, value))
-            elif i + 1 < len(args):
+            elif i + 1 < len(args) and not _is_option(args[i + 1]):
                 found.append((name, args[i + 1]))
     return found
+
+
+def _is_option(arg: str) -> bool:
+    """Whether ``arg`` reads as an option, not a value (``-1`` is a value: a port out of range)."""
+    return arg.startswith("-") and not arg[1:].isdigit()
 
 
 def lab_value_problems(args: list[str]) -> list[str]:
     """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings):
     JupyterLab would end in a socket traceback, or start on a port no socket can have. A port
     lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*': every
-    interface)."""
+    interface). One given without its value (last, or before another option) is named: JupyterLab
+    took the lesson's path, appended after the options, as the value."""
     import socket
 
-    problems = []
+    problems = [f"{arg} needs a value (e.g. {arg}={'8888' if arg.endswith('port') else '127.0.0.1'})"
+                for i, arg in enumerate(args)  # last, or before an option: the lesson's path became it
+                if arg in ("--port", "--ServerApp.port", "--ip", "--ServerApp.ip")
+                and (i + 1 == len(args) or _is_option(args[i + 1]))]
     for option, value in _lab_option_values(args, ("--port", "--ServerApp.port")):
         try:
             port = int(value.strip())
@@ -526,6 +583,9 @@ def _main(argv: list[str]) -> int:
         for problem in clobbered_output_paths(argv[1:])[:1]:
             print(f"course.py test: {problem}; nothing was run", file=sys.stderr)
             return 2
+        for problem in clobbered_output_paths(addopts_args(os.environ.get("PYTEST_ADDOPTS", "")))[:1]:
+            print(f"course.py test: PYTEST_ADDOPTS: {problem}; nothing was run", file=sys.stderr)
+            return 2
     if argv[0] == "lab":
         problems = lab_value_problems(argv[1:])
         if problems:
@@ -535,7 +595,7 @@ def _main(argv: list[str]) -> int:
         print(f"course.py setup: takes no arguments, got {' '.join(argv[1:])} (it makes .venv/ and "
               "installs the course; to start again, delete .venv/); nothing was done", file=sys.stderr)
         return 2
-    problem = inputs_problem(ROOT)
+    problem = inputs_problem(ROOT) or venv_setting_problem(os.environ.get("COURSE_VENV"))
     if problem:
         print(f"course.py {argv[0]}: {problem}; nothing was installed or run", file=sys.stderr)
         return 2

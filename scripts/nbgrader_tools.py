@@ -844,8 +844,9 @@ def _main(argv: list[str]) -> int:
                 print(f"table: unknown arguments {' '.join(args)}; the only option is --write",
                       file=sys.stderr)
                 return 2
-            else:
-                print(table())
+            else:  # a star (★) an ASCII stdout lacks is printed escaped, not a traceback (battery 30)
+                encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+                print(table().encode(encoding, "backslashreplace").decode(encoding))
         else:
             print(__doc__)
             print(f"unknown command {command!r}", file=sys.stderr)

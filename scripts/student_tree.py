@@ -186,6 +186,12 @@ def commit_to_branch(branch: str) -> str:
     if branch == current:
         raise ValueError(f"--branch: {branch!r} is the branch checked out here; the student tree goes "
                          "on a branch of its own, e.g. 'student'")
+    tagged = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"refs/tags/{branch}"],
+                            capture_output=True)
+    if tagged.returncode == 0:  # `git push origin NAME` would fail: the name matches two refs
+        raise ValueError(f"--branch: {branch!r} is already a tag; a branch of the same name makes "
+                         f"`git push origin {branch}` fail and every checkout of it ambiguous: give "
+                         "another name, e.g. 'student'")
     with tempfile.TemporaryDirectory() as tmp:
         tree_dir = Path(tmp) / "tree"
         build(tree_dir)

@@ -45,6 +45,9 @@ TARGET_MB = 1000.0  # the course's target per lesson (1.0 GB)
 BINDER_LIMIT_MB = 2048.0  # mybinder.org's memory limit
 CELL_TIMEOUT_S = 120.0  # nbgrader's default time limit per cell (ExecutePreprocessor.timeout)
 TEST_REPORT = Path("artifacts") / "test_peak_rss.json"  # relative to the repository root
+# where the tests write it, whatever the current folder (the package sits in the repository root;
+# read relative to the current folder, test-memory run elsewhere said "no report", battery 30)
+DEFAULT_TEST_REPORT = Path(__file__).resolve().parents[2] / TEST_REPORT
 _MARK = "COURSE_PEAK_RSS_BYTES"
 # Linux sums a process's RSS over per-CPU counters without locking them, so VmHWM (the peak) may
 # read a little below the VmRSS read when the test began: 0.1-0.3 MB on 2 CPUs in the course's
@@ -342,7 +345,7 @@ def reset_peak_rss() -> bool:
 
 
 
-def read_test_report(path: str | Path = TEST_REPORT) -> dict[str, dict]:
+def read_test_report(path: str | Path = DEFAULT_TEST_REPORT) -> dict[str, dict]:
     """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
     "seconds": ...}}``. A file that is not such a report (not UTF-8 JSON, JSON nested too
     deeply to read, no ``tests`` table) is a ValueError naming it."""
@@ -488,7 +491,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="list each notebook's N slowest cells (0: none)")
     p.set_defaults(run=_main_memory, check=_check_notebook_names)
     t = sub.add_parser("test-memory", help="the largest per-test peak memory of the last test runs")
-    t.add_argument("report", nargs="?", default=str(TEST_REPORT), type=report_file,
-                   help=f"the report the tests wrote (default: {TEST_REPORT})")
+    t.add_argument("report", nargs="?", default=str(DEFAULT_TEST_REPORT), type=report_file,
+                   help=f"the report the tests wrote (default: {TEST_REPORT} in the repository)")
     t.add_argument("--top", type=positive_int, default=10, help="how many tests to list")
     t.set_defaults(run=_main_test_memory)

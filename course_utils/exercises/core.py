@@ -650,6 +650,48 @@ def _leave_saved_tensors_hooks(saved: Any) -> None:
         _pop_saved_hooks()
 
 
+# torch's mode stacks and autocast, bound at import: an answer that enters a TorchFunctionMode or
+# TorchDispatchMode, or torch.autocast, and never leaves it left every later torch call of the
+# notebook going through its mode or in bfloat16 (battery 30)
+_function_modes = torch._C._len_torch_function_stack
+_pop_function_mode = torch._C._pop_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _pop_dispatch_mode() -> None:
+    from torch.utils._python_dispatch import _pop_mode
+
+    _pop_mode()
+
+
+def _leave_function_modes(depth: int) -> None:
+    """Leave the ``TorchFunctionMode``s entered since the stack was ``depth`` deep."""
+    for _ in range(1000):
+        if _function_modes() <= depth:
+            return
+        _pop_function_mode()
+
+
+def _leave_dispatch_modes(depth: int) -> None:
+    """Leave the ``TorchDispatchMode``s entered since the stack was ``depth`` deep."""
+    for _ in range(1000):
+        if _dispatch_modes() <= depth:
+            return
+        _pop_dispatch_mode()
+
+
+def _autocast_state() -> tuple[tuple[bool, Any], ...]:
+    """Whether ``torch.autocast`` is on, and in which dtype, for each of :data:`_AUTOCAST_DEVICES`."""
+    return tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES)
+
+
+def _put_autocast_state(state: tuple[tuple[bool, Any], ...]) -> None:
+    for device, (enabled, dtype) in zip(_AUTOCAST_DEVICES, state, strict=True):
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+
+
 def _default_device_context() -> Any:
     return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
 
@@ -880,6 +922,12 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
      _global_module_hooks, _put_global_module_hooks),
     (lambda was, now: "left torch.autograd.graph.saved_tensors_hooks entered",
      _saved_tensors_hooks, _leave_saved_tensors_hooks),
+    # (after the default device: set_default_device is a TorchFunctionMode of its own; battery 30)
+    (lambda was, now: "left a TorchFunctionMode entered (torch.overrides)", _function_modes,
+     _leave_function_modes),
+    (lambda was, now: "left a TorchDispatchMode entered (torch.utils._python_dispatch)", _dispatch_modes,
+     _leave_dispatch_modes),
+    (lambda was, now: "left torch.autocast entered", _autocast_state, _put_autocast_state),
     # (COURSE_CHECK_TIMEOUT set to 0.0001: battery 9; NBGRADER_EXECUTION set would turn every
     # later check into validate mode: battery 27)
     (_environment_change, _environment, _put_environment),
