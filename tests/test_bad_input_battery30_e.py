@@ -1,0 +1,17 @@
+"""Battery 30's library findings, part e: each test failed before its fix."""
+import warnings
+
+import torch
+
+from course_utils.exercises.core import outputs_close
+
+
+def test_outputs_close_keeps_imaginary_part_of_expected():
+    got = torch.zeros(2, 3)
+    expected = torch.zeros(2, 3, dtype=torch.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert outputs_close(got, expected)
+        expected[0, 0] = complex(0.0, 5.0)
+        assert not outputs_close(got, expected)
+        assert outputs_close(expected.clone(), expected)
