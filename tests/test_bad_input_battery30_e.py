@@ -15,3 +15,16 @@ def test_outputs_close_keeps_imaginary_part_of_expected():
         expected[0, 0] = complex(0.0, 5.0)
         assert not outputs_close(got, expected)
         assert outputs_close(expected.clone(), expected)
+
+
+def test_eval_batches_do_not_depend_on_default_dtype():
+    from course_utils.tasks.synthetic import AgreementTask, InductionTask
+
+    for task in (InductionTask(), AgreementTask()):
+        a = task.eval_batch(16).tokens
+        torch.set_default_dtype(torch.float64)
+        try:
+            b = task.eval_batch(16).tokens
+        finally:
+            torch.set_default_dtype(torch.float32)
+        assert a.shape == b.shape and torch.equal(a, b), type(task).__name__

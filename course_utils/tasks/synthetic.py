@@ -299,8 +299,10 @@ class InductionTask:
                              f"{B} sequences of {T} tokens")
         choice = torch.randint(len(periods), (B,), generator=generator)
         period = torch.tensor(periods)[choice]  # (B,)
-        # p distinct tokens per sequence: a random permutation of 1..V-1, cut to max period
-        perm = torch.rand(B, self.vocab_size - 1, generator=generator).argsort(dim=-1) + 1
+        # p distinct tokens per sequence: a random permutation of 1..V-1, cut to max period (draws in
+        # float32 whatever the default dtype, so a seed gives the same batch)
+        perm = torch.rand(B, self.vocab_size - 1, generator=generator, dtype=torch.float32)
+        perm = perm.argsort(dim=-1) + 1
         offset = torch.arange(T - 1).unsqueeze(0) % period.unsqueeze(1)  # (B, T-1): j mod p
         body = perm.gather(1, offset)  # (B, T-1): the prefix repeated
         tokens = torch.cat([torch.full((B, 1), BOS), body], dim=1)  # (B, T)
@@ -728,7 +730,8 @@ class AgreementTask:
         # the draws become Python floats (about 32 bytes each), then a sentence of Python objects
         check_fits_in_memory(batch_size * (_DRAWS_PER_SENTENCE + 1) * 64, "batch_size",
                              f"{batch_size} sentences")
-        uniforms = torch.rand(batch_size, _DRAWS_PER_SENTENCE + 1, generator=generator).tolist()
+        uniforms = torch.rand(batch_size, _DRAWS_PER_SENTENCE + 1, generator=generator,
+                              dtype=torch.float32).tolist()  # float32 whatever the default dtype
         sentences = []
         for row in uniforms:
             draws = _Draws(row)
