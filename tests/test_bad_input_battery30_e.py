@@ -28,3 +28,28 @@ def test_eval_batches_do_not_depend_on_default_dtype():
         finally:
             torch.set_default_dtype(torch.float32)
         assert a.shape == b.shape and torch.equal(a, b), type(task).__name__
+
+
+def test_paged_append_interrupted_leaves_sequence_as_it_was():
+    import pytest
+
+    from course_utils.model.paged_cache import PagedCache
+
+    c = PagedCache(8, 4, 2, 8)
+    c.add_sequence("s")
+    g = torch.Generator().manual_seed(0)
+    c.append("s", torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g))
+    before = (list(c.tables["s"]), list(c.free), list(c.refs), c.lengths["s"])
+    take = c._take_block
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    c._take_block = interrupted  # the 4th new token needs a fresh block: interrupted there
+    k, v = torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g)
+    with pytest.raises(KeyboardInterrupt):
+        c.append("s", k, v)
+    assert (list(c.tables["s"]), list(c.free), list(c.refs), c.lengths["s"]) == before
+    c._take_block = take
+    c.append("s", k, v)
+    assert c.lengths["s"] == 6
