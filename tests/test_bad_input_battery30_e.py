@@ -53,3 +53,17 @@ def test_paged_append_interrupted_leaves_sequence_as_it_was():
     c._take_block = take
     c.append("s", k, v)
     assert c.lengths["s"] == 6
+
+
+def test_induction_accuracy_rechecks_batch_changed_in_place():
+    import pytest
+
+    from course_utils.tasks.synthetic import InductionTask, induction_accuracy
+
+    task = InductionTask()
+    batch = task.eval_batch(4)
+    logits = torch.randn(*batch.tokens.shape, task.vocab_size, generator=torch.Generator().manual_seed(0))
+    induction_accuracy(logits, batch)
+    batch.tokens.fill_(-5)
+    with pytest.raises(ValueError, match="InductionBatch.tokens"):
+        induction_accuracy(logits, batch)
