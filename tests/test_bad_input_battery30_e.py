@@ -67,3 +67,19 @@ def test_induction_accuracy_rechecks_batch_changed_in_place():
     batch.tokens.fill_(-5)
     with pytest.raises(ValueError, match="InductionBatch.tokens"):
         induction_accuracy(logits, batch)
+
+
+def test_run_answer_refuses_limits_setrlimit_cannot_take():
+    import pytest
+
+    from course_utils.exercises import lesson02
+    from course_utils.exercises.autograde import cases_of
+    from course_utils.exercises.sandbox import run_answer
+
+    code = "def softmax_rows(x):\n    return x\n"
+    cases = [cases_of(lesson02.SOFTMAX_ROWS)]
+    for name, value in (("memory", 10 ** 400), ("per_call", 2 ** 40), ("grace", 10 ** 30),
+                        ("max_result_bytes", 10 ** 30)):
+        with pytest.raises(ValueError, match=name):
+            run_answer(code, "softmax_rows", "lesson02.check_softmax_rows", cases, sandbox=False,
+                       **{"per_call": 30, name: value})
