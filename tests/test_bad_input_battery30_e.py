@@ -83,3 +83,23 @@ def test_run_answer_refuses_limits_setrlimit_cannot_take():
         with pytest.raises(ValueError, match=name):
             run_answer(code, "softmax_rows", "lesson02.check_softmax_rows", cases, sandbox=False,
                        **{"per_call": 30, name: value})
+
+
+def test_place_in_in_deleted_current_folder_says_so():
+    import os
+    import tempfile
+
+    import pytest
+
+    from course_utils.cli import place_in
+
+    here = os.getcwd()
+    gone = tempfile.mkdtemp()
+    os.chdir(gone)
+    os.rmdir(gone)
+    try:
+        with pytest.raises(ValueError, match="current folder") as info:
+            place_in("x", ".")
+        assert "symbolic link" not in str(info.value)
+    finally:
+        os.chdir(here)
