@@ -78,7 +78,8 @@ class Interrupted(BaseException):
 def place_in(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
     """Where ``path`` lies in the folder ``root``, links followed (a link into ``root`` counts as
     inside): ``"."`` for ``root`` itself, ``"a/b"`` for a folder inside it, None outside. A symbolic
-    link that loops on the way is a ValueError naming ``path``. The one test the tools that must
+    link that loops on the way is a ValueError naming ``path``; so is a current folder that was
+    deleted (:func:`cwd_problem`). The one test the tools that must
     write outside the course's clone share (``nbgrader_tools.py source``'s COURSE_DIR,
     ``student_tree.py``'s OUT_DIR, ``autograde.write_secrets``'s course)."""
     check_path(path, "path", "a file or folder")
@@ -86,6 +87,10 @@ def place_in(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
     try:
         where, top = Path(path).resolve(), Path(root).resolve()
     except (OSError, RuntimeError):  # Python 3.11/3.12 raise RuntimeError on a loop, 3.13 OSError
+        problem = cwd_problem()  # a relative path in a deleted current folder fails the same way
+        if problem is not None:
+            raise ValueError(f"path {shown(os.fspath(path), 80)} in root {shown(os.fspath(root), 80)}: "
+                             f"{problem}") from None
         raise ValueError(f"{os.fspath(path)}: a symbolic link on this path loops (or never ends)") from None
     if where != top and top not in where.parents:
         return None

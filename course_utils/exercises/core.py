@@ -1668,11 +1668,12 @@ def _first_tensor_where(x: Any, test: Callable[[Any], bool], _depth: int = 0, *,
     return None
 
 
-def _as_array(x: Any) -> np.ndarray | None:
+def _as_array(x: Any, complex_: bool = False) -> np.ndarray | None:
+    """``x`` as a float64 array (complex128 with ``complex_``, so an imaginary part is kept)."""
     if isinstance(x, torch.Tensor):
-        return x.detach().cpu().to(torch.float64).numpy()
+        return x.detach().cpu().to(torch.complex128 if complex_ else torch.float64).numpy()
     if isinstance(x, np.ndarray) and _is_numeric(x.dtype):
-        return x.astype(np.float64)
+        return x.astype(np.complex128 if complex_ else np.float64)
     return None
 
 
@@ -1797,7 +1798,8 @@ def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 
             return False  # converting would drop the imaginary part, with only a warning
         if not _is_numeric(got.dtype):
             return False  # Python objects, text: no numbers to compare
-        return _arrays_close(_as_array(got), _as_array(expected), rtol, atol)
+        as_complex = _is_complex(expected.dtype)  # a real answer is compared with both parts
+        return _arrays_close(_as_array(got, as_complex), _as_array(expected, as_complex), rtol, atol)
     if expected is None:
         return got is None
     if isinstance(expected, bool):

@@ -52,7 +52,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ..attention.validation import check_int, check_record
+from ..attention.validation import check_int, check_record, shown
 from ..paths import check_path
 
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
@@ -1515,6 +1515,10 @@ def _bwrap_argv(work: Path, hidden: Sequence[Path]) -> list[str]:
     return argv + ["--size", str(WORK_SIZE), "--tmpfs", str(work), "--chdir", str(work)]
 
 
+MAX_RLIMIT = 2**63 - 1  # the largest process limit setrlimit takes (memory, result file size)
+MAX_SECONDS = 2**31 - 1  # the largest signal.alarm takes (per_call, grace)
+
+
 def _limits(memory: int, cpu_seconds: int, file_size: int, processes: int) -> None:
     """The answer's process limits, set between fork and exec: address space, CPU seconds (the
     kernel ends it past them, whatever it does with signals), the size of any file it writes
@@ -1597,18 +1601,21 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         raise TypeError(f"case_sets: expected lists of exercise cases (course_utils.exercises.cases.Case, "
                         f"from a check's make_cases()), got a {type(strays[0]).__name__} {strays[0]!r:.60}")
     hide = _folders_to_hide(hide)
-    for label, value, least in (("memory", memory, MIN_MEMORY), ("per_call", per_call, 1),
-                                ("grace", grace, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{label}: expected an int >= {least:,}"
+    for label, value, least, most in (("memory", memory, MIN_MEMORY, MAX_RLIMIT),
+                                      ("per_call", per_call, 1, MAX_SECONDS),
+                                      ("grace", grace, 0, MAX_SECONDS)):
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            raise ValueError(f"{label}: expected an int >= {least:,} and <= {most:,}"
                              + (" (bytes: the answer's process must fit Python and torch)"
-                                if label == "memory" else " (seconds)") + f", got {value!r}")
+                                if label == "memory" else " (seconds)") + f", got {shown(value, 60)}")
     if sandbox is not None and not isinstance(sandbox, bool):
         raise TypeError(f"sandbox: expected None (bubblewrap where it works), True or False, got "
                         f"{type(sandbox).__name__} {sandbox!r:.40}")
     if max_result_bytes is not None and (isinstance(max_result_bytes, bool)
-                                         or not isinstance(max_result_bytes, int) or max_result_bytes < 1):
-        raise ValueError(f"max_result_bytes: expected None or an int >= 1, got {max_result_bytes!r:.40}")
+                                         or not isinstance(max_result_bytes, int)
+                                         or not 1 <= max_result_bytes < MAX_RLIMIT):
+        raise ValueError(f"max_result_bytes: expected None or an int >= 1 and < {MAX_RLIMIT:,}, got "
+                         f"{shown(max_result_bytes, 40)}")
     use_bwrap = isolation() == "bubblewrap" if sandbox is None else sandbox
     if use_bwrap and isolation() != "bubblewrap":
         raise RuntimeError("sandbox=True, but bubblewrap cannot make a sandbox here: " + WARNING)

@@ -106,7 +106,8 @@ class PagedCache:
     def append(self, seq: object, k: Tensor, v: Tensor) -> None:
         """Add keys and values ``(g, T_new, dk)`` to the end of ``seq``, taking new blocks as the
         last one fills; a shared last block is first copied (copy on write). All or nothing: when
-        the pool has too few free blocks for the new tokens, nothing is written. NaN and infinity
+        the pool has too few free blocks for the new tokens, nothing is written, and an append
+        interrupted part way (KeyboardInterrupt) leaves the sequence as it was. NaN and infinity
         are stored as given, as the contiguous caches of :mod:`~course_utils.model.kv_cache` store
         them (they propagate, as in attention; checking every append would cost a pass over the
         new tokens)."""
@@ -134,6 +135,16 @@ class PagedCache:
                                f"needs {wanted} more for {new} tokens, {len(self.free)} are free; nothing "
                                "was appended (free a finished sequence with free_sequence, or make the "
                                "pool larger)")
+        saved = list(table), list(self.free), list(self.refs)
+        try:
+            self._write(seq, k, v)
+        except BaseException:  # interrupted (KeyboardInterrupt) between tokens: undo the part written
+            (table[:], self.free[:], self.refs[:]), self.lengths[seq] = saved, length
+            raise
+
+    def _write(self, seq: object, k: Tensor, v: Tensor) -> None:
+        """The writes of :meth:`append`, one token at a time (checked there)."""
+        table, B = self.tables[seq], self.block_size
         for i in range(k.shape[1]):
             pos = self.lengths[seq]
             if pos % B == 0:  # the last block is full (or there is none): take a new one

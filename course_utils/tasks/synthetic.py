@@ -147,23 +147,30 @@ class InductionBatch:
     scored: Tensor
 
     def __post_init__(self) -> None:
-        check_record(self)
-        _check_batch_tensors(self, tokens=(torch.long, "BT"), periods=(torch.long, "B"),
-                             scored=(torch.bool, "BT"))
-        _check_token_ids(self, "tokens")
-        _check_in_range(self, "periods", 2, self.tokens.shape[1],
-                        "a period of at least 2 (see InductionTask) that fits in the T tokens")
-        last = self.scored[:, -1].nonzero() if self.tokens.shape[1] else self.scored[:, :0]
-        if last.numel():
-            raise ValueError(f"InductionBatch.scored must be False in the last column (position "
-                             f"{self.tokens.shape[1] - 1} has no next token to predict), got True at row "
-                             f"{int(last[0, 0])}")
-        _check_induction_facts(self)
+        _check_induction_batch(self)
 
     @property
     def targets(self) -> Tensor:
         """Next-token targets ``(B, T)`` for the language-model loss (last column ignored)."""
         return next_token_targets(self.tokens)
+
+
+def _check_induction_batch(batch: InductionBatch) -> None:
+    """The checks of a new :class:`InductionBatch`, run again by :func:`induction_accuracy`: a
+    frozen record freezes its fields, not the values of its tensors, which can be changed in place
+    after the batch was built."""
+    check_record(batch)
+    _check_batch_tensors(batch, tokens=(torch.long, "BT"), periods=(torch.long, "B"),
+                         scored=(torch.bool, "BT"))
+    _check_token_ids(batch, "tokens")
+    _check_in_range(batch, "periods", 2, batch.tokens.shape[1],
+                    "a period of at least 2 (see InductionTask) that fits in the T tokens")
+    last = batch.scored[:, -1].nonzero() if batch.tokens.shape[1] else batch.scored[:, :0]
+    if last.numel():
+        raise ValueError(f"InductionBatch.scored must be False in the last column (position "
+                         f"{batch.tokens.shape[1] - 1} has no next token to predict), got True at row "
+                         f"{int(last[0, 0])}")
+    _check_induction_facts(batch)
 
 
 def _check_induction_facts(batch: InductionBatch) -> None:
@@ -299,8 +306,10 @@ class InductionTask:
                              f"{B} sequences of {T} tokens")
         choice = torch.randint(len(periods), (B,), generator=generator)
         period = torch.tensor(periods)[choice]  # (B,)
-        # p distinct tokens per sequence: a random permutation of 1..V-1, cut to max period
-        perm = torch.rand(B, self.vocab_size - 1, generator=generator).argsort(dim=-1) + 1
+        # p distinct tokens per sequence: a random permutation of 1..V-1, cut to max period (draws in
+        # float32 whatever the default dtype, so a seed gives the same batch)
+        perm = torch.rand(B, self.vocab_size - 1, generator=generator, dtype=torch.float32)
+        perm = perm.argsort(dim=-1) + 1
         offset = torch.arange(T - 1).unsqueeze(0) % period.unsqueeze(1)  # (B, T-1): j mod p
         body = perm.gather(1, offset)  # (B, T-1): the prefix repeated
         tokens = torch.cat([torch.full((B, 1), BOS), body], dim=1)  # (B, T)
@@ -376,10 +385,12 @@ def _refuse_non_finite_where_read(read: Tensor, where: str) -> None:
 
 def induction_accuracy(logits: Tensor, batch: InductionBatch) -> float:
     """Fraction of scored positions where the argmax prediction is the true next token
-    (``batch`` must score at least one position: a fraction of none is NaN)."""
+    (``batch`` must score at least one position: a fraction of none is NaN). The batch is checked
+    again as when it was built (a tensor of it changed in place since is refused)."""
     if not isinstance(batch, InductionBatch):
         raise TypeError(f"batch must be an InductionBatch (from InductionTask.sample or eval_batch), "
                         f"got {type(batch).__name__}")
+    _check_induction_batch(batch)  # its tensors may have been changed in place since it was built
     if not bool(batch.scored.any()):
         raise ValueError(f"batch must score at least one position (an accuracy over none is NaN), got an "
                          f"InductionBatch of {batch.tokens.shape[0]} rows, shape "
@@ -728,7 +739,8 @@ class AgreementTask:
         # the draws become Python floats (about 32 bytes each), then a sentence of Python objects
         check_fits_in_memory(batch_size * (_DRAWS_PER_SENTENCE + 1) * 64, "batch_size",
                              f"{batch_size} sentences")
-        uniforms = torch.rand(batch_size, _DRAWS_PER_SENTENCE + 1, generator=generator).tolist()
+        uniforms = torch.rand(batch_size, _DRAWS_PER_SENTENCE + 1, generator=generator,
+                              dtype=torch.float32).tolist()  # float32 whatever the default dtype
         sentences = []
         for row in uniforms:
             draws = _Draws(row)
