@@ -26,6 +26,7 @@ from ..attention.validation import (
     check_record,
     finite,
     freeze_fields,
+    items_of,
     shown,
 )
 
@@ -383,6 +384,9 @@ def _is_among(value: Hashable, names: list) -> bool:
 def _check_timings(timings: object, baseline: object) -> Timing:
     """``timings`` is a non-empty list of :class:`Timing` and ``baseline`` one of their names;
     returns the baseline's Timing."""
+    expected = "a non-empty list of Timing (from time_interleaved)"
+    if isinstance(timings, (list, tuple)):  # (a list whose len() raises is named: battery 30)
+        timings = items_of(timings, "timings", expected)
     if not isinstance(timings, (list, tuple)) or not timings:
         raise ValueError(f"timings must be a non-empty list of Timing (from time_interleaved), got "
                          f"{type(timings).__name__} {shown(timings, 60)}")

@@ -1,6 +1,7 @@
-"""Battery 30: an int the package has checked is used as a plain int from then on. An int subclass
-whose str and repr raise is a valid int, yet the shapes, sizes and messages built from it raised the
-value's own error (check_int's result was thrown away and the argument itself used)."""
+"""Battery 30's development run, the cases fixed on main: an int the package has checked is used
+as a plain int from then on (an int subclass whose str and repr raise is a valid int, yet shapes,
+sizes and messages built from the argument itself raised the value's own error); cli.shown's width
+follows its twin's rule; a timings list whose len() raises is named."""
 from __future__ import annotations
 
 import pytest
@@ -47,3 +48,15 @@ def test_cli_shown_refuses_a_bad_width_by_name_as_its_twin_does(width):
     for twin in (shown, validation.shown):
         with pytest.raises(TypeError, match="width must be None or an int >= 0"):
             twin([1, 2, 3], width)
+
+
+def test_a_timings_list_whose_len_raises_is_named():
+    from course_utils.bench.timing import format_table, timings_from_samples
+
+    class RaisingLen(list):
+        def __len__(self):
+            raise RuntimeError("len exploded")
+
+    timings = RaisingLen(timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, "a"))
+    with pytest.raises(TypeError, match="timings must be a non-empty list of Timing"):
+        format_table("t", timings, "a")
