@@ -60,3 +60,21 @@ def test_a_timings_list_whose_len_raises_is_named():
     timings = RaisingLen(timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, "a"))
     with pytest.raises(TypeError, match="timings must be a non-empty list of Timing"):
         format_table("t", timings, "a")
+
+
+def test_the_grader_runs_no_case_after_the_time_limit_struck():
+    """After one call ran past per_call, every later case waited its full limit too (a 60 s
+    sleep held autograde about 11 minutes per exercise, for 0 points). The cases after it are
+    now not run, each recorded as stopped by the same limit: the answer is wrong either way."""
+    from course_utils.exercises import autograde, lesson02, sandbox
+
+    cases = autograde.cases_of(lesson02.check_softmax_rows.__self__)
+    code = "def softmax_rows(s):\n    while True:\n        pass\n"
+    run = sandbox.run_answer(code, "softmax_rows", "lesson02.check_softmax_rows", [cases, cases], per_call=1)
+    kinds = [[o.kind for o in row] for row in run.outcomes]
+    errors = [o.error for row in run.outcomes for o in row]
+    assert kinds == [["raised"] * len(cases)] * 2, kinds
+    assert errors[0] == ("TimeoutError", "the call took longer than the grader's time limit"), errors[0]
+    later = [e for e in errors[1:]
+             if e[0] != "TimeoutError" or not e[1].startswith("not run: an earlier call")]
+    assert later == [], later

@@ -1275,7 +1275,14 @@ def _kept_input(value: Any) -> bool:
                 and all(type(t) in (torch.Tensor, np.ndarray) for t in value)))
 
 
+#: Set when the per-call limit struck: the answer is then wrong already, and the cases after it are
+#: not run (each could take the whole limit again: a 60 s sleep held autograde 11 minutes per
+#: exercise for 0 points, battery 30); each is recorded as stopped by the same limit.
+_limit_struck = [False]
+
+
 def _alarm(signum: int, frame: Any) -> None:
+    _limit_struck[0] = True
     raise TimeoutError("the call took longer than the grader's time limit")
 
 
@@ -1364,6 +1371,10 @@ def _child(payload_fd: str, result_fd: str) -> None:
         outcomes: list[dict] = []
         results.append(outcomes)
         for case in cases:
+            if _limit_struck[0]:
+                outcomes.append({"kind": "raised", "after": [], "used": None, "error": [
+                    "TimeoutError", "not run: an earlier call took longer than the grader's time limit"]})
+                continue
             if tampered is not None:
                 outcomes.append({"kind": "raised", "error": ["Tampered", tampered], "after": [],
                                  "used": None, "tampered": tampered})
