@@ -78,3 +78,11 @@ def test_the_grader_runs_no_case_after_the_time_limit_struck():
     later = [e for e in errors[1:]
              if e[0] != "TimeoutError" or not e[1].startswith("not run: an earlier call")]
     assert later == [], later
+
+
+def test_check_head_dims_names_its_own_heads_name():
+    from course_utils.attention.validation import check_head_dims
+
+    assert check_head_dims(16, 4, heads_name="num_kv_heads") == 4
+    with pytest.raises(TypeError, match="check_head_dims's heads_name must be a str"):
+        check_head_dims(16, 4, heads_name=5)

@@ -132,7 +132,7 @@ def _checks_name(check: Callable | None = None, *, labels: tuple[str, ...] = ())
     parameters = inspect.signature(check).parameters
     empty = inspect.Parameter.empty
     specs = []  # (label, its position or None, its default, what passes besides a str, expected)
-    for label in ("name", *labels):
+    for label in (("name",) if "name" in parameters else ()) + tuple(labels):
         parameter = parameters[label]
         position = (list(parameters).index(label)
                     if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else None)
@@ -190,6 +190,7 @@ def describe_device(x: Tensor) -> str:
     return f"device {x.device}" + (" (a shape without values)" if x.is_meta else "")
 
 
+@_checks_name(labels=("heads_name",))
 def check_head_dims(d_model: int, num_heads: int, *, heads_name: str = "num_heads") -> int:
     """The one check that ``num_heads`` (both positive ints) divides ``d_model``; returns
     ``d_k = d_model // num_heads``. ``heads_name`` is how the message names the head count."""
