@@ -169,7 +169,7 @@ CASES = [
          ["count", "positive", "-1"]),
     Case("format_test_report top 0", lambda: memory.format_test_report({}, top=0), ValueError, ["top", "0"]),
     Case("notebook_peak_memory timeout 0", lambda: memory.notebook_peak_memory("x.ipynb", timeout=0),
-         ValueError, ["timeout", "positive", "0"]),
+         ValueError, ["timeout", "1..604800", "0"]),
     Case("flush_note size -1", lambda: bench_decode.flush_note(-1), ValueError, ["size", "-1"]),
     Case("random_buffer 3 bytes", lambda: bench_decode.random_buffer(3), ValueError,
          ["num_bytes", ">= 4", "3"]),
