@@ -1728,3 +1728,12 @@ def check_model_holds_values(model: torch.nn.Module, name: str = "model") -> Non
             raise ValueError(f"{name} is on the meta device (shapes without values; its parameter "
                              f"{param_name} has shape {describe_shape(param)}): build or load it on 'cpu' "
                              "or 'cuda' first, e.g. model.to_empty(device='cpu') and then load its weights")
+
+
+def check_weights_finite(model: torch.nn.Module, why: str) -> None:
+    """``model``'s parameters hold finite numbers: else a ValueError naming the first parameter
+    holding NaN or infinity, ending with ``why`` (what a non-finite weight does to the caller's
+    result). One pass over the weights. Used by training and path patching (battery 30: a NaN
+    weight was blamed on the learning rate, or on the caller's own inputs)."""
+    for param_name, param in model.named_parameters():
+        check_finite(param, f"model's weights ({param_name})", why)

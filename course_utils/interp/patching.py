@@ -59,6 +59,7 @@ from ..attention.validation import (
     check_int,
     check_not_inference,
     check_real,
+    check_weights_finite,
     shown,
 )
 from ..env import gradients_on
@@ -299,9 +300,8 @@ def _check_own_run_finite(outputs: Tensor, model: TinyTransformer) -> None:
     finite) the run's outputs. One reduction over ``outputs`` when all is well."""
     if bool(torch.isfinite(outputs).all()):
         return
-    for param_name, param in model.named_parameters():
-        check_finite(param, f"model's weights ({param_name})", "path patching runs the model on tokens, "
-                     "and a NaN weight makes every patched logit NaN: did training diverge?")
+    check_weights_finite(model, "path patching runs the model on tokens, and a NaN weight makes every "
+                         "patched logit NaN: did training diverge?")
     check_finite(outputs, "head_outputs(model, tokens)", "the model's weights are finite: an overflow?")
 
 

@@ -36,7 +36,6 @@ from tqdm import tqdm  # the text bar: no widget state is stored in executed not
 
 from ..attention.validation import (
     check_callable,
-    check_finite,
     check_fits_in_memory,
     check_flag,
     check_increasing,
@@ -45,6 +44,7 @@ from ..attention.validation import (
     check_not_meta_device,
     check_real,
     check_record,
+    check_weights_finite,
     finite,
     shown,
 )
@@ -423,22 +423,15 @@ def _warn_nan_metrics(metrics: dict, step: int, warned: set[str]) -> None:
                       "subset?); recorded as NaN", RuntimeWarning, stacklevel=4)
 
 
-def _check_weights_finite(model: TinyTransformer) -> None:
-    """``model``'s parameters hold finite numbers before training starts: a NaN weight makes the
-    first loss NaN, which was then blamed on the learning rate and the data (battery 30). One pass
-    over the weights, once per run."""
-    for param_name, param in model.named_parameters():
-        check_finite(param, f"model's weights ({param_name})",
-                     "training from a NaN or infinite weight gives a NaN loss: reload the checkpoint")
-
-
 def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, target_metric, target,
                  stop_at_target, progress, task) -> History:
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
     check_callable(sample_batch, "sample_batch", "a function generator -> (tokens, targets)", nargs=1)
     check_model_holds_values(model)  # before the first batch and evaluation read from it
-    _check_weights_finite(model)
+    # (a NaN weight made the first loss NaN, blamed on the learning rate and the data: battery 30)
+    check_weights_finite(model, "training from a NaN or infinite weight gives a NaN loss: reload the "
+                         "checkpoint")
     if not any(p.requires_grad for p in model.parameters()):  # else backward fails naming nothing
         raise ValueError("model must have parameters to train, but none requires grad (all frozen with "
                          "requires_grad_(False)?): unfreeze those to train with p.requires_grad_(True)")
