@@ -372,6 +372,9 @@ def special_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
 PYTEST_OUTPUT_OPTIONS = ("--basetemp", "--junitxml", "--junit-xml", "--log-file", "--debug")
 # ini settings, given as -o NAME=VALUE, whose value is a file pytest overwrites
 PYTEST_OUTPUT_INI = ("log_file",)
+# course.py reads these options itself rather than asking pytest's parser from a conftest hook:
+# pytest opens the --debug file inside its own pytest_cmdline_parse, before any conftest hook can
+# look (pytest 9.2, _pytest/helpconfig.py); a check made here, before pytest starts, comes in time.
 
 
 def _output_option_values(args: list[str]) -> list[tuple[str, str]]:
