@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import os
 import signal
 import stat
@@ -232,7 +233,7 @@ def _ignore_more() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def stop_at_once(prog: str) -> None:
+def stop_at_once(prog: str, needs: Sequence[str] = ()) -> None:
     """Until :func:`run` starts ``main``: a signal prints one line and exits at once (the script is
     still importing; it has written nothing). Marks the process as a command-line tool: when
     ``main`` is done, :func:`run` leaves the signals ignored (see there). ``prog`` (the tool's name
@@ -245,9 +246,15 @@ def stop_at_once(prog: str) -> None:
     the course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
     written by then either; except for a tool started by :func:`call` with ``course_tool=True``
     (``course.py``'s commands): it starts with the stop signals held, and they are let through
-    here, once the handlers are set."""
+    here, once the handlers are set.
+
+    ``needs``: the top-level modules the tool imports from the course's environment (``.venv``),
+    e.g. ``("nbformat",)``. One missing (the tool run by a Python outside ``.venv``, such as the
+    system's ``python3``) stops it with one line naming the module, the Python that ran and the
+    command to use instead, exit 2, instead of a ModuleNotFoundError traceback from its imports
+    (battery 30)."""
     _check_prog(prog)
-    problem = cwd_problem()
+    problem = cwd_problem() or missing_modules_problem(prog, needs)
     if problem is not None:  # torch's MKL ends the process at import there (battery 27)
         print(f"{prog}: {problem}; {NOTHING_WRITTEN}", file=sys.stderr, flush=True)
         raise SystemExit(2)
@@ -271,6 +278,40 @@ def stop_at_once(prog: str) -> None:
             signal.raise_signal(_held.pop())
         if hasattr(signal, "pthread_sigmask"):  # held by call(..., course_tool=True) while we started
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+# the course.py command that runs a script with the course's environment (making it first)
+COURSE_COMMANDS = {"publish.py": "publish", "nbgrader_tools.py": "release", "student_tree.py": "student-tree"}
+
+
+def missing_modules_problem(prog: str, needs: Sequence[str]) -> str | None:
+    """None when each of ``needs`` (top-level module names) can be imported by this Python; else
+    what is missing, the Python that ran and the command to use instead, in words (see
+    :func:`stop_at_once`). ``prog`` is the script's file name in scripts/."""
+    if isinstance(needs, str) or not isinstance(needs, (tuple, list)) \
+            or not all(type(name) is str and name.isidentifier() for name in needs):
+        raise TypeError(f"needs must be a tuple of module names, e.g. ('nbformat',), got "
+                        f"{type(needs).__name__} {shown(needs, 60)}")
+    missing = []
+    for name in needs:
+        try:
+            found = name in sys.modules or importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # it is there but broken: its own import says how
+            found = True
+        if not found:
+            missing.append(name)
+    if not missing:
+        return None
+    python = sys.executable or "this Python"
+    instead = f"`.venv/bin/python scripts/{prog} ...`"
+    if prog in COURSE_COMMANDS:
+        instead = f"`python3 course.py {COURSE_COMMANDS[prog]} ...` (it makes .venv/ first) or {instead}"
+    else:
+        instead += " (`python3 course.py setup` makes .venv/)"
+    names = " and ".join(f"'{name}'" for name in missing)
+    module = "modules" if len(missing) > 1 else "module"
+    return (f"no {module} named {names} in {python}, which ran it: the course's packages are in its "
+            f"environment, .venv/; run {instead}")
 
 
 def cwd_problem() -> str | None:

@@ -55,7 +55,8 @@ from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the 
 
 cli = load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("notebook_tools.py")  # before its other imports: a signal then gets one line
+    # before its other imports: a signal then gets one line; one without .venv's modules: one line
+    cli.stop_at_once("notebook_tools.py", needs=("nbformat",))
 
 import hashlib  # noqa: E402
 import os  # noqa: E402

@@ -40,7 +40,7 @@ if __name__ == "__main__":  # first thing: a signal while it starts gets one lin
     sys.path.append(str(Path(__file__).resolve().parent))  # scripts/, for course_cli
     from course_cli import load_cli
 
-    load_cli().stop_at_once("publish.py")
+    load_cli().stop_at_once("publish.py", needs=("nbformat",))
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
