@@ -48,3 +48,99 @@ def test_missing_modules_problem_is_none_when_present_and_checks_needs():
     assert "'no_such_module_61b'" in problem and "python3 course.py setup" in problem
     with pytest.raises(TypeError, match="needs must be a tuple of module names"):
         cli.missing_modules_problem("publish.py", "nbformat")
+
+
+# --- a value whose repr/str raise, a list whose __len__ raises (battery 30a, F10/F11) ------------
+
+class BadRepr:
+    def __repr__(self):
+        raise RuntimeError("repr exploded")
+
+    __str__ = __repr__
+
+
+class RaisingLen(list):
+    def __len__(self):
+        raise RuntimeError("len exploded")
+
+
+KEY = "lesson02.check_softmax_rows"
+
+
+def _calls():
+    from course_utils import parallel
+    from course_utils.exercises import answers, autograde, lesson02, raising, sandbox
+    from course_utils.exercises.cases import Case
+    from course_utils.exercises.core import Exercise
+
+    cases = autograde.cases_of(lesson02.SOFTMAX_ROWS)
+    code = "def softmax_rows(x):\n    return x\n"
+    run = lambda **kw: sandbox.run_answer(**{"code": code, "name": "softmax_rows", "check_key": KEY,  # noqa: E731
+                                             "case_sets": [cases], "per_call": 30, **kw})
+    b = BadRepr()
+    return {
+        "Case label": ("label", lambda: Case(label=b)),
+        "Exercise title": ("title", lambda: Exercise(title=b, make_cases=lambda: [])),
+        "Exercise make_cases": ("make_cases", lambda: Exercise(title="t", make_cases=b)),
+        "DiagnosingExercise title": ("title",
+                                     lambda: raising.DiagnosingExercise(title=b, make_cases=lambda: [])),
+        "DiagnosingExercise make_cases": ("make_cases",
+                                          lambda: raising.DiagnosingExercise(title="t", make_cases=b)),
+        "stored lesson": ("lesson", lambda: answers.stored(b, "x")),
+        "stored name": ("name", lambda: answers.stored("lesson02", b)),
+        "same_raise stored": ("stored", lambda: answers.same_raise(b, "ValueError", "m")),
+        "encode_case case": ("case", lambda: answers.encode_case(b)),
+        "decode_case data": ("data", lambda: answers.decode_case(b)),
+        "cases_signature cases": ("cases", lambda: answers.cases_signature(b)),
+        "answer_source name": ("name", lambda: sandbox.answer_source([code], b)),
+        "answer_source answer_cell": ("answer_cell", lambda: sandbox.answer_source([code], "f", b)),
+        "is_stub code": ("code", lambda: sandbox.is_stub(b, "f")),
+        "is_stub name": ("name", lambda: sandbox.is_stub(code, b)),
+        "store_reads cells": ("cells", lambda: sandbox.store_reads(b)),
+        "rules_broken code": ("code", lambda: sandbox.rules_broken(b, KEY)),
+        "rules_broken check_key": ("check_key", lambda: sandbox.rules_broken(code, b)),
+        "check_call source": ("source", lambda: sandbox.check_call(b)),
+        "grading_note cells": ("cells", lambda: sandbox.grading_note(b, KEY)),
+        "grading_note check_key": ("check_key", lambda: sandbox.grading_note([code], b)),
+        "to_plain where": ("where", lambda: sandbox.to_plain(1, 0, b)),
+        "accept where": ("where", lambda: sandbox.accept(1, 0, b)),
+        "inputs_after args": ("args", lambda: sandbox.inputs_after(b, {})),
+        "inputs_after kwargs": ("kwargs", lambda: sandbox.inputs_after((), b)),
+        "hidden_paths extra": ("extra", lambda: sandbox.hidden_paths(b)),
+        "Refused what": ("what", lambda: sandbox.Refused(b)),
+        "Refused where": ("where", lambda: sandbox.Refused("x", b)),
+        "run_answer code": ("code", lambda: run(code=b)),
+        "run_answer name": ("name", lambda: run(name=b)),
+        "run_answer check_key": ("check_key", lambda: run(check_key=b)),
+        "run_answer sandbox": ("sandbox", lambda: run(sandbox=b)),
+        "run_answer max_result_bytes": ("max_result_bytes", lambda: run(max_result_bytes=b)),
+        "failed_operation case": ("case", lambda: raising.failed_operation(lambda x: x, b)),
+        "grade_answer solutions_dir": ("solutions_dir", lambda: autograde.grade_answer(
+            "lesson02", "check_softmax_rows", code, "softmax_rows", salt=0, solutions_dir=b)),
+        "parallel_map items": ("items", lambda: parallel.parallel_map(abs, b)),
+    }
+
+
+CALLS = sorted(_calls())
+
+
+@pytest.mark.parametrize("label", CALLS)
+def test_a_raising_repr_or_len_is_named_not_raised_through(label):
+    """Each call let the value's own RuntimeError('repr exploded' / 'len exploded') through (an
+    f-string's !r, a len() before any check); now a TypeError or ValueError names the argument."""
+    name, call = _calls()[label]
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    assert "exploded" not in str(info.value)
+    assert name in str(info.value)
+
+
+def test_never_raising_helpers_answer_for_a_raising_repr():
+    from course_utils.exercises import answers, sandbox
+
+    assert "whose repr raised" in str(answers.describe_inputs(BadRepr()))
+    assert "whose repr raised" in str(answers.describe_inputs({BadRepr(): 1}))
+    for cells, name in ((BadRepr(), "f"), (["x = 1"], BadRepr())):
+        problems = sandbox.grading_preview(cells, name, KEY)
+        assert problems and "exploded" not in problems[0]
+

@@ -632,7 +632,9 @@ def _check_salt_and_solutions(salt: object, solutions_dir: object) -> None:
     if salt is not None and salt < 0:  # (salted_seeds's rule, checked before the reference runs)
         raise ValueError(f"salt must be an int >= 0 (a lesson's salt from the grader's secrets) or "
                          f"None, got {salt}")
-    if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
+    if solutions_dir is not None:  # str() of anything was read as a folder's name (or raised)
+        check_path(solutions_dir, "solutions_dir", "the instructor's solutions folder, or None")
+    if solutions_dir is not None and not Path(solutions_dir).is_dir():
         raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
                          f"{shown(solutions_dir, 100)} is not a folder")
     if (salt is None) != (solutions_dir is None):  # the unseen cases need both: one alone was ignored

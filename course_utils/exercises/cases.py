@@ -32,7 +32,8 @@ class Case:
             raise TypeError(f"{kind}.kwargs must be a dict from argument names to inputs, "
                             f"got {type(self.kwargs).__name__}")
         if not isinstance(self.label, str):
-            raise TypeError(f"{kind}.label must be a str, got {type(self.label).__name__} {self.label!r}")
+            raise TypeError(f"{kind}.label must be a str, got {type(self.label).__name__} "
+                            f"{shown(self.label)}")
 
     def fresh(self) -> tuple[tuple, dict]:
         """Copies of the inputs, so an in-place edit by one call cannot leak into the next (a

@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_distinct, finite, say
+from ..attention.validation import check_distinct, finite, say, shown
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -762,8 +762,9 @@ def _environment_change(was: dict[str, str], now: dict[str, str]) -> str:
     which a right answer may make it do: ``torch.use_deterministic_algorithms(True)``)."""
     names = sorted(name for name in set(was) | set(now)
                    if was.get(name) != now.get(name) and name.startswith(("COURSE_", "NBGRADER_")))
-    shown = [f"os.environ[{name!r}] from {was.get(name)!r} to {now.get(name)!r}" for name in names[:3]]
-    return "changed " + ", ".join(shown) + (f" and {len(names) - 3} more" if len(names) > 3 else "") \
+    changes = [f"os.environ[{shown(name)}] from {shown(was.get(name))} to {shown(now.get(name))}"
+               for name in names[:3]]
+    return "changed " + ", ".join(changes) + (f" and {len(names) - 3} more" if len(names) > 3 else "") \
         if names else ""
 
 
@@ -1761,7 +1762,8 @@ def _check_tolerances(rtol: Any, atol: Any) -> None:
     for name, value in (("rtol", rtol), ("atol", atol)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not finite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r}")
+            raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} "
+                             f"{shown(value)}")
 
 
 def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
@@ -2127,7 +2129,7 @@ def outcome(fn: Callable[..., Any], case: Case) -> Any:
 
     if not isinstance(case, Case):
         raise TypeError(f"outcome: case must be a Case (the inputs to call fn with), got "
-                        f"{type(case).__name__} {case!r:.60}")
+                        f"{type(case).__name__} {shown(case, 60)}")
 
     try:
         with warnings.catch_warnings():
@@ -2612,17 +2614,17 @@ class Exercise:
         kind = type(self).__name__  # Exercise or a subclass: messages name Class.field
         if not isinstance(self.title, str) or not self.title:
             raise TypeError(f"{kind}.title must be a non-empty str, got {type(self.title).__name__} "
-                            f"{self.title!r:.60}")
+                            f"{shown(self.title, 60)}")
         if not callable(self.make_cases):
             raise TypeError(f"{kind}.make_cases must be a function that returns the cases, got "
-                            f"{type(self.make_cases).__name__} {self.make_cases!r:.60}")
+                            f"{type(self.make_cases).__name__} {shown(self.make_cases, 60)}")
         _check_no_arguments(self.make_cases)
         if not isinstance(self.mistakes, list) or not all(isinstance(m, Mistake) for m in self.mistakes):
             raise TypeError(f"{kind}.mistakes must be a list of Mistake, got {describe_value(self.mistakes)}")
         try:  # a key names its slip in feedback and in the store: a second one would never be reached
             check_distinct([m.key for m in self.mistakes], "mistakes", "keys (Mistake.key)")
         except ValueError as err:
-            raise ValueError(f"{kind} {self.title!r}: {err}") from None
+            raise ValueError(f"{kind} {shown(self.title)}: {err}") from None
         if not isinstance(self.hint, str):
             raise TypeError(f"{kind}.hint must be a str, got {describe_value(self.hint)}")
         try:
