@@ -92,21 +92,26 @@ def _calls():
         "encode_case case": ("case", lambda: answers.encode_case(b)),
         "decode_case data": ("data", lambda: answers.decode_case(b)),
         "cases_signature cases": ("cases", lambda: answers.cases_signature(b)),
+        "cases_signature raising len": ("cases", lambda: answers.cases_signature(RaisingLen(cases))),
         "answer_source name": ("name", lambda: sandbox.answer_source([code], b)),
         "answer_source answer_cell": ("answer_cell", lambda: sandbox.answer_source([code], "f", b)),
+        "answer_source raising len": ("cells", lambda: sandbox.answer_source(RaisingLen([code]), "f")),
         "is_stub code": ("code", lambda: sandbox.is_stub(b, "f")),
         "is_stub name": ("name", lambda: sandbox.is_stub(code, b)),
         "store_reads cells": ("cells", lambda: sandbox.store_reads(b)),
+        "store_reads raising len": ("cells", lambda: sandbox.store_reads(RaisingLen([code]))),
         "rules_broken code": ("code", lambda: sandbox.rules_broken(b, KEY)),
         "rules_broken check_key": ("check_key", lambda: sandbox.rules_broken(code, b)),
         "check_call source": ("source", lambda: sandbox.check_call(b)),
         "grading_note cells": ("cells", lambda: sandbox.grading_note(b, KEY)),
+        "grading_note raising len": ("cells", lambda: sandbox.grading_note(RaisingLen([code]), KEY)),
         "grading_note check_key": ("check_key", lambda: sandbox.grading_note([code], b)),
         "to_plain where": ("where", lambda: sandbox.to_plain(1, 0, b)),
         "accept where": ("where", lambda: sandbox.accept(1, 0, b)),
         "inputs_after args": ("args", lambda: sandbox.inputs_after(b, {})),
         "inputs_after kwargs": ("kwargs", lambda: sandbox.inputs_after((), b)),
         "hidden_paths extra": ("extra", lambda: sandbox.hidden_paths(b)),
+        "hidden_paths raising len": ("extra", lambda: sandbox.hidden_paths(RaisingLen([ROOT]))),
         "Refused what": ("what", lambda: sandbox.Refused(b)),
         "Refused where": ("where", lambda: sandbox.Refused("x", b)),
         "run_answer code": ("code", lambda: run(code=b)),
@@ -114,9 +119,18 @@ def _calls():
         "run_answer check_key": ("check_key", lambda: run(check_key=b)),
         "run_answer sandbox": ("sandbox", lambda: run(sandbox=b)),
         "run_answer max_result_bytes": ("max_result_bytes", lambda: run(max_result_bytes=b)),
+        "run_answer case_sets raising len": ("case_sets", lambda: run(case_sets=RaisingLen([cases]))),
+        "run_answer case_sets[0] raising len": ("case_sets[0]", lambda: run(case_sets=[RaisingLen(cases)])),
         "failed_operation case": ("case", lambda: raising.failed_operation(lambda x: x, b)),
+        "requested_shape raising len": ("args", lambda: raising.requested_shape(RaisingLen([(2, 3), 6]))),
         "grade_answer solutions_dir": ("solutions_dir", lambda: autograde.grade_answer(
             "lesson02", "check_softmax_rows", code, "softmax_rows", salt=0, solutions_dir=b)),
+        "result_cap cases raising len": ("cases", lambda: autograde.result_cap(lesson02.SOFTMAX_ROWS,
+                                                                               RaisingLen(cases))),
+        "write_secrets lessons raising len": ("lessons", lambda: autograde.write_secrets(
+            ROOT / "no-such-course-61b", RaisingLen(["02_x"]), ROOT / "solutions")),
+        "replay cases raising len": ("cases", lambda: autograde.replay("f", RaisingLen(cases), [])),
+        "replay outcomes raising len": ("outcomes", lambda: autograde.replay("f", [], RaisingLen([]))),
         "parallel_map items": ("items", lambda: parallel.parallel_map(abs, b)),
     }
 
@@ -140,7 +154,7 @@ def test_never_raising_helpers_answer_for_a_raising_repr():
 
     assert "whose repr raised" in str(answers.describe_inputs(BadRepr()))
     assert "whose repr raised" in str(answers.describe_inputs({BadRepr(): 1}))
-    for cells, name in ((BadRepr(), "f"), (["x = 1"], BadRepr())):
+    for cells, name in ((BadRepr(), "f"), (RaisingLen(["x = 1"]), "f"), (["x = 1"], BadRepr())):
         problems = sandbox.grading_preview(cells, name, KEY)
         assert problems and "exploded" not in problems[0]
 

@@ -29,7 +29,7 @@ import torch
 
 from ..attention.validation import check_flag, check_int, check_record, shown
 from ..paths import check_path, path_kind
-from .cases import Case
+from .cases import Case, listed
 
 ANSWERS_DIR = Path(__file__).resolve().parent / "answers"
 FORMAT = 2
@@ -248,6 +248,7 @@ def describe_inputs(value: Any, depth: int = 0) -> Any:
 
 def cases_signature(cases: Any) -> list:
     """:func:`describe_inputs` of each case with its label: what a store's cases must match."""
+    cases = listed(cases, "cases", "a list of Case (an exercise's cases())")
     if isinstance(cases, (str, bytes, dict)) or not isinstance(cases, (list, tuple)):
         raise TypeError(f"cases must be a list of Case (an exercise's cases()), got {type(cases).__name__} "
                         f"{shown(cases, 60)}")

@@ -54,6 +54,7 @@ import torch
 
 from ..attention.validation import check_int, check_record, shown
 from ..paths import check_path
+from .cases import listed
 
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
@@ -258,6 +259,7 @@ def store_reads(cells: Sequence[str]) -> list[str]:
     """What in ``cells`` (code cells of a notebook or the kernel's history) reads the course's
     stored answers, by the grader's own rule (:func:`_store_reads`); sorted, empty when nothing
     does. A cell that is not valid Python is skipped."""
+    cells = listed(cells, "cells", "a list of code cells (str)")
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
             or not all(isinstance(c, str) for c in cells):
         raise TypeError(f"cells must be a list of code cells (str), got {type(cells).__name__} "
@@ -281,6 +283,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     the last top-level ``def name`` (in ``cells[answer_cell]`` when that cell defines it), the
     functions and classes it names, transitively, and the imports that bind a name they use.
     No other statement is kept. Raises :class:`AnswerProblem`."""
+    cells = listed(cells, "cells", "a list of code cells (str)")
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
             or not all(isinstance(c, str) for c in cells):
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
@@ -687,9 +690,10 @@ def check_call(source: str) -> re.Match | None:
     return CHECK_CALL.match(lines[0]) if len(lines) == 1 else None
 
 
-def _check_note_inputs(cells: object, check_key: object) -> None:
+def _check_note_inputs(cells: object, check_key: object) -> list[str]:
     """What :func:`grading_note` reads: the code cells as a list (or tuple) of str, and the key
-    of a check that exists."""
+    of a check that exists. Returns the cells as a plain list, read once."""
+    cells = listed(cells, "cells", "a list of code cells (str)")
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence):
         raise TypeError(f"cells must be the notebook's code cells so far, a list of str (the test "
                         f"cell last), got {type(cells).__name__} {shown(cells, 60)}")
@@ -698,6 +702,7 @@ def _check_note_inputs(cells: object, check_key: object) -> None:
         raise TypeError(f"cells[{wrong}] must be a cell's source text (a str), got "
                         f"{type(cells[wrong]).__name__} {shown(cells[wrong], 60)}")
     _check_key_known(check_key)
+    return cells
 
 
 def grading_note(cells: Sequence[str], check_key: str) -> str | None:
@@ -707,7 +712,7 @@ def grading_note(cells: Sequence[str], check_key: str) -> str | None:
     then not the notebook's) or when nothing is wrong. A ``cells`` that is not a list of str,
     or a ``check_key`` that names no check, is a TypeError or ValueError (a None there would
     read as "nothing to note")."""
-    _check_note_inputs(cells, check_key)
+    cells = _check_note_inputs(cells, check_key)
     call = check_call(cells[-1]) if cells else None
     if call is None or f"{call['module']}.{call['check']}" != check_key:
         return None
@@ -726,6 +731,10 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
     not run. Empty when none. Never raises."""
     import builtins
 
+    try:
+        cells = listed(cells, "cells", "the notebook's code cells so far (a list of str)")
+    except TypeError as err:
+        return [str(err)]
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
             or not all(isinstance(c, str) for c in cells):
         return [f"cells: expected the notebook's code cells so far (a list of str), got "
@@ -1446,6 +1455,7 @@ WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bw
 def _folders_to_hide(hide: Any, name: str = "hide") -> list[Path]:
     """``hide`` as a list of Paths: a list or tuple of str or os.PathLike items, else a
     TypeError naming it as ``name`` (one path alone is not read as the list of its characters)."""
+    hide = listed(hide, name, "a list of folders (str or pathlib.Path) the answer must not see")
     if isinstance(hide, (str, bytes, os.PathLike)) or not isinstance(hide, (list, tuple)) \
             or not all(isinstance(p, (str, os.PathLike)) and not isinstance(p, bytes) for p in hide):
         raise TypeError(f"{name}: expected a list of folders (str or pathlib.Path) the answer must not "
@@ -1608,6 +1618,9 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         raise ValueError(f"name: expected the answer function's name (a Python identifier), got "
                          f"{shown(name, 60)}")
     _check_key_known(check_key)
+    case_sets = listed(case_sets, "case_sets", "a list of lists of cases")
+    if isinstance(case_sets, Sequence):
+        case_sets = [listed(cases, f"case_sets[{i}]", "a list of cases") for i, cases in enumerate(case_sets)]
     if isinstance(case_sets, (str, bytes)) or not isinstance(case_sets, Sequence) \
             or not all(isinstance(c, Sequence) and not isinstance(c, (str, bytes)) for c in case_sets):
         raise TypeError(f"case_sets: expected a list of lists of cases, got {type(case_sets).__name__}")
