@@ -493,7 +493,8 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     called) the stop signals are left ignored once a course tool has ended, as :func:`run` leaves
     them once ``main`` is done: the tool was the command's work (``return cli.call(...)``), and a
     signal just after it would have said "nothing was written" of a tree that was written."""
-    if not words(command, "command", none_reads_sys_argv=False):
+    command = words(command, "command", none_reads_sys_argv=False)  # read once: Popen reads it again
+    if not command:
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
         raise TypeError(f"relay must be a tuple of stop signals (a subset of cli.STOP_SIGNALS), got "
@@ -693,6 +694,15 @@ class ArgumentParser(argparse.ArgumentParser):
     keeps the last without a word), in every subcommand, as :class:`bench.cli.Distinct` refuses a
     value repeated inside a list option; so are both spellings of one flag (``--whole-step
     --no-whole-step``). Options that add up (``action="append"``, ``"count"``) may repeat."""
+
+    def __init__(self, *args, conflict_handler: str = "error", **kwargs) -> None:
+        # argparse formats it into a method's name: a value whose str raises, or an unknown one,
+        # failed with its own error or "invalid conflict_resolution value: ..." naming no argument
+        if type(conflict_handler) is not str or conflict_handler not in ("error", "resolve"):
+            raise (TypeError if type(conflict_handler) is not str else ValueError)(
+                f"conflict_handler must be 'error' or 'resolve' (argparse's two), got "
+                f"{type(conflict_handler).__name__} {shown(conflict_handler, 60)}")
+        super().__init__(*args, conflict_handler=conflict_handler, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         if args is not None:  # argparse failed on an int with "'int' object is not subscriptable"

@@ -131,6 +131,8 @@ def _calls():
             ROOT / "no-such-course-61b", RaisingLen(["02_x"]), ROOT / "solutions")),
         "replay cases raising len": ("cases", lambda: autograde.replay("f", RaisingLen(cases), [])),
         "replay outcomes raising len": ("outcomes", lambda: autograde.replay("f", [], RaisingLen([]))),
+        "ArgumentParser conflict_handler": ("conflict_handler",
+                                            lambda: cli.ArgumentParser(conflict_handler=b)),
         "parallel_map items": ("items", lambda: parallel.parallel_map(abs, b)),
     }
 
@@ -147,6 +149,12 @@ def test_a_raising_repr_or_len_is_named_not_raised_through(label):
         call()
     assert "exploded" not in str(info.value)
     assert name in str(info.value)
+
+
+def test_call_reads_its_command_once():
+    """cli.call checked the command by iterating it, then gave Popen the list itself, whose
+    __len__ raised there; it now runs the words it read."""
+    assert cli.call(RaisingLen([sys.executable, "-c", "pass"]), "x.py") == 0
 
 
 def test_never_raising_helpers_answer_for_a_raising_repr():
