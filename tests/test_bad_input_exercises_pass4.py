@@ -166,3 +166,25 @@ def test_never_raising_helpers_answer_for_a_raising_repr():
         problems = sandbox.grading_preview(cells, name, KEY)
         assert problems and "exploded" not in problems[0]
 
+
+# --- an answer's exception whose str raises at once (battery 31b) --------------------------------
+
+def test_an_exception_whose_str_raises_is_not_blamed_on_the_time_limit():
+    """exc_str_raises_blames_time_limit.py: the feedback said the exception "could not be printed
+    within the 3 s time limit" of a __str__ that raised in microseconds."""
+    from course_utils.exercises import core, lesson03
+
+    class E(Exception):
+        def __str__(self):
+            raise RuntimeError("str")
+
+        __repr__ = __str__
+
+    assert core._safe_str(E()) == "a E that could not be printed"
+
+    def parameter_count(d_model, num_heads, bias=True):
+        raise E()
+
+    message = lesson03.check_parameter_count(parameter_count).message
+    assert "could not be printed" in message and "time limit" not in message
+

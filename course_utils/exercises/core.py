@@ -1575,17 +1575,26 @@ def _plain_exception(exc: Any) -> bool:
     return type(exc) in _BUILTIN_EXCEPTIONS and _plain(_EXCEPTION_ARGS.__get__(exc), whole=True)
 
 
+#: :func:`_within_time_limit`'s answer when ``make()`` raised before the time limit was reached.
+_RAISED: Any = type("_Raised", (), {"__repr__": lambda self: "<raised>"})()
+
+
 def _within_time_limit(make: Callable[[], str]) -> str | None:
     """``make()``, which runs an answer's own ``__repr__`` or ``__str__``, under the check's time
-    limit; None when it is stopped or raises (battery 23: a ``__str__`` that sleeps held a check
-    with a 3 s limit for 121 s). An interrupt (Ctrl-C) still reaches the learner."""
+    limit; None when it is stopped by the limit (battery 23: a ``__str__`` that sleeps held a check
+    with a 3 s limit for 121 s), :data:`_RAISED` when it raises before (a message that blamed the
+    time limit for a ``__str__`` that raised at once misled: battery 31). An interrupt (Ctrl-C)
+    still reaches the learner."""
+    start = time.monotonic()
     try:
         if _Deadline._active is not None:  # already under a limit (one per check: never nested)
             return make()
         with _Deadline():
             return make()
-    except (Exception, TimeLimitExceeded):  # noqa: BLE001 - the answer's own code: any error
+    except TimeLimitExceeded:
         return None
+    except Exception:  # noqa: BLE001 - the answer's own code: any error
+        return None if time.monotonic() - start >= _time_limit() else _RAISED
 
 
 def describe_value(x: Any, _depth: int = 0) -> str:
@@ -1594,6 +1603,8 @@ def describe_value(x: Any, _depth: int = 0) -> str:
     the time limit of one call (a value of the answer's own class is printed under it)."""
     if _depth == 0 and not _plain(x):
         text = _within_time_limit(lambda: _describe(x))
+        if text is _RAISED:
+            return f"a {type(x).__name__} object (it could not be printed)"
         return text if isinstance(text, str) else \
             f"a {type(x).__name__} object (it could not be printed within the {_time_limit():g} s time limit)"
     return _describe(x, _depth)
@@ -1986,6 +1997,8 @@ def _safe_str(exc: BaseException, limit: int = 2000) -> str:
         text = None
     else:
         text = _within_time_limit(lambda: str(exc))
+        if text is _RAISED:  # at once: no time limit was reached
+            return f"a {type(exc).__name__} that could not be printed"
     if text is None:
         if not any(seen is type(exc) for seen in _UNPRINTED):
             _UNPRINTED[:] = [*_UNPRINTED[-7:], type(exc)]
