@@ -70,7 +70,7 @@ def _read(path: Path) -> str:
 def _name(requirement: str, where: str = "a requirement") -> str:
     m = re.match(r"\s*([A-Za-z0-9_.-]+)", str(requirement))
     if not m:
-        raise InputError(f"{where}: {requirement!r} does not start with a package name")
+        raise InputError(f"{where}: {_shown(requirement)} does not start with a package name")
     return m.group(1).lower().replace("_", "-")
 
 
@@ -102,7 +102,8 @@ def build_requires(root: Path = ROOT) -> list[str]:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
     requires = data.get("build-system", {}).get("requires", [])
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
-        raise InputError(f"{path}: [build-system] requires should be a list of strings, got {requires!r:.80}")
+        raise InputError(f"{path}: [build-system] requires should be a list of strings, got "
+                         f"{_shown(requires, 80)}")
     return requires
 
 
@@ -113,7 +114,7 @@ def floor_constraints(root: Path = ROOT) -> str:
     for req in project["dependencies"]:
         m = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*>=\s*([^,;\s]+)\s*$", str(req))
         if not m:
-            raise InputError(f"{root / 'pyproject.toml'}: dependency {req!r} should be a plain "
+            raise InputError(f"{root / 'pyproject.toml'}: dependency {_shown(req)} should be a plain "
                              "'name>=floor' range")
         lines.append(f"{m.group(1)}=={m.group(2)}")
     tools = {_name(r, "pyproject.toml optional-dependencies") for extra in
@@ -231,6 +232,11 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     code = subprocess.call([str(python), "-m", "pytest", *(args.pytest_args or DEFAULT_PYTEST)],
                            cwd=root, env=env)
     return 128 - code if code < 0 else code  # killed by a signal: 128 + its number (cli.run takes 0..255)
+
+
+def _shown(value: object, width: int | None = None) -> str:
+    """cli.shown: a value for a message, even one whose repr raises."""
+    return _cli().shown(value, width)
 
 
 def _cli():

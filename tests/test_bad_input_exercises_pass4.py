@@ -188,3 +188,19 @@ def test_an_exception_whose_str_raises_is_not_blamed_on_the_time_limit():
     message = lesson03.check_parameter_count(parameter_count).message
     assert "could not be printed" in message and "time limit" not in message
 
+
+# --- scripts: values shown with cli.shown (sweep of !r in their messages) ------------------------
+
+def test_script_messages_show_a_raising_repr_by_its_type():
+    import nbformat
+
+    sys.path.insert(0, str(SCRIPTS))
+    import publish
+
+    for call, name in ((lambda: publish.validate(BadRepr(), "v1.0.0"), "repo"),
+                       (lambda: publish.validate("owner/name", BadRepr()), "tag"),
+                       (lambda: publish.stamp_notebook(nbformat.v4.new_notebook(), BadRepr()),
+                        "repo_relative_path")):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert name in str(info.value) and "whose repr raised" in str(info.value)
