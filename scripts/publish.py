@@ -534,6 +534,11 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     if args.check:
         if args.repo is not None or args.tag is not None:
             parser.error("--check reads the config as it is: give it without --repo and --tag")
+        try:  # a missing or unreadable pyproject.toml is the command's input, not a disagreement
+            _read_pyproject(root)
+        except ValueError as exc:
+            print(f"publish: {exc}; nothing was checked", file=sys.stderr)
+            return 2
         problems = check(root)
         print("\n".join(problems) or "every badge and link agrees with [tool.course]")
         return 1 if problems else 0

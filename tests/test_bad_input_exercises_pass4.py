@@ -204,3 +204,13 @@ def test_script_messages_show_a_raising_repr_by_its_type():
         with pytest.raises(ValueError) as info:
             call()
         assert name in str(info.value) and "whose repr raised" in str(info.value)
+
+
+def test_publish_check_without_pyproject_is_an_input_error(tmp_path):
+    """publish_check_missing_pyproject.py (battery 31b): --check in a tree without pyproject.toml
+    printed the problem on stdout, exit 1, as a badge disagreement; documented: stderr, exit 2."""
+    sys.path.insert(0, str(SCRIPTS))
+    import publish
+
+    code = publish.main(["--check"], root=tmp_path)
+    assert code == 2
