@@ -126,11 +126,22 @@ def floor_constraints(root: Path = ROOT) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check_venv(env_dir: Path) -> None:
+def _check_venv(env_dir: Path, root: Path = ROOT) -> None:
     """``env_dir`` is a folder, or a path one can be made at (no file, FIFO, ... on the way), and the
     nearest existing folder takes a new file (not a read-only mount, not someone else's). A
-    folder that holds anything but a virtual environment is refused: venv would empty it."""
+    folder that holds anything but a virtual environment is refused: venv would empty it. So is
+    the course's own environment (``root/.venv``, or COURSE_VENV's): the pins would replace the
+    packages that course.py lab and test use (battery 31b)."""
     import tempfile
+
+    course_venvs = [root / ".venv"]
+    if (os.environ.get("COURSE_VENV") or "").strip():
+        course_venvs.append(Path(os.path.expanduser(os.environ["COURSE_VENV"])))
+    for course_venv in course_venvs:
+        if os.path.realpath(course_venv) == os.path.realpath(env_dir):
+            raise InputError(f"--venv {env_dir} is the course's own environment ({course_venv}, the one "
+                             f"course.py lab and test use): its packages would be replaced by the pinned "
+                             f"versions; give another folder (the default is .venv-floor or .venv-newest)")
 
     for parent in (env_dir, *env_dir.parents):
         if parent.exists():
@@ -199,7 +210,7 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     args.pytest_args = [*args.pytest_args, *rest]
     env_dir = args.venv or root / f".venv-{args.which}"
     try:  # every input checked before anything is installed
-        _check_venv(env_dir)
+        _check_venv(env_dir, root)
         floor = floor_constraints(root) if args.which == "floor" else None
         if floor is None:
             read_project(root)  # pip install -e reads it too: a broken one fails here, clearly

@@ -214,3 +214,21 @@ def test_publish_check_without_pyproject_is_an_input_error(tmp_path):
 
     code = publish.main(["--check"], root=tmp_path)
     assert code == 2
+
+
+@pytest.mark.parametrize("course_venv", [None, "elsewhere"])
+def test_version_matrix_refuses_the_course_environment(tmp_path, monkeypatch, capsys, course_venv):
+    """version_matrix_course_venv.py (battery 31b): `floor --venv .venv` was accepted and pip
+    began installing the floor pins into the course's own environment."""
+    sys.path.insert(0, str(SCRIPTS))
+    import version_matrix
+
+    venv = tmp_path / (course_venv or ".venv")
+    venv.mkdir()
+    if course_venv:
+        monkeypatch.setenv("COURSE_VENV", str(venv))
+    else:
+        monkeypatch.delenv("COURSE_VENV", raising=False)
+    assert version_matrix.main(["floor", "--venv", str(venv)], root=tmp_path) == 2
+    assert "course's own environment" in capsys.readouterr().err
+    assert list(venv.iterdir()) == []
