@@ -232,3 +232,14 @@ def test_version_matrix_refuses_the_course_environment(tmp_path, monkeypatch, ca
     assert version_matrix.main(["floor", "--venv", str(venv)], root=tmp_path) == 2
     assert "course's own environment" in capsys.readouterr().err
     assert list(venv.iterdir()) == []
+
+
+def test_decode_refuses_what_encode_never_writes():
+    """answers_decode_passthrough.py (battery 31a): decode(object()) returned the object."""
+    from course_utils.exercises import answers
+
+    with pytest.raises(ValueError, match="data: expected a stored value"):
+        answers.decode(object())
+    with pytest.raises(ValueError, match="data: expected a stored value"):
+        answers.decode([1, {"__tuple__": [object()]}])
+    assert answers.decode(answers.encode((1, 2.5, "a", None, True))) == (1, 2.5, "a", None, True)

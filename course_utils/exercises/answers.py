@@ -138,7 +138,11 @@ def decode(data: Any, _depth: int = 0) -> Any:
     if isinstance(data, list):
         return [decode(v, depth) for v in data]
     if not isinstance(data, dict):
-        return data
+        if data is None or isinstance(data, (bool, int, float, str)):  # what encode keeps as it is
+            return data
+        raise ValueError(f"data: expected a stored value (what encode writes: None, a bool, int, float, "
+                         f"str, list or dict), got {type(data).__name__} {shown(data, 60)}: the stored "
+                         f"answers are damaged; reinstall the course package")
     if "__raised__" in data:
         return Raised(*data["__raised__"])
     if "__tensor__" in data:
