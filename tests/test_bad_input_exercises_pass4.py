@@ -118,7 +118,6 @@ def _calls():
         "run_answer name": ("name", lambda: run(name=b)),
         "run_answer check_key": ("check_key", lambda: run(check_key=b)),
         "run_answer sandbox": ("sandbox", lambda: run(sandbox=b)),
-        "run_answer max_result_bytes": ("max_result_bytes", lambda: run(max_result_bytes=b)),
         "run_answer case_sets raising len": ("case_sets", lambda: run(case_sets=RaisingLen([cases]))),
         "run_answer case_sets[0] raising len": ("case_sets[0]", lambda: run(case_sets=[RaisingLen(cases)])),
         "failed_operation case": ("case", lambda: raising.failed_operation(lambda x: x, b)),
