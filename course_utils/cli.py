@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import os
 import signal
 import stat
@@ -232,7 +233,7 @@ def _ignore_more() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def stop_at_once(prog: str) -> None:
+def stop_at_once(prog: str, needs: Sequence[str] = ()) -> None:
     """Until :func:`run` starts ``main``: a signal prints one line and exits at once (the script is
     still importing; it has written nothing). Marks the process as a command-line tool: when
     ``main`` is done, :func:`run` leaves the signals ignored (see there). ``prog`` (the tool's name
@@ -245,9 +246,15 @@ def stop_at_once(prog: str) -> None:
     the course's: Python's own KeyboardInterrupt (or the signal's default) ends it; nothing is
     written by then either; except for a tool started by :func:`call` with ``course_tool=True``
     (``course.py``'s commands): it starts with the stop signals held, and they are let through
-    here, once the handlers are set."""
+    here, once the handlers are set.
+
+    ``needs``: the top-level modules the tool imports from the course's environment (``.venv``),
+    e.g. ``("nbformat",)``. One missing (the tool run by a Python outside ``.venv``, such as the
+    system's ``python3``) stops it with one line naming the module, the Python that ran and the
+    command to use instead, exit 2, instead of a ModuleNotFoundError traceback from its imports
+    (battery 30)."""
     _check_prog(prog)
-    problem = cwd_problem()
+    problem = cwd_problem() or missing_modules_problem(prog, needs)
     if problem is not None:  # torch's MKL ends the process at import there (battery 27)
         print(f"{prog}: {problem}; {NOTHING_WRITTEN}", file=sys.stderr, flush=True)
         raise SystemExit(2)
@@ -271,6 +278,40 @@ def stop_at_once(prog: str) -> None:
             signal.raise_signal(_held.pop())
         if hasattr(signal, "pthread_sigmask"):  # held by call(..., course_tool=True) while we started
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+# the course.py command that runs a script with the course's environment (making it first)
+COURSE_COMMANDS = {"publish.py": "publish", "nbgrader_tools.py": "release", "student_tree.py": "student-tree"}
+
+
+def missing_modules_problem(prog: str, needs: Sequence[str]) -> str | None:
+    """None when each of ``needs`` (top-level module names) can be imported by this Python; else
+    what is missing, the Python that ran and the command to use instead, in words (see
+    :func:`stop_at_once`). ``prog`` is the script's file name in scripts/."""
+    if isinstance(needs, str) or not isinstance(needs, (tuple, list)) \
+            or not all(type(name) is str and name.isidentifier() for name in needs):
+        raise TypeError(f"needs must be a tuple of module names, e.g. ('nbformat',), got "
+                        f"{type(needs).__name__} {shown(needs, 60)}")
+    missing = []
+    for name in needs:
+        try:
+            found = name in sys.modules or importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # it is there but broken: its own import says how
+            found = True
+        if not found:
+            missing.append(name)
+    if not missing:
+        return None
+    python = sys.executable or "this Python"
+    instead = f"`.venv/bin/python scripts/{prog} ...`"
+    if prog in COURSE_COMMANDS:
+        instead = f"`python3 course.py {COURSE_COMMANDS[prog]} ...` (it makes .venv/ first) or {instead}"
+    else:
+        instead += " (`python3 course.py setup` makes .venv/)"
+    names = " and ".join(f"'{name}'" for name in missing)
+    module = "modules" if len(missing) > 1 else "module"
+    return (f"no {module} named {names} in {python}, which ran it: the course's packages are in its "
+            f"environment, .venv/; run {instead}")
 
 
 def cwd_problem() -> str | None:
@@ -452,7 +493,8 @@ def call(command: list[str], prog: str, relay: tuple[int, ...] = STOP_SIGNALS, *
     called) the stop signals are left ignored once a course tool has ended, as :func:`run` leaves
     them once ``main`` is done: the tool was the command's work (``return cli.call(...)``), and a
     signal just after it would have said "nothing was written" of a tree that was written."""
-    if not words(command, "command", none_reads_sys_argv=False):
+    command = words(command, "command", none_reads_sys_argv=False)  # read once: Popen reads it again
+    if not command:
         raise ValueError("command must hold at least the program to run, got []")
     if not isinstance(relay, (tuple, list)):
         raise TypeError(f"relay must be a tuple of stop signals (a subset of cli.STOP_SIGNALS), got "
@@ -652,6 +694,15 @@ class ArgumentParser(argparse.ArgumentParser):
     keeps the last without a word), in every subcommand, as :class:`bench.cli.Distinct` refuses a
     value repeated inside a list option; so are both spellings of one flag (``--whole-step
     --no-whole-step``). Options that add up (``action="append"``, ``"count"``) may repeat."""
+
+    def __init__(self, *args, conflict_handler: str = "error", **kwargs) -> None:
+        # argparse formats it into a method's name: a value whose str raises, or an unknown one,
+        # failed with its own error or "invalid conflict_resolution value: ..." naming no argument
+        if type(conflict_handler) is not str or conflict_handler not in ("error", "resolve"):
+            raise (TypeError if type(conflict_handler) is not str else ValueError)(
+                f"conflict_handler must be 'error' or 'resolve' (argparse's two), got "
+                f"{type(conflict_handler).__name__} {shown(conflict_handler, 60)}")
+        super().__init__(*args, conflict_handler=conflict_handler, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         if args is not None:  # argparse failed on an int with "'int' object is not subscriptable"

@@ -86,7 +86,7 @@ def pick_device(prefer: str | torch.device | None = None, name: str = "prefer") 
         device = None
     if device is None or device.type not in _DEVICE_TYPES:
         raise ValueError(f"{name} must be one of {list(_DEVICE_TYPES)} (optionally with an index, "
-                         f"'cuda:0'), or None for the best available; got {prefer!r}")
+                         f"'cuda:0'), or None for the best available; got {shown(prefer)}")
     return check_device_present(device, name, asked=prefer)
 
 

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import torch
 
-from .attention.validation import check_callable, check_int, check_positive_number
+from .attention.validation import check_callable, check_int, check_positive_number, shown
 
 __all__ = ["parallel_map", "default_workers"]
 
@@ -94,7 +94,7 @@ def _check_arguments(fn: object, items: object, workers: object, timeout: object
         iter(items)
     except TypeError:
         raise TypeError(f"items must be an iterable of jobs (a list, a range...), got "
-                        f"{type(items).__name__} {items!r}") from None
+                        f"{type(items).__name__} {shown(items)}") from None
     if workers is not None:
         workers = check_int(workers, "workers", minimum=1)
     if hasattr(items, "__len__"):  # a list, a range: counted without listing (range(10**13) too)
@@ -126,7 +126,7 @@ def _check_timeout(timeout: object) -> float | None:
         return None
     if seconds > threading.TIMEOUT_MAX:
         raise ValueError(f"timeout must be at most {threading.TIMEOUT_MAX:g} s (the longest wait this "
-                         f"system allows), got {timeout!r}; pass timeout=None (or inf) for no limit")
+                         f"system allows), got {shown(timeout)}; pass timeout=None (or inf) for no limit")
     return seconds
 
 

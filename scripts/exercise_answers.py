@@ -33,7 +33,8 @@ from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the 
 cli = load_cli()
 
 if __name__ == "__main__":
-    cli.stop_at_once("exercise_answers.py")  # a signal during the (slow) imports: one line, at once
+    # a signal during the (slow) imports: one line, at once; one without .venv's modules: one line
+    cli.stop_at_once("exercise_answers.py", needs=("nbformat", "torch"))
 
 import io  # noqa: E402
 

@@ -44,7 +44,8 @@ from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the 
 
 cli = load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("nbgrader_tools.py")  # before its other imports: a signal then gets one line
+    # before its other imports: a signal then gets one line; one without .venv's modules: one line
+    cli.stop_at_once("nbgrader_tools.py", needs=("nbformat",))
 
 import copy  # noqa: E402
 import os  # noqa: E402
@@ -722,18 +723,18 @@ def _course_dir_problem(text: str) -> str | None:
     followed) would get source/, the grader's secrets and nbgrader_config.py written among the
     course's own files."""
     if not text.strip():
-        return (f"COURSE_DIR is empty ({text!r}); give the nbgrader course folder to write, outside "
+        return (f"COURSE_DIR is empty ({cli.shown(text)}); give the nbgrader course folder to write, outside "
                 "this clone, e.g. ../mha-course")
     try:
         inside = cli.place_in(text, ROOT)  # links followed: a link into the clone too
     except ValueError:
-        return (f"COURSE_DIR {text!r}: a symbolic link on this path loops (or never ends); give a real "
-                "folder outside this clone, e.g. ../mha-course")
+        return (f"COURSE_DIR {cli.shown(text)}: a symbolic link on this path loops (or never ends); give a "
+                "real folder outside this clone, e.g. ../mha-course")
     if inside == ".":
-        return (f"COURSE_DIR {text!r} is this clone's own folder; give the nbgrader course folder to "
-                "write, outside the clone, e.g. ../mha-course")
+        return (f"COURSE_DIR {cli.shown(text)} is this clone's own folder; give the nbgrader course folder "
+                "to write, outside the clone, e.g. ../mha-course")
     if inside is not None:
-        return (f"COURSE_DIR {text!r} is inside this clone ({inside}/); "
+        return (f"COURSE_DIR {cli.shown(text)} is inside this clone ({inside}/); "
                 "give the nbgrader course folder to write, outside the clone, e.g. ../mha-course")
     return None
 
@@ -849,7 +850,7 @@ def _main(argv: list[str]) -> int:
                 print(table().encode(encoding, "backslashreplace").decode(encoding))
         else:
             print(__doc__)
-            print(f"unknown command {command!r}", file=sys.stderr)
+            print(f"unknown command {cli.shown(command)}", file=sys.stderr)
             return 2
     except FormatError as exc:
         print(f"exercise format: {exc}", file=sys.stderr)

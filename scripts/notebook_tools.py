@@ -55,7 +55,8 @@ from course_cli import load_cli  # noqa: E402  (course_utils/cli.py, before the 
 
 cli = load_cli()
 if __name__ == "__main__":
-    cli.stop_at_once("notebook_tools.py")  # before its other imports: a signal then gets one line
+    # before its other imports: a signal then gets one line; one without .venv's modules: one line
+    cli.stop_at_once("notebook_tools.py", needs=("nbformat",))
 
 import hashlib  # noqa: E402
 import os  # noqa: E402
@@ -278,7 +279,7 @@ def write_atomically(path: Path, text: str | bytes) -> None:
     scripts (``exercise_answers.py`` writes its .pt stores through it)."""
     if not isinstance(text, (str, bytes)):
         raise TypeError(f"text must be the file's contents, a str or bytes, got {type(text).__name__} "
-                        f"{text!r:.60}")
+                        f"{cli.shown(text, 60)}")
     path = Path(path)
     try:
         _write_atomically(path, text)
@@ -391,7 +392,8 @@ def build(draft: Path, out: Path) -> None:
         if kind != "code" and line.strip() and not line.startswith("#"):  # it would be lost or garbled
             where = (f"in a markdown cell (from line {start}) but does not start with '# '" if kind else
                      "text before the first '# %%' cell marker would be lost; it must be a '#' comment")
-            raise ToolError(f"{draft}, line {number}: {where}, got {line!r:.60}; {out} was not written")
+            raise ToolError(f"{draft}, line {number}: {where}, got {cli.shown(line, 60)}; "
+                            f"{out} was not written")
         lines.append(line)
     flush()
     for cell in cells:
@@ -596,7 +598,7 @@ def _take_timeout(args: list[str]) -> tuple[list[str], int]:
         if value is None:
             raise ToolError("--timeout takes a number of seconds, got nothing")
         if not (value.isascii() and value.isdigit()) or int(value) < 1:
-            raise ToolError(f"--timeout takes a whole number of seconds >= 1, got {value!r}")
+            raise ToolError(f"--timeout takes a whole number of seconds >= 1, got {cli.shown(value)}")
         given.append(value)
     if len(given) > 1:
         raise ToolError(f"--timeout given more than once ({', '.join(given)}); give it once")
@@ -607,7 +609,7 @@ def _parse(argv: list[str]) -> tuple[str, list[str], int]:
     """The command and its arguments, or a :class:`ToolError` naming what is wrong."""
     command, args = argv[0], argv[1:]
     if command not in COMMANDS:
-        raise ToolError(f"unknown command {command!r}: expected one of {', '.join(COMMANDS)} "
+        raise ToolError(f"unknown command {cli.shown(command)}: expected one of {', '.join(COMMANDS)} "
                         "(run with no arguments for help)")
     timeout = CELL_TIMEOUT
     if command == "execute":

@@ -40,7 +40,7 @@ if __name__ == "__main__":  # first thing: a signal while it starts gets one lin
     sys.path.append(str(Path(__file__).resolve().parent))  # scripts/, for course_cli
     from course_cli import load_cli
 
-    load_cli().stop_at_once("publish.py")
+    load_cli().stop_at_once("publish.py", needs=("nbformat",))
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
@@ -144,6 +144,11 @@ def _tools():
     return importlib.import_module("notebook_tools")
 
 
+def _shown(value: object, width: int | None = None) -> str:
+    """cli.shown: a value for a message, even one whose repr raises."""
+    return _cli().shown(value, width)
+
+
 def _cli():
     """course_utils/cli.py (standard library only), through scripts/course_cli.py: its
     ArgumentParser refuses an option given twice, as every course tool's does."""
@@ -160,16 +165,16 @@ def validate(repo: str, tag: str) -> None:
         raise ValueError(
             f"repo must be a GitHub 'owner/name' (owner: 1-39 letters, digits or '-', not starting "
             f"or ending with '-', no '--'; name: 1-100 letters, digits, '.', '_' or '-', not '.' or "
-            f"'..', not ending in '.git'), got {repo!r}"
+            f"'..', not ending in '.git'), got {_shown(repo)}"
         )
     if not isinstance(tag, str) or not TAG_FORMAT.fullmatch(tag):
         raise ValueError(f"tag must be a release tag vMAJOR.MINOR.PATCH such as 'v0.2.0' (numbers "
-                         f"without leading zeros; never a branch), got {tag!r}")
+                         f"without leading zeros; never a branch), got {_shown(tag)}")
     if len(tag) > TAG_MAX:
         raise ValueError(f"tag must be at most {TAG_MAX} characters (git stores a tag as a file named "
-                         f"after it), got {len(tag)}: {tag[:24]!r}...")
+                         f"after it), got {len(tag)}: {_shown(tag[:24])}...")
     if PLACEHOLDERS.search(repo):
-        raise ValueError(f"repo {repo!r} is a placeholder, not a published repository")
+        raise ValueError(f"repo {_shown(repo)} is a placeholder, not a published repository")
 
 
 def _read_pyproject(root: Path) -> str:
@@ -275,7 +280,7 @@ def stamp_notebook(nb, repo_relative_path: str, published: Published | None = No
     if not isinstance(repo_relative_path, str) or not repo_relative_path.endswith(".ipynb") \
             or repo_relative_path.startswith("/"):
         raise ValueError("repo_relative_path must be the notebook's path inside the repository, "
-                         f"e.g. 'notebooks/00_start_here.ipynb'; got {repo_relative_path!r}")
+                         f"e.g. 'notebooks/00_start_here.ipynb'; got {_shown(repo_relative_path)}")
     published = published or load_config()
     cells = [c for c in nb.cells if not (_tagged(c, BADGES_TAG) or _tagged(c, SETUP_TAG))]
     old = {tag: next((c for c in nb.cells if _tagged(c, tag)), None) for tag in (BADGES_TAG, SETUP_TAG)}
@@ -452,7 +457,7 @@ def check(root: Path = ROOT, planned: dict[Path, str] | None = None) -> list[str
             if not (root / m.group("path")).is_file():
                 problems.append(f"{rel}: link to {m.group('path')}, which does not exist")
         for m in PLACEHOLDERS.finditer(text):
-            problems.append(f"{rel}: placeholder {m.group(0)!r}")
+            problems.append(f"{rel}: placeholder {_shown(m.group(0))}")
         for m in _launch_links(text):
             repo, ref, path = m.group("repo"), m.groupdict().get("ref"), m.groupdict().get("path")
             other_project = repo.split("/")[-1].lower() != published.repo.split("/")[-1].lower()
@@ -529,6 +534,11 @@ def main(argv: list[str] | None = None, *, root: Path = ROOT) -> int:
     if args.check:
         if args.repo is not None or args.tag is not None:
             parser.error("--check reads the config as it is: give it without --repo and --tag")
+        try:  # a missing or unreadable pyproject.toml is the command's input, not a disagreement
+            _read_pyproject(root)
+        except ValueError as exc:
+            print(f"publish: {exc}; nothing was checked", file=sys.stderr)
+            return 2
         problems = check(root)
         print("\n".join(problems) or "every badge and link agrees with [tool.course]")
         return 1 if problems else 0

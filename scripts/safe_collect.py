@@ -151,14 +151,14 @@ def read_record(inbound: Path, name: str, lesson: str, *, owner_check: str = "na
     if match is None:
         raise Refused("the name is not STUDENT+LESSON+YYYY-mm-dd HH:MM:SS.ffffff UTC")
     if match["student"].startswith("."):  # '.', '..', '.x': nbgrader's glob('*+...') never sees it
-        raise Refused(f"the student {match['student']!r} starts with '.': nbgrader collect skips such a "
-                      "hidden name without a word")
+        raise Refused(f"the student {_shown(match['student'])} starts with '.': nbgrader collect skips "
+                      "such a hidden name without a word")
     if match["lesson"] != lesson:
-        raise Refused(f"the record is for {match['lesson']!r}, not {lesson!r}")
+        raise Refused(f"the record is for {_shown(match['lesson'])}, not {_shown(lesson)}")
     try:
         claimed = _parse_time(match["time"])
     except ValueError:
-        raise Refused(f"the time {match['time']!r} is not a date") from None
+        raise Refused(f"the time {_shown(match['time'])} is not a date") from None
     parent = open_inbound(inbound)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
@@ -172,7 +172,8 @@ def read_record(inbound: Path, name: str, lesson: str, *, owner_check: str = "na
         if owner_check == "name":
             who = _owner_name(st.st_uid)
             if who != record.student:
-                raise Refused(f"the record names {record.student!r} but is owned by {who or st.st_uid!r}")
+                raise Refused(f"the record names {_shown(record.student)} but is owned by "
+                              f"{_shown(who or st.st_uid)}")
         else:
             record.notes.append("owner not checked (--owner off): the exchange cannot tell who wrote it")
         ctimes = [st.st_ctime]
@@ -240,7 +241,7 @@ def _simple_name(what: str):
         if not SIMPLE_NAME.fullmatch(text):
             raise argparse.ArgumentTypeError(
                 f"expected {what}: 1 to 100 letters, digits, '_', '.', '-' (not starting with '.'), "
-                f"got {text!r}")
+                f"got {_shown(text)}")
         return text
     return parse
 
@@ -254,7 +255,7 @@ def _number(least: float, *, above: bool, unit: str):
             value = math.nan
         if not math.isfinite(value) or (value <= least if above else value < least):
             raise argparse.ArgumentTypeError(
-                f"expected a finite number {'>' if above else '>='} {least:g} ({unit}), got {text!r}")
+                f"expected a finite number {'>' if above else '>='} {least:g} ({unit}), got {_shown(text)}")
         return value
     return parse
 
@@ -311,6 +312,11 @@ def main(argv: list[str]) -> int:
             print(f"safe_collect.py: {exc.strerror or exc}", file=sys.stderr)
             return 1
     return code or (1 if refused else 0)
+
+
+def _shown(value: object, width: int | None = None) -> str:
+    """cli.shown: a value for a message, even one whose repr raises."""
+    return _cli().shown(value, width)
 
 
 def _cli():

@@ -28,7 +28,7 @@ if __name__ == "__main__":  # first thing: a signal while it starts gets one lin
     sys.path.append(str(Path(__file__).resolve().parent))  # scripts/, for course_cli
     from course_cli import load_cli
 
-    load_cli().stop_at_once("student_tree.py")
+    load_cli().stop_at_once("student_tree.py", needs=("nbformat",))
 
 import os  # noqa: E402
 import re  # noqa: E402
@@ -180,16 +180,16 @@ def commit_to_branch(branch: str) -> str:
     git_refuses = subprocess.run(["git", "check-ref-format", "--branch", branch], capture_output=True)
     if (not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", branch) or ".." in branch
             or branch == "HEAD" or branch.startswith("refs/") or git_refuses.returncode):
-        raise ValueError(f"--branch: expected a branch name such as 'student', got {branch!r}")
+        raise ValueError(f"--branch: expected a branch name such as 'student', got {_shown(branch)}")
     current = subprocess.run(["git", "-C", str(ROOT), "symbolic-ref", "--quiet", "--short", "HEAD"],
                              capture_output=True, text=True).stdout.strip()
     if branch == current:
-        raise ValueError(f"--branch: {branch!r} is the branch checked out here; the student tree goes "
+        raise ValueError(f"--branch: {_shown(branch)} is the branch checked out here; the student tree goes "
                          "on a branch of its own, e.g. 'student'")
     tagged = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"refs/tags/{branch}"],
                             capture_output=True)
     if tagged.returncode == 0:  # `git push origin NAME` would fail: the name matches two refs
-        raise ValueError(f"--branch: {branch!r} is already a tag; a branch of the same name makes "
+        raise ValueError(f"--branch: {_shown(branch)} is already a tag; a branch of the same name makes "
                          f"`git push origin {branch}` fail and every checkout of it ambiguous: give "
                          "another name, e.g. 'student'")
     with tempfile.TemporaryDirectory() as tmp:
@@ -258,6 +258,11 @@ def main(argv: list[str]) -> int:
     return cli.run(_main, argv, "student_tree.py")
 
 
+def _shown(value: object, width: int | None = None) -> str:
+    """cli.shown: a value for a message, even one whose repr raises."""
+    return _cli().shown(value, width)
+
+
 def _cli():
     """course_utils/cli.py (Ctrl-C and SIGTERM: one line), through scripts/course_cli.py: this
     script needs only the standard library until it stamps the notebooks."""
@@ -283,7 +288,7 @@ def _main(argv: list[str]) -> int:
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"student-tree: {_described(exc)}", file=sys.stderr)
         return 2
-    raise AssertionError(f"usage_problem let {argv!r} through")  # every other shape is refused above
+    raise AssertionError(f"usage_problem let {_shown(argv)} through")  # every other shape is refused above
 
 
 def _say(line: str) -> None:

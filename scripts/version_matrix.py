@@ -70,7 +70,7 @@ def _read(path: Path) -> str:
 def _name(requirement: str, where: str = "a requirement") -> str:
     m = re.match(r"\s*([A-Za-z0-9_.-]+)", str(requirement))
     if not m:
-        raise InputError(f"{where}: {requirement!r} does not start with a package name")
+        raise InputError(f"{where}: {_shown(requirement)} does not start with a package name")
     return m.group(1).lower().replace("_", "-")
 
 
@@ -102,7 +102,8 @@ def build_requires(root: Path = ROOT) -> list[str]:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
     requires = data.get("build-system", {}).get("requires", [])
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
-        raise InputError(f"{path}: [build-system] requires should be a list of strings, got {requires!r:.80}")
+        raise InputError(f"{path}: [build-system] requires should be a list of strings, got "
+                         f"{_shown(requires, 80)}")
     return requires
 
 
@@ -113,7 +114,7 @@ def floor_constraints(root: Path = ROOT) -> str:
     for req in project["dependencies"]:
         m = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*>=\s*([^,;\s]+)\s*$", str(req))
         if not m:
-            raise InputError(f"{root / 'pyproject.toml'}: dependency {req!r} should be a plain "
+            raise InputError(f"{root / 'pyproject.toml'}: dependency {_shown(req)} should be a plain "
                              "'name>=floor' range")
         lines.append(f"{m.group(1)}=={m.group(2)}")
     tools = {_name(r, "pyproject.toml optional-dependencies") for extra in
@@ -125,11 +126,22 @@ def floor_constraints(root: Path = ROOT) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check_venv(env_dir: Path) -> None:
+def _check_venv(env_dir: Path, root: Path = ROOT) -> None:
     """``env_dir`` is a folder, or a path one can be made at (no file, FIFO, ... on the way), and the
     nearest existing folder takes a new file (not a read-only mount, not someone else's). A
-    folder that holds anything but a virtual environment is refused: venv would empty it."""
+    folder that holds anything but a virtual environment is refused: venv would empty it. So is
+    the course's own environment (``root/.venv``, or COURSE_VENV's): the pins would replace the
+    packages that course.py lab and test use (battery 31b)."""
     import tempfile
+
+    course_venvs = [root / ".venv"]
+    if (os.environ.get("COURSE_VENV") or "").strip():
+        course_venvs.append(Path(os.path.expanduser(os.environ["COURSE_VENV"])))
+    for course_venv in course_venvs:
+        if os.path.realpath(course_venv) == os.path.realpath(env_dir):
+            raise InputError(f"--venv {env_dir} is the course's own environment ({course_venv}, the one "
+                             f"course.py lab and test use): its packages would be replaced by the pinned "
+                             f"versions; give another folder (the default is .venv-floor or .venv-newest)")
 
     for parent in (env_dir, *env_dir.parents):
         if parent.exists():
@@ -198,7 +210,7 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     args.pytest_args = [*args.pytest_args, *rest]
     env_dir = args.venv or root / f".venv-{args.which}"
     try:  # every input checked before anything is installed
-        _check_venv(env_dir)
+        _check_venv(env_dir, root)
         floor = floor_constraints(root) if args.which == "floor" else None
         if floor is None:
             read_project(root)  # pip install -e reads it too: a broken one fails here, clearly
@@ -231,6 +243,11 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     code = subprocess.call([str(python), "-m", "pytest", *(args.pytest_args or DEFAULT_PYTEST)],
                            cwd=root, env=env)
     return 128 - code if code < 0 else code  # killed by a signal: 128 + its number (cli.run takes 0..255)
+
+
+def _shown(value: object, width: int | None = None) -> str:
+    """cli.shown: a value for a message, even one whose repr raises."""
+    return _cli().shown(value, width)
 
 
 def _cli():

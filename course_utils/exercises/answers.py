@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_flag, check_int, check_record
+from ..attention.validation import check_flag, check_int, check_record, shown
 from ..paths import check_path, path_kind
-from .cases import Case
+from .cases import Case, listed
 
 ANSWERS_DIR = Path(__file__).resolve().parent / "answers"
 FORMAT = 2
@@ -48,7 +48,7 @@ class Raised:
         check_record(self)
         if not self.kind.isidentifier():  # '' or 'Value Error' would never match a raise
             raise ValueError(f"Raised.kind must be the name of an exception class such as 'ValueError', "
-                             f"got {self.kind!r:.60}")
+                             f"got {shown(self.kind, 60)}")
 
 
 # NotImplementedError is a RuntimeError: torch 2.15 raises it where 2.13 raised RuntimeError
@@ -68,7 +68,7 @@ def same_raise(stored: Raised, kind: str, message: str, *, loose: bool = False) 
     ``loose``, the same message up to an operator-name prefix."""
     if not isinstance(stored, Raised):
         raise TypeError(f"stored: expected a Raised (a stored exception), got {type(stored).__name__} "
-                        f"{stored!r:.60}")
+                        f"{shown(stored, 60)}")
     if not isinstance(kind, str) or not isinstance(message, str):
         raise TypeError(f"kind and message: expected the exception's class name and text (str), got "
                         f"{type(kind).__name__} and {type(message).__name__}")
@@ -138,7 +138,11 @@ def decode(data: Any, _depth: int = 0) -> Any:
     if isinstance(data, list):
         return [decode(v, depth) for v in data]
     if not isinstance(data, dict):
-        return data
+        if data is None or isinstance(data, (bool, int, float, str)):  # what encode keeps as it is
+            return data
+        raise ValueError(f"data: expected a stored value (what encode writes: None, a bool, int, float, "
+                         f"str, list or dict), got {type(data).__name__} {shown(data, 60)}: the stored "
+                         f"answers are damaged; reinstall the course package")
     if "__raised__" in data:
         return Raised(*data["__raised__"])
     if "__tensor__" in data:
@@ -173,7 +177,7 @@ def _stored_part(data: dict, key: str, what: str, kind: type, expected: str) -> 
     value = data.get(key)
     if not isinstance(value, kind):
         raise ValueError(f"data: a stored {what} ('{key}') must hold {expected}, got "
-                         f"{type(value).__name__} {value!r:.60}: the stored answers are damaged; "
+                         f"{type(value).__name__} {shown(value, 60)}: the stored answers are damaged; "
                          "reinstall the course package")
     return value
 
@@ -188,7 +192,7 @@ def _stored_dtype(data: dict, what: str) -> np.dtype:
         dtype = None
     if dtype is None or dtype.kind not in "biufc":
         raise ValueError(f"data: a stored {what} must name a numeric dtype (bool, int, float, complex), got "
-                         f"{name[:60]!r}: the stored answers are damaged; reinstall the course package")
+                         f"{shown(name[:60])}: the stored answers are damaged; reinstall the course package")
     return dtype
 
 
@@ -196,7 +200,7 @@ def _check_case(case: object, name: str) -> None:
     """``case`` is a :class:`~.cases.Case` (what an exercise's ``cases()`` lists)."""
     if not isinstance(case, Case):
         raise TypeError(f"{name} must be a Case (from an exercise's cases()), got {type(case).__name__} "
-                        f"{case!r:.60}")
+                        f"{shown(case, 60)}")
 
 
 def encode_case(case: Any) -> Any:
@@ -213,7 +217,7 @@ def decode_case(data: Any) -> Any:
     """The inverse of :func:`encode_case`: a fresh :class:`~.cases.Case`."""
     if not isinstance(data, dict) or not {"args", "kwargs", "label"} <= set(data):
         raise TypeError(f"data: expected a stored case (a dict with 'args', 'kwargs' and 'label', made by "
-                        f"encode_case), got {type(data).__name__} {data!r:.60}")
+                        f"encode_case), got {type(data).__name__} {shown(data, 60)}")
     return Case(decode(data["args"]), decode(data["kwargs"]), data["label"])
 
 
@@ -235,22 +239,23 @@ def describe_inputs(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(describe_inputs(v, depth + 1) for v in value))
     if isinstance(value, dict):
-        keys = sorted(value, key=repr)
-        return ("dict", tuple((repr(k), describe_inputs(value[k], depth + 1)) for k in keys))
+        keys = sorted(value, key=shown)
+        return ("dict", tuple((shown(k), describe_inputs(value[k], depth + 1)) for k in keys))
     if hasattr(value, "to_json") and hasattr(value, "shape"):  # a pandas table
         return ("table", tuple(value.shape), tuple(map(str, getattr(value, "columns", ()))))
     if callable(value):
         return ("function", getattr(value, "__qualname__", type(value).__qualname__))
     if isinstance(value, float):
         return ("float",)  # a computed float's last bit may differ between machines
-    return (type(value).__name__, repr(value))
+    return (type(value).__name__, shown(value))
 
 
 def cases_signature(cases: Any) -> list:
     """:func:`describe_inputs` of each case with its label: what a store's cases must match."""
+    cases = listed(cases, "cases", "a list of Case (an exercise's cases())")
     if isinstance(cases, (str, bytes, dict)) or not isinstance(cases, (list, tuple)):
         raise TypeError(f"cases must be a list of Case (an exercise's cases()), got {type(cases).__name__} "
-                        f"{cases!r:.60}")
+                        f"{shown(cases, 60)}")
     for i, case in enumerate(cases):
         _check_case(case, f"cases[{i}]")
     return [(case.label, describe_inputs((tuple(case.args), dict(case.kwargs)))) for case in cases]
@@ -363,13 +368,13 @@ def stored(lesson: str, name: str) -> dict | None:
     raises OSError / ValueError when the file is missing or unreadable, and ValueError for a
     lesson that is not "lessonNN" (a path would read outside the store)."""
     if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
-        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {lesson!r}")
+        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {shown(lesson)}")
     known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
     if lesson not in known:
-        raise ValueError(f"lesson must be one of the course's lessons {known}, got {lesson!r}")
+        raise ValueError(f"lesson must be one of the course's lessons {known}, got {shown(lesson)}")
     if not isinstance(name, str):
         raise TypeError(f"name: expected an exercise's stored name (a str), got "
-                        f"{type(name).__name__} {name!r:.60}")
+                        f"{type(name).__name__} {shown(name, 60)}")
     for key, entry in _load(lesson):
         if key == name:
             return _thaw(entry)  # a fresh copy on each call: no caller shares it with another

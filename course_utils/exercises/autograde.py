@@ -85,6 +85,7 @@ def write_secrets(course: Path, lessons: Sequence[str], solutions_dir: Path) -> 
     ``nbgrader_tools.py source`` holds its COURSE_DIR."""
     check_path(course, "course", "the course folder nbgrader works in")
     check_path(solutions_dir, "solutions_dir", "the instructor's solutions folder")
+    lessons = _cases.listed(lessons, "lessons", "a non-empty list of lesson names")
     if isinstance(lessons, (str, bytes)) or not isinstance(lessons, Sequence) or not lessons \
             or not all(isinstance(x, str) and x for x in lessons):
         raise ValueError(f"lessons: expected a non-empty list of lesson names (notebook names without "
@@ -407,6 +408,8 @@ def replay(name: str, cases: Sequence[Any], outcomes: Sequence[sandbox.Outcome])
     the exercise's check can then grade the answer here, unchanged."""
     if not isinstance(name, str):
         raise TypeError(f"name: expected the answer function's name (a str), got {type(name).__name__}")
+    cases = _cases.listed(cases, "cases", "a list of exercise cases (Case)")
+    outcomes = _cases.listed(outcomes, "outcomes", "a list of sandbox.Outcome")
     if isinstance(cases, (str, bytes)) or not isinstance(cases, Sequence) \
             or not all(isinstance(c, _cases.Case) for c in cases):
         raise TypeError(f"cases: expected a list of exercise cases (Case), got {shown(cases, 80)}")
@@ -555,6 +558,10 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
     if not isinstance(exercise, Exercise):
         raise TypeError(f"exercise: expected an Exercise (see exercise_of), got {type(exercise).__name__} "
                         f"{shown(exercise, 60)}")
+    cases = _cases.listed(cases, "cases", "a list of the exercise's cases (Case)")
+    unseen = _cases.listed(unseen, "unseen", "a list of the exercise's unseen cases (Case) or None")
+    expected_unseen = _cases.listed(expected_unseen, "expected_unseen",
+                                    "the right outputs of the unseen cases (a list, one per case) or None")
     for label, given in (("cases", cases), ("unseen", unseen)):
         if given is None and label == "unseen":
             continue
@@ -632,7 +639,9 @@ def _check_salt_and_solutions(salt: object, solutions_dir: object) -> None:
     if salt is not None and salt < 0:  # (salted_seeds's rule, checked before the reference runs)
         raise ValueError(f"salt must be an int >= 0 (a lesson's salt from the grader's secrets) or "
                          f"None, got {salt}")
-    if solutions_dir is not None and not Path(str(solutions_dir)).is_dir():
+    if solutions_dir is not None:  # str() of anything was read as a folder's name (or raised)
+        check_path(solutions_dir, "solutions_dir", "the instructor's solutions folder, or None")
+    if solutions_dir is not None and not Path(solutions_dir).is_dir():
         raise ValueError(f"solutions_dir must be the instructor's solutions folder or None, but "
                          f"{shown(solutions_dir, 100)} is not a folder")
     if (salt is None) != (solutions_dir is None):  # the unseen cases need both: one alone was ignored
@@ -650,6 +659,7 @@ def _check_grading_arguments(code: object, name: object, salt: object, solutions
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be the answer function's name (an identifier), got {shown(name, 60)}")
     _check_salt_and_solutions(salt, solutions_dir)
+    hide = _cases.listed(hide, "hide", "a list of folders")
     if isinstance(hide, (str, bytes)) or not isinstance(hide, (list, tuple)) \
             or not all(isinstance(p, Path) for p in hide):
         raise TypeError(f"hide must be a list of pathlib.Path to hide from the answer, got {shown(hide, 80)}")

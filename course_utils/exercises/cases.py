@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from ..attention.validation import shown
+from ..attention.validation import items_of, shown
+
+
+def listed(value: object, name: str, expected: str) -> object:
+    """``value``'s items as a plain list when it is a sequence (not a str or bytes), read once
+    through :func:`validation.items_of`: one whose ``len()`` or iteration raises is a TypeError
+    naming ``name``, what was ``expected`` and what arrived, instead of its own error (battery
+    30), and one whose ``len()`` lies is read for what it holds. Anything else comes back as it
+    is, for the caller's own type check to name. The exercises' one way to take a sequence."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return items_of(value, name, expected)
+    return value
 
 
 @dataclass
@@ -32,7 +44,8 @@ class Case:
             raise TypeError(f"{kind}.kwargs must be a dict from argument names to inputs, "
                             f"got {type(self.kwargs).__name__}")
         if not isinstance(self.label, str):
-            raise TypeError(f"{kind}.label must be a str, got {type(self.label).__name__} {self.label!r}")
+            raise TypeError(f"{kind}.label must be a str, got {type(self.label).__name__} "
+                            f"{shown(self.label)}")
 
     def fresh(self) -> tuple[tuple, dict]:
         """Copies of the inputs, so an in-place edit by one call cannot leak into the next (a

@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_distinct, finite, say
+from ..attention.validation import check_distinct, finite, say, shown
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -762,8 +762,9 @@ def _environment_change(was: dict[str, str], now: dict[str, str]) -> str:
     which a right answer may make it do: ``torch.use_deterministic_algorithms(True)``)."""
     names = sorted(name for name in set(was) | set(now)
                    if was.get(name) != now.get(name) and name.startswith(("COURSE_", "NBGRADER_")))
-    shown = [f"os.environ[{name!r}] from {was.get(name)!r} to {now.get(name)!r}" for name in names[:3]]
-    return "changed " + ", ".join(shown) + (f" and {len(names) - 3} more" if len(names) > 3 else "") \
+    changes = [f"os.environ[{shown(name)}] from {shown(was.get(name))} to {shown(now.get(name))}"
+               for name in names[:3]]
+    return "changed " + ", ".join(changes) + (f" and {len(names) - 3} more" if len(names) > 3 else "") \
         if names else ""
 
 
@@ -1574,17 +1575,26 @@ def _plain_exception(exc: Any) -> bool:
     return type(exc) in _BUILTIN_EXCEPTIONS and _plain(_EXCEPTION_ARGS.__get__(exc), whole=True)
 
 
+#: :func:`_within_time_limit`'s answer when ``make()`` raised before the time limit was reached.
+_RAISED: Any = type("_Raised", (), {"__repr__": lambda self: "<raised>"})()
+
+
 def _within_time_limit(make: Callable[[], str]) -> str | None:
     """``make()``, which runs an answer's own ``__repr__`` or ``__str__``, under the check's time
-    limit; None when it is stopped or raises (battery 23: a ``__str__`` that sleeps held a check
-    with a 3 s limit for 121 s). An interrupt (Ctrl-C) still reaches the learner."""
+    limit; None when it is stopped by the limit (battery 23: a ``__str__`` that sleeps held a check
+    with a 3 s limit for 121 s), :data:`_RAISED` when it raises before (a message that blamed the
+    time limit for a ``__str__`` that raised at once misled: battery 31). An interrupt (Ctrl-C)
+    still reaches the learner."""
+    start = time.monotonic()
     try:
         if _Deadline._active is not None:  # already under a limit (one per check: never nested)
             return make()
         with _Deadline():
             return make()
-    except (Exception, TimeLimitExceeded):  # noqa: BLE001 - the answer's own code: any error
+    except TimeLimitExceeded:
         return None
+    except Exception:  # noqa: BLE001 - the answer's own code: any error
+        return None if time.monotonic() - start >= _time_limit() else _RAISED
 
 
 def describe_value(x: Any, _depth: int = 0) -> str:
@@ -1593,6 +1603,8 @@ def describe_value(x: Any, _depth: int = 0) -> str:
     the time limit of one call (a value of the answer's own class is printed under it)."""
     if _depth == 0 and not _plain(x):
         text = _within_time_limit(lambda: _describe(x))
+        if text is _RAISED:
+            return f"a {type(x).__name__} object (it could not be printed)"
         return text if isinstance(text, str) else \
             f"a {type(x).__name__} object (it could not be printed within the {_time_limit():g} s time limit)"
     return _describe(x, _depth)
@@ -1761,7 +1773,8 @@ def _check_tolerances(rtol: Any, atol: Any) -> None:
     for name, value in (("rtol", rtol), ("atol", atol)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not finite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r}")
+            raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} "
+                             f"{shown(value)}")
 
 
 def outputs_close(got: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-6,
@@ -1984,6 +1997,8 @@ def _safe_str(exc: BaseException, limit: int = 2000) -> str:
         text = None
     else:
         text = _within_time_limit(lambda: str(exc))
+        if text is _RAISED:  # at once: no time limit was reached
+            return f"a {type(exc).__name__} that could not be printed"
     if text is None:
         if not any(seen is type(exc) for seen in _UNPRINTED):
             _UNPRINTED[:] = [*_UNPRINTED[-7:], type(exc)]
@@ -2127,7 +2142,7 @@ def outcome(fn: Callable[..., Any], case: Case) -> Any:
 
     if not isinstance(case, Case):
         raise TypeError(f"outcome: case must be a Case (the inputs to call fn with), got "
-                        f"{type(case).__name__} {case!r:.60}")
+                        f"{type(case).__name__} {shown(case, 60)}")
 
     try:
         with warnings.catch_warnings():
@@ -2612,17 +2627,17 @@ class Exercise:
         kind = type(self).__name__  # Exercise or a subclass: messages name Class.field
         if not isinstance(self.title, str) or not self.title:
             raise TypeError(f"{kind}.title must be a non-empty str, got {type(self.title).__name__} "
-                            f"{self.title!r:.60}")
+                            f"{shown(self.title, 60)}")
         if not callable(self.make_cases):
             raise TypeError(f"{kind}.make_cases must be a function that returns the cases, got "
-                            f"{type(self.make_cases).__name__} {self.make_cases!r:.60}")
+                            f"{type(self.make_cases).__name__} {shown(self.make_cases, 60)}")
         _check_no_arguments(self.make_cases)
         if not isinstance(self.mistakes, list) or not all(isinstance(m, Mistake) for m in self.mistakes):
             raise TypeError(f"{kind}.mistakes must be a list of Mistake, got {describe_value(self.mistakes)}")
         try:  # a key names its slip in feedback and in the store: a second one would never be reached
             check_distinct([m.key for m in self.mistakes], "mistakes", "keys (Mistake.key)")
         except ValueError as err:
-            raise ValueError(f"{kind} {self.title!r}: {err}") from None
+            raise ValueError(f"{kind} {shown(self.title)}: {err}") from None
         if not isinstance(self.hint, str):
             raise TypeError(f"{kind}.hint must be a str, got {describe_value(self.hint)}")
         try:

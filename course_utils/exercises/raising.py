@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..attention.validation import check_callable, check_distinct, check_flag, shown
 from .answers import Raised, _check_case, same_raise
+from .cases import listed
 from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str, _where_bound
 
 __all__ = ["RaisingMistake", "DiagnosingExercise", "RecordFailure", "RecordRefusedCall", "requested_shape",
@@ -141,6 +142,8 @@ def requested_shape(args: list) -> tuple:
     size follows (``t.view()``, which torch refuses). A first entry that is no tensor or shape is
     a TypeError naming ``args`` (it was read as ``()``). The sizes are returned as the failed call
     gave them, a float too (``d / h``): the checks read such a slip from them, so never raise."""
+    if isinstance(args, (list, tuple)):
+        args = listed(args, "args", "the arguments of a view or reshape call (a list or tuple)")
     if not isinstance(args, (list, tuple)) or not args:
         raise TypeError(f"args: expected the arguments of a view or reshape call (a list or tuple: the "
                         f"tensor, then the shape), got {type(args).__name__} {shown(args, 60)}")

@@ -54,6 +54,7 @@ import torch
 
 from ..attention.validation import check_int, check_record, shown
 from ..paths import check_path
+from .cases import listed
 
 PACKAGE = Path(__file__).resolve().parent.parent  # course_utils/: the one folder of the clone shown
 CLONE = PACKAGE.parent  # the instructor's clone (solutions/, notebooks/): hidden from answers
@@ -258,9 +259,11 @@ def store_reads(cells: Sequence[str]) -> list[str]:
     """What in ``cells`` (code cells of a notebook or the kernel's history) reads the course's
     stored answers, by the grader's own rule (:func:`_store_reads`); sorted, empty when nothing
     does. A cell that is not valid Python is skipped."""
+    cells = listed(cells, "cells", "a list of code cells (str)")
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
             or not all(isinstance(c, str) for c in cells):
-        raise TypeError(f"cells must be a list of code cells (str), got {type(cells).__name__} {cells!r:.60}")
+        raise TypeError(f"cells must be a list of code cells (str), got {type(cells).__name__} "
+                        f"{shown(cells, 60)}")
     found: set[str] = set()
     for source in cells:
         found |= _cell_store_reads(source)
@@ -280,6 +283,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     the last top-level ``def name`` (in ``cells[answer_cell]`` when that cell defines it), the
     functions and classes it names, transitively, and the imports that bind a name they use.
     No other statement is kept. Raises :class:`AnswerProblem`."""
+    cells = listed(cells, "cells", "a list of code cells (str)")
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
             or not all(isinstance(c, str) for c in cells):
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
@@ -288,7 +292,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
-                         f"(0..{len(cells) - 1}), got {answer_cell!r}")
+                         f"(0..{len(cells) - 1}), got {shown(answer_cell)}")
     definitions: dict[str, ast.AST] = {}
     imports: list[ast.AST] = []
     order: dict[int, int] = {}
@@ -354,7 +358,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
 def _need_text(label: str, value: Any, what: str) -> None:
     """``value`` (the argument ``label``) must be a str: else a TypeError naming it."""
     if not isinstance(value, str):
-        raise TypeError(f"{label}: expected {what} (a str), got {type(value).__name__} {value!r:.60}")
+        raise TypeError(f"{label}: expected {what} (a str), got {type(value).__name__} {shown(value, 60)}")
 
 
 def _need_identifier(label: str, value: Any, what: str) -> None:
@@ -362,7 +366,7 @@ def _need_identifier(label: str, value: Any, what: str) -> None:
     TypeError or ValueError naming it (no function could be found under another name)."""
     _need_text(label, value, what)
     if not value.isidentifier():
-        raise ValueError(f"{label}: expected {what} (a Python identifier), got {value!r:.60}")
+        raise ValueError(f"{label}: expected {what} (a Python identifier), got {shown(value, 60)}")
 
 
 def is_stub(code: str, name: str) -> bool:
@@ -592,7 +596,7 @@ def _check_key_known(check_key: Any) -> None:
         module = None
     if module is None or not callable(getattr(module, match.group(2), None)):
         raise ValueError(f"check_key must name an exercise check, 'lessonNN.check_xxx' such as "
-                         f"'lesson02.check_softmax_rows', got {check_key!r}")
+                         f"'lesson02.check_softmax_rows', got {shown(check_key)}")
 
 
 def twin_names(check_key: str) -> frozenset[str]:
@@ -686,17 +690,19 @@ def check_call(source: str) -> re.Match | None:
     return CHECK_CALL.match(lines[0]) if len(lines) == 1 else None
 
 
-def _check_note_inputs(cells: object, check_key: object) -> None:
+def _check_note_inputs(cells: object, check_key: object) -> list[str]:
     """What :func:`grading_note` reads: the code cells as a list (or tuple) of str, and the key
-    of a check that exists."""
+    of a check that exists. Returns the cells as a plain list, read once."""
+    cells = listed(cells, "cells", "a list of code cells (str)")
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence):
         raise TypeError(f"cells must be the notebook's code cells so far, a list of str (the test "
-                        f"cell last), got {type(cells).__name__} {cells!r:.60}")
+                        f"cell last), got {type(cells).__name__} {shown(cells, 60)}")
     wrong = next((i for i, c in enumerate(cells) if not isinstance(c, str)), None)
     if wrong is not None:
         raise TypeError(f"cells[{wrong}] must be a cell's source text (a str), got "
-                        f"{type(cells[wrong]).__name__} {cells[wrong]!r:.60}")
+                        f"{type(cells[wrong]).__name__} {shown(cells[wrong], 60)}")
     _check_key_known(check_key)
+    return cells
 
 
 def grading_note(cells: Sequence[str], check_key: str) -> str | None:
@@ -706,7 +712,7 @@ def grading_note(cells: Sequence[str], check_key: str) -> str | None:
     then not the notebook's) or when nothing is wrong. A ``cells`` that is not a list of str,
     or a ``check_key`` that names no check, is a TypeError or ValueError (a None there would
     read as "nothing to note")."""
-    _check_note_inputs(cells, check_key)
+    cells = _check_note_inputs(cells, check_key)
     call = check_call(cells[-1]) if cells else None
     if call is None or f"{call['module']}.{call['check']}" != check_key:
         return None
@@ -725,13 +731,17 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
     not run. Empty when none. Never raises."""
     import builtins
 
+    try:
+        cells = listed(cells, "cells", "the notebook's code cells so far (a list of str)")
+    except TypeError as err:
+        return [str(err)]
     if isinstance(cells, (str, bytes)) or not isinstance(cells, Sequence) \
             or not all(isinstance(c, str) for c in cells):
         return [f"cells: expected the notebook's code cells so far (a list of str), got "
-                f"{type(cells).__name__} {cells!r:.60}"]
+                f"{type(cells).__name__} {shown(cells, 60)}"]
     if type(name) is not str or not name.isidentifier():  # no answer can be found under it
         return [f"name: expected the answer's function name (a str such as 'softmax_rows'), got "
-                f"{type(name).__name__} {name!r:.60}"]
+                f"{type(name).__name__} {shown(name, 60)}"]
     try:
         code = answer_source(cells, name)
     except AnswerProblem as problem:
@@ -789,6 +799,10 @@ class Refused(TypeError):
     ``output[1]['a']``), and what is taken instead (:data:`PLAIN_OUTPUTS`)."""
 
     def __init__(self, what: str, where: str = "output") -> None:
+        for label, text in (("what", what), ("where", where)):  # str() of another raised its own error
+            if type(text) is not str:
+                raise TypeError(f"Refused's {label} must be a str (what was refused; where it sits), got "
+                                f"{type(text).__name__} {shown(text, 60)}")
         self.what, self.where = what, where
         super().__init__(f"{what} at {where} (the grader takes only plain data: {PLAIN_OUTPUTS})")
 
@@ -806,7 +820,7 @@ def _check_where(where: object) -> None:
     """``where`` (the place in the output that :class:`Refused` names) is a str."""
     if type(where) is not str:
         raise TypeError(f"where must be a str naming the place in the output, such as 'output[1]', got "
-                        f"{type(where).__name__} {where!r:.60}")
+                        f"{type(where).__name__} {shown(where, 60)}")
 
 
 def to_plain(value: Any, depth: int = 0, where: str = "output") -> Any:
@@ -847,7 +861,7 @@ def to_plain(value: Any, depth: int = 0, where: str = "output") -> Any:
         return {"__dict__": {k: to_plain(v, depth + 1, f"{where}[{k!r:.40}]") for k, v in value.items()}}
     if kind is dict:
         odd = [k for k in value if type(k) is not str][:1]
-        raise Refused(f"a dict with a key that is not a str ({odd[0]!r:.40})" if odd else
+        raise Refused(f"a dict with a key that is not a str ({shown(odd[0], 40)})" if odd else
                       f"a dict of {len(value)} items", where)
     if kind in _UNRUN_RESULTS:
         if kind is not types.AsyncGeneratorType:
@@ -902,7 +916,7 @@ def accept(data: Any, depth: int = 0, where: str = "output") -> Any:
     if set(data) == {"__dict__"} and type(data["__dict__"]) is dict:
         return {str(k): accept(v, depth + 1, f"{where}[{k!r:.40}]") for k, v in data["__dict__"].items()
                 if type(k) is str}
-    raise Refused(f"a dict with keys {sorted(map(str, data))!r:.80} (not an encoded output the grader "
+    raise Refused(f"a dict with keys {shown(sorted(map(str, data)), 80)} (not an encoded output the grader "
                   "knows)", where)
 
 
@@ -1004,18 +1018,18 @@ def _check_hook_arguments(work: object, check_key: object, answer: object, harne
     if type(work) is not str or not work or not os.path.isdir(work):
         raise (TypeError if type(work) is not str else ValueError)(
             f"work: expected the answer's work folder (a str naming an existing folder), got "
-            f"{type(work).__name__} {work!r:.80}")
+            f"{type(work).__name__} {shown(work, 80)}")
     # the key's form only: importing its lesson here would make that module importable by the answer
     if type(check_key) is not str or re.fullmatch(r"lesson\d\d\.check_\w+", check_key) is None:
         raise (TypeError if type(check_key) is not str else ValueError)(
             f"check_key: expected a check's key such as 'lesson02.check_softmax_rows', got "
-            f"{type(check_key).__name__} {check_key!r:.80}")
+            f"{type(check_key).__name__} {shown(check_key, 80)}")
     if not isinstance(answer, types.CodeType):
         raise TypeError(f"answer: expected the answer's compiled module (a code object from compile()), "
-                        f"got {type(answer).__name__} {answer!r:.60}")
+                        f"got {type(answer).__name__} {shown(answer, 60)}")
     if type(harness) is not list or len(harness) != 1 or type(harness[0]) is not bool:
         raise TypeError(f"harness: expected a list of one bool (True while the grader's own code runs), "
-                        f"got {type(harness).__name__} {harness!r:.60}")
+                        f"got {type(harness).__name__} {shown(harness, 60)}")
 
 
 def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harness: list[bool]) -> None:
@@ -1122,13 +1136,13 @@ def install_audit_hook(work: str, check_key: str, answer: types.CodeType, harnes
                     refuse("open of a file descriptor for writing")
                 return
             if writing and not inside_work(path):
-                refuse(f"open for writing {path!r:.200}")
+                refuse(f"open for writing {shown(path, 200)}")
             return
         if event in path_events:
             for arg in args:
                 if isinstance_(arg, (str_, bytes_)) and not inside_work(arg) or isinstance_(arg, int_) \
                         and event == "os.truncate":
-                    refuse(f"{event} {arg!r:.200}")
+                    refuse(f"{event} {shown(arg, 200)}")
             return
         if event in ("exec", "compile", "sys._getframe", "object.__setattr__", "object.__getattr__") \
                 and called_from_trusted():
@@ -1254,10 +1268,10 @@ def inputs_after(args: tuple, kwargs: dict) -> list[Any]:
     form; None for any other input."""
     if not isinstance(args, tuple):
         raise TypeError(f"args: expected the tuple of positional inputs, got "
-                        f"{type(args).__name__} {args!r:.60}")
+                        f"{type(args).__name__} {shown(args, 60)}")
     if not isinstance(kwargs, dict):
         raise TypeError(f"kwargs: expected the dict of keyword inputs, got "
-                        f"{type(kwargs).__name__} {kwargs!r:.60}")
+                        f"{type(kwargs).__name__} {shown(kwargs, 60)}")
     after: list[Any] = []
     for given in (*args, *kwargs.values()):
         try:
@@ -1356,7 +1370,7 @@ def _child(payload_fd: str, result_fd: str) -> None:
         exec(compiled, namespace)  # noqa: S102 - the point of this process
         signal.alarm(0)
         if name not in namespace:  # a KeyError would read as the answer's code failing
-            raise NameError(f"the code defines no function named {name!r} (the name the check is given)")
+            raise NameError(f"the code defines no function named {shown(name)} (the name the check is given)")
         fn = namespace[name]
     except BaseException as exc:  # noqa: BLE001
         signal.alarm(0)
@@ -1441,10 +1455,11 @@ WARNING = ("\n" + "!" * 78 + "\nWARNING (course_utils autograde): bubblewrap (bw
 def _folders_to_hide(hide: Any, name: str = "hide") -> list[Path]:
     """``hide`` as a list of Paths: a list or tuple of str or os.PathLike items, else a
     TypeError naming it as ``name`` (one path alone is not read as the list of its characters)."""
+    hide = listed(hide, name, "a list of folders (str or pathlib.Path) the answer must not see")
     if isinstance(hide, (str, bytes, os.PathLike)) or not isinstance(hide, (list, tuple)) \
             or not all(isinstance(p, (str, os.PathLike)) and not isinstance(p, bytes) for p in hide):
         raise TypeError(f"{name}: expected a list of folders (str or pathlib.Path) the answer must not "
-                        f"see, got {type(hide).__name__} {hide!r:.80}")
+                        f"see, got {type(hide).__name__} {shown(hide, 80)}")
     for i, p in enumerate(hide):
         check_path(p, f"{name}[{i}]", "a folder the answer must not see")
     return [Path(p) for p in hide]
@@ -1598,10 +1613,14 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
     and ``per_call`` per call), whatever it does with signals; its CPU time has the same limit.
     Never raises for anything the answer does."""
     if not isinstance(code, str) or not code.strip():
-        raise ValueError(f"code: expected the answer's source text, got {code!r:.60}")
+        raise ValueError(f"code: expected the answer's source text, got {shown(code, 60)}")
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name: expected the answer function's name (a Python identifier), got {name!r:.60}")
+        raise ValueError(f"name: expected the answer function's name (a Python identifier), got "
+                         f"{shown(name, 60)}")
     _check_key_known(check_key)
+    case_sets = listed(case_sets, "case_sets", "a list of lists of cases")
+    if isinstance(case_sets, Sequence):
+        case_sets = [listed(cases, f"case_sets[{i}]", "a list of cases") for i, cases in enumerate(case_sets)]
     if isinstance(case_sets, (str, bytes)) or not isinstance(case_sets, Sequence) \
             or not all(isinstance(c, Sequence) and not isinstance(c, (str, bytes)) for c in case_sets):
         raise TypeError(f"case_sets: expected a list of lists of cases, got {type(case_sets).__name__}")
@@ -1610,7 +1629,8 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
     strays = [c for cases in case_sets for c in cases if not isinstance(c, Case)]
     if strays:
         raise TypeError(f"case_sets: expected lists of exercise cases (course_utils.exercises.cases.Case, "
-                        f"from a check's make_cases()), got a {type(strays[0]).__name__} {strays[0]!r:.60}")
+                        f"from a check's make_cases()), got a {type(strays[0]).__name__} "
+                        f"{shown(strays[0], 60)}")
     hide = _folders_to_hide(hide)
     for label, value, least, most in (("memory", memory, MIN_MEMORY, MAX_RLIMIT),
                                       ("per_call", per_call, 1, MAX_SECONDS),
@@ -1621,7 +1641,7 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
                                 if label == "memory" else " (seconds)") + f", got {shown(value, 60)}")
     if sandbox is not None and not isinstance(sandbox, bool):
         raise TypeError(f"sandbox: expected None (bubblewrap where it works), True or False, got "
-                        f"{type(sandbox).__name__} {sandbox!r:.40}")
+                        f"{type(sandbox).__name__} {shown(sandbox, 40)}")
     if max_result_bytes is not None and (isinstance(max_result_bytes, bool)
                                          or not isinstance(max_result_bytes, int)
                                          or not 1 <= max_result_bytes < MAX_RLIMIT):

@@ -248,8 +248,8 @@ def run_with_your_attention(
     checkpoint_paths(checkpoint, "checkpoint")  # a wrong one named as this argument
     model, meta = load_checkpoint(checkpoint)
     if meta.get("task") != "induction":
-        raise ValueError(f"checkpoint must hold an induction model, got task {meta.get('task')!r} "
-                         f"from {checkpoint!r}")
+        raise ValueError(f"checkpoint must hold an induction model, got task {shown(meta.get('task'))} "
+                         f"from {shown(checkpoint)}")
     _check_model(model)
     cfg = model.config
     batch = InductionTask(vocab_size=cfg.vocab_size, seq_len=cfg.max_len).eval_batch(batch_size, seed)
@@ -273,7 +273,7 @@ def run_with_your_attention(
         report.error = "it is still the stub (NotImplementedError): write exercise 4.3 first"
         return report
     except SystemExit as error:  # sys.exit()/exit() in the learner's code must not end the kernel
-        report.error = (f"your function called exit() (SystemExit: {error.code!r}); return the "
+        report.error = (f"your function called exit() (SystemExit: {shown(error.code)}); return the "
                         "attention output instead")
         return report
     except (KeyboardInterrupt, GeneratorExit):
