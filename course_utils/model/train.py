@@ -632,6 +632,9 @@ def _check_model_for_task(model: object, task, needed_len: int, name: str) -> No
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__} {shown(model, 60)}")
     _check_fits_task(model.config, task, needed_len, name, "the model's config")
+    # a NaN weight was reported as "logits hold NaN" (battery 30): name the weight itself
+    check_weights_finite(model, "every logit computed from it is NaN, so no accuracy can be read: "
+                         "reload the checkpoint")
 
 
 def _check_accuracy_target(target: object) -> None:
