@@ -47,3 +47,62 @@ def test_evaluate_names_the_models_nan_weight(kind: str) -> None:
                 "mixture": lambda: train.evaluate_mixture(model)}[kind]
     raises_naming(ValueError, ["model's weights", "blocks.0.ln_attn.weight", "nan"], evaluate)
 
+
+class BadFloat(float):
+    """A valid float whose repr and str raise."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr exploded")
+
+    __str__ = __repr__
+
+
+# -- a valid int (or float) subclass whose repr raises is accepted and works (battery 30, F10) ----------
+def test_int_subclass_reaches_no_message_in_tasks_and_figures() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_utils.attention.split_figure import plot_split_merge
+    from course_utils.tasks.synthetic import AgreementTask, InductionTask, MixtureTask
+
+    task = InductionTask(vocab_size=Int(64), seq_len=Int(32))
+    assert type(task.seq_len) is int and type(task.vocab_size) is int and task == InductionTask()
+    assert type(AgreementTask(max_len=Int(16)).max_len) is int
+    assert type(MixtureTask(induction_share=BadFloat(0.5)).induction_share) is float
+    plot_split_merge(3, Int(8), Int(2))
+    plt.close("all")
+
+
+def test_int_subclass_reaches_no_message_in_bench_and_caches() -> None:
+    from course_utils.bench.decode_step import check_decoder_fits, run_conditions
+    from course_utils.model.kv_cache import CatCache, PreallocatedCache, QuantizedCache
+
+    check_decoder_fits(Int(64), Int(4), Int(2), Int(1), context=Int(16), batch=Int(1))
+    assert run_conditions(Int(1)).startswith("1 thread ")
+    k = torch.randn(1, 2, 3, 32)
+    QuantizedCache(2, 1, 2, 32, 64).append(Int(0), k, k.clone())
+    raises_naming(ValueError, ["layer 1 cannot be appended before layer 0"],
+                  lambda: CatCache(2).append(Int(1), k, k.clone()))
+    PreallocatedCache(2, 1, 2, 32, 8).append(Int(0), k, k.clone())
+
+
+def test_int_subclass_reaches_no_message_in_checks_and_records() -> None:
+    from course_utils.attention.validation import check_heads_to_merge, check_kv_pair
+    from course_utils.interp.scores import role_verdicts
+    from course_utils.tasks.synthetic import MixtureBatch, MixtureTask
+
+    raises_naming(ValueError, ["heads must be (B, h=4, T, dk=8)"],
+                  lambda: check_heads_to_merge(torch.randn(1, 2, 3, 8), Int(4), Int(8)))
+    weight = torch.randn(4, 4)
+    raises_naming(ValueError, ["past k must be (B=2, g=1, T_past, dk=8)"],
+                  lambda: check_kv_pair((torch.randn(1, 1, 3, 8),) * 2, "past", batch=Int(2),
+                                        num_kv_heads=Int(1), d_k=Int(8), weight=weight))
+    scores = {"previous token": torch.tensor([[0.9, 0.2]])}
+    sentences = role_verdicts(scores, threshold=BadFloat(0.5), margin=BadFloat(0.05), decimals=Int(2))
+    assert "0.90" in sentences[0] and "0.5 line" in sentences[0]
+    batch = MixtureTask().sample(4, torch.Generator().manual_seed(0))
+    again = MixtureBatch(batch.tokens, batch.targets, batch.real, Int(batch.num_induction))
+    assert type(again.num_induction) is int and again.num_induction == batch.num_induction
+

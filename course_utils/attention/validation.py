@@ -1031,8 +1031,8 @@ def check_fast_attention_inputs(q: object, k: object, v: object, allowed: object
 def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
     """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model`` and
     ``B >= 1`` (an empty batch would merge into an empty output without a word)."""
-    check_int(num_heads, "num_heads", minimum=1)  # before the message is computed from them
-    check_int(d_k, "d_k", minimum=1)
+    num_heads = check_int(num_heads, "num_heads", minimum=1)  # before the message is computed from them
+    d_k = check_int(d_k, "d_k", minimum=1)  # (as plain ints: an int subclass's repr may raise)
     layout = f"(B, h={num_heads}, T, dk={d_k})"
     check_tensor(heads, "heads", ndim=4, layout=layout)
     check_dims_not_empty(heads, "heads", ("B",))
@@ -1144,8 +1144,9 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
         hint = " (did the function forget to return them?)" if pair is None else ""
         raise TypeError(f"{name} must be a (k, v) pair of tensors (B, g, {length}, dk){alternatives}, "
                         f"got {got}{hint}")
-    for size, label in ((batch, "batch"), (num_kv_heads, "num_kv_heads"), (d_k, "d_k")):
-        check_int(size, f"check_kv_pair's {label} (for {name})", minimum=1)  # not the tensors' fault
+    batch, num_kv_heads, d_k = (check_int(size, f"check_kv_pair's {label} (for {name})", minimum=1)
+                                for size, label in ((batch, "batch"), (num_kv_heads, "num_kv_heads"),
+                                                    (d_k, "d_k")))  # not the tensors' fault; plain ints
     expected = f"(B={batch}, g={num_kv_heads}, {length}, dk={d_k})"
     for part, t in zip(("k", "v"), pair, strict=True):
         check_tensor(t, f"{name} {part}", ndim=4, layout=expected)
@@ -1414,7 +1415,10 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
         options = _check_record_options(cls, options)
         checks = _RECORD_CHECKS[(cls, *options.values())] = _record_checks(cls, **options)
     for name, check in checks:
-        check(getattr(record, name), f"{cls.__name__}.{name}")
+        value = getattr(record, name)
+        plain = check(value, f"{cls.__name__}.{name}")
+        if type(plain) is int and type(value) is not int:  # an int field: kept as the plain int check_int
+            object.__setattr__(record, name, plain)  # returned (an int subclass's repr may raise: battery 30)
 
 
 class ReadOnlyDict(dict):

@@ -244,8 +244,8 @@ class InductionTask:
     heldout_periods: tuple[int, ...] = (5, 10, 13)
 
     def __post_init__(self) -> None:
-        _check_count("InductionTask.vocab_size", self.vocab_size)
-        _check_count("InductionTask.seq_len", self.seq_len)
+        for name in ("vocab_size", "seq_len"):  # kept as plain ints (an int subclass's repr may raise)
+            object.__setattr__(self, name, _check_count(f"InductionTask.{name}", getattr(self, name)))
         # one sequence of sample(): a permutation of the vocabulary (12 bytes a token) and its rows
         per_sequence = {"vocab_size": 12 * int(self.vocab_size), "seq_len": 48 * int(self.seq_len)}
         check_fits_in_memory(sum(per_sequence.values()), max(per_sequence, key=per_sequence.__getitem__),
@@ -711,7 +711,9 @@ class AgreementTask:
             value = check_real(getattr(self, name), f"AgreementTask.{name} (a probability in [0, 1])")
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"AgreementTask.{name} must lie in [0, 1], got {value}")
-        check_int(self.max_len, "AgreementTask.max_len (the longest sentence, in tokens)", minimum=1)
+            object.__setattr__(self, name, value)  # a plain float (a subclass's repr may raise)
+        object.__setattr__(self, "max_len", check_int(self.max_len, "AgreementTask.max_len (the longest "
+                                                      "sentence, in tokens)", minimum=1))
         longest = max(self.templates, key=self._longest)
         if self.max_len < self._longest(longest):
             raise ValueError(f"AgreementTask.max_len={self.max_len} is shorter than the longest sentence "
@@ -980,11 +982,11 @@ class MixtureTask:
                 f"are padded to the induction length, induction sequences are not), got "
                 f"{self.agreement.max_len}"
             )
-        check_real(self.induction_share,
-                   "MixtureTask.induction_share (a share strictly between 0 and 1)")
-        if not 0.0 < self.induction_share < 1.0:
-            raise ValueError(f"MixtureTask.induction_share must lie strictly between 0 and 1, "
-                             f"got {self.induction_share}")
+        share = check_real(self.induction_share,
+                           "MixtureTask.induction_share (a share strictly between 0 and 1)")
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"MixtureTask.induction_share must lie strictly between 0 and 1, got {share}")
+        object.__setattr__(self, "induction_share", share)  # a plain float (a subclass's repr may raise)
         if BOS == BOS_ID:
             raise ValueError("the two tasks' start tokens must differ")
 
