@@ -2,6 +2,8 @@
 refused by name, with the value shown by ``shown`` (never its own raising repr), or handled."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -105,4 +107,75 @@ def test_int_subclass_reaches_no_message_in_checks_and_records() -> None:
     batch = MixtureTask().sample(4, torch.Generator().manual_seed(0))
     again = MixtureBatch(batch.tokens, batch.targets, batch.real, Int(batch.num_induction))
     assert type(again.num_induction) is int and again.num_induction == batch.num_induction
+
+
+# -- a list whose len() raises is refused naming the argument (battery 30, F11) ----------------------------
+@functools.cache
+def _len_cases():  # (label, argument named, call with a BadLen list)
+    import dataclasses
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_utils.attention.kv_figure import plot_kv_sharing
+    from course_utils.attention.shapes import TraceStep
+    from course_utils.bench.timing import check_function_name, timings_from_samples
+    from course_utils.bench.train_speed import format_training_table
+    from course_utils.interp import ablation, circuits, heatmaps, scores
+    from course_utils.model import kv_cache
+    from course_utils.model.transformer import KVCache
+    from course_utils.tasks import two_relations, worked_example
+    from course_utils.tasks.synthetic import AgreementTask
+
+    step = TraceStep("x", "x = 1", ("B", "T"), (2, 8), 0, True)
+    timing = timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, "a")[0]
+    pair = (torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8))
+    attention = [torch.full((1, 2, 4, 4), 0.25)]
+    model = _tiny()
+    torch.manual_seed(0)
+    lookup = two_relations.LookupModel(two_relations.TwoKeyTask(), 16, 2)
+    result = two_relations.RunResult(2, 0, (0, 2), (0.1, 0.2), (0.3, 0.4), lookup)
+    worked = worked_example.load_worked_example()
+    trace = circuits.trace_heads(model, torch.randint(0, 12, (2, 6)))
+    row = {"seed": 0, "induction_steps": 10, "induction_s": 1.0, "agreement_s": 1.0}
+    return [
+        ("TraceStep.symbolic", "TraceStep.symbolic",
+         lambda: dataclasses.replace(step, symbolic=BadLen(["B", "T"]))),
+        ("TraceStep.shape", "TraceStep.shape", lambda: dataclasses.replace(step, shape=BadLen([2, 8]))),
+        ("Timing.samples_s", "samples_s", lambda: dataclasses.replace(timing, samples_s=BadLen([1.0, 1.1]))),
+        ("RunResult.steps", "RunResult.steps", lambda: dataclasses.replace(result, steps=BadLen([0, 2]))),
+        ("HeadTrace.attention", "HeadTrace.attention",
+         lambda: dataclasses.replace(trace, attention=BadLen(trace.attention))),
+        ("CheapExpansion.positions", "CheapExpansion.positions",
+         lambda: dataclasses.replace(worked.cheap, positions=BadLen(worked.cheap.positions))),
+        ("WorkedExample.people", "WorkedExample.people",
+         lambda: dataclasses.replace(worked, people=BadLen(worked.people))),
+        ("plot_kv_sharing", "kv_heads", lambda: plot_kv_sharing(8, BadLen([8, 2, 1]))),
+        ("check_function_name", "among", lambda: check_function_name("a", "baseline", BadLen(["a", "b"]))),
+        ("format_training_table", "rows", lambda: format_training_table(BadLen([row]))),
+        ("CatCache.from_layers", "layers", lambda: kv_cache.CatCache.from_layers(BadLen([pair]))),
+        ("QuantizedCache.from_layers", "layers",
+         lambda: kv_cache.QuantizedCache.from_layers(BadLen([pair]), 8)),
+        ("KVCache", "KVCache.layers", lambda: KVCache(BadLen([pair]))),
+        ("AgreementTask.templates", "AgreementTask.templates",
+         lambda: AgreementTask(templates=BadLen(["simple"]))),
+        ("accuracy_table", "results", lambda: two_relations.accuracy_table(BadLen([result]))),
+        ("pruning_curve", "counts", lambda: ablation._check_counts(BadLen([0, 1]), 4)),
+        ("ov_copying_score", "token_ids", lambda: circuits.ov_copying_score(model, 0, BadLen([1, 2, 3]))),
+        ("plot_head", "tokens", lambda: heatmaps.plot_head(attention[0][0, 0], BadLen(list("abcd")))),
+        ("plot_all_heads", "attention", lambda: heatmaps.plot_all_heads(BadLen(attention), list("abcd"))),
+        ("AttentionExplorer", "sentences",
+         lambda: heatmaps.AttentionExplorer(lambda text: (list("abcd"), attention), BadLen(["a b"]), 1, 2)),
+        ("previous_token_score", "weights", lambda: scores.previous_token_score(BadLen(attention))),
+    ]
+
+
+@pytest.mark.parametrize("index", range(21))
+def test_a_list_whose_len_raises_is_named(index: int) -> None:
+    import matplotlib.pyplot as plt
+
+    label, name, call = _len_cases()[index]
+    message = raises_naming(TypeError, [name, "BadLen", "len() or iteration raised"], call)
+    assert "len exploded" not in message, label
+    plt.close("all")
 

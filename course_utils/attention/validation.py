@@ -1468,8 +1468,9 @@ def freeze_fields(record: object) -> None:
                         f"__post_init__), got {type(record).__name__} {shown(record, 60)}")
     for name, origin in _container_fields(type(record)):
         value = getattr(record, name)
-        if origin is tuple and isinstance(value, list):
-            object.__setattr__(record, name, tuple(value))
+        if origin is tuple and isinstance(value, list):  # (a list whose len() raises is named: battery 30)
+            object.__setattr__(record, name, tuple(items_of(value, f"{type(record).__name__}.{name}",
+                                                            "a list or tuple")))
         elif origin is dict and isinstance(value, dict):
             object.__setattr__(record, name, ReadOnlyDict(
                 {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()},
@@ -1647,6 +1648,8 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
         wanted = _describe_hint(hint)
 
         def sequence(value: object, label: str) -> None:
+            if type(value) not in (list, tuple) and isinstance(value, (list, tuple)):  # a subclass: its
+                value = items_of(value, label, wanted)  # len() may raise (battery 30), named here
             if not isinstance(value, (list, tuple)) or (fixed and len(value) != len(items)):
                 raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {shown(value, 60)}")
             for i, item in enumerate(value):

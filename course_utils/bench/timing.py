@@ -367,7 +367,7 @@ def check_function_name(value: object, name: str, among: Iterable[Hashable] | No
     except TypeError:
         raise TypeError(f"{name} must be a function's name (a str such as 'naive', or a tuple), got "
                         f"{type(value).__name__} {shown(value, 60)}") from None
-    if among is not None and not _is_among(value, names := list(among)):
+    if among is not None and not _is_among(value, names := items_of(among, "among", "an iterable of names")):
         raise ValueError(f"{name} {shown(value, 60)} ({type(value).__name__}) is not one of {what} {names}")
 
 

@@ -13,7 +13,7 @@ import statistics
 
 import torch
 
-from ..attention.validation import check_distinct, check_int, check_int_list, shown
+from ..attention.validation import check_distinct, check_int, check_int_list, items_of, shown
 from ..model.train import INDUCTION_TASK, MAX_STEPS, train_agreement, train_induction
 
 __all__ = ["bench_training", "format_training_table", "add_bench_parser"]
@@ -61,6 +61,8 @@ def _check_rows(rows: object) -> None:
     (seeds, steps, seconds and accuracies all are; NaN and -1.0 seconds printed as times and
     medians: battery 19), and one in a column whose name holds ``acc`` (an accuracy) is at most
     1. A time of 0 is taken: the table divides by nothing, it prints."""
+    if isinstance(rows, list | tuple):  # a list whose len() raises is named (battery 30)
+        items_of(rows, "rows", "a non-empty list of bench_training's dicts")
     if not isinstance(rows, list | tuple) or not rows:
         raise ValueError(f"rows must be a non-empty list of bench_training's dicts, got "
                          f"{type(rows).__name__} {shown(rows, 60)}")

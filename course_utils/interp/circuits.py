@@ -30,6 +30,7 @@ from ..attention.validation import (
     check_tensor,
     describe_shape,
     freeze_fields,
+    items_of,
     shown,
 )
 from ..model.transformer import ModelConfig, TinyTransformer
@@ -493,7 +494,8 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     if isinstance(token_ids, torch.Tensor) and token_ids.ndim != 1:  # a 0-d one listed an int (battery 29)
         raise ValueError(f"token_ids must be a 1-D tensor (or a list) of token ids, got a tensor of shape "
                          f"{tuple(token_ids.shape)}")
-    listed = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
+    listed = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else \
+        items_of(token_ids, "token_ids", "a list (or range) of token ids")
     if len(listed) < 2:
         raise ValueError(f"token_ids must list at least 2 token ids, got {shown(listed, 80)}")
     checked = [check_index(t, f"token_ids[{i}]", config.vocab_size, "token ids in the vocabulary")

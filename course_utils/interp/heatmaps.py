@@ -26,6 +26,7 @@ from ..attention.validation import (
     check_holds_values,
     check_int,
     check_positive_number,
+    items_of,
 )
 from ..attention.validation import shown as shown_value
 
@@ -139,6 +140,7 @@ def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
 def _check_tokens(tokens: Sequence[str], n: int, axis: str, name: str = "tokens") -> list[str]:
     if isinstance(tokens, str) or not isinstance(tokens, Sequence):
         raise TypeError(f"{name} must be a list of strings, one per position, got {type(tokens).__name__}")
+    tokens = items_of(tokens, name, "a list of strings, one per position")  # its len() may raise
     if len(tokens) != n:
         raise ValueError(f"got {len(tokens)} token labels for {n} {axis} positions")
     for i, token in enumerate(tokens):  # str() would draw None or a number as if it were a token
@@ -214,6 +216,8 @@ def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
     single = isinstance(attention, torch.Tensor) and attention.ndim in (3, 4)
     if single:
         attention = [attention]
+    if isinstance(attention, (list, tuple)):  # a list whose len() raises is named (battery 30)
+        attention = items_of(attention, "attention", "a non-empty list of per-layer weights")
     if not isinstance(attention, (list, tuple)) or not attention:
         raise TypeError("attention must be a non-empty list of per-layer weights (B, h, T, T) or "
                         f"(h, T, T), got {type(attention).__name__}")
@@ -304,6 +308,8 @@ class AttentionExplorer:
         if not callable(attention_for):
             raise TypeError(f"attention_for must be a function text -> (tokens, per-layer weights), got "
                             f"{type(attention_for).__name__} {shown_value(attention_for, 60)}")
+        if isinstance(sentences, Sequence) and not isinstance(sentences, str):  # its len() may raise
+            sentences = items_of(sentences, "sentences", "a non-empty list of example texts")
         if isinstance(sentences, str) or not isinstance(sentences, Sequence) or not sentences:
             raise (ValueError if isinstance(sentences, str | Sequence) else TypeError)(
                 f"sentences must be a non-empty list of example texts, got "

@@ -43,6 +43,7 @@ from ..attention.validation import (
     check_holds_values,
     check_int,
     check_real,
+    items_of,
     shown,
 )
 
@@ -101,6 +102,7 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
     check_flag(check_rows, "check_rows")
     is_list = isinstance(weights, (list, tuple))
     if is_list:
+        weights = items_of(weights, "weights", "a list of attention tensors, one per layer")  # its len()
         if len(weights) == 0:
             raise ValueError("got an empty list of layers; expected one attention tensor per layer")
         layers = [_to_tensor(w, f"layer {i}'s attention weights") for i, w in enumerate(weights)]

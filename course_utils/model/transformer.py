@@ -64,6 +64,7 @@ from ..attention.validation import (
     check_stream,
     check_tensor,
     describe_shape,
+    items_of,
     shown,
 )
 from ..env import check_seed
@@ -158,6 +159,7 @@ class KVCache:
         if not isinstance(layers, (tuple, list)):
             raise TypeError(f"KVCache.layers must be a tuple of (k, v) pairs, one per layer, got "
                             f"{type(layers).__name__}")
+        items_of(layers, "KVCache.layers", "a tuple of (k, v) pairs, one per layer")  # len() may raise
         if len(layers) == 0:
             raise ValueError("KVCache.layers is empty: a cache holds one (k, v) pair per layer "
                              "(start decoding with cache=None instead)")

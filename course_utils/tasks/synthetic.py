@@ -46,6 +46,7 @@ from ..attention.validation import (
     check_rows,
     describe_shape,
     freeze_fields,
+    items_of,
     shown,
 )
 from ..env import check_seed
@@ -694,10 +695,13 @@ class AgreementTask:
             raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
                             f"{list(TEMPLATES)}, got "
                             f"{type(self.templates).__name__} {shown(self.templates, 60)}")
+        # kept as a tuple, as InductionTask keeps its periods (a list whose len() raises is named: battery 30)
+        object.__setattr__(self, "templates", tuple(items_of(self.templates, "AgreementTask.templates",
+                                                             "a tuple of template names")))
         not_names = [t for t in self.templates if not isinstance(t, str)]
         if not_names:  # a list inside would reach `in TEMPLATES` as an unhashable key
             raise TypeError(f"AgreementTask.templates must hold template names (str) from {list(TEMPLATES)}, "
-                            f"got {type(not_names[0]).__name__} {not_names[0]!r:.60}")
+                            f"got {type(not_names[0]).__name__} {shown(not_names[0], 60)}")
         unknown = [t for t in self.templates if t not in TEMPLATES]
         if unknown or not self.templates:
             raise ValueError(
