@@ -179,3 +179,23 @@ def test_a_list_whose_len_raises_is_named(index: int) -> None:
     assert "len exploded" not in message, label
     plt.close("all")
 
+
+# -- the rest of battery 30's library cases -------------------------------------------------------------
+class EqAll(str):
+    """A str subclass equal to anything."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+def test_accuracy_table_refuses_a_which_equal_to_anything() -> None:
+    from course_utils.tasks import two_relations
+
+    torch.manual_seed(0)
+    lookup = two_relations.LookupModel(two_relations.TwoKeyTask(), 16, 2)
+    result = two_relations.RunResult(2, 0, (0, 2), (0.1, 0.2), (0.3, 0.4), lookup)
+    raises_naming(ValueError, ["which must be 'final', 'a' or 'b'", "'zzz'"],
+                  lambda: two_relations.accuracy_table([result], which=EqAll("zzz")))
+

@@ -608,8 +608,8 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
     """
     import pandas as pd
 
-    if which not in ("final", "a", "b"):
-        raise ValueError(f"which must be 'final', 'a' or 'b', got {shown(which)}")
+    if type(which) is not str or which not in ("final", "a", "b"):  # (a str subclass equal to anything
+        raise ValueError(f"which must be 'final', 'a' or 'b', got {shown(which)}")  # passed `in`: battery 30)
     _check_digits(digits)
     _check_results(results)
     pick = {"final": lambda r: r.final_accuracy, "a": lambda r: r.relation_accuracy[0],
