@@ -199,3 +199,15 @@ def test_accuracy_table_refuses_a_which_equal_to_anything() -> None:
     raises_naming(ValueError, ["which must be 'final', 'a' or 'b'", "'zzz'"],
                   lambda: two_relations.accuracy_table([result], which=EqAll("zzz")))
 
+
+def test_direct_logit_attribution_names_the_models_nan_weight() -> None:
+    from course_utils.interp.patching import direct_logit_attribution
+
+    model = _tiny().eval()
+    with torch.no_grad():
+        model.blocks[1].ln_attn.weight[3] = float("nan")
+    message = raises_naming(ValueError, ["model's weights (blocks.1.ln_attn.weight)", "nan"],
+                            lambda: direct_logit_attribution(model, torch.randint(0, 12, (2, 5)),
+                                                             torch.tensor([4, 3]), torch.randn(12)))
+    assert "stream" not in message
+
