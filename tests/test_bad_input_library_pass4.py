@@ -211,3 +211,19 @@ def test_direct_logit_attribution_names_the_models_nan_weight() -> None:
                                                              torch.tensor([4, 3]), torch.randn(12)))
     assert "stream" not in message
 
+
+@pytest.mark.parametrize("how", ["setattr", "object.__setattr__"])
+def test_a_models_config_cannot_be_replaced(how: str) -> None:
+    import copy
+    import pickle
+
+    from course_utils.model.transformer import ModelConfig
+
+    model = _tiny()
+    other = ModelConfig(vocab_size=10, max_len=8, d_model=64, num_heads=4, num_layers=2)
+    setter = setattr if how == "setattr" else object.__setattr__
+    raises_naming(AttributeError, ["TinyTransformer.config is read-only", "max_len=10",
+                                   "TinyTransformer(config)"], lambda: setter(model, "config", other))
+    assert model.config.max_len == 10
+    assert copy.deepcopy(model).config == model.config == pickle.loads(pickle.dumps(model)).config
+
