@@ -227,3 +227,19 @@ def test_a_models_config_cannot_be_replaced(how: str) -> None:
     assert model.config.max_len == 10
     assert copy.deepcopy(model).config == model.config == pickle.loads(pickle.dumps(model)).config
 
+
+def test_an_explorer_refuses_deepcopy_and_pickle_by_name() -> None:
+    import copy
+    import pickle
+
+    import ipywidgets
+
+    from course_utils.interp.widgets import Explorer
+
+    explorer = Explorer(lambda n: str(n), {"n": ipywidgets.IntSlider(value=1)})
+    raises_naming(TypeError, ["an Explorer cannot be copied with copy.deepcopy", "build a new one"],
+                  lambda: copy.deepcopy(explorer))
+    raises_naming(TypeError, ["an Explorer cannot be pickled", "build a new one"],
+                  lambda: pickle.dumps(explorer))
+    assert copy.copy(explorer).values() == {"n": 1}  # a shallow copy still works, as before
+
