@@ -243,3 +243,26 @@ def test_an_explorer_refuses_deepcopy_and_pickle_by_name() -> None:
                   lambda: pickle.dumps(explorer))
     assert copy.copy(explorer).values() == {"n": 1}  # a shallow copy still works, as before
 
+
+# -- messages show a user's value with shown(), not its own raising repr (the !r sweep) -------------------
+class StrBadRepr(str):
+    """A valid str whose repr raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr exploded")
+
+
+def test_messages_show_user_values_with_shown() -> None:
+    from course_utils.bench.train_speed import format_training_table
+    from course_utils.interp.heatmaps import AttentionExplorer
+
+    def cannot(text: str):
+        raise ValueError("unknown word")
+
+    raises_naming(ValueError, ["cannot draw the first example", "StrBadRepr whose repr raised"],
+                  lambda: AttentionExplorer(cannot, [StrBadRepr("a b")], 1, 2))
+    raises_naming(ValueError, ["rows[0]['induction_s'] must be a finite number >= 0",
+                               "BadFloat whose repr raised"],
+                  lambda: format_training_table([{"seed": 0, "induction_s": BadFloat(-1.0)}]))
+    raises_naming(ValueError, ["rows[0][<a StrBadRepr whose repr raised", "must be a finite number >= 0"],
+                  lambda: format_training_table([{"seed": 0, StrBadRepr("induction_s"): -1.0}]))

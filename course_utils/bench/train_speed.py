@@ -78,17 +78,18 @@ def _check_rows(rows: object) -> None:
         bad = [k for k, v in row.items()
                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float))]
         if bad:
-            raise TypeError(f"rows[{i}][{bad[0]!r}] must be a number or None, got "
+            raise TypeError(f"rows[{i}][{shown(bad[0], 40)}] must be a number or None, got "
                             f"{type(row[bad[0]]).__name__}")
         bad = [k for k, v in row.items()  # (an int is finite: isfinite(10**400) would overflow)
                if v is not None and ((isinstance(v, float) and not math.isfinite(v)) or v < 0)]
         if bad:
-            raise ValueError(f"rows[{i}][{bad[0]!r}] must be a finite number >= 0 (a seed, steps, "
-                             f"seconds or an accuracy) or None, got {row[bad[0]]!r}")
+            raise ValueError(f"rows[{i}][{shown(bad[0], 40)}] must be a finite number >= 0 (a seed, steps, "
+                             f"seconds or an accuracy) or None, got {shown(row[bad[0]], 60)}")
         bad = [k for k, v in row.items() if "acc" in k and v is not None and v > 1]
         if bad:
-            raise ValueError(f"rows[{i}][{bad[0]!r}] is an accuracy (its column names 'acc'): expected "
-                             f"a fraction in [0, 1] or None, got {row[bad[0]]!r}")
+            raise ValueError(f"rows[{i}][{shown(bad[0], 40)}] is an accuracy (its column names 'acc'): "
+                             f"expected "
+                             f"a fraction in [0, 1] or None, got {shown(row[bad[0]], 60)}")
 
 
 def format_training_table(rows: list[dict]) -> str:

@@ -190,7 +190,8 @@ def _check_trace(trace: object, model: torch.nn.Module | None = None) -> HeadTra
         if trace.config is not None and trace.config != cfg:
             traced = trace.config
             wrong = [f.name for f in fields(ModelConfig) if getattr(traced, f.name) != getattr(cfg, f.name)]
-            differ = ", ".join(f"{k}={getattr(traced, k)!r} (model: {getattr(cfg, k)!r})" for k in wrong)
+            differ = ", ".join(f"{k}={shown(getattr(traced, k), 40)} (model: {shown(getattr(cfg, k), 40)})"
+                               for k in wrong)
             raise ValueError(f"trace must be a trace of model (trace_heads(model, tokens)), got one of a "
                              f"model with {differ}")
         _check_sizes(trace, cfg, "trace must be a trace of model (trace_heads(model, tokens)), got one with ",

@@ -317,7 +317,7 @@ class AttentionExplorer:
         wrong = next((i for i, text in enumerate(sentences) if not isinstance(text, str)), None)
         if wrong is not None:
             raise TypeError(f"sentences[{wrong}] must be an example text (a str), got "
-                            f"{type(sentences[wrong]).__name__} {sentences[wrong]!r:.60}")
+                            f"{type(sentences[wrong]).__name__} {shown_value(sentences[wrong], 60)}")
         check_distinct(sentences, "sentences", "example texts (the menu would offer one twice)")
         num_layers, num_heads = (check_int(value, name, minimum=1)
                                  for name, value in (("num_layers", num_layers), ("num_heads", num_heads)))
@@ -330,7 +330,8 @@ class AttentionExplorer:
             _, attention = self._labels_and_weights(self.sentences[0])
             grid_shape = _layer_head_grid(attention, 0).shape  # (L, h, T, T)
         except Exception as err:
-            raise ValueError(f"attention_for cannot draw the first example {self.sentences[0]!r}: "
+            raise ValueError(f"attention_for cannot draw the first example "
+                             f"{shown_value(self.sentences[0], 80)}: "
                              f"{type(err).__name__}: {err}") from err
         if tuple(grid_shape[:2]) != (num_layers, num_heads):
             raise ValueError(f"num_layers={num_layers}, num_heads={num_heads} do not match the "
@@ -377,7 +378,7 @@ class AttentionExplorer:
             text = self.sentences[0]
         elif not isinstance(text, str):
             _say(f"The sentence must be a str, got a {type(text).__name__}; starting from "
-                  f"{self.sentences[0]!r} instead.")
+                  f"{shown_value(self.sentences[0], 80)} instead.")
             text = self.sentences[0]
         return text, int(layer), int(head)
 

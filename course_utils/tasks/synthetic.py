@@ -507,7 +507,8 @@ class AgreementBatch:
         unknown = next((i for i, name in enumerate(self.template) if name not in TEMPLATES), None)
         if unknown is not None:
             raise ValueError(f"AgreementBatch.template must name templates of TEMPLATES "
-                             f"({', '.join(TEMPLATES)}), got {self.template[unknown]!r:.60} at row {unknown}")
+                             f"({', '.join(TEMPLATES)}), got {shown(self.template[unknown], 60)} at row "
+                             f"{unknown}")
         for name in ("tokens", "correct_id", "wrong_id"):
             _check_token_ids(self, name, len(AGREEMENT_VOCAB))
         same = (self.correct_id == self.wrong_id).nonzero()
