@@ -266,3 +266,61 @@ def test_messages_show_user_values_with_shown() -> None:
                   lambda: format_training_table([{"seed": 0, "induction_s": BadFloat(-1.0)}]))
     raises_naming(ValueError, ["rows[0][<a StrBadRepr whose repr raised", "must be a finite number >= 0"],
                   lambda: format_training_table([{"seed": 0, StrBadRepr("induction_s"): -1.0}]))
+
+
+# -- battery 31's library repros ---------------------------------------------------------------------------
+class BadStr(str):
+    """A str subclass whose str() and repr() raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str exploded")
+
+    __repr__ = __str__
+
+
+class BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr exploded")
+
+    __str__ = __repr__
+
+
+def test_battery31_bad_values_are_named_or_used_as_plain_str() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_utils.attention.mla import MultiHeadLatentAttention
+    from course_utils.bench.decode_step import check_decoder_fits
+    from course_utils.bench.gqa_speed import bench_decode
+    from course_utils.bench.timing import Timing, format_spread_table
+    from course_utils.bench.train_speed import format_training_table
+    from course_utils.interp.heatmaps import plot_head
+    from course_utils.model.checkpoint import checkpoint_paths
+    from course_utils.model.paged_cache import PagedCache
+    from course_utils.tasks.synthetic import detokenize
+
+    raises_naming(TypeError, ["d_head must be an int"], lambda: bench_decode(
+        num_heads=2, d_head=BadRepr(), context=8, num_layers=1, groups=(2, 1), repeats=1, warmup=0,
+        copy_mib=0, progress=False))
+    raises_naming(TypeError, ["names", "len() or iteration raised"],
+                  lambda: check_decoder_fits(64, 4, 2, 1, context=8, batch=1, names=BadLen(["--a", "--b"])))
+    assert checkpoint_paths(BadStr("induction")) == checkpoint_paths("induction")
+    timings = [Timing("a", 1.0, 1.0, (1.0, 1.1, 0.9)), Timing("b", 2.0, 2.0, (2.0, 2.1, 1.9))]
+    assert "ratio to base" in format_spread_table("T", timings, "a", label=BadStr("base"))
+    raises_naming(ValueError, ["rows[0] must start with 'seed'", "list whose repr raised"],
+                  lambda: format_training_table([{BadRepr(): 1.0}]))
+    raises_naming(TypeError, ["tokens must be integer ids", "list whose repr raised"],
+                  lambda: detokenize([BadRepr()]))
+    cache = PagedCache(8, 4, 2, 4)
+    cache.add_sequence(BadRepr())
+    raises_naming(KeyError, ["no sequence 'nope'", "list whose repr raised"], lambda: cache.gather("nope"))
+    raises_naming(TypeError, ["title must be a str or None", "BadStr whose str() raised"],
+                  lambda: plot_head(torch.softmax(torch.randn(4, 4), -1), list("abcd"), title=BadStr("t")))
+    plt.close("all")
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(16, 4, 8, 8, 4)
+    past = mla.decode(torch.randn(2, 1, 16))[1]
+    raises_naming(TypeError, ["cache", "len() or iteration raised"],
+                  lambda: mla.decode(torch.randn(2, 1, 16), BadLen(list(past))))

@@ -71,6 +71,7 @@ from ..attention.validation import (
     check_tensor,
     check_thread_count,
     freeze_fields,
+    items_of,
 )
 from ..attention.validation import shown as shown_value
 from ..env import check_seed, torch_threads
@@ -476,6 +477,8 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
     ``mlp_ratio``, and lists them all with their values (:func:`check_fits_in_memory`)."""
     sizes = _check_decoder_sizes(d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads,
                                  num_layers=num_layers, context=context, batch=batch, mlp_ratio=mlp_ratio)
+    if isinstance(names, tuple | list):  # a list whose len() raises is named (battery 31)
+        names = items_of(names, "names", "None or a pair of str")
     if names is not None and not (isinstance(names, tuple | list) and len(names) == 2
                                   and all(isinstance(n, str) for n in names)):
         raise TypeError(f"names must be None or a pair of str (the arguments blamed for the weights and "

@@ -508,6 +508,7 @@ def format_spread_table(title: str, timings: list[Timing], baseline: str, label:
     ``label`` names the baseline in the header (default: its name)."""
     _check_timings(timings, baseline)
     _check_headings(title, label)
+    label = None if label is None else str.__str__(label)  # the plain str (a subclass's str() may raise)
     width = max(len(t.name) for t in timings)
     header = f"{'implementation':<{width}}  {'best ms':>8}  {'median ms':>9}  ratio to {label or baseline}"
     lines = [title, header + " (median [middle half])"]

@@ -71,9 +71,10 @@ def _check_rows(rows: object) -> None:
             raise TypeError(f"rows[{i}] must be a dict from bench_training, got {type(row).__name__}")
         if list(row)[:1] != ["seed"] or len(row) < 2:
             raise ValueError(f"rows[{i}] must start with 'seed' and hold at least one measurement, as "
-                             f"bench_training's rows do, got the keys {list(row)}")
+                             f"bench_training's rows do, got the keys {shown(list(row), 120)}")
         if list(row) != list(rows[0]):
-            raise ValueError(f"rows[{i}] has the keys {list(row)}, rows[0] has {list(rows[0])}; every row "
+            raise ValueError(f"rows[{i}] has the keys {shown(list(row), 120)}, rows[0] has "
+                             f"{shown(list(rows[0]), 120)}; every row "
                              "must have the same")
         bad = [k for k, v in row.items()
                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float))]

@@ -133,6 +133,12 @@ def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
                          f"about 8), got {shown_value(fontsize)}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__} {shown_value(title, 60)}")
+    if title is not None and type(title) is not str:  # matplotlib draws str(title) (battery 31)
+        try:
+            str(title)
+        except Exception as err:  # noqa: BLE001 - its str is the broken part; say so
+            raise TypeError(f"title must be a str or None, got a {type(title).__name__} whose str() raised "
+                            f"{type(err).__name__}") from None
     for name, value in flags.items():
         check_flag(value, name)
 

@@ -114,6 +114,8 @@ def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tu
     (a caller passing its own ``checkpoint=`` on says ``"checkpoint"``)."""
     if not isinstance(name_or_path, str | Path):
         raise TypeError(f"{name} must be a str or Path, got {type(name_or_path).__name__}")
+    if isinstance(name_or_path, str):  # a str subclass as the plain str it is (its str() may raise)
+        name_or_path = str.__str__(name_or_path)
     if not str(name_or_path).strip() or Path(name_or_path).name in ("", ".", ".."):
         raise ValueError(f"{name} must name a checkpoint, such as 'induction', got "
                          f"{str(name_or_path)!r}")
@@ -676,6 +678,8 @@ def load_checkpoint(
         raise ValueError(f"task must name a task, such as 'induction', or be None, got {shown_value(task)}")
     device = pick_device(device, "device")
     weights_path, meta_path = checkpoint_paths(name_or_path)
+    if isinstance(name_or_path, str):  # the plain str, as checkpoint_paths reads it
+        name_or_path = str.__str__(name_or_path)
     if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
         inside = available_checkpoints(name_or_path)
         raise IsADirectoryError(f"name_or_path must name a checkpoint, got the folder {str(name_or_path)!r}; "

@@ -827,7 +827,7 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
     ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
     wrong_kind = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
     if wrong_kind:
-        raise TypeError(f"tokens must be integer ids, got {wrong_kind[:5]}")
+        raise TypeError(f"tokens must be integer ids, got {shown(wrong_kind[:5], 120)}")
     bad = [i for i in ids if not 0 <= i < len(AGREEMENT_VOCAB)]
     if bad:
         raise ValueError(f"token ids must lie in [0, {len(AGREEMENT_VOCAB)}), got {bad}")
