@@ -324,3 +324,12 @@ def test_battery31_bad_values_are_named_or_used_as_plain_str() -> None:
     past = mla.decode(torch.randn(2, 1, 16))[1]
     raises_naming(TypeError, ["cache", "len() or iteration raised"],
                   lambda: mla.decode(torch.randn(2, 1, 16), BadLen(list(past))))
+
+
+def test_fused_decode_names_the_tensor_that_requires_grad() -> None:
+    from course_utils.attention.fused_decode import fused_decode_attention
+
+    q, k, v = torch.randn(1, 2, 1, 64), torch.randn(1, 2, 5, 64), torch.randn(1, 2, 5, 64)
+    raises_naming(ValueError, ["v requires grad", "computes no gradients"],
+                  lambda: fused_decode_attention(q, k, v.requires_grad_()))
+
