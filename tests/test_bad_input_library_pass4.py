@@ -333,3 +333,11 @@ def test_fused_decode_names_the_tensor_that_requires_grad() -> None:
     raises_naming(ValueError, ["v requires grad", "computes no gradients"],
                   lambda: fused_decode_attention(q, k, v.requires_grad_()))
 
+
+def test_config_text_fields_are_kept_as_plain_str() -> None:
+    from course_utils.attention.gqa import PublishedConfig
+    from course_utils.attention.mla import MLAConfig
+
+    published = PublishedConfig(BadStr("m"), 32, 32, 8, 128, BadStr("src"))
+    mla = MLAConfig(BadStr("m"), 2, 4, 8, 16, 4, BadStr("src"))
+    assert "name='m'" in repr(published) and "source='src'" in repr(mla)

@@ -1364,6 +1364,8 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
             raise TypeError(f"{kind}.{field} must be a str, got {type(value).__name__} {shown(value, 60)}")
         if not value.strip():  # a config is shown and cited by its name and source
             raise ValueError(f"{kind}.{field} must be a non-empty str, got {shown(value, 60)}")
+        if type(value) is not str:  # stored as the plain str (a subclass's repr made the config
+            object.__setattr__(config, field, str.__str__(value))  # unprintable: battery 31)
     for field, minimum in counts.items():
         value = check_int(getattr(config, field), f"{kind}.{field}", minimum=minimum)
         object.__setattr__(config, field, value)
