@@ -1253,9 +1253,11 @@ def fused_decode_attention(q: Tensor, k: Tensor, v: Tensor, *, num_threads: int 
                 "and thousands of them can exhaust the process's thread limit, which OpenMP answers "
                 "by ending the whole process")
     threads = min(threads, usable_cpus())  # more threads than CPUs only wait for each other
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise ValueError("the fused kernel computes no gradients (it is for inference): call it "
-                         "under torch.no_grad(), or use grouped_query_attention to train")
+    tracking = [name for name, t in (("q", q), ("k", k), ("v", v)) if t.requires_grad]
+    if torch.is_grad_enabled() and tracking:  # named: which one tracks gradients (battery 31)
+        raise ValueError(f"{' and '.join(tracking)} require{'s' if len(tracking) == 1 else ''} grad, but the "
+                         "fused kernel computes no gradients (it is for inference): call it under "
+                         "torch.no_grad(), or use grouped_query_attention to train")
     lib = _library()
     if isinstance(lib, str):
         warnings.warn(f"the fused decode kernel is unavailable ({lib}); computing the same result "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .validation import check_axes, check_distinct, check_int, check_kv_heads, shown
+from .validation import check_axes, check_distinct, check_int, check_kv_heads, items_of, shown
 
 __all__ = ["plot_kv_sharing", "plot_kv_cache_growth", "design_name"]
 
@@ -35,6 +35,8 @@ def plot_kv_sharing(num_heads: int = 8, kv_heads: Sequence[int] = (8, 2, 1), ax=
 
     h = check_int(num_heads, "num_heads", minimum=1, maximum=16)
     check_axes(ax)
+    if isinstance(kv_heads, Sequence) and not isinstance(kv_heads, (str, bytes)):  # its len() may raise
+        kv_heads = items_of(kv_heads, "kv_heads", "a non-empty sequence of ints")  # (battery 30)
     if isinstance(kv_heads, (str, bytes)) or not isinstance(kv_heads, Sequence) or not kv_heads:
         raise TypeError(f"kv_heads must be a non-empty sequence of ints (key/value heads per design), "
                         f"got {shown(kv_heads)}")

@@ -45,6 +45,7 @@ from .validation import (
     check_positive_number,
     check_tensor,
     describe_shape,
+    items_of,
     shown,
 )
 
@@ -193,6 +194,8 @@ class MultiHeadLatentAttention(nn.Module):
         """``cache`` is None or ``(latents (B, T, d_c), rope keys (B, T, d_R))`` fitting the module."""
         if cache is None:
             return
+        if isinstance(cache, (tuple, list)):  # a list whose len() raises is named (battery 31)
+            items_of(cache, "cache", "None or the (latents, rope keys) tuple decode returned")
         if not isinstance(cache, (tuple, list)) or len(cache) != 2:
             raise TypeError(f"cache must be None or the (latents, rope keys) tuple decode returned, got "
                             f"{type(cache).__name__}")

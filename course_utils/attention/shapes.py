@@ -205,7 +205,7 @@ def _check_trace_consistent(trace: ShapeTrace) -> None:
         unknown = [s for s in step.symbolic if s not in trace.sizes]
         if unknown:
             raise ValueError(f"ShapeTrace.steps[{i}] ({shown(step.name)}) uses the symbol "
-                             f"{unknown[0]!r}, which "
+                             f"{shown(unknown[0], 60)}, which "
                              f"ShapeTrace.sizes does not give (it gives {sorted(trace.sizes)})")
         expected = tuple(trace.sizes[s] for s in step.symbolic)
         if step.shape != expected:

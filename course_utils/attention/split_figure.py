@@ -20,6 +20,7 @@ def plot_split_merge(seq_len: int = 3, d_model: int = 8, num_heads: int = 2, ax=
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
     seq_len = check_int(seq_len, "seq_len", minimum=1)
+    d_model, num_heads = check_int(d_model, "d_model"), check_int(num_heads, "num_heads")  # plain ints
     check_head_dims(d_model, num_heads)
     check_axes(ax)
     if seq_len > 6 or d_model > 16:

@@ -1031,8 +1031,8 @@ def check_fast_attention_inputs(q: object, k: object, v: object, allowed: object
 def check_heads_to_merge(heads: object, num_heads: int, d_k: int) -> None:
     """What ``merge_heads`` needs: a float ``(B, h, T, dk)`` tensor with ``h * dk = d_model`` and
     ``B >= 1`` (an empty batch would merge into an empty output without a word)."""
-    check_int(num_heads, "num_heads", minimum=1)  # before the message is computed from them
-    check_int(d_k, "d_k", minimum=1)
+    num_heads = check_int(num_heads, "num_heads", minimum=1)  # before the message is computed from them
+    d_k = check_int(d_k, "d_k", minimum=1)  # (as plain ints: an int subclass's repr may raise)
     layout = f"(B, h={num_heads}, T, dk={d_k})"
     check_tensor(heads, "heads", ndim=4, layout=layout)
     check_dims_not_empty(heads, "heads", ("B",))
@@ -1144,8 +1144,9 @@ def check_kv_pair(pair: object, name: str, *, batch: int, num_kv_heads: int, d_k
         hint = " (did the function forget to return them?)" if pair is None else ""
         raise TypeError(f"{name} must be a (k, v) pair of tensors (B, g, {length}, dk){alternatives}, "
                         f"got {got}{hint}")
-    for size, label in ((batch, "batch"), (num_kv_heads, "num_kv_heads"), (d_k, "d_k")):
-        check_int(size, f"check_kv_pair's {label} (for {name})", minimum=1)  # not the tensors' fault
+    batch, num_kv_heads, d_k = (check_int(size, f"check_kv_pair's {label} (for {name})", minimum=1)
+                                for size, label in ((batch, "batch"), (num_kv_heads, "num_kv_heads"),
+                                                    (d_k, "d_k")))  # not the tensors' fault; plain ints
     expected = f"(B={batch}, g={num_kv_heads}, {length}, dk={d_k})"
     for part, t in zip(("k", "v"), pair, strict=True):
         check_tensor(t, f"{name} {part}", ndim=4, layout=expected)
@@ -1363,6 +1364,8 @@ def check_config_fields(config: object, texts: tuple[str, ...], counts: dict[str
             raise TypeError(f"{kind}.{field} must be a str, got {type(value).__name__} {shown(value, 60)}")
         if not value.strip():  # a config is shown and cited by its name and source
             raise ValueError(f"{kind}.{field} must be a non-empty str, got {shown(value, 60)}")
+        if type(value) is not str:  # stored as the plain str (a subclass's repr made the config
+            object.__setattr__(config, field, str.__str__(value))  # unprintable: battery 31)
     for field, minimum in counts.items():
         value = check_int(getattr(config, field), f"{kind}.{field}", minimum=minimum)
         object.__setattr__(config, field, value)
@@ -1414,7 +1417,10 @@ def check_record(record: object, *, nan_ok: tuple[str, ...] = (), signed: tuple[
         options = _check_record_options(cls, options)
         checks = _RECORD_CHECKS[(cls, *options.values())] = _record_checks(cls, **options)
     for name, check in checks:
-        check(getattr(record, name), f"{cls.__name__}.{name}")
+        value = getattr(record, name)
+        plain = check(value, f"{cls.__name__}.{name}")
+        if type(plain) is int and type(value) is not int:  # an int field: kept as the plain int check_int
+            object.__setattr__(record, name, plain)  # returned (an int subclass's repr may raise: battery 30)
 
 
 class ReadOnlyDict(dict):
@@ -1464,8 +1470,9 @@ def freeze_fields(record: object) -> None:
                         f"__post_init__), got {type(record).__name__} {shown(record, 60)}")
     for name, origin in _container_fields(type(record)):
         value = getattr(record, name)
-        if origin is tuple and isinstance(value, list):
-            object.__setattr__(record, name, tuple(value))
+        if origin is tuple and isinstance(value, list):  # (a list whose len() raises is named: battery 30)
+            object.__setattr__(record, name, tuple(items_of(value, f"{type(record).__name__}.{name}",
+                                                            "a list or tuple")))
         elif origin is dict and isinstance(value, dict):
             object.__setattr__(record, name, ReadOnlyDict(
                 {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()},
@@ -1643,6 +1650,8 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
         wanted = _describe_hint(hint)
 
         def sequence(value: object, label: str) -> None:
+            if type(value) not in (list, tuple) and isinstance(value, (list, tuple)):  # a subclass: its
+                value = items_of(value, label, wanted)  # len() may raise (battery 30), named here
             if not isinstance(value, (list, tuple)) or (fixed and len(value) != len(items)):
                 raise TypeError(f"{label} must be {wanted}, got {type(value).__name__} {shown(value, 60)}")
             for i, item in enumerate(value):

@@ -71,6 +71,7 @@ from ..attention.validation import (
     check_tensor,
     check_thread_count,
     freeze_fields,
+    items_of,
 )
 from ..attention.validation import shown as shown_value
 from ..env import check_seed, torch_threads
@@ -255,7 +256,7 @@ def wait_policy() -> str:
 def run_conditions(threads: int) -> str:
     """What a share of the read-only bandwidth depends on, in one line: threads (and the clock
     that times them, :func:`clock_for`), the OpenMP wait policy and the machine."""
-    check_thread_count(threads, "threads")
+    threads = check_thread_count(threads, "threads")  # a plain int (a subclass's repr may raise)
     clock = "CPU time of the thread" if threads == 1 else "wall clock"
     return f"{threads} thread{'s' if threads != 1 else ''} ({clock}); {wait_policy()}; {machine_name()}"
 
@@ -476,6 +477,8 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
     ``mlp_ratio``, and lists them all with their values (:func:`check_fits_in_memory`)."""
     sizes = _check_decoder_sizes(d_model=d_model, num_heads=num_heads, num_kv_heads=num_kv_heads,
                                  num_layers=num_layers, context=context, batch=batch, mlp_ratio=mlp_ratio)
+    if isinstance(names, tuple | list):  # a list whose len() raises is named (battery 31)
+        names = items_of(names, "names", "None or a pair of str")
     if names is not None and not (isinstance(names, tuple | list) and len(names) == 2
                                   and all(isinstance(n, str) for n in names)):
         raise TypeError(f"names must be None or a pair of str (the arguments blamed for the weights and "
@@ -484,6 +487,9 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
     weights_grow = {k: sizes[k] for k in ("d_model", "num_kv_heads", "num_layers", "mlp_ratio")}
     cache_grow = {k: sizes[k] for k in ("context", "batch", "num_layers", "num_kv_heads", "d_model")}
     blamed = (None, None) if names is None else tuple(names)
+    # the checked plain ints from here on (an int subclass's repr raised in the messages: battery 30)
+    d_model, num_heads, num_kv_heads, num_layers, context, batch = (
+        sizes[k] for k in ("d_model", "num_heads", "num_kv_heads", "num_layers", "context", "batch"))
     # the weights are drawn in float32 first
     weight_bytes, cache_bytes = decoder_bytes(d_model, num_heads, num_kv_heads, num_layers, context=context,
                                               batch=batch, mlp_ratio=mlp_ratio)

@@ -85,7 +85,7 @@ class Timing:
         # a table prints median_s and best_s side by side: they describe the same samples
         if self.samples_s and not _close(self.median_s, statistics.median(self.samples_s)):
             raise ValueError(f"Timing({shown(self.name)}).median_s must be the median of its samples_s "
-                             f"({statistics.median(self.samples_s)!r} s over {len(self.samples_s)} "
+                             f"({shown(statistics.median(self.samples_s))} s over {len(self.samples_s)} "
                              f"repeats), got {shown(self.median_s)}")
 
     @property
@@ -265,8 +265,8 @@ def _seconds_read(seconds: object) -> list[float]:
     backwards = next(((k, s) for k, s in enumerate(counted) if s < 0), None)
     if backwards is not None:  # what clock_elapsed refuses as it reads them
         raise ValueError(f"seconds must hold elapsed times >= 0 (clock_elapsed results), got "
-                         f"{backwards[1]!r} as number {backwards[0]} of {len(counted)}: a clock that runs "
-                         f"backwards?")
+                         f"{shown(backwards[1])} as number {backwards[0]} of {len(counted)}: a clock that "
+                         f"runs backwards?")
     return counted
 
 
@@ -316,7 +316,7 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
     for name in (baseline, *medians):
         if not medians[name] > 0:
             role = "baseline " if name == baseline else ""
-            raise ValueError(f"{role}{shown(name)} took a median of {medians[name]!r} s over "
+            raise ValueError(f"{role}{shown(name)} took a median of {shown(medians[name])} s over "
                              f"{len(samples[name])} repeats, so no ratio {'to' if role else 'of'} it "
                              "exists: the clock did not advance around its calls (a clock too coarse "
                              "for the call, or one that returns a constant? use time.perf_counter, or "
@@ -367,7 +367,7 @@ def check_function_name(value: object, name: str, among: Iterable[Hashable] | No
     except TypeError:
         raise TypeError(f"{name} must be a function's name (a str such as 'naive', or a tuple), got "
                         f"{type(value).__name__} {shown(value, 60)}") from None
-    if among is not None and not _is_among(value, names := list(among)):
+    if among is not None and not _is_among(value, names := items_of(among, "among", "an iterable of names")):
         raise ValueError(f"{name} {shown(value, 60)} ({type(value).__name__}) is not one of {what} {names}")
 
 
@@ -438,7 +438,8 @@ def paired_ratios(timings: list[Timing], name: str, baseline: str) -> list[float
                          f"{len(bottom)} for {shown(baseline)}")
     zero = next((i for i, b in enumerate(bottom) if not b > 0), None)
     if zero is not None:
-        raise ValueError(f"baseline {shown(baseline)} has a sample of {bottom[zero]!r} s at repeat {zero}: a "
+        raise ValueError(f"baseline {shown(baseline)} has a sample of {shown(bottom[zero])} s at repeat "
+                         f"{zero}: a "
                          "ratio needs positive times (a clock too coarse for the call? time more calls "
                          "per sample)")
     return [a / b for a, b in zip(top, bottom, strict=True)]
@@ -479,7 +480,7 @@ class RatioSpread:
                 raise ValueError(f"RatioSpread({shown(self.name)}) must have low <= q1 <= median <= q3 "
                                  f"<= high "
                                  f"(range, quartiles and median of the ratios), got {lower}="
-                                 f"{getattr(self, lower)!r} > {upper}={getattr(self, upper)!r}")
+                                 f"{shown(getattr(self, lower))} > {upper}={shown(getattr(self, upper))}")
 
     def verdict(self) -> str:
         """One sentence: slower / faster / no clear difference, decided by the middle half."""
@@ -507,6 +508,7 @@ def format_spread_table(title: str, timings: list[Timing], baseline: str, label:
     ``label`` names the baseline in the header (default: its name)."""
     _check_timings(timings, baseline)
     _check_headings(title, label)
+    label = None if label is None else str.__str__(label)  # the plain str (a subclass's str() may raise)
     width = max(len(t.name) for t in timings)
     header = f"{'implementation':<{width}}  {'best ms':>8}  {'median ms':>9}  ratio to {label or baseline}"
     lines = [title, header + " (median [middle half])"]

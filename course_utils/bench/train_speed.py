@@ -13,7 +13,7 @@ import statistics
 
 import torch
 
-from ..attention.validation import check_distinct, check_int, check_int_list, shown
+from ..attention.validation import check_distinct, check_int, check_int_list, items_of, shown
 from ..model.train import INDUCTION_TASK, MAX_STEPS, train_agreement, train_induction
 
 __all__ = ["bench_training", "format_training_table", "add_bench_parser"]
@@ -61,6 +61,8 @@ def _check_rows(rows: object) -> None:
     (seeds, steps, seconds and accuracies all are; NaN and -1.0 seconds printed as times and
     medians: battery 19), and one in a column whose name holds ``acc`` (an accuracy) is at most
     1. A time of 0 is taken: the table divides by nothing, it prints."""
+    if isinstance(rows, list | tuple):  # a list whose len() raises is named (battery 30)
+        items_of(rows, "rows", "a non-empty list of bench_training's dicts")
     if not isinstance(rows, list | tuple) or not rows:
         raise ValueError(f"rows must be a non-empty list of bench_training's dicts, got "
                          f"{type(rows).__name__} {shown(rows, 60)}")
@@ -69,24 +71,26 @@ def _check_rows(rows: object) -> None:
             raise TypeError(f"rows[{i}] must be a dict from bench_training, got {type(row).__name__}")
         if list(row)[:1] != ["seed"] or len(row) < 2:
             raise ValueError(f"rows[{i}] must start with 'seed' and hold at least one measurement, as "
-                             f"bench_training's rows do, got the keys {list(row)}")
+                             f"bench_training's rows do, got the keys {shown(list(row), 120)}")
         if list(row) != list(rows[0]):
-            raise ValueError(f"rows[{i}] has the keys {list(row)}, rows[0] has {list(rows[0])}; every row "
+            raise ValueError(f"rows[{i}] has the keys {shown(list(row), 120)}, rows[0] has "
+                             f"{shown(list(rows[0]), 120)}; every row "
                              "must have the same")
         bad = [k for k, v in row.items()
                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float))]
         if bad:
-            raise TypeError(f"rows[{i}][{bad[0]!r}] must be a number or None, got "
+            raise TypeError(f"rows[{i}][{shown(bad[0], 40)}] must be a number or None, got "
                             f"{type(row[bad[0]]).__name__}")
         bad = [k for k, v in row.items()  # (an int is finite: isfinite(10**400) would overflow)
                if v is not None and ((isinstance(v, float) and not math.isfinite(v)) or v < 0)]
         if bad:
-            raise ValueError(f"rows[{i}][{bad[0]!r}] must be a finite number >= 0 (a seed, steps, "
-                             f"seconds or an accuracy) or None, got {row[bad[0]]!r}")
+            raise ValueError(f"rows[{i}][{shown(bad[0], 40)}] must be a finite number >= 0 (a seed, steps, "
+                             f"seconds or an accuracy) or None, got {shown(row[bad[0]], 60)}")
         bad = [k for k, v in row.items() if "acc" in k and v is not None and v > 1]
         if bad:
-            raise ValueError(f"rows[{i}][{bad[0]!r}] is an accuracy (its column names 'acc'): expected "
-                             f"a fraction in [0, 1] or None, got {row[bad[0]]!r}")
+            raise ValueError(f"rows[{i}][{shown(bad[0], 40)}] is an accuracy (its column names 'acc'): "
+                             f"expected "
+                             f"a fraction in [0, 1] or None, got {shown(row[bad[0]], 60)}")
 
 
 def format_training_table(rows: list[dict]) -> str:

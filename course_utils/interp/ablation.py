@@ -40,6 +40,7 @@ from ..attention.validation import (
     check_tensor,
     check_tensor_list,
     describe_shape,
+    items_of,
     shown,
 )
 from ..env import check_seed, gradients_on
@@ -790,7 +791,7 @@ def _check_counts(counts: object, most: int) -> list[int]:
     if isinstance(counts, (str, bytes, Tensor)) or not isinstance(counts, Iterable):
         raise TypeError(f"counts must be a list of ints in 0..{most} (how many heads to switch off), "
                         f"or None for every count; got {type(counts).__name__} {shown(counts)}")
-    counts = list(counts)
+    counts = items_of(counts, "counts", f"a list of ints in 0..{most}")
     if not counts:
         raise ValueError(f"counts must list at least one head count in 0..{most} (None: every count), got []")
     for k in counts:

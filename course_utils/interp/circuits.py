@@ -30,6 +30,7 @@ from ..attention.validation import (
     check_tensor,
     describe_shape,
     freeze_fields,
+    items_of,
     shown,
 )
 from ..model.transformer import ModelConfig, TinyTransformer
@@ -189,7 +190,8 @@ def _check_trace(trace: object, model: torch.nn.Module | None = None) -> HeadTra
         if trace.config is not None and trace.config != cfg:
             traced = trace.config
             wrong = [f.name for f in fields(ModelConfig) if getattr(traced, f.name) != getattr(cfg, f.name)]
-            differ = ", ".join(f"{k}={getattr(traced, k)!r} (model: {getattr(cfg, k)!r})" for k in wrong)
+            differ = ", ".join(f"{k}={shown(getattr(traced, k), 40)} (model: {shown(getattr(cfg, k), 40)})"
+                               for k in wrong)
             raise ValueError(f"trace must be a trace of model (trace_heads(model, tokens)), got one of a "
                              f"model with {differ}")
         _check_sizes(trace, cfg, "trace must be a trace of model (trace_heads(model, tokens)), got one with ",
@@ -493,7 +495,8 @@ def ov_copying_score(model: torch.nn.Module, layer: int, token_ids: Sequence[int
     if isinstance(token_ids, torch.Tensor) and token_ids.ndim != 1:  # a 0-d one listed an int (battery 29)
         raise ValueError(f"token_ids must be a 1-D tensor (or a list) of token ids, got a tensor of shape "
                          f"{tuple(token_ids.shape)}")
-    listed = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
+    listed = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else \
+        items_of(token_ids, "token_ids", "a list (or range) of token ids")
     if len(listed) < 2:
         raise ValueError(f"token_ids must list at least 2 token ids, got {shown(listed, 80)}")
     checked = [check_index(t, f"token_ids[{i}]", config.vocab_size, "token ids in the vocabulary")

@@ -26,6 +26,7 @@ from ..attention.validation import (
     check_holds_values,
     check_int,
     check_positive_number,
+    items_of,
 )
 from ..attention.validation import shown as shown_value
 
@@ -132,6 +133,12 @@ def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
                          f"about 8), got {shown_value(fontsize)}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__} {shown_value(title, 60)}")
+    if title is not None and type(title) is not str:  # matplotlib draws str(title) (battery 31)
+        try:
+            str(title)
+        except Exception as err:  # noqa: BLE001 - its str is the broken part; say so
+            raise TypeError(f"title must be a str or None, got a {type(title).__name__} whose str() raised "
+                            f"{type(err).__name__}") from None
     for name, value in flags.items():
         check_flag(value, name)
 
@@ -139,6 +146,7 @@ def _check_drawing(fontsize: object, title: object, **flags: object) -> None:
 def _check_tokens(tokens: Sequence[str], n: int, axis: str, name: str = "tokens") -> list[str]:
     if isinstance(tokens, str) or not isinstance(tokens, Sequence):
         raise TypeError(f"{name} must be a list of strings, one per position, got {type(tokens).__name__}")
+    tokens = items_of(tokens, name, "a list of strings, one per position")  # its len() may raise
     if len(tokens) != n:
         raise ValueError(f"got {len(tokens)} token labels for {n} {axis} positions")
     for i, token in enumerate(tokens):  # str() would draw None or a number as if it were a token
@@ -214,6 +222,8 @@ def _layer_head_grid(attention: object, batch_index: int) -> np.ndarray:
     single = isinstance(attention, torch.Tensor) and attention.ndim in (3, 4)
     if single:
         attention = [attention]
+    if isinstance(attention, (list, tuple)):  # a list whose len() raises is named (battery 30)
+        attention = items_of(attention, "attention", "a non-empty list of per-layer weights")
     if not isinstance(attention, (list, tuple)) or not attention:
         raise TypeError("attention must be a non-empty list of per-layer weights (B, h, T, T) or "
                         f"(h, T, T), got {type(attention).__name__}")
@@ -304,6 +314,8 @@ class AttentionExplorer:
         if not callable(attention_for):
             raise TypeError(f"attention_for must be a function text -> (tokens, per-layer weights), got "
                             f"{type(attention_for).__name__} {shown_value(attention_for, 60)}")
+        if isinstance(sentences, Sequence) and not isinstance(sentences, str):  # its len() may raise
+            sentences = items_of(sentences, "sentences", "a non-empty list of example texts")
         if isinstance(sentences, str) or not isinstance(sentences, Sequence) or not sentences:
             raise (ValueError if isinstance(sentences, str | Sequence) else TypeError)(
                 f"sentences must be a non-empty list of example texts, got "
@@ -311,7 +323,7 @@ class AttentionExplorer:
         wrong = next((i for i, text in enumerate(sentences) if not isinstance(text, str)), None)
         if wrong is not None:
             raise TypeError(f"sentences[{wrong}] must be an example text (a str), got "
-                            f"{type(sentences[wrong]).__name__} {sentences[wrong]!r:.60}")
+                            f"{type(sentences[wrong]).__name__} {shown_value(sentences[wrong], 60)}")
         check_distinct(sentences, "sentences", "example texts (the menu would offer one twice)")
         num_layers, num_heads = (check_int(value, name, minimum=1)
                                  for name, value in (("num_layers", num_layers), ("num_heads", num_heads)))
@@ -324,7 +336,8 @@ class AttentionExplorer:
             _, attention = self._labels_and_weights(self.sentences[0])
             grid_shape = _layer_head_grid(attention, 0).shape  # (L, h, T, T)
         except Exception as err:
-            raise ValueError(f"attention_for cannot draw the first example {self.sentences[0]!r}: "
+            raise ValueError(f"attention_for cannot draw the first example "
+                             f"{shown_value(self.sentences[0], 80)}: "
                              f"{type(err).__name__}: {err}") from err
         if tuple(grid_shape[:2]) != (num_layers, num_heads):
             raise ValueError(f"num_layers={num_layers}, num_heads={num_heads} do not match the "
@@ -371,7 +384,7 @@ class AttentionExplorer:
             text = self.sentences[0]
         elif not isinstance(text, str):
             _say(f"The sentence must be a str, got a {type(text).__name__}; starting from "
-                  f"{self.sentences[0]!r} instead.")
+                  f"{shown_value(self.sentences[0], 80)} instead.")
             text = self.sentences[0]
         return text, int(layer), int(head)
 

@@ -598,6 +598,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
         raise TypeError(f"directions must be a float tensor (V,) = ({V},) or (B, V) = ({B}, {V}), "
                         f"got {_described(directions)}")
     check_finite(directions, "directions", "a NaN or infinite direction makes every column NaN")
+    # the model's own NaN weight was reported as an internal "stream" holding NaN (battery 30)
+    check_weights_finite(model, "a NaN or infinite weight makes every column NaN: reload the checkpoint")
     tracked = any(p.requires_grad for p in model.parameters())  # the columns multiply the weights
     for name, t in (("directions", directions), ("frozen_scale", frozen_scale)):
         if t is not None:

@@ -43,6 +43,7 @@ from ..attention.validation import (
     check_holds_values,
     check_int,
     check_real,
+    items_of,
     shown,
 )
 
@@ -101,6 +102,7 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
     check_flag(check_rows, "check_rows")
     is_list = isinstance(weights, (list, tuple))
     if is_list:
+        weights = items_of(weights, "weights", "a list of attention tensors, one per layer")  # its len()
         if len(weights) == 0:
             raise ValueError("got an empty list of layers; expected one attention tensor per layer")
         layers = [_to_tensor(w, f"layer {i}'s attention weights") for i, w in enumerate(weights)]
@@ -592,7 +594,7 @@ def verdict(score: float, *, threshold: float = 0.5, margin: float = 0.05) -> st
     score = check_real(score, "score")  # NaN is refused: it is neither present nor absent
     if not -SCORE_SLACK <= score <= 1.0 + SCORE_SLACK:
         raise ValueError(f"score must be a role score in [0, 1] (a share of attention), got {shown(score)}")
-    _check_threshold(threshold)
+    threshold = _check_threshold(threshold)  # plain floats (a float subclass's repr may raise)
     margin = check_real(margin, "margin")
     if not 0.0 <= margin < threshold:
         raise ValueError(f"margin must lie in [0, threshold={threshold}), got {margin}")
@@ -633,8 +635,8 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own);
     a chance level must lie below ``threshold`` (else a uniform head would pass it).
     """
-    _check_threshold(threshold)
-    _check_decimals(decimals)
+    threshold, decimals = _check_threshold(threshold), _check_decimals(decimals)  # plain numbers (a
+    margin = check_real(margin, "margin")  # subclass's repr raised in the sentences: battery 30)
     if chance is not None and not isinstance(chance, dict):
         raise TypeError(f"chance must be a dict {{role: chance score}} or None, got {type(chance).__name__}")
     for role, value in (chance or {}).items():

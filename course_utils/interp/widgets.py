@@ -133,6 +133,23 @@ class Explorer:
     def values(self) -> dict[str, Any]:
         return {name: control.value for name, control in self.controls.items()}
 
+    def __copy__(self) -> Explorer:  # shallow: the same widgets, as before (pickling is refused below)
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
+
+    def __deepcopy__(self, memo: dict) -> Explorer:
+        self._refuse_copy("copied with copy.deepcopy")
+
+    def __reduce_ex__(self, protocol: object) -> tuple:
+        self._refuse_copy("pickled")
+
+    def _refuse_copy(self, how: str) -> None:
+        """ipywidgets' own NotImplementedError ('custom implementation required') or a lambda's
+        PicklingError named neither the explorer nor what to do (battery 30)."""
+        raise TypeError(f"an Explorer cannot be {how}: its controls are live ipywidgets wired to its render "
+                        f"function; build a new one instead (call the function that made it again)")
+
     def refresh(self, change: object = None) -> None:
         """Re-render with the current values (called on every change)."""
         try:

@@ -114,6 +114,8 @@ def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tu
     (a caller passing its own ``checkpoint=`` on says ``"checkpoint"``)."""
     if not isinstance(name_or_path, str | Path):
         raise TypeError(f"{name} must be a str or Path, got {type(name_or_path).__name__}")
+    if isinstance(name_or_path, str):  # a str subclass as the plain str it is (its str() may raise)
+        name_or_path = str.__str__(name_or_path)
     if not str(name_or_path).strip() or Path(name_or_path).name in ("", ".", ".."):
         raise ValueError(f"{name} must name a checkpoint, such as 'induction', got "
                          f"{str(name_or_path)!r}")
@@ -602,7 +604,8 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
                                   f"{type(value).__name__} {shown_value(value, 60)}")
     if meta["size_bytes"] < 0 or len(meta["sha256"]) != 64:
         raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0 and a 64-character sha256, "
-                              f"found {meta['size_bytes']} and {meta['sha256']!r:.80}")
+                              f"found {shown_value(meta['size_bytes'], 40)} and "
+                              f"{shown_value(meta['sha256'], 80)}")
     bad_metrics = {k: v for k, v in meta["metrics"].items()
                    if isinstance(v, bool) or not isinstance(v, int | float) or not finite(v)}
     if bad_metrics:
@@ -610,7 +613,7 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
                               f"writes no NaN or infinity), found {bad_metrics}")
     if meta["format"] != FORMAT:
         raise CheckpointError(f"{meta_path.name}: expected format {shown_value(FORMAT)}, found "
-                              f"{meta['format']!r}")
+                              f"{shown_value(meta['format'], 80)}")
     if _what_is_there(weights_path) == "missing":
         raise FileNotFoundError(f"{meta_path.name} is there but its weights {weights_path} are missing")
     _check_regular(weights_path, "the checkpoint's weights")
@@ -637,7 +640,8 @@ def _verify_bytes(weights_path: Path, meta: dict) -> None:
 
 def _config_diff(expected: dict, found: dict) -> str:
     keys = sorted(set(expected) | set(found))
-    return ", ".join(f"{k}: expected {expected.get(k)!r}, found {found.get(k)!r}"
+    return ", ".join(f"{k}: expected {shown_value(expected.get(k), 60)}, "
+                     f"found {shown_value(found.get(k), 60)}"
                      for k in keys if expected.get(k) != found.get(k))
 
 
@@ -674,6 +678,8 @@ def load_checkpoint(
         raise ValueError(f"task must name a task, such as 'induction', or be None, got {shown_value(task)}")
     device = pick_device(device, "device")
     weights_path, meta_path = checkpoint_paths(name_or_path)
+    if isinstance(name_or_path, str):  # the plain str, as checkpoint_paths reads it
+        name_or_path = str.__str__(name_or_path)
     if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
         inside = available_checkpoints(name_or_path)
         raise IsADirectoryError(f"name_or_path must name a checkpoint, got the folder {str(name_or_path)!r}; "
@@ -773,9 +779,9 @@ def _check_task_of_meta(meta: dict, meta_path: Path, task: str | None) -> None:
     if wanted is None or meta["task"] == wanted:
         return
     why = "" if task is not None else f" (a checkpoint named {shown_value(name)} must hold the {name} model)"
-    raise CheckpointError(f"{meta_path} holds a model of the task {meta['task']!r}, expected "
+    raise CheckpointError(f"{meta_path} holds a model of the task {shown_value(meta['task'], 60)}, expected "
                           f"{shown_value(wanted)}"
-                          f"{why}; to load it anyway, pass task={meta['task']!r}")
+                          f"{why}; to load it anyway, pass task={shown_value(meta['task'], 60)}")
 
 
 def _check_finite_weights(tensors: dict[str, torch.Tensor], weights_path: Path) -> None:

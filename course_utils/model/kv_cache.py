@@ -59,6 +59,7 @@ from ..attention.validation import (
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
+    items_of,
     shown,
 )
 
@@ -68,12 +69,13 @@ __all__ = ["CatCache", "PreallocatedCache", "SlidingWindowCache", "QuantizedCach
 
 
 def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
-               like: tuple[int, int, int] | None = None, device: torch.device | None = None) -> None:
+               like: tuple[int, int, int] | None = None, device: torch.device | None = None) -> int:
     """``k_new`` and ``v_new`` are ``(B, g, T_new, dk)`` floating tensors of one shape, dtype and
     device, holding values (not on the meta device); ``like`` is the cache's ``(B, g, dk)``, which
     they must match exactly (broadcasting one head or one sequence into a cache of several would
-    copy it silently), and ``device`` the cache's device, when it has one yet."""
-    check_index(layer, "layer", num_layers, "layers in the cache")
+    copy it silently), and ``device`` the cache's device, when it has one yet. Returns ``layer`` as
+    a plain int (an int subclass whose repr raises went into the messages: battery 30)."""
+    layer = check_index(layer, "layer", num_layers, "layers in the cache")
     expected = "(B, g, T_new, dk)" if like is None else f"(B={like[0]}, g={like[1]}, T_new, dk={like[2]})"
     for name, t in (("k_new", k_new), ("v_new", v_new)):
         check_tensor(t, name, ndim=4, layout=expected)
@@ -87,11 +89,14 @@ def _check_new(k_new: Tensor, v_new: Tensor, layer: int, num_layers: int,
         raise ValueError(f"k_new and v_new are on {k_new.device} but the cache is on {device}: move them "
                          f"with .to({str(device)!r})")
     check_holds_values(k_new, "k_new")
+    return layer
 
 
 def _check_layers(layers: object) -> tuple[int, int, int, int]:
     """``layers`` is a non-empty list of ``(k, v)`` pairs of tensors ``(B, g, T, dk)``, every layer
     holding the same ``T`` tokens; returns the first ``k``'s ``(B, g, T, dk)``."""
+    if isinstance(layers, (list, tuple)):  # a list whose len() raises is named (battery 30)
+        items_of(layers, "layers", "a non-empty list of (k, v) pairs, one per layer")
     if not isinstance(layers, (list, tuple)) or not layers:
         raise ValueError(f"layers must be a non-empty list of (k, v) pairs, one per layer, each "
                          f"(B, g, T, dk); got {shown(layers, 60)}")
@@ -219,7 +224,7 @@ class CatCache(_StepOrder):
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._like(), self._device())
+        layer = _check_new(k_new, v_new, layer, self.num_layers, self._like(), self._device())
         self._check_order(layer, k_new.shape[2])
         k_new, v_new = k_new.detach(), v_new.detach()  # numbers, not a graph (see _StepOrder)
         past = self.layers[layer]
@@ -281,7 +286,7 @@ class PreallocatedCache(_StepOrder):
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``(B, g, T_new, dk)`` at positions ``length..length + T_new - 1`` of ``layer``;
         return views ``(B, g, length + T_new, dk)`` of the buffers (no copy)."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._like(), self.k[0].device)
+        layer = _check_new(k_new, v_new, layer, self.num_layers, self._like(), self.k[0].device)
         self._check_order(layer, k_new.shape[2])
         _check_dtype(k_new, self.k[0].dtype)
         start, end = self.length, self.length + k_new.shape[2]
@@ -335,7 +340,7 @@ class SlidingWindowCache(_StepOrder):
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Write one token ``(B, g, 1, dk)`` into slot ``length % window`` of ``layer``; return
         the filled slots ``(B, g, min(length + 1, window), dk)`` (views, in ring order)."""
-        _check_new(k_new, v_new, layer, self.num_layers, self._ring._like(), self._ring.k[0].device)
+        layer = _check_new(k_new, v_new, layer, self.num_layers, self._ring._like(), self._ring.k[0].device)
         if k_new.shape[2] != 1:
             raise ValueError(f"a sliding-window cache takes one token per call (a decoding step), "
                              f"got {k_new.shape[2]}; feed a prompt with decode_tokens")
@@ -700,7 +705,7 @@ class QuantizedCache(_StepOrder):
         cast). Everything is checked, and every group quantized, before anything is written: a
         refused append leaves the cache as it was."""
         B, g, dk = self._like()
-        _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
+        layer = _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
         _check_dtype(k_new, self.residual["k"][0].dtype,  # float32, fixed: no silent cast
                      "a QuantizedCache keeps its newest tokens and returns its keys and values in float32;")
         self._check_order(layer, k_new.shape[2])

@@ -85,7 +85,7 @@ class PagedCache:
     def _check_seq(self, seq: object, name: str = "seq") -> None:
         _check_hashable(seq, name)
         if seq not in self.tables:
-            raise KeyError(f"no sequence {shown(seq)} in the cache; known: {list(self.tables)} "
+            raise KeyError(f"no sequence {shown(seq)} in the cache; known: {shown(list(self.tables), 200)} "
                            "(start one with add_sequence)")
 
     def _take_block(self) -> int:

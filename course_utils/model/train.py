@@ -237,7 +237,7 @@ def _check_history_fields(history: History) -> None:
         if infinite is not None:
             raise ValueError(f"History.eval_metrics[{i}][{shown(infinite)}] must be a finite number or "
                              f"NaN, got "
-                             f"{metrics[infinite]!r}")
+                             f"{shown(metrics[infinite])}")
     reached = {"steps_to_target": history.steps_to_target, "seconds_to_target": history.seconds_to_target}
     if (history.steps_to_target is None) != (history.seconds_to_target is None):
         raise ValueError(f"History.steps_to_target and History.seconds_to_target are both set (the target "
@@ -381,7 +381,7 @@ def _check_metrics(metrics: object, step: int, target_metric: str | None) -> Non
                         f"returned {type(metrics).__name__} {str(metrics)[:80]}")
     infinite = next((name for name, value in metrics.items() if math.isinf(value)), None)
     if infinite is not None:  # NaN is warned about and kept (see train_model)
-        raise ValueError(f"evaluate(model) returned {metrics[infinite]!r} for metric {shown(infinite)} "
+        raise ValueError(f"evaluate(model) returned {shown(metrics[infinite])} for metric {shown(infinite)} "
                          f"at step "
                          f"{step}; a metric must be a finite number (or NaN for a mean over an empty subset)")
     if target_metric is not None and target_metric not in metrics:
@@ -632,6 +632,9 @@ def _check_model_for_task(model: object, task, needed_len: int, name: str) -> No
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__} {shown(model, 60)}")
     _check_fits_task(model.config, task, needed_len, name, "the model's config")
+    # a NaN weight was reported as "logits hold NaN" (battery 30): name the weight itself
+    check_weights_finite(model, "every logit computed from it is NaN, so no accuracy can be read: "
+                         "reload the checkpoint")
 
 
 def _check_accuracy_target(target: object) -> None:

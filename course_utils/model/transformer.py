@@ -64,6 +64,7 @@ from ..attention.validation import (
     check_stream,
     check_tensor,
     describe_shape,
+    items_of,
     shown,
 )
 from ..env import check_seed
@@ -158,6 +159,7 @@ class KVCache:
         if not isinstance(layers, (tuple, list)):
             raise TypeError(f"KVCache.layers must be a tuple of (k, v) pairs, one per layer, got "
                             f"{type(layers).__name__}")
+        items_of(layers, "KVCache.layers", "a tuple of (k, v) pairs, one per layer")  # len() may raise
         if len(layers) == 0:
             raise ValueError("KVCache.layers is empty: a cache holds one (k, v) pair per layer "
                              "(start decoding with cache=None instead)")
@@ -307,6 +309,9 @@ class TinyTransformer(nn.Module):
     ``attention`` is a list of ``(B, h, T, T)`` tensors, one per layer, when
     ``return_attention=True`` (else ``None``). Logits at position ``t`` predict token
     ``t + 1``.
+
+    ``config`` is read-only: the weights were built for it, and every later check reads it (a
+    config of another size set afterwards made those messages contradict the weights: battery 30).
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -316,7 +321,7 @@ class TinyTransformer(nn.Module):
         check_fits_in_memory(_weight_bytes(config), "TinyTransformer(config)",
                              f"float32 weights for vocab_size={config.vocab_size}, max_len={config.max_len}, "
                              f"d_model={config.d_model}, num_layers={config.num_layers}")
-        self.config = config
+        self._config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.position_embedding = nn.Embedding(config.max_len, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
@@ -328,6 +333,18 @@ class TinyTransformer(nn.Module):
         nn.init.normal_(self.unembed.weight, std=0.02)
         self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()  # see embed()
         name_hook_points(self)  # "blocks.0.attn.hook_z", ...
+
+    @property
+    def config(self) -> ModelConfig:
+        """The :class:`ModelConfig` the weights were built for (read-only)."""
+        return self._config
+
+    @config.setter
+    def config(self, value: object) -> None:
+        raise AttributeError(f"TinyTransformer.config is read-only: the weights were built for "
+                             f"{self._config}, and a config of another size would make every check "
+                             f"contradict them; build a new model with TinyTransformer(config) instead "
+                             f"(got {type(value).__name__} {shown(value, 80)})")
 
     # -- hook points (course_utils.attention.hooks) ------------------------------------
     def hooks(self, fwd_hooks: Sequence[tuple[Where, HookFn]]) -> AbstractContextManager[None]:

@@ -46,6 +46,7 @@ from ..attention.validation import (
     check_rows,
     describe_shape,
     freeze_fields,
+    items_of,
     shown,
 )
 from ..env import check_seed
@@ -244,8 +245,8 @@ class InductionTask:
     heldout_periods: tuple[int, ...] = (5, 10, 13)
 
     def __post_init__(self) -> None:
-        _check_count("InductionTask.vocab_size", self.vocab_size)
-        _check_count("InductionTask.seq_len", self.seq_len)
+        for name in ("vocab_size", "seq_len"):  # kept as plain ints (an int subclass's repr may raise)
+            object.__setattr__(self, name, _check_count(f"InductionTask.{name}", getattr(self, name)))
         # one sequence of sample(): a permutation of the vocabulary (12 bytes a token) and its rows
         per_sequence = {"vocab_size": 12 * int(self.vocab_size), "seq_len": 48 * int(self.seq_len)}
         check_fits_in_memory(sum(per_sequence.values()), max(per_sequence, key=per_sequence.__getitem__),
@@ -506,7 +507,8 @@ class AgreementBatch:
         unknown = next((i for i, name in enumerate(self.template) if name not in TEMPLATES), None)
         if unknown is not None:
             raise ValueError(f"AgreementBatch.template must name templates of TEMPLATES "
-                             f"({', '.join(TEMPLATES)}), got {self.template[unknown]!r:.60} at row {unknown}")
+                             f"({', '.join(TEMPLATES)}), got {shown(self.template[unknown], 60)} at row "
+                             f"{unknown}")
         for name in ("tokens", "correct_id", "wrong_id"):
             _check_token_ids(self, name, len(AGREEMENT_VOCAB))
         same = (self.correct_id == self.wrong_id).nonzero()
@@ -694,10 +696,13 @@ class AgreementTask:
             raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
                             f"{list(TEMPLATES)}, got "
                             f"{type(self.templates).__name__} {shown(self.templates, 60)}")
+        # kept as a tuple, as InductionTask keeps its periods (a list whose len() raises is named: battery 30)
+        object.__setattr__(self, "templates", tuple(items_of(self.templates, "AgreementTask.templates",
+                                                             "a tuple of template names")))
         not_names = [t for t in self.templates if not isinstance(t, str)]
         if not_names:  # a list inside would reach `in TEMPLATES` as an unhashable key
             raise TypeError(f"AgreementTask.templates must hold template names (str) from {list(TEMPLATES)}, "
-                            f"got {type(not_names[0]).__name__} {not_names[0]!r:.60}")
+                            f"got {type(not_names[0]).__name__} {shown(not_names[0], 60)}")
         unknown = [t for t in self.templates if t not in TEMPLATES]
         if unknown or not self.templates:
             raise ValueError(
@@ -711,7 +716,9 @@ class AgreementTask:
             value = check_real(getattr(self, name), f"AgreementTask.{name} (a probability in [0, 1])")
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"AgreementTask.{name} must lie in [0, 1], got {value}")
-        check_int(self.max_len, "AgreementTask.max_len (the longest sentence, in tokens)", minimum=1)
+            object.__setattr__(self, name, value)  # a plain float (a subclass's repr may raise)
+        object.__setattr__(self, "max_len", check_int(self.max_len, "AgreementTask.max_len (the longest "
+                                                      "sentence, in tokens)", minimum=1))
         longest = max(self.templates, key=self._longest)
         if self.max_len < self._longest(longest):
             raise ValueError(f"AgreementTask.max_len={self.max_len} is shorter than the longest sentence "
@@ -820,7 +827,7 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
     ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
     wrong_kind = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
     if wrong_kind:
-        raise TypeError(f"tokens must be integer ids, got {wrong_kind[:5]}")
+        raise TypeError(f"tokens must be integer ids, got {shown(wrong_kind[:5], 120)}")
     bad = [i for i in ids if not 0 <= i < len(AGREEMENT_VOCAB)]
     if bad:
         raise ValueError(f"token ids must lie in [0, {len(AGREEMENT_VOCAB)}), got {bad}")
@@ -980,11 +987,11 @@ class MixtureTask:
                 f"are padded to the induction length, induction sequences are not), got "
                 f"{self.agreement.max_len}"
             )
-        check_real(self.induction_share,
-                   "MixtureTask.induction_share (a share strictly between 0 and 1)")
-        if not 0.0 < self.induction_share < 1.0:
-            raise ValueError(f"MixtureTask.induction_share must lie strictly between 0 and 1, "
-                             f"got {self.induction_share}")
+        share = check_real(self.induction_share,
+                           "MixtureTask.induction_share (a share strictly between 0 and 1)")
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"MixtureTask.induction_share must lie strictly between 0 and 1, got {share}")
+        object.__setattr__(self, "induction_share", share)  # a plain float (a subclass's repr may raise)
         if BOS == BOS_ID:
             raise ValueError("the two tasks' start tokens must differ")
 

@@ -57,6 +57,7 @@ from ..attention.validation import (
     check_record,
     check_rows,
     freeze_fields,
+    items_of,
     shown,
 )
 from ..env import check_seed, gradients_on, seed_everything, torch_threads
@@ -607,8 +608,8 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
     """
     import pandas as pd
 
-    if which not in ("final", "a", "b"):
-        raise ValueError(f"which must be 'final', 'a' or 'b', got {shown(which)}")
+    if type(which) is not str or which not in ("final", "a", "b"):  # (a str subclass equal to anything
+        raise ValueError(f"which must be 'final', 'a' or 'b', got {shown(which)}")  # passed `in`: battery 30)
     _check_digits(digits)
     _check_results(results)
     pick = {"final": lambda r: r.final_accuracy, "a": lambda r: r.relation_accuracy[0],
@@ -635,6 +636,7 @@ def _check_results(results: object) -> None:
     if isinstance(results, RunResult) or not isinstance(results, Sequence) or isinstance(results, str):
         raise TypeError(f"results must be a list of RunResult (what compare_heads returns), got "
                         f"{type(results).__name__}")
+    items_of(results, "results", "a list of RunResult (what compare_heads returns)")  # its len() may raise
     if not results:
         raise ValueError("results must hold at least one RunResult (what compare_heads returns), got an "
                          "empty list: nothing to show")
