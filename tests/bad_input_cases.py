@@ -1,5 +1,6 @@
-"""What the table-driven bad-input tests share (tests/test_bad_input_*.py): the row type, the
-assertion and the import of a script."""
+"""What the bad-input tests share (tests/test_bad_input_*.py): the row type, the assertions, the
+import of a script or of course.py, a few odd values (a repr, len, str or index that raises) and the
+small seeded models several subjects' files build."""
 
 from __future__ import annotations
 
@@ -71,3 +72,74 @@ def raises_naming(error: type[BaseException], words: list[str], call: Callable[[
     missing = [w for w in words if w not in message]
     assert not missing, f"{missing} not in {message!r}"
     return message
+
+
+def refused(call: Callable[[], object], error: type[BaseException], words: list[str]) -> None:
+    """``call()`` raises ``error`` whose message holds every one of ``words`` (``raises_naming`` with
+    the call first, as the tables of several bad-input files write it)."""
+    with pytest.raises(error) as caught:
+        call()
+    missing = [w for w in words if w not in str(caught.value)]
+    assert not missing, f"{missing} not in {caught.value}"
+
+
+class BadRepr:
+    """A value whose repr (and so str) raises: messages must still name what they refuse."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr raises")
+
+    __str__ = __repr__
+
+
+class LyingLen(list):
+    """A list whose len raises."""
+
+    def __len__(self) -> int:
+        raise RuntimeError("len lies")
+
+
+class LyingStr(str):
+    """A str subclass whose str and repr raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str raises")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr raises")
+
+
+class BadIndex:
+    """An object whose __index__ raises."""
+
+    def __index__(self) -> int:
+        raise RuntimeError("index raises")
+
+
+def train_mode_tiny_model():
+    """A seeded TinyTransformer with vocabulary 12, max_len 10, d_model 16, 4 heads and 2 layers, left
+    in training mode (as built), for the library tests that train, save or trace it."""
+    import torch
+
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    return TinyTransformer(ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=2))
+
+
+def seeded_one_layer_model(seed: int):
+    """A TinyTransformer with vocabulary 12, max_len 10, d_model 16, 4 heads and 1 layer, seeded with
+    ``seed``, in training mode: the model the checkpoint and training tests save, kill and move."""
+    import torch
+
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    torch.manual_seed(seed)
+    return TinyTransformer(ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1))
+
+
+def meta_copy(model):
+    """A deep copy of ``model`` moved to the meta device."""
+    import copy
+
+    return copy.deepcopy(model).to("meta")

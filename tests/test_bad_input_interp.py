@@ -258,7 +258,8 @@ CASES = [
         TypeError,
         ["weights", "bool"],
     ),
-    # show(fallback=3) now answers with a printed message (battery 17 C1: test_bad_input_battery17_fix47q)
+    # show(fallback=3) now answers with a printed message
+    # (battery 17 C1; see test_bad_input_interp_heatmaps_widgets.py)
     # messages that name the argument and the value
     Case("head_name(-1, 2.5)", lambda: head_name(-1, 2.5), TypeError, ["layer", "-1", "head", "float 2.5"]),
     Case("head_name bool", lambda: head_name(1, True), TypeError, ["head", "bool"]),
