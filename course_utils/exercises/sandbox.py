@@ -1619,7 +1619,7 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
                          f"{shown(name, 60)}")
     _check_key_known(check_key)
     case_sets = listed(case_sets, "case_sets", "a list of lists of cases")
-    if isinstance(case_sets, Sequence):
+    if isinstance(case_sets, list):  # a str stays itself, for the message below to name
         case_sets = [listed(cases, f"case_sets[{i}]", "a list of cases") for i, cases in enumerate(case_sets)]
     if isinstance(case_sets, (str, bytes)) or not isinstance(case_sets, Sequence) \
             or not all(isinstance(c, Sequence) and not isinstance(c, (str, bytes)) for c in case_sets):
