@@ -1,5 +1,7 @@
-"""Bad input to the library, pass 4 (battery 30's remaining cases, battery 31's repros): each is
-refused by name, with the value shown by ``shown`` (never its own raising repr), or handled."""
+"""Odd values given to the library: int and str subclasses whose repr raises, lists whose len()
+raises, a model holding a NaN weight, a replaced model config, copies of an explorer. Each is
+refused by name, with the value shown by ``shown`` (never its own raising repr), or handled
+(batteries 30 and 31)."""
 from __future__ import annotations
 
 import functools

@@ -1,5 +1,6 @@
-"""Bad input to the exercises, the scripts and the small modules, pass 4 (battery 30's findings in
-course_utils/exercises/, scripts/, cli.py, parallel.py; battery 31's repros)."""
+"""Odd values given to the exercises, the scripts and the small modules (exercises/, scripts/,
+cli.py, parallel.py): values whose repr, str or len raises, scripts run without the course's
+packages, exceptions whose str raises, stored answers decode never wrote (batteries 30 and 31)."""
 
 from __future__ import annotations
 
