@@ -343,3 +343,38 @@ def test_config_text_fields_are_kept_as_plain_str() -> None:
     published = PublishedConfig(BadStr("m"), 32, 32, 8, 128, BadStr("src"))
     mla = MLAConfig(BadStr("m"), 2, 4, 8, 16, 4, BadStr("src"))
     assert "name='m'" in repr(published) and "source='src'" in repr(mla)
+
+
+class _ReprRaises:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr boom")
+
+    __str__ = __repr__
+
+
+class _StrRaises(str):
+    def __str__(self) -> str:
+        raise RuntimeError("str boom")
+
+    __repr__ = __str__
+
+
+def test_bench_arguments_are_checked_before_a_message_prints_them() -> None:
+    # battery 31: num_heads and dtype went into a message (or a dtype comparison) before their check
+    from course_utils.bench.decode_step import bench_whole_step
+    from course_utils.bench.gqa_speed import bench_decode
+
+    with pytest.raises(TypeError, match=r"^num_heads must be an int, got _ReprRaises"):
+        bench_whole_step(num_heads=_ReprRaises(), progress=False)
+    with pytest.raises(TypeError, match=r"dtype"):
+        bench_decode(num_heads=2, d_head=64, context=8, num_layers=1, groups=(2, 1), repeats=1, warmup=0,
+                     copy_mib=0, progress=False, dtype=_ReprRaises())
+
+
+def test_a_plot_title_must_be_a_plain_str() -> None:
+    # battery 31: a str subclass whose str() raises reached matplotlib as the title
+    from course_utils.tasks import two_relations
+
+    with pytest.raises(TypeError, match=r"^title must be a str"):
+        two_relations._check_title(_StrRaises("t"))
+    two_relations._check_title("a title")

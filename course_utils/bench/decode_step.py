@@ -970,6 +970,7 @@ def bench_whole_step(
     warmup = run["warmup"] if warmup is None else warmup
     repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the bar adds them
     groups = check_int_list(groups, "groups", minimum=1)  # None, a str, nested lists: named here
+    num_heads = check_int(num_heads, "num_heads", minimum=1)  # before the message below prints it
     if num_heads not in groups or any(num_heads % g for g in groups):
         raise ValueError(f"groups must be divisors of num_heads={num_heads} including it, got {list(groups)}")
     groups = check_distinct(groups, "groups", "head-group counts")  # a repeat: its rows twice

@@ -535,6 +535,7 @@ def bench_decode(
                          f"got {shown_value(methods, 120)}")
     notes = []
     d_head = check_int(d_head, "d_head", minimum=1)  # before _fused_unavailable prints it (battery 31)
+    dtype = check_float_dtype(dtype, "dtype")  # so is dtype
     if "fused" in methods and (why := _fused_unavailable(d_head, device, dtype)):
         methods, notes = [m for m in methods if m != "fused"], [why]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

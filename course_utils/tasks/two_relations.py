@@ -650,7 +650,7 @@ def _check_results(results: object) -> None:
 def _check_title(title: object) -> None:
     """A plot's ``title`` is text (``""`` for the default): an int or bytes would be drawn as its
     repr (``b'...'``) or silently replaced by the default (``b""``)."""
-    if not isinstance(title, str):
+    if type(title) is not str:  # a str subclass's own str() may raise when matplotlib draws it
         raise TypeError(f"title must be a str ('' for the default title), got {type(title).__name__} "
                         f"{shown(title, 60)}")
 
