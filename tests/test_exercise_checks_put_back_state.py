@@ -204,3 +204,22 @@ def test_a_torch_library_kernel_the_answer_registered_is_removed_and_named():
         for library in kept:
             library._destroy()
 
+
+# -- battery 31: values the exercises' records and the grader's rules are given ----------------------
+
+class _BadStr(str):
+    def __str__(self):
+        raise RuntimeError("str boom")
+
+    def __repr__(self):
+        raise RuntimeError("repr boom")
+
+
+@pytest.mark.parametrize("key", [3, b"lesson02.check_softmax_rows", "lesson02.check_no_such_check"])
+def test_twin_names_refuses_a_key_that_names_no_check(key):
+    """Read as a check with no twins, an unknown key let every answer through the twin rule."""
+    from course_utils.exercises import sandbox
+
+    with pytest.raises(ValueError, match="check_key must name an exercise check"):
+        sandbox.twin_names(key)
+    assert "softmax" in sandbox.twin_names("lesson02.check_softmax_rows")

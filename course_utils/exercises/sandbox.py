@@ -603,7 +603,14 @@ def twin_names(check_key: str) -> frozenset[str]:
     """The names of the ready-made twins of the exercise ``check_key`` ("lessonNN.check_xxx"):
     the last part of each name in core.LIBRARY_TWINS and :data:`EXTRA_TWINS`; the code rule
     below reads them in an answer's code, and the kernel's checks watch for builtins and torch
-    operators of these names (core._CallWatch)."""
+    operators of these names (core._CallWatch). A key that names no check is refused (ValueError
+    naming ``check_key``): read as one with no twins, it would let every answer through the rule."""
+    _check_key_known(check_key)
+    return _twins_of(check_key)
+
+
+def _twins_of(check_key: str) -> frozenset[str]:
+    """:func:`twin_names` of a key known to name a check (a check's own, core.TWIN_NAMES)."""
     from .core import LIBRARY_TWINS
 
     return frozenset({dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
@@ -619,7 +626,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     library's object. Sorted."""
     _need_text("code", code, "the answer's source text")
     _check_key_known(check_key)
-    twins = set(twin_names(check_key))
+    twins = set(_twins_of(check_key))
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -1787,4 +1794,4 @@ from . import core as _core  # noqa: E402
 
 _core.GRADING_NOTE = grading_note
 _core.STORE_READS = store_reads
-_core.TWIN_NAMES = twin_names
+_core.TWIN_NAMES = _twins_of
