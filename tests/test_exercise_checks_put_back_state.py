@@ -223,3 +223,20 @@ def test_twin_names_refuses_a_key_that_names_no_check(key):
     with pytest.raises(ValueError, match="check_key must name an exercise check"):
         sandbox.twin_names(key)
     assert "softmax" in sandbox.twin_names("lesson02.check_softmax_rows")
+
+
+def test_records_keep_a_str_subclass_as_the_plain_str_it_holds():
+    """Case.label, Mistake.key and RaisingMistake.key given a str whose repr raises made the record
+    unprintable; each is now the plain str it holds."""
+    from course_utils.exercises import Case, Mistake
+    from course_utils.exercises.raising import RaisingMistake
+
+    records = [Case((1,), label=_BadStr("label")),
+               Mistake(_BadStr("key"), _BadStr("message"), _BadStr("hint")),
+               RaisingMistake(_BadStr("key"), "message", "hint", pattern=_BadStr("values to unpack"))]
+    for record in records:
+        assert "boom" not in repr(record)
+    assert type(records[0].label) is str and records[0].label == "label"
+    assert [type(records[1].key), records[1].key] == [str, "key"]
+    assert [type(records[2].key), records[2].pattern] == [str, "values to unpack"]
+

@@ -1746,6 +1746,10 @@ class Mistake:
         if self.implementation is not None and not callable(self.implementation):
             raise TypeError(f"{kind}.implementation must be a function or None, got "
                             f"{describe_value(self.implementation)}")
+        # a str subclass is kept as the plain str it holds: one whose __repr__ raises made the
+        # Mistake unprintable, and its key is compared and stored (battery 31)
+        for name in ("key", "message", "hint"):
+            object.__setattr__(self, name, str.__str__(getattr(self, name)))
 
 
 @dataclass
