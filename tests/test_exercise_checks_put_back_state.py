@@ -240,3 +240,17 @@ def test_records_keep_a_str_subclass_as_the_plain_str_it_holds():
     assert [type(records[1].key), records[1].key] == [str, "key"]
     assert [type(records[2].key), records[2].pattern] == [str, "values to unpack"]
 
+
+@pytest.mark.skipif(not hasattr(signal, "SIGVTALRM"), reason="no CPU-time timer")
+def test_the_grader_stops_an_answer_whose_definition_loops_inside_one_c_call():
+    """A default argument ``max(iter(int, 1))`` never returns to Python, where the per-call alarm
+    raises: it held the grader for grace + per_call x calls (11 minutes per exercise by default)."""
+    from course_utils.exercises import all_exercises, sandbox
+
+    exercise = all_exercises()["lesson03.SCORE_MACS"]
+    answer = ("def score_macs(seq_len, d_model, num_heads, _=max(iter(int, 1))):\n"
+              "    return num_heads * seq_len * seq_len * (d_model // num_heads)\n")
+    run = sandbox.run_answer(answer, "score_macs", "lesson03.check_score_macs", [exercise.make_cases()],
+                             per_call=2, grace=20)
+    # (ended by the CPU-time timer after about 3 CPU seconds, not at the wall-clock limit of 32 s)
+    assert "time limit of 2 s per call inside one C call" in run.lost, run.lost

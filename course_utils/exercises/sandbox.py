@@ -1307,6 +1307,21 @@ def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the call took longer than the grader's time limit")
 
 
+def _call_limit(seconds: int) -> None:
+    """``signal.alarm(seconds)`` (0: off), and a CPU-time timer one second longer whose signal,
+    SIGVTALRM under its default action, ends the answer's process: an answer that loops inside one
+    C call (a default argument ``max(iter(int, 1))``) never returns to Python, where the alarm's
+    handler would raise, and held the grader for its whole budget (battery 31)."""
+    signal.alarm(seconds)
+    if hasattr(signal, "ITIMER_VIRTUAL"):
+        signal.setitimer(signal.ITIMER_VIRTUAL, seconds + 1 if seconds else 0)
+
+
+#: How the answer's process ends when :func:`_call_limit`'s CPU-time timer struck: killed by
+#: SIGVTALRM, or (under bubblewrap) exit status 128 + SIGVTALRM.
+_CPU_LIMIT_STATUSES = (-signal.SIGVTALRM, 128 + signal.SIGVTALRM) if hasattr(signal, "SIGVTALRM") else ()
+
+
 def _child(payload_fd: str, result_fd: str) -> None:
     """Run in the answer's process: define the answer, call it on every case, write what it
     returned to ``result_fd``, a file descriptor the grader opened on a file outside the
@@ -1363,6 +1378,8 @@ def _child(payload_fd: str, result_fd: str) -> None:
     sys.modules["answer"] = answer_module
     namespace = vars(answer_module)
     signal.signal(signal.SIGALRM, _alarm)
+    if hasattr(signal, "SIGVTALRM"):
+        signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # (:func:`_call_limit`: ends the process)
     import threading
 
     def no_thread(*args: Any, **kwargs: Any) -> Any:
@@ -1373,14 +1390,14 @@ def _child(payload_fd: str, result_fd: str) -> None:
     install_audit_hook(work, check_key, compiled, harness)
     harness[0] = False
     try:
-        signal.alarm(per_call)
+        _call_limit(per_call)
         exec(compiled, namespace)  # noqa: S102 - the point of this process
-        signal.alarm(0)
+        _call_limit(0)
         if name not in namespace:  # a KeyError would read as the answer's code failing
             raise NameError(f"the code defines no function named {shown(name)} (the name the check is given)")
         fn = namespace[name]
     except BaseException as exc:  # noqa: BLE001
-        signal.alarm(0)
+        _call_limit(0)
         try:
             message = str(exc)[:500]
         except BaseException:  # noqa: BLE001
@@ -1408,12 +1425,12 @@ def _child(payload_fd: str, result_fd: str) -> None:
             record: dict[str, Any] = {}
             out: Any = None
             try:
-                signal.alarm(per_call)
+                _call_limit(per_call)
                 out = fn(*args, **kwargs)
-                signal.alarm(0)
+                _call_limit(0)
                 record = {"kind": "value"}
             except BaseException as exc:  # noqa: BLE001 - an exit or interrupt is an outcome too
-                signal.alarm(0)
+                _call_limit(0)
                 try:
                     message = str(exc)[:500]
                 except BaseException:  # noqa: BLE001
@@ -1421,7 +1438,7 @@ def _child(payload_fd: str, result_fd: str) -> None:
                 record = {"kind": "raised", "error": [type(exc).__name__[:80], message],
                           "stub": stub and type(exc) is NotImplementedError}
             finally:
-                signal.alarm(0)
+                _call_limit(0)
                 harness[0] = True
                 watch.__exit__(None, None, None)
                 harness[0] = False
@@ -1701,6 +1718,10 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             process.wait()
         detail = f"it ran longer than {limit} s in all" if timed_out else _tail(stderr)[-300:]
         label = "bubblewrap" if use_bwrap else "subprocess only"
+        if status is not None and status in _CPU_LIMIT_STATUSES:
+            return Run([], lost=f"it ran longer than the grader's time limit of {per_call} s per call inside "
+                                "one C call (while the answer was defined or called), where the limit cannot "
+                                "raise: the grader ended its process", isolation=label)
         if status == REFUSED_EXIT:
             event = next((line.removeprefix("refused: ") for line in reversed(_tail(stderr).splitlines())
                           if line.startswith("refused: ")), "an event the grader does not allow")
