@@ -254,3 +254,11 @@ def test_the_grader_stops_an_answer_whose_definition_loops_inside_one_c_call():
                              per_call=2, grace=20)
     # (ended by the CPU-time timer after about 3 CPU seconds, not at the wall-clock limit of 32 s)
     assert "time limit of 2 s per call inside one C call" in run.lost, run.lost
+
+
+def test_answer_source_names_a_missing_function_given_as_a_str_subclass():
+    """A name the cells do not define, as a str whose __str__ raises: the message printed it."""
+    from course_utils.exercises import sandbox
+
+    with pytest.raises(sandbox.AnswerProblem, match="no function `g` is defined"):
+        sandbox.answer_source(["def f():\n    return 1\n"], _BadStr("g"))

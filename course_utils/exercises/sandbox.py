@@ -289,6 +289,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
                         + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
     _need_identifier("name", name, "the answer's function name")
+    name = str.__str__(name)  # (a str subclass: the plain str it holds, printed in the messages below)
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
