@@ -46,6 +46,9 @@ class Case:
         if not isinstance(self.label, str):
             raise TypeError(f"{kind}.label must be a str, got {type(self.label).__name__} "
                             f"{shown(self.label)}")
+        # a str subclass is kept as the plain str it holds: one whose __repr__ raises made the
+        # Case unprintable, and its label is printed in feedback (battery 31)
+        self.label = str.__str__(self.label)
 
     def fresh(self) -> tuple[tuple, dict]:
         """Copies of the inputs, so an in-place edit by one call cannot leak into the next (a

@@ -321,6 +321,15 @@ class _Deadline:
     runs each answer in its own process and survives it), and an answer blocked inside one C
     call with SIGALRM ignored or blocked (``time.sleep`` after ``signal.pthread_sigmask``) is
     not reached until that call returns.
+
+    On exit it also puts back each process setting of :data:`_SETTINGS` the answer changed
+    (signal handlers, CPU-time interval timers, hooks, soft resource limits, the import state,
+    pandas' display options, forward-AD levels, ``torch.library`` kernels registered from the
+    learner's files, ...). A ``faulthandler.dump_traceback_later`` the answer armed is cancelled
+    and the learner's own, armed before the check, is never cancelled (armed again, counted from
+    then, when the answer replaced or cancelled it); one armed through a reference to the function
+    taken before the course was imported is not seen. Hard resource limits an answer lowered stay
+    lowered, and kernels torch registers itself while the answer runs stay registered.
     """
 
     _active: _Deadline | None = None  # the one running now (main thread)
@@ -717,12 +726,58 @@ def _put_warnings_filters(saved: tuple[list, tuple]) -> None:
 
 
 def _signal_handlers() -> tuple[Any, ...]:
-    return tuple(_getsignal(number) for number in _INTERRUPTS)
+    """The handler of every catchable signal but SIGALRM (the time limit's own: :class:`_Deadline`)."""
+    return tuple(_getsignal(number) for number in _CATCHABLE)
 
 
 def _put_signal_handlers(handlers: tuple[Any, ...]) -> None:
-    for number, handler in zip(_INTERRUPTS, handlers, strict=True):
-        _setsignal(number, handler)
+    for number, handler in zip(_CATCHABLE, handlers, strict=True):
+        if handler is not None and _getsignal(number) is not handler:  # (None: set outside Python)
+            try:
+                _setsignal(number, handler)
+            except (OSError, TypeError, ValueError):  # one refused does not keep the others
+                pass
+
+
+def _signals_change(was: tuple[Any, ...], now: tuple[Any, ...]) -> str:
+    names = [_signal_name(number) for number, a, b in zip(_CATCHABLE, was, now, strict=True)
+             if not _same(a, b)]
+    others = [name for name in names if name not in ("SIGINT", "SIGTERM")]
+    more = " and more" if len(others) > 3 else ""
+    said = [f"changed what {', '.join(others[:3])}{more} does (signal.signal)"] if others else []
+    if len(others) < len(names):  # (the words the lessons' tests and earlier feedback used)
+        said.insert(0, "changed what SIGINT or SIGTERM does (signal.signal): Kernel > Interrupt might not "
+                       "have stopped a later cell")
+    return ", ".join(said)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _interval_timers() -> tuple[tuple[float, float], ...]:
+    """The CPU-time interval timers (ITIMER_PROF, ITIMER_VIRTUAL; ITIMER_REAL is the time limit's)."""
+    return tuple(_getitimer(which) for which in _CPU_TIMERS)
+
+
+def _timers_left(was: tuple[tuple[float, float], ...], now: tuple[tuple[float, float], ...]) -> list[int]:
+    """The timers the answer armed, disarmed or re-armed with another interval: one armed before
+    the check and still running as it was (only its time left changed) is left alone."""
+    return [which for which, (w, n) in zip(_CPU_TIMERS, zip(was, now, strict=True), strict=True)
+            if (w[0] > 0) != (n[0] > 0) or (w[0] > 0 and w[1] != n[1])]
+
+
+def _put_interval_timers(saved: tuple[tuple[float, float], ...]) -> None:
+    for which in _timers_left(saved, _interval_timers()):
+        _setitimer(which, *saved[_CPU_TIMERS.index(which)])
+
+
+def _timers_change(was: Any, now: Any) -> str:
+    return ("left a CPU-time interval timer armed (signal.setitimer: its signal would have ended the "
+            "kernel later)") if any(now[_CPU_TIMERS.index(w)][0] > 0 for w in _timers_left(was, now)) else ""
 
 
 def _course_modules() -> dict[str, Any]:
@@ -785,6 +840,40 @@ def _put_print_options(saved: tuple[dict, dict]) -> None:
     vars(torch._tensor_str.PRINT_OPTS).update(saved[1])
 
 
+def _pandas_options() -> tuple[tuple[str, Any], ...] | None:
+    """pandas' display options (``pd.set_option('display.max_rows', 1)``: they set how lessons 05
+    and 06 print tables), or None while pandas is not imported. Only ``display.*``: all of its
+    options, read on every call of an answer, took 0.07 ms."""
+    config = getattr(sys.modules.get("pandas._config.config"), "_global_config", None)
+    display = config.get("display") if isinstance(config, dict) else None
+    if not isinstance(display, dict):
+        return None
+    options: list[tuple[str, Any]] = []
+    for key, value in list(display.items()):
+        if isinstance(value, dict):
+            options += [(f"display.{key}.{inner}", v) for inner, v in list(value.items())]
+        else:
+            options.append((f"display.{key}", value))
+    return tuple(options)
+
+
+def _put_pandas_options(saved: tuple[tuple[str, Any], ...] | None) -> None:
+    now = dict(_pandas_options() or ())
+    pandas = sys.modules.get("pandas")
+    for key, value in saved or ():
+        if key in now and not _same(now[key], value):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    pandas.set_option(key, value)
+            except Exception:  # noqa: BLE001 - left as the answer made it, like a row of _SETTINGS
+                pass
+
+
+def _pandas_change(was: Any, now: Any) -> str:
+    return "changed pandas' display options (pd.set_option)" if was is not None else ""  # (None: new)
+
+
 def _mkldnn_enabled() -> bool:
     return bool(torch.backends.mkldnn.enabled)
 
@@ -803,13 +892,18 @@ def _put_streams(streams: tuple[Any, Any]) -> None:
 
 _WARNINGS = warnings
 _COURSE_PREFIX = __name__.split(".")[0] + "."  # "course_utils."
-_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # Kernel > Interrupt sends SIGINT
+# every signal a handler can be set for but SIGALRM, the time limit's (Kernel > Interrupt sends SIGINT)
+_CATCHABLE = tuple(sorted(set(signal.valid_signals()) - {getattr(signal, name, None) for name in (
+    "SIGKILL", "SIGSTOP", "SIGALRM")}))
+_CPU_TIMERS = tuple(getattr(signal, name) for name in ("ITIMER_PROF", "ITIMER_VIRTUAL")
+                    if hasattr(signal, name))
+_getitimer, _setitimer = getattr(signal, "getitimer", None), getattr(signal, "setitimer", None)
 # the C functions: signal.getsignal's enum conversion calls isinstance, which an answer may replace
 _getsignal, _setsignal = _signal.getsignal, _signal.signal
 _filters_mutated = (getattr(warnings, "_filters_mutated", None)
                     or getattr(warnings, "_filters_mutated_lock_held", None) or (lambda: None))
 _set_default_device = torch.set_default_device
-_seterr = np.seterr
+_seterr, _seterrcall = np.seterr, np.seterrcall
 _deterministic = torch.use_deterministic_algorithms
 
 def _umask() -> int:
@@ -845,14 +939,36 @@ def _put_rng_states(saved: tuple[bytes, tuple, tuple]) -> None:
 _STANDARD_MODULES = ("math", "builtins", "numpy", "torch", "random", "os", "sys")
 
 
-def _standard_modules() -> dict[str, Any]:
-    return {name: sys.modules.get(name) for name in _STANDARD_MODULES}
+def _standard_modules() -> tuple[tuple[Any, ...], tuple[str, ...], tuple[Any, ...], tuple]:
+    """The import state: the standard modules and torch's and NumPy's own in ``sys.modules`` (a
+    replaced ``sys.modules['torch.nn.functional']`` would be what a later cell's import gets),
+    and ``sys.path``, ``sys.meta_path`` and ``sys.path_hooks`` (each list object and its entries).
+    torch's and NumPy's names are looked for again only when ``sys.modules`` grew or shrank, and
+    their modules are read in C (``map``): a dict of their ~1,000 entries took 0.25 ms a read."""
+    if len(sys.modules) != _LIBRARY_NAMES[0]:
+        names = _STANDARD_MODULES + tuple(name for name in list(sys.modules)
+                                          if name.startswith(_LIBRARY_PREFIXES))
+        _LIBRARY_NAMES[:] = [len(sys.modules), names]
+    names = _LIBRARY_NAMES[1]
+    lists = (sys.path, tuple(sys.path), sys.meta_path, tuple(sys.meta_path), sys.path_hooks,
+             tuple(sys.path_hooks))
+    return names, tuple(map(sys.modules.get, names)), lists
 
 
-def _put_standard_modules(saved: dict[str, Any]) -> None:
-    for name, module in saved.items():
-        if module is not None:
+def _put_standard_modules(saved: tuple[tuple[str, ...], tuple[Any, ...], tuple]) -> None:
+    names, modules, lists = saved
+    for name, module in zip(names, modules, strict=True):
+        if module is not None and sys.modules.get(name) is not module:
             sys.modules[name] = module
+    for index, attribute in enumerate(("path", "meta_path", "path_hooks")):
+        listed, entries = lists[2 * index], lists[2 * index + 1]
+        setattr(sys, attribute, listed)
+        if tuple(listed) != entries:
+            listed[:] = entries
+
+
+_LIBRARY_PREFIXES = ("torch.", "numpy.")
+_LIBRARY_NAMES: list = [-1, ()]  # len(sys.modules) when last scanned, and torch's and NumPy's names then
 
 
 def _interpreter_settings() -> tuple[Any, ...]:
@@ -862,25 +978,177 @@ def _interpreter_settings() -> tuple[Any, ...]:
 
     return (_gc.isenabled(), _gc.get_threshold(), _umask(), sys.excepthook, sys.displayhook,
             decimal.getcontext().copy(), socket.getdefaulttimeout(), sys.getswitchinterval(),
-            sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else None)
+            sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else None,
+            _WARNINGS.showwarning, sys.unraisablehook, threading.excepthook, threading.gettrace(),
+            _soft_limits())
 
 
 def _put_interpreter_settings(saved: tuple[Any, ...]) -> None:
     import decimal
     import socket
 
-    enabled, threshold, mask, excepthook, displayhook, context, timeout, interval, digits = saved
+    (enabled, threshold, mask, excepthook, displayhook, context, timeout, interval, digits, showwarning,
+     unraisablehook, thread_excepthook, thread_trace, limits) = saved
     steps = ((_gc.enable if enabled else _gc.disable,), (_gc.set_threshold, *threshold),
              (os.umask, mask), (setattr, sys, "excepthook", excepthook),
              (setattr, sys, "displayhook", displayhook), (decimal.setcontext, context.copy()),
-             (socket.setdefaulttimeout, timeout), (sys.setswitchinterval, interval))
+             (socket.setdefaulttimeout, timeout), (sys.setswitchinterval, interval),
+             (setattr, _WARNINGS, "showwarning", showwarning),
+             (setattr, sys, "unraisablehook", unraisablehook),
+             (setattr, threading, "excepthook", thread_excepthook), (threading.settrace, thread_trace))
     if digits is not None:
         steps += ((sys.set_int_max_str_digits, digits),)
+    if limits != _soft_limits():  # the soft limits (a hard limit the answer lowered stays lowered)
+        steps += tuple((_set_soft_limit, which, soft) for which, soft in limits)
     for put, *args in steps:  # each on its own: one the system refuses does not keep the rest
         try:
             put(*args)
         except Exception:  # noqa: BLE001 - left as the answer made it, like a row of _SETTINGS
             pass
+
+
+def _soft_limits() -> tuple[tuple[int, int], ...]:
+    """The soft resource limits (``resource.setrlimit``: a lowered RLIMIT_NOFILE lets a later
+    cell open only so many files); () where the resource module is missing (Windows)."""
+    if _resource is None:
+        return ()
+    return tuple((which, _resource.getrlimit(which)[0]) for which in _RLIMITS)
+
+
+def _set_soft_limit(which: int, soft: int) -> None:
+    hard = _resource.getrlimit(which)[1]
+    if _resource.getrlimit(which)[0] != soft:
+        fits = hard == _resource.RLIM_INFINITY or 0 <= soft <= hard
+        _resource.setrlimit(which, (soft if fits else hard, hard))
+
+
+try:
+    import resource as _resource
+except ImportError:  # (Windows)
+    _resource = None  # type: ignore[assignment]
+_RLIMITS = tuple(getattr(_resource, name) for name in dir(_resource) if name.startswith("RLIMIT_")) \
+    if _resource is not None else ()
+
+
+def _thread_profile() -> Any:
+    return threading.getprofile()
+
+
+def _forward_ad_level() -> int:
+    return _FORWARD_AD._current_level
+
+
+def _leave_forward_ad_levels(saved: int) -> None:
+    while _FORWARD_AD._current_level > saved:  # (an answer may enter levels, never leave the check's)
+        _exit_dual_level(level=_FORWARD_AD._current_level)
+
+
+_FORWARD_AD = sys.modules["torch.autograd.forward_ad"]
+_exit_dual_level = _FORWARD_AD.exit_dual_level
+
+
+def _faulthandler_later() -> tuple[int, tuple | None]:
+    """How many times ``faulthandler.dump_traceback_later`` or its cancel ran, and the arguments
+    of the dump armed now (None: none), as :func:`_later_dump` records them."""
+    return _LATER[0], _LATER[1]
+
+
+def _later_dump(timeout: Any, repeat: Any = False, file: Any = None, exit: Any = False) -> None:  # noqa: A002
+    """``faulthandler.dump_traceback_later`` as the course puts it in the faulthandler module:
+    the same, and it records its arguments, so that a check can cancel a dump an answer armed."""
+    args = (timeout, repeat, sys.stderr if file is None else file, exit)
+    _dump_traceback_later(*args)
+    _LATER[:] = [_LATER[0] + 1, args]
+
+
+def _cancel_later_dump() -> None:
+    _cancel_dump_traceback_later()
+    _LATER[:] = [_LATER[0] + 1, None]
+
+
+def _put_faulthandler_later(saved: tuple[int, tuple | None]) -> None:
+    """Cancel the dump an answer armed, and arm again the one it replaced or cancelled (counted
+    from now). A dump armed through a reference to the function taken before the course was
+    imported is not seen."""
+    if _LATER[1] is not None:
+        _cancel_dump_traceback_later()
+    if saved[1] is not None:
+        _dump_traceback_later(*saved[1])
+    _LATER[1] = saved[1]
+
+
+def _faulthandler_change(was: Any, now: Any) -> str:
+    return ("left faulthandler.dump_traceback_later armed (it would have dumped tracebacks, or ended "
+            "the kernel, later)") if now[1] is not None and now[1] is not was[1] else ""
+
+
+import faulthandler as _faulthandler  # noqa: E402
+
+# (the originals: a second import of the course finds its first import's functions in their place)
+_dump_traceback_later = getattr(_faulthandler.dump_traceback_later, "_course_original",
+                                _faulthandler.dump_traceback_later)
+_cancel_dump_traceback_later = getattr(_faulthandler.cancel_dump_traceback_later, "_course_original",
+                                       _faulthandler.cancel_dump_traceback_later)
+_later_dump._course_original = _dump_traceback_later  # type: ignore[attr-defined]
+_cancel_later_dump._course_original = _cancel_dump_traceback_later  # type: ignore[attr-defined]
+_LATER: list = [0, None]  # the calls of the two, and the arguments of the dump armed now
+_faulthandler.dump_traceback_later = _later_dump
+_faulthandler.cancel_dump_traceback_later = _cancel_later_dump
+
+
+def _library_impls() -> frozenset[str]:
+    """The kernels registered through ``torch.library`` ("aten/exp/CPU", ...), copied again only
+    when their number changed (a copy of ~1,800 took 0.13 ms)."""
+    if len(_LIBRARY_IMPLS) != _IMPLS_SEEN[0]:
+        _IMPLS_SEEN[:] = [len(_LIBRARY_IMPLS), frozenset(_LIBRARY_IMPLS)]
+    return _IMPLS_SEEN[1]
+
+
+def _remove_library_impls(saved: frozenset[str]) -> None:
+    """Destroy each ``torch.library.Library`` that registered a kernel added since ``saved`` from
+    a file of the learner's (one of torch's own modules, imported meanwhile, registers its kernels
+    too: left registered); the ones removed are in :data:`_LIBRARIES_UNDONE`."""
+    import weakref
+
+    _LIBRARIES_UNDONE.clear()
+    added = set(_LIBRARY_IMPLS) - saved
+    if not added:
+        return
+    for info in list(weakref.finalize._registry.values()):  # (each Library has a finalizer)
+        library = info.weakref()
+        keys = getattr(library, "_op_impls", None)
+        if isinstance(library, _Library) and isinstance(keys, set) and keys & added \
+                and any(_registered_by_learner(key) for key in keys & added):
+            _LIBRARIES_UNDONE.extend(sorted(keys))
+            library._destroy()
+
+
+def _registered_by_learner(key: str) -> bool:
+    """Whether the kernel ``key`` ("ns/op/dispatch key") was registered from a learner's file (the
+    dispatcher records where: "CPU: registered at FILE:LINE")."""
+    ns, op, dispatch = (key.split("/", 2) + ["", ""])[:3]
+    try:
+        dump = torch._C._dispatch_dump(f"{ns}::{op}")
+    except Exception:  # noqa: BLE001 - an operator the dispatcher does not know: not undone
+        return False
+    for line in dump.splitlines():
+        if line.startswith(f"{dispatch}: registered at "):
+            where = line[len(f"{dispatch}: registered at "):].split(" :: ")[0].rsplit(":", 1)[0]
+            return _users_file(where)
+    return False
+
+
+def _library_change(was: Any, now: Any) -> str:
+    if not _LIBRARIES_UNDONE:
+        return ""
+    more = f" and {len(_LIBRARIES_UNDONE) - 3} more" if len(_LIBRARIES_UNDONE) > 3 else ""
+    return f"registered kernels through torch.library ({', '.join(_LIBRARIES_UNDONE[:3])}{more})"
+
+
+_Library = torch.library.Library
+_LIBRARY_IMPLS = torch.library._impls
+_IMPLS_SEEN: list = [-1, frozenset()]
+_LIBRARIES_UNDONE: list[str] = []
 
 
 def _torch_flags() -> tuple[bool, bool, bool]:
@@ -907,7 +1175,7 @@ def _put_torch_flags(saved: tuple[bool, bool, bool]) -> None:
 # ``del sys.modules['course_utils.exercises.core']``, after which a check found no stored answers). The
 # warnings filters are put back without a word: a module the answer imports first may set its own.
 _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Callable[[Any], None]], ...] = (
-    (None, np.geterr, lambda v: _seterr(**v)),
+    (None, lambda: (np.geterr(), np.geterrcall()), lambda v: (_seterr(**v[0]), _seterrcall(v[1]))),
     (None, torch.get_default_dtype, torch.set_default_dtype),
     (None, torch.is_grad_enabled, torch.set_grad_enabled),
     # (an answer's high limit left behind lets a later deep recursion crash the kernel instead
@@ -947,8 +1215,18 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
      torch.get_num_threads, torch.set_num_threads),
     (lambda was, now: "replaced sys.stdout or sys.stderr (later output would have gone there)",
      _streams, _put_streams),
-    (lambda was, now: "changed what SIGINT or SIGTERM does (signal.signal): Kernel > Interrupt "
-                      "might not have stopped a later cell", _signal_handlers, _put_signal_handlers),
+    # (battery 31: any catchable signal, SIGCHLD or SIGUSR1 ignored; the CPU-time interval timers, whose
+    # signal ends the kernel; a forward-AD level left entered; a dump armed with faulthandler; pandas'
+    # options; a torch.library kernel that overrode aten::exp for every later cell)
+    (_signals_change, _signal_handlers, _put_signal_handlers),
+    (_timers_change, _interval_timers, _put_interval_timers),
+    (lambda was, now: "left a forward-mode AD level entered (torch.autograd.forward_ad.dual_level)",
+     _forward_ad_level, _leave_forward_ad_levels),
+    (_faulthandler_change, _faulthandler_later, _put_faulthandler_later),
+    (_pandas_change, _pandas_options, _put_pandas_options),
+    (_library_change, _library_impls, _remove_library_impls),
+    (lambda was, now: "replaced the profiler new threads start with (threading.setprofile)",
+     _thread_profile, threading.setprofile),
     # (without a word: an answer importing one of the course's modules for the first time adds one)
     (None, _course_modules, _put_course_modules),
     # (battery 29: put back without a word; none changes what a check compares, but each left
@@ -1468,6 +1746,10 @@ class Mistake:
         if self.implementation is not None and not callable(self.implementation):
             raise TypeError(f"{kind}.implementation must be a function or None, got "
                             f"{describe_value(self.implementation)}")
+        # a str subclass is kept as the plain str it holds: one whose __repr__ raises made the
+        # Mistake unprintable, and its key is compared and stored (battery 31)
+        for name in ("key", "message", "hint"):
+            object.__setattr__(self, name, str.__str__(getattr(self, name)))
 
 
 @dataclass

@@ -49,6 +49,7 @@ class RaisingMistake(Mistake):
         if not isinstance(self.pattern, str):
             raise TypeError(f"RaisingMistake.pattern must be a str (\"\" for none), got "
                             f"{type(self.pattern).__name__} {shown(self.pattern, 60)}")
+        self.pattern = str.__str__(self.pattern)  # (a str subclass: the plain str it holds)
 
 
 def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:

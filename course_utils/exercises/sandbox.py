@@ -289,6 +289,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
                         + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
     _need_identifier("name", name, "the answer's function name")
+    name = str.__str__(name)  # (a str subclass: the plain str it holds, printed in the messages below)
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
@@ -603,7 +604,14 @@ def twin_names(check_key: str) -> frozenset[str]:
     """The names of the ready-made twins of the exercise ``check_key`` ("lessonNN.check_xxx"):
     the last part of each name in core.LIBRARY_TWINS and :data:`EXTRA_TWINS`; the code rule
     below reads them in an answer's code, and the kernel's checks watch for builtins and torch
-    operators of these names (core._CallWatch)."""
+    operators of these names (core._CallWatch). A key that names no check is refused (ValueError
+    naming ``check_key``): read as one with no twins, it would let every answer through the rule."""
+    _check_key_known(check_key)
+    return _twins_of(check_key)
+
+
+def _twins_of(check_key: str) -> frozenset[str]:
+    """:func:`twin_names` of a key known to name a check (a check's own, core.TWIN_NAMES)."""
     from .core import LIBRARY_TWINS
 
     return frozenset({dotted.rsplit(".", 1)[-1] for dotted in LIBRARY_TWINS.get(check_key, ())}
@@ -619,7 +627,7 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     library's object. Sorted."""
     _need_text("code", code, "the answer's source text")
     _check_key_known(check_key)
-    twins = set(twin_names(check_key))
+    twins = set(_twins_of(check_key))
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -1300,6 +1308,21 @@ def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the call took longer than the grader's time limit")
 
 
+def _call_limit(seconds: int) -> None:
+    """``signal.alarm(seconds)`` (0: off), and a CPU-time timer one second longer whose signal,
+    SIGVTALRM under its default action, ends the answer's process: an answer that loops inside one
+    C call (a default argument ``max(iter(int, 1))``) never returns to Python, where the alarm's
+    handler would raise, and held the grader for its whole budget (battery 31)."""
+    signal.alarm(seconds)
+    if hasattr(signal, "ITIMER_VIRTUAL"):
+        signal.setitimer(signal.ITIMER_VIRTUAL, seconds + 1 if seconds else 0)
+
+
+#: How the answer's process ends when :func:`_call_limit`'s CPU-time timer struck: killed by
+#: SIGVTALRM, or (under bubblewrap) exit status 128 + SIGVTALRM.
+_CPU_LIMIT_STATUSES = (-signal.SIGVTALRM, 128 + signal.SIGVTALRM) if hasattr(signal, "SIGVTALRM") else ()
+
+
 def _child(payload_fd: str, result_fd: str) -> None:
     """Run in the answer's process: define the answer, call it on every case, write what it
     returned to ``result_fd``, a file descriptor the grader opened on a file outside the
@@ -1356,6 +1379,8 @@ def _child(payload_fd: str, result_fd: str) -> None:
     sys.modules["answer"] = answer_module
     namespace = vars(answer_module)
     signal.signal(signal.SIGALRM, _alarm)
+    if hasattr(signal, "SIGVTALRM"):
+        signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # (:func:`_call_limit`: ends the process)
     import threading
 
     def no_thread(*args: Any, **kwargs: Any) -> Any:
@@ -1366,14 +1391,14 @@ def _child(payload_fd: str, result_fd: str) -> None:
     install_audit_hook(work, check_key, compiled, harness)
     harness[0] = False
     try:
-        signal.alarm(per_call)
+        _call_limit(per_call)
         exec(compiled, namespace)  # noqa: S102 - the point of this process
-        signal.alarm(0)
+        _call_limit(0)
         if name not in namespace:  # a KeyError would read as the answer's code failing
             raise NameError(f"the code defines no function named {shown(name)} (the name the check is given)")
         fn = namespace[name]
     except BaseException as exc:  # noqa: BLE001
-        signal.alarm(0)
+        _call_limit(0)
         try:
             message = str(exc)[:500]
         except BaseException:  # noqa: BLE001
@@ -1401,12 +1426,12 @@ def _child(payload_fd: str, result_fd: str) -> None:
             record: dict[str, Any] = {}
             out: Any = None
             try:
-                signal.alarm(per_call)
+                _call_limit(per_call)
                 out = fn(*args, **kwargs)
-                signal.alarm(0)
+                _call_limit(0)
                 record = {"kind": "value"}
             except BaseException as exc:  # noqa: BLE001 - an exit or interrupt is an outcome too
-                signal.alarm(0)
+                _call_limit(0)
                 try:
                     message = str(exc)[:500]
                 except BaseException:  # noqa: BLE001
@@ -1414,7 +1439,7 @@ def _child(payload_fd: str, result_fd: str) -> None:
                 record = {"kind": "raised", "error": [type(exc).__name__[:80], message],
                           "stub": stub and type(exc) is NotImplementedError}
             finally:
-                signal.alarm(0)
+                _call_limit(0)
                 harness[0] = True
                 watch.__exit__(None, None, None)
                 harness[0] = False
@@ -1694,6 +1719,10 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
             process.wait()
         detail = f"it ran longer than {limit} s in all" if timed_out else _tail(stderr)[-300:]
         label = "bubblewrap" if use_bwrap else "subprocess only"
+        if status is not None and status in _CPU_LIMIT_STATUSES:
+            return Run([], lost=f"it ran longer than the grader's time limit of {per_call} s per call inside "
+                                "one C call (while the answer was defined or called), where the limit cannot "
+                                "raise: the grader ended its process", isolation=label)
         if status == REFUSED_EXIT:
             event = next((line.removeprefix("refused: ") for line in reversed(_tail(stderr).splitlines())
                           if line.startswith("refused: ")), "an event the grader does not allow")
@@ -1787,4 +1816,4 @@ from . import core as _core  # noqa: E402
 
 _core.GRADING_NOTE = grading_note
 _core.STORE_READS = store_reads
-_core.TWIN_NAMES = twin_names
+_core.TWIN_NAMES = _twins_of
