@@ -378,3 +378,16 @@ def test_a_plot_title_must_be_a_plain_str() -> None:
     with pytest.raises(TypeError, match=r"^title must be a str"):
         two_relations._check_title(_StrRaises("t"))
     two_relations._check_title("a title")
+
+
+class _LenRaises(list):
+    def __len__(self) -> int:
+        raise RuntimeError("len boom")
+
+
+def test_plot_head_names_a_label_axes_whose_len_raises() -> None:
+    # battery 31: label_axes' len() was called bare
+    from course_utils.interp.heatmaps import plot_head
+
+    with pytest.raises(TypeError, match=r"^label_axes must be a pair of bools"):
+        plot_head(torch.full((2, 2), 0.5), ["a", "b"], label_axes=_LenRaises([True, True]))

@@ -178,7 +178,9 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
     if missing:  # drawn as grey cells, like the blocked ones: say so instead of passing over them
         warnings.warn(f"weights: {missing} of {matrix.size} entries are NaN; they are drawn as grey cells, "
                       f"like keys a mask blocks", stacklevel=2)
-    if not (isinstance(label_axes, (tuple, list)) and len(label_axes) == 2
+    if isinstance(label_axes, (tuple, list)):  # read once: a list whose len() raises is named
+        label_axes = tuple(items_of(label_axes, "label_axes", "a pair of bools (x labels, y labels)"))
+    if not (isinstance(label_axes, tuple) and len(label_axes) == 2
             and all(isinstance(flag, bool) for flag in label_axes)):
         raise TypeError(f"label_axes must be a pair of bools (x labels, y labels), got "
                         f"{shown_value(label_axes, 60)}")
