@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bad_input_cases import BadRepr, LyingLen
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(SCRIPTS))
@@ -53,18 +55,6 @@ def test_missing_modules_problem_is_none_when_present_and_checks_needs():
 
 # --- a value whose repr/str raise, a list whose __len__ raises (battery 30a, F10/F11) ------------
 
-class BadRepr:
-    def __repr__(self):
-        raise RuntimeError("repr exploded")
-
-    __str__ = __repr__
-
-
-class RaisingLen(list):
-    def __len__(self):
-        raise RuntimeError("len exploded")
-
-
 KEY = "lesson02.check_softmax_rows"
 
 
@@ -93,44 +83,44 @@ def _calls():
         "encode_case case": ("case", lambda: answers.encode_case(b)),
         "decode_case data": ("data", lambda: answers.decode_case(b)),
         "cases_signature cases": ("cases", lambda: answers.cases_signature(b)),
-        "cases_signature raising len": ("cases", lambda: answers.cases_signature(RaisingLen(cases))),
+        "cases_signature raising len": ("cases", lambda: answers.cases_signature(LyingLen(cases))),
         "answer_source name": ("name", lambda: sandbox.answer_source([code], b)),
         "answer_source answer_cell": ("answer_cell", lambda: sandbox.answer_source([code], "f", b)),
-        "answer_source raising len": ("cells", lambda: sandbox.answer_source(RaisingLen([code]), "f")),
+        "answer_source raising len": ("cells", lambda: sandbox.answer_source(LyingLen([code]), "f")),
         "is_stub code": ("code", lambda: sandbox.is_stub(b, "f")),
         "is_stub name": ("name", lambda: sandbox.is_stub(code, b)),
         "store_reads cells": ("cells", lambda: sandbox.store_reads(b)),
-        "store_reads raising len": ("cells", lambda: sandbox.store_reads(RaisingLen([code]))),
+        "store_reads raising len": ("cells", lambda: sandbox.store_reads(LyingLen([code]))),
         "rules_broken code": ("code", lambda: sandbox.rules_broken(b, KEY)),
         "rules_broken check_key": ("check_key", lambda: sandbox.rules_broken(code, b)),
         "check_call source": ("source", lambda: sandbox.check_call(b)),
         "grading_note cells": ("cells", lambda: sandbox.grading_note(b, KEY)),
-        "grading_note raising len": ("cells", lambda: sandbox.grading_note(RaisingLen([code]), KEY)),
+        "grading_note raising len": ("cells", lambda: sandbox.grading_note(LyingLen([code]), KEY)),
         "grading_note check_key": ("check_key", lambda: sandbox.grading_note([code], b)),
         "to_plain where": ("where", lambda: sandbox.to_plain(1, 0, b)),
         "accept where": ("where", lambda: sandbox.accept(1, 0, b)),
         "inputs_after args": ("args", lambda: sandbox.inputs_after(b, {})),
         "inputs_after kwargs": ("kwargs", lambda: sandbox.inputs_after((), b)),
         "hidden_paths extra": ("extra", lambda: sandbox.hidden_paths(b)),
-        "hidden_paths raising len": ("extra", lambda: sandbox.hidden_paths(RaisingLen([ROOT]))),
+        "hidden_paths raising len": ("extra", lambda: sandbox.hidden_paths(LyingLen([ROOT]))),
         "Refused what": ("what", lambda: sandbox.Refused(b)),
         "Refused where": ("where", lambda: sandbox.Refused("x", b)),
         "run_answer code": ("code", lambda: run(code=b)),
         "run_answer name": ("name", lambda: run(name=b)),
         "run_answer check_key": ("check_key", lambda: run(check_key=b)),
         "run_answer sandbox": ("sandbox", lambda: run(sandbox=b)),
-        "run_answer case_sets raising len": ("case_sets", lambda: run(case_sets=RaisingLen([cases]))),
-        "run_answer case_sets[0] raising len": ("case_sets[0]", lambda: run(case_sets=[RaisingLen(cases)])),
+        "run_answer case_sets raising len": ("case_sets", lambda: run(case_sets=LyingLen([cases]))),
+        "run_answer case_sets[0] raising len": ("case_sets[0]", lambda: run(case_sets=[LyingLen(cases)])),
         "failed_operation case": ("case", lambda: raising.failed_operation(lambda x: x, b)),
-        "requested_shape raising len": ("args", lambda: raising.requested_shape(RaisingLen([(2, 3), 6]))),
+        "requested_shape raising len": ("args", lambda: raising.requested_shape(LyingLen([(2, 3), 6]))),
         "grade_answer solutions_dir": ("solutions_dir", lambda: autograde.grade_answer(
             "lesson02", "check_softmax_rows", code, "softmax_rows", salt=0, solutions_dir=b)),
         "result_cap cases raising len": ("cases", lambda: autograde.result_cap(lesson02.SOFTMAX_ROWS,
-                                                                               RaisingLen(cases))),
+                                                                               LyingLen(cases))),
         "write_secrets lessons raising len": ("lessons", lambda: autograde.write_secrets(
-            ROOT / "no-such-course-61b", RaisingLen(["02_x"]), ROOT / "solutions")),
-        "replay cases raising len": ("cases", lambda: autograde.replay("f", RaisingLen(cases), [])),
-        "replay outcomes raising len": ("outcomes", lambda: autograde.replay("f", [], RaisingLen([]))),
+            ROOT / "no-such-course-61b", LyingLen(["02_x"]), ROOT / "solutions")),
+        "replay cases raising len": ("cases", lambda: autograde.replay("f", LyingLen(cases), [])),
+        "replay outcomes raising len": ("outcomes", lambda: autograde.replay("f", [], LyingLen([]))),
         "ArgumentParser conflict_handler": ("conflict_handler",
                                             lambda: cli.ArgumentParser(conflict_handler=b)),
         "parallel_map items": ("items", lambda: parallel.parallel_map(abs, b)),
@@ -142,19 +132,19 @@ CALLS = sorted(_calls())
 
 @pytest.mark.parametrize("label", CALLS)
 def test_a_raising_repr_or_len_is_named_not_raised_through(label):
-    """Each call let the value's own RuntimeError('repr exploded' / 'len exploded') through (an
+    """Each call let the value's own RuntimeError('repr raises' / 'len lies') through (an
     f-string's !r, a len() before any check); now a TypeError or ValueError names the argument."""
     name, call = _calls()[label]
     with pytest.raises((TypeError, ValueError)) as info:
         call()
-    assert "exploded" not in str(info.value)
+    assert "repr raises" not in str(info.value) and "len lies" not in str(info.value)
     assert name in str(info.value)
 
 
 def test_call_reads_its_command_once():
     """cli.call checked the command by iterating it, then gave Popen the list itself, whose
     __len__ raised there; it now runs the words it read."""
-    assert cli.call(RaisingLen([sys.executable, "-c", "pass"]), "x.py") == 0
+    assert cli.call(LyingLen([sys.executable, "-c", "pass"]), "x.py") == 0
 
 
 def test_never_raising_helpers_answer_for_a_raising_repr():
@@ -162,7 +152,7 @@ def test_never_raising_helpers_answer_for_a_raising_repr():
 
     assert "whose repr raised" in str(answers.describe_inputs(BadRepr()))
     assert "whose repr raised" in str(answers.describe_inputs({BadRepr(): 1}))
-    for cells, name in ((BadRepr(), "f"), (RaisingLen(["x = 1"]), "f"), (["x = 1"], BadRepr())):
+    for cells, name in ((BadRepr(), "f"), (LyingLen(["x = 1"]), "f"), (["x = 1"], BadRepr())):
         problems = sandbox.grading_preview(cells, name, KEY)
         assert problems and "exploded" not in problems[0]
 

@@ -9,7 +9,7 @@ import functools
 import pytest
 import torch
 
-from tests.bad_input_cases import raises_naming
+from tests.bad_input_cases import BadRepr, LyingLen, LyingStr, raises_naming
 
 
 class Int(int):
@@ -19,13 +19,6 @@ class Int(int):
         raise RuntimeError("repr exploded")
 
     __str__ = __repr__
-
-
-class BadLen(list):
-    """A list whose len() raises: refused naming the argument, not with its own error."""
-
-    def __len__(self) -> int:
-        raise RuntimeError("len exploded")
 
 
 def _tiny(**overrides):
@@ -113,7 +106,7 @@ def test_int_subclass_reaches_no_message_in_checks_and_records() -> None:
 
 # -- a list whose len() raises is refused naming the argument (battery 30, F11) ----------------------------
 @functools.cache
-def _len_cases():  # (label, argument named, call with a BadLen list)
+def _len_cases():  # (label, argument named, call with a LyingLen list)
     import dataclasses
 
     import matplotlib
@@ -142,33 +135,34 @@ def _len_cases():  # (label, argument named, call with a BadLen list)
     row = {"seed": 0, "induction_steps": 10, "induction_s": 1.0, "agreement_s": 1.0}
     return [
         ("TraceStep.symbolic", "TraceStep.symbolic",
-         lambda: dataclasses.replace(step, symbolic=BadLen(["B", "T"]))),
-        ("TraceStep.shape", "TraceStep.shape", lambda: dataclasses.replace(step, shape=BadLen([2, 8]))),
-        ("Timing.samples_s", "samples_s", lambda: dataclasses.replace(timing, samples_s=BadLen([1.0, 1.1]))),
-        ("RunResult.steps", "RunResult.steps", lambda: dataclasses.replace(result, steps=BadLen([0, 2]))),
+         lambda: dataclasses.replace(step, symbolic=LyingLen(["B", "T"]))),
+        ("TraceStep.shape", "TraceStep.shape", lambda: dataclasses.replace(step, shape=LyingLen([2, 8]))),
+        ("Timing.samples_s", "samples_s",
+         lambda: dataclasses.replace(timing, samples_s=LyingLen([1.0, 1.1]))),
+        ("RunResult.steps", "RunResult.steps", lambda: dataclasses.replace(result, steps=LyingLen([0, 2]))),
         ("HeadTrace.attention", "HeadTrace.attention",
-         lambda: dataclasses.replace(trace, attention=BadLen(trace.attention))),
+         lambda: dataclasses.replace(trace, attention=LyingLen(trace.attention))),
         ("CheapExpansion.positions", "CheapExpansion.positions",
-         lambda: dataclasses.replace(worked.cheap, positions=BadLen(worked.cheap.positions))),
+         lambda: dataclasses.replace(worked.cheap, positions=LyingLen(worked.cheap.positions))),
         ("WorkedExample.people", "WorkedExample.people",
-         lambda: dataclasses.replace(worked, people=BadLen(worked.people))),
-        ("plot_kv_sharing", "kv_heads", lambda: plot_kv_sharing(8, BadLen([8, 2, 1]))),
-        ("check_function_name", "among", lambda: check_function_name("a", "baseline", BadLen(["a", "b"]))),
-        ("format_training_table", "rows", lambda: format_training_table(BadLen([row]))),
-        ("CatCache.from_layers", "layers", lambda: kv_cache.CatCache.from_layers(BadLen([pair]))),
+         lambda: dataclasses.replace(worked, people=LyingLen(worked.people))),
+        ("plot_kv_sharing", "kv_heads", lambda: plot_kv_sharing(8, LyingLen([8, 2, 1]))),
+        ("check_function_name", "among", lambda: check_function_name("a", "baseline", LyingLen(["a", "b"]))),
+        ("format_training_table", "rows", lambda: format_training_table(LyingLen([row]))),
+        ("CatCache.from_layers", "layers", lambda: kv_cache.CatCache.from_layers(LyingLen([pair]))),
         ("QuantizedCache.from_layers", "layers",
-         lambda: kv_cache.QuantizedCache.from_layers(BadLen([pair]), 8)),
-        ("KVCache", "KVCache.layers", lambda: KVCache(BadLen([pair]))),
+         lambda: kv_cache.QuantizedCache.from_layers(LyingLen([pair]), 8)),
+        ("KVCache", "KVCache.layers", lambda: KVCache(LyingLen([pair]))),
         ("AgreementTask.templates", "AgreementTask.templates",
-         lambda: AgreementTask(templates=BadLen(["simple"]))),
-        ("accuracy_table", "results", lambda: two_relations.accuracy_table(BadLen([result]))),
-        ("pruning_curve", "counts", lambda: ablation._check_counts(BadLen([0, 1]), 4)),
-        ("ov_copying_score", "token_ids", lambda: circuits.ov_copying_score(model, 0, BadLen([1, 2, 3]))),
-        ("plot_head", "tokens", lambda: heatmaps.plot_head(attention[0][0, 0], BadLen(list("abcd")))),
-        ("plot_all_heads", "attention", lambda: heatmaps.plot_all_heads(BadLen(attention), list("abcd"))),
+         lambda: AgreementTask(templates=LyingLen(["simple"]))),
+        ("accuracy_table", "results", lambda: two_relations.accuracy_table(LyingLen([result]))),
+        ("pruning_curve", "counts", lambda: ablation._check_counts(LyingLen([0, 1]), 4)),
+        ("ov_copying_score", "token_ids", lambda: circuits.ov_copying_score(model, 0, LyingLen([1, 2, 3]))),
+        ("plot_head", "tokens", lambda: heatmaps.plot_head(attention[0][0, 0], LyingLen(list("abcd")))),
+        ("plot_all_heads", "attention", lambda: heatmaps.plot_all_heads(LyingLen(attention), list("abcd"))),
         ("AttentionExplorer", "sentences",
-         lambda: heatmaps.AttentionExplorer(lambda text: (list("abcd"), attention), BadLen(["a b"]), 1, 2)),
-        ("previous_token_score", "weights", lambda: scores.previous_token_score(BadLen(attention))),
+         lambda: heatmaps.AttentionExplorer(lambda text: (list("abcd"), attention), LyingLen(["a b"]), 1, 2)),
+        ("previous_token_score", "weights", lambda: scores.previous_token_score(LyingLen(attention))),
     ]
 
 
@@ -177,8 +171,8 @@ def test_a_list_whose_len_raises_is_named(index: int) -> None:
     import matplotlib.pyplot as plt
 
     label, name, call = _len_cases()[index]
-    message = raises_naming(TypeError, [name, "BadLen", "len() or iteration raised"], call)
-    assert "len exploded" not in message, label
+    message = raises_naming(TypeError, [name, "LyingLen", "len() or iteration raised"], call)
+    assert "len lies" not in message, label
     plt.close("all")
 
 
@@ -271,22 +265,6 @@ def test_messages_show_user_values_with_shown() -> None:
 
 
 # -- battery 31's library repros ---------------------------------------------------------------------------
-class BadStr(str):
-    """A str subclass whose str() and repr() raise."""
-
-    def __str__(self) -> str:
-        raise RuntimeError("str exploded")
-
-    __repr__ = __str__
-
-
-class BadRepr:
-    def __repr__(self) -> str:
-        raise RuntimeError("repr exploded")
-
-    __str__ = __repr__
-
-
 def test_battery31_bad_values_are_named_or_used_as_plain_str() -> None:
     import matplotlib
 
@@ -307,10 +285,10 @@ def test_battery31_bad_values_are_named_or_used_as_plain_str() -> None:
         num_heads=2, d_head=BadRepr(), context=8, num_layers=1, groups=(2, 1), repeats=1, warmup=0,
         copy_mib=0, progress=False))
     raises_naming(TypeError, ["names", "len() or iteration raised"],
-                  lambda: check_decoder_fits(64, 4, 2, 1, context=8, batch=1, names=BadLen(["--a", "--b"])))
-    assert checkpoint_paths(BadStr("induction")) == checkpoint_paths("induction")
+                  lambda: check_decoder_fits(64, 4, 2, 1, context=8, batch=1, names=LyingLen(["--a", "--b"])))
+    assert checkpoint_paths(LyingStr("induction")) == checkpoint_paths("induction")
     timings = [Timing("a", 1.0, 1.0, (1.0, 1.1, 0.9)), Timing("b", 2.0, 2.0, (2.0, 2.1, 1.9))]
-    assert "ratio to base" in format_spread_table("T", timings, "a", label=BadStr("base"))
+    assert "ratio to base" in format_spread_table("T", timings, "a", label=LyingStr("base"))
     raises_naming(ValueError, ["rows[0] must start with 'seed'", "list whose repr raised"],
                   lambda: format_training_table([{BadRepr(): 1.0}]))
     raises_naming(TypeError, ["tokens must be integer ids", "list whose repr raised"],
@@ -318,14 +296,14 @@ def test_battery31_bad_values_are_named_or_used_as_plain_str() -> None:
     cache = PagedCache(8, 4, 2, 4)
     cache.add_sequence(BadRepr())
     raises_naming(KeyError, ["no sequence 'nope'", "list whose repr raised"], lambda: cache.gather("nope"))
-    raises_naming(TypeError, ["title must be a str or None", "BadStr whose str() raised"],
-                  lambda: plot_head(torch.softmax(torch.randn(4, 4), -1), list("abcd"), title=BadStr("t")))
+    raises_naming(TypeError, ["title must be a str or None", "LyingStr whose str() raised"],
+                  lambda: plot_head(torch.softmax(torch.randn(4, 4), -1), list("abcd"), title=LyingStr("t")))
     plt.close("all")
     torch.manual_seed(0)
     mla = MultiHeadLatentAttention(16, 4, 8, 8, 4)
     past = mla.decode(torch.randn(2, 1, 16))[1]
     raises_naming(TypeError, ["cache", "len() or iteration raised"],
-                  lambda: mla.decode(torch.randn(2, 1, 16), BadLen(list(past))))
+                  lambda: mla.decode(torch.randn(2, 1, 16), LyingLen(list(past))))
 
 
 def test_fused_decode_names_the_tensor_that_requires_grad() -> None:
@@ -340,23 +318,9 @@ def test_config_text_fields_are_kept_as_plain_str() -> None:
     from course_utils.attention.gqa import PublishedConfig
     from course_utils.attention.mla import MLAConfig
 
-    published = PublishedConfig(BadStr("m"), 32, 32, 8, 128, BadStr("src"))
-    mla = MLAConfig(BadStr("m"), 2, 4, 8, 16, 4, BadStr("src"))
+    published = PublishedConfig(LyingStr("m"), 32, 32, 8, 128, LyingStr("src"))
+    mla = MLAConfig(LyingStr("m"), 2, 4, 8, 16, 4, LyingStr("src"))
     assert "name='m'" in repr(published) and "source='src'" in repr(mla)
-
-
-class _ReprRaises:
-    def __repr__(self) -> str:
-        raise RuntimeError("repr boom")
-
-    __str__ = __repr__
-
-
-class _StrRaises(str):
-    def __str__(self) -> str:
-        raise RuntimeError("str boom")
-
-    __repr__ = __str__
 
 
 def test_bench_arguments_are_checked_before_a_message_prints_them() -> None:
@@ -364,11 +328,11 @@ def test_bench_arguments_are_checked_before_a_message_prints_them() -> None:
     from course_utils.bench.decode_step import bench_whole_step
     from course_utils.bench.gqa_speed import bench_decode
 
-    with pytest.raises(TypeError, match=r"^num_heads must be an int, got _ReprRaises"):
-        bench_whole_step(num_heads=_ReprRaises(), progress=False)
+    with pytest.raises(TypeError, match=r"^num_heads must be an int, got BadRepr"):
+        bench_whole_step(num_heads=BadRepr(), progress=False)
     with pytest.raises(TypeError, match=r"dtype"):
         bench_decode(num_heads=2, d_head=64, context=8, num_layers=1, groups=(2, 1), repeats=1, warmup=0,
-                     copy_mib=0, progress=False, dtype=_ReprRaises())
+                     copy_mib=0, progress=False, dtype=BadRepr())
 
 
 def test_a_plot_title_must_be_a_plain_str() -> None:
@@ -376,13 +340,8 @@ def test_a_plot_title_must_be_a_plain_str() -> None:
     from course_utils.tasks import two_relations
 
     with pytest.raises(TypeError, match=r"^title must be a str"):
-        two_relations._check_title(_StrRaises("t"))
+        two_relations._check_title(LyingStr("t"))
     two_relations._check_title("a title")
-
-
-class _LenRaises(list):
-    def __len__(self) -> int:
-        raise RuntimeError("len boom")
 
 
 def test_plot_head_names_a_label_axes_whose_len_raises() -> None:
@@ -390,4 +349,4 @@ def test_plot_head_names_a_label_axes_whose_len_raises() -> None:
     from course_utils.interp.heatmaps import plot_head
 
     with pytest.raises(TypeError, match=r"^label_axes must be a pair of bools"):
-        plot_head(torch.full((2, 2), 0.5), ["a", "b"], label_axes=_LenRaises([True, True]))
+        plot_head(torch.full((2, 2), 0.5), ["a", "b"], label_axes=LyingLen([True, True]))

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from course_utils.exercises import lesson03
+from tests.bad_input_cases import LyingStr
 
 
 def _right(d_model, num_heads, bias=True):
@@ -207,14 +208,6 @@ def test_a_torch_library_kernel_the_answer_registered_is_removed_and_named():
 
 # -- battery 31: values the exercises' records and the grader's rules are given ----------------------
 
-class _BadStr(str):
-    def __str__(self):
-        raise RuntimeError("str boom")
-
-    def __repr__(self):
-        raise RuntimeError("repr boom")
-
-
 @pytest.mark.parametrize("key", [3, b"lesson02.check_softmax_rows", "lesson02.check_no_such_check"])
 def test_twin_names_refuses_a_key_that_names_no_check(key):
     """Read as a check with no twins, an unknown key let every answer through the twin rule."""
@@ -231,11 +224,11 @@ def test_records_keep_a_str_subclass_as_the_plain_str_it_holds():
     from course_utils.exercises import Case, Mistake
     from course_utils.exercises.raising import RaisingMistake
 
-    records = [Case((1,), label=_BadStr("label")),
-               Mistake(_BadStr("key"), _BadStr("message"), _BadStr("hint")),
-               RaisingMistake(_BadStr("key"), "message", "hint", pattern=_BadStr("values to unpack"))]
+    records = [Case((1,), label=LyingStr("label")),
+               Mistake(LyingStr("key"), LyingStr("message"), LyingStr("hint")),
+               RaisingMistake(LyingStr("key"), "message", "hint", pattern=LyingStr("values to unpack"))]
     for record in records:
-        assert "boom" not in repr(record)
+        assert "raises" not in repr(record)
     assert type(records[0].label) is str and records[0].label == "label"
     assert [type(records[1].key), records[1].key] == [str, "key"]
     assert [type(records[2].key), records[2].pattern] == [str, "values to unpack"]
@@ -261,4 +254,4 @@ def test_answer_source_names_a_missing_function_given_as_a_str_subclass():
     from course_utils.exercises import sandbox
 
     with pytest.raises(sandbox.AnswerProblem, match="no function `g` is defined"):
-        sandbox.answer_source(["def f():\n    return 1\n"], _BadStr("g"))
+        sandbox.answer_source(["def f():\n    return 1\n"], LyingStr("g"))
