@@ -246,7 +246,7 @@ def test_the_grader_stops_an_answer_whose_definition_loops_inside_one_c_call():
     run = sandbox.run_answer(answer, "score_macs", "lesson03.check_score_macs", [exercise.make_cases()],
                              per_call=2, grace=20)
     # (ended by the CPU-time timer after about 3 CPU seconds, not at the wall-clock limit of 32 s)
-    assert "time limit of 2 s per call inside one C call" in run.lost, run.lost
+    assert "time limit of 2 s per call without being stopped" in run.lost, run.lost
 
 
 def test_answer_source_names_a_missing_function_given_as_a_str_subclass():

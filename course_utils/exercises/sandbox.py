@@ -1720,9 +1720,10 @@ def run_answer(code: str, name: str, check_key: str, case_sets: Sequence[Sequenc
         detail = f"it ran longer than {limit} s in all" if timed_out else _tail(stderr)[-300:]
         label = "bubblewrap" if use_bwrap else "subprocess only"
         if status is not None and status in _CPU_LIMIT_STATUSES:
-            return Run([], lost=f"it ran longer than the grader's time limit of {per_call} s per call inside "
-                                "one C call (while the answer was defined or called), where the limit cannot "
-                                "raise: the grader ended its process", isolation=label)
+            return Run([], lost=f"it ran longer than the grader's time limit of {per_call} s per call "
+                                "without being stopped (inside one C call, where the limit cannot raise, or "
+                                "with the limit's signal ignored; while the answer was defined or called): "
+                                "the grader ended its process", isolation=label)
         if status == REFUSED_EXIT:
             event = next((line.removeprefix("refused: ") for line in reversed(_tail(stderr).splitlines())
                           if line.startswith("refused: ")), "an event the grader does not allow")
