@@ -567,3 +567,27 @@ def test_check_edited_heads_leaves_no_warning_or_graph_behind_with_gradients():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert check_edited_heads(result, heads) is result
+
+
+def test_plain_str_reads_a_str_subclass_without_calling_its_own_methods() -> None:
+    """``plain_str`` returns the plain str a subclass holds (its raising or lying ``__str__``,
+    ``__repr__`` and ``__eq__`` are never used afterwards) and names a non-str by argument."""
+    from course_utils.attention.validation import plain_str
+
+    class Hostile(str):
+        def __str__(self) -> str:
+            raise RuntimeError("str boom")
+
+        def __repr__(self) -> str:
+            raise RuntimeError("repr boom")
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = str.__hash__
+
+    value = plain_str(Hostile("lesson02"), "lesson")
+    assert type(value) is str and value == "lesson02" and value != "lesson03"
+    assert plain_str("x", "lesson") == "x"
+    with pytest.raises(TypeError, match=r"^lesson must be a lesson's name, got int 3$"):
+        plain_str(3, "lesson", "a lesson's name")

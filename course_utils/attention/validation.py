@@ -79,6 +79,7 @@ __all__ = [
     "MAX_NARGS",
     "shown",
     "items_of",
+    "plain_str",
     "check_dense",
     "finite",
     "say",
@@ -166,6 +167,17 @@ def items_of(values: object, name: str, expected: str) -> list:
     except Exception as err:  # noqa: BLE001 - its len or iteration is the broken part; say so
         raise TypeError(f"{name} must be {expected}, got {type(values).__name__} {shown(values, 60)} "
                         f"whose len() or iteration raised {type(err).__name__} (chained below)") from err
+
+
+def plain_str(value: object, name: str, expected: str = "a str") -> str:
+    """``value`` as the plain ``str`` it holds, the one way a str argument (a lesson, an exercise or
+    file name, a label) is taken: a str subclass is read through ``str.__str__``, so its own
+    ``__str__`` or ``__repr__`` (which may raise or lie) is never called, and an f-string, a dict
+    lookup or ``Path`` of the result behaves as for a plain str. Anything else is a TypeError
+    naming ``name``, what was ``expected`` and what arrived."""
+    if isinstance(value, str):
+        return value if type(value) is str else str.__str__(value)
+    raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {shown(value, 60)}")
 
 
 _shown = shown  # for check_mask_fits, whose argument ``shown`` hides the function
