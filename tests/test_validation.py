@@ -591,3 +591,28 @@ def test_plain_str_reads_a_str_subclass_without_calling_its_own_methods() -> Non
     assert plain_str("x", "lesson") == "x"
     with pytest.raises(TypeError, match=r"^lesson must be a lesson's name, got int 3$"):
         plain_str(3, "lesson", "a lesson's name")
+
+
+def test_check_same_dtype_and_device_names_a_key_that_is_not_a_str() -> None:
+    """A key whose ``__format__``/``__str__`` raises was formatted into the message and its error
+    replaced it; keys are now read as plain str, and a non-str key is named."""
+    from course_utils.attention.validation import check_same_dtype_and_device
+
+    class Hostile:
+        def __repr__(self) -> str:
+            raise RuntimeError("repr boom")
+
+        __str__ = __repr__
+
+        def __format__(self, spec: str) -> str:
+            raise RuntimeError("format boom")
+
+    with pytest.raises(TypeError, match=r"tensors keys must be a str .*got Hostile"):
+        check_same_dtype_and_device({Hostile(): torch.zeros(2), "b": torch.zeros(2, dtype=torch.float64)})
+
+    class Label(str):
+        def __format__(self, spec: str) -> str:
+            raise RuntimeError("format boom")
+
+    with pytest.raises(TypeError, match=r"^q, k must share one dtype, got q torch.float32, k torch.float64$"):
+        check_same_dtype_and_device({Label("q"): torch.zeros(2), "k": torch.zeros(2, dtype=torch.float64)})

@@ -743,15 +743,18 @@ def check_same_dtype_and_device(tensors: dict[str, Tensor]) -> None:
     if not isinstance(tensors, dict):
         raise TypeError(f"tensors must be a dict {{name: tensor}}, got {type(tensors).__name__} "
                         f"{shown(tensors, 60)}")
-    for name, t in tensors.items():
+    named = {plain_str(name, "check_same_dtype_and_device's tensors keys",
+                                 "a str (an argument's name)"): t
+             for name, t in tensors.items()}
+    for name, t in named.items():
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} {shown(t, 60)}")
     for what in ("dtype", "device"):
-        found = {name: getattr(t, what) for name, t in tensors.items()}
+        found = {name: getattr(t, what) for name, t in named.items()}
         if len(set(found.values())) > 1:
             listed = ", ".join(f"{name} {value}" for name, value in found.items())
             raise (TypeError if what == "dtype" else ValueError)(
-                f"{', '.join(tensors)} must share one {what}, got {listed}"
+                f"{', '.join(named)} must share one {what}, got {listed}"
             )
 
 
