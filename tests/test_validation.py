@@ -616,3 +616,18 @@ def test_check_same_dtype_and_device_names_a_key_that_is_not_a_str() -> None:
 
     with pytest.raises(TypeError, match=r"^q, k must share one dtype, got q torch.float32, k torch.float64$"):
         check_same_dtype_and_device({Label("q"): torch.zeros(2), "k": torch.zeros(2, dtype=torch.float64)})
+
+
+def test_check_weights_finite_reads_weights_made_under_inference_mode() -> None:
+    """Parameters created under ``torch.inference_mode()`` are inference tensors that require grad:
+    ``torch.isfinite`` on them raised torch's bare "abs(): functions with out=..." error. The check
+    reads a detached view: finite weights pass, a NaN weight is named."""
+    from course_utils.attention.validation import check_weights_finite
+
+    with torch.inference_mode():
+        layer = torch.nn.Linear(2, 2)
+    check_weights_finite(layer, "the weights feed every result")
+    with torch.inference_mode():
+        layer.weight[0, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"model's weights \(weight\) must hold finite numbers, got nan"):
+        check_weights_finite(layer, "the weights feed every result")

@@ -861,6 +861,7 @@ def check_finite(x: Tensor, name: str, what: str = "") -> None:
     for results and small inputs, not for every step of a hot loop. A meta tensor (no values to
     check) is refused by :func:`check_holds_values`, naming ``name`` and the device."""
     check_holds_values(x, name)  # a tensor with values: the TypeError and the meta device
+    x = x.detach()  # (an inference tensor that requires grad made isfinite raise torch's own error)
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x)).nonzero()[0].tolist()
         value = x[tuple(bad)].item()
