@@ -1,0 +1,23 @@
+"""Battery 32, library side: a str argument (a test id, a checkpoint name, a label) that is a str
+subclass whose own ``__str__``/``__repr__`` raises is taken as the plain str it holds, and a value
+that is not a str is refused naming the argument, never a bare error from the value itself."""
+
+from __future__ import annotations
+
+from bad_input_cases import BadRepr, LyingStr, raises_naming
+
+from course_utils.bench.memory import format_test_report
+
+
+def test_format_test_report_refuses_a_test_id_that_is_not_a_str():
+    raises_naming(TypeError, ["test id", "tests", "str", "BadRepr"],
+                  lambda: format_test_report({BadRepr(): {"peak_mb": 1.0}}))
+    raises_naming(TypeError, ["test id", "tests", "int", "5"],
+                  lambda: format_test_report({5: {"peak_mb": 1.0}}))
+
+
+def test_format_test_report_takes_a_str_subclass_test_id_as_its_plain_str():
+    text = format_test_report({LyingStr("tests/test_x.py::test_y"): {"peak_mb": 100.0, "start_mb": 90.0}})
+    assert "tests/test_x.py::test_y" in text
+    raises_naming(ValueError, ["'tests/bad'", "peak_mb"],
+                  lambda: format_test_report({LyingStr("tests/bad"): {"peak_mb": "x"}}))
