@@ -21,3 +21,25 @@ def test_format_test_report_takes_a_str_subclass_test_id_as_its_plain_str():
     assert "tests/test_x.py::test_y" in text
     raises_naming(ValueError, ["'tests/bad'", "peak_mb"],
                   lambda: format_test_report({LyingStr("tests/bad"): {"peak_mb": "x"}}))
+
+
+def test_timing_labels_are_taken_as_plain_str():
+    from course_utils.bench import timing
+
+    raises_naming(ValueError, ["clock", "around the step"],
+                  lambda: timing.clock_elapsed(1.0, 0.0, LyingStr("the step")))
+    raises_naming(TypeError, ["around", "BadRepr"], lambda: timing.clock_elapsed(0.0, 1.0, BadRepr()))
+    raises_naming(ValueError, ["clock", "1 samples read 0 s"],
+                  lambda: timing.check_clock_advanced([[0.0]], LyingStr("samples")))
+    raises_naming(TypeError, ["what", "int"], lambda: timing.check_clock_advanced([[1.0]], 5))
+    raises_naming(ValueError, ["baseline 'zz'", "not one of the fns"],
+                  lambda: timing.check_function_name("zz", LyingStr("baseline"), among=["a"],
+                                                     what=LyingStr("the fns")))
+    # a function named by a str subclass (its repr raises) is timed and named as its plain str
+    runs = timing.time_interleaved({LyingStr("a"): lambda: None, "b": lambda: None}, baseline="a",
+                                   repeats=2, warmup=0)
+    assert [type(t.name) for t in runs] == [str, str]
+    text = timing.format_table(LyingStr("my title"), runs, "a", label=LyingStr("the base"))
+    assert text.startswith("my title") and "ratio to the base" in text
+    text = timing.format_spread_table(LyingStr("my title"), runs, "a", label=LyingStr("the base"))
+    assert text.startswith("my title") and "ratio to the base" in text
