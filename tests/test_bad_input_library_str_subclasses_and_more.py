@@ -4,7 +4,7 @@ that is not a str is refused naming the argument, never a bare error from the va
 
 from __future__ import annotations
 
-from bad_input_cases import BadRepr, LyingStr, raises_naming
+from bad_input_cases import BadRepr, LyingLen, LyingStr, raises_naming
 
 from course_utils.bench.memory import format_test_report
 
@@ -43,3 +43,18 @@ def test_timing_labels_are_taken_as_plain_str():
     assert text.startswith("my title") and "ratio to the base" in text
     text = timing.format_spread_table(LyingStr("my title"), runs, "a", label=LyingStr("the base"))
     assert text.startswith("my title") and "ratio to the base" in text
+
+
+class _LenSaysMany(list):
+    """A list whose len() lies: 1000, whatever it holds."""
+
+    def __len__(self) -> int:
+        return 1000
+
+
+def test_detokenize_names_tokens_whose_len_raises():
+    from course_utils.tasks.synthetic import detokenize
+
+    raises_naming(TypeError, ["tokens", "LyingLen", "len() or iteration raised"],
+                  lambda: detokenize(LyingLen([1, 2])))
+    assert detokenize(_LenSaysMany([0])) == detokenize([0])
