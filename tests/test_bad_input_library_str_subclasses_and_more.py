@@ -58,3 +58,13 @@ def test_detokenize_names_tokens_whose_len_raises():
     raises_naming(TypeError, ["tokens", "LyingLen", "len() or iteration raised"],
                   lambda: detokenize(LyingLen([1, 2])))
     assert detokenize(_LenSaysMany([0])) == detokenize([0])
+
+
+def test_format_training_table_judges_rows_by_what_they_hold():
+    from course_utils.bench.train_speed import format_training_table
+
+    raises_naming(ValueError, ["rows", "non-empty list", "_LenSaysMany"],
+                  lambda: format_training_table(_LenSaysMany([])))
+    raises_naming(TypeError, ["rows", "LyingLen"], lambda: format_training_table(LyingLen([])))
+    row = {"seed": 0, "seconds": 1.5}
+    assert "1.50" in format_training_table(_LenSaysMany([row]))
