@@ -68,3 +68,12 @@ def test_format_training_table_judges_rows_by_what_they_hold():
     raises_naming(TypeError, ["rows", "LyingLen"], lambda: format_training_table(LyingLen([])))
     row = {"seed": 0, "seconds": 1.5}
     assert "1.50" in format_training_table(_LenSaysMany([row]))
+
+
+def test_parse_worked_example_names_a_key_whose_str_raises():
+    from course_utils.tasks.worked_example import WorkedExampleError, parse_worked_example
+
+    refused = WorkedExampleError
+    raises_naming(refused, ["unknown keys", "BadRepr"], lambda: parse_worked_example({BadRepr(): 1}))
+    raises_naming(refused, ["unknown keys", "'zz'"], lambda: parse_worked_example({LyingStr("zz"): 1}))
+    raises_naming(refused, ["unknown keys", "'5'"], lambda: parse_worked_example({5: 1, "zz": 2}))
