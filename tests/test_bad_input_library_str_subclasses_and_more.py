@@ -77,3 +77,13 @@ def test_parse_worked_example_names_a_key_whose_str_raises():
     raises_naming(refused, ["unknown keys", "BadRepr"], lambda: parse_worked_example({BadRepr(): 1}))
     raises_naming(refused, ["unknown keys", "'zz'"], lambda: parse_worked_example({LyingStr("zz"): 1}))
     raises_naming(refused, ["unknown keys", "'5'"], lambda: parse_worked_example({5: 1, "zz": 2}))
+
+
+def test_checkpoint_names_and_task_are_taken_as_plain_str():
+    from course_utils.model.checkpoint import CheckpointError, checkpoint_paths, load_checkpoint
+
+    raises_naming(ValueError, ["checkpoint must name a checkpoint", "''"],
+                  lambda: checkpoint_paths(LyingStr(""), name=LyingStr("checkpoint")))
+    raises_naming(TypeError, ["name", "int"], lambda: checkpoint_paths("induction", name=5))
+    raises_naming(CheckpointError, ["task 'induction'", "expected 'zz_task'"],
+                  lambda: load_checkpoint("induction", task=LyingStr("zz_task")))
