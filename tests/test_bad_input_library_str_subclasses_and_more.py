@@ -87,3 +87,20 @@ def test_checkpoint_names_and_task_are_taken_as_plain_str():
     raises_naming(TypeError, ["name", "int"], lambda: checkpoint_paths("induction", name=5))
     raises_naming(CheckpointError, ["task 'induction'", "expected 'zz_task'"],
                   lambda: load_checkpoint("induction", task=LyingStr("zz_task")))
+
+
+def test_train_model_names_a_model_built_under_inference_mode():
+    import torch
+
+    from course_utils.model.train import TrainConfig, train_model
+    from course_utils.model.transformer import ModelConfig, TinyTransformer
+
+    with torch.inference_mode():
+        model = TinyTransformer(ModelConfig(vocab_size=12, max_len=8, d_model=8, num_heads=2, num_layers=1))
+
+    def sample(generator):
+        tokens = torch.randint(0, 12, (2, 8), generator=generator)
+        return tokens, tokens
+
+    raises_naming(ValueError, ["model", "inference tensors", "inference_mode"],
+                  lambda: train_model(model, sample, TrainConfig(steps=1)))
