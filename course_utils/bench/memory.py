@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from .. import cli
-from ..attention.validation import check_distinct, check_record, finite, freeze_fields, shown
+from ..attention.validation import check_distinct, check_record, finite, freeze_fields, plain_str, shown
 from ..paths import check_path, path_kind
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
@@ -370,15 +370,19 @@ def read_test_report(path: str | Path = DEFAULT_TEST_REPORT) -> dict[str, dict]:
 
 
 def _checked_records(tests: object, source: str) -> dict[str, dict]:
-    """``tests`` if it is ``{test id: {"peak_mb": number, ...}}``, else a ValueError or
-    TypeError that names ``source`` and the first record that is not."""
+    """``tests`` if it is ``{test id: {"peak_mb": number, ...}}``, with each test id as the plain
+    str it holds (a str subclass's own ``__str__`` may raise), else a ValueError or TypeError that
+    names ``source`` and the first record that is not."""
     if not isinstance(tests, dict):
         raise TypeError(f"tests must be a dict {{test id: record}} as read_test_report returns, got "
                         f"{type(tests).__name__}")
+    checked: dict[str, dict] = {}
     for nodeid, record in tests.items():
+        nodeid = plain_str(nodeid, f"each test id (key) of {source}", "a str (a pytest node id)")
+        checked[nodeid] = record
         peak = record.get("peak_mb") if isinstance(record, dict) else None
         if isinstance(peak, bool) or not isinstance(peak, (int, float)):
-            raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has no numeric 'peak_mb' (got "
+            raise ValueError(f"{source}: the record of {shown(nodeid, 80)} has no numeric 'peak_mb' (got "
                              f"{shown(record, 80)}): expected the JSON file the tests write")
         # JSON reads NaN and Infinity: a peak (> 0: a process holds memory) and the optional sizes
         # and time must be real amounts, else they sort and print as "nan MB"
@@ -387,14 +391,14 @@ def _checked_records(tests: object, source: str) -> dict[str, dict]:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not finite(value) or value < 0
                                       or (key == "peak_mb" and value == 0)):
-                raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has {key}={shown(value)}: "
+                raise ValueError(f"{source}: the record of {shown(nodeid, 80)} has {key}={shown(value)}: "
                                  f"expected a finite number {'> 0' if key == 'peak_mb' else '>= 0 or null'}")
         start = record.get("start_mb")  # the peak of a test counts the size it began with
         if start is not None and start - peak > max(_RSS_SLACK_MB, _RSS_SLACK_FRACTION * start):
-            raise ValueError(f"{source}: the record of {str(nodeid)[:80]!r} has peak_mb={shown(peak)} below "
+            raise ValueError(f"{source}: the record of {shown(nodeid, 80)} has peak_mb={shown(peak)} below "
                              f"start_mb={shown(start)}: expected a peak >= the size the test began with (the "
                              f"peak counts it)")
-    return tests
+    return checked
 
 
 def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
@@ -407,7 +411,7 @@ def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
     from ..attention.validation import check_int  # torch only when called
 
     top = check_int(top, "top", minimum=1)
-    _checked_records(tests, "tests")
+    tests = _checked_records(tests, "tests")
 
     def rise_of(record: dict) -> float | None:
         start = record.get("start_mb")

@@ -27,6 +27,7 @@ from ..attention.validation import (
     finite,
     freeze_fields,
     items_of,
+    plain_str,
     shown,
 )
 
@@ -212,7 +213,7 @@ def interleaved_samples(
             for _ in range(inner):
                 fn()
             sync()
-            samples[key].append(clock_elapsed(start, clock(), repr(key)) / inner)
+            samples[key].append(clock_elapsed(start, clock(), shown(key)) / inner)
         after_round()
     check_clock_advanced(samples.values(), "samples")
     return samples
@@ -223,6 +224,7 @@ def clock_elapsed(start: object, end: object, around: str) -> float:
     for the message), if both are numbers and the difference is finite and >= 0; else a
     ValueError naming ``clock`` and the two readings (a clock that runs backwards or returns
     NaN would give meaningless samples). A bool is no reading (``True - 0.5`` would time 0.5 s)."""
+    around = plain_str(around, "around", "a str saying what was timed")
     readings = (start, end)
     numbers_read = all(isinstance(r, int | float) and not isinstance(r, bool) for r in readings)
     try:
@@ -243,6 +245,7 @@ def check_clock_advanced(seconds: Iterable[Iterable[float]], what: str) -> None:
     Some zeros among others are kept: a coarse clock can miss one short call. ``seconds`` that
     is not groups of real numbers >= 0 (None, a str, a bare number, NaN, -1.0) is a TypeError /
     ValueError naming ``seconds``."""
+    what = plain_str(what, "what", "a str naming the samples, such as 'samples'")
     counted = _seconds_read(seconds)
     if counted and not any(counted):
         raise ValueError(f"clock: expected a clock that advances around the timed calls, but all "
@@ -321,7 +324,9 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
                              "exists: the clock did not advance around its calls (a clock too coarse "
                              "for the call, or one that returns a constant? use time.perf_counter, or "
                              "time more calls per sample with inner=)")
-    return [Timing(n, medians[n], medians[n] / medians[baseline], s) for n, s in samples.items()]
+    # a str subclass's name as the plain str it holds: Timing refuses the subclass (its str() may raise)
+    return [Timing(plain_str(n, "each name of samples") if isinstance(n, str) else n, medians[n],
+                   medians[n] / medians[baseline], s) for n, s in samples.items()]
 
 
 def _check_samples(samples: object) -> None:
@@ -357,8 +362,11 @@ def check_function_name(value: object, name: str, among: Iterable[Hashable] | No
     iterable", ``name=3`` passed without a word: battery 19)."""
     from ..cli import check_label  # not at import: python -m course_utils.cli would warn
 
-    check_label(name, "name", "the argument's name for the message, such as 'baseline'")
-    check_label(what, "what", "whose names among holds, such as 'the names of fns'")
+    # the plain strs: check_label returns a str subclass as it came, whose own __str__ may raise
+    name = plain_str(check_label(name, "name", "the argument's name for the message, such as 'baseline'"),
+                     "name")
+    what = plain_str(check_label(what, "what", "whose names among holds, such as 'the names of fns'"),
+                     "what")
     if among is not None and (isinstance(among, str | bytes) or not isinstance(among, Iterable)):
         raise TypeError(f"among must be None or an iterable of names (a dict of functions, a list of "
                         f"str), got {type(among).__name__} {shown(among, 60)}")
@@ -399,21 +407,23 @@ def _check_timings(timings: object, baseline: object) -> Timing:
     return by_name[baseline]
 
 
-def _check_headings(title: object, label: object) -> None:
-    """A table's ``title`` is a str, and ``label`` (the baseline's name in the header) a str or None."""
+def _check_headings(title: object, label: object) -> tuple[str, str | None]:
+    """A table's ``title`` is a str, and ``label`` (the baseline's name in the header) a str or None;
+    returns them as plain strs (a str subclass's own ``__str__`` may raise)."""
     if not isinstance(title, str):
         raise TypeError(f"title must be a str (the table's first line), got {type(title).__name__} "
                         f"{shown(title, 60)}")
     if label is not None and not isinstance(label, str):
         raise TypeError(f"label must be a str or None (the baseline's name), got {type(label).__name__} "
                         f"{shown(label, 60)}")
+    return plain_str(title, "title"), None if label is None else plain_str(label, "label")
 
 
 def format_table(title: str, timings: list[Timing], baseline: str, label: str | None = None) -> str:
     """A text table: each function's median time and its ratio to the median of ``baseline``
     (one of the timings' names); ``label`` names it in the header (default: its name)."""
     base = _check_timings(timings, baseline)
-    _check_headings(title, label)
+    title, label = _check_headings(title, label)
     width = max(len(t.name) for t in timings)
     lines = [title, f"{'implementation':<{width}}  {'median ms':>10}  {'ratio to ' + (label or baseline):>s}"]
     for t in timings:
@@ -507,8 +517,7 @@ def format_spread_table(title: str, timings: list[Timing], baseline: str, label:
     repeat: the median ratio and, in brackets, the middle half of the ratios (IQR).
     ``label`` names the baseline in the header (default: its name)."""
     _check_timings(timings, baseline)
-    _check_headings(title, label)
-    label = None if label is None else str.__str__(label)  # the plain str (a subclass's str() may raise)
+    title, label = _check_headings(title, label)
     width = max(len(t.name) for t in timings)
     header = f"{'implementation':<{width}}  {'best ms':>8}  {'median ms':>9}  ratio to {label or baseline}"
     lines = [title, header + " (median [middle half])"]

@@ -55,17 +55,20 @@ def bench_training(
     return rows
 
 
-def _check_rows(rows: object) -> None:
+def _check_rows(rows: object) -> list[dict]:
     """``rows`` is a non-empty list of :func:`bench_training`'s dicts: a ``seed`` first, then
     numbers (or ``None``) under the same keys in every row. Every number is finite and >= 0
     (seeds, steps, seconds and accuracies all are; NaN and -1.0 seconds printed as times and
     medians: battery 19), and one in a column whose name holds ``acc`` (an accuracy) is at most
-    1. A time of 0 is taken: the table divides by nothing, it prints."""
-    if isinstance(rows, list | tuple):  # a list whose len() raises is named (battery 30)
-        items_of(rows, "rows", "a non-empty list of bench_training's dicts")
+    1. A time of 0 is taken: the table divides by nothing, it prints. Returns the rows as a plain
+    list, read once: a list whose ``len()`` raises is named (battery 30), and one whose ``len()``
+    lies (1000 for an empty list) is judged by the rows it holds (battery 32)."""
+    given = type(rows).__name__
+    if isinstance(rows, list | tuple):
+        rows = items_of(rows, "rows", "a non-empty list of bench_training's dicts")
     if not isinstance(rows, list | tuple) or not rows:
         raise ValueError(f"rows must be a non-empty list of bench_training's dicts, got "
-                         f"{type(rows).__name__} {shown(rows, 60)}")
+                         f"{given} {shown(rows, 60)}")
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise TypeError(f"rows[{i}] must be a dict from bench_training, got {type(row).__name__}")
@@ -91,6 +94,7 @@ def _check_rows(rows: object) -> None:
             raise ValueError(f"rows[{i}][{shown(bad[0], 40)}] is an accuracy (its column names 'acc'): "
                              f"expected "
                              f"a fraction in [0, 1] or None, got {shown(row[bad[0]], 60)}")
+    return rows
 
 
 def format_training_table(rows: list[dict]) -> str:
@@ -98,7 +102,7 @@ def format_training_table(rows: list[dict]) -> str:
 
     Columns whose name contains ``acc`` get 4 decimals, other floats 2; ``None`` (target
     never reached) prints as ``never``, and so does a median over it."""
-    _check_rows(rows)
+    rows = _check_rows(rows)
     columns = list(rows[0])
 
     def cell(column: str, value) -> str:

@@ -35,7 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as _tensors_to_bytes
 
-from ..attention.validation import check_holds_values, finite
+from ..attention.validation import check_holds_values, finite, plain_str
 from ..attention.validation import shown as shown_value
 from ..env import pick_device
 from ..paths import DATA_DIR, check_path
@@ -112,10 +112,11 @@ def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tu
     in ``data/checkpoints/``), a path stem, or a path to either file. A ``Path`` is always
     taken as a path (``Path("toy")`` is ``./toy``). ``name`` is the argument the messages name
     (a caller passing its own ``checkpoint=`` on says ``"checkpoint"``)."""
+    name = plain_str(name, "name", "the argument's name for the messages, such as 'checkpoint'")
     if not isinstance(name_or_path, str | Path):
         raise TypeError(f"{name} must be a str or Path, got {type(name_or_path).__name__}")
     if isinstance(name_or_path, str):  # a str subclass as the plain str it is (its str() may raise)
-        name_or_path = str.__str__(name_or_path)
+        name_or_path = plain_str(name_or_path, name)
     if not str(name_or_path).strip() or Path(name_or_path).name in ("", ".", ".."):
         raise ValueError(f"{name} must name a checkpoint, such as 'induction', got "
                          f"{str(name_or_path)!r}")
@@ -674,12 +675,14 @@ def load_checkpoint(
     if task is not None and not isinstance(task, str):
         raise TypeError(f"task must be the name of the task the model was trained on (such as "
                         f"'induction') or None, got {type(task).__name__} {shown_value(task, 60)}")
+    if task is not None:  # the plain str: it reaches the messages (a subclass's str() may raise)
+        task = plain_str(task, "task")
     if task is not None and not task.strip():
         raise ValueError(f"task must name a task, such as 'induction', or be None, got {shown_value(task)}")
     device = pick_device(device, "device")
     weights_path, meta_path = checkpoint_paths(name_or_path)
     if isinstance(name_or_path, str):  # the plain str, as checkpoint_paths reads it
-        name_or_path = str.__str__(name_or_path)
+        name_or_path = plain_str(name_or_path, "name_or_path")
     if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
         inside = available_checkpoints(name_or_path)
         raise IsADirectoryError(f"name_or_path must name a checkpoint, got the folder {str(name_or_path)!r}; "

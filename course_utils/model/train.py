@@ -429,6 +429,12 @@ def _train_model(model, sample_batch, train_config, seed, evaluate, eval_every, 
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
     check_callable(sample_batch, "sample_batch", "a function generator -> (tokens, targets)", nargs=1)
     check_model_holds_values(model)  # before the first batch and evaluation read from it
+    inference = [name for name, p in model.named_parameters() if p.is_inference()]
+    if inference:  # else the first step fails in torch: "abs(): functions with out=... (battery 32)
+        raise ValueError(f"model must hold ordinary parameters to train, but {len(inference)} are inference "
+                         f"tensors (the first: {shown(inference[0], 80)}): the model was built or loaded "
+                         "under torch.inference_mode(), and autograd cannot train those; build or load it "
+                         "outside inference_mode (torch.no_grad() is the mode for inference-only work)")
     # (a NaN weight made the first loss NaN, blamed on the learning rate and the data: battery 30)
     check_weights_finite(model, "training from a NaN or infinite weight gives a NaN loss: reload the "
                          "checkpoint")

@@ -824,7 +824,8 @@ def detokenize(tokens: Tensor | list[int]) -> list[str]:
                         f"got {type(tokens).__name__} {shown(tokens, 60)}")
     if isinstance(tokens, Tensor):
         check_holds_values(tokens, "tokens")
-    ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
+    ids = (tokens.tolist() if isinstance(tokens, Tensor)  # a list whose len() raises is named
+           else items_of(tokens, "tokens", "one sentence of integer ids: a (T,) tensor or a list of ints"))
     wrong_kind = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
     if wrong_kind:
         raise TypeError(f"tokens must be integer ids, got {shown(wrong_kind[:5], 120)}")

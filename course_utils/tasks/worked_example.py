@@ -35,7 +35,15 @@ import pandas as pd
 import torch
 
 from ..attention.mha import scaled_dot_product_attention
-from ..attention.validation import MAX_DECIMALS, check_holds_values, check_int, check_record, finite, shown
+from ..attention.validation import (
+    MAX_DECIMALS,
+    check_holds_values,
+    check_int,
+    check_record,
+    finite,
+    plain_str,
+    shown,
+)
 from ..paths import DATA_DIR, check_path, path_kind
 
 __all__ = [
@@ -337,11 +345,18 @@ def _check_head_fields(head: Head) -> None:
                          f"{head.w_q.shape[1]}: Q K^T pairs them), got {head.w_k.shape[1]}")
 
 
+def _key_texts(keys: Any) -> list[str]:
+    """JSON object keys as sorted text for a message: a str key as the plain str it holds (a str
+    subclass's own ``__str__`` may raise), any other key as :func:`shown` writes it (its ``str()``
+    may raise too: battery 32), so keys of any types sort together."""
+    return sorted(plain_str(key, "key") if isinstance(key, str) else shown(key) for key in keys)
+
+
 def _require(obj: Any, key: str, where: str) -> Any:
     if not isinstance(obj, dict):
         raise WorkedExampleError(f"{where} must be a JSON object, got {type(obj).__name__}")
     if key not in obj:
-        raise WorkedExampleError(f"{where} is missing the key {shown(key)} (has {sorted(obj)})")
+        raise WorkedExampleError(f"{where} is missing the key {shown(key)} (has {_key_texts(obj)})")
     return obj[key]
 
 
@@ -350,7 +365,7 @@ def _refuse_unknown_keys(obj: Any, known: tuple[str, ...], where: str) -> None:
     otherwise be ignored while the real one is reported missing, or silently left out if optional."""
     if not isinstance(obj, dict):
         raise WorkedExampleError(f"{where} must be a JSON object, got {type(obj).__name__}")
-    unknown = sorted(str(key) for key in obj if key not in known)
+    unknown = _key_texts(key for key in obj if key not in known)
     if unknown:
         raise WorkedExampleError(f"{where} has unknown keys {unknown}; expected keys from {sorted(known)}")
 
