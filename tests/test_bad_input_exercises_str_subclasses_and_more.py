@@ -1,0 +1,44 @@
+"""Bad input for the exercises' str arguments: a str subclass whose own ``__str__`` or ``__repr__``
+raises is taken as the plain str it holds (a lesson, a check or an exercise name), never passed into
+an f-string, a path or a message as itself; anything else is an error naming the argument."""
+from __future__ import annotations
+
+import pytest
+
+from course_utils.exercises import answers, autograde
+from tests.bad_input_cases import BadRepr, LyingStr, raises_naming
+
+
+def test_exercise_of_takes_a_str_subclass_lesson_and_check_as_their_text() -> None:
+    plain = autograde.exercise_of("lesson02", "check_softmax_rows")
+    assert autograde.exercise_of(LyingStr("lesson02"), LyingStr("check_softmax_rows")) is plain
+
+
+def test_exercise_of_names_lesson_and_check_when_they_are_not_one() -> None:
+    raises_naming(ValueError, ["lesson", "lessonNN", "BadRepr"],
+                  lambda: autograde.exercise_of(BadRepr(), "x"))
+    raises_naming(ValueError, ["lesson", "lesson99"],
+                  lambda: autograde.exercise_of(LyingStr("lesson99"), "x"))
+    raises_naming(ValueError, ["check", "lesson02's checks", "check_nope"],
+                  lambda: autograde.exercise_of("lesson02", LyingStr("check_nope")))
+
+
+def test_stored_takes_a_str_subclass_lesson_and_name_as_their_text() -> None:
+    plain = answers.stored("lesson02", "SOFTMAX_ROWS")
+    assert plain is not None
+    assert answers.stored(LyingStr("lesson02"), LyingStr("SOFTMAX_ROWS")).keys() == plain.keys()
+
+
+def test_stored_never_asks_a_str_subclass_name_whether_it_matches() -> None:
+    class Everything(str):  # a lying __eq__ matched the first stored exercise
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = str.__hash__
+
+    assert answers.stored("lesson02", Everything("NO_SUCH_EXERCISE")) is None
+
+
+@pytest.mark.parametrize("lesson", [LyingStr("lesson99"), LyingStr("../x"), BadRepr(), 2])
+def test_stored_names_a_lesson_that_is_not_one(lesson: object) -> None:
+    raises_naming(ValueError, ["lesson"], lambda: answers.stored(lesson, "SOFTMAX_ROWS"))
