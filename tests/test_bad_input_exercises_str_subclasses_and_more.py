@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from course_utils.exercises import answers, autograde
-from tests.bad_input_cases import BadRepr, LyingStr, raises_naming
+from tests.bad_input_cases import BadRepr, LyingLen, LyingStr, raises_naming
 
 
 def test_exercise_of_takes_a_str_subclass_lesson_and_check_as_their_text() -> None:
@@ -42,3 +42,11 @@ def test_stored_never_asks_a_str_subclass_name_whether_it_matches() -> None:
 @pytest.mark.parametrize("lesson", [LyingStr("lesson99"), LyingStr("../x"), BadRepr(), 2])
 def test_stored_names_a_lesson_that_is_not_one(lesson: object) -> None:
     raises_naming(ValueError, ["lesson"], lambda: answers.stored(lesson, "SOFTMAX_ROWS"))
+
+
+def test_record_refused_call_names_names_whose_len_raises() -> None:
+    from course_utils.exercises.raising import RecordRefusedCall
+
+    message = raises_naming(TypeError, ["names", "LyingLen"], lambda: RecordRefusedCall(LyingLen(["cat"])))
+    assert "len lies" not in message
+    assert RecordRefusedCall((LyingStr("cat"),))._names == ("cat",)
