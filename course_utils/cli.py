@@ -213,6 +213,21 @@ def _stop_signal(value: object, name: str) -> int:
     return int(value)
 
 
+COMMANDS = ("python course.py (setup, checks, publishing: see its --help), python -m course_utils.bench "
+            "(the benchmarks) and the tools in scripts/ (each with --help)")
+
+
+def not_a_command(prog: str) -> None:
+    """The ``__main__`` of a library module: run as a command (``python -m course_utils.cli``,
+    any arguments), it did nothing and exited 0 without a word, so a mistyped command looked as
+    if it had worked. Now a usage error: one line on stderr naming the course's real commands,
+    exit 2 (argparse's status for a command line it refuses)."""
+    prog = _check_prog(prog)
+    print(f"{prog}: a library module, not a command (nothing was run); the course's commands are "
+          f"{COMMANDS}", file=sys.stderr)
+    sys.exit(2)
+
+
 def leaving(text: str) -> None:
     """Say what an interruption from now on would leave, e.g. ``"lesson01.pt was written, the
     others were left as they were"``; it is the end of the one line :func:`run` prints. ``text``
@@ -752,3 +767,7 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+if __name__ == "__main__":
+    not_a_command("python -m course_utils.cli")

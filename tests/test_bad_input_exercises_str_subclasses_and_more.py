@@ -3,10 +3,16 @@ raises is taken as the plain str it holds (a lesson, a check or an exercise name
 an f-string, a path or a message as itself; anything else is an error naming the argument."""
 from __future__ import annotations
 
+import runpy
+import sys
+from pathlib import Path
+
 import pytest
 
 from course_utils.exercises import answers, autograde
 from tests.bad_input_cases import BadRepr, LyingLen, LyingStr, raises_naming
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_exercise_of_takes_a_str_subclass_lesson_and_check_as_their_text() -> None:
@@ -50,3 +56,15 @@ def test_record_refused_call_names_names_whose_len_raises() -> None:
     message = raises_naming(TypeError, ["names", "LyingLen"], lambda: RecordRefusedCall(LyingLen(["cat"])))
     assert "len lies" not in message
     assert RecordRefusedCall((LyingStr("cat"),))._names == ("cat",)
+
+
+# ---- library modules run as commands: a usage error, never a silent exit 0 ----
+
+@pytest.mark.parametrize("path", ["course_utils/cli.py", "scripts/course_cli.py"])
+def test_a_library_module_run_as_a_command_says_so(path: str, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", [path, "--bogus"])
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_path(str(ROOT / path), run_name="__main__")  # as `python PATH --bogus` runs it
+    assert stopped.value.code == 2
+    out = capsys.readouterr()
+    assert "not a command" in out.err and "course.py" in out.err and not out.out
