@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.exercises import answers, autograde
-from tests.bad_input_cases import BadRepr, LyingLen, LyingStr, raises_naming
+from tests.bad_input_cases import BadRepr, LyingLen, LyingStr, import_script, raises_naming
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,3 +68,32 @@ def test_a_library_module_run_as_a_command_says_so(path: str, capsys, monkeypatc
     assert stopped.value.code == 2
     out = capsys.readouterr()
     assert "not a command" in out.err and "course.py" in out.err and not out.out
+
+
+# ---- a refused path with control characters: escaped, on one line ----
+
+ODD = "x\x1b[31mRED\nline2"
+
+
+def test_one_line_escapes_what_a_terminal_would_run() -> None:
+    from course_utils import cli
+
+    assert cli.one_line(f"{ODD}: no such draft") == "x\\x1b[31mRED\\nline2: no such draft"
+    assert cli.one_line("trée/ok: fine") == "trée/ok: fine"
+    raises_naming(TypeError, ["one_line", "message", "BadRepr"], lambda: cli.one_line(BadRepr()))
+
+
+def test_notebook_tools_prints_an_odd_missing_draft_on_one_line(tmp_path, capsys) -> None:
+    notebook_tools = import_script("notebook_tools")
+    assert notebook_tools.main(["build", str(tmp_path / f"{ODD}.py"), str(tmp_path / "out.ipynb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\x1b" not in err and len(err.splitlines()) == 1 and "no such" in err
+    assert not (tmp_path / "out.ipynb").exists()
+
+
+def test_student_tree_prints_an_odd_folder_inside_the_repo_on_one_line(capsys) -> None:
+    student_tree = import_script("student_tree")
+    assert student_tree.main([str(ROOT / ODD)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\x1b" not in err and len(err.splitlines()) == 1 and "inside this repository" in err
+    assert not (ROOT / ODD).exists()
