@@ -165,7 +165,15 @@ def _check_venv(env_dir: Path, root: Path = ROOT) -> None:
         raise InputError("--venv '' or '.' names the current folder, which would be emptied to make the "
                          "environment there: give a new or empty folder")
     problem = venv_folder_problem(env_dir, "--venv", frozenset({"constraints-floor.txt"}))
-    if problem and not (env_dir / "bin" / "python").exists():  # an environment of ours is reused, not emptied
+    # an environment of ours is reused, not emptied; a folder with a bin/python that is no virtual
+    # environment (no pyvenv.cfg: someone's files, /usr) was "reused" too, and pip installed the
+    # pins into that interpreter (battery 32)
+    has_python = (env_dir / "bin" / "python").exists()
+    if has_python and not (env_dir / "pyvenv.cfg").is_file():
+        raise InputError(f"--venv {env_dir} holds a bin/python but is not a virtual environment (no "
+                         f"pyvenv.cfg): the pins would be installed into that interpreter; give a new or "
+                         f"empty folder, or one this tool made")
+    if problem and not has_python:
         raise InputError(f"{problem}.")
 
 

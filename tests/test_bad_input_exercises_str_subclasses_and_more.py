@@ -1,6 +1,8 @@
-"""Bad input for the exercises' str arguments: a str subclass whose own ``__str__`` or ``__repr__``
+"""Bad input for the exercises and scripts: a str subclass whose own ``__str__`` or ``__repr__``
 raises is taken as the plain str it holds (a lesson, a check or an exercise name), never passed into
-an f-string, a path or a message as itself; anything else is an error naming the argument."""
+an f-string, a path or a message as itself; a names list whose len() raises is named; a library
+module run as a command says so; a refused path with control characters is printed on one line;
+version_matrix.py reuses only a virtual environment."""
 from __future__ import annotations
 
 import runpy
@@ -97,3 +99,19 @@ def test_student_tree_prints_an_odd_folder_inside_the_repo_on_one_line(capsys) -
     err = capsys.readouterr().err.strip()
     assert "\x1b" not in err and len(err.splitlines()) == 1 and "inside this repository" in err
     assert not (ROOT / ODD).exists()
+
+
+# ---- version_matrix.py --venv: only a virtual environment is reused ----
+
+def test_version_matrix_refuses_a_folder_with_a_python_that_is_no_venv(tmp_path) -> None:
+    version_matrix = import_script("version_matrix")
+    fake = tmp_path / "not_a_venv"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "thesis.txt").write_text("a user's file\n")
+    (fake / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
+    raises_naming(version_matrix.InputError, ["--venv", "not a virtual environment", "pyvenv.cfg"],
+                  lambda: version_matrix._check_venv(fake, ROOT))
+    (fake / "thesis.txt").unlink()  # bin/python alone: still no environment
+    raises_naming(version_matrix.InputError, ["pyvenv.cfg"], lambda: version_matrix._check_venv(fake, ROOT))
+    (fake / "pyvenv.cfg").write_text("home = /usr/bin\n")  # one this tool made: reused
+    version_matrix._check_venv(fake, ROOT)
