@@ -224,7 +224,7 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
             read_project(root)  # pip install -e reads it too: a broken one fails here, clearly
         build = build_requires(root)
     except InputError as exc:
-        print(f"version_matrix.py: {exc}", file=sys.stderr)
+        print(f"version_matrix.py: {_cli().one_line(str(exc))}", file=sys.stderr)  # a path: one line
         return 2
     cli, new = _cli(), not env_dir.exists()
     cli.leaving(f"{env_dir} was removed (it was new)" if new else
@@ -241,7 +241,8 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
             what = f"{' '.join(map(str, exc.cmd[:4]))} ... exited with status {exc.returncode}"
         else:
             what = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
-        print(f"version_matrix.py: cannot prepare the environment {env_dir}: {what}", file=sys.stderr)
+        print(_cli().one_line(f"version_matrix.py: cannot prepare the environment {env_dir}: {what}"),
+              file=sys.stderr)
         return 1
     python = env_dir / "bin" / "python"
     cli.leaving(f"pytest was stopped; the environment {env_dir} is ready")

@@ -115,3 +115,13 @@ def test_version_matrix_refuses_a_folder_with_a_python_that_is_no_venv(tmp_path)
     raises_naming(version_matrix.InputError, ["pyvenv.cfg"], lambda: version_matrix._check_venv(fake, ROOT))
     (fake / "pyvenv.cfg").write_text("home = /usr/bin\n")  # one this tool made: reused
     version_matrix._check_venv(fake, ROOT)
+
+
+def test_version_matrix_prints_an_odd_refused_venv_on_one_line(tmp_path, capsys) -> None:
+    version_matrix = import_script("version_matrix")
+    fake = tmp_path / ODD
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
+    assert version_matrix.main(["floor", "--venv", str(fake)], root=ROOT) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\x1b" not in err and len(err.splitlines()) == 1 and "pyvenv.cfg" in err
