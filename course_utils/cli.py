@@ -62,6 +62,17 @@ def shown(value: object, width: int | None = None) -> str:
     return text if width is None else text[:width]
 
 
+def one_line(text: str) -> str:
+    """``text`` for a tool's one-line message on a terminal: each character that is not printable
+    (a newline, a tab, the ESC of a colour sequence) written as its escape (``\\n``, ``\\x1b``).
+    A path the user gave holding one was printed as it was: the terminal ran the escape sequence
+    and the one line broke into several, naming a path that looked different from the one given
+    (battery 32). Printable text, a folder named trée included, is kept as it is."""
+    if type(text) is not str:
+        raise TypeError(f"one_line needs the message (a str), got {type(text).__name__} {shown(text, 60)}")
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 class Interrupted(BaseException):
     """SIGINT or SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that no ``except
     Exception`` takes it for an error; :func:`run` prints it on one line and returns 128 + the
@@ -211,6 +222,21 @@ def _stop_signal(value: object, name: str) -> int:
     if value not in STOP_SIGNALS:
         raise ValueError(f"{name} must be a stop signal, one of {taken}, got {shown(value, 60)}")
     return int(value)
+
+
+COMMANDS = ("python course.py (setup, checks, publishing: see its --help), python -m course_utils.bench "
+            "(the benchmarks) and the tools in scripts/ (each with --help)")
+
+
+def not_a_command(prog: str) -> None:
+    """The ``__main__`` of a library module: run as a command (``python -m course_utils.cli``,
+    any arguments), it did nothing and exited 0 without a word, so a mistyped command looked as
+    if it had worked. Now a usage error: one line on stderr naming the course's real commands,
+    exit 2 (argparse's status for a command line it refuses)."""
+    prog = _check_prog(prog)
+    print(f"{prog}: a library module, not a command (nothing was run); the course's commands are "
+          f"{COMMANDS}", file=sys.stderr)
+    sys.exit(2)
 
 
 def leaving(text: str) -> None:
@@ -464,7 +490,7 @@ def _report(prog: str, exc: Interrupted) -> int:
     _ignore_more()
     if not _received:
         _received.append(exc.signum)
-    print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+    print(f"{prog}: {one_line(str(exc))}", file=sys.stderr, flush=True)
     return 128 + exc.signum
 
 
@@ -752,3 +778,7 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+if __name__ == "__main__":
+    not_a_command("python -m course_utils.cli")

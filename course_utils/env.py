@@ -164,3 +164,9 @@ def describe_hardware() -> str:
            else "no CUDA GPU (CPU only; every lesson runs on CPU)")
     return (f"Python {platform.python_version()} on {platform.system()} {platform.machine()}; "
             f"torch uses {torch.get_num_threads()} CPU thread(s); {gpu}")
+
+
+if __name__ == "__main__":  # a library module, not a command: say so (it exited 0 without a word)
+    from . import cli
+
+    cli.not_a_command("python -m course_utils.env")

@@ -357,3 +357,9 @@ def _receive(conn: Connection, process: multiprocessing.Process, index: int) -> 
     if status != "ok":
         raise RuntimeError(f"parallel_map: fn(items[{index}]) failed in a worker process:\n{value}")
     return value
+
+
+if __name__ == "__main__":  # a library module, not a command: say so (it exited 0 without a word)
+    from . import cli
+
+    cli.not_a_command("python -m course_utils.parallel")

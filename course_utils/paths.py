@@ -50,3 +50,9 @@ def path_kind(path: Path) -> str | None:
     from .cli import path_kind as rule
 
     return rule(path)
+
+
+if __name__ == "__main__":  # a library module, not a command: say so (it exited 0 without a word)
+    from . import cli
+
+    cli.not_a_command("python -m course_utils.paths")

@@ -60,3 +60,7 @@ def _holding_signals(load: Callable[[], None]) -> list[int]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return held
+
+
+if __name__ == "__main__":  # a helper the tools import, not a command of its own
+    load_cli().not_a_command("scripts/course_cli.py")

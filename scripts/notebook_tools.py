@@ -636,7 +636,7 @@ def main(argv: list[str]) -> int:
     try:
         return cli.run(lambda args: _run(*_parse(args)), argv, "notebook_tools.py")
     except ToolError as exc:
-        print(f"notebook_tools.py: {exc}", file=sys.stderr)
+        print(f"notebook_tools.py: {cli.one_line(str(exc))}", file=sys.stderr)  # a path: one line
         return 2
 
 

@@ -248,7 +248,7 @@ def usage_problem(argv: list[str]) -> str | None:
 def main(argv: list[str]) -> int:
     problem = usage_problem(argv)
     if problem is not None:
-        print(f"student-tree: {problem}\n{USAGE}", file=sys.stderr)
+        print(f"student-tree: {_cli().one_line(problem)}\n{USAGE}", file=sys.stderr)
         return 2
     cli = _cli()
     if len(argv) == 2 and argv[0] == "--branch":  # interrupted: one line, exit 130/143 (cli.run)
@@ -286,7 +286,7 @@ def _main(argv: list[str]) -> int:
             _say(f"wrote {len(written)} files into {argv[0]} (student notebooks, course_utils, data, set-up)")
             return 0
     except (OSError, RuntimeError, ValueError) as exc:
-        print(f"student-tree: {_described(exc)}", file=sys.stderr)
+        print(f"student-tree: {_cli().one_line(_described(exc))}", file=sys.stderr)  # a path: one line
         return 2
     raise AssertionError(f"usage_problem let {_shown(argv)} through")  # every other shape is refused above
 

@@ -165,7 +165,15 @@ def _check_venv(env_dir: Path, root: Path = ROOT) -> None:
         raise InputError("--venv '' or '.' names the current folder, which would be emptied to make the "
                          "environment there: give a new or empty folder")
     problem = venv_folder_problem(env_dir, "--venv", frozenset({"constraints-floor.txt"}))
-    if problem and not (env_dir / "bin" / "python").exists():  # an environment of ours is reused, not emptied
+    # an environment of ours is reused, not emptied; a folder with a bin/python that is no virtual
+    # environment (no pyvenv.cfg: someone's files, /usr) was "reused" too, and pip installed the
+    # pins into that interpreter (battery 32)
+    has_python = (env_dir / "bin" / "python").exists()
+    if has_python and not (env_dir / "pyvenv.cfg").is_file():
+        raise InputError(f"--venv {env_dir} holds a bin/python but is not a virtual environment (no "
+                         f"pyvenv.cfg): the pins would be installed into that interpreter; give a new or "
+                         f"empty folder, or one this tool made")
+    if problem and not has_python:
         raise InputError(f"{problem}.")
 
 
@@ -216,7 +224,7 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
             read_project(root)  # pip install -e reads it too: a broken one fails here, clearly
         build = build_requires(root)
     except InputError as exc:
-        print(f"version_matrix.py: {exc}", file=sys.stderr)
+        print(f"version_matrix.py: {_cli().one_line(str(exc))}", file=sys.stderr)  # a path: one line
         return 2
     cli, new = _cli(), not env_dir.exists()
     cli.leaving(f"{env_dir} was removed (it was new)" if new else
@@ -233,7 +241,8 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
             what = f"{' '.join(map(str, exc.cmd[:4]))} ... exited with status {exc.returncode}"
         else:
             what = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
-        print(f"version_matrix.py: cannot prepare the environment {env_dir}: {what}", file=sys.stderr)
+        print(_cli().one_line(f"version_matrix.py: cannot prepare the environment {env_dir}: {what}"),
+              file=sys.stderr)
         return 1
     python = env_dir / "bin" / "python"
     cli.leaving(f"pytest was stopped; the environment {env_dir} is ready")

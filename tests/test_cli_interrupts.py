@@ -247,10 +247,12 @@ def test_bench_interrupted_while_it_runs_says_one_line(tmp_path, signum):
 
 def test_python_m_of_a_module_that_is_no_tool_is_left_alone():
     """course_utils/_starting.py sets the handler for the tools only: importing cli there for
-    `python -m course_utils.cli` made runpy warn that it was imported before it ran."""
+    `python -m course_utils.cli` made runpy warn that it was imported before it ran. Run as a
+    command, the library module says it is none: one line, exit 2, no warning."""
     done = subprocess.run([sys.executable, "-m", "course_utils.cli"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
-    assert (done.returncode, done.stderr) == (0, ""), done
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done
+    assert done.stderr.startswith("python -m course_utils.cli: a library module, not a command"), done
 
 
 @pytest.mark.parametrize("module, args", [("course_utils.model.train", ["induction", "--steps", "2"]),

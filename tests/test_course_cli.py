@@ -401,6 +401,7 @@ def test_version_matrix_installs_the_build_requirements_first(tmp_path, monkeypa
     env = tmp_path / "env"
     (env / "bin").mkdir(parents=True)
     (env / "bin" / "python").write_text("")  # an environment of ours, reused: no venv made
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")  # (a venv: version_matrix reuses no other)
     ran = []
 
     def run(cmd, **kwargs):

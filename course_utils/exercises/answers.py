@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_flag, check_int, check_record, shown
+from ..attention.validation import check_flag, check_int, check_record, plain_str, shown
 from ..paths import check_path, path_kind
 from .cases import Case, listed
 
@@ -353,6 +353,21 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+def lesson_name(lesson: Any) -> str:
+    """``lesson`` ("lesson02") as the plain str of one of the course's lesson modules, the one way
+    a lesson argument is taken: a str subclass is read through :func:`plain_str` (its own
+    ``__str__``, ``__repr__`` or ``__eq__`` is never called, so an f-string or a path of it is the
+    text it holds); else a ValueError naming ``lesson``, what was expected and what arrived."""
+    if isinstance(lesson, str):
+        lesson = plain_str(lesson, "lesson")
+    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
+        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {shown(lesson, 60)}")
+    known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
+    if lesson not in known:
+        raise ValueError(f"lesson must be one of the course's lessons {known}, got {shown(lesson)}")
+    return lesson
+
+
 @functools.cache
 def _load(lesson: str) -> _FrozenDict:
     """A lesson's stored exercises, frozen (:func:`_freeze`). The cache holds no tensor, list or
@@ -367,14 +382,8 @@ def stored(lesson: str, name: str) -> dict | None:
     (so an edit to one copy never reaches the next check), or None when the store has none;
     raises OSError / ValueError when the file is missing or unreadable, and ValueError for a
     lesson that is not "lessonNN" (a path would read outside the store)."""
-    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
-        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {shown(lesson)}")
-    known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
-    if lesson not in known:
-        raise ValueError(f"lesson must be one of the course's lessons {known}, got {shown(lesson)}")
-    if not isinstance(name, str):
-        raise TypeError(f"name: expected an exercise's stored name (a str), got "
-                        f"{type(name).__name__} {shown(name, 60)}")
+    lesson = lesson_name(lesson)
+    name = plain_str(name, "name", "an exercise's stored name (a str)")
     for key, entry in _load(lesson):
         if key == name:
             return _thaw(entry)  # a fresh copy on each call: no caller shares it with another

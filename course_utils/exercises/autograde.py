@@ -47,10 +47,11 @@ import numpy as np
 import torch
 
 from .. import cli
-from ..attention.validation import shown
+from ..attention.validation import plain_str, shown
 from ..paths import check_path, path_kind
 from . import cases as _cases
 from . import sandbox
+from .answers import lesson_name
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 SECRETS_NAME = ".course_grader.json"  # in the nbgrader course folder, beside gradebook.db
@@ -285,24 +286,31 @@ def _solutions_folder(solutions_dir: Any) -> Path:
 
 def _lesson_module(lesson: Any) -> Any:
     """The module course_utils.exercises.<lesson>; a ValueError naming ``lesson`` when there is none."""
-    if not isinstance(lesson, str) or re.fullmatch(r"lesson\d\d", lesson) is None:
-        raise ValueError(f"lesson must be 'lessonNN', e.g. 'lesson02', got {shown(lesson, 60)}")
-    try:
-        return importlib.import_module(f"course_utils.exercises.{lesson}")
-    except ModuleNotFoundError:
-        known = sorted(p.stem for p in Path(__file__).parent.glob("lesson[0-9][0-9].py"))
-        raise ValueError(f"lesson must be one of the course's lessons {known}, got {shown(lesson)}") from None
+    return importlib.import_module(f"course_utils.exercises.{lesson_name(lesson)}")
+
+
+def _named_check(lesson: Any, check: Any) -> tuple[str, str, Callable[..., Any]]:
+    """``(lesson, check, the check function)`` with ``lesson`` and ``check`` as the plain strs they
+    hold (:func:`.answers.lesson_name`, :func:`plain_str`: a str subclass's own ``__str__``,
+    ``__repr__`` or ``startswith`` is never called, and the f-strings of the grader's messages
+    and keys print the text); else a ValueError naming the argument."""
+    lesson = lesson_name(lesson)
+    module = _lesson_module(lesson)
+    if isinstance(check, str):
+        check = plain_str(check, "check")
+    fn = getattr(module, check, None) if isinstance(check, str) and check.startswith("check_") else None
+    if not callable(fn):
+        known = sorted(n for n in vars(module) if n.startswith("check_"))
+        raise ValueError(f"check must be one of {lesson}'s checks {known}, got {shown(check)}")
+    return lesson, check, fn
 
 
 def exercise_of(lesson: str, check: str) -> Any:
     """The Exercise behind ``lessonNN.check_xxx`` (a bound check, or a wrapper such as 5.3's)."""
     from .core import Exercise
 
+    lesson, check, fn = _named_check(lesson, check)
     module = _lesson_module(lesson)
-    fn = getattr(module, check, None) if isinstance(check, str) and check.startswith("check_") else None
-    if not callable(fn):
-        known = sorted(n for n in vars(module) if n.startswith("check_"))
-        raise ValueError(f"check must be one of {lesson}'s checks {known}, got {shown(check)}")
     found = getattr(fn, "__self__", None)
     if isinstance(found, Exercise):
         return found
@@ -322,7 +330,7 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
     ``solutions/`` from the instructor's clone; cached for this grader's run. Raises
     RuntimeError when that process fails."""
     folder = _solutions_folder(solutions_dir)
-    _lesson_module(lesson)
+    lesson = lesson_name(lesson)
     if isinstance(salt, bool) or not isinstance(salt, int):
         raise TypeError(f"salt: expected an int, got {type(salt).__name__} {shown(salt, 60)}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 86400:
@@ -486,6 +494,7 @@ def feedback_from(lesson: str, check: str, name: str, run: sandbox.Run, cases: l
     exercise's own; 1: ``unseen``, compared with ``expected_unseen``). Correct only when both are."""
     from .core import Feedback
 
+    lesson, check, _ = _named_check(lesson, check)
     exercise = exercise_of(lesson, check)
     title = exercise.title
     if not isinstance(run, sandbox.Run):
@@ -600,9 +609,11 @@ def grade_answer(lesson: str, check: str, code: str, name: str, *, salt: int | N
     also on unseen cases (both or neither). Returns the Feedback."""
     from .core import Feedback
 
+    lesson, check, _ = _named_check(lesson, check)
     exercise = exercise_of(lesson, check)
     _check_per_call(per_call)
     _check_grading_arguments(code, name, salt, solutions_dir, hide, sandboxed)
+    code, name = plain_str(code, "code"), plain_str(name, "name")  # (checked: the plain strs they hold)
     if sandbox.is_stub(code, name):  # the release's stub: the check's own words, no process needed
         def stub(*args: Any, **kwargs: Any) -> Any:
             raise NotImplementedError()

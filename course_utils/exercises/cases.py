@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from ..attention.validation import items_of, shown
+from ..attention.validation import items_of, plain_str, shown
 
 
 def listed(value: object, name: str, expected: str) -> object:
@@ -48,7 +48,7 @@ class Case:
                             f"{shown(self.label)}")
         # a str subclass is kept as the plain str it holds: one whose __repr__ raises made the
         # Case unprintable, and its label is printed in feedback (battery 31)
-        self.label = str.__str__(self.label)
+        self.label = plain_str(self.label, f"{kind}.label")
 
     def fresh(self) -> tuple[tuple, dict]:
         """Copies of the inputs, so an in-place edit by one call cannot leak into the next (a

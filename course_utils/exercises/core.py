@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_distinct, finite, say, shown
+from ..attention.validation import check_distinct, finite, plain_str, say, shown
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -1749,7 +1749,7 @@ class Mistake:
         # a str subclass is kept as the plain str it holds: one whose __repr__ raises made the
         # Mistake unprintable, and its key is compared and stored (battery 31)
         for name in ("key", "message", "hint"):
-            object.__setattr__(self, name, str.__str__(getattr(self, name)))
+            object.__setattr__(self, name, plain_str(getattr(self, name), f"{kind}.{name}"))
 
 
 @dataclass

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..attention.validation import check_callable, check_distinct, check_flag, shown
+from ..attention.validation import check_callable, check_distinct, check_flag, items_of, plain_str, shown
 from .answers import Raised, _check_case, same_raise
 from .cases import listed
 from .core import Case, Exercise, Feedback, Mistake, _Deadline, _safe_str, _where_bound
@@ -49,7 +49,7 @@ class RaisingMistake(Mistake):
         if not isinstance(self.pattern, str):
             raise TypeError(f"RaisingMistake.pattern must be a str (\"\" for none), got "
                             f"{type(self.pattern).__name__} {shown(self.pattern, 60)}")
-        self.pattern = str.__str__(self.pattern)  # (a str subclass: the plain str it holds)
+        self.pattern = plain_str(self.pattern, "RaisingMistake.pattern")  # (a subclass: the str it holds)
 
 
 def _raised(fn: Callable[..., Any], case: Case) -> BaseException | None:
@@ -192,13 +192,17 @@ class RecordRefusedCall:
     place torch binds the builtin (``torch.cat``) holds a wrapper that records the call."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
-        if not isinstance(names, tuple | list) or not all(type(n) is str for n in names):
-            raise TypeError(f"names must be a tuple of the names of torch's builtins (such as 'cat'), got "
-                            f"{type(names).__name__} {shown(names, 60)}")
+        expected = "a tuple of the names of torch's builtins (such as 'cat')"
+        # its items taken once (items_of: a len() that raises or lies is named, not met later), each
+        # the plain str it holds (plain_str: a str subclass's own __str__ or __eq__ is never called)
+        items = items_of(names, "names", expected) if isinstance(names, tuple | list) else None
+        if items is None or not all(isinstance(n, str) for n in items):
+            raise TypeError(f"names must be {expected}, got {type(names).__name__} {shown(names, 60)}")
+        names = tuple(plain_str(n, "names", expected) for n in items)
         unknown = [n for n in names if getattr(torch, n, None) is None]
         if unknown:
             raise ValueError(f"names: torch has no function {shown(unknown[0])} (names must be torch "
-                             f"builtins such as 'cat', 'stack'), got {shown(tuple(names), 80)}")
+                             f"builtins such as 'cat', 'stack'), got {shown(names, 80)}")
         self._names = tuple(check_distinct(names, "names", "torch builtins' names"))
         self._bound: list[tuple[Any, str, Any]] = []
         self.refused: tuple[str, tuple, dict] | None = None

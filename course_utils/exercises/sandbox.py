@@ -52,7 +52,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ..attention.validation import check_int, check_record, shown
+from ..attention.validation import check_int, check_record, plain_str, shown
 from ..paths import check_path
 from .cases import listed
 
@@ -289,7 +289,7 @@ def answer_source(cells: Sequence[str], name: str, answer_cell: int | None = Non
         raise TypeError(f"cells must be a list of the notebook's code cells (str), got {type(cells).__name__}"
                         + (" (one string: wrap it in a list)" if isinstance(cells, str) else ""))
     _need_identifier("name", name, "the answer's function name")
-    name = str.__str__(name)  # (a str subclass: the plain str it holds, printed in the messages below)
+    name = plain_str(name, "name")  # (a str subclass: the plain str it holds, printed below)
     if answer_cell is not None and (isinstance(answer_cell, bool) or not isinstance(answer_cell, int)
                                     or not 0 <= answer_cell < len(cells)):
         raise ValueError(f"answer_cell must be None or an index into the {len(cells)} cells "
