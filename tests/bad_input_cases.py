@@ -45,6 +45,17 @@ def tiny_model(**change: object):
     return TinyTransformer(ModelConfig(**config)).eval()
 
 
+def small_model():
+    """The seeded model the module-level cases of several subjects' files run (SM, MODEL or M in
+    attention, tasks, checkpoint, model_training, interp, interp_scores_patching and
+    interp_heatmaps_widgets): ``tiny_model`` with vocabulary 10, max_len 8 and d_model 8 (2 heads,
+    2 layers), in eval mode. Each call seeds torch's global generator with 0 and builds a new model, as
+    the files' own ``torch.manual_seed(0); SM = TinyTransformer(...)`` did: what a file draws after it
+    (a MultiHeadAttention's weights, torch.randn) is unchanged, and a test that changes its file's
+    model changes no other file's."""
+    return tiny_model(vocab_size=10, max_len=8, d_model=8)
+
+
 @dataclass
 class Case:
     """One bad call: ``call()`` must raise ``error`` with every one of ``words`` in its message
@@ -127,15 +138,24 @@ def train_mode_tiny_model():
     return TinyTransformer(ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=2))
 
 
+def one_layer_config():
+    """The ModelConfig of ``seeded_one_layer_model``: vocabulary 12, max_len 10, d_model 16, 4 heads and
+    1 layer (frozen, so the files that keep it as CFG may share it)."""
+    from course_utils.model.transformer import ModelConfig
+
+    return ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
+
+
 def seeded_one_layer_model(seed: int):
-    """A TinyTransformer with vocabulary 12, max_len 10, d_model 16, 4 heads and 1 layer, seeded with
-    ``seed``, in training mode: the model the checkpoint and training tests save, kill and move."""
+    """A TinyTransformer of ``one_layer_config()`` (vocabulary 12, max_len 10, d_model 16, 4 heads and
+    1 layer), seeded with ``seed``, in training mode: the model the checkpoint and training tests save,
+    kill and move."""
     import torch
 
-    from course_utils.model.transformer import ModelConfig, TinyTransformer
+    from course_utils.model.transformer import TinyTransformer
 
     torch.manual_seed(seed)
-    return TinyTransformer(ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1))
+    return TinyTransformer(one_layer_config())
 
 
 def meta_copy(model):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, LyingLen, assert_named, raises_naming, refused
+from bad_input_cases import Case, LyingLen, assert_named, raises_naming, refused, small_model
 from torch import nn
 
 from course_utils.attention import gqa as gqa_module
@@ -56,14 +56,10 @@ from course_utils.attention.shapes import (
     validate_dims,
 )
 from course_utils.attention.validation import ReadOnlyDict
-from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])

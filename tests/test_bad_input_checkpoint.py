@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from bad_input_cases import Case, assert_named, raises_naming, seeded_one_layer_model, train_mode_tiny_model
+from bad_input_cases import (
+    Case,
+    assert_named,
+    one_layer_config,
+    raises_naming,
+    seeded_one_layer_model,
+    small_model,
+    train_mode_tiny_model,
+)
 
 from course_utils.model import checkpoint as C
 from course_utils.model import checkpoint as CK
@@ -34,10 +42,7 @@ if str(ROOT / "scripts") not in sys.path:
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 def test_load_checkpoint_names_a_folder_and_what_it_holds(tmp_path):
@@ -247,7 +252,7 @@ def test_save_checkpoint_records_a_task_of_ones_own_and_load_holds_it(tmp_path):
 
 # -- battery 15 --------------------------------------------------------------------------------------
 
-CFG = ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
+CFG = one_layer_config()
 
 
 def _model_b15():

@@ -21,7 +21,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from bad_input_cases import BadRepr, Case, assert_named, raises_naming, refused
+from bad_input_cases import BadRepr, Case, assert_named, raises_naming, refused, small_model
 
 from course_utils.attention.masks import causal_mask, padding_mask
 from course_utils.attention.mha import MultiHeadAttention
@@ -409,11 +409,7 @@ def test_plot_all_heads_refuses_head_titles_of_the_wrong_arity():
 matplotlib.use("Agg")
 
 
-torch.manual_seed(0)
-
-
-MODEL_b16q = TinyTransformer(
-    ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+MODEL_b16q = small_model()
 
 
 TOKENS = torch.tensor([[1, 2, 3, 4, 1, 2], [2, 3, 4, 1, 2, 3]])
@@ -872,10 +868,7 @@ def test_say_never_raises_on_a_raising_stream(monkeypatch):
 
 # -- battery (issue 38 closing check) ----------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-M = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+M = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4]])

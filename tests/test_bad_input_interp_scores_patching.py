@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib
 import pytest
 import torch
-from bad_input_cases import Case, assert_named, raises_naming, tiny_model, train_mode_tiny_model
+from bad_input_cases import Case, assert_named, raises_naming, small_model, tiny_model, train_mode_tiny_model
 
 from course_utils.interp import ablation, circuits, patching
 from course_utils.interp import ablation as A
@@ -50,10 +50,7 @@ matplotlib.use("Agg")
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])

@@ -13,7 +13,14 @@ import re
 
 import pytest
 import torch
-from bad_input_cases import BadRepr, raises_naming, refused, train_mode_tiny_model
+from bad_input_cases import (
+    BadRepr,
+    one_layer_config,
+    raises_naming,
+    refused,
+    tiny_model,
+    train_mode_tiny_model,
+)
 
 from course_utils.attention.masks import padding_mask
 from course_utils.model import kv_cache
@@ -26,7 +33,7 @@ from course_utils.model.kv_cache import (
 )
 from course_utils.model.paged_cache import PagedCache
 from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK
-from course_utils.model.transformer import ModelConfig, TinyTransformer
+from course_utils.model.transformer import TinyTransformer
 from course_utils.tasks.two_relations import TwoKeyTask
 
 # -- battery 8 ---------------------------------------------------------------------------------------
@@ -319,15 +326,11 @@ def test_quantized_cache_takes_a_group_up_to_max_len(max_len, group):
 
 # -- battery 19 (fix49rm) ----------------------------------------------------------------------------
 
-SMALL = ModelConfig(vocab_size=16, max_len=8, d_model=16, num_heads=2, num_layers=2)
-
-
 TOKEN = torch.zeros(1, 1, dtype=torch.long)
 
 
 def _model() -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(SMALL).eval()
+    return tiny_model(max_len=8)  # vocabulary 16, d_model 16, 2 heads, 2 layers; seed 0, eval
 
 
 def _state(cache: QuantizedCache) -> list[torch.Tensor]:
@@ -447,7 +450,7 @@ def test_quantized_cache_refuses_another_dtype(dtype: torch.dtype) -> None:
 
 # -- battery 22 (fix52q) -----------------------------------------------------------------------------
 
-CFG = ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
+CFG = one_layer_config()
 
 
 # -- 6: repeatable_step refuses to rewind a cache stepped elsewhere -------------------------------

@@ -19,8 +19,10 @@ from bad_input_cases import (
     Case,
     assert_named,
     meta_copy,
+    one_layer_config,
     raises_naming,
     seeded_one_layer_model,
+    small_model,
     tiny_model,
     train_mode_tiny_model,
 )
@@ -50,10 +52,7 @@ if str(ROOT / "scripts") not in sys.path:
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])
@@ -388,7 +387,7 @@ def test_train_model_refuses_a_target_it_could_not_measure(arguments: dict, erro
 
 # -- battery 16 (fix46r) -----------------------------------------------------------------------------
 
-CFG = ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
+CFG = one_layer_config()
 
 
 def test_train_model_checks_sample_batch_arity():
@@ -440,12 +439,8 @@ def test_history_to_dict_checks_steps_appended_out_of_order():
 
 # -- battery 18 (fix48rm) ----------------------------------------------------------------------------
 
-SMALL = ModelConfig(vocab_size=16, max_len=12, d_model=16, num_heads=2, num_layers=2)
-
-
 def _model() -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(SMALL)
+    return tiny_model().train()  # tiny_model's sizes and seed 0, in training mode as built
 
 
 _raises_b18rm = raises_naming  # call() raises error naming every one of words

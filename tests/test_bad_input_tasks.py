@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, assert_named, meta_copy, raises_naming, refused
+from bad_input_cases import Case, assert_named, meta_copy, raises_naming, refused, small_model
 
 from course_utils.attention import validation as V
 from course_utils.attention import validation as va
@@ -71,10 +71,7 @@ from course_utils.tasks.worked_example import (
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])
