@@ -12,14 +12,32 @@ from types import ModuleType
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: course.py, scripts/, solutions/
+SCRIPTS = ROOT / "scripts"
 
 
 def import_script(name: str) -> ModuleType:
-    """scripts/NAME.py, imported from scripts/ (as the tools import each other)."""
+    """scripts/NAME.py, imported from scripts/ (as the tools import each other): the one copy in
+    sys.modules, as a plain ``import NAME`` with scripts/ on the path gives it. scripts/ stays on
+    the path."""
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
     return __import__(name)
+
+
+def load_script_copy(name: str) -> ModuleType:
+    """scripts/NAME.py run afresh as a module of its own (``_NAME_under_test``, put in sys.modules,
+    where its dataclasses look their module up), with scripts/ on the path for its imports of the
+    other tools: a test may change its globals without reaching ``import_script``'s copy."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_{name}_under_test", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_course() -> ModuleType:
@@ -27,7 +45,7 @@ def load_course() -> ModuleType:
     so one test file's monkeypatching of its globals never reaches another's."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("course_under_test", SCRIPTS.parent / "course.py")
+    spec = importlib.util.spec_from_file_location("course_under_test", ROOT / "course.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

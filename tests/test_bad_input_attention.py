@@ -16,12 +16,11 @@ import os
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, LyingLen, assert_named, raises_naming, refused, small_model
+from bad_input_cases import ROOT, Case, LyingLen, assert_named, raises_naming, refused, small_model
 from torch import nn
 
 from course_utils.attention import gqa as gqa_module
@@ -1018,9 +1017,6 @@ def test_backend_rejection_reason_refuses_shapes_no_attention_takes() -> None:
 
 
 # -- battery 27 (fix57) ------------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_the_shape_trace_names_a_folder_deleted_after_torch_loaded() -> None:
     code = ("import os, tempfile\nfrom course_utils.attention.shapes import dimension_report\n"

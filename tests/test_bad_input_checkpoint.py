@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from bad_input_cases import (
+    ROOT,
     Case,
     assert_named,
     one_layer_config,
@@ -34,11 +35,6 @@ from course_utils.model import checkpoint as C
 from course_utils.model import checkpoint as CK
 from course_utils.model.checkpoint import available_checkpoints
 from course_utils.model.transformer import ModelConfig, TinyTransformer
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
@@ -290,9 +286,6 @@ def test_a_fifo_at_a_saves_temporary_name_does_not_hang_the_save(tmp_path):
 
 # -- battery 16 (fix46r) -----------------------------------------------------------------------------
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 # -- save_checkpoint stopped while writing (data loss) ---------------------------------------------
 _CHILD = textwrap.dedent("""
     import os, signal, sys, torch
@@ -323,7 +316,7 @@ def test_a_save_killed_while_writing_leaves_only_names_the_next_save_removes(tmp
     old = seeded_one_layer_model(0)
     C.save_checkpoint(old, tmp_path / "toy", task="t", metrics={}, command="c")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), str(int(sig))], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == -sig, done.stderr[-2000:]
@@ -507,7 +500,7 @@ def test_concurrent_saves_and_loads_of_one_checkpoint_take_turns(tmp_path: Path)
 
     path = tmp_path / "race"
     C.save_checkpoint(TinyTransformer(CFG), path, task="toy", metrics={}, command="start")
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(ROOT)
     writers = [subprocess.Popen([sys.executable, "-c", _WRITER, repo, str(path), str(i)], text=True,
                                 stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
                for i in (1, 2)]

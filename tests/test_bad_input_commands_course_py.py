@@ -10,7 +10,6 @@ files live in tests/bad_input_cases.py."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bad_input_cases import SCRIPTS, import_script, load_course, raises_naming
+from bad_input_cases import ROOT, SCRIPTS, import_script, load_course, raises_naming
 
 from course_utils import cli
 
@@ -30,10 +29,7 @@ _b21u_mark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs
 
 def test_release_with_a_file_for_student_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """`course.py release` with student/ a file raised FileExistsError, after rewriting the lessons."""
-    from pathlib import Path
-
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "scripts"))
-    import nbgrader_tools as tools
+    tools = import_script("nbgrader_tools")
 
     student = tmp_path / "student"
     student.write_text("keep\n")
@@ -59,9 +55,6 @@ def test_course_test_refuses_a_bare_word_that_is_no_path(capsys):
 
 # -- battery 13b -------------------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
 @pytest.mark.slow
 def test_course_lab_refuses_an_unknown_option_by_name(tmp_path):
     """b13 cli:course.py lab-bogus: JupyterLab started with --bogus (an orphan server to kill)."""
@@ -80,11 +73,7 @@ def test_course_lab_refuses_an_unknown_option_by_name(tmp_path):
 
 @pytest.mark.slow  # it asks the installed JupyterLab (2-3 s)
 def test_course_lab_knows_jupyterlabs_own_options():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_course_13b", ROOT / "course.py")
-    course = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(course)
+    course = load_course()
     if not course._bin("python").exists():
         pytest.skip("no .venv with JupyterLab here")
     args = ["--no-browser", "--port=8899", "--ip", "0.0.0.0", "--ServerApp.token=x", "--LabApp.x=1",
@@ -123,7 +112,7 @@ def _imported(node: ast.stmt) -> set[str]:
     return set()
 
 
-_TOOLS = ["course.py"] + sorted(f"scripts/{p.name}" for p in (ROOT / "scripts").glob("*.py")
+_TOOLS = ["course.py"] + sorted(f"scripts/{p.name}" for p in (SCRIPTS).glob("*.py")
                                if "stop_at_once(" in p.read_text(encoding="utf-8"))
 
 
@@ -297,11 +286,7 @@ def test_course_names_an_input_that_is_no_file_before_reading_it(name, make, wor
 def test_course_py_starts_its_own_tools_held_and_other_programs_not(monkeypatch) -> None:
     """publish, release and student-tree run course tools (stop_at_once first thing); lab and test
     run programs that would never let the signals through."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("course_held", SCRIPTS.parent / "course.py")
-    course = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(course)
+    course = load_course()
     calls: list[tuple[list[str], dict]] = []
     monkeypatch.setattr(course, "ensure_environment", lambda: None)
     monkeypatch.setattr(course.cli, "call", lambda args, *rest, **kw: calls.append((args, kw)) or 0)
@@ -361,13 +346,6 @@ def test_course_py_names_a_pyproject_that_is_not_toml(tmp_path: Path) -> None:
 
 # -- battery 29 (commands) ---------------------------------------------------------------------------
 
-def _course():
-    spec = importlib.util.spec_from_file_location("_course_b29", ROOT / "course.py")
-    course = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(course)
-    return course
-
-
 # --- course.py lab: --port and --ip values are checked before anything starts -----------------
 @pytest.mark.parametrize(("arg", "shown"), [
     ("--port=-5", "--port=-5 is out of range"),
@@ -379,7 +357,7 @@ def _course():
 def test_course_lab_refuses_a_bad_port_or_address_before_starting(monkeypatch, capsys, arg, shown):
     """b29 lab_port_negative_traceback, lab_port_out_of_range_starts, lab_bad_ip_traceback: a
     socket.gaierror traceback from jupyter_server, or JupyterLab started on port 99999."""
-    course = _course()
+    course = load_course()
 
     def never(*args, **kwargs):
         raise AssertionError("the environment was set up: the option was not refused first")
@@ -392,7 +370,7 @@ def test_course_lab_refuses_a_bad_port_or_address_before_starting(monkeypatch, c
 
 
 def test_course_lab_takes_good_ports_and_addresses():
-    course = _course()
+    course = load_course()
     assert course.lab_value_problems(["--port=0", "--port", "8888", "--ServerApp.port=65535", "--ip=*",
                                       "--ip", "127.0.0.1", "--ServerApp.ip=localhost", "--ip="]) == []
 
@@ -401,7 +379,7 @@ def test_course_lab_takes_good_ports_and_addresses():
 def test_course_test_names_a_missing_test_id_before_running(monkeypatch, capsys):
     """b29 test_missing_nodeid_unnamed: `course.py test tests/test_attention.py::no_such_test` ran
     pytest for 40 s and ended in "no tests ran" (exit 5), naming nothing."""
-    course = _course()
+    course = load_course()
 
     def never(*args, **kwargs):
         raise AssertionError("pytest was run: the missing test was not named first")
@@ -550,12 +528,11 @@ def test_test_memory_default_report_is_the_repositorys(tmp_path, monkeypatch):
 
     from course_utils.bench import memory
 
-    root = Path(__file__).resolve().parents[1]
-    assert memory.DEFAULT_TEST_REPORT == root / "artifacts" / "test_peak_rss.json"
+    assert memory.DEFAULT_TEST_REPORT == ROOT / "artifacts" / "test_peak_rss.json"
     monkeypatch.chdir(tmp_path)
     parser = argparse.ArgumentParser()
     memory.add_bench_parser(parser.add_subparsers(dest="command"))
-    assert Path(parser.parse_args(["test-memory"]).report) == root / "artifacts" / "test_peak_rss.json"
+    assert Path(parser.parse_args(["test-memory"]).report) == ROOT / "artifacts" / "test_peak_rss.json"
 
 
 # -- check_leaves_torch_modes: a check leaves the answer's torch modes and autocast ------------------

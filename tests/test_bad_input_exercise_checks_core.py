@@ -20,13 +20,12 @@ import sys
 import textwrap
 import types
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import BadRepr, Case, LyingStr, assert_named, raises_naming
+from bad_input_cases import ROOT, BadRepr, Case, LyingStr, assert_named, raises_naming
 
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.exercises import all_exercises, answers, core, outputs_close
@@ -819,9 +818,6 @@ SOME = ["lesson01.ATTEND", "lesson02.SOFTMAX_ROWS", "lesson02.ATTENTION_WEIGHTS"
         "lesson07.DECODE_STEP", "lesson07.CACHE_BYTES"]
 
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 def _lie(*args, **kwargs):
     return True
 
@@ -922,7 +918,7 @@ _SCRIPT = textwrap.dedent('''
 def test_a_kernel_whose_golden_copies_were_tampered_with_passes_nothing_later(tmp_path, how):
     script = tmp_path / "poison.py"
     script.write_text(_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     names = ["lesson02.ATTENTION_WEIGHTS", "lesson02.SOFTMAX_ROWS", "lesson03.PARAMETER_COUNT",
              "lesson07.REPEAT_KV"]
     done = subprocess.run([sys.executable, str(script), how, *names],
@@ -1245,9 +1241,6 @@ def test_decode_refuses_a_store_nested_deeper_than_encode_writes():
 
 
 # -- battery 29 (checks) -----------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 SWALLOWS = """
 import signal, threading

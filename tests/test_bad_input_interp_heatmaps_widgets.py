@@ -14,14 +14,13 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import ipywidgets
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from bad_input_cases import BadRepr, Case, assert_named, raises_naming, refused, small_model
+from bad_input_cases import ROOT, BadRepr, Case, assert_named, raises_naming, refused, small_model
 
 from course_utils.attention.masks import causal_mask, padding_mask
 from course_utils.attention.mha import MultiHeadAttention
@@ -62,9 +61,6 @@ from course_utils.parallel import parallel_map
 from course_utils.tasks import two_relations as tr
 from course_utils.tasks.synthetic import AgreementTask, MixtureTask, detokenize
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
 matplotlib.use("Agg")
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-import sys
-from pathlib import Path
 
 import matplotlib
 import pytest
@@ -42,9 +40,6 @@ from course_utils.model import transformer as TF
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 from course_utils.tasks.synthetic import AgreementTask
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
 matplotlib.use("Agg")
 
 

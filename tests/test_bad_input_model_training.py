@@ -9,9 +9,6 @@ files live in tests/bad_input_cases.py."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -44,11 +41,6 @@ from course_utils.model.transformer import ModelConfig, TinyTransformer, _weight
 from course_utils.tasks import synthetic as SY
 from course_utils.tasks import two_relations as TWO
 from course_utils.tasks import worked_example as WE
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, LyingStr, assert_named, raises_naming
+from bad_input_cases import ROOT, SCRIPTS, Case, LyingStr, assert_named, raises_naming
 
 from course_utils import cli, paths
 from course_utils.attention import shapes
@@ -46,9 +46,6 @@ from course_utils.tasks import worked_example as WE
 from course_utils.tasks.worked_example import load_worked_example
 
 # -- battery 6 (left) --------------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 SOFTMAX = ("def softmax_rows(scores):\n    import numpy as np\n"
            "    return np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)\n")
@@ -91,7 +88,7 @@ CASES = [
     Case("reference_outputs missing folder", lambda: autograde.reference_outputs("/nonexistent_b6/solutions",
                                                                                  "lesson02", 5),
          ValueError, ["solutions_dir", "/nonexistent_b6/solutions", "does not exist"]),
-    Case("reference_outputs not named solutions", lambda: autograde.reference_outputs(str(ROOT / "scripts"),
+    Case("reference_outputs not named solutions", lambda: autograde.reference_outputs(str(SCRIPTS),
                                                                                       "lesson02", 5),
          ValueError, ["solutions_dir", "named 'solutions'", "scripts"]),
     Case("reference_outputs lesson99", lambda: autograde.reference_outputs(str(ROOT / "solutions"),
@@ -491,10 +488,8 @@ def test_the_kernel_rule_is_the_graders_and_the_lessons_do_not_trip_it():
     assert "`answers` (the course's stored answers)" in broken, broken
     assert sandbox.store_reads([_LOOKUP]) and sandbox.store_reads(["open('answers/lesson02.pt', 'rb')"])
     import json
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    for notebook in sorted((root / "notebooks").glob("*.ipynb")) + sorted((root / "student").glob("*.ipynb")):
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "student").glob("*.ipynb")):
         cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
                  if c["cell_type"] == "code"]
         assert sandbox.store_reads(cells) == [], notebook.name
@@ -1091,10 +1086,8 @@ def test_the_answer_runs_on_the_package_the_grader_imported(tmp_path) -> None:
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    shutil.copytree(root / "course_utils", tmp_path / "course_utils",
+    shutil.copytree(ROOT / "course_utils", tmp_path / "course_utils",
                     ignore=shutil.ignore_patterns("__pycache__"))
     child = tmp_path / "course_utils" / "exercises" / "sandbox.py"
     child.write_text(child.read_text() + (  # this copy's answer process says which code it is
