@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: course.py, scripts/, solutions/
 SCRIPTS = ROOT / "scripts"
+BEYOND_FLOAT = 10**400  # an int no float holds: float(BEYOND_FLOAT) raises OverflowError
 
 
 def import_script(name: str) -> ModuleType:

@@ -30,7 +30,6 @@ from course_utils.attention import sdpa_backends as SB
 from course_utils.attention import validation as va
 from course_utils.attention.gqa import GroupedQueryAttention, PublishedConfig, kv_cache_bytes
 from course_utils.attention.hooks import HookPoint, run_with_cache
-from course_utils.attention.hooks import hooks as hooks_b16p
 from course_utils.attention.kv_figure import plot_kv_sharing
 from course_utils.attention.masks import causal_mask, masked_softmax, padding_mask
 from course_utils.attention.mha import (
@@ -536,7 +535,7 @@ def test_a_names_test_answering_a_non_bool_is_refused(answer):
                                         rf"must be True or False, got {type(answer).__name__}"):
         run_with_cache(mha, torch.randn(2, 5, 16), names=lambda name: answer)
     with pytest.raises(TypeError, match=r"^fwd_hooks\[0\]\[0\] \(a test"):
-        with hooks_b16p(mha, [(lambda name: answer, lambda x, hook: None)]):
+        with hooks.hooks(mha, [(lambda name: answer, lambda x, hook: None)]):
             pass
     assert not any(p.has_hooks for p in mha.modules() if hasattr(p, "has_hooks"))
 

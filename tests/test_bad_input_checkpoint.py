@@ -251,17 +251,12 @@ def test_save_checkpoint_records_a_task_of_ones_own_and_load_holds_it(tmp_path):
 CFG = one_layer_config()
 
 
-def _model_b15():
-    torch.manual_seed(0)
-    return TinyTransformer(CFG)
-
-
 @pytest.mark.parametrize("temporary", [".k.json.saving", ".k.safetensors.saving"])
 def test_a_link_at_a_saves_temporary_name_is_never_written_through(tmp_path, temporary):
     precious = tmp_path / "precious.txt"
     precious.write_text("precious data")
     (tmp_path / temporary).symlink_to(precious)
-    C.save_checkpoint(_model_b15(), tmp_path / "k", task="t", metrics={}, command="c")
+    C.save_checkpoint(seeded_one_layer_model(0), tmp_path / "k", task="t", metrics={}, command="c")
     assert precious.read_text() == "precious data"
     assert not (tmp_path / "k.json").is_symlink() and not (tmp_path / "k.safetensors").is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.json", "k.safetensors", "precious.txt"]
@@ -277,7 +272,7 @@ def test_a_fifo_at_a_saves_temporary_name_does_not_hang_the_save(tmp_path):
     old = signal.signal(signal.SIGALRM, stuck)
     signal.alarm(30)
     try:
-        C.save_checkpoint(_model_b15(), tmp_path / "k", task="t", metrics={}, command="c")
+        C.save_checkpoint(seeded_one_layer_model(0), tmp_path / "k", task="t", metrics={}, command="c")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)

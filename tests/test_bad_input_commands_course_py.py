@@ -22,7 +22,7 @@ from bad_input_cases import ROOT, SCRIPTS, import_script, load_course, raises_na
 
 from course_utils import cli
 
-_b21u_mark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
+needs_posix_signals_and_fifos = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
 
 
 # -- battery 9 ---------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def _link_to_folder(path: Path) -> None:
     path.symlink_to(path.parent / "elsewhere")
 
 
-@_b21u_mark
+@needs_posix_signals_and_fifos
 @pytest.mark.parametrize("early", [True, False], ids=["early-check", "all-or-nothing-writer"])
 @pytest.mark.parametrize("make, words", [(_fifo, "a FIFO"), (_folder, "a directory"),
                                          (_link_to_folder, "a directory")])
@@ -261,7 +261,7 @@ def test_exercise_answers_build_writes_nothing_when_a_later_store_is_no_file(mak
 
 
 # -- group 1: course.py checks pyproject.toml and constraints.txt before it reads them -----------------
-@_b21u_mark
+@needs_posix_signals_and_fifos
 @pytest.mark.parametrize("name", ["pyproject.toml", "constraints.txt"])
 @pytest.mark.parametrize("make, words", [(lambda p: None, "missing"), (_folder, "a directory"),
                                          (_fifo, "a FIFO")])
@@ -396,28 +396,25 @@ def test_course_test_names_a_missing_test_id_before_running(monkeypatch, capsys)
 
 # -- battery 30 (f) ----------------------------------------------------------------------------------
 
-course_py_b30f = load_course()
-
-
 @pytest.fixture(autouse=True)
 def _nothing_installed(monkeypatch):
     """A command that gets past its checks fails at once here, rather than installing or running."""
     def refuse():
         raise AssertionError("course.py went on to install the environment")
-    monkeypatch.setattr(course_py_b30f, "ensure_environment", refuse)
+    monkeypatch.setattr(course_py, "ensure_environment", refuse)
 
 
 # -- pytest_addopts_clobbers: PYTEST_ADDOPTS is guarded as the command line is -----------------------
 def test_test_refuses_clobbering_options_from_pytest_addopts(monkeypatch, capsys):
     monkeypatch.setenv("PYTEST_ADDOPTS", "--basetemp=docs --junitxml=README.md")
-    assert course_py_b30f._main(["test", "tests/test_attention.py"]) == 2
+    assert course_py._main(["test", "tests/test_attention.py"]) == 2
     err = capsys.readouterr().err
     assert "PYTEST_ADDOPTS" in err and "--basetemp" in err and "nothing was run" in err
 
 
 def test_addopts_args_splits_as_a_shell_and_tolerates_a_bad_quote():
-    assert course_py_b30f.addopts_args("--junitxml='a b.xml' -x") == ["--junitxml=a b.xml", "-x"]
-    assert course_py_b30f.addopts_args("--junitxml='unclosed") == []
+    assert course_py.addopts_args("--junitxml='a b.xml' -x") == ["--junitxml=a b.xml", "-x"]
+    assert course_py.addopts_args("--junitxml='unclosed") == []
 
 
 # -- pytest_log_file_clobbers: --log-file, --debug and -o log_file= overwrite their file -------------
@@ -428,7 +425,7 @@ def test_addopts_args_splits_as_a_shell_and_tolerates_a_bad_quote():
                                   ["--override-ini", "log_file=LICENSE"]],
                          ids=lambda a: " ".join(a))
 def test_test_refuses_a_log_file_over_a_tracked_file(args):
-    problems = course_py_b30f.clobbered_output_paths(args)
+    problems = course_py.clobbered_output_paths(args)
     assert len(problems) == 1 and "overwrite" in problems[0]
 
 
@@ -436,22 +433,22 @@ def test_test_refuses_a_log_file_over_a_tracked_file(args):
                                   ["-o", "log_cli=true"], ["--log-file=new-file-here.log"]],
                          ids=lambda a: " ".join(a))
 def test_test_lets_a_new_log_file_or_other_settings_pass(args):
-    assert course_py_b30f.clobbered_output_paths(args) == []
+    assert course_py.clobbered_output_paths(args) == []
 
 
 # -- course_venv_tilde_blank: COURSE_VENV='~/x' is the home folder's x; a blank one is refused --------
 @pytest.mark.parametrize("setting", [" ", "\t", "~no_such_user_b30f/venv"],
                          ids=["space", "tab", "unknown-user"])
 def test_course_venv_blank_or_unexpandable_is_refused(setting, monkeypatch, capsys):
-    assert "COURSE_VENV" in course_py_b30f.venv_setting_problem(setting)
+    assert "COURSE_VENV" in course_py.venv_setting_problem(setting)
     monkeypatch.setenv("COURSE_VENV", setting)
-    assert course_py_b30f._main(["publish", "--check"]) == 2
+    assert course_py._main(["publish", "--check"]) == 2
     assert "COURSE_VENV" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("setting", [None, "", "/tmp/some-venv", "~/venvs/mha"])
 def test_course_venv_usable_settings_pass(setting):
-    assert course_py_b30f.venv_setting_problem(setting) is None
+    assert course_py.venv_setting_problem(setting) is None
 
 
 def test_course_venv_tilde_is_the_home_folder(monkeypatch, tmp_path):
@@ -467,19 +464,19 @@ def test_course_venv_tilde_is_the_home_folder(monkeypatch, tmp_path):
                          ids=lambda a: " ".join(a))
 def test_lab_option_without_its_value_is_named(args, capsys):
     option = next(a for a in args if a != "--no-browser")
-    assert course_py_b30f.lab_value_problems(args) == [course_py_b30f.lab_value_problems(args)[0]]
-    assert course_py_b30f.lab_value_problems(args)[0].startswith(f"{option} needs a value")
-    assert course_py_b30f._main(["lab", *args]) == 2
+    assert course_py.lab_value_problems(args) == [course_py.lab_value_problems(args)[0]]
+    assert course_py.lab_value_problems(args)[0].startswith(f"{option} needs a value")
+    assert course_py._main(["lab", *args]) == 2
     assert "needs a value" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args", [["--port", "8888"], ["--port=0"], ["--ip", "127.0.0.1", "--no-browser"]])
 def test_lab_option_with_its_value_passes(args):
-    assert course_py_b30f.lab_value_problems(args) == []
+    assert course_py.lab_value_problems(args) == []
 
 
 def test_lab_negative_port_is_out_of_range_not_missing():
-    assert "out of range" in course_py_b30f.lab_value_problems(["--port", "-1"])[0]
+    assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
 
 
 # -- student_tree_branch_named_like_tag: --branch NAME where NAME is a tag is refused ------------------

@@ -49,9 +49,9 @@ from course_utils.model import train as TRN
 exercise_answers = import_script("exercise_answers")
 nbgrader_tools = import_script("nbgrader_tools")
 
-_b21u_mark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
+needs_posix_signals_and_fifos = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
 
-_b22v_mark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+needs_posix_signals = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 
 
 # -- battery 6 (left) --------------------------------------------------------------------------------
@@ -366,7 +366,7 @@ class _ClientStoppedBySignal:
         raise AssertionError  # what the shut kernel gives
 
 
-def _notebook_b13(tmp_path):
+def _tiny_lesson(tmp_path):
     import nbformat
 
     path = tmp_path / "01_lesson.ipynb"
@@ -385,7 +385,7 @@ def test_bench_memory_interrupted_stops_with_one_line(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(nbclient, "NotebookClient", _ClientStoppedBySignal)
     handler = signal.getsignal(signal.SIGTERM)
-    code = cli.run(bench_cli.main, ["memory", str(_notebook_b13(tmp_path))], "python -m course_utils.bench")
+    code = cli.run(bench_cli.main, ["memory", str(_tiny_lesson(tmp_path))], "python -m course_utils.bench")
     err = capsys.readouterr().err
     assert code == 143, err
     assert err.strip().splitlines() == ["python -m course_utils.bench: interrupted by SIGTERM: the kernel "
@@ -406,7 +406,7 @@ def test_notebook_peak_memory_raises_interrupted_not_a_row(tmp_path, monkeypatch
     previous = signal.signal(signal.SIGTERM, lambda *a: pytest.fail("the loop's handler did not run"))
     try:
         with pytest.raises(cli.Interrupted, match="SIGTERM: the kernel running 01_lesson.ipynb"):
-            memory.notebook_peak_memory(_notebook_b13(tmp_path))
+            memory.notebook_peak_memory(_tiny_lesson(tmp_path))
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -761,7 +761,7 @@ async def _nothing() -> int:
 
 
 # -- cli.py's helpers look at their arguments' types before using them ----------------------------
-CLI_CASES_b15c = [
+CLI_HELPER_TYPE_CASES = [
     Case("run_kernel/work not awaitable", lambda: cli.run_kernel(3, "left"), TypeError,
          ["work", "coroutine", "int 3"]),
     Case("run_kernel/work not called", lambda: cli.run_kernel(_nothing, "left"), TypeError,
@@ -779,7 +779,7 @@ CLI_CASES_b15c = [
 ]
 
 
-@pytest.mark.parametrize("case", CLI_CASES_b15c, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CLI_HELPER_TYPE_CASES, ids=lambda c: c.name)
 def test_cli_helpers_refuse_wrong_argument_types_by_name(case):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a refused coroutine is closed, never left un-awaited
@@ -1434,7 +1434,7 @@ class EnvBuilder:
 FAKE_VENV_MAIN = "import sys, venv\nvenv.EnvBuilder(with_pip=True, clear=True).create(sys.argv[-1])\n"
 
 
-@_b21u_mark
+@needs_posix_signals_and_fifos
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_version_matrix_stopped_while_pip_writes_removes_the_new_venv(tmp_path, signum):
     fake = tmp_path / "fake" / "venv"
@@ -1467,7 +1467,7 @@ def test_version_matrix_stopped_while_pip_writes_removes_the_new_venv(tmp_path, 
 
 
 # -- group 9: a read-only folder is the writer's one-line ToolError, not the clean-up's OSError -------
-@_b21u_mark
+@needs_posix_signals_and_fifos
 def test_a_write_into_a_read_only_folder_names_the_file(tmp_path, monkeypatch):
     import errno
 
@@ -1634,7 +1634,7 @@ def test_call_refuses_a_course_tool_that_is_not_a_bool(value) -> None:
 tools = import_script("nbgrader_tools")
 
 
-def _tree_b22u(folder: Path) -> dict[str, bytes]:
+def _file_bytes(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (links not followed) with its bytes."""
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
@@ -1662,7 +1662,7 @@ def test_source_refuses_a_course_config_that_does_not_load(case, tmp_path, capsy
     err = capsys.readouterr().err
     assert "nbgrader_config.py" in err and error in err and f"line {line}" in err
     assert "nothing was written" in err and err.count("\n") == 1
-    assert _tree_b22u(course) == {"nbgrader_config.py": text.encode()}  # nothing written
+    assert _file_bytes(course) == {"nbgrader_config.py": text.encode()}  # nothing written
 
 
 @pytest.mark.parametrize("kept", [
@@ -1702,15 +1702,15 @@ def test_swap_in_refuses_a_destination_through_a_link_or_in_the_clone(case, tmp_
     else:
         os.symlink(clone / "docs", course)
         named = course
-    before = _tree_b22u(clone)
+    before = _file_bytes(clone)
     raises_naming(tools.SourceError, [str(named)], lambda: tools._swap_in(staging, course))
-    assert _tree_b22u(clone) == before
+    assert _file_bytes(clone) == before
     assert sorted(p.name for p in (clone / "docs").iterdir()) == []
 
 
 # -- battery 22 (fix52v) -----------------------------------------------------------------------------
 
-CHILD_b22v = """
+STOPPING_CHILD_TOOL = """
 import atexit, os, signal, sys, time
 sys.path.insert(0, {scripts!r})
 from course_cli import load_cli
@@ -1733,7 +1733,7 @@ sys.exit(cli.run(main, [], "child.py"))
 """
 
 
-PARENT_b22v = """
+CALLING_PARENT_TOOL = """
 import signal, sys
 sys.path.insert(0, {scripts!r})
 from course_cli import load_cli
@@ -1755,12 +1755,12 @@ SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
 
 def _parent(when: str, signum: int) -> subprocess.CompletedProcess:
-    child = CHILD_b22v.format(scripts=str(SCRIPTS), when=when, signum=int(signum))
-    parent = PARENT_b22v.format(scripts=str(SCRIPTS), child=child, when=when, signum=int(signum))
+    child = STOPPING_CHILD_TOOL.format(scripts=str(SCRIPTS), when=when, signum=int(signum))
+    parent = CALLING_PARENT_TOOL.format(scripts=str(SCRIPTS), child=child, when=when, signum=int(signum))
     return subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=120)
 
 
-@_b22v_mark
+@needs_posix_signals
 @pytest.mark.parametrize("when", ["after-child-done", "after-call-returned"])
 @pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_signal_once_the_course_tool_is_done_is_ignored(when: str, signum: int) -> None:
@@ -1771,7 +1771,7 @@ def test_a_signal_once_the_course_tool_is_done_is_ignored(when: str, signum: int
     assert done.stdout == "wrote 94 files\n", done.stdout
 
 
-@_b22v_mark
+@needs_posix_signals
 @pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_course_tool_stopped_mid_work_still_says_its_one_line(signum: int) -> None:
     done = _parent("mid-work", signum)
@@ -1781,7 +1781,7 @@ def test_a_course_tool_stopped_mid_work_still_says_its_one_line(signum: int) -> 
     assert done.stdout == "", done.stdout
 
 
-@_b22v_mark
+@needs_posix_signals
 def test_call_outside_a_tool_puts_the_handlers_back() -> None:
     """In a library (no stop_at_once), call(course_tool=True) leaves the caller's handlers as they were."""
     before = {sig: signal.getsignal(sig) for sig in cli.STOP_SIGNALS}

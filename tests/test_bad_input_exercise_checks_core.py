@@ -1010,7 +1010,7 @@ def test_outputs_close_a_non_strided_tensor_is_named(make, word, which):
 
 # -- battery 22 (fix52t) -----------------------------------------------------------------------------
 
-EXERCISES_b22t = sorted(all_exercises())
+ALL_EXERCISES = sorted(all_exercises())
 
 
 def _write_field(exercise: object, how: str, field: str, value: object) -> None:
@@ -1022,7 +1022,7 @@ def _write_field(exercise: object, how: str, field: str, value: object) -> None:
 
 # -- G1: a cell run before the check sets the exercise's rtol/atol ---------------------------------
 @pytest.mark.parametrize("how", ["attribute", "dict"])
-@pytest.mark.parametrize("name", EXERCISES_b22t)
+@pytest.mark.parametrize("name", ALL_EXERCISES)
 def test_tolerances_set_before_the_check_are_put_back_and_named(name, how):
     exercise = all_exercises()[name]
     built = (exercise.rtol, exercise.atol)
