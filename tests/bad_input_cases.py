@@ -12,14 +12,33 @@ from types import ModuleType
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: course.py, scripts/, solutions/
+SCRIPTS = ROOT / "scripts"
+BEYOND_FLOAT = 10**400  # an int no float holds: float(BEYOND_FLOAT) raises OverflowError
 
 
 def import_script(name: str) -> ModuleType:
-    """scripts/NAME.py, imported from scripts/ (as the tools import each other)."""
+    """scripts/NAME.py, imported from scripts/ (as the tools import each other): the one copy in
+    sys.modules, as a plain ``import NAME`` with scripts/ on the path gives it. scripts/ stays on
+    the path."""
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
     return __import__(name)
+
+
+def load_script_copy(name: str) -> ModuleType:
+    """scripts/NAME.py run afresh as a module of its own (``_NAME_under_test``, put in sys.modules,
+    where its dataclasses look their module up), with scripts/ on the path for its imports of the
+    other tools: a test may change its globals without reaching ``import_script``'s copy."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_{name}_under_test", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_course() -> ModuleType:
@@ -27,7 +46,7 @@ def load_course() -> ModuleType:
     so one test file's monkeypatching of its globals never reaches another's."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("course_under_test", SCRIPTS.parent / "course.py")
+    spec = importlib.util.spec_from_file_location("course_under_test", ROOT / "course.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -43,6 +62,17 @@ def tiny_model(**change: object):
     torch.manual_seed(0)
     config = {"vocab_size": 16, "max_len": 12, "d_model": 16, "num_heads": 2, "num_layers": 2} | change
     return TinyTransformer(ModelConfig(**config)).eval()
+
+
+def small_model():
+    """The seeded model the module-level cases of several subjects' files run (SM, MODEL or M in
+    attention, tasks, checkpoint, model_training, interp, interp_scores_patching and
+    interp_heatmaps_widgets): ``tiny_model`` with vocabulary 10, max_len 8 and d_model 8 (2 heads,
+    2 layers), in eval mode. Each call seeds torch's global generator with 0 and builds a new model, as
+    the files' own ``torch.manual_seed(0); SM = TinyTransformer(...)`` did: what a file draws after it
+    (a MultiHeadAttention's weights, torch.randn) is unchanged, and a test that changes its file's
+    model changes no other file's."""
+    return tiny_model(vocab_size=10, max_len=8, d_model=8)
 
 
 @dataclass
@@ -127,15 +157,24 @@ def train_mode_tiny_model():
     return TinyTransformer(ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=2))
 
 
+def one_layer_config():
+    """The ModelConfig of ``seeded_one_layer_model``: vocabulary 12, max_len 10, d_model 16, 4 heads and
+    1 layer (frozen, so the files that keep it as CFG may share it)."""
+    from course_utils.model.transformer import ModelConfig
+
+    return ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
+
+
 def seeded_one_layer_model(seed: int):
-    """A TinyTransformer with vocabulary 12, max_len 10, d_model 16, 4 heads and 1 layer, seeded with
-    ``seed``, in training mode: the model the checkpoint and training tests save, kill and move."""
+    """A TinyTransformer of ``one_layer_config()`` (vocabulary 12, max_len 10, d_model 16, 4 heads and
+    1 layer), seeded with ``seed``, in training mode: the model the checkpoint and training tests save,
+    kill and move."""
     import torch
 
-    from course_utils.model.transformer import ModelConfig, TinyTransformer
+    from course_utils.model.transformer import TinyTransformer
 
     torch.manual_seed(seed)
-    return TinyTransformer(ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1))
+    return TinyTransformer(one_layer_config())
 
 
 def meta_copy(model):

@@ -16,12 +16,11 @@ import os
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, LyingLen, assert_named, raises_naming, refused
+from bad_input_cases import ROOT, Case, LyingLen, assert_named, raises_naming, refused, small_model
 from torch import nn
 
 from course_utils.attention import gqa as gqa_module
@@ -31,7 +30,6 @@ from course_utils.attention import sdpa_backends as SB
 from course_utils.attention import validation as va
 from course_utils.attention.gqa import GroupedQueryAttention, PublishedConfig, kv_cache_bytes
 from course_utils.attention.hooks import HookPoint, run_with_cache
-from course_utils.attention.hooks import hooks as hooks_b16p
 from course_utils.attention.kv_figure import plot_kv_sharing
 from course_utils.attention.masks import causal_mask, masked_softmax, padding_mask
 from course_utils.attention.mha import (
@@ -56,14 +54,10 @@ from course_utils.attention.shapes import (
     validate_dims,
 )
 from course_utils.attention.validation import ReadOnlyDict
-from course_utils.model.transformer import ModelConfig, TinyTransformer
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])
@@ -541,7 +535,7 @@ def test_a_names_test_answering_a_non_bool_is_refused(answer):
                                         rf"must be True or False, got {type(answer).__name__}"):
         run_with_cache(mha, torch.randn(2, 5, 16), names=lambda name: answer)
     with pytest.raises(TypeError, match=r"^fwd_hooks\[0\]\[0\] \(a test"):
-        with hooks_b16p(mha, [(lambda name: answer, lambda x, hook: None)]):
+        with hooks.hooks(mha, [(lambda name: answer, lambda x, hook: None)]):
             pass
     assert not any(p.has_hooks for p in mha.modules() if hasattr(p, "has_hooks"))
 
@@ -1022,9 +1016,6 @@ def test_backend_rejection_reason_refuses_shapes_no_attention_takes() -> None:
 
 
 # -- battery 27 (fix57) ------------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_the_shape_trace_names_a_folder_deleted_after_torch_loaded() -> None:
     code = ("import os, tempfile\nfrom course_utils.attention.shapes import dimension_report\n"

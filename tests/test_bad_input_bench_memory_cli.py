@@ -15,12 +15,11 @@ import json
 import math
 import os
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from bad_input_cases import Case, assert_named, raises_naming, refused
+from bad_input_cases import ROOT, Case, assert_named, raises_naming, refused
 
 from course_utils.attention import validation as va
 from course_utils.attention.mha import MultiHeadAttention
@@ -43,11 +42,6 @@ from course_utils.bench.memory import (
 from course_utils.bench.timing import RatioSpread
 from course_utils.bench.train_speed import format_training_table
 from course_utils.model import train as TRN
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
@@ -477,14 +471,12 @@ def test_bench_memory_interrupted_prints_only_its_one_line(tmp_path, when: str) 
     import os
     import signal
     import subprocess
-    import sys
-    from pathlib import Path
 
     import nbformat
 
     cell = "open('started', 'w').close()\nimport time\ntime.sleep(120)"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), tmp_path / "slow.ipynb")
-    root = str(Path(__file__).resolve().parents[1])  # this checkout's course_utils, from tmp_path
+    root = str(ROOT)  # this checkout's course_utils, from tmp_path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "course_utils.bench", "memory", "slow.ipynb", "--slowest", "0"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -20,24 +20,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from bad_input_cases import Case, assert_named, raises_naming, seeded_one_layer_model, train_mode_tiny_model
+from bad_input_cases import (
+    ROOT,
+    Case,
+    assert_named,
+    one_layer_config,
+    raises_naming,
+    seeded_one_layer_model,
+    small_model,
+    train_mode_tiny_model,
+)
 
 from course_utils.model import checkpoint as C
 from course_utils.model import checkpoint as CK
 from course_utils.model.checkpoint import available_checkpoints
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-
-
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 def test_load_checkpoint_names_a_folder_and_what_it_holds(tmp_path):
@@ -247,12 +248,7 @@ def test_save_checkpoint_records_a_task_of_ones_own_and_load_holds_it(tmp_path):
 
 # -- battery 15 --------------------------------------------------------------------------------------
 
-CFG = ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
-
-
-def _model_b15():
-    torch.manual_seed(0)
-    return TinyTransformer(CFG)
+CFG = one_layer_config()
 
 
 @pytest.mark.parametrize("temporary", [".k.json.saving", ".k.safetensors.saving"])
@@ -260,7 +256,7 @@ def test_a_link_at_a_saves_temporary_name_is_never_written_through(tmp_path, tem
     precious = tmp_path / "precious.txt"
     precious.write_text("precious data")
     (tmp_path / temporary).symlink_to(precious)
-    C.save_checkpoint(_model_b15(), tmp_path / "k", task="t", metrics={}, command="c")
+    C.save_checkpoint(seeded_one_layer_model(0), tmp_path / "k", task="t", metrics={}, command="c")
     assert precious.read_text() == "precious data"
     assert not (tmp_path / "k.json").is_symlink() and not (tmp_path / "k.safetensors").is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.json", "k.safetensors", "precious.txt"]
@@ -276,7 +272,7 @@ def test_a_fifo_at_a_saves_temporary_name_does_not_hang_the_save(tmp_path):
     old = signal.signal(signal.SIGALRM, stuck)
     signal.alarm(30)
     try:
-        C.save_checkpoint(_model_b15(), tmp_path / "k", task="t", metrics={}, command="c")
+        C.save_checkpoint(seeded_one_layer_model(0), tmp_path / "k", task="t", metrics={}, command="c")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
@@ -284,9 +280,6 @@ def test_a_fifo_at_a_saves_temporary_name_does_not_hang_the_save(tmp_path):
 
 
 # -- battery 16 (fix46r) -----------------------------------------------------------------------------
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 # -- save_checkpoint stopped while writing (data loss) ---------------------------------------------
 _CHILD = textwrap.dedent("""
@@ -318,7 +311,7 @@ def test_a_save_killed_while_writing_leaves_only_names_the_next_save_removes(tmp
     old = seeded_one_layer_model(0)
     C.save_checkpoint(old, tmp_path / "toy", task="t", metrics={}, command="c")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), str(int(sig))], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == -sig, done.stderr[-2000:]
@@ -502,7 +495,7 @@ def test_concurrent_saves_and_loads_of_one_checkpoint_take_turns(tmp_path: Path)
 
     path = tmp_path / "race"
     C.save_checkpoint(TinyTransformer(CFG), path, task="toy", metrics={}, command="start")
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(ROOT)
     writers = [subprocess.Popen([sys.executable, "-c", _WRITER, repo, str(path), str(i)], text=True,
                                 stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
                for i in (1, 2)]

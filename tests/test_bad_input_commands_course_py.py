@@ -10,7 +10,6 @@ files live in tests/bad_input_cases.py."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import signal
 import subprocess
@@ -19,21 +18,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from bad_input_cases import SCRIPTS, import_script, load_course, raises_naming
+from bad_input_cases import ROOT, SCRIPTS, import_script, load_course, raises_naming
 
 from course_utils import cli
 
-_b21u_mark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
+needs_posix_signals_and_fifos = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
 
 
 # -- battery 9 ---------------------------------------------------------------------------------------
 
 def test_release_with_a_file_for_student_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """`course.py release` with student/ a file raised FileExistsError, after rewriting the lessons."""
-    from pathlib import Path
-
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "scripts"))
-    import nbgrader_tools as tools
+    tools = import_script("nbgrader_tools")
 
     student = tmp_path / "student"
     student.write_text("keep\n")
@@ -59,9 +55,6 @@ def test_course_test_refuses_a_bare_word_that_is_no_path(capsys):
 
 # -- battery 13b -------------------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
 @pytest.mark.slow
 def test_course_lab_refuses_an_unknown_option_by_name(tmp_path):
     """b13 cli:course.py lab-bogus: JupyterLab started with --bogus (an orphan server to kill)."""
@@ -80,11 +73,7 @@ def test_course_lab_refuses_an_unknown_option_by_name(tmp_path):
 
 @pytest.mark.slow  # it asks the installed JupyterLab (2-3 s)
 def test_course_lab_knows_jupyterlabs_own_options():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_course_13b", ROOT / "course.py")
-    course = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(course)
+    course = load_course()
     if not course._bin("python").exists():
         pytest.skip("no .venv with JupyterLab here")
     args = ["--no-browser", "--port=8899", "--ip", "0.0.0.0", "--ServerApp.token=x", "--LabApp.x=1",
@@ -123,7 +112,7 @@ def _imported(node: ast.stmt) -> set[str]:
     return set()
 
 
-_TOOLS = ["course.py"] + sorted(f"scripts/{p.name}" for p in (ROOT / "scripts").glob("*.py")
+_TOOLS = ["course.py"] + sorted(f"scripts/{p.name}" for p in (SCRIPTS).glob("*.py")
                                if "stop_at_once(" in p.read_text(encoding="utf-8"))
 
 
@@ -238,7 +227,7 @@ def _link_to_folder(path: Path) -> None:
     path.symlink_to(path.parent / "elsewhere")
 
 
-@_b21u_mark
+@needs_posix_signals_and_fifos
 @pytest.mark.parametrize("early", [True, False], ids=["early-check", "all-or-nothing-writer"])
 @pytest.mark.parametrize("make, words", [(_fifo, "a FIFO"), (_folder, "a directory"),
                                          (_link_to_folder, "a directory")])
@@ -272,7 +261,7 @@ def test_exercise_answers_build_writes_nothing_when_a_later_store_is_no_file(mak
 
 
 # -- group 1: course.py checks pyproject.toml and constraints.txt before it reads them -----------------
-@_b21u_mark
+@needs_posix_signals_and_fifos
 @pytest.mark.parametrize("name", ["pyproject.toml", "constraints.txt"])
 @pytest.mark.parametrize("make, words", [(lambda p: None, "missing"), (_folder, "a directory"),
                                          (_fifo, "a FIFO")])
@@ -297,11 +286,7 @@ def test_course_names_an_input_that_is_no_file_before_reading_it(name, make, wor
 def test_course_py_starts_its_own_tools_held_and_other_programs_not(monkeypatch) -> None:
     """publish, release and student-tree run course tools (stop_at_once first thing); lab and test
     run programs that would never let the signals through."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("course_held", SCRIPTS.parent / "course.py")
-    course = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(course)
+    course = load_course()
     calls: list[tuple[list[str], dict]] = []
     monkeypatch.setattr(course, "ensure_environment", lambda: None)
     monkeypatch.setattr(course.cli, "call", lambda args, *rest, **kw: calls.append((args, kw)) or 0)
@@ -361,13 +346,6 @@ def test_course_py_names_a_pyproject_that_is_not_toml(tmp_path: Path) -> None:
 
 # -- battery 29 (commands) ---------------------------------------------------------------------------
 
-def _course():
-    spec = importlib.util.spec_from_file_location("_course_b29", ROOT / "course.py")
-    course = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(course)
-    return course
-
-
 # --- course.py lab: --port and --ip values are checked before anything starts -----------------
 @pytest.mark.parametrize(("arg", "shown"), [
     ("--port=-5", "--port=-5 is out of range"),
@@ -379,7 +357,7 @@ def _course():
 def test_course_lab_refuses_a_bad_port_or_address_before_starting(monkeypatch, capsys, arg, shown):
     """b29 lab_port_negative_traceback, lab_port_out_of_range_starts, lab_bad_ip_traceback: a
     socket.gaierror traceback from jupyter_server, or JupyterLab started on port 99999."""
-    course = _course()
+    course = load_course()
 
     def never(*args, **kwargs):
         raise AssertionError("the environment was set up: the option was not refused first")
@@ -392,7 +370,7 @@ def test_course_lab_refuses_a_bad_port_or_address_before_starting(monkeypatch, c
 
 
 def test_course_lab_takes_good_ports_and_addresses():
-    course = _course()
+    course = load_course()
     assert course.lab_value_problems(["--port=0", "--port", "8888", "--ServerApp.port=65535", "--ip=*",
                                       "--ip", "127.0.0.1", "--ServerApp.ip=localhost", "--ip="]) == []
 
@@ -401,7 +379,7 @@ def test_course_lab_takes_good_ports_and_addresses():
 def test_course_test_names_a_missing_test_id_before_running(monkeypatch, capsys):
     """b29 test_missing_nodeid_unnamed: `course.py test tests/test_attention.py::no_such_test` ran
     pytest for 40 s and ended in "no tests ran" (exit 5), naming nothing."""
-    course = _course()
+    course = load_course()
 
     def never(*args, **kwargs):
         raise AssertionError("pytest was run: the missing test was not named first")
@@ -418,28 +396,25 @@ def test_course_test_names_a_missing_test_id_before_running(monkeypatch, capsys)
 
 # -- battery 30 (f) ----------------------------------------------------------------------------------
 
-course_py_b30f = load_course()
-
-
 @pytest.fixture(autouse=True)
 def _nothing_installed(monkeypatch):
     """A command that gets past its checks fails at once here, rather than installing or running."""
     def refuse():
         raise AssertionError("course.py went on to install the environment")
-    monkeypatch.setattr(course_py_b30f, "ensure_environment", refuse)
+    monkeypatch.setattr(course_py, "ensure_environment", refuse)
 
 
 # -- pytest_addopts_clobbers: PYTEST_ADDOPTS is guarded as the command line is -----------------------
 def test_test_refuses_clobbering_options_from_pytest_addopts(monkeypatch, capsys):
     monkeypatch.setenv("PYTEST_ADDOPTS", "--basetemp=docs --junitxml=README.md")
-    assert course_py_b30f._main(["test", "tests/test_attention.py"]) == 2
+    assert course_py._main(["test", "tests/test_attention.py"]) == 2
     err = capsys.readouterr().err
     assert "PYTEST_ADDOPTS" in err and "--basetemp" in err and "nothing was run" in err
 
 
 def test_addopts_args_splits_as_a_shell_and_tolerates_a_bad_quote():
-    assert course_py_b30f.addopts_args("--junitxml='a b.xml' -x") == ["--junitxml=a b.xml", "-x"]
-    assert course_py_b30f.addopts_args("--junitxml='unclosed") == []
+    assert course_py.addopts_args("--junitxml='a b.xml' -x") == ["--junitxml=a b.xml", "-x"]
+    assert course_py.addopts_args("--junitxml='unclosed") == []
 
 
 # -- pytest_log_file_clobbers: --log-file, --debug and -o log_file= overwrite their file -------------
@@ -450,7 +425,7 @@ def test_addopts_args_splits_as_a_shell_and_tolerates_a_bad_quote():
                                   ["--override-ini", "log_file=LICENSE"]],
                          ids=lambda a: " ".join(a))
 def test_test_refuses_a_log_file_over_a_tracked_file(args):
-    problems = course_py_b30f.clobbered_output_paths(args)
+    problems = course_py.clobbered_output_paths(args)
     assert len(problems) == 1 and "overwrite" in problems[0]
 
 
@@ -458,22 +433,22 @@ def test_test_refuses_a_log_file_over_a_tracked_file(args):
                                   ["-o", "log_cli=true"], ["--log-file=new-file-here.log"]],
                          ids=lambda a: " ".join(a))
 def test_test_lets_a_new_log_file_or_other_settings_pass(args):
-    assert course_py_b30f.clobbered_output_paths(args) == []
+    assert course_py.clobbered_output_paths(args) == []
 
 
 # -- course_venv_tilde_blank: COURSE_VENV='~/x' is the home folder's x; a blank one is refused --------
 @pytest.mark.parametrize("setting", [" ", "\t", "~no_such_user_b30f/venv"],
                          ids=["space", "tab", "unknown-user"])
 def test_course_venv_blank_or_unexpandable_is_refused(setting, monkeypatch, capsys):
-    assert "COURSE_VENV" in course_py_b30f.venv_setting_problem(setting)
+    assert "COURSE_VENV" in course_py.venv_setting_problem(setting)
     monkeypatch.setenv("COURSE_VENV", setting)
-    assert course_py_b30f._main(["publish", "--check"]) == 2
+    assert course_py._main(["publish", "--check"]) == 2
     assert "COURSE_VENV" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("setting", [None, "", "/tmp/some-venv", "~/venvs/mha"])
 def test_course_venv_usable_settings_pass(setting):
-    assert course_py_b30f.venv_setting_problem(setting) is None
+    assert course_py.venv_setting_problem(setting) is None
 
 
 def test_course_venv_tilde_is_the_home_folder(monkeypatch, tmp_path):
@@ -489,19 +464,19 @@ def test_course_venv_tilde_is_the_home_folder(monkeypatch, tmp_path):
                          ids=lambda a: " ".join(a))
 def test_lab_option_without_its_value_is_named(args, capsys):
     option = next(a for a in args if a != "--no-browser")
-    assert course_py_b30f.lab_value_problems(args) == [course_py_b30f.lab_value_problems(args)[0]]
-    assert course_py_b30f.lab_value_problems(args)[0].startswith(f"{option} needs a value")
-    assert course_py_b30f._main(["lab", *args]) == 2
+    assert course_py.lab_value_problems(args) == [course_py.lab_value_problems(args)[0]]
+    assert course_py.lab_value_problems(args)[0].startswith(f"{option} needs a value")
+    assert course_py._main(["lab", *args]) == 2
     assert "needs a value" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args", [["--port", "8888"], ["--port=0"], ["--ip", "127.0.0.1", "--no-browser"]])
 def test_lab_option_with_its_value_passes(args):
-    assert course_py_b30f.lab_value_problems(args) == []
+    assert course_py.lab_value_problems(args) == []
 
 
 def test_lab_negative_port_is_out_of_range_not_missing():
-    assert "out of range" in course_py_b30f.lab_value_problems(["--port", "-1"])[0]
+    assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
 
 
 # -- student_tree_branch_named_like_tag: --branch NAME where NAME is a tag is refused ------------------
@@ -550,12 +525,11 @@ def test_test_memory_default_report_is_the_repositorys(tmp_path, monkeypatch):
 
     from course_utils.bench import memory
 
-    root = Path(__file__).resolve().parents[1]
-    assert memory.DEFAULT_TEST_REPORT == root / "artifacts" / "test_peak_rss.json"
+    assert memory.DEFAULT_TEST_REPORT == ROOT / "artifacts" / "test_peak_rss.json"
     monkeypatch.chdir(tmp_path)
     parser = argparse.ArgumentParser()
     memory.add_bench_parser(parser.add_subparsers(dest="command"))
-    assert Path(parser.parse_args(["test-memory"]).report) == root / "artifacts" / "test_peak_rss.json"
+    assert Path(parser.parse_args(["test-memory"]).report) == ROOT / "artifacts" / "test_peak_rss.json"
 
 
 # -- check_leaves_torch_modes: a check leaves the answer's torch modes and autocast ------------------

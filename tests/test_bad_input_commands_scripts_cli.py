@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from bad_input_cases import (
+    ROOT,
     SCRIPTS,
     BadRepr,
     Case,
@@ -36,6 +37,7 @@ from bad_input_cases import (
     assert_named,
     import_script,
     load_course,
+    load_script_copy,
     raises_naming,
 )
 from test_cli_interrupts import _interrupt, _one_line
@@ -44,37 +46,20 @@ from course_utils import cli, env, paths
 from course_utils.bench import cli as bench_cli
 from course_utils.model import train as TRN
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
+exercise_answers = import_script("exercise_answers")
+nbgrader_tools = import_script("nbgrader_tools")
 
-import exercise_answers  # noqa: E402
-import nbgrader_tools  # noqa: E402
+needs_posix_signals_and_fifos = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
 
-_b21u_mark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals and FIFOs")
-
-_b22v_mark = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+needs_posix_signals = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 
 
 # -- battery 6 (left) --------------------------------------------------------------------------------
 
-def _script(name: str):
-    path = ROOT / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_{name}_under_test_b6left", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a dataclass looks its module up there
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    return module
-
-
 def test_an_unreadable_student_copy_is_called_unreadable(tmp_path):
     """`nbgrader_tools.py check` called a student notebook that is not JSON "stale"."""
     pytest.importorskip("nbgrader")
-    tools = _script("nbgrader_tools")
+    tools = load_script_copy("nbgrader_tools")
     nb = nbformat.v4.new_notebook()
     (tmp_path / "01_x.ipynb").write_text("{bad")
     nbformat.write(nb, tmp_path / "02_y.ipynb")
@@ -86,7 +71,7 @@ def test_an_unreadable_student_copy_is_called_unreadable(tmp_path):
 
 def test_a_failed_copy_of_the_student_tree_is_told_in_words(monkeypatch, capsys):
     """It printed the repr of shutil.Error's list of (source, target, why) tuples."""
-    tree = _script("student_tree")
+    tree = load_script_copy("student_tree")
     failures = [("/src/a.pt", "/dst/a.pt", "[Errno 27] File too large: '/src/a.pt' -> '/dst/a.pt'"),
                 ("/src/b.pt", "/dst/b.pt", "[Errno 27] File too large")]
 
@@ -105,11 +90,7 @@ def test_a_failed_copy_of_the_student_tree_is_told_in_words(monkeypatch, capsys)
 # -- scripts/version_matrix.py: a --venv that cannot be written (row 21) -------------------------
 @pytest.mark.parametrize("venv", ["/proc/nope/v", "/proc/v"])
 def test_version_matrix_names_a_venv_folder_it_cannot_write(venv, monkeypatch, capsys):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import version_matrix
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    version_matrix = import_script("version_matrix")
 
     def refuse(*args, **kwargs):
         raise AssertionError("version_matrix.py went on to create a venv or run pip")
@@ -123,11 +104,7 @@ def test_version_matrix_names_a_venv_folder_it_cannot_write(venv, monkeypatch, c
 
 
 def test_version_matrix_reports_a_failed_install_on_one_line(tmp_path, monkeypatch, capsys):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import version_matrix
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    version_matrix = import_script("version_matrix")
 
     def disk_full(cmd):  # the venv is made first, in a child (battery 21)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(cmd[-1]))
@@ -279,7 +256,7 @@ def _publish_copy(tmp_path: Path) -> Path:
 def test_publish_with_nothing_changed_writes_nothing(tmp_path, capsys):
     """`course.py publish` with the config unchanged rewrote all 8 lessons (the set-up cell's
     execution_count 1 -> null) while `publish --check` said everything agreed."""
-    import publish
+    publish = import_script("publish")
 
     copy = _publish_copy(tmp_path)
     executed = [p for p in sorted((copy / "notebooks").glob("*.ipynb"))
@@ -296,7 +273,7 @@ def test_publish_with_nothing_changed_writes_nothing(tmp_path, capsys):
 def test_publish_to_a_new_tag_clears_the_old_setup_run(tmp_path):
     """The set-up cell's source changes with the tag: the old count and outputs belong to the
     old code, so they go."""
-    import publish
+    publish = import_script("publish")
 
     copy = _publish_copy(tmp_path)
     assert publish.main(["--repo", "someone/elsewhere", "--tag", "v9.9.9"], root=copy) == 0
@@ -328,8 +305,7 @@ def _notebook(path: Path, source: str) -> bytes:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_notebook_tools_interrupted_between_files_says_so(tmp_path, monkeypatch, capsys, signum):
     """The signal arrives as the tool works on a file (here: upgrade, in this process)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import notebook_tools
+    notebook_tools = import_script("notebook_tools")
 
     path = tmp_path / "a.ipynb"
     before = _notebook(path, "1 + 1")
@@ -348,7 +324,7 @@ def test_notebook_tools_execute_interrupted_by_sigterm_writes_nothing(tmp_path):
     started = tmp_path / "started"
     path = tmp_path / "slow.ipynb"
     before = _notebook(path, f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(60)")
-    tool = str(ROOT / "scripts" / "notebook_tools.py")
+    tool = str(SCRIPTS / "notebook_tools.py")
     run = subprocess.Popen([sys.executable, tool, "execute", str(path)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -390,7 +366,7 @@ class _ClientStoppedBySignal:
         raise AssertionError  # what the shut kernel gives
 
 
-def _notebook_b13(tmp_path):
+def _tiny_lesson(tmp_path):
     import nbformat
 
     path = tmp_path / "01_lesson.ipynb"
@@ -409,7 +385,7 @@ def test_bench_memory_interrupted_stops_with_one_line(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(nbclient, "NotebookClient", _ClientStoppedBySignal)
     handler = signal.getsignal(signal.SIGTERM)
-    code = cli.run(bench_cli.main, ["memory", str(_notebook_b13(tmp_path))], "python -m course_utils.bench")
+    code = cli.run(bench_cli.main, ["memory", str(_tiny_lesson(tmp_path))], "python -m course_utils.bench")
     err = capsys.readouterr().err
     assert code == 143, err
     assert err.strip().splitlines() == ["python -m course_utils.bench: interrupted by SIGTERM: the kernel "
@@ -430,20 +406,14 @@ def test_notebook_peak_memory_raises_interrupted_not_a_row(tmp_path, monkeypatch
     previous = signal.signal(signal.SIGTERM, lambda *a: pytest.fail("the loop's handler did not run"))
     try:
         with pytest.raises(cli.Interrupted, match="SIGTERM: the kernel running 01_lesson.ipynb"):
-            memory.notebook_peak_memory(_notebook_b13(tmp_path))
+            memory.notebook_peak_memory(_tiny_lesson(tmp_path))
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 # -- fix38e left 4: an unknown option typed alone is named, not hidden by "required: ..." ------
 def _tool_main(name):
-    import sys
-    from pathlib import Path
-
-    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    return __import__(name).main
+    return import_script(name).main
 
 
 @pytest.mark.parametrize("tool, argv", [
@@ -482,16 +452,8 @@ def test_leaving_refuses_what_is_no_text(text, error):
 
 # -- b13: `course.py student-tree notebooks/out` wrote 92 files inside the clone ------------------
 def test_student_tree_inside_the_repository_is_refused():
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "scripts"))
-    try:
-        import student_tree
-    finally:
-        sys.path.remove(str(root / "scripts"))
-    target = root / "notebooks" / "out_by_test13"
+    student_tree = import_script("student_tree")
+    target = ROOT / "notebooks" / "out_by_test13"
     with pytest.raises(ValueError, match="inside this repository") as info:
         student_tree.build(target)
     assert "notebooks/out_by_test13/" in str(info.value) and not target.exists()
@@ -539,7 +501,7 @@ def test_command_line_helpers_name_what_is_no_command_line(case):
 
 # -- battery 13b -------------------------------------------------------------------------------------
 
-NOTEBOOK_TOOLS = ROOT / "scripts" / "notebook_tools.py"
+NOTEBOOK_TOOLS = SCRIPTS / "notebook_tools.py"
 
 
 def _tiny_notebooks(folder: Path, *sources: str) -> list[Path]:
@@ -635,7 +597,7 @@ def test_student_tree_into_the_clone_is_refused_before_writing(tmp_path, how):
     written inside the clone."""
     inside, out = _inside_the_clone(tmp_path, how)
     try:
-        done = _tool(str(ROOT / "scripts" / "student_tree.py"), str(out), cwd=tmp_path)
+        done = _tool(str(SCRIPTS / "student_tree.py"), str(out), cwd=tmp_path)
         assert done.returncode == 2 and "inside this repository" in done.stderr, done
         assert len(done.stderr.strip().splitlines()) == 1 and "nothing was written" in done.stderr
         assert not inside.exists()
@@ -648,7 +610,7 @@ def test_student_tree_into_the_clone_is_refused_before_writing(tmp_path, how):
 def test_student_tree_through_a_symlink_loop_says_so(tmp_path):
     (tmp_path / "l1").symlink_to(tmp_path / "l2")
     (tmp_path / "l2").symlink_to(tmp_path / "l1")
-    done = _tool(str(ROOT / "scripts" / "student_tree.py"), str(tmp_path / "l1" / "tree"), cwd=tmp_path)
+    done = _tool(str(SCRIPTS / "student_tree.py"), str(tmp_path / "l1" / "tree"), cwd=tmp_path)
     assert done.returncode == 2 and "loops" in done.stderr and "Traceback" not in done.stderr, done
 
 
@@ -656,7 +618,7 @@ def test_nbgrader_tools_source_on_a_symlink_loop_says_so_in_one_line(tmp_path):
     """b13 cli:nbgrader_tools source-symlink-loop: exit 1 and a Python traceback."""
     (tmp_path / "l1").symlink_to(tmp_path / "l2")
     (tmp_path / "l2").symlink_to(tmp_path / "l1")
-    done = _tool(str(ROOT / "scripts" / "nbgrader_tools.py"), "source", str(tmp_path / "l1"), cwd=tmp_path)
+    done = _tool(str(SCRIPTS / "nbgrader_tools.py"), "source", str(tmp_path / "l1"), cwd=tmp_path)
     assert done.returncode == 2, done
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "loops" in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l1", "l2"]
@@ -785,13 +747,7 @@ def test_run_kernel_leaves_no_failed_task_unretrieved(caplog):
 
 
 def test_publish_refuses_an_option_given_twice(capsys):
-    import importlib
-    from pathlib import Path
-
-    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    publish = importlib.import_module("publish")
+    publish = import_script("publish")
     with pytest.raises(SystemExit) as info:
         publish.main(["--repo", "a/b", "--repo", "c/d", "--tag", "v1"])
     err = capsys.readouterr().err
@@ -805,7 +761,7 @@ async def _nothing() -> int:
 
 
 # -- cli.py's helpers look at their arguments' types before using them ----------------------------
-CLI_CASES_b15c = [
+CLI_HELPER_TYPE_CASES = [
     Case("run_kernel/work not awaitable", lambda: cli.run_kernel(3, "left"), TypeError,
          ["work", "coroutine", "int 3"]),
     Case("run_kernel/work not called", lambda: cli.run_kernel(_nothing, "left"), TypeError,
@@ -823,7 +779,7 @@ CLI_CASES_b15c = [
 ]
 
 
-@pytest.mark.parametrize("case", CLI_CASES_b15c, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CLI_HELPER_TYPE_CASES, ids=lambda c: c.name)
 def test_cli_helpers_refuse_wrong_argument_types_by_name(case):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a refused coroutine is closed, never left un-awaited
@@ -839,20 +795,11 @@ def test_cli_helpers_still_take_good_arguments(tmp_path):
 
 
 # -- notebook_tools.py execute takes --timeout anywhere among the notebooks ------------------------
-def _notebook_tools():
-    scripts = str(ROOT / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import notebook_tools
-
-    return notebook_tools
-
-
 @pytest.mark.parametrize("argv", [["execute", "a.ipynb", "--timeout", "5"],
                                   ["execute", "a.ipynb", "--timeout=5"],
                                   ["execute", "--timeout", "5", "a.ipynb"]])
 def test_execute_takes_its_timeout_before_or_after_the_notebooks(argv):
-    assert _notebook_tools()._parse(argv) == ("execute", ["a.ipynb"], 5)
+    assert import_script("notebook_tools")._parse(argv) == ("execute", ["a.ipynb"], 5)
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -862,7 +809,7 @@ def test_execute_takes_its_timeout_before_or_after_the_notebooks(argv):
     (["execute", "a.ipynb", "--bogus"], ["--bogus", "--timeout SECONDS and file names"]),
 ])
 def test_execute_refuses_a_wrong_timeout_by_name(argv, words):
-    tools = _notebook_tools()
+    tools = import_script("notebook_tools")
     assert_named(Case(" ".join(argv), lambda: tools._parse(argv), tools.ToolError, words))
 
 
@@ -872,9 +819,8 @@ def test_execute_refuses_a_wrong_timeout_by_name(argv, words):
 def test_safe_collect_runs_this_interpreters_nbgrader_without_the_venv_on_path(tmp_path):
     import subprocess
     import sys
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "safe_collect.py"
+    script = SCRIPTS / "safe_collect.py"
     (tmp_path / "exchange" / "c" / "inbound").mkdir(parents=True)
     (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")  # run in a course folder
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
@@ -929,9 +875,8 @@ def test_run_passes_a_status_sys_exit_reads_right(returned):
 def test_nbgrader_tools_source_names_what_is_extra_or_missing(tmp_path, args, named):
     import subprocess
     import sys
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "nbgrader_tools.py"
+    script = SCRIPTS / "nbgrader_tools.py"
     done = subprocess.run([sys.executable, str(script), "source", *args], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and named in done.stderr, done.stderr
@@ -955,14 +900,14 @@ def test_build_into_an_unwritable_folder_names_out_on_one_line(tmp_path, capsys)
     draft = tmp_path / "draft.py"
     draft.write_text("# %%\nx = 1\n", encoding="utf-8")
     out = "/proc/fix47u_no_such.ipynb"
-    assert _notebook_tools().main(["build", str(draft), out]) == 2
+    assert import_script("notebook_tools").main(["build", str(draft), out]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert f"notebook_tools.py: {out}: cannot be written" in err and ".tmp" not in err, err
 
 
 def test_write_atomically_names_the_file_it_cannot_write():
-    tools = _notebook_tools()
+    tools = import_script("notebook_tools")
     with pytest.raises(tools.ToolError) as info:
         tools.write_atomically(Path("/proc/fix47u_no_such.txt"), "text")
     assert "/proc/fix47u_no_such.txt: cannot be written" in str(info.value)
@@ -971,7 +916,7 @@ def test_write_atomically_names_the_file_it_cannot_write():
 # -- 6: notebook_tools.py student interrupted at any moment leaves no new folder ----------------
 @pytest.mark.parametrize("stage", ["student_version", "write_all_atomically"])
 def test_an_interrupted_student_run_leaves_no_new_folder(stage, tmp_path, monkeypatch):
-    tools = _notebook_tools()
+    tools = import_script("notebook_tools")
     src = tmp_path / "src" / "01_x.ipynb"
     src.parent.mkdir()
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), src)
@@ -988,20 +933,9 @@ def test_an_interrupted_student_run_leaves_no_new_folder(stage, tmp_path, monkey
 
 
 # -- 5: safe_collect.py refuses a student id nbgrader collect would drop ('.', '..', hidden) ----
-def _load_script(name: str):
-    """scripts/NAME.py loaded as its own module (``NAME_fix47u``)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"{name}_fix47u", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("student", [".", "..", ".hidden"])
 def test_safe_collect_refuses_a_student_nbgrader_would_drop(student, tmp_path):
-    safe_collect = _load_script("safe_collect")
+    safe_collect = load_script_copy("safe_collect")
     inbound = tmp_path / "inbound"
     name = f"{student}+01_x+2026-11-29 10:00:00 UTC"
     (inbound / name).mkdir(parents=True)
@@ -1017,7 +951,7 @@ def test_safe_collect_refuses_a_student_nbgrader_would_drop(student, tmp_path):
 
 # -- 4 (sibling): nbgrader_tools.py table --write into a file that cannot be written -------------
 def test_nbgrader_tools_table_write_failure_is_one_line(monkeypatch, capsys):
-    tools = _load_script("nbgrader_tools")
+    tools = load_script_copy("nbgrader_tools")
     target = Path("/proc/fix47u_no_such/INSTRUCTORS.md")
     monkeypatch.setattr(tools, "INSTRUCTORS", target)
     monkeypatch.setattr(tools, "table_texts", lambda: ("old table", "new table"))
@@ -1500,7 +1434,7 @@ class EnvBuilder:
 FAKE_VENV_MAIN = "import sys, venv\nvenv.EnvBuilder(with_pip=True, clear=True).create(sys.argv[-1])\n"
 
 
-@_b21u_mark
+@needs_posix_signals_and_fifos
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_version_matrix_stopped_while_pip_writes_removes_the_new_venv(tmp_path, signum):
     fake = tmp_path / "fake" / "venv"
@@ -1509,7 +1443,7 @@ def test_version_matrix_stopped_while_pip_writes_removes_the_new_venv(tmp_path, 
     (fake / "__main__.py").write_text(FAKE_VENV_MAIN)
     marker, env_dir = tmp_path / "writing", tmp_path / "new-venv"
     env = dict(os.environ, PYTHONPATH=f"{fake.parent}{os.pathsep}{ROOT}", FAKE_VENV_MARKER=str(marker))
-    run = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "version_matrix.py"), "floor", "--venv",
+    run = subprocess.Popen([sys.executable, str(SCRIPTS / "version_matrix.py"), "floor", "--venv",
                             str(env_dir)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
     try:
@@ -1533,7 +1467,7 @@ def test_version_matrix_stopped_while_pip_writes_removes_the_new_venv(tmp_path, 
 
 
 # -- group 9: a read-only folder is the writer's one-line ToolError, not the clean-up's OSError -------
-@_b21u_mark
+@needs_posix_signals_and_fifos
 def test_a_write_into_a_read_only_folder_names_the_file(tmp_path, monkeypatch):
     import errno
 
@@ -1597,7 +1531,7 @@ sys.addaudithook(hook)
 
 
 def _child(code: str, sig: str) -> subprocess.CompletedProcess:
-    source = _LOADING.format(scripts=str(ROOT / "scripts"), sig=sig) + textwrap.dedent(code)
+    source = _LOADING.format(scripts=str(SCRIPTS), sig=sig) + textwrap.dedent(code)
     return subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60)
 
 
@@ -1700,7 +1634,7 @@ def test_call_refuses_a_course_tool_that_is_not_a_bool(value) -> None:
 tools = import_script("nbgrader_tools")
 
 
-def _tree_b22u(folder: Path) -> dict[str, bytes]:
+def _file_bytes(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (links not followed) with its bytes."""
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
@@ -1728,7 +1662,7 @@ def test_source_refuses_a_course_config_that_does_not_load(case, tmp_path, capsy
     err = capsys.readouterr().err
     assert "nbgrader_config.py" in err and error in err and f"line {line}" in err
     assert "nothing was written" in err and err.count("\n") == 1
-    assert _tree_b22u(course) == {"nbgrader_config.py": text.encode()}  # nothing written
+    assert _file_bytes(course) == {"nbgrader_config.py": text.encode()}  # nothing written
 
 
 @pytest.mark.parametrize("kept", [
@@ -1768,15 +1702,15 @@ def test_swap_in_refuses_a_destination_through_a_link_or_in_the_clone(case, tmp_
     else:
         os.symlink(clone / "docs", course)
         named = course
-    before = _tree_b22u(clone)
+    before = _file_bytes(clone)
     raises_naming(tools.SourceError, [str(named)], lambda: tools._swap_in(staging, course))
-    assert _tree_b22u(clone) == before
+    assert _file_bytes(clone) == before
     assert sorted(p.name for p in (clone / "docs").iterdir()) == []
 
 
 # -- battery 22 (fix52v) -----------------------------------------------------------------------------
 
-CHILD_b22v = """
+STOPPING_CHILD_TOOL = """
 import atexit, os, signal, sys, time
 sys.path.insert(0, {scripts!r})
 from course_cli import load_cli
@@ -1799,7 +1733,7 @@ sys.exit(cli.run(main, [], "child.py"))
 """
 
 
-PARENT_b22v = """
+CALLING_PARENT_TOOL = """
 import signal, sys
 sys.path.insert(0, {scripts!r})
 from course_cli import load_cli
@@ -1821,12 +1755,12 @@ SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
 
 def _parent(when: str, signum: int) -> subprocess.CompletedProcess:
-    child = CHILD_b22v.format(scripts=str(SCRIPTS), when=when, signum=int(signum))
-    parent = PARENT_b22v.format(scripts=str(SCRIPTS), child=child, when=when, signum=int(signum))
+    child = STOPPING_CHILD_TOOL.format(scripts=str(SCRIPTS), when=when, signum=int(signum))
+    parent = CALLING_PARENT_TOOL.format(scripts=str(SCRIPTS), child=child, when=when, signum=int(signum))
     return subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=120)
 
 
-@_b22v_mark
+@needs_posix_signals
 @pytest.mark.parametrize("when", ["after-child-done", "after-call-returned"])
 @pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_signal_once_the_course_tool_is_done_is_ignored(when: str, signum: int) -> None:
@@ -1837,7 +1771,7 @@ def test_a_signal_once_the_course_tool_is_done_is_ignored(when: str, signum: int
     assert done.stdout == "wrote 94 files\n", done.stdout
 
 
-@_b22v_mark
+@needs_posix_signals
 @pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_course_tool_stopped_mid_work_still_says_its_one_line(signum: int) -> None:
     done = _parent("mid-work", signum)
@@ -1847,7 +1781,7 @@ def test_a_course_tool_stopped_mid_work_still_says_its_one_line(signum: int) -> 
     assert done.stdout == "", done.stdout
 
 
-@_b22v_mark
+@needs_posix_signals
 def test_call_outside_a_tool_puts_the_handlers_back() -> None:
     """In a library (no stop_at_once), call(course_tool=True) leaves the caller's handlers as they were."""
     before = {sig: signal.getsignal(sig) for sig in cli.STOP_SIGNALS}
@@ -1944,7 +1878,7 @@ def test_safe_collect_outside_a_course_folder_collects_nothing_and_writes_nothin
     (tmp_path / "exchange" / "c" / "inbound").mkdir(parents=True)
     here = tmp_path / "not_a_course"
     here.mkdir()
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "safe_collect.py"), "01_x", "--exchange",
+    done = subprocess.run([sys.executable, str(SCRIPTS / "safe_collect.py"), "01_x", "--exchange",
                            str(tmp_path / "exchange"), "--course", "c", "--owner", "off"], cwd=here,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr[-800:])
@@ -1998,17 +1932,10 @@ def test_a_value_whose_repr_raises_leaves_the_message_intact(case: int) -> None:
 # -- battery 29 (commands) ---------------------------------------------------------------------------
 
 # --- student-tree: a second run at once, and an OUT stdout cannot encode --------------------
-def _student_tree():
-    spec = importlib.util.spec_from_file_location("_student_tree_b29", ROOT / "scripts" / "student_tree.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_student_tree_made_meanwhile_by_another_run_is_named_not_an_errno(tmp_path, monkeypatch):
     """b29 student_tree_two_runs_errno: the slower of two runs at once said "[Errno 39] Directory
     not empty: '.../.tree.xxxx' -> '.../tree'", naming a staging folder the user never chose."""
-    tree = _student_tree()
+    tree = load_script_copy("student_tree")
     out = tmp_path / "tree"
 
     def the_other_run_finishes(folder):  # while this run copies, the other one renames its tree
@@ -2028,7 +1955,7 @@ def test_student_tree_into_a_folder_stdout_cannot_encode_succeeds(tmp_path, monk
     the tree was written, then printing "wrote N files into trée" failed: exit 2, tree left behind."""
     import io
 
-    tree = _student_tree()
+    tree = load_script_copy("student_tree")
     out = tmp_path / "tr\u00e9e"
 
     def build(folder):

@@ -20,13 +20,12 @@ import sys
 import textwrap
 import types
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import BadRepr, Case, LyingStr, assert_named, raises_naming
+from bad_input_cases import ROOT, BadRepr, Case, LyingStr, assert_named, raises_naming
 
 from course_utils.attention.mha import MultiHeadAttention
 from course_utils.exercises import all_exercises, answers, core, outputs_close
@@ -819,9 +818,6 @@ SOME = ["lesson01.ATTEND", "lesson02.SOFTMAX_ROWS", "lesson02.ATTENTION_WEIGHTS"
         "lesson07.DECODE_STEP", "lesson07.CACHE_BYTES"]
 
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 def _lie(*args, **kwargs):
     return True
 
@@ -922,7 +918,7 @@ _SCRIPT = textwrap.dedent('''
 def test_a_kernel_whose_golden_copies_were_tampered_with_passes_nothing_later(tmp_path, how):
     script = tmp_path / "poison.py"
     script.write_text(_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     names = ["lesson02.ATTENTION_WEIGHTS", "lesson02.SOFTMAX_ROWS", "lesson03.PARAMETER_COUNT",
              "lesson07.REPEAT_KV"]
     done = subprocess.run([sys.executable, str(script), how, *names],
@@ -1014,7 +1010,7 @@ def test_outputs_close_a_non_strided_tensor_is_named(make, word, which):
 
 # -- battery 22 (fix52t) -----------------------------------------------------------------------------
 
-EXERCISES_b22t = sorted(all_exercises())
+ALL_EXERCISES = sorted(all_exercises())
 
 
 def _write_field(exercise: object, how: str, field: str, value: object) -> None:
@@ -1026,7 +1022,7 @@ def _write_field(exercise: object, how: str, field: str, value: object) -> None:
 
 # -- G1: a cell run before the check sets the exercise's rtol/atol ---------------------------------
 @pytest.mark.parametrize("how", ["attribute", "dict"])
-@pytest.mark.parametrize("name", EXERCISES_b22t)
+@pytest.mark.parametrize("name", ALL_EXERCISES)
 def test_tolerances_set_before_the_check_are_put_back_and_named(name, how):
     exercise = all_exercises()[name]
     built = (exercise.rtol, exercise.atol)
@@ -1245,9 +1241,6 @@ def test_decode_refuses_a_store_nested_deeper_than_encode_writes():
 
 
 # -- battery 29 (checks) -----------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 SWALLOWS = """
 import signal, threading

@@ -17,12 +17,12 @@ import sys
 import textwrap
 import threading
 import types
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from bad_input_cases import ROOT
 
 import course_utils.exercises.core as core
 from course_utils.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson07
@@ -930,9 +930,6 @@ def test_masks_check_on_a_non_function_says_expected_a_function(answer, describe
 
 
 # -- battery 23 (fix54) ------------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # -- a check prints an answer's own objects under the time limit ----------------------------------
 SLOW = """

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from bad_input_cases import ROOT, SCRIPTS, import_script
 
 from tests.bad_input_cases import BadRepr, LyingLen
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-from course_cli import load_cli  # noqa: E402
+load_cli = import_script("course_cli").load_cli
 
 cli = load_cli()
 
@@ -184,8 +181,7 @@ def test_an_exception_whose_str_raises_is_not_blamed_on_the_time_limit():
 def test_script_messages_show_a_raising_repr_by_its_type():
     import nbformat
 
-    sys.path.insert(0, str(SCRIPTS))
-    import publish
+    publish = import_script("publish")
 
     for call, name in ((lambda: publish.validate(BadRepr(), "v1.0.0"), "repo"),
                        (lambda: publish.validate("owner/name", BadRepr()), "tag"),
@@ -199,8 +195,7 @@ def test_script_messages_show_a_raising_repr_by_its_type():
 def test_publish_check_without_pyproject_is_an_input_error(tmp_path):
     """publish_check_missing_pyproject.py (battery 31b): --check in a tree without pyproject.toml
     printed the problem on stdout, exit 1, as a badge disagreement; documented: stderr, exit 2."""
-    sys.path.insert(0, str(SCRIPTS))
-    import publish
+    publish = import_script("publish")
 
     code = publish.main(["--check"], root=tmp_path)
     assert code == 2
@@ -210,8 +205,7 @@ def test_publish_check_without_pyproject_is_an_input_error(tmp_path):
 def test_version_matrix_refuses_the_course_environment(tmp_path, monkeypatch, capsys, course_venv):
     """version_matrix_course_venv.py (battery 31b): `floor --venv .venv` was accepted and pip
     began installing the floor pins into the course's own environment."""
-    sys.path.insert(0, str(SCRIPTS))
-    import version_matrix
+    version_matrix = import_script("version_matrix")
 
     venv = tmp_path / (course_venv or ".venv")
     venv.mkdir()

@@ -14,15 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, assert_named  # noqa: E402
+from bad_input_cases import ROOT, SCRIPTS, Case, assert_named, import_script  # noqa: E402
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from course_utils.bench.cli import batch_by_context, build_parser, device_name, non_negative_int, positive_int
 from course_utils.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, sha256_of
 from course_utils.model.transformer import ModelConfig, TinyTransformer
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _saved(folder: Path, name: str = "good") -> Path:
@@ -335,7 +333,7 @@ def test_a_bench_memory_timeout_of_zero_exits_before_any_work():
 # -- student-tree: a refused command leaves nothing behind --------------------------------------
 def _student_tree(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "student_tree.py"), *args],
+        [sys.executable, str(SCRIPTS / "student_tree.py"), *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -356,11 +354,7 @@ def _student_tree(*args: str) -> subprocess.CompletedProcess:
     ids=["nothing", "--branch alone", "two OUT_DIRs", "two names", "both", "misspelt option"],
 )
 def test_student_tree_says_what_is_missing_or_extra(args, words):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import student_tree
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    student_tree = import_script("student_tree")
     problem = student_tree.usage_problem(args)
     assert problem is not None and not [w for w in words if w not in problem], problem
     for fine in (["out"], ["--branch", "student"]):
@@ -390,11 +384,7 @@ def test_student_tree_inside_a_copied_folder_is_refused_cleanly():
 
 
 def test_a_failed_student_tree_removes_the_parent_folders_it_made(tmp_path, monkeypatch):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import student_tree
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    student_tree = import_script("student_tree")
 
     def fail(folder):
         raise RuntimeError("stamping failed")
@@ -553,7 +543,7 @@ def test_a_solution_marker_without_its_partner_is_refused_before_anything_is_wri
     broken.parent.mkdir()
     broken.write_text(text.replace(drop, "# (marker removed)", 1), encoding="utf-8")
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook_tools.py"), "student", str(out),
+    done = subprocess.run([sys.executable, str(SCRIPTS / "notebook_tools.py"), "student", str(out),
                            str(broken)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done
     assert "would leak into the student copy" in done.stderr and str(broken) in done.stderr

@@ -8,11 +8,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from bad_input_cases import Case, assert_named
+from bad_input_cases import ROOT, Case, assert_named
 
 from course_utils.exercises import answers, autograde, sandbox
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 LESSON = "01_why_multiple_heads"  # a course notebook: secrets are written only for those
 ANSWER = "def score_macs(*a):\n    return 0\n"
@@ -131,11 +130,10 @@ def test_write_secrets_never_follows_a_link_never_blocks_and_is_always_owner_onl
     stayed 0644 when an old file was, and blocked forever on a FIFO."""
     import os
     import stat
-    from pathlib import Path
 
     from course_utils.exercises.autograde import SECRETS_NAME, write_secrets
 
-    solutions = Path(__file__).resolve().parent.parent / "solutions"
+    solutions = ROOT / "solutions"
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     linked = tmp_path / "linked"

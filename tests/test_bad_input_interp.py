@@ -10,7 +10,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, assert_named  # noqa: E402
+from bad_input_cases import Case, assert_named, small_model  # noqa: E402
 
 from course_utils.interp.ablation import (
     ablated_logits,
@@ -49,13 +49,12 @@ from course_utils.interp.scores import (
     role_verdicts,
     verdict,
 )
-from course_utils.model.transformer import ModelConfig, TinyTransformer
+from course_utils.model.transformer import TinyTransformer
 
 matplotlib.use("Agg")
 
 
-torch.manual_seed(0)
-MODEL = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+MODEL = small_model()
 TOKENS = torch.tensor([[1, 2, 3, 4, 1, 2]])
 TRACE = trace_heads(MODEL, TOKENS)
 SOURCE = head_outputs(MODEL, TOKENS.flip(1))  # (L, B, h, T, dk)

@@ -14,14 +14,13 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import ipywidgets
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from bad_input_cases import BadRepr, Case, assert_named, raises_naming, refused
+from bad_input_cases import ROOT, BadRepr, Case, assert_named, raises_naming, refused, small_model
 
 from course_utils.attention.masks import causal_mask, padding_mask
 from course_utils.attention.mha import MultiHeadAttention
@@ -62,9 +61,6 @@ from course_utils.parallel import parallel_map
 from course_utils.tasks import two_relations as tr
 from course_utils.tasks.synthetic import AgreementTask, MixtureTask, detokenize
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
 matplotlib.use("Agg")
 
 
@@ -409,17 +405,13 @@ def test_plot_all_heads_refuses_head_titles_of_the_wrong_arity():
 matplotlib.use("Agg")
 
 
-torch.manual_seed(0)
-
-
-MODEL_b16q = TinyTransformer(
-    ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+ABLATION_MODEL = small_model()
 
 
 TOKENS = torch.tensor([[1, 2, 3, 4, 1, 2], [2, 3, 4, 1, 2, 3]])
 
 
-OUTPUTS = A.head_outputs(MODEL_b16q, TOKENS)  # (L, B, h, T, dk)
+OUTPUTS = A.head_outputs(ABLATION_MODEL, TOKENS)  # (L, B, h, T, dk)
 
 
 ROWS = torch.zeros(1, 2, dtype=torch.long)
@@ -428,7 +420,7 @@ ROWS = torch.zeros(1, 2, dtype=torch.long)
 EMPTY_BATCH = torch.full((0, 2, 4, 4), 0.25)
 
 
-META_b16q = "meta"
+META_DEVICE = "meta"
 
 
 def _with_inf(x: torch.Tensor) -> torch.Tensor:
@@ -472,22 +464,24 @@ CASES: list[tuple[str, Callable[[], object], type, list[str]]] = [
      ValueError, ["chance['previous token']", "0.9", "threshold = 0.5"]),
     # meta tensors reach a value read; int64 / inf head outputs
     ("resampled_one_at_a_time meta reference_outputs", lambda: P.resampled_one_at_a_time(
-        MODEL_b16q, TOKENS, OUTPUTS.to(META_b16q), ROWS, [(0, 0)]),
+        ABLATION_MODEL, TOKENS, OUTPUTS.to(META_DEVICE), ROWS, [(0, 0)]),
      ValueError, ["reference_outputs", "meta"]),
     ("resampled_one_at_a_time int64 reference_outputs", lambda: P.resampled_one_at_a_time(
-        MODEL_b16q, TOKENS, OUTPUTS.long(), ROWS, [(0, 0)]), TypeError, ["reference_outputs", "torch.int64"]),
+        ABLATION_MODEL, TOKENS, OUTPUTS.long(), ROWS, [(0, 0)]), TypeError,
+     ["reference_outputs", "torch.int64"]),
     ("resampled_one_at_a_time inf reference_outputs", lambda: P.resampled_one_at_a_time(
-        MODEL_b16q, TOKENS, _with_inf(OUTPUTS), ROWS, [(0, 0)]), ValueError, ["reference_outputs", "inf"]),
+        ABLATION_MODEL, TOKENS, _with_inf(OUTPUTS), ROWS, [(0, 0)]), ValueError,
+     ["reference_outputs", "inf"]),
     ("resampled_outputs int64 reference_outputs", lambda: P.resampled_outputs(
-        MODEL_b16q, torch.tensor([6]), TOKENS, torch.tensor([6, 6]), 6, generator=torch.Generator(),
+        ABLATION_MODEL, torch.tensor([6]), TOKENS, torch.tensor([6, 6]), 6, generator=torch.Generator(),
         reference_outputs=OUTPUTS.long()), TypeError, ["reference_outputs", "torch.int64"]),
     ("resampled_one_at_a_time meta rows", lambda: P.resampled_one_at_a_time(
-        MODEL_b16q, TOKENS, OUTPUTS, ROWS.to(META_b16q), [(0, 0)]), ValueError, ["rows", "meta"]),
+        ABLATION_MODEL, TOKENS, OUTPUTS, ROWS.to(META_DEVICE), [(0, 0)]), ValueError, ["rows", "meta"]),
     ("EvaluationAt meta positions", lambda: P.EvaluationAt(
-        TOKENS, lambda logits: {"a": 1.0}, torch.zeros(2, dtype=torch.long, device=META_b16q)),
+        TOKENS, lambda logits: {"a": 1.0}, torch.zeros(2, dtype=torch.long, device=META_DEVICE)),
      ValueError, ["EvaluationAt.positions", "meta"]),
     ("losses_along_orders meta targets", lambda: P.losses_along_orders(
-        MODEL_b16q, TOKENS, TOKENS.to(META_b16q), [[(0, 0)]], 1), ValueError, ["targets", "meta"]),
+        ABLATION_MODEL, TOKENS, TOKENS.to(META_DEVICE), [[(0, 0)]], 1), ValueError, ["targets", "meta"]),
     # token ids below 0 and targets that are neither ids nor -100
     ("Evaluation negative token", lambda: A.Evaluation(_with(TOKENS, -1), lambda logits: {"a": 1.0}),
      ValueError, ["Evaluation.tokens", "-1"]),
@@ -498,21 +492,23 @@ CASES: list[tuple[str, Callable[[], object], type, list[str]]] = [
      ValueError, ["tokens", "-1"]),
     ("loss_evaluation negative target", lambda: A.loss_evaluation(TOKENS, _with(TOKENS, -1)),
      ValueError, ["targets", "-1", "-100"]),
-    ("loss_evaluation meta targets", lambda: A.loss_evaluation(TOKENS, TOKENS.to(META_b16q)),
+    ("loss_evaluation meta targets", lambda: A.loss_evaluation(TOKENS, TOKENS.to(META_DEVICE)),
      ValueError, ["targets", "meta"]),
     # NaN scores; prunable_counts' known and map_fn
     ("measure NaN score",
-     lambda: A.measure(MODEL_b16q, A.Evaluation(TOKENS, lambda logits: {"a": float("nan")})),
+     lambda: A.measure(ABLATION_MODEL, A.Evaluation(TOKENS, lambda logits: {"a": float("nan")})),
      ValueError, ["evaluations[0].score", "'a'", "nan"]),
     ("prunable_counts known int values", lambda: P.prunable_counts(
-        MODEL_b16q, A.loss_evaluation(TOKENS, TOKENS), [[(0, 0)]], lambda x: True,
+        ABLATION_MODEL, A.loss_evaluation(TOKENS, TOKENS), [[(0, 0)]], lambda x: True,
         known={frozenset({(0, 0)}): 3}),
      TypeError, ["known[{(0, 0)}]", "int 3"]),
     ("prunable_counts map_fn short", lambda: P.prunable_counts(
-        MODEL_b16q, A.loss_evaluation(TOKENS, TOKENS), [[(0, 0)]], lambda x: True, map_fn=lambda f, xs: []),
+        ABLATION_MODEL, A.loss_evaluation(TOKENS, TOKENS), [[(0, 0)]], lambda x: True,
+        map_fn=lambda f, xs: []),
      ValueError, ["map_fn", "0 results for 1 parts"]),
     ("prunable_counts map_fn part short", lambda: P.prunable_counts(
-        MODEL_b16q, A.loss_evaluation(TOKENS, TOKENS), [[(0, 0)]], lambda x: True, map_fn=lambda f, xs: [[]]),
+        ABLATION_MODEL, A.loss_evaluation(TOKENS, TOKENS), [[(0, 0)]], lambda x: True,
+        map_fn=lambda f, xs: [[]]),
      ValueError, ["map_fn's result 0", "1 measurements", "0 entries"]),
     # KeptRun checks its fields
     ("KeptRun inputs None", lambda: A.KeptRun(None, [HEADS_OUT]), TypeError, ["KeptRun.inputs", "NoneType"]),
@@ -674,7 +670,7 @@ def test_explorer_refuses_a_control_name_that_is_no_str(name: object, error: typ
 # -- battery 19 (fix49q) -----------------------------------------------------------------------------
 
 # ----------------------------------------------------------------------------- g14: never raise
-class _Unprintable_b19q(Exception):
+class _UnprintableRuntimeError(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no str")
 
@@ -686,7 +682,7 @@ class _NoRepr:
 
 def _attention_for(text: str) -> tuple[list[str], list[torch.Tensor]]:
     if text.startswith("b"):
-        raise _Unprintable_b19q()
+        raise _UnprintableRuntimeError()
     if text.startswith("c"):
         return _NoRepr()  # type: ignore[return-value]
     T = len(text.split())
@@ -782,7 +778,7 @@ def test_plot_head_labels_every_position_of_a_lesson_sized_axis() -> None:
 
 
 # -- group 9: AttentionExplorer.show's messages outside a kernel --------------------------
-def _explorer_b21r() -> heatmaps.AttentionExplorer:
+def _identity_attention_explorer() -> heatmaps.AttentionExplorer:
     def attention_for(text: str) -> tuple[list[str], list[torch.Tensor]]:
         words = ["<bos>", *text.split()]
         return words, [torch.eye(len(words))[None, None].expand(1, 2, -1, -1)] * 2
@@ -797,7 +793,7 @@ def _explorer_b21r() -> heatmaps.AttentionExplorer:
 ])
 def test_show_prints_its_message_as_text_outside_a_kernel(capsys: pytest.CaptureFixture, text: object,
                                                           layer: int, message: str) -> None:
-    _explorer_b21r().show(text=text, layer=layer)
+    _identity_attention_explorer().show(text=text, layer=layer)
     out = capsys.readouterr().out
     assert message in out and "object>" not in out and "object at 0x" not in out, out
     assert heatmaps.CONTROLS_NOTE in out
@@ -811,7 +807,7 @@ def test_show_displays_its_message_in_a_kernel_as_before(monkeypatch: pytest.Mon
     shown = []
     monkeypatch.setattr(widgets, "in_jupyter_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kwargs: shown.append(obj))
-    _explorer_b21r().show(text="")
+    _identity_attention_explorer().show(text="")
     assert isinstance(shown[0], IPython.display.Pretty) and shown[0].data == "Type a sentence first."
     assert isinstance(shown[-1], widgets.Explorer) and len(shown) == 2
 
@@ -872,10 +868,7 @@ def test_say_never_raises_on_a_raising_stream(monkeypatch):
 
 # -- battery (issue 38 closing check) ----------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-M = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+M = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4]])

@@ -12,13 +12,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-import sys
-from pathlib import Path
 
 import matplotlib
 import pytest
 import torch
-from bad_input_cases import Case, assert_named, raises_naming, tiny_model, train_mode_tiny_model
+from bad_input_cases import Case, assert_named, raises_naming, small_model, tiny_model, train_mode_tiny_model
 
 from course_utils.interp import ablation, circuits, patching
 from course_utils.interp import ablation as A
@@ -42,18 +40,12 @@ from course_utils.model import transformer as TF
 from course_utils.model.transformer import ModelConfig, TinyTransformer
 from course_utils.tasks.synthetic import AgreementTask
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
 matplotlib.use("Agg")
 
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])
@@ -808,22 +800,7 @@ def test_flip_subject_number_names_a_token_without_a_partner(fill: int, word: st
 # -- battery 19 (fix49q) -----------------------------------------------------------------------------
 
 # ----------------------------------------------------------------------------- g17: prunable_counts' known
-V_b19q = 16
-
-
-def _model_b19q() -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(
-        ModelConfig(vocab_size=V_b19q, max_len=8, d_model=16, num_heads=2, num_layers=2)).eval()
-
-
-MODEL_b19q = _model_b19q()
-
-
-TOKENS_b19q = torch.randint(0, V_b19q, (3, 6), generator=torch.Generator().manual_seed(1))
-
-
-LOSS = Evaluation(TOKENS_b19q, lambda logits: {"loss": average_loss(logits, TOKENS_b19q)})
+LOSS = Evaluation(TOKENS, lambda logits: {"loss": average_loss(logits, TOKENS)})
 
 
 ORDERS = [[(0, 0), (0, 1), (1, 0), (1, 1)]]
@@ -841,7 +818,7 @@ ORDERS = [[(0, 0), (0, 1), (1, 0), (1, 1)]]
 @pytest.mark.parametrize("incremental", [False, True])
 def test_prunable_counts_refuses_known_it_cannot_use(known, error, named, incremental):
     with pytest.raises(error, match="known") as caught:
-        prunable_counts(MODEL_b19q, LOSS, ORDERS, lambda n: n["loss"] < 10, known=known,
+        prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=known,
                         incremental=incremental)
     assert named in str(caught.value)
 
@@ -850,19 +827,19 @@ def test_prunable_counts_refuses_known_whose_names_disagree_when_nothing_is_meas
     known = {frozenset(ORDERS[0][:k]): {"loss": 1.0} for k in range(1, 5)}
     known[frozenset(ORDERS[0][:2])] = {"acc": 1.0}
     with pytest.raises(ValueError, match=r"known\[.*acc"):
-        prunable_counts(MODEL_b19q, LOSS, ORDERS, lambda n: n["loss"] < 10, known=known)
+        prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=known)
 
 
 def test_prunable_counts_still_reuses_its_own_measurements():
-    counts, measured = prunable_counts(MODEL_b19q, LOSS, ORDERS, lambda n: n["loss"] < 10)
-    again = prunable_counts(MODEL_b19q, LOSS, ORDERS, lambda n: n["loss"] < 10, known=measured)
+    counts, measured = prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10)
+    again = prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=measured)
     assert again == (counts, measured)
     part = {frozenset(ORDERS[0][:1]): measured[frozenset(ORDERS[0][:1])]}
-    assert prunable_counts(MODEL_b19q, LOSS, ORDERS, lambda n: n["loss"] < 10, known=part)[0] == counts
+    assert prunable_counts(MODEL, LOSS, ORDERS, lambda n: n["loss"] < 10, known=part)[0] == counts
 
 
 # ------------------------------------------------------------------------ g15: lengths within their batch
-REFERENCE = torch.randint(0, V_b19q, (4, 6), generator=torch.Generator().manual_seed(2))
+REFERENCE = torch.randint(0, V, (4, 6), generator=torch.Generator().manual_seed(2))
 
 
 @pytest.mark.parametrize("target", ["resampled_outputs", "resampled_logits"])
@@ -877,9 +854,9 @@ def test_resampling_refuses_lengths_beyond_their_batch(target, name, lengths, re
     generator = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match=name) as caught:
         if target == "resampled_outputs":
-            resampled_outputs(MODEL_b19q, lengths, REFERENCE, reference_lengths, 6, generator=generator)
+            resampled_outputs(MODEL, lengths, REFERENCE, reference_lengths, 6, generator=generator)
         else:
-            resampled_logits(MODEL_b19q, TOKENS_b19q, lengths, REFERENCE, reference_lengths, [(0, 0)],
+            resampled_logits(MODEL, TOKENS, lengths, REFERENCE, reference_lengths, [(0, 0)],
                              generator=generator)
     assert str(caught.value).startswith(name) and shown in str(caught.value)
 
@@ -961,12 +938,6 @@ def test_measure_refuses_a_score_that_returns_no_number() -> None:
 
 # -- battery 21 (fix51r) -----------------------------------------------------------------------------
 
-MODEL_b19q = tiny_model()
-
-
-TOKENS_b19q = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_seed(1))
-
-
 # -- group 7: a trace of another model with the same sizes --------------------------------
 @pytest.mark.parametrize("other,wrong", [
     ({"mlp": True}, "mlp=True (model: False)"),
@@ -975,18 +946,18 @@ TOKENS_b19q = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_see
     ({"max_len": MAX_LEN + 4}, f"max_len={MAX_LEN + 4} (model: {MAX_LEN})"),
 ])
 def test_dla_refuses_a_trace_of_another_model_of_the_same_sizes(other: dict, wrong: str) -> None:
-    trace = circuits.trace_heads(tiny_model(**other), TOKENS_b19q)
+    trace = circuits.trace_heads(tiny_model(**other), TOKENS)
     message = raises_naming(ValueError, ["trace must be a trace of model", wrong],
-                            lambda: circuits.direct_logit_attribution(MODEL_b19q, trace, TOKENS_b19q))
+                            lambda: circuits.direct_logit_attribution(MODEL, trace, TOKENS))
     assert message.startswith("trace")
 
 
 def test_trace_records_the_model_config_and_still_reads_its_own_model() -> None:
-    trace = circuits.trace_heads(MODEL_b19q, TOKENS_b19q)
-    assert trace.config == MODEL_b19q.config
-    assert circuits.direct_logit_attribution(MODEL_b19q, trace, TOKENS_b19q).shape == (2, 2, 3, 6)
+    trace = circuits.trace_heads(MODEL, TOKENS)
+    assert trace.config == MODEL.config
+    assert circuits.direct_logit_attribution(MODEL, trace, TOKENS).shape == (2, 2, 3, 6)
     # same config
-    assert circuits.direct_logit_attribution(tiny_model(), trace, TOKENS_b19q).shape == (2, 2, 3, 6)
+    assert circuits.direct_logit_attribution(tiny_model(), trace, TOKENS).shape == (2, 2, 3, 6)
 
 
 @pytest.mark.parametrize("config,wrong", [
@@ -995,25 +966,22 @@ def test_trace_records_the_model_config_and_still_reads_its_own_model() -> None:
     (ModelConfig(V, MAX_LEN, d_model=16, num_heads=4, num_layers=2), "num_heads=2 (config: 4)"),
 ])
 def test_headtrace_refuses_a_config_its_shapes_contradict(config: ModelConfig, wrong: str) -> None:
-    trace = circuits.trace_heads(MODEL_b19q, TOKENS_b19q)
+    trace = circuits.trace_heads(MODEL, TOKENS)
     raises_naming(ValueError, ["HeadTrace.config", wrong], lambda: dataclasses.replace(trace, config=config))
 
 
 def test_headtrace_refuses_a_config_that_is_not_one() -> None:
-    trace = circuits.trace_heads(MODEL_b19q, TOKENS_b19q)
+    trace = circuits.trace_heads(MODEL, TOKENS)
     raises_naming(TypeError, ["HeadTrace.config", "dict"],
-                  lambda: dataclasses.replace(trace, config=MODEL_b19q.config.to_dict()))
+                  lambda: dataclasses.replace(trace, config=MODEL.config.to_dict()))
 
 
 # -- battery 22 (fix52r) -----------------------------------------------------------------------------
 
-V_b19q = 16
+POISON_TOKENS = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(2))
 
 
-TOKENS_b22r = torch.randint(0, V_b19q, (2, 6), generator=torch.Generator().manual_seed(2))
-
-
-TOKENS_b22r[0, 0] = 1  # token 1 is read everywhere: the entry poisoned below is in its row
+POISON_TOKENS[0, 0] = 1  # token 1 is read everywhere: the entry poisoned below is in its row
 
 
 def _poisoned(param: str, value: float):
@@ -1027,8 +995,8 @@ def _poisoned(param: str, value: float):
 
 
 def _dla(model):
-    trace = circuits.trace_heads(tiny_model(), TOKENS_b22r)  # a finite trace, of the same config
-    return circuits.direct_logit_attribution(model, trace, TOKENS_b22r)
+    trace = circuits.trace_heads(tiny_model(), POISON_TOKENS)  # a finite trace, of the same config
+    return circuits.direct_logit_attribution(model, trace, POISON_TOKENS)
 
 
 def _final_norm(model):
@@ -1039,7 +1007,7 @@ def _final_norm(model):
 # -- group 5: weights holding NaN or infinity ---------------------------------------------
 @pytest.mark.parametrize("call", [
     lambda m: circuits.ov_copying_score(m, 0, [1, 2, 3]),
-    lambda m: circuits.trace_heads(m, TOKENS_b22r),
+    lambda m: circuits.trace_heads(m, POISON_TOKENS),
 ], ids=["ov_copying_score", "trace_heads"])
 @pytest.mark.parametrize("param", ["token_embedding.weight", "blocks.0.attn.out_proj.weight",
                                    "ln_final.weight", "unembed.weight"])
@@ -1065,14 +1033,14 @@ def test_finite_weights_still_score() -> None:
 
 # -- group 8: EvaluationAt (and Evaluation) frozen ------------------------------------------
 def _evaluation_at() -> patching.EvaluationAt:
-    return patching.EvaluationAt(TOKENS_b22r, lambda logits: {"x": 1.0}, torch.tensor([5, 5]))
+    return patching.EvaluationAt(POISON_TOKENS, lambda logits: {"x": 1.0}, torch.tensor([5, 5]))
 
 
 @pytest.mark.parametrize("make,field,value", [
     (_evaluation_at, "positions", torch.tensor([99, 99])),
-    (_evaluation_at, "tokens", TOKENS_b22r[:, :2]),
-    (lambda: ablation.Evaluation(TOKENS_b22r, lambda logits: {"x": 1.0}), "tokens", TOKENS_b22r.float()),
-    (lambda: ablation.Evaluation(TOKENS_b22r, lambda logits: {"x": 1.0}), "score", None),
+    (_evaluation_at, "tokens", POISON_TOKENS[:, :2]),
+    (lambda: ablation.Evaluation(POISON_TOKENS, lambda logits: {"x": 1.0}), "tokens", POISON_TOKENS.float()),
+    (lambda: ablation.Evaluation(POISON_TOKENS, lambda logits: {"x": 1.0}), "score", None),
 ])
 def test_evaluations_cannot_be_changed_after_their_check(make, field: str, value: object) -> None:
     evaluation = make()
@@ -1088,7 +1056,7 @@ def test_a_changed_copy_is_checked_again() -> None:
 # -- battery 23 (fix54) ------------------------------------------------------------------------------
 
 # -- path_patched_logits compares the senders' outputs in `outputs` with its own run --------------
-def _model_and_tokens_b23():
+def _three_layer_model_and_tokens():
     torch.manual_seed(0)
     model = TinyTransformer(ModelConfig(vocab_size=16, max_len=8, d_model=8, num_heads=2, num_layers=3))
     tokens = torch.randint(0, 16, (2, 6), generator=torch.Generator().manual_seed(2))
@@ -1099,7 +1067,7 @@ def _model_and_tokens_b23():
                          ids=["positions reversed", "batch reversed", "other ids"])
 def test_path_patching_refuses_outputs_of_other_tokens(other):
     """Battery 23: head outputs of other tokens were used silently (logits off by up to 0.047)."""
-    model, tokens = _model_and_tokens_b23()
+    model, tokens = _three_layer_model_and_tokens()
     source = head_outputs(model, tokens.flip(0))
     raises_naming(ValueError, ["outputs", "L0H1", "other tokens"],
                   lambda: path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0), (2, 1)],
@@ -1107,7 +1075,7 @@ def test_path_patching_refuses_outputs_of_other_tokens(other):
 
 
 def test_path_patching_takes_outputs_of_these_tokens_and_gives_the_same_logits():
-    model, tokens = _model_and_tokens_b23()
+    model, tokens = _three_layer_model_and_tokens()
     source = head_outputs(model, tokens.flip(0))
     senders, receivers = [(0, 1), (1, 0)], [(2, 0), (2, 1)]
     given = path_patched_logits(model, tokens, source, senders, receivers,
@@ -1117,7 +1085,7 @@ def test_path_patching_takes_outputs_of_these_tokens_and_gives_the_same_logits()
 
 
 def test_path_patching_names_outputs_not_source_outputs_for_a_misshaped_outputs():
-    model, tokens = _model_and_tokens_b23()
+    model, tokens = _three_layer_model_and_tokens()
     raises_naming(ValueError, ["outputs must be head_outputs(model, tokens)", "(3, 2, 2, 6, 4)"],
                   lambda: path_patched_logits(model, tokens, head_outputs(model, tokens), [(0, 1)], [(1, 0)],
                                               outputs=torch.zeros(3, 2, 2, 5, 4)))

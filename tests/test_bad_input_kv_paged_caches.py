@@ -13,7 +13,15 @@ import re
 
 import pytest
 import torch
-from bad_input_cases import BadRepr, raises_naming, refused, train_mode_tiny_model
+from bad_input_cases import (
+    BEYOND_FLOAT,
+    BadRepr,
+    one_layer_config,
+    raises_naming,
+    refused,
+    tiny_model,
+    train_mode_tiny_model,
+)
 
 from course_utils.attention.masks import padding_mask
 from course_utils.model import kv_cache
@@ -26,7 +34,7 @@ from course_utils.model.kv_cache import (
 )
 from course_utils.model.paged_cache import PagedCache
 from course_utils.model.train import AGREEMENT_TASK, INDUCTION_TASK
-from course_utils.model.transformer import ModelConfig, TinyTransformer
+from course_utils.model.transformer import TinyTransformer
 from course_utils.tasks.two_relations import TwoKeyTask
 
 # -- battery 8 ---------------------------------------------------------------------------------------
@@ -100,7 +108,7 @@ def test_dequantize_kv_still_reads_what_quantize_kv_makes():
 
 # -- battery 11 --------------------------------------------------------------------------------------
 
-HUGE_b11 = 10**12
+TRILLION = 10**12
 
 
 # -- item 2: sizes are refused before anything is allocated, naming the argument -----------------
@@ -117,8 +125,8 @@ def _sizes_cases():
                                                    "dtype": torch.float32, "repeats": 1, **kwargs})
 
     cases = [
-        ("cost_table batch", lambda: cost_table(HUGE_b11, 16, 64, [1, 2, 4]), ValueError, ["batch", "GiB"]),
-        ("cost_table seq_len", lambda: cost_table(2, HUGE_b11, 64, [1, 2, 4]), ValueError,
+        ("cost_table batch", lambda: cost_table(TRILLION, 16, 64, [1, 2, 4]), ValueError, ["batch", "GiB"]),
+        ("cost_table seq_len", lambda: cost_table(2, TRILLION, 64, [1, 2, 4]), ValueError,
          ["seq_len", "GiB"]),
         ("cost_table d_model", lambda: cost_table(2, 16, 2**40, [1, 2, 4]), ValueError, ["d_model", "GiB"]),
         ("cost_table scores beyond memory", lambda: cost_table(2, 10**6, 64, [1, 2]), ValueError,
@@ -129,22 +137,22 @@ def _sizes_cases():
         ("compare device empty", lambda: compare_on_device(""), ValueError, ["device"]),
         ("compare device None", lambda: compare_on_device(None), TypeError, ["device", "NoneType"]),
         ("compare device meta", lambda: compare_on_device("meta"), ValueError, ["device", "meta"]),
-        ("CatCache num_layers", lambda: CatCache(HUGE_b11), ValueError, ["num_layers", "GiB"]),
-        ("InductionTask vocab_size", lambda: InductionTask(vocab_size=HUGE_b11), ValueError,
+        ("CatCache num_layers", lambda: CatCache(TRILLION), ValueError, ["num_layers", "GiB"]),
+        ("InductionTask vocab_size", lambda: InductionTask(vocab_size=TRILLION), ValueError,
          ["vocab_size", "GiB"]),
-        ("InductionTask seq_len", lambda: InductionTask(seq_len=HUGE_b11), ValueError, ["seq_len", "GiB"]),
-        ("round_half_up decimals", lambda: round_half_up(0.5, decimals=HUGE_b11), ValueError,
-         ["decimals", "15", str(HUGE_b11)]),
-        ("round_half_up decimals negative", lambda: round_half_up(0.5, decimals=-HUGE_b11), ValueError,
+        ("InductionTask seq_len", lambda: InductionTask(seq_len=TRILLION), ValueError, ["seq_len", "GiB"]),
+        ("round_half_up decimals", lambda: round_half_up(0.5, decimals=TRILLION), ValueError,
+         ["decimals", "15", str(TRILLION)]),
+        ("round_half_up decimals negative", lambda: round_half_up(0.5, decimals=-TRILLION), ValueError,
          ["decimals"]),
-        ("attention_by_copies digits", lambda: attention_by_copies(None, None, digits=HUGE_b11), ValueError,
+        ("attention_by_copies digits", lambda: attention_by_copies(None, None, digits=TRILLION), ValueError,
          ["digits", "15"]),
     ]
     for name in ("batch", "seq_len", "d_model"):
         cases += [(f"compare {name} {value!r}", compare(**{name: value}), error, [name])
                   for value, error in ((-1, ValueError), (0, ValueError), (2.5, TypeError), ("3", TypeError),
                                        (None, TypeError), (True, TypeError))]
-        cases.append((f"compare {name} huge", compare(**{name: HUGE_b11}), ValueError, ["GiB"]))
+        cases.append((f"compare {name} huge", compare(**{name: TRILLION}), ValueError, ["GiB"]))
     return cases
 
 
@@ -262,9 +270,6 @@ def test_quantized_from_quantize_kv_still_round_trips():
 
 # -- battery 17 (fix47r) -----------------------------------------------------------------------------
 
-HUGE_b11 = 10**12
-
-
 # -- O6: the caches' memory refusals name the argument that is too large -----------------------------
 def _caches():
     from course_utils.model.kv_cache import PreallocatedCache, QuantizedCache
@@ -286,9 +291,9 @@ def _caches():
 def test_cache_memory_refusal_names_the_argument_too_large(cache, argument):
     make, _ = _caches()[cache]
     with pytest.raises(ValueError) as err:
-        make(**{argument: HUGE_b11})
+        make(**{argument: TRILLION})
     message = str(err.value)
-    assert message.startswith(f"{argument} asks for") and f"{argument}={HUGE_b11:,}" in message
+    assert message.startswith(f"{argument} asks for") and f"{argument}={TRILLION:,}" in message
     assert "GiB" in message
 
 
@@ -319,15 +324,11 @@ def test_quantized_cache_takes_a_group_up_to_max_len(max_len, group):
 
 # -- battery 19 (fix49rm) ----------------------------------------------------------------------------
 
-SMALL = ModelConfig(vocab_size=16, max_len=8, d_model=16, num_heads=2, num_layers=2)
-
-
 TOKEN = torch.zeros(1, 1, dtype=torch.long)
 
 
 def _model() -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(SMALL).eval()
+    return tiny_model(max_len=8)  # vocabulary 16, d_model 16, 2 heads, 2 layers; seed 0, eval
 
 
 def _state(cache: QuantizedCache) -> list[torch.Tensor]:
@@ -447,7 +448,7 @@ def test_quantized_cache_refuses_another_dtype(dtype: torch.dtype) -> None:
 
 # -- battery 22 (fix52q) -----------------------------------------------------------------------------
 
-CFG = ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
+CFG = one_layer_config()
 
 
 # -- 6: repeatable_step refuses to rewind a cache stepped elsewhere -------------------------------
@@ -588,16 +589,13 @@ def test_the_decoding_caches_filled_with_gradients_on_can_be_deep_copied(kind: s
 
 # -- battery 29 (library) ----------------------------------------------------------------------------
 
-HUGE_b29lib = 10**400
-
-
 def test_quantized_bytes_huge_names_num_kv_heads():
     from course_utils.model.kv_cache import quantized_bytes_per_token
 
     with pytest.raises(ValueError, match="num_kv_heads"):
-        quantized_bytes_per_token(HUGE_b29lib, 4)
+        quantized_bytes_per_token(BEYOND_FLOAT, 4)
     with pytest.raises(ValueError, match="d_head"):
-        quantized_bytes_per_token(4, HUGE_b29lib)
+        quantized_bytes_per_token(4, BEYOND_FLOAT)
 
 
 def test_catcache_first_step_does_not_keep_the_callers_tensor():

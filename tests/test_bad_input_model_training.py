@@ -9,9 +9,6 @@ files live in tests/bad_input_cases.py."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -19,8 +16,10 @@ from bad_input_cases import (
     Case,
     assert_named,
     meta_copy,
+    one_layer_config,
     raises_naming,
     seeded_one_layer_model,
+    small_model,
     tiny_model,
     train_mode_tiny_model,
 )
@@ -43,17 +42,9 @@ from course_utils.tasks import synthetic as SY
 from course_utils.tasks import two_relations as TWO
 from course_utils.tasks import worked_example as WE
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-
-
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])
@@ -388,7 +379,7 @@ def test_train_model_refuses_a_target_it_could_not_measure(arguments: dict, erro
 
 # -- battery 16 (fix46r) -----------------------------------------------------------------------------
 
-CFG = ModelConfig(vocab_size=12, max_len=10, d_model=16, num_heads=4, num_layers=1)
+CFG = one_layer_config()
 
 
 def test_train_model_checks_sample_batch_arity():
@@ -440,15 +431,8 @@ def test_history_to_dict_checks_steps_appended_out_of_order():
 
 # -- battery 18 (fix48rm) ----------------------------------------------------------------------------
 
-SMALL = ModelConfig(vocab_size=16, max_len=12, d_model=16, num_heads=2, num_layers=2)
-
-
 def _model() -> TinyTransformer:
-    torch.manual_seed(0)
-    return TinyTransformer(SMALL)
-
-
-_raises_b18rm = raises_naming  # call() raises error naming every one of words
+    return tiny_model().train()  # tiny_model's sizes and seed 0, in training mode as built
 
 
 # -- g26: the task model configs fit their task -------------------------------------------------------
@@ -469,7 +453,7 @@ def _task_configs():
 def test_task_model_config_refuses_an_override_the_task_cannot_fit(function, field):
     make, vocab_size, seq_len = _task_configs()[function]
     needed = {"vocab_size": vocab_size, "max_len": seq_len}[field]
-    _raises_b18rm(ValueError, [function, f"{field}=4", f"{field} >= {needed}", "does not fit the task"],
+    raises_naming(ValueError, [function, f"{field}=4", f"{field} >= {needed}", "does not fit the task"],
             lambda: make(**{field: 4}))
 
 
@@ -493,7 +477,7 @@ def test_train_model_names_sample_batch_for_tokens_the_model_cannot_read(tokens,
     from course_utils.model.train import TrainConfig, train_model
 
     targets = torch.zeros_like(tokens)
-    _raises_b18rm(ValueError, ["sample_batch(generator)'s tokens at step 1", *words],
+    raises_naming(ValueError, ["sample_batch(generator)'s tokens at step 1", *words],
             lambda: train_model(_model(), lambda g: (tokens, targets), TrainConfig(steps=2), progress=False))
 
 
@@ -553,7 +537,7 @@ def test_history_methods_check_fields_changed_after_it_was_built(change, method)
     mutate(history)
     read = {"final_metrics": lambda: history.final_metrics, "metric": lambda: history.metric("acc"),
             "to_dict": history.to_dict}[method]
-    _raises_b18rm(error, words, read)
+    raises_naming(error, words, read)
 
 
 def test_history_final_metrics_is_a_copy():
@@ -569,7 +553,7 @@ def test_train_model_refuses_an_infinite_metric(value, target_metric):
     from course_utils.model.train import TrainConfig, train_model
 
     tokens = torch.zeros(4, 8, dtype=torch.long)
-    _raises_b18rm(ValueError, ["evaluate(model)", repr(value), "'loss'", "step 1"],
+    raises_naming(ValueError, ["evaluate(model)", repr(value), "'loss'", "step 1"],
             lambda: train_model(_model(), lambda g: (tokens, tokens), TrainConfig(steps=2), progress=False,
                                 evaluate=lambda m: {"acc": 0.5, "loss": value}, eval_every=1,
                                 target_metric=target_metric))
@@ -579,7 +563,7 @@ def test_train_model_refuses_an_infinite_metric(value, target_metric):
 def test_history_refuses_an_infinite_metric(value):
     from course_utils.model.train import History
 
-    _raises_b18rm(ValueError, ["History.eval_metrics[0]['loss']", repr(value)],
+    raises_naming(ValueError, ["History.eval_metrics[0]['loss']", repr(value)],
             lambda: History("t", eval_steps=[1], eval_metrics=[{"loss": value}]))
 
 
@@ -617,7 +601,7 @@ def test_configs_cannot_be_changed_after_they_were_checked(make, field, value):
 
     config = make()
     before = getattr(config, field)
-    _raises_b18rm(dataclasses.FrozenInstanceError, [field], lambda: setattr(config, field, value))
+    raises_naming(dataclasses.FrozenInstanceError, [field], lambda: setattr(config, field, value))
     assert getattr(config, field) == before
     changed = dataclasses.replace(config, **{field: before})  # a copy is the way to change one
     assert changed == config
@@ -629,7 +613,7 @@ def test_frozen_configs_still_fill_their_defaults():
     assert _train_config(steps=5).warmup_steps == 5 and _train_config().warmup_steps == 20
     config = ModelConfig(vocab_size=16, max_len=12, d_model=16, num_heads=4, mlp=True, d_mlp=8)
     assert config.num_kv_heads == 4 and config.d_mlp == 8
-    _raises_b18rm(ValueError, ["ModelConfig.num_kv_heads", "3"],
+    raises_naming(ValueError, ["ModelConfig.num_kv_heads", "3"],
             lambda: dataclasses.replace(config, num_kv_heads=3))
 
 

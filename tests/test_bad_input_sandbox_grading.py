@@ -18,7 +18,7 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, LyingStr, assert_named, raises_naming
+from bad_input_cases import ROOT, SCRIPTS, Case, LyingStr, assert_named, raises_naming
 
 from course_utils import cli, paths
 from course_utils.attention import shapes
@@ -46,9 +46,6 @@ from course_utils.tasks import worked_example as WE
 from course_utils.tasks.worked_example import load_worked_example
 
 # -- battery 6 (left) --------------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 SOFTMAX = ("def softmax_rows(scores):\n    import numpy as np\n"
            "    return np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)\n")
@@ -91,7 +88,7 @@ CASES = [
     Case("reference_outputs missing folder", lambda: autograde.reference_outputs("/nonexistent_b6/solutions",
                                                                                  "lesson02", 5),
          ValueError, ["solutions_dir", "/nonexistent_b6/solutions", "does not exist"]),
-    Case("reference_outputs not named solutions", lambda: autograde.reference_outputs(str(ROOT / "scripts"),
+    Case("reference_outputs not named solutions", lambda: autograde.reference_outputs(str(SCRIPTS),
                                                                                       "lesson02", 5),
          ValueError, ["solutions_dir", "named 'solutions'", "scripts"]),
     Case("reference_outputs lesson99", lambda: autograde.reference_outputs(str(ROOT / "solutions"),
@@ -491,10 +488,8 @@ def test_the_kernel_rule_is_the_graders_and_the_lessons_do_not_trip_it():
     assert "`answers` (the course's stored answers)" in broken, broken
     assert sandbox.store_reads([_LOOKUP]) and sandbox.store_reads(["open('answers/lesson02.pt', 'rb')"])
     import json
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    for notebook in sorted((root / "notebooks").glob("*.ipynb")) + sorted((root / "student").glob("*.ipynb")):
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "student").glob("*.ipynb")):
         cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
                  if c["cell_type"] == "code"]
         assert sandbox.store_reads(cells) == [], notebook.name
@@ -768,7 +763,7 @@ def test_read_secrets_names_a_symlink_loop(tmp_path):
 # -- battery 13b -------------------------------------------------------------------------------------
 
 # --- grading: the grade_id, not the submitted source, says which check grades a test cell ----
-SOFTMAX_b13b = ("import torch\n\n\ndef softmax_rows(scores):\n    ### BEGIN SOLUTION\n"
+TORCH_SOFTMAX = ("import torch\n\n\ndef softmax_rows(scores):\n    ### BEGIN SOLUTION\n"
            "    e = (scores - scores.max(dim=-1, keepdim=True).values).exp()\n"
            "    return e / e.sum(dim=-1, keepdim=True)\n    ### END SOLUTION\n")
 
@@ -792,7 +787,7 @@ def test_a_test_cell_edited_to_call_another_exercises_check_gets_no_points():
     (solved) softmax_rows check, gave lesson02_attention_weights_test (True, 'correct')."""
     from course_utils.exercises import autograde
 
-    nb = _submission(_graded_cell(SOFTMAX_b13b, "lesson02_softmax_rows", test=False),
+    nb = _submission(_graded_cell(TORCH_SOFTMAX, "lesson02_softmax_rows", test=False),
                      _graded_cell(STUB, "lesson02_attention_weights", test=False),
                      _graded_cell("lesson02.check_softmax_rows(softmax_rows).assert_passed()",
                                   "lesson02_attention_weights_test", test=True))
@@ -822,7 +817,7 @@ def test_a_grade_id_on_two_cells_is_named():
     """b13 gradenb2:grade-id-dup-with-work: the second cell's verdict replaced the first's, no word."""
     from course_utils.exercises import autograde
 
-    nb = _submission(_graded_cell(SOFTMAX_b13b, "lesson02_softmax_rows", test=False),
+    nb = _submission(_graded_cell(TORCH_SOFTMAX, "lesson02_softmax_rows", test=False),
                      _graded_cell("lesson02.check_softmax_rows(softmax_rows).assert_passed()",
                                   "lesson02_softmax_rows_test", test=True),
                      _graded_cell(STUB, "lesson02_attention_weights", test=False),
@@ -860,7 +855,7 @@ def test_a_salt_without_its_solutions_folder_is_refused(salt, solutions_dir, sai
 
     folder = str(ROOT / "solutions") if solutions_dir else None
     with pytest.raises(ValueError, match=said):
-        autograde.grade_answer("lesson02", "check_softmax_rows", SOFTMAX_b13b, "softmax_rows", salt=salt,
+        autograde.grade_answer("lesson02", "check_softmax_rows", TORCH_SOFTMAX, "softmax_rows", salt=salt,
                                solutions_dir=folder)
 
 
@@ -1091,10 +1086,8 @@ def test_the_answer_runs_on_the_package_the_grader_imported(tmp_path) -> None:
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    shutil.copytree(root / "course_utils", tmp_path / "course_utils",
+    shutil.copytree(ROOT / "course_utils", tmp_path / "course_utils",
                     ignore=shutil.ignore_patterns("__pycache__"))
     child = tmp_path / "course_utils" / "exercises" / "sandbox.py"
     child.write_text(child.read_text() + (  # this copy's answer process says which code it is
@@ -1316,17 +1309,17 @@ def test_read_secrets_refuses_a_link_to_another_courses_secrets(tmp_path):
 
 # -- battery 22 (rerun) ------------------------------------------------------------------------------
 
-STUB_b22rerun = "def f():\n    raise NotImplementedError\n"
+NOT_IMPLEMENTED_STUB = "def f():\n    raise NotImplementedError\n"
 
 
 @pytest.mark.parametrize("name", ["", "1f", "f g", "f()"])
 def test_is_stub_refuses_a_name_no_function_can_have(name):
     raises_naming(ValueError, ["name", "identifier", repr(name)],
-                  lambda: sandbox.is_stub(STUB_b22rerun, name))
+                  lambda: sandbox.is_stub(NOT_IMPLEMENTED_STUB, name))
 
 
 def test_is_stub_still_reads_a_stub_and_an_answer():
-    assert sandbox.is_stub(STUB_b22rerun, "f")
+    assert sandbox.is_stub(NOT_IMPLEMENTED_STUB, "f")
     assert not sandbox.is_stub("def f():\n    return 1\n", "f")
 
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import Case, assert_named, meta_copy, raises_naming, refused
+from bad_input_cases import BEYOND_FLOAT, Case, assert_named, meta_copy, raises_naming, refused, small_model
 
 from course_utils.attention import validation as V
 from course_utils.attention import validation as va
@@ -71,10 +71,7 @@ from course_utils.tasks.worked_example import (
 
 # -- battery 5 ---------------------------------------------------------------------------------------
 
-torch.manual_seed(0)
-
-
-SM = TinyTransformer(ModelConfig(vocab_size=10, max_len=8, d_model=8, num_heads=2, num_layers=2)).eval()
+SM = small_model()
 
 
 TOK = torch.tensor([[1, 2, 3, 4, 1, 2]])
@@ -1051,9 +1048,6 @@ def test_compare_heads_checks_before_the_workers_start(argument, value, error, s
 
 # -- battery 18 (fix48rt) ----------------------------------------------------------------------------
 
-_raises_b18rt = raises_naming  # call() raises error naming every one of words
-
-
 # -- g12 / g20: worked-example rounding helpers -----------------------------------------------
 @pytest.mark.parametrize("call, words", [
     (lambda: we.round_half_up(math.nan), ["x", "finite", "nan"]),
@@ -1062,7 +1056,7 @@ _raises_b18rt = raises_naming  # call() raises error naming every one of words
     (lambda: we.article_matmul(np.full((2, 3), -np.inf), np.ones((3, 2))), ["a", "finite", "-inf"]),
 ], ids=["round nan", "round inf", "matmul b nan", "matmul a -inf"])
 def test_rounding_helpers_refuse_non_finite(call, words):
-    _raises_b18rt(ValueError, words, call)
+    raises_naming(ValueError, words, call)
 
 
 @pytest.mark.parametrize("call", [
@@ -1070,12 +1064,12 @@ def test_rounding_helpers_refuse_non_finite(call, words):
     lambda: we.article_matmul(np.ones((2, 3)), np.ones((3, 2)), decimals=-1),
 ], ids=["round_half_up", "article_matmul"])
 def test_rounding_helpers_refuse_negative_decimals(call):
-    _raises_b18rt(ValueError, ["decimals", ">= 0", "-1"], call)
+    raises_naming(ValueError, ["decimals", ">= 0", "-1"], call)
 
 
 @pytest.mark.parametrize("weights, value", [(np.full((2, 2), 2.0), "2.0"), (-np.ones((2, 2)), "-1.0")])
 def test_output_rounding_budget_weights_are_fractions(weights, value):
-    _raises_b18rt(ValueError, ["weights", "[0, 1]", value, "(0, 0)"],
+    raises_naming(ValueError, ["weights", "[0, 1]", value, "(0, 0)"],
             lambda: we.output_rounding_budget(weights, np.ones((2, 3))))
 
 
@@ -1092,7 +1086,7 @@ def test_rounding_helpers_still_take_good_input():
     ("", np.zeros((2, 3)), ValueError, ["Table.name", "non-empty", "''"]),
 ], ids=["bool values", "int values", "empty name"])
 def test_table_refuses_non_float_values_and_empty_name(name, values, error, words):
-    _raises_b18rt(error, words, lambda: we.Table(name, values, ("a", "b"), ("x", "y", "z")))
+    raises_naming(error, words, lambda: we.Table(name, values, ("a", "b"), ("x", "y", "z")))
 
 
 # -- two_relations: g05, g15, g16, g17, g18 -----------------------------------------------------
@@ -1110,7 +1104,7 @@ def lookup():
 def test_lookup_measures_refuse_an_empty_batch(lookup, name):
     tr, _, model, batch = lookup
     empty = tr.LookupBatch(*(t[:0] for t in batch))  # take refuses an empty selection
-    _raises_b18rt(ValueError, ["batch", "at least one example", "0 examples", "(0, 8)"],
+    raises_naming(ValueError, ["batch", "at least one example", "0 examples", "(0, 8)"],
             lambda: getattr(tr, name)(model, empty))
 
 
@@ -1120,7 +1114,7 @@ def test_lookup_batch_refuses_negative_ids(lookup, field):
     fields = batch._asdict()
     fields[field] = fields[field].clone()
     fields[field][1] = -3  # row 1 (all of it for a 2-D field)
-    _raises_b18rt(ValueError, [f"LookupBatch.{field}", ">= 0", "-3", "row 1"],
+    raises_naming(ValueError, [f"LookupBatch.{field}", ">= 0", "-3", "row 1"],
                   lambda: tr.LookupBatch(**fields))
 
 
@@ -1128,7 +1122,7 @@ def test_lookup_batch_answers_follow_the_items(lookup):
     tr, _, _, batch = lookup
     answers = batch.answer_symbols.clone()
     answers[0, 0] = (answers[0, 0] + 1) % 8
-    _raises_b18rt(ValueError, ["LookupBatch.answer_symbols[:, 0]", "row 0", str(int(answers[0, 0]))],
+    raises_naming(ValueError, ["LookupBatch.answer_symbols[:, 0]", "row 0", str(int(answers[0, 0]))],
             lambda: batch._replace(answer_symbols=answers))
 
 
@@ -1154,7 +1148,7 @@ def test_lookup_batch_copies_still_work(lookup):
 def test_evaluate_refuses_a_batch_of_another_task(lookup):
     tr, _, model, _ = lookup
     other = tr.TwoKeyTask(num_symbols=4).sample(4, seed=0)
-    _raises_b18rt(ValueError, ["batch.target", "V = 8", "not from the model's task"],
+    raises_naming(ValueError, ["batch.target", "V = 8", "not from the model's task"],
             lambda: tr.evaluate(model, other))
 
 
@@ -1164,7 +1158,7 @@ def test_evaluate_refuses_a_batch_of_another_task(lookup):
 ])
 def test_run_result_steps_go_forward(lookup, steps, words):
     tr, _, model, _ = lookup
-    _raises_b18rt(ValueError, words, lambda: tr.RunResult(2, 0, steps, [0.1, 0.5], (0.5, 0.5), model))
+    raises_naming(ValueError, words, lambda: tr.RunResult(2, 0, steps, [0.1, 0.5], (0.5, 0.5), model))
 
 
 def test_run_result_is_frozen_with_tuples(lookup):
@@ -1177,7 +1171,7 @@ def test_run_result_is_frozen_with_tuples(lookup):
         run.steps = [25, 0]
     with pytest.raises(AttributeError):
         run.accuracy.append(2.0)
-    _raises_b18rt(ValueError, ["RunResult.steps", "strictly increase"],
+    raises_naming(ValueError, ["RunResult.steps", "strictly increase"],
             lambda: dataclasses.replace(run, steps=[3, 1]))
 
 
@@ -1185,7 +1179,7 @@ def test_accuracy_table_refuses_repeated_runs(lookup):
     tr, _, model, _ = lookup
     runs = [tr.RunResult(2, seed, [0, 25], [0.1, 0.5], (0.5, 0.5), model) for seed in (0, 1)]
     for call in (tr.accuracy_table, tr.plot_learning_curves):
-        _raises_b18rt(ValueError, ["results", "distinct", "repeats", "(2, 0)"],
+        raises_naming(ValueError, ["results", "distinct", "repeats", "(2, 0)"],
                 lambda call=call: call(runs + runs[:1]))
 
 
@@ -1196,7 +1190,7 @@ def test_induction_batch_refuses_a_scored_last_column():
     b = InductionTask().eval_batch(4)
     scored = b.scored.clone()
     scored[2, -1] = True
-    _raises_b18rt(ValueError, ["InductionBatch.scored", "last column", "row 2"],
+    raises_naming(ValueError, ["InductionBatch.scored", "last column", "row 2"],
             lambda: InductionBatch(b.tokens, b.periods, scored))
     assert InductionBatch(b.tokens, b.periods, b.scored).scored is b.scored
 
@@ -1208,7 +1202,7 @@ def test_induction_accuracy_refuses_a_batch_with_nothing_scored():
     # cut to T = 7 (BOS + one copy + 1): period 5 fixes no position with a next token, so
     # nothing is scored, and the record (which checks scored against the periods) agrees
     none = InductionBatch(b.tokens[:, :7], b.periods, torch.zeros(4, 7, dtype=torch.bool))
-    _raises_b18rt(ValueError, ["batch", "at least one position", "no scored position", "(4, 7)"],
+    raises_naming(ValueError, ["batch", "at least one position", "no scored position", "(4, 7)"],
             lambda: induction_accuracy(torch.randn(4, 7, 64), none))
 
 
@@ -1219,7 +1213,7 @@ def test_agreement_batch_templates_are_templates(names, bad):
     from course_utils.tasks.synthetic import AgreementTask
 
     batch = AgreementTask().eval_batch(8)
-    _raises_b18rt(ValueError, ["AgreementBatch.template", "TEMPLATES", bad],
+    raises_naming(ValueError, ["AgreementBatch.template", "TEMPLATES", bad],
             lambda: dataclasses.replace(batch, template=names))
 
 
@@ -1245,7 +1239,7 @@ def test_mixture_task_parts_after_a_replace_is_checked():
     import dataclasses
 
     batch = _batches()["mixture"]
-    _raises_b18rt(ValueError, ["MixtureBatch.num_induction", "9"],
+    raises_naming(ValueError, ["MixtureBatch.num_induction", "9"],
             lambda: dataclasses.replace(batch, num_induction=9).task_parts())
     assert [t.shape[0] for t, _ in batch.task_parts()] == [4, 4]
 
@@ -1258,16 +1252,12 @@ def test_agreement_template_is_a_tuple():
 
 # -- battery 19 (fix49p) -----------------------------------------------------------------------------
 
-def _agreement_batch_b19p():
-    return AgreementTask().sample(4, torch.Generator().manual_seed(0))
-
-
-def _lookup_batch_b19p():
+def _small_lookup_batch():
     return TwoKeyTask(num_items=4, num_keys=8, num_symbols=4, max_repeats=2).sample(6, seed=0)
 
 
 @pytest.mark.parametrize("make, name, size",
-                         [(_agreement_batch_b19p, "rows", 4), (_lookup_batch_b19p, "index", 6)],
+                         [(_agreement_batch, "rows", 4), (_small_lookup_batch, "index", 6)],
                          ids=["AgreementBatch", "LookupBatch"])
 def test_batch_take_refuses_a_mixed_selection(make, name, size):
     batch = make()
@@ -1279,41 +1269,30 @@ def test_batch_take_refuses_a_mixed_selection(make, name, size):
 
 # -- battery 19 (fix49rt) ----------------------------------------------------------------------------
 
-_raises_b18rt = raises_naming  # call() raises error naming every one of words
-
-
-def _induction_b19rt() -> syn.InductionBatch:
+def _short_induction_batch() -> syn.InductionBatch:
     task = syn.InductionTask(vocab_size=16, seq_len=8, train_periods=(2, 3), heldout_periods=(4,))
     return task.sample(4, torch.Generator().manual_seed(0))
 
 
-def _agreement_b19rt() -> syn.AgreementBatch:
-    return syn.AgreementTask().sample(4, torch.Generator().manual_seed(0))
-
-
-def _mixture_b19rt() -> syn.MixtureBatch:
-    return syn.MixtureTask().sample(4, torch.Generator().manual_seed(0))
-
-
 # -- g19: empty batches (B = 0) -----------------------------------------------------------------
 @pytest.mark.parametrize("make, words", [
-    (lambda: dataclasses.replace(b := _induction_b19rt(), tokens=b.tokens[:0], periods=b.periods[:0],
+    (lambda: dataclasses.replace(b := _short_induction_batch(), tokens=b.tokens[:0], periods=b.periods[:0],
                                  scored=b.scored[:0]),
      ["InductionBatch.tokens", "at least one", "(0, 8)"]),
-    (lambda: syn.AgreementBatch(*(getattr(_agreement_b19rt(), f.name)[:0]
+    (lambda: syn.AgreementBatch(*(getattr(_agreement_batch(), f.name)[:0]
                                   for f in dataclasses.fields(syn.AgreementBatch) if f.name != "template")),
      ["AgreementBatch.tokens", "at least one", "(0, "]),
-    (lambda: dataclasses.replace(b := _mixture_b19rt(), tokens=b.tokens[:0], targets=b.targets[:0],
+    (lambda: dataclasses.replace(b := _mixture(), tokens=b.tokens[:0], targets=b.targets[:0],
                                  real=b.real[:0], num_induction=0),
      ["MixtureBatch.tokens", "at least one", "(0, 32)"]),
-    (lambda: _agreement_b19rt().take(torch.zeros(0, dtype=torch.long)),
+    (lambda: _agreement_batch().take(torch.zeros(0, dtype=torch.long)),
      ["rows", "at least one", "4 sentences", "empty"]),
-    (lambda: _agreement_b19rt().take(torch.zeros(4, dtype=torch.bool)),
+    (lambda: _agreement_batch().take(torch.zeros(4, dtype=torch.bool)),
      ["rows", "at least one", "4 sentences", "empty"]),
-    (lambda: _agreement_b19rt().take([]), ["rows", "at least one", "empty"]),
+    (lambda: _agreement_batch().take([]), ["rows", "at least one", "empty"]),
 ], ids=["induction", "agreement", "mixture", "take index", "take mask", "take list"])
 def test_batch_records_refuse_an_empty_batch(make, words):
-    _raises_b18rt(ValueError, words, make)
+    raises_naming(ValueError, words, make)
 
 
 # -- g18: batch records whose facts contradict each other ----------------------------------------
@@ -1337,8 +1316,8 @@ def _break_repeat(b: syn.InductionBatch) -> dict:
     (_break_repeat, ["InductionBatch.tokens", "repeat with the row's period", "row 2", "position 7"]),
 ], ids=["scored none", "scored a row off", "periods off by one", "tokens do not repeat"])
 def test_induction_batch_facts_must_agree(change, words):
-    batch = _induction_b19rt()
-    _raises_b18rt(ValueError, words, lambda: dataclasses.replace(batch, **change(batch)))
+    batch = _short_induction_batch()
+    raises_naming(ValueError, words, lambda: dataclasses.replace(batch, **change(batch)))
 
 
 def _subject(b: syn.AgreementBatch) -> torch.Tensor:
@@ -1361,15 +1340,15 @@ def _other_lemma(b: syn.AgreementBatch) -> dict:
     (_other_lemma, ["AgreementBatch.wrong_id", "other number", "row 0"]),
 ], ids=["correct_id a noun", "plural flipped", "wrong_id another verb"])
 def test_agreement_batch_verbs_must_agree_with_plural(change, words):
-    batch = _agreement_b19rt()
-    _raises_b18rt(ValueError, words, lambda: dataclasses.replace(batch, **change(batch)))
+    batch = _agreement_batch()
+    raises_naming(ValueError, words, lambda: dataclasses.replace(batch, **change(batch)))
 
 
 def test_agreement_batch_may_carry_a_twins_sentences():
     """Documented, not refused: tokens are not checked against the facts (a twin's sentences)."""
     from course_utils.interp.patching import flip_subject_number
 
-    batch = _agreement_b19rt()
+    batch = _agreement_batch()
     twin = flip_subject_number(batch)
     dataclasses.replace(batch, tokens=twin)
     # with the twin's facts, its attractor flags too (checked against tokens since battery 21):
@@ -1382,12 +1361,12 @@ def test_agreement_batch_may_carry_a_twins_sentences():
 
 
 def test_mixture_batch_real_must_mark_the_padding():
-    batch = _mixture_b19rt()
-    _raises_b18rt(ValueError, ["MixtureBatch.real", "induction rows", "got False", "row 0, column 0"],
+    batch = _mixture()
+    raises_naming(ValueError, ["MixtureBatch.real", "induction rows", "got False", "row 0, column 0"],
             lambda: dataclasses.replace(batch, real=torch.zeros_like(batch.real)))
     real = batch.real.clone()
     real[batch.num_induction:] = True  # the sentences' padding marked real
-    _raises_b18rt(ValueError, ["MixtureBatch.real", "<pad>", "got True", f"row {batch.num_induction}"],
+    raises_naming(ValueError, ["MixtureBatch.real", "<pad>", "got True", f"row {batch.num_induction}"],
             lambda: dataclasses.replace(batch, real=real))
 
 
@@ -1404,7 +1383,7 @@ def test_lookup_batch_target_must_be_the_pair_class(change):
     batch = _lookup()
     target = change(batch.target)
     row = int((target != batch.target).nonzero()[0, 0])
-    _raises_b18rt(ValueError, ["LookupBatch.target", "a * V + b", f"got {int(target[row])}"],
+    raises_naming(ValueError, ["LookupBatch.target", "a * V + b", f"got {int(target[row])}"],
             lambda: batch._replace(target=target))
 
 
@@ -1413,7 +1392,7 @@ def test_lookup_batch_target_is_checked_with_no_items():
     make = lambda target: tr.LookupBatch(none, none, torch.tensor([[0, 1], [0, 1]]),  # noqa: E731
                                          torch.tensor([[1, 2], [1, 3]]), none, torch.tensor(target))
     assert make([6, 7]).target.tolist() == [6, 7]
-    _raises_b18rt(ValueError, ["LookupBatch.target", "a * V + b", "row 1", "got 7"], lambda: make([7, 7]))
+    raises_naming(ValueError, ["LookupBatch.target", "a * V + b", "row 1", "got 7"], lambda: make([7, 7]))
 
 
 # -- g23: Table of no rows or no columns ---------------------------------------------------------
@@ -1423,7 +1402,7 @@ def test_lookup_batch_target_is_checked_with_no_items():
     ((2, 0), ("a", "b"), (), ["Table('t').cols", "at least one column"]),
 ], ids=["0 x 0", "0 x 2", "2 x 0"])
 def test_table_refuses_no_rows_or_columns(shape, rows, cols, words):
-    _raises_b18rt(ValueError, words, lambda: we.Table("t", np.ones(shape), rows, cols))
+    raises_naming(ValueError, words, lambda: we.Table("t", np.ones(shape), rows, cols))
 
 
 # -- good input still passes ---------------------------------------------------------------------
@@ -1498,7 +1477,7 @@ def test_nan_logits_still_named_as_nan() -> None:
 
 # -- battery 21 (fix51p) -----------------------------------------------------------------------------
 
-def _agreement_b21p():  # 16 sampled sentences of the mixed templates
+def _agreement_batch_of_16():  # 16 sampled sentences of the mixed templates
     return AgreementTask().sample(16, torch.Generator().manual_seed(0))
 
 
@@ -1537,7 +1516,7 @@ def test_induction_sample_period_errors_name_the_entry():
 # -- 10: AgreementBatch's attractor flags are checked against its sentences ---------------------
 @pytest.mark.parametrize("row", [0, 1, 2, 3])
 def test_agreement_batch_refuses_a_wrong_attractor_flag(row):
-    batch = _agreement_b21p()
+    batch = _agreement_batch_of_16()
     attractor = batch.attractor.clone()
     attractor[row] = ~attractor[row]
     raises_naming(ValueError, ["AgreementBatch.attractor", f"got {bool(attractor[row])}", f"row {row}"],
@@ -1545,7 +1524,7 @@ def test_agreement_batch_refuses_a_wrong_attractor_flag(row):
 
 
 def test_agreement_batch_attractor_rule_leaves_twins_and_odd_tokens_alone():
-    batch = _agreement_b21p()
+    batch = _agreement_batch_of_16()
     dataclasses.replace(batch, tokens=flip_subject_number(batch))  # a twin's sentences, facts kept
     dataclasses.replace(batch, tokens=torch.zeros_like(batch.tokens))  # no sentence: not read
     assert AgreementTask().eval_batch(500).attractor.any()  # sampled batches pass
@@ -1562,7 +1541,7 @@ def test_lookup_batch_take_refuses_an_empty_selection(index):
 
 
 def test_agreement_and_lookup_take_share_the_rule():
-    agreement = _agreement_b21p().take([0, 1])
+    agreement = _agreement_batch_of_16().take([0, 1])
     raises_naming(ValueError, ["rows", "at least one of the 2 sentences", "empty selection"],
                   lambda: agreement.take([]))
     batch = TwoKeyTask().sample(4, seed=0)
@@ -1730,23 +1709,20 @@ def test_a_lookup_batch_names_both_fields_that_disagree() -> None:
 
 # -- battery 29 (library) ----------------------------------------------------------------------------
 
-HUGE_b29lib = 10**400
-
-
 def test_next_token_targets_huge_pad_names_pad_id():
     from course_utils.tasks.synthetic import next_token_targets
 
     with pytest.raises(ValueError, match="pad_id"):
-        next_token_targets(torch.randint(0, 16, (2, 8)), pad_id=HUGE_b29lib)
+        next_token_targets(torch.randint(0, 16, (2, 8)), pad_id=BEYOND_FLOAT)
 
 
 def test_pair_class_huge_names_num_symbols():
     from course_utils.tasks.two_relations import pair_class, split_pair_class
 
     with pytest.raises(ValueError, match="num_symbols"):
-        pair_class(torch.tensor([0, 1]), torch.tensor([1, 2]), HUGE_b29lib)
+        pair_class(torch.tensor([0, 1]), torch.tensor([1, 2]), BEYOND_FLOAT)
     with pytest.raises(ValueError, match="num_symbols"):
-        split_pair_class(torch.tensor([0, 1]), HUGE_b29lib)
+        split_pair_class(torch.tensor([0, 1]), BEYOND_FLOAT)
 
 
 def test_config_numpy_ints_stored_as_python_ints():
