@@ -962,9 +962,11 @@ LIMIT = "could not be printed within the 1 s time limit"
         "returns it in a list"])
 def test_check_prints_an_answers_slow_object_within_the_time_limit(answer, said):
     """Battery 23: str()/repr() of the answer's objects ran outside the limit (121 s against 3 s).
-    The subprocess timeout (a minute: every sleep is 60 s) only guards the test run."""
+    The SECONDS line is the check (under 30 s, where one wait for the 60 s sleep would exceed it);
+    the subprocess timeout only guards the test run. It was 55 s, and a busy machine (load 12 on
+    2 cores) took longer than that to import torch and run the check, so it is generous now."""
     run = subprocess.run([sys.executable, "-c", textwrap.dedent(SLOW).replace("{answer}", answer)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=55)
+                         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr
     lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
     assert lines["STATUS"] == "error" or lines["STATUS"] == "wrong", run.stdout
