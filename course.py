@@ -15,6 +15,7 @@ Extra arguments after `test` go to pytest, e.g.
 Set COURSE_TORCH_INDEX_URL to an extra package index (for example PyTorch's CPU-only
 wheel index) to avoid a large CUDA build of torch on Linux.
 
+`python3 course.py --help` (or -h) prints this text (exit 0; with no command at all, exit 2).
 An unknown command, or a test path that does not exist, is named on stderr (exit 2)
 before anything is installed or run; an option JupyterLab does not know, before it starts.
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
@@ -543,6 +544,9 @@ def _main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
+    if argv[0] in ("-h", "--help", "help") and len(argv) == 1:  # what every other tool answers
+        print(__doc__)
+        return 0
     if argv[0] not in COMMANDS:
         print(f"course.py: unknown command {argv[0]!r}: expected one of {', '.join(COMMANDS)} "
               "(python3 course.py with no arguments shows what each does)", file=sys.stderr)

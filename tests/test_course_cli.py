@@ -550,3 +550,13 @@ def test_a_venv_folder_is_recognised_as_one():
     assert course.venv_folder_problem(ROOT / "no-such-folder") is None
     venv_like = {p.name for p in (ROOT / ".venv").iterdir()} if (ROOT / ".venv").is_dir() else set()
     assert venv_like <= course.VENV_ENTRIES, venv_like - course.VENV_ENTRIES
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h", "help"])
+def test_course_py_help_prints_its_usage_and_exits_0(flag, capsys):
+    """Every other tool of the course answers --help, and `python -m course_utils.cli` sends the
+    user to course.py's; it was refused as an unknown command (a cold battery's course_py_help)."""
+    assert course._main([flag]) == 0
+    out = capsys.readouterr()
+    assert "python3 course.py lab" in out.out and out.err == ""
+    assert course._main([]) == 2  # no command at all stays a usage error
