@@ -129,3 +129,15 @@ def test_the_pool_holds_floating_numbers_of_one_dtype():
     pool.append("a", torch.ones(1, 1, 2), torch.ones(1, 1, 2))
     with pytest.raises(TypeError, match="q has dtype torch.float64 but the pool holds torch.float32"):
         pool.attend("a", torch.ones(2, 1, 2, dtype=torch.float64))
+
+
+def test_attend_refuses_several_queries_per_head():
+    """``attend`` takes one new query per head; three queries of one head were attended over every
+    cached key with no causal mask and returned without a word (a cold battery's repro)."""
+    pool = PagedCache(num_blocks=4, block_size=4, num_kv_heads=2, d_head=8)
+    pool.add_sequence(0)
+    k, v = _kv(2, 3, 8, seed=0)
+    pool.append(0, k, v)
+    with pytest.raises(ValueError, match=r"q must be \(h, 1, dk=8\) .* got \(4, 3, 8\)"):
+        pool.attend(0, torch.zeros(4, 3, 8))
+    assert pool.attend(0, torch.zeros(4, 1, 8)).shape == (4, 1, 8)

@@ -189,7 +189,8 @@ class PagedCache:
 
     def attend(self, seq: object, q: Tensor) -> Tensor:
         """One new query per head, ``q`` ``(h, 1, dk)``, attending over all of ``seq``: ``(h, 1, dk)``.
-        ``h >= 1``: no head would come back as an empty result without a word."""
+        ``h >= 1``: no head would come back as an empty result without a word. Several queries
+        (``(h, 3, dk)``) are refused: each would see every cached key, with no causal mask."""
         check_tensor(q, "q", ndim=3, layout="(h, 1, dk)")
         check_dims_not_empty(q, "q", ("h",))
         check_holds_values(q, "q")
@@ -202,7 +203,7 @@ class PagedCache:
         k, v = self.gather(seq)
         if k.shape[1] == 0:
             raise ValueError(f"sequence {shown(seq)} is empty: append keys and values before attending")
-        if q.shape[0] % k.shape[0] or q.shape[2] != k.shape[2]:
+        if q.shape[0] % k.shape[0] or q.shape[1] != 1 or q.shape[2] != k.shape[2]:
             raise ValueError(f"q must be (h, 1, dk={k.shape[2]}) with h a multiple of g={k.shape[0]}, "
                              f"got {describe_shape(q)}")
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[0] != k.shape[0])
