@@ -360,3 +360,19 @@ def test_induction_score_all_rows_normalisation():
     assert float(all_rows) == pytest.approx((T - 0 - PERIOD) / T)  # only T - start - period rows count
     with pytest.raises(ValueError, match="average_over"):
         induction_score(pattern, PERIOD, start=0, average_over="rows")
+
+
+def test_empty_inputs_are_named_by_argument():
+    """An empty list of layers, an empty dict of values or groups, and a sentence with no noun each
+    said what was missing without naming the argument (a cold battery's repros)."""
+    from course_utils.interp.scores import mean_by_group, previous_token_score
+    from course_utils.tasks.synthetic import subject_position
+
+    with pytest.raises(ValueError, match=r"^weights must be one attention tensor per layer, got an empty"):
+        previous_token_score([])
+    with pytest.raises(ValueError, match=r"^values must hold at least one value column .*got an empty dict$"):
+        mean_by_group({}, {"g": ["x"]})
+    with pytest.raises(ValueError, match=r"^groups must hold at least one grouping .*got an empty dict$"):
+        mean_by_group({"v": [1.0]}, {})
+    with pytest.raises(ValueError, match=r"^tokens must hold a noun \(the subject\), got '' \(an empty"):
+        subject_position(torch.zeros(0, dtype=torch.long))

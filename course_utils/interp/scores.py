@@ -104,7 +104,7 @@ def _as_layer_stack(weights: AttentionInput, *, check_rows: bool = True,
     if is_list:
         weights = items_of(weights, "weights", "a list of attention tensors, one per layer")  # its len()
         if len(weights) == 0:
-            raise ValueError("got an empty list of layers; expected one attention tensor per layer")
+            raise ValueError("weights must be one attention tensor per layer, got an empty list")
         layers = [_to_tensor(w, f"layer {i}'s attention weights") for i, w in enumerate(weights)]
         shapes = {tuple(w.shape) for w in layers}
         if len(shapes) != 1:
@@ -356,8 +356,10 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
             raise TypeError(f"{name} must be a dict {{column name: one entry per sequence}}, got "
                             f"{type(given).__name__} {shown(given, 60)}")
     _check_decimals(decimals)  # a negative one rounds the means (and counts) to tens
-    if not values or not groups:
-        raise ValueError("mean_by_group needs at least one value column and one grouping")
+    for name, given, what in (("values", values, "value column"), ("groups", groups, "grouping")):
+        if not given:
+            raise ValueError(f"{name} must hold at least one {what} (mean_by_group averages values "
+                             "within groups), got an empty dict")
     columns = {name: _value_column(v, f"values[{shown(name)}]") for name, v in values.items()}
     labels = {name: _label_column(g, f"groups[{shown(name)}]") for name, g in groups.items()}
     lengths = {len(v) for v in columns.values()} | {len(g) for g in labels.values()}

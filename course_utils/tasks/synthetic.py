@@ -848,7 +848,8 @@ def subject_position(tokens: Tensor) -> int:
     for i, t in enumerate(tokens.tolist()):
         if t in _NOUN_IDS:
             return i
-    raise ValueError(f"no noun in {' '.join(detokenize(tokens))!r}")
+    raise ValueError(f"tokens must hold a noun (the subject), got {shown(' '.join(detokenize(tokens)))}"
+                     + (" (an empty sentence)" if tokens.numel() == 0 else ""))
 
 
 def agreement_margins(logits: Tensor, batch: AgreementBatch) -> Tensor:
