@@ -174,6 +174,26 @@ def _git(*args: str, env: dict | None = None) -> str:
     return done.stdout.strip()
 
 
+def _shadowing_problem(branch: str) -> str:
+    """What a local branch named ``branch`` would shadow, or "": a tag or a remote-tracking branch of
+    the same short name (``git push origin NAME``, ``git merge NAME`` and ``git show NAME:...`` would
+    then be ambiguous or name the student tree), or a name under a remote's prefix (``origin/x``)."""
+    for kind, ref in (("a tag", f"refs/tags/{branch}"),
+                      ("a remote-tracking branch", f"refs/remotes/{branch}")):
+        found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", ref],
+                               capture_output=True)
+        if found.returncode == 0:
+            return (f"is already {kind}; a branch of the same name makes `git push origin {branch}` "
+                    "fail or push the wrong commit, and every checkout of it ambiguous")
+    remotes = subprocess.run(["git", "-C", str(ROOT), "remote"], capture_output=True,
+                             text=True).stdout.split()
+    prefix = branch.split("/", 1)[0]
+    if "/" in branch and prefix in remotes:
+        return (f"starts with the remote {prefix!r}: a local branch of that name would be mistaken for "
+                f"the remote's branch {branch.split('/', 1)[1]!r}")
+    return ""
+
+
 def commit_to_branch(branch: str) -> str:
     """Commit the tree to ``branch`` (created when missing) without touching the checkout;
     returns the new commit's hash."""
@@ -186,12 +206,9 @@ def commit_to_branch(branch: str) -> str:
     if branch == current:
         raise ValueError(f"--branch: {_shown(branch)} is the branch checked out here; the student tree goes "
                          "on a branch of its own, e.g. 'student'")
-    tagged = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"refs/tags/{branch}"],
-                            capture_output=True)
-    if tagged.returncode == 0:  # `git push origin NAME` would fail: the name matches two refs
-        raise ValueError(f"--branch: {_shown(branch)} is already a tag; a branch of the same name makes "
-                         f"`git push origin {branch}` fail and every checkout of it ambiguous: give "
-                         "another name, e.g. 'student'")
+    problem = _shadowing_problem(branch)
+    if problem:
+        raise ValueError(f"--branch: {_shown(branch)} {problem}: give another name, e.g. 'student'")
     with tempfile.TemporaryDirectory() as tmp:
         tree_dir = Path(tmp) / "tree"
         build(tree_dir)

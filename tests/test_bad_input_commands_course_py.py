@@ -500,6 +500,31 @@ def test_student_tree_refuses_a_branch_named_like_a_tag(tmp_path, monkeypatch):
                           text=True).stdout == ""
 
 
+@pytest.mark.parametrize("name, words", [
+    ("origin/main", ["--branch", "'origin/main'", "remote-tracking branch"]),
+    ("origin/student", ["--branch", "'origin/student'", "starts with the remote 'origin'"]),
+])
+def test_student_tree_refuses_a_branch_that_shadows_a_remote(tmp_path, monkeypatch, name, words):
+    """``--branch origin/main`` made refs/heads/origin/main, which shadows the remote-tracking
+    branch (git: "refname 'origin/main' is ambiguous"); a cold battery's branch_shadows_remote."""
+    import subprocess
+
+    from bad_input_cases import import_script, raises_naming
+
+    student_tree = import_script("student_tree")
+    upstream, repo = tmp_path / "upstream", tmp_path / "repo"
+    git_id = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(upstream)], check=True)
+    subprocess.run(["git", "-C", str(upstream), *git_id, "commit", "-q", "--allow-empty", "-m", "x"],
+                   check=True)
+    subprocess.run(["git", "clone", "-q", str(upstream), str(repo)], check=True)
+    monkeypatch.setattr(student_tree, "ROOT", repo)
+    monkeypatch.setattr(student_tree, "build", lambda out: pytest.fail("built a tree for a shadowing name"))
+    raises_naming(ValueError, words, lambda: student_tree.commit_to_branch(name))
+    assert subprocess.run(["git", "-C", str(repo), "for-each-ref", "refs/heads/origin"],
+                          capture_output=True, text=True).stdout == ""
+
+
 # -- table_ascii_stdout_traceback: `nbgrader_tools.py table` on an ASCII stdout escapes the stars ----
 def test_table_on_an_ascii_stdout_prints_escaped(monkeypatch, capsys):
     import io
