@@ -1797,3 +1797,14 @@ def test_induction_accuracy_rechecks_batch_changed_in_place():
     batch.tokens.fill_(-5)
     with pytest.raises(ValueError, match="InductionBatch.tokens"):
         induction_accuracy(logits, batch)
+
+
+def test_agreement_sentences_check_the_batch_again_after_an_in_place_resize():
+    """``AgreementBatch.sentences`` zipped tokens and lengths without re-checking the batch: after
+    ``tokens.resize_(0)`` it raised zip()'s bare "argument 2 is longer" (a cold battery's repro)."""
+    from course_utils.tasks.synthetic import AgreementTask
+
+    batch = AgreementTask().sample(3, torch.Generator().manual_seed(0))
+    assert len(batch.sentences) == 3
+    batch.tokens.resize_(0)
+    raises_naming(ValueError, ["AgreementBatch.tokens", "(B, T)", "(0,)"], lambda: batch.sentences)

@@ -541,6 +541,10 @@ class AgreementBatch:
 
     @property
     def sentences(self) -> list[str]:
+        """Each sentence as words (``<bos>`` and padding left out). The batch is checked again
+        first: a frozen record freezes its fields, not its tensors' values, which can be changed
+        (or resized) in place after it was built."""
+        self.__post_init__()
         rows = zip(self.tokens, self.lengths.tolist(), strict=True)
         return [" ".join(detokenize(row[1:n])) for row, n in rows]
 
