@@ -227,7 +227,7 @@ def test_tokenize_names_unknown_words():
         tokenize("  .  ")
     with pytest.raises(TypeError, match="str"):
         tokenize(["the", "cat"])
-    with pytest.raises(ValueError, match="no noun"):
+    with pytest.raises(ValueError, match="tokens must hold a noun"):
         subject_position(tokenize("the old is"))
     with pytest.raises(ValueError, match="token ids"):
         detokenize([0, 999])
