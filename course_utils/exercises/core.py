@@ -1236,6 +1236,10 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
     (None, _torch_flags, _put_torch_flags),
     (None, _rng_states, _put_rng_states),
     (None, _standard_modules, _put_standard_modules),
+    # (battery 32: the trace function, put back without a word as _Deadline's exit does; a row here
+    # so a check's calls of the answer outside the time limit (a DiagnosingExercise's probe run,
+    # 2.1's tensor-output test) put it back too: 2.1 left an answer's sys.settrace installed)
+    (None, _gettrace, _settrace),
 )
 
 
