@@ -1,14 +1,16 @@
 """Battery 32's check findings: a trace function an answer installs is put back by every check
-(2.1's probe run outside the time limit left it), and sandbox.grading_preview names a check_key
-that names no check."""
+(2.1's probe run outside the time limit left it), a stream an answer closes is named and the kernel
+gets a working one back, and sandbox.grading_preview names a check_key that names no check."""
 from __future__ import annotations
 
+import io
 import sys
 
 import numpy as np
 import pytest
+import torch
 
-from course_utils.exercises import lesson02
+from course_utils.exercises import lesson01, lesson02
 from course_utils.exercises.sandbox import grading_preview
 
 
@@ -31,6 +33,53 @@ def test_a_trace_function_the_answer_installs_is_put_back_by_the_softmax_rows_ch
     finally:
         sys.settrace(before)
     assert feedback.passed, feedback
+
+
+@pytest.mark.parametrize("name", ["stdout", "stderr"])
+def test_a_stream_the_answer_closes_is_named_and_the_kernel_gets_a_working_one(name, monkeypatch):
+    """The learner's own stream (not sys.__stdout__) closed by a right answer: named as
+    tampered_with_check, and sys.__stdout__ takes its place so later prints work."""
+    own = io.TextIOWrapper(io.BytesIO())
+    monkeypatch.setattr(sys, name, own)
+
+    def attend(scores, values):
+        result = torch.softmax(scores, dim=-1) @ values
+        getattr(sys, name).close()
+        return result
+
+    feedback = lesson01.check_attend(attend)
+    now = getattr(sys, name)
+    assert now is getattr(sys, f"__{name}__") and not now.closed
+    assert feedback.status == "mistake" and feedback.mistake == "tampered_with_check", feedback
+    assert f"closed sys.{name}" in feedback.message, feedback
+
+
+def test_a_closed_stream_that_cannot_be_replaced_is_named_and_left(monkeypatch):
+    """sys.stdout is sys.__stdout__ itself, closed: nothing to give back, named all the same."""
+    own = io.TextIOWrapper(io.BytesIO())
+    monkeypatch.setattr(sys, "stdout", own)
+    monkeypatch.setattr(sys, "__stdout__", own)
+
+    def attend(scores, values):
+        sys.stdout.close()
+        return torch.softmax(scores, dim=-1) @ values
+
+    feedback = lesson01.check_attend(attend)
+    assert sys.stdout is own
+    assert feedback.mistake == "tampered_with_check" and "stays closed" in feedback.message, feedback
+
+
+def test_a_replaced_stream_is_still_put_back_and_named(monkeypatch):
+    own = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", own)
+
+    def attend(scores, values):
+        sys.stdout = io.StringIO()
+        return torch.softmax(scores, dim=-1) @ values
+
+    feedback = lesson01.check_attend(attend)
+    assert sys.stdout is own and "replaced sys.stdout" in feedback.message, feedback
+    assert "closed" not in feedback.message, feedback
 
 
 @pytest.mark.parametrize("key", ["nonsense", 123, None, "lesson02.check_softmax_rowz"])
