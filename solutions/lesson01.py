@@ -33,6 +33,10 @@ def _attend_no_exp(scores: Tensor, values: Tensor) -> Tensor:
     return (scores / scores.sum(dim=-1, keepdim=True)) @ values
 
 
+def _attend_exp_not_normalised(scores: Tensor, values: Tensor) -> Tensor:
+    return scores.exp() @ values
+
+
 def _attend_sigmoid(scores: Tensor, values: Tensor) -> Tensor:
     return torch.sigmoid(scores) @ values  # each weight squashed on its own: rows do not sum to 1
 
@@ -208,6 +212,7 @@ MISTAKES = {
         'wrong_axis': _attend_wrong_axis,
         'no_softmax': _attend_no_softmax,
         'no_exp': _attend_no_exp,
+        'exp_not_normalised': _attend_exp_not_normalised,
         'sigmoid_weights': _attend_sigmoid,
         'ignores_scores': _attend_ignores_scores,
         'scaled_by_num_keys': _attend_scaled_by_num_keys,

@@ -206,6 +206,12 @@ def _causal_diagonal_blocked(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~strict, float("-inf")), dim=-1)
 
 
+def _causal_diagonal_blocked_nan_zeroed(q: Tensor, k: Tensor) -> Tensor:
+    scores = _scores(q, k, math.sqrt(q.shape[-1]))
+    blocked = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).triu(0)  # the diagonal blocked too
+    return torch.nan_to_num(torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1))  # row 0: 0
+
+
 def _causal_diagonal_hidden_first_row_kept(q: Tensor, k: Tensor) -> Tensor:
     scores = _scores(q, k, math.sqrt(q.shape[-1]))
     T = q.shape[-2]
@@ -421,6 +427,7 @@ MISTAKES = {
         'future_visible': _causal_future_visible,
         'masked_with_zero': _causal_masked_with_zero,
         'diagonal_blocked': _causal_diagonal_blocked,
+        'diagonal_blocked_nan_zeroed': _causal_diagonal_blocked_nan_zeroed,
         'diagonal_hidden': _causal_diagonal_hidden_first_row_kept,
         'diagonal_hidden_first_key_kept': _causal_diagonal_hidden_first_key_kept,
         'sees_next_key': _causal_sees_next_key,

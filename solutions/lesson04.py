@@ -129,6 +129,10 @@ def _stack_qvk_order(q_parts, k_parts, v_parts) -> Tensor:
     return torch.cat([*q_parts, *v_parts, *k_parts], dim=0)  # values before keys
 
 
+def _stack_kqv_order(q_parts, k_parts, v_parts) -> Tensor:
+    return torch.cat([*k_parts, *q_parts, *v_parts], dim=0)  # keys before queries
+
+
 def _stack_reversed_heads(q_parts, k_parts, v_parts) -> Tensor:
     return torch.cat([*q_parts[::-1], *k_parts[::-1], *v_parts[::-1]], dim=0)
 
@@ -302,6 +306,11 @@ def _additive_masks(attn_mask, key_padding_mask):
     return _additive(attn_mask), _additive(key_padding_mask)
 
 
+def _additive_mask_not_inverted(attn_mask, key_padding_mask):
+    # -inf where the course mask is True (may attend): additive, and blocking the wrong keys
+    return attn_mask.float().masked_fill(attn_mask, float("-inf")), ~key_padding_mask
+
+
 def _numpy_masks(attn_mask, key_padding_mask):
     return (~attn_mask).numpy(), (~key_padding_mask).numpy()
 
@@ -348,6 +357,7 @@ MISTAKES = {
         'reversed_heads': _stack_reversed_heads,
         'per_head_qkv': _stack_per_head_qkv,
         'qvk_order': _stack_qvk_order,
+        'kqv_order': _stack_kqv_order,
         'stack_not_cat': _stack_new_axis,
         'lists_not_unpacked': _stack_lists_not_unpacked,
         'summed_heads': _stack_summed_heads,
@@ -399,6 +409,7 @@ MISTAKES = {
         'transposed_attn_mask': _transposed_attn_mask,
         'additive_masks': _additive_masks,
         'float_masks': _float_masks,
+        'additive_mask_not_inverted': _additive_mask_not_inverted,
         'numpy_masks': _numpy_masks,
         'swapped_pair': _swapped_pair,
         'python_not': _python_not,

@@ -89,6 +89,12 @@ def _mean_indexed_batch_axis(heads, reference_heads, head, out_proj):
     return out_proj(_merge(edited))
 
 
+def _mean_indexed_batch_axis_both(heads, reference_heads, head, out_proj):
+    edited = heads.clone()
+    edited[head] = reference_heads[head].mean(dim=(0, 1))  # dim 0 of both: one sequence, every head
+    return out_proj(_merge(edited))
+
+
 def _gate_grads(loss_fn, num_sequences, num_layers, num_heads) -> torch.Tensor:
     gates = torch.ones(num_sequences, num_layers, num_heads, dtype=torch.float64, requires_grad=True)
     loss_fn(gates).sum().backward()
@@ -308,6 +314,7 @@ MISTAKES = {
         'zero_instead_of_mean': _zero_instead,
         'merged_without_transpose': _mean_merged_without_transpose,
         'indexed_batch_axis': _mean_indexed_batch_axis,
+        'indexed_batch_axis_both': _mean_indexed_batch_axis_both,
         'forgot_output_projection': _mean_no_projection,
         'subtracted_mean': _mean_subtracted,
         'added_mean': _mean_added,

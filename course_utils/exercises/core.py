@@ -328,8 +328,12 @@ class _Deadline:
     learner's files, ...). A ``faulthandler.dump_traceback_later`` the answer armed is cancelled
     and the learner's own, armed before the check, is never cancelled (armed again, counted from
     then, when the answer replaced or cancelled it); one armed through a reference to the function
-    taken before the course was imported is not seen. Hard resource limits an answer lowered stay
-    lowered, and kernels torch registers itself while the answer runs stay registered.
+    taken before the course was imported is not seen. ``sys.stdout`` or ``sys.stderr`` replaced is
+    put back; the learner's own stream closed by the answer cannot be opened again: it is named,
+    and ``sys.__stdout__`` (``sys.__stderr__``) takes its place when that one is another object and
+    open (in Jupyter its output goes to the kernel's terminal or log, not the notebook), else it
+    stays closed. Hard resource limits an answer lowered stay lowered, and kernels torch registers
+    itself while the answer runs stay registered.
     """
 
     _active: _Deadline | None = None  # the one running now (main thread)
@@ -882,12 +886,51 @@ def _put_mkldnn_enabled(saved: bool) -> None:
     torch.backends.mkldnn.enabled = saved
 
 
-def _streams() -> tuple[Any, Any]:
-    return sys.stdout, sys.stderr
+_STREAM_NAMES = ("stdout", "stderr")
 
 
-def _put_streams(streams: tuple[Any, Any]) -> None:
-    sys.stdout, sys.stderr = streams
+def _closed(stream: Any) -> bool:
+    """Whether ``stream`` says it is closed (a stream whose ``closed`` cannot be read: open)."""
+    try:
+        return bool(stream.closed)
+    except Exception:  # noqa: BLE001 - (an object of the learner's with no usable `closed`)
+        return False
+
+
+def _streams() -> tuple[tuple[Any, bool], ...]:
+    """``sys.stdout`` and ``sys.stderr``, each with whether it is closed: an answer may replace
+    one, or close the learner's own (battery 32: every later print raised ValueError)."""
+    return tuple((getattr(sys, name, None), _closed(getattr(sys, name, None))) for name in _STREAM_NAMES)
+
+
+def _put_streams(streams: tuple[tuple[Any, bool], ...]) -> None:
+    """Each stream as it was; one the answer closed cannot be opened again, so the kernel gets
+    ``sys.__stdout__`` (``sys.__stderr__``) in its place when that one is open and another object
+    (in Jupyter, the process's own stream: output goes to the terminal or log the kernel was started
+    from, not to the notebook), else the closed one back."""
+    for name, (stream, was_closed) in zip(_STREAM_NAMES, streams, strict=True):
+        if _closed(stream) and not was_closed:
+            spare = getattr(sys, f"__{name}__", None)
+            if spare is not None and spare is not stream and not _closed(spare):
+                stream = spare
+        setattr(sys, name, stream)
+
+
+def _streams_change(was: tuple[tuple[Any, bool], ...], now: tuple[tuple[Any, bool], ...]) -> str:
+    """What the answer did to the streams (run after :func:`_put_streams`)."""
+    said = []
+    for name, (stream, was_closed), (_, closed_now) in zip(_STREAM_NAMES, was, now, strict=True):
+        if closed_now is not True or was_closed or not _closed(stream):
+            continue
+        given = getattr(sys, name, None)
+        said.append(f"closed sys.{name} (every later print to it would have raised ValueError; "
+                    + (f"the check gave the kernel sys.__{name}__ in its place, whose output goes to the "
+                       "terminal or log the kernel was started from: restart the kernel for output "
+                       "in the notebook again)" if given is not stream else
+                       "it stays closed: restart the kernel (Kernel > Restart))"))
+    if any(w[0] is not n[0] for w, n in zip(was, now, strict=True)):
+        said.append("replaced sys.stdout or sys.stderr (later output would have gone there)")
+    return ", ".join(said)
 
 
 _WARNINGS = warnings
@@ -1213,8 +1256,8 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
     (None, _warnings_filters, _put_warnings_filters),
     (lambda was, now: f"changed torch's thread count from {was} to {now} (torch.set_num_threads)",
      torch.get_num_threads, torch.set_num_threads),
-    (lambda was, now: "replaced sys.stdout or sys.stderr (later output would have gone there)",
-     _streams, _put_streams),
+    # (battery 32: a stream the answer closed is named, and replaced by sys.__stdout__ when it can be)
+    (_streams_change, _streams, _put_streams),
     # (battery 31: any catchable signal, SIGCHLD or SIGUSR1 ignored; the CPU-time interval timers, whose
     # signal ends the kernel; a forward-AD level left entered; a dump armed with faulthandler; pandas'
     # options; a torch.library kernel that overrode aten::exp for every later cell)
@@ -1236,6 +1279,10 @@ _SETTINGS: tuple[tuple[Callable[[Any, Any], str] | None, Callable[[], Any], Call
     (None, _torch_flags, _put_torch_flags),
     (None, _rng_states, _put_rng_states),
     (None, _standard_modules, _put_standard_modules),
+    # (battery 32: the trace function, put back without a word as _Deadline's exit does; a row here
+    # so a check's calls of the answer outside the time limit (a DiagnosingExercise's probe run,
+    # 2.1's tensor-output test) put it back too: 2.1 left an answer's sys.settrace installed)
+    (None, _gettrace, _settrace),
 )
 
 

@@ -56,6 +56,11 @@ ATTEND = Exercise(
         Mistake("no_exp",
                 "you divided each row of scores by its sum, without exponentiating first.",
                 "softmax is exp(s) / sum(exp(s)); torch.softmax does it (and is stable)."),
+        Mistake("exp_not_normalised",
+                "you exponentiated the scores but never divided each row by its sum: the weights "
+                "are positive but do not sum to 1, so the output is not an average of the values.",
+                "softmax is exp(s) / sum(exp(s)) along each row; torch.softmax(scores, dim=-1) does "
+                "both (and is stable)."),
         Mistake("sigmoid_weights",
                 "you turned the scores into weights with a sigmoid: it squashes each score on its "
                 "own, so a query's weights do not sum to 1 and the output is not an average.",

@@ -372,6 +372,13 @@ CAUSAL_ATTENTION_WEIGHTS = _CausalExercise(
         Mistake("diagonal_blocked", "the first row is NaN: your mask also blocks each token from "
                 "itself, so token 0 has nothing to attend to.",
                 "keep the diagonal: tril() (not tril(-1))."),
+        Mistake("diagonal_blocked_nan_zeroed", "your first row is all zeros and every other token is hidden "
+                "from itself: your mask also blocks the diagonal, as tril(diagonal=-1) (or "
+                "triu(diagonal=0) as the blocked part) does, and torch.nan_to_num turned token 0's NaN row "
+                "into zeros. Query i may attend to keys 0 .. i, its own token included, and each row of "
+                "weights sums to 1.",
+                "keep the diagonal: tril() (diagonal=0), or block with triu(diagonal=1); then no row is NaN "
+                "and nothing needs patching."),
         Mistake("diagonal_hidden", "each token (but the first) is hidden from itself: your mask keeps "
                 "only the keys before the query, as tril(diagonal=-1) does, and the first row (NaN) "
                 "was patched by letting token 0 see every key. Query i may attend to keys 0 .. i, "

@@ -269,6 +269,10 @@ STACK_HEAD_WEIGHTS = _StackExercise(
                 "you stacked the query heads, then the VALUE heads, then the key heads: in_proj "
                 "splits its output into Q, K, V in that order, so keys and values would swap roles.",
                 "the order is all of W_Q, then all of W_K, then all of W_V."),
+        Mistake("kqv_order",
+                "you stacked the KEY heads first, then the query heads, then the value heads: in_proj "
+                "splits its output into Q, K, V in that order, so queries and keys would swap roles.",
+                "the order is all of W_Q, then all of W_K, then all of W_V."),
         Mistake("stack_not_cat",
                 "torch.stack put the 3*h weights on a NEW axis and gave (3*h, d_k, d_model); "
                 "in_proj.weight is one matrix, with the heads' rows one under the other.",
@@ -805,6 +809,13 @@ MASKS_FOR_TORCH = _BoolMaskExercise(
                 "nn.MultiheadAttention adds a float mask to the scores. But this exercise asks for "
                 "the boolean form, the one the rest of the lesson passes around.",
                 "return boolean tensors: ~attn_mask and ~key_padding_mask."),
+        Mistake("additive_mask_not_inverted",
+                "your attn_mask is an additive float mask (0 = keep, -inf = block), and it puts -inf "
+                "where the course mask is True, on the keys each query MAY attend to: it would block "
+                "exactly those and keep the future. This exercise also asks for the boolean form, not "
+                "a float one.",
+                "return boolean tensors: ~attn_mask and ~key_padding_mask (True = blocked in "
+                "nn.MultiheadAttention)."),
         Mistake("float_masks",
                 "your masks have the right pattern but are not boolean (float or int): nn.MultiheadAttention "
                 "ADDS a float mask to the scores (1.0 would nudge a score, not block it).",

@@ -101,6 +101,12 @@ MEAN_ABLATION = _MeanAblationExercise(
                 "in (B, h, T, dk) that axis is the batch, so you replaced every head of sequence number "
                 "`head` instead of head `head` in every sequence.",
                 "index the head axis, dim 1: x[:, head] = ..., on a copy x = heads.clone()."),
+        Mistake("indexed_batch_axis_both", "you indexed the first axis of both tensors with the head "
+                "number (x[head] = reference_heads[head].mean(...)): in (B, h, T, dk) that axis is the "
+                "batch, so you averaged every head of reference sequence number `head` and wrote it over "
+                "every head of sequence number `head`, instead of head `head` in every sequence.",
+                "index the head axis, dim 1, in both: x[:, head] = "
+                "reference_heads[:, head].mean(dim=(0, 1)), on a copy x = heads.clone()."),
         Mistake("forgot_output_projection", "the head is replaced correctly, but you returned the merged "
                 "heads without the output projection W_O.", "finish with out_proj(merged)."),
         Mistake("subtracted_mean", "you subtracted the reference mean from the head's output (mean-"

@@ -736,7 +736,8 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
     from the notebook's code cells so far (``cells``; the kernel's input history): the answer
     cannot be found, it uses what :func:`rules_broken` refuses, or it reads a name that only a
     top-level statement binds (a variable or a lambda from another cell), which the grader does
-    not run. Empty when none. Never raises."""
+    not run. Empty when none. Never raises: a bad ``cells``, ``name`` or ``check_key`` (one that
+    names no exercise check) is answered with a message naming it."""
     import builtins
 
     try:
@@ -750,6 +751,10 @@ def grading_preview(cells: Sequence[str], name: str, check_key: str) -> list[str
     if type(name) is not str or not name.isidentifier():  # no answer can be found under it
         return [f"name: expected the answer's function name (a str such as 'softmax_rows'), got "
                 f"{type(name).__name__} {shown(name, 60)}"]
+    try:  # an unknown check_key would be read as a check with no rules at all
+        _check_key_known(check_key)
+    except ValueError as err:
+        return [str(err)]
     try:
         code = answer_source(cells, name)
     except AnswerProblem as problem:
