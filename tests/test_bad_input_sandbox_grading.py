@@ -1384,9 +1384,11 @@ def test_grader_takes_a_parameter_output_as_a_plain_tensor():
 # -- battery 29 (rerun) ------------------------------------------------------------------------------
 
 def test_exercise_of_lesson_whose_repr_raises_named():
+    """A str subclass whose repr raises is read as the plain str it holds (validation.plain_str),
+    so the message shows its text rather than naming its broken repr."""
     from course_utils.exercises.autograde import exercise_of
 
-    with pytest.raises(ValueError, match="lesson must be 'lessonNN'.*whose repr raised"):
+    with pytest.raises(ValueError, match=r"lesson must be 'lessonNN', e\.g\. 'lesson02', got 'nope'$"):
         exercise_of(LyingStr("nope"), "check_x")
 
 
