@@ -540,12 +540,21 @@ def main(argv: list[str]) -> int:
     return cli.run(_main, argv, "course.py")
 
 
+def _print_usage() -> None:
+    """This module's docstring on stdout; a reader that closes the pipe early (``| head``) ends
+    the output quietly instead of with a BrokenPipeError traceback."""
+    try:
+        print(__doc__, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (exit's flush goes nowhere)
+
+
 def _main(argv: list[str]) -> int:
     if not argv:
-        print(__doc__)
+        _print_usage()
         return 2
     if argv[0] in ("-h", "--help", "help") and len(argv) == 1:  # what every other tool answers
-        print(__doc__)
+        _print_usage()
         return 0
     if argv[0] not in COMMANDS:
         print(f"course.py: unknown command {argv[0]!r}: expected one of {', '.join(COMMANDS)} "

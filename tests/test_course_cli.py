@@ -560,3 +560,16 @@ def test_course_py_help_prints_its_usage_and_exits_0(flag, capsys):
     out = capsys.readouterr()
     assert "python3 course.py lab" in out.out and out.err == ""
     assert course._main([]) == 2  # no command at all stays a usage error
+
+
+def test_course_py_usage_into_a_closed_pipe_ends_quietly():
+    """``python3 course.py | head -1``: a reader that closed the pipe made print raise
+    BrokenPipeError and course.py end with a traceback on stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before course.py writes a byte
+    try:
+        done = subprocess.run([sys.executable, str(Path(course.__file__)), "--help"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
