@@ -540,6 +540,12 @@ def main(argv: list[str]) -> int:
     return cli.run(_main, argv, "course.py")
 
 
+def _listed_args(args: list[str]) -> str:
+    """Command-line words for a message, comma-separated; one holding a control character is
+    shown as its repr, so the terminal does not run it and the message stays on one line."""
+    return ", ".join(arg if arg.isprintable() else repr(arg) for arg in args)
+
+
 def _print_usage() -> None:
     """This module's docstring on stdout; a reader that closes the pipe early (``| head``) ends
     the output quietly instead of with a BrokenPipeError traceback."""
@@ -574,20 +580,20 @@ def _main(argv: list[str]) -> int:
             return 2
         missing = missing_test_paths(argv[1:])
         if missing:
-            shown = [arg if arg.isprintable() else repr(arg) for arg in missing]  # a control character
-            print(f"course.py test: no such test file or folder: {', '.join(shown)} (paths are "
+            shown = _listed_args(missing)
+            print(f"course.py test: no such test file or folder: {shown} (paths are "
                   f"relative to {ROOT}; nothing was run)", file=sys.stderr)
             return 2
         unnamed = missing_test_names(argv[1:])
         if unnamed:
-            shown = [arg if arg.isprintable() else repr(arg) for arg in unnamed]
-            print(f"course.py test: no such test: {', '.join(shown)} (the file defines no test of that "
+            shown = _listed_args(unnamed)
+            print(f"course.py test: no such test: {shown} (the file defines no test of that "
                   "name; nothing was run)", file=sys.stderr)
             return 2
         outside = outside_test_paths(argv[1:])
         if outside:
-            shown = [arg if arg.isprintable() else repr(arg) for arg in outside]
-            print(f"course.py test: outside the repository: {', '.join(shown)} (test paths must lie in "
+            shown = _listed_args(outside)
+            print(f"course.py test: outside the repository: {shown} (test paths must lie in "
                   f"{ROOT}; pytest would take the folder outside as its rootdir; nothing was run)",
                   file=sys.stderr)
             return 2
