@@ -198,7 +198,12 @@ def check_label(value: object, name: str, what: str) -> str:
 
 
 def _label(value: object, name: str, what: str) -> str:
-    """:func:`check_label`'s rule, once ``name`` and ``what`` are known to be labels."""
+    """:func:`check_label`'s rule, once ``name`` and ``what`` are known to be labels. A str
+    subclass comes back as the plain str it holds (read through ``str.__str__``, as
+    ``validation.plain_str`` does; this module cannot import it): its own ``__str__``, ``__repr__``
+    or ``strip`` is never called, so every caller's f-string prints the text (battery 32)."""
+    if isinstance(value, str):
+        value = str.__str__(value)
     if not isinstance(value, str) or not value.strip():
         raise (TypeError if not isinstance(value, str) else ValueError)(
             f"{name} must be a non-empty str ({what}), got {type(value).__name__} {shown(value, 60)}")

@@ -2026,3 +2026,14 @@ def test_place_in_in_deleted_current_folder_says_so():
         assert "symbolic link" not in str(info.value)
     finally:
         os.chdir(here)
+
+
+def test_check_label_returns_the_plain_str_a_subclass_holds():
+    """The root of the label family: check_label handed a str subclass back as it came, so each
+    caller's f-string called its own raising ``__str__`` (timing wrapped it in plain_str by hand)."""
+    from course_utils.bench.timing import check_function_name
+
+    label = cli.check_label(LyingStr("baseline"), "name", "a label")
+    assert type(label) is str and label == "baseline"
+    raises_naming(ValueError, ["baseline", "f"],
+                  lambda: check_function_name("g", LyingStr("baseline"), ["f"]))

@@ -362,11 +362,8 @@ def check_function_name(value: object, name: str, among: Iterable[Hashable] | No
     iterable", ``name=3`` passed without a word: battery 19)."""
     from ..cli import check_label  # not at import: python -m course_utils.cli would warn
 
-    # the plain strs: check_label returns a str subclass as it came, whose own __str__ may raise
-    name = plain_str(check_label(name, "name", "the argument's name for the message, such as 'baseline'"),
-                     "name")
-    what = plain_str(check_label(what, "what", "whose names among holds, such as 'the names of fns'"),
-                     "what")
+    name = check_label(name, "name", "the argument's name for the message, such as 'baseline'")  # plain str
+    what = check_label(what, "what", "whose names among holds, such as 'the names of fns'")
     if among is not None and (isinstance(among, str | bytes) or not isinstance(among, Iterable)):
         raise TypeError(f"among must be None or an iterable of names (a dict of functions, a list of "
                         f"str), got {type(among).__name__} {shown(among, 60)}")
