@@ -3,6 +3,7 @@
 
     python3 course.py lab      # open the course in JupyterLab (your copy: student/00)
     python3 course.py test     # run every test and every notebook
+    python3 course.py setup    # only make .venv and install the pinned packages
     python3 course.py release  # instructors: nbgrader metadata + student/ notebooks
     python3 course.py student-tree OUT_DIR | --branch NAME  # instructors: a copy without solutions
     python3 course.py publish [--repo OWNER/NAME --tag vX.Y.Z]  # stamp badges and links
@@ -555,6 +556,14 @@ def _print_usage() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (exit's flush goes nowhere)
 
 
+def _print_command_usage(command: str) -> None:
+    """The usage line of ``command`` from this module's docstring, and what the first run does:
+    ``course.py setup --help`` answers before anything is installed (exit 0)."""
+    lines = [line.strip() for line in (__doc__ or "").splitlines() if f"course.py {command}" in line]
+    print("\n".join(["usage:", *lines,
+                      "(python3 course.py --help describes every command and the first run)"]))
+
+
 def _main(argv: list[str]) -> int:
     if not argv:
         _print_usage()
@@ -566,6 +575,9 @@ def _main(argv: list[str]) -> int:
         print(f"course.py: unknown command {argv[0]!r}: expected one of {', '.join(COMMANDS)} "
               "(python3 course.py with no arguments shows what each does)", file=sys.stderr)
         return 2
+    if argv[0] in ("setup", "release", "student-tree") and argv[1:] in (["-h"], ["--help"]):
+        _print_command_usage(argv[0])  # (test, lab and publish pass --help to their own tools)
+        return 0
     if argv[0] == "student-tree":
         problem = student_tree_problem(argv[1:])
         if problem:

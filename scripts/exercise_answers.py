@@ -252,6 +252,9 @@ def main(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):  # what course.py's "each with --help" promises
+        print(__doc__.strip())
+        return 0
     if argv in (["build"], ["check"]):
         try:
             _attached_solutions()

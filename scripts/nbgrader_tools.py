@@ -750,6 +750,9 @@ def _main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
+    if argv in (["-h"], ["--help"]):  # what course.py's "each with --help" promises
+        print(__doc__)
+        return 0
     command, args = argv[0], argv[1:]
     try:
         if command == "convert":

@@ -631,6 +631,9 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
+    if argv in (["-h"], ["--help"]):  # what course.py's "each with --help" promises
+        print(__doc__)
+        return 0
     cli.leaving("a file being written is never left half-written; files finished before the "
                 "signal were written")
     try:

@@ -263,6 +263,9 @@ def usage_problem(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):  # what course.py's "each with --help" promises
+        print(f"{__doc__.strip()}\n\n{USAGE}")
+        return 0
     problem = usage_problem(argv)
     if problem is not None:
         print(f"student-tree: {_cli().one_line(problem)}\n{USAGE}", file=sys.stderr)

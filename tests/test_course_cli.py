@@ -562,6 +562,32 @@ def test_course_py_help_prints_its_usage_and_exits_0(flag, capsys):
     assert course._main([]) == 2  # no command at all stays a usage error
 
 
+@pytest.mark.parametrize("command", ["setup", "release", "student-tree"])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_course_py_commands_answer_help_without_installing(command, flag, capsys, monkeypatch):
+    """`course.py setup --help` was refused as an argument (exit 2), and `student-tree --help` as an
+    unknown option: a command's own --help now prints its usage line, installs nothing, exit 0."""
+    monkeypatch.setattr(course, "ensure_environment", lambda: pytest.fail("--help installed"))
+    assert course._main([command, flag]) == 0
+    out = capsys.readouterr()
+    assert f"python3 course.py {command}" in out.out and out.err == ""
+    if command != "release":  # (release's arguments are judged by nbgrader_tools.py, after the install)
+        assert course._main([command, flag, "extra"]) == 2  # more than the flag is still refused
+
+
+@pytest.mark.parametrize("script", ["notebook_tools.py", "nbgrader_tools.py", "exercise_answers.py",
+                                    "student_tree.py", "publish.py", "safe_collect.py",
+                                    "version_matrix.py"])
+def test_every_script_answers_help_with_exit_0(script):
+    """course.py and cli.not_a_command send users to "the tools in scripts/ (each with --help)", yet
+    four of them refused --help as an unknown command or option (exit 2)."""
+    for flag in ("--help", "-h"):
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), flag], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+        assert done.returncode == 0, (flag, done.stderr)
+        assert done.stdout.strip() and "Traceback" not in done.stderr, (flag, done.stderr)
+
+
 def test_course_py_usage_into_a_closed_pipe_ends_quietly():
     """``python3 course.py | head -1``: a reader that closed the pipe made print raise
     BrokenPipeError and course.py end with a traceback on stderr."""
