@@ -580,8 +580,9 @@ def test_course_py_commands_answer_help_without_installing(command, flag, capsys
                                     "version_matrix.py"])
 def test_every_script_answers_help_with_exit_0(script):
     """course.py and cli.not_a_command send users to "the tools in scripts/ (each with --help)", yet
-    four of them refused --help as an unknown command or option (exit 2)."""
-    for flag in ("--help", "-h"):
+    four of them refused --help as an unknown command or option (exit 2). (-h answers the same way:
+    one quick script holds it, since each run imports torch.)"""
+    for flag in ("--help", "-h") if script == "student_tree.py" else ("--help",):
         done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), flag], capture_output=True,
                               text=True, timeout=120, cwd=ROOT)
         assert done.returncode == 0, (flag, done.stderr)
