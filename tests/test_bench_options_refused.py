@@ -30,6 +30,19 @@ def test_options_out_of_range_are_refused_when_parsed(capsys, argv, words):
     assert all(w in err for w in words), err
 
 
+@pytest.mark.parametrize("extra", [[], ["--full"]])
+def test_gqa_context_too_short_for_its_default_shapes_is_refused_when_parsed(capsys, monkeypatch, extra):
+    """`gqa --context 1`: the default whole-step shapes made from it are 1x1 twice; the run ended,
+    after the decode benchmark, in a traceback about a --shapes never given. Refused when parsed,
+    naming --context, before anything runs."""
+    from course_utils.bench import gqa_speed
+
+    monkeypatch.setattr(gqa_speed, "bench_decode", lambda **kwargs: pytest.fail("a benchmark ran"))
+    err = _refusal(capsys, ["gqa", "--context", "1", *extra])
+    assert "--context 1" in err and "1x1 more than once" in err and "--context 2 or more" in err, err
+    assert err.strip().splitlines()[-1].startswith("python -m course_utils.bench: error: --context 1 "), err
+
+
 def test_an_empty_notebook_is_refused_by_name(capsys, tmp_path):
     (tmp_path / "empty.ipynb").write_text("")
     err = _refusal(capsys, ["memory", str(tmp_path / "empty.ipynb")])
