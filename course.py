@@ -483,26 +483,45 @@ def _is_option(arg: str) -> bool:
     return arg.startswith("-") and not arg[1:].isdigit()
 
 
+#: ``lab``'s whole-number options (JupyterLab's aliases and the ServerApp settings they stand for):
+#: names -> (lowest, highest or None, what the number is, an example). JupyterLab takes any int for
+#: them: ``--port-retries=-3`` tried no port at all and stopped with "no available port could be
+#: found", naming neither the option nor the value; a negative idle timeout turned it off unsaid.
+LAB_NUMBERS = {
+    ("--port", "--ServerApp.port"): (0, 65535, "a port number", "8888"),
+    ("--port-retries", "--ServerApp.port_retries"): (0, 65535, "a number of further ports to try when "
+                                                     "the port is taken", "50"),
+    ("--ServerApp.shutdown_no_activity_timeout",): (0, None, "a number of seconds without activity "
+                                                    "before the server stops (0: never)", "0"),
+    ("--ServerApp.max_body_size", "--ServerApp.max_buffer_size"): (1, None, "a size in bytes",
+                                                                   "536870912"),
+}
+
+
 def lab_value_problems(args: list[str]) -> list[str]:
-    """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings):
-    JupyterLab would end in a socket traceback, or start on a port no socket can have. A port
-    lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*': every
-    interface). One given without its value (last, or before another option) is named: JupyterLab
-    took the lesson's path, appended after the options, as the value."""
+    """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings)
+    and its other whole-number options (:data:`LAB_NUMBERS`: --port-retries, ...): JupyterLab
+    would end in a socket traceback, start on a port no socket can have, or try no port at all. A
+    port lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*':
+    every interface). One given without its value (last, or before another option) is named:
+    JupyterLab took the lesson's path, appended after the options, as the value."""
     import socket
 
-    problems = [f"{arg} needs a value (e.g. {arg}={'8888' if arg.endswith('port') else '127.0.0.1'})"
+    examples = {name: example for names, (*_, example) in LAB_NUMBERS.items() for name in names}
+    examples.update({"--ip": "127.0.0.1", "--ServerApp.ip": "127.0.0.1"})
+    problems = [f"{arg} needs a value (e.g. {arg}={examples[arg]})"
                 for i, arg in enumerate(args)  # last, or before an option: the lesson's path became it
-                if arg in ("--port", "--ServerApp.port", "--ip", "--ServerApp.ip")
-                and (i + 1 == len(args) or _is_option(args[i + 1]))]
-    for option, value in _lab_option_values(args, ("--port", "--ServerApp.port")):
-        try:
-            port = int(value.strip())
-        except ValueError:
-            problems.append(f"{option}={value!r} is not a port number (0 to 65535)")
-            continue
-        if not 0 <= port <= 65535:
-            problems.append(f"{option}={value} is out of range (a port is 0 to 65535)")
+                if arg in examples and (i + 1 == len(args) or _is_option(args[i + 1]))]
+    for names, (low, high, what, _) in LAB_NUMBERS.items():
+        span = f"{low} to {high}" if high is not None else f"{low} or more"
+        for option, value in _lab_option_values(args, names):
+            try:
+                number = int(value.strip())
+            except ValueError:
+                problems.append(f"{option}={value!r} is not {what} ({span})")
+                continue
+            if number < low or (high is not None and number > high):
+                problems.append(f"{option}={value} is out of range ({what}: {span})")
     for option, value in _lab_option_values(args, ("--ip", "--ServerApp.ip")):
         if value in ("", "*"):
             continue

@@ -475,6 +475,28 @@ def test_lab_option_with_its_value_passes(args):
     assert course_py.lab_value_problems(args) == []
 
 
+@pytest.mark.parametrize(("args", "shown"), [
+    (["--port-retries=-3"], "--port-retries=-3 is out of range (a number of further ports to try"),
+    (["--port-retries", "-1"], "--port-retries=-1 is out of range"),
+    (["--ServerApp.port_retries=lots"], "--ServerApp.port_retries='lots' is not a number of further ports"),
+    (["--port-retries"], "--port-retries needs a value (e.g. --port-retries=50)"),
+    (["--ServerApp.shutdown_no_activity_timeout=-60"], "shutdown_no_activity_timeout=-60 is out of range"),
+    (["--ServerApp.max_body_size=0"], "max_body_size=0 is out of range (a size in bytes: 1 or more)"),
+], ids=lambda a: a if isinstance(a, str) else " ".join(a))
+def test_lab_numeric_options_are_checked_before_starting(monkeypatch, capsys, args, shown):
+    """`course.py lab --port-retries=-3`: JupyterLab started, tried no port and stopped with "no
+    available port could be found", naming neither the option nor its value."""
+    def never(*args, **kwargs):
+        raise AssertionError("the environment was set up: the option was not refused first")
+
+    monkeypatch.setattr(course_py, "ensure_environment", never)
+    monkeypatch.setattr(course_py.cli, "call", never)
+    assert course_py._main(["lab", "--no-browser", *args]) == 2
+    err = capsys.readouterr().err
+    assert shown in err and "JupyterLab was not started" in err and len(err.splitlines()) == 1, err
+    assert course_py.lab_value_problems(["--port-retries=0", "--ServerApp.port_retries", "65535"]) == []
+
+
 def test_lab_negative_port_is_out_of_range_not_missing():
     assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
 
