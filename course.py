@@ -354,6 +354,70 @@ def missing_test_names(args: list[str], root: Path = ROOT) -> list[str]:
     return missing
 
 
+#: pytest's options whose value is an expression of its own grammar: -k (test names), -m (markers)
+EXPRESSION_OPTIONS = {"-k": "test names", "-m": "markers"}
+
+
+def _expression_args(args: list[str]) -> list[tuple[str, str]]:
+    """``(option, expression)`` for each -k and -m among ``course.py test``'s arguments, given as
+    ``-k EXPR`` or ``-kEXPR`` (argparse's two spellings of a short option)."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg in EXPRESSION_OPTIONS:
+            if i + 1 < len(args):
+                found.append((arg, args[i + 1]))
+        elif arg[:2] in EXPRESSION_OPTIONS and len(arg) > 2 and not arg.startswith("--"):
+            found.append((arg[:2], arg[2:]))
+    return found
+
+
+def expression_problems(args: list[str], python: Path | None = None) -> list[str] | None:
+    """What is wrong with the -k and -m expressions among ``course.py test``'s arguments, in
+    pytest's words, asked of the pytest installed in the course's environment (``python``, default
+    .venv's): with the run spread over xdist workers (:func:`spread_over_cores`), one pytest
+    cannot read ended in an INTERNALERROR traceback from xdist ("AssertionError: crashitem"),
+    exit 3, naming neither -k nor the expression. None when it cannot be asked (no environment
+    yet, or a pytest without the module): pytest then says it itself."""
+    given = _expression_args(args)
+    if not given:
+        return []
+    python = python or _bin("python")
+    if not python.exists():
+        return None
+    import json
+
+    ask = ("import json, sys\n"
+           "from _pytest.mark.expression import Expression\n"
+           "said = []\n"
+           "for option, text in json.loads(sys.stdin.read()):\n"
+           "    try:\n"
+           "        Expression.compile(text)\n"
+           "    except Exception as err:  # SyntaxError (pytest 8.4+), ParseError before\n"
+           "        column = getattr(err, 'column', None) or getattr(err, 'offset', None)\n"
+           "        message = getattr(err, 'message', None) or getattr(err, 'msg', None) or str(err)\n"
+           "        said.append([option, text, column, message])\n"
+           "print(json.dumps(said))\n")
+    done = subprocess.run([str(python), "-c", ask], input=json.dumps(given), capture_output=True, text=True,
+                          cwd=ROOT)
+    if done.returncode != 0:
+        return None
+    problems = []
+    for option, text, column, message in json.loads(done.stdout):
+        where = f"at column {column}: " if column else ""
+        problems.append(f"{option} {cli.shown(text, 80)} is not an expression of "
+                        f"{EXPRESSION_OPTIONS[option]} pytest can read ({where}{message})")
+    return problems
+
+
+def _refuse_bad_expressions(args: list[str]) -> int | None:
+    """2, having said why, when a -k or -m expression is one pytest cannot read; else None."""
+    problems = expression_problems(args)
+    if problems:
+        print(cli.one_line(f"course.py test: {'; '.join(problems)}; nothing was run"), file=sys.stderr)
+        return 2
+    return None
+
+
 def outside_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     """The arguments of ``course.py test`` that name a file or folder outside ``root`` (links
     followed): ``test /etc/passwd`` ran pytest with /etc as its rootdir, collecting what it found
@@ -602,6 +666,7 @@ def _main(argv: list[str]) -> int:
         if problem:
             print(problem, file=sys.stderr)
             return 2
+    expressions_read = False  # test's -k and -m: asked of .venv's pytest, once
     if argv[0] == "test":
         empty = empty_test_paths(argv[1:])
         if empty:
@@ -638,6 +703,9 @@ def _main(argv: list[str]) -> int:
             return 2
         for problem in clobbered_output_paths(addopts_args(os.environ.get("PYTEST_ADDOPTS", "")))[:1]:
             print(f"course.py test: PYTEST_ADDOPTS: {problem}; nothing was run", file=sys.stderr)
+            return 2
+        expressions_read = _bin("python").exists()  # else asked once the environment is made
+        if expressions_read and _refuse_bad_expressions(argv[1:]):
             return 2
     if argv[0] == "lab":
         problems = lab_value_problems(argv[1:])
@@ -691,6 +759,8 @@ def _main(argv: list[str]) -> int:
         rest = [a for a in rest if a != "--all"]
     elif "-m" not in rest:  # the quick suite: every unit test and every lesson under nbval
         rest = ["-m", "not slow", *rest]
+    if not expressions_read and _refuse_bad_expressions(rest):  # a first run: the pytest just installed
+        return 2
     rest, env = spread_over_cores(rest, os.cpu_count() or 1, env)
     # pytest answers Ctrl-C with its summary (the terminal sends it the signal): only SIGTERM is
     # relayed (a second SIGINT breaks that summary with a traceback; see the module docstring)

@@ -497,6 +497,28 @@ def test_lab_numeric_options_are_checked_before_starting(monkeypatch, capsys, ar
     assert course_py.lab_value_problems(["--port-retries=0", "--ServerApp.port_retries", "65535"]) == []
 
 
+@pytest.mark.parametrize("args", [["-k", "(("], ["-k((", "-m", "not slow"], ["-m", "not slow and"]],
+                         ids=lambda a: " ".join(a))
+def test_course_test_names_an_expression_pytest_cannot_read(monkeypatch, capsys, args):
+    """`course.py test -k "((" tests/test_shapes.py`: spread over xdist workers, pytest ended in an
+    INTERNALERROR traceback from xdist (exit 3) with no word about -k. Refused before pytest runs,
+    in pytest's words, naming the option and the expression."""
+    course = load_course()
+
+    def never(*args, **kwargs):
+        raise AssertionError("pytest was run: the expression was not refused first")
+
+    monkeypatch.setattr(course, "_bin", lambda name: Path(sys.executable))  # the course's pytest
+    monkeypatch.setattr(course, "ensure_environment", never)
+    monkeypatch.setattr(course.cli, "call", never)
+    assert course._main(["test", *args, "tests/test_shapes.py"]) == 2
+    err = capsys.readouterr().err
+    bad = next(option for option, text in course._expression_args(args) if text in ("((", "not slow and"))
+    assert len(err.splitlines()) == 1 and f"{bad} '" in err and "is not an expression" in err, err
+    assert "got end of input" in err and "nothing was run" in err and "Traceback" not in err, err
+    assert course.expression_problems(["-k", "attention and not slow", "-mslow"], Path(sys.executable)) == []
+
+
 def test_lab_negative_port_is_out_of_range_not_missing():
     assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
 
