@@ -147,7 +147,9 @@ def venv_setting_problem(setting: str | None) -> str | None:
     if os.path.expanduser(setting).startswith("~"):
         return (f"COURSE_VENV={setting!r} starts with a ~ that names no home folder here: give the "
                 "folder's full path")
-    return None
+    # a name too long for the file system: a traceback from stat (battery 33)
+    return cli.path_problem(os.path.expanduser(setting), "COURSE_VENV", "a folder for the course's "
+                            "virtual environment")
 
 
 def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
@@ -327,6 +329,16 @@ def empty_test_paths(args: list[str]) -> list[str]:
     or ``'::test'``. pytest takes ``''`` for the current folder and ran the whole quick suite
     (battery 18, finding 2); the other checks read it as the repository itself."""
     return [arg for arg, path in _test_path_args(args) if not path]
+
+
+def test_path_problems(args: list[str], root: Path = ROOT) -> list[str]:
+    """What is wrong with the test paths among ``course.py test``'s arguments, in
+    :func:`cli.path_problem`'s words: a name longer than the file system takes (``tests/`` and 300
+    characters) gave a raw "OSError: [Errno 36] File name too long" traceback from the checks
+    that follow."""
+    found = [cli.path_problem(root / path, "a test path", "a test file or folder")
+             for arg, path in _test_path_args(args) if path]
+    return [problem for problem in found if problem]
 
 
 def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
@@ -525,7 +537,10 @@ def student_tree_problem(args: list[str]) -> str | None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     problem = module.usage_problem(args)
-    return None if problem is None else f"course.py student-tree: {problem}\n{module.USAGE}"
+    if problem is not None:
+        return f"course.py student-tree: {problem}\n{module.USAGE}"
+    problem = module.path_problem(args)  # one line: the command's shape was right
+    return None if problem is None else f"course.py student-tree: {cli.one_line(problem)}; nothing was done"
 
 
 def _lab_option_values(args: list[str], names: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -674,6 +689,9 @@ def _main(argv: list[str]) -> int:
                   "folder, e.g. tests/test_attention.py, or no path for the quick suite; nothing was run)",
                   file=sys.stderr)
             return 2
+        for problem in test_path_problems(argv[1:])[:1]:  # before anything looks at them: stat raised
+            print(f"course.py test: {problem}; nothing was run", file=sys.stderr)
+            return 2
         missing = missing_test_paths(argv[1:])
         if missing:
             shown = _listed_args(missing)
@@ -704,9 +722,6 @@ def _main(argv: list[str]) -> int:
         for problem in clobbered_output_paths(addopts_args(os.environ.get("PYTEST_ADDOPTS", "")))[:1]:
             print(f"course.py test: PYTEST_ADDOPTS: {problem}; nothing was run", file=sys.stderr)
             return 2
-        expressions_read = _bin("python").exists()  # else asked once the environment is made
-        if expressions_read and _refuse_bad_expressions(argv[1:]):
-            return 2
     if argv[0] == "lab":
         problems = lab_value_problems(argv[1:])
         if problems:
@@ -720,6 +735,10 @@ def _main(argv: list[str]) -> int:
     if problem:
         print(f"course.py {argv[0]}: {problem}; nothing was installed or run", file=sys.stderr)
         return 2
+    if argv[0] == "test":
+        expressions_read = _bin("python").exists()  # else asked once the environment is made
+        if expressions_read and _refuse_bad_expressions(argv[1:]):
+            return 2
     ensure_environment()
     command, rest = argv[0], argv[1:]
     if command == "publish":

@@ -519,6 +519,28 @@ def test_course_test_names_an_expression_pytest_cannot_read(monkeypatch, capsys,
     assert course.expression_problems(["-k", "attention and not slow", "-mslow"], Path(sys.executable)) == []
 
 
+@pytest.mark.parametrize(("argv", "venv", "named"), [
+    (["test", "tests/" + "n" * 300 + ".py"], None, "course.py test: a test path must name a test file"),
+    (["test", "tests/test_shapes.py"], "/tmp/" + "n" * 300, "course.py test: COURSE_VENV must name a folder"),
+    (["student-tree", "/tmp/" + "n" * 300], None, "course.py student-tree: OUT_DIR must name a new folder"),
+], ids=["test path", "COURSE_VENV", "student-tree OUT_DIR"])
+def test_course_py_names_a_path_with_a_name_too_long(monkeypatch, capsys, argv, venv, named):
+    """QA battery 33: `course.py test tests/NAME.py` with a 300-character NAME gave a raw
+    "OSError: [Errno 36] File name too long" traceback; every path course.py takes is now
+    checked by cli.path_problem: one line, exit 2, nothing installed or run."""
+    def never(*args, **kwargs):
+        raise AssertionError("something ran: the path was not refused first")
+
+    if venv is not None:
+        monkeypatch.setenv("COURSE_VENV", venv)
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_environment", never)
+    monkeypatch.setattr(course.cli, "call", never)
+    assert course._main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(named) and len(err.splitlines()) == 1 and "File name too long" in err, err
+
+
 def test_lab_negative_port_is_out_of_range_not_missing():
     assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
 

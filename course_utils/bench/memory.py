@@ -496,6 +496,9 @@ def notebook_file(text: str) -> str:
 
     not_blank(text, "a notebook file (.ipynb)")
     check_path(text, "notebook_file's text", "a lesson notebook")
+    problem = cli.path_problem(text, "the notebook", "a lesson notebook (.ipynb)")
+    if problem:  # a name too long: a traceback from stat (battery 33)
+        raise argparse.ArgumentTypeError(problem)
     path = Path(text)
     if path.suffix != ".ipynb":
         raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {shown(text)}")
@@ -520,6 +523,9 @@ def report_file(text: str) -> str:
 
     not_blank(text, "the per-test memory report (a JSON file the tests write)")
     check_path(text, "report_file's text", "the per-test memory report (JSON)")
+    problem = cli.path_problem(text, "the report", "the per-test memory report (JSON)")
+    if problem:  # a name too long: a traceback from stat (battery 33)
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
