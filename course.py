@@ -577,6 +577,12 @@ LAB_NUMBERS = {
 }
 
 
+#: JupyterLab's options that take a value (its aliases), and so are followed by no path to open.
+LAB_VALUE_ALIASES = {"--log-level", "--config", "--ip", "--port", "--port-retries", "--keyfile", "--certfile",
+                     "--client-ca", "--notebook-dir", "--browser", "--pylab", "--watch", "--app-dir",
+                     "--preferred-dir", "--sock", "--sock-mode", "--gateway-url"}
+
+
 def lab_value_problems(args: list[str]) -> list[str]:
     """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings)
     and its other whole-number options (:data:`LAB_NUMBERS`: --port-retries, ...): JupyterLab
@@ -601,6 +607,13 @@ def lab_value_problems(args: list[str]) -> list[str]:
                 continue
             if number < low or (high is not None and number > high):
                 problems.append(f"{option}={value} is out of range ({what}: {span})")
+    for i, arg in enumerate(args):  # the notebooks or folders to open: a name too long (battery 33)
+        before = args[i - 1] if i else ""
+        setting = before.startswith("--") and "." in before and "=" not in before  # --Class.trait VALUE
+        if not _is_option(arg) and before not in LAB_VALUE_ALIASES and not setting:  # no option's value
+            problem = cli.path_problem(ROOT / arg, "a path to open", "a notebook or folder")
+            if problem:
+                problems.append(problem)
     for option, value in _lab_option_values(args, ("--ip", "--ServerApp.ip")):
         if value in ("", "*"):
             continue

@@ -541,6 +541,21 @@ def test_course_py_names_a_path_with_a_name_too_long(monkeypatch, capsys, argv, 
     assert err.startswith(named) and len(err.splitlines()) == 1 and "File name too long" in err, err
 
 
+def test_lab_names_a_path_to_open_with_a_name_too_long(monkeypatch, capsys):
+    """QA battery 33's long names, for lab's notebook to open: refused before anything starts (an
+    option's value, such as --port's 8888, is no path)."""
+    def never(*args, **kwargs):
+        raise AssertionError("the environment was set up: the path was not refused first")
+
+    monkeypatch.setattr(course_py, "ensure_environment", never)
+    monkeypatch.setattr(course_py.cli, "call", never)
+    assert course_py._main(["lab", "--no-browser", "student/" + "n" * 300 + ".ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("course.py lab: a path to open must name a notebook or folder, each name in it")
+    assert "File name too long" in err and len(err.splitlines()) == 1, err
+    assert course_py.lab_value_problems(["--port", "8888", "--notebook-dir", "n" * 300, "student"]) == []
+
+
 def test_lab_negative_port_is_out_of_range_not_missing():
     assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
 
