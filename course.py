@@ -147,7 +147,9 @@ def venv_setting_problem(setting: str | None) -> str | None:
     if os.path.expanduser(setting).startswith("~"):
         return (f"COURSE_VENV={setting!r} starts with a ~ that names no home folder here: give the "
                 "folder's full path")
-    return None
+    # a name too long for the file system: a traceback from stat (battery 33)
+    return cli.path_problem(os.path.expanduser(setting), "COURSE_VENV", "a folder for the course's "
+                            "virtual environment")
 
 
 def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
@@ -329,6 +331,16 @@ def empty_test_paths(args: list[str]) -> list[str]:
     return [arg for arg, path in _test_path_args(args) if not path]
 
 
+def test_path_problems(args: list[str], root: Path = ROOT) -> list[str]:
+    """What is wrong with the test paths among ``course.py test``'s arguments, in
+    :func:`cli.path_problem`'s words: a name longer than the file system takes (``tests/`` and 300
+    characters) gave a raw "OSError: [Errno 36] File name too long" traceback from the checks
+    that follow."""
+    found = [cli.path_problem(root / path, "a test path", "a test file or folder")
+             for arg, path in _test_path_args(args) if path]
+    return [problem for problem in found if problem]
+
+
 def missing_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
     """The arguments of ``course.py test`` that name a file or folder to test that does not
     exist under ``root`` (an empty one: :func:`empty_test_paths`)."""
@@ -352,6 +364,70 @@ def missing_test_names(args: list[str], root: Path = ROOT) -> list[str]:
         if any(name and not re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) for name in names):
             missing.append(arg)
     return missing
+
+
+#: pytest's options whose value is an expression of its own grammar: -k (test names), -m (markers)
+EXPRESSION_OPTIONS = {"-k": "test names", "-m": "markers"}
+
+
+def _expression_args(args: list[str]) -> list[tuple[str, str]]:
+    """``(option, expression)`` for each -k and -m among ``course.py test``'s arguments, given as
+    ``-k EXPR`` or ``-kEXPR`` (argparse's two spellings of a short option)."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg in EXPRESSION_OPTIONS:
+            if i + 1 < len(args):
+                found.append((arg, args[i + 1]))
+        elif arg[:2] in EXPRESSION_OPTIONS and len(arg) > 2 and not arg.startswith("--"):
+            found.append((arg[:2], arg[2:]))
+    return found
+
+
+def expression_problems(args: list[str], python: Path | None = None) -> list[str] | None:
+    """What is wrong with the -k and -m expressions among ``course.py test``'s arguments, in
+    pytest's words, asked of the pytest installed in the course's environment (``python``, default
+    .venv's): with the run spread over xdist workers (:func:`spread_over_cores`), one pytest
+    cannot read ended in an INTERNALERROR traceback from xdist ("AssertionError: crashitem"),
+    exit 3, naming neither -k nor the expression. None when it cannot be asked (no environment
+    yet, or a pytest without the module): pytest then says it itself."""
+    given = _expression_args(args)
+    if not given:
+        return []
+    python = python or _bin("python")
+    if not python.exists():
+        return None
+    import json
+
+    ask = ("import json, sys\n"
+           "from _pytest.mark.expression import Expression\n"
+           "said = []\n"
+           "for option, text in json.loads(sys.stdin.read()):\n"
+           "    try:\n"
+           "        Expression.compile(text)\n"
+           "    except Exception as err:  # SyntaxError (pytest 8.4+), ParseError before\n"
+           "        column = getattr(err, 'column', None) or getattr(err, 'offset', None)\n"
+           "        message = getattr(err, 'message', None) or getattr(err, 'msg', None) or str(err)\n"
+           "        said.append([option, text, column, message])\n"
+           "print(json.dumps(said))\n")
+    done = subprocess.run([str(python), "-c", ask], input=json.dumps(given), capture_output=True, text=True,
+                          cwd=ROOT)
+    if done.returncode != 0:
+        return None
+    problems = []
+    for option, text, column, message in json.loads(done.stdout):
+        where = f"at column {column}: " if column else ""
+        problems.append(f"{option} {cli.shown(text, 80)} is not an expression of "
+                        f"{EXPRESSION_OPTIONS[option]} pytest can read ({where}{message})")
+    return problems
+
+
+def _refuse_bad_expressions(args: list[str]) -> int | None:
+    """2, having said why, when a -k or -m expression is one pytest cannot read; else None."""
+    problems = expression_problems(args)
+    if problems:
+        print(cli.one_line(f"course.py test: {'; '.join(problems)}; nothing was run"), file=sys.stderr)
+        return 2
+    return None
 
 
 def outside_test_paths(args: list[str], root: Path = ROOT) -> list[str]:
@@ -461,7 +537,10 @@ def student_tree_problem(args: list[str]) -> str | None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     problem = module.usage_problem(args)
-    return None if problem is None else f"course.py student-tree: {problem}\n{module.USAGE}"
+    if problem is not None:
+        return f"course.py student-tree: {problem}\n{module.USAGE}"
+    problem = module.path_problem(args)  # one line: the command's shape was right
+    return None if problem is None else f"course.py student-tree: {cli.one_line(problem)}; nothing was done"
 
 
 def _lab_option_values(args: list[str], names: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -483,26 +562,58 @@ def _is_option(arg: str) -> bool:
     return arg.startswith("-") and not arg[1:].isdigit()
 
 
+#: ``lab``'s whole-number options (JupyterLab's aliases and the ServerApp settings they stand for):
+#: names -> (lowest, highest or None, what the number is, an example). JupyterLab takes any int for
+#: them: ``--port-retries=-3`` tried no port at all and stopped with "no available port could be
+#: found", naming neither the option nor the value; a negative idle timeout turned it off unsaid.
+LAB_NUMBERS = {
+    ("--port", "--ServerApp.port"): (0, 65535, "a port number", "8888"),
+    ("--port-retries", "--ServerApp.port_retries"): (0, 65535, "a number of further ports to try when "
+                                                     "the port is taken", "50"),
+    ("--ServerApp.shutdown_no_activity_timeout",): (0, None, "a number of seconds without activity "
+                                                    "before the server stops (0: never)", "0"),
+    ("--ServerApp.max_body_size", "--ServerApp.max_buffer_size"): (1, None, "a size in bytes",
+                                                                   "536870912"),
+}
+
+
+#: JupyterLab's options that take a value (its aliases), and so are followed by no path to open.
+LAB_VALUE_ALIASES = {"--log-level", "--config", "--ip", "--port", "--port-retries", "--keyfile", "--certfile",
+                     "--client-ca", "--notebook-dir", "--browser", "--pylab", "--watch", "--app-dir",
+                     "--preferred-dir", "--sock", "--sock-mode", "--gateway-url"}
+
+
 def lab_value_problems(args: list[str]) -> list[str]:
-    """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings):
-    JupyterLab would end in a socket traceback, or start on a port no socket can have. A port
-    lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*': every
-    interface). One given without its value (last, or before another option) is named: JupyterLab
-    took the lesson's path, appended after the options, as the value."""
+    """What is wrong with the values of ``lab``'s --port and --ip (and their ServerApp settings)
+    and its other whole-number options (:data:`LAB_NUMBERS`: --port-retries, ...): JupyterLab
+    would end in a socket traceback, start on a port no socket can have, or try no port at all. A
+    port lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*':
+    every interface). One given without its value (last, or before another option) is named:
+    JupyterLab took the lesson's path, appended after the options, as the value."""
     import socket
 
-    problems = [f"{arg} needs a value (e.g. {arg}={'8888' if arg.endswith('port') else '127.0.0.1'})"
+    examples = {name: example for names, (*_, example) in LAB_NUMBERS.items() for name in names}
+    examples.update({"--ip": "127.0.0.1", "--ServerApp.ip": "127.0.0.1"})
+    problems = [f"{arg} needs a value (e.g. {arg}={examples[arg]})"
                 for i, arg in enumerate(args)  # last, or before an option: the lesson's path became it
-                if arg in ("--port", "--ServerApp.port", "--ip", "--ServerApp.ip")
-                and (i + 1 == len(args) or _is_option(args[i + 1]))]
-    for option, value in _lab_option_values(args, ("--port", "--ServerApp.port")):
-        try:
-            port = int(value.strip())
-        except ValueError:
-            problems.append(f"{option}={value!r} is not a port number (0 to 65535)")
-            continue
-        if not 0 <= port <= 65535:
-            problems.append(f"{option}={value} is out of range (a port is 0 to 65535)")
+                if arg in examples and (i + 1 == len(args) or _is_option(args[i + 1]))]
+    for names, (low, high, what, _) in LAB_NUMBERS.items():
+        span = f"{low} to {high}" if high is not None else f"{low} or more"
+        for option, value in _lab_option_values(args, names):
+            try:
+                number = int(value.strip())
+            except ValueError:
+                problems.append(f"{option}={value!r} is not {what} ({span})")
+                continue
+            if number < low or (high is not None and number > high):
+                problems.append(f"{option}={value} is out of range ({what}: {span})")
+    for i, arg in enumerate(args):  # the notebooks or folders to open: a name too long (battery 33)
+        before = args[i - 1] if i else ""
+        setting = before.startswith("--") and "." in before and "=" not in before  # --Class.trait VALUE
+        if not _is_option(arg) and before not in LAB_VALUE_ALIASES and not setting:  # no option's value
+            problem = cli.path_problem(ROOT / arg, "a path to open", "a notebook or folder")
+            if problem:
+                problems.append(problem)
     for option, value in _lab_option_values(args, ("--ip", "--ServerApp.ip")):
         if value in ("", "*"):
             continue
@@ -583,12 +694,16 @@ def _main(argv: list[str]) -> int:
         if problem:
             print(problem, file=sys.stderr)
             return 2
+    expressions_read = False  # test's -k and -m: asked of .venv's pytest, once
     if argv[0] == "test":
         empty = empty_test_paths(argv[1:])
         if empty:
             print(f"course.py test: an empty test path: {', '.join(map(repr, empty))} (give a test file or "
                   "folder, e.g. tests/test_attention.py, or no path for the quick suite; nothing was run)",
                   file=sys.stderr)
+            return 2
+        for problem in test_path_problems(argv[1:])[:1]:  # before anything looks at them: stat raised
+            print(f"course.py test: {problem}; nothing was run", file=sys.stderr)
             return 2
         missing = missing_test_paths(argv[1:])
         if missing:
@@ -633,6 +748,10 @@ def _main(argv: list[str]) -> int:
     if problem:
         print(f"course.py {argv[0]}: {problem}; nothing was installed or run", file=sys.stderr)
         return 2
+    if argv[0] == "test":
+        expressions_read = _bin("python").exists()  # else asked once the environment is made
+        if expressions_read and _refuse_bad_expressions(argv[1:]):
+            return 2
     ensure_environment()
     command, rest = argv[0], argv[1:]
     if command == "publish":
@@ -672,6 +791,8 @@ def _main(argv: list[str]) -> int:
         rest = [a for a in rest if a != "--all"]
     elif "-m" not in rest:  # the quick suite: every unit test and every lesson under nbval
         rest = ["-m", "not slow", *rest]
+    if not expressions_read and _refuse_bad_expressions(rest):  # a first run: the pytest just installed
+        return 2
     rest, env = spread_over_cores(rest, os.cpu_count() or 1, env)
     # pytest answers Ctrl-C with its summary (the terminal sends it the signal): only SIGTERM is
     # relayed (a second SIGINT breaks that summary with a traceback; see the module docstring)

@@ -6,8 +6,14 @@ until NAME itself runs; the tool's own ``cli.stop_at_once`` (in its ``__main__``
 only after torch. So while ``course_utils.X`` is being found, the course's handler is set here:
 a signal then prints ``python -m course_utils.X: interrupted by SIGINT while starting; nothing was
 written`` and exits 130 (143 for SIGTERM). In any other process (a notebook, pytest, a script)
-this does nothing, and so does ``python -m`` of a module that is no tool (``course_utils.cli``:
-importing it here first would make runpy warn).
+this does nothing.
+
+``python -m`` of a module of the package that is no command (``course_utils.attention.mha``,
+``course_utils.bench.cli``, a slip for ``course_utils.bench``) ran its definitions and exited 0
+without a word, as if it had worked: it is refused here, for every such module at once, with
+:func:`cli.not_a_command`'s one line and exit 2, before the module runs (so runpy has nothing to
+warn about: it never imports the module as ``__main__``). A name that is no module of the
+package is left to Python ("No module named ...").
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import sys
 
 ENTRIES = ("course_utils.model.train", "course_utils.bench", "course_utils.bench.__main__")
+PACKAGE = "course_utils"
 
 
 def _module_starting() -> str | None:
@@ -44,9 +51,26 @@ def _check_current_folder() -> None:
                           f"process there; change to an existing folder (os.chdir) first") from None
 
 
+def _is_library_module(name: str | None) -> bool:
+    """True when ``name`` (what ``python -m`` runs) is a module or package of course_utils that is
+    not one of the commands (:data:`ENTRIES`). Looked up as files next to this one: importing it
+    would run it, and a name that is no module at all is Python's to report."""
+    if name is None or name in ENTRIES or not (name == PACKAGE or name.startswith(PACKAGE + ".")):
+        return False
+    parts = name.split(".")[1:]
+    if not all(part.isidentifier() for part in parts):
+        return False
+    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts)
+    return os.path.isfile(where + ".py") or os.path.isfile(os.path.join(where, "__init__.py"))
+
+
 _name = _module_starting()
 if _name in ENTRIES:
     from . import cli  # the standard library only
 
     cli.stop_at_once(f"python -m {_name.removesuffix('.__main__')}")
+elif _is_library_module(_name):
+    from . import cli
+
+    cli.not_a_command(f"python -m {_name.removesuffix('.__main__')}")
 _check_current_folder()

@@ -142,6 +142,84 @@ def check_path(value: object, name: str, what: str = "a file") -> None:
                          f"which no file system takes), got {shown(text, 80)}")
 
 
+def path_problem(path: object, name: str, what: str = "a file") -> str | None:
+    """Why ``path``, a path the user gave as the argument ``name`` (an option such as
+    ``--exchange``, or ``COURSE_DIR``), cannot name ``what``, as the one line a tool prints, or None.
+    The package's one such rule for every command taking a path, checked before any work: a
+    name longer than the file system takes (300 characters: ENAMETOOLONG), a whole path longer
+    than the system takes, or any other OSError from looking it up (a folder on the way that may
+    not be entered, a symbolic link loop) gave a raw "OSError: [Errno 36] File name too long"
+    traceback from ``stat`` or ``mkdir`` (battery 33). Also :func:`check_path`'s rule (an empty
+    path, a NUL character). A path that does not exist yet is no problem here (a tool may make
+    it); its missing names are measured against the limit of the folder they would be made in."""
+    try:
+        check_path(path, name, what)
+    except (TypeError, ValueError) as err:
+        return str(err)
+    text = os.fsdecode(os.fspath(path))
+    above = Path(text)  # the nearest part that exists: the file system the missing names go to
+    try:
+        while not os.path.lexists(above) and above != above.parent:
+            above = above.parent
+    except ValueError:
+        pass
+    limit = _path_limit(above, "PC_NAME_MAX", 255)
+    long = [part for part in Path(text).parts if len(os.fsencode(part)) > limit]
+    if long:
+        return (f"{name} must name {what}, each name in it at most {limit} bytes (this file system's "
+                f"limit), got {shown_path(text)} with a name of {len(os.fsencode(long[0]))} bytes "
+                f"(File name too long)")
+    try:
+        whole = len(os.fsencode(os.path.abspath(text)))
+    except OSError:  # the current folder was deleted: the tool says so itself
+        whole = len(os.fsencode(text))
+    most = _path_limit(above, "PC_PATH_MAX", 4096)
+    if whole >= most:
+        return (f"{name} must name {what} in fewer than {most} bytes in all (the system's limit), got "
+                f"{shown_path(text)} of {whole} bytes (File name too long)")
+    try:
+        os.lstat(text)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # missing: whether it may be made is the tool's to say
+    except OSError as err:
+        return os_problem(err, text, name, what)
+    return None
+
+
+def shown_path(path: object, width: int = 80) -> str:
+    """A path the user gave, for a one-line message: quoted, its control characters escaped, and
+    one longer than ``width`` characters cut in the middle (``'/tmp/nnnn...nnnn/x'``), so both
+    its start and its end show and the quotes stay paired."""
+    text = os.fsdecode(os.fspath(path)) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    if len(text) > width:
+        keep = max(width - 5, 2)
+        text = f"{text[:keep * 2 // 3]}...{text[len(text) - keep // 3:]}"
+    return repr(text)
+
+
+def os_problem(err: OSError, path: object, name: str, what: str = "a file") -> str:
+    """The one line for an OSError that looking up, reading or making the user's path ``path`` (the
+    argument ``name``, which should name ``what``) raised: the argument, what it should name, the
+    path (cut to 80 characters) and the system's reason, e.g. ``--venv must name a folder, got
+    '/tmp/nnn...': a name in it is too long for the file system (File name too long)``."""
+    if not isinstance(err, OSError):
+        raise TypeError(f"err must be the OSError to report, got {type(err).__name__} {shown(err, 60)}")
+    why = {errno.ENAMETOOLONG: "a name in it is longer than the file system takes",
+           errno.ELOOP: "a symbolic link on it loops",
+           errno.EACCES: "a folder on it may not be entered or read",
+           errno.EPERM: "the system does not allow it"}.get(err.errno, "it cannot be looked at")
+    return f"{name} must name {what}, got {shown_path(path)}: {why} ({err.strerror or err})"
+
+
+def _path_limit(folder: Path, setting: str, default: int) -> int:
+    """``os.pathconf(folder, setting)`` (NAME_MAX, PATH_MAX), or ``default`` where it cannot be
+    asked (Windows, a folder that cannot be read)."""
+    try:
+        return int(os.pathconf(folder, setting))
+    except (OSError, ValueError, AttributeError):
+        return default
+
+
 def path_kind(path: str | os.PathLike) -> str | None:
     """``None`` for a regular file (or a link to one); otherwise what ``path`` is, in words:
     "missing", "a directory", "a symlink loop", "a FIFO (named pipe)", ...; never opens it
@@ -157,6 +235,8 @@ def path_kind(path: str | os.PathLike) -> str | None:
     except OSError as err:
         if err.errno == errno.ELOOP:
             return "a symlink loop"
+        if err.errno == errno.ENAMETOOLONG:
+            return f"a path with a name longer than the file system takes ({err.strerror})"
         return f"unreadable ({err.strerror or err})"
     if stat.S_ISREG(mode):
         return None
@@ -168,16 +248,16 @@ def path_kind(path: str | os.PathLike) -> str | None:
 
 def path_type(what: str) -> Callable[[str], Path]:
     """An argparse type for an option naming a file or folder: the text as a Path, refused by
-    :func:`check_path`'s rule when it is empty or holds a NUL character (``type=Path`` turned
+    :func:`path_problem`'s rule when it is empty, holds a NUL character or a name longer than the
+    file system takes, or cannot be looked up (``type=Path`` turned
     ``--exchange ''`` into the current folder without a word: battery 19, G5). ``what`` says
     what the path should name (argparse puts the option's name before the message)."""
     check_label(what, "what", "what the path should name, e.g. 'a folder'")
 
     def parse(text: str) -> Path:
-        try:
-            check_path(text, "the value", what)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        problem = path_problem(text, "the value", what)  # a name too long: a traceback later (battery 33)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
         return Path(text)
     return parse
 

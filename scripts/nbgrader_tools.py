@@ -725,6 +725,9 @@ def _course_dir_problem(text: str) -> str | None:
     if not text.strip():
         return (f"COURSE_DIR is empty ({cli.shown(text)}); give the nbgrader course folder to write, outside "
                 "this clone, e.g. ../mha-course")
+    problem = cli.path_problem(text, "COURSE_DIR", "the nbgrader course folder to write")
+    if problem:  # a name too long for the file system: a traceback from stat (battery 33)
+        return problem
     try:
         inside = cli.place_in(text, ROOT)  # links followed: a link into the clone too
     except ValueError:
@@ -761,6 +764,11 @@ def _main(argv: list[str]) -> int:
                       f"got {' '.join(args) or 'no notebooks'})", file=sys.stderr)
                 return 2
             converted = []
+            for name in args:  # a name too long for the file system: a traceback from stat (battery 33)
+                problem = cli.path_problem(name, "NOTEBOOK.ipynb", "a lesson notebook to convert")
+                if problem:
+                    print(f"convert: {problem}; nothing was written", file=sys.stderr)
+                    return 2
             for name in args:  # read and convert all first: a bad file leaves every file as it was
                 path = Path(name)
                 try:

@@ -624,6 +624,14 @@ def _parse(argv: list[str]) -> tuple[str, list[str], int]:
     if (command == "build" and len(args) != 2) or (command == "student" and len(args) < 2) or not args:
         got = ", ".join(repr(a) for a in args) or "nothing"
         raise ToolError(f"{command} takes {wanted}, got {got}")
+    names = wanted.replace("[--timeout SECONDS] ", "").replace(" [...]", "").split()
+    whats = {"DRAFT.py": "a percent-format draft", "OUT.ipynb": "the notebook to write",
+             "OUT_DIR": "the student folder", "NOTEBOOK.ipynb": "a notebook"}
+    for i, arg in enumerate(args):  # a name too long for the file system: a traceback from stat (battery 33)
+        name = names[min(i, len(names) - 1)]
+        problem = cli.path_problem(arg, name, whats[name])
+        if problem:
+            raise ToolError(f"{command}: {problem}; nothing was written")
     return command, args, timeout
 
 

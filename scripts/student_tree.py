@@ -262,6 +262,15 @@ def usage_problem(argv: list[str]) -> str | None:
     return None
 
 
+def path_problem(argv: list[str]) -> str | None:
+    """Why OUT_DIR, once :func:`usage_problem` has taken the command line, names no folder the
+    file system can make (:func:`course_utils.cli.path_problem`: a name longer than it takes gave
+    a raw "File name too long" traceback, battery 33), or None (also for ``--branch NAME``)."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        return None
+    return _cli().path_problem(argv[0], "OUT_DIR", "a new folder to write the tree into")
+
+
 def main(argv: list[str]) -> int:
     if argv in (["-h"], ["--help"]):  # what course.py's "each with --help" promises
         print(f"{__doc__.strip()}\n\n{USAGE}")
@@ -269,6 +278,10 @@ def main(argv: list[str]) -> int:
     problem = usage_problem(argv)
     if problem is not None:
         print(f"student-tree: {_cli().one_line(problem)}\n{USAGE}", file=sys.stderr)
+        return 2
+    problem = path_problem(argv)
+    if problem is not None:
+        print(f"student-tree: {_cli().one_line(problem)}; nothing was written", file=sys.stderr)
         return 2
     cli = _cli()
     if len(argv) == 2 and argv[0] == "--branch":  # interrupted: one line, exit 130/143 (cli.run)

@@ -217,6 +217,10 @@ def main(argv: list[str], *, root: Path = ROOT) -> int:
     args = parser.parse_args(own)
     args.pytest_args = [*args.pytest_args, *rest]
     env_dir = args.venv or root / f".venv-{args.which}"
+    problem = args.venv and _cli().path_problem(args.venv, "--venv", "a virtual environment folder")
+    if problem:  # a name too long for the file system: a traceback from stat (battery 33)
+        print(f"version_matrix.py: {_cli().one_line(problem)}; nothing was installed", file=sys.stderr)
+        return 2
     try:  # every input checked before anything is installed
         _check_venv(env_dir, root)
         floor = floor_constraints(root) if args.which == "floor" else None

@@ -698,6 +698,33 @@ def test_notebook_peak_memory_keeps_the_telling_error_line(tmp_path, monkeypatch
     assert row.peak_mb is None and row.error == wanted
 
 
+@pytest.mark.parametrize(("source", "timeout", "said"), [
+    ("raise ValueError('boom-xyz')", "60",
+     "failed at cell 1 (raise ValueError('boom-xyz')): ValueError: boom-xyz"),
+    ("import time; time.sleep(30)", "1",
+     "failed at cell 1 (import time; time.sleep(30)): CellTimeoutError: "),
+], ids=["raises", "times out"])
+def test_bench_memory_names_a_failed_notebook_its_cell_and_error_and_fails(tmp_path, capsys, source, timeout,
+                                                                          said) -> None:
+    """`bench memory NB` on a notebook whose cell raised or timed out exited 0; the table's cell
+    was cut to "not measured: CellExecutionError: Valu", and a timeout left the killed kernel's
+    ZMQError traceback on stderr. Now: one line naming the notebook, the cell and the error (a
+    timeout: --timeout too), exit 1, no traceback."""
+    import nbformat
+
+    from course_utils.bench.cli import main
+
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
+                                                   nbformat.v4.new_code_cell(source)]), path)
+    assert main(["memory", "--timeout", timeout, str(path)]) == 1
+    out, err = capsys.readouterr()
+    line = next(line for line in err.splitlines() if "broken.ipynb failed" in line)
+    assert line.startswith("python -m course_utils.bench memory: broken.ipynb ") and said in line, err
+    assert ("--timeout 1" in line) == (timeout == "1") and "Traceback" not in err, err
+    assert "not measured" in out
+
+
 # -- battery 19 (fix49s) -----------------------------------------------------------------------------
 
 # -- g06: a peak below the size a test began with was printed as a negative rise --

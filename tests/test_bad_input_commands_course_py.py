@@ -475,6 +475,87 @@ def test_lab_option_with_its_value_passes(args):
     assert course_py.lab_value_problems(args) == []
 
 
+@pytest.mark.parametrize(("args", "shown"), [
+    (["--port-retries=-3"], "--port-retries=-3 is out of range (a number of further ports to try"),
+    (["--port-retries", "-1"], "--port-retries=-1 is out of range"),
+    (["--ServerApp.port_retries=lots"], "--ServerApp.port_retries='lots' is not a number of further ports"),
+    (["--port-retries"], "--port-retries needs a value (e.g. --port-retries=50)"),
+    (["--ServerApp.shutdown_no_activity_timeout=-60"], "shutdown_no_activity_timeout=-60 is out of range"),
+    (["--ServerApp.max_body_size=0"], "max_body_size=0 is out of range (a size in bytes: 1 or more)"),
+], ids=lambda a: a if isinstance(a, str) else " ".join(a))
+def test_lab_numeric_options_are_checked_before_starting(monkeypatch, capsys, args, shown):
+    """`course.py lab --port-retries=-3`: JupyterLab started, tried no port and stopped with "no
+    available port could be found", naming neither the option nor its value."""
+    def never(*args, **kwargs):
+        raise AssertionError("the environment was set up: the option was not refused first")
+
+    monkeypatch.setattr(course_py, "ensure_environment", never)
+    monkeypatch.setattr(course_py.cli, "call", never)
+    assert course_py._main(["lab", "--no-browser", *args]) == 2
+    err = capsys.readouterr().err
+    assert shown in err and "JupyterLab was not started" in err and len(err.splitlines()) == 1, err
+    assert course_py.lab_value_problems(["--port-retries=0", "--ServerApp.port_retries", "65535"]) == []
+
+
+@pytest.mark.parametrize("args", [["-k", "(("], ["-k((", "-m", "not slow"], ["-m", "not slow and"]],
+                         ids=lambda a: " ".join(a))
+def test_course_test_names_an_expression_pytest_cannot_read(monkeypatch, capsys, args):
+    """`course.py test -k "((" tests/test_shapes.py`: spread over xdist workers, pytest ended in an
+    INTERNALERROR traceback from xdist (exit 3) with no word about -k. Refused before pytest runs,
+    in pytest's words, naming the option and the expression."""
+    course = load_course()
+
+    def never(*args, **kwargs):
+        raise AssertionError("pytest was run: the expression was not refused first")
+
+    monkeypatch.setattr(course, "_bin", lambda name: Path(sys.executable))  # the course's pytest
+    monkeypatch.setattr(course, "ensure_environment", never)
+    monkeypatch.setattr(course.cli, "call", never)
+    assert course._main(["test", *args, "tests/test_shapes.py"]) == 2
+    err = capsys.readouterr().err
+    bad = next(option for option, text in course._expression_args(args) if text in ("((", "not slow and"))
+    assert len(err.splitlines()) == 1 and f"{bad} '" in err and "is not an expression" in err, err
+    assert "got end of input" in err and "nothing was run" in err and "Traceback" not in err, err
+    assert course.expression_problems(["-k", "attention and not slow", "-mslow"], Path(sys.executable)) == []
+
+
+@pytest.mark.parametrize(("argv", "venv", "named"), [
+    (["test", "tests/" + "n" * 300 + ".py"], None, "course.py test: a test path must name a test file"),
+    (["test", "tests/test_shapes.py"], "/tmp/" + "n" * 300, "course.py test: COURSE_VENV must name a folder"),
+    (["student-tree", "/tmp/" + "n" * 300], None, "course.py student-tree: OUT_DIR must name a new folder"),
+], ids=["test path", "COURSE_VENV", "student-tree OUT_DIR"])
+def test_course_py_names_a_path_with_a_name_too_long(monkeypatch, capsys, argv, venv, named):
+    """QA battery 33: `course.py test tests/NAME.py` with a 300-character NAME gave a raw
+    "OSError: [Errno 36] File name too long" traceback; every path course.py takes is now
+    checked by cli.path_problem: one line, exit 2, nothing installed or run."""
+    def never(*args, **kwargs):
+        raise AssertionError("something ran: the path was not refused first")
+
+    if venv is not None:
+        monkeypatch.setenv("COURSE_VENV", venv)
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_environment", never)
+    monkeypatch.setattr(course.cli, "call", never)
+    assert course._main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(named) and len(err.splitlines()) == 1 and "File name too long" in err, err
+
+
+def test_lab_names_a_path_to_open_with_a_name_too_long(monkeypatch, capsys):
+    """QA battery 33's long names, for lab's notebook to open: refused before anything starts (an
+    option's value, such as --port's 8888, is no path)."""
+    def never(*args, **kwargs):
+        raise AssertionError("the environment was set up: the path was not refused first")
+
+    monkeypatch.setattr(course_py, "ensure_environment", never)
+    monkeypatch.setattr(course_py.cli, "call", never)
+    assert course_py._main(["lab", "--no-browser", "student/" + "n" * 300 + ".ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("course.py lab: a path to open must name a notebook or folder, each name in it")
+    assert "File name too long" in err and len(err.splitlines()) == 1, err
+    assert course_py.lab_value_problems(["--port", "8888", "--notebook-dir", "n" * 300, "student"]) == []
+
+
 def test_lab_negative_port_is_out_of_range_not_missing():
     assert "out of range" in course_py.lab_value_problems(["--port", "-1"])[0]
 

@@ -2037,3 +2037,49 @@ def test_check_label_returns_the_plain_str_a_subclass_holds():
     assert type(label) is str and label == "baseline"
     raises_naming(ValueError, ["baseline", "f"],
                   lambda: check_function_name("g", LyingStr("baseline"), ["f"]))
+
+
+# -- battery 33: a path with a name longer than the file system takes (ENAMETOOLONG) -------------------
+LONG_NAME = "n" * 300
+
+
+@pytest.mark.parametrize(("script", "args", "named"), [
+    ("nbgrader_tools", ["source", "{long}"], "COURSE_DIR must name"),
+    ("nbgrader_tools", ["convert", "{long}.ipynb"], "NOTEBOOK.ipynb must name"),
+    ("notebook_tools", ["student", "{long}", str(ROOT / "notebooks" / "02_single_head_attention.ipynb")],
+     "OUT_DIR must name"),
+    ("notebook_tools", ["build", "{long}.py", "{tmp}/out.ipynb"], "DRAFT.py must name"),
+    ("notebook_tools", ["execute", "{long}.ipynb"], "NOTEBOOK.ipynb must name"),
+    ("safe_collect", ["--exchange", "{long}", "--course", "c", "03_dimension_walkthrough"], "--exchange"),
+    ("version_matrix", ["floor", "--venv", "{long}"], "--venv"),
+    ("student_tree", ["{long}"], "OUT_DIR must name"),
+], ids=lambda v: v if isinstance(v, str) and not v.endswith("must name") else None)
+def test_a_path_with_a_name_too_long_is_one_line_naming_the_argument(tmp_path, script, args, named):
+    """QA battery 33: a 300-character folder or file name gave a raw "OSError: [Errno 36] File
+    name too long" traceback from stat or mkdir. cli.path_problem names it on one line, exit 2,
+    before anything is made."""
+    long = str(tmp_path / LONG_NAME)
+    argv = [a.format(long=long, tmp=tmp_path) for a in args]
+    done = subprocess.run([sys.executable, str(SCRIPTS / f"{script}.py"), *argv], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), COURSE_VENV=sys.prefix))
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert named in last and "File name too long" in last and "255 bytes" in last, done.stderr
+    assert sorted(os.listdir(tmp_path)) == [], os.listdir(tmp_path)
+
+
+def test_path_problem_names_each_path_the_system_cannot_take(tmp_path):
+    assert cli.path_problem(tmp_path, "--out", "a folder") is None
+    assert cli.path_problem(tmp_path / "new" / "deeper", "--out", "a folder") is None  # may be made
+    long = cli.path_problem(tmp_path / "missing" / LONG_NAME, "--out", "a folder")
+    assert long.startswith("--out must name a folder, each name in it at most 255 bytes") and "300" in long
+    assert f"got '{tmp_path}"[:40] in long  # cut in the middle: its start and its end show
+    assert long.endswith("nnnn' with a name of 300 bytes (File name too long)")
+    whole = cli.path_problem(str(tmp_path) + "/a" * 3000, "--out", "a folder")
+    assert "fewer than 4096 bytes in all" in whole and "File name too long" in whole
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    loop = cli.path_problem(tmp_path / "loop" / "x", "COURSE_DIR", "a folder")
+    assert loop.startswith("COURSE_DIR must name a folder, got") and "loops" in loop
+    assert cli.path_problem("", "--out", "a folder").startswith("--out must name a folder, got an empty")
+    assert "a path with a name longer" in cli.path_kind(tmp_path / LONG_NAME)

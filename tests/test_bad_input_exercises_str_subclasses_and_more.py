@@ -5,7 +5,9 @@ module run as a command says so; a refused path with control characters is print
 version_matrix.py reuses only a virtual environment."""
 from __future__ import annotations
 
+import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,6 +72,35 @@ def test_a_library_module_run_as_a_command_says_so(path: str, capsys, monkeypatc
     assert stopped.value.code == 2
     out = capsys.readouterr()
     assert "not a command" in out.err and "course.py" in out.err and not out.out
+
+
+def _package_modules() -> list[str]:
+    """Every module and package of course_utils, by its files, but the commands."""
+    from course_utils import _starting
+
+    names = []
+    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        name = ".".join(parts)
+        if name not in _starting.ENTRIES:
+            names.append(name)
+    return names
+
+
+def test_every_library_module_run_with_python_m_says_it_is_no_command() -> None:
+    """`python -m course_utils.attention.mha` (48 of 53 modules) ran its definitions and exited 0
+    without a word; now each says it is a library module, exit 2, before torch is imported."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    silent = []
+    for name in _package_modules():
+        done = subprocess.run([sys.executable, "-m", name], capture_output=True, text=True, timeout=120,
+                              env=env, stdin=subprocess.DEVNULL, cwd=ROOT)
+        said = f"python -m {name}: a library module, not a command"
+        if done.returncode != 2 or not done.stderr.startswith(said) or len(done.stderr.splitlines()) != 1:
+            silent.append((name, done.returncode, done.stderr[-200:]))
+    assert not silent
 
 
 # ---- a refused path with control characters: escaped, on one line ----

@@ -30,6 +30,42 @@ def test_options_out_of_range_are_refused_when_parsed(capsys, argv, words):
     assert all(w in err for w in words), err
 
 
+@pytest.mark.parametrize("extra", [[], ["--full"]])
+def test_gqa_context_too_short_for_its_default_shapes_is_refused_when_parsed(capsys, monkeypatch, extra):
+    """`gqa --context 1`: the default whole-step shapes made from it are 1x1 twice; the run ended,
+    after the decode benchmark, in a traceback about a --shapes never given. Refused when parsed,
+    naming --context, before anything runs."""
+    from course_utils.bench import gqa_speed
+
+    monkeypatch.setattr(gqa_speed, "bench_decode", lambda **kwargs: pytest.fail("a benchmark ran"))
+    err = _refusal(capsys, ["gqa", "--context", "1", *extra])
+    assert "--context 1" in err and "1x1 more than once" in err and "--context 2 or more" in err, err
+    assert err.strip().splitlines()[-1].startswith("python -m course_utils.bench: error: --context 1 "), err
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["memory", "{long}.ipynb"], "argument notebooks: the notebook must name"),
+    (["test-memory", "{long}.json"], "argument report: the report must name"),
+], ids=["memory", "test-memory"])
+def test_bench_names_a_path_with_a_name_too_long(capsys, tmp_path, argv, named):
+    """QA battery 33: a 300-character file name gave a raw "File name too long" traceback (or an
+    "unreadable" path); refused when parsed by cli.path_problem's rule, naming the argument."""
+    err = _refusal(capsys, [a.format(long=tmp_path / ("n" * 300)) for a in argv])
+    last = err.strip().splitlines()[-1]
+    assert named in last and "255 bytes" in last and "File name too long" in last, err
+
+
+def test_train_names_an_out_with_a_name_too_long(capsys, tmp_path):
+    from course_utils.model import train
+
+    with pytest.raises(SystemExit) as stop:
+        train.main(["induction", "--steps", "2", "--out", str(tmp_path / ("n" * 300))])
+    assert stop.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--out must name a checkpoint path stem" in last and "File name too long" in last, last
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_empty_notebook_is_refused_by_name(capsys, tmp_path):
     (tmp_path / "empty.ipynb").write_text("")
     err = _refusal(capsys, ["memory", str(tmp_path / "empty.ipynb")])

@@ -238,8 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m course_utils.bench <subcommand> [options]``; see ``--help``."""
+def main(argv: list[str] | None = None) -> int | None:
+    """``python -m course_utils.bench <subcommand> [options]``; see ``--help``. Returns the
+    subcommand's exit status (None: 0)."""
     parser = build_parser()
     argv = cli.words(argv)
     names = _subcommand_names(parser)
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
             check(args)
         except ValueError as err:
             parser.error(str(err))
-    args.run(args)
+    return args.run(args)  # None, or an exit status (memory: 1 when a notebook failed)
 
 
 def _word(text: str) -> str:

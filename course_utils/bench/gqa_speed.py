@@ -761,11 +761,27 @@ def _check_gqa_fits(args: argparse.Namespace) -> None:
     num_bytes = 2 * args.layers * 16 * args.context * 64 * 4  # bench_decode's MHA cache, float32
     check_fits_in_memory(num_bytes, f"--context {args.context}", f"{args.layers} layers of float32 keys "
                          f"and values of 16 heads of width 64: {num_bytes:,} bytes")
+    if args.whole_step and args.shapes is None:  # shapes made from --context: a repeat is its fault
+        repeated = _repeated_shapes(_whole_step_shapes(args))
+        if repeated:  # bench_whole_step refused them after the decode benchmark had run (a traceback)
+            default = WHOLE_STEP_SHAPES if args.full else WHOLE_STEP_SHAPES[:2]
+            shortest = next(t for t in range(args.context + 1, 2 * len(default) + 2)
+                            if not _repeated_shapes(_whole_step_shapes(argparse.Namespace(
+                                full=args.full, shapes=None, context=t))))
+            raise ValueError(f"--context {args.context} is too short for the default whole-step shapes "
+                             f"BxT {', '.join(f'{b}x{m:g}*T' for b, m in default)}: they give "
+                             f"{', '.join(repeated)} more than once; give --context {shortest} or more, "
+                             f"--shapes, or --no-whole-step")
     if args.whole_step:
         for batch, context in _whole_step_shapes(args):  # the g = h decoder: the largest cache
             blamed = (f"--layers {args.layers}", f"--context {args.context}") if args.shapes is None \
                 else (f"--shapes {batch}x{context}",) * 2
             check_decoder_fits(1024, 16, 16, args.layers, context=context, batch=batch, names=blamed)
+
+
+def _repeated_shapes(shapes: tuple[tuple[int, int], ...]) -> list[str]:
+    """The shapes that come more than once in ``shapes``, as ``BxT``."""
+    return sorted({f"{b}x{t}" for i, (b, t) in enumerate(shapes) if (b, t) in shapes[:i]})
 
 
 def _whole_step_shapes(args: argparse.Namespace) -> tuple[tuple[int, int], ...]:

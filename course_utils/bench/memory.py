@@ -7,6 +7,8 @@ cell, added to the in-memory copy only, reads the kernel process's peak resident
 written back to the notebooks. Unix only (``resource`` module). ``--slowest N`` lists each
 notebook's N slowest cells (nbgrader stops a cell after 120 s), and the load average before
 and after the run is printed, since the times depend on what else the machine runs.
+A notebook that fails (a cell raises, or runs past ``--timeout``) is a row of the table "not
+measured"; then each is named on stderr, one line with its cell and error, and the command exits 1.
 
 ``python -m course_utils.bench test-memory`` prints the largest per-test peaks that the
 course's pytest plugin (``tests/conftest.py``) records into ``artifacts/test_peak_rss.json``:
@@ -159,13 +161,46 @@ def notebook_peak_memory(path: str | Path, timeout: int = 900) -> NotebookMemory
             cli.run_kernel(client.async_execute(stderr=kernel_stderr), f"the kernel running {path.name} "
                            "was shut down; nothing was written")
         except Exception as err:  # a failing lesson is a row of the table, not a crash
+            if isinstance(err, TimeoutError):  # nbclient stopped the kernel: its dying words (a
+                kernel_stderr.seek(0)  # ZMQError traceback from a closed socket) are no news
+                kernel_stderr.truncate()
             return NotebookMemory(path.name, None, time.perf_counter() - start,
-                                  f"{type(err).__name__}: {_error_line(err)}"[:100],
-                                  _cell_times(nb.cells[:-1]))
+                                  _failure_text(err, nb.cells[:-1]), _cell_times(nb.cells[:-1]))
     elapsed = time.perf_counter() - start
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     peak = next(int(line.split()[1]) for line in text.splitlines() if line.startswith(_MARK))
     return NotebookMemory(path.name, peak / 1e6, elapsed, cells=_cell_times(nb.cells[:-1]))
+
+
+def _failure_text(err: Exception, cells) -> str:
+    """What ``error`` says of a failed run: the cell that failed (its index and first line, when
+    one can be told) and the error, e.g. ``cell 1 (raise ValueError('boom')): ValueError: boom``
+    or ``cell 0 (time.sleep(30)): CellTimeoutError: A cell timed out ...``; the row's table cell
+    showed only "CellExecutionError: Valu" and no cell."""
+    ename, evalue = getattr(err, "ename", None), getattr(err, "evalue", None)
+    if isinstance(ename, str) and ename:
+        said = f"{ename}: {evalue}"
+    else:
+        said = f"{type(err).__name__}: {_error_line(err)}"
+    index = _failed_cell(cells)
+    if index is not None:
+        lines = [line.strip() for line in cells[index].source.splitlines() if line.strip()]
+        said = f"cell {index}" + (f" ({lines[0][:60]})" if lines else "") + f": {said}"
+    return cli.one_line(said)[:300]
+
+
+def _failed_cell(cells) -> int | None:
+    """The index of the code cell that failed: the first with an error output, else the one the
+    kernel started and never answered (a cell that timed out); None when no cell can be told."""
+    code = [(i, cell) for i, cell in enumerate(cells) if cell.cell_type == "code"]
+    for index, cell in code:
+        if any(output.get("output_type") == "error" for output in cell.get("outputs", [])):
+            return index
+    for index, cell in code:
+        stamps = cell.get("metadata", {}).get("execution", {})
+        if stamps.get("iopub.execute_input") and not stamps.get("shell.execute_reply"):
+            return index
+    return None
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the colours of a kernel's traceback
@@ -292,7 +327,7 @@ def _check_notebook_names(args: argparse.Namespace) -> None:
                    "file names (the table names each notebook by its file name)")
 
 
-def _main_memory(args: argparse.Namespace) -> None:
+def _main_memory(args: argparse.Namespace) -> int | None:
     from ..paths import NOTEBOOKS_DIR
 
     paths = [Path(p) for p in args.notebooks] or sorted(Path(NOTEBOOKS_DIR).glob("[0-9][0-9]_*.ipynb"))
@@ -310,7 +345,14 @@ def _main_memory(args: argparse.Namespace) -> None:
             print(format_slowest_cells(rows[-1], args.slowest), flush=True)
     print()
     print(format_memory_table(rows))
-    print(f"\nload average at the end: {_load()}")
+    print(f"\nload average at the end: {_load()}", flush=True)
+    failed = [row for row in rows if row.error]
+    for row in failed:  # the table's cell holds only the start of it: each said in full, on one line
+        limit = f" (--timeout {args.timeout}: the seconds allowed per cell)" \
+            if "CellTimeoutError: " in row.error else ""
+        print(f"python -m course_utils.bench memory: {row.name} failed at {row.error}{limit}; its peak "
+              "memory was not measured", file=sys.stderr)
+    return 1 if failed else None
 
 
 # -- per-test peaks (recorded by the plugin in tests/conftest.py) --------------------------
@@ -454,6 +496,9 @@ def notebook_file(text: str) -> str:
 
     not_blank(text, "a notebook file (.ipynb)")
     check_path(text, "notebook_file's text", "a lesson notebook")
+    problem = cli.path_problem(text, "the notebook", "a lesson notebook (.ipynb)")
+    if problem:  # a name too long: a traceback from stat (battery 33)
+        raise argparse.ArgumentTypeError(problem)
     path = Path(text)
     if path.suffix != ".ipynb":
         raise argparse.ArgumentTypeError(f"expected a notebook file (.ipynb), got {shown(text)}")
@@ -478,6 +523,9 @@ def report_file(text: str) -> str:
 
     not_blank(text, "the per-test memory report (a JSON file the tests write)")
     check_path(text, "report_file's text", "the per-test memory report (JSON)")
+    problem = cli.path_problem(text, "the report", "the per-test memory report (JSON)")
+    if problem:  # a name too long: a traceback from stat (battery 33)
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

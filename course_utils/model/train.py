@@ -945,8 +945,13 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
     import tempfile
     from pathlib import Path
 
+    from .. import cli
     from .checkpoint import _check_save_targets, _check_task_of_target, checkpoint_paths
 
+    for path in (out, f"{out}.safetensors"):  # a name too long: a traceback from stat (battery 33)
+        problem = cli.path_problem(path, "--out", "a checkpoint path stem (it gets .safetensors and .json)")
+        if problem:
+            raise ValueError(problem)
     if out.endswith(("/", "\\")):  # a new folder meant: the files would land beside it
         raise ValueError(f"--out {shown(out)} ends in a slash, so it names a folder; give a path stem "
                          f"inside it, "
