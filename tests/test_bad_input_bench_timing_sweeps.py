@@ -624,7 +624,7 @@ TIMING_CASES = [
     Case("time_cold/baseline list", lambda: _time_cold()({"a": lambda: None}, baseline=["a"]), TypeError,
          ["baseline", "function's name", "list ['a']"]),
     Case("backend_rejection_reason/label list",
-         lambda: SB.backend_rejection_reason(["flash"], *[torch.zeros(1, 1, 2, 4)] * 3), ValueError,
+         lambda: SB.backend_rejection_reason(["flash"], *[torch.zeros(1, 1, 2, 4)] * 3), TypeError,
          ["label", "one of", "list ['flash']"]),
 ]
 

@@ -59,6 +59,7 @@ from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_d
 from ..attention.gqa import grouped_query_attention, kv_cache_bytes
 from ..attention.validation import (
     check_callable,
+    check_choice,
     check_distinct,
     check_finite,
     check_fits_in_memory,
@@ -510,6 +511,8 @@ class SmallDecoder:
     ``W_up`` ``(mlp d, d)``, ``W_down`` ``(d, mlp d)``; LayerNorms without parameters. The cache is
     float32, ``(B, g, context + 1, dk)`` per layer for K and for V. Attention runs in the fused C
     kernel where it can (float32, ``dk = 64``), otherwise in :func:`grouped_query_attention`.
+    ``attention`` (``"auto"``, ``"fused"`` or ``"course"``) is read by validation.check_choice: a
+    value that is no str is a TypeError, another str a ValueError, both naming ``attention``.
     """
 
     def __init__(self, d_model: int = 1024, num_heads: int = 16, num_kv_heads: int = 16,
@@ -522,8 +525,7 @@ class SmallDecoder:
             raise ValueError(f"num_kv_heads must divide num_heads (each K/V head serves num_heads / "
                              f"num_kv_heads query heads), got num_heads={num_heads}, "
                              f"num_kv_heads={num_kv_heads}")
-        if attention not in ("auto", "fused", "course"):
-            raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {shown_value(attention)}")
+        attention = check_choice(attention, "attention", ("auto", "fused", "course"))
         check_float_dtype(weight_dtype, "weight_dtype")
         seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
         if share_from is not None and not isinstance(share_from, SmallDecoder):

@@ -32,6 +32,7 @@ from torch import Tensor
 from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
+    check_choice,
     check_distinct,
     check_flag,
     check_holds_values,
@@ -67,6 +68,8 @@ __all__ = [
 ]
 
 Head = tuple[int, int]
+#: How a head is switched off: ``method=`` of every ablation here. Anything else is refused
+#: (validation.check_choice): a TypeError for a value that is no str, a ValueError for another str.
 METHODS = ("zero", "mean")
 
 
@@ -203,9 +206,9 @@ def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, 
 
 
 def _check_method(method: object) -> str:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {shown(method)}")
-    return method
+    """``method``, one of :data:`METHODS`, as a plain str (:func:`check_choice`: anything but a
+    str is a TypeError, another str a ValueError, both naming ``method``)."""
+    return check_choice(method, "method", METHODS)
 
 
 # -- naming ------------------------------------------------------------------------------
@@ -366,7 +369,8 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
     heads = _check_heads(heads, model)
     if streams is not None:
         streams = _check_streams(streams, model, tokens)
-    if _check_method(method) == "zero" and means is not None:
+    method = _check_method(method)
+    if method == "zero" and means is not None:
         raise ValueError("means is used only by method='mean', but method is 'zero' (the default): pass "
                          "method='mean' to replace the heads' outputs by means, or drop means")
     head_mask, edit_heads = _switched_off(model, heads, method, means, tokens.shape[1])
@@ -603,7 +607,8 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     ``method="zero"`` it is unused, but still checked (:func:`_check_unused_means`).
     """
     evaluations = _check_evaluations(evaluations, model)
-    if _check_method(method) == "zero":
+    method = _check_method(method)
+    if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     result: dict[str, float] = {}
     for i, evaluation in enumerate(evaluations):
@@ -697,7 +702,7 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
         check_label(name, f"each name in cases (the key "
                           f"{shown(name, 40)})", "the row's label, such as 'prev'")
     evaluations = _check_evaluations(evaluations, model)
-    _check_method(method)
+    method = _check_method(method)
     cases = {name: _check_heads(heads, model, f"cases[{shown(name)}]") for name, heads in cases.items()}
     if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
@@ -812,7 +817,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     order = _check_heads(order, _check_model(model), "order")  # each head once
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
     evaluations = _check_evaluations(evaluations, model)
-    _check_method(method)
+    method = _check_method(method)
     if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     total = len(all_heads(model))

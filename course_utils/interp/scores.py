@@ -38,6 +38,7 @@ import torch
 from ..attention.masks import causal_mask
 from ..attention.validation import (
     MAX_DECIMALS,
+    check_choice,
     check_fits_in_memory,
     check_flag,
     check_holds_values,
@@ -212,6 +213,8 @@ def induction_key_mask(seq_len: int, period: int, *, start: int) -> torch.Tensor
     return (distance >= period) & (distance % period == 0) & (k - 1 >= start)
 
 
+#: :func:`induction_score`'s ``average_over``; anything else is refused by validation.check_choice (a
+#: TypeError for a value that is no str, a ValueError for another str).
 AVERAGE_OVER = ("repeated queries", "all rows")
 
 
@@ -229,8 +232,7 @@ def induction_score(weights: AttentionInput, period: int, *, start: int,
     and ``BOS`` included), as TransformerLens's ``detect_head`` does: a perfect head then
     scores only ``(T - start - period) / T``, so a threshold does not carry across the two.
     """
-    if average_over not in AVERAGE_OVER:
-        raise ValueError(f"average_over must be one of {AVERAGE_OVER}, got {shown(average_over)}")
+    average_over = check_choice(average_over, "average_over", AVERAGE_OVER)
     stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     queries, _ = induction_positions(stack.shape[-1], period, start=start)
     stripes = induction_key_mask(stack.shape[-1], period, start=start).to(stack.dtype)  # (T, T)
@@ -501,6 +503,8 @@ def best_head(scores: torch.Tensor) -> tuple[int, int]:
     return divmod(flat, grid.shape[1])
 
 
+#: :func:`ideal_pattern`'s roles; any other ``role`` is refused by validation.check_choice (a
+#: TypeError for a value that is no str, a ValueError for another str).
 IDEAL_ROLES = ("previous token", "first token", "induction", "uniform", "self")
 
 
@@ -517,8 +521,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     builds every role's pattern in one loop with the same keywords
     (``ideal_pattern(role, T, period=5, start=1) for role in ROLES``).
     """
-    if role not in IDEAL_ROLES:
-        raise ValueError(f"role must be one of {IDEAL_ROLES}, got {shown(role)}")
+    role = check_choice(role, "role", IDEAL_ROLES)
     seq_len = check_int(seq_len, "seq_len", minimum=2)
     _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     _check_square_fits(seq_len, "seq_len", 8, 2, "float64 patterns")
@@ -558,8 +561,7 @@ def chance_level(role: str, seq_len: int, *, period: int | None = None, start: i
     they are accepted, not refused, because lesson 5 asks every role's chance level in one
     loop with the same keywords (``chance_level(role, T, period=PERIOD) for role in ...``).
     """
-    if role not in SCORED_ROLES:
-        raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {shown(role)}")
+    role = check_choice(role, "role", tuple(SCORED_ROLES))
     _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     uniform = ideal_pattern("uniform", seq_len)[None]  # (1, T, T): one head
     if role == "induction":
