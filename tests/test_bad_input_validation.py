@@ -808,3 +808,16 @@ def test_check_choice_returns_the_plain_str_and_prints_meanings():
     raises_naming(TypeError, ["check_choice's choices (for mode)", "non-empty tuple of strs"],
                   lambda: V.check_choice("a", "mode", ()))
     raises_naming(TypeError, ["check_choice's name", "str"], lambda: V.check_choice("a", 5, ("a",)))
+
+
+def test_check_names_free_refuses_a_taken_key_by_its_plain_value():
+    V.check_names_free({"loss": 1, 0: 2}, "numbers", ("pruned", "fraction"), "the table's own columns")
+    for key in ("pruned", LyingStr("pruned"), _EqAll("pruned")):
+        raises_naming(ValueError, ["numbers has the key 'pruned'", "the table's own columns",
+                                   "'pruned' or 'fraction'"],
+                      lambda key=key: V.check_names_free({key: 1}, "numbers", ("pruned", "fraction"),
+                                                         "the table's own columns"))
+    raises_naming(TypeError, ["numbers", "LyingLen", "len() or iteration raised"],
+                  lambda: V.check_names_free(LyingLen(["a"]), "numbers", ("a",), "x"))
+    raises_naming(TypeError, ["check_names_free's why", "str"],
+                  lambda: V.check_names_free({}, "numbers", ("a",), 5))

@@ -81,6 +81,7 @@ __all__ = [
     "items_of",
     "plain_str",
     "check_choice",
+    "check_names_free",
     "check_dense",
     "finite",
     "say",
@@ -223,6 +224,23 @@ def _listing(items: Iterable[str]) -> str:
     """``"'a', 'b' or 'c'"``: items joined for a message."""
     items = list(items)
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+@_checks_name(labels=("why",))
+def check_names_free(keys: Iterable, name: str, taken: Iterable[str], why: str) -> None:
+    """The keys of a dict the caller turns into a table's columns (``keys``, from the argument
+    ``name``) are none of ``taken``: the columns the table adds itself (``"pruned"``, ``"top
+    score"``) or those another argument already names. A key that is one of them is a ValueError
+    naming ``name``, the key and every name it may not use, and ``why`` (a few words: whose
+    names those are); pandas would otherwise overwrite one column with the other without a word,
+    or fail inside with a bare KeyError. A str subclass key is compared by its plain value (as
+    pandas compares it); a key that is no str cannot collide with a str name and passes."""
+    taken = tuple(taken)
+    for key in items_of(keys, name, "the keys of a dict"):
+        if issubclass(type(key), str) and plain_str(key, name) in taken:
+            raise ValueError(f"{name} has the key {shown(plain_str(key, name), 60)}, a name the table "
+                             f"keeps for {why}; its keys may not be any of {_listing(map(repr, taken))}: "
+                             f"rename it")
 
 
 _shown = shown  # for check_mask_fits, whose argument ``shown`` hides the function

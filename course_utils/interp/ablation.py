@@ -37,6 +37,7 @@ from ..attention.validation import (
     check_flag,
     check_holds_values,
     check_int,
+    check_names_free,
     check_not_inference,
     check_tensor,
     check_tensor_list,
@@ -813,7 +814,9 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
                   means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
     0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns.
-    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
+    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``). A number the
+    evaluations return named ``"pruned"`` or ``"fraction"`` is refused after the first run, a
+    ValueError naming it: it would overwrite that column (or be overwritten)."""
     order = _check_heads(order, _check_model(model), "order")  # each head once
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
     evaluations = _check_evaluations(evaluations, model)
@@ -829,5 +832,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     for k in sorted(set(counts)):
         numbers, streams = _measure_resumed(model, evaluations, order[:k], method, means, streams,
                                             _lowest_layer(model, order[done:k]))
+        check_names_free(numbers, "evaluations (the names their score returns)", ("pruned", "fraction"),
+                         "the number of heads switched off and its fraction (pruning_curve's own columns)")
         rows[k], done = {"pruned": k, "fraction": k / total} | numbers, k
     return pd.DataFrame([rows[k] for k in counts])

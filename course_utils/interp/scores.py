@@ -43,8 +43,10 @@ from ..attention.validation import (
     check_flag,
     check_holds_values,
     check_int,
+    check_names_free,
     check_real,
     items_of,
+    plain_str,
     shown,
 )
 
@@ -57,6 +59,7 @@ __all__ = [
     "attention_mass",
     "mean_by_group",
     "head_score_table",
+    "HEAD_TABLE_COLUMNS",
     "best_head",
     "chance_level",
     "verdict",
@@ -352,6 +355,9 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     grouping name (``"template"``, ``"subject"``) to ``N`` labels. Returns one row per
     group (sorted by label), a ``"sentences"`` count first, then the mean of each value. Each
     label is hashable (a str, number or tuple) and the labels of a grouping sortable together.
+    A value column named ``"sentences"`` or like a grouping is refused, a ValueError naming it:
+    it would overwrite the count, or the grouping's labels (the rows grouped by the values); so
+    is a grouping named ``"sentences"`` (its index level would shadow the count column).
     """
     for name, given in (("values", values), ("groups", groups)):
         if not isinstance(given, dict):
@@ -362,6 +368,11 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
         if not given:
             raise ValueError(f"{name} must hold at least one {what} (mean_by_group averages values "
                              "within groups), got an empty dict")
+    check_names_free(groups, "groups", ("sentences",), "the count column 'sentences' (reset_index would "
+                     "fail on a grouping of that name)")
+    check_names_free(values, "values", ("sentences", *(plain_str(g, "groups' name") for g in groups
+                                                       if issubclass(type(g), str))),
+                     "the count column 'sentences' and the groupings of groups")
     columns = {name: _value_column(v, f"values[{shown(name)}]") for name, v in values.items()}
     labels = {name: _label_column(g, f"groups[{shown(name)}]") for name, g in groups.items()}
     lengths = {len(v) for v in columns.values()} | {len(g) for g in labels.values()}
@@ -436,15 +447,25 @@ def _refuse_nan(grid: torch.Tensor, name: str) -> None:
                          "would rank first or last whatever the other heads score)")
 
 
+#: The columns :func:`head_score_table` adds beside the roles' (``"head"`` is its index): no role
+#: may be named like one of them.
+HEAD_TABLE_COLUMNS = ("head", "layer", "index", "top role", "top score")
+
+
 def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> pd.DataFrame:
     """One row per head: its scores, the role with the highest score, and that score.
 
     ``scores`` maps a role name to an ``(L, h)`` tensor (or ``(h,)`` for one layer). The table
-    is sorted by that top score, highest first, and rounded to ``decimals``.
+    is sorted by that top score, highest first, and rounded to ``decimals``. A role named like
+    one of the table's own columns (:data:`HEAD_TABLE_COLUMNS`: ``"head"``, ``"layer"``,
+    ``"index"``, ``"top role"``, ``"top score"``) is refused, a ValueError naming it: its scores
+    would overwrite that column, or the column them.
     """
     if not isinstance(scores, dict) or not scores:
         raise ValueError(f"scores must be a non-empty dict {{role name: (L, h) tensor}}, got "
                          f"{type(scores).__name__} {shown(scores, 60)}")
+    check_names_free(scores, "scores", HEAD_TABLE_COLUMNS, "its own columns (each head's name, layer, "
+                     "index, top role and top score)")
     _check_decimals(decimals)
     grids = {}
     for role, value in scores.items():
@@ -636,8 +657,9 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     A role is *present* when its top head scores at least ``threshold + margin``, *absent*
     below ``threshold - margin`` and *borderline* in between. The distance to the threshold
     is printed, and with ``chance`` (role -> score of a uniform head) the multiple of chance.
-    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own);
-    a chance level must lie below ``threshold`` (else a uniform head would pass it).
+    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own),
+    named unlike the columns of :func:`head_score_table` (:data:`HEAD_TABLE_COLUMNS`: a ValueError
+    naming it); a chance level must lie below ``threshold`` (else a uniform head would pass it).
     """
     threshold, decimals = _check_threshold(threshold), _check_decimals(decimals)  # plain numbers (a
     margin = check_real(margin, "margin")  # subclass's repr raised in the sentences: battery 30)
