@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import inspect
 import math
@@ -200,8 +201,6 @@ def check_choice(value: object, name: str, choices: Iterable[str] | Mapping[str,
                         f"{shown(value, 60)}")
     plain = plain_str(value, name)
     if plain not in options:  # plain strs only: str's own ==
-        import difflib
-
         close = difflib.get_close_matches(plain, options, n=1, cutoff=0.6)
         raise ValueError(f"{name} must be one of {listing}, got {shown(plain, 60)}"
                          + (f" (did you mean {close[0]!r}?)" if close else ""))
