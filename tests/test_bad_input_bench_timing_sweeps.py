@@ -624,7 +624,7 @@ TIMING_CASES = [
     Case("time_cold/baseline list", lambda: _time_cold()({"a": lambda: None}, baseline=["a"]), TypeError,
          ["baseline", "function's name", "list ['a']"]),
     Case("backend_rejection_reason/label list",
-         lambda: SB.backend_rejection_reason(["flash"], *[torch.zeros(1, 1, 2, 4)] * 3), ValueError,
+         lambda: SB.backend_rejection_reason(["flash"], *[torch.zeros(1, 1, 2, 4)] * 3), TypeError,
          ["label", "one of", "list ['flash']"]),
 ]
 
@@ -997,6 +997,18 @@ def _decode_run(**changes):
     return _gs().bench_decode(**{**SMALL_DECODE, **changes})
 
 
+class _EqRaisesOption:
+    """A string option that is no str, whose == raises."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq boom")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "EqRaises()"
+
+
 @pytest.mark.parametrize(("make", "error", "words"), [
     # seeds reached torch.manual_seed / torch.Generator unchecked
     (lambda: _ds().random_buffer(64, seed=__import__("numpy").int64(2)), None, []),
@@ -1015,8 +1027,19 @@ def _decode_run(**changes):
     (lambda: _gs().bench_decode(**SMALL_DECODE, device=b"cpu"), TypeError, ["device", "bytes", "b'cpu'"]),
     # containers: methods / groups of the wrong type reached `in` or hashing
     (lambda: _gs().bench_decode(**SMALL_DECODE, methods=None), TypeError, ["methods", "NoneType"]),
-    (lambda: _gs().bench_decode(**SMALL_DECODE, methods=[["course"]]), ValueError,
-     ["methods", "[['course']]"]),
+    (lambda: _gs().bench_decode(**SMALL_DECODE, methods=[["course"]]), TypeError,
+     ["methods[0] must be one of 'course'", "(a str)", "list ['course']"]),
+    # an option whose == raises escaped as its own error (check_choice reads it by type first)
+    (lambda: _gs().bench_decode(**SMALL_DECODE, methods=["course", _EqRaisesOption()]), TypeError,
+     ["methods[1] must be one of 'course'", "got _EqRaisesOption"]),
+    (lambda: _gs().bench_decode(**SMALL_DECODE, methods=["course", "fuse"]), ValueError,
+     ["methods[1] must be one of 'course'", "got 'fuse'", "did you mean 'fused'?"]),
+    (lambda: _ds().bench_whole_step([(1, 8)], (4,), d_model=64, num_heads=4, progress=False,
+                                    attention=_EqRaisesOption()), TypeError,
+     ["attention must be one of 'auto', 'fused' or 'course' (a str)", "got _EqRaisesOption"]),
+    (lambda: _ds().bench_whole_step([(1, 8)], (4,), d_model=64, num_heads=4, progress=False,
+                                    attention="corse"), ValueError,
+     ["attention must be one of 'auto', 'fused' or 'course'", "got 'corse'"]),
     (lambda: _ds().bench_whole_step([(1, 8)], "abc", d_model=64, num_heads=4, progress=False), TypeError,
      ["groups", "str", "'abc'"]),
     (lambda: _ds().bench_whole_step([(1, 8)], None, d_model=64, num_heads=4, progress=False), TypeError,

@@ -91,7 +91,7 @@ CASES = [
          lambda: sdpa_backends.backend_rejection_reason("bogus", Q4, Q4, Q4), ValueError,
          ["label", "flash", "'bogus'"]),
     Case("backend_rejection_reason int label", lambda: sdpa_backends.backend_rejection_reason(3, Q4, Q4, Q4),
-         ValueError, ["label", "int 3"]),
+         TypeError, ["label", "int 3"]),
     Case("sdpa_backend_callables wrong x", lambda: sdpa_backends.sdpa_backend_callables(MHA, r(2, 5, 6)),
          ValueError, ["x", "d_model=8", "(2, 5, 6)"]),
     Case("sdpa_backend_callables unknown member",

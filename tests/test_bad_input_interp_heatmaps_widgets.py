@@ -899,7 +899,7 @@ CASES_b0 = [
         ValueError,
         ["keys", "'row'"],
     ),
-    Case("quantize_kv per=1", lambda: quantize_kv(torch.ones(2, 4), per=1), ValueError, ["per", "1"]),
+    Case("quantize_kv per=1", lambda: quantize_kv(torch.ones(2, 4), per=1), TypeError, ["per", "int 1"]),
     Case(
         "dequantize_kv int dtype",
         lambda: dequantize_kv(quantize_kv(torch.ones(2, 4)), dtype=torch.int8),

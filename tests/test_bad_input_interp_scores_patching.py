@@ -1341,3 +1341,50 @@ def test_path_patched_logits_names_the_model_nan_weight_not_source_outputs():
     tokens[:, 0] = 0
     with pytest.raises(ValueError, match=r"^model's weights \(token_embedding\.weight\) must hold finite"):
         path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)])
+
+
+# -- keys named like the columns a table adds (they overwrote them, or failed inside pandas) --------
+_GRID = torch.tensor([[0.9, 0.1], [0.2, 0.3]])
+
+
+@pytest.mark.parametrize("role", ["head", "layer", "index", "top role", "top score"])
+@pytest.mark.parametrize("builder", ["head_score_table", "role_verdicts"])
+def test_a_role_named_like_a_column_of_the_head_table_is_refused(builder, role):
+    from bad_input_cases import LyingStr
+
+    def build(key):
+        if builder == "head_score_table":
+            return S.head_score_table({key: _GRID * 0.1, "previous token": _GRID})
+        return S.role_verdicts({key: _GRID * 0.1, "previous token": _GRID}, chance={key: 0.01})
+
+    for key in (role, LyingStr(role)):  # a str subclass is compared by its value, as pandas does
+        raises_naming(ValueError, ["scores has the key", repr(role), "'top role' or 'top score'", "rename"],
+                      lambda key=key: build(key))
+
+
+@pytest.mark.parametrize(("values", "groups", "key", "taken"), [
+    ({"sentences": [1.0, 2.0, 3.0]}, {"g": ["x", "x", "y"]}, "values", "'sentences'"),
+    ({"g": [10.0, 20.0, 30.0]}, {"g": ["a", "a", "b"]}, "values", "'g'"),
+    ({"v": [1.0, 2.0, 3.0]}, {"t": [1, 1, 2], "g": ["a", "a", "b"]}, None, None),
+    ({"g": [1.0, 2.0, 3.0]}, {"t": [1, 1, 2], "g": ["a", "a", "b"]}, "values", "'g'"),
+    ({"v": [1.0, 2.0, 3.0]}, {"sentences": ["a", "a", "b"]}, "groups", "'sentences'"),
+])
+def test_mean_by_group_refuses_a_value_named_like_its_own_columns(values, groups, key, taken):
+    if key is None:  # distinct names: the table as before
+        table = mean_by_group(values, groups)
+        assert list(table.columns) == ["sentences", "v"] and list(table["sentences"]) == [2, 1]
+        return
+    raises_naming(ValueError, [f"{key} has the key {taken}", "'sentences'", "rename"],
+                  lambda: mean_by_group(values, groups))
+
+
+@pytest.mark.parametrize("metric", ["pruned", "fraction"])
+def test_pruning_curve_refuses_a_metric_named_like_its_own_columns(metric):
+    model = small_model()
+    tokens = torch.randint(0, 10, (2, 6), generator=torch.Generator().manual_seed(0))
+    evaluation = ablation.loss_evaluation(tokens, tokens, name=metric)
+    raises_naming(ValueError, ["evaluations", f"the key {metric!r}", "'pruned' or 'fraction'", "rename"],
+                  lambda: ablation.pruning_curve(model, evaluation, ablation.all_heads(model), counts=[0, 1]))
+    table = ablation.pruning_curve(model, ablation.loss_evaluation(tokens, tokens, name="my loss"),
+                                   ablation.all_heads(model), counts=[0, 1])
+    assert list(table["pruned"]) == [0, 1] and list(table["fraction"]) == [0.0, 0.25]

@@ -192,7 +192,7 @@ def test_accuracy_table_refuses_a_which_equal_to_anything() -> None:
     torch.manual_seed(0)
     lookup = two_relations.LookupModel(two_relations.TwoKeyTask(), 16, 2)
     result = two_relations.RunResult(2, 0, (0, 2), (0.1, 0.2), (0.3, 0.4), lookup)
-    raises_naming(ValueError, ["which must be 'final', 'a' or 'b'", "'zzz'"],
+    raises_naming(ValueError, ["which must be one of 'final', 'a' or 'b'", "'zzz'"],
                   lambda: two_relations.accuracy_table([result], which=EqAll("zzz")))
 
 

@@ -344,7 +344,7 @@ RAW = [
     ("check_tensor ndim -1", lambda: va.check_tensor(torch.ones(2), "x", ndim=-1), ValueError,
      ["ndim", "int >= 0", "-1"]),
     ("RelationsConfig values 'x'", lambda: two_relations.RelationsConfig(values="x"), ValueError,
-     ["values", "('content', 'tagged')", "'x'"]),
+     ["values", "'content' or 'tagged'", "'x'"]),
 ]
 
 

@@ -977,8 +977,32 @@ def test_detokenize_refuses_a_meta_tensor():
 def test_agreement_task_templates_must_be_names():
     from course_utils.tasks.synthetic import AgreementTask
 
-    with pytest.raises(TypeError, match=r"AgreementTask.templates must hold template names .*got list"):
+    with pytest.raises(TypeError, match=r"AgreementTask.templates\[0\] \(a template name\) must be one of "
+                                        r"'simple'.*\(a str\), got list"):
         AgreementTask(templates=(["simple", "prepositional"],))
+
+
+def test_agreement_task_templates_are_read_by_their_plain_value():
+    """A template name is a choice (validation.check_choice): an object whose == raises is refused by its
+    type (it escaped as its own error), and a str subclass is kept as the plain str it holds."""
+    from bad_input_cases import LyingStr
+
+    from course_utils.tasks.synthetic import AgreementTask
+
+    class EqRaises:
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("eq boom")
+
+        __hash__ = object.__hash__
+
+    message = raises_naming(TypeError, ["AgreementTask.templates[1] (a template name) must be one of",
+                                        "'simple'", "(a str)", "got EqRaises"],
+                            lambda: AgreementTask(templates=("simple", EqRaises())))
+    assert "eq boom" not in message
+    task = AgreementTask(templates=(LyingStr("simple"), "prepositional"))
+    assert task.templates == ("simple", "prepositional") and {type(t) for t in task.templates} == {str}
+    raises_naming(ValueError, ["templates must be a non-empty subset", "got an empty tuple"],
+                  lambda: AgreementTask(templates=()))
 
 
 # -- the worked example's written-out sum ------------------------------------------------------------

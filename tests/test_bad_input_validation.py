@@ -761,3 +761,63 @@ def test_check_head_dims_names_its_own_heads_name():
     assert check_head_dims(16, 4, heads_name="num_kv_heads") == 4
     with pytest.raises(TypeError, match="check_head_dims's heads_name must be a str"):
         check_head_dims(16, 4, heads_name=5)
+
+
+class _EqRaises:
+    """An option whose ``==`` raises (its repr works): it must be refused by its type, unread."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq boom")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "EqRaises()"
+
+
+class _EqAll(str):
+    """A str subclass equal to anything (its own __eq__ must not decide the choice)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize(("value", "error", "words"), [
+    (_EqRaises(), TypeError, ["mode must be one of 'fast' or 'slow' (a str)", "got _EqRaises EqRaises()"]),
+    (BadRepr(), TypeError, ["mode", "'fast' or 'slow'", "BadRepr", "whose repr raised"]),
+    (None, TypeError, ["mode", "'fast' or 'slow'", "got NoneType None"]),
+    (3, TypeError, ["mode", "'fast' or 'slow'", "got int 3"]),
+    ("fats", ValueError, ["mode must be one of 'fast' or 'slow', got 'fats'", "did you mean 'fast'?"]),
+    (_EqAll("zzz"), ValueError, ["mode must be one of 'fast' or 'slow'", "got 'zzz'"]),
+])
+def test_check_choice_refuses_what_is_no_choice_by_name(value, error, words):
+    message = raises_naming(error, words, lambda: V.check_choice(value, "mode", ("fast", "slow")))
+    assert "eq boom" not in message
+
+
+def test_check_choice_returns_the_plain_str_and_prints_meanings():
+    for value in ("fast", LyingStr("fast"), _EqAll("fast")):
+        out = V.check_choice(value, "mode", ("fast", "slow"))
+        assert type(out) is str and out == "fast"
+    raises_naming(ValueError, ["per must be one of 'token' (one per token) or 'channel' "
+                               "(one per channel)", "got 'row'"],
+                  lambda: V.check_choice("row", "per", {"token": "one per token",
+                                                        "channel": "one per channel"}))
+    raises_naming(TypeError, ["check_choice's choices (for mode)", "non-empty tuple of strs"],
+                  lambda: V.check_choice("a", "mode", ()))
+    raises_naming(TypeError, ["check_choice's name", "str"], lambda: V.check_choice("a", 5, ("a",)))
+
+
+def test_check_names_free_refuses_a_taken_key_by_its_plain_value():
+    V.check_names_free({"loss": 1, 0: 2}, "numbers", ("pruned", "fraction"), "the table's own columns")
+    for key in ("pruned", LyingStr("pruned"), _EqAll("pruned")):
+        raises_naming(ValueError, ["numbers has the key 'pruned'", "the table's own columns",
+                                   "'pruned' or 'fraction'"],
+                      lambda key=key: V.check_names_free({key: 1}, "numbers", ("pruned", "fraction"),
+                                                         "the table's own columns"))
+    raises_naming(TypeError, ["numbers", "LyingLen", "len() or iteration raised"],
+                  lambda: V.check_names_free(LyingLen(["a"]), "numbers", ("a",), "x"))
+    raises_naming(TypeError, ["check_names_free's why", "str"],
+                  lambda: V.check_names_free({}, "numbers", ("a",), 5))

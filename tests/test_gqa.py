@@ -184,7 +184,7 @@ def test_conversion_methods_build_the_group_projection_as_described():
         (lambda: GroupedQueryAttention(16, 4, 2.0), TypeError, ["num_kv_heads", "int", "float"]),
         (lambda: GroupedQueryAttention(15, 4, 2), ValueError, ["d_model = 15", "num_heads = 4"]),
         (lambda: GroupedQueryAttention.from_multi_head(MultiHeadAttention(16, 4), 2, "average"),
-         ValueError, ["method", "('mean', 'first', 'random')", "'average'"]),
+         ValueError, ["method", "'mean', 'first' or 'random'", "'average'"]),
         (lambda: GroupedQueryAttention.from_multi_head(torch.nn.Linear(2, 2), 2), TypeError,
          ["MultiHeadAttention", "Linear"]),
         (lambda: GroupedQueryAttention(16, 4, 2)(torch.randn(5, 16)), ValueError, ["3-D", "(5, 16)"]),

@@ -170,7 +170,7 @@ def test_quantize_keeps_zeros_and_refuses_bad_input():
         quantize_kv(torch.ones(2, 4, dtype=torch.int64))
     with pytest.raises(ValueError, match="at least 2-D"):
         quantize_kv(torch.ones(4))
-    with pytest.raises(ValueError, match="per must be 'token'.*got 'head'"):
+    with pytest.raises(ValueError, match="per must be one of 'token'.*got 'head'"):
         quantize_kv(torch.ones(2, 4), "head")
     with pytest.raises(TypeError, match="symmetric must be True or False"):
         quantize_kv(torch.ones(2, 4), symmetric=1)
@@ -240,7 +240,7 @@ def test_bytes_per_token_count_codes_scales_and_zero_points():
     assert asymmetric == 2 * g * dk + 2 * g * 4
     kivi = quantized_bytes_per_token(g, dk, keys="channel", values="token", symmetric=False, group=32)
     assert kivi == 2 * g * dk + g * dk * 4 / 32 + g * 4
-    with pytest.raises(ValueError, match="keys must be 'token'"):
+    with pytest.raises(ValueError, match="keys must be one of 'token'"):
         quantized_bytes_per_token(g, dk, keys="row")
     with pytest.raises(ValueError, match="group must be a positive int, got 0"):
         quantized_bytes_per_token(g, dk, group=0)
@@ -291,7 +291,7 @@ def test_quantized_cache_appends_in_chunks_as_token_by_token_and_keeps_the_resid
 def test_quantized_cache_refuses_bad_input():
     with pytest.raises(ValueError, match="group must be at least 2 for a per-channel scale"):
         QuantizedCache(1, 1, 1, 4, 8, keys="channel", group=1)
-    with pytest.raises(ValueError, match="values must be 'token'"):
+    with pytest.raises(ValueError, match="values must be one of 'token'"):
         QuantizedCache(1, 1, 1, 4, 8, values="tokens")
     with pytest.raises(ValueError, match="max_len must be a positive int, got 0"):
         QuantizedCache(1, 1, 1, 4, 0)

@@ -234,7 +234,7 @@ def test_tokenize_names_unknown_words():
 
 
 def test_bad_agreement_settings_are_refused():
-    with pytest.raises(ValueError, match="subset"):
+    with pytest.raises(ValueError, match=r"templates\[0\] \(a template name\) must be one of .*'passive'"):
         AgreementTask(templates=("passive",))
     with pytest.raises(ValueError, match="attractor_p"):
         AgreementTask(attractor_p=1.5)

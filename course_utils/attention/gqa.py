@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from .masks import causal_mask, masked_softmax
 from .mha import MultiHeadAttention, MultiHeadAttentionBase
 from .validation import (
+    check_choice,
     check_config_fields,
     check_dropout,
     check_flag,
@@ -61,7 +62,6 @@ from .validation import (
     check_same_dtype_and_device,
     check_tensor,
     describe_shape,
-    shown,
 )
 
 __all__ = [
@@ -73,6 +73,9 @@ __all__ = [
     "PUBLISHED_CONFIGS",
 ]
 
+#: How :meth:`GroupedQueryAttention.from_multi_head` builds a shared K/V head; any other ``method``
+#: is refused by validation.check_choice (a TypeError for a value that is no str, a ValueError for
+#: another str).
 CONVERSION_METHODS = ("mean", "first", "random")
 
 
@@ -306,8 +309,7 @@ class GroupedQueryAttention(MultiHeadAttentionBase):
         """
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"mha must be a course_utils MultiHeadAttention, got {type(mha).__name__}")
-        if not isinstance(method, str) or method not in CONVERSION_METHODS:
-            raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {shown(method)}")
+        method = check_choice(method, "method", CONVERSION_METHODS)
         num_kv_heads = check_int(num_kv_heads, "num_kv_heads", minimum=1)
         check_generator(generator, "generator")
         mha._check_projections("from_multi_head")  # a layer replaced since mha was built is named

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from .masks import causal_mask, masked_softmax
 from .validation import (
+    check_choice,
     check_config_fields,
     check_dims_not_empty,
     check_flag,
@@ -87,12 +88,14 @@ def cache_elements_per_token(kind: str, *, num_heads: int = 0, d_head: int = 0, 
                              d_latent: int = 0, d_rope: int = 0) -> int:
     """Numbers cached per token and layer: MHA ``2 n_h d_h``, GQA ``2 g d_h``, MQA ``2 d_h``,
     MLA ``d_c + d_h^R``. An argument the kind does not use is refused (MQA has one key/value
-    head whatever ``num_kv_heads`` says)."""
+    head whatever ``num_kv_heads`` says); so is a ``kind`` that is none of the four (a TypeError
+    for a value that is no str, a ValueError for another str: validation.check_choice)."""
+    kind = check_choice(kind, "kind", ("MHA", "GQA", "MQA", "MLA"))
     uses = {"MHA": ("num_heads", "d_head"), "GQA": ("num_kv_heads", "d_head"), "MQA": ("d_head",),
             "MLA": ("d_latent", "d_rope")}
     given = {"num_heads": num_heads, "d_head": d_head, "num_kv_heads": num_kv_heads,
              "d_latent": d_latent, "d_rope": d_rope}
-    if kind in uses:
+    if kind in uses:  # always: the kinds are checked above
         unused = {name: value for name, value in given.items() if name not in uses[kind] and value != 0}
         if unused:
             raise ValueError(f"kind={shown(kind)} uses only {', '.join(uses[kind])}; got also "

@@ -21,6 +21,7 @@ from torch import Tensor
 from .mha import MultiHeadAttention
 from .native_output import native_stderr_captured
 from .validation import (
+    check_choice,
     check_float_dtype,
     check_holds_values,
     check_matches_module,
@@ -95,7 +96,8 @@ def _sdpa_params(q: Tensor, k: Tensor, v: Tensor):
 
 
 def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str | None:
-    """Ask PyTorch why CUDA backend ``label`` rejects ``q, k, v`` ``(B, h, T, dk)``.
+    """Ask PyTorch why CUDA backend ``label`` rejects ``q, k, v`` ``(B, h, T, dk)``. ``label`` is a
+    key of :data:`SDPA_BACKENDS`: a value that is no str is a TypeError, another str a ValueError.
 
     Calls ``torch.backends.cuda.can_use_<backend>(SDPAParams(...), debug=True)``. ``None``
     when the backend accepts the inputs, when this PyTorch lacks the function (e.g.
@@ -107,9 +109,7 @@ def backend_rejection_reason(label: str, q: Tensor, k: Tensor, v: Tensor) -> str
     shapes that do not fit together as one attention call (another ``dk``, ``Tk``, batch or head
     count; ``dk = 0``), is a ValueError naming it, not a ``None`` that would read as "accepted".
     """
-    if not isinstance(label, str) or label not in SDPA_BACKENDS:
-        raise ValueError(f"label must be one of {list(SDPA_BACKENDS)}, got {type(label).__name__} "
-                         f"{shown(label, 60)}")
+    label = check_choice(label, "label", tuple(SDPA_BACKENDS))
     for tensor_name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(t, tensor_name, ndim=4, layout="(B, h, T, dk)")
         check_holds_values(t, tensor_name)  # a meta tensor (no values) is no run to ask about

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import inspect
 import math
@@ -80,6 +81,8 @@ __all__ = [
     "shown",
     "items_of",
     "plain_str",
+    "check_choice",
+    "check_names_free",
     "check_dense",
     "finite",
     "say",
@@ -178,6 +181,65 @@ def plain_str(value: object, name: str, expected: str = "a str") -> str:
     if isinstance(value, str):
         return value if type(value) is str else str.__str__(value)
     raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {shown(value, 60)}")
+
+
+@_checks_name
+def check_choice(value: object, name: str, choices: Iterable[str] | Mapping[str, str]) -> str:
+    """The package's one rule for a string option (``method="zero"``, ``per="token"``): ``value``
+    is one of ``choices`` (a tuple of plain strs, or a dict ``{choice: what it means}`` whose
+    meanings the message prints); returned as the plain ``str`` it holds. A str subclass is read
+    by its plain value (:func:`plain_str`): one holding ``"zero"`` is taken as ``"zero"``, and its
+    own ``__eq__`` or ``__hash__`` (which may raise or say True to anything) never runs. Anything
+    that is not a str (None, a number, an object whose ``__eq__`` raises) is a TypeError, decided by
+    its type before any comparison; a str that is none of the choices is a ValueError (with the
+    nearest choice when one is close). Both name ``name``, list the choices and show what arrived
+    (:func:`shown`: a value whose repr raises is named by its type)."""
+    options, meanings = _choices_of(choices, name)
+    listing = _listing(f"{c!r}" + (f" ({meanings[c]})" if meanings.get(c) else "") for c in options)
+    if not issubclass(type(value), str):  # type(), not isinstance: a lying __class__ is not a str
+        raise TypeError(f"{name} must be one of {listing} (a str), got {type(value).__name__} "
+                        f"{shown(value, 60)}")
+    plain = plain_str(value, name)
+    if plain not in options:  # plain strs only: str's own ==
+        close = difflib.get_close_matches(plain, options, n=1, cutoff=0.6)
+        raise ValueError(f"{name} must be one of {listing}, got {shown(plain, 60)}"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return plain
+
+
+def _choices_of(choices: object, name: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """:func:`check_choice`'s ``choices`` (the caller's own, so a mistake is the package's): a
+    non-empty tuple, list or dict of plain strs; returned as the choices and their meanings."""
+    meanings = dict(choices) if isinstance(choices, Mapping) else {}
+    options = tuple(choices) if isinstance(choices, (tuple, list, Mapping)) else ()
+    if not options or any(type(c) is not str for c in options) \
+            or any(type(m) is not str for m in meanings.values()):
+        raise TypeError(f"check_choice's choices (for {name}) must be a non-empty tuple of strs or a dict "
+                        f"{{choice: meaning}} of strs, got {type(choices).__name__} {shown(choices, 80)}")
+    return options, meanings
+
+
+def _listing(items: Iterable[str]) -> str:
+    """``"'a', 'b' or 'c'"``: items joined for a message."""
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+@_checks_name(labels=("why",))
+def check_names_free(keys: Iterable, name: str, taken: Iterable[str], why: str) -> None:
+    """The keys of a dict the caller turns into a table's columns (``keys``, from the argument
+    ``name``) are none of ``taken``: the columns the table adds itself (``"pruned"``, ``"top
+    score"``) or those another argument already names. A key that is one of them is a ValueError
+    naming ``name``, the key and every name it may not use, and ``why`` (a few words: whose
+    names those are); pandas would otherwise overwrite one column with the other without a word,
+    or fail inside with a bare KeyError. A str subclass key is compared by its plain value (as
+    pandas compares it); a key that is no str cannot collide with a str name and passes."""
+    taken = tuple(taken)
+    for key in items_of(keys, name, "the keys of a dict"):
+        if issubclass(type(key), str) and plain_str(key, name) in taken:
+            raise ValueError(f"{name} has the key {shown(plain_str(key, name), 60)}, a name the table "
+                             f"keeps for {why}; its keys may not be any of {_listing(map(repr, taken))}: "
+                             f"rename it")
 
 
 _shown = shown  # for check_mask_fits, whose argument ``shown`` hides the function

@@ -59,6 +59,7 @@ from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_d
 from ..attention.gqa import grouped_query_attention, kv_cache_bytes
 from ..attention.validation import (
     check_callable,
+    check_choice,
     check_distinct,
     check_finite,
     check_fits_in_memory,
@@ -502,6 +503,11 @@ def check_decoder_fits(d_model: int, num_heads: int, num_kv_heads: int, num_laye
                          sizes=cache_grow)
 
 
+#: How a :class:`SmallDecoder` attends: the fused C kernel where it can (``"auto"``), the kernel or
+#: an error (``"fused"``), or :func:`grouped_query_attention` always (``"course"``).
+ATTENTION_CHOICES = ("auto", "fused", "course")
+
+
 class SmallDecoder:
     """``num_layers`` pre-LayerNorm blocks of random weights with ``g`` key/value heads and a
     preallocated cache of ``context`` random keys and values (plus one slot for the new token).
@@ -510,6 +516,8 @@ class SmallDecoder:
     ``W_up`` ``(mlp d, d)``, ``W_down`` ``(d, mlp d)``; LayerNorms without parameters. The cache is
     float32, ``(B, g, context + 1, dk)`` per layer for K and for V. Attention runs in the fused C
     kernel where it can (float32, ``dk = 64``), otherwise in :func:`grouped_query_attention`.
+    ``attention`` (``"auto"``, ``"fused"`` or ``"course"``) is read by validation.check_choice: a
+    value that is no str is a TypeError, another str a ValueError, both naming ``attention``.
     """
 
     def __init__(self, d_model: int = 1024, num_heads: int = 16, num_kv_heads: int = 16,
@@ -522,8 +530,7 @@ class SmallDecoder:
             raise ValueError(f"num_kv_heads must divide num_heads (each K/V head serves num_heads / "
                              f"num_kv_heads query heads), got num_heads={num_heads}, "
                              f"num_kv_heads={num_kv_heads}")
-        if attention not in ("auto", "fused", "course"):
-            raise ValueError(f"attention must be 'auto', 'fused' or 'course', got {shown_value(attention)}")
+        attention = check_choice(attention, "attention", ATTENTION_CHOICES)
         check_float_dtype(weight_dtype, "weight_dtype")
         seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
         if share_from is not None and not isinstance(share_from, SmallDecoder):
@@ -960,9 +967,12 @@ def bench_whole_step(
     with ``full=True``, ``["full"]`` (contexts up to 16384 at B=1 and 8 x 4096, 8 layers, 2 + 15
     rounds).
     ``progress`` shows a text progress bar (tqdm) over the rounds. ``full`` and ``progress`` are
-    bools (a string such as ``"no"`` is refused, not taken as True)."""
+    bools (a string such as ``"no"`` is refused, not taken as True). ``attention`` is one of
+    :data:`ATTENTION_CHOICES`, checked before anything is allocated (validation.check_choice: a
+    TypeError for a value that is no str, a ValueError for another str)."""
     check_flag(full, "full")
     check_flag(progress, "progress")
+    attention = check_choice(attention, "attention", ATTENTION_CHOICES)
     run = WHOLE_STEP_RUNS["full" if full else "quick"]
     shapes = run["shapes"] if shapes is None else shapes
     num_layers = run["num_layers"] if num_layers is None else num_layers

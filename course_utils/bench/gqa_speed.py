@@ -66,6 +66,7 @@ from tqdm import tqdm
 from ..attention.fused_decode import HEAD_WIDTH, fused_decode_attention, fused_decode_status
 from ..attention.gqa import grouped_query_attention, kv_cache_bytes
 from ..attention.validation import (
+    check_choice,
     check_device,
     check_distinct,
     check_fits_in_memory,
@@ -529,8 +530,8 @@ def bench_decode(
     warmup = run["warmup"] if warmup is None else warmup
     repeats, warmup, _ = check_round_counts(repeats, warmup)  # before the caches and the bar
     methods = check_distinct(methods, "methods", "method names such as 'course'")  # None, 'course'
-    unknown = [m for m in methods if not isinstance(m, str) or m not in SHARING_METHODS]
-    if unknown or "course" not in methods:
+    methods = [check_choice(m, f"methods[{i}]", tuple(SHARING_METHODS)) for i, m in enumerate(methods)]
+    if "course" not in methods:
         raise ValueError(f"methods must include 'course' and come from {list(SHARING_METHODS)}, "
                          f"got {shown_value(methods, 120)}")
     notes = []

@@ -29,6 +29,7 @@ from ..attention.validation import (
     check_attention_fits,
     check_axes,
     check_callable,
+    check_choice,
     check_device,
     check_dims_not_empty,
     check_distinct,
@@ -204,21 +205,23 @@ def bench_mha(
                                 warmup=1 if target_sample_s > 0 else 3)
 
 
+#: :func:`sweep_mha`'s ``vary``; anything else is refused by validation.check_choice (a TypeError for
+#: a value that is no str, a ValueError for another str), as is a ``statistic`` other than min or median.
 _SWEEPABLE = ("batch", "seq_len", "d_model", "num_heads")
 #: :func:`sweep_mha`'s fixed sizes when not given (each but the varied one).
 SWEEP_DEFAULTS = {"batch": 2, "seq_len": 64, "d_model": 128, "num_heads": 8}
 
 
 def _check_sweep(vary: object, values: object, given: dict[str, object],
-                 statistic: object) -> tuple[list[int], dict[str, int]]:
+                 statistic: object) -> tuple[str, str, list[int], dict[str, int]]:
     """What :func:`sweep_mha` needs, checked before anything is measured: ``vary`` one of
     :data:`_SWEEPABLE`, and no size given for it (``values`` sets it row by row: a value given
     for it would be ignored); ``values`` distinct positive ints (a repeat would be measured twice
     and shown once), each of whose sizes fits in memory; the fixed sizes ints >= 1 (None: the
-    default of :data:`SWEEP_DEFAULTS`); ``statistic`` "min" or "median". Returns the values as
-    a list and the fixed sizes."""
-    if vary not in _SWEEPABLE:
-        raise ValueError(f"vary must be one of {_SWEEPABLE}, got {shown(vary)}")
+    default of :data:`SWEEP_DEFAULTS`); ``statistic`` "min" or "median". Returns ``vary`` and
+    ``statistic`` as plain strs (:func:`check_choice`: a TypeError for anything but a str), the
+    values as a list and the fixed sizes."""
+    vary = check_choice(vary, "vary", _SWEEPABLE)
     if given[vary] is not None:
         raise ValueError(f"{vary} must be left out (None) when vary={shown(vary)}: values sets it row by "
                          f"row, so the {type(given[vary]).__name__} {shown(given[vary], 60)} given for it "
@@ -227,13 +230,12 @@ def _check_sweep(vary: object, values: object, given: dict[str, object],
              for name, value in given.items() if name != vary}
     values = check_distinct(check_int_list(values, "values", minimum=1), "values",
                             f"sizes (each is one row of the table, indexed by {vary})")
-    if statistic not in ("min", "median"):
-        raise ValueError(f"statistic must be 'min' or 'median', got {shown(statistic)}")
+    statistic = check_choice(statistic, "statistic", ("min", "median"))
     for value in values:
         sizes = {**fixed, vary: value}
         check_head_dims(sizes["d_model"], sizes["num_heads"])
         check_attention_fits(*(sizes[k] for k in _SWEEPABLE))  # blames the largest part, by its sizes
-    return values, fixed
+    return vary, statistic, values, fixed
 
 
 def sweep_mha(
@@ -255,7 +257,7 @@ def sweep_mha(
     import pandas as pd
 
     given = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
-    values, fixed = _check_sweep(vary, values, given, statistic)
+    vary, statistic, values, fixed = _check_sweep(vary, values, given, statistic)
     pick = min if statistic == "min" else statistics.median
     rows = {}
     for value in values:

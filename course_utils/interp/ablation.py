@@ -32,10 +32,12 @@ from torch import Tensor
 from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
+    check_choice,
     check_distinct,
     check_flag,
     check_holds_values,
     check_int,
+    check_names_free,
     check_not_inference,
     check_tensor,
     check_tensor_list,
@@ -67,6 +69,8 @@ __all__ = [
 ]
 
 Head = tuple[int, int]
+#: How a head is switched off: ``method=`` of every ablation here. Anything else is refused
+#: (validation.check_choice): a TypeError for a value that is no str, a ValueError for another str.
 METHODS = ("zero", "mean")
 
 
@@ -203,9 +207,9 @@ def _check_logits_and_targets(logits: object, targets: object) -> tuple[Tensor, 
 
 
 def _check_method(method: object) -> str:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {shown(method)}")
-    return method
+    """``method``, one of :data:`METHODS`, as a plain str (:func:`check_choice`: anything but a
+    str is a TypeError, another str a ValueError, both naming ``method``)."""
+    return check_choice(method, "method", METHODS)
 
 
 # -- naming ------------------------------------------------------------------------------
@@ -366,7 +370,8 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
     heads = _check_heads(heads, model)
     if streams is not None:
         streams = _check_streams(streams, model, tokens)
-    if _check_method(method) == "zero" and means is not None:
+    method = _check_method(method)
+    if method == "zero" and means is not None:
         raise ValueError("means is used only by method='mean', but method is 'zero' (the default): pass "
                          "method='mean' to replace the heads' outputs by means, or drop means")
     head_mask, edit_heads = _switched_off(model, heads, method, means, tokens.shape[1])
@@ -603,7 +608,8 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     ``method="zero"`` it is unused, but still checked (:func:`_check_unused_means`).
     """
     evaluations = _check_evaluations(evaluations, model)
-    if _check_method(method) == "zero":
+    method = _check_method(method)
+    if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     result: dict[str, float] = {}
     for i, evaluation in enumerate(evaluations):
@@ -697,7 +703,7 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
         check_label(name, f"each name in cases (the key "
                           f"{shown(name, 40)})", "the row's label, such as 'prev'")
     evaluations = _check_evaluations(evaluations, model)
-    _check_method(method)
+    method = _check_method(method)
     cases = {name: _check_heads(heads, model, f"cases[{shown(name)}]") for name, heads in cases.items()}
     if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
@@ -808,11 +814,13 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
                   means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
     0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns.
-    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``)."""
+    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``). A number the
+    evaluations return named ``"pruned"`` or ``"fraction"`` is refused after the first run, a
+    ValueError naming it: it would overwrite that column (or be overwritten)."""
     order = _check_heads(order, _check_model(model), "order")  # each head once
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
     evaluations = _check_evaluations(evaluations, model)
-    _check_method(method)
+    method = _check_method(method)
     if method == "zero":
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     total = len(all_heads(model))
@@ -824,5 +832,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     for k in sorted(set(counts)):
         numbers, streams = _measure_resumed(model, evaluations, order[:k], method, means, streams,
                                             _lowest_layer(model, order[done:k]))
+        check_names_free(numbers, "evaluations (the names their score returns)", ("pruned", "fraction"),
+                         "the number of heads switched off and its fraction (pruning_curve's own columns)")
         rows[k], done = {"pruned": k, "fraction": k / total} | numbers, k
     return pd.DataFrame([rows[k] for k in counts])

@@ -765,7 +765,8 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     per_run = check_int(per_run, "per_run", minimum=1)
     check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results", nargs=2)
     evaluations = _check_evaluations(evaluations, model)
-    if _check_method(method) == "zero":  # unused, but checked as measure checks it
+    method = _check_method(method)
+    if method == "zero":  # unused, but checked as measure checks it
         _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
     check_callable(within, "within", "a function (numbers: dict) -> bool", nargs=1)
     orders = _check_orders(orders, model)

@@ -38,12 +38,15 @@ import torch
 from ..attention.masks import causal_mask
 from ..attention.validation import (
     MAX_DECIMALS,
+    check_choice,
     check_fits_in_memory,
     check_flag,
     check_holds_values,
     check_int,
+    check_names_free,
     check_real,
     items_of,
+    plain_str,
     shown,
 )
 
@@ -56,6 +59,7 @@ __all__ = [
     "attention_mass",
     "mean_by_group",
     "head_score_table",
+    "HEAD_TABLE_COLUMNS",
     "best_head",
     "chance_level",
     "verdict",
@@ -212,6 +216,8 @@ def induction_key_mask(seq_len: int, period: int, *, start: int) -> torch.Tensor
     return (distance >= period) & (distance % period == 0) & (k - 1 >= start)
 
 
+#: :func:`induction_score`'s ``average_over``; anything else is refused by validation.check_choice (a
+#: TypeError for a value that is no str, a ValueError for another str).
 AVERAGE_OVER = ("repeated queries", "all rows")
 
 
@@ -229,8 +235,7 @@ def induction_score(weights: AttentionInput, period: int, *, start: int,
     and ``BOS`` included), as TransformerLens's ``detect_head`` does: a perfect head then
     scores only ``(T - start - period) / T``, so a threshold does not carry across the two.
     """
-    if average_over not in AVERAGE_OVER:
-        raise ValueError(f"average_over must be one of {AVERAGE_OVER}, got {shown(average_over)}")
+    average_over = check_choice(average_over, "average_over", AVERAGE_OVER)
     stack, is_list = _as_layer_stack(weights, check_rows=check_rows)
     queries, _ = induction_positions(stack.shape[-1], period, start=start)
     stripes = induction_key_mask(stack.shape[-1], period, start=start).to(stack.dtype)  # (T, T)
@@ -350,6 +355,9 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
     grouping name (``"template"``, ``"subject"``) to ``N`` labels. Returns one row per
     group (sorted by label), a ``"sentences"`` count first, then the mean of each value. Each
     label is hashable (a str, number or tuple) and the labels of a grouping sortable together.
+    A value column named ``"sentences"`` or like a grouping is refused, a ValueError naming it:
+    it would overwrite the count, or the grouping's labels (the rows grouped by the values); so
+    is a grouping named ``"sentences"`` (its index level would shadow the count column).
     """
     for name, given in (("values", values), ("groups", groups)):
         if not isinstance(given, dict):
@@ -360,6 +368,11 @@ def mean_by_group(values: dict[str, torch.Tensor | Sequence[float]], groups: dic
         if not given:
             raise ValueError(f"{name} must hold at least one {what} (mean_by_group averages values "
                              "within groups), got an empty dict")
+    check_names_free(groups, "groups", ("sentences",), "the count column 'sentences' (reset_index would "
+                     "fail on a grouping of that name)")
+    check_names_free(values, "values", ("sentences", *(plain_str(g, "groups' name") for g in groups
+                                                       if issubclass(type(g), str))),
+                     "the count column 'sentences' and the groupings of groups")
     columns = {name: _value_column(v, f"values[{shown(name)}]") for name, v in values.items()}
     labels = {name: _label_column(g, f"groups[{shown(name)}]") for name, g in groups.items()}
     lengths = {len(v) for v in columns.values()} | {len(g) for g in labels.values()}
@@ -434,15 +447,25 @@ def _refuse_nan(grid: torch.Tensor, name: str) -> None:
                          "would rank first or last whatever the other heads score)")
 
 
+#: The columns :func:`head_score_table` adds beside the roles' (``"head"`` is its index): no role
+#: may be named like one of them.
+HEAD_TABLE_COLUMNS = ("head", "layer", "index", "top role", "top score")
+
+
 def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> pd.DataFrame:
     """One row per head: its scores, the role with the highest score, and that score.
 
     ``scores`` maps a role name to an ``(L, h)`` tensor (or ``(h,)`` for one layer). The table
-    is sorted by that top score, highest first, and rounded to ``decimals``.
+    is sorted by that top score, highest first, and rounded to ``decimals``. A role named like
+    one of the table's own columns (:data:`HEAD_TABLE_COLUMNS`: ``"head"``, ``"layer"``,
+    ``"index"``, ``"top role"``, ``"top score"``) is refused, a ValueError naming it: its scores
+    would overwrite that column, or the column them.
     """
     if not isinstance(scores, dict) or not scores:
         raise ValueError(f"scores must be a non-empty dict {{role name: (L, h) tensor}}, got "
                          f"{type(scores).__name__} {shown(scores, 60)}")
+    check_names_free(scores, "scores", HEAD_TABLE_COLUMNS, "its own columns (each head's name, layer, "
+                     "index, top role and top score)")
     _check_decimals(decimals)
     grids = {}
     for role, value in scores.items():
@@ -501,6 +524,8 @@ def best_head(scores: torch.Tensor) -> tuple[int, int]:
     return divmod(flat, grid.shape[1])
 
 
+#: :func:`ideal_pattern`'s roles; any other ``role`` is refused by validation.check_choice (a
+#: TypeError for a value that is no str, a ValueError for another str).
 IDEAL_ROLES = ("previous token", "first token", "induction", "uniform", "self")
 
 
@@ -517,8 +542,7 @@ def ideal_pattern(role: str, seq_len: int, *, period: int | None = None, start: 
     builds every role's pattern in one loop with the same keywords
     (``ideal_pattern(role, T, period=5, start=1) for role in ROLES``).
     """
-    if role not in IDEAL_ROLES:
-        raise ValueError(f"role must be one of {IDEAL_ROLES}, got {shown(role)}")
+    role = check_choice(role, "role", IDEAL_ROLES)
     seq_len = check_int(seq_len, "seq_len", minimum=2)
     _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     _check_square_fits(seq_len, "seq_len", 8, 2, "float64 patterns")
@@ -558,8 +582,7 @@ def chance_level(role: str, seq_len: int, *, period: int | None = None, start: i
     they are accepted, not refused, because lesson 5 asks every role's chance level in one
     loop with the same keywords (``chance_level(role, T, period=PERIOD) for role in ...``).
     """
-    if role not in SCORED_ROLES:
-        raise ValueError(f"role must be one of {tuple(SCORED_ROLES)}, got {shown(role)}")
+    role = check_choice(role, "role", tuple(SCORED_ROLES))
     _check_period_start(period, start)  # used by "induction" only, but never of the wrong kind
     uniform = ideal_pattern("uniform", seq_len)[None]  # (1, T, T): one head
     if role == "induction":
@@ -634,8 +657,9 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     A role is *present* when its top head scores at least ``threshold + margin``, *absent*
     below ``threshold - margin`` and *borderline* in between. The distance to the threshold
     is printed, and with ``chance`` (role -> score of a uniform head) the multiple of chance.
-    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own);
-    a chance level must lie below ``threshold`` (else a uniform head would pass it).
+    A role must be one of :data:`SCORED_ROLES` or have a ``chance`` entry (a role of your own),
+    named unlike the columns of :func:`head_score_table` (:data:`HEAD_TABLE_COLUMNS`: a ValueError
+    naming it); a chance level must lie below ``threshold`` (else a uniform head would pass it).
     """
     threshold, decimals = _check_threshold(threshold), _check_decimals(decimals)  # plain numbers (a
     margin = check_real(margin, "margin")  # subclass's repr raised in the sentences: battery 30)

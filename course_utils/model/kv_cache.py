@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from ..attention.validation import (
+    check_choice,
     check_device,
     check_finite,
     check_fits_in_memory,
@@ -365,7 +366,9 @@ class SlidingWindowCache(_StepOrder):
 
 # -- quantized cache -------------------------------------------------------------------------------
 
-_AXES = ("token", "channel")
+#: What a quantized tensor shares one scale over: ``per``, ``keys`` and ``values`` are one of these.
+_AXES = {"token": "one scale per token, over the head dim",
+         "channel": "one scale per head-dim channel, over the tokens"}
 
 
 class _QuantizedFields(NamedTuple):
@@ -396,10 +399,9 @@ class Quantized(_QuantizedFields):
 
 
 def _check_axis(value: object, name: str) -> str:
-    if value not in _AXES:
-        raise ValueError(f"{name} must be 'token' (one scale per token, over the head dim) or "
-                         f"'channel' (one scale per head-dim channel, over the tokens), got {shown(value)}")
-    return value
+    """``value`` (``per``, ``keys`` or ``values``), one of :data:`_AXES`, as a plain str
+    (:func:`check_choice`: a TypeError for anything but a str, a ValueError for another str)."""
+    return check_choice(value, name, _AXES)
 
 
 def _half_down(value: Tensor) -> Tensor:
@@ -427,10 +429,11 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     it would come back as empty codes without a word), NaN and infinity in ``x``, and numbers
     too large for the float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above
     about ``8.3e6``) or zero point (asymmetric: ``|min x| > 65504``, or a range
-    ``(max x - min x) / 255 > 65504``)."""
+    ``(max x - min x) / 255 > 65504``). ``per`` is ``"token"`` or ``"channel"`` (:data:`_AXES`):
+    a value that is no str is a TypeError, another str a ValueError, both naming ``per``."""
     check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
     check_holds_values(x, "x")
-    _check_axis(per, "per")
+    per = _check_axis(per, "per")
     check_flag(symmetric, "symmetric")
     if 0 in x.shape:  # an empty batch, head, token or channel: nothing to quantize
         raise ValueError(f"x must hold at least one token and one channel, in a batch and heads that "

@@ -49,6 +49,7 @@ from ..attention.mha import MultiHeadAttention
 from ..attention.shapes import count_parameters  # re-exported: one parameter counter for the course
 from ..attention.validation import (
     check_callable,
+    check_choice,
     check_dense,
     check_edited_heads,
     check_fits_in_memory,
@@ -672,8 +673,7 @@ def convert_model(model, num_kv_heads: int, method: str = "mean", *, seed: int =
     if model.config.num_kv_heads != model.config.num_heads:
         raise ValueError(f"model must use plain multi-head attention (num_kv_heads == num_heads = "
                          f"{model.config.num_heads}), got num_kv_heads={model.config.num_kv_heads}")
-    if not isinstance(method, str) or method not in CONVERSION_METHODS:
-        raise ValueError(f"method must be one of {CONVERSION_METHODS}, got {shown(method)}")
+    method = check_choice(method, "method", CONVERSION_METHODS)
     check_kv_heads(num_kv_heads, model.config.num_heads)
     seed = check_seed(seed, "seed")  # a Python int: torch.Generator.manual_seed takes no NumPy int
     weight = model.token_embedding.weight

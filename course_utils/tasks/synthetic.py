@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..attention.validation import (
+    check_choice,
     check_dims_not_empty,
     check_distinct,
     check_fits_in_memory,
@@ -687,7 +688,9 @@ def _sentence(draws: _Draws, template: str, attractor_p: float, adjective_p: flo
 @dataclass(frozen=True)
 class AgreementTask:
     """Sentences from :data:`TEMPLATES`; ``attractor_p`` is the chance that the
-    intervening noun has the opposite number to the subject."""
+    intervening noun has the opposite number to the subject. ``templates`` is a non-empty tuple
+    or list of distinct names of :data:`TEMPLATES`, kept as a tuple of plain strs: a name that is
+    no str is a TypeError, an unknown one a ValueError, both naming its position."""
 
     templates: tuple[str, ...] = _TEMPLATE_NAMES
     attractor_p: float = 0.5
@@ -700,18 +703,16 @@ class AgreementTask:
             raise TypeError(f"AgreementTask.templates must be a tuple of template names from "
                             f"{list(TEMPLATES)}, got "
                             f"{type(self.templates).__name__} {shown(self.templates, 60)}")
-        # kept as a tuple, as InductionTask keeps its periods (a list whose len() raises is named: battery 30)
-        object.__setattr__(self, "templates", tuple(items_of(self.templates, "AgreementTask.templates",
-                                                             "a tuple of template names")))
-        not_names = [t for t in self.templates if not isinstance(t, str)]
-        if not_names:  # a list inside would reach `in TEMPLATES` as an unhashable key
-            raise TypeError(f"AgreementTask.templates must hold template names (str) from {list(TEMPLATES)}, "
-                            f"got {type(not_names[0]).__name__} {shown(not_names[0], 60)}")
-        unknown = [t for t in self.templates if t not in TEMPLATES]
-        if unknown or not self.templates:
-            raise ValueError(
-                f"templates must be a non-empty subset of {list(TEMPLATES)}, got {list(self.templates)}"
-            )
+        # kept as a tuple of plain strs, as InductionTask keeps its periods (a list whose len() raises
+        # is named: battery 30); each name is one of TEMPLATES, read by check_choice (a non-str by its
+        # type, before any comparison; a str subclass by its plain value)
+        names = items_of(self.templates, "AgreementTask.templates", "a tuple of template names")
+        if not names:
+            raise ValueError(f"templates must be a non-empty subset of {list(TEMPLATES)}, got an empty "
+                             f"{type(self.templates).__name__}")
+        object.__setattr__(self, "templates", tuple(
+            check_choice(t, f"AgreementTask.templates[{i}] (a template name)", tuple(TEMPLATES))
+            for i, t in enumerate(names)))
         repeated = sorted({t for t in self.templates if self.templates.count(t) > 1})
         if repeated:  # sampling is uniform over the entries
             raise ValueError(f"templates must list each template once (a repeated one would be drawn "

@@ -40,6 +40,7 @@ from ..attention.validation import (
     MAX_DECIMALS,
     check_axes,
     check_callable,
+    check_choice,
     check_distinct,
     check_finite,
     check_fits_in_memory,
@@ -264,6 +265,8 @@ def _check_target(batch: LookupBatch) -> None:
 # 12 * num_keys + 64 * num_items bytes (see its memory check).
 _MIN_BYTES_PER_EXAMPLE = 12 * 3 + 64 * 2
 # How LookupModel builds the values it reads: the item symbols alone, or tagged by their key.
+# Anything else is refused by validation.check_choice (a TypeError for a value that is no str, a
+# ValueError for another str); a str subclass is taken as the plain str it holds.
 VALUE_KINDS = ("content", "tagged")
 
 
@@ -344,8 +347,7 @@ class LookupModel(nn.Module):
         if not isinstance(task, TwoKeyTask):
             raise TypeError(f"task must be a TwoKeyTask, got {type(task).__name__}")
         hidden = check_int(hidden, "hidden", minimum=1)
-        if values not in VALUE_KINDS:
-            raise ValueError(f"values must be 'content' or 'tagged', got {shown(values)}")
+        values = check_choice(values, "values", VALUE_KINDS)
         d_model = check_int(d_model, "d_model", minimum=1)
         check_linear_weights_fit(  # the embeddings, attention and readout, before allocating
             d_model, (3 * task.num_keys, task.num_symbols, 4 * d_model, hidden),
@@ -436,8 +438,8 @@ class RelationsConfig:
             object.__setattr__(self, name, value)
         if check_real(self.lr, "RelationsConfig.lr") <= 0:  # NaN, infinity, bools, strings refused there
             raise ValueError(f"RelationsConfig.lr must be a finite number > 0, got {shown(self.lr)}")
-        if self.values not in VALUE_KINDS:
-            raise ValueError(f"RelationsConfig.values must be one of {VALUE_KINDS}, got {shown(self.values)}")
+        # stored back as the plain str (a str subclass is read by its value)
+        object.__setattr__(self, "values", check_choice(self.values, "RelationsConfig.values", VALUE_KINDS))
         for name in ("batch_size", "eval_size"):  # before training draws the first batch
             n = getattr(self, name)
             check_fits_in_memory(n * _MIN_BYTES_PER_EXAMPLE, name, f"{n:,} examples of at least "
@@ -604,12 +606,13 @@ def _head_label(num_heads: int, d_model: int) -> str:
 def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits: int = 3):
     """A pandas table: one row per seed plus ``mean``, one column per number of heads.
 
-    ``which``: ``"final"`` (whole answer), ``"a"`` or ``"b"`` (one symbol alone).
+    ``which``: ``"final"`` (whole answer), ``"a"`` or ``"b"`` (one symbol alone); a str subclass
+    is read as the plain str it holds, a value that is no str is a TypeError and another str a
+    ValueError, both naming ``which`` and the three choices.
     """
     import pandas as pd
 
-    if type(which) is not str or which not in ("final", "a", "b"):  # (a str subclass equal to anything
-        raise ValueError(f"which must be 'final', 'a' or 'b', got {shown(which)}")  # passed `in`: battery 30)
+    which = check_choice(which, "which", ("final", "a", "b"))  # a str subclass: by its plain value
     _check_digits(digits)
     _check_results(results)
     pick = {"final": lambda r: r.final_accuracy, "a": lambda r: r.relation_accuracy[0],
