@@ -194,8 +194,14 @@ def test_the_float16_limits_are_the_ones_the_messages_state():
     assert ((dequantize_kv(q) - x).abs() <= 0.5 * q.scale.float() * (1 + 1e-3)).all()
     with pytest.raises(ValueError, match=r"max\|x\| / 127 must be at most 65504.*8.3e6.*1e\+07"):
         quantize_kv(torch.tensor([[1e7, 1.0]]))
-    with pytest.raises(ValueError, match=r"zero point.*\|min x\| must be at most 65504.*-1e\+05"):
+    with pytest.raises(ValueError, match=r"zero point.*min x must be at least -65504.*-1e\+05"):
         quantize_kv(torch.tensor([[-1e5, 1.0]]), symmetric=False)
+    # a minimum above +65504 is kept, as the docstring says (battery 33: it said |min x| was refused)
+    high = torch.tensor([[7e4, 7.1e4]])
+    q = quantize_kv(high, symmetric=False)
+    assert q.zero.float().item() == 65504.0
+    assert ((dequantize_kv(q) - high).abs() <= 0.5 * q.scale.float() * (1 + 1e-3)).all()
+    assert "``min x < -65504``" in quantize_kv.__doc__ and "above ``65504`` is kept" in quantize_kv.__doc__
     doc = quantize_kv.__doc__
     assert "6.1e-5" in doc and "3.05e-5" in doc and "8.3e6" in doc
 

@@ -428,9 +428,11 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
     all-zero row gives codes 0. Refused: an empty ``x`` (no token, channel, sequence or head:
     it would come back as empty codes without a word), NaN and infinity in ``x``, and numbers
     too large for the float16 scale (symmetric: ``max|x| / 127 > 65504``, i.e. ``|x|`` above
-    about ``8.3e6``) or zero point (asymmetric: ``|min x| > 65504``, or a range
-    ``(max x - min x) / 255 > 65504``). ``per`` is ``"token"`` or ``"channel"`` (:data:`_AXES`):
-    a value that is no str is a TypeError, another str a ValueError, both naming ``per``."""
+    about ``8.3e6``) or zero point (asymmetric: ``min x < -65504``, or a range
+    ``(max x - min x) / 255 > 65504``; a row whose ``min x`` lies above ``65504`` is kept: its
+    zero point rounds down to ``65504``, float16's largest number, and the scale covers the
+    rest). ``per`` is ``"token"`` or ``"channel"`` (:data:`_AXES`): a value that is no str is a
+    TypeError, another str a ValueError, both naming ``per``."""
     check_tensor(x, "x", min_ndim=2, layout="(..., T, dk)")
     check_holds_values(x, "x")
     per = _check_axis(per, "per")
@@ -454,8 +456,8 @@ def quantize_kv(x: Tensor, per: str = "token", *, symmetric: bool = True) -> Qua
         low, high = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
         zero = _half_down(low)
         if not torch.isfinite(zero).all():
-            raise ValueError(f"x holds numbers beyond float16's range for the zero point (min x): |min x| "
-                             f"must be at most 65504, got min x = {low.min().item():.4g}")
+            raise ValueError(f"x holds numbers beyond float16's range for the zero point (min x): min x "
+                             f"must be at least -65504, got min x = {low.min().item():.4g}")
         scale = ((high - zero.float()) / 255).clamp_min(tiny).half()  # from the stored zero point
         if not torch.isfinite(scale).all():
             raise ValueError("x's range is too wide for a float16 scale: (max x - min x) / 255 must be at "
