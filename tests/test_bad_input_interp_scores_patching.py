@@ -1341,3 +1341,16 @@ def test_path_patched_logits_names_the_model_nan_weight_not_source_outputs():
     tokens[:, 0] = 0
     with pytest.raises(ValueError, match=r"^model's weights \(token_embedding\.weight\) must hold finite"):
         path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)])
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- pruning_curve_empty_order: order=[] with counts=[0, 2] read 'counts must be ints in 0..0', naming
+# nothing of order, whose length set that range
+@pytest.mark.parametrize("order, wanted", [([], r"0\.\.0 \(order lists 0 heads\)"),
+                                           ([(0, 0)], r"0\.\.1 \(order lists 1 head\)")])
+def test_pruning_curve_counts_beyond_order_say_how_many_heads_order_lists(order, wanted):
+    model, _ = _model_and_tokens()
+    with pytest.raises(ValueError, match=rf"^counts must be ints in {wanted}, got \[0, 2\]"):
+        ablation.pruning_curve(model, _evaluation(), order, counts=[0, 2])
+    assert list(ablation.pruning_curve(model, _evaluation(), order)["pruned"]) == list(range(len(order) + 1))
