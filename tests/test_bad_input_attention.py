@@ -1096,3 +1096,16 @@ def test_stack_head_weights_lying_len_names_the_parts():
 
     with pytest.raises(TypeError, match="k_parts must be a list of tensors, got LyingLen"):
         stack_head_weights([W], LyingLen([W]), [W])
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- cost_table / parameter_table_head_counts_not_dividing: named num_heads, which the caller never passed
+@pytest.mark.parametrize("table", [lambda counts: shapes.cost_table(1, 4, 8, counts),
+                                   lambda counts: shapes.parameter_table(8, counts)],
+                         ids=["cost_table", "parameter_table"])
+def test_tables_name_the_head_counts_entry_that_does_not_divide_d_model(table):
+    with pytest.raises(ValueError, match=r"^d_model = 8 is not divisible by head_counts\[1\] = 3\b") as err:
+        table([2, 3])
+    assert "num_heads" not in str(err.value) and "[1, 2, 4, 8]" in str(err.value)
+    assert list(table([2, 4]).index) == [2, 4]
