@@ -89,7 +89,7 @@ def _run_in_child(fn: Callable[[T], R], item: T, conn: Connection) -> None:
 
 
 def _check_arguments(fn: object, items: object, workers: object, timeout: object) -> list:
-    check_callable(fn, "fn", "a function of one item")
+    check_callable(fn, "fn", "a function of one item", nargs=1)  # the plain loop would raise from here
     try:
         iter(items)
     except TypeError:
@@ -223,7 +223,8 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int | Non
     or a notebook function included (it is not pickled); its result must pickle.
     Side effects of ``fn`` (appending to a list, printing) stay in the worker: return what you need.
 
-    Errors: an exception in a worker, a result that cannot be pickled or unpickled, or a
+    Errors: ``fn`` that cannot be called with one item (``lambda: 1``) is a TypeError naming
+    ``fn``, before any job runs; an exception in a worker, a result that cannot be pickled or unpickled, or a
     worker that dies raise ``RuntimeError`` naming the item (``fn(items[i])``) with the
     worker's traceback; in the plain loop ``fn``'s own exception propagates unchanged.
     ``fn`` calling ``sys.exit`` is the same ``RuntimeError`` in both (never ``SystemExit``).

@@ -1096,3 +1096,42 @@ def test_stack_head_weights_lying_len_names_the_parts():
 
     with pytest.raises(TypeError, match="k_parts must be a list of tensors, got LyingLen"):
         stack_head_weights([W], LyingLen([W]), [W])
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- cost_table / parameter_table_head_counts_not_dividing: named num_heads, which the caller never passed
+@pytest.mark.parametrize("table", [lambda counts: shapes.cost_table(1, 4, 8, counts),
+                                   lambda counts: shapes.parameter_table(8, counts)],
+                         ids=["cost_table", "parameter_table"])
+def test_tables_name_the_head_counts_entry_that_does_not_divide_d_model(table):
+    with pytest.raises(ValueError, match=r"^d_model = 8 is not divisible by head_counts\[1\] = 3\b") as err:
+        table([2, 3])
+    assert "num_heads" not in str(err.value) and "[1, 2, 4, 8]" in str(err.value)
+    assert list(table([2, 4]).index) == [2, 4]
+
+
+
+
+# -- hooks_where_predicate_arity / run_with_cache_names_predicate_arity: a test on names of the wrong
+# arity raised Python's bare "<lambda>() missing 1 required positional argument" from hooks.py
+def _with_model_hooks(fwd_hooks):
+    with SM.hooks(fwd_hooks):
+        return SM(TOK)
+
+
+_NO_HOOK = ("blocks.0.attn.hook_z", lambda x, hook: None)
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda test: _with_hooks([(test, lambda x, hook: None)]), r"fwd_hooks\[0\]\[0\]"),
+    (lambda test: _with_model_hooks([_NO_HOOK, (test, lambda x, hook: None)]), r"fwd_hooks\[1\]\[0\]"),
+    (lambda test: hooks.run_with_cache(SM, TOK, names=test), "names"),
+    (lambda test: SM.run_with_cache(TOK, names=[test]), r"names\[0\]"),
+], ids=["hooks", "model.hooks", "run_with_cache", "model.run_with_cache list"])
+@pytest.mark.parametrize("test", [lambda a, b: True, lambda: True], ids=["two arguments", "none"])
+def test_a_test_on_hook_point_names_of_the_wrong_arity_is_named(call, named, test):
+    with pytest.raises(TypeError, match=rf"^{named} must be a hook point's name \(str\) or a function name "
+                                        rf"-> bool, called with 1 positional argument, but <lambda>"):
+        call(test)
+    call(lambda name: name == "blocks.0.attn.hook_z")  # a test of one argument is still taken

@@ -1776,3 +1776,26 @@ def test_a_timings_list_whose_len_raises_is_named():
     timings = RaisingLen(timings_from_samples({"a": [1.0, 1.1], "b": [2.0, 2.1]}, "a"))
     with pytest.raises(TypeError, match="timings must be a non-empty list of Timing"):
         format_table("t", timings, "a")
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- time_interleaved_int_keys / _empty_key: a key Timing.name cannot hold failed after all the timing,
+# naming Timing.name; now refused before any call, naming fns
+@pytest.mark.parametrize("keys, error, shown", [((1, 2), TypeError, "got int 1"),
+                                                (("", "b"), ValueError, "got the empty str ''"),
+                                                (((), "b"), ValueError, r"got tuple \(\)")])
+def test_time_interleaved_names_fns_for_a_key_no_timing_can_hold(keys, error, shown):
+    calls = []
+    fns = {key: (lambda: calls.append(1)) for key in keys}
+    with pytest.raises(error, match=rf"^fns must be keyed by .*{shown}"):
+        timing.time_interleaved(fns, baseline=keys[0], repeats=3, warmup=0)
+    assert calls == []  # refused before anything was timed
+    with pytest.raises(error, match=rf"^samples must be keyed by .*{shown}"):
+        timing.timings_from_samples({key: [1.0, 1.1] for key in keys}, keys[0])
+
+
+def test_time_interleaved_still_takes_str_and_tuple_keys():
+    rows = timing.time_interleaved({"a": lambda: 1, (64, True): lambda: 2}, baseline="a", repeats=3,
+                                   warmup=0)
+    assert [row.name for row in rows] == ["a", (64, True)]

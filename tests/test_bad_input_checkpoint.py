@@ -595,3 +595,29 @@ def test_save_checkpoint_names_its_path_argument(tmp_path):
     model = TinyTransformer(ModelConfig(vocab_size=8, d_model=8, num_heads=2, num_layers=1, max_len=4))
     with pytest.raises(TypeError, match=r"^path must be a str or Path, got int"):
         save_checkpoint(model, 5, task="induction", metrics={"a": 1.0}, command="x")
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- load_checkpoint_sha256_uppercase: intact weights whose sidecar digest is upper case were 'corrupted'
+def test_load_checkpoint_reads_an_upper_case_sha256_as_the_same_digest(tmp_path):
+    C.save_checkpoint(SM, tmp_path / "m", task="t", metrics={}, command="c")
+    meta_path = tmp_path / "m.json"
+    meta = json.loads(meta_path.read_text())
+    meta["sha256"] = meta["sha256"].upper()
+    meta_path.write_text(json.dumps(meta))
+    model, loaded = C.load_checkpoint(tmp_path / "m", task="t")
+    torch.testing.assert_close(model.state_dict(), SM.state_dict())
+    assert loaded["sha256"] == meta["sha256"]
+
+
+@pytest.mark.parametrize("digest", ["g" * 64, "0" * 63, " " + "0" * 63])
+def test_load_checkpoint_names_a_malformed_sha256_field(tmp_path, digest):
+    C.save_checkpoint(SM, tmp_path / "m", task="t", metrics={}, command="c")
+    meta_path = tmp_path / "m.json"
+    meta = json.loads(meta_path.read_text())
+    meta["sha256"] = digest
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(C.CheckpointError, match=r"m\.json: 'sha256' must be 64 hex digits") as err:
+        C.load_checkpoint(tmp_path / "m", task="t")
+    assert "corrupted" not in str(err.value)

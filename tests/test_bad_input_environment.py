@@ -194,3 +194,17 @@ def test_check_seed_bad_repr_names_seed():
 
     with pytest.raises(TypeError, match=r"seed must be an int.*BadRepr"):
         check_seed(BadRepr())
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- parallel_map_fn_arity: a fn of the wrong arity raised Python's bare TypeError from parallel.py --
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("fn", [lambda: 1, lambda a, b: 1], ids=["no argument", "two arguments"])
+def test_parallel_map_names_a_fn_that_cannot_take_one_item(fn, workers):
+    from course_utils.parallel import parallel_map
+
+    with pytest.raises(TypeError, match=r"^fn must be a function of one item, called with 1 positional "
+                                        r"argument, but <lambda>\(.*\) cannot take 1"):
+        parallel_map(fn, [1, 2], workers=workers)
+    assert parallel_map(lambda item, extra=0: item + extra, [1, 2], workers=workers) == [1, 2]

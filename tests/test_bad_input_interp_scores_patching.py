@@ -1388,3 +1388,16 @@ def test_pruning_curve_refuses_a_metric_named_like_its_own_columns(metric):
     table = ablation.pruning_curve(model, ablation.loss_evaluation(tokens, tokens, name="my loss"),
                                    ablation.all_heads(model), counts=[0, 1])
     assert list(table["pruned"]) == [0, 1] and list(table["fraction"]) == [0.0, 0.25]
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- pruning_curve_empty_order: order=[] with counts=[0, 2] read 'counts must be ints in 0..0', naming
+# nothing of order, whose length set that range
+@pytest.mark.parametrize("order, wanted", [([], r"0\.\.0 \(order lists 0 heads\)"),
+                                           ([(0, 0)], r"0\.\.1 \(order lists 1 head\)")])
+def test_pruning_curve_counts_beyond_order_say_how_many_heads_order_lists(order, wanted):
+    model, _ = _model_and_tokens()
+    with pytest.raises(ValueError, match=rf"^counts must be ints in {wanted}, got \[0, 2\]"):
+        ablation.pruning_curve(model, _evaluation(), order, counts=[0, 2])
+    assert list(ablation.pruning_curve(model, _evaluation(), order)["pruned"]) == list(range(len(order) + 1))

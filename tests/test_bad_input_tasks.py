@@ -1832,3 +1832,19 @@ def test_agreement_sentences_check_the_batch_again_after_an_in_place_resize():
     assert len(batch.sentences) == 3
     batch.tokens.resize_(0)
     raises_naming(ValueError, ["AgreementBatch.tokens", "(B, T)", "(0,)"], lambda: batch.sentences)
+
+
+# -- battery 31 --------------------------------------------------------------------------------------
+
+# -- accuracy_table_mixed_d_model: runs of two widths were averaged under the first run's dk ---------
+def test_accuracy_table_and_curves_refuse_runs_of_two_widths(lookup):
+    tr, task, model, _ = lookup
+    wide = tr.LookupModel(task, 32, 1)
+    narrow = tr.LookupModel(task, 16, 1)
+    runs = [tr.RunResult(1, 0, [0, 25], [0.1, 0.5], (0.5, 0.5), narrow),
+            tr.RunResult(1, 1, [0, 25], [0.2, 0.6], (0.5, 0.5), wide)]
+    for call in (tr.accuracy_table, tr.plot_learning_curves):
+        with pytest.raises(ValueError, match=r"^results must all be runs of one model width d_model .*got "
+                                             r"d_model 16 in results\[0\] and 32 in results\[1\]"):
+            call(runs)
+    assert list(tr.accuracy_table(runs[:1]).columns) == ["1 head (dk=16)"]

@@ -99,14 +99,17 @@ def _matching(points: dict[str, HookPoint], where: Where, name: str = "names") -
 
 
 def _check_where(where: object, name: str) -> None:
-    """A hook point's name (str) or a test on names (a function name -> bool). A module is
-    callable but no test: called with a name, it would fail inside its forward, never naming
-    ``name``."""
+    """A hook point's name (str) or a test on names (a function name -> bool, of one argument: one
+    of another arity is refused here, naming ``name``, not by Python when it is first asked). A
+    module is callable but no test: called with a name, it would fail inside its forward, never
+    naming ``name``."""
     if isinstance(where, nn.Module) or not (isinstance(where, str) or callable(where)):
         kind = " (a module is callable, but it is not a test on hook point names)" \
             if isinstance(where, nn.Module) else ""
         raise TypeError(f"{name} must be a hook point's name (str) or a function name -> bool, got "
                         f"{type(where).__name__} {shown(where, 60)}{kind}")
+    if not isinstance(where, str):
+        check_callable(where, name, "a hook point's name (str) or a function name -> bool", nargs=1)
 
 
 def _check_fwd_hooks(fwd_hooks: object) -> None:

@@ -373,11 +373,22 @@ def mha_parameter_count(d_model: int, num_heads: int, *, bias: bool = True) -> i
     return weights + (4 * d_model if bias else 0)
 
 
-def parameter_table(d_model: int, head_counts: Iterable[int], *, bias: bool = True) -> pd.DataFrame:
-    """Per h: one head's W_Q^i, h of them, the formula and the real module's count."""
-    rows = []
+def _check_head_counts(d_model: object, head_counts: object) -> list[int]:
+    """``head_counts``: distinct positive ints, each dividing ``d_model``; an error names the entry
+    (``head_counts[1]``), not ``num_heads``, which the tables' callers never pass."""
     head_counts = check_distinct(check_int_list(head_counts, "head_counts", minimum=1), "head_counts",
                                  "head counts (each is one row of the table, indexed by h)")
+    for i, h in enumerate(head_counts):
+        check_head_dims(d_model, h, heads_name=f"head_counts[{i}]")
+    return head_counts
+
+
+def parameter_table(d_model: int, head_counts: Iterable[int], *, bias: bool = True) -> pd.DataFrame:
+    """Per h: one head's W_Q^i, h of them, the formula and the real module's count. ``head_counts``
+    is a list of distinct positive ints, each dividing ``d_model``: an entry that does not is a
+    ValueError naming it (``head_counts[0] = 3``) and the head counts that divide ``d_model``."""
+    rows = []
+    head_counts = _check_head_counts(d_model, head_counts)
     for h in head_counts:
         dk = validate_dims(d_model, h)
         with torch.random.fork_rng(devices=[]):  # leave the caller's random stream alone
@@ -500,10 +511,10 @@ def peak_allocated_bytes(fn: Callable[[], object]) -> int:
 
 def cost_table(batch: int, seq_len: int, d_model: int, head_counts: Iterable[int]) -> pd.DataFrame:
     """Per h: Q K^T multiply-adds per head and for all heads, the other parts, the
-    formula total, and the total counted on a real module's forward pass."""
+    formula total, and the total counted on a real module's forward pass. ``head_counts`` as in
+    :func:`parameter_table`: an entry that does not divide ``d_model`` is named (``head_counts[0]``)."""
     rows = []
-    head_counts = check_distinct(check_int_list(head_counts, "head_counts", minimum=1), "head_counts",
-                                 "head counts (each is one row of the table, indexed by h)")
+    head_counts = _check_head_counts(d_model, head_counts)
     for h in head_counts:
         mha_macs(batch, seq_len, d_model, h)  # checks every size before any tensor is made
     batch, seq_len, d_model = (int(v) for v in (batch, seq_len, d_model))  # exact products below

@@ -288,8 +288,12 @@ def time_interleaved(
     """Median wall time of each callable over ``repeats`` interleaved rounds, and its ratio
     to ``baseline``'s (see :func:`interleaved_samples` for what is timed). ``progress``: a
     label for a text progress bar (tqdm) over the rounds; None shows none. ``clock``: as in
-    :func:`interleaved_samples` (``time.thread_time`` for one-thread work on a busy machine)."""
+    :func:`interleaved_samples` (``time.thread_time`` for one-thread work on a busy machine).
+    Each key of ``fns`` becomes a :attr:`Timing.name`, so it must be a non-empty str or a non-empty
+    tuple of settings: any other key (``1``, ``""``) is refused naming ``fns`` before anything is
+    timed, and ``baseline`` must be one of the keys."""
     _check_functions(fns)
+    _check_timing_names(fns, "fns")  # before any timing: each name becomes a Timing's
     check_function_name(baseline, "baseline", fns, "the names of fns")
     repeats, warmup, inner = check_round_counts(repeats, warmup, inner)  # before the bar adds them
     if progress is not None and not isinstance(progress, str):
@@ -311,9 +315,10 @@ def timings_from_samples(samples: Mapping[Key, list[float]], baseline: Key) -> l
     0 s is refused here, naming the function (the baseline first: no ratio to it exists): the
     clock did not advance around its calls, and a Timing's median is divided by. ``samples`` is
     checked first (a non-empty mapping of non-empty lists of seconds, each named
-    ``samples[name][i]``, all of one length: one sample per repeat), and ``baseline`` must be one
-    of its names."""
+    ``samples[name][i]``, all of one length: one sample per repeat, each name a non-empty str or
+    tuple as :attr:`Timing.name` holds), and ``baseline`` must be one of its names."""
     _check_samples(samples)
+    _check_timing_names(samples, "samples")
     check_function_name(baseline, "baseline", samples, "the names of samples")
     medians = {name: statistics.median(s) for name, s in samples.items()}
     for name in (baseline, *medians):
@@ -349,6 +354,25 @@ def _check_samples(samples: object) -> None:
         raise ValueError(f"samples must hold one sample per repeat for every function (as "
                          f"interleaved_samples returns: paired_ratios pairs them), got counts "
                          f"{shown(counts, 120)}")
+
+
+def _check_timing_names(named: Mapping, name: str) -> None:
+    """Each key of ``named`` (``fns``, ``samples``) can name a :class:`Timing` row: a non-empty str
+    or a non-empty tuple of hashable settings. Checked before any timing, so that a key such as
+    ``1`` or ``""`` is refused naming the argument, not ``Timing.name`` after every round has run."""
+    for key in named:
+        if isinstance(key, str):
+            if str.__len__(key):  # (a str subclass's own __len__ may lie)
+                continue
+            raise ValueError(f"{name} must be keyed by non-empty names (each becomes a Timing's name, "
+                             f"a row of the table), got the empty str {shown(key, 60)}")
+        if isinstance(key, tuple) and tuple.__len__(key) and _hashable(key):
+            continue
+        wanted = ("a non-empty tuple of hashable settings" if isinstance(key, tuple)
+                  else "a str or a tuple of settings")
+        error = ValueError if isinstance(key, tuple) else TypeError
+        raise error(f"{name} must be keyed by names a Timing can hold (each becomes a row of the table): "
+                    f"{wanted}, such as 'naive' or (64, True), got {type(key).__name__} {shown(key, 60)}")
 
 
 def check_function_name(value: object, name: str, among: Iterable[Hashable] | None = None,

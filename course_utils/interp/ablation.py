@@ -793,7 +793,7 @@ def random_orders(model: TinyTransformer, seeds: Sequence[int]) -> list[list[Hea
 
 
 def _check_counts(counts: object, most: int) -> list[int]:
-    """``counts``: a list of ints (not bools) in ``0..most``."""
+    """``counts``: a list of ints (not bools) in ``0..most`` (``most``: the heads order lists)."""
     if isinstance(counts, (str, bytes, Tensor)) or not isinstance(counts, Iterable):
         raise TypeError(f"counts must be a list of ints in 0..{most} (how many heads to switch off), "
                         f"or None for every count; got {type(counts).__name__} {shown(counts)}")
@@ -805,7 +805,8 @@ def _check_counts(counts: object, most: int) -> list[int]:
             raise TypeError(f"counts must be ints in 0..{most}, got {type(k).__name__} {shown(k)} in "
                             f"{counts}")
     if any(not 0 <= k <= most for k in counts):
-        raise ValueError(f"counts must be ints in 0..{most}, got {counts}")
+        raise ValueError(f"counts must be ints in 0..{most} (order lists {most} head{'s' * (most != 1)}), "
+                         f"got {counts}")
     return check_distinct(counts, "counts", "head counts")  # a repeat would measure and tabulate twice
 
 
@@ -814,9 +815,11 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
                   means: dict[int, Tensor] | Tensor | None = None) -> pd.DataFrame:
     """Switch off the first ``k`` heads of ``order`` for each ``k`` in ``counts`` (default
     0..all) and measure; one row per ``k`` with ``pruned`` (k) and ``fraction`` columns.
-    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``). A number the
-    evaluations return named ``"pruned"`` or ``"fraction"`` is refused after the first run, a
-    ValueError naming it: it would overwrite that column (or be overwritten)."""
+    ``means`` as in :func:`measure` (unused but checked with ``method="zero"``). ``order`` lists
+    each head at most once (an empty one gives the intact row alone), and every count is in
+    ``0..len(order)``: a larger one is a ValueError naming ``counts`` and how many heads ``order``
+    lists. A number the evaluations return named ``"pruned"`` or ``"fraction"`` is refused after
+    the first run, a ValueError naming it: it would overwrite that column (or be overwritten)."""
     order = _check_heads(order, _check_model(model), "order")  # each head once
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
     evaluations = _check_evaluations(evaluations, model)

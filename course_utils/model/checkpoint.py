@@ -68,6 +68,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "torch_version": (str,),
 }
 _JSON_NAMES = {str: "a string", dict: "an object", int: "an integer"}
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")  # the sha256 in a sidecar: 64 of them
 
 
 #: The checkpoints the course ships, each named after the task its model was trained on: a
@@ -603,10 +604,12 @@ def _read_meta(meta_path: Path, weights_path: Path) -> dict:
             raise CheckpointError(f"{meta_path.name}: {shown_value(key)} must be "
                                   f"{_JSON_NAMES[types[0]]}, found "
                                   f"{type(value).__name__} {shown_value(value, 60)}")
-    if meta["size_bytes"] < 0 or len(meta["sha256"]) != 64:
-        raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0 and a 64-character sha256, "
-                              f"found {shown_value(meta['size_bytes'], 40)} and "
-                              f"{shown_value(meta['sha256'], 80)}")
+    if meta["size_bytes"] < 0:
+        raise CheckpointError(f"{meta_path.name}: expected size_bytes >= 0, found "
+                              f"{shown_value(meta['size_bytes'], 40)}")
+    if len(meta["sha256"]) != 64 or not set(meta["sha256"]) <= _HEX_DIGITS:
+        raise CheckpointError(f"{meta_path.name}: 'sha256' must be 64 hex digits (0-9, a-f, either case), "
+                              f"found {len(meta['sha256'])} characters {shown_value(meta['sha256'], 80)}")
     bad_metrics = {k: v for k, v in meta["metrics"].items()
                    if isinstance(v, bool) or not isinstance(v, int | float) or not finite(v)}
     if bad_metrics:
@@ -633,7 +636,7 @@ def _verify_bytes(weights_path: Path, meta: dict) -> None:
         raise CheckpointError(
             f"{weights_path.name} is {kind}: expected {meta['size_bytes']} bytes, found {size}"
         )
-    if digest != meta["sha256"]:
+    if digest != meta["sha256"].lower():  # hex is hex in either case: an upper-case digest is the same one
         raise CheckpointError(
             f"{weights_path.name} is corrupted: expected sha256 {meta['sha256']}, found {digest}"
         )
@@ -657,7 +660,9 @@ def load_checkpoint(
     ``(model, meta)`` where ``meta`` is the JSON sidecar as a dict.
 
     Checks, in order: both files exist; the size and sha256 of the weights match the
-    sidecar; the config in the sidecar matches the one in the weights' header (and
+    sidecar (its ``sha256`` is 64 hex digits, in either case: anything else is a
+    :class:`CheckpointError` naming that field, not a corrupted file); the config in the
+    sidecar matches the one in the weights' header (and
     ``expected_config`` when given); every tensor has the name and shape the config
     implies, and the dtype save_checkpoint wrote (float32); the sidecar's task is ``task``
     when given, and otherwise, for a checkpoint named after one of the course's tasks

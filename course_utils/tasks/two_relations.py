@@ -609,6 +609,8 @@ def accuracy_table(results: Sequence[RunResult], *, which: str = "final", digits
     ``which``: ``"final"`` (whole answer), ``"a"`` or ``"b"`` (one symbol alone); a str subclass
     is read as the plain str it holds, a value that is no str is a TypeError and another str a
     ValueError, both naming ``which`` and the three choices.
+    ``results`` must be runs of one ``d_model`` (each column says its ``dk``), one per (heads,
+    seed): runs of two widths, or one (heads, seed) twice, are a ValueError naming ``results``.
     """
     import pandas as pd
 
@@ -635,7 +637,9 @@ def _check_digits(digits: object) -> None:
 
 def _check_results(results: object) -> None:
     """``results`` is a non-empty list of :class:`RunResult` (what :func:`compare_heads` returns),
-    one per (number of heads, seed)."""
+    one per (number of heads, seed), all of models of one width ``d_model``: a table column or a
+    curve is labelled with one ``dk = d_model / h``, and runs of two widths would be averaged under
+    it."""
     if isinstance(results, RunResult) or not isinstance(results, Sequence) or isinstance(results, str):
         raise TypeError(f"results must be a list of RunResult (what compare_heads returns), got "
                         f"{type(results).__name__}")
@@ -648,6 +652,13 @@ def _check_results(results: object) -> None:
         raise TypeError(f"results[{wrong}] must be a RunResult, got {type(results[wrong]).__name__}")
     # a table cell and a curve's mean hold one run per (heads, seed): a repeat would be merged
     check_distinct([(r.num_heads, r.seed) for r in results], "results", "runs (one per (num_heads, seed))")
+    widths = [r.model.attention.d_model for r in results]
+    other = next((i for i, width in enumerate(widths) if width != widths[0]), None)
+    if other is not None:
+        raise ValueError(f"results must all be runs of one model width d_model (each column is labelled "
+                         f"with its dk = d_model / heads, and its seeds averaged), got d_model {widths[0]} "
+                         f"in results[0] and {widths[other]} in results[{other}]: show each width's runs "
+                         f"in a table of its own")
 
 
 def _check_title(title: object) -> None:
@@ -659,7 +670,9 @@ def _check_title(title: object) -> None:
 
 
 def plot_learning_curves(results: Sequence[RunResult], ax=None, *, title: str = ""):
-    """Held-out accuracy against training step: thin lines per seed, thick line per mean."""
+    """Held-out accuracy against training step: thin lines per seed, thick line per mean.
+    ``results`` as in :func:`accuracy_table` (one ``d_model``), and the runs of one head count
+    must share one grid of steps."""
     import matplotlib.pyplot as plt
 
     check_axes(ax)
