@@ -1329,3 +1329,24 @@ def test_outputs_close_keeps_imaginary_part_of_expected():
         expected[0, 0] = complex(0.0, 5.0)
         assert not outputs_close(got, expected)
         assert outputs_close(expected.clone(), expected)
+
+
+# -- lead: "dictionary changed size during iteration" with another thread alive -----------------------
+
+def test_the_environment_copy_does_not_iterate_os_environ_live(monkeypatch):
+    """``dict(os.environ)`` iterates the variables in Python and looks each up again: a variable
+    another thread removes meanwhile made the copy raise. The copy is taken in one step (here the
+    other thread's removal happens while the first name is decoded, deterministically)."""
+    name = "COURSE_TEST_GONE_MEANWHILE"
+    monkeypatch.setenv(name, "1")
+    decode = os.environ.decodekey
+    removed = []
+
+    def decode_and_remove(key: Any) -> str:
+        if not removed:
+            removed.append(os.environ._data.pop(os.environ.encodekey(name), None))
+        return decode(key)
+
+    monkeypatch.setattr(os.environ, "decodekey", decode_and_remove)
+    copy = core._environment()
+    assert removed and copy.get(name) == "1" and copy.get("PATH") == os.environ.get("PATH")

@@ -597,7 +597,7 @@ def _global_module_hooks() -> dict[str, Any]:
     ``_global_*`` of ``torch.nn.modules.module``, a dict as a list of its items."""
     module = sys.modules.get("torch.nn.modules.module")
     return {name: list(value.items()) if isinstance(value, dict) else value
-            for name, value in vars(module).items() if name.startswith("_global_")} if module else {}
+            for name, value in list(vars(module).items()) if name.startswith("_global_")} if module else {}
 
 
 def _put_global_module_hooks(saved: dict[str, Any]) -> None:
@@ -803,11 +803,18 @@ _COURSE_NAMES: list = [-1, ()]  # len(sys.modules) when last scanned, and the co
 
 
 def _environment() -> dict[str, str]:
-    return dict(_ENVIRON)
+    """``os.environ`` as a dict, from one atomic copy of the dict behind it: ``dict(os.environ)``
+    lists the names, then looks each up again in Python, between bytecodes, so a variable another
+    thread of the kernel removed meanwhile made the copy raise (KeyError)."""
+    data = getattr(_ENVIRON, "_data", None)
+    if type(data) is not dict:
+        return dict(_ENVIRON)
+    decode_key, decode_value = _ENVIRON.decodekey, _ENVIRON.decodevalue
+    return {decode_key(key): decode_value(value) for key, value in list(data.items())}
 
 
 def _put_environment(saved: dict[str, str]) -> None:
-    for name in [name for name in _ENVIRON if name not in saved]:
+    for name in [name for name in _environment() if name not in saved]:
         del _ENVIRON[name]
     for name, value in saved.items():
         if _ENVIRON.get(name) != value:
@@ -1362,7 +1369,7 @@ def _guarded_spaces() -> list[tuple[str, Any, Any]]:
                     spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__))
                 elif isinstance(value, Exercise) and id(value) not in seen:  # what its check reads
                     seen.add(id(value))
-                    name = next((k for k, v in module.__dict__.items() if v is value), "exercise")
+                    name = next((k for k, v in list(module.__dict__.items()) if v is value), "exercise")
                     spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__))
     classes = [("torch.Tensor", torch.Tensor)]
     classes += [(f"torch.nn.{name}", value) for name, value in list(vars(torch.nn).items())
@@ -1429,7 +1436,7 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
                 except Exception:  # noqa: BLE001 - (an attribute that cannot be set again)
                     pass
         if owner is _INSTANCE:  # an attribute the answer gave an exercise (`_expected`): removed
-            for key in [k for k in live if k not in saved]:
+            for key in [k for k in list(live) if k not in saved]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
         elif owner is _FIELDS:  # the outside grader's cases and outputs, unless it is grading now
@@ -3028,7 +3035,7 @@ class Exercise:
         """"lessonNN.check_xxx", the name of this exercise's check in its lesson module."""
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
-        for name, value in vars(module).items() if module else ():
+        for name, value in list(vars(module).items()) if module else ():
             if name.startswith("check_") and getattr(value, "__self__", None) is self:
                 return f"{key[0]}.{name}"
         return None
@@ -3060,7 +3067,7 @@ class Exercise:
         module (the key of :data:`LIBRARY_TWINS`); None outside a lesson."""
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
-        for name, value in (vars(module).items() if module is not None else ()):
+        for name, value in (list(vars(module).items()) if module is not None else ()):
             if name.startswith("check_") and getattr(value, "__self__", None) is self:
                 return f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
         return None
@@ -3445,7 +3452,7 @@ class Exercise:
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
         if module is not None:
-            found += [v for k, v in vars(module).items()  # its private helpers, not public ones
+            found += [v for k, v in list(vars(module).items())  # its private helpers, not public ones
                       if k.startswith("_") and isinstance(v, types.FunctionType)
                       and v.__module__ == module.__name__]
             check_key = self._check_key()
