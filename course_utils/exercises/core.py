@@ -3214,14 +3214,21 @@ class Exercise:
             args, kwargs = case.fresh()
             feedback_exc: BaseException | None = None
             deadline = _Deadline()
+            raised: list[BaseException] = []  # what the answer's own call raised: nothing else is its
             try:
                 with watch, deadline, _AnswerRunning(called):
-                    outputs.append(fn(*args, **kwargs))
+                    try:
+                        outputs.append(fn(*args, **kwargs))
+                    except BaseException as exc:
+                        raised.append(exc)
+                        raise
                 # compared with the stored case decoded now, after the answer ran
                 edited = edited or _edited_input(self._stored_case(index, case), args, kwargs)
             except _StoreProblem as exc:  # the stored answers changed while it ran
                 return Feedback(self.title, "error", str(exc))
             except NotImplementedError as exc:
+                if not (raised and raised[0] is exc):
+                    return self._machinery_failed(exc)
                 feedback_exc = exc
                 if watch.used is None and _is_stub(fn, exc):
                     return Feedback(self.title, "not attempted",  # no hint: Run All must not answer it
@@ -3233,6 +3240,8 @@ class Exercise:
                     return self._tampered(deadline.changed, deadline.threads)
                 return self._stopped(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
+                if not (raised and raised[0] is exc):  # the check's own code failed
+                    return self._machinery_failed(exc)
                 if called:  # it failed on what the check it called gave back
                     return self._called_a_check(called[0])
                 feedback_exc = exc
@@ -3378,6 +3387,15 @@ class Exercise:
             message = (f"your function was interrupted{where} (KeyboardInterrupt: Kernel > Interrupt) "
                        "before it returned, so it was not graded; the check did not run it again.")
         return Feedback(self.title, "error", message, self.hint, stopped=True)
+
+    def _machinery_failed(self, exc: BaseException) -> Feedback:
+        """Feedback for an error of the check's own code around the answer's call (its guard's
+        setting up or taking down, say a copy of a dict another thread of the kernel changed
+        meanwhile): never reported as the answer's, which may well be right."""
+        return Feedback(self.title, "error",
+                        f"the check could not grade this answer ({type(exc).__name__}: {_safe_str(exc)}). "
+                        "This is an error of the check, not of your function: run this cell again.",
+                        self.hint)
 
     def _raised(self, exc: BaseException, case: Case) -> Feedback:
         where = f" on {case.label}" if case.label else ""
