@@ -1329,3 +1329,57 @@ def test_outputs_close_keeps_imaginary_part_of_expected():
         expected[0, 0] = complex(0.0, 5.0)
         assert not outputs_close(got, expected)
         assert outputs_close(expected.clone(), expected)
+
+
+# -- lead: "dictionary changed size during iteration" with another thread alive -----------------------
+
+def _softmax_reference() -> Any:
+    import solutions
+
+    return solutions.solutions_of("lesson02").REFERENCES["SOFTMAX_ROWS"]
+
+
+def test_an_error_of_the_checks_own_code_around_the_call_is_not_the_answers(monkeypatch):
+    """A right answer once got "your function raised RuntimeError ... dictionary changed size during
+    iteration": the time limit's taking down raised (a copy of a dict another thread of the kernel
+    changed), and the check reported it as the answer's. It is the check's own error, said so."""
+    from course_utils.exercises import lesson02
+
+    exit_ = core._Deadline._exit
+
+    def failing_exit(self: Any, *args: Any) -> None:
+        exit_(self, *args)
+        raise RuntimeError("dictionary changed size during iteration")
+
+    monkeypatch.setattr(core._Deadline, "_exit", failing_exit)
+    feedback = lesson02.SOFTMAX_ROWS.check_trusted(_softmax_reference())
+    monkeypatch.undo()
+    assert feedback.status == "error"
+    assert "your function raised" not in feedback.message
+    assert "could not grade" in feedback.message and "not of your function" in feedback.message
+    assert lesson02.SOFTMAX_ROWS.check_trusted(_softmax_reference()).passed
+
+    def raising(*args: Any, **kwargs: Any) -> Any:  # the answer's own error is still named as such
+        raise RuntimeError("dictionary changed size during iteration")
+
+    feedback = lesson02.SOFTMAX_ROWS.check_trusted(raising)
+    assert "your function raised RuntimeError" in feedback.message
+
+
+def test_the_environment_copy_does_not_iterate_os_environ_live(monkeypatch):
+    """``dict(os.environ)`` iterates the variables in Python and looks each up again: a variable
+    another thread removes meanwhile made the copy raise. The copy is taken in one step (here the
+    other thread's removal happens while the first name is decoded, deterministically)."""
+    name = "COURSE_TEST_GONE_MEANWHILE"
+    monkeypatch.setenv(name, "1")
+    decode = os.environ.decodekey
+    removed = []
+
+    def decode_and_remove(key: Any) -> str:
+        if not removed:
+            removed.append(os.environ._data.pop(os.environ.encodekey(name), None))
+        return decode(key)
+
+    monkeypatch.setattr(os.environ, "decodekey", decode_and_remove)
+    copy = core._environment()
+    assert removed and copy.get(name) == "1" and copy.get("PATH") == os.environ.get("PATH")

@@ -597,7 +597,7 @@ def _global_module_hooks() -> dict[str, Any]:
     ``_global_*`` of ``torch.nn.modules.module``, a dict as a list of its items."""
     module = sys.modules.get("torch.nn.modules.module")
     return {name: list(value.items()) if isinstance(value, dict) else value
-            for name, value in vars(module).items() if name.startswith("_global_")} if module else {}
+            for name, value in list(vars(module).items()) if name.startswith("_global_")} if module else {}
 
 
 def _put_global_module_hooks(saved: dict[str, Any]) -> None:
@@ -803,11 +803,18 @@ _COURSE_NAMES: list = [-1, ()]  # len(sys.modules) when last scanned, and the co
 
 
 def _environment() -> dict[str, str]:
-    return dict(_ENVIRON)
+    """``os.environ`` as a dict, from one atomic copy of the dict behind it: ``dict(os.environ)``
+    lists the names, then looks each up again in Python, between bytecodes, so a variable another
+    thread of the kernel removed meanwhile made the copy raise (KeyError)."""
+    data = getattr(_ENVIRON, "_data", None)
+    if type(data) is not dict:
+        return dict(_ENVIRON)
+    decode_key, decode_value = _ENVIRON.decodekey, _ENVIRON.decodevalue
+    return {decode_key(key): decode_value(value) for key, value in list(data.items())}
 
 
 def _put_environment(saved: dict[str, str]) -> None:
-    for name in [name for name in _ENVIRON if name not in saved]:
+    for name in [name for name in _environment() if name not in saved]:
         del _ENVIRON[name]
     for name, value in saved.items():
         if _ENVIRON.get(name) != value:
@@ -1362,7 +1369,7 @@ def _guarded_spaces() -> list[tuple[str, Any, Any]]:
                     spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__))
                 elif isinstance(value, Exercise) and id(value) not in seen:  # what its check reads
                     seen.add(id(value))
-                    name = next((k for k, v in module.__dict__.items() if v is value), "exercise")
+                    name = next((k for k, v in list(module.__dict__.items()) if v is value), "exercise")
                     spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__))
     classes = [("torch.Tensor", torch.Tensor)]
     classes += [(f"torch.nn.{name}", value) for name, value in list(vars(torch.nn).items())
@@ -1429,7 +1436,7 @@ def _put_back(spaces: list[tuple[str, Any, Any, dict]]) -> list[str]:
                 except Exception:  # noqa: BLE001 - (an attribute that cannot be set again)
                     pass
         if owner is _INSTANCE:  # an attribute the answer gave an exercise (`_expected`): removed
-            for key in [k for k in live if k not in saved]:
+            for key in [k for k in list(live) if k not in saved]:
                 changed.append(f"{label.replace('course_utils.exercises.', '')}.{key}")
                 live.pop(key, None)
         elif owner is _FIELDS:  # the outside grader's cases and outputs, unless it is grading now
@@ -3028,7 +3035,7 @@ class Exercise:
         """"lessonNN.check_xxx", the name of this exercise's check in its lesson module."""
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
-        for name, value in vars(module).items() if module else ():
+        for name, value in list(vars(module).items()) if module else ():
             if name.startswith("check_") and getattr(value, "__self__", None) is self:
                 return f"{key[0]}.{name}"
         return None
@@ -3060,7 +3067,7 @@ class Exercise:
         module (the key of :data:`LIBRARY_TWINS`); None outside a lesson."""
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
-        for name, value in (vars(module).items() if module is not None else ()):
+        for name, value in (list(vars(module).items()) if module is not None else ()):
             if name.startswith("check_") and getattr(value, "__self__", None) is self:
                 return f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
         return None
@@ -3207,14 +3214,21 @@ class Exercise:
             args, kwargs = case.fresh()
             feedback_exc: BaseException | None = None
             deadline = _Deadline()
+            raised: list[BaseException] = []  # what the answer's own call raised: nothing else is its
             try:
                 with watch, deadline, _AnswerRunning(called):
-                    outputs.append(fn(*args, **kwargs))
+                    try:
+                        outputs.append(fn(*args, **kwargs))
+                    except BaseException as exc:
+                        raised.append(exc)
+                        raise
                 # compared with the stored case decoded now, after the answer ran
                 edited = edited or _edited_input(self._stored_case(index, case), args, kwargs)
             except _StoreProblem as exc:  # the stored answers changed while it ran
                 return Feedback(self.title, "error", str(exc))
             except NotImplementedError as exc:
+                if not (raised and raised[0] is exc):
+                    return self._machinery_failed(exc)
                 feedback_exc = exc
                 if watch.used is None and _is_stub(fn, exc):
                     return Feedback(self.title, "not attempted",  # no hint: Run All must not answer it
@@ -3226,6 +3240,8 @@ class Exercise:
                     return self._tampered(deadline.changed, deadline.threads)
                 return self._stopped(exc, case)
             except BaseException as exc:  # noqa: BLE001 - any bug, sys.exit(): a message
+                if not (raised and raised[0] is exc):  # the check's own code failed
+                    return self._machinery_failed(exc)
                 if called:  # it failed on what the check it called gave back
                     return self._called_a_check(called[0])
                 feedback_exc = exc
@@ -3372,6 +3388,15 @@ class Exercise:
                        "before it returned, so it was not graded; the check did not run it again.")
         return Feedback(self.title, "error", message, self.hint, stopped=True)
 
+    def _machinery_failed(self, exc: BaseException) -> Feedback:
+        """Feedback for an error of the check's own code around the answer's call (its guard's
+        setting up or taking down, say a copy of a dict another thread of the kernel changed
+        meanwhile): never reported as the answer's, which may well be right."""
+        return Feedback(self.title, "error",
+                        f"the check could not grade this answer ({type(exc).__name__}: {_safe_str(exc)}). "
+                        "This is an error of the check, not of your function: run this cell again.",
+                        self.hint)
+
     def _raised(self, exc: BaseException, case: Case) -> Feedback:
         where = f" on {case.label}" if case.label else ""
         text = _safe_str(exc)
@@ -3445,7 +3470,7 @@ class Exercise:
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
         if module is not None:
-            found += [v for k, v in vars(module).items()  # its private helpers, not public ones
+            found += [v for k, v in list(vars(module).items())  # its private helpers, not public ones
                       if k.startswith("_") and isinstance(v, types.FunctionType)
                       and v.__module__ == module.__name__]
             check_key = self._check_key()
