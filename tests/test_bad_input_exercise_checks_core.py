@@ -1329,3 +1329,31 @@ def test_outputs_close_keeps_imaginary_part_of_expected():
         expected[0, 0] = complex(0.0, 5.0)
         assert not outputs_close(got, expected)
         assert outputs_close(expected.clone(), expected)
+
+
+# -- a check called without the answer, or with more than it -------------------------------------
+
+
+def _every_check() -> list[Any]:
+    """Every ``check_*`` of every lesson module (the bound Exercise.check and the plain functions)."""
+    found = []
+    for name in sorted(n for n in all_exercises()):
+        module = importlib.import_module(f"course_utils.exercises.{name.split('.')[0]}")
+        found += [getattr(module, n) for n in sorted(vars(module)) if n.startswith("check_")]
+    return list({id(f): f for f in found}.values())
+
+
+@pytest.mark.parametrize("args, kwargs, named", [
+    ((), {}, "with no argument"),
+    ((len, 2), {}, "with 2 arguments"),
+    ((len,), {"rtol": 1}, "keyword argument rtol"),
+])
+def test_every_check_called_wrongly_answers_naming_the_slip(args, kwargs, named):
+    # a check called with no answer or an extra argument raised Python's TypeError out of the check
+    checks = _every_check()
+    assert len(checks) >= 20
+    for check in checks:
+        feedback = check(*args, **kwargs)
+        assert feedback.status == "error", (check, feedback)
+        assert "takes one argument, your function" in feedback.message and named in feedback.message
+    assert all_exercises()["lesson03.SPLIT_HEADS"].check(fn=lambda x, h: x).status != "error"

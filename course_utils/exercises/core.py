@@ -2511,7 +2511,11 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     own = _put_back_own  # (bound here: an answer may rebind the module's name)
 
     @functools.wraps(check)
-    def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+    def guarded(self: Exercise, *args: Any, **kwargs: Any) -> Feedback:
+        slip = _call_slip(args, kwargs)
+        if slip is not None:  # (Python's TypeError would escape the check: say it in the feedback)
+            return Feedback(self.title, "error", slip, _CALL_HINT)
+        fn = args[0] if args else kwargs["fn"]
         try:
             return graded(self, fn)
         except TimeLimitExceeded as exc:  # a stop that reached the check after the answer's call
@@ -2566,6 +2570,28 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
         return feedback
 
     return guarded
+
+
+_CALL_HINT = ("pass the function you wrote, by its name and without calling it: for example "
+              "check_split_heads(split_heads), not check_split_heads() or "
+              "check_split_heads(split_heads(x, 2)).")
+
+
+def _call_slip(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """What is wrong with how a check was called (it takes one argument, the answer), or None."""
+    if len(args) == 1 and not kwargs or not args and list(kwargs) == ["fn"]:
+        return None
+    given = len(args) + len(kwargs)
+    if given == 0:
+        what = "with no argument: pass it your function"
+    else:
+        parts = [f"{len(args)} argument{'s' if len(args) != 1 else ''}"] if args else []
+        if kwargs:
+            names = ", ".join(str.__str__(k)[:40] for k in list(kwargs)[:4])
+            names += ", ..." if len(kwargs) > 4 else ""
+            parts.append(f"the keyword argument{'s' if len(kwargs) != 1 else ''} {names}")
+        what = f"with {' and '.join(parts)}: pass it your function alone"
+    return f"the check takes one argument, your function, and was called {what}. Nothing was graded."
 
 
 def _untrusted_kernel(exercise: Exercise) -> Feedback:
