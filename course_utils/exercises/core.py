@@ -2542,6 +2542,10 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
         if outermost:
             _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
+        # this thread's profiler as it was: not a row of _SETTINGS, which each time limit puts back
+        # on exit, before the call watch around it can see an answer switched its profiler off; a
+        # check's run of the answer under a time limit alone (4.4's second look) left it installed
+        profiler = _getprofile()
         _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
         try:
             feedback = check(self, fn)
@@ -2553,6 +2557,7 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
             replaced = own()  # rebound outside the time limit (a probe call): named below
             _CHECK_LIMITS.pop()
             _restore_settings(settings)
+            _setprofile(profiler)
             if outermost:
                 _THREADS_AT_START.pop()
                 _CHECKS_INSIDE_ANSWERS.clear()
