@@ -35,6 +35,22 @@ ANSWERS = {
                 except BaseException:
                     pass
     """,
+    # a C call the alarm no longer reaches: the check's watchdog wakes it with another signal
+    "blocks SIGALRM and sleeps": """
+        def answer(*a, **k):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(1000)
+    """,
+    "ignores SIGALRM and sleeps": """
+        def answer(*a, **k):
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            time.sleep(1000)
+    """,
+    "sets its own SIGALRM handler and sleeps": """
+        def answer(*a, **k):
+            signal.signal(signal.SIGALRM, lambda *a: None)
+            time.sleep(1000)
+    """,
 }
 
 DRIVER = """
@@ -49,6 +65,8 @@ fb = {module}.{check}(answer)
 print("STATUS", fb.status, fb.stopped)
 print("MESSAGE", fb.message)
 print("HANDLER", signal.getsignal(signal.SIGALRM) is mine, sys.gettrace() is None)
+print("KICK", signal.getsignal(signal.SIGURG) == signal.SIG_DFL,
+      signal.pthread_sigmask(signal.SIG_BLOCK, []) == set())
 """
 
 
@@ -69,3 +87,5 @@ def test_runaway_answer_is_stopped_with_a_message(check, kind):
     assert out["STATUS"] == "error True", proc.stdout
     assert "ran for more than 1 s" in out["MESSAGE"]
     assert out["HANDLER"] == "True True"  # the learner's own handler is back, no trace left
+    assert out["KICK"] == "True True"  # the watchdog's signal as it was, nothing left blocked
+

@@ -298,6 +298,11 @@ def _time_limit() -> float:
 
 
 _CHECK_LIMITS: list[float] = []  # the time limit of each check running now (innermost last)
+# The signal the time limit's watchdog sends the main thread to wake a C call (time.sleep) the
+# alarm no longer reaches: SIGURG, whose default action is to ignore it, so one that arrives late
+# does nothing; the time limit's handler is set for it while an answer runs.
+_KICK = getattr(signal, "SIGURG", None) if hasattr(signal, "pthread_kill") else None
+_LIMIT_SIGNALS = {signal.SIGALRM, _KICK} - {None} if hasattr(signal, "SIGALRM") else set()
 
 
 class _Deadline:
@@ -308,7 +313,9 @@ class _Deadline:
     SIGALRM, or catches it in a recursion that starts again from every ``except`` is stopped
     anyway, without killing the kernel: from then on the alarm repeats every few milliseconds,
     puts back its handler and unblocks SIGALRM when the answer changed them (a watchdog thread
-    asks the main thread to, through ``Py_AddPendingCall``), marks every frame of the running
+    asks the main thread to, through ``Py_AddPendingCall``, and wakes a C call such as
+    ``time.sleep`` that the alarm no longer reaches with :data:`_KICK`, SIGURG, whose handler is
+    the limit's own while the answer runs and raises as the alarm would), marks every frame of the running
     answer with a trace function that raises at its next line, so an ``except`` clause that
     caught the first exception raises again, and gives every function that runs more than once
     on the answer's stack (a recursion) code that raises at once, so no ``except`` can start
@@ -319,8 +326,10 @@ class _Deadline:
 
     What it cannot stop: ``os._exit()`` or a crash in C ends the kernel (the outside grader
     runs each answer in its own process and survives it), and an answer blocked inside one C
-    call with SIGALRM ignored or blocked (``time.sleep`` after ``signal.pthread_sigmask``) is
-    not reached until that call returns.
+    call that neither signal reaches (SIGURG blocked or ignored too, ``signal.pthread_sigmask``
+    of every signal, or a C call that does not return on a signal: a long torch kernel) is not
+    reached until that call returns; the outside grader's per-call limit, which ends the
+    answer's process, is the guarantee there.
 
     On exit it also puts back each process setting of :data:`_SETTINGS` the answer changed
     (signal handlers, CPU-time interval timers, hooks, soft resource limits, the import state,
@@ -342,6 +351,10 @@ class _Deadline:
         import signal
 
         self.changed: str | None = None  # what the answer replaced in the guarded namespaces
+        self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
+        if self._armed and _KICK is not None:
+            # before the settings are read: an answer that changes what _KICK does is named
+            self._previous_kick = signal.signal(_KICK, self._kick)
         self._settings = _process_settings()
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self._raised = False  # whether a stop was raised in the answer
@@ -353,7 +366,6 @@ class _Deadline:
         self._checks_called: list[str] = []
         _CHECKS_INSIDE_ANSWERS.append(self._checks_called)
         self._traced: list[Any] = []  # the frames _expire gave a trace function (cleared on exit)
-        self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         self._previous_trace = _gettrace()  # put back on exit: this limit's, or the answer's own
         if self._armed:
             self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
@@ -365,7 +377,7 @@ class _Deadline:
             # ignores a signal while this limit is not active), not the default action (exit)
             self._previous = signal.signal(signal.SIGALRM, self._expire)
             # SIGALRM unblocked while the answer runs (an earlier cell may have blocked it)
-            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMIT_SIGNALS)
                           if hasattr(signal, "pthread_sigmask") else None)
             self._done = threading.Event()
             _Deadline._active = self
@@ -411,6 +423,16 @@ class _Deadline:
             sys.settrace(self._stop_call)
         self._raised = True
         raise TimeLimitExceeded(self.seconds)
+
+    def _kick(self, signum: int, frame: Any) -> None:
+        """The handler of :data:`_KICK`, which the watchdog sends the main thread while an answer
+        runs past the limit: it wakes a C call (``time.sleep``) that the alarm no longer reaches
+        (SIGALRM blocked, ignored or given a handler of the answer's), puts the alarm back and
+        stops the answer as the alarm would."""
+        if _Deadline._active is not self:
+            return
+        self._restore_alarm()
+        self._expire(signum, frame)
 
     def _answer_on(self, frame: Any) -> bool:
         """True when a frame of code outside this module runs between ``frame`` and the check."""
@@ -478,8 +500,10 @@ class _Deadline:
             return
         if signal.getsignal(signal.SIGALRM) != self._expire:
             signal.signal(signal.SIGALRM, self._expire)
+        if _KICK is not None and signal.getsignal(_KICK) != self._kick:
+            signal.signal(_KICK, self._kick)
         if self._mask is not None:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMIT_SIGNALS)
         if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
             signal.setitimer(signal.ITIMER_REAL, 0.001)
 
@@ -506,6 +530,11 @@ class _Deadline:
             del frame
             if pending is not None:
                 pending(self._restore_alarm)
+            if _KICK is not None:  # wakes a C call the alarm cannot reach (the pending call waits for it)
+                try:
+                    signal.pthread_kill(main, _KICK)
+                except (OSError, ValueError):  # (the main thread has ended: nothing to stop)
+                    return
             if self._done.wait(0.25):
                 return
 
@@ -545,7 +574,7 @@ class _Deadline:
                 # a SIGALRM the answer left pending under its blocked mask (the timer struck after
                 # the watchdog ended, or the answer sent one) is delivered now, to this limit's
                 # handler, which ignores it: under the default handler it would end the kernel
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMIT_SIGNALS)
             for frame in self._traced:  # no frame keeps this limit's trace function (a generator's
                 if frame.f_trace == self._stop_line:  # frame may run again after the check)
                     frame.f_trace = None
@@ -556,6 +585,8 @@ class _Deadline:
             if self._mask is not None:  # the answer may have blocked SIGALRM: the mask as it was
                 signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
             signal.signal(signal.SIGALRM, self._previous)
+            if _KICK is not None:
+                signal.signal(_KICK, self._previous_kick)
         if self.rounds and raised and not stopped:
             # what it raised last (a RecursionError, an error of the code that raised at once) is
             # not the answer's doing: it was stopped
