@@ -1075,15 +1075,19 @@ def test_an_ended_time_limit_clears_its_trace_functions_and_raises_nothing():
     next(running)
     trace = sys.gettrace()
     deadline = _Deadline()
-    with deadline:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # (the repeat alarm waits for exit)
-        deadline.rounds = 1  # the first stop was swallowed: the next one traces the answer's frames
-        try:  # (no pytest.raises: until exit, every new frame outside core.py is stopped too)
-            deadline._expire(signal.SIGALRM, running.gi_frame)
-        except TimeLimitExceeded:
-            stopped = True
-        traced = running.gi_frame.f_trace == deadline._stop_line
-    assert stopped and traced
+    refused = False
+    try:
+        with deadline:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # (the repeat alarm waits for exit)
+            deadline.rounds = 1  # the first stop was swallowed: the next one traces the answer's frames
+            try:  # (no pytest.raises: until exit, every new frame outside core.py is stopped too)
+                deadline._expire(signal.SIGALRM, running.gi_frame)
+            except TimeLimitExceeded:
+                stopped = True
+            traced = running.gi_frame.f_trace == deadline._stop_line
+    except TimeLimitExceeded:  # a stop swallowed inside the limit is refused on exit, once
+        refused = True
+    assert stopped and traced and refused
     assert running.gi_frame.f_trace is None
     assert sys.gettrace() is trace
     _Deadline._active = deadline  # even when found active again, an ended limit raises nothing

@@ -319,7 +319,9 @@ class _Deadline:
     answer with a trace function that raises at its next line, so an ``except`` clause that
     caught the first exception raises again, and gives every function that runs more than once
     on the answer's stack (a recursion) code that raises at once, so no ``except`` can start
-    the recursion again. On exit the handler, the timer, the signal mask, the trace function
+    the recursion again. An answer that was stopped is refused whatever it returns afterwards
+    (a ``return`` in ``finally`` swallows the stop): :class:`TimeLimitExceeded` is raised on exit.
+    On exit the handler, the timer, the signal mask, the trace function
     and those functions' code are as they were before the check; a SIGALRM left pending under
     a mask the answer blocked (or one pending when the check starts) is taken by the check's
     handler and dropped, never by the default action, which would end the kernel.
@@ -358,6 +360,7 @@ class _Deadline:
         self._settings = _process_settings()
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self._raised = False  # whether a stop was raised in the answer
+        self._taken = False  # whether the check's own code caught that stop (not the answer)
         self._graced = False  # whether the limit waited for an import the answer started
         self.seconds = _time_limit()
         self._ended = False  # set first on exit: from then on its trace functions raise nothing
@@ -544,7 +547,12 @@ class _Deadline:
         # (battery 28: accepted late, then run again for every case); stopped all the same
         stopped = exc_info[0] is not None and issubclass(exc_info[0], (TimeLimitExceeded, KeyboardInterrupt))
         allowed = self.seconds + (IMPORT_GRACE if self._graced else 0)
-        late = self._armed and not self._raised and not stopped and _monotonic() - self._started > allowed
+        # stopped, it returned all the same (a `return` in `finally` swallows the stop): whatever it
+        # returned came after the limit, and the answer is never run again
+        # (not when the check's own code took the stop: _within_time_limit printing an object)
+        swallowed = exc_info[0] is None and self._raised and not self._taken
+        overran = not self._raised and _monotonic() - self._started > allowed
+        late = self._armed and not stopped and (swallowed or overran)
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
         own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
@@ -1952,6 +1960,8 @@ def _within_time_limit(make: Callable[[], str]) -> str | None:
         with _Deadline():
             return make()
     except TimeLimitExceeded:
+        if _Deadline._active is not None:  # the stop is the check's to report, not one the answer
+            _Deadline._active._taken = True  # swallowed (refused on that limit's exit)
         return None
     except Exception:  # noqa: BLE001 - the answer's own code: any error
         return None if time.monotonic() - start >= _time_limit() else _RAISED
