@@ -1361,3 +1361,17 @@ def test_every_check_called_wrongly_answers_naming_the_slip(args, kwargs, named)
         assert feedback.status == "error", (check, feedback)
         assert "takes one argument, your function" in feedback.message and named in feedback.message
     assert all_exercises()["lesson03.SPLIT_HEADS"].check(fn=lambda x, h: x).status != "error"
+
+
+@pytest.mark.parametrize("value", ["2s", "abc", "-1", "nan"])
+def test_a_stop_names_a_time_limit_setting_that_was_not_used(value, monkeypatch):
+    # COURSE_CHECK_TIMEOUT=2s fell back to the default 10 s without a word
+    from course_utils.exercises import lesson03
+    from course_utils.exercises.core import CALL_TIME_LIMIT, TimeLimitExceeded
+
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", value)
+    message = lesson03.SCORE_MACS._stopped(TimeLimitExceeded(CALL_TIME_LIMIT), None).message
+    assert f"COURSE_CHECK_TIMEOUT={value!r} is not a number of seconds" in message, message
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", "2")
+    message = lesson03.SCORE_MACS._stopped(TimeLimitExceeded(2.0), None).message
+    assert "COURSE_CHECK_TIMEOUT" not in message and "more than 2 s and was stopped" in message

@@ -297,6 +297,23 @@ def _time_limit() -> float:
     return seconds if math.isfinite(seconds) and seconds > 0 else CALL_TIME_LIMIT
 
 
+def _limit_setting_note(seconds: float) -> str:
+    """For the message of a stop after ``seconds``: a note naming COURSE_CHECK_TIMEOUT when it is set
+    to what is not a number of seconds above 0 (``2s``, ``abc``), which :func:`_time_limit` replaces
+    with the default; "" when it is unset or valid, or the limit was not the default."""
+    raw = _ENVIRON.get("COURSE_CHECK_TIMEOUT")
+    if raw is None or seconds != CALL_TIME_LIMIT:
+        return ""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds > 0:
+        return ""
+    return (f" (the default: COURSE_CHECK_TIMEOUT={shown(raw, 40)} is not a number of seconds above 0, "
+            "such as 2, so it was not used)")
+
+
 _CHECK_LIMITS: list[float] = []  # the time limit of each check running now (innermost last)
 # The signal the time limit's watchdog sends the main thread to wake a C call (time.sleep) the
 # alarm no longer reaches: SIGURG, whose default action is to ignore it, so one that arrives late
@@ -3435,10 +3452,11 @@ class Exercise:
         diagnosis reruns it), so one interrupt is enough."""
         where = f" on {case.label}" if case is not None and case.label else ""
         if isinstance(exc, TimeLimitExceeded):
-            message = (f"your function ran for more than {exc.args[0]:g} s{where} and was stopped. The "
-                       "test inputs are tiny, so a right answer takes milliseconds: look for a loop "
-                       "that never ends (a while loop whose condition never changes) or one over far "
-                       "more items than the input has.")
+            note = _limit_setting_note(exc.args[0])  # a COURSE_CHECK_TIMEOUT that was not used
+            message = (f"your function ran for more than {exc.args[0]:g} s{note}{where} and "
+                       "was stopped. The test inputs are tiny, so a right answer takes milliseconds: look "
+                       "for a loop that never ends (a while loop whose condition never changes) or one over "
+                       "far more items than the input has.")
         else:
             message = (f"your function was interrupted{where} (KeyboardInterrupt: Kernel > Interrupt) "
                        "before it returned, so it was not graded; the check did not run it again.")
