@@ -1075,15 +1075,19 @@ def test_an_ended_time_limit_clears_its_trace_functions_and_raises_nothing():
     next(running)
     trace = sys.gettrace()
     deadline = _Deadline()
-    with deadline:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # (the repeat alarm waits for exit)
-        deadline.rounds = 1  # the first stop was swallowed: the next one traces the answer's frames
-        try:  # (no pytest.raises: until exit, every new frame outside core.py is stopped too)
-            deadline._expire(signal.SIGALRM, running.gi_frame)
-        except TimeLimitExceeded:
-            stopped = True
-        traced = running.gi_frame.f_trace == deadline._stop_line
-    assert stopped and traced
+    refused = False
+    try:
+        with deadline:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # (the repeat alarm waits for exit)
+            deadline.rounds = 1  # the first stop was swallowed: the next one traces the answer's frames
+            try:  # (no pytest.raises: until exit, every new frame outside core.py is stopped too)
+                deadline._expire(signal.SIGALRM, running.gi_frame)
+            except TimeLimitExceeded:
+                stopped = True
+            traced = running.gi_frame.f_trace == deadline._stop_line
+    except TimeLimitExceeded:  # a stop swallowed inside the limit is refused on exit, once
+        refused = True
+    assert stopped and traced and refused
     assert running.gi_frame.f_trace is None
     assert sys.gettrace() is trace
     _Deadline._active = deadline  # even when found active again, an ended limit raises nothing
@@ -1383,3 +1387,45 @@ def test_the_environment_copy_does_not_iterate_os_environ_live(monkeypatch):
     monkeypatch.setattr(os.environ, "decodekey", decode_and_remove)
     copy = core._environment()
     assert removed and copy.get(name) == "1" and copy.get("PATH") == os.environ.get("PATH")
+
+
+# -- a check called without the answer, or with more than it -------------------------------------
+
+
+def _every_check() -> list[Any]:
+    """Every ``check_*`` of every lesson module (the bound Exercise.check and the plain functions)."""
+    found = []
+    for name in sorted(n for n in all_exercises()):
+        module = importlib.import_module(f"course_utils.exercises.{name.split('.')[0]}")
+        found += [getattr(module, n) for n in sorted(vars(module)) if n.startswith("check_")]
+    return list({id(f): f for f in found}.values())
+
+
+@pytest.mark.parametrize("args, kwargs, named", [
+    ((), {}, "with no argument"),
+    ((len, 2), {}, "with 2 arguments"),
+    ((len,), {"rtol": 1}, "keyword argument rtol"),
+])
+def test_every_check_called_wrongly_answers_naming_the_slip(args, kwargs, named):
+    # a check called with no answer or an extra argument raised Python's TypeError out of the check
+    checks = _every_check()
+    assert len(checks) >= 20
+    for check in checks:
+        feedback = check(*args, **kwargs)
+        assert feedback.status == "error", (check, feedback)
+        assert "takes one argument, your function" in feedback.message and named in feedback.message
+    assert all_exercises()["lesson03.SPLIT_HEADS"].check(fn=lambda x, h: x).status != "error"
+
+
+@pytest.mark.parametrize("value", ["2s", "abc", "-1", "nan"])
+def test_a_stop_names_a_time_limit_setting_that_was_not_used(value, monkeypatch):
+    # COURSE_CHECK_TIMEOUT=2s fell back to the default 10 s without a word
+    from course_utils.exercises import lesson03
+    from course_utils.exercises.core import CALL_TIME_LIMIT, TimeLimitExceeded
+
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", value)
+    message = lesson03.SCORE_MACS._stopped(TimeLimitExceeded(CALL_TIME_LIMIT), None).message
+    assert f"COURSE_CHECK_TIMEOUT={value!r} is not a number of seconds" in message, message
+    monkeypatch.setenv("COURSE_CHECK_TIMEOUT", "2")
+    message = lesson03.SCORE_MACS._stopped(TimeLimitExceeded(2.0), None).message
+    assert "COURSE_CHECK_TIMEOUT" not in message and "more than 2 s and was stopped" in message

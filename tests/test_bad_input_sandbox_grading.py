@@ -1428,3 +1428,30 @@ def test_run_answer_refuses_limits_setrlimit_cannot_take():
         with pytest.raises(ValueError, match=name):
             run_answer(code, "softmax_rows", "lesson02.check_softmax_rows", cases, sandbox=False,
                        **{"per_call": 30, name: value})
+
+
+# -- a right answer that calls itself is not a ready-made twin ----------------------------------
+
+_RECURSIVE_SPLIT_HEADS = '''import torch
+def split_heads(x, num_heads):
+    if x.dim() > 3:
+        return torch.stack([split_heads(xi, num_heads) for xi in x])
+    *lead, T, d = x.shape
+    return x.reshape(*lead, T, num_heads, d // num_heads).transpose(-3, -2)
+'''
+
+
+def test_a_self_recursive_answer_is_not_refused_as_a_twin():
+    # the grader refused it as "uses `split_heads` (a ready-made twin of this exercise)"
+    assert SB.grading_preview([_RECURSIVE_SPLIT_HEADS], "split_heads", "lesson03.check_split_heads") == []
+    assert SB.rules_broken(_RECURSIVE_SPLIT_HEADS, "lesson03.check_split_heads") == []
+
+
+@pytest.mark.parametrize("reach", [
+    "import torch\nimport course_utils.attention.mha as m\n"
+    "def split_heads(x, h):\n    return m.split_heads(x, h)\n",
+    "import torch\ndef split_heads(x, h):\n    return getattr(torch, 'split_heads')(x, h)\n",
+])
+def test_the_library_twin_reached_otherwise_is_still_refused(reach):
+    # the control: the exemption is for a plain name of the answer's own function only
+    assert any("twin" in p for p in SB.rules_broken(reach, "lesson03.check_split_heads"))

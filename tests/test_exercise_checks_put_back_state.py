@@ -255,3 +255,21 @@ def test_answer_source_names_a_missing_function_given_as_a_str_subclass():
 
     with pytest.raises(sandbox.AnswerProblem, match="no function `g` is defined"):
         sandbox.answer_source(["def f():\n    return 1\n"], LyingStr("g"))
+
+
+def test_the_profiler_an_answer_installs_is_put_back_by_4_4():
+    """4.4 looks at an answer again under a time limit alone (no call watch around it): the
+    answer's sys.setprofile stayed installed after the check."""
+    from course_utils.exercises import lesson04
+
+    def masks_for_torch(attn_mask, key_padding_mask):
+        sys.setprofile(lambda *a: None)
+        return ~attn_mask, ~key_padding_mask
+
+    try:
+        feedback = lesson04.check_masks_for_torch(masks_for_torch)
+        left = sys.getprofile()
+    finally:
+        sys.setprofile(None)
+    assert left is None, left
+    assert feedback.mistake == "tampered_with_check", feedback

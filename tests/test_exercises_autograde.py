@@ -577,3 +577,35 @@ def test_an_answer_that_grows_its_callers_list_is_named_outside_the_kernel_too()
     feedback = autograde.feedback_from("lesson04", "check_stack_head_weights", "stack_head_weights", run,
                                        cases)
     assert not feedback.passed and feedback.mistake == "changed_callers_list", feedback
+
+
+def test_a_pasted_copy_of_a_graded_cell_is_graded_and_stops_no_other_submission():
+    """A cell copied and pasted (two cells with one grade_id): nbgrader's DeduplicateIds left the
+    earlier copy's metadata `{}`, which CheckCellMetadata took for an old metadata format, and that
+    error stopped `nbgrader autograde` for every later student. The course's sanitising step keeps
+    the last copy graded and makes the earlier one plain code, so the notebook validates."""
+    pytest.importorskip("nbgrader")
+    import nbformat
+    from nbgrader.preprocessors import CheckCellMetadata
+    from traitlets.config import Config
+
+    c = Config()
+    autograde.configure(c, ".")
+    names = [p.__name__ for p in c.Autograde.sanitize_preprocessors]
+    assert "KeepLastOfDuplicateIds" in names and "DeduplicateIds" not in names
+    assert names.index("KeepLastOfDuplicateIds") < names.index("CheckCellMetadata")
+
+    def cell(source, grade_id, **flags):
+        meta = {"grade": False, "solution": False, "locked": False, "grade_id": grade_id,
+                "schema_version": 3, **flags}
+        return nbformat.v4.new_code_cell(source, metadata={"nbgrader": meta})
+
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("def f():\n    return 1\n", "lesson03_score_macs", solution=True),
+        cell("def f():\n    return 2\n", "lesson03_score_macs", solution=True),  # the pasted copy
+        cell("lesson03.check_score_macs(f)", "lesson03_score_macs_test", grade=True, locked=True, points=1),
+    ])
+    nb, _ = autograde.KeepLastOfDuplicateIds().preprocess(nb, {})
+    assert "nbgrader" not in nb.cells[0].metadata  # the earlier copy: plain code
+    assert nb.cells[1].metadata["nbgrader"]["grade_id"] == "lesson03_score_macs"
+    CheckCellMetadata().preprocess(nb, {})  # validates: no "old metadata format" stop

@@ -930,8 +930,37 @@ def _inert_class() -> type:
     return MakeInert
 
 
+def _deduplicate_class() -> type:
+    from nbgrader.preprocessors import DeduplicateIds
+
+    class KeepLastOfDuplicateIds(DeduplicateIds):
+        """nbgrader autograde sanitising step in place of ``DeduplicateIds``: of cells that carry one
+        grade_id (a cell copied and pasted in JupyterLab), the last keeps it and each earlier copy
+        becomes a plain cell, its nbgrader metadata removed. nbgrader's own sets that metadata to
+        ``{}``, which its ``CheckCellMetadata`` then takes for an old metadata format, and that
+        error stopped ``nbgrader autograde`` for every later submission, with a message about
+        ``nbgrader update``. The submission is graded on its own merits: the last definition is
+        the one its later cells use."""
+
+        def preprocess_cell(self, cell: Any, resources: Any, cell_index: int) -> tuple[Any, Any]:
+            meta = _nbgrader_meta(cell)
+            if not (meta.get("grade") or meta.get("solution") or meta.get("locked")):
+                return cell, resources
+            grade_id = meta.get("grade_id")
+            if grade_id in self.grade_ids:
+                self.log.warning("grade_id %s is on more than one cell (a cell copied and pasted?): the "
+                                 "last one is graded, an earlier copy is read as plain code", shown(grade_id))
+                del cell.metadata["nbgrader"]
+            else:
+                self.grade_ids.add(grade_id)
+            return cell, resources
+
+    return KeepLastOfDuplicateIds
+
+
 def __getattr__(name: str) -> Any:  # the preprocessor classes, made on first use (nbconvert is heavy)
-    makers = {"GradeOutside": _preprocessor_class, "MakeInert": _inert_class}
+    makers = {"GradeOutside": _preprocessor_class, "MakeInert": _inert_class,
+              "KeepLastOfDuplicateIds": _deduplicate_class}
     if name in makers:
         cls = makers[name]()
         globals()[name] = cls
@@ -971,11 +1000,17 @@ def configure(c: Any, course_root: str | Path) -> None:
     from nbgrader.preprocessors import (
         AssignLatePenalties,
         CheckCellMetadata,
+        ClearOutput,
         IgnorePattern,
         LimitOutput,
+        OverwriteCells,
+        OverwriteKernelspec,
         SaveAutoGrades,
     )
 
+    # nbgrader's own, but duplicated grade_ids (a pasted cell) graded, not a stop for the whole class
+    c.Autograde.sanitize_preprocessors = [ClearOutput, __getattr__("KeepLastOfDuplicateIds"),
+                                          OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [
         __getattr__("GradeOutside"), IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
         AssignLatePenalties, CheckCellMetadata, __getattr__("MakeInert")]

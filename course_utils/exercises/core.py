@@ -297,7 +297,29 @@ def _time_limit() -> float:
     return seconds if math.isfinite(seconds) and seconds > 0 else CALL_TIME_LIMIT
 
 
+def _limit_setting_note(seconds: float) -> str:
+    """For the message of a stop after ``seconds``: a note naming COURSE_CHECK_TIMEOUT when it is set
+    to what is not a number of seconds above 0 (``2s``, ``abc``), which :func:`_time_limit` replaces
+    with the default; "" when it is unset or valid, or the limit was not the default."""
+    raw = _ENVIRON.get("COURSE_CHECK_TIMEOUT")
+    if raw is None or seconds != CALL_TIME_LIMIT:
+        return ""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds > 0:
+        return ""
+    return (f" (the default: COURSE_CHECK_TIMEOUT={shown(raw, 40)} is not a number of seconds above 0, "
+            "such as 2, so it was not used)")
+
+
 _CHECK_LIMITS: list[float] = []  # the time limit of each check running now (innermost last)
+# The signal the time limit's watchdog sends the main thread to wake a C call (time.sleep) the
+# alarm no longer reaches: SIGURG, whose default action is to ignore it, so one that arrives late
+# does nothing; the time limit's handler is set for it while an answer runs.
+_KICK = getattr(signal, "SIGURG", None) if hasattr(signal, "pthread_kill") else None
+_LIMIT_SIGNALS = {signal.SIGALRM, _KICK} - {None} if hasattr(signal, "SIGALRM") else set()
 
 
 class _Deadline:
@@ -308,19 +330,25 @@ class _Deadline:
     SIGALRM, or catches it in a recursion that starts again from every ``except`` is stopped
     anyway, without killing the kernel: from then on the alarm repeats every few milliseconds,
     puts back its handler and unblocks SIGALRM when the answer changed them (a watchdog thread
-    asks the main thread to, through ``Py_AddPendingCall``), marks every frame of the running
+    asks the main thread to, through ``Py_AddPendingCall``, and wakes a C call such as
+    ``time.sleep`` that the alarm no longer reaches with :data:`_KICK`, SIGURG, whose handler is
+    the limit's own while the answer runs and raises as the alarm would), marks every frame of the running
     answer with a trace function that raises at its next line, so an ``except`` clause that
     caught the first exception raises again, and gives every function that runs more than once
     on the answer's stack (a recursion) code that raises at once, so no ``except`` can start
-    the recursion again. On exit the handler, the timer, the signal mask, the trace function
+    the recursion again. An answer that was stopped is refused whatever it returns afterwards
+    (a ``return`` in ``finally`` swallows the stop): :class:`TimeLimitExceeded` is raised on exit.
+    On exit the handler, the timer, the signal mask, the trace function
     and those functions' code are as they were before the check; a SIGALRM left pending under
     a mask the answer blocked (or one pending when the check starts) is taken by the check's
     handler and dropped, never by the default action, which would end the kernel.
 
     What it cannot stop: ``os._exit()`` or a crash in C ends the kernel (the outside grader
     runs each answer in its own process and survives it), and an answer blocked inside one C
-    call with SIGALRM ignored or blocked (``time.sleep`` after ``signal.pthread_sigmask``) is
-    not reached until that call returns.
+    call that neither signal reaches (SIGURG blocked or ignored too, ``signal.pthread_sigmask``
+    of every signal, or a C call that does not return on a signal: a long torch kernel) is not
+    reached until that call returns; the outside grader's per-call limit, which ends the
+    answer's process, is the guarantee there.
 
     On exit it also puts back each process setting of :data:`_SETTINGS` the answer changed
     (signal handlers, CPU-time interval timers, hooks, soft resource limits, the import state,
@@ -342,9 +370,14 @@ class _Deadline:
         import signal
 
         self.changed: str | None = None  # what the answer replaced in the guarded namespaces
+        self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
+        if self._armed and _KICK is not None:
+            # before the settings are read: an answer that changes what _KICK does is named
+            self._previous_kick = signal.signal(_KICK, self._kick)
         self._settings = _process_settings()
         self.rounds = 0  # how many times the time limit struck (0: the answer ran in time)
         self._raised = False  # whether a stop was raised in the answer
+        self._taken = False  # whether the check's own code caught that stop (not the answer)
         self._graced = False  # whether the limit waited for an import the answer started
         self.seconds = _time_limit()
         self._ended = False  # set first on exit: from then on its trace functions raise nothing
@@ -353,7 +386,6 @@ class _Deadline:
         self._checks_called: list[str] = []
         _CHECKS_INSIDE_ANSWERS.append(self._checks_called)
         self._traced: list[Any] = []  # the frames _expire gave a trace function (cleared on exit)
-        self._armed = (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
         self._previous_trace = _gettrace()  # put back on exit: this limit's, or the answer's own
         if self._armed:
             self._swapped: list[tuple[types.FunctionType, Any, Any]] = []
@@ -365,7 +397,7 @@ class _Deadline:
             # ignores a signal while this limit is not active), not the default action (exit)
             self._previous = signal.signal(signal.SIGALRM, self._expire)
             # SIGALRM unblocked while the answer runs (an earlier cell may have blocked it)
-            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+            self._mask = (signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMIT_SIGNALS)
                           if hasattr(signal, "pthread_sigmask") else None)
             self._done = threading.Event()
             _Deadline._active = self
@@ -411,6 +443,16 @@ class _Deadline:
             sys.settrace(self._stop_call)
         self._raised = True
         raise TimeLimitExceeded(self.seconds)
+
+    def _kick(self, signum: int, frame: Any) -> None:
+        """The handler of :data:`_KICK`, which the watchdog sends the main thread while an answer
+        runs past the limit: it wakes a C call (``time.sleep``) that the alarm no longer reaches
+        (SIGALRM blocked, ignored or given a handler of the answer's), puts the alarm back and
+        stops the answer as the alarm would."""
+        if _Deadline._active is not self:
+            return
+        self._restore_alarm()
+        self._expire(signum, frame)
 
     def _answer_on(self, frame: Any) -> bool:
         """True when a frame of code outside this module runs between ``frame`` and the check."""
@@ -478,8 +520,10 @@ class _Deadline:
             return
         if signal.getsignal(signal.SIGALRM) != self._expire:
             signal.signal(signal.SIGALRM, self._expire)
+        if _KICK is not None and signal.getsignal(_KICK) != self._kick:
+            signal.signal(_KICK, self._kick)
         if self._mask is not None:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMIT_SIGNALS)
         if signal.getitimer(signal.ITIMER_REAL)[0] == 0:
             signal.setitimer(signal.ITIMER_REAL, 0.001)
 
@@ -506,6 +550,11 @@ class _Deadline:
             del frame
             if pending is not None:
                 pending(self._restore_alarm)
+            if _KICK is not None:  # wakes a C call the alarm cannot reach (the pending call waits for it)
+                try:
+                    signal.pthread_kill(main, _KICK)
+                except (OSError, ValueError):  # (the main thread has ended: nothing to stop)
+                    return
             if self._done.wait(0.25):
                 return
 
@@ -515,7 +564,12 @@ class _Deadline:
         # (battery 28: accepted late, then run again for every case); stopped all the same
         stopped = exc_info[0] is not None and issubclass(exc_info[0], (TimeLimitExceeded, KeyboardInterrupt))
         allowed = self.seconds + (IMPORT_GRACE if self._graced else 0)
-        late = self._armed and not self._raised and not stopped and _monotonic() - self._started > allowed
+        # stopped, it returned all the same (a `return` in `finally` swallows the stop): whatever it
+        # returned came after the limit, and the answer is never run again
+        # (not when the check's own code took the stop: _within_time_limit printing an object)
+        swallowed = exc_info[0] is None and self._raised and not self._taken
+        overran = not self._raised and _monotonic() - self._started > allowed
+        late = self._armed and not stopped and (swallowed or overran)
         if self._armed:  # first: from here on the alarm stops nothing (no global name: see below)
             self.__class__._active = self._outer
         own = _own()  # this module's helpers as imported, before any is looked up (battery 16)
@@ -545,7 +599,7 @@ class _Deadline:
                 # a SIGALRM the answer left pending under its blocked mask (the timer struck after
                 # the watchdog ended, or the answer sent one) is delivered now, to this limit's
                 # handler, which ignores it: under the default handler it would end the kernel
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMIT_SIGNALS)
             for frame in self._traced:  # no frame keeps this limit's trace function (a generator's
                 if frame.f_trace == self._stop_line:  # frame may run again after the check)
                     frame.f_trace = None
@@ -556,6 +610,8 @@ class _Deadline:
             if self._mask is not None:  # the answer may have blocked SIGALRM: the mask as it was
                 signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
             signal.signal(signal.SIGALRM, self._previous)
+            if _KICK is not None:
+                signal.signal(_KICK, self._previous_kick)
         if self.rounds and raised and not stopped:
             # what it raised last (a RecursionError, an error of the code that raised at once) is
             # not the answer's doing: it was stopped
@@ -1928,6 +1984,8 @@ def _within_time_limit(make: Callable[[], str]) -> str | None:
         with _Deadline():
             return make()
     except TimeLimitExceeded:
+        if _Deadline._active is not None:  # the stop is the check's to report, not one the answer
+            _Deadline._active._taken = True  # swallowed (refused on that limit's exit)
         return None
     except Exception:  # noqa: BLE001 - the answer's own code: any error
         return None if time.monotonic() - start >= _time_limit() else _RAISED
@@ -2518,7 +2576,11 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
     own = _put_back_own  # (bound here: an answer may rebind the module's name)
 
     @functools.wraps(check)
-    def guarded(self: Exercise, fn: Callable[..., Any]) -> Feedback:
+    def guarded(self: Exercise, *args: Any, **kwargs: Any) -> Feedback:
+        slip = _call_slip(args, kwargs)
+        if slip is not None:  # (Python's TypeError would escape the check: say it in the feedback)
+            return Feedback(self.title, "error", slip, _CALL_HINT)
+        fn = args[0] if args else kwargs["fn"]
         try:
             return graded(self, fn)
         except TimeLimitExceeded as exc:  # a stop that reached the check after the answer's call
@@ -2545,6 +2607,10 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
         if outermost:
             _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
+        # this thread's profiler as it was: not a row of _SETTINGS, which each time limit puts back
+        # on exit, before the call watch around it can see an answer switched its profiler off; a
+        # check's run of the answer under a time limit alone (4.4's second look) left it installed
+        profiler = _getprofile()
         _CHECK_LIMITS.append(_time_limit())  # read once, before the answer can change it
         try:
             feedback = check(self, fn)
@@ -2556,6 +2622,7 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
             replaced = own()  # rebound outside the time limit (a probe call): named below
             _CHECK_LIMITS.pop()
             _restore_settings(settings)
+            _setprofile(profiler)
             if outermost:
                 _THREADS_AT_START.pop()
                 _CHECKS_INSIDE_ANSWERS.clear()
@@ -2573,6 +2640,28 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
         return feedback
 
     return guarded
+
+
+_CALL_HINT = ("pass the function you wrote, by its name and without calling it: for example "
+              "check_split_heads(split_heads), not check_split_heads() or "
+              "check_split_heads(split_heads(x, 2)).")
+
+
+def _call_slip(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """What is wrong with how a check was called (it takes one argument, the answer), or None."""
+    if len(args) == 1 and not kwargs or not args and list(kwargs) == ["fn"]:
+        return None
+    given = len(args) + len(kwargs)
+    if given == 0:
+        what = "with no argument: pass it your function"
+    else:
+        parts = [f"{len(args)} argument{'s' if len(args) != 1 else ''}"] if args else []
+        if kwargs:
+            names = ", ".join(str.__str__(k)[:40] for k in list(kwargs)[:4])
+            names += ", ..." if len(kwargs) > 4 else ""
+            parts.append(f"the keyword argument{'s' if len(kwargs) != 1 else ''} {names}")
+        what = f"with {' and '.join(parts)}: pass it your function alone"
+    return f"the check takes one argument, your function, and was called {what}. Nothing was graded."
 
 
 def _untrusted_kernel(exercise: Exercise) -> Feedback:
@@ -3379,10 +3468,11 @@ class Exercise:
         diagnosis reruns it), so one interrupt is enough."""
         where = f" on {case.label}" if case is not None and case.label else ""
         if isinstance(exc, TimeLimitExceeded):
-            message = (f"your function ran for more than {exc.args[0]:g} s{where} and was stopped. The "
-                       "test inputs are tiny, so a right answer takes milliseconds: look for a loop "
-                       "that never ends (a while loop whose condition never changes) or one over far "
-                       "more items than the input has.")
+            note = _limit_setting_note(exc.args[0])  # a COURSE_CHECK_TIMEOUT that was not used
+            message = (f"your function ran for more than {exc.args[0]:g} s{note}{where} and "
+                       "was stopped. The test inputs are tiny, so a right answer takes milliseconds: look "
+                       "for a loop that never ends (a while loop whose condition never changes) or one over "
+                       "far more items than the input has.")
         else:
             message = (f"your function was interrupted{where} (KeyboardInterrupt: Kernel > Interrupt) "
                        "before it returned, so it was not graded; the check did not run it again.")

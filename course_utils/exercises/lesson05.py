@@ -7,7 +7,6 @@ other mistakes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -443,12 +442,12 @@ FIND_INDUCTION_HEAD = _FindHeadExercise(
 _LIBRARY_SCORE = f"`{induction_score.__module__}.{induction_score.__qualname__}`"  # as the watch names it
 
 
-def check_find_induction_head(fn: Callable[..., Any]) -> Feedback:
+def check_find_induction_head(*args: Any, **kwargs: Any) -> Feedback:
     """Grade exercise 5.3; an answer that calls ``course_utils.interp.scores.induction_score`` (under any
     name, from any helper: the check watches the calls, not the names) is turned back, since the
     exercise asks for the learner's own score. A function of the learner's that happens to be
     called ``induction_score`` is not. Never raises."""
-    feedback = FIND_INDUCTION_HEAD.check(fn)
+    feedback = FIND_INDUCTION_HEAD.check(*args, **kwargs)  # (a slip in the call is its feedback)
     if feedback.mistake == "called_reference" and _LIBRARY_SCORE in feedback.message:
         return Feedback(FIND_INDUCTION_HEAD.title, "mistake",
                         "your function calls induction_score from course_utils.interp.scores: this "

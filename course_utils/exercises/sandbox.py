@@ -209,12 +209,14 @@ def _syntax_error(source: str) -> str:
     return "it could not be parsed"
 
 
-def _names_in(node: ast.AST) -> set[str]:
-    """Every name and attribute an AST node mentions."""
+def _names_in(node: ast.AST, own: frozenset[str] = frozenset()) -> set[str]:
+    """Every name and attribute an AST node mentions, but a plain name of ``own`` (a function or
+    class the code defines itself, called by its name: a recursion, a helper of the same name)."""
     found: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
-            found.add(sub.id)
+            if sub.id not in own:
+                found.add(sub.id)
         elif isinstance(sub, ast.Attribute):
             found.add(sub.attr)
         elif isinstance(sub, ast.alias):
@@ -635,7 +637,12 @@ def rules_broken(code: str, check_key: str) -> list[str]:
     found = set()
     mentioned = _names_in(tree)
     found |= {f"`{n}`" for n in mentioned & NOT_IN_AN_ANSWER}
-    found |= {f"`{n}` (a ready-made twin of this exercise)" for n in mentioned & twins}
+    # a function of the answer's own that calls itself by its name (`split_heads` recursing over
+    # the leading axes) is no twin: only the library's, reached by an import, an attribute or a
+    # string, is one
+    defined = frozenset(n.name for n in ast.walk(tree)
+                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+    found |= {f"`{n}` (a ready-made twin of this exercise)" for n in _names_in(tree, defined) & twins}
     if TWIN_PARTS.get(check_key):
         own = {n.name for n in ast.walk(tree)
                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
