@@ -139,6 +139,19 @@ class LyingStr(str):
         raise RuntimeError("repr raises")
 
 
+class EqRaises:
+    """An argument that is no str, whose ``==`` raises (its repr works): a string option must be
+    refused by its type, unread (battery 33: 18 options compared it first and let its error out)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq boom")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "EqRaises()"
+
+
 class BadIndex:
     """An object whose __index__ raises."""
 

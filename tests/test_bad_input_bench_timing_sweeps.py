@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from bad_input_cases import BEYOND_FLOAT, Case, assert_named, raises_naming, refused
+from bad_input_cases import BEYOND_FLOAT, Case, EqRaises, assert_named, raises_naming, refused
 
 from course_utils.attention import sdpa_backends as SB
 from course_utils.attention import validation as V
@@ -997,16 +997,6 @@ def _decode_run(**changes):
     return _gs().bench_decode(**{**SMALL_DECODE, **changes})
 
 
-class _EqRaisesOption:
-    """A string option that is no str, whose == raises."""
-
-    def __eq__(self, other: object) -> bool:
-        raise RuntimeError("eq boom")
-
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return "EqRaises()"
 
 
 @pytest.mark.parametrize(("make", "error", "words"), [
@@ -1030,13 +1020,13 @@ class _EqRaisesOption:
     (lambda: _gs().bench_decode(**SMALL_DECODE, methods=[["course"]]), TypeError,
      ["methods[0] must be one of 'course'", "(a str)", "list ['course']"]),
     # an option whose == raises escaped as its own error (check_choice reads it by type first)
-    (lambda: _gs().bench_decode(**SMALL_DECODE, methods=["course", _EqRaisesOption()]), TypeError,
-     ["methods[1] must be one of 'course'", "got _EqRaisesOption"]),
+    (lambda: _gs().bench_decode(**SMALL_DECODE, methods=["course", EqRaises()]), TypeError,
+     ["methods[1] must be one of 'course'", "got EqRaises"]),
     (lambda: _gs().bench_decode(**SMALL_DECODE, methods=["course", "fuse"]), ValueError,
      ["methods[1] must be one of 'course'", "got 'fuse'", "did you mean 'fused'?"]),
     (lambda: _ds().bench_whole_step([(1, 8)], (4,), d_model=64, num_heads=4, progress=False,
-                                    attention=_EqRaisesOption()), TypeError,
-     ["attention must be one of 'auto', 'fused' or 'course' (a str)", "got _EqRaisesOption"]),
+                                    attention=EqRaises()), TypeError,
+     ["attention must be one of 'auto', 'fused' or 'course' (a str)", "got EqRaises"]),
     (lambda: _ds().bench_whole_step([(1, 8)], (4,), d_model=64, num_heads=4, progress=False,
                                     attention="corse"), ValueError,
      ["attention must be one of 'auto', 'fused' or 'course'", "got 'corse'"]),

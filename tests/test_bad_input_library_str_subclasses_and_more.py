@@ -5,7 +5,7 @@ that is not a str is refused naming the argument, never a bare error from the va
 from __future__ import annotations
 
 import pytest
-from bad_input_cases import BadRepr, LyingLen, LyingStr, raises_naming
+from bad_input_cases import BadRepr, EqRaises, LyingLen, LyingStr, raises_naming
 
 from course_utils.bench.memory import format_test_report
 
@@ -107,16 +107,6 @@ def test_train_model_names_a_model_built_under_inference_mode():
                   lambda: train_model(model, sample, TrainConfig(steps=1)))
 
 
-class _EqRaises:
-    """A string option that is no str, whose ``==`` raises (its repr works)."""
-
-    def __eq__(self, other: object) -> bool:
-        raise RuntimeError("eq boom")
-
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return "EqRaises()"
 
 
 def _option_sites():
@@ -193,8 +183,8 @@ _SITES = _option_sites()
 @pytest.mark.parametrize(("label", "name", "valid", "call"), _SITES, ids=[s[0] for s in _SITES])
 def test_a_string_option_that_is_no_str_is_refused_by_type(label, name, valid, call):
     """An option whose ``==`` raises escaped as its own RuntimeError ("eq boom"), naming nothing."""
-    message = raises_naming(TypeError, [f"{name} must be one of", repr(valid), "(a str)", "got _EqRaises"],
-                            lambda: call(_EqRaises()))
+    message = raises_naming(TypeError, [f"{name} must be one of", repr(valid), "(a str)", "got EqRaises"],
+                            lambda: call(EqRaises()))
     assert "eq boom" not in message
 
 
@@ -216,5 +206,5 @@ def test_accuracy_table_takes_a_str_subclass_which_by_its_value():
     for which, expected in (("final", 0.2), ("a", 0.3), ("b", 0.4)):
         table = tr.accuracy_table([result], which=LyingStr(which))
         assert float(table.iloc[0, 0]) == pytest.approx(expected)
-    raises_naming(TypeError, ["which must be one of 'final', 'a' or 'b' (a str)", "got _EqRaises"],
-                  lambda: tr.accuracy_table([result], which=_EqRaises()))
+    raises_naming(TypeError, ["which must be one of 'final', 'a' or 'b' (a str)", "got EqRaises"],
+                  lambda: tr.accuracy_table([result], which=EqRaises()))

@@ -22,7 +22,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from bad_input_cases import BadIndex, BadRepr, Case, LyingLen, LyingStr, assert_named, raises_naming, refused
+from bad_input_cases import (
+    BadIndex,
+    BadRepr,
+    Case,
+    EqRaises,
+    LyingLen,
+    LyingStr,
+    assert_named,
+    raises_naming,
+    refused,
+)
 
 import course_utils
 from course_utils.attention import validation as V
@@ -763,16 +773,6 @@ def test_check_head_dims_names_its_own_heads_name():
         check_head_dims(16, 4, heads_name=5)
 
 
-class _EqRaises:
-    """An option whose ``==`` raises (its repr works): it must be refused by its type, unread."""
-
-    def __eq__(self, other: object) -> bool:
-        raise RuntimeError("eq boom")
-
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return "EqRaises()"
 
 
 class _EqAll(str):
@@ -785,7 +785,7 @@ class _EqAll(str):
 
 
 @pytest.mark.parametrize(("value", "error", "words"), [
-    (_EqRaises(), TypeError, ["mode must be one of 'fast' or 'slow' (a str)", "got _EqRaises EqRaises()"]),
+    (EqRaises(), TypeError, ["mode must be one of 'fast' or 'slow' (a str)", "got EqRaises EqRaises()"]),
     (BadRepr(), TypeError, ["mode", "'fast' or 'slow'", "BadRepr", "whose repr raised"]),
     (None, TypeError, ["mode", "'fast' or 'slow'", "got NoneType None"]),
     (3, TypeError, ["mode", "'fast' or 'slow'", "got int 3"]),
