@@ -866,6 +866,33 @@ def test_an_answer_whose_thread_ends_before_it_returns_is_graded():
     assert lesson02.check_softmax_rows(answer).passed
 
 
+def test_threads_an_earlier_cells_thread_starts_meanwhile_are_not_the_answers():
+    """Battery 33 (a fix helper's finding): a background thread of an earlier cell that keeps
+    starting short threads of notebook code made every right answer "left a thread of its own
+    running". Threads are the answer's only when the answer's thread (or one of its) started them;
+    Thread.start is the original again after the check."""
+    stop = threading.Event()
+
+    def short_task():  # notebook code, as a learner's thread runs
+        stop.wait(5)
+
+    def spawner():
+        while not stop.is_set():
+            threading.Thread(target=short_task, daemon=True).start()
+            stop.wait(0.001)
+
+    background = threading.Thread(target=spawner, name="earlier-cell", daemon=True)
+    background.start()
+    try:
+        stop.wait(0.05)
+        feedback = lesson02.check_softmax_rows(_softmax)
+    finally:
+        stop.set()
+        background.join(5)
+    assert feedback.passed, feedback
+    assert threading.Thread.start is core._thread_start
+
+
 # -- battery 21 (fix51t) -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, kind", [

@@ -1712,6 +1712,38 @@ def _threads_running_user_code(idents: set[int]) -> list[str]:
 
 
 _THREADS_AT_START: list[set[int]] = []  # per check running now: the threads alive when it started
+# while a check runs: id(thread) -> (the thread, the ident of the thread that started it), and the
+# threads alive or starting when the outermost check began (held, so that no id is reused meanwhile)
+_STARTED_BY: dict[int, tuple[threading.Thread, int]] = {}
+_PRESENT_AT_START: dict[int, threading.Thread] = {}
+_thread_start = threading.Thread.start  # bound at import, like the names above
+
+
+def _start_noting_who(self: threading.Thread, *args: Any, **kwargs: Any) -> Any:
+    """``threading.Thread.start`` while a check runs: notes which thread started this one, so
+    a thread that an earlier cell's thread starts meanwhile is not taken for the answer's."""
+    _STARTED_BY[id(self)] = (self, threading.get_ident())
+    return _thread_start(self, *args, **kwargs)
+
+
+def _started_by_an_earlier_thread(thread: threading.Thread, started: set[int], mine: int,
+                                  alive: dict[int | None, threading.Thread]) -> bool:
+    """Whether ``thread`` was started, directly or through threads still alive, by one of the
+    threads alive when the check began (``started``) other than the answer's own (``mine``).
+    Unknown starters (a start this record missed, a starter that has ended) count as the
+    answer's, as before."""
+    seen: set[int] = set()
+    while id(thread) not in seen:
+        seen.add(id(thread))
+        parent = _STARTED_BY.get(id(thread), (None, None))[1]
+        if parent is None or parent == mine:
+            return False
+        if parent in started:
+            return True
+        if parent not in alive:
+            return False
+        thread = alive[parent]
+    return False
 
 
 def _threads_the_answer_left() -> list[str]:
@@ -1726,8 +1758,11 @@ def _threads_the_answer_left() -> list[str]:
     mine = threading.get_ident()
     frames = sys._current_frames()
     names = []
-    for thread in threading.enumerate():
-        if thread.ident in started or thread.ident == mine:
+    alive = {thread.ident: thread for thread in threading.enumerate()}
+    for thread in list(alive.values()):
+        if thread.ident in started or thread.ident == mine or id(thread) in _PRESENT_AT_START:
+            continue  # (the last: a thread still starting, with no ident yet, when the check began)
+        if _started_by_an_earlier_thread(thread, started, mine, alive):  # (an earlier cell's thread's)
             continue
         target = (getattr(thread, "_target", None) or getattr(thread, "function", None)
                   or getattr(type(thread).run, "__func__", type(thread).run))
@@ -2604,8 +2639,13 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
                 before = replaced
         if _tampered():  # the check's own machinery was seen tampered with: no verdict, ever again
             return _untrusted_kernel(self)
-        if outermost:
-            _THREADS_AT_START.append({t.ident for t in threading.enumerate()} - {threading.get_ident()})
+        if outermost:  # (start noted first: a thread started from now on has its starter noted)
+            _STARTED_BY.clear()
+            type.__setattr__(threading.Thread, "start", _start_noting_who)
+            present = threading.enumerate()
+            _PRESENT_AT_START.clear()
+            _PRESENT_AT_START.update((id(t), t) for t in present)
+            _THREADS_AT_START.append({t.ident for t in present} - {threading.get_ident()})
         settings = _process_settings()  # also after calls outside the time limit (a probe call)
         # this thread's profiler as it was: not a row of _SETTINGS, which each time limit puts back
         # on exit, before the call watch around it can see an answer switched its profiler off; a
@@ -2626,6 +2666,9 @@ def _never_raises(check: Callable[..., Feedback]) -> Callable[..., Feedback]:
             if outermost:
                 _THREADS_AT_START.pop()
                 _CHECKS_INSIDE_ANSWERS.clear()
+                type.__setattr__(threading.Thread, "start", _thread_start)
+                _STARTED_BY.clear()
+                _PRESENT_AT_START.clear()
         if outermost:
             try:
                 during = replaced + _restore_originals()
