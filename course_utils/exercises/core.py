@@ -653,7 +653,7 @@ def _global_module_hooks() -> dict[str, Any]:
     ``_global_*`` of ``torch.nn.modules.module``, a dict as a list of its items."""
     module = sys.modules.get("torch.nn.modules.module")
     return {name: list(value.items()) if isinstance(value, dict) else value
-            for name, value in list(vars(module).items()) if name.startswith("_global_")} if module else {}
+            for name, value in vars(module).copy().items() if name.startswith("_global_")} if module else {}
 
 
 def _put_global_module_hooks(saved: dict[str, Any]) -> None:
@@ -1409,7 +1409,7 @@ def _guarded_spaces() -> list[tuple[str, Any, Any]]:
 
     spaces: list[tuple[str, Any, Any]] = [("builtins", None, builtins.__dict__)]
     modules = [math, os, np, *map(sys.modules.get, _GUARDED_MODULES)]
-    modules += [m for name, m in list(sys.modules.items()) if name.startswith(_COURSE)]
+    modules += [m for name, m in sys.modules.copy().items() if name.startswith(_COURSE)]
     seen = {id(builtins.__dict__)} | _notebook_namespaces()
     for module in modules:
         if not isinstance(module, types.ModuleType) or id(module.__dict__) in seen \
@@ -1425,10 +1425,10 @@ def _guarded_spaces() -> list[tuple[str, Any, Any]]:
                     spaces.append((f"{module.__name__}.{value.__qualname__}", value, value.__dict__))
                 elif isinstance(value, Exercise) and id(value) not in seen:  # what its check reads
                     seen.add(id(value))
-                    name = next((k for k, v in list(module.__dict__.items()) if v is value), "exercise")
+                    name = next((k for k, v in module.__dict__.copy().items() if v is value), "exercise")
                     spaces.append((f"{module.__name__}.{name}", _INSTANCE, value.__dict__))
     classes = [("torch.Tensor", torch.Tensor)]
-    classes += [(f"torch.nn.{name}", value) for name, value in list(vars(torch.nn).items())
+    classes += [(f"torch.nn.{name}", value) for name, value in vars(torch.nn).copy().items()
                 if isinstance(value, type) and issubclass(value, torch.nn.Module)]
     pandas = sys.modules.get("pandas")
     if pandas is not None:
@@ -2840,7 +2840,7 @@ def _where_bound(f: Any) -> list[tuple[Any, str]]:
         module = sys.modules.get(module_name)
         if module is None:
             continue
-        found += [(module, attr) for attr, value in list(vars(module).items()) if value is f]
+        found += [(module, attr) for attr, value in vars(module).copy().items() if value is f]
     return found
 
 
@@ -3167,7 +3167,7 @@ class Exercise:
         """"lessonNN.check_xxx", the name of this exercise's check in its lesson module."""
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
-        for name, value in list(vars(module).items()) if module else ():
+        for name, value in vars(module).copy().items() if module else ():
             if name.startswith("check_") and getattr(value, "__self__", None) is self:
                 return f"{key[0]}.{name}"
         return None
@@ -3199,7 +3199,7 @@ class Exercise:
         module (the key of :data:`LIBRARY_TWINS`); None outside a lesson."""
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
-        for name, value in (list(vars(module).items()) if module is not None else ()):
+        for name, value in (vars(module).copy().items() if module is not None else ()):
             if name.startswith("check_") and getattr(value, "__self__", None) is self:
                 return f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
         return None
@@ -3209,10 +3209,10 @@ class Exercise:
         key = self.__dict__.get("_key", False)
         if key is False:
             key = None
-            for module_name, module in list(sys.modules.items()):
+            for module_name, module in sys.modules.copy().items():
                 if module is None or not module_name.startswith(f"{__package__}.lesson"):
                     continue
-                for name, value in list(vars(module).items()):
+                for name, value in vars(module).copy().items():
                     if value is self:
                         key = (module_name.rsplit(".", 1)[-1], name)
                         break
@@ -3603,7 +3603,7 @@ class Exercise:
         key = self._store_key()
         module = sys.modules.get(f"{__package__}.{key[0]}") if key else None
         if module is not None:
-            found += [v for k, v in list(vars(module).items())  # its private helpers, not public ones
+            found += [v for k, v in vars(module).copy().items()  # its private helpers, not public ones
                       if k.startswith("_") and isinstance(v, types.FunctionType)
                       and v.__module__ == module.__name__]
             check_key = self._check_key()
