@@ -95,20 +95,17 @@ def cache_elements_per_token(kind: str, *, num_heads: int = 0, d_head: int = 0, 
             "MLA": ("d_latent", "d_rope")}
     given = {"num_heads": num_heads, "d_head": d_head, "num_kv_heads": num_kv_heads,
              "d_latent": d_latent, "d_rope": d_rope}
-    if kind in uses:  # always: the kinds are checked above
-        unused = {name: value for name, value in given.items() if name not in uses[kind] and value != 0}
-        if unused:
-            raise ValueError(f"kind={shown(kind)} uses only {', '.join(uses[kind])}; got also "
-                             f"{', '.join(f'{n}={shown(v)}' for n, v in unused.items())}")
+    unused = {name: value for name, value in given.items() if name not in uses[kind] and value != 0}
+    if unused:
+        raise ValueError(f"kind={shown(kind)} uses only {', '.join(uses[kind])}; got also "
+                         f"{', '.join(f'{n}={shown(v)}' for n, v in unused.items())}")
     if kind == "MHA":
         return 2 * check_int(num_heads, "num_heads", minimum=1) * check_int(d_head, "d_head", minimum=1)
     if kind == "GQA":
         return 2 * check_int(num_kv_heads, "num_kv_heads", minimum=1) * check_int(d_head, "d_head", minimum=1)
     if kind == "MQA":
         return 2 * check_int(d_head, "d_head", minimum=1)
-    if kind == "MLA":
-        return check_int(d_latent, "d_latent", minimum=1) + check_int(d_rope, "d_rope", minimum=0)
-    raise ValueError(f"kind must be one of 'MHA', 'GQA', 'MQA', 'MLA', got {shown(kind)}")
+    return check_int(d_latent, "d_latent", minimum=1) + check_int(d_rope, "d_rope", minimum=0)  # MLA
 
 
 def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
