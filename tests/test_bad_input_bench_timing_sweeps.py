@@ -1724,7 +1724,8 @@ def test_compare_on_device_names_a_device_whose_repr_raises() -> None:
         def __repr__(self) -> str:
             raise RuntimeError("repr raises")
 
-    raises_naming(RuntimeError, ["compare_on_device(device=<a BadStr whose repr raised RuntimeError>)"],
+    raises_naming(RuntimeError,
+                  ["compare_on_device(device='cuda' (a BadStr whose repr raised RuntimeError))"],
                   lambda: compare_on_device(BadStr("cuda")))
 
 

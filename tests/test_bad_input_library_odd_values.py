@@ -260,7 +260,7 @@ def test_messages_show_user_values_with_shown() -> None:
     raises_naming(ValueError, ["rows[0]['induction_s'] must be a finite number >= 0",
                                "BadFloat whose repr raised"],
                   lambda: format_training_table([{"seed": 0, "induction_s": BadFloat(-1.0)}]))
-    raises_naming(ValueError, ["rows[0][<a StrBadRepr whose repr raised", "must be a finite number >= 0"],
+    raises_naming(ValueError, ["rows[0]['induction_s' (a StrBadRepr whose", "must be a finite number >= 0"],
                   lambda: format_training_table([{"seed": 0, StrBadRepr("induction_s"): -1.0}]))
 
 

@@ -646,8 +646,22 @@ def test_check_device_names_a_meta_device_whose_repr_raises() -> None:
             raise RuntimeError("repr raises")
 
     raises_naming(ValueError, ["device must be a device that holds values",
-                               "<a BadStr whose repr raised RuntimeError>"],
+                               "'meta' (a BadStr whose repr raised RuntimeError)"],
                   lambda: check_device(BadStr("meta")))
+
+
+def test_shown_keeps_the_value_of_a_builtin_subclass_whose_repr_raises() -> None:
+    from course_utils.attention.validation import shown
+
+    def broken(base: type) -> type:
+        def __repr__(self) -> str:
+            raise RuntimeError("repr raises")
+        return type(f"Bad{base.__name__.title()}", (base,), {"__repr__": __repr__})
+
+    assert shown(broken(str)("final")) == "'final' (a BadStr whose repr raised RuntimeError)"
+    assert shown(broken(int)(3)) == "3 (a BadInt whose repr raised RuntimeError)"
+    assert shown(broken(float)(0.5)) == "0.5 (a BadFloat whose repr raised RuntimeError)"
+    assert shown(broken(object)()) == "<a BadObject whose repr raised RuntimeError>"
 
 
 # -- battery 29 (library) ----------------------------------------------------------------------------

@@ -91,7 +91,8 @@ __all__ = [
 
 def shown(value: object, width: int | None = None) -> str:
     """``repr(value)``, cut to ``width`` characters, for a message; never raises for any value: one whose
-    ``__repr__`` raises is named by its type (its error replaced the message: battery 27)."""
+    ``__repr__`` raises is named by its type (its error replaced the message: battery 27), after
+    its value where it subclasses str, bytes, int or float (``'final' (a Mode whose repr raised ...)``)."""
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
         raise TypeError(f"shown's width must be None or an int >= 0, got {type(width).__name__} "
                         f"{shown(width, 40)}")
@@ -99,6 +100,10 @@ def shown(value: object, width: int | None = None) -> str:
         text = repr(value)
     except Exception as err:  # noqa: BLE001
         text = f"<a {type(value).__name__} whose repr raised {type(err).__name__}>"
+        base = next((b for b in (str, bytes, int, float) if isinstance(value, b)), None)
+        if base is not None:  # a subclass of a built-in: its value still says what arrived
+            with contextlib.suppress(Exception):
+                text = f"{base.__repr__(value)} ({text[1:-1]})"
     return text if width is None else text[:width]
 
 
